@@ -1,0 +1,230 @@
+package kernel
+
+import "math"
+
+// Generic is the pure-Go implementation, used on CPUs without AVX2+FMA and
+// as the reference the assembly kernels are tested against. Its matrix
+// products are register-blocked 4×4 so that the Go compiler keeps the
+// accumulators in registers.
+var Generic = Impl{
+	Name:      "generic",
+	MulABt:    mulABtGeneric,
+	MulAddAB:  mulAddABGeneric,
+	MulAddAtB: mulAddAtBGeneric,
+	ExpSum:    expSumGeneric,
+	Max:       maxGeneric,
+	Scale:     scaleGeneric,
+	DsFromDp:  dsFromDpGeneric,
+}
+
+func mulABtGeneric(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int) {
+	for s := 0; s < n; s += W {
+		strip := bt[s*k : (s+W)*k]
+		for jj := 0; jj < W; jj += 4 {
+			i := 0
+			for ; i+4 <= m; i += 4 {
+				a0 := a[i*lda : i*lda+k]
+				a1 := a[(i+1)*lda : (i+1)*lda+k]
+				a2 := a[(i+2)*lda : (i+2)*lda+k]
+				a3 := a[(i+3)*lda : (i+3)*lda+k]
+				var c00, c01, c02, c03, c10, c11, c12, c13 float32
+				var c20, c21, c22, c23, c30, c31, c32, c33 float32
+				for p := range a0 {
+					b := strip[p*W+jj : p*W+jj+4 : p*W+jj+4]
+					b0, b1, b2, b3 := b[0], b[1], b[2], b[3]
+					x0, x1, x2, x3 := a0[p], a1[p], a2[p], a3[p]
+					c00 += x0 * b0
+					c01 += x0 * b1
+					c02 += x0 * b2
+					c03 += x0 * b3
+					c10 += x1 * b0
+					c11 += x1 * b1
+					c12 += x1 * b2
+					c13 += x1 * b3
+					c20 += x2 * b0
+					c21 += x2 * b1
+					c22 += x2 * b2
+					c23 += x2 * b3
+					c30 += x3 * b0
+					c31 += x3 * b1
+					c32 += x3 * b2
+					c33 += x3 * b3
+				}
+				j := s + jj
+				store4(c[i*ldc+j:], c00, c01, c02, c03)
+				store4(c[(i+1)*ldc+j:], c10, c11, c12, c13)
+				store4(c[(i+2)*ldc+j:], c20, c21, c22, c23)
+				store4(c[(i+3)*ldc+j:], c30, c31, c32, c33)
+			}
+			for ; i < m; i++ {
+				a0 := a[i*lda : i*lda+k]
+				var c00, c01, c02, c03 float32
+				for p, x0 := range a0 {
+					b := strip[p*W+jj : p*W+jj+4 : p*W+jj+4]
+					c00 += x0 * b[0]
+					c01 += x0 * b[1]
+					c02 += x0 * b[2]
+					c03 += x0 * b[3]
+				}
+				store4(c[i*ldc+s+jj:], c00, c01, c02, c03)
+			}
+		}
+	}
+}
+
+func store4(c []float32, x0, x1, x2, x3 float32) {
+	c = c[:4]
+	c[0], c[1], c[2], c[3] = x0, x1, x2, x3
+}
+
+func add4(c []float32, x0, x1, x2, x3 float32) {
+	c = c[:4]
+	c[0] += x0
+	c[1] += x1
+	c[2] += x2
+	c[3] += x3
+}
+
+// mulAddABGeneric and mulAddAtBGeneric share one body: A is read at
+// a[i*ri + p*rp], so A·B and Aᵀ·B differ only in the strides.
+func mulAddABGeneric(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int) {
+	mulAddStrided(c, ldc, a, lda, 1, b, ldb, m, n, k)
+}
+
+func mulAddAtBGeneric(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int) {
+	mulAddStrided(c, ldc, a, 1, lda, b, ldb, m, n, k)
+}
+
+func mulAddStrided(c []float32, ldc int, a []float32, ri, rp int, b []float32, ldb int, m, n, k int) {
+	if m == 0 || k == 0 {
+		return
+	}
+	_ = a[(m-1)*ri+(k-1)*rp]
+	for j := 0; j < n; j += 4 {
+		i := 0
+		for ; i+4 <= m; i += 4 {
+			var c00, c01, c02, c03, c10, c11, c12, c13 float32
+			var c20, c21, c22, c23, c30, c31, c32, c33 float32
+			for p := 0; p < k; p++ {
+				bb := b[p*ldb+j : p*ldb+j+4 : p*ldb+j+4]
+				b0, b1, b2, b3 := bb[0], bb[1], bb[2], bb[3]
+				o := i*ri + p*rp
+				x0, x1, x2, x3 := a[o], a[o+ri], a[o+2*ri], a[o+3*ri]
+				c00 += x0 * b0
+				c01 += x0 * b1
+				c02 += x0 * b2
+				c03 += x0 * b3
+				c10 += x1 * b0
+				c11 += x1 * b1
+				c12 += x1 * b2
+				c13 += x1 * b3
+				c20 += x2 * b0
+				c21 += x2 * b1
+				c22 += x2 * b2
+				c23 += x2 * b3
+				c30 += x3 * b0
+				c31 += x3 * b1
+				c32 += x3 * b2
+				c33 += x3 * b3
+			}
+			add4(c[i*ldc+j:], c00, c01, c02, c03)
+			add4(c[(i+1)*ldc+j:], c10, c11, c12, c13)
+			add4(c[(i+2)*ldc+j:], c20, c21, c22, c23)
+			add4(c[(i+3)*ldc+j:], c30, c31, c32, c33)
+		}
+		for ; i < m; i++ {
+			var c00, c01, c02, c03 float32
+			for p := 0; p < k; p++ {
+				bb := b[p*ldb+j : p*ldb+j+4 : p*ldb+j+4]
+				x0 := a[i*ri+p*rp]
+				c00 += x0 * bb[0]
+				c01 += x0 * bb[1]
+				c02 += x0 * bb[2]
+				c03 += x0 * bb[3]
+			}
+			add4(c[i*ldc+j:], c00, c01, c02, c03)
+		}
+	}
+}
+
+// Constants of the float32 exponential shared by every implementation:
+// exp(x) = 2^n · exp(r) with n = round(x·log2 e), r = x − n·ln 2 (ln 2 split
+// in two for exactness) and exp(r) a degree-6 polynomial on |r| ≤ ln2/2.
+const (
+	ExpLog2e = 1.44269504088896341
+	ExpLn2Hi = 0.693359375
+	ExpLn2Lo = -2.12194440e-4
+	ExpMin   = -87.33654 // below: result 0 (float32 exp would be subnormal)
+	ExpMax   = 88.37626  // above: +Inf (keeps 2^n finite)
+	ExpP0    = 1.9875691500e-4
+	ExpP1    = 1.3981999507e-3
+	ExpP2    = 8.3334519073e-3
+	ExpP3    = 4.1665795894e-2
+	ExpP4    = 1.6666665459e-1
+	ExpP5    = 5.0000001201e-1
+)
+
+// Exp is the float32 exponential used by the generic kernels. It returns 0
+// for x < ExpMin (including -Inf), +Inf for x > ExpMax and NaN for NaN.
+func Exp(x float32) float32 {
+	if !(x >= ExpMin) { // also catches NaN
+		if x != x {
+			return x
+		}
+		return 0
+	}
+	if x > ExpMax {
+		return float32(math.Inf(1))
+	}
+	n := float32(math.Floor(float64(x*ExpLog2e) + 0.5))
+	r := x - n*ExpLn2Hi
+	r -= n * ExpLn2Lo
+	p := float32(ExpP0)
+	p = p*r + ExpP1
+	p = p*r + ExpP2
+	p = p*r + ExpP3
+	p = p*r + ExpP4
+	p = p*r + ExpP5
+	p = p*r*r + r + 1
+	return p * math.Float32frombits(uint32(int32(n)+127)<<23)
+}
+
+func expSumGeneric(x []float32, scale, sub float32) float32 {
+	var s0, s1, s2, s3 float32
+	for j := 0; j+4 <= len(x); j += 4 {
+		v := x[j : j+4 : j+4]
+		e0 := Exp(v[0]*scale - sub)
+		e1 := Exp(v[1]*scale - sub)
+		e2 := Exp(v[2]*scale - sub)
+		e3 := Exp(v[3]*scale - sub)
+		v[0], v[1], v[2], v[3] = e0, e1, e2, e3
+		s0 += e0
+		s1 += e1
+		s2 += e2
+		s3 += e3
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+func maxGeneric(x []float32) float32 {
+	m := float32(math.Inf(-1))
+	for _, v := range x {
+		if v > m {
+			m = v
+		}
+	}
+	return m
+}
+
+func scaleGeneric(x []float32, a float32) {
+	for j := range x {
+		x[j] *= a
+	}
+}
+
+func dsFromDpGeneric(dp, p []float32, d float32) {
+	p = p[:len(dp)]
+	for j, v := range dp {
+		dp[j] = p[j] * (v - d)
+	}
+}

@@ -1,0 +1,95 @@
+// Package kernel holds the microkernels that do the arithmetic inside an
+// attention tile: three small matrix products, the exponential of a score
+// row, and a few row reductions. Everything else in flashattn (tiling,
+// online softmax, masks, scheduling) is plain Go that calls these.
+//
+// Each kernel has a pure-Go version (generic.go) and, on amd64, AVX-512 and
+// AVX2+FMA versions generated with avo from ./_asm. Select picks the best one
+// the CPU supports; the environment variable FLASHATTN_KERNEL=generic (or
+// avx2, avx512) forces a choice, which the tests use to cover every path.
+//
+// Conventions shared by every implementation:
+//   - Matrices are row-major float32 slices with an explicit leading
+//     dimension (ld, in elements).
+//   - Every width marked "multiple of W" is padded by the caller to a
+//     multiple of W = 16 floats, so kernels never need a column tail.
+//   - Bᵀ operands of MulABt are packed by PackBt into strips of W columns.
+package kernel
+
+// W is the width, in float32 elements, that kernel row lengths and column
+// counts are padded to: one AVX-512 register, two AVX2 registers.
+const W = 16
+
+// Pad rounds n up to a multiple of W.
+func Pad(n int) int { return (n + W - 1) / W * W }
+
+// Impl is one implementation of the microkernels.
+type Impl struct {
+	// Name is "generic", "avx2" or "avx512".
+	Name string
+
+	// MulABt sets C = A·Bᵀ: c[i*ldc+j] = Σ_{p<k} a[i*lda+p] * B[j][p] for
+	// i < m, j < n. n is a multiple of W; bt holds Bᵀ packed by PackBt with
+	// depth k. C is overwritten.
+	MulABt func(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int)
+
+	// MulAddAB adds A·B to C: c[i*ldc+j] += Σ_{p<k} a[i*lda+p] * b[p*ldb+j]
+	// for i < m, j < n. n is a multiple of W.
+	MulAddAB func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int)
+
+	// MulAddAtB adds Aᵀ·B to C: c[i*ldc+j] += Σ_{p<k} a[p*lda+i] * b[p*ldb+j]
+	// for i < m, j < n. n is a multiple of W.
+	MulAddAtB func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int)
+
+	// ExpSum sets x[j] = exp(scale*x[j] - sub) and returns the sum of the new
+	// values. len(x) is a multiple of W. exp(-Inf) is 0 and arguments below
+	// about -87.3 (where float32 exp leaves the normal range) give 0.
+	ExpSum func(x []float32, scale, sub float32) float32
+
+	// Max returns the largest element of x (-Inf if all are -Inf).
+	// len(x) is a multiple of W and at least W.
+	Max func(x []float32) float32
+
+	// Scale multiplies x by a in place. len(x) is a multiple of W.
+	Scale func(x []float32, a float32)
+
+	// DsFromDp sets dp[j] = p[j] * (dp[j] - d): the softmax backward of one
+	// row, with d = rowsum(dO ∘ O). len(dp) == len(p), a multiple of W.
+	DsFromDp func(dp, p []float32, d float32)
+}
+
+// PackBt packs the n×k row-major matrix B (row j at b[j*ldb:], k elements)
+// into dst as Bᵀ in strips of W columns: element (p, j) goes to
+// dst[(j/W)*k*W + p*W + j%W]. Columns n..Pad(n)-1 are zero. dst must hold
+// Pad(n)*k elements.
+func PackBt(dst []float32, b []float32, ldb, n, k int) {
+	np := Pad(n)
+	dst = dst[:np*k]
+	for s := 0; s < np; s += W {
+		strip := dst[s*k : (s+W)*k]
+		cols := min(W, n-s)
+		for jj := 0; jj < cols; jj++ {
+			row := b[(s+jj)*ldb : (s+jj)*ldb+k]
+			for p, v := range row {
+				strip[p*W+jj] = v
+			}
+		}
+		for jj := max(cols, 0); jj < W; jj++ {
+			for p := 0; p < k; p++ {
+				strip[p*W+jj] = 0
+			}
+		}
+	}
+}
+
+// PackRows copies the n×k row-major matrix B (row j at b[j*ldb:]) into dst
+// with leading dimension Pad(k), zeroing the padding columns. dst must hold
+// n*Pad(k) elements.
+func PackRows(dst []float32, b []float32, ldb, n, k int) {
+	kp := Pad(k)
+	for j := 0; j < n; j++ {
+		d := dst[j*kp : (j+1)*kp]
+		copy(d, b[j*ldb:j*ldb+k])
+		clear(d[k:])
+	}
+}
