@@ -1,0 +1,257 @@
+package flashattn
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/flashattn/flashattn/internal/kernel"
+	"github.com/flashattn/flashattn/reference"
+)
+
+// tcase is one point of the property grid.
+type tcase struct {
+	b, sq, sk, h, hk, d int
+	causal              bool
+	window              *Window
+	softcap             float32
+	alibi               int // 0 none, 1 [H], 2 [B,H]
+	dropout             float32
+	strided             bool
+	bq, bk              int
+}
+
+func (c tcase) String() string {
+	s := fmt.Sprintf("b%d_sq%d_sk%d_h%d_hk%d_d%d", c.b, c.sq, c.sk, c.h, c.hk, c.d)
+	if c.causal {
+		s += "_causal"
+	}
+	if c.window != nil {
+		s += fmt.Sprintf("_win%d,%d", c.window.Left, c.window.Right)
+	}
+	if c.softcap > 0 {
+		s += fmt.Sprintf("_cap%g", c.softcap)
+	}
+	if c.alibi > 0 {
+		s += fmt.Sprintf("_alibi%d", c.alibi)
+	}
+	if c.dropout > 0 {
+		s += fmt.Sprintf("_drop%g", c.dropout)
+	}
+	if c.strided {
+		s += "_strided"
+	}
+	if c.bq > 0 {
+		s += fmt.Sprintf("_blk%dx%d", c.bq, c.bk)
+	}
+	return s
+}
+
+func randSlice(r *rand.Rand, n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	return x
+}
+
+func to64(x []float32) []float64 {
+	y := make([]float64, len(x))
+	for i, v := range x {
+		y[i] = float64(v)
+	}
+	return y
+}
+
+// layout places dense data into a tensor; strided layouts put garbage
+// between rows and heads so that reading it would show.
+func layout(r *rand.Rand, dense []float32, b, s, h, d int, strided bool) Tensor {
+	if !strided {
+		return Dense(append([]float32(nil), dense...), b, s, h, d)
+	}
+	hs, ss := d+3, h*(d+3)+5
+	bs := s*ss + 7
+	data := make([]float32, b*bs)
+	for i := range data {
+		data[i] = float32(math.NaN())
+	}
+	t := Tensor{Data: data, Batch: b, Seq: s, Heads: h, Dim: d, BatchStride: bs, SeqStride: ss, HeadStride: hs}
+	for bi := 0; bi < b; bi++ {
+		for si := 0; si < s; si++ {
+			for hi := 0; hi < h; hi++ {
+				copy(data[bi*bs+si*ss+hi*hs:][:d], dense[((bi*s+si)*h+hi)*d:][:d])
+			}
+		}
+	}
+	return t
+}
+
+// gather reads a tensor back into dense order.
+func gather(t Tensor) []float32 {
+	out := make([]float32, 0, t.Len())
+	for b := 0; b < t.Batch; b++ {
+		for s := 0; s < t.Seq; s++ {
+			for h := 0; h < t.Heads; h++ {
+				for d := 0; d < t.Dim; d++ {
+					out = append(out, t.At(b, s, h, d))
+				}
+			}
+		}
+	}
+	return out
+}
+
+type caseData struct {
+	q, k, v, do []float32
+	slopes      []float32
+	opt         Options
+	par         reference.Params
+}
+
+func makeCase(c tcase, seed uint64) caseData {
+	r := rand.New(rand.NewPCG(seed, 7))
+	cd := caseData{
+		q:  randSlice(r, c.b*c.sq*c.h*c.d),
+		k:  randSlice(r, c.b*c.sk*c.hk*c.d),
+		v:  randSlice(r, c.b*c.sk*c.hk*c.d),
+		do: randSlice(r, c.b*c.sq*c.h*c.d),
+	}
+	cd.opt = Options{Causal: c.causal, Window: c.window, Softcap: c.softcap, Dropout: c.dropout, Seed: seed, BlockQ: c.bq, BlockK: c.bk}
+	cd.par = reference.Params{Batch: c.b, SeqQ: c.sq, SeqK: c.sk, Heads: c.h, KVHeads: c.hk, HeadDim: c.d,
+		Causal: c.causal, Softcap: float64(c.softcap), Dropout: float64(c.dropout), Seed: seed}
+	if c.window != nil {
+		cd.par.Window, cd.par.WindowLeft, cd.par.WindowRight = true, c.window.Left, c.window.Right
+	}
+	switch c.alibi {
+	case 1:
+		cd.slopes = make([]float32, c.h)
+	case 2:
+		cd.slopes = make([]float32, c.b*c.h)
+	}
+	for i := range cd.slopes {
+		cd.slopes[i] = float32(r.Float64()) * 0.5
+	}
+	if cd.slopes != nil {
+		cd.opt.ALiBi = cd.slopes
+		cd.par.ALiBi = to64(cd.slopes)
+	}
+	return cd
+}
+
+// checkCase runs forward and backward and applies the SPEC §4 rule to O,
+// LSE, dQ, dK and dV.
+func checkCase(t *testing.T, c tcase) {
+	t.Helper()
+	cd := makeCase(c, uint64(c.sq*1000+c.sk*10+c.d))
+	r := rand.New(rand.NewPCG(1, 2))
+	q := layout(r, cd.q, c.b, c.sq, c.h, c.d, c.strided)
+	k := layout(r, cd.k, c.b, c.sk, c.hk, c.d, c.strided)
+	v := layout(r, cd.v, c.b, c.sk, c.hk, c.d, c.strided)
+	do := layout(r, cd.do, c.b, c.sq, c.h, c.d, c.strided)
+
+	out, lse, err := Forward(q, k, v, &cd.opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o64, lse64 := reference.Forward64(cd.par, to64(cd.q), to64(cd.k), to64(cd.v))
+	o32, lse32 := reference.Forward32(cd.par, cd.q, cd.k, cd.v)
+	if err := reference.Check("O", gather(out), o32, o64); err != nil {
+		t.Error(err)
+	}
+	if err := reference.Check("LSE", lse, lse32, lse64); err != nil {
+		t.Error(err)
+	}
+
+	dq, dk, dv, err := Backward(q, k, v, out, do, lse, &cd.opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dq64, dk64, dv64 := reference.Backward64(cd.par, to64(cd.q), to64(cd.k), to64(cd.v), to64(cd.do))
+	dq32, dk32, dv32 := reference.Backward32(cd.par, cd.q, cd.k, cd.v, cd.do)
+	for _, g := range []struct {
+		name    string
+		got, pl []float32
+		ref     []float64
+	}{{"dQ", gather(dq), dq32, dq64}, {"dK", gather(dk), dk32, dk64}, {"dV", gather(dv), dv32, dv64}} {
+		if err := reference.Check(g.name, g.got, g.pl, g.ref); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// forEachKernel runs f once per kernel implementation this CPU has.
+func forEachKernel(t *testing.T, f func(t *testing.T)) {
+	for _, im := range kernel.Available() {
+		t.Run(im.Name, func(t *testing.T) {
+			t.Setenv("FLASHATTN_KERNEL", im.Name)
+			f(t)
+		})
+	}
+}
+
+func TestAgainstReferenceGrid(t *testing.T) {
+	var cases []tcase
+	for _, d := range []int{1, 8, 40, 64, 72, 128, 256} {
+		cases = append(cases,
+			tcase{b: 1, sq: 37, sk: 53, h: 2, hk: 1, d: d},
+			tcase{b: 2, sq: 45, sk: 29, h: 2, hk: 2, d: d, causal: true},
+		)
+	}
+	for _, sz := range [][2]int{{1, 1}, {1, 77}, {77, 1}, {130, 130}, {200, 61}, {61, 200}, {3, 300}} {
+		for _, causal := range []bool{false, true} {
+			cases = append(cases, tcase{b: 1, sq: sz[0], sk: sz[1], h: 4, hk: 2, d: 24, causal: causal})
+		}
+	}
+	cases = append(cases,
+		tcase{b: 2, sq: 50, sk: 70, h: 6, hk: 3, d: 32, causal: true, strided: true},
+		tcase{b: 1, sq: 66, sk: 66, h: 4, hk: 1, d: 16, strided: true},
+		tcase{b: 1, sq: 100, sk: 100, h: 2, hk: 2, d: 64, causal: true, bq: 16, bk: 16},
+		tcase{b: 1, sq: 90, sk: 50, h: 2, hk: 2, d: 33, causal: true, bq: 7, bk: 20},
+		tcase{b: 1, sq: 2, sk: 500, h: 8, hk: 2, d: 64},          // decode-like: stacked GQA rows, key splits
+		tcase{b: 1, sq: 1, sk: 1000, h: 2, hk: 2, d: 64, causal: true}, // flash-decoding split
+	)
+	forEachKernel(t, func(t *testing.T) {
+		for _, c := range cases {
+			t.Run(c.String(), func(t *testing.T) { checkCase(t, c) })
+		}
+	})
+}
+
+// TestWorkersBitIdentical checks that the worker count does not change a
+// single bit of any output.
+func TestWorkersBitIdentical(t *testing.T) {
+	for _, c := range []tcase{
+		{b: 1, sq: 300, sk: 257, h: 2, hk: 1, d: 40, causal: true},
+		{b: 1, sq: 1, sk: 3000, h: 4, hk: 2, d: 64},
+		{b: 3, sq: 65, sk: 65, h: 2, hk: 2, d: 8},
+	} {
+		cd := makeCase(c, 3)
+		q, k, v := Dense(cd.q, c.b, c.sq, c.h, c.d), Dense(cd.k, c.b, c.sk, c.hk, c.d), Dense(cd.v, c.b, c.sk, c.hk, c.d)
+		do := Dense(cd.do, c.b, c.sq, c.h, c.d)
+		var first [][]float32
+		for w := 1; w <= 4; w++ {
+			cd.opt.Workers = w
+			out, lse, err := Forward(q, k, v, &cd.opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dq, dk, dv, err := Backward(q, k, v, out, do, lse, &cd.opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := [][]float32{out.Data, lse, dq.Data, dk.Data, dv.Data}
+			if w == 1 {
+				first = res
+				continue
+			}
+			for i := range res {
+				for j := range res[i] {
+					if math.Float32bits(res[i][j]) != math.Float32bits(first[i][j]) {
+						t.Fatalf("%v: workers=%d output %d differs at %d: %v vs %v", c, w, i, j, res[i][j], first[i][j])
+					}
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,73 @@
+package flashattn
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Cache sizes, read once from Linux sysfs; fallbacks are typical of current
+// x86 cores (32 KiB L1d, 1 MiB L2).
+var cacheSizes = sync.OnceValues(func() (l1, l2 int) {
+	l1, l2 = 32<<10, 1<<20
+	for idx := 0; idx < 8; idx++ {
+		dir := "/sys/devices/system/cpu/cpu0/cache/index" + strconv.Itoa(idx) + "/"
+		lvl, err1 := os.ReadFile(dir + "level")
+		typ, err2 := os.ReadFile(dir + "type")
+		sz, err3 := os.ReadFile(dir + "size")
+		if err1 != nil || err2 != nil || err3 != nil {
+			continue
+		}
+		n := parseSize(strings.TrimSpace(string(sz)))
+		if n <= 0 {
+			continue
+		}
+		switch strings.TrimSpace(string(lvl)) {
+		case "1":
+			if strings.TrimSpace(string(typ)) != "Instruction" {
+				l1 = n
+			}
+		case "2":
+			l2 = n
+		}
+	}
+	return l1, l2
+})
+
+func parseSize(s string) int {
+	mult := 1
+	switch {
+	case strings.HasSuffix(s, "K"):
+		mult, s = 1<<10, s[:len(s)-1]
+	case strings.HasSuffix(s, "M"):
+		mult, s = 1<<20, s[:len(s)-1]
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0
+	}
+	return n * mult
+}
+
+// blockSizes picks the tile sizes for head dimension d by the paper's rule
+// B_c = M/(4d), B_r = min(B_c, d), with the on-chip memory M taken as half of
+// this core's L2 (in floats): a K tile, a V tile, the Q tile and the output
+// accumulator then share L2 while the microkernel's panels stream through L1.
+// Sizes are rounded to multiples of the kernel width and clamped to ranges
+// that keep the per-tile overheads small.
+func blockSizes(d int, o *Options) (bq, bk int) {
+	_, l2 := cacheSizes()
+	m := l2 / 4 / 2
+	bk = m / (4 * max(d, 16))
+	bk = min(max(bk/16*16, 32), 256)
+	bq = min(max(bk, 32), max(d, 48))
+	bq = min(max(bq/12*12, 24), 96)
+	if o.BlockQ > 0 {
+		bq = o.BlockQ
+	}
+	if o.BlockK > 0 {
+		bk = o.BlockK
+	}
+	return bq, bk
+}

@@ -1,0 +1,271 @@
+package flashattn
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/flashattn/flashattn/internal/kernel"
+)
+
+// Forward computes attention O = softmax(mask(scale·QKᵀ))·V for q
+// [batch, seqlen_q, heads, dim] and k, v [batch, seqlen_k, kv_heads, dim]
+// and returns O (shaped like q, dense) and the log-sum-exp of every score row,
+// LSE [batch, heads, seqlen_q] (with VarLen: [heads, total_q]). opts may be
+// nil for the defaults. See ForwardInto to reuse output buffers.
+func Forward(q, k, v Tensor, opts *Options) (out Tensor, lse []float32, err error) {
+	p, err := newProblem(q, k, v, opts)
+	if err != nil {
+		return Tensor{}, nil, err
+	}
+	out = NewTensor(q.Batch, q.Seq, q.Heads, q.Dim)
+	lse = make([]float32, p.lseLen)
+	p.forward(mustView(out), lse)
+	return out, lse, nil
+}
+
+// ForwardInto is Forward writing into caller-owned buffers: out must have
+// q's shape (any non-overlapping strides) and lse, unless nil, at least
+// batch·heads·seqlen_q elements. It allocates nothing in steady state beyond
+// small per-call bookkeeping, so it suits hot loops.
+func ForwardInto(out Tensor, lse []float32, q, k, v Tensor, opts *Options) error {
+	p, err := newProblem(q, k, v, opts)
+	if err != nil {
+		return err
+	}
+	ov, err := out.check("out", true, q.Batch, q.Seq, q.Heads, q.Dim)
+	if err != nil {
+		return err
+	}
+	if lse != nil && len(lse) < p.lseLen {
+		return fmt.Errorf("flashattn: lse has %d elements, want %d", len(lse), p.lseLen)
+	}
+	p.forward(ov, lse)
+	return nil
+}
+
+func mustView(t Tensor) view {
+	v, err := t.check("out", true, -1, -1, -1, -1)
+	if err != nil {
+		panic(err) // unreachable: t was allocated with its own shape
+	}
+	return v
+}
+
+// rowBlock is the set of query rows one task processes as a single tile:
+// heads h0..h0+nh-1 × rows i0..i1-1 of one sequence, head-major. Usually
+// nh = 1. When a sequence has few query rows (decoding), the query heads that
+// share a KV head are stacked into one block, so each K/V tile is read once
+// for all of them.
+type rowBlock struct {
+	seq    int
+	h0, nh int
+	i0, i1 int
+}
+
+func (rb rowBlock) rows() int { return rb.nh * (rb.i1 - rb.i0) }
+
+// at returns the head and sequence row of tile row r.
+func (rb rowBlock) at(r int) (h, i int) {
+	n := rb.i1 - rb.i0
+	return rb.h0 + r/n, rb.i0 + r%n
+}
+
+// fwdTask is one unit of forward work: a row block against keys j0..j1-1.
+type fwdTask struct {
+	rowBlock
+	j0, j1 int
+	part   int // -1: write the output; else the partial-result slot
+	cost   int
+}
+
+// maxSplits bounds the split of one row block along the keys
+// (flash-decoding) and splitTarget is the number of tasks below which
+// splitting starts. Both are fixed, not tied to the worker count, so that
+// results do not depend on it.
+const (
+	splitTarget = 16
+	maxSplits   = 16
+)
+
+// forwardTasks lists the tasks, heaviest first, and the number of
+// partial-result slots the key splits need.
+func (p *problem) forwardTasks() (tasks []fwdTask, splits, slots int) {
+	var blocks []rowBlock
+	for si := range p.seqs {
+		s := &p.seqs[si]
+		if s.nq == 0 {
+			continue
+		}
+		if p.group > 1 && s.nq*p.group <= p.bq {
+			for hk := 0; hk < p.kvh; hk++ {
+				blocks = append(blocks, rowBlock{si, hk * p.group, p.group, 0, s.nq})
+			}
+			continue
+		}
+		for h := 0; h < p.heads; h++ {
+			for i0 := 0; i0 < s.nq; i0 += p.bq {
+				blocks = append(blocks, rowBlock{si, h, 1, i0, min(i0+p.bq, s.nq)})
+			}
+		}
+	}
+	splits = 1
+	if len(blocks) < splitTarget {
+		splits = min(maxSplits, (splitTarget+len(blocks)-1)/len(blocks))
+	}
+	for bi, rb := range blocks {
+		lo, hi := p.seqs[rb.seq].band.keys(rb.i0, rb.i1)
+		nkb := (hi - lo + p.bk - 1) / p.bk
+		ns := min(splits, max(1, nkb/2))
+		if ns == 1 {
+			tasks = append(tasks, fwdTask{rb, lo, hi, -1, rb.rows() * (hi - lo)})
+			continue
+		}
+		for s := 0; s < ns; s++ {
+			j0 := lo + s*nkb/ns*p.bk
+			j1 := min(hi, lo+(s+1)*nkb/ns*p.bk)
+			tasks = append(tasks, fwdTask{rb, j0, j1, bi*splits + s, rb.rows() * (j1 - j0)})
+		}
+		slots = len(blocks) * splits
+	}
+	slices.SortStableFunc(tasks, func(a, b fwdTask) int { return b.cost - a.cost })
+	return tasks, splits, slots
+}
+
+// partials holds the unnormalised results of key-split tasks until they are
+// merged: per slot, bq output rows (stride dp), their running max and sum.
+type partials struct {
+	o, m, l []float32
+}
+
+func (p *problem) forward(out view, lse []float32) {
+	tasks, splits, slots := p.forwardTasks()
+	var part partials
+	if slots > 0 {
+		part = partials{
+			o: make([]float32, slots*p.bq*p.dp),
+			m: make([]float32, slots*p.bq),
+			l: make([]float32, slots*p.bq),
+		}
+		for i := range part.m {
+			part.m[i] = negInf
+		}
+	}
+	parallel(p.workers, len(tasks), func(ws *workspace, t int) {
+		p.forwardTask(ws, &tasks[t], out, lse, &part)
+	})
+	if slots == 0 {
+		return
+	}
+	// Merge the key splits of each row block in a fixed order.
+	var merges []fwdTask
+	for _, t := range tasks {
+		if t.part >= 0 && t.part%splits == 0 {
+			merges = append(merges, t)
+		}
+	}
+	parallel(p.workers, len(merges), func(ws *workspace, t int) {
+		p.mergeSplits(&merges[t], splits, &part, out, lse)
+	})
+}
+
+// forwardTask runs FA2's inner loop for one task: stream the K/V tiles of
+// its key range past the query block, keeping the online softmax state.
+func (p *problem) forwardTask(ws *workspace, t *fwdTask, out view, lse []float32, part *partials) {
+	ws.forTile(p)
+	k := &p.impl
+	s := &p.seqs[t.seq]
+	m, d, dp := t.rows(), p.d, p.dp
+	hk := t.h0 / p.group
+	st := rowState{m: ws.m, l: ws.l, o: ws.o, dp: dp}
+	st.reset(m)
+	qp := ws.qp[:m*d]
+	for r := 0; r < m; r++ {
+		h, i := t.at(r)
+		copy(qp[r*d:(r+1)*d], p.q.row(s.tb, s.q0+i, h))
+	}
+	for j0 := t.j0; j0 < t.j1; j0 += p.bk {
+		n := min(p.bk, t.j1-j0)
+		np := kernel.Pad(n)
+		kernel.PackBt(ws.kt, p.k.row(s.tb, s.k0+j0, hk), p.k.ss, n, d)
+		kernel.PackRows(ws.vp, p.v.row(s.tb, s.k0+j0, hk), p.v.ss, n, d)
+		k.MulABt(ws.s, np, qp, d, ws.kt, m, np, d)
+		full := s.band.full(t.i0, t.i1, j0, j0+n)
+		pass := p.needsScorePass(full)
+		for r := 0; r < m; r++ {
+			row := ws.s[r*np : (r+1)*np]
+			for c := n; c < np; c++ {
+				row[c] = negInf
+			}
+			h, i := t.at(r)
+			scale := p.scale
+			if pass {
+				p.scoreRow(row[:n], nil, s, h, i, j0, !full)
+				scale = 1
+			}
+			st.update(k, r, row, scale)
+			if p.dropOn {
+				p.drop.ApplyRow(row[:n], s.b, h, i, j0)
+			}
+		}
+		k.MulAddAB(ws.o, dp, ws.s, np, ws.vp, dp, m, dp, n)
+	}
+	if t.part >= 0 {
+		copy(part.o[t.part*p.bq*dp:], ws.o[:m*dp])
+		copy(part.m[t.part*p.bq:], ws.m[:m])
+		copy(part.l[t.part*p.bq:], ws.l[:m])
+		return
+	}
+	for r := 0; r < m; r++ {
+		h, i := t.at(r)
+		v := st.finish(r, p.outRow(out, s, h, i), d)
+		if lse != nil {
+			lse[s.lse0+h*s.lseH+i] = v
+		}
+	}
+}
+
+func (p *problem) outRow(out view, s *sequence, h, i int) []float32 {
+	return out.row(s.tb, s.q0+i, h)[:p.d]
+}
+
+// mergeSplits combines the key splits of one row block by their log-sum-exp
+// (flash-decoding): O = Σ_s e^{m_s−M} o_s / Σ_s e^{m_s−M} l_s.
+func (p *problem) mergeSplits(t *fwdTask, splits int, part *partials, out view, lse []float32) {
+	s := &p.seqs[t.seq]
+	first := t.part - t.part%splits
+	for r := 0; r < t.rows(); r++ {
+		h, i := t.at(r)
+		o := p.outRow(out, s, h, i)
+		mx := negInf
+		for sp := 0; sp < splits; sp++ {
+			mx = max(mx, part.m[(first+sp)*p.bq+r])
+		}
+		clear(o)
+		lv := negInf
+		if mx != negInf {
+			var l float32
+			for sp := 0; sp < splits; sp++ {
+				slot := first + sp
+				ms := part.m[slot*p.bq+r]
+				if ms == negInf {
+					continue
+				}
+				w := kernel.Exp(ms - mx)
+				l += w * part.l[slot*p.bq+r]
+				po := part.o[(slot*p.bq+r)*p.dp:]
+				for c := range o {
+					o[c] += w * po[c]
+				}
+			}
+			inv := 1 / l
+			for c := range o {
+				o[c] *= inv
+			}
+			lv = mx + float32(math.Log(float64(l)))
+		}
+		if lse != nil {
+			lse[s.lse0+h*s.lseH+i] = lv
+		}
+	}
+}

@@ -1,0 +1,723 @@
+// Command _asm generates the amd64 assembly of package kernel with avo:
+//
+//	cd internal/kernel/_asm && go run . -out ../kernel_amd64.s -stubs ../kernel_amd64_stubs.go -pkg kernel
+//
+// (or `go generate ./internal/kernel`). It lives in its own module so that
+// the main module does not depend on avo.
+//
+// Every kernel is generated twice from the same Go code: once for AVX-512
+// (zmm registers, 16 float32 lanes) and once for AVX2+FMA (ymm registers, 8
+// lanes), described by an isa value. The Go wrappers in impl_amd64.go check
+// every length precondition before calling these functions; the assembly
+// trusts its arguments.
+package main
+
+import (
+	"fmt"
+	"math"
+	"os"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// isa describes one vector instruction set.
+type isa struct {
+	Suffix string            // appended to the function names
+	Lanes  int               // float32 lanes per vector register
+	Vec    func() VecVirtual // allocates a virtual vector register
+	EVEX   bool              // AVX-512: 32 registers, opmasks, VSCALEFPS
+}
+
+// Bytes is the size of one vector register in bytes.
+func (s isa) Bytes() int { return 4 * s.Lanes }
+
+var (
+	isaAVX512 = isa{Suffix: "AVX512", Lanes: 16, Vec: ZMM, EVEX: true}
+	isaAVX2   = isa{Suffix: "AVX2", Lanes: 8, Vec: YMM, EVEX: false}
+)
+
+// GEMM register blocking. The microkernel keeps an mr × (nv·Lanes) block of
+// C in mr·nv accumulator registers:
+//
+//	AVX-512: 6 rows × 2 zmm = 6 × 32 floats, 12 accumulators
+//	AVX2:    6 rows × 2 ymm = 6 × 16 floats, 12 accumulators
+//
+// Per step p of the k loop it loads the nv vectors B[p, j:j+nv·Lanes],
+// broadcasts each of the mr scalars A[i, p] and issues mr·nv independent
+// VFMADD231PS. 12 independent chains cover the FMA latency (4 cycles) times
+// its throughput (1 zmm or 2 ymm per cycle on Zen 4) with room to spare.
+const mr = 6
+
+func main() {
+	ConstraintExpr("amd64")
+
+	genExpTable()
+	for _, s := range []isa{isaAVX512, isaAVX2} {
+		if os.Getenv("ONLY") != "" && os.Getenv("ONLY") != s.Suffix {
+			continue
+		}
+		for _, k := range []gemmKind{kindABt, kindAB, kindAtB} {
+			genGemm(s, k)
+		}
+		if os.Getenv("NOEXP") == "" {
+			genExpSum(s)
+		}
+		genMax(s)
+		genScale(s)
+		genDsFromDp(s)
+		genFMAPeak(s)
+	}
+	Generate()
+}
+
+// ---------------------------------------------------------------------------
+// Matrix products.
+
+type gemmKind int
+
+const (
+	kindABt gemmKind = iota // C = A·Bᵀ, Bᵀ packed in strips of 16 columns
+	kindAB                  // C += A·B
+	kindAtB                 // C += Aᵀ·B
+)
+
+// gemm holds the state of one matrix-product function being generated.
+type gemm struct {
+	s    isa
+	kind gemmKind
+	name string
+
+	// Live across the whole function.
+	cCol  GPVirtual // &C[0, j0] of the current column block
+	bCol  GPVirtual // start of B for column j0 (packed strip or &B[0, j0])
+	nLeft GPVirtual // columns still to do
+
+	// Live across one pass over the rows of a column block.
+	aRow  GPVirtual // &A[i0, 0] (&A[0, i0] for Aᵀ·B)
+	cRow  GPVirtual // &C[i0, j0]
+	mLeft GPVirtual // rows still to do
+}
+
+func genGemm(s isa, kind gemmKind) {
+	g := &gemm{s: s, kind: kind}
+	switch kind {
+	case kindABt:
+		g.name = "mulABt" + s.Suffix
+		TEXT(g.name, NOSPLIT, "func(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int)")
+		Doc(g.name+" sets C = A·Bᵀ (see Impl.MulABt); bt is packed by PackBt.",
+			"The caller guarantees n%16 == 0 and that all accesses are in bounds.")
+	case kindAB:
+		g.name = "mulAddAB" + s.Suffix
+		TEXT(g.name, NOSPLIT, "func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int)")
+		Doc(g.name+" adds A·B to C (see Impl.MulAddAB).",
+			"The caller guarantees n%16 == 0 and that all accesses are in bounds.")
+	case kindAtB:
+		g.name = "mulAddAtB" + s.Suffix
+		TEXT(g.name, NOSPLIT, "func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int)")
+		Doc(g.name+" adds Aᵀ·B to C (see Impl.MulAddAtB).",
+			"The caller guarantees n%16 == 0 and that all accesses are in bounds.")
+	}
+	Pragma("noescape")
+
+	g.cCol = Load(Param("c").Base(), GP64()).(GPVirtual)
+	if kind == kindABt {
+		g.bCol = Load(Param("bt").Base(), GP64()).(GPVirtual)
+	} else {
+		g.bCol = Load(Param("b").Base(), GP64()).(GPVirtual)
+	}
+	g.nLeft = Load(Param("n"), GP64()).(GPVirtual)
+
+	// Column blocks of the full microkernel width, then (AVX-512 only) one
+	// block of 16 columns when n%32 == 16.
+	width := 2 * s.Lanes
+	g.columnLoop(2, width)
+	if width > 16 {
+		g.columnLoop(1, s.Lanes)
+	}
+	VZEROUPPER()
+	RET()
+}
+
+// columnLoop emits: for nLeft >= width { all rows of C[:, j0:j0+width]; advance }.
+func (g *gemm) columnLoop(nv, width int) {
+	top := fmt.Sprintf("cols%d", width)
+	done := fmt.Sprintf("cols%dDone", width)
+	Label(top)
+	CMPQ(g.nLeft, U32(width))
+	JL(LabelRef(done))
+
+	g.rowPass(nv)
+
+	// Advance C and B to the next column block.
+	ADDQ(U32(4*width), g.cCol)
+	if g.kind == kindABt {
+		// width/16 packed strips of k·16 floats each.
+		t := Load(Param("k"), GP64())
+		SHLQ(Imm(uint64(log2(4*16*width/16))), t)
+		ADDQ(t, g.bCol)
+	} else {
+		ADDQ(U32(4*width), g.bCol)
+	}
+	SUBQ(U32(width), g.nLeft)
+	JMP(LabelRef(top))
+	Label(done)
+}
+
+// rowPass emits the row loop over one column block of nv vectors: full
+// tiles of mr rows, then one tile of the remaining m%mr rows.
+func (g *gemm) rowPass(nv int) {
+	tag := fmt.Sprintf("v%d", nv)
+	g.aRow = Load(Param("a").Base(), GP64()).(GPVirtual)
+	g.cRow = GP64()
+	MOVQ(g.cCol, g.cRow)
+	g.mLeft = Load(Param("m"), GP64()).(GPVirtual)
+
+	Label("rows" + tag)
+	CMPQ(g.mLeft, Imm(mr))
+	JL(LabelRef("rows" + tag + "Tail"))
+	g.tile(mr, nv)
+	// Advance A and C by mr rows.
+	if g.kind == kindAtB {
+		ADDQ(Imm(4*mr), g.aRow) // row i of Aᵀ is column i of A
+	} else {
+		t := Load(Param("lda"), GP64())
+		IMUL3Q(Imm(4*mr), t, t)
+		ADDQ(t, g.aRow)
+	}
+	t := Load(Param("ldc"), GP64())
+	IMUL3Q(Imm(4*mr), t, t)
+	ADDQ(t, g.cRow)
+	SUBQ(Imm(mr), g.mLeft)
+	JMP(LabelRef("rows" + tag))
+
+	// Row tail: one tile with exactly mLeft (< mr) rows.
+	Label("rows" + tag + "Tail")
+	for r := mr - 1; r >= 1; r-- {
+		next := fmt.Sprintf("rows%sTail%d", tag, r)
+		CMPQ(g.mLeft, U32(r))
+		JNE(LabelRef(next))
+		g.tile(r, nv)
+		JMP(LabelRef("rows" + tag + "Done"))
+		Label(next)
+	}
+	Label("rows" + tag + "Done")
+}
+
+// tile emits the microkernel for an r × (nv·Lanes) block of C at cRow,
+// reading A from aRow and B from bCol.
+func (g *gemm) tile(r, nv int) {
+	s := g.s
+	tag := fmt.Sprintf("r%dv%d", r, nv)
+	Commentf("Microkernel: %d rows × %d columns, %d accumulators.", r, nv*s.Lanes, r*nv)
+
+	// acc[i][v] holds C[i0+i, j0+v·Lanes : j0+(v+1)·Lanes].
+	acc := make([][]VecVirtual, r)
+	for i := range acc {
+		acc[i] = make([]VecVirtual, nv)
+		for v := range acc[i] {
+			acc[i][v] = s.Vec()
+		}
+	}
+	if g.kind == kindABt {
+		// C is overwritten: start from zero.
+		for i := range acc {
+			for v := range acc[i] {
+				zero(s, acc[i][v])
+			}
+		}
+	} else {
+		// C is accumulated into: start from the current values.
+		ldc := Load(Param("ldc"), GP64())
+		SHLQ(Imm(2), ldc)
+		cp := GP64()
+		MOVQ(g.cRow, cp)
+		for i := range acc {
+			for v := range acc[i] {
+				VMOVUPS(Mem{Base: cp, Disp: v * s.Bytes()}, acc[i][v])
+			}
+			if i < r-1 {
+				ADDQ(ldc, cp)
+			}
+		}
+	}
+
+	// Pointers that walk along k.
+	lda := Load(Param("lda"), GP64())
+	SHLQ(Imm(2), lda)
+	ap := GP64() // A[i0, p] (A[p, i0] for Aᵀ·B)
+	MOVQ(g.aRow, ap)
+	var a3 GPVirtual // A[i0+3, p]: rows 3..5 are addressed from here
+	if g.kind != kindAtB && r > 3 {
+		a3 = GP64()
+		LEAQ(Mem{Base: ap, Index: lda, Scale: 2}, a3)
+		ADDQ(lda, a3)
+	}
+	bp := GP64() // B[p, j0]
+	MOVQ(g.bCol, bp)
+	var bs GPVirtual // ABt: bytes per packed strip; AB/AtB: bytes per row of B
+	switch {
+	case g.kind == kindABt && nv*s.Lanes > 16:
+		bs = Load(Param("k"), GP64()).(GPVirtual)
+		SHLQ(Imm(6), bs)
+	case g.kind != kindABt:
+		bs = Load(Param("ldb"), GP64()).(GPVirtual)
+		SHLQ(Imm(2), bs)
+	}
+
+	// aAddr(i) is the address of the scalar A[i0+i, p].
+	aAddr := func(i int) Mem {
+		if g.kind == kindAtB {
+			return Mem{Base: ap, Disp: 4 * i}
+		}
+		base := Register(ap)
+		if i >= 3 {
+			base, i = a3, i-3
+		}
+		if i == 0 {
+			return Mem{Base: base}
+		}
+		return Mem{Base: base, Index: lda, Scale: uint8(i)}
+	}
+	// bAddr(v) is the address of the vector B[p, j0+v·Lanes : +Lanes].
+	bAddr := func(v int) Mem {
+		col := v * s.Lanes
+		if g.kind == kindABt {
+			m := Mem{Base: bp, Disp: 4 * (col % 16)}
+			if col >= 16 { // second packed strip (col/16 == 1)
+				m.Index, m.Scale = bs, 1
+			}
+			return m
+		}
+		return Mem{Base: bp, Disp: 4 * col}
+	}
+
+	pc := Load(Param("k"), GP64())
+	TESTQ(pc, pc)
+	JE(LabelRef(tag + "store"))
+	Label(tag + "loop")
+	bv := make([]VecVirtual, nv)
+	for v := range bv {
+		bv[v] = s.Vec()
+		VMOVUPS(bAddr(v), bv[v])
+	}
+	for i := 0; i < r; i++ {
+		// With 32 registers every broadcast gets its own; AVX2 reuses one.
+		bc := s.Vec()
+		VBROADCASTSS(aAddr(i), bc)
+		for v := range bv {
+			VFMADD231PS(bv[v], bc, acc[i][v])
+		}
+	}
+	// Step p → p+1.
+	switch g.kind {
+	case kindABt:
+		ADDQ(Imm(4*16), bp)
+	default:
+		ADDQ(bs, bp)
+	}
+	if g.kind == kindAtB {
+		ADDQ(lda, ap)
+	} else {
+		ADDQ(Imm(4), ap)
+		if a3 != nil {
+			ADDQ(Imm(4), a3)
+		}
+	}
+	DECQ(pc)
+	JNE(LabelRef(tag + "loop"))
+
+	Label(tag + "store")
+	ldc := Load(Param("ldc"), GP64())
+	SHLQ(Imm(2), ldc)
+	cp := GP64()
+	MOVQ(g.cRow, cp)
+	for i := range acc {
+		for v := range acc[i] {
+			VMOVUPS(acc[i][v], Mem{Base: cp, Disp: v * s.Bytes()})
+		}
+		if i < r-1 {
+			ADDQ(ldc, cp)
+		}
+	}
+}
+
+// zero sets v to zero. VXORPS on zmm needs AVX512DQ, VPXORD only AVX512F.
+func zero(s isa, v VecVirtual) {
+	if s.EVEX {
+		VPXORD(v, v, v)
+	} else {
+		VXORPS(v, v, v)
+	}
+}
+
+func log2(x int) int {
+	n := 0
+	for 1<<n < x {
+		n++
+	}
+	if 1<<n != x {
+		panic("not a power of two")
+	}
+	return n
+}
+
+// ---------------------------------------------------------------------------
+// Exponential.
+
+// Constants of the float32 exponential; must equal those of generic.go.
+const (
+	expLog2e = 1.44269504088896341
+	expLn2Hi = 0.693359375
+	expLn2Lo = -2.12194440e-4
+	expMin   = -87.33654
+	expMax   = 88.37626
+	expP0    = 1.9875691500e-4
+	expP1    = 1.3981999507e-3
+	expP2    = 8.3334519073e-3
+	expP3    = 4.1665795894e-2
+	expP4    = 1.6666665459e-1
+	expP5    = 5.0000001201e-1
+)
+
+// Indexes into the constant table; each entry is one value repeated in
+// all 16 lanes (64 bytes), so either ISA can use it as a vector operand.
+const (
+	cLog2e = iota
+	cLn2Hi
+	cLn2Lo
+	cP0
+	cP1
+	cP2
+	cP3
+	cP4
+	cP5
+	cOne // also the bit pattern 127<<23, the exponent bias in place
+	cMin
+	cMax
+	cInf
+	numConsts
+)
+
+var expTab Mem
+
+func genExpTable() {
+	vals := [numConsts]float32{
+		cLog2e: expLog2e, cLn2Hi: expLn2Hi, cLn2Lo: expLn2Lo,
+		cP0: expP0, cP1: expP1, cP2: expP2, cP3: expP3, cP4: expP4, cP5: expP5,
+		cOne: 1, cMin: expMin, cMax: expMax, cInf: float32(math.Inf(1)),
+	}
+	expTab = GLOBL("expconsts", RODATA|NOPTR)
+	for i, v := range vals {
+		for l := 0; l < 16; l++ {
+			DATA(64*i+4*l, U32(math.Float32bits(v)))
+		}
+	}
+}
+
+// broadcastParam loads the float32 parameter name into all lanes of a new
+// vector register.
+func broadcastParam(s isa, name string) VecVirtual {
+	x := Load(Param(name), XMM())
+	v := s.Vec()
+	VBROADCASTSS(x, v)
+	return v
+}
+
+func genExpSum(s isa) {
+	name := "expSum" + s.Suffix
+	TEXT(name, NOSPLIT, "func(x []float32, scale, sub float32) float32")
+	Pragma("noescape")
+	Doc(name+" sets x[j] = exp(scale*x[j] - sub) and returns their sum (see Impl.ExpSum).",
+		"len(x) must be a multiple of 16.")
+
+	xp := Load(Param("x").Base(), GP64())
+	nl := Load(Param("x").Len(), GP64())
+	scale := broadcastParam(s, "scale")
+	sub := broadcastParam(s, "sub")
+
+	// c(i) is constant i as the memory-or-register operand of an
+	// instruction. AVX-512 has registers to spare and keeps every constant
+	// in one; AVX2 (16 registers) reads them from the table.
+	var creg [numConsts]VecVirtual
+	if s.EVEX {
+		for i := range creg {
+			creg[i] = s.Vec()
+			VMOVUPS(expTab.Offset(64*i), creg[i])
+		}
+	}
+	c := func(i int) Op {
+		if s.EVEX {
+			return creg[i]
+		}
+		return expTab.Offset(64 * i)
+	}
+
+	// exp computes one vector at byte offset off of xp in place and adds the
+	// result to acc.
+	exp := func(off int, acc VecVirtual) {
+		t := s.Vec()
+		VMOVUPS(Mem{Base: xp, Disp: off}, t)
+		VFMSUB213PS(sub, scale, t) // t = scale*t - sub
+		r, n, p, r2 := s.Vec(), s.Vec(), s.Vec(), s.Vec()
+		// r = t clamped so that 2^n stays finite. VMINPS returns its first
+		// (Go-order) operand when either is NaN, so NaN survives on AVX-512.
+		if s.EVEX {
+			VMINPS(t, c(cMax), r)
+		} else {
+			// AVX2 builds 2^n from integer bits: keep n in [-126, 127].
+			VMINPS(c(cMax), t, r)
+			VMAXPS(c(cMin), r, r)
+		}
+		// n = round(r·log2 e), to nearest even.
+		VMULPS(c(cLog2e), r, n)
+		if s.EVEX {
+			VRNDSCALEPS(Imm(0), n, n)
+		} else {
+			VROUNDPS(Imm(0), n, n)
+		}
+		// r -= n·ln2, in two steps (ln2hi has few bits so n·ln2hi is exact).
+		VFNMADD231PS(c(cLn2Hi), n, r)
+		VFNMADD231PS(c(cLn2Lo), n, r)
+		// p = ((((P0·r + P1)·r + P2)·r + P3)·r + P4)·r + P5, Horner's rule.
+		VMOVUPS(c(cP0), p)
+		for _, k := range []int{cP1, cP2, cP3, cP4, cP5} {
+			VFMADD213PS(c(k), r, p) // p = p*r + Pk
+		}
+		// p = p·r² + r + 1 ≈ exp(r).
+		VMULPS(r, r, r2)
+		VFMADD213PS(r, r2, p)
+		VADDPS(c(cOne), p, p)
+		if s.EVEX {
+			// p·2^n, forced to 0 where t < ExpMin (true also for -Inf;
+			// false for NaN, which propagates through p).
+			k1 := K()
+			VCMPPS(Imm(0x15), c(cMin), t, k1) // NLT_UQ: !(t < ExpMin)
+			VSCALEFPS_Z(n, p, k1, p)
+			// +Inf where t > ExpMax.
+			k2 := K()
+			VCMPPS(Imm(0x1e), c(cMax), t, k2) // GT_OQ
+			VMOVAPS(c(cInf), k2, p)
+		} else {
+			// 2^n = float32 bits (n+127)<<23.
+			VCVTPS2DQ(n, n)
+			VPSLLD(Imm(23), n, n)
+			VPADDD(c(cOne), n, n)
+			VMULPS(n, p, p)
+			// 0 where t < ExpMin (incl. -Inf).
+			VCMPPS(Imm(0x11), c(cMin), t, r2) // LT_OQ
+			VANDNPS(p, r2, p)
+			// t+Inf (= +Inf, or NaN for NaN) where t > ExpMax or t is NaN.
+			VCMPPS(Imm(0x16), c(cMax), t, r2) // NLE_UQ
+			VADDPS(c(cInf), t, t)
+			VBLENDVPS(r2, t, p, p)
+		}
+		VMOVUPS(p, Mem{Base: xp, Disp: off})
+		VADDPS(p, acc, acc)
+	}
+
+	// Two vectors per iteration into two accumulators; out-of-order
+	// execution overlaps the long dependency chains of successive vectors.
+	const u = 2
+	acc := [u]VecVirtual{}
+	for i := range acc {
+		acc[i] = s.Vec()
+		zero(s, acc[i])
+	}
+	Label("loop")
+	CMPQ(nl, U32(u*s.Lanes))
+	JL(LabelRef("tail"))
+	for i := range acc {
+		exp(i*s.Bytes(), acc[i])
+	}
+	ADDQ(U32(u*s.Bytes()), xp)
+	SUBQ(U32(u*s.Lanes), nl)
+	JMP(LabelRef("loop"))
+	Label("tail")
+	for i := 1; i < u; i++ {
+		VADDPS(acc[i], acc[0], acc[0])
+	}
+	Label("tailLoop")
+	CMPQ(nl, U32(s.Lanes))
+	JL(LabelRef("done"))
+	exp(0, acc[0])
+	ADDQ(U32(s.Bytes()), xp)
+	SUBQ(U32(s.Lanes), nl)
+	JMP(LabelRef("tailLoop"))
+	Label("done")
+	x := reduce(s, acc[0], VADDPS)
+	VADDSS(x.shuf, x.v, x.v)
+	Store(x.v, ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+}
+
+// reduced is a vector folded down to lanes 0 and 1 of v (v) and the same
+// with lanes swapped (shuf); op(shuf, v) on the scalar finishes it.
+type reduced struct{ v, shuf Register }
+
+// reduce folds the lanes of v with the packed operation op (VADDPS or
+// VMAXPS) down to two values, see reduced.
+func reduce(s isa, v VecVirtual, op func(...Op)) reduced {
+	y := v.AsY()
+	if s.EVEX {
+		hi := YMM()
+		VEXTRACTF64X4(Imm(1), v, hi)
+		op(hi, y, hi)
+		y = hi
+	}
+	x := XMM()
+	if s.EVEX {
+		VEXTRACTF32X4(Imm(1), y, x)
+	} else {
+		VEXTRACTF128(Imm(1), y, x)
+	}
+	op(x, y.(Vec).AsX(), x)
+	t := XMM()
+	VPERMILPS(Imm(0x4e), x, t) // swap 64-bit halves
+	op(t, x, x)
+	VPERMILPS(Imm(0xb1), x, t) // swap adjacent lanes
+	return reduced{v: x, shuf: t}
+}
+
+// ---------------------------------------------------------------------------
+// Row reductions and elementwise kernels.
+
+func genMax(s isa) {
+	name := "max" + s.Suffix
+	TEXT(name, NOSPLIT, "func(x []float32) float32")
+	Pragma("noescape")
+	Doc(name+" returns the largest element of x (see Impl.Max).",
+		"len(x) must be a positive multiple of 16.")
+	xp := Load(Param("x").Base(), GP64())
+	nl := Load(Param("x").Len(), GP64())
+	const u = 4
+	var acc [u]VecVirtual
+	for i := range acc {
+		acc[i] = s.Vec()
+		VMOVUPS(Mem{Base: xp}, acc[i])
+	}
+	Label("loop")
+	CMPQ(nl, U32(u*s.Lanes))
+	JL(LabelRef("tail"))
+	for i := range acc {
+		VMAXPS(Mem{Base: xp, Disp: i * s.Bytes()}, acc[i], acc[i])
+	}
+	ADDQ(U32(u*s.Bytes()), xp)
+	SUBQ(U32(u*s.Lanes), nl)
+	JMP(LabelRef("loop"))
+	Label("tail")
+	CMPQ(nl, U32(s.Lanes))
+	JL(LabelRef("done"))
+	VMAXPS(Mem{Base: xp}, acc[0], acc[0])
+	ADDQ(U32(s.Bytes()), xp)
+	SUBQ(U32(s.Lanes), nl)
+	JMP(LabelRef("tail"))
+	Label("done")
+	VMAXPS(acc[1], acc[0], acc[0])
+	VMAXPS(acc[3], acc[2], acc[2])
+	VMAXPS(acc[2], acc[0], acc[0])
+	x := reduce(s, acc[0], VMAXPS)
+	VMAXSS(x.shuf, x.v, x.v)
+	Store(x.v, ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+}
+
+// elementwise emits a loop over n floats at 4 vectors per iteration, then
+// one vector per iteration; body(off) handles the vector at byte offset off
+// of the pointers it closes over, and step(bytes) advances them.
+func elementwise(s isa, n Register, body func(off int), step func(bytes int)) {
+	const u = 4
+	Label("loop")
+	CMPQ(n, U32(u*s.Lanes))
+	JL(LabelRef("tail"))
+	for i := 0; i < u; i++ {
+		body(i * s.Bytes())
+	}
+	step(u * s.Bytes())
+	SUBQ(U32(u*s.Lanes), n)
+	JMP(LabelRef("loop"))
+	Label("tail")
+	CMPQ(n, U32(s.Lanes))
+	JL(LabelRef("done"))
+	body(0)
+	step(s.Bytes())
+	SUBQ(U32(s.Lanes), n)
+	JMP(LabelRef("tail"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+func genScale(s isa) {
+	name := "scale" + s.Suffix
+	TEXT(name, NOSPLIT, "func(x []float32, a float32)")
+	Pragma("noescape")
+	Doc(name+" multiplies x by a in place (see Impl.Scale).",
+		"len(x) must be a multiple of 16.")
+	xp := Load(Param("x").Base(), GP64())
+	nl := Load(Param("x").Len(), GP64())
+	a := broadcastParam(s, "a")
+	elementwise(s, nl, func(off int) {
+		v := s.Vec()
+		VMULPS(Mem{Base: xp, Disp: off}, a, v)
+		VMOVUPS(v, Mem{Base: xp, Disp: off})
+	}, func(bytes int) {
+		ADDQ(U32(bytes), xp)
+	})
+}
+
+func genDsFromDp(s isa) {
+	name := "dsFromDp" + s.Suffix
+	TEXT(name, NOSPLIT, "func(dp, p []float32, d float32)")
+	Pragma("noescape")
+	Doc(name+" sets dp[j] = p[j] * (dp[j] - d) (see Impl.DsFromDp).",
+		"len(p) >= len(dp), a multiple of 16.")
+	dpp := Load(Param("dp").Base(), GP64())
+	pp := Load(Param("p").Base(), GP64())
+	nl := Load(Param("dp").Len(), GP64())
+	d := broadcastParam(s, "d")
+	elementwise(s, nl, func(off int) {
+		v := s.Vec()
+		VMOVUPS(Mem{Base: dpp, Disp: off}, v)
+		VSUBPS(d, v, v) // v = dp - d
+		VMULPS(Mem{Base: pp, Disp: off}, v, v)
+		VMOVUPS(v, Mem{Base: dpp, Disp: off})
+	}, func(bytes int) {
+		ADDQ(U32(bytes), dpp)
+		ADDQ(U32(bytes), pp)
+	})
+}
+
+// ---------------------------------------------------------------------------
+// Peak FMA throughput.
+
+func genFMAPeak(s isa) {
+	name := "FMAPeak" + s.Suffix
+	TEXT(name, NOSPLIT, "func(iters int)")
+	flops := 12 * s.Lanes * 2
+	Doc(fmt.Sprintf("%s runs iters iterations of a loop of 12 independent", name),
+		fmt.Sprintf("register-only VFMADD231PS chains on %d-lane vectors: one iteration", s.Lanes),
+		fmt.Sprintf("is 12*%d*2 = %d float32 FLOPs. It measures the machine's peak.", s.Lanes, flops))
+	n := Load(Param("iters"), GP64())
+	x := s.Vec()
+	zero(s, x)
+	var acc [12]VecVirtual
+	for i := range acc {
+		acc[i] = s.Vec()
+		zero(s, acc[i])
+	}
+	TESTQ(n, n)
+	JLE(LabelRef("done"))
+	Label("loop")
+	for i := range acc {
+		VFMADD231PS(x, x, acc[i])
+	}
+	DECQ(n)
+	JNE(LabelRef("loop"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}

@@ -1,0 +1,102 @@
+package flashattn
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+)
+
+// Options selects what attention computes and how it is run. The zero value
+// is plain, non-causal softmax attention with scale 1/sqrt(headdim), run on
+// GOMAXPROCS workers. Every field has the meaning of the same option in
+// flash-attn's Python API (see SPEC.md §1).
+type Options struct {
+	// Scale multiplies QKᵀ before the softmax. 0 means 1/sqrt(headdim).
+	Scale float32
+
+	// Causal masks key j for query row i unless j <= i + Sk - Sq (the mask
+	// is aligned to the bottom-right corner, as in flash-attn ≥ 2.1).
+	Causal bool
+
+	// Window, if not nil, restricts row i to keys j with
+	// i+Sk-Sq-Left <= j <= i+Sk-Sq+Right; -1 leaves that side unbounded.
+	// Combined with Causal, both masks apply.
+	Window *Window
+
+	// Softcap, if > 0, replaces each scaled score x by Softcap*tanh(x/Softcap)
+	// (Gemma 2, Grok).
+	Softcap float32
+
+	// ALiBi, if not nil, holds slopes of shape [heads] or [batch, heads]; the
+	// bias -slope*|i + Sk - Sq - j| is added to the scaled scores.
+	ALiBi []float32
+
+	// Dropout is the probability of dropping each attention probability
+	// (training). Survivors are scaled by 1/(1-Dropout). The mask is a pure
+	// function of (Seed, batch, head, row, column): forward and backward
+	// agree and repeated calls are bit-identical.
+	Dropout float32
+	// Seed seeds the dropout mask.
+	Seed uint64
+
+	// VarLen, if not nil, makes the call a variable-length batch: Q, K and V
+	// are packed [total, heads, dim] tensors (Batch 1) and VarLen tells where
+	// each sequence starts.
+	VarLen *VarLen
+
+	// Workers is the number of goroutines; 0 means GOMAXPROCS. Results are
+	// bit-identical for every worker count.
+	Workers int
+
+	// BlockQ and BlockK override the tile sizes (rows of Q, rows of K/V per
+	// tile); 0 derives them from the CPU's cache sizes.
+	BlockQ, BlockK int
+}
+
+// Window is a sliding-window (local) attention mask; see Options.Window.
+type Window struct {
+	Left, Right int
+}
+
+// VarLen describes a variable-length batch (flash-attn's varlen functions).
+// Sequence b's queries are rows CuSeqlensQ[b]..CuSeqlensQ[b+1]-1 of the
+// packed Q, and its keys rows CuSeqlensK[b]..CuSeqlensK[b+1]-1 of K and V.
+type VarLen struct {
+	CuSeqlensQ, CuSeqlensK []int32
+	// SeqUsedK, if not nil, limits sequence b to its first SeqUsedK[b] keys
+	// (flash-attn's seqused_k).
+	SeqUsedK []int32
+}
+
+func (o *Options) workers() int {
+	if o.Workers > 0 {
+		return o.Workers
+	}
+	return runtime.GOMAXPROCS(0)
+}
+
+// validate checks the option values that do not depend on the shapes.
+func (o *Options) validate() error {
+	bad := func(f float32) bool { return math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) }
+	switch {
+	case bad(o.Scale) || o.Scale < 0:
+		return fmt.Errorf("flashattn: Scale %v must be a finite number > 0 (or 0 for 1/sqrt(headdim))", o.Scale)
+	case bad(o.Softcap) || o.Softcap < 0:
+		return fmt.Errorf("flashattn: Softcap %v must be a finite number ≥ 0", o.Softcap)
+	case math.IsNaN(float64(o.Dropout)) || o.Dropout < 0 || o.Dropout >= 1:
+		return fmt.Errorf("flashattn: Dropout %v must be in [0, 1)", o.Dropout)
+	case o.Workers < 0:
+		return fmt.Errorf("flashattn: Workers %d must be ≥ 0", o.Workers)
+	case o.BlockQ < 0 || o.BlockK < 0 || o.BlockQ > 4096 || o.BlockK > 4096:
+		return fmt.Errorf("flashattn: BlockQ %d and BlockK %d must be in [0, 4096]", o.BlockQ, o.BlockK)
+	}
+	if w := o.Window; w != nil && (w.Left < -1 || w.Right < -1) {
+		return fmt.Errorf("flashattn: Window {%d, %d}: each side must be ≥ 0 or -1 (unbounded)", w.Left, w.Right)
+	}
+	for i, s := range o.ALiBi {
+		if bad(s) {
+			return fmt.Errorf("flashattn: ALiBi slope %d is %v, want a finite number", i, s)
+		}
+	}
+	return nil
+}

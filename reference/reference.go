@@ -1,0 +1,469 @@
+// Package reference is the plain attention algorithm of the flashattn
+// contract: it materialises the score matrix, applies a softmax and multiplies
+// by V, in float64 or float32 arithmetic. It is meant as a test oracle for
+// users and for flashattn's own tests, not for speed.
+//
+// What is computed (for batch b, query head h, query row i, key j):
+//
+//	x[i,j]  = scale * dot(Q[i], K[j])
+//	x[i,j]  = softcap * tanh(x[i,j] / softcap)       if Softcap > 0
+//	x[i,j] += -slope[b,h] * |i + Sk - Sq - j|        if ALiBi != nil
+//	x[i,j]  = -Inf where !Visible(p, i, j)
+//	LSE[i]  = log(sum_j exp(x[i,j]))
+//	P[i,j]  = exp(x[i,j] - LSE[i])
+//	O[i]    = sum_j P[i,j] * z[i,j] / (1-Dropout) * V[j]
+//
+// where z[i,j] is 1 if dropout.NewMask(Seed, float32(Dropout)).Keep(b, h, i, j)
+// and 0 otherwise (z = 1 when Dropout = 0). LSE is computed before dropout, as
+// in flash-attn. Query head h reads KV head h / (Heads / KVHeads). Rows with no
+// visible key give O = 0, LSE = -Inf and zero gradients, without NaN.
+//
+// Layout (dense, row-major): Q and O are [Batch, SeqQ, Heads, HeadDim]; K, V,
+// dK and dV are [Batch, SeqK, KVHeads, HeadDim]; LSE is [Batch, Heads, SeqQ].
+//
+// Because this package is an oracle, invalid arguments (slice lengths that do
+// not match the shape, Heads not a multiple of KVHeads, negative sizes, a
+// dropout probability outside [0, 1), a negative softcap, an ALiBi slice of
+// the wrong length) make the functions panic with a message starting with
+// "reference:".
+package reference
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/flashattn/flashattn/internal/dropout"
+)
+
+// Params describes one attention call.
+type Params struct {
+	Batch, SeqQ, SeqK, Heads, KVHeads, HeadDim int
+
+	// Scale multiplies the raw dot products; 0 means 1/sqrt(HeadDim).
+	Scale float64
+	// Causal hides key j from query row i unless j <= i + SeqK - SeqQ.
+	Causal bool
+	// Window enables the sliding window (WindowLeft, WindowRight); a negative
+	// value (conventionally -1) leaves that side unbounded.
+	Window                  bool
+	WindowLeft, WindowRight int
+	// Softcap, if > 0, replaces each score x by Softcap*tanh(x/Softcap).
+	Softcap float64
+	// ALiBi holds the slopes: nil (off), [Heads] (shared by all batch
+	// elements) or [Batch*Heads] (index b*Heads+h).
+	ALiBi []float64
+	// Dropout is the drop probability p in [0, 1); 0 disables dropout.
+	Dropout float64
+	// Seed is the dropout seed, see internal/dropout.
+	Seed uint64
+}
+
+// Visible reports whether key j is visible from query row i under the causal
+// and sliding-window masks of p (bottom-right aligned: row i sits at absolute
+// position i + SeqK - SeqQ). With both Causal and Window set the key must pass
+// both. It does not check that i and j are in range.
+func Visible(p Params, i, j int) bool {
+	pos := i + p.SeqK - p.SeqQ
+	if p.Causal && j > pos {
+		return false
+	}
+	if p.Window {
+		if p.WindowLeft >= 0 && j < pos-p.WindowLeft {
+			return false
+		}
+		if p.WindowRight >= 0 && j > pos+p.WindowRight {
+			return false
+		}
+	}
+	return true
+}
+
+// scale returns the effective score scale.
+func (p Params) scale() float64 {
+	if p.Scale != 0 {
+		return p.Scale
+	}
+	return 1 / math.Sqrt(float64(p.HeadDim))
+}
+
+// slope returns the ALiBi slope of (b, h); only valid when ALiBi != nil.
+func (p Params) slope(b, h int) float64 {
+	if len(p.ALiBi) == p.Heads {
+		return p.ALiBi[h]
+	}
+	return p.ALiBi[b*p.Heads+h]
+}
+
+func (p Params) validate(nq, nk, nv int, extra ...int) {
+	if p.Batch < 0 || p.SeqQ < 0 || p.SeqK < 0 {
+		panic(fmt.Sprintf("reference: negative size (Batch=%d SeqQ=%d SeqK=%d)", p.Batch, p.SeqQ, p.SeqK))
+	}
+	if p.Heads < 1 || p.KVHeads < 1 || p.HeadDim < 1 {
+		panic(fmt.Sprintf("reference: Heads=%d KVHeads=%d HeadDim=%d must be >= 1", p.Heads, p.KVHeads, p.HeadDim))
+	}
+	if p.Heads%p.KVHeads != 0 {
+		panic(fmt.Sprintf("reference: Heads=%d is not a multiple of KVHeads=%d", p.Heads, p.KVHeads))
+	}
+	wq := p.Batch * p.SeqQ * p.Heads * p.HeadDim
+	wk := p.Batch * p.SeqK * p.KVHeads * p.HeadDim
+	if nq != wq {
+		panic(fmt.Sprintf("reference: len(q)=%d, want Batch*SeqQ*Heads*HeadDim=%d", nq, wq))
+	}
+	if nk != wk {
+		panic(fmt.Sprintf("reference: len(k)=%d, want Batch*SeqK*KVHeads*HeadDim=%d", nk, wk))
+	}
+	if nv != wk {
+		panic(fmt.Sprintf("reference: len(v)=%d, want Batch*SeqK*KVHeads*HeadDim=%d", nv, wk))
+	}
+	for _, n := range extra {
+		if n != wq {
+			panic(fmt.Sprintf("reference: len(dout)=%d, want Batch*SeqQ*Heads*HeadDim=%d", n, wq))
+		}
+	}
+	if !(p.Dropout >= 0 && p.Dropout < 1) {
+		panic(fmt.Sprintf("reference: Dropout=%v not in [0, 1)", p.Dropout))
+	}
+	if !(p.Softcap >= 0) || math.IsInf(p.Softcap, 0) {
+		panic(fmt.Sprintf("reference: Softcap=%v must be finite and >= 0", p.Softcap))
+	}
+	if math.IsNaN(p.Scale) || math.IsInf(p.Scale, 0) {
+		panic(fmt.Sprintf("reference: Scale=%v must be finite", p.Scale))
+	}
+	if p.ALiBi != nil && len(p.ALiBi) != p.Heads && len(p.ALiBi) != p.Batch*p.Heads {
+		panic(fmt.Sprintf("reference: len(ALiBi)=%d, want Heads=%d or Batch*Heads=%d", len(p.ALiBi), p.Heads, p.Batch*p.Heads))
+	}
+}
+
+type float interface{ ~float32 | ~float64 }
+
+// Index helpers for the dense layout.
+func qIdx(p *Params, b, i, h int) int  { return ((b*p.SeqQ+i)*p.Heads + h) * p.HeadDim }
+func kIdx(p *Params, b, j, kh int) int { return ((b*p.SeqK+j)*p.KVHeads + kh) * p.HeadDim }
+
+// dropScale returns 1/(1-p) in T arithmetic.
+func dropScale[T float](p float64) T {
+	return 1 / (1 - T(p))
+}
+
+// rowScores computes the final scores x[j] of query row i of (b, h) into x.
+// If th != nil and Softcap > 0 it also stores tanh(x_raw/Softcap) in th[j].
+// It returns the row maximum (-Inf if no key is visible).
+//
+// All arithmetic is done in T; the explicit T(...) conversions keep products
+// rounded to T (no fused multiply-add), so float32 results are reproducible.
+func rowScores[T float](p *Params, q, k []T, b, h, i int, x, th []T) T {
+	D := p.HeadDim
+	kh := h / (p.Heads / p.KVHeads)
+	qi := q[qIdx(p, b, i, h):][:D]
+	s := T(p.scale())
+	c := T(p.Softcap)
+	var slope T
+	if p.ALiBi != nil {
+		slope = T(p.slope(b, h))
+	}
+	m := T(math.Inf(-1))
+	for j := 0; j < p.SeqK; j++ {
+		if !Visible(*p, i, j) {
+			x[j] = T(math.Inf(-1))
+			if th != nil {
+				th[j] = 0
+			}
+			continue
+		}
+		kj := k[kIdx(p, b, j, kh):][:D]
+		var dot T
+		for d := range qi {
+			dot += T(qi[d] * kj[d])
+		}
+		xv := T(s * dot)
+		if p.Softcap > 0 {
+			t := T(math.Tanh(float64(T(xv / c))))
+			if th != nil {
+				th[j] = t
+			}
+			xv = T(c * t)
+		}
+		if p.ALiBi != nil {
+			dist := i + p.SeqK - p.SeqQ - j
+			if dist < 0 {
+				dist = -dist
+			}
+			xv += T(-slope * T(dist))
+		}
+		x[j] = xv
+		if xv > m {
+			m = xv
+		}
+	}
+	return m
+}
+
+// softmaxRow turns the scores x (with maximum m) into probabilities in place
+// and returns LSE. A row with no visible key becomes all zeros with LSE -Inf.
+func softmaxRow[T float](x []T, m T) T {
+	if math.IsInf(float64(m), -1) {
+		for j := range x {
+			x[j] = 0
+		}
+		return m
+	}
+	var sum T
+	for j, v := range x {
+		e := T(math.Exp(float64(v - m)))
+		x[j] = e
+		sum += e
+	}
+	for j := range x {
+		x[j] /= sum
+	}
+	return m + T(math.Log(float64(sum)))
+}
+
+func forward[T float](p Params, q, k, v []T) (o, lse []T) {
+	p.validate(len(q), len(k), len(v))
+	D, Sk := p.HeadDim, p.SeqK
+	o = make([]T, len(q))
+	lse = make([]T, p.Batch*p.Heads*p.SeqQ)
+	x := make([]T, Sk)
+	var mask dropout.Mask
+	if p.Dropout > 0 {
+		mask = dropout.NewMask(p.Seed, float32(p.Dropout))
+	}
+	ds := dropScale[T](p.Dropout)
+	group := p.Heads / p.KVHeads
+	for b := 0; b < p.Batch; b++ {
+		for h := 0; h < p.Heads; h++ {
+			kh := h / group
+			for i := 0; i < p.SeqQ; i++ {
+				m := rowScores(&p, q, k, b, h, i, x, nil)
+				lse[(b*p.Heads+h)*p.SeqQ+i] = softmaxRow(x, m)
+				oi := o[qIdx(&p, b, i, h):][:D]
+				for j := 0; j < Sk; j++ {
+					pj := x[j]
+					if pj == 0 {
+						continue
+					}
+					if p.Dropout > 0 {
+						if !mask.Keep(b, h, i, j) {
+							continue
+						}
+						pj = T(pj * ds)
+					}
+					vj := v[kIdx(&p, b, j, kh):][:D]
+					for d := range oi {
+						oi[d] += T(pj * vj[d])
+					}
+				}
+			}
+		}
+	}
+	return o, lse
+}
+
+func backward[T float](p Params, q, k, v, dout []T) (dq, dk, dv []T) {
+	p.validate(len(q), len(k), len(v), len(dout))
+	D, Sq, Sk := p.HeadDim, p.SeqQ, p.SeqK
+	dq = make([]T, len(q))
+	dk = make([]T, len(k))
+	dv = make([]T, len(v))
+	var mask dropout.Mask
+	if p.Dropout > 0 {
+		mask = dropout.NewMask(p.Seed, float32(p.Dropout))
+	}
+	ds := dropScale[T](p.Dropout)
+	s := T(p.scale())
+	group := p.Heads / p.KVHeads
+
+	P := make([]T, Sq*Sk)  // softmax probabilities
+	TH := make([]T, Sq*Sk) // tanh(x_raw/softcap)
+	Z := make([]T, Sq*Sk)  // z/(1-p): 0 or ds (1 without dropout)
+	dS := make([]T, Sq*Sk) // gradient wrt the final scores, then raw scores
+	acc := make([]T, D)
+	for b := 0; b < p.Batch; b++ {
+		for h := 0; h < p.Heads; h++ {
+			kh := h / group
+			for i := 0; i < Sq; i++ {
+				row := P[i*Sk:][:Sk]
+				m := rowScores(&p, q, k, b, h, i, row, TH[i*Sk:][:Sk])
+				softmaxRow(row, m)
+				for j := 0; j < Sk; j++ {
+					z := T(1)
+					if p.Dropout > 0 {
+						z = 0
+						if mask.Keep(b, h, i, j) {
+							z = ds
+						}
+					}
+					Z[i*Sk+j] = z
+				}
+			}
+			// dV_j += sum_i P~_ij dO_i, with P~ = P * z/(1-p).
+			for j := 0; j < Sk; j++ {
+				dvj := dv[kIdx(&p, b, j, kh):][:D]
+				for i := 0; i < Sq; i++ {
+					pt := T(P[i*Sk+j] * Z[i*Sk+j])
+					if pt == 0 {
+						continue
+					}
+					doi := dout[qIdx(&p, b, i, h):][:D]
+					for d := range dvj {
+						dvj[d] += T(pt * doi[d])
+					}
+				}
+			}
+			// dP = (dO V^T) * z/(1-p); dS = P * (dP - rowsum(dP * P)).
+			for i := 0; i < Sq; i++ {
+				doi := dout[qIdx(&p, b, i, h):][:D]
+				var rowDot T
+				for j := 0; j < Sk; j++ {
+					var dp T
+					if P[i*Sk+j] != 0 && Z[i*Sk+j] != 0 {
+						vj := v[kIdx(&p, b, j, kh):][:D]
+						for d := range doi {
+							dp += T(doi[d] * vj[d])
+						}
+						dp = T(dp * Z[i*Sk+j])
+					}
+					dS[i*Sk+j] = dp
+					rowDot += T(dp * P[i*Sk+j])
+				}
+				for j := 0; j < Sk; j++ {
+					g := T(P[i*Sk+j] * T(dS[i*Sk+j]-rowDot))
+					if p.Softcap > 0 {
+						t := TH[i*Sk+j]
+						g = T(g * T(1-T(t*t)))
+					}
+					dS[i*Sk+j] = g
+				}
+			}
+			// dQ_i = s * sum_j dS_ij K_j.
+			for i := 0; i < Sq; i++ {
+				clear(acc)
+				for j := 0; j < Sk; j++ {
+					g := dS[i*Sk+j]
+					if g == 0 {
+						continue
+					}
+					kj := k[kIdx(&p, b, j, kh):][:D]
+					for d := range acc {
+						acc[d] += T(g * kj[d])
+					}
+				}
+				dqi := dq[qIdx(&p, b, i, h):][:D]
+				for d := range dqi {
+					dqi[d] = T(s * acc[d])
+				}
+			}
+			// dK_j += s * sum_i dS_ij Q_i.
+			for j := 0; j < Sk; j++ {
+				clear(acc)
+				for i := 0; i < Sq; i++ {
+					g := dS[i*Sk+j]
+					if g == 0 {
+						continue
+					}
+					qi := q[qIdx(&p, b, i, h):][:D]
+					for d := range acc {
+						acc[d] += T(g * qi[d])
+					}
+				}
+				dkj := dk[kIdx(&p, b, j, kh):][:D]
+				for d := range dkj {
+					dkj[d] += T(s * acc[d])
+				}
+			}
+		}
+	}
+	return dq, dk, dv
+}
+
+// Forward64 computes O and LSE in float64 arithmetic.
+func Forward64(p Params, q, k, v []float64) (o, lse []float64) {
+	return forward(p, q, k, v)
+}
+
+// Backward64 computes dQ, dK and dV for the output gradient dout, in float64
+// arithmetic, by materialising the probability matrix of each (batch, head).
+func Backward64(p Params, q, k, v, dout []float64) (dq, dk, dv []float64) {
+	return backward(p, q, k, v, dout)
+}
+
+// Forward32 is Forward64 computed entirely in float32 arithmetic: dot products
+// and sums accumulated in float32 in index order, exp, log and tanh rounded to
+// float32. It is the "plain algorithm run in float32" baseline of the
+// flashattn correctness rule (see Check).
+func Forward32(p Params, q, k, v []float32) (o, lse []float32) {
+	return forward(p, q, k, v)
+}
+
+// Backward32 is Backward64 computed entirely in float32 arithmetic.
+func Backward32(p Params, q, k, v, dout []float32) (dq, dk, dv []float32) {
+	return backward(p, q, k, v, dout)
+}
+
+// MaxAbsDiff32vs64 returns max_i |a[i] - b[i]|. Two equal infinities (such as
+// the LSE -Inf of a row with no visible key) differ by 0; mismatched
+// infinities, a NaN on either side, or different lengths give +Inf. Empty
+// slices give 0.
+func MaxAbsDiff32vs64(a []float32, b []float64) float64 {
+	if len(a) != len(b) {
+		return math.Inf(1)
+	}
+	var m float64
+	for i, av := range a {
+		x, y := float64(av), b[i]
+		if math.IsNaN(x) || math.IsNaN(y) {
+			return math.Inf(1)
+		}
+		if math.IsInf(x, 0) || math.IsInf(y, 0) {
+			if x != y {
+				return math.Inf(1)
+			}
+			continue
+		}
+		if d := math.Abs(x - y); d > m {
+			m = d
+		}
+	}
+	return m
+}
+
+// Check applies the flashattn correctness rule (SPEC §4): with err(x) the
+// maximum absolute difference between x and the float64 reference ref, it
+// requires err(got) <= 2*err(plain32) + 1e-6, where plain32 is the plain
+// algorithm run in float32 (Forward32 or Backward32). It returns nil if the
+// rule holds and otherwise an error naming the quantity and both errors.
+func Check(name string, got, plain32 []float32, ref []float64) error {
+	if len(got) != len(ref) {
+		return fmt.Errorf("%s: length %d, want %d", name, len(got), len(ref))
+	}
+	if len(plain32) != len(ref) {
+		return fmt.Errorf("%s: plain32 baseline length %d, want %d", name, len(plain32), len(ref))
+	}
+	eg := MaxAbsDiff32vs64(got, ref)
+	ep := MaxAbsDiff32vs64(plain32, ref)
+	if eg <= 2*ep+1e-6 {
+		return nil
+	}
+	// Locate the worst element for the message.
+	worst, wd := -1, -1.0
+	for i := range got {
+		x, y := float64(got[i]), ref[i]
+		d := math.Abs(x - y)
+		if x == y {
+			d = 0
+		}
+		if math.IsNaN(d) {
+			d = math.Inf(1)
+		}
+		if d > wd {
+			worst, wd = i, d
+		}
+	}
+	msg := fmt.Sprintf("%s: max abs error %.3g exceeds 2*%.3g (plain float32 error) + 1e-6 = %.3g",
+		name, eg, ep, 2*ep+1e-6)
+	if worst >= 0 {
+		msg += fmt.Sprintf("; worst at index %d: got %v, plain32 %v, ref %v", worst, got[worst], plain32[worst], ref[worst])
+	}
+	return fmt.Errorf("%s", msg)
+}

@@ -1,0 +1,63 @@
+package flashattn
+
+import (
+	"math"
+
+	"github.com/flashattn/flashattn/internal/kernel"
+)
+
+// softmax.go is FA2's online softmax: each query row keeps a running
+// maximum m and a running sum l of exp(x - m) while key tiles stream past;
+// the output accumulator is rescaled only when m grows, and divided by l once
+// at the end. Only LSE = m + log l is kept for the backward pass.
+
+// rowState is the online-softmax state of the rows of one query block.
+type rowState struct {
+	m, l []float32 // running max (score units) and sum, per row
+	o    []float32 // unnormalised output rows, stride dp
+	dp   int
+}
+
+func (st *rowState) reset(rows int) {
+	for r := 0; r < rows; r++ {
+		st.m[r] = negInf
+		st.l[r] = 0
+	}
+	clear(st.o[:rows*st.dp])
+}
+
+// update folds one tile row into row r's state. row holds raw scores that
+// become scores when multiplied by scale (scale is 1 if scoreRow already ran);
+// on return it holds exp(x - m_new), ready for the P·V product.
+func (st *rowState) update(k *kernel.Impl, r int, row []float32, scale float32) {
+	mOld := st.m[r]
+	mNew := max(mOld, k.Max(row)*scale)
+	if mNew == negInf { // nothing visible to this row yet
+		clear(row)
+		return
+	}
+	if mNew != mOld {
+		alpha := kernel.Exp(mOld - mNew) // 0 when mOld is -Inf
+		st.l[r] *= alpha
+		if mOld != negInf {
+			k.Scale(st.o[r*st.dp:(r+1)*st.dp], alpha)
+		}
+		st.m[r] = mNew
+	}
+	st.l[r] += k.ExpSum(row, scale, mNew)
+}
+
+// finish writes row r's normalised output (first d elements) to out and
+// returns its log-sum-exp. A row that saw no key gets O = 0, LSE = -Inf.
+func (st *rowState) finish(r int, out []float32, d int) float32 {
+	l := st.l[r]
+	if l == 0 {
+		clear(out[:d])
+		return negInf
+	}
+	inv := 1 / l
+	for c, x := range st.o[r*st.dp : r*st.dp+d] {
+		out[c] = x * inv
+	}
+	return st.m[r] + float32(math.Log(float64(l)))
+}
