@@ -1,0 +1,283 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+
+	"github.com/flashattn/flashattn"
+	"github.com/flashattn/flashattn/internal/npy"
+)
+
+// attnFlags are the flags of "flashattn attn" (SPEC §3).
+type attnFlags struct {
+	q, k, v, out, dout        string
+	causal                    bool
+	scale, softcap, dropout   float64
+	windowLeft, windowRight   int
+	alibi, cuQ, cuK, seqUsedK string
+	seed                      uint64
+	workers                   int
+}
+
+func runAttn(args []string, stdout, stderr io.Writer) error {
+	var f attnFlags
+	fs := newFlags("attn", stderr, "-q q.npy -k k.npy -v v.npy -o OUTDIR [options]\n\n"+
+		"Writes OUTDIR/out.npy and OUTDIR/lse.npy; with -dout also OUTDIR/dq.npy, dk.npy, dv.npy.\n"+
+		"Dense arrays are float32 [batch, seqlen, heads, headdim]; with -cu-seqlens-q/-k they are\n"+
+		"packed [total, heads, headdim]. All outputs are written atomically, all or none.\n")
+	fs.StringVar(&f.q, "q", "", "queries `q.npy` [batch, seqlen_q, heads, headdim] (required)")
+	fs.StringVar(&f.k, "k", "", "keys `k.npy` [batch, seqlen_k, kv_heads, headdim] (required)")
+	fs.StringVar(&f.v, "v", "", "values `v.npy`, shaped like k (required)")
+	fs.StringVar(&f.out, "o", "", "output `DIR` (created if missing; required)")
+	fs.StringVar(&f.dout, "dout", "", "upstream gradient `dout.npy`, shaped like q: also run the backward pass")
+	fs.BoolVar(&f.causal, "causal", false, "causal mask, aligned to the bottom-right corner")
+	fs.Float64Var(&f.scale, "scale", 0, "softmax scale (0: 1/sqrt(headdim))")
+	fs.IntVar(&f.windowLeft, "window-left", -1, "sliding window: keys visible to the left (-1: unbounded)")
+	fs.IntVar(&f.windowRight, "window-right", -1, "sliding window: keys visible to the right (-1: unbounded)")
+	fs.Float64Var(&f.softcap, "softcap", 0, "soft-cap the scores: softcap*tanh(x/softcap) (0: off)")
+	fs.StringVar(&f.alibi, "alibi", "", "ALiBi slopes `slopes.npy`, float32 [heads] or [batch, heads]")
+	fs.StringVar(&f.cuQ, "cu-seqlens-q", "", "varlen: int32 `cu_q.npy` [batch+1] of sequence starts in packed q")
+	fs.StringVar(&f.cuK, "cu-seqlens-k", "", "varlen: int32 `cu_k.npy` [batch+1] of sequence starts in packed k, v")
+	fs.StringVar(&f.seqUsedK, "seqused-k", "", "varlen: int32 `used_k.npy` [batch], keys used per sequence (optional)")
+	fs.Float64Var(&f.dropout, "dropout", 0, "dropout probability in [0, 1)")
+	fs.Uint64Var(&f.seed, "seed", 0, "dropout seed: the same seed gives identical files")
+	fs.IntVar(&f.workers, "workers", 0, "worker goroutines (0: GOMAXPROCS)")
+	if err := parse(fs, args, stderr); err != nil {
+		return err
+	}
+	opts, err := f.options()
+	if err != nil {
+		return err
+	}
+	q, k, v, dout, err := f.load(opts)
+	if err != nil {
+		return err
+	}
+	out, lse, err := flashattn.Forward(q, k, v, opts)
+	if err != nil {
+		return cleanErr(err)
+	}
+	files := map[string]npy.Array{
+		filepath.Join(f.out, "out.npy"): {Shape: shapeOf(out, opts), F32: out.Data},
+		filepath.Join(f.out, "lse.npy"): {Shape: lseShape(q, opts), F32: lse},
+	}
+	if f.dout != "" {
+		dq, dk, dv, err := flashattn.Backward(q, k, v, out, dout, lse, opts)
+		if err != nil {
+			return cleanErr(err)
+		}
+		files[filepath.Join(f.out, "dq.npy")] = npy.Array{Shape: shapeOf(dq, opts), F32: dq.Data}
+		files[filepath.Join(f.out, "dk.npy")] = npy.Array{Shape: shapeOf(dk, opts), F32: dk.Data}
+		files[filepath.Join(f.out, "dv.npy")] = npy.Array{Shape: shapeOf(dv, opts), F32: dv.Data}
+	}
+	if err := os.MkdirAll(f.out, 0o755); err != nil {
+		return fmt.Errorf("-o %s: %v", f.out, err)
+	}
+	return npy.WriteFiles(files)
+}
+
+// cleanErr drops the library's "flashattn: " prefix: the CLI adds its own.
+func cleanErr(err error) error {
+	const p = "flashattn: "
+	if s := err.Error(); len(s) > len(p) && s[:len(p)] == p {
+		return fmt.Errorf("%s", s[len(p):])
+	}
+	return err
+}
+
+// options turns the flags into library options, checking every value.
+func (f *attnFlags) options() (*flashattn.Options, error) {
+	for _, r := range []struct{ name, val string }{{"-q", f.q}, {"-k", f.k}, {"-v", f.v}, {"-o", f.out}} {
+		if r.val == "" {
+			return nil, fmt.Errorf("%s is required", r.name)
+		}
+	}
+	finite := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+	switch {
+	case !finite(f.scale) || f.scale < 0:
+		return nil, fmt.Errorf("-scale %v: must be a finite number > 0 (0: 1/sqrt(headdim))", f.scale)
+	case !finite(f.softcap) || f.softcap < 0:
+		return nil, fmt.Errorf("-softcap %v: must be a finite number ≥ 0 (0: off)", f.softcap)
+	case math.IsNaN(f.dropout) || f.dropout < 0 || f.dropout >= 1:
+		return nil, fmt.Errorf("-dropout %v: must be in [0, 1)", f.dropout)
+	case f.windowLeft < -1:
+		return nil, fmt.Errorf("-window-left %d: must be ≥ 0 or -1 (unbounded)", f.windowLeft)
+	case f.windowRight < -1:
+		return nil, fmt.Errorf("-window-right %d: must be ≥ 0 or -1 (unbounded)", f.windowRight)
+	case f.workers < 0:
+		return nil, fmt.Errorf("-workers %d: must be ≥ 0", f.workers)
+	case (f.cuQ == "") != (f.cuK == ""):
+		return nil, fmt.Errorf("-cu-seqlens-q and -cu-seqlens-k must be given together")
+	case f.seqUsedK != "" && f.cuQ == "":
+		return nil, fmt.Errorf("-seqused-k needs -cu-seqlens-q and -cu-seqlens-k")
+	}
+	o := &flashattn.Options{
+		Scale: float32(f.scale), Causal: f.causal, Softcap: float32(f.softcap),
+		Dropout: float32(f.dropout), Seed: f.seed, Workers: f.workers,
+	}
+	if float64(o.Scale) == 0 && f.scale != 0 || math.IsInf(float64(o.Scale), 0) {
+		return nil, fmt.Errorf("-scale %v: out of float32 range", f.scale)
+	}
+	if f.windowLeft != -1 || f.windowRight != -1 {
+		o.Window = &flashattn.Window{Left: f.windowLeft, Right: f.windowRight}
+	}
+	return o, nil
+}
+
+// load reads the input files and checks that their shapes fit together,
+// naming the file that does not.
+func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, err error) {
+	varlen := f.cuQ != ""
+	rank := 4
+	if varlen {
+		rank = 3
+	}
+	read := func(path string) (flashattn.Tensor, []int, error) {
+		data, shape, err := npy.ReadFloat32(path)
+		if err != nil {
+			return flashattn.Tensor{}, nil, err
+		}
+		if len(shape) != rank {
+			what := "[batch, seqlen, heads, headdim]"
+			if varlen {
+				what = "[total, heads, headdim] (varlen)"
+			}
+			return flashattn.Tensor{}, nil, fmt.Errorf("%s: shape %v, want %d dimensions %s", path, shape, rank, what)
+		}
+		if varlen {
+			shape = append([]int{1}, shape...)
+		}
+		for _, d := range shape {
+			if d == 0 {
+				return flashattn.Tensor{}, nil, fmt.Errorf("%s: shape %v has an empty dimension", path, shape[4-rank:])
+			}
+		}
+		return flashattn.Dense(data, shape[0], shape[1], shape[2], shape[3]), shape, nil
+	}
+	var qs, ks, vs []int
+	if q, qs, err = read(f.q); err != nil {
+		return
+	}
+	if k, ks, err = read(f.k); err != nil {
+		return
+	}
+	if v, vs, err = read(f.v); err != nil {
+		return
+	}
+	show := func(s []int) []int { return s[4-rank:] }
+	switch {
+	case ks[0] != qs[0] && !varlen:
+		err = fmt.Errorf("%s: batch %d does not match %s's %d", f.k, ks[0], f.q, qs[0])
+	case ks[3] != qs[3]:
+		err = fmt.Errorf("%s: headdim %d does not match %s's %d", f.k, ks[3], f.q, qs[3])
+	case qs[2]%ks[2] != 0:
+		err = fmt.Errorf("%s: %d heads do not divide %s's %d query heads (GQA needs heads %% kv_heads == 0)", f.k, ks[2], f.q, qs[2])
+	case fmt.Sprint(vs) != fmt.Sprint(ks):
+		err = fmt.Errorf("%s: shape %v, want the shape of %s %v", f.v, show(vs), f.k, show(ks))
+	}
+	if err != nil {
+		return
+	}
+	if f.dout != "" {
+		var ds []int
+		if dout, ds, err = read(f.dout); err != nil {
+			return
+		}
+		if fmt.Sprint(ds) != fmt.Sprint(qs) {
+			err = fmt.Errorf("%s: shape %v, want the shape of %s %v", f.dout, show(ds), f.q, show(qs))
+			return
+		}
+	}
+	nb := qs[0]
+	if varlen {
+		vl := &flashattn.VarLen{}
+		if vl.CuSeqlensQ, err = readCu(f.cuQ, qs[1], "q"); err != nil {
+			return
+		}
+		if vl.CuSeqlensK, err = readCu(f.cuK, ks[1], "k"); err != nil {
+			return
+		}
+		if len(vl.CuSeqlensK) != len(vl.CuSeqlensQ) {
+			err = fmt.Errorf("%s: %d entries, but %s has %d (both are [batch+1])", f.cuK, len(vl.CuSeqlensK), f.cuQ, len(vl.CuSeqlensQ))
+			return
+		}
+		nb = len(vl.CuSeqlensQ) - 1
+		if f.seqUsedK != "" {
+			var shape []int
+			if vl.SeqUsedK, shape, err = npy.ReadInt32(f.seqUsedK); err != nil {
+				return
+			}
+			if len(shape) != 1 || shape[0] != nb {
+				err = fmt.Errorf("%s: shape %v, want [%d] (one entry per sequence)", f.seqUsedK, shape, nb)
+				return
+			}
+			for b, u := range vl.SeqUsedK {
+				if n := vl.CuSeqlensK[b+1] - vl.CuSeqlensK[b]; u < 0 || u > n {
+					err = fmt.Errorf("%s: entry %d is %d, want 0..%d (the sequence's key count)", f.seqUsedK, b, u, n)
+					return
+				}
+			}
+		}
+		o.VarLen = vl
+	}
+	if f.alibi != "" {
+		var shape []int
+		if o.ALiBi, shape, err = npy.ReadFloat32(f.alibi); err != nil {
+			return
+		}
+		ok := (len(shape) == 1 && shape[0] == qs[2]) || (len(shape) == 2 && shape[0] == nb && shape[1] == qs[2])
+		if !ok {
+			err = fmt.Errorf("%s: shape %v, want [%d] (heads) or [%d, %d] (batch, heads)", f.alibi, shape, qs[2], nb, qs[2])
+			return
+		}
+		for i, s := range o.ALiBi {
+			if math.IsNaN(float64(s)) || math.IsInf(float64(s), 0) {
+				err = fmt.Errorf("%s: slope %d is %v, want a finite number", f.alibi, i, s)
+				return
+			}
+		}
+	}
+	return q, k, v, dout, nil
+}
+
+// readCu reads a cu_seqlens file and checks it against the packed length.
+func readCu(path string, total int, of string) ([]int32, error) {
+	cu, shape, err := npy.ReadInt32(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(shape) != 1 || shape[0] < 2 {
+		return nil, fmt.Errorf("%s: shape %v, want [batch+1] with batch ≥ 1", path, shape)
+	}
+	if cu[0] != 0 {
+		return nil, fmt.Errorf("%s: starts at %d, want 0", path, cu[0])
+	}
+	for i := 1; i < len(cu); i++ {
+		if cu[i] < cu[i-1] {
+			return nil, fmt.Errorf("%s: decreases at index %d (%d after %d)", path, i, cu[i], cu[i-1])
+		}
+	}
+	if int(cu[len(cu)-1]) != total {
+		return nil, fmt.Errorf("%s: ends at %d, but packed %s has %d rows", path, cu[len(cu)-1], of, total)
+	}
+	return cu, nil
+}
+
+// shapeOf is the .npy shape of a result tensor: 4-D dense, 3-D varlen.
+func shapeOf(t flashattn.Tensor, o *flashattn.Options) []int {
+	if o.VarLen != nil {
+		return []int{t.Seq, t.Heads, t.Dim}
+	}
+	return []int{t.Batch, t.Seq, t.Heads, t.Dim}
+}
+
+// lseShape is [batch, heads, seqlen_q], or [heads, total_q] for varlen.
+func lseShape(q flashattn.Tensor, o *flashattn.Options) []int {
+	if o.VarLen != nil {
+		return []int{q.Heads, q.Seq}
+	}
+	return []int{q.Batch, q.Heads, q.Seq}
+}

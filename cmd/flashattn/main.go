@@ -1,0 +1,99 @@
+// Command flashattn runs FlashAttention on NumPy arrays, demonstrates it
+// against the plain algorithm, and benchmarks it.
+//
+//	flashattn attn  -q q.npy -k k.npy -v v.npy -o OUTDIR [options]   attention on .npy files
+//	flashattn demo  [-batch B -heads H -seqlen N -headdim D]          flashattn vs plain on random data
+//	flashattn bench [flags]                                            GFLOP/s, % of FMA peak, speedup
+//
+// Run "flashattn CMD -h" for the flags of each command. Errors are printed
+// as one line on stderr and the exit status is non-zero.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+)
+
+const usage = `flashattn: FlashAttention-2 on the CPU, in Go.
+
+usage:
+  flashattn attn  -q q.npy -k k.npy -v v.npy -o OUTDIR [options]
+  flashattn demo  [-batch B -heads H -seqlen N -headdim D -causal]
+  flashattn bench [-json] [-svg FILE] [single-case flags]
+
+Run "flashattn CMD -h" for a command's flags.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run executes the command line args and returns the exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "attn":
+		err = runAttn(args[1:], stdout, stderr)
+	case "demo":
+		err = runDemo(args[1:], stdout, stderr)
+	case "bench":
+		err = runBench(args[1:], stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "flashattn: unknown command %q (want attn, demo or bench)\n", args[0])
+		return 2
+	}
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	default:
+		fmt.Fprintf(stderr, "flashattn %s: %v\n", args[0], err)
+		return 1
+	}
+}
+
+// errUsage marks a flag-parsing error the flag package already printed.
+var errUsage = errors.New("usage")
+
+// newFlags returns a FlagSet that prints its errors as one line.
+func newFlags(name string, stderr io.Writer, help string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: flashattn %s %s\n", name, help)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses args; a bad flag gives one line on stderr and errUsage.
+func parse(fs *flag.FlagSet, args []string, stderr io.Writer) error {
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.SetOutput(stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.Usage()
+		return err
+	case err != nil:
+		fmt.Fprintf(stderr, "flashattn %s: %v (see -h)\n", fs.Name(), err)
+		return errUsage
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "flashattn %s: unexpected argument %q (see -h)\n", fs.Name(), fs.Arg(0))
+		return errUsage
+	}
+	return nil
+}
