@@ -1,4 +1,4 @@
 package kernel
 
-// Replaced by the assembly dispatch (AVX-512, AVX2+FMA).
-func archImpls() []Impl { return nil }
+// On amd64 the dispatch lives in impl_amd64.go, next to the wrappers of the
+// generated assembly (kernel_amd64.s, built from ./_asm).

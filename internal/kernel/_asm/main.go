@@ -15,7 +15,6 @@ package main
 import (
 	"fmt"
 	"math"
-	"os"
 
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
@@ -53,17 +52,13 @@ const mr = 6
 func main() {
 	ConstraintExpr("amd64")
 
+	genCPUID()
 	genExpTable()
 	for _, s := range []isa{isaAVX512, isaAVX2} {
-		if os.Getenv("ONLY") != "" && os.Getenv("ONLY") != s.Suffix {
-			continue
-		}
 		for _, k := range []gemmKind{kindABt, kindAB, kindAtB} {
 			genGemm(s, k)
 		}
-		if os.Getenv("NOEXP") == "" {
-			genExpSum(s)
-		}
+		genExpSum(s)
 		genMax(s)
 		genScale(s)
 		genDsFromDp(s)
@@ -343,10 +338,11 @@ func (g *gemm) tile(r, nv int) {
 	}
 }
 
-// zero sets v to zero. VXORPS on zmm needs AVX512DQ, VPXORD only AVX512F.
+// zero sets v to zero. VXORPS on zmm needs AVX512DQ; VPSUBD needs only
+// AVX512F, and avo (like the CPU) knows that v-v does not read v.
 func zero(s isa, v VecVirtual) {
 	if s.EVEX {
-		VPXORD(v, v, v)
+		VPSUBD(v, v, v)
 	} else {
 		VXORPS(v, v, v)
 	}
@@ -511,7 +507,7 @@ func genExpSum(s isa) {
 			// t+Inf (= +Inf, or NaN for NaN) where t > ExpMax or t is NaN.
 			VCMPPS(Imm(0x16), c(cMax), t, r2) // NLE_UQ
 			VADDPS(c(cInf), t, t)
-			VBLENDVPS(r2, t, p, p)
+			VBLENDVPS(r2, t, p, p) // p = r2 ? t : p
 		}
 		VMOVUPS(p, Mem{Base: xp, Disp: off})
 		VADDPS(p, acc, acc)
@@ -719,5 +715,32 @@ func genFMAPeak(s isa) {
 	JNE(LabelRef("loop"))
 	Label("done")
 	VZEROUPPER()
+	RET()
+}
+
+// ---------------------------------------------------------------------------
+// CPU feature detection.
+//
+// golang.org/x/sys/cpu would do, but x/sys v0.49.0 needs a go 1.26 go.mod;
+// these two instructions are all the detection needs.
+
+func genCPUID() {
+	TEXT("cpuid", NOSPLIT, "func(leaf, sub uint32) (eax, ebx, ecx, edx uint32)")
+	Doc("cpuid executes CPUID with EAX = leaf and ECX = sub.")
+	Load(Param("leaf"), EAX)
+	Load(Param("sub"), ECX)
+	CPUID()
+	Store(EAX, Return("eax"))
+	Store(EBX, Return("ebx"))
+	Store(ECX, Return("ecx"))
+	Store(EDX, Return("edx"))
+	RET()
+
+	TEXT("xgetbv", NOSPLIT, "func() (eax, edx uint32)")
+	Doc("xgetbv returns XCR0, the register state the OS saves (XGETBV with ECX = 0).")
+	XORL(ECX, ECX)
+	XGETBV()
+	Store(EAX, Return("eax"))
+	Store(EDX, Return("edx"))
 	RET()
 }

@@ -1,0 +1,5 @@
+//go:build !amd64
+
+package kernel
+
+func archFMAPeak(iters int) int { return fmaPeakGeneric(iters) }

@@ -1,0 +1,74 @@
+package kernel
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// The matrix-product benchmarks report GFLOP/s (2·m·n·k per call); compare
+// with BenchmarkFMAPeak for the fraction of the single-core peak.
+
+func BenchmarkFMAPeak(b *testing.B) {
+	const iters = 1 << 16
+	flops := 0
+	for b.Loop() {
+		flops = FMAPeak(iters)
+	}
+	b.ReportMetric(float64(flops)*iters*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
+
+func benchGemm(b *testing.B, run func(im Impl, c, a, bb, bt []float32, m, n, k int)) {
+	r := rand.New(rand.NewPCG(1, 1))
+	for _, im := range Available() {
+		for _, n := range []int{64, 128} {
+			for _, k := range []int{64, 128, 256} {
+				m := 64
+				b.Run(fmt.Sprintf("%s/m=%d/n=%d/k=%d", im.Name, m, n, k), func(b *testing.B) {
+					a := randSlice(r, max(m, k)*max(m, k))
+					bb := randSlice(r, k*n)
+					bt := make([]float32, n*k)
+					PackBt(bt, randSlice(r, n*k), k, n, k)
+					c := make([]float32, m*n)
+					for b.Loop() {
+						run(im, c, a, bb, bt, m, n, k)
+					}
+					b.ReportMetric(2*float64(m*n*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				})
+			}
+		}
+	}
+}
+
+func BenchmarkMulABt(b *testing.B) {
+	benchGemm(b, func(im Impl, c, a, _, bt []float32, m, n, k int) {
+		im.MulABt(c, n, a, k, bt, m, n, k)
+	})
+}
+
+func BenchmarkMulAddAB(b *testing.B) {
+	benchGemm(b, func(im Impl, c, a, bb, _ []float32, m, n, k int) {
+		im.MulAddAB(c, n, a, k, bb, n, m, n, k)
+	})
+}
+
+func BenchmarkMulAddAtB(b *testing.B) {
+	benchGemm(b, func(im Impl, c, a, bb, _ []float32, m, n, k int) {
+		im.MulAddAtB(c, n, a, m, bb, n, m, n, k)
+	})
+}
+
+func BenchmarkExpSum(b *testing.B) {
+	r := rand.New(rand.NewPCG(2, 2))
+	x := randSlice(r, 1024)
+	for _, im := range Available() {
+		b.Run(im.Name, func(b *testing.B) {
+			y := make([]float32, len(x))
+			for b.Loop() {
+				copy(y, x)
+				im.ExpSum(y, 1, 0)
+			}
+			b.SetBytes(4 * int64(len(x)))
+		})
+	}
+}

@@ -1,0 +1,379 @@
+package kernel
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// canary marks memory a kernel must not write.
+const canary = float32(-12345.5)
+
+func randSlice(r *rand.Rand, n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = r.Float32()*2 - 1
+	}
+	return x
+}
+
+var (
+	testMs = []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 64}
+	testNs = []int{16, 32, 48, 64, 80, 128}
+	testKs = []int{1, 2, 7, 16, 40, 64, 65, 128, 257}
+)
+
+// gemmCase runs one matrix product on a C with canaries around the m×n
+// region and checks the result against want (float64) within a tolerance
+// relative to mag = Σ|a||b| per element.
+func checkC(t *testing.T, name string, c []float32, ldc, m, n int, want, mag []float64, k int) {
+	t.Helper()
+	tol := 1e-5 * float64(k+1)
+	for i := 0; i < len(c); i++ {
+		row, col := i/ldc, i%ldc
+		if row < m && col < n {
+			w := want[row*n+col]
+			if d := math.Abs(float64(c[i]) - w); !(d <= tol*mag[row*n+col]+1e-30) {
+				t.Fatalf("%s: c[%d,%d] = %v, want %v (diff %g, mag %g)", name, row, col, c[i], w, d, mag[row*n+col])
+			}
+		} else if c[i] != canary {
+			t.Fatalf("%s: wrote %v outside the output at row %d col %d", name, c[i], row, col)
+		}
+	}
+}
+
+func newC(r *rand.Rand, m, n, ldc int, accumulate bool) ([]float32, []float64) {
+	// One extra row after the last to catch overruns; canaries everywhere
+	// outside the m×n region.
+	c := make([]float32, (m+1)*ldc)
+	init := make([]float64, m*n)
+	for i := range c {
+		c[i] = canary
+	}
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			v := float32(0)
+			if accumulate {
+				v = r.Float32()*2 - 1
+			}
+			c[i*ldc+j] = v
+			init[i*n+j] = float64(v)
+		}
+	}
+	return c, init
+}
+
+func TestMatMul(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, im := range Available() {
+		t.Run(im.Name, func(t *testing.T) {
+			for _, m := range testMs {
+				for _, n := range testNs {
+					for _, k := range testKs {
+						testMatMul(t, r, im, m, n, k)
+					}
+				}
+			}
+		})
+	}
+}
+
+func testMatMul(t *testing.T, r *rand.Rand, im Impl, m, n, k int) {
+	lda, ldb, ldc := k+3, n+3, n+3
+	// A is m×k (lda); for Aᵀ·B it is k×m with leading dimension m+3.
+	a := randSlice(r, m*lda)
+	at := randSlice(r, k*(m+3))
+	b := randSlice(r, k*ldb)    // k×n row-major for A·B
+	bn := randSlice(r, n*(k+3)) // n×k row-major for A·Bᵀ
+	bt := make([]float32, Pad(n)*k)
+	PackBt(bt, bn, k+3, n, k)
+
+	want := make([]float64, m*n)
+	mag := make([]float64, m*n)
+	tag := fmt.Sprintf("%s m=%d n=%d k=%d", im.Name, m, n, k)
+
+	// C = A·Bᵀ
+	c, _ := newC(r, m, n, ldc, false)
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			var s, g float64
+			for p := 0; p < k; p++ {
+				x, y := float64(a[i*lda+p]), float64(bn[j*(k+3)+p])
+				s += x * y
+				g += math.Abs(x * y)
+			}
+			want[i*n+j], mag[i*n+j] = s, g+1
+		}
+	}
+	im.MulABt(c, ldc, a, lda, bt, m, n, k)
+	checkC(t, "MulABt "+tag, c, ldc, m, n, want, mag, k)
+
+	// C += A·B
+	c, init := newC(r, m, n, ldc, true)
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			s, g := init[i*n+j], math.Abs(init[i*n+j])
+			for p := 0; p < k; p++ {
+				x, y := float64(a[i*lda+p]), float64(b[p*ldb+j])
+				s += x * y
+				g += math.Abs(x * y)
+			}
+			want[i*n+j], mag[i*n+j] = s, g+1
+		}
+	}
+	im.MulAddAB(c, ldc, a, lda, b, ldb, m, n, k)
+	checkC(t, "MulAddAB "+tag, c, ldc, m, n, want, mag, k)
+
+	// C += Aᵀ·B
+	c, init = newC(r, m, n, ldc, true)
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			s, g := init[i*n+j], math.Abs(init[i*n+j])
+			for p := 0; p < k; p++ {
+				x, y := float64(at[p*(m+3)+i]), float64(b[p*ldb+j])
+				s += x * y
+				g += math.Abs(x * y)
+			}
+			want[i*n+j], mag[i*n+j] = s, g+1
+		}
+	}
+	im.MulAddAtB(c, ldc, at, m+3, b, ldb, m, n, k)
+	checkC(t, "MulAddAtB "+tag, c, ldc, m, n, want, mag, k)
+}
+
+// TestMatMulExactLength passes slices that end exactly at the last element
+// each kernel may touch, so an overrun would at least trip the race
+// detector's or the runtime's bounds in the wrappers.
+func TestMatMulExactLength(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, im := range Available() {
+		for _, m := range []int{1, 6, 7} {
+			for _, n := range []int{16, 48} {
+				k := 5
+				a := randSlice(r, (m-1)*(k+1)+k)
+				bt := randSlice(r, n*k)
+				c := make([]float32, (m-1)*(n+2)+n)
+				im.MulABt(c, n+2, a, k+1, bt, m, n, k)
+				b := randSlice(r, (k-1)*(n+1)+n)
+				im.MulAddAB(c, n+2, a, k+1, b, n+1, m, n, k)
+				at := randSlice(r, (k-1)*(m+1)+m)
+				im.MulAddAtB(c, n+2, at, m+1, b, n+1, m, n, k)
+			}
+		}
+	}
+}
+
+func TestWrapperPanics(t *testing.T) {
+	for _, im := range Available() {
+		if im.Name == "generic" {
+			continue
+		}
+		mustPanic := func(name string, f func()) {
+			t.Helper()
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s %s: no panic", im.Name, name)
+				}
+			}()
+			f()
+		}
+		x := make([]float32, 100)
+		mustPanic("MulABt short c", func() { im.MulABt(x[:30], 16, x, 4, x, 2, 16, 4) })
+		mustPanic("MulABt bad n", func() { im.MulABt(x, 20, x, 4, x, 2, 17, 4) })
+		mustPanic("MulAddAB short b", func() { im.MulAddAB(x, 16, x, 4, x[:40], 16, 2, 16, 4) })
+		mustPanic("MulAddAtB short a", func() { im.MulAddAtB(x, 16, x[:10], 2, x, 16, 2, 16, 8) })
+		mustPanic("ExpSum len", func() { im.ExpSum(x[:17], 1, 0) })
+		mustPanic("Max empty", func() { im.Max(x[:0]) })
+		mustPanic("DsFromDp short p", func() { im.DsFromDp(x[:32], x[:16], 0) })
+	}
+}
+
+func TestExpSum(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	inf := float32(math.Inf(1))
+	for _, im := range Available() {
+		for _, n := range []int{0, 16, 32, 48, 64, 80, 144, 1008} {
+			x := make([]float32, n)
+			for i := range x {
+				switch r.IntN(8) {
+				case 0:
+					x[i] = -inf
+				default:
+					x[i] = r.Float32()*40 - 30
+				}
+			}
+			scale, sub := float32(0.37), float32(2.5)
+			want := append([]float32(nil), x...)
+			wsum := Generic.ExpSum(want, scale, sub)
+			got := append([]float32(nil), x...)
+			gsum := im.ExpSum(got, scale, sub)
+			for i := range got {
+				ref := math.Exp(float64(x[i])*float64(scale) - float64(sub))
+				if d := math.Abs(float64(got[i]) - ref); d > 4e-6*ref {
+					t.Fatalf("%s: exp(%v*%v-%v) = %v, want %v", im.Name, x[i], scale, sub, got[i], ref)
+				}
+				if x[i] == -inf && got[i] != 0 {
+					t.Fatalf("%s: exp(-Inf) = %v", im.Name, got[i])
+				}
+			}
+			if d := math.Abs(float64(gsum - wsum)); d > 1e-5*math.Abs(float64(wsum)) {
+				t.Fatalf("%s n=%d: sum %v, generic %v", im.Name, n, gsum, wsum)
+			}
+		}
+	}
+}
+
+func TestExpSpecial(t *testing.T) {
+	inf := float32(math.Inf(1))
+	nan := float32(math.NaN())
+	in := []float32{-inf, inf, nan, 0, ExpMin, ExpMin - 1e-3, -1000, -1e30, ExpMax, ExpMax + 1e-3, 89, 1000, 1e30, -0.0, 1, -1}
+	for len(in)%W != 0 {
+		in = append(in, 0.5)
+	}
+	for _, im := range Available() {
+		x := append([]float32(nil), in...)
+		im.ExpSum(x, 1, 0)
+		for i, v := range in {
+			got := x[i]
+			want := Exp(v)
+			switch {
+			case v != v:
+				if got == got {
+					t.Errorf("%s: exp(NaN) = %v", im.Name, got)
+				}
+			case v < ExpMin:
+				if got != 0 {
+					t.Errorf("%s: exp(%v) = %v, want 0", im.Name, v, got)
+				}
+			case v > ExpMax:
+				if !math.IsInf(float64(got), 1) {
+					t.Errorf("%s: exp(%v) = %v, want +Inf", im.Name, v, got)
+				}
+			default:
+				if ulps(got, float32(math.Exp(float64(v)))) > 2 {
+					t.Errorf("%s: exp(%v) = %v, want %v (generic %v)", im.Name, v, got, math.Exp(float64(v)), want)
+				}
+			}
+		}
+	}
+}
+
+func ulps(a, b float32) int64 {
+	if a == b {
+		return 0
+	}
+	ia, ib := int64(math.Float32bits(a)), int64(math.Float32bits(b))
+	if (ia < 0x80000000) != (ib < 0x80000000) {
+		return math.MaxInt64
+	}
+	if d := ia - ib; d < 0 {
+		return -d
+	} else {
+		return d
+	}
+}
+
+// TestExpULP sweeps float32 bit patterns in [ExpMin, 0] (every stride-th
+// one) and evenly spaced points of [0, ExpMax], checking every
+// implementation within 2 ulp of the correctly rounded exp.
+func TestExpULP(t *testing.T) {
+	stride := uint32(61)
+	if raceEnabled || testing.Short() {
+		stride = 997
+	}
+	var xs []float32
+	lo := math.Float32bits(ExpMin) // negative: bits grow with magnitude
+	for b := uint32(0x80000000); b <= lo; b += stride {
+		xs = append(xs, math.Float32frombits(b))
+	}
+	const npos = 1 << 18
+	for i := 0; i <= npos; i++ {
+		xs = append(xs, float32(float64(ExpMax)*float64(i)/npos))
+	}
+	for len(xs)%W != 0 {
+		xs = append(xs, 0)
+	}
+	ref := make([]float32, len(xs))
+	for i, x := range xs {
+		ref[i] = float32(math.Exp(float64(x)))
+	}
+	buf := make([]float32, len(xs))
+	for _, im := range Available() {
+		copy(buf, xs)
+		for off := 0; off < len(buf); off += 4096 {
+			im.ExpSum(buf[off:min(off+4096, len(buf))], 1, 0)
+		}
+		var worst int64
+		var worstX float32
+		hist := [4]int{}
+		for i, got := range buf {
+			u := ulps(got, ref[i])
+			if u > worst {
+				worst, worstX = u, xs[i]
+			}
+			hist[min(u, 3)]++
+		}
+		t.Logf("%s: %d points, max %d ulp (at x=%v), ulp histogram 0:%d 1:%d 2:%d >2:%d",
+			im.Name, len(xs), worst, worstX, hist[0], hist[1], hist[2], hist[3])
+		if worst > 2 {
+			t.Errorf("%s: exp error %d ulp at x=%v", im.Name, worst, worstX)
+		}
+	}
+}
+
+func TestMaxScaleDs(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	inf := float32(math.Inf(-1))
+	for _, im := range Available() {
+		for _, n := range []int{16, 32, 48, 64, 80, 96, 112, 1024, 1040} {
+			x := randSlice(r, n)
+			for i := range x {
+				if r.IntN(5) == 0 {
+					x[i] = inf
+				}
+			}
+			x[r.IntN(n)] = 7 // put the max anywhere
+			if got, want := im.Max(x), Generic.Max(x); got != want {
+				t.Fatalf("%s: Max = %v, want %v", im.Name, got, want)
+			}
+			all := make([]float32, n)
+			for i := range all {
+				all[i] = inf
+			}
+			if got := im.Max(all); got != inf {
+				t.Fatalf("%s: Max(all -Inf) = %v", im.Name, got)
+			}
+
+			y := append([]float32(nil), x...)
+			z := append([]float32(nil), x...)
+			im.Scale(y, 0.3)
+			Generic.Scale(z, 0.3)
+			for i := range y {
+				if y[i] != z[i] {
+					t.Fatalf("%s: Scale[%d] = %v, want %v", im.Name, i, y[i], z[i])
+				}
+			}
+
+			dp := randSlice(r, n)
+			p := randSlice(r, n+16)
+			w := append([]float32(nil), dp...)
+			im.DsFromDp(dp, p, 0.25)
+			Generic.DsFromDp(w, p, 0.25)
+			for i := range dp {
+				if dp[i] != w[i] {
+					t.Fatalf("%s: DsFromDp[%d] = %v, want %v", im.Name, i, dp[i], w[i])
+				}
+			}
+		}
+	}
+}
+
+func TestFMAPeak(t *testing.T) {
+	if f := FMAPeak(10); f <= 0 {
+		t.Fatalf("FMAPeak flops/iter = %d", f)
+	}
+	if fmaPeakGeneric(3) != 24 {
+		t.Fatal("generic FLOPs")
+	}
+}
