@@ -298,7 +298,8 @@ func (g *gemm) tile(r, nv int) {
 		VMOVUPS(bAddr(v), bv[v])
 	}
 	for i := 0; i < r; i++ {
-		// With 32 registers every broadcast gets its own; AVX2 reuses one.
+		// A fresh virtual register per broadcast; its live range is short,
+		// so the allocator reuses one physical register for all of them.
 		bc := s.Vec()
 		VBROADCASTSS(aAddr(i), bc)
 		for v := range bv {
