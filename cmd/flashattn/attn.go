@@ -121,6 +121,12 @@ func (f *attnFlags) options() (*flashattn.Options, error) {
 	if float64(o.Scale) == 0 && f.scale != 0 || math.IsInf(float64(o.Scale), 0) {
 		return nil, fmt.Errorf("-scale %v: out of float32 range", f.scale)
 	}
+	if float64(o.Softcap) == 0 && f.softcap != 0 || math.IsInf(float64(o.Softcap), 0) {
+		return nil, fmt.Errorf("-softcap %v: out of float32 range", f.softcap)
+	}
+	if o.Dropout >= 1 {
+		return nil, fmt.Errorf("-dropout %v: must be in [0, 1) (rounds to 1 in float32)", f.dropout)
+	}
 	if f.windowLeft != -1 || f.windowRight != -1 {
 		o.Window = &flashattn.Window{Left: f.windowLeft, Right: f.windowRight}
 	}

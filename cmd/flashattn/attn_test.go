@@ -1,0 +1,742 @@
+package main
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/flashattn/flashattn/internal/npy"
+	"github.com/flashattn/flashattn/reference"
+)
+
+// atRun runs the command line and returns its exit status, stdout and stderr.
+func atRun(args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func atRand(rng *rand.Rand, n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	return x
+}
+
+func atTo64(x []float32) []float64 {
+	y := make([]float64, len(x))
+	for i, v := range x {
+		y[i] = float64(v)
+	}
+	return y
+}
+
+func atWriteF32(t testing.TB, path string, data []float32, shape ...int) string {
+	t.Helper()
+	if err := npy.WriteFloat32(path, data, shape); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func atWriteI32(t testing.TB, path string, data []int32, shape ...int) string {
+	t.Helper()
+	if err := npy.WriteInt32(path, data, shape); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// atRawNpy builds a version-1.0 .npy file by hand, for dtypes and orders that
+// package npy does not write.
+func atRawNpy(descr string, fortran bool, shape string, data []byte) []byte {
+	fo := "False"
+	if fortran {
+		fo = "True"
+	}
+	dict := fmt.Sprintf("{'descr': '%s', 'fortran_order': %s, 'shape': %s, }", descr, fo, shape)
+	total := (10 + len(dict) + 1 + 63) / 64 * 64
+	var b []byte
+	b = append(b, "\x93NUMPY"...)
+	b = append(b, 1, 0)
+	b = binary.LittleEndian.AppendUint16(b, uint16(total-10))
+	b = append(b, dict...)
+	for len(b) < total-1 {
+		b = append(b, ' ')
+	}
+	b = append(b, '\n')
+	return append(b, data...)
+}
+
+func atReadF32(t testing.TB, path string, wantShape ...int) []float32 {
+	t.Helper()
+	data, shape, err := npy.ReadFloat32(path)
+	if err != nil {
+		t.Fatalf("reading output: %v", err)
+	}
+	if !slices.Equal(shape, wantShape) {
+		t.Fatalf("%s: shape %v, want %v", filepath.Base(path), shape, wantShape)
+	}
+	return data
+}
+
+// atDirNames lists the entries of dir (nil if it does not exist).
+func atDirNames(t testing.TB, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil
+		}
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+func atF32(x float64) float64 { return float64(float32(x)) }
+
+// atCase is one valid "flashattn attn" call checked against the reference.
+type atCase struct {
+	name                 string
+	B, Sq, Sk, H, KVH, D int // B, Sq, Sk are ignored for varlen
+	causal               bool
+	scale, softcap       float64
+	dropout              float64
+	seed                 uint64
+	window               []int  // nil or {left, right}
+	alibi                string // "", "h" ([H]) or "bh" ([B, H])
+	backward             bool
+	cuQ, cuK             []int32 // varlen when not nil
+	workers              int
+	newOut               bool // -o names a directory that does not exist yet
+}
+
+func TestAttnGood(t *testing.T) {
+	cases := []atCase{
+		{name: "dense", B: 2, Sq: 7, Sk: 7, H: 2, KVH: 2, D: 8},
+		{name: "dense-backward", B: 2, Sq: 6, Sk: 6, H: 2, KVH: 2, D: 8, backward: true},
+		{name: "causal", B: 1, Sq: 9, Sk: 9, H: 2, KVH: 2, D: 8, causal: true, backward: true},
+		{name: "causal-sq<sk", B: 1, Sq: 4, Sk: 11, H: 2, KVH: 1, D: 8, causal: true, backward: true},
+		{name: "causal-sq>sk", B: 1, Sq: 10, Sk: 4, H: 1, KVH: 1, D: 8, causal: true, backward: true},
+		{name: "gqa", B: 2, Sq: 5, Sk: 5, H: 4, KVH: 2, D: 8, backward: true},
+		{name: "sq!=sk", B: 2, Sq: 3, Sk: 13, H: 2, KVH: 2, D: 16, backward: true},
+		{name: "scale", B: 1, Sq: 6, Sk: 8, H: 2, KVH: 2, D: 8, scale: 0.7, backward: true},
+		{name: "window", B: 1, Sq: 12, Sk: 12, H: 2, KVH: 2, D: 8, window: []int{3, 1}, backward: true},
+		{name: "window-left-only", B: 1, Sq: 12, Sk: 12, H: 2, KVH: 1, D: 8, window: []int{2, -1}},
+		{name: "window-right-only+causal", B: 1, Sq: 8, Sk: 10, H: 2, KVH: 2, D: 8, window: []int{-1, 2}, causal: true},
+		{name: "window-huge", B: 1, Sq: 8, Sk: 10, H: 2, KVH: 2, D: 8, window: []int{math.MaxInt, math.MaxInt}},
+		{name: "softcap", B: 1, Sq: 7, Sk: 9, H: 2, KVH: 2, D: 8, softcap: 1.5, scale: 2, backward: true},
+		{name: "alibi-h", B: 2, Sq: 6, Sk: 8, H: 4, KVH: 2, D: 8, alibi: "h", causal: true, backward: true},
+		{name: "alibi-bh", B: 2, Sq: 6, Sk: 8, H: 2, KVH: 2, D: 8, alibi: "bh", backward: true},
+		{name: "dropout", B: 2, Sq: 6, Sk: 7, H: 2, KVH: 1, D: 8, dropout: 0.3, seed: 42, backward: true},
+		{name: "everything", B: 2, Sq: 9, Sk: 11, H: 4, KVH: 2, D: 8, causal: true, window: []int{4, 0},
+			softcap: 3, scale: 0.4, alibi: "bh", dropout: 0.2, seed: 7, backward: true},
+		{name: "workers1", B: 1, Sq: 5, Sk: 5, H: 2, KVH: 2, D: 8, workers: 1, backward: true},
+		{name: "new-out-dir", B: 1, Sq: 3, Sk: 3, H: 1, KVH: 1, D: 4, newOut: true},
+
+		{name: "varlen", H: 2, KVH: 2, D: 8, cuQ: []int32{0, 3, 8, 10}, cuK: []int32{0, 4, 9, 15}},
+		{name: "varlen-backward-gqa", H: 4, KVH: 2, D: 8, cuQ: []int32{0, 5, 7}, cuK: []int32{0, 2, 9}, backward: true},
+		{name: "varlen-causal", H: 2, KVH: 1, D: 8, cuQ: []int32{0, 4, 6, 11}, cuK: []int32{0, 6, 8, 12}, causal: true, backward: true},
+		{name: "varlen-alibi-h", H: 2, KVH: 2, D: 8, cuQ: []int32{0, 3, 7}, cuK: []int32{0, 5, 9}, alibi: "h"},
+		{name: "varlen-alibi-bh", H: 2, KVH: 2, D: 8, cuQ: []int32{0, 3, 7, 9}, cuK: []int32{0, 5, 9, 10}, alibi: "bh", backward: true},
+		{name: "varlen-window-softcap", H: 2, KVH: 2, D: 8, cuQ: []int32{0, 6, 10}, cuK: []int32{0, 6, 12},
+			window: []int{2, 1}, softcap: 2, backward: true},
+		{name: "varlen-dropout-1seq", H: 2, KVH: 2, D: 8, cuQ: []int32{0, 7}, cuK: []int32{0, 9}, dropout: 0.4, seed: 99, backward: true},
+		{name: "varlen-dropout", H: 2, KVH: 2, D: 8, cuQ: []int32{0, 4, 7, 12}, cuK: []int32{0, 3, 9, 13}, dropout: 0.25, seed: 5, backward: true},
+		{name: "varlen-empty-seq", H: 2, KVH: 2, D: 8, cuQ: []int32{0, 3, 3, 6}, cuK: []int32{0, 4, 6, 6}, backward: true},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			atCheckGood(t, c, uint64(i))
+		})
+	}
+}
+
+func atCheckGood(t *testing.T, c atCase, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	dir := t.TempDir()
+	varlen := c.cuQ != nil
+	B, Sq, Sk := c.B, c.Sq, c.Sk
+	qShape := []int{B, Sq, c.H, c.D}
+	kShape := []int{B, Sk, c.KVH, c.D}
+	lseShape := []int{B, c.H, Sq}
+	if varlen {
+		B = len(c.cuQ) - 1
+		Sq, Sk = int(c.cuQ[B]), int(c.cuK[B])
+		qShape = []int{Sq, c.H, c.D}
+		kShape = []int{Sk, c.KVH, c.D}
+		lseShape = []int{c.H, Sq}
+	}
+	nq, nk := B*Sq*c.H*c.D, B*Sk*c.KVH*c.D
+	if varlen {
+		nq, nk = Sq*c.H*c.D, Sk*c.KVH*c.D
+	}
+	q, k, v := atRand(rng, nq), atRand(rng, nk), atRand(rng, nk)
+	out := filepath.Join(dir, "out")
+	if c.newOut {
+		out = filepath.Join(dir, "a", "b", "out")
+	}
+	args := []string{"attn",
+		"-q", atWriteF32(t, filepath.Join(dir, "q.npy"), q, qShape...),
+		"-k", atWriteF32(t, filepath.Join(dir, "k.npy"), k, kShape...),
+		"-v", atWriteF32(t, filepath.Join(dir, "v.npy"), v, kShape...),
+		"-o", out}
+	var dout []float32
+	if c.backward {
+		dout = atRand(rng, nq)
+		args = append(args, "-dout", atWriteF32(t, filepath.Join(dir, "dout.npy"), dout, qShape...))
+	}
+	if c.causal {
+		args = append(args, "-causal")
+	}
+	if c.scale != 0 {
+		args = append(args, "-scale", fmt.Sprint(c.scale))
+	}
+	if c.softcap != 0 {
+		args = append(args, "-softcap", fmt.Sprint(c.softcap))
+	}
+	if c.window != nil {
+		args = append(args, "-window-left", fmt.Sprint(c.window[0]), "-window-right", fmt.Sprint(c.window[1]))
+	}
+	if c.dropout != 0 {
+		args = append(args, "-dropout", fmt.Sprint(c.dropout), "-seed", fmt.Sprint(c.seed))
+	}
+	if c.workers != 0 {
+		args = append(args, "-workers", fmt.Sprint(c.workers))
+	}
+	var slopes []float32
+	switch c.alibi {
+	case "h":
+		slopes = make([]float32, c.H)
+	case "bh":
+		slopes = make([]float32, B*c.H)
+	}
+	for i := range slopes {
+		slopes[i] = 0.05 + 0.4*rng.Float32()
+	}
+	switch c.alibi {
+	case "h":
+		args = append(args, "-alibi", atWriteF32(t, filepath.Join(dir, "slopes.npy"), slopes, c.H))
+	case "bh":
+		args = append(args, "-alibi", atWriteF32(t, filepath.Join(dir, "slopes.npy"), slopes, B, c.H))
+	}
+	if varlen {
+		args = append(args,
+			"-cu-seqlens-q", atWriteI32(t, filepath.Join(dir, "cu_q.npy"), c.cuQ, len(c.cuQ)),
+			"-cu-seqlens-k", atWriteI32(t, filepath.Join(dir, "cu_k.npy"), c.cuK, len(c.cuK)))
+	}
+
+	code, stdout, stderr := atRun(args...)
+	if code != 0 {
+		t.Fatalf("exit status %d, stderr %q", code, stderr)
+	}
+	if stderr != "" {
+		t.Errorf("unexpected stderr %q", stderr)
+	}
+	_ = stdout
+	want := []string{"lse.npy", "out.npy"}
+	if c.backward {
+		want = []string{"dk.npy", "dq.npy", "dv.npy", "lse.npy", "out.npy"}
+	}
+	if got := atDirNames(t, out); !slices.Equal(got, want) {
+		t.Fatalf("output dir holds %v, want %v", got, want)
+	}
+	gotO := atReadF32(t, filepath.Join(out, "out.npy"), qShape...)
+	gotL := atReadF32(t, filepath.Join(out, "lse.npy"), lseShape...)
+	var gotDQ, gotDK, gotDV []float32
+	if c.backward {
+		gotDQ = atReadF32(t, filepath.Join(out, "dq.npy"), qShape...)
+		gotDK = atReadF32(t, filepath.Join(out, "dk.npy"), kShape...)
+		gotDV = atReadF32(t, filepath.Join(out, "dv.npy"), kShape...)
+	}
+
+	p := reference.Params{
+		Heads: c.H, KVHeads: c.KVH, HeadDim: c.D,
+		Scale: atF32(c.scale), Causal: c.causal, Softcap: atF32(c.softcap),
+		Dropout: c.dropout, Seed: c.seed,
+	}
+	if c.window != nil {
+		// A window wider than both sequences is the same as this one;
+		// reference.Visible would overflow on pos+math.MaxInt.
+		p.Window, p.WindowLeft, p.WindowRight = true, min(c.window[0], Sq+Sk), min(c.window[1], Sq+Sk)
+	}
+	if !varlen {
+		p.Batch, p.SeqQ, p.SeqK = B, Sq, Sk
+		p.ALiBi = atTo64(slopes)
+		if slopes == nil {
+			p.ALiBi = nil
+		}
+		atCompare(t, "", p, q, k, v, dout, gotO, gotL, gotDQ, gotDK, gotDV)
+		return
+	}
+
+	// Varlen: sequence b is checked against the reference run on that
+	// sequence alone. The dropout mask and [B, H] ALiBi slopes depend on the
+	// sequence index b, so the reference is run with Batch b+1, every batch
+	// element holding sequence b, and batch element b is compared.
+	H, KH, D := c.H, c.KVH, c.D
+	for b := 0; b < B; b++ {
+		q0, q1 := int(c.cuQ[b]), int(c.cuQ[b+1])
+		k0, k1 := int(c.cuK[b]), int(c.cuK[b+1])
+		pb := p
+		pb.Batch, pb.SeqQ, pb.SeqK = b+1, q1-q0, k1-k0
+		switch c.alibi {
+		case "h":
+			pb.ALiBi = atTo64(slopes)
+		case "bh":
+			pb.ALiBi = atTo64(slopes[:(b+1)*H])
+		}
+		rep := func(x []float32, r0, r1, w int) []float32 {
+			var y []float32
+			for range b + 1 {
+				y = append(y, x[r0*w:r1*w]...)
+			}
+			return y
+		}
+		last := func(x []float32) []float32 { return x[len(x)/(b+1)*b:] }
+		var bdq []float32
+		if c.backward {
+			bdq = rep(dout, q0, q1, H*D)
+		}
+		oRef, lRef, dqRef, dkRef, dvRef := atRefAll(pb, rep(q, q0, q1, H*D), rep(k, k0, k1, KH*D), rep(v, k0, k1, KH*D), bdq, c.backward)
+		// Keep only batch element b of the reference results.
+		for i := range oRef {
+			oRef[i].r64 = oRef[i].r64[len(oRef[i].r64)/(b+1)*b:]
+			oRef[i].r32 = last(oRef[i].r32)
+		}
+		gotLb := make([]float32, 0, H*(q1-q0))
+		for h := 0; h < H; h++ {
+			gotLb = append(gotLb, gotL[h*Sq+q0:h*Sq+q1]...)
+		}
+		lRef.r64 = lRef.r64[len(lRef.r64)/(b+1)*b:]
+		lRef.r32 = last(lRef.r32)
+		name := fmt.Sprintf("seq %d: ", b)
+		atCheckOne(t, name+"O", gotO[q0*H*D:q1*H*D], oRef[0])
+		atCheckOne(t, name+"LSE", gotLb, lRef)
+		if c.backward {
+			for _, r := range []*atRef{&dqRef, &dkRef, &dvRef} {
+				r.r64 = r.r64[len(r.r64)/(b+1)*b:]
+				r.r32 = last(r.r32)
+			}
+			atCheckOne(t, name+"dQ", gotDQ[q0*H*D:q1*H*D], dqRef)
+			atCheckOne(t, name+"dK", gotDK[k0*KH*D:k1*KH*D], dkRef)
+			atCheckOne(t, name+"dV", gotDV[k0*KH*D:k1*KH*D], dvRef)
+		}
+	}
+}
+
+// atRef is a reference result in float64 and its float32 plain baseline.
+type atRef struct {
+	r64 []float64
+	r32 []float32
+}
+
+func atRefAll(p reference.Params, q, k, v, dout []float32, backward bool) (o []atRef, lse, dq, dk, dv atRef) {
+	o64, l64 := reference.Forward64(p, atTo64(q), atTo64(k), atTo64(v))
+	o32, l32 := reference.Forward32(p, q, k, v)
+	o = []atRef{{o64, o32}}
+	lse = atRef{l64, l32}
+	if backward {
+		dq64, dk64, dv64 := reference.Backward64(p, atTo64(q), atTo64(k), atTo64(v), atTo64(dout))
+		dq32, dk32, dv32 := reference.Backward32(p, q, k, v, dout)
+		dq, dk, dv = atRef{dq64, dq32}, atRef{dk64, dk32}, atRef{dv64, dv32}
+	}
+	return
+}
+
+func atCheckOne(t *testing.T, name string, got []float32, r atRef) {
+	t.Helper()
+	if err := reference.Check(name, got, r.r32, r.r64); err != nil {
+		t.Error(err)
+	}
+}
+
+func atCompare(t *testing.T, prefix string, p reference.Params, q, k, v, dout, gotO, gotL, gotDQ, gotDK, gotDV []float32) {
+	t.Helper()
+	o, l, dq, dk, dv := atRefAll(p, q, k, v, dout, dout != nil)
+	atCheckOne(t, prefix+"O", gotO, o[0])
+	atCheckOne(t, prefix+"LSE", gotL, l)
+	if dout != nil {
+		atCheckOne(t, prefix+"dQ", gotDQ, dq)
+		atCheckOne(t, prefix+"dK", gotDK, dk)
+		atCheckOne(t, prefix+"dV", gotDV, dv)
+	}
+}
+
+// atInputs writes a small valid input set into dir and returns the base
+// arguments (without -o).
+func atInputs(t testing.TB, dir string) []string {
+	rng := rand.New(rand.NewPCG(3, 4))
+	return []string{"attn",
+		"-q", atWriteF32(t, filepath.Join(dir, "q.npy"), atRand(rng, 1*4*2*8), 1, 4, 2, 8),
+		"-k", atWriteF32(t, filepath.Join(dir, "k.npy"), atRand(rng, 1*5*2*8), 1, 5, 2, 8),
+		"-v", atWriteF32(t, filepath.Join(dir, "v.npy"), atRand(rng, 1*5*2*8), 1, 5, 2, 8),
+		"-dout", atWriteF32(t, filepath.Join(dir, "dout.npy"), atRand(rng, 1*4*2*8), 1, 4, 2, 8),
+	}
+}
+
+func TestAttnDeterminism(t *testing.T) {
+	dir := t.TempDir()
+	base := atInputs(t, dir)
+	runTo := func(name string, extra ...string) string {
+		out := filepath.Join(dir, name)
+		args := append(slices.Clone(base), "-o", out)
+		args = append(args, extra...)
+		if code, _, stderr := atRun(args...); code != 0 {
+			t.Fatalf("%v: exit status %d, stderr %q", extra, code, stderr)
+		}
+		return out
+	}
+	files := []string{"out.npy", "lse.npy", "dq.npy", "dk.npy", "dv.npy"}
+	read := func(out, f string) []byte {
+		b, err := os.ReadFile(filepath.Join(out, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	a := runTo("a", "-dropout", "0.5", "-seed", "11")
+	b := runTo("b", "-dropout", "0.5", "-seed", "11")
+	w1 := runTo("w1", "-dropout", "0.5", "-seed", "11", "-workers", "1")
+	w2 := runTo("w2", "-dropout", "0.5", "-seed", "11", "-workers", "2")
+	c := runTo("c", "-dropout", "0.5", "-seed", "12")
+	for _, f := range files {
+		for _, other := range []string{b, w1, w2} {
+			if !bytes.Equal(read(a, f), read(other, f)) {
+				t.Errorf("%s: runs %s and %s with the same seed differ", f, filepath.Base(a), filepath.Base(other))
+			}
+		}
+	}
+	if bytes.Equal(read(a, "out.npy"), read(c, "out.npy")) {
+		t.Errorf("out.npy: seeds 11 and 12 with -dropout 0.5 give identical outputs")
+	}
+	// LSE is computed before dropout: it does not depend on the seed.
+	if !bytes.Equal(read(a, "lse.npy"), read(c, "lse.npy")) {
+		t.Errorf("lse.npy: depends on the dropout seed")
+	}
+}
+
+func TestAttnHelp(t *testing.T) {
+	for _, args := range [][]string{{"attn", "-h"}, {"attn", "-help"}, {"-h"}, {"help"}} {
+		code, stdout, stderr := atRun(args...)
+		if code != 0 {
+			t.Errorf("%v: exit status %d, want 0", args, code)
+		}
+		if !strings.Contains(stdout+stderr, "-q") {
+			t.Errorf("%v: usage does not mention -q: %q", args, stdout+stderr)
+		}
+	}
+	if code, _, stderr := atRun(); code == 0 || stderr == "" {
+		t.Errorf("no arguments: exit status %d, stderr %q", code, stderr)
+	}
+}
+
+func TestAttnBad(t *testing.T) {
+	dir := t.TempDir()
+	base := atInputs(t, dir)
+	p := func(name string) string { return filepath.Join(dir, name) }
+	rng := rand.New(rand.NewPCG(9, 9))
+	w32 := func(name string, shape ...int) string {
+		n := 1
+		for _, d := range shape {
+			n *= d
+		}
+		return atWriteF32(t, p(name), atRand(rng, n), shape...)
+	}
+	wraw := func(name string, b []byte) string {
+		if err := os.WriteFile(p(name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p(name)
+	}
+	qBytes, err := os.ReadFile(p("q.npy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w32("q3.npy", 4, 2, 8)
+	w32("k_d4.npy", 1, 5, 2, 4)
+	w32("q_h3.npy", 1, 4, 3, 8)
+	w32("k_b2.npy", 2, 5, 2, 8)
+	w32("v_s6.npy", 1, 6, 2, 8)
+	w32("dout_s5.npy", 1, 5, 2, 8)
+	w32("q_empty.npy", 1, 0, 2, 8)
+	w32("slopes3.npy", 3)
+	w32("slopes_bh.npy", 2, 2)
+	atWriteF32(t, p("slopes_nan.npy"), []float32{0.5, float32(math.NaN())}, 2)
+	atWriteF32(t, p("slopes_inf.npy"), []float32{float32(math.Inf(1)), 0.5}, 2)
+	atWriteI32(t, p("slopes_i32.npy"), []int32{1, 2}, 2)
+	wraw("text.npy", []byte("this is not a numpy file\n"))
+	wraw("empty.npy", nil)
+	wraw("f8.npy", atRawNpy("<f8", false, "(1, 4, 2, 8)", make([]byte, 8*64)))
+	wraw("big.npy", atRawNpy(">f4", false, "(1, 4, 2, 8)", make([]byte, 4*64)))
+	wraw("fortran.npy", atRawNpy("<f4", true, "(1, 4, 2, 8)", make([]byte, 4*64)))
+	wraw("trunc.npy", qBytes[:len(qBytes)-5])
+	wraw("trailing.npy", append(slices.Clone(qBytes), 0, 0, 0, 0))
+	wraw("header_trunc.npy", qBytes[:20])
+	if err := os.Mkdir(p("adir.npy"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	wraw("notadir", []byte("x"))
+
+	// Varlen atInputs: q [7, 2, 8], k/v [9, 2, 8], two sequences.
+	vl := []string{"attn", "-q", w32("vq.npy", 7, 2, 8), "-k", w32("vk.npy", 9, 2, 8), "-v", w32("vv.npy", 9, 2, 8)}
+	atWriteI32(t, p("cuq.npy"), []int32{0, 3, 7}, 3)
+	atWriteI32(t, p("cuk.npy"), []int32{0, 4, 9}, 3)
+	atWriteI32(t, p("cu_dec.npy"), []int32{0, 5, 3, 7}, 4)
+	atWriteI32(t, p("cu_start.npy"), []int32{1, 3, 7}, 3)
+	atWriteI32(t, p("cu_end.npy"), []int32{0, 3, 6}, 3)
+	atWriteI32(t, p("cu_k3.npy"), []int32{0, 2, 5, 9}, 4)
+	atWriteI32(t, p("cu_one.npy"), []int32{0}, 1)
+	atWriteI32(t, p("cu_2d.npy"), []int32{0, 3, 7, 7}, 2, 2)
+	atWriteF32(t, p("cu_f32.npy"), []float32{0, 3, 7}, 3)
+	atWriteI32(t, p("used_bad.npy"), []int32{4, 6}, 2)
+	atWriteI32(t, p("used_neg.npy"), []int32{-1, 2}, 2)
+	atWriteI32(t, p("used_len.npy"), []int32{1, 1, 1}, 3)
+	vlcu := append(slices.Clone(vl), "-cu-seqlens-q", p("cuq.npy"), "-cu-seqlens-k", p("cuk.npy"))
+	// Check that the varlen base is itself valid.
+	if code, _, stderr := atRun(append(slices.Clone(vlcu), "-o", filepath.Join(t.TempDir(), "o"))...); code != 0 {
+		t.Fatalf("varlen base: exit status %d, stderr %q", code, stderr)
+	}
+
+	with := func(b []string, extra ...string) []string { return append(slices.Clone(b), extra...) }
+	// replace returns base with the value of flag name replaced (or the flag
+	// removed if val is "").
+	replace := func(b []string, name, val string) []string {
+		out := slices.Clone(b)
+		for i := 1; i < len(out); i++ {
+			if out[i] == name {
+				if val == "" {
+					return append(out[:i], out[i+2:]...)
+				}
+				out[i+1] = val
+				return out
+			}
+		}
+		panic("no flag " + name)
+	}
+
+	cases := []struct {
+		name string
+		args []string
+		key  string // must appear in the stderr line
+		code int    // 0: any non-zero status
+	}{
+		{"missing -q", replace(base, "-q", ""), "-q", 1},
+		{"missing -k", replace(base, "-k", ""), "-k", 1},
+		{"missing -v", replace(base, "-v", ""), "-v", 1},
+		{"no args", []string{"attn"}, "-q", 1},
+		{"nonexistent", replace(base, "-q", p("nope.npy")), "nope.npy", 1},
+		{"nonexistent dout", replace(base, "-dout", p("nope.npy")), "nope.npy", 1},
+		{"directory", replace(base, "-k", p("adir.npy")), "adir.npy", 1},
+		{"not npy", replace(base, "-q", p("text.npy")), "text.npy", 1},
+		{"empty file", replace(base, "-v", p("empty.npy")), "empty.npy", 1},
+		{"float64", replace(base, "-q", p("f8.npy")), "f8.npy", 1},
+		{"big-endian", replace(base, "-q", p("big.npy")), "big.npy", 1},
+		{"fortran", replace(base, "-q", p("fortran.npy")), "fortran.npy", 1},
+		{"truncated", replace(base, "-q", p("trunc.npy")), "trunc.npy", 1},
+		{"truncated header", replace(base, "-k", p("header_trunc.npy")), "header_trunc.npy", 1},
+		{"trailing data", replace(base, "-q", p("trailing.npy")), "trailing.npy", 1},
+		{"q 3-D without varlen", replace(base, "-q", p("q3.npy")), "q3.npy", 1},
+		{"empty dimension", replace(base, "-q", p("q_empty.npy")), "q_empty.npy", 1},
+		{"k headdim", replace(base, "-k", p("k_d4.npy")), "k_d4.npy", 1},
+		{"k batch", replace(replace(base, "-k", p("k_b2.npy")), "-v", p("k_b2.npy")), "k_b2.npy", 1},
+		{"heads not divisible", replace(base, "-q", p("q_h3.npy")), "heads", 1},
+		{"v shape", replace(base, "-v", p("v_s6.npy")), "v_s6.npy", 1},
+		{"dout shape", replace(base, "-dout", p("dout_s5.npy")), "dout_s5.npy", 1},
+		{"dout float64", replace(base, "-dout", p("f8.npy")), "f8.npy", 1},
+		{"scale NaN", with(base, "-scale", "NaN"), "-scale", 1},
+		{"scale Inf", with(base, "-scale", "Inf"), "-scale", 1},
+		{"scale -1", with(base, "-scale", "-1"), "-scale", 1},
+		{"scale underflow", with(base, "-scale", "1e-60"), "-scale", 1},
+		{"scale overflow", with(base, "-scale", "1e60"), "-scale", 1},
+		{"scale not a number", with(base, "-scale", "abc"), "-scale", 2},
+		{"softcap -1", with(base, "-softcap", "-1"), "-softcap", 1},
+		{"softcap NaN", with(base, "-softcap", "NaN"), "-softcap", 1},
+		{"softcap overflow", with(base, "-softcap", "1e60"), "-softcap", 1},
+		{"softcap underflow", with(base, "-softcap", "1e-60"), "-softcap", 1},
+		{"dropout 1", with(base, "-dropout", "1"), "-dropout", 1},
+		{"dropout -0.1", with(base, "-dropout", "-0.1"), "-dropout", 1},
+		{"dropout NaN", with(base, "-dropout", "NaN"), "-dropout", 1},
+		{"dropout rounds to 1", with(base, "-dropout", "0.99999999"), "-dropout", 1},
+		{"window-left -5", with(base, "-window-left", "-5"), "-window-left", 1},
+		{"window-right -2", with(base, "-window-right", "-2"), "-window-right", 1},
+		{"window-left not int", with(base, "-window-left", "1.5"), "-window-left", 2},
+		{"seed negative", with(base, "-seed", "-1"), "-seed", 2},
+		{"workers -1", with(base, "-workers", "-1"), "-workers", 1},
+		{"alibi wrong length", with(base, "-alibi", p("slopes3.npy")), "slopes3.npy", 1},
+		{"alibi NaN", with(base, "-alibi", p("slopes_nan.npy")), "slopes_nan.npy", 1},
+		{"alibi Inf", with(base, "-alibi", p("slopes_inf.npy")), "slopes_inf.npy", 1},
+		{"alibi int32", with(base, "-alibi", p("slopes_i32.npy")), "slopes_i32.npy", 1},
+		{"alibi [B,H] wrong batch", with(base, "-alibi", p("slopes_bh.npy")), "slopes_bh.npy", 1},
+		{"alibi nonexistent", with(base, "-alibi", p("nope_slopes.npy")), "nope_slopes.npy", 1},
+		{"cu decreasing", with(vl, "-cu-seqlens-q", p("cu_dec.npy"), "-cu-seqlens-k", p("cu_k3.npy")), "cu_dec.npy", 1},
+		{"cu not from 0", with(vl, "-cu-seqlens-q", p("cu_start.npy"), "-cu-seqlens-k", p("cuk.npy")), "cu_start.npy", 1},
+		{"cu wrong end", with(vl, "-cu-seqlens-q", p("cu_end.npy"), "-cu-seqlens-k", p("cuk.npy")), "cu_end.npy", 1},
+		{"cu k wrong end", with(vl, "-cu-seqlens-q", p("cuq.npy"), "-cu-seqlens-k", p("cuq.npy")), "cuq.npy", 1},
+		{"cu float32", with(vl, "-cu-seqlens-q", p("cu_f32.npy"), "-cu-seqlens-k", p("cuk.npy")), "cu_f32.npy", 1},
+		{"cu one entry", with(vl, "-cu-seqlens-q", p("cu_one.npy"), "-cu-seqlens-k", p("cuk.npy")), "cu_one.npy", 1},
+		{"cu 2-D", with(vl, "-cu-seqlens-q", p("cu_2d.npy"), "-cu-seqlens-k", p("cuk.npy")), "cu_2d.npy", 1},
+		{"cu lengths differ", with(vl, "-cu-seqlens-q", p("cuq.npy"), "-cu-seqlens-k", p("cu_k3.npy")), "cu_k3.npy", 1},
+		{"cu nonexistent", with(vl, "-cu-seqlens-q", p("nope_cu.npy"), "-cu-seqlens-k", p("cuk.npy")), "nope_cu.npy", 1},
+		{"only cu q", with(vl, "-cu-seqlens-q", p("cuq.npy")), "-cu-seqlens-k", 1},
+		{"only cu k", with(vl, "-cu-seqlens-k", p("cuk.npy")), "-cu-seqlens-q", 1},
+		{"varlen with 4-D q", with(base, "-cu-seqlens-q", p("cuq.npy"), "-cu-seqlens-k", p("cuk.npy")), "q.npy", 1},
+		{"varlen alibi wrong batch", with(vlcu, "-alibi", p("slopes3.npy")), "slopes3.npy", 1},
+		{"seqused-k without varlen", with(base, "-seqused-k", p("used_bad.npy")), "-seqused-k", 1},
+		{"seqused-k too large", with(vlcu, "-seqused-k", p("used_bad.npy")), "used_bad.npy", 1},
+		{"seqused-k negative", with(vlcu, "-seqused-k", p("used_neg.npy")), "used_neg.npy", 1},
+		{"seqused-k length", with(vlcu, "-seqused-k", p("used_len.npy")), "used_len.npy", 1},
+		{"unknown flag", with(base, "-bogus"), "-bogus", 2},
+		{"flag missing value", with(base, "-scale"), "-scale", 2},
+		{"positional argument", with(base, "extra.npy"), "extra.npy", 2},
+		{"unknown subcommand", []string{"frobnicate", "-q", p("q.npy")}, "frobnicate", 2},
+	}
+
+	// A good run whose files a failing run must leave untouched.
+	stale := filepath.Join(t.TempDir(), "stale")
+	if code, _, stderr := atRun(with(base, "-o", stale)...); code != 0 {
+		t.Fatalf("good run: exit status %d, stderr %q", code, stderr)
+	}
+	staleNames := atDirNames(t, stale)
+	staleBytes := map[string][]byte{}
+	for _, n := range staleNames {
+		b, err := os.ReadFile(filepath.Join(stale, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		staleBytes[n] = b
+	}
+
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			check := func(out string) {
+				t.Helper()
+				code, stdout, stderr := atRun(with(c.args, "-o", out)...)
+				if code == 0 {
+					t.Fatalf("exit status 0, want failure (stdout %q)", stdout)
+				}
+				if c.code != 0 && code != c.code {
+					t.Errorf("exit status %d, want %d", code, c.code)
+				}
+				if !strings.HasSuffix(stderr, "\n") || strings.Count(stderr, "\n") != 1 {
+					t.Errorf("stderr is not exactly one line: %q", stderr)
+				}
+				if !strings.Contains(stderr, c.key) {
+					t.Errorf("stderr %q does not name %q", stderr, c.key)
+				}
+			}
+			// A pre-created empty out dir stays empty.
+			empty := filepath.Join(t.TempDir(), "out")
+			if err := os.Mkdir(empty, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			check(empty)
+			if names := atDirNames(t, empty); len(names) != 0 {
+				t.Errorf("failed run left %v in the out dir", names)
+			}
+			// An out dir that does not exist is not created.
+			missing := filepath.Join(t.TempDir(), "missing")
+			check(missing)
+			if _, err := os.Stat(missing); !os.IsNotExist(err) {
+				t.Errorf("failed run created the out dir %s (stat: %v)", missing, err)
+			}
+			// The files of an earlier good run are left untouched.
+			check(stale)
+			if names := atDirNames(t, stale); !slices.Equal(names, staleNames) {
+				t.Errorf("out dir holds %v after a failed run, want %v", names, staleNames)
+			}
+			for n, want := range staleBytes {
+				got, err := os.ReadFile(filepath.Join(stale, n))
+				if err != nil || !bytes.Equal(got, want) {
+					t.Errorf("%s changed by a failed run (err %v)", n, err)
+				}
+			}
+		})
+	}
+
+	// -o naming a regular file (the check happens when writing).
+	t.Run("out is a file", func(t *testing.T) {
+		code, _, stderr := atRun(with(base, "-o", p("notadir"))...)
+		if code == 0 || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "notadir") {
+			t.Errorf("exit status %d, stderr %q", code, stderr)
+		}
+		if b, err := os.ReadFile(p("notadir")); err != nil || string(b) != "x" {
+			t.Errorf("-o file changed: %q, %v", b, err)
+		}
+	})
+}
+
+// FuzzAttnFlags runs a fixed small valid input set with fuzzed option values:
+// the command must not panic, must exit 0 (with every output file) or 1/2
+// (with exactly one stderr line and no output file).
+func FuzzAttnFlags(f *testing.F) {
+	dir := f.TempDir()
+	base := atInputs(f, dir)
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0))
+	f.Add(0.5, 2.0, 0.3, 2, 1, true, uint64(7))
+	f.Add(math.NaN(), 0.0, 0.0, -1, -1, false, uint64(1))
+	f.Add(-1.0, -1.0, 1.0, -5, -7, true, uint64(2))
+	f.Add(1e-60, 1e60, 0.99999999, math.MaxInt, math.MinInt, false, uint64(math.MaxUint64))
+	f.Add(math.Inf(1), math.Inf(-1), math.Inf(1), 0, 0, true, uint64(3))
+	f.Add(3e38, 1e-45, 1e-50, 0, math.MaxInt, false, uint64(4))
+	f.Add(1e30, 0.0, 0.0, 1<<62, 1<<62, true, uint64(5))
+	f.Fuzz(func(t *testing.T, scale, softcap, dropout float64, wl, wr int, causal bool, seed uint64) {
+		out := filepath.Join(t.TempDir(), "out")
+		if err := os.Mkdir(out, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		ff := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+		args := append(slices.Clone(base), "-o", out,
+			"-scale", ff(scale), "-softcap", ff(softcap), "-dropout", ff(dropout),
+			"-window-left", strconv.Itoa(wl), "-window-right", strconv.Itoa(wr),
+			"-seed", strconv.FormatUint(seed, 10))
+		if causal {
+			args = append(args, "-causal")
+		}
+		var code int
+		var stderr string
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Fatalf("panic: %v (args %q)", r, args)
+				}
+			}()
+			code, _, stderr = atRun(args...)
+		}()
+		names := atDirNames(t, out)
+		switch code {
+		case 0:
+			want := []string{"dk.npy", "dq.npy", "dv.npy", "lse.npy", "out.npy"}
+			if !slices.Equal(names, want) {
+				t.Fatalf("exit 0 but out dir holds %v (args %q)", names, args)
+			}
+			if _, shape, err := npy.ReadFloat32(filepath.Join(out, "out.npy")); err != nil || !reflect.DeepEqual(shape, []int{1, 4, 2, 8}) {
+				t.Fatalf("out.npy: shape %v, err %v", shape, err)
+			}
+		case 1, 2:
+			if !strings.HasSuffix(stderr, "\n") || strings.Count(stderr, "\n") != 1 {
+				t.Fatalf("exit %d with stderr not one line: %q (args %q)", code, stderr, args)
+			}
+			if len(names) != 0 {
+				t.Fatalf("exit %d but out dir holds %v (args %q)", code, names, args)
+			}
+		default:
+			t.Fatalf("exit status %d (args %q), stderr %q", code, args, stderr)
+		}
+	})
+}
