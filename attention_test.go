@@ -208,7 +208,7 @@ func TestAgainstReferenceGrid(t *testing.T) {
 		tcase{b: 1, sq: 66, sk: 66, h: 4, hk: 1, d: 16, strided: true},
 		tcase{b: 1, sq: 100, sk: 100, h: 2, hk: 2, d: 64, causal: true, bq: 16, bk: 16},
 		tcase{b: 1, sq: 90, sk: 50, h: 2, hk: 2, d: 33, causal: true, bq: 7, bk: 20},
-		tcase{b: 1, sq: 2, sk: 500, h: 8, hk: 2, d: 64},          // decode-like: stacked GQA rows, key splits
+		tcase{b: 1, sq: 2, sk: 500, h: 8, hk: 2, d: 64},                // decode-like: stacked GQA rows, key splits
 		tcase{b: 1, sq: 1, sk: 1000, h: 2, hk: 2, d: 64, causal: true}, // flash-decoding split
 	)
 	forEachKernel(t, func(t *testing.T) {

@@ -168,11 +168,7 @@ func (p *problem) backwardUnit(ws *workspace, u *bwdUnit, g *gradViews, part []f
 		delta, lse := ws.delta[:s.nq], ws.lse[:s.nq]
 		for i := range delta {
 			o, do := g.o.row(s.tb, s.q0+i, h)[:d], g.do.row(s.tb, s.q0+i, h)[:d]
-			var acc float32
-			for c, x := range o {
-				acc += x * do[c]
-			}
-			delta[i] = acc
+			delta[i] = p.impl.Dot(do, o) // rowsum(dO∘O), as dP is accumulated
 			lse[i] = g.lse[s.lse0+h*s.lseH+i]
 		}
 		var dq []float32
@@ -215,11 +211,14 @@ func (p *problem) backwardBlock(ws *workspace, s *sequence, h, hk, j0, n int, de
 	for i0 := qlo; i0 < qhi; i0 += p.bq {
 		i1 := min(i0+p.bq, qhi)
 		m := i1 - i0
-		qrows := p.q.row(s.tb, s.q0+i0, h)
+		for r := 0; r < m; r++ {
+			qr := ws.qp[r*dp : (r+1)*dp]
+			scaleRow(qr[:d], p.q.row(s.tb, s.q0+i0+r, h), p.scale)
+			clear(qr[d:])
+		}
 		dorows := g.do.row(s.tb, s.q0+i0, h)
-		k.MulABt(ws.s, np, qrows, p.q.ss, ws.kt, m, np, d)
+		k.MulABt(ws.s, np, ws.qp, dp, ws.kt, m, np, d)
 		k.MulABt(ws.dp, np, dorows, g.do.ss, ws.vt, m, np, d)
-		kernel.PackRows(ws.qp, qrows, p.q.ss, m, d)
 		kernel.PackRows(ws.dop, dorows, g.do.ss, m, d)
 		full := s.band.full(i0, i1, j0, j0+n)
 		pass := p.needsScorePass(full)
@@ -233,15 +232,13 @@ func (p *problem) backwardBlock(ws *workspace, s *sequence, h, hk, j0, n int, de
 			if p.softcap > 0 {
 				gr = ws.g[r*np : r*np+n]
 			}
-			scale := p.scale
 			if pass {
 				p.scoreRow(row[:n], gr, s, h, i, j0, !full)
-				scale = 1
 			}
 			if lse[i] == negInf { // the row sees no key at all
 				clear(row)
 			} else {
-				k.ExpSum(row, scale, lse[i])
+				k.ExpSum(row, 1, lse[i])
 			}
 			dprow := ws.dp[r*np : (r+1)*np]
 			if p.dropOn {
@@ -267,7 +264,7 @@ func (p *problem) backwardBlock(ws *workspace, s *sequence, h, hk, j0, n int, de
 		dkr := g.dk.row(s.tb, s.k0+j0+jj, hk)[:d]
 		dvr := g.dv.row(s.tb, s.k0+j0+jj, hk)[:d]
 		for c := range dkr {
-			dkr[c] += p.scale * dk[jj*dp+c]
+			dkr[c] += dk[jj*dp+c] // dK = dSᵀ·(scale·Q): the scale is in qp
 			dvr[c] += dv[jj*dp+c]
 		}
 	}

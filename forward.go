@@ -182,7 +182,7 @@ func (p *problem) forwardTask(ws *workspace, t *fwdTask, out view, lse []float32
 	qp := ws.qp[:m*d]
 	for r := 0; r < m; r++ {
 		h, i := t.at(r)
-		copy(qp[r*d:(r+1)*d], p.q.row(s.tb, s.q0+i, h))
+		scaleRow(qp[r*d:(r+1)*d], p.q.row(s.tb, s.q0+i, h), p.scale)
 	}
 	for j0 := t.j0; j0 < t.j1; j0 += p.bk {
 		n := min(p.bk, t.j1-j0)
@@ -198,12 +198,10 @@ func (p *problem) forwardTask(ws *workspace, t *fwdTask, out view, lse []float32
 				row[c] = negInf
 			}
 			h, i := t.at(r)
-			scale := p.scale
 			if pass {
 				p.scoreRow(row[:n], nil, s, h, i, j0, !full)
-				scale = 1
 			}
-			st.update(k, r, row, scale)
+			st.update(k, r, row)
 			if p.dropOn {
 				p.drop.ApplyRow(row[:n], s.b, h, i, j0)
 			}
@@ -267,5 +265,14 @@ func (p *problem) mergeSplits(t *fwdTask, splits int, part *partials, out view, 
 		if lse != nil {
 			lse[s.lse0+h*s.lseH+i] = lv
 		}
+	}
+}
+
+// scaleRow sets dst = scale·src (len(dst) elements): the softmax scale is
+// folded into the packed Q tile once, instead of into every score.
+func scaleRow(dst, src []float32, scale float32) {
+	src = src[:len(dst)]
+	for c, x := range src {
+		dst[c] = x * scale
 	}
 }

@@ -2,34 +2,29 @@ package flashattn
 
 import "math"
 
-// scores.go turns the raw products S = Q·Kᵀ of one tile row into the scores
-// x of SPEC §1: scale, softcap, ALiBi bias, mask. The common case (no
-// softcap, no ALiBi, tile fully visible) skips this pass: the scale is then
-// folded into the exponential by the caller.
+// scores.go turns the products S = (scale·Q)·Kᵀ of one tile row into the
+// scores x of SPEC §1: softcap, ALiBi bias, mask. The scale is folded into
+// the packed Q tile, so the common case (no softcap, no ALiBi, tile fully
+// visible) needs no pass over the scores at all.
 
 // needsScorePass reports whether rows of a tile must go through scoreRow.
 func (p *problem) needsScorePass(full bool) bool {
 	return !full || p.softcap > 0 || p.alibi != nil
 }
 
-// scoreRow rewrites row (raw dot products of query row i with keys j0,
+// scoreRow rewrites row (scaled dot products of query row i with keys j0,
 // j0+1, ...) into final scores. If g is not nil and softcap is on, g[c]
-// receives d(score)/d(scaled raw score) = 1 - tanh², for the backward pass.
-// If masked is true the band is applied per element.
+// receives d(score)/d(scaled dot product) = 1 - tanh², for the backward
+// pass. If masked is true the band is applied per element.
 func (p *problem) scoreRow(row, g []float32, s *sequence, h, i, j0 int, masked bool) {
-	scale := p.scale
 	if c := p.softcap; c > 0 {
-		inv := float64(scale / c)
+		inv := 1 / float64(c)
 		for j, x := range row {
 			t := math.Tanh(float64(x) * inv)
 			row[j] = c * float32(t)
 			if g != nil {
 				g[j] = float32(1 - t*t)
 			}
-		}
-	} else {
-		for j := range row {
-			row[j] *= scale
 		}
 	}
 	if slope := p.slope(s.b, h); p.alibi != nil {

@@ -26,12 +26,11 @@ func (st *rowState) reset(rows int) {
 	clear(st.o[:rows*st.dp])
 }
 
-// update folds one tile row into row r's state. row holds raw scores that
-// become scores when multiplied by scale (scale is 1 if scoreRow already ran);
-// on return it holds exp(x - m_new), ready for the P·V product.
-func (st *rowState) update(k *kernel.Impl, r int, row []float32, scale float32) {
+// update folds one tile row of scores into row r's state; on return row
+// holds exp(x - m_new), ready for the P·V product.
+func (st *rowState) update(k *kernel.Impl, r int, row []float32) {
 	mOld := st.m[r]
-	mNew := max(mOld, k.Max(row)*scale)
+	mNew := max(mOld, k.Max(row))
 	if mNew == negInf { // nothing visible to this row yet
 		clear(row)
 		return
@@ -44,7 +43,7 @@ func (st *rowState) update(k *kernel.Impl, r int, row []float32, scale float32) 
 		}
 		st.m[r] = mNew
 	}
-	st.l[r] += k.ExpSum(row, scale, mNew)
+	st.l[r] += k.ExpSum(row, 1, mNew)
 }
 
 // finish writes row r's normalised output (first d elements) to out and

@@ -77,9 +77,9 @@ type view struct {
 func (v view) row(b, s, h int) []float32 { return v.data[b*v.bs+s*v.ss+v.hs*h:] }
 
 // check validates t as the tensor called name with the expected shape and
-// returns its resolved view. A negative expectation means "any". Outputs
-// must also not overlap themselves: each (b, s, h) row has its own Dim
-// elements.
+// returns its resolved view. A negative expectation means "any". Rows must
+// not overlap: each (b, s, h) row has its own Dim elements (the kernels read
+// rows as a matrix with leading dimension SeqStride).
 func (t Tensor) check(name string, output bool, batch, seq, heads, dim int) (view, error) {
 	if t.Data == nil {
 		return view{}, fmt.Errorf("flashattn: %s is nil", name)
@@ -99,15 +99,23 @@ func (t Tensor) check(name string, output bool, batch, seq, heads, dim int) (vie
 	if bs < 0 || ss < 0 || hs < 0 {
 		return view{}, fmt.Errorf("flashattn: %s has a negative stride", name)
 	}
-	if output && ((t.Heads > 1 && hs < t.Dim) ||
+	if (t.Heads > 1 && hs < t.Dim) ||
 		(t.Seq > 1 && ss < (t.Heads-1)*hs+t.Dim) ||
-		(t.Batch > 1 && bs < (t.Seq-1)*ss+(t.Heads-1)*hs+t.Dim)) {
-		return view{}, fmt.Errorf("flashattn: output %s strides (batch %d, seq %d, head %d) make rows overlap", name, bs, ss, hs)
+		(t.Batch > 1 && bs < (t.Seq-1)*ss+(t.Heads-1)*hs+t.Dim) {
+		kind := "input"
+		if output {
+			kind = "output"
+		}
+		return view{}, fmt.Errorf("flashattn: %s %s strides (batch %d, seq %d, head %d) make rows of headdim %d overlap", kind, name, bs, ss, hs, t.Dim)
 	}
 	// The last element must lie inside Data; computed in int64-safe steps.
 	last := int64(t.Batch-1)*int64(bs) + int64(t.Seq-1)*int64(ss) + int64(t.Heads-1)*int64(hs) + int64(t.Dim)
 	if last > int64(len(t.Data)) {
 		return view{}, fmt.Errorf("flashattn: %s needs %d elements for shape [%d %d %d %d] with its strides, has %d", name, last, t.Batch, t.Seq, t.Heads, t.Dim, len(t.Data))
+	}
+	if t.Seq == 1 {
+		// Unused for stepping, but kernels take it as a leading dimension.
+		ss = max(ss, (t.Heads-1)*hs+t.Dim)
 	}
 	return view{data: t.Data, bs: bs, ss: ss, hs: hs}, nil
 }

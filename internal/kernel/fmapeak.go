@@ -9,13 +9,11 @@ func FMAPeak(iters int) (flopsPerIter int) {
 	return archFMAPeak(iters)
 }
 
-var fmaSink float32
-
 // fmaPeakGeneric is a Go loop of 12 independent multiply-add chains: 24
 // FLOPs per iteration.
 func fmaPeakGeneric(iters int) int {
 	var a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11 float32
-	x, y := fmaSink+0.5, fmaSink+0.25
+	x, y := float32(iters%3)+0.5, float32(iters%5)+0.25
 	for i := 0; i < iters; i++ {
 		a0 = a0*x + y
 		a1 = a1*x + y
@@ -30,6 +28,8 @@ func fmaPeakGeneric(iters int) int {
 		a10 = a10*x + y
 		a11 = a11*x + y
 	}
-	fmaSink = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11
+	if a0+a1+a2+a3+a4+a5+a6+a7+a8+a9+a10+a11 == 1 { // keeps the loop alive
+		return 25
+	}
 	return 24
 }

@@ -15,6 +15,7 @@ var Generic = Impl{
 	Max:       maxGeneric,
 	Scale:     scaleGeneric,
 	DsFromDp:  dsFromDpGeneric,
+	Dot:       dotGeneric,
 }
 
 func mulABtGeneric(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int) {
@@ -227,4 +228,26 @@ func dsFromDpGeneric(dp, p []float32, d float32) {
 	for j, v := range dp {
 		dp[j] = p[j] * (v - d)
 	}
+}
+
+func dotGeneric(a, b []float32) float32 {
+	b = b[:len(a)]
+	var acc float32
+	for i, x := range a {
+		acc += x * b[i]
+	}
+	return acc
+}
+
+// dotFMA is Dot for the assembly kernels, which accumulate with fused
+// multiply-adds. The product of two float32 is exact in float64, so
+// rounding the float64 FMA to float32 matches a float32 FMA except in
+// vanishingly rare double-rounding ties.
+func dotFMA(a, b []float32) float32 {
+	b = b[:len(a)]
+	var acc float32
+	for i, x := range a {
+		acc = float32(math.FMA(float64(x), float64(b[i]), float64(acc)))
+	}
+	return acc
 }

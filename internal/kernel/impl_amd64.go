@@ -1,42 +1,19 @@
 package kernel
 
+import "golang.org/x/sys/cpu"
+
 // The assembly in kernel_amd64.s trusts its arguments. The wrappers below
 // check, cheaply and before any memory is touched, every precondition that
 // keeps the assembly inside the slices it is given; a violation is a bug in
 // the caller (an internal invariant), so they panic.
 
 // hasAVX2 reports AVX2 and FMA; hasAVX512 reports AVX512F and AVX512VL (the
-// only AVX-512 subsets the kernels use). Both include the OS saving the
-// registers.
-var hasAVX2, hasAVX512 = detectCPU()
-
-// detectCPU reads the CPUID feature bits, as golang.org/x/sys/cpu does (that
-// package is not used because x/sys v0.49.0 needs a go 1.26 go.mod). On
-// darwin, which enables AVX-512 state lazily, AVX-512 may go undetected and
-// avx2 is then used.
-func detectCPU() (avx2, avx512 bool) {
-	maxLeaf, _, _, _ := cpuid(0, 0)
-	if maxLeaf < 7 {
-		return false, false
-	}
-	_, _, ecx1, _ := cpuid(1, 0)
-	fma := ecx1&(1<<12) != 0
-	osxsave := ecx1&(1<<27) != 0
-	avx := ecx1&(1<<28) != 0
-	if !osxsave || !avx {
-		return false, false
-	}
-	xcr0, _ := xgetbv()
-	osYMM := xcr0&0x6 == 0x6   // XMM and YMM state
-	osZMM := xcr0&0xe6 == 0xe6 // plus opmask, ZMM0-15 upper halves, ZMM16-31
-	_, ebx7, _, _ := cpuid(7, 0)
-	hasAVX2 := ebx7&(1<<5) != 0
-	hasF := ebx7&(1<<16) != 0
-	hasVL := ebx7&(1<<31) != 0
-	avx2 = osYMM && hasAVX2 && fma
-	avx512 = avx2 && osZMM && hasF && hasVL
-	return avx2, avx512
-}
+// only AVX-512 subsets the kernels use). golang.org/x/sys/cpu also checks
+// that the OS saves the registers.
+var (
+	hasAVX2   = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+	hasAVX512 = hasAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL
+)
 
 // archImpls returns the assembly implementations this CPU supports, best first.
 func archImpls() []Impl {
@@ -51,6 +28,7 @@ func archImpls() []Impl {
 			Max:       wrapMax(maxAVX512),
 			Scale:     wrapScale(scaleAVX512),
 			DsFromDp:  wrapDsFromDp(dsFromDpAVX512),
+			Dot:       dotFMA,
 		})
 	}
 	if hasAVX2 {
@@ -63,6 +41,7 @@ func archImpls() []Impl {
 			Max:       wrapMax(maxAVX2),
 			Scale:     wrapScale(scaleAVX2),
 			DsFromDp:  wrapDsFromDp(dsFromDpAVX2),
+			Dot:       dotFMA,
 		})
 	}
 	return impls

@@ -56,6 +56,11 @@ type Impl struct {
 	// DsFromDp sets dp[j] = p[j] * (dp[j] - d): the softmax backward of one
 	// row, with d = rowsum(dO ∘ O). len(dp) == len(p), a multiple of W.
 	DsFromDp func(dp, p []float32, d float32)
+
+	// Dot returns Σ a[i]*b[i] (len(b) >= len(a)) accumulated in index order
+	// with the same arithmetic as one element of MulABt, so that dot(dO, O)
+	// cancels exactly against an element of dO·Vᵀ when P is one-hot.
+	Dot func(a, b []float32) float32
 }
 
 // PackBt packs the n×k row-major matrix B (row j at b[j*ldb:], k elements)

@@ -4,26 +4,6 @@
 
 #include "textflag.h"
 
-// func cpuid(leaf uint32, sub uint32) (eax uint32, ebx uint32, ecx uint32, edx uint32)
-// Requires: CPUID
-TEXT ·cpuid(SB), NOSPLIT, $0-24
-	MOVL leaf+0(FP), AX
-	MOVL sub+4(FP), CX
-	CPUID
-	MOVL AX, eax+8(FP)
-	MOVL BX, ebx+12(FP)
-	MOVL CX, ecx+16(FP)
-	MOVL DX, edx+20(FP)
-	RET
-
-// func xgetbv() (eax uint32, edx uint32)
-TEXT ·xgetbv(SB), NOSPLIT, $0-8
-	XORL CX, CX
-	XGETBV
-	MOVL AX, eax+0(FP)
-	MOVL DX, edx+4(FP)
-	RET
-
 DATA expconsts<>+0(SB)/4, $0x3fb8aa3b
 DATA expconsts<>+4(SB)/4, $0x3fb8aa3b
 DATA expconsts<>+8(SB)/4, $0x3fb8aa3b

@@ -4,12 +4,6 @@
 
 package kernel
 
-// cpuid executes CPUID with EAX = leaf and ECX = sub.
-func cpuid(leaf uint32, sub uint32) (eax uint32, ebx uint32, ecx uint32, edx uint32)
-
-// xgetbv returns XCR0, the register state the OS saves (XGETBV with ECX = 0).
-func xgetbv() (eax uint32, edx uint32)
-
 // mulABtAVX512 sets C = A·Bᵀ (see Impl.MulABt); bt is packed by PackBt.
 // The caller guarantees n%16 == 0 and that all accesses are in bounds.
 //

@@ -2,18 +2,32 @@ package kernel
 
 import (
 	"fmt"
+	"math"
 	"os"
+	"sync"
 )
+
+// available is computed once: the assembly implementations this CPU
+// supports and that pass selfCheck, then Generic.
+var available = sync.OnceValue(func() []Impl {
+	var ims []Impl
+	for _, im := range archImpls() {
+		if err := selfCheck(im); err == nil {
+			ims = append(ims, im)
+		}
+	}
+	return append(ims, Generic)
+})
 
 // Available lists the implementations this CPU can run, best first; the
 // last is always Generic.
 func Available() []Impl {
-	return append(archImpls(), Generic)
+	return append([]Impl(nil), available()...)
 }
 
 // Lookup returns the available implementation with the given name.
 func Lookup(name string) (Impl, error) {
-	for _, im := range Available() {
+	for _, im := range available() {
 		if im.Name == name {
 			return im, nil
 		}
@@ -30,5 +44,75 @@ func Select() Impl {
 			return im
 		}
 	}
-	return Available()[0]
+	return available()[0]
+}
+
+// selfCheck runs every kernel of im once on a small ragged problem and
+// compares it with Generic. It is a guard for CPUs the assembly was never
+// run on in development (an assembly kernel that disagrees is not used);
+// the kernel tests check far more thoroughly.
+func selfCheck(im Impl) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("kernel %s: %v", im.Name, r)
+		}
+	}()
+	const m, n, k, ld = 7, 32, 19, 37
+	a, b := make([]float32, ld*ld), make([]float32, ld*ld)
+	for i := range a {
+		a[i] = float32(math.Sin(float64(i)))
+	}
+	for i := range b {
+		b[i] = float32(math.Cos(float64(3 * i)))
+	}
+	bt := make([]float32, n*k)
+	PackBt(bt, b, ld, n, k)
+	near := func(name string, x, y []float32) error {
+		for i := range x {
+			if d := math.Abs(float64(x[i] - y[i])); !(d <= 1e-4*(1+math.Abs(float64(y[i])))) {
+				return fmt.Errorf("kernel %s: %s disagrees with generic at %d: %v vs %v", im.Name, name, i, x[i], y[i])
+			}
+		}
+		return nil
+	}
+	type mm func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int)
+	for _, f := range []struct {
+		name     string
+		got, ref mm
+	}{
+		{"MulABt", func(c []float32, ldc int, a []float32, lda int, b []float32, _ int, m, n, k int) {
+			im.MulABt(c, ldc, a, lda, bt, m, n, k)
+		}, func(c []float32, ldc int, a []float32, lda int, b []float32, _ int, m, n, k int) {
+			Generic.MulABt(c, ldc, a, lda, bt, m, n, k)
+		}},
+		{"MulAddAB", im.MulAddAB, Generic.MulAddAB},
+		{"MulAddAtB", im.MulAddAtB, Generic.MulAddAtB},
+	} {
+		c1, c2 := make([]float32, m*n), make([]float32, m*n)
+		for i := range c1 {
+			c1[i], c2[i] = 1, 1
+		}
+		f.got(c1, n, a, ld, b, ld, m, n, k)
+		f.ref(c2, n, a, ld, b, ld, m, n, k)
+		if err := near(f.name, c1, c2); err != nil {
+			return err
+		}
+	}
+	x1, x2 := append([]float32(nil), b[:n]...), append([]float32(nil), b[:n]...)
+	x1[3], x2[3] = float32(math.Inf(-1)), float32(math.Inf(-1))
+	if m1, m2 := im.Max(x1), Generic.Max(x2); m1 != m2 {
+		return fmt.Errorf("kernel %s: Max %v, generic %v", im.Name, m1, m2)
+	}
+	s1, s2 := im.ExpSum(x1, 1.5, 0.25), Generic.ExpSum(x2, 1.5, 0.25)
+	if err := near("ExpSum", append(x1, s1), append(x2, s2)); err != nil {
+		return err
+	}
+	im.Scale(x1, 0.5)
+	Generic.Scale(x2, 0.5)
+	im.DsFromDp(x1, b[:n], 0.3)
+	Generic.DsFromDp(x2, b[:n], 0.3)
+	if err := near("Scale/DsFromDp", x1, x2); err != nil {
+		return err
+	}
+	return near("Dot", []float32{im.Dot(a[:k], b[:k])}, []float32{Generic.Dot(a[:k], b[:k])})
 }

@@ -52,7 +52,6 @@ const mr = 6
 func main() {
 	ConstraintExpr("amd64")
 
-	genCPUID()
 	genExpTable()
 	for _, s := range []isa{isaAVX512, isaAVX2} {
 		for _, k := range []gemmKind{kindABt, kindAB, kindAtB} {
@@ -719,29 +718,3 @@ func genFMAPeak(s isa) {
 	RET()
 }
 
-// ---------------------------------------------------------------------------
-// CPU feature detection.
-//
-// golang.org/x/sys/cpu would do, but x/sys v0.49.0 needs a go 1.26 go.mod;
-// these two instructions are all the detection needs.
-
-func genCPUID() {
-	TEXT("cpuid", NOSPLIT, "func(leaf, sub uint32) (eax, ebx, ecx, edx uint32)")
-	Doc("cpuid executes CPUID with EAX = leaf and ECX = sub.")
-	Load(Param("leaf"), EAX)
-	Load(Param("sub"), ECX)
-	CPUID()
-	Store(EAX, Return("eax"))
-	Store(EBX, Return("ebx"))
-	Store(ECX, Return("ecx"))
-	Store(EDX, Return("edx"))
-	RET()
-
-	TEXT("xgetbv", NOSPLIT, "func() (eax, edx uint32)")
-	Doc("xgetbv returns XCR0, the register state the OS saves (XGETBV with ECX = 0).")
-	XORL(ECX, ECX)
-	XGETBV()
-	Store(EAX, Return("eax"))
-	Store(EDX, Return("edx"))
-	RET()
-}
