@@ -717,4 +717,3 @@ func genFMAPeak(s isa) {
 	VZEROUPPER()
 	RET()
 }
-
