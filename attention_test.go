@@ -255,3 +255,55 @@ func TestWorkersBitIdentical(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrentCalls runs many calls at once from different goroutines
+// (run it with -race): each result equals the same call made alone.
+func TestConcurrentCalls(t *testing.T) {
+	cases := []tcase{
+		{b: 1, sq: 70, sk: 90, h: 2, hk: 1, d: 32, causal: true},
+		{b: 2, sq: 1, sk: 300, h: 4, hk: 2, d: 16},
+		{b: 1, sq: 50, sk: 50, h: 2, hk: 2, d: 8, dropout: 0.3, softcap: 2},
+	}
+	type result struct{ o, lse, dq, dk, dv []float32 }
+	runCase := func(c tcase) result {
+		cd := makeCase(c, 4)
+		q, k, v := Dense(cd.q, c.b, c.sq, c.h, c.d), Dense(cd.k, c.b, c.sk, c.hk, c.d), Dense(cd.v, c.b, c.sk, c.hk, c.d)
+		do := Dense(cd.do, c.b, c.sq, c.h, c.d)
+		out, lse, err := Forward(q, k, v, &cd.opt)
+		if err != nil {
+			t.Error(err)
+			return result{}
+		}
+		dq, dk, dv, err := Backward(q, k, v, out, do, lse, &cd.opt)
+		if err != nil {
+			t.Error(err)
+		}
+		return result{out.Data, lse, dq.Data, dk.Data, dv.Data}
+	}
+	want := make([]result, len(cases))
+	for i, c := range cases {
+		want[i] = runCase(c)
+	}
+	const callers = 8
+	got := make([]result, callers)
+	done := make(chan int)
+	for g := 0; g < callers; g++ {
+		go func() {
+			got[g] = runCase(cases[g%len(cases)])
+			done <- g
+		}()
+	}
+	for range callers {
+		<-done
+	}
+	for g, r := range got {
+		w := want[g%len(cases)]
+		for i, pair := range [][2][]float32{{r.o, w.o}, {r.lse, w.lse}, {r.dq, w.dq}, {r.dk, w.dk}, {r.dv, w.dv}} {
+			for j := range pair[1] {
+				if math.Float32bits(pair[0][j]) != math.Float32bits(pair[1][j]) {
+					t.Fatalf("caller %d output %d differs at %d", g, i, j)
+				}
+			}
+		}
+	}
+}
