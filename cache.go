@@ -55,7 +55,8 @@ func parseSize(s string) int {
 // this core's L2 (in floats): a K tile, a V tile, the Q tile and the output
 // accumulator then share L2 while the microkernel's panels stream through L1.
 // Sizes are rounded to multiples of the kernel width and clamped to ranges
-// that keep the per-tile overheads small.
+// that keep the per-tile overheads small. A BlockK override is rounded up to
+// a multiple of 16.
 func blockSizes(d int, o *Options) (bq, bk int) {
 	_, l2 := cacheSizes()
 	m := l2 / 4 / 2
@@ -67,7 +68,7 @@ func blockSizes(d int, o *Options) (bq, bk int) {
 		bq = o.BlockQ
 	}
 	if o.BlockK > 0 {
-		bk = o.BlockK
+		bk = (o.BlockK + 15) / 16 * 16 // key tiles start on kernel-width boundaries
 	}
 	return bq, bk
 }

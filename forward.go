@@ -115,6 +115,7 @@ func (p *problem) forwardTasks() (tasks []fwdTask, splits, slots int) {
 	}
 	for bi, rb := range blocks {
 		lo, hi := p.seqs[rb.seq].band.keys(rb.i0, rb.i1)
+		lo = lo / kernel.W * kernel.W // tiles start on strip boundaries of the packed K
 		nkb := (hi - lo + p.bk - 1) / p.bk
 		ns := min(splits, max(1, nkb/2))
 		if ns == 1 {
@@ -140,6 +141,8 @@ type partials struct {
 
 func (p *problem) forward(out view, lse []float32) {
 	tasks, splits, slots := p.forwardTasks()
+	pk := p.packKV()
+	defer pk.release()
 	var part partials
 	if slots > 0 {
 		part = partials{
@@ -152,7 +155,7 @@ func (p *problem) forward(out view, lse []float32) {
 		}
 	}
 	parallel(p.workers, len(tasks), func(ws *workspace, t int) {
-		p.forwardTask(ws, &tasks[t], out, lse, &part)
+		p.forwardTask(ws, &tasks[t], out, lse, &part, pk)
 	})
 	if slots == 0 {
 		return
@@ -171,7 +174,7 @@ func (p *problem) forward(out view, lse []float32) {
 
 // forwardTask runs FA2's inner loop for one task: stream the K/V tiles of
 // its key range past the query block, keeping the online softmax state.
-func (p *problem) forwardTask(ws *workspace, t *fwdTask, out view, lse []float32, part *partials) {
+func (p *problem) forwardTask(ws *workspace, t *fwdTask, out view, lse []float32, part *partials, pk *packedKV) {
 	ws.forTile(p)
 	k := &p.impl
 	s := &p.seqs[t.seq]
@@ -187,9 +190,13 @@ func (p *problem) forwardTask(ws *workspace, t *fwdTask, out view, lse []float32
 	for j0 := t.j0; j0 < t.j1; j0 += p.bk {
 		n := min(p.bk, t.j1-j0)
 		np := kernel.Pad(n)
-		kernel.PackBt(ws.kt, p.k.row(s.tb, s.k0+j0, hk), p.k.ss, n, d)
-		kernel.PackRows(ws.vp, p.v.row(s.tb, s.k0+j0, hk), p.v.ss, n, d)
-		k.MulABt(ws.s, np, qp, d, ws.kt, m, np, d)
+		kt, vp := pk.tile(t.seq, hk, j0, n)
+		if kt == nil { // not packed ahead: pack this tile
+			kt, vp = ws.kt, ws.vp
+			kernel.PackBt(kt, p.k.row(s.tb, s.k0+j0, hk), p.k.ss, n, d)
+			kernel.PackRows(vp, p.v.row(s.tb, s.k0+j0, hk), p.v.ss, n, d)
+		}
+		k.MulABt(ws.s, np, qp, d, kt, m, np, d)
 		full := s.band.full(t.i0, t.i1, j0, j0+n)
 		pass := p.needsScorePass(full)
 		for r := 0; r < m; r++ {
@@ -206,7 +213,7 @@ func (p *problem) forwardTask(ws *workspace, t *fwdTask, out view, lse []float32
 				p.drop.ApplyRow(row[:n], s.b, h, i, j0)
 			}
 		}
-		k.MulAddAB(ws.o, dp, ws.s, np, ws.vp, dp, m, dp, n)
+		k.MulAddAB(ws.o, dp, ws.s, np, vp, dp, m, dp, n)
 	}
 	if t.part >= 0 {
 		copy(part.o[t.part*p.bq*dp:], ws.o[:m*dp])

@@ -1,0 +1,84 @@
+package flashattn
+
+import (
+	"sync"
+
+	"github.com/flashattn/flashattn/internal/kernel"
+)
+
+// packedKV holds K and V of the (sequence, KV head) pairs whose tiles are
+// read by several query blocks, packed once per call in the kernels' layout:
+// Kᵀ in strips of kernel.W keys (for S = Q·Kᵀ) and V as rows padded to dp
+// (for O += P·V). Without it every query block would repack every K/V tile,
+// which costs as much as a quarter of the forward pass. Extra memory: about
+// twice the size of K, O(N).
+type packedKV struct {
+	p      *problem
+	buf    []float32
+	kt, vp []int // offsets into buf per seq*kvh+hk; -1 when not packed
+}
+
+var packBufs sync.Pool // *[]float32
+
+// packKV packs, in parallel, every (sequence, KV head) read by two or more
+// row blocks. Decoding (one stacked row block per KV head) packs tile by tile
+// instead, since each tile is then read once.
+func (p *problem) packKV() *packedKV {
+	pk := &packedKV{p: p, kt: make([]int, len(p.seqs)*p.kvh), vp: make([]int, len(p.seqs)*p.kvh)}
+	total := 0
+	var units []int
+	for si, s := range p.seqs {
+		blocks := p.group * ((s.nq + p.bq - 1) / p.bq)
+		if p.group > 1 && s.nq*p.group <= p.bq {
+			blocks = 1
+		}
+		for hk := 0; hk < p.kvh; hk++ {
+			u := si*p.kvh + hk
+			pk.kt[u], pk.vp[u] = -1, -1
+			if blocks < 2 || s.nk == 0 {
+				continue
+			}
+			pk.kt[u] = total
+			total += kernel.Pad(s.nk) * p.d
+			pk.vp[u] = total
+			total += s.nk * p.dp
+			units = append(units, u)
+		}
+	}
+	if total == 0 {
+		return pk
+	}
+	if b, ok := packBufs.Get().(*[]float32); ok {
+		pk.buf = *b
+	}
+	pk.buf = grow(&pk.buf, total)
+	parallel(p.workers, len(units), func(_ *workspace, t int) {
+		u := units[t]
+		s, hk := &p.seqs[u/p.kvh], u%p.kvh
+		kernel.PackBt(pk.buf[pk.kt[u]:], p.k.row(s.tb, s.k0, hk), p.k.ss, s.nk, p.d)
+		kernel.PackRows(pk.buf[pk.vp[u]:], p.v.row(s.tb, s.k0, hk), p.v.ss, s.nk, p.d)
+	})
+	return pk
+}
+
+// tile returns the packed Kᵀ strips and V rows of keys j0..j0+n-1 (j0 a
+// multiple of kernel.W) of (sequence si, KV head hk), or nil if that pair
+// was not packed.
+func (pk *packedKV) tile(si, hk, j0, n int) (kt, vp []float32) {
+	u := si*pk.p.kvh + hk
+	if pk.kt[u] < 0 {
+		return nil, nil
+	}
+	d, dp := pk.p.d, pk.p.dp
+	kt = pk.buf[pk.kt[u]+j0*d : pk.kt[u]+(j0+kernel.Pad(n))*d]
+	vp = pk.buf[pk.vp[u]+j0*dp : pk.vp[u]+(j0+n)*dp]
+	return kt, vp
+}
+
+// release returns the buffer for the next call.
+func (pk *packedKV) release() {
+	if pk.buf != nil {
+		b := pk.buf
+		packBufs.Put(&b)
+	}
+}
