@@ -3736,113 +3736,87 @@ TEXT ·expSumAVX2(SB), NOSPLIT, $0-36
 	VBROADCASTSS X0, Y0
 	MOVSS        sub+28(FP), X1
 	VBROADCASTSS X1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
+	VMOVUPS      expconsts<>+0(SB), Y2
+	VMOVUPS      expconsts<>+64(SB), Y3
+	VMOVUPS      expconsts<>+576(SB), Y4
+	VMOVUPS      expconsts<>+640(SB), Y5
+	VMOVUPS      expconsts<>+704(SB), Y6
+	VXORPS       Y7, Y7, Y7
 
 loop:
-	CMPQ         CX, $0x00000010
+	CMPQ         CX, $0x00000008
 	JL           tail
-	VMOVUPS      (AX), Y4
-	VFMSUB213PS  Y1, Y0, Y4
-	VMINPS       expconsts<>+704(SB), Y4, Y5
-	VMAXPS       expconsts<>+640(SB), Y5, Y5
-	VMULPS       expconsts<>+0(SB), Y5, Y6
-	VROUNDPS     $0x00, Y6, Y6
-	VFNMADD231PS expconsts<>+64(SB), Y6, Y5
-	VFNMADD231PS expconsts<>+128(SB), Y6, Y5
-	VMOVUPS      expconsts<>+192(SB), Y7
-	VFMADD213PS  expconsts<>+256(SB), Y5, Y7
-	VFMADD213PS  expconsts<>+320(SB), Y5, Y7
-	VFMADD213PS  expconsts<>+384(SB), Y5, Y7
-	VFMADD213PS  expconsts<>+448(SB), Y5, Y7
-	VFMADD213PS  expconsts<>+512(SB), Y5, Y7
-	VMULPS       Y5, Y5, Y8
-	VFMADD213PS  Y5, Y8, Y7
-	VADDPS       expconsts<>+576(SB), Y7, Y7
-	VCVTPS2DQ    Y6, Y6
-	VPSLLD       $0x17, Y6, Y6
-	VPADDD       expconsts<>+576(SB), Y6, Y6
-	VMULPS       Y6, Y7, Y7
-	VCMPPS       $0x11, expconsts<>+640(SB), Y4, Y8
-	VANDNPS      Y7, Y8, Y7
-	VCMPPS       $0x16, expconsts<>+704(SB), Y4, Y8
-	VADDPS       expconsts<>+768(SB), Y4, Y4
-	VBLENDVPS    Y8, Y4, Y7, Y7
-	VMOVUPS      Y7, (AX)
-	VADDPS       Y7, Y2, Y2
-	VMOVUPS      32(AX), Y4
-	VFMSUB213PS  Y1, Y0, Y4
-	VMINPS       expconsts<>+704(SB), Y4, Y5
-	VMAXPS       expconsts<>+640(SB), Y5, Y5
-	VMULPS       expconsts<>+0(SB), Y5, Y6
-	VROUNDPS     $0x00, Y6, Y6
-	VFNMADD231PS expconsts<>+64(SB), Y6, Y5
-	VFNMADD231PS expconsts<>+128(SB), Y6, Y5
-	VMOVUPS      expconsts<>+192(SB), Y7
-	VFMADD213PS  expconsts<>+256(SB), Y5, Y7
-	VFMADD213PS  expconsts<>+320(SB), Y5, Y7
-	VFMADD213PS  expconsts<>+384(SB), Y5, Y7
-	VFMADD213PS  expconsts<>+448(SB), Y5, Y7
-	VFMADD213PS  expconsts<>+512(SB), Y5, Y7
-	VMULPS       Y5, Y5, Y8
-	VFMADD213PS  Y5, Y8, Y7
-	VADDPS       expconsts<>+576(SB), Y7, Y7
-	VCVTPS2DQ    Y6, Y6
-	VPSLLD       $0x17, Y6, Y6
-	VPADDD       expconsts<>+576(SB), Y6, Y6
-	VMULPS       Y6, Y7, Y7
-	VCMPPS       $0x11, expconsts<>+640(SB), Y4, Y8
-	VANDNPS      Y7, Y8, Y7
-	VCMPPS       $0x16, expconsts<>+704(SB), Y4, Y8
-	VADDPS       expconsts<>+768(SB), Y4, Y4
-	VBLENDVPS    Y8, Y4, Y7, Y7
-	VMOVUPS      Y7, 32(AX)
-	VADDPS       Y7, Y3, Y3
-	ADDQ         $0x00000040, AX
-	SUBQ         $0x00000010, CX
+	VMOVUPS      (AX), Y8
+	VFMSUB213PS  Y1, Y0, Y8
+	VMINPS       Y6, Y8, Y9
+	VMAXPS       Y5, Y9, Y9
+	VMULPS       Y2, Y9, Y10
+	VROUNDPS     $0x00, Y10, Y10
+	VFNMADD231PS Y3, Y10, Y9
+	VFNMADD231PS expconsts<>+128(SB), Y10, Y9
+	VMOVUPS      expconsts<>+192(SB), Y11
+	VFMADD213PS  expconsts<>+256(SB), Y9, Y11
+	VFMADD213PS  expconsts<>+320(SB), Y9, Y11
+	VFMADD213PS  expconsts<>+384(SB), Y9, Y11
+	VFMADD213PS  expconsts<>+448(SB), Y9, Y11
+	VFMADD213PS  expconsts<>+512(SB), Y9, Y11
+	VMULPS       Y9, Y9, Y12
+	VFMADD213PS  Y9, Y12, Y11
+	VADDPS       Y4, Y11, Y11
+	VCVTPS2DQ    Y10, Y10
+	VPSLLD       $0x17, Y10, Y10
+	VPADDD       Y4, Y10, Y10
+	VMULPS       Y10, Y11, Y11
+	VCMPPS       $0x11, Y5, Y8, Y12
+	VANDNPS      Y11, Y12, Y11
+	VCMPPS       $0x16, Y6, Y8, Y12
+	VADDPS       expconsts<>+768(SB), Y8, Y8
+	VBLENDVPS    Y12, Y8, Y11, Y11
+	VMOVUPS      Y11, (AX)
+	VADDPS       Y11, Y7, Y7
+	ADDQ         $0x00000020, AX
+	SUBQ         $0x00000008, CX
 	JMP          loop
 
 tail:
-	VADDPS Y3, Y2, Y2
-
 tailLoop:
 	CMPQ         CX, $0x00000008
 	JL           done
-	VMOVUPS      (AX), Y3
-	VFMSUB213PS  Y1, Y0, Y3
-	VMINPS       expconsts<>+704(SB), Y3, Y4
-	VMAXPS       expconsts<>+640(SB), Y4, Y4
-	VMULPS       expconsts<>+0(SB), Y4, Y5
-	VROUNDPS     $0x00, Y5, Y5
-	VFNMADD231PS expconsts<>+64(SB), Y5, Y4
-	VFNMADD231PS expconsts<>+128(SB), Y5, Y4
-	VMOVUPS      expconsts<>+192(SB), Y6
-	VFMADD213PS  expconsts<>+256(SB), Y4, Y6
-	VFMADD213PS  expconsts<>+320(SB), Y4, Y6
-	VFMADD213PS  expconsts<>+384(SB), Y4, Y6
-	VFMADD213PS  expconsts<>+448(SB), Y4, Y6
-	VFMADD213PS  expconsts<>+512(SB), Y4, Y6
-	VMULPS       Y4, Y4, Y7
-	VFMADD213PS  Y4, Y7, Y6
-	VADDPS       expconsts<>+576(SB), Y6, Y6
-	VCVTPS2DQ    Y5, Y5
-	VPSLLD       $0x17, Y5, Y5
-	VPADDD       expconsts<>+576(SB), Y5, Y5
-	VMULPS       Y5, Y6, Y6
-	VCMPPS       $0x11, expconsts<>+640(SB), Y3, Y7
-	VANDNPS      Y6, Y7, Y6
-	VCMPPS       $0x16, expconsts<>+704(SB), Y3, Y7
-	VADDPS       expconsts<>+768(SB), Y3, Y3
-	VBLENDVPS    Y7, Y3, Y6, Y6
-	VMOVUPS      Y6, (AX)
-	VADDPS       Y6, Y2, Y2
+	VMOVUPS      (AX), Y8
+	VFMSUB213PS  Y1, Y0, Y8
+	VMINPS       Y6, Y8, Y9
+	VMAXPS       Y5, Y9, Y9
+	VMULPS       Y2, Y9, Y10
+	VROUNDPS     $0x00, Y10, Y10
+	VFNMADD231PS Y3, Y10, Y9
+	VFNMADD231PS expconsts<>+128(SB), Y10, Y9
+	VMOVUPS      expconsts<>+192(SB), Y11
+	VFMADD213PS  expconsts<>+256(SB), Y9, Y11
+	VFMADD213PS  expconsts<>+320(SB), Y9, Y11
+	VFMADD213PS  expconsts<>+384(SB), Y9, Y11
+	VFMADD213PS  expconsts<>+448(SB), Y9, Y11
+	VFMADD213PS  expconsts<>+512(SB), Y9, Y11
+	VMULPS       Y9, Y9, Y12
+	VFMADD213PS  Y9, Y12, Y11
+	VADDPS       Y4, Y11, Y11
+	VCVTPS2DQ    Y10, Y10
+	VPSLLD       $0x17, Y10, Y10
+	VPADDD       Y4, Y10, Y10
+	VMULPS       Y10, Y11, Y11
+	VCMPPS       $0x11, Y5, Y8, Y12
+	VANDNPS      Y11, Y12, Y11
+	VCMPPS       $0x16, Y6, Y8, Y12
+	VADDPS       expconsts<>+768(SB), Y8, Y8
+	VBLENDVPS    Y12, Y8, Y11, Y11
+	VMOVUPS      Y11, (AX)
+	VADDPS       Y11, Y7, Y7
 	ADDQ         $0x00000020, AX
 	SUBQ         $0x00000008, CX
 	JMP          tailLoop
 
 done:
-	VEXTRACTF128 $0x01, Y2, X0
-	VADDPS       X0, X2, X0
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X0
 	VPERMILPS    $0x4e, X0, X1
 	VADDPS       X1, X0, X0
 	VPERMILPS    $0xb1, X0, X1

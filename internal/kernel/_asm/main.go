@@ -435,16 +435,29 @@ func genExpSum(s isa) {
 
 	// c(i) is constant i as the memory-or-register operand of an
 	// instruction. AVX-512 has registers to spare and keeps every constant
-	// in one; AVX2 (16 registers) reads them from the table.
+	// in one. AVX2 has 16 registers: it keeps the constants used most
+	// (and those that must be registers) and reads the polynomial's from
+	// the table; with every constant in memory the loop was bound by loads
+	// (16 per vector), at a third of the speed.
 	var creg [numConsts]VecVirtual
-	if s.EVEX {
-		for i := range creg {
+	inReg := func(i int) bool {
+		if s.EVEX {
+			return true
+		}
+		switch i {
+		case cLog2e, cLn2Hi, cOne, cMin, cMax:
+			return true
+		}
+		return false
+	}
+	for i := range creg {
+		if inReg(i) {
 			creg[i] = s.Vec()
 			VMOVUPS(expTab.Offset(64*i), creg[i])
 		}
 	}
 	c := func(i int) Op {
-		if s.EVEX {
+		if inReg(i) {
 			return creg[i]
 		}
 		return expTab.Offset(64 * i)
@@ -513,10 +526,14 @@ func genExpSum(s isa) {
 		VADDPS(p, acc, acc)
 	}
 
-	// Two vectors per iteration into two accumulators; out-of-order
-	// execution overlaps the long dependency chains of successive vectors.
-	const u = 2
-	acc := [u]VecVirtual{}
+	// AVX-512: two vectors per iteration into two accumulators; AVX2 has
+	// no registers for a second chain. Out-of-order execution overlaps the
+	// long dependency chains of successive iterations either way.
+	u := 1
+	if s.EVEX {
+		u = 2
+	}
+	acc := make([]VecVirtual, u)
 	for i := range acc {
 		acc[i] = s.Vec()
 		zero(s, acc[i])
