@@ -166,6 +166,13 @@ func (p *problem) backwardUnit(ws *workspace, u *bwdUnit, g *gradViews, part []f
 	for hh := 0; hh < p.group; hh++ {
 		h := u.hk*p.group + hh
 		delta, lse := ws.delta[:s.nq], ws.lse[:s.nq]
+		// This head's Q (scaled) and dO, packed once for all its KV blocks.
+		qs, dos := grow(&ws.qall, s.nq*dp), grow(&ws.doall, s.nq*dp)
+		for i := 0; i < s.nq; i++ {
+			scaleRow(qs[i*dp:i*dp+d], p.q.row(s.tb, s.q0+i, h), p.scale)
+			clear(qs[i*dp+d : (i+1)*dp])
+		}
+		kernel.PackRows(dos, g.do.row(s.tb, s.q0, h), g.do.ss, s.nq, d)
 		for i := range delta {
 			o, do := g.o.row(s.tb, s.q0+i, h)[:d], g.do.row(s.tb, s.q0+i, h)[:d]
 			delta[i] = p.impl.Dot(do, o) // rowsum(dO∘O), as dP is accumulated
@@ -181,7 +188,7 @@ func (p *problem) backwardUnit(ws *workspace, u *bwdUnit, g *gradViews, part []f
 		for kb := u.chunk; kb < nkb; kb += u.chunks {
 			j0 := kb * p.bk
 			n := min(p.bk, s.nk-j0)
-			p.backwardBlock(ws, s, h, u.hk, j0, n, delta, lse, dq, g)
+			p.backwardBlock(ws, s, h, u.hk, j0, n, qs, dos, delta, lse, dq, g)
 		}
 		if u.part < 0 {
 			for i := 0; i < s.nq; i++ {
@@ -195,7 +202,9 @@ func (p *problem) backwardUnit(ws *workspace, u *bwdUnit, g *gradViews, part []f
 }
 
 // backwardBlock processes KV block [j0, j0+n) of head hk against query head h.
-func (p *problem) backwardBlock(ws *workspace, s *sequence, h, hk, j0, n int, delta, lse, dq []float32, g *gradViews) {
+// qs and dos hold the head's scale·Q and dO rows padded to dp; delta, lse
+// and dq its per-row data.
+func (p *problem) backwardBlock(ws *workspace, s *sequence, h, hk, j0, n int, qs, dos, delta, lse, dq []float32, g *gradViews) {
 	qlo, qhi := s.band.rows(j0, j0+n)
 	if qlo >= qhi {
 		return
@@ -211,15 +220,9 @@ func (p *problem) backwardBlock(ws *workspace, s *sequence, h, hk, j0, n int, de
 	for i0 := qlo; i0 < qhi; i0 += p.bq {
 		i1 := min(i0+p.bq, qhi)
 		m := i1 - i0
-		for r := 0; r < m; r++ {
-			qr := ws.qp[r*dp : (r+1)*dp]
-			scaleRow(qr[:d], p.q.row(s.tb, s.q0+i0+r, h), p.scale)
-			clear(qr[d:])
-		}
-		dorows := g.do.row(s.tb, s.q0+i0, h)
-		k.MulABt(ws.s, np, ws.qp, dp, ws.kt, m, np, d)
-		k.MulABt(ws.dp, np, dorows, g.do.ss, ws.vt, m, np, d)
-		kernel.PackRows(ws.dop, dorows, g.do.ss, m, d)
+		qp, dop := qs[i0*dp:i1*dp], dos[i0*dp:i1*dp]
+		k.MulABt(ws.s, np, qp, dp, ws.kt, m, np, d)
+		k.MulABt(ws.dp, np, dop, dp, ws.vt, m, np, d)
 		full := s.band.full(i0, i1, j0, j0+n)
 		pass := p.needsScorePass(full)
 		for r := 0; r < m; r++ {
@@ -256,8 +259,8 @@ func (p *problem) backwardBlock(ws *workspace, s *sequence, h, hk, j0, n int, de
 		if p.dropOn {
 			pmat = ws.pd
 		}
-		k.MulAddAtB(dv, dp, pmat, np, ws.dop, dp, n, dp, m)
-		k.MulAddAtB(dk, dp, ws.dp, np, ws.qp, dp, n, dp, m)
+		k.MulAddAtB(dv, dp, pmat, np, dop, dp, n, dp, m)
+		k.MulAddAtB(dk, dp, ws.dp, np, qp, dp, n, dp, m)
 		k.MulAddAB(dq[i0*dp:], dp, ws.dp, np, ws.kp, dp, m, dp, n)
 	}
 	for jj := 0; jj < n; jj++ {

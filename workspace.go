@@ -20,6 +20,7 @@ type workspace struct {
 	dk, dv       []float32 // dK, dV accumulators, bk × dp
 	delta, lse   []float32 // backward: rowsum(dO∘O) and LSE of one head, nq
 	dq           []float32 // backward: dQ accumulator of one head, nq × dp
+	qall, doall  []float32 // backward: scale·Q and dO of one head, nq × dp
 }
 
 var workspaces = sync.Pool{New: func() any { return new(workspace) }}
@@ -57,8 +58,6 @@ func (w *workspace) forBackward(p *problem, maxRows int) {
 	grow(&w.pd, p.bq*bkp)
 	grow(&w.vt, bkp*p.d)
 	grow(&w.kp, p.bk*p.dp)
-	grow(&w.qp, p.bq*p.dp)
-	grow(&w.dop, p.bq*p.dp)
 	grow(&w.dk, p.bk*p.dp)
 	grow(&w.dv, p.bk*p.dp)
 	grow(&w.delta, maxRows)
