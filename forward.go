@@ -54,9 +54,9 @@ func mustView(t Tensor) view {
 
 // rowBlock is the set of query rows one task processes as a single tile:
 // heads h0..h0+nh-1 × rows i0..i1-1 of one sequence, head-major. Usually
-// nh = 1. When a sequence has few query rows (decoding), the query heads that
-// share a KV head are stacked into one block, so each K/V tile is read once
-// for all of them.
+// nh = 1. When a sequence has few query rows (decoding), all its query heads
+// are stacked into one block (see stacked), so each K/V tile is read once for
+// all the query heads that share it, and the KV heads in memory order.
 type rowBlock struct {
 	seq    int
 	h0, nh int
@@ -97,10 +97,8 @@ func (p *problem) forwardTasks() (tasks []fwdTask, splits, slots int) {
 		if s.nq == 0 {
 			continue
 		}
-		if p.group > 1 && s.nq*p.group <= p.bq {
-			for hk := 0; hk < p.kvh; hk++ {
-				blocks = append(blocks, rowBlock{si, hk * p.group, p.group, 0, s.nq})
-			}
+		if p.stacked(s) {
+			blocks = append(blocks, rowBlock{si, 0, p.heads, 0, s.nq})
 			continue
 		}
 		for h := 0; h < p.heads; h++ {
@@ -134,7 +132,8 @@ func (p *problem) forwardTasks() (tasks []fwdTask, splits, slots int) {
 }
 
 // partials holds the unnormalised results of key-split tasks until they are
-// merged: per slot, bq output rows (stride dp), their running max and sum.
+// merged: per slot, maxRows output rows (stride dp), their running max and
+// sum.
 type partials struct {
 	o, m, l []float32
 }
@@ -146,9 +145,9 @@ func (p *problem) forward(out view, lse []float32) {
 	var part partials
 	if slots > 0 {
 		part = partials{
-			o: make([]float32, slots*p.bq*p.dp),
-			m: make([]float32, slots*p.bq),
-			l: make([]float32, slots*p.bq),
+			o: make([]float32, slots*p.maxRows*p.dp),
+			m: make([]float32, slots*p.maxRows),
+			l: make([]float32, slots*p.maxRows),
 		}
 		for i := range part.m {
 			part.m[i] = negInf
@@ -174,12 +173,14 @@ func (p *problem) forward(out view, lse []float32) {
 
 // forwardTask runs FA2's inner loop for one task: stream the K/V tiles of
 // its key range past the query block, keeping the online softmax state.
+// A block that stacks several KV heads' query heads (decoding) visits, for
+// each key tile, every KV head in turn, so K and V are read in memory order.
 func (p *problem) forwardTask(ws *workspace, t *fwdTask, out view, lse []float32, part *partials, pk *packedKV) {
 	ws.forTile(p)
 	k := &p.impl
 	s := &p.seqs[t.seq]
 	m, d, dp := t.rows(), p.d, p.dp
-	hk := t.h0 / p.group
+	nr := t.i1 - t.i0 // rows per head
 	st := rowState{m: ws.m, l: ws.l, o: ws.o, dp: dp}
 	st.reset(m)
 	qp := ws.qp[:m*d]
@@ -187,38 +188,71 @@ func (p *problem) forwardTask(ws *workspace, t *fwdTask, out view, lse []float32
 		h, i := t.at(r)
 		scaleRow(qp[r*d:(r+1)*d], p.q.row(s.tb, s.q0+i, h), p.scale)
 	}
+	subs := ws.subs[:0]
+	for h := t.h0; h < t.h0+t.nh; {
+		hk := h / p.group
+		he := min(t.h0+t.nh, (hk+1)*p.group)
+		subs = append(subs, subBlock{hk, (h - t.h0) * nr, (he - h) * nr})
+		h = he
+	}
+	ws.subs = subs
+	// (scale·Q)ᵀ packed per sub-block when sub-blocks have few rows.
+	fewRows := subs[0].m <= kernel.W
+	if fewRows {
+		for si, sb := range subs {
+			kernel.PackBt(ws.qt[si*kernel.W*d:], qp[sb.r0*d:], d, sb.m, d)
+		}
+	}
 	for j0 := t.j0; j0 < t.j1; j0 += p.bk {
 		n := min(p.bk, t.j1-j0)
 		np := kernel.Pad(n)
-		kt, vp := pk.tile(t.seq, hk, j0, n)
-		if kt == nil { // not packed ahead: pack this tile
-			kt, vp = ws.kt, ws.vp
-			kernel.PackBt(kt, p.k.row(s.tb, s.k0+j0, hk), p.k.ss, n, d)
-			kernel.PackRows(vp, p.v.row(s.tb, s.k0+j0, hk), p.v.ss, n, d)
-		}
-		k.MulABt(ws.s, np, qp, d, kt, m, np, d)
 		full := s.band.full(t.i0, t.i1, j0, j0+n)
 		pass := p.needsScorePass(full)
-		for r := 0; r < m; r++ {
-			row := ws.s[r*np : (r+1)*np]
-			for c := n; c < np; c++ {
-				row[c] = negInf
+		for si, sb := range subs {
+			sTile := ws.s[sb.r0*np:]
+			kt, vp, ldv := pk.tile(t.seq, sb.hk, j0, n)
+			switch {
+			case kt != nil:
+				k.MulABt(sTile, np, qp[sb.r0*d:], d, kt, sb.m, np, d)
+			case fewRows:
+				// Few rows (decoding): Sᵀ = K·(scale·Q)ᵀ reads K where it
+				// lies, instead of transposing a K tile used only once.
+				sT := ws.st[:n*kernel.W]
+				k.MulABt(sT, kernel.W, p.k.row(s.tb, s.k0+j0, sb.hk), p.k.ss, ws.qt[si*kernel.W*d:(si+1)*kernel.W*d], n, kernel.W, d)
+				for r := 0; r < sb.m; r++ {
+					row := sTile[r*np : r*np+n]
+					for j := range row {
+						row[j] = sT[j*kernel.W+r]
+					}
+				}
+			default:
+				kernel.PackBt(ws.kt, p.k.row(s.tb, s.k0+j0, sb.hk), p.k.ss, n, d)
+				k.MulABt(sTile, np, qp[sb.r0*d:], d, ws.kt, sb.m, np, d)
 			}
-			h, i := t.at(r)
-			if pass {
-				p.scoreRow(row[:n], nil, s, h, i, j0, !full)
+			for r := sb.r0; r < sb.r0+sb.m; r++ {
+				row := ws.s[r*np : (r+1)*np]
+				for c := n; c < np; c++ {
+					row[c] = negInf
+				}
+				h, i := t.at(r)
+				if pass {
+					p.scoreRow(row[:n], nil, s, h, i, j0, !full)
+				}
+				st.update(k, r, row)
+				if p.dropOn {
+					p.drop.ApplyRow(row[:n], s.b, h, i, j0)
+				}
 			}
-			st.update(k, r, row)
-			if p.dropOn {
-				p.drop.ApplyRow(row[:n], s.b, h, i, j0)
+			if vp == nil {
+				vp, ldv = p.vTile(ws, s, sb.hk, j0, n)
 			}
+			k.MulAddAB(ws.o[sb.r0*dp:], dp, sTile, np, vp, ldv, sb.m, dp, n)
 		}
-		k.MulAddAB(ws.o, dp, ws.s, np, vp, dp, m, dp, n)
 	}
 	if t.part >= 0 {
-		copy(part.o[t.part*p.bq*dp:], ws.o[:m*dp])
-		copy(part.m[t.part*p.bq:], ws.m[:m])
-		copy(part.l[t.part*p.bq:], ws.l[:m])
+		copy(part.o[t.part*p.maxRows*dp:], ws.o[:m*dp])
+		copy(part.m[t.part*p.maxRows:], ws.m[:m])
+		copy(part.l[t.part*p.maxRows:], ws.l[:m])
 		return
 	}
 	for r := 0; r < m; r++ {
@@ -244,7 +278,7 @@ func (p *problem) mergeSplits(t *fwdTask, splits int, part *partials, out view, 
 		o := p.outRow(out, s, h, i)
 		mx := negInf
 		for sp := 0; sp < splits; sp++ {
-			mx = max(mx, part.m[(first+sp)*p.bq+r])
+			mx = max(mx, part.m[(first+sp)*p.maxRows+r])
 		}
 		clear(o)
 		lv := negInf
@@ -252,13 +286,13 @@ func (p *problem) mergeSplits(t *fwdTask, splits int, part *partials, out view, 
 			var l float32
 			for sp := 0; sp < splits; sp++ {
 				slot := first + sp
-				ms := part.m[slot*p.bq+r]
+				ms := part.m[slot*p.maxRows+r]
 				if ms == negInf {
 					continue
 				}
 				w := kernel.Exp(ms - mx)
-				l += w * part.l[slot*p.bq+r]
-				po := part.o[(slot*p.bq+r)*p.dp:]
+				l += w * part.l[slot*p.maxRows+r]
+				po := part.o[(slot*p.maxRows+r)*p.dp:]
 				for c := range o {
 					o[c] += w * po[c]
 				}
@@ -282,4 +316,28 @@ func scaleRow(dst, src []float32, scale float32) {
 	for c, x := range src {
 		dst[c] = x * scale
 	}
+}
+
+// vTile returns V rows j0..j0+n-1 of (sequence s, KV head hk) as the B
+// operand of O += P·V and its leading dimension: in place when the head dim
+// is a multiple of the kernel width, else copied into ws.vp padded to dp.
+func (p *problem) vTile(ws *workspace, s *sequence, hk, j0, n int) ([]float32, int) {
+	v := p.v.row(s.tb, s.k0+j0, hk)
+	if p.d == p.dp {
+		return v, p.v.ss
+	}
+	kernel.PackRows(ws.vp, v, p.v.ss, n, p.d)
+	return ws.vp, p.dp
+}
+
+// subBlock is the part of a row block that reads one KV head: rows
+// r0..r0+m-1, the query heads of KV head hk.
+type subBlock struct{ hk, r0, m int }
+
+// maxStackRows bounds the rows of a stacked (decoding) row block.
+const maxStackRows = 64
+
+// stacked reports whether sequence s is decoded as one block of all heads.
+func (p *problem) stacked(s *sequence) bool {
+	return p.heads > 1 && s.nq*p.heads <= maxStackRows
 }

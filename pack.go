@@ -29,7 +29,7 @@ func (p *problem) packKV() *packedKV {
 	var units []int
 	for si, s := range p.seqs {
 		blocks := p.group * ((s.nq + p.bq - 1) / p.bq)
-		if p.group > 1 && s.nq*p.group <= p.bq {
+		if p.stacked(&s) {
 			blocks = 1
 		}
 		for hk := 0; hk < p.kvh; hk++ {
@@ -40,8 +40,10 @@ func (p *problem) packKV() *packedKV {
 			}
 			pk.kt[u] = total
 			total += kernel.Pad(s.nk) * p.d
-			pk.vp[u] = total
-			total += s.nk * p.dp
+			if p.d != p.dp { // else V is read in place
+				pk.vp[u] = total
+				total += s.nk * p.dp
+			}
 			units = append(units, u)
 		}
 	}
@@ -56,23 +58,28 @@ func (p *problem) packKV() *packedKV {
 		u := units[t]
 		s, hk := &p.seqs[u/p.kvh], u%p.kvh
 		kernel.PackBt(pk.buf[pk.kt[u]:], p.k.row(s.tb, s.k0, hk), p.k.ss, s.nk, p.d)
-		kernel.PackRows(pk.buf[pk.vp[u]:], p.v.row(s.tb, s.k0, hk), p.v.ss, s.nk, p.d)
+		if pk.vp[u] >= 0 {
+			kernel.PackRows(pk.buf[pk.vp[u]:], p.v.row(s.tb, s.k0, hk), p.v.ss, s.nk, p.d)
+		}
 	})
 	return pk
 }
 
-// tile returns the packed Kᵀ strips and V rows of keys j0..j0+n-1 (j0 a
-// multiple of kernel.W) of (sequence si, KV head hk), or nil if that pair
-// was not packed.
-func (pk *packedKV) tile(si, hk, j0, n int) (kt, vp []float32) {
+// tile returns the packed Kᵀ strips of keys j0..j0+n-1 (j0 a multiple of
+// kernel.W) of (sequence si, KV head hk), and their packed V rows with its
+// leading dimension; nil where that pair was not packed (V also when it is
+// read in place).
+func (pk *packedKV) tile(si, hk, j0, n int) (kt, vp []float32, ldv int) {
 	u := si*pk.p.kvh + hk
 	if pk.kt[u] < 0 {
-		return nil, nil
+		return nil, nil, 0
 	}
 	d, dp := pk.p.d, pk.p.dp
 	kt = pk.buf[pk.kt[u]+j0*d : pk.kt[u]+(j0+kernel.Pad(n))*d]
-	vp = pk.buf[pk.vp[u]+j0*dp : pk.vp[u]+(j0+n)*dp]
-	return kt, vp
+	if pk.vp[u] >= 0 {
+		vp = pk.buf[pk.vp[u]+j0*dp : pk.vp[u]+(j0+n)*dp]
+	}
+	return kt, vp, dp
 }
 
 // release returns the buffer for the next call.

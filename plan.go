@@ -28,6 +28,7 @@ type problem struct {
 	group      int // H / Hk
 	d, dp      int // head dim, padded to the kernel width
 	bq, bk     int
+	maxRows    int // rows of the largest row block: bq, or a stacked block's
 	q, k, v    view
 	lseLen     int
 	tbatch     int // batch size of the tensors (1 for varlen)
@@ -77,6 +78,7 @@ func newProblem(q, k, v Tensor, o *Options) (*problem, error) {
 		tbatch:  B, kRows: Sk,
 	}
 	p.bq, p.bk = blockSizes(D, o)
+	p.maxRows = max(p.bq, maxStackRows)
 	p.scale = o.Scale
 	if p.scale == 0 {
 		p.scale = float32(1 / math.Sqrt(float64(D)))

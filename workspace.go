@@ -16,6 +16,8 @@ type workspace struct {
 	kp, vp       []float32 // K, V rows padded to dp, bk × dp
 	qp, dop      []float32 // Q, dO rows padded, bq × dp
 	o            []float32 // output accumulator, bq × dp
+	qt, st       []float32 // few-row blocks: (scale·Q)ᵀ packed, W × d per KV head; Sᵀ, bk × W
+	subs         []subBlock
 	m, l         []float32 // running max and sum, bq
 	dk, dv       []float32 // dK, dV accumulators, bk × dp
 	delta, lse   []float32 // backward: rowsum(dO∘O) and LSE of one head, nq
@@ -38,13 +40,15 @@ func grow(buf *[]float32, n int) []float32 {
 // forTile sizes the tile buffers for problem p.
 func (w *workspace) forTile(p *problem) {
 	bkp := kernel.Pad(p.bk)
-	grow(&w.s, p.bq*bkp)
+	grow(&w.s, p.maxRows*bkp)
 	grow(&w.kt, bkp*p.d)
 	grow(&w.vp, p.bk*p.dp)
-	grow(&w.o, p.bq*p.dp)
-	grow(&w.qp, p.bq*p.dp)
-	grow(&w.m, p.bq)
-	grow(&w.l, p.bq)
+	grow(&w.o, p.maxRows*p.dp)
+	grow(&w.qp, p.maxRows*p.dp)
+	grow(&w.qt, p.kvh*kernel.W*p.d)
+	grow(&w.st, p.bk*kernel.W)
+	grow(&w.m, p.maxRows)
+	grow(&w.l, p.maxRows)
 	if p.softcap > 0 {
 		grow(&w.g, p.bq*bkp)
 	}
