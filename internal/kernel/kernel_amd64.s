@@ -3748,32 +3748,33 @@ loop:
 	JL           tail
 	VMOVUPS      (AX), Y8
 	VFMSUB213PS  Y1, Y0, Y8
-	VMINPS       Y6, Y8, Y9
-	VMAXPS       Y5, Y9, Y9
-	VMULPS       Y2, Y9, Y10
-	VROUNDPS     $0x00, Y10, Y10
-	VFNMADD231PS Y3, Y10, Y9
-	VFNMADD231PS expconsts<>+128(SB), Y10, Y9
-	VMOVUPS      expconsts<>+192(SB), Y11
-	VFMADD213PS  expconsts<>+256(SB), Y9, Y11
-	VFMADD213PS  expconsts<>+320(SB), Y9, Y11
-	VFMADD213PS  expconsts<>+384(SB), Y9, Y11
-	VFMADD213PS  expconsts<>+448(SB), Y9, Y11
-	VFMADD213PS  expconsts<>+512(SB), Y9, Y11
-	VMULPS       Y9, Y9, Y12
-	VFMADD213PS  Y9, Y12, Y11
-	VADDPS       Y4, Y11, Y11
-	VCVTPS2DQ    Y10, Y10
-	VPSLLD       $0x17, Y10, Y10
-	VPADDD       Y4, Y10, Y10
-	VMULPS       Y10, Y11, Y11
-	VCMPPS       $0x11, Y5, Y8, Y12
-	VANDNPS      Y11, Y12, Y11
-	VCMPPS       $0x16, Y6, Y8, Y12
+	VMULPS       Y2, Y8, Y9
+	VROUNDPS     $0x08, Y9, Y9
+	VMOVAPS      Y8, Y10
+	VFNMADD231PS Y3, Y9, Y10
+	VFNMADD231PS expconsts<>+128(SB), Y9, Y10
+	VMULPS       Y10, Y10, Y14
+	VMOVUPS      expconsts<>+448(SB), Y11
+	VFMADD213PS  expconsts<>+512(SB), Y10, Y11
+	VMOVUPS      expconsts<>+320(SB), Y12
+	VFMADD213PS  expconsts<>+384(SB), Y10, Y12
+	VMOVUPS      expconsts<>+192(SB), Y13
+	VFMADD213PS  expconsts<>+256(SB), Y10, Y13
+	VFMADD213PS  Y12, Y14, Y13
+	VFMADD213PS  Y11, Y14, Y13
+	VFMADD213PS  Y10, Y14, Y13
+	VADDPS       Y4, Y13, Y13
+	VCVTPS2DQ    Y9, Y9
+	VPSLLD       $0x17, Y9, Y9
+	VPADDD       Y4, Y9, Y9
+	VMULPS       Y9, Y13, Y13
+	VCMPPS       $0x11, Y5, Y8, Y14
+	VANDNPS      Y13, Y14, Y13
+	VCMPPS       $0x16, Y6, Y8, Y14
 	VADDPS       expconsts<>+768(SB), Y8, Y8
-	VBLENDVPS    Y12, Y8, Y11, Y11
-	VMOVUPS      Y11, (AX)
-	VADDPS       Y11, Y7, Y7
+	VBLENDVPS    Y14, Y8, Y13, Y13
+	VMOVUPS      Y13, (AX)
+	VADDPS       Y13, Y7, Y7
 	ADDQ         $0x00000020, AX
 	SUBQ         $0x00000008, CX
 	JMP          loop
@@ -3784,32 +3785,33 @@ tailLoop:
 	JL           done
 	VMOVUPS      (AX), Y8
 	VFMSUB213PS  Y1, Y0, Y8
-	VMINPS       Y6, Y8, Y9
-	VMAXPS       Y5, Y9, Y9
-	VMULPS       Y2, Y9, Y10
-	VROUNDPS     $0x00, Y10, Y10
-	VFNMADD231PS Y3, Y10, Y9
-	VFNMADD231PS expconsts<>+128(SB), Y10, Y9
-	VMOVUPS      expconsts<>+192(SB), Y11
-	VFMADD213PS  expconsts<>+256(SB), Y9, Y11
-	VFMADD213PS  expconsts<>+320(SB), Y9, Y11
-	VFMADD213PS  expconsts<>+384(SB), Y9, Y11
-	VFMADD213PS  expconsts<>+448(SB), Y9, Y11
-	VFMADD213PS  expconsts<>+512(SB), Y9, Y11
-	VMULPS       Y9, Y9, Y12
-	VFMADD213PS  Y9, Y12, Y11
-	VADDPS       Y4, Y11, Y11
-	VCVTPS2DQ    Y10, Y10
-	VPSLLD       $0x17, Y10, Y10
-	VPADDD       Y4, Y10, Y10
-	VMULPS       Y10, Y11, Y11
-	VCMPPS       $0x11, Y5, Y8, Y12
-	VANDNPS      Y11, Y12, Y11
-	VCMPPS       $0x16, Y6, Y8, Y12
+	VMULPS       Y2, Y8, Y9
+	VROUNDPS     $0x08, Y9, Y9
+	VMOVAPS      Y8, Y10
+	VFNMADD231PS Y3, Y9, Y10
+	VFNMADD231PS expconsts<>+128(SB), Y9, Y10
+	VMULPS       Y10, Y10, Y14
+	VMOVUPS      expconsts<>+448(SB), Y11
+	VFMADD213PS  expconsts<>+512(SB), Y10, Y11
+	VMOVUPS      expconsts<>+320(SB), Y12
+	VFMADD213PS  expconsts<>+384(SB), Y10, Y12
+	VMOVUPS      expconsts<>+192(SB), Y13
+	VFMADD213PS  expconsts<>+256(SB), Y10, Y13
+	VFMADD213PS  Y12, Y14, Y13
+	VFMADD213PS  Y11, Y14, Y13
+	VFMADD213PS  Y10, Y14, Y13
+	VADDPS       Y4, Y13, Y13
+	VCVTPS2DQ    Y9, Y9
+	VPSLLD       $0x17, Y9, Y9
+	VPADDD       Y4, Y9, Y9
+	VMULPS       Y9, Y13, Y13
+	VCMPPS       $0x11, Y5, Y8, Y14
+	VANDNPS      Y13, Y14, Y13
+	VCMPPS       $0x16, Y6, Y8, Y14
 	VADDPS       expconsts<>+768(SB), Y8, Y8
-	VBLENDVPS    Y12, Y8, Y11, Y11
-	VMOVUPS      Y11, (AX)
-	VADDPS       Y11, Y7, Y7
+	VBLENDVPS    Y14, Y8, Y13, Y13
+	VMOVUPS      Y13, (AX)
+	VADDPS       Y13, Y7, Y7
 	ADDQ         $0x00000020, AX
 	SUBQ         $0x00000008, CX
 	JMP          tailLoop

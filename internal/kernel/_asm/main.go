@@ -466,26 +466,20 @@ func genExpSum(s isa) {
 	// exp computes one vector at byte offset off of xp in place and adds the
 	// result to acc.
 	exp := func(off int, acc VecVirtual) {
+		if !s.EVEX {
+			expAVX2(s, xp, off, acc, scale, sub, c)
+			return
+		}
 		t := s.Vec()
 		VMOVUPS(Mem{Base: xp, Disp: off}, t)
 		VFMSUB213PS(sub, scale, t) // t = scale*t - sub
 		r, n, p, r2 := s.Vec(), s.Vec(), s.Vec(), s.Vec()
 		// r = t clamped so that 2^n stays finite. VMINPS returns its first
-		// (Go-order) operand when either is NaN, so NaN survives on AVX-512.
-		if s.EVEX {
-			VMINPS(t, c(cMax), r)
-		} else {
-			// AVX2 builds 2^n from integer bits: keep n in [-126, 127].
-			VMINPS(c(cMax), t, r)
-			VMAXPS(c(cMin), r, r)
-		}
+		// (Go-order) operand when either is NaN, so NaN survives.
+		VMINPS(t, c(cMax), r)
 		// n = round(r·log2 e), to nearest even.
 		VMULPS(c(cLog2e), r, n)
-		if s.EVEX {
-			VRNDSCALEPS(Imm(0), n, n)
-		} else {
-			VROUNDPS(Imm(0), n, n)
-		}
+		VRNDSCALEPS(Imm(0), n, n)
 		// r -= n·ln2, in two steps (ln2hi has few bits so n·ln2hi is exact).
 		VFNMADD231PS(c(cLn2Hi), n, r)
 		VFNMADD231PS(c(cLn2Lo), n, r)
@@ -498,30 +492,15 @@ func genExpSum(s isa) {
 		VMULPS(r, r, r2)
 		VFMADD213PS(r, r2, p)
 		VADDPS(c(cOne), p, p)
-		if s.EVEX {
-			// p·2^n, forced to 0 where t < ExpMin (true also for -Inf;
-			// false for NaN, which propagates through p).
-			k1 := K()
-			VCMPPS(Imm(0x15), c(cMin), t, k1) // NLT_UQ: !(t < ExpMin)
-			VSCALEFPS_Z(n, p, k1, p)
-			// +Inf where t > ExpMax.
-			k2 := K()
-			VCMPPS(Imm(0x1e), c(cMax), t, k2) // GT_OQ
-			VMOVAPS(c(cInf), k2, p)
-		} else {
-			// 2^n = float32 bits (n+127)<<23.
-			VCVTPS2DQ(n, n)
-			VPSLLD(Imm(23), n, n)
-			VPADDD(c(cOne), n, n)
-			VMULPS(n, p, p)
-			// 0 where t < ExpMin (incl. -Inf).
-			VCMPPS(Imm(0x11), c(cMin), t, r2) // LT_OQ
-			VANDNPS(p, r2, p)
-			// t+Inf (= +Inf, or NaN for NaN) where t > ExpMax or t is NaN.
-			VCMPPS(Imm(0x16), c(cMax), t, r2) // NLE_UQ
-			VADDPS(c(cInf), t, t)
-			VBLENDVPS(r2, t, p, p) // p = r2 ? t : p
-		}
+		// p·2^n, forced to 0 where t < ExpMin (true also for -Inf; false
+		// for NaN, which propagates through p).
+		k1 := K()
+		VCMPPS(Imm(0x15), c(cMin), t, k1) // NLT_UQ: !(t < ExpMin)
+		VSCALEFPS_Z(n, p, k1, p)
+		// +Inf where t > ExpMax.
+		k2 := K()
+		VCMPPS(Imm(0x1e), c(cMax), t, k2) // GT_OQ
+		VMOVAPS(c(cInf), k2, p)
 		VMOVUPS(p, Mem{Base: xp, Disp: off})
 		VADDPS(p, acc, acc)
 	}
@@ -564,6 +543,56 @@ func genExpSum(s isa) {
 	Store(x.v, ReturnIndex(0))
 	VZEROUPPER()
 	RET()
+}
+
+// expAVX2 computes exp of the vector at byte offset off of xp in place and
+// adds it to acc. The loop it sits in is bound by the latency of this chain
+// (the FP scheduler holds only two or three iterations), so the chain is
+// kept short: no clamping in front (lanes outside [ExpMin, ExpMax] are
+// fixed at the end, off the chain) and the polynomial by Estrin's scheme.
+func expAVX2(s isa, xp Register, off int, acc, scale, sub VecVirtual, c func(int) Op) {
+	t := s.Vec()
+	VMOVUPS(Mem{Base: xp, Disp: off}, t)
+	VFMSUB213PS(sub, scale, t) // t = scale*t - sub
+	// n = round(t·log2 e), to nearest even.
+	n := s.Vec()
+	VMULPS(c(cLog2e), t, n)
+	VROUNDPS(Imm(8), n, n)
+	// r = t - n·ln2, in two steps (ln2hi has few bits so n·ln2hi is exact).
+	r := s.Vec()
+	VMOVAPS(t, r)
+	VFNMADD231PS(c(cLn2Hi), n, r)
+	VFNMADD231PS(c(cLn2Lo), n, r)
+	// q = P5 + P4·r + P3·r² + P2·r³ + P1·r⁴ + P0·r⁵
+	//   = (P4·r + P5) + r²·((P2·r + P3) + r²·(P0·r + P1))   (Estrin)
+	a, b, q, r2 := s.Vec(), s.Vec(), s.Vec(), s.Vec()
+	VMULPS(r, r, r2)
+	VMOVUPS(c(cP4), a)
+	VFMADD213PS(c(cP5), r, a)
+	VMOVUPS(c(cP2), b)
+	VFMADD213PS(c(cP3), r, b)
+	VMOVUPS(c(cP0), q)
+	VFMADD213PS(c(cP1), r, q)
+	VFMADD213PS(b, r2, q) // q = q·r² + b
+	VFMADD213PS(a, r2, q) // q = q·r² + a
+	// exp(r) ≈ q·r² + r + 1.
+	VFMADD213PS(r, r2, q)
+	VADDPS(c(cOne), q, q)
+	// 2^n = float32 bits (n+127)<<23, valid for n in [-126, 127], that is
+	// t in [ExpMin, ExpMax]; other lanes are replaced below.
+	VCVTPS2DQ(n, n)
+	VPSLLD(Imm(23), n, n)
+	VPADDD(c(cOne), n, n)
+	VMULPS(n, q, q)
+	// 0 where t < ExpMin (incl. -Inf).
+	VCMPPS(Imm(0x11), c(cMin), t, r2) // LT_OQ
+	VANDNPS(q, r2, q)
+	// t+Inf (= +Inf, or NaN for NaN) where t > ExpMax or t is NaN.
+	VCMPPS(Imm(0x16), c(cMax), t, r2) // NLE_UQ
+	VADDPS(c(cInf), t, t)
+	VBLENDVPS(r2, t, q, q) // q = r2 ? t : q
+	VMOVUPS(q, Mem{Base: xp, Disp: off})
+	VADDPS(q, acc, acc)
 }
 
 // reduced is a vector folded down to lanes 0 and 1 of v (v) and the same
