@@ -318,14 +318,14 @@ func scaleRow(dst, src []float32, scale float32) {
 	}
 }
 
-// vTile returns V rows j0..j0+n-1 of (sequence s, KV head hk) as the B
-// operand of O += P·V and its leading dimension: in place when the head dim
-// is a multiple of the kernel width, else copied into ws.vp padded to dp.
+// vTile returns V rows j0..j0+n-1 of (sequence s, KV head hk), for a tile
+// that was not packed ahead (decoding: read once), as the B operand of
+// O += P·V and its leading dimension. The rows are copied into ws.vp even
+// when they need no padding: in place, rows kilobytes apart share a few L1
+// sets, and the kernel's column passes would go back to L2 (measured: the
+// copy is faster).
 func (p *problem) vTile(ws *workspace, s *sequence, hk, j0, n int) ([]float32, int) {
 	v := p.v.row(s.tb, s.k0+j0, hk)
-	if p.d == p.dp {
-		return v, p.v.ss
-	}
 	kernel.PackRows(ws.vp, v, p.v.ss, n, p.d)
 	return ws.vp, p.dp
 }

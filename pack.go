@@ -40,10 +40,11 @@ func (p *problem) packKV() *packedKV {
 			}
 			pk.kt[u] = total
 			total += kernel.Pad(s.nk) * p.d
-			if p.d != p.dp { // else V is read in place
-				pk.vp[u] = total
-				total += s.nk * p.dp
-			}
+			// V is packed even when its rows need no padding: rows a
+			// multiple of 2 KiB apart fall into a few L1 sets and evict
+			// each other, which slowed O += P·V by half.
+			pk.vp[u] = total
+			total += s.nk * p.dp
 			units = append(units, u)
 		}
 	}
@@ -58,17 +59,14 @@ func (p *problem) packKV() *packedKV {
 		u := units[t]
 		s, hk := &p.seqs[u/p.kvh], u%p.kvh
 		kernel.PackBt(pk.buf[pk.kt[u]:], p.k.row(s.tb, s.k0, hk), p.k.ss, s.nk, p.d)
-		if pk.vp[u] >= 0 {
-			kernel.PackRows(pk.buf[pk.vp[u]:], p.v.row(s.tb, s.k0, hk), p.v.ss, s.nk, p.d)
-		}
+		kernel.PackRows(pk.buf[pk.vp[u]:], p.v.row(s.tb, s.k0, hk), p.v.ss, s.nk, p.d)
 	})
 	return pk
 }
 
 // tile returns the packed Kᵀ strips of keys j0..j0+n-1 (j0 a multiple of
 // kernel.W) of (sequence si, KV head hk), and their packed V rows with its
-// leading dimension; nil where that pair was not packed (V also when it is
-// read in place).
+// leading dimension; nil where that pair was not packed.
 func (pk *packedKV) tile(si, hk, j0, n int) (kt, vp []float32, ldv int) {
 	u := si*pk.p.kvh + hk
 	if pk.kt[u] < 0 {
@@ -76,9 +74,7 @@ func (pk *packedKV) tile(si, hk, j0, n int) (kt, vp []float32, ldv int) {
 	}
 	d, dp := pk.p.d, pk.p.dp
 	kt = pk.buf[pk.kt[u]+j0*d : pk.kt[u]+(j0+kernel.Pad(n))*d]
-	if pk.vp[u] >= 0 {
-		vp = pk.buf[pk.vp[u]+j0*dp : pk.vp[u]+(j0+n)*dp]
-	}
+	vp = pk.buf[pk.vp[u]+j0*dp : pk.vp[u]+(j0+n)*dp]
 	return kt, vp, dp
 }
 
