@@ -210,6 +210,9 @@ func TestAgainstReferenceGrid(t *testing.T) {
 		tcase{b: 1, sq: 90, sk: 50, h: 2, hk: 2, d: 33, causal: true, bq: 7, bk: 20},
 		tcase{b: 1, sq: 2, sk: 500, h: 8, hk: 2, d: 64},                // decode-like: stacked GQA rows, key splits
 		tcase{b: 1, sq: 1, sk: 1000, h: 2, hk: 2, d: 64, causal: true}, // flash-decoding split
+		tcase{b: 2, sq: 1, sk: 400, h: 4, hk: 2, d: 20},                // stacked, head dim not a multiple of 8
+		tcase{b: 1, sq: 3, sk: 333, h: 12, hk: 3, d: 1, causal: true},  // stacked, D = 1
+		tcase{b: 1, sq: 1, sk: 777, h: 40, hk: 8, d: 48},               // 40 stacked rows, group 5 (Dot4T in two quads)
 	)
 	forEachKernel(t, func(t *testing.T) {
 		for _, c := range cases {

@@ -183,7 +183,7 @@ func (p *problem) forwardTask(ws *workspace, t *fwdTask, out view, lse []float32
 	nr := t.i1 - t.i0 // rows per head
 	st := rowState{m: ws.m, l: ws.l, o: ws.o, dp: dp}
 	st.reset(m)
-	qp := ws.qp[:m*d]
+	qp := ws.qp[:(m+3)*d] // 3 spare rows: Dot4T reads rows in fours
 	for r := 0; r < m; r++ {
 		h, i := t.at(r)
 		scaleRow(qp[r*d:(r+1)*d], p.q.row(s.tb, s.q0+i, h), p.scale)
@@ -198,7 +198,7 @@ func (p *problem) forwardTask(ws *workspace, t *fwdTask, out view, lse []float32
 	ws.subs = subs
 	// (scale·Q)ᵀ packed per sub-block when sub-blocks have few rows.
 	fewRows := subs[0].m <= kernel.W
-	if fewRows {
+	if fewRows && d%8 != 0 {
 		for si, sb := range subs {
 			kernel.PackBt(ws.qt[si*kernel.W*d:], qp[sb.r0*d:], d, sb.m, d)
 		}
@@ -218,7 +218,14 @@ func (p *problem) forwardTask(ws *workspace, t *fwdTask, out view, lse []float32
 				// Few rows (decoding): Sᵀ = K·(scale·Q)ᵀ reads K where it
 				// lies, instead of transposing a K tile used only once.
 				sT := ws.st[:n*kernel.W]
-				k.MulABt(sT, kernel.W, p.k.row(s.tb, s.k0+j0, sb.hk), p.k.ss, ws.qt[si*kernel.W*d:(si+1)*kernel.W*d], n, kernel.W, d)
+				kr := p.k.row(s.tb, s.k0+j0, sb.hk)
+				if d%8 == 0 {
+					for q4 := 0; q4 < sb.m; q4 += 4 {
+						k.Dot4T(sT[q4:], kernel.W, qp[(sb.r0+q4)*d:(sb.r0+q4+4)*d], kr, p.k.ss, n, d)
+					}
+				} else {
+					k.MulABt(sT, kernel.W, kr, p.k.ss, ws.qt[si*kernel.W*d:(si+1)*kernel.W*d], n, kernel.W, d)
+				}
 				for r := 0; r < sb.m; r++ {
 					row := sTile[r*np : r*np+n]
 					for j := range row {

@@ -44,7 +44,7 @@ func (w *workspace) forTile(p *problem) {
 	grow(&w.kt, bkp*p.d)
 	grow(&w.vp, p.bk*p.dp)
 	grow(&w.o, p.maxRows*p.dp)
-	grow(&w.qp, p.maxRows*p.dp)
+	grow(&w.qp, (p.maxRows+3)*p.dp)
 	grow(&w.qt, p.kvh*kernel.W*p.d)
 	grow(&w.st, p.bk*kernel.W)
 	grow(&w.m, p.maxRows)

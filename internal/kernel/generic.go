@@ -16,6 +16,7 @@ var Generic = Impl{
 	Scale:     scaleGeneric,
 	DsFromDp:  dsFromDpGeneric,
 	Dot:       dotGeneric,
+	Dot4T:     dot4TGeneric,
 }
 
 func mulABtGeneric(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int) {
@@ -250,4 +251,19 @@ func dotFMA(a, b []float32) float32 {
 		acc = float32(math.FMA(float64(x), float64(b[i]), float64(acc)))
 	}
 	return acc
+}
+
+func dot4TGeneric(c []float32, ldc int, a, b []float32, ldb, n, k int) {
+	a0, a1, a2, a3 := a[:k], a[k:2*k], a[2*k:3*k], a[3*k:4*k]
+	for j := 0; j < n; j++ {
+		bj := b[j*ldb : j*ldb+k]
+		var s0, s1, s2, s3 float32
+		for p, x := range bj {
+			s0 += a0[p] * x
+			s1 += a1[p] * x
+			s2 += a2[p] * x
+			s3 += a3[p] * x
+		}
+		store4(c[j*ldc:], s0, s1, s2, s3)
+	}
 }

@@ -29,6 +29,7 @@ func archImpls() []Impl {
 			Scale:     wrapScale(scaleAVX512),
 			DsFromDp:  wrapDsFromDp(dsFromDpAVX512),
 			Dot:       dotFMA,
+			Dot4T:     wrapDot4T(dot4TAVX2),
 		})
 	}
 	if hasAVX2 {
@@ -42,6 +43,7 @@ func archImpls() []Impl {
 			Scale:     wrapScale(scaleAVX2),
 			DsFromDp:  wrapDsFromDp(dsFromDpAVX2),
 			Dot:       dotFMA,
+			Dot4T:     wrapDot4T(dot4TAVX2),
 		})
 	}
 	return impls
@@ -151,5 +153,22 @@ func wrapDsFromDp(f func(dp, p []float32, d float32)) func(dp, p []float32, d fl
 			bad("DsFromDp: p shorter than dp")
 		}
 		f(dp, p, d)
+	}
+}
+
+func wrapDot4T(f func(c []float32, ldc int, a, b []float32, ldb, n, k int)) func(c []float32, ldc int, a, b []float32, ldb, n, k int) {
+	return func(c []float32, ldc int, a, b []float32, ldb, n, k int) {
+		if k <= 0 || k%8 != 0 || ldc < 4 || n < 0 {
+			bad("Dot4T: bad dimensions")
+		}
+		if len(a) < 4*k {
+			bad("Dot4T: a too short")
+		}
+		checkMatrix("Dot4T C", len(c), n, 4, ldc)
+		checkMatrix("Dot4T B", len(b), n, k, ldb)
+		if n == 0 {
+			return
+		}
+		f(c, ldc, a, b, ldb, n, k)
 	}
 }

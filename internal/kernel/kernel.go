@@ -61,6 +61,13 @@ type Impl struct {
 	// with the same arithmetic as one element of MulABt, so that dot(dO, O)
 	// cancels exactly against an element of dO·Vᵀ when P is one-hot.
 	Dot func(a, b []float32) float32
+
+	// Dot4T computes Sᵀ for four rows of A against n rows of B read in
+	// place (decoding, where a K tile is used once and packing it would
+	// cost more than the product): c[j*ldc+r] = Σ_{p<k} a[r*k+p]·b[j*ldb+p]
+	// for r < 4, j < n. A is 4×k contiguous; k is a multiple of 8;
+	// ldc >= 4.
+	Dot4T func(c []float32, ldc int, a, b []float32, ldb, n, k int)
 }
 
 // PackBt packs the n×k row-major matrix B (row j at b[j*ldb:], k elements)

@@ -3994,3 +3994,99 @@ loop:
 done:
 	VZEROUPPER
 	RET
+
+// func dot4TAVX2(c []float32, ldc int, a []float32, b []float32, ldb int, n int, k int)
+// Requires: AVX, FMA3
+TEXT ·dot4TAVX2(SB), NOSPLIT, $0-104
+	MOVQ c_base+0(FP), AX
+	MOVQ ldc+24(FP), CX
+	SHLQ $0x02, CX
+	MOVQ a_base+32(FP), DX
+	MOVQ b_base+56(FP), BX
+	MOVQ ldb+80(FP), SI
+	SHLQ $0x02, SI
+	MOVQ n+88(FP), DI
+	MOVQ k+96(FP), R8
+	SHLQ $0x02, R8
+	LEAQ (DX)(R8*1), R9
+	LEAQ (R9)(R8*1), R10
+	LEAQ (R10)(R8*1), R11
+
+pair:
+	CMPQ   DI, $0x02
+	JL     single
+	MOVQ   BX, R12
+	ADDQ   SI, R12
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	XORQ   R13, R13
+
+pairDot:
+	VMOVUPS      (BX)(R13*1), Y8
+	VMOVUPS      (R12)(R13*1), Y9
+	VMOVUPS      (DX)(R13*1), Y10
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y4
+	VMOVUPS      (R9)(R13*1), Y10
+	VFMADD231PS  Y10, Y8, Y1
+	VFMADD231PS  Y10, Y9, Y5
+	VMOVUPS      (R10)(R13*1), Y10
+	VFMADD231PS  Y10, Y8, Y2
+	VFMADD231PS  Y10, Y9, Y6
+	VMOVUPS      (R11)(R13*1), Y10
+	VFMADD231PS  Y10, Y8, Y3
+	VFMADD231PS  Y10, Y9, Y7
+	ADDQ         $0x20, R13
+	CMPQ         R13, R8
+	JL           pairDot
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y1
+	VHADDPS      Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVUPS      X1, (AX)
+	VHADDPS      Y5, Y4, Y0
+	VHADDPS      Y7, Y6, Y1
+	VHADDPS      Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVUPS      X1, (AX)(CX*1)
+	LEAQ         (AX)(CX*2), AX
+	LEAQ         (BX)(SI*2), BX
+	SUBQ         $0x02, DI
+	JMP          pair
+
+single:
+	CMPQ   DI, $0x00
+	JE     done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	XORQ   CX, CX
+
+singleDot:
+	VMOVUPS      (BX)(CX*1), Y4
+	VFMADD231PS  (DX)(CX*1), Y4, Y0
+	VFMADD231PS  (R9)(CX*1), Y4, Y1
+	VFMADD231PS  (R10)(CX*1), Y4, Y2
+	VFMADD231PS  (R11)(CX*1), Y4, Y3
+	ADDQ         $0x20, CX
+	CMPQ         CX, R8
+	JL           singleDot
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y1
+	VHADDPS      Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVUPS      X1, (AX)
+
+done:
+	VZEROUPPER
+	RET

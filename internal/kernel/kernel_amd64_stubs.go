@@ -97,3 +97,9 @@ func dsFromDpAVX2(dp []float32, p []float32, d float32)
 // register-only VFMADD231PS chains on 8-lane vectors: one iteration
 // is 12*8*2 = 192 float32 FLOPs. It measures the machine's peak.
 func FMAPeakAVX2(iters int)
+
+// dot4TAVX2 sets c[j*ldc+r] = Σ_p a[r*k+p]·b[j*ldb+p] for r < 4, j < n (see Impl.Dot4T).
+// k must be a positive multiple of 8.
+//
+//go:noescape
+func dot4TAVX2(c []float32, ldc int, a []float32, b []float32, ldb int, n int, k int)

@@ -404,3 +404,44 @@ func TestSelfCheck(t *testing.T) {
 		t.Error("selfCheck rejected Generic")
 	}
 }
+
+// TestDot4T compares Dot4T of every implementation with float64 sums,
+// including odd key counts (the pair loop's tail) and strided keys, and
+// checks nothing past the 4 outputs of each key row is written.
+func TestDot4T(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 5))
+	for _, im := range Available() {
+		for _, n := range []int{1, 2, 3, 7, 64, 257} {
+			for _, k := range []int{8, 16, 64, 128, 136} {
+				const ldc = 7
+				ldb := k + 5
+				a, b := randSlice(r, 4*k), randSlice(r, n*ldb)
+				c := make([]float32, n*ldc)
+				for i := range c {
+					c[i] = 42
+				}
+				im.Dot4T(c, ldc, a, b, ldb, n, k)
+				for j := 0; j < n; j++ {
+					for rr := 0; rr < ldc; rr++ {
+						got := float64(c[j*ldc+rr])
+						if rr >= 4 {
+							if got != 42 {
+								t.Fatalf("%s n%d k%d: wrote c[%d][%d]", im.Name, n, k, j, rr)
+							}
+							continue
+						}
+						var want, mag float64
+						for p := 0; p < k; p++ {
+							x := float64(a[rr*k+p]) * float64(b[j*ldb+p])
+							want += x
+							mag += math.Abs(x)
+						}
+						if math.Abs(got-want) > 1e-5*mag+1e-6 {
+							t.Fatalf("%s n%d k%d: c[%d][%d] = %v, want %v", im.Name, n, k, j, rr, got, want)
+						}
+					}
+				}
+			}
+		}
+	}
+}

@@ -114,5 +114,11 @@ func selfCheck(im Impl) (err error) {
 	if err := near("Scale/DsFromDp", x1, x2); err != nil {
 		return err
 	}
-	return near("Dot", []float32{im.Dot(a[:k], b[:k])}, []float32{Generic.Dot(a[:k], b[:k])})
+	if err := near("Dot", []float32{im.Dot(a[:k], b[:k])}, []float32{Generic.Dot(a[:k], b[:k])}); err != nil {
+		return err
+	}
+	d1, d2 := make([]float32, 5*6), make([]float32, 5*6)
+	im.Dot4T(d1, 6, a, b, ld, 5, 16)
+	Generic.Dot4T(d2, 6, a, b, ld, 5, 16)
+	return near("Dot4T", d1, d2)
 }

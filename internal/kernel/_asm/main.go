@@ -63,6 +63,7 @@ func main() {
 		genDsFromDp(s)
 		genFMAPeak(s)
 	}
+	genDot4T()
 	Generate()
 }
 
@@ -759,6 +760,108 @@ func genFMAPeak(s isa) {
 	}
 	DECQ(n)
 	JNE(LabelRef("loop"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+// ---------------------------------------------------------------------------
+// Few-row products for decoding.
+
+// genDot4T generates dot4TAVX2: Sᵀ for four query rows against n key rows
+// read in place (see Impl.Dot4T). It is AVX2 only; AVX-512 CPUs run it too.
+// Two keys per step share the four A vectors: 8 independent FMA chains,
+// 6 loads per 8 FMAs, then one horizontal-add tree per key.
+func genDot4T() {
+	TEXT("dot4TAVX2", NOSPLIT, "func(c []float32, ldc int, a []float32, b []float32, ldb, n, k int)")
+	Pragma("noescape")
+	Doc("dot4TAVX2 sets c[j*ldc+r] = Σ_p a[r*k+p]·b[j*ldb+p] for r < 4, j < n (see Impl.Dot4T).",
+		"k must be a positive multiple of 8.")
+	cp := Load(Param("c").Base(), GP64())
+	ldc := Load(Param("ldc"), GP64())
+	SHLQ(Imm(2), ldc)
+	a0 := Load(Param("a").Base(), GP64())
+	bp := Load(Param("b").Base(), GP64())
+	ldb := Load(Param("ldb"), GP64())
+	SHLQ(Imm(2), ldb)
+	n := Load(Param("n"), GP64())
+	kb := Load(Param("k"), GP64())
+	SHLQ(Imm(2), kb) // bytes per row of a
+	a1, a2, a3 := GP64(), GP64(), GP64()
+	LEAQ(Mem{Base: a0, Index: kb, Scale: 1}, a1)
+	LEAQ(Mem{Base: a1, Index: kb, Scale: 1}, a2)
+	LEAQ(Mem{Base: a2, Index: kb, Scale: 1}, a3)
+	rows := []Register{a0, a1, a2, a3}
+
+	// store4 reduces the four accumulators of one key (rows 0..3) and
+	// stores the four sums at dst.
+	store4 := func(acc []VecVirtual, dst Mem) {
+		t0, t1 := YMM(), YMM()
+		VHADDPS(acc[1], acc[0], t0) // pairs of rows 0,1
+		VHADDPS(acc[3], acc[2], t1) // pairs of rows 2,3
+		VHADDPS(t1, t0, t0)         // [s0 s1 s2 s3 | s0' s1' s2' s3']
+		x := XMM()
+		VEXTRACTF128(Imm(1), t0, x)
+		VADDPS(x, t0.AsX(), x)
+		VMOVUPS(x, dst)
+	}
+
+	b1 := GP64()
+	Label("pair")
+	CMPQ(n, Imm(2))
+	JL(LabelRef("single"))
+	{
+		MOVQ(bp, b1)
+		ADDQ(ldb, b1)
+		acc := make([]VecVirtual, 8) // acc[key*4 + row]
+		for i := range acc {
+			acc[i] = YMM()
+			VXORPS(acc[i], acc[i], acc[i])
+		}
+		off := GP64()
+		XORQ(off, off)
+		Label("pairDot")
+		bv0, bv1 := YMM(), YMM()
+		VMOVUPS(Mem{Base: bp, Index: off, Scale: 1}, bv0)
+		VMOVUPS(Mem{Base: b1, Index: off, Scale: 1}, bv1)
+		for r, ar := range rows {
+			av := YMM()
+			VMOVUPS(Mem{Base: ar, Index: off, Scale: 1}, av)
+			VFMADD231PS(av, bv0, acc[r])
+			VFMADD231PS(av, bv1, acc[4+r])
+		}
+		ADDQ(Imm(32), off)
+		CMPQ(off, kb)
+		JL(LabelRef("pairDot"))
+		store4(acc[:4], Mem{Base: cp})
+		store4(acc[4:], Mem{Base: cp, Index: ldc, Scale: 1})
+		LEAQ(Mem{Base: cp, Index: ldc, Scale: 2}, cp)
+		LEAQ(Mem{Base: bp, Index: ldb, Scale: 2}, bp)
+		SUBQ(Imm(2), n)
+		JMP(LabelRef("pair"))
+	}
+	Label("single")
+	CMPQ(n, Imm(0))
+	JE(LabelRef("done"))
+	{
+		acc := make([]VecVirtual, 4)
+		for i := range acc {
+			acc[i] = YMM()
+			VXORPS(acc[i], acc[i], acc[i])
+		}
+		off := GP64()
+		XORQ(off, off)
+		Label("singleDot")
+		bv := YMM()
+		VMOVUPS(Mem{Base: bp, Index: off, Scale: 1}, bv)
+		for r, ar := range rows {
+			VFMADD231PS(Mem{Base: ar, Index: off, Scale: 1}, bv, acc[r])
+		}
+		ADDQ(Imm(32), off)
+		CMPQ(off, kb)
+		JL(LabelRef("singleDot"))
+		store4(acc, Mem{Base: cp})
+	}
 	Label("done")
 	VZEROUPPER()
 	RET()
