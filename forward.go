@@ -203,14 +203,30 @@ func (p *problem) forwardTask(ws *workspace, t *fwdTask, out view, lse []float32
 			kernel.PackBt(ws.qt[si*kernel.W*d:], qp[sb.r0*d:], d, sb.m, d)
 		}
 	}
-	for j0 := t.j0; j0 < t.j1; j0 += p.bk {
-		n := min(p.bk, t.j1-j0)
+	// Decoding several KV heads: each key tile of K and V is first copied
+	// for all those heads in address order (one pass over contiguous
+	// memory), then read per head from L2. Reading it per head instead
+	// walks memory with a stride of a whole key row and ran at half speed.
+	step, staged := p.bk, len(subs) > 1 && fewRows && d%8 == 0
+	if staged {
+		step = p.decodeStep(len(subs))
+	}
+	for j0 := t.j0; j0 < t.j1; j0 += step {
+		n := min(step, t.j1-j0)
 		np := kernel.Pad(n)
 		full := s.band.full(t.i0, t.i1, j0, j0+n)
 		pass := p.needsScorePass(full)
+		if staged {
+			p.stageKV(ws, s, subs, j0, n, step)
+		}
 		for si, sb := range subs {
 			sTile := ws.s[sb.r0*np:]
 			kt, vp, ldv := pk.tile(t.seq, sb.hk, j0, n)
+			kr, ldk := p.k.row(s.tb, s.k0+j0, sb.hk), p.k.ss
+			if staged {
+				kr, ldk = ws.kdec[si*step*d:], d
+				vp, ldv = ws.vdec[si*step*dp:], dp
+			}
 			switch {
 			case kt != nil:
 				k.MulABt(sTile, np, qp[sb.r0*d:], d, kt, sb.m, np, d)
@@ -218,13 +234,12 @@ func (p *problem) forwardTask(ws *workspace, t *fwdTask, out view, lse []float32
 				// Few rows (decoding): Sᵀ = K·(scale·Q)ᵀ reads K where it
 				// lies, instead of transposing a K tile used only once.
 				sT := ws.st[:n*kernel.W]
-				kr := p.k.row(s.tb, s.k0+j0, sb.hk)
 				if d%8 == 0 {
 					for q4 := 0; q4 < sb.m; q4 += 4 {
-						k.Dot4T(sT[q4:], kernel.W, qp[(sb.r0+q4)*d:(sb.r0+q4+4)*d], kr, p.k.ss, n, d)
+						k.Dot4T(sT[q4:], kernel.W, qp[(sb.r0+q4)*d:(sb.r0+q4+4)*d], kr, ldk, n, d)
 					}
 				} else {
-					k.MulABt(sT, kernel.W, kr, p.k.ss, ws.qt[si*kernel.W*d:(si+1)*kernel.W*d], n, kernel.W, d)
+					k.MulABt(sT, kernel.W, kr, ldk, ws.qt[si*kernel.W*d:(si+1)*kernel.W*d], n, kernel.W, d)
 				}
 				for r := 0; r < sb.m; r++ {
 					row := sTile[r*np : r*np+n]
@@ -347,4 +362,29 @@ const maxStackRows = 64
 // stacked reports whether sequence s is decoded as one block of all heads.
 func (p *problem) stacked(s *sequence) bool {
 	return p.heads > 1 && s.nq*p.heads <= maxStackRows
+}
+
+// decodeStep is the key tile of a staged decoding block over nkv KV heads:
+// K and V of the tile for all of them take about half of L2.
+func (p *problem) decodeStep(nkv int) int {
+	_, l2 := cacheSizes()
+	n := l2 / 2 / (4 * 2 * nkv * p.dp)
+	return min(max(n/16*16, 16), p.bk)
+}
+
+// stageKV copies keys j0..j0+n-1 of K and V for the KV heads of subs, in
+// address order, into ws.kdec (rows of d, per head blocks of step rows) and
+// ws.vdec (rows padded to dp).
+func (p *problem) stageKV(ws *workspace, s *sequence, subs []subBlock, j0, n, step int) {
+	d, dp := p.d, p.dp
+	kb := grow(&ws.kdec, len(subs)*step*d)
+	vb := grow(&ws.vdec, len(subs)*step*dp)
+	for j := 0; j < n; j++ {
+		for si, sb := range subs {
+			copy(kb[(si*step+j)*d:(si*step+j+1)*d], p.k.row(s.tb, s.k0+j0+j, sb.hk))
+			vr := vb[(si*step+j)*dp : (si*step+j+1)*dp]
+			copy(vr[:d], p.v.row(s.tb, s.k0+j0+j, sb.hk))
+			clear(vr[d:])
+		}
+	}
 }

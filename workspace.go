@@ -18,6 +18,7 @@ type workspace struct {
 	o            []float32 // output accumulator, bq × dp
 	qt, st       []float32 // few-row blocks: (scale·Q)ᵀ packed, W × d per KV head; Sᵀ, bk × W
 	subs         []subBlock
+	kdec, vdec   []float32 // decoding: K and V of one key tile for several KV heads
 	m, l         []float32 // running max and sum, bq
 	dk, dv       []float32 // dK, dV accumulators, bk × dp
 	delta, lse   []float32 // backward: rowsum(dO∘O) and LSE of one head, nq
