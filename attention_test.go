@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime/debug"
 	"testing"
 
 	"github.com/flashattn/flashattn/internal/kernel"
@@ -307,6 +308,39 @@ func TestConcurrentCalls(t *testing.T) {
 					t.Fatalf("caller %d output %d differs at %d", g, i, j)
 				}
 			}
+		}
+	}
+}
+
+// TestSteadyStateAllocs: with caller-owned outputs, a repeated call
+// allocates nothing (pools warm, GC off so that they are not emptied).
+func TestSteadyStateAllocs(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	for _, c := range []tcase{
+		{b: 1, sq: 300, sk: 300, h: 4, hk: 2, d: 64, causal: true},
+		{b: 1, sq: 1, sk: 2000, h: 8, hk: 2, d: 64}, // decoding: stacked heads, key splits
+	} {
+		cd := makeCase(c, 1)
+		q, k, v := Dense(cd.q, c.b, c.sq, c.h, c.d), Dense(cd.k, c.b, c.sk, c.hk, c.d), Dense(cd.v, c.b, c.sk, c.hk, c.d)
+		do := Dense(cd.do, c.b, c.sq, c.h, c.d)
+		out, lse := NewTensor(c.b, c.sq, c.h, c.d), make([]float32, c.b*c.h*c.sq)
+		dq, dk, dv := NewTensor(c.b, c.sq, c.h, c.d), NewTensor(c.b, c.sk, c.hk, c.d), NewTensor(c.b, c.sk, c.hk, c.d)
+		opts := &Options{Causal: c.causal, Workers: 2}
+		fwd := func() {
+			if err := ForwardInto(out, lse, q, k, v, opts); err != nil {
+				t.Fatal(err)
+			}
+		}
+		bwd := func() {
+			if err := BackwardInto(dq, dk, dv, q, k, v, out, do, lse, opts); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if a := testing.AllocsPerRun(20, fwd); a != 0 {
+			t.Errorf("%v: ForwardInto allocates %v times per call", c, a)
+		}
+		if a := testing.AllocsPerRun(20, bwd); a != 0 {
+			t.Errorf("%v: BackwardInto allocates %v times per call", c, a)
 		}
 	}
 }

@@ -28,7 +28,8 @@ func BackwardInto(dq, dk, dv Tensor, q, k, v, out, dout Tensor, lse []float32, o
 	if err != nil {
 		return err
 	}
-	g := gradViews{}
+	defer p.release()
+	g := &p.gv
 	B, Sq, H, D, Sk, Hk := q.Batch, q.Seq, q.Heads, q.Dim, k.Seq, k.Heads
 	for _, c := range []struct {
 		dst        *view
@@ -51,7 +52,7 @@ func BackwardInto(dq, dk, dv Tensor, q, k, v, out, dout Tensor, lse []float32, o
 		return fmt.Errorf("flashattn: lse has %d elements, want %d", len(lse), p.lseLen)
 	}
 	g.lse = lse
-	p.backward(&g)
+	p.backward(g)
 	return nil
 }
 
@@ -78,6 +79,8 @@ type bwdUnit struct {
 const bwdTarget = 8
 
 func (p *problem) backwardUnits() (units []bwdUnit, partLen int) {
+	units = p.sc.units[:0]
+	defer func() { p.sc.units = units }()
 	total := 0
 	for _, s := range p.seqs {
 		total += s.nq * s.nk
@@ -104,42 +107,49 @@ func (p *problem) backwardUnits() (units []bwdUnit, partLen int) {
 }
 
 func (p *problem) backward(g *gradViews) {
+	p.g = g
 	// Keys that no query sees (and keys past SeqUsedK) get zero gradients.
 	p.clearKV(g)
 	units, partLen := p.backwardUnits()
-	part := make([]float32, partLen)
-	parallel(p.workers, len(units), func(ws *workspace, t int) {
-		p.backwardUnit(ws, &units[t], g, part)
-	})
+	p.units = units
+	p.dqPart = grow(&p.sc.dqPart, partLen)
+	clear(p.dqPart)
+	p.phase = phaseBackward
+	parallel(p.workers, len(units), p)
 	if partLen == 0 {
 		return
 	}
 	// Reduce the partial dQ of each (sequence, KV head) in chunk order.
-	var heads []bwdUnit
+	reds := p.sc.reds[:0]
 	for _, u := range units {
 		if u.part >= 0 && u.chunk == 0 {
-			heads = append(heads, u)
+			reds = append(reds, u)
 		}
 	}
-	parallel(p.workers, len(heads), func(ws *workspace, t int) {
-		u := heads[t]
-		s := &p.seqs[u.seq]
-		size := p.group * s.nq * p.dp
-		for hh := 0; hh < p.group; hh++ {
-			h := u.hk*p.group + hh
-			for i := 0; i < s.nq; i++ {
-				dst := g.dq.row(s.tb, s.q0+i, h)[:p.d]
-				off := u.part + (hh*s.nq+i)*p.dp
-				for c := range dst {
-					var acc float32
-					for ch := 0; ch < u.chunks; ch++ {
-						acc += part[off+ch*size+c]
-					}
-					dst[c] = p.scale * acc
+	p.sc.reds, p.reds = reds, reds
+	p.phase = phaseReduce
+	parallel(p.workers, len(reds), p)
+}
+
+// reduceDQ sums, in chunk order, the partial dQ of the query heads of
+// (sequence, KV head) u, and writes scale·sum to dq.
+func (p *problem) reduceDQ(u *bwdUnit) {
+	s := &p.seqs[u.seq]
+	size := p.group * s.nq * p.dp
+	for hh := 0; hh < p.group; hh++ {
+		h := u.hk*p.group + hh
+		for i := 0; i < s.nq; i++ {
+			dst := p.g.dq.row(s.tb, s.q0+i, h)[:p.d]
+			off := u.part + (hh*s.nq+i)*p.dp
+			for c := range dst {
+				var acc float32
+				for ch := 0; ch < u.chunks; ch++ {
+					acc += p.dqPart[off+ch*size+c]
 				}
+				dst[c] = p.scale * acc
 			}
 		}
-	})
+	}
 }
 
 // clearKV zeroes dk and dv: the units accumulate into them.
@@ -158,7 +168,8 @@ func (p *problem) clearKV(g *gradViews) {
 // backwardUnit runs FA2's backward for one unit: for each KV block it owns,
 // stream the query blocks that see it, recompute P = exp(S − LSE), and
 // accumulate dV += Pᵀ dO, dK += dSᵀ Q locally and dQ += dS K.
-func (p *problem) backwardUnit(ws *workspace, u *bwdUnit, g *gradViews, part []float32) {
+func (p *problem) backwardUnit(ws *workspace, u *bwdUnit) {
+	g, part := p.g, p.dqPart
 	s := &p.seqs[u.seq]
 	ws.forBackward(p, s.nq)
 	d, dp := p.d, p.dp

@@ -21,6 +21,7 @@ func Forward(q, k, v Tensor, opts *Options) (out Tensor, lse []float32, err erro
 	out = NewTensor(q.Batch, q.Seq, q.Heads, q.Dim)
 	lse = make([]float32, p.lseLen)
 	p.forward(mustView(out), lse)
+	p.release()
 	return out, lse, nil
 }
 
@@ -33,6 +34,7 @@ func ForwardInto(out Tensor, lse []float32, q, k, v Tensor, opts *Options) error
 	if err != nil {
 		return err
 	}
+	defer p.release()
 	ov, err := out.check("out", true, q.Batch, q.Seq, q.Heads, q.Dim)
 	if err != nil {
 		return err
@@ -91,7 +93,8 @@ const (
 // forwardTasks lists the tasks, heaviest first, and the number of
 // partial-result slots the key splits need.
 func (p *problem) forwardTasks() (tasks []fwdTask, splits, slots int) {
-	var blocks []rowBlock
+	blocks, tasks := p.sc.blocks[:0], p.sc.tasks[:0]
+	defer func() { p.sc.blocks, p.sc.tasks = blocks, tasks }()
 	for si := range p.seqs {
 		s := &p.seqs[si]
 		if s.nq == 0 {
@@ -139,43 +142,43 @@ type partials struct {
 }
 
 func (p *problem) forward(out view, lse []float32) {
+	p.out, p.lse = out, lse
 	tasks, splits, slots := p.forwardTasks()
-	pk := p.packKV()
-	defer pk.release()
-	var part partials
+	p.tasks, p.splits = tasks, splits
+	p.packKV()
 	if slots > 0 {
-		part = partials{
-			o: make([]float32, slots*p.maxRows*p.dp),
-			m: make([]float32, slots*p.maxRows),
-			l: make([]float32, slots*p.maxRows),
+		p.part = partials{
+			o: grow(&p.sc.partO, slots*p.maxRows*p.dp),
+			m: grow(&p.sc.partM, slots*p.maxRows),
+			l: grow(&p.sc.partL, slots*p.maxRows),
 		}
-		for i := range part.m {
-			part.m[i] = negInf
+		for i := range p.part.m {
+			p.part.m[i] = negInf
 		}
 	}
-	parallel(p.workers, len(tasks), func(ws *workspace, t int) {
-		p.forwardTask(ws, &tasks[t], out, lse, &part, pk)
-	})
+	p.phase = phaseForward
+	parallel(p.workers, len(tasks), p)
 	if slots == 0 {
 		return
 	}
 	// Merge the key splits of each row block in a fixed order.
-	var merges []fwdTask
+	merges := p.sc.merges[:0]
 	for _, t := range tasks {
 		if t.part >= 0 && t.part%splits == 0 {
 			merges = append(merges, t)
 		}
 	}
-	parallel(p.workers, len(merges), func(ws *workspace, t int) {
-		p.mergeSplits(&merges[t], splits, &part, out, lse)
-	})
+	p.sc.merges, p.merges = merges, merges
+	p.phase = phaseMerge
+	parallel(p.workers, len(merges), p)
 }
 
 // forwardTask runs FA2's inner loop for one task: stream the K/V tiles of
 // its key range past the query block, keeping the online softmax state.
 // A block that stacks several KV heads' query heads (decoding) visits, for
 // each key tile, every KV head in turn, so K and V are read in memory order.
-func (p *problem) forwardTask(ws *workspace, t *fwdTask, out view, lse []float32, part *partials, pk *packedKV) {
+func (p *problem) forwardTask(ws *workspace, t *fwdTask) {
+	out, lse, part, pk := p.out, p.lse, &p.part, &p.pk
 	ws.forTile(p)
 	k := &p.impl
 	s := &p.seqs[t.seq]
@@ -292,7 +295,8 @@ func (p *problem) outRow(out view, s *sequence, h, i int) []float32 {
 
 // mergeSplits combines the key splits of one row block by their log-sum-exp
 // (flash-decoding): O = Σ_s e^{m_s−M} o_s / Σ_s e^{m_s−M} l_s.
-func (p *problem) mergeSplits(t *fwdTask, splits int, part *partials, out view, lse []float32) {
+func (p *problem) mergeSplits(t *fwdTask) {
+	splits, part, out, lse := p.splits, &p.part, p.out, p.lse
 	s := &p.seqs[t.seq]
 	first := t.part - t.part%splits
 	for r := 0; r < t.rows(); r++ {

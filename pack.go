@@ -1,35 +1,32 @@
 package flashattn
 
-import (
-	"sync"
-
-	"github.com/flashattn/flashattn/internal/kernel"
-)
+import "github.com/flashattn/flashattn/internal/kernel"
 
 // packedKV holds K and V of the (sequence, KV head) pairs whose tiles are
 // read by several query blocks, packed once per call in the kernels' layout:
 // Kᵀ in strips of kernel.W keys (for S = Q·Kᵀ) and V as rows padded to dp
 // (for O += P·V). Without it every query block would repack every K/V tile,
 // which costs as much as a quarter of the forward pass. Extra memory: about
-// twice the size of K, O(N).
+// twice the size of K, O(N), kept with the problem for the next call.
 type packedKV struct {
 	p      *problem
 	buf    []float32
 	kt, vp []int // offsets into buf per seq*kvh+hk; -1 when not packed
 }
 
-var packBufs sync.Pool // *[]float32
-
 // packKV packs, in parallel, every (sequence, KV head) read by two or more
 // row blocks. Decoding (one stacked row block per KV head) packs tile by tile
 // instead, since each tile is then read once.
-func (p *problem) packKV() *packedKV {
-	pk := &packedKV{p: p, kt: make([]int, len(p.seqs)*p.kvh), vp: make([]int, len(p.seqs)*p.kvh)}
+func (p *problem) packKV() {
+	nu := len(p.seqs) * p.kvh
+	pk := &p.pk
+	*pk = packedKV{p: p, kt: growInts(&p.sc.pkKt, nu), vp: growInts(&p.sc.pkVp, nu)}
 	total := 0
-	var units []int
-	for si, s := range p.seqs {
+	units := p.sc.pkUnits[:0]
+	for si := range p.seqs {
+		s := &p.seqs[si]
 		blocks := p.group * ((s.nq + p.bq - 1) / p.bq)
-		if p.stacked(&s) {
+		if p.stacked(s) {
 			blocks = 1
 		}
 		for hk := 0; hk < p.kvh; hk++ {
@@ -48,20 +45,30 @@ func (p *problem) packKV() *packedKV {
 			units = append(units, u)
 		}
 	}
+	p.sc.pkUnits = units
 	if total == 0 {
-		return pk
+		return
 	}
-	if b, ok := packBufs.Get().(*[]float32); ok {
-		pk.buf = *b
+	pk.buf = grow(&p.sc.packBuf, total)
+	p.phase = phasePack
+	parallel(p.workers, len(units), p)
+}
+
+// packUnit packs K and V of unit u = seq*kvh + hk.
+func (p *problem) packUnit(u int) {
+	pk := &p.pk
+	s, hk := &p.seqs[u/p.kvh], u%p.kvh
+	kernel.PackBt(pk.buf[pk.kt[u]:], p.k.row(s.tb, s.k0, hk), p.k.ss, s.nk, p.d)
+	kernel.PackRows(pk.buf[pk.vp[u]:], p.v.row(s.tb, s.k0, hk), p.v.ss, s.nk, p.d)
+}
+
+// growInts returns (*buf)[:n], reallocating if needed.
+func growInts(buf *[]int, n int) []int {
+	if cap(*buf) < n {
+		*buf = make([]int, n)
 	}
-	pk.buf = grow(&pk.buf, total)
-	parallel(p.workers, len(units), func(_ *workspace, t int) {
-		u := units[t]
-		s, hk := &p.seqs[u/p.kvh], u%p.kvh
-		kernel.PackBt(pk.buf[pk.kt[u]:], p.k.row(s.tb, s.k0, hk), p.k.ss, s.nk, p.d)
-		kernel.PackRows(pk.buf[pk.vp[u]:], p.v.row(s.tb, s.k0, hk), p.v.ss, s.nk, p.d)
-	})
-	return pk
+	*buf = (*buf)[:n]
+	return *buf
 }
 
 // tile returns the packed Kᵀ strips of keys j0..j0+n-1 (j0 a multiple of
@@ -76,12 +83,4 @@ func (pk *packedKV) tile(si, hk, j0, n int) (kt, vp []float32, ldv int) {
 	kt = pk.buf[pk.kt[u]+j0*d : pk.kt[u]+(j0+kernel.Pad(n))*d]
 	vp = pk.buf[pk.vp[u]+j0*dp : pk.vp[u]+(j0+n)*dp]
 	return kt, vp, dp
-}
-
-// release returns the buffer for the next call.
-func (pk *packedKV) release() {
-	if pk.buf != nil {
-		b := pk.buf
-		packBufs.Put(&b)
-	}
 }

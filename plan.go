@@ -3,6 +3,7 @@ package flashattn
 import (
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/flashattn/flashattn/internal/dropout"
 	"github.com/flashattn/flashattn/internal/kernel"
@@ -40,6 +41,74 @@ type problem struct {
 	dropOn     bool
 	drop       dropout.Mask
 	workers    int
+
+	// The state of the call in progress: which parallel loop runs (see
+	// run) and its inputs and outputs.
+	phase  phase
+	out    view
+	lse    []float32
+	g      *gradViews
+	gv     gradViews
+	splits int
+	part   partials
+	pk     packedKV
+	tasks  []fwdTask
+	merges []fwdTask
+	units  []bwdUnit
+	reds   []bwdUnit
+	dqPart []float32
+
+	sc scratch // buffers kept from call to call
+}
+
+// scratch is the memory a problem keeps when it returns to the pool, so
+// that steady-state calls allocate nothing.
+type scratch struct {
+	seqs                []sequence
+	blocks              []rowBlock
+	tasks, merges       []fwdTask
+	units, reds         []bwdUnit
+	partO, partM, partL []float32
+	dqPart, packBuf     []float32
+	pkKt, pkVp, pkUnits []int
+}
+
+var problems = sync.Pool{New: func() any { return new(problem) }}
+
+// release returns p to the pool, dropping its references to the caller's
+// tensors.
+func (p *problem) release() {
+	sc := p.sc
+	*p = problem{sc: sc}
+	problems.Put(p)
+}
+
+// phase names the parallel loops of a call; problem.run dispatches on it.
+type phase int
+
+const (
+	phasePack phase = iota
+	phaseForward
+	phaseMerge
+	phaseBackward
+	phaseReduce
+)
+
+// run does task t of the current phase (problem is the runner of every
+// parallel loop, so no closure is allocated per call).
+func (p *problem) run(ws *workspace, t int) {
+	switch p.phase {
+	case phasePack:
+		p.packUnit(p.sc.pkUnits[t])
+	case phaseForward:
+		p.forwardTask(ws, &p.tasks[t])
+	case phaseMerge:
+		p.mergeSplits(&p.merges[t])
+	case phaseBackward:
+		p.backwardUnit(ws, &p.units[t])
+	case phaseReduce:
+		p.reduceDQ(&p.reds[t])
+	}
 }
 
 // newProblem validates q, k, v and the options and builds the plan shared by
@@ -68,7 +137,10 @@ func newProblem(q, k, v Tensor, o *Options) (*problem, error) {
 	if H%Hk != 0 {
 		return nil, fmt.Errorf("flashattn: q has %d heads, not a multiple of the %d heads of k and v", H, Hk)
 	}
-	p := &problem{
+	p := problems.Get().(*problem)
+	sc := p.sc
+	*p = problem{
+		sc:    sc,
 		impl:  kernel.Select(),
 		heads: H, kvh: Hk, group: H / Hk,
 		d: D, dp: kernel.Pad(D),
@@ -88,12 +160,13 @@ func newProblem(q, k, v Tensor, o *Options) (*problem, error) {
 		p.drop = dropout.NewMask(o.Seed, o.Dropout)
 	}
 	if o.VarLen == nil {
-		p.seqs = make([]sequence, B)
+		p.seqs = growSeqs(&p.sc.seqs, B)
 		for b := range p.seqs {
 			p.seqs[b] = sequence{b: b, tb: b, nq: Sq, nk: Sk, lse0: b * H * Sq, lseH: Sq, band: newBand(o, Sq, Sk)}
 		}
 		p.lseLen = B * H * Sq
 	} else if err := p.varlenSequences(o, q, k); err != nil {
+		p.release()
 		return nil, err
 	}
 	nb := len(p.seqs)
@@ -104,6 +177,7 @@ func newProblem(q, k, v Tensor, o *Options) (*problem, error) {
 	case nb * H:
 		p.alibi, p.alibiBatch = o.ALiBi, true
 	default:
+		p.release()
 		return nil, fmt.Errorf("flashattn: ALiBi has %d slopes, want %d ([heads]) or %d ([batch, heads])", len(o.ALiBi), H, nb*H)
 	}
 	return p, nil
@@ -140,7 +214,7 @@ func (p *problem) varlenSequences(o *Options, q, k Tensor) error {
 		}
 	}
 	H, totalQ := q.Heads, q.Seq
-	p.seqs = make([]sequence, nb)
+	p.seqs = growSeqs(&p.sc.seqs, nb)
 	for b := range p.seqs {
 		q0, nq := int(cq[b]), int(cq[b+1]-cq[b])
 		k0, nk := int(ck[b]), int(ck[b+1]-ck[b])
@@ -167,4 +241,13 @@ func (p *problem) slope(b, h int) float32 {
 	default:
 		return p.alibi[h]
 	}
+}
+
+// growSeqs returns (*buf)[:n], reallocating if needed.
+func growSeqs(buf *[]sequence, n int) []sequence {
+	if cap(*buf) < n {
+		*buf = make([]sequence, n)
+	}
+	*buf = (*buf)[:n]
+	return *buf
 }
