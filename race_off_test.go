@@ -1,0 +1,5 @@
+//go:build !race
+
+package flashattn
+
+const raceEnabled = false
