@@ -22,7 +22,7 @@ func Backward(q, k, v, out, dout Tensor, lse []float32, opts *Options) (dq, dk, 
 }
 
 // BackwardInto is Backward writing into caller-owned gradients dq (shaped
-// like q), dk and dv (shaped like k).
+// like q), dk and dv (shaped like k). Repeated calls allocate nothing.
 func BackwardInto(dq, dk, dv Tensor, q, k, v, out, dout Tensor, lse []float32, opts *Options) error {
 	p, err := newProblem(q, k, v, opts)
 	if err != nil {

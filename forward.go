@@ -27,8 +27,8 @@ func Forward(q, k, v Tensor, opts *Options) (out Tensor, lse []float32, err erro
 
 // ForwardInto is Forward writing into caller-owned buffers: out must have
 // q's shape (any non-overlapping strides) and lse, unless nil, at least
-// batch·heads·seqlen_q elements. It allocates nothing in steady state beyond
-// small per-call bookkeeping, so it suits hot loops.
+// batch·heads·seqlen_q elements. Repeated calls allocate nothing (the
+// workspaces and packed K/V buffers are pooled), so it suits hot loops.
 func ForwardInto(out Tensor, lse []float32, q, k, v Tensor, opts *Options) error {
 	p, err := newProblem(q, k, v, opts)
 	if err != nil {
