@@ -104,8 +104,11 @@ func (p *problem) forwardTasks() (tasks []fwdTask, splits, slots int) {
 			blocks = append(blocks, rowBlock{si, 0, p.heads, 0, s.nq})
 			continue
 		}
-		for h := 0; h < p.heads; h++ {
-			for i0 := 0; i0 < s.nq; i0 += p.bq {
+		// Heads inside: tasks of equal cost run in this order, so the
+		// workers read neighbouring rows of Q and write neighbouring rows
+		// of O at about the same time.
+		for i0 := 0; i0 < s.nq; i0 += p.bq {
+			for h := 0; h < p.heads; h++ {
 				blocks = append(blocks, rowBlock{si, h, 1, i0, min(i0+p.bq, s.nq)})
 			}
 		}

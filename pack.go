@@ -42,7 +42,11 @@ func (p *problem) packKV() {
 			// each other, which slowed O += P·V by half.
 			pk.vp[u] = total
 			total += s.nk * p.dp
-			units = append(units, u)
+		}
+		if pk.kt[si*p.kvh] >= 0 {
+			for j0 := 0; j0 < s.nk; j0 += packChunk {
+				units = append(units, si, j0)
+			}
 		}
 	}
 	p.sc.pkUnits = units
@@ -51,15 +55,27 @@ func (p *problem) packKV() {
 	}
 	pk.buf = grow(&p.sc.packBuf, total)
 	p.phase = phasePack
-	parallel(p.workers, len(units), p)
+	parallel(p.workers, len(units)/2, p)
 }
 
-// packUnit packs K and V of unit u = seq*kvh + hk.
-func (p *problem) packUnit(u int) {
+// packChunk is the number of keys one packing task handles.
+const packChunk = 256
+
+// packUnit packs keys j0..j0+packChunk-1 of sequence si for every KV head.
+// It walks the keys in address order, 16 at a time with the heads inside,
+// so K and V are read as contiguous memory; packing one head at a time
+// read them with a stride of a whole key row, latency-bound.
+func (p *problem) packUnit(si, j0 int) {
 	pk := &p.pk
-	s, hk := &p.seqs[u/p.kvh], u%p.kvh
-	kernel.PackBt(pk.buf[pk.kt[u]:], p.k.row(s.tb, s.k0, hk), p.k.ss, s.nk, p.d)
-	kernel.PackRows(pk.buf[pk.vp[u]:], p.v.row(s.tb, s.k0, hk), p.v.ss, s.nk, p.d)
+	s := &p.seqs[si]
+	for j := j0; j < min(j0+packChunk, s.nk); j += kernel.W {
+		n := min(kernel.W, s.nk-j)
+		for hk := 0; hk < p.kvh; hk++ {
+			u := si*p.kvh + hk
+			kernel.PackBt(pk.buf[pk.kt[u]+j*p.d:], p.k.row(s.tb, s.k0+j, hk), p.k.ss, n, p.d)
+			kernel.PackRows(pk.buf[pk.vp[u]+j*p.dp:], p.v.row(s.tb, s.k0+j, hk), p.v.ss, n, p.d)
+		}
+	}
 }
 
 // growInts returns (*buf)[:n], reallocating if needed.

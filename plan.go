@@ -99,7 +99,7 @@ const (
 func (p *problem) run(ws *workspace, t int) {
 	switch p.phase {
 	case phasePack:
-		p.packUnit(p.sc.pkUnits[t])
+		p.packUnit(p.sc.pkUnits[2*t], p.sc.pkUnits[2*t+1])
 	case phaseForward:
 		p.forwardTask(ws, &p.tasks[t])
 	case phaseMerge:
