@@ -89,7 +89,7 @@ func (p *problem) backwardUnits() (units []bwdUnit, partLen int) {
 		if s.nq == 0 || s.nk == 0 {
 			continue
 		}
-		nkb := (s.nk + p.bk - 1) / p.bk
+		nkb := (s.nk + p.bkB - 1) / p.bkB
 		c := (bwdTarget*s.nq*s.nk + p.kvh*total - 1) / (p.kvh * total)
 		c = min(max(c, 1), nkb)
 		for hk := 0; hk < p.kvh; hk++ {
@@ -173,7 +173,7 @@ func (p *problem) backwardUnit(ws *workspace, u *bwdUnit) {
 	s := &p.seqs[u.seq]
 	ws.forBackward(p, s.nq)
 	d, dp := p.d, p.dp
-	nkb := (s.nk + p.bk - 1) / p.bk
+	nkb := (s.nk + p.bkB - 1) / p.bkB
 	for hh := 0; hh < p.group; hh++ {
 		h := u.hk*p.group + hh
 		delta, lse := ws.delta[:s.nq], ws.lse[:s.nq]
@@ -197,8 +197,8 @@ func (p *problem) backwardUnit(ws *workspace, u *bwdUnit) {
 			clear(dq)
 		}
 		for kb := u.chunk; kb < nkb; kb += u.chunks {
-			j0 := kb * p.bk
-			n := min(p.bk, s.nk-j0)
+			j0 := kb * p.bkB
+			n := min(p.bkB, s.nk-j0)
 			p.backwardBlock(ws, s, h, u.hk, j0, n, qs, dos, delta, lse, dq, g)
 		}
 		if u.part < 0 {

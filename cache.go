@@ -77,3 +77,15 @@ func blockSizes(d int, o *Options) (bq, bk int) {
 	}
 	return bq, bk
 }
+
+// backwardBlock is the KV block of the backward pass. Without a mask it is
+// the forward's B_c. Under a causal or window mask every KV block meets the
+// diagonal in many query blocks, whose tiles are partly wasted, so smaller
+// blocks win: measured on N = 1024…4096 causal, N/8 clamped to 128…256 was
+// 5–20% faster than 512.
+func backwardBlock(bk, sk int, o *Options) int {
+	if o.BlockK > 0 || (!o.Causal && o.Window == nil) {
+		return bk
+	}
+	return min(bk, max(128, min(256, (sk/8+15)/16*16)))
+}

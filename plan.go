@@ -29,6 +29,7 @@ type problem struct {
 	group      int // H / Hk
 	d, dp      int // head dim, padded to the kernel width
 	bq, bk     int
+	bkB        int // KV block of the backward pass
 	maxRows    int // rows of the largest row block: bq, or a stacked block's
 	q, k, v    view
 	lseLen     int
@@ -150,6 +151,7 @@ func newProblem(q, k, v Tensor, o *Options) (*problem, error) {
 		tbatch:  B, kRows: Sk,
 	}
 	p.bq, p.bk = blockSizes(D, o)
+	p.bkB = backwardBlock(p.bk, Sk, o)
 	p.maxRows = max(p.bq, maxStackRows)
 	p.scale = o.Scale
 	if p.scale == 0 {
