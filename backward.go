@@ -258,8 +258,16 @@ func (p *problem) backwardBlock(ws *workspace, s *sequence, h, hk, j0, n int, qs
 			if p.dropOn {
 				pd := ws.pd[r*np : (r+1)*np]
 				copy(pd, row)
-				p.drop.ApplyRow(pd[:n], s.b, h, i, j0)
-				p.drop.ApplyRow(dprow[:n], s.b, h, i, j0)
+				// One mask for both: P̃ = P∘z/(1-p) and dP = dP̃∘z/(1-p).
+				f := ws.drop[:n]
+				for c := range f {
+					f[c] = 1
+				}
+				p.drop.ApplyRow(f, s.b, h, i, j0)
+				for c, x := range f {
+					pd[c] *= x
+					dprow[c] *= x
+				}
 			}
 			k.DsFromDp(dprow, row, delta[i])
 			for c, x := range gr {

@@ -19,6 +19,7 @@ type workspace struct {
 	qt, st       []float32 // few-row blocks: (scale·Q)ᵀ packed, W × d per KV head; Sᵀ, bk × W
 	subs         []subBlock
 	kdec, vdec   []float32 // decoding: K and V of one key tile for several KV heads
+	drop         []float32 // backward: dropout factors of one row, bk
 	m, l         []float32 // running max and sum, bq
 	dk, dv       []float32 // dK, dV accumulators, bk × dp
 	delta, lse   []float32 // backward: rowsum(dO∘O) and LSE of one head, nq
@@ -65,6 +66,9 @@ func (w *workspace) forBackward(p *problem, maxRows int) {
 	grow(&w.kp, p.bk*p.dp)
 	grow(&w.dk, p.bk*p.dp)
 	grow(&w.dv, p.bk*p.dp)
+	if p.dropOn {
+		grow(&w.drop, p.bk)
+	}
 	grow(&w.delta, maxRows)
 	grow(&w.lse, maxRows)
 }
