@@ -14,31 +14,17 @@
 // the blocking or the order in which elements are visited.
 package dropout
 
-import "math/bits"
+import (
+	"math/bits"
 
-const (
-	philoxM0 = 0xD2511F53
-	philoxM1 = 0xCD9E8D57
-	philoxW0 = 0x9E3779B9
-	philoxW1 = 0xBB67AE85
+	"github.com/flashattn/flashattn/internal/kernel"
 )
 
 // Philox4x32 is the Philox-4x32-10 block function of Salmon et al. (2011), as
 // in Random123, cuRAND and PyTorch: ten rounds with multipliers 0xD2511F53 and
 // 0xCD9E8D57 and Weyl key increments 0x9E3779B9 and 0xBB67AE85.
 func Philox4x32(ctr [4]uint32, key [2]uint32) [4]uint32 {
-	c0, c1, c2, c3 := ctr[0], ctr[1], ctr[2], ctr[3]
-	k0, k1 := key[0], key[1]
-	for r := 0; r < 10; r++ {
-		if r > 0 {
-			k0 += philoxW0
-			k1 += philoxW1
-		}
-		hi0, lo0 := bits.Mul32(philoxM0, c0)
-		hi1, lo1 := bits.Mul32(philoxM1, c2)
-		c0, c1, c2, c3 = hi1^c1^k0, lo1, hi0^c3^k1, lo0
-	}
-	return [4]uint32{c0, c1, c2, c3}
+	return kernel.Philox4x32(ctr, key)
 }
 
 // Mask is a dropout mask with drop probability p and a 64-bit seed. The zero
@@ -110,18 +96,32 @@ func (m Mask) ApplyRow(row []float32, b, h, i, j0 int) {
 	ctr := [4]uint32{0, uint32(i), uint32(h), uint32(b)}
 	n := len(row)
 	t := 0
+	var words [32]uint32
 	for t < n {
 		j := j0 + t
 		ctr[0] = uint32(j >> 2)
+		if j&3 == 0 && n-t >= len(words) {
+			// 32 columns: eight consecutive counters at once.
+			kernel.Philox8(&words, ctr[0], ctr[1], ctr[2], ctr[3], m.key[0], m.key[1])
+			r := row[t : t+len(words)]
+			for c, w := range words {
+				r[c] *= keepFactor(w, th, s)
+			}
+			t += len(words)
+			continue
+		}
 		out := Philox4x32(ctr, m.key)
 		// Columns j .. end of this group of four (or of the row).
 		for lane := j & 3; lane < 4 && t < n; lane++ {
-			if out[lane] < th {
-				row[t] = 0
-			} else {
-				row[t] *= s
-			}
+			row[t] *= keepFactor(out[lane], th, s)
 			t++
 		}
 	}
+}
+
+// keepFactor is s if word w keeps its element (w >= th), else 0, without a
+// branch: dropping is random, so a branch would often be mispredicted.
+func keepFactor(w, th uint32, s float32) float32 {
+	_, borrow := bits.Sub32(w, th, 0)
+	return s * float32(1-borrow)
 }

@@ -172,3 +172,12 @@ func wrapDot4T(f func(c []float32, ldc int, a, b []float32, ldb, n, k int)) func
 		f(c, ldc, a, b, ldb, n, k)
 	}
 }
+
+// archPhilox8 runs the AVX2 Philox8 if the CPU has AVX2.
+func archPhilox8(out *[32]uint32, c0, c1, c2, c3, k0, k1 uint32) bool {
+	if !hasAVX2 {
+		return false
+	}
+	philox8AVX2(out, c0, c1, c2, c3, k0, k1)
+	return true
+}

@@ -4090,3 +4090,289 @@ singleDot:
 done:
 	VZEROUPPER
 	RET
+
+DATA philoxconsts<>+0(SB)/4, $0x00000000
+DATA philoxconsts<>+4(SB)/4, $0x00000001
+DATA philoxconsts<>+8(SB)/4, $0x00000002
+DATA philoxconsts<>+12(SB)/4, $0x00000003
+DATA philoxconsts<>+16(SB)/4, $0x00000004
+DATA philoxconsts<>+20(SB)/4, $0x00000005
+DATA philoxconsts<>+24(SB)/4, $0x00000006
+DATA philoxconsts<>+28(SB)/4, $0x00000007
+DATA philoxconsts<>+32(SB)/4, $0xd2511f53
+DATA philoxconsts<>+36(SB)/4, $0xd2511f53
+DATA philoxconsts<>+40(SB)/4, $0xd2511f53
+DATA philoxconsts<>+44(SB)/4, $0xd2511f53
+DATA philoxconsts<>+48(SB)/4, $0xd2511f53
+DATA philoxconsts<>+52(SB)/4, $0xd2511f53
+DATA philoxconsts<>+56(SB)/4, $0xd2511f53
+DATA philoxconsts<>+60(SB)/4, $0xd2511f53
+DATA philoxconsts<>+64(SB)/4, $0xcd9e8d57
+DATA philoxconsts<>+68(SB)/4, $0xcd9e8d57
+DATA philoxconsts<>+72(SB)/4, $0xcd9e8d57
+DATA philoxconsts<>+76(SB)/4, $0xcd9e8d57
+DATA philoxconsts<>+80(SB)/4, $0xcd9e8d57
+DATA philoxconsts<>+84(SB)/4, $0xcd9e8d57
+DATA philoxconsts<>+88(SB)/4, $0xcd9e8d57
+DATA philoxconsts<>+92(SB)/4, $0xcd9e8d57
+DATA philoxconsts<>+96(SB)/4, $0x9e3779b9
+DATA philoxconsts<>+100(SB)/4, $0x9e3779b9
+DATA philoxconsts<>+104(SB)/4, $0x9e3779b9
+DATA philoxconsts<>+108(SB)/4, $0x9e3779b9
+DATA philoxconsts<>+112(SB)/4, $0x9e3779b9
+DATA philoxconsts<>+116(SB)/4, $0x9e3779b9
+DATA philoxconsts<>+120(SB)/4, $0x9e3779b9
+DATA philoxconsts<>+124(SB)/4, $0x9e3779b9
+DATA philoxconsts<>+128(SB)/4, $0xbb67ae85
+DATA philoxconsts<>+132(SB)/4, $0xbb67ae85
+DATA philoxconsts<>+136(SB)/4, $0xbb67ae85
+DATA philoxconsts<>+140(SB)/4, $0xbb67ae85
+DATA philoxconsts<>+144(SB)/4, $0xbb67ae85
+DATA philoxconsts<>+148(SB)/4, $0xbb67ae85
+DATA philoxconsts<>+152(SB)/4, $0xbb67ae85
+DATA philoxconsts<>+156(SB)/4, $0xbb67ae85
+GLOBL philoxconsts<>(SB), RODATA|NOPTR, $160
+
+// func philox8AVX2(out *[32]uint32, c0 uint32, c1 uint32, c2 uint32, c3 uint32, k0 uint32, k1 uint32)
+// Requires: AVX, AVX2
+TEXT ·philox8AVX2(SB), NOSPLIT, $0-32
+	MOVQ         out+0(FP), AX
+	MOVL         c0+8(FP), CX
+	VMOVD        CX, X0
+	VPBROADCASTD X0, Y0
+	MOVL         c1+12(FP), CX
+	VMOVD        CX, X1
+	VPBROADCASTD X1, Y1
+	MOVL         c2+16(FP), CX
+	VMOVD        CX, X2
+	VPBROADCASTD X2, Y2
+	MOVL         c3+20(FP), CX
+	VMOVD        CX, X3
+	VPBROADCASTD X3, Y3
+	MOVL         k0+24(FP), CX
+	VMOVD        CX, X4
+	VPBROADCASTD X4, Y4
+	MOVL         k1+28(FP), CX
+	VMOVD        CX, X5
+	VPBROADCASTD X5, Y5
+	VPADDD       philoxconsts<>+0(SB), Y0, Y0
+	VMOVDQU      philoxconsts<>+32(SB), Y6
+	VMOVDQU      philoxconsts<>+64(SB), Y7
+	VMOVDQU      philoxconsts<>+96(SB), Y8
+	VMOVDQU      philoxconsts<>+128(SB), Y9
+	VPMULUDQ     Y6, Y0, Y10
+	VPSRLQ       $0x20, Y0, Y11
+	VPMULUDQ     Y6, Y11, Y0
+	VPSRLQ       $0x20, Y10, Y11
+	VPBLENDD     $0xaa, Y0, Y11, Y12
+	VPSLLQ       $0x20, Y0, Y11
+	VPBLENDD     $0xaa, Y11, Y10, Y0
+	VPMULUDQ     Y7, Y2, Y10
+	VPSRLQ       $0x20, Y2, Y11
+	VPMULUDQ     Y7, Y11, Y2
+	VPSRLQ       $0x20, Y10, Y11
+	VPBLENDD     $0xaa, Y2, Y11, Y13
+	VPSLLQ       $0x20, Y2, Y11
+	VPBLENDD     $0xaa, Y11, Y10, Y2
+	VPXOR        Y1, Y13, Y1
+	VPXOR        Y4, Y1, Y1
+	VPXOR        Y3, Y12, Y3
+	VPXOR        Y5, Y3, Y3
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y5, Y5
+	VPMULUDQ     Y6, Y1, Y10
+	VPSRLQ       $0x20, Y1, Y11
+	VPMULUDQ     Y6, Y11, Y1
+	VPSRLQ       $0x20, Y10, Y11
+	VPBLENDD     $0xaa, Y1, Y11, Y12
+	VPSLLQ       $0x20, Y1, Y11
+	VPBLENDD     $0xaa, Y11, Y10, Y1
+	VPMULUDQ     Y7, Y3, Y10
+	VPSRLQ       $0x20, Y3, Y11
+	VPMULUDQ     Y7, Y11, Y3
+	VPSRLQ       $0x20, Y10, Y11
+	VPBLENDD     $0xaa, Y3, Y11, Y13
+	VPSLLQ       $0x20, Y3, Y11
+	VPBLENDD     $0xaa, Y11, Y10, Y3
+	VPXOR        Y2, Y13, Y2
+	VPXOR        Y4, Y2, Y2
+	VPXOR        Y0, Y12, Y0
+	VPXOR        Y5, Y0, Y0
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y5, Y5
+	VPMULUDQ     Y6, Y2, Y10
+	VPSRLQ       $0x20, Y2, Y11
+	VPMULUDQ     Y6, Y11, Y2
+	VPSRLQ       $0x20, Y10, Y11
+	VPBLENDD     $0xaa, Y2, Y11, Y12
+	VPSLLQ       $0x20, Y2, Y11
+	VPBLENDD     $0xaa, Y11, Y10, Y2
+	VPMULUDQ     Y7, Y0, Y10
+	VPSRLQ       $0x20, Y0, Y11
+	VPMULUDQ     Y7, Y11, Y0
+	VPSRLQ       $0x20, Y10, Y11
+	VPBLENDD     $0xaa, Y0, Y11, Y13
+	VPSLLQ       $0x20, Y0, Y11
+	VPBLENDD     $0xaa, Y11, Y10, Y0
+	VPXOR        Y3, Y13, Y3
+	VPXOR        Y4, Y3, Y3
+	VPXOR        Y1, Y12, Y1
+	VPXOR        Y5, Y1, Y1
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y5, Y5
+	VPMULUDQ     Y6, Y3, Y10
+	VPSRLQ       $0x20, Y3, Y11
+	VPMULUDQ     Y6, Y11, Y3
+	VPSRLQ       $0x20, Y10, Y11
+	VPBLENDD     $0xaa, Y3, Y11, Y12
+	VPSLLQ       $0x20, Y3, Y11
+	VPBLENDD     $0xaa, Y11, Y10, Y3
+	VPMULUDQ     Y7, Y1, Y10
+	VPSRLQ       $0x20, Y1, Y11
+	VPMULUDQ     Y7, Y11, Y1
+	VPSRLQ       $0x20, Y10, Y11
+	VPBLENDD     $0xaa, Y1, Y11, Y13
+	VPSLLQ       $0x20, Y1, Y11
+	VPBLENDD     $0xaa, Y11, Y10, Y1
+	VPXOR        Y0, Y13, Y0
+	VPXOR        Y4, Y0, Y0
+	VPXOR        Y2, Y12, Y2
+	VPXOR        Y5, Y2, Y2
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y5, Y5
+	VPMULUDQ     Y6, Y0, Y10
+	VPSRLQ       $0x20, Y0, Y11
+	VPMULUDQ     Y6, Y11, Y0
+	VPSRLQ       $0x20, Y10, Y11
+	VPBLENDD     $0xaa, Y0, Y11, Y12
+	VPSLLQ       $0x20, Y0, Y11
+	VPBLENDD     $0xaa, Y11, Y10, Y0
+	VPMULUDQ     Y7, Y2, Y10
+	VPSRLQ       $0x20, Y2, Y11
+	VPMULUDQ     Y7, Y11, Y2
+	VPSRLQ       $0x20, Y10, Y11
+	VPBLENDD     $0xaa, Y2, Y11, Y13
+	VPSLLQ       $0x20, Y2, Y11
+	VPBLENDD     $0xaa, Y11, Y10, Y2
+	VPXOR        Y1, Y13, Y1
+	VPXOR        Y4, Y1, Y1
+	VPXOR        Y3, Y12, Y3
+	VPXOR        Y5, Y3, Y3
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y5, Y5
+	VPMULUDQ     Y6, Y1, Y10
+	VPSRLQ       $0x20, Y1, Y11
+	VPMULUDQ     Y6, Y11, Y1
+	VPSRLQ       $0x20, Y10, Y11
+	VPBLENDD     $0xaa, Y1, Y11, Y12
+	VPSLLQ       $0x20, Y1, Y11
+	VPBLENDD     $0xaa, Y11, Y10, Y1
+	VPMULUDQ     Y7, Y3, Y10
+	VPSRLQ       $0x20, Y3, Y11
+	VPMULUDQ     Y7, Y11, Y3
+	VPSRLQ       $0x20, Y10, Y11
+	VPBLENDD     $0xaa, Y3, Y11, Y13
+	VPSLLQ       $0x20, Y3, Y11
+	VPBLENDD     $0xaa, Y11, Y10, Y3
+	VPXOR        Y2, Y13, Y2
+	VPXOR        Y4, Y2, Y2
+	VPXOR        Y0, Y12, Y0
+	VPXOR        Y5, Y0, Y0
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y5, Y5
+	VPMULUDQ     Y6, Y2, Y10
+	VPSRLQ       $0x20, Y2, Y11
+	VPMULUDQ     Y6, Y11, Y2
+	VPSRLQ       $0x20, Y10, Y11
+	VPBLENDD     $0xaa, Y2, Y11, Y12
+	VPSLLQ       $0x20, Y2, Y11
+	VPBLENDD     $0xaa, Y11, Y10, Y2
+	VPMULUDQ     Y7, Y0, Y10
+	VPSRLQ       $0x20, Y0, Y11
+	VPMULUDQ     Y7, Y11, Y0
+	VPSRLQ       $0x20, Y10, Y11
+	VPBLENDD     $0xaa, Y0, Y11, Y13
+	VPSLLQ       $0x20, Y0, Y11
+	VPBLENDD     $0xaa, Y11, Y10, Y0
+	VPXOR        Y3, Y13, Y3
+	VPXOR        Y4, Y3, Y3
+	VPXOR        Y1, Y12, Y1
+	VPXOR        Y5, Y1, Y1
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y5, Y5
+	VPMULUDQ     Y6, Y3, Y10
+	VPSRLQ       $0x20, Y3, Y11
+	VPMULUDQ     Y6, Y11, Y3
+	VPSRLQ       $0x20, Y10, Y11
+	VPBLENDD     $0xaa, Y3, Y11, Y12
+	VPSLLQ       $0x20, Y3, Y11
+	VPBLENDD     $0xaa, Y11, Y10, Y3
+	VPMULUDQ     Y7, Y1, Y10
+	VPSRLQ       $0x20, Y1, Y11
+	VPMULUDQ     Y7, Y11, Y1
+	VPSRLQ       $0x20, Y10, Y11
+	VPBLENDD     $0xaa, Y1, Y11, Y13
+	VPSLLQ       $0x20, Y1, Y11
+	VPBLENDD     $0xaa, Y11, Y10, Y1
+	VPXOR        Y0, Y13, Y0
+	VPXOR        Y4, Y0, Y0
+	VPXOR        Y2, Y12, Y2
+	VPXOR        Y5, Y2, Y2
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y5, Y5
+	VPMULUDQ     Y6, Y0, Y10
+	VPSRLQ       $0x20, Y0, Y11
+	VPMULUDQ     Y6, Y11, Y0
+	VPSRLQ       $0x20, Y10, Y11
+	VPBLENDD     $0xaa, Y0, Y11, Y12
+	VPSLLQ       $0x20, Y0, Y11
+	VPBLENDD     $0xaa, Y11, Y10, Y0
+	VPMULUDQ     Y7, Y2, Y10
+	VPSRLQ       $0x20, Y2, Y11
+	VPMULUDQ     Y7, Y11, Y2
+	VPSRLQ       $0x20, Y10, Y11
+	VPBLENDD     $0xaa, Y2, Y11, Y13
+	VPSLLQ       $0x20, Y2, Y11
+	VPBLENDD     $0xaa, Y11, Y10, Y2
+	VPXOR        Y1, Y13, Y1
+	VPXOR        Y4, Y1, Y1
+	VPXOR        Y3, Y12, Y3
+	VPXOR        Y5, Y3, Y3
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y5, Y5
+	VPMULUDQ     Y6, Y1, Y8
+	VPSRLQ       $0x20, Y1, Y1
+	VPMULUDQ     Y6, Y1, Y6
+	VPSRLQ       $0x20, Y8, Y1
+	VPBLENDD     $0xaa, Y6, Y1, Y9
+	VPSLLQ       $0x20, Y6, Y1
+	VPBLENDD     $0xaa, Y1, Y8, Y1
+	VPMULUDQ     Y7, Y3, Y6
+	VPSRLQ       $0x20, Y3, Y3
+	VPMULUDQ     Y7, Y3, Y7
+	VPSRLQ       $0x20, Y6, Y3
+	VPBLENDD     $0xaa, Y7, Y3, Y8
+	VPSLLQ       $0x20, Y7, Y3
+	VPBLENDD     $0xaa, Y3, Y6, Y3
+	VPXOR        Y2, Y8, Y2
+	VPXOR        Y4, Y2, Y2
+	VPXOR        Y0, Y9, Y0
+	VPXOR        Y5, Y0, Y0
+	VPUNPCKLDQ   Y3, Y2, Y4
+	VPUNPCKHDQ   Y3, Y2, Y2
+	VPUNPCKLDQ   Y1, Y0, Y3
+	VPUNPCKHDQ   Y1, Y0, Y0
+	VPUNPCKLQDQ  Y3, Y4, Y1
+	VPUNPCKHQDQ  Y3, Y4, Y3
+	VPUNPCKLQDQ  Y0, Y2, Y4
+	VPUNPCKHQDQ  Y0, Y2, Y0
+	VPERM2I128   $0x20, Y3, Y1, Y2
+	VPERM2I128   $0x20, Y0, Y4, Y5
+	VPERM2I128   $0x31, Y3, Y1, Y1
+	VPERM2I128   $0x31, Y0, Y4, Y0
+	VMOVDQU      Y2, (AX)
+	VMOVDQU      Y5, 32(AX)
+	VMOVDQU      Y1, 64(AX)
+	VMOVDQU      Y0, 96(AX)
+	VZEROUPPER
+	RET

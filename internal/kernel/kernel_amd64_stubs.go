@@ -103,3 +103,9 @@ func FMAPeakAVX2(iters int)
 //
 //go:noescape
 func dot4TAVX2(c []float32, ldc int, a []float32, b []float32, ldb int, n int, k int)
+
+// philox8AVX2 computes Philox-4x32-10 for the counters (c0+g, c1, c2, c3), g < 8,
+// under key (k0, k1): out[4g+r] is word r of counter g.
+//
+//go:noescape
+func philox8AVX2(out *[32]uint32, c0 uint32, c1 uint32, c2 uint32, c3 uint32, k0 uint32, k1 uint32)
