@@ -239,15 +239,15 @@ func (p *problem) backwardBlock(ws *workspace, s *sequence, h, hk, j0, n int, qs
 		for r := 0; r < m; r++ {
 			i := i0 + r
 			row := ws.s[r*np : (r+1)*np]
-			for c := n; c < np; c++ {
-				row[c] = negInf
-			}
 			var gr []float32
 			if p.softcap > 0 {
-				gr = ws.g[r*np : r*np+n]
+				gr = ws.g[r*np : (r+1)*np]
 			}
 			if pass {
-				p.scoreRow(row[:n], gr, s, h, i, j0, !full)
+				p.scoreRow(row, n, gr, s, h, i, j0, !full)
+			}
+			for c := n; c < np; c++ {
+				row[c] = negInf
 			}
 			if lse[i] == negInf { // the row sees no key at all
 				clear(row)

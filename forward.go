@@ -259,12 +259,12 @@ func (p *problem) forwardTask(ws *workspace, t *fwdTask) {
 			}
 			for r := sb.r0; r < sb.r0+sb.m; r++ {
 				row := ws.s[r*np : (r+1)*np]
-				for c := n; c < np; c++ {
-					row[c] = negInf
-				}
 				h, i := t.at(r)
 				if pass {
-					p.scoreRow(row[:n], nil, s, h, i, j0, !full)
+					p.scoreRow(row, n, nil, s, h, i, j0, !full)
+				}
+				for c := n; c < np; c++ {
+					row[c] = negInf
 				}
 				st.update(k, r, row)
 				if p.dropOn {

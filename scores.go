@@ -1,7 +1,5 @@
 package flashattn
 
-import "math"
-
 // scores.go turns the products S = (scale·Q)·Kᵀ of one tile row into the
 // scores x of SPEC §1: softcap, ALiBi bias, mask. The scale is folded into
 // the packed Q tile, so the common case (no softcap, no ALiBi, tile fully
@@ -13,20 +11,16 @@ func (p *problem) needsScorePass(full bool) bool {
 }
 
 // scoreRow rewrites row (scaled dot products of query row i with keys j0,
-// j0+1, ...) into final scores. If g is not nil and softcap is on, g[c]
-// receives d(score)/d(scaled dot product) = 1 - tanh², for the backward
-// pass. If masked is true the band is applied per element.
-func (p *problem) scoreRow(row, g []float32, s *sequence, h, i, j0 int, masked bool) {
+// j0+1, ...; the first n are real, the rest padding up to the kernel width)
+// into final scores. The caller sets the padding to -Inf afterwards. If g is
+// not nil and softcap is on, g[c] receives d(score)/d(scaled dot product) =
+// 1 - tanh², for the backward pass. If masked is true the band is applied
+// per element.
+func (p *problem) scoreRow(row []float32, n int, g []float32, s *sequence, h, i, j0 int, masked bool) {
 	if c := p.softcap; c > 0 {
-		inv := 1 / float64(c)
-		for j, x := range row {
-			t := math.Tanh(float64(x) * inv)
-			row[j] = c * float32(t)
-			if g != nil {
-				g[j] = float32(1 - t*t)
-			}
-		}
+		p.impl.Softcap(row, g, c)
 	}
+	row = row[:n]
 	if slope := p.slope(s.b, h); p.alibi != nil {
 		pos := i + s.band.off - j0 // key index of the diagonal, relative to j0
 		for j := range row {

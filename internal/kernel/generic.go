@@ -17,6 +17,7 @@ var Generic = Impl{
 	DsFromDp:  dsFromDpGeneric,
 	Dot:       dotGeneric,
 	Dot4T:     dot4TGeneric,
+	Softcap:   softcapGeneric,
 }
 
 func mulABtGeneric(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int) {
@@ -265,5 +266,16 @@ func dot4TGeneric(c []float32, ldc int, a, b []float32, ldb, n, k int) {
 			s3 += a3[p] * x
 		}
 		store4(c[j*ldc:], s0, s1, s2, s3)
+	}
+}
+
+func softcapGeneric(x, g []float32, c float32) {
+	inv := 1 / float64(c)
+	for j, v := range x {
+		t := math.Tanh(float64(v) * inv)
+		x[j] = c * float32(t)
+		if g != nil {
+			g[j] = float32(1 - t*t)
+		}
 	}
 }

@@ -30,6 +30,7 @@ func archImpls() []Impl {
 			DsFromDp:  wrapDsFromDp(dsFromDpAVX512),
 			Dot:       dotFMA,
 			Dot4T:     wrapDot4T(dot4TAVX2),
+			Softcap:   wrapSoftcap,
 		})
 	}
 	if hasAVX2 {
@@ -44,6 +45,7 @@ func archImpls() []Impl {
 			DsFromDp:  wrapDsFromDp(dsFromDpAVX2),
 			Dot:       dotFMA,
 			Dot4T:     wrapDot4T(dot4TAVX2),
+			Softcap:   wrapSoftcap,
 		})
 	}
 	return impls
@@ -180,4 +182,12 @@ func archPhilox8(out *[32]uint32, c0, c1, c2, c3, k0, k1 uint32) bool {
 	}
 	philox8AVX2(out, c0, c1, c2, c3, k0, k1)
 	return true
+}
+
+func wrapSoftcap(x, g []float32, c float32) {
+	checkWidth(len(x))
+	if g != nil && len(g) != len(x) {
+		bad("Softcap: g and x differ in length")
+	}
+	softcapAVX2(x, g, c)
 }

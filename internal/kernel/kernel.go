@@ -68,6 +68,11 @@ type Impl struct {
 	// for r < 4, j < n. A is 4×k contiguous; k is a multiple of 8;
 	// ldc >= 4.
 	Dot4T func(c []float32, ldc int, a, b []float32, ldb, n, k int)
+
+	// Softcap sets x[j] = c·tanh(x[j]/c) and, if g is not nil,
+	// g[j] = 1 − tanh²(x[j]/c), the derivative factor of the backward pass.
+	// len(x) is a multiple of W; g is nil or as long as x.
+	Softcap func(x, g []float32, c float32)
 }
 
 // PackBt packs the n×k row-major matrix B (row j at b[j*ldb:], k elements)

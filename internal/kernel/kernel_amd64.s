@@ -4376,3 +4376,158 @@ TEXT ·philox8AVX2(SB), NOSPLIT, $0-32
 	VMOVDQU      Y0, 96(AX)
 	VZEROUPPER
 	RET
+
+DATA softcapconsts<>+0(SB)/4, $0x7fffffff
+DATA softcapconsts<>+4(SB)/4, $0x7fffffff
+DATA softcapconsts<>+8(SB)/4, $0x7fffffff
+DATA softcapconsts<>+12(SB)/4, $0x7fffffff
+DATA softcapconsts<>+16(SB)/4, $0x7fffffff
+DATA softcapconsts<>+20(SB)/4, $0x7fffffff
+DATA softcapconsts<>+24(SB)/4, $0x7fffffff
+DATA softcapconsts<>+28(SB)/4, $0x7fffffff
+DATA softcapconsts<>+32(SB)/4, $0x42b00000
+DATA softcapconsts<>+36(SB)/4, $0x42b00000
+DATA softcapconsts<>+40(SB)/4, $0x42b00000
+DATA softcapconsts<>+44(SB)/4, $0x42b00000
+DATA softcapconsts<>+48(SB)/4, $0x42b00000
+DATA softcapconsts<>+52(SB)/4, $0x42b00000
+DATA softcapconsts<>+56(SB)/4, $0x42b00000
+DATA softcapconsts<>+60(SB)/4, $0x42b00000
+DATA softcapconsts<>+64(SB)/4, $0x40000000
+DATA softcapconsts<>+68(SB)/4, $0x40000000
+DATA softcapconsts<>+72(SB)/4, $0x40000000
+DATA softcapconsts<>+76(SB)/4, $0x40000000
+DATA softcapconsts<>+80(SB)/4, $0x40000000
+DATA softcapconsts<>+84(SB)/4, $0x40000000
+DATA softcapconsts<>+88(SB)/4, $0x40000000
+DATA softcapconsts<>+92(SB)/4, $0x40000000
+DATA softcapconsts<>+96(SB)/4, $0x80000000
+DATA softcapconsts<>+100(SB)/4, $0x80000000
+DATA softcapconsts<>+104(SB)/4, $0x80000000
+DATA softcapconsts<>+108(SB)/4, $0x80000000
+DATA softcapconsts<>+112(SB)/4, $0x80000000
+DATA softcapconsts<>+116(SB)/4, $0x80000000
+DATA softcapconsts<>+120(SB)/4, $0x80000000
+DATA softcapconsts<>+124(SB)/4, $0x80000000
+DATA softcapconsts<>+128(SB)/4, $0xbbbaf0ea
+DATA softcapconsts<>+132(SB)/4, $0xbbbaf0ea
+DATA softcapconsts<>+136(SB)/4, $0xbbbaf0ea
+DATA softcapconsts<>+140(SB)/4, $0xbbbaf0ea
+DATA softcapconsts<>+144(SB)/4, $0xbbbaf0ea
+DATA softcapconsts<>+148(SB)/4, $0xbbbaf0ea
+DATA softcapconsts<>+152(SB)/4, $0xbbbaf0ea
+DATA softcapconsts<>+156(SB)/4, $0xbbbaf0ea
+DATA softcapconsts<>+160(SB)/4, $0x3ca9134e
+DATA softcapconsts<>+164(SB)/4, $0x3ca9134e
+DATA softcapconsts<>+168(SB)/4, $0x3ca9134e
+DATA softcapconsts<>+172(SB)/4, $0x3ca9134e
+DATA softcapconsts<>+176(SB)/4, $0x3ca9134e
+DATA softcapconsts<>+180(SB)/4, $0x3ca9134e
+DATA softcapconsts<>+184(SB)/4, $0x3ca9134e
+DATA softcapconsts<>+188(SB)/4, $0x3ca9134e
+DATA softcapconsts<>+192(SB)/4, $0xbd5c1e2d
+DATA softcapconsts<>+196(SB)/4, $0xbd5c1e2d
+DATA softcapconsts<>+200(SB)/4, $0xbd5c1e2d
+DATA softcapconsts<>+204(SB)/4, $0xbd5c1e2d
+DATA softcapconsts<>+208(SB)/4, $0xbd5c1e2d
+DATA softcapconsts<>+212(SB)/4, $0xbd5c1e2d
+DATA softcapconsts<>+216(SB)/4, $0xbd5c1e2d
+DATA softcapconsts<>+220(SB)/4, $0xbd5c1e2d
+DATA softcapconsts<>+224(SB)/4, $0x3e088393
+DATA softcapconsts<>+228(SB)/4, $0x3e088393
+DATA softcapconsts<>+232(SB)/4, $0x3e088393
+DATA softcapconsts<>+236(SB)/4, $0x3e088393
+DATA softcapconsts<>+240(SB)/4, $0x3e088393
+DATA softcapconsts<>+244(SB)/4, $0x3e088393
+DATA softcapconsts<>+248(SB)/4, $0x3e088393
+DATA softcapconsts<>+252(SB)/4, $0x3e088393
+DATA softcapconsts<>+256(SB)/4, $0xbeaaaa99
+DATA softcapconsts<>+260(SB)/4, $0xbeaaaa99
+DATA softcapconsts<>+264(SB)/4, $0xbeaaaa99
+DATA softcapconsts<>+268(SB)/4, $0xbeaaaa99
+DATA softcapconsts<>+272(SB)/4, $0xbeaaaa99
+DATA softcapconsts<>+276(SB)/4, $0xbeaaaa99
+DATA softcapconsts<>+280(SB)/4, $0xbeaaaa99
+DATA softcapconsts<>+284(SB)/4, $0xbeaaaa99
+DATA softcapconsts<>+288(SB)/4, $0x3f200000
+DATA softcapconsts<>+292(SB)/4, $0x3f200000
+DATA softcapconsts<>+296(SB)/4, $0x3f200000
+DATA softcapconsts<>+300(SB)/4, $0x3f200000
+DATA softcapconsts<>+304(SB)/4, $0x3f200000
+DATA softcapconsts<>+308(SB)/4, $0x3f200000
+DATA softcapconsts<>+312(SB)/4, $0x3f200000
+DATA softcapconsts<>+316(SB)/4, $0x3f200000
+GLOBL softcapconsts<>(SB), RODATA|NOPTR, $320
+
+// func softcapAVX2(x []float32, g []float32, c float32)
+// Requires: AVX, AVX2, FMA3, SSE
+TEXT ·softcapAVX2(SB), NOSPLIT, $0-52
+	MOVQ         x_base+0(FP), AX
+	MOVQ         x_len+8(FP), CX
+	MOVQ         g_base+24(FP), DX
+	MOVQ         g_len+32(FP), BX
+	MOVSS        c+48(FP), X0
+	VBROADCASTSS X0, Y0
+	VMOVUPS      expconsts<>+576(SB), Y1
+	VDIVPS       Y0, Y1, Y2
+
+loop:
+	CMPQ         CX, $0x08
+	JL           done
+	VMULPS       (AX), Y2, Y3
+	VANDPS       softcapconsts<>+0(SB), Y3, Y4
+	VADDPS       Y4, Y4, Y5
+	VMINPS       softcapconsts<>+32(SB), Y5, Y5
+	VMULPS       expconsts<>+0(SB), Y5, Y6
+	VROUNDPS     $0x08, Y6, Y6
+	VMOVAPS      Y5, Y5
+	VFNMADD231PS expconsts<>+64(SB), Y6, Y5
+	VFNMADD231PS expconsts<>+128(SB), Y6, Y5
+	VMULPS       Y5, Y5, Y10
+	VMOVUPS      expconsts<>+448(SB), Y7
+	VFMADD213PS  expconsts<>+512(SB), Y5, Y7
+	VMOVUPS      expconsts<>+320(SB), Y8
+	VFMADD213PS  expconsts<>+384(SB), Y5, Y8
+	VMOVUPS      expconsts<>+192(SB), Y9
+	VFMADD213PS  expconsts<>+256(SB), Y5, Y9
+	VFMADD213PS  Y8, Y10, Y9
+	VFMADD213PS  Y7, Y10, Y9
+	VFMADD213PS  Y5, Y10, Y9
+	VADDPS       Y1, Y9, Y9
+	VCVTPS2DQ    Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VPADDD       Y1, Y6, Y6
+	VMULPS       Y6, Y9, Y9
+	VADDPS       Y1, Y9, Y9
+	VMOVUPS      softcapconsts<>+64(SB), Y5
+	VDIVPS       Y9, Y5, Y5
+	VSUBPS       Y5, Y1, Y5
+	VANDPS       softcapconsts<>+96(SB), Y3, Y6
+	VORPS        Y6, Y5, Y5
+	VMULPS       Y3, Y3, Y6
+	VMOVUPS      softcapconsts<>+128(SB), Y7
+	VFMADD213PS  softcapconsts<>+160(SB), Y6, Y7
+	VFMADD213PS  softcapconsts<>+192(SB), Y6, Y7
+	VFMADD213PS  softcapconsts<>+224(SB), Y6, Y7
+	VFMADD213PS  softcapconsts<>+256(SB), Y6, Y7
+	VMULPS       Y6, Y7, Y7
+	VFMADD213PS  Y3, Y3, Y7
+	VCMPPS       $0x1e, softcapconsts<>+288(SB), Y4, Y3
+	VBLENDVPS    Y3, Y5, Y7, Y7
+	VMULPS       Y0, Y7, Y3
+	VMOVUPS      Y3, (AX)
+	CMPQ         BX, $0x00
+	JE           next
+	VMULPS       Y7, Y7, Y7
+	VSUBPS       Y7, Y1, Y7
+	VMOVUPS      Y7, (DX)
+	ADDQ         $0x20, DX
+
+next:
+	ADDQ $0x20, AX
+	SUBQ $0x08, CX
+	JMP  loop
+
+done:
+	VZEROUPPER
+	RET

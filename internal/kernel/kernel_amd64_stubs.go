@@ -109,3 +109,9 @@ func dot4TAVX2(c []float32, ldc int, a []float32, b []float32, ldb int, n int, k
 //
 //go:noescape
 func philox8AVX2(out *[32]uint32, c0 uint32, c1 uint32, c2 uint32, c3 uint32, k0 uint32, k1 uint32)
+
+// softcapAVX2 sets x[j] = c·tanh(x[j]/c) and, if len(g) > 0, g[j] = 1 − tanh² (see Impl.Softcap).
+// len(x) is a multiple of 8; len(g) is 0 or len(x).
+//
+//go:noescape
+func softcapAVX2(x []float32, g []float32, c float32)

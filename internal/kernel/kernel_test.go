@@ -464,3 +464,39 @@ func TestPhilox8(t *testing.T) {
 		}
 	}
 }
+
+// TestSoftcap compares every implementation with float64 tanh over a sweep
+// of arguments and caps, with the derivative factor, and special values.
+func TestSoftcap(t *testing.T) {
+	for _, im := range Available() {
+		for _, c := range []float32{0.5, 2.5, 30, 50} {
+			var x []float32
+			for v := float32(-300); v <= 300; v += 0.0731 {
+				x = append(x, v)
+			}
+			x = append(x, float32(math.Inf(1)), float32(math.Inf(-1)), 0, 1e-30)
+			for len(x)%W != 0 {
+				x = append(x, 0.5)
+			}
+			in := append([]float32(nil), x...)
+			g := make([]float32, len(x))
+			im.Softcap(x, g, c)
+			for j, v := range in {
+				tw := math.Tanh(float64(v) / float64(c))
+				want, wantG := float64(c)*tw, 1-tw*tw
+				if d := math.Abs(float64(x[j]) - want); d > 4e-7*math.Abs(want)+1e-37 {
+					t.Fatalf("%s c=%v: softcap(%v) = %v, want %v", im.Name, c, v, x[j], want)
+				}
+				if d := math.Abs(float64(g[j]) - wantG); d > 1e-6 {
+					t.Fatalf("%s c=%v: g(%v) = %v, want %v", im.Name, c, v, g[j], wantG)
+				}
+			}
+			nan := make([]float32, W)
+			nan[3] = float32(math.NaN())
+			im.Softcap(nan, nil, c)
+			if !math.IsNaN(float64(nan[3])) || nan[4] != 0 {
+				t.Fatalf("%s: NaN handling: %v", im.Name, nan[:5])
+			}
+		}
+	}
+}

@@ -120,5 +120,12 @@ func selfCheck(im Impl) (err error) {
 	d1, d2 := make([]float32, 5*6), make([]float32, 5*6)
 	im.Dot4T(d1, 6, a, b, ld, 5, 16)
 	Generic.Dot4T(d2, 6, a, b, ld, 5, 16)
-	return near("Dot4T", d1, d2)
+	if err := near("Dot4T", d1, d2); err != nil {
+		return err
+	}
+	c1, c2 := append([]float32(nil), a[:n]...), append([]float32(nil), a[:n]...)
+	g1, g2 := make([]float32, n), make([]float32, n)
+	im.Softcap(c1, g1, 0.7)
+	Generic.Softcap(c2, g2, 0.7)
+	return near("Softcap", append(c1, g1...), append(c2, g2...))
 }

@@ -66,6 +66,8 @@ func main() {
 	genDot4T()
 	philoxTab = genPhiloxTable()
 	genPhilox8()
+	genSoftcapTable()
+	genSoftcap()
 	Generate()
 }
 
@@ -968,4 +970,135 @@ func genPhiloxTable() Mem {
 		}
 	}
 	return t
+}
+
+// ---------------------------------------------------------------------------
+// Softcap: x = c·tanh(x/c), and its derivative factor 1 - tanh².
+
+// Cephes' tanhf polynomial for |y| <= 0.625: tanh y = y + y·z·T(z), z = y².
+const (
+	tanhT0 = -5.70498872745e-3
+	tanhT1 = 2.06390887954e-2
+	tanhT2 = -5.37397155531e-2
+	tanhT3 = 1.33314422036e-1
+	tanhT4 = -3.33332819422e-1
+)
+
+// genSoftcap generates softcapAVX2 (see Impl.Softcap). Both branches of
+// tanh are computed for every lane and blended: the polynomial for
+// |y| <= 0.625, and 1 − 2/(e^{2|y|} + 1) with the sign of y beyond, where
+// e^{2|y|} uses the exponential's reduction and polynomial on [0, 88].
+func genSoftcap() {
+	TEXT("softcapAVX2", NOSPLIT, "func(x, g []float32, c float32)")
+	Pragma("noescape")
+	Doc("softcapAVX2 sets x[j] = c·tanh(x[j]/c) and, if len(g) > 0, g[j] = 1 − tanh² (see Impl.Softcap).",
+		"len(x) is a multiple of 8; len(g) is 0 or len(x).")
+	xp := Load(Param("x").Base(), GP64())
+	n := Load(Param("x").Len(), GP64())
+	gp := Load(Param("g").Base(), GP64())
+	gn := Load(Param("g").Len(), GP64())
+	cv := broadcastParam(isaAVX2, "c")
+	one := YMM()
+	VMOVUPS(expTab.Offset(64*cOne), one)
+	inv := YMM()
+	VDIVPS(cv, one, inv) // 1/c
+	k := func(v float32) Op {
+		return softcapConst(v)
+	}
+	Label("loop")
+	CMPQ(n, Imm(8))
+	JL(LabelRef("done"))
+	y, a := YMM(), YMM()
+	VMULPS(Mem{Base: xp}, inv, y)
+	VANDPS(k(math.Float32frombits(0x7fffffff)), y, a) // |y|
+	// Large branch: t = 1 − 2/(e^{2|y|} + 1).
+	u := YMM()
+	VADDPS(a, a, u)
+	VMINPS(k(88), u, u)
+	nn, r := YMM(), YMM()
+	VMULPS(expTab.Offset(64*cLog2e), u, nn)
+	VROUNDPS(Imm(8), nn, nn)
+	VMOVAPS(u, r)
+	VFNMADD231PS(expTab.Offset(64*cLn2Hi), nn, r)
+	VFNMADD231PS(expTab.Offset(64*cLn2Lo), nn, r)
+	pa, pb, q, r2 := YMM(), YMM(), YMM(), YMM()
+	VMULPS(r, r, r2)
+	VMOVUPS(expTab.Offset(64*cP4), pa)
+	VFMADD213PS(expTab.Offset(64*cP5), r, pa)
+	VMOVUPS(expTab.Offset(64*cP2), pb)
+	VFMADD213PS(expTab.Offset(64*cP3), r, pb)
+	VMOVUPS(expTab.Offset(64*cP0), q)
+	VFMADD213PS(expTab.Offset(64*cP1), r, q)
+	VFMADD213PS(pb, r2, q)
+	VFMADD213PS(pa, r2, q)
+	VFMADD213PS(r, r2, q)
+	VADDPS(one, q, q)
+	VCVTPS2DQ(nn, nn)
+	VPSLLD(Imm(23), nn, nn)
+	VPADDD(one, nn, nn)
+	VMULPS(nn, q, q) // e^{2|y|}
+	VADDPS(one, q, q)
+	tl := YMM()
+	VMOVUPS(k(2), tl)
+	VDIVPS(q, tl, tl)   // 2/(e+1)
+	VSUBPS(tl, one, tl) // 1 − 2/(e+1)
+	sgn := YMM()
+	VANDPS(k(math.Float32frombits(0x80000000)), y, sgn)
+	VORPS(sgn, tl, tl) // with the sign of y
+	// Small branch: t = y + y·z·T(z).
+	z, ts := YMM(), YMM()
+	VMULPS(y, y, z)
+	VMOVUPS(k(tanhT0), ts)
+	for _, c := range []float32{tanhT1, tanhT2, tanhT3, tanhT4} {
+		VFMADD213PS(k(c), z, ts)
+	}
+	VMULPS(z, ts, ts)
+	VFMADD213PS(y, y, ts) // ts = ts·y + y
+	// Blend: large where |y| > 0.625 (false for NaN, which the small branch
+	// propagates).
+	m := YMM()
+	VCMPPS(Imm(0x1e), k(0.625), a, m) // GT_OQ
+	VBLENDVPS(m, tl, ts, ts)
+	out := YMM()
+	VMULPS(cv, ts, out)
+	VMOVUPS(out, Mem{Base: xp})
+	CMPQ(gn, Imm(0))
+	JE(LabelRef("next"))
+	VMULPS(ts, ts, ts)
+	VSUBPS(ts, one, ts)
+	VMOVUPS(ts, Mem{Base: gp})
+	ADDQ(Imm(32), gp)
+	Label("next")
+	ADDQ(Imm(32), xp)
+	SUBQ(Imm(8), n)
+	JMP(LabelRef("loop"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+// softcapConsts are the constants of genSoftcap, one per 32-byte entry.
+var (
+	softcapTab  Mem
+	softcapVals []float32
+)
+
+func softcapConst(v float32) Op {
+	for i, w := range softcapVals {
+		if math.Float32bits(w) == math.Float32bits(v) {
+			return softcapTab.Offset(32 * i)
+		}
+	}
+	panic(fmt.Sprintf("softcap constant %v not in the table", v))
+}
+
+func genSoftcapTable() {
+	softcapVals = []float32{math.Float32frombits(0x7fffffff), 88, 2, math.Float32frombits(0x80000000),
+		tanhT0, tanhT1, tanhT2, tanhT3, tanhT4, 0.625}
+	softcapTab = GLOBL("softcapconsts", RODATA|NOPTR)
+	for i, v := range softcapVals {
+		for l := 0; l < 8; l++ {
+			DATA(32*i+4*l, U32(math.Float32bits(v)))
+		}
+	}
 }
