@@ -44,8 +44,10 @@ type Options struct {
 	// each sequence starts.
 	VarLen *VarLen
 
-	// Workers is the number of goroutines; 0 means GOMAXPROCS. Results are
-	// bit-identical for every worker count.
+	// Workers is the number of goroutines; 0 means GOMAXPROCS. They come
+	// from a pool of GOMAXPROCS goroutines started on first use (the
+	// calling goroutine is one of them), so larger values act as that.
+	// Results are bit-identical for every worker count.
 	Workers int
 
 	// BlockQ and BlockK override the tile sizes (rows of Q, rows of K/V per

@@ -213,8 +213,9 @@ func (c benchCase) options(workers int) *flashattn.Options {
 	return o
 }
 
-// visibleFlops counts SPEC §5 FLOPs for the case, with windows counting
-// only visible pairs.
+// visibleFlops counts SPEC §5 FLOPs for the case: 4·B·H·Sq·Sk·D for a
+// forward pass, counting only the visible (i, j) pairs under a causal mask
+// or a window; backward is 2.5× that, forward+backward 3.5×.
 func (c benchCase) visibleFlops(mode string) float64 {
 	sq := c.N
 	if c.Mode == "decode" {

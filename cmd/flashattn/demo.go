@@ -20,23 +20,6 @@ type shape struct {
 	Causal         bool
 }
 
-// flops follows SPEC §5: 4·B·H·Sq·Sk·D for a forward pass, counting only
-// the visible (i, j) pairs under a causal mask; backward is 2.5× that.
-func (s shape) flops(mode string) float64 {
-	pairs := float64(s.N) * float64(s.N)
-	if s.Causal {
-		pairs = float64(s.N) * float64(s.N+1) / 2
-	}
-	f := 4 * float64(s.B*s.H) * pairs * float64(s.D)
-	switch mode {
-	case "bwd":
-		f *= 2.5
-	case "fwdbwd":
-		f *= 3.5
-	}
-	return f
-}
-
 type inputs struct {
 	q, k, v, do []float32
 }
@@ -159,7 +142,7 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 			lseErr = "-"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%.3fs\t%.1f\t%.2fx\t%s\t%.1e\t%s\t\n", l.pass, l.algo, l.t.Seconds(),
-			s.flops(mode)/l.t.Seconds()/1e9, base.Seconds()/l.t.Seconds(), bytesString(l.mem), l.errs[0], lseErr)
+			benchCase{shape: s}.visibleFlops(mode)/l.t.Seconds()/1e9, base.Seconds()/l.t.Seconds(), bytesString(l.mem), l.errs[0], lseErr)
 	}
 	tw.Flush()
 	fmt.Fprintf(stdout, "\nerrors: largest |x - float64 reference| over %d sampled rows of batch 0, head 0.\n"+

@@ -3768,11 +3768,11 @@ loop:
 	VPSLLD       $0x17, Y9, Y9
 	VPADDD       Y4, Y9, Y9
 	VMULPS       Y9, Y13, Y13
-	VCMPPS       $0x11, Y5, Y8, Y14
-	VANDNPS      Y13, Y14, Y13
-	VCMPPS       $0x16, Y6, Y8, Y14
+	VCMPPS       $0x11, Y5, Y8, Y9
+	VANDNPS      Y13, Y9, Y13
+	VCMPPS       $0x16, Y6, Y8, Y9
 	VADDPS       expconsts<>+768(SB), Y8, Y8
-	VBLENDVPS    Y14, Y8, Y13, Y13
+	VBLENDVPS    Y9, Y8, Y13, Y13
 	VMOVUPS      Y13, (AX)
 	VADDPS       Y13, Y7, Y7
 	ADDQ         $0x00000020, AX
@@ -3805,11 +3805,11 @@ tailLoop:
 	VPSLLD       $0x17, Y9, Y9
 	VPADDD       Y4, Y9, Y9
 	VMULPS       Y9, Y13, Y13
-	VCMPPS       $0x11, Y5, Y8, Y14
-	VANDNPS      Y13, Y14, Y13
-	VCMPPS       $0x16, Y6, Y8, Y14
+	VCMPPS       $0x11, Y5, Y8, Y9
+	VANDNPS      Y13, Y9, Y13
+	VCMPPS       $0x16, Y6, Y8, Y9
 	VADDPS       expconsts<>+768(SB), Y8, Y8
-	VBLENDVPS    Y14, Y8, Y13, Y13
+	VBLENDVPS    Y9, Y8, Y13, Y13
 	VMOVUPS      Y13, (AX)
 	VADDPS       Y13, Y7, Y7
 	ADDQ         $0x00000020, AX
@@ -4493,10 +4493,10 @@ loop:
 	VFMADD213PS  Y8, Y10, Y9
 	VFMADD213PS  Y7, Y10, Y9
 	VFMADD213PS  Y5, Y10, Y9
-	VADDPS       Y1, Y9, Y9
+	VADDPS       expconsts<>+576(SB), Y9, Y9
 	VCVTPS2DQ    Y6, Y6
 	VPSLLD       $0x17, Y6, Y6
-	VPADDD       Y1, Y6, Y6
+	VPADDD       expconsts<>+576(SB), Y6, Y6
 	VMULPS       Y6, Y9, Y9
 	VADDPS       Y1, Y9, Y9
 	VMOVUPS      softcapconsts<>+64(SB), Y5

@@ -559,36 +559,8 @@ func expAVX2(s isa, xp Register, off int, acc, scale, sub VecVirtual, c func(int
 	t := s.Vec()
 	VMOVUPS(Mem{Base: xp, Disp: off}, t)
 	VFMSUB213PS(sub, scale, t) // t = scale*t - sub
-	// n = round(t·log2 e), to nearest even.
-	n := s.Vec()
-	VMULPS(c(cLog2e), t, n)
-	VROUNDPS(Imm(8), n, n)
-	// r = t - n·ln2, in two steps (ln2hi has few bits so n·ln2hi is exact).
-	r := s.Vec()
-	VMOVAPS(t, r)
-	VFNMADD231PS(c(cLn2Hi), n, r)
-	VFNMADD231PS(c(cLn2Lo), n, r)
-	// q = P5 + P4·r + P3·r² + P2·r³ + P1·r⁴ + P0·r⁵
-	//   = (P4·r + P5) + r²·((P2·r + P3) + r²·(P0·r + P1))   (Estrin)
-	a, b, q, r2 := s.Vec(), s.Vec(), s.Vec(), s.Vec()
-	VMULPS(r, r, r2)
-	VMOVUPS(c(cP4), a)
-	VFMADD213PS(c(cP5), r, a)
-	VMOVUPS(c(cP2), b)
-	VFMADD213PS(c(cP3), r, b)
-	VMOVUPS(c(cP0), q)
-	VFMADD213PS(c(cP1), r, q)
-	VFMADD213PS(b, r2, q) // q = q·r² + b
-	VFMADD213PS(a, r2, q) // q = q·r² + a
-	// exp(r) ≈ q·r² + r + 1.
-	VFMADD213PS(r, r2, q)
-	VADDPS(c(cOne), q, q)
-	// 2^n = float32 bits (n+127)<<23, valid for n in [-126, 127], that is
-	// t in [ExpMin, ExpMax]; other lanes are replaced below.
-	VCVTPS2DQ(n, n)
-	VPSLLD(Imm(23), n, n)
-	VPADDD(c(cOne), n, n)
-	VMULPS(n, q, q)
+	q := expCoreAVX2(t, c)
+	r2 := s.Vec()
 	// 0 where t < ExpMin (incl. -Inf).
 	VCMPPS(Imm(0x11), c(cMin), t, r2) // LT_OQ
 	VANDNPS(q, r2, q)
@@ -598,6 +570,42 @@ func expAVX2(s isa, xp Register, off int, acc, scale, sub VecVirtual, c func(int
 	VBLENDVPS(r2, t, q, q) // q = r2 ? t : q
 	VMOVUPS(q, Mem{Base: xp, Disp: off})
 	VADDPS(q, acc, acc)
+}
+
+// expCoreAVX2 returns e^t for the lanes of t in [ExpMin, ExpMax] (others
+// are garbage, to be fixed by the caller): n = round(t·log2 e), r = t − n·ln2
+// in two steps (ln2hi has few bits so n·ln2hi is exact), e^r by a degree-6
+// polynomial evaluated by Estrin's scheme (short dependency chain), and 2^n
+// built from its exponent bits. c gives the constants of expTab.
+func expCoreAVX2(t VecVirtual, c func(int) Op) VecVirtual {
+	n := YMM()
+	VMULPS(c(cLog2e), t, n)
+	VROUNDPS(Imm(8), n, n)
+	r := YMM()
+	VMOVAPS(t, r)
+	VFNMADD231PS(c(cLn2Hi), n, r)
+	VFNMADD231PS(c(cLn2Lo), n, r)
+	// q = P5 + P4·r + P3·r² + P2·r³ + P1·r⁴ + P0·r⁵
+	//   = (P4·r + P5) + r²·((P2·r + P3) + r²·(P0·r + P1))
+	a, b, q, r2 := YMM(), YMM(), YMM(), YMM()
+	VMULPS(r, r, r2)
+	VMOVUPS(c(cP4), a)
+	VFMADD213PS(c(cP5), r, a)
+	VMOVUPS(c(cP2), b)
+	VFMADD213PS(c(cP3), r, b)
+	VMOVUPS(c(cP0), q)
+	VFMADD213PS(c(cP1), r, q)
+	VFMADD213PS(b, r2, q) // q = q·r² + b
+	VFMADD213PS(a, r2, q) // q = q·r² + a
+	// e^r ≈ q·r² + r + 1.
+	VFMADD213PS(r, r2, q)
+	VADDPS(c(cOne), q, q)
+	// 2^n = float32 bits (n+127)<<23, valid for n in [-126, 127].
+	VCVTPS2DQ(n, n)
+	VPSLLD(Imm(23), n, n)
+	VPADDD(c(cOne), n, n)
+	VMULPS(n, q, q)
+	return q
 }
 
 // reduced is a vector folded down to lanes 0 and 1 of v (v) and the same
@@ -1015,28 +1023,7 @@ func genSoftcap() {
 	u := YMM()
 	VADDPS(a, a, u)
 	VMINPS(k(88), u, u)
-	nn, r := YMM(), YMM()
-	VMULPS(expTab.Offset(64*cLog2e), u, nn)
-	VROUNDPS(Imm(8), nn, nn)
-	VMOVAPS(u, r)
-	VFNMADD231PS(expTab.Offset(64*cLn2Hi), nn, r)
-	VFNMADD231PS(expTab.Offset(64*cLn2Lo), nn, r)
-	pa, pb, q, r2 := YMM(), YMM(), YMM(), YMM()
-	VMULPS(r, r, r2)
-	VMOVUPS(expTab.Offset(64*cP4), pa)
-	VFMADD213PS(expTab.Offset(64*cP5), r, pa)
-	VMOVUPS(expTab.Offset(64*cP2), pb)
-	VFMADD213PS(expTab.Offset(64*cP3), r, pb)
-	VMOVUPS(expTab.Offset(64*cP0), q)
-	VFMADD213PS(expTab.Offset(64*cP1), r, q)
-	VFMADD213PS(pb, r2, q)
-	VFMADD213PS(pa, r2, q)
-	VFMADD213PS(r, r2, q)
-	VADDPS(one, q, q)
-	VCVTPS2DQ(nn, nn)
-	VPSLLD(Imm(23), nn, nn)
-	VPADDD(one, nn, nn)
-	VMULPS(nn, q, q) // e^{2|y|}
+	q := expCoreAVX2(u, func(i int) Op { return expTab.Offset(64 * i) }) // e^{2|y|}
 	VADDPS(one, q, q)
 	tl := YMM()
 	VMOVUPS(k(2), tl)
