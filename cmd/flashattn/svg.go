@@ -2,84 +2,153 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgsvg"
 )
 
-// drawSVG draws the paper-style figure: GFLOP/s against sequence length,
-// one line per (mode, headdim, causal) for flashattn and, dashed, for the
-// plain algorithm.
+// drawSVG draws the paper-style figure: one panel per (head dim, mode),
+// GFLOP/s against sequence length, with flashattn and the plain algorithm,
+// causal and not. The format follows the file name (.svg, else .png).
 func drawSVG(path string, rs []benchResult) error {
-	type key struct {
-		mode   string
-		d      int
-		causal bool
-		plain  bool
-	}
-	series := map[key]plotter.XYs{}
+	var dims []int
+	var modes []string
 	for _, r := range rs {
 		if r.Variant != "" || r.Mode == "decode" {
 			continue
 		}
-		k := key{r.Mode, r.Headdim, r.Causal, false}
-		series[k] = append(series[k], plotter.XY{X: float64(r.SeqlenK), Y: r.GFlops})
-		if r.PlainSeconds > 0 {
-			k.plain = true
-			series[k] = append(series[k], plotter.XY{X: float64(r.SeqlenK), Y: r.GFlops * r.Seconds / r.PlainSeconds})
+		if !slices.Contains(dims, r.Headdim) {
+			dims = append(dims, r.Headdim)
+		}
+		if !slices.Contains(modes, r.Mode) {
+			modes = append(modes, r.Mode)
 		}
 	}
-	if len(series) == 0 {
+	if len(dims) == 0 {
 		return fmt.Errorf("-svg %s: no sweep results to draw", path)
 	}
-	keys := make([]key, 0, len(series))
-	for k := range series {
-		keys = append(keys, k)
+	sort.Ints(dims)
+	plots := make([][]*plot.Plot, len(dims))
+	for i, d := range dims {
+		plots[i] = make([]*plot.Plot, len(modes))
+		for j, mode := range modes {
+			p, err := panel(rs, d, mode)
+			if err != nil {
+				return fmt.Errorf("-svg %s: %v", path, err)
+			}
+			plots[i][j] = p
+		}
 	}
-	sort.Slice(keys, func(i, j int) bool {
-		a, b := keys[i], keys[j]
-		if a.mode != b.mode {
-			return a.mode < b.mode
+	w, h := vg.Length(len(modes))*4*vg.Inch, vg.Length(len(dims))*3.2*vg.Inch
+	var canvas vg.CanvasWriterTo
+	if strings.EqualFold(filepath.Ext(path), ".svg") {
+		canvas = vgsvg.New(w, h)
+	} else {
+		canvas = vgimg.PngCanvas{Canvas: vgimg.New(w, h)}
+	}
+	tiles := draw.Tiles{Rows: len(dims), Cols: len(modes), PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 4,
+		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
+	dc := draw.New(canvas)
+	for i, row := range plot.Align(plots, tiles, dc) {
+		for j, c := range row {
+			plots[i][j].Draw(c)
 		}
-		if a.d != b.d {
-			return a.d < b.d
-		}
-		if a.causal != b.causal {
-			return !a.causal
-		}
-		return !a.plain && b.plain
-	})
+	}
+	return writeAtomic(path, canvas)
+}
+
+var modeTitle = map[string]string{"fwd": "forward", "bwd": "backward", "fwdbwd": "forward + backward"}
+
+// panel is one (head dim, mode) panel: four lines.
+func panel(rs []benchResult, d int, mode string) (*plot.Plot, error) {
 	p := plot.New()
-	p.Title.Text = "flashattn vs plain attention (GFLOP/s, higher is better)"
+	p.Title.Text = fmt.Sprintf("%s, head dim %d", modeTitle[mode], d)
 	p.X.Label.Text = "sequence length"
 	p.Y.Label.Text = "GFLOP/s"
 	p.X.Scale = plot.LogScale{}
-	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
-	p.Legend.Top = true
-	for i, k := range keys {
-		line, points, err := plotter.NewLinePoints(series[k])
-		if err != nil {
-			return fmt.Errorf("-svg %s: %v", path, err)
+	p.Y.Min = 0
+	var ticks []plot.Tick
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Legend.TextStyle.Font.Size = vg.Points(8)
+	i := 0
+	for _, causal := range []bool{false, true} {
+		for _, plain := range []bool{false, true} {
+			var xy plotter.XYs
+			for _, r := range rs {
+				if r.Variant != "" || r.Mode != mode || r.Headdim != d || r.Causal != causal {
+					continue
+				}
+				g := r.GFlops
+				if plain {
+					if r.PlainSeconds == 0 {
+						continue
+					}
+					g = r.GFlops * r.Seconds / r.PlainSeconds
+				}
+				xy = append(xy, plotter.XY{X: float64(r.SeqlenK), Y: g})
+				if !plain && !causal {
+					ticks = append(ticks, plot.Tick{Value: float64(r.SeqlenK), Label: seqLabel(r.SeqlenK)})
+				}
+			}
+			if len(xy) == 0 {
+				continue
+			}
+			line, points, err := plotter.NewLinePoints(xy)
+			if err != nil {
+				return nil, err
+			}
+			line.Color = plotutil.Color(i)
+			points.Color, points.Shape = line.Color, plotutil.Shape(i)
+			name := "flashattn"
+			if plain {
+				name = "plain"
+				line.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+			}
+			if causal {
+				name += " causal"
+			}
+			p.Add(line, points)
+			p.Legend.Add(name, line, points)
+			i++
 		}
-		line.Color = plotutil.Color(i / 2)
-		points.Color = line.Color
-		points.Shape = plotutil.Shape(i / 2)
-		name := "flashattn"
-		if k.plain {
-			name = "plain"
-			line.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
-		}
-		mask := ""
-		if k.causal {
-			mask = " causal"
-		}
-		p.Add(line, points)
-		p.Legend.Add(fmt.Sprintf("%s %s d=%d%s", name, k.mode, k.d, mask), line, points)
 	}
-	if err := p.Save(10*vg.Inch, 7*vg.Inch, path); err != nil {
+	p.X.Tick.Marker = plot.ConstantTicks(ticks)
+	return p, nil
+}
+
+func seqLabel(n int) string {
+	if n >= 1024 && n%1024 == 0 {
+		return fmt.Sprintf("%dk", n/1024)
+	}
+	return fmt.Sprint(n)
+}
+
+// writeAtomic writes w to path through a temporary file and a rename.
+func writeAtomic(path string, w io.WriterTo) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".flashattn-*")
+	if err != nil {
+		return fmt.Errorf("-svg %s: %v", path, err)
+	}
+	_, err = w.WriteTo(tmp)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
 		return fmt.Errorf("-svg %s: %v", path, err)
 	}
 	return nil
