@@ -20,16 +20,12 @@ func (p *problem) scoreRow(row []float32, n int, g []float32, s *sequence, h, i,
 	if c := p.softcap; c > 0 {
 		p.impl.Softcap(row, g, c)
 	}
+	full := row
 	row = row[:n]
-	if slope := p.slope(s.b, h); p.alibi != nil {
-		pos := i + s.band.off - j0 // key index of the diagonal, relative to j0
-		for j := range row {
-			dist := pos - j
-			if dist < 0 {
-				dist = -dist
-			}
-			row[j] -= slope * float32(dist)
-		}
+	if p.alibi != nil {
+		// Bias −slope·|i + Sk − Sq − j|, on the padded row (the caller
+		// masks the padding).
+		p.impl.ALiBi(full, p.slope(s.b, h), float32(i+s.band.off-j0))
 	}
 	if masked {
 		s.band.maskRow(row, i, j0)

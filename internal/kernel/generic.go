@@ -18,6 +18,7 @@ var Generic = Impl{
 	Dot:       dotGeneric,
 	Dot4T:     dot4TGeneric,
 	Softcap:   softcapGeneric,
+	ALiBi:     alibiGeneric,
 }
 
 func mulABtGeneric(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int) {
@@ -277,5 +278,15 @@ func softcapGeneric(x, g []float32, c float32) {
 		if g != nil {
 			g[j] = float32(1 - t*t)
 		}
+	}
+}
+
+func alibiGeneric(x []float32, slope, pos float32) {
+	for j := range x {
+		d := pos - float32(j)
+		if d < 0 {
+			d = -d
+		}
+		x[j] -= slope * d
 	}
 }

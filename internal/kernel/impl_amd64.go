@@ -31,6 +31,7 @@ func archImpls() []Impl {
 			Dot:       dotFMA,
 			Dot4T:     wrapDot4T(dot4TAVX2),
 			Softcap:   wrapSoftcap,
+			ALiBi:     wrapALiBi,
 		})
 	}
 	if hasAVX2 {
@@ -46,6 +47,7 @@ func archImpls() []Impl {
 			Dot:       dotFMA,
 			Dot4T:     wrapDot4T(dot4TAVX2),
 			Softcap:   wrapSoftcap,
+			ALiBi:     wrapALiBi,
 		})
 	}
 	return impls
@@ -190,4 +192,9 @@ func wrapSoftcap(x, g []float32, c float32) {
 		bad("Softcap: g and x differ in length")
 	}
 	softcapAVX2(x, g, c)
+}
+
+func wrapALiBi(x []float32, slope, pos float32) {
+	checkWidth(len(x))
+	alibiAVX2(x, slope, pos)
 }

@@ -73,6 +73,10 @@ type Impl struct {
 	// g[j] = 1 − tanh²(x[j]/c), the derivative factor of the backward pass.
 	// len(x) is a multiple of W; g is nil or as long as x.
 	Softcap func(x, g []float32, c float32)
+
+	// ALiBi subtracts the linear bias: x[j] −= slope·|pos − j|. len(x) is a
+	// multiple of W; |pos − j| must stay below 2^24 (exact in float32).
+	ALiBi func(x []float32, slope, pos float32)
 }
 
 // PackBt packs the n×k row-major matrix B (row j at b[j*ldb:], k elements)

@@ -4457,7 +4457,23 @@ DATA softcapconsts<>+304(SB)/4, $0x3f200000
 DATA softcapconsts<>+308(SB)/4, $0x3f200000
 DATA softcapconsts<>+312(SB)/4, $0x3f200000
 DATA softcapconsts<>+316(SB)/4, $0x3f200000
-GLOBL softcapconsts<>(SB), RODATA|NOPTR, $320
+DATA softcapconsts<>+320(SB)/4, $0x41000000
+DATA softcapconsts<>+324(SB)/4, $0x41000000
+DATA softcapconsts<>+328(SB)/4, $0x41000000
+DATA softcapconsts<>+332(SB)/4, $0x41000000
+DATA softcapconsts<>+336(SB)/4, $0x41000000
+DATA softcapconsts<>+340(SB)/4, $0x41000000
+DATA softcapconsts<>+344(SB)/4, $0x41000000
+DATA softcapconsts<>+348(SB)/4, $0x41000000
+DATA softcapconsts<>+352(SB)/4, $0x00000000
+DATA softcapconsts<>+356(SB)/4, $0x3f800000
+DATA softcapconsts<>+360(SB)/4, $0x40000000
+DATA softcapconsts<>+364(SB)/4, $0x40400000
+DATA softcapconsts<>+368(SB)/4, $0x40800000
+DATA softcapconsts<>+372(SB)/4, $0x40a00000
+DATA softcapconsts<>+376(SB)/4, $0x40c00000
+DATA softcapconsts<>+380(SB)/4, $0x40e00000
+GLOBL softcapconsts<>(SB), RODATA|NOPTR, $384
 
 // func softcapAVX2(x []float32, g []float32, c float32)
 // Requires: AVX, AVX2, FMA3, SSE
@@ -4527,6 +4543,35 @@ next:
 	ADDQ $0x20, AX
 	SUBQ $0x08, CX
 	JMP  loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func alibiAVX2(x []float32, slope float32, pos float32)
+// Requires: AVX, AVX2, FMA3, SSE
+TEXT ·alibiAVX2(SB), NOSPLIT, $0-32
+	MOVQ         x_base+0(FP), AX
+	MOVQ         x_len+8(FP), CX
+	MOVSS        slope+24(FP), X0
+	VBROADCASTSS X0, Y0
+	MOVSS        pos+28(FP), X1
+	VBROADCASTSS X1, Y1
+	VSUBPS       softcapconsts<>+352(SB), Y1, Y1
+	VMOVUPS      softcapconsts<>+320(SB), Y2
+	VMOVUPS      softcapconsts<>+0(SB), Y3
+
+loop:
+	CMPQ         CX, $0x08
+	JL           done
+	VANDPS       Y3, Y1, Y4
+	VMOVUPS      (AX), Y5
+	VFNMADD231PS Y0, Y4, Y5
+	VMOVUPS      Y5, (AX)
+	VSUBPS       Y2, Y1, Y1
+	ADDQ         $0x20, AX
+	SUBQ         $0x08, CX
+	JMP          loop
 
 done:
 	VZEROUPPER

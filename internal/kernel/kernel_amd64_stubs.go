@@ -115,3 +115,8 @@ func philox8AVX2(out *[32]uint32, c0 uint32, c1 uint32, c2 uint32, c3 uint32, k0
 //
 //go:noescape
 func softcapAVX2(x []float32, g []float32, c float32)
+
+// alibiAVX2 sets x[j] -= slope·|pos − j| (see Impl.ALiBi). len(x) is a multiple of 8.
+//
+//go:noescape
+func alibiAVX2(x []float32, slope float32, pos float32)

@@ -500,3 +500,20 @@ func TestSoftcap(t *testing.T) {
 		}
 	}
 }
+
+// TestALiBi compares every implementation with the bias in float64.
+func TestALiBi(t *testing.T) {
+	for _, im := range Available() {
+		for _, pos := range []float32{-40, 0, 7.0, 33, 1000} {
+			x := randSlice(rand.New(rand.NewPCG(3, 3)), 64)
+			in := append([]float32(nil), x...)
+			im.ALiBi(x, 0.125, pos)
+			for j, v := range in {
+				want := float64(v) - 0.125*math.Abs(float64(pos)-float64(j))
+				if math.Abs(float64(x[j])-want) > 1e-6*(1+math.Abs(want)) {
+					t.Fatalf("%s pos %v: x[%d] = %v, want %v", im.Name, pos, j, x[j], want)
+				}
+			}
+		}
+	}
+}

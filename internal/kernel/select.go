@@ -127,5 +127,10 @@ func selfCheck(im Impl) (err error) {
 	g1, g2 := make([]float32, n), make([]float32, n)
 	im.Softcap(c1, g1, 0.7)
 	Generic.Softcap(c2, g2, 0.7)
-	return near("Softcap", append(c1, g1...), append(c2, g2...))
+	if err := near("Softcap", append(c1, g1...), append(c2, g2...)); err != nil {
+		return err
+	}
+	im.ALiBi(c1, 0.3, 17)
+	Generic.ALiBi(c2, 0.3, 17)
+	return near("ALiBi", c1, c2)
 }

@@ -68,6 +68,7 @@ func main() {
 	genPhilox8()
 	genSoftcapTable()
 	genSoftcap()
+	genALiBi()
 	Generate()
 }
 
@@ -1081,11 +1082,50 @@ func softcapConst(v float32) Op {
 
 func genSoftcapTable() {
 	softcapVals = []float32{math.Float32frombits(0x7fffffff), 88, 2, math.Float32frombits(0x80000000),
-		tanhT0, tanhT1, tanhT2, tanhT3, tanhT4, 0.625}
+		tanhT0, tanhT1, tanhT2, tanhT3, tanhT4, 0.625, 8}
 	softcapTab = GLOBL("softcapconsts", RODATA|NOPTR)
 	for i, v := range softcapVals {
 		for l := 0; l < 8; l++ {
 			DATA(32*i+4*l, U32(math.Float32bits(v)))
 		}
 	}
+	// Then the lane indexes 0..7 as floats (see laneIndexes).
+	for l := 0; l < 8; l++ {
+		DATA(32*len(softcapVals)+4*l, U32(math.Float32bits(float32(l))))
+	}
 }
+
+// genALiBi generates alibiAVX2 (see Impl.ALiBi): x[j] −= slope·|pos − j|,
+// with j carried as a float vector {0..7} + 8·step.
+func genALiBi() {
+	TEXT("alibiAVX2", NOSPLIT, "func(x []float32, slope, pos float32)")
+	Pragma("noescape")
+	Doc("alibiAVX2 sets x[j] -= slope·|pos − j| (see Impl.ALiBi). len(x) is a multiple of 8.")
+	xp := Load(Param("x").Base(), GP64())
+	n := Load(Param("x").Len(), GP64())
+	slope := broadcastParam(isaAVX2, "slope")
+	d := broadcastParam(isaAVX2, "pos")
+	VSUBPS(laneIndexes(), d, d) // pos − {0..7}
+	eight, abs := YMM(), YMM()
+	VMOVUPS(softcapConst(8), eight)
+	VMOVUPS(softcapConst(math.Float32frombits(0x7fffffff)), abs)
+	Label("loop")
+	CMPQ(n, Imm(8))
+	JL(LabelRef("done"))
+	t, v := YMM(), YMM()
+	VANDPS(abs, d, t) // |pos − j|
+	VMOVUPS(Mem{Base: xp}, v)
+	VFNMADD231PS(slope, t, v) // v −= slope·|pos − j|
+	VMOVUPS(v, Mem{Base: xp})
+	VSUBPS(eight, d, d)
+	ADDQ(Imm(32), xp)
+	SUBQ(Imm(8), n)
+	JMP(LabelRef("loop"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+// laneIndexes is the vector {0, 1, ..., 7} as float32, from the softcap
+// table.
+func laneIndexes() Op { return softcapTab.Offset(32 * len(softcapVals)) }
