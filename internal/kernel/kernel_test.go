@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 )
 
@@ -513,6 +514,18 @@ func TestALiBi(t *testing.T) {
 				if math.Abs(float64(x[j])-want) > 1e-6*(1+math.Abs(want)) {
 					t.Fatalf("%s pos %v: x[%d] = %v, want %v", im.Name, pos, j, x[j], want)
 				}
+			}
+		}
+	}
+}
+
+// TestImplComplete: no implementation leaves a kernel unset.
+func TestImplComplete(t *testing.T) {
+	for _, im := range append(archImpls(), Generic) {
+		v := reflect.ValueOf(im)
+		for i := 0; i < v.NumField(); i++ {
+			if f := v.Field(i); f.Kind() == reflect.Func && f.IsNil() {
+				t.Errorf("%s: %s is nil", im.Name, v.Type().Field(i).Name)
 			}
 		}
 	}
