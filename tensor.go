@@ -20,7 +20,8 @@ type Tensor struct {
 	BatchStride, SeqStride, HeadStride int
 }
 
-// NewTensor allocates a dense zeroed tensor of the given shape.
+// NewTensor allocates a dense zeroed tensor of the given shape. Like make,
+// it panics if a dimension is negative.
 func NewTensor(batch, seq, heads, dim int) Tensor {
 	return Tensor{Data: make([]float32, batch*seq*heads*dim), Batch: batch, Seq: seq, Heads: heads, Dim: dim}
 }
