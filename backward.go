@@ -24,6 +24,9 @@ func Backward(q, k, v, out, dout Tensor, lse []float32, opts *Options) (dq, dk, 
 // BackwardInto is Backward writing into caller-owned gradients dq (shaped
 // like q), dk and dv (shaped like k). Repeated calls allocate nothing.
 func BackwardInto(dq, dk, dv Tensor, q, k, v, out, dout Tensor, lse []float32, opts *Options) error {
+	if opts != nil && opts.KVCache != nil {
+		return fmt.Errorf("flashattn: Backward does not take a KVCache (decoding is inference only)")
+	}
 	p, err := newProblem(q, k, v, opts)
 	if err != nil {
 		return err

@@ -213,7 +213,8 @@ func (p *problem) forwardTask(ws *workspace, t *fwdTask) {
 	// for all those heads in address order (one pass over contiguous
 	// memory), then read per head from L2. Reading it per head instead
 	// walks memory with a stride of a whole key row and ran at half speed.
-	step, staged := p.bk, len(subs) > 1 && fewRows && d%8 == 0
+	prepacked := pk.kt[t.seq*p.kvh+subs[0].hk] >= 0
+	step, staged := p.bk, !prepacked && (p.paged != nil || len(subs) > 1 && fewRows && d%8 == 0)
 	if staged {
 		step = p.decodeStep(len(subs))
 	}
@@ -228,7 +229,11 @@ func (p *problem) forwardTask(ws *workspace, t *fwdTask) {
 		for si, sb := range subs {
 			sTile := ws.s[sb.r0*np:]
 			kt, vp, ldv := pk.tile(t.seq, sb.hk, j0, n)
-			kr, ldk := p.k.row(s.tb, s.k0+j0, sb.hk), p.k.ss
+			var kr []float32
+			ldk := p.k.ss
+			if !staged && !prepacked {
+				kr = p.krow(s, j0, sb.hk) // n keys in place (not paged)
+			}
 			if staged {
 				kr, ldk = ws.kdec[si*step*d:], d
 				vp, ldv = ws.vdec[si*step*dp:], dp
@@ -254,7 +259,7 @@ func (p *problem) forwardTask(ws *workspace, t *fwdTask) {
 					}
 				}
 			default:
-				kernel.PackBt(ws.kt, p.k.row(s.tb, s.k0+j0, sb.hk), p.k.ss, n, d)
+				kernel.PackBt(ws.kt, kr, ldk, n, d)
 				k.MulABt(sTile, np, qp[sb.r0*d:], d, ws.kt, sb.m, np, d)
 			}
 			for r := sb.r0; r < sb.r0+sb.m; r++ {
@@ -354,8 +359,7 @@ func scaleRow(dst, src []float32, scale float32) {
 // sets, and the kernel's column passes would go back to L2 (measured: the
 // copy is faster).
 func (p *problem) vTile(ws *workspace, s *sequence, hk, j0, n int) ([]float32, int) {
-	v := p.v.row(s.tb, s.k0+j0, hk)
-	kernel.PackRows(ws.vp, v, p.v.ss, n, p.d)
+	kernel.PackRows(ws.vp, p.vrow(s, j0, hk), p.v.ss, n, p.d)
 	return ws.vp, p.dp
 }
 
@@ -388,9 +392,9 @@ func (p *problem) stageKV(ws *workspace, s *sequence, subs []subBlock, j0, n, st
 	vb := grow(&ws.vdec, len(subs)*step*dp)
 	for j := 0; j < n; j++ {
 		for si, sb := range subs {
-			copy(kb[(si*step+j)*d:(si*step+j+1)*d], p.k.row(s.tb, s.k0+j0+j, sb.hk))
+			copy(kb[(si*step+j)*d:(si*step+j+1)*d], p.krow(s, j0+j, sb.hk))
 			vr := vb[(si*step+j)*dp : (si*step+j+1)*dp]
-			copy(vr[:d], p.v.row(s.tb, s.k0+j0+j, sb.hk))
+			copy(vr[:d], p.vrow(s, j0+j, sb.hk))
 			clear(vr[d:])
 		}
 	}

@@ -44,6 +44,11 @@ type Options struct {
 	// each sequence starts.
 	VarLen *VarLen
 
+	// KVCache, if not nil, reads K and V from a key/value cache with a
+	// length per sequence, optionally paged (flash-attn's
+	// flash_attn_with_kvcache). Forward only.
+	KVCache *KVCache
+
 	// Workers is the number of goroutines; 0 means GOMAXPROCS. They come
 	// from a pool of GOMAXPROCS goroutines started on first use (the
 	// calling goroutine is one of them), so larger values act as that.
@@ -68,6 +73,20 @@ type VarLen struct {
 	// SeqUsedK, if not nil, limits sequence b to its first SeqUsedK[b] keys
 	// (flash-attn's seqused_k).
 	SeqUsedK []int32
+}
+
+// KVCache describes keys and values held in a decoding cache.
+//
+// Without BlockTable, K and V are [batch, cache_len, kv_heads, dim] and
+// sequence b uses its first SeqLens[b] keys. With BlockTable (a paged cache,
+// as in vLLM and flash-attn), K and V are [num_blocks, block_size, kv_heads,
+// dim]: key j of sequence b is row j % block_size of block
+// BlockTable[b*BlocksPerSeq + j/block_size]. block_size must be a multiple
+// of 16.
+type KVCache struct {
+	SeqLens      []int32 // keys in the cache per sequence (cache_seqlens)
+	BlockTable   []int32 // [batch, BlocksPerSeq], nil for a contiguous cache
+	BlocksPerSeq int
 }
 
 func (o *Options) workers() int {

@@ -72,8 +72,10 @@ func (p *problem) packUnit(si, j0 int) {
 		n := min(kernel.W, s.nk-j)
 		for hk := 0; hk < p.kvh; hk++ {
 			u := si*p.kvh + hk
-			kernel.PackBt(pk.buf[pk.kt[u]+j*p.d:], p.k.row(s.tb, s.k0+j, hk), p.k.ss, n, p.d)
-			kernel.PackRows(pk.buf[pk.vp[u]+j*p.dp:], p.v.row(s.tb, s.k0+j, hk), p.v.ss, n, p.d)
+			// 16 keys: within one page of a paged cache (pages are
+			// multiples of 16 keys).
+			kernel.PackBt(pk.buf[pk.kt[u]+j*p.d:], p.krow(s, j, hk), p.k.ss, n, p.d)
+			kernel.PackRows(pk.buf[pk.vp[u]+j*p.dp:], p.vrow(s, j, hk), p.v.ss, n, p.d)
 		}
 	}
 }

@@ -33,6 +33,8 @@ type problem struct {
 	maxRows    int // rows of the largest row block: bq, or a stacked block's
 	q, k, v    view
 	lseLen     int
+	paged      *KVCache // paged K/V (block table), nil otherwise
+	blockSize  int
 	tbatch     int // batch size of the tensors (1 for varlen)
 	kRows      int // seqlen of the k and v tensors
 	scale      float32
@@ -126,12 +128,16 @@ func newProblem(q, k, v Tensor, o *Options) (*problem, error) {
 		return nil, err
 	}
 	B, Sq, H, D := q.Batch, q.Seq, q.Heads, q.Dim
-	kv, err := k.check("k", false, B, -1, -1, D)
+	kb := B // the batch dimension of k and v: num_blocks when paged
+	if c := o.KVCache; c != nil && c.BlockTable != nil {
+		kb = -1
+	}
+	kv, err := k.check("k", false, kb, -1, -1, D)
 	if err != nil {
 		return nil, err
 	}
 	Sk, Hk := k.Seq, k.Heads
-	vv, err := v.check("v", false, B, Sk, Hk, D)
+	vv, err := v.check("v", false, k.Batch, Sk, Hk, D)
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +167,7 @@ func newProblem(q, k, v Tensor, o *Options) (*problem, error) {
 		p.dropOn = true
 		p.drop = dropout.NewMask(o.Seed, o.Dropout)
 	}
-	if o.VarLen == nil {
+	if o.VarLen == nil || o.KVCache != nil {
 		p.seqs = growSeqs(&p.sc.seqs, B)
 		for b := range p.seqs {
 			p.seqs[b] = sequence{b: b, tb: b, nq: Sq, nk: Sk, lse0: b * H * Sq, lseH: Sq, band: newBand(o, Sq, Sk)}
@@ -170,6 +176,12 @@ func newProblem(q, k, v Tensor, o *Options) (*problem, error) {
 	} else if err := p.varlenSequences(o, q, k); err != nil {
 		p.release()
 		return nil, err
+	}
+	if o.KVCache != nil {
+		if err := p.cacheSequences(o, q, k); err != nil {
+			p.release()
+			return nil, err
+		}
 	}
 	nb := len(p.seqs)
 	switch len(o.ALiBi) {
@@ -252,4 +264,59 @@ func growSeqs(buf *[]sequence, n int) []sequence {
 	}
 	*buf = (*buf)[:n]
 	return *buf
+}
+
+// cacheSequences sets the key counts (and the page table) of a KV-cache call.
+func (p *problem) cacheSequences(o *Options, q, k Tensor) error {
+	c := o.KVCache
+	B := q.Batch
+	if o.VarLen != nil {
+		return fmt.Errorf("flashattn: KVCache and VarLen cannot be combined")
+	}
+	if len(c.SeqLens) != B {
+		return fmt.Errorf("flashattn: KVCache.SeqLens has %d entries, want %d (one per sequence)", len(c.SeqLens), B)
+	}
+	capacity := k.Seq
+	if c.BlockTable != nil {
+		if k.Seq%16 != 0 {
+			return fmt.Errorf("flashattn: paged KVCache block size %d (k's seqlen) must be a multiple of 16", k.Seq)
+		}
+		if c.BlocksPerSeq <= 0 || len(c.BlockTable) != B*c.BlocksPerSeq {
+			return fmt.Errorf("flashattn: KVCache.BlockTable has %d entries, want batch %d × BlocksPerSeq %d", len(c.BlockTable), B, c.BlocksPerSeq)
+		}
+		for i, blk := range c.BlockTable {
+			if blk < 0 || int(blk) >= k.Batch {
+				return fmt.Errorf("flashattn: KVCache.BlockTable[%d] is %d, want 0..%d (k has %d blocks)", i, blk, k.Batch-1, k.Batch)
+			}
+		}
+		p.paged, p.blockSize = c, k.Seq
+		capacity = c.BlocksPerSeq * k.Seq
+	}
+	for b, n := range c.SeqLens {
+		if n < 0 || int(n) > capacity {
+			return fmt.Errorf("flashattn: KVCache.SeqLens[%d] is %d, want 0..%d", b, n, capacity)
+		}
+		s := &p.seqs[b]
+		s.nk = int(n)
+		s.band = newBand(o, s.nq, s.nk)
+	}
+	return nil
+}
+
+// krow and vrow return key j of sequence s for KV head hk (the row and what
+// follows it in its tensor): through the page table when the cache is paged.
+func (p *problem) krow(s *sequence, j, hk int) []float32 {
+	if p.paged == nil {
+		return p.k.row(s.tb, s.k0+j, hk)
+	}
+	blk := p.paged.BlockTable[s.b*p.paged.BlocksPerSeq+j/p.blockSize]
+	return p.k.row(int(blk), j%p.blockSize, hk)
+}
+
+func (p *problem) vrow(s *sequence, j, hk int) []float32 {
+	if p.paged == nil {
+		return p.v.row(s.tb, s.k0+j, hk)
+	}
+	blk := p.paged.BlockTable[s.b*p.paged.BlocksPerSeq+j/p.blockSize]
+	return p.v.row(int(blk), j%p.blockSize, hk)
 }
