@@ -104,3 +104,24 @@ func ExampleVarLen() {
 	fmt.Printf("%.3f %.3f %.3f | %.3f\n", lse[0], lse[1], lse[2], lse[3])
 	// Output: 0.000 0.693 1.099 | 0.000
 }
+
+// Decoding one token per sequence against a paged KV cache: two sequences
+// hold 20 and 5 keys in 16-key blocks, in whatever blocks the allocator gave
+// them.
+func ExampleKVCache() {
+	const H, Hk, D, block = 4, 2, 8, 16
+	q := flashattn.NewTensor(2, 1, H, D)                                               // the new token of each sequence
+	k, v := flashattn.NewTensor(5, block, Hk, D), flashattn.NewTensor(5, block, Hk, D) // 5 cache blocks
+	opts := &flashattn.Options{KVCache: &flashattn.KVCache{
+		SeqLens:      []int32{20, 5},
+		BlockTable:   []int32{3, 0, 4, 1}, // sequence 0: blocks 3, 0; sequence 1: blocks 4, (1)
+		BlocksPerSeq: 2,
+	}}
+	_, lse, err := flashattn.Forward(q, k, v, opts)
+	if err != nil {
+		panic(err)
+	}
+	// Equal scores: LSE is log(keys in the cache).
+	fmt.Printf("%.4f %.4f | %.4f %.4f\n", lse[0], math.Log(20), lse[4], math.Log(5))
+	// Output: 2.9957 2.9957 | 1.6094 1.6094
+}
