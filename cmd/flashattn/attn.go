@@ -18,6 +18,7 @@ type attnFlags struct {
 	scale, softcap, dropout   float64
 	windowLeft, windowRight   int
 	alibi, cuQ, cuK, seqUsedK string
+	cacheSeqlens, blockTable  string
 	seed                      uint64
 	workers                   int
 }
@@ -42,6 +43,8 @@ func runAttn(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&f.cuQ, "cu-seqlens-q", "", "varlen: int32 `cu_q.npy` [batch+1] of sequence starts in packed q")
 	fs.StringVar(&f.cuK, "cu-seqlens-k", "", "varlen: int32 `cu_k.npy` [batch+1] of sequence starts in packed k, v")
 	fs.StringVar(&f.seqUsedK, "seqused-k", "", "varlen: int32 `used_k.npy` [batch], keys used per sequence (optional)")
+	fs.StringVar(&f.cacheSeqlens, "cache-seqlens", "", "KV cache: int32 `lens.npy` [batch], keys in the cache per sequence; k, v are the cache")
+	fs.StringVar(&f.blockTable, "block-table", "", "paged KV cache: int32 `table.npy` [batch, blocks_per_seq]; k, v are [num_blocks, block_size, kv_heads, dim]")
 	fs.Float64Var(&f.dropout, "dropout", 0, "dropout probability in [0, 1)")
 	fs.Uint64Var(&f.seed, "seed", 0, "dropout seed: the same seed gives identical files")
 	fs.IntVar(&f.workers, "workers", 0, "worker goroutines (0: GOMAXPROCS)")
@@ -113,6 +116,12 @@ func (f *attnFlags) options() (*flashattn.Options, error) {
 		return nil, fmt.Errorf("-cu-seqlens-q and -cu-seqlens-k must be given together")
 	case f.seqUsedK != "" && f.cuQ == "":
 		return nil, fmt.Errorf("-seqused-k needs -cu-seqlens-q and -cu-seqlens-k")
+	case f.blockTable != "" && f.cacheSeqlens == "":
+		return nil, fmt.Errorf("-block-table needs -cache-seqlens")
+	case f.cacheSeqlens != "" && f.cuQ != "":
+		return nil, fmt.Errorf("-cache-seqlens cannot be combined with -cu-seqlens-q/-k")
+	case f.cacheSeqlens != "" && f.dout != "":
+		return nil, fmt.Errorf("-dout cannot be combined with -cache-seqlens: decoding from a KV cache is forward only")
 	}
 	o := &flashattn.Options{
 		Scale: float32(f.scale), Causal: f.causal, Softcap: float32(f.softcap),
@@ -174,8 +183,9 @@ func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, 
 		return
 	}
 	show := func(s []int) []int { return s[4-rank:] }
+	paged := f.blockTable != ""
 	switch {
-	case ks[0] != qs[0] && !varlen:
+	case ks[0] != qs[0] && !varlen && !paged:
 		err = fmt.Errorf("%s: batch %d does not match %s's %d", f.k, ks[0], f.q, qs[0])
 	case ks[3] != qs[3]:
 		err = fmt.Errorf("%s: headdim %d does not match %s's %d", f.k, ks[3], f.q, qs[3])
@@ -198,6 +208,11 @@ func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, 
 		}
 	}
 	nb := qs[0]
+	if f.cacheSeqlens != "" {
+		if o.KVCache, err = f.readCache(nb, ks); err != nil {
+			return
+		}
+	}
 	if varlen {
 		vl := &flashattn.VarLen{}
 		if vl.CuSeqlensQ, err = readCu(f.cuQ, qs[1], "q"); err != nil {
@@ -286,4 +301,44 @@ func lseShape(q flashattn.Tensor, o *flashattn.Options) []int {
 		return []int{q.Heads, q.Seq}
 	}
 	return []int{q.Batch, q.Heads, q.Seq}
+}
+
+// readCache reads -cache-seqlens and -block-table and checks them against
+// the batch and the cache tensor's shape ks.
+func (f *attnFlags) readCache(nb int, ks []int) (*flashattn.KVCache, error) {
+	c := &flashattn.KVCache{}
+	lens, shape, err := npy.ReadInt32(f.cacheSeqlens)
+	if err != nil {
+		return nil, err
+	}
+	if len(shape) != 1 || shape[0] != nb {
+		return nil, fmt.Errorf("%s: shape %v, want [%d] (one entry per sequence)", f.cacheSeqlens, shape, nb)
+	}
+	capacity := ks[1]
+	if f.blockTable != "" {
+		table, tshape, err := npy.ReadInt32(f.blockTable)
+		if err != nil {
+			return nil, err
+		}
+		if len(tshape) != 2 || tshape[0] != nb || tshape[1] < 1 {
+			return nil, fmt.Errorf("%s: shape %v, want [%d, blocks_per_seq]", f.blockTable, tshape, nb)
+		}
+		if ks[1]%16 != 0 {
+			return nil, fmt.Errorf("%s: block size %d (its seqlen axis) must be a multiple of 16 for a paged cache", f.k, ks[1])
+		}
+		for i, blk := range table {
+			if blk < 0 || int(blk) >= ks[0] {
+				return nil, fmt.Errorf("%s: entry %d is %d, want 0..%d (%s has %d blocks)", f.blockTable, i, blk, ks[0]-1, f.k, ks[0])
+			}
+		}
+		c.BlockTable, c.BlocksPerSeq = table, tshape[1]
+		capacity = tshape[1] * ks[1]
+	}
+	for b, n := range lens {
+		if n < 0 || int(n) > capacity {
+			return nil, fmt.Errorf("%s: entry %d is %d, want 0..%d (the cache's capacity)", f.cacheSeqlens, b, n, capacity)
+		}
+	}
+	c.SeqLens = lens
+	return c, nil
 }
