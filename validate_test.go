@@ -85,10 +85,11 @@ func TestValidationOutputs(t *testing.T) {
 // must return an error or a result, never panic, and a result must be free
 // of NaN for finite inputs.
 func FuzzValidation(f *testing.F) {
-	f.Add(1, 5, 7, 2, 1, 8, 0, 0, 0, float32(0), float32(0), float32(0), -1, -1, false, 40, 0)
-	f.Add(2, 3, 3, 4, 2, 3, 3, 0, 9, float32(0.5), float32(2), float32(0.3), 2, 0, true, 70, 1)
-	f.Add(1, 1, 1, 1, 1, 1, -4, 2, 0, float32(-1), float32(-3), float32(1), -7, 3, true, 0, 3)
-	f.Fuzz(func(t *testing.T, b, sq, sk, h, hk, d, hs, ss, bs int, scale, softcap, drop float32, wl, wr int, causal bool, extra, nslopes int) {
+	f.Add(1, 5, 7, 2, 1, 8, 0, 0, 0, float32(0), float32(0), float32(0), -1, -1, false, 40, 0, 0, uint64(0))
+	f.Add(2, 3, 3, 4, 2, 3, 3, 0, 9, float32(0.5), float32(2), float32(0.3), 2, 0, true, 70, 1, 1, uint64(7))
+	f.Add(1, 1, 1, 1, 1, 1, -4, 2, 0, float32(-1), float32(-3), float32(1), -7, 3, true, 0, 3, 2, uint64(99))
+	f.Add(2, 1, 16, 4, 2, 8, 0, 0, 0, float32(0), float32(0), float32(0), -1, -1, false, 0, 0, 2, uint64(12345))
+	f.Fuzz(func(t *testing.T, b, sq, sk, h, hk, d, hs, ss, bs int, scale, softcap, drop float32, wl, wr int, causal bool, extra, nslopes, cache int, cacheBits uint64) {
 		clamp := func(x, lo, hi int) int { return min(max(x, lo), hi) }
 		b, sq, sk, h, hk, d = clamp(b, -1, 3), clamp(sq, -1, 9), clamp(sk, -1, 9), clamp(h, -1, 4), clamp(hk, -1, 4), clamp(d, -1, 9)
 		size := clamp(b*max(sq, sk)*h*d+extra, 0, 4000)
@@ -104,9 +105,26 @@ func FuzzValidation(f *testing.F) {
 		}
 		opt := &Options{Scale: scale, Softcap: softcap, Dropout: drop, Causal: causal, ALiBi: make([]float32, clamp(nslopes, 0, 20)),
 			Window: &Window{Left: clamp(wl, -3, 10), Right: clamp(wr, -3, 10)}, Workers: 2}
+		// cache: 0 none, 1 contiguous KV cache, 2 paged (k's batch = blocks).
+		if cache%3 != 0 && b > 0 {
+			kc := &KVCache{SeqLens: make([]int32, b)}
+			for i := range kc.SeqLens {
+				kc.SeqLens[i] = int32(cacheBits>>(4*i)&31) - 2
+			}
+			if cache%3 == 2 {
+				kc.BlocksPerSeq = int(cacheBits>>40&3) - 1
+				for i := 0; i < max(0, b*kc.BlocksPerSeq)+int(cacheBits>>44&1); i++ {
+					kc.BlockTable = append(kc.BlockTable, int32(cacheBits>>(48+2*i)&7)-1)
+				}
+			}
+			opt.KVCache = kc
+		}
 		out, lse, err := Forward(q, k, v, opt)
 		if err != nil {
 			return
+		}
+		if opt.KVCache != nil {
+			return // forward only
 		}
 		for _, x := range append(append([]float32(nil), out.Data...), lse...) {
 			if math.IsNaN(float64(x)) {
