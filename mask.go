@@ -2,9 +2,10 @@ package flashattn
 
 import "math"
 
-// unbounded stands for a window side with no limit. It is large enough that
-// no sum of positions overflows.
-const unbounded = 1 << 40
+// unbounded stands for a window side with no limit: a quarter of the int
+// range, so that a position plus or minus it cannot overflow, on 32-bit
+// platforms too.
+const unbounded = math.MaxInt >> 2
 
 var negInf = float32(math.Inf(-1))
 

@@ -53,7 +53,7 @@ const (
 	// maxHeaderLen bounds the header dictionary we are willing to read.
 	maxHeaderLen = 1 << 20
 	// maxElems bounds the element count so that byte sizes fit in int64.
-	maxElems = math.MaxInt64 / 8
+	maxElems = math.MaxInt / 8
 )
 
 // header is the parsed header of a .npy file.
