@@ -68,10 +68,11 @@ func Visible(p Params, i, j int) bool {
 		return false
 	}
 	if p.Window {
-		if p.WindowLeft >= 0 && j < pos-p.WindowLeft {
+		// Differences of positions, so that huge window sizes cannot overflow.
+		if p.WindowLeft >= 0 && pos-j > p.WindowLeft {
 			return false
 		}
-		if p.WindowRight >= 0 && j > pos+p.WindowRight {
+		if p.WindowRight >= 0 && j-pos > p.WindowRight {
 			return false
 		}
 	}
