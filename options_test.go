@@ -212,16 +212,15 @@ func TestHiddenRows(t *testing.T) {
 // unbiased: the mean over seeds of the dropout output approaches the output
 // without dropout.
 func TestDropoutStatistics(t *testing.T) {
-	const n, d, p = 64, 16, 0.4
+	const n, p = 64, 0.4
 	r := rand.New(rand.NewPCG(3, 3))
-	q, k := Dense(randSlice(r, n*d), 1, n, 1, d), Dense(randSlice(r, n*d), 1, n, 1, d)
-	// V = identity-like one-hot rows read out P·z/(1-p) column by column.
+	// Head dim n and V = identity: O reads out P·z/(1-p) column by column.
 	vdata := make([]float32, n*n)
 	for j := 0; j < n; j++ {
 		vdata[j*n+j] = 1
 	}
 	v := Dense(vdata, 1, n, 1, n)
-	q, k = Dense(randSlice(r, n*n), 1, n, 1, n), Dense(randSlice(r, n*n), 1, n, 1, n)
+	q, k := Dense(randSlice(r, n*n), 1, n, 1, n), Dense(randSlice(r, n*n), 1, n, 1, n)
 	base, _, err := Forward(q, k, v, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -253,7 +252,6 @@ func TestDropoutStatistics(t *testing.T) {
 			t.Fatalf("element %d: mean %.5f over %d seeds, want %.5f ± %.5f", i, m, seeds, b, 5*se)
 		}
 	}
-	_ = d
 }
 
 // TestDropoutRepeatable: same seed, bit-identical; other seed, different.

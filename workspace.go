@@ -14,7 +14,7 @@ type workspace struct {
 	s, g, pd, dp []float32 // bq × pad(bk) tiles: scores/P, softcap factor, dropped P, dP/dS
 	kt, vt       []float32 // Kᵀ, Vᵀ packed panels, pad(bk) × d
 	kp, vp       []float32 // K, V rows padded to dp, bk × dp
-	qp, dop      []float32 // Q, dO rows padded, bq × dp
+	qp           []float32 // forward: scale·Q rows of the block, (maxRows+3) × d
 	o            []float32 // output accumulator, bq × dp
 	qt, st       []float32 // few-row blocks: (scale·Q)ᵀ packed, W × d per KV head; Sᵀ, bk × W
 	subs         []subBlock
