@@ -1,10 +1,6 @@
 package flashattn
 
-import (
-	"fmt"
-
-	"github.com/flashattn/flashattn/internal/kernel"
-)
+import "github.com/flashattn/flashattn/internal/kernel"
 
 // Backward computes the gradients of attention with respect to q, k and v
 // for the upstream gradient dout, given the forward's inputs, its output out
@@ -22,19 +18,21 @@ func Backward(q, k, v, out, dout Tensor, lse []float32, opts *Options) (dq, dk, 
 }
 
 // BackwardInto is Backward writing into caller-owned gradients dq (shaped
-// like q), dk and dv (shaped like k). Repeated calls allocate nothing.
+// like q), dk and dv (shaped like k). The gradients must not share memory
+// with any input or with each other; they may be interleaved views of one
+// buffer (PackedQKV of a gradient buffer). Repeated calls allocate nothing.
 func BackwardInto(dq, dk, dv Tensor, q, k, v, out, dout Tensor, lse []float32, opts *Options) error {
 	if opts != nil && opts.KVCache != nil {
-		return fmt.Errorf("flashattn: Backward does not take a KVCache (decoding is inference only)")
+		return argErr("Options.KVCache", "Backward does not take a KVCache (decoding is inference only)")
 	}
-	p, err := newProblem(q, k, v, opts)
+	c, err := newCall(q, k, v, opts)
 	if err != nil {
 		return err
 	}
-	defer p.release()
-	g := &p.gv
+	defer c.release()
+	g := &c.bwd.grads
 	B, Sq, H, D, Sk, Hk := q.Batch, q.Seq, q.Heads, q.Dim, k.Seq, k.Heads
-	for _, c := range []struct {
+	for _, t := range []struct {
 		dst        *view
 		t          Tensor
 		name       string
@@ -47,16 +45,18 @@ func BackwardInto(dq, dk, dv Tensor, q, k, v, out, dout Tensor, lse []float32, o
 		{&g.dk, dk, "dk", true, B, Sk, Hk, D},
 		{&g.dv, dv, "dv", true, B, Sk, Hk, D},
 	} {
-		if *c.dst, err = c.t.check(c.name, c.output, c.b, c.s, c.h, c.d); err != nil {
+		if *t.dst, err = t.t.check(t.name, t.output, t.b, t.s, t.h, t.d); err != nil {
 			return err
 		}
 	}
-	if len(lse) < p.lseLen {
-		return fmt.Errorf("flashattn: lse has %d elements, want %d", len(lse), p.lseLen)
+	if len(lse) < c.plan.lseLen {
+		return argErr("lse", "lse has %d elements, want %d", len(lse), c.plan.lseLen)
 	}
 	g.lse = lse
-	p.backward(g)
-	return nil
+	if err := c.checkBackwardOutputs(); err != nil {
+		return err
+	}
+	return c.backward()
 }
 
 // gradViews holds the backward's extra inputs and its outputs.
@@ -65,25 +65,35 @@ type gradViews struct {
 	lse               []float32
 }
 
-// bwdUnit is one unit of backward work (FA2 parallelises the backward over
-// K/V blocks): sequence seq, KV head hk, and the KV blocks
-// chunk, chunk+chunks, chunk+2·chunks, ... (round robin, which balances a
-// causal mask). The unit owns the dK, dV rows of its blocks; its dQ
-// contributions go to its own partial buffer (part ≥ 0) that is reduced in
-// a fixed order afterwards, or straight to dq when chunks is 1.
-type bwdUnit struct {
-	seq, hk       int
-	chunk, chunks int
-	part          int // offset of the unit's partial dQ (group × nq × dp), -1 if none
+func (c *call) checkBackwardOutputs() error {
+	p, g := &c.plan, &c.bwd.grads
+	outs := []named{namedView("dq", "", g.dq), namedView("dk", "", g.dk), namedView("dv", "", g.dv)}
+	ins := []named{namedView("q", "", p.q), namedView("k", "", p.kv.k), namedView("v", "", p.kv.v),
+		namedView("out", "", g.o), namedView("dout", "", g.do), namedSlice("lse", g.lse[:p.lseLen])}
+	return checkOutputs(outs, ins)
 }
 
-// bwdTarget is the number of units the chunking aims for. It is fixed (not
+// bwdTask is one unit of backward work (FA2 parallelises the backward over
+// K/V blocks): sequence seq, KV head hk, and the KV blocks chunk,
+// chunk+chunks, chunk+2·chunks, ... (round robin, which balances a causal
+// mask). The task owns the dK, dV rows of its blocks; its dQ contributions
+// go to its own partial buffer (slot ≥ 0) that is reduced in a fixed order
+// afterwards, or straight to dq when chunks is 1.
+type bwdTask struct {
+	seq, hk       int
+	chunk, chunks int
+	slot          int // offset of the task's partial dQ (group × nq × dimPad), -1 if none
+}
+
+// bwdTarget is the number of tasks the chunking aims for. It is fixed (not
 // the worker count) so results are the same for any number of workers.
 const bwdTarget = 8
 
-func (p *problem) backwardUnits() (units []bwdUnit, partLen int) {
-	units = p.sc.units[:0]
-	defer func() { p.sc.units = units }()
+// backwardTasks lists the tasks and the size of the partial dQ buffer.
+func (c *call) backwardTasks() (tasks []bwdTask, partLen int) {
+	p, a := &c.plan, &c.arena
+	tasks = a.bwdTasks[:0]
+	defer func() { a.bwdTasks = tasks }()
 	total := 0
 	for _, s := range p.seqs {
 		total += s.nq * s.nk
@@ -92,62 +102,78 @@ func (p *problem) backwardUnits() (units []bwdUnit, partLen int) {
 		if s.nq == 0 || s.nk == 0 {
 			continue
 		}
-		nkb := (s.nk + p.bkB - 1) / p.bkB
-		c := (bwdTarget*s.nq*s.nk + p.kvh*total - 1) / (p.kvh * total)
-		c = min(max(c, 1), nkb)
-		for hk := 0; hk < p.kvh; hk++ {
-			for ch := 0; ch < c; ch++ {
-				u := bwdUnit{seq: si, hk: hk, chunk: ch, chunks: c, part: -1}
-				if c > 1 {
-					u.part = partLen
-					partLen += p.group * s.nq * p.dp
+		nkb := (s.nk + p.bwdBlockK - 1) / p.bwdBlockK
+		ch := (bwdTarget*s.nq*s.nk + p.kvHeads*total - 1) / (p.kvHeads * total)
+		ch = min(max(ch, 1), nkb)
+		for hk := 0; hk < p.kvHeads; hk++ {
+			for i := 0; i < ch; i++ {
+				t := bwdTask{seq: si, hk: hk, chunk: i, chunks: ch, slot: -1}
+				if ch > 1 {
+					t.slot = partLen
+					partLen += p.group * s.nq * p.dimPad
 				}
-				units = append(units, u)
+				tasks = append(tasks, t)
 			}
 		}
 	}
-	return units, partLen
+	return tasks, partLen
 }
 
-func (p *problem) backward(g *gradViews) {
-	p.g = g
+// backwardPass is the parallel pass of FA2's backward over K/V blocks.
+type backwardPass struct {
+	p      *plan
+	grads  gradViews
+	tasks  []bwdTask
+	dqPart []float32
+}
+
+// reducePass sums the partial dQ of each (sequence, KV head) in chunk
+// order and writes scale·sum to dq.
+type reducePass struct {
+	b     *backwardPass
+	tasks []bwdTask // chunk 0 of each chunked (sequence, KV head)
+}
+
+func (c *call) backward() error {
+	p, a, b := &c.plan, &c.arena, &c.bwd
 	// Keys that no query sees (and keys past SeqUsedK) get zero gradients.
-	p.clearKV(g)
-	units, partLen := p.backwardUnits()
-	p.units = units
-	p.dqPart = grow(&p.sc.dqPart, partLen)
-	clear(p.dqPart)
-	p.phase = phaseBackward
-	parallel(p.workers, len(units), p)
-	if partLen == 0 {
-		return
+	b.p = p
+	b.clearKV()
+	tasks, partLen := c.backwardTasks()
+	b.tasks = tasks
+	b.dqPart = grow(&a.dqPart, partLen)
+	clear(b.dqPart)
+	if err := parallel(p.workers, len(tasks), b); err != nil {
+		return err
 	}
-	// Reduce the partial dQ of each (sequence, KV head) in chunk order.
-	reds := p.sc.reds[:0]
-	for _, u := range units {
-		if u.part >= 0 && u.chunk == 0 {
-			reds = append(reds, u)
+	if partLen == 0 {
+		return nil
+	}
+	reds := a.reduces[:0]
+	for _, t := range tasks {
+		if t.slot >= 0 && t.chunk == 0 {
+			reds = append(reds, t)
 		}
 	}
-	p.sc.reds, p.reds = reds, reds
-	p.phase = phaseReduce
-	parallel(p.workers, len(reds), p)
+	a.reduces = reds
+	c.reduce = reducePass{b: b, tasks: reds}
+	return parallel(p.workers, len(reds), &c.reduce)
 }
 
-// reduceDQ sums, in chunk order, the partial dQ of the query heads of
-// (sequence, KV head) u, and writes scale·sum to dq.
-func (p *problem) reduceDQ(u *bwdUnit) {
+func (r *reducePass) run(_ *workspace, t int) {
+	b, u := r.b, &r.tasks[t]
+	p := b.p
 	s := &p.seqs[u.seq]
-	size := p.group * s.nq * p.dp
+	size := p.group * s.nq * p.dimPad
 	for hh := 0; hh < p.group; hh++ {
 		h := u.hk*p.group + hh
 		for i := 0; i < s.nq; i++ {
-			dst := p.g.dq.row(s.tb, s.q0+i, h)[:p.d]
-			off := u.part + (hh*s.nq+i)*p.dp
+			dst := b.grads.dq.row(s.tb, s.q0+i, h)[:p.dim]
+			off := u.slot + (hh*s.nq+i)*p.dimPad
 			for c := range dst {
 				var acc float32
 				for ch := 0; ch < u.chunks; ch++ {
-					acc += p.dqPart[off+ch*size+c]
+					acc += b.dqPart[off+ch*size+c]
 				}
 				dst[c] = p.scale * acc
 			}
@@ -155,59 +181,60 @@ func (p *problem) reduceDQ(u *bwdUnit) {
 	}
 }
 
-// clearKV zeroes dk and dv: the units accumulate into them.
-func (p *problem) clearKV(g *gradViews) {
-	for _, dst := range []view{g.dk, g.dv} {
-		for b := 0; b < p.tbatch; b++ {
-			for j := 0; j < p.kRows; j++ {
-				for h := 0; h < p.kvh; h++ {
-					clear(dst.row(b, j, h)[:p.d])
+// clearKV zeroes dk and dv: the tasks accumulate into them.
+func (b *backwardPass) clearKV() {
+	p := b.p
+	for _, dst := range []view{b.grads.dk, b.grads.dv} {
+		for tb := 0; tb < p.kv.batch; tb++ {
+			for j := 0; j < p.kv.rows; j++ {
+				for h := 0; h < p.kvHeads; h++ {
+					clear(dst.row(tb, j, h)[:p.dim])
 				}
 			}
 		}
 	}
 }
 
-// backwardUnit runs FA2's backward for one unit: for each KV block it owns,
-// stream the query blocks that see it, recompute P = exp(S − LSE), and
-// accumulate dV += Pᵀ dO, dK += dSᵀ Q locally and dQ += dS K.
-func (p *problem) backwardUnit(ws *workspace, u *bwdUnit) {
-	g, part := p.g, p.dqPart
+func (b *backwardPass) run(ws *workspace, t int) { b.task(ws, &b.tasks[t]) }
+
+// task runs FA2's Algorithm 2 for one task: for each query head of its KV
+// head, and each KV block it owns, stream the query blocks that see the
+// block (keyBlock).
+func (b *backwardPass) task(ws *workspace, u *bwdTask) {
+	p, g := b.p, &b.grads
 	s := &p.seqs[u.seq]
 	ws.forBackward(p, s.nq)
-	d, dp := p.d, p.dp
-	nkb := (s.nk + p.bkB - 1) / p.bkB
+	d, dp := p.dim, p.dimPad
+	nkb := (s.nk + p.bwdBlockK - 1) / p.bwdBlockK
 	for hh := 0; hh < p.group; hh++ {
 		h := u.hk*p.group + hh
-		delta, lse := ws.delta[:s.nq], ws.lse[:s.nq]
+		rows := headRows{delta: ws.delta[:s.nq], lse: ws.lse[:s.nq]}
 		// This head's Q (scaled) and dO, packed once for all its KV blocks.
-		qs, dos := grow(&ws.qall, s.nq*dp), grow(&ws.doall, s.nq*dp)
+		rows.q, rows.do = grow(&ws.qall, s.nq*dp), grow(&ws.doall, s.nq*dp)
 		for i := 0; i < s.nq; i++ {
-			scaleRow(qs[i*dp:i*dp+d], p.q.row(s.tb, s.q0+i, h), p.scale)
-			clear(qs[i*dp+d : (i+1)*dp])
+			scaleRow(rows.q[i*dp:i*dp+d], p.q.row(s.tb, s.q0+i, h), p.scale)
+			clear(rows.q[i*dp+d : (i+1)*dp])
 		}
-		kernel.PackRows(dos, g.do.row(s.tb, s.q0, h), g.do.ss, s.nq, d)
-		for i := range delta {
+		kernel.PackRows(rows.do, g.do.row(s.tb, s.q0, h), g.do.ss, s.nq, d)
+		for i := range rows.delta {
 			o, do := g.o.row(s.tb, s.q0+i, h)[:d], g.do.row(s.tb, s.q0+i, h)[:d]
-			delta[i] = p.impl.Dot(do, o) // rowsum(dO∘O), as dP is accumulated
-			lse[i] = g.lse[s.lse0+h*s.lseH+i]
+			rows.delta[i] = p.kern.Dot(do, o) // rowsum(dO∘O), as dP is accumulated
+			rows.lse[i] = g.lse[s.lse0+h*s.lseH+i]
 		}
-		var dq []float32
-		if u.part >= 0 {
-			dq = part[u.part+hh*s.nq*dp:][:s.nq*dp]
+		if u.slot >= 0 {
+			rows.dq = b.dqPart[u.slot+hh*s.nq*dp:][:s.nq*dp]
 		} else {
-			dq = grow(&ws.dq, s.nq*dp)
-			clear(dq)
+			rows.dq = grow(&ws.dq, s.nq*dp)
+			clear(rows.dq)
 		}
 		for kb := u.chunk; kb < nkb; kb += u.chunks {
-			j0 := kb * p.bkB
-			n := min(p.bkB, s.nk-j0)
-			p.backwardBlock(ws, s, h, u.hk, j0, n, qs, dos, delta, lse, dq, g)
+			j0 := kb * p.bwdBlockK
+			b.keyBlock(ws, s, h, u.hk, j0, min(p.bwdBlockK, s.nk-j0), &rows)
 		}
-		if u.part < 0 {
+		if u.slot < 0 {
 			for i := 0; i < s.nq; i++ {
 				dst := g.dq.row(s.tb, s.q0+i, h)[:d]
-				for c, x := range dq[i*dp : i*dp+d] {
+				for c, x := range rows.dq[i*dp : i*dp+d] {
 					dst[c] = p.scale * x
 				}
 			}
@@ -215,75 +242,56 @@ func (p *problem) backwardUnit(ws *workspace, u *bwdUnit) {
 	}
 }
 
-// backwardBlock processes KV block [j0, j0+n) of head hk against query head h.
-// qs and dos hold the head's scale·Q and dO rows padded to dp; delta, lse
-// and dq its per-row data.
-func (p *problem) backwardBlock(ws *workspace, s *sequence, h, hk, j0, n int, qs, dos, delta, lse, dq []float32, g *gradViews) {
-	qlo, qhi := s.band.rows(j0, j0+n)
+// headRows is one query head's per-row data in the backward: scale·Q and dO
+// rows padded to dimPad, D = rowsum(dO∘O), LSE, and the dQ accumulator.
+type headRows struct {
+	q, do, delta, lse, dq []float32
+}
+
+// keyBlock is Algorithm 2's inner loop for KV block [j0, j0+n) of KV head hk
+// against query head h: for each query tile that sees the block,
+//
+//	S = (scale·Q)·Kᵀ, dP = dO·Vᵀ           recompute
+//	P = exp(mask(mods(S)) − LSE)            (dropout: P̃, dP̃)
+//	dS = P∘(dP − D)·mods′                   softmax and modifier chain rule
+//	dV += P̃ᵀ·dO, dK += dSᵀ·(scale·Q), dQ += dS·K
+//
+// then adds the block's dK, dV to the outputs.
+func (b *backwardPass) keyBlock(ws *workspace, s *sequence, h, hk, j0, n int, rows *headRows) {
+	p, g := b.p, &b.grads
+	qlo, qhi := s.vis.rows(h, j0, j0+n)
 	if qlo >= qhi {
 		return
 	}
-	k := &p.impl
-	d, dp, np := p.d, p.dp, kernel.Pad(n)
-	kernel.PackBt(ws.kt, p.k.row(s.tb, s.k0+j0, hk), p.k.ss, n, d)
-	kernel.PackBt(ws.vt, p.v.row(s.tb, s.k0+j0, hk), p.v.ss, n, d)
-	kernel.PackRows(ws.kp, p.k.row(s.tb, s.k0+j0, hk), p.k.ss, n, d)
+	qlo -= qlo % p.alignQ
+	k := &p.kern
+	d, dp, np := p.dim, p.dimPad, kernel.Pad(n)
+	kernel.PackBt(ws.kt, p.kv.k.row(s.tb, s.k0+j0, hk), p.kv.k.ss, n, d)
+	kernel.PackBt(ws.vt, p.kv.v.row(s.tb, s.k0+j0, hk), p.kv.v.ss, n, d)
+	kernel.PackRows(ws.kp, p.kv.k.row(s.tb, s.k0+j0, hk), p.kv.k.ss, n, d)
 	dk, dv := ws.dk[:n*dp], ws.dv[:n*dp]
 	clear(dk)
 	clear(dv)
-	for i0 := qlo; i0 < qhi; i0 += p.bq {
-		i1 := min(i0+p.bq, qhi)
+	for i0 := qlo; i0 < qhi; i0 += p.blockQ {
+		i1 := min(i0+p.blockQ, qhi)
+		kind := s.vis.tile(rowBlock{h0: h, nh: 1, i0: i0, i1: i1}, j0, j0+n)
+		if kind == BlockEmpty {
+			continue
+		}
 		m := i1 - i0
-		qp, dop := qs[i0*dp:i1*dp], dos[i0*dp:i1*dp]
+		qp, dop := rows.q[i0*dp:i1*dp], rows.do[i0*dp:i1*dp]
 		k.MulABt(ws.s, np, qp, dp, ws.kt, m, np, d)
-		k.MulABt(ws.dp, np, dop, dp, ws.vt, m, np, d)
-		full := s.band.full(i0, i1, j0, j0+n)
-		pass := p.needsScorePass(full)
+		k.MulABt(ws.dP, np, dop, dp, ws.vt, m, np, d)
 		for r := 0; r < m; r++ {
-			i := i0 + r
-			row := ws.s[r*np : (r+1)*np]
-			var gr []float32
-			if p.softcap > 0 {
-				gr = ws.g[r*np : (r+1)*np]
-			}
-			if pass {
-				p.scoreRow(row, n, gr, s, h, i, j0, !full)
-			}
-			for c := n; c < np; c++ {
-				row[c] = negInf
-			}
-			if lse[i] == negInf { // the row sees no key at all
-				clear(row)
-			} else {
-				k.ExpSum(row, 1, lse[i])
-			}
-			dprow := ws.dp[r*np : (r+1)*np]
-			if p.dropOn {
-				pd := ws.pd[r*np : (r+1)*np]
-				copy(pd, row)
-				// One mask for both: P̃ = P∘z/(1-p) and dP = dP̃∘z/(1-p).
-				f := ws.drop[:n]
-				for c := range f {
-					f[c] = 1
-				}
-				p.drop.ApplyRow(f, s.b, h, i, j0)
-				for c, x := range f {
-					pd[c] *= x
-					dprow[c] *= x
-				}
-			}
-			k.DsFromDp(dprow, row, delta[i])
-			for c, x := range gr {
-				dprow[c] *= x
-			}
+			b.gradRow(ws, s, h, i0+r, j0, n, r, kind, rows)
 		}
 		pmat := ws.s
 		if p.dropOn {
-			pmat = ws.pd
+			pmat = ws.pDrop
 		}
 		k.MulAddAtB(dv, dp, pmat, np, dop, dp, n, dp, m)
-		k.MulAddAtB(dk, dp, ws.dp, np, qp, dp, n, dp, m)
-		k.MulAddAB(dq[i0*dp:], dp, ws.dp, np, ws.kp, dp, m, dp, n)
+		k.MulAddAtB(dk, dp, ws.dP, np, qp, dp, n, dp, m)
+		k.MulAddAB(rows.dq[i0*dp:], dp, ws.dP, np, ws.kp, dp, m, dp, n)
 	}
 	for jj := 0; jj < n; jj++ {
 		dkr := g.dk.row(s.tb, s.k0+j0+jj, hk)[:d]
@@ -292,5 +300,51 @@ func (p *problem) backwardBlock(ws *workspace, s *sequence, h, hk, j0, n int, qs
 			dkr[c] += dk[jj*dp+c] // dK = dSᵀ·(scale·Q): the scale is in qp
 			dvr[c] += dv[jj*dp+c]
 		}
+	}
+}
+
+// gradRow turns row r of the S and dP tiles (query row i, keys j0..j0+n-1)
+// into P (in ws.s, and P̃ in ws.pDrop with dropout) and dS (in ws.dP).
+func (b *backwardPass) gradRow(ws *workspace, s *sequence, h, i, j0, n, r int, kind BlockKind, rows *headRows) {
+	p := b.p
+	k := &p.kern
+	np := kernel.Pad(n)
+	row := ws.s[r*np : (r+1)*np]
+	var grad []float32
+	if p.mods.curved() {
+		grad = ws.grad[r*np : (r+1)*np]
+	}
+	if p.mods.active() {
+		p.mods.apply(k, row, grad, ws.du, n, s, h, i, j0)
+	}
+	if kind == BlockPartial {
+		s.vis.hide(h, i, j0, row[:n], ws.keep)
+	}
+	for c := n; c < np; c++ {
+		row[c] = negInf
+	}
+	if rows.lse[i] == negInf { // the row sees no key at all
+		clear(row)
+	} else {
+		k.ExpSum(row, 1, rows.lse[i])
+	}
+	dpRow := ws.dP[r*np : (r+1)*np]
+	if p.dropOn {
+		pd := ws.pDrop[r*np : (r+1)*np]
+		copy(pd, row)
+		// One mask for both: P̃ = P∘z/(1-p) and dP = dP̃∘z/(1-p).
+		f := ws.drop[:n]
+		for c := range f {
+			f[c] = 1
+		}
+		p.drop.ApplyRow(f, s.b, h, i, j0)
+		for c, x := range f {
+			pd[c] *= x
+			dpRow[c] *= x
+		}
+	}
+	k.DsFromDp(dpRow, row, rows.delta[i])
+	for c, x := range grad[:min(len(grad), n)] {
+		dpRow[c] *= x
 	}
 }

@@ -1,8 +1,6 @@
 package flashattn
 
 import (
-	"fmt"
-	"math"
 	"slices"
 
 	"github.com/flashattn/flashattn/internal/kernel"
@@ -14,44 +12,43 @@ import (
 // LSE [batch, heads, seqlen_q] (with VarLen: [heads, total_q]). opts may be
 // nil for the defaults. See ForwardInto to reuse output buffers.
 func Forward(q, k, v Tensor, opts *Options) (out Tensor, lse []float32, err error) {
-	p, err := newProblem(q, k, v, opts)
+	c, err := newCall(q, k, v, opts)
 	if err != nil {
 		return Tensor{}, nil, err
 	}
+	defer c.release()
 	out = NewTensor(q.Batch, q.Seq, q.Heads, q.Dim)
-	lse = make([]float32, p.lseLen)
-	p.forward(mustView(out), lse)
-	p.release()
+	lse = make([]float32, c.plan.lseLen)
+	ov, _ := out.check("out", true, -1, -1, -1, -1) // its own dense shape: cannot fail
+	if err := c.forward(ov, lse); err != nil {
+		return Tensor{}, nil, err
+	}
 	return out, lse, nil
 }
 
 // ForwardInto is Forward writing into caller-owned buffers: out must have
 // q's shape (any non-overlapping strides) and lse, unless nil, at least
-// batch·heads·seqlen_q elements. Repeated calls allocate nothing (the
+// batch·heads·seqlen_q elements. out and lse must not share memory with the
+// inputs or with each other, except that out may be q itself (the very same
+// view: O then overwrites Q). Repeated calls allocate nothing (the
 // workspaces and packed K/V buffers are pooled), so it suits hot loops.
 func ForwardInto(out Tensor, lse []float32, q, k, v Tensor, opts *Options) error {
-	p, err := newProblem(q, k, v, opts)
+	c, err := newCall(q, k, v, opts)
 	if err != nil {
 		return err
 	}
-	defer p.release()
+	defer c.release()
 	ov, err := out.check("out", true, q.Batch, q.Seq, q.Heads, q.Dim)
 	if err != nil {
 		return err
 	}
-	if lse != nil && len(lse) < p.lseLen {
-		return fmt.Errorf("flashattn: lse has %d elements, want %d", len(lse), p.lseLen)
+	if lse != nil && len(lse) < c.plan.lseLen {
+		return argErr("lse", "lse has %d elements, want %d", len(lse), c.plan.lseLen)
 	}
-	p.forward(ov, lse)
-	return nil
-}
-
-func mustView(t Tensor) view {
-	v, err := t.check("out", true, -1, -1, -1, -1)
-	if err != nil {
-		panic(err) // unreachable: t was allocated with its own shape
+	if err := c.checkForwardOutputs(ov, lse); err != nil {
+		return err
 	}
-	return v
+	return c.forward(ov, lse)
 }
 
 // rowBlock is the set of query rows one task processes as a single tile:
@@ -77,7 +74,7 @@ func (rb rowBlock) at(r int) (h, i int) {
 type fwdTask struct {
 	rowBlock
 	j0, j1 int
-	part   int // -1: write the output; else the partial-result slot
+	slot   int // -1: write the output; else the partial-result slot
 	cost   int
 }
 
@@ -92,9 +89,10 @@ const (
 
 // forwardTasks lists the tasks, heaviest first, and the number of
 // partial-result slots the key splits need.
-func (p *problem) forwardTasks() (tasks []fwdTask, splits, slots int) {
-	blocks, tasks := p.sc.blocks[:0], p.sc.tasks[:0]
-	defer func() { p.sc.blocks, p.sc.tasks = blocks, tasks }()
+func (c *call) forwardTasks() (tasks []fwdTask, splits, slots int) {
+	p, a := &c.plan, &c.arena
+	blocks, tasks := a.blocks[:0], a.fwdTasks[:0]
+	defer func() { a.blocks, a.fwdTasks = blocks, tasks }()
 	for si := range p.seqs {
 		s := &p.seqs[si]
 		if s.nq == 0 {
@@ -107,9 +105,9 @@ func (p *problem) forwardTasks() (tasks []fwdTask, splits, slots int) {
 		// Heads inside: tasks of equal cost run in this order, so the
 		// workers read neighbouring rows of Q and write neighbouring rows
 		// of O at about the same time.
-		for i0 := 0; i0 < s.nq; i0 += p.bq {
+		for i0 := 0; i0 < s.nq; i0 += p.blockQ {
 			for h := 0; h < p.heads; h++ {
-				blocks = append(blocks, rowBlock{si, h, 1, i0, min(i0+p.bq, s.nq)})
+				blocks = append(blocks, rowBlock{si, h, 1, i0, min(i0+p.blockQ, s.nq)})
 			}
 		}
 	}
@@ -118,18 +116,19 @@ func (p *problem) forwardTasks() (tasks []fwdTask, splits, slots int) {
 		splits = min(maxSplits, (splitTarget+len(blocks)-1)/len(blocks))
 	}
 	for bi, rb := range blocks {
-		lo, hi := p.seqs[rb.seq].band.keys(rb.i0, rb.i1)
+		s := &p.seqs[rb.seq]
+		lo, hi := s.vis.keys(rb)
 		lo = lo / kernel.W * kernel.W // tiles start on strip boundaries of the packed K
-		nkb := (hi - lo + p.bk - 1) / p.bk
+		nkb := (hi - lo + p.blockK - 1) / p.blockK
 		ns := min(splits, max(1, nkb/2))
 		if ns == 1 {
-			tasks = append(tasks, fwdTask{rb, lo, hi, -1, rb.rows() * (hi - lo)})
+			tasks = append(tasks, fwdTask{rb, lo, hi, -1, rb.rows() * p.visibleKeys(s, rb, lo, hi)})
 			continue
 		}
-		for s := 0; s < ns; s++ {
-			j0 := lo + s*nkb/ns*p.bk
-			j1 := min(hi, lo+(s+1)*nkb/ns*p.bk)
-			tasks = append(tasks, fwdTask{rb, j0, j1, bi*splits + s, rb.rows() * (j1 - j0)})
+		for sp := 0; sp < ns; sp++ {
+			j0 := lo + sp*nkb/ns*p.blockK
+			j1 := min(hi, lo+(sp+1)*nkb/ns*p.blockK)
+			tasks = append(tasks, fwdTask{rb, j0, j1, bi*splits + sp, rb.rows() * p.visibleKeys(s, rb, j0, j1)})
 		}
 		slots = len(blocks) * splits
 	}
@@ -137,63 +136,122 @@ func (p *problem) forwardTasks() (tasks []fwdTask, splits, slots int) {
 	return tasks, splits, slots
 }
 
+// visibleKeys counts the keys of [lo, hi) in tiles that rows rb compute.
+func (p *plan) visibleKeys(s *sequence, rb rowBlock, lo, hi int) int {
+	if !p.masked {
+		return hi - lo
+	}
+	n := 0
+	for j := lo; ; {
+		j0, j1, _ := nextTile(s.vis, rb, j, hi, p.blockK)
+		if j0 >= hi {
+			return n
+		}
+		n += j1 - j0
+		j = j1
+	}
+}
+
 // partials holds the unnormalised results of key-split tasks until they are
-// merged: per slot, maxRows output rows (stride dp), their running max and
-// sum.
+// merged: per slot, maxRows output rows (stride dimPad), their running max
+// and sum.
 type partials struct {
 	o, m, l []float32
 }
 
-func (p *problem) forward(out view, lse []float32) {
-	p.out, p.lse = out, lse
-	tasks, splits, slots := p.forwardTasks()
-	p.tasks, p.splits = tasks, splits
-	p.packKV()
-	if slots > 0 {
-		p.part = partials{
-			o: grow(&p.sc.partO, slots*p.maxRows*p.dp),
-			m: grow(&p.sc.partM, slots*p.maxRows),
-			l: grow(&p.sc.partL, slots*p.maxRows),
-		}
-		for i := range p.part.m {
-			p.part.m[i] = negInf
-		}
-	}
-	p.phase = phaseForward
-	parallel(p.workers, len(tasks), p)
-	if slots == 0 {
-		return
-	}
-	// Merge the key splits of each row block in a fixed order.
-	merges := p.sc.merges[:0]
-	for _, t := range tasks {
-		if t.part >= 0 && t.part%splits == 0 {
-			merges = append(merges, t)
-		}
-	}
-	p.sc.merges, p.merges = merges, merges
-	p.phase = phaseMerge
-	parallel(p.workers, len(merges), p)
+// forwardPass is the parallel pass of FA2's forward: one task per row block
+// (or per key split of one).
+type forwardPass struct {
+	p     *plan
+	out   view
+	lse   []float32
+	kv    *packedKV
+	tasks []fwdTask
+	part  partials
 }
 
-// forwardTask runs FA2's inner loop for one task: stream the K/V tiles of
-// its key range past the query block, keeping the online softmax state.
-// A block that stacks several KV heads' query heads (decoding) visits, for
-// each key tile, every KV head in turn, so K and V are read in memory order.
-func (p *problem) forwardTask(ws *workspace, t *fwdTask) {
-	out, lse, part, pk := p.out, p.lse, &p.part, &p.pk
-	ws.forTile(p)
-	k := &p.impl
+func (c *call) forward(out view, lse []float32) error {
+	p, a := &c.plan, &c.arena
+	tasks, splits, slots := c.forwardTasks()
+	if err := c.packKV(); err != nil {
+		return err
+	}
+	f := &c.fwd
+	*f = forwardPass{p: p, out: out, lse: lse, kv: &c.kv, tasks: tasks}
+	if slots > 0 {
+		f.part = partials{
+			o: grow(&a.partO, slots*p.maxRows*p.dimPad),
+			m: grow(&a.partM, slots*p.maxRows),
+			l: grow(&a.partL, slots*p.maxRows),
+		}
+		for i := range f.part.m {
+			f.part.m[i] = negInf
+		}
+	}
+	if err := parallel(p.workers, len(tasks), f); err != nil {
+		return err
+	}
+	if slots == 0 {
+		return nil
+	}
+	return c.mergeSplits(splits)
+}
+
+func (f *forwardPass) run(ws *workspace, t int) { f.task(ws, &f.tasks[t]) }
+
+// task runs FA2's Algorithm 1 for one row block: with the block's rows of
+// scale·Q loaded, for each key tile (j0, j1) that its mask does not hide,
+//
+//	S = (scale·Q)·Kᵀ                      scores
+//	S = mask(mods(S)); m, l, O rescaled   softmax (online)
+//	O += P·V                              accumulate
+//
+// then O /= l and LSE = m + log l (finish). A block that stacks several KV
+// heads' query heads (decoding) visits, for each key tile, every KV head in
+// turn (its sub-blocks), so K and V are read in memory order.
+func (f *forwardPass) task(ws *workspace, t *fwdTask) {
+	p := f.p
 	s := &p.seqs[t.seq]
-	m, d, dp := t.rows(), p.d, p.dp
-	nr := t.i1 - t.i0 // rows per head
-	st := rowState{m: ws.m, l: ws.l, o: ws.o, dp: dp}
+	st := f.start(ws, t)
+	step, staged := p.blockK, f.staged(t, ws.subs)
+	if staged {
+		step = p.decodeStep(len(ws.subs))
+	}
+	for j := t.j0; ; {
+		j0, j1, kind := nextTile(s.vis, t.rowBlock, j, t.j1, step)
+		if j0 >= t.j1 {
+			break
+		}
+		if staged {
+			p.stageKV(ws, s, ws.subs, j0, j1-j0, step)
+		}
+		for si, sb := range ws.subs {
+			kv := f.keyTile(ws, t.seq, si, sb, j0, j1-j0, staged, step)
+			f.scores(ws, sb, si, kv, j1-j0)
+			f.softmax(ws, &st, t, sb, kind, j0, j1-j0)
+			f.accumulate(ws, s, sb, kv, j0, j1-j0)
+		}
+		j = j1
+	}
+	f.finish(ws, &st, t)
+}
+
+// start loads the block's rows of scale·Q into ws.qp (the softmax scale is
+// folded into Q once instead of into every score), splits the block into
+// sub-blocks by KV head (ws.subs) and returns the reset softmax state.
+func (f *forwardPass) start(ws *workspace, t *fwdTask) rowState {
+	p := f.p
+	s := &p.seqs[t.seq]
+	ws.forTile(p)
+	m, d := t.rows(), p.dim
+	st := rowState{m: ws.m, l: ws.l, o: ws.o, dimPad: p.dimPad}
 	st.reset(m)
 	qp := ws.qp[:(m+3)*d] // 3 spare rows: Dot4T reads rows in fours
 	for r := 0; r < m; r++ {
 		h, i := t.at(r)
 		scaleRow(qp[r*d:(r+1)*d], p.q.row(s.tb, s.q0+i, h), p.scale)
 	}
+	nr := t.i1 - t.i0 // rows per head
 	subs := ws.subs[:0]
 	for h := t.h0; h < t.h0+t.nh; {
 		hk := h / p.group
@@ -202,200 +260,149 @@ func (p *problem) forwardTask(ws *workspace, t *fwdTask) {
 		h = he
 	}
 	ws.subs = subs
-	// (scale·Q)ᵀ packed per sub-block when sub-blocks have few rows.
-	fewRows := subs[0].m <= kernel.W
-	if fewRows && d%8 != 0 {
+	if f.fewRows(subs) && !(p.decoding && d%8 == 0) {
+		// Sᵀ = K·(scale·Q)ᵀ needs (scale·Q)ᵀ packed per sub-block.
 		for si, sb := range subs {
 			kernel.PackBt(ws.qt[si*kernel.W*d:], qp[sb.r0*d:], d, sb.m, d)
 		}
 	}
-	// Decoding several KV heads: each key tile of K and V is first copied
-	// for all those heads in address order (one pass over contiguous
-	// memory), then read per head from L2. Reading it per head instead
-	// walks memory with a stride of a whole key row and ran at half speed.
-	prepacked := pk.kt[t.seq*p.kvh+subs[0].hk] >= 0
-	step, staged := p.bk, !prepacked && (p.paged != nil || len(subs) > 1 && fewRows && d%8 == 0)
-	if staged {
-		step = p.decodeStep(len(subs))
+	return st
+}
+
+// fewRows reports whether the sub-blocks have so few rows (decoding) that
+// each K tile is better read where it lies than packed.
+func (f *forwardPass) fewRows(subs []subBlock) bool { return subs[0].m <= kernel.W }
+
+// kvTile is where the keys and values of one tile are for one sub-block:
+// packed Kᵀ strips (kt), or K rows read in place or staged (k, ldk); V rows
+// padded to dimPad (v, ldv), or nil if they are to be copied on demand.
+type kvTile struct {
+	kt     []float32
+	k      []float32
+	ldk    int
+	v      []float32
+	ldv    int
+	staged bool
+}
+
+// keyTile locates keys j0..j0+n-1 of sub-block sb (the si-th) of
+// sequence seq.
+func (f *forwardPass) keyTile(ws *workspace, seq, si int, sb subBlock, j0, n int, staged bool, step int) kvTile {
+	p := f.p
+	var t kvTile
+	t.kt, t.v, t.ldv = f.kv.tile(seq, sb.hk, j0, n)
+	switch {
+	case t.kt != nil:
+	case staged:
+		t.k, t.ldk = ws.kdec[si*step*p.dim:], p.dim
+		t.v, t.ldv = ws.vdec[si*step*p.dimPad:], p.dimPad
+		t.staged = true
+	default: // not paged: the rows in place
+		t.k, t.ldk = p.kv.krow(&p.seqs[seq], j0, sb.hk), p.kv.k.ss
 	}
-	for j0 := t.j0; j0 < t.j1; j0 += step {
-		n := min(step, t.j1-j0)
-		np := kernel.Pad(n)
-		full := s.band.full(t.i0, t.i1, j0, j0+n)
-		pass := p.needsScorePass(full)
-		if staged {
-			p.stageKV(ws, s, subs, j0, n, step)
+	return t
+}
+
+// scores computes the S tile of sub-block sb: rows sb.r0.. of ws.s, n keys
+// (padded to a multiple of kernel.W).
+func (f *forwardPass) scores(ws *workspace, sb subBlock, si int, kv kvTile, n int) {
+	p := f.p
+	k, d := &p.kern, p.dim
+	np := kernel.Pad(n)
+	sTile := ws.s[sb.r0*np:]
+	qp := ws.qp[sb.r0*d:]
+	switch {
+	case kv.kt != nil:
+		k.MulABt(sTile, np, qp, d, kv.kt, sb.m, np, d)
+	case f.fewRows(ws.subs):
+		// Few rows: Sᵀ = K·(scale·Q)ᵀ reads K where it lies, instead of
+		// transposing a K tile used only once. Dot4T (KV caches only)
+		// sums in another order than the backward's products; the
+		// MulABt form gives the backward's scores bit for bit.
+		sT := ws.st[:n*kernel.W]
+		if p.decoding && d%8 == 0 {
+			for q4 := 0; q4 < sb.m; q4 += 4 {
+				k.Dot4T(sT[q4:], kernel.W, qp[q4*d:(q4+4)*d], kv.k, kv.ldk, n, d)
+			}
+		} else {
+			k.MulABt(sT, kernel.W, kv.k, kv.ldk, ws.qt[si*kernel.W*d:(si+1)*kernel.W*d], n, kernel.W, d)
 		}
-		for si, sb := range subs {
-			sTile := ws.s[sb.r0*np:]
-			kt, vp, ldv := pk.tile(t.seq, sb.hk, j0, n)
-			var kr []float32
-			ldk := p.k.ss
-			if !staged && !prepacked {
-				kr = p.krow(s, j0, sb.hk) // n keys in place (not paged)
+		for r := 0; r < sb.m; r++ {
+			row := sTile[r*np : r*np+n]
+			for j := range row {
+				row[j] = sT[j*kernel.W+r]
 			}
-			if staged {
-				kr, ldk = ws.kdec[si*step*d:], d
-				vp, ldv = ws.vdec[si*step*dp:], dp
-			}
-			switch {
-			case kt != nil:
-				k.MulABt(sTile, np, qp[sb.r0*d:], d, kt, sb.m, np, d)
-			case fewRows:
-				// Few rows (decoding): Sᵀ = K·(scale·Q)ᵀ reads K where it
-				// lies, instead of transposing a K tile used only once.
-				sT := ws.st[:n*kernel.W]
-				if d%8 == 0 {
-					for q4 := 0; q4 < sb.m; q4 += 4 {
-						k.Dot4T(sT[q4:], kernel.W, qp[(sb.r0+q4)*d:(sb.r0+q4+4)*d], kr, ldk, n, d)
-					}
-				} else {
-					k.MulABt(sT, kernel.W, kr, ldk, ws.qt[si*kernel.W*d:(si+1)*kernel.W*d], n, kernel.W, d)
-				}
-				for r := 0; r < sb.m; r++ {
-					row := sTile[r*np : r*np+n]
-					for j := range row {
-						row[j] = sT[j*kernel.W+r]
-					}
-				}
-			default:
-				kernel.PackBt(ws.kt, kr, ldk, n, d)
-				k.MulABt(sTile, np, qp[sb.r0*d:], d, ws.kt, sb.m, np, d)
-			}
-			for r := sb.r0; r < sb.r0+sb.m; r++ {
-				row := ws.s[r*np : (r+1)*np]
-				h, i := t.at(r)
-				if pass {
-					p.scoreRow(row, n, nil, s, h, i, j0, !full)
-				}
-				for c := n; c < np; c++ {
-					row[c] = negInf
-				}
-				st.update(k, r, row)
-				if p.dropOn {
-					p.drop.ApplyRow(row[:n], s.b, h, i, j0)
-				}
-			}
-			if vp == nil {
-				vp, ldv = p.vTile(ws, s, sb.hk, j0, n)
-			}
-			k.MulAddAB(ws.o[sb.r0*dp:], dp, sTile, np, vp, ldv, sb.m, dp, n)
+		}
+	default:
+		kernel.PackBt(ws.kt, kv.k, kv.ldk, n, d)
+		k.MulABt(sTile, np, qp, d, ws.kt, sb.m, np, d)
+	}
+}
+
+// softmax turns the S rows of sub-block sb into P: score modifiers, the
+// mask (partial tiles only), the online-softmax update, dropout.
+func (f *forwardPass) softmax(ws *workspace, st *rowState, t *fwdTask, sb subBlock, kind BlockKind, j0, n int) {
+	p := f.p
+	s := &p.seqs[t.seq]
+	np := kernel.Pad(n)
+	for r := sb.r0; r < sb.r0+sb.m; r++ {
+		row := ws.s[r*np : (r+1)*np]
+		h, i := t.at(r)
+		if p.mods.active() {
+			p.mods.apply(&p.kern, row, nil, nil, n, s, h, i, j0)
+		}
+		if kind == BlockPartial {
+			s.vis.hide(h, i, j0, row[:n], ws.keep)
+		}
+		for c := n; c < np; c++ {
+			row[c] = negInf
+		}
+		st.update(&p.kern, r, row)
+		if p.dropOn {
+			p.drop.ApplyRow(row[:n], s.b, h, i, j0)
 		}
 	}
-	if t.part >= 0 {
-		copy(part.o[t.part*p.maxRows*dp:], ws.o[:m*dp])
-		copy(part.m[t.part*p.maxRows:], ws.m[:m])
-		copy(part.l[t.part*p.maxRows:], ws.l[:m])
+}
+
+// accumulate adds P·V of sub-block sb to its output rows.
+func (f *forwardPass) accumulate(ws *workspace, s *sequence, sb subBlock, kv kvTile, j0, n int) {
+	p := f.p
+	np := kernel.Pad(n)
+	if kv.v == nil {
+		// V rows copied even when they need no padding: in place, rows
+		// kilobytes apart share a few L1 sets, and the kernel's column
+		// passes would go back to L2 (measured: the copy is faster).
+		kernel.PackRows(ws.vp, p.kv.vrow(s, j0, sb.hk), p.kv.v.ss, n, p.dim)
+		kv.v, kv.ldv = ws.vp, p.dimPad
+	}
+	p.kern.MulAddAB(ws.o[sb.r0*p.dimPad:], p.dimPad, ws.s[sb.r0*np:], np, kv.v, kv.ldv, sb.m, p.dimPad, n)
+}
+
+// finish writes the block's normalised rows of O and their LSE, or, for a
+// key split, its unnormalised state to its partial-result slot.
+func (f *forwardPass) finish(ws *workspace, st *rowState, t *fwdTask) {
+	p := f.p
+	s := &p.seqs[t.seq]
+	m := t.rows()
+	if t.slot >= 0 {
+		copy(f.part.o[t.slot*p.maxRows*p.dimPad:], ws.o[:m*p.dimPad])
+		copy(f.part.m[t.slot*p.maxRows:], ws.m[:m])
+		copy(f.part.l[t.slot*p.maxRows:], ws.l[:m])
 		return
 	}
 	for r := 0; r < m; r++ {
 		h, i := t.at(r)
-		v := st.finish(r, p.outRow(out, s, h, i), d)
-		if lse != nil {
-			lse[s.lse0+h*s.lseH+i] = v
+		v := st.finish(r, f.out.row(s.tb, s.q0+i, h)[:p.dim], p.dim)
+		if f.lse != nil {
+			f.lse[s.lse0+h*s.lseH+i] = v
 		}
 	}
 }
 
-func (p *problem) outRow(out view, s *sequence, h, i int) []float32 {
-	return out.row(s.tb, s.q0+i, h)[:p.d]
-}
-
-// mergeSplits combines the key splits of one row block by their log-sum-exp
-// (flash-decoding): O = Σ_s e^{m_s−M} o_s / Σ_s e^{m_s−M} l_s.
-func (p *problem) mergeSplits(t *fwdTask) {
-	splits, part, out, lse := p.splits, &p.part, p.out, p.lse
-	s := &p.seqs[t.seq]
-	first := t.part - t.part%splits
-	for r := 0; r < t.rows(); r++ {
-		h, i := t.at(r)
-		o := p.outRow(out, s, h, i)
-		mx := negInf
-		for sp := 0; sp < splits; sp++ {
-			mx = max(mx, part.m[(first+sp)*p.maxRows+r])
-		}
-		clear(o)
-		lv := negInf
-		if mx != negInf {
-			var l float32
-			for sp := 0; sp < splits; sp++ {
-				slot := first + sp
-				ms := part.m[slot*p.maxRows+r]
-				if ms == negInf {
-					continue
-				}
-				w := kernel.Exp(ms - mx)
-				l += w * part.l[slot*p.maxRows+r]
-				po := part.o[(slot*p.maxRows+r)*p.dp:]
-				for c := range o {
-					o[c] += w * po[c]
-				}
-			}
-			inv := 1 / l
-			for c := range o {
-				o[c] *= inv
-			}
-			lv = mx + float32(math.Log(float64(l)))
-		}
-		if lse != nil {
-			lse[s.lse0+h*s.lseH+i] = lv
-		}
-	}
-}
-
-// scaleRow sets dst = scale·src (len(dst) elements): the softmax scale is
-// folded into the packed Q tile once, instead of into every score.
+// scaleRow sets dst = scale·src (len(dst) elements).
 func scaleRow(dst, src []float32, scale float32) {
 	src = src[:len(dst)]
 	for c, x := range src {
 		dst[c] = x * scale
-	}
-}
-
-// vTile returns V rows j0..j0+n-1 of (sequence s, KV head hk), for a tile
-// that was not packed ahead (decoding: read once), as the B operand of
-// O += P·V and its leading dimension. The rows are copied into ws.vp even
-// when they need no padding: in place, rows kilobytes apart share a few L1
-// sets, and the kernel's column passes would go back to L2 (measured: the
-// copy is faster).
-func (p *problem) vTile(ws *workspace, s *sequence, hk, j0, n int) ([]float32, int) {
-	kernel.PackRows(ws.vp, p.vrow(s, j0, hk), p.v.ss, n, p.d)
-	return ws.vp, p.dp
-}
-
-// subBlock is the part of a row block that reads one KV head: rows
-// r0..r0+m-1, the query heads of KV head hk.
-type subBlock struct{ hk, r0, m int }
-
-// maxStackRows bounds the rows of a stacked (decoding) row block.
-const maxStackRows = 64
-
-// stacked reports whether sequence s is decoded as one block of all heads.
-func (p *problem) stacked(s *sequence) bool {
-	return p.heads > 1 && s.nq*p.heads <= maxStackRows
-}
-
-// decodeStep is the key tile of a staged decoding block over nkv KV heads:
-// K and V of the tile for all of them take about half of L2.
-func (p *problem) decodeStep(nkv int) int {
-	_, l2 := cacheSizes()
-	n := l2 / 2 / (4 * 2 * nkv * p.dp)
-	return min(max(n/16*16, 16), p.bk)
-}
-
-// stageKV copies keys j0..j0+n-1 of K and V for the KV heads of subs, in
-// address order, into ws.kdec (rows of d, per head blocks of step rows) and
-// ws.vdec (rows padded to dp).
-func (p *problem) stageKV(ws *workspace, s *sequence, subs []subBlock, j0, n, step int) {
-	d, dp := p.d, p.dp
-	kb := grow(&ws.kdec, len(subs)*step*d)
-	vb := grow(&ws.vdec, len(subs)*step*dp)
-	for j := 0; j < n; j++ {
-		for si, sb := range subs {
-			copy(kb[(si*step+j)*d:(si*step+j+1)*d], p.krow(s, j0+j, sb.hk))
-			vr := vb[(si*step+j)*dp : (si*step+j+1)*dp]
-			copy(vr[:d], p.vrow(s, j0+j, sb.hk))
-			clear(vr[d:])
-		}
 	}
 }

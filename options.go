@@ -1,7 +1,6 @@
 package flashattn
 
 import (
-	"fmt"
 	"math"
 	"runtime"
 )
@@ -9,7 +8,19 @@ import (
 // Options selects what attention computes and how it is run. The zero value
 // is plain, non-causal softmax attention with scale 1/sqrt(headdim), run on
 // GOMAXPROCS workers. Every field has the meaning of the same option in
-// flash-attn's Python API (see SPEC.md §1).
+// flash-attn's Python API; BlockMask, Mask and ScoreMod are those of
+// PyTorch's FlexAttention.
+//
+// The score of query row i against key j goes through these steps, in order:
+//
+//	x = Scale·(Q[i]·K[j])
+//	x = Softcap·tanh(x/Softcap)          if Softcap > 0
+//	x = x − slope·|i + Sk − Sq − j|      if ALiBi is set
+//	x = ScoreMod(x)                      if ScoreMod is set
+//	x = −Inf if j is hidden from i       Causal, Window, BlockMask, Mask (all combined)
+//
+// then P = softmax(x) over the row and O = P·V (with dropout on P). A row
+// that sees no key gives O = 0 and LSE = −Inf.
 type Options struct {
 	// Scale multiplies QKᵀ before the softmax. 0 means 1/sqrt(headdim).
 	Scale float32
@@ -55,6 +66,25 @@ type Options struct {
 	// Results are bit-identical for every worker count.
 	Workers int
 
+	// BlockMask, if not nil, makes attention block-sparse: key blocks it
+	// marks empty are never read, full blocks are computed without a
+	// per-element mask, and partial blocks apply the mask it was built
+	// from. It combines (AND) with every other mask. Positions count from
+	// each sequence's start (with VarLen too).
+	BlockMask *BlockMask
+
+	// Mask, if not nil, hides keys element by element (FlexAttention's
+	// mask_mod), combined (AND) with the other masks. It is evaluated one
+	// tile row at a time, only on tiles that are not decided as a whole;
+	// masks that implement BlockClassifier (all the built-in ones) also let
+	// whole tiles be skipped.
+	Mask Mask
+
+	// ScoreMod, if not nil, rewrites the scores after Scale, Softcap and
+	// ALiBi and before the masks (FlexAttention's score_mod); it supplies
+	// its own derivative for the backward pass.
+	ScoreMod ScoreMod
+
 	// BlockQ and BlockK override the tile sizes (rows of Q, rows of K/V per
 	// tile); 0 derives them from the CPU's cache sizes.
 	BlockQ, BlockK int
@@ -82,7 +112,8 @@ type VarLen struct {
 // as in vLLM and flash-attn), K and V are [num_blocks, block_size, kv_heads,
 // dim]: key j of sequence b is row j % block_size of block
 // BlockTable[b*BlocksPerSeq + j/block_size]. block_size must be a multiple
-// of 16.
+// of 16. The call copies SeqLens and BlockTable before it starts, so the
+// caller may change them as soon as it returns (not while it runs).
 type KVCache struct {
 	SeqLens      []int32 // keys in the cache per sequence (cache_seqlens)
 	BlockTable   []int32 // [batch, BlocksPerSeq], nil for a contiguous cache
@@ -101,22 +132,22 @@ func (o *Options) validate() error {
 	bad := func(f float32) bool { return math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) }
 	switch {
 	case bad(o.Scale) || o.Scale < 0:
-		return fmt.Errorf("flashattn: Scale %v must be a finite number > 0 (or 0 for 1/sqrt(headdim))", o.Scale)
+		return argErr("Options.Scale", "Scale %v must be a finite number > 0 (or 0 for 1/sqrt(headdim))", o.Scale)
 	case bad(o.Softcap) || o.Softcap < 0:
-		return fmt.Errorf("flashattn: Softcap %v must be a finite number ≥ 0", o.Softcap)
+		return argErr("Options.Softcap", "Softcap %v must be a finite number ≥ 0", o.Softcap)
 	case math.IsNaN(float64(o.Dropout)) || o.Dropout < 0 || o.Dropout >= 1:
-		return fmt.Errorf("flashattn: Dropout %v must be in [0, 1)", o.Dropout)
+		return argErr("Options.Dropout", "Dropout %v must be in [0, 1)", o.Dropout)
 	case o.Workers < 0:
-		return fmt.Errorf("flashattn: Workers %d must be ≥ 0", o.Workers)
+		return argErr("Options.Workers", "Workers %d must be ≥ 0", o.Workers)
 	case o.BlockQ < 0 || o.BlockK < 0 || o.BlockQ > 4096 || o.BlockK > 4096:
-		return fmt.Errorf("flashattn: BlockQ %d and BlockK %d must be in [0, 4096]", o.BlockQ, o.BlockK)
+		return argErr("Options.BlockQ", "BlockQ %d and BlockK %d must be in [0, 4096]", o.BlockQ, o.BlockK)
 	}
 	if w := o.Window; w != nil && (w.Left < -1 || w.Right < -1) {
-		return fmt.Errorf("flashattn: Window {%d, %d}: each side must be ≥ 0 or -1 (unbounded)", w.Left, w.Right)
+		return argErr("Options.Window", "Window {%d, %d}: each side must be ≥ 0 or -1 (unbounded)", w.Left, w.Right)
 	}
 	for i, s := range o.ALiBi {
 		if bad(s) {
-			return fmt.Errorf("flashattn: ALiBi slope %d is %v, want a finite number", i, s)
+			return argErr("Options.ALiBi", "ALiBi slope %d is %v, want a finite number", i, s)
 		}
 	}
 	return nil

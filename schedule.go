@@ -1,28 +1,44 @@
 package flashattn
 
 import (
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
 )
 
-// runner is a set of independent tasks; run(ws, t) does task t with the
-// calling goroutine's workspace.
+// runner is one parallel pass: a set of independent tasks; run(ws, t) does
+// task t with the calling goroutine's workspace.
 type runner interface {
 	run(ws *workspace, t int)
 }
 
-// job is one parallel loop handed to the worker pool.
+// job is one parallel pass handed to the worker pool.
 type job struct {
-	next atomic.Int64
-	n    int
-	r    runner
-	wg   sync.WaitGroup
+	next  atomic.Int64
+	n     int
+	r     runner
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	fault error // the first panic of a task, as an error
 }
 
-// do takes tasks in index order until none is left.
+// do takes tasks in index order until none is left. A panic in a task (a
+// bug) is recovered: it stops the pass and becomes the pass's error, so that
+// it never kills the process from a goroutine the caller cannot guard.
 func (j *job) do() {
 	ws := workspaces.Get().(*workspace)
+	defer func() {
+		if v := recover(); v != nil {
+			j.mu.Lock()
+			if j.fault == nil {
+				j.fault = fmt.Errorf("%w: a worker panicked: %v", ErrInternal, v)
+			}
+			j.mu.Unlock()
+			j.next.Store(int64(j.n)) // the other workers stop after their task
+		}
+		workspaces.Put(ws)
+	}()
 	for {
 		t := int(j.next.Add(1) - 1)
 		if t >= j.n {
@@ -30,16 +46,18 @@ func (j *job) do() {
 		}
 		j.r.run(ws, t)
 	}
-	workspaces.Put(ws)
 }
 
 var jobs = sync.Pool{New: func() any { return new(job) }}
+
+// workersDefault is the number of workers when Options.Workers is 0.
+func workersDefault() int { return runtime.GOMAXPROCS(0) }
 
 // workerPool is started on first use: GOMAXPROCS goroutines that wait for
 // jobs. Goroutines are not started per call or per tile.
 var workerPool = sync.OnceValue(func() chan *job {
 	c := make(chan *job)
-	for range runtime.GOMAXPROCS(0) {
+	for range workersDefault() {
 		go func() {
 			for j := range c {
 				j.do()
@@ -55,13 +73,14 @@ var workerPool = sync.OnceValue(func() chan *job {
 // heavy tasks first. When the pool is busy (many concurrent calls) the
 // caller does the remaining work itself, so calls never wait on each other.
 // The result never depends on the number of workers: a task's output is
-// written by that task alone.
-func parallel(workers, n int, r runner) {
+// written by that task alone. It returns an error wrapping ErrInternal if a
+// task panicked.
+func parallel(workers, n int, r runner) error {
 	if n == 0 {
-		return
+		return nil
 	}
 	j := jobs.Get().(*job)
-	j.n, j.r = n, r
+	j.n, j.r, j.fault = n, r, nil
 	j.next.Store(0)
 	if helpers := min(workers, n) - 1; helpers > 0 {
 		pool := workerPool()
@@ -76,6 +95,8 @@ func parallel(workers, n int, r runner) {
 	}
 	j.do()
 	j.wg.Wait()
-	j.r = nil
+	err := j.fault
+	j.r, j.fault = nil, nil
 	jobs.Put(j)
+	return err
 }

@@ -13,9 +13,9 @@ import (
 
 // rowState is the online-softmax state of the rows of one query block.
 type rowState struct {
-	m, l []float32 // running max (score units) and sum, per row
-	o    []float32 // unnormalised output rows, stride dp
-	dp   int
+	m, l   []float32 // running max (score units) and sum, per row
+	o      []float32 // unnormalised output rows, stride dimPad
+	dimPad int
 }
 
 func (st *rowState) reset(rows int) {
@@ -23,23 +23,35 @@ func (st *rowState) reset(rows int) {
 		st.m[r] = negInf
 		st.l[r] = 0
 	}
-	clear(st.o[:rows*st.dp])
+	clear(st.o[:rows*st.dimPad])
 }
 
+var nan32 = float32(math.NaN())
+
 // update folds one tile row of scores into row r's state; on return row
-// holds exp(x - m_new), ready for the P·V product.
+// holds exp(x - m_new), ready for the P·V product. A NaN score makes the
+// row's state NaN for good (NaN in, NaN out), including when every other
+// score of the row is hidden.
 func (st *rowState) update(k *kernel.Impl, r int, row []float32) {
 	mOld := st.m[r]
-	mNew := max(mOld, k.Max(row))
-	if mNew == negInf { // nothing visible to this row yet
-		clear(row)
-		return
+	mNew := max(mOld, k.Max(row)) // NaN if either is NaN
+	if mNew == negInf {           // nothing visible to this row yet, or only NaN
+		for _, x := range row {
+			if x != x {
+				mNew = nan32
+				break
+			}
+		}
+		if mNew == negInf {
+			clear(row)
+			return
+		}
 	}
 	if mNew != mOld {
 		alpha := kernel.Exp(mOld - mNew) // 0 when mOld is -Inf
 		st.l[r] *= alpha
 		if mOld != negInf {
-			k.Scale(st.o[r*st.dp:(r+1)*st.dp], alpha)
+			k.Scale(st.o[r*st.dimPad:(r+1)*st.dimPad], alpha)
 		}
 		st.m[r] = mNew
 	}
@@ -55,7 +67,7 @@ func (st *rowState) finish(r int, out []float32, d int) float32 {
 		return negInf
 	}
 	inv := 1 / l
-	for c, x := range st.o[r*st.dp : r*st.dp+d] {
+	for c, x := range st.o[r*st.dimPad : r*st.dimPad+d] {
 		out[c] = x * inv
 	}
 	return st.m[r] + float32(math.Log(float64(l)))

@@ -1,6 +1,9 @@
 package flashattn
 
-import "fmt"
+import (
+	"math"
+	"slices"
+)
 
 // Tensor is a view of a float32 tensor in flash-attn's layout
 // [Batch, Seq, Heads, Dim]. Element (b, s, h, d) is at
@@ -9,8 +12,11 @@ import "fmt"
 //
 // Dim is always contiguous. Zero strides mean the dense layout
 // (HeadStride = Dim, SeqStride = Heads*Dim, BatchStride = Seq*Heads*Dim), so a
-// plain slice needs only its shape. Explicit strides let a caller pass Q, K
-// and V sliced out of one packed QKV buffer without copying (see PackedQKV).
+// plain slice needs only its shape. Explicit strides let a caller pass views
+// without copying: Q, K and V sliced out of one packed QKV buffer (see
+// PackedQKV), or PyTorch's [batch, heads, seq, dim] and [seq, batch, heads,
+// dim] layouts. Any strides are accepted as long as no two elements of the
+// view share memory.
 //
 // For variable-length batches (Options.VarLen) the packed layout
 // [total, Heads, Dim] is a Tensor with Batch = 1 and Seq = total.
@@ -34,6 +40,8 @@ func Dense(data []float32, batch, seq, heads, dim int) Tensor {
 
 // PackedQKV returns Q, K and V views of a packed buffer laid out as
 // [batch, seq, 3, heads, dim] (the layout of flash-attn's qkvpacked functions).
+// The same call on a gradient buffer of that layout gives dQ, dK and dV views
+// that BackwardInto accepts as its outputs.
 func PackedQKV(data []float32, batch, seq, heads, dim int) (q, k, v Tensor) {
 	hd := heads * dim
 	view := func(off int) Tensor {
@@ -72,51 +80,100 @@ func (t Tensor) At(b, s, h, d int) float32 {
 type view struct {
 	data       []float32
 	bs, ss, hs int
+	shape      [4]int // batch, seq, heads, dim
 }
 
 // row returns the slice starting at (b, s, h, 0).
 func (v view) row(b, s, h int) []float32 { return v.data[b*v.bs+s*v.ss+v.hs*h:] }
 
+// axis is one outer dimension of a view: its extent and its stride.
+type axis struct{ n, stride int }
+
+// axes returns the batch, seq and head axes.
+func (v view) axes() [3]axis {
+	return [3]axis{{v.shape[0], v.bs}, {v.shape[1], v.ss}, {v.shape[2], v.hs}}
+}
+
+// mulAdd returns a*b + c and whether it fits in an int without overflow
+// (a, b, c ≥ 0).
+func mulAdd(a, b, c int) (int, bool) {
+	if a != 0 && b > (math.MaxInt-c)/a {
+		return 0, false
+	}
+	return a*b + c, true
+}
+
 // check validates t as the tensor called name with the expected shape and
-// returns its resolved view. A negative expectation means "any". Rows must
-// not overlap: each (b, s, h) row has its own Dim elements (the kernels read
-// rows as a matrix with leading dimension SeqStride).
+// returns its resolved view. A negative expectation means "any". No two
+// elements may share memory: the outer axes, ordered by stride, must nest
+// (each stride at least the span of the axes inside it), which every
+// permutation of a dense layout does. All size arithmetic is checked for
+// overflow.
 func (t Tensor) check(name string, output bool, batch, seq, heads, dim int) (view, error) {
 	if t.Data == nil {
-		return view{}, fmt.Errorf("flashattn: %s is nil", name)
+		return view{}, argErr(name, "%s is nil", name)
 	}
 	if t.Batch <= 0 || t.Seq <= 0 || t.Heads <= 0 || t.Dim <= 0 {
-		return view{}, fmt.Errorf("flashattn: %s has shape [%d %d %d %d]; every dimension must be ≥ 1", name, t.Batch, t.Seq, t.Heads, t.Dim)
+		return view{}, argErr(name, "%s has shape [%d %d %d %d]; every dimension must be ≥ 1", name, t.Batch, t.Seq, t.Heads, t.Dim)
 	}
 	want := [4]int{batch, seq, heads, dim}
 	got := [4]int{t.Batch, t.Seq, t.Heads, t.Dim}
-	axes := [4]string{"batch", "seqlen", "heads", "headdim"}
+	names := [4]string{"batch", "seqlen", "heads", "headdim"}
 	for a := range want {
 		if want[a] >= 0 && want[a] != got[a] {
-			return view{}, fmt.Errorf("flashattn: %s has %s %d, want %d (shape [%d %d %d %d])", name, axes[a], got[a], want[a], got[0], got[1], got[2], got[3])
+			return view{}, argErr(name, "%s has %s %d, want %d (shape [%d %d %d %d])", name, names[a], got[a], want[a], got[0], got[1], got[2], got[3])
 		}
 	}
-	bs, ss, hs := t.strides()
-	if bs < 0 || ss < 0 || hs < 0 {
-		return view{}, fmt.Errorf("flashattn: %s has a negative stride", name)
+	if t.BatchStride < 0 || t.SeqStride < 0 || t.HeadStride < 0 {
+		return view{}, argErr(name, "%s has a negative stride (batch %d, seq %d, head %d)", name, t.BatchStride, t.SeqStride, t.HeadStride)
 	}
-	if (t.Heads > 1 && hs < t.Dim) ||
-		(t.Seq > 1 && ss < (t.Heads-1)*hs+t.Dim) ||
-		(t.Batch > 1 && bs < (t.Seq-1)*ss+(t.Heads-1)*hs+t.Dim) {
-		kind := "input"
-		if output {
-			kind = "output"
+	// Default strides, computed without overflow.
+	hs, ss, bs := t.HeadStride, t.SeqStride, t.BatchStride
+	ok := true
+	if hs == 0 {
+		hs = t.Dim
+	}
+	if ss == 0 {
+		ss, ok = mulAdd(t.Heads, hs, 0)
+	}
+	if bs == 0 && ok {
+		bs, ok = mulAdd(t.Seq, ss, 0)
+	}
+	if !ok {
+		return view{}, argErr(name, "%s shape [%d %d %d %d] is too large: its size overflows int", name, t.Batch, t.Seq, t.Heads, t.Dim)
+	}
+	v := view{data: t.Data, bs: bs, ss: ss, hs: hs, shape: got}
+	// Nesting: sort the axes that have more than one index by stride.
+	ax := v.axes()
+	order := ax[:0:0]
+	for _, a := range ax {
+		if a.n > 1 {
+			order = append(order, a)
 		}
-		return view{}, fmt.Errorf("flashattn: %s %s strides (batch %d, seq %d, head %d) make rows of headdim %d overlap", kind, name, bs, ss, hs, t.Dim)
 	}
-	// The last element must lie inside Data; computed in int64-safe steps.
-	last := int64(t.Batch-1)*int64(bs) + int64(t.Seq-1)*int64(ss) + int64(t.Heads-1)*int64(hs) + int64(t.Dim)
-	if last > int64(len(t.Data)) {
-		return view{}, fmt.Errorf("flashattn: %s needs %d elements for shape [%d %d %d %d] with its strides, has %d", name, last, t.Batch, t.Seq, t.Heads, t.Dim, len(t.Data))
+	slices.SortStableFunc(order, func(a, b axis) int { return a.stride - b.stride })
+	span := t.Dim // elements covered by one index of the next axis out
+	for _, a := range order {
+		if a.stride < span {
+			kind := "input"
+			if output {
+				kind = "output"
+			}
+			return view{}, argErr(name, "%s %s strides (batch %d, seq %d, head %d) make elements of shape [%d %d %d %d] overlap",
+				kind, name, bs, ss, hs, got[0], got[1], got[2], got[3])
+		}
+		if span, ok = mulAdd(a.n-1, a.stride, span); !ok {
+			return view{}, argErr(name, "%s strides (batch %d, seq %d, head %d) with shape [%d %d %d %d] overflow int", name, bs, ss, hs, got[0], got[1], got[2], got[3])
+		}
 	}
+	// span is now the distance from the first element to one past the last.
+	if span > len(t.Data) {
+		return view{}, argErr(name, "%s needs %d elements for shape [%d %d %d %d] with its strides, has %d", name, span, got[0], got[1], got[2], got[3], len(t.Data))
+	}
+	// An axis of one index is never stepped, but the kernels take the
+	// seq stride as a leading dimension.
 	if t.Seq == 1 {
-		// Unused for stepping, but kernels take it as a leading dimension.
-		ss = max(ss, (t.Heads-1)*hs+t.Dim)
+		v.ss = max(v.ss, t.Dim)
 	}
-	return view{data: t.Data, bs: bs, ss: ss, hs: hs}, nil
+	return v, nil
 }

@@ -11,63 +11,61 @@ import (
 // never on the sequence length (except the backward's per-row buffers, which
 // are O(N)).
 type workspace struct {
-	s, g, pd, dp []float32 // bq × pad(bk) tiles: scores/P, softcap factor, dropped P, dP/dS
-	kt, vt       []float32 // Kᵀ, Vᵀ packed panels, pad(bk) × d
-	kp, vp       []float32 // K, V rows padded to dp, bk × dp
-	qp           []float32 // forward: scale·Q rows of the block, (maxRows+3) × d
-	o            []float32 // output accumulator, bq × dp
-	qt, st       []float32 // few-row blocks: (scale·Q)ᵀ packed, W × d per KV head; Sᵀ, bk × W
-	subs         []subBlock
-	kdec, vdec   []float32 // decoding: K and V of one key tile for several KV heads
-	drop         []float32 // backward: dropout factors of one row, bk
-	m, l         []float32 // running max and sum, bq
-	dk, dv       []float32 // dK, dV accumulators, bk × dp
-	delta, lse   []float32 // backward: rowsum(dO∘O) and LSE of one head, nq
-	dq           []float32 // backward: dQ accumulator of one head, nq × dp
-	qall, doall  []float32 // backward: scale·Q and dO of one head, nq × dp
+	s           []float32 // maxRows × pad(blockK): scores, then P
+	grad        []float32 // backward: derivative of the score modifiers, blockQ × pad(bk)
+	pDrop       []float32 // backward: P with dropout applied, blockQ × pad(bk)
+	dP          []float32 // backward: dP, then dS, blockQ × pad(bk)
+	du          []float32 // the ScoreMod's derivative of one row, pad(bk)
+	keep        []bool    // element-mask scratch of one row, pad(bk)
+	kt, vt      []float32 // Kᵀ, Vᵀ packed panels, pad(bk) × dim
+	kp, vp      []float32 // K, V rows padded to dimPad, bk × dimPad
+	qp          []float32 // forward: scale·Q rows of the block, (maxRows+3) × dim
+	o           []float32 // output accumulator, maxRows × dimPad
+	qt, st      []float32 // few-row blocks: (scale·Q)ᵀ packed, W × dim per KV head; Sᵀ, bk × W
+	subs        []subBlock
+	kdec, vdec  []float32 // decoding: K and V of one key tile for several KV heads
+	drop        []float32 // backward: dropout factors of one row, bk
+	m, l        []float32 // running max and sum, maxRows
+	dk, dv      []float32 // backward: dK, dV accumulators, bk × dimPad
+	delta, lse  []float32 // backward: rowsum(dO∘O) and LSE of one head, nq
+	dq          []float32 // backward: dQ accumulator of one head, nq × dimPad
+	qall, doall []float32 // backward: scale·Q and dO of one head, nq × dimPad
 }
 
 var workspaces = sync.Pool{New: func() any { return new(workspace) }}
 
-// grow returns buf resliced to n elements, reallocating if it is too small.
-// The contents are unspecified.
-func grow(buf *[]float32, n int) []float32 {
-	if cap(*buf) < n {
-		*buf = make([]float32, n)
-	}
-	*buf = (*buf)[:n]
-	return *buf
-}
-
-// forTile sizes the tile buffers for problem p.
-func (w *workspace) forTile(p *problem) {
-	bkp := kernel.Pad(p.bk)
+// forTile sizes the forward's tile buffers for plan p.
+func (w *workspace) forTile(p *plan) {
+	bkp := kernel.Pad(max(p.blockK, p.bwdBlockK))
 	grow(&w.s, p.maxRows*bkp)
-	grow(&w.kt, bkp*p.d)
-	grow(&w.vp, p.bk*p.dp)
-	grow(&w.o, p.maxRows*p.dp)
-	grow(&w.qp, (p.maxRows+3)*p.dp)
-	grow(&w.qt, p.kvh*kernel.W*p.d)
-	grow(&w.st, p.bk*kernel.W)
+	grow(&w.kt, bkp*p.dim)
+	grow(&w.vp, bkp*p.dimPad)
+	grow(&w.o, p.maxRows*p.dimPad)
+	grow(&w.qp, (p.maxRows+3)*p.dimPad)
+	grow(&w.qt, p.kvHeads*kernel.W*p.dim)
+	grow(&w.st, bkp*kernel.W)
 	grow(&w.m, p.maxRows)
 	grow(&w.l, p.maxRows)
-	if p.softcap > 0 {
-		grow(&w.g, p.bq*bkp)
-	}
+	grow(&w.keep, bkp)
+	grow(&w.du, bkp)
 }
 
-// forBackward additionally sizes the backward's buffers.
-func (w *workspace) forBackward(p *problem, maxRows int) {
+// forBackward additionally sizes the backward's buffers, for sequences of up
+// to maxRows query rows.
+func (w *workspace) forBackward(p *plan, maxRows int) {
 	w.forTile(p)
-	bkp := kernel.Pad(p.bk)
-	grow(&w.dp, p.bq*bkp)
-	grow(&w.pd, p.bq*bkp)
-	grow(&w.vt, bkp*p.d)
-	grow(&w.kp, p.bk*p.dp)
-	grow(&w.dk, p.bk*p.dp)
-	grow(&w.dv, p.bk*p.dp)
+	bkp := kernel.Pad(p.bwdBlockK)
+	grow(&w.dP, p.blockQ*bkp)
+	grow(&w.pDrop, p.blockQ*bkp)
+	grow(&w.vt, bkp*p.dim)
+	grow(&w.kp, bkp*p.dimPad)
+	grow(&w.dk, bkp*p.dimPad)
+	grow(&w.dv, bkp*p.dimPad)
+	if p.mods.curved() {
+		grow(&w.grad, p.blockQ*bkp)
+	}
 	if p.dropOn {
-		grow(&w.drop, p.bk)
+		grow(&w.drop, bkp)
 	}
 	grow(&w.delta, maxRows)
 	grow(&w.lse, maxRows)

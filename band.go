@@ -9,8 +9,9 @@ const unbounded = math.MaxInt >> 2
 
 var negInf = float32(math.Inf(-1))
 
-// band is the visibility mask of one sequence, the intersection of the causal
-// mask and the sliding window: key j is visible to query row i iff
+// band is the causal mask and the sliding window of one sequence (and, with
+// nothing set, the plain rectangle of its nq × nk scores): key j is visible
+// to query row i iff
 //
 //	i + off - left <= j <= i + off + right,   off = nk - nq
 //
@@ -38,30 +39,47 @@ func newBand(o *Options, nq, nk int) band {
 	return b
 }
 
-// keys returns the keys visible to at least one row of [i0, i1).
-func (b band) keys(i0, i1 int) (lo, hi int) {
+// keyRange returns the keys visible to at least one row of [i0, i1).
+func (b *band) keyRange(i0, i1 int) (lo, hi int) {
 	lo = max(0, i0+b.off-b.left)
 	hi = min(b.nk, i1-1+b.off+b.right+1)
 	return lo, max(lo, hi)
 }
 
-// rows returns the query rows that see at least one key of [j0, j1).
-func (b band) rows(j0, j1 int) (lo, hi int) {
+func (b *band) keys(rb rowBlock) (lo, hi int) { return b.keyRange(rb.i0, rb.i1) }
+
+func (b *band) next(rb rowBlock, j int) int {
+	lo, hi := b.keyRange(rb.i0, rb.i1)
+	if lo >= hi {
+		return max(j, b.nk)
+	}
+	return max(j, lo)
+}
+
+func (b *band) rows(_, j0, j1 int) (lo, hi int) {
 	lo = max(0, j0-b.off-b.right)
 	hi = min(b.nq, j1-b.off+b.left)
 	return lo, max(lo, hi)
 }
 
-// full reports whether every row of [i0, i1) sees every key of [j0, j1):
-// such a tile needs no per-element mask.
-func (b band) full(i0, i1, j0, j1 int) bool {
-	return i1-1+b.off-b.left <= j0 && i0+b.off+b.right+1 >= j1
+func (b *band) tile(rb rowBlock, j0, j1 int) BlockKind {
+	i0, i1 := rb.i0, rb.i1
+	switch {
+	case j0 >= j1 || i0 >= i1:
+		return BlockEmpty
+	case i1-1+b.off-b.left <= j0 && i0+b.off+b.right+1 >= j1 && j1 <= b.nk:
+		return BlockFull
+	}
+	// Empty when the band of every row misses [j0, j1).
+	lo, hi := b.keyRange(i0, i1)
+	if hi <= j0 || lo >= j1 {
+		return BlockEmpty
+	}
+	return BlockPartial
 }
 
-// maskRow sets to -Inf the scores of row i, columns j0..j0+len(row)-1, that
-// the band hides.
-func (b band) maskRow(row []float32, i, j0 int) {
-	lo, hi := b.keys(i, i+1)
+func (b *band) hide(_, i, j0 int, row []float32, _ []bool) {
+	lo, hi := b.keyRange(i, i+1)
 	lo, hi = lo-j0, hi-j0
 	n := len(row)
 	for c := 0; c < min(lo, n); c++ {

@@ -5,7 +5,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/flashattn/flashattn/internal/kernel"
 )
+
+// tilesize.go picks the tile sizes from the CPU caches (the paper's SRAM).
 
 // Cache sizes, read once from Linux sysfs; fallbacks are typical of current
 // x86 cores (32 KiB L1d, 1 MiB L2).
@@ -78,14 +82,37 @@ func blockSizes(d int, o *Options) (bq, bk int) {
 	return bq, bk
 }
 
-// backwardBlock is the KV block of the backward pass. Without a mask it is
+// backwardKeyBlock is the KV block of the backward pass. Without a mask it is
 // the forward's B_c. Under a causal or window mask every KV block meets the
 // diagonal in many query blocks, whose tiles are partly wasted, so smaller
 // blocks win: measured on N = 1024…4096 causal, N/8 clamped to 128…256 was
 // 5–20% faster than 512.
-func backwardBlock(bk, sk int, o *Options) int {
+func backwardKeyBlock(bk, sk int, o *Options) int {
 	if o.BlockK > 0 || (!o.Causal && o.Window == nil) {
 		return bk
 	}
 	return min(bk, max(128, min(256, (sk/8+15)/16*16)))
+}
+
+// alignToMask adapts the tiles to a block mask's blocks, so that tiles do not
+// straddle mask blocks (a straddling tile is computed when either block is
+// visible): the query tile becomes the largest divisor of the mask's BlockQ
+// in [16, 64], and the backward's KV block the largest multiple of
+// kernel.W dividing BlockK, at most the unmasked choice. Where no such size
+// exists the tiles are kept. (The forward's key tiles need no change: they
+// are cut at mask-block boundaries as they are walked.)
+func alignToMask(bq, bkB int, s BlockShape) (int, int) {
+	for d := min(64, s.BlockQ); d >= 16; d-- {
+		if s.BlockQ%d == 0 {
+			bq = d
+			break
+		}
+	}
+	for n := min(bkB, s.BlockK) / kernel.W * kernel.W; n >= kernel.W; n -= kernel.W {
+		if s.BlockK%n == 0 {
+			bkB = n
+			break
+		}
+	}
+	return bq, bkB
 }

@@ -1,0 +1,96 @@
+package flashattn
+
+import "github.com/flashattn/flashattn/internal/kernel"
+
+// A ScoreMod rewrites attention scores before the softmax (FlexAttention's
+// score_mod), and supplies the derivative the backward pass needs. flashattn
+// calls it one row of a tile at a time, after Scale, Softcap and ALiBi and
+// before the masks, on the rows and keys that are computed (never on empty
+// tiles).
+//
+// Positions count from the start of each sequence; b is the batch element
+// (the sequence with VarLen) and h the query head. Implementations must be
+// pure functions of their arguments and safe for concurrent use: the
+// backward pass evaluates the same rows again.
+type ScoreMod interface {
+	// Apply sets x[c] = f(x[c]) for the scores of query row q of (b, h)
+	// against keys kv0+c. If dx is not nil it also sets dx[c] = f′ at the
+	// score before the change, ∂f/∂x (the backward pass multiplies the
+	// gradient by it).
+	Apply(b, h, q, kv0 int, x, dx []float32)
+}
+
+// ScoreFunc adapts a function of one score to a ScoreMod: it returns the new
+// score y = f(x) and the derivative dy = f′(x). It is called once per score
+// of the computed tiles; a ScoreMod that handles a run of keys at once is
+// faster.
+type ScoreFunc func(b, h, q, kv int, x float32) (y, dy float32)
+
+// Apply implements ScoreMod.
+func (f ScoreFunc) Apply(b, h, q, kv0 int, x, dx []float32) {
+	for c, v := range x {
+		y, d := f(b, h, q, kv0+c, v)
+		x[c] = y
+		if dx != nil {
+			dx[c] = d
+		}
+	}
+}
+
+// scoreMods is the chain of score modifiers of a call, applied in this
+// order to a tile row of scaled products Scale·Q·Kᵀ: softcap, ALiBi, the
+// caller's ScoreMod. The backward pass gets the product of their
+// derivatives (the chain rule), ALiBi's being 1.
+type scoreMods struct {
+	softcap    float32
+	alibi      []float32 // [H] or [B*H] slopes; nil for none
+	alibiBatch bool
+	heads      int
+	user       ScoreMod
+}
+
+// active reports whether any modifier is set.
+func (m *scoreMods) active() bool { return m.softcap > 0 || m.alibi != nil || m.user != nil }
+
+// curved reports whether the chain has a derivative other than 1.
+func (m *scoreMods) curved() bool { return m.softcap > 0 || m.user != nil }
+
+// slope returns the ALiBi slope of (sequence b, head h).
+func (m *scoreMods) slope(b, h int) float32 {
+	if m.alibiBatch {
+		return m.alibi[b*m.heads+h]
+	}
+	return m.alibi[h]
+}
+
+// apply rewrites row (query row i of head h of sequence s, keys j0,
+// j0+1, ...; n real entries, then padding up to a multiple of kernel.W that
+// the caller masks afterwards). If grad is not nil (it is then as long as
+// row) it receives the chain's derivative for the n real entries; du is
+// scratch of n entries for the caller's ScoreMod.
+func (m *scoreMods) apply(k *kernel.Impl, row, grad, du []float32, n int, s *sequence, h, i, j0 int) {
+	if m.softcap > 0 {
+		k.Softcap(row, grad, m.softcap) // grad = 1 − tanh²
+	}
+	if m.alibi != nil {
+		// −slope·|i + Sk − Sq − j|, over the padded row.
+		k.ALiBi(row, m.slope(s.b, h), float32(i+s.band.off-j0))
+	}
+	if m.user == nil {
+		return
+	}
+	var d []float32
+	if grad != nil {
+		d = du[:n]
+	}
+	m.user.Apply(s.b, h, i, j0, row[:n], d)
+	switch {
+	case grad == nil:
+	case m.softcap > 0:
+		for c, x := range d {
+			grad[c] *= x
+		}
+	default:
+		copy(grad, d)
+	}
+}
