@@ -21,6 +21,7 @@ type tcase struct {
 	dropout             float32
 	strided             bool
 	bq, bk              int
+	mods                modCase // block mask, element mask, score mod
 }
 
 func (c tcase) String() string {
@@ -45,6 +46,9 @@ func (c tcase) String() string {
 	}
 	if c.bq > 0 {
 		s += fmt.Sprintf("_blk%dx%d", c.bq, c.bk)
+	}
+	if c.mods.name != "" {
+		s += "_" + c.mods.name
 	}
 	return s
 }
@@ -136,6 +140,11 @@ func makeCase(c tcase, seed uint64) caseData {
 	if cd.slopes != nil {
 		cd.opt.ALiBi = cd.slopes
 		cd.par.ALiBi = to64(cd.slopes)
+	}
+	if c.mods.build != nil {
+		m := c.mods.build(c, seed)
+		cd.opt.BlockMask, cd.opt.Mask, cd.opt.ScoreMod = m.block, m.mask, m.score
+		cd.par.Mask, cd.par.ScoreMod = m.ref, m.scoreRef
 	}
 	return cd
 }
@@ -335,21 +344,27 @@ func TestSteadyStateAllocs(t *testing.T) {
 		out, lse := NewTensor(c.b, c.sq, c.h, c.d), make([]float32, c.b*c.h*c.sq)
 		dq, dk, dv := NewTensor(c.b, c.sq, c.h, c.d), NewTensor(c.b, c.sk, c.hk, c.d), NewTensor(c.b, c.sk, c.hk, c.d)
 		opts := &Options{Causal: c.causal, Workers: 2}
-		fwd := func() {
-			if err := ForwardInto(out, lse, q, k, v, opts); err != nil {
-				t.Fatal(err)
-			}
+		testAllocs(t, func() error { return ForwardInto(out, lse, q, k, v, opts) }, c.String()+": ForwardInto")
+		testAllocs(t, func() error { return BackwardInto(dq, dk, dv, q, k, v, out, do, lse, opts) }, c.String()+": BackwardInto")
+	}
+}
+
+// testAllocs checks that f allocates nothing in steady state: after a few
+// calls, so that every pooled workspace any worker may pick has grown to the
+// call's size.
+func testAllocs(t *testing.T, f func() error, name string) {
+	t.Helper()
+	for range 8 {
+		if err := f(); err != nil {
+			t.Fatal(err)
 		}
-		bwd := func() {
-			if err := BackwardInto(dq, dk, dv, q, k, v, out, do, lse, opts); err != nil {
-				t.Fatal(err)
-			}
+	}
+	a := testing.AllocsPerRun(20, func() {
+		if err := f(); err != nil {
+			t.Fatal(err)
 		}
-		if a := testing.AllocsPerRun(20, fwd); a != 0 {
-			t.Errorf("%v: ForwardInto allocates %v times per call", c, a)
-		}
-		if a := testing.AllocsPerRun(20, bwd); a != 0 {
-			t.Errorf("%v: BackwardInto allocates %v times per call", c, a)
-		}
+	})
+	if a != 0 {
+		t.Errorf("%s allocates %v times per call", name, a)
 	}
 }

@@ -1,7 +1,5 @@
 package flashattn
 
-import "sync"
-
 // call is the pooled memory of one Forward or Backward call: its plan, one
 // value per parallel pass (each a runner, passed to the worker pool by
 // pointer, so no closure is allocated), and the arena of buffers kept from
@@ -30,11 +28,11 @@ type arena struct {
 	blockTable          []int32
 }
 
-var calls = sync.Pool{New: func() any { return new(call) }}
+var calls freeList[call]
 
 // newCall validates the arguments and returns a pooled call with its plan.
 func newCall(q, k, v Tensor, o *Options) (*call, error) {
-	c := calls.Get().(*call)
+	c := calls.get()
 	if err := newPlan(&c.plan, &c.arena, q, k, v, o); err != nil {
 		c.release()
 		return nil, err
@@ -48,7 +46,7 @@ func (c *call) release() {
 	a := c.arena
 	clear(a.seqs[:cap(a.seqs)])
 	*c = call{arena: a}
-	calls.Put(c)
+	calls.put(c)
 }
 
 // checkForwardOutputs refuses an out or lse that shares memory with an

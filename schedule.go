@@ -27,7 +27,7 @@ type job struct {
 // bug) is recovered: it stops the pass and becomes the pass's error, so that
 // it never kills the process from a goroutine the caller cannot guard.
 func (j *job) do() {
-	ws := workspaces.Get().(*workspace)
+	ws := workspaces.get()
 	defer func() {
 		if v := recover(); v != nil {
 			j.mu.Lock()
@@ -37,7 +37,7 @@ func (j *job) do() {
 			j.mu.Unlock()
 			j.next.Store(int64(j.n)) // the other workers stop after their task
 		}
-		workspaces.Put(ws)
+		workspaces.put(ws)
 	}()
 	for {
 		t := int(j.next.Add(1) - 1)
@@ -48,7 +48,7 @@ func (j *job) do() {
 	}
 }
 
-var jobs = sync.Pool{New: func() any { return new(job) }}
+var jobs freeList[job]
 
 // workersDefault is the number of workers when Options.Workers is 0.
 func workersDefault() int { return runtime.GOMAXPROCS(0) }
@@ -79,7 +79,7 @@ func parallel(workers, n int, r runner) error {
 	if n == 0 {
 		return nil
 	}
-	j := jobs.Get().(*job)
+	j := jobs.get()
 	j.n, j.r, j.fault = n, r, nil
 	j.next.Store(0)
 	if helpers := min(workers, n) - 1; helpers > 0 {
@@ -97,6 +97,6 @@ func parallel(workers, n int, r runner) error {
 	j.wg.Wait()
 	err := j.fault
 	j.r, j.fault = nil, nil
-	jobs.Put(j)
+	jobs.put(j)
 	return err
 }

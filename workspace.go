@@ -1,10 +1,6 @@
 package flashattn
 
-import (
-	"sync"
-
-	"github.com/flashattn/flashattn/internal/kernel"
-)
+import "github.com/flashattn/flashattn/internal/kernel"
 
 // workspace is one worker's scratch memory: a few tiles, reused for every
 // task the worker runs. Its size depends on the tile sizes and head dim,
@@ -32,7 +28,7 @@ type workspace struct {
 	qall, doall []float32 // backward: scale·Q and dO of one head, nq × dimPad
 }
 
-var workspaces = sync.Pool{New: func() any { return new(workspace) }}
+var workspaces freeList[workspace]
 
 // forTile sizes the forward's tile buffers for plan p.
 func (w *workspace) forTile(p *plan) {

@@ -8,7 +8,8 @@
 //	x[i,j]  = scale * dot(Q[i], K[j])
 //	x[i,j]  = softcap * tanh(x[i,j] / softcap)       if Softcap > 0
 //	x[i,j] += -slope[b,h] * |i + Sk - Sq - j|        if ALiBi != nil
-//	x[i,j]  = -Inf where !Visible(p, i, j)
+//	x[i,j]  = ScoreMod(b, h, i, j, x[i,j])            if ScoreMod != nil
+//	x[i,j]  = -Inf where !Visible(p, i, j) or !Mask(b, h, i, j)
 //	LSE[i]  = log(sum_j exp(x[i,j]))
 //	P[i,j]  = exp(x[i,j] - LSE[i])
 //	O[i]    = sum_j P[i,j] * z[i,j] / (1-Dropout) * V[j]
@@ -56,6 +57,13 @@ type Params struct {
 	Dropout float64
 	// Seed is the dropout seed, see internal/dropout.
 	Seed uint64
+	// Mask, if not nil, also hides key j from query row i of (batch b,
+	// head h) where it returns false: a block mask or element mask
+	// expanded to the dense boolean mask it stands for.
+	Mask func(b, h, i, j int) bool
+	// ScoreMod, if not nil, maps each score after Softcap and ALiBi and
+	// before the masks, returning the new score and its derivative.
+	ScoreMod func(b, h, i, j int, x float64) (y, dy float64)
 }
 
 // Visible reports whether key j is visible from query row i under the causal
@@ -147,12 +155,13 @@ func dropScale[T float](p float64) T {
 }
 
 // rowScores computes the final scores x[j] of query row i of (b, h) into x.
-// If th != nil and Softcap > 0 it also stores tanh(x_raw/Softcap) in th[j].
+// If th != nil and Softcap > 0 it also stores tanh(x_raw/Softcap) in th[j];
+// if sm != nil and ScoreMod is set, the ScoreMod's derivative in sm[j].
 // It returns the row maximum (-Inf if no key is visible).
 //
 // All arithmetic is done in T; the explicit T(...) conversions keep products
 // rounded to T (no fused multiply-add), so float32 results are reproducible.
-func rowScores[T float](p *Params, q, k []T, b, h, i int, x, th []T) T {
+func rowScores[T float](p *Params, q, k []T, b, h, i int, x, th, sm []T) T {
 	D := p.HeadDim
 	kh := h / (p.Heads / p.KVHeads)
 	qi := q[qIdx(p, b, i, h):][:D]
@@ -164,7 +173,7 @@ func rowScores[T float](p *Params, q, k []T, b, h, i int, x, th []T) T {
 	}
 	m := T(math.Inf(-1))
 	for j := 0; j < p.SeqK; j++ {
-		if !Visible(*p, i, j) {
+		if !Visible(*p, i, j) || p.Mask != nil && !p.Mask(b, h, i, j) {
 			x[j] = T(math.Inf(-1))
 			if th != nil {
 				th[j] = 0
@@ -190,6 +199,13 @@ func rowScores[T float](p *Params, q, k []T, b, h, i int, x, th []T) T {
 				dist = -dist
 			}
 			xv += T(-slope * T(dist))
+		}
+		if p.ScoreMod != nil {
+			y, dy := p.ScoreMod(b, h, i, j, float64(xv))
+			xv = T(y)
+			if sm != nil {
+				sm[j] = T(dy)
+			}
 		}
 		x[j] = xv
 		if xv > m {
@@ -236,7 +252,7 @@ func forward[T float](p Params, q, k, v []T) (o, lse []T) {
 		for h := 0; h < p.Heads; h++ {
 			kh := h / group
 			for i := 0; i < p.SeqQ; i++ {
-				m := rowScores(&p, q, k, b, h, i, x, nil)
+				m := rowScores(&p, q, k, b, h, i, x, nil, nil)
 				lse[(b*p.Heads+h)*p.SeqQ+i] = softmaxRow(x, m)
 				oi := o[qIdx(&p, b, i, h):][:D]
 				for j := 0; j < Sk; j++ {
@@ -277,6 +293,7 @@ func backward[T float](p Params, q, k, v, dout []T) (dq, dk, dv []T) {
 
 	P := make([]T, Sq*Sk)  // softmax probabilities
 	TH := make([]T, Sq*Sk) // tanh(x_raw/softcap)
+	SM := make([]T, Sq*Sk) // the ScoreMod's derivative
 	Z := make([]T, Sq*Sk)  // z/(1-p): 0 or ds (1 without dropout)
 	dS := make([]T, Sq*Sk) // gradient wrt the final scores, then raw scores
 	acc := make([]T, D)
@@ -285,7 +302,7 @@ func backward[T float](p Params, q, k, v, dout []T) (dq, dk, dv []T) {
 			kh := h / group
 			for i := 0; i < Sq; i++ {
 				row := P[i*Sk:][:Sk]
-				m := rowScores(&p, q, k, b, h, i, row, TH[i*Sk:][:Sk])
+				m := rowScores(&p, q, k, b, h, i, row, TH[i*Sk:][:Sk], SM[i*Sk:][:Sk])
 				softmaxRow(row, m)
 				for j := 0; j < Sk; j++ {
 					z := T(1)
@@ -330,6 +347,9 @@ func backward[T float](p Params, q, k, v, dout []T) (dq, dk, dv []T) {
 				}
 				for j := 0; j < Sk; j++ {
 					g := T(P[i*Sk+j] * T(dS[i*Sk+j]-rowDot))
+					if p.ScoreMod != nil && g != 0 {
+						g = T(g * SM[i*Sk+j])
+					}
 					if p.Softcap > 0 {
 						t := TH[i*Sk+j]
 						g = T(g * T(1-T(t*t)))
