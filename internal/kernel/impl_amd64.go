@@ -19,7 +19,7 @@ var (
 func archImpls() []Impl {
 	var impls []Impl
 	if hasAVX512 {
-		impls = append(impls, Impl{
+		im := Impl{
 			Name:      "avx512",
 			MulABt:    wrapMulABt(mulABtAVX512),
 			MulAddAB:  wrapMulAddAB(mulAddABAVX512),
@@ -32,10 +32,12 @@ func archImpls() []Impl {
 			Dot4T:     wrapDot4T(dot4TAVX2),
 			Softcap:   wrapSoftcap,
 			ALiBi:     wrapALiBi,
-		})
+		}
+		setConverters(&im, true)
+		impls = append(impls, im)
 	}
 	if hasAVX2 {
-		impls = append(impls, Impl{
+		im := Impl{
 			Name:      "avx2",
 			MulABt:    wrapMulABt(mulABtAVX2),
 			MulAddAB:  wrapMulAddAB(mulAddABAVX2),
@@ -48,7 +50,9 @@ func archImpls() []Impl {
 			Dot4T:     wrapDot4T(dot4TAVX2),
 			Softcap:   wrapSoftcap,
 			ALiBi:     wrapALiBi,
-		})
+		}
+		setConverters(&im, false)
+		impls = append(impls, im)
 	}
 	return impls
 }

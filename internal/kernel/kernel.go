@@ -77,6 +77,16 @@ type Impl struct {
 	// ALiBi subtracts the linear bias: x[j] −= slope·|pos − j|. len(x) is a
 	// multiple of W; |pos − j| must stay below 2^24 (exact in float32).
 	ALiBi func(x []float32, slope, pos float32)
+
+	// BF16ToF32 sets dst[i] = BF16ToF32(src[i]) and F16ToF32 sets
+	// dst[i] = F16ToF32(src[i]) for i < len(src); F32ToBF16 and F32ToF16
+	// round src[i] into dst[i] as the scalar functions do (to nearest
+	// even, bit for bit). Any length works (the assembly converts blocks of
+	// 16 and Go the rest); dst must be at least as long as src.
+	BF16ToF32 func(dst []float32, src []uint16)
+	F16ToF32  func(dst []float32, src []uint16)
+	F32ToBF16 func(dst []uint16, src []float32)
+	F32ToF16  func(dst []uint16, src []float32)
 }
 
 // PackBt packs the n×k row-major matrix B (row j at b[j*ldb:], k elements)
