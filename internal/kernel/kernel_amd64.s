@@ -7520,3 +7520,148 @@ store:
 	BYTE $0x49
 	BYTE $0xc0
 	RET
+
+// func amxPeak(cfg *[64]byte, iters int, fp16 bool)
+TEXT ·amxPeak(SB), NOSPLIT, $0-17
+	MOVQ cfg+0(FP), AX
+
+	// raw: ldtilecfg [rax]
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0x00
+
+	// raw: tilezero tmm0
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc0
+
+	// raw: tilezero tmm1
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc8
+
+	// raw: tilezero tmm2
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd0
+
+	// raw: tilezero tmm3
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd8
+
+	// raw: tilezero tmm4
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xe0
+
+	// raw: tilezero tmm5
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xe8
+
+	// raw: tilezero tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xf0
+
+	// raw: tilezero tmm7
+	BYTE    $0xc4
+	BYTE    $0xe2
+	BYTE    $0x7b
+	BYTE    $0x49
+	BYTE    $0xf8
+	MOVQ    iters+8(FP), CX
+	MOVBQZX fp16+16(FP), AX
+	TESTQ   CX, CX
+	JLE     done
+	TESTQ   AX, AX
+	JNE     fp16
+
+bf16:
+	// raw: tdpbf16ps tmm0,tmm4,tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc4
+
+	// raw: tdpbf16ps tmm1,tmm4,tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcc
+
+	// raw: tdpbf16ps tmm2,tmm5,tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd5
+
+	// raw: tdpbf16ps tmm3,tmm5,tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xdd
+	DECQ CX
+	JNE  bf16
+	JMP  done
+
+fp16:
+	// raw: tdpfp16ps tmm0,tmm4,tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4b
+	BYTE $0x5c
+	BYTE $0xc4
+
+	// raw: tdpfp16ps tmm1,tmm4,tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x43
+	BYTE $0x5c
+	BYTE $0xcc
+
+	// raw: tdpfp16ps tmm2,tmm5,tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4b
+	BYTE $0x5c
+	BYTE $0xd5
+
+	// raw: tdpfp16ps tmm3,tmm5,tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x43
+	BYTE $0x5c
+	BYTE $0xdd
+	DECQ CX
+	JNE  fp16
+
+done:
+	// raw: tilerelease
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0xc0
+	RET

@@ -214,3 +214,10 @@ func amxBF16(cfg *[64]byte, c []float32, ldc int, a []uint16, lda int, b []uint1
 //
 //go:noescape
 func amxF16(cfg *[64]byte, c []float32, ldc int, a []uint16, lda int, b []uint16, mb int, rows int, n int, k int, acc bool)
+
+// amxPeak runs iters iterations of four independent TDPBF16PS (TDPFP16PS if fp16)
+// on full 16×16 tiles configured by cfg: 4·16·16·32·2 FLOPs per iteration.
+// The caller guarantees that the OS granted AMX permission.
+//
+//go:noescape
+func amxPeak(cfg *[64]byte, iters int, fp16 bool)

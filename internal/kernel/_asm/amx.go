@@ -127,7 +127,48 @@ func genAMX(name string, op vexOp) {
 	RET()
 }
 
+// genAMXPeak generates amxPeak: four independent tile products per
+// iteration (tmm0-3 accumulate products of tmm4-7), register-only.
+func genAMXPeak() {
+	TEXT("amxPeak", NOSPLIT, "func(cfg *[64]byte, iters int, fp16 bool)")
+	Pragma("noescape")
+	Doc("amxPeak runs iters iterations of four independent TDPBF16PS (TDPFP16PS if fp16)",
+		"on full 16×16 tiles configured by cfg: 4·16·16·32·2 FLOPs per iteration.",
+		"The caller guarantees that the OS granted AMX permission.")
+	Load(Param("cfg"), RAX)
+	code, text := encLDTILECFG(memOf(Mem{Base: RAX}))
+	raw(code, text, []Op{RAX}, nil)
+	for t := 0; t < 8; t++ {
+		code, text = encTILEZERO(t)
+		raw(code, text, nil, nil)
+	}
+	Load(Param("iters"), RCX)
+	Load(Param("fp16"), RAX)
+	TESTQ(RCX, RCX)
+	JLE(LabelRef("done"))
+	TESTQ(RAX, RAX)
+	JNE(LabelRef("fp16"))
+	for _, l := range []struct {
+		label string
+		op    vexOp
+	}{{"bf16", opTDPBF16PS}, {"fp16", opTDPFP16PS}} {
+		Label(l.label)
+		for t := 0; t < 4; t++ {
+			code, text = encTDP(l.op, t, 4+t/2, 6+t%2)
+			raw(code, text, nil, nil)
+		}
+		DECQ(RCX)
+		JNE(LabelRef(l.label))
+		JMP(LabelRef("done"))
+	}
+	Label("done")
+	code, text = encTILERELEASE()
+	raw(code, text, nil, nil)
+	RET()
+}
+
 func genAMXAll() {
 	genAMX("amxBF16", opTDPBF16PS)
 	genAMX("amxF16", opTDPFP16PS)
+	genAMXPeak()
 }
