@@ -297,9 +297,9 @@ func TestHalfSelection(t *testing.T) {
 		}
 		t.Logf("%s: paths %v, measured %v, chosen %s", e, halfNames(hs), times, chosen)
 	}
-	if hasAVX512BF16 {
-		if _, err := LookupHalf(BF16, "avx512bf16"); err != nil {
-			t.Error("the CPU has AVX512_BF16 but the path failed its self-check")
+	for _, name := range expectedHalfPaths() {
+		if _, err := LookupHalf(BF16, name); err != nil {
+			t.Errorf("the CPU supports the %s path but it failed its self-check", name)
 		}
 	}
 }
@@ -361,33 +361,4 @@ func TestHalfWrapperPanics(t *testing.T) {
 		}
 	}()
 	HalfAvailable(0)
-}
-
-func TestAMXConfig(t *testing.T) {
-	cfg := amxConfig(7, 70)
-	if cfg[0] != 1 {
-		t.Fatal("palette")
-	}
-	colsb := func(tile int) int { return int(cfg[16+2*tile]) | int(cfg[17+2*tile])<<8 }
-	want := []struct{ rows, colsb int }{{7, 64}, {7, 64}, {16, 64}, {7, 12}, {3, 64}, {0, 0}, {0, 0}, {0, 0}}
-	for tile, w := range want {
-		if int(cfg[48+tile]) != w.rows || colsb(tile) != w.colsb {
-			t.Errorf("tile %d: rows %d colsb %d, want %d %d", tile, cfg[48+tile], colsb(tile), w.rows, w.colsb)
-		}
-	}
-	// A and B of each product must agree: A.colsb/4 == B.rows, and the C
-	// tile is rows × B.colsb.
-	for _, pair := range [][2]int{{1, 2}, {3, 4}} {
-		if colsb(pair[0])/4 != int(cfg[48+pair[1]]) {
-			t.Errorf("tiles %d, %d: A has %d pairs per row, B %d rows", pair[0], pair[1], colsb(pair[0])/4, cfg[48+pair[1]])
-		}
-	}
-	if c := amxConfig(16, 64); c[48+3] != 0 || c[16+6] != 0 || c[48+4] != 0 {
-		t.Error("k%32 == 0 must leave the tail tiles unconfigured")
-	}
-	for i, v := range amxPeakConfig()[48:56] {
-		if v != 16 {
-			t.Errorf("peak tile %d rows %d", i, v)
-		}
-	}
 }

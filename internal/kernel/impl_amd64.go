@@ -70,27 +70,6 @@ func archFMAPeak(iters int) int {
 	return fmaPeakGeneric(iters)
 }
 
-func bad(what string) {
-	panic("kernel: internal error: " + what)
-}
-
-// checkMatrix panics unless a rows×cols matrix with leading dimension ld
-// fits in a slice of length n.
-func checkMatrix(name string, n, rows, cols, ld int) {
-	if rows < 0 || cols < 0 || ld < cols {
-		bad(name + ": bad dimensions")
-	}
-	if rows > 0 && cols > 0 && (rows-1)*ld+cols > n {
-		bad(name + ": slice too short")
-	}
-}
-
-func checkWidth(n int) {
-	if n%W != 0 {
-		bad("matrix width not a multiple of 16")
-	}
-}
-
 func wrapMulABt(f func(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int)) func(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int) {
 	return func(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int) {
 		checkWidth(n)
