@@ -55,6 +55,18 @@ func (e Elem) FromF32(f float32) uint16 {
 // pairs (B[p, j], B[p+1, j]) — 64 bytes, the operand of one VDPBF16PS and
 // one row of an AMX B tile. C is row-major float32 with leading dimension
 // ldc; n is a multiple of W (C is padded like every kernel's output).
+//
+// Arithmetic. Every path multiplies exact products (a product of two
+// bfloat16 or two fp16 values is exact in float32) and accumulates in
+// float32 with round-to-nearest-even, but in different orders: the
+// "avx512bf16" and "generic" paths add, per pair of k, first the odd then
+// the even product (VDPBF16PS's order), and agree bit for bit; "amx" and
+// "f32" sum in their own orders and differ from them by float32 rounding
+// only. The bfloat16 instructions ignore MXCSR and treat subnormals as
+// zero: "avx512bf16", "amx" (TDPBF16PS) and "generic" read subnormal
+// bfloat16 inputs as ±0 and flush subnormal float32 sums to ±0, while
+// "f32" keeps both (IEEE arithmetic). Values of attention (|x| ≥ 2^-126)
+// never meet the difference.
 type Half struct {
 	// Name is "amx" (TDPBF16PS or TDPFP16PS tiles), "avx512bf16"
 	// (VDPBF16PS), "f32" (widen to float32 and use the float32 kernels of

@@ -14,6 +14,14 @@
 //   - Every width marked "multiple of W" is padded by the caller to a
 //     multiple of W = 16 floats, so kernels never need a column tail.
 //   - Bᵀ operands of MulABt are packed by PackBt into strips of W columns.
+//
+// Half precision (bfloat16 and fp16): Impl carries exact bulk converters
+// (F32ToBF16 and friends; the scalar conversions are in halfconv.go), and
+// Half is a separate set of matrix products on 16-bit inputs with float32
+// accumulation, B packed by PackVNNI in the VNNI pair layout. Its paths
+// ("amx", "avx512bf16", "f32", "generic") are listed by HalfAvailable and
+// chosen by HalfPath, which times them on this machine at first use
+// (FLASHATTN_BF16 / FLASHATTN_F16 force one).
 package kernel
 
 // W is the width, in float32 elements, that kernel row lengths and column
