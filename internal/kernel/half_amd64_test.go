@@ -1,6 +1,10 @@
 package kernel
 
-import "testing"
+import (
+	"testing"
+
+	"golang.org/x/sys/cpu"
+)
 
 // expectedHalfPaths lists the bf16 assembly paths this CPU must offer.
 func expectedHalfPaths() []string {
@@ -41,4 +45,30 @@ func TestAMXConfig(t *testing.T) {
 			t.Errorf("peak tile %d rows %d", i, v)
 		}
 	}
+}
+
+// TestCPUID compares cpuidBit with the flags golang.org/x/sys/cpu derives
+// from CPUID alone (no OS check), covering leaf 1 ECX, leaf 7 EBX/EDX and
+// sub-leaf 7.1 EAX.
+func TestCPUID(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		leaf, sub     uint32
+		reg, bit      int
+		want, applies bool
+	}{
+		{"FMA", 1, 0, 2, 12, cpu.X86.HasFMA, true},
+		{"BMI2", 7, 0, 1, 8, cpu.X86.HasBMI2, true},
+		{"AMX-TILE", 7, 0, 3, 24, cpu.X86.HasAMXTile, true},
+		{"AMX-BF16", 7, 0, 3, 22, cpu.X86.HasAMXBF16, true},
+		{"AVX512_BF16", 7, 1, 0, 5, cpu.X86.HasAVX512BF16, cpu.X86.HasAVX512},
+	} {
+		if got := cpuidBit(c.leaf, c.sub, c.reg, c.bit); c.applies && got != c.want {
+			t.Errorf("%s: cpuidBit %v, x/sys/cpu %v", c.name, got, c.want)
+		}
+	}
+	if cpuidBit(0x7fffffff, 0, 0, 0) {
+		t.Error("a leaf beyond the maximum must read as false")
+	}
+	t.Logf("F16C %v, AVX512BW %v, AVX512_BF16 %v, AMX-FP16 %v, OS AMX %v", hasF16C, hasAVX512BW, hasAVX512BF16, hasAMXFP16, osAMX)
 }
