@@ -22,11 +22,16 @@
 // Layout (dense, row-major): Q and O are [Batch, SeqQ, Heads, HeadDim]; K, V,
 // dK and dV are [Batch, SeqK, KVHeads, HeadDim]; LSE is [Batch, Heads, SeqQ].
 //
+// ForwardHalf and BackwardHalf are the same-type plain algorithm of bfloat16
+// and fp16 (inputs in the type, probabilities and score gradients rounded to
+// it before they multiply, float32 accumulation, outputs rounded to it, LSE
+// float32), and CheckHalf the matching error rule.
+//
 // Because this package is an oracle, invalid arguments (slice lengths that do
 // not match the shape, Heads not a multiple of KVHeads, negative sizes, a
 // dropout probability outside [0, 1), a negative softcap, an ALiBi slice of
-// the wrong length) make the functions panic with a message starting with
-// "reference:".
+// the wrong length, an unknown Precision) make the functions panic with a
+// message starting with "reference:".
 package reference
 
 import (
@@ -236,7 +241,11 @@ func softmaxRow[T float](x []T, m T) T {
 	return m + T(math.Log(float64(sum)))
 }
 
-func forward[T float](p Params, q, k, v []T) (o, lse []T) {
+// forward is the plain algorithm in T arithmetic. If rnd is not nil it is
+// the same-type algorithm of a 16-bit type: each probability is rounded by
+// rnd before it multiplies V, and O is rounded at the end (the inputs are
+// rounded by the caller; LSE is not rounded).
+func forward[T float](p Params, q, k, v []T, rnd func(T) T) (o, lse []T) {
 	p.validate(len(q), len(k), len(v))
 	D, Sk := p.HeadDim, p.SeqK
 	o = make([]T, len(q))
@@ -257,6 +266,9 @@ func forward[T float](p Params, q, k, v []T) (o, lse []T) {
 				oi := o[qIdx(&p, b, i, h):][:D]
 				for j := 0; j < Sk; j++ {
 					pj := x[j]
+					if rnd != nil {
+						pj = rnd(pj)
+					}
 					if pj == 0 {
 						continue
 					}
@@ -274,10 +286,26 @@ func forward[T float](p Params, q, k, v []T) (o, lse []T) {
 			}
 		}
 	}
+	roundAll(o, rnd)
 	return o, lse
 }
 
-func backward[T float](p Params, q, k, v, dout []T) (dq, dk, dv []T) {
+// roundAll applies rnd (if not nil) to every element of x.
+func roundAll[T float](x []T, rnd func(T) T) {
+	if rnd == nil {
+		return
+	}
+	for i, v := range x {
+		x[i] = rnd(v)
+	}
+}
+
+// backward is the plain backward pass in T arithmetic. If rnd is not nil
+// it is the same-type algorithm of a 16-bit type: the probabilities are
+// rounded by rnd before they multiply dO (dV = Pᵀ·dO), the score gradients
+// dS before they multiply K and Q (dQ = dS·K, dK = dSᵀ·Q), and dQ, dK, dV
+// at the end (the inputs and dO are rounded by the caller).
+func backward[T float](p Params, q, k, v, dout []T, rnd func(T) T) (dq, dk, dv []T) {
 	p.validate(len(q), len(k), len(v), len(dout))
 	D, Sq, Sk := p.HeadDim, p.SeqQ, p.SeqK
 	dq = make([]T, len(q))
@@ -319,7 +347,11 @@ func backward[T float](p Params, q, k, v, dout []T) (dq, dk, dv []T) {
 			for j := 0; j < Sk; j++ {
 				dvj := dv[kIdx(&p, b, j, kh):][:D]
 				for i := 0; i < Sq; i++ {
-					pt := T(P[i*Sk+j] * Z[i*Sk+j])
+					pij := P[i*Sk+j]
+					if rnd != nil {
+						pij = rnd(pij)
+					}
+					pt := T(pij * Z[i*Sk+j])
 					if pt == 0 {
 						continue
 					}
@@ -353,6 +385,9 @@ func backward[T float](p Params, q, k, v, dout []T) (dq, dk, dv []T) {
 					if p.Softcap > 0 {
 						t := TH[i*Sk+j]
 						g = T(g * T(1-T(t*t)))
+					}
+					if rnd != nil {
+						g = rnd(g)
 					}
 					dS[i*Sk+j] = g
 				}
@@ -395,18 +430,21 @@ func backward[T float](p Params, q, k, v, dout []T) (dq, dk, dv []T) {
 			}
 		}
 	}
+	roundAll(dq, rnd)
+	roundAll(dk, rnd)
+	roundAll(dv, rnd)
 	return dq, dk, dv
 }
 
 // Forward64 computes O and LSE in float64 arithmetic.
 func Forward64(p Params, q, k, v []float64) (o, lse []float64) {
-	return forward(p, q, k, v)
+	return forward(p, q, k, v, nil)
 }
 
 // Backward64 computes dQ, dK and dV for the output gradient dout, in float64
 // arithmetic, by materialising the probability matrix of each (batch, head).
 func Backward64(p Params, q, k, v, dout []float64) (dq, dk, dv []float64) {
-	return backward(p, q, k, v, dout)
+	return backward(p, q, k, v, dout, nil)
 }
 
 // Forward32 is Forward64 computed entirely in float32 arithmetic: dot products
@@ -414,12 +452,12 @@ func Backward64(p Params, q, k, v, dout []float64) (dq, dk, dv []float64) {
 // float32. It is the "plain algorithm run in float32" baseline of the
 // flashattn correctness rule (see Check).
 func Forward32(p Params, q, k, v []float32) (o, lse []float32) {
-	return forward(p, q, k, v)
+	return forward(p, q, k, v, nil)
 }
 
 // Backward32 is Backward64 computed entirely in float32 arithmetic.
 func Backward32(p Params, q, k, v, dout []float32) (dq, dk, dv []float32) {
-	return backward(p, q, k, v, dout)
+	return backward(p, q, k, v, dout, nil)
 }
 
 // MaxAbsDiff32vs64 returns max_i |a[i] - b[i]|. Two equal infinities (such as
@@ -455,15 +493,28 @@ func MaxAbsDiff32vs64(a []float32, b []float64) float64 {
 // algorithm run in float32 (Forward32 or Backward32). It returns nil if the
 // rule holds and otherwise an error naming the quantity and both errors.
 func Check(name string, got, plain32 []float32, ref []float64) error {
+	return checkRule(name, got, plain32, ref, rule{1e-6, "1e-6", "plain float32", "plain32"})
+}
+
+// rule is one instance of the error rule: err(got) <= 2*err(plain) + slack.
+type rule struct {
+	slack     float64
+	slackText string // slack as the message prints it
+	baseline  string // what plain is, in the message
+	short     string // its short name, in the message
+}
+
+// checkRule applies r to got and plain32, errors measured against ref.
+func checkRule(name string, got, plain32 []float32, ref []float64, r rule) error {
 	if len(got) != len(ref) {
 		return fmt.Errorf("%s: length %d, want %d", name, len(got), len(ref))
 	}
 	if len(plain32) != len(ref) {
-		return fmt.Errorf("%s: plain32 baseline length %d, want %d", name, len(plain32), len(ref))
+		return fmt.Errorf("%s: %s baseline length %d, want %d", name, r.short, len(plain32), len(ref))
 	}
 	eg := MaxAbsDiff32vs64(got, ref)
 	ep := MaxAbsDiff32vs64(plain32, ref)
-	if eg <= 2*ep+1e-6 {
+	if eg <= 2*ep+r.slack {
 		return nil
 	}
 	// Locate the worst element for the message.
@@ -481,10 +532,10 @@ func Check(name string, got, plain32 []float32, ref []float64) error {
 			worst, wd = i, d
 		}
 	}
-	msg := fmt.Sprintf("%s: max abs error %.3g exceeds 2*%.3g (plain float32 error) + 1e-6 = %.3g",
-		name, eg, ep, 2*ep+1e-6)
+	msg := fmt.Sprintf("%s: max abs error %.3g exceeds 2*%.3g (%s error) + %s = %.3g",
+		name, eg, ep, r.baseline, r.slackText, 2*ep+r.slack)
 	if worst >= 0 {
-		msg += fmt.Sprintf("; worst at index %d: got %v, plain32 %v, ref %v", worst, got[worst], plain32[worst], ref[worst])
+		msg += fmt.Sprintf("; worst at index %d: got %v, %s %v, ref %v", worst, got[worst], r.short, plain32[worst], ref[worst])
 	}
 	return fmt.Errorf("%s", msg)
 }

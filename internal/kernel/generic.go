@@ -19,6 +19,10 @@ var Generic = Impl{
 	Dot4T:     dot4TGeneric,
 	Softcap:   softcapGeneric,
 	ALiBi:     alibiGeneric,
+	BF16ToF32: bf16ToF32Generic,
+	F16ToF32:  f16ToF32Generic,
+	F32ToBF16: f32ToBF16Generic,
+	F32ToF16:  f32ToF16Generic,
 }
 
 func mulABtGeneric(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int) {

@@ -19,7 +19,7 @@ var (
 func archImpls() []Impl {
 	var impls []Impl
 	if hasAVX512 {
-		impls = append(impls, Impl{
+		im := Impl{
 			Name:      "avx512",
 			MulABt:    wrapMulABt(mulABtAVX512),
 			MulAddAB:  wrapMulAddAB(mulAddABAVX512),
@@ -32,10 +32,12 @@ func archImpls() []Impl {
 			Dot4T:     wrapDot4T(dot4TAVX2),
 			Softcap:   wrapSoftcap,
 			ALiBi:     wrapALiBi,
-		})
+		}
+		setConverters(&im, true)
+		impls = append(impls, im)
 	}
 	if hasAVX2 {
-		impls = append(impls, Impl{
+		im := Impl{
 			Name:      "avx2",
 			MulABt:    wrapMulABt(mulABtAVX2),
 			MulAddAB:  wrapMulAddAB(mulAddABAVX2),
@@ -48,7 +50,9 @@ func archImpls() []Impl {
 			Dot4T:     wrapDot4T(dot4TAVX2),
 			Softcap:   wrapSoftcap,
 			ALiBi:     wrapALiBi,
-		})
+		}
+		setConverters(&im, false)
+		impls = append(impls, im)
 	}
 	return impls
 }
@@ -64,27 +68,6 @@ func archFMAPeak(iters int) int {
 		return 12 * 8 * 2
 	}
 	return fmaPeakGeneric(iters)
-}
-
-func bad(what string) {
-	panic("kernel: internal error: " + what)
-}
-
-// checkMatrix panics unless a rows×cols matrix with leading dimension ld
-// fits in a slice of length n.
-func checkMatrix(name string, n, rows, cols, ld int) {
-	if rows < 0 || cols < 0 || ld < cols {
-		bad(name + ": bad dimensions")
-	}
-	if rows > 0 && cols > 0 && (rows-1)*ld+cols > n {
-		bad(name + ": slice too short")
-	}
-}
-
-func checkWidth(n int) {
-	if n%W != 0 {
-		bad("matrix width not a multiple of 16")
-	}
 }
 
 func wrapMulABt(f func(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int)) func(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int) {

@@ -14,6 +14,14 @@
 //   - Every width marked "multiple of W" is padded by the caller to a
 //     multiple of W = 16 floats, so kernels never need a column tail.
 //   - Bᵀ operands of MulABt are packed by PackBt into strips of W columns.
+//
+// Half precision (bfloat16 and fp16): Impl carries exact bulk converters
+// (F32ToBF16 and friends; the scalar conversions are in halfconv.go), and
+// Half is a separate set of matrix products on 16-bit inputs with float32
+// accumulation, B packed by PackVNNI in the VNNI pair layout. Its paths
+// ("amx", "avx512bf16", "f32", "generic") are listed by HalfAvailable and
+// chosen by HalfPath, which times them on this machine at first use
+// (FLASHATTN_BF16 / FLASHATTN_F16 force one).
 package kernel
 
 // W is the width, in float32 elements, that kernel row lengths and column
@@ -77,6 +85,16 @@ type Impl struct {
 	// ALiBi subtracts the linear bias: x[j] −= slope·|pos − j|. len(x) is a
 	// multiple of W; |pos − j| must stay below 2^24 (exact in float32).
 	ALiBi func(x []float32, slope, pos float32)
+
+	// BF16ToF32 sets dst[i] = BF16ToF32(src[i]) and F16ToF32 sets
+	// dst[i] = F16ToF32(src[i]) for i < len(src); F32ToBF16 and F32ToF16
+	// round src[i] into dst[i] as the scalar functions do (to nearest
+	// even, bit for bit). Any length works (the assembly converts blocks of
+	// 16 and Go the rest); dst must be at least as long as src.
+	BF16ToF32 func(dst []float32, src []uint16)
+	F16ToF32  func(dst []float32, src []uint16)
+	F32ToBF16 func(dst []uint16, src []float32)
+	F32ToF16  func(dst []uint16, src []float32)
 }
 
 // PackBt packs the n×k row-major matrix B (row j at b[j*ldb:], k elements)

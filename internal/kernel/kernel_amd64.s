@@ -4576,3 +4576,3092 @@ loop:
 done:
 	VZEROUPPER
 	RET
+
+DATA halfconsts<>+0(SB)/4, $0x00007fff
+DATA halfconsts<>+4(SB)/4, $0x00000001
+DATA halfconsts<>+8(SB)/4, $0x00000040
+DATA halfconsts<>+12(SB)/4, $0x7fffffff
+DATA halfconsts<>+16(SB)/4, $0x7f800000
+DATA halfconsts<>+20(SB)/4, $0x007fffff
+GLOBL halfconsts<>(SB), RODATA|NOPTR, $24
+
+// func bf16ToF32AVX512(dst []float32, src []uint16)
+// Requires: AVX, AVX512F
+TEXT ·bf16ToF32AVX512(SB), NOSPLIT, $0-48
+	MOVQ dst_base+0(FP), AX
+	MOVQ src_base+24(FP), CX
+	MOVQ src_len+32(FP), DX
+
+loop:
+	CMPQ      DX, $0x00000010
+	JL        done
+	VPMOVZXWD (CX), Z0
+	VPSLLD    $0x10, Z0, Z0
+	VMOVUPS   Z0, (AX)
+	ADDQ      $0x00000020, CX
+	ADDQ      $0x00000040, AX
+	SUBQ      $0x00000010, DX
+	JMP       loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func f16ToF32AVX512(dst []float32, src []uint16)
+// Requires: AVX, AVX512F
+TEXT ·f16ToF32AVX512(SB), NOSPLIT, $0-48
+	MOVQ dst_base+0(FP), AX
+	MOVQ src_base+24(FP), CX
+	MOVQ src_len+32(FP), DX
+
+loop:
+	CMPQ      DX, $0x00000010
+	JL        done
+	VCVTPH2PS (CX), Z0
+	VMOVUPS   Z0, (AX)
+	ADDQ      $0x00000020, CX
+	ADDQ      $0x00000040, AX
+	SUBQ      $0x00000010, DX
+	JMP       loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func f32ToF16AVX512(dst []uint16, src []float32)
+// Requires: AVX, AVX512F
+TEXT ·f32ToF16AVX512(SB), NOSPLIT, $0-48
+	MOVQ dst_base+0(FP), AX
+	MOVQ src_base+24(FP), CX
+	MOVQ src_len+32(FP), DX
+
+loop:
+	CMPQ      DX, $0x00000010
+	JL        done
+	VMOVUPS   (CX), Z0
+	VCVTPS2PH $0x00, Z0, (AX)
+	ADDQ      $0x00000040, CX
+	ADDQ      $0x00000020, AX
+	SUBQ      $0x00000010, DX
+	JMP       loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func f32ToBF16AVX512(dst []uint16, src []float32)
+// Requires: AVX, AVX512F
+TEXT ·f32ToBF16AVX512(SB), NOSPLIT, $0-48
+	MOVQ         dst_base+0(FP), AX
+	MOVQ         src_base+24(FP), CX
+	MOVQ         src_len+32(FP), DX
+	VPBROADCASTD halfconsts<>+0(SB), Z0
+	VPBROADCASTD halfconsts<>+4(SB), Z1
+	VPBROADCASTD halfconsts<>+8(SB), Z2
+	VPBROADCASTD halfconsts<>+12(SB), Z3
+	VPBROADCASTD halfconsts<>+16(SB), Z4
+
+loop:
+	CMPQ      DX, $0x00000010
+	JL        done
+	VMOVUPS   (CX), Z5
+	VPSRLD    $0x10, Z5, Z6
+	VPANDD    Z1, Z6, Z8
+	VPADDD    Z0, Z5, Z7
+	VPADDD    Z8, Z7, Z7
+	VPSRLD    $0x10, Z7, Z7
+	VPANDD    Z3, Z5, Z5
+	VPCMPGTD  Z4, Z5, K1
+	VPORD     Z2, Z6, Z6
+	VPBLENDMD Z6, Z7, K1, Z7
+	VPMOVDW   Z7, (AX)
+	ADDQ      $0x00000040, CX
+	ADDQ      $0x00000020, AX
+	SUBQ      $0x00000010, DX
+	JMP       loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func bf16ToF32AVX2(dst []float32, src []uint16)
+// Requires: AVX, AVX2
+TEXT ·bf16ToF32AVX2(SB), NOSPLIT, $0-48
+	MOVQ dst_base+0(FP), AX
+	MOVQ src_base+24(FP), CX
+	MOVQ src_len+32(FP), DX
+
+loop:
+	CMPQ      DX, $0x00000010
+	JL        done
+	VPMOVZXWD (CX), Y0
+	VPSLLD    $0x10, Y0, Y0
+	VMOVUPS   Y0, (AX)
+	VPMOVZXWD 16(CX), Y0
+	VPSLLD    $0x10, Y0, Y0
+	VMOVUPS   Y0, 32(AX)
+	ADDQ      $0x00000020, CX
+	ADDQ      $0x00000040, AX
+	SUBQ      $0x00000010, DX
+	JMP       loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func f16ToF32AVX2(dst []float32, src []uint16)
+// Requires: AVX, F16C
+TEXT ·f16ToF32AVX2(SB), NOSPLIT, $0-48
+	MOVQ dst_base+0(FP), AX
+	MOVQ src_base+24(FP), CX
+	MOVQ src_len+32(FP), DX
+
+loop:
+	CMPQ      DX, $0x00000010
+	JL        done
+	VCVTPH2PS (CX), Y0
+	VMOVUPS   Y0, (AX)
+	VCVTPH2PS 16(CX), Y0
+	VMOVUPS   Y0, 32(AX)
+	ADDQ      $0x00000020, CX
+	ADDQ      $0x00000040, AX
+	SUBQ      $0x00000010, DX
+	JMP       loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func f32ToF16AVX2(dst []uint16, src []float32)
+// Requires: AVX, F16C
+TEXT ·f32ToF16AVX2(SB), NOSPLIT, $0-48
+	MOVQ dst_base+0(FP), AX
+	MOVQ src_base+24(FP), CX
+	MOVQ src_len+32(FP), DX
+
+loop:
+	CMPQ      DX, $0x00000010
+	JL        done
+	VMOVUPS   (CX), Y0
+	VCVTPS2PH $0x00, Y0, (AX)
+	VMOVUPS   32(CX), Y0
+	VCVTPS2PH $0x00, Y0, 16(AX)
+	ADDQ      $0x00000040, CX
+	ADDQ      $0x00000020, AX
+	SUBQ      $0x00000010, DX
+	JMP       loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func f32ToBF16AVX2(dst []uint16, src []float32)
+// Requires: AVX, AVX2
+TEXT ·f32ToBF16AVX2(SB), NOSPLIT, $0-48
+	MOVQ         dst_base+0(FP), AX
+	MOVQ         src_base+24(FP), CX
+	MOVQ         src_len+32(FP), DX
+	VPBROADCASTD halfconsts<>+0(SB), Y0
+	VPBROADCASTD halfconsts<>+4(SB), Y1
+	VPBROADCASTD halfconsts<>+8(SB), Y2
+	VPBROADCASTD halfconsts<>+12(SB), Y3
+	VPBROADCASTD halfconsts<>+16(SB), Y4
+
+loop:
+	CMPQ      DX, $0x00000010
+	JL        done
+	VMOVUPS   (CX), Y5
+	VMOVUPS   32(CX), Y6
+	VPSRLD    $0x10, Y5, Y7
+	VPAND     Y1, Y7, Y9
+	VPADDD    Y0, Y5, Y8
+	VPADDD    Y9, Y8, Y8
+	VPSRLD    $0x10, Y8, Y8
+	VPAND     Y3, Y5, Y5
+	VPCMPGTD  Y4, Y5, Y5
+	VPOR      Y2, Y7, Y7
+	VPBLENDVB Y5, Y7, Y8, Y8
+	VPSRLD    $0x10, Y6, Y5
+	VPAND     Y1, Y5, Y9
+	VPADDD    Y0, Y6, Y7
+	VPADDD    Y9, Y7, Y7
+	VPSRLD    $0x10, Y7, Y7
+	VPAND     Y3, Y6, Y6
+	VPCMPGTD  Y4, Y6, Y6
+	VPOR      Y2, Y5, Y5
+	VPBLENDVB Y6, Y5, Y7, Y7
+	VPACKUSDW Y7, Y8, Y8
+	VPERMQ    $0xd8, Y8, Y8
+	VMOVDQU   Y8, (AX)
+	ADDQ      $0x00000040, CX
+	ADDQ      $0x00000020, AX
+	SUBQ      $0x00000010, DX
+	JMP       loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func f32ToBF16AVX512BF16(dst []uint16, src []float32)
+// Requires: AVX, AVX512F
+TEXT ·f32ToBF16AVX512BF16(SB), NOSPLIT, $0-48
+	MOVQ         dst_base+0(FP), AX
+	MOVQ         src_base+24(FP), CX
+	MOVQ         src_len+32(FP), DX
+	VPBROADCASTD halfconsts<>+0(SB), Z2
+	VPBROADCASTD halfconsts<>+4(SB), Z3
+	VPBROADCASTD halfconsts<>+8(SB), Z4
+	VPBROADCASTD halfconsts<>+12(SB), Z5
+	VPBROADCASTD halfconsts<>+16(SB), Z6
+	VPBROADCASTD halfconsts<>+20(SB), Z7
+
+loop:
+	CMPQ      DX, $0x00000010
+	JL        done
+	VMOVUPS   (CX), Z0
+	VPTESTNMD Z6, Z0, K1
+	VPTESTMD  Z7, Z0, K1, K1
+	KORTESTW  K1, K1
+	JNZ       subnormal
+
+	// raw: vcvtneps2bf16 ymm1,zmm0
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xc8
+	VMOVDQU Y1, (AX)
+
+next:
+	ADDQ $0x00000040, CX
+	ADDQ $0x00000020, AX
+	SUBQ $0x00000010, DX
+	JMP  loop
+
+subnormal:
+	VMOVUPS   (CX), Z0
+	VPSRLD    $0x10, Z0, Z1
+	VPANDD    Z3, Z1, Z9
+	VPADDD    Z2, Z0, Z8
+	VPADDD    Z9, Z8, Z8
+	VPSRLD    $0x10, Z8, Z8
+	VPANDD    Z5, Z0, Z0
+	VPCMPGTD  Z6, Z0, K1
+	VPORD     Z4, Z1, Z1
+	VPBLENDMD Z1, Z8, K1, Z8
+	VPMOVDW   Z8, (AX)
+	JMP       next
+
+done:
+	VZEROUPPER
+	RET
+
+// func cpuidex(leaf uint32, sub uint32) (eax uint32, ebx uint32, ecx uint32, edx uint32)
+// Requires: CPUID
+TEXT ·cpuidex(SB), NOSPLIT, $0-24
+	MOVL leaf+0(FP), AX
+	MOVL sub+4(FP), CX
+	CPUID
+	MOVL AX, eax+8(FP)
+	MOVL BX, ebx+12(FP)
+	MOVL CX, ecx+16(FP)
+	MOVL DX, edx+20(FP)
+	RET
+
+// func xgetbv0() (eax uint32, edx uint32)
+TEXT ·xgetbv0(SB), NOSPLIT, $0-8
+	XORL CX, CX
+	XGETBV
+	MOVL AX, eax+0(FP)
+	MOVL DX, edx+4(FP)
+	RET
+
+// func mulBF16AVX512BF16(c []float32, ldc int, a []uint16, lda int, b []uint16, m int, n int, k int)
+// Requires: AVX, AVX512F
+TEXT ·mulBF16AVX512BF16(SB), NOSPLIT, $0-112
+	MOVQ c_base+0(FP), AX
+	MOVQ b_base+64(FP), CX
+	MOVQ n+96(FP), DX
+
+cols32:
+	CMPQ DX, $0x00000020
+	JL   cols32Done
+	MOVQ a_base+32(FP), BX
+	MOVQ AX, SI
+	MOVQ m+88(FP), DI
+
+rowsv2:
+	CMPQ DI, $0x06
+	JL   rowsv2Tail
+
+	// Microkernel: 6 rows × 32 columns, 12 accumulators.
+	MOVQ   ldc+24(FP), R8
+	SHLQ   $0x02, R8
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	MOVQ   lda+56(FP), R9
+	SHLQ   $0x01, R9
+	MOVQ   BX, R10
+	LEAQ   (R10)(R9*2), R11
+	ADDQ   R9, R11
+	MOVQ   CX, R12
+	MOVQ   k+104(FP), R13
+	SHLQ   $0x05, R13
+	MOVQ   k+104(FP), R14
+	SHRQ   $0x01, R14
+	JE     r6v2store
+
+r6v2loop:
+	VMOVUPS      (R12), Z12
+	VMOVUPS      (R12)(R13*1), Z13
+	VPBROADCASTD (R10), Z14
+
+	// raw: vdpbf16ps zmm0,zmm14,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc4
+
+	// raw: vdpbf16ps zmm1,zmm14,zmm13
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD (R10)(R9*1), Z15
+
+	// raw: vdpbf16ps zmm2,zmm15,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x06
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd4
+
+	// raw: vdpbf16ps zmm3,zmm15,zmm13
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD (R10)(R9*2), Z16
+
+	// raw: vdpbf16ps zmm4,zmm16,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// raw: vdpbf16ps zmm5,zmm16,zmm13
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xed
+	VPBROADCASTD (R11), Z17
+
+	// raw: vdpbf16ps zmm6,zmm17,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x76
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf4
+
+	// raw: vdpbf16ps zmm7,zmm17,zmm13
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VPBROADCASTD (R11)(R9*1), Z18
+
+	// raw: vdpbf16ps zmm8,zmm18,zmm12
+	BYTE $0x62
+	BYTE $0x52
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc4
+
+	// raw: vdpbf16ps zmm9,zmm18,zmm13
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x6e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD (R11)(R9*2), Z19
+
+	// raw: vdpbf16ps zmm10,zmm19,zmm12
+	BYTE $0x62
+	BYTE $0x52
+	BYTE $0x66
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd4
+
+	// raw: vdpbf16ps zmm11,zmm19,zmm13
+	BYTE $0x62
+	BYTE $0x52
+	BYTE $0x66
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xdd
+	ADDQ $0x40, R12
+	ADDQ $0x04, R10
+	ADDQ $0x04, R11
+	DECQ R14
+	JNE  r6v2loop
+
+r6v2store:
+	MOVQ    SI, R9
+	VMOVUPS Z0, (R9)
+	VMOVUPS Z1, 64(R9)
+	ADDQ    R8, R9
+	VMOVUPS Z2, (R9)
+	VMOVUPS Z3, 64(R9)
+	ADDQ    R8, R9
+	VMOVUPS Z4, (R9)
+	VMOVUPS Z5, 64(R9)
+	ADDQ    R8, R9
+	VMOVUPS Z6, (R9)
+	VMOVUPS Z7, 64(R9)
+	ADDQ    R8, R9
+	VMOVUPS Z8, (R9)
+	VMOVUPS Z9, 64(R9)
+	ADDQ    R8, R9
+	VMOVUPS Z10, (R9)
+	VMOVUPS Z11, 64(R9)
+	MOVQ    lda+56(FP), R8
+	IMUL3Q  $0x0c, R8, R8
+	ADDQ    R8, BX
+	MOVQ    ldc+24(FP), R8
+	IMUL3Q  $0x18, R8, R8
+	ADDQ    R8, SI
+	SUBQ    $0x06, DI
+	JMP     rowsv2
+
+rowsv2Tail:
+	CMPQ DI, $0x00000005
+	JNE  rowsv2Tail5
+
+	// Microkernel: 5 rows × 32 columns, 10 accumulators.
+	MOVQ   ldc+24(FP), DI
+	SHLQ   $0x02, DI
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	MOVQ   lda+56(FP), R8
+	SHLQ   $0x01, R8
+	LEAQ   (BX)(R8*2), R9
+	ADDQ   R8, R9
+	MOVQ   CX, R10
+	MOVQ   k+104(FP), R11
+	SHLQ   $0x05, R11
+	MOVQ   k+104(FP), R12
+	SHRQ   $0x01, R12
+	JE     r5v2store
+
+r5v2loop:
+	VMOVUPS      (R10), Z12
+	VMOVUPS      (R10)(R11*1), Z13
+	VPBROADCASTD (BX), Z14
+
+	// raw: vdpbf16ps zmm0,zmm14,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc4
+
+	// raw: vdpbf16ps zmm1,zmm14,zmm13
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD (BX)(R8*1), Z15
+
+	// raw: vdpbf16ps zmm2,zmm15,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x06
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd4
+
+	// raw: vdpbf16ps zmm3,zmm15,zmm13
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD (BX)(R8*2), Z16
+
+	// raw: vdpbf16ps zmm4,zmm16,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// raw: vdpbf16ps zmm5,zmm16,zmm13
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xed
+	VPBROADCASTD (R9), Z17
+
+	// raw: vdpbf16ps zmm6,zmm17,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x76
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf4
+
+	// raw: vdpbf16ps zmm7,zmm17,zmm13
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VPBROADCASTD (R9)(R8*1), Z18
+
+	// raw: vdpbf16ps zmm8,zmm18,zmm12
+	BYTE $0x62
+	BYTE $0x52
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc4
+
+	// raw: vdpbf16ps zmm9,zmm18,zmm13
+	BYTE $0x62
+	BYTE $0x52
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xcd
+	ADDQ $0x40, R10
+	ADDQ $0x04, BX
+	ADDQ $0x04, R9
+	DECQ R12
+	JNE  r5v2loop
+
+r5v2store:
+	MOVQ    SI, BX
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    DI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    DI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	ADDQ    DI, BX
+	VMOVUPS Z6, (BX)
+	VMOVUPS Z7, 64(BX)
+	ADDQ    DI, BX
+	VMOVUPS Z8, (BX)
+	VMOVUPS Z9, 64(BX)
+	JMP     rowsv2Done
+
+rowsv2Tail5:
+	CMPQ DI, $0x00000004
+	JNE  rowsv2Tail4
+
+	// Microkernel: 4 rows × 32 columns, 8 accumulators.
+	MOVQ   ldc+24(FP), DI
+	SHLQ   $0x02, DI
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	MOVQ   lda+56(FP), R8
+	SHLQ   $0x01, R8
+	LEAQ   (BX)(R8*2), R9
+	ADDQ   R8, R9
+	MOVQ   CX, R10
+	MOVQ   k+104(FP), R11
+	SHLQ   $0x05, R11
+	MOVQ   k+104(FP), R12
+	SHRQ   $0x01, R12
+	JE     r4v2store
+
+r4v2loop:
+	VMOVUPS      (R10), Z12
+	VMOVUPS      (R10)(R11*1), Z13
+	VPBROADCASTD (BX), Z14
+
+	// raw: vdpbf16ps zmm0,zmm14,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc4
+
+	// raw: vdpbf16ps zmm1,zmm14,zmm13
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD (BX)(R8*1), Z15
+
+	// raw: vdpbf16ps zmm2,zmm15,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x06
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd4
+
+	// raw: vdpbf16ps zmm3,zmm15,zmm13
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD (BX)(R8*2), Z16
+
+	// raw: vdpbf16ps zmm4,zmm16,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// raw: vdpbf16ps zmm5,zmm16,zmm13
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xed
+	VPBROADCASTD (R9), Z17
+
+	// raw: vdpbf16ps zmm6,zmm17,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x76
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf4
+
+	// raw: vdpbf16ps zmm7,zmm17,zmm13
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x76
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xfd
+	ADDQ $0x40, R10
+	ADDQ $0x04, BX
+	ADDQ $0x04, R9
+	DECQ R12
+	JNE  r4v2loop
+
+r4v2store:
+	MOVQ    SI, BX
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    DI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    DI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	ADDQ    DI, BX
+	VMOVUPS Z6, (BX)
+	VMOVUPS Z7, 64(BX)
+	JMP     rowsv2Done
+
+rowsv2Tail4:
+	CMPQ DI, $0x00000003
+	JNE  rowsv2Tail3
+
+	// Microkernel: 3 rows × 32 columns, 6 accumulators.
+	MOVQ   ldc+24(FP), DI
+	SHLQ   $0x02, DI
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	MOVQ   lda+56(FP), R8
+	SHLQ   $0x01, R8
+	MOVQ   CX, R9
+	MOVQ   k+104(FP), R10
+	SHLQ   $0x05, R10
+	MOVQ   k+104(FP), R11
+	SHRQ   $0x01, R11
+	JE     r3v2store
+
+r3v2loop:
+	VMOVUPS      (R9), Z12
+	VMOVUPS      (R9)(R10*1), Z13
+	VPBROADCASTD (BX), Z14
+
+	// raw: vdpbf16ps zmm0,zmm14,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc4
+
+	// raw: vdpbf16ps zmm1,zmm14,zmm13
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD (BX)(R8*1), Z15
+
+	// raw: vdpbf16ps zmm2,zmm15,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x06
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd4
+
+	// raw: vdpbf16ps zmm3,zmm15,zmm13
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD (BX)(R8*2), Z16
+
+	// raw: vdpbf16ps zmm4,zmm16,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// raw: vdpbf16ps zmm5,zmm16,zmm13
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xed
+	ADDQ $0x40, R9
+	ADDQ $0x04, BX
+	DECQ R11
+	JNE  r3v2loop
+
+r3v2store:
+	MOVQ    SI, BX
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    DI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    DI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	JMP     rowsv2Done
+
+rowsv2Tail3:
+	CMPQ DI, $0x00000002
+	JNE  rowsv2Tail2
+
+	// Microkernel: 2 rows × 32 columns, 4 accumulators.
+	MOVQ   ldc+24(FP), DI
+	SHLQ   $0x02, DI
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	MOVQ   lda+56(FP), R8
+	SHLQ   $0x01, R8
+	MOVQ   CX, R9
+	MOVQ   k+104(FP), R10
+	SHLQ   $0x05, R10
+	MOVQ   k+104(FP), R11
+	SHRQ   $0x01, R11
+	JE     r2v2store
+
+r2v2loop:
+	VMOVUPS      (R9), Z12
+	VMOVUPS      (R9)(R10*1), Z13
+	VPBROADCASTD (BX), Z14
+
+	// raw: vdpbf16ps zmm0,zmm14,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc4
+
+	// raw: vdpbf16ps zmm1,zmm14,zmm13
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD (BX)(R8*1), Z15
+
+	// raw: vdpbf16ps zmm2,zmm15,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x06
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd4
+
+	// raw: vdpbf16ps zmm3,zmm15,zmm13
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x06
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xdd
+	ADDQ $0x40, R9
+	ADDQ $0x04, BX
+	DECQ R11
+	JNE  r2v2loop
+
+r2v2store:
+	MOVQ    SI, BX
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    DI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	JMP     rowsv2Done
+
+rowsv2Tail2:
+	CMPQ DI, $0x00000001
+	JNE  rowsv2Tail1
+
+	// Microkernel: 1 rows × 32 columns, 2 accumulators.
+	MOVQ   ldc+24(FP), DI
+	SHLQ   $0x02, DI
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x01, DI
+	MOVQ   CX, DI
+	MOVQ   k+104(FP), R8
+	SHLQ   $0x05, R8
+	MOVQ   k+104(FP), R9
+	SHRQ   $0x01, R9
+	JE     r1v2store
+
+r1v2loop:
+	VMOVUPS      (DI), Z12
+	VMOVUPS      (DI)(R8*1), Z13
+	VPBROADCASTD (BX), Z14
+
+	// raw: vdpbf16ps zmm0,zmm14,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc4
+
+	// raw: vdpbf16ps zmm1,zmm14,zmm13
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xcd
+	ADDQ $0x40, DI
+	ADDQ $0x04, BX
+	DECQ R9
+	JNE  r1v2loop
+
+r1v2store:
+	MOVQ    SI, BX
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	JMP     rowsv2Done
+
+rowsv2Tail1:
+rowsv2Done:
+	ADDQ $0x00000080, AX
+	MOVQ k+104(FP), BX
+	SHLQ $0x06, BX
+	ADDQ BX, CX
+	SUBQ $0x00000020, DX
+	JMP  cols32
+
+cols32Done:
+cols16:
+	CMPQ DX, $0x00000010
+	JL   cols16Done
+	MOVQ a_base+32(FP), BX
+	MOVQ AX, SI
+	MOVQ m+88(FP), DI
+
+rowsv1:
+	CMPQ DI, $0x06
+	JL   rowsv1Tail
+
+	// Microkernel: 6 rows × 16 columns, 6 accumulators.
+	MOVQ   ldc+24(FP), R8
+	SHLQ   $0x02, R8
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z10, Z10, Z10
+	MOVQ   lda+56(FP), R9
+	SHLQ   $0x01, R9
+	MOVQ   BX, R10
+	LEAQ   (R10)(R9*2), R11
+	ADDQ   R9, R11
+	MOVQ   CX, R12
+	MOVQ   k+104(FP), R13
+	SHRQ   $0x01, R13
+	JE     r6v1store
+
+r6v1loop:
+	VMOVUPS      (R12), Z12
+	VPBROADCASTD (R10), Z14
+
+	// raw: vdpbf16ps zmm0,zmm14,zmm12
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc4
+	VPBROADCASTD (R10)(R9*1), Z15
+
+	// raw: vdpbf16ps zmm2,zmm15,zmm12
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xd4
+	VPBROADCASTD (R10)(R9*2), Z16
+
+	// raw: vdpbf16ps zmm4,zmm16,zmm12
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe4
+	VPBROADCASTD (R11), Z17
+
+	// raw: vdpbf16ps zmm6,zmm17,zmm12
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf4
+	VPBROADCASTD (R11)(R9*1), Z18
+
+	// raw: vdpbf16ps zmm8,zmm18,zmm12
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x6e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc4
+	VPBROADCASTD (R11)(R9*2), Z19
+
+	// raw: vdpbf16ps zmm10,zmm19,zmm12
+	BYTE $0x62
+	BYTE $0x52
+	BYTE $0x66
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd4
+	ADDQ $0x40, R12
+	ADDQ $0x04, R10
+	ADDQ $0x04, R11
+	DECQ R13
+	JNE  r6v1loop
+
+r6v1store:
+	MOVQ    SI, R9
+	VMOVUPS Z0, (R9)
+	ADDQ    R8, R9
+	VMOVUPS Z2, (R9)
+	ADDQ    R8, R9
+	VMOVUPS Z4, (R9)
+	ADDQ    R8, R9
+	VMOVUPS Z6, (R9)
+	ADDQ    R8, R9
+	VMOVUPS Z8, (R9)
+	ADDQ    R8, R9
+	VMOVUPS Z10, (R9)
+	MOVQ    lda+56(FP), R8
+	IMUL3Q  $0x0c, R8, R8
+	ADDQ    R8, BX
+	MOVQ    ldc+24(FP), R8
+	IMUL3Q  $0x18, R8, R8
+	ADDQ    R8, SI
+	SUBQ    $0x06, DI
+	JMP     rowsv1
+
+rowsv1Tail:
+	CMPQ DI, $0x00000005
+	JNE  rowsv1Tail5
+
+	// Microkernel: 5 rows × 16 columns, 5 accumulators.
+	MOVQ   ldc+24(FP), DI
+	SHLQ   $0x02, DI
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z8, Z8, Z8
+	MOVQ   lda+56(FP), R8
+	SHLQ   $0x01, R8
+	LEAQ   (BX)(R8*2), R9
+	ADDQ   R8, R9
+	MOVQ   CX, R10
+	MOVQ   k+104(FP), R11
+	SHRQ   $0x01, R11
+	JE     r5v1store
+
+r5v1loop:
+	VMOVUPS      (R10), Z12
+	VPBROADCASTD (BX), Z14
+
+	// raw: vdpbf16ps zmm0,zmm14,zmm12
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc4
+	VPBROADCASTD (BX)(R8*1), Z15
+
+	// raw: vdpbf16ps zmm2,zmm15,zmm12
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xd4
+	VPBROADCASTD (BX)(R8*2), Z16
+
+	// raw: vdpbf16ps zmm4,zmm16,zmm12
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe4
+	VPBROADCASTD (R9), Z17
+
+	// raw: vdpbf16ps zmm6,zmm17,zmm12
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf4
+	VPBROADCASTD (R9)(R8*1), Z18
+
+	// raw: vdpbf16ps zmm8,zmm18,zmm12
+	BYTE $0x62
+	BYTE $0x52
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc4
+	ADDQ $0x40, R10
+	ADDQ $0x04, BX
+	ADDQ $0x04, R9
+	DECQ R11
+	JNE  r5v1loop
+
+r5v1store:
+	MOVQ    SI, BX
+	VMOVUPS Z0, (BX)
+	ADDQ    DI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    DI, BX
+	VMOVUPS Z4, (BX)
+	ADDQ    DI, BX
+	VMOVUPS Z6, (BX)
+	ADDQ    DI, BX
+	VMOVUPS Z8, (BX)
+	JMP     rowsv1Done
+
+rowsv1Tail5:
+	CMPQ DI, $0x00000004
+	JNE  rowsv1Tail4
+
+	// Microkernel: 4 rows × 16 columns, 4 accumulators.
+	MOVQ   ldc+24(FP), DI
+	SHLQ   $0x02, DI
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z6, Z6, Z6
+	MOVQ   lda+56(FP), R8
+	SHLQ   $0x01, R8
+	LEAQ   (BX)(R8*2), R9
+	ADDQ   R8, R9
+	MOVQ   CX, R10
+	MOVQ   k+104(FP), R11
+	SHRQ   $0x01, R11
+	JE     r4v1store
+
+r4v1loop:
+	VMOVUPS      (R10), Z12
+	VPBROADCASTD (BX), Z14
+
+	// raw: vdpbf16ps zmm0,zmm14,zmm12
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc4
+	VPBROADCASTD (BX)(R8*1), Z15
+
+	// raw: vdpbf16ps zmm2,zmm15,zmm12
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xd4
+	VPBROADCASTD (BX)(R8*2), Z16
+
+	// raw: vdpbf16ps zmm4,zmm16,zmm12
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe4
+	VPBROADCASTD (R9), Z17
+
+	// raw: vdpbf16ps zmm6,zmm17,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x76
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf4
+	ADDQ $0x40, R10
+	ADDQ $0x04, BX
+	ADDQ $0x04, R9
+	DECQ R11
+	JNE  r4v1loop
+
+r4v1store:
+	MOVQ    SI, BX
+	VMOVUPS Z0, (BX)
+	ADDQ    DI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    DI, BX
+	VMOVUPS Z4, (BX)
+	ADDQ    DI, BX
+	VMOVUPS Z6, (BX)
+	JMP     rowsv1Done
+
+rowsv1Tail4:
+	CMPQ DI, $0x00000003
+	JNE  rowsv1Tail3
+
+	// Microkernel: 3 rows × 16 columns, 3 accumulators.
+	MOVQ   ldc+24(FP), DI
+	SHLQ   $0x02, DI
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z4, Z4, Z4
+	MOVQ   lda+56(FP), R8
+	SHLQ   $0x01, R8
+	MOVQ   CX, R9
+	MOVQ   k+104(FP), R10
+	SHRQ   $0x01, R10
+	JE     r3v1store
+
+r3v1loop:
+	VMOVUPS      (R9), Z12
+	VPBROADCASTD (BX), Z14
+
+	// raw: vdpbf16ps zmm0,zmm14,zmm12
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc4
+	VPBROADCASTD (BX)(R8*1), Z15
+
+	// raw: vdpbf16ps zmm2,zmm15,zmm12
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xd4
+	VPBROADCASTD (BX)(R8*2), Z16
+
+	// raw: vdpbf16ps zmm4,zmm16,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+	ADDQ $0x40, R9
+	ADDQ $0x04, BX
+	DECQ R10
+	JNE  r3v1loop
+
+r3v1store:
+	MOVQ    SI, BX
+	VMOVUPS Z0, (BX)
+	ADDQ    DI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    DI, BX
+	VMOVUPS Z4, (BX)
+	JMP     rowsv1Done
+
+rowsv1Tail3:
+	CMPQ DI, $0x00000002
+	JNE  rowsv1Tail2
+
+	// Microkernel: 2 rows × 16 columns, 2 accumulators.
+	MOVQ   ldc+24(FP), DI
+	SHLQ   $0x02, DI
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z2, Z2, Z2
+	MOVQ   lda+56(FP), R8
+	SHLQ   $0x01, R8
+	MOVQ   CX, R9
+	MOVQ   k+104(FP), R10
+	SHRQ   $0x01, R10
+	JE     r2v1store
+
+r2v1loop:
+	VMOVUPS      (R9), Z12
+	VPBROADCASTD (BX), Z14
+
+	// raw: vdpbf16ps zmm0,zmm14,zmm12
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc4
+	VPBROADCASTD (BX)(R8*1), Z15
+
+	// raw: vdpbf16ps zmm2,zmm15,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x06
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd4
+	ADDQ $0x40, R9
+	ADDQ $0x04, BX
+	DECQ R10
+	JNE  r2v1loop
+
+r2v1store:
+	MOVQ    SI, BX
+	VMOVUPS Z0, (BX)
+	ADDQ    DI, BX
+	VMOVUPS Z2, (BX)
+	JMP     rowsv1Done
+
+rowsv1Tail2:
+	CMPQ DI, $0x00000001
+	JNE  rowsv1Tail1
+
+	// Microkernel: 1 rows × 16 columns, 1 accumulators.
+	MOVQ   ldc+24(FP), DI
+	SHLQ   $0x02, DI
+	VPSUBD Z0, Z0, Z0
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x01, DI
+	MOVQ   CX, DI
+	MOVQ   k+104(FP), R8
+	SHRQ   $0x01, R8
+	JE     r1v1store
+
+r1v1loop:
+	VMOVUPS      (DI), Z12
+	VPBROADCASTD (BX), Z14
+
+	// raw: vdpbf16ps zmm0,zmm14,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc4
+	ADDQ $0x40, DI
+	ADDQ $0x04, BX
+	DECQ R8
+	JNE  r1v1loop
+
+r1v1store:
+	MOVQ    SI, BX
+	VMOVUPS Z0, (BX)
+	JMP     rowsv1Done
+
+rowsv1Tail1:
+rowsv1Done:
+	ADDQ $0x00000040, AX
+	MOVQ k+104(FP), BX
+	SHLQ $0x05, BX
+	ADDQ BX, CX
+	SUBQ $0x00000010, DX
+	JMP  cols16
+
+cols16Done:
+	VZEROUPPER
+	RET
+
+// func mulAddBF16AVX512BF16(c []float32, ldc int, a []uint16, lda int, b []uint16, m int, n int, k int)
+// Requires: AVX, AVX512F
+TEXT ·mulAddBF16AVX512BF16(SB), NOSPLIT, $0-112
+	MOVQ c_base+0(FP), AX
+	MOVQ b_base+64(FP), CX
+	MOVQ n+96(FP), DX
+
+cols32:
+	CMPQ DX, $0x00000020
+	JL   cols32Done
+	MOVQ a_base+32(FP), BX
+	MOVQ AX, SI
+	MOVQ m+88(FP), DI
+
+rowsv2:
+	CMPQ DI, $0x06
+	JL   rowsv2Tail
+
+	// Microkernel: 6 rows × 32 columns, 12 accumulators.
+	MOVQ    ldc+24(FP), R8
+	SHLQ    $0x02, R8
+	MOVQ    SI, R9
+	VMOVUPS (R9), Z0
+	VMOVUPS 64(R9), Z1
+	ADDQ    R8, R9
+	VMOVUPS (R9), Z2
+	VMOVUPS 64(R9), Z3
+	ADDQ    R8, R9
+	VMOVUPS (R9), Z4
+	VMOVUPS 64(R9), Z5
+	ADDQ    R8, R9
+	VMOVUPS (R9), Z6
+	VMOVUPS 64(R9), Z7
+	ADDQ    R8, R9
+	VMOVUPS (R9), Z8
+	VMOVUPS 64(R9), Z9
+	ADDQ    R8, R9
+	VMOVUPS (R9), Z10
+	VMOVUPS 64(R9), Z11
+	MOVQ    lda+56(FP), R9
+	SHLQ    $0x01, R9
+	MOVQ    BX, R10
+	LEAQ    (R10)(R9*2), R11
+	ADDQ    R9, R11
+	MOVQ    CX, R12
+	MOVQ    k+104(FP), R13
+	SHLQ    $0x05, R13
+	MOVQ    k+104(FP), R14
+	SHRQ    $0x01, R14
+	JE      r6v2store
+
+r6v2loop:
+	VMOVUPS      (R12), Z12
+	VMOVUPS      (R12)(R13*1), Z13
+	VPBROADCASTD (R10), Z14
+
+	// raw: vdpbf16ps zmm0,zmm14,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc4
+
+	// raw: vdpbf16ps zmm1,zmm14,zmm13
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD (R10)(R9*1), Z15
+
+	// raw: vdpbf16ps zmm2,zmm15,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x06
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd4
+
+	// raw: vdpbf16ps zmm3,zmm15,zmm13
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD (R10)(R9*2), Z16
+
+	// raw: vdpbf16ps zmm4,zmm16,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// raw: vdpbf16ps zmm5,zmm16,zmm13
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xed
+	VPBROADCASTD (R11), Z17
+
+	// raw: vdpbf16ps zmm6,zmm17,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x76
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf4
+
+	// raw: vdpbf16ps zmm7,zmm17,zmm13
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VPBROADCASTD (R11)(R9*1), Z18
+
+	// raw: vdpbf16ps zmm8,zmm18,zmm12
+	BYTE $0x62
+	BYTE $0x52
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc4
+
+	// raw: vdpbf16ps zmm9,zmm18,zmm13
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x6e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD (R11)(R9*2), Z19
+
+	// raw: vdpbf16ps zmm10,zmm19,zmm12
+	BYTE $0x62
+	BYTE $0x52
+	BYTE $0x66
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd4
+
+	// raw: vdpbf16ps zmm11,zmm19,zmm13
+	BYTE $0x62
+	BYTE $0x52
+	BYTE $0x66
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xdd
+	ADDQ $0x40, R12
+	ADDQ $0x04, R10
+	ADDQ $0x04, R11
+	DECQ R14
+	JNE  r6v2loop
+
+r6v2store:
+	MOVQ    SI, R9
+	VMOVUPS Z0, (R9)
+	VMOVUPS Z1, 64(R9)
+	ADDQ    R8, R9
+	VMOVUPS Z2, (R9)
+	VMOVUPS Z3, 64(R9)
+	ADDQ    R8, R9
+	VMOVUPS Z4, (R9)
+	VMOVUPS Z5, 64(R9)
+	ADDQ    R8, R9
+	VMOVUPS Z6, (R9)
+	VMOVUPS Z7, 64(R9)
+	ADDQ    R8, R9
+	VMOVUPS Z8, (R9)
+	VMOVUPS Z9, 64(R9)
+	ADDQ    R8, R9
+	VMOVUPS Z10, (R9)
+	VMOVUPS Z11, 64(R9)
+	MOVQ    lda+56(FP), R8
+	IMUL3Q  $0x0c, R8, R8
+	ADDQ    R8, BX
+	MOVQ    ldc+24(FP), R8
+	IMUL3Q  $0x18, R8, R8
+	ADDQ    R8, SI
+	SUBQ    $0x06, DI
+	JMP     rowsv2
+
+rowsv2Tail:
+	CMPQ DI, $0x00000005
+	JNE  rowsv2Tail5
+
+	// Microkernel: 5 rows × 32 columns, 10 accumulators.
+	MOVQ    ldc+24(FP), DI
+	SHLQ    $0x02, DI
+	MOVQ    SI, R8
+	VMOVUPS (R8), Z0
+	VMOVUPS 64(R8), Z1
+	ADDQ    DI, R8
+	VMOVUPS (R8), Z2
+	VMOVUPS 64(R8), Z3
+	ADDQ    DI, R8
+	VMOVUPS (R8), Z4
+	VMOVUPS 64(R8), Z5
+	ADDQ    DI, R8
+	VMOVUPS (R8), Z6
+	VMOVUPS 64(R8), Z7
+	ADDQ    DI, R8
+	VMOVUPS (R8), Z8
+	VMOVUPS 64(R8), Z9
+	MOVQ    lda+56(FP), R8
+	SHLQ    $0x01, R8
+	LEAQ    (BX)(R8*2), R9
+	ADDQ    R8, R9
+	MOVQ    CX, R10
+	MOVQ    k+104(FP), R11
+	SHLQ    $0x05, R11
+	MOVQ    k+104(FP), R12
+	SHRQ    $0x01, R12
+	JE      r5v2store
+
+r5v2loop:
+	VMOVUPS      (R10), Z12
+	VMOVUPS      (R10)(R11*1), Z13
+	VPBROADCASTD (BX), Z14
+
+	// raw: vdpbf16ps zmm0,zmm14,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc4
+
+	// raw: vdpbf16ps zmm1,zmm14,zmm13
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD (BX)(R8*1), Z15
+
+	// raw: vdpbf16ps zmm2,zmm15,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x06
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd4
+
+	// raw: vdpbf16ps zmm3,zmm15,zmm13
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD (BX)(R8*2), Z16
+
+	// raw: vdpbf16ps zmm4,zmm16,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// raw: vdpbf16ps zmm5,zmm16,zmm13
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xed
+	VPBROADCASTD (R9), Z17
+
+	// raw: vdpbf16ps zmm6,zmm17,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x76
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf4
+
+	// raw: vdpbf16ps zmm7,zmm17,zmm13
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VPBROADCASTD (R9)(R8*1), Z18
+
+	// raw: vdpbf16ps zmm8,zmm18,zmm12
+	BYTE $0x62
+	BYTE $0x52
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc4
+
+	// raw: vdpbf16ps zmm9,zmm18,zmm13
+	BYTE $0x62
+	BYTE $0x52
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xcd
+	ADDQ $0x40, R10
+	ADDQ $0x04, BX
+	ADDQ $0x04, R9
+	DECQ R12
+	JNE  r5v2loop
+
+r5v2store:
+	MOVQ    SI, BX
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    DI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    DI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	ADDQ    DI, BX
+	VMOVUPS Z6, (BX)
+	VMOVUPS Z7, 64(BX)
+	ADDQ    DI, BX
+	VMOVUPS Z8, (BX)
+	VMOVUPS Z9, 64(BX)
+	JMP     rowsv2Done
+
+rowsv2Tail5:
+	CMPQ DI, $0x00000004
+	JNE  rowsv2Tail4
+
+	// Microkernel: 4 rows × 32 columns, 8 accumulators.
+	MOVQ    ldc+24(FP), DI
+	SHLQ    $0x02, DI
+	MOVQ    SI, R8
+	VMOVUPS (R8), Z0
+	VMOVUPS 64(R8), Z1
+	ADDQ    DI, R8
+	VMOVUPS (R8), Z2
+	VMOVUPS 64(R8), Z3
+	ADDQ    DI, R8
+	VMOVUPS (R8), Z4
+	VMOVUPS 64(R8), Z5
+	ADDQ    DI, R8
+	VMOVUPS (R8), Z6
+	VMOVUPS 64(R8), Z7
+	MOVQ    lda+56(FP), R8
+	SHLQ    $0x01, R8
+	LEAQ    (BX)(R8*2), R9
+	ADDQ    R8, R9
+	MOVQ    CX, R10
+	MOVQ    k+104(FP), R11
+	SHLQ    $0x05, R11
+	MOVQ    k+104(FP), R12
+	SHRQ    $0x01, R12
+	JE      r4v2store
+
+r4v2loop:
+	VMOVUPS      (R10), Z12
+	VMOVUPS      (R10)(R11*1), Z13
+	VPBROADCASTD (BX), Z14
+
+	// raw: vdpbf16ps zmm0,zmm14,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc4
+
+	// raw: vdpbf16ps zmm1,zmm14,zmm13
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD (BX)(R8*1), Z15
+
+	// raw: vdpbf16ps zmm2,zmm15,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x06
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd4
+
+	// raw: vdpbf16ps zmm3,zmm15,zmm13
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD (BX)(R8*2), Z16
+
+	// raw: vdpbf16ps zmm4,zmm16,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// raw: vdpbf16ps zmm5,zmm16,zmm13
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xed
+	VPBROADCASTD (R9), Z17
+
+	// raw: vdpbf16ps zmm6,zmm17,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x76
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf4
+
+	// raw: vdpbf16ps zmm7,zmm17,zmm13
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x76
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xfd
+	ADDQ $0x40, R10
+	ADDQ $0x04, BX
+	ADDQ $0x04, R9
+	DECQ R12
+	JNE  r4v2loop
+
+r4v2store:
+	MOVQ    SI, BX
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    DI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    DI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	ADDQ    DI, BX
+	VMOVUPS Z6, (BX)
+	VMOVUPS Z7, 64(BX)
+	JMP     rowsv2Done
+
+rowsv2Tail4:
+	CMPQ DI, $0x00000003
+	JNE  rowsv2Tail3
+
+	// Microkernel: 3 rows × 32 columns, 6 accumulators.
+	MOVQ    ldc+24(FP), DI
+	SHLQ    $0x02, DI
+	MOVQ    SI, R8
+	VMOVUPS (R8), Z0
+	VMOVUPS 64(R8), Z1
+	ADDQ    DI, R8
+	VMOVUPS (R8), Z2
+	VMOVUPS 64(R8), Z3
+	ADDQ    DI, R8
+	VMOVUPS (R8), Z4
+	VMOVUPS 64(R8), Z5
+	MOVQ    lda+56(FP), R8
+	SHLQ    $0x01, R8
+	MOVQ    CX, R9
+	MOVQ    k+104(FP), R10
+	SHLQ    $0x05, R10
+	MOVQ    k+104(FP), R11
+	SHRQ    $0x01, R11
+	JE      r3v2store
+
+r3v2loop:
+	VMOVUPS      (R9), Z12
+	VMOVUPS      (R9)(R10*1), Z13
+	VPBROADCASTD (BX), Z14
+
+	// raw: vdpbf16ps zmm0,zmm14,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc4
+
+	// raw: vdpbf16ps zmm1,zmm14,zmm13
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD (BX)(R8*1), Z15
+
+	// raw: vdpbf16ps zmm2,zmm15,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x06
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd4
+
+	// raw: vdpbf16ps zmm3,zmm15,zmm13
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD (BX)(R8*2), Z16
+
+	// raw: vdpbf16ps zmm4,zmm16,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+
+	// raw: vdpbf16ps zmm5,zmm16,zmm13
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xed
+	ADDQ $0x40, R9
+	ADDQ $0x04, BX
+	DECQ R11
+	JNE  r3v2loop
+
+r3v2store:
+	MOVQ    SI, BX
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    DI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    DI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	JMP     rowsv2Done
+
+rowsv2Tail3:
+	CMPQ DI, $0x00000002
+	JNE  rowsv2Tail2
+
+	// Microkernel: 2 rows × 32 columns, 4 accumulators.
+	MOVQ    ldc+24(FP), DI
+	SHLQ    $0x02, DI
+	MOVQ    SI, R8
+	VMOVUPS (R8), Z0
+	VMOVUPS 64(R8), Z1
+	ADDQ    DI, R8
+	VMOVUPS (R8), Z2
+	VMOVUPS 64(R8), Z3
+	MOVQ    lda+56(FP), R8
+	SHLQ    $0x01, R8
+	MOVQ    CX, R9
+	MOVQ    k+104(FP), R10
+	SHLQ    $0x05, R10
+	MOVQ    k+104(FP), R11
+	SHRQ    $0x01, R11
+	JE      r2v2store
+
+r2v2loop:
+	VMOVUPS      (R9), Z12
+	VMOVUPS      (R9)(R10*1), Z13
+	VPBROADCASTD (BX), Z14
+
+	// raw: vdpbf16ps zmm0,zmm14,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc4
+
+	// raw: vdpbf16ps zmm1,zmm14,zmm13
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD (BX)(R8*1), Z15
+
+	// raw: vdpbf16ps zmm2,zmm15,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x06
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd4
+
+	// raw: vdpbf16ps zmm3,zmm15,zmm13
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x06
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xdd
+	ADDQ $0x40, R9
+	ADDQ $0x04, BX
+	DECQ R11
+	JNE  r2v2loop
+
+r2v2store:
+	MOVQ    SI, BX
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    DI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	JMP     rowsv2Done
+
+rowsv2Tail2:
+	CMPQ DI, $0x00000001
+	JNE  rowsv2Tail1
+
+	// Microkernel: 1 rows × 32 columns, 2 accumulators.
+	MOVQ    ldc+24(FP), DI
+	SHLQ    $0x02, DI
+	MOVQ    SI, DI
+	VMOVUPS (DI), Z0
+	VMOVUPS 64(DI), Z1
+	MOVQ    lda+56(FP), DI
+	SHLQ    $0x01, DI
+	MOVQ    CX, DI
+	MOVQ    k+104(FP), R8
+	SHLQ    $0x05, R8
+	MOVQ    k+104(FP), R9
+	SHRQ    $0x01, R9
+	JE      r1v2store
+
+r1v2loop:
+	VMOVUPS      (DI), Z12
+	VMOVUPS      (DI)(R8*1), Z13
+	VPBROADCASTD (BX), Z14
+
+	// raw: vdpbf16ps zmm0,zmm14,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc4
+
+	// raw: vdpbf16ps zmm1,zmm14,zmm13
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xcd
+	ADDQ $0x40, DI
+	ADDQ $0x04, BX
+	DECQ R9
+	JNE  r1v2loop
+
+r1v2store:
+	MOVQ    SI, BX
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	JMP     rowsv2Done
+
+rowsv2Tail1:
+rowsv2Done:
+	ADDQ $0x00000080, AX
+	MOVQ k+104(FP), BX
+	SHLQ $0x06, BX
+	ADDQ BX, CX
+	SUBQ $0x00000020, DX
+	JMP  cols32
+
+cols32Done:
+cols16:
+	CMPQ DX, $0x00000010
+	JL   cols16Done
+	MOVQ a_base+32(FP), BX
+	MOVQ AX, SI
+	MOVQ m+88(FP), DI
+
+rowsv1:
+	CMPQ DI, $0x06
+	JL   rowsv1Tail
+
+	// Microkernel: 6 rows × 16 columns, 6 accumulators.
+	MOVQ    ldc+24(FP), R8
+	SHLQ    $0x02, R8
+	MOVQ    SI, R9
+	VMOVUPS (R9), Z0
+	ADDQ    R8, R9
+	VMOVUPS (R9), Z2
+	ADDQ    R8, R9
+	VMOVUPS (R9), Z4
+	ADDQ    R8, R9
+	VMOVUPS (R9), Z6
+	ADDQ    R8, R9
+	VMOVUPS (R9), Z8
+	ADDQ    R8, R9
+	VMOVUPS (R9), Z10
+	MOVQ    lda+56(FP), R9
+	SHLQ    $0x01, R9
+	MOVQ    BX, R10
+	LEAQ    (R10)(R9*2), R11
+	ADDQ    R9, R11
+	MOVQ    CX, R12
+	MOVQ    k+104(FP), R13
+	SHRQ    $0x01, R13
+	JE      r6v1store
+
+r6v1loop:
+	VMOVUPS      (R12), Z12
+	VPBROADCASTD (R10), Z14
+
+	// raw: vdpbf16ps zmm0,zmm14,zmm12
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc4
+	VPBROADCASTD (R10)(R9*1), Z15
+
+	// raw: vdpbf16ps zmm2,zmm15,zmm12
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xd4
+	VPBROADCASTD (R10)(R9*2), Z16
+
+	// raw: vdpbf16ps zmm4,zmm16,zmm12
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe4
+	VPBROADCASTD (R11), Z17
+
+	// raw: vdpbf16ps zmm6,zmm17,zmm12
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf4
+	VPBROADCASTD (R11)(R9*1), Z18
+
+	// raw: vdpbf16ps zmm8,zmm18,zmm12
+	BYTE         $0x62
+	BYTE         $0x52
+	BYTE         $0x6e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc4
+	VPBROADCASTD (R11)(R9*2), Z19
+
+	// raw: vdpbf16ps zmm10,zmm19,zmm12
+	BYTE $0x62
+	BYTE $0x52
+	BYTE $0x66
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd4
+	ADDQ $0x40, R12
+	ADDQ $0x04, R10
+	ADDQ $0x04, R11
+	DECQ R13
+	JNE  r6v1loop
+
+r6v1store:
+	MOVQ    SI, R9
+	VMOVUPS Z0, (R9)
+	ADDQ    R8, R9
+	VMOVUPS Z2, (R9)
+	ADDQ    R8, R9
+	VMOVUPS Z4, (R9)
+	ADDQ    R8, R9
+	VMOVUPS Z6, (R9)
+	ADDQ    R8, R9
+	VMOVUPS Z8, (R9)
+	ADDQ    R8, R9
+	VMOVUPS Z10, (R9)
+	MOVQ    lda+56(FP), R8
+	IMUL3Q  $0x0c, R8, R8
+	ADDQ    R8, BX
+	MOVQ    ldc+24(FP), R8
+	IMUL3Q  $0x18, R8, R8
+	ADDQ    R8, SI
+	SUBQ    $0x06, DI
+	JMP     rowsv1
+
+rowsv1Tail:
+	CMPQ DI, $0x00000005
+	JNE  rowsv1Tail5
+
+	// Microkernel: 5 rows × 16 columns, 5 accumulators.
+	MOVQ    ldc+24(FP), DI
+	SHLQ    $0x02, DI
+	MOVQ    SI, R8
+	VMOVUPS (R8), Z0
+	ADDQ    DI, R8
+	VMOVUPS (R8), Z2
+	ADDQ    DI, R8
+	VMOVUPS (R8), Z4
+	ADDQ    DI, R8
+	VMOVUPS (R8), Z6
+	ADDQ    DI, R8
+	VMOVUPS (R8), Z8
+	MOVQ    lda+56(FP), R8
+	SHLQ    $0x01, R8
+	LEAQ    (BX)(R8*2), R9
+	ADDQ    R8, R9
+	MOVQ    CX, R10
+	MOVQ    k+104(FP), R11
+	SHRQ    $0x01, R11
+	JE      r5v1store
+
+r5v1loop:
+	VMOVUPS      (R10), Z12
+	VPBROADCASTD (BX), Z14
+
+	// raw: vdpbf16ps zmm0,zmm14,zmm12
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc4
+	VPBROADCASTD (BX)(R8*1), Z15
+
+	// raw: vdpbf16ps zmm2,zmm15,zmm12
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xd4
+	VPBROADCASTD (BX)(R8*2), Z16
+
+	// raw: vdpbf16ps zmm4,zmm16,zmm12
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe4
+	VPBROADCASTD (R9), Z17
+
+	// raw: vdpbf16ps zmm6,zmm17,zmm12
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf4
+	VPBROADCASTD (R9)(R8*1), Z18
+
+	// raw: vdpbf16ps zmm8,zmm18,zmm12
+	BYTE $0x62
+	BYTE $0x52
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc4
+	ADDQ $0x40, R10
+	ADDQ $0x04, BX
+	ADDQ $0x04, R9
+	DECQ R11
+	JNE  r5v1loop
+
+r5v1store:
+	MOVQ    SI, BX
+	VMOVUPS Z0, (BX)
+	ADDQ    DI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    DI, BX
+	VMOVUPS Z4, (BX)
+	ADDQ    DI, BX
+	VMOVUPS Z6, (BX)
+	ADDQ    DI, BX
+	VMOVUPS Z8, (BX)
+	JMP     rowsv1Done
+
+rowsv1Tail5:
+	CMPQ DI, $0x00000004
+	JNE  rowsv1Tail4
+
+	// Microkernel: 4 rows × 16 columns, 4 accumulators.
+	MOVQ    ldc+24(FP), DI
+	SHLQ    $0x02, DI
+	MOVQ    SI, R8
+	VMOVUPS (R8), Z0
+	ADDQ    DI, R8
+	VMOVUPS (R8), Z2
+	ADDQ    DI, R8
+	VMOVUPS (R8), Z4
+	ADDQ    DI, R8
+	VMOVUPS (R8), Z6
+	MOVQ    lda+56(FP), R8
+	SHLQ    $0x01, R8
+	LEAQ    (BX)(R8*2), R9
+	ADDQ    R8, R9
+	MOVQ    CX, R10
+	MOVQ    k+104(FP), R11
+	SHRQ    $0x01, R11
+	JE      r4v1store
+
+r4v1loop:
+	VMOVUPS      (R10), Z12
+	VPBROADCASTD (BX), Z14
+
+	// raw: vdpbf16ps zmm0,zmm14,zmm12
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc4
+	VPBROADCASTD (BX)(R8*1), Z15
+
+	// raw: vdpbf16ps zmm2,zmm15,zmm12
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xd4
+	VPBROADCASTD (BX)(R8*2), Z16
+
+	// raw: vdpbf16ps zmm4,zmm16,zmm12
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe4
+	VPBROADCASTD (R9), Z17
+
+	// raw: vdpbf16ps zmm6,zmm17,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x76
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf4
+	ADDQ $0x40, R10
+	ADDQ $0x04, BX
+	ADDQ $0x04, R9
+	DECQ R11
+	JNE  r4v1loop
+
+r4v1store:
+	MOVQ    SI, BX
+	VMOVUPS Z0, (BX)
+	ADDQ    DI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    DI, BX
+	VMOVUPS Z4, (BX)
+	ADDQ    DI, BX
+	VMOVUPS Z6, (BX)
+	JMP     rowsv1Done
+
+rowsv1Tail4:
+	CMPQ DI, $0x00000003
+	JNE  rowsv1Tail3
+
+	// Microkernel: 3 rows × 16 columns, 3 accumulators.
+	MOVQ    ldc+24(FP), DI
+	SHLQ    $0x02, DI
+	MOVQ    SI, R8
+	VMOVUPS (R8), Z0
+	ADDQ    DI, R8
+	VMOVUPS (R8), Z2
+	ADDQ    DI, R8
+	VMOVUPS (R8), Z4
+	MOVQ    lda+56(FP), R8
+	SHLQ    $0x01, R8
+	MOVQ    CX, R9
+	MOVQ    k+104(FP), R10
+	SHRQ    $0x01, R10
+	JE      r3v1store
+
+r3v1loop:
+	VMOVUPS      (R9), Z12
+	VPBROADCASTD (BX), Z14
+
+	// raw: vdpbf16ps zmm0,zmm14,zmm12
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc4
+	VPBROADCASTD (BX)(R8*1), Z15
+
+	// raw: vdpbf16ps zmm2,zmm15,zmm12
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x06
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xd4
+	VPBROADCASTD (BX)(R8*2), Z16
+
+	// raw: vdpbf16ps zmm4,zmm16,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x7e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe4
+	ADDQ $0x40, R9
+	ADDQ $0x04, BX
+	DECQ R10
+	JNE  r3v1loop
+
+r3v1store:
+	MOVQ    SI, BX
+	VMOVUPS Z0, (BX)
+	ADDQ    DI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    DI, BX
+	VMOVUPS Z4, (BX)
+	JMP     rowsv1Done
+
+rowsv1Tail3:
+	CMPQ DI, $0x00000002
+	JNE  rowsv1Tail2
+
+	// Microkernel: 2 rows × 16 columns, 2 accumulators.
+	MOVQ    ldc+24(FP), DI
+	SHLQ    $0x02, DI
+	MOVQ    SI, R8
+	VMOVUPS (R8), Z0
+	ADDQ    DI, R8
+	VMOVUPS (R8), Z2
+	MOVQ    lda+56(FP), R8
+	SHLQ    $0x01, R8
+	MOVQ    CX, R9
+	MOVQ    k+104(FP), R10
+	SHRQ    $0x01, R10
+	JE      r2v1store
+
+r2v1loop:
+	VMOVUPS      (R9), Z12
+	VPBROADCASTD (BX), Z14
+
+	// raw: vdpbf16ps zmm0,zmm14,zmm12
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x0e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc4
+	VPBROADCASTD (BX)(R8*1), Z15
+
+	// raw: vdpbf16ps zmm2,zmm15,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x06
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd4
+	ADDQ $0x40, R9
+	ADDQ $0x04, BX
+	DECQ R10
+	JNE  r2v1loop
+
+r2v1store:
+	MOVQ    SI, BX
+	VMOVUPS Z0, (BX)
+	ADDQ    DI, BX
+	VMOVUPS Z2, (BX)
+	JMP     rowsv1Done
+
+rowsv1Tail2:
+	CMPQ DI, $0x00000001
+	JNE  rowsv1Tail1
+
+	// Microkernel: 1 rows × 16 columns, 1 accumulators.
+	MOVQ    ldc+24(FP), DI
+	SHLQ    $0x02, DI
+	MOVQ    SI, DI
+	VMOVUPS (DI), Z0
+	MOVQ    lda+56(FP), DI
+	SHLQ    $0x01, DI
+	MOVQ    CX, DI
+	MOVQ    k+104(FP), R8
+	SHRQ    $0x01, R8
+	JE      r1v1store
+
+r1v1loop:
+	VMOVUPS      (DI), Z12
+	VPBROADCASTD (BX), Z14
+
+	// raw: vdpbf16ps zmm0,zmm14,zmm12
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x0e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc4
+	ADDQ $0x40, DI
+	ADDQ $0x04, BX
+	DECQ R8
+	JNE  r1v1loop
+
+r1v1store:
+	MOVQ    SI, BX
+	VMOVUPS Z0, (BX)
+	JMP     rowsv1Done
+
+rowsv1Tail1:
+rowsv1Done:
+	ADDQ $0x00000040, AX
+	MOVQ k+104(FP), BX
+	SHLQ $0x05, BX
+	ADDQ BX, CX
+	SUBQ $0x00000010, DX
+	JMP  cols16
+
+cols16Done:
+	VZEROUPPER
+	RET
+
+// func FMAPeakBF16AVX512(iters int)
+// Requires: AVX, AVX512F
+TEXT ·FMAPeakBF16AVX512(SB), NOSPLIT, $0-8
+	MOVQ   iters+0(FP), AX
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	TESTQ  AX, AX
+	JLE    done
+
+loop:
+	// raw: vdpbf16ps zmm0,zmm12,zmm13
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc5
+
+	// raw: vdpbf16ps zmm1,zmm12,zmm13
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xcd
+
+	// raw: vdpbf16ps zmm2,zmm12,zmm13
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd5
+
+	// raw: vdpbf16ps zmm3,zmm12,zmm13
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xdd
+
+	// raw: vdpbf16ps zmm4,zmm12,zmm13
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xe5
+
+	// raw: vdpbf16ps zmm5,zmm12,zmm13
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xed
+
+	// raw: vdpbf16ps zmm6,zmm12,zmm13
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xf5
+
+	// raw: vdpbf16ps zmm7,zmm12,zmm13
+	BYTE $0x62
+	BYTE $0xd2
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xfd
+
+	// raw: vdpbf16ps zmm8,zmm12,zmm13
+	BYTE $0x62
+	BYTE $0x52
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xc5
+
+	// raw: vdpbf16ps zmm9,zmm12,zmm13
+	BYTE $0x62
+	BYTE $0x52
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xcd
+
+	// raw: vdpbf16ps zmm10,zmm12,zmm13
+	BYTE $0x62
+	BYTE $0x52
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xd5
+
+	// raw: vdpbf16ps zmm11,zmm12,zmm13
+	BYTE $0x62
+	BYTE $0x52
+	BYTE $0x1e
+	BYTE $0x48
+	BYTE $0x52
+	BYTE $0xdd
+	DECQ AX
+	JNE  loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func amxBF16(cfg *[64]byte, c []float32, ldc int, a []uint16, lda int, b []uint16, mb int, rows int, n int, k int, acc bool)
+TEXT ·amxBF16(SB), NOSPLIT, $0-129
+	MOVQ cfg+0(FP), AX
+
+	// raw: ldtilecfg [rax]
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0x00
+	MOVQ c_base+8(FP), R8
+	MOVQ ldc+32(FP), R10
+	SHLQ $0x02, R10
+	MOVQ a_base+40(FP), R11
+	MOVQ lda+64(FP), DX
+	SHLQ $0x01, DX
+	MOVQ $0x00000040, CX
+	MOVQ mb+96(FP), R12
+
+block:
+	MOVQ R8, R9
+	MOVQ b_base+72(FP), BX
+	MOVQ n+112(FP), R13
+	SHRQ $0x04, R13
+
+strip:
+	MOVBQZX acc+128(FP), AX
+	TESTQ   AX, AX
+	JE      zero
+
+	// raw: tileloadd tmm0,[r9+r10*1]
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x11
+	JMP  ksteps
+
+zero:
+	// raw: tilezero tmm0
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc0
+
+ksteps:
+	MOVQ R11, SI
+	MOVQ BX, DI
+	MOVQ k+120(FP), AX
+	SHRQ $0x05, AX
+	JE   ktail
+
+kloop:
+	// raw: tileloadd tmm1,[rsi+rdx*1]
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x0c
+	BYTE $0x16
+
+	// raw: tileloadd tmm2,[rdi+rcx*1]
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x14
+	BYTE $0x0f
+
+	// raw: tdpbf16ps tmm0,tmm1,tmm2
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x6a
+	BYTE $0x5c
+	BYTE $0xc1
+	ADDQ $0x40, SI
+	ADDQ $0x00000400, DI
+	DECQ AX
+	JNE  kloop
+
+ktail:
+	MOVQ k+120(FP), AX
+	ANDQ $0x1f, AX
+	JE   store
+
+	// raw: tileloadd tmm3,[rsi+rdx*1]
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x1c
+	BYTE $0x16
+
+	// raw: tileloadd tmm4,[rdi+rcx*1]
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x0f
+
+	// raw: tdpbf16ps tmm0,tmm3,tmm4
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x5a
+	BYTE $0x5c
+	BYTE $0xc3
+
+store:
+	// raw: tilestored [r9+r10*1],tmm0
+	BYTE  $0xc4
+	BYTE  $0x82
+	BYTE  $0x7a
+	BYTE  $0x4b
+	BYTE  $0x04
+	BYTE  $0x11
+	ADDQ  $0x40, R9
+	MOVQ  k+120(FP), AX
+	SHLQ  $0x05, AX
+	ADDQ  AX, BX
+	DECQ  R13
+	JNE   strip
+	MOVQ  rows+104(FP), AX
+	IMULQ DX, AX
+	ADDQ  AX, R11
+	MOVQ  rows+104(FP), AX
+	IMULQ R10, AX
+	ADDQ  AX, R8
+	DECQ  R12
+	JNE   block
+
+	// raw: tilerelease
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0xc0
+	RET
+
+// func amxF16(cfg *[64]byte, c []float32, ldc int, a []uint16, lda int, b []uint16, mb int, rows int, n int, k int, acc bool)
+TEXT ·amxF16(SB), NOSPLIT, $0-129
+	MOVQ cfg+0(FP), AX
+
+	// raw: ldtilecfg [rax]
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0x00
+	MOVQ c_base+8(FP), R8
+	MOVQ ldc+32(FP), R10
+	SHLQ $0x02, R10
+	MOVQ a_base+40(FP), R11
+	MOVQ lda+64(FP), DX
+	SHLQ $0x01, DX
+	MOVQ $0x00000040, CX
+	MOVQ mb+96(FP), R12
+
+block:
+	MOVQ R8, R9
+	MOVQ b_base+72(FP), BX
+	MOVQ n+112(FP), R13
+	SHRQ $0x04, R13
+
+strip:
+	MOVBQZX acc+128(FP), AX
+	TESTQ   AX, AX
+	JE      zero
+
+	// raw: tileloadd tmm0,[r9+r10*1]
+	BYTE $0xc4
+	BYTE $0x82
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x11
+	JMP  ksteps
+
+zero:
+	// raw: tilezero tmm0
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc0
+
+ksteps:
+	MOVQ R11, SI
+	MOVQ BX, DI
+	MOVQ k+120(FP), AX
+	SHRQ $0x05, AX
+	JE   ktail
+
+kloop:
+	// raw: tileloadd tmm1,[rsi+rdx*1]
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x0c
+	BYTE $0x16
+
+	// raw: tileloadd tmm2,[rdi+rcx*1]
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x14
+	BYTE $0x0f
+
+	// raw: tdpfp16ps tmm0,tmm1,tmm2
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x6b
+	BYTE $0x5c
+	BYTE $0xc1
+	ADDQ $0x40, SI
+	ADDQ $0x00000400, DI
+	DECQ AX
+	JNE  kloop
+
+ktail:
+	MOVQ k+120(FP), AX
+	ANDQ $0x1f, AX
+	JE   store
+
+	// raw: tileloadd tmm3,[rsi+rdx*1]
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x1c
+	BYTE $0x16
+
+	// raw: tileloadd tmm4,[rdi+rcx*1]
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x0f
+
+	// raw: tdpfp16ps tmm0,tmm3,tmm4
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x5b
+	BYTE $0x5c
+	BYTE $0xc3
+
+store:
+	// raw: tilestored [r9+r10*1],tmm0
+	BYTE  $0xc4
+	BYTE  $0x82
+	BYTE  $0x7a
+	BYTE  $0x4b
+	BYTE  $0x04
+	BYTE  $0x11
+	ADDQ  $0x40, R9
+	MOVQ  k+120(FP), AX
+	SHLQ  $0x05, AX
+	ADDQ  AX, BX
+	DECQ  R13
+	JNE   strip
+	MOVQ  rows+104(FP), AX
+	IMULQ DX, AX
+	ADDQ  AX, R11
+	MOVQ  rows+104(FP), AX
+	IMULQ R10, AX
+	ADDQ  AX, R8
+	DECQ  R12
+	JNE   block
+
+	// raw: tilerelease
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0xc0
+	RET
+
+// func amxPeak(cfg *[64]byte, iters int, fp16 bool)
+TEXT ·amxPeak(SB), NOSPLIT, $0-17
+	MOVQ cfg+0(FP), AX
+
+	// raw: ldtilecfg [rax]
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0x00
+
+	// raw: tilezero tmm0
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc0
+
+	// raw: tilezero tmm1
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xc8
+
+	// raw: tilezero tmm2
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd0
+
+	// raw: tilezero tmm3
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xd8
+
+	// raw: tilezero tmm4
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xe0
+
+	// raw: tilezero tmm5
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xe8
+
+	// raw: tilezero tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x49
+	BYTE $0xf0
+
+	// raw: tilezero tmm7
+	BYTE    $0xc4
+	BYTE    $0xe2
+	BYTE    $0x7b
+	BYTE    $0x49
+	BYTE    $0xf8
+	MOVQ    iters+8(FP), CX
+	MOVBQZX fp16+16(FP), AX
+	TESTQ   CX, CX
+	JLE     done
+	TESTQ   AX, AX
+	JNE     fp16
+
+bf16:
+	// raw: tdpbf16ps tmm0,tmm4,tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc4
+
+	// raw: tdpbf16ps tmm1,tmm4,tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcc
+
+	// raw: tdpbf16ps tmm2,tmm5,tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd5
+
+	// raw: tdpbf16ps tmm3,tmm5,tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xdd
+	DECQ CX
+	JNE  bf16
+	JMP  done
+
+fp16:
+	// raw: tdpfp16ps tmm0,tmm4,tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4b
+	BYTE $0x5c
+	BYTE $0xc4
+
+	// raw: tdpfp16ps tmm1,tmm4,tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x43
+	BYTE $0x5c
+	BYTE $0xcc
+
+	// raw: tdpfp16ps tmm2,tmm5,tmm6
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4b
+	BYTE $0x5c
+	BYTE $0xd5
+
+	// raw: tdpfp16ps tmm3,tmm5,tmm7
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x43
+	BYTE $0x5c
+	BYTE $0xdd
+	DECQ CX
+	JNE  fp16
+
+done:
+	// raw: tilerelease
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0xc0
+	RET

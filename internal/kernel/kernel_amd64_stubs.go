@@ -120,3 +120,104 @@ func softcapAVX2(x []float32, g []float32, c float32)
 //
 //go:noescape
 func alibiAVX2(x []float32, slope float32, pos float32)
+
+// bf16ToF32AVX512 widens the bfloat16 src to float32 (exact).
+// len(src) is a multiple of 16 and len(dst) >= len(src).
+//
+//go:noescape
+func bf16ToF32AVX512(dst []float32, src []uint16)
+
+// f16ToF32AVX512 widens the fp16 src to float32 (exact; NaN comes back quiet).
+// len(src) is a multiple of 16 and len(dst) >= len(src).
+//
+//go:noescape
+func f16ToF32AVX512(dst []float32, src []uint16)
+
+// f32ToF16AVX512 rounds the float32 src to fp16, to nearest even.
+// len(src) is a multiple of 16 and len(dst) >= len(src).
+//
+//go:noescape
+func f32ToF16AVX512(dst []uint16, src []float32)
+
+// f32ToBF16AVX512 rounds the float32 src to bfloat16, to nearest even, by integer arithmetic.
+// len(src) is a multiple of 16 and len(dst) >= len(src).
+//
+//go:noescape
+func f32ToBF16AVX512(dst []uint16, src []float32)
+
+// bf16ToF32AVX2 widens the bfloat16 src to float32 (exact).
+// len(src) is a multiple of 16 and len(dst) >= len(src).
+//
+//go:noescape
+func bf16ToF32AVX2(dst []float32, src []uint16)
+
+// f16ToF32AVX2 widens the fp16 src to float32 (exact; NaN comes back quiet).
+// len(src) is a multiple of 16 and len(dst) >= len(src).
+//
+//go:noescape
+func f16ToF32AVX2(dst []float32, src []uint16)
+
+// f32ToF16AVX2 rounds the float32 src to fp16, to nearest even.
+// len(src) is a multiple of 16 and len(dst) >= len(src).
+//
+//go:noescape
+func f32ToF16AVX2(dst []uint16, src []float32)
+
+// f32ToBF16AVX2 rounds the float32 src to bfloat16, to nearest even, by integer arithmetic.
+// len(src) is a multiple of 16 and len(dst) >= len(src).
+//
+//go:noescape
+func f32ToBF16AVX2(dst []uint16, src []float32)
+
+// f32ToBF16AVX512BF16 rounds the float32 src to bfloat16, to nearest even, with VCVTNEPS2BF16 (AVX512_BF16).
+// len(src) is a multiple of 16 and len(dst) >= len(src).
+//
+//go:noescape
+func f32ToBF16AVX512BF16(dst []uint16, src []float32)
+
+// cpuidex executes CPUID with EAX = leaf and ECX = sub.
+func cpuidex(leaf uint32, sub uint32) (eax uint32, ebx uint32, ecx uint32, edx uint32)
+
+// xgetbv0 executes XGETBV with ECX = 0 (XCR0). The caller checks OSXSAVE.
+func xgetbv0() (eax uint32, edx uint32)
+
+// mulBF16AVX512BF16 sets C = A·B for bfloat16 A and VNNI-packed B (see Half.Mul).
+// The caller guarantees n%16 == 0, k%2 == 0 and that all accesses are in bounds.
+//
+//go:noescape
+func mulBF16AVX512BF16(c []float32, ldc int, a []uint16, lda int, b []uint16, m int, n int, k int)
+
+// mulAddBF16AVX512BF16 adds A·B to C for bfloat16 A and VNNI-packed B (see Half.MulAdd).
+// The caller guarantees n%16 == 0, k%2 == 0 and that all accesses are in bounds.
+//
+//go:noescape
+func mulAddBF16AVX512BF16(c []float32, ldc int, a []uint16, lda int, b []uint16, m int, n int, k int)
+
+// FMAPeakBF16AVX512 runs iters iterations of a loop of 12 independent
+// register-only VDPBF16PS chains on 16-lane vectors: one iteration is
+// 12*16*2*2 = 768 FLOPs (a multiply and an add per bfloat16 pair
+// element). It measures the machine's bfloat16 peak; AVX512_BF16 only.
+func FMAPeakBF16AVX512(iters int)
+
+// amxBF16 sets (acc false) or adds to (acc true) C the product A·B on AMX tiles,
+// for mb blocks of rows rows (see amx.go of the generator for cfg).
+// The caller guarantees mb ≥ 1, 1 ≤ rows ≤ 16, n%16 == 0, n ≥ 16, k%2 == 0,
+// that all accesses are in bounds and that the OS granted AMX permission.
+//
+//go:noescape
+func amxBF16(cfg *[64]byte, c []float32, ldc int, a []uint16, lda int, b []uint16, mb int, rows int, n int, k int, acc bool)
+
+// amxF16 sets (acc false) or adds to (acc true) C the product A·B on AMX tiles,
+// for mb blocks of rows rows (see amx.go of the generator for cfg).
+// The caller guarantees mb ≥ 1, 1 ≤ rows ≤ 16, n%16 == 0, n ≥ 16, k%2 == 0,
+// that all accesses are in bounds and that the OS granted AMX permission.
+//
+//go:noescape
+func amxF16(cfg *[64]byte, c []float32, ldc int, a []uint16, lda int, b []uint16, mb int, rows int, n int, k int, acc bool)
+
+// amxPeak runs iters iterations of four independent TDPBF16PS (TDPFP16PS if fp16)
+// on full 16×16 tiles configured by cfg: 4·16·16·32·2 FLOPs per iteration.
+// The caller guarantees that the OS granted AMX permission.
+//
+//go:noescape
+func amxPeak(cfg *[64]byte, iters int, fp16 bool)

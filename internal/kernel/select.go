@@ -132,5 +132,31 @@ func selfCheck(im Impl) (err error) {
 	}
 	im.ALiBi(c1, 0.3, 17)
 	Generic.ALiBi(c2, 0.3, 17)
-	return near("ALiBi", c1, c2)
+	if err := near("ALiBi", c1, c2); err != nil {
+		return err
+	}
+	return selfCheckConvert(im, a[:37])
+}
+
+// selfCheckConvert compares the four converters of im with the scalar
+// conversions, bit for bit, on x (whose length leaves a tail).
+func selfCheckConvert(im Impl, x []float32) error {
+	h := make([]uint16, len(x))
+	f := make([]float32, len(x))
+	for _, e := range []Elem{BF16, F16} {
+		if e == BF16 {
+			im.F32ToBF16(h, x)
+			im.BF16ToF32(f, h)
+		} else {
+			im.F32ToF16(h, x)
+			im.F16ToF32(f, h)
+		}
+		for i, v := range x {
+			if w := e.FromF32(v); h[i] != w || math.Float32bits(f[i]) != math.Float32bits(e.ToF32(w)) {
+				return fmt.Errorf("kernel %s: %s conversion of %v gives %#04x → %v, want %#04x → %v",
+					im.Name, e, v, h[i], f[i], w, e.ToF32(w))
+			}
+		}
+	}
+	return nil
 }

@@ -69,6 +69,11 @@ func main() {
 	genSoftcapTable()
 	genSoftcap()
 	genALiBi()
+	// Half precision: conversions, bfloat16 products, AMX (convert.go,
+	// bf16.go, amx.go).
+	genConvert()
+	genBF16()
+	genAMXAll()
 	Generate()
 }
 

@@ -1,0 +1,44 @@
+package kernel
+
+import "golang.org/x/sys/cpu"
+
+// CPU features that golang.org/x/sys/cpu does not report, read with CPUID
+// and XGETBV (cpuidex and xgetbv0 are in kernel_amd64.s).
+var (
+	// hasF16C: CPUID.1:ECX bit 29 (VCVTPH2PS, VCVTPS2PH), usable only when
+	// the OS saves the ymm registers, which HasAVX includes.
+	hasF16C = cpu.X86.HasAVX && cpuidBit(1, 0, 2, 29)
+
+	// hasAVX512BW: the word instructions of the AVX-512 converters.
+	hasAVX512BW = hasAVX512 && cpu.X86.HasAVX512BW
+
+	// hasAVX512BF16: VDPBF16PS and VCVTNEPS2BF16.
+	hasAVX512BF16 = hasAVX512 && cpu.X86.HasAVX512BF16
+
+	// hasAMXFP16: CPUID.(EAX=7,ECX=1):EAX bit 21 (TDPFP16PS).
+	hasAMXFP16 = cpuidBit(7, 1, 0, 21)
+
+	// osAMX: XCR0 bits 17 (XTILECFG) and 18 (XTILEDATA): the OS manages
+	// the tile state. The process still has to ask for it (amxPermitted).
+	osAMX = cpu.X86.HasOSXSAVE && xcr0()&(1<<17|1<<18) == 1<<17|1<<18
+)
+
+// cpuidBit reports bit b of register r (0 EAX, 1 EBX, 2 ECX, 3 EDX) of
+// CPUID leaf/sub, or false if the leaf is beyond the maximum.
+func cpuidBit(leaf, sub uint32, r, b int) bool {
+	if maxLeaf, _, _, _ := cpuidex(0, 0); leaf > maxLeaf {
+		return false
+	}
+	if leaf == 7 && sub > 0 {
+		if maxSub, _, _, _ := cpuidex(7, 0); sub > maxSub {
+			return false
+		}
+	}
+	a, bx, c, d := cpuidex(leaf, sub)
+	return [4]uint32{a, bx, c, d}[r]>>b&1 == 1
+}
+
+func xcr0() uint32 {
+	eax, _ := xgetbv0()
+	return eax
+}
