@@ -125,6 +125,7 @@ type backwardPass struct {
 	grads  gradViews
 	tasks  []bwdTask
 	dqPart []float32
+	corr   []float32 // per LSE entry: the factor that makes the row's P exact (nil: all 1)
 }
 
 // reducePass sums the partial dQ of each (sequence, KV head) in chunk
@@ -139,6 +140,9 @@ func (c *call) backward() error {
 	// Keys that no query sees (and keys past SeqUsedK) get zero gradients.
 	b.p = p
 	b.clearKV()
+	if err := c.fixLSE(); err != nil {
+		return err
+	}
 	tasks, partLen := c.backwardTasks()
 	b.tasks = tasks
 	b.dqPart = grow(&a.dqPart, partLen)
@@ -209,17 +213,18 @@ func (b *backwardPass) task(ws *workspace, u *bwdTask) {
 	for hh := 0; hh < p.group; hh++ {
 		h := u.hk*p.group + hh
 		rows := headRows{delta: ws.delta[:s.nq], lse: ws.lse[:s.nq]}
-		// This head's Q (scaled) and dO, packed once for all its KV blocks.
+		// This head's Q and dO, packed once for all its KV blocks.
 		rows.q, rows.do = grow(&ws.qall, s.nq*dp), grow(&ws.doall, s.nq*dp)
-		for i := 0; i < s.nq; i++ {
-			scaleRow(rows.q[i*dp:i*dp+d], p.q.row(s.tb, s.q0+i, h), p.scale)
-			clear(rows.q[i*dp+d : (i+1)*dp])
-		}
+		kernel.PackRows(rows.q, p.q.row(s.tb, s.q0, h), p.q.ss, s.nq, d)
 		kernel.PackRows(rows.do, g.do.row(s.tb, s.q0, h), g.do.ss, s.nq, d)
 		for i := range rows.delta {
 			o, do := g.o.row(s.tb, s.q0+i, h)[:d], g.do.row(s.tb, s.q0+i, h)[:d]
-			rows.delta[i] = p.kern.Dot(do, o) // rowsum(dO∘O), as dP is accumulated
+			rows.delta[i] = dot64(do, o) // rowsum(dO∘O), rounded once
 			rows.lse[i] = g.lse[s.lse0+h*s.lseH+i]
+		}
+		rows.corr = nil
+		if b.corr != nil {
+			rows.corr = b.corr[s.lse0+h*s.lseH:][:s.nq]
 		}
 		if u.slot >= 0 {
 			rows.dq = b.dqPart[u.slot+hh*s.nq*dp:][:s.nq*dp]
@@ -242,21 +247,23 @@ func (b *backwardPass) task(ws *workspace, u *bwdTask) {
 	}
 }
 
-// headRows is one query head's per-row data in the backward: scale·Q and dO
-// rows padded to dimPad, D = rowsum(dO∘O), LSE, and the dQ accumulator.
+// headRows is one query head's per-row data in the backward: Q and dO rows
+// padded to dimPad, D = rowsum(dO∘O), LSE, and the dQ accumulator.
 type headRows struct {
 	q, do, delta, lse, dq []float32
+	corr                  []float32 // nil, or the LSE correction factors (see lsefix.go)
 }
 
 // keyBlock is Algorithm 2's inner loop for KV block [j0, j0+n) of KV head hk
 // against query head h: for each query tile that sees the block,
 //
-//	S = (scale·Q)·Kᵀ, dP = dO·Vᵀ           recompute
-//	P = exp(mask(mods(S)) − LSE)            (dropout: P̃, dP̃)
+//	S = Q·Kᵀ, dP = dO·Vᵀ                    recompute
+//	P = exp(mask(mods(scale·S)) − LSE)      (dropout: P̃, dP̃)
 //	dS = P∘(dP − D)·mods′                   softmax and modifier chain rule
-//	dV += P̃ᵀ·dO, dK += dSᵀ·(scale·Q), dQ += dS·K
+//	dV += P̃ᵀ·dO, dK += dSᵀ·Q, dQ += dS·K
 //
-// then adds the block's dK, dV to the outputs.
+// then adds the block's dV and scale·dK to the outputs (dQ is scaled when
+// it is written).
 func (b *backwardPass) keyBlock(ws *workspace, s *sequence, h, hk, j0, n int, rows *headRows) {
 	p, g := b.p, &b.grads
 	qlo, qhi := s.vis.rows(h, j0, j0+n)
@@ -297,7 +304,7 @@ func (b *backwardPass) keyBlock(ws *workspace, s *sequence, h, hk, j0, n int, ro
 		dkr := g.dk.row(s.tb, s.k0+j0+jj, hk)[:d]
 		dvr := g.dv.row(s.tb, s.k0+j0+jj, hk)[:d]
 		for c := range dkr {
-			dkr[c] += dk[jj*dp+c] // dK = dSᵀ·(scale·Q): the scale is in qp
+			dkr[c] += p.scale * dk[jj*dp+c]
 			dvr[c] += dv[jj*dp+c]
 		}
 	}
@@ -314,19 +321,16 @@ func (b *backwardPass) gradRow(ws *workspace, s *sequence, h, i, j0, n, r int, k
 	if p.mods.curved() {
 		grad = ws.grad[r*np : (r+1)*np]
 	}
-	if p.mods.active() {
-		p.mods.apply(k, row, grad, ws.du, n, s, h, i, j0)
-	}
-	if kind == BlockPartial {
-		s.vis.hide(h, i, j0, row[:n], ws.keep)
-	}
-	for c := n; c < np; c++ {
-		row[c] = negInf
-	}
+	f := p.scoreRow(row, grad, ws.du, ws.keep, n, s, h, i, j0, kind)
+	var sum float32
 	if rows.lse[i] == negInf { // the row sees no key at all
 		clear(row)
 	} else {
-		k.ExpSum(row, 1, rows.lse[i])
+		sum = k.ExpSum(row, f, rows.lse[i])
+		if rows.corr != nil && rows.corr[i] != 1 {
+			k.Scale(row, rows.corr[i])
+			sum *= rows.corr[i]
+		}
 	}
 	dpRow := ws.dP[r*np : (r+1)*np]
 	if p.dropOn {
@@ -344,7 +348,29 @@ func (b *backwardPass) gradRow(ws *workspace, s *sequence, h, i, j0, n, r int, k
 		}
 	}
 	k.DsFromDp(dpRow, row, rows.delta[i])
+	if sum >= 1 {
+		// Where P rounds to exactly 1 the other probabilities of the row
+		// sum to less than 2⁻²³, and dS = P·(dP − D) = −Σ_k P_k·(dP_k − dP)
+		// is below the rounding of dP itself: 0. Computed as dP − D it
+		// would be the difference of two independently rounded dot
+		// products (D = dO·O in float64, dP by the kernel).
+		for c, x := range row[:n] {
+			if x == 1 {
+				dpRow[c] = 0
+			}
+		}
+	}
 	for c, x := range grad[:min(len(grad), n)] {
 		dpRow[c] *= x
 	}
+}
+
+// dot64 returns Σ a[i]·b[i] accumulated in float64 (the products of two
+// float32 are exact in float64) and rounded once.
+func dot64(a, b []float32) float32 {
+	var s float64
+	for i, x := range a {
+		s += float64(x) * float64(b[i])
+	}
+	return float32(s)
 }

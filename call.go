@@ -11,6 +11,7 @@ type call struct {
 	fwd    forwardPass
 	merge  mergePass
 	bwd    backwardPass
+	lseFix lseFixPass
 	reduce reducePass
 	arena  arena
 }
@@ -23,6 +24,7 @@ type arena struct {
 	bwdTasks, reduces   []bwdTask
 	partO, partM, partL []float32
 	dqPart, kvBuf       []float32
+	lseCorr             []float32
 	kvOffK, kvOffV      []int
 	packChunks          []int
 	blockTable          []int32

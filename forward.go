@@ -200,11 +200,11 @@ func (c *call) forward(out view, lse []float32) error {
 func (f *forwardPass) run(ws *workspace, t int) { f.task(ws, &f.tasks[t]) }
 
 // task runs FA2's Algorithm 1 for one row block: with the block's rows of
-// scale·Q loaded, for each key tile (j0, j1) that its mask does not hide,
+// Q loaded, for each key tile (j0, j1) that its mask does not hide,
 //
-//	S = (scale·Q)·Kᵀ                      scores
-//	S = mask(mods(S)); m, l, O rescaled   softmax (online)
-//	O += P·V                              accumulate
+//	S = Q·Kᵀ                                   scores
+//	S = mask(mods(scale·S)); m, l, O rescaled  softmax (online)
+//	O += P·V                                   accumulate
 //
 // then O /= l and LSE = m + log l (finish). A block that stacks several KV
 // heads' query heads (decoding) visits, for each key tile, every KV head in
@@ -236,8 +236,7 @@ func (f *forwardPass) task(ws *workspace, t *fwdTask) {
 	f.finish(ws, &st, t)
 }
 
-// start loads the block's rows of scale·Q into ws.qp (the softmax scale is
-// folded into Q once instead of into every score), splits the block into
+// start loads the block's rows of Q into ws.qp, splits the block into
 // sub-blocks by KV head (ws.subs) and returns the reset softmax state.
 func (f *forwardPass) start(ws *workspace, t *fwdTask) rowState {
 	p := f.p
@@ -249,7 +248,7 @@ func (f *forwardPass) start(ws *workspace, t *fwdTask) rowState {
 	qp := ws.qp[:(m+3)*d] // 3 spare rows: Dot4T reads rows in fours
 	for r := 0; r < m; r++ {
 		h, i := t.at(r)
-		scaleRow(qp[r*d:(r+1)*d], p.q.row(s.tb, s.q0+i, h), p.scale)
+		copy(qp[r*d:(r+1)*d], p.q.row(s.tb, s.q0+i, h)[:d])
 	}
 	nr := t.i1 - t.i0 // rows per head
 	subs := ws.subs[:0]
@@ -261,7 +260,7 @@ func (f *forwardPass) start(ws *workspace, t *fwdTask) rowState {
 	}
 	ws.subs = subs
 	if f.fewRows(subs) && !(p.decoding && d%8 == 0) {
-		// Sᵀ = K·(scale·Q)ᵀ needs (scale·Q)ᵀ packed per sub-block.
+		// Sᵀ = K·Qᵀ needs Qᵀ packed per sub-block.
 		for si, sb := range subs {
 			kernel.PackBt(ws.qt[si*kernel.W*d:], qp[sb.r0*d:], d, sb.m, d)
 		}
@@ -315,7 +314,7 @@ func (f *forwardPass) scores(ws *workspace, sb subBlock, si int, kv kvTile, n in
 	case kv.kt != nil:
 		k.MulABt(sTile, np, qp, d, kv.kt, sb.m, np, d)
 	case f.fewRows(ws.subs):
-		// Few rows: Sᵀ = K·(scale·Q)ᵀ reads K where it lies, instead of
+		// Few rows: Sᵀ = K·Qᵀ reads K where it lies, instead of
 		// transposing a K tile used only once. Dot4T (KV caches only)
 		// sums in another order than the backward's products; the
 		// MulABt form gives the backward's scores bit for bit.
@@ -348,16 +347,8 @@ func (f *forwardPass) softmax(ws *workspace, st *rowState, t *fwdTask, sb subBlo
 	for r := sb.r0; r < sb.r0+sb.m; r++ {
 		row := ws.s[r*np : (r+1)*np]
 		h, i := t.at(r)
-		if p.mods.active() {
-			p.mods.apply(&p.kern, row, nil, nil, n, s, h, i, j0)
-		}
-		if kind == BlockPartial {
-			s.vis.hide(h, i, j0, row[:n], ws.keep)
-		}
-		for c := n; c < np; c++ {
-			row[c] = negInf
-		}
-		st.update(&p.kern, r, row)
+		f := p.scoreRow(row, nil, nil, ws.keep, n, s, h, i, j0, kind)
+		st.update(&p.kern, r, row, f)
 		if p.dropOn {
 			p.drop.ApplyRow(row[:n], s.b, h, i, j0)
 		}
@@ -396,13 +387,5 @@ func (f *forwardPass) finish(ws *workspace, st *rowState, t *fwdTask) {
 		if f.lse != nil {
 			f.lse[s.lse0+h*s.lseH+i] = v
 		}
-	}
-}
-
-// scaleRow sets dst = scale·src (len(dst) elements).
-func scaleRow(dst, src []float32, scale float32) {
-	src = src[:len(dst)]
-	for c, x := range src {
-		dst[c] = x * scale
 	}
 }

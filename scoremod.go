@@ -94,3 +94,27 @@ func (m *scoreMods) apply(k *kernel.Impl, row, grad, du []float32, n int, s *seq
 		copy(grad, d)
 	}
 }
+
+// scoreRow turns row n of a product tile, raw dot products Q[i]·K[j] for
+// keys j0, j0+1, ... (n real entries, then padding up to a multiple of
+// kernel.W), into the scores of query row i of head h, up to the scale:
+// it applies the modifiers (after scaling the row, as they see the scaled
+// score), hides what a partial tile's mask hides, sets the padding to −Inf,
+// and returns the factor still to apply, which the exponential then takes
+// in the same rounding (exp(f·x − c), one fused step): the softmax scale
+// when no modifier is set, else 1. grad and du are as for apply.
+func (p *plan) scoreRow(row, grad, du []float32, keep []bool, n int, s *sequence, h, i, j0 int, kind BlockKind) (factor float32) {
+	factor = p.scale
+	if p.mods.active() {
+		p.kern.Scale(row, p.scale)
+		p.mods.apply(&p.kern, row, grad, du, n, s, h, i, j0)
+		factor = 1
+	}
+	if kind == BlockPartial {
+		s.vis.hide(h, i, j0, row[:n], keep)
+	}
+	for c := n; c < len(row); c++ {
+		row[c] = negInf
+	}
+	return factor
+}

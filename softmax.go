@@ -28,14 +28,14 @@ func (st *rowState) reset(rows int) {
 
 var nan32 = float32(math.NaN())
 
-// update folds one tile row of scores into row r's state; on return row
-// holds exp(x - m_new), ready for the P·V product. A NaN score makes the
+// update folds one tile row of scores x = f·row into row r's state; on
+// return row holds exp(x - m_new), ready for the P·V product. A NaN score makes the
 // row's state NaN for good (NaN in, NaN out), including when every other
 // score of the row is hidden.
-func (st *rowState) update(k *kernel.Impl, r int, row []float32) {
+func (st *rowState) update(k *kernel.Impl, r int, row []float32, f float32) {
 	mOld := st.m[r]
-	mNew := max(mOld, k.Max(row)) // NaN if either is NaN
-	if mNew == negInf {           // nothing visible to this row yet, or only NaN
+	mNew := max(mOld, f*k.Max(row)) // NaN if either is NaN (f > 0)
+	if mNew == negInf {             // nothing visible to this row yet, or only NaN
 		for _, x := range row {
 			if x != x {
 				mNew = nan32
@@ -55,7 +55,7 @@ func (st *rowState) update(k *kernel.Impl, r int, row []float32) {
 		}
 		st.m[r] = mNew
 	}
-	st.l[r] += k.ExpSum(row, 1, mNew)
+	st.l[r] += k.ExpSum(row, f, mNew)
 }
 
 // finish writes row r's normalised output (first d elements) to out and

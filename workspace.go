@@ -26,6 +26,7 @@ type workspace struct {
 	delta, lse  []float32 // backward: rowsum(dO∘O) and LSE of one head, nq
 	dq          []float32 // backward: dQ accumulator of one head, nq × dimPad
 	qall, doall []float32 // backward: scale·Q and dO of one head, nq × dimPad
+	sums        []float64 // LSE correction: Σ exp(S − LSE) of the rows of a block
 }
 
 var workspaces freeList[workspace]

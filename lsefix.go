@@ -1,0 +1,119 @@
+package flashattn
+
+import (
+	"math"
+
+	"github.com/flashattn/flashattn/internal/kernel"
+)
+
+// lsefix.go makes the backward's probabilities exact when the float32 LSE
+// is not. The backward recomputes P = exp(S − LSE); the LSE it is given is
+// m + log l rounded to float32, off by up to half an ulp of its magnitude,
+// and that error multiplies a whole row of P: 2⁻²⁴·|LSE| relatively, 1e-4 at
+// LSE ≈ 3000 (large logits), where the plain algorithm's P is exact to a few
+// ulps. For the rows whose |LSE| reaches lseExactFrom, a pass over their key
+// tiles recomputes c = Σ_j exp(S_j − LSE) with the backward's own kernels and
+// a float64 sum; the backward then uses P/c, which sums to 1 exactly as the
+// plain algorithm's does. Below lseExactFrom the LSE's rounding contributes
+// at most 2⁻²⁰ (about 1e-6) relative error to P, and the pass costs nothing.
+
+// lseExactFrom is the |LSE| from which a row's probabilities are corrected.
+const lseExactFrom = 16
+
+// lseFixPass computes the correction factors 1/c of the flagged rows, one
+// task per (sequence, head, query block) that holds one.
+type lseFixPass struct {
+	p     *plan
+	lse   []float32
+	corr  []float32 // 1/c per LSE entry (1 where not flagged)
+	tasks []rowBlock
+}
+
+// needsLSEFix reports whether some visible row's |LSE| reaches lseExactFrom.
+func needsLSEFix(lse []float32) bool {
+	for _, x := range lse {
+		if x >= lseExactFrom || x <= -lseExactFrom && x != negInf {
+			return true
+		}
+	}
+	return false
+}
+
+// fixLSE fills c.bwd.corr: 1 everywhere, and 1/c for the flagged rows.
+func (c *call) fixLSE() error {
+	p, a, b := &c.plan, &c.arena, &c.bwd
+	lse := b.grads.lse[:p.lseLen]
+	b.corr = nil
+	if !needsLSEFix(lse) {
+		return nil
+	}
+	corr := grow(&a.lseCorr, p.lseLen)
+	for i := range corr {
+		corr[i] = 1
+	}
+	tasks := a.blocks[:0]
+	for si := range p.seqs {
+		s := &p.seqs[si]
+		for h := 0; h < p.heads; h++ {
+			for i0 := 0; i0 < s.nq; i0 += p.blockQ {
+				i1 := min(i0+p.blockQ, s.nq)
+				if needsLSEFix(lse[s.lse0+h*s.lseH+i0 : s.lse0+h*s.lseH+i1]) {
+					tasks = append(tasks, rowBlock{si, h, 1, i0, i1})
+				}
+			}
+		}
+	}
+	a.blocks = tasks
+	b.corr = corr
+	c.lseFix = lseFixPass{p: p, lse: lse, corr: corr, tasks: tasks}
+	return parallel(p.workers, len(tasks), &c.lseFix)
+}
+
+func (f *lseFixPass) run(ws *workspace, t int) {
+	p, rb := f.p, f.tasks[t]
+	s := &p.seqs[rb.seq]
+	ws.forBackward(p, s.nq)
+	d, dp, m := p.dim, p.dimPad, rb.i1-rb.i0
+	h, hk := rb.h0, rb.h0/p.group
+	// Q rows padded to dimPad, as the backward packs them.
+	qp := ws.qall[:m*dp]
+	kernel.PackRows(qp, p.q.row(s.tb, s.q0+rb.i0, h), p.q.ss, m, d)
+	sums := ws.sums[:0]
+	for range m {
+		sums = append(sums, 0)
+	}
+	ws.sums = sums
+	lo, hi := s.vis.keys(rb)
+	for j := lo / p.bwdBlockK * p.bwdBlockK; j < hi; j += p.bwdBlockK {
+		// The backward's KV blocks and their kind, so that every score
+		// is computed exactly as the backward computes it.
+		n := min(p.bwdBlockK, s.nk-j)
+		kind := s.vis.tile(rb, j, j+n)
+		if kind == BlockEmpty {
+			continue
+		}
+		np := kernel.Pad(n)
+		kernel.PackBt(ws.kt, p.kv.k.row(s.tb, s.k0+j, hk), p.kv.k.ss, n, d)
+		p.kern.MulABt(ws.s, np, qp, dp, ws.kt, m, np, d)
+		for r := 0; r < m; r++ {
+			i := rb.i0 + r
+			l := f.lse[s.lse0+h*s.lseH+i]
+			if !(l >= lseExactFrom || l <= -lseExactFrom) || l == negInf {
+				continue
+			}
+			row := ws.s[r*np : (r+1)*np]
+			f := p.scoreRow(row, nil, nil, ws.keep, n, s, h, i, j, kind)
+			p.kern.ExpSum(row, f, l)
+			var sum float64
+			for _, x := range row[:n] {
+				sum += float64(x)
+			}
+			sums[r] += sum
+		}
+	}
+	for r, sum := range sums {
+		if sum > 0 && !math.IsInf(sum, 0) {
+			f.corr[s.lse0+h*s.lseH+rb.i0+r] = float32(1 / sum)
+		}
+	}
+}
