@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"runtime"
 	"sync"
 	"time"
@@ -34,7 +35,7 @@ func newPeakMeter(isa string, workers int, target time.Duration) *peakMeter {
 		t0 := time.Now()
 		loop(n)
 		d := time.Since(t0)
-		if d >= time.Millisecond || n >= 1<<40 {
+		if d >= time.Millisecond || n >= math.MaxInt/16 {
 			m.iters = max(1, int(float64(n)*target.Seconds()/d.Seconds()))
 			return m
 		}

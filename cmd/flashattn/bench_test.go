@@ -238,7 +238,7 @@ func TestBandwidthBuffer(t *testing.T) {
 func FuzzBenchFlags(f *testing.F) {
 	f.Add("fwd", "", 64, 0, 0, 0, 0, 5, 200, 256, false)
 	f.Add("sideways", "turbo", 0, -1, -2, -3, -4, 0, -1, -1, true)
-	f.Add("decode", "window", 1<<40, 1<<40, 1<<40, 1<<20, 1<<40, 1000, 1, 0, false)
+	f.Add("decode", "window", math.MaxInt/2, math.MaxInt/3, math.MaxInt/5, 1<<20, math.MaxInt/7, 1000, 1, 0, false)
 	f.Add("bwd", "alibi", 128, 3, 6, 4, 0, 2, 0, 1, true)
 	f.Add("fwdbwd", "dropout", 1, math.MaxInt, math.MaxInt, 1, math.MaxInt, 1, 600000, math.MaxInt, false)
 	f.Fuzz(func(t *testing.T, mode, variant string, d, b, h, hk, n, reps, minMs, window int, quick bool) {

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -34,13 +35,13 @@ func oneLine(t *testing.T, what, stderr string, want ...string) {
 
 // sparseNpy makes a float32 .npy file with the given shape whose data is a
 // hole: as large as its header claims, without using the disk.
-func sparseNpy(t *testing.T, path string, shape ...int) string {
+func sparseNpy(t *testing.T, path string, shape ...int64) string {
 	t.Helper()
 	dims := make([]string, len(shape))
 	n := int64(4)
 	for i, d := range shape {
 		dims[i] = fmt.Sprint(d)
-		n *= int64(d)
+		n *= d
 	}
 	tuple := "(" + strings.Join(dims, ", ") + ")"
 	if len(shape) == 1 {
@@ -64,6 +65,12 @@ func TestMemoryRefused(t *testing.T) {
 	base := atInputs(t, dir)
 	huge := sparseNpy(t, filepath.Join(dir, "huge.npy"), 1, 1<<38, 1, 4) // 4 TiB
 	hugeSlopes := sparseNpy(t, filepath.Join(dir, "slopes.npy"), 1<<40)
+	// A 32-bit build cannot even describe such shapes: the header is refused.
+	// Nor take -seqlen 3000000000 (a usage error there); 2e9 and 2^30 do.
+	memory, long, ovf := "memory", "3000000000", "4294967296"
+	if strconv.IntSize == 32 {
+		memory, long, ovf = "too large", "2000000000", "1073741824"
+	}
 	replace := func(flag, val string) []string {
 		out := slices.Clone(base)
 		out[slices.Index(out, flag)+1] = val
@@ -76,16 +83,16 @@ func TestMemoryRefused(t *testing.T) {
 		code int
 		want []string
 	}{
-		{"4 TiB q", append(replace("-q", huge), "-o", out), 1, []string{"huge.npy", "needs", "memory", "available"}},
-		{"4 TiB dout", append(replace("-dout", huge), "-o", out), 1, []string{"huge.npy", "memory"}},
-		{"4 TiB alibi", append(slices.Clone(base), "-alibi", hugeSlopes, "-o", out), 1, []string{"slopes.npy", "memory"}},
+		{"4 TiB q", append(replace("-q", huge), "-o", out), 1, []string{"huge.npy", memory}},
+		{"4 TiB dout", append(replace("-dout", huge), "-o", out), 1, []string{"huge.npy", memory}},
+		{"4 TiB alibi", append(slices.Clone(base), "-alibi", hugeSlopes, "-o", out), 1, []string{"slopes.npy", memory}},
 		{"attn limit", append(slices.Clone(base), "-max-memory", "1K", "-o", out), 1, []string{"-max-memory 1.0 KiB", "needs"}},
 		{"attn bad limit", append(slices.Clone(base), "-max-memory", "lots", "-o", out), 2, []string{"-max-memory"}},
-		{"demo seqlen 3e9", []string{"demo", "-seqlen", "3000000000"}, 1, []string{"needs", "memory"}},
-		{"demo overflow", []string{"demo", "-seqlen", "4294967296", "-batch", "4294967296", "-heads", "4294967296"}, 1, []string{"more than 16 EiB"}},
+		{"demo seqlen 3e9", []string{"demo", "-seqlen", long}, 1, []string{"needs", "memory"}},
+		{"demo overflow", []string{"demo", "-seqlen", ovf, "-batch", ovf, "-heads", ovf}, 1, []string{"more than 16 EiB"}},
 		{"demo limit", []string{"demo", "-seqlen", "256", "-max-memory", "2M"}, 1, []string{"-max-memory 2.0 MiB"}},
-		{"bench seqlen 3e9", []string{"bench", "-seqlen", "3000000000", "-headdim", "64"}, 1, []string{"needs", "memory"}},
-		{"bench overflow", []string{"bench", "-seqlen", "4294967296", "-batch", "4294967296", "-heads", "4294967296"}, 1, []string{"memory"}},
+		{"bench seqlen 3e9", []string{"bench", "-seqlen", long, "-headdim", "64"}, 1, []string{"needs", "memory"}},
+		{"bench overflow", []string{"bench", "-seqlen", ovf, "-batch", ovf, "-heads", ovf}, 1, []string{"more than 16 EiB"}},
 		{"bench limit", []string{"bench", "-seqlen", "256", "-max-memory", "1M"}, 1, []string{"-max-memory 1.0 MiB"}},
 		{"bench bad limit", []string{"bench", "-max-memory", "-3G"}, 2, []string{"-max-memory"}},
 	} {

@@ -35,10 +35,10 @@ func TestSaturating(t *testing.T) {
 	}{
 		{Mul(2, 3, 4), 24},
 		{Mul(), 1},
-		{Mul(1<<31, 1<<31, 1<<31), Inf},
-		{Mul(1<<31, 1<<31, 1<<31, 0), 0},
+		{Mul(math.MaxInt, math.MaxInt, math.MaxInt), Inf},
+		{Mul(math.MaxInt, math.MaxInt, math.MaxInt, 0), 0},
 		{Mul(math.MaxInt, 2), Size(math.MaxInt) * 2},
-		{Mul(math.MaxInt, 3), Inf},
+		{Mul(math.MaxInt, math.MaxInt, 5), Inf},
 		{Mul(4, -1), Inf},
 		{Mul(-1, 0), 0},
 		{Add(Inf, 1), Inf},

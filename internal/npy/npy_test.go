@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -216,6 +217,10 @@ func TestErrors(t *testing.T) {
 			// 1e22 elements overflows the element limit first.
 			tc.want = "h.npy: shape (100000000000, 100000000000) is too large"
 		}
+		if strconv.IntSize == 32 && (tc.file == "h.npy" || tc.file == "ovf.npy") {
+			// Each dimension alone is over the 32-bit limit.
+			tc.want = tc.file + ": invalid header: dimension "
+		}
 		if !strings.HasPrefix(err.Error(), tc.want) {
 			t.Errorf("%s: error %q, want %q", tc.file, err, tc.want)
 		}
@@ -336,7 +341,7 @@ func FuzzRead(f *testing.F) {
 	f.Add([]byte("not npy"), uint64(0))
 	// Files as large as their headers claim (the data is virtual zeros):
 	// 4 TiB, and just over the fuzz limit.
-	f.Add(encodeHeader(dtypeF32, []int{1 << 40}), uint64(4<<40))
+	f.Add(rawNpy("{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776,), }", nil), uint64(4<<40))
 	f.Add(encodeHeader(dtypeI32, []int{1<<18 + 1}), uint64(4<<18+4))
 	f.Add(encodeHeader(dtypeI32, []int{1 << 18}), uint64(4<<18))
 	const limit = 1 << 20
