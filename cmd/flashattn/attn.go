@@ -95,13 +95,13 @@ func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 // removing it again on failure). SIGINT and SIGTERM during the write stop
 // it and restore OUTDIR; the error then carries the signal.
 func (f *attnFlags) write(files map[string]npy.Array, sm seams) error {
+	ctx, stop := interruptible()
+	defer stop()
 	_, err := os.Stat(f.out)
 	created := errors.Is(err, fs.ErrNotExist)
 	if err := os.MkdirAll(f.out, 0o755); err != nil {
 		return fmt.Errorf("-o %s: %v", f.out, err)
 	}
-	ctx, stop := interruptible()
-	defer stop()
 	err = npy.WriteAll(ctx, files, npy.WriteOptions{Hook: sm.writeHook})
 	if err != nil && created {
 		os.Remove(f.out)

@@ -83,7 +83,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&f.reps, "reps", 5, "repetitions of every measurement, interleaved with the peak; medians and ranges are reported")
 	fs.IntVar(&f.minMillis, "min-ms", 200, "time each repetition of a measurement for at least this many milliseconds")
 	fs.Var(f.maxMem, "max-memory", "refuse cases whose estimated peak memory exceeds this `size` (e.g. 512M, 4G; default: the memory available now)")
-	fs.Var(&f.bwSize, "bw-size", "size of each of the two bandwidth buffers for decode (default: 4× the last-level cache, at least 256M)")
+	fs.Var(&f.bwSize, "bw-size", "`size` of each of the two bandwidth buffers for decode (default: 4× the last-level cache, at least 256M)")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}

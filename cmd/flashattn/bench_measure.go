@@ -3,6 +3,7 @@ package main
 import (
 	"math"
 	"runtime"
+	"runtime/metrics"
 	"sync"
 	"time"
 
@@ -79,24 +80,38 @@ type measurer struct {
 	llc           llc        // the last-level cache, reported with decode
 }
 
-// timeCalls runs f n times and returns the mean seconds per call, and the
-// bytes allocated per call when alloc is set.
-func timeCalls(f func(), n int, alloc bool) (float64, uint64) {
-	runtime.GC()
-	var a, b runtime.MemStats
-	if alloc {
-		runtime.ReadMemStats(&a)
-	}
+// timeCalls runs f n times and returns the mean seconds per call.
+func timeCalls(f func(), n int) float64 {
 	t0 := time.Now()
 	for range n {
 		f()
 	}
-	d := time.Since(t0).Seconds() / float64(n)
-	if alloc {
-		runtime.ReadMemStats(&b)
-		return d, (b.TotalAlloc - a.TotalAlloc) / uint64(n)
+	return time.Since(t0).Seconds() / float64(n)
+}
+
+// coldAlloc returns the bytes one call of f allocates after two garbage
+// collections have emptied the library's pools: the extra memory a call
+// needs, workspaces included (a warm call in a loop allocates almost
+// nothing).
+func coldAlloc(f func()) uint64 {
+	runtime.GC()
+	runtime.GC()
+	var a, b runtime.MemStats
+	runtime.ReadMemStats(&a)
+	f()
+	runtime.ReadMemStats(&b)
+	return b.TotalAlloc - a.TotalAlloc
+}
+
+// gcCycles is the number of completed garbage collections (cheap to read:
+// no stop of the world).
+func gcCycles() uint64 {
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
 	}
-	return d, 0
+	return s[0].Value.Uint64()
 }
 
 // calls returns how many calls of f (already warm) make up minDur.
@@ -140,12 +155,16 @@ func (m *measurer) measure(c benchCase) (benchResult, error) {
 	case "fwdbwd":
 		run = func() { fwd(); bwd() }
 	}
-	run() // warm up: workspaces, page faults
+	extra := coldAlloc(run)
+	run() // warm: workspaces pooled again, pages faulted in
 	if err != nil {
 		return benchResult{}, err
 	}
 	calls := callsFor(run, m.minDur)
 
+	r := benchResult{Mode: c.Mode, Variant: c.Variant, Batch: c.B, Heads: c.H, KVHeads: c.Hk, SeqlenQ: sq, SeqlenK: c.N,
+		Headdim: c.D, Causal: c.Causal, Kernel: kernel.Select().Name, Workers: m.workers, Reps: m.reps,
+		Calls: calls, PlainSkipped: c.plainSkip, PeakISA: m.peak.isa, ExtraBytes: extra}
 	var prun func()
 	pcalls := 0
 	if c.plain {
@@ -159,6 +178,7 @@ func (m *measurer) measure(c benchCase) (benchResult, error) {
 		default:
 			prun = func() { pp.Forward(in.q, in.k, in.v); pp.Backward(in.q, in.k, in.v, po, in.do) }
 		}
+		r.PlainBytes = coldAlloc(prun)
 		pcalls = callsFor(prun, m.minDur/2)
 	}
 
@@ -167,14 +187,20 @@ func (m *measurer) measure(c benchCase) (benchResult, error) {
 		mode = "fwd"
 	}
 	flops := c.visibleFlops(mode)
-	kvBytes := float64(2*4*c.B*c.N*c.Hk*c.D) * float64(calls)
+	kvBytes := float64(2 * 4 * c.B * c.N * c.Hk * c.D) // K and V read per call
+	r.PlainCalls = pcalls
 	var gf, peaks, ratio, pg, speed, kv, rd, cp, rdRatio, cpRatio, secs []float64
-	r := benchResult{Mode: c.Mode, Variant: c.Variant, Batch: c.B, Heads: c.H, KVHeads: c.Hk, SeqlenQ: sq, SeqlenK: c.N,
-		Headdim: c.D, Causal: c.Causal, Kernel: kernel.Select().Name, Workers: m.workers, Reps: m.reps,
-		Calls: calls, PlainCalls: pcalls, PlainSkipped: c.plainSkip, PeakISA: m.peak.isa}
+	gcs := gcCycles()
 	for rep := 0; rep < m.reps; rep++ {
 		pk := m.peak.measure()
-		t, extra := timeCalls(run, calls, rep == 0)
+		// A collection since the last timed batch (the plain algorithm's
+		// garbage) may have emptied the pools: refill them untimed, as a
+		// training loop's steady state would have them.
+		if gcCycles() != gcs {
+			run()
+		}
+		t := timeCalls(run, calls)
+		gcs = gcCycles()
 		if err != nil {
 			return benchResult{}, err
 		}
@@ -183,18 +209,13 @@ func (m *measurer) measure(c benchCase) (benchResult, error) {
 		if pk > 0 {
 			peaks, ratio = append(peaks, pk), append(ratio, g/pk)
 		}
-		if rep == 0 {
-			r.ExtraBytes = extra
-		}
 		if prun != nil {
-			pt, pextra := timeCalls(prun, pcalls, rep == 0)
+			runtime.GC() // each plain batch starts from a clean heap
+			pt := timeCalls(prun, pcalls)
 			pg, speed = append(pg, flops/pt/1e9), append(speed, pt/t)
-			if rep == 0 {
-				r.PlainBytes = pextra
-			}
 		}
 		if c.Mode == "decode" {
-			kvr := kvBytes / float64(calls) / t / 1e9
+			kvr := kvBytes / t / 1e9
 			kv = append(kv, kvr)
 			if m.bw != nil {
 				read, cpy := m.bw.read(), m.bw.copy()

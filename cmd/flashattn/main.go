@@ -3,7 +3,7 @@
 //
 //	flashattn attn  -q q.npy -k k.npy -v v.npy -o OUTDIR [options]   attention on .npy files
 //	flashattn demo  [-batch B -heads H -seqlen N -headdim D]          flashattn vs plain on random data
-//	flashattn bench [flags]                                            GFLOP/s, % of FMA peak, speedup
+//	flashattn bench [flags]                                            GFLOP/s, fraction of the FMA peak, speedup
 //
 // Run "flashattn CMD -h" for the flags of each command. Errors are printed
 // as one line on stderr and the exit status is non-zero.
@@ -25,8 +25,8 @@ const usage = `flashattn: FlashAttention-2 on the CPU, in Go.
 
 usage:
   flashattn attn  -q q.npy -k k.npy -v v.npy -o OUTDIR [options]
-  flashattn demo  [-batch B -heads H -seqlen N -headdim D -causal]
-  flashattn bench [-json] [-svg FILE] [single-case flags]
+  flashattn demo  [-batch B -heads H -seqlen N -headdim D -causal] [-max-memory SIZE]
+  flashattn bench [-json] [-svg FILE] [-reps N] [-min-ms MS] [-max-memory SIZE] [case flags]
 
 Run "flashattn CMD -h" for a command's flags.
 `
