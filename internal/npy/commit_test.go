@@ -261,3 +261,70 @@ func TestWriteAllRemovesStale(t *testing.T) {
 		t.Errorf("tempName does not parse back")
 	}
 }
+
+// snapshot returns the names and contents of the entries of dir.
+func snapshot(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]string{}
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			m[e.Name()] = "<" + e.Type().String() + ">"
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m[e.Name()] = string(b)
+	}
+	return m
+}
+
+func sameSnapshot(t *testing.T, got, want map[string]string) {
+	t.Helper()
+	for k, v := range want {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("%s changed (present %v)", k, ok)
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("%s left behind", k)
+		}
+	}
+}
+
+// outputs is a set of five arrays in dir like the attn command writes.
+func outputs(dir string, v float32) map[string]Array {
+	m := map[string]Array{}
+	for i, name := range []string{"dk.npy", "dq.npy", "dv.npy", "lse.npy", "out.npy"} {
+		m[filepath.Join(dir, name)] = Array{Shape: []int{2}, F32: []float32{v, float32(i)}}
+	}
+	return m
+}
+
+// When one destination is a directory, WriteFiles says so and every earlier
+// file is left byte-identical (the rollback used to delete them).
+func TestWriteFilesDirectoryInTheWay(t *testing.T) {
+	dir := t.TempDir()
+	if err := WriteFiles(outputs(dir, 1)); err != nil {
+		t.Fatal(err)
+	}
+	lse := filepath.Join(dir, "lse.npy")
+	if err := os.Remove(lse); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(lse, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot(t, dir)
+	err := WriteFiles(outputs(dir, 2))
+	if err == nil || err.Error() != lse+" is a directory" {
+		t.Errorf("err = %v, want %q", err, lse+" is a directory")
+	}
+	sameSnapshot(t, snapshot(t, dir), before)
+}

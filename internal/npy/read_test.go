@@ -1,7 +1,6 @@
 package npy
 
 import (
-	"bytes"
 	"math"
 	"os"
 	"path/filepath"
@@ -80,71 +79,42 @@ func TestLenOverflow(t *testing.T) {
 	}
 }
 
-// snapshot returns the names and contents of the entries of dir.
-func snapshot(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	ents, err := os.ReadDir(dir)
-	if err != nil {
+// Stat reads only the header but checks the file as reading it would.
+func TestStat(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "a.npy")
+	if err := WriteInt32(p, []int32{1, 2, 3, 4, 5, 6}, []int{2, 3}); err != nil {
 		t.Fatal(err)
 	}
-	m := map[string]string{}
-	for _, e := range ents {
-		if !e.Type().IsRegular() {
-			m[e.Name()] = "<" + e.Type().String() + ">"
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
+	info, err := Stat(p)
+	if err != nil || info.Descr != "<i4" || len(info.Shape) != 2 || info.Shape[0] != 2 || info.Shape[1] != 3 || info.Bytes() != 24 {
+		t.Fatalf("Stat = %+v, %v", info, err)
+	}
+	b, _ := os.ReadFile(p)
+	for name, content := range map[string][]byte{
+		"trunc.npy": b[:len(b)-1],
+		"trail.npy": append(b, 0),
+		"f8.npy":    rawNpy("{'descr': '<f8', 'fortran_order': False, 'shape': (1,), }", make([]byte, 8)),
+		"text.npy":  []byte("hello"),
+	} {
+		q := filepath.Join(dir, name)
+		if err := os.WriteFile(q, content, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		m[e.Name()] = string(b)
-	}
-	return m
-}
-
-func sameSnapshot(t *testing.T, got, want map[string]string) {
-	t.Helper()
-	for k, v := range want {
-		if g, ok := got[k]; !ok || g != v {
-			t.Errorf("%s changed (present %v)", k, ok)
+		_, serr := Stat(q)
+		_, rerr := Read(q)
+		if serr == nil || rerr == nil || serr.Error() != rerr.Error() {
+			t.Errorf("%s: Stat error %v, Read error %v", name, serr, rerr)
 		}
 	}
-	for k := range got {
-		if _, ok := want[k]; !ok {
-			t.Errorf("%s left behind", k)
-		}
-	}
-}
-
-// outputs is a set of five arrays in dir like the attn command writes.
-func outputs(dir string, v float32) map[string]Array {
-	m := map[string]Array{}
-	for i, name := range []string{"dk.npy", "dq.npy", "dv.npy", "lse.npy", "out.npy"} {
-		m[filepath.Join(dir, name)] = Array{Shape: []int{2}, F32: []float32{v, float32(i)}}
-	}
-	return m
-}
-
-// When one destination is a directory, WriteFiles says so and every earlier
-// file is left byte-identical (the rollback used to delete them).
-func TestWriteFilesDirectoryInTheWay(t *testing.T) {
-	dir := t.TempDir()
-	if err := WriteFiles(outputs(dir, 1)); err != nil {
+	fifo := filepath.Join(dir, "p.npy")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	lse := filepath.Join(dir, "lse.npy")
-	if err := os.Remove(lse); err != nil {
-		t.Fatal(err)
+	if _, err := Stat(fifo); err == nil || !strings.Contains(err.Error(), "not a regular file (a named pipe)") {
+		t.Errorf("FIFO: %v", err)
 	}
-	if err := os.MkdirAll(filepath.Join(lse, "sub"), 0o755); err != nil {
-		t.Fatal(err)
+	if _, err := Stat(filepath.Join(dir, "missing.npy")); err == nil || !strings.Contains(err.Error(), "missing.npy: no such file") {
+		t.Errorf("missing: %v", err)
 	}
-	before := snapshot(t, dir)
-	err := WriteFiles(outputs(dir, 2))
-	if err == nil || err.Error() != lse+" is a directory" {
-		t.Errorf("err = %v, want %q", err, lse+" is a directory")
-	}
-	sameSnapshot(t, snapshot(t, dir), before)
 }
-
-var _ = bytes.Equal
