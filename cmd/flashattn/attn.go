@@ -1,13 +1,16 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
 
 	"github.com/flashattn/flashattn"
+	"github.com/flashattn/flashattn/internal/memlimit"
 	"github.com/flashattn/flashattn/internal/npy"
 )
 
@@ -21,14 +24,17 @@ type attnFlags struct {
 	cacheSeqlens, blockTable  string
 	seed                      uint64
 	workers                   int
+	maxMem                    *memlimit.Flag
+	rd                        npy.Reader // reads the inputs within the memory limit
 }
 
-func runAttn(args []string, stdout, stderr io.Writer) error {
-	var f attnFlags
+func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
+	f := attnFlags{maxMem: memlimit.NewFlag("-max-memory")}
 	fs := newFlags("attn", stderr, "-q q.npy -k k.npy -v v.npy -o OUTDIR [options]\n\n"+
 		"Writes OUTDIR/out.npy and OUTDIR/lse.npy; with -dout also OUTDIR/dq.npy, dk.npy, dv.npy.\n"+
 		"Dense arrays are float32 [batch, seqlen, heads, headdim]; with -cu-seqlens-q/-k they are\n"+
-		"packed [total, heads, headdim]. All outputs are written atomically, all or none.\n")
+		"packed [total, heads, headdim]. All outputs are written atomically, all or none: on any\n"+
+		"failure or interruption (SIGINT, SIGTERM) every file in OUTDIR is left as it was.\n")
 	fs.StringVar(&f.q, "q", "", "queries `q.npy` [batch, seqlen_q, heads, headdim] (required)")
 	fs.StringVar(&f.k, "k", "", "keys `k.npy` [batch, seqlen_k, kv_heads, headdim] (required)")
 	fs.StringVar(&f.v, "v", "", "values `v.npy`, shaped like k (required)")
@@ -48,6 +54,7 @@ func runAttn(args []string, stdout, stderr io.Writer) error {
 	fs.Float64Var(&f.dropout, "dropout", 0, "dropout probability in [0, 1)")
 	fs.Uint64Var(&f.seed, "seed", 0, "dropout seed: the same seed gives identical files")
 	fs.IntVar(&f.workers, "workers", 0, "worker goroutines (0: GOMAXPROCS)")
+	fs.Var(f.maxMem, "max-memory", "refuse a run whose estimated peak memory exceeds this `size` (e.g. 512M, 4G; default: the memory available now)")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
@@ -55,6 +62,11 @@ func runAttn(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	limit := f.maxMem.Limit()
+	if err := f.checkMemory(limit); err != nil {
+		return err
+	}
+	f.rd = npy.Reader{Limit: limit}
 	q, k, v, dout, err := f.load(opts)
 	if err != nil {
 		return err
@@ -76,10 +88,25 @@ func runAttn(args []string, stdout, stderr io.Writer) error {
 		files[filepath.Join(f.out, "dk.npy")] = npy.Array{Shape: shapeOf(dk, opts), F32: dk.Data}
 		files[filepath.Join(f.out, "dv.npy")] = npy.Array{Shape: shapeOf(dv, opts), F32: dv.Data}
 	}
+	return f.write(files, sm)
+}
+
+// write writes the outputs all or nothing, creating OUTDIR if needed (and
+// removing it again on failure). SIGINT and SIGTERM during the write stop
+// it and restore OUTDIR; the error then carries the signal.
+func (f *attnFlags) write(files map[string]npy.Array, sm seams) error {
+	ctx, stop := interruptible()
+	defer stop()
+	_, err := os.Stat(f.out)
+	created := errors.Is(err, fs.ErrNotExist)
 	if err := os.MkdirAll(f.out, 0o755); err != nil {
 		return fmt.Errorf("-o %s: %v", f.out, err)
 	}
-	return npy.WriteFiles(files)
+	err = npy.WriteAll(ctx, files, npy.WriteOptions{Hook: sm.writeHook})
+	if err != nil && created {
+		os.Remove(f.out)
+	}
+	return err
 }
 
 // cleanErr drops the library's "flashattn: " prefix: the CLI adds its own.
@@ -151,7 +178,7 @@ func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, 
 		rank = 3
 	}
 	read := func(path string) (flashattn.Tensor, []int, error) {
-		data, shape, err := npy.ReadFloat32(path)
+		data, shape, err := f.rd.ReadFloat32(path)
 		if err != nil {
 			return flashattn.Tensor{}, nil, err
 		}
@@ -215,10 +242,10 @@ func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, 
 	}
 	if varlen {
 		vl := &flashattn.VarLen{}
-		if vl.CuSeqlensQ, err = readCu(f.cuQ, qs[1], "q"); err != nil {
+		if vl.CuSeqlensQ, err = f.readCu(f.cuQ, qs[1], "q"); err != nil {
 			return
 		}
-		if vl.CuSeqlensK, err = readCu(f.cuK, ks[1], "k"); err != nil {
+		if vl.CuSeqlensK, err = f.readCu(f.cuK, ks[1], "k"); err != nil {
 			return
 		}
 		if len(vl.CuSeqlensK) != len(vl.CuSeqlensQ) {
@@ -228,7 +255,7 @@ func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, 
 		nb = len(vl.CuSeqlensQ) - 1
 		if f.seqUsedK != "" {
 			var shape []int
-			if vl.SeqUsedK, shape, err = npy.ReadInt32(f.seqUsedK); err != nil {
+			if vl.SeqUsedK, shape, err = f.rd.ReadInt32(f.seqUsedK); err != nil {
 				return
 			}
 			if len(shape) != 1 || shape[0] != nb {
@@ -246,7 +273,7 @@ func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, 
 	}
 	if f.alibi != "" {
 		var shape []int
-		if o.ALiBi, shape, err = npy.ReadFloat32(f.alibi); err != nil {
+		if o.ALiBi, shape, err = f.rd.ReadFloat32(f.alibi); err != nil {
 			return
 		}
 		ok := (len(shape) == 1 && shape[0] == qs[2]) || (len(shape) == 2 && shape[0] == nb && shape[1] == qs[2])
@@ -265,8 +292,8 @@ func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, 
 }
 
 // readCu reads a cu_seqlens file and checks it against the packed length.
-func readCu(path string, total int, of string) ([]int32, error) {
-	cu, shape, err := npy.ReadInt32(path)
+func (f *attnFlags) readCu(path string, total int, of string) ([]int32, error) {
+	cu, shape, err := f.rd.ReadInt32(path)
 	if err != nil {
 		return nil, err
 	}
@@ -307,7 +334,7 @@ func lseShape(q flashattn.Tensor, o *flashattn.Options) []int {
 // the batch and the cache tensor's shape ks.
 func (f *attnFlags) readCache(nb int, ks []int) (*flashattn.KVCache, error) {
 	c := &flashattn.KVCache{}
-	lens, shape, err := npy.ReadInt32(f.cacheSeqlens)
+	lens, shape, err := f.rd.ReadInt32(f.cacheSeqlens)
 	if err != nil {
 		return nil, err
 	}
@@ -316,7 +343,7 @@ func (f *attnFlags) readCache(nb int, ks []int) (*flashattn.KVCache, error) {
 	}
 	capacity := ks[1]
 	if f.blockTable != "" {
-		table, tshape, err := npy.ReadInt32(f.blockTable)
+		table, tshape, err := f.rd.ReadInt32(f.blockTable)
 		if err != nil {
 			return nil, err
 		}
@@ -332,6 +359,9 @@ func (f *attnFlags) readCache(nb int, ks []int) (*flashattn.KVCache, error) {
 			}
 		}
 		c.BlockTable, c.BlocksPerSeq = table, tshape[1]
+		if int64(tshape[1]) > math.MaxInt32/int64(ks[1]) {
+			return nil, fmt.Errorf("%s: %d blocks of %d keys per sequence is more keys than a cache can hold (2^31)", f.blockTable, tshape[1], ks[1])
+		}
 		capacity = tshape[1] * ks[1]
 	}
 	for b, n := range lens {
@@ -341,4 +371,46 @@ func (f *attnFlags) readCache(nb int, ks []int) (*flashattn.KVCache, error) {
 	}
 	c.SeqLens = lens
 	return c, nil
+}
+
+// checkMemory reads the header of every input file (checking each as
+// reading it would) and refuses the run, before any data is read, if its
+// inputs, outputs and the library's work buffers would not fit in limit.
+func (f *attnFlags) checkMemory(limit memlimit.Limit) error {
+	var n need
+	infos := map[string]npy.Info{}
+	biggest := ""
+	for _, p := range []string{f.q, f.k, f.v, f.dout, f.alibi, f.cuQ, f.cuK, f.seqUsedK, f.cacheSeqlens, f.blockTable} {
+		if p == "" {
+			continue
+		}
+		info, err := npy.Stat(p)
+		if err != nil {
+			return err
+		}
+		infos[p] = info
+		n.add("inputs", info.Bytes())
+		if biggest == "" || info.Bytes() > infos[biggest].Bytes() {
+			biggest = p
+		}
+	}
+	qs, ks := infos[f.q].Shape, infos[f.k].Shape
+	if f.cuQ != "" {
+		qs, ks = append([]int{1}, qs...), append([]int{1}, ks...)
+	}
+	if len(qs) == 4 && len(ks) == 4 {
+		b, sq, h, d := qs[0], qs[1], qs[2], qs[3]
+		hk, sk := ks[2], ks[1]
+		n.floats("outputs", b, sq, h, d)
+		n.floats("outputs", b, h, sq)
+		if f.dout != "" {
+			n.floats("outputs", b, sq, h, d)
+			n.floats("outputs", 2, ks[0], sk, hk, d)
+		}
+		if ts := infos[f.blockTable].Shape; len(ts) == 2 {
+			sk = int(min(memlimit.Mul(ts[1], ks[1]), math.MaxInt))
+		}
+		n.addFlashWork(b, sq, sk, h, hk, d, f.workers, f.dout != "")
+	}
+	return n.check(limit, fmt.Sprintf("%s (shape %v)", biggest, infos[biggest].Shape), "-max-memory overrides")
 }

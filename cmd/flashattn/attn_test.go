@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -12,7 +13,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/flashattn/flashattn/internal/npy"
 	"github.com/flashattn/flashattn/reference"
@@ -681,21 +684,39 @@ func TestAttnBad(t *testing.T) {
 	})
 }
 
-// FuzzAttnFlags runs a fixed small valid input set with fuzzed option values:
-// the command must not panic, must exit 0 (with every output file) or 1/2
-// (with exactly one stderr line and no output file).
+// FuzzAttnFlags runs a fixed small valid input set with fuzzed option
+// values, a fuzzed -max-memory and a fuzzed state of the output directory
+// and inputs (fault: 0 empty, 1 files of an earlier run, 2 lse.npy is a
+// directory, 3 a stale temporary file of a dead process, 4 a FIFO as
+// -alibi). The command must not panic and must exit 0 (every output file
+// new, no temporary file left) or 1/2 (exactly one stderr line, the output
+// directory exactly as before).
 func FuzzAttnFlags(f *testing.F) {
 	dir := f.TempDir()
 	base := atInputs(f, dir)
-	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0))
-	f.Add(0.5, 2.0, 0.3, 2, 1, true, uint64(7))
-	f.Add(math.NaN(), 0.0, 0.0, -1, -1, false, uint64(1))
-	f.Add(-1.0, -1.0, 1.0, -5, -7, true, uint64(2))
-	f.Add(1e-60, 1e60, 0.99999999, math.MaxInt, math.MinInt, false, uint64(math.MaxUint64))
-	f.Add(math.Inf(1), math.Inf(-1), math.Inf(1), 0, 0, true, uint64(3))
-	f.Add(3e38, 1e-45, 1e-50, 0, math.MaxInt, false, uint64(4))
-	f.Add(1e30, 0.0, 0.0, math.MaxInt/2, math.MaxInt/2, true, uint64(5))
-	f.Fuzz(func(t *testing.T, scale, softcap, dropout float64, wl, wr int, causal bool, seed uint64) {
+	fifo := filepath.Join(dir, "fifo.npy")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		f.Fatal(err)
+	}
+	earlier := filepath.Join(dir, "earlier")
+	if code, _, stderr := atRun(append(slices.Clone(base), "-o", earlier)...); code != 0 {
+		f.Fatalf("earlier run: %d %q", code, stderr)
+	}
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0))
+	f.Add(0.5, 2.0, 0.3, 2, 1, true, uint64(7), "", uint8(1))
+	f.Add(math.NaN(), 0.0, 0.0, -1, -1, false, uint64(1), "", uint8(0))
+	f.Add(-1.0, -1.0, 1.0, -5, -7, true, uint64(2), "", uint8(0))
+	f.Add(1e-60, 1e60, 0.99999999, math.MaxInt, math.MinInt, false, uint64(math.MaxUint64), "", uint8(0))
+	f.Add(math.Inf(1), math.Inf(-1), math.Inf(1), 0, 0, true, uint64(3), "", uint8(0))
+	f.Add(3e38, 1e-45, 1e-50, 0, math.MaxInt, false, uint64(4), "", uint8(0))
+	f.Add(1e30, 0.0, 0.0, math.MaxInt/2, math.MaxInt/2, true, uint64(5), "", uint8(0))
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(2))
+	f.Add(0.0, 0.0, 0.1, 3, -1, false, uint64(9), "", uint8(3))
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(4))
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "1K", uint8(1))
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "1G", uint8(1))
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "-5x", uint8(0))
+	f.Fuzz(func(t *testing.T, scale, softcap, dropout float64, wl, wr int, causal bool, seed uint64, maxMem string, fault uint8) {
 		out := filepath.Join(t.TempDir(), "out")
 		if err := os.Mkdir(out, 0o755); err != nil {
 			t.Fatal(err)
@@ -708,32 +729,74 @@ func FuzzAttnFlags(f *testing.F) {
 		if causal {
 			args = append(args, "-causal")
 		}
+		if maxMem != "" {
+			args = append(args, "-max-memory", maxMem)
+		}
+		stale := ".out.npy.tmp-4194305-x" // above Linux's largest pid: never alive
+		switch fault % 5 {
+		case 1, 2:
+			for _, n := range atDirNames(t, earlier) {
+				b, err := os.ReadFile(filepath.Join(earlier, n))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(out, n), b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if fault%5 == 2 {
+				os.Remove(filepath.Join(out, "lse.npy"))
+				if err := os.Mkdir(filepath.Join(out, "lse.npy"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+		case 3:
+			if err := os.WriteFile(filepath.Join(out, stale), []byte("junk"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		case 4:
+			args = append(args, "-alibi", fifo)
+		}
+		before := dirState(t, out)
 		var code int
 		var stderr string
-		func() {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
 			defer func() {
 				if r := recover(); r != nil {
-					t.Fatalf("panic: %v (args %q)", r, args)
+					t.Errorf("panic: %v (args %q)", r, args)
 				}
 			}()
 			code, _, stderr = atRun(args...)
 		}()
-		names := atDirNames(t, out)
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("still running after 30 s (args %q)", args)
+		}
+		after := dirState(t, out)
 		switch code {
 		case 0:
 			want := []string{"dk.npy", "dq.npy", "dv.npy", "lse.npy", "out.npy"}
-			if !slices.Equal(names, want) {
+			if names := atDirNames(t, out); !slices.Equal(names, want) {
 				t.Fatalf("exit 0 but out dir holds %v (args %q)", names, args)
 			}
 			if _, shape, err := npy.ReadFloat32(filepath.Join(out, "out.npy")); err != nil || !reflect.DeepEqual(shape, []int{1, 4, 2, 8}) {
 				t.Fatalf("out.npy: shape %v, err %v", shape, err)
 			}
+			if fault%5 == 2 || fault%5 == 4 {
+				t.Fatalf("exit 0 with fault %d (args %q)", fault%5, args)
+			}
 		case 1, 2:
 			if !strings.HasSuffix(stderr, "\n") || strings.Count(stderr, "\n") != 1 {
 				t.Fatalf("exit %d with stderr not one line: %q (args %q)", code, stderr, args)
 			}
-			if len(names) != 0 {
-				t.Fatalf("exit %d but out dir holds %v (args %q)", code, names, args)
+			if !maps.Equal(after, before) {
+				t.Fatalf("exit %d changed the out dir: %v -> %v (args %q)", code, slices.Sorted(maps.Keys(before)), slices.Sorted(maps.Keys(after)), args)
+			}
+			if fault%5 == 2 && code == 1 && strings.Contains(stderr, "exists") {
+				t.Fatalf("misleading message %q", stderr)
 			}
 		default:
 			t.Fatalf("exit status %d (args %q), stderr %q", code, args, stderr)

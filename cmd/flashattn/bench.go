@@ -2,19 +2,20 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/flashattn/flashattn"
 	"github.com/flashattn/flashattn/internal/kernel"
-	"github.com/flashattn/flashattn/internal/plain"
+	"github.com/flashattn/flashattn/internal/memlimit"
 )
 
 // benchCase is one measured configuration.
@@ -23,107 +24,285 @@ type benchCase struct {
 	Mode    string // fwd, bwd, fwdbwd, decode
 	Variant string // "" or window/softcap/alibi/dropout
 	Window  int    // window size (left) for the window variant
+
+	plain     bool   // also run the plain algorithm
+	plainSkip string // why plain is not run, when it is not ("" if it is, or never would be)
 }
 
-// benchResult is one line of the table and one JSON object.
-type benchResult struct {
-	Mode         string  `json:"mode"`
-	Variant      string  `json:"variant"`
-	Batch        int     `json:"batch"`
-	Heads        int     `json:"heads"`
-	KVHeads      int     `json:"kv_heads"`
-	SeqlenQ      int     `json:"seqlen_q"`
-	SeqlenK      int     `json:"seqlen_k"`
-	Headdim      int     `json:"headdim"`
-	Causal       bool    `json:"causal"`
-	Seconds      float64 `json:"seconds"`
-	GFlops       float64 `json:"gflops"`
-	PeakGFlops   float64 `json:"peak_gflops"`
-	PctPeak      float64 `json:"pct_peak"`
-	PlainSeconds float64 `json:"plain_seconds,omitempty"`
-	Speedup      float64 `json:"speedup,omitempty"`
-	ExtraBytes   uint64  `json:"extra_bytes"`
-	PlainBytes   uint64  `json:"plain_extra_bytes,omitempty"`
-	// Decode only: bytes of K and V read per second, and a plain copy's rate.
-	GBps     float64 `json:"gbytes_per_s,omitempty"`
-	CopyGBps float64 `json:"copy_gbytes_per_s,omitempty"`
-	Kernel   string  `json:"kernel"`
-	Workers  int     `json:"workers"`
+// benchFlags are the flags of "flashattn bench".
+type benchFlags struct {
+	jsonOut, causal, quick, noPlain bool
+	svg, mode, variant              string
+	s                               shape
+	workers, minMillis, window      int
+	reps                            int
+	maxMem                          *memlimit.Flag
+	bwSize                          sizeValue
+	set                             map[string]bool // flags given on the command line
+}
+
+// sizeValue is a flag holding a size such as "64M" (0: unset).
+type sizeValue memlimit.Size
+
+func (v *sizeValue) String() string {
+	if *v == 0 {
+		return ""
+	}
+	return memlimit.Size(*v).String()
+}
+
+func (v *sizeValue) Set(s string) error {
+	n, err := memlimit.ParseSize(s)
+	*v = sizeValue(n)
+	return err
 }
 
 func runBench(args []string, stdout, stderr io.Writer) error {
-	var (
-		jsonOut, causal, quick, noPlain bool
-		svg, mode, variant              string
-		s                               shape
-		workers, minMillis, window      int
-	)
+	f := benchFlags{maxMem: memlimit.NewFlag("-max-memory")}
 	fs := newFlags("bench", stderr, "[flags]\n\n"+
-		"Measures this machine's FP32 FMA peak, flashattn and the plain algorithm in one run and prints\n"+
-		"GFLOP/s, % of peak, speedup over plain and extra memory. Without -seqlen it sweeps seqlen\n"+
-		"512…16384, headdim 64 and 128, causal and not, modes fwd, bwd and fwdbwd, then the decode\n"+
-		"and window cases. With -seqlen it measures the single case given by the flags.\n")
-	fs.BoolVar(&jsonOut, "json", false, "print one JSON object per case instead of the table")
-	fs.StringVar(&svg, "svg", "", "also draw GFLOP/s against seqlen into this SVG `file`")
-	fs.BoolVar(&quick, "quick", false, "sweep only seqlen 512…4096")
-	fs.BoolVar(&noPlain, "no-plain", false, "do not run the plain algorithm")
-	fs.IntVar(&s.B, "batch", 0, "batch size (0: 16384/seqlen, at least 1)")
-	fs.IntVar(&s.H, "heads", 0, "query heads (0: 512/headdim)")
-	fs.IntVar(&s.Hk, "kv-heads", 0, "key/value heads (0: same as heads)")
-	fs.IntVar(&s.N, "seqlen", 0, "sequence length of a single case (0: sweep)")
-	fs.IntVar(&s.D, "headdim", 64, "head dimension of a single case")
-	fs.BoolVar(&causal, "causal", false, "causal mask (single case)")
-	fs.StringVar(&mode, "mode", "fwd", "single case: fwd, bwd, fwdbwd or decode")
-	fs.StringVar(&variant, "variant", "", "single case: window, softcap, alibi or dropout")
-	fs.IntVar(&window, "window", 256, "window size for -variant window")
-	fs.IntVar(&workers, "workers", 0, "worker goroutines (0: GOMAXPROCS)")
-	fs.IntVar(&minMillis, "min-ms", 300, "repeat each measurement for at least this many milliseconds")
+		"Measures flashattn and the plain algorithm, interleaved with the FP32 FMA peak of the kernel path\n"+
+		"that runs, in -reps repetitions, and prints medians with their range: GFLOP/s, fraction of the\n"+
+		"peak, speedup over plain, extra memory. Without -seqlen it sweeps seqlen 512…16384, headdim 64\n"+
+		"and 128, causal and not, modes fwd, bwd and fwdbwd, then the decode and training-variant cases;\n"+
+		"-mode, -headdim, -causal and -variant then select among them and -batch, -heads, -kv-heads\n"+
+		"override their shapes. With -seqlen it measures the single case given by the flags.\n")
+	fs.BoolVar(&f.jsonOut, "json", false, "print one JSON object per case instead of the table")
+	fs.StringVar(&f.svg, "svg", "", "also draw GFLOP/s against seqlen (median, min–max bars) into this SVG (or PNG) `file`")
+	fs.BoolVar(&f.quick, "quick", false, "sweep only seqlen 512…4096")
+	fs.BoolVar(&f.noPlain, "no-plain", false, "do not run the plain algorithm")
+	fs.IntVar(&f.s.B, "batch", 0, "batch size (0: 16384/seqlen, at least 1)")
+	fs.IntVar(&f.s.H, "heads", 0, "query heads (0: 512/headdim)")
+	fs.IntVar(&f.s.Hk, "kv-heads", 0, "key/value heads (0: same as heads)")
+	fs.IntVar(&f.s.N, "seqlen", 0, "sequence length of a single case (0: sweep)")
+	fs.IntVar(&f.s.D, "headdim", 64, "head dimension")
+	fs.BoolVar(&f.causal, "causal", false, "causal mask")
+	fs.StringVar(&f.mode, "mode", "fwd", "fwd, bwd, fwdbwd or decode")
+	fs.StringVar(&f.variant, "variant", "", "window, softcap, alibi or dropout")
+	fs.IntVar(&f.window, "window", 256, "window size for -variant window")
+	fs.IntVar(&f.workers, "workers", 0, "worker goroutines (0: GOMAXPROCS)")
+	fs.IntVar(&f.reps, "reps", 5, "repetitions of every measurement, interleaved with the peak; medians and ranges are reported")
+	fs.IntVar(&f.minMillis, "min-ms", 200, "time each repetition of a measurement for at least this many milliseconds")
+	fs.Var(f.maxMem, "max-memory", "refuse cases whose estimated peak memory exceeds this `size` (e.g. 512M, 4G; default: the memory available now)")
+	fs.Var(&f.bwSize, "bw-size", "`size` of each of the two bandwidth buffers for decode (default: 4× the last-level cache, at least 256M)")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
-	if workers <= 0 {
-		workers = runtime.GOMAXPROCS(0)
+	f.set = map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+	if err := f.validate(); err != nil {
+		return err
 	}
-	var cases []benchCase
-	if s.N > 0 {
-		s.Causal = causal
-		switch mode {
-		case "fwd", "bwd", "fwdbwd", "decode":
-		default:
-			return fmt.Errorf("-mode %q: want fwd, bwd, fwdbwd or decode", mode)
-		}
-		switch variant {
-		case "", "window", "softcap", "alibi", "dropout":
-		default:
-			return fmt.Errorf("-variant %q: want window, softcap, alibi or dropout", variant)
-		}
-		if s.D < 1 || s.B < 0 || s.H < 0 || s.Hk < 0 || window < 0 {
-			return fmt.Errorf("bad shape or window: -headdim %d -batch %d -heads %d -kv-heads %d -window %d", s.D, s.B, s.H, s.Hk, window)
-		}
-		cases = append(cases, benchCase{shape: defaults(s), Mode: mode, Variant: variant, Window: window})
-	} else {
-		cases = sweep(quick)
+	if f.workers == 0 {
+		f.workers = runtime.GOMAXPROCS(0)
+	}
+	cases := f.cases()
+	if len(cases) == 0 {
+		return errors.New("no case of the sweep matches -mode, -headdim, -causal and -variant")
 	}
 	for _, c := range cases {
 		if c.H%c.Hk != 0 {
-			return fmt.Errorf("-heads %d is not a multiple of -kv-heads %d", c.H, c.Hk)
+			return fmt.Errorf("-kv-heads %d does not divide the %d heads of case %s (give -heads)", c.Hk, c.H, c.label())
 		}
 	}
+	if f.svg != "" && !drawable(cases) {
+		return fmt.Errorf("-svg %s: the figure needs sweep cases of modes fwd, bwd or fwdbwd without -variant", f.svg)
+	}
+	cache := readLLC(os.DirFS("/sys"))
+	bwSize, err := f.plan(cases, cache)
+	if err != nil {
+		return err
+	}
+	return f.measureAll(cases, bwSize, cache, stdout, stderr)
+}
 
-	peak := measurePeak(workers)
-	copyBW := 0.0
-	progress := isTerminal(stderr) && !jsonOut
+// validate checks every flag and reports every bad one, one line each,
+// before anything is measured.
+func (f *benchFlags) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	switch f.mode {
+	case "fwd", "bwd", "fwdbwd", "decode":
+	default:
+		bad("-mode %q: want fwd, bwd, fwdbwd or decode", f.mode)
+	}
+	switch f.variant {
+	case "", "window", "softcap", "alibi", "dropout":
+	default:
+		bad("-variant %q: want window, softcap, alibi or dropout", f.variant)
+	}
+	for _, v := range []struct {
+		name string
+		val  int
+		min  int
+	}{
+		{"-headdim", f.s.D, 1}, {"-batch", f.s.B, 0}, {"-heads", f.s.H, 0}, {"-kv-heads", f.s.Hk, 0},
+		{"-seqlen", f.s.N, 0}, {"-window", f.window, 0}, {"-workers", f.workers, 0}, {"-reps", f.reps, 1},
+		{"-min-ms", f.minMillis, 0},
+	} {
+		if v.val < v.min {
+			bad("%s %d: must be ≥ %d", v.name, v.val, v.min)
+		}
+	}
+	if f.reps > 1000 {
+		bad("-reps %d: at most 1000", f.reps)
+	}
+	if f.minMillis > 600_000 {
+		bad("-min-ms %d: at most 600000 (10 minutes)", f.minMillis)
+	}
+	if f.s.H > 0 && f.s.Hk > 0 && f.s.H%f.s.Hk != 0 {
+		bad("-heads %d is not a multiple of -kv-heads %d", f.s.H, f.s.Hk)
+	}
+	if f.svg != "" {
+		if st, err := os.Stat(filepath.Dir(f.svg)); err != nil || !st.IsDir() {
+			bad("-svg %s: directory %s does not exist", f.svg, filepath.Dir(f.svg))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// cases returns the single case, or the sweep cases that match the flags
+// given explicitly.
+func (f *benchFlags) cases() []benchCase {
+	override := func(s shape) shape {
+		if f.set["batch"] && f.s.B > 0 {
+			s.B = f.s.B
+		}
+		if f.set["heads"] && f.s.H > 0 {
+			s.H = f.s.H
+		}
+		if f.set["kv-heads"] && f.s.Hk > 0 {
+			s.Hk = f.s.Hk
+		} else if f.set["heads"] && f.s.H > 0 {
+			s.Hk = s.H
+		}
+		return s
+	}
+	var cases []benchCase
+	if f.s.N > 0 {
+		s := f.s
+		s.Causal = f.causal
+		cases = append(cases, benchCase{shape: defaults(s), Mode: f.mode, Variant: f.variant, Window: f.window})
+	} else {
+		for _, c := range sweep(f.quick) {
+			if f.set["mode"] && c.Mode != f.mode || f.set["headdim"] && c.D != f.s.D ||
+				f.set["causal"] && c.Causal != f.causal || f.set["variant"] && c.Variant != f.variant {
+				continue
+			}
+			if f.set["window"] && c.Variant == "window" {
+				c.Window = f.window
+			}
+			c.shape = override(c.shape)
+			cases = append(cases, c)
+		}
+	}
+	for i := range cases {
+		c := &cases[i]
+		c.plain = !f.noPlain && c.Variant == "" && c.Mode != "decode" && c.N <= 16384
+	}
+	return cases
+}
+
+// drawable reports whether the figure has anything to draw.
+func drawable(cases []benchCase) bool {
+	for _, c := range cases {
+		if c.Variant == "" && c.Mode != "decode" {
+			return true
+		}
+	}
+	return false
+}
+
+// plan checks, before anything is allocated, that every case fits in the
+// memory limit (one line per case that does not), decides for each case
+// whether the plain algorithm fits beside it, and sizes the bandwidth
+// buffers of the decode cases.
+func (f *benchFlags) plan(cases []benchCase, cache llc) (bwSize memlimit.Size, err error) {
+	limit := f.maxMem.Limit()
+	var errs []error
+	for i := range cases {
+		c := &cases[i]
+		n := c.need(f.workers)
+		if err := n.check(limit, c.label(), "-max-memory overrides"); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if c.plain {
+			withPlain := *n
+			withPlain.names, withPlain.sizes = append([]string(nil), n.names...), append([]memlimit.Size(nil), n.sizes...)
+			withPlain.addPlainWork(c.B, c.N, c.N, c.H, c.Hk, c.D, c.Mode != "fwd")
+			if err := withPlain.check(limit, "plain", ""); err != nil {
+				c.plain, c.plainSkip = false, strings.TrimPrefix(err.Error(), "plain: ")
+			}
+		}
+		if c.Mode == "decode" {
+			room := memlimit.Inf
+			if limit.Known() {
+				room = limit.Bytes - min(limit.Bytes, n.total())
+			}
+			size := memlimit.Size(f.bwSize)
+			if size == 0 {
+				size = bandwidthBuffer(cache, room)
+			} else if size.Times(2) > room {
+				errs = append(errs, fmt.Errorf("-bw-size %v: two buffers need %v, but only %v is left beside %s (%s)", size, size.Times(2), room, c.label(), limit.Source))
+			}
+			if bwSize == 0 || size < bwSize {
+				bwSize = size
+			}
+		}
+	}
+	return bwSize, errors.Join(errs...)
+}
+
+// need estimates a case's peak memory (the plain algorithm aside).
+func (c benchCase) need(workers int) *need {
+	sq := c.sq()
+	n := &need{}
+	n.floats("inputs", 2, c.B, sq, c.H, c.D)
+	n.floats("inputs", 2, c.B, c.N, c.Hk, c.D)
+	n.floats("outputs", 2, c.B, sq, c.H, c.D)
+	n.floats("outputs", 2, c.B, c.N, c.Hk, c.D)
+	n.floats("outputs", c.B, c.H, sq)
+	n.addFlashWork(c.B, sq, c.N, c.H, c.Hk, c.D, workers, c.Mode == "bwd" || c.Mode == "fwdbwd")
+	if c.Variant == "alibi" {
+		n.floats("inputs", c.H)
+	}
+	return n
+}
+
+// sq is the number of query rows per sequence: one when decoding.
+func (c benchCase) sq() int {
+	if c.Mode == "decode" {
+		return 1
+	}
+	return c.N
+}
+
+// measureAll measures every case, printing JSON lines as they come or the
+// table at the end, and draws the figure.
+func (f *benchFlags) measureAll(cases []benchCase, bwSize memlimit.Size, cache llc, stdout, stderr io.Writer) error {
+	minDur := time.Duration(f.minMillis) * time.Millisecond
+	isa := kernel.Select().Name
+	meter := newPeakMeter(isa, f.workers, min(max(minDur/4, 2*time.Millisecond), 50*time.Millisecond))
+	var bw *bandwidth
+	progress := isTerminal(stderr) && !f.jsonOut
 	var results []benchResult
 	for i, c := range cases {
 		if progress {
 			fmt.Fprintf(stderr, "\r\033[K[%d/%d] %s", i+1, len(cases), c.label())
 		}
-		if c.Mode == "decode" && copyBW == 0 {
-			copyBW = measureCopy(workers)
+		if c.Mode == "decode" && bw == nil && bwSize > 0 {
+			bw = newBandwidth(bwSize, f.workers)
 		}
-		r := measure(c, workers, peak, copyBW, !noPlain, time.Duration(minMillis)*time.Millisecond)
+		m := measurer{workers: f.workers, reps: f.reps, minDur: minDur, peak: meter, llc: cache}
+		if c.Mode == "decode" {
+			m.bw = bw
+		}
+		r, err := m.measure(c)
+		if err != nil {
+			return fmt.Errorf("%s: %v", c.label(), err)
+		}
 		results = append(results, r)
-		if jsonOut {
+		if f.jsonOut {
 			b, _ := json.Marshal(r)
 			fmt.Fprintln(stdout, string(b))
 		}
@@ -131,13 +310,11 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	if progress {
 		fmt.Fprint(stderr, "\r\033[K")
 	}
-	if !jsonOut {
-		printTable(stdout, results, peak, workers)
+	if !f.jsonOut {
+		printTable(stdout, results, f.workers, f.reps)
 	}
-	if svg != "" {
-		if err := drawSVG(svg, results); err != nil {
-			return err
-		}
+	if f.svg != "" {
+		return drawSVG(f.svg, results)
 	}
 	return nil
 }
@@ -182,7 +359,11 @@ func sweep(quick bool) []benchCase {
 }
 
 func (c benchCase) label() string {
-	s := fmt.Sprintf("%s b%d h%d n%d d%d", c.Mode, c.B, c.H, c.N, c.D)
+	s := fmt.Sprintf("%s b%d h%d", c.Mode, c.B, c.H)
+	if c.Hk != c.H {
+		s += fmt.Sprintf(" kv%d", c.Hk)
+	}
+	s += fmt.Sprintf(" n%d d%d", c.N, c.D)
 	if c.Causal {
 		s += " causal"
 	}
@@ -217,10 +398,7 @@ func (c benchCase) options(workers int) *flashattn.Options {
 // forward pass, counting only the visible (i, j) pairs under a causal mask
 // or a window; backward is 2.5× that, forward+backward 3.5×.
 func (c benchCase) visibleFlops(mode string) float64 {
-	sq := c.N
-	if c.Mode == "decode" {
-		sq = 1
-	}
+	sq := c.sq()
 	var pairs float64
 	switch {
 	case c.Variant == "window":
@@ -240,7 +418,7 @@ func (c benchCase) visibleFlops(mode string) float64 {
 	default:
 		pairs = float64(sq) * float64(c.N)
 	}
-	f := 4 * float64(c.B*c.H) * pairs * float64(c.D)
+	f := 4 * float64(c.B) * float64(c.H) * pairs * float64(c.D)
 	switch mode {
 	case "bwd":
 		f *= 2.5
@@ -248,178 +426,6 @@ func (c benchCase) visibleFlops(mode string) float64 {
 		f *= 3.5
 	}
 	return f
-}
-
-// timeIt runs f at least once and until min has passed, and returns the
-// fastest run and the bytes the first timed run allocated.
-func timeIt(min time.Duration, f func()) (best time.Duration, extra uint64) {
-	f() // warm up: workspaces, page faults
-	var total time.Duration
-	for i := 0; ; i++ {
-		d, a := allocated(f)
-		if i == 0 || d < best {
-			best = d
-		}
-		if i == 0 {
-			extra = a
-		}
-		total += d
-		if total >= min {
-			return best, extra
-		}
-	}
-}
-
-func measure(c benchCase, workers int, peak, copyBW float64, withPlain bool, minDur time.Duration) benchResult {
-	sq := c.N
-	if c.Mode == "decode" {
-		sq = 1
-	}
-	in := randomInputs(shape{B: c.B, H: c.H, Hk: c.Hk, N: c.N, D: c.D}, 7)
-	q := flashattn.Dense(in.q[:c.B*sq*c.H*c.D], c.B, sq, c.H, c.D)
-	k := flashattn.Dense(in.k, c.B, c.N, c.Hk, c.D)
-	v := flashattn.Dense(in.v, c.B, c.N, c.Hk, c.D)
-	do := flashattn.Dense(in.do[:c.B*sq*c.H*c.D], c.B, sq, c.H, c.D)
-	opts := c.options(workers)
-	out := flashattn.NewTensor(c.B, sq, c.H, c.D)
-	lse := make([]float32, c.B*c.H*sq)
-	dq, dk, dv := flashattn.NewTensor(c.B, sq, c.H, c.D), flashattn.NewTensor(c.B, c.N, c.Hk, c.D), flashattn.NewTensor(c.B, c.N, c.Hk, c.D)
-	fwd := func() { must(flashattn.ForwardInto(out, lse, q, k, v, opts)) }
-	bwd := func() { must(flashattn.BackwardInto(dq, dk, dv, q, k, v, out, do, lse, opts)) }
-	fwd()
-	var run func()
-	switch c.Mode {
-	case "fwd", "decode":
-		run = fwd
-	case "bwd":
-		run = bwd
-	default:
-		run = func() { fwd(); bwd() }
-	}
-	t, extra := timeIt(minDur, run)
-	mode := c.Mode
-	if mode == "decode" {
-		mode = "fwd"
-	}
-	r := benchResult{Mode: c.Mode, Variant: c.Variant, Batch: c.B, Heads: c.H, KVHeads: c.Hk, SeqlenQ: sq, SeqlenK: c.N,
-		Headdim: c.D, Causal: c.Causal, Seconds: t.Seconds(), PeakGFlops: peak, ExtraBytes: extra,
-		Kernel: kernel.Select().Name, Workers: workers}
-	r.GFlops = c.visibleFlops(mode) / t.Seconds() / 1e9
-	r.PctPeak = 100 * r.GFlops / peak
-	if c.Mode == "decode" {
-		r.GBps = float64(2*4*c.B*c.N*c.Hk*c.D) / t.Seconds() / 1e9
-		r.CopyGBps = copyBW
-		return r
-	}
-	// The plain algorithm: standard attention only (no variants), and only
-	// where its N×N matrices fit comfortably.
-	if withPlain && c.Variant == "" && c.N <= 16384 {
-		pp := &plain.Problem{B: c.B, Sq: c.N, Sk: c.N, H: c.H, Hk: c.Hk, D: c.D, Causal: c.Causal, Workers: workers}
-		po, _ := pp.Forward(in.q, in.k, in.v)
-		var prun func()
-		switch c.Mode {
-		case "fwd":
-			prun = func() { pp.Forward(in.q, in.k, in.v) }
-		case "bwd":
-			prun = func() { pp.Backward(in.q, in.k, in.v, po, in.do) }
-		default:
-			prun = func() { pp.Forward(in.q, in.k, in.v); pp.Backward(in.q, in.k, in.v, po, in.do) }
-		}
-		pt, pextra := timeIt(minDur/3, prun)
-		r.PlainSeconds, r.PlainBytes = pt.Seconds(), pextra
-		r.Speedup = pt.Seconds() / t.Seconds()
-	}
-	return r
-}
-
-func must(err error) {
-	if err != nil {
-		panic(err) // inputs are generated here: an error is a bug
-	}
-}
-
-// measurePeak runs the FMA loop on every worker at once and returns the
-// machine's FP32 peak in GFLOP/s.
-func measurePeak(workers int) float64 {
-	const iters = 20_000_000
-	best := 0.0
-	for rep := 0; rep < 3; rep++ {
-		var wg sync.WaitGroup
-		flops := make([]int, workers)
-		t0 := time.Now()
-		for w := 0; w < workers; w++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				flops[w] = kernel.FMAPeak(iters)
-			}()
-		}
-		wg.Wait()
-		d := time.Since(t0).Seconds()
-		total := 0.0
-		for _, f := range flops {
-			total += float64(f) * iters
-		}
-		best = max(best, total/d/1e9)
-	}
-	return best
-}
-
-// measureCopy returns the bandwidth of a parallel copy of 64 MiB, counting
-// bytes read (the decode kernel's traffic is reads).
-func measureCopy(workers int) float64 {
-	const n = 16 << 20 // floats: 64 MiB, twice the L3 of current server parts
-	src, dst := make([]float32, n), make([]float32, n)
-	for i := range src {
-		src[i] = 1
-	}
-	best := 0.0
-	for rep := 0; rep < 5; rep++ {
-		var wg sync.WaitGroup
-		t0 := time.Now()
-		chunk := n / workers
-		for w := 0; w < workers; w++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				copy(dst[w*chunk:(w+1)*chunk], src[w*chunk:(w+1)*chunk])
-			}()
-		}
-		wg.Wait()
-		best = max(best, float64(4*n)/time.Since(t0).Seconds()/1e9)
-	}
-	return best
-}
-
-func printTable(w io.Writer, rs []benchResult, peak float64, workers int) {
-	fmt.Fprintf(w, "FP32 FMA peak (all %d workers, measured now): %.1f GFLOP/s; kernel %s\n\n", workers, peak, kernel.Select().Name)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\tvariant\tbatch\theads\tseqlen\theaddim\tcausal\ttime\tGFLOP/s\t% peak\tplain GFLOP/s\tspeedup\textra mem\tplain mem\t")
-	for _, r := range rs {
-		plainG, speed, pmem := "-", "-", "-"
-		if r.PlainSeconds > 0 {
-			plainG = fmt.Sprintf("%.1f", r.GFlops*r.Seconds/r.PlainSeconds)
-			speed = fmt.Sprintf("%.2fx", r.Speedup)
-			pmem = bytesString(r.PlainBytes)
-		}
-		v := r.Variant
-		if v == "" {
-			v = "-"
-		}
-		seq := fmt.Sprint(r.SeqlenK)
-		if r.SeqlenQ != r.SeqlenK {
-			seq = fmt.Sprintf("%d/%d", r.SeqlenQ, r.SeqlenK)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%v\t%.4fs\t%.1f\t%.0f%%\t%s\t%s\t%s\t%s\t\n", r.Mode, v, r.Batch, r.Heads, seq, r.Headdim,
-			r.Causal, r.Seconds, r.GFlops, r.PctPeak, plainG, speed, bytesString(r.ExtraBytes), pmem)
-	}
-	tw.Flush()
-	for _, r := range rs {
-		if r.Mode == "decode" {
-			fmt.Fprintf(w, "\ndecode (1 query row, seqlen_k %d, %d KV heads, headdim %d): K+V read at %.1f GB/s = %.0f%% of a plain copy's %.1f GB/s\n",
-				r.SeqlenK, r.KVHeads, r.Headdim, r.GBps, 100*r.GBps/r.CopyGBps, r.CopyGBps)
-		}
-	}
 }
 
 func isTerminal(w io.Writer) bool {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/flashattn/flashattn"
 	"github.com/flashattn/flashattn/internal/kernel"
+	"github.com/flashattn/flashattn/internal/memlimit"
 	"github.com/flashattn/flashattn/internal/plain"
 )
 
@@ -24,7 +25,9 @@ type inputs struct {
 	q, k, v, do []float32
 }
 
-func randomInputs(s shape, seed uint64) inputs {
+// randomInputs returns standard normal Q and dO with sq rows per sequence
+// and K, V with s.N rows.
+func randomInputs(s shape, sq int, seed uint64) inputs {
 	r := rand.New(rand.NewPCG(seed, 1))
 	gen := func(n int) []float32 {
 		x := make([]float32, n)
@@ -33,7 +36,7 @@ func randomInputs(s shape, seed uint64) inputs {
 		}
 		return x
 	}
-	return inputs{gen(s.B * s.N * s.H * s.D), gen(s.B * s.N * s.Hk * s.D), gen(s.B * s.N * s.Hk * s.D), gen(s.B * s.N * s.H * s.D)}
+	return inputs{gen(s.B * sq * s.H * s.D), gen(s.B * s.N * s.Hk * s.D), gen(s.B * s.N * s.Hk * s.D), gen(s.B * sq * s.H * s.D)}
 }
 
 // allocated runs f and returns its duration and the bytes it allocated.
@@ -52,6 +55,7 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 	s := shape{B: 1, H: 8, N: 4096, D: 64}
 	var workers int
 	var noPlain bool
+	maxMem := memlimit.NewFlag("-max-memory")
 	fs := newFlags("demo", stderr, "[flags]\n\nRuns flashattn and the plain algorithm (which materialises the N×N scores) on\n"+
 		"random inputs, forward and backward, and prints time, GFLOP/s, speedup, extra memory\n"+
 		"and the largest error against float64 on a sample of rows.\n")
@@ -63,6 +67,7 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&s.Causal, "causal", false, "causal mask")
 	fs.IntVar(&workers, "workers", 0, "worker goroutines (0: GOMAXPROCS)")
 	fs.BoolVar(&noPlain, "no-plain", false, "skip the plain algorithm (it needs N×N memory)")
+	fs.Var(maxMem, "max-memory", "refuse a run whose estimated peak memory exceeds this `size` (e.g. 512M, 4G; default: the memory available now)")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
@@ -75,7 +80,10 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	in := randomInputs(s, 1)
+	if err := demoNeed(s, workers, !noPlain).check(maxMem.Limit(), fmt.Sprintf("-batch %d -heads %d -kv-heads %d -seqlen %d -headdim %d", s.B, s.H, s.Hk, s.N, s.D), demoHint(s, noPlain)); err != nil {
+		return err
+	}
+	in := randomInputs(s, s.N, 1)
 	q := flashattn.Dense(in.q, s.B, s.N, s.H, s.D)
 	k := flashattn.Dense(in.k, s.B, s.N, s.Hk, s.D)
 	v := flashattn.Dense(in.v, s.B, s.N, s.Hk, s.D)
@@ -148,6 +156,32 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "\nerrors: largest |x - float64 reference| over %d sampled rows of batch 0, head 0.\n"+
 		"extra memory: bytes allocated by the call beyond its inputs and outputs.\n", len(sample))
 	return nil
+}
+
+// demoNeed estimates the demo's peak memory: random Q, K, V, dO, the
+// outputs and gradients, flashattn's work buffers and, unless skipped, the
+// plain algorithm's N×N matrices and results.
+func demoNeed(s shape, workers int, withPlain bool) *need {
+	n := &need{}
+	n.floats("inputs", 2, s.B, s.N, s.H, s.D)
+	n.floats("inputs", 2, s.B, s.N, s.Hk, s.D)
+	n.floats("outputs", 2, s.B, s.N, s.H, s.D)
+	n.floats("outputs", 2, s.B, s.N, s.Hk, s.D)
+	n.floats("outputs", s.B, s.H, s.N)
+	n.addFlashWork(s.B, s.N, s.N, s.H, s.Hk, s.D, workers, true)
+	if withPlain {
+		n.addPlainWork(s.B, s.N, s.N, s.H, s.Hk, s.D, true)
+	}
+	return n
+}
+
+func demoHint(s shape, noPlain bool) string {
+	if noPlain {
+		return "-max-memory overrides"
+	}
+	var p need
+	p.addPlainWork(s.B, s.N, s.N, s.H, s.Hk, s.D, true)
+	return fmt.Sprintf("-no-plain saves %v, -max-memory overrides", memlimit.Add(p.sizes...))
 }
 
 func bytesString(b uint64) string {

@@ -47,18 +47,19 @@ func TestDemo(t *testing.T) {
 }
 
 // TestBenchSingleCase runs one small case of each mode and variant with
-// -json and checks the reported fields.
+// -json and checks the reported fields: medians inside their ranges, the
+// peak of the kernel path that ran, and for decode both bandwidths.
 func TestBenchSingleCase(t *testing.T) {
 	for _, args := range [][]string{
 		{"-mode", "fwd", "-causal"},
-		{"-mode", "bwd"},
+		{"-mode", "bwd", "-reps", "4"},
 		{"-mode", "fwdbwd", "-variant", "window", "-window", "16"},
 		{"-mode", "fwd", "-variant", "softcap"},
-		{"-mode", "fwd", "-variant", "alibi"},
+		{"-mode", "fwd", "-variant", "alibi", "-no-plain"},
 		{"-mode", "fwd", "-variant", "dropout"},
-		{"-mode", "decode", "-heads", "8", "-kv-heads", "2"},
+		{"-mode", "decode", "-heads", "8", "-kv-heads", "2", "-bw-size", "4M"},
 	} {
-		full := append([]string{"bench", "-seqlen", "96", "-headdim", "32", "-batch", "1", "-json", "-min-ms", "1"}, args...)
+		full := append([]string{"bench", "-seqlen", "96", "-headdim", "32", "-batch", "1", "-json", "-min-ms", "1", "-reps", "3"}, args...)
 		var out, errb bytes.Buffer
 		if code := run(full, &out, &errb); code != 0 {
 			t.Fatalf("%v: exit %d, stderr %q", args, code, errb.String())
@@ -67,15 +68,47 @@ func TestBenchSingleCase(t *testing.T) {
 		if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 			t.Fatalf("%v: %v in %q", args, err, out.String())
 		}
-		if r.Seconds <= 0 || r.GFlops <= 0 || r.PeakGFlops <= 0 || r.SeqlenK != 96 || r.Headdim != 32 {
+		in := func(s spread) bool { return s.Min > 0 && s.Min <= s.Median && s.Median <= s.Max }
+		reps := 3
+		if args[1] == "bwd" {
+			reps = 4
+		}
+		if r.Reps != reps || r.Calls < 1 || r.Seconds <= 0 || !in(r.gflops()) || !in(r.peak()) || !in(r.peakRatio()) ||
+			r.SeqlenK != 96 || r.Headdim != 32 || r.PeakISA != r.Kernel {
 			t.Fatalf("%v: implausible result %+v", args, r)
 		}
-		if r.Mode == "decode" && (r.SeqlenQ != 1 || r.GBps <= 0 || r.CopyGBps <= 0) {
-			t.Fatalf("decode result %+v", r)
+		// Medians of per-repetition ratios lie within the ratios of the
+		// extremes.
+		if r.PeakRatioMedian < r.GFlopsMin/r.PeakMax || r.PeakRatioMedian > r.GFlopsMax/r.PeakMin {
+			t.Fatalf("%v: peak ratio %v outside [%v, %v]", args, r.PeakRatioMedian, r.GFlopsMin/r.PeakMax, r.GFlopsMax/r.PeakMin)
+		}
+		wantPlain := r.Variant == "" && r.Mode != "decode"
+		if wantPlain != (r.PlainCalls > 0) || wantPlain && (!in(r.plainGFlops()) || !in(r.speedup())) {
+			t.Fatalf("%v: plain fields %+v", args, r)
+		}
+		if r.Mode == "decode" {
+			kv, rd, cp := spread{r.KVGBpsMedian, r.KVGBpsMin, r.KVGBpsMax}, spread{r.ReadGBpsMedian, r.ReadGBpsMin, r.ReadGBpsMax}, spread{r.CopyGBpsMedian, r.CopyGBpsMin, r.CopyGBpsMax}
+			if r.SeqlenQ != 1 || !in(kv) || !in(rd) || !in(cp) || r.ReadRatioMedian <= 0 || r.CopyRatioMedian <= 0 || r.BandwidthBytes != 4<<20 {
+				t.Fatalf("decode result %+v", r)
+			}
 		}
 	}
-	var errb bytes.Buffer
-	if code := run([]string{"bench", "-seqlen", "64", "-mode", "sideways"}, &bytes.Buffer{}, &errb); code == 0 || !strings.Contains(errb.String(), "-mode") {
-		t.Fatalf("bad mode: exit %d, stderr %q", code, errb.String())
+}
+
+// The table names the kernel, the peak's ISA and every column, with
+// medians and ranges.
+func TestBenchTable(t *testing.T) {
+	code, stdout, stderr := atRun("bench", "-seqlen", "64", "-headdim", "16", "-batch", "1", "-heads", "2", "-min-ms", "1", "-reps", "2")
+	if code != 0 {
+		t.Fatalf("exit %d, %q", code, stderr)
+	}
+	for _, want := range []string{"FMA peak loop of the", "% of peak", "GFLOP/s", "plain GFLOP/s", "speedup", "–"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("table lacks %q:\n%s", want, stdout)
+		}
+	}
+	code, stdout, stderr = atRun("bench", "-seqlen", "64", "-headdim", "16", "-mode", "decode", "-heads", "4", "-kv-heads", "2", "-min-ms", "1", "-reps", "2", "-bw-size", "2M")
+	if code != 0 || !strings.Contains(stdout, "of the read-only bandwidth") || !strings.Contains(stdout, "of the copy bandwidth (bytes read + written)") {
+		t.Fatalf("decode table: exit %d, %q\n%s", code, stderr, stdout)
 	}
 }

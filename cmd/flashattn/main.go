@@ -3,26 +3,30 @@
 //
 //	flashattn attn  -q q.npy -k k.npy -v v.npy -o OUTDIR [options]   attention on .npy files
 //	flashattn demo  [-batch B -heads H -seqlen N -headdim D]          flashattn vs plain on random data
-//	flashattn bench [flags]                                            GFLOP/s, % of FMA peak, speedup
+//	flashattn bench [flags]                                            GFLOP/s, fraction of the FMA peak, speedup
 //
 // Run "flashattn CMD -h" for the flags of each command. Errors are printed
 // as one line on stderr and the exit status is non-zero.
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strings"
+
+	"github.com/flashattn/flashattn/internal/npy"
 )
 
 const usage = `flashattn: FlashAttention-2 on the CPU, in Go.
 
 usage:
   flashattn attn  -q q.npy -k k.npy -v v.npy -o OUTDIR [options]
-  flashattn demo  [-batch B -heads H -seqlen N -headdim D -causal]
-  flashattn bench [-json] [-svg FILE] [single-case flags]
+  flashattn demo  [-batch B -heads H -seqlen N -headdim D -causal] [-max-memory SIZE]
+  flashattn bench [-json] [-svg FILE] [-reps N] [-min-ms MS] [-max-memory SIZE] [case flags]
 
 Run "flashattn CMD -h" for a command's flags.
 `
@@ -31,8 +35,20 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// seams are the test hooks of a run; the zero value is the real command.
+type seams struct {
+	// writeHook is called before each step of writing attn's outputs
+	// (see npy.WriteOptions.Hook).
+	writeHook func(ctx context.Context, stage npy.Stage, path string) error
+}
+
 // run executes the command line args and returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
+	return runSeams(args, stdout, stderr, seams{})
+}
+
+// runSeams is run with test hooks.
+func runSeams(args []string, stdout, stderr io.Writer, sm seams) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
@@ -40,7 +56,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch args[0] {
 	case "attn":
-		err = runAttn(args[1:], stdout, stderr)
+		err = runAttn(args[1:], stdout, stderr, sm)
 	case "demo":
 		err = runDemo(args[1:], stdout, stderr)
 	case "bench":
@@ -59,10 +75,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case errors.Is(err, errUsage):
 		return 2
-	default:
-		fmt.Fprintf(stderr, "flashattn %s: %v\n", args[0], err)
-		return 1
 	}
+	// One line per error (flag validation reports every bad flag).
+	for _, line := range strings.Split(err.Error(), "\n") {
+		fmt.Fprintf(stderr, "flashattn %s: %s\n", args[0], line)
+	}
+	var se *signalError
+	if errors.As(err, &se) {
+		return se.exitStatus()
+	}
+	return 1
 }
 
 // errUsage marks a flag-parsing error the flag package already printed.

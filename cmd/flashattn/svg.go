@@ -20,7 +20,9 @@ import (
 
 // drawSVG draws the paper-style figure: one panel per (head dim, mode),
 // GFLOP/s against sequence length, with flashattn and the plain algorithm,
-// causal and not. The format follows the file name (.svg, else .png).
+// causal and not: the median of the repetitions, with a bar from the
+// minimum to the maximum. The format follows the file name (.svg, else
+// .png).
 func drawSVG(path string, rs []benchResult) error {
 	var dims []int
 	var modes []string
@@ -84,19 +86,19 @@ func panel(rs []benchResult, d int, mode string) (*plot.Plot, error) {
 	i := 0
 	for _, causal := range []bool{false, true} {
 		for _, plain := range []bool{false, true} {
-			var xy plotter.XYs
+			var xy spreadXYs
 			for _, r := range rs {
 				if r.Variant != "" || r.Mode != mode || r.Headdim != d || r.Causal != causal {
 					continue
 				}
-				g := r.GFlops
+				g := r.gflops()
 				if plain {
-					if r.PlainSeconds == 0 {
+					if r.PlainGFlopsMedian == 0 {
 						continue
 					}
-					g = r.GFlops * r.Seconds / r.PlainSeconds
+					g = r.plainGFlops()
 				}
-				xy = append(xy, plotter.XY{X: float64(r.SeqlenK), Y: g})
+				xy = append(xy, spreadXY{x: float64(r.SeqlenK), s: g})
 				if !plain && !causal {
 					ticks = append(ticks, plot.Tick{Value: float64(r.SeqlenK), Label: seqLabel(r.SeqlenK)})
 				}
@@ -108,8 +110,13 @@ func panel(rs []benchResult, d int, mode string) (*plot.Plot, error) {
 			if err != nil {
 				return nil, err
 			}
+			bars, err := plotter.NewYErrorBars(xy)
+			if err != nil {
+				return nil, err
+			}
 			line.Color = plotutil.Color(i)
 			points.Color, points.Shape = line.Color, plotutil.Shape(i)
+			bars.Color = line.Color
 			name := "flashattn"
 			if plain {
 				name = "plain"
@@ -118,13 +125,29 @@ func panel(rs []benchResult, d int, mode string) (*plot.Plot, error) {
 			if causal {
 				name += " causal"
 			}
-			p.Add(line, points)
+			p.Add(line, points, bars)
 			p.Legend.Add(name, line, points)
 			i++
 		}
 	}
 	p.X.Tick.Marker = plot.ConstantTicks(ticks)
 	return p, nil
+}
+
+// spreadXY is one point of the figure: a median with its range.
+type spreadXY struct {
+	x float64
+	s spread
+}
+
+// spreadXYs are the points of one line, for plotter.NewLinePoints and
+// plotter.NewYErrorBars.
+type spreadXYs []spreadXY
+
+func (p spreadXYs) Len() int                    { return len(p) }
+func (p spreadXYs) XY(i int) (float64, float64) { return p[i].x, p[i].s.Median }
+func (p spreadXYs) YError(i int) (float64, float64) {
+	return p[i].s.Median - p[i].s.Min, p[i].s.Max - p[i].s.Median
 }
 
 func seqLabel(n int) string {

@@ -14,8 +14,10 @@ func TestDrawFigure(t *testing.T) {
 		for _, d := range []int{64, 128} {
 			for _, causal := range []bool{false, true} {
 				for n := 512; n <= 4096; n *= 2 {
+					g := float64(n) / 40
 					rs = append(rs, benchResult{Mode: mode, Headdim: d, Causal: causal, SeqlenK: n, SeqlenQ: n,
-						GFlops: float64(n) / 40, Seconds: 1, PlainSeconds: 2})
+						GFlopsMedian: g, GFlopsMin: g * 0.9, GFlopsMax: g * 1.2,
+						PlainGFlopsMedian: g / 2, PlainGFlopsMin: g / 3, PlainGFlopsMax: g / 2})
 				}
 			}
 		}

@@ -3,13 +3,17 @@ package npy
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/flashattn/flashattn/internal/memlimit"
 	"github.com/sbinet/npyio/npy"
 )
 
@@ -158,7 +162,7 @@ func TestReadsNpyioFiles(t *testing.T) {
 	if err := npy.Write(&buf, []float32{1.5, -2, 3}); err != nil {
 		t.Fatal(err)
 	}
-	a, err := decode(bytes.NewReader(buf.Bytes()), int64(buf.Len()), dtypeF32)
+	a, err := decode(bytes.NewReader(buf.Bytes()), int64(buf.Len()), dtypeF32, memlimit.Limit{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,6 +217,10 @@ func TestErrors(t *testing.T) {
 			// 1e22 elements overflows the element limit first.
 			tc.want = "h.npy: shape (100000000000, 100000000000) is too large"
 		}
+		if strconv.IntSize == 32 && (tc.file == "h.npy" || tc.file == "ovf.npy") {
+			// Each dimension alone is over the 32-bit limit.
+			tc.want = tc.file + ": invalid header: dimension "
+		}
 		if !strings.HasPrefix(err.Error(), tc.want) {
 			t.Errorf("%s: error %q, want %q", tc.file, err, tc.want)
 		}
@@ -244,7 +252,7 @@ func TestBadHeaders(t *testing.T) {
 		"{'descr': '<f4' 'fortran_order': False, 'shape': (2,)}",
 	} {
 		b := rawNpy(dict, make([]byte, 8))
-		if _, err := decode(bytes.NewReader(b), int64(len(b)), dtypeF32); err == nil {
+		if _, err := decode(bytes.NewReader(b), int64(len(b)), dtypeF32, memlimit.Limit{}); err == nil {
 			t.Errorf("header %q accepted", dict)
 		}
 	}
@@ -256,7 +264,7 @@ func TestBadHeaders(t *testing.T) {
 		"{'descr':'<f4','fortran_order':False,'shape':(2L,),}",
 	} {
 		b := rawNpy(dict, make([]byte, 8))
-		if _, err := decode(bytes.NewReader(b), int64(len(b)), dtypeF32); err != nil {
+		if _, err := decode(bytes.NewReader(b), int64(len(b)), dtypeF32, memlimit.Limit{}); err != nil {
 			t.Errorf("header %q: %v", dict, err)
 		}
 	}
@@ -313,28 +321,46 @@ func TestWriteErrors(t *testing.T) {
 func FuzzRead(f *testing.F) {
 	var buf bytes.Buffer
 	encode(&buf, Array{Shape: []int{2, 3}, F32: []float32{1, 2, 3, 4, 5, 6}})
-	f.Add(buf.Bytes())
+	f.Add(buf.Bytes(), uint64(0))
 	buf.Reset()
 	encode(&buf, Array{Shape: []int{3}, I32: []int32{1, -2, 3}})
-	f.Add(buf.Bytes())
+	f.Add(buf.Bytes(), uint64(0))
 	buf.Reset()
 	encode(&buf, Array{Shape: []int{}, F32: []float32{7}})
-	f.Add(buf.Bytes())
+	f.Add(buf.Bytes(), uint64(0))
 	buf.Reset()
 	npy.Write(&buf, []float32{1, 2})
-	f.Add(buf.Bytes())
-	f.Add(rawNpy("{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }", make([]byte, 8)))
-	f.Add(rawNpy("{'descr': '<f4', 'fortran_order': False, 'shape': (64, 64), }", make([]byte, 40)))
-	f.Add(rawNpy("{'descr': '<f4', 'fortran_order': False, 'shape': (-1,), }", nil))
-	f.Add(rawNpy("{'descr': '<f8', 'fortran_order': False, 'shape': (1,), }", make([]byte, 8)))
-	f.Add(rawNpy("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296), }", nil))
-	f.Add([]byte("\x93NUMPY\x01\x00\xff\xff{"))
-	f.Add([]byte("\x93NUMPY\x02\x00\xff\xff\xff\xff{"))
-	f.Add([]byte("not npy"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		a, err := decode(bytes.NewReader(b), int64(len(b)), "")
+	f.Add(buf.Bytes(), uint64(0))
+	f.Add(rawNpy("{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }", make([]byte, 8)), uint64(0))
+	f.Add(rawNpy("{'descr': '<f4', 'fortran_order': False, 'shape': (64, 64), }", make([]byte, 40)), uint64(0))
+	f.Add(rawNpy("{'descr': '<f4', 'fortran_order': False, 'shape': (-1,), }", nil), uint64(0))
+	f.Add(rawNpy("{'descr': '<f8', 'fortran_order': False, 'shape': (1,), }", make([]byte, 8)), uint64(0))
+	f.Add(rawNpy("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296), }", nil), uint64(0))
+	f.Add([]byte("\x93NUMPY\x01\x00\xff\xff{"), uint64(0))
+	f.Add([]byte("\x93NUMPY\x02\x00\xff\xff\xff\xff{"), uint64(0))
+	f.Add([]byte("not npy"), uint64(0))
+	// Files as large as their headers claim (the data is virtual zeros):
+	// 4 TiB, and just over the fuzz limit.
+	f.Add(rawNpy("{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776,), }", nil), uint64(4<<40))
+	f.Add(encodeHeader(dtypeI32, []int{1<<18 + 1}), uint64(4<<18+4))
+	f.Add(encodeHeader(dtypeI32, []int{1 << 18}), uint64(4<<18))
+	const limit = 1 << 20
+	f.Fuzz(func(t *testing.T, b []byte, extra uint64) {
+		// The file is b followed by extra zero bytes (up to 16 TiB), read
+		// with a 1 MiB memory limit: a header whose data is really there
+		// but does not fit must be refused before allocating.
+		extra %= 16 << 40
+		r := io.MultiReader(bytes.NewReader(b), &zeros{n: extra})
+		a, err := decode(r, int64(len(b))+int64(extra), "", memlimit.Limit{Bytes: limit, Source: "fuzz"})
 		if err != nil {
+			var me *memlimit.Error
+			if errors.As(err, &me) && me.Need <= limit {
+				t.Fatalf("refused %v, within the limit", me.Need)
+			}
 			return
+		}
+		if 4*a.Len() > limit {
+			t.Fatalf("decoded %d elements, over the limit", a.Len())
 		}
 		if a.Len() != len(a.F32)+len(a.I32) {
 			t.Fatalf("shape %v but %d+%d elements", a.Shape, len(a.F32), len(a.I32))
@@ -346,7 +372,7 @@ func FuzzRead(f *testing.F) {
 		if out.Len()%4 != 0 || (out.Len()-4*a.Len())%64 != 0 {
 			t.Fatalf("re-encoded data offset not 64-aligned")
 		}
-		a2, err := decode(bytes.NewReader(out.Bytes()), int64(out.Len()), "")
+		a2, err := decode(bytes.NewReader(out.Bytes()), int64(out.Len()), "", memlimit.Limit{})
 		if err != nil {
 			t.Fatalf("re-decode: %v", err)
 		}
@@ -359,4 +385,17 @@ func FuzzRead(f *testing.F) {
 			}
 		}
 	})
+}
+
+// zeros reads as n zero bytes.
+type zeros struct{ n uint64 }
+
+func (z *zeros) Read(p []byte) (int, error) {
+	if z.n == 0 {
+		return 0, io.EOF
+	}
+	k := min(uint64(len(p)), z.n)
+	clear(p[:k])
+	z.n -= k
+	return int(k), nil
 }
