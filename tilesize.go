@@ -68,6 +68,11 @@ func parseSize(s string) int {
 // a multiple of 16.
 func blockSizes(d int, o *Options) (bq, bk int) {
 	_, l2 := cacheSizes()
+	return blockSizesFor(d, l2, o)
+}
+
+// blockSizesFor is blockSizes for an L2 of l2 bytes.
+func blockSizesFor(d, l2 int, o *Options) (bq, bk int) {
 	m := l2 / 4
 	bk = m / (4 * max(d, 16))
 	bk = min(max(bk/16*16, 32), 512)
