@@ -93,3 +93,36 @@ func LaneBTrans(lane, r0, c0 int) (row, chunk int) {
 // accumulator n-tile 2·kk + nt. The two f32 values are packed low half first
 // (cvt.rn.bf16x2.f32 d, hi, lo).
 func CToA(reg, half int) (nt, i int) { return reg >> 1, 2*(reg&1) + half }
+
+// The kernels compute ldmatrix addresses from per-lane offsets computed once.
+// LaneA and LaneBTrans share one lane pattern (PatternRowMajor), LaneB and
+// LaneATrans the other (PatternColMajor). For a block at (r0, c0), r0 and c0
+// multiples of 16, in a swizzled tile with rowChunks >= 8 chunks per row, the
+// byte offset a lane supplies is
+//
+//	BlockBase(r0, c0, rowChunks) + LaneOffset(pattern, lane, rowChunks, BlockJ(c0))
+//
+// where the lane term takes one of four values per lane (BlockJ = 0..3).
+const (
+	PatternRowMajor = iota // LaneA, LaneBTrans
+	PatternColMajor        // LaneB, LaneATrans
+)
+
+// LaneOffset is the lane-dependent part of an ldmatrix address.
+func LaneOffset(pattern, lane, rowChunks, j int) int {
+	var lr, lc int
+	if pattern == PatternRowMajor {
+		lr, lc = lane&15, lane>>4
+	} else {
+		lr, lc = lane&7|(lane>>4)<<3, (lane>>3)&1
+	}
+	return lr*rowChunks*ChunkBytes + ((2*j+lc)^(lane&7))*ChunkBytes
+}
+
+// BlockBase is the lane-independent part of an ldmatrix address.
+func BlockBase(r0, c0, rowChunks int) int {
+	return r0*rowChunks*ChunkBytes + (c0/8)&^7*ChunkBytes
+}
+
+// BlockJ selects which of a lane's four offsets a block at column c0 uses.
+func BlockJ(c0 int) int { return (c0 / 8 & 7) / 2 }

@@ -305,7 +305,7 @@ func TestBackwardFragments(t *testing.T) {
 		s.storeTile(c.VOff(), v)
 		s.storeTile(c.QOff(1), q)
 		s.storeTile(c.DOOff(1), do)
-		ST := matmulNT(k, q)             // [bc][br]
+		ST := matmulNT(k, q)               // [bc][br]
 		dVw := matmulNT(ST, transpose(do)) // Sᵀ·dO: [bc][d]
 		dPT := matmulNT(v, do)             // [bc][br]
 		dKw := matmulNT(dPT, transpose(q)) // dPᵀ·Q with dPᵀ as the stand-in for dSᵀ

@@ -62,3 +62,28 @@ func TestCopyChunkCovers(t *testing.T) {
 		}
 	}
 }
+
+// The generator's split address (BlockBase + LaneOffset) equals the swizzled
+// offset of the row and chunk each Lane function names.
+func TestLaneOffsets(t *testing.T) {
+	modes := []struct {
+		f       func(l, r0, c0 int) (int, int)
+		pattern int
+	}{{LaneA, PatternRowMajor}, {LaneBTrans, PatternRowMajor}, {LaneB, PatternColMajor}, {LaneATrans, PatternColMajor}}
+	for mi, m := range modes {
+		for _, rc := range []int{8, 16, 32} {
+			for r0 := 0; r0 < 128; r0 += 16 {
+				for c0 := 0; c0 < rc*8; c0 += 16 {
+					for l := 0; l < 32; l++ {
+						r, c := m.f(l, r0, c0)
+						want := Offset(r, c, rc)
+						got := BlockBase(r0, c0, rc) + LaneOffset(m.pattern, l, rc, BlockJ(c0))
+						if got != want {
+							t.Fatalf("mode %d rc %d block (%d,%d) lane %d: %d, want %d", mi, rc, r0, c0, l, got, want)
+						}
+					}
+				}
+			}
+		}
+	}
+}
