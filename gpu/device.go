@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/flashattn/flashattn/gpu/internal/cuda"
 	"github.com/flashattn/flashattn/gpu/internal/tile"
@@ -22,13 +23,29 @@ var ptxFiles embed.FS
 // far and scratch memory reused across calls. Its methods are safe for
 // concurrent use; calls that run kernels are serialised.
 type Device struct {
-	ctx *cuda.Context
-	drv *cuda.Driver
+	ctx  backend
+	info Info
 
 	mu      sync.Mutex
 	modules map[string]*module // by PTX file name
 	scratch map[string]*Buffer // backward and varlen workspaces, grown on demand
 	closed  bool
+}
+
+// backend is what a Device needs from the driver: *cuda.Context, or a
+// simulator in this package's tests.
+type backend interface {
+	Alloc(n int) (cuda.Ptr, error)
+	Free(p cuda.Ptr) error
+	CopyIn(dst cuda.Ptr, src unsafe.Pointer, n int) error
+	CopyOut(dst unsafe.Pointer, src cuda.Ptr, n int) error
+	Zero(p cuda.Ptr, n int) error
+	LoadModule(ptx []byte) (cuda.Module, error)
+	Unload(m cuda.Module) error
+	Function(m cuda.Module, name string, maxSmem int) (cuda.Function, error)
+	Launch(f cuda.Function, grid, block [3]uint32, smem int, args []cuda.Arg) error
+	Synchronize() error
+	Close() error
 }
 
 // module is a loaded PTX module and its kernels.
@@ -64,15 +81,17 @@ func Open(ordinal int) (*Device, error) {
 		ctx.Close()
 		return nil, fmt.Errorf("gpu: %s has compute capability %d.%d; the kernels need 8.0 or newer", ctx.Name, ctx.Major, ctx.Minor)
 	}
-	return &Device{ctx: ctx, drv: drv, modules: map[string]*module{}, scratch: map[string]*Buffer{}}, nil
+	info := Info{Name: ctx.Name, Major: ctx.Major, Minor: ctx.Minor, SMs: ctx.SMs, MemoryBytes: ctx.Memory,
+		MaxSharedPerBlock: ctx.MaxSmem, ClockHz: ctx.ClockHz, DriverCUDAVersion: drv.Version()}
+	return newDevice(ctx, info), nil
+}
+
+func newDevice(b backend, info Info) *Device {
+	return &Device{ctx: b, info: info, modules: map[string]*module{}, scratch: map[string]*Buffer{}}
 }
 
 // Info returns the device's description.
-func (d *Device) Info() Info {
-	c := d.ctx
-	return Info{Name: c.Name, Major: c.Major, Minor: c.Minor, SMs: c.SMs, MemoryBytes: c.Memory,
-		MaxSharedPerBlock: c.MaxSmem, ClockHz: c.ClockHz, DriverCUDAVersion: d.drv.Version()}
-}
+func (d *Device) Info() Info { return d.info }
 
 // Close unloads the kernels, frees the scratch memory and releases the
 // context. Buffers from Alloc must be freed before.
@@ -134,8 +153,8 @@ func (d *Device) kernel(dt DType, hd int, name string) (cuda.Function, int, erro
 		d.modules[file] = m
 	}
 	smem := smemOf(name, hd)
-	if smem > d.ctx.MaxSmem {
-		return 0, 0, fmt.Errorf("gpu: kernel %s needs %d bytes of shared memory per block; %s allows %d", name, smem, d.ctx.Name, d.ctx.MaxSmem)
+	if smem > d.info.MaxSharedPerBlock {
+		return 0, 0, fmt.Errorf("gpu: kernel %s needs %d bytes of shared memory per block; %s allows %d", name, smem, d.info.Name, d.info.MaxSharedPerBlock)
 	}
 	f, ok := m.fns[name]
 	if !ok {

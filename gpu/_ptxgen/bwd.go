@@ -82,6 +82,14 @@ func backward(dt dtype, c tile.Bwd, atomicDQ bool) *Kernel {
 	k.comment("dK, dV accumulators")
 	dK := g.acc4(dnt)
 	dV := g.acc4(dnt)
+	// This warp's 16 keys: rows of K and V tiles and of the dS tile; the
+	// epilogue needs them, so they come before the branch to it.
+	wrow := k.rOp("shl.b32", g.warp, "4")
+	kW := k.rOp("mad.lo.u32", wrow, imm(rc*tile.ChunkBytes), g.smem)
+	keyRow := k.rOp("add.u32", n0, wrow)
+	keyRow = k.rOp("add.u32", keyRow, g.g) // key of accumulator rows g (+8)
+	colOff := k.rOp("shl.b32", g.t, "1")
+
 	epi := k.newLabel("epilogue")
 	none := k.pOp("setp.ge.s32", mlo, mhi)
 	k.op("@%s bra %s", none, epi)
@@ -107,13 +115,7 @@ func backward(dt dtype, c tile.Bwd, atomicDQ bool) *Kernel {
 	issueQ(mlo, g.smem)
 	k.op("cp.async.commit_group")
 
-	// This warp's 16 keys: rows of K and V tiles and of the dS tile.
-	wrow := k.rOp("shl.b32", g.warp, "4")
-	kW := k.rOp("mad.lo.u32", wrow, imm(rc*tile.ChunkBytes), g.smem)
-	keyRow := k.rOp("add.u32", n0, wrow)
-	keyRow = k.rOp("add.u32", keyRow, g.g) // key of accumulator rows g (+8)
-	colOff := k.rOp("shl.b32", g.t, "1")
-	stageBytes := c.QOff(1) - c.QOff(0)
+	stageBytes := c.StageBytes()
 
 	m := k.R()
 	k.op("mov.u32 %s, %s", m, mlo)

@@ -56,6 +56,15 @@ func forward(dt dtype, c tile.Fwd) *Kernel {
 			k.op("mov.f32 %s, %s", lrow[mt][rh], zeroF)
 		}
 	}
+	// The warp's Q rows (base address of its first m-tile) and this
+	// thread's rows m0 + wrow + mt*16 + g + 8*rh, needed by the epilogue
+	// too: computed before the branch to it.
+	wrow := k.rOp("mul.lo.u32", g.warp, imm(MT*16))
+	qW := k.rOp("mad.lo.u32", wrow, imm(rc*tile.ChunkBytes), g.smem)
+	rowBase := k.rOp("add.u32", m0, wrow)
+	rowBase = k.rOp("add.u32", rowBase, g.g)
+	colOff := k.rOp("shl.b32", g.t, "1") // 2t
+
 	epi := k.newLabel("epilogue")
 	empty := k.pOp("setp.ge.s32", nlo, nhi)
 	k.op("@%s bra %s", empty, epi)
@@ -70,9 +79,6 @@ func forward(dt dtype, c tile.Fwd) *Kernel {
 	g.issue(kvCopy, vBase, kRB, n0, s.sk, g.smem, c.VOff(0))
 	k.op("cp.async.commit_group")
 
-	// The warp's Q rows: base address of its first m-tile.
-	wrow := k.rOp("mul.lo.u32", g.warp, imm(MT*16))
-	qW := k.rOp("mad.lo.u32", wrow, imm(rc*tile.ChunkBytes), g.smem)
 	var qf [][][4]string // [mt][ks]
 	if c.QInRegs() {
 		k.op("cp.async.wait_group 1")
@@ -84,10 +90,6 @@ func forward(dt dtype, c tile.Fwd) *Kernel {
 			}
 		}
 	}
-	// Rows of this thread: m0 + wrow + mt*16 + g + 8*rh.
-	rowBase := k.rOp("add.u32", m0, wrow)
-	rowBase = k.rOp("add.u32", rowBase, g.g)
-	colOff := k.rOp("shl.b32", g.t, "1") // 2t
 
 	n := k.R()
 	k.op("mov.u32 %s, %s", n, nlo)

@@ -87,17 +87,19 @@ func BwdConfig(d int) Bwd { return Bwd{D: d, Br: 64} }
 // Bc is the number of keys per thread block.
 func (c Bwd) Bc() int { return Warps * 16 }
 
-// Smem layout (bytes): K [Bc][D], V [Bc][D], per stage s Q[s] [Br][D] and
-// dO[s] [Br][D], dS [Bc][Br] (stored transposed: a row per key), then per
-// stage the float32 rows LSE·log2(e) [Br] and Dsum [Br].
+// Smem layout (bytes): K [Bc][D], V [Bc][D], dS [Bc][Br] (stored
+// transposed: a row per key), then two stages, each Q [Br][D], dO [Br][D]
+// and the float32 rows LSE [Br] and dsum [Br] in one contiguous region, so
+// that one register offset selects the stage.
 func (c Bwd) KOff() int         { return 0 }
 func (c Bwd) VOff() int         { return c.Bc() * c.D * 2 }
-func (c Bwd) QOff(s int) int    { return 2*c.Bc()*c.D*2 + s*2*c.Br*c.D*2 }
+func (c Bwd) DSOff() int        { return 2 * c.Bc() * c.D * 2 }
+func (c Bwd) StageBytes() int   { return 2*c.Br*c.D*2 + 2*c.Br*4 }
+func (c Bwd) QOff(s int) int    { return c.DSOff() + c.Bc()*c.Br*2 + s*c.StageBytes() }
 func (c Bwd) DOOff(s int) int   { return c.QOff(s) + c.Br*c.D*2 }
-func (c Bwd) DSOff() int        { return c.QOff(2) }
-func (c Bwd) LSEOff(s int) int  { return c.DSOff() + c.Bc()*c.Br*2 + s*2*c.Br*4 }
+func (c Bwd) LSEOff(s int) int  { return c.QOff(s) + 2*c.Br*c.D*2 }
 func (c Bwd) DsumOff(s int) int { return c.LSEOff(s) + c.Br*4 }
-func (c Bwd) SmemBytes() int    { return c.LSEOff(2) }
+func (c Bwd) SmemBytes() int    { return c.QOff(2) }
 func (c Bwd) RowChunks() int    { return c.D / 8 }
 
 // Name returns the kernel name; atomicDQ selects the variant that also
