@@ -48,6 +48,7 @@ func runAttn(args []string, stdout, stderr io.Writer) error {
 	fs.Float64Var(&f.dropout, "dropout", 0, "dropout probability in [0, 1)")
 	fs.Uint64Var(&f.seed, "seed", 0, "dropout seed: the same seed gives identical files")
 	fs.IntVar(&f.workers, "workers", 0, "worker goroutines (0: GOMAXPROCS)")
+	gf := addGPUFlags(fs)
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
@@ -59,7 +60,12 @@ func runAttn(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	out, lse, err := flashattn.Forward(q, k, v, opts)
+	forward, backward, done, err := gf.attnFuncs()
+	if err != nil {
+		return err
+	}
+	defer done()
+	out, lse, err := forward(q, k, v, opts)
 	if err != nil {
 		return cleanErr(err)
 	}
@@ -68,7 +74,7 @@ func runAttn(args []string, stdout, stderr io.Writer) error {
 		filepath.Join(f.out, "lse.npy"): {Shape: lseShape(q, opts), F32: lse},
 	}
 	if f.dout != "" {
-		dq, dk, dv, err := flashattn.Backward(q, k, v, out, dout, lse, opts)
+		dq, dk, dv, err := backward(q, k, v, out, dout, lse, opts)
 		if err != nil {
 			return cleanErr(err)
 		}

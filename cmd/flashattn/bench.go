@@ -78,8 +78,14 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&window, "window", 256, "window size for -variant window")
 	fs.IntVar(&workers, "workers", 0, "worker goroutines (0: GOMAXPROCS)")
 	fs.IntVar(&minMillis, "min-ms", 300, "repeat each measurement for at least this many milliseconds")
+	gf := addGPUFlags(fs)
 	if err := parse(fs, args, stderr); err != nil {
 		return err
+	}
+	if _, err := gf.check(); err != nil {
+		return err
+	} else if gf.on() {
+		return benchGPU(gf, s, causal, mode, jsonOut, minMillis, stdout)
 	}
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
