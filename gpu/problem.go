@@ -24,8 +24,10 @@ type problem struct {
 	deterministic, softcap bool
 }
 
-// maxSeq bounds sequence lengths: the kernels use ±2^30 as "unbounded".
-const maxSeq = 1 << 30
+// maxSeq bounds sequence lengths so that the kernels' 32-bit position
+// arithmetic (positions, window sides up to Sq+Sk, and their ±2^30
+// "unbounded" sentinels) cannot overflow.
+const maxSeq = 1 << 28
 
 // validate checks q, k, v and the options and returns the problem.
 func validate(q, k, v Tensor, opts *Options) (*problem, error) {
@@ -91,7 +93,7 @@ func validate(q, k, v Tensor, opts *Options) (*problem, error) {
 		if w.Left < -1 || w.Right < -1 {
 			return nil, fmt.Errorf("gpu: Window {%d, %d}: each side must be ≥ 0 or -1 (unbounded)", w.Left, w.Right)
 		}
-		p.left, p.right = int32(min(w.Left, maxSeq)), int32(min(w.Right, maxSeq))
+		p.left, p.right = int32(min(w.Left, 2*maxSeq)), int32(min(w.Right, 2*maxSeq))
 	}
 	if opts.Causal {
 		p.right = 0
@@ -135,6 +137,14 @@ func validate(q, k, v Tensor, opts *Options) (*problem, error) {
 	}
 	if p.maxSq >= maxSeq || p.maxSk >= maxSeq || p.rowsQ >= math.MaxInt32 || p.rowsK >= math.MaxInt32 {
 		return nil, fmt.Errorf("gpu: sequences of %d queries, %d keys (%d, %d rows in all) are too long", p.maxSq, p.maxSk, p.rowsQ, p.rowsK)
+	}
+	// A window side at least Sq+Sk never hides a key: make it unbounded, so
+	// that it stays small in the kernels' arithmetic.
+	if int(p.left) >= p.maxSq+p.maxSk {
+		p.left = -1
+	}
+	if int(p.right) >= p.maxSq+p.maxSk {
+		p.right = -1
 	}
 	return p, nil
 }

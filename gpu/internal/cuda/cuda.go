@@ -86,8 +86,6 @@ type Ptr uint64
 const (
 	AttrClockRate         = 13
 	AttrSMCount           = 16
-	AttrMemoryClockRate   = 36
-	AttrMemoryBusWidth    = 37
 	AttrComputeMajor      = 75
 	AttrComputeMinor      = 76
 	AttrMaxSmemOptin      = 97

@@ -33,15 +33,9 @@ type Driver struct {
 	cuMemcpyHtoD              func(dst uint64, src unsafe.Pointer, n uint64) Result
 	cuMemcpyDtoH              func(dst unsafe.Pointer, src uint64, n uint64) Result
 	cuMemsetD8                func(dst uint64, v uint8, n uint64) Result
-	cuMemGetInfo              func(free, total *uint64) Result
 	cuLaunchKernel            func(f uintptr, gx, gy, gz, bx, by, bz, smem uint32, stream uintptr, params uintptr, extra uintptr) Result
 	cuGetErrorName            func(r Result, s **byte) Result
 	cuGetErrorString          func(r Result, s **byte) Result
-	cuEventCreate             func(ev *uintptr, flags uint32) Result
-	cuEventRecord             func(ev uintptr, stream uintptr) Result
-	cuEventSynchronize        func(ev uintptr) Result
-	cuEventElapsedTime        func(ms *float32, start, end uintptr) Result
-	cuEventDestroy            func(ev uintptr) Result
 }
 
 // symbols lists every driver entry point with the field it fills.
@@ -67,15 +61,9 @@ func (d *Driver) symbols() map[string]any {
 		"cuMemcpyHtoD_v2":              &d.cuMemcpyHtoD,
 		"cuMemcpyDtoH_v2":              &d.cuMemcpyDtoH,
 		"cuMemsetD8_v2":                &d.cuMemsetD8,
-		"cuMemGetInfo_v2":              &d.cuMemGetInfo,
 		"cuLaunchKernel":               &d.cuLaunchKernel,
 		"cuGetErrorName":               &d.cuGetErrorName,
 		"cuGetErrorString":             &d.cuGetErrorString,
-		"cuEventCreate":                &d.cuEventCreate,
-		"cuEventRecord":                &d.cuEventRecord,
-		"cuEventSynchronize":           &d.cuEventSynchronize,
-		"cuEventElapsedTime":           &d.cuEventElapsedTime,
-		"cuEventDestroy_v2":            &d.cuEventDestroy,
 	}
 }
 
@@ -279,12 +267,6 @@ func (c *Context) Zero(p Ptr, n int) error {
 	return c.Do(func() error { return c.d.check("cuMemsetD8", c.d.cuMemsetD8(uint64(p), 0, uint64(n))) })
 }
 
-// MemInfo returns the free and total device memory in bytes.
-func (c *Context) MemInfo() (free, total uint64, err error) {
-	err = c.Do(func() error { return c.d.check("cuMemGetInfo", c.d.cuMemGetInfo(&free, &total)) })
-	return free, total, err
-}
-
 // Synchronize waits for all work of the context.
 func (c *Context) Synchronize() error {
 	return c.Do(func() error { return c.d.check("cuCtxSynchronize", c.d.cuCtxSynchronize()) })
@@ -370,55 +352,6 @@ func (c *Context) Launch(f Function, grid, block [3]uint32, smem int, args []Arg
 		}
 		r := c.d.cuLaunchKernel(uintptr(f), grid[0], grid[1], grid[2], block[0], block[1], block[2], uint32(smem), 0, base+ptrsOff, 0)
 		return c.d.check("cuLaunchKernel", r)
-	})
-}
-
-// Timer measures device time between two points of the default stream.
-type Timer struct {
-	c          *Context
-	start, end uintptr
-}
-
-// NewTimer creates the two events of a timer.
-func (c *Context) NewTimer() (*Timer, error) {
-	t := &Timer{c: c}
-	err := c.Do(func() error {
-		if err := c.d.check("cuEventCreate", c.d.cuEventCreate(&t.start, 0)); err != nil {
-			return err
-		}
-		return c.d.check("cuEventCreate", c.d.cuEventCreate(&t.end, 0))
-	})
-	return t, err
-}
-
-// Start records the start event.
-func (t *Timer) Start() error {
-	return t.c.Do(func() error { return t.c.d.check("cuEventRecord", t.c.d.cuEventRecord(t.start, 0)) })
-}
-
-// Stop records the end event, waits for it and returns the elapsed seconds.
-func (t *Timer) Stop() (float64, error) {
-	var ms float32
-	err := t.c.Do(func() error {
-		if err := t.c.d.check("cuEventRecord", t.c.d.cuEventRecord(t.end, 0)); err != nil {
-			return err
-		}
-		if err := t.c.d.check("cuEventSynchronize", t.c.d.cuEventSynchronize(t.end)); err != nil {
-			return err
-		}
-		return t.c.d.check("cuEventElapsedTime", t.c.d.cuEventElapsedTime(&ms, t.start, t.end))
-	})
-	return float64(ms) / 1e3, err
-}
-
-// Close destroys the events.
-func (t *Timer) Close() error {
-	return t.c.Do(func() error {
-		err := t.c.d.check("cuEventDestroy", t.c.d.cuEventDestroy(t.start))
-		if e2 := t.c.d.check("cuEventDestroy", t.c.d.cuEventDestroy(t.end)); err == nil {
-			err = e2
-		}
-		return err
 	})
 }
 
