@@ -29,6 +29,8 @@ type Error struct {
 	Desc string // the driver's description, if it gave one
 }
 
+// Error formats the failed call, its result name and code, and the
+// driver's description.
 func (e *Error) Error() string {
 	s := fmt.Sprintf("cuda: %s: %s (%d)", e.Op, e.Name, e.Code)
 	if e.Desc != "" {

@@ -43,11 +43,23 @@ func (c Fwd) Br() int { return Warps * 16 * c.MT }
 func (c Fwd) QInRegs() bool { return c.D*c.MT <= 128 }
 
 // Smem layout (bytes): Q [Br][D], then per stage s K[s] [Bc][D] and V[s] [Bc][D].
-func (c Fwd) QOff() int             { return 0 }
-func (c Fwd) KOff(s int) int        { return c.Br()*c.D*2 + s*2*c.Bc*c.D*2 }
-func (c Fwd) VOff(s int) int        { return c.KOff(s) + c.Bc*c.D*2 }
-func (c Fwd) SmemBytes() int        { return c.KOff(2) }
-func (c Fwd) RowChunks() int        { return c.D / 8 }
+
+// QOff is the byte offset of the Q tile.
+func (c Fwd) QOff() int { return 0 }
+
+// KOff is the byte offset of stage s's K tile.
+func (c Fwd) KOff(s int) int { return c.Br()*c.D*2 + s*2*c.Bc*c.D*2 }
+
+// VOff is the byte offset of stage s's V tile.
+func (c Fwd) VOff(s int) int { return c.KOff(s) + c.Bc*c.D*2 }
+
+// SmemBytes is the dynamic shared memory a block uses.
+func (c Fwd) SmemBytes() int { return c.KOff(2) }
+
+// RowChunks is the number of 16-byte chunks in a tile row (D elements).
+func (c Fwd) RowChunks() int { return c.D / 8 }
+
+// Name is the kernel's name for input type dt.
 func (c Fwd) Name(dt string) string { return fmt.Sprintf("fwd_%s_d%d", dt, c.D) }
 
 // Check reports a configuration the kernels cannot run.
@@ -91,16 +103,36 @@ func (c Bwd) Bc() int { return Warps * 16 }
 // transposed: a row per key), then two stages, each Q [Br][D], dO [Br][D]
 // and the float32 rows LSE [Br] and dsum [Br] in one contiguous region, so
 // that one register offset selects the stage.
-func (c Bwd) KOff() int         { return 0 }
-func (c Bwd) VOff() int         { return c.Bc() * c.D * 2 }
-func (c Bwd) DSOff() int        { return 2 * c.Bc() * c.D * 2 }
-func (c Bwd) StageBytes() int   { return 2*c.Br*c.D*2 + 2*c.Br*4 }
-func (c Bwd) QOff(s int) int    { return c.DSOff() + c.Bc()*c.Br*2 + s*c.StageBytes() }
-func (c Bwd) DOOff(s int) int   { return c.QOff(s) + c.Br*c.D*2 }
-func (c Bwd) LSEOff(s int) int  { return c.QOff(s) + 2*c.Br*c.D*2 }
+
+// KOff is the byte offset of the K tile.
+func (c Bwd) KOff() int { return 0 }
+
+// VOff is the byte offset of the V tile.
+func (c Bwd) VOff() int { return c.Bc() * c.D * 2 }
+
+// DSOff is the byte offset of the dSᵀ tile.
+func (c Bwd) DSOff() int { return 2 * c.Bc() * c.D * 2 }
+
+// StageBytes is the size of one stage (Q, dO, LSE, dsum).
+func (c Bwd) StageBytes() int { return 2*c.Br*c.D*2 + 2*c.Br*4 }
+
+// QOff is the byte offset of stage s's Q tile.
+func (c Bwd) QOff(s int) int { return c.DSOff() + c.Bc()*c.Br*2 + s*c.StageBytes() }
+
+// DOOff is the byte offset of stage s's dO tile.
+func (c Bwd) DOOff(s int) int { return c.QOff(s) + c.Br*c.D*2 }
+
+// LSEOff is the byte offset of stage s's LSE row.
+func (c Bwd) LSEOff(s int) int { return c.QOff(s) + 2*c.Br*c.D*2 }
+
+// DsumOff is the byte offset of stage s's dsum row.
 func (c Bwd) DsumOff(s int) int { return c.LSEOff(s) + c.Br*4 }
-func (c Bwd) SmemBytes() int    { return c.QOff(2) }
-func (c Bwd) RowChunks() int    { return c.D / 8 }
+
+// SmemBytes is the dynamic shared memory a block uses.
+func (c Bwd) SmemBytes() int { return c.QOff(2) }
+
+// RowChunks is the number of 16-byte chunks in a tile row (D elements).
+func (c Bwd) RowChunks() int { return c.D / 8 }
 
 // Name returns the kernel name; atomicDQ selects the variant that also
 // accumulates dQ with float32 atomics.
@@ -139,12 +171,26 @@ func DQConfig(d int) DQ { return DQ{D: d, Bc: 64} }
 func (c DQ) Br() int { return Warps * 16 }
 
 // Smem layout (bytes): Q [Br][D], dO [Br][D], per stage K[s], V[s] [Bc][D].
-func (c DQ) QOff() int             { return 0 }
-func (c DQ) DOOff() int            { return c.Br() * c.D * 2 }
-func (c DQ) KOff(s int) int        { return 2*c.Br()*c.D*2 + s*2*c.Bc*c.D*2 }
-func (c DQ) VOff(s int) int        { return c.KOff(s) + c.Bc*c.D*2 }
-func (c DQ) SmemBytes() int        { return c.KOff(2) }
-func (c DQ) RowChunks() int        { return c.D / 8 }
+
+// QOff is the byte offset of the Q tile.
+func (c DQ) QOff() int { return 0 }
+
+// DOOff is the byte offset of the dO tile.
+func (c DQ) DOOff() int { return c.Br() * c.D * 2 }
+
+// KOff is the byte offset of stage s's K tile.
+func (c DQ) KOff(s int) int { return 2*c.Br()*c.D*2 + s*2*c.Bc*c.D*2 }
+
+// VOff is the byte offset of stage s's V tile.
+func (c DQ) VOff(s int) int { return c.KOff(s) + c.Bc*c.D*2 }
+
+// SmemBytes is the dynamic shared memory a block uses.
+func (c DQ) SmemBytes() int { return c.KOff(2) }
+
+// RowChunks is the number of 16-byte chunks in a tile row (D elements).
+func (c DQ) RowChunks() int { return c.D / 8 }
+
+// Name is the kernel's name for input type dt.
 func (c DQ) Name(dt string) string { return fmt.Sprintf("bwddq_%s_d%d", dt, c.D) }
 
 // Check reports a configuration the kernels cannot run.

@@ -94,6 +94,8 @@ var ConvertParams = []Param{
 	{"rows", ".u32"}, {"heads", ".u32"}, {"group", ".u32"}, {"d", ".u32"},
 }
 
-// ConvertName and PreName name the two small kernels of a type.
+// ConvertName names the conversion kernel of input type dt.
 func ConvertName(dt string) string { return "convert_" + dt }
-func PreName(dt string) string     { return "bwdpre_" + dt }
+
+// PreName names the backward preprocessing kernel of input type dt.
+func PreName(dt string) string { return "bwdpre_" + dt }
