@@ -249,8 +249,10 @@ func runCases(t *testing.T, d *Device, cases []gpuCase, types ...DType) {
 }
 
 // A NaN in a query row gives NaN in that row's O and LSE, not a masked-looking 0.
-func TestNaNRowGPU(t *testing.T) {
-	d := openOrSkip(t)
+func TestNaNRowGPU(t *testing.T) { nanRow(t, openOrSkip(t)) }
+func TestNaNRowSim(t *testing.T) { nanRow(t, newSimDevice()) }
+
+func nanRow(t *testing.T, d *Device) {
 	q := make([]float32, 70*64)
 	k := make([]float32, 70*64)
 	for i := range k {

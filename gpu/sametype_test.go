@@ -2,6 +2,8 @@ package gpu
 
 import (
 	"math"
+	"math/rand/v2"
+	"testing"
 
 	"github.com/flashattn/flashattn/reference"
 )
@@ -115,4 +117,33 @@ func plainSameType(dt DType, p reference.Params, q, k, v, dout []float32) (o, ls
 		}
 	}
 	return o, lse, dq, dk, dv
+}
+
+// The same-type baseline is close to the float64 reference (so the rule's
+// bound, twice its error, is not loose), and its error shrinks from bf16 to
+// fp16 as the types' precision grows.
+func TestPlainSameTypeBaseline(t *testing.T) {
+	c := gpuCase{batch: 1, sq: 37, sk: 45, h: 2, hk: 1, dim: 64, causal: true, softcap: 4}
+	errs := map[DType][5]float64{}
+	for _, dt := range []DType{BF16, F16} {
+		rng := rand.New(rand.NewPCG(9, 9))
+		q := randRounded(rng, dt, c.sq*c.h*c.dim, 1)
+		k := randRounded(rng, dt, c.sk*c.hk*c.dim, 1)
+		v := randRounded(rng, dt, c.sk*c.hk*c.dim, 1)
+		do := randRounded(rng, dt, c.sq*c.h*c.dim, 1)
+		ref, plain := c.references(dt, q, k, v, do, c.sq, c.sk)
+		var e [5]float64
+		for i, x := range [][]float32{plain.o, plain.lse, plain.dq, plain.dk, plain.dv} {
+			e[i] = reference.MaxAbsDiff32vs64(x, ref[i])
+			if e[i] > 0.05 || e[i] == 0 {
+				t.Errorf("%v quantity %d: same-type error %g, want small and nonzero", dt, i, e[i])
+			}
+		}
+		errs[dt] = e
+	}
+	for i := range 5 {
+		if i != 1 && errs[F16][i] >= errs[BF16][i] { // LSE is float32 in both
+			t.Errorf("quantity %d: fp16 error %g not below bf16's %g", i, errs[F16][i], errs[BF16][i])
+		}
+	}
 }
