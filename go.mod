@@ -3,6 +3,7 @@ module github.com/flashattn/flashattn
 go 1.26.0
 
 require (
+	github.com/ebitengine/purego v0.11.3
 	github.com/sbinet/npyio v0.6.0
 	golang.org/x/sys v0.30.0
 	gonum.org/v1/plot v0.15.2
@@ -15,7 +16,6 @@ require (
 	git.sr.ht/~sbinet/gg v0.6.0 // indirect
 	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
 	github.com/campoy/embedmd v1.0.0 // indirect
-	github.com/ebitengine/purego v0.11.3 // indirect
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
 	github.com/pmezard/go-difflib v1.0.0 // indirect
 	golang.org/x/image v0.25.0 // indirect
