@@ -3,6 +3,7 @@ module github.com/flashattn/flashattn
 go 1.26.0
 
 require (
+	github.com/ebitengine/purego v0.11.3
 	github.com/sbinet/npyio v0.6.0
 	golang.org/x/sys v0.30.0
 	gonum.org/v1/plot v0.15.2

@@ -55,6 +55,7 @@ func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 	fs.Uint64Var(&f.seed, "seed", 0, "dropout seed: the same seed gives identical files")
 	fs.IntVar(&f.workers, "workers", 0, "worker goroutines (0: GOMAXPROCS)")
 	fs.Var(f.maxMem, "max-memory", "refuse a run whose estimated peak memory exceeds this `size` (e.g. 512M, 4G; default: the memory available now)")
+	gf := addGPUFlags(fs)
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
@@ -71,7 +72,12 @@ func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 	if err != nil {
 		return err
 	}
-	out, lse, err := flashattn.Forward(q, k, v, opts)
+	forward, backward, done, err := gf.attnFuncs()
+	if err != nil {
+		return err
+	}
+	defer done()
+	out, lse, err := forward(q, k, v, opts)
 	if err != nil {
 		return cleanErr(err)
 	}
@@ -80,7 +86,7 @@ func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 		filepath.Join(f.out, "lse.npy"): {Shape: lseShape(q, opts), F32: lse},
 	}
 	if f.dout != "" {
-		dq, dk, dv, err := flashattn.Backward(q, k, v, out, dout, lse, opts)
+		dq, dk, dv, err := backward(q, k, v, out, dout, lse, opts)
 		if err != nil {
 			return cleanErr(err)
 		}

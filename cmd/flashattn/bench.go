@@ -84,6 +84,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&f.minMillis, "min-ms", 200, "time each repetition of a measurement for at least this many milliseconds")
 	fs.Var(f.maxMem, "max-memory", "refuse cases whose estimated peak memory exceeds this `size` (e.g. 512M, 4G; default: the memory available now)")
 	fs.Var(&f.bwSize, "bw-size", "`size` of each of the two bandwidth buffers for decode (default: 4× the last-level cache, at least 256M)")
+	gf := addGPUFlags(fs)
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
@@ -91,6 +92,11 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
 	if err := f.validate(); err != nil {
 		return err
+	}
+	if _, err := gf.check(); err != nil {
+		return err
+	} else if gf.on() {
+		return benchGPU(gf, f.s, f.causal, f.mode, f.jsonOut, f.minMillis, stdout)
 	}
 	if f.workers == 0 {
 		f.workers = runtime.GOMAXPROCS(0)

@@ -1,0 +1,338 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/flashattn/flashattn"
+	"github.com/flashattn/flashattn/gpu"
+)
+
+// gpuFlags are the flags that move "attn" and "bench" to the GPU.
+type gpuFlags struct {
+	device, dtype string
+	deterministic bool
+}
+
+// addGPUFlags registers -device, -dtype and -deterministic on fs.
+func addGPUFlags(fs *flag.FlagSet) *gpuFlags {
+	g := &gpuFlags{}
+	fs.StringVar(&g.device, "device", "cpu", "where to compute: cpu, or gpu (NVIDIA, compute capability ≥ 8.0, through the CUDA driver)")
+	fs.StringVar(&g.dtype, "dtype", "bf16", "with -device gpu: bf16 or f16; inputs are rounded to it, accumulation is float32")
+	fs.BoolVar(&g.deterministic, "deterministic", false, "with -device gpu: deterministic backward (dQ from a second kernel instead of float32 atomics)")
+	return g
+}
+
+// on reports whether -device gpu was given.
+func (g *gpuFlags) on() bool { return g.device == "gpu" }
+
+// check validates the flag values.
+func (g *gpuFlags) check() (gpu.DType, error) {
+	switch g.device {
+	case "cpu", "gpu":
+	default:
+		return 0, fmt.Errorf("-device %q: want cpu or gpu", g.device)
+	}
+	switch g.dtype {
+	case "bf16":
+		return gpu.BF16, nil
+	case "f16", "fp16":
+		return gpu.F16, nil
+	}
+	return 0, fmt.Errorf("-dtype %q: want bf16 or f16", g.dtype)
+}
+
+// open opens GPU 0; without one the error is a single line saying why.
+func (g *gpuFlags) open() (*gpu.Device, gpu.DType, error) {
+	dt, err := g.check()
+	if err != nil {
+		return nil, 0, err
+	}
+	d, err := gpu.Open(0)
+	if err != nil {
+		return nil, 0, fmt.Errorf("-device gpu: %w", err)
+	}
+	return d, dt, nil
+}
+
+// forwardFunc and backwardFunc have the signatures of flashattn.Forward and
+// flashattn.Backward.
+type (
+	forwardFunc  func(q, k, v flashattn.Tensor, o *flashattn.Options) (flashattn.Tensor, []float32, error)
+	backwardFunc func(q, k, v, out, dout flashattn.Tensor, lse []float32, o *flashattn.Options) (dq, dk, dv flashattn.Tensor, err error)
+)
+
+// attnFuncs returns the forward and backward functions "attn" calls:
+// flashattn's for -device cpu, the GPU's otherwise, and a function to call
+// when done.
+func (g *gpuFlags) attnFuncs() (forwardFunc, backwardFunc, func(), error) {
+	if _, err := g.check(); err != nil {
+		return nil, nil, nil, err
+	}
+	if !g.on() {
+		return flashattn.Forward, flashattn.Backward, func() {}, nil
+	}
+	d, dt, err := g.open()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	fwd := func(q, k, v flashattn.Tensor, o *flashattn.Options) (flashattn.Tensor, []float32, error) {
+		opts, err := g.options(o)
+		if err != nil {
+			return flashattn.Tensor{}, nil, err
+		}
+		return d.ForwardHost(dt, q, k, v, opts)
+	}
+	bwd := func(q, k, v, out, dout flashattn.Tensor, lse []float32, o *flashattn.Options) (dq, dk, dv flashattn.Tensor, err error) {
+		opts, err := g.options(o)
+		if err != nil {
+			return dq, dk, dv, err
+		}
+		return d.BackwardHost(dt, q, k, v, out, dout, lse, opts)
+	}
+	return fwd, bwd, func() { d.Close() }, nil
+}
+
+// options converts library options to the GPU's, refusing what the GPU
+// kernels do not implement.
+func (g *gpuFlags) options(o *flashattn.Options) (*gpu.Options, error) {
+	if o == nil {
+		o = &flashattn.Options{}
+	}
+	switch {
+	case o.ALiBi != nil:
+		return nil, errors.New("-alibi is not supported with -device gpu")
+	case o.Dropout != 0:
+		return nil, errors.New("-dropout is not supported with -device gpu")
+	case o.KVCache != nil:
+		return nil, errors.New("-cache-seqlens is not supported with -device gpu")
+	}
+	return &gpu.Options{Scale: o.Scale, Causal: o.Causal, Window: o.Window, Softcap: o.Softcap, VarLen: o.VarLen, Deterministic: g.deterministic}, nil
+}
+
+// gpuResult is one line of "bench -device gpu" and one JSON object.
+type gpuResult struct {
+	Device        string  `json:"device"`
+	DType         string  `json:"dtype"`
+	Mode          string  `json:"mode"`
+	Batch         int     `json:"batch"`
+	Heads         int     `json:"heads"`
+	KVHeads       int     `json:"kv_heads"`
+	Seqlen        int     `json:"seqlen"`
+	Headdim       int     `json:"headdim"`
+	Causal        bool    `json:"causal"`
+	Deterministic bool    `json:"deterministic,omitempty"`
+	Seconds       float64 `json:"seconds"`
+	TFlops        float64 `json:"tflops"`
+	PeakTFlops    float64 `json:"peak_tflops,omitempty"`
+	PctPeak       float64 `json:"pct_peak,omitempty"`
+}
+
+// benchGPU measures the GPU kernels: the single case of the flags when
+// s.N > 0, otherwise a sweep of seqlen 512…16384 at batch·seqlen = 16k
+// tokens and heads·headdim = 2048 (FlashAttention-2's benchmark shape;
+// B=4, H=16, N=4096, D=128 among them), headdim 64 and 128, causal or not,
+// forward and forward+backward.
+func benchGPU(g *gpuFlags, s shape, causal bool, mode string, jsonOut bool, minMillis int, stdout io.Writer) error {
+	d, dt, err := g.open()
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	var cases []gpuCase
+	gpuShape := func(n, dim int, causal bool) shape {
+		x := shape{B: s.B, H: s.H, Hk: s.Hk, N: n, D: dim, Causal: causal}
+		if x.B == 0 {
+			x.B = max(1, 16384/n)
+		}
+		if x.H == 0 {
+			x.H = max(1, 2048/dim)
+		}
+		if x.Hk == 0 {
+			x.Hk = x.H
+		}
+		return x
+	}
+	if s.N > 0 {
+		switch mode {
+		case "fwd", "bwd", "fwdbwd":
+		default:
+			return fmt.Errorf("-mode %q: want fwd, bwd or fwdbwd with -device gpu", mode)
+		}
+		cases = append(cases, gpuCase{gpuShape(s.N, s.D, causal), mode})
+	} else {
+		for _, m := range []string{"fwd", "fwdbwd"} {
+			for _, dim := range []int{64, 128} {
+				for _, c := range []bool{false, true} {
+					for n := 512; n <= 16384; n *= 2 {
+						cases = append(cases, gpuCase{gpuShape(n, dim, c), m})
+					}
+				}
+			}
+		}
+	}
+	info := d.Info()
+	peak := peakTFlops(info)
+	var results []gpuResult
+	for _, c := range cases {
+		r, err := c.measure(d, dt, g.deterministic, time.Duration(minMillis)*time.Millisecond)
+		if err != nil {
+			return err
+		}
+		r.Device = info.Name
+		if peak > 0 {
+			r.PeakTFlops, r.PctPeak = peak, 100*r.TFlops/peak
+		}
+		results = append(results, r)
+		if jsonOut {
+			b, _ := json.Marshal(r)
+			fmt.Fprintln(stdout, string(b))
+		}
+	}
+	if !jsonOut {
+		fmt.Fprintf(stdout, "%s (compute capability %d.%d, %d SMs), %s", info.Name, info.Major, info.Minor, info.SMs, dt)
+		if peak > 0 {
+			fmt.Fprintf(stdout, ", dense %s tensor peak %.0f TFLOP/s", dt, peak)
+		}
+		fmt.Fprintln(stdout)
+		w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(w, "mode\tbatch\theads\tseqlen\theaddim\tcausal\tms\tTFLOP/s\t% of peak\t")
+		for _, r := range results {
+			pct := "-"
+			if r.PctPeak > 0 {
+				pct = fmt.Sprintf("%.0f%%", r.PctPeak)
+			}
+			fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%v\t%.3f\t%.1f\t%s\t\n", r.Mode, r.Batch, r.Heads, r.Seqlen, r.Headdim, r.Causal, 1e3*r.Seconds, r.TFlops, pct)
+		}
+		w.Flush()
+	}
+	return nil
+}
+
+// gpuCase is one measured configuration.
+type gpuCase struct {
+	shape
+	mode string
+}
+
+// flops counts SPEC §5 FLOPs: 4·B·H·N·N·D, the visible pairs N(N+1)/2
+// under a causal mask, backward 2.5× and forward+backward 3.5× the forward.
+func (c gpuCase) flops() float64 {
+	pairs := float64(c.N) * float64(c.N)
+	if c.Causal {
+		pairs = float64(c.N) * float64(c.N+1) / 2
+	}
+	f := 4 * float64(c.B*c.H) * pairs * float64(c.D)
+	switch c.mode {
+	case "bwd":
+		f *= 2.5
+	case "fwdbwd":
+		f *= 3.5
+	}
+	return f
+}
+
+// measure runs the case on device tensors (no host copies in the timing):
+// once to compile and warm up, then repeatedly for at least minDur,
+// keeping the fastest run.
+func (c gpuCase) measure(d *gpu.Device, dt gpu.DType, det bool, minDur time.Duration) (gpuResult, error) {
+	r := gpuResult{DType: dt.String(), Mode: c.mode, Batch: c.B, Heads: c.H, KVHeads: c.Hk, Seqlen: c.N, Headdim: c.D, Causal: c.Causal, Deterministic: det}
+	var ts []gpu.Tensor
+	defer func() {
+		for _, t := range ts {
+			t.Free()
+		}
+	}()
+	alloc := func(h int) (gpu.Tensor, error) {
+		t, err := d.NewTensor(dt, c.B, c.N, h, c.D)
+		if err == nil {
+			ts = append(ts, t)
+		}
+		return t, err
+	}
+	var t [8]gpu.Tensor
+	for i, h := range []int{c.H, c.Hk, c.Hk, c.H, c.H, c.H, c.Hk, c.Hk} { // q k v o do dq dk dv
+		var err error
+		if t[i], err = alloc(h); err != nil {
+			return r, err
+		}
+	}
+	q, k, v, o, do, dq, dk, dv := t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]
+	rng := rand.New(rand.NewPCG(7, 7))
+	for _, x := range []gpu.Tensor{q, k, v, do} {
+		data := make([]float32, x.Len())
+		for i := range data {
+			data[i] = float32(rng.NormFloat64())
+		}
+		if err := x.Upload(data); err != nil {
+			return r, err
+		}
+	}
+	lse, err := d.Alloc(4 * c.B * c.H * c.N)
+	if err != nil {
+		return r, err
+	}
+	defer lse.Free()
+	opts := &gpu.Options{Causal: c.Causal, Deterministic: det}
+	fwd := func() error { return d.Forward(q, k, v, o, lse, opts) }
+	bwd := func() error { return d.Backward(q, k, v, o, do, lse, dq, dk, dv, opts) }
+	run := fwd
+	switch c.mode {
+	case "bwd":
+		run = bwd
+	case "fwdbwd":
+		run = func() error {
+			if err := fwd(); err != nil {
+				return err
+			}
+			return bwd()
+		}
+	}
+	if err := fwd(); err != nil { // compiles the kernels, and O and LSE for bwd
+		return r, err
+	}
+	if err := run(); err != nil {
+		return r, err
+	}
+	var best, total time.Duration
+	for i := 0; total < minDur || i == 0; i++ {
+		t0 := time.Now()
+		if err := run(); err != nil {
+			return r, err
+		}
+		el := time.Since(t0)
+		total += el
+		if i == 0 || el < best {
+			best = el
+		}
+	}
+	r.Seconds = best.Seconds()
+	r.TFlops = c.flops() / r.Seconds / 1e12
+	return r, nil
+}
+
+// peakTFlops returns the GPU's dense FP16/BF16 tensor-core peak with float32
+// accumulation, from NVIDIA's data sheets for the GPUs the kernels target,
+// or 0 when unknown.
+func peakTFlops(info gpu.Info) float64 {
+	name := strings.ToUpper(info.Name)
+	for _, p := range []struct {
+		match string
+		tflop float64
+	}{
+		{"H100 PCIE", 756}, {"H100 NVL", 835}, {"H100", 989}, {"H200", 989}, {"H800", 989}, {"GH200", 989},
+		{"A100", 312}, {"A800", 312}, {"A30", 165}, {"L40S", 362}, {"L40", 181}, {"L4", 121}, {"A10", 125},
+	} {
+		if strings.Contains(name, p.match) {
+			return p.tflop
+		}
+	}
+	return 0
+}

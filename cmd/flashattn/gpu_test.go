@@ -1,0 +1,167 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/flashattn/flashattn"
+	"github.com/flashattn/flashattn/gpu"
+	"github.com/flashattn/flashattn/internal/npy"
+)
+
+// gpuInputs writes q, k, v and dout .npy files ([1, 70, 2, 64]) and returns
+// the attn arguments naming them.
+func gpuInputs(t *testing.T, dir string) []string {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(5, 6))
+	var args []string
+	for _, n := range []string{"q", "k", "v", "dout"} {
+		x := make([]float32, 70*2*64)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+		p := filepath.Join(dir, n+".npy")
+		if err := npy.WriteFloat32(p, x, []int{1, 70, 2, 64}); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "-"+n, p)
+	}
+	return append([]string{"attn"}, args...)
+}
+
+func runCLI(args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// gpuErr returns nil if GPU 0 opens, or why not.
+func gpuErr() error {
+	d, err := gpu.Open(0)
+	if err != nil {
+		return err
+	}
+	return d.Close()
+}
+
+// Without a GPU, -device gpu fails with one line saying why and writes
+// nothing.
+func TestGPUNoDevice(t *testing.T) {
+	if gpuErr() == nil {
+		t.Skip("a GPU is present: the no-device path cannot be reached")
+	}
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	for _, args := range [][]string{
+		append(gpuInputs(t, dir), "-o", out, "-device", "gpu"),
+		{"bench", "-device", "gpu", "-seqlen", "128"},
+	} {
+		code, stdout, stderr := runCLI(args...)
+		if code != 1 || stdout != "" {
+			t.Errorf("%v: exit %d, stdout %q", args[0], code, stdout)
+		}
+		if strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "-device gpu: no CUDA device") {
+			t.Errorf("%v: stderr %q, want one line saying there is no CUDA device", args[0], stderr)
+		}
+	}
+	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("output directory created: %v", err)
+	}
+}
+
+func TestGPUFlagValues(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{append(gpuInputs(t, dir), "-o", filepath.Join(dir, "o"), "-device", "tpu"), `-device "tpu": want cpu or gpu`},
+		{append(gpuInputs(t, dir), "-o", filepath.Join(dir, "o"), "-device", "gpu", "-dtype", "f32"), `-dtype "f32": want bf16 or f16`},
+		{[]string{"bench", "-device", "tpu"}, `-device "tpu"`},
+		{[]string{"bench", "-dtype", "int8"}, `-dtype "int8"`},
+	} {
+		code, _, stderr := runCLI(c.args...)
+		if code == 0 || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d, stderr %q, want %q", c.args, code, stderr, c.want)
+		}
+	}
+}
+
+func TestGPUOptions(t *testing.T) {
+	g := &gpuFlags{device: "gpu", dtype: "bf16", deterministic: true}
+	for _, o := range []*flashattn.Options{
+		{ALiBi: []float32{1}}, {Dropout: 0.1}, {KVCache: &flashattn.KVCache{SeqLens: []int32{1}}},
+	} {
+		if _, err := g.options(o); err == nil {
+			t.Errorf("options(%+v) accepted", o)
+		}
+	}
+	w := &flashattn.Window{Left: 3, Right: 1}
+	vl := &flashattn.VarLen{CuSeqlensQ: []int32{0, 4}, CuSeqlensK: []int32{0, 5}}
+	o, err := g.options(&flashattn.Options{Scale: 0.5, Causal: true, Window: w, Softcap: 7, VarLen: vl, Workers: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Scale != 0.5 || !o.Causal || o.Window != w || o.Softcap != 7 || o.VarLen != vl || !o.Deterministic {
+		t.Errorf("options = %+v", o)
+	}
+	if dt, err := (&gpuFlags{device: "cpu", dtype: "fp16"}).check(); err != nil || dt != gpu.F16 {
+		t.Errorf("check fp16: %v %v", dt, err)
+	}
+}
+
+func TestGPUPeakAndFlops(t *testing.T) {
+	for name, want := range map[string]float64{
+		"NVIDIA H100 80GB HBM3": 989, "NVIDIA H100 PCIe": 756, "NVIDIA A100-SXM4-80GB": 312,
+		"NVIDIA L40S": 362, "NVIDIA L4": 121, "NVIDIA GeForce RTX 4090": 0,
+	} {
+		if got := peakTFlops(gpu.Info{Name: name}); got != want {
+			t.Errorf("peakTFlops(%q) = %v, want %v", name, got, want)
+		}
+	}
+	c := gpuCase{shape{B: 4, H: 16, N: 4096, D: 128}, "fwd"}
+	if f := c.flops(); f != 4*4*16*4096*4096*128 {
+		t.Errorf("flops = %v", f)
+	}
+	c.Causal, c.mode = true, "fwdbwd"
+	if f, want := c.flops(), 3.5*4*4*16*(4096.0*4097/2)*128; math.Abs(f-want) > 1 {
+		t.Errorf("causal fwdbwd flops = %v, want %v", f, want)
+	}
+}
+
+// With a GPU, "attn -device gpu" writes the files the CPU path writes, with
+// values close to the CPU's (bf16 inputs).
+func TestAttnGPU(t *testing.T) {
+	if err := gpuErr(); err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	dir := t.TempDir()
+	args := gpuInputs(t, dir)
+	for _, dev := range []string{"cpu", "gpu"} {
+		code, _, stderr := runCLI(append(args, "-o", filepath.Join(dir, dev), "-device", dev, "-causal")...)
+		if code != 0 {
+			t.Fatalf("-device %s: exit %d: %s", dev, code, stderr)
+		}
+	}
+	for _, f := range []string{"out.npy", "lse.npy", "dq.npy", "dk.npy", "dv.npy"} {
+		a, _, err1 := npy.ReadFloat32(filepath.Join(dir, "cpu", f))
+		b, _, err2 := npy.ReadFloat32(filepath.Join(dir, "gpu", f))
+		if err1 != nil || err2 != nil {
+			t.Fatalf("%s: %v %v", f, err1, err2)
+		}
+		if len(a) != len(b) {
+			t.Fatalf("%s: %d values on the CPU, %d on the GPU", f, len(a), len(b))
+		}
+		for i := range a {
+			if d := math.Abs(float64(a[i] - b[i])); d > 0.1 || math.IsInf(float64(a[i]), 0) != math.IsInf(float64(b[i]), 0) {
+				t.Fatalf("%s[%d]: cpu %v, gpu %v", f, i, a[i], b[i])
+			}
+		}
+	}
+}

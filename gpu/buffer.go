@@ -1,0 +1,108 @@
+package gpu
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"github.com/flashattn/flashattn/gpu/internal/cuda"
+)
+
+// Buffer is a block of device memory. Free it with Free (Device.Close frees
+// nothing for you).
+type Buffer struct {
+	d   *Device
+	ptr cuda.Ptr
+	n   int
+}
+
+// Alloc allocates n bytes of device memory.
+func (d *Device) Alloc(n int) (*Buffer, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("gpu: Alloc(%d): size must be > 0", n)
+	}
+	p, err := d.ctx.Alloc(n)
+	if err != nil {
+		return nil, err
+	}
+	return &Buffer{d: d, ptr: p, n: n}, nil
+}
+
+// Len returns the buffer's size in bytes.
+func (b *Buffer) Len() int { return b.n }
+
+// Free releases the memory; the buffer must not be used afterwards.
+func (b *Buffer) Free() error {
+	if b == nil || b.ptr == 0 {
+		return nil
+	}
+	err := b.d.ctx.Free(b.ptr)
+	b.ptr = 0
+	return err
+}
+
+// Elem is an element type that can be copied to and from device memory:
+// uint16 for bf16/fp16 bits, float32, int32.
+type Elem interface{ ~uint16 | ~float32 | ~int32 }
+
+// CopyIn copies src to the start of b.
+func CopyIn[T Elem](b *Buffer, src []T) error {
+	n, err := span(b, src)
+	if err != nil || n == 0 {
+		return err
+	}
+	return b.d.ctx.CopyIn(b.ptr, unsafe.Pointer(&src[0]), n)
+}
+
+// CopyOut copies the start of b into dst.
+func CopyOut[T Elem](dst []T, b *Buffer) error {
+	n, err := span(b, dst)
+	if err != nil || n == 0 {
+		return err
+	}
+	return b.d.ctx.CopyOut(unsafe.Pointer(&dst[0]), b.ptr, n)
+}
+
+func span[T Elem](b *Buffer, s []T) (int, error) {
+	if b == nil || b.ptr == 0 {
+		return 0, errors.New("gpu: copy with a nil or freed buffer")
+	}
+	var z T
+	n := len(s) * int(unsafe.Sizeof(z))
+	if n > b.n {
+		return 0, fmt.Errorf("gpu: copy of %d bytes into a buffer of %d", n, b.n)
+	}
+	return n, nil
+}
+
+// Tensor is a dense tensor in device memory: [Batch, Seq, Heads, Dim]
+// elements of DType, row-major, from the start of Buf (flash-attn's layout;
+// packed [total, Heads, Dim] with Batch 1 for a variable-length batch).
+type Tensor struct {
+	Buf                    *Buffer
+	DType                  DType
+	Batch, Seq, Heads, Dim int
+}
+
+func (t Tensor) shape() [4]int { return [4]int{t.Batch, t.Seq, t.Heads, t.Dim} }
+
+// Len returns the number of elements.
+func (t Tensor) Len() int { return t.Batch * t.Seq * t.Heads * t.Dim }
+
+// check validates the shape, type and buffer size of t.
+func (t Tensor) check(name string) error {
+	if t.Buf == nil || t.Buf.ptr == 0 {
+		return fmt.Errorf("gpu: %s has no buffer (nil or freed)", name)
+	}
+	if !t.DType.valid() {
+		return fmt.Errorf("gpu: %s has unknown type %v", name, t.DType)
+	}
+	if t.Batch < 1 || t.Seq < 1 || t.Heads < 1 || t.Dim < 1 {
+		return fmt.Errorf("gpu: %s has shape %v; every dimension must be ≥ 1", name, t.shape())
+	}
+	n := int64(t.Batch) * int64(t.Seq) * int64(t.Heads) * int64(t.Dim) * 2
+	if n > int64(t.Buf.n) {
+		return fmt.Errorf("gpu: %s of shape %v needs %d bytes, its buffer has %d", name, t.shape(), n, t.Buf.n)
+	}
+	return nil
+}

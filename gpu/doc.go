@@ -1,0 +1,35 @@
+// Package gpu runs FlashAttention-2 on NVIDIA GPUs (compute capability 8.0
+// and newer: A100, H100, ...) from pure Go: the kernels are PTX text,
+// generated in Go (gpu/_ptxgen) and embedded in the package, and the CUDA
+// driver (libcuda) is opened at run time without cgo and JIT-compiles them.
+// Nothing needs installing but the NVIDIA driver.
+//
+// It computes what package flashattn computes, with the same option names
+// and semantics (scale, causal and sliding-window masks aligned to the
+// bottom-right corner, softcap, GQA/MQA, variable-length batches, LSE
+// output, backward), for bf16 and fp16 inputs with float32 accumulation.
+// ALiBi, dropout and KV caches are not supported here.
+//
+// Open returns an error wrapping ErrNoDevice when there is no driver or no
+// device; nothing else in the module depends on a GPU.
+//
+// Two levels of API:
+//
+//   - device tensors: Device.Alloc gives a Buffer of device memory, filled
+//     and read with CopyIn and CopyOut; a Tensor describes a dense
+//     [batch, seq, heads, dim] bf16/fp16 tensor in one; Device.Forward and
+//     Device.Backward run the kernels on them.
+//   - host tensors: Device.ForwardHost and Device.BackwardHost take
+//     flashattn.Tensors (float32), round them to the chosen type, run the
+//     kernels and return float32 results.
+//
+// The forward kernel follows FlashAttention-2: one thread block of 4 warps
+// per (query block, head, batch element), the warps splitting the query
+// rows; K and V tiles go through shared memory with cp.async double
+// buffering; S = Q·Kᵀ and O += P·V run on the tensor cores
+// (mma.sync.m16n8k16, operands loaded with ldmatrix); the online softmax
+// stays in registers and O is divided by the row sum once at the end. The
+// backward pass is parallel over key blocks; dQ is accumulated with float32
+// atomics, or, with Options.Deterministic, computed by a second kernel over
+// query blocks so that results do not depend on scheduling.
+package gpu

@@ -1,0 +1,220 @@
+package gpu
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/flashattn/flashattn"
+)
+
+// NewTensor allocates a dense device tensor of the given type and shape.
+func (d *Device) NewTensor(dt DType, batch, seq, heads, dim int) (Tensor, error) {
+	t := Tensor{DType: dt, Batch: batch, Seq: seq, Heads: heads, Dim: dim}
+	if !dt.valid() {
+		return t, fmt.Errorf("gpu: unknown type %v", dt)
+	}
+	if batch < 1 || seq < 1 || heads < 1 || dim < 1 {
+		return t, fmt.Errorf("gpu: NewTensor shape %v: every dimension must be ≥ 1", t.shape())
+	}
+	n := int64(batch) * int64(seq) * int64(heads) * int64(dim) * 2
+	if n > math.MaxInt {
+		return t, fmt.Errorf("gpu: NewTensor shape %v is too large", t.shape())
+	}
+	b, err := d.Alloc(int(n))
+	t.Buf = b
+	return t, err
+}
+
+// Free frees the tensor's buffer.
+func (t Tensor) Free() error { return t.Buf.Free() }
+
+// Upload rounds data (t.Len() float32 values, row-major) to t's type and
+// copies it into t.
+func (t Tensor) Upload(data []float32) error {
+	if len(data) != t.Len() {
+		return fmt.Errorf("gpu: Upload of %d values into a tensor of %d", len(data), t.Len())
+	}
+	h := make([]uint16, len(data))
+	t.DType.encode(h, data)
+	return CopyIn(t.Buf, h)
+}
+
+// Download copies t to the host as float32 values.
+func (t Tensor) Download() ([]float32, error) {
+	h := make([]uint16, t.Len())
+	if err := CopyOut(h, t.Buf); err != nil {
+		return nil, err
+	}
+	out := make([]float32, len(h))
+	t.DType.decode(out, h)
+	return out, nil
+}
+
+// ForwardHost is Forward on host tensors: q, k and v (any strides) are
+// rounded to dt on the host and copied to the device; out is returned dense
+// with the values of the dt result, and lse as float32 ([batch, heads,
+// seq_q], or [heads, total_q] with VarLen).
+func (d *Device) ForwardHost(dt DType, q, k, v flashattn.Tensor, opts *Options) (out flashattn.Tensor, lse []float32, err error) {
+	var ts tensors
+	defer ts.free()
+	dq, err := ts.upload(d, dt, q, "q")
+	if err != nil {
+		return out, nil, err
+	}
+	dk, err := ts.upload(d, dt, k, "k")
+	if err != nil {
+		return out, nil, err
+	}
+	dv, err := ts.upload(d, dt, v, "v")
+	if err != nil {
+		return out, nil, err
+	}
+	p, err := validate(dq, dk, dv, opts)
+	if err != nil {
+		return out, nil, err
+	}
+	do, err := ts.alloc(d, dt, q)
+	if err != nil {
+		return out, nil, err
+	}
+	lb, err := d.Alloc(4 * p.lseLen())
+	if err != nil {
+		return out, nil, err
+	}
+	ts.bufs = append(ts.bufs, lb)
+	if err := d.Forward(dq, dk, dv, do, lb, opts); err != nil {
+		return out, nil, err
+	}
+	o, err := do.Download()
+	if err != nil {
+		return out, nil, err
+	}
+	lse = make([]float32, p.lseLen())
+	if err := CopyOut(lse, lb); err != nil {
+		return out, nil, err
+	}
+	return flashattn.Dense(o, q.Batch, q.Seq, q.Heads, q.Dim), lse, nil
+}
+
+// BackwardHost is Backward on host tensors (rounded to dt on the host); it
+// returns dq, dk and dv dense, with the values of the dt results.
+func (d *Device) BackwardHost(dt DType, q, k, v, out, dout flashattn.Tensor, lse []float32, opts *Options) (dq, dk, dv flashattn.Tensor, err error) {
+	var ts tensors
+	defer ts.free()
+	var dev [5]Tensor
+	for i, c := range []struct {
+		t    flashattn.Tensor
+		name string
+	}{{q, "q"}, {k, "k"}, {v, "v"}, {out, "out"}, {dout, "dout"}} {
+		if dev[i], err = ts.upload(d, dt, c.t, c.name); err != nil {
+			return dq, dk, dv, err
+		}
+	}
+	p, err := validate(dev[0], dev[1], dev[2], opts)
+	if err != nil {
+		return dq, dk, dv, err
+	}
+	if len(lse) != p.lseLen() {
+		return dq, dk, dv, fmt.Errorf("gpu: lse has %d values, want %d", len(lse), p.lseLen())
+	}
+	lb, err := d.Alloc(4 * len(lse))
+	if err != nil {
+		return dq, dk, dv, err
+	}
+	ts.bufs = append(ts.bufs, lb)
+	if err := CopyIn(lb, lse); err != nil {
+		return dq, dk, dv, err
+	}
+	var grads [3]Tensor
+	for i, like := range []flashattn.Tensor{q, k, v} {
+		if grads[i], err = ts.alloc(d, dt, like); err != nil {
+			return dq, dk, dv, err
+		}
+	}
+	if err := d.Backward(dev[0], dev[1], dev[2], dev[3], dev[4], lb, grads[0], grads[1], grads[2], opts); err != nil {
+		return dq, dk, dv, err
+	}
+	var res [3]flashattn.Tensor
+	for i, like := range []flashattn.Tensor{q, k, v} {
+		x, err := grads[i].Download()
+		if err != nil {
+			return dq, dk, dv, err
+		}
+		res[i] = flashattn.Dense(x, like.Batch, like.Seq, like.Heads, like.Dim)
+	}
+	return res[0], res[1], res[2], nil
+}
+
+// tensors tracks the device buffers of a host call.
+type tensors struct{ bufs []*Buffer }
+
+func (ts *tensors) free() {
+	for _, b := range ts.bufs {
+		b.Free()
+	}
+}
+
+// alloc allocates a device tensor shaped like t.
+func (ts *tensors) alloc(d *Device, dt DType, t flashattn.Tensor) (Tensor, error) {
+	x, err := d.NewTensor(dt, t.Batch, t.Seq, t.Heads, t.Dim)
+	if x.Buf != nil {
+		ts.bufs = append(ts.bufs, x.Buf)
+	}
+	return x, err
+}
+
+// upload gathers t (checking its shape, strides and length) and copies it
+// to a new device tensor of type dt.
+func (ts *tensors) upload(d *Device, dt DType, t flashattn.Tensor, name string) (Tensor, error) {
+	data, err := gather(t, name)
+	if err != nil {
+		return Tensor{}, err
+	}
+	x, err := ts.alloc(d, dt, t)
+	if err != nil {
+		return x, err
+	}
+	return x, x.Upload(data)
+}
+
+// gather returns t's elements in dense row-major order, or an error if t is
+// malformed (negative or overlapping strides, data too short).
+func gather(t flashattn.Tensor, name string) ([]float32, error) {
+	if t.Data == nil {
+		return nil, fmt.Errorf("gpu: %s is nil", name)
+	}
+	if t.Batch < 1 || t.Seq < 1 || t.Heads < 1 || t.Dim < 1 {
+		return nil, fmt.Errorf("gpu: %s has shape [%d %d %d %d]; every dimension must be ≥ 1", name, t.Batch, t.Seq, t.Heads, t.Dim)
+	}
+	hs, ss, bs := t.HeadStride, t.SeqStride, t.BatchStride
+	if hs == 0 {
+		hs = t.Dim
+	}
+	if ss == 0 {
+		ss = t.Heads * hs
+	}
+	if bs == 0 {
+		bs = t.Seq * ss
+	}
+	if hs < 0 || ss < 0 || bs < 0 {
+		return nil, fmt.Errorf("gpu: %s has a negative stride", name)
+	}
+	last := int64(t.Batch-1)*int64(bs) + int64(t.Seq-1)*int64(ss) + int64(t.Heads-1)*int64(hs) + int64(t.Dim)
+	if last > int64(len(t.Data)) {
+		return nil, fmt.Errorf("gpu: %s needs %d elements for shape [%d %d %d %d] with its strides, has %d", name, last, t.Batch, t.Seq, t.Heads, t.Dim, len(t.Data))
+	}
+	if int64(t.Batch)*int64(t.Seq)*int64(t.Heads)*int64(t.Dim) > math.MaxInt32*4 {
+		return nil, errors.New("gpu: " + name + " is too large")
+	}
+	out := make([]float32, 0, t.Batch*t.Seq*t.Heads*t.Dim)
+	for b := 0; b < t.Batch; b++ {
+		for s := 0; s < t.Seq; s++ {
+			for h := 0; h < t.Heads; h++ {
+				o := b*bs + s*ss + h*hs
+				out = append(out, t.Data[o:o+t.Dim]...)
+			}
+		}
+	}
+	return out, nil
+}

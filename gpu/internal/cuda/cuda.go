@@ -1,0 +1,99 @@
+// Package cuda is a minimal binding of the CUDA driver API (libcuda) for
+// flashattn's GPU kernels, loaded at run time with purego: no cgo, nothing to
+// install but the NVIDIA driver. Without the driver, or on a platform the
+// binding does not support, Load returns an error wrapping ErrNoDevice.
+//
+// A CUDA context is current per OS thread: callers run every sequence of
+// calls on a locked OS thread after SetCurrent (see Driver.Do).
+package cuda
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrNoDevice is returned (wrapped) when no CUDA driver or device is usable.
+var ErrNoDevice = errors.New("no CUDA device")
+
+// Result is a CUresult.
+type Result int32
+
+// Success is CUDA_SUCCESS.
+const Success Result = 0
+
+// Error is a failed driver call.
+type Error struct {
+	Op   string // the driver function
+	Code Result
+	Name string // e.g. CUDA_ERROR_OUT_OF_MEMORY
+	Desc string // the driver's description, if it gave one
+}
+
+// Error formats the failed call, its result name and code, and the
+// driver's description.
+func (e *Error) Error() string {
+	s := fmt.Sprintf("cuda: %s: %s (%d)", e.Op, e.Name, e.Code)
+	if e.Desc != "" {
+		s += ": " + e.Desc
+	}
+	return s
+}
+
+// Is makes errors.Is(err, ErrNoDevice) true for the driver's "no device"
+// and "not initialised" results.
+func (e *Error) Is(target error) bool {
+	return target == ErrNoDevice && (e.Code == 100 || e.Code == 3 || e.Code == 35 || e.Code == 34)
+}
+
+// names are the CUresult names of the codes this package meets most, used
+// when the driver cannot name a code itself.
+var names = map[Result]string{
+	0:   "CUDA_SUCCESS",
+	1:   "CUDA_ERROR_INVALID_VALUE",
+	2:   "CUDA_ERROR_OUT_OF_MEMORY",
+	3:   "CUDA_ERROR_NOT_INITIALIZED",
+	4:   "CUDA_ERROR_DEINITIALIZED",
+	34:  "CUDA_ERROR_STUB_LIBRARY",
+	35:  "CUDA_ERROR_INSUFFICIENT_DRIVER",
+	100: "CUDA_ERROR_NO_DEVICE",
+	101: "CUDA_ERROR_INVALID_DEVICE",
+	200: "CUDA_ERROR_INVALID_IMAGE",
+	201: "CUDA_ERROR_INVALID_CONTEXT",
+	209: "CUDA_ERROR_NO_BINARY_FOR_GPU",
+	218: "CUDA_ERROR_INVALID_PTX",
+	222: "CUDA_ERROR_UNSUPPORTED_PTX_VERSION",
+	400: "CUDA_ERROR_INVALID_HANDLE",
+	500: "CUDA_ERROR_NOT_FOUND",
+	700: "CUDA_ERROR_ILLEGAL_ADDRESS",
+	701: "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
+	702: "CUDA_ERROR_LAUNCH_TIMEOUT",
+	716: "CUDA_ERROR_MISALIGNED_ADDRESS",
+	719: "CUDA_ERROR_LAUNCH_FAILED",
+	999: "CUDA_ERROR_UNKNOWN",
+}
+
+// ResultName returns the CUresult name of code from the table of common
+// codes, or "CUDA_ERROR_<code>".
+func ResultName(code Result) string {
+	if n, ok := names[code]; ok {
+		return n
+	}
+	return fmt.Sprintf("CUDA_ERROR_%d", int32(code))
+}
+
+// Ptr is a device address (CUdeviceptr).
+type Ptr uint64
+
+// Device attributes (CUdevice_attribute) and other driver constants used.
+const (
+	AttrClockRate         = 13
+	AttrSMCount           = 16
+	AttrComputeMajor      = 75
+	AttrComputeMinor      = 76
+	AttrMaxSmemOptin      = 97
+	funcAttrMaxDynSmem    = 8
+	jitInfoLogBuffer      = 3
+	jitInfoLogBufferSize  = 4
+	jitErrorLogBuffer     = 5
+	jitErrorLogBufferSize = 6
+)

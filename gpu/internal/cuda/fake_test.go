@@ -1,0 +1,149 @@
+//go:build linux && (amd64 || arm64)
+
+package cuda
+
+import (
+	"errors"
+	"math"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+)
+
+// fakeDriver builds testdata/fakecuda.c into a shared library and loads it
+// with Load, or skips the test if there is no C compiler.
+func fakeDriver(t *testing.T) (*Driver, uintptr) {
+	t.Helper()
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skip("no C compiler to build the fake driver")
+	}
+	lib := filepath.Join(t.TempDir(), "libfakecuda.so")
+	if out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-o", lib, "testdata/fakecuda.c").CombinedOutput(); err != nil {
+		t.Skipf("cannot build the fake driver: %v\n%s", err, out)
+	}
+	d, err := Load(lib)
+	if err != nil {
+		t.Fatalf("Load(fake): %v", err)
+	}
+	h, err := purego.Dlopen(lib, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, h
+}
+
+// Every driver entry point, called through purego against a C library with
+// the driver's signatures: arguments arrive in the right order and width,
+// out-parameters come back, and errors carry the driver's names.
+func TestFakeDriver(t *testing.T) {
+	d, h := fakeDriver(t)
+	var lastLaunch func(dims *uint32, args *uint64)
+	var attr func(v *int32) int32
+	var retained func() int32
+	purego.RegisterLibFunc(&lastLaunch, h, "fake_last_launch")
+	purego.RegisterLibFunc(&attr, h, "fake_attr")
+	purego.RegisterLibFunc(&retained, h, "fake_retained")
+
+	if d.Version() != 12080 {
+		t.Errorf("Version = %d", d.Version())
+	}
+	if _, err := d.Open(1); !errors.Is(err, ErrNoDevice) {
+		t.Errorf("Open(1) on a one-device driver: %v", err)
+	}
+	c, err := d.Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Name != "Fake GPU 9000" || c.Major != 9 || c.Minor != 0 || c.SMs != 132 || c.MaxSmem != 232448 || c.Memory != 80<<30 || c.ClockHz != 1.98e9 {
+		t.Errorf("context = %+v", c)
+	}
+	if retained() != 1 {
+		t.Errorf("primary context retained %d times", retained())
+	}
+
+	// Memory round trip.
+	src := []float32{1, 2, 3, float32(math.Pi)}
+	p, err := c.Alloc(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CopyIn(p, unsafe.Pointer(&src[0]), 16); err != nil {
+		t.Fatal(err)
+	}
+	dst := make([]float32, 4)
+	if err := c.CopyOut(unsafe.Pointer(&dst[0]), p, 16); err != nil || dst[3] != float32(math.Pi) || dst[0] != 1 {
+		t.Errorf("round trip: %v %v", dst, err)
+	}
+	if err := c.Zero(p, 8); err != nil {
+		t.Fatal(err)
+	}
+	c.CopyOut(unsafe.Pointer(&dst[0]), p, 16)
+	if dst[0] != 0 || dst[1] != 0 || dst[2] != 3 {
+		t.Errorf("after Zero(8): %v", dst)
+	}
+	if err := c.Free(p); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Alloc(1 << 40)
+	var e *Error
+	if !errors.As(err, &e) || e.Code != 2 || e.Name != "CUDA_ERROR_OUT_OF_MEMORY" || e.Desc != "out of memory" {
+		t.Errorf("huge Alloc: %v", err)
+	}
+
+	// Modules, functions, launches.
+	_, err = c.LoadModule([]byte(".version 7.0\nFAIL\n"))
+	if err == nil || !strings.Contains(err.Error(), "CUDA_ERROR_INVALID_PTX") || !strings.Contains(err.Error(), "JIT log: ptxas fatal   : fake error in line 3") {
+		t.Errorf("failing JIT: %v", err)
+	}
+	m, err := c.LoadModule([]byte(".visible .entry kern(\n)"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Function(m, "missing", 0); err == nil {
+		t.Error("a missing kernel was found")
+	}
+	f, err := c.Function(m, "kern", 100000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v int32
+	if a := attr(&v); a != funcAttrMaxDynSmem || v != 100000 {
+		t.Errorf("cuFuncSetAttribute got attribute %d value %d", a, v)
+	}
+	args := []Arg{{0x0123456789abcdef, 8}, {0xfedcba98, 4}, {uint64(math.Float32bits(-2.5)), 4}}
+	for i := 3; i < 16; i++ {
+		args = append(args, Arg{uint64(i), 4 + 4*(i%2)})
+	}
+	if err := c.Launch(f, [3]uint32{5, 6, 7}, [3]uint32{128, 1, 1}, 99000, args); err != nil {
+		t.Fatal(err)
+	}
+	var dims [7]uint32
+	var got [16]uint64
+	lastLaunch(&dims[0], &got[0])
+	if dims != [7]uint32{5, 6, 7, 128, 1, 1, 99000} {
+		t.Errorf("launch dims %v", dims)
+	}
+	for i, a := range args {
+		mask := uint64(math.MaxUint64)
+		if a.Size == 4 {
+			mask = math.MaxUint32
+		}
+		if got[i]&mask != a.Bits {
+			t.Errorf("argument %d: kernel saw %#x, want %#x", i, got[i]&mask, a.Bits)
+		}
+	}
+	if err := c.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Unload(m); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil || retained() != 0 {
+		t.Errorf("Close: %v, retained %d", err, retained())
+	}
+}

@@ -1,0 +1,64 @@
+package gpu
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/flashattn/flashattn/gpu/internal/cuda"
+	"github.com/flashattn/flashattn/gpu/internal/ptxsim"
+)
+
+// sim is a backend that runs the embedded PTX on ptxsim's interpreter.
+type sim struct {
+	m       *ptxsim.Machine
+	modules []*ptxsim.Module
+	kernels []*ptxsim.Kernel
+}
+
+// newSimDevice returns a Device backed by the PTX interpreter, described as
+// an sm_90 GPU with 227 KiB of shared memory per block.
+func newSimDevice() *Device {
+	return newDevice(&sim{m: ptxsim.New()}, Info{Name: "ptxsim", Major: 9, SMs: 1, MaxSharedPerBlock: 227 << 10})
+}
+
+func (s *sim) Alloc(n int) (cuda.Ptr, error) {
+	p, err := s.m.Alloc(n)
+	return cuda.Ptr(p), err
+}
+func (s *sim) Free(p cuda.Ptr) error { return s.m.Free(uint64(p)) }
+func (s *sim) CopyIn(dst cuda.Ptr, src unsafe.Pointer, n int) error {
+	return s.m.Write(uint64(dst), unsafe.Slice((*byte)(src), n))
+}
+func (s *sim) CopyOut(dst unsafe.Pointer, src cuda.Ptr, n int) error {
+	return s.m.Read(uint64(src), unsafe.Slice((*byte)(dst), n))
+}
+func (s *sim) Zero(p cuda.Ptr, n int) error { return s.m.Zero(uint64(p), n) }
+func (s *sim) LoadModule(ptx []byte) (cuda.Module, error) {
+	m, err := ptxsim.Parse(string(ptx))
+	if err != nil {
+		return 0, err
+	}
+	s.modules = append(s.modules, m)
+	return cuda.Module(len(s.modules)), nil
+}
+func (s *sim) Unload(m cuda.Module) error { return nil }
+func (s *sim) Function(m cuda.Module, name string, maxSmem int) (cuda.Function, error) {
+	k, err := s.modules[m-1].Kernel(name)
+	if err != nil {
+		return 0, err
+	}
+	s.kernels = append(s.kernels, k)
+	return cuda.Function(len(s.kernels)), nil
+}
+func (s *sim) Launch(f cuda.Function, grid, block [3]uint32, smem int, args []cuda.Arg) error {
+	if block[1] != 1 || block[2] != 1 {
+		return fmt.Errorf("sim: block %v", block)
+	}
+	bits := make([]uint64, len(args))
+	for i, a := range args {
+		bits[i] = a.Bits
+	}
+	return s.m.Launch(s.kernels[f-1], [3]int{int(grid[0]), int(grid[1]), int(grid[2])}, int(block[0]), smem, bits)
+}
+func (s *sim) Synchronize() error { return nil }
+func (s *sim) Close() error       { return nil }
