@@ -6,11 +6,13 @@ import "github.com/flashattn/flashattn/internal/kernel"
 // for the upstream gradient dout, given the forward's inputs, its output out
 // and its lse, and the same options. P is recomputed tile by tile from q, k
 // and lse (FA2's backward): no seqlen_q × seqlen_k matrix is stored. With
-// GQA/MQA, dk and dv sum over the query heads that share a KV head.
+// GQA/MQA, dk and dv sum over the query heads that share a KV head. The
+// gradients have the element types of q, k and v; they are accumulated in
+// float32 and rounded once.
 func Backward(q, k, v, out, dout Tensor, lse []float32, opts *Options) (dq, dk, dv Tensor, err error) {
-	dq = NewTensor(q.Batch, q.Seq, q.Heads, q.Dim)
-	dk = NewTensor(k.Batch, k.Seq, k.Heads, k.Dim)
-	dv = NewTensor(v.Batch, v.Seq, v.Heads, v.Dim)
+	dq = NewTensorOf(q.DType(), q.Batch, q.Seq, q.Heads, q.Dim)
+	dk = NewTensorOf(k.DType(), k.Batch, k.Seq, k.Heads, k.Dim)
+	dv = NewTensorOf(v.DType(), v.Batch, v.Seq, v.Heads, v.Dim)
 	if err := BackwardInto(dq, dk, dv, q, k, v, out, dout, lse, opts); err != nil {
 		return Tensor{}, Tensor{}, Tensor{}, err
 	}
@@ -126,6 +128,9 @@ type backwardPass struct {
 	tasks  []bwdTask
 	dqPart []float32
 	corr   []float32 // per LSE entry: the factor that makes the row's P exact (nil: all 1)
+	// dkAcc and dvAcc are where dK and dV accumulate: the outputs
+	// themselves when float32, else float32 buffers rounded at the end.
+	dkAcc, dvAcc view
 }
 
 // reducePass sums the partial dQ of each (sequence, KV head) in chunk
@@ -139,6 +144,12 @@ func (c *call) backward() error {
 	p, a, b := &c.plan, &c.arena, &c.bwd
 	// Keys that no query sees (and keys past SeqUsedK) get zero gradients.
 	b.p = p
+	b.dkAcc, b.dvAcc = b.grads.dk, b.grads.dv
+	if b.dkAcc.dt != Float32 || b.dvAcc.dt != Float32 {
+		n := p.kv.batch * p.kv.rows * p.kvHeads * p.dim
+		buf := grow(&a.dkvAcc, 2*n)
+		b.dkAcc, b.dvAcc = denseView(buf[:n], b.grads.dk.shape), denseView(buf[n:], b.grads.dv.shape)
+	}
 	b.clearKV()
 	if err := c.fixLSE(); err != nil {
 		return err
@@ -150,6 +161,7 @@ func (c *call) backward() error {
 	if err := parallel(p.workers, len(tasks), b); err != nil {
 		return err
 	}
+	b.storeKV()
 	if partLen == 0 {
 		return nil
 	}
@@ -164,7 +176,7 @@ func (c *call) backward() error {
 	return parallel(p.workers, len(reds), &c.reduce)
 }
 
-func (r *reducePass) run(_ *workspace, t int) {
+func (r *reducePass) run(ws *workspace, t int) {
 	b, u := r.b, &r.tasks[t]
 	p := b.p
 	s := &p.seqs[u.seq]
@@ -172,7 +184,7 @@ func (r *reducePass) run(_ *workspace, t int) {
 	for hh := 0; hh < p.group; hh++ {
 		h := u.hk*p.group + hh
 		for i := 0; i < s.nq; i++ {
-			dst := b.grads.dq.row(s.tb, s.q0+i, h)[:p.dim]
+			dst := ws.outRow(b.grads.dq, s.tb, s.q0+i, h, p.dim)
 			off := u.slot + (hh*s.nq+i)*p.dimPad
 			for c := range dst {
 				var acc float32
@@ -181,18 +193,37 @@ func (r *reducePass) run(_ *workspace, t int) {
 				}
 				dst[c] = p.scale * acc
 			}
+			b.grads.dq.commit(dst, s.tb, s.q0+i, h, &p.kern)
 		}
 	}
 }
 
-// clearKV zeroes dk and dv: the tasks accumulate into them.
+// clearKV zeroes the dK and dV accumulators.
 func (b *backwardPass) clearKV() {
 	p := b.p
-	for _, dst := range []view{b.grads.dk, b.grads.dv} {
+	for _, dst := range []view{b.dkAcc, b.dvAcc} {
 		for tb := 0; tb < p.kv.batch; tb++ {
 			for j := 0; j < p.kv.rows; j++ {
 				for h := 0; h < p.kvHeads; h++ {
 					clear(dst.row(tb, j, h)[:p.dim])
+				}
+			}
+		}
+	}
+}
+
+// storeKV rounds the float32 dK and dV accumulators into 16-bit outputs.
+func (b *backwardPass) storeKV() {
+	p := b.p
+	for _, pair := range [2][2]view{{b.dkAcc, b.grads.dk}, {b.dvAcc, b.grads.dv}} {
+		acc, dst := pair[0], pair[1]
+		if dst.dt == Float32 {
+			continue
+		}
+		for tb := 0; tb < p.kv.batch; tb++ {
+			for j := 0; j < p.kv.rows; j++ {
+				for h := 0; h < p.kvHeads; h++ {
+					dst.storeRow(acc.row(tb, j, h)[:p.dim], tb, j, h, &p.kern)
 				}
 			}
 		}
@@ -215,11 +246,14 @@ func (b *backwardPass) task(ws *workspace, u *bwdTask) {
 		rows := headRows{delta: ws.delta[:s.nq], lse: ws.lse[:s.nq]}
 		// This head's Q and dO, packed once for all its KV blocks.
 		rows.q, rows.do = grow(&ws.qall, s.nq*dp), grow(&ws.doall, s.nq*dp)
-		kernel.PackRows(rows.q, p.q.row(s.tb, s.q0, h), p.q.ss, s.nq, d)
-		kernel.PackRows(rows.do, g.do.row(s.tb, s.q0, h), g.do.ss, s.nq, d)
+		qr, ldq := p.q.rows(&ws.convK, s.tb, s.q0, h, s.nq, p.ct, &p.kern)
+		kernel.PackRows(rows.q, qr, ldq, s.nq, d)
+		dor, lddo := g.do.rows(&ws.convV, s.tb, s.q0, h, s.nq, p.ct, &p.kern)
+		kernel.PackRows(rows.do, dor, lddo, s.nq, d)
+		o := grow(&ws.convO, d)
 		for i := range rows.delta {
-			o, do := g.o.row(s.tb, s.q0+i, h)[:d], g.do.row(s.tb, s.q0+i, h)[:d]
-			rows.delta[i] = dot64(do, o) // rowsum(dO∘O), rounded once
+			g.o.rowTo(o, s.tb, s.q0+i, h, Float32, &p.kern)
+			rows.delta[i] = dot64(rows.do[i*dp:i*dp+d], o) // rowsum(dO∘O), rounded once
 			rows.lse[i] = g.lse[s.lse0+h*s.lseH+i]
 		}
 		rows.corr = nil
@@ -238,10 +272,11 @@ func (b *backwardPass) task(ws *workspace, u *bwdTask) {
 		}
 		if u.slot < 0 {
 			for i := 0; i < s.nq; i++ {
-				dst := g.dq.row(s.tb, s.q0+i, h)[:d]
+				dst := ws.outRow(g.dq, s.tb, s.q0+i, h, d)
 				for c, x := range rows.dq[i*dp : i*dp+d] {
 					dst[c] = p.scale * x
 				}
+				g.dq.commit(dst, s.tb, s.q0+i, h, &p.kern)
 			}
 		}
 	}
@@ -265,7 +300,7 @@ type headRows struct {
 // then adds the block's dV and scale·dK to the outputs (dQ is scaled when
 // it is written).
 func (b *backwardPass) keyBlock(ws *workspace, s *sequence, h, hk, j0, n int, rows *headRows) {
-	p, g := b.p, &b.grads
+	p := b.p
 	qlo, qhi := s.vis.rows(h, j0, j0+n)
 	if qlo >= qhi {
 		return
@@ -273,9 +308,11 @@ func (b *backwardPass) keyBlock(ws *workspace, s *sequence, h, hk, j0, n int, ro
 	qlo -= qlo % p.alignQ
 	k := &p.kern
 	d, dp, np := p.dim, p.dimPad, kernel.Pad(n)
-	kernel.PackBt(ws.kt, p.kv.k.row(s.tb, s.k0+j0, hk), p.kv.k.ss, n, d)
-	kernel.PackBt(ws.vt, p.kv.v.row(s.tb, s.k0+j0, hk), p.kv.v.ss, n, d)
-	kernel.PackRows(ws.kp, p.kv.k.row(s.tb, s.k0+j0, hk), p.kv.k.ss, n, d)
+	kr, ldk := p.kRows(&ws.convK, s, j0, hk, n)
+	kernel.PackBt(ws.kt, kr, ldk, n, d)
+	kernel.PackRows(ws.kp, kr, ldk, n, d)
+	vr, ldv := p.vRows(&ws.convV, s, j0, hk, n)
+	kernel.PackBt(ws.vt, vr, ldv, n, d)
 	dk, dv := ws.dk[:n*dp], ws.dv[:n*dp]
 	clear(dk)
 	clear(dv)
@@ -301,8 +338,8 @@ func (b *backwardPass) keyBlock(ws *workspace, s *sequence, h, hk, j0, n int, ro
 		k.MulAddAB(rows.dq[i0*dp:], dp, ws.dP, np, ws.kp, dp, m, dp, n)
 	}
 	for jj := 0; jj < n; jj++ {
-		dkr := g.dk.row(s.tb, s.k0+j0+jj, hk)[:d]
-		dvr := g.dv.row(s.tb, s.k0+j0+jj, hk)[:d]
+		dkr := b.dkAcc.row(s.tb, s.k0+j0+jj, hk)[:d]
+		dvr := b.dvAcc.row(s.tb, s.k0+j0+jj, hk)[:d]
 		for c := range dkr {
 			dkr[c] += p.scale * dk[jj*dp+c]
 			dvr[c] += dv[jj*dp+c]
@@ -362,6 +399,15 @@ func (b *backwardPass) gradRow(ws *workspace, s *sequence, h, i, j0, n, r int, k
 	}
 	for c, x := range grad[:min(len(grad), n)] {
 		dpRow[c] *= x
+	}
+	if p.ct != Float32 {
+		// P̃ and dS in the inputs' type before they multiply.
+		pr := row[:n]
+		if p.dropOn {
+			pr = ws.pDrop[r*np : r*np+n]
+		}
+		roundTo(pr, p.ct, k)
+		roundTo(dpRow[:n], p.ct, k)
 	}
 }
 

@@ -25,6 +25,7 @@ type arena struct {
 	partO, partM, partL []float32
 	dqPart, kvBuf       []float32
 	lseCorr             []float32
+	dkvAcc              []float32
 	kvOffK, kvOffV      []int
 	packChunks          []int
 	blockTable          []int32

@@ -19,15 +19,16 @@ func (p *plan) stacked(s *sequence) bool {
 
 // staged reports whether task t copies each key tile of K and V for all its
 // KV heads before using it: when reading a KV cache that was not packed,
-// paged (the pages are gathered), or for several KV heads with few rows.
-// Reading the tile per head instead walks memory with the stride of a whole
-// key row, which ran at half speed.
+// paged (the pages are gathered), in a 16-bit type (converted on the way),
+// or for several KV heads with few rows. Reading the tile per head instead
+// walks memory with the stride of a whole key row, which ran at half speed.
 func (f *forwardPass) staged(t *fwdTask, subs []subBlock) bool {
 	p := f.p
 	if !p.decoding || f.kv.kt[t.seq*p.kvHeads+subs[0].hk] >= 0 {
 		return false
 	}
-	return p.kv.blockSize > 0 || len(subs) > 1 && f.fewRows(subs) && p.dim%8 == 0
+	return p.kv.blockSize > 0 || p.kv.k.dt != Float32 || p.kv.v.dt != Float32 ||
+		len(subs) > 1 && f.fewRows(subs) && p.dim%8 == 0
 }
 
 // decodeStep is the key tile of a staged block over nkv KV heads: K and V of
@@ -47,9 +48,10 @@ func (p *plan) stageKV(ws *workspace, s *sequence, subs []subBlock, j0, n, step 
 	vb := grow(&ws.vdec, len(subs)*step*dp)
 	for j := 0; j < n; j++ {
 		for si, sb := range subs {
-			copy(kb[(si*step+j)*d:(si*step+j+1)*d], p.kv.krow(s, j0+j, sb.hk))
+			tb, row := p.kv.at(s, j0+j)
+			p.kv.k.rowTo(kb[(si*step+j)*d:(si*step+j+1)*d], tb, row, sb.hk, p.ct, &p.kern)
 			vr := vb[(si*step+j)*dp : (si*step+j+1)*dp]
-			copy(vr[:d], p.kv.vrow(s, j0+j, sb.hk))
+			p.kv.v.rowTo(vr[:d], tb, row, sb.hk, p.ct, &p.kern)
 			clear(vr[d:])
 		}
 	}

@@ -8,7 +8,8 @@ import (
 
 // Forward computes attention O = softmax(mask(scale·QKᵀ))·V for q
 // [batch, seqlen_q, heads, dim] and k, v [batch, seqlen_k, kv_heads, dim]
-// and returns O (shaped like q, dense) and the log-sum-exp of every score row,
+// and returns O (shaped like q, dense, of q's element type) and the
+// log-sum-exp of every score row,
 // LSE [batch, heads, seqlen_q] (with VarLen: [heads, total_q]). opts may be
 // nil for the defaults. See ForwardInto to reuse output buffers.
 func Forward(q, k, v Tensor, opts *Options) (out Tensor, lse []float32, err error) {
@@ -17,7 +18,7 @@ func Forward(q, k, v Tensor, opts *Options) (out Tensor, lse []float32, err erro
 		return Tensor{}, nil, err
 	}
 	defer c.release()
-	out = NewTensor(q.Batch, q.Seq, q.Heads, q.Dim)
+	out = NewTensorOf(q.DType(), q.Batch, q.Seq, q.Heads, q.Dim)
 	lse = make([]float32, c.plan.lseLen)
 	ov, _ := out.check("out", true, -1, -1, -1, -1) // its own dense shape: cannot fail
 	if err := c.forward(ov, lse); err != nil {
@@ -248,7 +249,7 @@ func (f *forwardPass) start(ws *workspace, t *fwdTask) rowState {
 	qp := ws.qp[:(m+3)*d] // 3 spare rows: Dot4T reads rows in fours
 	for r := 0; r < m; r++ {
 		h, i := t.at(r)
-		copy(qp[r*d:(r+1)*d], p.q.row(s.tb, s.q0+i, h)[:d])
+		p.q.rowTo(qp[r*d:(r+1)*d], s.tb, s.q0+i, h, p.ct, &p.kern)
 	}
 	nr := t.i1 - t.i0 // rows per head
 	subs := ws.subs[:0]
@@ -297,7 +298,7 @@ func (f *forwardPass) keyTile(ws *workspace, seq, si int, sb subBlock, j0, n int
 		t.v, t.ldv = ws.vdec[si*step*p.dimPad:], p.dimPad
 		t.staged = true
 	default: // not paged: the rows in place
-		t.k, t.ldk = p.kv.krow(&p.seqs[seq], j0, sb.hk), p.kv.k.ss
+		t.k, t.ldk = p.kRows(&ws.convK, &p.seqs[seq], j0, sb.hk, n)
 	}
 	return t
 }
@@ -352,6 +353,9 @@ func (f *forwardPass) softmax(ws *workspace, st *rowState, t *fwdTask, sb subBlo
 		if p.dropOn {
 			p.drop.ApplyRow(row[:n], s.b, h, i, j0)
 		}
+		if p.ct != Float32 {
+			roundTo(row[:n], p.ct, &p.kern) // P in the inputs' type before P·V
+		}
 	}
 }
 
@@ -363,7 +367,8 @@ func (f *forwardPass) accumulate(ws *workspace, s *sequence, sb subBlock, kv kvT
 		// V rows copied even when they need no padding: in place, rows
 		// kilobytes apart share a few L1 sets, and the kernel's column
 		// passes would go back to L2 (measured: the copy is faster).
-		kernel.PackRows(ws.vp, p.kv.vrow(s, j0, sb.hk), p.kv.v.ss, n, p.dim)
+		vr, ld := p.vRows(&ws.convV, s, j0, sb.hk, n)
+		kernel.PackRows(ws.vp, vr, ld, n, p.dim)
 		kv.v, kv.ldv = ws.vp, p.dimPad
 	}
 	p.kern.MulAddAB(ws.o[sb.r0*p.dimPad:], p.dimPad, ws.s[sb.r0*np:], np, kv.v, kv.ldv, sb.m, p.dimPad, n)
@@ -383,7 +388,9 @@ func (f *forwardPass) finish(ws *workspace, st *rowState, t *fwdTask) {
 	}
 	for r := 0; r < m; r++ {
 		h, i := t.at(r)
-		v := st.finish(r, f.out.row(s.tb, s.q0+i, h)[:p.dim], p.dim)
+		o := ws.outRow(f.out, s.tb, s.q0+i, h, p.dim)
+		v := st.finish(r, o, p.dim)
+		f.out.commit(o, s.tb, s.q0+i, h, &p.kern)
 		if f.lse != nil {
 			f.lse[s.lse0+h*s.lseH+i] = v
 		}

@@ -11,22 +11,27 @@ type kvSource struct {
 	blockSize int // 0 when not paged
 }
 
-// krow and vrow return key j of sequence s for KV head hk (the row and what
-// follows it in its tensor): through the page table when the cache is paged.
-func (src *kvSource) krow(s *sequence, j, hk int) []float32 {
+// at returns the tensor batch index and row of key j of sequence s: through
+// the page table when the cache is paged.
+func (src *kvSource) at(s *sequence, j int) (tb, row int) {
 	if src.blockSize == 0 {
-		return src.k.row(s.tb, s.k0+j, hk)
+		return s.tb, s.k0 + j
 	}
-	blk := src.table[s.b*src.perSeq+j/src.blockSize]
-	return src.k.row(int(blk), j%src.blockSize, hk)
+	return int(src.table[s.b*src.perSeq+j/src.blockSize]), j % src.blockSize
 }
 
-func (src *kvSource) vrow(s *sequence, j, hk int) []float32 {
-	if src.blockSize == 0 {
-		return src.v.row(s.tb, s.k0+j, hk)
-	}
-	blk := src.table[s.b*src.perSeq+j/src.blockSize]
-	return src.v.row(int(blk), j%src.blockSize, hk)
+// kRows and vRows return keys j..j+n-1 of sequence s for KV head hk as a
+// float32 matrix and its leading dimension (see view.rows): in place, or
+// converted into *scratch. With a paged cache the n keys must lie in one
+// page.
+func (p *plan) kRows(scratch *[]float32, s *sequence, j, hk, n int) ([]float32, int) {
+	tb, r := p.kv.at(s, j)
+	return p.kv.k.rows(scratch, tb, r, hk, n, p.ct, &p.kern)
+}
+
+func (p *plan) vRows(scratch *[]float32, s *sequence, j, hk, n int) ([]float32, int) {
+	tb, r := p.kv.at(s, j)
+	return p.kv.v.rows(scratch, tb, r, hk, n, p.ct, &p.kern)
 }
 
 // cacheSequences sets the key counts of a KV-cache call and, for a paged

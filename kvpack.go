@@ -74,7 +74,7 @@ func (c *call) packKV() error {
 // walks the keys in address order, 16 at a time with the heads inside, so K
 // and V are read as contiguous memory; packing one head at a time read them
 // with a stride of a whole key row, latency-bound.
-func (pp *packPass) run(_ *workspace, t int) {
+func (pp *packPass) run(ws *workspace, t int) {
 	p, kv := pp.p, pp.kv
 	si, j0 := pp.chunks[2*t], pp.chunks[2*t+1]
 	s := &p.seqs[si]
@@ -84,8 +84,10 @@ func (pp *packPass) run(_ *workspace, t int) {
 			u := si*p.kvHeads + hk
 			// 16 keys: within one page of a paged cache (pages are
 			// multiples of 16 keys).
-			kernel.PackBt(kv.buf[kv.kt[u]+j*p.dim:], p.kv.krow(s, j, hk), p.kv.k.ss, n, p.dim)
-			kernel.PackRows(kv.buf[kv.vp[u]+j*p.dimPad:], p.kv.vrow(s, j, hk), p.kv.v.ss, n, p.dim)
+			kr, ldk := p.kRows(&ws.convK, s, j, hk, n)
+			kernel.PackBt(kv.buf[kv.kt[u]+j*p.dim:], kr, ldk, n, p.dim)
+			vr, ldv := p.vRows(&ws.convV, s, j, hk, n)
+			kernel.PackRows(kv.buf[kv.vp[u]+j*p.dimPad:], vr, ldv, n, p.dim)
 		}
 	}
 }

@@ -77,7 +77,8 @@ func (f *lseFixPass) run(ws *workspace, t int) {
 	h, hk := rb.h0, rb.h0/p.group
 	// Q rows padded to dimPad, as the backward packs them.
 	qp := ws.qall[:m*dp]
-	kernel.PackRows(qp, p.q.row(s.tb, s.q0+rb.i0, h), p.q.ss, m, d)
+	qr, ldq := p.q.rows(&ws.convV, s.tb, s.q0+rb.i0, h, m, p.ct, &p.kern)
+	kernel.PackRows(qp, qr, ldq, m, d)
 	sums := ws.sums[:0]
 	for range m {
 		sums = append(sums, 0)
@@ -93,7 +94,8 @@ func (f *lseFixPass) run(ws *workspace, t int) {
 			continue
 		}
 		np := kernel.Pad(n)
-		kernel.PackBt(ws.kt, p.kv.k.row(s.tb, s.k0+j, hk), p.kv.k.ss, n, d)
+		kr, ldk := p.kRows(&ws.convK, s, j, hk, n)
+		kernel.PackBt(ws.kt, kr, ldk, n, d)
 		p.kern.MulABt(ws.s, np, qp, dp, ws.kt, m, np, d)
 		for r := 0; r < m; r++ {
 			i := rb.i0 + r

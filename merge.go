@@ -31,13 +31,13 @@ func (c *call) mergeSplits(splits int) error {
 	return parallel(c.plan.workers, len(blocks), &c.merge)
 }
 
-func (mp *mergePass) run(_ *workspace, t int) {
+func (mp *mergePass) run(ws *workspace, t int) {
 	p, part, b := mp.p, mp.part, &mp.blocks[t]
 	s := &p.seqs[b.seq]
 	first := b.slot - b.slot%mp.splits
 	for r := 0; r < b.rows(); r++ {
 		h, i := b.at(r)
-		o := mp.out.row(s.tb, s.q0+i, h)[:p.dim]
+		o := ws.outRow(mp.out, s.tb, s.q0+i, h, p.dim)
 		mx := negInf
 		for sp := 0; sp < mp.splits; sp++ {
 			mx = max(mx, part.m[(first+sp)*p.maxRows+r])
@@ -65,6 +65,7 @@ func (mp *mergePass) run(_ *workspace, t int) {
 			}
 			lv = mx + float32(math.Log(float64(l)))
 		}
+		mp.out.commit(o, s.tb, s.q0+i, h, &p.kern)
 		if mp.lse != nil {
 			mp.lse[s.lse0+h*s.lseH+i] = lv
 		}

@@ -16,11 +16,15 @@ type region struct {
 	axes   [3]axis // the first n: outer axes with more than one index, largest stride first
 	n      int
 	rowLen int
+	size   uintptr // bytes per element
 	last   uintptr // one past the last byte
 }
 
 func viewRegion(v view) region {
-	r := region{base: uintptr(unsafe.Pointer(unsafe.SliceData(v.data))), rowLen: v.shape[3]}
+	r := region{base: uintptr(unsafe.Pointer(unsafe.SliceData(v.data))), rowLen: v.shape[3], size: 4}
+	if v.h != nil {
+		r.base, r.size = uintptr(unsafe.Pointer(unsafe.SliceData(v.h))), 2
+	}
 	span := v.shape[3]
 	for _, a := range v.axes() {
 		if a.n > 1 {
@@ -30,13 +34,13 @@ func viewRegion(v view) region {
 		}
 	}
 	slices.SortFunc(r.axes[:r.n], func(a, b axis) int { return b.stride - a.stride })
-	r.last = r.base + uintptr(span)*4
+	r.last = r.base + uintptr(span)*r.size
 	return r
 }
 
 func sliceRegion(s []float32) region {
 	base := uintptr(unsafe.Pointer(unsafe.SliceData(s)))
-	return region{base: base, rowLen: len(s), last: base + uintptr(len(s))*4}
+	return region{base: base, rowLen: len(s), size: 4, last: base + uintptr(len(s))*4}
 }
 
 // rows walks the row offsets of a region in increasing address order (the
@@ -73,9 +77,9 @@ func overlaps(a, b region) bool {
 	}
 	ia, ib := rows{r: &a}, rows{r: &b}
 	for !ia.end && !ib.end {
-		a0 := a.base + uintptr(ia.off)*4
-		b0 := b.base + uintptr(ib.off)*4
-		a1, b1 := a0+uintptr(a.rowLen)*4, b0+uintptr(b.rowLen)*4
+		a0 := a.base + uintptr(ia.off)*a.size
+		b0 := b.base + uintptr(ib.off)*b.size
+		a1, b1 := a0+uintptr(a.rowLen)*a.size, b0+uintptr(b.rowLen)*b.size
 		if a0 < b1 && b0 < a1 {
 			return true
 		}
@@ -91,7 +95,7 @@ func overlaps(a, b region) bool {
 // sameView reports whether two views are the same elements with the same
 // layout (an in-place call).
 func sameView(a, b view) bool {
-	return unsafe.SliceData(a.data) == unsafe.SliceData(b.data) && a.shape == b.shape &&
+	return unsafe.SliceData(a.data) == unsafe.SliceData(b.data) && unsafe.SliceData(a.h) == unsafe.SliceData(b.h) && a.dt == b.dt && a.shape == b.shape &&
 		(a.shape[0] == 1 || a.bs == b.bs) && (a.shape[1] == 1 || a.ss == b.ss) && (a.shape[2] == 1 || a.hs == b.hs)
 }
 
@@ -119,7 +123,7 @@ func checkOutputs(outs, ins []named) error {
 		o := &outs[i]
 		for j := range ins {
 			in := &ins[j]
-			if o.inPlace == in.name && o.v.data != nil && in.v.data != nil && sameView(o.v, in.v) {
+			if o.inPlace == in.name && o.v.shape[3] > 0 && in.v.shape[3] > 0 && sameView(o.v, in.v) {
 				continue
 			}
 			if overlaps(o.r, in.r) {

@@ -15,7 +15,8 @@ type plan struct {
 	heads, kvHeads int // H, Hk
 	group          int // H / Hk: query heads per KV head
 	dim, dimPad    int // head dim, and padded to the kernel width
-	blockQ, blockK int // forward tile: query rows, keys
+	ct             DType // compute type: the products' operands are rounded to it
+	blockQ, blockK int   // forward tile: query rows, keys
 	bwdBlockK      int // backward KV block
 	alignQ         int // backward query tiles start on multiples of it
 	maxRows        int // rows of the largest row block: blockQ, or a stacked block's
@@ -100,11 +101,16 @@ func newPlan(p *plan, a *arena, q, k, v Tensor, o *Options) error {
 	if H%Hk != 0 {
 		return argErr("k", "q has %d heads, not a multiple of the %d heads of k and v", H, Hk)
 	}
+	ct, err := computeType(q, k, v)
+	if err != nil {
+		return err
+	}
 	*p = plan{
 		kern:  kernel.Select(),
 		heads: H, kvHeads: Hk, group: H / Hk,
 		dim: D, dimPad: kernel.Pad(D),
 		q:        qv,
+		ct:       ct,
 		kv:       kvSource{k: kv, v: vv, batch: k.Batch, rows: Sk},
 		workers:  o.workers(),
 		masked:   o.BlockMask != nil || o.Mask != nil,

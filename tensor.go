@@ -3,13 +3,17 @@ package flashattn
 import (
 	"math"
 	"slices"
+
+	"github.com/flashattn/flashattn/half"
 )
 
-// Tensor is a view of a float32 tensor in flash-attn's layout
-// [Batch, Seq, Heads, Dim]. Element (b, s, h, d) is at
+// Tensor is a view of a tensor in flash-attn's layout [Batch, Seq, Heads,
+// Dim], of float32, bfloat16 or float16 elements: exactly one of Data, BF16
+// and F16 is set, and element (b, s, h, d) is at
 //
 //	Data[b*BatchStride + s*SeqStride + h*HeadStride + d]
 //
+// (or BF16[...], F16[...]).
 // Dim is always contiguous. Zero strides mean the dense layout
 // (HeadStride = Dim, SeqStride = Heads*Dim, BatchStride = Seq*Heads*Dim), so a
 // plain slice needs only its shape. Explicit strides let a caller pass views
@@ -22,6 +26,8 @@ import (
 // [total, Heads, Dim] is a Tensor with Batch = 1 and Seq = total.
 type Tensor struct {
 	Data                               []float32
+	BF16                               []half.BF16
+	F16                                []half.F16
 	Batch, Seq, Heads, Dim             int
 	BatchStride, SeqStride, HeadStride int
 }
@@ -32,8 +38,8 @@ func NewTensor(batch, seq, heads, dim int) Tensor {
 	return Tensor{Data: make([]float32, batch*seq*heads*dim), Batch: batch, Seq: seq, Heads: heads, Dim: dim}
 }
 
-// Dense wraps data as a dense tensor of the given shape. The length of data is
-// checked when the tensor is used.
+// Dense wraps data as a dense float32 tensor of the given shape (DenseOf for
+// the other types). The length of data is checked when the tensor is used.
 func Dense(data []float32, batch, seq, heads, dim int) Tensor {
 	return Tensor{Data: data, Batch: batch, Seq: seq, Heads: heads, Dim: dim}
 }
@@ -42,11 +48,13 @@ func Dense(data []float32, batch, seq, heads, dim int) Tensor {
 // [batch, seq, 3, heads, dim] (the layout of flash-attn's qkvpacked functions).
 // The same call on a gradient buffer of that layout gives dQ, dK and dV views
 // that BackwardInto accepts as its outputs.
-func PackedQKV(data []float32, batch, seq, heads, dim int) (q, k, v Tensor) {
+func PackedQKV[T Element](data []T, batch, seq, heads, dim int) (q, k, v Tensor) {
 	hd := heads * dim
 	view := func(off int) Tensor {
-		return Tensor{Data: data[min(off, len(data)):], Batch: batch, Seq: seq, Heads: heads, Dim: dim,
+		t := Tensor{Batch: batch, Seq: seq, Heads: heads, Dim: dim,
 			BatchStride: seq * 3 * hd, SeqStride: 3 * hd, HeadStride: dim}
+		t.setData(data[min(off, len(data)):])
+		return t
 	}
 	return view(0), view(hd), view(2 * hd)
 }
@@ -69,21 +77,32 @@ func (t Tensor) strides() (bs, ss, hs int) {
 // Len returns the number of elements of the logical shape.
 func (t Tensor) Len() int { return t.Batch * t.Seq * t.Heads * t.Dim }
 
-// At returns element (b, s, h, d). It panics if out of range, like a slice.
+// At returns element (b, s, h, d) as a float32. It panics if out of range,
+// like a slice.
 func (t Tensor) At(b, s, h, d int) float32 {
 	bs, ss, hs := t.strides()
-	return t.Data[b*bs+s*ss+h*hs+d]
+	i := b*bs + s*ss + h*hs + d
+	switch {
+	case t.BF16 != nil:
+		return t.BF16[i].Float32()
+	case t.F16 != nil:
+		return t.F16[i].Float32()
+	}
+	return t.Data[i]
 }
 
 // view is a checked tensor: strides resolved and bounds verified, so the
-// kernels can index it freely.
+// kernels can index it freely. Its elements are in data (float32) or in h
+// (16-bit, of type dt).
 type view struct {
 	data       []float32
+	h          []uint16
+	dt         DType
 	bs, ss, hs int
 	shape      [4]int // batch, seq, heads, dim
 }
 
-// row returns the slice starting at (b, s, h, 0).
+// row returns the slice starting at (b, s, h, 0) of a float32 view.
 func (v view) row(b, s, h int) []float32 { return v.data[b*v.bs+s*v.ss+v.hs*h:] }
 
 // axis is one outer dimension of a view: its extent and its stride.
@@ -110,8 +129,12 @@ func mulAdd(a, b, c int) (int, bool) {
 // permutation of a dense layout does. All size arithmetic is checked for
 // overflow.
 func (t Tensor) check(name string, output bool, batch, seq, heads, dim int) (view, error) {
-	if t.Data == nil {
+	switch t.fields() {
+	case 0:
 		return view{}, argErr(name, "%s is nil", name)
+	case 1:
+	default:
+		return view{}, argErr(name, "%s has more than one of Data, BF16 and F16 set", name)
 	}
 	if t.Batch <= 0 || t.Seq <= 0 || t.Heads <= 0 || t.Dim <= 0 {
 		return view{}, argErr(name, "%s has shape [%d %d %d %d]; every dimension must be ≥ 1", name, t.Batch, t.Seq, t.Heads, t.Dim)
@@ -142,7 +165,7 @@ func (t Tensor) check(name string, output bool, batch, seq, heads, dim int) (vie
 	if !ok {
 		return view{}, argErr(name, "%s shape [%d %d %d %d] is too large: its size overflows int", name, t.Batch, t.Seq, t.Heads, t.Dim)
 	}
-	v := view{data: t.Data, bs: bs, ss: ss, hs: hs, shape: got}
+	v := view{data: t.Data, h: t.bits(), dt: t.DType(), bs: bs, ss: ss, hs: hs, shape: got}
 	// Nesting: sort the axes that have more than one index by stride.
 	ax := v.axes()
 	order := ax[:0:0]
@@ -167,8 +190,8 @@ func (t Tensor) check(name string, output bool, batch, seq, heads, dim int) (vie
 		}
 	}
 	// span is now the distance from the first element to one past the last.
-	if span > len(t.Data) {
-		return view{}, argErr(name, "%s needs %d elements for shape [%d %d %d %d] with its strides, has %d", name, span, got[0], got[1], got[2], got[3], len(t.Data))
+	if span > t.dataLen() {
+		return view{}, argErr(name, "%s needs %d elements for shape [%d %d %d %d] with its strides, has %d", name, span, got[0], got[1], got[2], got[3], t.dataLen())
 	}
 	// An axis of one index is never stepped, but the kernels take the
 	// seq stride as a leading dimension.

@@ -27,6 +27,9 @@ type workspace struct {
 	dq          []float32 // backward: dQ accumulator of one head, nq × dimPad
 	qall, doall []float32 // backward: scale·Q and dO of one head, nq × dimPad
 	sums        []float64 // LSE correction: Σ exp(S − LSE) of the rows of a block
+	convK       []float32 // K rows converted from a 16-bit type (or rounded to it)
+	convV       []float32 // V rows likewise; also Q and dO rows in the backward
+	convO       []float32 // one output row, before it is rounded to a 16-bit type
 }
 
 var workspaces freeList[workspace]
@@ -66,4 +69,13 @@ func (w *workspace) forBackward(p *plan, maxRows int) {
 	}
 	grow(&w.delta, maxRows)
 	grow(&w.lse, maxRows)
+}
+
+// outRow returns the float32 row to write output row (b, s, h) of out into:
+// out's own memory when it is float32, else scratch that commit converts.
+func (w *workspace) outRow(out view, b, s, h, dim int) []float32 {
+	if out.dt == Float32 {
+		return out.row(b, s, h)[:dim]
+	}
+	return grow(&w.convO, dim)
 }

@@ -1,0 +1,221 @@
+package flashattn
+
+import (
+	"unsafe"
+
+	"github.com/flashattn/flashattn/half"
+	"github.com/flashattn/flashattn/internal/kernel"
+)
+
+// DType is the element type of a Tensor.
+type DType uint8
+
+const (
+	// Float32 is IEEE binary32 (Tensor.Data).
+	Float32 DType = iota
+	// BFloat16 is bfloat16 (Tensor.BF16): float32's exponent, 8 bits of
+	// significand.
+	BFloat16
+	// Float16 is IEEE binary16 (Tensor.F16).
+	Float16
+)
+
+func (d DType) String() string {
+	switch d {
+	case Float32:
+		return "float32"
+	case BFloat16:
+		return "bfloat16"
+	case Float16:
+		return "float16"
+	}
+	return "DType(?)"
+}
+
+// elem is the kernel element type of a 16-bit DType.
+func (d DType) elem() kernel.Elem {
+	if d == Float16 {
+		return kernel.F16
+	}
+	return kernel.BF16
+}
+
+// Element is the type of a Tensor's elements: float32, half.BF16 or
+// half.F16.
+type Element interface {
+	float32 | half.BF16 | half.F16
+}
+
+// DenseOf wraps data as a dense tensor of the given shape, of data's
+// element type (Dense is DenseOf for float32).
+func DenseOf[T Element](data []T, batch, seq, heads, dim int) Tensor {
+	t := Tensor{Batch: batch, Seq: seq, Heads: heads, Dim: dim}
+	t.setData(data)
+	return t
+}
+
+// setData stores data in the field of its type.
+func (t *Tensor) setData(data any) {
+	switch d := data.(type) {
+	case []float32:
+		t.Data = d
+	case []half.BF16:
+		t.BF16 = d
+	case []half.F16:
+		t.F16 = d
+	}
+}
+
+// NewTensorOf allocates a dense zeroed tensor of the given element type
+// and shape. Like make, it panics if a dimension is negative.
+func NewTensorOf(dt DType, batch, seq, heads, dim int) Tensor {
+	n := batch * seq * heads * dim
+	t := Tensor{Batch: batch, Seq: seq, Heads: heads, Dim: dim}
+	switch dt {
+	case BFloat16:
+		t.BF16 = make([]half.BF16, n)
+	case Float16:
+		t.F16 = make([]half.F16, n)
+	default:
+		t.Data = make([]float32, n)
+	}
+	return t
+}
+
+// DType returns the element type of t: the type of its one data field
+// that is set (Float32 when none is).
+func (t Tensor) DType() DType {
+	switch {
+	case t.BF16 != nil:
+		return BFloat16
+	case t.F16 != nil:
+		return Float16
+	}
+	return Float32
+}
+
+// fields counts the data fields that are set.
+func (t Tensor) fields() (n int) {
+	for _, set := range []bool{t.Data != nil, t.BF16 != nil, t.F16 != nil} {
+		if set {
+			n++
+		}
+	}
+	return n
+}
+
+// bits returns the 16-bit data of t as uint16s (nil for float32).
+func (t Tensor) bits() []uint16 {
+	switch {
+	case t.BF16 != nil:
+		return unsafe.Slice((*uint16)(unsafe.SliceData(t.BF16)), len(t.BF16))
+	case t.F16 != nil:
+		return unsafe.Slice((*uint16)(unsafe.SliceData(t.F16)), len(t.F16))
+	}
+	return nil
+}
+
+// dataLen is the number of elements of t's data.
+func (t Tensor) dataLen() int {
+	if b := t.bits(); b != nil {
+		return len(b)
+	}
+	return len(t.Data)
+}
+
+// computeType is the type the products round to: the 16-bit type of any
+// input (all 16-bit inputs must share it), else Float32.
+func computeType(ts ...Tensor) (DType, error) {
+	ct := Float32
+	for _, t := range ts {
+		dt := t.DType()
+		if dt == Float32 {
+			continue
+		}
+		if ct != Float32 && ct != dt {
+			return 0, argErr("k", "inputs mix %v and %v: 16-bit inputs must share one type", ct, dt)
+		}
+		ct = dt
+	}
+	return ct, nil
+}
+
+// off returns the element offset of row (b, s, h).
+func (v view) off(b, s, h int) int { return b*v.bs + s*v.ss + v.hs*h }
+
+// rowTo writes row (b, s, h) of v into dst (len(dst) elements, at most the
+// head dim) as float32, rounded to ct when v is float32 and ct is not.
+func (v view) rowTo(dst []float32, b, s, h int, ct DType, k *kernel.Impl) {
+	o := v.off(b, s, h)
+	switch v.dt {
+	case Float32:
+		copy(dst, v.data[o:o+len(dst)])
+		if ct != Float32 {
+			roundTo(dst, ct, k)
+		}
+	case BFloat16:
+		k.BF16ToF32(dst, v.h[o:o+len(dst)])
+	case Float16:
+		k.F16ToF32(dst, v.h[o:o+len(dst)])
+	}
+}
+
+// rows returns rows (b, s..s+n-1, h) of v as a float32 matrix of n rows of
+// the head dim, and its leading dimension: v's own memory when it is
+// float32 and needs no rounding, else *scratch filled by conversion.
+func (v view) rows(scratch *[]float32, b, s, h, n int, ct DType, k *kernel.Impl) ([]float32, int) {
+	d := v.shape[3]
+	if v.dt == Float32 && ct == Float32 {
+		return v.data[v.off(b, s, h):], v.ss
+	}
+	buf := grow(scratch, n*d)
+	for r := 0; r < n; r++ {
+		v.rowTo(buf[r*d:(r+1)*d], b, s+r, h, ct, k)
+	}
+	return buf, d
+}
+
+// storeRow writes src (the head dim's elements) to row (b, s, h) of v,
+// rounding to v's type.
+func (v view) storeRow(src []float32, b, s, h int, k *kernel.Impl) {
+	o := v.off(b, s, h)
+	switch v.dt {
+	case Float32:
+		copy(v.data[o:o+len(src)], src)
+	case BFloat16:
+		k.F32ToBF16(v.h[o:o+len(src)], src)
+	case Float16:
+		k.F32ToF16(v.h[o:o+len(src)], src)
+	}
+}
+
+// roundTo rounds x in place to the values of type ct (to nearest even).
+func roundTo(x []float32, ct DType, k *kernel.Impl) {
+	var buf [64]uint16
+	for len(x) > 0 {
+		n := min(len(x), len(buf))
+		if ct == Float16 {
+			k.F32ToF16(buf[:n], x[:n])
+			k.F16ToF32(x[:n], buf[:n])
+		} else {
+			k.F32ToBF16(buf[:n], x[:n])
+			k.BF16ToF32(x[:n], buf[:n])
+		}
+		x = x[n:]
+	}
+}
+
+// commit stores row, returned by workspace.outRow for row (b, s, h) of v, in
+// v: nothing to do for float32, a rounding conversion for 16-bit types.
+func (v view) commit(row []float32, b, s, h int, k *kernel.Impl) {
+	if v.dt != Float32 {
+		v.storeRow(row, b, s, h, k)
+	}
+}
+
+// denseView is a float32 view of buf with the dense layout of shape.
+func denseView(buf []float32, shape [4]int) view {
+	hs := shape[3]
+	ss := shape[2] * hs
+	return view{data: buf, dt: Float32, bs: shape[1] * ss, ss: ss, hs: hs, shape: shape}
+}

@@ -1,0 +1,189 @@
+package flashattn
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/flashattn/flashattn/half"
+	"github.com/flashattn/flashattn/reference"
+)
+
+func precisionOf(dt DType) reference.Precision {
+	if dt == Float16 {
+		return reference.F16
+	}
+	return reference.BF16
+}
+
+// toType returns a dense tensor of type dt holding x (rounded to it).
+func toType(x []float32, dt DType, b, s, h, d int) Tensor {
+	t := NewTensorOf(dt, b, s, h, d)
+	switch dt {
+	case BFloat16:
+		half.EncodeBF16(t.BF16, x)
+	case Float16:
+		half.EncodeF16(t.F16, x)
+	default:
+		copy(t.Data, x)
+	}
+	return t
+}
+
+// checkHalfCase runs forward and backward on 16-bit tensors of type dt and
+// applies the same-type rule to O, LSE, dQ, dK and dV: against the float64
+// reference of the rounded inputs, at most twice the error of the
+// same-type plain algorithm plus the type's slack.
+func checkHalfCase(t *testing.T, c tcase, dt DType) {
+	t.Helper()
+	prec := precisionOf(dt)
+	cd := makeCase(c, uint64(c.sq*1000+c.sk*10+c.d))
+	qr, kr, vr, dor := prec.RoundSlice(cd.q), prec.RoundSlice(cd.k), prec.RoundSlice(cd.v), prec.RoundSlice(cd.do)
+	q, k, v := toType(qr, dt, c.b, c.sq, c.h, c.d), toType(kr, dt, c.b, c.sk, c.hk, c.d), toType(vr, dt, c.b, c.sk, c.hk, c.d)
+	do := toType(dor, dt, c.b, c.sq, c.h, c.d)
+	out, lse, err := Forward(q, k, v, &cd.opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.DType() != dt {
+		t.Fatalf("Forward returned %v, want %v", out.DType(), dt)
+	}
+	o64, l64 := reference.Forward64(cd.par, to64(qr), to64(kr), to64(vr))
+	oh, lh := reference.ForwardHalf(cd.par, prec, qr, kr, vr)
+	for _, g := range []struct {
+		name    string
+		got, pl []float32
+		ref     []float64
+	}{{"O", gather(out), oh, o64}, {"LSE", lse, lh, l64}} {
+		if err := reference.CheckHalf(g.name, prec, g.got, g.pl, g.ref); err != nil {
+			t.Error(err)
+		}
+	}
+	dq, dk, dv, err := Backward(q, k, v, out, do, lse, &cd.opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The reference backward uses the exact O; ours is given O rounded to
+	// the type, as a user's forward output is.
+	dq64, dk64, dv64 := reference.Backward64(cd.par, to64(qr), to64(kr), to64(vr), to64(dor))
+	dqh, dkh, dvh := reference.BackwardHalf(cd.par, prec, qr, kr, vr, dor)
+	for _, g := range []struct {
+		name    string
+		got, pl []float32
+		ref     []float64
+	}{{"dQ", gather(dq), dqh, dq64}, {"dK", gather(dk), dkh, dk64}, {"dV", gather(dv), dvh, dv64}} {
+		if err := reference.CheckHalf(g.name, prec, g.got, g.pl, g.ref); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestHalfGrid: bf16 and fp16 across head dims 1…256, odd lengths, GQA,
+// masks, softcap, ALiBi, dropout and block masks, under the same-type rule,
+// on every float32 kernel path.
+func TestHalfGrid(t *testing.T) {
+	var cases []tcase
+	for _, d := range []int{1, 8, 40, 64, 72, 128, 256} {
+		cases = append(cases, tcase{b: 1, sq: 37, sk: 53, h: 2, hk: 1, d: d}, tcase{b: 2, sq: 45, sk: 29, h: 2, hk: 2, d: d, causal: true})
+	}
+	cases = append(cases,
+		tcase{b: 1, sq: 1, sk: 1, h: 4, hk: 2, d: 64},
+		tcase{b: 1, sq: 130, sk: 130, h: 4, hk: 2, d: 24, causal: true},
+		tcase{b: 2, sq: 50, sk: 70, h: 6, hk: 3, d: 32, window: &Window{Left: 9, Right: 3}, softcap: 3},
+		tcase{b: 2, sq: 33, sk: 47, h: 4, hk: 2, d: 20, causal: true, alibi: 2, dropout: 0.2},
+		tcase{b: 1, sq: 2, sk: 500, h: 8, hk: 2, d: 64},
+		tcase{b: 1, sq: 61, sk: 45, h: 4, hk: 2, d: 20, causal: true, mods: modCases[0]},
+		tcase{b: 1, sq: 70, sk: 70, h: 4, hk: 2, d: 20, mods: modCases[11]},
+	)
+	for _, dt := range []DType{BFloat16, Float16} {
+		t.Run(dt.String(), func(t *testing.T) {
+			forEachKernel(t, func(t *testing.T) {
+				for _, c := range cases {
+					t.Run(c.String(), func(t *testing.T) { checkHalfCase(t, c, dt) })
+				}
+			})
+		})
+	}
+}
+
+// TestHalfMixed: a float32 query against a bf16 KV cache (decoding), and
+// ForwardInto a float32 output from bf16 inputs (not rounded).
+func TestHalfMixed(t *testing.T) {
+	const b, sk, h, hk, d = 2, 300, 8, 2, 64
+	c := tcase{b: b, sq: 1, sk: sk, h: h, hk: hk, d: d}
+	cd := makeCase(c, 5)
+	prec := reference.BF16
+	qr, kr, vr := prec.RoundSlice(cd.q), prec.RoundSlice(cd.k), prec.RoundSlice(cd.v)
+	k, v := toType(kr, BFloat16, b, sk, hk, d), toType(vr, BFloat16, b, sk, hk, d)
+	lens := []int32{300, 177}
+	opt := &Options{KVCache: &KVCache{SeqLens: lens}}
+	out, lse, err := Forward(Dense(cd.q, b, 1, h, d), k, v, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.DType() != Float32 {
+		t.Fatalf("output type %v, want q's float32", out.DType())
+	}
+	for bi := 0; bi < b; bi++ {
+		n := int(lens[bi])
+		par := reference.Params{Batch: 1, SeqQ: 1, SeqK: n, Heads: h, KVHeads: hk, HeadDim: d}
+		sq := qr[bi*h*d : (bi+1)*h*d]
+		sk, sv := kr[bi*sk*hk*d:][:n*hk*d], vr[bi*sk*hk*d:][:n*hk*d]
+		o64, l64 := reference.Forward64(par, to64(sq), to64(sk), to64(sv))
+		oh, lh := reference.ForwardHalf(par, prec, sq, sk, sv)
+		if err := reference.CheckHalf("O", prec, out.Data[bi*h*d:(bi+1)*h*d], oh, o64); err != nil {
+			t.Errorf("sequence %d: %v", bi, err)
+		}
+		if err := reference.CheckHalf("LSE", prec, lse[bi*h:(bi+1)*h], lh, l64); err != nil {
+			t.Errorf("sequence %d: %v", bi, err)
+		}
+	}
+	// bf16 in, float32 out through ForwardInto.
+	q16 := toType(qr, BFloat16, b, 1, h, d)
+	o32 := NewTensor(b, 1, h, d)
+	if err := ForwardInto(o32, nil, q16, k, v, opt); err != nil {
+		t.Fatal(err)
+	}
+	for i, x := range o32.Data {
+		if x != out.Data[i] {
+			t.Fatalf("bf16 q with float32 out differs from float32 q at %d: %v vs %v", i, x, out.Data[i])
+		}
+	}
+	// bf16 and fp16 together: refused.
+	_, _, err = Forward(q16, toType(kr, Float16, b, sk, hk, d), v, opt)
+	var ae *ArgError
+	if !errors.As(err, &ae) {
+		t.Errorf("mixing bf16 and fp16: %v, want an *ArgError", err)
+	}
+}
+
+// TestTensorTypes: DType, At and the data-field checks.
+func TestTensorTypes(t *testing.T) {
+	x := []float32{1, -2.5, 3.25, 1e-3}
+	for _, dt := range []DType{Float32, BFloat16, Float16} {
+		tt := toType(x, dt, 1, 1, 1, 4)
+		if tt.DType() != dt {
+			t.Errorf("%v: DType %v", dt, tt.DType())
+		}
+		for i, want := range x {
+			got := tt.At(0, 0, 0, i)
+			if want := precisionOrSelf(dt, want); got != want {
+				t.Errorf("%v: At %d = %v, want %v", dt, i, got, want)
+			}
+		}
+	}
+	both := Tensor{Data: make([]float32, 4), BF16: make([]half.BF16, 4), Batch: 1, Seq: 1, Heads: 1, Dim: 4}
+	if _, _, err := Forward(both, both, both, nil); err == nil {
+		t.Error("a tensor with two data fields was accepted")
+	}
+	q, k, v := PackedQKV(make([]half.BF16, 2*5*3*2*8), 2, 5, 2, 8)
+	if q.DType() != BFloat16 || k.BF16 == nil || v.BatchStride != 5*3*2*8 {
+		t.Errorf("PackedQKV of bf16: %+v", k)
+	}
+}
+
+func precisionOrSelf(dt DType, x float32) float32 {
+	if dt == Float32 {
+		return x
+	}
+	return precisionOf(dt).Round(x)
+}
