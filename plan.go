@@ -12,14 +12,14 @@ import (
 type plan struct {
 	kern           kernel.Impl
 	seqs           []sequence
-	heads, kvHeads int // H, Hk
-	group          int // H / Hk: query heads per KV head
-	dim, dimPad    int // head dim, and padded to the kernel width
+	heads, kvHeads int   // H, Hk
+	group          int   // H / Hk: query heads per KV head
+	dim, dimPad    int   // head dim, and padded to the kernel width
 	ct             DType // compute type: the products' operands are rounded to it
 	blockQ, blockK int   // forward tile: query rows, keys
-	bwdBlockK      int // backward KV block
-	alignQ         int // backward query tiles start on multiples of it
-	maxRows        int // rows of the largest row block: blockQ, or a stacked block's
+	bwdBlockK      int   // backward KV block
+	alignQ         int   // backward query tiles start on multiples of it
+	maxRows        int   // rows of the largest row block: blockQ, or a stacked block's
 	q              view
 	kv             kvSource
 	lseLen         int
