@@ -244,6 +244,10 @@ func TestWorkersBitIdentical(t *testing.T) {
 		{b: 1, sq: 300, sk: 257, h: 2, hk: 1, d: 40, causal: true},
 		{b: 1, sq: 1, sk: 3000, h: 4, hk: 2, d: 64},
 		{b: 3, sq: 65, sk: 65, h: 2, hk: 2, d: 8},
+		// 4 (sequence, KV head) pairs: one backward pass for 1 worker, two
+		// passes (KV, then dQ) for more; the bits must not change.
+		{b: 2, sq: 150, sk: 170, h: 4, hk: 2, d: 24, causal: true, softcap: 2, dropout: 0.1, alibi: 2},
+		{b: 2, sq: 90, sk: 90, h: 2, hk: 2, d: 16, mods: modCases[12]},
 	} {
 		cd := makeCase(c, 3)
 		q, k, v := Dense(cd.q, c.b, c.sq, c.h, c.d), Dense(cd.k, c.b, c.sk, c.hk, c.d), Dense(cd.v, c.b, c.sk, c.hk, c.d)

@@ -75,74 +75,80 @@ func (c *call) checkBackwardOutputs() error {
 	return checkOutputs(outs, ins)
 }
 
-// bwdTask is one unit of backward work (FA2 parallelises the backward over
-// K/V blocks): sequence seq, KV head hk, and the KV blocks chunk,
-// chunk+chunks, chunk+2·chunks, ... (round robin, which balances a causal
-// mask). The task owns the dK, dV rows of its blocks; its dQ contributions
-// go to its own partial buffer (slot ≥ 0) that is reduced in a fixed order
-// afterwards, or straight to dq when chunks is 1.
+// The backward runs in up to three parallel passes:
+//
+//   - rows: D = rowsum(dO∘O) of every query row (and the LSE correction of
+//     lsefix.go where |LSE| is large);
+//   - KV: FA2's Algorithm 2, parallel over KV blocks: each task owns the
+//     dK, dV rows of its blocks and streams the query tiles that see them;
+//   - dQ: when the KV pass cannot also accumulate dQ, a pass over query
+//     blocks that recomputes S, P, dP and dS and streams the KV blocks.
+//
+// With enough (sequence, KV head) pairs for the workers (4 per worker), a
+// KV task takes all the blocks of one pair, in order, and also sums dQ (one
+// pass, FA2's form). With fewer, a KV task is one block, so there are
+// enough of them however few pairs there are, and dQ comes from the dQ pass
+// (FA2's alternative: 2 more of the 7 tile products, no dQ partial sums).
+// Both forms add the same products in the same order — dQ of a row is the
+// sum over KV blocks in ascending order of dS·K — so the results are
+// bit-identical whichever runs, for any number of workers.
+
+// bwdTask is one task of the KV pass: the KV blocks [kb0, kb1) of KV head
+// hk of sequence seq, for every query head of hk.
 type bwdTask struct {
-	seq, hk       int
-	chunk, chunks int
-	slot          int // offset of the task's partial dQ (group × nq × dimPad), -1 if none
+	seq, hk  int
+	kb0, kb1 int
 }
 
-// bwdTarget is the number of tasks the chunking aims for. It is fixed (not
-// the worker count) so results are the same for any number of workers.
-const bwdTarget = 8
+// unitsPerWorker is the number of tasks per worker below which a pass is
+// split finer.
+const unitsPerWorker = 4
 
-// backwardTasks lists the tasks and the size of the partial dQ buffer.
-func (c *call) backwardTasks() (tasks []bwdTask, partLen int) {
+// backwardTasks lists the KV pass's tasks, and whether they also sum dQ.
+func (c *call) backwardTasks() (tasks []bwdTask, withDQ bool) {
 	p, a := &c.plan, &c.arena
 	tasks = a.bwdTasks[:0]
 	defer func() { a.bwdTasks = tasks }()
-	total := 0
+	pairs := 0
 	for _, s := range p.seqs {
-		total += s.nq * s.nk
+		if s.nq > 0 && s.nk > 0 {
+			pairs += p.kvHeads
+		}
 	}
+	withDQ = pairs >= unitsPerWorker*p.workers
 	for si, s := range p.seqs {
 		if s.nq == 0 || s.nk == 0 {
 			continue
 		}
 		nkb := (s.nk + p.bwdBlockK - 1) / p.bwdBlockK
-		ch := (bwdTarget*s.nq*s.nk + p.kvHeads*total - 1) / (p.kvHeads * total)
-		ch = min(max(ch, 1), nkb)
 		for hk := 0; hk < p.kvHeads; hk++ {
-			for i := 0; i < ch; i++ {
-				t := bwdTask{seq: si, hk: hk, chunk: i, chunks: ch, slot: -1}
-				if ch > 1 {
-					t.slot = partLen
-					partLen += p.group * s.nq * p.dimPad
-				}
-				tasks = append(tasks, t)
+			if withDQ {
+				tasks = append(tasks, bwdTask{si, hk, 0, nkb})
+				continue
+			}
+			for kb := 0; kb < nkb; kb++ {
+				tasks = append(tasks, bwdTask{si, hk, kb, kb + 1})
 			}
 		}
 	}
-	return tasks, partLen
+	return tasks, withDQ
 }
 
-// backwardPass is the parallel pass of FA2's backward over K/V blocks.
+// backwardPass is the KV pass; its fields are shared by the other two.
 type backwardPass struct {
 	p      *plan
 	grads  gradViews
 	tasks  []bwdTask
-	dqPart []float32
+	withDQ bool
+	delta  []float32 // D = rowsum(dO∘O) per LSE entry
 	corr   []float32 // per LSE entry: the factor that makes the row's P exact (nil: all 1)
 	// dkAcc and dvAcc are where dK and dV accumulate: the outputs
 	// themselves when float32, else float32 buffers rounded at the end.
 	dkAcc, dvAcc view
 }
 
-// reducePass sums the partial dQ of each (sequence, KV head) in chunk
-// order and writes scale·sum to dq.
-type reducePass struct {
-	b     *backwardPass
-	tasks []bwdTask // chunk 0 of each chunked (sequence, KV head)
-}
-
 func (c *call) backward() error {
 	p, a, b := &c.plan, &c.arena, &c.bwd
-	// Keys that no query sees (and keys past SeqUsedK) get zero gradients.
 	b.p = p
 	b.dkAcc, b.dvAcc = b.grads.dk, b.grads.dv
 	if b.dkAcc.dt != Float32 || b.dvAcc.dt != Float32 {
@@ -150,51 +156,60 @@ func (c *call) backward() error {
 		buf := grow(&a.dkvAcc, 2*n)
 		b.dkAcc, b.dvAcc = denseView(buf[:n], b.grads.dk.shape), denseView(buf[n:], b.grads.dv.shape)
 	}
+	// Keys that no query sees (and keys past SeqUsedK) get zero gradients.
 	b.clearKV()
+	b.delta = grow(&a.delta, p.lseLen)
+	c.rows = rowsPass{b: b, tasks: c.headTasks()}
+	if err := parallel(p.workers, len(c.rows.tasks), &c.rows); err != nil {
+		return err
+	}
 	if err := c.fixLSE(); err != nil {
 		return err
 	}
-	tasks, partLen := c.backwardTasks()
-	b.tasks = tasks
-	b.dqPart = grow(&a.dqPart, partLen)
-	clear(b.dqPart)
-	if err := parallel(p.workers, len(tasks), b); err != nil {
+	b.tasks, b.withDQ = c.backwardTasks()
+	if err := parallel(p.workers, len(b.tasks), b); err != nil {
 		return err
 	}
 	b.storeKV()
-	if partLen == 0 {
+	if b.withDQ {
 		return nil
 	}
-	reds := a.reduces[:0]
-	for _, t := range tasks {
-		if t.slot >= 0 && t.chunk == 0 {
-			reds = append(reds, t)
-		}
-	}
-	a.reduces = reds
-	c.reduce = reducePass{b: b, tasks: reds}
-	return parallel(p.workers, len(reds), &c.reduce)
+	c.dq = dqPass{b: b, tasks: c.dqTasks()}
+	return parallel(p.workers, len(c.dq.tasks), &c.dq)
 }
 
-func (r *reducePass) run(ws *workspace, t int) {
-	b, u := r.b, &r.tasks[t]
-	p := b.p
-	s := &p.seqs[u.seq]
-	size := p.group * s.nq * p.dimPad
-	for hh := 0; hh < p.group; hh++ {
-		h := u.hk*p.group + hh
-		for i := 0; i < s.nq; i++ {
-			dst := ws.outRow(b.grads.dq, s.tb, s.q0+i, h, p.dim)
-			off := u.slot + (hh*s.nq+i)*p.dimPad
-			for c := range dst {
-				var acc float32
-				for ch := 0; ch < u.chunks; ch++ {
-					acc += b.dqPart[off+ch*size+c]
-				}
-				dst[c] = p.scale * acc
+// headTasks lists (sequence, query head) pairs that have query rows.
+func (c *call) headTasks() []rowBlock {
+	p, a := &c.plan, &c.arena
+	tasks := a.blocks[:0]
+	for si := range p.seqs {
+		if s := &p.seqs[si]; s.nq > 0 {
+			for h := 0; h < p.heads; h++ {
+				tasks = append(tasks, rowBlock{si, h, 1, 0, s.nq})
 			}
-			b.grads.dq.commit(dst, s.tb, s.q0+i, h, &p.kern)
 		}
+	}
+	a.blocks = tasks
+	return tasks
+}
+
+// rowsPass computes D = rowsum(dO∘O) for every query row: in float64 and
+// rounded once, from dO in the compute type.
+type rowsPass struct {
+	b     *backwardPass
+	tasks []rowBlock
+}
+
+func (r *rowsPass) run(ws *workspace, t int) {
+	b, rb := r.b, r.tasks[t]
+	p, g := b.p, &b.grads
+	s := &p.seqs[rb.seq]
+	d := p.dim
+	o, do := grow(&ws.convO, d), grow(&ws.convV, d)
+	for i := rb.i0; i < rb.i1; i++ {
+		g.o.rowTo(o, s.tb, s.q0+i, rb.h0, Float32, &p.kern)
+		g.do.rowTo(do, s.tb, s.q0+i, rb.h0, p.ct, &p.kern)
+		b.delta[s.lse0+rb.h0*s.lseH+i] = dot64(do, o)
 	}
 }
 
@@ -232,61 +247,96 @@ func (b *backwardPass) storeKV() {
 
 func (b *backwardPass) run(ws *workspace, t int) { b.task(ws, &b.tasks[t]) }
 
-// task runs FA2's Algorithm 2 for one task: for each query head of its KV
-// head, and each KV block it owns, stream the query blocks that see the
-// block (keyBlock).
+// task runs FA2's Algorithm 2 for the KV blocks of one task, for each query
+// head of its KV head in turn (one head's dK, dV contributions are added
+// before the next head's). Summing dQ too (one pass), the head's Q, dO and
+// dQ rows are packed once for all its blocks; otherwise each query tile is
+// packed as it comes.
 func (b *backwardPass) task(ws *workspace, u *bwdTask) {
 	p, g := b.p, &b.grads
 	s := &p.seqs[u.seq]
 	ws.forBackward(p, s.nq)
 	d, dp := p.dim, p.dimPad
-	nkb := (s.nk + p.bwdBlockK - 1) / p.bwdBlockK
+	packed := false // ws holds the task's one block, packed
 	for hh := 0; hh < p.group; hh++ {
 		h := u.hk*p.group + hh
-		rows := headRows{delta: ws.delta[:s.nq], lse: ws.lse[:s.nq]}
-		// This head's Q and dO, packed once for all its KV blocks.
-		rows.q, rows.do = grow(&ws.qall, s.nq*dp), grow(&ws.doall, s.nq*dp)
-		qr, ldq := p.q.rows(&ws.convK, s.tb, s.q0, h, s.nq, p.ct, &p.kern)
-		kernel.PackRows(rows.q, qr, ldq, s.nq, d)
-		dor, lddo := g.do.rows(&ws.convV, s.tb, s.q0, h, s.nq, p.ct, &p.kern)
-		kernel.PackRows(rows.do, dor, lddo, s.nq, d)
-		o := grow(&ws.convO, d)
-		for i := range rows.delta {
-			g.o.rowTo(o, s.tb, s.q0+i, h, Float32, &p.kern)
-			rows.delta[i] = dot64(rows.do[i*dp:i*dp+d], o) // rowsum(dO∘O), rounded once
-			rows.lse[i] = g.lse[s.lse0+h*s.lseH+i]
-		}
-		rows.corr = nil
-		if b.corr != nil {
-			rows.corr = b.corr[s.lse0+h*s.lseH:][:s.nq]
-		}
-		if u.slot >= 0 {
-			rows.dq = b.dqPart[u.slot+hh*s.nq*dp:][:s.nq*dp]
-		} else {
+		rows := b.headRows(s, h)
+		if b.withDQ {
+			rows.q, rows.do = grow(&ws.qall, s.nq*dp), grow(&ws.doall, s.nq*dp)
+			qr, ldq := p.q.rows(&ws.convK, s.tb, s.q0, h, s.nq, p.ct, &p.kern)
+			kernel.PackRows(rows.q, qr, ldq, s.nq, d)
+			dor, lddo := g.do.rows(&ws.convV, s.tb, s.q0, h, s.nq, p.ct, &p.kern)
+			kernel.PackRows(rows.do, dor, lddo, s.nq, d)
 			rows.dq = grow(&ws.dq, s.nq*dp)
 			clear(rows.dq)
 		}
-		for kb := u.chunk; kb < nkb; kb += u.chunks {
+		for kb := u.kb0; kb < u.kb1; kb++ {
 			j0 := kb * p.bwdBlockK
-			b.keyBlock(ws, s, h, u.hk, j0, min(p.bwdBlockK, s.nk-j0), &rows)
+			if u.kb1-u.kb0 > 1 {
+				packed = false // another block than the last head's
+			}
+			b.keyBlock(ws, s, h, u.hk, j0, min(p.bwdBlockK, s.nk-j0), &rows, &packed)
 		}
-		if u.slot < 0 {
+		if b.withDQ {
 			for i := 0; i < s.nq; i++ {
-				dst := ws.outRow(g.dq, s.tb, s.q0+i, h, d)
-				for c, x := range rows.dq[i*dp : i*dp+d] {
-					dst[c] = p.scale * x
-				}
-				g.dq.commit(dst, s.tb, s.q0+i, h, &p.kern)
+				b.storeDQ(ws, s, h, i, rows.dq[i*dp:i*dp+d])
 			}
 		}
 	}
 }
 
-// headRows is one query head's per-row data in the backward: Q and dO rows
-// padded to dimPad, D = rowsum(dO∘O), LSE, and the dQ accumulator.
+// storeDQ writes scale·acc as row i of head h's dQ.
+func (b *backwardPass) storeDQ(ws *workspace, s *sequence, h, i int, acc []float32) {
+	p, dq := b.p, b.grads.dq
+	dst := ws.outRow(dq, s.tb, s.q0+i, h, p.dim)
+	for c, x := range acc {
+		dst[c] = p.scale * x
+	}
+	dq.commit(dst, s.tb, s.q0+i, h, &p.kern)
+}
+
+// headRows is one query head's per-row data in the backward: D, LSE and
+// the LSE correction of every row; when packed once for the whole head, Q,
+// dO and the dQ accumulator (rows of dimPad), else nil.
 type headRows struct {
 	q, do, delta, lse, dq []float32
 	corr                  []float32 // nil, or the LSE correction factors (see lsefix.go)
+}
+
+func (b *backwardPass) headRows(s *sequence, h int) headRows {
+	lo, hi := s.lse0+h*s.lseH, s.lse0+h*s.lseH+s.nq
+	r := headRows{delta: b.delta[lo:hi], lse: b.grads.lse[lo:hi]}
+	if b.corr != nil {
+		r.corr = b.corr[lo:hi]
+	}
+	return r
+}
+
+// queryTile returns rows [i0, i1) of head h's Q and dO, padded to dimPad:
+// from the head's packed rows, or packed now into ws.qp and ws.dop.
+func (b *backwardPass) queryTile(ws *workspace, rows *headRows, s *sequence, h, i0, i1 int) (q, do []float32) {
+	p, dp := b.p, b.p.dimPad
+	if rows.q != nil {
+		return rows.q[i0*dp : i1*dp], rows.do[i0*dp : i1*dp]
+	}
+	m, d := i1-i0, p.dim
+	q, do = grow(&ws.qp, m*dp), grow(&ws.dop, m*dp)
+	qr, ldq := p.q.rows(&ws.convK, s.tb, s.q0+i0, h, m, p.ct, &p.kern)
+	kernel.PackRows(q, qr, ldq, m, d)
+	dor, lddo := b.grads.do.rows(&ws.convV, s.tb, s.q0+i0, h, m, p.ct, &p.kern)
+	kernel.PackRows(do, dor, lddo, m, d)
+	return q, do
+}
+
+// packKeyBlock packs keys [j0, j0+n) of KV head hk: Kᵀ and Vᵀ strips (for
+// S = Q·Kᵀ and dP = dO·Vᵀ) and K rows (for dQ += dS·K).
+func (b *backwardPass) packKeyBlock(ws *workspace, s *sequence, hk, j0, n int) {
+	p := b.p
+	kr, ldk := p.kRows(&ws.convK, s, j0, hk, n)
+	kernel.PackBt(ws.kt, kr, ldk, n, p.dim)
+	kernel.PackRows(ws.kp, kr, ldk, n, p.dim)
+	vr, ldv := p.vRows(&ws.convV, s, j0, hk, n)
+	kernel.PackBt(ws.vt, vr, ldv, n, p.dim)
 }
 
 // keyBlock is Algorithm 2's inner loop for KV block [j0, j0+n) of KV head hk
@@ -297,9 +347,10 @@ type headRows struct {
 //	dS = P∘(dP − D)·mods′                   softmax and modifier chain rule
 //	dV += P̃ᵀ·dO, dK += dSᵀ·Q, dQ += dS·K
 //
-// then adds the block's dV and scale·dK to the outputs (dQ is scaled when
-// it is written).
-func (b *backwardPass) keyBlock(ws *workspace, s *sequence, h, hk, j0, n int, rows *headRows) {
+// then adds the block's dV and scale·dK to the accumulators (dQ is scaled
+// when it is written). *packed says whether ws already holds the block
+// packed (for an earlier head); keyBlock packs it when it needs it and not.
+func (b *backwardPass) keyBlock(ws *workspace, s *sequence, h, hk, j0, n int, rows *headRows, packed *bool) {
 	p := b.p
 	qlo, qhi := s.vis.rows(h, j0, j0+n)
 	if qlo >= qhi {
@@ -308,11 +359,10 @@ func (b *backwardPass) keyBlock(ws *workspace, s *sequence, h, hk, j0, n int, ro
 	qlo -= qlo % p.alignQ
 	k := &p.kern
 	d, dp, np := p.dim, p.dimPad, kernel.Pad(n)
-	kr, ldk := p.kRows(&ws.convK, s, j0, hk, n)
-	kernel.PackBt(ws.kt, kr, ldk, n, d)
-	kernel.PackRows(ws.kp, kr, ldk, n, d)
-	vr, ldv := p.vRows(&ws.convV, s, j0, hk, n)
-	kernel.PackBt(ws.vt, vr, ldv, n, d)
+	if !*packed {
+		b.packKeyBlock(ws, s, hk, j0, n)
+		*packed = true
+	}
 	dk, dv := ws.dk[:n*dp], ws.dv[:n*dp]
 	clear(dk)
 	clear(dv)
@@ -323,19 +373,17 @@ func (b *backwardPass) keyBlock(ws *workspace, s *sequence, h, hk, j0, n int, ro
 			continue
 		}
 		m := i1 - i0
-		qp, dop := rows.q[i0*dp:i1*dp], rows.do[i0*dp:i1*dp]
-		k.MulABt(ws.s, np, qp, dp, ws.kt, m, np, d)
-		k.MulABt(ws.dP, np, dop, dp, ws.vt, m, np, d)
-		for r := 0; r < m; r++ {
-			b.gradRow(ws, s, h, i0+r, j0, n, r, kind, rows)
-		}
+		qp, dop := b.queryTile(ws, rows, s, h, i0, i1)
+		b.gradTile(ws, s, h, i0, i1, j0, n, kind, rows, qp, dop)
 		pmat := ws.s
 		if p.dropOn {
 			pmat = ws.pDrop
 		}
 		k.MulAddAtB(dv, dp, pmat, np, dop, dp, n, dp, m)
 		k.MulAddAtB(dk, dp, ws.dP, np, qp, dp, n, dp, m)
-		k.MulAddAB(rows.dq[i0*dp:], dp, ws.dP, np, ws.kp, dp, m, dp, n)
+		if rows.dq != nil {
+			k.MulAddAB(rows.dq[i0*dp:], dp, ws.dP, np, ws.kp, dp, m, dp, n)
+		}
 	}
 	for jj := 0; jj < n; jj++ {
 		dkr := b.dkAcc.row(s.tb, s.k0+j0+jj, hk)[:d]
@@ -344,6 +392,20 @@ func (b *backwardPass) keyBlock(ws *workspace, s *sequence, h, hk, j0, n int, ro
 			dkr[c] += p.scale * dk[jj*dp+c]
 			dvr[c] += dv[jj*dp+c]
 		}
+	}
+}
+
+// gradTile computes, for query rows [i0, i1) of head h against the packed
+// KV block [j0, j0+n), P (ws.s; P̃ in ws.pDrop with dropout) and dS (ws.dP).
+func (b *backwardPass) gradTile(ws *workspace, s *sequence, h, i0, i1, j0, n int, kind BlockKind, rows *headRows, qp, dop []float32) {
+	p := b.p
+	k := &p.kern
+	dp, np := p.dimPad, kernel.Pad(n)
+	m := i1 - i0
+	k.MulABt(ws.s, np, qp, dp, ws.kt, m, np, p.dim)
+	k.MulABt(ws.dP, np, dop, dp, ws.vt, m, np, p.dim)
+	for r := 0; r < m; r++ {
+		b.gradRow(ws, s, h, i0+r, j0, n, r, kind, rows)
 	}
 }
 

@@ -10,9 +10,10 @@ type call struct {
 	pack   packPass
 	fwd    forwardPass
 	merge  mergePass
+	rows   rowsPass
 	bwd    backwardPass
 	lseFix lseFixPass
-	reduce reducePass
+	dq     dqPass
 	arena  arena
 }
 
@@ -21,9 +22,10 @@ type arena struct {
 	seqs                []sequence
 	blocks              []rowBlock
 	fwdTasks, merges    []fwdTask
-	bwdTasks, reduces   []bwdTask
+	bwdTasks            []bwdTask
+	delta               []float32
 	partO, partM, partL []float32
-	dqPart, kvBuf       []float32
+	kvBuf               []float32
 	lseCorr             []float32
 	dkvAcc              []float32
 	kvOffK, kvOffV      []int

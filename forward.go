@@ -84,7 +84,7 @@ type fwdTask struct {
 // splitting starts. Both are fixed, not tied to the worker count, so that
 // results do not depend on it.
 const (
-	splitTarget = 16
+	splitTarget = 256
 	maxSplits   = 16
 )
 

@@ -76,7 +76,7 @@ func (f *lseFixPass) run(ws *workspace, t int) {
 	d, dp, m := p.dim, p.dimPad, rb.i1-rb.i0
 	h, hk := rb.h0, rb.h0/p.group
 	// Q rows padded to dimPad, as the backward packs them.
-	qp := ws.qall[:m*dp]
+	qp := grow(&ws.qall, m*dp)
 	qr, ldq := p.q.rows(&ws.convV, s.tb, s.q0+rb.i0, h, m, p.ct, &p.kern)
 	kernel.PackRows(qp, qr, ldq, m, d)
 	sums := ws.sums[:0]

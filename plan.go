@@ -171,7 +171,32 @@ func newPlan(p *plan, a *arena, q, k, v Tensor, o *Options) error {
 		s := &p.seqs[i]
 		s.setVisibility(o, s.nq, s.nk)
 	}
+	if o.BlockK == 0 {
+		p.fitKVBlocks()
+	}
 	return nil
+}
+
+// bwdTaskTarget is the number of KV blocks the backward aims at, however
+// few (sequence, KV head) pairs a call has: enough for 64 workers to get 4
+// each. It is a fixed number, not the worker count, so that the KV blocks,
+// and with them the results, do not depend on the worker count.
+const bwdTaskTarget = 256
+
+// fitKVBlocks halves the backward's KV block (down to 64 keys) while the
+// call has fewer than bwdTaskTarget of them.
+func (p *plan) fitKVBlocks() {
+	blocks := func(bk int) (n int) {
+		for _, s := range p.seqs {
+			if s.nq > 0 {
+				n += p.kvHeads * ((s.nk + bk - 1) / bk)
+			}
+		}
+		return n
+	}
+	for p.bwdBlockK >= 128 && p.bwdBlockK%32 == 0 && blocks(p.bwdBlockK) < bwdTaskTarget {
+		p.bwdBlockK /= 2
+	}
 }
 
 // checkBlockMask checks that m covers every sequence and head.

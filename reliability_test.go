@@ -282,3 +282,41 @@ func TestBlockTableCopied(t *testing.T) {
 	close(stop)
 	<-done
 }
+
+// TestTaskCounts: the forward's and the backward's task lists give every
+// worker at least four tasks for the shapes of the scaling targets at 16
+// and 64 workers, and with few KV heads (GQA, one sequence) at 16. (The KV
+// pass has at most kv_heads · seqlen/64 tasks per sequence: two KV heads of
+// 4096 keys give 128.)
+func TestTaskCounts(t *testing.T) {
+	for _, sh := range []struct {
+		b, h, hk, n, d int
+		workers        []int
+	}{
+		{1, 8, 8, 4096, 128, []int{16, 64}}, {4, 16, 16, 2048, 128, []int{16, 64}},
+		{1, 8, 2, 4096, 64, []int{16}}, {1, 2, 1, 4096, 128, []int{16}},
+	} {
+		q := NewTensor(sh.b, sh.n, sh.h, sh.d)
+		kv := NewTensor(sh.b, sh.n, sh.hk, sh.d)
+		for _, workers := range sh.workers {
+			for _, causal := range []bool{false, true} {
+				c, err := newCall(q, kv, kv, &Options{Workers: workers, Causal: causal})
+				if err != nil {
+					t.Fatal(err)
+				}
+				fwd, _, _ := c.forwardTasks()
+				kvTasks, withDQ := c.backwardTasks()
+				dq := 0
+				if !withDQ {
+					dq = len(c.dqTasks())
+				}
+				want := unitsPerWorker * workers
+				if len(fwd) < want || len(kvTasks) < want || !withDQ && dq < want {
+					t.Errorf("%+v causal %v, %d workers: %d forward, %d KV, %d dQ tasks; want ≥ %d each",
+						sh, causal, workers, len(fwd), len(kvTasks), dq, want)
+				}
+				c.release()
+			}
+		}
+	}
+}

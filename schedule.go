@@ -2,7 +2,9 @@ package flashattn
 
 import (
 	"fmt"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -32,7 +34,7 @@ func (j *job) do() {
 		if v := recover(); v != nil {
 			j.mu.Lock()
 			if j.fault == nil {
-				j.fault = fmt.Errorf("%w: a worker panicked: %v", ErrInternal, v)
+				j.fault = fmt.Errorf("%w: a worker panicked%s: %v", ErrInternal, panicSite(), v)
 			}
 			j.mu.Unlock()
 			j.next.Store(int64(j.n)) // the other workers stop after their task
@@ -99,4 +101,21 @@ func parallel(workers, n int, r runner) error {
 	j.r, j.fault = nil, nil
 	jobs.put(j)
 	return err
+}
+
+// panicSite returns " at FILE:LINE" of the innermost frame of this module
+// below the recovering defer, for the error of a recovered panic.
+func panicSite() string {
+	var pcs [32]uintptr
+	n := runtime.Callers(3, pcs[:])
+	frames := runtime.CallersFrames(pcs[:n])
+	for {
+		f, more := frames.Next()
+		if strings.Contains(f.Function, "flashattn/flashattn") && !strings.Contains(f.Function, "panicSite") {
+			return fmt.Sprintf(" at %s:%d", filepath.Base(f.File), f.Line)
+		}
+		if !more {
+			return ""
+		}
+	}
 }

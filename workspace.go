@@ -15,7 +15,8 @@ type workspace struct {
 	keep        []bool    // element-mask scratch of one row, pad(bk)
 	kt, vt      []float32 // Kᵀ, Vᵀ packed panels, pad(bk) × dim
 	kp, vp      []float32 // K, V rows padded to dimPad, bk × dimPad
-	qp          []float32 // forward: scale·Q rows of the block, (maxRows+3) × dim
+	qp          []float32 // forward: Q rows of the block, (maxRows+3) × dim; backward: a query tile's Q rows
+	dop         []float32 // backward: a query tile's dO rows
 	o           []float32 // output accumulator, maxRows × dimPad
 	qt, st      []float32 // few-row blocks: (scale·Q)ᵀ packed, W × dim per KV head; Sᵀ, bk × W
 	subs        []subBlock

@@ -1,0 +1,58 @@
+package flashattn
+
+import "github.com/flashattn/flashattn/internal/kernel"
+
+// dqPass computes dQ over query blocks, when the KV pass did not (see
+// backward.go): for each query block, the KV blocks of the KV pass's grid
+// that it sees, in ascending order, recomputing S, P, dP and dS (gradTile)
+// and adding dS·K. The additions are those of the one-pass form, in the
+// same order, so dQ is bit for bit the same.
+type dqPass struct {
+	b     *backwardPass
+	tasks []rowBlock
+}
+
+// dqTasks lists query blocks: blockQ rows of one head of one sequence.
+func (c *call) dqTasks() []rowBlock {
+	p, a := &c.plan, &c.arena
+	tasks := a.blocks[:0]
+	for si := range p.seqs {
+		s := &p.seqs[si]
+		if s.nk == 0 {
+			continue
+		}
+		for i0 := 0; i0 < s.nq; i0 += p.blockQ {
+			for h := 0; h < p.heads; h++ {
+				tasks = append(tasks, rowBlock{si, h, 1, i0, min(i0+p.blockQ, s.nq)})
+			}
+		}
+	}
+	a.blocks = tasks
+	return tasks
+}
+
+func (d *dqPass) run(ws *workspace, t int) {
+	b, rb := d.b, d.tasks[t]
+	p := b.p
+	s := &p.seqs[rb.seq]
+	ws.forBackward(p, s.nq)
+	h, hk := rb.h0, rb.h0/p.group
+	dp, m := p.dimPad, rb.i1-rb.i0
+	rows := b.headRows(s, h)
+	qp, dop := b.queryTile(ws, &rows, s, h, rb.i0, rb.i1)
+	acc := grow(&ws.dq, m*dp)
+	clear(acc)
+	for j0 := 0; j0 < s.nk; j0 += p.bwdBlockK {
+		n := min(p.bwdBlockK, s.nk-j0)
+		kind := s.vis.tile(rb, j0, j0+n)
+		if kind == BlockEmpty {
+			continue
+		}
+		b.packKeyBlock(ws, s, hk, j0, n)
+		b.gradTile(ws, s, h, rb.i0, rb.i1, j0, n, kind, &rows, qp, dop)
+		p.kern.MulAddAB(acc, dp, ws.dP, kernel.Pad(n), ws.kp, dp, m, dp, n)
+	}
+	for r := 0; r < m; r++ {
+		b.storeDQ(ws, s, h, rb.i0+r, acc[r*dp:r*dp+p.dim])
+	}
+}
