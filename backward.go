@@ -386,8 +386,8 @@ func (b *backwardPass) keyBlock(ws *workspace, s *sequence, h, hk, j0, n int, ro
 		}
 	}
 	for jj := 0; jj < n; jj++ {
-		dkr := b.dkAcc.row(s.tb, s.k0+j0+jj, hk)[:d]
-		dvr := b.dvAcc.row(s.tb, s.k0+j0+jj, hk)[:d]
+		dkr := b.dkAcc.row(s.kvb, s.k0+j0+jj, hk)[:d]
+		dvr := b.dvAcc.row(s.kvb, s.k0+j0+jj, hk)[:d]
 		for c := range dkr {
 			dkr[c] += p.scale * dk[jj*dp+c]
 			dvr[c] += dv[jj*dp+c]

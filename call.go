@@ -31,6 +31,7 @@ type arena struct {
 	kvOffK, kvOffV      []int
 	packChunks          []int
 	blockTable          []int32
+	cacheEnd            []int32
 }
 
 var calls freeList[call]

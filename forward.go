@@ -113,22 +113,33 @@ func (c *call) forwardTasks() (tasks []fwdTask, splits, slots int) {
 		}
 	}
 	splits = 1
-	if len(blocks) < splitTarget {
+	switch {
+	case p.cache.numSplits > 0:
+		splits = p.cache.numSplits
+	case len(blocks) < splitTarget:
 		splits = min(maxSplits, (splitTarget+len(blocks)-1)/len(blocks))
 	}
 	for bi, rb := range blocks {
 		s := &p.seqs[rb.seq]
 		lo, hi := s.vis.keys(rb)
 		lo = lo / kernel.W * kernel.W // tiles start on strip boundaries of the packed K
-		nkb := (hi - lo + p.blockK - 1) / p.blockK
-		ns := min(splits, max(1, nkb/2))
+		// Splits of whole key tiles, or of 16-key groups when forced.
+		unit := p.blockK
+		if p.cache.numSplits > 0 {
+			unit = kernel.W
+		}
+		nu := (hi - lo + unit - 1) / unit
+		ns := min(splits, max(1, nu/2))
+		if p.cache.numSplits > 0 {
+			ns = min(splits, max(1, nu))
+		}
 		if ns == 1 {
 			tasks = append(tasks, fwdTask{rb, lo, hi, -1, rb.rows() * p.visibleKeys(s, rb, lo, hi)})
 			continue
 		}
 		for sp := 0; sp < ns; sp++ {
-			j0 := lo + sp*nkb/ns*p.blockK
-			j1 := min(hi, lo+(sp+1)*nkb/ns*p.blockK)
+			j0 := lo + sp*nu/ns*unit
+			j1 := min(hi, lo+(sp+1)*nu/ns*unit)
 			tasks = append(tasks, fwdTask{rb, j0, j1, bi*splits + sp, rb.rows() * p.visibleKeys(s, rb, j0, j1)})
 		}
 		slots = len(blocks) * splits
@@ -173,6 +184,7 @@ type forwardPass struct {
 
 func (c *call) forward(out view, lse []float32) error {
 	p, a := &c.plan, &c.arena
+	c.appendKV()
 	tasks, splits, slots := c.forwardTasks()
 	if err := c.packKV(); err != nil {
 		return err
@@ -249,7 +261,16 @@ func (f *forwardPass) start(ws *workspace, t *fwdTask) rowState {
 	qp := ws.qp[:(m+3)*d] // 3 spare rows: Dot4T reads rows in fours
 	for r := 0; r < m; r++ {
 		h, i := t.at(r)
-		p.q.rowTo(qp[r*d:(r+1)*d], s.tb, s.q0+i, h, p.ct, &p.kern)
+		row := qp[r*d : (r+1)*d]
+		if p.cache.rotary == nil {
+			p.q.rowTo(row, s.tb, s.q0+i, h, p.ct, &p.kern)
+			continue
+		}
+		p.q.rowTo(row, s.tb, s.q0+i, h, Float32, &p.kern)
+		p.cache.rotary.rotate(row, p.queryPos(s, i))
+		if p.ct != Float32 {
+			roundTo(row, p.ct, &p.kern)
+		}
 	}
 	nr := t.i1 - t.i0 // rows per head
 	subs := ws.subs[:0]

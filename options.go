@@ -105,19 +105,66 @@ type VarLen struct {
 	SeqUsedK []int32
 }
 
-// KVCache describes keys and values held in a decoding cache.
+// KVCache describes keys and values held in a decoding cache
+// (flash-attn's flash_attn_with_kvcache). The call's k and v are the cache.
 //
-// Without BlockTable, K and V are [batch, cache_len, kv_heads, dim] and
-// sequence b uses its first SeqLens[b] keys. With BlockTable (a paged cache,
-// as in vLLM and flash-attn), K and V are [num_blocks, block_size, kv_heads,
-// dim]: key j of sequence b is row j % block_size of block
-// BlockTable[b*BlocksPerSeq + j/block_size]. block_size must be a multiple
-// of 16. The call copies SeqLens and BlockTable before it starts, so the
-// caller may change them as soon as it returns (not while it runs).
+// Without BlockTable, K and V are [cache_batch, cache_len, kv_heads, dim]
+// and sequence b uses row BatchIdx[b] of them (b without BatchIdx). With
+// BlockTable (a paged cache, as in vLLM and flash-attn), K and V are
+// [num_blocks, block_size, kv_heads, dim]: cache position j of sequence b
+// is row j % block_size of block BlockTable[b*BlocksPerSeq + j/block_size];
+// block_size must be a multiple of 16.
+//
+// Sequence b's cache holds positions LeftPad[b] ≤ j < SeqLens[b] (LeftPad
+// 0 without it). With KNew and VNew, their Snew rows are first written into
+// the cache at positions SeqLens[b]..SeqLens[b]+Snew−1 (rotated by Rotary
+// first, if set) — the cache tensors are modified in place — and attention
+// covers positions LeftPad[b] ≤ j < SeqLens[b]+Snew. The caller advances
+// SeqLens afterwards. Positions relative to the first valid one (j −
+// LeftPad[b]) are the ones the masks, ALiBi and Rotary see.
+//
+// The call copies the slices it reads before it starts, so the caller may
+// change them as soon as it returns (not while it runs); k and v must not
+// be used by anything else while it runs.
 type KVCache struct {
-	SeqLens      []int32 // keys in the cache per sequence (cache_seqlens)
+	SeqLens      []int32 // per sequence: where its cache ends (cache_seqlens)
 	BlockTable   []int32 // [batch, BlocksPerSeq], nil for a contiguous cache
 	BlocksPerSeq int
+
+	// BatchIdx, if not nil, is the cache row of each batch element
+	// (cache_batch_idx); not with BlockTable.
+	BatchIdx []int32
+	// LeftPad, if not nil, is the first valid cache position of each
+	// sequence (cache_leftpad).
+	LeftPad []int32
+
+	// KNew and VNew, if set (both or neither), are the new keys and values
+	// [batch, Snew, kv_heads, dim] to append before attending.
+	KNew, VNew Tensor
+	// Rotary, if not nil, rotates the queries and the new keys (rotary
+	// position embedding, as flash-attn applies it); it needs KNew.
+	Rotary *Rotary
+
+	// NumSplits, if > 0, splits each sequence's keys into this many parts
+	// computed in parallel and merged by their log-sum-exp (split-K,
+	// flash-decoding); 0 chooses.
+	NumSplits int
+}
+
+// Rotary is a rotary position embedding (RoPE) as flash-attn applies it in
+// decoding. Cos and Sin are [max_pos, Dim/2] tables; the first Dim channels
+// of each row rotate, in pairs (2t, 2t+1) when Interleaved (GPT-J) or
+// (t, t+Dim/2) otherwise (GPT-NeoX):
+//
+//	x' = x·cos[pos][t] − y·sin[pos][t],   y' = x·sin[pos][t] + y·cos[pos][t]
+//
+// New key i of sequence b sits at position SeqLens[b] − LeftPad[b] + i; with
+// a causal or window mask query row i does too, otherwise every query row
+// sits at SeqLens[b] − LeftPad[b].
+type Rotary struct {
+	Cos, Sin    []float32
+	Dim         int // rotary_dim: even, at most the head dim
+	Interleaved bool
 }
 
 func (o *Options) workers() int {

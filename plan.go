@@ -22,6 +22,7 @@ type plan struct {
 	maxRows        int   // rows of the largest row block: blockQ, or a stacked block's
 	q              view
 	kv             kvSource
+	cache          cacheState // KV-cache calls: new keys, rotary, splits
 	lseLen         int
 	scale          float32
 	mods           scoreMods
@@ -33,11 +34,13 @@ type plan struct {
 }
 
 // sequence is one attention problem of the batch: a dense batch element or a
-// variable-length sequence. Its queries are rows q0..q0+nq-1 of tensor batch
-// tb, its keys rows k0..k0+nk-1.
+// variable-length sequence. Its queries are rows q0..q0+nq-1 of batch tb of
+// q, its keys rows k0..k0+nk-1 of batch kvb of k and v (or cache positions
+// k0.. through the page table).
 type sequence struct {
 	b          int // index in the batch: ALiBi row, dropout and mask coordinate
-	tb         int // batch index inside the tensors (0 for varlen)
+	tb         int // batch index inside q, out and the gradients (0 for varlen)
+	kvb        int // batch index inside k and v (the cache row; unused when paged)
 	q0, nq     int
 	k0, nk     int
 	lse0, lseH int // LSE of (head h, row i) is at lse0 + h*lseH + i
@@ -86,7 +89,7 @@ func newPlan(p *plan, a *arena, q, k, v Tensor, o *Options) error {
 	}
 	B, Sq, H, D := q.Batch, q.Seq, q.Heads, q.Dim
 	kb := B // the batch dimension of k and v: num_blocks when paged
-	if c := o.KVCache; c != nil && c.BlockTable != nil {
+	if c := o.KVCache; c != nil && (c.BlockTable != nil || c.BatchIdx != nil) {
 		kb = -1
 	}
 	kv, err := k.check("k", false, kb, -1, -1, D)
@@ -143,12 +146,12 @@ func newPlan(p *plan, a *arena, q, k, v Tensor, o *Options) error {
 	default:
 		p.seqs = grow(&a.seqs, B)
 		for b := range p.seqs {
-			p.seqs[b] = sequence{b: b, tb: b, nq: Sq, nk: Sk, lse0: b * H * Sq, lseH: Sq}
+			p.seqs[b] = sequence{b: b, tb: b, kvb: b, nq: Sq, nk: Sk, lse0: b * H * Sq, lseH: Sq}
 		}
 		p.lseLen = B * H * Sq
 	}
 	if o.KVCache != nil {
-		if err := p.cacheSequences(a, o.KVCache, k); err != nil {
+		if err := p.cacheSequences(a, o, o.KVCache, q, k); err != nil {
 			return err
 		}
 	}

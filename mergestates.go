@@ -1,0 +1,94 @@
+package flashattn
+
+import (
+	"math"
+
+	"github.com/flashattn/flashattn/internal/kernel"
+)
+
+// MergeStates combines partial attention results over disjoint sets of keys
+// into the exact result over their union: for every query row,
+//
+//	LSE = log Σ_s exp(LSE_s),   O = Σ_s exp(LSE_s − LSE)·O_s
+//
+// the building block of split-K decoding, of sequence (ring) parallelism
+// across machines, and of prefix caching. parts[s] is the output O_s
+// [batch, seq, heads, dim] of the same queries against the s-th key set
+// and lses[s] its LSE [batch, heads, seq] (with VarLen packing, Batch 1:
+// [heads, total]) — natural logarithms, as Forward returns them; a base-2
+// LSE (flashinfer's) converts by multiplying by ln 2. A part whose row saw
+// no key (LSE −Inf) contributes nothing; a row no part saw gets O = 0 and
+// LSE = −Inf; NaN propagates. The sums are done in float64.
+//
+// out and lse (which may be nil) receive the result; out may be the very
+// same view as one of the parts and lse the very same slice as one of lses
+// (merging in place). Any element types work.
+func MergeStates(out Tensor, lse []float32, parts []Tensor, lses [][]float32) error {
+	if len(parts) == 0 || len(parts) != len(lses) {
+		return argErr("parts", "MergeStates needs as many parts as LSE slices, at least one (have %d and %d)", len(parts), len(lses))
+	}
+	ov, err := out.check("out", true, -1, -1, -1, -1)
+	if err != nil {
+		return err
+	}
+	B, S, H, D := out.Batch, out.Seq, out.Heads, out.Dim
+	n := B * H * S
+	pv := make([]view, len(parts))
+	for i, t := range parts {
+		if pv[i], err = t.check("parts", false, B, S, H, D); err != nil {
+			return err
+		}
+		if len(lses[i]) < n {
+			return argErr("lses", "lses[%d] has %d elements, want %d (batch × heads × seq)", i, len(lses[i]), n)
+		}
+		if overlaps(viewRegion(ov), viewRegion(pv[i])) && !sameView(ov, pv[i]) {
+			return argErr("out", "out shares memory with parts[%d] without being the same view", i)
+		}
+	}
+	if lse != nil && len(lse) < n {
+		return argErr("lse", "lse has %d elements, want %d", len(lse), n)
+	}
+	k := kernel.Select()
+	acc := make([]float64, D)
+	row := make([]float32, D)
+	w := make([]float64, len(parts))
+	for b := 0; b < B; b++ {
+		for h := 0; h < H; h++ {
+			for s := 0; s < S; s++ {
+				li := (b*H+h)*S + s
+				m := math.Inf(-1)
+				for p := range parts {
+					m = max(m, float64(lses[p][li])) // NaN wins
+				}
+				clear(acc)
+				res := math.Inf(-1)
+				if !math.IsInf(m, -1) {
+					var sum float64
+					for p := range parts {
+						w[p] = math.Exp(float64(lses[p][li]) - m)
+						sum += w[p]
+					}
+					for p, v := range pv {
+						if w[p] == 0 {
+							continue
+						}
+						v.rowTo(row, b, s, h, Float32, &k)
+						for c, x := range row {
+							acc[c] += w[p] / sum * float64(x)
+						}
+					}
+					res = m + math.Log(sum)
+				}
+				for c, x := range acc {
+					row[c] = float32(x)
+				}
+				ov.storeRow(row, b, s, h, &k)
+				if lse != nil {
+					lse[li] = float32(res)
+				}
+			}
+		}
+	}
+	return nil
+}
+
