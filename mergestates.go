@@ -91,4 +91,3 @@ func MergeStates(out Tensor, lse []float32, parts []Tensor, lses [][]float32) er
 	}
 	return nil
 }
-
