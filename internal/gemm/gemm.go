@@ -163,7 +163,7 @@ func (e *Engine) run(at bool, c []float32, ldc int, a []float32, lda int, b []fl
 			mul(c[i0*ldc+j0:], ldc, aAt(i0, p0), lda, b[p0*ldb+j0:], ldb, i1-i0, j1-j0, min(kc, k-p0))
 		}
 	}
-	e.parallel(tasks, task)
+	e.Parallel(tasks, task)
 }
 
 // tailTile computes columns nMain..n-1 of rows i0..i1-1 through a scratch
@@ -197,9 +197,9 @@ func (e *Engine) tailTile(mul func(c []float32, ldc int, a []float32, lda int, b
 	e.scratch.Put(buf)
 }
 
-// parallel runs task(0..n-1) on up to e.workers goroutines, the calling
+// Parallel runs task(0..n-1) on up to Workers() goroutines, the calling
 // goroutine being one of them.
-func (e *Engine) parallel(n int, task func(t int)) {
+func (e *Engine) Parallel(n int, task func(t int)) {
 	w := min(e.workers, n)
 	if w <= 1 {
 		for t := 0; t < n; t++ {

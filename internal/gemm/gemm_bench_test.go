@@ -15,7 +15,7 @@ func BenchmarkPeak(b *testing.B) {
 	const iters = 1 << 20
 	var flops int
 	for b.Loop() {
-		e.parallel(e.workers, func(int) { flops = kernel.FMAPeak(iters) })
+		e.Parallel(e.workers, func(int) { flops = kernel.FMAPeak(iters) })
 	}
 	b.ReportMetric(float64(flops)*iters*float64(e.workers)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }
