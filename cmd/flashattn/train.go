@@ -49,6 +49,22 @@ under GOROOT/src, split into training and validation by file.
 `
 
 func runTrain(args []string, stdout, stderr io.Writer) error {
+	f, err := parseTrainFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	switch {
+	case f.sweep:
+		return runSweep(f, stdout, stderr, childRunner)
+	case f.compare > 0:
+		return runCompare(f, stdout, stderr)
+	}
+	_, err = trainOnce(f, f.attention, f.tc.Steps, stdout, stderr)
+	return err
+}
+
+// parseTrainFlags parses and checks the flags of "flashattn train".
+func parseTrainFlags(args []string, stderr io.Writer) (trainFlags, error) {
 	f := trainFlags{cfg: gpt.DefaultConfig(), tc: gpt.DefaultTrainConfig()}
 	var dropout float64
 	fs := newFlags("train", stderr, trainHelp)
@@ -80,20 +96,10 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&f.sweepMax, "sweep-max", 8192, "longest context of the sweep (doubling from -sweep-min)")
 	fs.StringVar(&f.svg, "svg", "", "with -compare or -sweep-context, draw the figure to `FILE` (.svg, else .png)")
 	if err := parse(fs, args, stderr); err != nil {
-		return err
+		return f, err
 	}
 	f.cfg.Dropout = float32(dropout)
-	if err := f.check(dropout); err != nil {
-		return err
-	}
-	switch {
-	case f.sweep:
-		return runSweep(f, stdout, stderr, childRunner)
-	case f.compare > 0:
-		return runCompare(f, stdout, stderr)
-	}
-	_, err := trainOnce(f, f.attention, f.tc.Steps, stdout, stderr)
-	return err
+	return f, f.check(dropout)
 }
 
 // check validates the flags beyond what the flag package parses.

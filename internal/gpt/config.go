@@ -40,6 +40,7 @@ const (
 	maxContext = 1 << 20
 	maxLayers  = 1 << 10
 	maxDim     = 1 << 14
+	maxParams  = 1 << 28 // 1 GiB of float32
 )
 
 // Validate reports whether c describes a model this package can build.
@@ -57,6 +58,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("heads %d must be at least 1 and divide dim %d", c.Heads, c.Dim)
 	case !(c.Dropout >= 0 && c.Dropout < 1):
 		return fmt.Errorf("dropout %v out of range [0, 1)", c.Dropout)
+	}
+	// The parameter count in 64 bits (int may have 32): per block 12·d²
+	// weights and 13·d biases and gains.
+	d := int64(c.Dim)
+	if n := (int64(c.Vocab)+int64(c.Context)+2)*d + int64(c.Layers)*(12*d*d+13*d); n > maxParams {
+		return fmt.Errorf("%d parameters: more than %d", n, maxParams)
 	}
 	return nil
 }

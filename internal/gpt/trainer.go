@@ -18,11 +18,11 @@ type TrainConfig struct {
 	EvalBatches int     // batches of validation text per Validate
 }
 
-// DefaultTrainConfig is `flashattn train`'s schedule: 600 steps of 16
+// DefaultTrainConfig is `flashattn train`'s schedule: 1000 steps of 16
 // sequences, learning rate 3e-3 (AdamW, weight decay 0.1, clipping at 1)
 // warmed up over 30 steps and decayed by a cosine to 3e-4.
 func DefaultTrainConfig() TrainConfig {
-	return TrainConfig{Steps: 600, Batch: 16, LR: 3e-3, MinLR: 3e-4, Warmup: 30, WeightDecay: 0.1, Clip: 1, Seed: 1, EvalBatches: 8}
+	return TrainConfig{Steps: 1000, Batch: 16, LR: 3e-3, MinLR: 3e-4, Warmup: 30, WeightDecay: 0.1, Clip: 1, Seed: 1, EvalBatches: 8}
 }
 
 // Validate reports whether tc is usable.

@@ -149,6 +149,8 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.Dropout = 1 },
 		func(c *Config) { c.Dropout = float32(math.NaN()) },
 		func(c *Config) { c.Dim = maxDim * 2 },
+		func(c *Config) { c.Dim, c.Heads = maxDim, 1 },      // 3.2e9 parameters
+		func(c *Config) { c.Vocab, c.Dim = maxVocab, 1024 }, // a huge embedding
 	} {
 		c := good
 		mut(&c)
