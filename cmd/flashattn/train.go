@@ -91,7 +91,7 @@ func parseTrainFlags(args []string, stderr io.Writer) (trainFlags, error) {
 	fs.IntVar(&f.compare, "compare", 0, "train flash, then plain, for the first `N` steps from the same seed and compare the losses")
 	fs.BoolVar(&f.sweep, "sweep-context", false, "measure step time, attention share and peak memory against context length")
 	fs.IntVar(&f.sweepTokens, "sweep-tokens", 8192, "tokens per step in the sweep (batch = tokens / context)")
-	fs.IntVar(&f.sweepSteps, "sweep-steps", 3, "steps per sweep point (the first is a warm-up)")
+	fs.IntVar(&f.sweepSteps, "sweep-steps", 4, "steps per sweep point (the first is a warm-up; the fastest of the others counts)")
 	fs.IntVar(&f.sweepMin, "sweep-min", 256, "shortest context of the sweep")
 	fs.IntVar(&f.sweepMax, "sweep-max", 8192, "longest context of the sweep (doubling from -sweep-min)")
 	fs.StringVar(&f.svg, "svg", "", "with -compare or -sweep-context, draw the figure to `FILE` (.svg, else .png)")
@@ -235,7 +235,7 @@ func trainOnce(f trainFlags, attention string, steps int, stdout, stderr io.Writ
 		tokens += st.Tokens
 		rec := stepRecord{Step: step, Loss: st.Loss, Ms: ms(st.Time), AttnMs: ms(st.AttnTime), LR: st.LR}
 		if f.evalEvery > 0 && (step%f.evalEvery == 0 || step == steps) {
-			v, err := tr.Validate()
+			v, err := tr.Evaluate()
 			if err != nil {
 				return res, err
 			}

@@ -70,6 +70,8 @@ func drawSweep(path string, pts []sweepPoint) error {
 	tm, mem := plot.New(), plot.New()
 	tm.Title.Text = "training step, same tokens per step"
 	tm.Y.Label.Text = "ms per step"
+	tm.Y.Scale = plot.LogScale{}
+	tm.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 	mem.Title.Text = "peak resident memory"
 	mem.Y.Label.Text = "MiB"
 	var ticks []plot.Tick
@@ -82,7 +84,6 @@ func drawSweep(path string, pts []sweepPoint) error {
 		p.X.Label.Text = "context length"
 		p.X.Scale = plot.LogScale{}
 		p.X.Tick.Marker = plot.ConstantTicks(ticks)
-		p.Y.Min = 0
 		p.Legend.Top, p.Legend.Left = true, true
 	}
 	for i, a := range []string{"flash", "plain"} {
@@ -110,6 +111,7 @@ func drawSweep(path string, pts []sweepPoint) error {
 			pl.p.Legend.Add(name, l, s)
 		}
 	}
+	mem.Y.Min = 0
 	return writeFigure(path, [][]*plot.Plot{{tm, mem}})
 }
 

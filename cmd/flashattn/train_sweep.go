@@ -20,7 +20,7 @@ type sweepPoint struct {
 	Attention string  `json:"attention"`
 	Context   int     `json:"context"`
 	Batch     int     `json:"batch"`
-	StepMs    float64 `json:"step_ms"` // median over the steps after the first
+	StepMs    float64 `json:"step_ms"` // the fastest of the steps after the first
 	AttnMs    float64 `json:"attn_ms"` // of which attention (same steps)
 	PeakRSS   int64   `json:"peak_rss_bytes"`
 }
@@ -96,7 +96,7 @@ func runSweep(f trainFlags, stdout, stderr io.Writer, run runner) error {
 	if f.json {
 		human = stderr
 	}
-	fmt.Fprintf(human, "sweep: %d layers, %d heads, width %d; %d tokens per step; %d steps per point (median of all but the first)\n",
+	fmt.Fprintf(human, "sweep: %d layers, %d heads, width %d; %d tokens per step; %d steps per point (the fastest after the first)\n",
 		f.cfg.Layers, f.cfg.Heads, f.cfg.Dim, f.sweepTokens, f.sweepSteps)
 	var pts []sweepPoint
 	enc := json.NewEncoder(stdout)
@@ -168,28 +168,16 @@ func parseSweepRun(out []byte) (sweepPoint, error) {
 	if len(steps) > 1 { // the first step allocates and warms up
 		steps, attn = steps[1:], attn[1:]
 	}
-	i := medianIndex(steps)
+	// The fastest step is the one least disturbed by other work on a
+	// shared machine; its attention time goes with it.
+	i := 0
+	for j, ms := range steps {
+		if ms < steps[i] {
+			i = j
+		}
+	}
 	p.StepMs, p.AttnMs = steps[i], attn[i]
 	return p, nil
-}
-
-// medianIndex returns the index of the median of xs (the upper one for an
-// even count).
-func medianIndex(xs []float64) int {
-	idx := make([]int, len(xs))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortFunc(idx, func(a, b int) int {
-		switch {
-		case xs[a] < xs[b]:
-			return -1
-		case xs[a] > xs[b]:
-			return 1
-		}
-		return 0
-	})
-	return idx[len(idx)/2]
 }
 
 // printSweep prints the sweep as a table, flash and plain side by side.

@@ -202,7 +202,7 @@ func TestTrainSweep(t *testing.T) {
 }
 
 func TestParseSweepRun(t *testing.T) {
-	out := `{"step":1,"loss":5,"ms":100,"attn_ms":50}
+	out := `{"step":1,"loss":5,"ms":10,"attn_ms":1}
 {"step":2,"loss":4,"ms":30,"attn_ms":10}
 {"step":3,"loss":3,"ms":20,"attn_ms":5}
 {"step":4,"loss":3,"ms":40,"attn_ms":20}
@@ -212,8 +212,8 @@ func TestParseSweepRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.StepMs != 30 || p.AttnMs != 10 || p.PeakRSS != 12345 {
-		t.Fatalf("%+v: want the median of steps 2..4 (30 ms, 10 ms attention) and the peak", p)
+	if p.StepMs != 20 || p.AttnMs != 5 || p.PeakRSS != 12345 {
+		t.Fatalf("%+v: want the fastest of steps 2..4 (20 ms, 5 ms attention) and the peak", p)
 	}
 	for _, bad := range []string{"", "{\"step\":1,\"ms\":3}\n", "not json\n", "{\"summary\":true}\n"} {
 		if _, err := parseSweepRun([]byte(bad)); err == nil {

@@ -43,7 +43,7 @@ func NewAttention(name string, workers int) (Attention, error) {
 	case "flash":
 		return Flash{Workers: workers}, nil
 	case "plain":
-		return Plain{Workers: workers}, nil
+		return &Plain{Workers: workers}, nil
 	}
 	return nil, fmt.Errorf("attention %q: want flash or plain", name)
 }

@@ -14,15 +14,19 @@ var errPlainDropout = errors.New("plain attention has no dropout: use dropout 0 
 // Plain is Attention computed by the standard algorithm (package plain):
 // for each head it materialises the Seq×Seq scores and probabilities, in
 // the forward pass and again in the backward pass. It needs dense Q, K and
-// V, so it copies them out of the packed projection; it has no dropout.
+// V, so it copies them out of the packed projection (into buffers it
+// keeps between calls); it has no dropout. A Plain is not safe for
+// concurrent use.
 type Plain struct {
 	Workers int // 0: GOMAXPROCS
+
+	q, k, v []float32 // dense copies of the packed projection
 }
 
 // Name returns "plain".
-func (Plain) Name() string { return "plain" }
+func (*Plain) Name() string { return "plain" }
 
-func (pl Plain) problem(s AttnShape) *plain.Problem {
+func (pl *Plain) problem(s AttnShape) *plain.Problem {
 	w := pl.Workers
 	if w <= 0 {
 		w = runtime.GOMAXPROCS(0)
@@ -30,35 +34,42 @@ func (pl Plain) problem(s AttnShape) *plain.Problem {
 	return &plain.Problem{B: s.Batch, Sq: s.Seq, Sk: s.Seq, H: s.Heads, Hk: s.Heads, D: s.HeadDim, Causal: true, Workers: w}
 }
 
-// unpack copies part (0: Q, 1: K, 2: V) of the packed projection into a
-// dense [Batch, Seq, Heads, HeadDim] slice.
-func unpack(qkv []float32, s AttnShape, part int) []float32 {
-	row := s.Heads * s.HeadDim
-	dst := make([]float32, s.outLen())
-	for t := 0; t < s.Batch*s.Seq; t++ {
-		copy(dst[t*row:(t+1)*row], qkv[(3*t+part)*row:])
+// unpack copies Q, K and V out of the packed projection into dense
+// [Batch, Seq, Heads, HeadDim] slices.
+func (pl *Plain) unpack(qkv []float32, s AttnShape) (q, k, v []float32) {
+	n, row := s.outLen(), s.Heads*s.HeadDim
+	if cap(pl.q) < n {
+		pl.q, pl.k, pl.v = make([]float32, n), make([]float32, n), make([]float32, n)
 	}
-	return dst
+	q, k, v = pl.q[:n], pl.k[:n], pl.v[:n]
+	for t := 0; t < s.Batch*s.Seq; t++ {
+		src := qkv[3*t*row:]
+		copy(q[t*row:(t+1)*row], src[:row])
+		copy(k[t*row:(t+1)*row], src[row:2*row])
+		copy(v[t*row:(t+1)*row], src[2*row:3*row])
+	}
+	return q, k, v
 }
 
 // Forward implements Attention.
-func (pl Plain) Forward(out, lse, qkv []float32, s AttnShape, p float32, _ uint64) error {
+func (pl *Plain) Forward(out, lse, qkv []float32, s AttnShape, p float32, _ uint64) error {
 	if p != 0 {
 		return errPlainDropout
 	}
-	o, l := pl.problem(s).Forward(unpack(qkv, s, 0), unpack(qkv, s, 1), unpack(qkv, s, 2))
+	o, l := pl.problem(s).Forward(pl.unpack(qkv, s))
 	copy(out, o)
 	copy(lse, l)
 	return nil
 }
 
 // Backward implements Attention.
-func (pl Plain) Backward(dqkv, qkv, out, dout, _ []float32, s AttnShape, p float32, _ uint64) error {
+func (pl *Plain) Backward(dqkv, qkv, out, dout, _ []float32, s AttnShape, p float32, _ uint64) error {
 	if p != 0 {
 		return errPlainDropout
 	}
 	n := s.outLen()
-	dq, dk, dv := pl.problem(s).Backward(unpack(qkv, s, 0), unpack(qkv, s, 1), unpack(qkv, s, 2), out[:n], dout[:n])
+	q, k, v := pl.unpack(qkv, s)
+	dq, dk, dv := pl.problem(s).Backward(q, k, v, out[:n], dout[:n])
 	row := s.Heads * s.HeadDim
 	for t := 0; t < s.Batch*s.Seq; t++ {
 		for part, g := range [][]float32{dq, dk, dv} {

@@ -133,9 +133,9 @@ func (t *Trainer) Step() (StepStats, error) {
 	}, nil
 }
 
-// Validate returns the mean cross-entropy (nats per byte) of the model on
+// Evaluate returns the mean cross-entropy (nats per byte) of the model on
 // the fixed validation batches, without dropout.
-func (t *Trainer) Validate() (float64, error) {
+func (t *Trainer) Evaluate() (float64, error) {
 	var s float64
 	for _, b := range t.val {
 		l, err := t.Model.Forward(b, false, 0)

@@ -64,12 +64,12 @@ func runSteps(t *testing.T, tr *Trainer, n int) []float64 {
 func TestShortRunLossFalls(t *testing.T) {
 	tr := smallTrainer(t, "flash", 2, 60)
 	ds := &Dataset{Train: goText[:len(goText)*9/10], Val: goText[len(goText)*9/10:]}
-	v0, err := tr.Validate()
+	v0, err := tr.Evaluate()
 	if err != nil {
 		t.Fatal(err)
 	}
 	losses := runSteps(t, tr, 60)
-	v1, err := tr.Validate()
+	v1, err := tr.Evaluate()
 	if err != nil {
 		t.Fatal(err)
 	}
