@@ -31,6 +31,7 @@ type trainFlags struct {
 	sweep       bool // step time and memory against context length
 	sweepTokens int
 	sweepSteps  int
+	sweepRounds int
 	sweepMin    int
 	sweepMax    int
 }
@@ -92,6 +93,7 @@ func parseTrainFlags(args []string, stderr io.Writer) (trainFlags, error) {
 	fs.BoolVar(&f.sweep, "sweep-context", false, "measure step time, attention share and peak memory against context length")
 	fs.IntVar(&f.sweepTokens, "sweep-tokens", 8192, "tokens per step in the sweep (batch = tokens / context)")
 	fs.IntVar(&f.sweepSteps, "sweep-steps", 4, "steps per sweep point (the first is a warm-up; the fastest of the others counts)")
+	fs.IntVar(&f.sweepRounds, "sweep-rounds", 1, "repeat the sweep this many times and keep each point's fastest step")
 	fs.IntVar(&f.sweepMin, "sweep-min", 256, "shortest context of the sweep")
 	fs.IntVar(&f.sweepMax, "sweep-max", 8192, "longest context of the sweep (doubling from -sweep-min)")
 	fs.StringVar(&f.svg, "svg", "", "with -compare or -sweep-context, draw the figure to `FILE` (.svg, else .png)")
@@ -127,6 +129,9 @@ func (f *trainFlags) check(dropout float64) error {
 	}
 	if f.compare > 0 && f.sweep {
 		return errors.New("-compare and -sweep-context are separate runs: give one")
+	}
+	if f.save != "" && (f.compare > 0 || f.sweep) {
+		return errors.New("-save writes the model of a plain training run, not of -compare or -sweep-context")
 	}
 	if f.svg != "" && f.compare == 0 && !f.sweep {
 		return errors.New("-svg draws the figure of -compare or -sweep-context: give one of them")

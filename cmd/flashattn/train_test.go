@@ -125,6 +125,7 @@ func TestTrainErrors(t *testing.T) {
 		{[]string{"-dropout", "1"}, 1, "-dropout"},
 		{[]string{"-steps", "0"}, 1, "steps"},
 		{[]string{"-svg", "x.svg"}, 1, "-svg"},
+		{[]string{"-sweep-context", "-save", "x.ckpt"}, 1, "-save"},
 		{[]string{"-compare", "9", "-steps", "5"}, 1, "-compare"},
 		{[]string{"-data", filepath.Join(t.TempDir(), "missing")}, 1, "-data"},
 		{[]string{"-context", "5000", "-steps", "1"}, 1, "text"},
@@ -180,7 +181,7 @@ func TestTrainSweep(t *testing.T) {
 	}
 	var o, e bytes.Buffer
 	f, err := parseTrainFlags([]string{"-data", data, "-sweep-context", "-sweep-min", "16", "-sweep-max", "32", "-sweep-tokens", "64",
-		"-sweep-steps", "2", "-layers", "1", "-heads", "2", "-dim", "16", "-svg", png}, &e)
+		"-sweep-steps", "2", "-sweep-rounds", "2", "-layers", "1", "-heads", "2", "-dim", "16", "-svg", png}, &e)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +197,7 @@ func TestTrainSweep(t *testing.T) {
 	if err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) {
 		t.Fatalf("figure: %v", err)
 	}
-	if _, err := sweepContexts(trainFlags{sweepMin: 48, sweepMax: 96, sweepTokens: 100, sweepSteps: 1}); err == nil {
+	if _, err := sweepContexts(trainFlags{sweepMin: 48, sweepMax: 96, sweepTokens: 100, sweepSteps: 1, sweepRounds: 1}); err == nil {
 		t.Error("tokens not a multiple of the context: no error")
 	}
 }
