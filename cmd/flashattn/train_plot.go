@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -31,7 +32,7 @@ func drawLossCurves(path string, flash, plain []float64) error {
 	diff.X.Label.Text = "step"
 	diff.Y.Label.Text = "absolute difference"
 	diff.Y.Scale = plot.LogScale{}
-	diff.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	diff.Y.Tick.Marker = decades{}
 	var d plotter.XYs
 	for i := range flash {
 		// Identical losses have no logarithm; draw them at the floor.
@@ -71,7 +72,7 @@ func drawSweep(path string, pts []sweepPoint) error {
 	tm.Title.Text = "training step, same tokens per step"
 	tm.Y.Label.Text = "ms per step"
 	tm.Y.Scale = plot.LogScale{}
-	tm.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	tm.Y.Tick.Marker = decades{}
 	mem.Title.Text = "peak resident memory"
 	mem.Y.Label.Text = "MiB"
 	var ticks []plot.Tick
@@ -113,6 +114,34 @@ func drawSweep(path string, pts []sweepPoint) error {
 	}
 	mem.Y.Min = 0
 	return writeFigure(path, [][]*plot.Plot{{tm, mem}})
+}
+
+// decades marks a log axis at powers of ten (labelled 1e-06, 0.01, 1,
+// 1000…) with unlabelled ticks at 2× and 5×.
+type decades struct{}
+
+// Ticks implements plot.Ticker.
+func (decades) Ticks(lo, hi float64) []plot.Tick {
+	var ts []plot.Tick
+	for e := math.Floor(math.Log10(lo)); e <= math.Ceil(math.Log10(hi)); e++ {
+		p := math.Pow(10, e)
+		for _, m := range []float64{1, 2, 5} {
+			v := m * p
+			if v < lo || v > hi {
+				continue
+			}
+			t := plot.Tick{Value: v}
+			switch {
+			case m != 1:
+			case v >= 1e-3 && v < 1e6:
+				t.Label = strconv.FormatFloat(v, 'f', -1, 64)
+			default:
+				t.Label = strconv.FormatFloat(v, 'e', 0, 64)
+			}
+			ts = append(ts, t)
+		}
+	}
+	return ts
 }
 
 func seqTick(n int) string {

@@ -229,3 +229,23 @@ func TestPeakRSS(t *testing.T) {
 		t.Fatalf("peak RSS %d, %v on Linux", rss, ok)
 	}
 }
+
+func TestDecadeTicks(t *testing.T) {
+	var labels []string
+	for _, tk := range (decades{}).Ticks(3e-7, 2e-5) {
+		if tk.Label != "" {
+			labels = append(labels, tk.Label)
+		}
+	}
+	if got := strings.Join(labels, " "); got != "1e-06 1e-05" {
+		t.Fatalf("labels %q", got)
+	}
+	ticks := (decades{}).Ticks(1, 1000)
+	labels = labels[:0]
+	for _, tk := range ticks {
+		labels = append(labels, tk.Label)
+	}
+	if got := strings.Join(labels, ","); got != "1,,,10,,,100,,,1000" {
+		t.Fatalf("ticks between 1 and 1000 labelled %q, want 1 2 5 10 … 1000 with labels on the decades", got)
+	}
+}
