@@ -116,8 +116,9 @@ func drawSweep(path string, pts []sweepPoint) error {
 	return writeFigure(path, [][]*plot.Plot{{tm, mem}})
 }
 
-// decades marks a log axis at powers of ten (labelled 1e-06, 0.01, 1,
-// 1000…) with unlabelled ticks at 2× and 5×.
+// decades marks a log axis at 1, 2 and 5 times the powers of ten,
+// labelled like 1e-06, 0.01, 1 or 1000; over more than two decades only
+// the powers of ten are labelled.
 type decades struct{}
 
 // Ticks implements plot.Ticker.
@@ -132,7 +133,7 @@ func (decades) Ticks(lo, hi float64) []plot.Tick {
 			}
 			t := plot.Tick{Value: v}
 			switch {
-			case m != 1:
+			case m != 1 && hi > 100*lo: // many decades: label only their starts
 			case v >= 1e-3 && v < 1e6:
 				t.Label = strconv.FormatFloat(v, 'f', -1, 64)
 			default:

@@ -237,7 +237,7 @@ func TestDecadeTicks(t *testing.T) {
 			labels = append(labels, tk.Label)
 		}
 	}
-	if got := strings.Join(labels, " "); got != "1e-06 1e-05" {
+	if got := strings.Join(labels, " "); got != "5e-07 1e-06 2e-06 5e-06 1e-05 2e-05" {
 		t.Fatalf("labels %q", got)
 	}
 	ticks := (decades{}).Ticks(1, 1000)
