@@ -4,6 +4,8 @@
 //	flashattn attn  -q q.npy -k k.npy -v v.npy -o OUTDIR [options]   attention on .npy files
 //	flashattn demo  [-batch B -heads H -seqlen N -headdim D]          flashattn vs plain on random data
 //	flashattn bench [flags]                                            GFLOP/s, fraction of the FMA peak, speedup
+//	flashattn train [flags]                                            train a small GPT with flashattn
+//	flashattn generate -model FILE [flags]                             sample text from a trained GPT
 //
 // Run "flashattn CMD -h" for the flags of each command. Errors are printed
 // as one line on stderr and the exit status is non-zero.
@@ -27,6 +29,8 @@ usage:
   flashattn attn  -q q.npy -k k.npy -v v.npy -o OUTDIR [options]
   flashattn demo  [-batch B -heads H -seqlen N -headdim D -causal] [-max-memory SIZE]
   flashattn bench [-json] [-svg FILE] [-reps N] [-min-ms MS] [-max-memory SIZE] [case flags]
+  flashattn train [-steps N -context T -layers L -heads H -dim D -batch B -attention flash|plain -dropout P -seed S -save FILE -json]
+  flashattn generate -model FILE [-prompt TEXT -tokens N -temperature T -seed S]
 
 Run "flashattn CMD -h" for a command's flags.
 `
@@ -61,11 +65,15 @@ func runSeams(args []string, stdout, stderr io.Writer, sm seams) int {
 		err = runDemo(args[1:], stdout, stderr)
 	case "bench":
 		err = runBench(args[1:], stdout, stderr)
+	case "train":
+		err = runTrain(args[1:], stdout, stderr)
+	case "generate":
+		err = runGenerate(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "flashattn: unknown command %q (want attn, demo or bench)\n", args[0])
+		fmt.Fprintf(stderr, "flashattn: unknown command %q (want attn, demo, bench, train or generate)\n", args[0])
 		return 2
 	}
 	switch {
