@@ -4,6 +4,7 @@
 //	flashattn attn  -q q.npy -k k.npy -v v.npy -o OUTDIR [options]   attention on .npy files
 //	flashattn demo  [-batch B -heads H -seqlen N -headdim D]          flashattn vs plain on random data
 //	flashattn bench [flags]                                            GFLOP/s, fraction of the FMA peak, speedup
+//	flashattn merge -o OUTDIR DIR...                                   merge attn results over disjoint key sets
 //	flashattn train [flags]                                            train a small GPT with flashattn
 //	flashattn generate -model FILE [flags]                             sample text from a trained GPT
 //
@@ -29,6 +30,7 @@ usage:
   flashattn attn  -q q.npy -k k.npy -v v.npy -o OUTDIR [options]
   flashattn demo  [-batch B -heads H -seqlen N -headdim D -causal] [-max-memory SIZE]
   flashattn bench [-json] [-svg FILE] [-reps N] [-min-ms MS] [-max-memory SIZE] [case flags]
+  flashattn merge -o OUTDIR DIR...
   flashattn train [-steps N -context T -layers L -heads H -dim D -batch B -attention flash|plain -dropout P -seed S -save FILE -json]
   flashattn generate -model FILE [-prompt TEXT -tokens N -temperature T -seed S]
 
@@ -61,6 +63,8 @@ func runSeams(args []string, stdout, stderr io.Writer, sm seams) int {
 	switch args[0] {
 	case "attn":
 		err = runAttn(args[1:], stdout, stderr, sm)
+	case "merge":
+		err = runMerge(args[1:], stdout, stderr)
 	case "demo":
 		err = runDemo(args[1:], stdout, stderr)
 	case "bench":
@@ -73,7 +77,7 @@ func runSeams(args []string, stdout, stderr io.Writer, sm seams) int {
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "flashattn: unknown command %q (want attn, demo, bench, train or generate)\n", args[0])
+		fmt.Fprintf(stderr, "flashattn: unknown command %q (want attn, merge, demo, bench, train or generate)\n", args[0])
 		return 2
 	}
 	switch {
