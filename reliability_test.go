@@ -3,12 +3,16 @@ package flashattn
 import (
 	"errors"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 )
+
+// huge is 2^62 on 64-bit platforms, 2^30 on 32-bit ones.
+const huge = 1 << (bits.UintSize - 2)
 
 // TestHugeSizes: sizes and strides whose products overflow int are refused
 // with an error, never a panic (before, they wrapped to small numbers and
@@ -20,9 +24,9 @@ func TestHugeSizes(t *testing.T) {
 		name string
 		q    Tensor
 	}{
-		{"seq 1<<62", Tensor{Data: data, Batch: 1, Seq: 1 << 62, Heads: 2, Dim: 8}},
-		{"heads·dim overflow", Tensor{Data: data, Batch: 1, Seq: 2, Heads: 1 << 40, Dim: 1 << 30}},
-		{"seq stride 1<<62", Tensor{Data: data, Batch: 1, Seq: 4, Heads: 2, Dim: 8, SeqStride: 1 << 62}},
+		{"seq huge", Tensor{Data: data, Batch: 1, Seq: huge, Heads: 2, Dim: 8}},
+		{"heads·dim overflow", Tensor{Data: data, Batch: 1, Seq: 2, Heads: 1 << (bits.UintSize/2 + 4), Dim: 1 << (bits.UintSize/2 - 2)}},
+		{"seq stride huge", Tensor{Data: data, Batch: 1, Seq: 4, Heads: 2, Dim: 8, SeqStride: huge}},
 		{"batch stride wraps", Tensor{Data: data, Batch: 1 << 3, Seq: 4, Heads: 2, Dim: 8, BatchStride: math.MaxInt/4 + 3}},
 		{"head stride max", Tensor{Data: data, Batch: 1, Seq: 1, Heads: 3, Dim: 8, HeadStride: math.MaxInt}},
 		{"negative", Tensor{Data: data, Batch: 1, Seq: 4, Heads: 2, Dim: 8, HeadStride: -8}},
