@@ -44,9 +44,9 @@ func BenchmarkHalfVsF32(b *testing.B) {
 					for b.Loop() {
 						t0 := time.Now()
 						if sh.abt {
-							h.Mul(c, n, a, k, bp, m, n, k)
+							h.Mul(c, n, a, k, bp, W*k, m, n, k)
 						} else {
-							h.MulAdd(c, n, a, k, bp, m, n, k)
+							h.MulAdd(c, n, a, k, bp, W*k, m, n, k)
 						}
 						t1 := time.Now()
 						if sh.abt {

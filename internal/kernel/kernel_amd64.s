@@ -4877,19 +4877,19 @@ TEXT ·xgetbv0(SB), NOSPLIT, $0-8
 	MOVL DX, edx+4(FP)
 	RET
 
-// func mulBF16AVX512BF16(c []float32, ldc int, a []uint16, lda int, b []uint16, m int, n int, k int)
+// func mulBF16AVX512BF16(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m int, n int, k int)
 // Requires: AVX, AVX512F
-TEXT ·mulBF16AVX512BF16(SB), NOSPLIT, $0-112
+TEXT ·mulBF16AVX512BF16(SB), NOSPLIT, $0-120
 	MOVQ c_base+0(FP), AX
 	MOVQ b_base+64(FP), CX
-	MOVQ n+96(FP), DX
+	MOVQ n+104(FP), DX
 
 cols32:
 	CMPQ DX, $0x00000020
 	JL   cols32Done
 	MOVQ a_base+32(FP), BX
 	MOVQ AX, SI
-	MOVQ m+88(FP), DI
+	MOVQ m+96(FP), DI
 
 rowsv2:
 	CMPQ DI, $0x06
@@ -4916,9 +4916,9 @@ rowsv2:
 	LEAQ   (R10)(R9*2), R11
 	ADDQ   R9, R11
 	MOVQ   CX, R12
-	MOVQ   k+104(FP), R13
-	SHLQ   $0x05, R13
-	MOVQ   k+104(FP), R14
+	MOVQ   ldb+88(FP), R13
+	SHLQ   $0x01, R13
+	MOVQ   k+112(FP), R14
 	SHRQ   $0x01, R14
 	JE     r6v2store
 
@@ -5083,9 +5083,9 @@ rowsv2Tail:
 	LEAQ   (BX)(R8*2), R9
 	ADDQ   R8, R9
 	MOVQ   CX, R10
-	MOVQ   k+104(FP), R11
-	SHLQ   $0x05, R11
-	MOVQ   k+104(FP), R12
+	MOVQ   ldb+88(FP), R11
+	SHLQ   $0x01, R11
+	MOVQ   k+112(FP), R12
 	SHRQ   $0x01, R12
 	JE     r5v2store
 
@@ -5221,9 +5221,9 @@ rowsv2Tail5:
 	LEAQ   (BX)(R8*2), R9
 	ADDQ   R8, R9
 	MOVQ   CX, R10
-	MOVQ   k+104(FP), R11
-	SHLQ   $0x05, R11
-	MOVQ   k+104(FP), R12
+	MOVQ   ldb+88(FP), R11
+	SHLQ   $0x01, R11
+	MOVQ   k+112(FP), R12
 	SHRQ   $0x01, R12
 	JE     r4v2store
 
@@ -5335,9 +5335,9 @@ rowsv2Tail4:
 	MOVQ   lda+56(FP), R8
 	SHLQ   $0x01, R8
 	MOVQ   CX, R9
-	MOVQ   k+104(FP), R10
-	SHLQ   $0x05, R10
-	MOVQ   k+104(FP), R11
+	MOVQ   ldb+88(FP), R10
+	SHLQ   $0x01, R10
+	MOVQ   k+112(FP), R11
 	SHRQ   $0x01, R11
 	JE     r3v2store
 
@@ -5426,9 +5426,9 @@ rowsv2Tail3:
 	MOVQ   lda+56(FP), R8
 	SHLQ   $0x01, R8
 	MOVQ   CX, R9
-	MOVQ   k+104(FP), R10
-	SHLQ   $0x05, R10
-	MOVQ   k+104(FP), R11
+	MOVQ   ldb+88(FP), R10
+	SHLQ   $0x01, R10
+	MOVQ   k+112(FP), R11
 	SHRQ   $0x01, R11
 	JE     r2v2store
 
@@ -5495,9 +5495,9 @@ rowsv2Tail2:
 	MOVQ   lda+56(FP), DI
 	SHLQ   $0x01, DI
 	MOVQ   CX, DI
-	MOVQ   k+104(FP), R8
-	SHLQ   $0x05, R8
-	MOVQ   k+104(FP), R9
+	MOVQ   ldb+88(FP), R8
+	SHLQ   $0x01, R8
+	MOVQ   k+112(FP), R9
 	SHRQ   $0x01, R9
 	JE     r1v2store
 
@@ -5535,8 +5535,8 @@ r1v2store:
 rowsv2Tail1:
 rowsv2Done:
 	ADDQ $0x00000080, AX
-	MOVQ k+104(FP), BX
-	SHLQ $0x06, BX
+	MOVQ ldb+88(FP), BX
+	SHLQ $0x02, BX
 	ADDQ BX, CX
 	SUBQ $0x00000020, DX
 	JMP  cols32
@@ -5547,7 +5547,7 @@ cols16:
 	JL   cols16Done
 	MOVQ a_base+32(FP), BX
 	MOVQ AX, SI
-	MOVQ m+88(FP), DI
+	MOVQ m+96(FP), DI
 
 rowsv1:
 	CMPQ DI, $0x06
@@ -5568,7 +5568,7 @@ rowsv1:
 	LEAQ   (R10)(R9*2), R11
 	ADDQ   R9, R11
 	MOVQ   CX, R12
-	MOVQ   k+104(FP), R13
+	MOVQ   k+112(FP), R13
 	SHRQ   $0x01, R13
 	JE     r6v1store
 
@@ -5673,7 +5673,7 @@ rowsv1Tail:
 	LEAQ   (BX)(R8*2), R9
 	ADDQ   R8, R9
 	MOVQ   CX, R10
-	MOVQ   k+104(FP), R11
+	MOVQ   k+112(FP), R11
 	SHRQ   $0x01, R11
 	JE     r5v1store
 
@@ -5759,7 +5759,7 @@ rowsv1Tail5:
 	LEAQ   (BX)(R8*2), R9
 	ADDQ   R8, R9
 	MOVQ   CX, R10
-	MOVQ   k+104(FP), R11
+	MOVQ   k+112(FP), R11
 	SHRQ   $0x01, R11
 	JE     r4v1store
 
@@ -5831,7 +5831,7 @@ rowsv1Tail4:
 	MOVQ   lda+56(FP), R8
 	SHLQ   $0x01, R8
 	MOVQ   CX, R9
-	MOVQ   k+104(FP), R10
+	MOVQ   k+112(FP), R10
 	SHRQ   $0x01, R10
 	JE     r3v1store
 
@@ -5890,7 +5890,7 @@ rowsv1Tail3:
 	MOVQ   lda+56(FP), R8
 	SHLQ   $0x01, R8
 	MOVQ   CX, R9
-	MOVQ   k+104(FP), R10
+	MOVQ   k+112(FP), R10
 	SHRQ   $0x01, R10
 	JE     r2v1store
 
@@ -5937,7 +5937,7 @@ rowsv1Tail2:
 	MOVQ   lda+56(FP), DI
 	SHLQ   $0x01, DI
 	MOVQ   CX, DI
-	MOVQ   k+104(FP), R8
+	MOVQ   k+112(FP), R8
 	SHRQ   $0x01, R8
 	JE     r1v1store
 
@@ -5965,8 +5965,8 @@ r1v1store:
 rowsv1Tail1:
 rowsv1Done:
 	ADDQ $0x00000040, AX
-	MOVQ k+104(FP), BX
-	SHLQ $0x05, BX
+	MOVQ ldb+88(FP), BX
+	SHLQ $0x01, BX
 	ADDQ BX, CX
 	SUBQ $0x00000010, DX
 	JMP  cols16
@@ -5975,19 +5975,19 @@ cols16Done:
 	VZEROUPPER
 	RET
 
-// func mulAddBF16AVX512BF16(c []float32, ldc int, a []uint16, lda int, b []uint16, m int, n int, k int)
+// func mulAddBF16AVX512BF16(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m int, n int, k int)
 // Requires: AVX, AVX512F
-TEXT ·mulAddBF16AVX512BF16(SB), NOSPLIT, $0-112
+TEXT ·mulAddBF16AVX512BF16(SB), NOSPLIT, $0-120
 	MOVQ c_base+0(FP), AX
 	MOVQ b_base+64(FP), CX
-	MOVQ n+96(FP), DX
+	MOVQ n+104(FP), DX
 
 cols32:
 	CMPQ DX, $0x00000020
 	JL   cols32Done
 	MOVQ a_base+32(FP), BX
 	MOVQ AX, SI
-	MOVQ m+88(FP), DI
+	MOVQ m+96(FP), DI
 
 rowsv2:
 	CMPQ DI, $0x06
@@ -6020,9 +6020,9 @@ rowsv2:
 	LEAQ    (R10)(R9*2), R11
 	ADDQ    R9, R11
 	MOVQ    CX, R12
-	MOVQ    k+104(FP), R13
-	SHLQ    $0x05, R13
-	MOVQ    k+104(FP), R14
+	MOVQ    ldb+88(FP), R13
+	SHLQ    $0x01, R13
+	MOVQ    k+112(FP), R14
 	SHRQ    $0x01, R14
 	JE      r6v2store
 
@@ -6192,9 +6192,9 @@ rowsv2Tail:
 	LEAQ    (BX)(R8*2), R9
 	ADDQ    R8, R9
 	MOVQ    CX, R10
-	MOVQ    k+104(FP), R11
-	SHLQ    $0x05, R11
-	MOVQ    k+104(FP), R12
+	MOVQ    ldb+88(FP), R11
+	SHLQ    $0x01, R11
+	MOVQ    k+112(FP), R12
 	SHRQ    $0x01, R12
 	JE      r5v2store
 
@@ -6334,9 +6334,9 @@ rowsv2Tail5:
 	LEAQ    (BX)(R8*2), R9
 	ADDQ    R8, R9
 	MOVQ    CX, R10
-	MOVQ    k+104(FP), R11
-	SHLQ    $0x05, R11
-	MOVQ    k+104(FP), R12
+	MOVQ    ldb+88(FP), R11
+	SHLQ    $0x01, R11
+	MOVQ    k+112(FP), R12
 	SHRQ    $0x01, R12
 	JE      r4v2store
 
@@ -6451,9 +6451,9 @@ rowsv2Tail4:
 	MOVQ    lda+56(FP), R8
 	SHLQ    $0x01, R8
 	MOVQ    CX, R9
-	MOVQ    k+104(FP), R10
-	SHLQ    $0x05, R10
-	MOVQ    k+104(FP), R11
+	MOVQ    ldb+88(FP), R10
+	SHLQ    $0x01, R10
+	MOVQ    k+112(FP), R11
 	SHRQ    $0x01, R11
 	JE      r3v2store
 
@@ -6544,9 +6544,9 @@ rowsv2Tail3:
 	MOVQ    lda+56(FP), R8
 	SHLQ    $0x01, R8
 	MOVQ    CX, R9
-	MOVQ    k+104(FP), R10
-	SHLQ    $0x05, R10
-	MOVQ    k+104(FP), R11
+	MOVQ    ldb+88(FP), R10
+	SHLQ    $0x01, R10
+	MOVQ    k+112(FP), R11
 	SHRQ    $0x01, R11
 	JE      r2v2store
 
@@ -6614,9 +6614,9 @@ rowsv2Tail2:
 	MOVQ    lda+56(FP), DI
 	SHLQ    $0x01, DI
 	MOVQ    CX, DI
-	MOVQ    k+104(FP), R8
-	SHLQ    $0x05, R8
-	MOVQ    k+104(FP), R9
+	MOVQ    ldb+88(FP), R8
+	SHLQ    $0x01, R8
+	MOVQ    k+112(FP), R9
 	SHRQ    $0x01, R9
 	JE      r1v2store
 
@@ -6654,8 +6654,8 @@ r1v2store:
 rowsv2Tail1:
 rowsv2Done:
 	ADDQ $0x00000080, AX
-	MOVQ k+104(FP), BX
-	SHLQ $0x06, BX
+	MOVQ ldb+88(FP), BX
+	SHLQ $0x02, BX
 	ADDQ BX, CX
 	SUBQ $0x00000020, DX
 	JMP  cols32
@@ -6666,7 +6666,7 @@ cols16:
 	JL   cols16Done
 	MOVQ a_base+32(FP), BX
 	MOVQ AX, SI
-	MOVQ m+88(FP), DI
+	MOVQ m+96(FP), DI
 
 rowsv1:
 	CMPQ DI, $0x06
@@ -6693,7 +6693,7 @@ rowsv1:
 	LEAQ    (R10)(R9*2), R11
 	ADDQ    R9, R11
 	MOVQ    CX, R12
-	MOVQ    k+104(FP), R13
+	MOVQ    k+112(FP), R13
 	SHRQ    $0x01, R13
 	JE      r6v1store
 
@@ -6803,7 +6803,7 @@ rowsv1Tail:
 	LEAQ    (BX)(R8*2), R9
 	ADDQ    R8, R9
 	MOVQ    CX, R10
-	MOVQ    k+104(FP), R11
+	MOVQ    k+112(FP), R11
 	SHRQ    $0x01, R11
 	JE      r5v1store
 
@@ -6893,7 +6893,7 @@ rowsv1Tail5:
 	LEAQ    (BX)(R8*2), R9
 	ADDQ    R8, R9
 	MOVQ    CX, R10
-	MOVQ    k+104(FP), R11
+	MOVQ    k+112(FP), R11
 	SHRQ    $0x01, R11
 	JE      r4v1store
 
@@ -6968,7 +6968,7 @@ rowsv1Tail4:
 	MOVQ    lda+56(FP), R8
 	SHLQ    $0x01, R8
 	MOVQ    CX, R9
-	MOVQ    k+104(FP), R10
+	MOVQ    k+112(FP), R10
 	SHRQ    $0x01, R10
 	JE      r3v1store
 
@@ -7029,7 +7029,7 @@ rowsv1Tail3:
 	MOVQ    lda+56(FP), R8
 	SHLQ    $0x01, R8
 	MOVQ    CX, R9
-	MOVQ    k+104(FP), R10
+	MOVQ    k+112(FP), R10
 	SHRQ    $0x01, R10
 	JE      r2v1store
 
@@ -7077,7 +7077,7 @@ rowsv1Tail2:
 	MOVQ    lda+56(FP), DI
 	SHLQ    $0x01, DI
 	MOVQ    CX, DI
-	MOVQ    k+104(FP), R8
+	MOVQ    k+112(FP), R8
 	SHRQ    $0x01, R8
 	JE      r1v1store
 
@@ -7105,8 +7105,8 @@ r1v1store:
 rowsv1Tail1:
 rowsv1Done:
 	ADDQ $0x00000040, AX
-	MOVQ k+104(FP), BX
-	SHLQ $0x05, BX
+	MOVQ ldb+88(FP), BX
+	SHLQ $0x01, BX
 	ADDQ BX, CX
 	SUBQ $0x00000010, DX
 	JMP  cols16
@@ -7239,8 +7239,8 @@ done:
 	VZEROUPPER
 	RET
 
-// func amxBF16(cfg *[64]byte, c []float32, ldc int, a []uint16, lda int, b []uint16, mb int, rows int, n int, k int, acc bool)
-TEXT ·amxBF16(SB), NOSPLIT, $0-129
+// func amxBF16(cfg *[64]byte, c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, mb int, rows int, n int, k int, acc bool)
+TEXT ·amxBF16(SB), NOSPLIT, $0-137
 	MOVQ cfg+0(FP), AX
 
 	// raw: ldtilecfg [rax]
@@ -7256,16 +7256,16 @@ TEXT ·amxBF16(SB), NOSPLIT, $0-129
 	MOVQ lda+64(FP), DX
 	SHLQ $0x01, DX
 	MOVQ $0x00000040, CX
-	MOVQ mb+96(FP), R12
+	MOVQ mb+104(FP), R12
 
 block:
 	MOVQ R8, R9
 	MOVQ b_base+72(FP), BX
-	MOVQ n+112(FP), R13
+	MOVQ n+120(FP), R13
 	SHRQ $0x04, R13
 
 strip:
-	MOVBQZX acc+128(FP), AX
+	MOVBQZX acc+136(FP), AX
 	TESTQ   AX, AX
 	JE      zero
 
@@ -7289,7 +7289,7 @@ zero:
 ksteps:
 	MOVQ R11, SI
 	MOVQ BX, DI
-	MOVQ k+120(FP), AX
+	MOVQ k+128(FP), AX
 	SHRQ $0x05, AX
 	JE   ktail
 
@@ -7322,7 +7322,7 @@ kloop:
 	JNE  kloop
 
 ktail:
-	MOVQ k+120(FP), AX
+	MOVQ k+128(FP), AX
 	ANDQ $0x1f, AX
 	JE   store
 
@@ -7358,15 +7358,15 @@ store:
 	BYTE  $0x04
 	BYTE  $0x11
 	ADDQ  $0x40, R9
-	MOVQ  k+120(FP), AX
-	SHLQ  $0x05, AX
+	MOVQ  ldb+96(FP), AX
+	SHLQ  $0x01, AX
 	ADDQ  AX, BX
 	DECQ  R13
 	JNE   strip
-	MOVQ  rows+104(FP), AX
+	MOVQ  rows+112(FP), AX
 	IMULQ DX, AX
 	ADDQ  AX, R11
-	MOVQ  rows+104(FP), AX
+	MOVQ  rows+112(FP), AX
 	IMULQ R10, AX
 	ADDQ  AX, R8
 	DECQ  R12
@@ -7380,8 +7380,8 @@ store:
 	BYTE $0xc0
 	RET
 
-// func amxF16(cfg *[64]byte, c []float32, ldc int, a []uint16, lda int, b []uint16, mb int, rows int, n int, k int, acc bool)
-TEXT ·amxF16(SB), NOSPLIT, $0-129
+// func amxF16(cfg *[64]byte, c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, mb int, rows int, n int, k int, acc bool)
+TEXT ·amxF16(SB), NOSPLIT, $0-137
 	MOVQ cfg+0(FP), AX
 
 	// raw: ldtilecfg [rax]
@@ -7397,16 +7397,16 @@ TEXT ·amxF16(SB), NOSPLIT, $0-129
 	MOVQ lda+64(FP), DX
 	SHLQ $0x01, DX
 	MOVQ $0x00000040, CX
-	MOVQ mb+96(FP), R12
+	MOVQ mb+104(FP), R12
 
 block:
 	MOVQ R8, R9
 	MOVQ b_base+72(FP), BX
-	MOVQ n+112(FP), R13
+	MOVQ n+120(FP), R13
 	SHRQ $0x04, R13
 
 strip:
-	MOVBQZX acc+128(FP), AX
+	MOVBQZX acc+136(FP), AX
 	TESTQ   AX, AX
 	JE      zero
 
@@ -7430,7 +7430,7 @@ zero:
 ksteps:
 	MOVQ R11, SI
 	MOVQ BX, DI
-	MOVQ k+120(FP), AX
+	MOVQ k+128(FP), AX
 	SHRQ $0x05, AX
 	JE   ktail
 
@@ -7463,7 +7463,7 @@ kloop:
 	JNE  kloop
 
 ktail:
-	MOVQ k+120(FP), AX
+	MOVQ k+128(FP), AX
 	ANDQ $0x1f, AX
 	JE   store
 
@@ -7499,15 +7499,15 @@ store:
 	BYTE  $0x04
 	BYTE  $0x11
 	ADDQ  $0x40, R9
-	MOVQ  k+120(FP), AX
-	SHLQ  $0x05, AX
+	MOVQ  ldb+96(FP), AX
+	SHLQ  $0x01, AX
 	ADDQ  AX, BX
 	DECQ  R13
 	JNE   strip
-	MOVQ  rows+104(FP), AX
+	MOVQ  rows+112(FP), AX
 	IMULQ DX, AX
 	ADDQ  AX, R11
-	MOVQ  rows+104(FP), AX
+	MOVQ  rows+112(FP), AX
 	IMULQ R10, AX
 	ADDQ  AX, R8
 	DECQ  R12

@@ -182,16 +182,16 @@ func cpuidex(leaf uint32, sub uint32) (eax uint32, ebx uint32, ecx uint32, edx u
 func xgetbv0() (eax uint32, edx uint32)
 
 // mulBF16AVX512BF16 sets C = A·B for bfloat16 A and VNNI-packed B (see Half.Mul).
-// The caller guarantees n%16 == 0, k%2 == 0 and that all accesses are in bounds.
+// The caller guarantees n%16 == 0, k%2 == 0, ldb >= 16k and that all accesses are in bounds.
 //
 //go:noescape
-func mulBF16AVX512BF16(c []float32, ldc int, a []uint16, lda int, b []uint16, m int, n int, k int)
+func mulBF16AVX512BF16(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m int, n int, k int)
 
 // mulAddBF16AVX512BF16 adds A·B to C for bfloat16 A and VNNI-packed B (see Half.MulAdd).
-// The caller guarantees n%16 == 0, k%2 == 0 and that all accesses are in bounds.
+// The caller guarantees n%16 == 0, k%2 == 0, ldb >= 16k and that all accesses are in bounds.
 //
 //go:noescape
-func mulAddBF16AVX512BF16(c []float32, ldc int, a []uint16, lda int, b []uint16, m int, n int, k int)
+func mulAddBF16AVX512BF16(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m int, n int, k int)
 
 // FMAPeakBF16AVX512 runs iters iterations of a loop of 12 independent
 // register-only VDPBF16PS chains on 16-lane vectors: one iteration is
@@ -201,19 +201,19 @@ func FMAPeakBF16AVX512(iters int)
 
 // amxBF16 sets (acc false) or adds to (acc true) C the product A·B on AMX tiles,
 // for mb blocks of rows rows (see amx.go of the generator for cfg).
-// The caller guarantees mb ≥ 1, 1 ≤ rows ≤ 16, n%16 == 0, n ≥ 16, k%2 == 0,
+// The caller guarantees mb ≥ 1, 1 ≤ rows ≤ 16, n%16 == 0, n ≥ 16, k%2 == 0, ldb ≥ 16k,
 // that all accesses are in bounds and that the OS granted AMX permission.
 //
 //go:noescape
-func amxBF16(cfg *[64]byte, c []float32, ldc int, a []uint16, lda int, b []uint16, mb int, rows int, n int, k int, acc bool)
+func amxBF16(cfg *[64]byte, c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, mb int, rows int, n int, k int, acc bool)
 
 // amxF16 sets (acc false) or adds to (acc true) C the product A·B on AMX tiles,
 // for mb blocks of rows rows (see amx.go of the generator for cfg).
-// The caller guarantees mb ≥ 1, 1 ≤ rows ≤ 16, n%16 == 0, n ≥ 16, k%2 == 0,
+// The caller guarantees mb ≥ 1, 1 ≤ rows ≤ 16, n%16 == 0, n ≥ 16, k%2 == 0, ldb ≥ 16k,
 // that all accesses are in bounds and that the OS granted AMX permission.
 //
 //go:noescape
-func amxF16(cfg *[64]byte, c []float32, ldc int, a []uint16, lda int, b []uint16, mb int, rows int, n int, k int, acc bool)
+func amxF16(cfg *[64]byte, c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, mb int, rows int, n int, k int, acc bool)
 
 // amxPeak runs iters iterations of four independent TDPBF16PS (TDPFP16PS if fp16)
 // on full 16×16 tiles configured by cfg: 4·16·16·32·2 FLOPs per iteration.
