@@ -18,6 +18,13 @@ func randHalf(r *rand.Rand, e Elem, n int) []uint16 {
 	return x
 }
 
+// testedHalf lists every path for e this CPU can run, whether or not it
+// passed its start-up self-check (so that a failing one is tested, and its
+// failure reported, rather than silently dropped).
+func testedHalf(e Elem) []Half {
+	return append(archHalf(e), f32Half(e, Select()), GenericHalf(e))
+}
+
 // vnniIndex is the position of element (p, j) in the packed layout.
 func vnniIndex(p, j, k int) int {
 	kp := k + k%2
@@ -118,7 +125,7 @@ func TestHalfMul(t *testing.T) {
 		ms, ks = []int{1, 5, 6, 7, 17}, []int{0, 6, 38}
 	}
 	for _, e := range []Elem{BF16, F16} {
-		for _, h := range HalfAvailable(e) {
+		for _, h := range testedHalf(e) {
 			t.Run(e.String()+"/"+h.Name, func(t *testing.T) {
 				for _, m := range ms {
 					for _, n := range halfNs {
@@ -206,7 +213,7 @@ func testHalfMul(t *testing.T, r *rand.Rand, h Half, m, n, k, extra int) {
 // and AMX paths sum in other orders and are covered by TestHalfMul.
 func TestHalfMatchesGeneric(t *testing.T) {
 	r := rand.New(rand.NewPCG(15, 16))
-	for _, h := range HalfAvailable(BF16) {
+	for _, h := range testedHalf(BF16) {
 		if h.Name != "avx512bf16" {
 			continue
 		}
@@ -242,7 +249,7 @@ func TestHalfSubnormals(t *testing.T) {
 	const m, n, k = 1, 16, 2
 	sub := uint16(0x0040)  // 2^-127, a bfloat16 subnormal
 	tiny := uint16(0x0180) // 2^-124, normal; tiny/8 is subnormal
-	for _, h := range HalfAvailable(BF16) {
+	for _, h := range testedHalf(BF16) {
 		a := []uint16{sub, BF16.FromF32(1)}
 		b := make([]uint16, VNNILen(k, n))
 		for j := 0; j < n; j++ {
@@ -354,7 +361,7 @@ func TestSelfCheckHalf(t *testing.T) {
 
 func TestHalfWrapperPanics(t *testing.T) {
 	for _, e := range []Elem{BF16, F16} {
-		for _, h := range HalfAvailable(e) {
+		for _, h := range testedHalf(e) {
 			mustPanic := func(name string, f func()) {
 				t.Helper()
 				defer func() {
@@ -403,7 +410,7 @@ func TestHalfSubRange(t *testing.T) {
 		}
 		const lda = K + 1
 		a := randHalf(r, e, m*lda)
-		for _, h := range HalfAvailable(e) {
+		for _, h := range testedHalf(e) {
 			for _, rg := range [][2]int{{0, 2}, {0, 76}, {10, 32}, {40, 34}, {74, 2}, {2, 64}} {
 				p0, k := rg[0], rg[1]
 				alone := make([]uint16, VNNILen(k, n))
