@@ -16,12 +16,15 @@
 //   - Bᵀ operands of MulABt are packed by PackBt into strips of W columns.
 //
 // Half precision (bfloat16 and fp16): Impl carries exact bulk converters
-// (F32ToBF16 and friends; the scalar conversions are in halfconv.go), and
-// Half is a separate set of matrix products on 16-bit inputs with float32
-// accumulation, B packed by PackVNNI in the VNNI pair layout. Its paths
-// ("amx", "avx512bf16", "f32", "generic") are listed by HalfAvailable and
-// chosen by HalfPath, which times them on this machine at first use
-// (FLASHATTN_BF16 / FLASHATTN_F16 force one).
+// (F32ToBF16 and friends; the scalar conversions are in halfconv.go), the
+// packers into the VNNI pair layout (PackVNNIInto, PackVNNI16Into: whole
+// matrices or chunks of rows of a long one, with a strip stride), and
+// TransposeRound and RoundF32 for float32 tiles; Half is a separate set of
+// matrix products on 16-bit inputs with float32 accumulation, B in the
+// pair layout with a strip stride. Its paths ("amx", "avx512bf16", "f32",
+// "generic") are listed by HalfAvailable and chosen by HalfPath, which
+// times them on this machine at first use (FLASHATTN_BF16 / FLASHATTN_F16
+// force one).
 package kernel
 
 // W is the width, in float32 elements, that kernel row lengths and column

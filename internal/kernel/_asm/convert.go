@@ -25,14 +25,14 @@ import (
 
 // Indexes of the dword constants of the conversions.
 const (
-	hcBias  = iota // 0x7fff: rounding bias
-	hcOne          // 1
-	hcQuiet        // 0x40: the quiet bit of a bfloat16 NaN
-	hcAbs          // 0x7fffffff
-	hcInf          // 0x7f800000: exponent mask, +Inf
-	hcMant         // 0x007fffff
-	hcHigh         // 0xffff0000: the bfloat16 bits of a float32
-	hcQuietHi      // 0x00400000: the quiet bit of a bfloat16 NaN, in a float32
+	hcBias    = iota // 0x7fff: rounding bias
+	hcOne            // 1
+	hcQuiet          // 0x40: the quiet bit of a bfloat16 NaN
+	hcAbs            // 0x7fffffff
+	hcInf            // 0x7f800000: exponent mask, +Inf
+	hcMant           // 0x007fffff
+	hcHigh           // 0xffff0000: the bfloat16 bits of a float32
+	hcQuietHi        // 0x00400000: the quiet bit of a bfloat16 NaN, in a float32
 	numHalfConsts
 )
 
@@ -328,7 +328,7 @@ func genRoundF32(s isa) {
 				VPADDD(t, r, r)
 				VPANDD(c(hcAbs), x, abs)
 				k := K()
-				VPCMPGTD(c(hcInf), abs, k) // NaN lanes
+				VPCMPGTD(c(hcInf), abs, k)   // NaN lanes
 				VPORD(c(hcQuietHi), x, k, r) // NaN lanes: x with the quiet bit
 				VPANDD(c(hcHigh), r, r)
 			} else {
