@@ -23,6 +23,11 @@ var Generic = Impl{
 	F16ToF32:  f16ToF32Generic,
 	F32ToBF16: f32ToBF16Generic,
 	F32ToF16:  f32ToF16Generic,
+
+	PackVNNIInto:   PackVNNIInto,
+	PackVNNI16Into: PackVNNI16Into,
+	TransposeRound: transposeRoundGeneric,
+	RoundF32:       roundF32Generic,
 }
 
 func mulABtGeneric(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int) {

@@ -46,15 +46,20 @@ func (e Elem) FromF32(f float32) uint16 {
 // B hold 16-bit elements of type Elem, products and sums are float32.
 //
 // Layouts. A is row-major, m×k with leading dimension lda (in elements),
-// k even (pad with a zero column). B (k×n) is packed by PackVNNI or
-// PackVNNI16 in the VNNI pair layout: element (p, j) is at
+// k even (pad with a zero column). B (k×n) is in the VNNI pair layout with
+// strip stride ldb: element (p, j) is at
 //
-//	(j/16)·16k + (p/2)·32 + (j%16)·2 + p%2
+//	(j/16)·ldb + (p/2)·32 + (j%16)·2 + p%2
 //
-// i.e. strips of 16 columns, each a sequence of k/2 rows of 16 element
-// pairs (B[p, j], B[p+1, j]) — 64 bytes, the operand of one VDPBF16PS and
-// one row of an AMX B tile. C is row-major float32 with leading dimension
-// ldc; n is a multiple of W (C is padded like every kernel's output).
+// i.e. strips of 16 columns, ldb elements apart, each a sequence of k/2
+// rows of 16 element pairs (B[p, j], B[p+1, j]) — 64 bytes, the operand of
+// one VDPBF16PS and one row of an AMX B tile. ldb ≥ 16·k; PackVNNI packs
+// with ldb = 16·k (k rounded up to even), PackVNNIInto with any larger
+// stride, so that one packed long matrix (say V of a whole sequence, k the
+// keys, with ldb = 16·keys) can be multiplied by any even-aligned range of
+// its rows: rows [p0, p0+k) of it are the matrix at b[p0·16:] with the same
+// ldb. C is row-major float32 with leading dimension ldc; n is a multiple
+// of W (C is padded like every kernel's output).
 //
 // Arithmetic. Every path multiplies exact products (a product of two
 // bfloat16 or two fp16 values is exact in float32) and accumulates in
@@ -76,78 +81,16 @@ type Half struct {
 	Elem Elem
 
 	// Mul sets C = A·B: c[i*ldc+j] = Σ_{p<k} A[i,p]·B[p,j] for i < m,
-	// j < n, from b packed with depth k.
-	Mul func(c []float32, ldc int, a []uint16, lda int, b []uint16, m, n, k int)
+	// j < n, with B read from b in the pair layout with strip stride ldb
+	// (ldb ≥ 16·k; b holds at least (n/16−1)·ldb + 16·k elements).
+	Mul func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)
 
-	// MulAdd adds A·B to C.
-	MulAdd func(c []float32, ldc int, a []uint16, lda int, b []uint16, m, n, k int)
+	// MulAdd adds A·B to C (arguments as for Mul).
+	MulAdd func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)
 
 	// Peak runs iters iterations of the path's register-only throughput
 	// loop and returns the FLOPs of one iteration (see FMAPeak).
 	Peak func(iters int) (flopsPerIter int)
-}
-
-// VNNILen is the number of elements PackVNNI writes for a k×n matrix:
-// Pad(n) columns times k rounded up to even.
-func VNNILen(k, n int) int { return Pad(n) * (k + k%2) }
-
-// PackVNNI packs the k×n matrix B, given as float32, into dst in the VNNI
-// pair layout of Half, rounding each element to type e (to nearest even).
-// With transposed false src holds the rows of B (element (p, j) at
-// src[p*ld+j]); with transposed true it holds the rows of Bᵀ (element
-// (p, j) at src[j*ld+p]: the n×k matrix of keys for S = Q·Kᵀ). An odd k is
-// padded with a zero row, n with zero columns up to Pad(n); dst must hold
-// VNNILen(k, n) elements.
-func PackVNNI(dst []uint16, src []float32, ld, k, n int, transposed bool, e Elem) {
-	if e == F16 {
-		packVNNI(dst, src, ld, k, n, transposed, F32ToF16)
-	} else {
-		packVNNI(dst, src, ld, k, n, transposed, F32ToBF16)
-	}
-}
-
-// PackVNNI16 is PackVNNI for a source already in a 16-bit type, which is
-// copied unchanged.
-func PackVNNI16(dst []uint16, src []uint16, ld, k, n int, transposed bool) {
-	packVNNI(dst, src, ld, k, n, transposed, func(h uint16) uint16 { return h })
-}
-
-// packVNNI is the one packer behind PackVNNI and PackVNNI16.
-func packVNNI[T float32 | uint16](dst []uint16, src []T, ld, k, n int, transposed bool, conv func(T) uint16) {
-	kp := k + k%2
-	dst = dst[:VNNILen(k, n)]
-	for s := 0; s < Pad(n); s += W {
-		strip := dst[s*kp : (s+W)*kp]
-		for jj := 0; jj < W; jj++ {
-			j := s + jj
-			for p := 0; p < kp; p++ {
-				var h uint16
-				if j < n && p < k {
-					if transposed {
-						h = conv(src[j*ld+p])
-					} else {
-						h = conv(src[p*ld+j])
-					}
-				}
-				strip[(p/2)*2*W+jj*2+p%2] = h
-			}
-		}
-	}
-}
-
-// UnpackVNNI writes the k×Pad(n) float32 matrix held in the packed b into
-// dst (row-major, leading dimension ldd), widening from type e.
-func UnpackVNNI(dst []float32, ldd int, b []uint16, k, n int, e Elem) {
-	kp := k + k%2
-	for s := 0; s < Pad(n); s += W {
-		strip := b[s*kp : (s+W)*kp]
-		for p := 0; p < k; p++ {
-			row := dst[p*ldd+s : p*ldd+s+W]
-			for jj := range row {
-				row[jj] = e.ToF32(strip[(p/2)*2*W+jj*2+p%2])
-			}
-		}
-	}
 }
 
 // bf16DAZ widens a bfloat16 treating subnormals as zero, as VDPBF16PS and
@@ -180,11 +123,14 @@ func ftz(x float32) float32 {
 // as long as no product falls below the float32 normal range. For fp16 the
 // same order is used without flushing (fp16 products, 11-bit significands,
 // are exact and normal in float32 too).
-func halfGeneric(e Elem, accumulate bool, c []float32, ldc int, a []uint16, lda int, b []uint16, m, n, k int) {
+func halfGeneric(e Elem, accumulate bool, c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) {
 	if !accumulate {
 		for i := 0; i < m; i++ {
 			clear(c[i*ldc : i*ldc+n])
 		}
+	}
+	if k == 0 {
+		return
 	}
 	dec := bf16DAZ
 	if e == F16 {
@@ -192,7 +138,7 @@ func halfGeneric(e Elem, accumulate bool, c []float32, ldc int, a []uint16, lda 
 	}
 	var bq [2 * W]float32 // one pair row of a strip, widened
 	for s := 0; s < n; s += W {
-		strip := b[s*k : (s+W)*k]
+		strip := b[s/W*ldb : s/W*ldb+W*k]
 		for q := 0; q < k/2; q++ {
 			for t, h := range strip[q*2*W : (q+1)*2*W] {
 				bq[t] = dec(h)
@@ -219,11 +165,11 @@ func GenericHalf(e Elem) Half {
 	return Half{
 		Name: "generic",
 		Elem: e,
-		Mul: wrapHalf("generic Mul", func(c []float32, ldc int, a []uint16, lda int, b []uint16, m, n, k int) {
-			halfGeneric(e, false, c, ldc, a, lda, b, m, n, k)
+		Mul: wrapHalf("generic Mul", func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) {
+			halfGeneric(e, false, c, ldc, a, lda, b, ldb, m, n, k)
 		}),
-		MulAdd: wrapHalf("generic MulAdd", func(c []float32, ldc int, a []uint16, lda int, b []uint16, m, n, k int) {
-			halfGeneric(e, true, c, ldc, a, lda, b, m, n, k)
+		MulAdd: wrapHalf("generic MulAdd", func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) {
+			halfGeneric(e, true, c, ldc, a, lda, b, ldb, m, n, k)
 		}),
 		Peak: fmaPeakGeneric,
 	}
@@ -234,8 +180,8 @@ func GenericHalf(e Elem) Half {
 // they exist for uniformity and tests; the attention core takes this path
 // by keeping its tiles in float32 and calling im directly.
 func f32Half(e Elem, im Impl) Half {
-	mul := func(accumulate bool) func(c []float32, ldc int, a []uint16, lda int, b []uint16, m, n, k int) {
-		return func(c []float32, ldc int, a []uint16, lda int, b []uint16, m, n, k int) {
+	mul := func(accumulate bool) func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) {
+		return func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) {
 			if !accumulate {
 				for i := 0; i < m; i++ {
 					clear(c[i*ldc : i*ldc+n])
@@ -254,7 +200,7 @@ func f32Half(e Elem, im Impl) Half {
 				}
 			}
 			bf := make([]float32, k*n)
-			UnpackVNNI(bf, n, b, k, n, e)
+			UnpackVNNI(bf, n, b, ldb, k, n, e)
 			im.MulAddAB(c, ldc, af, k, bf, n, m, n, k)
 		}
 	}
@@ -269,20 +215,30 @@ func f32Half(e Elem, im Impl) Half {
 
 // wrapHalf checks every precondition of the half-precision products before
 // f touches memory; a violation is a caller bug, so it panics.
-func wrapHalf(name string, f func(c []float32, ldc int, a []uint16, lda int, b []uint16, m, n, k int)) func(c []float32, ldc int, a []uint16, lda int, b []uint16, m, n, k int) {
-	return func(c []float32, ldc int, a []uint16, lda int, b []uint16, m, n, k int) {
+func wrapHalf(name string, f func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)) func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) {
+	return func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) {
 		checkWidth(n)
 		if k < 0 || k%2 != 0 {
 			bad(name + ": k must be even and >= 0")
 		}
 		checkMatrix(name+" C", len(c), m, n, ldc)
 		checkMatrix(name+" A", len(a), m, k, lda)
-		if len(b) < n*k {
-			bad(name + ": packed B too short")
-		}
+		checkVNNI(name+" B", len(b), ldb, k, n)
 		if m == 0 || n == 0 {
 			return
 		}
-		f(c, ldc, a, lda, b, m, n, k)
+		f(c, ldc, a, lda, b, ldb, m, n, k)
+	}
+}
+
+// checkVNNI panics unless a k×n matrix (k even, n a multiple of W) in the
+// pair layout with strip stride ldb fits in a slice of length size:
+// ldb ≥ 16·k and (n/16−1)·ldb + 16·k ≤ size.
+func checkVNNI(name string, size, ldb, k, n int) {
+	if ldb < W*k {
+		bad(name + ": strip stride below 16·k")
+	}
+	if n > 0 && k > 0 && (n/W-1)*ldb+W*k > size {
+		bad(name + ": packed matrix too short")
 	}
 }

@@ -67,14 +67,14 @@ func amxHalf(e Elem) Half {
 	if e == F16 {
 		kern = amxF16
 	}
-	mul := func(acc bool) func(c []float32, ldc int, a []uint16, lda int, b []uint16, m, n, k int) {
-		return func(c []float32, ldc int, a []uint16, lda int, b []uint16, m, n, k int) {
+	mul := func(acc bool) func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) {
+		return func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) {
 			if mb := m / 16; mb > 0 {
-				kern(amxConfig(16, k), c, ldc, a, lda, b, mb, 16, n, k, acc)
+				kern(amxConfig(16, k), c, ldc, a, lda, b, ldb, mb, 16, n, k, acc)
 			}
 			if r := m % 16; r > 0 {
 				i := m - r
-				kern(amxConfig(r, k), c[i*ldc:], ldc, a[i*lda:], lda, b, 1, r, n, k, acc)
+				kern(amxConfig(r, k), c[i*ldc:], ldc, a[i*lda:], lda, b, ldb, 1, r, n, k, acc)
 			}
 		}
 	}

@@ -14,6 +14,11 @@ import (
 //
 //	S = Q·Kᵀ   m=48 query rows, n=512 keys, k=64 head dim   (float32: MulABt)
 //	O += P·V   m=48 query rows, n=64 head dim, k=512 keys   (float32: MulAddAB)
+//
+// and "PVlong", O += P·V with B rows [1024, 1536) of a V of 4096 keys
+// packed once (strip stride 16·4096), the core's layout for long
+// sequences, against the float32 product reading the same rows of a
+// 4096-row V.
 func BenchmarkHalfVsF32(b *testing.B) {
 	r := rand.New(rand.NewPCG(5, 6))
 	im := Select()
@@ -21,7 +26,8 @@ func BenchmarkHalfVsF32(b *testing.B) {
 		name    string
 		m, n, k int
 		abt     bool
-	}{{"QKt", 48, 512, 64, true}, {"PV", 48, 64, 512, false}} {
+		long    int // keys of the packed V B is a range of (0: B alone)
+	}{{"QKt", 48, 512, 64, true, 0}, {"PV", 48, 64, 512, false, 0}, {"PVlong", 48, 64, 512, false, 4096}} {
 		for _, e := range []Elem{BF16, F16} {
 			for _, h := range HalfAvailable(e) {
 				if h.Name == "f32" {
@@ -35,8 +41,16 @@ func BenchmarkHalfVsF32(b *testing.B) {
 					for i, v := range af {
 						a[i] = e.FromF32(v)
 					}
-					bp := make([]uint16, VNNILen(k, n))
+					bp, ldb := make([]uint16, VNNILen(k, n)), W*k
 					PackVNNI(bp, bf, n, k, n, false, e)
+					if sh.long > 0 {
+						const p0 = 1024
+						bf = randSlice(r, sh.long*n)
+						ldb = W * sh.long
+						bp = make([]uint16, Pad(n)/W*ldb)
+						PackVNNI(bp, bf, n, sh.long, n, false, e)
+						bp, bf = bp[W*p0:], bf[p0*n:]
+					}
 					bt := make([]float32, Pad(n)*k)
 					PackBt(bt, bf, k, n, k) // any n×k matrix: only the time matters
 					c := make([]float32, m*n)
@@ -44,9 +58,9 @@ func BenchmarkHalfVsF32(b *testing.B) {
 					for b.Loop() {
 						t0 := time.Now()
 						if sh.abt {
-							h.Mul(c, n, a, k, bp, m, n, k)
+							h.Mul(c, n, a, k, bp, ldb, m, n, k)
 						} else {
-							h.MulAdd(c, n, a, k, bp, m, n, k)
+							h.MulAdd(c, n, a, k, bp, ldb, m, n, k)
 						}
 						t1 := time.Now()
 						if sh.abt {

@@ -18,6 +18,13 @@ func randHalf(r *rand.Rand, e Elem, n int) []uint16 {
 	return x
 }
 
+// testedHalf lists every path for e this CPU can run, whether or not it
+// passed its start-up self-check (so that a failing one is tested, and its
+// failure reported, rather than silently dropped).
+func testedHalf(e Elem) []Half {
+	return append(archHalf(e), f32Half(e, Select()), GenericHalf(e))
+}
+
 // vnniIndex is the position of element (p, j) in the packed layout.
 func vnniIndex(p, j, k int) int {
 	kp := k + k%2
@@ -82,7 +89,7 @@ func TestPackVNNI(t *testing.T) {
 					}
 					// UnpackVNNI inverts the packing (zero padding included).
 					un := make([]float32, k*np)
-					UnpackVNNI(un, np, dst, k, n, e)
+					UnpackVNNI(un, np, dst, W*kp, k, n, e)
 					for p := 0; p < k; p++ {
 						for j := 0; j < np; j++ {
 							if un[p*np+j] != e.ToF32(dst[vnniIndex(p, j, k)]) {
@@ -118,7 +125,7 @@ func TestHalfMul(t *testing.T) {
 		ms, ks = []int{1, 5, 6, 7, 17}, []int{0, 6, 38}
 	}
 	for _, e := range []Elem{BF16, F16} {
-		for _, h := range HalfAvailable(e) {
+		for _, h := range testedHalf(e) {
 			t.Run(e.String()+"/"+h.Name, func(t *testing.T) {
 				for _, m := range ms {
 					for _, n := range halfNs {
@@ -126,7 +133,7 @@ func TestHalfMul(t *testing.T) {
 							if h.Name == "generic" && m*n*k > 64*64*66 {
 								continue
 							}
-							testHalfMul(t, r, h, m, n, k)
+							testHalfMul(t, r, h, m, n, k, (m+n+k)%3)
 						}
 					}
 				}
@@ -135,15 +142,23 @@ func TestHalfMul(t *testing.T) {
 	}
 }
 
-func testHalfMul(t *testing.T, r *rand.Rand, h Half, m, n, k int) {
+// testHalfMul checks one product. B is rows [p0, p0+k) of a longer
+// packed matrix (strip stride 16·(p0+k+extra)) with p0 = 2·extra, filled
+// with other values outside those rows, so that a path that ignores ldb
+// or reads rows of the wrong range fails; the slice of B ends where the
+// last strip's rows end, at a guard page.
+func testHalfMul(t *testing.T, r *rand.Rand, h Half, m, n, k, extra int) {
 	e := h.Elem
 	lda, ldc := k+3, n+5
 	a := guardedU16(t, (m-1)*lda+k)
 	copy(a, randHalf(r, e, len(a)))
 	bsrc := randHalf(r, e, k*n)
-	b := guardedU16(t, VNNILen(k, n))
-	PackVNNI16(b, bsrc, n, k, n, false)
-	tag := fmt.Sprintf("%s %s m=%d n=%d k=%d", e, h.Name, m, n, k)
+	p0, ldb := 2*extra, W*(k+3*extra)
+	full := guardedU16(t, max(VNNIIntoLen(ldb, p0, k, n), W*p0))
+	copy(full, randHalf(r, e, len(full)))
+	PackVNNI16Into(full, ldb, p0, bsrc, n, k, n, false)
+	b := full[W*p0:]
+	tag := fmt.Sprintf("%s %s m=%d n=%d k=%d ldb=%d", e, h.Name, m, n, k, ldb)
 	for _, acc := range []bool{false, true} {
 		// C: m rows of ldc, the last ending at the guard page; canaries
 		// everywhere outside the m×n block.
@@ -167,9 +182,9 @@ func testHalfMul(t *testing.T, r *rand.Rand, h Half, m, n, k int) {
 			}
 		}
 		if acc {
-			h.MulAdd(c, ldc, a, lda, b, m, n, k)
+			h.MulAdd(c, ldc, a, lda, b, ldb, m, n, k)
 		} else {
-			h.Mul(c, ldc, a, lda, b, m, n, k)
+			h.Mul(c, ldc, a, lda, b, ldb, m, n, k)
 		}
 		for idx, got := range c {
 			i, j := idx/ldc, idx%ldc
@@ -198,7 +213,7 @@ func testHalfMul(t *testing.T, r *rand.Rand, h Half, m, n, k int) {
 // and AMX paths sum in other orders and are covered by TestHalfMul.
 func TestHalfMatchesGeneric(t *testing.T) {
 	r := rand.New(rand.NewPCG(15, 16))
-	for _, h := range HalfAvailable(BF16) {
+	for _, h := range testedHalf(BF16) {
 		if h.Name != "avx512bf16" {
 			continue
 		}
@@ -213,8 +228,8 @@ func TestHalfMatchesGeneric(t *testing.T) {
 						c1[i] = r.Float32()
 					}
 					c2 := append([]float32(nil), c1...)
-					h.MulAdd(c1, n, a, k, b, m, n, k)
-					g.MulAdd(c2, n, a, k, b, m, n, k)
+					h.MulAdd(c1, n, a, k, b, W*k, m, n, k)
+					g.MulAdd(c2, n, a, k, b, W*k, m, n, k)
 					for i := range c1 {
 						if math.Float32bits(c1[i]) != math.Float32bits(c2[i]) {
 							t.Fatalf("m=%d n=%d k=%d: element %d: %v (asm) vs %v (generic)", m, n, k, i, c1[i], c2[i])
@@ -234,7 +249,7 @@ func TestHalfSubnormals(t *testing.T) {
 	const m, n, k = 1, 16, 2
 	sub := uint16(0x0040)  // 2^-127, a bfloat16 subnormal
 	tiny := uint16(0x0180) // 2^-124, normal; tiny/8 is subnormal
-	for _, h := range HalfAvailable(BF16) {
+	for _, h := range testedHalf(BF16) {
 		a := []uint16{sub, BF16.FromF32(1)}
 		b := make([]uint16, VNNILen(k, n))
 		for j := 0; j < n; j++ {
@@ -242,7 +257,7 @@ func TestHalfSubnormals(t *testing.T) {
 			b[vnniIndex(1, j, k)] = sub             // × 1
 		}
 		c := make([]float32, n)
-		h.Mul(c, n, a, k, b, m, n, k)
+		h.Mul(c, n, a, k, b, W*k, m, n, k)
 		want := float32(0)
 		if h.Name == "f32" {
 			want = 2 * BF16ToF32(sub)
@@ -255,7 +270,7 @@ func TestHalfSubnormals(t *testing.T) {
 			b[vnniIndex(0, j, k)] = BF16.FromF32(0.125)
 			b[vnniIndex(1, j, k)] = 0
 		}
-		h.Mul(c, n, a, k, b, m, n, k)
+		h.Mul(c, n, a, k, b, W*k, m, n, k)
 		want = 0
 		if h.Name == "f32" {
 			want = BF16ToF32(tiny) / 8
@@ -321,23 +336,32 @@ func TestSelfCheckHalf(t *testing.T) {
 		}
 		broken := GenericHalf(e)
 		broken.Name = "broken"
-		broken.MulAdd = func(c []float32, ldc int, a []uint16, lda int, b []uint16, m, n, k int) {
-			GenericHalf(e).MulAdd(c, ldc, a, lda, b, m, n, k-2) // drops the last pair
+		broken.MulAdd = func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) {
+			GenericHalf(e).MulAdd(c, ldc, a, lda, b, ldb, m, n, k-2) // drops the last pair
 		}
 		if selfCheckHalf(broken) == nil {
 			t.Errorf("%s: selfCheckHalf accepted a path that drops a pair", e)
 		}
 		crash := GenericHalf(e)
-		crash.Mul = func(c []float32, ldc int, a []uint16, lda int, b []uint16, m, n, k int) { _ = a[len(a)] }
+		crash.Mul = func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) { _ = a[len(a)] }
 		if selfCheckHalf(crash) == nil {
 			t.Errorf("%s: selfCheckHalf accepted a path that panics", e)
+		}
+		// A path that ignores the strip stride (reads strips 16·k apart).
+		tight := GenericHalf(e)
+		tight.Name = "tight"
+		tight.Mul = func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) {
+			GenericHalf(e).Mul(c, ldc, a, lda, b, W*k, m, n, k)
+		}
+		if selfCheckHalf(tight) == nil {
+			t.Errorf("%s: selfCheckHalf accepted a path that ignores the strip stride", e)
 		}
 	}
 }
 
 func TestHalfWrapperPanics(t *testing.T) {
 	for _, e := range []Elem{BF16, F16} {
-		for _, h := range HalfAvailable(e) {
+		for _, h := range testedHalf(e) {
 			mustPanic := func(name string, f func()) {
 				t.Helper()
 				defer func() {
@@ -348,11 +372,15 @@ func TestHalfWrapperPanics(t *testing.T) {
 				f()
 			}
 			c, a, b := make([]float32, 100), make([]uint16, 100), make([]uint16, 100)
-			mustPanic("odd k", func() { h.Mul(c, 16, a, 4, b, 1, 16, 3) })
-			mustPanic("bad n", func() { h.Mul(c, 20, a, 4, b, 1, 17, 4) })
-			mustPanic("short b", func() { h.MulAdd(c, 16, a, 4, b[:63], 1, 16, 4) })
-			mustPanic("short a", func() { h.MulAdd(c, 16, a[:5], 4, b, 2, 16, 4) })
-			mustPanic("short c", func() { h.Mul(c[:31], 16, a, 4, b, 2, 16, 4) })
+			mustPanic("odd k", func() { h.Mul(c, 16, a, 4, b, 48, 1, 16, 3) })
+			mustPanic("bad n", func() { h.Mul(c, 20, a, 4, b, 64, 1, 17, 4) })
+			mustPanic("short b", func() { h.MulAdd(c, 16, a, 4, b[:63], 64, 1, 16, 4) })
+			mustPanic("short b, stride", func() { h.MulAdd(c, 32, a, 4, b, 70, 1, 32, 2) })
+			mustPanic("stride below 16k", func() { h.MulAdd(c, 32, a, 4, b, 63, 1, 32, 4) })
+			mustPanic("short a", func() { h.MulAdd(c, 16, a[:5], 4, b, 64, 2, 16, 4) })
+			mustPanic("short c", func() { h.Mul(c[:31], 16, a, 4, b, 64, 2, 16, 4) })
+			// The exact bound is accepted: (n/16−1)·ldb + 16k = 100.
+			h.MulAdd(c, 32, a, 4, b, 68, 1, 32, 2)
 		}
 	}
 	defer func() {
@@ -361,4 +389,53 @@ func TestHalfWrapperPanics(t *testing.T) {
 		}
 	}()
 	HalfAvailable(0)
+}
+
+// TestHalfSubRange: a long matrix (V of a sequence: K rows by n columns),
+// packed once in chunks of rows with a strip stride above the minimum and
+// then multiplied by an even-aligned range of its rows, gives bit for bit
+// what packing that range alone gives, on every path. The ranges include
+// the first and the last pair row (whose second row is the zero pad of an
+// odd K).
+func TestHalfSubRange(t *testing.T) {
+	r := rand.New(rand.NewPCG(17, 18))
+	const K, n, m = 75, 48, 7
+	chunks := []int{6, 16, 2, 30, 8, 13} // even sizes, then the odd rest
+	for _, e := range []Elem{BF16, F16} {
+		src := randSlice(r, K*n)
+		ldb := W * (K + K%2 + 2)
+		long := make([]uint16, Pad(n)/W*ldb)
+		for p0, i := 0, 0; p0 < K; p0, i = p0+chunks[i], i+1 {
+			PackVNNIInto(long, ldb, p0, src[p0*n:], n, chunks[i], n, false, e)
+		}
+		const lda = K + 1
+		a := randHalf(r, e, m*lda)
+		for _, h := range testedHalf(e) {
+			for _, rg := range [][2]int{{0, 2}, {0, 76}, {10, 32}, {40, 34}, {74, 2}, {2, 64}} {
+				p0, k := rg[0], rg[1]
+				alone := make([]uint16, VNNILen(k, n))
+				PackVNNI(alone, src[p0*n:], n, min(k, K-p0), n, false, e)
+				for _, acc := range []bool{false, true} {
+					c1, c2 := make([]float32, m*n), make([]float32, m*n)
+					for i := range c1 {
+						c1[i] = float32(i%5) - 2
+						c2[i] = c1[i]
+					}
+					if acc {
+						h.MulAdd(c1, n, a[p0:], lda, long[W*p0:], ldb, m, n, k)
+						h.MulAdd(c2, n, a[p0:], lda, alone, W*k, m, n, k)
+					} else {
+						h.Mul(c1, n, a[p0:], lda, long[W*p0:], ldb, m, n, k)
+						h.Mul(c2, n, a[p0:], lda, alone, W*k, m, n, k)
+					}
+					for i := range c1 {
+						if math.Float32bits(c1[i]) != math.Float32bits(c2[i]) {
+							t.Fatalf("%s %s rows [%d, %d) acc=%v: element %d: %v from the long matrix, %v packed alone",
+								e, h.Name, p0, p0+k, acc, i, c1[i], c2[i])
+						}
+					}
+				}
+			}
+		}
+	}
 }

@@ -128,7 +128,7 @@ func MeasureHalf(e Elem) []HalfTiming {
 	c := make([]float32, m*n)
 	var out []HalfTiming
 	for _, h := range halfAvailable[e-1]() {
-		run := func() { h.MulAdd(c, n, a, k, b, m, n, k) }
+		run := func() { h.MulAdd(c, n, a, k, b, W*k, m, n, k) }
 		if h.Name == "f32" {
 			im := Select()
 			run = func() { im.MulAddAB(c, n, af, k, bf, n, m, n, k) }
@@ -157,8 +157,9 @@ func MeasureHalf(e Elem) []HalfTiming {
 }
 
 // selfCheckHalf runs h once on a small ragged problem (row blocks and a
-// row tail, a k tail of 6, odd leading dimensions) and compares it with the
-// generic path. It guards CPUs the assembly never ran on in development: a
+// row tail, a k tail of 6, odd leading dimensions, B a range of rows of a
+// longer packed matrix, so with a strip stride above 16·k) and compares it
+// with the generic path. It guards CPUs the assembly never ran on in development: a
 // path that disagrees is not used. The tolerance covers a different order
 // of float32 additions: |Δ| ≤ 1e-5·(Σ|A·B| + |C₀|) per element, about 40
 // times the worst rounding drift of k = 38 float32 additions.
@@ -178,15 +179,18 @@ func selfCheckHalf(h Half) (err error) {
 	for i := range bf {
 		bf[i] = float32(math.Cos(float64(3 * i)))
 	}
-	b := make([]uint16, VNNILen(k, n))
-	PackVNNI(b, bf, k, k, n, true, e)
+	// B is rows [p0, p0+k) of a packed (p0+k+4)×n matrix.
+	const p0, ldb = 4, W * (4 + k + 4)
+	buf := make([]uint16, VNNIIntoLen(ldb, p0, k, n))
+	PackVNNIInto(buf, ldb, p0, bf, k, k, n, true, e)
+	b := buf[W*p0:]
 	g := GenericHalf(e)
 	mag := make([]float64, m*n)
 	for i := 0; i < m; i++ {
 		for j := 0; j < n; j++ {
 			s := 1.0
 			for p := 0; p < k; p++ {
-				s += math.Abs(float64(e.ToF32(a[i*lda+p])) * float64(e.ToF32(b[(j/W)*W*k+(p/2)*2*W+(j%W)*2+p%2])))
+				s += math.Abs(float64(e.ToF32(a[i*lda+p])) * float64(e.ToF32(b[(j/W)*ldb+(p/2)*2*W+(j%W)*2+p%2])))
 			}
 			mag[i*n+j] = s
 		}
@@ -197,11 +201,11 @@ func selfCheckHalf(h Half) (err error) {
 			c1[i], c2[i] = 1, 1
 		}
 		if acc {
-			h.MulAdd(c1, ldc, a, lda, b, m, n, k)
-			g.MulAdd(c2, ldc, a, lda, b, m, n, k)
+			h.MulAdd(c1, ldc, a, lda, b, ldb, m, n, k)
+			g.MulAdd(c2, ldc, a, lda, b, ldb, m, n, k)
 		} else {
-			h.Mul(c1, ldc, a, lda, b, m, n, k)
-			g.Mul(c2, ldc, a, lda, b, m, n, k)
+			h.Mul(c1, ldc, a, lda, b, ldb, m, n, k)
+			g.Mul(c2, ldc, a, lda, b, ldb, m, n, k)
 		}
 		for i := 0; i < m; i++ {
 			for j := 0; j < ldc; j++ {

@@ -34,6 +34,7 @@ func archImpls() []Impl {
 			ALiBi:     wrapALiBi,
 		}
 		setConverters(&im, true)
+		setPackers(&im, true)
 		impls = append(impls, im)
 	}
 	if hasAVX2 {
@@ -52,6 +53,7 @@ func archImpls() []Impl {
 			ALiBi:     wrapALiBi,
 		}
 		setConverters(&im, false)
+		setPackers(&im, false)
 		impls = append(impls, im)
 	}
 	return impls

@@ -16,12 +16,15 @@
 //   - Bᵀ operands of MulABt are packed by PackBt into strips of W columns.
 //
 // Half precision (bfloat16 and fp16): Impl carries exact bulk converters
-// (F32ToBF16 and friends; the scalar conversions are in halfconv.go), and
-// Half is a separate set of matrix products on 16-bit inputs with float32
-// accumulation, B packed by PackVNNI in the VNNI pair layout. Its paths
-// ("amx", "avx512bf16", "f32", "generic") are listed by HalfAvailable and
-// chosen by HalfPath, which times them on this machine at first use
-// (FLASHATTN_BF16 / FLASHATTN_F16 force one).
+// (F32ToBF16 and friends; the scalar conversions are in halfconv.go), the
+// packers into the VNNI pair layout (PackVNNIInto, PackVNNI16Into: whole
+// matrices or chunks of rows of a long one, with a strip stride), and
+// TransposeRound and RoundF32 for float32 tiles; Half is a separate set of
+// matrix products on 16-bit inputs with float32 accumulation, B in the
+// pair layout with a strip stride. Its paths ("amx", "avx512bf16", "f32",
+// "generic") are listed by HalfAvailable and chosen by HalfPath, which
+// times them on this machine at first use (FLASHATTN_BF16 / FLASHATTN_F16
+// force one).
 package kernel
 
 // W is the width, in float32 elements, that kernel row lengths and column
@@ -95,6 +98,24 @@ type Impl struct {
 	F16ToF32  func(dst []float32, src []uint16)
 	F32ToBF16 func(dst []uint16, src []float32)
 	F32ToF16  func(dst []uint16, src []float32)
+
+	// PackVNNIInto and PackVNNI16Into do what the functions of the same
+	// names do (pack a k×n matrix, or a chunk of rows of a longer one,
+	// into the VNNI pair layout of Half with strip stride ldb), with the
+	// same results bit for bit and the same preconditions.
+	PackVNNIInto   func(dst []uint16, ldb, p0 int, src []float32, ld, k, n int, transposed bool, e Elem)
+	PackVNNI16Into func(dst []uint16, ldb, p0 int, src []uint16, ld, k, n int, transposed bool)
+
+	// TransposeRound sets dst[j*ldd+i] = src[i*lds+j] rounded to type e
+	// (to nearest even, as Elem.FromF32) for i < rows, j < cols: the
+	// transposed 16-bit A operands of the backward products (Pᵀ, dSᵀ) from
+	// float32 tiles. Nothing else of dst is written; lds ≥ cols and
+	// ldd ≥ rows.
+	TransposeRound func(dst []uint16, ldd int, src []float32, lds, rows, cols int, e Elem)
+
+	// RoundF32 rounds every element of x to type e and stores its float32
+	// value back: x[i] = e.ToF32(e.FromF32(x[i])). Any length works.
+	RoundF32 func(x []float32, e Elem)
 }
 
 // PackBt packs the n×k row-major matrix B (row j at b[j*ldb:], k elements)

@@ -4583,7 +4583,75 @@ DATA halfconsts<>+8(SB)/4, $0x00000040
 DATA halfconsts<>+12(SB)/4, $0x7fffffff
 DATA halfconsts<>+16(SB)/4, $0x7f800000
 DATA halfconsts<>+20(SB)/4, $0x007fffff
-GLOBL halfconsts<>(SB), RODATA|NOPTR, $24
+DATA halfconsts<>+24(SB)/4, $0xffff0000
+DATA halfconsts<>+28(SB)/4, $0x00400000
+GLOBL halfconsts<>(SB), RODATA|NOPTR, $32
+
+DATA halfvecs<>+0(SB)/4, $0x00007fff
+DATA halfvecs<>+4(SB)/4, $0x00007fff
+DATA halfvecs<>+8(SB)/4, $0x00007fff
+DATA halfvecs<>+12(SB)/4, $0x00007fff
+DATA halfvecs<>+16(SB)/4, $0x00007fff
+DATA halfvecs<>+20(SB)/4, $0x00007fff
+DATA halfvecs<>+24(SB)/4, $0x00007fff
+DATA halfvecs<>+28(SB)/4, $0x00007fff
+DATA halfvecs<>+32(SB)/4, $0x00000001
+DATA halfvecs<>+36(SB)/4, $0x00000001
+DATA halfvecs<>+40(SB)/4, $0x00000001
+DATA halfvecs<>+44(SB)/4, $0x00000001
+DATA halfvecs<>+48(SB)/4, $0x00000001
+DATA halfvecs<>+52(SB)/4, $0x00000001
+DATA halfvecs<>+56(SB)/4, $0x00000001
+DATA halfvecs<>+60(SB)/4, $0x00000001
+DATA halfvecs<>+64(SB)/4, $0x00000040
+DATA halfvecs<>+68(SB)/4, $0x00000040
+DATA halfvecs<>+72(SB)/4, $0x00000040
+DATA halfvecs<>+76(SB)/4, $0x00000040
+DATA halfvecs<>+80(SB)/4, $0x00000040
+DATA halfvecs<>+84(SB)/4, $0x00000040
+DATA halfvecs<>+88(SB)/4, $0x00000040
+DATA halfvecs<>+92(SB)/4, $0x00000040
+DATA halfvecs<>+96(SB)/4, $0x7fffffff
+DATA halfvecs<>+100(SB)/4, $0x7fffffff
+DATA halfvecs<>+104(SB)/4, $0x7fffffff
+DATA halfvecs<>+108(SB)/4, $0x7fffffff
+DATA halfvecs<>+112(SB)/4, $0x7fffffff
+DATA halfvecs<>+116(SB)/4, $0x7fffffff
+DATA halfvecs<>+120(SB)/4, $0x7fffffff
+DATA halfvecs<>+124(SB)/4, $0x7fffffff
+DATA halfvecs<>+128(SB)/4, $0x7f800000
+DATA halfvecs<>+132(SB)/4, $0x7f800000
+DATA halfvecs<>+136(SB)/4, $0x7f800000
+DATA halfvecs<>+140(SB)/4, $0x7f800000
+DATA halfvecs<>+144(SB)/4, $0x7f800000
+DATA halfvecs<>+148(SB)/4, $0x7f800000
+DATA halfvecs<>+152(SB)/4, $0x7f800000
+DATA halfvecs<>+156(SB)/4, $0x7f800000
+DATA halfvecs<>+160(SB)/4, $0x007fffff
+DATA halfvecs<>+164(SB)/4, $0x007fffff
+DATA halfvecs<>+168(SB)/4, $0x007fffff
+DATA halfvecs<>+172(SB)/4, $0x007fffff
+DATA halfvecs<>+176(SB)/4, $0x007fffff
+DATA halfvecs<>+180(SB)/4, $0x007fffff
+DATA halfvecs<>+184(SB)/4, $0x007fffff
+DATA halfvecs<>+188(SB)/4, $0x007fffff
+DATA halfvecs<>+192(SB)/4, $0xffff0000
+DATA halfvecs<>+196(SB)/4, $0xffff0000
+DATA halfvecs<>+200(SB)/4, $0xffff0000
+DATA halfvecs<>+204(SB)/4, $0xffff0000
+DATA halfvecs<>+208(SB)/4, $0xffff0000
+DATA halfvecs<>+212(SB)/4, $0xffff0000
+DATA halfvecs<>+216(SB)/4, $0xffff0000
+DATA halfvecs<>+220(SB)/4, $0xffff0000
+DATA halfvecs<>+224(SB)/4, $0x00400000
+DATA halfvecs<>+228(SB)/4, $0x00400000
+DATA halfvecs<>+232(SB)/4, $0x00400000
+DATA halfvecs<>+236(SB)/4, $0x00400000
+DATA halfvecs<>+240(SB)/4, $0x00400000
+DATA halfvecs<>+244(SB)/4, $0x00400000
+DATA halfvecs<>+248(SB)/4, $0x00400000
+DATA halfvecs<>+252(SB)/4, $0x00400000
+GLOBL halfvecs<>(SB), RODATA|NOPTR, $256
 
 // func bf16ToF32AVX512(dst []float32, src []uint16)
 // Requires: AVX, AVX512F
@@ -4678,6 +4746,60 @@ loop:
 	ADDQ      $0x00000040, CX
 	ADDQ      $0x00000020, AX
 	SUBQ      $0x00000010, DX
+	JMP       loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func roundBF16AVX512(x []float32)
+// Requires: AVX, AVX512F
+TEXT ·roundBF16AVX512(SB), NOSPLIT, $0-24
+	MOVQ         x_base+0(FP), AX
+	MOVQ         x_len+8(FP), CX
+	VPBROADCASTD halfconsts<>+0(SB), Z0
+	VPBROADCASTD halfconsts<>+4(SB), Z1
+	VPBROADCASTD halfconsts<>+28(SB), Z2
+	VPBROADCASTD halfconsts<>+12(SB), Z3
+	VPBROADCASTD halfconsts<>+16(SB), Z4
+	VPBROADCASTD halfconsts<>+24(SB), Z5
+
+loop:
+	CMPQ     CX, $0x00000010
+	JL       done
+	VMOVUPS  (AX), Z6
+	VPSRLD   $0x10, Z6, Z7
+	VPANDD   Z1, Z7, Z7
+	VPADDD   Z0, Z6, Z8
+	VPADDD   Z7, Z8, Z8
+	VPANDD   Z3, Z6, Z7
+	VPCMPGTD Z4, Z7, K1
+	VPORD    Z2, Z6, K1, Z8
+	VPANDD   Z5, Z8, Z8
+	VMOVUPS  Z8, (AX)
+	ADDQ     $0x00000040, AX
+	SUBQ     $0x00000010, CX
+	JMP      loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func roundF16AVX512(x []float32)
+// Requires: AVX, AVX512F
+TEXT ·roundF16AVX512(SB), NOSPLIT, $0-24
+	MOVQ x_base+0(FP), AX
+	MOVQ x_len+8(FP), CX
+
+loop:
+	CMPQ      CX, $0x00000010
+	JL        done
+	VMOVUPS   (AX), Z0
+	VCVTPS2PH $0x00, Z0, Y0
+	VCVTPH2PS Y0, Z0
+	VMOVUPS   Z0, (AX)
+	ADDQ      $0x00000040, AX
+	SUBQ      $0x00000010, CX
 	JMP       loop
 
 done:
@@ -4802,6 +4924,76 @@ done:
 	VZEROUPPER
 	RET
 
+// func roundBF16AVX2(x []float32)
+// Requires: AVX, AVX2
+TEXT ·roundBF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ         x_base+0(FP), AX
+	MOVQ         x_len+8(FP), CX
+	VPBROADCASTD halfconsts<>+0(SB), Y0
+	VPBROADCASTD halfconsts<>+4(SB), Y1
+	VPBROADCASTD halfconsts<>+28(SB), Y2
+	VPBROADCASTD halfconsts<>+12(SB), Y3
+	VPBROADCASTD halfconsts<>+16(SB), Y4
+	VPBROADCASTD halfconsts<>+24(SB), Y5
+
+loop:
+	CMPQ      CX, $0x00000010
+	JL        done
+	VMOVUPS   (AX), Y6
+	VPSRLD    $0x10, Y6, Y7
+	VPAND     Y1, Y7, Y7
+	VPADDD    Y0, Y6, Y8
+	VPADDD    Y7, Y8, Y8
+	VPAND     Y3, Y6, Y9
+	VPCMPGTD  Y4, Y9, Y9
+	VPOR      Y2, Y6, Y7
+	VPBLENDVB Y9, Y7, Y8, Y8
+	VPAND     Y5, Y8, Y8
+	VMOVUPS   Y8, (AX)
+	VMOVUPS   32(AX), Y6
+	VPSRLD    $0x10, Y6, Y7
+	VPAND     Y1, Y7, Y7
+	VPADDD    Y0, Y6, Y8
+	VPADDD    Y7, Y8, Y8
+	VPAND     Y3, Y6, Y9
+	VPCMPGTD  Y4, Y9, Y9
+	VPOR      Y2, Y6, Y7
+	VPBLENDVB Y9, Y7, Y8, Y8
+	VPAND     Y5, Y8, Y8
+	VMOVUPS   Y8, 32(AX)
+	ADDQ      $0x00000040, AX
+	SUBQ      $0x00000010, CX
+	JMP       loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func roundF16AVX2(x []float32)
+// Requires: AVX, F16C
+TEXT ·roundF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ x_base+0(FP), AX
+	MOVQ x_len+8(FP), CX
+
+loop:
+	CMPQ      CX, $0x00000010
+	JL        done
+	VMOVUPS   (AX), Y0
+	VCVTPS2PH $0x00, Y0, X0
+	VCVTPH2PS X0, Y0
+	VMOVUPS   Y0, (AX)
+	VMOVUPS   32(AX), Y0
+	VCVTPS2PH $0x00, Y0, X0
+	VCVTPH2PS X0, Y0
+	VMOVUPS   Y0, 32(AX)
+	ADDQ      $0x00000040, AX
+	SUBQ      $0x00000010, CX
+	JMP       loop
+
+done:
+	VZEROUPPER
+	RET
+
 // func f32ToBF16AVX512BF16(dst []uint16, src []float32)
 // Requires: AVX, AVX512F
 TEXT ·f32ToBF16AVX512BF16(SB), NOSPLIT, $0-48
@@ -4877,19 +5069,19 @@ TEXT ·xgetbv0(SB), NOSPLIT, $0-8
 	MOVL DX, edx+4(FP)
 	RET
 
-// func mulBF16AVX512BF16(c []float32, ldc int, a []uint16, lda int, b []uint16, m int, n int, k int)
+// func mulBF16AVX512BF16(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m int, n int, k int)
 // Requires: AVX, AVX512F
-TEXT ·mulBF16AVX512BF16(SB), NOSPLIT, $0-112
+TEXT ·mulBF16AVX512BF16(SB), NOSPLIT, $0-120
 	MOVQ c_base+0(FP), AX
 	MOVQ b_base+64(FP), CX
-	MOVQ n+96(FP), DX
+	MOVQ n+104(FP), DX
 
 cols32:
 	CMPQ DX, $0x00000020
 	JL   cols32Done
 	MOVQ a_base+32(FP), BX
 	MOVQ AX, SI
-	MOVQ m+88(FP), DI
+	MOVQ m+96(FP), DI
 
 rowsv2:
 	CMPQ DI, $0x06
@@ -4916,9 +5108,9 @@ rowsv2:
 	LEAQ   (R10)(R9*2), R11
 	ADDQ   R9, R11
 	MOVQ   CX, R12
-	MOVQ   k+104(FP), R13
-	SHLQ   $0x05, R13
-	MOVQ   k+104(FP), R14
+	MOVQ   ldb+88(FP), R13
+	SHLQ   $0x01, R13
+	MOVQ   k+112(FP), R14
 	SHRQ   $0x01, R14
 	JE     r6v2store
 
@@ -5083,9 +5275,9 @@ rowsv2Tail:
 	LEAQ   (BX)(R8*2), R9
 	ADDQ   R8, R9
 	MOVQ   CX, R10
-	MOVQ   k+104(FP), R11
-	SHLQ   $0x05, R11
-	MOVQ   k+104(FP), R12
+	MOVQ   ldb+88(FP), R11
+	SHLQ   $0x01, R11
+	MOVQ   k+112(FP), R12
 	SHRQ   $0x01, R12
 	JE     r5v2store
 
@@ -5221,9 +5413,9 @@ rowsv2Tail5:
 	LEAQ   (BX)(R8*2), R9
 	ADDQ   R8, R9
 	MOVQ   CX, R10
-	MOVQ   k+104(FP), R11
-	SHLQ   $0x05, R11
-	MOVQ   k+104(FP), R12
+	MOVQ   ldb+88(FP), R11
+	SHLQ   $0x01, R11
+	MOVQ   k+112(FP), R12
 	SHRQ   $0x01, R12
 	JE     r4v2store
 
@@ -5335,9 +5527,9 @@ rowsv2Tail4:
 	MOVQ   lda+56(FP), R8
 	SHLQ   $0x01, R8
 	MOVQ   CX, R9
-	MOVQ   k+104(FP), R10
-	SHLQ   $0x05, R10
-	MOVQ   k+104(FP), R11
+	MOVQ   ldb+88(FP), R10
+	SHLQ   $0x01, R10
+	MOVQ   k+112(FP), R11
 	SHRQ   $0x01, R11
 	JE     r3v2store
 
@@ -5426,9 +5618,9 @@ rowsv2Tail3:
 	MOVQ   lda+56(FP), R8
 	SHLQ   $0x01, R8
 	MOVQ   CX, R9
-	MOVQ   k+104(FP), R10
-	SHLQ   $0x05, R10
-	MOVQ   k+104(FP), R11
+	MOVQ   ldb+88(FP), R10
+	SHLQ   $0x01, R10
+	MOVQ   k+112(FP), R11
 	SHRQ   $0x01, R11
 	JE     r2v2store
 
@@ -5495,9 +5687,9 @@ rowsv2Tail2:
 	MOVQ   lda+56(FP), DI
 	SHLQ   $0x01, DI
 	MOVQ   CX, DI
-	MOVQ   k+104(FP), R8
-	SHLQ   $0x05, R8
-	MOVQ   k+104(FP), R9
+	MOVQ   ldb+88(FP), R8
+	SHLQ   $0x01, R8
+	MOVQ   k+112(FP), R9
 	SHRQ   $0x01, R9
 	JE     r1v2store
 
@@ -5535,8 +5727,8 @@ r1v2store:
 rowsv2Tail1:
 rowsv2Done:
 	ADDQ $0x00000080, AX
-	MOVQ k+104(FP), BX
-	SHLQ $0x06, BX
+	MOVQ ldb+88(FP), BX
+	SHLQ $0x02, BX
 	ADDQ BX, CX
 	SUBQ $0x00000020, DX
 	JMP  cols32
@@ -5547,7 +5739,7 @@ cols16:
 	JL   cols16Done
 	MOVQ a_base+32(FP), BX
 	MOVQ AX, SI
-	MOVQ m+88(FP), DI
+	MOVQ m+96(FP), DI
 
 rowsv1:
 	CMPQ DI, $0x06
@@ -5568,7 +5760,7 @@ rowsv1:
 	LEAQ   (R10)(R9*2), R11
 	ADDQ   R9, R11
 	MOVQ   CX, R12
-	MOVQ   k+104(FP), R13
+	MOVQ   k+112(FP), R13
 	SHRQ   $0x01, R13
 	JE     r6v1store
 
@@ -5673,7 +5865,7 @@ rowsv1Tail:
 	LEAQ   (BX)(R8*2), R9
 	ADDQ   R8, R9
 	MOVQ   CX, R10
-	MOVQ   k+104(FP), R11
+	MOVQ   k+112(FP), R11
 	SHRQ   $0x01, R11
 	JE     r5v1store
 
@@ -5759,7 +5951,7 @@ rowsv1Tail5:
 	LEAQ   (BX)(R8*2), R9
 	ADDQ   R8, R9
 	MOVQ   CX, R10
-	MOVQ   k+104(FP), R11
+	MOVQ   k+112(FP), R11
 	SHRQ   $0x01, R11
 	JE     r4v1store
 
@@ -5831,7 +6023,7 @@ rowsv1Tail4:
 	MOVQ   lda+56(FP), R8
 	SHLQ   $0x01, R8
 	MOVQ   CX, R9
-	MOVQ   k+104(FP), R10
+	MOVQ   k+112(FP), R10
 	SHRQ   $0x01, R10
 	JE     r3v1store
 
@@ -5890,7 +6082,7 @@ rowsv1Tail3:
 	MOVQ   lda+56(FP), R8
 	SHLQ   $0x01, R8
 	MOVQ   CX, R9
-	MOVQ   k+104(FP), R10
+	MOVQ   k+112(FP), R10
 	SHRQ   $0x01, R10
 	JE     r2v1store
 
@@ -5937,7 +6129,7 @@ rowsv1Tail2:
 	MOVQ   lda+56(FP), DI
 	SHLQ   $0x01, DI
 	MOVQ   CX, DI
-	MOVQ   k+104(FP), R8
+	MOVQ   k+112(FP), R8
 	SHRQ   $0x01, R8
 	JE     r1v1store
 
@@ -5965,8 +6157,8 @@ r1v1store:
 rowsv1Tail1:
 rowsv1Done:
 	ADDQ $0x00000040, AX
-	MOVQ k+104(FP), BX
-	SHLQ $0x05, BX
+	MOVQ ldb+88(FP), BX
+	SHLQ $0x01, BX
 	ADDQ BX, CX
 	SUBQ $0x00000010, DX
 	JMP  cols16
@@ -5975,19 +6167,19 @@ cols16Done:
 	VZEROUPPER
 	RET
 
-// func mulAddBF16AVX512BF16(c []float32, ldc int, a []uint16, lda int, b []uint16, m int, n int, k int)
+// func mulAddBF16AVX512BF16(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m int, n int, k int)
 // Requires: AVX, AVX512F
-TEXT ·mulAddBF16AVX512BF16(SB), NOSPLIT, $0-112
+TEXT ·mulAddBF16AVX512BF16(SB), NOSPLIT, $0-120
 	MOVQ c_base+0(FP), AX
 	MOVQ b_base+64(FP), CX
-	MOVQ n+96(FP), DX
+	MOVQ n+104(FP), DX
 
 cols32:
 	CMPQ DX, $0x00000020
 	JL   cols32Done
 	MOVQ a_base+32(FP), BX
 	MOVQ AX, SI
-	MOVQ m+88(FP), DI
+	MOVQ m+96(FP), DI
 
 rowsv2:
 	CMPQ DI, $0x06
@@ -6020,9 +6212,9 @@ rowsv2:
 	LEAQ    (R10)(R9*2), R11
 	ADDQ    R9, R11
 	MOVQ    CX, R12
-	MOVQ    k+104(FP), R13
-	SHLQ    $0x05, R13
-	MOVQ    k+104(FP), R14
+	MOVQ    ldb+88(FP), R13
+	SHLQ    $0x01, R13
+	MOVQ    k+112(FP), R14
 	SHRQ    $0x01, R14
 	JE      r6v2store
 
@@ -6192,9 +6384,9 @@ rowsv2Tail:
 	LEAQ    (BX)(R8*2), R9
 	ADDQ    R8, R9
 	MOVQ    CX, R10
-	MOVQ    k+104(FP), R11
-	SHLQ    $0x05, R11
-	MOVQ    k+104(FP), R12
+	MOVQ    ldb+88(FP), R11
+	SHLQ    $0x01, R11
+	MOVQ    k+112(FP), R12
 	SHRQ    $0x01, R12
 	JE      r5v2store
 
@@ -6334,9 +6526,9 @@ rowsv2Tail5:
 	LEAQ    (BX)(R8*2), R9
 	ADDQ    R8, R9
 	MOVQ    CX, R10
-	MOVQ    k+104(FP), R11
-	SHLQ    $0x05, R11
-	MOVQ    k+104(FP), R12
+	MOVQ    ldb+88(FP), R11
+	SHLQ    $0x01, R11
+	MOVQ    k+112(FP), R12
 	SHRQ    $0x01, R12
 	JE      r4v2store
 
@@ -6451,9 +6643,9 @@ rowsv2Tail4:
 	MOVQ    lda+56(FP), R8
 	SHLQ    $0x01, R8
 	MOVQ    CX, R9
-	MOVQ    k+104(FP), R10
-	SHLQ    $0x05, R10
-	MOVQ    k+104(FP), R11
+	MOVQ    ldb+88(FP), R10
+	SHLQ    $0x01, R10
+	MOVQ    k+112(FP), R11
 	SHRQ    $0x01, R11
 	JE      r3v2store
 
@@ -6544,9 +6736,9 @@ rowsv2Tail3:
 	MOVQ    lda+56(FP), R8
 	SHLQ    $0x01, R8
 	MOVQ    CX, R9
-	MOVQ    k+104(FP), R10
-	SHLQ    $0x05, R10
-	MOVQ    k+104(FP), R11
+	MOVQ    ldb+88(FP), R10
+	SHLQ    $0x01, R10
+	MOVQ    k+112(FP), R11
 	SHRQ    $0x01, R11
 	JE      r2v2store
 
@@ -6614,9 +6806,9 @@ rowsv2Tail2:
 	MOVQ    lda+56(FP), DI
 	SHLQ    $0x01, DI
 	MOVQ    CX, DI
-	MOVQ    k+104(FP), R8
-	SHLQ    $0x05, R8
-	MOVQ    k+104(FP), R9
+	MOVQ    ldb+88(FP), R8
+	SHLQ    $0x01, R8
+	MOVQ    k+112(FP), R9
 	SHRQ    $0x01, R9
 	JE      r1v2store
 
@@ -6654,8 +6846,8 @@ r1v2store:
 rowsv2Tail1:
 rowsv2Done:
 	ADDQ $0x00000080, AX
-	MOVQ k+104(FP), BX
-	SHLQ $0x06, BX
+	MOVQ ldb+88(FP), BX
+	SHLQ $0x02, BX
 	ADDQ BX, CX
 	SUBQ $0x00000020, DX
 	JMP  cols32
@@ -6666,7 +6858,7 @@ cols16:
 	JL   cols16Done
 	MOVQ a_base+32(FP), BX
 	MOVQ AX, SI
-	MOVQ m+88(FP), DI
+	MOVQ m+96(FP), DI
 
 rowsv1:
 	CMPQ DI, $0x06
@@ -6693,7 +6885,7 @@ rowsv1:
 	LEAQ    (R10)(R9*2), R11
 	ADDQ    R9, R11
 	MOVQ    CX, R12
-	MOVQ    k+104(FP), R13
+	MOVQ    k+112(FP), R13
 	SHRQ    $0x01, R13
 	JE      r6v1store
 
@@ -6803,7 +6995,7 @@ rowsv1Tail:
 	LEAQ    (BX)(R8*2), R9
 	ADDQ    R8, R9
 	MOVQ    CX, R10
-	MOVQ    k+104(FP), R11
+	MOVQ    k+112(FP), R11
 	SHRQ    $0x01, R11
 	JE      r5v1store
 
@@ -6893,7 +7085,7 @@ rowsv1Tail5:
 	LEAQ    (BX)(R8*2), R9
 	ADDQ    R8, R9
 	MOVQ    CX, R10
-	MOVQ    k+104(FP), R11
+	MOVQ    k+112(FP), R11
 	SHRQ    $0x01, R11
 	JE      r4v1store
 
@@ -6968,7 +7160,7 @@ rowsv1Tail4:
 	MOVQ    lda+56(FP), R8
 	SHLQ    $0x01, R8
 	MOVQ    CX, R9
-	MOVQ    k+104(FP), R10
+	MOVQ    k+112(FP), R10
 	SHRQ    $0x01, R10
 	JE      r3v1store
 
@@ -7029,7 +7221,7 @@ rowsv1Tail3:
 	MOVQ    lda+56(FP), R8
 	SHLQ    $0x01, R8
 	MOVQ    CX, R9
-	MOVQ    k+104(FP), R10
+	MOVQ    k+112(FP), R10
 	SHRQ    $0x01, R10
 	JE      r2v1store
 
@@ -7077,7 +7269,7 @@ rowsv1Tail2:
 	MOVQ    lda+56(FP), DI
 	SHLQ    $0x01, DI
 	MOVQ    CX, DI
-	MOVQ    k+104(FP), R8
+	MOVQ    k+112(FP), R8
 	SHRQ    $0x01, R8
 	JE      r1v1store
 
@@ -7105,8 +7297,8 @@ r1v1store:
 rowsv1Tail1:
 rowsv1Done:
 	ADDQ $0x00000040, AX
-	MOVQ k+104(FP), BX
-	SHLQ $0x05, BX
+	MOVQ ldb+88(FP), BX
+	SHLQ $0x01, BX
 	ADDQ BX, CX
 	SUBQ $0x00000010, DX
 	JMP  cols16
@@ -7239,8 +7431,8 @@ done:
 	VZEROUPPER
 	RET
 
-// func amxBF16(cfg *[64]byte, c []float32, ldc int, a []uint16, lda int, b []uint16, mb int, rows int, n int, k int, acc bool)
-TEXT ·amxBF16(SB), NOSPLIT, $0-129
+// func amxBF16(cfg *[64]byte, c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, mb int, rows int, n int, k int, acc bool)
+TEXT ·amxBF16(SB), NOSPLIT, $0-137
 	MOVQ cfg+0(FP), AX
 
 	// raw: ldtilecfg [rax]
@@ -7256,16 +7448,16 @@ TEXT ·amxBF16(SB), NOSPLIT, $0-129
 	MOVQ lda+64(FP), DX
 	SHLQ $0x01, DX
 	MOVQ $0x00000040, CX
-	MOVQ mb+96(FP), R12
+	MOVQ mb+104(FP), R12
 
 block:
 	MOVQ R8, R9
 	MOVQ b_base+72(FP), BX
-	MOVQ n+112(FP), R13
+	MOVQ n+120(FP), R13
 	SHRQ $0x04, R13
 
 strip:
-	MOVBQZX acc+128(FP), AX
+	MOVBQZX acc+136(FP), AX
 	TESTQ   AX, AX
 	JE      zero
 
@@ -7289,7 +7481,7 @@ zero:
 ksteps:
 	MOVQ R11, SI
 	MOVQ BX, DI
-	MOVQ k+120(FP), AX
+	MOVQ k+128(FP), AX
 	SHRQ $0x05, AX
 	JE   ktail
 
@@ -7322,7 +7514,7 @@ kloop:
 	JNE  kloop
 
 ktail:
-	MOVQ k+120(FP), AX
+	MOVQ k+128(FP), AX
 	ANDQ $0x1f, AX
 	JE   store
 
@@ -7358,15 +7550,15 @@ store:
 	BYTE  $0x04
 	BYTE  $0x11
 	ADDQ  $0x40, R9
-	MOVQ  k+120(FP), AX
-	SHLQ  $0x05, AX
+	MOVQ  ldb+96(FP), AX
+	SHLQ  $0x01, AX
 	ADDQ  AX, BX
 	DECQ  R13
 	JNE   strip
-	MOVQ  rows+104(FP), AX
+	MOVQ  rows+112(FP), AX
 	IMULQ DX, AX
 	ADDQ  AX, R11
-	MOVQ  rows+104(FP), AX
+	MOVQ  rows+112(FP), AX
 	IMULQ R10, AX
 	ADDQ  AX, R8
 	DECQ  R12
@@ -7380,8 +7572,8 @@ store:
 	BYTE $0xc0
 	RET
 
-// func amxF16(cfg *[64]byte, c []float32, ldc int, a []uint16, lda int, b []uint16, mb int, rows int, n int, k int, acc bool)
-TEXT ·amxF16(SB), NOSPLIT, $0-129
+// func amxF16(cfg *[64]byte, c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, mb int, rows int, n int, k int, acc bool)
+TEXT ·amxF16(SB), NOSPLIT, $0-137
 	MOVQ cfg+0(FP), AX
 
 	// raw: ldtilecfg [rax]
@@ -7397,16 +7589,16 @@ TEXT ·amxF16(SB), NOSPLIT, $0-129
 	MOVQ lda+64(FP), DX
 	SHLQ $0x01, DX
 	MOVQ $0x00000040, CX
-	MOVQ mb+96(FP), R12
+	MOVQ mb+104(FP), R12
 
 block:
 	MOVQ R8, R9
 	MOVQ b_base+72(FP), BX
-	MOVQ n+112(FP), R13
+	MOVQ n+120(FP), R13
 	SHRQ $0x04, R13
 
 strip:
-	MOVBQZX acc+128(FP), AX
+	MOVBQZX acc+136(FP), AX
 	TESTQ   AX, AX
 	JE      zero
 
@@ -7430,7 +7622,7 @@ zero:
 ksteps:
 	MOVQ R11, SI
 	MOVQ BX, DI
-	MOVQ k+120(FP), AX
+	MOVQ k+128(FP), AX
 	SHRQ $0x05, AX
 	JE   ktail
 
@@ -7463,7 +7655,7 @@ kloop:
 	JNE  kloop
 
 ktail:
-	MOVQ k+120(FP), AX
+	MOVQ k+128(FP), AX
 	ANDQ $0x1f, AX
 	JE   store
 
@@ -7499,15 +7691,15 @@ store:
 	BYTE  $0x04
 	BYTE  $0x11
 	ADDQ  $0x40, R9
-	MOVQ  k+120(FP), AX
-	SHLQ  $0x05, AX
+	MOVQ  ldb+96(FP), AX
+	SHLQ  $0x01, AX
 	ADDQ  AX, BX
 	DECQ  R13
 	JNE   strip
-	MOVQ  rows+104(FP), AX
+	MOVQ  rows+112(FP), AX
 	IMULQ DX, AX
 	ADDQ  AX, R11
-	MOVQ  rows+104(FP), AX
+	MOVQ  rows+112(FP), AX
 	IMULQ R10, AX
 	ADDQ  AX, R8
 	DECQ  R12
@@ -7664,4 +7856,3293 @@ done:
 	BYTE $0x78
 	BYTE $0x49
 	BYTE $0xc0
+	RET
+
+DATA packtab<>+0(SB)/4, $0x00000000
+DATA packtab<>+4(SB)/4, $0x00000001
+DATA packtab<>+8(SB)/4, $0x00000003
+DATA packtab<>+12(SB)/4, $0x00000007
+DATA packtab<>+16(SB)/4, $0x0000000f
+DATA packtab<>+20(SB)/4, $0x0000001f
+DATA packtab<>+24(SB)/4, $0x0000003f
+DATA packtab<>+28(SB)/4, $0x0000007f
+DATA packtab<>+32(SB)/4, $0x000000ff
+DATA packtab<>+36(SB)/4, $0x000001ff
+DATA packtab<>+40(SB)/4, $0x000003ff
+DATA packtab<>+44(SB)/4, $0x000007ff
+DATA packtab<>+48(SB)/4, $0x00000fff
+DATA packtab<>+52(SB)/4, $0x00001fff
+DATA packtab<>+56(SB)/4, $0x00003fff
+DATA packtab<>+60(SB)/4, $0x00007fff
+DATA packtab<>+64(SB)/4, $0x0000ffff
+DATA packtab<>+68(SB)/4, $0x0001ffff
+DATA packtab<>+72(SB)/4, $0x0003ffff
+DATA packtab<>+76(SB)/4, $0x0007ffff
+DATA packtab<>+80(SB)/4, $0x000fffff
+DATA packtab<>+84(SB)/4, $0x001fffff
+DATA packtab<>+88(SB)/4, $0x003fffff
+DATA packtab<>+92(SB)/4, $0x007fffff
+DATA packtab<>+96(SB)/4, $0x00ffffff
+DATA packtab<>+100(SB)/4, $0x01ffffff
+DATA packtab<>+104(SB)/4, $0x03ffffff
+DATA packtab<>+108(SB)/4, $0x07ffffff
+DATA packtab<>+112(SB)/4, $0x0fffffff
+DATA packtab<>+116(SB)/4, $0x1fffffff
+DATA packtab<>+120(SB)/4, $0x3fffffff
+DATA packtab<>+124(SB)/4, $0x7fffffff
+DATA packtab<>+128(SB)/4, $0xffffffff
+DATA packtab<>+192(SB)/2, $0x0000
+DATA packtab<>+194(SB)/2, $0x0020
+DATA packtab<>+196(SB)/2, $0x0001
+DATA packtab<>+198(SB)/2, $0x0021
+DATA packtab<>+200(SB)/2, $0x0002
+DATA packtab<>+202(SB)/2, $0x0022
+DATA packtab<>+204(SB)/2, $0x0003
+DATA packtab<>+206(SB)/2, $0x0023
+DATA packtab<>+208(SB)/2, $0x0004
+DATA packtab<>+210(SB)/2, $0x0024
+DATA packtab<>+212(SB)/2, $0x0005
+DATA packtab<>+214(SB)/2, $0x0025
+DATA packtab<>+216(SB)/2, $0x0006
+DATA packtab<>+218(SB)/2, $0x0026
+DATA packtab<>+220(SB)/2, $0x0007
+DATA packtab<>+222(SB)/2, $0x0027
+DATA packtab<>+224(SB)/2, $0x0008
+DATA packtab<>+226(SB)/2, $0x0028
+DATA packtab<>+228(SB)/2, $0x0009
+DATA packtab<>+230(SB)/2, $0x0029
+DATA packtab<>+232(SB)/2, $0x000a
+DATA packtab<>+234(SB)/2, $0x002a
+DATA packtab<>+236(SB)/2, $0x000b
+DATA packtab<>+238(SB)/2, $0x002b
+DATA packtab<>+240(SB)/2, $0x000c
+DATA packtab<>+242(SB)/2, $0x002c
+DATA packtab<>+244(SB)/2, $0x000d
+DATA packtab<>+246(SB)/2, $0x002d
+DATA packtab<>+248(SB)/2, $0x000e
+DATA packtab<>+250(SB)/2, $0x002e
+DATA packtab<>+252(SB)/2, $0x000f
+DATA packtab<>+254(SB)/2, $0x002f
+DATA packtab<>+256(SB)/2, $0x0010
+DATA packtab<>+258(SB)/2, $0x0030
+DATA packtab<>+260(SB)/2, $0x0011
+DATA packtab<>+262(SB)/2, $0x0031
+DATA packtab<>+264(SB)/2, $0x0012
+DATA packtab<>+266(SB)/2, $0x0032
+DATA packtab<>+268(SB)/2, $0x0013
+DATA packtab<>+270(SB)/2, $0x0033
+DATA packtab<>+272(SB)/2, $0x0014
+DATA packtab<>+274(SB)/2, $0x0034
+DATA packtab<>+276(SB)/2, $0x0015
+DATA packtab<>+278(SB)/2, $0x0035
+DATA packtab<>+280(SB)/2, $0x0016
+DATA packtab<>+282(SB)/2, $0x0036
+DATA packtab<>+284(SB)/2, $0x0017
+DATA packtab<>+286(SB)/2, $0x0037
+DATA packtab<>+288(SB)/2, $0x0018
+DATA packtab<>+290(SB)/2, $0x0038
+DATA packtab<>+292(SB)/2, $0x0019
+DATA packtab<>+294(SB)/2, $0x0039
+DATA packtab<>+296(SB)/2, $0x001a
+DATA packtab<>+298(SB)/2, $0x003a
+DATA packtab<>+300(SB)/2, $0x001b
+DATA packtab<>+302(SB)/2, $0x003b
+DATA packtab<>+304(SB)/2, $0x001c
+DATA packtab<>+306(SB)/2, $0x003c
+DATA packtab<>+308(SB)/2, $0x001d
+DATA packtab<>+310(SB)/2, $0x003d
+DATA packtab<>+312(SB)/2, $0x001e
+DATA packtab<>+314(SB)/2, $0x003e
+DATA packtab<>+316(SB)/2, $0x001f
+DATA packtab<>+318(SB)/2, $0x003f
+DATA packtab<>+320(SB)/2, $0x0000
+DATA packtab<>+322(SB)/2, $0x0002
+DATA packtab<>+324(SB)/2, $0x0004
+DATA packtab<>+326(SB)/2, $0x0006
+DATA packtab<>+328(SB)/2, $0x0008
+DATA packtab<>+330(SB)/2, $0x000a
+DATA packtab<>+332(SB)/2, $0x000c
+DATA packtab<>+334(SB)/2, $0x000e
+DATA packtab<>+336(SB)/2, $0x0010
+DATA packtab<>+338(SB)/2, $0x0012
+DATA packtab<>+340(SB)/2, $0x0014
+DATA packtab<>+342(SB)/2, $0x0016
+DATA packtab<>+344(SB)/2, $0x0018
+DATA packtab<>+346(SB)/2, $0x001a
+DATA packtab<>+348(SB)/2, $0x001c
+DATA packtab<>+350(SB)/2, $0x001e
+DATA packtab<>+352(SB)/2, $0x0020
+DATA packtab<>+354(SB)/2, $0x0022
+DATA packtab<>+356(SB)/2, $0x0024
+DATA packtab<>+358(SB)/2, $0x0026
+DATA packtab<>+360(SB)/2, $0x0028
+DATA packtab<>+362(SB)/2, $0x002a
+DATA packtab<>+364(SB)/2, $0x002c
+DATA packtab<>+366(SB)/2, $0x002e
+DATA packtab<>+368(SB)/2, $0x0030
+DATA packtab<>+370(SB)/2, $0x0032
+DATA packtab<>+372(SB)/2, $0x0034
+DATA packtab<>+374(SB)/2, $0x0036
+DATA packtab<>+376(SB)/2, $0x0038
+DATA packtab<>+378(SB)/2, $0x003a
+DATA packtab<>+380(SB)/2, $0x003c
+DATA packtab<>+382(SB)/2, $0x003e
+DATA packtab<>+384(SB)/8, $0x0000000000000000
+DATA packtab<>+392(SB)/8, $0x0000000000000000
+DATA packtab<>+400(SB)/8, $0x0000000000000000
+DATA packtab<>+408(SB)/8, $0x0000000000000000
+DATA packtab<>+416(SB)/8, $0x0000000000000000
+DATA packtab<>+424(SB)/8, $0x0000000000000000
+DATA packtab<>+432(SB)/8, $0x0000000000000000
+DATA packtab<>+440(SB)/8, $0x0000000000000000
+GLOBL packtab<>(SB), RODATA|NOPTR, $448
+
+// func packT16AVX512(dst []uint16, ldb int, src []uint16, ld int, n int, k int)
+// Requires: AVX, AVX512BW, AVX512F, CMOV
+TEXT ·packT16AVX512(SB), NOSPLIT, $0-80
+	MOVQ ld+56(FP), AX
+	SHLQ $0x01, AX
+	MOVQ dst_base+0(FP), CX
+	MOVQ src_base+32(FP), DX
+	MOVQ n+64(FP), BX
+
+strips:
+	TESTQ   BX, BX
+	JLE     done
+	MOVQ    $0x00000010, SI
+	CMPQ    BX, $0x00000010
+	CMOVQLT BX, SI
+	MOVQ    DX, DI
+	MOVQ    CX, R8
+	MOVQ    k+72(FP), R9
+
+blocks:
+	TESTQ       R9, R9
+	JLE         stripDone
+	MOVQ        $0x00000020, R10
+	CMPQ        R9, $0x00000020
+	CMOVQLT     R9, R10
+	LEAQ        packtab<>+0(SB), R11
+	MOVL        (R11)(R10*4), R11
+	KMOVD       R11, K1
+	MOVQ        DI, R11
+	VMOVDQU16.Z (R11), K1, Z0
+	CMPQ        SI, $0x00000001
+	JLE         zero1
+	ADDQ        AX, R11
+	VMOVDQU16.Z (R11), K1, Z1
+	CMPQ        SI, $0x00000002
+	JLE         zero2
+	ADDQ        AX, R11
+	VMOVDQU16.Z (R11), K1, Z2
+	CMPQ        SI, $0x00000003
+	JLE         zero3
+	ADDQ        AX, R11
+	VMOVDQU16.Z (R11), K1, Z3
+	CMPQ        SI, $0x00000004
+	JLE         zero4
+	ADDQ        AX, R11
+	VMOVDQU16.Z (R11), K1, Z4
+	CMPQ        SI, $0x00000005
+	JLE         zero5
+	ADDQ        AX, R11
+	VMOVDQU16.Z (R11), K1, Z5
+	CMPQ        SI, $0x00000006
+	JLE         zero6
+	ADDQ        AX, R11
+	VMOVDQU16.Z (R11), K1, Z6
+	CMPQ        SI, $0x00000007
+	JLE         zero7
+	ADDQ        AX, R11
+	VMOVDQU16.Z (R11), K1, Z7
+	CMPQ        SI, $0x00000008
+	JLE         zero8
+	ADDQ        AX, R11
+	VMOVDQU16.Z (R11), K1, Z8
+	CMPQ        SI, $0x00000009
+	JLE         zero9
+	ADDQ        AX, R11
+	VMOVDQU16.Z (R11), K1, Z9
+	CMPQ        SI, $0x0000000a
+	JLE         zero10
+	ADDQ        AX, R11
+	VMOVDQU16.Z (R11), K1, Z10
+	CMPQ        SI, $0x0000000b
+	JLE         zero11
+	ADDQ        AX, R11
+	VMOVDQU16.Z (R11), K1, Z11
+	CMPQ        SI, $0x0000000c
+	JLE         zero12
+	ADDQ        AX, R11
+	VMOVDQU16.Z (R11), K1, Z12
+	CMPQ        SI, $0x0000000d
+	JLE         zero13
+	ADDQ        AX, R11
+	VMOVDQU16.Z (R11), K1, Z13
+	CMPQ        SI, $0x0000000e
+	JLE         zero14
+	ADDQ        AX, R11
+	VMOVDQU16.Z (R11), K1, Z14
+	CMPQ        SI, $0x0000000f
+	JLE         zero15
+	ADDQ        AX, R11
+	VMOVDQU16.Z (R11), K1, Z15
+	JMP         loaded
+
+zero1:
+	VMOVDQU64 packtab<>+384(SB), Z1
+
+zero2:
+	VMOVDQU64 packtab<>+384(SB), Z2
+
+zero3:
+	VMOVDQU64 packtab<>+384(SB), Z3
+
+zero4:
+	VMOVDQU64 packtab<>+384(SB), Z4
+
+zero5:
+	VMOVDQU64 packtab<>+384(SB), Z5
+
+zero6:
+	VMOVDQU64 packtab<>+384(SB), Z6
+
+zero7:
+	VMOVDQU64 packtab<>+384(SB), Z7
+
+zero8:
+	VMOVDQU64 packtab<>+384(SB), Z8
+
+zero9:
+	VMOVDQU64 packtab<>+384(SB), Z9
+
+zero10:
+	VMOVDQU64 packtab<>+384(SB), Z10
+
+zero11:
+	VMOVDQU64 packtab<>+384(SB), Z11
+
+zero12:
+	VMOVDQU64 packtab<>+384(SB), Z12
+
+zero13:
+	VMOVDQU64 packtab<>+384(SB), Z13
+
+zero14:
+	VMOVDQU64 packtab<>+384(SB), Z14
+
+zero15:
+	VMOVDQU64 packtab<>+384(SB), Z15
+
+loaded:
+	VPUNPCKLDQ  Z1, Z0, Z16
+	VPUNPCKHDQ  Z1, Z0, Z0
+	VPUNPCKLDQ  Z3, Z2, Z1
+	VPUNPCKHDQ  Z3, Z2, Z2
+	VPUNPCKLDQ  Z5, Z4, Z3
+	VPUNPCKHDQ  Z5, Z4, Z4
+	VPUNPCKLDQ  Z7, Z6, Z5
+	VPUNPCKHDQ  Z7, Z6, Z6
+	VPUNPCKLDQ  Z9, Z8, Z7
+	VPUNPCKHDQ  Z9, Z8, Z8
+	VPUNPCKLDQ  Z11, Z10, Z9
+	VPUNPCKHDQ  Z11, Z10, Z10
+	VPUNPCKLDQ  Z13, Z12, Z11
+	VPUNPCKHDQ  Z13, Z12, Z12
+	VPUNPCKLDQ  Z15, Z14, Z13
+	VPUNPCKHDQ  Z15, Z14, Z14
+	VPUNPCKLQDQ Z1, Z16, Z15
+	VPUNPCKHQDQ Z1, Z16, Z1
+	VPUNPCKLQDQ Z2, Z0, Z16
+	VPUNPCKHQDQ Z2, Z0, Z0
+	VPUNPCKLQDQ Z5, Z3, Z2
+	VPUNPCKHQDQ Z5, Z3, Z3
+	VPUNPCKLQDQ Z6, Z4, Z5
+	VPUNPCKHQDQ Z6, Z4, Z4
+	VPUNPCKLQDQ Z9, Z7, Z6
+	VPUNPCKHQDQ Z9, Z7, Z7
+	VPUNPCKLQDQ Z10, Z8, Z9
+	VPUNPCKHQDQ Z10, Z8, Z8
+	VPUNPCKLQDQ Z13, Z11, Z10
+	VPUNPCKHQDQ Z13, Z11, Z11
+	VPUNPCKLQDQ Z14, Z12, Z13
+	VPUNPCKHQDQ Z14, Z12, Z12
+	VSHUFI32X4  $0x44, Z2, Z15, Z14
+	VSHUFI32X4  $0xee, Z2, Z15, Z2
+	VSHUFI32X4  $0x44, Z10, Z6, Z15
+	VSHUFI32X4  $0xee, Z10, Z6, Z6
+	VSHUFI32X4  $0x88, Z15, Z14, Z10
+	VSHUFI32X4  $0xdd, Z15, Z14, Z14
+	VSHUFI32X4  $0x88, Z6, Z2, Z15
+	VSHUFI32X4  $0xdd, Z6, Z2, Z2
+	VSHUFI32X4  $0x44, Z3, Z1, Z6
+	VSHUFI32X4  $0xee, Z3, Z1, Z1
+	VSHUFI32X4  $0x44, Z11, Z7, Z3
+	VSHUFI32X4  $0xee, Z11, Z7, Z7
+	VSHUFI32X4  $0x88, Z3, Z6, Z11
+	VSHUFI32X4  $0xdd, Z3, Z6, Z3
+	VSHUFI32X4  $0x88, Z7, Z1, Z6
+	VSHUFI32X4  $0xdd, Z7, Z1, Z1
+	VSHUFI32X4  $0x44, Z5, Z16, Z7
+	VSHUFI32X4  $0xee, Z5, Z16, Z5
+	VSHUFI32X4  $0x44, Z13, Z9, Z16
+	VSHUFI32X4  $0xee, Z13, Z9, Z9
+	VSHUFI32X4  $0x88, Z16, Z7, Z13
+	VSHUFI32X4  $0xdd, Z16, Z7, Z7
+	VSHUFI32X4  $0x88, Z9, Z5, Z16
+	VSHUFI32X4  $0xdd, Z9, Z5, Z5
+	VSHUFI32X4  $0x44, Z4, Z0, Z9
+	VSHUFI32X4  $0xee, Z4, Z0, Z0
+	VSHUFI32X4  $0x44, Z12, Z8, Z4
+	VSHUFI32X4  $0xee, Z12, Z8, Z8
+	VSHUFI32X4  $0x88, Z4, Z9, Z12
+	VSHUFI32X4  $0xdd, Z4, Z9, Z4
+	VSHUFI32X4  $0x88, Z8, Z0, Z9
+	VSHUFI32X4  $0xdd, Z8, Z0, Z0
+	LEAQ        1(R10), R10
+	SHRQ        $0x01, R10
+	VMOVDQU64   Z10, (R8)
+	CMPQ        R10, $0x00000001
+	JLE         stored
+	VMOVDQU64   Z11, 64(R8)
+	CMPQ        R10, $0x00000002
+	JLE         stored
+	VMOVDQU64   Z13, 128(R8)
+	CMPQ        R10, $0x00000003
+	JLE         stored
+	VMOVDQU64   Z12, 192(R8)
+	CMPQ        R10, $0x00000004
+	JLE         stored
+	VMOVDQU64   Z14, 256(R8)
+	CMPQ        R10, $0x00000005
+	JLE         stored
+	VMOVDQU64   Z3, 320(R8)
+	CMPQ        R10, $0x00000006
+	JLE         stored
+	VMOVDQU64   Z7, 384(R8)
+	CMPQ        R10, $0x00000007
+	JLE         stored
+	VMOVDQU64   Z4, 448(R8)
+	CMPQ        R10, $0x00000008
+	JLE         stored
+	VMOVDQU64   Z15, 512(R8)
+	CMPQ        R10, $0x00000009
+	JLE         stored
+	VMOVDQU64   Z6, 576(R8)
+	CMPQ        R10, $0x0000000a
+	JLE         stored
+	VMOVDQU64   Z16, 640(R8)
+	CMPQ        R10, $0x0000000b
+	JLE         stored
+	VMOVDQU64   Z9, 704(R8)
+	CMPQ        R10, $0x0000000c
+	JLE         stored
+	VMOVDQU64   Z2, 768(R8)
+	CMPQ        R10, $0x0000000d
+	JLE         stored
+	VMOVDQU64   Z1, 832(R8)
+	CMPQ        R10, $0x0000000e
+	JLE         stored
+	VMOVDQU64   Z5, 896(R8)
+	CMPQ        R10, $0x0000000f
+	JLE         stored
+	VMOVDQU64   Z0, 960(R8)
+
+stored:
+	ADDQ $0x00000040, DI
+	ADDQ $0x00000400, R8
+	SUBQ $0x00000020, R9
+	JMP  blocks
+
+stripDone:
+	MOVQ AX, SI
+	SHLQ $0x04, SI
+	ADDQ SI, DX
+	MOVQ ldb+24(FP), SI
+	SHLQ $0x01, SI
+	ADDQ SI, CX
+	SUBQ $0x00000010, BX
+	JMP  strips
+
+done:
+	VZEROUPPER
+	RET
+
+// func packN16AVX512(dst []uint16, ldb int, src []uint16, ld int, k int, n int)
+// Requires: AVX, AVX512BW, AVX512F, CMOV
+TEXT ·packN16AVX512(SB), NOSPLIT, $0-80
+	VMOVDQU64 packtab<>+192(SB), Z0
+	VMOVDQU64 packtab<>+256(SB), Z1
+	MOVQ      ld+56(FP), AX
+	SHLQ      $0x01, AX
+	MOVQ      ldb+24(FP), CX
+	SHLQ      $0x01, CX
+	MOVQ      src_base+32(FP), DX
+	LEAQ      (DX)(AX*1), BX
+	MOVQ      dst_base+0(FP), SI
+	MOVQ      k+64(FP), DI
+
+pairs:
+	TESTQ   DI, DI
+	JLE     done
+	XORL    R8, R8
+	MOVL    $0xffffffff, R9
+	CMPQ    DI, $0x00000002
+	CMOVLGE R9, R8
+	XORQ    R9, R9
+	MOVQ    SI, R10
+	MOVQ    n+72(FP), R11
+
+cols:
+	TESTQ       R11, R11
+	JLE         pairDone
+	MOVQ        $0x00000020, R12
+	CMPQ        R11, $0x00000020
+	CMOVQLT     R11, R12
+	LEAQ        packtab<>+0(SB), R13
+	MOVL        (R13)(R12*4), R12
+	KMOVD       R12, K1
+	ANDL        R8, R12
+	KMOVD       R12, K2
+	VMOVDQU16.Z (DX)(R9*1), K1, Z2
+	VMOVDQU16.Z (BX)(R9*1), K2, Z3
+	VMOVDQA64   Z2, Z4
+	VPERMT2W    Z3, Z0, Z4
+	VMOVDQU64   Z4, (R10)
+	CMPQ        R11, $0x00000010
+	JLE         pairDone
+	VPERMT2W    Z3, Z1, Z2
+	VMOVDQU64   Z2, (R10)(CX*1)
+	ADDQ        CX, R10
+	ADDQ        CX, R10
+	ADDQ        $0x00000040, R9
+	SUBQ        $0x00000020, R11
+	JMP         cols
+
+pairDone:
+	ADDQ AX, DX
+	ADDQ AX, DX
+	ADDQ AX, BX
+	ADDQ AX, BX
+	ADDQ $0x00000040, SI
+	SUBQ $0x00000002, DI
+	JMP  pairs
+
+done:
+	VZEROUPPER
+	RET
+
+// func packT16AVX2(dst []uint16, ldb int, src []uint16, ld int, strips int, k int)
+// Requires: AVX, AVX2
+TEXT ·packT16AVX2(SB), NOSPLIT, $0-80
+	MOVQ ld+56(FP), AX
+	SHLQ $0x01, AX
+	MOVQ dst_base+0(FP), CX
+	MOVQ src_base+32(FP), DX
+	MOVQ strips+64(FP), BX
+
+strips:
+	TESTQ BX, BX
+	JLE   done
+	MOVQ  DX, SI
+	MOVQ  CX, DI
+	MOVQ  k+72(FP), R8
+
+blocks:
+	CMPQ        R8, $0x00000010
+	JL          stripDone
+	MOVQ        SI, R9
+	VMOVDQU     (R9), Y0
+	ADDQ        AX, R9
+	VMOVDQU     (R9), Y1
+	ADDQ        AX, R9
+	VMOVDQU     (R9), Y2
+	ADDQ        AX, R9
+	VMOVDQU     (R9), Y3
+	ADDQ        AX, R9
+	VMOVDQU     (R9), Y4
+	ADDQ        AX, R9
+	VMOVDQU     (R9), Y5
+	ADDQ        AX, R9
+	VMOVDQU     (R9), Y6
+	ADDQ        AX, R9
+	VMOVDQU     (R9), Y7
+	VPUNPCKLDQ  Y1, Y0, Y8
+	VPUNPCKHDQ  Y1, Y0, Y0
+	VPUNPCKLDQ  Y3, Y2, Y1
+	VPUNPCKHDQ  Y3, Y2, Y2
+	VPUNPCKLDQ  Y5, Y4, Y3
+	VPUNPCKHDQ  Y5, Y4, Y4
+	VPUNPCKLDQ  Y7, Y6, Y5
+	VPUNPCKHDQ  Y7, Y6, Y6
+	VPUNPCKLQDQ Y1, Y8, Y7
+	VPUNPCKHQDQ Y1, Y8, Y1
+	VPUNPCKLQDQ Y2, Y0, Y8
+	VPUNPCKHQDQ Y2, Y0, Y0
+	VPUNPCKLQDQ Y5, Y3, Y2
+	VPUNPCKHQDQ Y5, Y3, Y3
+	VPUNPCKLQDQ Y6, Y4, Y5
+	VPUNPCKHQDQ Y6, Y4, Y4
+	VPERM2I128  $0x20, Y2, Y7, Y6
+	VPERM2I128  $0x31, Y2, Y7, Y2
+	VPERM2I128  $0x20, Y3, Y1, Y7
+	VPERM2I128  $0x31, Y3, Y1, Y1
+	VPERM2I128  $0x20, Y5, Y8, Y3
+	VPERM2I128  $0x31, Y5, Y8, Y5
+	VPERM2I128  $0x20, Y4, Y0, Y8
+	VPERM2I128  $0x31, Y4, Y0, Y0
+	VMOVDQU     Y6, (DI)
+	VMOVDQU     Y7, 64(DI)
+	VMOVDQU     Y3, 128(DI)
+	VMOVDQU     Y8, 192(DI)
+	VMOVDQU     Y2, 256(DI)
+	VMOVDQU     Y1, 320(DI)
+	VMOVDQU     Y5, 384(DI)
+	VMOVDQU     Y0, 448(DI)
+	ADDQ        AX, R9
+	VMOVDQU     (R9), Y0
+	ADDQ        AX, R9
+	VMOVDQU     (R9), Y1
+	ADDQ        AX, R9
+	VMOVDQU     (R9), Y2
+	ADDQ        AX, R9
+	VMOVDQU     (R9), Y3
+	ADDQ        AX, R9
+	VMOVDQU     (R9), Y4
+	ADDQ        AX, R9
+	VMOVDQU     (R9), Y5
+	ADDQ        AX, R9
+	VMOVDQU     (R9), Y6
+	ADDQ        AX, R9
+	VMOVDQU     (R9), Y7
+	VPUNPCKLDQ  Y1, Y0, Y8
+	VPUNPCKHDQ  Y1, Y0, Y0
+	VPUNPCKLDQ  Y3, Y2, Y1
+	VPUNPCKHDQ  Y3, Y2, Y2
+	VPUNPCKLDQ  Y5, Y4, Y3
+	VPUNPCKHDQ  Y5, Y4, Y4
+	VPUNPCKLDQ  Y7, Y6, Y5
+	VPUNPCKHDQ  Y7, Y6, Y6
+	VPUNPCKLQDQ Y1, Y8, Y7
+	VPUNPCKHQDQ Y1, Y8, Y1
+	VPUNPCKLQDQ Y2, Y0, Y8
+	VPUNPCKHQDQ Y2, Y0, Y0
+	VPUNPCKLQDQ Y5, Y3, Y2
+	VPUNPCKHQDQ Y5, Y3, Y3
+	VPUNPCKLQDQ Y6, Y4, Y5
+	VPUNPCKHQDQ Y6, Y4, Y4
+	VPERM2I128  $0x20, Y2, Y7, Y6
+	VPERM2I128  $0x31, Y2, Y7, Y2
+	VPERM2I128  $0x20, Y3, Y1, Y7
+	VPERM2I128  $0x31, Y3, Y1, Y1
+	VPERM2I128  $0x20, Y5, Y8, Y3
+	VPERM2I128  $0x31, Y5, Y8, Y5
+	VPERM2I128  $0x20, Y4, Y0, Y8
+	VPERM2I128  $0x31, Y4, Y0, Y0
+	VMOVDQU     Y6, 32(DI)
+	VMOVDQU     Y7, 96(DI)
+	VMOVDQU     Y3, 160(DI)
+	VMOVDQU     Y8, 224(DI)
+	VMOVDQU     Y2, 288(DI)
+	VMOVDQU     Y1, 352(DI)
+	VMOVDQU     Y5, 416(DI)
+	VMOVDQU     Y0, 480(DI)
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000200, DI
+	SUBQ        $0x00000010, R8
+	JMP         blocks
+
+stripDone:
+	MOVQ AX, SI
+	SHLQ $0x04, SI
+	ADDQ SI, DX
+	MOVQ ldb+24(FP), SI
+	SHLQ $0x01, SI
+	ADDQ SI, CX
+	DECQ BX
+	JMP  strips
+
+done:
+	VZEROUPPER
+	RET
+
+// func packN16AVX2(dst []uint16, ldb int, src []uint16, ld int, pairs int, strips int)
+// Requires: AVX, AVX2
+TEXT ·packN16AVX2(SB), NOSPLIT, $0-80
+	MOVQ ld+56(FP), AX
+	SHLQ $0x01, AX
+	MOVQ ldb+24(FP), CX
+	SHLQ $0x01, CX
+	MOVQ src_base+32(FP), DX
+	LEAQ (DX)(AX*1), BX
+	MOVQ dst_base+0(FP), SI
+	MOVQ pairs+64(FP), DI
+
+pairs:
+	TESTQ DI, DI
+	JLE   done
+	XORQ  R8, R8
+	MOVQ  SI, R9
+	MOVQ  strips+72(FP), R10
+
+cols:
+	TESTQ      R10, R10
+	JLE        pairDone
+	VMOVDQU    (DX)(R8*1), Y0
+	VMOVDQU    (BX)(R8*1), Y1
+	VPUNPCKLWD Y1, Y0, Y2
+	VPUNPCKHWD Y1, Y0, Y0
+	VPERM2I128 $0x20, Y0, Y2, Y1
+	VPERM2I128 $0x31, Y0, Y2, Y0
+	VMOVDQU    Y1, (R9)
+	VMOVDQU    Y0, 32(R9)
+	ADDQ       CX, R9
+	ADDQ       $0x00000020, R8
+	DECQ       R10
+	JMP        cols
+
+pairDone:
+	ADDQ AX, DX
+	ADDQ AX, DX
+	ADDQ AX, BX
+	ADDQ AX, BX
+	ADDQ $0x00000040, SI
+	DECQ DI
+	JMP  pairs
+
+done:
+	VZEROUPPER
+	RET
+
+// func packTBF16AVX512(dst []uint16, ldb int, src []float32, ld int, n int, k int)
+// Requires: AVX, AVX512BW, AVX512F, CMOV
+TEXT ·packTBF16AVX512(SB), NOSPLIT, $0-80
+	VPBROADCASTD halfconsts<>+0(SB), Z0
+	VPBROADCASTD halfconsts<>+4(SB), Z1
+	VPBROADCASTD halfconsts<>+8(SB), Z2
+	VPBROADCASTD halfconsts<>+12(SB), Z3
+	VPBROADCASTD halfconsts<>+16(SB), Z4
+	VMOVDQU64    packtab<>+320(SB), Z5
+	MOVQ         ld+56(FP), AX
+	SHLQ         $0x02, AX
+	MOVQ         dst_base+0(FP), CX
+	MOVQ         src_base+32(FP), DX
+	MOVQ         n+64(FP), BX
+
+strips:
+	TESTQ   BX, BX
+	JLE     done
+	MOVQ    $0x00000010, SI
+	CMPQ    BX, $0x00000010
+	CMOVQLT BX, SI
+	MOVQ    DX, DI
+	MOVQ    CX, R8
+	MOVQ    k+72(FP), R9
+
+blocks:
+	TESTQ     R9, R9
+	JLE       stripDone
+	MOVQ      $0x00000020, R10
+	CMPQ      R9, $0x00000020
+	CMOVQLT   R9, R10
+	LEAQ      packtab<>+0(SB), R11
+	MOVL      (R11)(R10*4), R11
+	KMOVD     R11, K1
+	KSHIFTRD  $0x10, K1, K2
+	MOVQ      DI, R11
+	VMOVUPS.Z (R11), K1, Z7
+	VMOVUPS.Z 64(R11), K2, Z6
+	VPSRLD    $0x10, Z7, Z9
+	VPANDD    Z1, Z9, Z10
+	VPADDD    Z0, Z7, Z8
+	VPADDD    Z10, Z8, Z8
+	VPSRLD    $0x10, Z8, Z8
+	VPANDD    Z3, Z7, Z7
+	VPCMPGTD  Z4, Z7, K3
+	VPORD     Z2, Z9, Z9
+	VPBLENDMD Z9, Z8, K3, Z8
+	VPSRLD    $0x10, Z6, Z9
+	VPANDD    Z1, Z9, Z10
+	VPADDD    Z0, Z6, Z7
+	VPADDD    Z10, Z7, Z7
+	VPSRLD    $0x10, Z7, Z7
+	VPANDD    Z3, Z6, Z6
+	VPCMPGTD  Z4, Z6, K3
+	VPORD     Z2, Z9, Z9
+	VPBLENDMD Z9, Z7, K3, Z7
+	VMOVDQA64 Z8, Z6
+	VPERMT2W  Z7, Z5, Z6
+	CMPQ      SI, $0x00000001
+	JLE       zero1
+	ADDQ      AX, R11
+	VMOVUPS.Z (R11), K1, Z8
+	VMOVUPS.Z 64(R11), K2, Z7
+	VPSRLD    $0x10, Z8, Z10
+	VPANDD    Z1, Z10, Z11
+	VPADDD    Z0, Z8, Z9
+	VPADDD    Z11, Z9, Z9
+	VPSRLD    $0x10, Z9, Z9
+	VPANDD    Z3, Z8, Z8
+	VPCMPGTD  Z4, Z8, K3
+	VPORD     Z2, Z10, Z10
+	VPBLENDMD Z10, Z9, K3, Z9
+	VPSRLD    $0x10, Z7, Z10
+	VPANDD    Z1, Z10, Z11
+	VPADDD    Z0, Z7, Z8
+	VPADDD    Z11, Z8, Z8
+	VPSRLD    $0x10, Z8, Z8
+	VPANDD    Z3, Z7, Z7
+	VPCMPGTD  Z4, Z7, K3
+	VPORD     Z2, Z10, Z10
+	VPBLENDMD Z10, Z8, K3, Z8
+	VMOVDQA64 Z9, Z7
+	VPERMT2W  Z8, Z5, Z7
+	CMPQ      SI, $0x00000002
+	JLE       zero2
+	ADDQ      AX, R11
+	VMOVUPS.Z (R11), K1, Z9
+	VMOVUPS.Z 64(R11), K2, Z8
+	VPSRLD    $0x10, Z9, Z11
+	VPANDD    Z1, Z11, Z12
+	VPADDD    Z0, Z9, Z10
+	VPADDD    Z12, Z10, Z10
+	VPSRLD    $0x10, Z10, Z10
+	VPANDD    Z3, Z9, Z9
+	VPCMPGTD  Z4, Z9, K3
+	VPORD     Z2, Z11, Z11
+	VPBLENDMD Z11, Z10, K3, Z10
+	VPSRLD    $0x10, Z8, Z11
+	VPANDD    Z1, Z11, Z12
+	VPADDD    Z0, Z8, Z9
+	VPADDD    Z12, Z9, Z9
+	VPSRLD    $0x10, Z9, Z9
+	VPANDD    Z3, Z8, Z8
+	VPCMPGTD  Z4, Z8, K3
+	VPORD     Z2, Z11, Z11
+	VPBLENDMD Z11, Z9, K3, Z9
+	VMOVDQA64 Z10, Z8
+	VPERMT2W  Z9, Z5, Z8
+	CMPQ      SI, $0x00000003
+	JLE       zero3
+	ADDQ      AX, R11
+	VMOVUPS.Z (R11), K1, Z10
+	VMOVUPS.Z 64(R11), K2, Z9
+	VPSRLD    $0x10, Z10, Z12
+	VPANDD    Z1, Z12, Z13
+	VPADDD    Z0, Z10, Z11
+	VPADDD    Z13, Z11, Z11
+	VPSRLD    $0x10, Z11, Z11
+	VPANDD    Z3, Z10, Z10
+	VPCMPGTD  Z4, Z10, K3
+	VPORD     Z2, Z12, Z12
+	VPBLENDMD Z12, Z11, K3, Z11
+	VPSRLD    $0x10, Z9, Z12
+	VPANDD    Z1, Z12, Z13
+	VPADDD    Z0, Z9, Z10
+	VPADDD    Z13, Z10, Z10
+	VPSRLD    $0x10, Z10, Z10
+	VPANDD    Z3, Z9, Z9
+	VPCMPGTD  Z4, Z9, K3
+	VPORD     Z2, Z12, Z12
+	VPBLENDMD Z12, Z10, K3, Z10
+	VMOVDQA64 Z11, Z9
+	VPERMT2W  Z10, Z5, Z9
+	CMPQ      SI, $0x00000004
+	JLE       zero4
+	ADDQ      AX, R11
+	VMOVUPS.Z (R11), K1, Z11
+	VMOVUPS.Z 64(R11), K2, Z10
+	VPSRLD    $0x10, Z11, Z13
+	VPANDD    Z1, Z13, Z14
+	VPADDD    Z0, Z11, Z12
+	VPADDD    Z14, Z12, Z12
+	VPSRLD    $0x10, Z12, Z12
+	VPANDD    Z3, Z11, Z11
+	VPCMPGTD  Z4, Z11, K3
+	VPORD     Z2, Z13, Z13
+	VPBLENDMD Z13, Z12, K3, Z12
+	VPSRLD    $0x10, Z10, Z13
+	VPANDD    Z1, Z13, Z14
+	VPADDD    Z0, Z10, Z11
+	VPADDD    Z14, Z11, Z11
+	VPSRLD    $0x10, Z11, Z11
+	VPANDD    Z3, Z10, Z10
+	VPCMPGTD  Z4, Z10, K3
+	VPORD     Z2, Z13, Z13
+	VPBLENDMD Z13, Z11, K3, Z11
+	VMOVDQA64 Z12, Z10
+	VPERMT2W  Z11, Z5, Z10
+	CMPQ      SI, $0x00000005
+	JLE       zero5
+	ADDQ      AX, R11
+	VMOVUPS.Z (R11), K1, Z12
+	VMOVUPS.Z 64(R11), K2, Z11
+	VPSRLD    $0x10, Z12, Z14
+	VPANDD    Z1, Z14, Z15
+	VPADDD    Z0, Z12, Z13
+	VPADDD    Z15, Z13, Z13
+	VPSRLD    $0x10, Z13, Z13
+	VPANDD    Z3, Z12, Z12
+	VPCMPGTD  Z4, Z12, K3
+	VPORD     Z2, Z14, Z14
+	VPBLENDMD Z14, Z13, K3, Z13
+	VPSRLD    $0x10, Z11, Z14
+	VPANDD    Z1, Z14, Z15
+	VPADDD    Z0, Z11, Z12
+	VPADDD    Z15, Z12, Z12
+	VPSRLD    $0x10, Z12, Z12
+	VPANDD    Z3, Z11, Z11
+	VPCMPGTD  Z4, Z11, K3
+	VPORD     Z2, Z14, Z14
+	VPBLENDMD Z14, Z12, K3, Z12
+	VMOVDQA64 Z13, Z11
+	VPERMT2W  Z12, Z5, Z11
+	CMPQ      SI, $0x00000006
+	JLE       zero6
+	ADDQ      AX, R11
+	VMOVUPS.Z (R11), K1, Z13
+	VMOVUPS.Z 64(R11), K2, Z12
+	VPSRLD    $0x10, Z13, Z15
+	VPANDD    Z1, Z15, Z16
+	VPADDD    Z0, Z13, Z14
+	VPADDD    Z16, Z14, Z14
+	VPSRLD    $0x10, Z14, Z14
+	VPANDD    Z3, Z13, Z13
+	VPCMPGTD  Z4, Z13, K3
+	VPORD     Z2, Z15, Z15
+	VPBLENDMD Z15, Z14, K3, Z14
+	VPSRLD    $0x10, Z12, Z15
+	VPANDD    Z1, Z15, Z16
+	VPADDD    Z0, Z12, Z13
+	VPADDD    Z16, Z13, Z13
+	VPSRLD    $0x10, Z13, Z13
+	VPANDD    Z3, Z12, Z12
+	VPCMPGTD  Z4, Z12, K3
+	VPORD     Z2, Z15, Z15
+	VPBLENDMD Z15, Z13, K3, Z13
+	VMOVDQA64 Z14, Z12
+	VPERMT2W  Z13, Z5, Z12
+	CMPQ      SI, $0x00000007
+	JLE       zero7
+	ADDQ      AX, R11
+	VMOVUPS.Z (R11), K1, Z14
+	VMOVUPS.Z 64(R11), K2, Z13
+	VPSRLD    $0x10, Z14, Z16
+	VPANDD    Z1, Z16, Z17
+	VPADDD    Z0, Z14, Z15
+	VPADDD    Z17, Z15, Z15
+	VPSRLD    $0x10, Z15, Z15
+	VPANDD    Z3, Z14, Z14
+	VPCMPGTD  Z4, Z14, K3
+	VPORD     Z2, Z16, Z16
+	VPBLENDMD Z16, Z15, K3, Z15
+	VPSRLD    $0x10, Z13, Z16
+	VPANDD    Z1, Z16, Z17
+	VPADDD    Z0, Z13, Z14
+	VPADDD    Z17, Z14, Z14
+	VPSRLD    $0x10, Z14, Z14
+	VPANDD    Z3, Z13, Z13
+	VPCMPGTD  Z4, Z13, K3
+	VPORD     Z2, Z16, Z16
+	VPBLENDMD Z16, Z14, K3, Z14
+	VMOVDQA64 Z15, Z13
+	VPERMT2W  Z14, Z5, Z13
+	CMPQ      SI, $0x00000008
+	JLE       zero8
+	ADDQ      AX, R11
+	VMOVUPS.Z (R11), K1, Z15
+	VMOVUPS.Z 64(R11), K2, Z14
+	VPSRLD    $0x10, Z15, Z17
+	VPANDD    Z1, Z17, Z18
+	VPADDD    Z0, Z15, Z16
+	VPADDD    Z18, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z3, Z15, Z15
+	VPCMPGTD  Z4, Z15, K3
+	VPORD     Z2, Z17, Z17
+	VPBLENDMD Z17, Z16, K3, Z16
+	VPSRLD    $0x10, Z14, Z17
+	VPANDD    Z1, Z17, Z18
+	VPADDD    Z0, Z14, Z15
+	VPADDD    Z18, Z15, Z15
+	VPSRLD    $0x10, Z15, Z15
+	VPANDD    Z3, Z14, Z14
+	VPCMPGTD  Z4, Z14, K3
+	VPORD     Z2, Z17, Z17
+	VPBLENDMD Z17, Z15, K3, Z15
+	VMOVDQA64 Z16, Z14
+	VPERMT2W  Z15, Z5, Z14
+	CMPQ      SI, $0x00000009
+	JLE       zero9
+	ADDQ      AX, R11
+	VMOVUPS.Z (R11), K1, Z16
+	VMOVUPS.Z 64(R11), K2, Z15
+	VPSRLD    $0x10, Z16, Z18
+	VPANDD    Z1, Z18, Z19
+	VPADDD    Z0, Z16, Z17
+	VPADDD    Z19, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z3, Z16, Z16
+	VPCMPGTD  Z4, Z16, K3
+	VPORD     Z2, Z18, Z18
+	VPBLENDMD Z18, Z17, K3, Z17
+	VPSRLD    $0x10, Z15, Z18
+	VPANDD    Z1, Z18, Z19
+	VPADDD    Z0, Z15, Z16
+	VPADDD    Z19, Z16, Z16
+	VPSRLD    $0x10, Z16, Z16
+	VPANDD    Z3, Z15, Z15
+	VPCMPGTD  Z4, Z15, K3
+	VPORD     Z2, Z18, Z18
+	VPBLENDMD Z18, Z16, K3, Z16
+	VMOVDQA64 Z17, Z15
+	VPERMT2W  Z16, Z5, Z15
+	CMPQ      SI, $0x0000000a
+	JLE       zero10
+	ADDQ      AX, R11
+	VMOVUPS.Z (R11), K1, Z17
+	VMOVUPS.Z 64(R11), K2, Z16
+	VPSRLD    $0x10, Z17, Z19
+	VPANDD    Z1, Z19, Z20
+	VPADDD    Z0, Z17, Z18
+	VPADDD    Z20, Z18, Z18
+	VPSRLD    $0x10, Z18, Z18
+	VPANDD    Z3, Z17, Z17
+	VPCMPGTD  Z4, Z17, K3
+	VPORD     Z2, Z19, Z19
+	VPBLENDMD Z19, Z18, K3, Z18
+	VPSRLD    $0x10, Z16, Z19
+	VPANDD    Z1, Z19, Z20
+	VPADDD    Z0, Z16, Z17
+	VPADDD    Z20, Z17, Z17
+	VPSRLD    $0x10, Z17, Z17
+	VPANDD    Z3, Z16, Z16
+	VPCMPGTD  Z4, Z16, K3
+	VPORD     Z2, Z19, Z19
+	VPBLENDMD Z19, Z17, K3, Z17
+	VMOVDQA64 Z18, Z16
+	VPERMT2W  Z17, Z5, Z16
+	CMPQ      SI, $0x0000000b
+	JLE       zero11
+	ADDQ      AX, R11
+	VMOVUPS.Z (R11), K1, Z18
+	VMOVUPS.Z 64(R11), K2, Z17
+	VPSRLD    $0x10, Z18, Z20
+	VPANDD    Z1, Z20, Z21
+	VPADDD    Z0, Z18, Z19
+	VPADDD    Z21, Z19, Z19
+	VPSRLD    $0x10, Z19, Z19
+	VPANDD    Z3, Z18, Z18
+	VPCMPGTD  Z4, Z18, K3
+	VPORD     Z2, Z20, Z20
+	VPBLENDMD Z20, Z19, K3, Z19
+	VPSRLD    $0x10, Z17, Z20
+	VPANDD    Z1, Z20, Z21
+	VPADDD    Z0, Z17, Z18
+	VPADDD    Z21, Z18, Z18
+	VPSRLD    $0x10, Z18, Z18
+	VPANDD    Z3, Z17, Z17
+	VPCMPGTD  Z4, Z17, K3
+	VPORD     Z2, Z20, Z20
+	VPBLENDMD Z20, Z18, K3, Z18
+	VMOVDQA64 Z19, Z17
+	VPERMT2W  Z18, Z5, Z17
+	CMPQ      SI, $0x0000000c
+	JLE       zero12
+	ADDQ      AX, R11
+	VMOVUPS.Z (R11), K1, Z19
+	VMOVUPS.Z 64(R11), K2, Z18
+	VPSRLD    $0x10, Z19, Z21
+	VPANDD    Z1, Z21, Z22
+	VPADDD    Z0, Z19, Z20
+	VPADDD    Z22, Z20, Z20
+	VPSRLD    $0x10, Z20, Z20
+	VPANDD    Z3, Z19, Z19
+	VPCMPGTD  Z4, Z19, K3
+	VPORD     Z2, Z21, Z21
+	VPBLENDMD Z21, Z20, K3, Z20
+	VPSRLD    $0x10, Z18, Z21
+	VPANDD    Z1, Z21, Z22
+	VPADDD    Z0, Z18, Z19
+	VPADDD    Z22, Z19, Z19
+	VPSRLD    $0x10, Z19, Z19
+	VPANDD    Z3, Z18, Z18
+	VPCMPGTD  Z4, Z18, K3
+	VPORD     Z2, Z21, Z21
+	VPBLENDMD Z21, Z19, K3, Z19
+	VMOVDQA64 Z20, Z18
+	VPERMT2W  Z19, Z5, Z18
+	CMPQ      SI, $0x0000000d
+	JLE       zero13
+	ADDQ      AX, R11
+	VMOVUPS.Z (R11), K1, Z20
+	VMOVUPS.Z 64(R11), K2, Z19
+	VPSRLD    $0x10, Z20, Z22
+	VPANDD    Z1, Z22, Z23
+	VPADDD    Z0, Z20, Z21
+	VPADDD    Z23, Z21, Z21
+	VPSRLD    $0x10, Z21, Z21
+	VPANDD    Z3, Z20, Z20
+	VPCMPGTD  Z4, Z20, K3
+	VPORD     Z2, Z22, Z22
+	VPBLENDMD Z22, Z21, K3, Z21
+	VPSRLD    $0x10, Z19, Z22
+	VPANDD    Z1, Z22, Z23
+	VPADDD    Z0, Z19, Z20
+	VPADDD    Z23, Z20, Z20
+	VPSRLD    $0x10, Z20, Z20
+	VPANDD    Z3, Z19, Z19
+	VPCMPGTD  Z4, Z19, K3
+	VPORD     Z2, Z22, Z22
+	VPBLENDMD Z22, Z20, K3, Z20
+	VMOVDQA64 Z21, Z19
+	VPERMT2W  Z20, Z5, Z19
+	CMPQ      SI, $0x0000000e
+	JLE       zero14
+	ADDQ      AX, R11
+	VMOVUPS.Z (R11), K1, Z21
+	VMOVUPS.Z 64(R11), K2, Z20
+	VPSRLD    $0x10, Z21, Z23
+	VPANDD    Z1, Z23, Z24
+	VPADDD    Z0, Z21, Z22
+	VPADDD    Z24, Z22, Z22
+	VPSRLD    $0x10, Z22, Z22
+	VPANDD    Z3, Z21, Z21
+	VPCMPGTD  Z4, Z21, K3
+	VPORD     Z2, Z23, Z23
+	VPBLENDMD Z23, Z22, K3, Z22
+	VPSRLD    $0x10, Z20, Z23
+	VPANDD    Z1, Z23, Z24
+	VPADDD    Z0, Z20, Z21
+	VPADDD    Z24, Z21, Z21
+	VPSRLD    $0x10, Z21, Z21
+	VPANDD    Z3, Z20, Z20
+	VPCMPGTD  Z4, Z20, K3
+	VPORD     Z2, Z23, Z23
+	VPBLENDMD Z23, Z21, K3, Z21
+	VMOVDQA64 Z22, Z20
+	VPERMT2W  Z21, Z5, Z20
+	CMPQ      SI, $0x0000000f
+	JLE       zero15
+	ADDQ      AX, R11
+	VMOVUPS.Z (R11), K1, Z22
+	VMOVUPS.Z 64(R11), K2, Z21
+	VPSRLD    $0x10, Z22, Z24
+	VPANDD    Z1, Z24, Z25
+	VPADDD    Z0, Z22, Z23
+	VPADDD    Z25, Z23, Z23
+	VPSRLD    $0x10, Z23, Z23
+	VPANDD    Z3, Z22, Z22
+	VPCMPGTD  Z4, Z22, K1
+	VPORD     Z2, Z24, Z24
+	VPBLENDMD Z24, Z23, K1, Z23
+	VPSRLD    $0x10, Z21, Z24
+	VPANDD    Z1, Z24, Z25
+	VPADDD    Z0, Z21, Z22
+	VPADDD    Z25, Z22, Z22
+	VPSRLD    $0x10, Z22, Z22
+	VPANDD    Z3, Z21, Z21
+	VPCMPGTD  Z4, Z21, K1
+	VPORD     Z2, Z24, Z24
+	VPBLENDMD Z24, Z22, K1, Z22
+	VMOVDQA64 Z23, Z21
+	VPERMT2W  Z22, Z5, Z21
+	JMP       loaded
+
+zero1:
+	VMOVDQU64 packtab<>+384(SB), Z7
+
+zero2:
+	VMOVDQU64 packtab<>+384(SB), Z8
+
+zero3:
+	VMOVDQU64 packtab<>+384(SB), Z9
+
+zero4:
+	VMOVDQU64 packtab<>+384(SB), Z10
+
+zero5:
+	VMOVDQU64 packtab<>+384(SB), Z11
+
+zero6:
+	VMOVDQU64 packtab<>+384(SB), Z12
+
+zero7:
+	VMOVDQU64 packtab<>+384(SB), Z13
+
+zero8:
+	VMOVDQU64 packtab<>+384(SB), Z14
+
+zero9:
+	VMOVDQU64 packtab<>+384(SB), Z15
+
+zero10:
+	VMOVDQU64 packtab<>+384(SB), Z16
+
+zero11:
+	VMOVDQU64 packtab<>+384(SB), Z17
+
+zero12:
+	VMOVDQU64 packtab<>+384(SB), Z18
+
+zero13:
+	VMOVDQU64 packtab<>+384(SB), Z19
+
+zero14:
+	VMOVDQU64 packtab<>+384(SB), Z20
+
+zero15:
+	VMOVDQU64 packtab<>+384(SB), Z21
+
+loaded:
+	VPUNPCKLDQ  Z7, Z6, Z22
+	VPUNPCKHDQ  Z7, Z6, Z6
+	VPUNPCKLDQ  Z9, Z8, Z7
+	VPUNPCKHDQ  Z9, Z8, Z8
+	VPUNPCKLDQ  Z11, Z10, Z9
+	VPUNPCKHDQ  Z11, Z10, Z10
+	VPUNPCKLDQ  Z13, Z12, Z11
+	VPUNPCKHDQ  Z13, Z12, Z12
+	VPUNPCKLDQ  Z15, Z14, Z13
+	VPUNPCKHDQ  Z15, Z14, Z14
+	VPUNPCKLDQ  Z17, Z16, Z15
+	VPUNPCKHDQ  Z17, Z16, Z16
+	VPUNPCKLDQ  Z19, Z18, Z17
+	VPUNPCKHDQ  Z19, Z18, Z18
+	VPUNPCKLDQ  Z21, Z20, Z19
+	VPUNPCKHDQ  Z21, Z20, Z20
+	VPUNPCKLQDQ Z7, Z22, Z21
+	VPUNPCKHQDQ Z7, Z22, Z7
+	VPUNPCKLQDQ Z8, Z6, Z22
+	VPUNPCKHQDQ Z8, Z6, Z6
+	VPUNPCKLQDQ Z11, Z9, Z8
+	VPUNPCKHQDQ Z11, Z9, Z9
+	VPUNPCKLQDQ Z12, Z10, Z11
+	VPUNPCKHQDQ Z12, Z10, Z10
+	VPUNPCKLQDQ Z15, Z13, Z12
+	VPUNPCKHQDQ Z15, Z13, Z13
+	VPUNPCKLQDQ Z16, Z14, Z15
+	VPUNPCKHQDQ Z16, Z14, Z14
+	VPUNPCKLQDQ Z19, Z17, Z16
+	VPUNPCKHQDQ Z19, Z17, Z17
+	VPUNPCKLQDQ Z20, Z18, Z19
+	VPUNPCKHQDQ Z20, Z18, Z18
+	VSHUFI32X4  $0x44, Z8, Z21, Z20
+	VSHUFI32X4  $0xee, Z8, Z21, Z8
+	VSHUFI32X4  $0x44, Z16, Z12, Z21
+	VSHUFI32X4  $0xee, Z16, Z12, Z12
+	VSHUFI32X4  $0x88, Z21, Z20, Z16
+	VSHUFI32X4  $0xdd, Z21, Z20, Z20
+	VSHUFI32X4  $0x88, Z12, Z8, Z21
+	VSHUFI32X4  $0xdd, Z12, Z8, Z8
+	VSHUFI32X4  $0x44, Z9, Z7, Z12
+	VSHUFI32X4  $0xee, Z9, Z7, Z7
+	VSHUFI32X4  $0x44, Z17, Z13, Z9
+	VSHUFI32X4  $0xee, Z17, Z13, Z13
+	VSHUFI32X4  $0x88, Z9, Z12, Z17
+	VSHUFI32X4  $0xdd, Z9, Z12, Z9
+	VSHUFI32X4  $0x88, Z13, Z7, Z12
+	VSHUFI32X4  $0xdd, Z13, Z7, Z7
+	VSHUFI32X4  $0x44, Z11, Z22, Z13
+	VSHUFI32X4  $0xee, Z11, Z22, Z11
+	VSHUFI32X4  $0x44, Z19, Z15, Z22
+	VSHUFI32X4  $0xee, Z19, Z15, Z15
+	VSHUFI32X4  $0x88, Z22, Z13, Z19
+	VSHUFI32X4  $0xdd, Z22, Z13, Z13
+	VSHUFI32X4  $0x88, Z15, Z11, Z22
+	VSHUFI32X4  $0xdd, Z15, Z11, Z11
+	VSHUFI32X4  $0x44, Z10, Z6, Z15
+	VSHUFI32X4  $0xee, Z10, Z6, Z6
+	VSHUFI32X4  $0x44, Z18, Z14, Z10
+	VSHUFI32X4  $0xee, Z18, Z14, Z14
+	VSHUFI32X4  $0x88, Z10, Z15, Z18
+	VSHUFI32X4  $0xdd, Z10, Z15, Z10
+	VSHUFI32X4  $0x88, Z14, Z6, Z15
+	VSHUFI32X4  $0xdd, Z14, Z6, Z6
+	LEAQ        1(R10), R10
+	SHRQ        $0x01, R10
+	VMOVDQU64   Z16, (R8)
+	CMPQ        R10, $0x00000001
+	JLE         stored
+	VMOVDQU64   Z17, 64(R8)
+	CMPQ        R10, $0x00000002
+	JLE         stored
+	VMOVDQU64   Z19, 128(R8)
+	CMPQ        R10, $0x00000003
+	JLE         stored
+	VMOVDQU64   Z18, 192(R8)
+	CMPQ        R10, $0x00000004
+	JLE         stored
+	VMOVDQU64   Z20, 256(R8)
+	CMPQ        R10, $0x00000005
+	JLE         stored
+	VMOVDQU64   Z9, 320(R8)
+	CMPQ        R10, $0x00000006
+	JLE         stored
+	VMOVDQU64   Z13, 384(R8)
+	CMPQ        R10, $0x00000007
+	JLE         stored
+	VMOVDQU64   Z10, 448(R8)
+	CMPQ        R10, $0x00000008
+	JLE         stored
+	VMOVDQU64   Z21, 512(R8)
+	CMPQ        R10, $0x00000009
+	JLE         stored
+	VMOVDQU64   Z12, 576(R8)
+	CMPQ        R10, $0x0000000a
+	JLE         stored
+	VMOVDQU64   Z22, 640(R8)
+	CMPQ        R10, $0x0000000b
+	JLE         stored
+	VMOVDQU64   Z15, 704(R8)
+	CMPQ        R10, $0x0000000c
+	JLE         stored
+	VMOVDQU64   Z8, 768(R8)
+	CMPQ        R10, $0x0000000d
+	JLE         stored
+	VMOVDQU64   Z7, 832(R8)
+	CMPQ        R10, $0x0000000e
+	JLE         stored
+	VMOVDQU64   Z11, 896(R8)
+	CMPQ        R10, $0x0000000f
+	JLE         stored
+	VMOVDQU64   Z6, 960(R8)
+
+stored:
+	ADDQ $0x00000080, DI
+	ADDQ $0x00000400, R8
+	SUBQ $0x00000020, R9
+	JMP  blocks
+
+stripDone:
+	MOVQ AX, SI
+	SHLQ $0x04, SI
+	ADDQ SI, DX
+	MOVQ ldb+24(FP), SI
+	SHLQ $0x01, SI
+	ADDQ SI, CX
+	SUBQ $0x00000010, BX
+	JMP  strips
+
+done:
+	VZEROUPPER
+	RET
+
+// func packNBF16AVX512(dst []uint16, ldb int, src []float32, ld int, k int, n int)
+// Requires: AVX, AVX512BW, AVX512F, CMOV
+TEXT ·packNBF16AVX512(SB), NOSPLIT, $0-80
+	VPBROADCASTD halfconsts<>+0(SB), Z0
+	VPBROADCASTD halfconsts<>+4(SB), Z1
+	VPBROADCASTD halfconsts<>+8(SB), Z2
+	VPBROADCASTD halfconsts<>+12(SB), Z3
+	VPBROADCASTD halfconsts<>+16(SB), Z4
+	MOVQ         ld+56(FP), AX
+	SHLQ         $0x02, AX
+	MOVQ         ldb+24(FP), CX
+	SHLQ         $0x01, CX
+	MOVQ         src_base+32(FP), DX
+	LEAQ         (DX)(AX*1), BX
+	MOVQ         dst_base+0(FP), SI
+	MOVQ         k+64(FP), DI
+
+pairs:
+	TESTQ   DI, DI
+	JLE     done
+	XORL    R8, R8
+	MOVL    $0xffffffff, R9
+	CMPQ    DI, $0x00000002
+	CMOVLGE R9, R8
+	XORQ    R9, R9
+	MOVQ    SI, R10
+	MOVQ    n+72(FP), R11
+
+cols:
+	TESTQ     R11, R11
+	JLE       pairDone
+	MOVQ      $0x00000010, R12
+	CMPQ      R11, $0x00000010
+	CMOVQLT   R11, R12
+	LEAQ      packtab<>+0(SB), R13
+	MOVL      (R13)(R12*4), R12
+	KMOVD     R12, K1
+	ANDL      R8, R12
+	KMOVD     R12, K2
+	VMOVUPS.Z (DX)(R9*1), K1, Z5
+	VMOVUPS.Z (BX)(R9*1), K2, Z6
+	VPSRLD    $0x10, Z5, Z7
+	VPANDD    Z1, Z7, Z9
+	VPADDD    Z0, Z5, Z8
+	VPADDD    Z9, Z8, Z8
+	VPSRLD    $0x10, Z8, Z8
+	VPANDD    Z3, Z5, Z5
+	VPCMPGTD  Z4, Z5, K1
+	VPORD     Z2, Z7, Z7
+	VPBLENDMD Z7, Z8, K1, Z8
+	VPSRLD    $0x10, Z6, Z5
+	VPANDD    Z1, Z5, Z9
+	VPADDD    Z0, Z6, Z7
+	VPADDD    Z9, Z7, Z7
+	VPSRLD    $0x10, Z7, Z7
+	VPANDD    Z3, Z6, Z6
+	VPCMPGTD  Z4, Z6, K1
+	VPORD     Z2, Z5, Z5
+	VPBLENDMD Z5, Z7, K1, Z7
+	VPSLLD    $0x10, Z7, Z7
+	VPORD     Z7, Z8, Z8
+	VMOVDQU64 Z8, (R10)
+	ADDQ      CX, R10
+	ADDQ      $0x00000040, R9
+	SUBQ      $0x00000010, R11
+	JMP       cols
+
+pairDone:
+	ADDQ AX, DX
+	ADDQ AX, DX
+	ADDQ AX, BX
+	ADDQ AX, BX
+	ADDQ $0x00000040, SI
+	SUBQ $0x00000002, DI
+	JMP  pairs
+
+done:
+	VZEROUPPER
+	RET
+
+// func packTBF16AVX2(dst []uint16, ldb int, src []float32, ld int, strips int, k int)
+// Requires: AVX, AVX2
+TEXT ·packTBF16AVX2(SB), NOSPLIT, $0-80
+	MOVQ ld+56(FP), AX
+	SHLQ $0x02, AX
+	MOVQ dst_base+0(FP), CX
+	MOVQ src_base+32(FP), DX
+	MOVQ strips+64(FP), BX
+
+strips:
+	TESTQ BX, BX
+	JLE   done
+	MOVQ  DX, SI
+	MOVQ  CX, DI
+	MOVQ  k+72(FP), R8
+
+blocks:
+	CMPQ        R8, $0x00000010
+	JL          stripDone
+	MOVQ        SI, R9
+	VMOVUPS     (R9), Y0
+	VMOVUPS     32(R9), Y1
+	VPSRLD      $0x10, Y0, Y2
+	VPAND       halfvecs<>+32(SB), Y2, Y4
+	VPADDD      halfvecs<>+0(SB), Y0, Y3
+	VPADDD      Y4, Y3, Y3
+	VPSRLD      $0x10, Y3, Y3
+	VPAND       halfvecs<>+96(SB), Y0, Y0
+	VPCMPGTD    halfvecs<>+128(SB), Y0, Y0
+	VPOR        halfvecs<>+64(SB), Y2, Y2
+	VPBLENDVB   Y0, Y2, Y3, Y3
+	VPSRLD      $0x10, Y1, Y0
+	VPAND       halfvecs<>+32(SB), Y0, Y4
+	VPADDD      halfvecs<>+0(SB), Y1, Y2
+	VPADDD      Y4, Y2, Y2
+	VPSRLD      $0x10, Y2, Y2
+	VPAND       halfvecs<>+96(SB), Y1, Y1
+	VPCMPGTD    halfvecs<>+128(SB), Y1, Y1
+	VPOR        halfvecs<>+64(SB), Y0, Y0
+	VPBLENDVB   Y1, Y0, Y2, Y2
+	VPACKUSDW   Y2, Y3, Y3
+	VPERMQ      $0xd8, Y3, Y0
+	ADDQ        AX, R9
+	VMOVUPS     (R9), Y1
+	VMOVUPS     32(R9), Y2
+	VPSRLD      $0x10, Y1, Y3
+	VPAND       halfvecs<>+32(SB), Y3, Y5
+	VPADDD      halfvecs<>+0(SB), Y1, Y4
+	VPADDD      Y5, Y4, Y4
+	VPSRLD      $0x10, Y4, Y4
+	VPAND       halfvecs<>+96(SB), Y1, Y1
+	VPCMPGTD    halfvecs<>+128(SB), Y1, Y1
+	VPOR        halfvecs<>+64(SB), Y3, Y3
+	VPBLENDVB   Y1, Y3, Y4, Y4
+	VPSRLD      $0x10, Y2, Y1
+	VPAND       halfvecs<>+32(SB), Y1, Y5
+	VPADDD      halfvecs<>+0(SB), Y2, Y3
+	VPADDD      Y5, Y3, Y3
+	VPSRLD      $0x10, Y3, Y3
+	VPAND       halfvecs<>+96(SB), Y2, Y2
+	VPCMPGTD    halfvecs<>+128(SB), Y2, Y2
+	VPOR        halfvecs<>+64(SB), Y1, Y1
+	VPBLENDVB   Y2, Y1, Y3, Y3
+	VPACKUSDW   Y3, Y4, Y4
+	VPERMQ      $0xd8, Y4, Y1
+	ADDQ        AX, R9
+	VMOVUPS     (R9), Y2
+	VMOVUPS     32(R9), Y3
+	VPSRLD      $0x10, Y2, Y4
+	VPAND       halfvecs<>+32(SB), Y4, Y6
+	VPADDD      halfvecs<>+0(SB), Y2, Y5
+	VPADDD      Y6, Y5, Y5
+	VPSRLD      $0x10, Y5, Y5
+	VPAND       halfvecs<>+96(SB), Y2, Y2
+	VPCMPGTD    halfvecs<>+128(SB), Y2, Y2
+	VPOR        halfvecs<>+64(SB), Y4, Y4
+	VPBLENDVB   Y2, Y4, Y5, Y5
+	VPSRLD      $0x10, Y3, Y2
+	VPAND       halfvecs<>+32(SB), Y2, Y6
+	VPADDD      halfvecs<>+0(SB), Y3, Y4
+	VPADDD      Y6, Y4, Y4
+	VPSRLD      $0x10, Y4, Y4
+	VPAND       halfvecs<>+96(SB), Y3, Y3
+	VPCMPGTD    halfvecs<>+128(SB), Y3, Y3
+	VPOR        halfvecs<>+64(SB), Y2, Y2
+	VPBLENDVB   Y3, Y2, Y4, Y4
+	VPACKUSDW   Y4, Y5, Y5
+	VPERMQ      $0xd8, Y5, Y2
+	ADDQ        AX, R9
+	VMOVUPS     (R9), Y3
+	VMOVUPS     32(R9), Y4
+	VPSRLD      $0x10, Y3, Y5
+	VPAND       halfvecs<>+32(SB), Y5, Y7
+	VPADDD      halfvecs<>+0(SB), Y3, Y6
+	VPADDD      Y7, Y6, Y6
+	VPSRLD      $0x10, Y6, Y6
+	VPAND       halfvecs<>+96(SB), Y3, Y3
+	VPCMPGTD    halfvecs<>+128(SB), Y3, Y3
+	VPOR        halfvecs<>+64(SB), Y5, Y5
+	VPBLENDVB   Y3, Y5, Y6, Y6
+	VPSRLD      $0x10, Y4, Y3
+	VPAND       halfvecs<>+32(SB), Y3, Y7
+	VPADDD      halfvecs<>+0(SB), Y4, Y5
+	VPADDD      Y7, Y5, Y5
+	VPSRLD      $0x10, Y5, Y5
+	VPAND       halfvecs<>+96(SB), Y4, Y4
+	VPCMPGTD    halfvecs<>+128(SB), Y4, Y4
+	VPOR        halfvecs<>+64(SB), Y3, Y3
+	VPBLENDVB   Y4, Y3, Y5, Y5
+	VPACKUSDW   Y5, Y6, Y6
+	VPERMQ      $0xd8, Y6, Y3
+	ADDQ        AX, R9
+	VMOVUPS     (R9), Y4
+	VMOVUPS     32(R9), Y5
+	VPSRLD      $0x10, Y4, Y6
+	VPAND       halfvecs<>+32(SB), Y6, Y8
+	VPADDD      halfvecs<>+0(SB), Y4, Y7
+	VPADDD      Y8, Y7, Y7
+	VPSRLD      $0x10, Y7, Y7
+	VPAND       halfvecs<>+96(SB), Y4, Y4
+	VPCMPGTD    halfvecs<>+128(SB), Y4, Y4
+	VPOR        halfvecs<>+64(SB), Y6, Y6
+	VPBLENDVB   Y4, Y6, Y7, Y7
+	VPSRLD      $0x10, Y5, Y4
+	VPAND       halfvecs<>+32(SB), Y4, Y8
+	VPADDD      halfvecs<>+0(SB), Y5, Y6
+	VPADDD      Y8, Y6, Y6
+	VPSRLD      $0x10, Y6, Y6
+	VPAND       halfvecs<>+96(SB), Y5, Y5
+	VPCMPGTD    halfvecs<>+128(SB), Y5, Y5
+	VPOR        halfvecs<>+64(SB), Y4, Y4
+	VPBLENDVB   Y5, Y4, Y6, Y6
+	VPACKUSDW   Y6, Y7, Y7
+	VPERMQ      $0xd8, Y7, Y4
+	ADDQ        AX, R9
+	VMOVUPS     (R9), Y5
+	VMOVUPS     32(R9), Y6
+	VPSRLD      $0x10, Y5, Y7
+	VPAND       halfvecs<>+32(SB), Y7, Y9
+	VPADDD      halfvecs<>+0(SB), Y5, Y8
+	VPADDD      Y9, Y8, Y8
+	VPSRLD      $0x10, Y8, Y8
+	VPAND       halfvecs<>+96(SB), Y5, Y5
+	VPCMPGTD    halfvecs<>+128(SB), Y5, Y5
+	VPOR        halfvecs<>+64(SB), Y7, Y7
+	VPBLENDVB   Y5, Y7, Y8, Y8
+	VPSRLD      $0x10, Y6, Y5
+	VPAND       halfvecs<>+32(SB), Y5, Y9
+	VPADDD      halfvecs<>+0(SB), Y6, Y7
+	VPADDD      Y9, Y7, Y7
+	VPSRLD      $0x10, Y7, Y7
+	VPAND       halfvecs<>+96(SB), Y6, Y6
+	VPCMPGTD    halfvecs<>+128(SB), Y6, Y6
+	VPOR        halfvecs<>+64(SB), Y5, Y5
+	VPBLENDVB   Y6, Y5, Y7, Y7
+	VPACKUSDW   Y7, Y8, Y8
+	VPERMQ      $0xd8, Y8, Y5
+	ADDQ        AX, R9
+	VMOVUPS     (R9), Y6
+	VMOVUPS     32(R9), Y7
+	VPSRLD      $0x10, Y6, Y8
+	VPAND       halfvecs<>+32(SB), Y8, Y10
+	VPADDD      halfvecs<>+0(SB), Y6, Y9
+	VPADDD      Y10, Y9, Y9
+	VPSRLD      $0x10, Y9, Y9
+	VPAND       halfvecs<>+96(SB), Y6, Y6
+	VPCMPGTD    halfvecs<>+128(SB), Y6, Y6
+	VPOR        halfvecs<>+64(SB), Y8, Y8
+	VPBLENDVB   Y6, Y8, Y9, Y9
+	VPSRLD      $0x10, Y7, Y6
+	VPAND       halfvecs<>+32(SB), Y6, Y10
+	VPADDD      halfvecs<>+0(SB), Y7, Y8
+	VPADDD      Y10, Y8, Y8
+	VPSRLD      $0x10, Y8, Y8
+	VPAND       halfvecs<>+96(SB), Y7, Y7
+	VPCMPGTD    halfvecs<>+128(SB), Y7, Y7
+	VPOR        halfvecs<>+64(SB), Y6, Y6
+	VPBLENDVB   Y7, Y6, Y8, Y8
+	VPACKUSDW   Y8, Y9, Y9
+	VPERMQ      $0xd8, Y9, Y6
+	ADDQ        AX, R9
+	VMOVUPS     (R9), Y7
+	VMOVUPS     32(R9), Y8
+	VPSRLD      $0x10, Y7, Y9
+	VPAND       halfvecs<>+32(SB), Y9, Y11
+	VPADDD      halfvecs<>+0(SB), Y7, Y10
+	VPADDD      Y11, Y10, Y10
+	VPSRLD      $0x10, Y10, Y10
+	VPAND       halfvecs<>+96(SB), Y7, Y7
+	VPCMPGTD    halfvecs<>+128(SB), Y7, Y7
+	VPOR        halfvecs<>+64(SB), Y9, Y9
+	VPBLENDVB   Y7, Y9, Y10, Y10
+	VPSRLD      $0x10, Y8, Y7
+	VPAND       halfvecs<>+32(SB), Y7, Y11
+	VPADDD      halfvecs<>+0(SB), Y8, Y9
+	VPADDD      Y11, Y9, Y9
+	VPSRLD      $0x10, Y9, Y9
+	VPAND       halfvecs<>+96(SB), Y8, Y8
+	VPCMPGTD    halfvecs<>+128(SB), Y8, Y8
+	VPOR        halfvecs<>+64(SB), Y7, Y7
+	VPBLENDVB   Y8, Y7, Y9, Y9
+	VPACKUSDW   Y9, Y10, Y10
+	VPERMQ      $0xd8, Y10, Y7
+	VPUNPCKLDQ  Y1, Y0, Y8
+	VPUNPCKHDQ  Y1, Y0, Y0
+	VPUNPCKLDQ  Y3, Y2, Y1
+	VPUNPCKHDQ  Y3, Y2, Y2
+	VPUNPCKLDQ  Y5, Y4, Y3
+	VPUNPCKHDQ  Y5, Y4, Y4
+	VPUNPCKLDQ  Y7, Y6, Y5
+	VPUNPCKHDQ  Y7, Y6, Y6
+	VPUNPCKLQDQ Y1, Y8, Y7
+	VPUNPCKHQDQ Y1, Y8, Y1
+	VPUNPCKLQDQ Y2, Y0, Y8
+	VPUNPCKHQDQ Y2, Y0, Y0
+	VPUNPCKLQDQ Y5, Y3, Y2
+	VPUNPCKHQDQ Y5, Y3, Y3
+	VPUNPCKLQDQ Y6, Y4, Y5
+	VPUNPCKHQDQ Y6, Y4, Y4
+	VPERM2I128  $0x20, Y2, Y7, Y6
+	VPERM2I128  $0x31, Y2, Y7, Y2
+	VPERM2I128  $0x20, Y3, Y1, Y7
+	VPERM2I128  $0x31, Y3, Y1, Y1
+	VPERM2I128  $0x20, Y5, Y8, Y3
+	VPERM2I128  $0x31, Y5, Y8, Y5
+	VPERM2I128  $0x20, Y4, Y0, Y8
+	VPERM2I128  $0x31, Y4, Y0, Y0
+	VMOVDQU     Y6, (DI)
+	VMOVDQU     Y7, 64(DI)
+	VMOVDQU     Y3, 128(DI)
+	VMOVDQU     Y8, 192(DI)
+	VMOVDQU     Y2, 256(DI)
+	VMOVDQU     Y1, 320(DI)
+	VMOVDQU     Y5, 384(DI)
+	VMOVDQU     Y0, 448(DI)
+	ADDQ        AX, R9
+	VMOVUPS     (R9), Y0
+	VMOVUPS     32(R9), Y1
+	VPSRLD      $0x10, Y0, Y2
+	VPAND       halfvecs<>+32(SB), Y2, Y4
+	VPADDD      halfvecs<>+0(SB), Y0, Y3
+	VPADDD      Y4, Y3, Y3
+	VPSRLD      $0x10, Y3, Y3
+	VPAND       halfvecs<>+96(SB), Y0, Y0
+	VPCMPGTD    halfvecs<>+128(SB), Y0, Y0
+	VPOR        halfvecs<>+64(SB), Y2, Y2
+	VPBLENDVB   Y0, Y2, Y3, Y3
+	VPSRLD      $0x10, Y1, Y0
+	VPAND       halfvecs<>+32(SB), Y0, Y4
+	VPADDD      halfvecs<>+0(SB), Y1, Y2
+	VPADDD      Y4, Y2, Y2
+	VPSRLD      $0x10, Y2, Y2
+	VPAND       halfvecs<>+96(SB), Y1, Y1
+	VPCMPGTD    halfvecs<>+128(SB), Y1, Y1
+	VPOR        halfvecs<>+64(SB), Y0, Y0
+	VPBLENDVB   Y1, Y0, Y2, Y2
+	VPACKUSDW   Y2, Y3, Y3
+	VPERMQ      $0xd8, Y3, Y0
+	ADDQ        AX, R9
+	VMOVUPS     (R9), Y1
+	VMOVUPS     32(R9), Y2
+	VPSRLD      $0x10, Y1, Y3
+	VPAND       halfvecs<>+32(SB), Y3, Y5
+	VPADDD      halfvecs<>+0(SB), Y1, Y4
+	VPADDD      Y5, Y4, Y4
+	VPSRLD      $0x10, Y4, Y4
+	VPAND       halfvecs<>+96(SB), Y1, Y1
+	VPCMPGTD    halfvecs<>+128(SB), Y1, Y1
+	VPOR        halfvecs<>+64(SB), Y3, Y3
+	VPBLENDVB   Y1, Y3, Y4, Y4
+	VPSRLD      $0x10, Y2, Y1
+	VPAND       halfvecs<>+32(SB), Y1, Y5
+	VPADDD      halfvecs<>+0(SB), Y2, Y3
+	VPADDD      Y5, Y3, Y3
+	VPSRLD      $0x10, Y3, Y3
+	VPAND       halfvecs<>+96(SB), Y2, Y2
+	VPCMPGTD    halfvecs<>+128(SB), Y2, Y2
+	VPOR        halfvecs<>+64(SB), Y1, Y1
+	VPBLENDVB   Y2, Y1, Y3, Y3
+	VPACKUSDW   Y3, Y4, Y4
+	VPERMQ      $0xd8, Y4, Y1
+	ADDQ        AX, R9
+	VMOVUPS     (R9), Y2
+	VMOVUPS     32(R9), Y3
+	VPSRLD      $0x10, Y2, Y4
+	VPAND       halfvecs<>+32(SB), Y4, Y6
+	VPADDD      halfvecs<>+0(SB), Y2, Y5
+	VPADDD      Y6, Y5, Y5
+	VPSRLD      $0x10, Y5, Y5
+	VPAND       halfvecs<>+96(SB), Y2, Y2
+	VPCMPGTD    halfvecs<>+128(SB), Y2, Y2
+	VPOR        halfvecs<>+64(SB), Y4, Y4
+	VPBLENDVB   Y2, Y4, Y5, Y5
+	VPSRLD      $0x10, Y3, Y2
+	VPAND       halfvecs<>+32(SB), Y2, Y6
+	VPADDD      halfvecs<>+0(SB), Y3, Y4
+	VPADDD      Y6, Y4, Y4
+	VPSRLD      $0x10, Y4, Y4
+	VPAND       halfvecs<>+96(SB), Y3, Y3
+	VPCMPGTD    halfvecs<>+128(SB), Y3, Y3
+	VPOR        halfvecs<>+64(SB), Y2, Y2
+	VPBLENDVB   Y3, Y2, Y4, Y4
+	VPACKUSDW   Y4, Y5, Y5
+	VPERMQ      $0xd8, Y5, Y2
+	ADDQ        AX, R9
+	VMOVUPS     (R9), Y3
+	VMOVUPS     32(R9), Y4
+	VPSRLD      $0x10, Y3, Y5
+	VPAND       halfvecs<>+32(SB), Y5, Y7
+	VPADDD      halfvecs<>+0(SB), Y3, Y6
+	VPADDD      Y7, Y6, Y6
+	VPSRLD      $0x10, Y6, Y6
+	VPAND       halfvecs<>+96(SB), Y3, Y3
+	VPCMPGTD    halfvecs<>+128(SB), Y3, Y3
+	VPOR        halfvecs<>+64(SB), Y5, Y5
+	VPBLENDVB   Y3, Y5, Y6, Y6
+	VPSRLD      $0x10, Y4, Y3
+	VPAND       halfvecs<>+32(SB), Y3, Y7
+	VPADDD      halfvecs<>+0(SB), Y4, Y5
+	VPADDD      Y7, Y5, Y5
+	VPSRLD      $0x10, Y5, Y5
+	VPAND       halfvecs<>+96(SB), Y4, Y4
+	VPCMPGTD    halfvecs<>+128(SB), Y4, Y4
+	VPOR        halfvecs<>+64(SB), Y3, Y3
+	VPBLENDVB   Y4, Y3, Y5, Y5
+	VPACKUSDW   Y5, Y6, Y6
+	VPERMQ      $0xd8, Y6, Y3
+	ADDQ        AX, R9
+	VMOVUPS     (R9), Y4
+	VMOVUPS     32(R9), Y5
+	VPSRLD      $0x10, Y4, Y6
+	VPAND       halfvecs<>+32(SB), Y6, Y8
+	VPADDD      halfvecs<>+0(SB), Y4, Y7
+	VPADDD      Y8, Y7, Y7
+	VPSRLD      $0x10, Y7, Y7
+	VPAND       halfvecs<>+96(SB), Y4, Y4
+	VPCMPGTD    halfvecs<>+128(SB), Y4, Y4
+	VPOR        halfvecs<>+64(SB), Y6, Y6
+	VPBLENDVB   Y4, Y6, Y7, Y7
+	VPSRLD      $0x10, Y5, Y4
+	VPAND       halfvecs<>+32(SB), Y4, Y8
+	VPADDD      halfvecs<>+0(SB), Y5, Y6
+	VPADDD      Y8, Y6, Y6
+	VPSRLD      $0x10, Y6, Y6
+	VPAND       halfvecs<>+96(SB), Y5, Y5
+	VPCMPGTD    halfvecs<>+128(SB), Y5, Y5
+	VPOR        halfvecs<>+64(SB), Y4, Y4
+	VPBLENDVB   Y5, Y4, Y6, Y6
+	VPACKUSDW   Y6, Y7, Y7
+	VPERMQ      $0xd8, Y7, Y4
+	ADDQ        AX, R9
+	VMOVUPS     (R9), Y5
+	VMOVUPS     32(R9), Y6
+	VPSRLD      $0x10, Y5, Y7
+	VPAND       halfvecs<>+32(SB), Y7, Y9
+	VPADDD      halfvecs<>+0(SB), Y5, Y8
+	VPADDD      Y9, Y8, Y8
+	VPSRLD      $0x10, Y8, Y8
+	VPAND       halfvecs<>+96(SB), Y5, Y5
+	VPCMPGTD    halfvecs<>+128(SB), Y5, Y5
+	VPOR        halfvecs<>+64(SB), Y7, Y7
+	VPBLENDVB   Y5, Y7, Y8, Y8
+	VPSRLD      $0x10, Y6, Y5
+	VPAND       halfvecs<>+32(SB), Y5, Y9
+	VPADDD      halfvecs<>+0(SB), Y6, Y7
+	VPADDD      Y9, Y7, Y7
+	VPSRLD      $0x10, Y7, Y7
+	VPAND       halfvecs<>+96(SB), Y6, Y6
+	VPCMPGTD    halfvecs<>+128(SB), Y6, Y6
+	VPOR        halfvecs<>+64(SB), Y5, Y5
+	VPBLENDVB   Y6, Y5, Y7, Y7
+	VPACKUSDW   Y7, Y8, Y8
+	VPERMQ      $0xd8, Y8, Y5
+	ADDQ        AX, R9
+	VMOVUPS     (R9), Y6
+	VMOVUPS     32(R9), Y7
+	VPSRLD      $0x10, Y6, Y8
+	VPAND       halfvecs<>+32(SB), Y8, Y10
+	VPADDD      halfvecs<>+0(SB), Y6, Y9
+	VPADDD      Y10, Y9, Y9
+	VPSRLD      $0x10, Y9, Y9
+	VPAND       halfvecs<>+96(SB), Y6, Y6
+	VPCMPGTD    halfvecs<>+128(SB), Y6, Y6
+	VPOR        halfvecs<>+64(SB), Y8, Y8
+	VPBLENDVB   Y6, Y8, Y9, Y9
+	VPSRLD      $0x10, Y7, Y6
+	VPAND       halfvecs<>+32(SB), Y6, Y10
+	VPADDD      halfvecs<>+0(SB), Y7, Y8
+	VPADDD      Y10, Y8, Y8
+	VPSRLD      $0x10, Y8, Y8
+	VPAND       halfvecs<>+96(SB), Y7, Y7
+	VPCMPGTD    halfvecs<>+128(SB), Y7, Y7
+	VPOR        halfvecs<>+64(SB), Y6, Y6
+	VPBLENDVB   Y7, Y6, Y8, Y8
+	VPACKUSDW   Y8, Y9, Y9
+	VPERMQ      $0xd8, Y9, Y6
+	ADDQ        AX, R9
+	VMOVUPS     (R9), Y7
+	VMOVUPS     32(R9), Y8
+	VPSRLD      $0x10, Y7, Y9
+	VPAND       halfvecs<>+32(SB), Y9, Y11
+	VPADDD      halfvecs<>+0(SB), Y7, Y10
+	VPADDD      Y11, Y10, Y10
+	VPSRLD      $0x10, Y10, Y10
+	VPAND       halfvecs<>+96(SB), Y7, Y7
+	VPCMPGTD    halfvecs<>+128(SB), Y7, Y7
+	VPOR        halfvecs<>+64(SB), Y9, Y9
+	VPBLENDVB   Y7, Y9, Y10, Y10
+	VPSRLD      $0x10, Y8, Y7
+	VPAND       halfvecs<>+32(SB), Y7, Y11
+	VPADDD      halfvecs<>+0(SB), Y8, Y9
+	VPADDD      Y11, Y9, Y9
+	VPSRLD      $0x10, Y9, Y9
+	VPAND       halfvecs<>+96(SB), Y8, Y8
+	VPCMPGTD    halfvecs<>+128(SB), Y8, Y8
+	VPOR        halfvecs<>+64(SB), Y7, Y7
+	VPBLENDVB   Y8, Y7, Y9, Y9
+	VPACKUSDW   Y9, Y10, Y10
+	VPERMQ      $0xd8, Y10, Y7
+	VPUNPCKLDQ  Y1, Y0, Y8
+	VPUNPCKHDQ  Y1, Y0, Y0
+	VPUNPCKLDQ  Y3, Y2, Y1
+	VPUNPCKHDQ  Y3, Y2, Y2
+	VPUNPCKLDQ  Y5, Y4, Y3
+	VPUNPCKHDQ  Y5, Y4, Y4
+	VPUNPCKLDQ  Y7, Y6, Y5
+	VPUNPCKHDQ  Y7, Y6, Y6
+	VPUNPCKLQDQ Y1, Y8, Y7
+	VPUNPCKHQDQ Y1, Y8, Y1
+	VPUNPCKLQDQ Y2, Y0, Y8
+	VPUNPCKHQDQ Y2, Y0, Y0
+	VPUNPCKLQDQ Y5, Y3, Y2
+	VPUNPCKHQDQ Y5, Y3, Y3
+	VPUNPCKLQDQ Y6, Y4, Y5
+	VPUNPCKHQDQ Y6, Y4, Y4
+	VPERM2I128  $0x20, Y2, Y7, Y6
+	VPERM2I128  $0x31, Y2, Y7, Y2
+	VPERM2I128  $0x20, Y3, Y1, Y7
+	VPERM2I128  $0x31, Y3, Y1, Y1
+	VPERM2I128  $0x20, Y5, Y8, Y3
+	VPERM2I128  $0x31, Y5, Y8, Y5
+	VPERM2I128  $0x20, Y4, Y0, Y8
+	VPERM2I128  $0x31, Y4, Y0, Y0
+	VMOVDQU     Y6, 32(DI)
+	VMOVDQU     Y7, 96(DI)
+	VMOVDQU     Y3, 160(DI)
+	VMOVDQU     Y8, 224(DI)
+	VMOVDQU     Y2, 288(DI)
+	VMOVDQU     Y1, 352(DI)
+	VMOVDQU     Y5, 416(DI)
+	VMOVDQU     Y0, 480(DI)
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000200, DI
+	SUBQ        $0x00000010, R8
+	JMP         blocks
+
+stripDone:
+	MOVQ AX, SI
+	SHLQ $0x04, SI
+	ADDQ SI, DX
+	MOVQ ldb+24(FP), SI
+	SHLQ $0x01, SI
+	ADDQ SI, CX
+	DECQ BX
+	JMP  strips
+
+done:
+	VZEROUPPER
+	RET
+
+// func packNBF16AVX2(dst []uint16, ldb int, src []float32, ld int, pairs int, strips int)
+// Requires: AVX, AVX2
+TEXT ·packNBF16AVX2(SB), NOSPLIT, $0-80
+	VPBROADCASTD halfconsts<>+0(SB), Y0
+	VPBROADCASTD halfconsts<>+4(SB), Y1
+	VPBROADCASTD halfconsts<>+8(SB), Y2
+	VPBROADCASTD halfconsts<>+12(SB), Y3
+	VPBROADCASTD halfconsts<>+16(SB), Y4
+	MOVQ         ld+56(FP), AX
+	SHLQ         $0x02, AX
+	MOVQ         ldb+24(FP), CX
+	SHLQ         $0x01, CX
+	MOVQ         src_base+32(FP), DX
+	LEAQ         (DX)(AX*1), BX
+	MOVQ         dst_base+0(FP), SI
+	MOVQ         pairs+64(FP), DI
+
+pairs:
+	TESTQ DI, DI
+	JLE   done
+	XORQ  R8, R8
+	MOVQ  SI, R9
+	MOVQ  strips+72(FP), R10
+
+cols:
+	TESTQ     R10, R10
+	JLE       pairDone
+	VMOVUPS   (DX)(R8*1), Y5
+	VMOVUPS   (BX)(R8*1), Y6
+	VPSRLD    $0x10, Y5, Y7
+	VPAND     Y1, Y7, Y9
+	VPADDD    Y0, Y5, Y8
+	VPADDD    Y9, Y8, Y8
+	VPSRLD    $0x10, Y8, Y8
+	VPAND     Y3, Y5, Y5
+	VPCMPGTD  Y4, Y5, Y5
+	VPOR      Y2, Y7, Y7
+	VPBLENDVB Y5, Y7, Y8, Y8
+	VPSRLD    $0x10, Y6, Y5
+	VPAND     Y1, Y5, Y9
+	VPADDD    Y0, Y6, Y7
+	VPADDD    Y9, Y7, Y7
+	VPSRLD    $0x10, Y7, Y7
+	VPAND     Y3, Y6, Y6
+	VPCMPGTD  Y4, Y6, Y6
+	VPOR      Y2, Y5, Y5
+	VPBLENDVB Y6, Y5, Y7, Y7
+	VPSLLD    $0x10, Y7, Y7
+	VPOR      Y7, Y8, Y8
+	VMOVDQU   Y8, (R9)
+	VMOVUPS   32(DX)(R8*1), Y5
+	VMOVUPS   32(BX)(R8*1), Y6
+	VPSRLD    $0x10, Y5, Y7
+	VPAND     Y1, Y7, Y9
+	VPADDD    Y0, Y5, Y8
+	VPADDD    Y9, Y8, Y8
+	VPSRLD    $0x10, Y8, Y8
+	VPAND     Y3, Y5, Y5
+	VPCMPGTD  Y4, Y5, Y5
+	VPOR      Y2, Y7, Y7
+	VPBLENDVB Y5, Y7, Y8, Y8
+	VPSRLD    $0x10, Y6, Y5
+	VPAND     Y1, Y5, Y9
+	VPADDD    Y0, Y6, Y7
+	VPADDD    Y9, Y7, Y7
+	VPSRLD    $0x10, Y7, Y7
+	VPAND     Y3, Y6, Y6
+	VPCMPGTD  Y4, Y6, Y6
+	VPOR      Y2, Y5, Y5
+	VPBLENDVB Y6, Y5, Y7, Y7
+	VPSLLD    $0x10, Y7, Y7
+	VPOR      Y7, Y8, Y8
+	VMOVDQU   Y8, 32(R9)
+	ADDQ      CX, R9
+	ADDQ      $0x00000040, R8
+	DECQ      R10
+	JMP       cols
+
+pairDone:
+	ADDQ AX, DX
+	ADDQ AX, DX
+	ADDQ AX, BX
+	ADDQ AX, BX
+	ADDQ $0x00000040, SI
+	DECQ DI
+	JMP  pairs
+
+done:
+	VZEROUPPER
+	RET
+
+// func packTF16AVX512(dst []uint16, ldb int, src []float32, ld int, n int, k int)
+// Requires: AVX, AVX512BW, AVX512F, CMOV
+TEXT ·packTF16AVX512(SB), NOSPLIT, $0-80
+	MOVQ ld+56(FP), AX
+	SHLQ $0x02, AX
+	MOVQ dst_base+0(FP), CX
+	MOVQ src_base+32(FP), DX
+	MOVQ n+64(FP), BX
+
+strips:
+	TESTQ   BX, BX
+	JLE     done
+	MOVQ    $0x00000010, SI
+	CMPQ    BX, $0x00000010
+	CMOVQLT BX, SI
+	MOVQ    DX, DI
+	MOVQ    CX, R8
+	MOVQ    k+72(FP), R9
+
+blocks:
+	TESTQ        R9, R9
+	JLE          stripDone
+	MOVQ         $0x00000020, R10
+	CMPQ         R9, $0x00000020
+	CMOVQLT      R9, R10
+	LEAQ         packtab<>+0(SB), R11
+	MOVL         (R11)(R10*4), R11
+	KMOVD        R11, K1
+	KSHIFTRD     $0x10, K1, K2
+	MOVQ         DI, R11
+	VMOVUPS.Z    (R11), K1, Z0
+	VMOVUPS.Z    64(R11), K2, Z1
+	VCVTPS2PH    $0x00, Z0, Y16
+	VCVTPS2PH    $0x00, Z1, Y0
+	VINSERTI64X4 $0x01, Y0, Z16, Z0
+	CMPQ         SI, $0x00000001
+	JLE          zero1
+	ADDQ         AX, R11
+	VMOVUPS.Z    (R11), K1, Z1
+	VMOVUPS.Z    64(R11), K2, Z2
+	VCVTPS2PH    $0x00, Z1, Y16
+	VCVTPS2PH    $0x00, Z2, Y1
+	VINSERTI64X4 $0x01, Y1, Z16, Z1
+	CMPQ         SI, $0x00000002
+	JLE          zero2
+	ADDQ         AX, R11
+	VMOVUPS.Z    (R11), K1, Z2
+	VMOVUPS.Z    64(R11), K2, Z3
+	VCVTPS2PH    $0x00, Z2, Y16
+	VCVTPS2PH    $0x00, Z3, Y2
+	VINSERTI64X4 $0x01, Y2, Z16, Z2
+	CMPQ         SI, $0x00000003
+	JLE          zero3
+	ADDQ         AX, R11
+	VMOVUPS.Z    (R11), K1, Z3
+	VMOVUPS.Z    64(R11), K2, Z4
+	VCVTPS2PH    $0x00, Z3, Y16
+	VCVTPS2PH    $0x00, Z4, Y3
+	VINSERTI64X4 $0x01, Y3, Z16, Z3
+	CMPQ         SI, $0x00000004
+	JLE          zero4
+	ADDQ         AX, R11
+	VMOVUPS.Z    (R11), K1, Z4
+	VMOVUPS.Z    64(R11), K2, Z5
+	VCVTPS2PH    $0x00, Z4, Y16
+	VCVTPS2PH    $0x00, Z5, Y4
+	VINSERTI64X4 $0x01, Y4, Z16, Z4
+	CMPQ         SI, $0x00000005
+	JLE          zero5
+	ADDQ         AX, R11
+	VMOVUPS.Z    (R11), K1, Z5
+	VMOVUPS.Z    64(R11), K2, Z6
+	VCVTPS2PH    $0x00, Z5, Y16
+	VCVTPS2PH    $0x00, Z6, Y5
+	VINSERTI64X4 $0x01, Y5, Z16, Z5
+	CMPQ         SI, $0x00000006
+	JLE          zero6
+	ADDQ         AX, R11
+	VMOVUPS.Z    (R11), K1, Z6
+	VMOVUPS.Z    64(R11), K2, Z7
+	VCVTPS2PH    $0x00, Z6, Y16
+	VCVTPS2PH    $0x00, Z7, Y6
+	VINSERTI64X4 $0x01, Y6, Z16, Z6
+	CMPQ         SI, $0x00000007
+	JLE          zero7
+	ADDQ         AX, R11
+	VMOVUPS.Z    (R11), K1, Z7
+	VMOVUPS.Z    64(R11), K2, Z8
+	VCVTPS2PH    $0x00, Z7, Y16
+	VCVTPS2PH    $0x00, Z8, Y7
+	VINSERTI64X4 $0x01, Y7, Z16, Z7
+	CMPQ         SI, $0x00000008
+	JLE          zero8
+	ADDQ         AX, R11
+	VMOVUPS.Z    (R11), K1, Z8
+	VMOVUPS.Z    64(R11), K2, Z9
+	VCVTPS2PH    $0x00, Z8, Y16
+	VCVTPS2PH    $0x00, Z9, Y8
+	VINSERTI64X4 $0x01, Y8, Z16, Z8
+	CMPQ         SI, $0x00000009
+	JLE          zero9
+	ADDQ         AX, R11
+	VMOVUPS.Z    (R11), K1, Z9
+	VMOVUPS.Z    64(R11), K2, Z10
+	VCVTPS2PH    $0x00, Z9, Y16
+	VCVTPS2PH    $0x00, Z10, Y9
+	VINSERTI64X4 $0x01, Y9, Z16, Z9
+	CMPQ         SI, $0x0000000a
+	JLE          zero10
+	ADDQ         AX, R11
+	VMOVUPS.Z    (R11), K1, Z10
+	VMOVUPS.Z    64(R11), K2, Z11
+	VCVTPS2PH    $0x00, Z10, Y16
+	VCVTPS2PH    $0x00, Z11, Y10
+	VINSERTI64X4 $0x01, Y10, Z16, Z10
+	CMPQ         SI, $0x0000000b
+	JLE          zero11
+	ADDQ         AX, R11
+	VMOVUPS.Z    (R11), K1, Z11
+	VMOVUPS.Z    64(R11), K2, Z12
+	VCVTPS2PH    $0x00, Z11, Y16
+	VCVTPS2PH    $0x00, Z12, Y11
+	VINSERTI64X4 $0x01, Y11, Z16, Z11
+	CMPQ         SI, $0x0000000c
+	JLE          zero12
+	ADDQ         AX, R11
+	VMOVUPS.Z    (R11), K1, Z12
+	VMOVUPS.Z    64(R11), K2, Z13
+	VCVTPS2PH    $0x00, Z12, Y16
+	VCVTPS2PH    $0x00, Z13, Y12
+	VINSERTI64X4 $0x01, Y12, Z16, Z12
+	CMPQ         SI, $0x0000000d
+	JLE          zero13
+	ADDQ         AX, R11
+	VMOVUPS.Z    (R11), K1, Z13
+	VMOVUPS.Z    64(R11), K2, Z14
+	VCVTPS2PH    $0x00, Z13, Y16
+	VCVTPS2PH    $0x00, Z14, Y13
+	VINSERTI64X4 $0x01, Y13, Z16, Z13
+	CMPQ         SI, $0x0000000e
+	JLE          zero14
+	ADDQ         AX, R11
+	VMOVUPS.Z    (R11), K1, Z14
+	VMOVUPS.Z    64(R11), K2, Z15
+	VCVTPS2PH    $0x00, Z14, Y16
+	VCVTPS2PH    $0x00, Z15, Y14
+	VINSERTI64X4 $0x01, Y14, Z16, Z14
+	CMPQ         SI, $0x0000000f
+	JLE          zero15
+	ADDQ         AX, R11
+	VMOVUPS.Z    (R11), K1, Z15
+	VMOVUPS.Z    64(R11), K2, Z17
+	VCVTPS2PH    $0x00, Z15, Y16
+	VCVTPS2PH    $0x00, Z17, Y15
+	VINSERTI64X4 $0x01, Y15, Z16, Z15
+	JMP          loaded
+
+zero1:
+	VMOVDQU64 packtab<>+384(SB), Z1
+
+zero2:
+	VMOVDQU64 packtab<>+384(SB), Z2
+
+zero3:
+	VMOVDQU64 packtab<>+384(SB), Z3
+
+zero4:
+	VMOVDQU64 packtab<>+384(SB), Z4
+
+zero5:
+	VMOVDQU64 packtab<>+384(SB), Z5
+
+zero6:
+	VMOVDQU64 packtab<>+384(SB), Z6
+
+zero7:
+	VMOVDQU64 packtab<>+384(SB), Z7
+
+zero8:
+	VMOVDQU64 packtab<>+384(SB), Z8
+
+zero9:
+	VMOVDQU64 packtab<>+384(SB), Z9
+
+zero10:
+	VMOVDQU64 packtab<>+384(SB), Z10
+
+zero11:
+	VMOVDQU64 packtab<>+384(SB), Z11
+
+zero12:
+	VMOVDQU64 packtab<>+384(SB), Z12
+
+zero13:
+	VMOVDQU64 packtab<>+384(SB), Z13
+
+zero14:
+	VMOVDQU64 packtab<>+384(SB), Z14
+
+zero15:
+	VMOVDQU64 packtab<>+384(SB), Z15
+
+loaded:
+	VPUNPCKLDQ  Z1, Z0, Z17
+	VPUNPCKHDQ  Z1, Z0, Z0
+	VPUNPCKLDQ  Z3, Z2, Z1
+	VPUNPCKHDQ  Z3, Z2, Z2
+	VPUNPCKLDQ  Z5, Z4, Z3
+	VPUNPCKHDQ  Z5, Z4, Z4
+	VPUNPCKLDQ  Z7, Z6, Z5
+	VPUNPCKHDQ  Z7, Z6, Z6
+	VPUNPCKLDQ  Z9, Z8, Z7
+	VPUNPCKHDQ  Z9, Z8, Z8
+	VPUNPCKLDQ  Z11, Z10, Z9
+	VPUNPCKHDQ  Z11, Z10, Z10
+	VPUNPCKLDQ  Z13, Z12, Z11
+	VPUNPCKHDQ  Z13, Z12, Z12
+	VPUNPCKLDQ  Z15, Z14, Z13
+	VPUNPCKHDQ  Z15, Z14, Z14
+	VPUNPCKLQDQ Z1, Z17, Z15
+	VPUNPCKHQDQ Z1, Z17, Z1
+	VPUNPCKLQDQ Z2, Z0, Z17
+	VPUNPCKHQDQ Z2, Z0, Z0
+	VPUNPCKLQDQ Z5, Z3, Z2
+	VPUNPCKHQDQ Z5, Z3, Z3
+	VPUNPCKLQDQ Z6, Z4, Z5
+	VPUNPCKHQDQ Z6, Z4, Z4
+	VPUNPCKLQDQ Z9, Z7, Z6
+	VPUNPCKHQDQ Z9, Z7, Z7
+	VPUNPCKLQDQ Z10, Z8, Z9
+	VPUNPCKHQDQ Z10, Z8, Z8
+	VPUNPCKLQDQ Z13, Z11, Z10
+	VPUNPCKHQDQ Z13, Z11, Z11
+	VPUNPCKLQDQ Z14, Z12, Z13
+	VPUNPCKHQDQ Z14, Z12, Z12
+	VSHUFI32X4  $0x44, Z2, Z15, Z14
+	VSHUFI32X4  $0xee, Z2, Z15, Z2
+	VSHUFI32X4  $0x44, Z10, Z6, Z15
+	VSHUFI32X4  $0xee, Z10, Z6, Z6
+	VSHUFI32X4  $0x88, Z15, Z14, Z10
+	VSHUFI32X4  $0xdd, Z15, Z14, Z14
+	VSHUFI32X4  $0x88, Z6, Z2, Z15
+	VSHUFI32X4  $0xdd, Z6, Z2, Z2
+	VSHUFI32X4  $0x44, Z3, Z1, Z6
+	VSHUFI32X4  $0xee, Z3, Z1, Z1
+	VSHUFI32X4  $0x44, Z11, Z7, Z3
+	VSHUFI32X4  $0xee, Z11, Z7, Z7
+	VSHUFI32X4  $0x88, Z3, Z6, Z11
+	VSHUFI32X4  $0xdd, Z3, Z6, Z3
+	VSHUFI32X4  $0x88, Z7, Z1, Z6
+	VSHUFI32X4  $0xdd, Z7, Z1, Z1
+	VSHUFI32X4  $0x44, Z5, Z17, Z7
+	VSHUFI32X4  $0xee, Z5, Z17, Z5
+	VSHUFI32X4  $0x44, Z13, Z9, Z17
+	VSHUFI32X4  $0xee, Z13, Z9, Z9
+	VSHUFI32X4  $0x88, Z17, Z7, Z13
+	VSHUFI32X4  $0xdd, Z17, Z7, Z7
+	VSHUFI32X4  $0x88, Z9, Z5, Z17
+	VSHUFI32X4  $0xdd, Z9, Z5, Z5
+	VSHUFI32X4  $0x44, Z4, Z0, Z9
+	VSHUFI32X4  $0xee, Z4, Z0, Z0
+	VSHUFI32X4  $0x44, Z12, Z8, Z4
+	VSHUFI32X4  $0xee, Z12, Z8, Z8
+	VSHUFI32X4  $0x88, Z4, Z9, Z12
+	VSHUFI32X4  $0xdd, Z4, Z9, Z4
+	VSHUFI32X4  $0x88, Z8, Z0, Z9
+	VSHUFI32X4  $0xdd, Z8, Z0, Z0
+	LEAQ        1(R10), R10
+	SHRQ        $0x01, R10
+	VMOVDQU64   Z10, (R8)
+	CMPQ        R10, $0x00000001
+	JLE         stored
+	VMOVDQU64   Z11, 64(R8)
+	CMPQ        R10, $0x00000002
+	JLE         stored
+	VMOVDQU64   Z13, 128(R8)
+	CMPQ        R10, $0x00000003
+	JLE         stored
+	VMOVDQU64   Z12, 192(R8)
+	CMPQ        R10, $0x00000004
+	JLE         stored
+	VMOVDQU64   Z14, 256(R8)
+	CMPQ        R10, $0x00000005
+	JLE         stored
+	VMOVDQU64   Z3, 320(R8)
+	CMPQ        R10, $0x00000006
+	JLE         stored
+	VMOVDQU64   Z7, 384(R8)
+	CMPQ        R10, $0x00000007
+	JLE         stored
+	VMOVDQU64   Z4, 448(R8)
+	CMPQ        R10, $0x00000008
+	JLE         stored
+	VMOVDQU64   Z15, 512(R8)
+	CMPQ        R10, $0x00000009
+	JLE         stored
+	VMOVDQU64   Z6, 576(R8)
+	CMPQ        R10, $0x0000000a
+	JLE         stored
+	VMOVDQU64   Z17, 640(R8)
+	CMPQ        R10, $0x0000000b
+	JLE         stored
+	VMOVDQU64   Z9, 704(R8)
+	CMPQ        R10, $0x0000000c
+	JLE         stored
+	VMOVDQU64   Z2, 768(R8)
+	CMPQ        R10, $0x0000000d
+	JLE         stored
+	VMOVDQU64   Z1, 832(R8)
+	CMPQ        R10, $0x0000000e
+	JLE         stored
+	VMOVDQU64   Z5, 896(R8)
+	CMPQ        R10, $0x0000000f
+	JLE         stored
+	VMOVDQU64   Z0, 960(R8)
+
+stored:
+	ADDQ $0x00000080, DI
+	ADDQ $0x00000400, R8
+	SUBQ $0x00000020, R9
+	JMP  blocks
+
+stripDone:
+	MOVQ AX, SI
+	SHLQ $0x04, SI
+	ADDQ SI, DX
+	MOVQ ldb+24(FP), SI
+	SHLQ $0x01, SI
+	ADDQ SI, CX
+	SUBQ $0x00000010, BX
+	JMP  strips
+
+done:
+	VZEROUPPER
+	RET
+
+// func packNF16AVX512(dst []uint16, ldb int, src []float32, ld int, k int, n int)
+// Requires: AVX, AVX512BW, AVX512F, CMOV
+TEXT ·packNF16AVX512(SB), NOSPLIT, $0-80
+	VMOVDQU64 packtab<>+192(SB), Z0
+	MOVQ      ld+56(FP), AX
+	SHLQ      $0x02, AX
+	MOVQ      ldb+24(FP), CX
+	SHLQ      $0x01, CX
+	MOVQ      src_base+32(FP), DX
+	LEAQ      (DX)(AX*1), BX
+	MOVQ      dst_base+0(FP), SI
+	MOVQ      k+64(FP), DI
+
+pairs:
+	TESTQ   DI, DI
+	JLE     done
+	XORL    R8, R8
+	MOVL    $0xffffffff, R9
+	CMPQ    DI, $0x00000002
+	CMOVLGE R9, R8
+	XORQ    R9, R9
+	MOVQ    SI, R10
+	MOVQ    n+72(FP), R11
+
+cols:
+	TESTQ     R11, R11
+	JLE       pairDone
+	MOVQ      $0x00000010, R12
+	CMPQ      R11, $0x00000010
+	CMOVQLT   R11, R12
+	LEAQ      packtab<>+0(SB), R13
+	MOVL      (R13)(R12*4), R12
+	KMOVD     R12, K1
+	ANDL      R8, R12
+	KMOVD     R12, K2
+	VMOVUPS.Z (DX)(R9*1), K1, Z1
+	VMOVUPS.Z (BX)(R9*1), K2, Z2
+	VCVTPS2PH $0x00, Z1, Y3
+	VCVTPS2PH $0x00, Z2, Y4
+	VPERMT2W  Z4, Z0, Z3
+	VMOVDQU64 Z3, (R10)
+	ADDQ      CX, R10
+	ADDQ      $0x00000040, R9
+	SUBQ      $0x00000010, R11
+	JMP       cols
+
+pairDone:
+	ADDQ AX, DX
+	ADDQ AX, DX
+	ADDQ AX, BX
+	ADDQ AX, BX
+	ADDQ $0x00000040, SI
+	SUBQ $0x00000002, DI
+	JMP  pairs
+
+done:
+	VZEROUPPER
+	RET
+
+// func packTF16AVX2(dst []uint16, ldb int, src []float32, ld int, strips int, k int)
+// Requires: AVX, AVX2, F16C
+TEXT ·packTF16AVX2(SB), NOSPLIT, $0-80
+	MOVQ ld+56(FP), AX
+	SHLQ $0x02, AX
+	MOVQ dst_base+0(FP), CX
+	MOVQ src_base+32(FP), DX
+	MOVQ strips+64(FP), BX
+
+strips:
+	TESTQ BX, BX
+	JLE   done
+	MOVQ  DX, SI
+	MOVQ  CX, DI
+	MOVQ  k+72(FP), R8
+
+blocks:
+	CMPQ        R8, $0x00000010
+	JL          stripDone
+	MOVQ        SI, R9
+	VMOVUPS     (R9), Y0
+	VMOVUPS     32(R9), Y2
+	VCVTPS2PH   $0x00, Y0, X1
+	VCVTPS2PH   $0x00, Y2, X0
+	VINSERTI128 $0x01, X0, Y1, Y0
+	ADDQ        AX, R9
+	VMOVUPS     (R9), Y2
+	VMOVUPS     32(R9), Y3
+	VCVTPS2PH   $0x00, Y2, X1
+	VCVTPS2PH   $0x00, Y3, X2
+	VINSERTI128 $0x01, X2, Y1, Y2
+	ADDQ        AX, R9
+	VMOVUPS     (R9), Y3
+	VMOVUPS     32(R9), Y4
+	VCVTPS2PH   $0x00, Y3, X1
+	VCVTPS2PH   $0x00, Y4, X3
+	VINSERTI128 $0x01, X3, Y1, Y3
+	ADDQ        AX, R9
+	VMOVUPS     (R9), Y4
+	VMOVUPS     32(R9), Y5
+	VCVTPS2PH   $0x00, Y4, X1
+	VCVTPS2PH   $0x00, Y5, X4
+	VINSERTI128 $0x01, X4, Y1, Y4
+	ADDQ        AX, R9
+	VMOVUPS     (R9), Y5
+	VMOVUPS     32(R9), Y6
+	VCVTPS2PH   $0x00, Y5, X1
+	VCVTPS2PH   $0x00, Y6, X5
+	VINSERTI128 $0x01, X5, Y1, Y5
+	ADDQ        AX, R9
+	VMOVUPS     (R9), Y6
+	VMOVUPS     32(R9), Y7
+	VCVTPS2PH   $0x00, Y6, X1
+	VCVTPS2PH   $0x00, Y7, X6
+	VINSERTI128 $0x01, X6, Y1, Y6
+	ADDQ        AX, R9
+	VMOVUPS     (R9), Y7
+	VMOVUPS     32(R9), Y8
+	VCVTPS2PH   $0x00, Y7, X1
+	VCVTPS2PH   $0x00, Y8, X7
+	VINSERTI128 $0x01, X7, Y1, Y7
+	ADDQ        AX, R9
+	VMOVUPS     (R9), Y8
+	VMOVUPS     32(R9), Y9
+	VCVTPS2PH   $0x00, Y8, X1
+	VCVTPS2PH   $0x00, Y9, X8
+	VINSERTI128 $0x01, X8, Y1, Y8
+	VPUNPCKLDQ  Y2, Y0, Y9
+	VPUNPCKHDQ  Y2, Y0, Y0
+	VPUNPCKLDQ  Y4, Y3, Y2
+	VPUNPCKHDQ  Y4, Y3, Y3
+	VPUNPCKLDQ  Y6, Y5, Y4
+	VPUNPCKHDQ  Y6, Y5, Y5
+	VPUNPCKLDQ  Y8, Y7, Y6
+	VPUNPCKHDQ  Y8, Y7, Y7
+	VPUNPCKLQDQ Y2, Y9, Y8
+	VPUNPCKHQDQ Y2, Y9, Y2
+	VPUNPCKLQDQ Y3, Y0, Y9
+	VPUNPCKHQDQ Y3, Y0, Y0
+	VPUNPCKLQDQ Y6, Y4, Y3
+	VPUNPCKHQDQ Y6, Y4, Y4
+	VPUNPCKLQDQ Y7, Y5, Y6
+	VPUNPCKHQDQ Y7, Y5, Y5
+	VPERM2I128  $0x20, Y3, Y8, Y7
+	VPERM2I128  $0x31, Y3, Y8, Y3
+	VPERM2I128  $0x20, Y4, Y2, Y8
+	VPERM2I128  $0x31, Y4, Y2, Y2
+	VPERM2I128  $0x20, Y6, Y9, Y4
+	VPERM2I128  $0x31, Y6, Y9, Y6
+	VPERM2I128  $0x20, Y5, Y0, Y9
+	VPERM2I128  $0x31, Y5, Y0, Y0
+	VMOVDQU     Y7, (DI)
+	VMOVDQU     Y8, 64(DI)
+	VMOVDQU     Y4, 128(DI)
+	VMOVDQU     Y9, 192(DI)
+	VMOVDQU     Y3, 256(DI)
+	VMOVDQU     Y2, 320(DI)
+	VMOVDQU     Y6, 384(DI)
+	VMOVDQU     Y0, 448(DI)
+	ADDQ        AX, R9
+	VMOVUPS     (R9), Y0
+	VMOVUPS     32(R9), Y2
+	VCVTPS2PH   $0x00, Y0, X1
+	VCVTPS2PH   $0x00, Y2, X0
+	VINSERTI128 $0x01, X0, Y1, Y0
+	ADDQ        AX, R9
+	VMOVUPS     (R9), Y2
+	VMOVUPS     32(R9), Y3
+	VCVTPS2PH   $0x00, Y2, X1
+	VCVTPS2PH   $0x00, Y3, X2
+	VINSERTI128 $0x01, X2, Y1, Y2
+	ADDQ        AX, R9
+	VMOVUPS     (R9), Y3
+	VMOVUPS     32(R9), Y4
+	VCVTPS2PH   $0x00, Y3, X1
+	VCVTPS2PH   $0x00, Y4, X3
+	VINSERTI128 $0x01, X3, Y1, Y3
+	ADDQ        AX, R9
+	VMOVUPS     (R9), Y4
+	VMOVUPS     32(R9), Y5
+	VCVTPS2PH   $0x00, Y4, X1
+	VCVTPS2PH   $0x00, Y5, X4
+	VINSERTI128 $0x01, X4, Y1, Y4
+	ADDQ        AX, R9
+	VMOVUPS     (R9), Y5
+	VMOVUPS     32(R9), Y6
+	VCVTPS2PH   $0x00, Y5, X1
+	VCVTPS2PH   $0x00, Y6, X5
+	VINSERTI128 $0x01, X5, Y1, Y5
+	ADDQ        AX, R9
+	VMOVUPS     (R9), Y6
+	VMOVUPS     32(R9), Y7
+	VCVTPS2PH   $0x00, Y6, X1
+	VCVTPS2PH   $0x00, Y7, X6
+	VINSERTI128 $0x01, X6, Y1, Y6
+	ADDQ        AX, R9
+	VMOVUPS     (R9), Y7
+	VMOVUPS     32(R9), Y8
+	VCVTPS2PH   $0x00, Y7, X1
+	VCVTPS2PH   $0x00, Y8, X7
+	VINSERTI128 $0x01, X7, Y1, Y7
+	ADDQ        AX, R9
+	VMOVUPS     (R9), Y8
+	VMOVUPS     32(R9), Y9
+	VCVTPS2PH   $0x00, Y8, X1
+	VCVTPS2PH   $0x00, Y9, X8
+	VINSERTI128 $0x01, X8, Y1, Y8
+	VPUNPCKLDQ  Y2, Y0, Y9
+	VPUNPCKHDQ  Y2, Y0, Y0
+	VPUNPCKLDQ  Y4, Y3, Y2
+	VPUNPCKHDQ  Y4, Y3, Y3
+	VPUNPCKLDQ  Y6, Y5, Y4
+	VPUNPCKHDQ  Y6, Y5, Y5
+	VPUNPCKLDQ  Y8, Y7, Y6
+	VPUNPCKHDQ  Y8, Y7, Y7
+	VPUNPCKLQDQ Y2, Y9, Y8
+	VPUNPCKHQDQ Y2, Y9, Y2
+	VPUNPCKLQDQ Y3, Y0, Y9
+	VPUNPCKHQDQ Y3, Y0, Y0
+	VPUNPCKLQDQ Y6, Y4, Y3
+	VPUNPCKHQDQ Y6, Y4, Y4
+	VPUNPCKLQDQ Y7, Y5, Y6
+	VPUNPCKHQDQ Y7, Y5, Y5
+	VPERM2I128  $0x20, Y3, Y8, Y7
+	VPERM2I128  $0x31, Y3, Y8, Y3
+	VPERM2I128  $0x20, Y4, Y2, Y8
+	VPERM2I128  $0x31, Y4, Y2, Y2
+	VPERM2I128  $0x20, Y6, Y9, Y4
+	VPERM2I128  $0x31, Y6, Y9, Y6
+	VPERM2I128  $0x20, Y5, Y0, Y9
+	VPERM2I128  $0x31, Y5, Y0, Y0
+	VMOVDQU     Y7, 32(DI)
+	VMOVDQU     Y8, 96(DI)
+	VMOVDQU     Y4, 160(DI)
+	VMOVDQU     Y9, 224(DI)
+	VMOVDQU     Y3, 288(DI)
+	VMOVDQU     Y2, 352(DI)
+	VMOVDQU     Y6, 416(DI)
+	VMOVDQU     Y0, 480(DI)
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000200, DI
+	SUBQ        $0x00000010, R8
+	JMP         blocks
+
+stripDone:
+	MOVQ AX, SI
+	SHLQ $0x04, SI
+	ADDQ SI, DX
+	MOVQ ldb+24(FP), SI
+	SHLQ $0x01, SI
+	ADDQ SI, CX
+	DECQ BX
+	JMP  strips
+
+done:
+	VZEROUPPER
+	RET
+
+// func packNF16AVX2(dst []uint16, ldb int, src []float32, ld int, pairs int, strips int)
+// Requires: AVX, F16C
+TEXT ·packNF16AVX2(SB), NOSPLIT, $0-80
+	MOVQ ld+56(FP), AX
+	SHLQ $0x02, AX
+	MOVQ ldb+24(FP), CX
+	SHLQ $0x01, CX
+	MOVQ src_base+32(FP), DX
+	LEAQ (DX)(AX*1), BX
+	MOVQ dst_base+0(FP), SI
+	MOVQ pairs+64(FP), DI
+
+pairs:
+	TESTQ DI, DI
+	JLE   done
+	XORQ  R8, R8
+	MOVQ  SI, R9
+	MOVQ  strips+72(FP), R10
+
+cols:
+	TESTQ      R10, R10
+	JLE        pairDone
+	VMOVUPS    (DX)(R8*1), Y0
+	VMOVUPS    (BX)(R8*1), Y1
+	VCVTPS2PH  $0x00, Y0, X0
+	VCVTPS2PH  $0x00, Y1, X1
+	VPUNPCKLWD X1, X0, X2
+	VPUNPCKHWD X1, X0, X0
+	VMOVDQU    X2, (R9)
+	VMOVDQU    X0, 16(R9)
+	VMOVUPS    32(DX)(R8*1), Y0
+	VMOVUPS    32(BX)(R8*1), Y1
+	VCVTPS2PH  $0x00, Y0, X0
+	VCVTPS2PH  $0x00, Y1, X1
+	VPUNPCKLWD X1, X0, X2
+	VPUNPCKHWD X1, X0, X0
+	VMOVDQU    X2, 32(R9)
+	VMOVDQU    X0, 48(R9)
+	ADDQ       CX, R9
+	ADDQ       $0x00000040, R8
+	DECQ       R10
+	JMP        cols
+
+pairDone:
+	ADDQ AX, DX
+	ADDQ AX, DX
+	ADDQ AX, BX
+	ADDQ AX, BX
+	ADDQ $0x00000040, SI
+	DECQ DI
+	JMP  pairs
+
+done:
+	VZEROUPPER
+	RET
+
+// func transposeRoundBF16AVX512(dst []uint16, ldd int, src []float32, lds int, rows int, cols int)
+// Requires: AVX, AVX512BW, AVX512F, CMOV
+TEXT ·transposeRoundBF16AVX512(SB), NOSPLIT, $0-80
+	VPBROADCASTD halfconsts<>+0(SB), Z0
+	VPBROADCASTD halfconsts<>+4(SB), Z1
+	VPBROADCASTD halfconsts<>+8(SB), Z2
+	VPBROADCASTD halfconsts<>+12(SB), Z3
+	VPBROADCASTD halfconsts<>+16(SB), Z4
+	MOVQ         lds+56(FP), AX
+	SHLQ         $0x02, AX
+	MOVQ         ldd+24(FP), CX
+	SHLQ         $0x01, CX
+	MOVQ         src_base+32(FP), DX
+	MOVQ         dst_base+0(FP), BX
+	MOVQ         rows+64(FP), SI
+
+rowBlocks:
+	TESTQ   SI, SI
+	JLE     done
+	MOVQ    $0x00000010, DI
+	CMPQ    SI, $0x00000010
+	CMOVQLT SI, DI
+	LEAQ    packtab<>+0(SB), R8
+	MOVL    (R8)(DI*4), R8
+	KMOVD   R8, K1
+	MOVQ    cols+72(FP), R8
+	MOVQ    DX, R9
+	MOVQ    BX, R10
+
+colBlocks:
+	TESTQ     R8, R8
+	JLE       rowBlockDone
+	MOVQ      $0x00000010, R11
+	CMPQ      R8, $0x00000010
+	CMOVQLT   R8, R11
+	LEAQ      packtab<>+0(SB), R12
+	MOVL      (R12)(R11*4), R12
+	KMOVD     R12, K2
+	MOVQ      R9, R12
+	VMOVUPS.Z (R12), K2, Z5
+	CMPQ      DI, $0x00000001
+	JLE       zero1
+	ADDQ      AX, R12
+	VMOVUPS.Z (R12), K2, Z6
+	CMPQ      DI, $0x00000002
+	JLE       zero2
+	ADDQ      AX, R12
+	VMOVUPS.Z (R12), K2, Z7
+	CMPQ      DI, $0x00000003
+	JLE       zero3
+	ADDQ      AX, R12
+	VMOVUPS.Z (R12), K2, Z8
+	CMPQ      DI, $0x00000004
+	JLE       zero4
+	ADDQ      AX, R12
+	VMOVUPS.Z (R12), K2, Z9
+	CMPQ      DI, $0x00000005
+	JLE       zero5
+	ADDQ      AX, R12
+	VMOVUPS.Z (R12), K2, Z10
+	CMPQ      DI, $0x00000006
+	JLE       zero6
+	ADDQ      AX, R12
+	VMOVUPS.Z (R12), K2, Z11
+	CMPQ      DI, $0x00000007
+	JLE       zero7
+	ADDQ      AX, R12
+	VMOVUPS.Z (R12), K2, Z12
+	CMPQ      DI, $0x00000008
+	JLE       zero8
+	ADDQ      AX, R12
+	VMOVUPS.Z (R12), K2, Z13
+	CMPQ      DI, $0x00000009
+	JLE       zero9
+	ADDQ      AX, R12
+	VMOVUPS.Z (R12), K2, Z14
+	CMPQ      DI, $0x0000000a
+	JLE       zero10
+	ADDQ      AX, R12
+	VMOVUPS.Z (R12), K2, Z15
+	CMPQ      DI, $0x0000000b
+	JLE       zero11
+	ADDQ      AX, R12
+	VMOVUPS.Z (R12), K2, Z16
+	CMPQ      DI, $0x0000000c
+	JLE       zero12
+	ADDQ      AX, R12
+	VMOVUPS.Z (R12), K2, Z17
+	CMPQ      DI, $0x0000000d
+	JLE       zero13
+	ADDQ      AX, R12
+	VMOVUPS.Z (R12), K2, Z18
+	CMPQ      DI, $0x0000000e
+	JLE       zero14
+	ADDQ      AX, R12
+	VMOVUPS.Z (R12), K2, Z19
+	CMPQ      DI, $0x0000000f
+	JLE       zero15
+	ADDQ      AX, R12
+	VMOVUPS.Z (R12), K2, Z20
+	JMP       loaded
+
+zero1:
+	VMOVDQU64 packtab<>+384(SB), Z6
+
+zero2:
+	VMOVDQU64 packtab<>+384(SB), Z7
+
+zero3:
+	VMOVDQU64 packtab<>+384(SB), Z8
+
+zero4:
+	VMOVDQU64 packtab<>+384(SB), Z9
+
+zero5:
+	VMOVDQU64 packtab<>+384(SB), Z10
+
+zero6:
+	VMOVDQU64 packtab<>+384(SB), Z11
+
+zero7:
+	VMOVDQU64 packtab<>+384(SB), Z12
+
+zero8:
+	VMOVDQU64 packtab<>+384(SB), Z13
+
+zero9:
+	VMOVDQU64 packtab<>+384(SB), Z14
+
+zero10:
+	VMOVDQU64 packtab<>+384(SB), Z15
+
+zero11:
+	VMOVDQU64 packtab<>+384(SB), Z16
+
+zero12:
+	VMOVDQU64 packtab<>+384(SB), Z17
+
+zero13:
+	VMOVDQU64 packtab<>+384(SB), Z18
+
+zero14:
+	VMOVDQU64 packtab<>+384(SB), Z19
+
+zero15:
+	VMOVDQU64 packtab<>+384(SB), Z20
+
+loaded:
+	VPUNPCKLDQ  Z6, Z5, Z21
+	VPUNPCKHDQ  Z6, Z5, Z5
+	VPUNPCKLDQ  Z8, Z7, Z6
+	VPUNPCKHDQ  Z8, Z7, Z7
+	VPUNPCKLDQ  Z10, Z9, Z8
+	VPUNPCKHDQ  Z10, Z9, Z9
+	VPUNPCKLDQ  Z12, Z11, Z10
+	VPUNPCKHDQ  Z12, Z11, Z11
+	VPUNPCKLDQ  Z14, Z13, Z12
+	VPUNPCKHDQ  Z14, Z13, Z13
+	VPUNPCKLDQ  Z16, Z15, Z14
+	VPUNPCKHDQ  Z16, Z15, Z15
+	VPUNPCKLDQ  Z18, Z17, Z16
+	VPUNPCKHDQ  Z18, Z17, Z17
+	VPUNPCKLDQ  Z20, Z19, Z18
+	VPUNPCKHDQ  Z20, Z19, Z19
+	VPUNPCKLQDQ Z6, Z21, Z20
+	VPUNPCKHQDQ Z6, Z21, Z6
+	VPUNPCKLQDQ Z7, Z5, Z21
+	VPUNPCKHQDQ Z7, Z5, Z5
+	VPUNPCKLQDQ Z10, Z8, Z7
+	VPUNPCKHQDQ Z10, Z8, Z8
+	VPUNPCKLQDQ Z11, Z9, Z10
+	VPUNPCKHQDQ Z11, Z9, Z9
+	VPUNPCKLQDQ Z14, Z12, Z11
+	VPUNPCKHQDQ Z14, Z12, Z12
+	VPUNPCKLQDQ Z15, Z13, Z14
+	VPUNPCKHQDQ Z15, Z13, Z13
+	VPUNPCKLQDQ Z18, Z16, Z15
+	VPUNPCKHQDQ Z18, Z16, Z16
+	VPUNPCKLQDQ Z19, Z17, Z18
+	VPUNPCKHQDQ Z19, Z17, Z17
+	VSHUFI32X4  $0x44, Z7, Z20, Z19
+	VSHUFI32X4  $0xee, Z7, Z20, Z7
+	VSHUFI32X4  $0x44, Z15, Z11, Z20
+	VSHUFI32X4  $0xee, Z15, Z11, Z11
+	VSHUFI32X4  $0x88, Z20, Z19, Z15
+	VSHUFI32X4  $0xdd, Z20, Z19, Z19
+	VSHUFI32X4  $0x88, Z11, Z7, Z20
+	VSHUFI32X4  $0xdd, Z11, Z7, Z7
+	VSHUFI32X4  $0x44, Z8, Z6, Z11
+	VSHUFI32X4  $0xee, Z8, Z6, Z6
+	VSHUFI32X4  $0x44, Z16, Z12, Z8
+	VSHUFI32X4  $0xee, Z16, Z12, Z12
+	VSHUFI32X4  $0x88, Z8, Z11, Z16
+	VSHUFI32X4  $0xdd, Z8, Z11, Z8
+	VSHUFI32X4  $0x88, Z12, Z6, Z11
+	VSHUFI32X4  $0xdd, Z12, Z6, Z6
+	VSHUFI32X4  $0x44, Z10, Z21, Z12
+	VSHUFI32X4  $0xee, Z10, Z21, Z10
+	VSHUFI32X4  $0x44, Z18, Z14, Z21
+	VSHUFI32X4  $0xee, Z18, Z14, Z14
+	VSHUFI32X4  $0x88, Z21, Z12, Z18
+	VSHUFI32X4  $0xdd, Z21, Z12, Z12
+	VSHUFI32X4  $0x88, Z14, Z10, Z21
+	VSHUFI32X4  $0xdd, Z14, Z10, Z10
+	VSHUFI32X4  $0x44, Z9, Z5, Z14
+	VSHUFI32X4  $0xee, Z9, Z5, Z5
+	VSHUFI32X4  $0x44, Z17, Z13, Z9
+	VSHUFI32X4  $0xee, Z17, Z13, Z13
+	VSHUFI32X4  $0x88, Z9, Z14, Z17
+	VSHUFI32X4  $0xdd, Z9, Z14, Z9
+	VSHUFI32X4  $0x88, Z13, Z5, Z14
+	VSHUFI32X4  $0xdd, Z13, Z5, Z5
+	MOVQ        R10, R12
+	VPSRLD      $0x10, Z15, Z13
+	VPANDD      Z1, Z13, Z23
+	VPADDD      Z0, Z15, Z22
+	VPADDD      Z23, Z22, Z22
+	VPSRLD      $0x10, Z22, Z22
+	VPANDD      Z3, Z15, Z15
+	VPCMPGTD    Z4, Z15, K2
+	VPORD       Z2, Z13, Z13
+	VPBLENDMD   Z13, Z22, K2, Z22
+	VPMOVDW     Z22, K1, (R12)
+	CMPQ        R11, $0x00000001
+	JLE         stored
+	ADDQ        CX, R12
+	VPSRLD      $0x10, Z16, Z13
+	VPANDD      Z1, Z13, Z22
+	VPADDD      Z0, Z16, Z15
+	VPADDD      Z22, Z15, Z15
+	VPSRLD      $0x10, Z15, Z15
+	VPANDD      Z3, Z16, Z16
+	VPCMPGTD    Z4, Z16, K2
+	VPORD       Z2, Z13, Z13
+	VPBLENDMD   Z13, Z15, K2, Z15
+	VPMOVDW     Z15, K1, (R12)
+	CMPQ        R11, $0x00000002
+	JLE         stored
+	ADDQ        CX, R12
+	VPSRLD      $0x10, Z18, Z13
+	VPANDD      Z1, Z13, Z16
+	VPADDD      Z0, Z18, Z15
+	VPADDD      Z16, Z15, Z15
+	VPSRLD      $0x10, Z15, Z15
+	VPANDD      Z3, Z18, Z16
+	VPCMPGTD    Z4, Z16, K2
+	VPORD       Z2, Z13, Z13
+	VPBLENDMD   Z13, Z15, K2, Z15
+	VPMOVDW     Z15, K1, (R12)
+	CMPQ        R11, $0x00000003
+	JLE         stored
+	ADDQ        CX, R12
+	VPSRLD      $0x10, Z17, Z13
+	VPANDD      Z1, Z13, Z16
+	VPADDD      Z0, Z17, Z15
+	VPADDD      Z16, Z15, Z15
+	VPSRLD      $0x10, Z15, Z15
+	VPANDD      Z3, Z17, Z16
+	VPCMPGTD    Z4, Z16, K2
+	VPORD       Z2, Z13, Z13
+	VPBLENDMD   Z13, Z15, K2, Z15
+	VPMOVDW     Z15, K1, (R12)
+	CMPQ        R11, $0x00000004
+	JLE         stored
+	ADDQ        CX, R12
+	VPSRLD      $0x10, Z19, Z13
+	VPANDD      Z1, Z13, Z16
+	VPADDD      Z0, Z19, Z15
+	VPADDD      Z16, Z15, Z15
+	VPSRLD      $0x10, Z15, Z15
+	VPANDD      Z3, Z19, Z16
+	VPCMPGTD    Z4, Z16, K2
+	VPORD       Z2, Z13, Z13
+	VPBLENDMD   Z13, Z15, K2, Z15
+	VPMOVDW     Z15, K1, (R12)
+	CMPQ        R11, $0x00000005
+	JLE         stored
+	ADDQ        CX, R12
+	VPSRLD      $0x10, Z8, Z13
+	VPANDD      Z1, Z13, Z16
+	VPADDD      Z0, Z8, Z15
+	VPADDD      Z16, Z15, Z15
+	VPSRLD      $0x10, Z15, Z15
+	VPANDD      Z3, Z8, Z8
+	VPCMPGTD    Z4, Z8, K2
+	VPORD       Z2, Z13, Z13
+	VPBLENDMD   Z13, Z15, K2, Z15
+	VPMOVDW     Z15, K1, (R12)
+	CMPQ        R11, $0x00000006
+	JLE         stored
+	ADDQ        CX, R12
+	VPSRLD      $0x10, Z12, Z8
+	VPANDD      Z1, Z8, Z15
+	VPADDD      Z0, Z12, Z13
+	VPADDD      Z15, Z13, Z13
+	VPSRLD      $0x10, Z13, Z13
+	VPANDD      Z3, Z12, Z12
+	VPCMPGTD    Z4, Z12, K2
+	VPORD       Z2, Z8, Z8
+	VPBLENDMD   Z8, Z13, K2, Z13
+	VPMOVDW     Z13, K1, (R12)
+	CMPQ        R11, $0x00000007
+	JLE         stored
+	ADDQ        CX, R12
+	VPSRLD      $0x10, Z9, Z8
+	VPANDD      Z1, Z8, Z13
+	VPADDD      Z0, Z9, Z12
+	VPADDD      Z13, Z12, Z12
+	VPSRLD      $0x10, Z12, Z12
+	VPANDD      Z3, Z9, Z9
+	VPCMPGTD    Z4, Z9, K2
+	VPORD       Z2, Z8, Z8
+	VPBLENDMD   Z8, Z12, K2, Z12
+	VPMOVDW     Z12, K1, (R12)
+	CMPQ        R11, $0x00000008
+	JLE         stored
+	ADDQ        CX, R12
+	VPSRLD      $0x10, Z20, Z8
+	VPANDD      Z1, Z8, Z12
+	VPADDD      Z0, Z20, Z9
+	VPADDD      Z12, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPANDD      Z3, Z20, Z12
+	VPCMPGTD    Z4, Z12, K2
+	VPORD       Z2, Z8, Z8
+	VPBLENDMD   Z8, Z9, K2, Z9
+	VPMOVDW     Z9, K1, (R12)
+	CMPQ        R11, $0x00000009
+	JLE         stored
+	ADDQ        CX, R12
+	VPSRLD      $0x10, Z11, Z8
+	VPANDD      Z1, Z8, Z12
+	VPADDD      Z0, Z11, Z9
+	VPADDD      Z12, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPANDD      Z3, Z11, Z11
+	VPCMPGTD    Z4, Z11, K2
+	VPORD       Z2, Z8, Z8
+	VPBLENDMD   Z8, Z9, K2, Z9
+	VPMOVDW     Z9, K1, (R12)
+	CMPQ        R11, $0x0000000a
+	JLE         stored
+	ADDQ        CX, R12
+	VPSRLD      $0x10, Z21, Z8
+	VPANDD      Z1, Z8, Z11
+	VPADDD      Z0, Z21, Z9
+	VPADDD      Z11, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPANDD      Z3, Z21, Z11
+	VPCMPGTD    Z4, Z11, K2
+	VPORD       Z2, Z8, Z8
+	VPBLENDMD   Z8, Z9, K2, Z9
+	VPMOVDW     Z9, K1, (R12)
+	CMPQ        R11, $0x0000000b
+	JLE         stored
+	ADDQ        CX, R12
+	VPSRLD      $0x10, Z14, Z8
+	VPANDD      Z1, Z8, Z11
+	VPADDD      Z0, Z14, Z9
+	VPADDD      Z11, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPANDD      Z3, Z14, Z11
+	VPCMPGTD    Z4, Z11, K2
+	VPORD       Z2, Z8, Z8
+	VPBLENDMD   Z8, Z9, K2, Z9
+	VPMOVDW     Z9, K1, (R12)
+	CMPQ        R11, $0x0000000c
+	JLE         stored
+	ADDQ        CX, R12
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD      Z1, Z8, Z11
+	VPADDD      Z0, Z7, Z9
+	VPADDD      Z11, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPANDD      Z3, Z7, Z7
+	VPCMPGTD    Z4, Z7, K2
+	VPORD       Z2, Z8, Z8
+	VPBLENDMD   Z8, Z9, K2, Z9
+	VPMOVDW     Z9, K1, (R12)
+	CMPQ        R11, $0x0000000d
+	JLE         stored
+	ADDQ        CX, R12
+	VPSRLD      $0x10, Z6, Z7
+	VPANDD      Z1, Z7, Z9
+	VPADDD      Z0, Z6, Z8
+	VPADDD      Z9, Z8, Z8
+	VPSRLD      $0x10, Z8, Z8
+	VPANDD      Z3, Z6, Z6
+	VPCMPGTD    Z4, Z6, K2
+	VPORD       Z2, Z7, Z7
+	VPBLENDMD   Z7, Z8, K2, Z8
+	VPMOVDW     Z8, K1, (R12)
+	CMPQ        R11, $0x0000000e
+	JLE         stored
+	ADDQ        CX, R12
+	VPSRLD      $0x10, Z10, Z6
+	VPANDD      Z1, Z6, Z8
+	VPADDD      Z0, Z10, Z7
+	VPADDD      Z8, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPANDD      Z3, Z10, Z8
+	VPCMPGTD    Z4, Z8, K2
+	VPORD       Z2, Z6, Z6
+	VPBLENDMD   Z6, Z7, K2, Z7
+	VPMOVDW     Z7, K1, (R12)
+	CMPQ        R11, $0x0000000f
+	JLE         stored
+	ADDQ        CX, R12
+	VPSRLD      $0x10, Z5, Z6
+	VPANDD      Z1, Z6, Z8
+	VPADDD      Z0, Z5, Z7
+	VPADDD      Z8, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPANDD      Z3, Z5, Z5
+	VPCMPGTD    Z4, Z5, K2
+	VPORD       Z2, Z6, Z6
+	VPBLENDMD   Z6, Z7, K2, Z7
+	VPMOVDW     Z7, K1, (R12)
+
+stored:
+	ADDQ $0x00000040, R9
+	MOVQ CX, R11
+	SHLQ $0x04, R11
+	ADDQ R11, R10
+	SUBQ $0x00000010, R8
+	JMP  colBlocks
+
+rowBlockDone:
+	MOVQ AX, DI
+	SHLQ $0x04, DI
+	ADDQ DI, DX
+	ADDQ $0x00000020, BX
+	SUBQ $0x00000010, SI
+	JMP  rowBlocks
+
+done:
+	VZEROUPPER
+	RET
+
+// func transposeRoundF16AVX512(dst []uint16, ldd int, src []float32, lds int, rows int, cols int)
+// Requires: AVX, AVX512BW, AVX512F, CMOV
+TEXT ·transposeRoundF16AVX512(SB), NOSPLIT, $0-80
+	MOVQ lds+56(FP), AX
+	SHLQ $0x02, AX
+	MOVQ ldd+24(FP), CX
+	SHLQ $0x01, CX
+	MOVQ src_base+32(FP), DX
+	MOVQ dst_base+0(FP), BX
+	MOVQ rows+64(FP), SI
+
+rowBlocks:
+	TESTQ   SI, SI
+	JLE     done
+	MOVQ    $0x00000010, DI
+	CMPQ    SI, $0x00000010
+	CMOVQLT SI, DI
+	LEAQ    packtab<>+0(SB), R8
+	MOVL    (R8)(DI*4), R8
+	KMOVD   R8, K1
+	MOVQ    cols+72(FP), R8
+	MOVQ    DX, R9
+	MOVQ    BX, R10
+
+colBlocks:
+	TESTQ     R8, R8
+	JLE       rowBlockDone
+	MOVQ      $0x00000010, R11
+	CMPQ      R8, $0x00000010
+	CMOVQLT   R8, R11
+	LEAQ      packtab<>+0(SB), R12
+	MOVL      (R12)(R11*4), R12
+	KMOVD     R12, K2
+	MOVQ      R9, R12
+	VMOVUPS.Z (R12), K2, Z0
+	CMPQ      DI, $0x00000001
+	JLE       zero1
+	ADDQ      AX, R12
+	VMOVUPS.Z (R12), K2, Z1
+	CMPQ      DI, $0x00000002
+	JLE       zero2
+	ADDQ      AX, R12
+	VMOVUPS.Z (R12), K2, Z2
+	CMPQ      DI, $0x00000003
+	JLE       zero3
+	ADDQ      AX, R12
+	VMOVUPS.Z (R12), K2, Z3
+	CMPQ      DI, $0x00000004
+	JLE       zero4
+	ADDQ      AX, R12
+	VMOVUPS.Z (R12), K2, Z4
+	CMPQ      DI, $0x00000005
+	JLE       zero5
+	ADDQ      AX, R12
+	VMOVUPS.Z (R12), K2, Z5
+	CMPQ      DI, $0x00000006
+	JLE       zero6
+	ADDQ      AX, R12
+	VMOVUPS.Z (R12), K2, Z6
+	CMPQ      DI, $0x00000007
+	JLE       zero7
+	ADDQ      AX, R12
+	VMOVUPS.Z (R12), K2, Z7
+	CMPQ      DI, $0x00000008
+	JLE       zero8
+	ADDQ      AX, R12
+	VMOVUPS.Z (R12), K2, Z8
+	CMPQ      DI, $0x00000009
+	JLE       zero9
+	ADDQ      AX, R12
+	VMOVUPS.Z (R12), K2, Z9
+	CMPQ      DI, $0x0000000a
+	JLE       zero10
+	ADDQ      AX, R12
+	VMOVUPS.Z (R12), K2, Z10
+	CMPQ      DI, $0x0000000b
+	JLE       zero11
+	ADDQ      AX, R12
+	VMOVUPS.Z (R12), K2, Z11
+	CMPQ      DI, $0x0000000c
+	JLE       zero12
+	ADDQ      AX, R12
+	VMOVUPS.Z (R12), K2, Z12
+	CMPQ      DI, $0x0000000d
+	JLE       zero13
+	ADDQ      AX, R12
+	VMOVUPS.Z (R12), K2, Z13
+	CMPQ      DI, $0x0000000e
+	JLE       zero14
+	ADDQ      AX, R12
+	VMOVUPS.Z (R12), K2, Z14
+	CMPQ      DI, $0x0000000f
+	JLE       zero15
+	ADDQ      AX, R12
+	VMOVUPS.Z (R12), K2, Z15
+	JMP       loaded
+
+zero1:
+	VMOVDQU64 packtab<>+384(SB), Z1
+
+zero2:
+	VMOVDQU64 packtab<>+384(SB), Z2
+
+zero3:
+	VMOVDQU64 packtab<>+384(SB), Z3
+
+zero4:
+	VMOVDQU64 packtab<>+384(SB), Z4
+
+zero5:
+	VMOVDQU64 packtab<>+384(SB), Z5
+
+zero6:
+	VMOVDQU64 packtab<>+384(SB), Z6
+
+zero7:
+	VMOVDQU64 packtab<>+384(SB), Z7
+
+zero8:
+	VMOVDQU64 packtab<>+384(SB), Z8
+
+zero9:
+	VMOVDQU64 packtab<>+384(SB), Z9
+
+zero10:
+	VMOVDQU64 packtab<>+384(SB), Z10
+
+zero11:
+	VMOVDQU64 packtab<>+384(SB), Z11
+
+zero12:
+	VMOVDQU64 packtab<>+384(SB), Z12
+
+zero13:
+	VMOVDQU64 packtab<>+384(SB), Z13
+
+zero14:
+	VMOVDQU64 packtab<>+384(SB), Z14
+
+zero15:
+	VMOVDQU64 packtab<>+384(SB), Z15
+
+loaded:
+	VPUNPCKLDQ  Z1, Z0, Z16
+	VPUNPCKHDQ  Z1, Z0, Z0
+	VPUNPCKLDQ  Z3, Z2, Z1
+	VPUNPCKHDQ  Z3, Z2, Z2
+	VPUNPCKLDQ  Z5, Z4, Z3
+	VPUNPCKHDQ  Z5, Z4, Z4
+	VPUNPCKLDQ  Z7, Z6, Z5
+	VPUNPCKHDQ  Z7, Z6, Z6
+	VPUNPCKLDQ  Z9, Z8, Z7
+	VPUNPCKHDQ  Z9, Z8, Z8
+	VPUNPCKLDQ  Z11, Z10, Z9
+	VPUNPCKHDQ  Z11, Z10, Z10
+	VPUNPCKLDQ  Z13, Z12, Z11
+	VPUNPCKHDQ  Z13, Z12, Z12
+	VPUNPCKLDQ  Z15, Z14, Z13
+	VPUNPCKHDQ  Z15, Z14, Z14
+	VPUNPCKLQDQ Z1, Z16, Z15
+	VPUNPCKHQDQ Z1, Z16, Z1
+	VPUNPCKLQDQ Z2, Z0, Z16
+	VPUNPCKHQDQ Z2, Z0, Z0
+	VPUNPCKLQDQ Z5, Z3, Z2
+	VPUNPCKHQDQ Z5, Z3, Z3
+	VPUNPCKLQDQ Z6, Z4, Z5
+	VPUNPCKHQDQ Z6, Z4, Z4
+	VPUNPCKLQDQ Z9, Z7, Z6
+	VPUNPCKHQDQ Z9, Z7, Z7
+	VPUNPCKLQDQ Z10, Z8, Z9
+	VPUNPCKHQDQ Z10, Z8, Z8
+	VPUNPCKLQDQ Z13, Z11, Z10
+	VPUNPCKHQDQ Z13, Z11, Z11
+	VPUNPCKLQDQ Z14, Z12, Z13
+	VPUNPCKHQDQ Z14, Z12, Z12
+	VSHUFI32X4  $0x44, Z2, Z15, Z14
+	VSHUFI32X4  $0xee, Z2, Z15, Z2
+	VSHUFI32X4  $0x44, Z10, Z6, Z15
+	VSHUFI32X4  $0xee, Z10, Z6, Z6
+	VSHUFI32X4  $0x88, Z15, Z14, Z10
+	VSHUFI32X4  $0xdd, Z15, Z14, Z14
+	VSHUFI32X4  $0x88, Z6, Z2, Z15
+	VSHUFI32X4  $0xdd, Z6, Z2, Z2
+	VSHUFI32X4  $0x44, Z3, Z1, Z6
+	VSHUFI32X4  $0xee, Z3, Z1, Z1
+	VSHUFI32X4  $0x44, Z11, Z7, Z3
+	VSHUFI32X4  $0xee, Z11, Z7, Z7
+	VSHUFI32X4  $0x88, Z3, Z6, Z11
+	VSHUFI32X4  $0xdd, Z3, Z6, Z3
+	VSHUFI32X4  $0x88, Z7, Z1, Z6
+	VSHUFI32X4  $0xdd, Z7, Z1, Z1
+	VSHUFI32X4  $0x44, Z5, Z16, Z7
+	VSHUFI32X4  $0xee, Z5, Z16, Z5
+	VSHUFI32X4  $0x44, Z13, Z9, Z16
+	VSHUFI32X4  $0xee, Z13, Z9, Z9
+	VSHUFI32X4  $0x88, Z16, Z7, Z13
+	VSHUFI32X4  $0xdd, Z16, Z7, Z7
+	VSHUFI32X4  $0x88, Z9, Z5, Z16
+	VSHUFI32X4  $0xdd, Z9, Z5, Z5
+	VSHUFI32X4  $0x44, Z4, Z0, Z9
+	VSHUFI32X4  $0xee, Z4, Z0, Z0
+	VSHUFI32X4  $0x44, Z12, Z8, Z4
+	VSHUFI32X4  $0xee, Z12, Z8, Z8
+	VSHUFI32X4  $0x88, Z4, Z9, Z12
+	VSHUFI32X4  $0xdd, Z4, Z9, Z4
+	VSHUFI32X4  $0x88, Z8, Z0, Z9
+	VSHUFI32X4  $0xdd, Z8, Z0, Z0
+	MOVQ        R10, R12
+	VCVTPS2PH   $0x00, Z10, K1, (R12)
+	CMPQ        R11, $0x00000001
+	JLE         stored
+	ADDQ        CX, R12
+	VCVTPS2PH   $0x00, Z11, K1, (R12)
+	CMPQ        R11, $0x00000002
+	JLE         stored
+	ADDQ        CX, R12
+	VCVTPS2PH   $0x00, Z13, K1, (R12)
+	CMPQ        R11, $0x00000003
+	JLE         stored
+	ADDQ        CX, R12
+	VCVTPS2PH   $0x00, Z12, K1, (R12)
+	CMPQ        R11, $0x00000004
+	JLE         stored
+	ADDQ        CX, R12
+	VCVTPS2PH   $0x00, Z14, K1, (R12)
+	CMPQ        R11, $0x00000005
+	JLE         stored
+	ADDQ        CX, R12
+	VCVTPS2PH   $0x00, Z3, K1, (R12)
+	CMPQ        R11, $0x00000006
+	JLE         stored
+	ADDQ        CX, R12
+	VCVTPS2PH   $0x00, Z7, K1, (R12)
+	CMPQ        R11, $0x00000007
+	JLE         stored
+	ADDQ        CX, R12
+	VCVTPS2PH   $0x00, Z4, K1, (R12)
+	CMPQ        R11, $0x00000008
+	JLE         stored
+	ADDQ        CX, R12
+	VCVTPS2PH   $0x00, Z15, K1, (R12)
+	CMPQ        R11, $0x00000009
+	JLE         stored
+	ADDQ        CX, R12
+	VCVTPS2PH   $0x00, Z6, K1, (R12)
+	CMPQ        R11, $0x0000000a
+	JLE         stored
+	ADDQ        CX, R12
+	VCVTPS2PH   $0x00, Z16, K1, (R12)
+	CMPQ        R11, $0x0000000b
+	JLE         stored
+	ADDQ        CX, R12
+	VCVTPS2PH   $0x00, Z9, K1, (R12)
+	CMPQ        R11, $0x0000000c
+	JLE         stored
+	ADDQ        CX, R12
+	VCVTPS2PH   $0x00, Z2, K1, (R12)
+	CMPQ        R11, $0x0000000d
+	JLE         stored
+	ADDQ        CX, R12
+	VCVTPS2PH   $0x00, Z1, K1, (R12)
+	CMPQ        R11, $0x0000000e
+	JLE         stored
+	ADDQ        CX, R12
+	VCVTPS2PH   $0x00, Z5, K1, (R12)
+	CMPQ        R11, $0x0000000f
+	JLE         stored
+	ADDQ        CX, R12
+	VCVTPS2PH   $0x00, Z0, K1, (R12)
+
+stored:
+	ADDQ $0x00000040, R9
+	MOVQ CX, R11
+	SHLQ $0x04, R11
+	ADDQ R11, R10
+	SUBQ $0x00000010, R8
+	JMP  colBlocks
+
+rowBlockDone:
+	MOVQ AX, DI
+	SHLQ $0x04, DI
+	ADDQ DI, DX
+	ADDQ $0x00000020, BX
+	SUBQ $0x00000010, SI
+	JMP  rowBlocks
+
+done:
+	VZEROUPPER
 	RET

@@ -145,6 +145,18 @@ func f32ToF16AVX512(dst []uint16, src []float32)
 //go:noescape
 func f32ToBF16AVX512(dst []uint16, src []float32)
 
+// roundBF16AVX512 rounds each element of x to bfloat16 (to nearest even) and
+// stores its float32 value back. len(x) is a multiple of 16.
+//
+//go:noescape
+func roundBF16AVX512(x []float32)
+
+// roundF16AVX512 rounds each element of x to fp16 (to nearest even) and
+// stores its float32 value back. len(x) is a multiple of 16.
+//
+//go:noescape
+func roundF16AVX512(x []float32)
+
 // bf16ToF32AVX2 widens the bfloat16 src to float32 (exact).
 // len(src) is a multiple of 16 and len(dst) >= len(src).
 //
@@ -169,6 +181,18 @@ func f32ToF16AVX2(dst []uint16, src []float32)
 //go:noescape
 func f32ToBF16AVX2(dst []uint16, src []float32)
 
+// roundBF16AVX2 rounds each element of x to bfloat16 (to nearest even) and
+// stores its float32 value back. len(x) is a multiple of 16.
+//
+//go:noescape
+func roundBF16AVX2(x []float32)
+
+// roundF16AVX2 rounds each element of x to fp16 (to nearest even) and
+// stores its float32 value back. len(x) is a multiple of 16.
+//
+//go:noescape
+func roundF16AVX2(x []float32)
+
 // f32ToBF16AVX512BF16 rounds the float32 src to bfloat16, to nearest even, with VCVTNEPS2BF16 (AVX512_BF16).
 // len(src) is a multiple of 16 and len(dst) >= len(src).
 //
@@ -182,16 +206,16 @@ func cpuidex(leaf uint32, sub uint32) (eax uint32, ebx uint32, ecx uint32, edx u
 func xgetbv0() (eax uint32, edx uint32)
 
 // mulBF16AVX512BF16 sets C = A·B for bfloat16 A and VNNI-packed B (see Half.Mul).
-// The caller guarantees n%16 == 0, k%2 == 0 and that all accesses are in bounds.
+// The caller guarantees n%16 == 0, k%2 == 0, ldb >= 16k and that all accesses are in bounds.
 //
 //go:noescape
-func mulBF16AVX512BF16(c []float32, ldc int, a []uint16, lda int, b []uint16, m int, n int, k int)
+func mulBF16AVX512BF16(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m int, n int, k int)
 
 // mulAddBF16AVX512BF16 adds A·B to C for bfloat16 A and VNNI-packed B (see Half.MulAdd).
-// The caller guarantees n%16 == 0, k%2 == 0 and that all accesses are in bounds.
+// The caller guarantees n%16 == 0, k%2 == 0, ldb >= 16k and that all accesses are in bounds.
 //
 //go:noescape
-func mulAddBF16AVX512BF16(c []float32, ldc int, a []uint16, lda int, b []uint16, m int, n int, k int)
+func mulAddBF16AVX512BF16(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m int, n int, k int)
 
 // FMAPeakBF16AVX512 runs iters iterations of a loop of 12 independent
 // register-only VDPBF16PS chains on 16-lane vectors: one iteration is
@@ -201,19 +225,19 @@ func FMAPeakBF16AVX512(iters int)
 
 // amxBF16 sets (acc false) or adds to (acc true) C the product A·B on AMX tiles,
 // for mb blocks of rows rows (see amx.go of the generator for cfg).
-// The caller guarantees mb ≥ 1, 1 ≤ rows ≤ 16, n%16 == 0, n ≥ 16, k%2 == 0,
+// The caller guarantees mb ≥ 1, 1 ≤ rows ≤ 16, n%16 == 0, n ≥ 16, k%2 == 0, ldb ≥ 16k,
 // that all accesses are in bounds and that the OS granted AMX permission.
 //
 //go:noescape
-func amxBF16(cfg *[64]byte, c []float32, ldc int, a []uint16, lda int, b []uint16, mb int, rows int, n int, k int, acc bool)
+func amxBF16(cfg *[64]byte, c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, mb int, rows int, n int, k int, acc bool)
 
 // amxF16 sets (acc false) or adds to (acc true) C the product A·B on AMX tiles,
 // for mb blocks of rows rows (see amx.go of the generator for cfg).
-// The caller guarantees mb ≥ 1, 1 ≤ rows ≤ 16, n%16 == 0, n ≥ 16, k%2 == 0,
+// The caller guarantees mb ≥ 1, 1 ≤ rows ≤ 16, n%16 == 0, n ≥ 16, k%2 == 0, ldb ≥ 16k,
 // that all accesses are in bounds and that the OS granted AMX permission.
 //
 //go:noescape
-func amxF16(cfg *[64]byte, c []float32, ldc int, a []uint16, lda int, b []uint16, mb int, rows int, n int, k int, acc bool)
+func amxF16(cfg *[64]byte, c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, mb int, rows int, n int, k int, acc bool)
 
 // amxPeak runs iters iterations of four independent TDPBF16PS (TDPFP16PS if fp16)
 // on full 16×16 tiles configured by cfg: 4·16·16·32·2 FLOPs per iteration.
@@ -221,3 +245,101 @@ func amxF16(cfg *[64]byte, c []float32, ldc int, a []uint16, lda int, b []uint16
 //
 //go:noescape
 func amxPeak(cfg *[64]byte, iters int, fp16 bool)
+
+// packT16AVX512 packs the n×k matrix src (rows of Bᵀ) into the pair layout at dst
+// with strip stride ldb: Pad(n)/16 strips of (k+k%2)/2 pair rows. AVX512F and BW;
+// the caller guarantees that all accesses are in bounds.
+//
+//go:noescape
+func packT16AVX512(dst []uint16, ldb int, src []uint16, ld int, n int, k int)
+
+// packN16AVX512 packs the k×n matrix src (rows of B) into the pair layout at dst
+// with strip stride ldb: Pad(n)/16 strips of (k+k%2)/2 pair rows. AVX512F and BW;
+// the caller guarantees that all accesses are in bounds.
+//
+//go:noescape
+func packN16AVX512(dst []uint16, ldb int, src []uint16, ld int, k int, n int)
+
+// packT16AVX2 packs strips×16 rows of k elements of src (rows of Bᵀ) into the pair
+// layout at dst with strip stride ldb. k is a multiple of 16. AVX2 (and F16C for
+// fp16); the caller guarantees that all accesses are in bounds.
+//
+//go:noescape
+func packT16AVX2(dst []uint16, ldb int, src []uint16, ld int, strips int, k int)
+
+// packN16AVX2 packs rows 0 … 2·pairs−1, columns 0 … 16·strips−1 of src (rows of B)
+// into the pair layout at dst with strip stride ldb. AVX2 (and F16C for fp16);
+// the caller guarantees that all accesses are in bounds.
+//
+//go:noescape
+func packN16AVX2(dst []uint16, ldb int, src []uint16, ld int, pairs int, strips int)
+
+// packTBF16AVX512 packs the n×k matrix src (rows of Bᵀ) into the pair layout at dst
+// with strip stride ldb: Pad(n)/16 strips of (k+k%2)/2 pair rows. AVX512F and BW;
+// the caller guarantees that all accesses are in bounds.
+//
+//go:noescape
+func packTBF16AVX512(dst []uint16, ldb int, src []float32, ld int, n int, k int)
+
+// packNBF16AVX512 packs the k×n matrix src (rows of B) into the pair layout at dst
+// with strip stride ldb: Pad(n)/16 strips of (k+k%2)/2 pair rows. AVX512F and BW;
+// the caller guarantees that all accesses are in bounds.
+//
+//go:noescape
+func packNBF16AVX512(dst []uint16, ldb int, src []float32, ld int, k int, n int)
+
+// packTBF16AVX2 packs strips×16 rows of k elements of src (rows of Bᵀ) into the pair
+// layout at dst with strip stride ldb. k is a multiple of 16. AVX2 (and F16C for
+// fp16); the caller guarantees that all accesses are in bounds.
+//
+//go:noescape
+func packTBF16AVX2(dst []uint16, ldb int, src []float32, ld int, strips int, k int)
+
+// packNBF16AVX2 packs rows 0 … 2·pairs−1, columns 0 … 16·strips−1 of src (rows of B)
+// into the pair layout at dst with strip stride ldb. AVX2 (and F16C for fp16);
+// the caller guarantees that all accesses are in bounds.
+//
+//go:noescape
+func packNBF16AVX2(dst []uint16, ldb int, src []float32, ld int, pairs int, strips int)
+
+// packTF16AVX512 packs the n×k matrix src (rows of Bᵀ) into the pair layout at dst
+// with strip stride ldb: Pad(n)/16 strips of (k+k%2)/2 pair rows. AVX512F and BW;
+// the caller guarantees that all accesses are in bounds.
+//
+//go:noescape
+func packTF16AVX512(dst []uint16, ldb int, src []float32, ld int, n int, k int)
+
+// packNF16AVX512 packs the k×n matrix src (rows of B) into the pair layout at dst
+// with strip stride ldb: Pad(n)/16 strips of (k+k%2)/2 pair rows. AVX512F and BW;
+// the caller guarantees that all accesses are in bounds.
+//
+//go:noescape
+func packNF16AVX512(dst []uint16, ldb int, src []float32, ld int, k int, n int)
+
+// packTF16AVX2 packs strips×16 rows of k elements of src (rows of Bᵀ) into the pair
+// layout at dst with strip stride ldb. k is a multiple of 16. AVX2 (and F16C for
+// fp16); the caller guarantees that all accesses are in bounds.
+//
+//go:noescape
+func packTF16AVX2(dst []uint16, ldb int, src []float32, ld int, strips int, k int)
+
+// packNF16AVX2 packs rows 0 … 2·pairs−1, columns 0 … 16·strips−1 of src (rows of B)
+// into the pair layout at dst with strip stride ldb. AVX2 (and F16C for fp16);
+// the caller guarantees that all accesses are in bounds.
+//
+//go:noescape
+func packNF16AVX2(dst []uint16, ldb int, src []float32, ld int, pairs int, strips int)
+
+// transposeRoundBF16AVX512 sets dst[j*ldd+i] to src[i*lds+j] rounded to bfloat16 (to nearest even)
+// for i < rows, j < cols (see Impl.TransposeRound). AVX512F and BW; the caller
+// guarantees that all accesses are in bounds.
+//
+//go:noescape
+func transposeRoundBF16AVX512(dst []uint16, ldd int, src []float32, lds int, rows int, cols int)
+
+// transposeRoundF16AVX512 sets dst[j*ldd+i] to src[i*lds+j] rounded to fp16 (to nearest even)
+// for i < rows, j < cols (see Impl.TransposeRound). AVX512F and BW; the caller
+// guarantees that all accesses are in bounds.
+//
+//go:noescape
+func transposeRoundF16AVX512(dst []uint16, ldd int, src []float32, lds int, rows int, cols int)

@@ -135,7 +135,59 @@ func selfCheck(im Impl) (err error) {
 	if err := near("ALiBi", c1, c2); err != nil {
 		return err
 	}
-	return selfCheckConvert(im, a[:37])
+	if err := selfCheckConvert(im, a[:37]); err != nil {
+		return err
+	}
+	return selfCheckPack(im, a, b)
+}
+
+// selfCheckPack compares the packers, TransposeRound and RoundF32 of im
+// with Generic's, bit for bit, on ragged shapes (an odd k, a partial strip
+// and a partial block of 32, a chunk at p0 > 0 with a strip stride above
+// the minimum) taken from a and b (at least 37×37 elements each).
+func selfCheckPack(im Impl, a, b []float32) error {
+	const k, n, p0, ld = 35, 21, 2, 37
+	const ldb = W * (p0 + k + 1 + 4)
+	a16 := make([]uint16, len(a))
+	im.F32ToBF16(a16, a)
+	size := VNNIIntoLen(ldb, p0, k, n)
+	for _, tr := range []bool{false, true} {
+		for _, e := range []Elem{BF16, F16, 0} {
+			x, y := make([]uint16, size), make([]uint16, size)
+			if e == 0 {
+				im.PackVNNI16Into(x, ldb, p0, a16, ld, k, n, tr)
+				Generic.PackVNNI16Into(y, ldb, p0, a16, ld, k, n, tr)
+			} else {
+				im.PackVNNIInto(x, ldb, p0, a, ld, k, n, tr, e)
+				Generic.PackVNNIInto(y, ldb, p0, a, ld, k, n, tr, e)
+			}
+			for i := range x {
+				if x[i] != y[i] {
+					return fmt.Errorf("kernel %s: packing (%v, transposed %v) disagrees with generic at %d", im.Name, e, tr, i)
+				}
+			}
+		}
+	}
+	for _, e := range []Elem{BF16, F16} {
+		const rows, cols, ldd = 17, 35, 19
+		x, y := make([]uint16, cols*ldd), make([]uint16, cols*ldd)
+		im.TransposeRound(x, ldd, b, ld, rows, cols, e)
+		Generic.TransposeRound(y, ldd, b, ld, rows, cols, e)
+		for i := range x {
+			if x[i] != y[i] {
+				return fmt.Errorf("kernel %s: TransposeRound (%v) disagrees with generic at %d", im.Name, e, i)
+			}
+		}
+		f, g := append([]float32(nil), b[:37]...), append([]float32(nil), b[:37]...)
+		im.RoundF32(f, e)
+		Generic.RoundF32(g, e)
+		for i := range f {
+			if math.Float32bits(f[i]) != math.Float32bits(g[i]) {
+				return fmt.Errorf("kernel %s: RoundF32 (%v) disagrees with generic at %d", im.Name, e, i)
+			}
+		}
+	}
+	return nil
 }
 
 // selfCheckConvert compares the four converters of im with the scalar

@@ -7,10 +7,10 @@ import (
 )
 
 // AMX matrix products: C (float32) = or += A·B for 16-bit A (row-major,
-// bfloat16 or fp16) and B packed in the VNNI pair layout of bf16.go, whose
-// strips of 16 columns are exactly AMX B tiles: pair row q of a strip is
-// tile row q (64 bytes), so the B tile of k-block [32t, 32t+32) is 16 rows
-// at strip + 1024t with a stride of 64 bytes.
+// bfloat16 or fp16) and B packed in the VNNI pair layout of bf16.go (strips
+// ldb words apart), whose strips of 16 columns are exactly AMX B tiles:
+// pair row q of a strip is tile row q (64 bytes), so the B tile of k-block
+// [32t, 32t+32) is 16 rows at strip + 1024t with a stride of 64 bytes.
 //
 // One call processes mb row blocks of `rows` (≤ 16) rows each, over all
 // n/16 strips and the whole depth k (even). The Go caller builds the tile
@@ -33,11 +33,11 @@ import (
 //	SI A tile        DX lda (bytes) BX B strip      DI B tile
 //	CX 64            R12 row blocks left  R13 strips left  AX k steps / scratch
 func genAMX(name string, op vexOp) {
-	TEXT(name, NOSPLIT, "func(cfg *[64]byte, c []float32, ldc int, a []uint16, lda int, b []uint16, mb, rows, n, k int, acc bool)")
+	TEXT(name, NOSPLIT, "func(cfg *[64]byte, c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, mb, rows, n, k int, acc bool)")
 	Pragma("noescape")
 	Doc(name+" sets (acc false) or adds to (acc true) C the product A·B on AMX tiles,",
 		"for mb blocks of rows rows (see amx.go of the generator for cfg).",
-		"The caller guarantees mb ≥ 1, 1 ≤ rows ≤ 16, n%16 == 0, n ≥ 16, k%2 == 0,",
+		"The caller guarantees mb ≥ 1, 1 ≤ rows ≤ 16, n%16 == 0, n ≥ 16, k%2 == 0, ldb ≥ 16k,",
 		"that all accesses are in bounds and that the OS granted AMX permission.")
 	tmm := func(code []byte, text string, in, out []Op) { raw(code, text, in, out) }
 
@@ -107,8 +107,8 @@ func genAMX(name string, op vexOp) {
 	code, text = encTILESTORED(memOf(cMem), 0)
 	tmm(code, text, memRegs(cMem), nil)
 	ADDQ(Imm(64), R9)
-	Load(Param("k"), RAX) // next strip: 16k words = 32k bytes
-	SHLQ(Imm(5), RAX)
+	Load(Param("ldb"), RAX) // next strip: ldb words = 2·ldb bytes
+	SHLQ(Imm(1), RAX)
 	ADDQ(RAX, RBX)
 	DECQ(R13)
 	JNE(LabelRef("strip"))

@@ -9,10 +9,10 @@ import (
 )
 
 // bfloat16 matrix products with VDPBF16PS (AVX512_BF16), float32
-// accumulation. B is packed in the VNNI pair layout (see PackVNNI in package
-// kernel): element (p, j) of the k×n matrix B is word
+// accumulation. B is packed in the VNNI pair layout with strip stride ldb
+// (see Half in package kernel): element (p, j) of the k×n matrix B is word
 //
-//	(j/16)·16k + (p/2)·32 + (j%16)·2 + p%2
+//	(j/16)·ldb + (p/2)·32 + (j%16)·2 + p%2
 //
 // so pair row p/2 of a strip of 16 columns is one 64-byte zmm whose dword
 // lane j holds (B[p, j], B[p+1, j]) — exactly the operand layout of
@@ -41,9 +41,9 @@ func genBF16Gemm(accumulate bool) {
 		name = "mulAddBF16AVX512BF16"
 		doc = name + " adds A·B to C for bfloat16 A and VNNI-packed B (see Half.MulAdd)."
 	}
-	TEXT(name, NOSPLIT, "func(c []float32, ldc int, a []uint16, lda int, b []uint16, m, n, k int)")
+	TEXT(name, NOSPLIT, "func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)")
 	Pragma("noescape")
-	Doc(doc, "The caller guarantees n%16 == 0, k%2 == 0 and that all accesses are in bounds.")
+	Doc(doc, "The caller guarantees n%16 == 0, k%2 == 0, ldb >= 16k and that all accesses are in bounds.")
 
 	g := &bfGemm{acc: accumulate}
 	g.cCol = Load(Param("c").Base(), GP64()).(GPVirtual)
@@ -70,8 +70,8 @@ func (g *bfGemm) columnLoop(nv int) {
 	JL(LabelRef(done))
 	g.rowPass(nv)
 	ADDQ(U32(4*width), g.cCol)
-	t := Load(Param("k"), GP64()) // nv strips of 16k words = 32k bytes
-	SHLQ(Imm(uint64(log2(32*nv))), t)
+	t := Load(Param("ldb"), GP64()) // nv strips of ldb words = 2nv·ldb bytes
+	SHLQ(Imm(uint64(log2(2*nv))), t)
 	ADDQ(t, g.bCol)
 	SUBQ(U32(width), g.nLeft)
 	JMP(LabelRef(top))
@@ -150,10 +150,10 @@ func (g *bfGemm) tile(r, nv int) {
 	}
 	bp := GP64()
 	MOVQ(g.bCol, bp)
-	var bs GPVirtual // bytes per packed strip: 32k
+	var bs GPVirtual // bytes from one packed strip to the next: 2·ldb
 	if nv == 2 {
-		bs = Load(Param("k"), GP64()).(GPVirtual)
-		SHLQ(Imm(5), bs)
+		bs = Load(Param("ldb"), GP64()).(GPVirtual)
+		SHLQ(Imm(1), bs)
 	}
 	aAddr := func(i int) Mem {
 		base := Register(ap)

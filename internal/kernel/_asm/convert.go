@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	. "github.com/mmcloughlin/avo/reg"
@@ -23,24 +25,57 @@ import (
 
 // Indexes of the dword constants of the conversions.
 const (
-	hcBias  = iota // 0x7fff: rounding bias
-	hcOne          // 1
-	hcQuiet        // 0x40: the quiet bit of a bfloat16 NaN
-	hcAbs          // 0x7fffffff
-	hcInf          // 0x7f800000: exponent mask, +Inf
-	hcMant         // 0x007fffff
+	hcBias    = iota // 0x7fff: rounding bias
+	hcOne            // 1
+	hcQuiet          // 0x40: the quiet bit of a bfloat16 NaN
+	hcAbs            // 0x7fffffff
+	hcInf            // 0x7f800000: exponent mask, +Inf
+	hcMant           // 0x007fffff
+	hcHigh           // 0xffff0000: the bfloat16 bits of a float32
+	hcQuietHi        // 0x00400000: the quiet bit of a bfloat16 NaN, in a float32
 	numHalfConsts
 )
 
 var halfTab Mem
 
 func genHalfTable() {
-	vals := [numHalfConsts]uint32{
-		hcBias: 0x7fff, hcOne: 1, hcQuiet: 0x40, hcAbs: 0x7fffffff, hcInf: 0x7f800000, hcMant: 0x007fffff,
-	}
 	halfTab = GLOBL("halfconsts", RODATA|NOPTR)
-	for i, v := range vals {
+	for i, v := range halfConstVals {
 		DATA(4*i, U32(v))
+	}
+	// The same constants, each repeated 8 times (a ymm operand in memory,
+	// for the AVX2 kernels that have no register to spare).
+	halfVec = GLOBL("halfvecs", RODATA|NOPTR)
+	for i, v := range halfConstVals {
+		for l := 0; l < 8; l++ {
+			DATA(32*i+4*l, U32(v))
+		}
+	}
+}
+
+var halfConstVals = [numHalfConsts]uint32{
+	hcBias: 0x7fff, hcOne: 1, hcQuiet: 0x40, hcAbs: 0x7fffffff, hcInf: 0x7f800000, hcMant: 0x007fffff,
+	hcHigh: 0xffff0000, hcQuietHi: 0x00400000,
+}
+
+var halfVec Mem
+
+// halfConstMem is the ymm memory operand of constant i.
+func halfConstMem(i int) Op { return halfVec.Offset(32 * i) }
+
+// halfConsts broadcasts the constants is into registers and returns the
+// lookup rneBF16 takes.
+func halfConsts(s isa, is ...int) func(int) Op {
+	c := map[int]VecVirtual{}
+	for _, i := range is {
+		c[i] = halfConst(s, i)
+	}
+	return func(i int) Op {
+		v, ok := c[i]
+		if !ok {
+			panic(fmt.Sprintf("half constant %d not loaded", i))
+		}
+		return v
 	}
 }
 
@@ -116,34 +151,35 @@ func genF32ToF16(s isa) {
 
 // rneBF16 computes, in the dword lanes of a new register, the bfloat16
 // bits of the float32 lanes of x by integer rounding (see the top of this
-// file); c holds the constants.
-func rneBF16(s isa, x VecVirtual, c map[int]VecVirtual) VecVirtual {
+// file); c gives the constants hcOne, hcBias, hcAbs, hcInf and hcQuiet (as
+// registers, or for AVX2 also as memory operands).
+func rneBF16(s isa, x VecVirtual, c func(int) Op) VecVirtual {
 	t := s.Vec()
 	VPSRLD(Imm(16), x, t) // x >> 16
 	r := s.Vec()
 	if s.EVEX {
 		lsb := s.Vec()
-		VPANDD(c[hcOne], t, lsb)
-		VPADDD(c[hcBias], x, r)
+		VPANDD(c(hcOne), t, lsb)
+		VPADDD(c(hcBias), x, r)
 		VPADDD(lsb, r, r)
 		VPSRLD(Imm(16), r, r)
 		abs := s.Vec()
-		VPANDD(c[hcAbs], x, abs)
+		VPANDD(c(hcAbs), x, abs)
 		k := K()
-		VPCMPGTD(c[hcInf], abs, k) // NaN lanes
-		VPORD(c[hcQuiet], t, t)
+		VPCMPGTD(c(hcInf), abs, k) // NaN lanes
+		VPORD(c(hcQuiet), t, t)
 		VPBLENDMD(t, r, k, r)
 		return r
 	}
 	lsb := s.Vec()
-	VPAND(c[hcOne], t, lsb)
-	VPADDD(c[hcBias], x, r)
+	VPAND(c(hcOne), t, lsb)
+	VPADDD(c(hcBias), x, r)
 	VPADDD(lsb, r, r)
 	VPSRLD(Imm(16), r, r)
 	abs := s.Vec()
-	VPAND(c[hcAbs], x, abs)
-	VPCMPGTD(c[hcInf], abs, abs) // NaN lanes: all ones
-	VPOR(c[hcQuiet], t, t)
+	VPAND(c(hcAbs), x, abs)
+	VPCMPGTD(c(hcInf), abs, abs) // NaN lanes: all ones
+	VPOR(c(hcQuiet), t, t)
 	VPBLENDVB(abs, t, r, r)
 	return r
 }
@@ -152,10 +188,7 @@ func rneBF16(s isa, x VecVirtual, c map[int]VecVirtual) VecVirtual {
 func genF32ToBF16(s isa) {
 	n, src, dst := convHeader("f32ToBF16"+s.Suffix, "func(dst []uint16, src []float32)",
 		"rounds the float32 src to bfloat16, to nearest even, by integer arithmetic.")
-	c := map[int]VecVirtual{}
-	for _, i := range []int{hcBias, hcOne, hcQuiet, hcAbs, hcInf} {
-		c[i] = halfConst(s, i)
-	}
+	c := halfConsts(s, hcBias, hcOne, hcQuiet, hcAbs, hcInf)
 	convLoop(n, src, dst, 4, 2, func() {
 		if s.EVEX {
 			x := s.Vec()
@@ -184,18 +217,15 @@ func genF32ToBF16NE() {
 	n, src, dst := convHeader("f32ToBF16AVX512BF16", "func(dst []uint16, src []float32)",
 		"rounds the float32 src to bfloat16, to nearest even, with VCVTNEPS2BF16 (AVX512_BF16).")
 	s := isaAVX512
-	c := map[int]VecVirtual{}
-	for _, i := range []int{hcBias, hcOne, hcQuiet, hcAbs, hcInf, hcMant} {
-		c[i] = halfConst(s, i)
-	}
+	c := halfConsts(s, hcBias, hcOne, hcQuiet, hcAbs, hcInf, hcMant)
 	Label("loop")
 	CMPQ(n, U32(16))
 	JL(LabelRef("done"))
 	VMOVUPS(Mem{Base: src}, Z0)
 	// Subnormal lanes: exponent zero and mantissa non-zero.
 	kexp, ksub := K(), K()
-	VPTESTNMD(c[hcInf], Z0, kexp)
-	VPTESTMD(c[hcMant], Z0, kexp, ksub)
+	VPTESTNMD(c(hcInf), Z0, kexp)
+	VPTESTMD(c(hcMant), Z0, kexp, ksub)
 	KORTESTW(ksub, ksub)
 	JNZ(LabelRef("subnormal"))
 	vcvtneps2bf16(1, 0)
@@ -246,7 +276,78 @@ func genConvert() {
 		genHalfToF32(s)
 		genF32ToF16(s)
 		genF32ToBF16(s)
+		genRoundF32(s)
 	}
 	genF32ToBF16NE()
 	genCPUID()
+}
+
+// genRoundF32 generates roundBF16<ISA> and roundF16<ISA>: x[i] becomes the
+// float32 value of x[i] rounded to the 16-bit type, in place.
+//
+//	bf16: (x + 0x7fff + bit16(x)) & 0xffff0000, NaN → (x | 0x00400000) & 0xffff0000
+//	fp16: VCVTPS2PH (nearest even) then VCVTPH2PS
+func genRoundF32(s isa) {
+	for _, f16 := range []bool{false, true} {
+		name, what := "roundBF16"+s.Suffix, "bfloat16"
+		if f16 {
+			name, what = "roundF16"+s.Suffix, "fp16"
+		}
+		TEXT(name, NOSPLIT, "func(x []float32)")
+		Pragma("noescape")
+		Doc(name+" rounds each element of x to "+what+" (to nearest even) and",
+			"stores its float32 value back. len(x) is a multiple of 16.")
+		xp := Load(Param("x").Base(), GP64())
+		n := Load(Param("x").Len(), GP64())
+		var c func(int) Op
+		if !f16 {
+			c = halfConsts(s, hcBias, hcOne, hcQuietHi, hcAbs, hcInf, hcHigh)
+		}
+		Label("loop")
+		CMPQ(n, U32(16))
+		JL(LabelRef("done"))
+		for v := 0; v < 16/s.Lanes; v++ {
+			m := Mem{Base: xp, Disp: v * s.Bytes()}
+			x := s.Vec()
+			VMOVUPS(m, x)
+			if f16 {
+				h := XMM()
+				if s.EVEX {
+					h = YMM()
+				}
+				VCVTPS2PH(Imm(0), x, h)
+				VCVTPH2PS(h, x)
+				VMOVUPS(x, m)
+				continue
+			}
+			t, r, abs := s.Vec(), s.Vec(), s.Vec()
+			VPSRLD(Imm(16), x, t)
+			if s.EVEX {
+				VPANDD(c(hcOne), t, t)
+				VPADDD(c(hcBias), x, r)
+				VPADDD(t, r, r)
+				VPANDD(c(hcAbs), x, abs)
+				k := K()
+				VPCMPGTD(c(hcInf), abs, k)   // NaN lanes
+				VPORD(c(hcQuietHi), x, k, r) // NaN lanes: x with the quiet bit
+				VPANDD(c(hcHigh), r, r)
+			} else {
+				VPAND(c(hcOne), t, t)
+				VPADDD(c(hcBias), x, r)
+				VPADDD(t, r, r)
+				VPAND(c(hcAbs), x, abs)
+				VPCMPGTD(c(hcInf), abs, abs) // NaN lanes: all ones
+				VPOR(c(hcQuietHi), x, t)
+				VPBLENDVB(abs, t, r, r)
+				VPAND(c(hcHigh), r, r)
+			}
+			VMOVUPS(r, m)
+		}
+		ADDQ(U32(64), xp)
+		SUBQ(U32(16), n)
+		JMP(LabelRef("loop"))
+		Label("done")
+		VZEROUPPER()
+		RET()
+	}
 }

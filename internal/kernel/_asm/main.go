@@ -69,11 +69,12 @@ func main() {
 	genSoftcapTable()
 	genSoftcap()
 	genALiBi()
-	// Half precision: conversions, bfloat16 products, AMX (convert.go,
-	// bf16.go, amx.go).
+	// Half precision: conversions, bfloat16 products, AMX, packers and
+	// transposes (convert.go, bf16.go, amx.go, pack.go, transpose.go).
 	genConvert()
 	genBF16()
 	genAMXAll()
+	genPack()
 	Generate()
 }
 

@@ -1,0 +1,135 @@
+package kernel
+
+// The Go side of the vectorised packers, TransposeRound and RoundF32 (see
+// the generator's pack.go and transpose.go). The AVX-512 kernels (F and
+// BW) take whole matrices; the AVX2 ones take the full blocks and Go packs
+// the edges with the reference packer, so both agree with it bit for bit.
+
+// packKernels are the assembly packers of one ISA for one source type:
+// t packs from the rows of Bᵀ, n from the rows of B.
+type packKernels[T float32 | uint16] struct {
+	t, n func(dst []uint16, ldb int, src []T, ld, a, b int)
+}
+
+// pack512 runs the AVX-512 kernels on checked arguments.
+func pack512[T float32 | uint16](ks packKernels[T], dst []uint16, ldb, p0 int, src []T, ld, k, n int, transposed bool) {
+	if k == 0 || n == 0 {
+		return
+	}
+	d := dst[W*p0:]
+	if transposed {
+		ks.t(d, ldb, src, ld, n, k)
+	} else {
+		ks.n(d, ldb, src, ld, k, n)
+	}
+}
+
+// pack2 runs the AVX2 kernels on the full blocks of checked arguments and
+// conv (the scalar conversion) on the rest.
+func pack2[T float32 | uint16](ks packKernels[T], conv func(T) uint16, dst []uint16, ldb, p0 int, src []T, ld, k, n int, transposed bool) {
+	if k == 0 || n == 0 {
+		return
+	}
+	d := dst[W*p0:]
+	strips := n / W
+	if transposed {
+		k16 := k &^ 15
+		if strips > 0 && k16 > 0 {
+			ks.t(d, ldb, src, ld, strips, k16)
+		}
+		if strips > 0 && k16 < k {
+			packVNNIGo(d, ldb, k16, src[k16:], ld, k-k16, strips*W, true, conv)
+		}
+		if n > strips*W {
+			packVNNIGo(d[strips*ldb:], ldb, 0, src[strips*W*ld:], ld, k, n-strips*W, true, conv)
+		}
+		return
+	}
+	if pairs := k / 2; pairs > 0 && strips > 0 {
+		ks.n(d, ldb, src, ld, pairs, strips)
+	}
+	if k%2 == 1 && strips > 0 {
+		packVNNIGo(d, ldb, k-1, src[(k-1)*ld:], ld, 1, strips*W, false, conv)
+	}
+	if n > strips*W {
+		packVNNIGo(d[strips*ldb:], ldb, 0, src[strips*W:], ld, k, n-strips*W, false, conv)
+	}
+}
+
+func copy16(h uint16) uint16 { return h }
+
+// setPackers fills the packing and rounding kernels of im with the best
+// assembly for its ISA that this CPU runs, Go otherwise.
+func setPackers(im *Impl, avx512 bool) {
+	im.PackVNNIInto, im.PackVNNI16Into = PackVNNIInto, PackVNNI16Into
+	im.TransposeRound, im.RoundF32 = transposeRoundGeneric, roundF32Generic
+
+	var k16 packKernels[uint16]
+	var kbf, kf packKernels[float32] // kf.t == nil: fp16 in Go
+	run16 := pack2[uint16]
+	runF := pack2[float32]
+	roundBF, roundF := roundBF16AVX2, roundF16AVX2
+	switch {
+	case avx512 && hasAVX512BW:
+		k16 = packKernels[uint16]{packT16AVX512, packN16AVX512}
+		kbf = packKernels[float32]{packTBF16AVX512, packNBF16AVX512}
+		kf = packKernels[float32]{packTF16AVX512, packNF16AVX512}
+		run16 = func(ks packKernels[uint16], _ func(uint16) uint16, dst []uint16, ldb, p0 int, src []uint16, ld, k, n int, tr bool) {
+			pack512(ks, dst, ldb, p0, src, ld, k, n, tr)
+		}
+		runF = func(ks packKernels[float32], _ func(float32) uint16, dst []uint16, ldb, p0 int, src []float32, ld, k, n int, tr bool) {
+			pack512(ks, dst, ldb, p0, src, ld, k, n, tr)
+		}
+		roundBF, roundF = roundBF16AVX512, roundF16AVX512
+		im.TransposeRound = func(dst []uint16, ldd int, src []float32, lds, rows, cols int, e Elem) {
+			checkTransposeRound(len(dst), ldd, len(src), lds, rows, cols, e)
+			if rows == 0 || cols == 0 {
+				return
+			}
+			if e == F16 {
+				transposeRoundF16AVX512(dst, ldd, src, lds, rows, cols)
+			} else {
+				transposeRoundBF16AVX512(dst, ldd, src, lds, rows, cols)
+			}
+		}
+	case avx512:
+		return // AVX512F without BW: the word instructions are missing
+	default:
+		k16 = packKernels[uint16]{packT16AVX2, packN16AVX2}
+		kbf = packKernels[float32]{packTBF16AVX2, packNBF16AVX2}
+		if hasF16C {
+			kf = packKernels[float32]{packTF16AVX2, packNF16AVX2}
+		}
+	}
+	im.PackVNNI16Into = func(dst []uint16, ldb, p0 int, src []uint16, ld, k, n int, transposed bool) {
+		checkPack("PackVNNI16Into", len(dst), ldb, p0, len(src), ld, k, n, transposed)
+		run16(k16, copy16, dst, ldb, p0, src, ld, k, n, transposed)
+	}
+	im.PackVNNIInto = func(dst []uint16, ldb, p0 int, src []float32, ld, k, n int, transposed bool, e Elem) {
+		checkPack("PackVNNIInto", len(dst), ldb, p0, len(src), ld, k, n, transposed)
+		checkElem(e)
+		switch {
+		case e == BF16:
+			runF(kbf, F32ToBF16, dst, ldb, p0, src, ld, k, n, transposed)
+		case kf.t != nil:
+			runF(kf, F32ToF16, dst, ldb, p0, src, ld, k, n, transposed)
+		default:
+			packVNNIGo(dst, ldb, p0, src, ld, k, n, transposed, F32ToF16)
+		}
+	}
+	haveF16 := avx512 || hasF16C
+	im.RoundF32 = func(x []float32, e Elem) {
+		checkElem(e)
+		n := len(x) &^ 15
+		switch {
+		case n == 0:
+		case e == BF16:
+			roundBF(x[:n])
+		case haveF16:
+			roundF(x[:n])
+		default:
+			n = 0
+		}
+		roundF32Generic(x[n:], e)
+	}
+}
