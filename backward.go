@@ -328,17 +328,6 @@ func (b *backwardPass) queryTile(ws *workspace, rows *headRows, s *sequence, h, 
 	return q, do
 }
 
-// packKeyBlock packs keys [j0, j0+n) of KV head hk: Kᵀ and Vᵀ strips (for
-// S = Q·Kᵀ and dP = dO·Vᵀ) and K rows (for dQ += dS·K).
-func (b *backwardPass) packKeyBlock(ws *workspace, s *sequence, hk, j0, n int) {
-	p := b.p
-	kr, ldk := p.kRows(&ws.convK, s, j0, hk, n)
-	kernel.PackBt(ws.kt, kr, ldk, n, p.dim)
-	kernel.PackRows(ws.kp, kr, ldk, n, p.dim)
-	vr, ldv := p.vRows(&ws.convV, s, j0, hk, n)
-	kernel.PackBt(ws.vt, vr, ldv, n, p.dim)
-}
-
 // keyBlock is Algorithm 2's inner loop for KV block [j0, j0+n) of KV head hk
 // against query head h: for each query tile that sees the block,
 //
@@ -357,8 +346,7 @@ func (b *backwardPass) keyBlock(ws *workspace, s *sequence, h, hk, j0, n int, ro
 		return
 	}
 	qlo -= qlo % p.alignQ
-	k := &p.kern
-	d, dp, np := p.dim, p.dimPad, kernel.Pad(n)
+	d, dp := p.dim, p.dimPad
 	if !*packed {
 		b.packKeyBlock(ws, s, hk, j0, n)
 		*packed = true
@@ -372,18 +360,13 @@ func (b *backwardPass) keyBlock(ws *workspace, s *sequence, h, hk, j0, n int, ro
 		if kind == BlockEmpty {
 			continue
 		}
-		m := i1 - i0
 		qp, dop := b.queryTile(ws, rows, s, h, i0, i1)
 		b.gradTile(ws, s, h, i0, i1, j0, n, kind, rows, qp, dop)
-		pmat := ws.s
-		if p.dropOn {
-			pmat = ws.pDrop
-		}
-		k.MulAddAtB(dv, dp, pmat, np, dop, dp, n, dp, m)
-		k.MulAddAtB(dk, dp, ws.dP, np, qp, dp, n, dp, m)
+		var dq []float32
 		if rows.dq != nil {
-			k.MulAddAB(rows.dq[i0*dp:], dp, ws.dP, np, ws.kp, dp, m, dp, n)
+			dq = rows.dq[i0*dp:]
 		}
+		b.tileGrads(ws, i1-i0, n, qp, dop, dv, dk, dq)
 	}
 	for jj := 0; jj < n; jj++ {
 		dkr := b.dkAcc.row(s.kvb, s.k0+j0+jj, hk)[:d]
@@ -398,12 +381,8 @@ func (b *backwardPass) keyBlock(ws *workspace, s *sequence, h, hk, j0, n int, ro
 // gradTile computes, for query rows [i0, i1) of head h against the packed
 // KV block [j0, j0+n), P (ws.s; P̃ in ws.pDrop with dropout) and dS (ws.dP).
 func (b *backwardPass) gradTile(ws *workspace, s *sequence, h, i0, i1, j0, n int, kind BlockKind, rows *headRows, qp, dop []float32) {
-	p := b.p
-	k := &p.kern
-	dp, np := p.dimPad, kernel.Pad(n)
 	m := i1 - i0
-	k.MulABt(ws.s, np, qp, dp, ws.kt, m, np, p.dim)
-	k.MulABt(ws.dP, np, dop, dp, ws.vt, m, np, p.dim)
+	b.tileScores(ws, m, n, qp, dop)
 	for r := 0; r < m; r++ {
 		b.gradRow(ws, s, h, i0+r, j0, n, r, kind, rows)
 	}

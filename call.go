@@ -29,6 +29,8 @@ type arena struct {
 	lseCorr             []float32
 	dkvAcc              []float32
 	kvOffK, kvOffV      []int
+	kvLdbV              []int
+	kvBuf16             []uint16
 	packChunks          []int
 	blockTable          []int32
 	cacheEnd            []int32

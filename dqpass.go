@@ -1,7 +1,5 @@
 package flashattn
 
-import "github.com/flashattn/flashattn/internal/kernel"
-
 // dqPass computes dQ over query blocks, when the KV pass did not (see
 // backward.go): for each query block, the KV blocks of the KV pass's grid
 // that it sees, in ascending order, recomputing S, P, dP and dS (gradTile)
@@ -50,7 +48,7 @@ func (d *dqPass) run(ws *workspace, t int) {
 		}
 		b.packKeyBlock(ws, s, hk, j0, n)
 		b.gradTile(ws, s, h, rb.i0, rb.i1, j0, n, kind, &rows, qp, dop)
-		p.kern.MulAddAB(acc, dp, ws.dP, kernel.Pad(n), ws.kp, dp, m, dp, n)
+		b.dqProduct(ws, m, n, acc)
 	}
 	for r := 0; r < m; r++ {
 		b.storeDQ(ws, s, h, rb.i0+r, acc[r*dp:r*dp+p.dim])

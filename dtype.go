@@ -190,20 +190,7 @@ func (v view) storeRow(src []float32, b, s, h int, k *kernel.Impl) {
 }
 
 // roundTo rounds x in place to the values of type ct (to nearest even).
-func roundTo(x []float32, ct DType, k *kernel.Impl) {
-	var buf [64]uint16
-	for len(x) > 0 {
-		n := min(len(x), len(buf))
-		if ct == Float16 {
-			k.F32ToF16(buf[:n], x[:n])
-			k.F16ToF32(x[:n], buf[:n])
-		} else {
-			k.F32ToBF16(buf[:n], x[:n])
-			k.BF16ToF32(x[:n], buf[:n])
-		}
-		x = x[n:]
-	}
-}
+func roundTo(x []float32, ct DType, k *kernel.Impl) { k.RoundF32(x, ct.elem()) }
 
 // commit stores row, returned by workspace.outRow for row (b, s, h) of v, in
 // v: nothing to do for float32, a rounding conversion for 16-bit types.
@@ -218,4 +205,17 @@ func denseView(buf []float32, shape [4]int) view {
 	hs := shape[3]
 	ss := shape[2] * hs
 	return view{data: buf, dt: Float32, bs: shape[1] * ss, ss: ss, hs: hs, shape: shape}
+}
+
+// rows16 returns row (b, s, h) of a 16-bit view and the seq stride, for
+// copying 16-bit rows as they are.
+func (v view) rows16(b, s, h int) ([]uint16, int) { return v.h[v.off(b, s, h):], v.ss }
+
+// toHalf rounds src to the 16-bit type ct into dst.
+func toHalf(k *kernel.Impl, ct DType, dst []uint16, src []float32) {
+	if ct == Float16 {
+		k.F32ToF16(dst, src)
+	} else {
+		k.F32ToBF16(dst, src)
+	}
 }

@@ -281,6 +281,15 @@ func (f *forwardPass) start(ws *workspace, t *fwdTask) rowState {
 		h = he
 	}
 	ws.subs = subs
+	if p.native {
+		// Q in the type, rows of even(d) (the pad column is 0).
+		de := even(d)
+		qh := grow(&ws.qh, m*de)
+		for r := 0; r < m; r++ {
+			qh[r*de+de-1] = 0
+			toHalf(&p.kern, p.ct, qh[r*de:r*de+d], qp[r*d:(r+1)*d])
+		}
+	}
 	if f.fewRows(subs) && !(p.decoding && d%8 == 0) {
 		// Sᵀ = K·Qᵀ needs Qᵀ packed per sub-block.
 		for si, sb := range subs {
@@ -304,6 +313,9 @@ type kvTile struct {
 	v      []float32
 	ldv    int
 	staged bool
+	// Native 16-bit products: Kᵀ and V packed in the VNNI layout.
+	kh, vh []uint16
+	ldbV   int
 }
 
 // keyTile locates keys j0..j0+n-1 of sub-block sb (the si-th) of
@@ -311,6 +323,11 @@ type kvTile struct {
 func (f *forwardPass) keyTile(ws *workspace, seq, si int, sb subBlock, j0, n int, staged bool, step int) kvTile {
 	p := f.p
 	var t kvTile
+	if p.native {
+		if t.kh, t.vh, t.ldbV = f.kv.tileNative(seq, sb.hk, j0); t.kh != nil {
+			return t
+		}
+	}
 	t.kt, t.v, t.ldv = f.kv.tile(seq, sb.hk, j0, n)
 	switch {
 	case t.kt != nil:
@@ -333,6 +350,9 @@ func (f *forwardPass) scores(ws *workspace, sb subBlock, si int, kv kvTile, n in
 	sTile := ws.s[sb.r0*np:]
 	qp := ws.qp[sb.r0*d:]
 	switch {
+	case kv.kh != nil:
+		de := even(d)
+		p.half.Mul(sTile, np, ws.qh[sb.r0*de:], de, kv.kh, kernel.W*de, sb.m, np, de)
 	case kv.kt != nil:
 		k.MulABt(sTile, np, qp, d, kv.kt, sb.m, np, d)
 	case f.fewRows(ws.subs):
@@ -384,6 +404,16 @@ func (f *forwardPass) softmax(ws *workspace, st *rowState, t *fwdTask, sb subBlo
 func (f *forwardPass) accumulate(ws *workspace, s *sequence, sb subBlock, kv kvTile, j0, n int) {
 	p := f.p
 	np := kernel.Pad(n)
+	if kv.vh != nil {
+		// P in the type, rows of even(n) (the pad column is 0).
+		ne := even(n)
+		ph := grow(&ws.ph, sb.m*ne)
+		for r := 0; r < sb.m; r++ {
+			toHalf(&p.kern, p.ct, ph[r*ne:(r+1)*ne], ws.s[(sb.r0+r)*np:(sb.r0+r)*np+ne])
+		}
+		p.half.MulAdd(ws.o[sb.r0*p.dimPad:], p.dimPad, ph, ne, kv.vh, kv.ldbV, sb.m, p.dimPad, ne)
+		return
+	}
 	if kv.v == nil {
 		// V rows copied even when they need no padding: in place, rows
 		// kilobytes apart share a few L1 sets, and the kernel's column

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/flashattn/flashattn/half"
+	"github.com/flashattn/flashattn/internal/kernel"
 	"github.com/flashattn/flashattn/reference"
 )
 
@@ -96,11 +97,26 @@ func TestHalfGrid(t *testing.T) {
 	)
 	for _, dt := range []DType{BFloat16, Float16} {
 		t.Run(dt.String(), func(t *testing.T) {
-			forEachKernel(t, func(t *testing.T) {
-				for _, c := range cases {
-					t.Run(c.String(), func(t *testing.T) { checkHalfCase(t, c, dt) })
-				}
+			forEachHalf(t, dt, func(t *testing.T) {
+				forEachKernel(t, func(t *testing.T) {
+					for _, c := range cases {
+						t.Run(c.String(), func(t *testing.T) { checkHalfCase(t, c, dt) })
+					}
+				})
 			})
+		})
+	}
+}
+
+// forEachHalf runs f once per 16-bit product path this CPU has for dt
+// (native ones such as avx512bf16 and amx, "f32" which widens to the
+// float32 kernels, and "generic").
+func forEachHalf(t *testing.T, dt DType, f func(t *testing.T)) {
+	e := dt.elem()
+	for _, h := range kernel.HalfAvailable(e) {
+		t.Run(h.Name, func(t *testing.T) {
+			t.Setenv(kernel.HalfEnv(e), h.Name)
+			f(t)
 		})
 	}
 }

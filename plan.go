@@ -15,7 +15,9 @@ type plan struct {
 	heads, kvHeads int   // H, Hk
 	group          int   // H / Hk: query heads per KV head
 	dim, dimPad    int   // head dim, and padded to the kernel width
-	ct             DType // compute type: the products' operands are rounded to it
+	ct             DType       // compute type: the products' operands are rounded to it
+	half           kernel.Half // the 16-bit products, when native
+	native         bool        // ct is 16-bit and its products run natively (not widened to float32)
 	blockQ, blockK int   // forward tile: query rows, keys
 	bwdBlockK      int   // backward KV block
 	alignQ         int   // backward query tiles start on multiples of it
@@ -121,6 +123,10 @@ func newPlan(p *plan, a *arena, q, k, v Tensor, o *Options) error {
 		alignQ:   1,
 	}
 	p.mods = scoreMods{softcap: o.Softcap, heads: H, user: o.ScoreMod}
+	if ct != Float32 {
+		p.half = kernel.HalfPath(ct.elem())
+		p.native = p.half.Name != "f32"
+	}
 	p.blockQ, p.blockK = blockSizes(D, o)
 	p.bwdBlockK = backwardKeyBlock(p.blockK, Sk, o)
 	if m := o.BlockMask; m != nil && o.BlockQ == 0 && o.BlockK == 0 {

@@ -31,6 +31,12 @@ type workspace struct {
 	convK       []float32 // K rows converted from a 16-bit type (or rounded to it)
 	convV       []float32 // V rows likewise; also Q and dO rows in the backward
 	convO       []float32 // one output row, before it is rounded to a 16-bit type
+	qh, ph      []uint16  // native 16-bit products: Q rows, P rows of a tile
+	doh, dsH    []uint16  // backward: dO rows, dS rows
+	pT, dsT     []uint16  // backward: Pᵀ, dSᵀ
+	qV, doV     []uint16  // backward: Q, dO as VNNI B operands
+	ktH, vtH    []uint16  // backward: Kᵀ, Vᵀ of a KV block (VNNI)
+	kH          []uint16  // backward: K of a KV block (VNNI)
 }
 
 var workspaces freeList[workspace]
