@@ -12,16 +12,16 @@ import (
 type plan struct {
 	kern           kernel.Impl
 	seqs           []sequence
-	heads, kvHeads int   // H, Hk
-	group          int   // H / Hk: query heads per KV head
-	dim, dimPad    int   // head dim, and padded to the kernel width
+	heads, kvHeads int         // H, Hk
+	group          int         // H / Hk: query heads per KV head
+	dim, dimPad    int         // head dim, and padded to the kernel width
 	ct             DType       // compute type: the products' operands are rounded to it
 	half           kernel.Half // the 16-bit products, when native
 	native         bool        // ct is 16-bit and its products run natively (not widened to float32)
-	blockQ, blockK int   // forward tile: query rows, keys
-	bwdBlockK      int   // backward KV block
-	alignQ         int   // backward query tiles start on multiples of it
-	maxRows        int   // rows of the largest row block: blockQ, or a stacked block's
+	blockQ, blockK int         // forward tile: query rows, keys
+	bwdBlockK      int         // backward KV block
+	alignQ         int         // backward query tiles start on multiples of it
+	maxRows        int         // rows of the largest row block: blockQ, or a stacked block's
 	q              view
 	kv             kvSource
 	cache          cacheState // KV-cache calls: new keys, rotary, splits
