@@ -261,12 +261,14 @@ func (b *backwardPass) task(ws *workspace, u *bwdTask) {
 	for hh := 0; hh < p.group; hh++ {
 		h := u.hk*p.group + hh
 		rows := b.headRows(s, h)
-		if b.withDQ {
+		if b.withDQ && !p.native {
 			rows.q, rows.do = grow(&ws.qall, s.nq*dp), grow(&ws.doall, s.nq*dp)
 			qr, ldq := p.q.rows(&ws.convK, s.tb, s.q0, h, s.nq, p.ct, &p.kern)
 			kernel.PackRows(rows.q, qr, ldq, s.nq, d)
 			dor, lddo := g.do.rows(&ws.convV, s.tb, s.q0, h, s.nq, p.ct, &p.kern)
 			kernel.PackRows(rows.do, dor, lddo, s.nq, d)
+		}
+		if b.withDQ {
 			rows.dq = grow(&ws.dq, s.nq*dp)
 			clear(rows.dq)
 		}
@@ -316,6 +318,10 @@ func (b *backwardPass) headRows(s *sequence, h int) headRows {
 // from the head's packed rows, or packed now into ws.qp and ws.dop.
 func (b *backwardPass) queryTile(ws *workspace, rows *headRows, s *sequence, h, i0, i1 int) (q, do []float32) {
 	p, dp := b.p, b.p.dimPad
+	if p.native {
+		b.queryTileNative(ws, s, h, i0, i1)
+		return nil, nil
+	}
 	if rows.q != nil {
 		return rows.q[i0*dp : i1*dp], rows.do[i0*dp : i1*dp]
 	}

@@ -40,45 +40,58 @@ var benchShapes = []benchShape{
 	{1, 4, 4096, 128, false}, {1, 4, 4096, 128, true},
 }
 
-func benchInputs(s benchShape) (q, k, v, do Tensor) {
+func benchInputs(s benchShape) (q, k, v, do Tensor) { return benchInputsOf(s, Float32) }
+
+// benchInputsOf returns random inputs of element type dt.
+func benchInputsOf(s benchShape, dt DType) (q, k, v, do Tensor) {
 	r := rand.New(rand.NewPCG(1, 1))
-	mk := func() Tensor { return Dense(randSlice(r, s.b*s.n*s.h*s.d), s.b, s.n, s.h, s.d) }
+	mk := func() Tensor { return toType(randSlice(r, s.b*s.n*s.h*s.d), dt, s.b, s.n, s.h, s.d) }
 	return mk(), mk(), mk(), mk()
 }
 
+var benchTypes = []DType{Float32, BFloat16, Float16}
+
 func BenchmarkForward(b *testing.B) {
 	for _, s := range benchShapes {
-		b.Run(s.String(), func(b *testing.B) {
-			q, k, v, _ := benchInputs(s)
-			out, lse := NewTensor(s.b, s.n, s.h, s.d), make([]float32, s.b*s.h*s.n)
-			opts := &Options{Causal: s.causal}
-			b.ReportAllocs()
-			for b.Loop() {
-				if err := ForwardInto(out, lse, q, k, v, opts); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(s.flops()*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-		})
+		for _, dt := range benchTypes {
+			b.Run(s.String()+"_"+dt.String(), func(b *testing.B) { benchForward(b, s, dt) })
+		}
 	}
+}
+
+func benchForward(b *testing.B, s benchShape, dt DType) {
+	q, k, v, _ := benchInputsOf(s, dt)
+	out, lse := NewTensorOf(dt, s.b, s.n, s.h, s.d), make([]float32, s.b*s.h*s.n)
+	opts := &Options{Causal: s.causal}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := ForwardInto(out, lse, q, k, v, opts); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(s.flops()*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }
 
 func BenchmarkBackward(b *testing.B) {
 	for _, s := range benchShapes {
-		b.Run(s.String(), func(b *testing.B) {
-			q, k, v, do := benchInputs(s)
-			opts := &Options{Causal: s.causal}
-			out, lse, _ := Forward(q, k, v, opts)
-			dq, dk, dv := NewTensor(s.b, s.n, s.h, s.d), NewTensor(s.b, s.n, s.h, s.d), NewTensor(s.b, s.n, s.h, s.d)
-			b.ReportAllocs()
-			for b.Loop() {
-				if err := BackwardInto(dq, dk, dv, q, k, v, out, do, lse, opts); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(2.5*s.flops()*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-		})
+		for _, dt := range benchTypes {
+			b.Run(s.String()+"_"+dt.String(), func(b *testing.B) { benchBackward(b, s, dt) })
+		}
 	}
+}
+
+func benchBackward(b *testing.B, s benchShape, dt DType) {
+	q, k, v, do := benchInputsOf(s, dt)
+	opts := &Options{Causal: s.causal}
+	out, lse, _ := Forward(q, k, v, opts)
+	dq, dk, dv := NewTensorOf(dt, s.b, s.n, s.h, s.d), NewTensorOf(dt, s.b, s.n, s.h, s.d), NewTensorOf(dt, s.b, s.n, s.h, s.d)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := BackwardInto(dq, dk, dv, q, k, v, out, do, lse, opts); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(2.5*s.flops()*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }
 
 // BenchmarkDecode: one query row per sequence against a long KV cache

@@ -12,21 +12,73 @@ import "github.com/flashattn/flashattn/internal/kernel"
 // Q·Kᵀ and dP = dO·Vᵀ (Kᵀ, Vᵀ) and of dQ += dS·K (K).
 func (b *backwardPass) packKeyBlock(ws *workspace, s *sequence, hk, j0, n int) {
 	p := b.p
-	kr, ldk := p.kRows(&ws.convK, s, j0, hk, n)
-	vr, ldv := p.vRows(&ws.convV, s, j0, hk, n)
 	if !p.native {
+		kr, ldk := p.kRows(&ws.convK, s, j0, hk, n)
 		kernel.PackBt(ws.kt, kr, ldk, n, p.dim)
 		kernel.PackRows(ws.kp, kr, ldk, n, p.dim)
+		vr, ldv := p.vRows(&ws.convV, s, j0, hk, n)
 		kernel.PackBt(ws.vt, vr, ldv, n, p.dim)
 		return
 	}
-	e, d, de := p.ct.elem(), p.dim, even(p.dim)
+	d, de := p.dim, even(p.dim)
 	kt := grow(&ws.ktH, kernel.Pad(n)*de)
 	vt := grow(&ws.vtH, kernel.Pad(n)*de)
 	kn := grow(&ws.kH, p.dimPad*even(n))
-	p.kern.PackVNNIInto(kt, kernel.W*de, 0, kr, ldk, d, n, true, e)
-	p.kern.PackVNNIInto(vt, kernel.W*de, 0, vr, ldv, d, n, true, e)
-	p.kern.PackVNNIInto(kn, kernel.W*even(n), 0, kr, ldk, n, d, false, e)
+	tb, r := p.kv.at(s, j0)
+	b.packVNNI(ws, p.kv.k, &ws.convK, tb, r, hk, kt, kernel.W*de, d, n, true)
+	b.packVNNI(ws, p.kv.k, &ws.convK, tb, r, hk, kn, kernel.W*even(n), n, d, false)
+	b.packVNNI(ws, p.kv.v, &ws.convV, tb, r, hk, vt, kernel.W*de, d, n, true)
+}
+
+// packVNNI packs rows (tb, r.., h) of v — n of them when transposed (rows
+// of Bᵀ, k = dim), else k of them (rows of B, n = dim) — into dst in the
+// VNNI layout of the compute type: 16-bit rows of that type as they are,
+// others converted and rounded.
+func (b *backwardPass) packVNNI(ws *workspace, v view, scratch *[]float32, tb, r, h int, dst []uint16, ldb, k, n int, transposed bool) {
+	p := b.p
+	rows := k
+	if transposed {
+		rows = n
+	}
+	if v.dt == p.ct {
+		src, ld := v.rows16(tb, r, h)
+		p.kern.PackVNNI16Into(dst, ldb, 0, src, ld, k, n, transposed)
+		return
+	}
+	src, ld := v.rows(scratch, tb, r, h, rows, p.ct, &p.kern)
+	p.kern.PackVNNIInto(dst, ldb, 0, src, ld, k, n, transposed, p.ct.elem())
+}
+
+// queryTileNative packs rows [i0, i1) of head h's Q and dO for the native
+// products: as A operands (ws.qh, ws.doh: rows of even(dim), zero padded)
+// and as B operands (ws.qV, ws.doV: VNNI with k = the rows).
+func (b *backwardPass) queryTileNative(ws *workspace, s *sequence, h, i0, i1 int) {
+	p := b.p
+	m, d, de := i1-i0, p.dim, even(p.dim)
+	me := even(m)
+	for _, t := range []struct {
+		v       view
+		a, bv   *[]uint16
+		scratch *[]float32
+	}{{p.q, &ws.qh, &ws.qV, &ws.convK}, {b.grads.do, &ws.doh, &ws.doV, &ws.convV}} {
+		a := grow(t.a, m*de)
+		b.packVNNI(ws, t.v, t.scratch, s.tb, s.q0+i0, h, grow(t.bv, p.dimPad*me), kernel.W*me, m, d, false)
+		if t.v.dt == p.ct {
+			src, ld := t.v.rows16(s.tb, s.q0+i0, h)
+			for r := 0; r < m; r++ {
+				copy(a[r*de:r*de+d], src[r*ld:r*ld+d])
+				if d%2 != 0 {
+					a[r*de+d] = 0 // the pad column
+				}
+			}
+			continue
+		}
+		rows, ld := t.v.rows(t.scratch, s.tb, s.q0+i0, h, m, p.ct, &p.kern)
+		for r := 0; r < m; r++ {
+			a[r*de+de-1] = 0
+			toHalf(&p.kern, p.ct, a[r*de:r*de+d], rows[r*ld:r*ld+d])
+		}
+	}
 }
 
 // tileScores computes S = Q·Kᵀ (ws.s) and dP = dO·Vᵀ (ws.dP) for the m
@@ -41,15 +93,10 @@ func (b *backwardPass) tileScores(ws *workspace, m, n int, qp, dop []float32) {
 		k.MulABt(ws.dP, np, dop, dp, ws.vt, m, np, p.dim)
 		return
 	}
-	d, de := p.dim, even(p.dim)
-	qh, doh := grow(&ws.qh, m*de), grow(&ws.doh, m*de)
-	for r := 0; r < m; r++ {
-		qh[r*de+de-1], doh[r*de+de-1] = 0, 0
-		toHalf(k, p.ct, qh[r*de:r*de+d], qp[r*dp:r*dp+d])
-		toHalf(k, p.ct, doh[r*de:r*de+d], dop[r*dp:r*dp+d])
-	}
-	p.half.Mul(ws.s, np, qh, de, ws.ktH, kernel.W*de, m, np, de)
-	p.half.Mul(ws.dP, np, doh, de, ws.vtH, kernel.W*de, m, np, de)
+	// Q and dO were packed by queryTileNative.
+	de := even(p.dim)
+	p.half.Mul(ws.s, np, ws.qh, de, ws.ktH, kernel.W*de, m, np, de)
+	p.half.Mul(ws.dP, np, ws.doh, de, ws.vtH, kernel.W*de, m, np, de)
 }
 
 // tileGrads adds the products of one tile: dV += P̃ᵀ·dO and dK += dSᵀ·Q
@@ -71,11 +118,10 @@ func (b *backwardPass) tileGrads(ws *workspace, m, n int, qp, dop, dv, dk, dq []
 		k.MulAddAtB(dk, dp, ws.dP, np, qp, dp, n, dp, m)
 		return
 	}
-	e, d, me := p.ct.elem(), p.dim, even(m)
-	// Q and dO as B operands (k = the m rows), Pᵀ and dSᵀ as A operands.
-	qv, dov := grow(&ws.qV, p.dimPad*me), grow(&ws.doV, p.dimPad*me)
-	k.PackVNNIInto(qv, kernel.W*me, 0, qp, dp, m, d, false, e)
-	k.PackVNNIInto(dov, kernel.W*me, 0, dop, dp, m, d, false, e)
+	e, me := p.ct.elem(), even(m)
+	// Q and dO as B operands (k = the m rows, packed by queryTileNative),
+	// Pᵀ and dSᵀ as A operands.
+	qv, dov := ws.qV, ws.doV
 	pt, dst := grow(&ws.pT, n*me), grow(&ws.dsT, n*me)
 	k.TransposeRound(pt, me, pmat, np, m, n, e)
 	k.TransposeRound(dst, me, ws.dP, np, m, n, e)
