@@ -140,6 +140,7 @@ type backwardPass struct {
 	grads  gradViews
 	tasks  []bwdTask
 	withDQ bool
+	kv     *packedKV
 	delta  []float32 // D = rowsum(dO∘O) per LSE entry
 	corr   []float32 // per LSE entry: the factor that makes the row's P exact (nil: all 1)
 	// dkAcc and dvAcc are where dK and dV accumulate: the outputs
@@ -166,6 +167,10 @@ func (c *call) backward() error {
 	if err := c.fixLSE(); err != nil {
 		return err
 	}
+	if err := c.packKV(true); err != nil {
+		return err
+	}
+	b.kv = &c.kv
 	b.tasks, b.withDQ = c.backwardTasks()
 	if err := parallel(p.workers, len(b.tasks), b); err != nil {
 		return err
@@ -257,7 +262,6 @@ func (b *backwardPass) task(ws *workspace, u *bwdTask) {
 	s := &p.seqs[u.seq]
 	ws.forBackward(p, s.nq)
 	d, dp := p.dim, p.dimPad
-	packed := false // ws holds the task's one block, packed
 	for hh := 0; hh < p.group; hh++ {
 		h := u.hk*p.group + hh
 		rows := b.headRows(s, h)
@@ -274,10 +278,7 @@ func (b *backwardPass) task(ws *workspace, u *bwdTask) {
 		}
 		for kb := u.kb0; kb < u.kb1; kb++ {
 			j0 := kb * p.bwdBlockK
-			if u.kb1-u.kb0 > 1 {
-				packed = false // another block than the last head's
-			}
-			b.keyBlock(ws, s, h, u.hk, j0, min(p.bwdBlockK, s.nk-j0), &rows, &packed)
+			b.keyBlock(ws, s, u.seq, h, u.hk, j0, min(p.bwdBlockK, s.nk-j0), &rows)
 		}
 		if b.withDQ {
 			for i := 0; i < s.nq; i++ {
@@ -343,9 +344,8 @@ func (b *backwardPass) queryTile(ws *workspace, rows *headRows, s *sequence, h, 
 //	dV += P̃ᵀ·dO, dK += dSᵀ·Q, dQ += dS·K
 //
 // then adds the block's dV and scale·dK to the accumulators (dQ is scaled
-// when it is written). *packed says whether ws already holds the block
-// packed (for an earlier head); keyBlock packs it when it needs it and not.
-func (b *backwardPass) keyBlock(ws *workspace, s *sequence, h, hk, j0, n int, rows *headRows, packed *bool) {
+// when it is written).
+func (b *backwardPass) keyBlock(ws *workspace, s *sequence, si, h, hk, j0, n int, rows *headRows) {
 	p := b.p
 	qlo, qhi := s.vis.rows(h, j0, j0+n)
 	if qlo >= qhi {
@@ -353,10 +353,7 @@ func (b *backwardPass) keyBlock(ws *workspace, s *sequence, h, hk, j0, n int, ro
 	}
 	qlo -= qlo % p.alignQ
 	d, dp := p.dim, p.dimPad
-	if !*packed {
-		b.packKeyBlock(ws, s, hk, j0, n)
-		*packed = true
-	}
+	kt := b.kv.backwardTile(si, hk, j0, n)
 	dk, dv := ws.dk[:n*dp], ws.dv[:n*dp]
 	clear(dk)
 	clear(dv)
@@ -367,12 +364,12 @@ func (b *backwardPass) keyBlock(ws *workspace, s *sequence, h, hk, j0, n int, ro
 			continue
 		}
 		qp, dop := b.queryTile(ws, rows, s, h, i0, i1)
-		b.gradTile(ws, s, h, i0, i1, j0, n, kind, rows, qp, dop)
+		b.gradTile(ws, &kt, s, h, i0, i1, j0, n, kind, rows, qp, dop)
 		var dq []float32
 		if rows.dq != nil {
 			dq = rows.dq[i0*dp:]
 		}
-		b.tileGrads(ws, i1-i0, n, qp, dop, dv, dk, dq)
+		b.tileGrads(ws, &kt, i1-i0, n, qp, dop, dv, dk, dq)
 	}
 	for jj := 0; jj < n; jj++ {
 		dkr := b.dkAcc.row(s.kvb, s.k0+j0+jj, hk)[:d]
@@ -386,9 +383,9 @@ func (b *backwardPass) keyBlock(ws *workspace, s *sequence, h, hk, j0, n int, ro
 
 // gradTile computes, for query rows [i0, i1) of head h against the packed
 // KV block [j0, j0+n), P (ws.s; P̃ in ws.pDrop with dropout) and dS (ws.dP).
-func (b *backwardPass) gradTile(ws *workspace, s *sequence, h, i0, i1, j0, n int, kind BlockKind, rows *headRows, qp, dop []float32) {
+func (b *backwardPass) gradTile(ws *workspace, kt *bwdTile, s *sequence, h, i0, i1, j0, n int, kind BlockKind, rows *headRows, qp, dop []float32) {
 	m := i1 - i0
-	b.tileScores(ws, m, n, qp, dop)
+	b.tileScores(ws, kt, m, n, qp, dop)
 	for r := 0; r < m; r++ {
 		b.gradRow(ws, s, h, i0+r, j0, n, r, kind, rows)
 	}

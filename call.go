@@ -29,7 +29,8 @@ type arena struct {
 	lseCorr             []float32
 	dkvAcc              []float32
 	kvOffK, kvOffV      []int
-	kvLdbV              []int
+	kvOffKt, kvOffVt    []int
+	kvLdb               []int
 	kvBuf16             []uint16
 	packChunks          []int
 	blockTable          []int32

@@ -46,9 +46,9 @@ func (d *dqPass) run(ws *workspace, t int) {
 		if kind == BlockEmpty {
 			continue
 		}
-		b.packKeyBlock(ws, s, hk, j0, n)
-		b.gradTile(ws, s, h, rb.i0, rb.i1, j0, n, kind, &rows, qp, dop)
-		b.dqProduct(ws, m, n, acc)
+		kt := b.kv.backwardTile(rb.seq, hk, j0, n)
+		b.gradTile(ws, &kt, s, h, rb.i0, rb.i1, j0, n, kind, &rows, qp, dop)
+		b.dqProduct(ws, &kt, m, n, acc)
 	}
 	for r := 0; r < m; r++ {
 		b.storeDQ(ws, s, h, rb.i0+r, acc[r*dp:r*dp+p.dim])

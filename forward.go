@@ -186,7 +186,7 @@ func (c *call) forward(out view, lse []float32) error {
 	p, a := &c.plan, &c.arena
 	c.appendKV()
 	tasks, splits, slots := c.forwardTasks()
-	if err := c.packKV(); err != nil {
+	if err := c.packKV(false); err != nil {
 		return err
 	}
 	f := &c.fwd

@@ -2,52 +2,11 @@ package flashattn
 
 import "github.com/flashattn/flashattn/internal/kernel"
 
-// bwdnative.go holds the backward's tile products for both number paths:
+// bwdtiles.go holds the backward's tile products for both number paths:
 // float32 kernels, or native 16-bit products (plan.native) on operands
 // packed in the VNNI pair layout (see internal/kernel.Half). The softmax
 // part (gradRow) is float32 either way; P̃ and dS are rounded to the type
 // before they multiply, so both paths compute the same-type algorithm.
-
-// packKeyBlock packs keys [j0, j0+n) of KV head hk: the B operands of S =
-// Q·Kᵀ and dP = dO·Vᵀ (Kᵀ, Vᵀ) and of dQ += dS·K (K).
-func (b *backwardPass) packKeyBlock(ws *workspace, s *sequence, hk, j0, n int) {
-	p := b.p
-	if !p.native {
-		kr, ldk := p.kRows(&ws.convK, s, j0, hk, n)
-		kernel.PackBt(ws.kt, kr, ldk, n, p.dim)
-		kernel.PackRows(ws.kp, kr, ldk, n, p.dim)
-		vr, ldv := p.vRows(&ws.convV, s, j0, hk, n)
-		kernel.PackBt(ws.vt, vr, ldv, n, p.dim)
-		return
-	}
-	d, de := p.dim, even(p.dim)
-	kt := grow(&ws.ktH, kernel.Pad(n)*de)
-	vt := grow(&ws.vtH, kernel.Pad(n)*de)
-	kn := grow(&ws.kH, p.dimPad*even(n))
-	tb, r := p.kv.at(s, j0)
-	b.packVNNI(ws, p.kv.k, &ws.convK, tb, r, hk, kt, kernel.W*de, d, n, true)
-	b.packVNNI(ws, p.kv.k, &ws.convK, tb, r, hk, kn, kernel.W*even(n), n, d, false)
-	b.packVNNI(ws, p.kv.v, &ws.convV, tb, r, hk, vt, kernel.W*de, d, n, true)
-}
-
-// packVNNI packs rows (tb, r.., h) of v — n of them when transposed (rows
-// of Bᵀ, k = dim), else k of them (rows of B, n = dim) — into dst in the
-// VNNI layout of the compute type: 16-bit rows of that type as they are,
-// others converted and rounded.
-func (b *backwardPass) packVNNI(ws *workspace, v view, scratch *[]float32, tb, r, h int, dst []uint16, ldb, k, n int, transposed bool) {
-	p := b.p
-	rows := k
-	if transposed {
-		rows = n
-	}
-	if v.dt == p.ct {
-		src, ld := v.rows16(tb, r, h)
-		p.kern.PackVNNI16Into(dst, ldb, 0, src, ld, k, n, transposed)
-		return
-	}
-	src, ld := v.rows(scratch, tb, r, h, rows, p.ct, &p.kern)
-	p.kern.PackVNNIInto(dst, ldb, 0, src, ld, k, n, transposed, p.ct.elem())
-}
 
 // queryTileNative packs rows [i0, i1) of head h's Q and dO for the native
 // products: as A operands (ws.qh, ws.doh: rows of even(dim), zero padded)
@@ -62,7 +21,7 @@ func (b *backwardPass) queryTileNative(ws *workspace, s *sequence, h, i0, i1 int
 		scratch *[]float32
 	}{{p.q, &ws.qh, &ws.qV, &ws.convK}, {b.grads.do, &ws.doh, &ws.doV, &ws.convV}} {
 		a := grow(t.a, m*de)
-		b.packVNNI(ws, t.v, t.scratch, s.tb, s.q0+i0, h, grow(t.bv, p.dimPad*me), kernel.W*me, m, d, false)
+		packVNNIRows(p, t.v, t.scratch, s.tb, s.q0+i0, h, grow(t.bv, p.dimPad*me), kernel.W*me, 0, m, d, false)
 		if t.v.dt == p.ct {
 			src, ld := t.v.rows16(s.tb, s.q0+i0, h)
 			for r := 0; r < m; r++ {
@@ -82,27 +41,26 @@ func (b *backwardPass) queryTileNative(ws *workspace, s *sequence, h, i0, i1 int
 }
 
 // tileScores computes S = Q·Kᵀ (ws.s) and dP = dO·Vᵀ (ws.dP) for the m
-// query rows qp, dop (padded to dimPad) against the packed KV block of n
-// keys.
-func (b *backwardPass) tileScores(ws *workspace, m, n int, qp, dop []float32) {
+// query rows qp, dop (padded to dimPad) against the KV block kt of n keys.
+func (b *backwardPass) tileScores(ws *workspace, kt *bwdTile, m, n int, qp, dop []float32) {
 	p := b.p
 	k := &p.kern
 	dp, np := p.dimPad, kernel.Pad(n)
 	if !p.native {
-		k.MulABt(ws.s, np, qp, dp, ws.kt, m, np, p.dim)
-		k.MulABt(ws.dP, np, dop, dp, ws.vt, m, np, p.dim)
+		k.MulABt(ws.s, np, qp, dp, kt.kt, m, np, p.dim)
+		k.MulABt(ws.dP, np, dop, dp, kt.vt, m, np, p.dim)
 		return
 	}
 	// Q and dO were packed by queryTileNative.
 	de := even(p.dim)
-	p.half.Mul(ws.s, np, ws.qh, de, ws.ktH, kernel.W*de, m, np, de)
-	p.half.Mul(ws.dP, np, ws.doh, de, ws.vtH, kernel.W*de, m, np, de)
+	p.half.Mul(ws.s, np, ws.qh, de, kt.ktH, kernel.W*de, m, np, de)
+	p.half.Mul(ws.dP, np, ws.doh, de, kt.vtH, kernel.W*de, m, np, de)
 }
 
 // tileGrads adds the products of one tile: dV += P̃ᵀ·dO and dK += dSᵀ·Q
 // into dv, dk (n × dimPad), and dQ += dS·K into dq (m rows of dimPad) when
 // dq is not nil.
-func (b *backwardPass) tileGrads(ws *workspace, m, n int, qp, dop, dv, dk, dq []float32) {
+func (b *backwardPass) tileGrads(ws *workspace, kt *bwdTile, m, n int, qp, dop, dv, dk, dq []float32) {
 	p := b.p
 	k := &p.kern
 	dp, np := p.dimPad, kernel.Pad(n)
@@ -111,7 +69,7 @@ func (b *backwardPass) tileGrads(ws *workspace, m, n int, qp, dop, dv, dk, dq []
 		pmat = ws.pDrop
 	}
 	if dq != nil {
-		b.dqProduct(ws, m, n, dq)
+		b.dqProduct(ws, kt, m, n, dq)
 	}
 	if !p.native {
 		k.MulAddAtB(dv, dp, pmat, np, dop, dp, n, dp, m)
@@ -134,13 +92,13 @@ func (b *backwardPass) tileGrads(ws *workspace, m, n int, qp, dop, dv, dk, dq []
 	p.half.MulAdd(dk, dp, dst, me, qv, kernel.W*me, n, dp, me)
 }
 
-// dqProduct adds dS·K (the tile's m rows against the packed KV block of n
-// keys) to dq, for the dQ pass.
-func (b *backwardPass) dqProduct(ws *workspace, m, n int, dq []float32) {
+// dqProduct adds dS·K (the tile's m rows against the KV block kt of n keys)
+// to dq.
+func (b *backwardPass) dqProduct(ws *workspace, kt *bwdTile, m, n int, dq []float32) {
 	p := b.p
 	dp, np := p.dimPad, kernel.Pad(n)
 	if !p.native {
-		p.kern.MulAddAB(dq, dp, ws.dP, np, ws.kp, dp, m, dp, n)
+		p.kern.MulAddAB(dq, dp, ws.dP, np, kt.kp, dp, m, dp, n)
 		return
 	}
 	ne := even(n)
@@ -148,5 +106,5 @@ func (b *backwardPass) dqProduct(ws *workspace, m, n int, dq []float32) {
 	for r := 0; r < m; r++ {
 		toHalf(&p.kern, p.ct, dsh[r*ne:(r+1)*ne], ws.dP[r*np:r*np+ne])
 	}
-	p.half.MulAdd(dq, dp, dsh, ne, ws.kH, kernel.W*ne, m, dp, ne)
+	p.half.MulAdd(dq, dp, dsh, ne, kt.kpH, kt.ldbK, m, dp, ne)
 }
