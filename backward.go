@@ -141,6 +141,7 @@ type backwardPass struct {
 	tasks  []bwdTask
 	withDQ bool
 	kv     *packedKV
+	qp     queryPack
 	delta  []float32 // D = rowsum(dO∘O) per LSE entry
 	corr   []float32 // per LSE entry: the factor that makes the row's P exact (nil: all 1)
 	// dkAcc and dvAcc are where dK and dV accumulate: the outputs
@@ -160,6 +161,7 @@ func (c *call) backward() error {
 	// Keys that no query sees (and keys past SeqUsedK) get zero gradients.
 	b.clearKV()
 	b.delta = grow(&a.delta, p.lseLen)
+	c.allocQueryPack()
 	c.rows = rowsPass{b: b, tasks: c.headTasks()}
 	if err := parallel(p.workers, len(c.rows.tasks), &c.rows); err != nil {
 		return err
@@ -198,24 +200,94 @@ func (c *call) headTasks() []rowBlock {
 	return tasks
 }
 
-// rowsPass computes D = rowsum(dO∘O) for every query row: in float64 and
-// rounded once, from dO in the compute type.
+// rowsPass prepares every query row of one (sequence, head) per task: it
+// packs Q and dO once for all the KV blocks that read them (float32 rows
+// padded to dimPad, or the native products' 16-bit operands), and computes
+// D = rowsum(dO∘O) in float64, rounded once, from dO in the compute type.
 type rowsPass struct {
 	b     *backwardPass
 	tasks []rowBlock
 }
 
+// queryPack is the backward's packed Q and dO. Row (sequence s, head h, i)
+// is row s.lse0 + h·s.lseH + i (its LSE index) of q and do (float32, rows of
+// dimPad) or of qh and doh (native, rows of even(dim)); native B operands
+// qv, dov hold one VNNI matrix per (sequence, head) at vOff[seq·heads+h],
+// k = the rows, strip stride vLdb[seq·heads+h].
+type queryPack struct {
+	q, do      []float32
+	qh, doh    []uint16
+	qv, dov    []uint16
+	vOff, vLdb []int
+}
+
 func (r *rowsPass) run(ws *workspace, t int) {
 	b, rb := r.b, r.tasks[t]
-	p, g := b.p, &b.grads
+	p, g, qp := b.p, &b.grads, &b.qp
 	s := &p.seqs[rb.seq]
-	d := p.dim
+	h, d, dp, base := rb.h0, p.dim, p.dimPad, s.lse0+rb.h0*s.lseH
 	o, do := grow(&ws.convO, d), grow(&ws.convV, d)
-	for i := rb.i0; i < rb.i1; i++ {
-		g.o.rowTo(o, s.tb, s.q0+i, rb.h0, Float32, &p.kern)
-		g.do.rowTo(do, s.tb, s.q0+i, rb.h0, p.ct, &p.kern)
-		b.delta[s.lse0+rb.h0*s.lseH+i] = dot64(do, o)
+	for i := 0; i < s.nq; i++ {
+		g.o.rowTo(o, s.tb, s.q0+i, h, Float32, &p.kern)
+		g.do.rowTo(do, s.tb, s.q0+i, h, p.ct, &p.kern)
+		b.delta[base+i] = dot64(do, o)
 	}
+	if !p.native {
+		for _, x := range []struct {
+			v   view
+			dst []float32
+		}{{p.q, qp.q}, {g.do, qp.do}} {
+			rows, ld := x.v.rows(&ws.convK, s.tb, s.q0, h, s.nq, p.ct, &p.kern)
+			kernel.PackRows(x.dst[base*dp:], rows, ld, s.nq, d)
+		}
+		return
+	}
+	de, u := even(d), rb.seq*p.heads+h
+	for _, x := range []struct {
+		v     view
+		a, bv []uint16
+	}{{p.q, qp.qh, qp.qv}, {g.do, qp.doh, qp.dov}} {
+		packVNNIRows(p, x.v, &ws.convK, s.tb, s.q0, h, x.bv[qp.vOff[u]:], qp.vLdb[u], 0, s.nq, d, false)
+		a := x.a[base*de : (base+s.nq)*de]
+		if x.v.dt == p.ct {
+			src, ld := x.v.rows16(s.tb, s.q0, h)
+			for r := 0; r < s.nq; r++ {
+				copy(a[r*de:r*de+d], src[r*ld:r*ld+d])
+			}
+		} else {
+			rows, ld := x.v.rows(&ws.convK, s.tb, s.q0, h, s.nq, p.ct, &p.kern)
+			for r := 0; r < s.nq; r++ {
+				toHalf(&p.kern, p.ct, a[r*de:r*de+d], rows[r*ld:r*ld+d])
+			}
+		}
+		if d%2 != 0 {
+			for r := 0; r < s.nq; r++ {
+				a[r*de+d] = 0 // the pad column
+			}
+		}
+	}
+}
+
+// allocQueryPack sizes the packed Q and dO from the arena.
+func (c *call) allocQueryPack() {
+	p, a, qp := &c.plan, &c.arena, &c.bwd.qp
+	if !p.native {
+		qp.q, qp.do = grow(&a.qPack, p.lseLen*p.dimPad), grow(&a.doPack, p.lseLen*p.dimPad)
+		return
+	}
+	de := even(p.dim)
+	qp.qh, qp.doh = grow(&a.qhPack, p.lseLen*de), grow(&a.dohPack, p.lseLen*de)
+	n := len(p.seqs) * p.heads
+	qp.vOff, qp.vLdb = grow(&a.qvOff, n), grow(&a.qvLdb, n)
+	total := 0
+	for si := range p.seqs {
+		for h := 0; h < p.heads; h++ {
+			u := si*p.heads + h
+			qp.vOff[u], qp.vLdb[u] = total, kernel.W*even(p.seqs[si].nq)
+			total += p.dimPad / kernel.W * qp.vLdb[u]
+		}
+	}
+	qp.qv, qp.dov = grow(&a.qvPack, total), grow(&a.dovPack, total)
 }
 
 // clearKV zeroes the dK and dV accumulators.
@@ -254,24 +326,16 @@ func (b *backwardPass) run(ws *workspace, t int) { b.task(ws, &b.tasks[t]) }
 
 // task runs FA2's Algorithm 2 for the KV blocks of one task, for each query
 // head of its KV head in turn (one head's dK, dV contributions are added
-// before the next head's). Summing dQ too (one pass), the head's Q, dO and
-// dQ rows are packed once for all its blocks; otherwise each query tile is
-// packed as it comes.
+// before the next head's). Summing dQ too (one pass), it keeps the head's
+// dQ rows for all its blocks.
 func (b *backwardPass) task(ws *workspace, u *bwdTask) {
-	p, g := b.p, &b.grads
+	p := b.p
 	s := &p.seqs[u.seq]
 	ws.forBackward(p, s.nq)
 	d, dp := p.dim, p.dimPad
 	for hh := 0; hh < p.group; hh++ {
 		h := u.hk*p.group + hh
 		rows := b.headRows(s, h)
-		if b.withDQ && !p.native {
-			rows.q, rows.do = grow(&ws.qall, s.nq*dp), grow(&ws.doall, s.nq*dp)
-			qr, ldq := p.q.rows(&ws.convK, s.tb, s.q0, h, s.nq, p.ct, &p.kern)
-			kernel.PackRows(rows.q, qr, ldq, s.nq, d)
-			dor, lddo := g.do.rows(&ws.convV, s.tb, s.q0, h, s.nq, p.ct, &p.kern)
-			kernel.PackRows(rows.do, dor, lddo, s.nq, d)
-		}
 		if b.withDQ {
 			rows.dq = grow(&ws.dq, s.nq*dp)
 			clear(rows.dq)
@@ -302,37 +366,42 @@ func (b *backwardPass) storeDQ(ws *workspace, s *sequence, h, i int, acc []float
 // the LSE correction of every row; when packed once for the whole head, Q,
 // dO and the dQ accumulator (rows of dimPad), else nil.
 type headRows struct {
-	q, do, delta, lse, dq []float32
-	corr                  []float32 // nil, or the LSE correction factors (see lsefix.go)
+	delta, lse, dq []float32
+	corr           []float32 // nil, or the LSE correction factors (see lsefix.go)
+	base, unit     int       // the head's first row in the packed Q and dO; its seq·heads+h
 }
 
 func (b *backwardPass) headRows(s *sequence, h int) headRows {
 	lo, hi := s.lse0+h*s.lseH, s.lse0+h*s.lseH+s.nq
-	r := headRows{delta: b.delta[lo:hi], lse: b.grads.lse[lo:hi]}
+	r := headRows{delta: b.delta[lo:hi], lse: b.grads.lse[lo:hi], base: lo, unit: int(s.b)*b.p.heads + h}
 	if b.corr != nil {
 		r.corr = b.corr[lo:hi]
 	}
 	return r
 }
 
-// queryTile returns rows [i0, i1) of head h's Q and dO, padded to dimPad:
-// from the head's packed rows, or packed now into ws.qp and ws.dop.
-func (b *backwardPass) queryTile(ws *workspace, rows *headRows, s *sequence, h, i0, i1 int) (q, do []float32) {
-	p, dp := b.p, b.p.dimPad
-	if p.native {
-		b.queryTileNative(ws, s, h, i0, i1)
-		return nil, nil
+// qTile is a query tile's Q and dO: float32 rows padded to dimPad, or the
+// native products' 16-bit A operands (rows of even(dim)) and B operands
+// (VNNI from the tile's first row, strip stride ldb).
+type qTile struct {
+	q, do   []float32
+	qh, doh []uint16
+	qv, dov []uint16
+	ldb     int
+}
+
+// queryTile returns rows [i0, i1) of the head's packed Q and dO (i0 even
+// with native products).
+func (b *backwardPass) queryTile(rows *headRows, i0, i1 int) qTile {
+	p, qp := b.p, &b.qp
+	r0, r1 := rows.base+i0, rows.base+i1
+	if !p.native {
+		dp := p.dimPad
+		return qTile{q: qp.q[r0*dp : r1*dp], do: qp.do[r0*dp : r1*dp]}
 	}
-	if rows.q != nil {
-		return rows.q[i0*dp : i1*dp], rows.do[i0*dp : i1*dp]
-	}
-	m, d := i1-i0, p.dim
-	q, do = grow(&ws.qp, m*dp), grow(&ws.dop, m*dp)
-	qr, ldq := p.q.rows(&ws.convK, s.tb, s.q0+i0, h, m, p.ct, &p.kern)
-	kernel.PackRows(q, qr, ldq, m, d)
-	dor, lddo := b.grads.do.rows(&ws.convV, s.tb, s.q0+i0, h, m, p.ct, &p.kern)
-	kernel.PackRows(do, dor, lddo, m, d)
-	return q, do
+	de, off := even(p.dim), qp.vOff[rows.unit]+kernel.W*i0
+	return qTile{qh: qp.qh[r0*de : r1*de], doh: qp.doh[r0*de : r1*de],
+		qv: qp.qv[off:], dov: qp.dov[off:], ldb: qp.vLdb[rows.unit]}
 }
 
 // keyBlock is Algorithm 2's inner loop for KV block [j0, j0+n) of KV head hk
@@ -363,13 +432,13 @@ func (b *backwardPass) keyBlock(ws *workspace, s *sequence, si, h, hk, j0, n int
 		if kind == BlockEmpty {
 			continue
 		}
-		qp, dop := b.queryTile(ws, rows, s, h, i0, i1)
-		b.gradTile(ws, &kt, s, h, i0, i1, j0, n, kind, rows, qp, dop)
+		qt := b.queryTile(rows, i0, i1)
+		b.gradTile(ws, &kt, &qt, s, h, i0, i1, j0, n, kind, rows)
 		var dq []float32
 		if rows.dq != nil {
 			dq = rows.dq[i0*dp:]
 		}
-		b.tileGrads(ws, &kt, i1-i0, n, qp, dop, dv, dk, dq)
+		b.tileGrads(ws, &kt, &qt, i1-i0, n, dv, dk, dq)
 	}
 	for jj := 0; jj < n; jj++ {
 		dkr := b.dkAcc.row(s.kvb, s.k0+j0+jj, hk)[:d]
@@ -383,9 +452,9 @@ func (b *backwardPass) keyBlock(ws *workspace, s *sequence, si, h, hk, j0, n int
 
 // gradTile computes, for query rows [i0, i1) of head h against the packed
 // KV block [j0, j0+n), P (ws.s; P̃ in ws.pDrop with dropout) and dS (ws.dP).
-func (b *backwardPass) gradTile(ws *workspace, kt *bwdTile, s *sequence, h, i0, i1, j0, n int, kind BlockKind, rows *headRows, qp, dop []float32) {
+func (b *backwardPass) gradTile(ws *workspace, kt *bwdTile, qt *qTile, s *sequence, h, i0, i1, j0, n int, kind BlockKind, rows *headRows) {
 	m := i1 - i0
-	b.tileScores(ws, kt, m, n, qp, dop)
+	b.tileScores(ws, kt, qt, m, n)
 	for r := 0; r < m; r++ {
 		b.gradRow(ws, s, h, i0+r, j0, n, r, kind, rows)
 	}

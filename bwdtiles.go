@@ -8,59 +8,26 @@ import "github.com/flashattn/flashattn/internal/kernel"
 // part (gradRow) is float32 either way; P̃ and dS are rounded to the type
 // before they multiply, so both paths compute the same-type algorithm.
 
-// queryTileNative packs rows [i0, i1) of head h's Q and dO for the native
-// products: as A operands (ws.qh, ws.doh: rows of even(dim), zero padded)
-// and as B operands (ws.qV, ws.doV: VNNI with k = the rows).
-func (b *backwardPass) queryTileNative(ws *workspace, s *sequence, h, i0, i1 int) {
-	p := b.p
-	m, d, de := i1-i0, p.dim, even(p.dim)
-	me := even(m)
-	for _, t := range []struct {
-		v       view
-		a, bv   *[]uint16
-		scratch *[]float32
-	}{{p.q, &ws.qh, &ws.qV, &ws.convK}, {b.grads.do, &ws.doh, &ws.doV, &ws.convV}} {
-		a := grow(t.a, m*de)
-		packVNNIRows(p, t.v, t.scratch, s.tb, s.q0+i0, h, grow(t.bv, p.dimPad*me), kernel.W*me, 0, m, d, false)
-		if t.v.dt == p.ct {
-			src, ld := t.v.rows16(s.tb, s.q0+i0, h)
-			for r := 0; r < m; r++ {
-				copy(a[r*de:r*de+d], src[r*ld:r*ld+d])
-				if d%2 != 0 {
-					a[r*de+d] = 0 // the pad column
-				}
-			}
-			continue
-		}
-		rows, ld := t.v.rows(t.scratch, s.tb, s.q0+i0, h, m, p.ct, &p.kern)
-		for r := 0; r < m; r++ {
-			a[r*de+de-1] = 0
-			toHalf(&p.kern, p.ct, a[r*de:r*de+d], rows[r*ld:r*ld+d])
-		}
-	}
-}
-
 // tileScores computes S = Q·Kᵀ (ws.s) and dP = dO·Vᵀ (ws.dP) for the m
-// query rows qp, dop (padded to dimPad) against the KV block kt of n keys.
-func (b *backwardPass) tileScores(ws *workspace, kt *bwdTile, m, n int, qp, dop []float32) {
+// query rows of qt against the KV block kt of n keys.
+func (b *backwardPass) tileScores(ws *workspace, kt *bwdTile, qt *qTile, m, n int) {
 	p := b.p
 	k := &p.kern
 	dp, np := p.dimPad, kernel.Pad(n)
 	if !p.native {
-		k.MulABt(ws.s, np, qp, dp, kt.kt, m, np, p.dim)
-		k.MulABt(ws.dP, np, dop, dp, kt.vt, m, np, p.dim)
+		k.MulABt(ws.s, np, qt.q, dp, kt.kt, m, np, p.dim)
+		k.MulABt(ws.dP, np, qt.do, dp, kt.vt, m, np, p.dim)
 		return
 	}
-	// Q and dO were packed by queryTileNative.
 	de := even(p.dim)
-	p.half.Mul(ws.s, np, ws.qh, de, kt.ktH, kernel.W*de, m, np, de)
-	p.half.Mul(ws.dP, np, ws.doh, de, kt.vtH, kernel.W*de, m, np, de)
+	p.half.Mul(ws.s, np, qt.qh, de, kt.ktH, kernel.W*de, m, np, de)
+	p.half.Mul(ws.dP, np, qt.doh, de, kt.vtH, kernel.W*de, m, np, de)
 }
 
 // tileGrads adds the products of one tile: dV += P̃ᵀ·dO and dK += dSᵀ·Q
 // into dv, dk (n × dimPad), and dQ += dS·K into dq (m rows of dimPad) when
 // dq is not nil.
-func (b *backwardPass) tileGrads(ws *workspace, kt *bwdTile, m, n int, qp, dop, dv, dk, dq []float32) {
+func (b *backwardPass) tileGrads(ws *workspace, kt *bwdTile, qt *qTile, m, n int, dv, dk, dq []float32) {
 	p := b.p
 	k := &p.kern
 	dp, np := p.dimPad, kernel.Pad(n)
@@ -72,14 +39,12 @@ func (b *backwardPass) tileGrads(ws *workspace, kt *bwdTile, m, n int, qp, dop, 
 		b.dqProduct(ws, kt, m, n, dq)
 	}
 	if !p.native {
-		k.MulAddAtB(dv, dp, pmat, np, dop, dp, n, dp, m)
-		k.MulAddAtB(dk, dp, ws.dP, np, qp, dp, n, dp, m)
+		k.MulAddAtB(dv, dp, pmat, np, qt.do, dp, n, dp, m)
+		k.MulAddAtB(dk, dp, ws.dP, np, qt.q, dp, n, dp, m)
 		return
 	}
 	e, me := p.ct.elem(), even(m)
-	// Q and dO as B operands (k = the m rows, packed by queryTileNative),
-	// Pᵀ and dSᵀ as A operands.
-	qv, dov := ws.qV, ws.doV
+	// Q and dO as B operands (k = the m rows), Pᵀ and dSᵀ as A operands.
 	pt, dst := grow(&ws.pT, n*me), grow(&ws.dsT, n*me)
 	k.TransposeRound(pt, me, pmat, np, m, n, e)
 	k.TransposeRound(dst, me, ws.dP, np, m, n, e)
@@ -88,8 +53,8 @@ func (b *backwardPass) tileGrads(ws *workspace, kt *bwdTile, m, n int, qp, dop, 
 			pt[j*me+m], dst[j*me+m] = 0, 0
 		}
 	}
-	p.half.MulAdd(dv, dp, pt, me, dov, kernel.W*me, n, dp, me)
-	p.half.MulAdd(dk, dp, dst, me, qv, kernel.W*me, n, dp, me)
+	p.half.MulAdd(dv, dp, pt, me, qt.dov, qt.ldb, n, dp, me)
+	p.half.MulAdd(dk, dp, dst, me, qt.qv, qt.ldb, n, dp, me)
 }
 
 // dqProduct adds dS·K (the tile's m rows against the KV block kt of n keys)

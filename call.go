@@ -24,6 +24,10 @@ type arena struct {
 	fwdTasks, merges    []fwdTask
 	bwdTasks            []bwdTask
 	delta               []float32
+	qPack, doPack       []float32
+	qhPack, dohPack     []uint16
+	qvPack, dovPack     []uint16
+	qvOff, qvLdb        []int
 	partO, partM, partL []float32
 	kvBuf               []float32
 	lseCorr             []float32

@@ -37,7 +37,7 @@ func (d *dqPass) run(ws *workspace, t int) {
 	h, hk := rb.h0, rb.h0/p.group
 	dp, m := p.dimPad, rb.i1-rb.i0
 	rows := b.headRows(s, h)
-	qp, dop := b.queryTile(ws, &rows, s, h, rb.i0, rb.i1)
+	qt := b.queryTile(&rows, rb.i0, rb.i1)
 	acc := grow(&ws.dq, m*dp)
 	clear(acc)
 	for j0 := 0; j0 < s.nk; j0 += p.bwdBlockK {
@@ -47,7 +47,7 @@ func (d *dqPass) run(ws *workspace, t int) {
 			continue
 		}
 		kt := b.kv.backwardTile(rb.seq, hk, j0, n)
-		b.gradTile(ws, &kt, s, h, rb.i0, rb.i1, j0, n, kind, &rows, qp, dop)
+		b.gradTile(ws, &kt, &qt, s, h, rb.i0, rb.i1, j0, n, kind, &rows)
 		b.dqProduct(ws, &kt, m, n, acc)
 	}
 	for r := 0; r < m; r++ {

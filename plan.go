@@ -133,6 +133,12 @@ func newPlan(p *plan, a *arena, q, k, v Tensor, o *Options) error {
 		p.blockQ, p.bwdBlockK = alignToMask(p.blockQ, p.bwdBlockK, m.shape)
 		p.alignQ = p.blockQ
 	}
+	if p.native {
+		// The backward's query tiles start on even rows (pairs of the VNNI
+		// layout of Q and dO).
+		p.blockQ = even(p.blockQ)
+		p.alignQ = even(p.alignQ)
+	}
 	p.maxRows = max(p.blockQ, maxStackRows)
 	p.scale = o.Scale
 	if p.scale == 0 {
