@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/flashattn/flashattn"
+	"github.com/flashattn/flashattn/half"
 	"github.com/flashattn/flashattn/reference"
 )
 
@@ -124,4 +125,122 @@ func ExampleKVCache() {
 	// Equal scores: LSE is log(keys in the cache).
 	fmt.Printf("%.4f %.4f | %.4f %.4f\n", lse[0], math.Log(20), lse[4], math.Log(5))
 	// Output: 2.9957 2.9957 | 1.6094 1.6094
+}
+
+// Block-sparse attention: a BigBird layout (local + global + random blocks)
+// of 64 × 64 blocks; empty blocks are never computed, forward or backward.
+func ExampleBigBird() {
+	const N, H, D = 512, 2, 32
+	q, k, v := flashattn.NewTensor(1, N, H, D), flashattn.NewTensor(1, N, H, D), flashattn.NewTensor(1, N, H, D)
+	for i := range q.Data {
+		q.Data[i], k.Data[i], v.Data[i] = float32(math.Sin(float64(i))), float32(math.Cos(float64(i))), float32(i%7)
+	}
+	mask, err := flashattn.BigBird(flashattn.BlockShape{Batch: 1, Heads: 1, SeqQ: N, SeqK: N, BlockQ: 64, BlockK: 64}, 1, 1, 1, 7)
+	if err != nil {
+		panic(err)
+	}
+	_, _, err = flashattn.Forward(q, k, v, &flashattn.Options{BlockMask: mask})
+	fmt.Printf("density %.2f, error %v\n", mask.Density(), err)
+	// Output:
+	// density 0.59, error <nil>
+}
+
+// Document masking of packed sequences with a causal mask: tokens attend
+// only within their own document.
+func ExampleDocuments() {
+	ids := []int32{0, 0, 0, 1, 1, 2, 2, 2} // three documents in one row of 8 tokens
+	docs, err := flashattn.Documents(ids, ids, 8, 8)
+	if err != nil {
+		panic(err)
+	}
+	q := flashattn.NewTensor(1, 8, 1, 4)
+	for i := range q.Data {
+		q.Data[i] = 1
+	}
+	v := flashattn.NewTensor(1, 8, 1, 4)
+	for i := range v.Data {
+		v.Data[i] = float32(i / 4) // value row j holds j
+	}
+	out, _, _ := flashattn.Forward(q, q, v, &flashattn.Options{Causal: true, Mask: docs})
+	for i := 0; i < 8; i++ {
+		fmt.Printf("%.1f ", out.At(0, i, 0, 0)) // the mean of the visible values
+	}
+	fmt.Println()
+	// Output:
+	// 0.0 0.5 1.0 3.0 3.5 5.0 5.5 6.0
+}
+
+// A score modifier with its derivative: a tanh soft cap written by hand
+// (Options.Softcap does the same built in).
+func ExampleScoreFunc() {
+	capped := flashattn.ScoreFunc(func(b, h, q, kv int, x float32) (float32, float32) {
+		t := float32(math.Tanh(float64(x / 5)))
+		return 5 * t, 1 - t*t
+	})
+	q, k, v := flashattn.NewTensor(1, 16, 1, 8), flashattn.NewTensor(1, 16, 1, 8), flashattn.NewTensor(1, 16, 1, 8)
+	for i := range q.Data {
+		q.Data[i], k.Data[i], v.Data[i] = float32(i%5), float32(i%3), float32(i%7)
+	}
+	a, _, _ := flashattn.Forward(q, k, v, &flashattn.Options{ScoreMod: capped})
+	b, _, _ := flashattn.Forward(q, k, v, &flashattn.Options{Softcap: 5})
+	fmt.Println(reference.MaxAbsDiff32vs64(a.Data, to64(b.Data)) < 1e-5)
+	// Output:
+	// true
+}
+
+// bfloat16 inputs: products in bfloat16 with float32 accumulation; the
+// output has q's type.
+func ExampleDenseOf() {
+	x := make([]half.BF16, 1*32*2*16)
+	for i := range x {
+		x[i] = half.NewBF16(float32(i%9) / 9)
+	}
+	q := flashattn.DenseOf(x, 1, 32, 2, 16)
+	out, lse, err := flashattn.Forward(q, q, q, &flashattn.Options{Causal: true})
+	fmt.Println(out.DType(), len(lse), err)
+	// Output:
+	// bfloat16 64 <nil>
+}
+
+// A decoding loop: prefill a prompt into a KV cache, then generate one token
+// at a time, appending each new key and value in place with rotary position
+// embeddings (flash_attn_with_kvcache). The model's projections are stand-ins.
+func ExampleKVCache_decodingLoop() {
+	const maxLen, H, Hk, D = 64, 4, 2, 16
+	kc, vc := flashattn.NewTensor(1, maxLen, Hk, D), flashattn.NewTensor(1, maxLen, Hk, D)
+	rope := &flashattn.Rotary{Dim: D, Cos: make([]float32, maxLen*D/2), Sin: make([]float32, maxLen*D/2)}
+	for p := 0; p < maxLen; p++ {
+		for t := 0; t < D/2; t++ {
+			th := float64(p) * math.Pow(10000, -2*float64(t)/D)
+			rope.Cos[p*D/2+t], rope.Sin[p*D/2+t] = float32(math.Cos(th)), float32(math.Sin(th))
+		}
+	}
+	project := func(n, heads, seed int) flashattn.Tensor { // stand-in for x·W
+		t := flashattn.NewTensor(1, n, heads, D)
+		for i := range t.Data {
+			t.Data[i] = float32(math.Sin(float64(i*7 + seed)))
+		}
+		return t
+	}
+	cacheLen := int32(0)
+	step := func(n int) flashattn.Tensor { // n new tokens: prefill, then 1
+		opts := &flashattn.Options{Causal: true, KVCache: &flashattn.KVCache{
+			SeqLens: []int32{cacheLen},
+			KNew:    project(n, Hk, int(cacheLen)), VNew: project(n, Hk, 1000+int(cacheLen)),
+			Rotary: rope,
+		}}
+		out, _, err := flashattn.Forward(project(n, H, 2000+int(cacheLen)), kc, vc, opts)
+		if err != nil {
+			panic(err)
+		}
+		cacheLen += int32(n)
+		return out
+	}
+	step(10) // the prompt
+	for range 5 {
+		step(1) // one token at a time; the cache is read once per step
+	}
+	fmt.Println("tokens in the cache:", cacheLen)
+	// Output:
+	// tokens in the cache: 15
 }
