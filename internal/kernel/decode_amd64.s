@@ -23,26 +23,34 @@ DATA decodemask16<>+30(SB)/2, $0x7fff
 DATA decodemask16<>+32(SB)/2, $0xffff
 GLOBL decodemask16<>(SB), RODATA|NOPTR, $34
 
-DATA decodemask8<>+0(SB)/4, $0x00000000
-DATA decodemask8<>+4(SB)/4, $0x00000000
-DATA decodemask8<>+8(SB)/4, $0x00000000
-DATA decodemask8<>+12(SB)/4, $0x00000000
-DATA decodemask8<>+16(SB)/4, $0x00000000
-DATA decodemask8<>+20(SB)/4, $0x00000000
-DATA decodemask8<>+24(SB)/4, $0x00000000
-DATA decodemask8<>+28(SB)/4, $0x00000000
-DATA decodemask8<>+32(SB)/4, $0xffffffff
-DATA decodemask8<>+36(SB)/4, $0xffffffff
-DATA decodemask8<>+40(SB)/4, $0xffffffff
-DATA decodemask8<>+44(SB)/4, $0xffffffff
-DATA decodemask8<>+48(SB)/4, $0xffffffff
-DATA decodemask8<>+52(SB)/4, $0xffffffff
-DATA decodemask8<>+56(SB)/4, $0xffffffff
-DATA decodemask8<>+60(SB)/4, $0xffffffff
-GLOBL decodemask8<>(SB), RODATA|NOPTR, $64
+DATA decodemask8<>+0(SB)/4, $0xffffffff
+DATA decodemask8<>+4(SB)/4, $0xffffffff
+DATA decodemask8<>+8(SB)/4, $0xffffffff
+DATA decodemask8<>+12(SB)/4, $0xffffffff
+DATA decodemask8<>+16(SB)/4, $0xffffffff
+DATA decodemask8<>+20(SB)/4, $0xffffffff
+DATA decodemask8<>+24(SB)/4, $0xffffffff
+DATA decodemask8<>+28(SB)/4, $0xffffffff
+DATA decodemask8<>+32(SB)/4, $0x00000000
+DATA decodemask8<>+36(SB)/4, $0x00000000
+DATA decodemask8<>+40(SB)/4, $0x00000000
+DATA decodemask8<>+44(SB)/4, $0x00000000
+DATA decodemask8<>+48(SB)/4, $0x00000000
+DATA decodemask8<>+52(SB)/4, $0x00000000
+DATA decodemask8<>+56(SB)/4, $0x00000000
+DATA decodemask8<>+60(SB)/4, $0x00000000
+DATA decodemask8<>+64(SB)/4, $0xffffffff
+DATA decodemask8<>+68(SB)/4, $0xffffffff
+DATA decodemask8<>+72(SB)/4, $0xffffffff
+DATA decodemask8<>+76(SB)/4, $0xffffffff
+DATA decodemask8<>+80(SB)/4, $0xffffffff
+DATA decodemask8<>+84(SB)/4, $0xffffffff
+DATA decodemask8<>+88(SB)/4, $0xffffffff
+DATA decodemask8<>+92(SB)/4, $0xffffffff
+GLOBL decodemask8<>(SB), RODATA|NOPTR, $96
 
 // func scoresF32M1AVX512(s []float32, lds int, q []float32, k []float32, ldk int, n int, d int)
-// Requires: AVX, AVX512DQ, AVX512F
+// Requires: AVX, AVX512DQ, AVX512F, MMX+
 TEXT ·scoresF32M1AVX512(SB), NOSPLIT, $32-104
 	MOVQ  s_base+0(FP), AX
 	MOVQ  AX, (SP)
@@ -80,79 +88,410 @@ main:
 	MOVQ   ldk+80(FP), AX
 	SHLQ   $0x02, AX
 	LEAQ   (AX)(AX*2), CX
-	MOVQ   q_base+32(FP), DX
-	MOVQ   8(SP), BX
+	MOVQ   8(SP), DX
+	LEAQ   (DX)(AX*4), BX
 	LEAQ   (BX)(AX*4), SI
 	LEAQ   (SI)(AX*4), DI
-	LEAQ   (DI)(AX*4), R8
-	MOVQ   24(SP), R9
-	TESTQ  R9, R9
-	JZ     mainTail
+	MOVQ   q_base+32(FP), R8
+	LEAQ   (DX), R9
+	MOVQ   ldk+80(FP), R10
+	SHLQ   $0x06, R10
+	MOVQ   24(SP), R11
+	TESTQ  R11, R11
+	JZ     mainK0Tail
 
-mainStep:
+mainK0Step:
+	PREFETCHT1  (R9)(R10*1)
+	VMOVUPS     (R8), Z16
+	VFMADD231PS (R9), Z16, Z0
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R9
+	DECQ        R11
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVUPS.Z   (R9), K1, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z0
+
+mainK0Done:
+	MOVQ  q_base+32(FP), R8
+	LEAQ  (DX)(AX*1), R9
+	MOVQ  ldk+80(FP), R10
+	SHLQ  $0x06, R10
+	MOVQ  24(SP), R11
+	TESTQ R11, R11
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (R9)(R10*1)
+	VMOVUPS     (R8), Z16
+	VFMADD231PS (R9), Z16, Z1
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R9
+	DECQ        R11
+	JNZ         mainK1Step
+
+mainK1Tail:
+	KORTESTW    K1, K1
+	JZ          mainK1Done
+	VMOVUPS.Z   (R9), K1, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z1
+
+mainK1Done:
+	MOVQ  q_base+32(FP), R8
+	LEAQ  (DX)(AX*2), R9
+	MOVQ  ldk+80(FP), R10
+	SHLQ  $0x06, R10
+	MOVQ  24(SP), R11
+	TESTQ R11, R11
+	JZ    mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (R9)(R10*1)
+	VMOVUPS     (R8), Z16
+	VFMADD231PS (R9), Z16, Z2
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R9
+	DECQ        R11
+	JNZ         mainK2Step
+
+mainK2Tail:
+	KORTESTW    K1, K1
+	JZ          mainK2Done
+	VMOVUPS.Z   (R9), K1, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z2
+
+mainK2Done:
+	MOVQ  q_base+32(FP), R8
+	LEAQ  (DX)(CX*1), DX
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (DX)(R9*1)
+	VMOVUPS     (R8), Z16
+	VFMADD231PS (DX), Z16, Z3
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, DX
+	DECQ        R10
+	JNZ         mainK3Step
+
+mainK3Tail:
+	KORTESTW    K1, K1
+	JZ          mainK3Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z3
+
+mainK3Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (R8)(R9*1)
 	VMOVUPS     (DX), Z16
-	VFMADD231PS (BX), Z16, Z0
-	VFMADD231PS (BX)(AX*1), Z16, Z1
-	VFMADD231PS (BX)(AX*2), Z16, Z2
-	VFMADD231PS (BX)(CX*1), Z16, Z3
-	VFMADD231PS (SI), Z16, Z4
-	VFMADD231PS (SI)(AX*1), Z16, Z5
-	VFMADD231PS (SI)(AX*2), Z16, Z6
-	VFMADD231PS (SI)(CX*1), Z16, Z7
-	VFMADD231PS (DI), Z16, Z8
-	VFMADD231PS (DI)(AX*1), Z16, Z9
-	VFMADD231PS (DI)(AX*2), Z16, Z10
-	VFMADD231PS (DI)(CX*1), Z16, Z11
-	VFMADD231PS (R8), Z16, Z12
-	VFMADD231PS (R8)(AX*1), Z16, Z13
-	VFMADD231PS (R8)(AX*2), Z16, Z14
-	VFMADD231PS (R8)(CX*1), Z16, Z15
+	VFMADD231PS (R8), Z16, Z4
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, R8
+	DECQ        R10
+	JNZ         mainK4Step
+
+mainK4Tail:
+	KORTESTW    K1, K1
+	JZ          mainK4Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z4
+
+mainK4Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(AX*1), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK5Tail
+
+mainK5Step:
+	PREFETCHT1  (R8)(R9*1)
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (R8), Z16, Z5
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, R8
+	DECQ        R10
+	JNZ         mainK5Step
+
+mainK5Tail:
+	KORTESTW    K1, K1
+	JZ          mainK5Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z5
+
+mainK5Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(AX*2), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK6Tail
+
+mainK6Step:
+	PREFETCHT1  (R8)(R9*1)
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (R8), Z16, Z6
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, R8
+	DECQ        R10
+	JNZ         mainK6Step
+
+mainK6Tail:
+	KORTESTW    K1, K1
+	JZ          mainK6Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z6
+
+mainK6Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(CX*1), BX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK7Tail
+
+mainK7Step:
+	PREFETCHT1  (BX)(R8*1)
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (BX), Z16, Z7
 	ADDQ        $0x00000040, DX
 	ADDQ        $0x00000040, BX
-	ADDQ        $0x00000040, SI
-	ADDQ        $0x00000040, DI
-	ADDQ        $0x00000040, R8
 	DECQ        R9
-	JNZ         mainStep
+	JNZ         mainK7Step
 
-mainTail:
+mainK7Tail:
 	KORTESTW    K1, K1
-	JZ          mainStore
-	VMOVUPS.Z   (DX), K1, Z16
-	VMOVUPS.Z   (BX), K1, Z17
-	VFMADD231PS Z16, Z17, Z0
-	VMOVUPS.Z   (BX)(AX*1), K1, Z17
-	VFMADD231PS Z16, Z17, Z1
-	VMOVUPS.Z   (BX)(AX*2), K1, Z17
-	VFMADD231PS Z16, Z17, Z2
-	VMOVUPS.Z   (BX)(CX*1), K1, Z17
-	VFMADD231PS Z16, Z17, Z3
-	VMOVUPS.Z   (SI), K1, Z17
-	VFMADD231PS Z16, Z17, Z4
-	VMOVUPS.Z   (SI)(AX*1), K1, Z17
-	VFMADD231PS Z16, Z17, Z5
-	VMOVUPS.Z   (SI)(AX*2), K1, Z17
-	VFMADD231PS Z16, Z17, Z6
-	VMOVUPS.Z   (SI)(CX*1), K1, Z17
-	VFMADD231PS Z16, Z17, Z7
-	VMOVUPS.Z   (DI), K1, Z17
-	VFMADD231PS Z16, Z17, Z8
-	VMOVUPS.Z   (DI)(AX*1), K1, Z17
-	VFMADD231PS Z16, Z17, Z9
-	VMOVUPS.Z   (DI)(AX*2), K1, Z17
-	VFMADD231PS Z16, Z17, Z10
-	VMOVUPS.Z   (DI)(CX*1), K1, Z17
-	VFMADD231PS Z16, Z17, Z11
-	VMOVUPS.Z   (R8), K1, Z17
-	VFMADD231PS Z16, Z17, Z12
-	VMOVUPS.Z   (R8)(AX*1), K1, Z17
-	VFMADD231PS Z16, Z17, Z13
-	VMOVUPS.Z   (R8)(AX*2), K1, Z17
-	VFMADD231PS Z16, Z17, Z14
-	VMOVUPS.Z   (R8)(CX*1), K1, Z17
-	VFMADD231PS Z16, Z17, Z15
+	JZ          mainK7Done
+	VMOVUPS.Z   (BX), K1, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z7
 
-mainStore:
+mainK7Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (SI), BX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK8Tail
+
+mainK8Step:
+	PREFETCHT1  (BX)(R8*1)
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (BX), Z16, Z8
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, BX
+	DECQ        R9
+	JNZ         mainK8Step
+
+mainK8Tail:
+	KORTESTW    K1, K1
+	JZ          mainK8Done
+	VMOVUPS.Z   (BX), K1, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z8
+
+mainK8Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (SI)(AX*1), BX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK9Tail
+
+mainK9Step:
+	PREFETCHT1  (BX)(R8*1)
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (BX), Z16, Z9
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, BX
+	DECQ        R9
+	JNZ         mainK9Step
+
+mainK9Tail:
+	KORTESTW    K1, K1
+	JZ          mainK9Done
+	VMOVUPS.Z   (BX), K1, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z9
+
+mainK9Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (SI)(AX*2), BX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK10Tail
+
+mainK10Step:
+	PREFETCHT1  (BX)(R8*1)
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (BX), Z16, Z10
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, BX
+	DECQ        R9
+	JNZ         mainK10Step
+
+mainK10Tail:
+	KORTESTW    K1, K1
+	JZ          mainK10Done
+	VMOVUPS.Z   (BX), K1, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z10
+
+mainK10Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (SI)(CX*1), BX
+	MOVQ  ldk+80(FP), SI
+	SHLQ  $0x06, SI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK11Tail
+
+mainK11Step:
+	PREFETCHT1  (BX)(SI*1)
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (BX), Z16, Z11
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, BX
+	DECQ        R8
+	JNZ         mainK11Step
+
+mainK11Tail:
+	KORTESTW    K1, K1
+	JZ          mainK11Done
+	VMOVUPS.Z   (BX), K1, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z11
+
+mainK11Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (DI), BX
+	MOVQ  ldk+80(FP), SI
+	SHLQ  $0x06, SI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK12Tail
+
+mainK12Step:
+	PREFETCHT1  (BX)(SI*1)
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (BX), Z16, Z12
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, BX
+	DECQ        R8
+	JNZ         mainK12Step
+
+mainK12Tail:
+	KORTESTW    K1, K1
+	JZ          mainK12Done
+	VMOVUPS.Z   (BX), K1, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z12
+
+mainK12Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (DI)(AX*1), BX
+	MOVQ  ldk+80(FP), SI
+	SHLQ  $0x06, SI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK13Tail
+
+mainK13Step:
+	PREFETCHT1  (BX)(SI*1)
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (BX), Z16, Z13
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, BX
+	DECQ        R8
+	JNZ         mainK13Step
+
+mainK13Tail:
+	KORTESTW    K1, K1
+	JZ          mainK13Done
+	VMOVUPS.Z   (BX), K1, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z13
+
+mainK13Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (DI)(AX*2), AX
+	MOVQ  ldk+80(FP), BX
+	SHLQ  $0x06, BX
+	MOVQ  24(SP), SI
+	TESTQ SI, SI
+	JZ    mainK14Tail
+
+mainK14Step:
+	PREFETCHT1  (AX)(BX*1)
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (AX), Z16, Z14
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, AX
+	DECQ        SI
+	JNZ         mainK14Step
+
+mainK14Tail:
+	KORTESTW    K1, K1
+	JZ          mainK14Done
+	VMOVUPS.Z   (AX), K1, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z14
+
+mainK14Done:
+	MOVQ  q_base+32(FP), AX
+	LEAQ  (DI)(CX*1), CX
+	MOVQ  ldk+80(FP), DX
+	SHLQ  $0x06, DX
+	MOVQ  24(SP), BX
+	TESTQ BX, BX
+	JZ    mainK15Tail
+
+mainK15Step:
+	PREFETCHT1  (CX)(DX*1)
+	VMOVUPS     (AX), Z16
+	VFMADD231PS (CX), Z16, Z15
+	ADDQ        $0x00000040, AX
+	ADDQ        $0x00000040, CX
+	DECQ        BX
+	JNZ         mainK15Step
+
+mainK15Tail:
+	KORTESTW    K1, K1
+	JZ          mainK15Done
+	VMOVUPS.Z   (CX), K1, Z16
+	VMOVUPS.Z   (AX), K1, Z17
+	VFMADD231PS Z17, Z16, Z15
+
+mainK15Done:
 	VSHUFF32X4 $0x44, Z4, Z0, Z16
 	VSHUFF32X4 $0xee, Z4, Z0, Z0
 	VADDPS     Z0, Z16, Z16
@@ -214,28 +553,32 @@ rest:
 	CMPQ   16(SP), $0x00000001
 	JL     done
 	VPSUBD Z0, Z0, Z0
-	MOVQ   q_base+32(FP), AX
-	MOVQ   8(SP), CX
-	MOVQ   24(SP), DX
-	TESTQ  DX, DX
-	JZ     restTail
+	MOVQ   8(SP), AX
+	MOVQ   q_base+32(FP), CX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   24(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
 
-restStep:
-	VMOVUPS     (AX), Z1
-	VFMADD231PS (CX), Z1, Z0
-	ADDQ        $0x00000040, AX
+restK0Step:
+	PREFETCHT1  (AX)(DX*1)
+	VMOVUPS     (CX), Z1
+	VFMADD231PS (AX), Z1, Z0
 	ADDQ        $0x00000040, CX
-	DECQ        DX
-	JNZ         restStep
+	ADDQ        $0x00000040, AX
+	DECQ        BX
+	JNZ         restK0Step
 
-restTail:
+restK0Tail:
 	KORTESTW    K1, K1
-	JZ          restStore
+	JZ          restK0Done
 	VMOVUPS.Z   (AX), K1, Z1
 	VMOVUPS.Z   (CX), K1, Z2
-	VFMADD231PS Z1, Z2, Z0
+	VFMADD231PS Z2, Z1, Z0
 
-restStore:
+restK0Done:
 	VXORPS     Z1, Z1, Z1
 	VSHUFF32X4 $0x44, Z1, Z0, Z2
 	VSHUFF32X4 $0xee, Z1, Z0, Z0
@@ -265,7 +608,7 @@ done:
 	RET
 
 // func scoresF32M2AVX512(s []float32, lds int, q []float32, k []float32, ldk int, n int, d int)
-// Requires: AVX, AVX512DQ, AVX512F
+// Requires: AVX, AVX512DQ, AVX512F, MMX+
 TEXT ·scoresF32M2AVX512(SB), NOSPLIT, $32-104
 	MOVQ  s_base+0(FP), AX
 	MOVQ  AX, (SP)
@@ -300,82 +643,251 @@ main:
 	VPSUBD Z13, Z13, Z13
 	VPSUBD Z14, Z14, Z14
 	VPSUBD Z15, Z15, Z15
-	MOVQ   d+96(FP), AX
+	MOVQ   ldk+80(FP), AX
 	SHLQ   $0x02, AX
-	MOVQ   ldk+80(FP), CX
-	SHLQ   $0x02, CX
-	LEAQ   (CX)(CX*2), DX
-	MOVQ   q_base+32(FP), BX
-	MOVQ   8(SP), SI
-	LEAQ   (SI)(CX*4), DI
-	MOVQ   24(SP), R8
-	TESTQ  R8, R8
-	JZ     mainTail
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   8(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   d+96(FP), SI
+	SHLQ   $0x02, SI
+	MOVQ   q_base+32(FP), DI
+	LEAQ   (DX), R8
+	MOVQ   ldk+80(FP), R9
+	SHLQ   $0x06, R9
+	MOVQ   24(SP), R10
+	TESTQ  R10, R10
+	JZ     mainK0Tail
 
-mainStep:
-	VMOVUPS     (BX), Z16
-	VMOVUPS     (BX)(AX*1), Z17
-	VMOVUPS     (SI), Z18
-	VFMADD231PS Z16, Z18, Z0
-	VFMADD231PS Z17, Z18, Z8
-	VMOVUPS     (SI)(CX*1), Z18
-	VFMADD231PS Z16, Z18, Z1
-	VFMADD231PS Z17, Z18, Z9
-	VMOVUPS     (SI)(CX*2), Z18
-	VFMADD231PS Z16, Z18, Z2
-	VFMADD231PS Z17, Z18, Z10
-	VMOVUPS     (SI)(DX*1), Z18
-	VFMADD231PS Z16, Z18, Z3
-	VFMADD231PS Z17, Z18, Z11
-	VMOVUPS     (DI), Z18
-	VFMADD231PS Z16, Z18, Z4
-	VFMADD231PS Z17, Z18, Z12
-	VMOVUPS     (DI)(CX*1), Z18
-	VFMADD231PS Z16, Z18, Z5
-	VFMADD231PS Z17, Z18, Z13
-	VMOVUPS     (DI)(CX*2), Z18
-	VFMADD231PS Z16, Z18, Z6
-	VFMADD231PS Z17, Z18, Z14
-	VMOVUPS     (DI)(DX*1), Z18
-	VFMADD231PS Z16, Z18, Z7
-	VFMADD231PS Z17, Z18, Z15
-	ADDQ        $0x00000040, BX
+mainK0Step:
+	PREFETCHT1  (R8)(R9*1)
+	VMOVUPS     (R8), Z16
+	VFMADD231PS (DI), Z16, Z0
+	VFMADD231PS (DI)(SI*1), Z16, Z8
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R8
+	DECQ        R10
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z0
+	VMOVUPS.Z   (DI)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z8
+
+mainK0Done:
+	MOVQ  d+96(FP), SI
+	SHLQ  $0x02, SI
+	MOVQ  q_base+32(FP), DI
+	LEAQ  (DX)(AX*1), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (R8)(R9*1)
+	VMOVUPS     (R8), Z16
+	VFMADD231PS (DI), Z16, Z1
+	VFMADD231PS (DI)(SI*1), Z16, Z9
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R8
+	DECQ        R10
+	JNZ         mainK1Step
+
+mainK1Tail:
+	KORTESTW    K1, K1
+	JZ          mainK1Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z1
+	VMOVUPS.Z   (DI)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z9
+
+mainK1Done:
+	MOVQ  d+96(FP), SI
+	SHLQ  $0x02, SI
+	MOVQ  q_base+32(FP), DI
+	LEAQ  (DX)(AX*2), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (R8)(R9*1)
+	VMOVUPS     (R8), Z16
+	VFMADD231PS (DI), Z16, Z2
+	VFMADD231PS (DI)(SI*1), Z16, Z10
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R8
+	DECQ        R10
+	JNZ         mainK2Step
+
+mainK2Tail:
+	KORTESTW    K1, K1
+	JZ          mainK2Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z2
+	VMOVUPS.Z   (DI)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z10
+
+mainK2Done:
+	MOVQ  d+96(FP), SI
+	SHLQ  $0x02, SI
+	MOVQ  q_base+32(FP), DI
+	LEAQ  (DX)(CX*1), DX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (DX)(R8*1)
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (DI), Z16, Z3
+	VFMADD231PS (DI)(SI*1), Z16, Z11
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, DX
+	DECQ        R9
+	JNZ         mainK3Step
+
+mainK3Tail:
+	KORTESTW    K1, K1
+	JZ          mainK3Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z3
+	VMOVUPS.Z   (DI)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z11
+
+mainK3Done:
+	MOVQ  d+96(FP), DX
+	SHLQ  $0x02, DX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (BX), DI
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (DI)(R8*1)
+	VMOVUPS     (DI), Z16
+	VFMADD231PS (SI), Z16, Z4
+	VFMADD231PS (SI)(DX*1), Z16, Z12
 	ADDQ        $0x00000040, SI
 	ADDQ        $0x00000040, DI
-	DECQ        R8
-	JNZ         mainStep
+	DECQ        R9
+	JNZ         mainK4Step
 
-mainTail:
+mainK4Tail:
 	KORTESTW    K1, K1
-	JZ          mainStore
-	VMOVUPS.Z   (BX), K1, Z16
-	VMOVUPS.Z   (BX)(AX*1), K1, Z17
-	VMOVUPS.Z   (SI), K1, Z18
-	VFMADD231PS Z16, Z18, Z0
-	VFMADD231PS Z17, Z18, Z8
-	VMOVUPS.Z   (SI)(CX*1), K1, Z18
-	VFMADD231PS Z16, Z18, Z1
-	VFMADD231PS Z17, Z18, Z9
-	VMOVUPS.Z   (SI)(CX*2), K1, Z18
-	VFMADD231PS Z16, Z18, Z2
-	VFMADD231PS Z17, Z18, Z10
-	VMOVUPS.Z   (SI)(DX*1), K1, Z18
-	VFMADD231PS Z16, Z18, Z3
-	VFMADD231PS Z17, Z18, Z11
-	VMOVUPS.Z   (DI), K1, Z18
-	VFMADD231PS Z16, Z18, Z4
-	VFMADD231PS Z17, Z18, Z12
-	VMOVUPS.Z   (DI)(CX*1), K1, Z18
-	VFMADD231PS Z16, Z18, Z5
-	VFMADD231PS Z17, Z18, Z13
-	VMOVUPS.Z   (DI)(CX*2), K1, Z18
-	VFMADD231PS Z16, Z18, Z6
-	VFMADD231PS Z17, Z18, Z14
-	VMOVUPS.Z   (DI)(DX*1), K1, Z18
-	VFMADD231PS Z16, Z18, Z7
-	VFMADD231PS Z17, Z18, Z15
+	JZ          mainK4Done
+	VMOVUPS.Z   (DI), K1, Z16
+	VMOVUPS.Z   (SI), K1, Z17
+	VFMADD231PS Z17, Z16, Z4
+	VMOVUPS.Z   (SI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z12
 
-mainStore:
+mainK4Done:
+	MOVQ  d+96(FP), DX
+	SHLQ  $0x02, DX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (BX)(AX*1), DI
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK5Tail
+
+mainK5Step:
+	PREFETCHT1  (DI)(R8*1)
+	VMOVUPS     (DI), Z16
+	VFMADD231PS (SI), Z16, Z5
+	VFMADD231PS (SI)(DX*1), Z16, Z13
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000040, DI
+	DECQ        R9
+	JNZ         mainK5Step
+
+mainK5Tail:
+	KORTESTW    K1, K1
+	JZ          mainK5Done
+	VMOVUPS.Z   (DI), K1, Z16
+	VMOVUPS.Z   (SI), K1, Z17
+	VFMADD231PS Z17, Z16, Z5
+	VMOVUPS.Z   (SI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z13
+
+mainK5Done:
+	MOVQ  d+96(FP), DX
+	SHLQ  $0x02, DX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (BX)(AX*2), AX
+	MOVQ  ldk+80(FP), DI
+	SHLQ  $0x06, DI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK6Tail
+
+mainK6Step:
+	PREFETCHT1  (AX)(DI*1)
+	VMOVUPS     (AX), Z16
+	VFMADD231PS (SI), Z16, Z6
+	VFMADD231PS (SI)(DX*1), Z16, Z14
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000040, AX
+	DECQ        R8
+	JNZ         mainK6Step
+
+mainK6Tail:
+	KORTESTW    K1, K1
+	JZ          mainK6Done
+	VMOVUPS.Z   (AX), K1, Z16
+	VMOVUPS.Z   (SI), K1, Z17
+	VFMADD231PS Z17, Z16, Z6
+	VMOVUPS.Z   (SI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z14
+
+mainK6Done:
+	MOVQ  d+96(FP), AX
+	SHLQ  $0x02, AX
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(CX*1), CX
+	MOVQ  ldk+80(FP), BX
+	SHLQ  $0x06, BX
+	MOVQ  24(SP), SI
+	TESTQ SI, SI
+	JZ    mainK7Tail
+
+mainK7Step:
+	PREFETCHT1  (CX)(BX*1)
+	VMOVUPS     (CX), Z16
+	VFMADD231PS (DX), Z16, Z7
+	VFMADD231PS (DX)(AX*1), Z16, Z15
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, CX
+	DECQ        SI
+	JNZ         mainK7Step
+
+mainK7Tail:
+	KORTESTW    K1, K1
+	JZ          mainK7Done
+	VMOVUPS.Z   (CX), K1, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z7
+	VMOVUPS.Z   (DX)(AX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z15
+
+mainK7Done:
 	VSHUFF32X4    $0x44, Z4, Z0, Z16
 	VSHUFF32X4    $0xee, Z4, Z0, Z0
 	VADDPS        Z0, Z16, Z16
@@ -441,35 +953,37 @@ rest:
 	JL     done
 	VPSUBD Z0, Z0, Z0
 	VPSUBD Z1, Z1, Z1
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	MOVQ   q_base+32(FP), CX
-	MOVQ   8(SP), DX
-	MOVQ   24(SP), BX
-	TESTQ  BX, BX
-	JZ     restTail
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	MOVQ   q_base+32(FP), DX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), BX
+	SHLQ   $0x06, BX
+	MOVQ   24(SP), SI
+	TESTQ  SI, SI
+	JZ     restK0Tail
 
-restStep:
-	VMOVUPS     (CX), Z2
-	VMOVUPS     (CX)(AX*1), Z3
-	VMOVUPS     (DX), Z4
-	VFMADD231PS Z2, Z4, Z0
-	VFMADD231PS Z3, Z4, Z1
-	ADDQ        $0x00000040, CX
+restK0Step:
+	PREFETCHT1  (AX)(BX*1)
+	VMOVUPS     (AX), Z2
+	VFMADD231PS (DX), Z2, Z0
+	VFMADD231PS (DX)(CX*1), Z2, Z1
 	ADDQ        $0x00000040, DX
-	DECQ        BX
-	JNZ         restStep
+	ADDQ        $0x00000040, AX
+	DECQ        SI
+	JNZ         restK0Step
 
-restTail:
+restK0Tail:
 	KORTESTW    K1, K1
-	JZ          restStore
-	VMOVUPS.Z   (CX), K1, Z2
-	VMOVUPS.Z   (CX)(AX*1), K1, Z3
-	VMOVUPS.Z   (DX), K1, Z4
-	VFMADD231PS Z2, Z4, Z0
-	VFMADD231PS Z3, Z4, Z1
+	JZ          restK0Done
+	VMOVUPS.Z   (AX), K1, Z2
+	VMOVUPS.Z   (DX), K1, Z3
+	VFMADD231PS Z3, Z2, Z0
+	VMOVUPS.Z   (DX)(CX*1), K1, Z3
+	VFMADD231PS Z3, Z2, Z1
 
-restStore:
+restK0Done:
 	VXORPS     Z2, Z2, Z2
 	VSHUFF32X4 $0x44, Z2, Z0, Z3
 	VSHUFF32X4 $0xee, Z2, Z0, Z0
@@ -508,7 +1022,7 @@ done:
 	RET
 
 // func scoresF32M4AVX512(s []float32, lds int, q []float32, k []float32, ldk int, n int, d int)
-// Requires: AVX, AVX512DQ, AVX512F
+// Requires: AVX, AVX512DQ, AVX512F, MMX+
 TEXT ·scoresF32M4AVX512(SB), NOSPLIT, $32-104
 	MOVQ  s_base+0(FP), AX
 	MOVQ  AX, (SP)
@@ -543,77 +1057,158 @@ main:
 	VPSUBD Z13, Z13, Z13
 	VPSUBD Z14, Z14, Z14
 	VPSUBD Z15, Z15, Z15
-	MOVQ   d+96(FP), AX
+	MOVQ   ldk+80(FP), AX
 	SHLQ   $0x02, AX
 	LEAQ   (AX)(AX*2), CX
-	MOVQ   ldk+80(FP), DX
-	SHLQ   $0x02, DX
-	LEAQ   (DX)(DX*2), BX
-	MOVQ   q_base+32(FP), SI
-	MOVQ   8(SP), DI
-	MOVQ   24(SP), R8
-	TESTQ  R8, R8
-	JZ     mainTail
+	MOVQ   8(SP), DX
+	MOVQ   d+96(FP), BX
+	SHLQ   $0x02, BX
+	LEAQ   (BX)(BX*2), SI
+	MOVQ   q_base+32(FP), DI
+	LEAQ   (DX), R8
+	MOVQ   ldk+80(FP), R9
+	SHLQ   $0x06, R9
+	MOVQ   24(SP), R10
+	TESTQ  R10, R10
+	JZ     mainK0Tail
 
-mainStep:
-	VMOVUPS     (SI), Z16
-	VMOVUPS     (SI)(AX*1), Z17
-	VMOVUPS     (SI)(AX*2), Z18
-	VMOVUPS     (SI)(CX*1), Z19
-	VMOVUPS     (DI), Z20
-	VFMADD231PS Z16, Z20, Z0
-	VFMADD231PS Z17, Z20, Z4
-	VFMADD231PS Z18, Z20, Z8
-	VFMADD231PS Z19, Z20, Z12
-	VMOVUPS     (DI)(DX*1), Z20
-	VFMADD231PS Z16, Z20, Z1
-	VFMADD231PS Z17, Z20, Z5
-	VFMADD231PS Z18, Z20, Z9
-	VFMADD231PS Z19, Z20, Z13
-	VMOVUPS     (DI)(DX*2), Z20
-	VFMADD231PS Z16, Z20, Z2
-	VFMADD231PS Z17, Z20, Z6
-	VFMADD231PS Z18, Z20, Z10
-	VFMADD231PS Z19, Z20, Z14
-	VMOVUPS     (DI)(BX*1), Z20
-	VFMADD231PS Z16, Z20, Z3
-	VFMADD231PS Z17, Z20, Z7
-	VFMADD231PS Z18, Z20, Z11
-	VFMADD231PS Z19, Z20, Z15
-	ADDQ        $0x00000040, SI
+mainK0Step:
+	PREFETCHT1  (R8)(R9*1)
+	VMOVUPS     (R8), Z16
+	VFMADD231PS (DI), Z16, Z0
+	VFMADD231PS (DI)(BX*1), Z16, Z4
+	VFMADD231PS (DI)(BX*2), Z16, Z8
+	VFMADD231PS (DI)(SI*1), Z16, Z12
 	ADDQ        $0x00000040, DI
-	DECQ        R8
-	JNZ         mainStep
+	ADDQ        $0x00000040, R8
+	DECQ        R10
+	JNZ         mainK0Step
 
-mainTail:
+mainK0Tail:
 	KORTESTW    K1, K1
-	JZ          mainStore
-	VMOVUPS.Z   (SI), K1, Z16
-	VMOVUPS.Z   (SI)(AX*1), K1, Z17
-	VMOVUPS.Z   (SI)(AX*2), K1, Z18
-	VMOVUPS.Z   (SI)(CX*1), K1, Z19
-	VMOVUPS.Z   (DI), K1, Z20
-	VFMADD231PS Z16, Z20, Z0
-	VFMADD231PS Z17, Z20, Z4
-	VFMADD231PS Z18, Z20, Z8
-	VFMADD231PS Z19, Z20, Z12
-	VMOVUPS.Z   (DI)(DX*1), K1, Z20
-	VFMADD231PS Z16, Z20, Z1
-	VFMADD231PS Z17, Z20, Z5
-	VFMADD231PS Z18, Z20, Z9
-	VFMADD231PS Z19, Z20, Z13
-	VMOVUPS.Z   (DI)(DX*2), K1, Z20
-	VFMADD231PS Z16, Z20, Z2
-	VFMADD231PS Z17, Z20, Z6
-	VFMADD231PS Z18, Z20, Z10
-	VFMADD231PS Z19, Z20, Z14
-	VMOVUPS.Z   (DI)(BX*1), K1, Z20
-	VFMADD231PS Z16, Z20, Z3
-	VFMADD231PS Z17, Z20, Z7
-	VFMADD231PS Z18, Z20, Z11
-	VFMADD231PS Z19, Z20, Z15
+	JZ          mainK0Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z0
+	VMOVUPS.Z   (DI)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z4
+	VMOVUPS.Z   (DI)(BX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z8
+	VMOVUPS.Z   (DI)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z12
 
-mainStore:
+mainK0Done:
+	MOVQ  d+96(FP), BX
+	SHLQ  $0x02, BX
+	LEAQ  (BX)(BX*2), SI
+	MOVQ  q_base+32(FP), DI
+	LEAQ  (DX)(AX*1), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (R8)(R9*1)
+	VMOVUPS     (R8), Z16
+	VFMADD231PS (DI), Z16, Z1
+	VFMADD231PS (DI)(BX*1), Z16, Z5
+	VFMADD231PS (DI)(BX*2), Z16, Z9
+	VFMADD231PS (DI)(SI*1), Z16, Z13
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R8
+	DECQ        R10
+	JNZ         mainK1Step
+
+mainK1Tail:
+	KORTESTW    K1, K1
+	JZ          mainK1Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z1
+	VMOVUPS.Z   (DI)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z5
+	VMOVUPS.Z   (DI)(BX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z9
+	VMOVUPS.Z   (DI)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z13
+
+mainK1Done:
+	MOVQ  d+96(FP), BX
+	SHLQ  $0x02, BX
+	LEAQ  (BX)(BX*2), SI
+	MOVQ  q_base+32(FP), DI
+	LEAQ  (DX)(AX*2), AX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (AX)(R8*1)
+	VMOVUPS     (AX), Z16
+	VFMADD231PS (DI), Z16, Z2
+	VFMADD231PS (DI)(BX*1), Z16, Z6
+	VFMADD231PS (DI)(BX*2), Z16, Z10
+	VFMADD231PS (DI)(SI*1), Z16, Z14
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, AX
+	DECQ        R9
+	JNZ         mainK2Step
+
+mainK2Tail:
+	KORTESTW    K1, K1
+	JZ          mainK2Done
+	VMOVUPS.Z   (AX), K1, Z16
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z2
+	VMOVUPS.Z   (DI)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z6
+	VMOVUPS.Z   (DI)(BX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z10
+	VMOVUPS.Z   (DI)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z14
+
+mainK2Done:
+	MOVQ  d+96(FP), AX
+	SHLQ  $0x02, AX
+	LEAQ  (AX)(AX*2), BX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(CX*1), CX
+	MOVQ  ldk+80(FP), DX
+	SHLQ  $0x06, DX
+	MOVQ  24(SP), DI
+	TESTQ DI, DI
+	JZ    mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (CX)(DX*1)
+	VMOVUPS     (CX), Z16
+	VFMADD231PS (SI), Z16, Z3
+	VFMADD231PS (SI)(AX*1), Z16, Z7
+	VFMADD231PS (SI)(AX*2), Z16, Z11
+	VFMADD231PS (SI)(BX*1), Z16, Z15
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000040, CX
+	DECQ        DI
+	JNZ         mainK3Step
+
+mainK3Tail:
+	KORTESTW    K1, K1
+	JZ          mainK3Done
+	VMOVUPS.Z   (CX), K1, Z16
+	VMOVUPS.Z   (SI), K1, Z17
+	VFMADD231PS Z17, Z16, Z3
+	VMOVUPS.Z   (SI)(AX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z7
+	VMOVUPS.Z   (SI)(AX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z11
+	VMOVUPS.Z   (SI)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z15
+
+mainK3Done:
 	VSHUFF32X4    $0x44, Z4, Z0, Z16
 	VSHUFF32X4    $0xee, Z4, Z0, Z0
 	VADDPS        Z0, Z16, Z16
@@ -687,44 +1282,44 @@ rest:
 	VPSUBD Z1, Z1, Z1
 	VPSUBD Z2, Z2, Z2
 	VPSUBD Z3, Z3, Z3
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	LEAQ   (AX)(AX*2), CX
-	MOVQ   q_base+32(FP), DX
-	MOVQ   8(SP), BX
-	MOVQ   24(SP), SI
-	TESTQ  SI, SI
-	JZ     restTail
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), SI
+	SHLQ   $0x06, SI
+	MOVQ   24(SP), DI
+	TESTQ  DI, DI
+	JZ     restK0Tail
 
-restStep:
-	VMOVUPS     (DX), Z4
-	VMOVUPS     (DX)(AX*1), Z5
-	VMOVUPS     (DX)(AX*2), Z6
-	VMOVUPS     (DX)(CX*1), Z7
-	VMOVUPS     (BX), Z8
-	VFMADD231PS Z4, Z8, Z0
-	VFMADD231PS Z5, Z8, Z1
-	VFMADD231PS Z6, Z8, Z2
-	VFMADD231PS Z7, Z8, Z3
-	ADDQ        $0x00000040, DX
+restK0Step:
+	PREFETCHT1  (AX)(SI*1)
+	VMOVUPS     (AX), Z4
+	VFMADD231PS (BX), Z4, Z0
+	VFMADD231PS (BX)(CX*1), Z4, Z1
+	VFMADD231PS (BX)(CX*2), Z4, Z2
+	VFMADD231PS (BX)(DX*1), Z4, Z3
 	ADDQ        $0x00000040, BX
-	DECQ        SI
-	JNZ         restStep
+	ADDQ        $0x00000040, AX
+	DECQ        DI
+	JNZ         restK0Step
 
-restTail:
+restK0Tail:
 	KORTESTW    K1, K1
-	JZ          restStore
-	VMOVUPS.Z   (DX), K1, Z4
-	VMOVUPS.Z   (DX)(AX*1), K1, Z5
-	VMOVUPS.Z   (DX)(AX*2), K1, Z6
-	VMOVUPS.Z   (DX)(CX*1), K1, Z7
-	VMOVUPS.Z   (BX), K1, Z8
-	VFMADD231PS Z4, Z8, Z0
-	VFMADD231PS Z5, Z8, Z1
-	VFMADD231PS Z6, Z8, Z2
-	VFMADD231PS Z7, Z8, Z3
+	JZ          restK0Done
+	VMOVUPS.Z   (AX), K1, Z4
+	VMOVUPS.Z   (BX), K1, Z5
+	VFMADD231PS Z5, Z4, Z0
+	VMOVUPS.Z   (BX)(CX*1), K1, Z5
+	VFMADD231PS Z5, Z4, Z1
+	VMOVUPS.Z   (BX)(CX*2), K1, Z5
+	VFMADD231PS Z5, Z4, Z2
+	VMOVUPS.Z   (BX)(DX*1), K1, Z5
+	VFMADD231PS Z5, Z4, Z3
 
-restStore:
+restK0Done:
 	VXORPS     Z4, Z4, Z4
 	VSHUFF32X4 $0x44, Z4, Z0, Z5
 	VSHUFF32X4 $0xee, Z4, Z0, Z0
@@ -781,7 +1376,7 @@ done:
 	RET
 
 // func scoresF32M8AVX512(s []float32, lds int, q []float32, k []float32, ldk int, n int, d int)
-// Requires: AVX, AVX512DQ, AVX512F
+// Requires: AVX, AVX512DQ, AVX512F, MMX+
 TEXT ·scoresF32M8AVX512(SB), NOSPLIT, $32-104
 	MOVQ  s_base+0(FP), AX
 	MOVQ  AX, (SP)
@@ -816,82 +1411,111 @@ main:
 	VPSUBD Z13, Z13, Z13
 	VPSUBD Z14, Z14, Z14
 	VPSUBD Z15, Z15, Z15
-	MOVQ   d+96(FP), AX
+	MOVQ   ldk+80(FP), AX
 	SHLQ   $0x02, AX
-	LEAQ   (AX)(AX*2), CX
-	MOVQ   ldk+80(FP), DX
+	MOVQ   8(SP), CX
+	MOVQ   d+96(FP), DX
 	SHLQ   $0x02, DX
-	MOVQ   q_base+32(FP), BX
-	LEAQ   (BX)(AX*4), SI
-	MOVQ   8(SP), DI
-	MOVQ   24(SP), R8
-	TESTQ  R8, R8
-	JZ     mainTail
+	LEAQ   (DX)(DX*2), BX
+	MOVQ   q_base+32(FP), SI
+	LEAQ   (SI)(DX*4), DI
+	LEAQ   (CX), R8
+	MOVQ   ldk+80(FP), R9
+	SHLQ   $0x06, R9
+	MOVQ   24(SP), R10
+	TESTQ  R10, R10
+	JZ     mainK0Tail
 
-mainStep:
-	VMOVUPS     (BX), Z16
-	VMOVUPS     (BX)(AX*1), Z17
-	VMOVUPS     (BX)(AX*2), Z18
-	VMOVUPS     (BX)(CX*1), Z19
-	VMOVUPS     (SI), Z20
-	VMOVUPS     (SI)(AX*1), Z21
-	VMOVUPS     (SI)(AX*2), Z22
-	VMOVUPS     (SI)(CX*1), Z23
-	VMOVUPS     (DI), Z24
-	VFMADD231PS Z16, Z24, Z0
-	VFMADD231PS Z17, Z24, Z2
-	VFMADD231PS Z18, Z24, Z4
-	VFMADD231PS Z19, Z24, Z6
-	VFMADD231PS Z20, Z24, Z8
-	VFMADD231PS Z21, Z24, Z10
-	VFMADD231PS Z22, Z24, Z12
-	VFMADD231PS Z23, Z24, Z14
-	VMOVUPS     (DI)(DX*1), Z24
-	VFMADD231PS Z16, Z24, Z1
-	VFMADD231PS Z17, Z24, Z3
-	VFMADD231PS Z18, Z24, Z5
-	VFMADD231PS Z19, Z24, Z7
-	VFMADD231PS Z20, Z24, Z9
-	VFMADD231PS Z21, Z24, Z11
-	VFMADD231PS Z22, Z24, Z13
-	VFMADD231PS Z23, Z24, Z15
-	ADDQ        $0x00000040, BX
+mainK0Step:
+	PREFETCHT1  (R8)(R9*1)
+	VMOVUPS     (R8), Z16
+	VFMADD231PS (SI), Z16, Z0
+	VFMADD231PS (SI)(DX*1), Z16, Z2
+	VFMADD231PS (SI)(DX*2), Z16, Z4
+	VFMADD231PS (SI)(BX*1), Z16, Z6
+	VFMADD231PS (DI), Z16, Z8
+	VFMADD231PS (DI)(DX*1), Z16, Z10
+	VFMADD231PS (DI)(DX*2), Z16, Z12
+	VFMADD231PS (DI)(BX*1), Z16, Z14
 	ADDQ        $0x00000040, SI
 	ADDQ        $0x00000040, DI
-	DECQ        R8
-	JNZ         mainStep
+	ADDQ        $0x00000040, R8
+	DECQ        R10
+	JNZ         mainK0Step
 
-mainTail:
+mainK0Tail:
 	KORTESTW    K1, K1
-	JZ          mainStore
-	VMOVUPS.Z   (BX), K1, Z16
-	VMOVUPS.Z   (BX)(AX*1), K1, Z17
-	VMOVUPS.Z   (BX)(AX*2), K1, Z18
-	VMOVUPS.Z   (BX)(CX*1), K1, Z19
-	VMOVUPS.Z   (SI), K1, Z20
-	VMOVUPS.Z   (SI)(AX*1), K1, Z21
-	VMOVUPS.Z   (SI)(AX*2), K1, Z22
-	VMOVUPS.Z   (SI)(CX*1), K1, Z23
-	VMOVUPS.Z   (DI), K1, Z24
-	VFMADD231PS Z16, Z24, Z0
-	VFMADD231PS Z17, Z24, Z2
-	VFMADD231PS Z18, Z24, Z4
-	VFMADD231PS Z19, Z24, Z6
-	VFMADD231PS Z20, Z24, Z8
-	VFMADD231PS Z21, Z24, Z10
-	VFMADD231PS Z22, Z24, Z12
-	VFMADD231PS Z23, Z24, Z14
-	VMOVUPS.Z   (DI)(DX*1), K1, Z24
-	VFMADD231PS Z16, Z24, Z1
-	VFMADD231PS Z17, Z24, Z3
-	VFMADD231PS Z18, Z24, Z5
-	VFMADD231PS Z19, Z24, Z7
-	VFMADD231PS Z20, Z24, Z9
-	VFMADD231PS Z21, Z24, Z11
-	VFMADD231PS Z22, Z24, Z13
-	VFMADD231PS Z23, Z24, Z15
+	JZ          mainK0Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVUPS.Z   (SI), K1, Z17
+	VFMADD231PS Z17, Z16, Z0
+	VMOVUPS.Z   (SI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z2
+	VMOVUPS.Z   (SI)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z4
+	VMOVUPS.Z   (SI)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z6
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z8
+	VMOVUPS.Z   (DI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z10
+	VMOVUPS.Z   (DI)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z12
+	VMOVUPS.Z   (DI)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z14
 
-mainStore:
+mainK0Done:
+	MOVQ  d+96(FP), DX
+	SHLQ  $0x02, DX
+	LEAQ  (DX)(DX*2), BX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (SI)(DX*4), DI
+	LEAQ  (CX)(AX*1), AX
+	MOVQ  ldk+80(FP), CX
+	SHLQ  $0x06, CX
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (AX)(CX*1)
+	VMOVUPS     (AX), Z16
+	VFMADD231PS (SI), Z16, Z1
+	VFMADD231PS (SI)(DX*1), Z16, Z3
+	VFMADD231PS (SI)(DX*2), Z16, Z5
+	VFMADD231PS (SI)(BX*1), Z16, Z7
+	VFMADD231PS (DI), Z16, Z9
+	VFMADD231PS (DI)(DX*1), Z16, Z11
+	VFMADD231PS (DI)(DX*2), Z16, Z13
+	VFMADD231PS (DI)(BX*1), Z16, Z15
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, AX
+	DECQ        R8
+	JNZ         mainK1Step
+
+mainK1Tail:
+	KORTESTW    K1, K1
+	JZ          mainK1Done
+	VMOVUPS.Z   (AX), K1, Z16
+	VMOVUPS.Z   (SI), K1, Z17
+	VFMADD231PS Z17, Z16, Z1
+	VMOVUPS.Z   (SI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z3
+	VMOVUPS.Z   (SI)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z5
+	VMOVUPS.Z   (SI)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z7
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z9
+	VMOVUPS.Z   (DI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z11
+	VMOVUPS.Z   (DI)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z13
+	VMOVUPS.Z   (DI)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z15
+
+mainK1Done:
 	VSHUFF32X4    $0x44, Z4, Z0, Z16
 	VSHUFF32X4    $0xee, Z4, Z0, Z0
 	VADDPS        Z0, Z16, Z16
@@ -975,62 +1599,58 @@ rest:
 	VPSUBD Z5, Z5, Z5
 	VPSUBD Z6, Z6, Z6
 	VPSUBD Z7, Z7, Z7
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	LEAQ   (AX)(AX*2), CX
-	MOVQ   q_base+32(FP), DX
-	LEAQ   (DX)(AX*4), BX
-	MOVQ   8(SP), SI
-	MOVQ   24(SP), DI
-	TESTQ  DI, DI
-	JZ     restTail
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (BX)(CX*4), SI
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), DI
+	SHLQ   $0x06, DI
+	MOVQ   24(SP), R8
+	TESTQ  R8, R8
+	JZ     restK0Tail
 
-restStep:
-	VMOVUPS     (DX), Z8
-	VMOVUPS     (DX)(AX*1), Z9
-	VMOVUPS     (DX)(AX*2), Z10
-	VMOVUPS     (DX)(CX*1), Z11
-	VMOVUPS     (BX), Z12
-	VMOVUPS     (BX)(AX*1), Z13
-	VMOVUPS     (BX)(AX*2), Z14
-	VMOVUPS     (BX)(CX*1), Z15
-	VMOVUPS     (SI), Z16
-	VFMADD231PS Z8, Z16, Z0
-	VFMADD231PS Z9, Z16, Z1
-	VFMADD231PS Z10, Z16, Z2
-	VFMADD231PS Z11, Z16, Z3
-	VFMADD231PS Z12, Z16, Z4
-	VFMADD231PS Z13, Z16, Z5
-	VFMADD231PS Z14, Z16, Z6
-	VFMADD231PS Z15, Z16, Z7
-	ADDQ        $0x00000040, DX
+restK0Step:
+	PREFETCHT1  (AX)(DI*1)
+	VMOVUPS     (AX), Z8
+	VFMADD231PS (BX), Z8, Z0
+	VFMADD231PS (BX)(CX*1), Z8, Z1
+	VFMADD231PS (BX)(CX*2), Z8, Z2
+	VFMADD231PS (BX)(DX*1), Z8, Z3
+	VFMADD231PS (SI), Z8, Z4
+	VFMADD231PS (SI)(CX*1), Z8, Z5
+	VFMADD231PS (SI)(CX*2), Z8, Z6
+	VFMADD231PS (SI)(DX*1), Z8, Z7
 	ADDQ        $0x00000040, BX
 	ADDQ        $0x00000040, SI
-	DECQ        DI
-	JNZ         restStep
+	ADDQ        $0x00000040, AX
+	DECQ        R8
+	JNZ         restK0Step
 
-restTail:
+restK0Tail:
 	KORTESTW    K1, K1
-	JZ          restStore
-	VMOVUPS.Z   (DX), K1, Z8
-	VMOVUPS.Z   (DX)(AX*1), K1, Z9
-	VMOVUPS.Z   (DX)(AX*2), K1, Z10
-	VMOVUPS.Z   (DX)(CX*1), K1, Z11
-	VMOVUPS.Z   (BX), K1, Z12
-	VMOVUPS.Z   (BX)(AX*1), K1, Z13
-	VMOVUPS.Z   (BX)(AX*2), K1, Z14
-	VMOVUPS.Z   (BX)(CX*1), K1, Z15
-	VMOVUPS.Z   (SI), K1, Z16
-	VFMADD231PS Z8, Z16, Z0
-	VFMADD231PS Z9, Z16, Z1
-	VFMADD231PS Z10, Z16, Z2
-	VFMADD231PS Z11, Z16, Z3
-	VFMADD231PS Z12, Z16, Z4
-	VFMADD231PS Z13, Z16, Z5
-	VFMADD231PS Z14, Z16, Z6
-	VFMADD231PS Z15, Z16, Z7
+	JZ          restK0Done
+	VMOVUPS.Z   (AX), K1, Z8
+	VMOVUPS.Z   (BX), K1, Z9
+	VFMADD231PS Z9, Z8, Z0
+	VMOVUPS.Z   (BX)(CX*1), K1, Z9
+	VFMADD231PS Z9, Z8, Z1
+	VMOVUPS.Z   (BX)(CX*2), K1, Z9
+	VFMADD231PS Z9, Z8, Z2
+	VMOVUPS.Z   (BX)(DX*1), K1, Z9
+	VFMADD231PS Z9, Z8, Z3
+	VMOVUPS.Z   (SI), K1, Z9
+	VFMADD231PS Z9, Z8, Z4
+	VMOVUPS.Z   (SI)(CX*1), K1, Z9
+	VFMADD231PS Z9, Z8, Z5
+	VMOVUPS.Z   (SI)(CX*2), K1, Z9
+	VFMADD231PS Z9, Z8, Z6
+	VMOVUPS.Z   (SI)(DX*1), K1, Z9
+	VFMADD231PS Z9, Z8, Z7
 
-restStore:
+restK0Done:
 	VSHUFF32X4    $0x44, Z4, Z0, Z8
 	VSHUFF32X4    $0xee, Z4, Z0, Z0
 	VADDPS        Z0, Z8, Z8
@@ -1094,7 +1714,7 @@ done:
 	RET
 
 // func scoresF32M16AVX512(s []float32, lds int, q []float32, k []float32, ldk int, n int, d int)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, MMX+
 TEXT ·scoresF32M16AVX512(SB), NOSPLIT, $32-104
 	MOVQ  s_base+0(FP), AX
 	MOVQ  AX, (SP)
@@ -1129,82 +1749,86 @@ main:
 	VPSUBD Z13, Z13, Z13
 	VPSUBD Z14, Z14, Z14
 	VPSUBD Z15, Z15, Z15
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	LEAQ   (AX)(AX*2), CX
-	MOVQ   q_base+32(FP), DX
-	LEAQ   (DX)(AX*4), BX
-	LEAQ   (BX)(AX*4), SI
-	LEAQ   (SI)(AX*4), DI
-	MOVQ   8(SP), R8
-	MOVQ   24(SP), R9
-	TESTQ  R9, R9
-	JZ     mainTail
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (BX)(CX*4), SI
+	LEAQ   (SI)(CX*4), DI
+	LEAQ   (DI)(CX*4), R8
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), R9
+	SHLQ   $0x06, R9
+	MOVQ   24(SP), R10
+	TESTQ  R10, R10
+	JZ     mainK0Tail
 
-mainStep:
-	VMOVUPS     (R8), Z16
-	VFMADD231PS (DX), Z16, Z0
-	VFMADD231PS (DX)(AX*1), Z16, Z1
-	VFMADD231PS (DX)(AX*2), Z16, Z2
-	VFMADD231PS (DX)(CX*1), Z16, Z3
-	VFMADD231PS (BX), Z16, Z4
-	VFMADD231PS (BX)(AX*1), Z16, Z5
-	VFMADD231PS (BX)(AX*2), Z16, Z6
-	VFMADD231PS (BX)(CX*1), Z16, Z7
-	VFMADD231PS (SI), Z16, Z8
-	VFMADD231PS (SI)(AX*1), Z16, Z9
-	VFMADD231PS (SI)(AX*2), Z16, Z10
-	VFMADD231PS (SI)(CX*1), Z16, Z11
-	VFMADD231PS (DI), Z16, Z12
-	VFMADD231PS (DI)(AX*1), Z16, Z13
-	VFMADD231PS (DI)(AX*2), Z16, Z14
-	VFMADD231PS (DI)(CX*1), Z16, Z15
-	ADDQ        $0x00000040, DX
+mainK0Step:
+	PREFETCHT1  (AX)(R9*1)
+	VMOVUPS     (AX), Z16
+	VFMADD231PS (BX), Z16, Z0
+	VFMADD231PS (BX)(CX*1), Z16, Z1
+	VFMADD231PS (BX)(CX*2), Z16, Z2
+	VFMADD231PS (BX)(DX*1), Z16, Z3
+	VFMADD231PS (SI), Z16, Z4
+	VFMADD231PS (SI)(CX*1), Z16, Z5
+	VFMADD231PS (SI)(CX*2), Z16, Z6
+	VFMADD231PS (SI)(DX*1), Z16, Z7
+	VFMADD231PS (DI), Z16, Z8
+	VFMADD231PS (DI)(CX*1), Z16, Z9
+	VFMADD231PS (DI)(CX*2), Z16, Z10
+	VFMADD231PS (DI)(DX*1), Z16, Z11
+	VFMADD231PS (R8), Z16, Z12
+	VFMADD231PS (R8)(CX*1), Z16, Z13
+	VFMADD231PS (R8)(CX*2), Z16, Z14
+	VFMADD231PS (R8)(DX*1), Z16, Z15
 	ADDQ        $0x00000040, BX
 	ADDQ        $0x00000040, SI
 	ADDQ        $0x00000040, DI
 	ADDQ        $0x00000040, R8
-	DECQ        R9
-	JNZ         mainStep
+	ADDQ        $0x00000040, AX
+	DECQ        R10
+	JNZ         mainK0Step
 
-mainTail:
+mainK0Tail:
 	KORTESTW    K1, K1
-	JZ          mainStore
-	VMOVUPS.Z   (R8), K1, Z16
-	VMOVUPS.Z   (DX), K1, Z17
-	VFMADD231PS Z17, Z16, Z0
-	VMOVUPS.Z   (DX)(AX*1), K1, Z17
-	VFMADD231PS Z17, Z16, Z1
-	VMOVUPS.Z   (DX)(AX*2), K1, Z17
-	VFMADD231PS Z17, Z16, Z2
-	VMOVUPS.Z   (DX)(CX*1), K1, Z17
-	VFMADD231PS Z17, Z16, Z3
+	JZ          mainK0Done
+	VMOVUPS.Z   (AX), K1, Z16
 	VMOVUPS.Z   (BX), K1, Z17
-	VFMADD231PS Z17, Z16, Z4
-	VMOVUPS.Z   (BX)(AX*1), K1, Z17
-	VFMADD231PS Z17, Z16, Z5
-	VMOVUPS.Z   (BX)(AX*2), K1, Z17
-	VFMADD231PS Z17, Z16, Z6
+	VFMADD231PS Z17, Z16, Z0
 	VMOVUPS.Z   (BX)(CX*1), K1, Z17
-	VFMADD231PS Z17, Z16, Z7
+	VFMADD231PS Z17, Z16, Z1
+	VMOVUPS.Z   (BX)(CX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z2
+	VMOVUPS.Z   (BX)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z3
 	VMOVUPS.Z   (SI), K1, Z17
-	VFMADD231PS Z17, Z16, Z8
-	VMOVUPS.Z   (SI)(AX*1), K1, Z17
-	VFMADD231PS Z17, Z16, Z9
-	VMOVUPS.Z   (SI)(AX*2), K1, Z17
-	VFMADD231PS Z17, Z16, Z10
+	VFMADD231PS Z17, Z16, Z4
 	VMOVUPS.Z   (SI)(CX*1), K1, Z17
-	VFMADD231PS Z17, Z16, Z11
+	VFMADD231PS Z17, Z16, Z5
+	VMOVUPS.Z   (SI)(CX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z6
+	VMOVUPS.Z   (SI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z7
 	VMOVUPS.Z   (DI), K1, Z17
-	VFMADD231PS Z17, Z16, Z12
-	VMOVUPS.Z   (DI)(AX*1), K1, Z17
-	VFMADD231PS Z17, Z16, Z13
-	VMOVUPS.Z   (DI)(AX*2), K1, Z17
-	VFMADD231PS Z17, Z16, Z14
+	VFMADD231PS Z17, Z16, Z8
 	VMOVUPS.Z   (DI)(CX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z9
+	VMOVUPS.Z   (DI)(CX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z10
+	VMOVUPS.Z   (DI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z11
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z12
+	VMOVUPS.Z   (R8)(CX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z13
+	VMOVUPS.Z   (R8)(CX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z14
+	VMOVUPS.Z   (R8)(DX*1), K1, Z17
 	VFMADD231PS Z17, Z16, Z15
 
-mainStore:
+mainK0Done:
 	VSHUFF32X4    $0x44, Z4, Z0, Z16
 	VSHUFF32X4    $0xee, Z4, Z0, Z0
 	VADDPS        Z0, Z16, Z16
@@ -1293,8 +1917,8 @@ done:
 	RET
 
 // func accumF32M1AVX512(o []float32, ldo int, p []float32, ldp int, v []float32, ldv int, n int, d int)
-// Requires: AVX, AVX512F, CMOV
-TEXT ·accumF32M1AVX512(SB), NOSPLIT, $56-112
+// Requires: AVX, AVX512F, CMOV, MMX+
+TEXT ·accumF32M1AVX512(SB), $184-112
 	MOVQ  p_base+32(FP), AX
 	MOVQ  AX, 16(SP)
 	MOVQ  v_base+64(FP), AX
@@ -1307,20 +1931,46 @@ TEXT ·accumF32M1AVX512(SB), NOSPLIT, $56-112
 	KMOVW (CX)(AX*2), K1
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x04, AX
-	MOVQ    AX, 48(SP)
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, DX
+	SUBQ      $0x00000000, DX
+	XORQ      BX, BX
+	CMPQ      DX, BX
+	CMOVQLT   BX, DX
+	MOVQ      $0x00000010, BX
+	CMPQ      DX, BX
+	CMOVQGT   BX, DX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(DX*2), K2
+	SUBQ      $0x00000010, AX
+	XORQ      DX, DX
+	CMPQ      AX, DX
+	CMOVQLT   DX, AX
+	MOVQ      $0x00000010, DX
+	CMPQ      AX, DX
+	CMOVQGT   DX, AX
+	LEAQ      decodemask16<>+0(SB), DX
+	KMOVW     (DX)(AX*2), K3
+	VMOVUPS.Z (CX), K2, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K3, Z0
+	VMOVUPS   Z0, 120(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000010
@@ -1342,13 +1992,31 @@ full:
 	VMOVUPS 832(AX), Z13
 	VMOVUPS 896(AX), Z14
 	VMOVUPS 960(AX), Z15
-	MOVQ    16(SP), AX
+	LEAQ    56(SP), AX
 	MOVQ    8(SP), CX
 	MOVQ    ldv+88(FP), DX
 	SHLQ    $0x02, DX
-	MOVQ    32(SP), BX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys1:
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	PREFETCHT1   128(CX)(BX*1)
+	PREFETCHT1   192(CX)(BX*1)
+	PREFETCHT1   256(CX)(BX*1)
+	PREFETCHT1   320(CX)(BX*1)
+	PREFETCHT1   384(CX)(BX*1)
+	PREFETCHT1   448(CX)(BX*1)
+	PREFETCHT1   512(CX)(BX*1)
+	PREFETCHT1   576(CX)(BX*1)
+	PREFETCHT1   640(CX)(BX*1)
+	PREFETCHT1   704(CX)(BX*1)
+	PREFETCHT1   768(CX)(BX*1)
+	PREFETCHT1   832(CX)(BX*1)
+	PREFETCHT1   896(CX)(BX*1)
+	PREFETCHT1   960(CX)(BX*1)
 	VBROADCASTSS (AX), Z16
 	VFMADD231PS  (CX), Z16, Z0
 	VFMADD231PS  64(CX), Z16, Z1
@@ -1368,7 +2036,7 @@ keys1:
 	VFMADD231PS  960(CX), Z16, Z15
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys1
 	MOVQ         (SP), AX
 	VMOVUPS      Z0, (AX)
@@ -1404,13 +2072,23 @@ chunk8:
 	VMOVUPS 320(AX), Z5
 	VMOVUPS 384(AX), Z6
 	VMOVUPS 448(AX), Z7
-	MOVQ    16(SP), AX
+	LEAQ    56(SP), AX
 	MOVQ    8(SP), CX
 	MOVQ    ldv+88(FP), DX
 	SHLQ    $0x02, DX
-	MOVQ    32(SP), BX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys2:
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	PREFETCHT1   128(CX)(BX*1)
+	PREFETCHT1   192(CX)(BX*1)
+	PREFETCHT1   256(CX)(BX*1)
+	PREFETCHT1   320(CX)(BX*1)
+	PREFETCHT1   384(CX)(BX*1)
+	PREFETCHT1   448(CX)(BX*1)
 	VBROADCASTSS (AX), Z8
 	VFMADD231PS  (CX), Z8, Z0
 	VFMADD231PS  64(CX), Z8, Z1
@@ -1422,7 +2100,7 @@ keys2:
 	VFMADD231PS  448(CX), Z8, Z7
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys2
 	MOVQ         (SP), AX
 	VMOVUPS      Z0, (AX)
@@ -1445,13 +2123,19 @@ chunk4:
 	VMOVUPS 64(AX), Z1
 	VMOVUPS 128(AX), Z2
 	VMOVUPS 192(AX), Z3
-	MOVQ    16(SP), AX
+	LEAQ    56(SP), AX
 	MOVQ    8(SP), CX
 	MOVQ    ldv+88(FP), DX
 	SHLQ    $0x02, DX
-	MOVQ    32(SP), BX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys3:
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	PREFETCHT1   128(CX)(BX*1)
+	PREFETCHT1   192(CX)(BX*1)
 	VBROADCASTSS (AX), Z4
 	VFMADD231PS  (CX), Z4, Z0
 	VFMADD231PS  64(CX), Z4, Z1
@@ -1459,7 +2143,7 @@ keys3:
 	VFMADD231PS  192(CX), Z4, Z3
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys3
 	MOVQ         (SP), AX
 	VMOVUPS      Z0, (AX)
@@ -1476,19 +2160,23 @@ chunk2:
 	MOVQ    (SP), AX
 	VMOVUPS (AX), Z0
 	VMOVUPS 64(AX), Z1
-	MOVQ    16(SP), AX
+	LEAQ    56(SP), AX
 	MOVQ    8(SP), CX
 	MOVQ    ldv+88(FP), DX
 	SHLQ    $0x02, DX
-	MOVQ    32(SP), BX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys4:
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
 	VBROADCASTSS (AX), Z2
 	VFMADD231PS  (CX), Z2, Z0
 	VFMADD231PS  64(CX), Z2, Z1
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys4
 	MOVQ         (SP), AX
 	VMOVUPS      Z0, (AX)
@@ -1502,18 +2190,21 @@ chunk1:
 	JL      chunk0
 	MOVQ    (SP), AX
 	VMOVUPS (AX), Z0
-	MOVQ    16(SP), AX
+	LEAQ    56(SP), AX
 	MOVQ    8(SP), CX
 	MOVQ    ldv+88(FP), DX
 	SHLQ    $0x02, DX
-	MOVQ    32(SP), BX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys5:
+	PREFETCHT1   (CX)(BX*1)
 	VBROADCASTSS (AX), Z1
 	VFMADD231PS  (CX), Z1, Z0
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys5
 	MOVQ         (SP), AX
 	VMOVUPS      Z0, (AX)
@@ -1527,19 +2218,22 @@ chunk0:
 	JZ        next
 	MOVQ      (SP), AX
 	VMOVUPS.Z (AX), K1, Z0
-	MOVQ      16(SP), AX
+	LEAQ      56(SP), AX
 	MOVQ      8(SP), CX
 	MOVQ      ldv+88(FP), DX
 	SHLQ      $0x02, DX
-	MOVQ      32(SP), BX
+	MOVQ      DX, BX
+	SHLQ      $0x05, BX
+	MOVQ      32(SP), SI
 
 keys6:
+	PREFETCHT1   (CX)(BX*1)
 	VBROADCASTSS (AX), Z1
 	VMOVUPS.Z    (CX), K1, Z2
 	VFMADD231PS  Z1, Z2, Z0
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys6
 	MOVQ         (SP), AX
 	VMOVUPS      Z0, K1, (AX)
@@ -1561,8 +2255,8 @@ done:
 	RET
 
 // func accumF32M2AVX512(o []float32, ldo int, p []float32, ldp int, v []float32, ldv int, n int, d int)
-// Requires: AVX, AVX512F, CMOV
-TEXT ·accumF32M2AVX512(SB), NOSPLIT, $56-112
+// Requires: AVX, AVX512F, CMOV, MMX+
+TEXT ·accumF32M2AVX512(SB), $312-112
 	MOVQ  p_base+32(FP), AX
 	MOVQ  AX, 16(SP)
 	MOVQ  v_base+64(FP), AX
@@ -1575,20 +2269,50 @@ TEXT ·accumF32M2AVX512(SB), NOSPLIT, $56-112
 	KMOVW (CX)(AX*2), K1
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x04, AX
-	MOVQ    AX, 48(SP)
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, BX
+	SUBQ      $0x00000000, BX
+	XORQ      SI, SI
+	CMPQ      BX, SI
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, SI
+	CMOVQGT   SI, BX
+	LEAQ      decodemask16<>+0(SB), SI
+	KMOVW     (SI)(BX*2), K2
+	SUBQ      $0x00000010, AX
+	XORQ      BX, BX
+	CMPQ      AX, BX
+	CMOVQLT   BX, AX
+	MOVQ      $0x00000010, BX
+	CMPQ      AX, BX
+	CMOVQGT   BX, AX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(AX*2), K3
+	VMOVUPS.Z (CX), K2, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K3, Z0
+	VMOVUPS   Z0, 120(SP)
+	VMOVUPS.Z (CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 184(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 248(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000008
@@ -1612,43 +2336,51 @@ full:
 	VMOVUPS 320(AX)(CX*1), Z13
 	VMOVUPS 384(AX)(CX*1), Z14
 	VMOVUPS 448(AX)(CX*1), Z15
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	MOVQ    16(SP), CX
-	MOVQ    8(SP), DX
-	MOVQ    ldv+88(FP), BX
-	SHLQ    $0x02, BX
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x02, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
 	MOVQ    32(SP), SI
 
 keys1:
-	VBROADCASTSS (CX), Z16
-	VBROADCASTSS (CX)(AX*1), Z17
-	VMOVUPS      (DX), Z18
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	PREFETCHT1   128(CX)(BX*1)
+	PREFETCHT1   192(CX)(BX*1)
+	PREFETCHT1   256(CX)(BX*1)
+	PREFETCHT1   320(CX)(BX*1)
+	PREFETCHT1   384(CX)(BX*1)
+	PREFETCHT1   448(CX)(BX*1)
+	VBROADCASTSS (AX), Z16
+	VBROADCASTSS 128(AX), Z17
+	VMOVUPS      (CX), Z18
 	VFMADD231PS  Z16, Z18, Z0
 	VFMADD231PS  Z17, Z18, Z8
-	VMOVUPS      64(DX), Z18
+	VMOVUPS      64(CX), Z18
 	VFMADD231PS  Z16, Z18, Z1
 	VFMADD231PS  Z17, Z18, Z9
-	VMOVUPS      128(DX), Z18
+	VMOVUPS      128(CX), Z18
 	VFMADD231PS  Z16, Z18, Z2
 	VFMADD231PS  Z17, Z18, Z10
-	VMOVUPS      192(DX), Z18
+	VMOVUPS      192(CX), Z18
 	VFMADD231PS  Z16, Z18, Z3
 	VFMADD231PS  Z17, Z18, Z11
-	VMOVUPS      256(DX), Z18
+	VMOVUPS      256(CX), Z18
 	VFMADD231PS  Z16, Z18, Z4
 	VFMADD231PS  Z17, Z18, Z12
-	VMOVUPS      320(DX), Z18
+	VMOVUPS      320(CX), Z18
 	VFMADD231PS  Z16, Z18, Z5
 	VFMADD231PS  Z17, Z18, Z13
-	VMOVUPS      384(DX), Z18
+	VMOVUPS      384(CX), Z18
 	VFMADD231PS  Z16, Z18, Z6
 	VFMADD231PS  Z17, Z18, Z14
-	VMOVUPS      448(DX), Z18
+	VMOVUPS      448(CX), Z18
 	VFMADD231PS  Z16, Z18, Z7
 	VFMADD231PS  Z17, Z18, Z15
-	ADDQ         $0x00000004, CX
-	ADDQ         BX, DX
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
 	DECQ         SI
 	JNZ          keys1
 	MOVQ         (SP), AX
@@ -1689,31 +2421,35 @@ chunk4:
 	VMOVUPS 64(AX)(CX*1), Z5
 	VMOVUPS 128(AX)(CX*1), Z6
 	VMOVUPS 192(AX)(CX*1), Z7
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	MOVQ    16(SP), CX
-	MOVQ    8(SP), DX
-	MOVQ    ldv+88(FP), BX
-	SHLQ    $0x02, BX
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x02, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
 	MOVQ    32(SP), SI
 
 keys2:
-	VBROADCASTSS (CX), Z8
-	VBROADCASTSS (CX)(AX*1), Z9
-	VMOVUPS      (DX), Z10
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	PREFETCHT1   128(CX)(BX*1)
+	PREFETCHT1   192(CX)(BX*1)
+	VBROADCASTSS (AX), Z8
+	VBROADCASTSS 128(AX), Z9
+	VMOVUPS      (CX), Z10
 	VFMADD231PS  Z8, Z10, Z0
 	VFMADD231PS  Z9, Z10, Z4
-	VMOVUPS      64(DX), Z10
+	VMOVUPS      64(CX), Z10
 	VFMADD231PS  Z8, Z10, Z1
 	VFMADD231PS  Z9, Z10, Z5
-	VMOVUPS      128(DX), Z10
+	VMOVUPS      128(CX), Z10
 	VFMADD231PS  Z8, Z10, Z2
 	VFMADD231PS  Z9, Z10, Z6
-	VMOVUPS      192(DX), Z10
+	VMOVUPS      192(CX), Z10
 	VFMADD231PS  Z8, Z10, Z3
 	VFMADD231PS  Z9, Z10, Z7
-	ADDQ         $0x00000004, CX
-	ADDQ         BX, DX
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
 	DECQ         SI
 	JNZ          keys2
 	MOVQ         (SP), AX
@@ -1741,25 +2477,27 @@ chunk2:
 	VMOVUPS 64(AX), Z1
 	VMOVUPS (AX)(CX*1), Z2
 	VMOVUPS 64(AX)(CX*1), Z3
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	MOVQ    16(SP), CX
-	MOVQ    8(SP), DX
-	MOVQ    ldv+88(FP), BX
-	SHLQ    $0x02, BX
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x02, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
 	MOVQ    32(SP), SI
 
 keys3:
-	VBROADCASTSS (CX), Z4
-	VBROADCASTSS (CX)(AX*1), Z5
-	VMOVUPS      (DX), Z6
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	VBROADCASTSS (AX), Z4
+	VBROADCASTSS 128(AX), Z5
+	VMOVUPS      (CX), Z6
 	VFMADD231PS  Z4, Z6, Z0
 	VFMADD231PS  Z5, Z6, Z2
-	VMOVUPS      64(DX), Z6
+	VMOVUPS      64(CX), Z6
 	VFMADD231PS  Z4, Z6, Z1
 	VFMADD231PS  Z5, Z6, Z3
-	ADDQ         $0x00000004, CX
-	ADDQ         BX, DX
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
 	DECQ         SI
 	JNZ          keys3
 	MOVQ         (SP), AX
@@ -1781,22 +2519,23 @@ chunk1:
 	SHLQ    $0x02, CX
 	VMOVUPS (AX), Z0
 	VMOVUPS (AX)(CX*1), Z1
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	MOVQ    16(SP), CX
-	MOVQ    8(SP), DX
-	MOVQ    ldv+88(FP), BX
-	SHLQ    $0x02, BX
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x02, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
 	MOVQ    32(SP), SI
 
 keys4:
-	VBROADCASTSS (CX), Z2
-	VBROADCASTSS (CX)(AX*1), Z3
-	VMOVUPS      (DX), Z4
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z2
+	VBROADCASTSS 128(AX), Z3
+	VMOVUPS      (CX), Z4
 	VFMADD231PS  Z2, Z4, Z0
 	VFMADD231PS  Z3, Z4, Z1
-	ADDQ         $0x00000004, CX
-	ADDQ         BX, DX
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
 	DECQ         SI
 	JNZ          keys4
 	MOVQ         (SP), AX
@@ -1817,22 +2556,23 @@ chunk0:
 	SHLQ      $0x02, CX
 	VMOVUPS.Z (AX), K1, Z0
 	VMOVUPS.Z (AX)(CX*1), K1, Z1
-	MOVQ      ldp+56(FP), AX
-	SHLQ      $0x02, AX
-	MOVQ      16(SP), CX
-	MOVQ      8(SP), DX
-	MOVQ      ldv+88(FP), BX
-	SHLQ      $0x02, BX
+	LEAQ      56(SP), AX
+	MOVQ      8(SP), CX
+	MOVQ      ldv+88(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      DX, BX
+	SHLQ      $0x05, BX
 	MOVQ      32(SP), SI
 
 keys5:
-	VBROADCASTSS (CX), Z2
-	VBROADCASTSS (CX)(AX*1), Z3
-	VMOVUPS.Z    (DX), K1, Z4
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z2
+	VBROADCASTSS 128(AX), Z3
+	VMOVUPS.Z    (CX), K1, Z4
 	VFMADD231PS  Z2, Z4, Z0
 	VFMADD231PS  Z3, Z4, Z1
-	ADDQ         $0x00000004, CX
-	ADDQ         BX, DX
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
 	DECQ         SI
 	JNZ          keys5
 	MOVQ         (SP), AX
@@ -1858,8 +2598,8 @@ done:
 	RET
 
 // func accumF32M4AVX512(o []float32, ldo int, p []float32, ldp int, v []float32, ldv int, n int, d int)
-// Requires: AVX, AVX512F, CMOV
-TEXT ·accumF32M4AVX512(SB), NOSPLIT, $56-112
+// Requires: AVX, AVX512F, CMOV, MMX+
+TEXT ·accumF32M4AVX512(SB), $568-112
 	MOVQ  p_base+32(FP), AX
 	MOVQ  AX, 16(SP)
 	MOVQ  v_base+64(FP), AX
@@ -1872,20 +2612,59 @@ TEXT ·accumF32M4AVX512(SB), NOSPLIT, $56-112
 	KMOVW (CX)(AX*2), K1
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x04, AX
-	MOVQ    AX, 48(SP)
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, BX
+	SUBQ      $0x00000000, BX
+	XORQ      SI, SI
+	CMPQ      BX, SI
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, SI
+	CMOVQGT   SI, BX
+	LEAQ      decodemask16<>+0(SB), SI
+	KMOVW     (SI)(BX*2), K2
+	SUBQ      $0x00000010, AX
+	XORQ      BX, BX
+	CMPQ      AX, BX
+	CMOVQLT   BX, AX
+	MOVQ      $0x00000010, BX
+	CMPQ      AX, BX
+	CMOVQGT   BX, AX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(AX*2), K3
+	VMOVUPS.Z (CX), K2, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K3, Z0
+	VMOVUPS   Z0, 120(SP)
+	VMOVUPS.Z (CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 184(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 248(SP)
+	VMOVUPS.Z (CX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 312(SP)
+	VMOVUPS.Z 64(CX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 376(SP)
+	LEAQ      (CX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 440(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 504(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000004
@@ -1910,43 +2689,46 @@ full:
 	VMOVUPS 64(AX)(CX*1), Z13
 	VMOVUPS 128(AX)(CX*1), Z14
 	VMOVUPS 192(AX)(CX*1), Z15
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	LEAQ    (AX)(AX*2), CX
-	MOVQ    16(SP), DX
-	MOVQ    8(SP), BX
-	MOVQ    ldv+88(FP), SI
-	SHLQ    $0x02, SI
-	MOVQ    32(SP), DI
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x02, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys1:
-	VBROADCASTSS (DX), Z16
-	VBROADCASTSS (DX)(AX*1), Z17
-	VBROADCASTSS (DX)(AX*2), Z18
-	VBROADCASTSS (DX)(CX*1), Z19
-	VMOVUPS      (BX), Z20
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	PREFETCHT1   128(CX)(BX*1)
+	PREFETCHT1   192(CX)(BX*1)
+	VBROADCASTSS (AX), Z16
+	VBROADCASTSS 128(AX), Z17
+	VBROADCASTSS 256(AX), Z18
+	VBROADCASTSS 384(AX), Z19
+	VMOVUPS      (CX), Z20
 	VFMADD231PS  Z16, Z20, Z0
 	VFMADD231PS  Z17, Z20, Z4
 	VFMADD231PS  Z18, Z20, Z8
 	VFMADD231PS  Z19, Z20, Z12
-	VMOVUPS      64(BX), Z20
+	VMOVUPS      64(CX), Z20
 	VFMADD231PS  Z16, Z20, Z1
 	VFMADD231PS  Z17, Z20, Z5
 	VFMADD231PS  Z18, Z20, Z9
 	VFMADD231PS  Z19, Z20, Z13
-	VMOVUPS      128(BX), Z20
+	VMOVUPS      128(CX), Z20
 	VFMADD231PS  Z16, Z20, Z2
 	VFMADD231PS  Z17, Z20, Z6
 	VFMADD231PS  Z18, Z20, Z10
 	VFMADD231PS  Z19, Z20, Z14
-	VMOVUPS      192(BX), Z20
+	VMOVUPS      192(CX), Z20
 	VFMADD231PS  Z16, Z20, Z3
 	VFMADD231PS  Z17, Z20, Z7
 	VFMADD231PS  Z18, Z20, Z11
 	VFMADD231PS  Z19, Z20, Z15
-	ADDQ         $0x00000004, DX
-	ADDQ         SI, BX
-	DECQ         DI
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys1
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -1988,33 +2770,34 @@ chunk2:
 	LEAQ    (AX)(CX*2), AX
 	VMOVUPS (AX)(CX*1), Z6
 	VMOVUPS 64(AX)(CX*1), Z7
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	LEAQ    (AX)(AX*2), CX
-	MOVQ    16(SP), DX
-	MOVQ    8(SP), BX
-	MOVQ    ldv+88(FP), SI
-	SHLQ    $0x02, SI
-	MOVQ    32(SP), DI
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x02, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys2:
-	VBROADCASTSS (DX), Z8
-	VBROADCASTSS (DX)(AX*1), Z9
-	VBROADCASTSS (DX)(AX*2), Z10
-	VBROADCASTSS (DX)(CX*1), Z11
-	VMOVUPS      (BX), Z12
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	VBROADCASTSS (AX), Z8
+	VBROADCASTSS 128(AX), Z9
+	VBROADCASTSS 256(AX), Z10
+	VBROADCASTSS 384(AX), Z11
+	VMOVUPS      (CX), Z12
 	VFMADD231PS  Z8, Z12, Z0
 	VFMADD231PS  Z9, Z12, Z2
 	VFMADD231PS  Z10, Z12, Z4
 	VFMADD231PS  Z11, Z12, Z6
-	VMOVUPS      64(BX), Z12
+	VMOVUPS      64(CX), Z12
 	VFMADD231PS  Z8, Z12, Z1
 	VFMADD231PS  Z9, Z12, Z3
 	VFMADD231PS  Z10, Z12, Z5
 	VFMADD231PS  Z11, Z12, Z7
-	ADDQ         $0x00000004, DX
-	ADDQ         SI, BX
-	DECQ         DI
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys2
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -2043,28 +2826,28 @@ chunk1:
 	VMOVUPS (AX)(CX*2), Z2
 	LEAQ    (AX)(CX*2), AX
 	VMOVUPS (AX)(CX*1), Z3
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	LEAQ    (AX)(AX*2), CX
-	MOVQ    16(SP), DX
-	MOVQ    8(SP), BX
-	MOVQ    ldv+88(FP), SI
-	SHLQ    $0x02, SI
-	MOVQ    32(SP), DI
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x02, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys3:
-	VBROADCASTSS (DX), Z4
-	VBROADCASTSS (DX)(AX*1), Z5
-	VBROADCASTSS (DX)(AX*2), Z6
-	VBROADCASTSS (DX)(CX*1), Z7
-	VMOVUPS      (BX), Z8
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z4
+	VBROADCASTSS 128(AX), Z5
+	VBROADCASTSS 256(AX), Z6
+	VBROADCASTSS 384(AX), Z7
+	VMOVUPS      (CX), Z8
 	VFMADD231PS  Z4, Z8, Z0
 	VFMADD231PS  Z5, Z8, Z1
 	VFMADD231PS  Z6, Z8, Z2
 	VFMADD231PS  Z7, Z8, Z3
-	ADDQ         $0x00000004, DX
-	ADDQ         SI, BX
-	DECQ         DI
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys3
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -2090,28 +2873,28 @@ chunk0:
 	VMOVUPS.Z (AX)(CX*2), K1, Z2
 	LEAQ      (AX)(CX*2), AX
 	VMOVUPS.Z (AX)(CX*1), K1, Z3
-	MOVQ      ldp+56(FP), AX
-	SHLQ      $0x02, AX
-	LEAQ      (AX)(AX*2), CX
-	MOVQ      16(SP), DX
-	MOVQ      8(SP), BX
-	MOVQ      ldv+88(FP), SI
-	SHLQ      $0x02, SI
-	MOVQ      32(SP), DI
+	LEAQ      56(SP), AX
+	MOVQ      8(SP), CX
+	MOVQ      ldv+88(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      DX, BX
+	SHLQ      $0x05, BX
+	MOVQ      32(SP), SI
 
 keys4:
-	VBROADCASTSS (DX), Z4
-	VBROADCASTSS (DX)(AX*1), Z5
-	VBROADCASTSS (DX)(AX*2), Z6
-	VBROADCASTSS (DX)(CX*1), Z7
-	VMOVUPS.Z    (BX), K1, Z8
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z4
+	VBROADCASTSS 128(AX), Z5
+	VBROADCASTSS 256(AX), Z6
+	VBROADCASTSS 384(AX), Z7
+	VMOVUPS.Z    (CX), K1, Z8
 	VFMADD231PS  Z4, Z8, Z0
 	VFMADD231PS  Z5, Z8, Z1
 	VFMADD231PS  Z6, Z8, Z2
 	VFMADD231PS  Z7, Z8, Z3
-	ADDQ         $0x00000004, DX
-	ADDQ         SI, BX
-	DECQ         DI
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys4
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -2139,8 +2922,8 @@ done:
 	RET
 
 // func accumF32M8AVX512(o []float32, ldo int, p []float32, ldp int, v []float32, ldv int, n int, d int)
-// Requires: AVX, AVX512F, CMOV
-TEXT ·accumF32M8AVX512(SB), NOSPLIT, $56-112
+// Requires: AVX, AVX512F, CMOV, MMX+
+TEXT ·accumF32M8AVX512(SB), $1080-112
 	MOVQ  p_base+32(FP), AX
 	MOVQ  AX, 16(SP)
 	MOVQ  v_base+64(FP), AX
@@ -2153,20 +2936,77 @@ TEXT ·accumF32M8AVX512(SB), NOSPLIT, $56-112
 	KMOVW (CX)(AX*2), K1
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x04, AX
-	MOVQ    AX, 48(SP)
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, BX
+	SUBQ      $0x00000000, BX
+	XORQ      SI, SI
+	CMPQ      BX, SI
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, SI
+	CMOVQGT   SI, BX
+	LEAQ      decodemask16<>+0(SB), SI
+	KMOVW     (SI)(BX*2), K2
+	SUBQ      $0x00000010, AX
+	XORQ      BX, BX
+	CMPQ      AX, BX
+	CMOVQLT   BX, AX
+	MOVQ      $0x00000010, BX
+	CMPQ      AX, BX
+	CMOVQGT   BX, AX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(AX*2), K3
+	VMOVUPS.Z (CX), K2, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K3, Z0
+	VMOVUPS   Z0, 120(SP)
+	VMOVUPS.Z (CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 184(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 248(SP)
+	VMOVUPS.Z (CX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 312(SP)
+	VMOVUPS.Z 64(CX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 376(SP)
+	LEAQ      (CX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 440(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 504(SP)
+	LEAQ      (CX)(DX*4), AX
+	VMOVUPS.Z (AX), K2, Z0
+	VMOVUPS   Z0, 568(SP)
+	VMOVUPS.Z 64(AX), K3, Z0
+	VMOVUPS   Z0, 632(SP)
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 696(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 760(SP)
+	VMOVUPS.Z (AX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 824(SP)
+	VMOVUPS.Z 64(AX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 888(SP)
+	LEAQ      (AX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 952(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 1016(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000002
@@ -2193,26 +3033,26 @@ full:
 	LEAQ    (AX)(CX*2), AX
 	VMOVUPS (AX)(CX*1), Z14
 	VMOVUPS 64(AX)(CX*1), Z15
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	LEAQ    (AX)(AX*2), CX
-	MOVQ    16(SP), DX
-	LEAQ    (DX)(AX*4), BX
-	MOVQ    8(SP), SI
-	MOVQ    ldv+88(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    32(SP), R8
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x02, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys1:
-	VBROADCASTSS (DX), Z16
-	VBROADCASTSS (DX)(AX*1), Z17
-	VBROADCASTSS (DX)(AX*2), Z18
-	VBROADCASTSS (DX)(CX*1), Z19
-	VBROADCASTSS (BX), Z20
-	VBROADCASTSS (BX)(AX*1), Z21
-	VBROADCASTSS (BX)(AX*2), Z22
-	VBROADCASTSS (BX)(CX*1), Z23
-	VMOVUPS      (SI), Z24
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	VBROADCASTSS (AX), Z16
+	VBROADCASTSS 128(AX), Z17
+	VBROADCASTSS 256(AX), Z18
+	VBROADCASTSS 384(AX), Z19
+	VBROADCASTSS 512(AX), Z20
+	VBROADCASTSS 640(AX), Z21
+	VBROADCASTSS 768(AX), Z22
+	VBROADCASTSS 896(AX), Z23
+	VMOVUPS      (CX), Z24
 	VFMADD231PS  Z16, Z24, Z0
 	VFMADD231PS  Z17, Z24, Z2
 	VFMADD231PS  Z18, Z24, Z4
@@ -2221,7 +3061,7 @@ keys1:
 	VFMADD231PS  Z21, Z24, Z10
 	VFMADD231PS  Z22, Z24, Z12
 	VFMADD231PS  Z23, Z24, Z14
-	VMOVUPS      64(SI), Z24
+	VMOVUPS      64(CX), Z24
 	VFMADD231PS  Z16, Z24, Z1
 	VFMADD231PS  Z17, Z24, Z3
 	VFMADD231PS  Z18, Z24, Z5
@@ -2230,10 +3070,9 @@ keys1:
 	VFMADD231PS  Z21, Z24, Z11
 	VFMADD231PS  Z22, Z24, Z13
 	VFMADD231PS  Z23, Z24, Z15
-	ADDQ         $0x00000004, DX
-	ADDQ         $0x00000004, BX
-	ADDQ         DI, SI
-	DECQ         R8
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys1
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -2279,26 +3118,25 @@ chunk1:
 	VMOVUPS (AX)(CX*2), Z6
 	LEAQ    (AX)(CX*2), AX
 	VMOVUPS (AX)(CX*1), Z7
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	LEAQ    (AX)(AX*2), CX
-	MOVQ    16(SP), DX
-	LEAQ    (DX)(AX*4), BX
-	MOVQ    8(SP), SI
-	MOVQ    ldv+88(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    32(SP), R8
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x02, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys2:
-	VBROADCASTSS (DX), Z8
-	VBROADCASTSS (DX)(AX*1), Z9
-	VBROADCASTSS (DX)(AX*2), Z10
-	VBROADCASTSS (DX)(CX*1), Z11
-	VBROADCASTSS (BX), Z12
-	VBROADCASTSS (BX)(AX*1), Z13
-	VBROADCASTSS (BX)(AX*2), Z14
-	VBROADCASTSS (BX)(CX*1), Z15
-	VMOVUPS      (SI), Z16
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z8
+	VBROADCASTSS 128(AX), Z9
+	VBROADCASTSS 256(AX), Z10
+	VBROADCASTSS 384(AX), Z11
+	VBROADCASTSS 512(AX), Z12
+	VBROADCASTSS 640(AX), Z13
+	VBROADCASTSS 768(AX), Z14
+	VBROADCASTSS 896(AX), Z15
+	VMOVUPS      (CX), Z16
 	VFMADD231PS  Z8, Z16, Z0
 	VFMADD231PS  Z9, Z16, Z1
 	VFMADD231PS  Z10, Z16, Z2
@@ -2307,10 +3145,9 @@ keys2:
 	VFMADD231PS  Z13, Z16, Z5
 	VFMADD231PS  Z14, Z16, Z6
 	VFMADD231PS  Z15, Z16, Z7
-	ADDQ         $0x00000004, DX
-	ADDQ         $0x00000004, BX
-	ADDQ         DI, SI
-	DECQ         R8
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys2
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -2348,26 +3185,25 @@ chunk0:
 	VMOVUPS.Z (AX)(CX*2), K1, Z6
 	LEAQ      (AX)(CX*2), AX
 	VMOVUPS.Z (AX)(CX*1), K1, Z7
-	MOVQ      ldp+56(FP), AX
-	SHLQ      $0x02, AX
-	LEAQ      (AX)(AX*2), CX
-	MOVQ      16(SP), DX
-	LEAQ      (DX)(AX*4), BX
-	MOVQ      8(SP), SI
-	MOVQ      ldv+88(FP), DI
-	SHLQ      $0x02, DI
-	MOVQ      32(SP), R8
+	LEAQ      56(SP), AX
+	MOVQ      8(SP), CX
+	MOVQ      ldv+88(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      DX, BX
+	SHLQ      $0x05, BX
+	MOVQ      32(SP), SI
 
 keys3:
-	VBROADCASTSS (DX), Z8
-	VBROADCASTSS (DX)(AX*1), Z9
-	VBROADCASTSS (DX)(AX*2), Z10
-	VBROADCASTSS (DX)(CX*1), Z11
-	VBROADCASTSS (BX), Z12
-	VBROADCASTSS (BX)(AX*1), Z13
-	VBROADCASTSS (BX)(AX*2), Z14
-	VBROADCASTSS (BX)(CX*1), Z15
-	VMOVUPS.Z    (SI), K1, Z16
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z8
+	VBROADCASTSS 128(AX), Z9
+	VBROADCASTSS 256(AX), Z10
+	VBROADCASTSS 384(AX), Z11
+	VBROADCASTSS 512(AX), Z12
+	VBROADCASTSS 640(AX), Z13
+	VBROADCASTSS 768(AX), Z14
+	VBROADCASTSS 896(AX), Z15
+	VMOVUPS.Z    (CX), K1, Z16
 	VFMADD231PS  Z8, Z16, Z0
 	VFMADD231PS  Z9, Z16, Z1
 	VFMADD231PS  Z10, Z16, Z2
@@ -2376,10 +3212,9 @@ keys3:
 	VFMADD231PS  Z13, Z16, Z5
 	VFMADD231PS  Z14, Z16, Z6
 	VFMADD231PS  Z15, Z16, Z7
-	ADDQ         $0x00000004, DX
-	ADDQ         $0x00000004, BX
-	ADDQ         DI, SI
-	DECQ         R8
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys3
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -2413,8 +3248,8 @@ done:
 	RET
 
 // func accumF32M16AVX512(o []float32, ldo int, p []float32, ldp int, v []float32, ldv int, n int, d int)
-// Requires: AVX, AVX512F, CMOV
-TEXT ·accumF32M16AVX512(SB), NOSPLIT, $56-112
+// Requires: AVX, AVX512F, CMOV, MMX+
+TEXT ·accumF32M16AVX512(SB), $2104-112
 	MOVQ  p_base+32(FP), AX
 	MOVQ  AX, 16(SP)
 	MOVQ  v_base+64(FP), AX
@@ -2427,20 +3262,113 @@ TEXT ·accumF32M16AVX512(SB), NOSPLIT, $56-112
 	KMOVW (CX)(AX*2), K1
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x04, AX
-	MOVQ    AX, 48(SP)
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, BX
+	SUBQ      $0x00000000, BX
+	XORQ      SI, SI
+	CMPQ      BX, SI
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, SI
+	CMOVQGT   SI, BX
+	LEAQ      decodemask16<>+0(SB), SI
+	KMOVW     (SI)(BX*2), K2
+	SUBQ      $0x00000010, AX
+	XORQ      BX, BX
+	CMPQ      AX, BX
+	CMOVQLT   BX, AX
+	MOVQ      $0x00000010, BX
+	CMPQ      AX, BX
+	CMOVQGT   BX, AX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(AX*2), K3
+	VMOVUPS.Z (CX), K2, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K3, Z0
+	VMOVUPS   Z0, 120(SP)
+	VMOVUPS.Z (CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 184(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 248(SP)
+	VMOVUPS.Z (CX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 312(SP)
+	VMOVUPS.Z 64(CX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 376(SP)
+	LEAQ      (CX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 440(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 504(SP)
+	LEAQ      (CX)(DX*4), AX
+	VMOVUPS.Z (AX), K2, Z0
+	VMOVUPS   Z0, 568(SP)
+	VMOVUPS.Z 64(AX), K3, Z0
+	VMOVUPS   Z0, 632(SP)
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 696(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 760(SP)
+	VMOVUPS.Z (AX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 824(SP)
+	VMOVUPS.Z 64(AX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 888(SP)
+	LEAQ      (AX)(DX*2), CX
+	VMOVUPS.Z (CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 952(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 1016(SP)
+	LEAQ      (AX)(DX*4), AX
+	VMOVUPS.Z (AX), K2, Z0
+	VMOVUPS   Z0, 1080(SP)
+	VMOVUPS.Z 64(AX), K3, Z0
+	VMOVUPS   Z0, 1144(SP)
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 1208(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 1272(SP)
+	VMOVUPS.Z (AX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 1336(SP)
+	VMOVUPS.Z 64(AX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 1400(SP)
+	LEAQ      (AX)(DX*2), CX
+	VMOVUPS.Z (CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 1464(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 1528(SP)
+	LEAQ      (AX)(DX*4), AX
+	VMOVUPS.Z (AX), K2, Z0
+	VMOVUPS   Z0, 1592(SP)
+	VMOVUPS.Z 64(AX), K3, Z0
+	VMOVUPS   Z0, 1656(SP)
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 1720(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 1784(SP)
+	VMOVUPS.Z (AX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 1848(SP)
+	VMOVUPS.Z 64(AX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 1912(SP)
+	LEAQ      (AX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 1976(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 2040(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000001
@@ -2471,42 +3399,36 @@ full:
 	VMOVUPS (AX)(CX*2), Z14
 	LEAQ    (AX)(CX*2), AX
 	VMOVUPS (AX)(CX*1), Z15
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	LEAQ    (AX)(AX*2), CX
-	MOVQ    16(SP), DX
-	LEAQ    (DX)(AX*4), BX
-	LEAQ    (BX)(AX*4), SI
-	LEAQ    (SI)(AX*4), DI
-	MOVQ    8(SP), R8
-	MOVQ    ldv+88(FP), R9
-	SHLQ    $0x02, R9
-	MOVQ    32(SP), R10
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x02, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys1:
-	VMOVUPS          (R8), Z16
-	VFMADD231PS.BCST (DX), Z16, Z0
-	VFMADD231PS.BCST (DX)(AX*1), Z16, Z1
-	VFMADD231PS.BCST (DX)(AX*2), Z16, Z2
-	VFMADD231PS.BCST (DX)(CX*1), Z16, Z3
-	VFMADD231PS.BCST (BX), Z16, Z4
-	VFMADD231PS.BCST (BX)(AX*1), Z16, Z5
-	VFMADD231PS.BCST (BX)(AX*2), Z16, Z6
-	VFMADD231PS.BCST (BX)(CX*1), Z16, Z7
-	VFMADD231PS.BCST (SI), Z16, Z8
-	VFMADD231PS.BCST (SI)(AX*1), Z16, Z9
-	VFMADD231PS.BCST (SI)(AX*2), Z16, Z10
-	VFMADD231PS.BCST (SI)(CX*1), Z16, Z11
-	VFMADD231PS.BCST (DI), Z16, Z12
-	VFMADD231PS.BCST (DI)(AX*1), Z16, Z13
-	VFMADD231PS.BCST (DI)(AX*2), Z16, Z14
-	VFMADD231PS.BCST (DI)(CX*1), Z16, Z15
-	ADDQ             $0x00000004, DX
-	ADDQ             $0x00000004, BX
-	ADDQ             $0x00000004, SI
-	ADDQ             $0x00000004, DI
-	ADDQ             R9, R8
-	DECQ             R10
+	PREFETCHT1       (CX)(BX*1)
+	VMOVUPS          (CX), Z16
+	VFMADD231PS.BCST (AX), Z16, Z0
+	VFMADD231PS.BCST 128(AX), Z16, Z1
+	VFMADD231PS.BCST 256(AX), Z16, Z2
+	VFMADD231PS.BCST 384(AX), Z16, Z3
+	VFMADD231PS.BCST 512(AX), Z16, Z4
+	VFMADD231PS.BCST 640(AX), Z16, Z5
+	VFMADD231PS.BCST 768(AX), Z16, Z6
+	VFMADD231PS.BCST 896(AX), Z16, Z7
+	VFMADD231PS.BCST 1024(AX), Z16, Z8
+	VFMADD231PS.BCST 1152(AX), Z16, Z9
+	VFMADD231PS.BCST 1280(AX), Z16, Z10
+	VFMADD231PS.BCST 1408(AX), Z16, Z11
+	VFMADD231PS.BCST 1536(AX), Z16, Z12
+	VFMADD231PS.BCST 1664(AX), Z16, Z13
+	VFMADD231PS.BCST 1792(AX), Z16, Z14
+	VFMADD231PS.BCST 1920(AX), Z16, Z15
+	ADDQ             $0x00000004, AX
+	ADDQ             DX, CX
+	DECQ             SI
 	JNZ              keys1
 	MOVQ             (SP), AX
 	MOVQ             ldo+24(FP), CX
@@ -2569,42 +3491,36 @@ chunk0:
 	VMOVUPS.Z (AX)(CX*2), K1, Z14
 	LEAQ      (AX)(CX*2), AX
 	VMOVUPS.Z (AX)(CX*1), K1, Z15
-	MOVQ      ldp+56(FP), AX
-	SHLQ      $0x02, AX
-	LEAQ      (AX)(AX*2), CX
-	MOVQ      16(SP), DX
-	LEAQ      (DX)(AX*4), BX
-	LEAQ      (BX)(AX*4), SI
-	LEAQ      (SI)(AX*4), DI
-	MOVQ      8(SP), R8
-	MOVQ      ldv+88(FP), R9
-	SHLQ      $0x02, R9
-	MOVQ      32(SP), R10
+	LEAQ      56(SP), AX
+	MOVQ      8(SP), CX
+	MOVQ      ldv+88(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      DX, BX
+	SHLQ      $0x05, BX
+	MOVQ      32(SP), SI
 
 keys2:
-	VMOVUPS.Z        (R8), K1, Z16
-	VFMADD231PS.BCST (DX), Z16, Z0
-	VFMADD231PS.BCST (DX)(AX*1), Z16, Z1
-	VFMADD231PS.BCST (DX)(AX*2), Z16, Z2
-	VFMADD231PS.BCST (DX)(CX*1), Z16, Z3
-	VFMADD231PS.BCST (BX), Z16, Z4
-	VFMADD231PS.BCST (BX)(AX*1), Z16, Z5
-	VFMADD231PS.BCST (BX)(AX*2), Z16, Z6
-	VFMADD231PS.BCST (BX)(CX*1), Z16, Z7
-	VFMADD231PS.BCST (SI), Z16, Z8
-	VFMADD231PS.BCST (SI)(AX*1), Z16, Z9
-	VFMADD231PS.BCST (SI)(AX*2), Z16, Z10
-	VFMADD231PS.BCST (SI)(CX*1), Z16, Z11
-	VFMADD231PS.BCST (DI), Z16, Z12
-	VFMADD231PS.BCST (DI)(AX*1), Z16, Z13
-	VFMADD231PS.BCST (DI)(AX*2), Z16, Z14
-	VFMADD231PS.BCST (DI)(CX*1), Z16, Z15
-	ADDQ             $0x00000004, DX
-	ADDQ             $0x00000004, BX
-	ADDQ             $0x00000004, SI
-	ADDQ             $0x00000004, DI
-	ADDQ             R9, R8
-	DECQ             R10
+	PREFETCHT1       (CX)(BX*1)
+	VMOVUPS.Z        (CX), K1, Z16
+	VFMADD231PS.BCST (AX), Z16, Z0
+	VFMADD231PS.BCST 128(AX), Z16, Z1
+	VFMADD231PS.BCST 256(AX), Z16, Z2
+	VFMADD231PS.BCST 384(AX), Z16, Z3
+	VFMADD231PS.BCST 512(AX), Z16, Z4
+	VFMADD231PS.BCST 640(AX), Z16, Z5
+	VFMADD231PS.BCST 768(AX), Z16, Z6
+	VFMADD231PS.BCST 896(AX), Z16, Z7
+	VFMADD231PS.BCST 1024(AX), Z16, Z8
+	VFMADD231PS.BCST 1152(AX), Z16, Z9
+	VFMADD231PS.BCST 1280(AX), Z16, Z10
+	VFMADD231PS.BCST 1408(AX), Z16, Z11
+	VFMADD231PS.BCST 1536(AX), Z16, Z12
+	VFMADD231PS.BCST 1664(AX), Z16, Z13
+	VFMADD231PS.BCST 1792(AX), Z16, Z14
+	VFMADD231PS.BCST 1920(AX), Z16, Z15
+	ADDQ             $0x00000004, AX
+	ADDQ             DX, CX
+	DECQ             SI
 	JNZ              keys2
 	MOVQ             (SP), AX
 	MOVQ             ldo+24(FP), CX
@@ -2650,7 +3566,7 @@ done:
 	RET
 
 // func scoresBF16M1AVX512(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
-// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL, MMX+
 TEXT ·scoresBF16M1AVX512(SB), NOSPLIT, $32-104
 	MOVQ  s_base+0(FP), AX
 	MOVQ  AX, (SP)
@@ -2688,143 +3604,458 @@ main:
 	MOVQ   ldk+80(FP), AX
 	SHLQ   $0x01, AX
 	LEAQ   (AX)(AX*2), CX
-	MOVQ   q_base+32(FP), DX
-	MOVQ   8(SP), BX
+	MOVQ   8(SP), DX
+	LEAQ   (DX)(AX*4), BX
 	LEAQ   (BX)(AX*4), SI
 	LEAQ   (SI)(AX*4), DI
-	LEAQ   (DI)(AX*4), R8
-	MOVQ   24(SP), R9
-	TESTQ  R9, R9
-	JZ     mainTail
+	MOVQ   q_base+32(FP), R8
+	LEAQ   (DX), R9
+	MOVQ   ldk+80(FP), R10
+	SHLQ   $0x06, R10
+	MOVQ   24(SP), R11
+	TESTQ  R11, R11
+	JZ     mainK0Tail
 
-mainStep:
-	VMOVUPS     (DX), Z16
-	VPMOVZXWD   (BX), Z17
-	VPSLLD      $0x10, Z17, Z17
-	VFMADD231PS Z16, Z17, Z0
-	VPMOVZXWD   (BX)(AX*1), Z17
-	VPSLLD      $0x10, Z17, Z17
-	VFMADD231PS Z16, Z17, Z1
-	VPMOVZXWD   (BX)(AX*2), Z17
-	VPSLLD      $0x10, Z17, Z17
-	VFMADD231PS Z16, Z17, Z2
-	VPMOVZXWD   (BX)(CX*1), Z17
-	VPSLLD      $0x10, Z17, Z17
-	VFMADD231PS Z16, Z17, Z3
-	VPMOVZXWD   (SI), Z17
-	VPSLLD      $0x10, Z17, Z17
-	VFMADD231PS Z16, Z17, Z4
-	VPMOVZXWD   (SI)(AX*1), Z17
-	VPSLLD      $0x10, Z17, Z17
-	VFMADD231PS Z16, Z17, Z5
-	VPMOVZXWD   (SI)(AX*2), Z17
-	VPSLLD      $0x10, Z17, Z17
-	VFMADD231PS Z16, Z17, Z6
-	VPMOVZXWD   (SI)(CX*1), Z17
-	VPSLLD      $0x10, Z17, Z17
-	VFMADD231PS Z16, Z17, Z7
-	VPMOVZXWD   (DI), Z17
-	VPSLLD      $0x10, Z17, Z17
-	VFMADD231PS Z16, Z17, Z8
-	VPMOVZXWD   (DI)(AX*1), Z17
-	VPSLLD      $0x10, Z17, Z17
-	VFMADD231PS Z16, Z17, Z9
-	VPMOVZXWD   (DI)(AX*2), Z17
-	VPSLLD      $0x10, Z17, Z17
-	VFMADD231PS Z16, Z17, Z10
-	VPMOVZXWD   (DI)(CX*1), Z17
-	VPSLLD      $0x10, Z17, Z17
-	VFMADD231PS Z16, Z17, Z11
-	VPMOVZXWD   (R8), Z17
-	VPSLLD      $0x10, Z17, Z17
-	VFMADD231PS Z16, Z17, Z12
-	VPMOVZXWD   (R8)(AX*1), Z17
-	VPSLLD      $0x10, Z17, Z17
-	VFMADD231PS Z16, Z17, Z13
-	VPMOVZXWD   (R8)(AX*2), Z17
-	VPSLLD      $0x10, Z17, Z17
-	VFMADD231PS Z16, Z17, Z14
-	VPMOVZXWD   (R8)(CX*1), Z17
-	VPSLLD      $0x10, Z17, Z17
-	VFMADD231PS Z16, Z17, Z15
+mainK0Step:
+	PREFETCHT1  (R9)(R10*1)
+	VPMOVZXWD   (R9), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (R8), Z16, Z0
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000020, R9
+	DECQ        R11
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVDQU16.Z (R9), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z0
+
+mainK0Done:
+	MOVQ  q_base+32(FP), R8
+	LEAQ  (DX)(AX*1), R9
+	MOVQ  ldk+80(FP), R10
+	SHLQ  $0x06, R10
+	MOVQ  24(SP), R11
+	TESTQ R11, R11
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (R9)(R10*1)
+	VPMOVZXWD   (R9), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (R8), Z16, Z1
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000020, R9
+	DECQ        R11
+	JNZ         mainK1Step
+
+mainK1Tail:
+	KORTESTW    K1, K1
+	JZ          mainK1Done
+	VMOVDQU16.Z (R9), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z1
+
+mainK1Done:
+	MOVQ  q_base+32(FP), R8
+	LEAQ  (DX)(AX*2), R9
+	MOVQ  ldk+80(FP), R10
+	SHLQ  $0x06, R10
+	MOVQ  24(SP), R11
+	TESTQ R11, R11
+	JZ    mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (R9)(R10*1)
+	VPMOVZXWD   (R9), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (R8), Z16, Z2
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000020, R9
+	DECQ        R11
+	JNZ         mainK2Step
+
+mainK2Tail:
+	KORTESTW    K1, K1
+	JZ          mainK2Done
+	VMOVDQU16.Z (R9), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z2
+
+mainK2Done:
+	MOVQ  q_base+32(FP), R8
+	LEAQ  (DX)(CX*1), DX
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (DX)(R9*1)
+	VPMOVZXWD   (DX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (R8), Z16, Z3
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000020, DX
+	DECQ        R10
+	JNZ         mainK3Step
+
+mainK3Tail:
+	KORTESTW    K1, K1
+	JZ          mainK3Done
+	VMOVDQU16.Z (DX), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z3
+
+mainK3Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (R8)(R9*1)
+	VPMOVZXWD   (R8), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z4
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, R8
+	DECQ        R10
+	JNZ         mainK4Step
+
+mainK4Tail:
+	KORTESTW    K1, K1
+	JZ          mainK4Done
+	VMOVDQU16.Z (R8), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z4
+
+mainK4Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(AX*1), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK5Tail
+
+mainK5Step:
+	PREFETCHT1  (R8)(R9*1)
+	VPMOVZXWD   (R8), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z5
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, R8
+	DECQ        R10
+	JNZ         mainK5Step
+
+mainK5Tail:
+	KORTESTW    K1, K1
+	JZ          mainK5Done
+	VMOVDQU16.Z (R8), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z5
+
+mainK5Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(AX*2), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK6Tail
+
+mainK6Step:
+	PREFETCHT1  (R8)(R9*1)
+	VPMOVZXWD   (R8), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z6
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, R8
+	DECQ        R10
+	JNZ         mainK6Step
+
+mainK6Tail:
+	KORTESTW    K1, K1
+	JZ          mainK6Done
+	VMOVDQU16.Z (R8), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z6
+
+mainK6Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(CX*1), BX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK7Tail
+
+mainK7Step:
+	PREFETCHT1  (BX)(R8*1)
+	VPMOVZXWD   (BX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z7
 	ADDQ        $0x00000040, DX
 	ADDQ        $0x00000020, BX
-	ADDQ        $0x00000020, SI
-	ADDQ        $0x00000020, DI
-	ADDQ        $0x00000020, R8
 	DECQ        R9
-	JNZ         mainStep
+	JNZ         mainK7Step
 
-mainTail:
+mainK7Tail:
 	KORTESTW    K1, K1
-	JZ          mainStore
-	VMOVUPS.Z   (DX), K1, Z16
-	VMOVDQU16.Z (BX), K1, Y17
-	VPMOVZXWD   Y17, Z17
-	VPSLLD      $0x10, Z17, Z17
-	VFMADD231PS Z16, Z17, Z0
-	VMOVDQU16.Z (BX)(AX*1), K1, Y17
-	VPMOVZXWD   Y17, Z17
-	VPSLLD      $0x10, Z17, Z17
-	VFMADD231PS Z16, Z17, Z1
-	VMOVDQU16.Z (BX)(AX*2), K1, Y17
-	VPMOVZXWD   Y17, Z17
-	VPSLLD      $0x10, Z17, Z17
-	VFMADD231PS Z16, Z17, Z2
-	VMOVDQU16.Z (BX)(CX*1), K1, Y17
-	VPMOVZXWD   Y17, Z17
-	VPSLLD      $0x10, Z17, Z17
-	VFMADD231PS Z16, Z17, Z3
-	VMOVDQU16.Z (SI), K1, Y17
-	VPMOVZXWD   Y17, Z17
-	VPSLLD      $0x10, Z17, Z17
-	VFMADD231PS Z16, Z17, Z4
-	VMOVDQU16.Z (SI)(AX*1), K1, Y17
-	VPMOVZXWD   Y17, Z17
-	VPSLLD      $0x10, Z17, Z17
-	VFMADD231PS Z16, Z17, Z5
-	VMOVDQU16.Z (SI)(AX*2), K1, Y17
-	VPMOVZXWD   Y17, Z17
-	VPSLLD      $0x10, Z17, Z17
-	VFMADD231PS Z16, Z17, Z6
-	VMOVDQU16.Z (SI)(CX*1), K1, Y17
-	VPMOVZXWD   Y17, Z17
-	VPSLLD      $0x10, Z17, Z17
-	VFMADD231PS Z16, Z17, Z7
-	VMOVDQU16.Z (DI), K1, Y17
-	VPMOVZXWD   Y17, Z17
-	VPSLLD      $0x10, Z17, Z17
-	VFMADD231PS Z16, Z17, Z8
-	VMOVDQU16.Z (DI)(AX*1), K1, Y17
-	VPMOVZXWD   Y17, Z17
-	VPSLLD      $0x10, Z17, Z17
-	VFMADD231PS Z16, Z17, Z9
-	VMOVDQU16.Z (DI)(AX*2), K1, Y17
-	VPMOVZXWD   Y17, Z17
-	VPSLLD      $0x10, Z17, Z17
-	VFMADD231PS Z16, Z17, Z10
-	VMOVDQU16.Z (DI)(CX*1), K1, Y17
-	VPMOVZXWD   Y17, Z17
-	VPSLLD      $0x10, Z17, Z17
-	VFMADD231PS Z16, Z17, Z11
-	VMOVDQU16.Z (R8), K1, Y17
-	VPMOVZXWD   Y17, Z17
-	VPSLLD      $0x10, Z17, Z17
-	VFMADD231PS Z16, Z17, Z12
-	VMOVDQU16.Z (R8)(AX*1), K1, Y17
-	VPMOVZXWD   Y17, Z17
-	VPSLLD      $0x10, Z17, Z17
-	VFMADD231PS Z16, Z17, Z13
-	VMOVDQU16.Z (R8)(AX*2), K1, Y17
-	VPMOVZXWD   Y17, Z17
-	VPSLLD      $0x10, Z17, Z17
-	VFMADD231PS Z16, Z17, Z14
-	VMOVDQU16.Z (R8)(CX*1), K1, Y17
-	VPMOVZXWD   Y17, Z17
-	VPSLLD      $0x10, Z17, Z17
-	VFMADD231PS Z16, Z17, Z15
+	JZ          mainK7Done
+	VMOVDQU16.Z (BX), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z7
 
-mainStore:
+mainK7Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (SI), BX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK8Tail
+
+mainK8Step:
+	PREFETCHT1  (BX)(R8*1)
+	VPMOVZXWD   (BX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z8
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R9
+	JNZ         mainK8Step
+
+mainK8Tail:
+	KORTESTW    K1, K1
+	JZ          mainK8Done
+	VMOVDQU16.Z (BX), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z8
+
+mainK8Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (SI)(AX*1), BX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK9Tail
+
+mainK9Step:
+	PREFETCHT1  (BX)(R8*1)
+	VPMOVZXWD   (BX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z9
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R9
+	JNZ         mainK9Step
+
+mainK9Tail:
+	KORTESTW    K1, K1
+	JZ          mainK9Done
+	VMOVDQU16.Z (BX), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z9
+
+mainK9Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (SI)(AX*2), BX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK10Tail
+
+mainK10Step:
+	PREFETCHT1  (BX)(R8*1)
+	VPMOVZXWD   (BX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z10
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R9
+	JNZ         mainK10Step
+
+mainK10Tail:
+	KORTESTW    K1, K1
+	JZ          mainK10Done
+	VMOVDQU16.Z (BX), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z10
+
+mainK10Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (SI)(CX*1), BX
+	MOVQ  ldk+80(FP), SI
+	SHLQ  $0x06, SI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK11Tail
+
+mainK11Step:
+	PREFETCHT1  (BX)(SI*1)
+	VPMOVZXWD   (BX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z11
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R8
+	JNZ         mainK11Step
+
+mainK11Tail:
+	KORTESTW    K1, K1
+	JZ          mainK11Done
+	VMOVDQU16.Z (BX), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z11
+
+mainK11Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (DI), BX
+	MOVQ  ldk+80(FP), SI
+	SHLQ  $0x06, SI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK12Tail
+
+mainK12Step:
+	PREFETCHT1  (BX)(SI*1)
+	VPMOVZXWD   (BX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z12
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R8
+	JNZ         mainK12Step
+
+mainK12Tail:
+	KORTESTW    K1, K1
+	JZ          mainK12Done
+	VMOVDQU16.Z (BX), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z12
+
+mainK12Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (DI)(AX*1), BX
+	MOVQ  ldk+80(FP), SI
+	SHLQ  $0x06, SI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK13Tail
+
+mainK13Step:
+	PREFETCHT1  (BX)(SI*1)
+	VPMOVZXWD   (BX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z13
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R8
+	JNZ         mainK13Step
+
+mainK13Tail:
+	KORTESTW    K1, K1
+	JZ          mainK13Done
+	VMOVDQU16.Z (BX), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z13
+
+mainK13Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (DI)(AX*2), AX
+	MOVQ  ldk+80(FP), BX
+	SHLQ  $0x06, BX
+	MOVQ  24(SP), SI
+	TESTQ SI, SI
+	JZ    mainK14Tail
+
+mainK14Step:
+	PREFETCHT1  (AX)(BX*1)
+	VPMOVZXWD   (AX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z14
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, AX
+	DECQ        SI
+	JNZ         mainK14Step
+
+mainK14Tail:
+	KORTESTW    K1, K1
+	JZ          mainK14Done
+	VMOVDQU16.Z (AX), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z14
+
+mainK14Done:
+	MOVQ  q_base+32(FP), AX
+	LEAQ  (DI)(CX*1), CX
+	MOVQ  ldk+80(FP), DX
+	SHLQ  $0x06, DX
+	MOVQ  24(SP), BX
+	TESTQ BX, BX
+	JZ    mainK15Tail
+
+mainK15Step:
+	PREFETCHT1  (CX)(DX*1)
+	VPMOVZXWD   (CX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (AX), Z16, Z15
+	ADDQ        $0x00000040, AX
+	ADDQ        $0x00000020, CX
+	DECQ        BX
+	JNZ         mainK15Step
+
+mainK15Tail:
+	KORTESTW    K1, K1
+	JZ          mainK15Done
+	VMOVDQU16.Z (CX), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (AX), K1, Z17
+	VFMADD231PS Z17, Z16, Z15
+
+mainK15Done:
 	VSHUFF32X4 $0x44, Z4, Z0, Z16
 	VSHUFF32X4 $0xee, Z4, Z0, Z0
 	VADDPS     Z0, Z16, Z16
@@ -2886,32 +4117,35 @@ rest:
 	CMPQ   16(SP), $0x00000001
 	JL     done
 	VPSUBD Z0, Z0, Z0
-	MOVQ   q_base+32(FP), AX
-	MOVQ   8(SP), CX
-	MOVQ   24(SP), DX
-	TESTQ  DX, DX
-	JZ     restTail
+	MOVQ   8(SP), AX
+	MOVQ   q_base+32(FP), CX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   24(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
 
-restStep:
-	VMOVUPS     (AX), Z1
-	VPMOVZXWD   (CX), Z2
-	VPSLLD      $0x10, Z2, Z2
-	VFMADD231PS Z1, Z2, Z0
-	ADDQ        $0x00000040, AX
-	ADDQ        $0x00000020, CX
-	DECQ        DX
-	JNZ         restStep
+restK0Step:
+	PREFETCHT1  (AX)(DX*1)
+	VPMOVZXWD   (AX), Z1
+	VPSLLD      $0x10, Z1, Z1
+	VFMADD231PS (CX), Z1, Z0
+	ADDQ        $0x00000040, CX
+	ADDQ        $0x00000020, AX
+	DECQ        BX
+	JNZ         restK0Step
 
-restTail:
+restK0Tail:
 	KORTESTW    K1, K1
-	JZ          restStore
-	VMOVUPS.Z   (AX), K1, Z1
-	VMOVDQU16.Z (CX), K1, Y2
-	VPMOVZXWD   Y2, Z2
-	VPSLLD      $0x10, Z2, Z2
-	VFMADD231PS Z1, Z2, Z0
+	JZ          restK0Done
+	VMOVDQU16.Z (AX), K1, Y1
+	VPMOVZXWD   Y1, Z1
+	VPSLLD      $0x10, Z1, Z1
+	VMOVUPS.Z   (CX), K1, Z2
+	VFMADD231PS Z2, Z1, Z0
 
-restStore:
+restK0Done:
 	VXORPS     Z1, Z1, Z1
 	VSHUFF32X4 $0x44, Z1, Z0, Z2
 	VSHUFF32X4 $0xee, Z1, Z0, Z0
@@ -2941,7 +4175,7 @@ done:
 	RET
 
 // func scoresBF16M2AVX512(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
-// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL, MMX+
 TEXT ·scoresBF16M2AVX512(SB), NOSPLIT, $32-104
 	MOVQ  s_base+0(FP), AX
 	MOVQ  AX, (SP)
@@ -2976,106 +4210,275 @@ main:
 	VPSUBD Z13, Z13, Z13
 	VPSUBD Z14, Z14, Z14
 	VPSUBD Z15, Z15, Z15
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	MOVQ   ldk+80(FP), CX
-	SHLQ   $0x01, CX
-	LEAQ   (CX)(CX*2), DX
-	MOVQ   q_base+32(FP), BX
-	MOVQ   8(SP), SI
-	LEAQ   (SI)(CX*4), DI
-	MOVQ   24(SP), R8
-	TESTQ  R8, R8
-	JZ     mainTail
+	MOVQ   ldk+80(FP), AX
+	SHLQ   $0x01, AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   8(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   d+96(FP), SI
+	SHLQ   $0x02, SI
+	MOVQ   q_base+32(FP), DI
+	LEAQ   (DX), R8
+	MOVQ   ldk+80(FP), R9
+	SHLQ   $0x06, R9
+	MOVQ   24(SP), R10
+	TESTQ  R10, R10
+	JZ     mainK0Tail
 
-mainStep:
-	VMOVUPS     (BX), Z16
-	VMOVUPS     (BX)(AX*1), Z17
-	VPMOVZXWD   (SI), Z18
-	VPSLLD      $0x10, Z18, Z18
-	VFMADD231PS Z16, Z18, Z0
-	VFMADD231PS Z17, Z18, Z8
-	VPMOVZXWD   (SI)(CX*1), Z18
-	VPSLLD      $0x10, Z18, Z18
-	VFMADD231PS Z16, Z18, Z1
-	VFMADD231PS Z17, Z18, Z9
-	VPMOVZXWD   (SI)(CX*2), Z18
-	VPSLLD      $0x10, Z18, Z18
-	VFMADD231PS Z16, Z18, Z2
-	VFMADD231PS Z17, Z18, Z10
-	VPMOVZXWD   (SI)(DX*1), Z18
-	VPSLLD      $0x10, Z18, Z18
-	VFMADD231PS Z16, Z18, Z3
-	VFMADD231PS Z17, Z18, Z11
-	VPMOVZXWD   (DI), Z18
-	VPSLLD      $0x10, Z18, Z18
-	VFMADD231PS Z16, Z18, Z4
-	VFMADD231PS Z17, Z18, Z12
-	VPMOVZXWD   (DI)(CX*1), Z18
-	VPSLLD      $0x10, Z18, Z18
-	VFMADD231PS Z16, Z18, Z5
-	VFMADD231PS Z17, Z18, Z13
-	VPMOVZXWD   (DI)(CX*2), Z18
-	VPSLLD      $0x10, Z18, Z18
-	VFMADD231PS Z16, Z18, Z6
-	VFMADD231PS Z17, Z18, Z14
-	VPMOVZXWD   (DI)(DX*1), Z18
-	VPSLLD      $0x10, Z18, Z18
-	VFMADD231PS Z16, Z18, Z7
-	VFMADD231PS Z17, Z18, Z15
-	ADDQ        $0x00000040, BX
-	ADDQ        $0x00000020, SI
-	ADDQ        $0x00000020, DI
-	DECQ        R8
-	JNZ         mainStep
+mainK0Step:
+	PREFETCHT1  (R8)(R9*1)
+	VPMOVZXWD   (R8), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DI), Z16, Z0
+	VFMADD231PS (DI)(SI*1), Z16, Z8
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000020, R8
+	DECQ        R10
+	JNZ         mainK0Step
 
-mainTail:
+mainK0Tail:
 	KORTESTW    K1, K1
-	JZ          mainStore
-	VMOVUPS.Z   (BX), K1, Z16
-	VMOVUPS.Z   (BX)(AX*1), K1, Z17
-	VMOVDQU16.Z (SI), K1, Y18
-	VPMOVZXWD   Y18, Z18
-	VPSLLD      $0x10, Z18, Z18
-	VFMADD231PS Z16, Z18, Z0
-	VFMADD231PS Z17, Z18, Z8
-	VMOVDQU16.Z (SI)(CX*1), K1, Y18
-	VPMOVZXWD   Y18, Z18
-	VPSLLD      $0x10, Z18, Z18
-	VFMADD231PS Z16, Z18, Z1
-	VFMADD231PS Z17, Z18, Z9
-	VMOVDQU16.Z (SI)(CX*2), K1, Y18
-	VPMOVZXWD   Y18, Z18
-	VPSLLD      $0x10, Z18, Z18
-	VFMADD231PS Z16, Z18, Z2
-	VFMADD231PS Z17, Z18, Z10
-	VMOVDQU16.Z (SI)(DX*1), K1, Y18
-	VPMOVZXWD   Y18, Z18
-	VPSLLD      $0x10, Z18, Z18
-	VFMADD231PS Z16, Z18, Z3
-	VFMADD231PS Z17, Z18, Z11
-	VMOVDQU16.Z (DI), K1, Y18
-	VPMOVZXWD   Y18, Z18
-	VPSLLD      $0x10, Z18, Z18
-	VFMADD231PS Z16, Z18, Z4
-	VFMADD231PS Z17, Z18, Z12
-	VMOVDQU16.Z (DI)(CX*1), K1, Y18
-	VPMOVZXWD   Y18, Z18
-	VPSLLD      $0x10, Z18, Z18
-	VFMADD231PS Z16, Z18, Z5
-	VFMADD231PS Z17, Z18, Z13
-	VMOVDQU16.Z (DI)(CX*2), K1, Y18
-	VPMOVZXWD   Y18, Z18
-	VPSLLD      $0x10, Z18, Z18
-	VFMADD231PS Z16, Z18, Z6
-	VFMADD231PS Z17, Z18, Z14
-	VMOVDQU16.Z (DI)(DX*1), K1, Y18
-	VPMOVZXWD   Y18, Z18
-	VPSLLD      $0x10, Z18, Z18
-	VFMADD231PS Z16, Z18, Z7
-	VFMADD231PS Z17, Z18, Z15
+	JZ          mainK0Done
+	VMOVDQU16.Z (R8), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z0
+	VMOVUPS.Z   (DI)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z8
 
-mainStore:
+mainK0Done:
+	MOVQ  d+96(FP), SI
+	SHLQ  $0x02, SI
+	MOVQ  q_base+32(FP), DI
+	LEAQ  (DX)(AX*1), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (R8)(R9*1)
+	VPMOVZXWD   (R8), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DI), Z16, Z1
+	VFMADD231PS (DI)(SI*1), Z16, Z9
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000020, R8
+	DECQ        R10
+	JNZ         mainK1Step
+
+mainK1Tail:
+	KORTESTW    K1, K1
+	JZ          mainK1Done
+	VMOVDQU16.Z (R8), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z1
+	VMOVUPS.Z   (DI)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z9
+
+mainK1Done:
+	MOVQ  d+96(FP), SI
+	SHLQ  $0x02, SI
+	MOVQ  q_base+32(FP), DI
+	LEAQ  (DX)(AX*2), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (R8)(R9*1)
+	VPMOVZXWD   (R8), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DI), Z16, Z2
+	VFMADD231PS (DI)(SI*1), Z16, Z10
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000020, R8
+	DECQ        R10
+	JNZ         mainK2Step
+
+mainK2Tail:
+	KORTESTW    K1, K1
+	JZ          mainK2Done
+	VMOVDQU16.Z (R8), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z2
+	VMOVUPS.Z   (DI)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z10
+
+mainK2Done:
+	MOVQ  d+96(FP), SI
+	SHLQ  $0x02, SI
+	MOVQ  q_base+32(FP), DI
+	LEAQ  (DX)(CX*1), DX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (DX)(R8*1)
+	VPMOVZXWD   (DX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DI), Z16, Z3
+	VFMADD231PS (DI)(SI*1), Z16, Z11
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000020, DX
+	DECQ        R9
+	JNZ         mainK3Step
+
+mainK3Tail:
+	KORTESTW    K1, K1
+	JZ          mainK3Done
+	VMOVDQU16.Z (DX), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z3
+	VMOVUPS.Z   (DI)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z11
+
+mainK3Done:
+	MOVQ  d+96(FP), DX
+	SHLQ  $0x02, DX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (BX), DI
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (DI)(R8*1)
+	VPMOVZXWD   (DI), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (SI), Z16, Z4
+	VFMADD231PS (SI)(DX*1), Z16, Z12
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000020, DI
+	DECQ        R9
+	JNZ         mainK4Step
+
+mainK4Tail:
+	KORTESTW    K1, K1
+	JZ          mainK4Done
+	VMOVDQU16.Z (DI), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (SI), K1, Z17
+	VFMADD231PS Z17, Z16, Z4
+	VMOVUPS.Z   (SI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z12
+
+mainK4Done:
+	MOVQ  d+96(FP), DX
+	SHLQ  $0x02, DX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (BX)(AX*1), DI
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK5Tail
+
+mainK5Step:
+	PREFETCHT1  (DI)(R8*1)
+	VPMOVZXWD   (DI), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (SI), Z16, Z5
+	VFMADD231PS (SI)(DX*1), Z16, Z13
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000020, DI
+	DECQ        R9
+	JNZ         mainK5Step
+
+mainK5Tail:
+	KORTESTW    K1, K1
+	JZ          mainK5Done
+	VMOVDQU16.Z (DI), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (SI), K1, Z17
+	VFMADD231PS Z17, Z16, Z5
+	VMOVUPS.Z   (SI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z13
+
+mainK5Done:
+	MOVQ  d+96(FP), DX
+	SHLQ  $0x02, DX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (BX)(AX*2), AX
+	MOVQ  ldk+80(FP), DI
+	SHLQ  $0x06, DI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK6Tail
+
+mainK6Step:
+	PREFETCHT1  (AX)(DI*1)
+	VPMOVZXWD   (AX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (SI), Z16, Z6
+	VFMADD231PS (SI)(DX*1), Z16, Z14
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000020, AX
+	DECQ        R8
+	JNZ         mainK6Step
+
+mainK6Tail:
+	KORTESTW    K1, K1
+	JZ          mainK6Done
+	VMOVDQU16.Z (AX), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (SI), K1, Z17
+	VFMADD231PS Z17, Z16, Z6
+	VMOVUPS.Z   (SI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z14
+
+mainK6Done:
+	MOVQ  d+96(FP), AX
+	SHLQ  $0x02, AX
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(CX*1), CX
+	MOVQ  ldk+80(FP), BX
+	SHLQ  $0x06, BX
+	MOVQ  24(SP), SI
+	TESTQ SI, SI
+	JZ    mainK7Tail
+
+mainK7Step:
+	PREFETCHT1  (CX)(BX*1)
+	VPMOVZXWD   (CX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z7
+	VFMADD231PS (DX)(AX*1), Z16, Z15
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, CX
+	DECQ        SI
+	JNZ         mainK7Step
+
+mainK7Tail:
+	KORTESTW    K1, K1
+	JZ          mainK7Done
+	VMOVDQU16.Z (CX), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z7
+	VMOVUPS.Z   (DX)(AX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z15
+
+mainK7Done:
 	VSHUFF32X4    $0x44, Z4, Z0, Z16
 	VSHUFF32X4    $0xee, Z4, Z0, Z0
 	VADDPS        Z0, Z16, Z16
@@ -3141,38 +4544,40 @@ rest:
 	JL     done
 	VPSUBD Z0, Z0, Z0
 	VPSUBD Z1, Z1, Z1
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	MOVQ   q_base+32(FP), CX
-	MOVQ   8(SP), DX
-	MOVQ   24(SP), BX
-	TESTQ  BX, BX
-	JZ     restTail
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	MOVQ   q_base+32(FP), DX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), BX
+	SHLQ   $0x06, BX
+	MOVQ   24(SP), SI
+	TESTQ  SI, SI
+	JZ     restK0Tail
 
-restStep:
-	VMOVUPS     (CX), Z2
-	VMOVUPS     (CX)(AX*1), Z3
-	VPMOVZXWD   (DX), Z4
-	VPSLLD      $0x10, Z4, Z4
-	VFMADD231PS Z2, Z4, Z0
-	VFMADD231PS Z3, Z4, Z1
-	ADDQ        $0x00000040, CX
-	ADDQ        $0x00000020, DX
-	DECQ        BX
-	JNZ         restStep
+restK0Step:
+	PREFETCHT1  (AX)(BX*1)
+	VPMOVZXWD   (AX), Z2
+	VPSLLD      $0x10, Z2, Z2
+	VFMADD231PS (DX), Z2, Z0
+	VFMADD231PS (DX)(CX*1), Z2, Z1
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, AX
+	DECQ        SI
+	JNZ         restK0Step
 
-restTail:
+restK0Tail:
 	KORTESTW    K1, K1
-	JZ          restStore
-	VMOVUPS.Z   (CX), K1, Z2
-	VMOVUPS.Z   (CX)(AX*1), K1, Z3
-	VMOVDQU16.Z (DX), K1, Y4
-	VPMOVZXWD   Y4, Z4
-	VPSLLD      $0x10, Z4, Z4
-	VFMADD231PS Z2, Z4, Z0
-	VFMADD231PS Z3, Z4, Z1
+	JZ          restK0Done
+	VMOVDQU16.Z (AX), K1, Y2
+	VPMOVZXWD   Y2, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VMOVUPS.Z   (DX), K1, Z3
+	VFMADD231PS Z3, Z2, Z0
+	VMOVUPS.Z   (DX)(CX*1), K1, Z3
+	VFMADD231PS Z3, Z2, Z1
 
-restStore:
+restK0Done:
 	VXORPS     Z2, Z2, Z2
 	VSHUFF32X4 $0x44, Z2, Z0, Z3
 	VSHUFF32X4 $0xee, Z2, Z0, Z0
@@ -3211,7 +4616,7 @@ done:
 	RET
 
 // func scoresBF16M4AVX512(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
-// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL, MMX+
 TEXT ·scoresBF16M4AVX512(SB), NOSPLIT, $32-104
 	MOVQ  s_base+0(FP), AX
 	MOVQ  AX, (SP)
@@ -3246,89 +4651,170 @@ main:
 	VPSUBD Z13, Z13, Z13
 	VPSUBD Z14, Z14, Z14
 	VPSUBD Z15, Z15, Z15
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
+	MOVQ   ldk+80(FP), AX
+	SHLQ   $0x01, AX
 	LEAQ   (AX)(AX*2), CX
-	MOVQ   ldk+80(FP), DX
-	SHLQ   $0x01, DX
-	LEAQ   (DX)(DX*2), BX
-	MOVQ   q_base+32(FP), SI
-	MOVQ   8(SP), DI
-	MOVQ   24(SP), R8
-	TESTQ  R8, R8
-	JZ     mainTail
+	MOVQ   8(SP), DX
+	MOVQ   d+96(FP), BX
+	SHLQ   $0x02, BX
+	LEAQ   (BX)(BX*2), SI
+	MOVQ   q_base+32(FP), DI
+	LEAQ   (DX), R8
+	MOVQ   ldk+80(FP), R9
+	SHLQ   $0x06, R9
+	MOVQ   24(SP), R10
+	TESTQ  R10, R10
+	JZ     mainK0Tail
 
-mainStep:
-	VMOVUPS     (SI), Z16
-	VMOVUPS     (SI)(AX*1), Z17
-	VMOVUPS     (SI)(AX*2), Z18
-	VMOVUPS     (SI)(CX*1), Z19
-	VPMOVZXWD   (DI), Z20
-	VPSLLD      $0x10, Z20, Z20
-	VFMADD231PS Z16, Z20, Z0
-	VFMADD231PS Z17, Z20, Z4
-	VFMADD231PS Z18, Z20, Z8
-	VFMADD231PS Z19, Z20, Z12
-	VPMOVZXWD   (DI)(DX*1), Z20
-	VPSLLD      $0x10, Z20, Z20
-	VFMADD231PS Z16, Z20, Z1
-	VFMADD231PS Z17, Z20, Z5
-	VFMADD231PS Z18, Z20, Z9
-	VFMADD231PS Z19, Z20, Z13
-	VPMOVZXWD   (DI)(DX*2), Z20
-	VPSLLD      $0x10, Z20, Z20
-	VFMADD231PS Z16, Z20, Z2
-	VFMADD231PS Z17, Z20, Z6
-	VFMADD231PS Z18, Z20, Z10
-	VFMADD231PS Z19, Z20, Z14
-	VPMOVZXWD   (DI)(BX*1), Z20
-	VPSLLD      $0x10, Z20, Z20
-	VFMADD231PS Z16, Z20, Z3
-	VFMADD231PS Z17, Z20, Z7
-	VFMADD231PS Z18, Z20, Z11
-	VFMADD231PS Z19, Z20, Z15
-	ADDQ        $0x00000040, SI
-	ADDQ        $0x00000020, DI
-	DECQ        R8
-	JNZ         mainStep
+mainK0Step:
+	PREFETCHT1  (R8)(R9*1)
+	VPMOVZXWD   (R8), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DI), Z16, Z0
+	VFMADD231PS (DI)(BX*1), Z16, Z4
+	VFMADD231PS (DI)(BX*2), Z16, Z8
+	VFMADD231PS (DI)(SI*1), Z16, Z12
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000020, R8
+	DECQ        R10
+	JNZ         mainK0Step
 
-mainTail:
+mainK0Tail:
 	KORTESTW    K1, K1
-	JZ          mainStore
-	VMOVUPS.Z   (SI), K1, Z16
-	VMOVUPS.Z   (SI)(AX*1), K1, Z17
-	VMOVUPS.Z   (SI)(AX*2), K1, Z18
-	VMOVUPS.Z   (SI)(CX*1), K1, Z19
-	VMOVDQU16.Z (DI), K1, Y20
-	VPMOVZXWD   Y20, Z20
-	VPSLLD      $0x10, Z20, Z20
-	VFMADD231PS Z16, Z20, Z0
-	VFMADD231PS Z17, Z20, Z4
-	VFMADD231PS Z18, Z20, Z8
-	VFMADD231PS Z19, Z20, Z12
-	VMOVDQU16.Z (DI)(DX*1), K1, Y20
-	VPMOVZXWD   Y20, Z20
-	VPSLLD      $0x10, Z20, Z20
-	VFMADD231PS Z16, Z20, Z1
-	VFMADD231PS Z17, Z20, Z5
-	VFMADD231PS Z18, Z20, Z9
-	VFMADD231PS Z19, Z20, Z13
-	VMOVDQU16.Z (DI)(DX*2), K1, Y20
-	VPMOVZXWD   Y20, Z20
-	VPSLLD      $0x10, Z20, Z20
-	VFMADD231PS Z16, Z20, Z2
-	VFMADD231PS Z17, Z20, Z6
-	VFMADD231PS Z18, Z20, Z10
-	VFMADD231PS Z19, Z20, Z14
-	VMOVDQU16.Z (DI)(BX*1), K1, Y20
-	VPMOVZXWD   Y20, Z20
-	VPSLLD      $0x10, Z20, Z20
-	VFMADD231PS Z16, Z20, Z3
-	VFMADD231PS Z17, Z20, Z7
-	VFMADD231PS Z18, Z20, Z11
-	VFMADD231PS Z19, Z20, Z15
+	JZ          mainK0Done
+	VMOVDQU16.Z (R8), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z0
+	VMOVUPS.Z   (DI)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z4
+	VMOVUPS.Z   (DI)(BX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z8
+	VMOVUPS.Z   (DI)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z12
 
-mainStore:
+mainK0Done:
+	MOVQ  d+96(FP), BX
+	SHLQ  $0x02, BX
+	LEAQ  (BX)(BX*2), SI
+	MOVQ  q_base+32(FP), DI
+	LEAQ  (DX)(AX*1), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (R8)(R9*1)
+	VPMOVZXWD   (R8), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DI), Z16, Z1
+	VFMADD231PS (DI)(BX*1), Z16, Z5
+	VFMADD231PS (DI)(BX*2), Z16, Z9
+	VFMADD231PS (DI)(SI*1), Z16, Z13
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000020, R8
+	DECQ        R10
+	JNZ         mainK1Step
+
+mainK1Tail:
+	KORTESTW    K1, K1
+	JZ          mainK1Done
+	VMOVDQU16.Z (R8), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z1
+	VMOVUPS.Z   (DI)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z5
+	VMOVUPS.Z   (DI)(BX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z9
+	VMOVUPS.Z   (DI)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z13
+
+mainK1Done:
+	MOVQ  d+96(FP), BX
+	SHLQ  $0x02, BX
+	LEAQ  (BX)(BX*2), SI
+	MOVQ  q_base+32(FP), DI
+	LEAQ  (DX)(AX*2), AX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (AX)(R8*1)
+	VPMOVZXWD   (AX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DI), Z16, Z2
+	VFMADD231PS (DI)(BX*1), Z16, Z6
+	VFMADD231PS (DI)(BX*2), Z16, Z10
+	VFMADD231PS (DI)(SI*1), Z16, Z14
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000020, AX
+	DECQ        R9
+	JNZ         mainK2Step
+
+mainK2Tail:
+	KORTESTW    K1, K1
+	JZ          mainK2Done
+	VMOVDQU16.Z (AX), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z2
+	VMOVUPS.Z   (DI)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z6
+	VMOVUPS.Z   (DI)(BX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z10
+	VMOVUPS.Z   (DI)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z14
+
+mainK2Done:
+	MOVQ  d+96(FP), AX
+	SHLQ  $0x02, AX
+	LEAQ  (AX)(AX*2), BX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(CX*1), CX
+	MOVQ  ldk+80(FP), DX
+	SHLQ  $0x06, DX
+	MOVQ  24(SP), DI
+	TESTQ DI, DI
+	JZ    mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (CX)(DX*1)
+	VPMOVZXWD   (CX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (SI), Z16, Z3
+	VFMADD231PS (SI)(AX*1), Z16, Z7
+	VFMADD231PS (SI)(AX*2), Z16, Z11
+	VFMADD231PS (SI)(BX*1), Z16, Z15
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000020, CX
+	DECQ        DI
+	JNZ         mainK3Step
+
+mainK3Tail:
+	KORTESTW    K1, K1
+	JZ          mainK3Done
+	VMOVDQU16.Z (CX), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (SI), K1, Z17
+	VFMADD231PS Z17, Z16, Z3
+	VMOVUPS.Z   (SI)(AX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z7
+	VMOVUPS.Z   (SI)(AX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z11
+	VMOVUPS.Z   (SI)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z15
+
+mainK3Done:
 	VSHUFF32X4    $0x44, Z4, Z0, Z16
 	VSHUFF32X4    $0xee, Z4, Z0, Z0
 	VADDPS        Z0, Z16, Z16
@@ -3402,47 +4888,47 @@ rest:
 	VPSUBD Z1, Z1, Z1
 	VPSUBD Z2, Z2, Z2
 	VPSUBD Z3, Z3, Z3
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	LEAQ   (AX)(AX*2), CX
-	MOVQ   q_base+32(FP), DX
-	MOVQ   8(SP), BX
-	MOVQ   24(SP), SI
-	TESTQ  SI, SI
-	JZ     restTail
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), SI
+	SHLQ   $0x06, SI
+	MOVQ   24(SP), DI
+	TESTQ  DI, DI
+	JZ     restK0Tail
 
-restStep:
-	VMOVUPS     (DX), Z4
-	VMOVUPS     (DX)(AX*1), Z5
-	VMOVUPS     (DX)(AX*2), Z6
-	VMOVUPS     (DX)(CX*1), Z7
-	VPMOVZXWD   (BX), Z8
-	VPSLLD      $0x10, Z8, Z8
-	VFMADD231PS Z4, Z8, Z0
-	VFMADD231PS Z5, Z8, Z1
-	VFMADD231PS Z6, Z8, Z2
-	VFMADD231PS Z7, Z8, Z3
-	ADDQ        $0x00000040, DX
-	ADDQ        $0x00000020, BX
-	DECQ        SI
-	JNZ         restStep
+restK0Step:
+	PREFETCHT1  (AX)(SI*1)
+	VPMOVZXWD   (AX), Z4
+	VPSLLD      $0x10, Z4, Z4
+	VFMADD231PS (BX), Z4, Z0
+	VFMADD231PS (BX)(CX*1), Z4, Z1
+	VFMADD231PS (BX)(CX*2), Z4, Z2
+	VFMADD231PS (BX)(DX*1), Z4, Z3
+	ADDQ        $0x00000040, BX
+	ADDQ        $0x00000020, AX
+	DECQ        DI
+	JNZ         restK0Step
 
-restTail:
+restK0Tail:
 	KORTESTW    K1, K1
-	JZ          restStore
-	VMOVUPS.Z   (DX), K1, Z4
-	VMOVUPS.Z   (DX)(AX*1), K1, Z5
-	VMOVUPS.Z   (DX)(AX*2), K1, Z6
-	VMOVUPS.Z   (DX)(CX*1), K1, Z7
-	VMOVDQU16.Z (BX), K1, Y8
-	VPMOVZXWD   Y8, Z8
-	VPSLLD      $0x10, Z8, Z8
-	VFMADD231PS Z4, Z8, Z0
-	VFMADD231PS Z5, Z8, Z1
-	VFMADD231PS Z6, Z8, Z2
-	VFMADD231PS Z7, Z8, Z3
+	JZ          restK0Done
+	VMOVDQU16.Z (AX), K1, Y4
+	VPMOVZXWD   Y4, Z4
+	VPSLLD      $0x10, Z4, Z4
+	VMOVUPS.Z   (BX), K1, Z5
+	VFMADD231PS Z5, Z4, Z0
+	VMOVUPS.Z   (BX)(CX*1), K1, Z5
+	VFMADD231PS Z5, Z4, Z1
+	VMOVUPS.Z   (BX)(CX*2), K1, Z5
+	VFMADD231PS Z5, Z4, Z2
+	VMOVUPS.Z   (BX)(DX*1), K1, Z5
+	VFMADD231PS Z5, Z4, Z3
 
-restStore:
+restK0Done:
 	VXORPS     Z4, Z4, Z4
 	VSHUFF32X4 $0x44, Z4, Z0, Z5
 	VSHUFF32X4 $0xee, Z4, Z0, Z0
@@ -3499,7 +4985,7 @@ done:
 	RET
 
 // func scoresBF16M8AVX512(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
-// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL, MMX+
 TEXT ·scoresBF16M8AVX512(SB), NOSPLIT, $32-104
 	MOVQ  s_base+0(FP), AX
 	MOVQ  AX, (SP)
@@ -3534,88 +5020,117 @@ main:
 	VPSUBD Z13, Z13, Z13
 	VPSUBD Z14, Z14, Z14
 	VPSUBD Z15, Z15, Z15
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	LEAQ   (AX)(AX*2), CX
-	MOVQ   ldk+80(FP), DX
-	SHLQ   $0x01, DX
-	MOVQ   q_base+32(FP), BX
-	LEAQ   (BX)(AX*4), SI
-	MOVQ   8(SP), DI
-	MOVQ   24(SP), R8
-	TESTQ  R8, R8
-	JZ     mainTail
+	MOVQ   ldk+80(FP), AX
+	SHLQ   $0x01, AX
+	MOVQ   8(SP), CX
+	MOVQ   d+96(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	MOVQ   q_base+32(FP), SI
+	LEAQ   (SI)(DX*4), DI
+	LEAQ   (CX), R8
+	MOVQ   ldk+80(FP), R9
+	SHLQ   $0x06, R9
+	MOVQ   24(SP), R10
+	TESTQ  R10, R10
+	JZ     mainK0Tail
 
-mainStep:
-	VMOVUPS     (BX), Z16
-	VMOVUPS     (BX)(AX*1), Z17
-	VMOVUPS     (BX)(AX*2), Z18
-	VMOVUPS     (BX)(CX*1), Z19
-	VMOVUPS     (SI), Z20
-	VMOVUPS     (SI)(AX*1), Z21
-	VMOVUPS     (SI)(AX*2), Z22
-	VMOVUPS     (SI)(CX*1), Z23
-	VPMOVZXWD   (DI), Z24
-	VPSLLD      $0x10, Z24, Z24
-	VFMADD231PS Z16, Z24, Z0
-	VFMADD231PS Z17, Z24, Z2
-	VFMADD231PS Z18, Z24, Z4
-	VFMADD231PS Z19, Z24, Z6
-	VFMADD231PS Z20, Z24, Z8
-	VFMADD231PS Z21, Z24, Z10
-	VFMADD231PS Z22, Z24, Z12
-	VFMADD231PS Z23, Z24, Z14
-	VPMOVZXWD   (DI)(DX*1), Z24
-	VPSLLD      $0x10, Z24, Z24
-	VFMADD231PS Z16, Z24, Z1
-	VFMADD231PS Z17, Z24, Z3
-	VFMADD231PS Z18, Z24, Z5
-	VFMADD231PS Z19, Z24, Z7
-	VFMADD231PS Z20, Z24, Z9
-	VFMADD231PS Z21, Z24, Z11
-	VFMADD231PS Z22, Z24, Z13
-	VFMADD231PS Z23, Z24, Z15
-	ADDQ        $0x00000040, BX
+mainK0Step:
+	PREFETCHT1  (R8)(R9*1)
+	VPMOVZXWD   (R8), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (SI), Z16, Z0
+	VFMADD231PS (SI)(DX*1), Z16, Z2
+	VFMADD231PS (SI)(DX*2), Z16, Z4
+	VFMADD231PS (SI)(BX*1), Z16, Z6
+	VFMADD231PS (DI), Z16, Z8
+	VFMADD231PS (DI)(DX*1), Z16, Z10
+	VFMADD231PS (DI)(DX*2), Z16, Z12
+	VFMADD231PS (DI)(BX*1), Z16, Z14
 	ADDQ        $0x00000040, SI
-	ADDQ        $0x00000020, DI
-	DECQ        R8
-	JNZ         mainStep
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000020, R8
+	DECQ        R10
+	JNZ         mainK0Step
 
-mainTail:
+mainK0Tail:
 	KORTESTW    K1, K1
-	JZ          mainStore
-	VMOVUPS.Z   (BX), K1, Z16
-	VMOVUPS.Z   (BX)(AX*1), K1, Z17
-	VMOVUPS.Z   (BX)(AX*2), K1, Z18
-	VMOVUPS.Z   (BX)(CX*1), K1, Z19
-	VMOVUPS.Z   (SI), K1, Z20
-	VMOVUPS.Z   (SI)(AX*1), K1, Z21
-	VMOVUPS.Z   (SI)(AX*2), K1, Z22
-	VMOVUPS.Z   (SI)(CX*1), K1, Z23
-	VMOVDQU16.Z (DI), K1, Y24
-	VPMOVZXWD   Y24, Z24
-	VPSLLD      $0x10, Z24, Z24
-	VFMADD231PS Z16, Z24, Z0
-	VFMADD231PS Z17, Z24, Z2
-	VFMADD231PS Z18, Z24, Z4
-	VFMADD231PS Z19, Z24, Z6
-	VFMADD231PS Z20, Z24, Z8
-	VFMADD231PS Z21, Z24, Z10
-	VFMADD231PS Z22, Z24, Z12
-	VFMADD231PS Z23, Z24, Z14
-	VMOVDQU16.Z (DI)(DX*1), K1, Y24
-	VPMOVZXWD   Y24, Z24
-	VPSLLD      $0x10, Z24, Z24
-	VFMADD231PS Z16, Z24, Z1
-	VFMADD231PS Z17, Z24, Z3
-	VFMADD231PS Z18, Z24, Z5
-	VFMADD231PS Z19, Z24, Z7
-	VFMADD231PS Z20, Z24, Z9
-	VFMADD231PS Z21, Z24, Z11
-	VFMADD231PS Z22, Z24, Z13
-	VFMADD231PS Z23, Z24, Z15
+	JZ          mainK0Done
+	VMOVDQU16.Z (R8), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (SI), K1, Z17
+	VFMADD231PS Z17, Z16, Z0
+	VMOVUPS.Z   (SI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z2
+	VMOVUPS.Z   (SI)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z4
+	VMOVUPS.Z   (SI)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z6
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z8
+	VMOVUPS.Z   (DI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z10
+	VMOVUPS.Z   (DI)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z12
+	VMOVUPS.Z   (DI)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z14
 
-mainStore:
+mainK0Done:
+	MOVQ  d+96(FP), DX
+	SHLQ  $0x02, DX
+	LEAQ  (DX)(DX*2), BX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (SI)(DX*4), DI
+	LEAQ  (CX)(AX*1), AX
+	MOVQ  ldk+80(FP), CX
+	SHLQ  $0x06, CX
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (AX)(CX*1)
+	VPMOVZXWD   (AX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (SI), Z16, Z1
+	VFMADD231PS (SI)(DX*1), Z16, Z3
+	VFMADD231PS (SI)(DX*2), Z16, Z5
+	VFMADD231PS (SI)(BX*1), Z16, Z7
+	VFMADD231PS (DI), Z16, Z9
+	VFMADD231PS (DI)(DX*1), Z16, Z11
+	VFMADD231PS (DI)(DX*2), Z16, Z13
+	VFMADD231PS (DI)(BX*1), Z16, Z15
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000020, AX
+	DECQ        R8
+	JNZ         mainK1Step
+
+mainK1Tail:
+	KORTESTW    K1, K1
+	JZ          mainK1Done
+	VMOVDQU16.Z (AX), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (SI), K1, Z17
+	VFMADD231PS Z17, Z16, Z1
+	VMOVUPS.Z   (SI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z3
+	VMOVUPS.Z   (SI)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z5
+	VMOVUPS.Z   (SI)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z7
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z9
+	VMOVUPS.Z   (DI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z11
+	VMOVUPS.Z   (DI)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z13
+	VMOVUPS.Z   (DI)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z15
+
+mainK1Done:
 	VSHUFF32X4    $0x44, Z4, Z0, Z16
 	VSHUFF32X4    $0xee, Z4, Z0, Z0
 	VADDPS        Z0, Z16, Z16
@@ -3699,65 +5214,61 @@ rest:
 	VPSUBD Z5, Z5, Z5
 	VPSUBD Z6, Z6, Z6
 	VPSUBD Z7, Z7, Z7
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	LEAQ   (AX)(AX*2), CX
-	MOVQ   q_base+32(FP), DX
-	LEAQ   (DX)(AX*4), BX
-	MOVQ   8(SP), SI
-	MOVQ   24(SP), DI
-	TESTQ  DI, DI
-	JZ     restTail
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (BX)(CX*4), SI
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), DI
+	SHLQ   $0x06, DI
+	MOVQ   24(SP), R8
+	TESTQ  R8, R8
+	JZ     restK0Tail
 
-restStep:
-	VMOVUPS     (DX), Z8
-	VMOVUPS     (DX)(AX*1), Z9
-	VMOVUPS     (DX)(AX*2), Z10
-	VMOVUPS     (DX)(CX*1), Z11
-	VMOVUPS     (BX), Z12
-	VMOVUPS     (BX)(AX*1), Z13
-	VMOVUPS     (BX)(AX*2), Z14
-	VMOVUPS     (BX)(CX*1), Z15
-	VPMOVZXWD   (SI), Z16
-	VPSLLD      $0x10, Z16, Z16
-	VFMADD231PS Z8, Z16, Z0
-	VFMADD231PS Z9, Z16, Z1
-	VFMADD231PS Z10, Z16, Z2
-	VFMADD231PS Z11, Z16, Z3
-	VFMADD231PS Z12, Z16, Z4
-	VFMADD231PS Z13, Z16, Z5
-	VFMADD231PS Z14, Z16, Z6
-	VFMADD231PS Z15, Z16, Z7
-	ADDQ        $0x00000040, DX
+restK0Step:
+	PREFETCHT1  (AX)(DI*1)
+	VPMOVZXWD   (AX), Z8
+	VPSLLD      $0x10, Z8, Z8
+	VFMADD231PS (BX), Z8, Z0
+	VFMADD231PS (BX)(CX*1), Z8, Z1
+	VFMADD231PS (BX)(CX*2), Z8, Z2
+	VFMADD231PS (BX)(DX*1), Z8, Z3
+	VFMADD231PS (SI), Z8, Z4
+	VFMADD231PS (SI)(CX*1), Z8, Z5
+	VFMADD231PS (SI)(CX*2), Z8, Z6
+	VFMADD231PS (SI)(DX*1), Z8, Z7
 	ADDQ        $0x00000040, BX
-	ADDQ        $0x00000020, SI
-	DECQ        DI
-	JNZ         restStep
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000020, AX
+	DECQ        R8
+	JNZ         restK0Step
 
-restTail:
+restK0Tail:
 	KORTESTW    K1, K1
-	JZ          restStore
-	VMOVUPS.Z   (DX), K1, Z8
-	VMOVUPS.Z   (DX)(AX*1), K1, Z9
-	VMOVUPS.Z   (DX)(AX*2), K1, Z10
-	VMOVUPS.Z   (DX)(CX*1), K1, Z11
-	VMOVUPS.Z   (BX), K1, Z12
-	VMOVUPS.Z   (BX)(AX*1), K1, Z13
-	VMOVUPS.Z   (BX)(AX*2), K1, Z14
-	VMOVUPS.Z   (BX)(CX*1), K1, Z15
-	VMOVDQU16.Z (SI), K1, Y16
-	VPMOVZXWD   Y16, Z16
-	VPSLLD      $0x10, Z16, Z16
-	VFMADD231PS Z8, Z16, Z0
-	VFMADD231PS Z9, Z16, Z1
-	VFMADD231PS Z10, Z16, Z2
-	VFMADD231PS Z11, Z16, Z3
-	VFMADD231PS Z12, Z16, Z4
-	VFMADD231PS Z13, Z16, Z5
-	VFMADD231PS Z14, Z16, Z6
-	VFMADD231PS Z15, Z16, Z7
+	JZ          restK0Done
+	VMOVDQU16.Z (AX), K1, Y8
+	VPMOVZXWD   Y8, Z8
+	VPSLLD      $0x10, Z8, Z8
+	VMOVUPS.Z   (BX), K1, Z9
+	VFMADD231PS Z9, Z8, Z0
+	VMOVUPS.Z   (BX)(CX*1), K1, Z9
+	VFMADD231PS Z9, Z8, Z1
+	VMOVUPS.Z   (BX)(CX*2), K1, Z9
+	VFMADD231PS Z9, Z8, Z2
+	VMOVUPS.Z   (BX)(DX*1), K1, Z9
+	VFMADD231PS Z9, Z8, Z3
+	VMOVUPS.Z   (SI), K1, Z9
+	VFMADD231PS Z9, Z8, Z4
+	VMOVUPS.Z   (SI)(CX*1), K1, Z9
+	VFMADD231PS Z9, Z8, Z5
+	VMOVUPS.Z   (SI)(CX*2), K1, Z9
+	VFMADD231PS Z9, Z8, Z6
+	VMOVUPS.Z   (SI)(DX*1), K1, Z9
+	VFMADD231PS Z9, Z8, Z7
 
-restStore:
+restK0Done:
 	VSHUFF32X4    $0x44, Z4, Z0, Z8
 	VSHUFF32X4    $0xee, Z4, Z0, Z0
 	VADDPS        Z0, Z8, Z8
@@ -3821,7 +5332,7 @@ done:
 	RET
 
 // func scoresBF16M16AVX512(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VL
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, MMX+
 TEXT ·scoresBF16M16AVX512(SB), NOSPLIT, $32-104
 	MOVQ  s_base+0(FP), AX
 	MOVQ  AX, (SP)
@@ -3856,85 +5367,89 @@ main:
 	VPSUBD Z13, Z13, Z13
 	VPSUBD Z14, Z14, Z14
 	VPSUBD Z15, Z15, Z15
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	LEAQ   (AX)(AX*2), CX
-	MOVQ   q_base+32(FP), DX
-	LEAQ   (DX)(AX*4), BX
-	LEAQ   (BX)(AX*4), SI
-	LEAQ   (SI)(AX*4), DI
-	MOVQ   8(SP), R8
-	MOVQ   24(SP), R9
-	TESTQ  R9, R9
-	JZ     mainTail
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (BX)(CX*4), SI
+	LEAQ   (SI)(CX*4), DI
+	LEAQ   (DI)(CX*4), R8
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), R9
+	SHLQ   $0x06, R9
+	MOVQ   24(SP), R10
+	TESTQ  R10, R10
+	JZ     mainK0Tail
 
-mainStep:
-	VPMOVZXWD   (R8), Z16
+mainK0Step:
+	PREFETCHT1  (AX)(R9*1)
+	VPMOVZXWD   (AX), Z16
 	VPSLLD      $0x10, Z16, Z16
-	VFMADD231PS (DX), Z16, Z0
-	VFMADD231PS (DX)(AX*1), Z16, Z1
-	VFMADD231PS (DX)(AX*2), Z16, Z2
-	VFMADD231PS (DX)(CX*1), Z16, Z3
-	VFMADD231PS (BX), Z16, Z4
-	VFMADD231PS (BX)(AX*1), Z16, Z5
-	VFMADD231PS (BX)(AX*2), Z16, Z6
-	VFMADD231PS (BX)(CX*1), Z16, Z7
-	VFMADD231PS (SI), Z16, Z8
-	VFMADD231PS (SI)(AX*1), Z16, Z9
-	VFMADD231PS (SI)(AX*2), Z16, Z10
-	VFMADD231PS (SI)(CX*1), Z16, Z11
-	VFMADD231PS (DI), Z16, Z12
-	VFMADD231PS (DI)(AX*1), Z16, Z13
-	VFMADD231PS (DI)(AX*2), Z16, Z14
-	VFMADD231PS (DI)(CX*1), Z16, Z15
-	ADDQ        $0x00000040, DX
+	VFMADD231PS (BX), Z16, Z0
+	VFMADD231PS (BX)(CX*1), Z16, Z1
+	VFMADD231PS (BX)(CX*2), Z16, Z2
+	VFMADD231PS (BX)(DX*1), Z16, Z3
+	VFMADD231PS (SI), Z16, Z4
+	VFMADD231PS (SI)(CX*1), Z16, Z5
+	VFMADD231PS (SI)(CX*2), Z16, Z6
+	VFMADD231PS (SI)(DX*1), Z16, Z7
+	VFMADD231PS (DI), Z16, Z8
+	VFMADD231PS (DI)(CX*1), Z16, Z9
+	VFMADD231PS (DI)(CX*2), Z16, Z10
+	VFMADD231PS (DI)(DX*1), Z16, Z11
+	VFMADD231PS (R8), Z16, Z12
+	VFMADD231PS (R8)(CX*1), Z16, Z13
+	VFMADD231PS (R8)(CX*2), Z16, Z14
+	VFMADD231PS (R8)(DX*1), Z16, Z15
 	ADDQ        $0x00000040, BX
 	ADDQ        $0x00000040, SI
 	ADDQ        $0x00000040, DI
-	ADDQ        $0x00000020, R8
-	DECQ        R9
-	JNZ         mainStep
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000020, AX
+	DECQ        R10
+	JNZ         mainK0Step
 
-mainTail:
+mainK0Tail:
 	KORTESTW    K1, K1
-	JZ          mainStore
-	VMOVDQU16.Z (R8), K1, Y16
+	JZ          mainK0Done
+	VMOVDQU16.Z (AX), K1, Y16
 	VPMOVZXWD   Y16, Z16
 	VPSLLD      $0x10, Z16, Z16
-	VMOVUPS.Z   (DX), K1, Z17
-	VFMADD231PS Z17, Z16, Z0
-	VMOVUPS.Z   (DX)(AX*1), K1, Z17
-	VFMADD231PS Z17, Z16, Z1
-	VMOVUPS.Z   (DX)(AX*2), K1, Z17
-	VFMADD231PS Z17, Z16, Z2
-	VMOVUPS.Z   (DX)(CX*1), K1, Z17
-	VFMADD231PS Z17, Z16, Z3
 	VMOVUPS.Z   (BX), K1, Z17
-	VFMADD231PS Z17, Z16, Z4
-	VMOVUPS.Z   (BX)(AX*1), K1, Z17
-	VFMADD231PS Z17, Z16, Z5
-	VMOVUPS.Z   (BX)(AX*2), K1, Z17
-	VFMADD231PS Z17, Z16, Z6
+	VFMADD231PS Z17, Z16, Z0
 	VMOVUPS.Z   (BX)(CX*1), K1, Z17
-	VFMADD231PS Z17, Z16, Z7
+	VFMADD231PS Z17, Z16, Z1
+	VMOVUPS.Z   (BX)(CX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z2
+	VMOVUPS.Z   (BX)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z3
 	VMOVUPS.Z   (SI), K1, Z17
-	VFMADD231PS Z17, Z16, Z8
-	VMOVUPS.Z   (SI)(AX*1), K1, Z17
-	VFMADD231PS Z17, Z16, Z9
-	VMOVUPS.Z   (SI)(AX*2), K1, Z17
-	VFMADD231PS Z17, Z16, Z10
+	VFMADD231PS Z17, Z16, Z4
 	VMOVUPS.Z   (SI)(CX*1), K1, Z17
-	VFMADD231PS Z17, Z16, Z11
+	VFMADD231PS Z17, Z16, Z5
+	VMOVUPS.Z   (SI)(CX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z6
+	VMOVUPS.Z   (SI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z7
 	VMOVUPS.Z   (DI), K1, Z17
-	VFMADD231PS Z17, Z16, Z12
-	VMOVUPS.Z   (DI)(AX*1), K1, Z17
-	VFMADD231PS Z17, Z16, Z13
-	VMOVUPS.Z   (DI)(AX*2), K1, Z17
-	VFMADD231PS Z17, Z16, Z14
+	VFMADD231PS Z17, Z16, Z8
 	VMOVUPS.Z   (DI)(CX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z9
+	VMOVUPS.Z   (DI)(CX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z10
+	VMOVUPS.Z   (DI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z11
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z12
+	VMOVUPS.Z   (R8)(CX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z13
+	VMOVUPS.Z   (R8)(CX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z14
+	VMOVUPS.Z   (R8)(DX*1), K1, Z17
 	VFMADD231PS Z17, Z16, Z15
 
-mainStore:
+mainK0Done:
 	VSHUFF32X4    $0x44, Z4, Z0, Z16
 	VSHUFF32X4    $0xee, Z4, Z0, Z0
 	VADDPS        Z0, Z16, Z16
@@ -4023,8 +5538,8 @@ done:
 	RET
 
 // func accumBF16M1AVX512(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv int, n int, d int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV
-TEXT ·accumBF16M1AVX512(SB), NOSPLIT, $56-112
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·accumBF16M1AVX512(SB), $184-112
 	MOVQ  p_base+32(FP), AX
 	MOVQ  AX, 16(SP)
 	MOVQ  v_base+64(FP), AX
@@ -4037,20 +5552,46 @@ TEXT ·accumBF16M1AVX512(SB), NOSPLIT, $56-112
 	KMOVW (CX)(AX*2), K1
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x04, AX
-	MOVQ    AX, 48(SP)
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, DX
+	SUBQ      $0x00000000, DX
+	XORQ      BX, BX
+	CMPQ      DX, BX
+	CMOVQLT   BX, DX
+	MOVQ      $0x00000010, BX
+	CMPQ      DX, BX
+	CMOVQGT   BX, DX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(DX*2), K2
+	SUBQ      $0x00000010, AX
+	XORQ      DX, DX
+	CMPQ      AX, DX
+	CMOVQLT   DX, AX
+	MOVQ      $0x00000010, DX
+	CMPQ      AX, DX
+	CMOVQGT   DX, AX
+	LEAQ      decodemask16<>+0(SB), DX
+	KMOVW     (DX)(AX*2), K3
+	VMOVUPS.Z (CX), K2, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K3, Z0
+	VMOVUPS   Z0, 120(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000010
@@ -4072,13 +5613,23 @@ full:
 	VMOVUPS 832(AX), Z13
 	VMOVUPS 896(AX), Z14
 	VMOVUPS 960(AX), Z15
-	MOVQ    16(SP), AX
+	LEAQ    56(SP), AX
 	MOVQ    8(SP), CX
 	MOVQ    ldv+88(FP), DX
 	SHLQ    $0x01, DX
-	MOVQ    32(SP), BX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys1:
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	PREFETCHT1   128(CX)(BX*1)
+	PREFETCHT1   192(CX)(BX*1)
+	PREFETCHT1   256(CX)(BX*1)
+	PREFETCHT1   320(CX)(BX*1)
+	PREFETCHT1   384(CX)(BX*1)
+	PREFETCHT1   448(CX)(BX*1)
 	VBROADCASTSS (AX), Z16
 	VPMOVZXWD    (CX), Z17
 	VPSLLD       $0x10, Z17, Z17
@@ -4130,7 +5681,7 @@ keys1:
 	VFMADD231PS  Z16, Z17, Z15
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys1
 	MOVQ         (SP), AX
 	VMOVUPS      Z0, (AX)
@@ -4166,13 +5717,19 @@ chunk8:
 	VMOVUPS 320(AX), Z5
 	VMOVUPS 384(AX), Z6
 	VMOVUPS 448(AX), Z7
-	MOVQ    16(SP), AX
+	LEAQ    56(SP), AX
 	MOVQ    8(SP), CX
 	MOVQ    ldv+88(FP), DX
 	SHLQ    $0x01, DX
-	MOVQ    32(SP), BX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys2:
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	PREFETCHT1   128(CX)(BX*1)
+	PREFETCHT1   192(CX)(BX*1)
 	VBROADCASTSS (AX), Z8
 	VPMOVZXWD    (CX), Z9
 	VPSLLD       $0x10, Z9, Z9
@@ -4200,7 +5757,7 @@ keys2:
 	VFMADD231PS  Z8, Z9, Z7
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys2
 	MOVQ         (SP), AX
 	VMOVUPS      Z0, (AX)
@@ -4223,13 +5780,17 @@ chunk4:
 	VMOVUPS 64(AX), Z1
 	VMOVUPS 128(AX), Z2
 	VMOVUPS 192(AX), Z3
-	MOVQ    16(SP), AX
+	LEAQ    56(SP), AX
 	MOVQ    8(SP), CX
 	MOVQ    ldv+88(FP), DX
 	SHLQ    $0x01, DX
-	MOVQ    32(SP), BX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys3:
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
 	VBROADCASTSS (AX), Z4
 	VPMOVZXWD    (CX), Z5
 	VPSLLD       $0x10, Z5, Z5
@@ -4245,7 +5806,7 @@ keys3:
 	VFMADD231PS  Z4, Z5, Z3
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys3
 	MOVQ         (SP), AX
 	VMOVUPS      Z0, (AX)
@@ -4262,13 +5823,16 @@ chunk2:
 	MOVQ    (SP), AX
 	VMOVUPS (AX), Z0
 	VMOVUPS 64(AX), Z1
-	MOVQ    16(SP), AX
+	LEAQ    56(SP), AX
 	MOVQ    8(SP), CX
 	MOVQ    ldv+88(FP), DX
 	SHLQ    $0x01, DX
-	MOVQ    32(SP), BX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys4:
+	PREFETCHT1   (CX)(BX*1)
 	VBROADCASTSS (AX), Z2
 	VPMOVZXWD    (CX), Z3
 	VPSLLD       $0x10, Z3, Z3
@@ -4278,7 +5842,7 @@ keys4:
 	VFMADD231PS  Z2, Z3, Z1
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys4
 	MOVQ         (SP), AX
 	VMOVUPS      Z0, (AX)
@@ -4292,20 +5856,23 @@ chunk1:
 	JL      chunk0
 	MOVQ    (SP), AX
 	VMOVUPS (AX), Z0
-	MOVQ    16(SP), AX
+	LEAQ    56(SP), AX
 	MOVQ    8(SP), CX
 	MOVQ    ldv+88(FP), DX
 	SHLQ    $0x01, DX
-	MOVQ    32(SP), BX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys5:
+	PREFETCHT1   (CX)(BX*1)
 	VBROADCASTSS (AX), Z1
 	VPMOVZXWD    (CX), Z2
 	VPSLLD       $0x10, Z2, Z2
 	VFMADD231PS  Z1, Z2, Z0
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys5
 	MOVQ         (SP), AX
 	VMOVUPS      Z0, (AX)
@@ -4319,13 +5886,16 @@ chunk0:
 	JZ        next
 	MOVQ      (SP), AX
 	VMOVUPS.Z (AX), K1, Z0
-	MOVQ      16(SP), AX
+	LEAQ      56(SP), AX
 	MOVQ      8(SP), CX
 	MOVQ      ldv+88(FP), DX
 	SHLQ      $0x01, DX
-	MOVQ      32(SP), BX
+	MOVQ      DX, BX
+	SHLQ      $0x05, BX
+	MOVQ      32(SP), SI
 
 keys6:
+	PREFETCHT1   (CX)(BX*1)
 	VBROADCASTSS (AX), Z1
 	VMOVDQU16.Z  (CX), K1, Y2
 	VPMOVZXWD    Y2, Z2
@@ -4333,7 +5903,7 @@ keys6:
 	VFMADD231PS  Z1, Z2, Z0
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys6
 	MOVQ         (SP), AX
 	VMOVUPS      Z0, K1, (AX)
@@ -4355,8 +5925,8 @@ done:
 	RET
 
 // func accumBF16M2AVX512(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv int, n int, d int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV
-TEXT ·accumBF16M2AVX512(SB), NOSPLIT, $56-112
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·accumBF16M2AVX512(SB), $312-112
 	MOVQ  p_base+32(FP), AX
 	MOVQ  AX, 16(SP)
 	MOVQ  v_base+64(FP), AX
@@ -4369,20 +5939,50 @@ TEXT ·accumBF16M2AVX512(SB), NOSPLIT, $56-112
 	KMOVW (CX)(AX*2), K1
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x04, AX
-	MOVQ    AX, 48(SP)
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, BX
+	SUBQ      $0x00000000, BX
+	XORQ      SI, SI
+	CMPQ      BX, SI
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, SI
+	CMOVQGT   SI, BX
+	LEAQ      decodemask16<>+0(SB), SI
+	KMOVW     (SI)(BX*2), K2
+	SUBQ      $0x00000010, AX
+	XORQ      BX, BX
+	CMPQ      AX, BX
+	CMOVQLT   BX, AX
+	MOVQ      $0x00000010, BX
+	CMPQ      AX, BX
+	CMOVQGT   BX, AX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(AX*2), K3
+	VMOVUPS.Z (CX), K2, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K3, Z0
+	VMOVUPS   Z0, 120(SP)
+	VMOVUPS.Z (CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 184(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 248(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000008
@@ -4406,51 +6006,55 @@ full:
 	VMOVUPS 320(AX)(CX*1), Z13
 	VMOVUPS 384(AX)(CX*1), Z14
 	VMOVUPS 448(AX)(CX*1), Z15
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	MOVQ    16(SP), CX
-	MOVQ    8(SP), DX
-	MOVQ    ldv+88(FP), BX
-	SHLQ    $0x01, BX
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x01, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
 	MOVQ    32(SP), SI
 
 keys1:
-	VBROADCASTSS (CX), Z16
-	VBROADCASTSS (CX)(AX*1), Z17
-	VPMOVZXWD    (DX), Z18
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	PREFETCHT1   128(CX)(BX*1)
+	PREFETCHT1   192(CX)(BX*1)
+	VBROADCASTSS (AX), Z16
+	VBROADCASTSS 128(AX), Z17
+	VPMOVZXWD    (CX), Z18
 	VPSLLD       $0x10, Z18, Z18
 	VFMADD231PS  Z16, Z18, Z0
 	VFMADD231PS  Z17, Z18, Z8
-	VPMOVZXWD    32(DX), Z18
+	VPMOVZXWD    32(CX), Z18
 	VPSLLD       $0x10, Z18, Z18
 	VFMADD231PS  Z16, Z18, Z1
 	VFMADD231PS  Z17, Z18, Z9
-	VPMOVZXWD    64(DX), Z18
+	VPMOVZXWD    64(CX), Z18
 	VPSLLD       $0x10, Z18, Z18
 	VFMADD231PS  Z16, Z18, Z2
 	VFMADD231PS  Z17, Z18, Z10
-	VPMOVZXWD    96(DX), Z18
+	VPMOVZXWD    96(CX), Z18
 	VPSLLD       $0x10, Z18, Z18
 	VFMADD231PS  Z16, Z18, Z3
 	VFMADD231PS  Z17, Z18, Z11
-	VPMOVZXWD    128(DX), Z18
+	VPMOVZXWD    128(CX), Z18
 	VPSLLD       $0x10, Z18, Z18
 	VFMADD231PS  Z16, Z18, Z4
 	VFMADD231PS  Z17, Z18, Z12
-	VPMOVZXWD    160(DX), Z18
+	VPMOVZXWD    160(CX), Z18
 	VPSLLD       $0x10, Z18, Z18
 	VFMADD231PS  Z16, Z18, Z5
 	VFMADD231PS  Z17, Z18, Z13
-	VPMOVZXWD    192(DX), Z18
+	VPMOVZXWD    192(CX), Z18
 	VPSLLD       $0x10, Z18, Z18
 	VFMADD231PS  Z16, Z18, Z6
 	VFMADD231PS  Z17, Z18, Z14
-	VPMOVZXWD    224(DX), Z18
+	VPMOVZXWD    224(CX), Z18
 	VPSLLD       $0x10, Z18, Z18
 	VFMADD231PS  Z16, Z18, Z7
 	VFMADD231PS  Z17, Z18, Z15
-	ADDQ         $0x00000004, CX
-	ADDQ         BX, DX
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
 	DECQ         SI
 	JNZ          keys1
 	MOVQ         (SP), AX
@@ -4491,35 +6095,37 @@ chunk4:
 	VMOVUPS 64(AX)(CX*1), Z5
 	VMOVUPS 128(AX)(CX*1), Z6
 	VMOVUPS 192(AX)(CX*1), Z7
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	MOVQ    16(SP), CX
-	MOVQ    8(SP), DX
-	MOVQ    ldv+88(FP), BX
-	SHLQ    $0x01, BX
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x01, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
 	MOVQ    32(SP), SI
 
 keys2:
-	VBROADCASTSS (CX), Z8
-	VBROADCASTSS (CX)(AX*1), Z9
-	VPMOVZXWD    (DX), Z10
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	VBROADCASTSS (AX), Z8
+	VBROADCASTSS 128(AX), Z9
+	VPMOVZXWD    (CX), Z10
 	VPSLLD       $0x10, Z10, Z10
 	VFMADD231PS  Z8, Z10, Z0
 	VFMADD231PS  Z9, Z10, Z4
-	VPMOVZXWD    32(DX), Z10
+	VPMOVZXWD    32(CX), Z10
 	VPSLLD       $0x10, Z10, Z10
 	VFMADD231PS  Z8, Z10, Z1
 	VFMADD231PS  Z9, Z10, Z5
-	VPMOVZXWD    64(DX), Z10
+	VPMOVZXWD    64(CX), Z10
 	VPSLLD       $0x10, Z10, Z10
 	VFMADD231PS  Z8, Z10, Z2
 	VFMADD231PS  Z9, Z10, Z6
-	VPMOVZXWD    96(DX), Z10
+	VPMOVZXWD    96(CX), Z10
 	VPSLLD       $0x10, Z10, Z10
 	VFMADD231PS  Z8, Z10, Z3
 	VFMADD231PS  Z9, Z10, Z7
-	ADDQ         $0x00000004, CX
-	ADDQ         BX, DX
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
 	DECQ         SI
 	JNZ          keys2
 	MOVQ         (SP), AX
@@ -4547,27 +6153,28 @@ chunk2:
 	VMOVUPS 64(AX), Z1
 	VMOVUPS (AX)(CX*1), Z2
 	VMOVUPS 64(AX)(CX*1), Z3
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	MOVQ    16(SP), CX
-	MOVQ    8(SP), DX
-	MOVQ    ldv+88(FP), BX
-	SHLQ    $0x01, BX
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x01, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
 	MOVQ    32(SP), SI
 
 keys3:
-	VBROADCASTSS (CX), Z4
-	VBROADCASTSS (CX)(AX*1), Z5
-	VPMOVZXWD    (DX), Z6
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z4
+	VBROADCASTSS 128(AX), Z5
+	VPMOVZXWD    (CX), Z6
 	VPSLLD       $0x10, Z6, Z6
 	VFMADD231PS  Z4, Z6, Z0
 	VFMADD231PS  Z5, Z6, Z2
-	VPMOVZXWD    32(DX), Z6
+	VPMOVZXWD    32(CX), Z6
 	VPSLLD       $0x10, Z6, Z6
 	VFMADD231PS  Z4, Z6, Z1
 	VFMADD231PS  Z5, Z6, Z3
-	ADDQ         $0x00000004, CX
-	ADDQ         BX, DX
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
 	DECQ         SI
 	JNZ          keys3
 	MOVQ         (SP), AX
@@ -4589,23 +6196,24 @@ chunk1:
 	SHLQ    $0x02, CX
 	VMOVUPS (AX), Z0
 	VMOVUPS (AX)(CX*1), Z1
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	MOVQ    16(SP), CX
-	MOVQ    8(SP), DX
-	MOVQ    ldv+88(FP), BX
-	SHLQ    $0x01, BX
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x01, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
 	MOVQ    32(SP), SI
 
 keys4:
-	VBROADCASTSS (CX), Z2
-	VBROADCASTSS (CX)(AX*1), Z3
-	VPMOVZXWD    (DX), Z4
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z2
+	VBROADCASTSS 128(AX), Z3
+	VPMOVZXWD    (CX), Z4
 	VPSLLD       $0x10, Z4, Z4
 	VFMADD231PS  Z2, Z4, Z0
 	VFMADD231PS  Z3, Z4, Z1
-	ADDQ         $0x00000004, CX
-	ADDQ         BX, DX
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
 	DECQ         SI
 	JNZ          keys4
 	MOVQ         (SP), AX
@@ -4626,24 +6234,25 @@ chunk0:
 	SHLQ      $0x02, CX
 	VMOVUPS.Z (AX), K1, Z0
 	VMOVUPS.Z (AX)(CX*1), K1, Z1
-	MOVQ      ldp+56(FP), AX
-	SHLQ      $0x02, AX
-	MOVQ      16(SP), CX
-	MOVQ      8(SP), DX
-	MOVQ      ldv+88(FP), BX
-	SHLQ      $0x01, BX
+	LEAQ      56(SP), AX
+	MOVQ      8(SP), CX
+	MOVQ      ldv+88(FP), DX
+	SHLQ      $0x01, DX
+	MOVQ      DX, BX
+	SHLQ      $0x05, BX
 	MOVQ      32(SP), SI
 
 keys5:
-	VBROADCASTSS (CX), Z2
-	VBROADCASTSS (CX)(AX*1), Z3
-	VMOVDQU16.Z  (DX), K1, Y4
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z2
+	VBROADCASTSS 128(AX), Z3
+	VMOVDQU16.Z  (CX), K1, Y4
 	VPMOVZXWD    Y4, Z4
 	VPSLLD       $0x10, Z4, Z4
 	VFMADD231PS  Z2, Z4, Z0
 	VFMADD231PS  Z3, Z4, Z1
-	ADDQ         $0x00000004, CX
-	ADDQ         BX, DX
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
 	DECQ         SI
 	JNZ          keys5
 	MOVQ         (SP), AX
@@ -4669,8 +6278,8 @@ done:
 	RET
 
 // func accumBF16M4AVX512(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv int, n int, d int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV
-TEXT ·accumBF16M4AVX512(SB), NOSPLIT, $56-112
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·accumBF16M4AVX512(SB), $568-112
 	MOVQ  p_base+32(FP), AX
 	MOVQ  AX, 16(SP)
 	MOVQ  v_base+64(FP), AX
@@ -4683,20 +6292,59 @@ TEXT ·accumBF16M4AVX512(SB), NOSPLIT, $56-112
 	KMOVW (CX)(AX*2), K1
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x04, AX
-	MOVQ    AX, 48(SP)
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, BX
+	SUBQ      $0x00000000, BX
+	XORQ      SI, SI
+	CMPQ      BX, SI
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, SI
+	CMOVQGT   SI, BX
+	LEAQ      decodemask16<>+0(SB), SI
+	KMOVW     (SI)(BX*2), K2
+	SUBQ      $0x00000010, AX
+	XORQ      BX, BX
+	CMPQ      AX, BX
+	CMOVQLT   BX, AX
+	MOVQ      $0x00000010, BX
+	CMPQ      AX, BX
+	CMOVQGT   BX, AX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(AX*2), K3
+	VMOVUPS.Z (CX), K2, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K3, Z0
+	VMOVUPS   Z0, 120(SP)
+	VMOVUPS.Z (CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 184(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 248(SP)
+	VMOVUPS.Z (CX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 312(SP)
+	VMOVUPS.Z 64(CX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 376(SP)
+	LEAQ      (CX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 440(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 504(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000004
@@ -4721,47 +6369,48 @@ full:
 	VMOVUPS 64(AX)(CX*1), Z13
 	VMOVUPS 128(AX)(CX*1), Z14
 	VMOVUPS 192(AX)(CX*1), Z15
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	LEAQ    (AX)(AX*2), CX
-	MOVQ    16(SP), DX
-	MOVQ    8(SP), BX
-	MOVQ    ldv+88(FP), SI
-	SHLQ    $0x01, SI
-	MOVQ    32(SP), DI
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x01, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys1:
-	VBROADCASTSS (DX), Z16
-	VBROADCASTSS (DX)(AX*1), Z17
-	VBROADCASTSS (DX)(AX*2), Z18
-	VBROADCASTSS (DX)(CX*1), Z19
-	VPMOVZXWD    (BX), Z20
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	VBROADCASTSS (AX), Z16
+	VBROADCASTSS 128(AX), Z17
+	VBROADCASTSS 256(AX), Z18
+	VBROADCASTSS 384(AX), Z19
+	VPMOVZXWD    (CX), Z20
 	VPSLLD       $0x10, Z20, Z20
 	VFMADD231PS  Z16, Z20, Z0
 	VFMADD231PS  Z17, Z20, Z4
 	VFMADD231PS  Z18, Z20, Z8
 	VFMADD231PS  Z19, Z20, Z12
-	VPMOVZXWD    32(BX), Z20
+	VPMOVZXWD    32(CX), Z20
 	VPSLLD       $0x10, Z20, Z20
 	VFMADD231PS  Z16, Z20, Z1
 	VFMADD231PS  Z17, Z20, Z5
 	VFMADD231PS  Z18, Z20, Z9
 	VFMADD231PS  Z19, Z20, Z13
-	VPMOVZXWD    64(BX), Z20
+	VPMOVZXWD    64(CX), Z20
 	VPSLLD       $0x10, Z20, Z20
 	VFMADD231PS  Z16, Z20, Z2
 	VFMADD231PS  Z17, Z20, Z6
 	VFMADD231PS  Z18, Z20, Z10
 	VFMADD231PS  Z19, Z20, Z14
-	VPMOVZXWD    96(BX), Z20
+	VPMOVZXWD    96(CX), Z20
 	VPSLLD       $0x10, Z20, Z20
 	VFMADD231PS  Z16, Z20, Z3
 	VFMADD231PS  Z17, Z20, Z7
 	VFMADD231PS  Z18, Z20, Z11
 	VFMADD231PS  Z19, Z20, Z15
-	ADDQ         $0x00000004, DX
-	ADDQ         SI, BX
-	DECQ         DI
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys1
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -4803,35 +6452,35 @@ chunk2:
 	LEAQ    (AX)(CX*2), AX
 	VMOVUPS (AX)(CX*1), Z6
 	VMOVUPS 64(AX)(CX*1), Z7
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	LEAQ    (AX)(AX*2), CX
-	MOVQ    16(SP), DX
-	MOVQ    8(SP), BX
-	MOVQ    ldv+88(FP), SI
-	SHLQ    $0x01, SI
-	MOVQ    32(SP), DI
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x01, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys2:
-	VBROADCASTSS (DX), Z8
-	VBROADCASTSS (DX)(AX*1), Z9
-	VBROADCASTSS (DX)(AX*2), Z10
-	VBROADCASTSS (DX)(CX*1), Z11
-	VPMOVZXWD    (BX), Z12
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z8
+	VBROADCASTSS 128(AX), Z9
+	VBROADCASTSS 256(AX), Z10
+	VBROADCASTSS 384(AX), Z11
+	VPMOVZXWD    (CX), Z12
 	VPSLLD       $0x10, Z12, Z12
 	VFMADD231PS  Z8, Z12, Z0
 	VFMADD231PS  Z9, Z12, Z2
 	VFMADD231PS  Z10, Z12, Z4
 	VFMADD231PS  Z11, Z12, Z6
-	VPMOVZXWD    32(BX), Z12
+	VPMOVZXWD    32(CX), Z12
 	VPSLLD       $0x10, Z12, Z12
 	VFMADD231PS  Z8, Z12, Z1
 	VFMADD231PS  Z9, Z12, Z3
 	VFMADD231PS  Z10, Z12, Z5
 	VFMADD231PS  Z11, Z12, Z7
-	ADDQ         $0x00000004, DX
-	ADDQ         SI, BX
-	DECQ         DI
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys2
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -4860,29 +6509,29 @@ chunk1:
 	VMOVUPS (AX)(CX*2), Z2
 	LEAQ    (AX)(CX*2), AX
 	VMOVUPS (AX)(CX*1), Z3
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	LEAQ    (AX)(AX*2), CX
-	MOVQ    16(SP), DX
-	MOVQ    8(SP), BX
-	MOVQ    ldv+88(FP), SI
-	SHLQ    $0x01, SI
-	MOVQ    32(SP), DI
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x01, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys3:
-	VBROADCASTSS (DX), Z4
-	VBROADCASTSS (DX)(AX*1), Z5
-	VBROADCASTSS (DX)(AX*2), Z6
-	VBROADCASTSS (DX)(CX*1), Z7
-	VPMOVZXWD    (BX), Z8
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z4
+	VBROADCASTSS 128(AX), Z5
+	VBROADCASTSS 256(AX), Z6
+	VBROADCASTSS 384(AX), Z7
+	VPMOVZXWD    (CX), Z8
 	VPSLLD       $0x10, Z8, Z8
 	VFMADD231PS  Z4, Z8, Z0
 	VFMADD231PS  Z5, Z8, Z1
 	VFMADD231PS  Z6, Z8, Z2
 	VFMADD231PS  Z7, Z8, Z3
-	ADDQ         $0x00000004, DX
-	ADDQ         SI, BX
-	DECQ         DI
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys3
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -4908,30 +6557,30 @@ chunk0:
 	VMOVUPS.Z (AX)(CX*2), K1, Z2
 	LEAQ      (AX)(CX*2), AX
 	VMOVUPS.Z (AX)(CX*1), K1, Z3
-	MOVQ      ldp+56(FP), AX
-	SHLQ      $0x02, AX
-	LEAQ      (AX)(AX*2), CX
-	MOVQ      16(SP), DX
-	MOVQ      8(SP), BX
-	MOVQ      ldv+88(FP), SI
-	SHLQ      $0x01, SI
-	MOVQ      32(SP), DI
+	LEAQ      56(SP), AX
+	MOVQ      8(SP), CX
+	MOVQ      ldv+88(FP), DX
+	SHLQ      $0x01, DX
+	MOVQ      DX, BX
+	SHLQ      $0x05, BX
+	MOVQ      32(SP), SI
 
 keys4:
-	VBROADCASTSS (DX), Z4
-	VBROADCASTSS (DX)(AX*1), Z5
-	VBROADCASTSS (DX)(AX*2), Z6
-	VBROADCASTSS (DX)(CX*1), Z7
-	VMOVDQU16.Z  (BX), K1, Y8
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z4
+	VBROADCASTSS 128(AX), Z5
+	VBROADCASTSS 256(AX), Z6
+	VBROADCASTSS 384(AX), Z7
+	VMOVDQU16.Z  (CX), K1, Y8
 	VPMOVZXWD    Y8, Z8
 	VPSLLD       $0x10, Z8, Z8
 	VFMADD231PS  Z4, Z8, Z0
 	VFMADD231PS  Z5, Z8, Z1
 	VFMADD231PS  Z6, Z8, Z2
 	VFMADD231PS  Z7, Z8, Z3
-	ADDQ         $0x00000004, DX
-	ADDQ         SI, BX
-	DECQ         DI
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys4
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -4959,8 +6608,8 @@ done:
 	RET
 
 // func accumBF16M8AVX512(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv int, n int, d int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV
-TEXT ·accumBF16M8AVX512(SB), NOSPLIT, $56-112
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·accumBF16M8AVX512(SB), $1080-112
 	MOVQ  p_base+32(FP), AX
 	MOVQ  AX, 16(SP)
 	MOVQ  v_base+64(FP), AX
@@ -4973,20 +6622,77 @@ TEXT ·accumBF16M8AVX512(SB), NOSPLIT, $56-112
 	KMOVW (CX)(AX*2), K1
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x04, AX
-	MOVQ    AX, 48(SP)
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, BX
+	SUBQ      $0x00000000, BX
+	XORQ      SI, SI
+	CMPQ      BX, SI
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, SI
+	CMOVQGT   SI, BX
+	LEAQ      decodemask16<>+0(SB), SI
+	KMOVW     (SI)(BX*2), K2
+	SUBQ      $0x00000010, AX
+	XORQ      BX, BX
+	CMPQ      AX, BX
+	CMOVQLT   BX, AX
+	MOVQ      $0x00000010, BX
+	CMPQ      AX, BX
+	CMOVQGT   BX, AX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(AX*2), K3
+	VMOVUPS.Z (CX), K2, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K3, Z0
+	VMOVUPS   Z0, 120(SP)
+	VMOVUPS.Z (CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 184(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 248(SP)
+	VMOVUPS.Z (CX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 312(SP)
+	VMOVUPS.Z 64(CX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 376(SP)
+	LEAQ      (CX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 440(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 504(SP)
+	LEAQ      (CX)(DX*4), AX
+	VMOVUPS.Z (AX), K2, Z0
+	VMOVUPS   Z0, 568(SP)
+	VMOVUPS.Z 64(AX), K3, Z0
+	VMOVUPS   Z0, 632(SP)
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 696(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 760(SP)
+	VMOVUPS.Z (AX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 824(SP)
+	VMOVUPS.Z 64(AX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 888(SP)
+	LEAQ      (AX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 952(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 1016(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000002
@@ -5013,26 +6719,25 @@ full:
 	LEAQ    (AX)(CX*2), AX
 	VMOVUPS (AX)(CX*1), Z14
 	VMOVUPS 64(AX)(CX*1), Z15
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	LEAQ    (AX)(AX*2), CX
-	MOVQ    16(SP), DX
-	LEAQ    (DX)(AX*4), BX
-	MOVQ    8(SP), SI
-	MOVQ    ldv+88(FP), DI
-	SHLQ    $0x01, DI
-	MOVQ    32(SP), R8
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x01, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys1:
-	VBROADCASTSS (DX), Z16
-	VBROADCASTSS (DX)(AX*1), Z17
-	VBROADCASTSS (DX)(AX*2), Z18
-	VBROADCASTSS (DX)(CX*1), Z19
-	VBROADCASTSS (BX), Z20
-	VBROADCASTSS (BX)(AX*1), Z21
-	VBROADCASTSS (BX)(AX*2), Z22
-	VBROADCASTSS (BX)(CX*1), Z23
-	VPMOVZXWD    (SI), Z24
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z16
+	VBROADCASTSS 128(AX), Z17
+	VBROADCASTSS 256(AX), Z18
+	VBROADCASTSS 384(AX), Z19
+	VBROADCASTSS 512(AX), Z20
+	VBROADCASTSS 640(AX), Z21
+	VBROADCASTSS 768(AX), Z22
+	VBROADCASTSS 896(AX), Z23
+	VPMOVZXWD    (CX), Z24
 	VPSLLD       $0x10, Z24, Z24
 	VFMADD231PS  Z16, Z24, Z0
 	VFMADD231PS  Z17, Z24, Z2
@@ -5042,7 +6747,7 @@ keys1:
 	VFMADD231PS  Z21, Z24, Z10
 	VFMADD231PS  Z22, Z24, Z12
 	VFMADD231PS  Z23, Z24, Z14
-	VPMOVZXWD    32(SI), Z24
+	VPMOVZXWD    32(CX), Z24
 	VPSLLD       $0x10, Z24, Z24
 	VFMADD231PS  Z16, Z24, Z1
 	VFMADD231PS  Z17, Z24, Z3
@@ -5052,10 +6757,9 @@ keys1:
 	VFMADD231PS  Z21, Z24, Z11
 	VFMADD231PS  Z22, Z24, Z13
 	VFMADD231PS  Z23, Z24, Z15
-	ADDQ         $0x00000004, DX
-	ADDQ         $0x00000004, BX
-	ADDQ         DI, SI
-	DECQ         R8
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys1
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -5101,26 +6805,25 @@ chunk1:
 	VMOVUPS (AX)(CX*2), Z6
 	LEAQ    (AX)(CX*2), AX
 	VMOVUPS (AX)(CX*1), Z7
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	LEAQ    (AX)(AX*2), CX
-	MOVQ    16(SP), DX
-	LEAQ    (DX)(AX*4), BX
-	MOVQ    8(SP), SI
-	MOVQ    ldv+88(FP), DI
-	SHLQ    $0x01, DI
-	MOVQ    32(SP), R8
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x01, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys2:
-	VBROADCASTSS (DX), Z8
-	VBROADCASTSS (DX)(AX*1), Z9
-	VBROADCASTSS (DX)(AX*2), Z10
-	VBROADCASTSS (DX)(CX*1), Z11
-	VBROADCASTSS (BX), Z12
-	VBROADCASTSS (BX)(AX*1), Z13
-	VBROADCASTSS (BX)(AX*2), Z14
-	VBROADCASTSS (BX)(CX*1), Z15
-	VPMOVZXWD    (SI), Z16
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z8
+	VBROADCASTSS 128(AX), Z9
+	VBROADCASTSS 256(AX), Z10
+	VBROADCASTSS 384(AX), Z11
+	VBROADCASTSS 512(AX), Z12
+	VBROADCASTSS 640(AX), Z13
+	VBROADCASTSS 768(AX), Z14
+	VBROADCASTSS 896(AX), Z15
+	VPMOVZXWD    (CX), Z16
 	VPSLLD       $0x10, Z16, Z16
 	VFMADD231PS  Z8, Z16, Z0
 	VFMADD231PS  Z9, Z16, Z1
@@ -5130,10 +6833,9 @@ keys2:
 	VFMADD231PS  Z13, Z16, Z5
 	VFMADD231PS  Z14, Z16, Z6
 	VFMADD231PS  Z15, Z16, Z7
-	ADDQ         $0x00000004, DX
-	ADDQ         $0x00000004, BX
-	ADDQ         DI, SI
-	DECQ         R8
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys2
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -5171,26 +6873,25 @@ chunk0:
 	VMOVUPS.Z (AX)(CX*2), K1, Z6
 	LEAQ      (AX)(CX*2), AX
 	VMOVUPS.Z (AX)(CX*1), K1, Z7
-	MOVQ      ldp+56(FP), AX
-	SHLQ      $0x02, AX
-	LEAQ      (AX)(AX*2), CX
-	MOVQ      16(SP), DX
-	LEAQ      (DX)(AX*4), BX
-	MOVQ      8(SP), SI
-	MOVQ      ldv+88(FP), DI
-	SHLQ      $0x01, DI
-	MOVQ      32(SP), R8
+	LEAQ      56(SP), AX
+	MOVQ      8(SP), CX
+	MOVQ      ldv+88(FP), DX
+	SHLQ      $0x01, DX
+	MOVQ      DX, BX
+	SHLQ      $0x05, BX
+	MOVQ      32(SP), SI
 
 keys3:
-	VBROADCASTSS (DX), Z8
-	VBROADCASTSS (DX)(AX*1), Z9
-	VBROADCASTSS (DX)(AX*2), Z10
-	VBROADCASTSS (DX)(CX*1), Z11
-	VBROADCASTSS (BX), Z12
-	VBROADCASTSS (BX)(AX*1), Z13
-	VBROADCASTSS (BX)(AX*2), Z14
-	VBROADCASTSS (BX)(CX*1), Z15
-	VMOVDQU16.Z  (SI), K1, Y16
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z8
+	VBROADCASTSS 128(AX), Z9
+	VBROADCASTSS 256(AX), Z10
+	VBROADCASTSS 384(AX), Z11
+	VBROADCASTSS 512(AX), Z12
+	VBROADCASTSS 640(AX), Z13
+	VBROADCASTSS 768(AX), Z14
+	VBROADCASTSS 896(AX), Z15
+	VMOVDQU16.Z  (CX), K1, Y16
 	VPMOVZXWD    Y16, Z16
 	VPSLLD       $0x10, Z16, Z16
 	VFMADD231PS  Z8, Z16, Z0
@@ -5201,10 +6902,9 @@ keys3:
 	VFMADD231PS  Z13, Z16, Z5
 	VFMADD231PS  Z14, Z16, Z6
 	VFMADD231PS  Z15, Z16, Z7
-	ADDQ         $0x00000004, DX
-	ADDQ         $0x00000004, BX
-	ADDQ         DI, SI
-	DECQ         R8
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys3
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -5238,8 +6938,8 @@ done:
 	RET
 
 // func accumBF16M16AVX512(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv int, n int, d int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV
-TEXT ·accumBF16M16AVX512(SB), NOSPLIT, $56-112
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·accumBF16M16AVX512(SB), $2104-112
 	MOVQ  p_base+32(FP), AX
 	MOVQ  AX, 16(SP)
 	MOVQ  v_base+64(FP), AX
@@ -5252,20 +6952,113 @@ TEXT ·accumBF16M16AVX512(SB), NOSPLIT, $56-112
 	KMOVW (CX)(AX*2), K1
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x04, AX
-	MOVQ    AX, 48(SP)
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, BX
+	SUBQ      $0x00000000, BX
+	XORQ      SI, SI
+	CMPQ      BX, SI
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, SI
+	CMOVQGT   SI, BX
+	LEAQ      decodemask16<>+0(SB), SI
+	KMOVW     (SI)(BX*2), K2
+	SUBQ      $0x00000010, AX
+	XORQ      BX, BX
+	CMPQ      AX, BX
+	CMOVQLT   BX, AX
+	MOVQ      $0x00000010, BX
+	CMPQ      AX, BX
+	CMOVQGT   BX, AX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(AX*2), K3
+	VMOVUPS.Z (CX), K2, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K3, Z0
+	VMOVUPS   Z0, 120(SP)
+	VMOVUPS.Z (CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 184(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 248(SP)
+	VMOVUPS.Z (CX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 312(SP)
+	VMOVUPS.Z 64(CX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 376(SP)
+	LEAQ      (CX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 440(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 504(SP)
+	LEAQ      (CX)(DX*4), AX
+	VMOVUPS.Z (AX), K2, Z0
+	VMOVUPS   Z0, 568(SP)
+	VMOVUPS.Z 64(AX), K3, Z0
+	VMOVUPS   Z0, 632(SP)
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 696(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 760(SP)
+	VMOVUPS.Z (AX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 824(SP)
+	VMOVUPS.Z 64(AX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 888(SP)
+	LEAQ      (AX)(DX*2), CX
+	VMOVUPS.Z (CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 952(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 1016(SP)
+	LEAQ      (AX)(DX*4), AX
+	VMOVUPS.Z (AX), K2, Z0
+	VMOVUPS   Z0, 1080(SP)
+	VMOVUPS.Z 64(AX), K3, Z0
+	VMOVUPS   Z0, 1144(SP)
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 1208(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 1272(SP)
+	VMOVUPS.Z (AX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 1336(SP)
+	VMOVUPS.Z 64(AX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 1400(SP)
+	LEAQ      (AX)(DX*2), CX
+	VMOVUPS.Z (CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 1464(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 1528(SP)
+	LEAQ      (AX)(DX*4), AX
+	VMOVUPS.Z (AX), K2, Z0
+	VMOVUPS   Z0, 1592(SP)
+	VMOVUPS.Z 64(AX), K3, Z0
+	VMOVUPS   Z0, 1656(SP)
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 1720(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 1784(SP)
+	VMOVUPS.Z (AX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 1848(SP)
+	VMOVUPS.Z 64(AX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 1912(SP)
+	LEAQ      (AX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 1976(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 2040(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000001
@@ -5296,43 +7089,37 @@ full:
 	VMOVUPS (AX)(CX*2), Z14
 	LEAQ    (AX)(CX*2), AX
 	VMOVUPS (AX)(CX*1), Z15
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	LEAQ    (AX)(AX*2), CX
-	MOVQ    16(SP), DX
-	LEAQ    (DX)(AX*4), BX
-	LEAQ    (BX)(AX*4), SI
-	LEAQ    (SI)(AX*4), DI
-	MOVQ    8(SP), R8
-	MOVQ    ldv+88(FP), R9
-	SHLQ    $0x01, R9
-	MOVQ    32(SP), R10
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x01, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys1:
-	VPMOVZXWD        (R8), Z16
+	PREFETCHT1       (CX)(BX*1)
+	VPMOVZXWD        (CX), Z16
 	VPSLLD           $0x10, Z16, Z16
-	VFMADD231PS.BCST (DX), Z16, Z0
-	VFMADD231PS.BCST (DX)(AX*1), Z16, Z1
-	VFMADD231PS.BCST (DX)(AX*2), Z16, Z2
-	VFMADD231PS.BCST (DX)(CX*1), Z16, Z3
-	VFMADD231PS.BCST (BX), Z16, Z4
-	VFMADD231PS.BCST (BX)(AX*1), Z16, Z5
-	VFMADD231PS.BCST (BX)(AX*2), Z16, Z6
-	VFMADD231PS.BCST (BX)(CX*1), Z16, Z7
-	VFMADD231PS.BCST (SI), Z16, Z8
-	VFMADD231PS.BCST (SI)(AX*1), Z16, Z9
-	VFMADD231PS.BCST (SI)(AX*2), Z16, Z10
-	VFMADD231PS.BCST (SI)(CX*1), Z16, Z11
-	VFMADD231PS.BCST (DI), Z16, Z12
-	VFMADD231PS.BCST (DI)(AX*1), Z16, Z13
-	VFMADD231PS.BCST (DI)(AX*2), Z16, Z14
-	VFMADD231PS.BCST (DI)(CX*1), Z16, Z15
-	ADDQ             $0x00000004, DX
-	ADDQ             $0x00000004, BX
-	ADDQ             $0x00000004, SI
-	ADDQ             $0x00000004, DI
-	ADDQ             R9, R8
-	DECQ             R10
+	VFMADD231PS.BCST (AX), Z16, Z0
+	VFMADD231PS.BCST 128(AX), Z16, Z1
+	VFMADD231PS.BCST 256(AX), Z16, Z2
+	VFMADD231PS.BCST 384(AX), Z16, Z3
+	VFMADD231PS.BCST 512(AX), Z16, Z4
+	VFMADD231PS.BCST 640(AX), Z16, Z5
+	VFMADD231PS.BCST 768(AX), Z16, Z6
+	VFMADD231PS.BCST 896(AX), Z16, Z7
+	VFMADD231PS.BCST 1024(AX), Z16, Z8
+	VFMADD231PS.BCST 1152(AX), Z16, Z9
+	VFMADD231PS.BCST 1280(AX), Z16, Z10
+	VFMADD231PS.BCST 1408(AX), Z16, Z11
+	VFMADD231PS.BCST 1536(AX), Z16, Z12
+	VFMADD231PS.BCST 1664(AX), Z16, Z13
+	VFMADD231PS.BCST 1792(AX), Z16, Z14
+	VFMADD231PS.BCST 1920(AX), Z16, Z15
+	ADDQ             $0x00000004, AX
+	ADDQ             DX, CX
+	DECQ             SI
 	JNZ              keys1
 	MOVQ             (SP), AX
 	MOVQ             ldo+24(FP), CX
@@ -5395,44 +7182,38 @@ chunk0:
 	VMOVUPS.Z (AX)(CX*2), K1, Z14
 	LEAQ      (AX)(CX*2), AX
 	VMOVUPS.Z (AX)(CX*1), K1, Z15
-	MOVQ      ldp+56(FP), AX
-	SHLQ      $0x02, AX
-	LEAQ      (AX)(AX*2), CX
-	MOVQ      16(SP), DX
-	LEAQ      (DX)(AX*4), BX
-	LEAQ      (BX)(AX*4), SI
-	LEAQ      (SI)(AX*4), DI
-	MOVQ      8(SP), R8
-	MOVQ      ldv+88(FP), R9
-	SHLQ      $0x01, R9
-	MOVQ      32(SP), R10
+	LEAQ      56(SP), AX
+	MOVQ      8(SP), CX
+	MOVQ      ldv+88(FP), DX
+	SHLQ      $0x01, DX
+	MOVQ      DX, BX
+	SHLQ      $0x05, BX
+	MOVQ      32(SP), SI
 
 keys2:
-	VMOVDQU16.Z      (R8), K1, Y16
+	PREFETCHT1       (CX)(BX*1)
+	VMOVDQU16.Z      (CX), K1, Y16
 	VPMOVZXWD        Y16, Z16
 	VPSLLD           $0x10, Z16, Z16
-	VFMADD231PS.BCST (DX), Z16, Z0
-	VFMADD231PS.BCST (DX)(AX*1), Z16, Z1
-	VFMADD231PS.BCST (DX)(AX*2), Z16, Z2
-	VFMADD231PS.BCST (DX)(CX*1), Z16, Z3
-	VFMADD231PS.BCST (BX), Z16, Z4
-	VFMADD231PS.BCST (BX)(AX*1), Z16, Z5
-	VFMADD231PS.BCST (BX)(AX*2), Z16, Z6
-	VFMADD231PS.BCST (BX)(CX*1), Z16, Z7
-	VFMADD231PS.BCST (SI), Z16, Z8
-	VFMADD231PS.BCST (SI)(AX*1), Z16, Z9
-	VFMADD231PS.BCST (SI)(AX*2), Z16, Z10
-	VFMADD231PS.BCST (SI)(CX*1), Z16, Z11
-	VFMADD231PS.BCST (DI), Z16, Z12
-	VFMADD231PS.BCST (DI)(AX*1), Z16, Z13
-	VFMADD231PS.BCST (DI)(AX*2), Z16, Z14
-	VFMADD231PS.BCST (DI)(CX*1), Z16, Z15
-	ADDQ             $0x00000004, DX
-	ADDQ             $0x00000004, BX
-	ADDQ             $0x00000004, SI
-	ADDQ             $0x00000004, DI
-	ADDQ             R9, R8
-	DECQ             R10
+	VFMADD231PS.BCST (AX), Z16, Z0
+	VFMADD231PS.BCST 128(AX), Z16, Z1
+	VFMADD231PS.BCST 256(AX), Z16, Z2
+	VFMADD231PS.BCST 384(AX), Z16, Z3
+	VFMADD231PS.BCST 512(AX), Z16, Z4
+	VFMADD231PS.BCST 640(AX), Z16, Z5
+	VFMADD231PS.BCST 768(AX), Z16, Z6
+	VFMADD231PS.BCST 896(AX), Z16, Z7
+	VFMADD231PS.BCST 1024(AX), Z16, Z8
+	VFMADD231PS.BCST 1152(AX), Z16, Z9
+	VFMADD231PS.BCST 1280(AX), Z16, Z10
+	VFMADD231PS.BCST 1408(AX), Z16, Z11
+	VFMADD231PS.BCST 1536(AX), Z16, Z12
+	VFMADD231PS.BCST 1664(AX), Z16, Z13
+	VFMADD231PS.BCST 1792(AX), Z16, Z14
+	VFMADD231PS.BCST 1920(AX), Z16, Z15
+	ADDQ             $0x00000004, AX
+	ADDQ             DX, CX
+	DECQ             SI
 	JNZ              keys2
 	MOVQ             (SP), AX
 	MOVQ             ldo+24(FP), CX
@@ -5478,7 +7259,7 @@ done:
 	RET
 
 // func scoresF16M1AVX512(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
-// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL, MMX+
 TEXT ·scoresF16M1AVX512(SB), NOSPLIT, $32-104
 	MOVQ  s_base+0(FP), AX
 	MOVQ  AX, (SP)
@@ -5516,111 +7297,426 @@ main:
 	MOVQ   ldk+80(FP), AX
 	SHLQ   $0x01, AX
 	LEAQ   (AX)(AX*2), CX
-	MOVQ   q_base+32(FP), DX
-	MOVQ   8(SP), BX
+	MOVQ   8(SP), DX
+	LEAQ   (DX)(AX*4), BX
 	LEAQ   (BX)(AX*4), SI
 	LEAQ   (SI)(AX*4), DI
-	LEAQ   (DI)(AX*4), R8
-	MOVQ   24(SP), R9
-	TESTQ  R9, R9
-	JZ     mainTail
+	MOVQ   q_base+32(FP), R8
+	LEAQ   (DX), R9
+	MOVQ   ldk+80(FP), R10
+	SHLQ   $0x06, R10
+	MOVQ   24(SP), R11
+	TESTQ  R11, R11
+	JZ     mainK0Tail
 
-mainStep:
-	VMOVUPS     (DX), Z16
-	VCVTPH2PS   (BX), Z17
-	VFMADD231PS Z16, Z17, Z0
-	VCVTPH2PS   (BX)(AX*1), Z17
-	VFMADD231PS Z16, Z17, Z1
-	VCVTPH2PS   (BX)(AX*2), Z17
-	VFMADD231PS Z16, Z17, Z2
-	VCVTPH2PS   (BX)(CX*1), Z17
-	VFMADD231PS Z16, Z17, Z3
-	VCVTPH2PS   (SI), Z17
-	VFMADD231PS Z16, Z17, Z4
-	VCVTPH2PS   (SI)(AX*1), Z17
-	VFMADD231PS Z16, Z17, Z5
-	VCVTPH2PS   (SI)(AX*2), Z17
-	VFMADD231PS Z16, Z17, Z6
-	VCVTPH2PS   (SI)(CX*1), Z17
-	VFMADD231PS Z16, Z17, Z7
-	VCVTPH2PS   (DI), Z17
-	VFMADD231PS Z16, Z17, Z8
-	VCVTPH2PS   (DI)(AX*1), Z17
-	VFMADD231PS Z16, Z17, Z9
-	VCVTPH2PS   (DI)(AX*2), Z17
-	VFMADD231PS Z16, Z17, Z10
-	VCVTPH2PS   (DI)(CX*1), Z17
-	VFMADD231PS Z16, Z17, Z11
-	VCVTPH2PS   (R8), Z17
-	VFMADD231PS Z16, Z17, Z12
-	VCVTPH2PS   (R8)(AX*1), Z17
-	VFMADD231PS Z16, Z17, Z13
-	VCVTPH2PS   (R8)(AX*2), Z17
-	VFMADD231PS Z16, Z17, Z14
-	VCVTPH2PS   (R8)(CX*1), Z17
-	VFMADD231PS Z16, Z17, Z15
+mainK0Step:
+	PREFETCHT1  (R9)(R10*1)
+	VCVTPH2PS   (R9), Z16
+	VFMADD231PS (R8), Z16, Z0
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000020, R9
+	DECQ        R11
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVDQU16.Z (R9), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z0
+
+mainK0Done:
+	MOVQ  q_base+32(FP), R8
+	LEAQ  (DX)(AX*1), R9
+	MOVQ  ldk+80(FP), R10
+	SHLQ  $0x06, R10
+	MOVQ  24(SP), R11
+	TESTQ R11, R11
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (R9)(R10*1)
+	VCVTPH2PS   (R9), Z16
+	VFMADD231PS (R8), Z16, Z1
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000020, R9
+	DECQ        R11
+	JNZ         mainK1Step
+
+mainK1Tail:
+	KORTESTW    K1, K1
+	JZ          mainK1Done
+	VMOVDQU16.Z (R9), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z1
+
+mainK1Done:
+	MOVQ  q_base+32(FP), R8
+	LEAQ  (DX)(AX*2), R9
+	MOVQ  ldk+80(FP), R10
+	SHLQ  $0x06, R10
+	MOVQ  24(SP), R11
+	TESTQ R11, R11
+	JZ    mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (R9)(R10*1)
+	VCVTPH2PS   (R9), Z16
+	VFMADD231PS (R8), Z16, Z2
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000020, R9
+	DECQ        R11
+	JNZ         mainK2Step
+
+mainK2Tail:
+	KORTESTW    K1, K1
+	JZ          mainK2Done
+	VMOVDQU16.Z (R9), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z2
+
+mainK2Done:
+	MOVQ  q_base+32(FP), R8
+	LEAQ  (DX)(CX*1), DX
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (DX)(R9*1)
+	VCVTPH2PS   (DX), Z16
+	VFMADD231PS (R8), Z16, Z3
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000020, DX
+	DECQ        R10
+	JNZ         mainK3Step
+
+mainK3Tail:
+	KORTESTW    K1, K1
+	JZ          mainK3Done
+	VMOVDQU16.Z (DX), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z3
+
+mainK3Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (R8)(R9*1)
+	VCVTPH2PS   (R8), Z16
+	VFMADD231PS (DX), Z16, Z4
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, R8
+	DECQ        R10
+	JNZ         mainK4Step
+
+mainK4Tail:
+	KORTESTW    K1, K1
+	JZ          mainK4Done
+	VMOVDQU16.Z (R8), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z4
+
+mainK4Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(AX*1), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK5Tail
+
+mainK5Step:
+	PREFETCHT1  (R8)(R9*1)
+	VCVTPH2PS   (R8), Z16
+	VFMADD231PS (DX), Z16, Z5
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, R8
+	DECQ        R10
+	JNZ         mainK5Step
+
+mainK5Tail:
+	KORTESTW    K1, K1
+	JZ          mainK5Done
+	VMOVDQU16.Z (R8), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z5
+
+mainK5Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(AX*2), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK6Tail
+
+mainK6Step:
+	PREFETCHT1  (R8)(R9*1)
+	VCVTPH2PS   (R8), Z16
+	VFMADD231PS (DX), Z16, Z6
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, R8
+	DECQ        R10
+	JNZ         mainK6Step
+
+mainK6Tail:
+	KORTESTW    K1, K1
+	JZ          mainK6Done
+	VMOVDQU16.Z (R8), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z6
+
+mainK6Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(CX*1), BX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK7Tail
+
+mainK7Step:
+	PREFETCHT1  (BX)(R8*1)
+	VCVTPH2PS   (BX), Z16
+	VFMADD231PS (DX), Z16, Z7
 	ADDQ        $0x00000040, DX
 	ADDQ        $0x00000020, BX
-	ADDQ        $0x00000020, SI
-	ADDQ        $0x00000020, DI
-	ADDQ        $0x00000020, R8
 	DECQ        R9
-	JNZ         mainStep
+	JNZ         mainK7Step
 
-mainTail:
+mainK7Tail:
 	KORTESTW    K1, K1
-	JZ          mainStore
-	VMOVUPS.Z   (DX), K1, Z16
-	VMOVDQU16.Z (BX), K1, Y17
-	VCVTPH2PS   Y17, Z17
-	VFMADD231PS Z16, Z17, Z0
-	VMOVDQU16.Z (BX)(AX*1), K1, Y17
-	VCVTPH2PS   Y17, Z17
-	VFMADD231PS Z16, Z17, Z1
-	VMOVDQU16.Z (BX)(AX*2), K1, Y17
-	VCVTPH2PS   Y17, Z17
-	VFMADD231PS Z16, Z17, Z2
-	VMOVDQU16.Z (BX)(CX*1), K1, Y17
-	VCVTPH2PS   Y17, Z17
-	VFMADD231PS Z16, Z17, Z3
-	VMOVDQU16.Z (SI), K1, Y17
-	VCVTPH2PS   Y17, Z17
-	VFMADD231PS Z16, Z17, Z4
-	VMOVDQU16.Z (SI)(AX*1), K1, Y17
-	VCVTPH2PS   Y17, Z17
-	VFMADD231PS Z16, Z17, Z5
-	VMOVDQU16.Z (SI)(AX*2), K1, Y17
-	VCVTPH2PS   Y17, Z17
-	VFMADD231PS Z16, Z17, Z6
-	VMOVDQU16.Z (SI)(CX*1), K1, Y17
-	VCVTPH2PS   Y17, Z17
-	VFMADD231PS Z16, Z17, Z7
-	VMOVDQU16.Z (DI), K1, Y17
-	VCVTPH2PS   Y17, Z17
-	VFMADD231PS Z16, Z17, Z8
-	VMOVDQU16.Z (DI)(AX*1), K1, Y17
-	VCVTPH2PS   Y17, Z17
-	VFMADD231PS Z16, Z17, Z9
-	VMOVDQU16.Z (DI)(AX*2), K1, Y17
-	VCVTPH2PS   Y17, Z17
-	VFMADD231PS Z16, Z17, Z10
-	VMOVDQU16.Z (DI)(CX*1), K1, Y17
-	VCVTPH2PS   Y17, Z17
-	VFMADD231PS Z16, Z17, Z11
-	VMOVDQU16.Z (R8), K1, Y17
-	VCVTPH2PS   Y17, Z17
-	VFMADD231PS Z16, Z17, Z12
-	VMOVDQU16.Z (R8)(AX*1), K1, Y17
-	VCVTPH2PS   Y17, Z17
-	VFMADD231PS Z16, Z17, Z13
-	VMOVDQU16.Z (R8)(AX*2), K1, Y17
-	VCVTPH2PS   Y17, Z17
-	VFMADD231PS Z16, Z17, Z14
-	VMOVDQU16.Z (R8)(CX*1), K1, Y17
-	VCVTPH2PS   Y17, Z17
-	VFMADD231PS Z16, Z17, Z15
+	JZ          mainK7Done
+	VMOVDQU16.Z (BX), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z7
 
-mainStore:
+mainK7Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (SI), BX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK8Tail
+
+mainK8Step:
+	PREFETCHT1  (BX)(R8*1)
+	VCVTPH2PS   (BX), Z16
+	VFMADD231PS (DX), Z16, Z8
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R9
+	JNZ         mainK8Step
+
+mainK8Tail:
+	KORTESTW    K1, K1
+	JZ          mainK8Done
+	VMOVDQU16.Z (BX), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z8
+
+mainK8Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (SI)(AX*1), BX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK9Tail
+
+mainK9Step:
+	PREFETCHT1  (BX)(R8*1)
+	VCVTPH2PS   (BX), Z16
+	VFMADD231PS (DX), Z16, Z9
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R9
+	JNZ         mainK9Step
+
+mainK9Tail:
+	KORTESTW    K1, K1
+	JZ          mainK9Done
+	VMOVDQU16.Z (BX), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z9
+
+mainK9Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (SI)(AX*2), BX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK10Tail
+
+mainK10Step:
+	PREFETCHT1  (BX)(R8*1)
+	VCVTPH2PS   (BX), Z16
+	VFMADD231PS (DX), Z16, Z10
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R9
+	JNZ         mainK10Step
+
+mainK10Tail:
+	KORTESTW    K1, K1
+	JZ          mainK10Done
+	VMOVDQU16.Z (BX), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z10
+
+mainK10Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (SI)(CX*1), BX
+	MOVQ  ldk+80(FP), SI
+	SHLQ  $0x06, SI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK11Tail
+
+mainK11Step:
+	PREFETCHT1  (BX)(SI*1)
+	VCVTPH2PS   (BX), Z16
+	VFMADD231PS (DX), Z16, Z11
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R8
+	JNZ         mainK11Step
+
+mainK11Tail:
+	KORTESTW    K1, K1
+	JZ          mainK11Done
+	VMOVDQU16.Z (BX), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z11
+
+mainK11Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (DI), BX
+	MOVQ  ldk+80(FP), SI
+	SHLQ  $0x06, SI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK12Tail
+
+mainK12Step:
+	PREFETCHT1  (BX)(SI*1)
+	VCVTPH2PS   (BX), Z16
+	VFMADD231PS (DX), Z16, Z12
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R8
+	JNZ         mainK12Step
+
+mainK12Tail:
+	KORTESTW    K1, K1
+	JZ          mainK12Done
+	VMOVDQU16.Z (BX), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z12
+
+mainK12Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (DI)(AX*1), BX
+	MOVQ  ldk+80(FP), SI
+	SHLQ  $0x06, SI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK13Tail
+
+mainK13Step:
+	PREFETCHT1  (BX)(SI*1)
+	VCVTPH2PS   (BX), Z16
+	VFMADD231PS (DX), Z16, Z13
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R8
+	JNZ         mainK13Step
+
+mainK13Tail:
+	KORTESTW    K1, K1
+	JZ          mainK13Done
+	VMOVDQU16.Z (BX), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z13
+
+mainK13Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (DI)(AX*2), AX
+	MOVQ  ldk+80(FP), BX
+	SHLQ  $0x06, BX
+	MOVQ  24(SP), SI
+	TESTQ SI, SI
+	JZ    mainK14Tail
+
+mainK14Step:
+	PREFETCHT1  (AX)(BX*1)
+	VCVTPH2PS   (AX), Z16
+	VFMADD231PS (DX), Z16, Z14
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, AX
+	DECQ        SI
+	JNZ         mainK14Step
+
+mainK14Tail:
+	KORTESTW    K1, K1
+	JZ          mainK14Done
+	VMOVDQU16.Z (AX), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z14
+
+mainK14Done:
+	MOVQ  q_base+32(FP), AX
+	LEAQ  (DI)(CX*1), CX
+	MOVQ  ldk+80(FP), DX
+	SHLQ  $0x06, DX
+	MOVQ  24(SP), BX
+	TESTQ BX, BX
+	JZ    mainK15Tail
+
+mainK15Step:
+	PREFETCHT1  (CX)(DX*1)
+	VCVTPH2PS   (CX), Z16
+	VFMADD231PS (AX), Z16, Z15
+	ADDQ        $0x00000040, AX
+	ADDQ        $0x00000020, CX
+	DECQ        BX
+	JNZ         mainK15Step
+
+mainK15Tail:
+	KORTESTW    K1, K1
+	JZ          mainK15Done
+	VMOVDQU16.Z (CX), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (AX), K1, Z17
+	VFMADD231PS Z17, Z16, Z15
+
+mainK15Done:
 	VSHUFF32X4 $0x44, Z4, Z0, Z16
 	VSHUFF32X4 $0xee, Z4, Z0, Z0
 	VADDPS     Z0, Z16, Z16
@@ -5682,30 +7778,33 @@ rest:
 	CMPQ   16(SP), $0x00000001
 	JL     done
 	VPSUBD Z0, Z0, Z0
-	MOVQ   q_base+32(FP), AX
-	MOVQ   8(SP), CX
-	MOVQ   24(SP), DX
-	TESTQ  DX, DX
-	JZ     restTail
+	MOVQ   8(SP), AX
+	MOVQ   q_base+32(FP), CX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   24(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
 
-restStep:
-	VMOVUPS     (AX), Z1
-	VCVTPH2PS   (CX), Z2
-	VFMADD231PS Z1, Z2, Z0
-	ADDQ        $0x00000040, AX
-	ADDQ        $0x00000020, CX
-	DECQ        DX
-	JNZ         restStep
+restK0Step:
+	PREFETCHT1  (AX)(DX*1)
+	VCVTPH2PS   (AX), Z1
+	VFMADD231PS (CX), Z1, Z0
+	ADDQ        $0x00000040, CX
+	ADDQ        $0x00000020, AX
+	DECQ        BX
+	JNZ         restK0Step
 
-restTail:
+restK0Tail:
 	KORTESTW    K1, K1
-	JZ          restStore
-	VMOVUPS.Z   (AX), K1, Z1
-	VMOVDQU16.Z (CX), K1, Y2
-	VCVTPH2PS   Y2, Z2
-	VFMADD231PS Z1, Z2, Z0
+	JZ          restK0Done
+	VMOVDQU16.Z (AX), K1, Y1
+	VCVTPH2PS   Y1, Z1
+	VMOVUPS.Z   (CX), K1, Z2
+	VFMADD231PS Z2, Z1, Z0
 
-restStore:
+restK0Done:
 	VXORPS     Z1, Z1, Z1
 	VSHUFF32X4 $0x44, Z1, Z0, Z2
 	VSHUFF32X4 $0xee, Z1, Z0, Z0
@@ -5735,7 +7834,7 @@ done:
 	RET
 
 // func scoresF16M2AVX512(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
-// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL, MMX+
 TEXT ·scoresF16M2AVX512(SB), NOSPLIT, $32-104
 	MOVQ  s_base+0(FP), AX
 	MOVQ  AX, (SP)
@@ -5770,90 +7869,259 @@ main:
 	VPSUBD Z13, Z13, Z13
 	VPSUBD Z14, Z14, Z14
 	VPSUBD Z15, Z15, Z15
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	MOVQ   ldk+80(FP), CX
-	SHLQ   $0x01, CX
-	LEAQ   (CX)(CX*2), DX
-	MOVQ   q_base+32(FP), BX
-	MOVQ   8(SP), SI
-	LEAQ   (SI)(CX*4), DI
-	MOVQ   24(SP), R8
-	TESTQ  R8, R8
-	JZ     mainTail
+	MOVQ   ldk+80(FP), AX
+	SHLQ   $0x01, AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   8(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   d+96(FP), SI
+	SHLQ   $0x02, SI
+	MOVQ   q_base+32(FP), DI
+	LEAQ   (DX), R8
+	MOVQ   ldk+80(FP), R9
+	SHLQ   $0x06, R9
+	MOVQ   24(SP), R10
+	TESTQ  R10, R10
+	JZ     mainK0Tail
 
-mainStep:
-	VMOVUPS     (BX), Z16
-	VMOVUPS     (BX)(AX*1), Z17
-	VCVTPH2PS   (SI), Z18
-	VFMADD231PS Z16, Z18, Z0
-	VFMADD231PS Z17, Z18, Z8
-	VCVTPH2PS   (SI)(CX*1), Z18
-	VFMADD231PS Z16, Z18, Z1
-	VFMADD231PS Z17, Z18, Z9
-	VCVTPH2PS   (SI)(CX*2), Z18
-	VFMADD231PS Z16, Z18, Z2
-	VFMADD231PS Z17, Z18, Z10
-	VCVTPH2PS   (SI)(DX*1), Z18
-	VFMADD231PS Z16, Z18, Z3
-	VFMADD231PS Z17, Z18, Z11
-	VCVTPH2PS   (DI), Z18
-	VFMADD231PS Z16, Z18, Z4
-	VFMADD231PS Z17, Z18, Z12
-	VCVTPH2PS   (DI)(CX*1), Z18
-	VFMADD231PS Z16, Z18, Z5
-	VFMADD231PS Z17, Z18, Z13
-	VCVTPH2PS   (DI)(CX*2), Z18
-	VFMADD231PS Z16, Z18, Z6
-	VFMADD231PS Z17, Z18, Z14
-	VCVTPH2PS   (DI)(DX*1), Z18
-	VFMADD231PS Z16, Z18, Z7
-	VFMADD231PS Z17, Z18, Z15
-	ADDQ        $0x00000040, BX
-	ADDQ        $0x00000020, SI
-	ADDQ        $0x00000020, DI
-	DECQ        R8
-	JNZ         mainStep
+mainK0Step:
+	PREFETCHT1  (R8)(R9*1)
+	VCVTPH2PS   (R8), Z16
+	VFMADD231PS (DI), Z16, Z0
+	VFMADD231PS (DI)(SI*1), Z16, Z8
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000020, R8
+	DECQ        R10
+	JNZ         mainK0Step
 
-mainTail:
+mainK0Tail:
 	KORTESTW    K1, K1
-	JZ          mainStore
-	VMOVUPS.Z   (BX), K1, Z16
-	VMOVUPS.Z   (BX)(AX*1), K1, Z17
-	VMOVDQU16.Z (SI), K1, Y18
-	VCVTPH2PS   Y18, Z18
-	VFMADD231PS Z16, Z18, Z0
-	VFMADD231PS Z17, Z18, Z8
-	VMOVDQU16.Z (SI)(CX*1), K1, Y18
-	VCVTPH2PS   Y18, Z18
-	VFMADD231PS Z16, Z18, Z1
-	VFMADD231PS Z17, Z18, Z9
-	VMOVDQU16.Z (SI)(CX*2), K1, Y18
-	VCVTPH2PS   Y18, Z18
-	VFMADD231PS Z16, Z18, Z2
-	VFMADD231PS Z17, Z18, Z10
-	VMOVDQU16.Z (SI)(DX*1), K1, Y18
-	VCVTPH2PS   Y18, Z18
-	VFMADD231PS Z16, Z18, Z3
-	VFMADD231PS Z17, Z18, Z11
-	VMOVDQU16.Z (DI), K1, Y18
-	VCVTPH2PS   Y18, Z18
-	VFMADD231PS Z16, Z18, Z4
-	VFMADD231PS Z17, Z18, Z12
-	VMOVDQU16.Z (DI)(CX*1), K1, Y18
-	VCVTPH2PS   Y18, Z18
-	VFMADD231PS Z16, Z18, Z5
-	VFMADD231PS Z17, Z18, Z13
-	VMOVDQU16.Z (DI)(CX*2), K1, Y18
-	VCVTPH2PS   Y18, Z18
-	VFMADD231PS Z16, Z18, Z6
-	VFMADD231PS Z17, Z18, Z14
-	VMOVDQU16.Z (DI)(DX*1), K1, Y18
-	VCVTPH2PS   Y18, Z18
-	VFMADD231PS Z16, Z18, Z7
-	VFMADD231PS Z17, Z18, Z15
+	JZ          mainK0Done
+	VMOVDQU16.Z (R8), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z0
+	VMOVUPS.Z   (DI)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z8
 
-mainStore:
+mainK0Done:
+	MOVQ  d+96(FP), SI
+	SHLQ  $0x02, SI
+	MOVQ  q_base+32(FP), DI
+	LEAQ  (DX)(AX*1), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (R8)(R9*1)
+	VCVTPH2PS   (R8), Z16
+	VFMADD231PS (DI), Z16, Z1
+	VFMADD231PS (DI)(SI*1), Z16, Z9
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000020, R8
+	DECQ        R10
+	JNZ         mainK1Step
+
+mainK1Tail:
+	KORTESTW    K1, K1
+	JZ          mainK1Done
+	VMOVDQU16.Z (R8), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z1
+	VMOVUPS.Z   (DI)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z9
+
+mainK1Done:
+	MOVQ  d+96(FP), SI
+	SHLQ  $0x02, SI
+	MOVQ  q_base+32(FP), DI
+	LEAQ  (DX)(AX*2), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (R8)(R9*1)
+	VCVTPH2PS   (R8), Z16
+	VFMADD231PS (DI), Z16, Z2
+	VFMADD231PS (DI)(SI*1), Z16, Z10
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000020, R8
+	DECQ        R10
+	JNZ         mainK2Step
+
+mainK2Tail:
+	KORTESTW    K1, K1
+	JZ          mainK2Done
+	VMOVDQU16.Z (R8), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z2
+	VMOVUPS.Z   (DI)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z10
+
+mainK2Done:
+	MOVQ  d+96(FP), SI
+	SHLQ  $0x02, SI
+	MOVQ  q_base+32(FP), DI
+	LEAQ  (DX)(CX*1), DX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (DX)(R8*1)
+	VCVTPH2PS   (DX), Z16
+	VFMADD231PS (DI), Z16, Z3
+	VFMADD231PS (DI)(SI*1), Z16, Z11
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000020, DX
+	DECQ        R9
+	JNZ         mainK3Step
+
+mainK3Tail:
+	KORTESTW    K1, K1
+	JZ          mainK3Done
+	VMOVDQU16.Z (DX), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z3
+	VMOVUPS.Z   (DI)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z11
+
+mainK3Done:
+	MOVQ  d+96(FP), DX
+	SHLQ  $0x02, DX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (BX), DI
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (DI)(R8*1)
+	VCVTPH2PS   (DI), Z16
+	VFMADD231PS (SI), Z16, Z4
+	VFMADD231PS (SI)(DX*1), Z16, Z12
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000020, DI
+	DECQ        R9
+	JNZ         mainK4Step
+
+mainK4Tail:
+	KORTESTW    K1, K1
+	JZ          mainK4Done
+	VMOVDQU16.Z (DI), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (SI), K1, Z17
+	VFMADD231PS Z17, Z16, Z4
+	VMOVUPS.Z   (SI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z12
+
+mainK4Done:
+	MOVQ  d+96(FP), DX
+	SHLQ  $0x02, DX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (BX)(AX*1), DI
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK5Tail
+
+mainK5Step:
+	PREFETCHT1  (DI)(R8*1)
+	VCVTPH2PS   (DI), Z16
+	VFMADD231PS (SI), Z16, Z5
+	VFMADD231PS (SI)(DX*1), Z16, Z13
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000020, DI
+	DECQ        R9
+	JNZ         mainK5Step
+
+mainK5Tail:
+	KORTESTW    K1, K1
+	JZ          mainK5Done
+	VMOVDQU16.Z (DI), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (SI), K1, Z17
+	VFMADD231PS Z17, Z16, Z5
+	VMOVUPS.Z   (SI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z13
+
+mainK5Done:
+	MOVQ  d+96(FP), DX
+	SHLQ  $0x02, DX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (BX)(AX*2), AX
+	MOVQ  ldk+80(FP), DI
+	SHLQ  $0x06, DI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK6Tail
+
+mainK6Step:
+	PREFETCHT1  (AX)(DI*1)
+	VCVTPH2PS   (AX), Z16
+	VFMADD231PS (SI), Z16, Z6
+	VFMADD231PS (SI)(DX*1), Z16, Z14
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000020, AX
+	DECQ        R8
+	JNZ         mainK6Step
+
+mainK6Tail:
+	KORTESTW    K1, K1
+	JZ          mainK6Done
+	VMOVDQU16.Z (AX), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (SI), K1, Z17
+	VFMADD231PS Z17, Z16, Z6
+	VMOVUPS.Z   (SI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z14
+
+mainK6Done:
+	MOVQ  d+96(FP), AX
+	SHLQ  $0x02, AX
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(CX*1), CX
+	MOVQ  ldk+80(FP), BX
+	SHLQ  $0x06, BX
+	MOVQ  24(SP), SI
+	TESTQ SI, SI
+	JZ    mainK7Tail
+
+mainK7Step:
+	PREFETCHT1  (CX)(BX*1)
+	VCVTPH2PS   (CX), Z16
+	VFMADD231PS (DX), Z16, Z7
+	VFMADD231PS (DX)(AX*1), Z16, Z15
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, CX
+	DECQ        SI
+	JNZ         mainK7Step
+
+mainK7Tail:
+	KORTESTW    K1, K1
+	JZ          mainK7Done
+	VMOVDQU16.Z (CX), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z17, Z16, Z7
+	VMOVUPS.Z   (DX)(AX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z15
+
+mainK7Done:
 	VSHUFF32X4    $0x44, Z4, Z0, Z16
 	VSHUFF32X4    $0xee, Z4, Z0, Z0
 	VADDPS        Z0, Z16, Z16
@@ -5919,36 +8187,38 @@ rest:
 	JL     done
 	VPSUBD Z0, Z0, Z0
 	VPSUBD Z1, Z1, Z1
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	MOVQ   q_base+32(FP), CX
-	MOVQ   8(SP), DX
-	MOVQ   24(SP), BX
-	TESTQ  BX, BX
-	JZ     restTail
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	MOVQ   q_base+32(FP), DX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), BX
+	SHLQ   $0x06, BX
+	MOVQ   24(SP), SI
+	TESTQ  SI, SI
+	JZ     restK0Tail
 
-restStep:
-	VMOVUPS     (CX), Z2
-	VMOVUPS     (CX)(AX*1), Z3
-	VCVTPH2PS   (DX), Z4
-	VFMADD231PS Z2, Z4, Z0
-	VFMADD231PS Z3, Z4, Z1
-	ADDQ        $0x00000040, CX
-	ADDQ        $0x00000020, DX
-	DECQ        BX
-	JNZ         restStep
+restK0Step:
+	PREFETCHT1  (AX)(BX*1)
+	VCVTPH2PS   (AX), Z2
+	VFMADD231PS (DX), Z2, Z0
+	VFMADD231PS (DX)(CX*1), Z2, Z1
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, AX
+	DECQ        SI
+	JNZ         restK0Step
 
-restTail:
+restK0Tail:
 	KORTESTW    K1, K1
-	JZ          restStore
-	VMOVUPS.Z   (CX), K1, Z2
-	VMOVUPS.Z   (CX)(AX*1), K1, Z3
-	VMOVDQU16.Z (DX), K1, Y4
-	VCVTPH2PS   Y4, Z4
-	VFMADD231PS Z2, Z4, Z0
-	VFMADD231PS Z3, Z4, Z1
+	JZ          restK0Done
+	VMOVDQU16.Z (AX), K1, Y2
+	VCVTPH2PS   Y2, Z2
+	VMOVUPS.Z   (DX), K1, Z3
+	VFMADD231PS Z3, Z2, Z0
+	VMOVUPS.Z   (DX)(CX*1), K1, Z3
+	VFMADD231PS Z3, Z2, Z1
 
-restStore:
+restK0Done:
 	VXORPS     Z2, Z2, Z2
 	VSHUFF32X4 $0x44, Z2, Z0, Z3
 	VSHUFF32X4 $0xee, Z2, Z0, Z0
@@ -5987,7 +8257,7 @@ done:
 	RET
 
 // func scoresF16M4AVX512(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
-// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL, MMX+
 TEXT ·scoresF16M4AVX512(SB), NOSPLIT, $32-104
 	MOVQ  s_base+0(FP), AX
 	MOVQ  AX, (SP)
@@ -6022,81 +8292,162 @@ main:
 	VPSUBD Z13, Z13, Z13
 	VPSUBD Z14, Z14, Z14
 	VPSUBD Z15, Z15, Z15
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
+	MOVQ   ldk+80(FP), AX
+	SHLQ   $0x01, AX
 	LEAQ   (AX)(AX*2), CX
-	MOVQ   ldk+80(FP), DX
-	SHLQ   $0x01, DX
-	LEAQ   (DX)(DX*2), BX
-	MOVQ   q_base+32(FP), SI
-	MOVQ   8(SP), DI
-	MOVQ   24(SP), R8
-	TESTQ  R8, R8
-	JZ     mainTail
+	MOVQ   8(SP), DX
+	MOVQ   d+96(FP), BX
+	SHLQ   $0x02, BX
+	LEAQ   (BX)(BX*2), SI
+	MOVQ   q_base+32(FP), DI
+	LEAQ   (DX), R8
+	MOVQ   ldk+80(FP), R9
+	SHLQ   $0x06, R9
+	MOVQ   24(SP), R10
+	TESTQ  R10, R10
+	JZ     mainK0Tail
 
-mainStep:
-	VMOVUPS     (SI), Z16
-	VMOVUPS     (SI)(AX*1), Z17
-	VMOVUPS     (SI)(AX*2), Z18
-	VMOVUPS     (SI)(CX*1), Z19
-	VCVTPH2PS   (DI), Z20
-	VFMADD231PS Z16, Z20, Z0
-	VFMADD231PS Z17, Z20, Z4
-	VFMADD231PS Z18, Z20, Z8
-	VFMADD231PS Z19, Z20, Z12
-	VCVTPH2PS   (DI)(DX*1), Z20
-	VFMADD231PS Z16, Z20, Z1
-	VFMADD231PS Z17, Z20, Z5
-	VFMADD231PS Z18, Z20, Z9
-	VFMADD231PS Z19, Z20, Z13
-	VCVTPH2PS   (DI)(DX*2), Z20
-	VFMADD231PS Z16, Z20, Z2
-	VFMADD231PS Z17, Z20, Z6
-	VFMADD231PS Z18, Z20, Z10
-	VFMADD231PS Z19, Z20, Z14
-	VCVTPH2PS   (DI)(BX*1), Z20
-	VFMADD231PS Z16, Z20, Z3
-	VFMADD231PS Z17, Z20, Z7
-	VFMADD231PS Z18, Z20, Z11
-	VFMADD231PS Z19, Z20, Z15
-	ADDQ        $0x00000040, SI
-	ADDQ        $0x00000020, DI
-	DECQ        R8
-	JNZ         mainStep
+mainK0Step:
+	PREFETCHT1  (R8)(R9*1)
+	VCVTPH2PS   (R8), Z16
+	VFMADD231PS (DI), Z16, Z0
+	VFMADD231PS (DI)(BX*1), Z16, Z4
+	VFMADD231PS (DI)(BX*2), Z16, Z8
+	VFMADD231PS (DI)(SI*1), Z16, Z12
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000020, R8
+	DECQ        R10
+	JNZ         mainK0Step
 
-mainTail:
+mainK0Tail:
 	KORTESTW    K1, K1
-	JZ          mainStore
-	VMOVUPS.Z   (SI), K1, Z16
-	VMOVUPS.Z   (SI)(AX*1), K1, Z17
-	VMOVUPS.Z   (SI)(AX*2), K1, Z18
-	VMOVUPS.Z   (SI)(CX*1), K1, Z19
-	VMOVDQU16.Z (DI), K1, Y20
-	VCVTPH2PS   Y20, Z20
-	VFMADD231PS Z16, Z20, Z0
-	VFMADD231PS Z17, Z20, Z4
-	VFMADD231PS Z18, Z20, Z8
-	VFMADD231PS Z19, Z20, Z12
-	VMOVDQU16.Z (DI)(DX*1), K1, Y20
-	VCVTPH2PS   Y20, Z20
-	VFMADD231PS Z16, Z20, Z1
-	VFMADD231PS Z17, Z20, Z5
-	VFMADD231PS Z18, Z20, Z9
-	VFMADD231PS Z19, Z20, Z13
-	VMOVDQU16.Z (DI)(DX*2), K1, Y20
-	VCVTPH2PS   Y20, Z20
-	VFMADD231PS Z16, Z20, Z2
-	VFMADD231PS Z17, Z20, Z6
-	VFMADD231PS Z18, Z20, Z10
-	VFMADD231PS Z19, Z20, Z14
-	VMOVDQU16.Z (DI)(BX*1), K1, Y20
-	VCVTPH2PS   Y20, Z20
-	VFMADD231PS Z16, Z20, Z3
-	VFMADD231PS Z17, Z20, Z7
-	VFMADD231PS Z18, Z20, Z11
-	VFMADD231PS Z19, Z20, Z15
+	JZ          mainK0Done
+	VMOVDQU16.Z (R8), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z0
+	VMOVUPS.Z   (DI)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z4
+	VMOVUPS.Z   (DI)(BX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z8
+	VMOVUPS.Z   (DI)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z12
 
-mainStore:
+mainK0Done:
+	MOVQ  d+96(FP), BX
+	SHLQ  $0x02, BX
+	LEAQ  (BX)(BX*2), SI
+	MOVQ  q_base+32(FP), DI
+	LEAQ  (DX)(AX*1), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (R8)(R9*1)
+	VCVTPH2PS   (R8), Z16
+	VFMADD231PS (DI), Z16, Z1
+	VFMADD231PS (DI)(BX*1), Z16, Z5
+	VFMADD231PS (DI)(BX*2), Z16, Z9
+	VFMADD231PS (DI)(SI*1), Z16, Z13
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000020, R8
+	DECQ        R10
+	JNZ         mainK1Step
+
+mainK1Tail:
+	KORTESTW    K1, K1
+	JZ          mainK1Done
+	VMOVDQU16.Z (R8), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z1
+	VMOVUPS.Z   (DI)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z5
+	VMOVUPS.Z   (DI)(BX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z9
+	VMOVUPS.Z   (DI)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z13
+
+mainK1Done:
+	MOVQ  d+96(FP), BX
+	SHLQ  $0x02, BX
+	LEAQ  (BX)(BX*2), SI
+	MOVQ  q_base+32(FP), DI
+	LEAQ  (DX)(AX*2), AX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (AX)(R8*1)
+	VCVTPH2PS   (AX), Z16
+	VFMADD231PS (DI), Z16, Z2
+	VFMADD231PS (DI)(BX*1), Z16, Z6
+	VFMADD231PS (DI)(BX*2), Z16, Z10
+	VFMADD231PS (DI)(SI*1), Z16, Z14
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000020, AX
+	DECQ        R9
+	JNZ         mainK2Step
+
+mainK2Tail:
+	KORTESTW    K1, K1
+	JZ          mainK2Done
+	VMOVDQU16.Z (AX), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z2
+	VMOVUPS.Z   (DI)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z6
+	VMOVUPS.Z   (DI)(BX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z10
+	VMOVUPS.Z   (DI)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z14
+
+mainK2Done:
+	MOVQ  d+96(FP), AX
+	SHLQ  $0x02, AX
+	LEAQ  (AX)(AX*2), BX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(CX*1), CX
+	MOVQ  ldk+80(FP), DX
+	SHLQ  $0x06, DX
+	MOVQ  24(SP), DI
+	TESTQ DI, DI
+	JZ    mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (CX)(DX*1)
+	VCVTPH2PS   (CX), Z16
+	VFMADD231PS (SI), Z16, Z3
+	VFMADD231PS (SI)(AX*1), Z16, Z7
+	VFMADD231PS (SI)(AX*2), Z16, Z11
+	VFMADD231PS (SI)(BX*1), Z16, Z15
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000020, CX
+	DECQ        DI
+	JNZ         mainK3Step
+
+mainK3Tail:
+	KORTESTW    K1, K1
+	JZ          mainK3Done
+	VMOVDQU16.Z (CX), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (SI), K1, Z17
+	VFMADD231PS Z17, Z16, Z3
+	VMOVUPS.Z   (SI)(AX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z7
+	VMOVUPS.Z   (SI)(AX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z11
+	VMOVUPS.Z   (SI)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z15
+
+mainK3Done:
 	VSHUFF32X4    $0x44, Z4, Z0, Z16
 	VSHUFF32X4    $0xee, Z4, Z0, Z0
 	VADDPS        Z0, Z16, Z16
@@ -6170,45 +8521,45 @@ rest:
 	VPSUBD Z1, Z1, Z1
 	VPSUBD Z2, Z2, Z2
 	VPSUBD Z3, Z3, Z3
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	LEAQ   (AX)(AX*2), CX
-	MOVQ   q_base+32(FP), DX
-	MOVQ   8(SP), BX
-	MOVQ   24(SP), SI
-	TESTQ  SI, SI
-	JZ     restTail
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), SI
+	SHLQ   $0x06, SI
+	MOVQ   24(SP), DI
+	TESTQ  DI, DI
+	JZ     restK0Tail
 
-restStep:
-	VMOVUPS     (DX), Z4
-	VMOVUPS     (DX)(AX*1), Z5
-	VMOVUPS     (DX)(AX*2), Z6
-	VMOVUPS     (DX)(CX*1), Z7
-	VCVTPH2PS   (BX), Z8
-	VFMADD231PS Z4, Z8, Z0
-	VFMADD231PS Z5, Z8, Z1
-	VFMADD231PS Z6, Z8, Z2
-	VFMADD231PS Z7, Z8, Z3
-	ADDQ        $0x00000040, DX
-	ADDQ        $0x00000020, BX
-	DECQ        SI
-	JNZ         restStep
+restK0Step:
+	PREFETCHT1  (AX)(SI*1)
+	VCVTPH2PS   (AX), Z4
+	VFMADD231PS (BX), Z4, Z0
+	VFMADD231PS (BX)(CX*1), Z4, Z1
+	VFMADD231PS (BX)(CX*2), Z4, Z2
+	VFMADD231PS (BX)(DX*1), Z4, Z3
+	ADDQ        $0x00000040, BX
+	ADDQ        $0x00000020, AX
+	DECQ        DI
+	JNZ         restK0Step
 
-restTail:
+restK0Tail:
 	KORTESTW    K1, K1
-	JZ          restStore
-	VMOVUPS.Z   (DX), K1, Z4
-	VMOVUPS.Z   (DX)(AX*1), K1, Z5
-	VMOVUPS.Z   (DX)(AX*2), K1, Z6
-	VMOVUPS.Z   (DX)(CX*1), K1, Z7
-	VMOVDQU16.Z (BX), K1, Y8
-	VCVTPH2PS   Y8, Z8
-	VFMADD231PS Z4, Z8, Z0
-	VFMADD231PS Z5, Z8, Z1
-	VFMADD231PS Z6, Z8, Z2
-	VFMADD231PS Z7, Z8, Z3
+	JZ          restK0Done
+	VMOVDQU16.Z (AX), K1, Y4
+	VCVTPH2PS   Y4, Z4
+	VMOVUPS.Z   (BX), K1, Z5
+	VFMADD231PS Z5, Z4, Z0
+	VMOVUPS.Z   (BX)(CX*1), K1, Z5
+	VFMADD231PS Z5, Z4, Z1
+	VMOVUPS.Z   (BX)(CX*2), K1, Z5
+	VFMADD231PS Z5, Z4, Z2
+	VMOVUPS.Z   (BX)(DX*1), K1, Z5
+	VFMADD231PS Z5, Z4, Z3
 
-restStore:
+restK0Done:
 	VXORPS     Z4, Z4, Z4
 	VSHUFF32X4 $0x44, Z4, Z0, Z5
 	VSHUFF32X4 $0xee, Z4, Z0, Z0
@@ -6265,7 +8616,7 @@ done:
 	RET
 
 // func scoresF16M8AVX512(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
-// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL, MMX+
 TEXT ·scoresF16M8AVX512(SB), NOSPLIT, $32-104
 	MOVQ  s_base+0(FP), AX
 	MOVQ  AX, (SP)
@@ -6300,84 +8651,113 @@ main:
 	VPSUBD Z13, Z13, Z13
 	VPSUBD Z14, Z14, Z14
 	VPSUBD Z15, Z15, Z15
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	LEAQ   (AX)(AX*2), CX
-	MOVQ   ldk+80(FP), DX
-	SHLQ   $0x01, DX
-	MOVQ   q_base+32(FP), BX
-	LEAQ   (BX)(AX*4), SI
-	MOVQ   8(SP), DI
-	MOVQ   24(SP), R8
-	TESTQ  R8, R8
-	JZ     mainTail
+	MOVQ   ldk+80(FP), AX
+	SHLQ   $0x01, AX
+	MOVQ   8(SP), CX
+	MOVQ   d+96(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	MOVQ   q_base+32(FP), SI
+	LEAQ   (SI)(DX*4), DI
+	LEAQ   (CX), R8
+	MOVQ   ldk+80(FP), R9
+	SHLQ   $0x06, R9
+	MOVQ   24(SP), R10
+	TESTQ  R10, R10
+	JZ     mainK0Tail
 
-mainStep:
-	VMOVUPS     (BX), Z16
-	VMOVUPS     (BX)(AX*1), Z17
-	VMOVUPS     (BX)(AX*2), Z18
-	VMOVUPS     (BX)(CX*1), Z19
-	VMOVUPS     (SI), Z20
-	VMOVUPS     (SI)(AX*1), Z21
-	VMOVUPS     (SI)(AX*2), Z22
-	VMOVUPS     (SI)(CX*1), Z23
-	VCVTPH2PS   (DI), Z24
-	VFMADD231PS Z16, Z24, Z0
-	VFMADD231PS Z17, Z24, Z2
-	VFMADD231PS Z18, Z24, Z4
-	VFMADD231PS Z19, Z24, Z6
-	VFMADD231PS Z20, Z24, Z8
-	VFMADD231PS Z21, Z24, Z10
-	VFMADD231PS Z22, Z24, Z12
-	VFMADD231PS Z23, Z24, Z14
-	VCVTPH2PS   (DI)(DX*1), Z24
-	VFMADD231PS Z16, Z24, Z1
-	VFMADD231PS Z17, Z24, Z3
-	VFMADD231PS Z18, Z24, Z5
-	VFMADD231PS Z19, Z24, Z7
-	VFMADD231PS Z20, Z24, Z9
-	VFMADD231PS Z21, Z24, Z11
-	VFMADD231PS Z22, Z24, Z13
-	VFMADD231PS Z23, Z24, Z15
-	ADDQ        $0x00000040, BX
+mainK0Step:
+	PREFETCHT1  (R8)(R9*1)
+	VCVTPH2PS   (R8), Z16
+	VFMADD231PS (SI), Z16, Z0
+	VFMADD231PS (SI)(DX*1), Z16, Z2
+	VFMADD231PS (SI)(DX*2), Z16, Z4
+	VFMADD231PS (SI)(BX*1), Z16, Z6
+	VFMADD231PS (DI), Z16, Z8
+	VFMADD231PS (DI)(DX*1), Z16, Z10
+	VFMADD231PS (DI)(DX*2), Z16, Z12
+	VFMADD231PS (DI)(BX*1), Z16, Z14
 	ADDQ        $0x00000040, SI
-	ADDQ        $0x00000020, DI
-	DECQ        R8
-	JNZ         mainStep
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000020, R8
+	DECQ        R10
+	JNZ         mainK0Step
 
-mainTail:
+mainK0Tail:
 	KORTESTW    K1, K1
-	JZ          mainStore
-	VMOVUPS.Z   (BX), K1, Z16
-	VMOVUPS.Z   (BX)(AX*1), K1, Z17
-	VMOVUPS.Z   (BX)(AX*2), K1, Z18
-	VMOVUPS.Z   (BX)(CX*1), K1, Z19
-	VMOVUPS.Z   (SI), K1, Z20
-	VMOVUPS.Z   (SI)(AX*1), K1, Z21
-	VMOVUPS.Z   (SI)(AX*2), K1, Z22
-	VMOVUPS.Z   (SI)(CX*1), K1, Z23
-	VMOVDQU16.Z (DI), K1, Y24
-	VCVTPH2PS   Y24, Z24
-	VFMADD231PS Z16, Z24, Z0
-	VFMADD231PS Z17, Z24, Z2
-	VFMADD231PS Z18, Z24, Z4
-	VFMADD231PS Z19, Z24, Z6
-	VFMADD231PS Z20, Z24, Z8
-	VFMADD231PS Z21, Z24, Z10
-	VFMADD231PS Z22, Z24, Z12
-	VFMADD231PS Z23, Z24, Z14
-	VMOVDQU16.Z (DI)(DX*1), K1, Y24
-	VCVTPH2PS   Y24, Z24
-	VFMADD231PS Z16, Z24, Z1
-	VFMADD231PS Z17, Z24, Z3
-	VFMADD231PS Z18, Z24, Z5
-	VFMADD231PS Z19, Z24, Z7
-	VFMADD231PS Z20, Z24, Z9
-	VFMADD231PS Z21, Z24, Z11
-	VFMADD231PS Z22, Z24, Z13
-	VFMADD231PS Z23, Z24, Z15
+	JZ          mainK0Done
+	VMOVDQU16.Z (R8), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (SI), K1, Z17
+	VFMADD231PS Z17, Z16, Z0
+	VMOVUPS.Z   (SI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z2
+	VMOVUPS.Z   (SI)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z4
+	VMOVUPS.Z   (SI)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z6
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z8
+	VMOVUPS.Z   (DI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z10
+	VMOVUPS.Z   (DI)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z12
+	VMOVUPS.Z   (DI)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z14
 
-mainStore:
+mainK0Done:
+	MOVQ  d+96(FP), DX
+	SHLQ  $0x02, DX
+	LEAQ  (DX)(DX*2), BX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (SI)(DX*4), DI
+	LEAQ  (CX)(AX*1), AX
+	MOVQ  ldk+80(FP), CX
+	SHLQ  $0x06, CX
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (AX)(CX*1)
+	VCVTPH2PS   (AX), Z16
+	VFMADD231PS (SI), Z16, Z1
+	VFMADD231PS (SI)(DX*1), Z16, Z3
+	VFMADD231PS (SI)(DX*2), Z16, Z5
+	VFMADD231PS (SI)(BX*1), Z16, Z7
+	VFMADD231PS (DI), Z16, Z9
+	VFMADD231PS (DI)(DX*1), Z16, Z11
+	VFMADD231PS (DI)(DX*2), Z16, Z13
+	VFMADD231PS (DI)(BX*1), Z16, Z15
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000020, AX
+	DECQ        R8
+	JNZ         mainK1Step
+
+mainK1Tail:
+	KORTESTW    K1, K1
+	JZ          mainK1Done
+	VMOVDQU16.Z (AX), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (SI), K1, Z17
+	VFMADD231PS Z17, Z16, Z1
+	VMOVUPS.Z   (SI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z3
+	VMOVUPS.Z   (SI)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z5
+	VMOVUPS.Z   (SI)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z7
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z9
+	VMOVUPS.Z   (DI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z11
+	VMOVUPS.Z   (DI)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z13
+	VMOVUPS.Z   (DI)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z15
+
+mainK1Done:
 	VSHUFF32X4    $0x44, Z4, Z0, Z16
 	VSHUFF32X4    $0xee, Z4, Z0, Z0
 	VADDPS        Z0, Z16, Z16
@@ -6461,63 +8841,59 @@ rest:
 	VPSUBD Z5, Z5, Z5
 	VPSUBD Z6, Z6, Z6
 	VPSUBD Z7, Z7, Z7
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	LEAQ   (AX)(AX*2), CX
-	MOVQ   q_base+32(FP), DX
-	LEAQ   (DX)(AX*4), BX
-	MOVQ   8(SP), SI
-	MOVQ   24(SP), DI
-	TESTQ  DI, DI
-	JZ     restTail
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (BX)(CX*4), SI
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), DI
+	SHLQ   $0x06, DI
+	MOVQ   24(SP), R8
+	TESTQ  R8, R8
+	JZ     restK0Tail
 
-restStep:
-	VMOVUPS     (DX), Z8
-	VMOVUPS     (DX)(AX*1), Z9
-	VMOVUPS     (DX)(AX*2), Z10
-	VMOVUPS     (DX)(CX*1), Z11
-	VMOVUPS     (BX), Z12
-	VMOVUPS     (BX)(AX*1), Z13
-	VMOVUPS     (BX)(AX*2), Z14
-	VMOVUPS     (BX)(CX*1), Z15
-	VCVTPH2PS   (SI), Z16
-	VFMADD231PS Z8, Z16, Z0
-	VFMADD231PS Z9, Z16, Z1
-	VFMADD231PS Z10, Z16, Z2
-	VFMADD231PS Z11, Z16, Z3
-	VFMADD231PS Z12, Z16, Z4
-	VFMADD231PS Z13, Z16, Z5
-	VFMADD231PS Z14, Z16, Z6
-	VFMADD231PS Z15, Z16, Z7
-	ADDQ        $0x00000040, DX
+restK0Step:
+	PREFETCHT1  (AX)(DI*1)
+	VCVTPH2PS   (AX), Z8
+	VFMADD231PS (BX), Z8, Z0
+	VFMADD231PS (BX)(CX*1), Z8, Z1
+	VFMADD231PS (BX)(CX*2), Z8, Z2
+	VFMADD231PS (BX)(DX*1), Z8, Z3
+	VFMADD231PS (SI), Z8, Z4
+	VFMADD231PS (SI)(CX*1), Z8, Z5
+	VFMADD231PS (SI)(CX*2), Z8, Z6
+	VFMADD231PS (SI)(DX*1), Z8, Z7
 	ADDQ        $0x00000040, BX
-	ADDQ        $0x00000020, SI
-	DECQ        DI
-	JNZ         restStep
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000020, AX
+	DECQ        R8
+	JNZ         restK0Step
 
-restTail:
+restK0Tail:
 	KORTESTW    K1, K1
-	JZ          restStore
-	VMOVUPS.Z   (DX), K1, Z8
-	VMOVUPS.Z   (DX)(AX*1), K1, Z9
-	VMOVUPS.Z   (DX)(AX*2), K1, Z10
-	VMOVUPS.Z   (DX)(CX*1), K1, Z11
-	VMOVUPS.Z   (BX), K1, Z12
-	VMOVUPS.Z   (BX)(AX*1), K1, Z13
-	VMOVUPS.Z   (BX)(AX*2), K1, Z14
-	VMOVUPS.Z   (BX)(CX*1), K1, Z15
-	VMOVDQU16.Z (SI), K1, Y16
-	VCVTPH2PS   Y16, Z16
-	VFMADD231PS Z8, Z16, Z0
-	VFMADD231PS Z9, Z16, Z1
-	VFMADD231PS Z10, Z16, Z2
-	VFMADD231PS Z11, Z16, Z3
-	VFMADD231PS Z12, Z16, Z4
-	VFMADD231PS Z13, Z16, Z5
-	VFMADD231PS Z14, Z16, Z6
-	VFMADD231PS Z15, Z16, Z7
+	JZ          restK0Done
+	VMOVDQU16.Z (AX), K1, Y8
+	VCVTPH2PS   Y8, Z8
+	VMOVUPS.Z   (BX), K1, Z9
+	VFMADD231PS Z9, Z8, Z0
+	VMOVUPS.Z   (BX)(CX*1), K1, Z9
+	VFMADD231PS Z9, Z8, Z1
+	VMOVUPS.Z   (BX)(CX*2), K1, Z9
+	VFMADD231PS Z9, Z8, Z2
+	VMOVUPS.Z   (BX)(DX*1), K1, Z9
+	VFMADD231PS Z9, Z8, Z3
+	VMOVUPS.Z   (SI), K1, Z9
+	VFMADD231PS Z9, Z8, Z4
+	VMOVUPS.Z   (SI)(CX*1), K1, Z9
+	VFMADD231PS Z9, Z8, Z5
+	VMOVUPS.Z   (SI)(CX*2), K1, Z9
+	VFMADD231PS Z9, Z8, Z6
+	VMOVUPS.Z   (SI)(DX*1), K1, Z9
+	VFMADD231PS Z9, Z8, Z7
 
-restStore:
+restK0Done:
 	VSHUFF32X4    $0x44, Z4, Z0, Z8
 	VSHUFF32X4    $0xee, Z4, Z0, Z0
 	VADDPS        Z0, Z8, Z8
@@ -6581,7 +8957,7 @@ done:
 	RET
 
 // func scoresF16M16AVX512(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VL
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, MMX+
 TEXT ·scoresF16M16AVX512(SB), NOSPLIT, $32-104
 	MOVQ  s_base+0(FP), AX
 	MOVQ  AX, (SP)
@@ -6616,83 +8992,87 @@ main:
 	VPSUBD Z13, Z13, Z13
 	VPSUBD Z14, Z14, Z14
 	VPSUBD Z15, Z15, Z15
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	LEAQ   (AX)(AX*2), CX
-	MOVQ   q_base+32(FP), DX
-	LEAQ   (DX)(AX*4), BX
-	LEAQ   (BX)(AX*4), SI
-	LEAQ   (SI)(AX*4), DI
-	MOVQ   8(SP), R8
-	MOVQ   24(SP), R9
-	TESTQ  R9, R9
-	JZ     mainTail
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (BX)(CX*4), SI
+	LEAQ   (SI)(CX*4), DI
+	LEAQ   (DI)(CX*4), R8
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), R9
+	SHLQ   $0x06, R9
+	MOVQ   24(SP), R10
+	TESTQ  R10, R10
+	JZ     mainK0Tail
 
-mainStep:
-	VCVTPH2PS   (R8), Z16
-	VFMADD231PS (DX), Z16, Z0
-	VFMADD231PS (DX)(AX*1), Z16, Z1
-	VFMADD231PS (DX)(AX*2), Z16, Z2
-	VFMADD231PS (DX)(CX*1), Z16, Z3
-	VFMADD231PS (BX), Z16, Z4
-	VFMADD231PS (BX)(AX*1), Z16, Z5
-	VFMADD231PS (BX)(AX*2), Z16, Z6
-	VFMADD231PS (BX)(CX*1), Z16, Z7
-	VFMADD231PS (SI), Z16, Z8
-	VFMADD231PS (SI)(AX*1), Z16, Z9
-	VFMADD231PS (SI)(AX*2), Z16, Z10
-	VFMADD231PS (SI)(CX*1), Z16, Z11
-	VFMADD231PS (DI), Z16, Z12
-	VFMADD231PS (DI)(AX*1), Z16, Z13
-	VFMADD231PS (DI)(AX*2), Z16, Z14
-	VFMADD231PS (DI)(CX*1), Z16, Z15
-	ADDQ        $0x00000040, DX
+mainK0Step:
+	PREFETCHT1  (AX)(R9*1)
+	VCVTPH2PS   (AX), Z16
+	VFMADD231PS (BX), Z16, Z0
+	VFMADD231PS (BX)(CX*1), Z16, Z1
+	VFMADD231PS (BX)(CX*2), Z16, Z2
+	VFMADD231PS (BX)(DX*1), Z16, Z3
+	VFMADD231PS (SI), Z16, Z4
+	VFMADD231PS (SI)(CX*1), Z16, Z5
+	VFMADD231PS (SI)(CX*2), Z16, Z6
+	VFMADD231PS (SI)(DX*1), Z16, Z7
+	VFMADD231PS (DI), Z16, Z8
+	VFMADD231PS (DI)(CX*1), Z16, Z9
+	VFMADD231PS (DI)(CX*2), Z16, Z10
+	VFMADD231PS (DI)(DX*1), Z16, Z11
+	VFMADD231PS (R8), Z16, Z12
+	VFMADD231PS (R8)(CX*1), Z16, Z13
+	VFMADD231PS (R8)(CX*2), Z16, Z14
+	VFMADD231PS (R8)(DX*1), Z16, Z15
 	ADDQ        $0x00000040, BX
 	ADDQ        $0x00000040, SI
 	ADDQ        $0x00000040, DI
-	ADDQ        $0x00000020, R8
-	DECQ        R9
-	JNZ         mainStep
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000020, AX
+	DECQ        R10
+	JNZ         mainK0Step
 
-mainTail:
+mainK0Tail:
 	KORTESTW    K1, K1
-	JZ          mainStore
-	VMOVDQU16.Z (R8), K1, Y16
+	JZ          mainK0Done
+	VMOVDQU16.Z (AX), K1, Y16
 	VCVTPH2PS   Y16, Z16
-	VMOVUPS.Z   (DX), K1, Z17
-	VFMADD231PS Z17, Z16, Z0
-	VMOVUPS.Z   (DX)(AX*1), K1, Z17
-	VFMADD231PS Z17, Z16, Z1
-	VMOVUPS.Z   (DX)(AX*2), K1, Z17
-	VFMADD231PS Z17, Z16, Z2
-	VMOVUPS.Z   (DX)(CX*1), K1, Z17
-	VFMADD231PS Z17, Z16, Z3
 	VMOVUPS.Z   (BX), K1, Z17
-	VFMADD231PS Z17, Z16, Z4
-	VMOVUPS.Z   (BX)(AX*1), K1, Z17
-	VFMADD231PS Z17, Z16, Z5
-	VMOVUPS.Z   (BX)(AX*2), K1, Z17
-	VFMADD231PS Z17, Z16, Z6
+	VFMADD231PS Z17, Z16, Z0
 	VMOVUPS.Z   (BX)(CX*1), K1, Z17
-	VFMADD231PS Z17, Z16, Z7
+	VFMADD231PS Z17, Z16, Z1
+	VMOVUPS.Z   (BX)(CX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z2
+	VMOVUPS.Z   (BX)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z3
 	VMOVUPS.Z   (SI), K1, Z17
-	VFMADD231PS Z17, Z16, Z8
-	VMOVUPS.Z   (SI)(AX*1), K1, Z17
-	VFMADD231PS Z17, Z16, Z9
-	VMOVUPS.Z   (SI)(AX*2), K1, Z17
-	VFMADD231PS Z17, Z16, Z10
+	VFMADD231PS Z17, Z16, Z4
 	VMOVUPS.Z   (SI)(CX*1), K1, Z17
-	VFMADD231PS Z17, Z16, Z11
+	VFMADD231PS Z17, Z16, Z5
+	VMOVUPS.Z   (SI)(CX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z6
+	VMOVUPS.Z   (SI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z7
 	VMOVUPS.Z   (DI), K1, Z17
-	VFMADD231PS Z17, Z16, Z12
-	VMOVUPS.Z   (DI)(AX*1), K1, Z17
-	VFMADD231PS Z17, Z16, Z13
-	VMOVUPS.Z   (DI)(AX*2), K1, Z17
-	VFMADD231PS Z17, Z16, Z14
+	VFMADD231PS Z17, Z16, Z8
 	VMOVUPS.Z   (DI)(CX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z9
+	VMOVUPS.Z   (DI)(CX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z10
+	VMOVUPS.Z   (DI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z11
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z12
+	VMOVUPS.Z   (R8)(CX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z13
+	VMOVUPS.Z   (R8)(CX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z14
+	VMOVUPS.Z   (R8)(DX*1), K1, Z17
 	VFMADD231PS Z17, Z16, Z15
 
-mainStore:
+mainK0Done:
 	VSHUFF32X4    $0x44, Z4, Z0, Z16
 	VSHUFF32X4    $0xee, Z4, Z0, Z0
 	VADDPS        Z0, Z16, Z16
@@ -6781,8 +9161,8 @@ done:
 	RET
 
 // func accumF16M1AVX512(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv int, n int, d int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV
-TEXT ·accumF16M1AVX512(SB), NOSPLIT, $56-112
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·accumF16M1AVX512(SB), $184-112
 	MOVQ  p_base+32(FP), AX
 	MOVQ  AX, 16(SP)
 	MOVQ  v_base+64(FP), AX
@@ -6795,20 +9175,46 @@ TEXT ·accumF16M1AVX512(SB), NOSPLIT, $56-112
 	KMOVW (CX)(AX*2), K1
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x04, AX
-	MOVQ    AX, 48(SP)
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, DX
+	SUBQ      $0x00000000, DX
+	XORQ      BX, BX
+	CMPQ      DX, BX
+	CMOVQLT   BX, DX
+	MOVQ      $0x00000010, BX
+	CMPQ      DX, BX
+	CMOVQGT   BX, DX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(DX*2), K2
+	SUBQ      $0x00000010, AX
+	XORQ      DX, DX
+	CMPQ      AX, DX
+	CMOVQLT   DX, AX
+	MOVQ      $0x00000010, DX
+	CMPQ      AX, DX
+	CMOVQGT   DX, AX
+	LEAQ      decodemask16<>+0(SB), DX
+	KMOVW     (DX)(AX*2), K3
+	VMOVUPS.Z (CX), K2, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K3, Z0
+	VMOVUPS   Z0, 120(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000010
@@ -6830,13 +9236,23 @@ full:
 	VMOVUPS 832(AX), Z13
 	VMOVUPS 896(AX), Z14
 	VMOVUPS 960(AX), Z15
-	MOVQ    16(SP), AX
+	LEAQ    56(SP), AX
 	MOVQ    8(SP), CX
 	MOVQ    ldv+88(FP), DX
 	SHLQ    $0x01, DX
-	MOVQ    32(SP), BX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys1:
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	PREFETCHT1   128(CX)(BX*1)
+	PREFETCHT1   192(CX)(BX*1)
+	PREFETCHT1   256(CX)(BX*1)
+	PREFETCHT1   320(CX)(BX*1)
+	PREFETCHT1   384(CX)(BX*1)
+	PREFETCHT1   448(CX)(BX*1)
 	VBROADCASTSS (AX), Z16
 	VCVTPH2PS    (CX), Z17
 	VFMADD231PS  Z16, Z17, Z0
@@ -6872,7 +9288,7 @@ keys1:
 	VFMADD231PS  Z16, Z17, Z15
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys1
 	MOVQ         (SP), AX
 	VMOVUPS      Z0, (AX)
@@ -6908,13 +9324,19 @@ chunk8:
 	VMOVUPS 320(AX), Z5
 	VMOVUPS 384(AX), Z6
 	VMOVUPS 448(AX), Z7
-	MOVQ    16(SP), AX
+	LEAQ    56(SP), AX
 	MOVQ    8(SP), CX
 	MOVQ    ldv+88(FP), DX
 	SHLQ    $0x01, DX
-	MOVQ    32(SP), BX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys2:
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	PREFETCHT1   128(CX)(BX*1)
+	PREFETCHT1   192(CX)(BX*1)
 	VBROADCASTSS (AX), Z8
 	VCVTPH2PS    (CX), Z9
 	VFMADD231PS  Z8, Z9, Z0
@@ -6934,7 +9356,7 @@ keys2:
 	VFMADD231PS  Z8, Z9, Z7
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys2
 	MOVQ         (SP), AX
 	VMOVUPS      Z0, (AX)
@@ -6957,13 +9379,17 @@ chunk4:
 	VMOVUPS 64(AX), Z1
 	VMOVUPS 128(AX), Z2
 	VMOVUPS 192(AX), Z3
-	MOVQ    16(SP), AX
+	LEAQ    56(SP), AX
 	MOVQ    8(SP), CX
 	MOVQ    ldv+88(FP), DX
 	SHLQ    $0x01, DX
-	MOVQ    32(SP), BX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys3:
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
 	VBROADCASTSS (AX), Z4
 	VCVTPH2PS    (CX), Z5
 	VFMADD231PS  Z4, Z5, Z0
@@ -6975,7 +9401,7 @@ keys3:
 	VFMADD231PS  Z4, Z5, Z3
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys3
 	MOVQ         (SP), AX
 	VMOVUPS      Z0, (AX)
@@ -6992,13 +9418,16 @@ chunk2:
 	MOVQ    (SP), AX
 	VMOVUPS (AX), Z0
 	VMOVUPS 64(AX), Z1
-	MOVQ    16(SP), AX
+	LEAQ    56(SP), AX
 	MOVQ    8(SP), CX
 	MOVQ    ldv+88(FP), DX
 	SHLQ    $0x01, DX
-	MOVQ    32(SP), BX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys4:
+	PREFETCHT1   (CX)(BX*1)
 	VBROADCASTSS (AX), Z2
 	VCVTPH2PS    (CX), Z3
 	VFMADD231PS  Z2, Z3, Z0
@@ -7006,7 +9435,7 @@ keys4:
 	VFMADD231PS  Z2, Z3, Z1
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys4
 	MOVQ         (SP), AX
 	VMOVUPS      Z0, (AX)
@@ -7020,19 +9449,22 @@ chunk1:
 	JL      chunk0
 	MOVQ    (SP), AX
 	VMOVUPS (AX), Z0
-	MOVQ    16(SP), AX
+	LEAQ    56(SP), AX
 	MOVQ    8(SP), CX
 	MOVQ    ldv+88(FP), DX
 	SHLQ    $0x01, DX
-	MOVQ    32(SP), BX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys5:
+	PREFETCHT1   (CX)(BX*1)
 	VBROADCASTSS (AX), Z1
 	VCVTPH2PS    (CX), Z2
 	VFMADD231PS  Z1, Z2, Z0
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys5
 	MOVQ         (SP), AX
 	VMOVUPS      Z0, (AX)
@@ -7046,20 +9478,23 @@ chunk0:
 	JZ        next
 	MOVQ      (SP), AX
 	VMOVUPS.Z (AX), K1, Z0
-	MOVQ      16(SP), AX
+	LEAQ      56(SP), AX
 	MOVQ      8(SP), CX
 	MOVQ      ldv+88(FP), DX
 	SHLQ      $0x01, DX
-	MOVQ      32(SP), BX
+	MOVQ      DX, BX
+	SHLQ      $0x05, BX
+	MOVQ      32(SP), SI
 
 keys6:
+	PREFETCHT1   (CX)(BX*1)
 	VBROADCASTSS (AX), Z1
 	VMOVDQU16.Z  (CX), K1, Y2
 	VCVTPH2PS    Y2, Z2
 	VFMADD231PS  Z1, Z2, Z0
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys6
 	MOVQ         (SP), AX
 	VMOVUPS      Z0, K1, (AX)
@@ -7081,8 +9516,8 @@ done:
 	RET
 
 // func accumF16M2AVX512(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv int, n int, d int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV
-TEXT ·accumF16M2AVX512(SB), NOSPLIT, $56-112
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·accumF16M2AVX512(SB), $312-112
 	MOVQ  p_base+32(FP), AX
 	MOVQ  AX, 16(SP)
 	MOVQ  v_base+64(FP), AX
@@ -7095,20 +9530,50 @@ TEXT ·accumF16M2AVX512(SB), NOSPLIT, $56-112
 	KMOVW (CX)(AX*2), K1
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x04, AX
-	MOVQ    AX, 48(SP)
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, BX
+	SUBQ      $0x00000000, BX
+	XORQ      SI, SI
+	CMPQ      BX, SI
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, SI
+	CMOVQGT   SI, BX
+	LEAQ      decodemask16<>+0(SB), SI
+	KMOVW     (SI)(BX*2), K2
+	SUBQ      $0x00000010, AX
+	XORQ      BX, BX
+	CMPQ      AX, BX
+	CMOVQLT   BX, AX
+	MOVQ      $0x00000010, BX
+	CMPQ      AX, BX
+	CMOVQGT   BX, AX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(AX*2), K3
+	VMOVUPS.Z (CX), K2, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K3, Z0
+	VMOVUPS   Z0, 120(SP)
+	VMOVUPS.Z (CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 184(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 248(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000008
@@ -7132,43 +9597,47 @@ full:
 	VMOVUPS 320(AX)(CX*1), Z13
 	VMOVUPS 384(AX)(CX*1), Z14
 	VMOVUPS 448(AX)(CX*1), Z15
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	MOVQ    16(SP), CX
-	MOVQ    8(SP), DX
-	MOVQ    ldv+88(FP), BX
-	SHLQ    $0x01, BX
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x01, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
 	MOVQ    32(SP), SI
 
 keys1:
-	VBROADCASTSS (CX), Z16
-	VBROADCASTSS (CX)(AX*1), Z17
-	VCVTPH2PS    (DX), Z18
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	PREFETCHT1   128(CX)(BX*1)
+	PREFETCHT1   192(CX)(BX*1)
+	VBROADCASTSS (AX), Z16
+	VBROADCASTSS 128(AX), Z17
+	VCVTPH2PS    (CX), Z18
 	VFMADD231PS  Z16, Z18, Z0
 	VFMADD231PS  Z17, Z18, Z8
-	VCVTPH2PS    32(DX), Z18
+	VCVTPH2PS    32(CX), Z18
 	VFMADD231PS  Z16, Z18, Z1
 	VFMADD231PS  Z17, Z18, Z9
-	VCVTPH2PS    64(DX), Z18
+	VCVTPH2PS    64(CX), Z18
 	VFMADD231PS  Z16, Z18, Z2
 	VFMADD231PS  Z17, Z18, Z10
-	VCVTPH2PS    96(DX), Z18
+	VCVTPH2PS    96(CX), Z18
 	VFMADD231PS  Z16, Z18, Z3
 	VFMADD231PS  Z17, Z18, Z11
-	VCVTPH2PS    128(DX), Z18
+	VCVTPH2PS    128(CX), Z18
 	VFMADD231PS  Z16, Z18, Z4
 	VFMADD231PS  Z17, Z18, Z12
-	VCVTPH2PS    160(DX), Z18
+	VCVTPH2PS    160(CX), Z18
 	VFMADD231PS  Z16, Z18, Z5
 	VFMADD231PS  Z17, Z18, Z13
-	VCVTPH2PS    192(DX), Z18
+	VCVTPH2PS    192(CX), Z18
 	VFMADD231PS  Z16, Z18, Z6
 	VFMADD231PS  Z17, Z18, Z14
-	VCVTPH2PS    224(DX), Z18
+	VCVTPH2PS    224(CX), Z18
 	VFMADD231PS  Z16, Z18, Z7
 	VFMADD231PS  Z17, Z18, Z15
-	ADDQ         $0x00000004, CX
-	ADDQ         BX, DX
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
 	DECQ         SI
 	JNZ          keys1
 	MOVQ         (SP), AX
@@ -7209,31 +9678,33 @@ chunk4:
 	VMOVUPS 64(AX)(CX*1), Z5
 	VMOVUPS 128(AX)(CX*1), Z6
 	VMOVUPS 192(AX)(CX*1), Z7
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	MOVQ    16(SP), CX
-	MOVQ    8(SP), DX
-	MOVQ    ldv+88(FP), BX
-	SHLQ    $0x01, BX
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x01, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
 	MOVQ    32(SP), SI
 
 keys2:
-	VBROADCASTSS (CX), Z8
-	VBROADCASTSS (CX)(AX*1), Z9
-	VCVTPH2PS    (DX), Z10
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	VBROADCASTSS (AX), Z8
+	VBROADCASTSS 128(AX), Z9
+	VCVTPH2PS    (CX), Z10
 	VFMADD231PS  Z8, Z10, Z0
 	VFMADD231PS  Z9, Z10, Z4
-	VCVTPH2PS    32(DX), Z10
+	VCVTPH2PS    32(CX), Z10
 	VFMADD231PS  Z8, Z10, Z1
 	VFMADD231PS  Z9, Z10, Z5
-	VCVTPH2PS    64(DX), Z10
+	VCVTPH2PS    64(CX), Z10
 	VFMADD231PS  Z8, Z10, Z2
 	VFMADD231PS  Z9, Z10, Z6
-	VCVTPH2PS    96(DX), Z10
+	VCVTPH2PS    96(CX), Z10
 	VFMADD231PS  Z8, Z10, Z3
 	VFMADD231PS  Z9, Z10, Z7
-	ADDQ         $0x00000004, CX
-	ADDQ         BX, DX
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
 	DECQ         SI
 	JNZ          keys2
 	MOVQ         (SP), AX
@@ -7261,25 +9732,26 @@ chunk2:
 	VMOVUPS 64(AX), Z1
 	VMOVUPS (AX)(CX*1), Z2
 	VMOVUPS 64(AX)(CX*1), Z3
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	MOVQ    16(SP), CX
-	MOVQ    8(SP), DX
-	MOVQ    ldv+88(FP), BX
-	SHLQ    $0x01, BX
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x01, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
 	MOVQ    32(SP), SI
 
 keys3:
-	VBROADCASTSS (CX), Z4
-	VBROADCASTSS (CX)(AX*1), Z5
-	VCVTPH2PS    (DX), Z6
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z4
+	VBROADCASTSS 128(AX), Z5
+	VCVTPH2PS    (CX), Z6
 	VFMADD231PS  Z4, Z6, Z0
 	VFMADD231PS  Z5, Z6, Z2
-	VCVTPH2PS    32(DX), Z6
+	VCVTPH2PS    32(CX), Z6
 	VFMADD231PS  Z4, Z6, Z1
 	VFMADD231PS  Z5, Z6, Z3
-	ADDQ         $0x00000004, CX
-	ADDQ         BX, DX
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
 	DECQ         SI
 	JNZ          keys3
 	MOVQ         (SP), AX
@@ -7301,22 +9773,23 @@ chunk1:
 	SHLQ    $0x02, CX
 	VMOVUPS (AX), Z0
 	VMOVUPS (AX)(CX*1), Z1
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	MOVQ    16(SP), CX
-	MOVQ    8(SP), DX
-	MOVQ    ldv+88(FP), BX
-	SHLQ    $0x01, BX
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x01, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
 	MOVQ    32(SP), SI
 
 keys4:
-	VBROADCASTSS (CX), Z2
-	VBROADCASTSS (CX)(AX*1), Z3
-	VCVTPH2PS    (DX), Z4
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z2
+	VBROADCASTSS 128(AX), Z3
+	VCVTPH2PS    (CX), Z4
 	VFMADD231PS  Z2, Z4, Z0
 	VFMADD231PS  Z3, Z4, Z1
-	ADDQ         $0x00000004, CX
-	ADDQ         BX, DX
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
 	DECQ         SI
 	JNZ          keys4
 	MOVQ         (SP), AX
@@ -7337,23 +9810,24 @@ chunk0:
 	SHLQ      $0x02, CX
 	VMOVUPS.Z (AX), K1, Z0
 	VMOVUPS.Z (AX)(CX*1), K1, Z1
-	MOVQ      ldp+56(FP), AX
-	SHLQ      $0x02, AX
-	MOVQ      16(SP), CX
-	MOVQ      8(SP), DX
-	MOVQ      ldv+88(FP), BX
-	SHLQ      $0x01, BX
+	LEAQ      56(SP), AX
+	MOVQ      8(SP), CX
+	MOVQ      ldv+88(FP), DX
+	SHLQ      $0x01, DX
+	MOVQ      DX, BX
+	SHLQ      $0x05, BX
 	MOVQ      32(SP), SI
 
 keys5:
-	VBROADCASTSS (CX), Z2
-	VBROADCASTSS (CX)(AX*1), Z3
-	VMOVDQU16.Z  (DX), K1, Y4
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z2
+	VBROADCASTSS 128(AX), Z3
+	VMOVDQU16.Z  (CX), K1, Y4
 	VCVTPH2PS    Y4, Z4
 	VFMADD231PS  Z2, Z4, Z0
 	VFMADD231PS  Z3, Z4, Z1
-	ADDQ         $0x00000004, CX
-	ADDQ         BX, DX
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
 	DECQ         SI
 	JNZ          keys5
 	MOVQ         (SP), AX
@@ -7379,8 +9853,8 @@ done:
 	RET
 
 // func accumF16M4AVX512(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv int, n int, d int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV
-TEXT ·accumF16M4AVX512(SB), NOSPLIT, $56-112
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·accumF16M4AVX512(SB), $568-112
 	MOVQ  p_base+32(FP), AX
 	MOVQ  AX, 16(SP)
 	MOVQ  v_base+64(FP), AX
@@ -7393,20 +9867,59 @@ TEXT ·accumF16M4AVX512(SB), NOSPLIT, $56-112
 	KMOVW (CX)(AX*2), K1
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x04, AX
-	MOVQ    AX, 48(SP)
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, BX
+	SUBQ      $0x00000000, BX
+	XORQ      SI, SI
+	CMPQ      BX, SI
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, SI
+	CMOVQGT   SI, BX
+	LEAQ      decodemask16<>+0(SB), SI
+	KMOVW     (SI)(BX*2), K2
+	SUBQ      $0x00000010, AX
+	XORQ      BX, BX
+	CMPQ      AX, BX
+	CMOVQLT   BX, AX
+	MOVQ      $0x00000010, BX
+	CMPQ      AX, BX
+	CMOVQGT   BX, AX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(AX*2), K3
+	VMOVUPS.Z (CX), K2, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K3, Z0
+	VMOVUPS   Z0, 120(SP)
+	VMOVUPS.Z (CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 184(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 248(SP)
+	VMOVUPS.Z (CX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 312(SP)
+	VMOVUPS.Z 64(CX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 376(SP)
+	LEAQ      (CX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 440(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 504(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000004
@@ -7431,43 +9944,44 @@ full:
 	VMOVUPS 64(AX)(CX*1), Z13
 	VMOVUPS 128(AX)(CX*1), Z14
 	VMOVUPS 192(AX)(CX*1), Z15
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	LEAQ    (AX)(AX*2), CX
-	MOVQ    16(SP), DX
-	MOVQ    8(SP), BX
-	MOVQ    ldv+88(FP), SI
-	SHLQ    $0x01, SI
-	MOVQ    32(SP), DI
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x01, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys1:
-	VBROADCASTSS (DX), Z16
-	VBROADCASTSS (DX)(AX*1), Z17
-	VBROADCASTSS (DX)(AX*2), Z18
-	VBROADCASTSS (DX)(CX*1), Z19
-	VCVTPH2PS    (BX), Z20
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	VBROADCASTSS (AX), Z16
+	VBROADCASTSS 128(AX), Z17
+	VBROADCASTSS 256(AX), Z18
+	VBROADCASTSS 384(AX), Z19
+	VCVTPH2PS    (CX), Z20
 	VFMADD231PS  Z16, Z20, Z0
 	VFMADD231PS  Z17, Z20, Z4
 	VFMADD231PS  Z18, Z20, Z8
 	VFMADD231PS  Z19, Z20, Z12
-	VCVTPH2PS    32(BX), Z20
+	VCVTPH2PS    32(CX), Z20
 	VFMADD231PS  Z16, Z20, Z1
 	VFMADD231PS  Z17, Z20, Z5
 	VFMADD231PS  Z18, Z20, Z9
 	VFMADD231PS  Z19, Z20, Z13
-	VCVTPH2PS    64(BX), Z20
+	VCVTPH2PS    64(CX), Z20
 	VFMADD231PS  Z16, Z20, Z2
 	VFMADD231PS  Z17, Z20, Z6
 	VFMADD231PS  Z18, Z20, Z10
 	VFMADD231PS  Z19, Z20, Z14
-	VCVTPH2PS    96(BX), Z20
+	VCVTPH2PS    96(CX), Z20
 	VFMADD231PS  Z16, Z20, Z3
 	VFMADD231PS  Z17, Z20, Z7
 	VFMADD231PS  Z18, Z20, Z11
 	VFMADD231PS  Z19, Z20, Z15
-	ADDQ         $0x00000004, DX
-	ADDQ         SI, BX
-	DECQ         DI
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys1
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -7509,33 +10023,33 @@ chunk2:
 	LEAQ    (AX)(CX*2), AX
 	VMOVUPS (AX)(CX*1), Z6
 	VMOVUPS 64(AX)(CX*1), Z7
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	LEAQ    (AX)(AX*2), CX
-	MOVQ    16(SP), DX
-	MOVQ    8(SP), BX
-	MOVQ    ldv+88(FP), SI
-	SHLQ    $0x01, SI
-	MOVQ    32(SP), DI
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x01, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys2:
-	VBROADCASTSS (DX), Z8
-	VBROADCASTSS (DX)(AX*1), Z9
-	VBROADCASTSS (DX)(AX*2), Z10
-	VBROADCASTSS (DX)(CX*1), Z11
-	VCVTPH2PS    (BX), Z12
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z8
+	VBROADCASTSS 128(AX), Z9
+	VBROADCASTSS 256(AX), Z10
+	VBROADCASTSS 384(AX), Z11
+	VCVTPH2PS    (CX), Z12
 	VFMADD231PS  Z8, Z12, Z0
 	VFMADD231PS  Z9, Z12, Z2
 	VFMADD231PS  Z10, Z12, Z4
 	VFMADD231PS  Z11, Z12, Z6
-	VCVTPH2PS    32(BX), Z12
+	VCVTPH2PS    32(CX), Z12
 	VFMADD231PS  Z8, Z12, Z1
 	VFMADD231PS  Z9, Z12, Z3
 	VFMADD231PS  Z10, Z12, Z5
 	VFMADD231PS  Z11, Z12, Z7
-	ADDQ         $0x00000004, DX
-	ADDQ         SI, BX
-	DECQ         DI
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys2
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -7564,28 +10078,28 @@ chunk1:
 	VMOVUPS (AX)(CX*2), Z2
 	LEAQ    (AX)(CX*2), AX
 	VMOVUPS (AX)(CX*1), Z3
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	LEAQ    (AX)(AX*2), CX
-	MOVQ    16(SP), DX
-	MOVQ    8(SP), BX
-	MOVQ    ldv+88(FP), SI
-	SHLQ    $0x01, SI
-	MOVQ    32(SP), DI
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x01, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys3:
-	VBROADCASTSS (DX), Z4
-	VBROADCASTSS (DX)(AX*1), Z5
-	VBROADCASTSS (DX)(AX*2), Z6
-	VBROADCASTSS (DX)(CX*1), Z7
-	VCVTPH2PS    (BX), Z8
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z4
+	VBROADCASTSS 128(AX), Z5
+	VBROADCASTSS 256(AX), Z6
+	VBROADCASTSS 384(AX), Z7
+	VCVTPH2PS    (CX), Z8
 	VFMADD231PS  Z4, Z8, Z0
 	VFMADD231PS  Z5, Z8, Z1
 	VFMADD231PS  Z6, Z8, Z2
 	VFMADD231PS  Z7, Z8, Z3
-	ADDQ         $0x00000004, DX
-	ADDQ         SI, BX
-	DECQ         DI
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys3
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -7611,29 +10125,29 @@ chunk0:
 	VMOVUPS.Z (AX)(CX*2), K1, Z2
 	LEAQ      (AX)(CX*2), AX
 	VMOVUPS.Z (AX)(CX*1), K1, Z3
-	MOVQ      ldp+56(FP), AX
-	SHLQ      $0x02, AX
-	LEAQ      (AX)(AX*2), CX
-	MOVQ      16(SP), DX
-	MOVQ      8(SP), BX
-	MOVQ      ldv+88(FP), SI
-	SHLQ      $0x01, SI
-	MOVQ      32(SP), DI
+	LEAQ      56(SP), AX
+	MOVQ      8(SP), CX
+	MOVQ      ldv+88(FP), DX
+	SHLQ      $0x01, DX
+	MOVQ      DX, BX
+	SHLQ      $0x05, BX
+	MOVQ      32(SP), SI
 
 keys4:
-	VBROADCASTSS (DX), Z4
-	VBROADCASTSS (DX)(AX*1), Z5
-	VBROADCASTSS (DX)(AX*2), Z6
-	VBROADCASTSS (DX)(CX*1), Z7
-	VMOVDQU16.Z  (BX), K1, Y8
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z4
+	VBROADCASTSS 128(AX), Z5
+	VBROADCASTSS 256(AX), Z6
+	VBROADCASTSS 384(AX), Z7
+	VMOVDQU16.Z  (CX), K1, Y8
 	VCVTPH2PS    Y8, Z8
 	VFMADD231PS  Z4, Z8, Z0
 	VFMADD231PS  Z5, Z8, Z1
 	VFMADD231PS  Z6, Z8, Z2
 	VFMADD231PS  Z7, Z8, Z3
-	ADDQ         $0x00000004, DX
-	ADDQ         SI, BX
-	DECQ         DI
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys4
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -7661,8 +10175,8 @@ done:
 	RET
 
 // func accumF16M8AVX512(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv int, n int, d int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV
-TEXT ·accumF16M8AVX512(SB), NOSPLIT, $56-112
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·accumF16M8AVX512(SB), $1080-112
 	MOVQ  p_base+32(FP), AX
 	MOVQ  AX, 16(SP)
 	MOVQ  v_base+64(FP), AX
@@ -7675,20 +10189,77 @@ TEXT ·accumF16M8AVX512(SB), NOSPLIT, $56-112
 	KMOVW (CX)(AX*2), K1
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x04, AX
-	MOVQ    AX, 48(SP)
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, BX
+	SUBQ      $0x00000000, BX
+	XORQ      SI, SI
+	CMPQ      BX, SI
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, SI
+	CMOVQGT   SI, BX
+	LEAQ      decodemask16<>+0(SB), SI
+	KMOVW     (SI)(BX*2), K2
+	SUBQ      $0x00000010, AX
+	XORQ      BX, BX
+	CMPQ      AX, BX
+	CMOVQLT   BX, AX
+	MOVQ      $0x00000010, BX
+	CMPQ      AX, BX
+	CMOVQGT   BX, AX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(AX*2), K3
+	VMOVUPS.Z (CX), K2, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K3, Z0
+	VMOVUPS   Z0, 120(SP)
+	VMOVUPS.Z (CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 184(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 248(SP)
+	VMOVUPS.Z (CX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 312(SP)
+	VMOVUPS.Z 64(CX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 376(SP)
+	LEAQ      (CX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 440(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 504(SP)
+	LEAQ      (CX)(DX*4), AX
+	VMOVUPS.Z (AX), K2, Z0
+	VMOVUPS   Z0, 568(SP)
+	VMOVUPS.Z 64(AX), K3, Z0
+	VMOVUPS   Z0, 632(SP)
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 696(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 760(SP)
+	VMOVUPS.Z (AX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 824(SP)
+	VMOVUPS.Z 64(AX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 888(SP)
+	LEAQ      (AX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 952(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 1016(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000002
@@ -7715,26 +10286,25 @@ full:
 	LEAQ    (AX)(CX*2), AX
 	VMOVUPS (AX)(CX*1), Z14
 	VMOVUPS 64(AX)(CX*1), Z15
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	LEAQ    (AX)(AX*2), CX
-	MOVQ    16(SP), DX
-	LEAQ    (DX)(AX*4), BX
-	MOVQ    8(SP), SI
-	MOVQ    ldv+88(FP), DI
-	SHLQ    $0x01, DI
-	MOVQ    32(SP), R8
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x01, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys1:
-	VBROADCASTSS (DX), Z16
-	VBROADCASTSS (DX)(AX*1), Z17
-	VBROADCASTSS (DX)(AX*2), Z18
-	VBROADCASTSS (DX)(CX*1), Z19
-	VBROADCASTSS (BX), Z20
-	VBROADCASTSS (BX)(AX*1), Z21
-	VBROADCASTSS (BX)(AX*2), Z22
-	VBROADCASTSS (BX)(CX*1), Z23
-	VCVTPH2PS    (SI), Z24
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z16
+	VBROADCASTSS 128(AX), Z17
+	VBROADCASTSS 256(AX), Z18
+	VBROADCASTSS 384(AX), Z19
+	VBROADCASTSS 512(AX), Z20
+	VBROADCASTSS 640(AX), Z21
+	VBROADCASTSS 768(AX), Z22
+	VBROADCASTSS 896(AX), Z23
+	VCVTPH2PS    (CX), Z24
 	VFMADD231PS  Z16, Z24, Z0
 	VFMADD231PS  Z17, Z24, Z2
 	VFMADD231PS  Z18, Z24, Z4
@@ -7743,7 +10313,7 @@ keys1:
 	VFMADD231PS  Z21, Z24, Z10
 	VFMADD231PS  Z22, Z24, Z12
 	VFMADD231PS  Z23, Z24, Z14
-	VCVTPH2PS    32(SI), Z24
+	VCVTPH2PS    32(CX), Z24
 	VFMADD231PS  Z16, Z24, Z1
 	VFMADD231PS  Z17, Z24, Z3
 	VFMADD231PS  Z18, Z24, Z5
@@ -7752,10 +10322,9 @@ keys1:
 	VFMADD231PS  Z21, Z24, Z11
 	VFMADD231PS  Z22, Z24, Z13
 	VFMADD231PS  Z23, Z24, Z15
-	ADDQ         $0x00000004, DX
-	ADDQ         $0x00000004, BX
-	ADDQ         DI, SI
-	DECQ         R8
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys1
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -7801,26 +10370,25 @@ chunk1:
 	VMOVUPS (AX)(CX*2), Z6
 	LEAQ    (AX)(CX*2), AX
 	VMOVUPS (AX)(CX*1), Z7
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	LEAQ    (AX)(AX*2), CX
-	MOVQ    16(SP), DX
-	LEAQ    (DX)(AX*4), BX
-	MOVQ    8(SP), SI
-	MOVQ    ldv+88(FP), DI
-	SHLQ    $0x01, DI
-	MOVQ    32(SP), R8
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x01, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys2:
-	VBROADCASTSS (DX), Z8
-	VBROADCASTSS (DX)(AX*1), Z9
-	VBROADCASTSS (DX)(AX*2), Z10
-	VBROADCASTSS (DX)(CX*1), Z11
-	VBROADCASTSS (BX), Z12
-	VBROADCASTSS (BX)(AX*1), Z13
-	VBROADCASTSS (BX)(AX*2), Z14
-	VBROADCASTSS (BX)(CX*1), Z15
-	VCVTPH2PS    (SI), Z16
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z8
+	VBROADCASTSS 128(AX), Z9
+	VBROADCASTSS 256(AX), Z10
+	VBROADCASTSS 384(AX), Z11
+	VBROADCASTSS 512(AX), Z12
+	VBROADCASTSS 640(AX), Z13
+	VBROADCASTSS 768(AX), Z14
+	VBROADCASTSS 896(AX), Z15
+	VCVTPH2PS    (CX), Z16
 	VFMADD231PS  Z8, Z16, Z0
 	VFMADD231PS  Z9, Z16, Z1
 	VFMADD231PS  Z10, Z16, Z2
@@ -7829,10 +10397,9 @@ keys2:
 	VFMADD231PS  Z13, Z16, Z5
 	VFMADD231PS  Z14, Z16, Z6
 	VFMADD231PS  Z15, Z16, Z7
-	ADDQ         $0x00000004, DX
-	ADDQ         $0x00000004, BX
-	ADDQ         DI, SI
-	DECQ         R8
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys2
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -7870,26 +10437,25 @@ chunk0:
 	VMOVUPS.Z (AX)(CX*2), K1, Z6
 	LEAQ      (AX)(CX*2), AX
 	VMOVUPS.Z (AX)(CX*1), K1, Z7
-	MOVQ      ldp+56(FP), AX
-	SHLQ      $0x02, AX
-	LEAQ      (AX)(AX*2), CX
-	MOVQ      16(SP), DX
-	LEAQ      (DX)(AX*4), BX
-	MOVQ      8(SP), SI
-	MOVQ      ldv+88(FP), DI
-	SHLQ      $0x01, DI
-	MOVQ      32(SP), R8
+	LEAQ      56(SP), AX
+	MOVQ      8(SP), CX
+	MOVQ      ldv+88(FP), DX
+	SHLQ      $0x01, DX
+	MOVQ      DX, BX
+	SHLQ      $0x05, BX
+	MOVQ      32(SP), SI
 
 keys3:
-	VBROADCASTSS (DX), Z8
-	VBROADCASTSS (DX)(AX*1), Z9
-	VBROADCASTSS (DX)(AX*2), Z10
-	VBROADCASTSS (DX)(CX*1), Z11
-	VBROADCASTSS (BX), Z12
-	VBROADCASTSS (BX)(AX*1), Z13
-	VBROADCASTSS (BX)(AX*2), Z14
-	VBROADCASTSS (BX)(CX*1), Z15
-	VMOVDQU16.Z  (SI), K1, Y16
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z8
+	VBROADCASTSS 128(AX), Z9
+	VBROADCASTSS 256(AX), Z10
+	VBROADCASTSS 384(AX), Z11
+	VBROADCASTSS 512(AX), Z12
+	VBROADCASTSS 640(AX), Z13
+	VBROADCASTSS 768(AX), Z14
+	VBROADCASTSS 896(AX), Z15
+	VMOVDQU16.Z  (CX), K1, Y16
 	VCVTPH2PS    Y16, Z16
 	VFMADD231PS  Z8, Z16, Z0
 	VFMADD231PS  Z9, Z16, Z1
@@ -7899,10 +10465,9 @@ keys3:
 	VFMADD231PS  Z13, Z16, Z5
 	VFMADD231PS  Z14, Z16, Z6
 	VFMADD231PS  Z15, Z16, Z7
-	ADDQ         $0x00000004, DX
-	ADDQ         $0x00000004, BX
-	ADDQ         DI, SI
-	DECQ         R8
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys3
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -7936,8 +10501,8 @@ done:
 	RET
 
 // func accumF16M16AVX512(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv int, n int, d int)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV
-TEXT ·accumF16M16AVX512(SB), NOSPLIT, $56-112
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·accumF16M16AVX512(SB), $2104-112
 	MOVQ  p_base+32(FP), AX
 	MOVQ  AX, 16(SP)
 	MOVQ  v_base+64(FP), AX
@@ -7950,20 +10515,113 @@ TEXT ·accumF16M16AVX512(SB), NOSPLIT, $56-112
 	KMOVW (CX)(AX*2), K1
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x04, AX
-	MOVQ    AX, 48(SP)
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, BX
+	SUBQ      $0x00000000, BX
+	XORQ      SI, SI
+	CMPQ      BX, SI
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, SI
+	CMOVQGT   SI, BX
+	LEAQ      decodemask16<>+0(SB), SI
+	KMOVW     (SI)(BX*2), K2
+	SUBQ      $0x00000010, AX
+	XORQ      BX, BX
+	CMPQ      AX, BX
+	CMOVQLT   BX, AX
+	MOVQ      $0x00000010, BX
+	CMPQ      AX, BX
+	CMOVQGT   BX, AX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(AX*2), K3
+	VMOVUPS.Z (CX), K2, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K3, Z0
+	VMOVUPS   Z0, 120(SP)
+	VMOVUPS.Z (CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 184(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 248(SP)
+	VMOVUPS.Z (CX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 312(SP)
+	VMOVUPS.Z 64(CX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 376(SP)
+	LEAQ      (CX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 440(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 504(SP)
+	LEAQ      (CX)(DX*4), AX
+	VMOVUPS.Z (AX), K2, Z0
+	VMOVUPS   Z0, 568(SP)
+	VMOVUPS.Z 64(AX), K3, Z0
+	VMOVUPS   Z0, 632(SP)
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 696(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 760(SP)
+	VMOVUPS.Z (AX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 824(SP)
+	VMOVUPS.Z 64(AX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 888(SP)
+	LEAQ      (AX)(DX*2), CX
+	VMOVUPS.Z (CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 952(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 1016(SP)
+	LEAQ      (AX)(DX*4), AX
+	VMOVUPS.Z (AX), K2, Z0
+	VMOVUPS   Z0, 1080(SP)
+	VMOVUPS.Z 64(AX), K3, Z0
+	VMOVUPS   Z0, 1144(SP)
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 1208(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 1272(SP)
+	VMOVUPS.Z (AX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 1336(SP)
+	VMOVUPS.Z 64(AX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 1400(SP)
+	LEAQ      (AX)(DX*2), CX
+	VMOVUPS.Z (CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 1464(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 1528(SP)
+	LEAQ      (AX)(DX*4), AX
+	VMOVUPS.Z (AX), K2, Z0
+	VMOVUPS   Z0, 1592(SP)
+	VMOVUPS.Z 64(AX), K3, Z0
+	VMOVUPS   Z0, 1656(SP)
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 1720(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 1784(SP)
+	VMOVUPS.Z (AX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 1848(SP)
+	VMOVUPS.Z 64(AX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 1912(SP)
+	LEAQ      (AX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 1976(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 2040(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000001
@@ -7994,42 +10652,36 @@ full:
 	VMOVUPS (AX)(CX*2), Z14
 	LEAQ    (AX)(CX*2), AX
 	VMOVUPS (AX)(CX*1), Z15
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	LEAQ    (AX)(AX*2), CX
-	MOVQ    16(SP), DX
-	LEAQ    (DX)(AX*4), BX
-	LEAQ    (BX)(AX*4), SI
-	LEAQ    (SI)(AX*4), DI
-	MOVQ    8(SP), R8
-	MOVQ    ldv+88(FP), R9
-	SHLQ    $0x01, R9
-	MOVQ    32(SP), R10
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x01, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys1:
-	VCVTPH2PS        (R8), Z16
-	VFMADD231PS.BCST (DX), Z16, Z0
-	VFMADD231PS.BCST (DX)(AX*1), Z16, Z1
-	VFMADD231PS.BCST (DX)(AX*2), Z16, Z2
-	VFMADD231PS.BCST (DX)(CX*1), Z16, Z3
-	VFMADD231PS.BCST (BX), Z16, Z4
-	VFMADD231PS.BCST (BX)(AX*1), Z16, Z5
-	VFMADD231PS.BCST (BX)(AX*2), Z16, Z6
-	VFMADD231PS.BCST (BX)(CX*1), Z16, Z7
-	VFMADD231PS.BCST (SI), Z16, Z8
-	VFMADD231PS.BCST (SI)(AX*1), Z16, Z9
-	VFMADD231PS.BCST (SI)(AX*2), Z16, Z10
-	VFMADD231PS.BCST (SI)(CX*1), Z16, Z11
-	VFMADD231PS.BCST (DI), Z16, Z12
-	VFMADD231PS.BCST (DI)(AX*1), Z16, Z13
-	VFMADD231PS.BCST (DI)(AX*2), Z16, Z14
-	VFMADD231PS.BCST (DI)(CX*1), Z16, Z15
-	ADDQ             $0x00000004, DX
-	ADDQ             $0x00000004, BX
-	ADDQ             $0x00000004, SI
-	ADDQ             $0x00000004, DI
-	ADDQ             R9, R8
-	DECQ             R10
+	PREFETCHT1       (CX)(BX*1)
+	VCVTPH2PS        (CX), Z16
+	VFMADD231PS.BCST (AX), Z16, Z0
+	VFMADD231PS.BCST 128(AX), Z16, Z1
+	VFMADD231PS.BCST 256(AX), Z16, Z2
+	VFMADD231PS.BCST 384(AX), Z16, Z3
+	VFMADD231PS.BCST 512(AX), Z16, Z4
+	VFMADD231PS.BCST 640(AX), Z16, Z5
+	VFMADD231PS.BCST 768(AX), Z16, Z6
+	VFMADD231PS.BCST 896(AX), Z16, Z7
+	VFMADD231PS.BCST 1024(AX), Z16, Z8
+	VFMADD231PS.BCST 1152(AX), Z16, Z9
+	VFMADD231PS.BCST 1280(AX), Z16, Z10
+	VFMADD231PS.BCST 1408(AX), Z16, Z11
+	VFMADD231PS.BCST 1536(AX), Z16, Z12
+	VFMADD231PS.BCST 1664(AX), Z16, Z13
+	VFMADD231PS.BCST 1792(AX), Z16, Z14
+	VFMADD231PS.BCST 1920(AX), Z16, Z15
+	ADDQ             $0x00000004, AX
+	ADDQ             DX, CX
+	DECQ             SI
 	JNZ              keys1
 	MOVQ             (SP), AX
 	MOVQ             ldo+24(FP), CX
@@ -8092,43 +10744,37 @@ chunk0:
 	VMOVUPS.Z (AX)(CX*2), K1, Z14
 	LEAQ      (AX)(CX*2), AX
 	VMOVUPS.Z (AX)(CX*1), K1, Z15
-	MOVQ      ldp+56(FP), AX
-	SHLQ      $0x02, AX
-	LEAQ      (AX)(AX*2), CX
-	MOVQ      16(SP), DX
-	LEAQ      (DX)(AX*4), BX
-	LEAQ      (BX)(AX*4), SI
-	LEAQ      (SI)(AX*4), DI
-	MOVQ      8(SP), R8
-	MOVQ      ldv+88(FP), R9
-	SHLQ      $0x01, R9
-	MOVQ      32(SP), R10
+	LEAQ      56(SP), AX
+	MOVQ      8(SP), CX
+	MOVQ      ldv+88(FP), DX
+	SHLQ      $0x01, DX
+	MOVQ      DX, BX
+	SHLQ      $0x05, BX
+	MOVQ      32(SP), SI
 
 keys2:
-	VMOVDQU16.Z      (R8), K1, Y16
+	PREFETCHT1       (CX)(BX*1)
+	VMOVDQU16.Z      (CX), K1, Y16
 	VCVTPH2PS        Y16, Z16
-	VFMADD231PS.BCST (DX), Z16, Z0
-	VFMADD231PS.BCST (DX)(AX*1), Z16, Z1
-	VFMADD231PS.BCST (DX)(AX*2), Z16, Z2
-	VFMADD231PS.BCST (DX)(CX*1), Z16, Z3
-	VFMADD231PS.BCST (BX), Z16, Z4
-	VFMADD231PS.BCST (BX)(AX*1), Z16, Z5
-	VFMADD231PS.BCST (BX)(AX*2), Z16, Z6
-	VFMADD231PS.BCST (BX)(CX*1), Z16, Z7
-	VFMADD231PS.BCST (SI), Z16, Z8
-	VFMADD231PS.BCST (SI)(AX*1), Z16, Z9
-	VFMADD231PS.BCST (SI)(AX*2), Z16, Z10
-	VFMADD231PS.BCST (SI)(CX*1), Z16, Z11
-	VFMADD231PS.BCST (DI), Z16, Z12
-	VFMADD231PS.BCST (DI)(AX*1), Z16, Z13
-	VFMADD231PS.BCST (DI)(AX*2), Z16, Z14
-	VFMADD231PS.BCST (DI)(CX*1), Z16, Z15
-	ADDQ             $0x00000004, DX
-	ADDQ             $0x00000004, BX
-	ADDQ             $0x00000004, SI
-	ADDQ             $0x00000004, DI
-	ADDQ             R9, R8
-	DECQ             R10
+	VFMADD231PS.BCST (AX), Z16, Z0
+	VFMADD231PS.BCST 128(AX), Z16, Z1
+	VFMADD231PS.BCST 256(AX), Z16, Z2
+	VFMADD231PS.BCST 384(AX), Z16, Z3
+	VFMADD231PS.BCST 512(AX), Z16, Z4
+	VFMADD231PS.BCST 640(AX), Z16, Z5
+	VFMADD231PS.BCST 768(AX), Z16, Z6
+	VFMADD231PS.BCST 896(AX), Z16, Z7
+	VFMADD231PS.BCST 1024(AX), Z16, Z8
+	VFMADD231PS.BCST 1152(AX), Z16, Z9
+	VFMADD231PS.BCST 1280(AX), Z16, Z10
+	VFMADD231PS.BCST 1408(AX), Z16, Z11
+	VFMADD231PS.BCST 1536(AX), Z16, Z12
+	VFMADD231PS.BCST 1664(AX), Z16, Z13
+	VFMADD231PS.BCST 1792(AX), Z16, Z14
+	VFMADD231PS.BCST 1920(AX), Z16, Z15
+	ADDQ             $0x00000004, AX
+	ADDQ             DX, CX
+	DECQ             SI
 	JNZ              keys2
 	MOVQ             (SP), AX
 	MOVQ             ldo+24(FP), CX
@@ -8174,7 +10820,7 @@ done:
 	RET
 
 // func scoresQ8M1AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
-// Requires: AVX, AVX2, AVX512DQ, AVX512F
+// Requires: AVX, AVX2, AVX512DQ, AVX512F, MMX+
 TEXT ·scoresQ8M1AVX512(SB), NOSPLIT, $32-104
 	MOVQ s_base+0(FP), AX
 	MOVQ AX, (SP)
@@ -8207,187 +10853,426 @@ main:
 	VPSUBD Z15, Z15, Z15
 	MOVQ   ldk+80(FP), AX
 	LEAQ   (AX)(AX*2), CX
-	MOVQ   q_base+32(FP), DX
-	MOVQ   8(SP), BX
+	MOVQ   8(SP), DX
+	LEAQ   (DX)(AX*4), BX
 	LEAQ   (BX)(AX*4), SI
 	LEAQ   (SI)(AX*4), DI
-	LEAQ   (DI)(AX*4), R8
-	MOVQ   24(SP), R9
-	TESTQ  R9, R9
-	JZ     mainTail
+	MOVQ   q_base+32(FP), R8
+	LEAQ   (DX), R9
+	MOVQ   ldk+80(FP), R10
+	SHLQ   $0x05, R10
+	MOVQ   24(SP), R11
+	TESTQ  R11, R11
+	JZ     mainK0Tail
 
-mainStep:
-	VMOVUPS      (DX), Z16
-	VMOVUPS      64(DX), Z17
-	VPBROADCASTW (BX), Y18
-	VCVTPH2PS    Y18, Z18
-	VPMOVSXBD    2(BX), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z16, Z19, Z0
-	VPMOVSXBD    18(BX), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z17, Z19, Z0
-	VPBROADCASTW (BX)(AX*1), Y18
-	VCVTPH2PS    Y18, Z18
-	VPMOVSXBD    2(BX)(AX*1), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z16, Z19, Z1
-	VPMOVSXBD    18(BX)(AX*1), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z17, Z19, Z1
-	VPBROADCASTW (BX)(AX*2), Y18
-	VCVTPH2PS    Y18, Z18
-	VPMOVSXBD    2(BX)(AX*2), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z16, Z19, Z2
-	VPMOVSXBD    18(BX)(AX*2), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z17, Z19, Z2
-	VPBROADCASTW (BX)(CX*1), Y18
-	VCVTPH2PS    Y18, Z18
-	VPMOVSXBD    2(BX)(CX*1), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z16, Z19, Z3
-	VPMOVSXBD    18(BX)(CX*1), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z17, Z19, Z3
-	VPBROADCASTW (SI), Y18
-	VCVTPH2PS    Y18, Z18
-	VPMOVSXBD    2(SI), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z16, Z19, Z4
-	VPMOVSXBD    18(SI), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z17, Z19, Z4
-	VPBROADCASTW (SI)(AX*1), Y18
-	VCVTPH2PS    Y18, Z18
-	VPMOVSXBD    2(SI)(AX*1), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z16, Z19, Z5
-	VPMOVSXBD    18(SI)(AX*1), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z17, Z19, Z5
-	VPBROADCASTW (SI)(AX*2), Y18
-	VCVTPH2PS    Y18, Z18
-	VPMOVSXBD    2(SI)(AX*2), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z16, Z19, Z6
-	VPMOVSXBD    18(SI)(AX*2), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z17, Z19, Z6
-	VPBROADCASTW (SI)(CX*1), Y18
-	VCVTPH2PS    Y18, Z18
-	VPMOVSXBD    2(SI)(CX*1), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z16, Z19, Z7
-	VPMOVSXBD    18(SI)(CX*1), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z17, Z19, Z7
-	VPBROADCASTW (DI), Y18
-	VCVTPH2PS    Y18, Z18
-	VPMOVSXBD    2(DI), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z16, Z19, Z8
-	VPMOVSXBD    18(DI), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z17, Z19, Z8
-	VPBROADCASTW (DI)(AX*1), Y18
-	VCVTPH2PS    Y18, Z18
-	VPMOVSXBD    2(DI)(AX*1), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z16, Z19, Z9
-	VPMOVSXBD    18(DI)(AX*1), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z17, Z19, Z9
-	VPBROADCASTW (DI)(AX*2), Y18
-	VCVTPH2PS    Y18, Z18
-	VPMOVSXBD    2(DI)(AX*2), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z16, Z19, Z10
-	VPMOVSXBD    18(DI)(AX*2), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z17, Z19, Z10
-	VPBROADCASTW (DI)(CX*1), Y18
-	VCVTPH2PS    Y18, Z18
-	VPMOVSXBD    2(DI)(CX*1), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z16, Z19, Z11
-	VPMOVSXBD    18(DI)(CX*1), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z17, Z19, Z11
-	VPBROADCASTW (R8), Y18
-	VCVTPH2PS    Y18, Z18
-	VPMOVSXBD    2(R8), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z16, Z19, Z12
-	VPMOVSXBD    18(R8), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z17, Z19, Z12
-	VPBROADCASTW (R8)(AX*1), Y18
-	VCVTPH2PS    Y18, Z18
-	VPMOVSXBD    2(R8)(AX*1), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z16, Z19, Z13
-	VPMOVSXBD    18(R8)(AX*1), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z17, Z19, Z13
-	VPBROADCASTW (R8)(AX*2), Y18
-	VCVTPH2PS    Y18, Z18
-	VPMOVSXBD    2(R8)(AX*2), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z16, Z19, Z14
-	VPMOVSXBD    18(R8)(AX*2), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z17, Z19, Z14
-	VPBROADCASTW (R8)(CX*1), Y18
-	VCVTPH2PS    Y18, Z18
-	VPMOVSXBD    2(R8)(CX*1), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z16, Z19, Z15
-	VPMOVSXBD    18(R8)(CX*1), Z16
-	VCVTDQ2PS    Z16, Z16
-	VMULPS       Z18, Z16, Z16
-	VFMADD231PS  Z17, Z16, Z15
+mainK0Step:
+	PREFETCHT1   (R9)(R10*1)
+	VPBROADCASTW (R9), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(R9), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (R8), Z17, Z0
+	VPMOVSXBD    18(R9), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(R8), Z17, Z0
+	ADDQ         $0x00000080, R8
+	ADDQ         $0x00000022, R9
+	DECQ         R11
+	JNZ          mainK0Step
+
+mainK0Tail:
+	MOVQ  q_base+32(FP), R8
+	LEAQ  (DX)(AX*1), R9
+	MOVQ  ldk+80(FP), R10
+	SHLQ  $0x05, R10
+	MOVQ  24(SP), R11
+	TESTQ R11, R11
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1   (R9)(R10*1)
+	VPBROADCASTW (R9), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(R9), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (R8), Z17, Z1
+	VPMOVSXBD    18(R9), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(R8), Z17, Z1
+	ADDQ         $0x00000080, R8
+	ADDQ         $0x00000022, R9
+	DECQ         R11
+	JNZ          mainK1Step
+
+mainK1Tail:
+	MOVQ  q_base+32(FP), R8
+	LEAQ  (DX)(AX*2), R9
+	MOVQ  ldk+80(FP), R10
+	SHLQ  $0x05, R10
+	MOVQ  24(SP), R11
+	TESTQ R11, R11
+	JZ    mainK2Tail
+
+mainK2Step:
+	PREFETCHT1   (R9)(R10*1)
+	VPBROADCASTW (R9), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(R9), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (R8), Z17, Z2
+	VPMOVSXBD    18(R9), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(R8), Z17, Z2
+	ADDQ         $0x00000080, R8
+	ADDQ         $0x00000022, R9
+	DECQ         R11
+	JNZ          mainK2Step
+
+mainK2Tail:
+	MOVQ  q_base+32(FP), R8
+	LEAQ  (DX)(CX*1), DX
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x05, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK3Tail
+
+mainK3Step:
+	PREFETCHT1   (DX)(R9*1)
+	VPBROADCASTW (DX), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(DX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (R8), Z17, Z3
+	VPMOVSXBD    18(DX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(R8), Z17, Z3
+	ADDQ         $0x00000080, R8
+	ADDQ         $0x00000022, DX
+	DECQ         R10
+	JNZ          mainK3Step
+
+mainK3Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x05, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK4Tail
+
+mainK4Step:
+	PREFETCHT1   (R8)(R9*1)
+	VPBROADCASTW (R8), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(R8), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (DX), Z17, Z4
+	VPMOVSXBD    18(R8), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(DX), Z17, Z4
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000022, R8
+	DECQ         R10
+	JNZ          mainK4Step
+
+mainK4Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(AX*1), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x05, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK5Tail
+
+mainK5Step:
+	PREFETCHT1   (R8)(R9*1)
+	VPBROADCASTW (R8), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(R8), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (DX), Z17, Z5
+	VPMOVSXBD    18(R8), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(DX), Z17, Z5
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000022, R8
+	DECQ         R10
+	JNZ          mainK5Step
+
+mainK5Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(AX*2), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x05, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK6Tail
+
+mainK6Step:
+	PREFETCHT1   (R8)(R9*1)
+	VPBROADCASTW (R8), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(R8), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (DX), Z17, Z6
+	VPMOVSXBD    18(R8), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(DX), Z17, Z6
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000022, R8
+	DECQ         R10
+	JNZ          mainK6Step
+
+mainK6Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(CX*1), BX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x05, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK7Tail
+
+mainK7Step:
+	PREFETCHT1   (BX)(R8*1)
+	VPBROADCASTW (BX), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(BX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (DX), Z17, Z7
+	VPMOVSXBD    18(BX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(DX), Z17, Z7
 	ADDQ         $0x00000080, DX
 	ADDQ         $0x00000022, BX
-	ADDQ         $0x00000022, SI
-	ADDQ         $0x00000022, DI
-	ADDQ         $0x00000022, R8
 	DECQ         R9
-	JNZ          mainStep
+	JNZ          mainK7Step
 
-mainTail:
+mainK7Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (SI), BX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x05, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK8Tail
+
+mainK8Step:
+	PREFETCHT1   (BX)(R8*1)
+	VPBROADCASTW (BX), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(BX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (DX), Z17, Z8
+	VPMOVSXBD    18(BX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(DX), Z17, Z8
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000022, BX
+	DECQ         R9
+	JNZ          mainK8Step
+
+mainK8Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (SI)(AX*1), BX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x05, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK9Tail
+
+mainK9Step:
+	PREFETCHT1   (BX)(R8*1)
+	VPBROADCASTW (BX), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(BX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (DX), Z17, Z9
+	VPMOVSXBD    18(BX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(DX), Z17, Z9
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000022, BX
+	DECQ         R9
+	JNZ          mainK9Step
+
+mainK9Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (SI)(AX*2), BX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x05, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK10Tail
+
+mainK10Step:
+	PREFETCHT1   (BX)(R8*1)
+	VPBROADCASTW (BX), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(BX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (DX), Z17, Z10
+	VPMOVSXBD    18(BX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(DX), Z17, Z10
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000022, BX
+	DECQ         R9
+	JNZ          mainK10Step
+
+mainK10Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (SI)(CX*1), BX
+	MOVQ  ldk+80(FP), SI
+	SHLQ  $0x05, SI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK11Tail
+
+mainK11Step:
+	PREFETCHT1   (BX)(SI*1)
+	VPBROADCASTW (BX), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(BX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (DX), Z17, Z11
+	VPMOVSXBD    18(BX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(DX), Z17, Z11
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000022, BX
+	DECQ         R8
+	JNZ          mainK11Step
+
+mainK11Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (DI), BX
+	MOVQ  ldk+80(FP), SI
+	SHLQ  $0x05, SI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK12Tail
+
+mainK12Step:
+	PREFETCHT1   (BX)(SI*1)
+	VPBROADCASTW (BX), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(BX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (DX), Z17, Z12
+	VPMOVSXBD    18(BX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(DX), Z17, Z12
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000022, BX
+	DECQ         R8
+	JNZ          mainK12Step
+
+mainK12Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (DI)(AX*1), BX
+	MOVQ  ldk+80(FP), SI
+	SHLQ  $0x05, SI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK13Tail
+
+mainK13Step:
+	PREFETCHT1   (BX)(SI*1)
+	VPBROADCASTW (BX), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(BX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (DX), Z17, Z13
+	VPMOVSXBD    18(BX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(DX), Z17, Z13
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000022, BX
+	DECQ         R8
+	JNZ          mainK13Step
+
+mainK13Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (DI)(AX*2), AX
+	MOVQ  ldk+80(FP), BX
+	SHLQ  $0x05, BX
+	MOVQ  24(SP), SI
+	TESTQ SI, SI
+	JZ    mainK14Tail
+
+mainK14Step:
+	PREFETCHT1   (AX)(BX*1)
+	VPBROADCASTW (AX), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(AX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (DX), Z17, Z14
+	VPMOVSXBD    18(AX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(DX), Z17, Z14
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000022, AX
+	DECQ         SI
+	JNZ          mainK14Step
+
+mainK14Tail:
+	MOVQ  q_base+32(FP), AX
+	LEAQ  (DI)(CX*1), CX
+	MOVQ  ldk+80(FP), DX
+	SHLQ  $0x05, DX
+	MOVQ  24(SP), BX
+	TESTQ BX, BX
+	JZ    mainK15Tail
+
+mainK15Step:
+	PREFETCHT1   (CX)(DX*1)
+	VPBROADCASTW (CX), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(CX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (AX), Z17, Z15
+	VPMOVSXBD    18(CX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(AX), Z17, Z15
+	ADDQ         $0x00000080, AX
+	ADDQ         $0x00000022, CX
+	DECQ         BX
+	JNZ          mainK15Step
+
+mainK15Tail:
 	VSHUFF32X4 $0x44, Z4, Z0, Z16
 	VSHUFF32X4 $0xee, Z4, Z0, Z0
 	VADDPS     Z0, Z16, Z16
@@ -8449,31 +11334,33 @@ rest:
 	CMPQ   16(SP), $0x00000001
 	JL     done
 	VPSUBD Z0, Z0, Z0
-	MOVQ   q_base+32(FP), AX
-	MOVQ   8(SP), CX
-	MOVQ   24(SP), DX
-	TESTQ  DX, DX
-	JZ     restTail
+	MOVQ   8(SP), AX
+	MOVQ   q_base+32(FP), CX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), DX
+	SHLQ   $0x05, DX
+	MOVQ   24(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
 
-restStep:
-	VMOVUPS      (AX), Z1
-	VMOVUPS      64(AX), Z2
-	VPBROADCASTW (CX), Y3
-	VCVTPH2PS    Y3, Z3
-	VPMOVSXBD    2(CX), Z4
-	VCVTDQ2PS    Z4, Z4
-	VMULPS       Z3, Z4, Z4
-	VFMADD231PS  Z1, Z4, Z0
-	VPMOVSXBD    18(CX), Z1
-	VCVTDQ2PS    Z1, Z1
-	VMULPS       Z3, Z1, Z1
-	VFMADD231PS  Z2, Z1, Z0
-	ADDQ         $0x00000080, AX
-	ADDQ         $0x00000022, CX
-	DECQ         DX
-	JNZ          restStep
+restK0Step:
+	PREFETCHT1   (AX)(DX*1)
+	VPBROADCASTW (AX), Y1
+	VCVTPH2PS    Y1, Z1
+	VPMOVSXBD    2(AX), Z2
+	VCVTDQ2PS    Z2, Z2
+	VMULPS       Z1, Z2, Z2
+	VFMADD231PS  (CX), Z2, Z0
+	VPMOVSXBD    18(AX), Z2
+	VCVTDQ2PS    Z2, Z2
+	VMULPS       Z1, Z2, Z2
+	VFMADD231PS  64(CX), Z2, Z0
+	ADDQ         $0x00000080, CX
+	ADDQ         $0x00000022, AX
+	DECQ         BX
+	JNZ          restK0Step
 
-restTail:
+restK0Tail:
 	VXORPS     Z1, Z1, Z1
 	VSHUFF32X4 $0x44, Z1, Z0, Z2
 	VSHUFF32X4 $0xee, Z1, Z0, Z0
@@ -8503,7 +11390,7 @@ done:
 	RET
 
 // func scoresQ8M2AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
-// Requires: AVX, AVX2, AVX512DQ, AVX512F
+// Requires: AVX, AVX2, AVX512DQ, AVX512F, MMX+
 TEXT ·scoresQ8M2AVX512(SB), NOSPLIT, $32-104
 	MOVQ s_base+0(FP), AX
 	MOVQ AX, (SP)
@@ -8534,125 +11421,250 @@ main:
 	VPSUBD Z13, Z13, Z13
 	VPSUBD Z14, Z14, Z14
 	VPSUBD Z15, Z15, Z15
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	MOVQ   ldk+80(FP), CX
-	LEAQ   (CX)(CX*2), DX
-	MOVQ   q_base+32(FP), BX
-	MOVQ   8(SP), SI
-	LEAQ   (SI)(CX*4), DI
-	MOVQ   24(SP), R8
-	TESTQ  R8, R8
-	JZ     mainTail
+	MOVQ   ldk+80(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   8(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   d+96(FP), SI
+	SHLQ   $0x02, SI
+	MOVQ   q_base+32(FP), DI
+	LEAQ   (DX), R8
+	MOVQ   ldk+80(FP), R9
+	SHLQ   $0x05, R9
+	MOVQ   24(SP), R10
+	TESTQ  R10, R10
+	JZ     mainK0Tail
 
-mainStep:
-	VMOVUPS      (BX), Z16
-	VMOVUPS      64(BX), Z17
-	VMOVUPS      (BX)(AX*1), Z18
-	VMOVUPS      64(BX)(AX*1), Z19
-	VPBROADCASTW (SI), Y20
-	VCVTPH2PS    Y20, Z20
-	VPMOVSXBD    2(SI), Z21
-	VCVTDQ2PS    Z21, Z21
-	VMULPS       Z20, Z21, Z21
-	VFMADD231PS  Z16, Z21, Z0
-	VFMADD231PS  Z18, Z21, Z8
-	VPMOVSXBD    18(SI), Z21
-	VCVTDQ2PS    Z21, Z21
-	VMULPS       Z20, Z21, Z21
-	VFMADD231PS  Z17, Z21, Z0
-	VFMADD231PS  Z19, Z21, Z8
-	VPBROADCASTW (SI)(CX*1), Y20
-	VCVTPH2PS    Y20, Z20
-	VPMOVSXBD    2(SI)(CX*1), Z21
-	VCVTDQ2PS    Z21, Z21
-	VMULPS       Z20, Z21, Z21
-	VFMADD231PS  Z16, Z21, Z1
-	VFMADD231PS  Z18, Z21, Z9
-	VPMOVSXBD    18(SI)(CX*1), Z21
-	VCVTDQ2PS    Z21, Z21
-	VMULPS       Z20, Z21, Z21
-	VFMADD231PS  Z17, Z21, Z1
-	VFMADD231PS  Z19, Z21, Z9
-	VPBROADCASTW (SI)(CX*2), Y20
-	VCVTPH2PS    Y20, Z20
-	VPMOVSXBD    2(SI)(CX*2), Z21
-	VCVTDQ2PS    Z21, Z21
-	VMULPS       Z20, Z21, Z21
-	VFMADD231PS  Z16, Z21, Z2
-	VFMADD231PS  Z18, Z21, Z10
-	VPMOVSXBD    18(SI)(CX*2), Z21
-	VCVTDQ2PS    Z21, Z21
-	VMULPS       Z20, Z21, Z21
-	VFMADD231PS  Z17, Z21, Z2
-	VFMADD231PS  Z19, Z21, Z10
-	VPBROADCASTW (SI)(DX*1), Y20
-	VCVTPH2PS    Y20, Z20
-	VPMOVSXBD    2(SI)(DX*1), Z21
-	VCVTDQ2PS    Z21, Z21
-	VMULPS       Z20, Z21, Z21
-	VFMADD231PS  Z16, Z21, Z3
-	VFMADD231PS  Z18, Z21, Z11
-	VPMOVSXBD    18(SI)(DX*1), Z21
-	VCVTDQ2PS    Z21, Z21
-	VMULPS       Z20, Z21, Z21
-	VFMADD231PS  Z17, Z21, Z3
-	VFMADD231PS  Z19, Z21, Z11
-	VPBROADCASTW (DI), Y20
-	VCVTPH2PS    Y20, Z20
-	VPMOVSXBD    2(DI), Z21
-	VCVTDQ2PS    Z21, Z21
-	VMULPS       Z20, Z21, Z21
-	VFMADD231PS  Z16, Z21, Z4
-	VFMADD231PS  Z18, Z21, Z12
-	VPMOVSXBD    18(DI), Z21
-	VCVTDQ2PS    Z21, Z21
-	VMULPS       Z20, Z21, Z21
-	VFMADD231PS  Z17, Z21, Z4
-	VFMADD231PS  Z19, Z21, Z12
-	VPBROADCASTW (DI)(CX*1), Y20
-	VCVTPH2PS    Y20, Z20
-	VPMOVSXBD    2(DI)(CX*1), Z21
-	VCVTDQ2PS    Z21, Z21
-	VMULPS       Z20, Z21, Z21
-	VFMADD231PS  Z16, Z21, Z5
-	VFMADD231PS  Z18, Z21, Z13
-	VPMOVSXBD    18(DI)(CX*1), Z21
-	VCVTDQ2PS    Z21, Z21
-	VMULPS       Z20, Z21, Z21
-	VFMADD231PS  Z17, Z21, Z5
-	VFMADD231PS  Z19, Z21, Z13
-	VPBROADCASTW (DI)(CX*2), Y20
-	VCVTPH2PS    Y20, Z20
-	VPMOVSXBD    2(DI)(CX*2), Z21
-	VCVTDQ2PS    Z21, Z21
-	VMULPS       Z20, Z21, Z21
-	VFMADD231PS  Z16, Z21, Z6
-	VFMADD231PS  Z18, Z21, Z14
-	VPMOVSXBD    18(DI)(CX*2), Z21
-	VCVTDQ2PS    Z21, Z21
-	VMULPS       Z20, Z21, Z21
-	VFMADD231PS  Z17, Z21, Z6
-	VFMADD231PS  Z19, Z21, Z14
-	VPBROADCASTW (DI)(DX*1), Y20
-	VCVTPH2PS    Y20, Z20
-	VPMOVSXBD    2(DI)(DX*1), Z21
-	VCVTDQ2PS    Z21, Z21
-	VMULPS       Z20, Z21, Z21
-	VFMADD231PS  Z16, Z21, Z7
-	VFMADD231PS  Z18, Z21, Z15
-	VPMOVSXBD    18(DI)(DX*1), Z16
-	VCVTDQ2PS    Z16, Z16
-	VMULPS       Z20, Z16, Z16
-	VFMADD231PS  Z17, Z16, Z7
-	VFMADD231PS  Z19, Z16, Z15
-	ADDQ         $0x00000080, BX
-	ADDQ         $0x00000022, SI
+mainK0Step:
+	PREFETCHT1   (R8)(R9*1)
+	VPBROADCASTW (R8), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(R8), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (DI), Z17, Z0
+	VFMADD231PS  (DI)(SI*1), Z17, Z8
+	VPMOVSXBD    18(R8), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(DI), Z17, Z0
+	VFMADD231PS  64(DI)(SI*1), Z17, Z8
+	ADDQ         $0x00000080, DI
+	ADDQ         $0x00000022, R8
+	DECQ         R10
+	JNZ          mainK0Step
+
+mainK0Tail:
+	MOVQ  d+96(FP), SI
+	SHLQ  $0x02, SI
+	MOVQ  q_base+32(FP), DI
+	LEAQ  (DX)(AX*1), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x05, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1   (R8)(R9*1)
+	VPBROADCASTW (R8), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(R8), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (DI), Z17, Z1
+	VFMADD231PS  (DI)(SI*1), Z17, Z9
+	VPMOVSXBD    18(R8), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(DI), Z17, Z1
+	VFMADD231PS  64(DI)(SI*1), Z17, Z9
+	ADDQ         $0x00000080, DI
+	ADDQ         $0x00000022, R8
+	DECQ         R10
+	JNZ          mainK1Step
+
+mainK1Tail:
+	MOVQ  d+96(FP), SI
+	SHLQ  $0x02, SI
+	MOVQ  q_base+32(FP), DI
+	LEAQ  (DX)(AX*2), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x05, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK2Tail
+
+mainK2Step:
+	PREFETCHT1   (R8)(R9*1)
+	VPBROADCASTW (R8), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(R8), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (DI), Z17, Z2
+	VFMADD231PS  (DI)(SI*1), Z17, Z10
+	VPMOVSXBD    18(R8), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(DI), Z17, Z2
+	VFMADD231PS  64(DI)(SI*1), Z17, Z10
+	ADDQ         $0x00000080, DI
+	ADDQ         $0x00000022, R8
+	DECQ         R10
+	JNZ          mainK2Step
+
+mainK2Tail:
+	MOVQ  d+96(FP), SI
+	SHLQ  $0x02, SI
+	MOVQ  q_base+32(FP), DI
+	LEAQ  (DX)(CX*1), DX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x05, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK3Tail
+
+mainK3Step:
+	PREFETCHT1   (DX)(R8*1)
+	VPBROADCASTW (DX), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(DX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (DI), Z17, Z3
+	VFMADD231PS  (DI)(SI*1), Z17, Z11
+	VPMOVSXBD    18(DX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(DI), Z17, Z3
+	VFMADD231PS  64(DI)(SI*1), Z17, Z11
+	ADDQ         $0x00000080, DI
+	ADDQ         $0x00000022, DX
+	DECQ         R9
+	JNZ          mainK3Step
+
+mainK3Tail:
+	MOVQ  d+96(FP), DX
+	SHLQ  $0x02, DX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (BX), DI
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x05, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK4Tail
+
+mainK4Step:
+	PREFETCHT1   (DI)(R8*1)
+	VPBROADCASTW (DI), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(DI), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (SI), Z17, Z4
+	VFMADD231PS  (SI)(DX*1), Z17, Z12
+	VPMOVSXBD    18(DI), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(SI), Z17, Z4
+	VFMADD231PS  64(SI)(DX*1), Z17, Z12
+	ADDQ         $0x00000080, SI
 	ADDQ         $0x00000022, DI
-	DECQ         R8
-	JNZ          mainStep
+	DECQ         R9
+	JNZ          mainK4Step
 
-mainTail:
+mainK4Tail:
+	MOVQ  d+96(FP), DX
+	SHLQ  $0x02, DX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (BX)(AX*1), DI
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x05, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK5Tail
+
+mainK5Step:
+	PREFETCHT1   (DI)(R8*1)
+	VPBROADCASTW (DI), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(DI), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (SI), Z17, Z5
+	VFMADD231PS  (SI)(DX*1), Z17, Z13
+	VPMOVSXBD    18(DI), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(SI), Z17, Z5
+	VFMADD231PS  64(SI)(DX*1), Z17, Z13
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000022, DI
+	DECQ         R9
+	JNZ          mainK5Step
+
+mainK5Tail:
+	MOVQ  d+96(FP), DX
+	SHLQ  $0x02, DX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (BX)(AX*2), AX
+	MOVQ  ldk+80(FP), DI
+	SHLQ  $0x05, DI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK6Tail
+
+mainK6Step:
+	PREFETCHT1   (AX)(DI*1)
+	VPBROADCASTW (AX), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(AX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (SI), Z17, Z6
+	VFMADD231PS  (SI)(DX*1), Z17, Z14
+	VPMOVSXBD    18(AX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(SI), Z17, Z6
+	VFMADD231PS  64(SI)(DX*1), Z17, Z14
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000022, AX
+	DECQ         R8
+	JNZ          mainK6Step
+
+mainK6Tail:
+	MOVQ  d+96(FP), AX
+	SHLQ  $0x02, AX
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(CX*1), CX
+	MOVQ  ldk+80(FP), BX
+	SHLQ  $0x05, BX
+	MOVQ  24(SP), SI
+	TESTQ SI, SI
+	JZ    mainK7Tail
+
+mainK7Step:
+	PREFETCHT1   (CX)(BX*1)
+	VPBROADCASTW (CX), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(CX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (DX), Z17, Z7
+	VFMADD231PS  (DX)(AX*1), Z17, Z15
+	VPMOVSXBD    18(CX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(DX), Z17, Z7
+	VFMADD231PS  64(DX)(AX*1), Z17, Z15
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000022, CX
+	DECQ         SI
+	JNZ          mainK7Step
+
+mainK7Tail:
 	VSHUFF32X4    $0x44, Z4, Z0, Z16
 	VSHUFF32X4    $0xee, Z4, Z0, Z0
 	VADDPS        Z0, Z16, Z16
@@ -8718,37 +11730,37 @@ rest:
 	JL     done
 	VPSUBD Z0, Z0, Z0
 	VPSUBD Z1, Z1, Z1
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	MOVQ   q_base+32(FP), CX
-	MOVQ   8(SP), DX
-	MOVQ   24(SP), BX
-	TESTQ  BX, BX
-	JZ     restTail
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	MOVQ   q_base+32(FP), DX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), BX
+	SHLQ   $0x05, BX
+	MOVQ   24(SP), SI
+	TESTQ  SI, SI
+	JZ     restK0Tail
 
-restStep:
-	VMOVUPS      (CX), Z2
-	VMOVUPS      64(CX), Z3
-	VMOVUPS      (CX)(AX*1), Z4
-	VMOVUPS      64(CX)(AX*1), Z5
-	VPBROADCASTW (DX), Y6
-	VCVTPH2PS    Y6, Z6
-	VPMOVSXBD    2(DX), Z7
-	VCVTDQ2PS    Z7, Z7
-	VMULPS       Z6, Z7, Z7
-	VFMADD231PS  Z2, Z7, Z0
-	VFMADD231PS  Z4, Z7, Z1
-	VPMOVSXBD    18(DX), Z2
-	VCVTDQ2PS    Z2, Z2
-	VMULPS       Z6, Z2, Z2
-	VFMADD231PS  Z3, Z2, Z0
-	VFMADD231PS  Z5, Z2, Z1
-	ADDQ         $0x00000080, CX
-	ADDQ         $0x00000022, DX
-	DECQ         BX
-	JNZ          restStep
+restK0Step:
+	PREFETCHT1   (AX)(BX*1)
+	VPBROADCASTW (AX), Y2
+	VCVTPH2PS    Y2, Z2
+	VPMOVSXBD    2(AX), Z3
+	VCVTDQ2PS    Z3, Z3
+	VMULPS       Z2, Z3, Z3
+	VFMADD231PS  (DX), Z3, Z0
+	VFMADD231PS  (DX)(CX*1), Z3, Z1
+	VPMOVSXBD    18(AX), Z3
+	VCVTDQ2PS    Z3, Z3
+	VMULPS       Z2, Z3, Z3
+	VFMADD231PS  64(DX), Z3, Z0
+	VFMADD231PS  64(DX)(CX*1), Z3, Z1
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000022, AX
+	DECQ         SI
+	JNZ          restK0Step
 
-restTail:
+restK0Tail:
 	VXORPS     Z2, Z2, Z2
 	VSHUFF32X4 $0x44, Z2, Z0, Z3
 	VSHUFF32X4 $0xee, Z2, Z0, Z0
@@ -8787,7 +11799,7 @@ done:
 	RET
 
 // func scoresQ8M4AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
-// Requires: AVX, AVX2, AVX512DQ, AVX512F
+// Requires: AVX, AVX2, AVX512DQ, AVX512F, MMX+
 TEXT ·scoresQ8M4AVX512(SB), NOSPLIT, $32-104
 	MOVQ s_base+0(FP), AX
 	MOVQ AX, (SP)
@@ -8818,96 +11830,149 @@ main:
 	VPSUBD Z13, Z13, Z13
 	VPSUBD Z14, Z14, Z14
 	VPSUBD Z15, Z15, Z15
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
+	MOVQ   ldk+80(FP), AX
 	LEAQ   (AX)(AX*2), CX
-	MOVQ   ldk+80(FP), DX
-	LEAQ   (DX)(DX*2), BX
-	MOVQ   q_base+32(FP), SI
-	MOVQ   8(SP), DI
-	MOVQ   24(SP), R8
-	TESTQ  R8, R8
-	JZ     mainTail
+	MOVQ   8(SP), DX
+	MOVQ   d+96(FP), BX
+	SHLQ   $0x02, BX
+	LEAQ   (BX)(BX*2), SI
+	MOVQ   q_base+32(FP), DI
+	LEAQ   (DX), R8
+	MOVQ   ldk+80(FP), R9
+	SHLQ   $0x05, R9
+	MOVQ   24(SP), R10
+	TESTQ  R10, R10
+	JZ     mainK0Tail
 
-mainStep:
-	VMOVUPS      (SI), Z16
-	VMOVUPS      64(SI), Z17
-	VMOVUPS      (SI)(AX*1), Z18
-	VMOVUPS      64(SI)(AX*1), Z19
-	VMOVUPS      (SI)(AX*2), Z20
-	VMOVUPS      64(SI)(AX*2), Z21
-	VMOVUPS      (SI)(CX*1), Z22
-	VMOVUPS      64(SI)(CX*1), Z23
-	VPBROADCASTW (DI), Y24
-	VCVTPH2PS    Y24, Z24
-	VPMOVSXBD    2(DI), Z25
-	VCVTDQ2PS    Z25, Z25
-	VMULPS       Z24, Z25, Z25
-	VFMADD231PS  Z16, Z25, Z0
-	VFMADD231PS  Z18, Z25, Z4
-	VFMADD231PS  Z20, Z25, Z8
-	VFMADD231PS  Z22, Z25, Z12
-	VPMOVSXBD    18(DI), Z25
-	VCVTDQ2PS    Z25, Z25
-	VMULPS       Z24, Z25, Z25
-	VFMADD231PS  Z17, Z25, Z0
-	VFMADD231PS  Z19, Z25, Z4
-	VFMADD231PS  Z21, Z25, Z8
-	VFMADD231PS  Z23, Z25, Z12
-	VPBROADCASTW (DI)(DX*1), Y24
-	VCVTPH2PS    Y24, Z24
-	VPMOVSXBD    2(DI)(DX*1), Z25
-	VCVTDQ2PS    Z25, Z25
-	VMULPS       Z24, Z25, Z25
-	VFMADD231PS  Z16, Z25, Z1
-	VFMADD231PS  Z18, Z25, Z5
-	VFMADD231PS  Z20, Z25, Z9
-	VFMADD231PS  Z22, Z25, Z13
-	VPMOVSXBD    18(DI)(DX*1), Z25
-	VCVTDQ2PS    Z25, Z25
-	VMULPS       Z24, Z25, Z25
-	VFMADD231PS  Z17, Z25, Z1
-	VFMADD231PS  Z19, Z25, Z5
-	VFMADD231PS  Z21, Z25, Z9
-	VFMADD231PS  Z23, Z25, Z13
-	VPBROADCASTW (DI)(DX*2), Y24
-	VCVTPH2PS    Y24, Z24
-	VPMOVSXBD    2(DI)(DX*2), Z25
-	VCVTDQ2PS    Z25, Z25
-	VMULPS       Z24, Z25, Z25
-	VFMADD231PS  Z16, Z25, Z2
-	VFMADD231PS  Z18, Z25, Z6
-	VFMADD231PS  Z20, Z25, Z10
-	VFMADD231PS  Z22, Z25, Z14
-	VPMOVSXBD    18(DI)(DX*2), Z25
-	VCVTDQ2PS    Z25, Z25
-	VMULPS       Z24, Z25, Z25
-	VFMADD231PS  Z17, Z25, Z2
-	VFMADD231PS  Z19, Z25, Z6
-	VFMADD231PS  Z21, Z25, Z10
-	VFMADD231PS  Z23, Z25, Z14
-	VPBROADCASTW (DI)(BX*1), Y24
-	VCVTPH2PS    Y24, Z24
-	VPMOVSXBD    2(DI)(BX*1), Z25
-	VCVTDQ2PS    Z25, Z25
-	VMULPS       Z24, Z25, Z25
-	VFMADD231PS  Z16, Z25, Z3
-	VFMADD231PS  Z18, Z25, Z7
-	VFMADD231PS  Z20, Z25, Z11
-	VFMADD231PS  Z22, Z25, Z15
-	VPMOVSXBD    18(DI)(BX*1), Z16
-	VCVTDQ2PS    Z16, Z16
-	VMULPS       Z24, Z16, Z16
-	VFMADD231PS  Z17, Z16, Z3
-	VFMADD231PS  Z19, Z16, Z7
-	VFMADD231PS  Z21, Z16, Z11
-	VFMADD231PS  Z23, Z16, Z15
+mainK0Step:
+	PREFETCHT1   (R8)(R9*1)
+	VPBROADCASTW (R8), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(R8), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (DI), Z17, Z0
+	VFMADD231PS  (DI)(BX*1), Z17, Z4
+	VFMADD231PS  (DI)(BX*2), Z17, Z8
+	VFMADD231PS  (DI)(SI*1), Z17, Z12
+	VPMOVSXBD    18(R8), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(DI), Z17, Z0
+	VFMADD231PS  64(DI)(BX*1), Z17, Z4
+	VFMADD231PS  64(DI)(BX*2), Z17, Z8
+	VFMADD231PS  64(DI)(SI*1), Z17, Z12
+	ADDQ         $0x00000080, DI
+	ADDQ         $0x00000022, R8
+	DECQ         R10
+	JNZ          mainK0Step
+
+mainK0Tail:
+	MOVQ  d+96(FP), BX
+	SHLQ  $0x02, BX
+	LEAQ  (BX)(BX*2), SI
+	MOVQ  q_base+32(FP), DI
+	LEAQ  (DX)(AX*1), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x05, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1   (R8)(R9*1)
+	VPBROADCASTW (R8), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(R8), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (DI), Z17, Z1
+	VFMADD231PS  (DI)(BX*1), Z17, Z5
+	VFMADD231PS  (DI)(BX*2), Z17, Z9
+	VFMADD231PS  (DI)(SI*1), Z17, Z13
+	VPMOVSXBD    18(R8), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(DI), Z17, Z1
+	VFMADD231PS  64(DI)(BX*1), Z17, Z5
+	VFMADD231PS  64(DI)(BX*2), Z17, Z9
+	VFMADD231PS  64(DI)(SI*1), Z17, Z13
+	ADDQ         $0x00000080, DI
+	ADDQ         $0x00000022, R8
+	DECQ         R10
+	JNZ          mainK1Step
+
+mainK1Tail:
+	MOVQ  d+96(FP), BX
+	SHLQ  $0x02, BX
+	LEAQ  (BX)(BX*2), SI
+	MOVQ  q_base+32(FP), DI
+	LEAQ  (DX)(AX*2), AX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x05, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK2Tail
+
+mainK2Step:
+	PREFETCHT1   (AX)(R8*1)
+	VPBROADCASTW (AX), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(AX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (DI), Z17, Z2
+	VFMADD231PS  (DI)(BX*1), Z17, Z6
+	VFMADD231PS  (DI)(BX*2), Z17, Z10
+	VFMADD231PS  (DI)(SI*1), Z17, Z14
+	VPMOVSXBD    18(AX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(DI), Z17, Z2
+	VFMADD231PS  64(DI)(BX*1), Z17, Z6
+	VFMADD231PS  64(DI)(BX*2), Z17, Z10
+	VFMADD231PS  64(DI)(SI*1), Z17, Z14
+	ADDQ         $0x00000080, DI
+	ADDQ         $0x00000022, AX
+	DECQ         R9
+	JNZ          mainK2Step
+
+mainK2Tail:
+	MOVQ  d+96(FP), AX
+	SHLQ  $0x02, AX
+	LEAQ  (AX)(AX*2), BX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(CX*1), CX
+	MOVQ  ldk+80(FP), DX
+	SHLQ  $0x05, DX
+	MOVQ  24(SP), DI
+	TESTQ DI, DI
+	JZ    mainK3Tail
+
+mainK3Step:
+	PREFETCHT1   (CX)(DX*1)
+	VPBROADCASTW (CX), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(CX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (SI), Z17, Z3
+	VFMADD231PS  (SI)(AX*1), Z17, Z7
+	VFMADD231PS  (SI)(AX*2), Z17, Z11
+	VFMADD231PS  (SI)(BX*1), Z17, Z15
+	VPMOVSXBD    18(CX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(SI), Z17, Z3
+	VFMADD231PS  64(SI)(AX*1), Z17, Z7
+	VFMADD231PS  64(SI)(AX*2), Z17, Z11
+	VFMADD231PS  64(SI)(BX*1), Z17, Z15
 	ADDQ         $0x00000080, SI
-	ADDQ         $0x00000022, DI
-	DECQ         R8
-	JNZ          mainStep
+	ADDQ         $0x00000022, CX
+	DECQ         DI
+	JNZ          mainK3Step
 
-mainTail:
+mainK3Tail:
 	VSHUFF32X4    $0x44, Z4, Z0, Z16
 	VSHUFF32X4    $0xee, Z4, Z0, Z0
 	VADDPS        Z0, Z16, Z16
@@ -8981,46 +12046,42 @@ rest:
 	VPSUBD Z1, Z1, Z1
 	VPSUBD Z2, Z2, Z2
 	VPSUBD Z3, Z3, Z3
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	LEAQ   (AX)(AX*2), CX
-	MOVQ   q_base+32(FP), DX
-	MOVQ   8(SP), BX
-	MOVQ   24(SP), SI
-	TESTQ  SI, SI
-	JZ     restTail
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), SI
+	SHLQ   $0x05, SI
+	MOVQ   24(SP), DI
+	TESTQ  DI, DI
+	JZ     restK0Tail
 
-restStep:
-	VMOVUPS      (DX), Z4
-	VMOVUPS      64(DX), Z5
-	VMOVUPS      (DX)(AX*1), Z6
-	VMOVUPS      64(DX)(AX*1), Z7
-	VMOVUPS      (DX)(AX*2), Z8
-	VMOVUPS      64(DX)(AX*2), Z9
-	VMOVUPS      (DX)(CX*1), Z10
-	VMOVUPS      64(DX)(CX*1), Z11
-	VPBROADCASTW (BX), Y12
-	VCVTPH2PS    Y12, Z12
-	VPMOVSXBD    2(BX), Z13
-	VCVTDQ2PS    Z13, Z13
-	VMULPS       Z12, Z13, Z13
-	VFMADD231PS  Z4, Z13, Z0
-	VFMADD231PS  Z6, Z13, Z1
-	VFMADD231PS  Z8, Z13, Z2
-	VFMADD231PS  Z10, Z13, Z3
-	VPMOVSXBD    18(BX), Z4
-	VCVTDQ2PS    Z4, Z4
-	VMULPS       Z12, Z4, Z4
-	VFMADD231PS  Z5, Z4, Z0
-	VFMADD231PS  Z7, Z4, Z1
-	VFMADD231PS  Z9, Z4, Z2
-	VFMADD231PS  Z11, Z4, Z3
-	ADDQ         $0x00000080, DX
-	ADDQ         $0x00000022, BX
-	DECQ         SI
-	JNZ          restStep
+restK0Step:
+	PREFETCHT1   (AX)(SI*1)
+	VPBROADCASTW (AX), Y4
+	VCVTPH2PS    Y4, Z4
+	VPMOVSXBD    2(AX), Z5
+	VCVTDQ2PS    Z5, Z5
+	VMULPS       Z4, Z5, Z5
+	VFMADD231PS  (BX), Z5, Z0
+	VFMADD231PS  (BX)(CX*1), Z5, Z1
+	VFMADD231PS  (BX)(CX*2), Z5, Z2
+	VFMADD231PS  (BX)(DX*1), Z5, Z3
+	VPMOVSXBD    18(AX), Z5
+	VCVTDQ2PS    Z5, Z5
+	VMULPS       Z4, Z5, Z5
+	VFMADD231PS  64(BX), Z5, Z0
+	VFMADD231PS  64(BX)(CX*1), Z5, Z1
+	VFMADD231PS  64(BX)(CX*2), Z5, Z2
+	VFMADD231PS  64(BX)(DX*1), Z5, Z3
+	ADDQ         $0x00000080, BX
+	ADDQ         $0x00000022, AX
+	DECQ         DI
+	JNZ          restK0Step
 
-restTail:
+restK0Tail:
 	VXORPS     Z4, Z4, Z4
 	VSHUFF32X4 $0x44, Z4, Z0, Z5
 	VSHUFF32X4 $0xee, Z4, Z0, Z0
@@ -9077,7 +12138,7 @@ done:
 	RET
 
 // func scoresQ8M8AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
-// Requires: AVX, AVX2, AVX512DQ, AVX512F
+// Requires: AVX, AVX2, AVX512DQ, AVX512F, MMX+
 TEXT ·scoresQ8M8AVX512(SB), NOSPLIT, $32-104
 	MOVQ s_base+0(FP), AX
 	MOVQ AX, (SP)
@@ -9108,73 +12169,98 @@ main:
 	VPSUBD Z13, Z13, Z13
 	VPSUBD Z14, Z14, Z14
 	VPSUBD Z15, Z15, Z15
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	LEAQ   (AX)(AX*2), CX
-	MOVQ   ldk+80(FP), DX
-	MOVQ   q_base+32(FP), BX
-	LEAQ   (BX)(AX*4), SI
-	MOVQ   8(SP), DI
-	MOVQ   24(SP), R8
-	TESTQ  R8, R8
-	JZ     mainTail
+	MOVQ   ldk+80(FP), AX
+	MOVQ   8(SP), CX
+	MOVQ   d+96(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	MOVQ   q_base+32(FP), SI
+	LEAQ   (SI)(DX*4), DI
+	LEAQ   (CX), R8
+	MOVQ   ldk+80(FP), R9
+	SHLQ   $0x05, R9
+	MOVQ   24(SP), R10
+	TESTQ  R10, R10
+	JZ     mainK0Tail
 
-mainStep:
-	VPBROADCASTW (DI), Y16
+mainK0Step:
+	PREFETCHT1   (R8)(R9*1)
+	VPBROADCASTW (R8), Y16
 	VCVTPH2PS    Y16, Z16
-	VPMOVSXBD    2(DI), Z17
+	VPMOVSXBD    2(R8), Z17
 	VCVTDQ2PS    Z17, Z17
 	VMULPS       Z16, Z17, Z17
-	VFMADD231PS  (BX), Z17, Z0
-	VFMADD231PS  (BX)(AX*1), Z17, Z2
-	VFMADD231PS  (BX)(AX*2), Z17, Z4
-	VFMADD231PS  (BX)(CX*1), Z17, Z6
-	VFMADD231PS  (SI), Z17, Z8
-	VFMADD231PS  (SI)(AX*1), Z17, Z10
-	VFMADD231PS  (SI)(AX*2), Z17, Z12
-	VFMADD231PS  (SI)(CX*1), Z17, Z14
-	VPMOVSXBD    18(DI), Z17
+	VFMADD231PS  (SI), Z17, Z0
+	VFMADD231PS  (SI)(DX*1), Z17, Z2
+	VFMADD231PS  (SI)(DX*2), Z17, Z4
+	VFMADD231PS  (SI)(BX*1), Z17, Z6
+	VFMADD231PS  (DI), Z17, Z8
+	VFMADD231PS  (DI)(DX*1), Z17, Z10
+	VFMADD231PS  (DI)(DX*2), Z17, Z12
+	VFMADD231PS  (DI)(BX*1), Z17, Z14
+	VPMOVSXBD    18(R8), Z17
 	VCVTDQ2PS    Z17, Z17
 	VMULPS       Z16, Z17, Z17
-	VFMADD231PS  64(BX), Z17, Z0
-	VFMADD231PS  64(BX)(AX*1), Z17, Z2
-	VFMADD231PS  64(BX)(AX*2), Z17, Z4
-	VFMADD231PS  64(BX)(CX*1), Z17, Z6
-	VFMADD231PS  64(SI), Z17, Z8
-	VFMADD231PS  64(SI)(AX*1), Z17, Z10
-	VFMADD231PS  64(SI)(AX*2), Z17, Z12
-	VFMADD231PS  64(SI)(CX*1), Z17, Z14
-	VPBROADCASTW (DI)(DX*1), Y16
-	VCVTPH2PS    Y16, Z16
-	VPMOVSXBD    2(DI)(DX*1), Z17
-	VCVTDQ2PS    Z17, Z17
-	VMULPS       Z16, Z17, Z17
-	VFMADD231PS  (BX), Z17, Z1
-	VFMADD231PS  (BX)(AX*1), Z17, Z3
-	VFMADD231PS  (BX)(AX*2), Z17, Z5
-	VFMADD231PS  (BX)(CX*1), Z17, Z7
-	VFMADD231PS  (SI), Z17, Z9
-	VFMADD231PS  (SI)(AX*1), Z17, Z11
-	VFMADD231PS  (SI)(AX*2), Z17, Z13
-	VFMADD231PS  (SI)(CX*1), Z17, Z15
-	VPMOVSXBD    18(DI)(DX*1), Z17
-	VCVTDQ2PS    Z17, Z17
-	VMULPS       Z16, Z17, Z17
-	VFMADD231PS  64(BX), Z17, Z1
-	VFMADD231PS  64(BX)(AX*1), Z17, Z3
-	VFMADD231PS  64(BX)(AX*2), Z17, Z5
-	VFMADD231PS  64(BX)(CX*1), Z17, Z7
-	VFMADD231PS  64(SI), Z17, Z9
-	VFMADD231PS  64(SI)(AX*1), Z17, Z11
-	VFMADD231PS  64(SI)(AX*2), Z17, Z13
-	VFMADD231PS  64(SI)(CX*1), Z17, Z15
-	ADDQ         $0x00000080, BX
+	VFMADD231PS  64(SI), Z17, Z0
+	VFMADD231PS  64(SI)(DX*1), Z17, Z2
+	VFMADD231PS  64(SI)(DX*2), Z17, Z4
+	VFMADD231PS  64(SI)(BX*1), Z17, Z6
+	VFMADD231PS  64(DI), Z17, Z8
+	VFMADD231PS  64(DI)(DX*1), Z17, Z10
+	VFMADD231PS  64(DI)(DX*2), Z17, Z12
+	VFMADD231PS  64(DI)(BX*1), Z17, Z14
 	ADDQ         $0x00000080, SI
-	ADDQ         $0x00000022, DI
-	DECQ         R8
-	JNZ          mainStep
+	ADDQ         $0x00000080, DI
+	ADDQ         $0x00000022, R8
+	DECQ         R10
+	JNZ          mainK0Step
 
-mainTail:
+mainK0Tail:
+	MOVQ  d+96(FP), DX
+	SHLQ  $0x02, DX
+	LEAQ  (DX)(DX*2), BX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (SI)(DX*4), DI
+	LEAQ  (CX)(AX*1), AX
+	MOVQ  ldk+80(FP), CX
+	SHLQ  $0x05, CX
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1   (AX)(CX*1)
+	VPBROADCASTW (AX), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(AX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (SI), Z17, Z1
+	VFMADD231PS  (SI)(DX*1), Z17, Z3
+	VFMADD231PS  (SI)(DX*2), Z17, Z5
+	VFMADD231PS  (SI)(BX*1), Z17, Z7
+	VFMADD231PS  (DI), Z17, Z9
+	VFMADD231PS  (DI)(DX*1), Z17, Z11
+	VFMADD231PS  (DI)(DX*2), Z17, Z13
+	VFMADD231PS  (DI)(BX*1), Z17, Z15
+	VPMOVSXBD    18(AX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(SI), Z17, Z1
+	VFMADD231PS  64(SI)(DX*1), Z17, Z3
+	VFMADD231PS  64(SI)(DX*2), Z17, Z5
+	VFMADD231PS  64(SI)(BX*1), Z17, Z7
+	VFMADD231PS  64(DI), Z17, Z9
+	VFMADD231PS  64(DI)(DX*1), Z17, Z11
+	VFMADD231PS  64(DI)(DX*2), Z17, Z13
+	VFMADD231PS  64(DI)(BX*1), Z17, Z15
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000080, DI
+	ADDQ         $0x00000022, AX
+	DECQ         R8
+	JNZ          mainK1Step
+
+mainK1Tail:
 	VSHUFF32X4    $0x44, Z4, Z0, Z16
 	VSHUFF32X4    $0xee, Z4, Z0, Z0
 	VADDPS        Z0, Z16, Z16
@@ -9258,64 +12344,52 @@ rest:
 	VPSUBD Z5, Z5, Z5
 	VPSUBD Z6, Z6, Z6
 	VPSUBD Z7, Z7, Z7
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	LEAQ   (AX)(AX*2), CX
-	MOVQ   q_base+32(FP), DX
-	LEAQ   (DX)(AX*4), BX
-	MOVQ   8(SP), SI
-	MOVQ   24(SP), DI
-	TESTQ  DI, DI
-	JZ     restTail
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (BX)(CX*4), SI
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), DI
+	SHLQ   $0x05, DI
+	MOVQ   24(SP), R8
+	TESTQ  R8, R8
+	JZ     restK0Tail
 
-restStep:
-	VMOVUPS      (DX), Z8
-	VMOVUPS      64(DX), Z9
-	VMOVUPS      (DX)(AX*1), Z10
-	VMOVUPS      64(DX)(AX*1), Z11
-	VMOVUPS      (DX)(AX*2), Z12
-	VMOVUPS      64(DX)(AX*2), Z13
-	VMOVUPS      (DX)(CX*1), Z14
-	VMOVUPS      64(DX)(CX*1), Z15
-	VMOVUPS      (BX), Z16
-	VMOVUPS      64(BX), Z17
-	VMOVUPS      (BX)(AX*1), Z18
-	VMOVUPS      64(BX)(AX*1), Z19
-	VMOVUPS      (BX)(AX*2), Z20
-	VMOVUPS      64(BX)(AX*2), Z21
-	VMOVUPS      (BX)(CX*1), Z22
-	VMOVUPS      64(BX)(CX*1), Z23
-	VPBROADCASTW (SI), Y24
-	VCVTPH2PS    Y24, Z24
-	VPMOVSXBD    2(SI), Z25
-	VCVTDQ2PS    Z25, Z25
-	VMULPS       Z24, Z25, Z25
-	VFMADD231PS  Z8, Z25, Z0
-	VFMADD231PS  Z10, Z25, Z1
-	VFMADD231PS  Z12, Z25, Z2
-	VFMADD231PS  Z14, Z25, Z3
-	VFMADD231PS  Z16, Z25, Z4
-	VFMADD231PS  Z18, Z25, Z5
-	VFMADD231PS  Z20, Z25, Z6
-	VFMADD231PS  Z22, Z25, Z7
-	VPMOVSXBD    18(SI), Z8
-	VCVTDQ2PS    Z8, Z8
-	VMULPS       Z24, Z8, Z8
-	VFMADD231PS  Z9, Z8, Z0
-	VFMADD231PS  Z11, Z8, Z1
-	VFMADD231PS  Z13, Z8, Z2
-	VFMADD231PS  Z15, Z8, Z3
-	VFMADD231PS  Z17, Z8, Z4
-	VFMADD231PS  Z19, Z8, Z5
-	VFMADD231PS  Z21, Z8, Z6
-	VFMADD231PS  Z23, Z8, Z7
-	ADDQ         $0x00000080, DX
+restK0Step:
+	PREFETCHT1   (AX)(DI*1)
+	VPBROADCASTW (AX), Y8
+	VCVTPH2PS    Y8, Z8
+	VPMOVSXBD    2(AX), Z9
+	VCVTDQ2PS    Z9, Z9
+	VMULPS       Z8, Z9, Z9
+	VFMADD231PS  (BX), Z9, Z0
+	VFMADD231PS  (BX)(CX*1), Z9, Z1
+	VFMADD231PS  (BX)(CX*2), Z9, Z2
+	VFMADD231PS  (BX)(DX*1), Z9, Z3
+	VFMADD231PS  (SI), Z9, Z4
+	VFMADD231PS  (SI)(CX*1), Z9, Z5
+	VFMADD231PS  (SI)(CX*2), Z9, Z6
+	VFMADD231PS  (SI)(DX*1), Z9, Z7
+	VPMOVSXBD    18(AX), Z9
+	VCVTDQ2PS    Z9, Z9
+	VMULPS       Z8, Z9, Z9
+	VFMADD231PS  64(BX), Z9, Z0
+	VFMADD231PS  64(BX)(CX*1), Z9, Z1
+	VFMADD231PS  64(BX)(CX*2), Z9, Z2
+	VFMADD231PS  64(BX)(DX*1), Z9, Z3
+	VFMADD231PS  64(SI), Z9, Z4
+	VFMADD231PS  64(SI)(CX*1), Z9, Z5
+	VFMADD231PS  64(SI)(CX*2), Z9, Z6
+	VFMADD231PS  64(SI)(DX*1), Z9, Z7
 	ADDQ         $0x00000080, BX
-	ADDQ         $0x00000022, SI
-	DECQ         DI
-	JNZ          restStep
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000022, AX
+	DECQ         R8
+	JNZ          restK0Step
 
-restTail:
+restK0Tail:
 	VSHUFF32X4    $0x44, Z4, Z0, Z8
 	VSHUFF32X4    $0xee, Z4, Z0, Z0
 	VADDPS        Z0, Z8, Z8
@@ -9379,7 +12453,7 @@ done:
 	RET
 
 // func scoresQ8M16AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
-// Requires: AVX, AVX2, AVX512F
+// Requires: AVX, AVX2, AVX512F, MMX+
 TEXT ·scoresQ8M16AVX512(SB), NOSPLIT, $32-104
 	MOVQ s_base+0(FP), AX
 	MOVQ AX, (SP)
@@ -9410,68 +12484,72 @@ main:
 	VPSUBD Z13, Z13, Z13
 	VPSUBD Z14, Z14, Z14
 	VPSUBD Z15, Z15, Z15
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	LEAQ   (AX)(AX*2), CX
-	MOVQ   q_base+32(FP), DX
-	LEAQ   (DX)(AX*4), BX
-	LEAQ   (BX)(AX*4), SI
-	LEAQ   (SI)(AX*4), DI
-	MOVQ   8(SP), R8
-	MOVQ   24(SP), R9
-	TESTQ  R9, R9
-	JZ     mainTail
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (BX)(CX*4), SI
+	LEAQ   (SI)(CX*4), DI
+	LEAQ   (DI)(CX*4), R8
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), R9
+	SHLQ   $0x05, R9
+	MOVQ   24(SP), R10
+	TESTQ  R10, R10
+	JZ     mainK0Tail
 
-mainStep:
-	VPBROADCASTW (R8), Y16
+mainK0Step:
+	PREFETCHT1   (AX)(R9*1)
+	VPBROADCASTW (AX), Y16
 	VCVTPH2PS    Y16, Z16
-	VPMOVSXBD    2(R8), Z17
+	VPMOVSXBD    2(AX), Z17
 	VCVTDQ2PS    Z17, Z17
 	VMULPS       Z16, Z17, Z17
-	VFMADD231PS  (DX), Z17, Z0
-	VFMADD231PS  (DX)(AX*1), Z17, Z1
-	VFMADD231PS  (DX)(AX*2), Z17, Z2
-	VFMADD231PS  (DX)(CX*1), Z17, Z3
-	VFMADD231PS  (BX), Z17, Z4
-	VFMADD231PS  (BX)(AX*1), Z17, Z5
-	VFMADD231PS  (BX)(AX*2), Z17, Z6
-	VFMADD231PS  (BX)(CX*1), Z17, Z7
-	VFMADD231PS  (SI), Z17, Z8
-	VFMADD231PS  (SI)(AX*1), Z17, Z9
-	VFMADD231PS  (SI)(AX*2), Z17, Z10
-	VFMADD231PS  (SI)(CX*1), Z17, Z11
-	VFMADD231PS  (DI), Z17, Z12
-	VFMADD231PS  (DI)(AX*1), Z17, Z13
-	VFMADD231PS  (DI)(AX*2), Z17, Z14
-	VFMADD231PS  (DI)(CX*1), Z17, Z15
-	VPMOVSXBD    18(R8), Z17
+	VFMADD231PS  (BX), Z17, Z0
+	VFMADD231PS  (BX)(CX*1), Z17, Z1
+	VFMADD231PS  (BX)(CX*2), Z17, Z2
+	VFMADD231PS  (BX)(DX*1), Z17, Z3
+	VFMADD231PS  (SI), Z17, Z4
+	VFMADD231PS  (SI)(CX*1), Z17, Z5
+	VFMADD231PS  (SI)(CX*2), Z17, Z6
+	VFMADD231PS  (SI)(DX*1), Z17, Z7
+	VFMADD231PS  (DI), Z17, Z8
+	VFMADD231PS  (DI)(CX*1), Z17, Z9
+	VFMADD231PS  (DI)(CX*2), Z17, Z10
+	VFMADD231PS  (DI)(DX*1), Z17, Z11
+	VFMADD231PS  (R8), Z17, Z12
+	VFMADD231PS  (R8)(CX*1), Z17, Z13
+	VFMADD231PS  (R8)(CX*2), Z17, Z14
+	VFMADD231PS  (R8)(DX*1), Z17, Z15
+	VPMOVSXBD    18(AX), Z17
 	VCVTDQ2PS    Z17, Z17
 	VMULPS       Z16, Z17, Z17
-	VFMADD231PS  64(DX), Z17, Z0
-	VFMADD231PS  64(DX)(AX*1), Z17, Z1
-	VFMADD231PS  64(DX)(AX*2), Z17, Z2
-	VFMADD231PS  64(DX)(CX*1), Z17, Z3
-	VFMADD231PS  64(BX), Z17, Z4
-	VFMADD231PS  64(BX)(AX*1), Z17, Z5
-	VFMADD231PS  64(BX)(AX*2), Z17, Z6
-	VFMADD231PS  64(BX)(CX*1), Z17, Z7
-	VFMADD231PS  64(SI), Z17, Z8
-	VFMADD231PS  64(SI)(AX*1), Z17, Z9
-	VFMADD231PS  64(SI)(AX*2), Z17, Z10
-	VFMADD231PS  64(SI)(CX*1), Z17, Z11
-	VFMADD231PS  64(DI), Z17, Z12
-	VFMADD231PS  64(DI)(AX*1), Z17, Z13
-	VFMADD231PS  64(DI)(AX*2), Z17, Z14
-	VFMADD231PS  64(DI)(CX*1), Z17, Z15
-	ADDQ         $0x00000080, DX
+	VFMADD231PS  64(BX), Z17, Z0
+	VFMADD231PS  64(BX)(CX*1), Z17, Z1
+	VFMADD231PS  64(BX)(CX*2), Z17, Z2
+	VFMADD231PS  64(BX)(DX*1), Z17, Z3
+	VFMADD231PS  64(SI), Z17, Z4
+	VFMADD231PS  64(SI)(CX*1), Z17, Z5
+	VFMADD231PS  64(SI)(CX*2), Z17, Z6
+	VFMADD231PS  64(SI)(DX*1), Z17, Z7
+	VFMADD231PS  64(DI), Z17, Z8
+	VFMADD231PS  64(DI)(CX*1), Z17, Z9
+	VFMADD231PS  64(DI)(CX*2), Z17, Z10
+	VFMADD231PS  64(DI)(DX*1), Z17, Z11
+	VFMADD231PS  64(R8), Z17, Z12
+	VFMADD231PS  64(R8)(CX*1), Z17, Z13
+	VFMADD231PS  64(R8)(CX*2), Z17, Z14
+	VFMADD231PS  64(R8)(DX*1), Z17, Z15
 	ADDQ         $0x00000080, BX
 	ADDQ         $0x00000080, SI
 	ADDQ         $0x00000080, DI
-	ADDQ         $0x00000022, R8
-	DECQ         R9
-	JNZ          mainStep
+	ADDQ         $0x00000080, R8
+	ADDQ         $0x00000022, AX
+	DECQ         R10
+	JNZ          mainK0Step
 
-mainTail:
+mainK0Tail:
 	VSHUFF32X4    $0x44, Z4, Z0, Z16
 	VSHUFF32X4    $0xee, Z4, Z0, Z0
 	VADDPS        Z0, Z16, Z16
@@ -9560,8 +12638,8 @@ done:
 	RET
 
 // func accumQ8M1AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
-// Requires: AVX, AVX2, AVX512F, CMOV
-TEXT ·accumQ8M1AVX512(SB), NOSPLIT, $56-112
+// Requires: AVX, AVX2, AVX512F, CMOV, MMX+
+TEXT ·accumQ8M1AVX512(SB), $184-112
 	MOVQ p_base+32(FP), AX
 	MOVQ AX, 16(SP)
 	MOVQ v_base+64(FP), AX
@@ -9570,20 +12648,46 @@ TEXT ·accumQ8M1AVX512(SB), NOSPLIT, $56-112
 	MOVQ AX, 40(SP)
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x04, AX
-	MOVQ    AX, 48(SP)
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, DX
+	SUBQ      $0x00000000, DX
+	XORQ      BX, BX
+	CMPQ      DX, BX
+	CMOVQLT   BX, DX
+	MOVQ      $0x00000010, BX
+	CMPQ      DX, BX
+	CMOVQGT   BX, DX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(DX*2), K1
+	SUBQ      $0x00000010, AX
+	XORQ      DX, DX
+	CMPQ      AX, DX
+	CMOVQLT   DX, AX
+	MOVQ      $0x00000010, DX
+	CMPQ      AX, DX
+	CMOVQGT   DX, AX
+	LEAQ      decodemask16<>+0(SB), DX
+	KMOVW     (DX)(AX*2), K2
+	VMOVUPS.Z (CX), K1, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K2, Z0
+	VMOVUPS   Z0, 120(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000010
@@ -9605,12 +12709,19 @@ full:
 	VMOVUPS 832(AX), Z13
 	VMOVUPS 896(AX), Z14
 	VMOVUPS 960(AX), Z15
-	MOVQ    16(SP), AX
+	LEAQ    56(SP), AX
 	MOVQ    8(SP), CX
 	MOVQ    ldv+88(FP), DX
-	MOVQ    32(SP), BX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys1:
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	PREFETCHT1   128(CX)(BX*1)
+	PREFETCHT1   192(CX)(BX*1)
+	PREFETCHT1   256(CX)(BX*1)
 	VBROADCASTSS (AX), Z16
 	VPBROADCASTW (CX), Y17
 	VCVTPH2PS    Y17, Z17
@@ -9694,7 +12805,7 @@ keys1:
 	VFMADD231PS  Z16, Z18, Z15
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys1
 	MOVQ         (SP), AX
 	VMOVUPS      Z0, (AX)
@@ -9730,12 +12841,17 @@ chunk8:
 	VMOVUPS 320(AX), Z5
 	VMOVUPS 384(AX), Z6
 	VMOVUPS 448(AX), Z7
-	MOVQ    16(SP), AX
+	LEAQ    56(SP), AX
 	MOVQ    8(SP), CX
 	MOVQ    ldv+88(FP), DX
-	MOVQ    32(SP), BX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys2:
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	PREFETCHT1   128(CX)(BX*1)
 	VBROADCASTSS (AX), Z8
 	VPBROADCASTW (CX), Y9
 	VCVTPH2PS    Y9, Z9
@@ -9779,7 +12895,7 @@ keys2:
 	VFMADD231PS  Z8, Z10, Z7
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys2
 	MOVQ         (SP), AX
 	VMOVUPS      Z0, (AX)
@@ -9802,12 +12918,16 @@ chunk4:
 	VMOVUPS 64(AX), Z1
 	VMOVUPS 128(AX), Z2
 	VMOVUPS 192(AX), Z3
-	MOVQ    16(SP), AX
+	LEAQ    56(SP), AX
 	MOVQ    8(SP), CX
 	MOVQ    ldv+88(FP), DX
-	MOVQ    32(SP), BX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys3:
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
 	VBROADCASTSS (AX), Z4
 	VPBROADCASTW (CX), Y5
 	VCVTPH2PS    Y5, Z5
@@ -9831,7 +12951,7 @@ keys3:
 	VFMADD231PS  Z4, Z6, Z3
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys3
 	MOVQ         (SP), AX
 	VMOVUPS      Z0, (AX)
@@ -9848,12 +12968,15 @@ chunk2:
 	MOVQ    (SP), AX
 	VMOVUPS (AX), Z0
 	VMOVUPS 64(AX), Z1
-	MOVQ    16(SP), AX
+	LEAQ    56(SP), AX
 	MOVQ    8(SP), CX
 	MOVQ    ldv+88(FP), DX
-	MOVQ    32(SP), BX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys4:
+	PREFETCHT1   (CX)(BX*1)
 	VBROADCASTSS (AX), Z2
 	VPBROADCASTW (CX), Y3
 	VCVTPH2PS    Y3, Z3
@@ -9867,7 +12990,7 @@ keys4:
 	VFMADD231PS  Z2, Z4, Z1
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys4
 	MOVQ         (SP), AX
 	VMOVUPS      Z0, (AX)
@@ -9892,8 +13015,8 @@ done:
 	RET
 
 // func accumQ8M2AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
-// Requires: AVX, AVX2, AVX512F, CMOV
-TEXT ·accumQ8M2AVX512(SB), NOSPLIT, $56-112
+// Requires: AVX, AVX2, AVX512F, CMOV, MMX+
+TEXT ·accumQ8M2AVX512(SB), $312-112
 	MOVQ p_base+32(FP), AX
 	MOVQ AX, 16(SP)
 	MOVQ v_base+64(FP), AX
@@ -9902,20 +13025,50 @@ TEXT ·accumQ8M2AVX512(SB), NOSPLIT, $56-112
 	MOVQ AX, 40(SP)
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x04, AX
-	MOVQ    AX, 48(SP)
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, BX
+	SUBQ      $0x00000000, BX
+	XORQ      SI, SI
+	CMPQ      BX, SI
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, SI
+	CMOVQGT   SI, BX
+	LEAQ      decodemask16<>+0(SB), SI
+	KMOVW     (SI)(BX*2), K1
+	SUBQ      $0x00000010, AX
+	XORQ      BX, BX
+	CMPQ      AX, BX
+	CMOVQLT   BX, AX
+	MOVQ      $0x00000010, BX
+	CMPQ      AX, BX
+	CMOVQGT   BX, AX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(AX*2), K2
+	VMOVUPS.Z (CX), K1, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K2, Z0
+	VMOVUPS   Z0, 120(SP)
+	VMOVUPS.Z (CX)(DX*1), K1, Z0
+	VMOVUPS   Z0, 184(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 248(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000008
@@ -9939,66 +13092,69 @@ full:
 	VMOVUPS 320(AX)(CX*1), Z13
 	VMOVUPS 384(AX)(CX*1), Z14
 	VMOVUPS 448(AX)(CX*1), Z15
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	MOVQ    16(SP), CX
-	MOVQ    8(SP), DX
-	MOVQ    ldv+88(FP), BX
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
 	MOVQ    32(SP), SI
 
 keys1:
-	VBROADCASTSS (CX), Z16
-	VBROADCASTSS (CX)(AX*1), Z17
-	VPBROADCASTW (DX), Y18
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	PREFETCHT1   128(CX)(BX*1)
+	VBROADCASTSS (AX), Z16
+	VBROADCASTSS 128(AX), Z17
+	VPBROADCASTW (CX), Y18
 	VCVTPH2PS    Y18, Z18
-	VPMOVSXBD    2(DX), Z19
+	VPMOVSXBD    2(CX), Z19
 	VCVTDQ2PS    Z19, Z19
 	VMULPS       Z18, Z19, Z19
 	VFMADD231PS  Z16, Z19, Z0
 	VFMADD231PS  Z17, Z19, Z8
-	VPMOVSXBD    18(DX), Z19
+	VPMOVSXBD    18(CX), Z19
 	VCVTDQ2PS    Z19, Z19
 	VMULPS       Z18, Z19, Z19
 	VFMADD231PS  Z16, Z19, Z1
 	VFMADD231PS  Z17, Z19, Z9
-	VPBROADCASTW 34(DX), Y18
+	VPBROADCASTW 34(CX), Y18
 	VCVTPH2PS    Y18, Z18
-	VPMOVSXBD    36(DX), Z19
+	VPMOVSXBD    36(CX), Z19
 	VCVTDQ2PS    Z19, Z19
 	VMULPS       Z18, Z19, Z19
 	VFMADD231PS  Z16, Z19, Z2
 	VFMADD231PS  Z17, Z19, Z10
-	VPMOVSXBD    52(DX), Z19
+	VPMOVSXBD    52(CX), Z19
 	VCVTDQ2PS    Z19, Z19
 	VMULPS       Z18, Z19, Z19
 	VFMADD231PS  Z16, Z19, Z3
 	VFMADD231PS  Z17, Z19, Z11
-	VPBROADCASTW 68(DX), Y18
+	VPBROADCASTW 68(CX), Y18
 	VCVTPH2PS    Y18, Z18
-	VPMOVSXBD    70(DX), Z19
+	VPMOVSXBD    70(CX), Z19
 	VCVTDQ2PS    Z19, Z19
 	VMULPS       Z18, Z19, Z19
 	VFMADD231PS  Z16, Z19, Z4
 	VFMADD231PS  Z17, Z19, Z12
-	VPMOVSXBD    86(DX), Z19
+	VPMOVSXBD    86(CX), Z19
 	VCVTDQ2PS    Z19, Z19
 	VMULPS       Z18, Z19, Z19
 	VFMADD231PS  Z16, Z19, Z5
 	VFMADD231PS  Z17, Z19, Z13
-	VPBROADCASTW 102(DX), Y18
+	VPBROADCASTW 102(CX), Y18
 	VCVTPH2PS    Y18, Z18
-	VPMOVSXBD    104(DX), Z19
+	VPMOVSXBD    104(CX), Z19
 	VCVTDQ2PS    Z19, Z19
 	VMULPS       Z18, Z19, Z19
 	VFMADD231PS  Z16, Z19, Z6
 	VFMADD231PS  Z17, Z19, Z14
-	VPMOVSXBD    120(DX), Z19
+	VPMOVSXBD    120(CX), Z19
 	VCVTDQ2PS    Z19, Z19
 	VMULPS       Z18, Z19, Z19
 	VFMADD231PS  Z16, Z19, Z7
 	VFMADD231PS  Z17, Z19, Z15
-	ADDQ         $0x00000004, CX
-	ADDQ         BX, DX
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
 	DECQ         SI
 	JNZ          keys1
 	MOVQ         (SP), AX
@@ -10039,42 +13195,44 @@ chunk4:
 	VMOVUPS 64(AX)(CX*1), Z5
 	VMOVUPS 128(AX)(CX*1), Z6
 	VMOVUPS 192(AX)(CX*1), Z7
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	MOVQ    16(SP), CX
-	MOVQ    8(SP), DX
-	MOVQ    ldv+88(FP), BX
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
 	MOVQ    32(SP), SI
 
 keys2:
-	VBROADCASTSS (CX), Z8
-	VBROADCASTSS (CX)(AX*1), Z9
-	VPBROADCASTW (DX), Y10
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	VBROADCASTSS (AX), Z8
+	VBROADCASTSS 128(AX), Z9
+	VPBROADCASTW (CX), Y10
 	VCVTPH2PS    Y10, Z10
-	VPMOVSXBD    2(DX), Z11
+	VPMOVSXBD    2(CX), Z11
 	VCVTDQ2PS    Z11, Z11
 	VMULPS       Z10, Z11, Z11
 	VFMADD231PS  Z8, Z11, Z0
 	VFMADD231PS  Z9, Z11, Z4
-	VPMOVSXBD    18(DX), Z11
+	VPMOVSXBD    18(CX), Z11
 	VCVTDQ2PS    Z11, Z11
 	VMULPS       Z10, Z11, Z11
 	VFMADD231PS  Z8, Z11, Z1
 	VFMADD231PS  Z9, Z11, Z5
-	VPBROADCASTW 34(DX), Y10
+	VPBROADCASTW 34(CX), Y10
 	VCVTPH2PS    Y10, Z10
-	VPMOVSXBD    36(DX), Z11
+	VPMOVSXBD    36(CX), Z11
 	VCVTDQ2PS    Z11, Z11
 	VMULPS       Z10, Z11, Z11
 	VFMADD231PS  Z8, Z11, Z2
 	VFMADD231PS  Z9, Z11, Z6
-	VPMOVSXBD    52(DX), Z11
+	VPMOVSXBD    52(CX), Z11
 	VCVTDQ2PS    Z11, Z11
 	VMULPS       Z10, Z11, Z11
 	VFMADD231PS  Z8, Z11, Z3
 	VFMADD231PS  Z9, Z11, Z7
-	ADDQ         $0x00000004, CX
-	ADDQ         BX, DX
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
 	DECQ         SI
 	JNZ          keys2
 	MOVQ         (SP), AX
@@ -10102,30 +13260,31 @@ chunk2:
 	VMOVUPS 64(AX), Z1
 	VMOVUPS (AX)(CX*1), Z2
 	VMOVUPS 64(AX)(CX*1), Z3
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	MOVQ    16(SP), CX
-	MOVQ    8(SP), DX
-	MOVQ    ldv+88(FP), BX
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
 	MOVQ    32(SP), SI
 
 keys3:
-	VBROADCASTSS (CX), Z4
-	VBROADCASTSS (CX)(AX*1), Z5
-	VPBROADCASTW (DX), Y6
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z4
+	VBROADCASTSS 128(AX), Z5
+	VPBROADCASTW (CX), Y6
 	VCVTPH2PS    Y6, Z6
-	VPMOVSXBD    2(DX), Z7
+	VPMOVSXBD    2(CX), Z7
 	VCVTDQ2PS    Z7, Z7
 	VMULPS       Z6, Z7, Z7
 	VFMADD231PS  Z4, Z7, Z0
 	VFMADD231PS  Z5, Z7, Z2
-	VPMOVSXBD    18(DX), Z7
+	VPMOVSXBD    18(CX), Z7
 	VCVTDQ2PS    Z7, Z7
 	VMULPS       Z6, Z7, Z7
 	VFMADD231PS  Z4, Z7, Z1
 	VFMADD231PS  Z5, Z7, Z3
-	ADDQ         $0x00000004, CX
-	ADDQ         BX, DX
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
 	DECQ         SI
 	JNZ          keys3
 	MOVQ         (SP), AX
@@ -10155,8 +13314,8 @@ done:
 	RET
 
 // func accumQ8M4AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
-// Requires: AVX, AVX2, AVX512F, CMOV
-TEXT ·accumQ8M4AVX512(SB), NOSPLIT, $56-112
+// Requires: AVX, AVX2, AVX512F, CMOV, MMX+
+TEXT ·accumQ8M4AVX512(SB), $568-112
 	MOVQ p_base+32(FP), AX
 	MOVQ AX, 16(SP)
 	MOVQ v_base+64(FP), AX
@@ -10165,20 +13324,59 @@ TEXT ·accumQ8M4AVX512(SB), NOSPLIT, $56-112
 	MOVQ AX, 40(SP)
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x04, AX
-	MOVQ    AX, 48(SP)
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, BX
+	SUBQ      $0x00000000, BX
+	XORQ      SI, SI
+	CMPQ      BX, SI
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, SI
+	CMOVQGT   SI, BX
+	LEAQ      decodemask16<>+0(SB), SI
+	KMOVW     (SI)(BX*2), K1
+	SUBQ      $0x00000010, AX
+	XORQ      BX, BX
+	CMPQ      AX, BX
+	CMOVQLT   BX, AX
+	MOVQ      $0x00000010, BX
+	CMPQ      AX, BX
+	CMOVQGT   BX, AX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(AX*2), K2
+	VMOVUPS.Z (CX), K1, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K2, Z0
+	VMOVUPS   Z0, 120(SP)
+	VMOVUPS.Z (CX)(DX*1), K1, Z0
+	VMOVUPS   Z0, 184(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 248(SP)
+	VMOVUPS.Z (CX)(DX*2), K1, Z0
+	VMOVUPS   Z0, 312(SP)
+	VMOVUPS.Z 64(CX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 376(SP)
+	LEAQ      (CX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K1, Z0
+	VMOVUPS   Z0, 440(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 504(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000004
@@ -10203,54 +13401,55 @@ full:
 	VMOVUPS 64(AX)(CX*1), Z13
 	VMOVUPS 128(AX)(CX*1), Z14
 	VMOVUPS 192(AX)(CX*1), Z15
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	LEAQ    (AX)(AX*2), CX
-	MOVQ    16(SP), DX
-	MOVQ    8(SP), BX
-	MOVQ    ldv+88(FP), SI
-	MOVQ    32(SP), DI
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys1:
-	VBROADCASTSS (DX), Z16
-	VBROADCASTSS (DX)(AX*1), Z17
-	VBROADCASTSS (DX)(AX*2), Z18
-	VBROADCASTSS (DX)(CX*1), Z19
-	VPBROADCASTW (BX), Y20
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	VBROADCASTSS (AX), Z16
+	VBROADCASTSS 128(AX), Z17
+	VBROADCASTSS 256(AX), Z18
+	VBROADCASTSS 384(AX), Z19
+	VPBROADCASTW (CX), Y20
 	VCVTPH2PS    Y20, Z20
-	VPMOVSXBD    2(BX), Z21
+	VPMOVSXBD    2(CX), Z21
 	VCVTDQ2PS    Z21, Z21
 	VMULPS       Z20, Z21, Z21
 	VFMADD231PS  Z16, Z21, Z0
 	VFMADD231PS  Z17, Z21, Z4
 	VFMADD231PS  Z18, Z21, Z8
 	VFMADD231PS  Z19, Z21, Z12
-	VPMOVSXBD    18(BX), Z21
+	VPMOVSXBD    18(CX), Z21
 	VCVTDQ2PS    Z21, Z21
 	VMULPS       Z20, Z21, Z21
 	VFMADD231PS  Z16, Z21, Z1
 	VFMADD231PS  Z17, Z21, Z5
 	VFMADD231PS  Z18, Z21, Z9
 	VFMADD231PS  Z19, Z21, Z13
-	VPBROADCASTW 34(BX), Y20
+	VPBROADCASTW 34(CX), Y20
 	VCVTPH2PS    Y20, Z20
-	VPMOVSXBD    36(BX), Z21
+	VPMOVSXBD    36(CX), Z21
 	VCVTDQ2PS    Z21, Z21
 	VMULPS       Z20, Z21, Z21
 	VFMADD231PS  Z16, Z21, Z2
 	VFMADD231PS  Z17, Z21, Z6
 	VFMADD231PS  Z18, Z21, Z10
 	VFMADD231PS  Z19, Z21, Z14
-	VPMOVSXBD    52(BX), Z21
+	VPMOVSXBD    52(CX), Z21
 	VCVTDQ2PS    Z21, Z21
 	VMULPS       Z20, Z21, Z21
 	VFMADD231PS  Z16, Z21, Z3
 	VFMADD231PS  Z17, Z21, Z7
 	VFMADD231PS  Z18, Z21, Z11
 	VFMADD231PS  Z19, Z21, Z15
-	ADDQ         $0x00000004, DX
-	ADDQ         SI, BX
-	DECQ         DI
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys1
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -10292,38 +13491,38 @@ chunk2:
 	LEAQ    (AX)(CX*2), AX
 	VMOVUPS (AX)(CX*1), Z6
 	VMOVUPS 64(AX)(CX*1), Z7
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	LEAQ    (AX)(AX*2), CX
-	MOVQ    16(SP), DX
-	MOVQ    8(SP), BX
-	MOVQ    ldv+88(FP), SI
-	MOVQ    32(SP), DI
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys2:
-	VBROADCASTSS (DX), Z8
-	VBROADCASTSS (DX)(AX*1), Z9
-	VBROADCASTSS (DX)(AX*2), Z10
-	VBROADCASTSS (DX)(CX*1), Z11
-	VPBROADCASTW (BX), Y12
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z8
+	VBROADCASTSS 128(AX), Z9
+	VBROADCASTSS 256(AX), Z10
+	VBROADCASTSS 384(AX), Z11
+	VPBROADCASTW (CX), Y12
 	VCVTPH2PS    Y12, Z12
-	VPMOVSXBD    2(BX), Z13
+	VPMOVSXBD    2(CX), Z13
 	VCVTDQ2PS    Z13, Z13
 	VMULPS       Z12, Z13, Z13
 	VFMADD231PS  Z8, Z13, Z0
 	VFMADD231PS  Z9, Z13, Z2
 	VFMADD231PS  Z10, Z13, Z4
 	VFMADD231PS  Z11, Z13, Z6
-	VPMOVSXBD    18(BX), Z13
+	VPMOVSXBD    18(CX), Z13
 	VCVTDQ2PS    Z13, Z13
 	VMULPS       Z12, Z13, Z13
 	VFMADD231PS  Z8, Z13, Z1
 	VFMADD231PS  Z9, Z13, Z3
 	VFMADD231PS  Z10, Z13, Z5
 	VFMADD231PS  Z11, Z13, Z7
-	ADDQ         $0x00000004, DX
-	ADDQ         SI, BX
-	DECQ         DI
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys2
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -10357,8 +13556,8 @@ done:
 	RET
 
 // func accumQ8M8AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
-// Requires: AVX, AVX2, AVX512F, CMOV
-TEXT ·accumQ8M8AVX512(SB), NOSPLIT, $56-112
+// Requires: AVX, AVX2, AVX512F, CMOV, MMX+
+TEXT ·accumQ8M8AVX512(SB), $1080-112
 	MOVQ p_base+32(FP), AX
 	MOVQ AX, 16(SP)
 	MOVQ v_base+64(FP), AX
@@ -10367,20 +13566,77 @@ TEXT ·accumQ8M8AVX512(SB), NOSPLIT, $56-112
 	MOVQ AX, 40(SP)
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x04, AX
-	MOVQ    AX, 48(SP)
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, BX
+	SUBQ      $0x00000000, BX
+	XORQ      SI, SI
+	CMPQ      BX, SI
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, SI
+	CMOVQGT   SI, BX
+	LEAQ      decodemask16<>+0(SB), SI
+	KMOVW     (SI)(BX*2), K1
+	SUBQ      $0x00000010, AX
+	XORQ      BX, BX
+	CMPQ      AX, BX
+	CMOVQLT   BX, AX
+	MOVQ      $0x00000010, BX
+	CMPQ      AX, BX
+	CMOVQGT   BX, AX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(AX*2), K2
+	VMOVUPS.Z (CX), K1, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K2, Z0
+	VMOVUPS   Z0, 120(SP)
+	VMOVUPS.Z (CX)(DX*1), K1, Z0
+	VMOVUPS   Z0, 184(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 248(SP)
+	VMOVUPS.Z (CX)(DX*2), K1, Z0
+	VMOVUPS   Z0, 312(SP)
+	VMOVUPS.Z 64(CX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 376(SP)
+	LEAQ      (CX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K1, Z0
+	VMOVUPS   Z0, 440(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 504(SP)
+	LEAQ      (CX)(DX*4), AX
+	VMOVUPS.Z (AX), K1, Z0
+	VMOVUPS   Z0, 568(SP)
+	VMOVUPS.Z 64(AX), K2, Z0
+	VMOVUPS   Z0, 632(SP)
+	VMOVUPS.Z (AX)(DX*1), K1, Z0
+	VMOVUPS   Z0, 696(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 760(SP)
+	VMOVUPS.Z (AX)(DX*2), K1, Z0
+	VMOVUPS   Z0, 824(SP)
+	VMOVUPS.Z 64(AX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 888(SP)
+	LEAQ      (AX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K1, Z0
+	VMOVUPS   Z0, 952(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 1016(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000002
@@ -10407,27 +13663,26 @@ full:
 	LEAQ    (AX)(CX*2), AX
 	VMOVUPS (AX)(CX*1), Z14
 	VMOVUPS 64(AX)(CX*1), Z15
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	LEAQ    (AX)(AX*2), CX
-	MOVQ    16(SP), DX
-	LEAQ    (DX)(AX*4), BX
-	MOVQ    8(SP), SI
-	MOVQ    ldv+88(FP), DI
-	MOVQ    32(SP), R8
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys1:
-	VBROADCASTSS (DX), Z16
-	VBROADCASTSS (DX)(AX*1), Z17
-	VBROADCASTSS (DX)(AX*2), Z18
-	VBROADCASTSS (DX)(CX*1), Z19
-	VBROADCASTSS (BX), Z20
-	VBROADCASTSS (BX)(AX*1), Z21
-	VBROADCASTSS (BX)(AX*2), Z22
-	VBROADCASTSS (BX)(CX*1), Z23
-	VPBROADCASTW (SI), Y24
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z16
+	VBROADCASTSS 128(AX), Z17
+	VBROADCASTSS 256(AX), Z18
+	VBROADCASTSS 384(AX), Z19
+	VBROADCASTSS 512(AX), Z20
+	VBROADCASTSS 640(AX), Z21
+	VBROADCASTSS 768(AX), Z22
+	VBROADCASTSS 896(AX), Z23
+	VPBROADCASTW (CX), Y24
 	VCVTPH2PS    Y24, Z24
-	VPMOVSXBD    2(SI), Z25
+	VPMOVSXBD    2(CX), Z25
 	VCVTDQ2PS    Z25, Z25
 	VMULPS       Z24, Z25, Z25
 	VFMADD231PS  Z16, Z25, Z0
@@ -10438,7 +13693,7 @@ keys1:
 	VFMADD231PS  Z21, Z25, Z10
 	VFMADD231PS  Z22, Z25, Z12
 	VFMADD231PS  Z23, Z25, Z14
-	VPMOVSXBD    18(SI), Z25
+	VPMOVSXBD    18(CX), Z25
 	VCVTDQ2PS    Z25, Z25
 	VMULPS       Z24, Z25, Z25
 	VFMADD231PS  Z16, Z25, Z1
@@ -10449,10 +13704,9 @@ keys1:
 	VFMADD231PS  Z21, Z25, Z11
 	VFMADD231PS  Z22, Z25, Z13
 	VFMADD231PS  Z23, Z25, Z15
-	ADDQ         $0x00000004, DX
-	ADDQ         $0x00000004, BX
-	ADDQ         DI, SI
-	DECQ         R8
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys1
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -10497,8 +13751,8 @@ done:
 	RET
 
 // func accumQ8M16AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
-// Requires: AVX, AVX2, AVX512F, CMOV
-TEXT ·accumQ8M16AVX512(SB), NOSPLIT, $56-112
+// Requires: AVX, AVX2, AVX512F, CMOV, MMX+
+TEXT ·accumQ8M16AVX512(SB), $2104-112
 	MOVQ p_base+32(FP), AX
 	MOVQ AX, 16(SP)
 	MOVQ v_base+64(FP), AX
@@ -10507,20 +13761,113 @@ TEXT ·accumQ8M16AVX512(SB), NOSPLIT, $56-112
 	MOVQ AX, 40(SP)
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x04, AX
-	MOVQ    AX, 48(SP)
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, BX
+	SUBQ      $0x00000000, BX
+	XORQ      SI, SI
+	CMPQ      BX, SI
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, SI
+	CMOVQGT   SI, BX
+	LEAQ      decodemask16<>+0(SB), SI
+	KMOVW     (SI)(BX*2), K1
+	SUBQ      $0x00000010, AX
+	XORQ      BX, BX
+	CMPQ      AX, BX
+	CMOVQLT   BX, AX
+	MOVQ      $0x00000010, BX
+	CMPQ      AX, BX
+	CMOVQGT   BX, AX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(AX*2), K2
+	VMOVUPS.Z (CX), K1, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K2, Z0
+	VMOVUPS   Z0, 120(SP)
+	VMOVUPS.Z (CX)(DX*1), K1, Z0
+	VMOVUPS   Z0, 184(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 248(SP)
+	VMOVUPS.Z (CX)(DX*2), K1, Z0
+	VMOVUPS   Z0, 312(SP)
+	VMOVUPS.Z 64(CX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 376(SP)
+	LEAQ      (CX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K1, Z0
+	VMOVUPS   Z0, 440(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 504(SP)
+	LEAQ      (CX)(DX*4), AX
+	VMOVUPS.Z (AX), K1, Z0
+	VMOVUPS   Z0, 568(SP)
+	VMOVUPS.Z 64(AX), K2, Z0
+	VMOVUPS   Z0, 632(SP)
+	VMOVUPS.Z (AX)(DX*1), K1, Z0
+	VMOVUPS   Z0, 696(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 760(SP)
+	VMOVUPS.Z (AX)(DX*2), K1, Z0
+	VMOVUPS   Z0, 824(SP)
+	VMOVUPS.Z 64(AX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 888(SP)
+	LEAQ      (AX)(DX*2), CX
+	VMOVUPS.Z (CX)(DX*1), K1, Z0
+	VMOVUPS   Z0, 952(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 1016(SP)
+	LEAQ      (AX)(DX*4), AX
+	VMOVUPS.Z (AX), K1, Z0
+	VMOVUPS   Z0, 1080(SP)
+	VMOVUPS.Z 64(AX), K2, Z0
+	VMOVUPS   Z0, 1144(SP)
+	VMOVUPS.Z (AX)(DX*1), K1, Z0
+	VMOVUPS   Z0, 1208(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 1272(SP)
+	VMOVUPS.Z (AX)(DX*2), K1, Z0
+	VMOVUPS   Z0, 1336(SP)
+	VMOVUPS.Z 64(AX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 1400(SP)
+	LEAQ      (AX)(DX*2), CX
+	VMOVUPS.Z (CX)(DX*1), K1, Z0
+	VMOVUPS   Z0, 1464(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 1528(SP)
+	LEAQ      (AX)(DX*4), AX
+	VMOVUPS.Z (AX), K1, Z0
+	VMOVUPS   Z0, 1592(SP)
+	VMOVUPS.Z 64(AX), K2, Z0
+	VMOVUPS   Z0, 1656(SP)
+	VMOVUPS.Z (AX)(DX*1), K1, Z0
+	VMOVUPS   Z0, 1720(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 1784(SP)
+	VMOVUPS.Z (AX)(DX*2), K1, Z0
+	VMOVUPS   Z0, 1848(SP)
+	VMOVUPS.Z 64(AX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 1912(SP)
+	LEAQ      (AX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K1, Z0
+	VMOVUPS   Z0, 1976(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 2040(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000002
@@ -10551,45 +13898,39 @@ full:
 	VMOVUPS (AX)(CX*2), Z14
 	LEAQ    (AX)(CX*2), AX
 	VMOVUPS (AX)(CX*1), Z15
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	LEAQ    (AX)(AX*2), CX
-	MOVQ    16(SP), DX
-	LEAQ    (DX)(AX*4), BX
-	LEAQ    (BX)(AX*4), SI
-	LEAQ    (SI)(AX*4), DI
-	MOVQ    8(SP), R8
-	MOVQ    ldv+88(FP), R9
-	MOVQ    32(SP), R10
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys1:
-	VPBROADCASTW     (R8), Y16
+	PREFETCHT1       (CX)(BX*1)
+	VPBROADCASTW     (CX), Y16
 	VCVTPH2PS        Y16, Z16
-	VPMOVSXBD        2(R8), Z17
+	VPMOVSXBD        2(CX), Z17
 	VCVTDQ2PS        Z17, Z17
 	VMULPS           Z16, Z17, Z17
-	VFMADD231PS.BCST (DX), Z17, Z0
-	VFMADD231PS.BCST (DX)(AX*1), Z17, Z1
-	VFMADD231PS.BCST (DX)(AX*2), Z17, Z2
-	VFMADD231PS.BCST (DX)(CX*1), Z17, Z3
-	VFMADD231PS.BCST (BX), Z17, Z4
-	VFMADD231PS.BCST (BX)(AX*1), Z17, Z5
-	VFMADD231PS.BCST (BX)(AX*2), Z17, Z6
-	VFMADD231PS.BCST (BX)(CX*1), Z17, Z7
-	VFMADD231PS.BCST (SI), Z17, Z8
-	VFMADD231PS.BCST (SI)(AX*1), Z17, Z9
-	VFMADD231PS.BCST (SI)(AX*2), Z17, Z10
-	VFMADD231PS.BCST (SI)(CX*1), Z17, Z11
-	VFMADD231PS.BCST (DI), Z17, Z12
-	VFMADD231PS.BCST (DI)(AX*1), Z17, Z13
-	VFMADD231PS.BCST (DI)(AX*2), Z17, Z14
-	VFMADD231PS.BCST (DI)(CX*1), Z17, Z15
-	ADDQ             $0x00000004, DX
-	ADDQ             $0x00000004, BX
-	ADDQ             $0x00000004, SI
-	ADDQ             $0x00000004, DI
-	ADDQ             R9, R8
-	DECQ             R10
+	VFMADD231PS.BCST (AX), Z17, Z0
+	VFMADD231PS.BCST 128(AX), Z17, Z1
+	VFMADD231PS.BCST 256(AX), Z17, Z2
+	VFMADD231PS.BCST 384(AX), Z17, Z3
+	VFMADD231PS.BCST 512(AX), Z17, Z4
+	VFMADD231PS.BCST 640(AX), Z17, Z5
+	VFMADD231PS.BCST 768(AX), Z17, Z6
+	VFMADD231PS.BCST 896(AX), Z17, Z7
+	VFMADD231PS.BCST 1024(AX), Z17, Z8
+	VFMADD231PS.BCST 1152(AX), Z17, Z9
+	VFMADD231PS.BCST 1280(AX), Z17, Z10
+	VFMADD231PS.BCST 1408(AX), Z17, Z11
+	VFMADD231PS.BCST 1536(AX), Z17, Z12
+	VFMADD231PS.BCST 1664(AX), Z17, Z13
+	VFMADD231PS.BCST 1792(AX), Z17, Z14
+	VFMADD231PS.BCST 1920(AX), Z17, Z15
+	ADDQ             $0x00000004, AX
+	ADDQ             DX, CX
+	DECQ             SI
 	JNZ              keys1
 	MOVQ             (SP), AX
 	MOVQ             ldo+24(FP), CX
@@ -10643,45 +13984,39 @@ keys1:
 	VMOVUPS          64(AX)(CX*2), Z14
 	LEAQ             (AX)(CX*2), AX
 	VMOVUPS          64(AX)(CX*1), Z15
-	MOVQ             ldp+56(FP), AX
-	SHLQ             $0x02, AX
-	LEAQ             (AX)(AX*2), CX
-	MOVQ             16(SP), DX
-	LEAQ             (DX)(AX*4), BX
-	LEAQ             (BX)(AX*4), SI
-	LEAQ             (SI)(AX*4), DI
-	MOVQ             8(SP), R8
-	MOVQ             ldv+88(FP), R9
-	MOVQ             32(SP), R10
+	LEAQ             56(SP), AX
+	MOVQ             8(SP), CX
+	MOVQ             ldv+88(FP), DX
+	MOVQ             DX, BX
+	SHLQ             $0x05, BX
+	MOVQ             32(SP), SI
 
 keys2:
-	VPBROADCASTW     (R8), Y16
+	PREFETCHT1       (CX)(BX*1)
+	VPBROADCASTW     (CX), Y16
 	VCVTPH2PS        Y16, Z16
-	VPMOVSXBD        18(R8), Z17
+	VPMOVSXBD        18(CX), Z17
 	VCVTDQ2PS        Z17, Z17
 	VMULPS           Z16, Z17, Z17
-	VFMADD231PS.BCST (DX), Z17, Z0
-	VFMADD231PS.BCST (DX)(AX*1), Z17, Z1
-	VFMADD231PS.BCST (DX)(AX*2), Z17, Z2
-	VFMADD231PS.BCST (DX)(CX*1), Z17, Z3
-	VFMADD231PS.BCST (BX), Z17, Z4
-	VFMADD231PS.BCST (BX)(AX*1), Z17, Z5
-	VFMADD231PS.BCST (BX)(AX*2), Z17, Z6
-	VFMADD231PS.BCST (BX)(CX*1), Z17, Z7
-	VFMADD231PS.BCST (SI), Z17, Z8
-	VFMADD231PS.BCST (SI)(AX*1), Z17, Z9
-	VFMADD231PS.BCST (SI)(AX*2), Z17, Z10
-	VFMADD231PS.BCST (SI)(CX*1), Z17, Z11
-	VFMADD231PS.BCST (DI), Z17, Z12
-	VFMADD231PS.BCST (DI)(AX*1), Z17, Z13
-	VFMADD231PS.BCST (DI)(AX*2), Z17, Z14
-	VFMADD231PS.BCST (DI)(CX*1), Z17, Z15
-	ADDQ             $0x00000004, DX
-	ADDQ             $0x00000004, BX
-	ADDQ             $0x00000004, SI
-	ADDQ             $0x00000004, DI
-	ADDQ             R9, R8
-	DECQ             R10
+	VFMADD231PS.BCST (AX), Z17, Z0
+	VFMADD231PS.BCST 128(AX), Z17, Z1
+	VFMADD231PS.BCST 256(AX), Z17, Z2
+	VFMADD231PS.BCST 384(AX), Z17, Z3
+	VFMADD231PS.BCST 512(AX), Z17, Z4
+	VFMADD231PS.BCST 640(AX), Z17, Z5
+	VFMADD231PS.BCST 768(AX), Z17, Z6
+	VFMADD231PS.BCST 896(AX), Z17, Z7
+	VFMADD231PS.BCST 1024(AX), Z17, Z8
+	VFMADD231PS.BCST 1152(AX), Z17, Z9
+	VFMADD231PS.BCST 1280(AX), Z17, Z10
+	VFMADD231PS.BCST 1408(AX), Z17, Z11
+	VFMADD231PS.BCST 1536(AX), Z17, Z12
+	VFMADD231PS.BCST 1664(AX), Z17, Z13
+	VFMADD231PS.BCST 1792(AX), Z17, Z14
+	VFMADD231PS.BCST 1920(AX), Z17, Z15
+	ADDQ             $0x00000004, AX
+	ADDQ             DX, CX
+	DECQ             SI
 	JNZ              keys2
 	MOVQ             (SP), AX
 	MOVQ             ldo+24(FP), CX
@@ -10768,7 +14103,7 @@ done:
 	RET
 
 // func scoresF32M1AVX2(s []float32, lds int, q []float32, k []float32, ldk int, n int, d int)
-// Requires: AVX, FMA3
+// Requires: AVX, FMA3, MMX+
 TEXT ·scoresF32M1AVX2(SB), NOSPLIT, $48-104
 	MOVQ    s_base+0(FP), AX
 	MOVQ    AX, (SP)
@@ -10782,7 +14117,7 @@ TEXT ·scoresF32M1AVX2(SB), NOSPLIT, $48-104
 	MOVQ    CX, 24(SP)
 	ANDQ    $0x07, AX
 	LEAQ    decodemask8<>+0(SB), CX
-	VMOVUPS (CX)(AX*4), Y0
+	VMOVUPS 32(CX)(AX*4), Y0
 	MOVQ    $0x00000008, CX
 	SUBQ    AX, CX
 	ANDQ    $0x07, CX
@@ -10806,63 +14141,240 @@ main:
 	MOVQ   ldk+80(FP), AX
 	SHLQ   $0x02, AX
 	LEAQ   (AX)(AX*2), CX
-	MOVQ   q_base+32(FP), DX
-	MOVQ   8(SP), BX
-	LEAQ   (BX)(AX*4), SI
-	MOVQ   24(SP), DI
-	TESTQ  DI, DI
-	JZ     mainTail
+	MOVQ   8(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   q_base+32(FP), SI
+	LEAQ   (DX), DI
+	MOVQ   ldk+80(FP), R8
+	SHLQ   $0x06, R8
+	MOVQ   24(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
 
-mainStep:
-	VMOVUPS     (DX), Y9
-	VFMADD231PS (BX), Y9, Y1
-	VFMADD231PS (BX)(AX*1), Y9, Y2
-	VFMADD231PS (BX)(AX*2), Y9, Y3
-	VFMADD231PS (BX)(CX*1), Y9, Y4
-	VFMADD231PS (SI), Y9, Y5
-	VFMADD231PS (SI)(AX*1), Y9, Y6
-	VFMADD231PS (SI)(AX*2), Y9, Y7
-	VFMADD231PS (SI)(CX*1), Y9, Y8
-	ADDQ        $0x00000020, DX
-	ADDQ        $0x00000020, BX
+mainK0Step:
+	PREFETCHT1  (DI)(R8*1)
+	VMOVUPS     (SI), Y9
+	VFMADD231PS (DI), Y9, Y1
 	ADDQ        $0x00000020, SI
-	DECQ        DI
-	JNZ         mainStep
+	ADDQ        $0x00000020, DI
+	DECQ        R9
+	JNZ         mainK0Step
 
-mainTail:
+mainK0Tail:
+	MOVQ        32(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK0Done
+	SUBQ        R8, DI
+	SUBQ        40(SP), SI
+	VMOVUPS     (DI), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y1
+
+mainK0Done:
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(AX*1), DI
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (DI)(R8*1)
+	VMOVUPS     (SI), Y9
+	VFMADD231PS (DI), Y9, Y2
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000020, DI
+	DECQ        R9
+	JNZ         mainK1Step
+
+mainK1Tail:
+	MOVQ        32(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK1Done
+	SUBQ        R8, DI
+	SUBQ        40(SP), SI
+	VMOVUPS     (DI), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y2
+
+mainK1Done:
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(AX*2), DI
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (DI)(R8*1)
+	VMOVUPS     (SI), Y9
+	VFMADD231PS (DI), Y9, Y3
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000020, DI
+	DECQ        R9
+	JNZ         mainK2Step
+
+mainK2Tail:
+	MOVQ        32(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK2Done
+	SUBQ        R8, DI
+	SUBQ        40(SP), SI
+	VMOVUPS     (DI), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y3
+
+mainK2Done:
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(CX*1), DX
+	MOVQ  ldk+80(FP), DI
+	SHLQ  $0x06, DI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (DX)(DI*1)
+	VMOVUPS     (SI), Y9
+	VFMADD231PS (DX), Y9, Y4
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000020, DX
+	DECQ        R8
+	JNZ         mainK3Step
+
+mainK3Tail:
 	MOVQ        32(SP), DI
 	TESTQ       DI, DI
-	JZ          mainStore
-	SUBQ        DI, BX
+	JZ          mainK3Done
+	SUBQ        DI, DX
+	SUBQ        40(SP), SI
+	VMOVUPS     (DX), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y4
+
+mainK3Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX), SI
+	MOVQ  ldk+80(FP), DI
+	SHLQ  $0x06, DI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (SI)(DI*1)
+	VMOVUPS     (DX), Y9
+	VFMADD231PS (SI), Y9, Y5
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000020, SI
+	DECQ        R8
+	JNZ         mainK4Step
+
+mainK4Tail:
+	MOVQ        32(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK4Done
 	SUBQ        DI, SI
 	SUBQ        40(SP), DX
-	VMASKMOVPS  (DX), Y0, Y9
-	VMOVUPS     (BX), Y10
-	VANDPS      Y0, Y10, Y10
-	VFMADD231PS Y9, Y10, Y1
-	VMOVUPS     (BX)(AX*1), Y10
-	VANDPS      Y0, Y10, Y10
-	VFMADD231PS Y9, Y10, Y2
-	VMOVUPS     (BX)(AX*2), Y10
-	VANDPS      Y0, Y10, Y10
-	VFMADD231PS Y9, Y10, Y3
-	VMOVUPS     (BX)(CX*1), Y10
-	VANDPS      Y0, Y10, Y10
-	VFMADD231PS Y9, Y10, Y4
-	VMOVUPS     (SI), Y10
-	VANDPS      Y0, Y10, Y10
-	VFMADD231PS Y9, Y10, Y5
-	VMOVUPS     (SI)(AX*1), Y10
-	VANDPS      Y0, Y10, Y10
-	VFMADD231PS Y9, Y10, Y6
-	VMOVUPS     (SI)(AX*2), Y10
-	VANDPS      Y0, Y10, Y10
-	VFMADD231PS Y9, Y10, Y7
-	VMOVUPS     (SI)(CX*1), Y10
-	VANDPS      Y0, Y10, Y10
-	VFMADD231PS Y9, Y10, Y8
+	VMOVUPS     (SI), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (DX), Y0, Y10
+	VFMADD231PS Y10, Y9, Y5
 
-mainStore:
+mainK4Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(AX*1), SI
+	MOVQ  ldk+80(FP), DI
+	SHLQ  $0x06, DI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK5Tail
+
+mainK5Step:
+	PREFETCHT1  (SI)(DI*1)
+	VMOVUPS     (DX), Y9
+	VFMADD231PS (SI), Y9, Y6
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000020, SI
+	DECQ        R8
+	JNZ         mainK5Step
+
+mainK5Tail:
+	MOVQ        32(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK5Done
+	SUBQ        DI, SI
+	SUBQ        40(SP), DX
+	VMOVUPS     (SI), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (DX), Y0, Y10
+	VFMADD231PS Y10, Y9, Y6
+
+mainK5Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(AX*2), AX
+	MOVQ  ldk+80(FP), SI
+	SHLQ  $0x06, SI
+	MOVQ  24(SP), DI
+	TESTQ DI, DI
+	JZ    mainK6Tail
+
+mainK6Step:
+	PREFETCHT1  (AX)(SI*1)
+	VMOVUPS     (DX), Y9
+	VFMADD231PS (AX), Y9, Y7
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000020, AX
+	DECQ        DI
+	JNZ         mainK6Step
+
+mainK6Tail:
+	MOVQ        32(SP), SI
+	TESTQ       SI, SI
+	JZ          mainK6Done
+	SUBQ        SI, AX
+	SUBQ        40(SP), DX
+	VMOVUPS     (AX), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (DX), Y0, Y10
+	VFMADD231PS Y10, Y9, Y7
+
+mainK6Done:
+	MOVQ  q_base+32(FP), AX
+	LEAQ  (BX)(CX*1), CX
+	MOVQ  ldk+80(FP), DX
+	SHLQ  $0x06, DX
+	MOVQ  24(SP), BX
+	TESTQ BX, BX
+	JZ    mainK7Tail
+
+mainK7Step:
+	PREFETCHT1  (CX)(DX*1)
+	VMOVUPS     (AX), Y9
+	VFMADD231PS (CX), Y9, Y8
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	DECQ        BX
+	JNZ         mainK7Step
+
+mainK7Tail:
+	MOVQ        32(SP), DX
+	TESTQ       DX, DX
+	JZ          mainK7Done
+	SUBQ        DX, CX
+	SUBQ        40(SP), AX
+	VMOVUPS     (CX), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (AX), Y0, Y10
+	VFMADD231PS Y10, Y9, Y8
+
+mainK7Done:
 	VPERM2F128 $0x20, Y5, Y1, Y9
 	VPERM2F128 $0x31, Y5, Y1, Y1
 	VADDPS     Y1, Y9, Y9
@@ -10900,32 +14412,36 @@ rest:
 	CMPQ   16(SP), $0x00000001
 	JL     done
 	VXORPS Y1, Y1, Y1
-	MOVQ   q_base+32(FP), AX
-	MOVQ   8(SP), CX
-	MOVQ   24(SP), DX
-	TESTQ  DX, DX
-	JZ     restTail
+	MOVQ   8(SP), AX
+	MOVQ   q_base+32(FP), CX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   24(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
 
-restStep:
-	VMOVUPS     (AX), Y2
-	VFMADD231PS (CX), Y2, Y1
-	ADDQ        $0x00000020, AX
+restK0Step:
+	PREFETCHT1  (AX)(DX*1)
+	VMOVUPS     (CX), Y2
+	VFMADD231PS (AX), Y2, Y1
 	ADDQ        $0x00000020, CX
-	DECQ        DX
-	JNZ         restStep
+	ADDQ        $0x00000020, AX
+	DECQ        BX
+	JNZ         restK0Step
 
-restTail:
+restK0Tail:
 	MOVQ        32(SP), DX
 	TESTQ       DX, DX
-	JZ          restStore
-	SUBQ        DX, CX
-	SUBQ        40(SP), AX
-	VMASKMOVPS  (AX), Y0, Y2
-	VMOVUPS     (CX), Y3
-	VANDPS      Y0, Y3, Y3
-	VFMADD231PS Y2, Y3, Y1
+	JZ          restK0Done
+	SUBQ        DX, AX
+	SUBQ        40(SP), CX
+	VMOVUPS     (AX), Y2
+	VANDPS      Y0, Y2, Y2
+	VMASKMOVPS  (CX), Y0, Y3
+	VFMADD231PS Y3, Y2, Y1
 
-restStore:
+restK0Done:
 	VXORPS     Y2, Y2, Y2
 	VPERM2F128 $0x20, Y2, Y1, Y3
 	VPERM2F128 $0x31, Y2, Y1, Y1
@@ -10952,7 +14468,7 @@ done:
 	RET
 
 // func scoresF32M2AVX2(s []float32, lds int, q []float32, k []float32, ldk int, n int, d int)
-// Requires: AVX, FMA3
+// Requires: AVX, FMA3, MMX+
 TEXT ·scoresF32M2AVX2(SB), NOSPLIT, $48-104
 	MOVQ    s_base+0(FP), AX
 	MOVQ    AX, (SP)
@@ -10966,7 +14482,7 @@ TEXT ·scoresF32M2AVX2(SB), NOSPLIT, $48-104
 	MOVQ    CX, 24(SP)
 	ANDQ    $0x07, AX
 	LEAQ    decodemask8<>+0(SB), CX
-	VMOVUPS (CX)(AX*4), Y0
+	VMOVUPS 32(CX)(AX*4), Y0
 	MOVQ    $0x00000008, CX
 	SUBQ    AX, CX
 	ANDQ    $0x07, CX
@@ -10987,63 +14503,146 @@ main:
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
 	VXORPS Y8, Y8, Y8
-	MOVQ   d+96(FP), AX
+	MOVQ   ldk+80(FP), AX
 	SHLQ   $0x02, AX
-	MOVQ   ldk+80(FP), CX
-	SHLQ   $0x02, CX
-	LEAQ   (CX)(CX*2), DX
-	MOVQ   q_base+32(FP), BX
-	MOVQ   8(SP), SI
-	MOVQ   24(SP), DI
-	TESTQ  DI, DI
-	JZ     mainTail
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   8(SP), DX
+	MOVQ   d+96(FP), BX
+	SHLQ   $0x02, BX
+	MOVQ   q_base+32(FP), SI
+	LEAQ   (DX), DI
+	MOVQ   ldk+80(FP), R8
+	SHLQ   $0x06, R8
+	MOVQ   24(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
 
-mainStep:
-	VMOVUPS     (BX), Y9
-	VMOVUPS     (BX)(AX*1), Y10
-	VMOVUPS     (SI), Y11
-	VFMADD231PS Y9, Y11, Y1
-	VFMADD231PS Y10, Y11, Y5
-	VMOVUPS     (SI)(CX*1), Y11
-	VFMADD231PS Y9, Y11, Y2
-	VFMADD231PS Y10, Y11, Y6
-	VMOVUPS     (SI)(CX*2), Y11
-	VFMADD231PS Y9, Y11, Y3
-	VFMADD231PS Y10, Y11, Y7
-	VMOVUPS     (SI)(DX*1), Y11
-	VFMADD231PS Y9, Y11, Y4
-	VFMADD231PS Y10, Y11, Y8
-	ADDQ        $0x00000020, BX
+mainK0Step:
+	PREFETCHT1  (DI)(R8*1)
+	VMOVUPS     (DI), Y9
+	VFMADD231PS (SI), Y9, Y1
+	VFMADD231PS (SI)(BX*1), Y9, Y5
 	ADDQ        $0x00000020, SI
-	DECQ        DI
-	JNZ         mainStep
+	ADDQ        $0x00000020, DI
+	DECQ        R9
+	JNZ         mainK0Step
 
-mainTail:
+mainK0Tail:
+	MOVQ        32(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK0Done
+	SUBQ        R8, DI
+	SUBQ        40(SP), SI
+	VMOVUPS     (DI), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y1
+	VMASKMOVPS  (SI)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y5
+
+mainK0Done:
+	MOVQ  d+96(FP), BX
+	SHLQ  $0x02, BX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(AX*1), DI
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (DI)(R8*1)
+	VMOVUPS     (DI), Y9
+	VFMADD231PS (SI), Y9, Y2
+	VFMADD231PS (SI)(BX*1), Y9, Y6
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000020, DI
+	DECQ        R9
+	JNZ         mainK1Step
+
+mainK1Tail:
+	MOVQ        32(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK1Done
+	SUBQ        R8, DI
+	SUBQ        40(SP), SI
+	VMOVUPS     (DI), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y2
+	VMASKMOVPS  (SI)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y6
+
+mainK1Done:
+	MOVQ  d+96(FP), BX
+	SHLQ  $0x02, BX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(AX*2), AX
+	MOVQ  ldk+80(FP), DI
+	SHLQ  $0x06, DI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (AX)(DI*1)
+	VMOVUPS     (AX), Y9
+	VFMADD231PS (SI), Y9, Y3
+	VFMADD231PS (SI)(BX*1), Y9, Y7
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000020, AX
+	DECQ        R8
+	JNZ         mainK2Step
+
+mainK2Tail:
 	MOVQ        32(SP), DI
 	TESTQ       DI, DI
-	JZ          mainStore
-	SUBQ        DI, SI
-	SUBQ        40(SP), BX
-	VMASKMOVPS  (BX), Y0, Y9
-	VMASKMOVPS  (BX)(AX*1), Y0, Y10
-	VMOVUPS     (SI), Y11
-	VANDPS      Y0, Y11, Y11
-	VFMADD231PS Y9, Y11, Y1
-	VFMADD231PS Y10, Y11, Y5
-	VMOVUPS     (SI)(CX*1), Y11
-	VANDPS      Y0, Y11, Y11
-	VFMADD231PS Y9, Y11, Y2
-	VFMADD231PS Y10, Y11, Y6
-	VMOVUPS     (SI)(CX*2), Y11
-	VANDPS      Y0, Y11, Y11
-	VFMADD231PS Y9, Y11, Y3
-	VFMADD231PS Y10, Y11, Y7
-	VMOVUPS     (SI)(DX*1), Y11
-	VANDPS      Y0, Y11, Y11
-	VFMADD231PS Y9, Y11, Y4
-	VFMADD231PS Y10, Y11, Y8
+	JZ          mainK2Done
+	SUBQ        DI, AX
+	SUBQ        40(SP), SI
+	VMOVUPS     (AX), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y3
+	VMASKMOVPS  (SI)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y7
 
-mainStore:
+mainK2Done:
+	MOVQ  d+96(FP), AX
+	SHLQ  $0x02, AX
+	MOVQ  q_base+32(FP), BX
+	LEAQ  (DX)(CX*1), CX
+	MOVQ  ldk+80(FP), DX
+	SHLQ  $0x06, DX
+	MOVQ  24(SP), SI
+	TESTQ SI, SI
+	JZ    mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (CX)(DX*1)
+	VMOVUPS     (CX), Y9
+	VFMADD231PS (BX), Y9, Y4
+	VFMADD231PS (BX)(AX*1), Y9, Y8
+	ADDQ        $0x00000020, BX
+	ADDQ        $0x00000020, CX
+	DECQ        SI
+	JNZ         mainK3Step
+
+mainK3Tail:
+	MOVQ        32(SP), DX
+	TESTQ       DX, DX
+	JZ          mainK3Done
+	SUBQ        DX, CX
+	SUBQ        40(SP), BX
+	VMOVUPS     (CX), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (BX), Y0, Y10
+	VFMADD231PS Y10, Y9, Y4
+	VMASKMOVPS  (BX)(AX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y8
+
+mainK3Done:
 	VPERM2F128   $0x20, Y5, Y1, Y9
 	VPERM2F128   $0x31, Y5, Y1, Y1
 	VADDPS       Y1, Y9, Y9
@@ -11085,39 +14684,41 @@ rest:
 	JL     done
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	MOVQ   q_base+32(FP), CX
-	MOVQ   8(SP), DX
-	MOVQ   24(SP), BX
-	TESTQ  BX, BX
-	JZ     restTail
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	MOVQ   q_base+32(FP), DX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), BX
+	SHLQ   $0x06, BX
+	MOVQ   24(SP), SI
+	TESTQ  SI, SI
+	JZ     restK0Tail
 
-restStep:
-	VMOVUPS     (CX), Y3
-	VMOVUPS     (CX)(AX*1), Y4
-	VMOVUPS     (DX), Y5
-	VFMADD231PS Y3, Y5, Y1
-	VFMADD231PS Y4, Y5, Y2
-	ADDQ        $0x00000020, CX
+restK0Step:
+	PREFETCHT1  (AX)(BX*1)
+	VMOVUPS     (AX), Y3
+	VFMADD231PS (DX), Y3, Y1
+	VFMADD231PS (DX)(CX*1), Y3, Y2
 	ADDQ        $0x00000020, DX
-	DECQ        BX
-	JNZ         restStep
+	ADDQ        $0x00000020, AX
+	DECQ        SI
+	JNZ         restK0Step
 
-restTail:
+restK0Tail:
 	MOVQ        32(SP), BX
 	TESTQ       BX, BX
-	JZ          restStore
-	SUBQ        BX, DX
-	SUBQ        40(SP), CX
-	VMASKMOVPS  (CX), Y0, Y3
-	VMASKMOVPS  (CX)(AX*1), Y0, Y4
-	VMOVUPS     (DX), Y5
-	VANDPS      Y0, Y5, Y5
-	VFMADD231PS Y3, Y5, Y1
-	VFMADD231PS Y4, Y5, Y2
+	JZ          restK0Done
+	SUBQ        BX, AX
+	SUBQ        40(SP), DX
+	VMOVUPS     (AX), Y3
+	VANDPS      Y0, Y3, Y3
+	VMASKMOVPS  (DX), Y0, Y4
+	VFMADD231PS Y4, Y3, Y1
+	VMASKMOVPS  (DX)(CX*1), Y0, Y4
+	VFMADD231PS Y4, Y3, Y2
 
-restStore:
+restK0Done:
 	VXORPS     Y3, Y3, Y3
 	VPERM2F128 $0x20, Y3, Y1, Y4
 	VPERM2F128 $0x31, Y3, Y1, Y1
@@ -11150,7 +14751,7 @@ done:
 	RET
 
 // func scoresF32M4AVX2(s []float32, lds int, q []float32, k []float32, ldk int, n int, d int)
-// Requires: AVX, FMA3
+// Requires: AVX, FMA3, MMX+
 TEXT ·scoresF32M4AVX2(SB), NOSPLIT, $48-104
 	MOVQ    s_base+0(FP), AX
 	MOVQ    AX, (SP)
@@ -11164,7 +14765,7 @@ TEXT ·scoresF32M4AVX2(SB), NOSPLIT, $48-104
 	MOVQ    CX, 24(SP)
 	ANDQ    $0x07, AX
 	LEAQ    decodemask8<>+0(SB), CX
-	VMOVUPS (CX)(AX*4), Y0
+	VMOVUPS 32(CX)(AX*4), Y0
 	MOVQ    $0x00000008, CX
 	SUBQ    AX, CX
 	ANDQ    $0x07, CX
@@ -11185,61 +14786,91 @@ main:
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
 	VXORPS Y8, Y8, Y8
-	MOVQ   d+96(FP), AX
+	MOVQ   ldk+80(FP), AX
 	SHLQ   $0x02, AX
-	LEAQ   (AX)(AX*2), CX
-	MOVQ   ldk+80(FP), DX
+	MOVQ   8(SP), CX
+	MOVQ   d+96(FP), DX
 	SHLQ   $0x02, DX
-	MOVQ   q_base+32(FP), BX
-	MOVQ   8(SP), SI
-	MOVQ   24(SP), DI
-	TESTQ  DI, DI
-	JZ     mainTail
+	LEAQ   (DX)(DX*2), BX
+	MOVQ   q_base+32(FP), SI
+	LEAQ   (CX), DI
+	MOVQ   ldk+80(FP), R8
+	SHLQ   $0x06, R8
+	MOVQ   24(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
 
-mainStep:
-	VMOVUPS     (BX), Y9
-	VMOVUPS     (BX)(AX*1), Y10
-	VMOVUPS     (BX)(AX*2), Y11
-	VMOVUPS     (BX)(CX*1), Y12
-	VMOVUPS     (SI), Y13
-	VFMADD231PS Y9, Y13, Y1
-	VFMADD231PS Y10, Y13, Y3
-	VFMADD231PS Y11, Y13, Y5
-	VFMADD231PS Y12, Y13, Y7
-	VMOVUPS     (SI)(DX*1), Y13
-	VFMADD231PS Y9, Y13, Y2
-	VFMADD231PS Y10, Y13, Y4
-	VFMADD231PS Y11, Y13, Y6
-	VFMADD231PS Y12, Y13, Y8
-	ADDQ        $0x00000020, BX
+mainK0Step:
+	PREFETCHT1  (DI)(R8*1)
+	VMOVUPS     (DI), Y9
+	VFMADD231PS (SI), Y9, Y1
+	VFMADD231PS (SI)(DX*1), Y9, Y3
+	VFMADD231PS (SI)(DX*2), Y9, Y5
+	VFMADD231PS (SI)(BX*1), Y9, Y7
 	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000020, DI
+	DECQ        R9
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ        32(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK0Done
+	SUBQ        R8, DI
+	SUBQ        40(SP), SI
+	VMOVUPS     (DI), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y1
+	VMASKMOVPS  (SI)(DX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y3
+	VMASKMOVPS  (SI)(DX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y5
+	VMASKMOVPS  (SI)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y7
+
+mainK0Done:
+	MOVQ  d+96(FP), DX
+	SHLQ  $0x02, DX
+	LEAQ  (DX)(DX*2), BX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (CX)(AX*1), AX
+	MOVQ  ldk+80(FP), CX
+	SHLQ  $0x06, CX
+	MOVQ  24(SP), DI
+	TESTQ DI, DI
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (AX)(CX*1)
+	VMOVUPS     (AX), Y9
+	VFMADD231PS (SI), Y9, Y2
+	VFMADD231PS (SI)(DX*1), Y9, Y4
+	VFMADD231PS (SI)(DX*2), Y9, Y6
+	VFMADD231PS (SI)(BX*1), Y9, Y8
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000020, AX
 	DECQ        DI
-	JNZ         mainStep
+	JNZ         mainK1Step
 
-mainTail:
-	MOVQ        32(SP), DI
-	TESTQ       DI, DI
-	JZ          mainStore
-	SUBQ        DI, SI
-	SUBQ        40(SP), BX
-	VMASKMOVPS  (BX), Y0, Y9
-	VMASKMOVPS  (BX)(AX*1), Y0, Y10
-	VMASKMOVPS  (BX)(AX*2), Y0, Y11
-	VMASKMOVPS  (BX)(CX*1), Y0, Y12
-	VMOVUPS     (SI), Y13
-	VANDPS      Y0, Y13, Y13
-	VFMADD231PS Y9, Y13, Y1
-	VFMADD231PS Y10, Y13, Y3
-	VFMADD231PS Y11, Y13, Y5
-	VFMADD231PS Y12, Y13, Y7
-	VMOVUPS     (SI)(DX*1), Y13
-	VANDPS      Y0, Y13, Y13
-	VFMADD231PS Y9, Y13, Y2
-	VFMADD231PS Y10, Y13, Y4
-	VFMADD231PS Y11, Y13, Y6
-	VFMADD231PS Y12, Y13, Y8
+mainK1Tail:
+	MOVQ        32(SP), CX
+	TESTQ       CX, CX
+	JZ          mainK1Done
+	SUBQ        CX, AX
+	SUBQ        40(SP), SI
+	VMOVUPS     (AX), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y2
+	VMASKMOVPS  (SI)(DX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y4
+	VMASKMOVPS  (SI)(DX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y6
+	VMASKMOVPS  (SI)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y8
 
-mainStore:
+mainK1Done:
 	VPERM2F128   $0x20, Y5, Y1, Y9
 	VPERM2F128   $0x31, Y5, Y1, Y1
 	VADDPS       Y1, Y9, Y9
@@ -11287,48 +14918,48 @@ rest:
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	LEAQ   (AX)(AX*2), CX
-	MOVQ   q_base+32(FP), DX
-	MOVQ   8(SP), BX
-	MOVQ   24(SP), SI
-	TESTQ  SI, SI
-	JZ     restTail
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), SI
+	SHLQ   $0x06, SI
+	MOVQ   24(SP), DI
+	TESTQ  DI, DI
+	JZ     restK0Tail
 
-restStep:
-	VMOVUPS     (DX), Y5
-	VMOVUPS     (DX)(AX*1), Y6
-	VMOVUPS     (DX)(AX*2), Y7
-	VMOVUPS     (DX)(CX*1), Y8
-	VMOVUPS     (BX), Y9
-	VFMADD231PS Y5, Y9, Y1
-	VFMADD231PS Y6, Y9, Y2
-	VFMADD231PS Y7, Y9, Y3
-	VFMADD231PS Y8, Y9, Y4
-	ADDQ        $0x00000020, DX
+restK0Step:
+	PREFETCHT1  (AX)(SI*1)
+	VMOVUPS     (AX), Y5
+	VFMADD231PS (BX), Y5, Y1
+	VFMADD231PS (BX)(CX*1), Y5, Y2
+	VFMADD231PS (BX)(CX*2), Y5, Y3
+	VFMADD231PS (BX)(DX*1), Y5, Y4
 	ADDQ        $0x00000020, BX
-	DECQ        SI
-	JNZ         restStep
+	ADDQ        $0x00000020, AX
+	DECQ        DI
+	JNZ         restK0Step
 
-restTail:
+restK0Tail:
 	MOVQ        32(SP), SI
 	TESTQ       SI, SI
-	JZ          restStore
-	SUBQ        SI, BX
-	SUBQ        40(SP), DX
-	VMASKMOVPS  (DX), Y0, Y5
-	VMASKMOVPS  (DX)(AX*1), Y0, Y6
-	VMASKMOVPS  (DX)(AX*2), Y0, Y7
-	VMASKMOVPS  (DX)(CX*1), Y0, Y8
-	VMOVUPS     (BX), Y9
-	VANDPS      Y0, Y9, Y9
-	VFMADD231PS Y5, Y9, Y1
-	VFMADD231PS Y6, Y9, Y2
-	VFMADD231PS Y7, Y9, Y3
-	VFMADD231PS Y8, Y9, Y4
+	JZ          restK0Done
+	SUBQ        SI, AX
+	SUBQ        40(SP), BX
+	VMOVUPS     (AX), Y5
+	VANDPS      Y0, Y5, Y5
+	VMASKMOVPS  (BX), Y0, Y6
+	VFMADD231PS Y6, Y5, Y1
+	VMASKMOVPS  (BX)(CX*1), Y0, Y6
+	VFMADD231PS Y6, Y5, Y2
+	VMASKMOVPS  (BX)(CX*2), Y0, Y6
+	VFMADD231PS Y6, Y5, Y3
+	VMASKMOVPS  (BX)(DX*1), Y0, Y6
+	VFMADD231PS Y6, Y5, Y4
 
-restStore:
+restK0Done:
 	VXORPS     Y5, Y5, Y5
 	VPERM2F128 $0x20, Y5, Y1, Y6
 	VPERM2F128 $0x31, Y5, Y1, Y1
@@ -11373,7 +15004,7 @@ done:
 	RET
 
 // func scoresF32M8AVX2(s []float32, lds int, q []float32, k []float32, ldk int, n int, d int)
-// Requires: AVX, FMA3
+// Requires: AVX, FMA3, MMX+
 TEXT ·scoresF32M8AVX2(SB), NOSPLIT, $48-104
 	MOVQ    s_base+0(FP), AX
 	MOVQ    AX, (SP)
@@ -11387,7 +15018,7 @@ TEXT ·scoresF32M8AVX2(SB), NOSPLIT, $48-104
 	MOVQ    CX, 24(SP)
 	ANDQ    $0x07, AX
 	LEAQ    decodemask8<>+0(SB), CX
-	VMOVUPS (CX)(AX*4), Y0
+	VMOVUPS 32(CX)(AX*4), Y0
 	MOVQ    $0x00000008, CX
 	SUBQ    AX, CX
 	ANDQ    $0x07, CX
@@ -11408,59 +15039,63 @@ main:
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
 	VXORPS Y8, Y8, Y8
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	LEAQ   (AX)(AX*2), CX
-	MOVQ   q_base+32(FP), DX
-	LEAQ   (DX)(AX*4), BX
-	MOVQ   8(SP), SI
-	MOVQ   24(SP), DI
-	TESTQ  DI, DI
-	JZ     mainTail
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (BX)(CX*4), SI
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), DI
+	SHLQ   $0x06, DI
+	MOVQ   24(SP), R8
+	TESTQ  R8, R8
+	JZ     mainK0Tail
 
-mainStep:
-	VMOVUPS     (SI), Y9
-	VFMADD231PS (DX), Y9, Y1
-	VFMADD231PS (DX)(AX*1), Y9, Y2
-	VFMADD231PS (DX)(AX*2), Y9, Y3
-	VFMADD231PS (DX)(CX*1), Y9, Y4
-	VFMADD231PS (BX), Y9, Y5
-	VFMADD231PS (BX)(AX*1), Y9, Y6
-	VFMADD231PS (BX)(AX*2), Y9, Y7
-	VFMADD231PS (BX)(CX*1), Y9, Y8
-	ADDQ        $0x00000020, DX
+mainK0Step:
+	PREFETCHT1  (AX)(DI*1)
+	VMOVUPS     (AX), Y9
+	VFMADD231PS (BX), Y9, Y1
+	VFMADD231PS (BX)(CX*1), Y9, Y2
+	VFMADD231PS (BX)(CX*2), Y9, Y3
+	VFMADD231PS (BX)(DX*1), Y9, Y4
+	VFMADD231PS (SI), Y9, Y5
+	VFMADD231PS (SI)(CX*1), Y9, Y6
+	VFMADD231PS (SI)(CX*2), Y9, Y7
+	VFMADD231PS (SI)(DX*1), Y9, Y8
 	ADDQ        $0x00000020, BX
 	ADDQ        $0x00000020, SI
-	DECQ        DI
-	JNZ         mainStep
+	ADDQ        $0x00000020, AX
+	DECQ        R8
+	JNZ         mainK0Step
 
-mainTail:
+mainK0Tail:
 	MOVQ        32(SP), DI
 	TESTQ       DI, DI
-	JZ          mainStore
-	SUBQ        DI, SI
-	SUBQ        40(SP), DX
+	JZ          mainK0Done
+	SUBQ        DI, AX
 	SUBQ        40(SP), BX
-	VMOVUPS     (SI), Y9
+	SUBQ        40(SP), SI
+	VMOVUPS     (AX), Y9
 	VANDPS      Y0, Y9, Y9
-	VMASKMOVPS  (DX), Y0, Y10
-	VFMADD231PS Y10, Y9, Y1
-	VMASKMOVPS  (DX)(AX*1), Y0, Y10
-	VFMADD231PS Y10, Y9, Y2
-	VMASKMOVPS  (DX)(AX*2), Y0, Y10
-	VFMADD231PS Y10, Y9, Y3
-	VMASKMOVPS  (DX)(CX*1), Y0, Y10
-	VFMADD231PS Y10, Y9, Y4
 	VMASKMOVPS  (BX), Y0, Y10
-	VFMADD231PS Y10, Y9, Y5
-	VMASKMOVPS  (BX)(AX*1), Y0, Y10
-	VFMADD231PS Y10, Y9, Y6
-	VMASKMOVPS  (BX)(AX*2), Y0, Y10
-	VFMADD231PS Y10, Y9, Y7
+	VFMADD231PS Y10, Y9, Y1
 	VMASKMOVPS  (BX)(CX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y2
+	VMASKMOVPS  (BX)(CX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y3
+	VMASKMOVPS  (BX)(DX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y4
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y5
+	VMASKMOVPS  (SI)(CX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y6
+	VMASKMOVPS  (SI)(CX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y7
+	VMASKMOVPS  (SI)(DX*1), Y0, Y10
 	VFMADD231PS Y10, Y9, Y8
 
-mainStore:
+mainK0Done:
 	VPERM2F128   $0x20, Y5, Y1, Y9
 	VPERM2F128   $0x31, Y5, Y1, Y1
 	VADDPS       Y1, Y9, Y9
@@ -11511,8 +15146,8 @@ done:
 	RET
 
 // func accumF32M1AVX2(o []float32, ldo int, p []float32, ldp int, v []float32, ldv int, n int, d int)
-// Requires: AVX, CMOV, FMA3
-TEXT ·accumF32M1AVX2(SB), NOSPLIT, $56-112
+// Requires: AVX, CMOV, FMA3, MMX+
+TEXT ·accumF32M1AVX2(SB), $184-112
 	MOVQ p_base+32(FP), AX
 	MOVQ AX, 16(SP)
 	MOVQ v_base+64(FP), AX
@@ -11521,20 +15156,78 @@ TEXT ·accumF32M1AVX2(SB), NOSPLIT, $56-112
 	MOVQ AX, 40(SP)
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x03, AX
-	MOVQ    AX, 48(SP)
+	MOVQ       40(SP), AX
+	TESTQ      AX, AX
+	JZ         done
+	MOVQ       $0x00000020, CX
+	CMPQ       AX, CX
+	CMOVQGT    CX, AX
+	MOVQ       AX, 32(SP)
+	MOVQ       16(SP), CX
+	MOVQ       ldp+56(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       AX, DX
+	SUBQ       $0x00000000, DX
+	XORQ       BX, BX
+	CMPQ       DX, BX
+	CMOVQLT    BX, DX
+	MOVQ       $0x00000008, BX
+	CMPQ       DX, BX
+	CMOVQGT    BX, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	LEAQ       decodemask8<>+0(SB), DX
+	VMOVUPS    (DX)(BX*4), Y0
+	MOVQ       AX, DX
+	SUBQ       $0x00000008, DX
+	XORQ       BX, BX
+	CMPQ       DX, BX
+	CMOVQLT    BX, DX
+	MOVQ       $0x00000008, BX
+	CMPQ       DX, BX
+	CMOVQGT    BX, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	LEAQ       decodemask8<>+0(SB), DX
+	VMOVUPS    (DX)(BX*4), Y1
+	MOVQ       AX, DX
+	SUBQ       $0x00000010, DX
+	XORQ       BX, BX
+	CMPQ       DX, BX
+	CMOVQLT    BX, DX
+	MOVQ       $0x00000008, BX
+	CMPQ       DX, BX
+	CMOVQGT    BX, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	LEAQ       decodemask8<>+0(SB), DX
+	VMOVUPS    (DX)(BX*4), Y2
+	SUBQ       $0x00000018, AX
+	XORQ       DX, DX
+	CMPQ       AX, DX
+	CMOVQLT    DX, AX
+	MOVQ       $0x00000008, DX
+	CMPQ       AX, DX
+	CMOVQGT    DX, AX
+	MOVQ       $0x00000008, DX
+	SUBQ       AX, DX
+	LEAQ       decodemask8<>+0(SB), AX
+	VMOVUPS    (AX)(DX*4), Y3
+	VMASKMOVPS (CX), Y0, Y0
+	VMOVUPS    Y0, 56(SP)
+	VMASKMOVPS 32(CX), Y1, Y0
+	VMOVUPS    Y0, 88(SP)
+	VMASKMOVPS 64(CX), Y2, Y0
+	VMOVUPS    Y0, 120(SP)
+	VMASKMOVPS 96(CX), Y3, Y0
+	VMOVUPS    Y0, 152(SP)
+	MOVQ       o_base+0(FP), AX
+	MOVQ       AX, (SP)
+	MOVQ       24(SP), AX
+	MOVQ       AX, 8(SP)
+	MOVQ       d+104(FP), AX
+	SHRQ       $0x03, AX
+	MOVQ       AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000008
@@ -11548,13 +15241,19 @@ full:
 	VMOVUPS 160(AX), Y5
 	VMOVUPS 192(AX), Y6
 	VMOVUPS 224(AX), Y7
-	MOVQ    16(SP), AX
+	LEAQ    56(SP), AX
 	MOVQ    8(SP), CX
 	MOVQ    ldv+88(FP), DX
 	SHLQ    $0x02, DX
-	MOVQ    32(SP), BX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys1:
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	PREFETCHT1   128(CX)(BX*1)
+	PREFETCHT1   192(CX)(BX*1)
 	VBROADCASTSS (AX), Y8
 	VFMADD231PS  (CX), Y8, Y0
 	VFMADD231PS  32(CX), Y8, Y1
@@ -11566,7 +15265,7 @@ keys1:
 	VFMADD231PS  224(CX), Y8, Y7
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys1
 	MOVQ         (SP), AX
 	VMOVUPS      Y0, (AX)
@@ -11590,13 +15289,17 @@ chunk4:
 	VMOVUPS 32(AX), Y1
 	VMOVUPS 64(AX), Y2
 	VMOVUPS 96(AX), Y3
-	MOVQ    16(SP), AX
+	LEAQ    56(SP), AX
 	MOVQ    8(SP), CX
 	MOVQ    ldv+88(FP), DX
 	SHLQ    $0x02, DX
-	MOVQ    32(SP), BX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys2:
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
 	VBROADCASTSS (AX), Y4
 	VFMADD231PS  (CX), Y4, Y0
 	VFMADD231PS  32(CX), Y4, Y1
@@ -11604,7 +15307,7 @@ keys2:
 	VFMADD231PS  96(CX), Y4, Y3
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys2
 	MOVQ         (SP), AX
 	VMOVUPS      Y0, (AX)
@@ -11621,19 +15324,22 @@ chunk2:
 	MOVQ    (SP), AX
 	VMOVUPS (AX), Y0
 	VMOVUPS 32(AX), Y1
-	MOVQ    16(SP), AX
+	LEAQ    56(SP), AX
 	MOVQ    8(SP), CX
 	MOVQ    ldv+88(FP), DX
 	SHLQ    $0x02, DX
-	MOVQ    32(SP), BX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys3:
+	PREFETCHT1   (CX)(BX*1)
 	VBROADCASTSS (AX), Y2
 	VFMADD231PS  (CX), Y2, Y0
 	VFMADD231PS  32(CX), Y2, Y1
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys3
 	MOVQ         (SP), AX
 	VMOVUPS      Y0, (AX)
@@ -11647,18 +15353,21 @@ chunk1:
 	JL      chunk0
 	MOVQ    (SP), AX
 	VMOVUPS (AX), Y0
-	MOVQ    16(SP), AX
+	LEAQ    56(SP), AX
 	MOVQ    8(SP), CX
 	MOVQ    ldv+88(FP), DX
 	SHLQ    $0x02, DX
-	MOVQ    32(SP), BX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys4:
+	PREFETCHT1   (CX)(BX*1)
 	VBROADCASTSS (AX), Y1
 	VFMADD231PS  (CX), Y1, Y0
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys4
 	MOVQ         (SP), AX
 	VMOVUPS      Y0, (AX)
@@ -11673,7 +15382,7 @@ chunk0:
 	MOVQ       d+104(FP), AX
 	ANDQ       $0x07, AX
 	LEAQ       decodemask8<>+0(SB), CX
-	VMOVUPS    (CX)(AX*4), Y0
+	VMOVUPS    32(CX)(AX*4), Y0
 	MOVQ       (SP), AX
 	MOVQ       d+104(FP), CX
 	ANDQ       $0x07, CX
@@ -11683,7 +15392,7 @@ chunk0:
 	SHLQ       $0x02, DX
 	SUBQ       DX, AX
 	VMASKMOVPS (AX), Y0, Y0
-	MOVQ       16(SP), AX
+	LEAQ       56(SP), AX
 	MOVQ       8(SP), CX
 	MOVQ       d+104(FP), DX
 	ANDQ       $0x07, DX
@@ -11694,20 +15403,23 @@ chunk0:
 	SUBQ       BX, CX
 	MOVQ       ldv+88(FP), DX
 	SHLQ       $0x02, DX
-	MOVQ       32(SP), BX
+	MOVQ       DX, BX
+	SHLQ       $0x05, BX
+	MOVQ       32(SP), SI
 
 keys5:
+	PREFETCHT1   (CX)(BX*1)
 	VBROADCASTSS (AX), Y1
 	VMOVUPS      (CX), Y2
 	VFMADD231PS  Y1, Y2, Y0
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys5
 	MOVQ         d+104(FP), AX
 	ANDQ         $0x07, AX
 	LEAQ         decodemask8<>+0(SB), CX
-	VMOVUPS      (CX)(AX*4), Y1
+	VMOVUPS      32(CX)(AX*4), Y1
 	MOVQ         (SP), AX
 	MOVQ         d+104(FP), CX
 	ANDQ         $0x07, CX
@@ -11735,8 +15447,8 @@ done:
 	RET
 
 // func accumF32M2AVX2(o []float32, ldo int, p []float32, ldp int, v []float32, ldv int, n int, d int)
-// Requires: AVX, CMOV, FMA3
-TEXT ·accumF32M2AVX2(SB), NOSPLIT, $56-112
+// Requires: AVX, CMOV, FMA3, MMX+
+TEXT ·accumF32M2AVX2(SB), $312-112
 	MOVQ p_base+32(FP), AX
 	MOVQ AX, 16(SP)
 	MOVQ v_base+64(FP), AX
@@ -11745,20 +15457,86 @@ TEXT ·accumF32M2AVX2(SB), NOSPLIT, $56-112
 	MOVQ AX, 40(SP)
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x03, AX
-	MOVQ    AX, 48(SP)
+	MOVQ       40(SP), AX
+	TESTQ      AX, AX
+	JZ         done
+	MOVQ       $0x00000020, CX
+	CMPQ       AX, CX
+	CMOVQGT    CX, AX
+	MOVQ       AX, 32(SP)
+	MOVQ       16(SP), CX
+	MOVQ       ldp+56(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       AX, BX
+	SUBQ       $0x00000000, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y0
+	MOVQ       AX, BX
+	SUBQ       $0x00000008, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y1
+	MOVQ       AX, BX
+	SUBQ       $0x00000010, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y2
+	SUBQ       $0x00000018, AX
+	XORQ       BX, BX
+	CMPQ       AX, BX
+	CMOVQLT    BX, AX
+	MOVQ       $0x00000008, BX
+	CMPQ       AX, BX
+	CMOVQGT    BX, AX
+	MOVQ       $0x00000008, BX
+	SUBQ       AX, BX
+	LEAQ       decodemask8<>+0(SB), AX
+	VMOVUPS    (AX)(BX*4), Y3
+	VMASKMOVPS (CX), Y0, Y4
+	VMOVUPS    Y4, 56(SP)
+	VMASKMOVPS 32(CX), Y1, Y4
+	VMOVUPS    Y4, 88(SP)
+	VMASKMOVPS 64(CX), Y2, Y4
+	VMOVUPS    Y4, 120(SP)
+	VMASKMOVPS 96(CX), Y3, Y4
+	VMOVUPS    Y4, 152(SP)
+	VMASKMOVPS (CX)(DX*1), Y0, Y0
+	VMOVUPS    Y0, 184(SP)
+	VMASKMOVPS 32(CX)(DX*1), Y1, Y0
+	VMOVUPS    Y0, 216(SP)
+	VMASKMOVPS 64(CX)(DX*1), Y2, Y0
+	VMOVUPS    Y0, 248(SP)
+	VMASKMOVPS 96(CX)(DX*1), Y3, Y0
+	VMOVUPS    Y0, 280(SP)
+	MOVQ       o_base+0(FP), AX
+	MOVQ       AX, (SP)
+	MOVQ       24(SP), AX
+	MOVQ       AX, 8(SP)
+	MOVQ       d+104(FP), AX
+	SHRQ       $0x03, AX
+	MOVQ       AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000004
@@ -11774,31 +15552,33 @@ full:
 	VMOVUPS 32(AX)(CX*1), Y5
 	VMOVUPS 64(AX)(CX*1), Y6
 	VMOVUPS 96(AX)(CX*1), Y7
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	MOVQ    16(SP), CX
-	MOVQ    8(SP), DX
-	MOVQ    ldv+88(FP), BX
-	SHLQ    $0x02, BX
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x02, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
 	MOVQ    32(SP), SI
 
 keys1:
-	VBROADCASTSS (CX), Y8
-	VBROADCASTSS (CX)(AX*1), Y9
-	VMOVUPS      (DX), Y10
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	VBROADCASTSS (AX), Y8
+	VBROADCASTSS 128(AX), Y9
+	VMOVUPS      (CX), Y10
 	VFMADD231PS  Y8, Y10, Y0
 	VFMADD231PS  Y9, Y10, Y4
-	VMOVUPS      32(DX), Y10
+	VMOVUPS      32(CX), Y10
 	VFMADD231PS  Y8, Y10, Y1
 	VFMADD231PS  Y9, Y10, Y5
-	VMOVUPS      64(DX), Y10
+	VMOVUPS      64(CX), Y10
 	VFMADD231PS  Y8, Y10, Y2
 	VFMADD231PS  Y9, Y10, Y6
-	VMOVUPS      96(DX), Y10
+	VMOVUPS      96(CX), Y10
 	VFMADD231PS  Y8, Y10, Y3
 	VFMADD231PS  Y9, Y10, Y7
-	ADDQ         $0x00000004, CX
-	ADDQ         BX, DX
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
 	DECQ         SI
 	JNZ          keys1
 	MOVQ         (SP), AX
@@ -11827,25 +15607,26 @@ chunk2:
 	VMOVUPS 32(AX), Y1
 	VMOVUPS (AX)(CX*1), Y2
 	VMOVUPS 32(AX)(CX*1), Y3
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	MOVQ    16(SP), CX
-	MOVQ    8(SP), DX
-	MOVQ    ldv+88(FP), BX
-	SHLQ    $0x02, BX
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x02, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
 	MOVQ    32(SP), SI
 
 keys2:
-	VBROADCASTSS (CX), Y4
-	VBROADCASTSS (CX)(AX*1), Y5
-	VMOVUPS      (DX), Y6
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y4
+	VBROADCASTSS 128(AX), Y5
+	VMOVUPS      (CX), Y6
 	VFMADD231PS  Y4, Y6, Y0
 	VFMADD231PS  Y5, Y6, Y2
-	VMOVUPS      32(DX), Y6
+	VMOVUPS      32(CX), Y6
 	VFMADD231PS  Y4, Y6, Y1
 	VFMADD231PS  Y5, Y6, Y3
-	ADDQ         $0x00000004, CX
-	ADDQ         BX, DX
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
 	DECQ         SI
 	JNZ          keys2
 	MOVQ         (SP), AX
@@ -11867,22 +15648,23 @@ chunk1:
 	SHLQ    $0x02, CX
 	VMOVUPS (AX), Y0
 	VMOVUPS (AX)(CX*1), Y1
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	MOVQ    16(SP), CX
-	MOVQ    8(SP), DX
-	MOVQ    ldv+88(FP), BX
-	SHLQ    $0x02, BX
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x02, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
 	MOVQ    32(SP), SI
 
 keys3:
-	VBROADCASTSS (CX), Y2
-	VBROADCASTSS (CX)(AX*1), Y3
-	VMOVUPS      (DX), Y4
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y2
+	VBROADCASTSS 128(AX), Y3
+	VMOVUPS      (CX), Y4
 	VFMADD231PS  Y2, Y4, Y0
 	VFMADD231PS  Y3, Y4, Y1
-	ADDQ         $0x00000004, CX
-	ADDQ         BX, DX
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
 	DECQ         SI
 	JNZ          keys3
 	MOVQ         (SP), AX
@@ -11901,7 +15683,7 @@ chunk0:
 	MOVQ       d+104(FP), AX
 	ANDQ       $0x07, AX
 	LEAQ       decodemask8<>+0(SB), CX
-	VMOVUPS    (CX)(AX*4), Y0
+	VMOVUPS    32(CX)(AX*4), Y0
 	MOVQ       (SP), AX
 	MOVQ       d+104(FP), CX
 	ANDQ       $0x07, CX
@@ -11914,35 +15696,36 @@ chunk0:
 	SHLQ       $0x02, CX
 	VMASKMOVPS (AX), Y0, Y1
 	VMASKMOVPS (AX)(CX*1), Y0, Y0
-	MOVQ       ldp+56(FP), AX
-	SHLQ       $0x02, AX
-	MOVQ       16(SP), CX
-	MOVQ       8(SP), DX
-	MOVQ       d+104(FP), BX
+	LEAQ       56(SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	ANDQ       $0x07, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
 	ANDQ       $0x07, BX
-	MOVQ       $0x00000008, SI
-	SUBQ       BX, SI
-	ANDQ       $0x07, SI
-	SHLQ       $0x02, SI
-	SUBQ       SI, DX
-	MOVQ       ldv+88(FP), BX
 	SHLQ       $0x02, BX
+	SUBQ       BX, CX
+	MOVQ       ldv+88(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       DX, BX
+	SHLQ       $0x05, BX
 	MOVQ       32(SP), SI
 
 keys4:
-	VBROADCASTSS (CX), Y2
-	VBROADCASTSS (CX)(AX*1), Y3
-	VMOVUPS      (DX), Y4
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y2
+	VBROADCASTSS 128(AX), Y3
+	VMOVUPS      (CX), Y4
 	VFMADD231PS  Y2, Y4, Y1
 	VFMADD231PS  Y3, Y4, Y0
-	ADDQ         $0x00000004, CX
-	ADDQ         BX, DX
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
 	DECQ         SI
 	JNZ          keys4
 	MOVQ         d+104(FP), AX
 	ANDQ         $0x07, AX
 	LEAQ         decodemask8<>+0(SB), CX
-	VMOVUPS      (CX)(AX*4), Y2
+	VMOVUPS      32(CX)(AX*4), Y2
 	MOVQ         (SP), AX
 	MOVQ         d+104(FP), CX
 	ANDQ         $0x07, CX
@@ -11973,8 +15756,8 @@ done:
 	RET
 
 // func accumF32M4AVX2(o []float32, ldo int, p []float32, ldp int, v []float32, ldv int, n int, d int)
-// Requires: AVX, CMOV, FMA3
-TEXT ·accumF32M4AVX2(SB), NOSPLIT, $56-112
+// Requires: AVX, CMOV, FMA3, MMX+
+TEXT ·accumF32M4AVX2(SB), $568-112
 	MOVQ p_base+32(FP), AX
 	MOVQ AX, 16(SP)
 	MOVQ v_base+64(FP), AX
@@ -11983,20 +15766,103 @@ TEXT ·accumF32M4AVX2(SB), NOSPLIT, $56-112
 	MOVQ AX, 40(SP)
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x03, AX
-	MOVQ    AX, 48(SP)
+	MOVQ       40(SP), AX
+	TESTQ      AX, AX
+	JZ         done
+	MOVQ       $0x00000020, CX
+	CMPQ       AX, CX
+	CMOVQGT    CX, AX
+	MOVQ       AX, 32(SP)
+	MOVQ       16(SP), CX
+	MOVQ       ldp+56(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       AX, BX
+	SUBQ       $0x00000000, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y0
+	MOVQ       AX, BX
+	SUBQ       $0x00000008, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y1
+	MOVQ       AX, BX
+	SUBQ       $0x00000010, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y2
+	SUBQ       $0x00000018, AX
+	XORQ       BX, BX
+	CMPQ       AX, BX
+	CMOVQLT    BX, AX
+	MOVQ       $0x00000008, BX
+	CMPQ       AX, BX
+	CMOVQGT    BX, AX
+	MOVQ       $0x00000008, BX
+	SUBQ       AX, BX
+	LEAQ       decodemask8<>+0(SB), AX
+	VMOVUPS    (AX)(BX*4), Y3
+	VMASKMOVPS (CX), Y0, Y4
+	VMOVUPS    Y4, 56(SP)
+	VMASKMOVPS 32(CX), Y1, Y4
+	VMOVUPS    Y4, 88(SP)
+	VMASKMOVPS 64(CX), Y2, Y4
+	VMOVUPS    Y4, 120(SP)
+	VMASKMOVPS 96(CX), Y3, Y4
+	VMOVUPS    Y4, 152(SP)
+	VMASKMOVPS (CX)(DX*1), Y0, Y4
+	VMOVUPS    Y4, 184(SP)
+	VMASKMOVPS 32(CX)(DX*1), Y1, Y4
+	VMOVUPS    Y4, 216(SP)
+	VMASKMOVPS 64(CX)(DX*1), Y2, Y4
+	VMOVUPS    Y4, 248(SP)
+	VMASKMOVPS 96(CX)(DX*1), Y3, Y4
+	VMOVUPS    Y4, 280(SP)
+	VMASKMOVPS (CX)(DX*2), Y0, Y4
+	VMOVUPS    Y4, 312(SP)
+	VMASKMOVPS 32(CX)(DX*2), Y1, Y4
+	VMOVUPS    Y4, 344(SP)
+	VMASKMOVPS 64(CX)(DX*2), Y2, Y4
+	VMOVUPS    Y4, 376(SP)
+	VMASKMOVPS 96(CX)(DX*2), Y3, Y4
+	VMOVUPS    Y4, 408(SP)
+	LEAQ       (CX)(DX*2), AX
+	VMASKMOVPS (AX)(DX*1), Y0, Y0
+	VMOVUPS    Y0, 440(SP)
+	VMASKMOVPS 32(AX)(DX*1), Y1, Y0
+	VMOVUPS    Y0, 472(SP)
+	VMASKMOVPS 64(AX)(DX*1), Y2, Y0
+	VMOVUPS    Y0, 504(SP)
+	VMASKMOVPS 96(AX)(DX*1), Y3, Y0
+	VMOVUPS    Y0, 536(SP)
+	MOVQ       o_base+0(FP), AX
+	MOVQ       AX, (SP)
+	MOVQ       24(SP), AX
+	MOVQ       AX, 8(SP)
+	MOVQ       d+104(FP), AX
+	SHRQ       $0x03, AX
+	MOVQ       AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000002
@@ -12013,33 +15879,33 @@ full:
 	LEAQ    (AX)(CX*2), AX
 	VMOVUPS (AX)(CX*1), Y6
 	VMOVUPS 32(AX)(CX*1), Y7
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	LEAQ    (AX)(AX*2), CX
-	MOVQ    16(SP), DX
-	MOVQ    8(SP), BX
-	MOVQ    ldv+88(FP), SI
-	SHLQ    $0x02, SI
-	MOVQ    32(SP), DI
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x02, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys1:
-	VBROADCASTSS (DX), Y8
-	VBROADCASTSS (DX)(AX*1), Y9
-	VBROADCASTSS (DX)(AX*2), Y10
-	VBROADCASTSS (DX)(CX*1), Y11
-	VMOVUPS      (BX), Y12
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y8
+	VBROADCASTSS 128(AX), Y9
+	VBROADCASTSS 256(AX), Y10
+	VBROADCASTSS 384(AX), Y11
+	VMOVUPS      (CX), Y12
 	VFMADD231PS  Y8, Y12, Y0
 	VFMADD231PS  Y9, Y12, Y2
 	VFMADD231PS  Y10, Y12, Y4
 	VFMADD231PS  Y11, Y12, Y6
-	VMOVUPS      32(BX), Y12
+	VMOVUPS      32(CX), Y12
 	VFMADD231PS  Y8, Y12, Y1
 	VFMADD231PS  Y9, Y12, Y3
 	VFMADD231PS  Y10, Y12, Y5
 	VFMADD231PS  Y11, Y12, Y7
-	ADDQ         $0x00000004, DX
-	ADDQ         SI, BX
-	DECQ         DI
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys1
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -12069,28 +15935,28 @@ chunk1:
 	VMOVUPS (AX)(CX*2), Y2
 	LEAQ    (AX)(CX*2), AX
 	VMOVUPS (AX)(CX*1), Y3
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	LEAQ    (AX)(AX*2), CX
-	MOVQ    16(SP), DX
-	MOVQ    8(SP), BX
-	MOVQ    ldv+88(FP), SI
-	SHLQ    $0x02, SI
-	MOVQ    32(SP), DI
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x02, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys2:
-	VBROADCASTSS (DX), Y4
-	VBROADCASTSS (DX)(AX*1), Y5
-	VBROADCASTSS (DX)(AX*2), Y6
-	VBROADCASTSS (DX)(CX*1), Y7
-	VMOVUPS      (BX), Y8
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y4
+	VBROADCASTSS 128(AX), Y5
+	VBROADCASTSS 256(AX), Y6
+	VBROADCASTSS 384(AX), Y7
+	VMOVUPS      (CX), Y8
 	VFMADD231PS  Y4, Y8, Y0
 	VFMADD231PS  Y5, Y8, Y1
 	VFMADD231PS  Y6, Y8, Y2
 	VFMADD231PS  Y7, Y8, Y3
-	ADDQ         $0x00000004, DX
-	ADDQ         SI, BX
-	DECQ         DI
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys2
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -12111,7 +15977,7 @@ chunk0:
 	MOVQ       d+104(FP), AX
 	ANDQ       $0x07, AX
 	LEAQ       decodemask8<>+0(SB), CX
-	VMOVUPS    (CX)(AX*4), Y0
+	VMOVUPS    32(CX)(AX*4), Y0
 	MOVQ       (SP), AX
 	MOVQ       d+104(FP), CX
 	ANDQ       $0x07, CX
@@ -12127,40 +15993,40 @@ chunk0:
 	VMASKMOVPS (AX)(CX*2), Y0, Y3
 	LEAQ       (AX)(CX*2), AX
 	VMASKMOVPS (AX)(CX*1), Y0, Y0
-	MOVQ       ldp+56(FP), AX
-	SHLQ       $0x02, AX
-	LEAQ       (AX)(AX*2), CX
-	MOVQ       16(SP), DX
-	MOVQ       8(SP), BX
-	MOVQ       d+104(FP), SI
-	ANDQ       $0x07, SI
-	MOVQ       $0x00000008, DI
-	SUBQ       SI, DI
-	ANDQ       $0x07, DI
-	SHLQ       $0x02, DI
-	SUBQ       DI, BX
-	MOVQ       ldv+88(FP), SI
-	SHLQ       $0x02, SI
-	MOVQ       32(SP), DI
+	LEAQ       56(SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	ANDQ       $0x07, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	ANDQ       $0x07, BX
+	SHLQ       $0x02, BX
+	SUBQ       BX, CX
+	MOVQ       ldv+88(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       DX, BX
+	SHLQ       $0x05, BX
+	MOVQ       32(SP), SI
 
 keys3:
-	VBROADCASTSS (DX), Y4
-	VBROADCASTSS (DX)(AX*1), Y5
-	VBROADCASTSS (DX)(AX*2), Y6
-	VBROADCASTSS (DX)(CX*1), Y7
-	VMOVUPS      (BX), Y8
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y4
+	VBROADCASTSS 128(AX), Y5
+	VBROADCASTSS 256(AX), Y6
+	VBROADCASTSS 384(AX), Y7
+	VMOVUPS      (CX), Y8
 	VFMADD231PS  Y4, Y8, Y1
 	VFMADD231PS  Y5, Y8, Y2
 	VFMADD231PS  Y6, Y8, Y3
 	VFMADD231PS  Y7, Y8, Y0
-	ADDQ         $0x00000004, DX
-	ADDQ         SI, BX
-	DECQ         DI
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys3
 	MOVQ         d+104(FP), AX
 	ANDQ         $0x07, AX
 	LEAQ         decodemask8<>+0(SB), CX
-	VMOVUPS      (CX)(AX*4), Y4
+	VMOVUPS      32(CX)(AX*4), Y4
 	MOVQ         (SP), AX
 	MOVQ         d+104(FP), CX
 	ANDQ         $0x07, CX
@@ -12194,8 +16060,8 @@ done:
 	RET
 
 // func accumF32M8AVX2(o []float32, ldo int, p []float32, ldp int, v []float32, ldv int, n int, d int)
-// Requires: AVX, CMOV, FMA3
-TEXT ·accumF32M8AVX2(SB), NOSPLIT, $56-112
+// Requires: AVX, CMOV, FMA3, MMX+
+TEXT ·accumF32M8AVX2(SB), $1080-112
 	MOVQ p_base+32(FP), AX
 	MOVQ AX, 16(SP)
 	MOVQ v_base+64(FP), AX
@@ -12204,20 +16070,137 @@ TEXT ·accumF32M8AVX2(SB), NOSPLIT, $56-112
 	MOVQ AX, 40(SP)
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x03, AX
-	MOVQ    AX, 48(SP)
+	MOVQ       40(SP), AX
+	TESTQ      AX, AX
+	JZ         done
+	MOVQ       $0x00000020, CX
+	CMPQ       AX, CX
+	CMOVQGT    CX, AX
+	MOVQ       AX, 32(SP)
+	MOVQ       16(SP), CX
+	MOVQ       ldp+56(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       AX, BX
+	SUBQ       $0x00000000, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y0
+	MOVQ       AX, BX
+	SUBQ       $0x00000008, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y1
+	MOVQ       AX, BX
+	SUBQ       $0x00000010, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y2
+	SUBQ       $0x00000018, AX
+	XORQ       BX, BX
+	CMPQ       AX, BX
+	CMOVQLT    BX, AX
+	MOVQ       $0x00000008, BX
+	CMPQ       AX, BX
+	CMOVQGT    BX, AX
+	MOVQ       $0x00000008, BX
+	SUBQ       AX, BX
+	LEAQ       decodemask8<>+0(SB), AX
+	VMOVUPS    (AX)(BX*4), Y3
+	VMASKMOVPS (CX), Y0, Y4
+	VMOVUPS    Y4, 56(SP)
+	VMASKMOVPS 32(CX), Y1, Y4
+	VMOVUPS    Y4, 88(SP)
+	VMASKMOVPS 64(CX), Y2, Y4
+	VMOVUPS    Y4, 120(SP)
+	VMASKMOVPS 96(CX), Y3, Y4
+	VMOVUPS    Y4, 152(SP)
+	VMASKMOVPS (CX)(DX*1), Y0, Y4
+	VMOVUPS    Y4, 184(SP)
+	VMASKMOVPS 32(CX)(DX*1), Y1, Y4
+	VMOVUPS    Y4, 216(SP)
+	VMASKMOVPS 64(CX)(DX*1), Y2, Y4
+	VMOVUPS    Y4, 248(SP)
+	VMASKMOVPS 96(CX)(DX*1), Y3, Y4
+	VMOVUPS    Y4, 280(SP)
+	VMASKMOVPS (CX)(DX*2), Y0, Y4
+	VMOVUPS    Y4, 312(SP)
+	VMASKMOVPS 32(CX)(DX*2), Y1, Y4
+	VMOVUPS    Y4, 344(SP)
+	VMASKMOVPS 64(CX)(DX*2), Y2, Y4
+	VMOVUPS    Y4, 376(SP)
+	VMASKMOVPS 96(CX)(DX*2), Y3, Y4
+	VMOVUPS    Y4, 408(SP)
+	LEAQ       (CX)(DX*2), AX
+	VMASKMOVPS (AX)(DX*1), Y0, Y4
+	VMOVUPS    Y4, 440(SP)
+	VMASKMOVPS 32(AX)(DX*1), Y1, Y4
+	VMOVUPS    Y4, 472(SP)
+	VMASKMOVPS 64(AX)(DX*1), Y2, Y4
+	VMOVUPS    Y4, 504(SP)
+	VMASKMOVPS 96(AX)(DX*1), Y3, Y4
+	VMOVUPS    Y4, 536(SP)
+	LEAQ       (CX)(DX*4), AX
+	VMASKMOVPS (AX), Y0, Y4
+	VMOVUPS    Y4, 568(SP)
+	VMASKMOVPS 32(AX), Y1, Y4
+	VMOVUPS    Y4, 600(SP)
+	VMASKMOVPS 64(AX), Y2, Y4
+	VMOVUPS    Y4, 632(SP)
+	VMASKMOVPS 96(AX), Y3, Y4
+	VMOVUPS    Y4, 664(SP)
+	VMASKMOVPS (AX)(DX*1), Y0, Y4
+	VMOVUPS    Y4, 696(SP)
+	VMASKMOVPS 32(AX)(DX*1), Y1, Y4
+	VMOVUPS    Y4, 728(SP)
+	VMASKMOVPS 64(AX)(DX*1), Y2, Y4
+	VMOVUPS    Y4, 760(SP)
+	VMASKMOVPS 96(AX)(DX*1), Y3, Y4
+	VMOVUPS    Y4, 792(SP)
+	VMASKMOVPS (AX)(DX*2), Y0, Y4
+	VMOVUPS    Y4, 824(SP)
+	VMASKMOVPS 32(AX)(DX*2), Y1, Y4
+	VMOVUPS    Y4, 856(SP)
+	VMASKMOVPS 64(AX)(DX*2), Y2, Y4
+	VMOVUPS    Y4, 888(SP)
+	VMASKMOVPS 96(AX)(DX*2), Y3, Y4
+	VMOVUPS    Y4, 920(SP)
+	LEAQ       (AX)(DX*2), AX
+	VMASKMOVPS (AX)(DX*1), Y0, Y0
+	VMOVUPS    Y0, 952(SP)
+	VMASKMOVPS 32(AX)(DX*1), Y1, Y0
+	VMOVUPS    Y0, 984(SP)
+	VMASKMOVPS 64(AX)(DX*1), Y2, Y0
+	VMOVUPS    Y0, 1016(SP)
+	VMASKMOVPS 96(AX)(DX*1), Y3, Y0
+	VMOVUPS    Y0, 1048(SP)
+	MOVQ       o_base+0(FP), AX
+	MOVQ       AX, (SP)
+	MOVQ       24(SP), AX
+	MOVQ       AX, 8(SP)
+	MOVQ       d+104(FP), AX
+	SHRQ       $0x03, AX
+	MOVQ       AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000001
@@ -12236,38 +16219,36 @@ full:
 	VMOVUPS (AX)(CX*2), Y6
 	LEAQ    (AX)(CX*2), AX
 	VMOVUPS (AX)(CX*1), Y7
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	LEAQ    (AX)(AX*2), CX
-	MOVQ    16(SP), DX
-	LEAQ    (DX)(AX*4), BX
-	MOVQ    8(SP), SI
-	MOVQ    ldv+88(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    32(SP), R8
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x02, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys1:
-	VMOVUPS      (SI), Y8
-	VBROADCASTSS (DX), Y9
+	PREFETCHT1   (CX)(BX*1)
+	VMOVUPS      (CX), Y8
+	VBROADCASTSS (AX), Y9
 	VFMADD231PS  Y9, Y8, Y0
-	VBROADCASTSS (DX)(AX*1), Y9
+	VBROADCASTSS 128(AX), Y9
 	VFMADD231PS  Y9, Y8, Y1
-	VBROADCASTSS (DX)(AX*2), Y9
+	VBROADCASTSS 256(AX), Y9
 	VFMADD231PS  Y9, Y8, Y2
-	VBROADCASTSS (DX)(CX*1), Y9
+	VBROADCASTSS 384(AX), Y9
 	VFMADD231PS  Y9, Y8, Y3
-	VBROADCASTSS (BX), Y9
+	VBROADCASTSS 512(AX), Y9
 	VFMADD231PS  Y9, Y8, Y4
-	VBROADCASTSS (BX)(AX*1), Y9
+	VBROADCASTSS 640(AX), Y9
 	VFMADD231PS  Y9, Y8, Y5
-	VBROADCASTSS (BX)(AX*2), Y9
+	VBROADCASTSS 768(AX), Y9
 	VFMADD231PS  Y9, Y8, Y6
-	VBROADCASTSS (BX)(CX*1), Y9
+	VBROADCASTSS 896(AX), Y9
 	VFMADD231PS  Y9, Y8, Y7
-	ADDQ         $0x00000004, DX
-	ADDQ         $0x00000004, BX
-	ADDQ         DI, SI
-	DECQ         R8
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys1
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -12295,7 +16276,7 @@ chunk0:
 	MOVQ       d+104(FP), AX
 	ANDQ       $0x07, AX
 	LEAQ       decodemask8<>+0(SB), CX
-	VMOVUPS    (CX)(AX*4), Y0
+	VMOVUPS    32(CX)(AX*4), Y0
 	MOVQ       (SP), AX
 	MOVQ       d+104(FP), CX
 	ANDQ       $0x07, CX
@@ -12317,50 +16298,48 @@ chunk0:
 	VMASKMOVPS (AX)(CX*2), Y0, Y7
 	LEAQ       (AX)(CX*2), AX
 	VMASKMOVPS (AX)(CX*1), Y0, Y0
-	MOVQ       ldp+56(FP), AX
-	SHLQ       $0x02, AX
-	LEAQ       (AX)(AX*2), CX
-	MOVQ       16(SP), DX
-	LEAQ       (DX)(AX*4), BX
-	MOVQ       8(SP), SI
-	MOVQ       d+104(FP), DI
-	ANDQ       $0x07, DI
-	MOVQ       $0x00000008, R8
-	SUBQ       DI, R8
-	ANDQ       $0x07, R8
-	SHLQ       $0x02, R8
-	SUBQ       R8, SI
-	MOVQ       ldv+88(FP), DI
-	SHLQ       $0x02, DI
-	MOVQ       32(SP), R8
+	LEAQ       56(SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	ANDQ       $0x07, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	ANDQ       $0x07, BX
+	SHLQ       $0x02, BX
+	SUBQ       BX, CX
+	MOVQ       ldv+88(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       DX, BX
+	SHLQ       $0x05, BX
+	MOVQ       32(SP), SI
 
 keys2:
-	VMOVUPS      (SI), Y8
-	VBROADCASTSS (DX), Y9
+	PREFETCHT1   (CX)(BX*1)
+	VMOVUPS      (CX), Y8
+	VBROADCASTSS (AX), Y9
 	VFMADD231PS  Y9, Y8, Y1
-	VBROADCASTSS (DX)(AX*1), Y9
+	VBROADCASTSS 128(AX), Y9
 	VFMADD231PS  Y9, Y8, Y2
-	VBROADCASTSS (DX)(AX*2), Y9
+	VBROADCASTSS 256(AX), Y9
 	VFMADD231PS  Y9, Y8, Y3
-	VBROADCASTSS (DX)(CX*1), Y9
+	VBROADCASTSS 384(AX), Y9
 	VFMADD231PS  Y9, Y8, Y4
-	VBROADCASTSS (BX), Y9
+	VBROADCASTSS 512(AX), Y9
 	VFMADD231PS  Y9, Y8, Y5
-	VBROADCASTSS (BX)(AX*1), Y9
+	VBROADCASTSS 640(AX), Y9
 	VFMADD231PS  Y9, Y8, Y6
-	VBROADCASTSS (BX)(AX*2), Y9
+	VBROADCASTSS 768(AX), Y9
 	VFMADD231PS  Y9, Y8, Y7
-	VBROADCASTSS (BX)(CX*1), Y9
+	VBROADCASTSS 896(AX), Y9
 	VFMADD231PS  Y9, Y8, Y0
-	ADDQ         $0x00000004, DX
-	ADDQ         $0x00000004, BX
-	ADDQ         DI, SI
-	DECQ         R8
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys2
 	MOVQ         d+104(FP), AX
 	ANDQ         $0x07, AX
 	LEAQ         decodemask8<>+0(SB), CX
-	VMOVUPS      (CX)(AX*4), Y8
+	VMOVUPS      32(CX)(AX*4), Y8
 	MOVQ         (SP), AX
 	MOVQ         d+104(FP), CX
 	ANDQ         $0x07, CX
@@ -12400,7 +16379,7 @@ done:
 	RET
 
 // func scoresBF16M1AVX2(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
-// Requires: AVX, AVX2, FMA3
+// Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·scoresBF16M1AVX2(SB), NOSPLIT, $48-104
 	MOVQ    s_base+0(FP), AX
 	MOVQ    AX, (SP)
@@ -12414,7 +16393,7 @@ TEXT ·scoresBF16M1AVX2(SB), NOSPLIT, $48-104
 	MOVQ    CX, 24(SP)
 	ANDQ    $0x07, AX
 	LEAQ    decodemask8<>+0(SB), CX
-	VMOVUPS (CX)(AX*4), Y0
+	VMOVUPS 32(CX)(AX*4), Y0
 	MOVQ    $0x00000008, CX
 	SUBQ    AX, CX
 	ANDQ    $0x07, CX
@@ -12438,87 +16417,256 @@ main:
 	MOVQ   ldk+80(FP), AX
 	SHLQ   $0x01, AX
 	LEAQ   (AX)(AX*2), CX
-	MOVQ   q_base+32(FP), DX
-	MOVQ   8(SP), BX
-	LEAQ   (BX)(AX*4), SI
-	MOVQ   24(SP), DI
-	TESTQ  DI, DI
-	JZ     mainTail
+	MOVQ   8(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   q_base+32(FP), SI
+	LEAQ   (DX), DI
+	MOVQ   ldk+80(FP), R8
+	SHLQ   $0x06, R8
+	MOVQ   24(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
 
-mainStep:
-	VMOVUPS     (DX), Y9
-	VPMOVZXWD   (BX), Y10
-	VPSLLD      $0x10, Y10, Y10
-	VFMADD231PS Y9, Y10, Y1
-	VPMOVZXWD   (BX)(AX*1), Y10
-	VPSLLD      $0x10, Y10, Y10
-	VFMADD231PS Y9, Y10, Y2
-	VPMOVZXWD   (BX)(AX*2), Y10
-	VPSLLD      $0x10, Y10, Y10
-	VFMADD231PS Y9, Y10, Y3
-	VPMOVZXWD   (BX)(CX*1), Y10
-	VPSLLD      $0x10, Y10, Y10
-	VFMADD231PS Y9, Y10, Y4
-	VPMOVZXWD   (SI), Y10
-	VPSLLD      $0x10, Y10, Y10
-	VFMADD231PS Y9, Y10, Y5
-	VPMOVZXWD   (SI)(AX*1), Y10
-	VPSLLD      $0x10, Y10, Y10
-	VFMADD231PS Y9, Y10, Y6
-	VPMOVZXWD   (SI)(AX*2), Y10
-	VPSLLD      $0x10, Y10, Y10
-	VFMADD231PS Y9, Y10, Y7
-	VPMOVZXWD   (SI)(CX*1), Y10
-	VPSLLD      $0x10, Y10, Y10
-	VFMADD231PS Y9, Y10, Y8
-	ADDQ        $0x00000020, DX
-	ADDQ        $0x00000010, BX
-	ADDQ        $0x00000010, SI
-	DECQ        DI
-	JNZ         mainStep
+mainK0Step:
+	PREFETCHT1  (DI)(R8*1)
+	VPMOVZXWD   (DI), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (SI), Y9, Y1
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, DI
+	DECQ        R9
+	JNZ         mainK0Step
 
-mainTail:
+mainK0Tail:
+	MOVQ        32(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK0Done
+	SUBQ        R8, DI
+	SUBQ        40(SP), SI
+	VPMOVZXWD   (DI), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y1
+
+mainK0Done:
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(AX*1), DI
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (DI)(R8*1)
+	VPMOVZXWD   (DI), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (SI), Y9, Y2
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, DI
+	DECQ        R9
+	JNZ         mainK1Step
+
+mainK1Tail:
+	MOVQ        32(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK1Done
+	SUBQ        R8, DI
+	SUBQ        40(SP), SI
+	VPMOVZXWD   (DI), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y2
+
+mainK1Done:
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(AX*2), DI
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (DI)(R8*1)
+	VPMOVZXWD   (DI), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (SI), Y9, Y3
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, DI
+	DECQ        R9
+	JNZ         mainK2Step
+
+mainK2Tail:
+	MOVQ        32(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK2Done
+	SUBQ        R8, DI
+	SUBQ        40(SP), SI
+	VPMOVZXWD   (DI), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y3
+
+mainK2Done:
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(CX*1), DX
+	MOVQ  ldk+80(FP), DI
+	SHLQ  $0x06, DI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (DX)(DI*1)
+	VPMOVZXWD   (DX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (SI), Y9, Y4
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, DX
+	DECQ        R8
+	JNZ         mainK3Step
+
+mainK3Tail:
 	MOVQ        32(SP), DI
 	TESTQ       DI, DI
-	JZ          mainStore
-	SUBQ        DI, BX
+	JZ          mainK3Done
+	SUBQ        DI, DX
+	SUBQ        40(SP), SI
+	VPMOVZXWD   (DX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y4
+
+mainK3Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX), SI
+	MOVQ  ldk+80(FP), DI
+	SHLQ  $0x06, DI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (SI)(DI*1)
+	VPMOVZXWD   (SI), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (DX), Y9, Y5
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000010, SI
+	DECQ        R8
+	JNZ         mainK4Step
+
+mainK4Tail:
+	MOVQ        32(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK4Done
 	SUBQ        DI, SI
 	SUBQ        40(SP), DX
-	VMASKMOVPS  (DX), Y0, Y9
-	VPMOVZXWD   (BX), Y10
-	VPSLLD      $0x10, Y10, Y10
-	VANDPS      Y0, Y10, Y10
-	VFMADD231PS Y9, Y10, Y1
-	VPMOVZXWD   (BX)(AX*1), Y10
-	VPSLLD      $0x10, Y10, Y10
-	VANDPS      Y0, Y10, Y10
-	VFMADD231PS Y9, Y10, Y2
-	VPMOVZXWD   (BX)(AX*2), Y10
-	VPSLLD      $0x10, Y10, Y10
-	VANDPS      Y0, Y10, Y10
-	VFMADD231PS Y9, Y10, Y3
-	VPMOVZXWD   (BX)(CX*1), Y10
-	VPSLLD      $0x10, Y10, Y10
-	VANDPS      Y0, Y10, Y10
-	VFMADD231PS Y9, Y10, Y4
-	VPMOVZXWD   (SI), Y10
-	VPSLLD      $0x10, Y10, Y10
-	VANDPS      Y0, Y10, Y10
-	VFMADD231PS Y9, Y10, Y5
-	VPMOVZXWD   (SI)(AX*1), Y10
-	VPSLLD      $0x10, Y10, Y10
-	VANDPS      Y0, Y10, Y10
-	VFMADD231PS Y9, Y10, Y6
-	VPMOVZXWD   (SI)(AX*2), Y10
-	VPSLLD      $0x10, Y10, Y10
-	VANDPS      Y0, Y10, Y10
-	VFMADD231PS Y9, Y10, Y7
-	VPMOVZXWD   (SI)(CX*1), Y10
-	VPSLLD      $0x10, Y10, Y10
-	VANDPS      Y0, Y10, Y10
-	VFMADD231PS Y9, Y10, Y8
+	VPMOVZXWD   (SI), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (DX), Y0, Y10
+	VFMADD231PS Y10, Y9, Y5
 
-mainStore:
+mainK4Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(AX*1), SI
+	MOVQ  ldk+80(FP), DI
+	SHLQ  $0x06, DI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK5Tail
+
+mainK5Step:
+	PREFETCHT1  (SI)(DI*1)
+	VPMOVZXWD   (SI), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (DX), Y9, Y6
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000010, SI
+	DECQ        R8
+	JNZ         mainK5Step
+
+mainK5Tail:
+	MOVQ        32(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK5Done
+	SUBQ        DI, SI
+	SUBQ        40(SP), DX
+	VPMOVZXWD   (SI), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (DX), Y0, Y10
+	VFMADD231PS Y10, Y9, Y6
+
+mainK5Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(AX*2), AX
+	MOVQ  ldk+80(FP), SI
+	SHLQ  $0x06, SI
+	MOVQ  24(SP), DI
+	TESTQ DI, DI
+	JZ    mainK6Tail
+
+mainK6Step:
+	PREFETCHT1  (AX)(SI*1)
+	VPMOVZXWD   (AX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (DX), Y9, Y7
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000010, AX
+	DECQ        DI
+	JNZ         mainK6Step
+
+mainK6Tail:
+	MOVQ        32(SP), SI
+	TESTQ       SI, SI
+	JZ          mainK6Done
+	SUBQ        SI, AX
+	SUBQ        40(SP), DX
+	VPMOVZXWD   (AX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (DX), Y0, Y10
+	VFMADD231PS Y10, Y9, Y7
+
+mainK6Done:
+	MOVQ  q_base+32(FP), AX
+	LEAQ  (BX)(CX*1), CX
+	MOVQ  ldk+80(FP), DX
+	SHLQ  $0x06, DX
+	MOVQ  24(SP), BX
+	TESTQ BX, BX
+	JZ    mainK7Tail
+
+mainK7Step:
+	PREFETCHT1  (CX)(DX*1)
+	VPMOVZXWD   (CX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (AX), Y9, Y8
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000010, CX
+	DECQ        BX
+	JNZ         mainK7Step
+
+mainK7Tail:
+	MOVQ        32(SP), DX
+	TESTQ       DX, DX
+	JZ          mainK7Done
+	SUBQ        DX, CX
+	SUBQ        40(SP), AX
+	VPMOVZXWD   (CX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (AX), Y0, Y10
+	VFMADD231PS Y10, Y9, Y8
+
+mainK7Done:
 	VPERM2F128 $0x20, Y5, Y1, Y9
 	VPERM2F128 $0x31, Y5, Y1, Y1
 	VADDPS     Y1, Y9, Y9
@@ -12556,35 +16704,38 @@ rest:
 	CMPQ   16(SP), $0x00000001
 	JL     done
 	VXORPS Y1, Y1, Y1
-	MOVQ   q_base+32(FP), AX
-	MOVQ   8(SP), CX
-	MOVQ   24(SP), DX
-	TESTQ  DX, DX
-	JZ     restTail
+	MOVQ   8(SP), AX
+	MOVQ   q_base+32(FP), CX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   24(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
 
-restStep:
-	VMOVUPS     (AX), Y2
-	VPMOVZXWD   (CX), Y3
-	VPSLLD      $0x10, Y3, Y3
-	VFMADD231PS Y2, Y3, Y1
-	ADDQ        $0x00000020, AX
-	ADDQ        $0x00000010, CX
-	DECQ        DX
-	JNZ         restStep
+restK0Step:
+	PREFETCHT1  (AX)(DX*1)
+	VPMOVZXWD   (AX), Y2
+	VPSLLD      $0x10, Y2, Y2
+	VFMADD231PS (CX), Y2, Y1
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000010, AX
+	DECQ        BX
+	JNZ         restK0Step
 
-restTail:
+restK0Tail:
 	MOVQ        32(SP), DX
 	TESTQ       DX, DX
-	JZ          restStore
-	SUBQ        DX, CX
-	SUBQ        40(SP), AX
-	VMASKMOVPS  (AX), Y0, Y2
-	VPMOVZXWD   (CX), Y3
-	VPSLLD      $0x10, Y3, Y3
-	VANDPS      Y0, Y3, Y3
-	VFMADD231PS Y2, Y3, Y1
+	JZ          restK0Done
+	SUBQ        DX, AX
+	SUBQ        40(SP), CX
+	VPMOVZXWD   (AX), Y2
+	VPSLLD      $0x10, Y2, Y2
+	VANDPS      Y0, Y2, Y2
+	VMASKMOVPS  (CX), Y0, Y3
+	VFMADD231PS Y3, Y2, Y1
 
-restStore:
+restK0Done:
 	VXORPS     Y2, Y2, Y2
 	VPERM2F128 $0x20, Y2, Y1, Y3
 	VPERM2F128 $0x31, Y2, Y1, Y1
@@ -12611,7 +16762,7 @@ done:
 	RET
 
 // func scoresBF16M2AVX2(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
-// Requires: AVX, AVX2, FMA3
+// Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·scoresBF16M2AVX2(SB), NOSPLIT, $48-104
 	MOVQ    s_base+0(FP), AX
 	MOVQ    AX, (SP)
@@ -12625,7 +16776,7 @@ TEXT ·scoresBF16M2AVX2(SB), NOSPLIT, $48-104
 	MOVQ    CX, 24(SP)
 	ANDQ    $0x07, AX
 	LEAQ    decodemask8<>+0(SB), CX
-	VMOVUPS (CX)(AX*4), Y0
+	VMOVUPS 32(CX)(AX*4), Y0
 	MOVQ    $0x00000008, CX
 	SUBQ    AX, CX
 	ANDQ    $0x07, CX
@@ -12646,71 +16797,154 @@ main:
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
 	VXORPS Y8, Y8, Y8
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	MOVQ   ldk+80(FP), CX
-	SHLQ   $0x01, CX
-	LEAQ   (CX)(CX*2), DX
-	MOVQ   q_base+32(FP), BX
-	MOVQ   8(SP), SI
-	MOVQ   24(SP), DI
-	TESTQ  DI, DI
-	JZ     mainTail
+	MOVQ   ldk+80(FP), AX
+	SHLQ   $0x01, AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   8(SP), DX
+	MOVQ   d+96(FP), BX
+	SHLQ   $0x02, BX
+	MOVQ   q_base+32(FP), SI
+	LEAQ   (DX), DI
+	MOVQ   ldk+80(FP), R8
+	SHLQ   $0x06, R8
+	MOVQ   24(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
 
-mainStep:
-	VMOVUPS     (BX), Y9
-	VMOVUPS     (BX)(AX*1), Y10
-	VPMOVZXWD   (SI), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y1
-	VFMADD231PS Y10, Y11, Y5
-	VPMOVZXWD   (SI)(CX*1), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y2
-	VFMADD231PS Y10, Y11, Y6
-	VPMOVZXWD   (SI)(CX*2), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y3
-	VFMADD231PS Y10, Y11, Y7
-	VPMOVZXWD   (SI)(DX*1), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y4
-	VFMADD231PS Y10, Y11, Y8
-	ADDQ        $0x00000020, BX
-	ADDQ        $0x00000010, SI
-	DECQ        DI
-	JNZ         mainStep
+mainK0Step:
+	PREFETCHT1  (DI)(R8*1)
+	VPMOVZXWD   (DI), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (SI), Y9, Y1
+	VFMADD231PS (SI)(BX*1), Y9, Y5
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, DI
+	DECQ        R9
+	JNZ         mainK0Step
 
-mainTail:
+mainK0Tail:
+	MOVQ        32(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK0Done
+	SUBQ        R8, DI
+	SUBQ        40(SP), SI
+	VPMOVZXWD   (DI), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y1
+	VMASKMOVPS  (SI)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y5
+
+mainK0Done:
+	MOVQ  d+96(FP), BX
+	SHLQ  $0x02, BX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(AX*1), DI
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (DI)(R8*1)
+	VPMOVZXWD   (DI), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (SI), Y9, Y2
+	VFMADD231PS (SI)(BX*1), Y9, Y6
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, DI
+	DECQ        R9
+	JNZ         mainK1Step
+
+mainK1Tail:
+	MOVQ        32(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK1Done
+	SUBQ        R8, DI
+	SUBQ        40(SP), SI
+	VPMOVZXWD   (DI), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y2
+	VMASKMOVPS  (SI)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y6
+
+mainK1Done:
+	MOVQ  d+96(FP), BX
+	SHLQ  $0x02, BX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(AX*2), AX
+	MOVQ  ldk+80(FP), DI
+	SHLQ  $0x06, DI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (AX)(DI*1)
+	VPMOVZXWD   (AX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (SI), Y9, Y3
+	VFMADD231PS (SI)(BX*1), Y9, Y7
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, AX
+	DECQ        R8
+	JNZ         mainK2Step
+
+mainK2Tail:
 	MOVQ        32(SP), DI
 	TESTQ       DI, DI
-	JZ          mainStore
-	SUBQ        DI, SI
-	SUBQ        40(SP), BX
-	VMASKMOVPS  (BX), Y0, Y9
-	VMASKMOVPS  (BX)(AX*1), Y0, Y10
-	VPMOVZXWD   (SI), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VANDPS      Y0, Y11, Y11
-	VFMADD231PS Y9, Y11, Y1
-	VFMADD231PS Y10, Y11, Y5
-	VPMOVZXWD   (SI)(CX*1), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VANDPS      Y0, Y11, Y11
-	VFMADD231PS Y9, Y11, Y2
-	VFMADD231PS Y10, Y11, Y6
-	VPMOVZXWD   (SI)(CX*2), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VANDPS      Y0, Y11, Y11
-	VFMADD231PS Y9, Y11, Y3
-	VFMADD231PS Y10, Y11, Y7
-	VPMOVZXWD   (SI)(DX*1), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VANDPS      Y0, Y11, Y11
-	VFMADD231PS Y9, Y11, Y4
-	VFMADD231PS Y10, Y11, Y8
+	JZ          mainK2Done
+	SUBQ        DI, AX
+	SUBQ        40(SP), SI
+	VPMOVZXWD   (AX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y3
+	VMASKMOVPS  (SI)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y7
 
-mainStore:
+mainK2Done:
+	MOVQ  d+96(FP), AX
+	SHLQ  $0x02, AX
+	MOVQ  q_base+32(FP), BX
+	LEAQ  (DX)(CX*1), CX
+	MOVQ  ldk+80(FP), DX
+	SHLQ  $0x06, DX
+	MOVQ  24(SP), SI
+	TESTQ SI, SI
+	JZ    mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (CX)(DX*1)
+	VPMOVZXWD   (CX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (BX), Y9, Y4
+	VFMADD231PS (BX)(AX*1), Y9, Y8
+	ADDQ        $0x00000020, BX
+	ADDQ        $0x00000010, CX
+	DECQ        SI
+	JNZ         mainK3Step
+
+mainK3Tail:
+	MOVQ        32(SP), DX
+	TESTQ       DX, DX
+	JZ          mainK3Done
+	SUBQ        DX, CX
+	SUBQ        40(SP), BX
+	VPMOVZXWD   (CX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (BX), Y0, Y10
+	VFMADD231PS Y10, Y9, Y4
+	VMASKMOVPS  (BX)(AX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y8
+
+mainK3Done:
 	VPERM2F128   $0x20, Y5, Y1, Y9
 	VPERM2F128   $0x31, Y5, Y1, Y1
 	VADDPS       Y1, Y9, Y9
@@ -12752,41 +16986,43 @@ rest:
 	JL     done
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	MOVQ   q_base+32(FP), CX
-	MOVQ   8(SP), DX
-	MOVQ   24(SP), BX
-	TESTQ  BX, BX
-	JZ     restTail
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	MOVQ   q_base+32(FP), DX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), BX
+	SHLQ   $0x06, BX
+	MOVQ   24(SP), SI
+	TESTQ  SI, SI
+	JZ     restK0Tail
 
-restStep:
-	VMOVUPS     (CX), Y3
-	VMOVUPS     (CX)(AX*1), Y4
-	VPMOVZXWD   (DX), Y5
-	VPSLLD      $0x10, Y5, Y5
-	VFMADD231PS Y3, Y5, Y1
-	VFMADD231PS Y4, Y5, Y2
-	ADDQ        $0x00000020, CX
-	ADDQ        $0x00000010, DX
-	DECQ        BX
-	JNZ         restStep
+restK0Step:
+	PREFETCHT1  (AX)(BX*1)
+	VPMOVZXWD   (AX), Y3
+	VPSLLD      $0x10, Y3, Y3
+	VFMADD231PS (DX), Y3, Y1
+	VFMADD231PS (DX)(CX*1), Y3, Y2
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000010, AX
+	DECQ        SI
+	JNZ         restK0Step
 
-restTail:
+restK0Tail:
 	MOVQ        32(SP), BX
 	TESTQ       BX, BX
-	JZ          restStore
-	SUBQ        BX, DX
-	SUBQ        40(SP), CX
-	VMASKMOVPS  (CX), Y0, Y3
-	VMASKMOVPS  (CX)(AX*1), Y0, Y4
-	VPMOVZXWD   (DX), Y5
-	VPSLLD      $0x10, Y5, Y5
-	VANDPS      Y0, Y5, Y5
-	VFMADD231PS Y3, Y5, Y1
-	VFMADD231PS Y4, Y5, Y2
+	JZ          restK0Done
+	SUBQ        BX, AX
+	SUBQ        40(SP), DX
+	VPMOVZXWD   (AX), Y3
+	VPSLLD      $0x10, Y3, Y3
+	VANDPS      Y0, Y3, Y3
+	VMASKMOVPS  (DX), Y0, Y4
+	VFMADD231PS Y4, Y3, Y1
+	VMASKMOVPS  (DX)(CX*1), Y0, Y4
+	VFMADD231PS Y4, Y3, Y2
 
-restStore:
+restK0Done:
 	VXORPS     Y3, Y3, Y3
 	VPERM2F128 $0x20, Y3, Y1, Y4
 	VPERM2F128 $0x31, Y3, Y1, Y1
@@ -12819,7 +17055,7 @@ done:
 	RET
 
 // func scoresBF16M4AVX2(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
-// Requires: AVX, AVX2, FMA3
+// Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·scoresBF16M4AVX2(SB), NOSPLIT, $48-104
 	MOVQ    s_base+0(FP), AX
 	MOVQ    AX, (SP)
@@ -12833,7 +17069,7 @@ TEXT ·scoresBF16M4AVX2(SB), NOSPLIT, $48-104
 	MOVQ    CX, 24(SP)
 	ANDQ    $0x07, AX
 	LEAQ    decodemask8<>+0(SB), CX
-	VMOVUPS (CX)(AX*4), Y0
+	VMOVUPS 32(CX)(AX*4), Y0
 	MOVQ    $0x00000008, CX
 	SUBQ    AX, CX
 	ANDQ    $0x07, CX
@@ -12854,65 +17090,95 @@ main:
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
 	VXORPS Y8, Y8, Y8
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	LEAQ   (AX)(AX*2), CX
-	MOVQ   ldk+80(FP), DX
-	SHLQ   $0x01, DX
-	MOVQ   q_base+32(FP), BX
-	MOVQ   8(SP), SI
-	MOVQ   24(SP), DI
-	TESTQ  DI, DI
-	JZ     mainTail
+	MOVQ   ldk+80(FP), AX
+	SHLQ   $0x01, AX
+	MOVQ   8(SP), CX
+	MOVQ   d+96(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	MOVQ   q_base+32(FP), SI
+	LEAQ   (CX), DI
+	MOVQ   ldk+80(FP), R8
+	SHLQ   $0x06, R8
+	MOVQ   24(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
 
-mainStep:
-	VMOVUPS     (BX), Y9
-	VMOVUPS     (BX)(AX*1), Y10
-	VMOVUPS     (BX)(AX*2), Y11
-	VMOVUPS     (BX)(CX*1), Y12
-	VPMOVZXWD   (SI), Y13
-	VPSLLD      $0x10, Y13, Y13
-	VFMADD231PS Y9, Y13, Y1
-	VFMADD231PS Y10, Y13, Y3
-	VFMADD231PS Y11, Y13, Y5
-	VFMADD231PS Y12, Y13, Y7
-	VPMOVZXWD   (SI)(DX*1), Y13
-	VPSLLD      $0x10, Y13, Y13
-	VFMADD231PS Y9, Y13, Y2
-	VFMADD231PS Y10, Y13, Y4
-	VFMADD231PS Y11, Y13, Y6
-	VFMADD231PS Y12, Y13, Y8
-	ADDQ        $0x00000020, BX
-	ADDQ        $0x00000010, SI
+mainK0Step:
+	PREFETCHT1  (DI)(R8*1)
+	VPMOVZXWD   (DI), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (SI), Y9, Y1
+	VFMADD231PS (SI)(DX*1), Y9, Y3
+	VFMADD231PS (SI)(DX*2), Y9, Y5
+	VFMADD231PS (SI)(BX*1), Y9, Y7
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, DI
+	DECQ        R9
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ        32(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK0Done
+	SUBQ        R8, DI
+	SUBQ        40(SP), SI
+	VPMOVZXWD   (DI), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y1
+	VMASKMOVPS  (SI)(DX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y3
+	VMASKMOVPS  (SI)(DX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y5
+	VMASKMOVPS  (SI)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y7
+
+mainK0Done:
+	MOVQ  d+96(FP), DX
+	SHLQ  $0x02, DX
+	LEAQ  (DX)(DX*2), BX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (CX)(AX*1), AX
+	MOVQ  ldk+80(FP), CX
+	SHLQ  $0x06, CX
+	MOVQ  24(SP), DI
+	TESTQ DI, DI
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (AX)(CX*1)
+	VPMOVZXWD   (AX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (SI), Y9, Y2
+	VFMADD231PS (SI)(DX*1), Y9, Y4
+	VFMADD231PS (SI)(DX*2), Y9, Y6
+	VFMADD231PS (SI)(BX*1), Y9, Y8
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, AX
 	DECQ        DI
-	JNZ         mainStep
+	JNZ         mainK1Step
 
-mainTail:
-	MOVQ        32(SP), DI
-	TESTQ       DI, DI
-	JZ          mainStore
-	SUBQ        DI, SI
-	SUBQ        40(SP), BX
-	VMASKMOVPS  (BX), Y0, Y9
-	VMASKMOVPS  (BX)(AX*1), Y0, Y10
-	VMASKMOVPS  (BX)(AX*2), Y0, Y11
-	VMASKMOVPS  (BX)(CX*1), Y0, Y12
-	VPMOVZXWD   (SI), Y13
-	VPSLLD      $0x10, Y13, Y13
-	VANDPS      Y0, Y13, Y13
-	VFMADD231PS Y9, Y13, Y1
-	VFMADD231PS Y10, Y13, Y3
-	VFMADD231PS Y11, Y13, Y5
-	VFMADD231PS Y12, Y13, Y7
-	VPMOVZXWD   (SI)(DX*1), Y13
-	VPSLLD      $0x10, Y13, Y13
-	VANDPS      Y0, Y13, Y13
-	VFMADD231PS Y9, Y13, Y2
-	VFMADD231PS Y10, Y13, Y4
-	VFMADD231PS Y11, Y13, Y6
-	VFMADD231PS Y12, Y13, Y8
+mainK1Tail:
+	MOVQ        32(SP), CX
+	TESTQ       CX, CX
+	JZ          mainK1Done
+	SUBQ        CX, AX
+	SUBQ        40(SP), SI
+	VPMOVZXWD   (AX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y2
+	VMASKMOVPS  (SI)(DX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y4
+	VMASKMOVPS  (SI)(DX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y6
+	VMASKMOVPS  (SI)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y8
 
-mainStore:
+mainK1Done:
 	VPERM2F128   $0x20, Y5, Y1, Y9
 	VPERM2F128   $0x31, Y5, Y1, Y1
 	VADDPS       Y1, Y9, Y9
@@ -12960,50 +17226,50 @@ rest:
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	LEAQ   (AX)(AX*2), CX
-	MOVQ   q_base+32(FP), DX
-	MOVQ   8(SP), BX
-	MOVQ   24(SP), SI
-	TESTQ  SI, SI
-	JZ     restTail
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), SI
+	SHLQ   $0x06, SI
+	MOVQ   24(SP), DI
+	TESTQ  DI, DI
+	JZ     restK0Tail
 
-restStep:
-	VMOVUPS     (DX), Y5
-	VMOVUPS     (DX)(AX*1), Y6
-	VMOVUPS     (DX)(AX*2), Y7
-	VMOVUPS     (DX)(CX*1), Y8
-	VPMOVZXWD   (BX), Y9
-	VPSLLD      $0x10, Y9, Y9
-	VFMADD231PS Y5, Y9, Y1
-	VFMADD231PS Y6, Y9, Y2
-	VFMADD231PS Y7, Y9, Y3
-	VFMADD231PS Y8, Y9, Y4
-	ADDQ        $0x00000020, DX
-	ADDQ        $0x00000010, BX
-	DECQ        SI
-	JNZ         restStep
+restK0Step:
+	PREFETCHT1  (AX)(SI*1)
+	VPMOVZXWD   (AX), Y5
+	VPSLLD      $0x10, Y5, Y5
+	VFMADD231PS (BX), Y5, Y1
+	VFMADD231PS (BX)(CX*1), Y5, Y2
+	VFMADD231PS (BX)(CX*2), Y5, Y3
+	VFMADD231PS (BX)(DX*1), Y5, Y4
+	ADDQ        $0x00000020, BX
+	ADDQ        $0x00000010, AX
+	DECQ        DI
+	JNZ         restK0Step
 
-restTail:
+restK0Tail:
 	MOVQ        32(SP), SI
 	TESTQ       SI, SI
-	JZ          restStore
-	SUBQ        SI, BX
-	SUBQ        40(SP), DX
-	VMASKMOVPS  (DX), Y0, Y5
-	VMASKMOVPS  (DX)(AX*1), Y0, Y6
-	VMASKMOVPS  (DX)(AX*2), Y0, Y7
-	VMASKMOVPS  (DX)(CX*1), Y0, Y8
-	VPMOVZXWD   (BX), Y9
-	VPSLLD      $0x10, Y9, Y9
-	VANDPS      Y0, Y9, Y9
-	VFMADD231PS Y5, Y9, Y1
-	VFMADD231PS Y6, Y9, Y2
-	VFMADD231PS Y7, Y9, Y3
-	VFMADD231PS Y8, Y9, Y4
+	JZ          restK0Done
+	SUBQ        SI, AX
+	SUBQ        40(SP), BX
+	VPMOVZXWD   (AX), Y5
+	VPSLLD      $0x10, Y5, Y5
+	VANDPS      Y0, Y5, Y5
+	VMASKMOVPS  (BX), Y0, Y6
+	VFMADD231PS Y6, Y5, Y1
+	VMASKMOVPS  (BX)(CX*1), Y0, Y6
+	VFMADD231PS Y6, Y5, Y2
+	VMASKMOVPS  (BX)(CX*2), Y0, Y6
+	VFMADD231PS Y6, Y5, Y3
+	VMASKMOVPS  (BX)(DX*1), Y0, Y6
+	VFMADD231PS Y6, Y5, Y4
 
-restStore:
+restK0Done:
 	VXORPS     Y5, Y5, Y5
 	VPERM2F128 $0x20, Y5, Y1, Y6
 	VPERM2F128 $0x31, Y5, Y1, Y1
@@ -13048,7 +17314,7 @@ done:
 	RET
 
 // func scoresBF16M8AVX2(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
-// Requires: AVX, AVX2, FMA3
+// Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·scoresBF16M8AVX2(SB), NOSPLIT, $48-104
 	MOVQ    s_base+0(FP), AX
 	MOVQ    AX, (SP)
@@ -13062,7 +17328,7 @@ TEXT ·scoresBF16M8AVX2(SB), NOSPLIT, $48-104
 	MOVQ    CX, 24(SP)
 	ANDQ    $0x07, AX
 	LEAQ    decodemask8<>+0(SB), CX
-	VMOVUPS (CX)(AX*4), Y0
+	VMOVUPS 32(CX)(AX*4), Y0
 	MOVQ    $0x00000008, CX
 	SUBQ    AX, CX
 	ANDQ    $0x07, CX
@@ -13083,61 +17349,65 @@ main:
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
 	VXORPS Y8, Y8, Y8
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	LEAQ   (AX)(AX*2), CX
-	MOVQ   q_base+32(FP), DX
-	LEAQ   (DX)(AX*4), BX
-	MOVQ   8(SP), SI
-	MOVQ   24(SP), DI
-	TESTQ  DI, DI
-	JZ     mainTail
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (BX)(CX*4), SI
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), DI
+	SHLQ   $0x06, DI
+	MOVQ   24(SP), R8
+	TESTQ  R8, R8
+	JZ     mainK0Tail
 
-mainStep:
-	VPMOVZXWD   (SI), Y9
+mainK0Step:
+	PREFETCHT1  (AX)(DI*1)
+	VPMOVZXWD   (AX), Y9
 	VPSLLD      $0x10, Y9, Y9
-	VFMADD231PS (DX), Y9, Y1
-	VFMADD231PS (DX)(AX*1), Y9, Y2
-	VFMADD231PS (DX)(AX*2), Y9, Y3
-	VFMADD231PS (DX)(CX*1), Y9, Y4
-	VFMADD231PS (BX), Y9, Y5
-	VFMADD231PS (BX)(AX*1), Y9, Y6
-	VFMADD231PS (BX)(AX*2), Y9, Y7
-	VFMADD231PS (BX)(CX*1), Y9, Y8
-	ADDQ        $0x00000020, DX
+	VFMADD231PS (BX), Y9, Y1
+	VFMADD231PS (BX)(CX*1), Y9, Y2
+	VFMADD231PS (BX)(CX*2), Y9, Y3
+	VFMADD231PS (BX)(DX*1), Y9, Y4
+	VFMADD231PS (SI), Y9, Y5
+	VFMADD231PS (SI)(CX*1), Y9, Y6
+	VFMADD231PS (SI)(CX*2), Y9, Y7
+	VFMADD231PS (SI)(DX*1), Y9, Y8
 	ADDQ        $0x00000020, BX
-	ADDQ        $0x00000010, SI
-	DECQ        DI
-	JNZ         mainStep
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, AX
+	DECQ        R8
+	JNZ         mainK0Step
 
-mainTail:
+mainK0Tail:
 	MOVQ        32(SP), DI
 	TESTQ       DI, DI
-	JZ          mainStore
-	SUBQ        DI, SI
-	SUBQ        40(SP), DX
+	JZ          mainK0Done
+	SUBQ        DI, AX
 	SUBQ        40(SP), BX
-	VPMOVZXWD   (SI), Y9
+	SUBQ        40(SP), SI
+	VPMOVZXWD   (AX), Y9
 	VPSLLD      $0x10, Y9, Y9
 	VANDPS      Y0, Y9, Y9
-	VMASKMOVPS  (DX), Y0, Y10
-	VFMADD231PS Y10, Y9, Y1
-	VMASKMOVPS  (DX)(AX*1), Y0, Y10
-	VFMADD231PS Y10, Y9, Y2
-	VMASKMOVPS  (DX)(AX*2), Y0, Y10
-	VFMADD231PS Y10, Y9, Y3
-	VMASKMOVPS  (DX)(CX*1), Y0, Y10
-	VFMADD231PS Y10, Y9, Y4
 	VMASKMOVPS  (BX), Y0, Y10
-	VFMADD231PS Y10, Y9, Y5
-	VMASKMOVPS  (BX)(AX*1), Y0, Y10
-	VFMADD231PS Y10, Y9, Y6
-	VMASKMOVPS  (BX)(AX*2), Y0, Y10
-	VFMADD231PS Y10, Y9, Y7
+	VFMADD231PS Y10, Y9, Y1
 	VMASKMOVPS  (BX)(CX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y2
+	VMASKMOVPS  (BX)(CX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y3
+	VMASKMOVPS  (BX)(DX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y4
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y5
+	VMASKMOVPS  (SI)(CX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y6
+	VMASKMOVPS  (SI)(CX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y7
+	VMASKMOVPS  (SI)(DX*1), Y0, Y10
 	VFMADD231PS Y10, Y9, Y8
 
-mainStore:
+mainK0Done:
 	VPERM2F128   $0x20, Y5, Y1, Y9
 	VPERM2F128   $0x31, Y5, Y1, Y1
 	VADDPS       Y1, Y9, Y9
@@ -13188,8 +17458,8 @@ done:
 	RET
 
 // func accumBF16M1AVX2(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv int, n int, d int)
-// Requires: AVX, AVX2, CMOV, FMA3
-TEXT ·accumBF16M1AVX2(SB), NOSPLIT, $56-112
+// Requires: AVX, AVX2, CMOV, FMA3, MMX+
+TEXT ·accumBF16M1AVX2(SB), $184-112
 	MOVQ p_base+32(FP), AX
 	MOVQ AX, 16(SP)
 	MOVQ v_base+64(FP), AX
@@ -13198,20 +17468,78 @@ TEXT ·accumBF16M1AVX2(SB), NOSPLIT, $56-112
 	MOVQ AX, 40(SP)
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x03, AX
-	MOVQ    AX, 48(SP)
+	MOVQ       40(SP), AX
+	TESTQ      AX, AX
+	JZ         done
+	MOVQ       $0x00000020, CX
+	CMPQ       AX, CX
+	CMOVQGT    CX, AX
+	MOVQ       AX, 32(SP)
+	MOVQ       16(SP), CX
+	MOVQ       ldp+56(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       AX, DX
+	SUBQ       $0x00000000, DX
+	XORQ       BX, BX
+	CMPQ       DX, BX
+	CMOVQLT    BX, DX
+	MOVQ       $0x00000008, BX
+	CMPQ       DX, BX
+	CMOVQGT    BX, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	LEAQ       decodemask8<>+0(SB), DX
+	VMOVUPS    (DX)(BX*4), Y0
+	MOVQ       AX, DX
+	SUBQ       $0x00000008, DX
+	XORQ       BX, BX
+	CMPQ       DX, BX
+	CMOVQLT    BX, DX
+	MOVQ       $0x00000008, BX
+	CMPQ       DX, BX
+	CMOVQGT    BX, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	LEAQ       decodemask8<>+0(SB), DX
+	VMOVUPS    (DX)(BX*4), Y1
+	MOVQ       AX, DX
+	SUBQ       $0x00000010, DX
+	XORQ       BX, BX
+	CMPQ       DX, BX
+	CMOVQLT    BX, DX
+	MOVQ       $0x00000008, BX
+	CMPQ       DX, BX
+	CMOVQGT    BX, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	LEAQ       decodemask8<>+0(SB), DX
+	VMOVUPS    (DX)(BX*4), Y2
+	SUBQ       $0x00000018, AX
+	XORQ       DX, DX
+	CMPQ       AX, DX
+	CMOVQLT    DX, AX
+	MOVQ       $0x00000008, DX
+	CMPQ       AX, DX
+	CMOVQGT    DX, AX
+	MOVQ       $0x00000008, DX
+	SUBQ       AX, DX
+	LEAQ       decodemask8<>+0(SB), AX
+	VMOVUPS    (AX)(DX*4), Y3
+	VMASKMOVPS (CX), Y0, Y0
+	VMOVUPS    Y0, 56(SP)
+	VMASKMOVPS 32(CX), Y1, Y0
+	VMOVUPS    Y0, 88(SP)
+	VMASKMOVPS 64(CX), Y2, Y0
+	VMOVUPS    Y0, 120(SP)
+	VMASKMOVPS 96(CX), Y3, Y0
+	VMOVUPS    Y0, 152(SP)
+	MOVQ       o_base+0(FP), AX
+	MOVQ       AX, (SP)
+	MOVQ       24(SP), AX
+	MOVQ       AX, 8(SP)
+	MOVQ       d+104(FP), AX
+	SHRQ       $0x03, AX
+	MOVQ       AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000008
@@ -13225,13 +17553,17 @@ full:
 	VMOVUPS 160(AX), Y5
 	VMOVUPS 192(AX), Y6
 	VMOVUPS 224(AX), Y7
-	MOVQ    16(SP), AX
+	LEAQ    56(SP), AX
 	MOVQ    8(SP), CX
 	MOVQ    ldv+88(FP), DX
 	SHLQ    $0x01, DX
-	MOVQ    32(SP), BX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys1:
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
 	VBROADCASTSS (AX), Y8
 	VPMOVZXWD    (CX), Y9
 	VPSLLD       $0x10, Y9, Y9
@@ -13259,7 +17591,7 @@ keys1:
 	VFMADD231PS  Y8, Y9, Y7
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys1
 	MOVQ         (SP), AX
 	VMOVUPS      Y0, (AX)
@@ -13283,13 +17615,16 @@ chunk4:
 	VMOVUPS 32(AX), Y1
 	VMOVUPS 64(AX), Y2
 	VMOVUPS 96(AX), Y3
-	MOVQ    16(SP), AX
+	LEAQ    56(SP), AX
 	MOVQ    8(SP), CX
 	MOVQ    ldv+88(FP), DX
 	SHLQ    $0x01, DX
-	MOVQ    32(SP), BX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys2:
+	PREFETCHT1   (CX)(BX*1)
 	VBROADCASTSS (AX), Y4
 	VPMOVZXWD    (CX), Y5
 	VPSLLD       $0x10, Y5, Y5
@@ -13305,7 +17640,7 @@ keys2:
 	VFMADD231PS  Y4, Y5, Y3
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys2
 	MOVQ         (SP), AX
 	VMOVUPS      Y0, (AX)
@@ -13322,13 +17657,16 @@ chunk2:
 	MOVQ    (SP), AX
 	VMOVUPS (AX), Y0
 	VMOVUPS 32(AX), Y1
-	MOVQ    16(SP), AX
+	LEAQ    56(SP), AX
 	MOVQ    8(SP), CX
 	MOVQ    ldv+88(FP), DX
 	SHLQ    $0x01, DX
-	MOVQ    32(SP), BX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys3:
+	PREFETCHT1   (CX)(BX*1)
 	VBROADCASTSS (AX), Y2
 	VPMOVZXWD    (CX), Y3
 	VPSLLD       $0x10, Y3, Y3
@@ -13338,7 +17676,7 @@ keys3:
 	VFMADD231PS  Y2, Y3, Y1
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys3
 	MOVQ         (SP), AX
 	VMOVUPS      Y0, (AX)
@@ -13352,20 +17690,23 @@ chunk1:
 	JL      chunk0
 	MOVQ    (SP), AX
 	VMOVUPS (AX), Y0
-	MOVQ    16(SP), AX
+	LEAQ    56(SP), AX
 	MOVQ    8(SP), CX
 	MOVQ    ldv+88(FP), DX
 	SHLQ    $0x01, DX
-	MOVQ    32(SP), BX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys4:
+	PREFETCHT1   (CX)(BX*1)
 	VBROADCASTSS (AX), Y1
 	VPMOVZXWD    (CX), Y2
 	VPSLLD       $0x10, Y2, Y2
 	VFMADD231PS  Y1, Y2, Y0
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys4
 	MOVQ         (SP), AX
 	VMOVUPS      Y0, (AX)
@@ -13380,7 +17721,7 @@ chunk0:
 	MOVQ       d+104(FP), AX
 	ANDQ       $0x07, AX
 	LEAQ       decodemask8<>+0(SB), CX
-	VMOVUPS    (CX)(AX*4), Y0
+	VMOVUPS    32(CX)(AX*4), Y0
 	MOVQ       (SP), AX
 	MOVQ       d+104(FP), CX
 	ANDQ       $0x07, CX
@@ -13390,7 +17731,7 @@ chunk0:
 	SHLQ       $0x02, DX
 	SUBQ       DX, AX
 	VMASKMOVPS (AX), Y0, Y0
-	MOVQ       16(SP), AX
+	LEAQ       56(SP), AX
 	MOVQ       8(SP), CX
 	MOVQ       d+104(FP), DX
 	ANDQ       $0x07, DX
@@ -13401,21 +17742,24 @@ chunk0:
 	SUBQ       BX, CX
 	MOVQ       ldv+88(FP), DX
 	SHLQ       $0x01, DX
-	MOVQ       32(SP), BX
+	MOVQ       DX, BX
+	SHLQ       $0x05, BX
+	MOVQ       32(SP), SI
 
 keys5:
+	PREFETCHT1   (CX)(BX*1)
 	VBROADCASTSS (AX), Y1
 	VPMOVZXWD    (CX), Y2
 	VPSLLD       $0x10, Y2, Y2
 	VFMADD231PS  Y1, Y2, Y0
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys5
 	MOVQ         d+104(FP), AX
 	ANDQ         $0x07, AX
 	LEAQ         decodemask8<>+0(SB), CX
-	VMOVUPS      (CX)(AX*4), Y1
+	VMOVUPS      32(CX)(AX*4), Y1
 	MOVQ         (SP), AX
 	MOVQ         d+104(FP), CX
 	ANDQ         $0x07, CX
@@ -13443,8 +17787,8 @@ done:
 	RET
 
 // func accumBF16M2AVX2(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv int, n int, d int)
-// Requires: AVX, AVX2, CMOV, FMA3
-TEXT ·accumBF16M2AVX2(SB), NOSPLIT, $56-112
+// Requires: AVX, AVX2, CMOV, FMA3, MMX+
+TEXT ·accumBF16M2AVX2(SB), $312-112
 	MOVQ p_base+32(FP), AX
 	MOVQ AX, 16(SP)
 	MOVQ v_base+64(FP), AX
@@ -13453,20 +17797,86 @@ TEXT ·accumBF16M2AVX2(SB), NOSPLIT, $56-112
 	MOVQ AX, 40(SP)
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x03, AX
-	MOVQ    AX, 48(SP)
+	MOVQ       40(SP), AX
+	TESTQ      AX, AX
+	JZ         done
+	MOVQ       $0x00000020, CX
+	CMPQ       AX, CX
+	CMOVQGT    CX, AX
+	MOVQ       AX, 32(SP)
+	MOVQ       16(SP), CX
+	MOVQ       ldp+56(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       AX, BX
+	SUBQ       $0x00000000, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y0
+	MOVQ       AX, BX
+	SUBQ       $0x00000008, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y1
+	MOVQ       AX, BX
+	SUBQ       $0x00000010, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y2
+	SUBQ       $0x00000018, AX
+	XORQ       BX, BX
+	CMPQ       AX, BX
+	CMOVQLT    BX, AX
+	MOVQ       $0x00000008, BX
+	CMPQ       AX, BX
+	CMOVQGT    BX, AX
+	MOVQ       $0x00000008, BX
+	SUBQ       AX, BX
+	LEAQ       decodemask8<>+0(SB), AX
+	VMOVUPS    (AX)(BX*4), Y3
+	VMASKMOVPS (CX), Y0, Y4
+	VMOVUPS    Y4, 56(SP)
+	VMASKMOVPS 32(CX), Y1, Y4
+	VMOVUPS    Y4, 88(SP)
+	VMASKMOVPS 64(CX), Y2, Y4
+	VMOVUPS    Y4, 120(SP)
+	VMASKMOVPS 96(CX), Y3, Y4
+	VMOVUPS    Y4, 152(SP)
+	VMASKMOVPS (CX)(DX*1), Y0, Y0
+	VMOVUPS    Y0, 184(SP)
+	VMASKMOVPS 32(CX)(DX*1), Y1, Y0
+	VMOVUPS    Y0, 216(SP)
+	VMASKMOVPS 64(CX)(DX*1), Y2, Y0
+	VMOVUPS    Y0, 248(SP)
+	VMASKMOVPS 96(CX)(DX*1), Y3, Y0
+	VMOVUPS    Y0, 280(SP)
+	MOVQ       o_base+0(FP), AX
+	MOVQ       AX, (SP)
+	MOVQ       24(SP), AX
+	MOVQ       AX, 8(SP)
+	MOVQ       d+104(FP), AX
+	SHRQ       $0x03, AX
+	MOVQ       AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000004
@@ -13482,35 +17892,36 @@ full:
 	VMOVUPS 32(AX)(CX*1), Y5
 	VMOVUPS 64(AX)(CX*1), Y6
 	VMOVUPS 96(AX)(CX*1), Y7
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	MOVQ    16(SP), CX
-	MOVQ    8(SP), DX
-	MOVQ    ldv+88(FP), BX
-	SHLQ    $0x01, BX
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x01, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
 	MOVQ    32(SP), SI
 
 keys1:
-	VBROADCASTSS (CX), Y8
-	VBROADCASTSS (CX)(AX*1), Y9
-	VPMOVZXWD    (DX), Y10
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y8
+	VBROADCASTSS 128(AX), Y9
+	VPMOVZXWD    (CX), Y10
 	VPSLLD       $0x10, Y10, Y10
 	VFMADD231PS  Y8, Y10, Y0
 	VFMADD231PS  Y9, Y10, Y4
-	VPMOVZXWD    16(DX), Y10
+	VPMOVZXWD    16(CX), Y10
 	VPSLLD       $0x10, Y10, Y10
 	VFMADD231PS  Y8, Y10, Y1
 	VFMADD231PS  Y9, Y10, Y5
-	VPMOVZXWD    32(DX), Y10
+	VPMOVZXWD    32(CX), Y10
 	VPSLLD       $0x10, Y10, Y10
 	VFMADD231PS  Y8, Y10, Y2
 	VFMADD231PS  Y9, Y10, Y6
-	VPMOVZXWD    48(DX), Y10
+	VPMOVZXWD    48(CX), Y10
 	VPSLLD       $0x10, Y10, Y10
 	VFMADD231PS  Y8, Y10, Y3
 	VFMADD231PS  Y9, Y10, Y7
-	ADDQ         $0x00000004, CX
-	ADDQ         BX, DX
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
 	DECQ         SI
 	JNZ          keys1
 	MOVQ         (SP), AX
@@ -13539,27 +17950,28 @@ chunk2:
 	VMOVUPS 32(AX), Y1
 	VMOVUPS (AX)(CX*1), Y2
 	VMOVUPS 32(AX)(CX*1), Y3
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	MOVQ    16(SP), CX
-	MOVQ    8(SP), DX
-	MOVQ    ldv+88(FP), BX
-	SHLQ    $0x01, BX
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x01, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
 	MOVQ    32(SP), SI
 
 keys2:
-	VBROADCASTSS (CX), Y4
-	VBROADCASTSS (CX)(AX*1), Y5
-	VPMOVZXWD    (DX), Y6
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y4
+	VBROADCASTSS 128(AX), Y5
+	VPMOVZXWD    (CX), Y6
 	VPSLLD       $0x10, Y6, Y6
 	VFMADD231PS  Y4, Y6, Y0
 	VFMADD231PS  Y5, Y6, Y2
-	VPMOVZXWD    16(DX), Y6
+	VPMOVZXWD    16(CX), Y6
 	VPSLLD       $0x10, Y6, Y6
 	VFMADD231PS  Y4, Y6, Y1
 	VFMADD231PS  Y5, Y6, Y3
-	ADDQ         $0x00000004, CX
-	ADDQ         BX, DX
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
 	DECQ         SI
 	JNZ          keys2
 	MOVQ         (SP), AX
@@ -13581,23 +17993,24 @@ chunk1:
 	SHLQ    $0x02, CX
 	VMOVUPS (AX), Y0
 	VMOVUPS (AX)(CX*1), Y1
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	MOVQ    16(SP), CX
-	MOVQ    8(SP), DX
-	MOVQ    ldv+88(FP), BX
-	SHLQ    $0x01, BX
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x01, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
 	MOVQ    32(SP), SI
 
 keys3:
-	VBROADCASTSS (CX), Y2
-	VBROADCASTSS (CX)(AX*1), Y3
-	VPMOVZXWD    (DX), Y4
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y2
+	VBROADCASTSS 128(AX), Y3
+	VPMOVZXWD    (CX), Y4
 	VPSLLD       $0x10, Y4, Y4
 	VFMADD231PS  Y2, Y4, Y0
 	VFMADD231PS  Y3, Y4, Y1
-	ADDQ         $0x00000004, CX
-	ADDQ         BX, DX
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
 	DECQ         SI
 	JNZ          keys3
 	MOVQ         (SP), AX
@@ -13616,7 +18029,7 @@ chunk0:
 	MOVQ       d+104(FP), AX
 	ANDQ       $0x07, AX
 	LEAQ       decodemask8<>+0(SB), CX
-	VMOVUPS    (CX)(AX*4), Y0
+	VMOVUPS    32(CX)(AX*4), Y0
 	MOVQ       (SP), AX
 	MOVQ       d+104(FP), CX
 	ANDQ       $0x07, CX
@@ -13629,36 +18042,37 @@ chunk0:
 	SHLQ       $0x02, CX
 	VMASKMOVPS (AX), Y0, Y1
 	VMASKMOVPS (AX)(CX*1), Y0, Y0
-	MOVQ       ldp+56(FP), AX
-	SHLQ       $0x02, AX
-	MOVQ       16(SP), CX
-	MOVQ       8(SP), DX
-	MOVQ       d+104(FP), BX
+	LEAQ       56(SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	ANDQ       $0x07, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
 	ANDQ       $0x07, BX
-	MOVQ       $0x00000008, SI
-	SUBQ       BX, SI
-	ANDQ       $0x07, SI
-	SHLQ       $0x01, SI
-	SUBQ       SI, DX
-	MOVQ       ldv+88(FP), BX
 	SHLQ       $0x01, BX
+	SUBQ       BX, CX
+	MOVQ       ldv+88(FP), DX
+	SHLQ       $0x01, DX
+	MOVQ       DX, BX
+	SHLQ       $0x05, BX
 	MOVQ       32(SP), SI
 
 keys4:
-	VBROADCASTSS (CX), Y2
-	VBROADCASTSS (CX)(AX*1), Y3
-	VPMOVZXWD    (DX), Y4
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y2
+	VBROADCASTSS 128(AX), Y3
+	VPMOVZXWD    (CX), Y4
 	VPSLLD       $0x10, Y4, Y4
 	VFMADD231PS  Y2, Y4, Y1
 	VFMADD231PS  Y3, Y4, Y0
-	ADDQ         $0x00000004, CX
-	ADDQ         BX, DX
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
 	DECQ         SI
 	JNZ          keys4
 	MOVQ         d+104(FP), AX
 	ANDQ         $0x07, AX
 	LEAQ         decodemask8<>+0(SB), CX
-	VMOVUPS      (CX)(AX*4), Y2
+	VMOVUPS      32(CX)(AX*4), Y2
 	MOVQ         (SP), AX
 	MOVQ         d+104(FP), CX
 	ANDQ         $0x07, CX
@@ -13689,8 +18103,8 @@ done:
 	RET
 
 // func accumBF16M4AVX2(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv int, n int, d int)
-// Requires: AVX, AVX2, CMOV, FMA3
-TEXT ·accumBF16M4AVX2(SB), NOSPLIT, $56-112
+// Requires: AVX, AVX2, CMOV, FMA3, MMX+
+TEXT ·accumBF16M4AVX2(SB), $568-112
 	MOVQ p_base+32(FP), AX
 	MOVQ AX, 16(SP)
 	MOVQ v_base+64(FP), AX
@@ -13699,20 +18113,103 @@ TEXT ·accumBF16M4AVX2(SB), NOSPLIT, $56-112
 	MOVQ AX, 40(SP)
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x03, AX
-	MOVQ    AX, 48(SP)
+	MOVQ       40(SP), AX
+	TESTQ      AX, AX
+	JZ         done
+	MOVQ       $0x00000020, CX
+	CMPQ       AX, CX
+	CMOVQGT    CX, AX
+	MOVQ       AX, 32(SP)
+	MOVQ       16(SP), CX
+	MOVQ       ldp+56(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       AX, BX
+	SUBQ       $0x00000000, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y0
+	MOVQ       AX, BX
+	SUBQ       $0x00000008, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y1
+	MOVQ       AX, BX
+	SUBQ       $0x00000010, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y2
+	SUBQ       $0x00000018, AX
+	XORQ       BX, BX
+	CMPQ       AX, BX
+	CMOVQLT    BX, AX
+	MOVQ       $0x00000008, BX
+	CMPQ       AX, BX
+	CMOVQGT    BX, AX
+	MOVQ       $0x00000008, BX
+	SUBQ       AX, BX
+	LEAQ       decodemask8<>+0(SB), AX
+	VMOVUPS    (AX)(BX*4), Y3
+	VMASKMOVPS (CX), Y0, Y4
+	VMOVUPS    Y4, 56(SP)
+	VMASKMOVPS 32(CX), Y1, Y4
+	VMOVUPS    Y4, 88(SP)
+	VMASKMOVPS 64(CX), Y2, Y4
+	VMOVUPS    Y4, 120(SP)
+	VMASKMOVPS 96(CX), Y3, Y4
+	VMOVUPS    Y4, 152(SP)
+	VMASKMOVPS (CX)(DX*1), Y0, Y4
+	VMOVUPS    Y4, 184(SP)
+	VMASKMOVPS 32(CX)(DX*1), Y1, Y4
+	VMOVUPS    Y4, 216(SP)
+	VMASKMOVPS 64(CX)(DX*1), Y2, Y4
+	VMOVUPS    Y4, 248(SP)
+	VMASKMOVPS 96(CX)(DX*1), Y3, Y4
+	VMOVUPS    Y4, 280(SP)
+	VMASKMOVPS (CX)(DX*2), Y0, Y4
+	VMOVUPS    Y4, 312(SP)
+	VMASKMOVPS 32(CX)(DX*2), Y1, Y4
+	VMOVUPS    Y4, 344(SP)
+	VMASKMOVPS 64(CX)(DX*2), Y2, Y4
+	VMOVUPS    Y4, 376(SP)
+	VMASKMOVPS 96(CX)(DX*2), Y3, Y4
+	VMOVUPS    Y4, 408(SP)
+	LEAQ       (CX)(DX*2), AX
+	VMASKMOVPS (AX)(DX*1), Y0, Y0
+	VMOVUPS    Y0, 440(SP)
+	VMASKMOVPS 32(AX)(DX*1), Y1, Y0
+	VMOVUPS    Y0, 472(SP)
+	VMASKMOVPS 64(AX)(DX*1), Y2, Y0
+	VMOVUPS    Y0, 504(SP)
+	VMASKMOVPS 96(AX)(DX*1), Y3, Y0
+	VMOVUPS    Y0, 536(SP)
+	MOVQ       o_base+0(FP), AX
+	MOVQ       AX, (SP)
+	MOVQ       24(SP), AX
+	MOVQ       AX, 8(SP)
+	MOVQ       d+104(FP), AX
+	SHRQ       $0x03, AX
+	MOVQ       AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000002
@@ -13729,35 +18226,35 @@ full:
 	LEAQ    (AX)(CX*2), AX
 	VMOVUPS (AX)(CX*1), Y6
 	VMOVUPS 32(AX)(CX*1), Y7
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	LEAQ    (AX)(AX*2), CX
-	MOVQ    16(SP), DX
-	MOVQ    8(SP), BX
-	MOVQ    ldv+88(FP), SI
-	SHLQ    $0x01, SI
-	MOVQ    32(SP), DI
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x01, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys1:
-	VBROADCASTSS (DX), Y8
-	VBROADCASTSS (DX)(AX*1), Y9
-	VBROADCASTSS (DX)(AX*2), Y10
-	VBROADCASTSS (DX)(CX*1), Y11
-	VPMOVZXWD    (BX), Y12
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y8
+	VBROADCASTSS 128(AX), Y9
+	VBROADCASTSS 256(AX), Y10
+	VBROADCASTSS 384(AX), Y11
+	VPMOVZXWD    (CX), Y12
 	VPSLLD       $0x10, Y12, Y12
 	VFMADD231PS  Y8, Y12, Y0
 	VFMADD231PS  Y9, Y12, Y2
 	VFMADD231PS  Y10, Y12, Y4
 	VFMADD231PS  Y11, Y12, Y6
-	VPMOVZXWD    16(BX), Y12
+	VPMOVZXWD    16(CX), Y12
 	VPSLLD       $0x10, Y12, Y12
 	VFMADD231PS  Y8, Y12, Y1
 	VFMADD231PS  Y9, Y12, Y3
 	VFMADD231PS  Y10, Y12, Y5
 	VFMADD231PS  Y11, Y12, Y7
-	ADDQ         $0x00000004, DX
-	ADDQ         SI, BX
-	DECQ         DI
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys1
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -13787,29 +18284,29 @@ chunk1:
 	VMOVUPS (AX)(CX*2), Y2
 	LEAQ    (AX)(CX*2), AX
 	VMOVUPS (AX)(CX*1), Y3
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	LEAQ    (AX)(AX*2), CX
-	MOVQ    16(SP), DX
-	MOVQ    8(SP), BX
-	MOVQ    ldv+88(FP), SI
-	SHLQ    $0x01, SI
-	MOVQ    32(SP), DI
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x01, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys2:
-	VBROADCASTSS (DX), Y4
-	VBROADCASTSS (DX)(AX*1), Y5
-	VBROADCASTSS (DX)(AX*2), Y6
-	VBROADCASTSS (DX)(CX*1), Y7
-	VPMOVZXWD    (BX), Y8
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y4
+	VBROADCASTSS 128(AX), Y5
+	VBROADCASTSS 256(AX), Y6
+	VBROADCASTSS 384(AX), Y7
+	VPMOVZXWD    (CX), Y8
 	VPSLLD       $0x10, Y8, Y8
 	VFMADD231PS  Y4, Y8, Y0
 	VFMADD231PS  Y5, Y8, Y1
 	VFMADD231PS  Y6, Y8, Y2
 	VFMADD231PS  Y7, Y8, Y3
-	ADDQ         $0x00000004, DX
-	ADDQ         SI, BX
-	DECQ         DI
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys2
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -13830,7 +18327,7 @@ chunk0:
 	MOVQ       d+104(FP), AX
 	ANDQ       $0x07, AX
 	LEAQ       decodemask8<>+0(SB), CX
-	VMOVUPS    (CX)(AX*4), Y0
+	VMOVUPS    32(CX)(AX*4), Y0
 	MOVQ       (SP), AX
 	MOVQ       d+104(FP), CX
 	ANDQ       $0x07, CX
@@ -13846,41 +18343,41 @@ chunk0:
 	VMASKMOVPS (AX)(CX*2), Y0, Y3
 	LEAQ       (AX)(CX*2), AX
 	VMASKMOVPS (AX)(CX*1), Y0, Y0
-	MOVQ       ldp+56(FP), AX
-	SHLQ       $0x02, AX
-	LEAQ       (AX)(AX*2), CX
-	MOVQ       16(SP), DX
-	MOVQ       8(SP), BX
-	MOVQ       d+104(FP), SI
-	ANDQ       $0x07, SI
-	MOVQ       $0x00000008, DI
-	SUBQ       SI, DI
-	ANDQ       $0x07, DI
-	SHLQ       $0x01, DI
-	SUBQ       DI, BX
-	MOVQ       ldv+88(FP), SI
-	SHLQ       $0x01, SI
-	MOVQ       32(SP), DI
+	LEAQ       56(SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	ANDQ       $0x07, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	ANDQ       $0x07, BX
+	SHLQ       $0x01, BX
+	SUBQ       BX, CX
+	MOVQ       ldv+88(FP), DX
+	SHLQ       $0x01, DX
+	MOVQ       DX, BX
+	SHLQ       $0x05, BX
+	MOVQ       32(SP), SI
 
 keys3:
-	VBROADCASTSS (DX), Y4
-	VBROADCASTSS (DX)(AX*1), Y5
-	VBROADCASTSS (DX)(AX*2), Y6
-	VBROADCASTSS (DX)(CX*1), Y7
-	VPMOVZXWD    (BX), Y8
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y4
+	VBROADCASTSS 128(AX), Y5
+	VBROADCASTSS 256(AX), Y6
+	VBROADCASTSS 384(AX), Y7
+	VPMOVZXWD    (CX), Y8
 	VPSLLD       $0x10, Y8, Y8
 	VFMADD231PS  Y4, Y8, Y1
 	VFMADD231PS  Y5, Y8, Y2
 	VFMADD231PS  Y6, Y8, Y3
 	VFMADD231PS  Y7, Y8, Y0
-	ADDQ         $0x00000004, DX
-	ADDQ         SI, BX
-	DECQ         DI
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys3
 	MOVQ         d+104(FP), AX
 	ANDQ         $0x07, AX
 	LEAQ         decodemask8<>+0(SB), CX
-	VMOVUPS      (CX)(AX*4), Y4
+	VMOVUPS      32(CX)(AX*4), Y4
 	MOVQ         (SP), AX
 	MOVQ         d+104(FP), CX
 	ANDQ         $0x07, CX
@@ -13914,8 +18411,8 @@ done:
 	RET
 
 // func accumBF16M8AVX2(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv int, n int, d int)
-// Requires: AVX, AVX2, CMOV, FMA3
-TEXT ·accumBF16M8AVX2(SB), NOSPLIT, $56-112
+// Requires: AVX, AVX2, CMOV, FMA3, MMX+
+TEXT ·accumBF16M8AVX2(SB), $1080-112
 	MOVQ p_base+32(FP), AX
 	MOVQ AX, 16(SP)
 	MOVQ v_base+64(FP), AX
@@ -13924,20 +18421,137 @@ TEXT ·accumBF16M8AVX2(SB), NOSPLIT, $56-112
 	MOVQ AX, 40(SP)
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x03, AX
-	MOVQ    AX, 48(SP)
+	MOVQ       40(SP), AX
+	TESTQ      AX, AX
+	JZ         done
+	MOVQ       $0x00000020, CX
+	CMPQ       AX, CX
+	CMOVQGT    CX, AX
+	MOVQ       AX, 32(SP)
+	MOVQ       16(SP), CX
+	MOVQ       ldp+56(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       AX, BX
+	SUBQ       $0x00000000, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y0
+	MOVQ       AX, BX
+	SUBQ       $0x00000008, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y1
+	MOVQ       AX, BX
+	SUBQ       $0x00000010, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y2
+	SUBQ       $0x00000018, AX
+	XORQ       BX, BX
+	CMPQ       AX, BX
+	CMOVQLT    BX, AX
+	MOVQ       $0x00000008, BX
+	CMPQ       AX, BX
+	CMOVQGT    BX, AX
+	MOVQ       $0x00000008, BX
+	SUBQ       AX, BX
+	LEAQ       decodemask8<>+0(SB), AX
+	VMOVUPS    (AX)(BX*4), Y3
+	VMASKMOVPS (CX), Y0, Y4
+	VMOVUPS    Y4, 56(SP)
+	VMASKMOVPS 32(CX), Y1, Y4
+	VMOVUPS    Y4, 88(SP)
+	VMASKMOVPS 64(CX), Y2, Y4
+	VMOVUPS    Y4, 120(SP)
+	VMASKMOVPS 96(CX), Y3, Y4
+	VMOVUPS    Y4, 152(SP)
+	VMASKMOVPS (CX)(DX*1), Y0, Y4
+	VMOVUPS    Y4, 184(SP)
+	VMASKMOVPS 32(CX)(DX*1), Y1, Y4
+	VMOVUPS    Y4, 216(SP)
+	VMASKMOVPS 64(CX)(DX*1), Y2, Y4
+	VMOVUPS    Y4, 248(SP)
+	VMASKMOVPS 96(CX)(DX*1), Y3, Y4
+	VMOVUPS    Y4, 280(SP)
+	VMASKMOVPS (CX)(DX*2), Y0, Y4
+	VMOVUPS    Y4, 312(SP)
+	VMASKMOVPS 32(CX)(DX*2), Y1, Y4
+	VMOVUPS    Y4, 344(SP)
+	VMASKMOVPS 64(CX)(DX*2), Y2, Y4
+	VMOVUPS    Y4, 376(SP)
+	VMASKMOVPS 96(CX)(DX*2), Y3, Y4
+	VMOVUPS    Y4, 408(SP)
+	LEAQ       (CX)(DX*2), AX
+	VMASKMOVPS (AX)(DX*1), Y0, Y4
+	VMOVUPS    Y4, 440(SP)
+	VMASKMOVPS 32(AX)(DX*1), Y1, Y4
+	VMOVUPS    Y4, 472(SP)
+	VMASKMOVPS 64(AX)(DX*1), Y2, Y4
+	VMOVUPS    Y4, 504(SP)
+	VMASKMOVPS 96(AX)(DX*1), Y3, Y4
+	VMOVUPS    Y4, 536(SP)
+	LEAQ       (CX)(DX*4), AX
+	VMASKMOVPS (AX), Y0, Y4
+	VMOVUPS    Y4, 568(SP)
+	VMASKMOVPS 32(AX), Y1, Y4
+	VMOVUPS    Y4, 600(SP)
+	VMASKMOVPS 64(AX), Y2, Y4
+	VMOVUPS    Y4, 632(SP)
+	VMASKMOVPS 96(AX), Y3, Y4
+	VMOVUPS    Y4, 664(SP)
+	VMASKMOVPS (AX)(DX*1), Y0, Y4
+	VMOVUPS    Y4, 696(SP)
+	VMASKMOVPS 32(AX)(DX*1), Y1, Y4
+	VMOVUPS    Y4, 728(SP)
+	VMASKMOVPS 64(AX)(DX*1), Y2, Y4
+	VMOVUPS    Y4, 760(SP)
+	VMASKMOVPS 96(AX)(DX*1), Y3, Y4
+	VMOVUPS    Y4, 792(SP)
+	VMASKMOVPS (AX)(DX*2), Y0, Y4
+	VMOVUPS    Y4, 824(SP)
+	VMASKMOVPS 32(AX)(DX*2), Y1, Y4
+	VMOVUPS    Y4, 856(SP)
+	VMASKMOVPS 64(AX)(DX*2), Y2, Y4
+	VMOVUPS    Y4, 888(SP)
+	VMASKMOVPS 96(AX)(DX*2), Y3, Y4
+	VMOVUPS    Y4, 920(SP)
+	LEAQ       (AX)(DX*2), AX
+	VMASKMOVPS (AX)(DX*1), Y0, Y0
+	VMOVUPS    Y0, 952(SP)
+	VMASKMOVPS 32(AX)(DX*1), Y1, Y0
+	VMOVUPS    Y0, 984(SP)
+	VMASKMOVPS 64(AX)(DX*1), Y2, Y0
+	VMOVUPS    Y0, 1016(SP)
+	VMASKMOVPS 96(AX)(DX*1), Y3, Y0
+	VMOVUPS    Y0, 1048(SP)
+	MOVQ       o_base+0(FP), AX
+	MOVQ       AX, (SP)
+	MOVQ       24(SP), AX
+	MOVQ       AX, 8(SP)
+	MOVQ       d+104(FP), AX
+	SHRQ       $0x03, AX
+	MOVQ       AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000001
@@ -13956,39 +18570,37 @@ full:
 	VMOVUPS (AX)(CX*2), Y6
 	LEAQ    (AX)(CX*2), AX
 	VMOVUPS (AX)(CX*1), Y7
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	LEAQ    (AX)(AX*2), CX
-	MOVQ    16(SP), DX
-	LEAQ    (DX)(AX*4), BX
-	MOVQ    8(SP), SI
-	MOVQ    ldv+88(FP), DI
-	SHLQ    $0x01, DI
-	MOVQ    32(SP), R8
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x01, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys1:
-	VPMOVZXWD    (SI), Y8
+	PREFETCHT1   (CX)(BX*1)
+	VPMOVZXWD    (CX), Y8
 	VPSLLD       $0x10, Y8, Y8
-	VBROADCASTSS (DX), Y9
+	VBROADCASTSS (AX), Y9
 	VFMADD231PS  Y9, Y8, Y0
-	VBROADCASTSS (DX)(AX*1), Y9
+	VBROADCASTSS 128(AX), Y9
 	VFMADD231PS  Y9, Y8, Y1
-	VBROADCASTSS (DX)(AX*2), Y9
+	VBROADCASTSS 256(AX), Y9
 	VFMADD231PS  Y9, Y8, Y2
-	VBROADCASTSS (DX)(CX*1), Y9
+	VBROADCASTSS 384(AX), Y9
 	VFMADD231PS  Y9, Y8, Y3
-	VBROADCASTSS (BX), Y9
+	VBROADCASTSS 512(AX), Y9
 	VFMADD231PS  Y9, Y8, Y4
-	VBROADCASTSS (BX)(AX*1), Y9
+	VBROADCASTSS 640(AX), Y9
 	VFMADD231PS  Y9, Y8, Y5
-	VBROADCASTSS (BX)(AX*2), Y9
+	VBROADCASTSS 768(AX), Y9
 	VFMADD231PS  Y9, Y8, Y6
-	VBROADCASTSS (BX)(CX*1), Y9
+	VBROADCASTSS 896(AX), Y9
 	VFMADD231PS  Y9, Y8, Y7
-	ADDQ         $0x00000004, DX
-	ADDQ         $0x00000004, BX
-	ADDQ         DI, SI
-	DECQ         R8
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys1
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -14016,7 +18628,7 @@ chunk0:
 	MOVQ       d+104(FP), AX
 	ANDQ       $0x07, AX
 	LEAQ       decodemask8<>+0(SB), CX
-	VMOVUPS    (CX)(AX*4), Y0
+	VMOVUPS    32(CX)(AX*4), Y0
 	MOVQ       (SP), AX
 	MOVQ       d+104(FP), CX
 	ANDQ       $0x07, CX
@@ -14038,51 +18650,49 @@ chunk0:
 	VMASKMOVPS (AX)(CX*2), Y0, Y7
 	LEAQ       (AX)(CX*2), AX
 	VMASKMOVPS (AX)(CX*1), Y0, Y0
-	MOVQ       ldp+56(FP), AX
-	SHLQ       $0x02, AX
-	LEAQ       (AX)(AX*2), CX
-	MOVQ       16(SP), DX
-	LEAQ       (DX)(AX*4), BX
-	MOVQ       8(SP), SI
-	MOVQ       d+104(FP), DI
-	ANDQ       $0x07, DI
-	MOVQ       $0x00000008, R8
-	SUBQ       DI, R8
-	ANDQ       $0x07, R8
-	SHLQ       $0x01, R8
-	SUBQ       R8, SI
-	MOVQ       ldv+88(FP), DI
-	SHLQ       $0x01, DI
-	MOVQ       32(SP), R8
+	LEAQ       56(SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	ANDQ       $0x07, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	ANDQ       $0x07, BX
+	SHLQ       $0x01, BX
+	SUBQ       BX, CX
+	MOVQ       ldv+88(FP), DX
+	SHLQ       $0x01, DX
+	MOVQ       DX, BX
+	SHLQ       $0x05, BX
+	MOVQ       32(SP), SI
 
 keys2:
-	VPMOVZXWD    (SI), Y8
+	PREFETCHT1   (CX)(BX*1)
+	VPMOVZXWD    (CX), Y8
 	VPSLLD       $0x10, Y8, Y8
-	VBROADCASTSS (DX), Y9
+	VBROADCASTSS (AX), Y9
 	VFMADD231PS  Y9, Y8, Y1
-	VBROADCASTSS (DX)(AX*1), Y9
+	VBROADCASTSS 128(AX), Y9
 	VFMADD231PS  Y9, Y8, Y2
-	VBROADCASTSS (DX)(AX*2), Y9
+	VBROADCASTSS 256(AX), Y9
 	VFMADD231PS  Y9, Y8, Y3
-	VBROADCASTSS (DX)(CX*1), Y9
+	VBROADCASTSS 384(AX), Y9
 	VFMADD231PS  Y9, Y8, Y4
-	VBROADCASTSS (BX), Y9
+	VBROADCASTSS 512(AX), Y9
 	VFMADD231PS  Y9, Y8, Y5
-	VBROADCASTSS (BX)(AX*1), Y9
+	VBROADCASTSS 640(AX), Y9
 	VFMADD231PS  Y9, Y8, Y6
-	VBROADCASTSS (BX)(AX*2), Y9
+	VBROADCASTSS 768(AX), Y9
 	VFMADD231PS  Y9, Y8, Y7
-	VBROADCASTSS (BX)(CX*1), Y9
+	VBROADCASTSS 896(AX), Y9
 	VFMADD231PS  Y9, Y8, Y0
-	ADDQ         $0x00000004, DX
-	ADDQ         $0x00000004, BX
-	ADDQ         DI, SI
-	DECQ         R8
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys2
 	MOVQ         d+104(FP), AX
 	ANDQ         $0x07, AX
 	LEAQ         decodemask8<>+0(SB), CX
-	VMOVUPS      (CX)(AX*4), Y8
+	VMOVUPS      32(CX)(AX*4), Y8
 	MOVQ         (SP), AX
 	MOVQ         d+104(FP), CX
 	ANDQ         $0x07, CX
@@ -14122,7 +18732,7 @@ done:
 	RET
 
 // func scoresF16M1AVX2(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
-// Requires: AVX, F16C, FMA3
+// Requires: AVX, F16C, FMA3, MMX+
 TEXT ·scoresF16M1AVX2(SB), NOSPLIT, $48-104
 	MOVQ    s_base+0(FP), AX
 	MOVQ    AX, (SP)
@@ -14136,7 +18746,7 @@ TEXT ·scoresF16M1AVX2(SB), NOSPLIT, $48-104
 	MOVQ    CX, 24(SP)
 	ANDQ    $0x07, AX
 	LEAQ    decodemask8<>+0(SB), CX
-	VMOVUPS (CX)(AX*4), Y0
+	VMOVUPS 32(CX)(AX*4), Y0
 	MOVQ    $0x00000008, CX
 	SUBQ    AX, CX
 	ANDQ    $0x07, CX
@@ -14160,71 +18770,240 @@ main:
 	MOVQ   ldk+80(FP), AX
 	SHLQ   $0x01, AX
 	LEAQ   (AX)(AX*2), CX
-	MOVQ   q_base+32(FP), DX
-	MOVQ   8(SP), BX
-	LEAQ   (BX)(AX*4), SI
-	MOVQ   24(SP), DI
-	TESTQ  DI, DI
-	JZ     mainTail
+	MOVQ   8(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   q_base+32(FP), SI
+	LEAQ   (DX), DI
+	MOVQ   ldk+80(FP), R8
+	SHLQ   $0x06, R8
+	MOVQ   24(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
 
-mainStep:
-	VMOVUPS     (DX), Y9
-	VCVTPH2PS   (BX), Y10
-	VFMADD231PS Y9, Y10, Y1
-	VCVTPH2PS   (BX)(AX*1), Y10
-	VFMADD231PS Y9, Y10, Y2
-	VCVTPH2PS   (BX)(AX*2), Y10
-	VFMADD231PS Y9, Y10, Y3
-	VCVTPH2PS   (BX)(CX*1), Y10
-	VFMADD231PS Y9, Y10, Y4
-	VCVTPH2PS   (SI), Y10
-	VFMADD231PS Y9, Y10, Y5
-	VCVTPH2PS   (SI)(AX*1), Y10
-	VFMADD231PS Y9, Y10, Y6
-	VCVTPH2PS   (SI)(AX*2), Y10
-	VFMADD231PS Y9, Y10, Y7
-	VCVTPH2PS   (SI)(CX*1), Y10
-	VFMADD231PS Y9, Y10, Y8
-	ADDQ        $0x00000020, DX
-	ADDQ        $0x00000010, BX
-	ADDQ        $0x00000010, SI
-	DECQ        DI
-	JNZ         mainStep
+mainK0Step:
+	PREFETCHT1  (DI)(R8*1)
+	VCVTPH2PS   (DI), Y9
+	VFMADD231PS (SI), Y9, Y1
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, DI
+	DECQ        R9
+	JNZ         mainK0Step
 
-mainTail:
+mainK0Tail:
+	MOVQ        32(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK0Done
+	SUBQ        R8, DI
+	SUBQ        40(SP), SI
+	VCVTPH2PS   (DI), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y1
+
+mainK0Done:
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(AX*1), DI
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (DI)(R8*1)
+	VCVTPH2PS   (DI), Y9
+	VFMADD231PS (SI), Y9, Y2
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, DI
+	DECQ        R9
+	JNZ         mainK1Step
+
+mainK1Tail:
+	MOVQ        32(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK1Done
+	SUBQ        R8, DI
+	SUBQ        40(SP), SI
+	VCVTPH2PS   (DI), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y2
+
+mainK1Done:
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(AX*2), DI
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (DI)(R8*1)
+	VCVTPH2PS   (DI), Y9
+	VFMADD231PS (SI), Y9, Y3
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, DI
+	DECQ        R9
+	JNZ         mainK2Step
+
+mainK2Tail:
+	MOVQ        32(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK2Done
+	SUBQ        R8, DI
+	SUBQ        40(SP), SI
+	VCVTPH2PS   (DI), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y3
+
+mainK2Done:
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(CX*1), DX
+	MOVQ  ldk+80(FP), DI
+	SHLQ  $0x06, DI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (DX)(DI*1)
+	VCVTPH2PS   (DX), Y9
+	VFMADD231PS (SI), Y9, Y4
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, DX
+	DECQ        R8
+	JNZ         mainK3Step
+
+mainK3Tail:
 	MOVQ        32(SP), DI
 	TESTQ       DI, DI
-	JZ          mainStore
-	SUBQ        DI, BX
+	JZ          mainK3Done
+	SUBQ        DI, DX
+	SUBQ        40(SP), SI
+	VCVTPH2PS   (DX), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y4
+
+mainK3Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX), SI
+	MOVQ  ldk+80(FP), DI
+	SHLQ  $0x06, DI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (SI)(DI*1)
+	VCVTPH2PS   (SI), Y9
+	VFMADD231PS (DX), Y9, Y5
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000010, SI
+	DECQ        R8
+	JNZ         mainK4Step
+
+mainK4Tail:
+	MOVQ        32(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK4Done
 	SUBQ        DI, SI
 	SUBQ        40(SP), DX
-	VMASKMOVPS  (DX), Y0, Y9
-	VCVTPH2PS   (BX), Y10
-	VANDPS      Y0, Y10, Y10
-	VFMADD231PS Y9, Y10, Y1
-	VCVTPH2PS   (BX)(AX*1), Y10
-	VANDPS      Y0, Y10, Y10
-	VFMADD231PS Y9, Y10, Y2
-	VCVTPH2PS   (BX)(AX*2), Y10
-	VANDPS      Y0, Y10, Y10
-	VFMADD231PS Y9, Y10, Y3
-	VCVTPH2PS   (BX)(CX*1), Y10
-	VANDPS      Y0, Y10, Y10
-	VFMADD231PS Y9, Y10, Y4
-	VCVTPH2PS   (SI), Y10
-	VANDPS      Y0, Y10, Y10
-	VFMADD231PS Y9, Y10, Y5
-	VCVTPH2PS   (SI)(AX*1), Y10
-	VANDPS      Y0, Y10, Y10
-	VFMADD231PS Y9, Y10, Y6
-	VCVTPH2PS   (SI)(AX*2), Y10
-	VANDPS      Y0, Y10, Y10
-	VFMADD231PS Y9, Y10, Y7
-	VCVTPH2PS   (SI)(CX*1), Y10
-	VANDPS      Y0, Y10, Y10
-	VFMADD231PS Y9, Y10, Y8
+	VCVTPH2PS   (SI), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (DX), Y0, Y10
+	VFMADD231PS Y10, Y9, Y5
 
-mainStore:
+mainK4Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(AX*1), SI
+	MOVQ  ldk+80(FP), DI
+	SHLQ  $0x06, DI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK5Tail
+
+mainK5Step:
+	PREFETCHT1  (SI)(DI*1)
+	VCVTPH2PS   (SI), Y9
+	VFMADD231PS (DX), Y9, Y6
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000010, SI
+	DECQ        R8
+	JNZ         mainK5Step
+
+mainK5Tail:
+	MOVQ        32(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK5Done
+	SUBQ        DI, SI
+	SUBQ        40(SP), DX
+	VCVTPH2PS   (SI), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (DX), Y0, Y10
+	VFMADD231PS Y10, Y9, Y6
+
+mainK5Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(AX*2), AX
+	MOVQ  ldk+80(FP), SI
+	SHLQ  $0x06, SI
+	MOVQ  24(SP), DI
+	TESTQ DI, DI
+	JZ    mainK6Tail
+
+mainK6Step:
+	PREFETCHT1  (AX)(SI*1)
+	VCVTPH2PS   (AX), Y9
+	VFMADD231PS (DX), Y9, Y7
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000010, AX
+	DECQ        DI
+	JNZ         mainK6Step
+
+mainK6Tail:
+	MOVQ        32(SP), SI
+	TESTQ       SI, SI
+	JZ          mainK6Done
+	SUBQ        SI, AX
+	SUBQ        40(SP), DX
+	VCVTPH2PS   (AX), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (DX), Y0, Y10
+	VFMADD231PS Y10, Y9, Y7
+
+mainK6Done:
+	MOVQ  q_base+32(FP), AX
+	LEAQ  (BX)(CX*1), CX
+	MOVQ  ldk+80(FP), DX
+	SHLQ  $0x06, DX
+	MOVQ  24(SP), BX
+	TESTQ BX, BX
+	JZ    mainK7Tail
+
+mainK7Step:
+	PREFETCHT1  (CX)(DX*1)
+	VCVTPH2PS   (CX), Y9
+	VFMADD231PS (AX), Y9, Y8
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000010, CX
+	DECQ        BX
+	JNZ         mainK7Step
+
+mainK7Tail:
+	MOVQ        32(SP), DX
+	TESTQ       DX, DX
+	JZ          mainK7Done
+	SUBQ        DX, CX
+	SUBQ        40(SP), AX
+	VCVTPH2PS   (CX), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (AX), Y0, Y10
+	VFMADD231PS Y10, Y9, Y8
+
+mainK7Done:
 	VPERM2F128 $0x20, Y5, Y1, Y9
 	VPERM2F128 $0x31, Y5, Y1, Y1
 	VADDPS     Y1, Y9, Y9
@@ -14262,33 +19041,36 @@ rest:
 	CMPQ   16(SP), $0x00000001
 	JL     done
 	VXORPS Y1, Y1, Y1
-	MOVQ   q_base+32(FP), AX
-	MOVQ   8(SP), CX
-	MOVQ   24(SP), DX
-	TESTQ  DX, DX
-	JZ     restTail
+	MOVQ   8(SP), AX
+	MOVQ   q_base+32(FP), CX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   24(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
 
-restStep:
-	VMOVUPS     (AX), Y2
-	VCVTPH2PS   (CX), Y3
-	VFMADD231PS Y2, Y3, Y1
-	ADDQ        $0x00000020, AX
-	ADDQ        $0x00000010, CX
-	DECQ        DX
-	JNZ         restStep
+restK0Step:
+	PREFETCHT1  (AX)(DX*1)
+	VCVTPH2PS   (AX), Y2
+	VFMADD231PS (CX), Y2, Y1
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000010, AX
+	DECQ        BX
+	JNZ         restK0Step
 
-restTail:
+restK0Tail:
 	MOVQ        32(SP), DX
 	TESTQ       DX, DX
-	JZ          restStore
-	SUBQ        DX, CX
-	SUBQ        40(SP), AX
-	VMASKMOVPS  (AX), Y0, Y2
-	VCVTPH2PS   (CX), Y3
-	VANDPS      Y0, Y3, Y3
-	VFMADD231PS Y2, Y3, Y1
+	JZ          restK0Done
+	SUBQ        DX, AX
+	SUBQ        40(SP), CX
+	VCVTPH2PS   (AX), Y2
+	VANDPS      Y0, Y2, Y2
+	VMASKMOVPS  (CX), Y0, Y3
+	VFMADD231PS Y3, Y2, Y1
 
-restStore:
+restK0Done:
 	VXORPS     Y2, Y2, Y2
 	VPERM2F128 $0x20, Y2, Y1, Y3
 	VPERM2F128 $0x31, Y2, Y1, Y1
@@ -14315,7 +19097,7 @@ done:
 	RET
 
 // func scoresF16M2AVX2(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
-// Requires: AVX, F16C, FMA3
+// Requires: AVX, F16C, FMA3, MMX+
 TEXT ·scoresF16M2AVX2(SB), NOSPLIT, $48-104
 	MOVQ    s_base+0(FP), AX
 	MOVQ    AX, (SP)
@@ -14329,7 +19111,7 @@ TEXT ·scoresF16M2AVX2(SB), NOSPLIT, $48-104
 	MOVQ    CX, 24(SP)
 	ANDQ    $0x07, AX
 	LEAQ    decodemask8<>+0(SB), CX
-	VMOVUPS (CX)(AX*4), Y0
+	VMOVUPS 32(CX)(AX*4), Y0
 	MOVQ    $0x00000008, CX
 	SUBQ    AX, CX
 	ANDQ    $0x07, CX
@@ -14350,63 +19132,146 @@ main:
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
 	VXORPS Y8, Y8, Y8
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	MOVQ   ldk+80(FP), CX
-	SHLQ   $0x01, CX
-	LEAQ   (CX)(CX*2), DX
-	MOVQ   q_base+32(FP), BX
-	MOVQ   8(SP), SI
-	MOVQ   24(SP), DI
-	TESTQ  DI, DI
-	JZ     mainTail
+	MOVQ   ldk+80(FP), AX
+	SHLQ   $0x01, AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   8(SP), DX
+	MOVQ   d+96(FP), BX
+	SHLQ   $0x02, BX
+	MOVQ   q_base+32(FP), SI
+	LEAQ   (DX), DI
+	MOVQ   ldk+80(FP), R8
+	SHLQ   $0x06, R8
+	MOVQ   24(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
 
-mainStep:
-	VMOVUPS     (BX), Y9
-	VMOVUPS     (BX)(AX*1), Y10
-	VCVTPH2PS   (SI), Y11
-	VFMADD231PS Y9, Y11, Y1
-	VFMADD231PS Y10, Y11, Y5
-	VCVTPH2PS   (SI)(CX*1), Y11
-	VFMADD231PS Y9, Y11, Y2
-	VFMADD231PS Y10, Y11, Y6
-	VCVTPH2PS   (SI)(CX*2), Y11
-	VFMADD231PS Y9, Y11, Y3
-	VFMADD231PS Y10, Y11, Y7
-	VCVTPH2PS   (SI)(DX*1), Y11
-	VFMADD231PS Y9, Y11, Y4
-	VFMADD231PS Y10, Y11, Y8
-	ADDQ        $0x00000020, BX
-	ADDQ        $0x00000010, SI
-	DECQ        DI
-	JNZ         mainStep
+mainK0Step:
+	PREFETCHT1  (DI)(R8*1)
+	VCVTPH2PS   (DI), Y9
+	VFMADD231PS (SI), Y9, Y1
+	VFMADD231PS (SI)(BX*1), Y9, Y5
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, DI
+	DECQ        R9
+	JNZ         mainK0Step
 
-mainTail:
+mainK0Tail:
+	MOVQ        32(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK0Done
+	SUBQ        R8, DI
+	SUBQ        40(SP), SI
+	VCVTPH2PS   (DI), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y1
+	VMASKMOVPS  (SI)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y5
+
+mainK0Done:
+	MOVQ  d+96(FP), BX
+	SHLQ  $0x02, BX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(AX*1), DI
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (DI)(R8*1)
+	VCVTPH2PS   (DI), Y9
+	VFMADD231PS (SI), Y9, Y2
+	VFMADD231PS (SI)(BX*1), Y9, Y6
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, DI
+	DECQ        R9
+	JNZ         mainK1Step
+
+mainK1Tail:
+	MOVQ        32(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK1Done
+	SUBQ        R8, DI
+	SUBQ        40(SP), SI
+	VCVTPH2PS   (DI), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y2
+	VMASKMOVPS  (SI)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y6
+
+mainK1Done:
+	MOVQ  d+96(FP), BX
+	SHLQ  $0x02, BX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(AX*2), AX
+	MOVQ  ldk+80(FP), DI
+	SHLQ  $0x06, DI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (AX)(DI*1)
+	VCVTPH2PS   (AX), Y9
+	VFMADD231PS (SI), Y9, Y3
+	VFMADD231PS (SI)(BX*1), Y9, Y7
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, AX
+	DECQ        R8
+	JNZ         mainK2Step
+
+mainK2Tail:
 	MOVQ        32(SP), DI
 	TESTQ       DI, DI
-	JZ          mainStore
-	SUBQ        DI, SI
-	SUBQ        40(SP), BX
-	VMASKMOVPS  (BX), Y0, Y9
-	VMASKMOVPS  (BX)(AX*1), Y0, Y10
-	VCVTPH2PS   (SI), Y11
-	VANDPS      Y0, Y11, Y11
-	VFMADD231PS Y9, Y11, Y1
-	VFMADD231PS Y10, Y11, Y5
-	VCVTPH2PS   (SI)(CX*1), Y11
-	VANDPS      Y0, Y11, Y11
-	VFMADD231PS Y9, Y11, Y2
-	VFMADD231PS Y10, Y11, Y6
-	VCVTPH2PS   (SI)(CX*2), Y11
-	VANDPS      Y0, Y11, Y11
-	VFMADD231PS Y9, Y11, Y3
-	VFMADD231PS Y10, Y11, Y7
-	VCVTPH2PS   (SI)(DX*1), Y11
-	VANDPS      Y0, Y11, Y11
-	VFMADD231PS Y9, Y11, Y4
-	VFMADD231PS Y10, Y11, Y8
+	JZ          mainK2Done
+	SUBQ        DI, AX
+	SUBQ        40(SP), SI
+	VCVTPH2PS   (AX), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y3
+	VMASKMOVPS  (SI)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y7
 
-mainStore:
+mainK2Done:
+	MOVQ  d+96(FP), AX
+	SHLQ  $0x02, AX
+	MOVQ  q_base+32(FP), BX
+	LEAQ  (DX)(CX*1), CX
+	MOVQ  ldk+80(FP), DX
+	SHLQ  $0x06, DX
+	MOVQ  24(SP), SI
+	TESTQ SI, SI
+	JZ    mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (CX)(DX*1)
+	VCVTPH2PS   (CX), Y9
+	VFMADD231PS (BX), Y9, Y4
+	VFMADD231PS (BX)(AX*1), Y9, Y8
+	ADDQ        $0x00000020, BX
+	ADDQ        $0x00000010, CX
+	DECQ        SI
+	JNZ         mainK3Step
+
+mainK3Tail:
+	MOVQ        32(SP), DX
+	TESTQ       DX, DX
+	JZ          mainK3Done
+	SUBQ        DX, CX
+	SUBQ        40(SP), BX
+	VCVTPH2PS   (CX), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (BX), Y0, Y10
+	VFMADD231PS Y10, Y9, Y4
+	VMASKMOVPS  (BX)(AX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y8
+
+mainK3Done:
 	VPERM2F128   $0x20, Y5, Y1, Y9
 	VPERM2F128   $0x31, Y5, Y1, Y1
 	VADDPS       Y1, Y9, Y9
@@ -14448,39 +19313,41 @@ rest:
 	JL     done
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	MOVQ   q_base+32(FP), CX
-	MOVQ   8(SP), DX
-	MOVQ   24(SP), BX
-	TESTQ  BX, BX
-	JZ     restTail
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	MOVQ   q_base+32(FP), DX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), BX
+	SHLQ   $0x06, BX
+	MOVQ   24(SP), SI
+	TESTQ  SI, SI
+	JZ     restK0Tail
 
-restStep:
-	VMOVUPS     (CX), Y3
-	VMOVUPS     (CX)(AX*1), Y4
-	VCVTPH2PS   (DX), Y5
-	VFMADD231PS Y3, Y5, Y1
-	VFMADD231PS Y4, Y5, Y2
-	ADDQ        $0x00000020, CX
-	ADDQ        $0x00000010, DX
-	DECQ        BX
-	JNZ         restStep
+restK0Step:
+	PREFETCHT1  (AX)(BX*1)
+	VCVTPH2PS   (AX), Y3
+	VFMADD231PS (DX), Y3, Y1
+	VFMADD231PS (DX)(CX*1), Y3, Y2
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000010, AX
+	DECQ        SI
+	JNZ         restK0Step
 
-restTail:
+restK0Tail:
 	MOVQ        32(SP), BX
 	TESTQ       BX, BX
-	JZ          restStore
-	SUBQ        BX, DX
-	SUBQ        40(SP), CX
-	VMASKMOVPS  (CX), Y0, Y3
-	VMASKMOVPS  (CX)(AX*1), Y0, Y4
-	VCVTPH2PS   (DX), Y5
-	VANDPS      Y0, Y5, Y5
-	VFMADD231PS Y3, Y5, Y1
-	VFMADD231PS Y4, Y5, Y2
+	JZ          restK0Done
+	SUBQ        BX, AX
+	SUBQ        40(SP), DX
+	VCVTPH2PS   (AX), Y3
+	VANDPS      Y0, Y3, Y3
+	VMASKMOVPS  (DX), Y0, Y4
+	VFMADD231PS Y4, Y3, Y1
+	VMASKMOVPS  (DX)(CX*1), Y0, Y4
+	VFMADD231PS Y4, Y3, Y2
 
-restStore:
+restK0Done:
 	VXORPS     Y3, Y3, Y3
 	VPERM2F128 $0x20, Y3, Y1, Y4
 	VPERM2F128 $0x31, Y3, Y1, Y1
@@ -14513,7 +19380,7 @@ done:
 	RET
 
 // func scoresF16M4AVX2(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
-// Requires: AVX, F16C, FMA3
+// Requires: AVX, F16C, FMA3, MMX+
 TEXT ·scoresF16M4AVX2(SB), NOSPLIT, $48-104
 	MOVQ    s_base+0(FP), AX
 	MOVQ    AX, (SP)
@@ -14527,7 +19394,7 @@ TEXT ·scoresF16M4AVX2(SB), NOSPLIT, $48-104
 	MOVQ    CX, 24(SP)
 	ANDQ    $0x07, AX
 	LEAQ    decodemask8<>+0(SB), CX
-	VMOVUPS (CX)(AX*4), Y0
+	VMOVUPS 32(CX)(AX*4), Y0
 	MOVQ    $0x00000008, CX
 	SUBQ    AX, CX
 	ANDQ    $0x07, CX
@@ -14548,61 +19415,91 @@ main:
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
 	VXORPS Y8, Y8, Y8
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	LEAQ   (AX)(AX*2), CX
-	MOVQ   ldk+80(FP), DX
-	SHLQ   $0x01, DX
-	MOVQ   q_base+32(FP), BX
-	MOVQ   8(SP), SI
-	MOVQ   24(SP), DI
-	TESTQ  DI, DI
-	JZ     mainTail
+	MOVQ   ldk+80(FP), AX
+	SHLQ   $0x01, AX
+	MOVQ   8(SP), CX
+	MOVQ   d+96(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	MOVQ   q_base+32(FP), SI
+	LEAQ   (CX), DI
+	MOVQ   ldk+80(FP), R8
+	SHLQ   $0x06, R8
+	MOVQ   24(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
 
-mainStep:
-	VMOVUPS     (BX), Y9
-	VMOVUPS     (BX)(AX*1), Y10
-	VMOVUPS     (BX)(AX*2), Y11
-	VMOVUPS     (BX)(CX*1), Y12
-	VCVTPH2PS   (SI), Y13
-	VFMADD231PS Y9, Y13, Y1
-	VFMADD231PS Y10, Y13, Y3
-	VFMADD231PS Y11, Y13, Y5
-	VFMADD231PS Y12, Y13, Y7
-	VCVTPH2PS   (SI)(DX*1), Y13
-	VFMADD231PS Y9, Y13, Y2
-	VFMADD231PS Y10, Y13, Y4
-	VFMADD231PS Y11, Y13, Y6
-	VFMADD231PS Y12, Y13, Y8
-	ADDQ        $0x00000020, BX
-	ADDQ        $0x00000010, SI
+mainK0Step:
+	PREFETCHT1  (DI)(R8*1)
+	VCVTPH2PS   (DI), Y9
+	VFMADD231PS (SI), Y9, Y1
+	VFMADD231PS (SI)(DX*1), Y9, Y3
+	VFMADD231PS (SI)(DX*2), Y9, Y5
+	VFMADD231PS (SI)(BX*1), Y9, Y7
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, DI
+	DECQ        R9
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ        32(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK0Done
+	SUBQ        R8, DI
+	SUBQ        40(SP), SI
+	VCVTPH2PS   (DI), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y1
+	VMASKMOVPS  (SI)(DX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y3
+	VMASKMOVPS  (SI)(DX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y5
+	VMASKMOVPS  (SI)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y7
+
+mainK0Done:
+	MOVQ  d+96(FP), DX
+	SHLQ  $0x02, DX
+	LEAQ  (DX)(DX*2), BX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (CX)(AX*1), AX
+	MOVQ  ldk+80(FP), CX
+	SHLQ  $0x06, CX
+	MOVQ  24(SP), DI
+	TESTQ DI, DI
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (AX)(CX*1)
+	VCVTPH2PS   (AX), Y9
+	VFMADD231PS (SI), Y9, Y2
+	VFMADD231PS (SI)(DX*1), Y9, Y4
+	VFMADD231PS (SI)(DX*2), Y9, Y6
+	VFMADD231PS (SI)(BX*1), Y9, Y8
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, AX
 	DECQ        DI
-	JNZ         mainStep
+	JNZ         mainK1Step
 
-mainTail:
-	MOVQ        32(SP), DI
-	TESTQ       DI, DI
-	JZ          mainStore
-	SUBQ        DI, SI
-	SUBQ        40(SP), BX
-	VMASKMOVPS  (BX), Y0, Y9
-	VMASKMOVPS  (BX)(AX*1), Y0, Y10
-	VMASKMOVPS  (BX)(AX*2), Y0, Y11
-	VMASKMOVPS  (BX)(CX*1), Y0, Y12
-	VCVTPH2PS   (SI), Y13
-	VANDPS      Y0, Y13, Y13
-	VFMADD231PS Y9, Y13, Y1
-	VFMADD231PS Y10, Y13, Y3
-	VFMADD231PS Y11, Y13, Y5
-	VFMADD231PS Y12, Y13, Y7
-	VCVTPH2PS   (SI)(DX*1), Y13
-	VANDPS      Y0, Y13, Y13
-	VFMADD231PS Y9, Y13, Y2
-	VFMADD231PS Y10, Y13, Y4
-	VFMADD231PS Y11, Y13, Y6
-	VFMADD231PS Y12, Y13, Y8
+mainK1Tail:
+	MOVQ        32(SP), CX
+	TESTQ       CX, CX
+	JZ          mainK1Done
+	SUBQ        CX, AX
+	SUBQ        40(SP), SI
+	VCVTPH2PS   (AX), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y2
+	VMASKMOVPS  (SI)(DX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y4
+	VMASKMOVPS  (SI)(DX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y6
+	VMASKMOVPS  (SI)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y8
 
-mainStore:
+mainK1Done:
 	VPERM2F128   $0x20, Y5, Y1, Y9
 	VPERM2F128   $0x31, Y5, Y1, Y1
 	VADDPS       Y1, Y9, Y9
@@ -14650,48 +19547,48 @@ rest:
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	LEAQ   (AX)(AX*2), CX
-	MOVQ   q_base+32(FP), DX
-	MOVQ   8(SP), BX
-	MOVQ   24(SP), SI
-	TESTQ  SI, SI
-	JZ     restTail
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), SI
+	SHLQ   $0x06, SI
+	MOVQ   24(SP), DI
+	TESTQ  DI, DI
+	JZ     restK0Tail
 
-restStep:
-	VMOVUPS     (DX), Y5
-	VMOVUPS     (DX)(AX*1), Y6
-	VMOVUPS     (DX)(AX*2), Y7
-	VMOVUPS     (DX)(CX*1), Y8
-	VCVTPH2PS   (BX), Y9
-	VFMADD231PS Y5, Y9, Y1
-	VFMADD231PS Y6, Y9, Y2
-	VFMADD231PS Y7, Y9, Y3
-	VFMADD231PS Y8, Y9, Y4
-	ADDQ        $0x00000020, DX
-	ADDQ        $0x00000010, BX
-	DECQ        SI
-	JNZ         restStep
+restK0Step:
+	PREFETCHT1  (AX)(SI*1)
+	VCVTPH2PS   (AX), Y5
+	VFMADD231PS (BX), Y5, Y1
+	VFMADD231PS (BX)(CX*1), Y5, Y2
+	VFMADD231PS (BX)(CX*2), Y5, Y3
+	VFMADD231PS (BX)(DX*1), Y5, Y4
+	ADDQ        $0x00000020, BX
+	ADDQ        $0x00000010, AX
+	DECQ        DI
+	JNZ         restK0Step
 
-restTail:
+restK0Tail:
 	MOVQ        32(SP), SI
 	TESTQ       SI, SI
-	JZ          restStore
-	SUBQ        SI, BX
-	SUBQ        40(SP), DX
-	VMASKMOVPS  (DX), Y0, Y5
-	VMASKMOVPS  (DX)(AX*1), Y0, Y6
-	VMASKMOVPS  (DX)(AX*2), Y0, Y7
-	VMASKMOVPS  (DX)(CX*1), Y0, Y8
-	VCVTPH2PS   (BX), Y9
-	VANDPS      Y0, Y9, Y9
-	VFMADD231PS Y5, Y9, Y1
-	VFMADD231PS Y6, Y9, Y2
-	VFMADD231PS Y7, Y9, Y3
-	VFMADD231PS Y8, Y9, Y4
+	JZ          restK0Done
+	SUBQ        SI, AX
+	SUBQ        40(SP), BX
+	VCVTPH2PS   (AX), Y5
+	VANDPS      Y0, Y5, Y5
+	VMASKMOVPS  (BX), Y0, Y6
+	VFMADD231PS Y6, Y5, Y1
+	VMASKMOVPS  (BX)(CX*1), Y0, Y6
+	VFMADD231PS Y6, Y5, Y2
+	VMASKMOVPS  (BX)(CX*2), Y0, Y6
+	VFMADD231PS Y6, Y5, Y3
+	VMASKMOVPS  (BX)(DX*1), Y0, Y6
+	VFMADD231PS Y6, Y5, Y4
 
-restStore:
+restK0Done:
 	VXORPS     Y5, Y5, Y5
 	VPERM2F128 $0x20, Y5, Y1, Y6
 	VPERM2F128 $0x31, Y5, Y1, Y1
@@ -14736,7 +19633,7 @@ done:
 	RET
 
 // func scoresF16M8AVX2(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
-// Requires: AVX, F16C, FMA3
+// Requires: AVX, F16C, FMA3, MMX+
 TEXT ·scoresF16M8AVX2(SB), NOSPLIT, $48-104
 	MOVQ    s_base+0(FP), AX
 	MOVQ    AX, (SP)
@@ -14750,7 +19647,7 @@ TEXT ·scoresF16M8AVX2(SB), NOSPLIT, $48-104
 	MOVQ    CX, 24(SP)
 	ANDQ    $0x07, AX
 	LEAQ    decodemask8<>+0(SB), CX
-	VMOVUPS (CX)(AX*4), Y0
+	VMOVUPS 32(CX)(AX*4), Y0
 	MOVQ    $0x00000008, CX
 	SUBQ    AX, CX
 	ANDQ    $0x07, CX
@@ -14771,59 +19668,63 @@ main:
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
 	VXORPS Y8, Y8, Y8
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	LEAQ   (AX)(AX*2), CX
-	MOVQ   q_base+32(FP), DX
-	LEAQ   (DX)(AX*4), BX
-	MOVQ   8(SP), SI
-	MOVQ   24(SP), DI
-	TESTQ  DI, DI
-	JZ     mainTail
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (BX)(CX*4), SI
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), DI
+	SHLQ   $0x06, DI
+	MOVQ   24(SP), R8
+	TESTQ  R8, R8
+	JZ     mainK0Tail
 
-mainStep:
-	VCVTPH2PS   (SI), Y9
-	VFMADD231PS (DX), Y9, Y1
-	VFMADD231PS (DX)(AX*1), Y9, Y2
-	VFMADD231PS (DX)(AX*2), Y9, Y3
-	VFMADD231PS (DX)(CX*1), Y9, Y4
-	VFMADD231PS (BX), Y9, Y5
-	VFMADD231PS (BX)(AX*1), Y9, Y6
-	VFMADD231PS (BX)(AX*2), Y9, Y7
-	VFMADD231PS (BX)(CX*1), Y9, Y8
-	ADDQ        $0x00000020, DX
+mainK0Step:
+	PREFETCHT1  (AX)(DI*1)
+	VCVTPH2PS   (AX), Y9
+	VFMADD231PS (BX), Y9, Y1
+	VFMADD231PS (BX)(CX*1), Y9, Y2
+	VFMADD231PS (BX)(CX*2), Y9, Y3
+	VFMADD231PS (BX)(DX*1), Y9, Y4
+	VFMADD231PS (SI), Y9, Y5
+	VFMADD231PS (SI)(CX*1), Y9, Y6
+	VFMADD231PS (SI)(CX*2), Y9, Y7
+	VFMADD231PS (SI)(DX*1), Y9, Y8
 	ADDQ        $0x00000020, BX
-	ADDQ        $0x00000010, SI
-	DECQ        DI
-	JNZ         mainStep
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, AX
+	DECQ        R8
+	JNZ         mainK0Step
 
-mainTail:
+mainK0Tail:
 	MOVQ        32(SP), DI
 	TESTQ       DI, DI
-	JZ          mainStore
-	SUBQ        DI, SI
-	SUBQ        40(SP), DX
+	JZ          mainK0Done
+	SUBQ        DI, AX
 	SUBQ        40(SP), BX
-	VCVTPH2PS   (SI), Y9
+	SUBQ        40(SP), SI
+	VCVTPH2PS   (AX), Y9
 	VANDPS      Y0, Y9, Y9
-	VMASKMOVPS  (DX), Y0, Y10
-	VFMADD231PS Y10, Y9, Y1
-	VMASKMOVPS  (DX)(AX*1), Y0, Y10
-	VFMADD231PS Y10, Y9, Y2
-	VMASKMOVPS  (DX)(AX*2), Y0, Y10
-	VFMADD231PS Y10, Y9, Y3
-	VMASKMOVPS  (DX)(CX*1), Y0, Y10
-	VFMADD231PS Y10, Y9, Y4
 	VMASKMOVPS  (BX), Y0, Y10
-	VFMADD231PS Y10, Y9, Y5
-	VMASKMOVPS  (BX)(AX*1), Y0, Y10
-	VFMADD231PS Y10, Y9, Y6
-	VMASKMOVPS  (BX)(AX*2), Y0, Y10
-	VFMADD231PS Y10, Y9, Y7
+	VFMADD231PS Y10, Y9, Y1
 	VMASKMOVPS  (BX)(CX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y2
+	VMASKMOVPS  (BX)(CX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y3
+	VMASKMOVPS  (BX)(DX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y4
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y5
+	VMASKMOVPS  (SI)(CX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y6
+	VMASKMOVPS  (SI)(CX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y7
+	VMASKMOVPS  (SI)(DX*1), Y0, Y10
 	VFMADD231PS Y10, Y9, Y8
 
-mainStore:
+mainK0Done:
 	VPERM2F128   $0x20, Y5, Y1, Y9
 	VPERM2F128   $0x31, Y5, Y1, Y1
 	VADDPS       Y1, Y9, Y9
@@ -14874,8 +19775,8 @@ done:
 	RET
 
 // func accumF16M1AVX2(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv int, n int, d int)
-// Requires: AVX, CMOV, F16C, FMA3
-TEXT ·accumF16M1AVX2(SB), NOSPLIT, $56-112
+// Requires: AVX, CMOV, F16C, FMA3, MMX+
+TEXT ·accumF16M1AVX2(SB), $184-112
 	MOVQ p_base+32(FP), AX
 	MOVQ AX, 16(SP)
 	MOVQ v_base+64(FP), AX
@@ -14884,20 +19785,78 @@ TEXT ·accumF16M1AVX2(SB), NOSPLIT, $56-112
 	MOVQ AX, 40(SP)
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x03, AX
-	MOVQ    AX, 48(SP)
+	MOVQ       40(SP), AX
+	TESTQ      AX, AX
+	JZ         done
+	MOVQ       $0x00000020, CX
+	CMPQ       AX, CX
+	CMOVQGT    CX, AX
+	MOVQ       AX, 32(SP)
+	MOVQ       16(SP), CX
+	MOVQ       ldp+56(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       AX, DX
+	SUBQ       $0x00000000, DX
+	XORQ       BX, BX
+	CMPQ       DX, BX
+	CMOVQLT    BX, DX
+	MOVQ       $0x00000008, BX
+	CMPQ       DX, BX
+	CMOVQGT    BX, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	LEAQ       decodemask8<>+0(SB), DX
+	VMOVUPS    (DX)(BX*4), Y0
+	MOVQ       AX, DX
+	SUBQ       $0x00000008, DX
+	XORQ       BX, BX
+	CMPQ       DX, BX
+	CMOVQLT    BX, DX
+	MOVQ       $0x00000008, BX
+	CMPQ       DX, BX
+	CMOVQGT    BX, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	LEAQ       decodemask8<>+0(SB), DX
+	VMOVUPS    (DX)(BX*4), Y1
+	MOVQ       AX, DX
+	SUBQ       $0x00000010, DX
+	XORQ       BX, BX
+	CMPQ       DX, BX
+	CMOVQLT    BX, DX
+	MOVQ       $0x00000008, BX
+	CMPQ       DX, BX
+	CMOVQGT    BX, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	LEAQ       decodemask8<>+0(SB), DX
+	VMOVUPS    (DX)(BX*4), Y2
+	SUBQ       $0x00000018, AX
+	XORQ       DX, DX
+	CMPQ       AX, DX
+	CMOVQLT    DX, AX
+	MOVQ       $0x00000008, DX
+	CMPQ       AX, DX
+	CMOVQGT    DX, AX
+	MOVQ       $0x00000008, DX
+	SUBQ       AX, DX
+	LEAQ       decodemask8<>+0(SB), AX
+	VMOVUPS    (AX)(DX*4), Y3
+	VMASKMOVPS (CX), Y0, Y0
+	VMOVUPS    Y0, 56(SP)
+	VMASKMOVPS 32(CX), Y1, Y0
+	VMOVUPS    Y0, 88(SP)
+	VMASKMOVPS 64(CX), Y2, Y0
+	VMOVUPS    Y0, 120(SP)
+	VMASKMOVPS 96(CX), Y3, Y0
+	VMOVUPS    Y0, 152(SP)
+	MOVQ       o_base+0(FP), AX
+	MOVQ       AX, (SP)
+	MOVQ       24(SP), AX
+	MOVQ       AX, 8(SP)
+	MOVQ       d+104(FP), AX
+	SHRQ       $0x03, AX
+	MOVQ       AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000008
@@ -14911,13 +19870,17 @@ full:
 	VMOVUPS 160(AX), Y5
 	VMOVUPS 192(AX), Y6
 	VMOVUPS 224(AX), Y7
-	MOVQ    16(SP), AX
+	LEAQ    56(SP), AX
 	MOVQ    8(SP), CX
 	MOVQ    ldv+88(FP), DX
 	SHLQ    $0x01, DX
-	MOVQ    32(SP), BX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys1:
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
 	VBROADCASTSS (AX), Y8
 	VCVTPH2PS    (CX), Y9
 	VFMADD231PS  Y8, Y9, Y0
@@ -14937,7 +19900,7 @@ keys1:
 	VFMADD231PS  Y8, Y9, Y7
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys1
 	MOVQ         (SP), AX
 	VMOVUPS      Y0, (AX)
@@ -14961,13 +19924,16 @@ chunk4:
 	VMOVUPS 32(AX), Y1
 	VMOVUPS 64(AX), Y2
 	VMOVUPS 96(AX), Y3
-	MOVQ    16(SP), AX
+	LEAQ    56(SP), AX
 	MOVQ    8(SP), CX
 	MOVQ    ldv+88(FP), DX
 	SHLQ    $0x01, DX
-	MOVQ    32(SP), BX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys2:
+	PREFETCHT1   (CX)(BX*1)
 	VBROADCASTSS (AX), Y4
 	VCVTPH2PS    (CX), Y5
 	VFMADD231PS  Y4, Y5, Y0
@@ -14979,7 +19945,7 @@ keys2:
 	VFMADD231PS  Y4, Y5, Y3
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys2
 	MOVQ         (SP), AX
 	VMOVUPS      Y0, (AX)
@@ -14996,13 +19962,16 @@ chunk2:
 	MOVQ    (SP), AX
 	VMOVUPS (AX), Y0
 	VMOVUPS 32(AX), Y1
-	MOVQ    16(SP), AX
+	LEAQ    56(SP), AX
 	MOVQ    8(SP), CX
 	MOVQ    ldv+88(FP), DX
 	SHLQ    $0x01, DX
-	MOVQ    32(SP), BX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys3:
+	PREFETCHT1   (CX)(BX*1)
 	VBROADCASTSS (AX), Y2
 	VCVTPH2PS    (CX), Y3
 	VFMADD231PS  Y2, Y3, Y0
@@ -15010,7 +19979,7 @@ keys3:
 	VFMADD231PS  Y2, Y3, Y1
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys3
 	MOVQ         (SP), AX
 	VMOVUPS      Y0, (AX)
@@ -15024,19 +19993,22 @@ chunk1:
 	JL      chunk0
 	MOVQ    (SP), AX
 	VMOVUPS (AX), Y0
-	MOVQ    16(SP), AX
+	LEAQ    56(SP), AX
 	MOVQ    8(SP), CX
 	MOVQ    ldv+88(FP), DX
 	SHLQ    $0x01, DX
-	MOVQ    32(SP), BX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys4:
+	PREFETCHT1   (CX)(BX*1)
 	VBROADCASTSS (AX), Y1
 	VCVTPH2PS    (CX), Y2
 	VFMADD231PS  Y1, Y2, Y0
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys4
 	MOVQ         (SP), AX
 	VMOVUPS      Y0, (AX)
@@ -15051,7 +20023,7 @@ chunk0:
 	MOVQ       d+104(FP), AX
 	ANDQ       $0x07, AX
 	LEAQ       decodemask8<>+0(SB), CX
-	VMOVUPS    (CX)(AX*4), Y0
+	VMOVUPS    32(CX)(AX*4), Y0
 	MOVQ       (SP), AX
 	MOVQ       d+104(FP), CX
 	ANDQ       $0x07, CX
@@ -15061,7 +20033,7 @@ chunk0:
 	SHLQ       $0x02, DX
 	SUBQ       DX, AX
 	VMASKMOVPS (AX), Y0, Y0
-	MOVQ       16(SP), AX
+	LEAQ       56(SP), AX
 	MOVQ       8(SP), CX
 	MOVQ       d+104(FP), DX
 	ANDQ       $0x07, DX
@@ -15072,20 +20044,23 @@ chunk0:
 	SUBQ       BX, CX
 	MOVQ       ldv+88(FP), DX
 	SHLQ       $0x01, DX
-	MOVQ       32(SP), BX
+	MOVQ       DX, BX
+	SHLQ       $0x05, BX
+	MOVQ       32(SP), SI
 
 keys5:
+	PREFETCHT1   (CX)(BX*1)
 	VBROADCASTSS (AX), Y1
 	VCVTPH2PS    (CX), Y2
 	VFMADD231PS  Y1, Y2, Y0
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys5
 	MOVQ         d+104(FP), AX
 	ANDQ         $0x07, AX
 	LEAQ         decodemask8<>+0(SB), CX
-	VMOVUPS      (CX)(AX*4), Y1
+	VMOVUPS      32(CX)(AX*4), Y1
 	MOVQ         (SP), AX
 	MOVQ         d+104(FP), CX
 	ANDQ         $0x07, CX
@@ -15113,8 +20088,8 @@ done:
 	RET
 
 // func accumF16M2AVX2(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv int, n int, d int)
-// Requires: AVX, CMOV, F16C, FMA3
-TEXT ·accumF16M2AVX2(SB), NOSPLIT, $56-112
+// Requires: AVX, CMOV, F16C, FMA3, MMX+
+TEXT ·accumF16M2AVX2(SB), $312-112
 	MOVQ p_base+32(FP), AX
 	MOVQ AX, 16(SP)
 	MOVQ v_base+64(FP), AX
@@ -15123,20 +20098,86 @@ TEXT ·accumF16M2AVX2(SB), NOSPLIT, $56-112
 	MOVQ AX, 40(SP)
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x03, AX
-	MOVQ    AX, 48(SP)
+	MOVQ       40(SP), AX
+	TESTQ      AX, AX
+	JZ         done
+	MOVQ       $0x00000020, CX
+	CMPQ       AX, CX
+	CMOVQGT    CX, AX
+	MOVQ       AX, 32(SP)
+	MOVQ       16(SP), CX
+	MOVQ       ldp+56(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       AX, BX
+	SUBQ       $0x00000000, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y0
+	MOVQ       AX, BX
+	SUBQ       $0x00000008, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y1
+	MOVQ       AX, BX
+	SUBQ       $0x00000010, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y2
+	SUBQ       $0x00000018, AX
+	XORQ       BX, BX
+	CMPQ       AX, BX
+	CMOVQLT    BX, AX
+	MOVQ       $0x00000008, BX
+	CMPQ       AX, BX
+	CMOVQGT    BX, AX
+	MOVQ       $0x00000008, BX
+	SUBQ       AX, BX
+	LEAQ       decodemask8<>+0(SB), AX
+	VMOVUPS    (AX)(BX*4), Y3
+	VMASKMOVPS (CX), Y0, Y4
+	VMOVUPS    Y4, 56(SP)
+	VMASKMOVPS 32(CX), Y1, Y4
+	VMOVUPS    Y4, 88(SP)
+	VMASKMOVPS 64(CX), Y2, Y4
+	VMOVUPS    Y4, 120(SP)
+	VMASKMOVPS 96(CX), Y3, Y4
+	VMOVUPS    Y4, 152(SP)
+	VMASKMOVPS (CX)(DX*1), Y0, Y0
+	VMOVUPS    Y0, 184(SP)
+	VMASKMOVPS 32(CX)(DX*1), Y1, Y0
+	VMOVUPS    Y0, 216(SP)
+	VMASKMOVPS 64(CX)(DX*1), Y2, Y0
+	VMOVUPS    Y0, 248(SP)
+	VMASKMOVPS 96(CX)(DX*1), Y3, Y0
+	VMOVUPS    Y0, 280(SP)
+	MOVQ       o_base+0(FP), AX
+	MOVQ       AX, (SP)
+	MOVQ       24(SP), AX
+	MOVQ       AX, 8(SP)
+	MOVQ       d+104(FP), AX
+	SHRQ       $0x03, AX
+	MOVQ       AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000004
@@ -15152,31 +20193,32 @@ full:
 	VMOVUPS 32(AX)(CX*1), Y5
 	VMOVUPS 64(AX)(CX*1), Y6
 	VMOVUPS 96(AX)(CX*1), Y7
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	MOVQ    16(SP), CX
-	MOVQ    8(SP), DX
-	MOVQ    ldv+88(FP), BX
-	SHLQ    $0x01, BX
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x01, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
 	MOVQ    32(SP), SI
 
 keys1:
-	VBROADCASTSS (CX), Y8
-	VBROADCASTSS (CX)(AX*1), Y9
-	VCVTPH2PS    (DX), Y10
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y8
+	VBROADCASTSS 128(AX), Y9
+	VCVTPH2PS    (CX), Y10
 	VFMADD231PS  Y8, Y10, Y0
 	VFMADD231PS  Y9, Y10, Y4
-	VCVTPH2PS    16(DX), Y10
+	VCVTPH2PS    16(CX), Y10
 	VFMADD231PS  Y8, Y10, Y1
 	VFMADD231PS  Y9, Y10, Y5
-	VCVTPH2PS    32(DX), Y10
+	VCVTPH2PS    32(CX), Y10
 	VFMADD231PS  Y8, Y10, Y2
 	VFMADD231PS  Y9, Y10, Y6
-	VCVTPH2PS    48(DX), Y10
+	VCVTPH2PS    48(CX), Y10
 	VFMADD231PS  Y8, Y10, Y3
 	VFMADD231PS  Y9, Y10, Y7
-	ADDQ         $0x00000004, CX
-	ADDQ         BX, DX
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
 	DECQ         SI
 	JNZ          keys1
 	MOVQ         (SP), AX
@@ -15205,25 +20247,26 @@ chunk2:
 	VMOVUPS 32(AX), Y1
 	VMOVUPS (AX)(CX*1), Y2
 	VMOVUPS 32(AX)(CX*1), Y3
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	MOVQ    16(SP), CX
-	MOVQ    8(SP), DX
-	MOVQ    ldv+88(FP), BX
-	SHLQ    $0x01, BX
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x01, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
 	MOVQ    32(SP), SI
 
 keys2:
-	VBROADCASTSS (CX), Y4
-	VBROADCASTSS (CX)(AX*1), Y5
-	VCVTPH2PS    (DX), Y6
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y4
+	VBROADCASTSS 128(AX), Y5
+	VCVTPH2PS    (CX), Y6
 	VFMADD231PS  Y4, Y6, Y0
 	VFMADD231PS  Y5, Y6, Y2
-	VCVTPH2PS    16(DX), Y6
+	VCVTPH2PS    16(CX), Y6
 	VFMADD231PS  Y4, Y6, Y1
 	VFMADD231PS  Y5, Y6, Y3
-	ADDQ         $0x00000004, CX
-	ADDQ         BX, DX
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
 	DECQ         SI
 	JNZ          keys2
 	MOVQ         (SP), AX
@@ -15245,22 +20288,23 @@ chunk1:
 	SHLQ    $0x02, CX
 	VMOVUPS (AX), Y0
 	VMOVUPS (AX)(CX*1), Y1
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	MOVQ    16(SP), CX
-	MOVQ    8(SP), DX
-	MOVQ    ldv+88(FP), BX
-	SHLQ    $0x01, BX
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x01, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
 	MOVQ    32(SP), SI
 
 keys3:
-	VBROADCASTSS (CX), Y2
-	VBROADCASTSS (CX)(AX*1), Y3
-	VCVTPH2PS    (DX), Y4
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y2
+	VBROADCASTSS 128(AX), Y3
+	VCVTPH2PS    (CX), Y4
 	VFMADD231PS  Y2, Y4, Y0
 	VFMADD231PS  Y3, Y4, Y1
-	ADDQ         $0x00000004, CX
-	ADDQ         BX, DX
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
 	DECQ         SI
 	JNZ          keys3
 	MOVQ         (SP), AX
@@ -15279,7 +20323,7 @@ chunk0:
 	MOVQ       d+104(FP), AX
 	ANDQ       $0x07, AX
 	LEAQ       decodemask8<>+0(SB), CX
-	VMOVUPS    (CX)(AX*4), Y0
+	VMOVUPS    32(CX)(AX*4), Y0
 	MOVQ       (SP), AX
 	MOVQ       d+104(FP), CX
 	ANDQ       $0x07, CX
@@ -15292,35 +20336,36 @@ chunk0:
 	SHLQ       $0x02, CX
 	VMASKMOVPS (AX), Y0, Y1
 	VMASKMOVPS (AX)(CX*1), Y0, Y0
-	MOVQ       ldp+56(FP), AX
-	SHLQ       $0x02, AX
-	MOVQ       16(SP), CX
-	MOVQ       8(SP), DX
-	MOVQ       d+104(FP), BX
+	LEAQ       56(SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	ANDQ       $0x07, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
 	ANDQ       $0x07, BX
-	MOVQ       $0x00000008, SI
-	SUBQ       BX, SI
-	ANDQ       $0x07, SI
-	SHLQ       $0x01, SI
-	SUBQ       SI, DX
-	MOVQ       ldv+88(FP), BX
 	SHLQ       $0x01, BX
+	SUBQ       BX, CX
+	MOVQ       ldv+88(FP), DX
+	SHLQ       $0x01, DX
+	MOVQ       DX, BX
+	SHLQ       $0x05, BX
 	MOVQ       32(SP), SI
 
 keys4:
-	VBROADCASTSS (CX), Y2
-	VBROADCASTSS (CX)(AX*1), Y3
-	VCVTPH2PS    (DX), Y4
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y2
+	VBROADCASTSS 128(AX), Y3
+	VCVTPH2PS    (CX), Y4
 	VFMADD231PS  Y2, Y4, Y1
 	VFMADD231PS  Y3, Y4, Y0
-	ADDQ         $0x00000004, CX
-	ADDQ         BX, DX
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
 	DECQ         SI
 	JNZ          keys4
 	MOVQ         d+104(FP), AX
 	ANDQ         $0x07, AX
 	LEAQ         decodemask8<>+0(SB), CX
-	VMOVUPS      (CX)(AX*4), Y2
+	VMOVUPS      32(CX)(AX*4), Y2
 	MOVQ         (SP), AX
 	MOVQ         d+104(FP), CX
 	ANDQ         $0x07, CX
@@ -15351,8 +20396,8 @@ done:
 	RET
 
 // func accumF16M4AVX2(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv int, n int, d int)
-// Requires: AVX, CMOV, F16C, FMA3
-TEXT ·accumF16M4AVX2(SB), NOSPLIT, $56-112
+// Requires: AVX, CMOV, F16C, FMA3, MMX+
+TEXT ·accumF16M4AVX2(SB), $568-112
 	MOVQ p_base+32(FP), AX
 	MOVQ AX, 16(SP)
 	MOVQ v_base+64(FP), AX
@@ -15361,20 +20406,103 @@ TEXT ·accumF16M4AVX2(SB), NOSPLIT, $56-112
 	MOVQ AX, 40(SP)
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x03, AX
-	MOVQ    AX, 48(SP)
+	MOVQ       40(SP), AX
+	TESTQ      AX, AX
+	JZ         done
+	MOVQ       $0x00000020, CX
+	CMPQ       AX, CX
+	CMOVQGT    CX, AX
+	MOVQ       AX, 32(SP)
+	MOVQ       16(SP), CX
+	MOVQ       ldp+56(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       AX, BX
+	SUBQ       $0x00000000, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y0
+	MOVQ       AX, BX
+	SUBQ       $0x00000008, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y1
+	MOVQ       AX, BX
+	SUBQ       $0x00000010, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y2
+	SUBQ       $0x00000018, AX
+	XORQ       BX, BX
+	CMPQ       AX, BX
+	CMOVQLT    BX, AX
+	MOVQ       $0x00000008, BX
+	CMPQ       AX, BX
+	CMOVQGT    BX, AX
+	MOVQ       $0x00000008, BX
+	SUBQ       AX, BX
+	LEAQ       decodemask8<>+0(SB), AX
+	VMOVUPS    (AX)(BX*4), Y3
+	VMASKMOVPS (CX), Y0, Y4
+	VMOVUPS    Y4, 56(SP)
+	VMASKMOVPS 32(CX), Y1, Y4
+	VMOVUPS    Y4, 88(SP)
+	VMASKMOVPS 64(CX), Y2, Y4
+	VMOVUPS    Y4, 120(SP)
+	VMASKMOVPS 96(CX), Y3, Y4
+	VMOVUPS    Y4, 152(SP)
+	VMASKMOVPS (CX)(DX*1), Y0, Y4
+	VMOVUPS    Y4, 184(SP)
+	VMASKMOVPS 32(CX)(DX*1), Y1, Y4
+	VMOVUPS    Y4, 216(SP)
+	VMASKMOVPS 64(CX)(DX*1), Y2, Y4
+	VMOVUPS    Y4, 248(SP)
+	VMASKMOVPS 96(CX)(DX*1), Y3, Y4
+	VMOVUPS    Y4, 280(SP)
+	VMASKMOVPS (CX)(DX*2), Y0, Y4
+	VMOVUPS    Y4, 312(SP)
+	VMASKMOVPS 32(CX)(DX*2), Y1, Y4
+	VMOVUPS    Y4, 344(SP)
+	VMASKMOVPS 64(CX)(DX*2), Y2, Y4
+	VMOVUPS    Y4, 376(SP)
+	VMASKMOVPS 96(CX)(DX*2), Y3, Y4
+	VMOVUPS    Y4, 408(SP)
+	LEAQ       (CX)(DX*2), AX
+	VMASKMOVPS (AX)(DX*1), Y0, Y0
+	VMOVUPS    Y0, 440(SP)
+	VMASKMOVPS 32(AX)(DX*1), Y1, Y0
+	VMOVUPS    Y0, 472(SP)
+	VMASKMOVPS 64(AX)(DX*1), Y2, Y0
+	VMOVUPS    Y0, 504(SP)
+	VMASKMOVPS 96(AX)(DX*1), Y3, Y0
+	VMOVUPS    Y0, 536(SP)
+	MOVQ       o_base+0(FP), AX
+	MOVQ       AX, (SP)
+	MOVQ       24(SP), AX
+	MOVQ       AX, 8(SP)
+	MOVQ       d+104(FP), AX
+	SHRQ       $0x03, AX
+	MOVQ       AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000002
@@ -15391,33 +20519,33 @@ full:
 	LEAQ    (AX)(CX*2), AX
 	VMOVUPS (AX)(CX*1), Y6
 	VMOVUPS 32(AX)(CX*1), Y7
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	LEAQ    (AX)(AX*2), CX
-	MOVQ    16(SP), DX
-	MOVQ    8(SP), BX
-	MOVQ    ldv+88(FP), SI
-	SHLQ    $0x01, SI
-	MOVQ    32(SP), DI
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x01, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys1:
-	VBROADCASTSS (DX), Y8
-	VBROADCASTSS (DX)(AX*1), Y9
-	VBROADCASTSS (DX)(AX*2), Y10
-	VBROADCASTSS (DX)(CX*1), Y11
-	VCVTPH2PS    (BX), Y12
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y8
+	VBROADCASTSS 128(AX), Y9
+	VBROADCASTSS 256(AX), Y10
+	VBROADCASTSS 384(AX), Y11
+	VCVTPH2PS    (CX), Y12
 	VFMADD231PS  Y8, Y12, Y0
 	VFMADD231PS  Y9, Y12, Y2
 	VFMADD231PS  Y10, Y12, Y4
 	VFMADD231PS  Y11, Y12, Y6
-	VCVTPH2PS    16(BX), Y12
+	VCVTPH2PS    16(CX), Y12
 	VFMADD231PS  Y8, Y12, Y1
 	VFMADD231PS  Y9, Y12, Y3
 	VFMADD231PS  Y10, Y12, Y5
 	VFMADD231PS  Y11, Y12, Y7
-	ADDQ         $0x00000004, DX
-	ADDQ         SI, BX
-	DECQ         DI
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys1
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -15447,28 +20575,28 @@ chunk1:
 	VMOVUPS (AX)(CX*2), Y2
 	LEAQ    (AX)(CX*2), AX
 	VMOVUPS (AX)(CX*1), Y3
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	LEAQ    (AX)(AX*2), CX
-	MOVQ    16(SP), DX
-	MOVQ    8(SP), BX
-	MOVQ    ldv+88(FP), SI
-	SHLQ    $0x01, SI
-	MOVQ    32(SP), DI
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x01, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys2:
-	VBROADCASTSS (DX), Y4
-	VBROADCASTSS (DX)(AX*1), Y5
-	VBROADCASTSS (DX)(AX*2), Y6
-	VBROADCASTSS (DX)(CX*1), Y7
-	VCVTPH2PS    (BX), Y8
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y4
+	VBROADCASTSS 128(AX), Y5
+	VBROADCASTSS 256(AX), Y6
+	VBROADCASTSS 384(AX), Y7
+	VCVTPH2PS    (CX), Y8
 	VFMADD231PS  Y4, Y8, Y0
 	VFMADD231PS  Y5, Y8, Y1
 	VFMADD231PS  Y6, Y8, Y2
 	VFMADD231PS  Y7, Y8, Y3
-	ADDQ         $0x00000004, DX
-	ADDQ         SI, BX
-	DECQ         DI
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys2
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -15489,7 +20617,7 @@ chunk0:
 	MOVQ       d+104(FP), AX
 	ANDQ       $0x07, AX
 	LEAQ       decodemask8<>+0(SB), CX
-	VMOVUPS    (CX)(AX*4), Y0
+	VMOVUPS    32(CX)(AX*4), Y0
 	MOVQ       (SP), AX
 	MOVQ       d+104(FP), CX
 	ANDQ       $0x07, CX
@@ -15505,40 +20633,40 @@ chunk0:
 	VMASKMOVPS (AX)(CX*2), Y0, Y3
 	LEAQ       (AX)(CX*2), AX
 	VMASKMOVPS (AX)(CX*1), Y0, Y0
-	MOVQ       ldp+56(FP), AX
-	SHLQ       $0x02, AX
-	LEAQ       (AX)(AX*2), CX
-	MOVQ       16(SP), DX
-	MOVQ       8(SP), BX
-	MOVQ       d+104(FP), SI
-	ANDQ       $0x07, SI
-	MOVQ       $0x00000008, DI
-	SUBQ       SI, DI
-	ANDQ       $0x07, DI
-	SHLQ       $0x01, DI
-	SUBQ       DI, BX
-	MOVQ       ldv+88(FP), SI
-	SHLQ       $0x01, SI
-	MOVQ       32(SP), DI
+	LEAQ       56(SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	ANDQ       $0x07, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	ANDQ       $0x07, BX
+	SHLQ       $0x01, BX
+	SUBQ       BX, CX
+	MOVQ       ldv+88(FP), DX
+	SHLQ       $0x01, DX
+	MOVQ       DX, BX
+	SHLQ       $0x05, BX
+	MOVQ       32(SP), SI
 
 keys3:
-	VBROADCASTSS (DX), Y4
-	VBROADCASTSS (DX)(AX*1), Y5
-	VBROADCASTSS (DX)(AX*2), Y6
-	VBROADCASTSS (DX)(CX*1), Y7
-	VCVTPH2PS    (BX), Y8
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y4
+	VBROADCASTSS 128(AX), Y5
+	VBROADCASTSS 256(AX), Y6
+	VBROADCASTSS 384(AX), Y7
+	VCVTPH2PS    (CX), Y8
 	VFMADD231PS  Y4, Y8, Y1
 	VFMADD231PS  Y5, Y8, Y2
 	VFMADD231PS  Y6, Y8, Y3
 	VFMADD231PS  Y7, Y8, Y0
-	ADDQ         $0x00000004, DX
-	ADDQ         SI, BX
-	DECQ         DI
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys3
 	MOVQ         d+104(FP), AX
 	ANDQ         $0x07, AX
 	LEAQ         decodemask8<>+0(SB), CX
-	VMOVUPS      (CX)(AX*4), Y4
+	VMOVUPS      32(CX)(AX*4), Y4
 	MOVQ         (SP), AX
 	MOVQ         d+104(FP), CX
 	ANDQ         $0x07, CX
@@ -15572,8 +20700,8 @@ done:
 	RET
 
 // func accumF16M8AVX2(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv int, n int, d int)
-// Requires: AVX, CMOV, F16C, FMA3
-TEXT ·accumF16M8AVX2(SB), NOSPLIT, $56-112
+// Requires: AVX, CMOV, F16C, FMA3, MMX+
+TEXT ·accumF16M8AVX2(SB), $1080-112
 	MOVQ p_base+32(FP), AX
 	MOVQ AX, 16(SP)
 	MOVQ v_base+64(FP), AX
@@ -15582,20 +20710,137 @@ TEXT ·accumF16M8AVX2(SB), NOSPLIT, $56-112
 	MOVQ AX, 40(SP)
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x03, AX
-	MOVQ    AX, 48(SP)
+	MOVQ       40(SP), AX
+	TESTQ      AX, AX
+	JZ         done
+	MOVQ       $0x00000020, CX
+	CMPQ       AX, CX
+	CMOVQGT    CX, AX
+	MOVQ       AX, 32(SP)
+	MOVQ       16(SP), CX
+	MOVQ       ldp+56(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       AX, BX
+	SUBQ       $0x00000000, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y0
+	MOVQ       AX, BX
+	SUBQ       $0x00000008, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y1
+	MOVQ       AX, BX
+	SUBQ       $0x00000010, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y2
+	SUBQ       $0x00000018, AX
+	XORQ       BX, BX
+	CMPQ       AX, BX
+	CMOVQLT    BX, AX
+	MOVQ       $0x00000008, BX
+	CMPQ       AX, BX
+	CMOVQGT    BX, AX
+	MOVQ       $0x00000008, BX
+	SUBQ       AX, BX
+	LEAQ       decodemask8<>+0(SB), AX
+	VMOVUPS    (AX)(BX*4), Y3
+	VMASKMOVPS (CX), Y0, Y4
+	VMOVUPS    Y4, 56(SP)
+	VMASKMOVPS 32(CX), Y1, Y4
+	VMOVUPS    Y4, 88(SP)
+	VMASKMOVPS 64(CX), Y2, Y4
+	VMOVUPS    Y4, 120(SP)
+	VMASKMOVPS 96(CX), Y3, Y4
+	VMOVUPS    Y4, 152(SP)
+	VMASKMOVPS (CX)(DX*1), Y0, Y4
+	VMOVUPS    Y4, 184(SP)
+	VMASKMOVPS 32(CX)(DX*1), Y1, Y4
+	VMOVUPS    Y4, 216(SP)
+	VMASKMOVPS 64(CX)(DX*1), Y2, Y4
+	VMOVUPS    Y4, 248(SP)
+	VMASKMOVPS 96(CX)(DX*1), Y3, Y4
+	VMOVUPS    Y4, 280(SP)
+	VMASKMOVPS (CX)(DX*2), Y0, Y4
+	VMOVUPS    Y4, 312(SP)
+	VMASKMOVPS 32(CX)(DX*2), Y1, Y4
+	VMOVUPS    Y4, 344(SP)
+	VMASKMOVPS 64(CX)(DX*2), Y2, Y4
+	VMOVUPS    Y4, 376(SP)
+	VMASKMOVPS 96(CX)(DX*2), Y3, Y4
+	VMOVUPS    Y4, 408(SP)
+	LEAQ       (CX)(DX*2), AX
+	VMASKMOVPS (AX)(DX*1), Y0, Y4
+	VMOVUPS    Y4, 440(SP)
+	VMASKMOVPS 32(AX)(DX*1), Y1, Y4
+	VMOVUPS    Y4, 472(SP)
+	VMASKMOVPS 64(AX)(DX*1), Y2, Y4
+	VMOVUPS    Y4, 504(SP)
+	VMASKMOVPS 96(AX)(DX*1), Y3, Y4
+	VMOVUPS    Y4, 536(SP)
+	LEAQ       (CX)(DX*4), AX
+	VMASKMOVPS (AX), Y0, Y4
+	VMOVUPS    Y4, 568(SP)
+	VMASKMOVPS 32(AX), Y1, Y4
+	VMOVUPS    Y4, 600(SP)
+	VMASKMOVPS 64(AX), Y2, Y4
+	VMOVUPS    Y4, 632(SP)
+	VMASKMOVPS 96(AX), Y3, Y4
+	VMOVUPS    Y4, 664(SP)
+	VMASKMOVPS (AX)(DX*1), Y0, Y4
+	VMOVUPS    Y4, 696(SP)
+	VMASKMOVPS 32(AX)(DX*1), Y1, Y4
+	VMOVUPS    Y4, 728(SP)
+	VMASKMOVPS 64(AX)(DX*1), Y2, Y4
+	VMOVUPS    Y4, 760(SP)
+	VMASKMOVPS 96(AX)(DX*1), Y3, Y4
+	VMOVUPS    Y4, 792(SP)
+	VMASKMOVPS (AX)(DX*2), Y0, Y4
+	VMOVUPS    Y4, 824(SP)
+	VMASKMOVPS 32(AX)(DX*2), Y1, Y4
+	VMOVUPS    Y4, 856(SP)
+	VMASKMOVPS 64(AX)(DX*2), Y2, Y4
+	VMOVUPS    Y4, 888(SP)
+	VMASKMOVPS 96(AX)(DX*2), Y3, Y4
+	VMOVUPS    Y4, 920(SP)
+	LEAQ       (AX)(DX*2), AX
+	VMASKMOVPS (AX)(DX*1), Y0, Y0
+	VMOVUPS    Y0, 952(SP)
+	VMASKMOVPS 32(AX)(DX*1), Y1, Y0
+	VMOVUPS    Y0, 984(SP)
+	VMASKMOVPS 64(AX)(DX*1), Y2, Y0
+	VMOVUPS    Y0, 1016(SP)
+	VMASKMOVPS 96(AX)(DX*1), Y3, Y0
+	VMOVUPS    Y0, 1048(SP)
+	MOVQ       o_base+0(FP), AX
+	MOVQ       AX, (SP)
+	MOVQ       24(SP), AX
+	MOVQ       AX, 8(SP)
+	MOVQ       d+104(FP), AX
+	SHRQ       $0x03, AX
+	MOVQ       AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000001
@@ -15614,38 +20859,36 @@ full:
 	VMOVUPS (AX)(CX*2), Y6
 	LEAQ    (AX)(CX*2), AX
 	VMOVUPS (AX)(CX*1), Y7
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	LEAQ    (AX)(AX*2), CX
-	MOVQ    16(SP), DX
-	LEAQ    (DX)(AX*4), BX
-	MOVQ    8(SP), SI
-	MOVQ    ldv+88(FP), DI
-	SHLQ    $0x01, DI
-	MOVQ    32(SP), R8
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	SHLQ    $0x01, DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys1:
-	VCVTPH2PS    (SI), Y8
-	VBROADCASTSS (DX), Y9
+	PREFETCHT1   (CX)(BX*1)
+	VCVTPH2PS    (CX), Y8
+	VBROADCASTSS (AX), Y9
 	VFMADD231PS  Y9, Y8, Y0
-	VBROADCASTSS (DX)(AX*1), Y9
+	VBROADCASTSS 128(AX), Y9
 	VFMADD231PS  Y9, Y8, Y1
-	VBROADCASTSS (DX)(AX*2), Y9
+	VBROADCASTSS 256(AX), Y9
 	VFMADD231PS  Y9, Y8, Y2
-	VBROADCASTSS (DX)(CX*1), Y9
+	VBROADCASTSS 384(AX), Y9
 	VFMADD231PS  Y9, Y8, Y3
-	VBROADCASTSS (BX), Y9
+	VBROADCASTSS 512(AX), Y9
 	VFMADD231PS  Y9, Y8, Y4
-	VBROADCASTSS (BX)(AX*1), Y9
+	VBROADCASTSS 640(AX), Y9
 	VFMADD231PS  Y9, Y8, Y5
-	VBROADCASTSS (BX)(AX*2), Y9
+	VBROADCASTSS 768(AX), Y9
 	VFMADD231PS  Y9, Y8, Y6
-	VBROADCASTSS (BX)(CX*1), Y9
+	VBROADCASTSS 896(AX), Y9
 	VFMADD231PS  Y9, Y8, Y7
-	ADDQ         $0x00000004, DX
-	ADDQ         $0x00000004, BX
-	ADDQ         DI, SI
-	DECQ         R8
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys1
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -15673,7 +20916,7 @@ chunk0:
 	MOVQ       d+104(FP), AX
 	ANDQ       $0x07, AX
 	LEAQ       decodemask8<>+0(SB), CX
-	VMOVUPS    (CX)(AX*4), Y0
+	VMOVUPS    32(CX)(AX*4), Y0
 	MOVQ       (SP), AX
 	MOVQ       d+104(FP), CX
 	ANDQ       $0x07, CX
@@ -15695,50 +20938,48 @@ chunk0:
 	VMASKMOVPS (AX)(CX*2), Y0, Y7
 	LEAQ       (AX)(CX*2), AX
 	VMASKMOVPS (AX)(CX*1), Y0, Y0
-	MOVQ       ldp+56(FP), AX
-	SHLQ       $0x02, AX
-	LEAQ       (AX)(AX*2), CX
-	MOVQ       16(SP), DX
-	LEAQ       (DX)(AX*4), BX
-	MOVQ       8(SP), SI
-	MOVQ       d+104(FP), DI
-	ANDQ       $0x07, DI
-	MOVQ       $0x00000008, R8
-	SUBQ       DI, R8
-	ANDQ       $0x07, R8
-	SHLQ       $0x01, R8
-	SUBQ       R8, SI
-	MOVQ       ldv+88(FP), DI
-	SHLQ       $0x01, DI
-	MOVQ       32(SP), R8
+	LEAQ       56(SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	ANDQ       $0x07, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	ANDQ       $0x07, BX
+	SHLQ       $0x01, BX
+	SUBQ       BX, CX
+	MOVQ       ldv+88(FP), DX
+	SHLQ       $0x01, DX
+	MOVQ       DX, BX
+	SHLQ       $0x05, BX
+	MOVQ       32(SP), SI
 
 keys2:
-	VCVTPH2PS    (SI), Y8
-	VBROADCASTSS (DX), Y9
+	PREFETCHT1   (CX)(BX*1)
+	VCVTPH2PS    (CX), Y8
+	VBROADCASTSS (AX), Y9
 	VFMADD231PS  Y9, Y8, Y1
-	VBROADCASTSS (DX)(AX*1), Y9
+	VBROADCASTSS 128(AX), Y9
 	VFMADD231PS  Y9, Y8, Y2
-	VBROADCASTSS (DX)(AX*2), Y9
+	VBROADCASTSS 256(AX), Y9
 	VFMADD231PS  Y9, Y8, Y3
-	VBROADCASTSS (DX)(CX*1), Y9
+	VBROADCASTSS 384(AX), Y9
 	VFMADD231PS  Y9, Y8, Y4
-	VBROADCASTSS (BX), Y9
+	VBROADCASTSS 512(AX), Y9
 	VFMADD231PS  Y9, Y8, Y5
-	VBROADCASTSS (BX)(AX*1), Y9
+	VBROADCASTSS 640(AX), Y9
 	VFMADD231PS  Y9, Y8, Y6
-	VBROADCASTSS (BX)(AX*2), Y9
+	VBROADCASTSS 768(AX), Y9
 	VFMADD231PS  Y9, Y8, Y7
-	VBROADCASTSS (BX)(CX*1), Y9
+	VBROADCASTSS 896(AX), Y9
 	VFMADD231PS  Y9, Y8, Y0
-	ADDQ         $0x00000004, DX
-	ADDQ         $0x00000004, BX
-	ADDQ         DI, SI
-	DECQ         R8
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys2
 	MOVQ         d+104(FP), AX
 	ANDQ         $0x07, AX
 	LEAQ         decodemask8<>+0(SB), CX
-	VMOVUPS      (CX)(AX*4), Y8
+	VMOVUPS      32(CX)(AX*4), Y8
 	MOVQ         (SP), AX
 	MOVQ         d+104(FP), CX
 	ANDQ         $0x07, CX
@@ -15778,7 +21019,7 @@ done:
 	RET
 
 // func scoresQ8M1AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·scoresQ8M1AVX2(SB), NOSPLIT, $32-104
 	MOVQ s_base+0(FP), AX
 	MOVQ AX, (SP)
@@ -15803,169 +21044,280 @@ main:
 	VXORPS Y7, Y7, Y7
 	MOVQ   ldk+80(FP), AX
 	LEAQ   (AX)(AX*2), CX
-	MOVQ   q_base+32(FP), DX
-	MOVQ   8(SP), BX
-	LEAQ   (BX)(AX*4), SI
-	MOVQ   24(SP), DI
-	TESTQ  DI, DI
-	JZ     mainTail
+	MOVQ   8(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   q_base+32(FP), SI
+	LEAQ   (DX), DI
+	MOVQ   ldk+80(FP), R8
+	SHLQ   $0x05, R8
+	MOVQ   24(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
 
-mainStep:
-	VMOVUPS      (DX), Y8
-	VMOVUPS      32(DX), Y9
-	VMOVUPS      64(DX), Y10
-	VMOVUPS      96(DX), Y11
-	VPBROADCASTW (BX), X12
-	VCVTPH2PS    X12, Y12
-	VPMOVSXBD    2(BX), Y13
-	VCVTDQ2PS    Y13, Y13
-	VMULPS       Y12, Y13, Y13
-	VFMADD231PS  Y8, Y13, Y0
-	VPMOVSXBD    10(BX), Y13
-	VCVTDQ2PS    Y13, Y13
-	VMULPS       Y12, Y13, Y13
-	VFMADD231PS  Y9, Y13, Y0
-	VPMOVSXBD    18(BX), Y13
-	VCVTDQ2PS    Y13, Y13
-	VMULPS       Y12, Y13, Y13
-	VFMADD231PS  Y10, Y13, Y0
-	VPMOVSXBD    26(BX), Y13
-	VCVTDQ2PS    Y13, Y13
-	VMULPS       Y12, Y13, Y13
-	VFMADD231PS  Y11, Y13, Y0
-	VPBROADCASTW (BX)(AX*1), X12
-	VCVTPH2PS    X12, Y12
-	VPMOVSXBD    2(BX)(AX*1), Y13
-	VCVTDQ2PS    Y13, Y13
-	VMULPS       Y12, Y13, Y13
-	VFMADD231PS  Y8, Y13, Y1
-	VPMOVSXBD    10(BX)(AX*1), Y13
-	VCVTDQ2PS    Y13, Y13
-	VMULPS       Y12, Y13, Y13
-	VFMADD231PS  Y9, Y13, Y1
-	VPMOVSXBD    18(BX)(AX*1), Y13
-	VCVTDQ2PS    Y13, Y13
-	VMULPS       Y12, Y13, Y13
-	VFMADD231PS  Y10, Y13, Y1
-	VPMOVSXBD    26(BX)(AX*1), Y13
-	VCVTDQ2PS    Y13, Y13
-	VMULPS       Y12, Y13, Y13
-	VFMADD231PS  Y11, Y13, Y1
-	VPBROADCASTW (BX)(AX*2), X12
-	VCVTPH2PS    X12, Y12
-	VPMOVSXBD    2(BX)(AX*2), Y13
-	VCVTDQ2PS    Y13, Y13
-	VMULPS       Y12, Y13, Y13
-	VFMADD231PS  Y8, Y13, Y2
-	VPMOVSXBD    10(BX)(AX*2), Y13
-	VCVTDQ2PS    Y13, Y13
-	VMULPS       Y12, Y13, Y13
-	VFMADD231PS  Y9, Y13, Y2
-	VPMOVSXBD    18(BX)(AX*2), Y13
-	VCVTDQ2PS    Y13, Y13
-	VMULPS       Y12, Y13, Y13
-	VFMADD231PS  Y10, Y13, Y2
-	VPMOVSXBD    26(BX)(AX*2), Y13
-	VCVTDQ2PS    Y13, Y13
-	VMULPS       Y12, Y13, Y13
-	VFMADD231PS  Y11, Y13, Y2
-	VPBROADCASTW (BX)(CX*1), X12
-	VCVTPH2PS    X12, Y12
-	VPMOVSXBD    2(BX)(CX*1), Y13
-	VCVTDQ2PS    Y13, Y13
-	VMULPS       Y12, Y13, Y13
-	VFMADD231PS  Y8, Y13, Y3
-	VPMOVSXBD    10(BX)(CX*1), Y13
-	VCVTDQ2PS    Y13, Y13
-	VMULPS       Y12, Y13, Y13
-	VFMADD231PS  Y9, Y13, Y3
-	VPMOVSXBD    18(BX)(CX*1), Y13
-	VCVTDQ2PS    Y13, Y13
-	VMULPS       Y12, Y13, Y13
-	VFMADD231PS  Y10, Y13, Y3
-	VPMOVSXBD    26(BX)(CX*1), Y13
-	VCVTDQ2PS    Y13, Y13
-	VMULPS       Y12, Y13, Y13
-	VFMADD231PS  Y11, Y13, Y3
-	VPBROADCASTW (SI), X12
-	VCVTPH2PS    X12, Y12
-	VPMOVSXBD    2(SI), Y13
-	VCVTDQ2PS    Y13, Y13
-	VMULPS       Y12, Y13, Y13
-	VFMADD231PS  Y8, Y13, Y4
-	VPMOVSXBD    10(SI), Y13
-	VCVTDQ2PS    Y13, Y13
-	VMULPS       Y12, Y13, Y13
-	VFMADD231PS  Y9, Y13, Y4
-	VPMOVSXBD    18(SI), Y13
-	VCVTDQ2PS    Y13, Y13
-	VMULPS       Y12, Y13, Y13
-	VFMADD231PS  Y10, Y13, Y4
-	VPMOVSXBD    26(SI), Y13
-	VCVTDQ2PS    Y13, Y13
-	VMULPS       Y12, Y13, Y13
-	VFMADD231PS  Y11, Y13, Y4
-	VPBROADCASTW (SI)(AX*1), X12
-	VCVTPH2PS    X12, Y12
-	VPMOVSXBD    2(SI)(AX*1), Y13
-	VCVTDQ2PS    Y13, Y13
-	VMULPS       Y12, Y13, Y13
-	VFMADD231PS  Y8, Y13, Y5
-	VPMOVSXBD    10(SI)(AX*1), Y13
-	VCVTDQ2PS    Y13, Y13
-	VMULPS       Y12, Y13, Y13
-	VFMADD231PS  Y9, Y13, Y5
-	VPMOVSXBD    18(SI)(AX*1), Y13
-	VCVTDQ2PS    Y13, Y13
-	VMULPS       Y12, Y13, Y13
-	VFMADD231PS  Y10, Y13, Y5
-	VPMOVSXBD    26(SI)(AX*1), Y13
-	VCVTDQ2PS    Y13, Y13
-	VMULPS       Y12, Y13, Y13
-	VFMADD231PS  Y11, Y13, Y5
-	VPBROADCASTW (SI)(AX*2), X12
-	VCVTPH2PS    X12, Y12
-	VPMOVSXBD    2(SI)(AX*2), Y13
-	VCVTDQ2PS    Y13, Y13
-	VMULPS       Y12, Y13, Y13
-	VFMADD231PS  Y8, Y13, Y6
-	VPMOVSXBD    10(SI)(AX*2), Y13
-	VCVTDQ2PS    Y13, Y13
-	VMULPS       Y12, Y13, Y13
-	VFMADD231PS  Y9, Y13, Y6
-	VPMOVSXBD    18(SI)(AX*2), Y13
-	VCVTDQ2PS    Y13, Y13
-	VMULPS       Y12, Y13, Y13
-	VFMADD231PS  Y10, Y13, Y6
-	VPMOVSXBD    26(SI)(AX*2), Y13
-	VCVTDQ2PS    Y13, Y13
-	VMULPS       Y12, Y13, Y13
-	VFMADD231PS  Y11, Y13, Y6
-	VPBROADCASTW (SI)(CX*1), X12
-	VCVTPH2PS    X12, Y12
-	VPMOVSXBD    2(SI)(CX*1), Y13
-	VCVTDQ2PS    Y13, Y13
-	VMULPS       Y12, Y13, Y13
-	VFMADD231PS  Y8, Y13, Y7
-	VPMOVSXBD    10(SI)(CX*1), Y8
-	VCVTDQ2PS    Y8, Y8
-	VMULPS       Y12, Y8, Y8
-	VFMADD231PS  Y9, Y8, Y7
-	VPMOVSXBD    18(SI)(CX*1), Y8
-	VCVTDQ2PS    Y8, Y8
-	VMULPS       Y12, Y8, Y8
-	VFMADD231PS  Y10, Y8, Y7
-	VPMOVSXBD    26(SI)(CX*1), Y8
-	VCVTDQ2PS    Y8, Y8
-	VMULPS       Y12, Y8, Y8
-	VFMADD231PS  Y11, Y8, Y7
+mainK0Step:
+	PREFETCHT1   (DI)(R8*1)
+	VPBROADCASTW (DI), X8
+	VCVTPH2PS    X8, Y8
+	VPMOVSXBD    2(DI), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y8, Y9, Y9
+	VFMADD231PS  (SI), Y9, Y0
+	VPMOVSXBD    10(DI), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y8, Y9, Y9
+	VFMADD231PS  32(SI), Y9, Y0
+	VPMOVSXBD    18(DI), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y8, Y9, Y9
+	VFMADD231PS  64(SI), Y9, Y0
+	VPMOVSXBD    26(DI), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y8, Y9, Y9
+	VFMADD231PS  96(SI), Y9, Y0
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000022, DI
+	DECQ         R9
+	JNZ          mainK0Step
+
+mainK0Tail:
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(AX*1), DI
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x05, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1   (DI)(R8*1)
+	VPBROADCASTW (DI), X8
+	VCVTPH2PS    X8, Y8
+	VPMOVSXBD    2(DI), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y8, Y9, Y9
+	VFMADD231PS  (SI), Y9, Y1
+	VPMOVSXBD    10(DI), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y8, Y9, Y9
+	VFMADD231PS  32(SI), Y9, Y1
+	VPMOVSXBD    18(DI), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y8, Y9, Y9
+	VFMADD231PS  64(SI), Y9, Y1
+	VPMOVSXBD    26(DI), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y8, Y9, Y9
+	VFMADD231PS  96(SI), Y9, Y1
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000022, DI
+	DECQ         R9
+	JNZ          mainK1Step
+
+mainK1Tail:
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(AX*2), DI
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x05, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK2Tail
+
+mainK2Step:
+	PREFETCHT1   (DI)(R8*1)
+	VPBROADCASTW (DI), X8
+	VCVTPH2PS    X8, Y8
+	VPMOVSXBD    2(DI), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y8, Y9, Y9
+	VFMADD231PS  (SI), Y9, Y2
+	VPMOVSXBD    10(DI), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y8, Y9, Y9
+	VFMADD231PS  32(SI), Y9, Y2
+	VPMOVSXBD    18(DI), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y8, Y9, Y9
+	VFMADD231PS  64(SI), Y9, Y2
+	VPMOVSXBD    26(DI), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y8, Y9, Y9
+	VFMADD231PS  96(SI), Y9, Y2
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000022, DI
+	DECQ         R9
+	JNZ          mainK2Step
+
+mainK2Tail:
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(CX*1), DX
+	MOVQ  ldk+80(FP), DI
+	SHLQ  $0x05, DI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK3Tail
+
+mainK3Step:
+	PREFETCHT1   (DX)(DI*1)
+	VPBROADCASTW (DX), X8
+	VCVTPH2PS    X8, Y8
+	VPMOVSXBD    2(DX), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y8, Y9, Y9
+	VFMADD231PS  (SI), Y9, Y3
+	VPMOVSXBD    10(DX), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y8, Y9, Y9
+	VFMADD231PS  32(SI), Y9, Y3
+	VPMOVSXBD    18(DX), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y8, Y9, Y9
+	VFMADD231PS  64(SI), Y9, Y3
+	VPMOVSXBD    26(DX), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y8, Y9, Y9
+	VFMADD231PS  96(SI), Y9, Y3
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000022, DX
+	DECQ         R8
+	JNZ          mainK3Step
+
+mainK3Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX), SI
+	MOVQ  ldk+80(FP), DI
+	SHLQ  $0x05, DI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK4Tail
+
+mainK4Step:
+	PREFETCHT1   (SI)(DI*1)
+	VPBROADCASTW (SI), X8
+	VCVTPH2PS    X8, Y8
+	VPMOVSXBD    2(SI), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y8, Y9, Y9
+	VFMADD231PS  (DX), Y9, Y4
+	VPMOVSXBD    10(SI), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y8, Y9, Y9
+	VFMADD231PS  32(DX), Y9, Y4
+	VPMOVSXBD    18(SI), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y8, Y9, Y9
+	VFMADD231PS  64(DX), Y9, Y4
+	VPMOVSXBD    26(SI), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y8, Y9, Y9
+	VFMADD231PS  96(DX), Y9, Y4
 	ADDQ         $0x00000080, DX
-	ADDQ         $0x00000022, BX
 	ADDQ         $0x00000022, SI
-	DECQ         DI
-	JNZ          mainStep
+	DECQ         R8
+	JNZ          mainK4Step
 
-mainTail:
+mainK4Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(AX*1), SI
+	MOVQ  ldk+80(FP), DI
+	SHLQ  $0x05, DI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK5Tail
+
+mainK5Step:
+	PREFETCHT1   (SI)(DI*1)
+	VPBROADCASTW (SI), X8
+	VCVTPH2PS    X8, Y8
+	VPMOVSXBD    2(SI), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y8, Y9, Y9
+	VFMADD231PS  (DX), Y9, Y5
+	VPMOVSXBD    10(SI), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y8, Y9, Y9
+	VFMADD231PS  32(DX), Y9, Y5
+	VPMOVSXBD    18(SI), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y8, Y9, Y9
+	VFMADD231PS  64(DX), Y9, Y5
+	VPMOVSXBD    26(SI), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y8, Y9, Y9
+	VFMADD231PS  96(DX), Y9, Y5
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000022, SI
+	DECQ         R8
+	JNZ          mainK5Step
+
+mainK5Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(AX*2), AX
+	MOVQ  ldk+80(FP), SI
+	SHLQ  $0x05, SI
+	MOVQ  24(SP), DI
+	TESTQ DI, DI
+	JZ    mainK6Tail
+
+mainK6Step:
+	PREFETCHT1   (AX)(SI*1)
+	VPBROADCASTW (AX), X8
+	VCVTPH2PS    X8, Y8
+	VPMOVSXBD    2(AX), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y8, Y9, Y9
+	VFMADD231PS  (DX), Y9, Y6
+	VPMOVSXBD    10(AX), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y8, Y9, Y9
+	VFMADD231PS  32(DX), Y9, Y6
+	VPMOVSXBD    18(AX), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y8, Y9, Y9
+	VFMADD231PS  64(DX), Y9, Y6
+	VPMOVSXBD    26(AX), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y8, Y9, Y9
+	VFMADD231PS  96(DX), Y9, Y6
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000022, AX
+	DECQ         DI
+	JNZ          mainK6Step
+
+mainK6Tail:
+	MOVQ  q_base+32(FP), AX
+	LEAQ  (BX)(CX*1), CX
+	MOVQ  ldk+80(FP), DX
+	SHLQ  $0x05, DX
+	MOVQ  24(SP), BX
+	TESTQ BX, BX
+	JZ    mainK7Tail
+
+mainK7Step:
+	PREFETCHT1   (CX)(DX*1)
+	VPBROADCASTW (CX), X8
+	VCVTPH2PS    X8, Y8
+	VPMOVSXBD    2(CX), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y8, Y9, Y9
+	VFMADD231PS  (AX), Y9, Y7
+	VPMOVSXBD    10(CX), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y8, Y9, Y9
+	VFMADD231PS  32(AX), Y9, Y7
+	VPMOVSXBD    18(CX), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y8, Y9, Y9
+	VFMADD231PS  64(AX), Y9, Y7
+	VPMOVSXBD    26(CX), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       Y8, Y9, Y9
+	VFMADD231PS  96(AX), Y9, Y7
+	ADDQ         $0x00000080, AX
+	ADDQ         $0x00000022, CX
+	DECQ         BX
+	JNZ          mainK7Step
+
+mainK7Tail:
 	VPERM2F128 $0x20, Y4, Y0, Y8
 	VPERM2F128 $0x31, Y4, Y0, Y0
 	VADDPS     Y0, Y8, Y8
@@ -16003,41 +21355,41 @@ rest:
 	CMPQ   16(SP), $0x00000001
 	JL     done
 	VXORPS Y0, Y0, Y0
-	MOVQ   q_base+32(FP), AX
-	MOVQ   8(SP), CX
-	MOVQ   24(SP), DX
-	TESTQ  DX, DX
-	JZ     restTail
+	MOVQ   8(SP), AX
+	MOVQ   q_base+32(FP), CX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), DX
+	SHLQ   $0x05, DX
+	MOVQ   24(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
 
-restStep:
-	VMOVUPS      (AX), Y1
-	VMOVUPS      32(AX), Y2
-	VMOVUPS      64(AX), Y3
-	VMOVUPS      96(AX), Y4
-	VPBROADCASTW (CX), X5
-	VCVTPH2PS    X5, Y5
-	VPMOVSXBD    2(CX), Y6
-	VCVTDQ2PS    Y6, Y6
-	VMULPS       Y5, Y6, Y6
-	VFMADD231PS  Y1, Y6, Y0
-	VPMOVSXBD    10(CX), Y1
-	VCVTDQ2PS    Y1, Y1
-	VMULPS       Y5, Y1, Y1
-	VFMADD231PS  Y2, Y1, Y0
-	VPMOVSXBD    18(CX), Y1
-	VCVTDQ2PS    Y1, Y1
-	VMULPS       Y5, Y1, Y1
-	VFMADD231PS  Y3, Y1, Y0
-	VPMOVSXBD    26(CX), Y1
-	VCVTDQ2PS    Y1, Y1
-	VMULPS       Y5, Y1, Y1
-	VFMADD231PS  Y4, Y1, Y0
-	ADDQ         $0x00000080, AX
-	ADDQ         $0x00000022, CX
-	DECQ         DX
-	JNZ          restStep
+restK0Step:
+	PREFETCHT1   (AX)(DX*1)
+	VPBROADCASTW (AX), X1
+	VCVTPH2PS    X1, Y1
+	VPMOVSXBD    2(AX), Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y1, Y2, Y2
+	VFMADD231PS  (CX), Y2, Y0
+	VPMOVSXBD    10(AX), Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y1, Y2, Y2
+	VFMADD231PS  32(CX), Y2, Y0
+	VPMOVSXBD    18(AX), Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y1, Y2, Y2
+	VFMADD231PS  64(CX), Y2, Y0
+	VPMOVSXBD    26(AX), Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y1, Y2, Y2
+	VFMADD231PS  96(CX), Y2, Y0
+	ADDQ         $0x00000080, CX
+	ADDQ         $0x00000022, AX
+	DECQ         BX
+	JNZ          restK0Step
 
-restTail:
+restK0Tail:
 	VXORPS     Y1, Y1, Y1
 	VPERM2F128 $0x20, Y1, Y0, Y2
 	VPERM2F128 $0x31, Y1, Y0, Y0
@@ -16064,7 +21416,7 @@ done:
 	RET
 
 // func scoresQ8M2AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·scoresQ8M2AVX2(SB), NOSPLIT, $32-104
 	MOVQ s_base+0(FP), AX
 	MOVQ AX, (SP)
@@ -16087,111 +21439,169 @@ main:
 	VXORPS Y5, Y5, Y5
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	MOVQ   ldk+80(FP), CX
-	LEAQ   (CX)(CX*2), DX
-	MOVQ   q_base+32(FP), BX
-	MOVQ   8(SP), SI
-	MOVQ   24(SP), DI
-	TESTQ  DI, DI
-	JZ     mainTail
+	MOVQ   ldk+80(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   8(SP), DX
+	MOVQ   d+96(FP), BX
+	SHLQ   $0x02, BX
+	MOVQ   q_base+32(FP), SI
+	LEAQ   (DX), DI
+	MOVQ   ldk+80(FP), R8
+	SHLQ   $0x05, R8
+	MOVQ   24(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
 
-mainStep:
-	VPBROADCASTW (SI), X8
+mainK0Step:
+	PREFETCHT1   (DI)(R8*1)
+	VPBROADCASTW (DI), X8
 	VCVTPH2PS    X8, Y8
-	VPMOVSXBD    2(SI), Y9
+	VPMOVSXBD    2(DI), Y9
 	VCVTDQ2PS    Y9, Y9
 	VMULPS       Y8, Y9, Y9
-	VFMADD231PS  (BX), Y9, Y0
-	VFMADD231PS  (BX)(AX*1), Y9, Y4
-	VPMOVSXBD    10(SI), Y9
+	VFMADD231PS  (SI), Y9, Y0
+	VFMADD231PS  (SI)(BX*1), Y9, Y4
+	VPMOVSXBD    10(DI), Y9
 	VCVTDQ2PS    Y9, Y9
 	VMULPS       Y8, Y9, Y9
-	VFMADD231PS  32(BX), Y9, Y0
-	VFMADD231PS  32(BX)(AX*1), Y9, Y4
-	VPMOVSXBD    18(SI), Y9
+	VFMADD231PS  32(SI), Y9, Y0
+	VFMADD231PS  32(SI)(BX*1), Y9, Y4
+	VPMOVSXBD    18(DI), Y9
 	VCVTDQ2PS    Y9, Y9
 	VMULPS       Y8, Y9, Y9
-	VFMADD231PS  64(BX), Y9, Y0
-	VFMADD231PS  64(BX)(AX*1), Y9, Y4
-	VPMOVSXBD    26(SI), Y9
+	VFMADD231PS  64(SI), Y9, Y0
+	VFMADD231PS  64(SI)(BX*1), Y9, Y4
+	VPMOVSXBD    26(DI), Y9
 	VCVTDQ2PS    Y9, Y9
 	VMULPS       Y8, Y9, Y9
-	VFMADD231PS  96(BX), Y9, Y0
-	VFMADD231PS  96(BX)(AX*1), Y9, Y4
-	VPBROADCASTW (SI)(CX*1), X8
+	VFMADD231PS  96(SI), Y9, Y0
+	VFMADD231PS  96(SI)(BX*1), Y9, Y4
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000022, DI
+	DECQ         R9
+	JNZ          mainK0Step
+
+mainK0Tail:
+	MOVQ  d+96(FP), BX
+	SHLQ  $0x02, BX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(AX*1), DI
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x05, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1   (DI)(R8*1)
+	VPBROADCASTW (DI), X8
 	VCVTPH2PS    X8, Y8
-	VPMOVSXBD    2(SI)(CX*1), Y9
+	VPMOVSXBD    2(DI), Y9
 	VCVTDQ2PS    Y9, Y9
 	VMULPS       Y8, Y9, Y9
-	VFMADD231PS  (BX), Y9, Y1
-	VFMADD231PS  (BX)(AX*1), Y9, Y5
-	VPMOVSXBD    10(SI)(CX*1), Y9
+	VFMADD231PS  (SI), Y9, Y1
+	VFMADD231PS  (SI)(BX*1), Y9, Y5
+	VPMOVSXBD    10(DI), Y9
 	VCVTDQ2PS    Y9, Y9
 	VMULPS       Y8, Y9, Y9
-	VFMADD231PS  32(BX), Y9, Y1
-	VFMADD231PS  32(BX)(AX*1), Y9, Y5
-	VPMOVSXBD    18(SI)(CX*1), Y9
+	VFMADD231PS  32(SI), Y9, Y1
+	VFMADD231PS  32(SI)(BX*1), Y9, Y5
+	VPMOVSXBD    18(DI), Y9
 	VCVTDQ2PS    Y9, Y9
 	VMULPS       Y8, Y9, Y9
-	VFMADD231PS  64(BX), Y9, Y1
-	VFMADD231PS  64(BX)(AX*1), Y9, Y5
-	VPMOVSXBD    26(SI)(CX*1), Y9
+	VFMADD231PS  64(SI), Y9, Y1
+	VFMADD231PS  64(SI)(BX*1), Y9, Y5
+	VPMOVSXBD    26(DI), Y9
 	VCVTDQ2PS    Y9, Y9
 	VMULPS       Y8, Y9, Y9
-	VFMADD231PS  96(BX), Y9, Y1
-	VFMADD231PS  96(BX)(AX*1), Y9, Y5
-	VPBROADCASTW (SI)(CX*2), X8
+	VFMADD231PS  96(SI), Y9, Y1
+	VFMADD231PS  96(SI)(BX*1), Y9, Y5
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000022, DI
+	DECQ         R9
+	JNZ          mainK1Step
+
+mainK1Tail:
+	MOVQ  d+96(FP), BX
+	SHLQ  $0x02, BX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(AX*2), AX
+	MOVQ  ldk+80(FP), DI
+	SHLQ  $0x05, DI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK2Tail
+
+mainK2Step:
+	PREFETCHT1   (AX)(DI*1)
+	VPBROADCASTW (AX), X8
 	VCVTPH2PS    X8, Y8
-	VPMOVSXBD    2(SI)(CX*2), Y9
+	VPMOVSXBD    2(AX), Y9
 	VCVTDQ2PS    Y9, Y9
 	VMULPS       Y8, Y9, Y9
-	VFMADD231PS  (BX), Y9, Y2
-	VFMADD231PS  (BX)(AX*1), Y9, Y6
-	VPMOVSXBD    10(SI)(CX*2), Y9
+	VFMADD231PS  (SI), Y9, Y2
+	VFMADD231PS  (SI)(BX*1), Y9, Y6
+	VPMOVSXBD    10(AX), Y9
 	VCVTDQ2PS    Y9, Y9
 	VMULPS       Y8, Y9, Y9
-	VFMADD231PS  32(BX), Y9, Y2
-	VFMADD231PS  32(BX)(AX*1), Y9, Y6
-	VPMOVSXBD    18(SI)(CX*2), Y9
+	VFMADD231PS  32(SI), Y9, Y2
+	VFMADD231PS  32(SI)(BX*1), Y9, Y6
+	VPMOVSXBD    18(AX), Y9
 	VCVTDQ2PS    Y9, Y9
 	VMULPS       Y8, Y9, Y9
-	VFMADD231PS  64(BX), Y9, Y2
-	VFMADD231PS  64(BX)(AX*1), Y9, Y6
-	VPMOVSXBD    26(SI)(CX*2), Y9
+	VFMADD231PS  64(SI), Y9, Y2
+	VFMADD231PS  64(SI)(BX*1), Y9, Y6
+	VPMOVSXBD    26(AX), Y9
 	VCVTDQ2PS    Y9, Y9
 	VMULPS       Y8, Y9, Y9
-	VFMADD231PS  96(BX), Y9, Y2
-	VFMADD231PS  96(BX)(AX*1), Y9, Y6
-	VPBROADCASTW (SI)(DX*1), X8
+	VFMADD231PS  96(SI), Y9, Y2
+	VFMADD231PS  96(SI)(BX*1), Y9, Y6
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000022, AX
+	DECQ         R8
+	JNZ          mainK2Step
+
+mainK2Tail:
+	MOVQ  d+96(FP), AX
+	SHLQ  $0x02, AX
+	MOVQ  q_base+32(FP), BX
+	LEAQ  (DX)(CX*1), CX
+	MOVQ  ldk+80(FP), DX
+	SHLQ  $0x05, DX
+	MOVQ  24(SP), SI
+	TESTQ SI, SI
+	JZ    mainK3Tail
+
+mainK3Step:
+	PREFETCHT1   (CX)(DX*1)
+	VPBROADCASTW (CX), X8
 	VCVTPH2PS    X8, Y8
-	VPMOVSXBD    2(SI)(DX*1), Y9
+	VPMOVSXBD    2(CX), Y9
 	VCVTDQ2PS    Y9, Y9
 	VMULPS       Y8, Y9, Y9
 	VFMADD231PS  (BX), Y9, Y3
 	VFMADD231PS  (BX)(AX*1), Y9, Y7
-	VPMOVSXBD    10(SI)(DX*1), Y9
+	VPMOVSXBD    10(CX), Y9
 	VCVTDQ2PS    Y9, Y9
 	VMULPS       Y8, Y9, Y9
 	VFMADD231PS  32(BX), Y9, Y3
 	VFMADD231PS  32(BX)(AX*1), Y9, Y7
-	VPMOVSXBD    18(SI)(DX*1), Y9
+	VPMOVSXBD    18(CX), Y9
 	VCVTDQ2PS    Y9, Y9
 	VMULPS       Y8, Y9, Y9
 	VFMADD231PS  64(BX), Y9, Y3
 	VFMADD231PS  64(BX)(AX*1), Y9, Y7
-	VPMOVSXBD    26(SI)(DX*1), Y9
+	VPMOVSXBD    26(CX), Y9
 	VCVTDQ2PS    Y9, Y9
 	VMULPS       Y8, Y9, Y9
 	VFMADD231PS  96(BX), Y9, Y3
 	VFMADD231PS  96(BX)(AX*1), Y9, Y7
 	ADDQ         $0x00000080, BX
-	ADDQ         $0x00000022, SI
-	DECQ         DI
-	JNZ          mainStep
+	ADDQ         $0x00000022, CX
+	DECQ         SI
+	JNZ          mainK3Step
 
-mainTail:
+mainK3Tail:
 	VPERM2F128   $0x20, Y4, Y0, Y8
 	VPERM2F128   $0x31, Y4, Y0, Y0
 	VADDPS       Y0, Y8, Y8
@@ -16233,51 +21643,47 @@ rest:
 	JL     done
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	MOVQ   q_base+32(FP), CX
-	MOVQ   8(SP), DX
-	MOVQ   24(SP), BX
-	TESTQ  BX, BX
-	JZ     restTail
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	MOVQ   q_base+32(FP), DX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), BX
+	SHLQ   $0x05, BX
+	MOVQ   24(SP), SI
+	TESTQ  SI, SI
+	JZ     restK0Tail
 
-restStep:
-	VMOVUPS      (CX), Y2
-	VMOVUPS      32(CX), Y3
-	VMOVUPS      64(CX), Y4
-	VMOVUPS      96(CX), Y5
-	VMOVUPS      (CX)(AX*1), Y6
-	VMOVUPS      32(CX)(AX*1), Y7
-	VMOVUPS      64(CX)(AX*1), Y8
-	VMOVUPS      96(CX)(AX*1), Y9
-	VPBROADCASTW (DX), X10
-	VCVTPH2PS    X10, Y10
-	VPMOVSXBD    2(DX), Y11
-	VCVTDQ2PS    Y11, Y11
-	VMULPS       Y10, Y11, Y11
-	VFMADD231PS  Y2, Y11, Y0
-	VFMADD231PS  Y6, Y11, Y1
-	VPMOVSXBD    10(DX), Y2
-	VCVTDQ2PS    Y2, Y2
-	VMULPS       Y10, Y2, Y2
-	VFMADD231PS  Y3, Y2, Y0
-	VFMADD231PS  Y7, Y2, Y1
-	VPMOVSXBD    18(DX), Y2
-	VCVTDQ2PS    Y2, Y2
-	VMULPS       Y10, Y2, Y2
-	VFMADD231PS  Y4, Y2, Y0
-	VFMADD231PS  Y8, Y2, Y1
-	VPMOVSXBD    26(DX), Y2
-	VCVTDQ2PS    Y2, Y2
-	VMULPS       Y10, Y2, Y2
-	VFMADD231PS  Y5, Y2, Y0
-	VFMADD231PS  Y9, Y2, Y1
-	ADDQ         $0x00000080, CX
-	ADDQ         $0x00000022, DX
-	DECQ         BX
-	JNZ          restStep
+restK0Step:
+	PREFETCHT1   (AX)(BX*1)
+	VPBROADCASTW (AX), X2
+	VCVTPH2PS    X2, Y2
+	VPMOVSXBD    2(AX), Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y2, Y3, Y3
+	VFMADD231PS  (DX), Y3, Y0
+	VFMADD231PS  (DX)(CX*1), Y3, Y1
+	VPMOVSXBD    10(AX), Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y2, Y3, Y3
+	VFMADD231PS  32(DX), Y3, Y0
+	VFMADD231PS  32(DX)(CX*1), Y3, Y1
+	VPMOVSXBD    18(AX), Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y2, Y3, Y3
+	VFMADD231PS  64(DX), Y3, Y0
+	VFMADD231PS  64(DX)(CX*1), Y3, Y1
+	VPMOVSXBD    26(AX), Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y2, Y3, Y3
+	VFMADD231PS  96(DX), Y3, Y0
+	VFMADD231PS  96(DX)(CX*1), Y3, Y1
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000022, AX
+	DECQ         SI
+	JNZ          restK0Step
 
-restTail:
+restK0Tail:
 	VXORPS     Y2, Y2, Y2
 	VPERM2F128 $0x20, Y2, Y0, Y3
 	VPERM2F128 $0x31, Y2, Y0, Y0
@@ -16310,7 +21716,7 @@ done:
 	RET
 
 // func scoresQ8M4AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·scoresQ8M4AVX2(SB), NOSPLIT, $32-104
 	MOVQ s_base+0(FP), AX
 	MOVQ AX, (SP)
@@ -16333,83 +21739,106 @@ main:
 	VXORPS Y5, Y5, Y5
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	LEAQ   (AX)(AX*2), CX
-	MOVQ   ldk+80(FP), DX
-	MOVQ   q_base+32(FP), BX
-	MOVQ   8(SP), SI
-	MOVQ   24(SP), DI
-	TESTQ  DI, DI
-	JZ     mainTail
+	MOVQ   ldk+80(FP), AX
+	MOVQ   8(SP), CX
+	MOVQ   d+96(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	MOVQ   q_base+32(FP), SI
+	LEAQ   (CX), DI
+	MOVQ   ldk+80(FP), R8
+	SHLQ   $0x05, R8
+	MOVQ   24(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
 
-mainStep:
-	VPBROADCASTW (SI), X8
+mainK0Step:
+	PREFETCHT1   (DI)(R8*1)
+	VPBROADCASTW (DI), X8
 	VCVTPH2PS    X8, Y8
-	VPMOVSXBD    2(SI), Y9
+	VPMOVSXBD    2(DI), Y9
 	VCVTDQ2PS    Y9, Y9
 	VMULPS       Y8, Y9, Y9
-	VFMADD231PS  (BX), Y9, Y0
-	VFMADD231PS  (BX)(AX*1), Y9, Y2
-	VFMADD231PS  (BX)(AX*2), Y9, Y4
-	VFMADD231PS  (BX)(CX*1), Y9, Y6
-	VPMOVSXBD    10(SI), Y9
+	VFMADD231PS  (SI), Y9, Y0
+	VFMADD231PS  (SI)(DX*1), Y9, Y2
+	VFMADD231PS  (SI)(DX*2), Y9, Y4
+	VFMADD231PS  (SI)(BX*1), Y9, Y6
+	VPMOVSXBD    10(DI), Y9
 	VCVTDQ2PS    Y9, Y9
 	VMULPS       Y8, Y9, Y9
-	VFMADD231PS  32(BX), Y9, Y0
-	VFMADD231PS  32(BX)(AX*1), Y9, Y2
-	VFMADD231PS  32(BX)(AX*2), Y9, Y4
-	VFMADD231PS  32(BX)(CX*1), Y9, Y6
-	VPMOVSXBD    18(SI), Y9
+	VFMADD231PS  32(SI), Y9, Y0
+	VFMADD231PS  32(SI)(DX*1), Y9, Y2
+	VFMADD231PS  32(SI)(DX*2), Y9, Y4
+	VFMADD231PS  32(SI)(BX*1), Y9, Y6
+	VPMOVSXBD    18(DI), Y9
 	VCVTDQ2PS    Y9, Y9
 	VMULPS       Y8, Y9, Y9
-	VFMADD231PS  64(BX), Y9, Y0
-	VFMADD231PS  64(BX)(AX*1), Y9, Y2
-	VFMADD231PS  64(BX)(AX*2), Y9, Y4
-	VFMADD231PS  64(BX)(CX*1), Y9, Y6
-	VPMOVSXBD    26(SI), Y9
+	VFMADD231PS  64(SI), Y9, Y0
+	VFMADD231PS  64(SI)(DX*1), Y9, Y2
+	VFMADD231PS  64(SI)(DX*2), Y9, Y4
+	VFMADD231PS  64(SI)(BX*1), Y9, Y6
+	VPMOVSXBD    26(DI), Y9
 	VCVTDQ2PS    Y9, Y9
 	VMULPS       Y8, Y9, Y9
-	VFMADD231PS  96(BX), Y9, Y0
-	VFMADD231PS  96(BX)(AX*1), Y9, Y2
-	VFMADD231PS  96(BX)(AX*2), Y9, Y4
-	VFMADD231PS  96(BX)(CX*1), Y9, Y6
-	VPBROADCASTW (SI)(DX*1), X8
+	VFMADD231PS  96(SI), Y9, Y0
+	VFMADD231PS  96(SI)(DX*1), Y9, Y2
+	VFMADD231PS  96(SI)(DX*2), Y9, Y4
+	VFMADD231PS  96(SI)(BX*1), Y9, Y6
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000022, DI
+	DECQ         R9
+	JNZ          mainK0Step
+
+mainK0Tail:
+	MOVQ  d+96(FP), DX
+	SHLQ  $0x02, DX
+	LEAQ  (DX)(DX*2), BX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (CX)(AX*1), AX
+	MOVQ  ldk+80(FP), CX
+	SHLQ  $0x05, CX
+	MOVQ  24(SP), DI
+	TESTQ DI, DI
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1   (AX)(CX*1)
+	VPBROADCASTW (AX), X8
 	VCVTPH2PS    X8, Y8
-	VPMOVSXBD    2(SI)(DX*1), Y9
+	VPMOVSXBD    2(AX), Y9
 	VCVTDQ2PS    Y9, Y9
 	VMULPS       Y8, Y9, Y9
-	VFMADD231PS  (BX), Y9, Y1
-	VFMADD231PS  (BX)(AX*1), Y9, Y3
-	VFMADD231PS  (BX)(AX*2), Y9, Y5
-	VFMADD231PS  (BX)(CX*1), Y9, Y7
-	VPMOVSXBD    10(SI)(DX*1), Y9
+	VFMADD231PS  (SI), Y9, Y1
+	VFMADD231PS  (SI)(DX*1), Y9, Y3
+	VFMADD231PS  (SI)(DX*2), Y9, Y5
+	VFMADD231PS  (SI)(BX*1), Y9, Y7
+	VPMOVSXBD    10(AX), Y9
 	VCVTDQ2PS    Y9, Y9
 	VMULPS       Y8, Y9, Y9
-	VFMADD231PS  32(BX), Y9, Y1
-	VFMADD231PS  32(BX)(AX*1), Y9, Y3
-	VFMADD231PS  32(BX)(AX*2), Y9, Y5
-	VFMADD231PS  32(BX)(CX*1), Y9, Y7
-	VPMOVSXBD    18(SI)(DX*1), Y9
+	VFMADD231PS  32(SI), Y9, Y1
+	VFMADD231PS  32(SI)(DX*1), Y9, Y3
+	VFMADD231PS  32(SI)(DX*2), Y9, Y5
+	VFMADD231PS  32(SI)(BX*1), Y9, Y7
+	VPMOVSXBD    18(AX), Y9
 	VCVTDQ2PS    Y9, Y9
 	VMULPS       Y8, Y9, Y9
-	VFMADD231PS  64(BX), Y9, Y1
-	VFMADD231PS  64(BX)(AX*1), Y9, Y3
-	VFMADD231PS  64(BX)(AX*2), Y9, Y5
-	VFMADD231PS  64(BX)(CX*1), Y9, Y7
-	VPMOVSXBD    26(SI)(DX*1), Y9
+	VFMADD231PS  64(SI), Y9, Y1
+	VFMADD231PS  64(SI)(DX*1), Y9, Y3
+	VFMADD231PS  64(SI)(DX*2), Y9, Y5
+	VFMADD231PS  64(SI)(BX*1), Y9, Y7
+	VPMOVSXBD    26(AX), Y9
 	VCVTDQ2PS    Y9, Y9
 	VMULPS       Y8, Y9, Y9
-	VFMADD231PS  96(BX), Y9, Y1
-	VFMADD231PS  96(BX)(AX*1), Y9, Y3
-	VFMADD231PS  96(BX)(AX*2), Y9, Y5
-	VFMADD231PS  96(BX)(CX*1), Y9, Y7
-	ADDQ         $0x00000080, BX
-	ADDQ         $0x00000022, SI
+	VFMADD231PS  96(SI), Y9, Y1
+	VFMADD231PS  96(SI)(DX*1), Y9, Y3
+	VFMADD231PS  96(SI)(DX*2), Y9, Y5
+	VFMADD231PS  96(SI)(BX*1), Y9, Y7
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000022, AX
 	DECQ         DI
-	JNZ          mainStep
+	JNZ          mainK1Step
 
-mainTail:
+mainK1Tail:
 	VPERM2F128   $0x20, Y4, Y0, Y8
 	VPERM2F128   $0x31, Y4, Y0, Y0
 	VADDPS       Y0, Y8, Y8
@@ -16457,52 +21886,56 @@ rest:
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	LEAQ   (AX)(AX*2), CX
-	MOVQ   q_base+32(FP), DX
-	MOVQ   8(SP), BX
-	MOVQ   24(SP), SI
-	TESTQ  SI, SI
-	JZ     restTail
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), SI
+	SHLQ   $0x05, SI
+	MOVQ   24(SP), DI
+	TESTQ  DI, DI
+	JZ     restK0Tail
 
-restStep:
-	VPBROADCASTW (BX), X4
+restK0Step:
+	PREFETCHT1   (AX)(SI*1)
+	VPBROADCASTW (AX), X4
 	VCVTPH2PS    X4, Y4
-	VPMOVSXBD    2(BX), Y5
+	VPMOVSXBD    2(AX), Y5
 	VCVTDQ2PS    Y5, Y5
 	VMULPS       Y4, Y5, Y5
-	VFMADD231PS  (DX), Y5, Y0
-	VFMADD231PS  (DX)(AX*1), Y5, Y1
-	VFMADD231PS  (DX)(AX*2), Y5, Y2
-	VFMADD231PS  (DX)(CX*1), Y5, Y3
-	VPMOVSXBD    10(BX), Y5
+	VFMADD231PS  (BX), Y5, Y0
+	VFMADD231PS  (BX)(CX*1), Y5, Y1
+	VFMADD231PS  (BX)(CX*2), Y5, Y2
+	VFMADD231PS  (BX)(DX*1), Y5, Y3
+	VPMOVSXBD    10(AX), Y5
 	VCVTDQ2PS    Y5, Y5
 	VMULPS       Y4, Y5, Y5
-	VFMADD231PS  32(DX), Y5, Y0
-	VFMADD231PS  32(DX)(AX*1), Y5, Y1
-	VFMADD231PS  32(DX)(AX*2), Y5, Y2
-	VFMADD231PS  32(DX)(CX*1), Y5, Y3
-	VPMOVSXBD    18(BX), Y5
+	VFMADD231PS  32(BX), Y5, Y0
+	VFMADD231PS  32(BX)(CX*1), Y5, Y1
+	VFMADD231PS  32(BX)(CX*2), Y5, Y2
+	VFMADD231PS  32(BX)(DX*1), Y5, Y3
+	VPMOVSXBD    18(AX), Y5
 	VCVTDQ2PS    Y5, Y5
 	VMULPS       Y4, Y5, Y5
-	VFMADD231PS  64(DX), Y5, Y0
-	VFMADD231PS  64(DX)(AX*1), Y5, Y1
-	VFMADD231PS  64(DX)(AX*2), Y5, Y2
-	VFMADD231PS  64(DX)(CX*1), Y5, Y3
-	VPMOVSXBD    26(BX), Y5
+	VFMADD231PS  64(BX), Y5, Y0
+	VFMADD231PS  64(BX)(CX*1), Y5, Y1
+	VFMADD231PS  64(BX)(CX*2), Y5, Y2
+	VFMADD231PS  64(BX)(DX*1), Y5, Y3
+	VPMOVSXBD    26(AX), Y5
 	VCVTDQ2PS    Y5, Y5
 	VMULPS       Y4, Y5, Y5
-	VFMADD231PS  96(DX), Y5, Y0
-	VFMADD231PS  96(DX)(AX*1), Y5, Y1
-	VFMADD231PS  96(DX)(AX*2), Y5, Y2
-	VFMADD231PS  96(DX)(CX*1), Y5, Y3
-	ADDQ         $0x00000080, DX
-	ADDQ         $0x00000022, BX
-	DECQ         SI
-	JNZ          restStep
+	VFMADD231PS  96(BX), Y5, Y0
+	VFMADD231PS  96(BX)(CX*1), Y5, Y1
+	VFMADD231PS  96(BX)(CX*2), Y5, Y2
+	VFMADD231PS  96(BX)(DX*1), Y5, Y3
+	ADDQ         $0x00000080, BX
+	ADDQ         $0x00000022, AX
+	DECQ         DI
+	JNZ          restK0Step
 
-restTail:
+restK0Tail:
 	VXORPS     Y4, Y4, Y4
 	VPERM2F128 $0x20, Y4, Y0, Y5
 	VPERM2F128 $0x31, Y4, Y0, Y0
@@ -16547,7 +21980,7 @@ done:
 	RET
 
 // func scoresQ8M8AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·scoresQ8M8AVX2(SB), NOSPLIT, $32-104
 	MOVQ s_base+0(FP), AX
 	MOVQ AX, (SP)
@@ -16570,70 +22003,74 @@ main:
 	VXORPS Y5, Y5, Y5
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
-	MOVQ   d+96(FP), AX
-	SHLQ   $0x02, AX
-	LEAQ   (AX)(AX*2), CX
-	MOVQ   q_base+32(FP), DX
-	LEAQ   (DX)(AX*4), BX
-	MOVQ   8(SP), SI
-	MOVQ   24(SP), DI
-	TESTQ  DI, DI
-	JZ     mainTail
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (BX)(CX*4), SI
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), DI
+	SHLQ   $0x05, DI
+	MOVQ   24(SP), R8
+	TESTQ  R8, R8
+	JZ     mainK0Tail
 
-mainStep:
-	VPBROADCASTW (SI), X8
+mainK0Step:
+	PREFETCHT1   (AX)(DI*1)
+	VPBROADCASTW (AX), X8
 	VCVTPH2PS    X8, Y8
-	VPMOVSXBD    2(SI), Y9
+	VPMOVSXBD    2(AX), Y9
 	VCVTDQ2PS    Y9, Y9
 	VMULPS       Y8, Y9, Y9
-	VFMADD231PS  (DX), Y9, Y0
-	VFMADD231PS  (DX)(AX*1), Y9, Y1
-	VFMADD231PS  (DX)(AX*2), Y9, Y2
-	VFMADD231PS  (DX)(CX*1), Y9, Y3
-	VFMADD231PS  (BX), Y9, Y4
-	VFMADD231PS  (BX)(AX*1), Y9, Y5
-	VFMADD231PS  (BX)(AX*2), Y9, Y6
-	VFMADD231PS  (BX)(CX*1), Y9, Y7
-	VPMOVSXBD    10(SI), Y9
+	VFMADD231PS  (BX), Y9, Y0
+	VFMADD231PS  (BX)(CX*1), Y9, Y1
+	VFMADD231PS  (BX)(CX*2), Y9, Y2
+	VFMADD231PS  (BX)(DX*1), Y9, Y3
+	VFMADD231PS  (SI), Y9, Y4
+	VFMADD231PS  (SI)(CX*1), Y9, Y5
+	VFMADD231PS  (SI)(CX*2), Y9, Y6
+	VFMADD231PS  (SI)(DX*1), Y9, Y7
+	VPMOVSXBD    10(AX), Y9
 	VCVTDQ2PS    Y9, Y9
 	VMULPS       Y8, Y9, Y9
-	VFMADD231PS  32(DX), Y9, Y0
-	VFMADD231PS  32(DX)(AX*1), Y9, Y1
-	VFMADD231PS  32(DX)(AX*2), Y9, Y2
-	VFMADD231PS  32(DX)(CX*1), Y9, Y3
-	VFMADD231PS  32(BX), Y9, Y4
-	VFMADD231PS  32(BX)(AX*1), Y9, Y5
-	VFMADD231PS  32(BX)(AX*2), Y9, Y6
-	VFMADD231PS  32(BX)(CX*1), Y9, Y7
-	VPMOVSXBD    18(SI), Y9
+	VFMADD231PS  32(BX), Y9, Y0
+	VFMADD231PS  32(BX)(CX*1), Y9, Y1
+	VFMADD231PS  32(BX)(CX*2), Y9, Y2
+	VFMADD231PS  32(BX)(DX*1), Y9, Y3
+	VFMADD231PS  32(SI), Y9, Y4
+	VFMADD231PS  32(SI)(CX*1), Y9, Y5
+	VFMADD231PS  32(SI)(CX*2), Y9, Y6
+	VFMADD231PS  32(SI)(DX*1), Y9, Y7
+	VPMOVSXBD    18(AX), Y9
 	VCVTDQ2PS    Y9, Y9
 	VMULPS       Y8, Y9, Y9
-	VFMADD231PS  64(DX), Y9, Y0
-	VFMADD231PS  64(DX)(AX*1), Y9, Y1
-	VFMADD231PS  64(DX)(AX*2), Y9, Y2
-	VFMADD231PS  64(DX)(CX*1), Y9, Y3
-	VFMADD231PS  64(BX), Y9, Y4
-	VFMADD231PS  64(BX)(AX*1), Y9, Y5
-	VFMADD231PS  64(BX)(AX*2), Y9, Y6
-	VFMADD231PS  64(BX)(CX*1), Y9, Y7
-	VPMOVSXBD    26(SI), Y9
+	VFMADD231PS  64(BX), Y9, Y0
+	VFMADD231PS  64(BX)(CX*1), Y9, Y1
+	VFMADD231PS  64(BX)(CX*2), Y9, Y2
+	VFMADD231PS  64(BX)(DX*1), Y9, Y3
+	VFMADD231PS  64(SI), Y9, Y4
+	VFMADD231PS  64(SI)(CX*1), Y9, Y5
+	VFMADD231PS  64(SI)(CX*2), Y9, Y6
+	VFMADD231PS  64(SI)(DX*1), Y9, Y7
+	VPMOVSXBD    26(AX), Y9
 	VCVTDQ2PS    Y9, Y9
 	VMULPS       Y8, Y9, Y9
-	VFMADD231PS  96(DX), Y9, Y0
-	VFMADD231PS  96(DX)(AX*1), Y9, Y1
-	VFMADD231PS  96(DX)(AX*2), Y9, Y2
-	VFMADD231PS  96(DX)(CX*1), Y9, Y3
-	VFMADD231PS  96(BX), Y9, Y4
-	VFMADD231PS  96(BX)(AX*1), Y9, Y5
-	VFMADD231PS  96(BX)(AX*2), Y9, Y6
-	VFMADD231PS  96(BX)(CX*1), Y9, Y7
-	ADDQ         $0x00000080, DX
+	VFMADD231PS  96(BX), Y9, Y0
+	VFMADD231PS  96(BX)(CX*1), Y9, Y1
+	VFMADD231PS  96(BX)(CX*2), Y9, Y2
+	VFMADD231PS  96(BX)(DX*1), Y9, Y3
+	VFMADD231PS  96(SI), Y9, Y4
+	VFMADD231PS  96(SI)(CX*1), Y9, Y5
+	VFMADD231PS  96(SI)(CX*2), Y9, Y6
+	VFMADD231PS  96(SI)(DX*1), Y9, Y7
 	ADDQ         $0x00000080, BX
-	ADDQ         $0x00000022, SI
-	DECQ         DI
-	JNZ          mainStep
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000022, AX
+	DECQ         R8
+	JNZ          mainK0Step
 
-mainTail:
+mainK0Tail:
 	VPERM2F128   $0x20, Y4, Y0, Y8
 	VPERM2F128   $0x31, Y4, Y0, Y0
 	VADDPS       Y0, Y8, Y8
@@ -16684,8 +22121,8 @@ done:
 	RET
 
 // func accumQ8M1AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
-// Requires: AVX, AVX2, CMOV, F16C, FMA3
-TEXT ·accumQ8M1AVX2(SB), NOSPLIT, $56-112
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·accumQ8M1AVX2(SB), $184-112
 	MOVQ p_base+32(FP), AX
 	MOVQ AX, 16(SP)
 	MOVQ v_base+64(FP), AX
@@ -16694,20 +22131,78 @@ TEXT ·accumQ8M1AVX2(SB), NOSPLIT, $56-112
 	MOVQ AX, 40(SP)
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x03, AX
-	MOVQ    AX, 48(SP)
+	MOVQ       40(SP), AX
+	TESTQ      AX, AX
+	JZ         done
+	MOVQ       $0x00000020, CX
+	CMPQ       AX, CX
+	CMOVQGT    CX, AX
+	MOVQ       AX, 32(SP)
+	MOVQ       16(SP), CX
+	MOVQ       ldp+56(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       AX, DX
+	SUBQ       $0x00000000, DX
+	XORQ       BX, BX
+	CMPQ       DX, BX
+	CMOVQLT    BX, DX
+	MOVQ       $0x00000008, BX
+	CMPQ       DX, BX
+	CMOVQGT    BX, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	LEAQ       decodemask8<>+0(SB), DX
+	VMOVUPS    (DX)(BX*4), Y0
+	MOVQ       AX, DX
+	SUBQ       $0x00000008, DX
+	XORQ       BX, BX
+	CMPQ       DX, BX
+	CMOVQLT    BX, DX
+	MOVQ       $0x00000008, BX
+	CMPQ       DX, BX
+	CMOVQGT    BX, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	LEAQ       decodemask8<>+0(SB), DX
+	VMOVUPS    (DX)(BX*4), Y1
+	MOVQ       AX, DX
+	SUBQ       $0x00000010, DX
+	XORQ       BX, BX
+	CMPQ       DX, BX
+	CMOVQLT    BX, DX
+	MOVQ       $0x00000008, BX
+	CMPQ       DX, BX
+	CMOVQGT    BX, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	LEAQ       decodemask8<>+0(SB), DX
+	VMOVUPS    (DX)(BX*4), Y2
+	SUBQ       $0x00000018, AX
+	XORQ       DX, DX
+	CMPQ       AX, DX
+	CMOVQLT    DX, AX
+	MOVQ       $0x00000008, DX
+	CMPQ       AX, DX
+	CMOVQGT    DX, AX
+	MOVQ       $0x00000008, DX
+	SUBQ       AX, DX
+	LEAQ       decodemask8<>+0(SB), AX
+	VMOVUPS    (AX)(DX*4), Y3
+	VMASKMOVPS (CX), Y0, Y0
+	VMOVUPS    Y0, 56(SP)
+	VMASKMOVPS 32(CX), Y1, Y0
+	VMOVUPS    Y0, 88(SP)
+	VMASKMOVPS 64(CX), Y2, Y0
+	VMOVUPS    Y0, 120(SP)
+	VMASKMOVPS 96(CX), Y3, Y0
+	VMOVUPS    Y0, 152(SP)
+	MOVQ       o_base+0(FP), AX
+	MOVQ       AX, (SP)
+	MOVQ       24(SP), AX
+	MOVQ       AX, 8(SP)
+	MOVQ       d+104(FP), AX
+	SHRQ       $0x03, AX
+	MOVQ       AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000008
@@ -16721,12 +22216,16 @@ full:
 	VMOVUPS 160(AX), Y5
 	VMOVUPS 192(AX), Y6
 	VMOVUPS 224(AX), Y7
-	MOVQ    16(SP), AX
+	LEAQ    56(SP), AX
 	MOVQ    8(SP), CX
 	MOVQ    ldv+88(FP), DX
-	MOVQ    32(SP), BX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys1:
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
 	VBROADCASTSS (AX), Y8
 	VPBROADCASTW (CX), X9
 	VCVTPH2PS    X9, Y9
@@ -16766,7 +22265,7 @@ keys1:
 	VFMADD231PS  Y8, Y10, Y7
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys1
 	MOVQ         (SP), AX
 	VMOVUPS      Y0, (AX)
@@ -16790,12 +22289,15 @@ chunk4:
 	VMOVUPS 32(AX), Y1
 	VMOVUPS 64(AX), Y2
 	VMOVUPS 96(AX), Y3
-	MOVQ    16(SP), AX
+	LEAQ    56(SP), AX
 	MOVQ    8(SP), CX
 	MOVQ    ldv+88(FP), DX
-	MOVQ    32(SP), BX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys2:
+	PREFETCHT1   (CX)(BX*1)
 	VBROADCASTSS (AX), Y4
 	VPBROADCASTW (CX), X5
 	VCVTPH2PS    X5, Y5
@@ -16817,7 +22319,7 @@ keys2:
 	VFMADD231PS  Y4, Y6, Y3
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
-	DECQ         BX
+	DECQ         SI
 	JNZ          keys2
 	MOVQ         (SP), AX
 	VMOVUPS      Y0, (AX)
@@ -16844,8 +22346,8 @@ done:
 	RET
 
 // func accumQ8M2AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
-// Requires: AVX, AVX2, CMOV, F16C, FMA3
-TEXT ·accumQ8M2AVX2(SB), NOSPLIT, $56-112
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·accumQ8M2AVX2(SB), $312-112
 	MOVQ p_base+32(FP), AX
 	MOVQ AX, 16(SP)
 	MOVQ v_base+64(FP), AX
@@ -16854,20 +22356,86 @@ TEXT ·accumQ8M2AVX2(SB), NOSPLIT, $56-112
 	MOVQ AX, 40(SP)
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x03, AX
-	MOVQ    AX, 48(SP)
+	MOVQ       40(SP), AX
+	TESTQ      AX, AX
+	JZ         done
+	MOVQ       $0x00000020, CX
+	CMPQ       AX, CX
+	CMOVQGT    CX, AX
+	MOVQ       AX, 32(SP)
+	MOVQ       16(SP), CX
+	MOVQ       ldp+56(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       AX, BX
+	SUBQ       $0x00000000, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y0
+	MOVQ       AX, BX
+	SUBQ       $0x00000008, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y1
+	MOVQ       AX, BX
+	SUBQ       $0x00000010, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y2
+	SUBQ       $0x00000018, AX
+	XORQ       BX, BX
+	CMPQ       AX, BX
+	CMOVQLT    BX, AX
+	MOVQ       $0x00000008, BX
+	CMPQ       AX, BX
+	CMOVQGT    BX, AX
+	MOVQ       $0x00000008, BX
+	SUBQ       AX, BX
+	LEAQ       decodemask8<>+0(SB), AX
+	VMOVUPS    (AX)(BX*4), Y3
+	VMASKMOVPS (CX), Y0, Y4
+	VMOVUPS    Y4, 56(SP)
+	VMASKMOVPS 32(CX), Y1, Y4
+	VMOVUPS    Y4, 88(SP)
+	VMASKMOVPS 64(CX), Y2, Y4
+	VMOVUPS    Y4, 120(SP)
+	VMASKMOVPS 96(CX), Y3, Y4
+	VMOVUPS    Y4, 152(SP)
+	VMASKMOVPS (CX)(DX*1), Y0, Y0
+	VMOVUPS    Y0, 184(SP)
+	VMASKMOVPS 32(CX)(DX*1), Y1, Y0
+	VMOVUPS    Y0, 216(SP)
+	VMASKMOVPS 64(CX)(DX*1), Y2, Y0
+	VMOVUPS    Y0, 248(SP)
+	VMASKMOVPS 96(CX)(DX*1), Y3, Y0
+	VMOVUPS    Y0, 280(SP)
+	MOVQ       o_base+0(FP), AX
+	MOVQ       AX, (SP)
+	MOVQ       24(SP), AX
+	MOVQ       AX, 8(SP)
+	MOVQ       d+104(FP), AX
+	SHRQ       $0x03, AX
+	MOVQ       AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000004
@@ -16883,40 +22451,41 @@ full:
 	VMOVUPS 32(AX)(CX*1), Y5
 	VMOVUPS 64(AX)(CX*1), Y6
 	VMOVUPS 96(AX)(CX*1), Y7
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	MOVQ    16(SP), CX
-	MOVQ    8(SP), DX
-	MOVQ    ldv+88(FP), BX
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
 	MOVQ    32(SP), SI
 
 keys1:
-	VBROADCASTSS (CX), Y8
-	VBROADCASTSS (CX)(AX*1), Y9
-	VPBROADCASTW (DX), X10
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y8
+	VBROADCASTSS 128(AX), Y9
+	VPBROADCASTW (CX), X10
 	VCVTPH2PS    X10, Y10
-	VPMOVSXBD    2(DX), Y11
+	VPMOVSXBD    2(CX), Y11
 	VCVTDQ2PS    Y11, Y11
 	VMULPS       Y10, Y11, Y11
 	VFMADD231PS  Y8, Y11, Y0
 	VFMADD231PS  Y9, Y11, Y4
-	VPMOVSXBD    10(DX), Y11
+	VPMOVSXBD    10(CX), Y11
 	VCVTDQ2PS    Y11, Y11
 	VMULPS       Y10, Y11, Y11
 	VFMADD231PS  Y8, Y11, Y1
 	VFMADD231PS  Y9, Y11, Y5
-	VPMOVSXBD    18(DX), Y11
+	VPMOVSXBD    18(CX), Y11
 	VCVTDQ2PS    Y11, Y11
 	VMULPS       Y10, Y11, Y11
 	VFMADD231PS  Y8, Y11, Y2
 	VFMADD231PS  Y9, Y11, Y6
-	VPMOVSXBD    26(DX), Y11
+	VPMOVSXBD    26(CX), Y11
 	VCVTDQ2PS    Y11, Y11
 	VMULPS       Y10, Y11, Y11
 	VFMADD231PS  Y8, Y11, Y3
 	VFMADD231PS  Y9, Y11, Y7
-	ADDQ         $0x00000004, CX
-	ADDQ         BX, DX
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
 	DECQ         SI
 	JNZ          keys1
 	MOVQ         (SP), AX
@@ -16951,8 +22520,8 @@ done:
 	RET
 
 // func accumQ8M4AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
-// Requires: AVX, AVX2, CMOV, F16C, FMA3
-TEXT ·accumQ8M4AVX2(SB), NOSPLIT, $56-112
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·accumQ8M4AVX2(SB), $568-112
 	MOVQ p_base+32(FP), AX
 	MOVQ AX, 16(SP)
 	MOVQ v_base+64(FP), AX
@@ -16961,20 +22530,103 @@ TEXT ·accumQ8M4AVX2(SB), NOSPLIT, $56-112
 	MOVQ AX, 40(SP)
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x03, AX
-	MOVQ    AX, 48(SP)
+	MOVQ       40(SP), AX
+	TESTQ      AX, AX
+	JZ         done
+	MOVQ       $0x00000020, CX
+	CMPQ       AX, CX
+	CMOVQGT    CX, AX
+	MOVQ       AX, 32(SP)
+	MOVQ       16(SP), CX
+	MOVQ       ldp+56(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       AX, BX
+	SUBQ       $0x00000000, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y0
+	MOVQ       AX, BX
+	SUBQ       $0x00000008, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y1
+	MOVQ       AX, BX
+	SUBQ       $0x00000010, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y2
+	SUBQ       $0x00000018, AX
+	XORQ       BX, BX
+	CMPQ       AX, BX
+	CMOVQLT    BX, AX
+	MOVQ       $0x00000008, BX
+	CMPQ       AX, BX
+	CMOVQGT    BX, AX
+	MOVQ       $0x00000008, BX
+	SUBQ       AX, BX
+	LEAQ       decodemask8<>+0(SB), AX
+	VMOVUPS    (AX)(BX*4), Y3
+	VMASKMOVPS (CX), Y0, Y4
+	VMOVUPS    Y4, 56(SP)
+	VMASKMOVPS 32(CX), Y1, Y4
+	VMOVUPS    Y4, 88(SP)
+	VMASKMOVPS 64(CX), Y2, Y4
+	VMOVUPS    Y4, 120(SP)
+	VMASKMOVPS 96(CX), Y3, Y4
+	VMOVUPS    Y4, 152(SP)
+	VMASKMOVPS (CX)(DX*1), Y0, Y4
+	VMOVUPS    Y4, 184(SP)
+	VMASKMOVPS 32(CX)(DX*1), Y1, Y4
+	VMOVUPS    Y4, 216(SP)
+	VMASKMOVPS 64(CX)(DX*1), Y2, Y4
+	VMOVUPS    Y4, 248(SP)
+	VMASKMOVPS 96(CX)(DX*1), Y3, Y4
+	VMOVUPS    Y4, 280(SP)
+	VMASKMOVPS (CX)(DX*2), Y0, Y4
+	VMOVUPS    Y4, 312(SP)
+	VMASKMOVPS 32(CX)(DX*2), Y1, Y4
+	VMOVUPS    Y4, 344(SP)
+	VMASKMOVPS 64(CX)(DX*2), Y2, Y4
+	VMOVUPS    Y4, 376(SP)
+	VMASKMOVPS 96(CX)(DX*2), Y3, Y4
+	VMOVUPS    Y4, 408(SP)
+	LEAQ       (CX)(DX*2), AX
+	VMASKMOVPS (AX)(DX*1), Y0, Y0
+	VMOVUPS    Y0, 440(SP)
+	VMASKMOVPS 32(AX)(DX*1), Y1, Y0
+	VMOVUPS    Y0, 472(SP)
+	VMASKMOVPS 64(AX)(DX*1), Y2, Y0
+	VMOVUPS    Y0, 504(SP)
+	VMASKMOVPS 96(AX)(DX*1), Y3, Y0
+	VMOVUPS    Y0, 536(SP)
+	MOVQ       o_base+0(FP), AX
+	MOVQ       AX, (SP)
+	MOVQ       24(SP), AX
+	MOVQ       AX, 8(SP)
+	MOVQ       d+104(FP), AX
+	SHRQ       $0x03, AX
+	MOVQ       AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000004
@@ -16991,38 +22643,38 @@ full:
 	LEAQ    (AX)(CX*2), AX
 	VMOVUPS (AX)(CX*1), Y6
 	VMOVUPS 32(AX)(CX*1), Y7
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	LEAQ    (AX)(AX*2), CX
-	MOVQ    16(SP), DX
-	MOVQ    8(SP), BX
-	MOVQ    ldv+88(FP), SI
-	MOVQ    32(SP), DI
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys1:
-	VBROADCASTSS (DX), Y8
-	VBROADCASTSS (DX)(AX*1), Y9
-	VBROADCASTSS (DX)(AX*2), Y10
-	VBROADCASTSS (DX)(CX*1), Y11
-	VPBROADCASTW (BX), X12
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y8
+	VBROADCASTSS 128(AX), Y9
+	VBROADCASTSS 256(AX), Y10
+	VBROADCASTSS 384(AX), Y11
+	VPBROADCASTW (CX), X12
 	VCVTPH2PS    X12, Y12
-	VPMOVSXBD    2(BX), Y13
+	VPMOVSXBD    2(CX), Y13
 	VCVTDQ2PS    Y13, Y13
 	VMULPS       Y12, Y13, Y13
 	VFMADD231PS  Y8, Y13, Y0
 	VFMADD231PS  Y9, Y13, Y2
 	VFMADD231PS  Y10, Y13, Y4
 	VFMADD231PS  Y11, Y13, Y6
-	VPMOVSXBD    10(BX), Y13
+	VPMOVSXBD    10(CX), Y13
 	VCVTDQ2PS    Y13, Y13
 	VMULPS       Y12, Y13, Y13
 	VFMADD231PS  Y8, Y13, Y1
 	VFMADD231PS  Y9, Y13, Y3
 	VFMADD231PS  Y10, Y13, Y5
 	VFMADD231PS  Y11, Y13, Y7
-	ADDQ         $0x00000004, DX
-	ADDQ         SI, BX
-	DECQ         DI
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys1
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -17048,38 +22700,38 @@ keys1:
 	LEAQ         (AX)(CX*2), AX
 	VMOVUPS      64(AX)(CX*1), Y6
 	VMOVUPS      96(AX)(CX*1), Y7
-	MOVQ         ldp+56(FP), AX
-	SHLQ         $0x02, AX
-	LEAQ         (AX)(AX*2), CX
-	MOVQ         16(SP), DX
-	MOVQ         8(SP), BX
-	MOVQ         ldv+88(FP), SI
-	MOVQ         32(SP), DI
+	LEAQ         56(SP), AX
+	MOVQ         8(SP), CX
+	MOVQ         ldv+88(FP), DX
+	MOVQ         DX, BX
+	SHLQ         $0x05, BX
+	MOVQ         32(SP), SI
 
 keys2:
-	VBROADCASTSS (DX), Y8
-	VBROADCASTSS (DX)(AX*1), Y9
-	VBROADCASTSS (DX)(AX*2), Y10
-	VBROADCASTSS (DX)(CX*1), Y11
-	VPBROADCASTW (BX), X12
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y8
+	VBROADCASTSS 128(AX), Y9
+	VBROADCASTSS 256(AX), Y10
+	VBROADCASTSS 384(AX), Y11
+	VPBROADCASTW (CX), X12
 	VCVTPH2PS    X12, Y12
-	VPMOVSXBD    18(BX), Y13
+	VPMOVSXBD    18(CX), Y13
 	VCVTDQ2PS    Y13, Y13
 	VMULPS       Y12, Y13, Y13
 	VFMADD231PS  Y8, Y13, Y0
 	VFMADD231PS  Y9, Y13, Y2
 	VFMADD231PS  Y10, Y13, Y4
 	VFMADD231PS  Y11, Y13, Y6
-	VPMOVSXBD    26(BX), Y13
+	VPMOVSXBD    26(CX), Y13
 	VCVTDQ2PS    Y13, Y13
 	VMULPS       Y12, Y13, Y13
 	VFMADD231PS  Y8, Y13, Y1
 	VFMADD231PS  Y9, Y13, Y3
 	VFMADD231PS  Y10, Y13, Y5
 	VFMADD231PS  Y11, Y13, Y7
-	ADDQ         $0x00000004, DX
-	ADDQ         SI, BX
-	DECQ         DI
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys2
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -17114,8 +22766,8 @@ done:
 	RET
 
 // func accumQ8M8AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
-// Requires: AVX, AVX2, CMOV, F16C, FMA3
-TEXT ·accumQ8M8AVX2(SB), NOSPLIT, $56-112
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·accumQ8M8AVX2(SB), $1080-112
 	MOVQ p_base+32(FP), AX
 	MOVQ AX, 16(SP)
 	MOVQ v_base+64(FP), AX
@@ -17124,20 +22776,137 @@ TEXT ·accumQ8M8AVX2(SB), NOSPLIT, $56-112
 	MOVQ AX, 40(SP)
 
 block:
-	MOVQ    40(SP), AX
-	TESTQ   AX, AX
-	JZ      done
-	MOVQ    $0x00000020, CX
-	CMPQ    AX, CX
-	CMOVQGT CX, AX
-	MOVQ    AX, 32(SP)
-	MOVQ    o_base+0(FP), AX
-	MOVQ    AX, (SP)
-	MOVQ    24(SP), AX
-	MOVQ    AX, 8(SP)
-	MOVQ    d+104(FP), AX
-	SHRQ    $0x03, AX
-	MOVQ    AX, 48(SP)
+	MOVQ       40(SP), AX
+	TESTQ      AX, AX
+	JZ         done
+	MOVQ       $0x00000020, CX
+	CMPQ       AX, CX
+	CMOVQGT    CX, AX
+	MOVQ       AX, 32(SP)
+	MOVQ       16(SP), CX
+	MOVQ       ldp+56(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       AX, BX
+	SUBQ       $0x00000000, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y0
+	MOVQ       AX, BX
+	SUBQ       $0x00000008, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y1
+	MOVQ       AX, BX
+	SUBQ       $0x00000010, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y2
+	SUBQ       $0x00000018, AX
+	XORQ       BX, BX
+	CMPQ       AX, BX
+	CMOVQLT    BX, AX
+	MOVQ       $0x00000008, BX
+	CMPQ       AX, BX
+	CMOVQGT    BX, AX
+	MOVQ       $0x00000008, BX
+	SUBQ       AX, BX
+	LEAQ       decodemask8<>+0(SB), AX
+	VMOVUPS    (AX)(BX*4), Y3
+	VMASKMOVPS (CX), Y0, Y4
+	VMOVUPS    Y4, 56(SP)
+	VMASKMOVPS 32(CX), Y1, Y4
+	VMOVUPS    Y4, 88(SP)
+	VMASKMOVPS 64(CX), Y2, Y4
+	VMOVUPS    Y4, 120(SP)
+	VMASKMOVPS 96(CX), Y3, Y4
+	VMOVUPS    Y4, 152(SP)
+	VMASKMOVPS (CX)(DX*1), Y0, Y4
+	VMOVUPS    Y4, 184(SP)
+	VMASKMOVPS 32(CX)(DX*1), Y1, Y4
+	VMOVUPS    Y4, 216(SP)
+	VMASKMOVPS 64(CX)(DX*1), Y2, Y4
+	VMOVUPS    Y4, 248(SP)
+	VMASKMOVPS 96(CX)(DX*1), Y3, Y4
+	VMOVUPS    Y4, 280(SP)
+	VMASKMOVPS (CX)(DX*2), Y0, Y4
+	VMOVUPS    Y4, 312(SP)
+	VMASKMOVPS 32(CX)(DX*2), Y1, Y4
+	VMOVUPS    Y4, 344(SP)
+	VMASKMOVPS 64(CX)(DX*2), Y2, Y4
+	VMOVUPS    Y4, 376(SP)
+	VMASKMOVPS 96(CX)(DX*2), Y3, Y4
+	VMOVUPS    Y4, 408(SP)
+	LEAQ       (CX)(DX*2), AX
+	VMASKMOVPS (AX)(DX*1), Y0, Y4
+	VMOVUPS    Y4, 440(SP)
+	VMASKMOVPS 32(AX)(DX*1), Y1, Y4
+	VMOVUPS    Y4, 472(SP)
+	VMASKMOVPS 64(AX)(DX*1), Y2, Y4
+	VMOVUPS    Y4, 504(SP)
+	VMASKMOVPS 96(AX)(DX*1), Y3, Y4
+	VMOVUPS    Y4, 536(SP)
+	LEAQ       (CX)(DX*4), AX
+	VMASKMOVPS (AX), Y0, Y4
+	VMOVUPS    Y4, 568(SP)
+	VMASKMOVPS 32(AX), Y1, Y4
+	VMOVUPS    Y4, 600(SP)
+	VMASKMOVPS 64(AX), Y2, Y4
+	VMOVUPS    Y4, 632(SP)
+	VMASKMOVPS 96(AX), Y3, Y4
+	VMOVUPS    Y4, 664(SP)
+	VMASKMOVPS (AX)(DX*1), Y0, Y4
+	VMOVUPS    Y4, 696(SP)
+	VMASKMOVPS 32(AX)(DX*1), Y1, Y4
+	VMOVUPS    Y4, 728(SP)
+	VMASKMOVPS 64(AX)(DX*1), Y2, Y4
+	VMOVUPS    Y4, 760(SP)
+	VMASKMOVPS 96(AX)(DX*1), Y3, Y4
+	VMOVUPS    Y4, 792(SP)
+	VMASKMOVPS (AX)(DX*2), Y0, Y4
+	VMOVUPS    Y4, 824(SP)
+	VMASKMOVPS 32(AX)(DX*2), Y1, Y4
+	VMOVUPS    Y4, 856(SP)
+	VMASKMOVPS 64(AX)(DX*2), Y2, Y4
+	VMOVUPS    Y4, 888(SP)
+	VMASKMOVPS 96(AX)(DX*2), Y3, Y4
+	VMOVUPS    Y4, 920(SP)
+	LEAQ       (AX)(DX*2), AX
+	VMASKMOVPS (AX)(DX*1), Y0, Y0
+	VMOVUPS    Y0, 952(SP)
+	VMASKMOVPS 32(AX)(DX*1), Y1, Y0
+	VMOVUPS    Y0, 984(SP)
+	VMASKMOVPS 64(AX)(DX*1), Y2, Y0
+	VMOVUPS    Y0, 1016(SP)
+	VMASKMOVPS 96(AX)(DX*1), Y3, Y0
+	VMOVUPS    Y0, 1048(SP)
+	MOVQ       o_base+0(FP), AX
+	MOVQ       AX, (SP)
+	MOVQ       24(SP), AX
+	MOVQ       AX, 8(SP)
+	MOVQ       d+104(FP), AX
+	SHRQ       $0x03, AX
+	MOVQ       AX, 48(SP)
 
 full:
 	CMPQ    48(SP), $0x00000004
@@ -17156,41 +22925,39 @@ full:
 	VMOVUPS (AX)(CX*2), Y6
 	LEAQ    (AX)(CX*2), AX
 	VMOVUPS (AX)(CX*1), Y7
-	MOVQ    ldp+56(FP), AX
-	SHLQ    $0x02, AX
-	LEAQ    (AX)(AX*2), CX
-	MOVQ    16(SP), DX
-	LEAQ    (DX)(AX*4), BX
-	MOVQ    8(SP), SI
-	MOVQ    ldv+88(FP), DI
-	MOVQ    32(SP), R8
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
 
 keys1:
-	VPBROADCASTW (SI), X8
+	PREFETCHT1   (CX)(BX*1)
+	VPBROADCASTW (CX), X8
 	VCVTPH2PS    X8, Y8
-	VPMOVSXBD    2(SI), Y9
+	VPMOVSXBD    2(CX), Y9
 	VCVTDQ2PS    Y9, Y9
 	VMULPS       Y8, Y9, Y9
-	VBROADCASTSS (DX), Y8
+	VBROADCASTSS (AX), Y8
 	VFMADD231PS  Y8, Y9, Y0
-	VBROADCASTSS (DX)(AX*1), Y8
+	VBROADCASTSS 128(AX), Y8
 	VFMADD231PS  Y8, Y9, Y1
-	VBROADCASTSS (DX)(AX*2), Y8
+	VBROADCASTSS 256(AX), Y8
 	VFMADD231PS  Y8, Y9, Y2
-	VBROADCASTSS (DX)(CX*1), Y8
+	VBROADCASTSS 384(AX), Y8
 	VFMADD231PS  Y8, Y9, Y3
-	VBROADCASTSS (BX), Y8
+	VBROADCASTSS 512(AX), Y8
 	VFMADD231PS  Y8, Y9, Y4
-	VBROADCASTSS (BX)(AX*1), Y8
+	VBROADCASTSS 640(AX), Y8
 	VFMADD231PS  Y8, Y9, Y5
-	VBROADCASTSS (BX)(AX*2), Y8
+	VBROADCASTSS 768(AX), Y8
 	VFMADD231PS  Y8, Y9, Y6
-	VBROADCASTSS (BX)(CX*1), Y8
+	VBROADCASTSS 896(AX), Y8
 	VFMADD231PS  Y8, Y9, Y7
-	ADDQ         $0x00000004, DX
-	ADDQ         $0x00000004, BX
-	ADDQ         DI, SI
-	DECQ         R8
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys1
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -17220,41 +22987,39 @@ keys1:
 	VMOVUPS      32(AX)(CX*2), Y6
 	LEAQ         (AX)(CX*2), AX
 	VMOVUPS      32(AX)(CX*1), Y7
-	MOVQ         ldp+56(FP), AX
-	SHLQ         $0x02, AX
-	LEAQ         (AX)(AX*2), CX
-	MOVQ         16(SP), DX
-	LEAQ         (DX)(AX*4), BX
-	MOVQ         8(SP), SI
-	MOVQ         ldv+88(FP), DI
-	MOVQ         32(SP), R8
+	LEAQ         56(SP), AX
+	MOVQ         8(SP), CX
+	MOVQ         ldv+88(FP), DX
+	MOVQ         DX, BX
+	SHLQ         $0x05, BX
+	MOVQ         32(SP), SI
 
 keys2:
-	VPBROADCASTW (SI), X8
+	PREFETCHT1   (CX)(BX*1)
+	VPBROADCASTW (CX), X8
 	VCVTPH2PS    X8, Y8
-	VPMOVSXBD    10(SI), Y9
+	VPMOVSXBD    10(CX), Y9
 	VCVTDQ2PS    Y9, Y9
 	VMULPS       Y8, Y9, Y9
-	VBROADCASTSS (DX), Y8
+	VBROADCASTSS (AX), Y8
 	VFMADD231PS  Y8, Y9, Y0
-	VBROADCASTSS (DX)(AX*1), Y8
+	VBROADCASTSS 128(AX), Y8
 	VFMADD231PS  Y8, Y9, Y1
-	VBROADCASTSS (DX)(AX*2), Y8
+	VBROADCASTSS 256(AX), Y8
 	VFMADD231PS  Y8, Y9, Y2
-	VBROADCASTSS (DX)(CX*1), Y8
+	VBROADCASTSS 384(AX), Y8
 	VFMADD231PS  Y8, Y9, Y3
-	VBROADCASTSS (BX), Y8
+	VBROADCASTSS 512(AX), Y8
 	VFMADD231PS  Y8, Y9, Y4
-	VBROADCASTSS (BX)(AX*1), Y8
+	VBROADCASTSS 640(AX), Y8
 	VFMADD231PS  Y8, Y9, Y5
-	VBROADCASTSS (BX)(AX*2), Y8
+	VBROADCASTSS 768(AX), Y8
 	VFMADD231PS  Y8, Y9, Y6
-	VBROADCASTSS (BX)(CX*1), Y8
+	VBROADCASTSS 896(AX), Y8
 	VFMADD231PS  Y8, Y9, Y7
-	ADDQ         $0x00000004, DX
-	ADDQ         $0x00000004, BX
-	ADDQ         DI, SI
-	DECQ         R8
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys2
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -17284,41 +23049,39 @@ keys2:
 	VMOVUPS      64(AX)(CX*2), Y6
 	LEAQ         (AX)(CX*2), AX
 	VMOVUPS      64(AX)(CX*1), Y7
-	MOVQ         ldp+56(FP), AX
-	SHLQ         $0x02, AX
-	LEAQ         (AX)(AX*2), CX
-	MOVQ         16(SP), DX
-	LEAQ         (DX)(AX*4), BX
-	MOVQ         8(SP), SI
-	MOVQ         ldv+88(FP), DI
-	MOVQ         32(SP), R8
+	LEAQ         56(SP), AX
+	MOVQ         8(SP), CX
+	MOVQ         ldv+88(FP), DX
+	MOVQ         DX, BX
+	SHLQ         $0x05, BX
+	MOVQ         32(SP), SI
 
 keys3:
-	VPBROADCASTW (SI), X8
+	PREFETCHT1   (CX)(BX*1)
+	VPBROADCASTW (CX), X8
 	VCVTPH2PS    X8, Y8
-	VPMOVSXBD    18(SI), Y9
+	VPMOVSXBD    18(CX), Y9
 	VCVTDQ2PS    Y9, Y9
 	VMULPS       Y8, Y9, Y9
-	VBROADCASTSS (DX), Y8
+	VBROADCASTSS (AX), Y8
 	VFMADD231PS  Y8, Y9, Y0
-	VBROADCASTSS (DX)(AX*1), Y8
+	VBROADCASTSS 128(AX), Y8
 	VFMADD231PS  Y8, Y9, Y1
-	VBROADCASTSS (DX)(AX*2), Y8
+	VBROADCASTSS 256(AX), Y8
 	VFMADD231PS  Y8, Y9, Y2
-	VBROADCASTSS (DX)(CX*1), Y8
+	VBROADCASTSS 384(AX), Y8
 	VFMADD231PS  Y8, Y9, Y3
-	VBROADCASTSS (BX), Y8
+	VBROADCASTSS 512(AX), Y8
 	VFMADD231PS  Y8, Y9, Y4
-	VBROADCASTSS (BX)(AX*1), Y8
+	VBROADCASTSS 640(AX), Y8
 	VFMADD231PS  Y8, Y9, Y5
-	VBROADCASTSS (BX)(AX*2), Y8
+	VBROADCASTSS 768(AX), Y8
 	VFMADD231PS  Y8, Y9, Y6
-	VBROADCASTSS (BX)(CX*1), Y8
+	VBROADCASTSS 896(AX), Y8
 	VFMADD231PS  Y8, Y9, Y7
-	ADDQ         $0x00000004, DX
-	ADDQ         $0x00000004, BX
-	ADDQ         DI, SI
-	DECQ         R8
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys3
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
@@ -17348,41 +23111,39 @@ keys3:
 	VMOVUPS      96(AX)(CX*2), Y6
 	LEAQ         (AX)(CX*2), AX
 	VMOVUPS      96(AX)(CX*1), Y7
-	MOVQ         ldp+56(FP), AX
-	SHLQ         $0x02, AX
-	LEAQ         (AX)(AX*2), CX
-	MOVQ         16(SP), DX
-	LEAQ         (DX)(AX*4), BX
-	MOVQ         8(SP), SI
-	MOVQ         ldv+88(FP), DI
-	MOVQ         32(SP), R8
+	LEAQ         56(SP), AX
+	MOVQ         8(SP), CX
+	MOVQ         ldv+88(FP), DX
+	MOVQ         DX, BX
+	SHLQ         $0x05, BX
+	MOVQ         32(SP), SI
 
 keys4:
-	VPBROADCASTW (SI), X8
+	PREFETCHT1   (CX)(BX*1)
+	VPBROADCASTW (CX), X8
 	VCVTPH2PS    X8, Y8
-	VPMOVSXBD    26(SI), Y9
+	VPMOVSXBD    26(CX), Y9
 	VCVTDQ2PS    Y9, Y9
 	VMULPS       Y8, Y9, Y9
-	VBROADCASTSS (DX), Y8
+	VBROADCASTSS (AX), Y8
 	VFMADD231PS  Y8, Y9, Y0
-	VBROADCASTSS (DX)(AX*1), Y8
+	VBROADCASTSS 128(AX), Y8
 	VFMADD231PS  Y8, Y9, Y1
-	VBROADCASTSS (DX)(AX*2), Y8
+	VBROADCASTSS 256(AX), Y8
 	VFMADD231PS  Y8, Y9, Y2
-	VBROADCASTSS (DX)(CX*1), Y8
+	VBROADCASTSS 384(AX), Y8
 	VFMADD231PS  Y8, Y9, Y3
-	VBROADCASTSS (BX), Y8
+	VBROADCASTSS 512(AX), Y8
 	VFMADD231PS  Y8, Y9, Y4
-	VBROADCASTSS (BX)(AX*1), Y8
+	VBROADCASTSS 640(AX), Y8
 	VFMADD231PS  Y8, Y9, Y5
-	VBROADCASTSS (BX)(AX*2), Y8
+	VBROADCASTSS 768(AX), Y8
 	VFMADD231PS  Y8, Y9, Y6
-	VBROADCASTSS (BX)(CX*1), Y8
+	VBROADCASTSS 896(AX), Y8
 	VFMADD231PS  Y8, Y9, Y7
-	ADDQ         $0x00000004, DX
-	ADDQ         $0x00000004, BX
-	ADDQ         DI, SI
-	DECQ         R8
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
 	JNZ          keys4
 	MOVQ         (SP), AX
 	MOVQ         ldo+24(FP), CX
