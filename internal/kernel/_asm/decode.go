@@ -30,17 +30,20 @@ import (
 // Register tiles. With L float32 lanes per vector (16 for AVX-512, 8 for
 // AVX2) a kernel for mr rows keeps mr·w = L accumulators, w = L/mr:
 //
-//	scores: w keys at once. Per step of L elements (one block for q8), each
-//	key vector is loaded and widened once and multiplied into the mr rows;
-//	at the end of the row the L accumulators are folded by a transposing
-//	tree (4 levels of two shuffles and an add for 16 of them) into one
-//	vector whose lane r·w+jj is S[r][j0+jj], stored row by row. Keys beyond
-//	a multiple of w go one at a time (the same tree, fewer inputs).
+//	scores: w keys per block, each key row read from start to end (rows
+//	read side by side defeat the hardware prefetchers): per step of L
+//	elements (one block for q8) the key vector is loaded and widened once
+//	and multiplied into the mr rows of Q (read from L1). At the end of the
+//	block its L accumulators are folded by a transposing tree (4 levels of
+//	two shuffles and an add for 16 of them) into one vector whose lane
+//	r·w+jj is S[r][j0+jj], stored row by row. Keys beyond a multiple of w
+//	go one at a time (the same tree, fewer inputs).
 //	accum: w vectors of O's columns. Keys are taken in blocks of
 //	accumKeyBlock; for each block, O's columns are swept in chunks of w
 //	vectors (then w/2, …, 1, then a masked tail), each chunk's mr×w tile of
 //	O held in registers across all keys of the block, so the V block is
-//	read from memory once and from L1 for the other chunks.
+//	read from memory once and from L1 for the other chunks. The block of P
+//	is first copied to the frame (see accumGen.pLoc).
 //
 // Tails of the head dimension d that are not a multiple of L: AVX-512 uses
 // an opmask (masked loads do not fault on masked-out elements, so nothing
@@ -253,8 +256,8 @@ func rowMems(base, ld Register) func(r int) Mem {
 	}
 }
 
-// half is the register holding the 16-bit source of a widening
-// conversion into v (ymm for a zmm, xmm for a ymm).
+// half is the lower half of v as a register of half the width (ymm for a
+// zmm, xmm for a ymm): the 16-bit source of a widening conversion into v.
 func half(s isa, v VecVirtual) Register {
 	if s.EVEX {
 		return v.AsY()
@@ -472,7 +475,7 @@ func storeTile(s isa, v VecVirtual, rows, w int, row func(r int) Mem) {
 		VMOVUPS(v, row(0))
 		return
 	case w == L/2:
-		VMOVUPS(half32(s, v), row(0))
+		VMOVUPS(half(s, v), row(0))
 		if rows > 1 {
 			if s.EVEX {
 				VEXTRACTF64X4(Imm(1), v, row(1))
@@ -503,14 +506,6 @@ func storeTile(s isa, v VecVirtual, rows, w int, row func(r int) Mem) {
 			}
 		}
 	}
-}
-
-// half32 is the lower half of v as a register of half the width.
-func half32(s isa, v VecVirtual) Register {
-	if s.EVEX {
-		return v.AsY()
-	}
-	return v.AsX()
 }
 
 // lane128 returns 128-bit group g of v in an xmm register.
