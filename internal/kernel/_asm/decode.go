@@ -30,10 +30,10 @@ import (
 // Register tiles. With L float32 lanes per vector (16 for AVX-512, 8 for
 // AVX2) a kernel for mr rows keeps mr·w = L accumulators, w = L/mr:
 //
-//	scores: w keys per block, each key row read from start to end (rows
-//	read side by side defeat the hardware prefetchers): per step of L
-//	elements (one block for q8) the key vector is loaded and widened once
-//	and multiplied into the mr rows of Q (read from L1). At the end of the
+//	scores: w keys per block, read in groups of scoresGroup keys whose
+//	rows are read side by side, each from start to end: per step of L
+//	elements (one block for q8) each key vector is loaded and widened once
+//	and multiplied into the mr rows of Q (loaded once per group). At the end of the
 //	block its L accumulators are folded by a transposing tree (4 levels of
 //	two shuffles and an add for 16 of them) into one vector whose lane
 //	r·w+jj is S[r][j0+jj], stored row by row. Keys beyond a multiple of w
@@ -685,15 +685,21 @@ func (g *scoresGen) keyLoop(w int, lbl string) {
 		kld, kld3 = strides(slot(Param("ldk")), max(e.Size, 1), w)
 	}
 	ks := newRowSet(g.kb, kld, kld3, w)
-	for jj := 0; jj < w; jj++ {
-		kl := fmt.Sprintf("%sK%d", lbl, jj)
+	grp := scoresGroup(mr, w)
+	for j0 := 0; j0 < w; j0 += grp {
+		kl := fmt.Sprintf("%sK%d", lbl, j0)
 		var qld, qld3 GPVirtual
 		if mr > 1 {
 			qld, qld3 = strides(slot(Param("d")), 4, mr)
 		}
 		qs := newRowSet(slot(Param("q").Base()), qld, qld3, mr)
-		kp := GP64()
-		LEAQ(ks.mem(jj, 0), kp)
+		var jjs []int
+		var kps []Register
+		for jj := j0; jj < j0+grp; jj++ {
+			kp := GP64()
+			LEAQ(ks.mem(jj, 0), kp)
+			jjs, kps = append(jjs, jj), append(kps, kp)
+		}
 		pfd := GP64() // bytes from a key row to the one it prefetches
 		MOVQ(slot(Param("ldk")), pfd)
 		SHLQ(Imm(uint64(log2(max(e.Size, 1))+log2(scoresPrefetchRows(e)))), pfd)
@@ -702,10 +708,14 @@ func (g *scoresGen) keyLoop(w int, lbl string) {
 		TESTQ(steps, steps)
 		JZ(LabelRef(kl + "Tail"))
 		Label(kl + "Step")
-		PREFETCHT1(Mem{Base: kp, Index: pfd, Scale: 1})
-		g.step(acc, jj, qs, kp, nil, false)
+		for _, kp := range kps {
+			PREFETCHT1(Mem{Base: kp, Index: pfd, Scale: 1})
+		}
+		g.step(acc, w, jjs, qs, kps, nil, false)
 		qs.add(U32(4 * g.stepElems()))
-		ADDQ(U32(g.stepKBytes()), kp)
+		for _, kp := range kps {
+			ADDQ(U32(g.stepKBytes()), kp)
+		}
 		DECQ(steps)
 		JNZ(LabelRef(kl + "Step"))
 
@@ -714,15 +724,17 @@ func (g *scoresGen) keyLoop(w int, lbl string) {
 			if s.EVEX {
 				KORTESTW(g.kmask, g.kmask)
 				JZ(LabelRef(kl + "Done"))
-				g.step(acc, jj, qs, kp, g.kmask, false)
+				g.step(acc, w, jjs, qs, kps, g.kmask, false)
 			} else {
 				rk := GP64()
 				MOVQ(g.rewK, rk)
 				TESTQ(rk, rk)
 				JZ(LabelRef(kl + "Done"))
-				SUBQ(rk, kp)
+				for _, kp := range kps {
+					SUBQ(rk, kp)
+				}
 				qs.sub(g.rewQ)
-				g.step(acc, jj, qs, kp, nil, true)
+				g.step(acc, w, jjs, qs, kps, nil, true)
 			}
 		}
 		Label(kl + "Done")
@@ -754,13 +766,27 @@ func (g *scoresGen) keyLoop(w int, lbl string) {
 	}
 }
 
-// step emits one step of the p loop of key jj: the products of one vector
-// of its row at kp (one q8 block: several vectors) with the same part of
-// Q's rows. With k set (AVX-512) it is the masked tail; with window (AVX2)
-// the tail read as the window of the last 8 elements, the lanes the full
-// vectors covered cleared in both operands.
-func (g *scoresGen) step(acc [][]VecVirtual, jj int, qs rowSet, kp Register, k Register, window bool) {
+// scoresGroup is the number of keys whose rows a scores kernel for mr
+// rows and w keys per block reads side by side: one for a single row (the
+// kernel is memory-bound and rows read one after the other stream best),
+// else up to 4, so that each Q vector loaded into a register serves
+// several keys (a step of one key would load mr Q vectors per mr FMAs and
+// be bound by the loads).
+func scoresGroup(mr, w int) int {
+	if mr == 1 {
+		return 1
+	}
+	return min(w, 4)
+}
+
+// step emits one step of the p loop of the keys jjs, whose rows are at
+// kps: the products of one vector of each row (one q8 block: several
+// vectors) with the same part of Q's rows. With k set (AVX-512) it is the
+// masked tail; with window (AVX2) the tail read as the window of the last 8
+// elements, the lanes the full vectors covered cleared in both operands.
+func (g *scoresGen) step(acc [][]VecVirtual, w int, jjs []int, qs rowSet, kps []Register, k Register, window bool) {
 	s, e, mr := g.s, g.e, g.mr
+	regs := numRegs(s)
 	tail := k != nil || window
 	qload := func(r, disp int) VecVirtual {
 		q := s.Vec()
@@ -775,29 +801,58 @@ func (g *scoresGen) step(acc [][]VecVirtual, jj int, qs rowSet, kp Register, k R
 		return q
 	}
 	if e.q8() {
-		sc := q8Scale(s, Mem{Base: kp})
-		for i := 0; i < q8Values/s.Lanes; i++ {
-			kv := q8Vec(s, Mem{Base: kp}, i, sc)
-			for r := 0; r < mr; r++ {
-				VFMADD231PS(qs.mem(r, i*s.Bytes()), kv, acc[r][jj])
+		nv := q8Values / s.Lanes
+		var qv [][]VecVirtual
+		if len(jjs) > 1 && mr*nv+mr*w+3 <= regs {
+			qv = make([][]VecVirtual, mr)
+			for r := range qv {
+				for i := 0; i < nv; i++ {
+					qv[r] = append(qv[r], qload(r, i*s.Bytes()))
+				}
+			}
+		}
+		for x, jj := range jjs {
+			sc := q8Scale(s, Mem{Base: kps[x]})
+			for i := 0; i < nv; i++ {
+				kv := q8Vec(s, Mem{Base: kps[x]}, i, sc)
+				for r := 0; r < mr; r++ {
+					if qv != nil {
+						VFMADD231PS(qv[r][i], kv, acc[r][jj])
+					} else {
+						VFMADD231PS(qs.mem(r, i*s.Bytes()), kv, acc[r][jj])
+					}
+				}
 			}
 		}
 		return
 	}
 	if e.Size == 4 && mr == 1 && !tail {
 		q := qload(0, 0)
-		VFMADD231PS(Mem{Base: kp}, q, acc[0][jj])
+		for x, jj := range jjs {
+			VFMADD231PS(Mem{Base: kps[x]}, q, acc[0][jj])
+		}
 		return
 	}
-	kv := widen(s, e, Mem{Base: kp}, k)
-	if window {
-		VANDPS(g.wmask, kv, kv)
+	var qv []VecVirtual
+	if (len(jjs) > 1 || tail) && mr+mr*w+3 <= regs {
+		for r := 0; r < mr; r++ {
+			qv = append(qv, qload(r, 0))
+		}
 	}
-	for r := 0; r < mr; r++ {
-		if tail {
-			VFMADD231PS(qload(r, 0), kv, acc[r][jj])
-		} else {
-			VFMADD231PS(qs.mem(r, 0), kv, acc[r][jj])
+	for x, jj := range jjs {
+		kv := widen(s, e, Mem{Base: kps[x]}, k)
+		if window {
+			VANDPS(g.wmask, kv, kv)
+		}
+		for r := 0; r < mr; r++ {
+			switch {
+			case qv != nil:
+				VFMADD231PS(qv[r], kv, acc[r][jj])
+			case tail:
+				VFMADD231PS(qload(r, 0), kv, acc[r][jj])
+			default:
+				VFMADD231PS(qs.mem(r, 0), kv, acc[r][jj])
+			}
 		}
 	}
 }
