@@ -304,10 +304,17 @@ func q8Scale(s isa, m Mem) VecVirtual {
 // q8Vec widens vector i (s.Lanes values) of the q8_0 block at m and
 // multiplies it by the block's scale sc.
 func q8Vec(s isa, m Mem, i int, sc VecVirtual) VecVirtual {
+	v := q8Raw(s, m, i)
+	VMULPS(sc, v, v)
+	return v
+}
+
+// q8Raw widens vector i of the q8_0 block at m, unscaled (the int8
+// values as float32).
+func q8Raw(s isa, m Mem, i int) VecVirtual {
 	v := s.Vec()
 	VPMOVSXBD(m.Offset(2+i*s.Lanes), v)
 	VCVTDQ2PS(v, v)
-	VMULPS(sc, v, v)
 	return v
 }
 
@@ -800,6 +807,24 @@ func (g *scoresGen) step(acc [][]VecVirtual, w int, jjs []int, qs rowSet, kps []
 		}
 		return q
 	}
+	if e.q8() && mr == 1 {
+		// One row: the block's products summed unscaled, then one FMA
+		// by the scale (a multiply per vector fewer).
+		for x, jj := range jjs {
+			sc := q8Scale(s, Mem{Base: kps[x]})
+			t := s.Vec()
+			for i := 0; i < q8Values/s.Lanes; i++ {
+				kv := q8Raw(s, Mem{Base: kps[x]}, i)
+				if i == 0 {
+					VMULPS(qs.mem(0, 0), kv, t)
+				} else {
+					VFMADD231PS(qs.mem(0, i*s.Bytes()), kv, t)
+				}
+			}
+			VFMADD231PS(sc, t, acc[0][jj])
+		}
+		return
+	}
 	if e.q8() {
 		nv := q8Values / s.Lanes
 		var qv [][]VecVirtual
@@ -1163,6 +1188,16 @@ func (g *accumGen) pass(first, c int, tail bool) {
 		}
 		var vv VecVirtual
 		switch {
+		case e.q8() && mr == 1:
+			// One row: p times the block's scale once, then the raw
+			// values (a multiply per vector fewer).
+			blk := Mem{Base: vr, Disp: x / g.vpb * q8Bytes}
+			if i == 0 || x%g.vpb == 0 {
+				sc = q8Scale(s, blk)
+				VMULPS(pv[0], sc, sc)
+			}
+			VFMADD231PS(sc, q8Raw(s, blk, x%g.vpb), acc[0][i])
+			continue
 		case e.q8():
 			blk := Mem{Base: vr, Disp: x / g.vpb * q8Bytes}
 			if i == 0 || x%g.vpb == 0 {
