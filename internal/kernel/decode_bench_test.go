@@ -11,9 +11,10 @@ import (
 )
 
 // BenchmarkDecode measures the decode kernels on a KV cache much larger
-// than the last-level cache (by default 4 KV heads × 65536 keys × 128 dims,
-// K and V: 256 MiB in float32, 68 MiB in q8_0) against a plain read of the
-// same bytes (ReadSum), the two timed alternately within each iteration so
+// than the last-level cache (by default 4 KV heads of 128 dims and as many
+// keys as make 128 MiB of K and as much of V: 65536 keys in float32,
+// 131072 in bf16/fp16, 245760 in q8_0) against a plain read of the same
+// bytes (ReadSum), the two timed alternately within each iteration so
 // that both see the same machine load. It reports
 //
 //	GB/s       cache bytes read per second by the kernels
@@ -25,11 +26,12 @@ import (
 // for Scores alone (K), Accum alone (V) and a decode step (per block of
 // 1024 keys: Scores then Accum, as the attention core runs them), with m
 // query rows per KV head and 1 or 2 goroutines (each taking whole heads).
+// S and P rows are n+16 floats apart (FLASHATTN_DECODE_PAD=0: n).
 // FLASHATTN_DECODE_BENCH="heads,keys,dim" changes the cache shape;
 // FLASHATTN_DECODE_LAYOUT=interleaved stores the heads of a key side by side
 // (flash-attn's [keys, heads, dim]) instead of one after the other.
 func BenchmarkDecode(b *testing.B) {
-	heads, keys, dim := 4, 65536, 128
+	heads, keys, dim := 4, 0, 128
 	if s := os.Getenv("FLASHATTN_DECODE_BENCH"); s != "" {
 		if _, err := fmt.Sscanf(s, "%d,%d,%d", &heads, &keys, &dim); err != nil {
 			b.Fatalf("FLASHATTN_DECODE_BENCH=%q: want heads,keys,dim", s)
@@ -38,7 +40,18 @@ func BenchmarkDecode(b *testing.B) {
 	interleaved := os.Getenv("FLASHATTN_DECODE_LAYOUT") == "interleaved"
 	dk := SelectDecode()
 	for _, typ := range cacheTypes {
-		c := newBenchCache(typ, heads, keys, dim, interleaved)
+		n := keys
+		if n == 0 {
+			row := 4 * dim
+			switch typ {
+			case cacheBF16, cacheF16:
+				row = 2 * dim
+			case cacheQ8:
+				row = Q8RowBytes(dim)
+			}
+			n = (128 << 20) / heads / row &^ 1023
+		}
+		c := newBenchCache(typ, heads, n, dim, interleaved)
 		for _, m := range []int{1, 4, 8, 16} {
 			for _, threads := range []int{1, 2} {
 				for _, op := range []string{"scores", "accum", "step"} {
@@ -122,7 +135,7 @@ func (c *benchCache) run(b *testing.B, dk Decode, m, threads int, op string) {
 	type work struct{ s, q, o []float32 }
 	ws := make([]work, threads)
 	for i := range ws {
-		ws[i] = work{s: make([]float32, m*decodeBlock), q: make([]float32, m*d), o: make([]float32, m*d)}
+		ws[i] = work{s: make([]float32, m*(decodeBlock+16)), q: make([]float32, m*d), o: make([]float32, m*d)}
 		for j := range ws[i].q {
 			ws[i].q[j] = 0.01
 		}
@@ -130,16 +143,20 @@ func (c *benchCache) run(b *testing.B, dk Decode, m, threads int, op string) {
 			ws[i].s[j] = 1.0 / decodeBlock
 		}
 	}
+	pad := 16 // S and P rows 4 KiB apart would alias in L1 (see Decode)
+	if os.Getenv("FLASHATTN_DECODE_PAD") == "0" {
+		pad = 0
+	}
 	headRun := func(w work, h int) {
 		off, ld := c.head(h)
 		for j0 := 0; j0 < c.keys; j0 += decodeBlock {
 			jn := min(decodeBlock, c.keys-j0)
 			ko := off + j0*ld
 			if op != "accum" {
-				c.scores(dk, w.s, jn, w.q, m, ko, ld, jn, d)
+				c.scores(dk, w.s, jn+pad, w.q, m, ko, ld, jn, d)
 			}
 			if op != "scores" {
-				c.accum(dk, w.o, d, w.s, jn, m, ko, ld, jn, d)
+				c.accum(dk, w.o, d, w.s, jn+pad, m, ko, ld, jn, d)
 			}
 		}
 	}
