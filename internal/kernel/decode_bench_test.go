@@ -25,11 +25,15 @@ import (
 //
 // for Scores alone (K), Accum alone (V) and a decode step (per block of
 // 1024 keys: Scores then Accum, as the attention core runs them), with m
-// query rows per KV head and 1 or 2 goroutines (each taking whole heads).
-// S and P rows are n+16 floats apart (FLASHATTN_DECODE_PAD=0: n).
-// FLASHATTN_DECODE_BENCH="heads,keys,dim" changes the cache shape;
-// FLASHATTN_DECODE_LAYOUT=interleaved stores the heads of a key side by side
-// (flash-attn's [keys, heads, dim]) instead of one after the other.
+// query rows per KV head and 1 or 2 goroutines. S and P rows are n+16
+// floats apart. Environment:
+//
+//	FLASHATTN_DECODE_BENCH=heads,keys,dim  the cache shape
+//	FLASHATTN_DECODE_LAYOUT=interleaved    the heads of a key side by side
+//	                                       (flash-attn's [keys, heads, dim])
+//	                                       instead of one after the other
+//	FLASHATTN_DECODE_BLOCK=keys            keys per call (default 1024)
+//	FLASHATTN_DECODE_PAD=0                 S and P rows n floats apart
 func BenchmarkDecode(b *testing.B) {
 	heads, keys, dim := 4, 0, 128
 	if s := os.Getenv("FLASHATTN_DECODE_BENCH"); s != "" {
@@ -127,11 +131,18 @@ func (c *benchCache) head(h int) (off, ld int) {
 	return h * c.keys * c.row, c.row
 }
 
-// decodeBlock is the number of keys per Scores/Accum call of a step.
-const decodeBlock = 1024
+// decodeBlockDefault is the number of keys per Scores/Accum call of a
+// step (FLASHATTN_DECODE_BLOCK changes it).
+const decodeBlockDefault = 1024
 
 func (c *benchCache) run(b *testing.B, dk Decode, m, threads int, op string) {
 	d := c.dim
+	decodeBlock := decodeBlockDefault
+	if s := os.Getenv("FLASHATTN_DECODE_BLOCK"); s != "" {
+		if _, err := fmt.Sscanf(s, "%d", &decodeBlock); err != nil || decodeBlock < 1 {
+			b.Fatalf("FLASHATTN_DECODE_BLOCK=%q", s)
+		}
+	}
 	type work struct{ s, q, o []float32 }
 	ws := make([]work, threads)
 	for i := range ws {
@@ -140,23 +151,40 @@ func (c *benchCache) run(b *testing.B, dk Decode, m, threads int, op string) {
 			ws[i].q[j] = 0.01
 		}
 		for j := range ws[i].s {
-			ws[i].s[j] = 1.0 / decodeBlock
+			ws[i].s[j] = 1 / float32(decodeBlock)
 		}
 	}
 	pad := 16 // S and P rows 4 KiB apart would alias in L1 (see Decode)
 	if os.Getenv("FLASHATTN_DECODE_PAD") == "0" {
 		pad = 0
 	}
-	headRun := func(w work, h int) {
+	block := func(w work, h, j0 int) {
 		off, ld := c.head(h)
-		for j0 := 0; j0 < c.keys; j0 += decodeBlock {
-			jn := min(decodeBlock, c.keys-j0)
-			ko := off + j0*ld
-			if op != "accum" {
-				c.scores(dk, w.s, jn+pad, w.q, m, ko, ld, jn, d)
+		jn := min(decodeBlock, c.keys-j0)
+		ko := off + j0*ld
+		if op != "accum" {
+			c.scores(dk, w.s, jn+pad, w.q, m, ko, ld, jn, d)
+		}
+		if op != "scores" {
+			c.accum(dk, w.o, d, w.s, jn+pad, m, ko, ld, jn, d)
+		}
+	}
+	// Heads one after the other take whole heads per goroutine; heads side
+	// by side take a range of keys per goroutine and every head of a block
+	// of keys before the next block, so that memory is read in order.
+	work1 := func(t int) {
+		if !c.interleaved {
+			for h := t; h < c.heads; h += threads {
+				for j0 := 0; j0 < c.keys; j0 += decodeBlock {
+					block(ws[t], h, j0)
+				}
 			}
-			if op != "scores" {
-				c.accum(dk, w.o, d, w.s, jn+pad, m, ko, ld, jn, d)
+			return
+		}
+		per := (c.keys/decodeBlock + threads - 1) / threads * decodeBlock
+		for j0 := t * per; j0 < min(c.keys, (t+1)*per); j0 += decodeBlock {
+			for h := 0; h < c.heads; h++ {
+				block(ws[t], h, j0)
 			}
 		}
 	}
@@ -191,11 +219,7 @@ func (c *benchCache) run(b *testing.B, dk Decode, m, threads int, op string) {
 	peakIters, peakFlops := 1<<20, 0
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		tk += parallel(func(t int) {
-			for h := t; h < c.heads; h += threads {
-				headRun(ws[t], h)
-			}
-		})
+		tk += parallel(work1)
 		tr += parallel(func(t int) {
 			var sum uint32
 			for _, buf := range bufs {
