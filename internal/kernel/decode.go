@@ -26,16 +26,17 @@ import (
 //
 // with V's rows stored like K's, P m×n with row stride ldp >= n and O m×d
 // with row stride ldo >= d. Any m, n, d >= 0 are accepted (for q8_0, d a
-// multiple of 32); the assembly kernels take up to 16 rows (AVX2: 8) at
-// once and split more into tiles that share each block of cache rows
-// while it is in L2. S or O must not overlap the other arguments. Sums
+// multiple of 32); the assembly kernels take tiles of 1, 2, 4, 8 or 16
+// rows (AVX2: up to 8) and split other counts (12 = 8+4) into tiles that
+// share each block of cache rows while it is in L2. S or O must not overlap the other arguments. Sums
 // are in float32, in an order that differs between implementations.
 //
 // Speed: one query row (m = 1) is memory-bound, and the kernels read the
 // cache at about the speed of ReadSum; every further row adds 2 FLOPs per
-// cache element read, so that from a few rows on (on AMD Zen 4, one core:
-// m = 4 for 16-bit caches, m = 2 for q8_0, m = 8 for float32) they are
-// compute-bound instead. With m >= 8, give S a row stride lds that is not a
+// cache element read, so that beyond a few rows they are compute-bound
+// instead (measured on one AMD Zen 4 core: float32 near memory speed up to
+// m = 8, bf16 and fp16 up to m = 4; q8_0, whose widening costs more per
+// byte, needs two cores at m = 1). With m >= 8, give S a row stride lds that is not a
 // multiple of 1024 (rows 4 KiB apart share an L1 set), such as n+16. The
 // kernels prefetch ahead within a call, so calls should cover hundreds of
 // keys or more.
@@ -44,18 +45,24 @@ import (
 // (its bytes beyond a multiple of 4 ignored): a plain read of b at full
 // vector width, the yardstick of the kernels' memory bandwidth.
 type Decode struct {
+	// Name is "avx512", "avx2" or "generic" (the values FLASHATTN_KERNEL
+	// takes).
 	Name string
 
+	// ScoresF32 … ScoresQ8 compute S = Q·Kᵀ for a float32, bfloat16
+	// (uint16 words), fp16 (uint16 words) or q8_0 (bytes) key cache.
 	ScoresF32  func(s []float32, lds int, q []float32, m int, k []float32, ldk, n, d int)
 	ScoresBF16 func(s []float32, lds int, q []float32, m int, k []uint16, ldk, n, d int)
 	ScoresF16  func(s []float32, lds int, q []float32, m int, k []uint16, ldk, n, d int)
 	ScoresQ8   func(s []float32, lds int, q []float32, m int, k []byte, ldk, n, d int)
 
+	// AccumF32 … AccumQ8 add P·V to O for a value cache of the same types.
 	AccumF32  func(o []float32, ldo int, p []float32, ldp, m int, v []float32, ldv, n, d int)
 	AccumBF16 func(o []float32, ldo int, p []float32, ldp, m int, v []uint16, ldv, n, d int)
 	AccumF16  func(o []float32, ldo int, p []float32, ldp, m int, v []uint16, ldv, n, d int)
 	AccumQ8   func(o []float32, ldo int, p []float32, ldp, m int, v []byte, ldv, n, d int)
 
+	// ReadSum is the read-bandwidth yardstick (see above).
 	ReadSum func(b []byte) uint32
 }
 
