@@ -439,14 +439,16 @@ func TestDecodePreconditions(t *testing.T) {
 
 // TestDecodeAVX2Registers: the AVX2 kernels must run on CPUs without
 // AVX-512, so they may use neither zmm nor opmask registers nor the vector
-// registers 16-31 (which need EVEX encodings).
+// registers 16-31 (which need EVEX encodings), nor AVX-512 instructions
+// (masking, embedded broadcast, opmask instructions, 32x4/64x4 shuffles
+// and extractions, the d/q-suffixed logic).
 func TestDecodeAVX2Registers(t *testing.T) {
 	src, err := os.ReadFile("decode_amd64.s")
 	if err != nil {
 		t.Fatal(err)
 	}
-	bad := regexp.MustCompile(`\b(Z[0-9]+|K[1-7]|[XY](1[6-9]|2[0-9]|3[01]))\b`)
-	fn, funcs := "", 0
+	bad := regexp.MustCompile(`\b(Z[0-9]+|K[1-7]|[XY](1[6-9]|2[0-9]|3[01])|K[A-Z]+[BWDQ]|V\w+[0-9]X[248]|VMOVDQU(8|16|32|64)|VP(AND|ANDN|OR|XOR)[DQ])\b|\.(Z|BCST)\b`)
+	fn, funcs, evex := "", 0, 0
 	for _, line := range strings.Split(string(src), "\n") {
 		if strings.HasPrefix(line, "TEXT ") {
 			fn = strings.Fields(line)[1]
@@ -455,9 +457,15 @@ func TestDecodeAVX2Registers(t *testing.T) {
 			}
 			continue
 		}
-		if strings.Contains(fn, "AVX2(") && bad.MatchString(line) {
-			t.Errorf("%s uses an AVX-512 register: %s", fn, strings.TrimSpace(line))
+		switch {
+		case strings.Contains(fn, "AVX2(") && bad.MatchString(line):
+			t.Errorf("%s uses AVX-512: %s", fn, strings.TrimSpace(line))
+		case strings.Contains(fn, "AVX512(") && bad.MatchString(line):
+			evex++
 		}
+	}
+	if evex < 1000 { // the pattern must recognise the AVX-512 kernels' code
+		t.Errorf("only %d lines of the AVX-512 kernels match the AVX-512 pattern", evex)
 	}
 	if funcs != 4*2*4+1 {
 		t.Errorf("found %d AVX2 functions, want %d", funcs, 4*2*4+1)
