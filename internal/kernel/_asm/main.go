@@ -50,6 +50,7 @@ var (
 const mr = 6
 
 func main() {
+	decodeMain() // with -decode: the kernels of decode.go, then exit
 	ConstraintExpr("amd64")
 
 	genExpTable()

@@ -1,0 +1,145 @@
+package kernel
+
+import (
+	"fmt"
+	"math"
+)
+
+// selfCheckDecode runs every kernel of dk once on a small ragged problem
+// and compares it with GenericDecode. It guards CPUs the assembly never ran
+// on in development: a set that disagrees is not used. The shapes reach
+// every row tile (31 rows = 16+8+4+2+1), keys that are not a multiple of
+// any tile (37) and a head dimension with a tail for both vector widths
+// (45; q8_0: 96), with padded strides. The tolerance is 1e-5·Σ|terms|
+// per element, which two float32 sums of at most 45 terms in any order
+// always meet (each is within 45·2⁻²⁴·Σ|terms| of the exact sum).
+func selfCheckDecode(dk Decode) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("decode kernels %s: %v", dk.Name, r)
+		}
+	}()
+	const m, n, ldx = 31, 37, 41 // ldx: stride of S (>= n) and of P
+	g := GenericDecode
+	for _, e := range []string{"f32", "bf16", "f16", "q8"} {
+		d := 45
+		if e == "q8" {
+			d = 96
+		}
+		ldc := d + 3 // cache row stride, elements (q8: bytes)
+		q := make([]float32, m*d)
+		for i := range q {
+			q[i] = float32(math.Sin(float64(i)))
+		}
+		kf := make([]float32, n*d) // the cache as float32
+		for i := range kf {
+			kf[i] = float32(math.Cos(float64(3 * i)))
+		}
+		var scores, scoresRef func(s []float32, lds int, q []float32, m int)
+		var accum, accumRef func(o []float32, ldo int, p []float32, ldp, m int)
+		switch e {
+		case "f32":
+			k := make([]float32, n*ldc)
+			for j := 0; j < n; j++ {
+				copy(k[j*ldc:], kf[j*d:(j+1)*d])
+			}
+			scores = func(s []float32, lds int, q []float32, m int) { dk.ScoresF32(s, lds, q, m, k, ldc, n, d) }
+			scoresRef = func(s []float32, lds int, q []float32, m int) { g.ScoresF32(s, lds, q, m, k, ldc, n, d) }
+			accum = func(o []float32, ldo int, p []float32, ldp, m int) { dk.AccumF32(o, ldo, p, ldp, m, k, ldc, n, d) }
+			accumRef = func(o []float32, ldo int, p []float32, ldp, m int) { g.AccumF32(o, ldo, p, ldp, m, k, ldc, n, d) }
+		case "bf16", "f16":
+			el, sk, sr, ak, ar := BF16, dk.ScoresBF16, g.ScoresBF16, dk.AccumBF16, g.AccumBF16
+			if e == "f16" {
+				el, sk, sr, ak, ar = F16, dk.ScoresF16, g.ScoresF16, dk.AccumF16, g.AccumF16
+			}
+			k := make([]uint16, n*ldc)
+			for j := 0; j < n; j++ {
+				for p := 0; p < d; p++ {
+					k[j*ldc+p] = el.FromF32(kf[j*d+p])
+					kf[j*d+p] = el.ToF32(k[j*ldc+p])
+				}
+			}
+			scores = func(s []float32, lds int, q []float32, m int) { sk(s, lds, q, m, k, ldc, n, d) }
+			scoresRef = func(s []float32, lds int, q []float32, m int) { sr(s, lds, q, m, k, ldc, n, d) }
+			accum = func(o []float32, ldo int, p []float32, ldp, m int) { ak(o, ldo, p, ldp, m, k, ldc, n, d) }
+			accumRef = func(o []float32, ldo int, p []float32, ldp, m int) { ar(o, ldo, p, ldp, m, k, ldc, n, d) }
+		case "q8":
+			ldc = Q8RowBytes(d) + 5
+			k := make([]byte, n*ldc)
+			for j := 0; j < n; j++ {
+				row := k[j*ldc : j*ldc+Q8RowBytes(d)]
+				if err := QuantizeQ8(row, kf[j*d:(j+1)*d]); err != nil {
+					return err
+				}
+				if err := DequantizeQ8(kf[j*d:(j+1)*d], row); err != nil {
+					return err
+				}
+			}
+			scores = func(s []float32, lds int, q []float32, m int) { dk.ScoresQ8(s, lds, q, m, k, ldc, n, d) }
+			scoresRef = func(s []float32, lds int, q []float32, m int) { g.ScoresQ8(s, lds, q, m, k, ldc, n, d) }
+			accum = func(o []float32, ldo int, p []float32, ldp, m int) { dk.AccumQ8(o, ldo, p, ldp, m, k, ldc, n, d) }
+			accumRef = func(o []float32, ldo int, p []float32, ldp, m int) { g.AccumQ8(o, ldo, p, ldp, m, k, ldc, n, d) }
+		}
+		abs := func(x []float32) []float32 {
+			y := make([]float32, len(x))
+			for i, v := range x {
+				y[i] = float32(math.Abs(float64(v)))
+			}
+			return y
+		}
+		kAbs := abs(kf)
+
+		// Scores: S and its magnitude Σ|q·k|.
+		s1, s2, mag := make([]float32, m*ldx), make([]float32, m*ldx), make([]float32, m*ldx)
+		for i := range s1 {
+			s1[i], s2[i] = -7, -7
+		}
+		scores(s1, ldx, q, m)
+		scoresRef(s2, ldx, q, m)
+		g.ScoresF32(mag, ldx, abs(q), m, kAbs, d, n, d)
+		if err := decodeNear(dk.Name, "Scores"+e, s1, s2, mag); err != nil {
+			return err
+		}
+
+		// Accum: O += P·V, P the same shape as S (rows of 37 keys).
+		const ldo = 101
+		p := make([]float32, m*ldx)
+		for i := range p {
+			p[i] = float32(math.Sin(float64(5 * i)))
+		}
+		o1, o2, omag := make([]float32, m*ldo), make([]float32, m*ldo), make([]float32, m*ldo)
+		for i := range o1 {
+			o1[i] = float32(math.Cos(float64(i)))
+			o2[i] = o1[i]
+			if i%ldo < d { // columns beyond d must stay untouched: magnitude 0
+				omag[i] = float32(math.Abs(float64(o1[i])))
+			}
+		}
+		accum(o1, ldo, p, ldx, m)
+		accumRef(o2, ldo, p, ldx, m)
+		g.AccumF32(omag, ldo, abs(p), ldx, m, kAbs, d, n, d)
+		if err := decodeNear(dk.Name, "Accum"+e, o1, o2, omag); err != nil {
+			return err
+		}
+	}
+	b := make([]byte, 1000)
+	for i := range b {
+		b[i] = byte(i * 7)
+	}
+	if x, y := dk.ReadSum(b), g.ReadSum(b); x != y {
+		return fmt.Errorf("decode kernels %s: ReadSum %#x, generic %#x", dk.Name, x, y)
+	}
+	return nil
+}
+
+// decodeNear compares x with the reference y, element by element, within
+// 1e-5·mag (mag: the sum of the magnitudes of the terms; where it is 0,
+// the element is outside the result and must be untouched: equal).
+func decodeNear(set, name string, x, y, mag []float32) error {
+	for i := range x {
+		if d := math.Abs(float64(x[i] - y[i])); !(d <= 1e-5*float64(mag[i])) {
+			return fmt.Errorf("decode kernels %s: %s disagrees with generic at %d: %v vs %v", set, name, i, x[i], y[i])
+		}
+	}
+	return nil
+}

@@ -1,0 +1,473 @@
+package kernel
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// The cache element types of the decode kernels.
+type cacheType int
+
+const (
+	cacheF32 cacheType = iota
+	cacheBF16
+	cacheF16
+	cacheQ8
+)
+
+var cacheTypes = []cacheType{cacheF32, cacheBF16, cacheF16, cacheQ8}
+
+// decodeSets are the kernel sets under test: every assembly set this CPU
+// supports, whether or not it passed the self-check (so that a failure
+// shows here in detail), and the generic one.
+func decodeSets() []Decode { return append(archDecode(), GenericDecode) }
+
+func (c cacheType) String() string { return [...]string{"f32", "bf16", "f16", "q8_0"}[c] }
+
+// canaryF32 marks float32 positions a kernel must not write.
+var canaryF32 = math.Float32frombits(0x7fa5a5a5)
+
+// testCache is a cache of n rows in its storage type, in a guarded slice
+// that ends (or starts) exactly at the last (first) byte of the rows, with
+// the gaps between rows (stride ld > row length) poisoned with NaN (0xff
+// bytes for q8_0), and its values as float64 for the reference.
+type testCache struct {
+	typ  cacheType
+	data any // []float32, []uint16 or []byte
+	ld   int // row stride in elements (q8_0: bytes)
+	vals []float64
+}
+
+func newTestCache(t *testing.T, r *rand.Rand, typ cacheType, n, d, pad int, after bool) testCache {
+	c := testCache{typ: typ, vals: make([]float64, n*d)}
+	x := make([]float32, n*d)
+	for i := range x {
+		x[i] = r.Float32()*2 - 1
+		if i%17 == 5 {
+			x[i] *= 100 // a spread of magnitudes
+		}
+	}
+	size := func(row int) int { return max(0, (n-1)*c.ld+row) }
+	switch typ {
+	case cacheF32:
+		c.ld = d + pad
+		k := decodeGuarded[float32](t, size(d), after)
+		for i := range k {
+			k[i] = float32(math.NaN())
+		}
+		for j := 0; j < n; j++ {
+			for p := 0; p < d; p++ {
+				k[j*c.ld+p] = x[j*d+p]
+				c.vals[j*d+p] = float64(x[j*d+p])
+			}
+		}
+		c.data = k
+	case cacheBF16, cacheF16:
+		e := BF16
+		if typ == cacheF16 {
+			e = F16
+		}
+		c.ld = d + pad
+		k := decodeGuarded[uint16](t, size(d), after)
+		for i := range k {
+			k[i] = 0x7fc1 // a NaN in both formats
+		}
+		for j := 0; j < n; j++ {
+			for p := 0; p < d; p++ {
+				k[j*c.ld+p] = e.FromF32(x[j*d+p])
+				c.vals[j*d+p] = float64(e.ToF32(k[j*c.ld+p]))
+			}
+		}
+		c.data = k
+	case cacheQ8:
+		rb := Q8RowBytes(d)
+		c.ld = rb + pad
+		k := decodeGuarded[byte](t, size(rb), after)
+		for i := range k {
+			k[i] = 0xff
+		}
+		row := make([]float32, d)
+		for j := 0; j < n; j++ {
+			if err := QuantizeQ8(k[j*c.ld:j*c.ld+rb], x[j*d:(j+1)*d]); err != nil {
+				t.Fatal(err)
+			}
+			if err := DequantizeQ8(row, k[j*c.ld:j*c.ld+rb]); err != nil {
+				t.Fatal(err)
+			}
+			for p, v := range row {
+				c.vals[j*d+p] = float64(v)
+			}
+		}
+		c.data = k
+	}
+	return c
+}
+
+func (c testCache) scores(dk Decode, s []float32, lds int, q []float32, m, n, d int) {
+	switch c.typ {
+	case cacheF32:
+		dk.ScoresF32(s, lds, q, m, c.data.([]float32), c.ld, n, d)
+	case cacheBF16:
+		dk.ScoresBF16(s, lds, q, m, c.data.([]uint16), c.ld, n, d)
+	case cacheF16:
+		dk.ScoresF16(s, lds, q, m, c.data.([]uint16), c.ld, n, d)
+	case cacheQ8:
+		dk.ScoresQ8(s, lds, q, m, c.data.([]byte), c.ld, n, d)
+	}
+}
+
+func (c testCache) accum(dk Decode, o []float32, ldo int, p []float32, ldp, m, n, d int) {
+	switch c.typ {
+	case cacheF32:
+		dk.AccumF32(o, ldo, p, ldp, m, c.data.([]float32), c.ld, n, d)
+	case cacheBF16:
+		dk.AccumBF16(o, ldo, p, ldp, m, c.data.([]uint16), c.ld, n, d)
+	case cacheF16:
+		dk.AccumF16(o, ldo, p, ldp, m, c.data.([]uint16), c.ld, n, d)
+	case cacheQ8:
+		dk.AccumQ8(o, ldo, p, ldp, m, c.data.([]byte), c.ld, n, d)
+	}
+}
+
+// decodeShape is one problem: m query rows, n cache rows of d values, the
+// cache stride padded by padK and the strides of S, P and O by padS.
+type decodeShape struct{ m, n, d, padK, padS int }
+
+func (sh decodeShape) String() string {
+	return fmt.Sprintf("m=%d,n=%d,d=%d,padK=%d,padS=%d", sh.m, sh.n, sh.d, sh.padK, sh.padS)
+}
+
+// decodeShapes are the problems of the tests: every row count up to 17 and
+// a few beyond (several tiles), head dimensions that leave every tail of
+// 16 and 8 lanes, key counts around the key tiles, and cache blocks (a
+// large m with enough keys for several blocks of rows).
+func decodeShapes(q8 bool) []decodeShape {
+	dims := []int{1, 3, 7, 8, 9, 15, 16, 17, 24, 31, 33, 45, 64, 100, 128, 130, 256}
+	if q8 {
+		dims = []int{32, 64, 96, 128, 160, 256}
+	}
+	mid := dims[len(dims)/2]
+	var shs []decodeShape
+	for m := 1; m <= 17; m++ {
+		shs = append(shs, decodeShape{m, 37, mid, 3, 2})
+	}
+	for _, m := range []int{24, 31, 33} {
+		shs = append(shs, decodeShape{m, 21, mid, 0, 0})
+	}
+	for _, d := range dims {
+		for _, m := range []int{1, 3, 16} {
+			shs = append(shs, decodeShape{m, 19, d, d % 5, 1})
+		}
+	}
+	for _, n := range []int{0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 64, 65} {
+		for _, m := range []int{0, 1, 2, 5, 8} {
+			shs = append(shs, decodeShape{m, n, mid, 1, 0})
+		}
+	}
+	shs = append(shs, decodeShape{19, 700, dims[len(dims)-1], 0, 3}, decodeShape{3, 5, 0, 0, 0})
+	return shs
+}
+
+func TestDecodeScores(t *testing.T) {
+	for _, dk := range decodeSets() {
+		t.Run(dk.Name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(5, 6))
+			for _, typ := range cacheTypes {
+				for i, sh := range decodeShapes(typ == cacheQ8) {
+					if sh.d == 0 && typ == cacheQ8 {
+						continue
+					}
+					for _, after := range []bool{true, false} {
+						checkScoresCase(t, r, dk, typ, sh, after, i%2 == 0)
+					}
+				}
+			}
+		})
+	}
+}
+
+func checkScoresCase(t *testing.T, r *rand.Rand, dk Decode, typ cacheType, sh decodeShape, after, afterIO bool) {
+	t.Helper()
+	m, n, d := sh.m, sh.n, sh.d
+	c := newTestCache(t, r, typ, n, d, sh.padK, after)
+	q := decodeGuarded[float32](t, m*d, afterIO)
+	for i := range q {
+		q[i] = r.Float32()*2 - 1
+	}
+	lds := n + sh.padS
+	s := decodeGuarded[float32](t, max(0, (m-1)*lds+n), !afterIO)
+	for i := range s {
+		s[i] = canaryF32
+	}
+	c.scores(dk, s, lds, q, m, n, d)
+	for i, got := range s {
+		rr, j := i/lds, i%lds
+		if j >= n {
+			if math.Float32bits(got) != math.Float32bits(canaryF32) {
+				t.Fatalf("%s %v: S[%d][%d] (beyond n) was written: %v", typ, sh, rr, j, got)
+			}
+			continue
+		}
+		var want, mag float64
+		for p := 0; p < d; p++ {
+			x := float64(q[rr*d+p]) * c.vals[j*d+p]
+			want += x
+			mag += math.Abs(x)
+		}
+		// A float32 dot product of d terms is within (d+2)·2⁻²⁴·Σ|terms|
+		// of the exact sum, in any order.
+		if e := math.Abs(float64(got) - want); !(e <= float64(d+2)*0x1p-24*mag) {
+			t.Fatalf("%s %v guard-after=%v: S[%d][%d] = %v, want %v (error %.3g, magnitude %.3g)",
+				typ, sh, after, rr, j, got, want, e, mag)
+		}
+	}
+}
+
+func TestDecodeAccum(t *testing.T) {
+	for _, dk := range decodeSets() {
+		t.Run(dk.Name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(7, 8))
+			for _, typ := range cacheTypes {
+				for i, sh := range decodeShapes(typ == cacheQ8) {
+					if sh.d == 0 && typ == cacheQ8 {
+						continue
+					}
+					for _, after := range []bool{true, false} {
+						checkAccumCase(t, r, dk, typ, sh, after, i%2 == 0)
+					}
+				}
+			}
+		})
+	}
+}
+
+func checkAccumCase(t *testing.T, r *rand.Rand, dk Decode, typ cacheType, sh decodeShape, after, afterIO bool) {
+	t.Helper()
+	m, n, d := sh.m, sh.n, sh.d
+	c := newTestCache(t, r, typ, n, d, sh.padK, after)
+	ldp, ldo := n+sh.padS, d+sh.padS
+	p := decodeGuarded[float32](t, max(0, (m-1)*ldp+n), afterIO)
+	for i := range p {
+		p[i] = r.Float32()*2 - 1
+		if i%ldp >= n {
+			p[i] = float32(math.NaN()) // gaps between rows: never read
+		}
+	}
+	o := decodeGuarded[float32](t, max(0, (m-1)*ldo+d), !afterIO)
+	o0 := make([]float32, len(o))
+	for i := range o {
+		o[i] = r.Float32()*2 - 1
+		if i%ldo >= d {
+			o[i] = canaryF32
+		}
+		o0[i] = o[i]
+	}
+	c.accum(dk, o, ldo, p, ldp, m, n, d)
+	for i, got := range o {
+		rr, col := i/ldo, i%ldo
+		if col >= d {
+			if math.Float32bits(got) != math.Float32bits(canaryF32) {
+				t.Fatalf("%s %v: O[%d][%d] (beyond d) was written: %v", typ, sh, rr, col, got)
+			}
+			continue
+		}
+		want, mag := float64(o0[i]), math.Abs(float64(o0[i]))
+		for j := 0; j < n; j++ {
+			x := float64(p[rr*ldp+j]) * c.vals[j*d+col]
+			want += x
+			mag += math.Abs(x)
+		}
+		if e := math.Abs(float64(got) - want); !(e <= float64(n+2)*0x1p-24*mag) {
+			t.Fatalf("%s %v guard-after=%v: O[%d][%d] = %v, want %v (error %.3g, magnitude %.3g)",
+				typ, sh, after, rr, col, got, want, e, mag)
+		}
+	}
+}
+
+// TestDecodeSpecialValues: infinities and NaN in the cache reach exactly
+// the results they belong to (a kernel that multiplied lanes outside the
+// row by zero would turn neighbours into NaN).
+func TestDecodeSpecialValues(t *testing.T) {
+	const m, n, d = 3, 5, 21
+	for _, dk := range decodeSets() {
+		for _, typ := range []cacheType{cacheF32, cacheBF16, cacheF16} {
+			r := rand.New(rand.NewPCG(9, 10))
+			c := newTestCache(t, r, typ, n, d, 3, true)
+			inf := float32(math.Inf(1))
+			switch k := c.data.(type) {
+			case []float32:
+				k[2*c.ld+d-1] = inf // key 2, last element
+			case []uint16:
+				e := BF16
+				if typ == cacheF16 {
+					e = F16
+				}
+				k[2*c.ld+d-1] = e.FromF32(inf)
+			}
+			q := make([]float32, m*d)
+			for i := range q {
+				q[i] = 1
+			}
+			s := make([]float32, m*n)
+			c.scores(dk, s, n, q, m, n, d)
+			for i, v := range s {
+				if j := i % n; (j == 2) != math.IsInf(float64(v), 1) || math.IsNaN(float64(v)) {
+					t.Errorf("%s %s: S[%d][%d] = %v", dk.Name, typ, i/n, j, v)
+				}
+			}
+			pm := make([]float32, m*n)
+			for i := range pm {
+				pm[i] = 0.5
+			}
+			o := make([]float32, m*d)
+			c.accum(dk, o, d, pm, n, m, n, d)
+			for i, v := range o {
+				if col := i % d; (col == d-1) != math.IsInf(float64(v), 1) || math.IsNaN(float64(v)) {
+					t.Errorf("%s %s: O[%d][%d] = %v", dk.Name, typ, i/d, col, v)
+				}
+			}
+		}
+	}
+}
+
+func TestDecodeReadSum(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for _, n := range []int{0, 3, 4, 255, 256, 257, 1000, 4096, 70001} {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(r.Uint32())
+		}
+		var want uint32
+		for i := 0; i+4 <= n; i += 4 {
+			want += uint32(b[i]) | uint32(b[i+1])<<8 | uint32(b[i+2])<<16 | uint32(b[i+3])<<24
+		}
+		for _, dk := range decodeSets() {
+			if got := dk.ReadSum(b); got != want {
+				t.Errorf("%s: ReadSum of %d bytes = %#x, want %#x", dk.Name, n, got, want)
+			}
+		}
+	}
+}
+
+// TestDecodeSelfCheck: every assembly set this CPU supports passes its
+// start-up check (else it would silently fall back), and a set with one
+// wrong or crashing kernel is rejected.
+func TestDecodeSelfCheck(t *testing.T) {
+	for _, dk := range archDecode() {
+		if err := selfCheckDecode(dk); err != nil {
+			t.Errorf("%s: %v", dk.Name, err)
+		}
+	}
+	wrong := GenericDecode
+	wrong.Name = "wrong"
+	wrong.AccumBF16 = func(o []float32, ldo int, p []float32, ldp, m int, v []uint16, ldv, n, d int) {
+		GenericDecode.AccumBF16(o, ldo, p, ldp, m, v, ldv, n-1, d) // misses the last key
+	}
+	if err := selfCheckDecode(wrong); err == nil || !strings.Contains(err.Error(), "Accumbf16") {
+		t.Errorf("a wrong AccumBF16 passed the self-check: %v", err)
+	}
+	wrong = GenericDecode
+	wrong.ScoresQ8 = func(s []float32, lds int, q []float32, m int, k []byte, ldk, n, d int) { panic("boom") }
+	if err := selfCheckDecode(wrong); err == nil || !strings.Contains(err.Error(), "boom") {
+		t.Errorf("a crashing ScoresQ8 passed the self-check: %v", err)
+	}
+	wrong = GenericDecode
+	wrong.ReadSum = func(b []byte) uint32 { return GenericDecode.ReadSum(b[:len(b)-1]) }
+	if err := selfCheckDecode(wrong); err == nil {
+		t.Error("a wrong ReadSum passed the self-check")
+	}
+}
+
+func TestSelectDecode(t *testing.T) {
+	all := DecodeAvailable()
+	if all[len(all)-1].Name != "generic" {
+		t.Fatalf("last decode set is %q, want generic", all[len(all)-1].Name)
+	}
+	for _, dk := range all {
+		t.Setenv("FLASHATTN_KERNEL", dk.Name)
+		if got := SelectDecode().Name; got != dk.Name {
+			t.Errorf("FLASHATTN_KERNEL=%s selects %s", dk.Name, got)
+		}
+	}
+	t.Setenv("FLASHATTN_KERNEL", "no-such-kernel")
+	if got := SelectDecode().Name; got != all[0].Name {
+		t.Errorf("an unknown FLASHATTN_KERNEL selects %s, want %s", got, all[0].Name)
+	}
+	if _, err := LookupDecode("no-such-kernel"); err == nil {
+		t.Error("LookupDecode of an unknown name: no error")
+	}
+	if arch := archDecode(); len(arch) > 0 && all[0].Name != arch[0].Name {
+		t.Errorf("the best decode set is %s, want %s (the best this CPU supports)", all[0].Name, arch[0].Name)
+	}
+}
+
+func TestDecodePreconditions(t *testing.T) {
+	dk := SelectDecode()
+	k := make([]float32, 64*10)
+	k8 := make([]byte, 34*10)
+	s, q := make([]float32, 100), make([]float32, 100)
+	for _, c := range []struct {
+		name string
+		call func()
+	}{
+		{"negative m", func() { dk.ScoresF32(s, 10, q, -1, k, 64, 10, 8) }},
+		{"lds < n", func() { dk.ScoresF32(s, 9, q, 2, k, 64, 10, 8) }},
+		{"S too short", func() { dk.ScoresF32(s[:15], 10, q, 2, k, 64, 10, 8) }},
+		{"Q too short", func() { dk.ScoresF32(s, 10, q[:15], 2, k, 64, 10, 8) }},
+		{"ldk < d", func() { dk.ScoresF32(s, 10, q, 2, k, 7, 10, 8) }},
+		{"cache too short", func() { dk.ScoresF32(s, 10, q, 2, k[:64*9+7], 64, 10, 8) }},
+		{"q8 d not a multiple of 32", func() { dk.ScoresQ8(s, 10, q, 2, k8, 34, 10, 16) }},
+		{"q8 ldk below the row bytes", func() { dk.AccumQ8(s, 32, q, 10, 2, k8, 33, 10, 32) }},
+		{"ldo < d", func() { dk.AccumF32(s, 7, q, 10, 2, k, 64, 10, 8) }},
+		{"P too short", func() { dk.AccumF32(s, 8, q[:19], 10, 2, k, 64, 10, 8) }},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: no panic", c.name)
+				}
+			}()
+			c.call()
+		}()
+	}
+}
+
+// TestDecodeAVX2Registers: the AVX2 kernels must run on CPUs without
+// AVX-512, so they may use neither zmm nor opmask registers nor the vector
+// registers 16-31 (which need EVEX encodings), nor AVX-512 instructions
+// (masking, embedded broadcast, opmask instructions, 32x4/64x4 shuffles
+// and extractions, the d/q-suffixed logic).
+func TestDecodeAVX2Registers(t *testing.T) {
+	src, err := os.ReadFile("decode_amd64.s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := regexp.MustCompile(`\b(Z[0-9]+|K[1-7]|[XY](1[6-9]|2[0-9]|3[01])|K[A-Z]+[BWDQ]|V\w+[0-9]X[248]|VMOVDQU(8|16|32|64)|VP(AND|ANDN|OR|XOR)[DQ])\b|\.(Z|BCST)\b`)
+	fn, funcs, evex := "", 0, 0
+	for _, line := range strings.Split(string(src), "\n") {
+		if strings.HasPrefix(line, "TEXT ") {
+			fn = strings.Fields(line)[1]
+			if strings.Contains(fn, "AVX2(") {
+				funcs++
+			}
+			continue
+		}
+		switch {
+		case strings.Contains(fn, "AVX2(") && bad.MatchString(line):
+			t.Errorf("%s uses AVX-512: %s", fn, strings.TrimSpace(line))
+		case strings.Contains(fn, "AVX512(") && bad.MatchString(line):
+			evex++
+		}
+	}
+	if evex < 1000 { // the pattern must recognise the AVX-512 kernels' code
+		t.Errorf("only %d lines of the AVX-512 kernels match the AVX-512 pattern", evex)
+	}
+	if funcs != 4*2*4+1 {
+		t.Errorf("found %d AVX2 functions, want %d", funcs, 4*2*4+1)
+	}
+}

@@ -1,0 +1,124 @@
+package kernel
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+)
+
+// The q8_0 format of llama.cpp (GGML_TYPE_Q8_0), used for 8-bit KV caches.
+//
+// A row of d values (d a multiple of 32) is stored as d/32 blocks of 34
+// bytes, in order. A block holds 32 consecutive values:
+//
+//	bytes 0-1    d: the block's scale, an IEEE binary16 (fp16), little-endian
+//	bytes 2-33   q[0..31]: signed 8-bit integers (two's complement)
+//
+// and value i of the block is q[i]·d, computed exactly in float32 (an int8
+// times an fp16 has at most 18 significant bits). A row of d values takes
+// Q8RowBytes(d) = d/32·34 bytes; rows of a cache may be further apart (a
+// row stride in bytes), but a block never straddles rows.
+
+const (
+	// Q8Block is the number of values in a q8_0 block.
+	Q8Block = 32
+	// Q8BlockBytes is the size of a q8_0 block in bytes: a 2-byte fp16
+	// scale and 32 int8 values.
+	Q8BlockBytes = 34
+	// q8MaxAbs is the smallest block maximum |x| whose scale max/127
+	// rounds to +Inf in fp16 (65520·127, rounded up to a float32).
+	q8MaxAbs = 65520 * 127
+)
+
+// Q8RowBytes returns the number of bytes of a q8_0 row of d values (d a
+// multiple of Q8Block).
+func Q8RowBytes(d int) int { return d / Q8Block * Q8BlockBytes }
+
+// QuantizeQ8 stores the float32 values of src, a multiple of 32 of them,
+// as q8_0 blocks into dst, which must hold exactly Q8RowBytes(len(src))
+// bytes. It rounds exactly as llama.cpp's reference quantize_row_q8_0_ref:
+// per block, amax = max|x|, d = amax/127 in float32, id = 1/d (0 if d is 0),
+// q[i] = roundf(x[i]·id) (to nearest, ties away from zero), and d is stored
+// rounded to fp16 (to nearest even); a block of zeros gets d = 0 and q = 0.
+// When d is too small for fp16 (amax below about 7.6e-6) the stored scale
+// rounds to zero or a subnormal while q is computed from the float32 d, as
+// llama.cpp does; products x[i]·id that are not finite (d below the
+// float32 normal range) give q = 0, as llama.cpp built for x86 does.
+//
+// It returns an error, writing nothing, if the lengths do not match, if a
+// value is NaN or infinite, or if a block's scale would overflow fp16
+// (max|x| ≥ 65520·127 ≈ 8.3e6): llama.cpp would store a block that
+// dequantizes to Inf or NaN.
+func QuantizeQ8(dst []byte, src []float32) error {
+	if len(src)%Q8Block != 0 {
+		return fmt.Errorf("QuantizeQ8: %d values is not a multiple of %d", len(src), Q8Block)
+	}
+	if want := Q8RowBytes(len(src)); len(dst) != want {
+		return fmt.Errorf("QuantizeQ8: %d values need %d bytes, dst has %d", len(src), want, len(dst))
+	}
+	for i, x := range src {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			return fmt.Errorf("QuantizeQ8: value %d is %v", i, x)
+		}
+		if math.Abs(float64(x)) >= q8MaxAbs {
+			return fmt.Errorf("QuantizeQ8: value %d (%v) is too large for a q8_0 scale (|x| < %g)", i, x, float64(q8MaxAbs))
+		}
+	}
+	for b := 0; b < len(src)/Q8Block; b++ {
+		quantizeQ8Block((*[Q8BlockBytes]byte)(dst[b*Q8BlockBytes:]), (*[Q8Block]float32)(src[b*Q8Block:]))
+	}
+	return nil
+}
+
+// quantizeQ8Block quantizes one block of finite values.
+func quantizeQ8Block(dst *[Q8BlockBytes]byte, x *[Q8Block]float32) {
+	var amax float32
+	for _, v := range x {
+		amax = max(amax, float32(math.Abs(float64(v))))
+	}
+	d := amax / 127
+	var id float32
+	if d != 0 {
+		id = 1 / d
+	}
+	binary.LittleEndian.PutUint16(dst[0:], F32ToF16(d))
+	for i, v := range x {
+		dst[2+i] = byte(int8(roundQ8(v * id)))
+	}
+}
+
+// roundQ8 is C's roundf followed by the conversion to int8 that llama.cpp
+// relies on: |x| <= 127.00002 for finite blocks, so only non-finite x
+// (from an infinite id) falls outside, and becomes 0 as on x86.
+func roundQ8(x float32) int32 {
+	if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+		return 0
+	}
+	return int32(math.Round(float64(x)))
+}
+
+// DequantizeQ8 sets dst to the values of the q8_0 blocks in src: len(src)
+// must be a multiple of 34 and len(dst) exactly 32 values per block. Every
+// value is exact (q·d in float32).
+func DequantizeQ8(dst []float32, src []byte) error {
+	if len(src)%Q8BlockBytes != 0 {
+		return fmt.Errorf("DequantizeQ8: %d bytes is not a multiple of %d", len(src), Q8BlockBytes)
+	}
+	if want := len(src) / Q8BlockBytes * Q8Block; len(dst) != want {
+		return fmt.Errorf("DequantizeQ8: %d bytes hold %d values, dst has %d", len(src), want, len(dst))
+	}
+	for b := 0; b < len(src)/Q8BlockBytes; b++ {
+		blk := src[b*Q8BlockBytes : (b+1)*Q8BlockBytes]
+		d := q8Scale(blk)
+		out := dst[b*Q8Block : (b+1)*Q8Block]
+		for i := range out {
+			out[i] = float32(int8(blk[2+i])) * d
+		}
+	}
+	return nil
+}
+
+// q8Scale returns the scale of the block that starts at blk[0].
+func q8Scale(blk []byte) float32 {
+	return F16ToF32(binary.LittleEndian.Uint16(blk))
+}
