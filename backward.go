@@ -54,6 +54,14 @@ func BackwardInto(dq, dk, dv Tensor, q, k, v, out, dout Tensor, lse []float32, o
 	if len(lse) < c.plan.lseLen {
 		return argErr("lse", "lse has %d elements, want %d", len(lse), c.plan.lseLen)
 	}
+	for _, x := range []struct {
+		v    view
+		name string
+	}{{g.dq, "dq"}, {g.dk, "dk"}, {g.dv, "dv"}, {g.o, "out"}, {g.do, "dout"}} {
+		if x.v.dt == Q8_0 {
+			return argErr(x.name, "%s cannot be q8_0 (a cache format)", x.name)
+		}
+	}
 	g.lse = lse
 	if err := c.checkBackwardOutputs(); err != nil {
 		return err

@@ -18,6 +18,11 @@ const (
 	BFloat16
 	// Float16 is IEEE binary16 (Tensor.F16).
 	Float16
+	// Q8_0 is llama.cpp's 8-bit block format (Tensor.Q8), for the k and v
+	// of a KV cache: blocks of 32 values of one row, each stored as an fp16
+	// scale d followed by 32 int8 q (34 bytes), value = q·d. Dim and the
+	// strides (in values) must be multiples of 32.
+	Q8_0
 )
 
 func (d DType) String() string {
@@ -28,6 +33,8 @@ func (d DType) String() string {
 		return "bfloat16"
 	case Float16:
 		return "float16"
+	case Q8_0:
+		return "q8_0"
 	}
 	return "DType(?)"
 }
@@ -67,7 +74,8 @@ func (t *Tensor) setData(data any) {
 }
 
 // NewTensorOf allocates a dense zeroed tensor of the given element type
-// and shape. Like make, it panics if a dimension is negative.
+// and shape. Like make, it panics if a dimension is negative. (For Q8_0,
+// dim must be a multiple of 32 for the tensor to be usable.)
 func NewTensorOf(dt DType, batch, seq, heads, dim int) Tensor {
 	n := batch * seq * heads * dim
 	t := Tensor{Batch: batch, Seq: seq, Heads: heads, Dim: dim}
@@ -76,6 +84,8 @@ func NewTensorOf(dt DType, batch, seq, heads, dim int) Tensor {
 		t.BF16 = make([]half.BF16, n)
 	case Float16:
 		t.F16 = make([]half.F16, n)
+	case Q8_0:
+		t.Q8 = make([]byte, kernel.Q8RowBytes(n+kernel.Q8Block-1))
 	default:
 		t.Data = make([]float32, n)
 	}
@@ -90,13 +100,15 @@ func (t Tensor) DType() DType {
 		return BFloat16
 	case t.F16 != nil:
 		return Float16
+	case t.Q8 != nil:
+		return Q8_0
 	}
 	return Float32
 }
 
 // fields counts the data fields that are set.
 func (t Tensor) fields() (n int) {
-	for _, set := range []bool{t.Data != nil, t.BF16 != nil, t.F16 != nil} {
+	for _, set := range []bool{t.Data != nil, t.BF16 != nil, t.F16 != nil, t.Q8 != nil} {
 		if set {
 			n++
 		}
@@ -120,6 +132,9 @@ func (t Tensor) dataLen() int {
 	if b := t.bits(); b != nil {
 		return len(b)
 	}
+	if t.Q8 != nil {
+		return len(t.Q8) / kernel.Q8BlockBytes * kernel.Q8Block
+	}
 	return len(t.Data)
 }
 
@@ -129,7 +144,7 @@ func computeType(ts ...Tensor) (DType, error) {
 	ct := Float32
 	for _, t := range ts {
 		dt := t.DType()
-		if dt == Float32 {
+		if dt == Float32 || dt == Q8_0 { // q8_0 values are exact in float32
 			continue
 		}
 		if ct != Float32 && ct != dt {
@@ -157,6 +172,12 @@ func (v view) rowTo(dst []float32, b, s, h int, ct DType, k *kernel.Impl) {
 		k.BF16ToF32(dst, v.h[o:o+len(dst)])
 	case Float16:
 		k.F16ToF32(dst, v.h[o:o+len(dst)])
+	case Q8_0:
+		// Whole rows only: checked tensors have dim and strides of 32s.
+		kernel.DequantizeQ8(dst, v.q8[kernel.Q8RowBytes(o):kernel.Q8RowBytes(o+len(dst))])
+		if ct != Float32 {
+			roundTo(dst, ct, k)
+		}
 	}
 }
 
@@ -176,10 +197,13 @@ func (v view) rows(scratch *[]float32, b, s, h, n int, ct DType, k *kernel.Impl)
 }
 
 // storeRow writes src (the head dim's elements) to row (b, s, h) of v,
-// rounding to v's type.
-func (v view) storeRow(src []float32, b, s, h int, k *kernel.Impl) {
+// rounding to v's type. Only a Q8_0 row can fail (NaN, Inf or values beyond
+// what its fp16 scale holds).
+func (v view) storeRow(src []float32, b, s, h int, k *kernel.Impl) error {
 	o := v.off(b, s, h)
 	switch v.dt {
+	case Q8_0:
+		return kernel.QuantizeQ8(v.q8[kernel.Q8RowBytes(o):kernel.Q8RowBytes(o+len(src))], src)
 	case Float32:
 		copy(v.data[o:o+len(src)], src)
 	case BFloat16:
@@ -187,6 +211,7 @@ func (v view) storeRow(src []float32, b, s, h int, k *kernel.Impl) {
 	case Float16:
 		k.F32ToF16(v.h[o:o+len(src)], src)
 	}
+	return nil
 }
 
 // roundTo rounds x in place to the values of type ct (to nearest even).
@@ -218,4 +243,36 @@ func toHalf(k *kernel.Impl, ct DType, dst []uint16, src []float32) {
 	} else {
 		k.F32ToBF16(dst, src)
 	}
+}
+
+// Convert copies src into dst, which must have src's shape, converting the
+// elements to dst's type: rounding to nearest even for bfloat16 and
+// float16, quantising each block of 32 values for q8_0 (as llama.cpp's
+// quantize_row_q8_0 does; NaN, Inf and values too large for its fp16 scale
+// are an error). Use it to fill a compact KV cache.
+func Convert(dst, src Tensor) error {
+	sv, err := src.check("src", false, -1, -1, -1, -1)
+	if err != nil {
+		return err
+	}
+	dv, err := dst.check("dst", true, src.Batch, src.Seq, src.Heads, src.Dim)
+	if err != nil {
+		return err
+	}
+	if overlaps(viewRegion(dv), viewRegion(sv)) {
+		return argErr("dst", "dst shares memory with src")
+	}
+	k := kernel.Select()
+	row := make([]float32, src.Dim)
+	for b := 0; b < src.Batch; b++ {
+		for s := 0; s < src.Seq; s++ {
+			for h := 0; h < src.Heads; h++ {
+				sv.rowTo(row, b, s, h, Float32, &k)
+				if err := dv.storeRow(row, b, s, h, &k); err != nil {
+					return argErr("src", "src row (%d, %d, %d): %v", b, s, h, err)
+				}
+			}
+		}
+	}
+	return nil
 }

@@ -43,6 +43,9 @@ func ForwardInto(out Tensor, lse []float32, q, k, v Tensor, opts *Options) error
 	if err != nil {
 		return err
 	}
+	if ov.dt == Q8_0 {
+		return argErr("out", "out cannot be q8_0 (a cache format)")
+	}
 	if lse != nil && len(lse) < c.plan.lseLen {
 		return argErr("lse", "lse has %d elements, want %d", len(lse), c.plan.lseLen)
 	}
@@ -184,7 +187,9 @@ type forwardPass struct {
 
 func (c *call) forward(out view, lse []float32) error {
 	p, a := &c.plan, &c.arena
-	c.appendKV()
+	if err := c.appendKV(); err != nil {
+		return err
+	}
 	tasks, splits, slots := c.forwardTasks()
 	if err := c.packKV(false); err != nil {
 		return err

@@ -2,6 +2,8 @@ package flashattn
 
 import (
 	"errors"
+	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/flashattn/flashattn/half"
@@ -202,4 +204,61 @@ func precisionOrSelf(dt DType, x float32) float32 {
 		return x
 	}
 	return precisionOf(dt).Round(x)
+}
+
+// TestQ8Cache: decoding from a q8_0 KV cache (with
+// new keys appended and quantised in place) against the reference on the
+// dequantised cache.
+func TestQ8Cache(t *testing.T) {
+	const b, hq, hk, d, capacity = 2, 8, 2, 64, 256
+	r := rand.New(rand.NewPCG(6, 6))
+	kf, vf := randSlice(r, b*capacity*hk*d), randSlice(r, b*capacity*hk*d)
+	k, v := NewTensorOf(Q8_0, b, capacity, hk, d), NewTensorOf(Q8_0, b, capacity, hk, d)
+	if err := Convert(k, Dense(kf, b, capacity, hk, d)); err != nil {
+		t.Fatal(err)
+	}
+	if err := Convert(v, Dense(vf, b, capacity, hk, d)); err != nil {
+		t.Fatal(err)
+	}
+	knew, vnew := randSlice(r, b*2*hk*d), randSlice(r, b*2*hk*d)
+	q := randSlice(r, b*2*hq*d)
+	lens := []int32{100, 254}
+	out, lse, err := Forward(Dense(q, b, 2, hq, d), k, v, &Options{Causal: true, KVCache: &KVCache{
+		SeqLens: lens, KNew: Dense(knew, b, 2, hk, d), VNew: Dense(vnew, b, 2, hk, d)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The reference reads the cache back (dequantised, new rows included).
+	kd, vd := gather(k), gather(v)
+	for bi := 0; bi < b; bi++ {
+		n := int(lens[bi]) + 2
+		for i := 0; i < 2; i++ { // the appended rows are the new keys, quantised
+			for hh := 0; hh < hk; hh++ {
+				for c := 0; c < d; c++ {
+					got := kd[((bi*capacity+int(lens[bi])+i)*hk+hh)*d+c]
+					want := knew[((bi*2+i)*hk+hh)*d+c]
+					if math.Abs(float64(got-want)) > 0.02*math.Abs(float64(want))+0.02 {
+						t.Fatalf("appended key (%d, %d, %d, %d) reads %v, stored %v", bi, i, hh, c, got, want)
+					}
+				}
+			}
+		}
+		par := reference.Params{Batch: 1, SeqQ: 2, SeqK: n, Heads: hq, KVHeads: hk, HeadDim: d, Causal: true}
+		sq, sk, sv := q[bi*2*hq*d:(bi+1)*2*hq*d], kd[bi*capacity*hk*d:][:n*hk*d], vd[bi*capacity*hk*d:][:n*hk*d]
+		o64, l64 := reference.Forward64(par, to64(sq), to64(sk), to64(sv))
+		o32, l32 := reference.Forward32(par, sq, sk, sv)
+		if err := reference.Check("O", out.Data[bi*2*hq*d:(bi+1)*2*hq*d], o32, o64); err != nil {
+			t.Errorf("sequence %d: %v", bi, err)
+		}
+		if err := reference.Check("LSE", lse[bi*hq*2:(bi+1)*hq*2], l32, l64); err != nil {
+			t.Errorf("sequence %d: %v", bi, err)
+		}
+	}
+	// q8_0 is refused where it is not a cache.
+	if _, _, err := Forward(Dense(q[:hq*d], 1, 1, hq, d), k, v, nil); err == nil {
+		t.Error("q8_0 k and v without a KVCache were accepted")
+	}
+	if err := Convert(NewTensorOf(Q8_0, 1, 1, 1, 32), Dense(append([]float32{float32(math.Inf(1))}, make([]float32, 31)...), 1, 1, 1, 32)); err == nil {
+		t.Error("Convert quantised an Inf")
+	}
 }

@@ -16,14 +16,17 @@ type region struct {
 	axes   [3]axis // the first n: outer axes with more than one index, largest stride first
 	n      int
 	rowLen int
-	size   uintptr // bytes per element
+	size   uintptr // bytes per element, times 32 (q8_0: 34 bytes per 32 values)
 	last   uintptr // one past the last byte
 }
 
 func viewRegion(v view) region {
-	r := region{base: uintptr(unsafe.Pointer(unsafe.SliceData(v.data))), rowLen: v.shape[3], size: 4}
-	if v.h != nil {
-		r.base, r.size = uintptr(unsafe.Pointer(unsafe.SliceData(v.h))), 2
+	r := region{base: uintptr(unsafe.Pointer(unsafe.SliceData(v.data))), rowLen: v.shape[3], size: 4 * 32}
+	switch {
+	case v.h != nil:
+		r.base, r.size = uintptr(unsafe.Pointer(unsafe.SliceData(v.h))), 2*32
+	case v.q8 != nil:
+		r.base, r.size = uintptr(unsafe.Pointer(unsafe.SliceData(v.q8))), 34
 	}
 	span := v.shape[3]
 	for _, a := range v.axes() {
@@ -34,13 +37,13 @@ func viewRegion(v view) region {
 		}
 	}
 	slices.SortFunc(r.axes[:r.n], func(a, b axis) int { return b.stride - a.stride })
-	r.last = r.base + uintptr(span)*r.size
+	r.last = r.base + r.bytes(span)
 	return r
 }
 
 func sliceRegion(s []float32) region {
 	base := uintptr(unsafe.Pointer(unsafe.SliceData(s)))
-	return region{base: base, rowLen: len(s), size: 4, last: base + uintptr(len(s))*4}
+	return region{base: base, rowLen: len(s), size: 4 * 32, last: base + uintptr(len(s))*4}
 }
 
 // rows walks the row offsets of a region in increasing address order (the
@@ -77,9 +80,9 @@ func overlaps(a, b region) bool {
 	}
 	ia, ib := rows{r: &a}, rows{r: &b}
 	for !ia.end && !ib.end {
-		a0 := a.base + uintptr(ia.off)*a.size
-		b0 := b.base + uintptr(ib.off)*b.size
-		a1, b1 := a0+uintptr(a.rowLen)*a.size, b0+uintptr(b.rowLen)*b.size
+		a0 := a.base + a.bytes(ia.off)
+		b0 := b.base + b.bytes(ib.off)
+		a1, b1 := a0+a.bytes(a.rowLen), b0+b.bytes(b.rowLen)
 		if a0 < b1 && b0 < a1 {
 			return true
 		}
@@ -138,3 +141,6 @@ func checkOutputs(outs, ins []named) error {
 	}
 	return nil
 }
+
+// bytes is the size in bytes of n elements (a multiple of 32 for q8_0).
+func (r *region) bytes(n int) uintptr { return uintptr(n) * r.size / 32 }

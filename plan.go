@@ -110,6 +110,9 @@ func newPlan(p *plan, a *arena, q, k, v Tensor, o *Options) error {
 	if err != nil {
 		return err
 	}
+	if q.DType() == Q8_0 || o.KVCache == nil && (k.DType() == Q8_0 || v.DType() == Q8_0) {
+		return argErr("k", "q8_0 tensors are only accepted as the k and v of a KVCache call (a quantised cache)")
+	}
 	*p = plan{
 		kern:  kernel.Select(),
 		heads: H, kvHeads: Hk, group: H / Hk,

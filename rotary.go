@@ -30,11 +30,11 @@ func (p *plan) queryPos(s *sequence, i int) int {
 
 // appendKV writes the new keys (rotated) and values of every sequence into
 // the cache at positions SeqLens[b]...
-func (c *call) appendKV() {
+func (c *call) appendKV() error {
 	p := &c.plan
 	cs := &p.cache
 	if cs.snew == 0 {
-		return
+		return nil
 	}
 	ws := workspaces.get()
 	defer workspaces.put(ws)
@@ -49,10 +49,15 @@ func (c *call) appendKV() {
 				if cs.rotary != nil {
 					cs.rotary.rotate(row, first+i)
 				}
-				p.kv.k.storeRow(row, tb, r, hk, &p.kern)
+				if err := p.kv.k.storeRow(row, tb, r, hk, &p.kern); err != nil {
+					return argErr("Options.KVCache.KNew", "KVCache.KNew[%d, %d, %d] cannot be stored in the q8_0 cache: %v", b, i, hk, err)
+				}
 				cs.vnew.rowTo(row, b, i, hk, Float32, &p.kern)
-				p.kv.v.storeRow(row, tb, r, hk, &p.kern)
+				if err := p.kv.v.storeRow(row, tb, r, hk, &p.kern); err != nil {
+					return argErr("Options.KVCache.VNew", "KVCache.VNew[%d, %d, %d] cannot be stored in the q8_0 cache: %v", b, i, hk, err)
+				}
 			}
 		}
 	}
+	return nil
 }

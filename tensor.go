@@ -5,11 +5,13 @@ import (
 	"slices"
 
 	"github.com/flashattn/flashattn/half"
+	"github.com/flashattn/flashattn/internal/kernel"
 )
 
 // Tensor is a view of a tensor in flash-attn's layout [Batch, Seq, Heads,
-// Dim], of float32, bfloat16 or float16 elements: exactly one of Data, BF16
-// and F16 is set, and element (b, s, h, d) is at
+// Dim], of float32, bfloat16 or float16 elements (or q8_0 blocks for a KV
+// cache, see Q8_0): exactly one of Data, BF16, F16 and Q8 is set, and
+// element (b, s, h, d) is at
 //
 //	Data[b*BatchStride + s*SeqStride + h*HeadStride + d]
 //
@@ -28,6 +30,7 @@ type Tensor struct {
 	Data                               []float32
 	BF16                               []half.BF16
 	F16                                []half.F16
+	Q8                                 []byte // q8_0 blocks (see Q8_0)
 	Batch, Seq, Heads, Dim             int
 	BatchStride, SeqStride, HeadStride int
 }
@@ -87,6 +90,13 @@ func (t Tensor) At(b, s, h, d int) float32 {
 		return t.BF16[i].Float32()
 	case t.F16 != nil:
 		return t.F16[i].Float32()
+	case t.Q8 != nil:
+		var blk [kernel.Q8Block]float32
+		o := i / kernel.Q8Block * kernel.Q8BlockBytes
+		if err := kernel.DequantizeQ8(blk[:], t.Q8[o:o+kernel.Q8BlockBytes]); err != nil {
+			panic(err)
+		}
+		return blk[i%kernel.Q8Block]
 	}
 	return t.Data[i]
 }
@@ -97,6 +107,7 @@ func (t Tensor) At(b, s, h, d int) float32 {
 type view struct {
 	data       []float32
 	h          []uint16
+	q8         []byte
 	dt         DType
 	bs, ss, hs int
 	shape      [4]int // batch, seq, heads, dim
@@ -165,7 +176,14 @@ func (t Tensor) check(name string, output bool, batch, seq, heads, dim int) (vie
 	if !ok {
 		return view{}, argErr(name, "%s shape [%d %d %d %d] is too large: its size overflows int", name, t.Batch, t.Seq, t.Heads, t.Dim)
 	}
-	v := view{data: t.Data, h: t.bits(), dt: t.DType(), bs: bs, ss: ss, hs: hs, shape: got}
+	v := view{data: t.Data, h: t.bits(), q8: t.Q8, dt: t.DType(), bs: bs, ss: ss, hs: hs, shape: got}
+	if v.dt == Q8_0 {
+		for _, x := range []int{t.Dim, bs, ss, hs} {
+			if x%kernel.Q8Block != 0 {
+				return view{}, argErr(name, "%s is q8_0: its head dim and strides (dim %d; batch %d, seq %d, head %d) must be multiples of %d", name, t.Dim, bs, ss, hs, kernel.Q8Block)
+			}
+		}
+	}
 	// Nesting: sort the axes that have more than one index by stride.
 	ax := v.axes()
 	order := ax[:0:0]
