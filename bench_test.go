@@ -95,20 +95,40 @@ func benchBackward(b *testing.B, s benchShape, dt DType) {
 }
 
 // BenchmarkDecode: one query row per sequence against a long KV cache
-// (GQA 32/8 heads, D 128), the flash-decoding path.
+// (GQA 32/8 heads, D 128), the flash-decoding path, for each cache type;
+// GB/s counts the cache bytes stored.
 func BenchmarkDecode(b *testing.B) {
 	const n, h, hk, d = 32768, 32, 8, 128
 	r := rand.New(rand.NewPCG(1, 1))
 	q := Dense(randSlice(r, h*d), 1, 1, h, d)
-	k, v := Dense(randSlice(r, n*hk*d), 1, n, hk, d), Dense(randSlice(r, n*hk*d), 1, n, hk, d)
-	out, lse := NewTensor(1, 1, h, d), make([]float32, h)
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := ForwardInto(out, lse, q, k, v, nil); err != nil {
+	kf, vf := Dense(randSlice(r, n*hk*d), 1, n, hk, d), Dense(randSlice(r, n*hk*d), 1, n, hk, d)
+	for _, dt := range []DType{Float32, BFloat16, Float16, Q8_0} {
+		k, v := NewTensorOf(dt, 1, n, hk, d), NewTensorOf(dt, 1, n, hk, d)
+		if err := Convert(k, kf); err != nil {
 			b.Fatal(err)
 		}
+		if err := Convert(v, vf); err != nil {
+			b.Fatal(err)
+		}
+		bytes := 2 * n * hk * d * 4
+		switch dt {
+		case BFloat16, Float16:
+			bytes /= 2
+		case Q8_0:
+			bytes = 2 * n * hk * d / 32 * 34
+		}
+		b.Run(dt.String(), func(b *testing.B) {
+			out, lse := NewTensor(1, 1, h, d), make([]float32, h)
+			opts := &Options{KVCache: &KVCache{SeqLens: []int32{n}}}
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := ForwardInto(out, lse, q, k, v, opts); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(bytes)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+		})
 	}
-	b.ReportMetric(float64(2*4*n*hk*d)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
 }
 
 func BenchmarkPlainForward(b *testing.B) {

@@ -1,9 +1,13 @@
 package flashattn
 
+import "github.com/flashattn/flashattn/internal/kernel"
+
 // decode.go holds what the forward pass does differently when a sequence has
 // few query rows (decoding): all its query heads are stacked into one row
-// block, cut into sub-blocks by KV head, and reading a KV cache stages each
-// key tile of K and V for every KV head at once.
+// block, cut into sub-blocks by KV head; reading a KV cache, the decode
+// kernels compute S and P·V from K and V where they lie (converting 16-bit
+// and q8_0 caches in registers), or each key tile of K and V is staged for
+// every KV head at once.
 
 // subBlock is the part of a row block that reads one KV head: rows
 // r0..r0+m-1, the query heads of KV head hk.
@@ -55,4 +59,75 @@ func (p *plan) stageKV(ws *workspace, s *sequence, subs []subBlock, j0, n, step 
 			clear(vr[d:])
 		}
 	}
+}
+
+// inPlace reports whether the sub-blocks of a decoding task read K and V
+// where they lie, through the decode kernels (which convert 16-bit and
+// q8_0 caches in registers), instead of staging each tile.
+func (f *forwardPass) inPlace(t *fwdTask, subs []subBlock) bool {
+	p := f.p
+	return p.decoding && p.inPlaceDecode && f.kv.kt[t.seq*p.kvHeads+subs[0].hk] < 0 && subs[0].m <= decodeRows
+}
+
+// decodeRows is the most query rows per KV head the decode kernels take in
+// one call.
+const decodeRows = 16
+
+// cacheRows calls f for keys j0..j0+n-1 of sequence s in runs that lie in
+// one page of a paged cache (the whole range otherwise), with the run's
+// first key and length.
+func (p *plan) cacheRuns(s *sequence, j0, n int, f func(j, m int)) {
+	for j := j0; j < j0+n; {
+		m := j0 + n - j
+		if bs := p.kv.blockSize; bs > 0 {
+			m = min(m, bs-(s.k0+j)%bs)
+		}
+		f(j, m)
+		j += m
+	}
+}
+
+// decodeScores sets rows sb.r0.. of the S tile (stride np) to Q·Kᵀ for
+// keys j0..j0+n-1 read in place.
+func (p *plan) decodeScores(ws *workspace, s *sequence, sb subBlock, j0, n, np int) {
+	dec, d, qp := &p.dec, p.dim, ws.qp[sb.r0*p.dim:]
+	p.cacheRuns(s, j0, n, func(j, m int) {
+		out := ws.s[sb.r0*np+j-j0:]
+		tb, r := p.kv.at(s, j)
+		k := p.kv.k
+		o := k.off(tb, r, sb.hk)
+		switch k.dt {
+		case Float32:
+			dec.ScoresF32(out, np, qp, sb.m, k.data[o:], k.ss, m, d)
+		case BFloat16:
+			dec.ScoresBF16(out, np, qp, sb.m, k.h[o:], k.ss, m, d)
+		case Float16:
+			dec.ScoresF16(out, np, qp, sb.m, k.h[o:], k.ss, m, d)
+		case Q8_0:
+			dec.ScoresQ8(out, np, qp, sb.m, k.q8[kernel.Q8RowBytes(o):], kernel.Q8RowBytes(k.ss), m, d)
+		}
+	})
+}
+
+// decodeAccum adds P·V (rows sb.r0.. of the P tile, stride np) to the
+// sub-block's output rows, for keys j0..j0+n-1 read in place.
+func (p *plan) decodeAccum(ws *workspace, s *sequence, sb subBlock, j0, n, np int) {
+	dec, d, dp := &p.dec, p.dim, p.dimPad
+	o := ws.o[sb.r0*dp:]
+	p.cacheRuns(s, j0, n, func(j, m int) {
+		pr := ws.s[sb.r0*np+j-j0:]
+		tb, r := p.kv.at(s, j)
+		v := p.kv.v
+		off := v.off(tb, r, sb.hk)
+		switch v.dt {
+		case Float32:
+			dec.AccumF32(o, dp, pr, np, sb.m, v.data[off:], v.ss, m, d)
+		case BFloat16:
+			dec.AccumBF16(o, dp, pr, np, sb.m, v.h[off:], v.ss, m, d)
+		case Float16:
+			dec.AccumF16(o, dp, pr, np, sb.m, v.h[off:], v.ss, m, d)
+		case Q8_0:
+			dec.AccumQ8(o, dp, pr, np, sb.m, v.q8[kernel.Q8RowBytes(off):], kernel.Q8RowBytes(v.ss), m, d)
+		}
+	})
 }

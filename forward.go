@@ -231,7 +231,8 @@ func (f *forwardPass) task(ws *workspace, t *fwdTask) {
 	p := f.p
 	s := &p.seqs[t.seq]
 	st := f.start(ws, t)
-	step, staged := p.blockK, f.staged(t, ws.subs)
+	inPlace := f.inPlace(t, ws.subs)
+	step, staged := p.blockK, !inPlace && f.staged(t, ws.subs)
 	if staged {
 		step = p.decodeStep(len(ws.subs))
 	}
@@ -240,14 +241,21 @@ func (f *forwardPass) task(ws *workspace, t *fwdTask) {
 		if j0 >= t.j1 {
 			break
 		}
+		n, np := j1-j0, kernel.Pad(j1-j0)
 		if staged {
-			p.stageKV(ws, s, ws.subs, j0, j1-j0, step)
+			p.stageKV(ws, s, ws.subs, j0, n, step)
 		}
 		for si, sb := range ws.subs {
-			kv := f.keyTile(ws, t.seq, si, sb, j0, j1-j0, staged, step)
-			f.scores(ws, sb, si, kv, j1-j0)
-			f.softmax(ws, &st, t, sb, kind, j0, j1-j0)
-			f.accumulate(ws, s, sb, kv, j0, j1-j0)
+			if inPlace {
+				p.decodeScores(ws, s, sb, j0, n, np)
+				f.softmax(ws, &st, t, sb, kind, j0, n)
+				p.decodeAccum(ws, s, sb, j0, n, np)
+				continue
+			}
+			kv := f.keyTile(ws, t.seq, si, sb, j0, n, staged, step)
+			f.scores(ws, sb, si, kv, n)
+			f.softmax(ws, &st, t, sb, kind, j0, n)
+			f.accumulate(ws, s, sb, kv, j0, n)
 		}
 		j = j1
 	}

@@ -11,6 +11,8 @@ import (
 // once, shared read-only by every pass of the call.
 type plan struct {
 	kern           kernel.Impl
+	dec            kernel.Decode // decoding kernels (KV caches)
+	inPlaceDecode  bool          // decoding reads the cache in place
 	seqs           []sequence
 	heads, kvHeads int         // H, Hk
 	group          int         // H / Hk: query heads per KV head
@@ -115,6 +117,7 @@ func newPlan(p *plan, a *arena, q, k, v Tensor, o *Options) error {
 	}
 	*p = plan{
 		kern:  kernel.Select(),
+		dec:   kernel.SelectDecode(),
 		heads: H, kvHeads: Hk, group: H / Hk,
 		dim: D, dimPad: kernel.Pad(D),
 		q:        qv,
@@ -136,6 +139,9 @@ func newPlan(p *plan, a *arena, q, k, v Tensor, o *Options) error {
 		p.blockQ, p.bwdBlockK = alignToMask(p.blockQ, p.bwdBlockK, m.shape)
 		p.alignQ = p.blockQ
 	}
+	// Decoding reads the cache in place, unless the compute type is 16-bit
+	// with a float32 cache (the decode kernels do not round K).
+	p.inPlaceDecode = o.KVCache != nil && (ct == Float32 || k.DType() == ct && v.DType() == ct)
 	if p.native {
 		// The backward's query tiles start on even rows (pairs of the VNNI
 		// layout of Q and dO).
