@@ -145,8 +145,8 @@ func bwdDense(h, n, d, bc int) int64 {
 	tc := ceilDiv(n, bc)
 	ch := min(bwdTarget, tc)
 	per := n*d + n*dp + 2*n*d + n*dp + n*d + 3*n // Q, its copy, dO twice, its copy, O, LSE and D rows
-	blocks := tc * (6*bc*d + n*(4*dp+2)) // K, V read; dK, dV read and written; per query tile Q, dO, dQ read+written, LSE, D
-	blocks -= 6 * (tc*bc - n) * d        // the last block is short
+	blocks := tc * (6*bc*d + n*(4*dp+2))         // K, V read; dK, dV read and written; per query tile Q, dO, dQ read+written, LSE, D
+	blocks -= 6 * (tc*bc - n) * d                // the last block is short
 	dq := n * (dp + d + dp)                      // one chunk: cleared, read, written
 	if ch > 1 {
 		dq = ch*n*dp + ch*n*d + n*d // partials cleared, reduced, written
