@@ -4,6 +4,7 @@
 //	flashattn attn  -q q.npy -k k.npy -v v.npy -o OUTDIR [options]   attention on .npy files
 //	flashattn demo  [-batch B -heads H -seqlen N -headdim D]          flashattn vs plain on random data
 //	flashattn bench [flags]                                            GFLOP/s, fraction of the FMA peak, speedup
+//	flashattn io    -seqlen N [-headdim D -cache-bytes M ...]          bytes moved to and from a cache of M bytes
 //
 // Run "flashattn CMD -h" for the flags of each command. Errors are printed
 // as one line on stderr and the exit status is non-zero.
@@ -27,6 +28,7 @@ usage:
   flashattn attn  -q q.npy -k k.npy -v v.npy -o OUTDIR [options]
   flashattn demo  [-batch B -heads H -seqlen N -headdim D -causal] [-max-memory SIZE]
   flashattn bench [-json] [-svg FILE] [-reps N] [-min-ms MS] [-max-memory SIZE] [case flags]
+  flashattn io    -seqlen N [-headdim D] [-cache-bytes M] [-causal] [-density S] [-mode fwd|bwd|fwdbwd] [-json]
 
 Run "flashattn CMD -h" for a command's flags.
 `
@@ -61,11 +63,13 @@ func runSeams(args []string, stdout, stderr io.Writer, sm seams) int {
 		err = runDemo(args[1:], stdout, stderr)
 	case "bench":
 		err = runBench(args[1:], stdout, stderr)
+	case "io":
+		err = runIO(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "flashattn: unknown command %q (want attn, demo or bench)\n", args[0])
+		fmt.Fprintf(stderr, "flashattn: unknown command %q (want attn, demo, bench or io)\n", args[0])
 		return 2
 	}
 	switch {
