@@ -69,6 +69,15 @@ type Traffic struct {
 	// The tiles flashattn uses for that cache: query rows per tile, keys
 	// per forward tile, keys per backward KV block.
 	BlockQ, BlockK, BackwardBlockK int
+	// ForwardTileBytes and BackwardTileBytes are the bytes that the inner
+	// loops hold in the cache while they run: the forward's Q block, O
+	// accumulator, running max and sum, one K and one V tile and the score
+	// tile; the backward's KV block (packed as Kᵀ, Vᵀ and K rows), its dK
+	// and dV accumulators, the S and dP tiles (and P with dropout applied,
+	// and the score modifiers' derivatives, when those are on), and one
+	// query tile's Q, dO, dQ, LSE and D. The count assumes they fit in the
+	// cache; where they do not, the loops move more than counted.
+	ForwardTileBytes, BackwardTileBytes int
 
 	// Flash is flashattn's traffic: every load and store of a tile or row
 	// of an operand, counted each time its loop brings it in from memory
@@ -154,6 +163,7 @@ func CountTraffic(shape TrafficShape, opts *Options, cacheBytes int, pass Pass) 
 	p := &c.plan
 	sizeTilesFor(p, cacheBytes, shape.SeqK, opts)
 	t := Traffic{Pass: pass, CacheBytes: cacheBytes, BlockQ: p.blockQ, BlockK: p.blockK, BackwardBlockK: p.bwdBlockK}
+	t.ForwardTileBytes, t.BackwardTileBytes = p.tileBytes()
 	if pass&PassForward != 0 {
 		if err := c.countForward(&t.Flash); err != nil {
 			return Traffic{}, err
@@ -184,6 +194,23 @@ func sizeTilesFor(p *plan, l2, seqK int, o *Options) {
 		p.alignQ = p.blockQ
 	}
 	p.maxRows = max(p.blockQ, maxStackRows)
+}
+
+// tileBytes returns the bytes of the tiles the forward's and the
+// backward's inner loops hold (see Traffic).
+func (p *plan) tileBytes() (fwd, bwd int) {
+	d, dp, bq := p.dim, p.dimPad, p.blockQ
+	bk, bkb := p.blockK, p.bwdBlockK
+	fwd = bq*d + bq*dp + 2*bq + kernel.Pad(bk)*d + bk*dp + bq*kernel.Pad(bk)
+	mats := 2 // S, dP
+	if p.dropOn {
+		mats++
+	}
+	if p.mods.curved() {
+		mats++
+	}
+	bwd = 2*kernel.Pad(bkb)*d + 3*bkb*dp + mats*bq*kernel.Pad(bkb) + 3*bq*dp + 2*bq
+	return 4 * fwd, 4 * bwd
 }
 
 // floats is the traffic of n float32 elements.

@@ -135,6 +135,42 @@ func TestTrafficCacheRange(t *testing.T) {
 	}
 }
 
+// The tiles the loops hold, against the cache they were sized for: the
+// forward's fit from M = 128 KiB (at d = 64 and M = 64 KiB, 48 query rows
+// with 64-key tiles take 70 KiB); the backward holds five
+// K-sized tiles (Kᵀ, Vᵀ, K, dK, dV) of B_c = M/(16·d) keys, 5/4 of M, so
+// wherever the tile rule scales B_c with M its tiles overflow the cache
+// (the count is then a lower bound), and they fit only once B_c reaches
+// its cap of 512 keys (d = 64, M ≥ 1 MiB).
+func TestTrafficTileBytes(t *testing.T) {
+	s := TrafficShape{Batch: 1, Heads: 1, SeqQ: 4096, SeqK: 4096, Dim: 64}
+	tr := mustCount(t, s, nil, 1<<20, PassForwardBackward)
+	// B_r = 48, B_c = 512, d = dp = 64 (floats, then bytes).
+	fwd := 48*64 + 48*64 + 2*48 + 512*64 + 512*64 + 48*512
+	bwd := 2*512*64 + 3*512*64 + 2*48*512 + 3*48*64 + 2*48
+	if tr.ForwardTileBytes != 4*fwd || tr.BackwardTileBytes != 4*bwd || tr.BackwardTileBytes > 1<<20 {
+		t.Errorf("tile bytes %d, %d; want %d, %d", tr.ForwardTileBytes, tr.BackwardTileBytes, 4*fwd, 4*bwd)
+	}
+	if d := mustCount(t, s, &Options{Dropout: 0.1, Softcap: 5}, 1<<20, PassBackward); d.BackwardTileBytes != tr.BackwardTileBytes+2*4*48*512 {
+		t.Errorf("dropout and softcap: backward tiles %d, want two more score tiles", d.BackwardTileBytes)
+	}
+	if tr := mustCount(t, s, nil, 64<<10, PassForward); tr.ForwardTileBytes != 4*(2*48*64+2*48+2*64*64+48*64) {
+		t.Errorf("M 64 KiB: forward tiles %d", tr.ForwardTileBytes)
+	}
+	for _, d := range []int{64, 128} {
+		s.Dim = d
+		for m := 512 * d; m < 8192*d; m *= 2 {
+			tr := mustCount(t, s, nil, m, PassForwardBackward)
+			if tr.BackwardTileBytes <= m {
+				t.Errorf("d %d M %d: backward tiles %d fit", d, m, tr.BackwardTileBytes)
+			}
+			if m >= 128<<10 && tr.ForwardTileBytes > m {
+				t.Errorf("d %d M %d: forward tiles %d do not fit", d, m, tr.ForwardTileBytes)
+			}
+		}
+	}
+}
+
 // bwdDense is the closed form of the backward's traffic without a mask:
 // per KV block (⌈Sk/B_c⌉ per head) its K and V once, and every query tile's
 // Q, dO, LSE, D and dQ partial sum (read and written); per task (ch chunks

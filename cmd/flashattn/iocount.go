@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/flashattn/flashattn"
 	"github.com/flashattn/flashattn/internal/memlimit"
@@ -19,6 +20,8 @@ type ioFlags struct {
 	mode       string
 	jsonOut    bool
 	runCalls   int
+	blockQ     int
+	blockK     int
 	maxMem     *memlimit.Flag
 }
 
@@ -37,12 +40,16 @@ type ioResult struct {
 	BlockQ         int     `json:"block_q"`
 	BlockK         int     `json:"block_k"`
 	BackwardBlockK int     `json:"backward_block_k"`
-	FlashBytes     int64   `json:"flash_bytes"`
-	StandardBytes  int64   `json:"standard_bytes"`
-	Ratio          float64 `json:"flash_over_standard"`
-	Flash          ioParts `json:"flash"`
-	Standard       ioParts `json:"standard"`
-	CallsRun       int     `json:"calls_run,omitempty"`
+	// The bytes of the tiles the inner loops hold: the count assumes they
+	// fit in the cache.
+	ForwardTileBytes  int     `json:"forward_tile_bytes"`
+	BackwardTileBytes int     `json:"backward_tile_bytes"`
+	FlashBytes        int64   `json:"flash_bytes"`
+	StandardBytes     int64   `json:"standard_bytes"`
+	Ratio             float64 `json:"flash_over_standard"`
+	Flash             ioParts `json:"flash"`
+	Standard          ioParts `json:"standard"`
+	CallsRun          int     `json:"calls_run,omitempty"`
 }
 
 // ioParts is flashattn.TrafficByOperand with JSON names.
@@ -88,6 +95,8 @@ func runIO(args []string, stdout, stderr io.Writer) error {
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the -density mask (and of -run-calls' data)")
 	fs.StringVar(&f.mode, "mode", "fwd", "fwd, bwd or fwdbwd")
 	fs.BoolVar(&f.jsonOut, "json", false, "print one JSON object")
+	fs.IntVar(&f.blockQ, "block-q", 0, "query rows per tile, as Options.BlockQ (0: the tile rule for the cache)")
+	fs.IntVar(&f.blockK, "block-k", 0, "keys per tile, as Options.BlockK (0: the tile rule for the cache)")
 	fs.IntVar(&f.runCalls, "run-calls", 0, "also run the pass(es) this many times on random data, one worker, with the counted tiles "+
 		"fixed by Options.BlockQ/BlockK (and counted so): to check the count with a cache simulator")
 	fs.Var(f.maxMem, "max-memory", "refuse a run whose estimated peak memory exceeds this `size` (default: the memory available now)")
@@ -107,9 +116,25 @@ func runIO(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	fmt.Fprintf(stdout, "%s N=%d d=%d B=%d H=%d%s, cache %s: tiles %d rows × %d keys (backward KV block %d); "+
-		"flashattn %s, standard %s (%.3f×)\n", r.Mode, r.Seqlen, r.Headdim, r.Batch, r.Heads, maskText(r), bytesString(uint64(r.CacheBytes)),
-		r.BlockQ, r.BlockK, r.BackwardBlockK, bytesString(uint64(r.FlashBytes)), bytesString(uint64(r.StandardBytes)), r.Ratio)
+		"flashattn %s, standard %s (%.3f×)%s\n", r.Mode, r.Seqlen, r.Headdim, r.Batch, r.Heads, maskText(r), bytesString(uint64(r.CacheBytes)),
+		r.BlockQ, r.BlockK, r.BackwardBlockK, bytesString(uint64(r.FlashBytes)), bytesString(uint64(r.StandardBytes)), r.Ratio, fitText(r))
 	return nil
+}
+
+// fitText warns when the tiles a pass holds do not fit in the cache (the
+// count is then a lower bound).
+func fitText(r ioResult) string {
+	var over []string
+	if r.Mode != "bwd" && r.ForwardTileBytes > r.CacheBytes {
+		over = append(over, fmt.Sprintf("the forward's tiles take %s", bytesString(uint64(r.ForwardTileBytes))))
+	}
+	if r.Mode != "fwd" && r.BackwardTileBytes > r.CacheBytes {
+		over = append(over, fmt.Sprintf("the backward's tiles take %s", bytesString(uint64(r.BackwardTileBytes))))
+	}
+	if over == nil {
+		return ""
+	}
+	return "; " + strings.Join(over, " and ") + ", more than the cache: the loops move more than counted"
 }
 
 func maskText(r ioResult) string {
@@ -133,7 +158,8 @@ func (f *ioFlags) validate() error {
 	for _, v := range []struct {
 		name     string
 		val, min int
-	}{{"-headdim", f.s.D, 1}, {"-batch", f.s.B, 1}, {"-heads", f.s.H, 1}, {"-kv-heads", f.s.Hk, 0}, {"-run-calls", f.runCalls, 0}} {
+	}{{"-headdim", f.s.D, 1}, {"-batch", f.s.B, 1}, {"-heads", f.s.H, 1}, {"-kv-heads", f.s.Hk, 0}, {"-run-calls", f.runCalls, 0},
+		{"-block-q", f.blockQ, 0}, {"-block-k", f.blockK, 0}} {
 		if v.val < v.min {
 			bad("%s %d: must be ≥ %d", v.name, v.val, v.min)
 		}
@@ -151,6 +177,9 @@ func (f *ioFlags) validate() error {
 	case "fwd", "bwd", "fwdbwd":
 	default:
 		bad("-mode %q: want fwd, bwd or fwdbwd", f.mode)
+	}
+	if f.blockQ > 4096 || f.blockK > 4096 {
+		bad("-block-q %d, -block-k %d: at most 4096", f.blockQ, f.blockK)
 	}
 	if f.runCalls > 1000 {
 		bad("-run-calls %d: at most 1000", f.runCalls)
@@ -178,7 +207,7 @@ func (f *ioFlags) count() (ioResult, error) {
 	if err := n.check(f.maxMem.Limit(), fmt.Sprintf("io -seqlen %d -headdim %d", s.N, s.D), "-max-memory overrides"); err != nil {
 		return ioResult{}, err
 	}
-	opts := &flashattn.Options{Causal: s.Causal, Workers: 1}
+	opts := &flashattn.Options{Causal: s.Causal, Workers: 1, BlockQ: f.blockQ, BlockK: f.blockK}
 	density := 1.0
 	if f.density < 1 {
 		m, err := randomBlockMask(s.H, s.N, f.density, f.seed)
@@ -203,6 +232,7 @@ func (f *ioFlags) count() (ioResult, error) {
 	}
 	r := ioResult{Seqlen: s.N, Headdim: s.D, Batch: s.B, Heads: s.H, KVHeads: s.Hk, Causal: s.Causal, Density: density,
 		Mode: f.mode, CacheBytes: cache, BlockQ: t.BlockQ, BlockK: t.BlockK, BackwardBlockK: t.BackwardBlockK,
+		ForwardTileBytes: t.ForwardTileBytes, BackwardTileBytes: t.BackwardTileBytes,
 		FlashBytes: t.Flash.Total(), StandardBytes: t.Standard.Total(), Flash: partsOf(t.Flash), Standard: partsOf(t.Standard),
 		CallsRun: f.runCalls}
 	r.Ratio = float64(r.FlashBytes) / float64(r.StandardBytes)
