@@ -1,6 +1,10 @@
 package flashattn
 
-import "github.com/flashattn/flashattn/internal/kernel"
+import (
+	"math"
+
+	"github.com/flashattn/flashattn/internal/kernel"
+)
 
 // traffic.go counts the memory traffic of the tile loops (the IO complexity
 // of the FlashAttention paper, §3.2 and Theorem 2) by walking the same task
@@ -145,12 +149,14 @@ func CountTraffic(shape TrafficShape, opts *Options, cacheBytes int, pass Pass) 
 		return Traffic{}, argErr("shape", "TrafficShape %+v: every size must be ≥ 1", shape)
 	}
 	// One buffer serves as Q, K and V: only the shapes matter.
-	n, ok := mulAdd(max(shape.SeqQ*shape.Heads, shape.SeqK*hk), shape.Dim, 0)
-	if ok && shape.SeqQ <= maxTrafficSeq && shape.SeqK <= maxTrafficSeq {
-		n, ok = mulAdd(n, shape.Batch, 0)
-	}
-	if !ok || n > maxTrafficElems {
-		return Traffic{}, argErr("shape", "TrafficShape %+v is too large to count (more than %d elements)", shape, maxTrafficElems)
+	nq, ok1 := mulAdd(shape.SeqQ, shape.Heads, 0)
+	nk, ok2 := mulAdd(shape.SeqK, hk, 0)
+	n, ok3 := mulAdd(max(nq, nk), shape.Dim, 0)
+	n, ok4 := mulAdd(n, shape.Batch, 0)
+	// The counts are int64: bound the largest, about B·H·Sq·Sk·(D+16)·4·7.
+	big := float64(shape.Batch) * float64(shape.Heads) * float64(shape.SeqQ) * float64(shape.SeqK) * (float64(shape.Dim) + 16) * 64
+	if !(ok1 && ok2 && ok3 && ok4) || n > maxTrafficElems || big > 1<<62 {
+		return Traffic{}, argErr("shape", "TrafficShape %+v is too large to count", shape)
 	}
 	data := make([]float32, n)
 	q := Tensor{Data: data, Batch: shape.Batch, Seq: shape.SeqQ, Heads: shape.Heads, Dim: shape.Dim}
@@ -176,12 +182,8 @@ func CountTraffic(shape TrafficShape, opts *Options, cacheBytes int, pass Pass) 
 	return t, nil
 }
 
-// Limits of CountTraffic's sizes: its buffer, and each length (so that
-// products of two lengths fit in an int64).
-const (
-	maxTrafficElems = 1 << 32
-	maxTrafficSeq   = 1 << 30
-)
+// maxTrafficElems bounds the buffer CountTraffic allocates (16 GiB).
+const maxTrafficElems = min(1<<32, math.MaxInt)
 
 // sizeTilesFor sets the tiles of p as newPlan sets them, for a cache of l2
 // bytes instead of this machine's.

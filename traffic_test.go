@@ -2,6 +2,7 @@ package flashattn
 
 import (
 	"errors"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -128,7 +129,7 @@ func TestTrafficCacheRange(t *testing.T) {
 			}
 			f, ch := tr.Flash, int64(min(bwdTarget, n/tr.BackwardBlockK))
 			tiles := f.Q.Read - ch*floats(n*d) + f.DO.Read - 2*ch*floats(n*d)
-			if want := 2 * 16 * floats(n*n*d*kernel.Pad(d)) / int64(m); tiles != want {
+			if want := 2 * 16 * 4 * int64(n) * int64(n) * int64(d) * int64(kernel.Pad(d)) / int64(m); tiles != want {
 				t.Errorf("d %d M %d: backward query tiles %d bytes, want 16·N²·d·dp/M·2 = %d", d, m, tiles, want)
 			}
 		}
@@ -355,7 +356,9 @@ func TestTrafficErrors(t *testing.T) {
 		{ok, nil, 0, PassForward, "cacheBytes"},
 		{TrafficShape{Batch: 1, Heads: 1, SeqQ: 0, SeqK: 10, Dim: 8}, nil, 1 << 20, PassForward, "shape"},
 		{TrafficShape{Batch: 1, Heads: 3, KVHeads: 2, SeqQ: 10, SeqK: 10, Dim: 8}, nil, 1 << 20, PassForward, "k"},
-		{TrafficShape{Batch: 1 << 40, Heads: 1 << 40, SeqQ: 1 << 40, SeqK: 10, Dim: 8}, nil, 1 << 20, PassForward, "shape"},
+		{TrafficShape{Batch: math.MaxInt / 2, Heads: math.MaxInt / 2, SeqQ: math.MaxInt / 2, SeqK: 10, Dim: 8}, nil, 1 << 20, PassForward, "shape"},
+		{TrafficShape{Batch: 1, Heads: 1, SeqQ: 1 << 30, SeqK: 1 << 30, Dim: 1}, nil, 1 << 20, PassForward, "shape"},
+		{TrafficShape{Batch: 1, Heads: 1, SeqQ: 10, SeqK: 10, Dim: math.MaxInt}, nil, 1 << 20, PassForward, "shape"},
 		{ok, &Options{Scale: -1}, 1 << 20, PassForward, "Options.Scale"},
 	} {
 		_, err := CountTraffic(c.s, c.o, c.m, c.pass)

@@ -78,7 +78,7 @@ func TestIOBadFlags(t *testing.T) {
 		{[]string{"-seqlen", "64", "-cache-bytes", "2T"}, []string{"-cache-bytes"}},
 		{[]string{"-seqlen", "64", "-heads", "3", "-kv-heads", "2"}, []string{"-kv-heads"}},
 		{[]string{"-seqlen", "64", "-headdim", "0", "-batch", "0", "-run-calls", "-1"}, []string{"-headdim", "-batch", "-run-calls"}},
-		{[]string{"-seqlen", "1099511627776", "-max-memory", "1G"}, []string{"needs"}},
+		{[]string{"-seqlen", "2000000000", "-max-memory", "1G"}, []string{"needs"}},
 	} {
 		code, stdout, stderr := atRun(append([]string{"io"}, c.args...)...)
 		lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
