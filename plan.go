@@ -133,22 +133,11 @@ func newPlan(p *plan, a *arena, q, k, v Tensor, o *Options) error {
 		p.half = kernel.HalfPath(ct.elem())
 		p.native = p.half.Name != "f32"
 	}
-	p.blockQ, p.blockK = blockSizes(D, o)
-	p.bwdBlockK = backwardKeyBlock(p.blockK, Sk, o)
-	if m := o.BlockMask; m != nil && o.BlockQ == 0 && o.BlockK == 0 {
-		p.blockQ, p.bwdBlockK = alignToMask(p.blockQ, p.bwdBlockK, m.shape)
-		p.alignQ = p.blockQ
-	}
+	_, l2 := cacheSizes()
+	p.setTiles(l2, Sk, o)
 	// Decoding reads the cache in place, unless the compute type is 16-bit
 	// with a float32 cache (the decode kernels do not round K).
 	p.inPlaceDecode = o.KVCache != nil && (ct == Float32 || k.DType() == ct && v.DType() == ct)
-	if p.native {
-		// The backward's query tiles start on even rows (pairs of the VNNI
-		// layout of Q and dO).
-		p.blockQ = even(p.blockQ)
-		p.alignQ = even(p.alignQ)
-	}
-	p.maxRows = max(p.blockQ, maxStackRows)
 	p.scale = o.Scale
 	if p.scale == 0 {
 		p.scale = float32(1 / math.Sqrt(float64(D)))
@@ -297,4 +286,24 @@ func grow[T any](buf *[]T, n int) []T {
 	}
 	*buf = (*buf)[:n]
 	return *buf
+}
+
+// setTiles sizes the tiles for an L2 of l2 bytes (see blockSizes) and the
+// options: the forward's, the backward's KV block, and their alignment to a
+// block mask and to the pairs of native 16-bit products.
+func (p *plan) setTiles(l2, seqK int, o *Options) {
+	p.blockQ, p.blockK = blockSizesFor(p.dim, l2, o)
+	p.bwdBlockK = backwardKeyBlock(p.blockK, seqK, o)
+	p.alignQ = 1
+	if m := o.BlockMask; m != nil && o.BlockQ == 0 && o.BlockK == 0 {
+		p.blockQ, p.bwdBlockK = alignToMask(p.blockQ, p.bwdBlockK, m.shape)
+		p.alignQ = p.blockQ
+	}
+	if p.native {
+		// The backward's query tiles start on even rows (pairs of the VNNI
+		// layout of Q and dO).
+		p.blockQ = even(p.blockQ)
+		p.alignQ = even(p.alignQ)
+	}
+	p.maxRows = max(p.blockQ, maxStackRows)
 }

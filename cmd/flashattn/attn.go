@@ -2,12 +2,14 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/flashattn/flashattn"
 	"github.com/flashattn/flashattn/internal/memlimit"
@@ -24,8 +26,10 @@ type attnFlags struct {
 	cacheSeqlens, blockTable  string
 	seed                      uint64
 	workers                   int
+	masks                     maskFlags
 	maxMem                    *memlimit.Flag
-	rd                        npy.Reader // reads the inputs within the memory limit
+	rd                        npy.Reader      // reads the inputs within the memory limit
+	set                       map[string]bool // flags given on the command line
 }
 
 func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
@@ -54,11 +58,14 @@ func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 	fs.Float64Var(&f.dropout, "dropout", 0, "dropout probability in [0, 1)")
 	fs.Uint64Var(&f.seed, "seed", 0, "dropout seed: the same seed gives identical files")
 	fs.IntVar(&f.workers, "workers", 0, "worker goroutines (0: GOMAXPROCS)")
+	f.masks.register(fs)
 	fs.Var(f.maxMem, "max-memory", "refuse a run whose estimated peak memory exceeds this `size` (e.g. 512M, 4G; default: the memory available now)")
 	gf := addGPUFlags(fs)
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
+	f.set = map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
 	opts, err := f.options()
 	if err != nil {
 		return err
@@ -79,7 +86,7 @@ func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 	defer done()
 	out, lse, err := forward(q, k, v, opts)
 	if err != nil {
-		return cleanErr(err)
+		return f.argFile(err)
 	}
 	files := map[string]npy.Array{
 		filepath.Join(f.out, "out.npy"): {Shape: shapeOf(out, opts), F32: out.Data},
@@ -88,7 +95,7 @@ func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 	if f.dout != "" {
 		dq, dk, dv, err := backward(q, k, v, out, dout, lse, opts)
 		if err != nil {
-			return cleanErr(err)
+			return f.argFile(err)
 		}
 		files[filepath.Join(f.out, "dq.npy")] = npy.Array{Shape: shapeOf(dq, opts), F32: dq.Data}
 		files[filepath.Join(f.out, "dk.npy")] = npy.Array{Shape: shapeOf(dk, opts), F32: dk.Data}
@@ -155,6 +162,9 @@ func (f *attnFlags) options() (*flashattn.Options, error) {
 		return nil, fmt.Errorf("-cache-seqlens cannot be combined with -cu-seqlens-q/-k")
 	case f.cacheSeqlens != "" && f.dout != "":
 		return nil, fmt.Errorf("-dout cannot be combined with -cache-seqlens: decoding from a KV cache is forward only")
+	}
+	if err := f.masks.validate(f.set); err != nil {
+		return nil, err
 	}
 	o := &flashattn.Options{
 		Scale: float32(f.scale), Causal: f.causal, Softcap: float32(f.softcap),
@@ -277,6 +287,9 @@ func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, 
 		}
 		o.VarLen = vl
 	}
+	if err = f.masks.load(f, o, f.maskGeometry(o, qs, ks, nb)); err != nil {
+		return
+	}
 	if f.alibi != "" {
 		var shape []int
 		if o.ALiBi, shape, err = f.rd.ReadFloat32(f.alibi); err != nil {
@@ -295,6 +308,24 @@ func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, 
 		}
 	}
 	return q, k, v, dout, nil
+}
+
+// maskGeometry describes the sequences that the mask files must fit.
+func (f *attnFlags) maskGeometry(o *flashattn.Options, qs, ks []int, nb int) maskGeometry {
+	g := maskGeometry{heads: qs[2], batch: nb, seqQ: qs[1], seqK: ks[1]}
+	if c := o.KVCache; c != nil && c.BlockTable != nil {
+		g.seqK = c.BlocksPerSeq * ks[1] // checked against 2^31 by readCache
+	}
+	if vl := o.VarLen; vl != nil {
+		g.varlen = true
+		g.seqQ, g.seqK = 1, 1
+		for b := 0; b < nb; b++ {
+			nq, nk := int(vl.CuSeqlensQ[b+1]-vl.CuSeqlensQ[b]), int(vl.CuSeqlensK[b+1]-vl.CuSeqlensK[b])
+			g.nq, g.nk = append(g.nq, nq), append(g.nk, nk)
+			g.seqQ, g.seqK = max(g.seqQ, nq), max(g.seqK, nk)
+		}
+	}
+	return g
 }
 
 // readCu reads a cu_seqlens file and checks it against the packed length.
@@ -386,7 +417,7 @@ func (f *attnFlags) checkMemory(limit memlimit.Limit) error {
 	var n need
 	infos := map[string]npy.Info{}
 	biggest := ""
-	for _, p := range []string{f.q, f.k, f.v, f.dout, f.alibi, f.cuQ, f.cuK, f.seqUsedK, f.cacheSeqlens, f.blockTable} {
+	for _, p := range append([]string{f.q, f.k, f.v, f.dout, f.alibi, f.cuQ, f.cuK, f.seqUsedK, f.cacheSeqlens, f.blockTable}, f.masks.inputs()...) {
 		if p == "" {
 			continue
 		}
@@ -396,6 +427,9 @@ func (f *attnFlags) checkMemory(limit memlimit.Limit) error {
 		}
 		infos[p] = info
 		n.add("inputs", info.Bytes())
+		if slices.Contains(f.masks.inputs(), p) {
+			n.add("masks", info.Bytes()) // the library's copy
+		}
 		if biggest == "" || info.Bytes() > infos[biggest].Bytes() {
 			biggest = p
 		}

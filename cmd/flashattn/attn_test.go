@@ -126,6 +126,13 @@ type atCase struct {
 	cuQ, cuK             []int32 // varlen when not nil
 	workers              int
 	newOut               bool // -o names a directory that does not exist yet
+
+	// -block-mask: maskHeads 0 (none), 1 or H mask heads, of dtype
+	// maskDtype ("" = |u1), with blocks mbq × mbk (0: the default 128, the
+	// flags not given).
+	maskHeads, mbq, mbk int
+	maskDtype           string
+	segs                bool // -segment-ids-q/-k, with padding ids
 }
 
 func TestAttnGood(t *testing.T) {
@@ -243,6 +250,8 @@ func atCheckGood(t *testing.T, c atCase, seed uint64) {
 			"-cu-seqlens-q", atWriteI32(t, filepath.Join(dir, "cu_q.npy"), c.cuQ, len(c.cuQ)),
 			"-cu-seqlens-k", atWriteI32(t, filepath.Join(dir, "cu_k.npy"), c.cuK, len(c.cuK)))
 	}
+	margs, visible := atMasks(t, rng, c, dir, B, Sq, Sk)
+	args = append(args, margs...)
 
 	code, stdout, stderr := atRun(args...)
 	if code != 0 {
@@ -273,6 +282,9 @@ func atCheckGood(t *testing.T, c atCase, seed uint64) {
 		Scale: atF32(c.scale), Causal: c.causal, Softcap: atF32(c.softcap),
 		Dropout: c.dropout, Seed: c.seed,
 	}
+	if visible != nil && !varlen {
+		p.Mask = visible
+	}
 	if c.window != nil {
 		// A window wider than both sequences is the same as this one;
 		// reference.Visible would overflow on pos+math.MaxInt.
@@ -298,6 +310,9 @@ func atCheckGood(t *testing.T, c atCase, seed uint64) {
 		k0, k1 := int(c.cuK[b]), int(c.cuK[b+1])
 		pb := p
 		pb.Batch, pb.SeqQ, pb.SeqK = b+1, q1-q0, k1-k0
+		if visible != nil {
+			pb.Mask = func(_, h, i, j int) bool { return visible(b, h, i, j) }
+		}
 		switch c.alibi {
 		case "h":
 			pb.ALiBi = atTo64(slopes)
@@ -511,12 +526,48 @@ func TestAttnBad(t *testing.T) {
 	atWriteI32(t, p("used_neg.npy"), []int32{-1, 2}, 2)
 	atWriteI32(t, p("used_len.npy"), []int32{1, 1, 1}, 3)
 	vlcu := append(slices.Clone(vl), "-cu-seqlens-q", p("cuq.npy"), "-cu-seqlens-k", p("cuk.npy"))
+	with := func(b []string, extra ...string) []string { return append(slices.Clone(b), extra...) }
+
+	// Masks for base (H = 2, Sq = 4, Sk = 5: one 128-block each way) and
+	// for the varlen base (longest sequences 4 and 5).
+	mask := func(name, descr, shape string, data ...byte) string {
+		return wraw(name, atRawNpy(descr, false, shape, data))
+	}
+	mask("m_ok.npy", "|u1", "(2, 1, 1)", 1, 1)
+	mask("m_f4.npy", "<f4", "(1, 1, 1)", 0, 0, 128, 63)
+	mask("m_i4.npy", "<i4", "(1, 1, 1)", 1, 0, 0, 0)
+	mask("m_2d.npy", "|u1", "(1, 1)", 1)
+	mask("m_heads3.npy", "|u1", "(3, 1, 1)", 1, 1, 1)
+	mask("m_nqb.npy", "|u1", "(1, 2, 1)", 1, 1)
+	mask("m_nkb.npy", "|b1", "(1, 1, 1)", 1)
+	mask("m_bool2.npy", "|b1", "(1, 1, 1)", 2)
+	mask("m_trunc.npy", "|i1", "(1, 2, 2)", 1, 1, 1)
+	mask("m_trail.npy", "|i1", "(1, 1, 1)", 1, 1)
+	wraw("m_fortran.npy", atRawNpy("|u1", true, "(1, 1, 1)", []byte{1}))
+	mask("m_vl_ok.npy", "|u1", "(1, 2, 3)", 1, 1, 1, 1, 1, 1)       // -mask-block-q 2 -mask-block-k 2
+	mask("m_vl_total.npy", "|u1", "(1, 4, 5)", make([]byte, 20)...) // blocks of the packed total, not the longest sequence
+	atWriteI32(t, p("ids_q.npy"), []int32{0, 0, 1, 1}, 1, 4)
+	atWriteI32(t, p("ids_k.npy"), []int32{0, 1, 1, -1, 2}, 1, 5)
+	atWriteI32(t, p("ids_q_long.npy"), []int32{0, 0, 1, 1, 1}, 1, 5)
+	atWriteI32(t, p("ids_q_1d.npy"), []int32{0, 0, 1, 1}, 4)
+	atWriteF32(t, p("ids_q_f4.npy"), []float32{0, 0, 1, 1}, 1, 4)
+	atWriteI32(t, p("ids_vq.npy"), []int32{0, 0, 1, 1, 1, 2, 2}, 7)
+	atWriteI32(t, p("ids_vk.npy"), []int32{0, 0, 1, 1, 1, 2, 2, 2, 2}, 9)
+	atWriteI32(t, p("ids_vq_2d.npy"), []int32{0, 0, 1, 1, 1, 2, 2, 2}, 2, 4)
+	withMask := with(base, "-block-mask", p("m_ok.npy"))
+	if code, _, stderr := atRun(with(withMask, "-segment-ids-q", p("ids_q.npy"), "-segment-ids-k", p("ids_k.npy"), "-o", filepath.Join(t.TempDir(), "o"))...); code != 0 {
+		t.Fatalf("mask base: exit status %d, stderr %q", code, stderr)
+	}
+	vlMask := with(vlcu, "-block-mask", p("m_vl_ok.npy"), "-mask-block-q", "2", "-mask-block-k", "2",
+		"-segment-ids-q", p("ids_vq.npy"), "-segment-ids-k", p("ids_vk.npy"))
+	if code, _, stderr := atRun(with(vlMask, "-o", filepath.Join(t.TempDir(), "o"))...); code != 0 {
+		t.Fatalf("varlen mask base: exit status %d, stderr %q", code, stderr)
+	}
 	// Check that the varlen base is itself valid.
 	if code, _, stderr := atRun(append(slices.Clone(vlcu), "-o", filepath.Join(t.TempDir(), "o"))...); code != 0 {
 		t.Fatalf("varlen base: exit status %d, stderr %q", code, stderr)
 	}
 
-	with := func(b []string, extra ...string) []string { return append(slices.Clone(b), extra...) }
 	// replace returns base with the value of flag name replaced (or the flag
 	// removed if val is "").
 	replace := func(b []string, name, val string) []string {
@@ -604,6 +655,34 @@ func TestAttnBad(t *testing.T) {
 		{"seqused-k too large", with(vlcu, "-seqused-k", p("used_bad.npy")), "used_bad.npy", 1},
 		{"seqused-k negative", with(vlcu, "-seqused-k", p("used_neg.npy")), "used_neg.npy", 1},
 		{"seqused-k length", with(vlcu, "-seqused-k", p("used_len.npy")), "used_len.npy", 1},
+		{"block-mask float32", with(base, "-block-mask", p("m_f4.npy")), "m_f4.npy", 1},
+		{"block-mask int32", with(base, "-block-mask", p("m_i4.npy")), "m_i4.npy", 1},
+		{"block-mask 2-D", with(base, "-block-mask", p("m_2d.npy")), "m_2d.npy", 1},
+		{"block-mask 3 heads", with(base, "-block-mask", p("m_heads3.npy")), "m_heads3.npy", 1},
+		{"block-mask query blocks", with(base, "-block-mask", p("m_nqb.npy")), "m_nqb.npy", 1},
+		{"block-mask key blocks", with(base, "-block-mask", p("m_nkb.npy"), "-mask-block-k", "2"), "m_nkb.npy", 1},
+		{"block-mask bool 2", with(base, "-block-mask", p("m_bool2.npy")), "m_bool2.npy", 1},
+		{"block-mask truncated", with(base, "-block-mask", p("m_trunc.npy")), "m_trunc.npy", 1},
+		{"block-mask trailing", with(base, "-block-mask", p("m_trail.npy")), "m_trail.npy", 1},
+		{"block-mask fortran", with(base, "-block-mask", p("m_fortran.npy")), "m_fortran.npy", 1},
+		{"block-mask directory", with(base, "-block-mask", p("adir.npy")), "adir.npy", 1},
+		{"block-mask nonexistent", with(base, "-block-mask", p("nope_mask.npy")), "nope_mask.npy", 1},
+		{"block-mask varlen packed blocks", with(vlcu, "-block-mask", p("m_vl_total.npy"), "-mask-block-q", "2", "-mask-block-k", "2"), "m_vl_total.npy", 1},
+		{"mask-block-q 0", with(withMask, "-mask-block-q", "0"), "-mask-block-q", 1},
+		{"mask-block-k -3", with(withMask, "-mask-block-k", "-3"), "-mask-block-k", 1},
+		{"mask-block-q not int", with(withMask, "-mask-block-q", "x"), "-mask-block-q", 2},
+		{"mask-block-q without mask", with(base, "-mask-block-q", "64"), "-mask-block-q", 1},
+		{"mask-block-k without mask", with(base, "-mask-block-k", "64"), "-mask-block-k", 1},
+		{"segment-ids-q alone", with(base, "-segment-ids-q", p("ids_q.npy")), "-segment-ids", 1},
+		{"segment-ids-k alone", with(base, "-segment-ids-k", p("ids_k.npy")), "-segment-ids", 1},
+		{"segment-ids-q shape", with(base, "-segment-ids-q", p("ids_q_long.npy"), "-segment-ids-k", p("ids_k.npy")), "ids_q_long.npy", 1},
+		{"segment-ids-k shape", with(base, "-segment-ids-q", p("ids_q.npy"), "-segment-ids-k", p("ids_q.npy")), "ids_q.npy", 1},
+		{"segment-ids 1-D dense", with(base, "-segment-ids-q", p("ids_q_1d.npy"), "-segment-ids-k", p("ids_k.npy")), "ids_q_1d.npy", 1},
+		{"segment-ids float32", with(base, "-segment-ids-q", p("ids_q_f4.npy"), "-segment-ids-k", p("ids_k.npy")), "ids_q_f4.npy", 1},
+		{"segment-ids uint8", with(base, "-segment-ids-q", p("m_ok.npy"), "-segment-ids-k", p("ids_k.npy")), "m_ok.npy", 1},
+		{"segment-ids nonexistent", with(base, "-segment-ids-q", p("nope_ids.npy"), "-segment-ids-k", p("ids_k.npy")), "nope_ids.npy", 1},
+		{"segment-ids varlen 2-D", with(vlcu, "-segment-ids-q", p("ids_vq_2d.npy"), "-segment-ids-k", p("ids_vk.npy")), "ids_vq_2d.npy", 1},
+		{"segment-ids varlen total", with(vlcu, "-segment-ids-q", p("ids_vq.npy"), "-segment-ids-k", p("ids_vq.npy")), "ids_vq.npy", 1},
 		{"unknown flag", with(base, "-bogus"), "-bogus", 2},
 		{"flag missing value", with(base, "-scale"), "-scale", 2},
 		{"positional argument", with(base, "extra.npy"), "extra.npy", 2},
@@ -688,9 +767,13 @@ func TestAttnBad(t *testing.T) {
 // values, a fuzzed -max-memory and a fuzzed state of the output directory
 // and inputs (fault: 0 empty, 1 files of an earlier run, 2 lse.npy is a
 // directory, 3 a stale temporary file of a dead process, 4 a FIFO as
-// -alibi). The command must not panic and must exit 0 (every output file
-// new, no temporary file left) or 1/2 (exactly one stderr line, the output
-// directory exactly as before).
+// -alibi), and fuzzed masks: -mask-block-q/-k (given when not 0) and one of
+// a few -block-mask and -segment-ids files (maskKind: 0 none, 1 a shared
+// 1-block mask, 2 a 2-head [2, 2, 3] mask, 3 a bool mask holding a 2, 4
+// segment ids, 5 segment ids of the wrong shape, 6 the shared mask and the
+// segment ids). The command must not panic and must exit 0 (every output
+// file new, no temporary file left) or 1/2 (exactly one stderr line, the
+// output directory exactly as before).
 func FuzzAttnFlags(f *testing.F) {
 	dir := f.TempDir()
 	base := atInputs(f, dir)
@@ -698,25 +781,51 @@ func FuzzAttnFlags(f *testing.F) {
 	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
 		f.Fatal(err)
 	}
+	maskFile := func(name, descr, shape string, data ...byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, atRawNpy(descr, false, shape, data), 0o644); err != nil {
+			f.Fatal(err)
+		}
+		return p
+	}
+	masks := [][]string{
+		nil,
+		{"-block-mask", maskFile("fm_shared.npy", "|u1", "(1, 1, 1)", 7)},
+		{"-block-mask", maskFile("fm_small.npy", "|i1", "(2, 2, 3)", 1, 0, 0xff, 0, 1, 0, 1, 1, 0, 0, 0, 1)},
+		{"-block-mask", maskFile("fm_bad.npy", "|b1", "(1, 1, 1)", 2)},
+		{"-segment-ids-q", atWriteI32(f, filepath.Join(dir, "fm_idsq.npy"), []int32{0, 1, -1, 1}, 1, 4),
+			"-segment-ids-k", atWriteI32(f, filepath.Join(dir, "fm_idsk.npy"), []int32{1, 1, 0, -1, 0}, 1, 5)},
+		{"-segment-ids-q", filepath.Join(dir, "fm_idsq.npy"), "-segment-ids-k", filepath.Join(dir, "fm_idsq.npy")},
+	}
+	masks = append(masks, append(slices.Clone(masks[1]), masks[4]...))
 	earlier := filepath.Join(dir, "earlier")
 	if code, _, stderr := atRun(append(slices.Clone(base), "-o", earlier)...); code != 0 {
 		f.Fatalf("earlier run: %d %q", code, stderr)
 	}
-	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0))
-	f.Add(0.5, 2.0, 0.3, 2, 1, true, uint64(7), "", uint8(1))
-	f.Add(math.NaN(), 0.0, 0.0, -1, -1, false, uint64(1), "", uint8(0))
-	f.Add(-1.0, -1.0, 1.0, -5, -7, true, uint64(2), "", uint8(0))
-	f.Add(1e-60, 1e60, 0.99999999, math.MaxInt, math.MinInt, false, uint64(math.MaxUint64), "", uint8(0))
-	f.Add(math.Inf(1), math.Inf(-1), math.Inf(1), 0, 0, true, uint64(3), "", uint8(0))
-	f.Add(3e38, 1e-45, 1e-50, 0, math.MaxInt, false, uint64(4), "", uint8(0))
-	f.Add(1e30, 0.0, 0.0, math.MaxInt/2, math.MaxInt/2, true, uint64(5), "", uint8(0))
-	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(2))
-	f.Add(0.0, 0.0, 0.1, 3, -1, false, uint64(9), "", uint8(3))
-	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(4))
-	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "1K", uint8(1))
-	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "1G", uint8(1))
-	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "-5x", uint8(0))
-	f.Fuzz(func(t *testing.T, scale, softcap, dropout float64, wl, wr int, causal bool, seed uint64, maxMem string, fault uint8) {
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), 0, 0, uint8(0))
+	f.Add(0.5, 2.0, 0.3, 2, 1, true, uint64(7), "", uint8(1), 0, 0, uint8(0))
+	f.Add(math.NaN(), 0.0, 0.0, -1, -1, false, uint64(1), "", uint8(0), 0, 0, uint8(0))
+	f.Add(-1.0, -1.0, 1.0, -5, -7, true, uint64(2), "", uint8(0), 0, 0, uint8(0))
+	f.Add(1e-60, 1e60, 0.99999999, math.MaxInt, math.MinInt, false, uint64(math.MaxUint64), "", uint8(0), 0, 0, uint8(0))
+	f.Add(math.Inf(1), math.Inf(-1), math.Inf(1), 0, 0, true, uint64(3), "", uint8(0), 0, 0, uint8(0))
+	f.Add(3e38, 1e-45, 1e-50, 0, math.MaxInt, false, uint64(4), "", uint8(0), 0, 0, uint8(0))
+	f.Add(1e30, 0.0, 0.0, math.MaxInt/2, math.MaxInt/2, true, uint64(5), "", uint8(0), 0, 0, uint8(0))
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(2), 0, 0, uint8(0))
+	f.Add(0.0, 0.0, 0.1, 3, -1, false, uint64(9), "", uint8(3), 0, 0, uint8(0))
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(4), 0, 0, uint8(0))
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "1K", uint8(1), 0, 0, uint8(0))
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "1G", uint8(1), 0, 0, uint8(0))
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "-5x", uint8(0), 0, 0, uint8(0))
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), 0, 0, uint8(1))
+	f.Add(0.0, 0.0, 0.0, -1, -1, true, uint64(0), "", uint8(0), 2, 2, uint8(2))
+	f.Add(0.0, 0.0, 0.2, 2, -1, false, uint64(6), "", uint8(1), 3, 2, uint8(2))
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), 0, 0, uint8(3))
+	f.Add(0.0, 1.0, 0.0, -1, -1, true, uint64(0), "", uint8(0), 0, 0, uint8(4))
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), 0, 0, uint8(5))
+	f.Add(0.0, 0.0, 0.0, 1, 1, false, uint64(0), "", uint8(0), 4, 5, uint8(6))
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), math.MaxInt, math.MinInt, uint8(1))
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), 64, 0, uint8(0))
+	f.Fuzz(func(t *testing.T, scale, softcap, dropout float64, wl, wr int, causal bool, seed uint64, maxMem string, fault uint8, mbq, mbk int, maskKind uint8) {
 		out := filepath.Join(t.TempDir(), "out")
 		if err := os.Mkdir(out, 0o755); err != nil {
 			t.Fatal(err)
@@ -731,6 +840,13 @@ func FuzzAttnFlags(f *testing.F) {
 		}
 		if maxMem != "" {
 			args = append(args, "-max-memory", maxMem)
+		}
+		args = append(args, masks[int(maskKind)%len(masks)]...)
+		if mbq != 0 {
+			args = append(args, "-mask-block-q", strconv.Itoa(mbq))
+		}
+		if mbk != 0 {
+			args = append(args, "-mask-block-k", strconv.Itoa(mbk))
 		}
 		stale := ".out.npy.tmp-4194305-x" // above Linux's largest pid: never alive
 		switch fault % 5 {

@@ -21,9 +21,12 @@ import (
 // benchCase is one measured configuration.
 type benchCase struct {
 	shape
-	Mode    string // fwd, bwd, fwdbwd, decode
-	Variant string // "" or window/softcap/alibi/dropout
-	Window  int    // window size (left) for the window variant
+	Mode    string  // fwd, bwd, fwdbwd, decode
+	Variant string  // "" or window/softcap/alibi/dropout/block-sparse
+	Window  int     // window size (left) for the window variant
+	Density float64 // block density for the block-sparse variant
+
+	mask *flashattn.BlockMask // block-sparse: built by measure (see blockMask)
 
 	plain     bool   // also run the plain algorithm
 	plainSkip string // why plain is not run, when it is not ("" if it is, or never would be)
@@ -35,6 +38,7 @@ type benchFlags struct {
 	svg, mode, variant              string
 	s                               shape
 	workers, minMillis, window      int
+	density                         float64
 	reps                            int
 	maxMem                          *memlimit.Flag
 	bwSize                          sizeValue
@@ -63,8 +67,9 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		"Measures flashattn and the plain algorithm, interleaved with the FP32 FMA peak of the kernel path\n"+
 		"that runs, in -reps repetitions, and prints medians with their range: GFLOP/s, fraction of the\n"+
 		"peak, speedup over plain, extra memory. Without -seqlen it sweeps seqlen 512…16384, headdim 64\n"+
-		"and 128, causal and not, modes fwd, bwd and fwdbwd, then the decode and training-variant cases;\n"+
-		"-mode, -headdim, -causal and -variant then select among them and -batch, -heads, -kv-heads\n"+
+		"and 128, causal and not, modes fwd, bwd and fwdbwd, then the decode and training-variant cases and\n"+
+		"block-sparse forward+backward at densities 0.05, 0.1, 0.2 and 0.5;\n"+
+		"-mode, -headdim, -causal, -variant and -density then select among them and -batch, -heads, -kv-heads\n"+
 		"override their shapes. With -seqlen it measures the single case given by the flags.\n")
 	fs.BoolVar(&f.jsonOut, "json", false, "print one JSON object per case instead of the table")
 	fs.StringVar(&f.svg, "svg", "", "also draw GFLOP/s against seqlen (median, min–max bars) into this SVG (or PNG) `file`")
@@ -77,8 +82,10 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&f.s.D, "headdim", 64, "head dimension")
 	fs.BoolVar(&f.causal, "causal", false, "causal mask")
 	fs.StringVar(&f.mode, "mode", "fwd", "fwd, bwd, fwdbwd or decode")
-	fs.StringVar(&f.variant, "variant", "", "window, softcap, alibi or dropout")
+	fs.StringVar(&f.variant, "variant", "", "window, softcap, alibi, dropout or block-sparse")
 	fs.IntVar(&f.window, "window", 256, "window size for -variant window")
+	fs.Float64Var(&f.density, "density", 0.1, "block density `S` for -variant block-sparse: non-causal, 128×128 blocks, per head a random mask "+
+		"holding the diagonal block and round(S × blocks per row) − 1 others in every row of blocks (without -seqlen: selects the sweep's density)")
 	fs.IntVar(&f.workers, "workers", 0, "worker goroutines (0: GOMAXPROCS)")
 	fs.IntVar(&f.reps, "reps", 5, "repetitions of every measurement, interleaved with the peak; medians and ranges are reported")
 	fs.IntVar(&f.minMillis, "min-ms", 200, "time each repetition of a measurement for at least this many milliseconds")
@@ -132,9 +139,18 @@ func (f *benchFlags) validate() error {
 		bad("-mode %q: want fwd, bwd, fwdbwd or decode", f.mode)
 	}
 	switch f.variant {
-	case "", "window", "softcap", "alibi", "dropout":
+	case "", "window", "softcap", "alibi", "dropout", "block-sparse":
 	default:
-		bad("-variant %q: want window, softcap, alibi or dropout", f.variant)
+		bad("-variant %q: want window, softcap, alibi, dropout or block-sparse", f.variant)
+	}
+	switch {
+	case !(f.density > 0 && f.density <= 1):
+		bad("-density %v: want 0 < density ≤ 1", f.density)
+	case f.set["density"] && f.variant != "block-sparse":
+		bad("-density needs -variant block-sparse")
+	}
+	if f.variant == "block-sparse" && f.causal {
+		bad("-variant block-sparse is not causal: drop -causal")
 	}
 	for _, v := range []struct {
 		name string
@@ -187,11 +203,12 @@ func (f *benchFlags) cases() []benchCase {
 	if f.s.N > 0 {
 		s := f.s
 		s.Causal = f.causal
-		cases = append(cases, benchCase{shape: defaults(s), Mode: f.mode, Variant: f.variant, Window: f.window})
+		cases = append(cases, benchCase{shape: defaults(s), Mode: f.mode, Variant: f.variant, Window: f.window, Density: f.density})
 	} else {
 		for _, c := range sweep(f.quick) {
 			if f.set["mode"] && c.Mode != f.mode || f.set["headdim"] && c.D != f.s.D ||
-				f.set["causal"] && c.Causal != f.causal || f.set["variant"] && c.Variant != f.variant {
+				f.set["causal"] && c.Causal != f.causal || f.set["variant"] && c.Variant != f.variant ||
+				f.set["density"] && c.Density != f.density {
 				continue
 			}
 			if f.set["window"] && c.Variant == "window" {
@@ -271,6 +288,10 @@ func (c benchCase) need(workers int) *need {
 	n.addFlashWork(c.B, sq, c.N, c.H, c.Hk, c.D, workers, c.Mode == "bwd" || c.Mode == "fwdbwd")
 	if c.Variant == "alibi" {
 		n.floats("inputs", c.H)
+	}
+	if c.Variant == "block-sparse" { // the block table and the library's copy
+		nb := c.N/sparseBlock + 1
+		n.add("inputs", memlimit.Mul(2, c.H, nb, nb))
 	}
 	return n
 }
@@ -361,6 +382,11 @@ func sweep(quick bool) []benchCase {
 	for _, v := range []string{"window", "softcap", "alibi", "dropout"} {
 		cases = append(cases, benchCase{shape: defaults(shape{N: top, D: 64, Causal: true}), Mode: "fwd", Variant: v, Window: 256})
 	}
+	// Block-sparse forward+backward beside dense non-causal fwdbwd at the
+	// longest length (time ∝ density).
+	for _, s := range []float64{0.05, 0.1, 0.2, 0.5} {
+		cases = append(cases, benchCase{shape: defaults(shape{N: top, D: 64}), Mode: "fwdbwd", Variant: "block-sparse", Density: s})
+	}
 	return cases
 }
 
@@ -376,7 +402,16 @@ func (c benchCase) label() string {
 	if c.Variant != "" {
 		s += " " + c.Variant
 	}
+	if c.Variant == "block-sparse" {
+		s += fmt.Sprintf(" %g", c.Density)
+	}
 	return s
+}
+
+// blockMask builds the block-sparse variant's mask: one random mask per
+// query head at the case's density (a fixed seed).
+func (c benchCase) blockMask() (*flashattn.BlockMask, error) {
+	return randomBlockMask(c.H, c.N, c.Density, 1)
 }
 
 func (c benchCase) options(workers int) *flashattn.Options {
@@ -396,17 +431,21 @@ func (c benchCase) options(workers int) *flashattn.Options {
 		}
 	case "dropout":
 		o.Dropout, o.Seed = 0.1, 1
+	case "block-sparse":
+		o.BlockMask = c.mask
 	}
 	return o
 }
 
 // visibleFlops counts SPEC §5 FLOPs for the case: 4·B·H·Sq·Sk·D for a
-// forward pass, counting only the visible (i, j) pairs under a causal mask
-// or a window; backward is 2.5× that, forward+backward 3.5×.
+// forward pass, counting only the visible (i, j) pairs under a causal mask,
+// a window or a block mask; backward is 2.5× that, forward+backward 3.5×.
 func (c benchCase) visibleFlops(mode string) float64 {
 	sq := c.sq()
 	var pairs float64
 	switch {
+	case c.mask != nil: // pairs of every head: per head on average
+		pairs = visiblePairs(c.mask) / float64(c.mask.Shape().Heads)
 	case c.Variant == "window":
 		for i := 0; i < sq; i++ {
 			pos := i + c.N - sq

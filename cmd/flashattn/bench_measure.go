@@ -132,6 +132,12 @@ func (m *measurer) measure(c benchCase) (benchResult, error) {
 	k := flashattn.Dense(in.k, c.B, c.N, c.Hk, c.D)
 	v := flashattn.Dense(in.v, c.B, c.N, c.Hk, c.D)
 	do := flashattn.Dense(in.do, c.B, sq, c.H, c.D)
+	if c.Variant == "block-sparse" {
+		var err error
+		if c.mask, err = c.blockMask(); err != nil {
+			return benchResult{}, err
+		}
+	}
 	opts := c.options(m.workers)
 	out := flashattn.NewTensor(c.B, sq, c.H, c.D)
 	lse := make([]float32, c.B*c.H*sq)
@@ -165,6 +171,9 @@ func (m *measurer) measure(c benchCase) (benchResult, error) {
 	r := benchResult{Mode: c.Mode, Variant: c.Variant, Batch: c.B, Heads: c.H, KVHeads: c.Hk, SeqlenQ: sq, SeqlenK: c.N,
 		Headdim: c.D, Causal: c.Causal, Kernel: kernel.Select().Name, Workers: m.workers, Reps: m.reps,
 		Calls: calls, PlainSkipped: c.plainSkip, PeakISA: m.peak.isa, ExtraBytes: extra}
+	if c.mask != nil {
+		r.Density = c.mask.Density()
+	}
 	var prun func()
 	pcalls := 0
 	if c.plain {

@@ -20,8 +20,10 @@ type benchResult struct {
 	SeqlenK int    `json:"seqlen_k"`
 	Headdim int    `json:"headdim"`
 	Causal  bool   `json:"causal"`
-	Kernel  string `json:"kernel"`
-	Workers int    `json:"workers"`
+	// Density is the fraction of visible blocks of a block-sparse case.
+	Density float64 `json:"density,omitempty"`
+	Kernel  string  `json:"kernel"`
+	Workers int     `json:"workers"`
 	// Reps repetitions of Calls timed calls each (PlainCalls for plain).
 	Reps       int `json:"reps"`
 	Calls      int `json:"calls_per_rep"`
@@ -144,6 +146,9 @@ func printTable(w io.Writer, rs []benchResult, workers, reps int) {
 		v := r.Variant
 		if v == "" {
 			v = "-"
+		}
+		if r.Density > 0 {
+			v += fmt.Sprintf(" %.3f", r.Density)
 		}
 		seq := fmt.Sprint(r.SeqlenK)
 		if r.SeqlenQ != r.SeqlenK {

@@ -41,6 +41,12 @@ func TestBenchFlagValidation(t *testing.T) {
 		{[]string{"-mode", "decode", "-headdim", "32"}, []string{"no case of the sweep"}},
 		{[]string{"-mode", "sideways", "-variant", "x", "-headdim", "0", "-batch", "-3"}, []string{"-mode", "-variant", "-headdim", "-batch"}},
 		{[]string{"-seqlen", "64", "-mode", "sideways", "-reps", "-1"}, []string{"-mode", "-reps"}},
+		{[]string{"-variant", "block-sparse", "-density", "0"}, []string{"-density"}},
+		{[]string{"-variant", "block-sparse", "-density", "1.5"}, []string{"-density"}},
+		{[]string{"-seqlen", "64", "-variant", "block-sparse", "-density", "NaN"}, []string{"-density"}},
+		{[]string{"-density", "0.2"}, []string{"-density needs -variant block-sparse"}},
+		{[]string{"-seqlen", "64", "-variant", "block-sparse", "-causal"}, []string{"-causal"}},
+		{[]string{"-variant", "block-sparse", "-density", "0.3"}, []string{"no case of the sweep"}},
 	} {
 		done := make(chan [3]string, 1)
 		start := time.Now()
@@ -101,12 +107,14 @@ func TestBenchSweepSelection(t *testing.T) {
 				f.s.Hk = n
 			case "quick":
 				f.quick = v == "true"
+			case "density":
+				fmt.Sscan(v, &f.density)
 			}
 		}
 		return f.cases()
 	}
 	all := sel()
-	if len(all) != 3*2*2*6+1+4 {
+	if len(all) != 3*2*2*6+1+4+4 {
 		t.Fatalf("full sweep: %d cases", len(all))
 	}
 	for _, c := range sel("mode", "bwd", "headdim", "128", "causal", "true") {
@@ -119,6 +127,12 @@ func TestBenchSweepSelection(t *testing.T) {
 	}
 	if cs := sel("variant", "softcap"); len(cs) != 1 || cs[0].Variant != "softcap" || cs[0].plain {
 		t.Errorf("softcap: %+v", cs)
+	}
+	if cs := sel("variant", "block-sparse"); len(cs) != 4 || cs[0].Mode != "fwdbwd" || cs[0].Causal || cs[0].N != 16384 || cs[0].plain {
+		t.Errorf("block-sparse: %+v", cs)
+	}
+	if cs := sel("variant", "block-sparse", "density", "0.2"); len(cs) != 1 || cs[0].Density != 0.2 {
+		t.Errorf("block-sparse 0.2: %+v", cs)
 	}
 	for _, c := range sel("mode", "fwd", "batch", "2", "heads", "4", "kv-heads", "2") {
 		if c.B != 2 || c.H != 4 || c.Hk != 2 {
@@ -236,12 +250,15 @@ func TestBandwidthBuffer(t *testing.T) {
 // flags that pass validation must end in the memory refusal, never in a
 // measurement, a panic or an overflow.
 func FuzzBenchFlags(f *testing.F) {
-	f.Add("fwd", "", 64, 0, 0, 0, 0, 5, 200, 256, false)
-	f.Add("sideways", "turbo", 0, -1, -2, -3, -4, 0, -1, -1, true)
-	f.Add("decode", "window", math.MaxInt/2, math.MaxInt/3, math.MaxInt/5, 1<<20, math.MaxInt/7, 1000, 1, 0, false)
-	f.Add("bwd", "alibi", 128, 3, 6, 4, 0, 2, 0, 1, true)
-	f.Add("fwdbwd", "dropout", 1, math.MaxInt, math.MaxInt, 1, math.MaxInt, 1, 600000, math.MaxInt, false)
-	f.Fuzz(func(t *testing.T, mode, variant string, d, b, h, hk, n, reps, minMs, window int, quick bool) {
+	f.Add("fwd", "", 64, 0, 0, 0, 0, 5, 200, 256, false, 0.1)
+	f.Add("sideways", "turbo", 0, -1, -2, -3, -4, 0, -1, -1, true, 0.1)
+	f.Add("decode", "window", math.MaxInt/2, math.MaxInt/3, math.MaxInt/5, 1<<20, math.MaxInt/7, 1000, 1, 0, false, 0.1)
+	f.Add("bwd", "alibi", 128, 3, 6, 4, 0, 2, 0, 1, true, 0.1)
+	f.Add("fwdbwd", "dropout", 1, math.MaxInt, math.MaxInt, 1, math.MaxInt, 1, 600000, math.MaxInt, false, 0.1)
+	f.Add("fwdbwd", "block-sparse", 64, 1, 8, 0, math.MaxInt/3, 5, 200, 256, false, 0.05)
+	f.Add("fwdbwd", "block-sparse", 64, 1, 8, 0, 4096, 5, 200, 256, false, math.NaN())
+	f.Add("fwd", "block-sparse", 64, 0, 0, 0, 0, 5, 200, 256, true, 1e-300)
+	f.Fuzz(func(t *testing.T, mode, variant string, d, b, h, hk, n, reps, minMs, window int, quick bool, density float64) {
 		if strings.ContainsAny(mode+variant, "\n\r") {
 			return // not something a shell passes as one argument
 		}
@@ -249,6 +266,9 @@ func FuzzBenchFlags(f *testing.F) {
 		args := []string{"bench", "-mode", mode, "-variant", variant, "-headdim", it(d), "-batch", it(b), "-heads", it(h),
 			"-kv-heads", it(hk), "-seqlen", it(n), "-reps", it(reps), "-min-ms", it(minMs), "-window", it(window),
 			"-max-memory", "1K", "-json"}
+		if variant == "block-sparse" {
+			args = append(args, "-density", strconv.FormatFloat(density, 'g', -1, 64))
+		}
 		if quick {
 			args = append(args, "-quick")
 		}
@@ -261,7 +281,8 @@ func FuzzBenchFlags(f *testing.F) {
 			flag string
 		}{
 			{!slices.Contains([]string{"fwd", "bwd", "fwdbwd", "decode"}, mode), "-mode"},
-			{!slices.Contains([]string{"", "window", "softcap", "alibi", "dropout"}, variant), "-variant"},
+			{!slices.Contains([]string{"", "window", "softcap", "alibi", "dropout", "block-sparse"}, variant), "-variant"},
+			{variant == "block-sparse" && !(density > 0 && density <= 1), "-density"},
 			{d < 1, "-headdim"}, {b < 0, "-batch"}, {h < 0, "-heads"}, {hk < 0, "-kv-heads"}, {n < 0, "-seqlen"},
 			{reps < 1 || reps > 1000, "-reps"}, {minMs < 0 || minMs > 600000, "-min-ms"}, {window < 0, "-window"},
 		} {

@@ -7,6 +7,7 @@
 //	flashattn merge -o OUTDIR DIR...                                   merge attn results over disjoint key sets
 //	flashattn train [flags]                                            train a small GPT with flashattn
 //	flashattn generate -model FILE [flags]                             sample text from a trained GPT
+//	flashattn io    -seqlen N [-headdim D -cache-bytes M ...]          bytes moved to and from a cache of M bytes
 //
 // Run "flashattn CMD -h" for the flags of each command. Errors are printed
 // as one line on stderr and the exit status is non-zero.
@@ -33,6 +34,7 @@ usage:
   flashattn merge -o OUTDIR DIR...
   flashattn train [-steps N -context T -layers L -heads H -dim D -batch B -attention flash|plain -dropout P -seed S -save FILE -json]
   flashattn generate -model FILE [-prompt TEXT -tokens N -temperature T -seed S]
+  flashattn io    -seqlen N [-headdim D] [-cache-bytes M] [-causal] [-density S] [-mode fwd|bwd|fwdbwd] [-json]
 
 Run "flashattn CMD -h" for a command's flags.
 `
@@ -73,11 +75,13 @@ func runSeams(args []string, stdout, stderr io.Writer, sm seams) int {
 		err = runTrain(args[1:], stdout, stderr)
 	case "generate":
 		err = runGenerate(args[1:], stdout, stderr)
+	case "io":
+		err = runIO(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "flashattn: unknown command %q (want attn, merge, demo, bench, train or generate)\n", args[0])
+		fmt.Fprintf(stderr, "flashattn: unknown command %q (want attn, merge, demo, bench, io, train or generate)\n", args[0])
 		return 2
 	}
 	switch {

@@ -298,6 +298,12 @@ func dtypeName(descr string) string {
 		return "float32"
 	case dtypeI32:
 		return "int32"
+	case dtypeU8:
+		return "uint8"
+	case dtypeI8:
+		return "int8"
+	case dtypeBool:
+		return "bool"
 	}
 	return descr
 }

@@ -1,5 +1,6 @@
 // Package npy reads and writes NumPy .npy files for the flashattn command
-// line: little-endian float32 ('<f4') and int32 ('<i4') arrays in C order.
+// line: little-endian float32 ('<f4') and int32 ('<i4') arrays in C order,
+// and one-byte arrays (uint8 '|u1', int8 '|i1', bool '|b1') for masks.
 //
 // Reading validates everything before allocating: that the path is a
 // regular file (a FIFO, device or directory is refused at once, never
@@ -24,12 +25,15 @@ import (
 	"os"
 )
 
-// Array is a decoded array: exactly one of F32 and I32 is non-nil (or both
-// are nil for an array with no elements of unknown kind; see Read).
+// Array is a decoded array: exactly one of F32, I32 and U8 is non-nil (or
+// all are nil for an array with no elements of unknown kind; see Read). U8
+// holds the bytes of a one-byte array ('|u1', '|i1' or '|b1' when read;
+// written as '|u1').
 type Array struct {
 	Shape []int
 	F32   []float32
 	I32   []int32
+	U8    []uint8
 }
 
 // shapeLen returns the number of elements of the shape (1 for a scalar), or
@@ -61,8 +65,11 @@ func shapeLen(shape []int) int {
 func (a Array) Len() int { return shapeLen(a.Shape) }
 
 const (
-	dtypeF32 = "<f4"
-	dtypeI32 = "<i4"
+	dtypeF32  = "<f4"
+	dtypeI32  = "<i4"
+	dtypeU8   = "|u1"
+	dtypeI8   = "|i1"
+	dtypeBool = "|b1"
 
 	magic = "\x93NUMPY"
 	// maxHeaderLen bounds the header dictionary we are willing to read.
@@ -70,6 +77,21 @@ const (
 	// maxElems bounds the element count so that byte sizes fit in int64.
 	maxElems = math.MaxInt / 8
 )
+
+// Sets of accepted dtypes.
+var (
+	oneByte  = []string{dtypeU8, dtypeI8, dtypeBool}
+	anyDtype = []string{dtypeF32, dtypeI32, dtypeU8, dtypeI8, dtypeBool}
+)
+
+// elemSize is the size in bytes of one element of a supported dtype.
+func elemSize(descr string) int {
+	switch descr {
+	case dtypeU8, dtypeI8, dtypeBool:
+		return 1
+	}
+	return 4
+}
 
 // header is the parsed header of a .npy file.
 type header struct {

@@ -162,7 +162,7 @@ func TestReadsNpyioFiles(t *testing.T) {
 	if err := npy.Write(&buf, []float32{1.5, -2, 3}); err != nil {
 		t.Fatal(err)
 	}
-	a, err := decode(bytes.NewReader(buf.Bytes()), int64(buf.Len()), dtypeF32, memlimit.Limit{})
+	a, err := decode(bytes.NewReader(buf.Bytes()), int64(buf.Len()), []string{dtypeF32}, memlimit.Limit{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +252,7 @@ func TestBadHeaders(t *testing.T) {
 		"{'descr': '<f4' 'fortran_order': False, 'shape': (2,)}",
 	} {
 		b := rawNpy(dict, make([]byte, 8))
-		if _, err := decode(bytes.NewReader(b), int64(len(b)), dtypeF32, memlimit.Limit{}); err == nil {
+		if _, err := decode(bytes.NewReader(b), int64(len(b)), []string{dtypeF32}, memlimit.Limit{}); err == nil {
 			t.Errorf("header %q accepted", dict)
 		}
 	}
@@ -264,7 +264,7 @@ func TestBadHeaders(t *testing.T) {
 		"{'descr':'<f4','fortran_order':False,'shape':(2L,),}",
 	} {
 		b := rawNpy(dict, make([]byte, 8))
-		if _, err := decode(bytes.NewReader(b), int64(len(b)), dtypeF32, memlimit.Limit{}); err != nil {
+		if _, err := decode(bytes.NewReader(b), int64(len(b)), []string{dtypeF32}, memlimit.Limit{}); err != nil {
 			t.Errorf("header %q: %v", dict, err)
 		}
 	}
@@ -318,6 +318,9 @@ func TestWriteErrors(t *testing.T) {
 	}
 }
 
+// fourByte is the set of four-byte dtypes.
+var fourByte = []string{dtypeF32, dtypeI32}
+
 func FuzzRead(f *testing.F) {
 	var buf bytes.Buffer
 	encode(&buf, Array{Shape: []int{2, 3}, F32: []float32{1, 2, 3, 4, 5, 6}})
@@ -351,7 +354,7 @@ func FuzzRead(f *testing.F) {
 		// but does not fit must be refused before allocating.
 		extra %= 16 << 40
 		r := io.MultiReader(bytes.NewReader(b), &zeros{n: extra})
-		a, err := decode(r, int64(len(b))+int64(extra), "", memlimit.Limit{Bytes: limit, Source: "fuzz"})
+		a, err := decode(r, int64(len(b))+int64(extra), fourByte, memlimit.Limit{Bytes: limit, Source: "fuzz"})
 		if err != nil {
 			var me *memlimit.Error
 			if errors.As(err, &me) && me.Need <= limit {
@@ -372,7 +375,7 @@ func FuzzRead(f *testing.F) {
 		if out.Len()%4 != 0 || (out.Len()-4*a.Len())%64 != 0 {
 			t.Fatalf("re-encoded data offset not 64-aligned")
 		}
-		a2, err := decode(bytes.NewReader(out.Bytes()), int64(out.Len()), "", memlimit.Limit{})
+		a2, err := decode(bytes.NewReader(out.Bytes()), int64(out.Len()), fourByte, memlimit.Limit{})
 		if err != nil {
 			t.Fatalf("re-decode: %v", err)
 		}

@@ -9,6 +9,8 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/flashattn/flashattn/internal/memlimit"
@@ -26,7 +28,7 @@ type Reader struct {
 // ReadFloat32 reads a little-endian float32 ('<f4') C-order array. A scalar
 // file gives an empty shape and one element.
 func (r Reader) ReadFloat32(path string) (data []float32, shape []int, err error) {
-	a, err := r.readFile(path, dtypeF32)
+	a, err := r.readFile(path, []string{dtypeF32})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -35,16 +37,29 @@ func (r Reader) ReadFloat32(path string) (data []float32, shape []int, err error
 
 // ReadInt32 reads a little-endian int32 ('<i4') C-order array.
 func (r Reader) ReadInt32(path string) (data []int32, shape []int, err error) {
-	a, err := r.readFile(path, dtypeI32)
+	a, err := r.readFile(path, []string{dtypeI32})
 	if err != nil {
 		return nil, nil, err
 	}
 	return a.I32, a.Shape, nil
 }
 
-// Read reads a '<f4' or '<i4' array; the field of the other kind is nil.
+// ReadBytes reads a one-byte C-order array: uint8 ('|u1'), int8 ('|i1') or
+// bool ('|b1'), as its raw bytes (an int8 -1 is 0xff), for masks where a
+// nonzero element means true. A bool element other than 0 or 1 is an
+// error.
+func (r Reader) ReadBytes(path string) (data []uint8, shape []int, err error) {
+	a, err := r.readFile(path, oneByte)
+	if err != nil {
+		return nil, nil, err
+	}
+	return a.U8, a.Shape, nil
+}
+
+// Read reads an array of any dtype the package reads ('<f4', '<i4', '|u1',
+// '|i1', '|b1'); the fields of the other kinds are nil.
 func (r Reader) Read(path string) (Array, error) {
-	return r.readFile(path, "")
+	return r.readFile(path, anyDtype)
 }
 
 // ReadFloat32 reads a '<f4' array with the memory this machine has
@@ -59,8 +74,8 @@ func ReadInt32(path string) (data []int32, shape []int, err error) {
 	return Reader{Limit: memlimit.Detect()}.ReadInt32(path)
 }
 
-// Read reads a '<f4' or '<i4' array with the memory this machine has
-// available as the limit (see Reader).
+// Read reads an array of any supported dtype with the memory this machine
+// has available as the limit (see Reader).
 func Read(path string) (Array, error) {
 	return Reader{Limit: memlimit.Detect()}.Read(path)
 }
@@ -68,15 +83,18 @@ func Read(path string) (Array, error) {
 // Info describes a .npy file from its header.
 type Info struct {
 	Shape []int
-	// Descr is the dtype: "<f4" or "<i4".
+	// Descr is the dtype: "<f4", "<i4", "|u1", "|i1" or "|b1".
 	Descr string
 }
 
 // Bytes is the memory the array's elements take once read.
-func (i Info) Bytes() memlimit.Size { return memlimit.Mul(max(shapeLen(i.Shape), 0), 4) }
+func (i Info) Bytes() memlimit.Size {
+	return memlimit.Mul(max(shapeLen(i.Shape), 0), elemSize(i.Descr))
+}
 
 // Stat checks a .npy file as reading it would (a regular file, a valid
-// header for a '<f4' or '<i4' C-order array, a size that matches the shape)
+// header for a C-order array of one of the dtypes this package reads, a
+// size that matches the shape)
 // but reads only the header, so that a caller can add up what several
 // files need before reading any of them.
 func Stat(path string) (Info, error) {
@@ -85,7 +103,7 @@ func Stat(path string) (Info, error) {
 		return Info{}, err
 	}
 	defer f.Close()
-	h, err := checkHeader(bufio.NewReaderSize(f, 4096), st.Size(), "")
+	h, err := checkHeader(bufio.NewReaderSize(f, 4096), st.Size(), anyDtype)
 	if err != nil {
 		return Info{}, fileError(path, err)
 	}
@@ -155,7 +173,7 @@ func fileError(path string, err error) error {
 	return fmt.Errorf("%s: %w", path, err)
 }
 
-func (r Reader) readFile(path, want string) (Array, error) {
+func (r Reader) readFile(path string, want []string) (Array, error) {
 	f, st, err := open(path)
 	if err != nil {
 		return Array{}, err
@@ -169,23 +187,19 @@ func (r Reader) readFile(path, want string) (Array, error) {
 }
 
 // checkHeader reads the header from r, a file of size bytes, and checks the
-// dtype (want, or either supported one if want is empty), the order, and
-// that the size matches the shape.
-func checkHeader(r io.Reader, size int64, want string) (*header, error) {
+// dtype (one of want), the order, and that the size matches the shape.
+func checkHeader(r io.Reader, size int64, want []string) (*header, error) {
 	h, err := decodeHeader(r, size)
 	if err != nil {
 		return nil, err
 	}
-	if want != "" && h.descr != want {
-		return nil, errorf("dtype %s, want %s (%s)", h.descr, dtypeName(want), want)
-	}
-	if want == "" && h.descr != dtypeF32 && h.descr != dtypeI32 {
-		return nil, errorf("dtype %s, want float32 (%s) or int32 (%s)", h.descr, dtypeF32, dtypeI32)
+	if !slices.Contains(want, h.descr) {
+		return nil, errorf("dtype %s, want %s", h.descr, dtypeList(want))
 	}
 	if h.fortran {
 		return nil, errorf("fortran_order arrays are not supported")
 	}
-	const elem = 4
+	elem := int64(elemSize(h.descr))
 	avail := size - h.dataOff
 	if avail < h.n*elem {
 		return nil, errorf("truncated: header says %d elements, file has %d", h.n, avail/elem)
@@ -196,20 +210,38 @@ func checkHeader(r io.Reader, size int64, want string) (*header, error) {
 	return h, nil
 }
 
-// decode reads a whole .npy file of the given size from r. If want is
-// non-empty the dtype must equal it; otherwise '<f4' and '<i4' are accepted.
-// The elements must fit in limit.
-func decode(r io.Reader, size int64, want string, limit memlimit.Limit) (Array, error) {
+// dtypeList names the dtypes of want for an error message.
+func dtypeList(want []string) string {
+	var b strings.Builder
+	for i, d := range want {
+		switch {
+		case i == 0:
+		case i == len(want)-1:
+			b.WriteString(" or ")
+		default:
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s (%s)", dtypeName(d), d)
+	}
+	return b.String()
+}
+
+// decode reads a whole .npy file of the given size from r. Its dtype must
+// be one of want, and its elements must fit in limit.
+func decode(r io.Reader, size int64, want []string, limit memlimit.Limit) (Array, error) {
 	h, err := checkHeader(r, size, want)
 	if err != nil {
 		return Array{}, err
 	}
-	const elem = 4
+	elem := elemSize(h.descr)
 	if err := limit.Check("", memlimit.Mul(int(h.n), elem)); err != nil {
 		return Array{}, err
 	}
 	a := Array{Shape: h.shape}
 	n := int(h.n)
+	if elem == 1 {
+		return decodeBytes(r, h, a)
+	}
 	var buf [64 << 10]byte
 	if h.descr == dtypeF32 {
 		a.F32 = make([]float32, n)
@@ -234,10 +266,35 @@ func decode(r io.Reader, size int64, want string, limit memlimit.Limit) (Array, 
 		}
 		done += chunk
 	}
-	// The size came from Stat; make sure the file did not grow meanwhile.
+	return a, atEnd(r, h)
+}
+
+// decodeBytes reads the elements of a one-byte array into a.U8, checking
+// that bools are 0 or 1.
+func decodeBytes(r io.Reader, h *header, a Array) (Array, error) {
+	a.U8 = make([]uint8, h.n)
+	if _, err := io.ReadFull(r, a.U8); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			return Array{}, errorf("truncated: header says %d elements, file ended early", h.n)
+		}
+		return Array{}, err
+	}
+	if h.descr == dtypeBool {
+		for i, x := range a.U8 {
+			if x > 1 {
+				return Array{}, errorf("bool element %d is %d, want 0 or 1", i, x)
+			}
+		}
+	}
+	return a, atEnd(r, h)
+}
+
+// atEnd checks that r holds nothing after the elements: the size came from
+// Stat, so make sure the file did not grow meanwhile.
+func atEnd(r io.Reader, h *header) error {
 	var one [1]byte
 	if m, _ := r.Read(one[:]); m != 0 {
-		return Array{}, errorf("trailing data after the %d elements the header describes", h.n)
+		return errorf("trailing data after the %d elements the header describes", h.n)
 	}
-	return a, nil
+	return nil
 }

@@ -29,12 +29,18 @@ func checkShape(shape []int, n int) error {
 
 // checkArray checks that a can be encoded and returns its dtype.
 func checkArray(a Array) (string, error) {
-	descr, n := dtypeF32, len(a.F32)
-	if a.I32 != nil {
-		if a.F32 != nil {
-			return "", errors.New("array has both F32 and I32 data")
+	descr, n, kinds := dtypeF32, len(a.F32), 0
+	for _, k := range []struct {
+		set   bool
+		descr string
+		n     int
+	}{{a.F32 != nil, dtypeF32, len(a.F32)}, {a.I32 != nil, dtypeI32, len(a.I32)}, {a.U8 != nil, dtypeU8, len(a.U8)}} {
+		if k.set {
+			descr, n, kinds = k.descr, k.n, kinds+1
 		}
-		descr, n = dtypeI32, len(a.I32)
+	}
+	if kinds > 1 {
+		return "", errors.New("array has data of more than one kind (F32, I32, U8)")
 	}
 	return descr, checkShape(a.Shape, n)
 }
@@ -54,6 +60,17 @@ func encodeContext(ctx context.Context, w io.Writer, a Array) error {
 	n := len(a.F32) + len(a.I32)
 	if _, err := w.Write(encodeHeader(descr, a.Shape)); err != nil {
 		return err
+	}
+	if a.U8 != nil {
+		for done := 0; done < len(a.U8); done += 64 << 10 {
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			if _, err := w.Write(a.U8[done:min(len(a.U8), done+64<<10)]); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	var buf [64 << 10]byte
 	for done := 0; done < n; {
@@ -98,6 +115,15 @@ func WriteInt32(path string, data []int32, shape []int) error {
 		data = []int32{}
 	}
 	return WriteFiles(map[string]Array{path: {Shape: shape, I32: data}})
+}
+
+// WriteUint8 writes data with the given shape to path as a '|u1' array,
+// atomically like WriteFloat32.
+func WriteUint8(path string, data []uint8, shape []int) error {
+	if data == nil {
+		data = []uint8{}
+	}
+	return WriteFiles(map[string]Array{path: {Shape: shape, U8: data}})
 }
 
 // WriteFiles writes several arrays, keyed by path, all or nothing; it is

@@ -1,0 +1,424 @@
+package flashattn
+
+import (
+	"math"
+
+	"github.com/flashattn/flashattn/internal/kernel"
+)
+
+// traffic.go counts the memory traffic of the tile loops (the IO complexity
+// of the FlashAttention paper, §3.2 and Theorem 2) by walking the same task
+// lists, tile walks and packed buffers that Forward and Backward run.
+
+// TrafficShape is the size of the attention problem whose traffic
+// CountTraffic counts: Q is [Batch, SeqQ, Heads, Dim], K and V are
+// [Batch, SeqK, KVHeads, Dim] (KVHeads 0 means Heads). With Options.VarLen,
+// Batch is 1 and SeqQ, SeqK are the packed totals.
+type TrafficShape struct {
+	Batch, Heads, KVHeads int
+	SeqQ, SeqK, Dim       int
+}
+
+// Pass selects which passes CountTraffic counts.
+type Pass uint8
+
+const (
+	// PassForward is Forward.
+	PassForward Pass = 1 << iota
+	// PassBackward is Backward (given the forward's O and LSE).
+	PassBackward
+	// PassForwardBackward is Forward followed by Backward.
+	PassForwardBackward = PassForward | PassBackward
+)
+
+// IOBytes is memory traffic: bytes loaded from memory into the cache
+// (Read) and stored from the cache to memory (Write).
+type IOBytes struct {
+	Read, Write int64
+}
+
+// Total is Read + Write.
+func (b IOBytes) Total() int64 { return b.Read + b.Write }
+
+// TrafficByOperand splits traffic by the tensor the bytes belong to. The
+// bytes of a working copy count for the tensor it copies: packed K and V
+// tiles for K and V, the backward's packed Q and dO rows for Q and dO, the
+// partial sums of key splits and of the backward's dQ for O and dQ.
+type TrafficByOperand struct {
+	Q, K, V, O     IOBytes
+	DO, DQ, DK, DV IOBytes
+	// LSE counts the log-sum-exp rows and the other per-row statistics:
+	// the running max and sum of key splits, the backward's
+	// D = rowsum(dO∘O).
+	LSE IOBytes
+	// Scores counts the score-sized matrices of the standard algorithm
+	// (S, P, dP, dS); flashattn never stores one.
+	Scores IOBytes
+}
+
+// Total is the traffic of every operand.
+func (t TrafficByOperand) Total() int64 {
+	n := int64(0)
+	for _, b := range []IOBytes{t.Q, t.K, t.V, t.O, t.DO, t.DQ, t.DK, t.DV, t.LSE, t.Scores} {
+		n += b.Total()
+	}
+	return n
+}
+
+// Traffic is the memory traffic of one call for a cache of CacheBytes
+// bytes: flashattn's, and the standard algorithm's.
+type Traffic struct {
+	Pass       Pass
+	CacheBytes int
+	// The tiles flashattn uses for that cache: query rows per tile, keys
+	// per forward tile, keys per backward KV block.
+	BlockQ, BlockK, BackwardBlockK int
+	// ForwardTileBytes and BackwardTileBytes are the bytes that the inner
+	// loops hold in the cache while they run: the forward's Q block, O
+	// accumulator, running max and sum, one K and one V tile and the score
+	// tile; the backward's KV block (packed as Kᵀ, Vᵀ and K rows), its dK
+	// and dV accumulators, the S and dP tiles (and P with dropout applied,
+	// and the score modifiers' derivatives, when those are on), and one
+	// query tile's Q, dO, dQ, LSE and D. The count assumes they fit in the
+	// cache; where they do not, the loops move more than counted.
+	ForwardTileBytes, BackwardTileBytes int
+
+	// Flash is flashattn's traffic: every load and store of a tile or row
+	// of an operand, counted each time its loop brings it in from memory
+	// or sends it back.
+	Flash TrafficByOperand
+	// Standard is the standard algorithm's traffic (the paper's Algorithm
+	// 0 and its backward): S = QKᵀ written, read back for P = softmax(S),
+	// P written and read for O = PV; the backward reads P and dO for
+	// dV = PᵀdO, writes dP = dO·Vᵀ, reads P and dP to write dS, and reads
+	// dS twice, for dQ = dS·K and dK = dSᵀQ. Each pass streams its
+	// matrices once per (batch, query head); every score is materialised,
+	// whatever the mask.
+	Standard TrafficByOperand
+}
+
+// TileCacheBytes returns the cache size, in bytes, that Forward and
+// Backward size their tiles for on this machine when Options.BlockQ and
+// Options.BlockK are 0: the L2 cache of CPU 0 as Linux reports it, or
+// 1 MiB when it is unknown.
+func TileCacheBytes() int {
+	_, l2 := cacheSizes()
+	return l2
+}
+
+// CountTraffic returns the bytes that Forward and/or Backward (pass) move
+// between memory and a cache of cacheBytes bytes for a problem of the
+// given shape and options, with the tiles sized for that cache as the
+// library sizes them for its own cache (TileCacheBytes), or as
+// opts.BlockQ/BlockK set them; and the bytes the standard algorithm moves.
+//
+// The count follows the library's loops: the forward's row-block tasks
+// (and key splits), each walking the key tiles its masks leave visible
+// (block-sparse masks skip whole tiles), K and V packed once per call; the
+// backward's KV-block tasks, each streaming the query tiles that see its
+// block, with the dQ partial sums and their reduction. The model of the
+// cache is the paper's: a loop holds its own tiles (the forward's Q block
+// and O accumulator while it streams K/V tiles; the backward's K/V block
+// and dK/dV accumulators while it streams query tiles), and everything
+// else comes from memory each time it is used. It is exact when the
+// operands are much larger than the cache. Elements count 4 bytes each
+// (padded tiles count their padding). It assumes no row has |LSE| ≥ 16
+// (see Backward: such rows take one more pass over their key tiles).
+//
+// opts may be nil; a KVCache (decoding) is not counted. The count builds
+// the call's plan, so it allocates about the size of the larger of Q and
+// K/V, three times.
+func CountTraffic(shape TrafficShape, opts *Options, cacheBytes int, pass Pass) (Traffic, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	if opts.KVCache != nil {
+		return Traffic{}, argErr("Options.KVCache", "CountTraffic does not count decoding from a KVCache")
+	}
+	if pass == 0 || pass&^PassForwardBackward != 0 {
+		return Traffic{}, argErr("pass", "pass %d: want PassForward, PassBackward or PassForwardBackward", pass)
+	}
+	if cacheBytes < 1 {
+		return Traffic{}, argErr("cacheBytes", "cacheBytes %d: must be ≥ 1", cacheBytes)
+	}
+	hk := shape.KVHeads
+	if hk == 0 {
+		hk = shape.Heads
+	}
+	if shape.Batch < 1 || shape.Heads < 1 || hk < 1 || shape.SeqQ < 1 || shape.SeqK < 1 || shape.Dim < 1 {
+		return Traffic{}, argErr("shape", "TrafficShape %+v: every size must be ≥ 1", shape)
+	}
+	// One buffer serves as Q, K and V: only the shapes matter.
+	nq, ok1 := mulAdd(shape.SeqQ, shape.Heads, 0)
+	nk, ok2 := mulAdd(shape.SeqK, hk, 0)
+	n, ok3 := mulAdd(max(nq, nk), shape.Dim, 0)
+	n, ok4 := mulAdd(n, shape.Batch, 0)
+	// The counts are int64: bound the largest, about B·H·Sq·Sk·(D+16)·4·7.
+	big := float64(shape.Batch) * float64(shape.Heads) * float64(shape.SeqQ) * float64(shape.SeqK) * (float64(shape.Dim) + 16) * 64
+	if !(ok1 && ok2 && ok3 && ok4) || n > maxTrafficElems || big > 1<<62 {
+		return Traffic{}, argErr("shape", "TrafficShape %+v is too large to count", shape)
+	}
+	data := make([]float32, n)
+	q := Tensor{Data: data, Batch: shape.Batch, Seq: shape.SeqQ, Heads: shape.Heads, Dim: shape.Dim}
+	k := Tensor{Data: data, Batch: shape.Batch, Seq: shape.SeqK, Heads: hk, Dim: shape.Dim}
+	c, err := newCall(q, k, k, opts)
+	if err != nil {
+		return Traffic{}, err
+	}
+	defer c.release()
+	p := &c.plan
+	p.setTiles(cacheBytes, shape.SeqK, opts) // the tiles for M (before fitKVBlocks' halving for many workers)
+	t := Traffic{Pass: pass, CacheBytes: cacheBytes, BlockQ: p.blockQ, BlockK: p.blockK, BackwardBlockK: p.bwdBlockK}
+	t.ForwardTileBytes, t.BackwardTileBytes = p.tileBytes()
+	if pass&PassForward != 0 {
+		if err := c.countForward(&t.Flash); err != nil {
+			return Traffic{}, err
+		}
+	}
+	if pass&PassBackward != 0 {
+		c.countBackward(&t.Flash)
+	}
+	p.countStandard(&t.Standard, pass)
+	return t, nil
+}
+
+// maxTrafficElems bounds the buffer CountTraffic allocates (16 GiB).
+const maxTrafficElems = min(1<<32, math.MaxInt)
+
+
+// tileBytes returns the bytes of the tiles the forward's and the
+// backward's inner loops hold (see Traffic).
+func (p *plan) tileBytes() (fwd, bwd int) {
+	d, dp, bq := p.dim, p.dimPad, p.blockQ
+	bk, bkb := p.blockK, p.bwdBlockK
+	fwd = bq*d + bq*dp + 2*bq + kernel.Pad(bk)*d + bk*dp + bq*kernel.Pad(bk)
+	mats := 2 // S, dP
+	if p.dropOn {
+		mats++
+	}
+	if p.mods.curved() {
+		mats++
+	}
+	bwd = 2*kernel.Pad(bkb)*d + 3*bkb*dp + mats*bq*kernel.Pad(bkb) + 3*bq*dp + 2*bq
+	return 4 * fwd, 4 * bwd
+}
+
+// floats is the traffic of n float32 elements.
+func floats(n int) int64 { return 4 * int64(n) }
+
+// countForward adds the forward's traffic: the packing pass, the row-block
+// tasks and the merge of key splits.
+func (c *call) countForward(t *TrafficByOperand) error {
+	p := &c.plan
+	tasks, splits, _ := c.forwardTasks()
+	if err := c.packKV(false); err != nil { // the real packing, to learn what is packed where
+		return err
+	}
+	d, dp := p.dim, p.dimPad
+	for si := range p.seqs {
+		s := &p.seqs[si]
+		for hk := 0; hk < p.kvHeads; hk++ {
+			if c.kv.kt[si*p.kvHeads+hk] < 0 {
+				continue
+			}
+			t.K.Read += floats(s.nk * d)
+			t.V.Read += floats(s.nk * d)
+			t.K.Write += floats(kernel.Pad(s.nk) * d)
+			t.V.Write += floats(s.nk * dp)
+		}
+	}
+	empty := map[int]bool{} // key-split slots that saw no key
+	for i := range tasks {
+		tk := &tasks[i]
+		s := &p.seqs[tk.seq]
+		m := tk.rows()
+		t.Q.Read += floats(m * d)
+		seen := false
+		for j := tk.j0; ; {
+			j0, j1, _ := nextTile(s.vis, tk.rowBlock, j, tk.j1, p.blockK)
+			if j0 >= tk.j1 {
+				break
+			}
+			seen = true
+			// One K/V tile per KV head of the block's query heads.
+			for hk := tk.h0 / p.group; hk <= (tk.h0+tk.nh-1)/p.group; hk++ {
+				kt, vp, _ := c.kv.tile(tk.seq, hk, j0, j1-j0)
+				if kt != nil {
+					t.K.Read += floats(len(kt))
+					t.V.Read += floats(len(vp))
+				} else { // read in place
+					t.K.Read += floats((j1 - j0) * d)
+					t.V.Read += floats((j1 - j0) * d)
+				}
+			}
+			j = j1
+		}
+		if tk.slot >= 0 {
+			t.O.Write += floats(m * dp)
+			t.LSE.Write += floats(2 * m)
+			empty[tk.slot] = !seen
+			continue
+		}
+		t.O.Write += floats(m * d)
+		t.LSE.Write += floats(m)
+	}
+	// The merge reads each split's running max, and the sum and output
+	// rows of the splits that saw a key.
+	for _, tk := range tasks {
+		if tk.slot < 0 || tk.slot%splits != 0 {
+			continue
+		}
+		m := tk.rows()
+		for sp := 0; sp < splits; sp++ {
+			t.LSE.Read += floats(m)
+			if !empty[tk.slot+sp] {
+				t.LSE.Read += floats(m)
+				t.O.Read += floats(m * d)
+			}
+		}
+		t.O.Write += floats(m * d)
+		t.LSE.Write += floats(m)
+	}
+	return nil
+}
+
+// countBackward adds the backward's traffic (see backward.go): clearing dK
+// and dV, the rows pass (D, and Q and dO packed), the LSE scan, packing K
+// and V, the KV pass and, when it does not sum dQ, the dQ pass.
+func (c *call) countBackward(t *TrafficByOperand) {
+	p := &c.plan
+	d, dp := p.dim, p.dimPad
+	kvRows := floats(p.kv.batch * p.kv.rows * p.kvHeads * d)
+	t.DK.Write += kvRows
+	t.DV.Write += kvRows
+	for _, s := range p.seqs { // the rows pass, per (sequence, head)
+		n := s.nq * p.heads
+		t.O.Read += floats(n * d)
+		t.DO.Read += floats(2 * n * d)
+		t.Q.Read += floats(n * d)
+		t.Q.Write += floats(n * dp)
+		t.DO.Write += floats(n * dp)
+		t.LSE.Write += floats(n) // D
+	}
+	t.LSE.Read += floats(p.lseLen) // looking for rows that need the LSE correction
+	for _, s := range p.seqs {      // K and V packed once: Kᵀ, Vᵀ, K rows
+		if s.nq == 0 || s.nk == 0 {
+			continue
+		}
+		t.K.Read += floats(p.kvHeads * s.nk * d)
+		t.V.Read += floats(p.kvHeads * s.nk * d)
+		t.K.Write += floats(p.kvHeads * (kernel.Pad(s.nk)*d + s.nk*dp))
+		t.V.Write += floats(p.kvHeads * kernel.Pad(s.nk) * d)
+	}
+	tasks, withDQ := c.backwardTasks()
+	for _, u := range tasks {
+		s := &p.seqs[u.seq]
+		for hh := 0; hh < p.group; hh++ {
+			h := u.hk*p.group + hh
+			if withDQ {
+				t.DQ.Write += floats(s.nq * dp) // the accumulator, cleared
+			}
+			for kb := u.kb0; kb < u.kb1; kb++ {
+				j0 := kb * p.bwdBlockK
+				c.countKeyBlock(t, s, h, j0, min(p.bwdBlockK, s.nk-j0), withDQ)
+			}
+			if withDQ {
+				t.DQ.Read += floats(s.nq * dp)
+				t.DQ.Write += floats(s.nq * d)
+			}
+		}
+	}
+	if withDQ {
+		return
+	}
+	for _, rb := range c.dqTasks() {
+		s := &p.seqs[rb.seq]
+		m := rb.i1 - rb.i0
+		t.Q.Read += floats(m * dp)
+		t.DO.Read += floats(m * dp)
+		t.LSE.Read += floats(2 * m) // LSE and D
+		for j0 := 0; j0 < s.nk; j0 += p.bwdBlockK {
+			n := min(p.bwdBlockK, s.nk-j0)
+			if s.vis.tile(rb, j0, j0+n) == BlockEmpty {
+				continue
+			}
+			t.K.Read += floats(kernel.Pad(n)*d + n*dp) // Kᵀ and K
+			t.V.Read += floats(kernel.Pad(n) * d)      // Vᵀ
+		}
+		t.DQ.Write += floats(m * d)
+	}
+}
+
+// countKeyBlock adds the traffic of the backward's KV block [j0, j0+n) of
+// query head h: the block's packed Kᵀ, Vᵀ (and K when summing dQ), then per
+// query tile that sees it the tile's packed Q and dO rows, its LSE and D
+// rows and (summing dQ) its dQ accumulator rows, read and written; at the
+// end the block's dK and dV added to the accumulators.
+func (c *call) countKeyBlock(t *TrafficByOperand, s *sequence, h, j0, n int, withDQ bool) {
+	p := &c.plan
+	d, dp := p.dim, p.dimPad
+	qlo, qhi := s.vis.rows(h, j0, j0+n)
+	if qlo >= qhi {
+		return
+	}
+	qlo -= qlo % p.alignQ
+	t.K.Read += floats(kernel.Pad(n) * d)
+	t.V.Read += floats(kernel.Pad(n) * d)
+	if withDQ {
+		t.K.Read += floats(n * dp)
+	}
+	for i0 := qlo; i0 < qhi; i0 += p.blockQ {
+		i1 := min(i0+p.blockQ, qhi)
+		if s.vis.tile(rowBlock{h0: h, nh: 1, i0: i0, i1: i1}, j0, j0+n) == BlockEmpty {
+			continue
+		}
+		m := i1 - i0
+		t.Q.Read += floats(m * dp)
+		t.DO.Read += floats(m * dp)
+		t.LSE.Read += floats(2 * m)
+		if withDQ {
+			t.DQ.Read += floats(m * dp)
+			t.DQ.Write += floats(m * dp)
+		}
+	}
+	for _, g := range []*IOBytes{&t.DK, &t.DV} {
+		g.Read += floats(n * d)
+		g.Write += floats(n * d)
+	}
+}
+
+// countStandard adds the standard algorithm's traffic, per sequence and
+// query head.
+func (p *plan) countStandard(t *TrafficByOperand, pass Pass) {
+	d := p.dim
+	for _, s := range p.seqs {
+		nq, nk, h := int64(s.nq), int64(s.nk), int64(p.heads)
+		qd, kd, qk := 4*nq*int64(d)*h, 4*nk*int64(d)*h, 4*nq*nk*h
+		if pass&PassForward != 0 {
+			t.Q.Read += qd       // S = QKᵀ
+			t.K.Read += kd       //
+			t.Scores.Write += qk // S
+			t.Scores.Read += qk  // P = softmax(S)
+			t.Scores.Write += qk // P
+			t.Scores.Read += qk  // O = PV
+			t.V.Read += kd
+			t.O.Write += qd
+		}
+		if pass&PassBackward != 0 {
+			t.Scores.Read += qk // dV = PᵀdO
+			t.DO.Read += qd
+			t.DV.Write += kd
+			t.DO.Read += qd // dP = dO·Vᵀ
+			t.V.Read += kd
+			t.Scores.Write += qk
+			t.Scores.Read += 2 * qk // dS = P∘(dP − rowsum(P∘dP)) from P and dP
+			t.Scores.Write += qk
+			t.Scores.Read += qk // dQ = dS·K
+			t.K.Read += kd
+			t.DQ.Write += qd
+			t.Scores.Read += qk // dK = dSᵀQ
+			t.Q.Read += qd
+			t.DK.Write += kd
+		}
+	}
+}
