@@ -185,7 +185,6 @@ func CountTraffic(shape TrafficShape, opts *Options, cacheBytes int, pass Pass) 
 // maxTrafficElems bounds the buffer CountTraffic allocates (16 GiB).
 const maxTrafficElems = min(1<<32, math.MaxInt)
 
-
 // tileBytes returns the bytes of the tiles the forward's and the
 // backward's inner loops hold (see Traffic).
 func (p *plan) tileBytes() (fwd, bwd int) {
@@ -301,7 +300,7 @@ func (c *call) countBackward(t *TrafficByOperand) {
 		t.LSE.Write += floats(n) // D
 	}
 	t.LSE.Read += floats(p.lseLen) // looking for rows that need the LSE correction
-	for _, s := range p.seqs {      // K and V packed once: Kᵀ, Vᵀ, K rows
+	for _, s := range p.seqs {     // K and V packed once: Kᵀ, Vᵀ, K rows
 		if s.nq == 0 || s.nk == 0 {
 			continue
 		}
