@@ -61,8 +61,9 @@ func parseSize(s string) int {
 // core, larger key tiles win up to 512 keys (fewer output rescales and
 // calls per score), also under a causal mask, so B_c is capped there. B_r
 // is 48 rows (a multiple of the 6-row microkernel): as fast as 60 for full
-// attention and 10% faster for a sliding window, whose tiles are B_r + window
-// keys wide for about window useful keys per row.
+// attention at d = 64 and 10% faster for a sliding window, whose tiles are
+// B_r + window keys wide for about window useful keys per row; without any
+// mask and with d ≥ 96 it is 96 rows.
 // Sizes are rounded to multiples of the kernel width and clamped to ranges
 // that keep the per-tile overheads small. A BlockK override is rounded up to
 // a multiple of 16.
@@ -78,6 +79,12 @@ func blockSizesFor(d, l2 int, o *Options) (bq, bk int) {
 	bk = min(max(bk/16*16, 32), 512)
 	bq = min(max(bk, 32), max(d, 48))
 	bq = min(max(bq/12*12, 24), 48)
+	if !o.Causal && o.Window == nil && o.BlockMask == nil && o.Mask == nil && d >= 96 && bk >= 256 {
+		// Unmasked, wide heads, a cache that holds the larger tiles: more
+		// rows per pass over K and V (measured at d = 128 on Zen 4: 96
+		// rows 7–9% faster than 48).
+		bq = 96
+	}
 	if o.BlockQ > 0 {
 		bq = o.BlockQ
 	}
