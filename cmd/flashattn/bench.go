@@ -434,6 +434,14 @@ func (c benchCase) options(workers int) *flashattn.Options {
 	case "block-sparse":
 		o.BlockMask = c.mask
 	}
+	if c.Mode == "decode" {
+		// Decoding reads a KV cache (flash_attn_with_kvcache): full.
+		lens := make([]int32, c.B)
+		for i := range lens {
+			lens[i] = int32(c.N)
+		}
+		o.KVCache = &flashattn.KVCache{SeqLens: lens}
+	}
 	return o
 }
 
