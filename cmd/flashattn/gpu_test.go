@@ -82,7 +82,9 @@ func TestGPUFlagValues(t *testing.T) {
 		want string
 	}{
 		{append(gpuInputs(t, dir), "-o", filepath.Join(dir, "o"), "-device", "tpu"), `-device "tpu": want cpu or gpu`},
-		{append(gpuInputs(t, dir), "-o", filepath.Join(dir, "o"), "-device", "gpu", "-dtype", "f32"), `-dtype "f32": want bf16 or f16`},
+		{append(gpuInputs(t, dir), "-o", filepath.Join(dir, "o"), "-device", "gpu", "-dtype", "f32"), `-dtype "f32": want bf16 or f16 with -device gpu`},
+		{append(gpuInputs(t, dir), "-o", filepath.Join(dir, "o"), "-dtype", "q8_0"), `-dtype "q8_0": want f32, bf16 or f16`},
+		{[]string{"bench", "-device", "gpu", "-dtype", "q8_0", "-mode", "decode"}, `-dtype "q8_0": want bf16 or f16 with -device gpu`},
 		{[]string{"bench", "-device", "tpu"}, `-device "tpu"`},
 		{[]string{"bench", "-dtype", "int8"}, `-dtype "int8"`},
 	} {
@@ -111,8 +113,38 @@ func TestGPUOptions(t *testing.T) {
 	if o.Scale != 0.5 || !o.Causal || o.Window != w || o.Softcap != 7 || o.VarLen != vl || !o.Deterministic {
 		t.Errorf("options = %+v", o)
 	}
-	if dt, err := (&gpuFlags{device: "cpu", dtype: "fp16"}).check(); err != nil || dt != gpu.F16 {
-		t.Errorf("check fp16: %v %v", dt, err)
+	for _, c := range []struct {
+		g    gpuFlags
+		want gpu.DType
+		ok   bool
+	}{
+		{gpuFlags{device: "gpu", dtype: "fp16"}, gpu.F16, true},
+		{gpuFlags{device: "gpu", dtype: "f16"}, gpu.F16, true},
+		{gpuFlags{device: "gpu"}, gpu.BF16, true},
+		{gpuFlags{device: "gpu", dtype: "f32"}, 0, false},
+		{gpuFlags{device: "gpu", dtype: "q8_0", q8: true}, 0, false},
+	} {
+		dt, err := c.g.gpuType()
+		if (err == nil) != c.ok || c.ok && dt != c.want || (c.g.check() == nil) != c.ok {
+			t.Errorf("%+v: gpuType %v, %v; check %v", c.g, dt, err, c.g.check())
+		}
+	}
+	for _, c := range []struct {
+		g    gpuFlags
+		want flashattn.DType
+		ok   bool
+	}{
+		{gpuFlags{device: "cpu"}, flashattn.Float32, true},
+		{gpuFlags{device: "cpu", dtype: "bf16"}, flashattn.BFloat16, true},
+		{gpuFlags{device: "cpu", dtype: "fp16"}, flashattn.Float16, true},
+		{gpuFlags{device: "cpu", dtype: "q8_0"}, 0, false},
+		{gpuFlags{device: "cpu", dtype: "q8_0", q8: true}, flashattn.Q8_0, true},
+		{gpuFlags{device: "cpu", dtype: "bfloat16"}, 0, false},
+	} {
+		dt, err := c.g.cpuType()
+		if (err == nil) != c.ok || c.ok && dt != c.want || (c.g.check() == nil) != c.ok {
+			t.Errorf("%+v: cpuType %v, %v; check %v", c.g, dt, err, c.g.check())
+		}
 	}
 }
 
