@@ -86,6 +86,12 @@ func ReadFloat32(path string) (data []float32, shape []int, err error) {
 	return Reader{Limit: memlimit.Detect()}.ReadFloat32(path)
 }
 
+// ReadFloat reads a '<f4' or '<f2' array with the memory this machine has
+// available as the limit (see Reader).
+func ReadFloat(path string) (Array, error) {
+	return Reader{Limit: memlimit.Detect()}.ReadFloat(path)
+}
+
 // ReadInt32 reads a '<i4' array with the memory this machine has available
 // as the limit (see Reader).
 func ReadInt32(path string) (data []int32, shape []int, err error) {
