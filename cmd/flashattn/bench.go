@@ -21,10 +21,10 @@ import (
 // benchCase is one measured configuration.
 type benchCase struct {
 	shape
-	Mode    string  // fwd, bwd, fwdbwd, decode
-	Variant string  // "" or window/softcap/alibi/dropout/block-sparse
-	Window  int     // window size (left) for the window variant
-	Density float64 // block density for the block-sparse variant
+	Mode    string          // fwd, bwd, fwdbwd, decode
+	Variant string          // "" or window/softcap/alibi/dropout/block-sparse
+	Window  int             // window size (left) for the window variant
+	Density float64         // block density for the block-sparse variant
 	DType   flashattn.DType // of flashattn's tensors (the cache's, for decode)
 
 	mask *flashattn.BlockMask // block-sparse: built by measure (see blockMask)
