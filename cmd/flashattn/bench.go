@@ -169,6 +169,8 @@ func (f *benchFlags) validate() error {
 			errs = append(errs, err)
 		case dt == flashattn.Q8_0 && f.mode != "decode":
 			bad("-dtype q8_0 is a KV-cache type: it needs -mode decode")
+		case dt == flashattn.Q8_0 && f.s.D%32 != 0 && (f.s.N > 0 || f.set["headdim"]):
+			bad("-dtype q8_0 needs a -headdim that is a multiple of 32 (q8_0 quantises blocks of 32 values), not %d", f.s.D)
 		}
 		f.dt = dt
 	}
