@@ -197,3 +197,33 @@ func TestAttnGPU(t *testing.T) {
 		}
 	}
 }
+
+// With a GPU, "attn -device gpu -dtype f16" writes out, dq, dk, dv as
+// '<f2' (the GPU's float16 results, narrowed exactly) like the CPU's
+// -dtype f16, with values close to the CPU's; lse stays '<f4'.
+func TestAttnGPUFloat16(t *testing.T) {
+	if err := gpuErr(); err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	dir := t.TempDir()
+	args := gpuInputs(t, dir)
+	for _, dev := range []string{"cpu", "gpu"} {
+		code, _, stderr := runCLI(append(args, "-o", filepath.Join(dir, dev), "-device", dev, "-dtype", "f16", "-causal")...)
+		if code != 0 {
+			t.Fatalf("-device %s: exit %d: %s", dev, code, stderr)
+		}
+	}
+	for _, f := range []string{"out.npy", "lse.npy", "dq.npy", "dk.npy", "dv.npy"} {
+		descr, shape := "<f2", []int{1, 70, 2, 64}
+		if f == "lse.npy" {
+			descr, shape = "<f4", []int{1, 2, 70}
+		}
+		a := atReadTyped(t, filepath.Join(dir, "cpu", f), descr, shape...)
+		b := atReadTyped(t, filepath.Join(dir, "gpu", f), descr, shape...)
+		for i := range a {
+			if d := math.Abs(float64(a[i] - b[i])); d > 0.05 || math.IsInf(float64(a[i]), 0) != math.IsInf(float64(b[i]), 0) {
+				t.Fatalf("%s[%d]: cpu %v, gpu %v", f, i, a[i], b[i])
+			}
+		}
+	}
+}
