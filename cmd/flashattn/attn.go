@@ -12,6 +12,7 @@ import (
 	"slices"
 
 	"github.com/flashattn/flashattn"
+	"github.com/flashattn/flashattn/gpu"
 	"github.com/flashattn/flashattn/internal/memlimit"
 	"github.com/flashattn/flashattn/internal/npy"
 )
@@ -27,7 +28,11 @@ type attnFlags struct {
 	seed                      uint64
 	workers                   int
 	masks                     maskFlags
+	cache                     cacheFlags
 	maxMem                    *memlimit.Flag
+	gpu                       *gpuFlags
+	dt, kvdt                  flashattn.DType // what q and the cache are loaded as
+	f16out                    bool            // write float32 results as '<f2' (the GPU's f16)
 	rd                        npy.Reader      // reads the inputs within the memory limit
 	set                       map[string]bool // flags given on the command line
 }
@@ -35,10 +40,13 @@ type attnFlags struct {
 func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 	f := attnFlags{maxMem: memlimit.NewFlag("-max-memory")}
 	fs := newFlags("attn", stderr, "-q q.npy -k k.npy -v v.npy -o OUTDIR [options]\n\n"+
-		"Writes OUTDIR/out.npy and OUTDIR/lse.npy; with -dout also OUTDIR/dq.npy, dk.npy, dv.npy.\n"+
-		"Dense arrays are float32 [batch, seqlen, heads, headdim]; with -cu-seqlens-q/-k they are\n"+
-		"packed [total, heads, headdim]. All outputs are written atomically, all or none: on any\n"+
-		"failure or interruption (SIGINT, SIGTERM) every file in OUTDIR is left as it was.\n")
+		"Writes OUTDIR/out.npy and OUTDIR/lse.npy; with -dout also OUTDIR/dq.npy, dk.npy, dv.npy; with\n"+
+		"-k-new also OUTDIR/k_cache.npy and v_cache.npy. Dense arrays are [batch, seqlen, heads, headdim];\n"+
+		"with -cu-seqlens-q/-k they are packed [total, heads, headdim]. Inputs are float32 ('<f4') or\n"+
+		"float16 ('<f2') and are converted to -dtype; out, dq, dk, dv are written as '<f2' for f16 and as\n"+
+		"'<f4' holding the exact bf16 values for bf16 (NumPy has no bfloat16); lse is always '<f4'.\n"+
+		"All outputs are written atomically, all or none: on any failure or interruption (SIGINT,\n"+
+		"SIGTERM) every file in OUTDIR is left as it was.\n")
 	fs.StringVar(&f.q, "q", "", "queries `q.npy` [batch, seqlen_q, heads, headdim] (required)")
 	fs.StringVar(&f.k, "k", "", "keys `k.npy` [batch, seqlen_k, kv_heads, headdim] (required)")
 	fs.StringVar(&f.v, "v", "", "values `v.npy`, shaped like k (required)")
@@ -59,8 +67,10 @@ func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 	fs.Uint64Var(&f.seed, "seed", 0, "dropout seed: the same seed gives identical files")
 	fs.IntVar(&f.workers, "workers", 0, "worker goroutines (0: GOMAXPROCS)")
 	f.masks.register(fs)
+	f.cache.register(fs)
 	fs.Var(f.maxMem, "max-memory", "refuse a run whose estimated peak memory exceeds this `size` (e.g. 512M, 4G; default: the memory available now)")
-	gf := addGPUFlags(fs)
+	f.gpu = addGPUFlags(fs, "element `type` of the computation: f32, bf16 or f16 (default f32; with -device gpu bf16 or f16, default bf16); "+
+		"inputs are rounded to it, products accumulate in float32", false)
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
@@ -79,7 +89,7 @@ func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 	if err != nil {
 		return err
 	}
-	forward, backward, done, err := gf.attnFuncs()
+	forward, backward, done, err := f.gpu.attnFuncs()
 	if err != nil {
 		return err
 	}
@@ -88,18 +98,41 @@ func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 	if err != nil {
 		return f.argFile(err)
 	}
-	files := map[string]npy.Array{
-		filepath.Join(f.out, "out.npy"): {Shape: shapeOf(out, opts), F32: out.Data},
-		filepath.Join(f.out, "lse.npy"): {Shape: lseShape(q, opts), F32: lse},
+	files := map[string]npy.Array{filepath.Join(f.out, "lse.npy"): {Shape: lseShape(q, opts), F32: lse}}
+	add := func(name string, t flashattn.Tensor, shape []int) error {
+		a, err := outArray(t, shape, f.f16out)
+		if err != nil {
+			return fmt.Errorf("%s: %v", name, err)
+		}
+		files[filepath.Join(f.out, name)] = a
+		return nil
+	}
+	if err := add("out.npy", out, shapeOf(out, opts)); err != nil {
+		return err
 	}
 	if f.dout != "" {
 		dq, dk, dv, err := backward(q, k, v, out, dout, lse, opts)
 		if err != nil {
 			return f.argFile(err)
 		}
-		files[filepath.Join(f.out, "dq.npy")] = npy.Array{Shape: shapeOf(dq, opts), F32: dq.Data}
-		files[filepath.Join(f.out, "dk.npy")] = npy.Array{Shape: shapeOf(dk, opts), F32: dk.Data}
-		files[filepath.Join(f.out, "dv.npy")] = npy.Array{Shape: shapeOf(dv, opts), F32: dv.Data}
+		for _, r := range []struct {
+			name string
+			t    flashattn.Tensor
+		}{{"dq.npy", dq}, {"dk.npy", dk}, {"dv.npy", dv}} {
+			if err := add(r.name, r.t, shapeOf(r.t, opts)); err != nil {
+				return err
+			}
+		}
+	}
+	if f.cache.kNew != "" { // the caches, updated in place
+		for _, r := range []struct {
+			name string
+			t    flashattn.Tensor
+		}{{"k_cache.npy", k}, {"v_cache.npy", v}} {
+			if err := add(r.name, r.t, []int{r.t.Batch, r.t.Seq, r.t.Heads, r.t.Dim}); err != nil {
+				return err
+			}
+		}
 	}
 	return f.write(files, sm)
 }
@@ -166,6 +199,12 @@ func (f *attnFlags) options() (*flashattn.Options, error) {
 	if err := f.masks.validate(f.set); err != nil {
 		return nil, err
 	}
+	if err := f.cache.validate(f); err != nil {
+		return nil, err
+	}
+	if err := f.types(); err != nil {
+		return nil, err
+	}
 	o := &flashattn.Options{
 		Scale: float32(f.scale), Causal: f.causal, Softcap: float32(f.softcap),
 		Dropout: float32(f.dropout), Seed: f.seed, Workers: f.workers,
@@ -185,6 +224,32 @@ func (f *attnFlags) options() (*flashattn.Options, error) {
 	return o, nil
 }
 
+// types resolves -dtype and -kv-dtype into the types the inputs are
+// loaded as. On the GPU everything is loaded as float32 (the GPU rounds to
+// its -dtype itself), and its float16 results are written as '<f2'.
+func (f *attnFlags) types() error {
+	if err := f.gpu.check(); err != nil {
+		return err
+	}
+	if f.gpu.on() {
+		dt, _ := f.gpu.gpuType()
+		f.dt, f.kvdt, f.f16out = flashattn.Float32, flashattn.Float32, dt == gpu.F16
+		return nil
+	}
+	f.dt, _ = f.gpu.cpuType()
+	f.kvdt = f.dt
+	if f.cache.kvDtype != "" {
+		var err error
+		if f.kvdt, err = parseDType("-kv-dtype", f.cache.kvDtype, true); err != nil {
+			return err
+		}
+	}
+	if is16(f.dt) && is16(f.kvdt) && f.dt != f.kvdt {
+		return fmt.Errorf("-kv-dtype %s with -dtype %s: a 16-bit cache and 16-bit queries must share one type (make one of them f32)", dtypeName(f.kvdt), dtypeName(f.dt))
+	}
+	return nil
+}
+
 // load reads the input files and checks that their shapes fit together,
 // naming the file that does not.
 func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, err error) {
@@ -193,42 +258,44 @@ func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, 
 	if varlen {
 		rank = 3
 	}
-	read := func(path string) (flashattn.Tensor, []int, error) {
-		data, shape, err := f.rd.ReadFloat32(path)
+	read := func(path string) (npy.Array, []int, error) {
+		a, err := f.rd.ReadFloat(path)
 		if err != nil {
-			return flashattn.Tensor{}, nil, err
+			return a, nil, err
 		}
+		shape := a.Shape
 		if len(shape) != rank {
 			what := "[batch, seqlen, heads, headdim]"
 			if varlen {
 				what = "[total, heads, headdim] (varlen)"
 			}
-			return flashattn.Tensor{}, nil, fmt.Errorf("%s: shape %v, want %d dimensions %s", path, shape, rank, what)
+			return a, nil, fmt.Errorf("%s: shape %v, want %d dimensions %s", path, shape, rank, what)
 		}
 		if varlen {
 			shape = append([]int{1}, shape...)
 		}
 		for _, d := range shape {
 			if d == 0 {
-				return flashattn.Tensor{}, nil, fmt.Errorf("%s: shape %v has an empty dimension", path, shape[4-rank:])
+				return a, nil, fmt.Errorf("%s: shape %v has an empty dimension", path, shape[4-rank:])
 			}
 		}
-		return flashattn.Dense(data, shape[0], shape[1], shape[2], shape[3]), shape, nil
+		return a, shape, nil
 	}
+	var qa, ka, va, da npy.Array
 	var qs, ks, vs []int
-	if q, qs, err = read(f.q); err != nil {
+	if qa, qs, err = read(f.q); err != nil {
 		return
 	}
-	if k, ks, err = read(f.k); err != nil {
+	if ka, ks, err = read(f.k); err != nil {
 		return
 	}
-	if v, vs, err = read(f.v); err != nil {
+	if va, vs, err = read(f.v); err != nil {
 		return
 	}
 	show := func(s []int) []int { return s[4-rank:] }
-	paged := f.blockTable != ""
+	ownBatch := f.blockTable != "" || f.cache.batchIdx != "" // k's batch is num_blocks or cache rows
 	switch {
-	case ks[0] != qs[0] && !varlen && !paged:
+	case ks[0] != qs[0] && !varlen && !ownBatch:
 		err = fmt.Errorf("%s: batch %d does not match %s's %d", f.k, ks[0], f.q, qs[0])
 	case ks[3] != qs[3]:
 		err = fmt.Errorf("%s: headdim %d does not match %s's %d", f.k, ks[3], f.q, qs[3])
@@ -242,7 +309,7 @@ func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, 
 	}
 	if f.dout != "" {
 		var ds []int
-		if dout, ds, err = read(f.dout); err != nil {
+		if da, ds, err = read(f.dout); err != nil {
 			return
 		}
 		if fmt.Sprint(ds) != fmt.Sprint(qs) {
@@ -250,9 +317,27 @@ func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, 
 			return
 		}
 	}
+	if f.kvdt == flashattn.Q8_0 && ks[3]%32 != 0 {
+		err = fmt.Errorf("-kv-dtype q8_0: the headdim %d of %s is not a multiple of 32 (q8_0 quantises blocks of 32 values of a row)", ks[3], f.k)
+		return
+	}
+	if q, err = arrayTensor(f.q, qa, [4]int(qs), f.dt); err != nil {
+		return
+	}
+	if k, err = arrayTensor(f.k, ka, [4]int(ks), f.kvdt); err != nil {
+		return
+	}
+	if v, err = arrayTensor(f.v, va, [4]int(vs), f.kvdt); err != nil {
+		return
+	}
+	if f.dout != "" {
+		if dout, err = arrayTensor(f.dout, da, [4]int(qs), f.dt); err != nil {
+			return
+		}
+	}
 	nb := qs[0]
 	if f.cacheSeqlens != "" {
-		if o.KVCache, err = f.readCache(nb, ks); err != nil {
+		if o.KVCache, err = f.readCache(nb, qs, ks); err != nil {
 			return
 		}
 	}
@@ -367,63 +452,26 @@ func lseShape(q flashattn.Tensor, o *flashattn.Options) []int {
 	return []int{q.Batch, q.Heads, q.Seq}
 }
 
-// readCache reads -cache-seqlens and -block-table and checks them against
-// the batch and the cache tensor's shape ks.
-func (f *attnFlags) readCache(nb int, ks []int) (*flashattn.KVCache, error) {
-	c := &flashattn.KVCache{}
-	lens, shape, err := f.rd.ReadInt32(f.cacheSeqlens)
-	if err != nil {
-		return nil, err
-	}
-	if len(shape) != 1 || shape[0] != nb {
-		return nil, fmt.Errorf("%s: shape %v, want [%d] (one entry per sequence)", f.cacheSeqlens, shape, nb)
-	}
-	capacity := ks[1]
-	if f.blockTable != "" {
-		table, tshape, err := f.rd.ReadInt32(f.blockTable)
-		if err != nil {
-			return nil, err
-		}
-		if len(tshape) != 2 || tshape[0] != nb || tshape[1] < 1 {
-			return nil, fmt.Errorf("%s: shape %v, want [%d, blocks_per_seq]", f.blockTable, tshape, nb)
-		}
-		if ks[1]%16 != 0 {
-			return nil, fmt.Errorf("%s: block size %d (its seqlen axis) must be a multiple of 16 for a paged cache", f.k, ks[1])
-		}
-		for i, blk := range table {
-			if blk < 0 || int(blk) >= ks[0] {
-				return nil, fmt.Errorf("%s: entry %d is %d, want 0..%d (%s has %d blocks)", f.blockTable, i, blk, ks[0]-1, f.k, ks[0])
-			}
-		}
-		c.BlockTable, c.BlocksPerSeq = table, tshape[1]
-		if int64(tshape[1]) > math.MaxInt32/int64(ks[1]) {
-			return nil, fmt.Errorf("%s: %d blocks of %d keys per sequence is more keys than a cache can hold (2^31)", f.blockTable, tshape[1], ks[1])
-		}
-		capacity = tshape[1] * ks[1]
-	}
-	for b, n := range lens {
-		if n < 0 || int(n) > capacity {
-			return nil, fmt.Errorf("%s: entry %d is %d, want 0..%d (the cache's capacity)", f.cacheSeqlens, b, n, capacity)
-		}
-	}
-	c.SeqLens = lens
-	return c, nil
-}
-
 // checkMemory reads the header of every input file (checking each as
 // reading it would) and refuses the run, before any data is read, if its
-// inputs, outputs and the library's work buffers would not fit in limit.
+// inputs (with their copies converted to -dtype or -kv-dtype), outputs and
+// the library's work buffers would not fit in limit.
 func (f *attnFlags) checkMemory(limit memlimit.Limit) error {
 	var n need
 	infos := map[string]npy.Info{}
 	biggest := ""
-	for _, p := range append([]string{f.q, f.k, f.v, f.dout, f.alibi, f.cuQ, f.cuK, f.seqUsedK, f.cacheSeqlens, f.blockTable}, f.masks.inputs()...) {
+	inputs := append([]string{f.q, f.k, f.v, f.dout, f.alibi, f.cuQ, f.cuK, f.seqUsedK, f.cacheSeqlens, f.blockTable}, f.masks.inputs()...)
+	for _, p := range append(inputs, f.cache.inputs()...) {
 		if p == "" {
 			continue
 		}
 		info, err := npy.Stat(p)
 		if err != nil {
 			return err
+		}
+		if _, seen := infos[p]; seen { // one file given twice is read twice
+			n.add("inputs", info.Bytes())
+			continue
 		}
 		infos[p] = info
 		n.add("inputs", info.Bytes())
@@ -434,6 +482,16 @@ func (f *attnFlags) checkMemory(limit memlimit.Limit) error {
 			biggest = p
 		}
 	}
+	// Tensors whose file type differs from the type they are loaded as
+	// are converted into a copy.
+	for _, c := range []struct {
+		path string
+		dt   flashattn.DType
+	}{{f.q, f.dt}, {f.dout, f.dt}, {f.k, f.kvdt}, {f.v, f.kvdt}, {f.cache.kNew, f.dt}, {f.cache.vNew, f.dt}} {
+		if info, ok := infos[c.path]; ok && info.Descr != fileDescr(c.dt) {
+			n.add("inputs", typedBytes(c.dt, max(shapeLen(info.Shape), 0)))
+		}
+	}
 	qs, ks := infos[f.q].Shape, infos[f.k].Shape
 	if f.cuQ != "" {
 		qs, ks = append([]int{1}, qs...), append([]int{1}, ks...)
@@ -441,16 +499,56 @@ func (f *attnFlags) checkMemory(limit memlimit.Limit) error {
 	if len(qs) == 4 && len(ks) == 4 {
 		b, sq, h, d := qs[0], qs[1], qs[2], qs[3]
 		hk, sk := ks[2], ks[1]
-		n.floats("outputs", b, sq, h, d)
+		// Results in the types the library returns them in, plus the
+		// float32 copies bf16 (and q8_0) results are written from.
+		wide := f.dt == flashattn.BFloat16
+		n.add("outputs", typedBytes(f.dt, b, sq, h, d))
 		n.floats("outputs", b, h, sq)
-		if f.dout != "" {
+		if wide {
 			n.floats("outputs", b, sq, h, d)
-			n.floats("outputs", 2, ks[0], sk, hk, d)
+		}
+		if f.dout != "" {
+			n.add("outputs", typedBytes(f.dt, b, sq, h, d))
+			n.add("outputs", typedBytes(f.kvdt, 2, ks[0], sk, hk, d))
+			if wide {
+				n.floats("outputs", b, sq, h, d)
+				n.floats("outputs", 2, ks[0], sk, hk, d)
+			}
+		}
+		if f.cache.kNew != "" && f.kvdt != flashattn.Float32 && f.kvdt != flashattn.Float16 {
+			n.floats("outputs", 2, ks[0], sk, hk, d) // k_cache.npy and v_cache.npy widened
 		}
 		if ts := infos[f.blockTable].Shape; len(ts) == 2 {
 			sk = int(min(memlimit.Mul(ts[1], ks[1]), math.MaxInt))
 		}
 		n.addFlashWork(b, sq, sk, h, hk, d, f.workers, f.dout != "")
+		if s := f.cache.numSplits; s > 0 { // the partial results of the key splits
+			blocks, rows := b, 256
+			if memlimit.Mul(sq, h) > 64 {
+				blocks = int(min(memlimit.Mul(b, h, (sq+63)/64), math.MaxInt))
+			}
+			n.add("work", memlimit.Mul(s, blocks, rows, pad16(d)+2, 4))
+		}
 	}
 	return n.check(limit, fmt.Sprintf("%s (shape %v)", biggest, infos[biggest].Shape), "-max-memory overrides")
+}
+
+// fileDescr is the .npy dtype a tensor of dt is read from without a copy.
+func fileDescr(dt flashattn.DType) string {
+	switch dt {
+	case flashattn.Float32:
+		return "<f4"
+	case flashattn.Float16:
+		return "<f2"
+	}
+	return ""
+}
+
+// shapeLen is the number of elements of shape, or -1 if it overflows.
+func shapeLen(shape []int) int {
+	n := memlimit.Mul(shape...)
+	if n == memlimit.Inf || n > math.MaxInt {
+		return -1
+	}
+	return int(n)
 }

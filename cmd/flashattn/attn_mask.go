@@ -153,6 +153,8 @@ func (f *attnFlags) argFile(err error) error {
 		"Options.BlockMask": f.masks.blockMask, "Options.Mask": f.masks.segQ,
 		"Options.Scale": "-scale", "Options.Softcap": "-softcap", "Options.Dropout": "-dropout",
 		"Options.Window": "-window-left/-window-right", "Options.Workers": "-workers",
+		"Options.KVCache.KNew": f.cache.kNew, "Options.KVCache.VNew": f.cache.vNew, "Options.KVCache.Rotary": f.cache.rotCos,
+		"Options.KVCache.BatchIdx": f.cache.batchIdx, "Options.KVCache.LeftPad": f.cache.leftPd, "Options.KVCache.NumSplits": "-num-splits",
 	}
 	if name := names[ae.Arg]; name != "" {
 		return fmt.Errorf("%s: %s", name, ae.Msg)

@@ -771,12 +771,24 @@ func TestAttnBad(t *testing.T) {
 // a few -block-mask and -segment-ids files (maskKind: 0 none, 1 a shared
 // 1-block mask, 2 a 2-head [2, 2, 3] mask, 3 a bool mask holding a 2, 4
 // segment ids, 5 segment ids of the wrong shape, 6 the shared mask and the
-// segment ids). The command must not panic and must exit 0 (every output
-// file new, no temporary file left) or 1/2 (exactly one stderr line, the
-// output directory exactly as before).
+// segment ids), and a fuzzed element type (dtype: 0 not given, 1 bf16, 2
+// f16, 3 f32, 4 an unknown one; f2: the inputs as '<f2' files). The
+// command must not panic and must exit 0 (every output file new, in the
+// file type of its dtype, no temporary file left) or 1/2 (exactly one
+// stderr line, the output directory exactly as before).
 func FuzzAttnFlags(f *testing.F) {
 	dir := f.TempDir()
 	base := atInputs(f, dir)
+	// The same inputs as '<f2' files.
+	base16 := slices.Clone(base)
+	for i := 2; i < len(base16); i += 2 {
+		x, shape, err := npy.ReadFloat32(base[i])
+		if err != nil {
+			f.Fatal(err)
+		}
+		base16[i] = strings.TrimSuffix(base[i], ".npy") + "_f2.npy"
+		atWriteF16(f, base16[i], x, shape...)
+	}
 	fifo := filepath.Join(dir, "fifo.npy")
 	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
 		f.Fatal(err)
@@ -802,36 +814,45 @@ func FuzzAttnFlags(f *testing.F) {
 	if code, _, stderr := atRun(append(slices.Clone(base), "-o", earlier)...); code != 0 {
 		f.Fatalf("earlier run: %d %q", code, stderr)
 	}
-	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), 0, 0, uint8(0))
-	f.Add(0.5, 2.0, 0.3, 2, 1, true, uint64(7), "", uint8(1), 0, 0, uint8(0))
-	f.Add(math.NaN(), 0.0, 0.0, -1, -1, false, uint64(1), "", uint8(0), 0, 0, uint8(0))
-	f.Add(-1.0, -1.0, 1.0, -5, -7, true, uint64(2), "", uint8(0), 0, 0, uint8(0))
-	f.Add(1e-60, 1e60, 0.99999999, math.MaxInt, math.MinInt, false, uint64(math.MaxUint64), "", uint8(0), 0, 0, uint8(0))
-	f.Add(math.Inf(1), math.Inf(-1), math.Inf(1), 0, 0, true, uint64(3), "", uint8(0), 0, 0, uint8(0))
-	f.Add(3e38, 1e-45, 1e-50, 0, math.MaxInt, false, uint64(4), "", uint8(0), 0, 0, uint8(0))
-	f.Add(1e30, 0.0, 0.0, math.MaxInt/2, math.MaxInt/2, true, uint64(5), "", uint8(0), 0, 0, uint8(0))
-	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(2), 0, 0, uint8(0))
-	f.Add(0.0, 0.0, 0.1, 3, -1, false, uint64(9), "", uint8(3), 0, 0, uint8(0))
-	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(4), 0, 0, uint8(0))
-	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "1K", uint8(1), 0, 0, uint8(0))
-	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "1G", uint8(1), 0, 0, uint8(0))
-	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "-5x", uint8(0), 0, 0, uint8(0))
-	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), 0, 0, uint8(1))
-	f.Add(0.0, 0.0, 0.0, -1, -1, true, uint64(0), "", uint8(0), 2, 2, uint8(2))
-	f.Add(0.0, 0.0, 0.2, 2, -1, false, uint64(6), "", uint8(1), 3, 2, uint8(2))
-	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), 0, 0, uint8(3))
-	f.Add(0.0, 1.0, 0.0, -1, -1, true, uint64(0), "", uint8(0), 0, 0, uint8(4))
-	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), 0, 0, uint8(5))
-	f.Add(0.0, 0.0, 0.0, 1, 1, false, uint64(0), "", uint8(0), 4, 5, uint8(6))
-	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), math.MaxInt, math.MinInt, uint8(1))
-	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), 64, 0, uint8(0))
-	f.Fuzz(func(t *testing.T, scale, softcap, dropout float64, wl, wr int, causal bool, seed uint64, maxMem string, fault uint8, mbq, mbk int, maskKind uint8) {
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), 0, 0, uint8(0), uint8(0), false)
+	f.Add(0.5, 2.0, 0.3, 2, 1, true, uint64(7), "", uint8(1), 0, 0, uint8(0), uint8(0), false)
+	f.Add(math.NaN(), 0.0, 0.0, -1, -1, false, uint64(1), "", uint8(0), 0, 0, uint8(0), uint8(0), false)
+	f.Add(-1.0, -1.0, 1.0, -5, -7, true, uint64(2), "", uint8(0), 0, 0, uint8(0), uint8(0), false)
+	f.Add(1e-60, 1e60, 0.99999999, math.MaxInt, math.MinInt, false, uint64(math.MaxUint64), "", uint8(0), 0, 0, uint8(0), uint8(0), false)
+	f.Add(math.Inf(1), math.Inf(-1), math.Inf(1), 0, 0, true, uint64(3), "", uint8(0), 0, 0, uint8(0), uint8(0), false)
+	f.Add(3e38, 1e-45, 1e-50, 0, math.MaxInt, false, uint64(4), "", uint8(0), 0, 0, uint8(0), uint8(0), false)
+	f.Add(1e30, 0.0, 0.0, math.MaxInt/2, math.MaxInt/2, true, uint64(5), "", uint8(0), 0, 0, uint8(0), uint8(0), false)
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(2), 0, 0, uint8(0), uint8(0), false)
+	f.Add(0.0, 0.0, 0.1, 3, -1, false, uint64(9), "", uint8(3), 0, 0, uint8(0), uint8(0), false)
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(4), 0, 0, uint8(0), uint8(0), false)
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "1K", uint8(1), 0, 0, uint8(0), uint8(0), false)
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "1G", uint8(1), 0, 0, uint8(0), uint8(0), false)
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "-5x", uint8(0), 0, 0, uint8(0), uint8(0), false)
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), 0, 0, uint8(1), uint8(0), false)
+	f.Add(0.0, 0.0, 0.0, -1, -1, true, uint64(0), "", uint8(0), 2, 2, uint8(2), uint8(0), false)
+	f.Add(0.0, 0.0, 0.2, 2, -1, false, uint64(6), "", uint8(1), 3, 2, uint8(2), uint8(0), false)
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), 0, 0, uint8(3), uint8(0), false)
+	f.Add(0.0, 1.0, 0.0, -1, -1, true, uint64(0), "", uint8(0), 0, 0, uint8(4), uint8(0), false)
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), 0, 0, uint8(5), uint8(0), false)
+	f.Add(0.0, 0.0, 0.0, 1, 1, false, uint64(0), "", uint8(0), 4, 5, uint8(6), uint8(0), false)
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), math.MaxInt, math.MinInt, uint8(1), uint8(0), false)
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), 64, 0, uint8(0), uint8(0), false)
+	f.Add(0.0, 0.0, 0.0, -1, -1, true, uint64(0), "", uint8(0), 0, 0, uint8(0), uint8(1), false)
+	f.Add(0.0, 0.0, 0.2, 2, -1, false, uint64(6), "", uint8(1), 0, 0, uint8(1), uint8(2), true)
+	f.Add(0.0, 1.0, 0.0, -1, -1, true, uint64(0), "", uint8(0), 0, 0, uint8(4), uint8(3), true)
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(2), 0, 0, uint8(0), uint8(4), false)
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "1K", uint8(0), 0, 0, uint8(0), uint8(1), true)
+	f.Fuzz(func(t *testing.T, scale, softcap, dropout float64, wl, wr int, causal bool, seed uint64, maxMem string, fault uint8, mbq, mbk int, maskKind uint8, dtype uint8, f2 bool) {
 		out := filepath.Join(t.TempDir(), "out")
 		if err := os.Mkdir(out, 0o755); err != nil {
 			t.Fatal(err)
 		}
 		ff := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
-		args := append(slices.Clone(base), "-o", out,
+		in := base
+		if f2 {
+			in = base16
+		}
+		args := append(slices.Clone(in), "-o", out,
 			"-scale", ff(scale), "-softcap", ff(softcap), "-dropout", ff(dropout),
 			"-window-left", strconv.Itoa(wl), "-window-right", strconv.Itoa(wr),
 			"-seed", strconv.FormatUint(seed, 10))
@@ -840,6 +861,10 @@ func FuzzAttnFlags(f *testing.F) {
 		}
 		if maxMem != "" {
 			args = append(args, "-max-memory", maxMem)
+		}
+		dtypes := []string{"", "bf16", "f16", "f32", "fp8"}
+		if dt := dtypes[int(dtype)%len(dtypes)]; dt != "" {
+			args = append(args, "-dtype", dt)
 		}
 		args = append(args, masks[int(maskKind)%len(masks)]...)
 		if mbq != 0 {
@@ -898,8 +923,17 @@ func FuzzAttnFlags(f *testing.F) {
 			if names := atDirNames(t, out); !slices.Equal(names, want) {
 				t.Fatalf("exit 0 but out dir holds %v (args %q)", names, args)
 			}
-			if _, shape, err := npy.ReadFloat32(filepath.Join(out, "out.npy")); err != nil || !reflect.DeepEqual(shape, []int{1, 4, 2, 8}) {
-				t.Fatalf("out.npy: shape %v, err %v", shape, err)
+			descr := map[uint8]string{2: "<f2"}[dtype%5]
+			if descr == "" {
+				descr = "<f4"
+			}
+			for n, shape := range map[string][]int{"out.npy": {1, 4, 2, 8}, "dq.npy": {1, 4, 2, 8}, "dk.npy": {1, 5, 2, 8}, "dv.npy": {1, 5, 2, 8}} {
+				if info, err := npy.Stat(filepath.Join(out, n)); err != nil || !reflect.DeepEqual(info.Shape, shape) || info.Descr != descr {
+					t.Fatalf("%s: %+v, err %v, want dtype %s shape %v (args %q)", n, info, err, descr, shape, args)
+				}
+			}
+			if dtype%5 == 4 {
+				t.Fatalf("exit 0 with an unknown -dtype (args %q)", args)
 			}
 			if fault%5 == 2 || fault%5 == 4 {
 				t.Fatalf("exit 0 with fault %d (args %q)", fault%5, args)

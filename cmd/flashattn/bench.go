@@ -21,20 +21,23 @@ import (
 // benchCase is one measured configuration.
 type benchCase struct {
 	shape
-	Mode    string  // fwd, bwd, fwdbwd, decode
-	Variant string  // "" or window/softcap/alibi/dropout/block-sparse
-	Window  int     // window size (left) for the window variant
-	Density float64 // block density for the block-sparse variant
+	Mode    string          // fwd, bwd, fwdbwd, decode
+	Variant string          // "" or window/softcap/alibi/dropout/block-sparse
+	Window  int             // window size (left) for the window variant
+	Density float64         // block density for the block-sparse variant
+	DType   flashattn.DType // of flashattn's tensors (the cache's, for decode)
 
 	mask *flashattn.BlockMask // block-sparse: built by measure (see blockMask)
 
 	plain     bool   // also run the plain algorithm
 	plainSkip string // why plain is not run, when it is not ("" if it is, or never would be)
+	f32       bool   // also run float32 flashattn (DType is not float32)
 }
 
 // benchFlags are the flags of "flashattn bench".
 type benchFlags struct {
 	jsonOut, causal, quick, noPlain bool
+	noF32                           bool
 	svg, mode, variant              string
 	s                               shape
 	workers, minMillis, window      int
@@ -42,6 +45,8 @@ type benchFlags struct {
 	reps                            int
 	maxMem                          *memlimit.Flag
 	bwSize                          sizeValue
+	gpu                             *gpuFlags
+	dt                              flashattn.DType
 	set                             map[string]bool // flags given on the command line
 }
 
@@ -70,11 +75,15 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		"and 128, causal and not, modes fwd, bwd and fwdbwd, then the decode and training-variant cases and\n"+
 		"block-sparse forward+backward at densities 0.05, 0.1, 0.2 and 0.5;\n"+
 		"-mode, -headdim, -causal, -variant and -density then select among them and -batch, -heads, -kv-heads\n"+
-		"override their shapes. With -seqlen it measures the single case given by the flags.\n")
+		"override their shapes. With -seqlen it measures the single case given by the flags.\n"+
+		"With -dtype bf16 or f16 flashattn runs on tensors of that type (the random inputs rounded to it),\n"+
+		"float32 flashattn runs beside it, and the peak of the 16-bit product path is measured beside the\n"+
+		"FP32 FMA peak; the plain algorithm stays float32. Decode reports the bytes the cache stores per type.\n")
 	fs.BoolVar(&f.jsonOut, "json", false, "print one JSON object per case instead of the table")
 	fs.StringVar(&f.svg, "svg", "", "also draw GFLOP/s against seqlen (median, min–max bars) into this SVG (or PNG) `file`")
 	fs.BoolVar(&f.quick, "quick", false, "sweep only seqlen 512…4096")
 	fs.BoolVar(&f.noPlain, "no-plain", false, "do not run the plain algorithm")
+	fs.BoolVar(&f.noF32, "no-f32", false, "with a -dtype other than f32: do not run float32 flashattn beside it")
 	fs.IntVar(&f.s.B, "batch", 0, "batch size (0: 16384/seqlen, at least 1)")
 	fs.IntVar(&f.s.H, "heads", 0, "query heads (0: 512/headdim)")
 	fs.IntVar(&f.s.Hk, "kv-heads", 0, "key/value heads (0: same as heads)")
@@ -91,7 +100,8 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&f.minMillis, "min-ms", 200, "time each repetition of a measurement for at least this many milliseconds")
 	fs.Var(f.maxMem, "max-memory", "refuse cases whose estimated peak memory exceeds this `size` (e.g. 512M, 4G; default: the memory available now)")
 	fs.Var(&f.bwSize, "bw-size", "`size` of each of the two bandwidth buffers for decode (default: 4× the last-level cache, at least 256M)")
-	gf := addGPUFlags(fs)
+	f.gpu = addGPUFlags(fs, "element `type` of flashattn's tensors: f32, bf16, f16, or q8_0 as the cache type of -mode decode "+
+		"(default f32; with -device gpu bf16 or f16, default bf16); the plain algorithm stays float32", true)
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
@@ -100,10 +110,10 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	if err := f.validate(); err != nil {
 		return err
 	}
-	if _, err := gf.check(); err != nil {
+	if err := f.gpu.check(); err != nil {
 		return err
-	} else if gf.on() {
-		return benchGPU(gf, f.s, f.causal, f.mode, f.jsonOut, f.minMillis, stdout)
+	} else if f.gpu.on() {
+		return benchGPU(f.gpu, f.s, f.causal, f.mode, f.jsonOut, f.minMillis, stdout)
 	}
 	if f.workers == 0 {
 		f.workers = runtime.GOMAXPROCS(0)
@@ -151,6 +161,18 @@ func (f *benchFlags) validate() error {
 	}
 	if f.variant == "block-sparse" && f.causal {
 		bad("-variant block-sparse is not causal: drop -causal")
+	}
+	if !f.gpu.on() {
+		dt, err := f.gpu.cpuType()
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case dt == flashattn.Q8_0 && f.mode != "decode":
+			bad("-dtype q8_0 is a KV-cache type: it needs -mode decode")
+		case dt == flashattn.Q8_0 && f.s.D%32 != 0 && (f.s.N > 0 || f.set["headdim"]):
+			bad("-dtype q8_0 needs a -headdim that is a multiple of 32 (q8_0 quantises blocks of 32 values), not %d", f.s.D)
+		}
+		f.dt = dt
 	}
 	for _, v := range []struct {
 		name string
@@ -221,6 +243,8 @@ func (f *benchFlags) cases() []benchCase {
 	for i := range cases {
 		c := &cases[i]
 		c.plain = !f.noPlain && c.Variant == "" && c.Mode != "decode" && c.N <= 16384
+		c.DType = f.dt
+		c.f32 = !f.noF32 && f.dt != flashattn.Float32
 	}
 	return cases
 }
@@ -276,7 +300,10 @@ func (f *benchFlags) plan(cases []benchCase, cache llc) (bwSize memlimit.Size, e
 	return bwSize, errors.Join(errs...)
 }
 
-// need estimates a case's peak memory (the plain algorithm aside).
+// need estimates a case's peak memory (the plain algorithm aside): the
+// float32 inputs and outputs (those of float32 flashattn when it runs
+// beside another type) and, for another type, the converted inputs and
+// their outputs.
 func (c benchCase) need(workers int) *need {
 	sq := c.sq()
 	n := &need{}
@@ -285,6 +312,13 @@ func (c benchCase) need(workers int) *need {
 	n.floats("outputs", 2, c.B, sq, c.H, c.D)
 	n.floats("outputs", 2, c.B, c.N, c.Hk, c.D)
 	n.floats("outputs", c.B, c.H, sq)
+	if c.DType != flashattn.Float32 {
+		n.add("inputs", typedBytes(c.DType, 2, c.B, sq, c.H, c.D))
+		n.add("inputs", typedBytes(c.DType, 2, c.B, c.N, c.Hk, c.D))
+		n.add("outputs", typedBytes(c.DType, 2, c.B, sq, c.H, c.D))
+		n.add("outputs", typedBytes(c.DType, 2, c.B, c.N, c.Hk, c.D))
+		n.floats("outputs", c.B, c.H, sq)
+	}
 	n.addFlashWork(c.B, sq, c.N, c.H, c.Hk, c.D, workers, c.Mode == "bwd" || c.Mode == "fwdbwd")
 	if c.Variant == "alibi" {
 		n.floats("inputs", c.H)
@@ -309,7 +343,13 @@ func (c benchCase) sq() int {
 func (f *benchFlags) measureAll(cases []benchCase, bwSize memlimit.Size, cache llc, stdout, stderr io.Writer) error {
 	minDur := time.Duration(f.minMillis) * time.Millisecond
 	isa := kernel.Select().Name
-	meter := newPeakMeter(isa, f.workers, min(max(minDur/4, 2*time.Millisecond), 50*time.Millisecond))
+	target := min(max(minDur/4, 2*time.Millisecond), 50*time.Millisecond)
+	meter := newPeakMeter(isa, f.workers, target)
+	var halfMeter *peakMeter
+	if is16(f.dt) {
+		h := kernel.HalfPath(elemOf(f.dt))
+		halfMeter = newLoopMeter(h.Name, h.Peak, f.workers, target)
+	}
 	var bw *bandwidth
 	progress := isTerminal(stderr) && !f.jsonOut
 	var results []benchResult
@@ -320,7 +360,7 @@ func (f *benchFlags) measureAll(cases []benchCase, bwSize memlimit.Size, cache l
 		if c.Mode == "decode" && bw == nil && bwSize > 0 {
 			bw = newBandwidth(bwSize, f.workers)
 		}
-		m := measurer{workers: f.workers, reps: f.reps, minDur: minDur, peak: meter, llc: cache}
+		m := measurer{workers: f.workers, reps: f.reps, minDur: minDur, peak: meter, halfPeak: halfMeter, llc: cache}
 		if c.Mode == "decode" {
 			m.bw = bw
 		}
@@ -392,6 +432,9 @@ func sweep(quick bool) []benchCase {
 
 func (c benchCase) label() string {
 	s := fmt.Sprintf("%s b%d h%d", c.Mode, c.B, c.H)
+	if c.DType != flashattn.Float32 {
+		s = dtypeName(c.DType) + " " + s
+	}
 	if c.Hk != c.H {
 		s += fmt.Sprintf(" kv%d", c.Hk)
 	}

@@ -12,25 +12,39 @@ import (
 	"github.com/flashattn/flashattn/internal/plain"
 )
 
-// peakMeter measures the FP32 FMA peak of one kernel path (its ISA's FMA
-// loop on every worker at once), in short runs that are interleaved with
-// the case measurements so that both see the same machine.
+// peakMeter measures the peak of one kernel path (its register-only
+// throughput loop on every worker at once: the FP32 FMA loop of an ISA, or
+// the loop of a 16-bit product path), in short runs that are interleaved
+// with the case measurements so that all of them see the same machine.
 type peakMeter struct {
-	isa     string
+	isa     string              // the path's name
 	loop    func(iters int) int // nil: this path has no peak loop
 	iters   int                 // per worker and run
 	workers int
 }
 
-// newPeakMeter calibrates the loop of isa so that one run takes about
-// target.
+// newPeakMeter calibrates the FP32 FMA loop of isa so that one run takes
+// about target.
 func newPeakMeter(isa string, workers int, target time.Duration) *peakMeter {
-	m := &peakMeter{isa: isa, workers: workers}
 	loop, ok := kernel.FMAPeakLoop(isa)
 	if !ok {
-		return m
+		return &peakMeter{isa: isa, workers: workers}
 	}
-	m.loop = loop
+	return newLoopMeter(isa, loop, workers, target)
+}
+
+// elemOf is the kernel element type of a 16-bit DType.
+func elemOf(dt flashattn.DType) kernel.Elem {
+	if dt == flashattn.Float16 {
+		return kernel.F16
+	}
+	return kernel.BF16
+}
+
+// newLoopMeter calibrates loop, the peak loop of the path called name, so
+// that one run takes about target.
+func newLoopMeter(name string, loop func(iters int) int, workers int, target time.Duration) *peakMeter {
+	m := &peakMeter{isa: name, workers: workers, loop: loop}
 	n := 1 << 12
 	for {
 		t0 := time.Now()
@@ -76,6 +90,7 @@ type measurer struct {
 	workers, reps int
 	minDur        time.Duration
 	peak          *peakMeter
+	halfPeak      *peakMeter // the 16-bit product path's, for bf16 and f16 cases; nil otherwise
 	bw            *bandwidth // decode only; nil: not measured
 	llc           llc        // the last-level cache, reported with decode
 }
@@ -125,13 +140,87 @@ func callsFor(f func(), minDur time.Duration) int {
 	return max(1, int((minDur+d-1)/d))
 }
 
+// benchTensors are the tensors of one flashattn configuration of a case.
+type benchTensors struct {
+	q, k, v, do, out, dq, dk, dv flashattn.Tensor
+	lse                          []float32
+}
+
+// newBenchTensors converts the float32 inputs to the types of a case: Q
+// and dO to qt, K and V to kt (the same, except that a q8_0 cache is read
+// with float32 queries), and allocates the outputs.
+func newBenchTensors(c benchCase, in inputs, kt flashattn.DType) (benchTensors, error) {
+	sq := c.sq()
+	qt := kt
+	if kt == flashattn.Q8_0 {
+		qt = flashattn.Float32
+	}
+	conv := func(x []float32, n, h int, dt flashattn.DType) (flashattn.Tensor, error) {
+		src := flashattn.Dense(x, c.B, n, h, c.D)
+		if dt == flashattn.Float32 {
+			return src, nil
+		}
+		dst := flashattn.NewTensorOf(dt, c.B, n, h, c.D)
+		return dst, flashattn.Convert(dst, src)
+	}
+	var t benchTensors
+	var err error
+	for _, x := range []struct {
+		dst   *flashattn.Tensor
+		data  []float32
+		n, h  int
+		dtype flashattn.DType
+	}{{&t.q, in.q, sq, c.H, qt}, {&t.k, in.k, c.N, c.Hk, kt}, {&t.v, in.v, c.N, c.Hk, kt}, {&t.do, in.do, sq, c.H, qt}} {
+		if *x.dst, err = conv(x.data, x.n, x.h, x.dtype); err != nil {
+			return t, err
+		}
+	}
+	gt := kt // the gradients of K and V; there are none for q8_0 (decode only)
+	if kt == flashattn.Q8_0 {
+		gt = flashattn.Float32
+	}
+	t.out, t.lse = flashattn.NewTensorOf(qt, c.B, sq, c.H, c.D), make([]float32, c.B*c.H*sq)
+	if c.Mode == "bwd" || c.Mode == "fwdbwd" {
+		t.dq = flashattn.NewTensorOf(qt, c.B, sq, c.H, c.D)
+		t.dk, t.dv = flashattn.NewTensorOf(gt, c.B, c.N, c.Hk, c.D), flashattn.NewTensorOf(gt, c.B, c.N, c.Hk, c.D)
+	}
+	return t, nil
+}
+
+// runner returns the function one timed call of mode runs on t, and the
+// first error any call met.
+func (t *benchTensors) runner(mode string, opts *flashattn.Options) (run func(), err func() error) {
+	var first error
+	fwd := func() {
+		if e := flashattn.ForwardInto(t.out, t.lse, t.q, t.k, t.v, opts); e != nil && first == nil {
+			first = e
+		}
+	}
+	bwd := func() {
+		if e := flashattn.BackwardInto(t.dq, t.dk, t.dv, t.q, t.k, t.v, t.out, t.do, t.lse, opts); e != nil && first == nil {
+			first = e
+		}
+	}
+	fwd() // O and LSE for the backward
+	run = fwd
+	switch mode {
+	case "bwd":
+		run = bwd
+	case "fwdbwd":
+		run = func() { fwd(); bwd() }
+	}
+	return run, func() error { return first }
+}
+
+// kvBytes is the number of bytes of K and V one decode call reads: what
+// the cache stores, per its type (q8_0: 34 bytes per 32 values).
+func (c benchCase) kvBytes(dt flashattn.DType) float64 {
+	return 2 * float64(c.B) * float64(c.N) * float64(c.Hk) * float64(c.D) * storedBytes(dt)
+}
+
 func (m *measurer) measure(c benchCase) (benchResult, error) {
 	sq := c.sq()
 	in := randomInputs(c.shape, sq, 7)
-	q := flashattn.Dense(in.q, c.B, sq, c.H, c.D)
-	k := flashattn.Dense(in.k, c.B, c.N, c.Hk, c.D)
-	v := flashattn.Dense(in.v, c.B, c.N, c.Hk, c.D)
-	do := flashattn.Dense(in.do, c.B, sq, c.H, c.D)
 	if c.Variant == "block-sparse" {
 		var err error
 		if c.mask, err = c.blockMask(); err != nil {
@@ -139,40 +228,48 @@ func (m *measurer) measure(c benchCase) (benchResult, error) {
 		}
 	}
 	opts := c.options(m.workers)
-	out := flashattn.NewTensor(c.B, sq, c.H, c.D)
-	lse := make([]float32, c.B*c.H*sq)
-	dq, dk, dv := flashattn.NewTensor(c.B, sq, c.H, c.D), flashattn.NewTensor(c.B, c.N, c.Hk, c.D), flashattn.NewTensor(c.B, c.N, c.Hk, c.D)
-	var err error
-	fwd := func() {
-		if e := flashattn.ForwardInto(out, lse, q, k, v, opts); e != nil && err == nil {
-			err = e
+	if c.Mode == "decode" { // a KV cache holding N keys per sequence
+		lens := make([]int32, c.B)
+		for b := range lens {
+			lens[b] = int32(c.N)
 		}
+		opts.KVCache = &flashattn.KVCache{SeqLens: lens}
 	}
-	bwd := func() {
-		if e := flashattn.BackwardInto(dq, dk, dv, q, k, v, out, do, lse, opts); e != nil && err == nil {
-			err = e
-		}
+	ts, err := newBenchTensors(c, in, c.DType)
+	if err != nil {
+		return benchResult{}, err
 	}
-	fwd()
-	run := fwd
-	switch c.Mode {
-	case "bwd":
-		run = bwd
-	case "fwdbwd":
-		run = func() { fwd(); bwd() }
-	}
+	run, runErr := ts.runner(c.Mode, opts)
 	extra := coldAlloc(run)
 	run() // warm: workspaces pooled again, pages faulted in
-	if err != nil {
+	if err := runErr(); err != nil {
 		return benchResult{}, err
 	}
 	calls := callsFor(run, m.minDur)
 
-	r := benchResult{Mode: c.Mode, Variant: c.Variant, Batch: c.B, Heads: c.H, KVHeads: c.Hk, SeqlenQ: sq, SeqlenK: c.N,
+	r := benchResult{Mode: c.Mode, Variant: c.Variant, DType: dtypeName(c.DType), Batch: c.B, Heads: c.H, KVHeads: c.Hk, SeqlenQ: sq, SeqlenK: c.N,
 		Headdim: c.D, Causal: c.Causal, Kernel: kernel.Select().Name, Workers: m.workers, Reps: m.reps,
 		Calls: calls, PlainSkipped: c.plainSkip, PeakISA: m.peak.isa, ExtraBytes: extra}
 	if c.mask != nil {
 		r.Density = c.mask.Density()
+	}
+	half := m.halfPeak != nil && is16(c.DType)
+	if half {
+		r.PeakHalfPath = m.halfPeak.isa
+	}
+	// Float32 flashattn on the same (unrounded) inputs, beside another type.
+	var frun func()
+	var frunErr func() error
+	fcalls := 0
+	if c.f32 {
+		fts, err := newBenchTensors(c, in, flashattn.Float32)
+		if err != nil {
+			return benchResult{}, err
+		}
+		frun, frunErr = fts.runner(c.Mode, opts)
+		frun()
+		fcalls = callsFor(frun, m.minDur/2)
+		r.F32Calls = fcalls
 	}
 	var prun func()
 	pcalls := 0
@@ -196,12 +293,17 @@ func (m *measurer) measure(c benchCase) (benchResult, error) {
 		mode = "fwd"
 	}
 	flops := c.visibleFlops(mode)
-	kvBytes := float64(2 * 4 * c.B * c.N * c.Hk * c.D) // K and V read per call
+	kvBytes := c.kvBytes(c.DType)
 	r.PlainCalls = pcalls
 	var gf, peaks, ratio, pg, speed, kv, rd, cp, rdRatio, cpRatio, secs []float64
+	var hpeaks, hratio, hvs, fg, fspeed []float64
 	gcs := gcCycles()
 	for rep := 0; rep < m.reps; rep++ {
 		pk := m.peak.measure()
+		hp := 0.0
+		if half {
+			hp = m.halfPeak.measure()
+		}
 		// A collection since the last timed batch (the plain algorithm's
 		// garbage) may have emptied the pools: refill them untimed, as a
 		// training loop's steady state would have them.
@@ -210,13 +312,30 @@ func (m *measurer) measure(c benchCase) (benchResult, error) {
 		}
 		t := timeCalls(run, calls)
 		gcs = gcCycles()
-		if err != nil {
+		if err := runErr(); err != nil {
 			return benchResult{}, err
 		}
 		g := flops / t / 1e9
 		secs, gf = append(secs, t), append(gf, g)
 		if pk > 0 {
 			peaks, ratio = append(peaks, pk), append(ratio, g/pk)
+		}
+		if hp > 0 {
+			hpeaks, hratio = append(hpeaks, hp), append(hratio, g/hp)
+			if pk > 0 {
+				hvs = append(hvs, hp/pk)
+			}
+		}
+		if frun != nil {
+			if gcCycles() != gcs {
+				frun()
+			}
+			ft := timeCalls(frun, fcalls)
+			gcs = gcCycles()
+			if err := frunErr(); err != nil {
+				return benchResult{}, err
+			}
+			fg, fspeed = append(fg, flops/ft/1e9), append(fspeed, ft/t)
 		}
 		if prun != nil {
 			runtime.GC() // each plain batch starts from a clean heap
@@ -236,10 +355,17 @@ func (m *measurer) measure(c benchCase) (benchResult, error) {
 	r.Seconds = summarize(secs).Median
 	r.setGFlops(summarize(gf))
 	r.setPeak(summarize(peaks), summarize(ratio))
+	if len(hpeaks) > 0 {
+		r.setHalfPeak(summarize(hpeaks), summarize(hratio), summarize(hvs))
+	}
+	if frun != nil {
+		r.setF32(summarize(fg), summarize(fspeed))
+	}
 	if prun != nil {
 		r.setPlain(summarize(pg), summarize(speed))
 	}
 	if c.Mode == "decode" {
+		r.KVBytesPerCall = uint64(kvBytes)
 		r.setDecode(summarize(kv), summarize(rd), summarize(cp), summarize(rdRatio), summarize(cpRatio))
 		r.LLCBytes = uint64(m.llc.Total())
 		if m.bw != nil {

@@ -13,6 +13,10 @@ import (
 type benchResult struct {
 	Mode    string `json:"mode"`
 	Variant string `json:"variant"`
+	// DType is the element type of flashattn's tensors: f32, bf16, f16, or
+	// q8_0 (the cache of a decode case, read with float32 queries). The
+	// plain algorithm is always float32.
+	DType   string `json:"dtype"`
 	Batch   int    `json:"batch"`
 	Heads   int    `json:"heads"`
 	KVHeads int    `json:"kv_heads"`
@@ -44,6 +48,32 @@ type benchResult struct {
 	PeakRatioMin    float64 `json:"peak_ratio_min"`
 	PeakRatioMax    float64 `json:"peak_ratio_max"`
 
+	// bf16 and f16: the peak of the 16-bit product path the kernels use
+	// (PeakHalfPath: "amx", "avx512bf16", "f32" or "generic"), measured
+	// like the FMA peak before every repetition; the case's GFLOP/s as a
+	// fraction of it; and that peak over the FP32 FMA peak.
+	PeakHalfPath        string  `json:"peak_half_path,omitempty"`
+	PeakHalfMedian      float64 `json:"peak_half_median,omitempty"`
+	PeakHalfMin         float64 `json:"peak_half_min,omitempty"`
+	PeakHalfMax         float64 `json:"peak_half_max,omitempty"`
+	PeakHalfRatioMedian float64 `json:"peak_half_ratio_median,omitempty"`
+	PeakHalfRatioMin    float64 `json:"peak_half_ratio_min,omitempty"`
+	PeakHalfRatioMax    float64 `json:"peak_half_ratio_max,omitempty"`
+	PeakHalfVsF32Median float64 `json:"peak_half_vs_f32_median,omitempty"`
+	PeakHalfVsF32Min    float64 `json:"peak_half_vs_f32_min,omitempty"`
+	PeakHalfVsF32Max    float64 `json:"peak_half_vs_f32_max,omitempty"`
+
+	// Another type than f32: float32 flashattn on the same inputs, timed
+	// in every repetition after the case, and the case's speedup over it
+	// (its time over the case's).
+	F32Calls         int     `json:"f32_calls_per_rep,omitempty"`
+	F32GFlopsMedian  float64 `json:"f32_gflops_median,omitempty"`
+	F32GFlopsMin     float64 `json:"f32_gflops_min,omitempty"`
+	F32GFlopsMax     float64 `json:"f32_gflops_max,omitempty"`
+	F32SpeedupMedian float64 `json:"f32_speedup_median,omitempty"`
+	F32SpeedupMin    float64 `json:"f32_speedup_min,omitempty"`
+	F32SpeedupMax    float64 `json:"f32_speedup_max,omitempty"`
+
 	PlainGFlopsMedian float64 `json:"plain_gflops_median,omitempty"`
 	PlainGFlopsMin    float64 `json:"plain_gflops_min,omitempty"`
 	PlainGFlopsMax    float64 `json:"plain_gflops_max,omitempty"`
@@ -55,10 +85,13 @@ type benchResult struct {
 	ExtraBytes uint64 `json:"extra_bytes"`
 	PlainBytes uint64 `json:"plain_extra_bytes,omitempty"`
 
-	// Decode: bytes of K and V read per second; the read-only bandwidth and
+	// Decode: the bytes the cache stores for the keys and values one call
+	// reads (per DType: 4, 2, or 34/32 per value for q8_0); bytes of K
+	// and V read per second; the read-only bandwidth and
 	// the copy bandwidth (bytes read + written) of buffers of
 	// BandwidthBytes each, well beyond the last-level cache (LLCBytes);
 	// and the decode rate's ratio to each.
+	KVBytesPerCall   uint64  `json:"kv_bytes_per_call,omitempty"`
 	KVGBpsMedian     float64 `json:"kv_gbytes_per_s_median,omitempty"`
 	KVGBpsMin        float64 `json:"kv_gbytes_per_s_min,omitempty"`
 	KVGBpsMax        float64 `json:"kv_gbytes_per_s_max,omitempty"`
@@ -88,6 +121,17 @@ func (r *benchResult) setPeak(peak, ratio spread) {
 	r.PeakRatioMedian, r.PeakRatioMin, r.PeakRatioMax = ratio.Median, ratio.Min, ratio.Max
 }
 
+func (r *benchResult) setHalfPeak(peak, ratio, vsF32 spread) {
+	r.PeakHalfMedian, r.PeakHalfMin, r.PeakHalfMax = peak.Median, peak.Min, peak.Max
+	r.PeakHalfRatioMedian, r.PeakHalfRatioMin, r.PeakHalfRatioMax = ratio.Median, ratio.Min, ratio.Max
+	r.PeakHalfVsF32Median, r.PeakHalfVsF32Min, r.PeakHalfVsF32Max = vsF32.Median, vsF32.Min, vsF32.Max
+}
+
+func (r *benchResult) setF32(g, speedup spread) {
+	r.F32GFlopsMedian, r.F32GFlopsMin, r.F32GFlopsMax = g.Median, g.Min, g.Max
+	r.F32SpeedupMedian, r.F32SpeedupMin, r.F32SpeedupMax = speedup.Median, speedup.Min, speedup.Max
+}
+
 func (r *benchResult) setPlain(g, speedup spread) {
 	r.PlainGFlopsMedian, r.PlainGFlopsMin, r.PlainGFlopsMax = g.Median, g.Min, g.Max
 	r.SpeedupMedian, r.SpeedupMin, r.SpeedupMax = speedup.Median, speedup.Min, speedup.Max
@@ -111,27 +155,66 @@ func (r benchResult) plainGFlops() spread {
 }
 func (r benchResult) speedup() spread { return spread{r.SpeedupMedian, r.SpeedupMin, r.SpeedupMax} }
 
-// printTable prints the results with medians and ranges, the peak they are
-// compared with, and the decode bandwidth lines.
+// printTable prints the results with medians and ranges, the peaks they are
+// compared with, and the decode bandwidth lines. With a 16-bit type it
+// adds the 16-bit product path's peak and float32 flashattn beside it.
 func printTable(w io.Writer, rs []benchResult, workers, reps int) {
 	if len(rs) == 0 {
 		return
 	}
 	isa := rs[0].PeakISA
-	var peaks []float64
+	var peaks, hpeaks, hvs []float64
 	for _, r := range rs {
 		if r.PeakMedian > 0 {
 			peaks = append(peaks, r.PeakMedian)
 		}
+		if r.PeakHalfMedian > 0 {
+			hpeaks = append(hpeaks, r.PeakHalfMedian)
+		}
+		if r.PeakHalfVsF32Median > 0 {
+			hvs = append(hvs, r.PeakHalfVsF32Median)
+		}
 	}
-	fmt.Fprintf(w, "kernel %s, %d workers; %d repetitions per case, each after a run of the FP32 FMA peak loop of the %s path.\n", rs[0].Kernel, workers, reps, isa)
+	dt, hpath := rs[0].DType, rs[0].PeakHalfPath
+	fmt.Fprintf(w, "kernel %s, %d workers; %d repetitions per case, each after a run of the FP32 FMA peak loop of the %s path", rs[0].Kernel, workers, reps, isa)
+	if hpath != "" {
+		fmt.Fprintf(w, " and of the %s peak loop of the %s product path", dt, hpath)
+	}
+	fmt.Fprintln(w, ".")
+	if dt != "f32" {
+		fmt.Fprintf(w, "flashattn's tensors are %s", dt)
+		if dt == "q8_0" {
+			fmt.Fprint(w, " (the cache; queries float32)")
+		}
+		fmt.Fprint(w, "; the plain algorithm is float32")
+		if rs[0].F32Calls > 0 {
+			fmt.Fprint(w, "; f32 GFLOP/s is float32 flashattn on the same inputs, \"vs f32\" its time over the case's")
+		}
+		fmt.Fprintln(w, ".")
+	}
 	if len(peaks) > 0 {
-		fmt.Fprintf(w, "FMA peak (%s, all workers): median over cases %s GFLOP/s. Figures: median (min–max) over the repetitions.\n\n", isa, summarize(peaks).format("%.1f", 1, ""))
+		fmt.Fprintf(w, "FMA peak (%s, all workers): median over cases %s GFLOP/s", isa, summarize(peaks).format("%.1f", 1, ""))
+		if len(hpeaks) > 0 {
+			fmt.Fprintf(w, "; %s peak (%s path, all workers): %s GFLOP/s", dt, hpath, summarize(hpeaks).format("%.1f", 1, ""))
+			if len(hvs) > 0 {
+				fmt.Fprintf(w, " = %s× the FMA peak", summarize(hvs).format("%.2f", 1, ""))
+			}
+		}
+		fmt.Fprint(w, ". Figures: median (min–max) over the repetitions.\n\n")
 	} else {
 		fmt.Fprintf(w, "No FMA peak loop for the %s path: %% of peak is not reported. Figures: median (min–max) over the repetitions.\n\n", isa)
 	}
+	half := len(hpeaks) > 0
+	f32 := rs[0].F32Calls > 0
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\tvariant\tbatch\theads\tseqlen\theaddim\tcausal\ttime\tGFLOP/s\t% of peak\tplain GFLOP/s\tspeedup\textra mem\tplain mem\t")
+	head := "mode\tvariant\tbatch\theads\tseqlen\theaddim\tcausal\ttime\tGFLOP/s\t% of peak\t"
+	if half {
+		head += "% of " + dt + " peak\t"
+	}
+	if f32 {
+		head += "f32 GFLOP/s\tvs f32\t"
+	}
+	fmt.Fprintln(tw, head+"plain GFLOP/s\tspeedup\textra mem\tplain mem\t")
 	for _, r := range rs {
 		plainG, speed, pmem := "-", "-", "-"
 		if r.PlainGFlopsMedian > 0 {
@@ -154,8 +237,16 @@ func printTable(w io.Writer, rs []benchResult, workers, reps int) {
 		if r.SeqlenQ != r.SeqlenK {
 			seq = fmt.Sprintf("%d/%d", r.SeqlenQ, r.SeqlenK)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%v\t%.4fs\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Mode, v, r.Batch, r.Heads, seq, r.Headdim,
-			r.Causal, r.Seconds, r.gflops().format("%.1f", 1, ""), pct, plainG, speed, bytesString(r.ExtraBytes), pmem)
+		extra := ""
+		if half {
+			extra += dash(r.PeakHalfRatioMedian > 0, spread{r.PeakHalfRatioMedian, r.PeakHalfRatioMin, r.PeakHalfRatioMax}, "%.0f", 100, "%") + "\t"
+		}
+		if f32 {
+			extra += dash(r.F32GFlopsMedian > 0, spread{r.F32GFlopsMedian, r.F32GFlopsMin, r.F32GFlopsMax}, "%.1f", 1, "") + "\t" +
+				dash(r.F32SpeedupMedian > 0, spread{r.F32SpeedupMedian, r.F32SpeedupMin, r.F32SpeedupMax}, "%.2f", 1, "x") + "\t"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%v\t%.4fs\t%s\t%s\t%s%s\t%s\t%s\t%s\t\n", r.Mode, v, r.Batch, r.Heads, seq, r.Headdim,
+			r.Causal, r.Seconds, r.gflops().format("%.1f", 1, ""), pct, extra, plainG, speed, bytesString(r.ExtraBytes), pmem)
 	}
 	tw.Flush()
 	for _, r := range rs {
@@ -167,8 +258,11 @@ func printTable(w io.Writer, rs []benchResult, workers, reps int) {
 		if r.Mode != "decode" {
 			continue
 		}
-		fmt.Fprintf(w, "\ndecode (1 query row, seqlen_k %d, %d KV heads, headdim %d): K+V read at %s GB/s", r.SeqlenK, r.KVHeads, r.Headdim,
-			spread{r.KVGBpsMedian, r.KVGBpsMin, r.KVGBpsMax}.format("%.1f", 1, ""))
+		fmt.Fprintf(w, "\ndecode (1 query row, seqlen_k %d, %d KV heads, headdim %d, %s cache): K+V (%s per call) read at %s GB/s", r.SeqlenK, r.KVHeads, r.Headdim,
+			r.DType, bytesString(r.KVBytesPerCall), spread{r.KVGBpsMedian, r.KVGBpsMin, r.KVGBpsMax}.format("%.1f", 1, ""))
+		if r.F32SpeedupMedian > 0 {
+			fmt.Fprintf(w, ", %s the speed of the float32 cache", spread{r.F32SpeedupMedian, r.F32SpeedupMin, r.F32SpeedupMax}.format("%.2f", 1, "×"))
+		}
 		if r.BandwidthBytes == 0 {
 			fmt.Fprintf(w, "; bandwidth not measured: %s\n", r.BandwidthSkipped)
 			continue
@@ -179,4 +273,12 @@ func printTable(w io.Writer, rs []benchResult, workers, reps int) {
 			spread{r.CopyGBpsMedian, r.CopyGBpsMin, r.CopyGBpsMax}.format("%.1f", 1, ""))
 		fmt.Fprintf(w, "  bandwidth buffers: 2 × %s (last-level cache %s)\n", bytesString(r.BandwidthBytes), bytesString(r.LLCBytes))
 	}
+}
+
+// dash formats s, or "-" when ok is false.
+func dash(ok bool, s spread, format string, scale float64, unit string) string {
+	if !ok {
+		return "-"
+	}
+	return s.format(format, scale, unit)
 }

@@ -245,21 +245,26 @@ func TestBandwidthBuffer(t *testing.T) {
 	}
 }
 
-// FuzzBenchFlags fuzzes bench's flags with a 1K memory limit, so that no
-// case can run: every bad flag must be reported on its own line, and
+// FuzzBenchFlags fuzzes bench's flags (-dtype among them) with a 1K memory
+// limit, so that no case can run: every bad flag must be reported on its own line, and
 // flags that pass validation must end in the memory refusal, never in a
 // measurement, a panic or an overflow.
 func FuzzBenchFlags(f *testing.F) {
-	f.Add("fwd", "", 64, 0, 0, 0, 0, 5, 200, 256, false, 0.1)
-	f.Add("sideways", "turbo", 0, -1, -2, -3, -4, 0, -1, -1, true, 0.1)
-	f.Add("decode", "window", math.MaxInt/2, math.MaxInt/3, math.MaxInt/5, 1<<20, math.MaxInt/7, 1000, 1, 0, false, 0.1)
-	f.Add("bwd", "alibi", 128, 3, 6, 4, 0, 2, 0, 1, true, 0.1)
-	f.Add("fwdbwd", "dropout", 1, math.MaxInt, math.MaxInt, 1, math.MaxInt, 1, 600000, math.MaxInt, false, 0.1)
-	f.Add("fwdbwd", "block-sparse", 64, 1, 8, 0, math.MaxInt/3, 5, 200, 256, false, 0.05)
-	f.Add("fwdbwd", "block-sparse", 64, 1, 8, 0, 4096, 5, 200, 256, false, math.NaN())
-	f.Add("fwd", "block-sparse", 64, 0, 0, 0, 0, 5, 200, 256, true, 1e-300)
-	f.Fuzz(func(t *testing.T, mode, variant string, d, b, h, hk, n, reps, minMs, window int, quick bool, density float64) {
-		if strings.ContainsAny(mode+variant, "\n\r") {
+	f.Add("fwd", "", 64, 0, 0, 0, 0, 5, 200, 256, false, 0.1, "")
+	f.Add("sideways", "turbo", 0, -1, -2, -3, -4, 0, -1, -1, true, 0.1, "")
+	f.Add("decode", "window", math.MaxInt/2, math.MaxInt/3, math.MaxInt/5, 1<<20, math.MaxInt/7, 1000, 1, 0, false, 0.1, "")
+	f.Add("bwd", "alibi", 128, 3, 6, 4, 0, 2, 0, 1, true, 0.1, "")
+	f.Add("fwdbwd", "dropout", 1, math.MaxInt, math.MaxInt, 1, math.MaxInt, 1, 600000, math.MaxInt, false, 0.1, "")
+	f.Add("fwdbwd", "block-sparse", 64, 1, 8, 0, math.MaxInt/3, 5, 200, 256, false, 0.05, "")
+	f.Add("fwdbwd", "block-sparse", 64, 1, 8, 0, 4096, 5, 200, 256, false, math.NaN(), "")
+	f.Add("fwd", "block-sparse", 64, 0, 0, 0, 0, 5, 200, 256, true, 1e-300, "")
+	f.Add("decode", "", 64, 1, 4, 2, 4096, 3, 1, 256, false, 0.1, "q8_0")
+	f.Add("fwd", "", 48, 1, 4, 2, 4096, 3, 1, 256, false, 0.1, "q8_0")
+	f.Add("decode", "", 48, 1, 4, 2, 4096, 3, 1, 256, false, 0.1, "q8_0")
+	f.Add("fwdbwd", "window", 64, 1, 4, 2, 256, 3, 1, 16, false, 0.1, "bf16")
+	f.Add("fwd", "", 64, 0, 0, 0, 0, 3, 1, 16, true, 0.1, "fp8")
+	f.Fuzz(func(t *testing.T, mode, variant string, d, b, h, hk, n, reps, minMs, window int, quick bool, density float64, dtype string) {
+		if strings.ContainsAny(mode+variant+dtype, "\n\r") {
 			return // not something a shell passes as one argument
 		}
 		it := strconv.Itoa
@@ -271,6 +276,9 @@ func FuzzBenchFlags(f *testing.F) {
 		}
 		if quick {
 			args = append(args, "-quick")
+		}
+		if dtype != "" {
+			args = append(args, "-dtype", dtype)
 		}
 		code, stdout, stderr := atRun(args...)
 		if code == 0 || stdout != "" {
@@ -285,6 +293,9 @@ func FuzzBenchFlags(f *testing.F) {
 			{variant == "block-sparse" && !(density > 0 && density <= 1), "-density"},
 			{d < 1, "-headdim"}, {b < 0, "-batch"}, {h < 0, "-heads"}, {hk < 0, "-kv-heads"}, {n < 0, "-seqlen"},
 			{reps < 1 || reps > 1000, "-reps"}, {minMs < 0 || minMs > 600000, "-min-ms"}, {window < 0, "-window"},
+			{dtype != "" && !slices.Contains([]string{"f32", "bf16", "f16", "fp16", "q8_0"}, dtype), "-dtype"},
+			{dtype == "q8_0" && mode != "decode", "-dtype q8_0 is a KV-cache type"},
+			{dtype == "q8_0" && mode == "decode" && d%32 != 0, "-dtype q8_0 needs a -headdim"},
 		} {
 			if c.bad && !strings.Contains(stderr, "flashattn bench: "+c.flag) {
 				t.Fatalf("%q: bad %s not reported: %q", args, c.flag, stderr)

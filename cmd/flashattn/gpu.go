@@ -15,17 +15,20 @@ import (
 	"github.com/flashattn/flashattn/gpu"
 )
 
-// gpuFlags are the flags that move "attn" and "bench" to the GPU.
+// gpuFlags are the flags that choose where and in which element type
+// "attn" and "bench" compute: -device, -dtype and -deterministic.
 type gpuFlags struct {
-	device, dtype string
+	device, dtype string // dtype "": not given
 	deterministic bool
+	q8            bool // -dtype may be q8_0 (bench's decode cache)
 }
 
-// addGPUFlags registers -device, -dtype and -deterministic on fs.
-func addGPUFlags(fs *flag.FlagSet) *gpuFlags {
-	g := &gpuFlags{}
+// addGPUFlags registers -device, -dtype (with the given help) and
+// -deterministic on fs; q8 lets -dtype be q8_0.
+func addGPUFlags(fs *flag.FlagSet, dtypeHelp string, q8 bool) *gpuFlags {
+	g := &gpuFlags{q8: q8}
 	fs.StringVar(&g.device, "device", "cpu", "where to compute: cpu, or gpu (NVIDIA, compute capability ≥ 8.0, through the CUDA driver)")
-	fs.StringVar(&g.dtype, "dtype", "bf16", "with -device gpu: bf16 or f16; inputs are rounded to it, accumulation is float32")
+	fs.StringVar(&g.dtype, "dtype", "", dtypeHelp)
 	fs.BoolVar(&g.deterministic, "deterministic", false, "with -device gpu: deterministic backward (dQ from a second kernel instead of float32 atomics)")
 	return g
 }
@@ -33,25 +36,50 @@ func addGPUFlags(fs *flag.FlagSet) *gpuFlags {
 // on reports whether -device gpu was given.
 func (g *gpuFlags) on() bool { return g.device == "gpu" }
 
-// check validates the flag values.
-func (g *gpuFlags) check() (gpu.DType, error) {
+// check validates -device and -dtype together.
+func (g *gpuFlags) check() error {
 	switch g.device {
 	case "cpu", "gpu":
 	default:
-		return 0, fmt.Errorf("-device %q: want cpu or gpu", g.device)
+		return fmt.Errorf("-device %q: want cpu or gpu", g.device)
 	}
-	switch g.dtype {
-	case "bf16":
+	if g.on() {
+		_, err := g.gpuType()
+		return err
+	}
+	_, err := g.cpuType()
+	return err
+}
+
+// cpuType is the element type of -dtype on the CPU: float32 unless given.
+func (g *gpuFlags) cpuType() (flashattn.DType, error) {
+	if g.dtype == "" {
+		return flashattn.Float32, nil
+	}
+	return parseDType("-dtype", g.dtype, g.q8)
+}
+
+// gpuType is the element type of -dtype on the GPU: bf16 unless given;
+// the GPU kernels take bf16 and f16 only.
+func (g *gpuFlags) gpuType() (gpu.DType, error) {
+	if g.dtype == "" {
 		return gpu.BF16, nil
-	case "f16", "fp16":
+	}
+	dt, err := parseDType("-dtype", g.dtype, g.q8)
+	switch {
+	case err != nil:
+		return 0, err
+	case dt == flashattn.BFloat16:
+		return gpu.BF16, nil
+	case dt == flashattn.Float16:
 		return gpu.F16, nil
 	}
-	return 0, fmt.Errorf("-dtype %q: want bf16 or f16", g.dtype)
+	return 0, fmt.Errorf("-dtype %q: want bf16 or f16 with -device gpu", g.dtype)
 }
 
 // open opens GPU 0; without one the error is a single line saying why.
 func (g *gpuFlags) open() (*gpu.Device, gpu.DType, error) {
-	dt, err := g.check()
+	dt, err := g.gpuType()
 	if err != nil {
 		return nil, 0, err
 	}
@@ -73,7 +101,7 @@ type (
 // flashattn's for -device cpu, the GPU's otherwise, and a function to call
 // when done.
 func (g *gpuFlags) attnFuncs() (forwardFunc, backwardFunc, func(), error) {
-	if _, err := g.check(); err != nil {
+	if err := g.check(); err != nil {
 		return nil, nil, nil, err
 	}
 	if !g.on() {

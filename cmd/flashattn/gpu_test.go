@@ -82,7 +82,9 @@ func TestGPUFlagValues(t *testing.T) {
 		want string
 	}{
 		{append(gpuInputs(t, dir), "-o", filepath.Join(dir, "o"), "-device", "tpu"), `-device "tpu": want cpu or gpu`},
-		{append(gpuInputs(t, dir), "-o", filepath.Join(dir, "o"), "-device", "gpu", "-dtype", "f32"), `-dtype "f32": want bf16 or f16`},
+		{append(gpuInputs(t, dir), "-o", filepath.Join(dir, "o"), "-device", "gpu", "-dtype", "f32"), `-dtype "f32": want bf16 or f16 with -device gpu`},
+		{append(gpuInputs(t, dir), "-o", filepath.Join(dir, "o"), "-dtype", "q8_0"), `-dtype "q8_0": want f32, bf16 or f16`},
+		{[]string{"bench", "-device", "gpu", "-dtype", "q8_0", "-mode", "decode"}, `-dtype "q8_0": want bf16 or f16 with -device gpu`},
 		{[]string{"bench", "-device", "tpu"}, `-device "tpu"`},
 		{[]string{"bench", "-dtype", "int8"}, `-dtype "int8"`},
 	} {
@@ -111,8 +113,38 @@ func TestGPUOptions(t *testing.T) {
 	if o.Scale != 0.5 || !o.Causal || o.Window != w || o.Softcap != 7 || o.VarLen != vl || !o.Deterministic {
 		t.Errorf("options = %+v", o)
 	}
-	if dt, err := (&gpuFlags{device: "cpu", dtype: "fp16"}).check(); err != nil || dt != gpu.F16 {
-		t.Errorf("check fp16: %v %v", dt, err)
+	for _, c := range []struct {
+		g    gpuFlags
+		want gpu.DType
+		ok   bool
+	}{
+		{gpuFlags{device: "gpu", dtype: "fp16"}, gpu.F16, true},
+		{gpuFlags{device: "gpu", dtype: "f16"}, gpu.F16, true},
+		{gpuFlags{device: "gpu"}, gpu.BF16, true},
+		{gpuFlags{device: "gpu", dtype: "f32"}, 0, false},
+		{gpuFlags{device: "gpu", dtype: "q8_0", q8: true}, 0, false},
+	} {
+		dt, err := c.g.gpuType()
+		if (err == nil) != c.ok || c.ok && dt != c.want || (c.g.check() == nil) != c.ok {
+			t.Errorf("%+v: gpuType %v, %v; check %v", c.g, dt, err, c.g.check())
+		}
+	}
+	for _, c := range []struct {
+		g    gpuFlags
+		want flashattn.DType
+		ok   bool
+	}{
+		{gpuFlags{device: "cpu"}, flashattn.Float32, true},
+		{gpuFlags{device: "cpu", dtype: "bf16"}, flashattn.BFloat16, true},
+		{gpuFlags{device: "cpu", dtype: "fp16"}, flashattn.Float16, true},
+		{gpuFlags{device: "cpu", dtype: "q8_0"}, 0, false},
+		{gpuFlags{device: "cpu", dtype: "q8_0", q8: true}, flashattn.Q8_0, true},
+		{gpuFlags{device: "cpu", dtype: "bfloat16"}, 0, false},
+	} {
+		dt, err := c.g.cpuType()
+		if (err == nil) != c.ok || c.ok && dt != c.want || (c.g.check() == nil) != c.ok {
+			t.Errorf("%+v: cpuType %v, %v; check %v", c.g, dt, err, c.g.check())
+		}
 	}
 }
 
@@ -160,6 +192,36 @@ func TestAttnGPU(t *testing.T) {
 		}
 		for i := range a {
 			if d := math.Abs(float64(a[i] - b[i])); d > 0.1 || math.IsInf(float64(a[i]), 0) != math.IsInf(float64(b[i]), 0) {
+				t.Fatalf("%s[%d]: cpu %v, gpu %v", f, i, a[i], b[i])
+			}
+		}
+	}
+}
+
+// With a GPU, "attn -device gpu -dtype f16" writes out, dq, dk, dv as
+// '<f2' (the GPU's float16 results, narrowed exactly) like the CPU's
+// -dtype f16, with values close to the CPU's; lse stays '<f4'.
+func TestAttnGPUFloat16(t *testing.T) {
+	if err := gpuErr(); err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	dir := t.TempDir()
+	args := gpuInputs(t, dir)
+	for _, dev := range []string{"cpu", "gpu"} {
+		code, _, stderr := runCLI(append(args, "-o", filepath.Join(dir, dev), "-device", dev, "-dtype", "f16", "-causal")...)
+		if code != 0 {
+			t.Fatalf("-device %s: exit %d: %s", dev, code, stderr)
+		}
+	}
+	for _, f := range []string{"out.npy", "lse.npy", "dq.npy", "dk.npy", "dv.npy"} {
+		descr, shape := "<f2", []int{1, 70, 2, 64}
+		if f == "lse.npy" {
+			descr, shape = "<f4", []int{1, 2, 70}
+		}
+		a := atReadTyped(t, filepath.Join(dir, "cpu", f), descr, shape...)
+		b := atReadTyped(t, filepath.Join(dir, "gpu", f), descr, shape...)
+		for i := range a {
+			if d := math.Abs(float64(a[i] - b[i])); d > 0.05 || math.IsInf(float64(a[i]), 0) != math.IsInf(float64(b[i]), 0) {
 				t.Fatalf("%s[%d]: cpu %v, gpu %v", f, i, a[i], b[i])
 			}
 		}

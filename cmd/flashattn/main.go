@@ -45,7 +45,7 @@ func main() {
 
 // seams are the test hooks of a run; the zero value is the real command.
 type seams struct {
-	// writeHook is called before each step of writing attn's outputs
+	// writeHook is called before each step of writing attn's and merge's outputs
 	// (see npy.WriteOptions.Hook).
 	writeHook func(ctx context.Context, stage npy.Stage, path string) error
 }
@@ -66,7 +66,7 @@ func runSeams(args []string, stdout, stderr io.Writer, sm seams) int {
 	case "attn":
 		err = runAttn(args[1:], stdout, stderr, sm)
 	case "merge":
-		err = runMerge(args[1:], stdout, stderr)
+		err = runMerge(args[1:], stdout, stderr, sm)
 	case "demo":
 		err = runDemo(args[1:], stdout, stderr)
 	case "bench":

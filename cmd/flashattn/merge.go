@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 
 	"github.com/flashattn/flashattn"
@@ -14,13 +13,14 @@ import (
 
 // runMerge merges the out.npy/lse.npy pairs of attn runs over disjoint key
 // sets (split-K, sequence parallelism, prefix caching) into OUTDIR.
-func runMerge(args []string, stdout, stderr io.Writer) error {
+func runMerge(args []string, stdout, stderr io.Writer, sm seams) error {
 	var outDir string
 	fs := newFlags("merge", stderr, "-o OUTDIR DIR...\n\n"+
 		"Merges the results of attn runs with the same queries over disjoint sets of keys: each DIR\n"+
-		"holds out.npy ([batch, seqlen, heads, headdim], or [total, heads, headdim]) and lse.npy\n"+
-		"([batch, heads, seqlen] or [heads, total], natural log). Writes OUTDIR/out.npy and\n"+
-		"OUTDIR/lse.npy, the attention over the union of the keys, atomically.\n")
+		"holds out.npy ([batch, seqlen, heads, headdim], or [total, heads, headdim]; float32 '<f4' or\n"+
+		"float16 '<f2') and lse.npy ([batch, heads, seqlen] or [heads, total], natural log, '<f4').\n"+
+		"Writes OUTDIR/out.npy and OUTDIR/lse.npy, the attention over the union of the keys, all or\n"+
+		"nothing; out.npy is '<f2' when every input out.npy is, '<f4' otherwise (sums in float64).\n")
 	fs.StringVar(&outDir, "o", "", "output `DIR` (created if missing; required)")
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
@@ -42,12 +42,14 @@ func runMerge(args []string, stdout, stderr io.Writer) error {
 	var parts []flashattn.Tensor
 	var lses [][]float32
 	var oshape, lshape []int
+	allF16 := true
 	for _, dir := range dirs {
 		op, lp := filepath.Join(dir, "out.npy"), filepath.Join(dir, "lse.npy")
-		o, os_, err := npy.ReadFloat32(op)
+		oa, err := npy.ReadFloat(op)
 		if err != nil {
 			return err
 		}
+		os_ := oa.Shape
 		l, ls, err := npy.ReadFloat32(lp)
 		if err != nil {
 			return err
@@ -65,22 +67,32 @@ func runMerge(args []string, stdout, stderr io.Writer) error {
 		if want := []int{b, h, s}; len(os_) == 3 && fmt.Sprint(ls) != fmt.Sprint([]int{h, s}) || len(os_) == 4 && fmt.Sprint(ls) != fmt.Sprint(want) {
 			return fmt.Errorf("%s: shape %v does not fit %s %v (want [batch, heads, seqlen] or [heads, total])", lp, ls, op, os_)
 		}
-		parts = append(parts, flashattn.Dense(o, b, s, h, d))
+		if oa.F16 != nil {
+			parts = append(parts, flashattn.DenseOf(oa.F16, b, s, h, d))
+		} else {
+			parts, allF16 = append(parts, flashattn.Dense(oa.F32, b, s, h, d)), false
+		}
 		lses = append(lses, l)
 	}
 	b, s, h, d := dims(oshape)
-	out := flashattn.NewTensor(b, s, h, d)
+	dt := flashattn.Float32
+	if allF16 {
+		dt = flashattn.Float16
+	}
+	out := flashattn.NewTensorOf(dt, b, s, h, d)
 	lse := make([]float32, b*h*s)
 	if err := flashattn.MergeStates(out, lse, parts, lses); err != nil {
 		return cleanErr(err)
 	}
-	if err := os.MkdirAll(outDir, 0o755); err != nil {
-		return fmt.Errorf("-o %s: %v", outDir, err)
+	oa, err := outArray(out, oshape, false)
+	if err != nil {
+		return err
 	}
-	return npy.WriteFiles(map[string]npy.Array{
-		filepath.Join(outDir, "out.npy"): {Shape: oshape, F32: out.Data},
+	w := attnFlags{out: outDir}
+	return w.write(map[string]npy.Array{
+		filepath.Join(outDir, "out.npy"): oa,
 		filepath.Join(outDir, "lse.npy"): {Shape: lshape, F32: lse},
-	})
+	}, sm)
 }
 
 // dims reads a 4-D dense or 3-D packed output shape as batch, seq, heads, dim.

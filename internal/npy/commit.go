@@ -65,8 +65,9 @@ func (o WriteOptions) hook(ctx context.Context, s Stage, path string) error {
 
 // WriteAll writes several arrays, keyed by path, so that either all of them
 // replace their destinations or every destination is left byte-identical
-// to what it was (present or absent). An Array with I32 set is written as
-// '<i4', otherwise as '<f4'.
+// to what it was (present or absent). An Array with F16 set is written as
+// '<f2', one with I32 set as '<i4', one with U8 set as '|u1', otherwise as
+// '<f4'.
 //
 // It first checks every array and every destination (a destination that is
 // a directory or another non-regular file is an error saying so), then

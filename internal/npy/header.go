@@ -296,6 +296,8 @@ func dtypeName(descr string) string {
 	switch descr {
 	case dtypeF32:
 		return "float32"
+	case dtypeF16:
+		return "float16"
 	case dtypeI32:
 		return "int32"
 	case dtypeU8:

@@ -1,6 +1,7 @@
 // Package npy reads and writes NumPy .npy files for the flashattn command
-// line: little-endian float32 ('<f4') and int32 ('<i4') arrays in C order,
-// and one-byte arrays (uint8 '|u1', int8 '|i1', bool '|b1') for masks.
+// line: little-endian float32 ('<f4'), float16 ('<f2') and int32 ('<i4')
+// arrays in C order, and one-byte arrays (uint8 '|u1', int8 '|i1', bool
+// '|b1') for masks.
 //
 // Reading validates everything before allocating: that the path is a
 // regular file (a FIFO, device or directory is refused at once, never
@@ -23,15 +24,19 @@ import (
 	"fmt"
 	"math"
 	"os"
+
+	"github.com/flashattn/flashattn/half"
 )
 
-// Array is a decoded array: exactly one of F32, I32 and U8 is non-nil (or
-// all are nil for an array with no elements of unknown kind; see Read). U8
-// holds the bytes of a one-byte array ('|u1', '|i1' or '|b1' when read;
-// written as '|u1').
+// Array is a decoded array: exactly one of F32, F16, I32 and U8 is non-nil
+// (or all are nil for an array with no elements of unknown kind; see Read).
+// F16 holds the IEEE binary16 elements of a '<f2' array bit for bit (NaN
+// payloads included). U8 holds the bytes of a one-byte array ('|u1', '|i1'
+// or '|b1' when read; written as '|u1').
 type Array struct {
 	Shape []int
 	F32   []float32
+	F16   []half.F16
 	I32   []int32
 	U8    []uint8
 }
@@ -66,6 +71,7 @@ func (a Array) Len() int { return shapeLen(a.Shape) }
 
 const (
 	dtypeF32  = "<f4"
+	dtypeF16  = "<f2"
 	dtypeI32  = "<i4"
 	dtypeU8   = "|u1"
 	dtypeI8   = "|i1"
@@ -81,7 +87,8 @@ const (
 // Sets of accepted dtypes.
 var (
 	oneByte  = []string{dtypeU8, dtypeI8, dtypeBool}
-	anyDtype = []string{dtypeF32, dtypeI32, dtypeU8, dtypeI8, dtypeBool}
+	anyDtype = []string{dtypeF32, dtypeF16, dtypeI32, dtypeU8, dtypeI8, dtypeBool}
+	floats   = []string{dtypeF32, dtypeF16}
 )
 
 // elemSize is the size in bytes of one element of a supported dtype.
@@ -89,6 +96,8 @@ func elemSize(descr string) int {
 	switch descr {
 	case dtypeU8, dtypeI8, dtypeBool:
 		return 1
+	case dtypeF16:
+		return 2
 	}
 	return 4
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/flashattn/flashattn/half"
 	"github.com/flashattn/flashattn/internal/memlimit"
 )
 
@@ -33,6 +34,23 @@ func (r Reader) ReadFloat32(path string) (data []float32, shape []int, err error
 		return nil, nil, err
 	}
 	return a.F32, a.Shape, nil
+}
+
+// ReadFloat16 reads a little-endian IEEE float16 ('<f2') C-order array,
+// its elements bit for bit.
+func (r Reader) ReadFloat16(path string) (data []half.F16, shape []int, err error) {
+	a, err := r.readFile(path, []string{dtypeF16})
+	if err != nil {
+		return nil, nil, err
+	}
+	return a.F16, a.Shape, nil
+}
+
+// ReadFloat reads a floating-point array of either width: float32 ('<f4',
+// in the returned Array's F32) or float16 ('<f2', in its F16). Any other
+// dtype is an error naming both.
+func (r Reader) ReadFloat(path string) (Array, error) {
+	return r.readFile(path, floats)
 }
 
 // ReadInt32 reads a little-endian int32 ('<i4') C-order array.
@@ -56,8 +74,8 @@ func (r Reader) ReadBytes(path string) (data []uint8, shape []int, err error) {
 	return a.U8, a.Shape, nil
 }
 
-// Read reads an array of any dtype the package reads ('<f4', '<i4', '|u1',
-// '|i1', '|b1'); the fields of the other kinds are nil.
+// Read reads an array of any dtype the package reads ('<f4', '<f2', '<i4',
+// '|u1', '|i1', '|b1'); the fields of the other kinds are nil.
 func (r Reader) Read(path string) (Array, error) {
 	return r.readFile(path, anyDtype)
 }
@@ -66,6 +84,12 @@ func (r Reader) Read(path string) (Array, error) {
 // available as the limit (see Reader).
 func ReadFloat32(path string) (data []float32, shape []int, err error) {
 	return Reader{Limit: memlimit.Detect()}.ReadFloat32(path)
+}
+
+// ReadFloat reads a '<f4' or '<f2' array with the memory this machine has
+// available as the limit (see Reader).
+func ReadFloat(path string) (Array, error) {
+	return Reader{Limit: memlimit.Detect()}.ReadFloat(path)
 }
 
 // ReadInt32 reads a '<i4' array with the memory this machine has available
@@ -83,7 +107,7 @@ func Read(path string) (Array, error) {
 // Info describes a .npy file from its header.
 type Info struct {
 	Shape []int
-	// Descr is the dtype: "<f4", "<i4", "|u1", "|i1" or "|b1".
+	// Descr is the dtype: "<f4", "<f2", "<i4", "|u1", "|i1" or "|b1".
 	Descr string
 }
 
@@ -243,9 +267,12 @@ func decode(r io.Reader, size int64, want []string, limit memlimit.Limit) (Array
 		return decodeBytes(r, h, a)
 	}
 	var buf [64 << 10]byte
-	if h.descr == dtypeF32 {
+	switch h.descr {
+	case dtypeF32:
 		a.F32 = make([]float32, n)
-	} else {
+	case dtypeF16:
+		a.F16 = make([]half.F16, n)
+	default:
 		a.I32 = make([]int32, n)
 	}
 	for done := 0; done < n; {
@@ -256,12 +283,18 @@ func decode(r io.Reader, size int64, want []string, limit memlimit.Limit) (Array
 			}
 			return Array{}, err
 		}
-		for t := 0; t < chunk; t++ {
-			u := binary.LittleEndian.Uint32(buf[t*elem:])
-			if a.F32 != nil {
-				a.F32[done+t] = math.Float32frombits(u)
-			} else {
-				a.I32[done+t] = int32(u)
+		switch {
+		case a.F16 != nil:
+			for t := 0; t < chunk; t++ {
+				a.F16[done+t] = half.F16(binary.LittleEndian.Uint16(buf[2*t:]))
+			}
+		case a.F32 != nil:
+			for t := 0; t < chunk; t++ {
+				a.F32[done+t] = math.Float32frombits(binary.LittleEndian.Uint32(buf[4*t:]))
+			}
+		default:
+			for t := 0; t < chunk; t++ {
+				a.I32[done+t] = int32(binary.LittleEndian.Uint32(buf[4*t:]))
 			}
 		}
 		done += chunk

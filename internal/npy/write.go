@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+
+	"github.com/flashattn/flashattn/half"
 )
 
 func checkShape(shape []int, n int) error {
@@ -34,13 +36,13 @@ func checkArray(a Array) (string, error) {
 		set   bool
 		descr string
 		n     int
-	}{{a.F32 != nil, dtypeF32, len(a.F32)}, {a.I32 != nil, dtypeI32, len(a.I32)}, {a.U8 != nil, dtypeU8, len(a.U8)}} {
+	}{{a.F32 != nil, dtypeF32, len(a.F32)}, {a.F16 != nil, dtypeF16, len(a.F16)}, {a.I32 != nil, dtypeI32, len(a.I32)}, {a.U8 != nil, dtypeU8, len(a.U8)}} {
 		if k.set {
 			descr, n, kinds = k.descr, k.n, kinds+1
 		}
 	}
 	if kinds > 1 {
-		return "", errors.New("array has data of more than one kind (F32, I32, U8)")
+		return "", errors.New("array has data of more than one kind (F32, F16, I32, U8)")
 	}
 	return descr, checkShape(a.Shape, n)
 }
@@ -57,7 +59,7 @@ func encodeContext(ctx context.Context, w io.Writer, a Array) error {
 	if err != nil {
 		return err
 	}
-	n := len(a.F32) + len(a.I32)
+	n := len(a.F32) + len(a.F16) + len(a.I32)
 	if _, err := w.Write(encodeHeader(descr, a.Shape)); err != nil {
 		return err
 	}
@@ -73,21 +75,27 @@ func encodeContext(ctx context.Context, w io.Writer, a Array) error {
 		return nil
 	}
 	var buf [64 << 10]byte
+	elem := elemSize(descr)
 	for done := 0; done < n; {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
-		chunk := min(n-done, len(buf)/4)
-		for t := 0; t < chunk; t++ {
-			var u uint32
-			if a.I32 != nil {
-				u = uint32(a.I32[done+t])
-			} else {
-				u = math.Float32bits(a.F32[done+t])
+		chunk := min(n-done, len(buf)/elem)
+		switch {
+		case a.F16 != nil:
+			for t := 0; t < chunk; t++ {
+				binary.LittleEndian.PutUint16(buf[2*t:], uint16(a.F16[done+t]))
 			}
-			binary.LittleEndian.PutUint32(buf[4*t:], u)
+		case a.I32 != nil:
+			for t := 0; t < chunk; t++ {
+				binary.LittleEndian.PutUint32(buf[4*t:], uint32(a.I32[done+t]))
+			}
+		default:
+			for t := 0; t < chunk; t++ {
+				binary.LittleEndian.PutUint32(buf[4*t:], math.Float32bits(a.F32[done+t]))
+			}
 		}
-		if _, err := w.Write(buf[:4*chunk]); err != nil {
+		if _, err := w.Write(buf[:elem*chunk]); err != nil {
 			return err
 		}
 		done += chunk
@@ -106,6 +114,15 @@ func WriteFloat32(path string, data []float32, shape []int) error {
 		data = []float32{}
 	}
 	return WriteFiles(map[string]Array{path: {Shape: shape, F32: data}})
+}
+
+// WriteFloat16 writes data with the given shape to path as a '<f2' array
+// (the elements bit for bit), atomically like WriteFloat32.
+func WriteFloat16(path string, data []half.F16, shape []int) error {
+	if data == nil {
+		data = []half.F16{}
+	}
+	return WriteFiles(map[string]Array{path: {Shape: shape, F16: data}})
 }
 
 // WriteInt32 writes data with the given shape to path as a '<i4' array,

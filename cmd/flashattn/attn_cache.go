@@ -1,0 +1,233 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"math"
+
+	"github.com/flashattn/flashattn"
+)
+
+// cacheFlags are the KV-cache decoding flags of "flashattn attn" beyond
+// -cache-seqlens and -block-table (flash-attn's flash_attn_with_kvcache).
+type cacheFlags struct {
+	kNew, vNew       string
+	rotCos, rotSin   string
+	rotInterleaved   bool
+	batchIdx, leftPd string
+	kvDtype          string
+	numSplits        int
+}
+
+// maxNumSplits bounds -num-splits, as flash-attn's split-KV kernels do.
+const maxNumSplits = 128
+
+func (c *cacheFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.kNew, "k-new", "", "KV cache: new keys `k_new.npy` [batch, seqlen_new, kv_heads, headdim], appended in place at each sequence's cache_seqlens "+
+		"(rotated first with -rotary-cos); the updated caches are written to OUTDIR/k_cache.npy and v_cache.npy, in the cache's type "+
+		"('<f4' for f32, bf16 and q8_0 — the dequantised values —, '<f2' for f16)")
+	fs.StringVar(&c.vNew, "v-new", "", "KV cache: new values `v_new.npy`, shaped like -k-new")
+	fs.StringVar(&c.rotCos, "rotary-cos", "", "KV cache: rotary embedding cosines `cos.npy` [max_pos, rotary_dim/2], applied to q and -k-new at their positions (needs -k-new)")
+	fs.StringVar(&c.rotSin, "rotary-sin", "", "KV cache: rotary embedding sines `sin.npy`, shaped like -rotary-cos")
+	fs.BoolVar(&c.rotInterleaved, "rotary-interleaved", false, "rotate channel pairs (0,1), (2,3)… (GPT-J) instead of (i, i+rotary_dim/2) (GPT-NeoX)")
+	fs.StringVar(&c.batchIdx, "cache-batch-idx", "", "KV cache: int32 `idx.npy` [batch], the cache row of each sequence (not with -block-table)")
+	fs.StringVar(&c.leftPd, "cache-leftpad", "", "KV cache: int32 `pad.npy` [batch], the first valid cache position of each sequence")
+	fs.StringVar(&c.kvDtype, "kv-dtype", "", "KV cache: element `type` the cache k, v are converted to before the call: f32, bf16, f16 or q8_0 "+
+		"(llama.cpp's blocks of 32 int8 with an fp16 scale; headdim a multiple of 32) (default: -dtype); a 16-bit cache makes the products 16-bit")
+	fs.IntVar(&c.numSplits, "num-splits", 0, fmt.Sprintf("KV cache: split each sequence's keys into `N` parts merged by their LSE (0: chosen; at most %d)", maxNumSplits))
+}
+
+// validate checks the flag combinations; f holds the other attn flags.
+func (c *cacheFlags) validate(f *attnFlags) error {
+	cache := f.cacheSeqlens != ""
+	for _, x := range []struct {
+		name string
+		set  bool
+	}{
+		{"-k-new", c.kNew != ""}, {"-v-new", c.vNew != ""}, {"-rotary-cos", c.rotCos != ""}, {"-rotary-sin", c.rotSin != ""},
+		{"-cache-batch-idx", c.batchIdx != ""}, {"-cache-leftpad", c.leftPd != ""}, {"-kv-dtype", c.kvDtype != ""},
+		{"-num-splits", f.set["num-splits"]}, {"-rotary-interleaved", f.set["rotary-interleaved"]},
+	} {
+		if x.set && !cache {
+			return fmt.Errorf("%s needs -cache-seqlens", x.name)
+		}
+	}
+	switch {
+	case (c.kNew == "") != (c.vNew == ""):
+		return fmt.Errorf("-k-new and -v-new must be given together")
+	case (c.rotCos == "") != (c.rotSin == ""):
+		return fmt.Errorf("-rotary-cos and -rotary-sin must be given together")
+	case c.rotCos != "" && c.kNew == "":
+		return fmt.Errorf("-rotary-cos needs -k-new and -v-new (the new keys and the queries are rotated)")
+	case f.set["rotary-interleaved"] && c.rotCos == "":
+		return fmt.Errorf("-rotary-interleaved needs -rotary-cos and -rotary-sin")
+	case c.batchIdx != "" && f.blockTable != "":
+		return fmt.Errorf("-cache-batch-idx cannot be combined with -block-table")
+	case c.numSplits < 0 || c.numSplits > maxNumSplits:
+		return fmt.Errorf("-num-splits %d: want 0..%d (0: chosen)", c.numSplits, maxNumSplits)
+	}
+	return nil
+}
+
+// inputs lists the files the flags name.
+func (c *cacheFlags) inputs() []string {
+	return []string{c.kNew, c.vNew, c.rotCos, c.rotSin, c.batchIdx, c.leftPd}
+}
+
+// readCache reads the KV-cache files and checks them against the batch
+// nb, the query shape qs and the cache tensor's shape ks.
+func (f *attnFlags) readCache(nb int, qs, ks []int) (*flashattn.KVCache, error) {
+	c := &flashattn.KVCache{NumSplits: f.cache.numSplits}
+	lens, err := f.readPerSeq(f.cacheSeqlens, nb)
+	if err != nil {
+		return nil, err
+	}
+	capacity := ks[1]
+	if f.blockTable != "" {
+		table, tshape, err := f.rd.ReadInt32(f.blockTable)
+		if err != nil {
+			return nil, err
+		}
+		if len(tshape) != 2 || tshape[0] != nb || tshape[1] < 1 {
+			return nil, fmt.Errorf("%s: shape %v, want [%d, blocks_per_seq]", f.blockTable, tshape, nb)
+		}
+		if ks[1]%16 != 0 {
+			return nil, fmt.Errorf("%s: block size %d (its seqlen axis) must be a multiple of 16 for a paged cache", f.k, ks[1])
+		}
+		for i, blk := range table {
+			if blk < 0 || int(blk) >= ks[0] {
+				return nil, fmt.Errorf("%s: entry %d is %d, want 0..%d (%s has %d blocks)", f.blockTable, i, blk, ks[0]-1, f.k, ks[0])
+			}
+		}
+		c.BlockTable, c.BlocksPerSeq = table, tshape[1]
+		if int64(tshape[1]) > math.MaxInt32/int64(ks[1]) {
+			return nil, fmt.Errorf("%s: %d blocks of %d keys per sequence is more keys than a cache can hold (2^31)", f.blockTable, tshape[1], ks[1])
+		}
+		capacity = tshape[1] * ks[1]
+	}
+	if f.cache.batchIdx != "" {
+		if c.BatchIdx, err = f.readPerSeq(f.cache.batchIdx, nb); err != nil {
+			return nil, err
+		}
+		for b, r := range c.BatchIdx {
+			if r < 0 || int(r) >= ks[0] {
+				return nil, fmt.Errorf("%s: entry %d is %d, want 0..%d (%s has %d cache rows)", f.cache.batchIdx, b, r, ks[0]-1, f.k, ks[0])
+			}
+		}
+	}
+	snew := 0
+	if f.cache.kNew != "" {
+		if err := f.readNew(c, nb, ks); err != nil {
+			return nil, err
+		}
+		snew = c.KNew.Seq
+	}
+	for b, n := range lens {
+		if n < 0 || int(n)+snew > capacity {
+			if snew > 0 {
+				return nil, fmt.Errorf("%s: entry %d is %d, want 0..%d (the cache's capacity %d less the %d new keys of %s)", f.cacheSeqlens, b, n, capacity-snew, capacity, snew, f.cache.kNew)
+			}
+			return nil, fmt.Errorf("%s: entry %d is %d, want 0..%d (the cache's capacity)", f.cacheSeqlens, b, n, capacity)
+		}
+	}
+	c.SeqLens = lens
+	if f.cache.leftPd != "" {
+		if c.LeftPad, err = f.readPerSeq(f.cache.leftPd, nb); err != nil {
+			return nil, err
+		}
+		for b, p := range c.LeftPad {
+			if p < 0 || p > lens[b] {
+				return nil, fmt.Errorf("%s: entry %d is %d, want 0..%d (its cache_seqlens in %s)", f.cache.leftPd, b, p, lens[b], f.cacheSeqlens)
+			}
+		}
+	}
+	if f.cache.rotCos != "" {
+		if c.Rotary, err = f.readRotary(qs[3]); err != nil {
+			return nil, err
+		}
+		half := c.Rotary.Dim / 2
+		positions := len(c.Rotary.Cos) / half
+		for b, n := range lens {
+			last := int(n) + max(snew, qs[1])
+			if c.LeftPad != nil {
+				last -= int(c.LeftPad[b])
+			}
+			if last > positions {
+				return nil, fmt.Errorf("%s: %d positions, but sequence %d needs %d (cache_seqlens − cache_leftpad + max(new keys, query rows))", f.cache.rotCos, positions, b, last)
+			}
+		}
+	}
+	return c, nil
+}
+
+// readPerSeq reads an int32 [nb] file: one entry per sequence.
+func (f *attnFlags) readPerSeq(path string, nb int) ([]int32, error) {
+	x, shape, err := f.rd.ReadInt32(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(shape) != 1 || shape[0] != nb {
+		return nil, fmt.Errorf("%s: shape %v, want [%d] (one entry per sequence)", path, shape, nb)
+	}
+	return x, nil
+}
+
+// readNew reads -k-new and -v-new ([nb, snew, kv_heads, headdim], in
+// -dtype) into c.
+func (f *attnFlags) readNew(c *flashattn.KVCache, nb int, ks []int) error {
+	var shapes [2][4]int
+	for i, path := range []string{f.cache.kNew, f.cache.vNew} {
+		a, err := f.rd.ReadFloat(path)
+		if err != nil {
+			return err
+		}
+		if len(a.Shape) != 4 {
+			return fmt.Errorf("%s: shape %v, want 4 dimensions [batch, seqlen_new, kv_heads, headdim]", path, a.Shape)
+		}
+		s := [4]int(a.Shape)
+		switch {
+		case s[0] != nb || s[2] != ks[2] || s[3] != ks[3] || s[1] < 1:
+			return fmt.Errorf("%s: shape %v, want [%d, seqlen_new ≥ 1, %d, %d] (the batch, and the kv_heads and headdim of %s)", path, a.Shape, nb, ks[2], ks[3], f.k)
+		case i == 1 && s != shapes[0]:
+			return fmt.Errorf("%s: shape %v, want the shape of %s %v", path, a.Shape, f.cache.kNew, shapes[0][:])
+		}
+		shapes[i] = s
+		t, err := arrayTensor(path, a, s, f.dt)
+		if err != nil {
+			return err
+		}
+		if i == 0 {
+			c.KNew = t
+		} else {
+			c.VNew = t
+		}
+	}
+	return nil
+}
+
+// readRotary reads -rotary-cos and -rotary-sin: equal [max_pos, r] tables
+// of finite values with 2r ≤ headdim.
+func (f *attnFlags) readRotary(dim int) (*flashattn.Rotary, error) {
+	var tables [2][]float32
+	var shape []int
+	for i, path := range []string{f.cache.rotCos, f.cache.rotSin} {
+		a, err := f.rd.ReadFloat(path)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case len(a.Shape) != 2 || a.Shape[0] < 1 || a.Shape[1] < 1 || 2*a.Shape[1] > dim:
+			return nil, fmt.Errorf("%s: shape %v, want [max_pos ≥ 1, rotary_dim/2] with rotary_dim/2 in 1..%d (half the headdim)", path, a.Shape, dim/2)
+		case i == 1 && (a.Shape[0] != shape[0] || a.Shape[1] != shape[1]):
+			return nil, fmt.Errorf("%s: shape %v, want the shape of %s %v", path, a.Shape, f.cache.rotCos, shape)
+		}
+		shape = a.Shape
+		tables[i] = floats32(a)
+		for j, x := range tables[i] {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				return nil, fmt.Errorf("%s: element %d is %v, want a finite number", path, j, x)
+			}
+		}
+	}
+	return &flashattn.Rotary{Cos: tables[0], Sin: tables[1], Dim: 2 * shape[1], Interleaved: f.cache.rotInterleaved}, nil
+}

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/flashattn/flashattn"
+	"github.com/flashattn/flashattn/half"
+	"github.com/flashattn/flashattn/internal/memlimit"
+	"github.com/flashattn/flashattn/internal/npy"
+)
+
+// The element types of the command line: -dtype f32|bf16|f16 for the
+// computation (and -kv-dtype or bench's decode -dtype also q8_0 for a KV
+// cache). Files hold float32 ('<f4') or float16 ('<f2'); NumPy has no
+// bfloat16, so bf16 results are written as '<f4' holding exact bf16 values.
+
+// parseDType reads the value s of flag name: f32, bf16, f16 (or fp16), and
+// q8_0 when q8 is set.
+func parseDType(name, s string, q8 bool) (flashattn.DType, error) {
+	switch s {
+	case "f32":
+		return flashattn.Float32, nil
+	case "bf16":
+		return flashattn.BFloat16, nil
+	case "f16", "fp16":
+		return flashattn.Float16, nil
+	case "q8_0":
+		if q8 {
+			return flashattn.Q8_0, nil
+		}
+	}
+	want := "f32, bf16 or f16"
+	if q8 {
+		want = "f32, bf16, f16 or q8_0"
+	}
+	return 0, fmt.Errorf("%s %q: want %s", name, s, want)
+}
+
+// dtypeName is the flag spelling of dt.
+func dtypeName(dt flashattn.DType) string {
+	switch dt {
+	case flashattn.BFloat16:
+		return "bf16"
+	case flashattn.Float16:
+		return "f16"
+	case flashattn.Q8_0:
+		return "q8_0"
+	}
+	return "f32"
+}
+
+// is16 reports whether dt is a 16-bit floating-point type.
+func is16(dt flashattn.DType) bool { return dt == flashattn.BFloat16 || dt == flashattn.Float16 }
+
+// storedBytes is the memory one element of dt takes in a tensor: 4, 2, or
+// 34/32 for q8_0 (a 2-byte scale per block of 32 one-byte values).
+func storedBytes(dt flashattn.DType) float64 {
+	switch dt {
+	case flashattn.BFloat16, flashattn.Float16:
+		return 2
+	case flashattn.Q8_0:
+		return 34.0 / 32
+	}
+	return 4
+}
+
+// typedBytes is the memory n elements of dt take, rounded up (an upper
+// bound that saturates like memlimit.Mul).
+func typedBytes(dt flashattn.DType, dims ...int) memlimit.Size {
+	if dt == flashattn.Float32 {
+		return memlimit.Mul(append(dims, 4)...)
+	}
+	return memlimit.Mul(append(dims, 2)...) // q8_0's 34/32 < 2
+}
+
+// arrayTensor wraps a float array read from path (F32 or F16 set) as a
+// dense tensor of the given shape and converts it to dt: exactly for
+// wider types, rounding to nearest even for narrower ones, quantising for
+// q8_0 (which fails, naming path, on values it cannot hold).
+func arrayTensor(path string, a npy.Array, shape [4]int, dt flashattn.DType) (flashattn.Tensor, error) {
+	var src flashattn.Tensor
+	if a.F16 != nil {
+		src = flashattn.DenseOf(a.F16, shape[0], shape[1], shape[2], shape[3])
+	} else {
+		src = flashattn.Dense(a.F32, shape[0], shape[1], shape[2], shape[3])
+	}
+	if src.DType() == dt {
+		return src, nil
+	}
+	dst := flashattn.NewTensorOf(dt, shape[0], shape[1], shape[2], shape[3])
+	if err := flashattn.Convert(dst, src); err != nil {
+		var ae *flashattn.ArgError
+		if errors.As(err, &ae) {
+			return dst, fmt.Errorf("%s: cannot convert to %s: %s", path, dtypeName(dt), ae.Msg)
+		}
+		return dst, fmt.Errorf("%s: cannot convert to %s: %v", path, dtypeName(dt), cleanErr(err))
+	}
+	return dst, nil
+}
+
+// floats32 returns the elements of a float array as float32 (float16
+// widened exactly).
+func floats32(a npy.Array) []float32 {
+	if a.F16 == nil {
+		return a.F32
+	}
+	out := make([]float32, len(a.F16))
+	half.DecodeF16(out, a.F16)
+	return out
+}
+
+// outArray is the .npy array written for a dense result tensor t: float16
+// as '<f2'; float32 as '<f4', or as '<f2' when f16 is set (the GPU returns
+// its float16 results as float32 holding float16 values, so the narrowing
+// is exact); bfloat16 and q8_0 widened exactly to '<f4'.
+func outArray(t flashattn.Tensor, shape []int, f16 bool) (npy.Array, error) {
+	switch dt := t.DType(); {
+	case dt == flashattn.Float16:
+		return npy.Array{Shape: shape, F16: t.F16}, nil
+	case dt == flashattn.Float32 && !f16:
+		return npy.Array{Shape: shape, F32: t.Data}, nil
+	case dt == flashattn.Float32:
+		h := flashattn.NewTensorOf(flashattn.Float16, t.Batch, t.Seq, t.Heads, t.Dim)
+		if err := flashattn.Convert(h, t); err != nil {
+			return npy.Array{}, cleanErr(err)
+		}
+		return npy.Array{Shape: shape, F16: h.F16}, nil
+	}
+	w := flashattn.NewTensor(t.Batch, t.Seq, t.Heads, t.Dim)
+	if err := flashattn.Convert(w, t); err != nil {
+		return npy.Array{}, cleanErr(err)
+	}
+	return npy.Array{Shape: shape, F32: w.Data}, nil
+}
