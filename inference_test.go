@@ -320,6 +320,12 @@ func TestKVCacheErrors(t *testing.T) {
 		{SeqLens: []int32{3, 3}, KNew: nw, VNew: nw, Rotary: &Rotary{Dim: 3, Cos: make([]float32, 9), Sin: make([]float32, 9)}},
 		{SeqLens: []int32{60, 3}, KNew: nw, VNew: nw, Rotary: ropeTables(10, 8)}, // positions past the table
 		{SeqLens: []int32{3, 3}, NumSplits: -1},
+		{SeqLens: []int32{3, 3}, NumSplits: 129},
+		{SeqLens: []int32{3, 3}, KNew: nw, VNew: nw, Rotary: func() *Rotary {
+			r := ropeTables(100, 8)
+			r.Sin[3*4+1] = float32(math.NaN())
+			return r
+		}()}, // a NaN in a row the call uses
 	} {
 		if _, _, err := Forward(q, k, k, &Options{KVCache: c}); err == nil {
 			t.Errorf("%+v accepted", c)

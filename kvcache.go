@@ -1,5 +1,7 @@
 package flashattn
 
+import "math"
+
 // kvSource addresses the keys and values of every sequence: rows of the k
 // and v tensors, directly or through the page table of a paged KV cache.
 type kvSource struct {
@@ -86,8 +88,8 @@ func (p *plan) cacheSequences(a *arena, o *Options, c *KVCache, q, k Tensor) err
 	}
 	cs := &p.cache
 	*cs = cacheState{numSplits: c.NumSplits, ropeCausal: o.Causal || o.Window != nil}
-	if c.NumSplits < 0 {
-		return argErr("Options.KVCache.NumSplits", "KVCache.NumSplits %d must be ≥ 0", c.NumSplits)
+	if c.NumSplits < 0 || c.NumSplits > maxNumSplits {
+		return argErr("Options.KVCache.NumSplits", "KVCache.NumSplits %d must be in 0..%d", c.NumSplits, maxNumSplits)
 	}
 	if err := p.newKeys(c, q, k); err != nil {
 		return err
@@ -116,8 +118,18 @@ func (p *plan) cacheSequences(a *arena, o *Options, c *KVCache, q, k Tensor) err
 		}
 		s.nk = int(end) + cs.snew - s.k0
 		if r := cs.rotary; r != nil {
-			if last := int(end) - s.k0 + max(cs.snew, s.nq); last > len(r.Cos)/(r.Dim/2) {
+			first, last := int(end)-s.k0, int(end)-s.k0+max(cs.snew, s.nq)
+			if last > len(r.Cos)/(r.Dim/2) {
 				return argErr("Options.KVCache.Rotary", "KVCache.Rotary has %d positions, sequence %d needs %d", len(r.Cos)/(r.Dim/2), b, last)
+			}
+			// The rows this call uses must be finite.
+			half := r.Dim / 2
+			for _, tab := range [][]float32{r.Cos, r.Sin} {
+				for i, x := range tab[first*half : last*half] {
+					if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+						return argErr("Options.KVCache.Rotary", "KVCache.Rotary table entry [%d, %d] is %v, want a finite number", first+i/half, i%half, x)
+					}
+				}
 			}
 		}
 	}
@@ -155,3 +167,7 @@ func (p *plan) newKeys(c *KVCache, q, k Tensor) error {
 	}
 	return nil
 }
+
+// maxNumSplits bounds KVCache.NumSplits (flash-attn's cap): the partial
+// results it needs grow with it.
+const maxNumSplits = 128

@@ -146,8 +146,8 @@ type KVCache struct {
 	Rotary *Rotary
 
 	// NumSplits, if > 0, splits each sequence's keys into this many parts
-	// computed in parallel and merged by their log-sum-exp (split-K,
-	// flash-decoding); 0 chooses.
+	// (at most 128) computed in parallel and merged by their log-sum-exp
+	// (split-K, flash-decoding); 0 chooses.
 	NumSplits int
 }
 
