@@ -7,36 +7,32 @@ import "github.com/flashattn/flashattn/internal/kernel"
 // never on the sequence length (except the backward's per-row buffers, which
 // are O(N)).
 type workspace struct {
-	s           []float32 // maxRows × pad(blockK): scores, then P
-	grad        []float32 // backward: derivative of the score modifiers, blockQ × pad(bk)
-	pDrop       []float32 // backward: P with dropout applied, blockQ × pad(bk)
-	dP          []float32 // backward: dP, then dS, blockQ × pad(bk)
-	du          []float32 // the ScoreMod's derivative of one row, pad(bk)
-	keep        []bool    // element-mask scratch of one row, pad(bk)
-	kt, vt      []float32 // Kᵀ, Vᵀ packed panels, pad(bk) × dim
-	kp, vp      []float32 // K, V rows padded to dimPad, bk × dimPad
-	qp          []float32 // forward: Q rows of the block, (maxRows+3) × dim; backward: a query tile's Q rows
-	dop         []float32 // backward: a query tile's dO rows
-	o           []float32 // output accumulator, maxRows × dimPad
-	qt, st      []float32 // few-row blocks: (scale·Q)ᵀ packed, W × dim per KV head; Sᵀ, bk × W
-	subs        []subBlock
-	kdec, vdec  []float32 // decoding: K and V of one key tile for several KV heads
-	drop        []float32 // backward: dropout factors of one row, bk
-	m, l        []float32 // running max and sum, maxRows
-	dk, dv      []float32 // backward: dK, dV accumulators, bk × dimPad
-	delta, lse  []float32 // backward: rowsum(dO∘O) and LSE of one head, nq
-	dq          []float32 // backward: dQ accumulator of one head, nq × dimPad
-	qall, doall []float32 // backward: scale·Q and dO of one head, nq × dimPad
-	sums        []float64 // LSE correction: Σ exp(S − LSE) of the rows of a block
-	convK       []float32 // K rows converted from a 16-bit type (or rounded to it)
-	convV       []float32 // V rows likewise; also Q and dO rows in the backward
-	convO       []float32 // one output row, before it is rounded to a 16-bit type
-	qh, ph      []uint16  // native 16-bit products: Q rows, P rows of a tile
-	doh, dsH    []uint16  // backward: dO rows, dS rows
-	pT, dsT     []uint16  // backward: Pᵀ, dSᵀ
-	qV, doV     []uint16  // backward: Q, dO as VNNI B operands
-	ktH, vtH    []uint16  // backward: Kᵀ, Vᵀ of a KV block (VNNI)
-	kH          []uint16  // backward: K of a KV block (VNNI)
+	s          []float32 // maxRows × pad(blockK): scores, then P
+	grad       []float32 // backward: derivative of the score modifiers, blockQ × pad(bk)
+	pDrop      []float32 // backward: P with dropout applied, blockQ × pad(bk)
+	dP         []float32 // backward: dP, then dS, blockQ × pad(bk)
+	du         []float32 // the ScoreMod's derivative of one row, pad(bk)
+	keep       []bool    // element-mask scratch of one row, pad(bk)
+	kt         []float32 // forward: a Kᵀ tile packed in strips, pad(bk) × dim
+	vp         []float32 // forward: V rows padded to dimPad, bk × dimPad
+	qp         []float32 // forward: Q rows of the block, (maxRows+3) × dim
+	o          []float32 // output accumulator, maxRows × dimPad
+	qt, st     []float32 // few-row blocks: (scale·Q)ᵀ packed, W × dim per KV head; Sᵀ, bk × W
+	subs       []subBlock
+	kdec, vdec []float32 // decoding: K and V of one key tile for several KV heads
+	drop       []float32 // backward: dropout factors of one row, bk
+	m, l       []float32 // running max and sum, maxRows
+	dk, dv     []float32 // backward: dK, dV accumulators, bk × dimPad
+	delta, lse []float32 // backward: rowsum(dO∘O) and LSE of one head, nq
+	dq         []float32 // backward: dQ accumulator of one head (or query block), rows × dimPad
+	qall       []float32 // LSE correction: Q rows of a block, padded to dimPad
+	sums       []float64 // LSE correction: Σ exp(S − LSE) of the rows of a block
+	convK      []float32 // K rows converted from a 16-bit type (or rounded to it)
+	convV      []float32 // V rows likewise; also Q and dO rows in the backward
+	convO      []float32 // one output row, before it is rounded to a 16-bit type
+	qh, ph     []uint16  // native 16-bit products: Q rows, P rows of a tile
+	dsH        []uint16  // backward: dS rows
+	pT, dsT    []uint16  // backward: Pᵀ, dSᵀ
 }
 
 var workspaces freeList[workspace]
@@ -64,8 +60,6 @@ func (w *workspace) forBackward(p *plan, maxRows int) {
 	bkp := kernel.Pad(p.bwdBlockK)
 	grow(&w.dP, p.blockQ*bkp)
 	grow(&w.pDrop, p.blockQ*bkp)
-	grow(&w.vt, bkp*p.dim)
-	grow(&w.kp, bkp*p.dimPad)
 	grow(&w.dk, bkp*p.dimPad)
 	grow(&w.dv, bkp*p.dimPad)
 	if p.mods.curved() {
