@@ -353,20 +353,6 @@ func (e *rollbackError) Error() string {
 
 func (e *rollbackError) Unwrap() []error { return e.errs }
 
-// unwrapPath drops the operation and file name of a *PathError or
-// *LinkError (they name temporary files), keeping the cause.
-func unwrapPath(err error) error {
-	var pe *os.PathError
-	var le *os.LinkError
-	switch {
-	case errors.As(err, &pe):
-		return pe.Err
-	case errors.As(err, &le):
-		return le.Err
-	}
-	return err
-}
-
 // syncDir makes renames in dir durable; errors are ignored because not
 // every platform can sync a directory.
 func syncDir(dir string) {
