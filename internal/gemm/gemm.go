@@ -47,9 +47,6 @@ func New(workers int) *Engine {
 // Kernel returns the name of the kernel implementation in use.
 func (e *Engine) Kernel() string { return e.im.Name }
 
-// Workers returns the number of goroutines a product uses.
-func (e *Engine) Workers() int { return e.workers }
-
 // AB computes C = A·B, or C += A·B if acc, for A m×k (lda), B k×n (ldb),
 // C m×n (ldc).
 func (e *Engine) AB(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int, acc bool) {
@@ -197,8 +194,8 @@ func (e *Engine) tailTile(mul func(c []float32, ldc int, a []float32, lda int, b
 	e.scratch.Put(buf)
 }
 
-// Parallel runs task(0..n-1) on up to Workers() goroutines, the calling
-// goroutine being one of them.
+// Parallel runs task(0..n-1) on up to the Engine's number of worker
+// goroutines, the calling goroutine being one of them.
 func (e *Engine) Parallel(n int, task func(t int)) {
 	w := min(e.workers, n)
 	if w <= 1 {

@@ -45,19 +45,15 @@ func EncodeCheckpoint(c Config, p *Params, step int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var b bytes.Buffer
-	b.Grow(len(checkpointMagic) + 16 + len(h) + 4*len(p.Data))
-	b.WriteString(checkpointMagic)
-	b.Write(binary.LittleEndian.AppendUint32(nil, uint32(len(h))))
-	b.Write(h)
-	b.Write(binary.LittleEndian.AppendUint64(nil, uint64(len(p.Data))))
-	buf := make([]byte, 4*len(p.Data))
-	for i, x := range p.Data {
-		binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(x))
+	b := make([]byte, 0, len(checkpointMagic)+4+len(h)+8+4*len(p.Data)+4)
+	b = append(b, checkpointMagic...)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(h)))
+	b = append(b, h...)
+	b = binary.LittleEndian.AppendUint64(b, uint64(len(p.Data)))
+	for _, x := range p.Data {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(x))
 	}
-	b.Write(buf)
-	b.Write(binary.LittleEndian.AppendUint32(nil, crc32.ChecksumIEEE(b.Bytes())))
-	return b.Bytes(), nil
+	return binary.LittleEndian.AppendUint32(b, crc32.ChecksumIEEE(b)), nil
 }
 
 // errCheckpoint prefixes every malformed-checkpoint error.

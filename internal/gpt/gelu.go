@@ -32,17 +32,27 @@ func sigmoidChunk(im *kernel.Impl, s *[geluChunk]float32, u []float32) {
 	}
 }
 
-// gelu sets g = gelu(u) for n elements.
-func gelu(e *gemm.Engine, im *kernel.Impl, g, u []float32, n int) {
-	e.Parallel((n+geluChunk*rowBlock-1)/(geluChunk*rowBlock), func(b int) {
+// sigmoidChunks computes the σ of sigmoidChunk for u[:n] chunk by chunk,
+// in parallel, and passes each chunk's values to f with the index of its
+// first element.
+func sigmoidChunks(e *gemm.Engine, im *kernel.Impl, u []float32, n int, f func(i0 int, s []float32)) {
+	const block = geluChunk * rowBlock // elements per parallel task
+	e.Parallel((n+block-1)/block, func(b int) {
 		var s [geluChunk]float32
-		for i0 := b * geluChunk * rowBlock; i0 < min(n, (b+1)*geluChunk*rowBlock); i0 += geluChunk {
+		for i0 := b * block; i0 < min(n, (b+1)*block); i0 += geluChunk {
 			i1 := min(n, i0+geluChunk)
 			sigmoidChunk(im, &s, u[i0:i1])
-			gs := g[i0:i1]
-			for i, v := range u[i0:i1] {
-				gs[i] = v * s[i]
-			}
+			f(i0, s[:i1-i0])
+		}
+	})
+}
+
+// gelu sets g = gelu(u) for n elements.
+func gelu(e *gemm.Engine, im *kernel.Impl, g, u []float32, n int) {
+	sigmoidChunks(e, im, u, n, func(i0 int, s []float32) {
+		gs, us := g[i0:i0+len(s)], u[i0:i0+len(s)]
+		for i, si := range s {
+			gs[i] = us[i] * si
 		}
 	})
 }
@@ -50,16 +60,11 @@ func gelu(e *gemm.Engine, im *kernel.Impl, g, u []float32, n int) {
 // geluBackward sets du = dg·gelu'(u) for n elements (du may alias dg):
 // gelu'(u) = σ + 2u·σ(1 − σ)·c·(1 + 3a·u²).
 func geluBackward(e *gemm.Engine, im *kernel.Impl, du, dg, u []float32, n int) {
-	e.Parallel((n+geluChunk*rowBlock-1)/(geluChunk*rowBlock), func(b int) {
-		var s [geluChunk]float32
-		for i0 := b * geluChunk * rowBlock; i0 < min(n, (b+1)*geluChunk*rowBlock); i0 += geluChunk {
-			i1 := min(n, i0+geluChunk)
-			sigmoidChunk(im, &s, u[i0:i1])
-			dus, dgs := du[i0:i1], dg[i0:i1]
-			for i, v := range u[i0:i1] {
-				si := s[i]
-				dus[i] = dgs[i] * (si + 2*v*si*(1-si)*geluC*(1+3*geluA*v*v))
-			}
+	sigmoidChunks(e, im, u, n, func(i0 int, s []float32) {
+		dus, dgs, us := du[i0:i0+len(s)], dg[i0:i0+len(s)], u[i0:i0+len(s)]
+		for i, si := range s {
+			v := us[i]
+			dus[i] = dgs[i] * (si + 2*v*si*(1-si)*geluC*(1+3*geluA*v*v))
 		}
 	})
 }

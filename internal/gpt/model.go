@@ -46,12 +46,6 @@ func newModel(c Config, p *Params, attn Attention, workers int) *Model {
 	}
 }
 
-// Attention returns the attention the model computes with.
-func (m *Model) Attention() Attention { return m.attn }
-
-// SetAttention changes the attention the model computes with.
-func (m *Model) SetAttention(a Attention) { m.attn = a }
-
 // AttentionTime is the total time spent in attention calls so far.
 func (m *Model) AttentionTime() time.Duration { return m.attnTime }
 

@@ -104,9 +104,6 @@ func NewTrainer(m *Model, ds *Dataset, tc TrainConfig) (*Trainer, error) {
 	return t, nil
 }
 
-// Steps is the number of steps done.
-func (t *Trainer) Steps() int { return t.step }
-
 // Step draws a batch, computes the loss and its gradients, clips them and
 // updates the parameters.
 func (t *Trainer) Step() (StepStats, error) {

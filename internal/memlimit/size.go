@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -37,25 +38,12 @@ func Add(xs ...Size) Size {
 // gives Inf (it can only come from a bug or an overflow upstream); a zero
 // factor gives 0 even when other factors are huge.
 func Mul(factors ...int) Size {
-	p := Size(1)
-	inf := false
-	for _, f := range factors {
-		switch {
-		case f == 0:
-			return 0
-		case f < 0:
-			inf = true
-		case !inf:
-			hi, lo := bits.Mul64(uint64(p), uint64(f))
-			if hi != 0 {
-				inf = true
-			} else {
-				p = Size(lo)
-			}
-		}
+	if slices.Contains(factors, 0) {
+		return 0
 	}
-	if inf {
-		return Inf
+	p := Size(1)
+	for _, f := range factors {
+		p = p.Times(f) // with no zero factor, Inf stays Inf
 	}
 	return p
 }

@@ -97,8 +97,8 @@ func WriteAll(ctx context.Context, files map[string]Array, opt WriteOptions) err
 			return named(p, err)
 		}
 	}
-	tx := &txn{opt: opt, files: files}
 	dirs := map[string]bool{}
+	tx := &txn{opt: opt, files: files, dirs: dirs}
 	for _, p := range paths {
 		e, err := prepare(p)
 		if err != nil {
@@ -167,6 +167,7 @@ type txn struct {
 	opt     WriteOptions
 	files   map[string]Array
 	entries []*entry
+	dirs    map[string]bool // the destinations' directories
 }
 
 func (tx *txn) run(ctx context.Context) error {
@@ -175,22 +176,16 @@ func (tx *txn) run(ctx context.Context) error {
 			return tx.rollback(named(e.path, err))
 		}
 	}
+	link := tx.opt.link
+	if link == nil {
+		link = os.Link
+	}
 	for _, e := range tx.entries {
 		if !e.existed {
 			continue
 		}
-		if err := stop(ctx); err != nil {
+		if err := tx.step(ctx, StageBackup, e.path); err != nil {
 			return tx.rollback(err)
-		}
-		if err := tx.opt.hook(ctx, StageBackup, e.path); err != nil {
-			return tx.rollback(named(e.path, err))
-		}
-		if err := stop(ctx); err != nil {
-			return tx.rollback(err)
-		}
-		link := tx.opt.link
-		if link == nil {
-			link = os.Link
 		}
 		bak, err := createName(e.path, "bak", func(name string) error { return link(e.path, name) })
 		if err == nil {
@@ -200,13 +195,7 @@ func (tx *txn) run(ctx context.Context) error {
 		// is replaced (see rename).
 	}
 	for _, e := range tx.entries {
-		if err := stop(ctx); err != nil {
-			return tx.rollback(err)
-		}
-		if err := tx.opt.hook(ctx, StageRename, e.path); err != nil {
-			return tx.rollback(named(e.path, err))
-		}
-		if err := stop(ctx); err != nil {
+		if err := tx.step(ctx, StageRename, e.path); err != nil {
 			return tx.rollback(err)
 		}
 		if err := e.rename(); err != nil {
@@ -219,6 +208,18 @@ func (tx *txn) run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// step runs the hook before stage s of the destination path, checking for
+// cancellation before and after it. A hook error is named after path.
+func (tx *txn) step(ctx context.Context, s Stage, path string) error {
+	if err := stop(ctx); err != nil {
+		return err
+	}
+	if err := tx.opt.hook(ctx, s, path); err != nil {
+		return named(path, err)
+	}
+	return stop(ctx)
 }
 
 // stop returns the cause of ctx's cancellation, if it was canceled.
@@ -326,12 +327,8 @@ func (tx *txn) rollback(cause error) error {
 			os.Remove(e.bak)
 		}
 	}
-	dirs := map[string]bool{}
-	for _, e := range tx.entries {
-		if d := filepath.Dir(e.path); !dirs[d] {
-			dirs[d] = true
-			syncDir(d)
-		}
+	for d := range tx.dirs {
+		syncDir(d)
 	}
 	if len(errs) == 1 {
 		return cause
@@ -352,20 +349,6 @@ func (e *rollbackError) Error() string {
 }
 
 func (e *rollbackError) Unwrap() []error { return e.errs }
-
-// unwrapPath drops the operation and file name of a *PathError or
-// *LinkError (they name temporary files), keeping the cause.
-func unwrapPath(err error) error {
-	var pe *os.PathError
-	var le *os.LinkError
-	switch {
-	case errors.As(err, &pe):
-		return pe.Err
-	case errors.As(err, &le):
-		return le.Err
-	}
-	return err
-}
 
 // syncDir makes renames in dir durable; errors are ignored because not
 // every platform can sync a directory.

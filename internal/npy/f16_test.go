@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -191,16 +190,9 @@ func FuzzReadFloat(f *testing.F) {
 	f.Add(rawNpy("{'descr': '<f2', 'fortran_order': False, 'shape': (524289,), }", nil), uint64(2*524289))
 	f.Add(rawNpy("{'descr': '<f2', 'fortran_order': False, 'shape': (524288,), }", nil), uint64(2*524288))
 	f.Add(rawNpy("{'descr': '>f2', 'fortran_order': False, 'shape': (1,), }", []byte{1, 2}), uint64(0))
-	const limit = 1 << 20
 	f.Fuzz(func(t *testing.T, b []byte, extra uint64) {
-		extra %= 16 << 40
-		r := io.MultiReader(bytes.NewReader(b), &zeros{n: extra})
-		a, err := decode(r, int64(len(b))+int64(extra), floats, memlimit.Limit{Bytes: limit, Source: "fuzz"})
-		if err != nil {
-			var me *memlimit.Error
-			if errors.As(err, &me) && me.Need <= limit {
-				t.Fatalf("refused %v, within the limit", me.Need)
-			}
+		a, ok := fuzzDecode(t, b, extra, floats)
+		if !ok {
 			return
 		}
 		if a.I32 != nil || a.U8 != nil || a.F32 != nil && a.F16 != nil {
@@ -210,19 +202,12 @@ func FuzzReadFloat(f *testing.F) {
 		if a.F16 != nil {
 			size = 2
 		}
-		if a.Len() != len(a.F32)+len(a.F16) || size*a.Len() > limit {
+		if a.Len() != len(a.F32)+len(a.F16) || size*a.Len() > fuzzLimit {
 			t.Fatalf("shape %v but %d+%d elements", a.Shape, len(a.F32), len(a.F16))
 		}
-		var out bytes.Buffer
-		if err := encode(&out, a); err != nil {
-			t.Fatalf("re-encode: %v", err)
-		}
-		if (out.Len()-size*a.Len())%64 != 0 {
+		n, a2 := reencode(t, a, floats)
+		if (n-size*a.Len())%64 != 0 {
 			t.Fatalf("re-encoded data offset not 64-aligned")
-		}
-		a2, err := decode(bytes.NewReader(out.Bytes()), int64(out.Len()), floats, memlimit.Limit{})
-		if err != nil {
-			t.Fatalf("re-decode: %v", err)
 		}
 		if !reflect.DeepEqual(a.Shape, a2.Shape) || !reflect.DeepEqual(a.F16, a2.F16) || len(a.F32) != len(a2.F32) || (a.F16 == nil) != (a2.F16 == nil) {
 			t.Fatalf("round trip: %+v vs %+v", a, a2)

@@ -134,7 +134,6 @@ func parseDict(s string, major byte) (*header, error) {
 		if p.eat(',') {
 			continue
 		}
-		p.skipSpace()
 		if !p.eat('}') {
 			return nil, errorf("invalid header: expected ',' or '}'")
 		}
@@ -264,7 +263,6 @@ func (p *dictParser) shape() ([]int, error) {
 		if p.eat(',') {
 			continue
 		}
-		p.skipSpace()
 		if !p.eat(')') {
 			return nil, errorf("invalid header: bad 'shape' value")
 		}

@@ -118,16 +118,22 @@ func (e parseError) Error() string { return string(e) }
 
 func errorf(format string, args ...any) error { return parseError(fmt.Sprintf(format, args...)) }
 
-// named prefixes err with path, dropping the operation and path of an
-// *os.PathError (which may name a temporary file) but keeping its cause.
-func named(path string, err error) error {
+// unwrapPath drops the operation and file name of a *PathError or
+// *LinkError (they name temporary files), keeping the cause.
+func unwrapPath(err error) error {
 	var pe *os.PathError
 	var le *os.LinkError
 	switch {
 	case errors.As(err, &pe):
-		err = pe.Err
+		return pe.Err
 	case errors.As(err, &le):
-		err = le.Err
+		return le.Err
 	}
-	return fmt.Errorf("%s: %w", path, err)
+	return err
+}
+
+// named prefixes err with path, dropping the operation and path of an
+// *os.PathError (which may name a temporary file) but keeping its cause.
+func named(path string, err error) error {
+	return fmt.Errorf("%s: %w", path, unwrapPath(err))
 }

@@ -347,37 +347,20 @@ func FuzzRead(f *testing.F) {
 	f.Add(rawNpy("{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776,), }", nil), uint64(4<<40))
 	f.Add(encodeHeader(dtypeI32, []int{1<<18 + 1}), uint64(4<<18+4))
 	f.Add(encodeHeader(dtypeI32, []int{1 << 18}), uint64(4<<18))
-	const limit = 1 << 20
 	f.Fuzz(func(t *testing.T, b []byte, extra uint64) {
-		// The file is b followed by extra zero bytes (up to 16 TiB), read
-		// with a 1 MiB memory limit: a header whose data is really there
-		// but does not fit must be refused before allocating.
-		extra %= 16 << 40
-		r := io.MultiReader(bytes.NewReader(b), &zeros{n: extra})
-		a, err := decode(r, int64(len(b))+int64(extra), fourByte, memlimit.Limit{Bytes: limit, Source: "fuzz"})
-		if err != nil {
-			var me *memlimit.Error
-			if errors.As(err, &me) && me.Need <= limit {
-				t.Fatalf("refused %v, within the limit", me.Need)
-			}
+		a, ok := fuzzDecode(t, b, extra, fourByte)
+		if !ok {
 			return
 		}
-		if 4*a.Len() > limit {
+		if 4*a.Len() > fuzzLimit {
 			t.Fatalf("decoded %d elements, over the limit", a.Len())
 		}
 		if a.Len() != len(a.F32)+len(a.I32) {
 			t.Fatalf("shape %v but %d+%d elements", a.Shape, len(a.F32), len(a.I32))
 		}
-		var out bytes.Buffer
-		if err := encode(&out, a); err != nil {
-			t.Fatalf("re-encode: %v", err)
-		}
-		if out.Len()%4 != 0 || (out.Len()-4*a.Len())%64 != 0 {
+		size, a2 := reencode(t, a, fourByte)
+		if size%4 != 0 || (size-4*a.Len())%64 != 0 {
 			t.Fatalf("re-encoded data offset not 64-aligned")
-		}
-		a2, err := decode(bytes.NewReader(out.Bytes()), int64(out.Len()), fourByte, memlimit.Limit{})
-		if err != nil {
-			t.Fatalf("re-decode: %v", err)
 		}
 		if !reflect.DeepEqual(a.Shape, a2.Shape) || len(a.F32) != len(a2.F32) || !reflect.DeepEqual(a.I32, a2.I32) {
 			t.Fatalf("round trip: %+v vs %+v", a, a2)
@@ -388,6 +371,44 @@ func FuzzRead(f *testing.F) {
 			}
 		}
 	})
+}
+
+// fuzzLimit is the memory limit the fuzzers decode under.
+const fuzzLimit = 1 << 20
+
+// fuzzDecode decodes, as an array of one of want, the file that is b
+// followed by extra zero bytes (up to 16 TiB), under a memory limit of
+// fuzzLimit: a header whose data is really there but does not fit must be
+// refused before allocating, and only then. ok is false if decoding
+// failed.
+func fuzzDecode(t *testing.T, b []byte, extra uint64, want []string) (a Array, ok bool) {
+	t.Helper()
+	extra %= 16 << 40
+	r := io.MultiReader(bytes.NewReader(b), &zeros{n: extra})
+	a, err := decode(r, int64(len(b))+int64(extra), want, memlimit.Limit{Bytes: fuzzLimit, Source: "fuzz"})
+	if err != nil {
+		var me *memlimit.Error
+		if errors.As(err, &me) && me.Need <= fuzzLimit {
+			t.Fatalf("refused %v, within the limit", me.Need)
+		}
+		return Array{}, false
+	}
+	return a, true
+}
+
+// reencode encodes a and decodes the file again as one of want; it returns
+// the file's size and the array read back.
+func reencode(t *testing.T, a Array, want []string) (size int, back Array) {
+	t.Helper()
+	var out bytes.Buffer
+	if err := encode(&out, a); err != nil {
+		t.Fatalf("re-encode: %v", err)
+	}
+	back, err := decode(bytes.NewReader(out.Bytes()), int64(out.Len()), want, memlimit.Limit{})
+	if err != nil {
+		t.Fatalf("re-decode: %v", err)
+	}
+	return out.Len(), back
 }
 
 // zeros reads as n zero bytes.

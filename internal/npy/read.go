@@ -277,10 +277,7 @@ func decode(r io.Reader, size int64, want []string, limit memlimit.Limit) (Array
 	}
 	for done := 0; done < n; {
 		chunk := min(n-done, len(buf)/elem)
-		if _, err := io.ReadFull(r, buf[:chunk*elem]); err != nil {
-			if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-				return Array{}, errorf("truncated: header says %d elements, file ended early", h.n)
-			}
+		if err := readData(r, buf[:chunk*elem], h); err != nil {
 			return Array{}, err
 		}
 		switch {
@@ -306,10 +303,7 @@ func decode(r io.Reader, size int64, want []string, limit memlimit.Limit) (Array
 // that bools are 0 or 1.
 func decodeBytes(r io.Reader, h *header, a Array) (Array, error) {
 	a.U8 = make([]uint8, h.n)
-	if _, err := io.ReadFull(r, a.U8); err != nil {
-		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			return Array{}, errorf("truncated: header says %d elements, file ended early", h.n)
-		}
+	if err := readData(r, a.U8, h); err != nil {
 		return Array{}, err
 	}
 	if h.descr == dtypeBool {
@@ -320,6 +314,16 @@ func decodeBytes(r io.Reader, h *header, a Array) (Array, error) {
 		}
 	}
 	return a, atEnd(r, h)
+}
+
+// readData fills buf with element bytes from r; running out of data is a
+// truncated file.
+func readData(r io.Reader, buf []byte, h *header) error {
+	_, err := io.ReadFull(r, buf)
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return errorf("truncated: header says %d elements, file ended early", h.n)
+	}
+	return err
 }
 
 // atEnd checks that r holds nothing after the elements: the size came from
