@@ -487,7 +487,7 @@ func MaxAbsDiff32vs64(a []float32, b []float64) float64 {
 	return m
 }
 
-// Check applies the flashattn correctness rule (SPEC §4): with err(x) the
+// Check applies the flashattn correctness rule: with err(x) the
 // maximum absolute difference between x and the float64 reference ref, it
 // requires err(got) <= 2*err(plain32) + 1e-6, where plain32 is the plain
 // algorithm run in float32 (Forward32 or Backward32). It returns nil if the
