@@ -288,7 +288,7 @@ func grow[T any](buf *[]T, n int) []T {
 	return *buf
 }
 
-// setTiles sizes the tiles for an L2 of l2 bytes (see blockSizes) and the
+// setTiles sizes the tiles for an L2 of l2 bytes (see blockSizesFor) and the
 // options: the forward's, the backward's KV block, and their alignment to a
 // block mask and to the pairs of native 16-bit products.
 func (p *plan) setTiles(l2, seqK int, o *Options) {
