@@ -339,7 +339,7 @@ func (b *backwardPass) run(ws *workspace, t int) { b.task(ws, &b.tasks[t]) }
 func (b *backwardPass) task(ws *workspace, u *bwdTask) {
 	p := b.p
 	s := &p.seqs[u.seq]
-	ws.forBackward(p, s.nq)
+	ws.forBackward(p)
 	d, dp := p.dim, p.dimPad
 	for hh := 0; hh < p.group; hh++ {
 		h := u.hk*p.group + hh

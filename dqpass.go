@@ -33,7 +33,7 @@ func (d *dqPass) run(ws *workspace, t int) {
 	b, rb := d.b, d.tasks[t]
 	p := b.p
 	s := &p.seqs[rb.seq]
-	ws.forBackward(p, s.nq)
+	ws.forBackward(p)
 	h, hk := rb.h0, rb.h0/p.group
 	dp, m := p.dimPad, rb.i1-rb.i0
 	rows := b.headRows(s, h)

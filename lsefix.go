@@ -72,7 +72,7 @@ func (c *call) fixLSE() error {
 func (f *lseFixPass) run(ws *workspace, t int) {
 	p, rb := f.p, f.tasks[t]
 	s := &p.seqs[rb.seq]
-	ws.forBackward(p, s.nq)
+	ws.forBackward(p)
 	d, dp, m := p.dim, p.dimPad, rb.i1-rb.i0
 	h, hk := rb.h0, rb.h0/p.group
 	// Q rows padded to dimPad, as the backward packs them.
