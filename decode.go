@@ -32,7 +32,7 @@ func (f *forwardPass) staged(t *fwdTask, subs []subBlock) bool {
 		return false
 	}
 	return p.kv.blockSize > 0 || p.kv.k.dt != Float32 || p.kv.v.dt != Float32 ||
-		len(subs) > 1 && f.fewRows(subs) && p.dim%8 == 0
+		len(subs) > 1 && f.fewRows(subs) && p.dot4T()
 }
 
 // decodeStep is the key tile of a staged block over nkv KV heads: K and V of

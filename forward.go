@@ -303,7 +303,7 @@ func (f *forwardPass) start(ws *workspace, t *fwdTask) rowState {
 			toHalf(&p.kern, p.ct, qh[r*de:r*de+d], qp[r*d:(r+1)*d])
 		}
 	}
-	if f.fewRows(subs) && !(p.decoding && d%8 == 0) {
+	if f.fewRows(subs) && !p.dot4T() {
 		// Sᵀ = K·Qᵀ needs Qᵀ packed per sub-block.
 		for si, sb := range subs {
 			kernel.PackBt(ws.qt[si*kernel.W*d:], qp[sb.r0*d:], d, sb.m, d)
@@ -315,6 +315,11 @@ func (f *forwardPass) start(ws *workspace, t *fwdTask) rowState {
 // fewRows reports whether the sub-blocks have so few rows (decoding) that
 // each K tile is better read where it lies than packed.
 func (f *forwardPass) fewRows(subs []subBlock) bool { return subs[0].m <= kernel.W }
+
+// dot4T reports whether few-row S tiles are computed by Dot4T from K read
+// in place (KV caches only; its rows need a head dim that is a multiple of
+// 8), rather than as MulABt against Qᵀ packed per sub-block.
+func (p *plan) dot4T() bool { return p.decoding && p.dim%8 == 0 }
 
 // kvTile is where the keys and values of one tile are for one sub-block:
 // packed Kᵀ strips (kt), or K rows read in place or staged (k, ldk); V rows
@@ -374,7 +379,7 @@ func (f *forwardPass) scores(ws *workspace, sb subBlock, si int, kv kvTile, n in
 		// sums in another order than the backward's products; the
 		// MulABt form gives the backward's scores bit for bit.
 		sT := ws.st[:n*kernel.W]
-		if p.decoding && d%8 == 0 {
+		if p.dot4T() {
 			for q4 := 0; q4 < sb.m; q4 += 4 {
 				k.Dot4T(sT[q4:], kernel.W, qp[q4*d:(q4+4)*d], kv.k, kv.ldk, n, d)
 			}
