@@ -122,20 +122,18 @@ func (c *call) forwardTasks() (tasks []fwdTask, splits, slots int) {
 	case len(blocks) < splitTarget:
 		splits = min(maxSplits, (splitTarget+len(blocks)-1)/len(blocks))
 	}
+	// Splits of at least two whole key tiles, or, when forced, of 16-key
+	// groups.
+	unit, perSplit := p.blockK, 2
+	if p.cache.numSplits > 0 {
+		unit, perSplit = kernel.W, 1
+	}
 	for bi, rb := range blocks {
 		s := &p.seqs[rb.seq]
 		lo, hi := s.vis.keys(rb)
 		lo = lo / kernel.W * kernel.W // tiles start on strip boundaries of the packed K
-		// Splits of whole key tiles, or of 16-key groups when forced.
-		unit := p.blockK
-		if p.cache.numSplits > 0 {
-			unit = kernel.W
-		}
 		nu := (hi - lo + unit - 1) / unit
-		ns := min(splits, max(1, nu/2))
-		if p.cache.numSplits > 0 {
-			ns = min(splits, max(1, nu))
-		}
+		ns := min(splits, max(1, nu/perSplit))
 		if ns == 1 {
 			tasks = append(tasks, fwdTask{rb, lo, hi, -1, rb.rows() * p.visibleKeys(s, rb, lo, hi)})
 			continue
