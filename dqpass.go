@@ -15,14 +15,8 @@ func (c *call) dqTasks() []rowBlock {
 	p, a := &c.plan, &c.arena
 	tasks := a.blocks[:0]
 	for si := range p.seqs {
-		s := &p.seqs[si]
-		if s.nk == 0 {
-			continue
-		}
-		for i0 := 0; i0 < s.nq; i0 += p.blockQ {
-			for h := 0; h < p.heads; h++ {
-				tasks = append(tasks, rowBlock{si, h, 1, i0, min(i0+p.blockQ, s.nq)})
-			}
+		if p.seqs[si].nk > 0 {
+			tasks = p.appendQueryBlocks(tasks, si)
 		}
 	}
 	a.blocks = tasks

@@ -74,6 +74,20 @@ func (rb rowBlock) at(r int) (h, i int) {
 	return rb.h0 + r/n, rb.i0 + r%n
 }
 
+// appendQueryBlocks appends the row blocks of sequence si, blockQ rows of
+// one head each. The heads are inside: tasks of equal cost run in this
+// order, so the workers read neighbouring rows of Q and write neighbouring
+// rows of O (or dQ) at about the same time.
+func (p *plan) appendQueryBlocks(blocks []rowBlock, si int) []rowBlock {
+	nq := p.seqs[si].nq
+	for i0 := 0; i0 < nq; i0 += p.blockQ {
+		for h := 0; h < p.heads; h++ {
+			blocks = append(blocks, rowBlock{si, h, 1, i0, min(i0+p.blockQ, nq)})
+		}
+	}
+	return blocks
+}
+
 // fwdTask is one unit of forward work: a row block against keys j0..j1-1.
 type fwdTask struct {
 	rowBlock
@@ -106,14 +120,7 @@ func (c *call) forwardTasks() (tasks []fwdTask, splits, slots int) {
 			blocks = append(blocks, rowBlock{si, 0, p.heads, 0, s.nq})
 			continue
 		}
-		// Heads inside: tasks of equal cost run in this order, so the
-		// workers read neighbouring rows of Q and write neighbouring rows
-		// of O at about the same time.
-		for i0 := 0; i0 < s.nq; i0 += p.blockQ {
-			for h := 0; h < p.heads; h++ {
-				blocks = append(blocks, rowBlock{si, h, 1, i0, min(i0+p.blockQ, s.nq)})
-			}
-		}
+		blocks = p.appendQueryBlocks(blocks, si)
 	}
 	splits = 1
 	switch {
