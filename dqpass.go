@@ -30,7 +30,7 @@ func (d *dqPass) run(ws *workspace, t int) {
 	ws.forBackward(p)
 	h, hk := rb.h0, rb.h0/p.group
 	dp, m := p.dimPad, rb.i1-rb.i0
-	rows := b.headRows(s, h)
+	rows := b.headRows(rb.seq, h)
 	qt := b.queryTile(&rows, rb.i0, rb.i1)
 	acc := grow(&ws.dq, m*dp)
 	clear(acc)
