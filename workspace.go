@@ -17,7 +17,7 @@ type workspace struct {
 	vp         []float32 // forward: V rows padded to dimPad, bk × dimPad
 	qp         []float32 // forward: Q rows of the block, (maxRows+3) × dim
 	o          []float32 // output accumulator, maxRows × dimPad
-	qt, st     []float32 // few-row blocks: (scale·Q)ᵀ packed, W × dim per KV head; Sᵀ, bk × W
+	qt, st     []float32 // few-row blocks: Qᵀ packed, W × dim per KV head; Sᵀ, bk × W
 	subs       []subBlock
 	kdec, vdec []float32 // decoding: K and V of one key tile for several KV heads
 	drop       []float32 // backward: dropout factors of one row, bk
