@@ -69,6 +69,37 @@ func to64(x []float32) []float64 {
 	return y
 }
 
+// checkVarLenSeq checks sequence b of a VarLen call (packed float32 inputs
+// q, k, v, do, of tq query rows in all; outputs out, lse, dq, dk, dv)
+// against the reference with parameters par: its queries are rows
+// q0..q0+par.SeqQ-1, its keys rows k0..k0+par.SeqK-1.
+func checkVarLenSeq(t *testing.T, b int, par reference.Params, q, k, v, do []float32, tq, q0, k0 int, out Tensor, lse []float32, dq, dk, dv Tensor) {
+	t.Helper()
+	h, hk, d, nq, nk := par.Heads, par.KVHeads, par.HeadDim, par.SeqQ, par.SeqK
+	qr, kr := func(x []float32) []float32 { return x[q0*h*d : (q0+nq)*h*d] }, func(x []float32) []float32 { return x[k0*hk*d : (k0+nk)*hk*d] }
+	sq, sk, sv, sdo := qr(q), kr(k), kr(v), qr(do)
+	o64, lse64 := reference.Forward64(par, to64(sq), to64(sk), to64(sv))
+	o32, lse32 := reference.Forward32(par, sq, sk, sv)
+	gotLSE := make([]float32, h*nq)
+	for hh := 0; hh < h; hh++ {
+		copy(gotLSE[hh*nq:], lse[hh*tq+q0:][:nq])
+	}
+	dq64, dk64, dv64 := reference.Backward64(par, to64(sq), to64(sk), to64(sv), to64(sdo))
+	dq32, dk32, dv32 := reference.Backward32(par, sq, sk, sv, sdo)
+	for _, g := range []struct {
+		name    string
+		got, pl []float32
+		ref     []float64
+	}{
+		{"O", qr(out.Data), o32, o64}, {"LSE", gotLSE, lse32, lse64},
+		{"dQ", qr(dq.Data), dq32, dq64}, {"dK", kr(dk.Data), dk32, dk64}, {"dV", kr(dv.Data), dv32, dv64},
+	} {
+		if err := reference.Check(g.name, g.got, g.pl, g.ref); err != nil {
+			t.Errorf("sequence %d: %v", b, err)
+		}
+	}
+}
+
 // layout places dense data into a tensor; strided layouts put garbage
 // between rows and heads so that reading it would show.
 func layout(r *rand.Rand, dense []float32, b, s, h, d int, strided bool) Tensor {

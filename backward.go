@@ -339,11 +339,11 @@ func (b *backwardPass) run(ws *workspace, t int) { b.task(ws, &b.tasks[t]) }
 func (b *backwardPass) task(ws *workspace, u *bwdTask) {
 	p := b.p
 	s := &p.seqs[u.seq]
-	ws.forBackward(p, s.nq)
+	ws.forBackward(p)
 	d, dp := p.dim, p.dimPad
 	for hh := 0; hh < p.group; hh++ {
 		h := u.hk*p.group + hh
-		rows := b.headRows(s, h)
+		rows := b.headRows(u.seq, h)
 		if b.withDQ {
 			rows.dq = grow(&ws.dq, s.nq*dp)
 			clear(rows.dq)
@@ -371,17 +371,19 @@ func (b *backwardPass) storeDQ(ws *workspace, s *sequence, h, i int, acc []float
 }
 
 // headRows is one query head's per-row data in the backward: D, LSE and
-// the LSE correction of every row; when packed once for the whole head, Q,
-// dO and the dQ accumulator (rows of dimPad), else nil.
+// the LSE correction of every row; when the KV pass sums dQ, the head's dQ
+// accumulator (rows of dimPad), else nil.
 type headRows struct {
 	delta, lse, dq []float32
 	corr           []float32 // nil, or the LSE correction factors (see lsefix.go)
 	base, unit     int       // the head's first row in the packed Q and dO; its seq·heads+h
 }
 
-func (b *backwardPass) headRows(s *sequence, h int) headRows {
+// headRows returns the rows of head h of sequence si.
+func (b *backwardPass) headRows(si, h int) headRows {
+	s := &b.p.seqs[si]
 	lo, hi := s.lse0+h*s.lseH, s.lse0+h*s.lseH+s.nq
-	r := headRows{delta: b.delta[lo:hi], lse: b.grads.lse[lo:hi], base: lo, unit: int(s.b)*b.p.heads + h}
+	r := headRows{delta: b.delta[lo:hi], lse: b.grads.lse[lo:hi], base: lo, unit: si*b.p.heads + h}
 	if b.corr != nil {
 		r.corr = b.corr[lo:hi]
 	}

@@ -284,20 +284,22 @@ type blockVis struct {
 	nq, nk int
 }
 
-// heads returns the mask heads that the query heads of rb map to.
-func (v *blockVis) heads(rb rowBlock) (h0, h1 int) {
+// blocks returns the mask heads [h0, h1) that the query heads of rb map to
+// and the mask's query blocks [qb0, qb1) that hold its rows.
+func (v *blockVis) blocks(rb rowBlock) (h0, h1, qb0, qb1 int) {
+	h0, h1 = rb.h0, rb.h0+rb.nh
 	if v.m.shape.Heads == 1 {
-		return 0, 1
+		h0, h1 = 0, 1
 	}
-	return rb.h0, rb.h0 + rb.nh
+	return h0, h1, rb.i0 / v.m.shape.BlockQ, (rb.i1-1)/v.m.shape.BlockQ + 1
 }
 
 func (v *blockVis) keys(rb rowBlock) (lo, hi int) {
 	s := v.m.shape
 	lo, hi = v.m.nkb, 0
-	h0, h1 := v.heads(rb)
+	h0, h1, qb0, qb1 := v.blocks(rb)
 	for h := h0; h < h1; h++ {
-		for qb := rb.i0 / s.BlockQ; qb <= (rb.i1-1)/s.BlockQ; qb++ {
+		for qb := qb0; qb < qb1; qb++ {
 			r := v.m.row(v.b, h, qb)
 			lo, hi = min(lo, int(v.m.rowSpan[2*r])), max(hi, int(v.m.rowSpan[2*r+1]))
 		}
@@ -308,10 +310,10 @@ func (v *blockVis) keys(rb rowBlock) (lo, hi int) {
 
 func (v *blockVis) next(rb rowBlock, j int) int {
 	s := v.m.shape
-	h0, h1 := v.heads(rb)
+	h0, h1, qb0, qb1 := v.blocks(rb)
 	for kb := j / s.BlockK; kb < v.m.nkb && kb*s.BlockK < v.nk; kb++ {
 		for h := h0; h < h1; h++ {
-			for qb := rb.i0 / s.BlockQ; qb <= (rb.i1-1)/s.BlockQ; qb++ {
+			for qb := qb0; qb < qb1; qb++ {
 				if v.m.Kind(v.b, h, qb, kb) != BlockEmpty {
 					return max(j, kb*s.BlockK)
 				}
@@ -336,10 +338,10 @@ func (v *blockVis) rows(h, j0, j1 int) (lo, hi int) {
 
 func (v *blockVis) tile(rb rowBlock, j0, j1 int) BlockKind {
 	s := v.m.shape
-	h0, h1 := v.heads(rb)
+	h0, h1, qb0, qb1 := v.blocks(rb)
 	kind, first := BlockEmpty, true
 	for h := h0; h < h1; h++ {
-		for qb := rb.i0 / s.BlockQ; qb <= (rb.i1-1)/s.BlockQ; qb++ {
+		for qb := qb0; qb < qb1; qb++ {
 			row := v.m.kinds[v.m.row(v.b, h, qb)*v.m.nkb:]
 			for kb := j0 / s.BlockK; kb <= (j1-1)/s.BlockK; kb++ {
 				if first {

@@ -32,7 +32,7 @@ func (f *forwardPass) staged(t *fwdTask, subs []subBlock) bool {
 		return false
 	}
 	return p.kv.blockSize > 0 || p.kv.k.dt != Float32 || p.kv.v.dt != Float32 ||
-		len(subs) > 1 && f.fewRows(subs) && p.dim%8 == 0
+		len(subs) > 1 && f.fewRows(subs) && p.dot4T()
 }
 
 // decodeStep is the key tile of a staged block over nkv KV heads: K and V of
@@ -51,8 +51,8 @@ func (p *plan) stageKV(ws *workspace, s *sequence, subs []subBlock, j0, n, step 
 	kb := grow(&ws.kdec, len(subs)*step*d)
 	vb := grow(&ws.vdec, len(subs)*step*dp)
 	for j := 0; j < n; j++ {
+		tb, row := p.kv.at(s, j0+j)
 		for si, sb := range subs {
-			tb, row := p.kv.at(s, j0+j)
 			p.kv.k.rowTo(kb[(si*step+j)*d:(si*step+j+1)*d], tb, row, sb.hk, p.ct, &p.kern)
 			vr := vb[(si*step+j)*dp : (si*step+j+1)*dp]
 			p.kv.v.rowTo(vr[:d], tb, row, sb.hk, p.ct, &p.kern)
@@ -66,23 +66,25 @@ func (p *plan) stageKV(ws *workspace, s *sequence, subs []subBlock, j0, n, step 
 // q8_0 caches in registers), instead of staging each tile.
 func (f *forwardPass) inPlace(t *fwdTask, subs []subBlock) bool {
 	p := f.p
-	return p.decoding && p.inPlaceDecode && f.kv.kt[t.seq*p.kvHeads+subs[0].hk] < 0 && subs[0].m <= decodeRows
+	return p.inPlaceDecode && f.kv.kt[t.seq*p.kvHeads+subs[0].hk] < 0 && subs[0].m <= decodeRows
 }
 
 // decodeRows is the most query rows per KV head the decode kernels take in
 // one call.
 const decodeRows = 16
 
-// cacheRows calls f for keys j0..j0+n-1 of sequence s in runs that lie in
+// cacheRuns calls f for keys j0..j0+n-1 of sequence s in runs that lie in
 // one page of a paged cache (the whole range otherwise), with the run's
-// first key and length.
-func (p *plan) cacheRuns(s *sequence, j0, n int, f func(j, m int)) {
+// first key, its length and the offset in v (the cache's k or v) of its
+// first row for KV head hk.
+func (p *plan) cacheRuns(v view, s *sequence, hk, j0, n int, f func(j, m, off int)) {
 	for j := j0; j < j0+n; {
 		m := j0 + n - j
 		if bs := p.kv.blockSize; bs > 0 {
 			m = min(m, bs-(s.k0+j)%bs)
 		}
-		f(j, m)
+		tb, r := p.kv.at(s, j)
+		f(j, m, v.off(tb, r, hk))
 		j += m
 	}
 }
@@ -90,12 +92,9 @@ func (p *plan) cacheRuns(s *sequence, j0, n int, f func(j, m int)) {
 // decodeScores sets rows sb.r0.. of the S tile (stride np) to Q·Kᵀ for
 // keys j0..j0+n-1 read in place.
 func (p *plan) decodeScores(ws *workspace, s *sequence, sb subBlock, j0, n, np int) {
-	dec, d, qp := &p.dec, p.dim, ws.qp[sb.r0*p.dim:]
-	p.cacheRuns(s, j0, n, func(j, m int) {
+	dec, d, qp, k := &p.dec, p.dim, ws.qp[sb.r0*p.dim:], p.kv.k
+	p.cacheRuns(k, s, sb.hk, j0, n, func(j, m, o int) {
 		out := ws.s[sb.r0*np+j-j0:]
-		tb, r := p.kv.at(s, j)
-		k := p.kv.k
-		o := k.off(tb, r, sb.hk)
 		switch k.dt {
 		case Float32:
 			dec.ScoresF32(out, np, qp, sb.m, k.data[o:], k.ss, m, d)
@@ -112,13 +111,10 @@ func (p *plan) decodeScores(ws *workspace, s *sequence, sb subBlock, j0, n, np i
 // decodeAccum adds P·V (rows sb.r0.. of the P tile, stride np) to the
 // sub-block's output rows, for keys j0..j0+n-1 read in place.
 func (p *plan) decodeAccum(ws *workspace, s *sequence, sb subBlock, j0, n, np int) {
-	dec, d, dp := &p.dec, p.dim, p.dimPad
+	dec, d, dp, v := &p.dec, p.dim, p.dimPad, p.kv.v
 	o := ws.o[sb.r0*dp:]
-	p.cacheRuns(s, j0, n, func(j, m int) {
+	p.cacheRuns(v, s, sb.hk, j0, n, func(j, m, off int) {
 		pr := ws.s[sb.r0*np+j-j0:]
-		tb, r := p.kv.at(s, j)
-		v := p.kv.v
-		off := v.off(tb, r, sb.hk)
 		switch v.dt {
 		case Float32:
 			dec.AccumF32(o, dp, pr, np, sb.m, v.data[off:], v.ss, m, d)

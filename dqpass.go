@@ -15,14 +15,8 @@ func (c *call) dqTasks() []rowBlock {
 	p, a := &c.plan, &c.arena
 	tasks := a.blocks[:0]
 	for si := range p.seqs {
-		s := &p.seqs[si]
-		if s.nk == 0 {
-			continue
-		}
-		for i0 := 0; i0 < s.nq; i0 += p.blockQ {
-			for h := 0; h < p.heads; h++ {
-				tasks = append(tasks, rowBlock{si, h, 1, i0, min(i0+p.blockQ, s.nq)})
-			}
+		if p.seqs[si].nk > 0 {
+			tasks = p.appendQueryBlocks(tasks, si)
 		}
 	}
 	a.blocks = tasks
@@ -33,10 +27,10 @@ func (d *dqPass) run(ws *workspace, t int) {
 	b, rb := d.b, d.tasks[t]
 	p := b.p
 	s := &p.seqs[rb.seq]
-	ws.forBackward(p, s.nq)
+	ws.forBackward(p)
 	h, hk := rb.h0, rb.h0/p.group
 	dp, m := p.dimPad, rb.i1-rb.i0
-	rows := b.headRows(s, h)
+	rows := b.headRows(rb.seq, h)
 	qt := b.queryTile(&rows, rb.i0, rb.i1)
 	acc := grow(&ws.dq, m*dp)
 	clear(acc)

@@ -74,6 +74,20 @@ func (rb rowBlock) at(r int) (h, i int) {
 	return rb.h0 + r/n, rb.i0 + r%n
 }
 
+// appendQueryBlocks appends the row blocks of sequence si, blockQ rows of
+// one head each. The heads are inside: tasks of equal cost run in this
+// order, so the workers read neighbouring rows of Q and write neighbouring
+// rows of O (or dQ) at about the same time.
+func (p *plan) appendQueryBlocks(blocks []rowBlock, si int) []rowBlock {
+	nq := p.seqs[si].nq
+	for i0 := 0; i0 < nq; i0 += p.blockQ {
+		for h := 0; h < p.heads; h++ {
+			blocks = append(blocks, rowBlock{si, h, 1, i0, min(i0+p.blockQ, nq)})
+		}
+	}
+	return blocks
+}
+
 // fwdTask is one unit of forward work: a row block against keys j0..j1-1.
 type fwdTask struct {
 	rowBlock
@@ -106,14 +120,7 @@ func (c *call) forwardTasks() (tasks []fwdTask, splits, slots int) {
 			blocks = append(blocks, rowBlock{si, 0, p.heads, 0, s.nq})
 			continue
 		}
-		// Heads inside: tasks of equal cost run in this order, so the
-		// workers read neighbouring rows of Q and write neighbouring rows
-		// of O at about the same time.
-		for i0 := 0; i0 < s.nq; i0 += p.blockQ {
-			for h := 0; h < p.heads; h++ {
-				blocks = append(blocks, rowBlock{si, h, 1, i0, min(i0+p.blockQ, s.nq)})
-			}
-		}
+		blocks = p.appendQueryBlocks(blocks, si)
 	}
 	splits = 1
 	switch {
@@ -122,20 +129,18 @@ func (c *call) forwardTasks() (tasks []fwdTask, splits, slots int) {
 	case len(blocks) < splitTarget:
 		splits = min(maxSplits, (splitTarget+len(blocks)-1)/len(blocks))
 	}
+	// Splits of at least two whole key tiles, or, when forced, of 16-key
+	// groups.
+	unit, perSplit := p.blockK, 2
+	if p.cache.numSplits > 0 {
+		unit, perSplit = kernel.W, 1
+	}
 	for bi, rb := range blocks {
 		s := &p.seqs[rb.seq]
 		lo, hi := s.vis.keys(rb)
 		lo = lo / kernel.W * kernel.W // tiles start on strip boundaries of the packed K
-		// Splits of whole key tiles, or of 16-key groups when forced.
-		unit := p.blockK
-		if p.cache.numSplits > 0 {
-			unit = kernel.W
-		}
 		nu := (hi - lo + unit - 1) / unit
-		ns := min(splits, max(1, nu/2))
-		if p.cache.numSplits > 0 {
-			ns = min(splits, max(1, nu))
-		}
+		ns := min(splits, max(1, nu/perSplit))
 		if ns == 1 {
 			tasks = append(tasks, fwdTask{rb, lo, hi, -1, rb.rows() * p.visibleKeys(s, rb, lo, hi)})
 			continue
@@ -303,7 +308,7 @@ func (f *forwardPass) start(ws *workspace, t *fwdTask) rowState {
 			toHalf(&p.kern, p.ct, qh[r*de:r*de+d], qp[r*d:(r+1)*d])
 		}
 	}
-	if f.fewRows(subs) && !(p.decoding && d%8 == 0) {
+	if f.fewRows(subs) && !p.dot4T() {
 		// Sᵀ = K·Qᵀ needs Qᵀ packed per sub-block.
 		for si, sb := range subs {
 			kernel.PackBt(ws.qt[si*kernel.W*d:], qp[sb.r0*d:], d, sb.m, d)
@@ -315,6 +320,11 @@ func (f *forwardPass) start(ws *workspace, t *fwdTask) rowState {
 // fewRows reports whether the sub-blocks have so few rows (decoding) that
 // each K tile is better read where it lies than packed.
 func (f *forwardPass) fewRows(subs []subBlock) bool { return subs[0].m <= kernel.W }
+
+// dot4T reports whether few-row S tiles are computed by Dot4T from K read
+// in place (KV caches only; its rows need a head dim that is a multiple of
+// 8), rather than as MulABt against Qᵀ packed per sub-block.
+func (p *plan) dot4T() bool { return p.decoding && p.dim%8 == 0 }
 
 // kvTile is where the keys and values of one tile are for one sub-block:
 // packed Kᵀ strips (kt), or K rows read in place or staged (k, ldk); V rows
@@ -374,7 +384,7 @@ func (f *forwardPass) scores(ws *workspace, sb subBlock, si int, kv kvTile, n in
 		// sums in another order than the backward's products; the
 		// MulABt form gives the backward's scores bit for bit.
 		sT := ws.st[:n*kernel.W]
-		if p.decoding && d%8 == 0 {
+		if p.dot4T() {
 			for q4 := 0; q4 < sb.m; q4 += 4 {
 				k.Dot4T(sT[q4:], kernel.W, qp[q4*d:(q4+4)*d], kv.k, kv.ldk, n, d)
 			}

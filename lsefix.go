@@ -29,10 +29,16 @@ type lseFixPass struct {
 	tasks []rowBlock
 }
 
-// needsLSEFix reports whether some visible row's |LSE| reaches lseExactFrom.
+// lseFlagged reports whether a row of LSE l is corrected: it sees some key
+// and |l| reaches lseExactFrom.
+func lseFlagged(l float32) bool {
+	return l >= lseExactFrom || l <= -lseExactFrom && l != negInf
+}
+
+// needsLSEFix reports whether some row of lse is flagged.
 func needsLSEFix(lse []float32) bool {
 	for _, x := range lse {
-		if x >= lseExactFrom || x <= -lseExactFrom && x != negInf {
+		if lseFlagged(x) {
 			return true
 		}
 	}
@@ -72,18 +78,15 @@ func (c *call) fixLSE() error {
 func (f *lseFixPass) run(ws *workspace, t int) {
 	p, rb := f.p, f.tasks[t]
 	s := &p.seqs[rb.seq]
-	ws.forBackward(p, s.nq)
+	ws.forBackward(p)
 	d, dp, m := p.dim, p.dimPad, rb.i1-rb.i0
 	h, hk := rb.h0, rb.h0/p.group
 	// Q rows padded to dimPad, as the backward packs them.
 	qp := grow(&ws.qall, m*dp)
 	qr, ldq := p.q.rows(&ws.convV, s.tb, s.q0+rb.i0, h, m, p.ct, &p.kern)
 	kernel.PackRows(qp, qr, ldq, m, d)
-	sums := ws.sums[:0]
-	for range m {
-		sums = append(sums, 0)
-	}
-	ws.sums = sums
+	sums := grow(&ws.sums, m)
+	clear(sums)
 	lo, hi := s.vis.keys(rb)
 	for j := lo / p.bwdBlockK * p.bwdBlockK; j < hi; j += p.bwdBlockK {
 		// The backward's KV blocks and their kind, so that every score
@@ -100,7 +103,7 @@ func (f *lseFixPass) run(ws *workspace, t int) {
 		for r := 0; r < m; r++ {
 			i := rb.i0 + r
 			l := f.lse[s.lse0+h*s.lseH+i]
-			if !(l >= lseExactFrom || l <= -lseExactFrom) || l == negInf {
+			if !lseFlagged(l) {
 				continue
 			}
 			row := ws.s[r*np : (r+1)*np]

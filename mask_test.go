@@ -268,33 +268,10 @@ func TestMaskVarLen(t *testing.T) {
 		if nq == 0 {
 			continue
 		}
-		q0, k0 := int(cq[b]), int(ck[b])
 		par := reference.Params{Batch: 1, SeqQ: nq, SeqK: nk, Heads: h, KVHeads: hk, HeadDim: d, Causal: true,
 			Mask:     func(_, hh, i, j int) bool { return ref(b, hh, i, j) },
 			ScoreMod: func(_, hh, i, j int, x float64) (float64, float64) { return relBiasRef(b, hh, i, j, x) }}
-		sq, sk := q[q0*h*d:(q0+nq)*h*d], k[k0*hk*d:(k0+nk)*hk*d]
-		sv, sdo := v[k0*hk*d:(k0+nk)*hk*d], do[q0*h*d:(q0+nq)*h*d]
-		o64, lse64 := reference.Forward64(par, to64(sq), to64(sk), to64(sv))
-		o32, lse32 := reference.Forward32(par, sq, sk, sv)
-		gotLSE := make([]float32, h*nq)
-		for hh := 0; hh < h; hh++ {
-			copy(gotLSE[hh*nq:], lse[hh*tq+q0:][:nq])
-		}
-		dq64, dk64, dv64 := reference.Backward64(par, to64(sq), to64(sk), to64(sv), to64(sdo))
-		dq32, dk32, dv32 := reference.Backward32(par, sq, sk, sv, sdo)
-		for _, g := range []struct {
-			name    string
-			got, pl []float32
-			ref     []float64
-		}{
-			{"O", out.Data[q0*h*d : (q0+nq)*h*d], o32, o64}, {"LSE", gotLSE, lse32, lse64},
-			{"dQ", dq.Data[q0*h*d : (q0+nq)*h*d], dq32, dq64},
-			{"dK", dk.Data[k0*hk*d : (k0+nk)*hk*d], dk32, dk64}, {"dV", dv.Data[k0*hk*d : (k0+nk)*hk*d], dv32, dv64},
-		} {
-			if err := reference.Check(g.name, g.got, g.pl, g.ref); err != nil {
-				t.Errorf("sequence %d: %v", b, err)
-			}
-		}
+		checkVarLenSeq(t, b, par, q, k, v, do, tq, int(cq[b]), int(ck[b]), out, lse, dq, dk, dv)
 	}
 }
 

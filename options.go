@@ -1,9 +1,6 @@
 package flashattn
 
-import (
-	"math"
-	"runtime"
-)
+import "math"
 
 // Options selects what attention computes and how it is run. The zero value
 // is plain, non-causal softmax attention with scale 1/sqrt(headdim), run on
@@ -171,7 +168,7 @@ func (o *Options) workers() int {
 	if o.Workers > 0 {
 		return o.Workers
 	}
-	return runtime.GOMAXPROCS(0)
+	return workersDefault()
 }
 
 // validate checks the option values that do not depend on the shapes.

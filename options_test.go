@@ -119,10 +119,6 @@ func TestVarLen(t *testing.T) {
 				if tc.alibi {
 					par.ALiBi = to64(slopes[b*H : (b+1)*H])
 				}
-				sq := q[int(cuq[b])*H*D : int(cuq[b+1])*H*D]
-				sk := k[int(cuk[b])*Hk*D : (int(cuk[b])+nk)*Hk*D]
-				sv := v[int(cuk[b])*Hk*D : (int(cuk[b])+nk)*Hk*D]
-				sdo := do[int(cuq[b])*H*D : int(cuq[b+1])*H*D]
 				if s.nq == 0 {
 					continue
 				}
@@ -135,29 +131,7 @@ func TestVarLen(t *testing.T) {
 					}
 					continue
 				}
-				o64, l64 := reference.Forward64(par, to64(sq), to64(sk), to64(sv))
-				o32, l32 := reference.Forward32(par, sq, sk, sv)
-				gotO := out.Data[int(cuq[b])*H*D : int(cuq[b+1])*H*D]
-				gotL := make([]float32, 0, H*s.nq)
-				for h := 0; h < H; h++ {
-					gotL = append(gotL, lse[h*tq+int(cuq[b]):h*tq+int(cuq[b+1])]...)
-				}
-				dq64, dk64, dv64 := reference.Backward64(par, to64(sq), to64(sk), to64(sv), to64(sdo))
-				dq32, dk32, dv32 := reference.Backward32(par, sq, sk, sv, sdo)
-				for _, c := range []struct {
-					n       string
-					got, pl []float32
-					ref     []float64
-				}{
-					{"O", gotO, o32, o64}, {"LSE", gotL, l32, l64},
-					{"dQ", dq.Data[int(cuq[b])*H*D : int(cuq[b+1])*H*D], dq32, dq64},
-					{"dK", dk.Data[int(cuk[b])*Hk*D : (int(cuk[b])+nk)*Hk*D], dk32, dk64},
-					{"dV", dv.Data[int(cuk[b])*Hk*D : (int(cuk[b])+nk)*Hk*D], dv32, dv64},
-				} {
-					if err := reference.Check(c.n, c.got, c.pl, c.ref); err != nil {
-						t.Errorf("sequence %d: %v", b, err)
-					}
-				}
+				checkVarLenSeq(t, b, par, q, k, v, do, tq, int(cuq[b]), int(cuk[b]), out, lse, dq, dk, dv)
 			}
 			// Keys past SeqUsedK get zero gradients.
 			for b := range tc.seqs {

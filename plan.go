@@ -57,14 +57,14 @@ type sequence struct {
 }
 
 // setVisibility makes vis the intersection of the band with the block mask
-// and element mask of o, if any.
-func (s *sequence) setVisibility(o *Options, nq, nk int) {
+// and element mask of o, if any, for the sequence's nq × nk scores.
+func (s *sequence) setVisibility(o *Options) {
+	nq, nk := s.nq, s.nk
 	s.band = newBand(o, nq, nk)
 	s.vis = &s.band
 	if o.BlockMask == nil && o.Mask == nil {
 		return
 	}
-	s.all = allOf{}
 	s.all.add(&s.band)
 	if o.BlockMask != nil {
 		s.block = blockVis{m: o.BlockMask, b: s.b, nq: nq, nk: nk}
@@ -126,7 +126,6 @@ func newPlan(p *plan, a *arena, q, k, v Tensor, o *Options) error {
 		workers:  o.workers(),
 		masked:   o.BlockMask != nil || o.Mask != nil,
 		decoding: o.KVCache != nil,
-		alignQ:   1,
 	}
 	p.mods = scoreMods{softcap: o.Softcap, heads: H, user: o.ScoreMod}
 	if ct != Float32 {
@@ -182,7 +181,7 @@ func newPlan(p *plan, a *arena, q, k, v Tensor, o *Options) error {
 	}
 	for i := range p.seqs {
 		s := &p.seqs[i]
-		s.setVisibility(o, s.nq, s.nk)
+		s.setVisibility(o)
 	}
 	if o.BlockK == 0 {
 		p.fitKVBlocks()
@@ -288,7 +287,7 @@ func grow[T any](buf *[]T, n int) []T {
 	return *buf
 }
 
-// setTiles sizes the tiles for an L2 of l2 bytes (see blockSizes) and the
+// setTiles sizes the tiles for an L2 of l2 bytes (see blockSizesFor) and the
 // options: the forward's, the backward's KV block, and their alignment to a
 // block mask and to the pairs of native 16-bit products.
 func (p *plan) setTiles(l2, seqK int, o *Options) {

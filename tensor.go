@@ -114,7 +114,7 @@ type view struct {
 }
 
 // row returns the slice starting at (b, s, h, 0) of a float32 view.
-func (v view) row(b, s, h int) []float32 { return v.data[b*v.bs+s*v.ss+v.hs*h:] }
+func (v view) row(b, s, h int) []float32 { return v.data[v.off(b, s, h):] }
 
 // axis is one outer dimension of a view: its extent and its stride.
 type axis struct{ n, stride int }

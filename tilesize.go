@@ -54,10 +54,11 @@ func parseSize(s string) int {
 	return n * mult
 }
 
-// blockSizes picks the tile sizes for head dimension d by the paper's rule
-// B_c = M/(4d), B_r = min(B_c, d), with the on-chip memory M taken as this
-// core's L2 (in floats): K and V tiles stream through L2 while the
-// microkernel's panels and rows stream through L1. Measured on a 1 MiB-L2
+// blockSizesFor picks the tile sizes for head dimension d by the paper's
+// rule B_c = M/(4d), B_r = min(B_c, d), with the on-chip memory M taken as
+// an L2 of l2 bytes (in floats; calls pass this core's): K and V tiles
+// stream through L2 while the microkernel's panels and rows stream through
+// L1. Measured on a 1 MiB-L2
 // core, larger key tiles win up to 512 keys (fewer output rescales and
 // calls per score), also under a causal mask, so B_c is capped there. B_r
 // is 48 rows (a multiple of the 6-row microkernel): as fast as 60 for full
@@ -67,12 +68,6 @@ func parseSize(s string) int {
 // Sizes are rounded to multiples of the kernel width and clamped to ranges
 // that keep the per-tile overheads small. A BlockK override is rounded up to
 // a multiple of 16.
-func blockSizes(d int, o *Options) (bq, bk int) {
-	_, l2 := cacheSizes()
-	return blockSizesFor(d, l2, o)
-}
-
-// blockSizesFor is blockSizes for an L2 of l2 bytes.
 func blockSizesFor(d, l2 int, o *Options) (bq, bk int) {
 	m := l2 / 4
 	bk = m / (4 * max(d, 16))

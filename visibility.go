@@ -64,11 +64,8 @@ func (k BlockKind) and(o BlockKind) BlockKind { return min(k, o) }
 // or combines the kinds of two rectangles that form one tile: empty only if
 // both are, full only if both are.
 func (k BlockKind) or(o BlockKind) BlockKind {
-	switch {
-	case k == o:
+	if k == o {
 		return k
-	case k == BlockEmpty && o == BlockEmpty:
-		return BlockEmpty
 	}
 	return BlockPartial
 }

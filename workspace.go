@@ -4,8 +4,8 @@ import "github.com/flashattn/flashattn/internal/kernel"
 
 // workspace is one worker's scratch memory: a few tiles, reused for every
 // task the worker runs. Its size depends on the tile sizes and head dim,
-// never on the sequence length (except the backward's per-row buffers, which
-// are O(N)).
+// never on the sequence length (except the backward's dQ accumulator of one
+// head, which is O(N)).
 type workspace struct {
 	s          []float32 // maxRows × pad(blockK): scores, then P
 	grad       []float32 // backward: derivative of the score modifiers, blockQ × pad(bk)
@@ -17,13 +17,12 @@ type workspace struct {
 	vp         []float32 // forward: V rows padded to dimPad, bk × dimPad
 	qp         []float32 // forward: Q rows of the block, (maxRows+3) × dim
 	o          []float32 // output accumulator, maxRows × dimPad
-	qt, st     []float32 // few-row blocks: (scale·Q)ᵀ packed, W × dim per KV head; Sᵀ, bk × W
+	qt, st     []float32 // few-row blocks: Qᵀ packed, W × dim per KV head; Sᵀ, bk × W
 	subs       []subBlock
 	kdec, vdec []float32 // decoding: K and V of one key tile for several KV heads
 	drop       []float32 // backward: dropout factors of one row, bk
 	m, l       []float32 // running max and sum, maxRows
 	dk, dv     []float32 // backward: dK, dV accumulators, bk × dimPad
-	delta, lse []float32 // backward: rowsum(dO∘O) and LSE of one head, nq
 	dq         []float32 // backward: dQ accumulator of one head (or query block), rows × dimPad
 	qall       []float32 // LSE correction: Q rows of a block, padded to dimPad
 	sums       []float64 // LSE correction: Σ exp(S − LSE) of the rows of a block
@@ -53,9 +52,8 @@ func (w *workspace) forTile(p *plan) {
 	grow(&w.du, bkp)
 }
 
-// forBackward additionally sizes the backward's buffers, for sequences of up
-// to maxRows query rows.
-func (w *workspace) forBackward(p *plan, maxRows int) {
+// forBackward additionally sizes the backward's tile buffers.
+func (w *workspace) forBackward(p *plan) {
 	w.forTile(p)
 	bkp := kernel.Pad(p.bwdBlockK)
 	grow(&w.dP, p.blockQ*bkp)
@@ -68,8 +66,6 @@ func (w *workspace) forBackward(p *plan, maxRows int) {
 	if p.dropOn {
 		grow(&w.drop, bkp)
 	}
-	grow(&w.delta, maxRows)
-	grow(&w.lse, maxRows)
 }
 
 // outRow returns the float32 row to write output row (b, s, h) of out into:
