@@ -142,7 +142,7 @@ func (k *Kernel) decodeShfl(in *inst, op string, ops []string) (*inst, error) {
 	return in, nil
 }
 
-// Conversions, written independently of package gpu's (float64 rounding
+// Conversions, written independently of package half's (float64 rounding
 // rather than bit manipulation) so that each checks the other in tests.
 
 func bf16ToF32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
