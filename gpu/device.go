@@ -181,12 +181,8 @@ func (d *Device) launch(dt DType, hd int, name string, params []tile.Param, a ar
 	if err != nil {
 		return err
 	}
-	cargs := make([]cuda.Arg, len(list))
-	for i, x := range list {
-		cargs[i] = cuda.Arg{Bits: x.bits, Size: x.size}
-	}
 	g := [3]uint32{uint32(grid[0]), uint32(grid[1]), uint32(grid[2])}
-	if err := d.ctx.Launch(f, g, [3]uint32{uint32(threads), 1, 1}, smem, cargs); err != nil {
+	if err := d.ctx.Launch(f, g, [3]uint32{uint32(threads), 1, 1}, smem, list); err != nil {
 		return fmt.Errorf("gpu: %s: %w", name, err)
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/flashattn/flashattn/gpu/internal/cuda"
 	"github.com/flashattn/flashattn/gpu/internal/tile"
 )
 
@@ -216,25 +217,19 @@ type args map[string]uint64
 
 // list orders a against a kernel's parameters and checks that every
 // parameter is set and none is unknown.
-func (a args) list(ps []tile.Param) ([]argBits, error) {
+func (a args) list(ps []tile.Param) ([]cuda.Arg, error) {
 	if len(a) != len(ps) {
 		return nil, fmt.Errorf("gpu: internal: %d arguments for %d parameters", len(a), len(ps))
 	}
-	out := make([]argBits, len(ps))
+	out := make([]cuda.Arg, len(ps))
 	for i, p := range ps {
 		v, ok := a[p.Name]
 		if !ok {
 			return nil, fmt.Errorf("gpu: internal: parameter %s not set", p.Name)
 		}
-		out[i] = argBits{bits: v, size: p.Size()}
+		out[i] = cuda.Arg{Bits: v, Size: p.Size()}
 	}
 	return out, nil
-}
-
-// argBits is one argument's bits and size.
-type argBits struct {
-	bits uint64
-	size int
 }
 
 func f32(x float32) uint64 { return uint64(math.Float32bits(x)) }

@@ -142,8 +142,8 @@ func TestKernelArgs(t *testing.T) {
 			continue
 		}
 		for i, b := range bits {
-			if b.size != l.params[i].Size() {
-				t.Errorf("%s: %s size %d", l.name, l.params[i].Name, b.size)
+			if b.Size != l.params[i].Size() {
+				t.Errorf("%s: %s size %d", l.name, l.params[i].Name, b.Size)
 			}
 		}
 	}
