@@ -182,7 +182,7 @@ func TestEmbeddedPTX(t *testing.T) {
 			if !strings.Contains(s, ".target sm_80") || strings.Count(s, "{") != strings.Count(s, "}") {
 				t.Errorf("%s: bad header or unbalanced braces", moduleFile(dt, d))
 			}
-			if smem := smemOf(names[0], d); smem <= 0 || smem > tile.MaxSmem {
+			if smem := tile.SmemBytes(names[0], d); smem <= 0 || smem > tile.MaxSmem {
 				t.Errorf("%s: shared memory %d", names[0], smem)
 			}
 		}
