@@ -52,16 +52,35 @@ func newGen(k *Kernel, dt dtype) *gen {
 }
 
 // laneOff returns the register holding tile.LaneOffset(pattern, lane, rc, j),
-// computing it on first use:
-//
-//	row-major: lr = lane&15,                  lc = lane>>4
-//	col-major: lr = (lane&7) | (lane>>4)<<3,  lc = (lane>>3)&1
-//	offset = lr*rc*16 + ((2j+lc) ^ (lane&7))*16
+// computing it on first use.
 func (g *gen) laneOff(pattern, rc, j int) string {
 	key := [3]int{pattern, rc, j}
 	if r, ok := g.laneOffs[key]; ok {
 		return r
 	}
+	r := g.laneOffset(pattern, rc, func(lc string) string {
+		return g.k.rOp("add.u32", lc, imm(2*j))
+	})
+	g.laneOffs[key] = r
+	return r
+}
+
+// laneOffDyn is laneOff with the block selector j in a register (for a block
+// column that depends on the warp).
+func (g *gen) laneOffDyn(pattern, rc int, j string) string {
+	return g.laneOffset(pattern, rc, func(lc string) string {
+		j2 := g.k.rOp("shl.b32", j, "1")
+		return g.k.rOp("add.u32", lc, j2)
+	})
+}
+
+// laneOffset emits tile.LaneOffset for this lane, with the chunk 2j+lc
+// computed by col from lc:
+//
+//	row-major: lr = lane&15,                  lc = lane>>4
+//	col-major: lr = (lane&7) | (lane>>4)<<3,  lc = (lane>>3)&1
+//	offset = lr*rc*16 + ((2j+lc) ^ (lane&7))*16
+func (g *gen) laneOffset(pattern, rc int, col func(lc string) string) string {
 	k := g.k
 	var lr, lc string
 	if pattern == tile.PatternRowMajor {
@@ -76,21 +95,25 @@ func (g *gen) laneOff(pattern, rc, j int) string {
 		lc = k.rOp("and.b32", lc, "1")
 	}
 	x := k.rOp("and.b32", g.lane, "7")
-	c := k.rOp("add.u32", lc, imm(2*j))
+	c := col(lc)
 	c = k.rOp("xor.b32", c, x)
 	c = k.rOp("shl.b32", c, "4")
-	r := k.rOp("mad.lo.u32", lr, imm(rc*tile.ChunkBytes), c)
-	g.laneOffs[key] = r
-	return r
+	return k.rOp("mad.lo.u32", lr, imm(rc*tile.ChunkBytes), c)
 }
 
 // ldsm emits one ldmatrix.x4 of the 16×16 block (r0, c0) of a swizzled tile
 // at shared address base (a register) + constant offset baseOff, with the
 // lane pattern of the operand. It returns the four destination registers.
 func (g *gen) ldsm(base string, baseOff, rc, pattern, r0, c0 int, trans bool) [4]string {
+	return g.ldsmAt(base, g.laneOff(pattern, rc, tile.BlockJ(c0)), baseOff+tile.BlockBase(r0, c0, rc), trans)
+}
+
+// ldsmAt is ldsm with the lane offset in a register (from laneOff or
+// laneOffDyn) and the constant byte offset off (the lane-independent block
+// base included).
+func (g *gen) ldsmAt(base, laneOff string, off int, trans bool) [4]string {
 	k := g.k
-	a := k.rOp("add.u32", base, g.laneOff(pattern, rc, tile.BlockJ(c0)))
-	off := baseOff + tile.BlockBase(r0, c0, rc)
+	a := k.rOp("add.u32", base, laneOff)
 	var d [4]string
 	for i := range d {
 		d[i] = k.R()
@@ -312,10 +335,8 @@ func (g *gen) rowBounds(m maskParams, s seqInfo, row, colBase string) (lo, hi st
 
 // maskElem sets x to -Inf unless lo <= c < hi (c a constant column offset).
 func (g *gen) maskElem(x, lo, hi string, c int) {
-	k := g.k
-	p := k.pOp("setp.gt.s32", lo, imm(c))
-	k.op("setp.le.or.s32 %s, %s, %d, %s", p, hi, c, p)
-	k.op("selp.f32 %s, %s, %s, %s", x, negInf, x, p)
+	p := g.hidden(lo, hi, c)
+	g.k.op("selp.f32 %s, %s, %s, %s", x, negInf, x, p)
 }
 
 // scoreParams are the constants of the score transform, in log2 units:
@@ -428,47 +449,6 @@ func (g *gen) needsMask(m maskParams, s seqInfo, m0, n0 string, rows, cols int) 
 	k.op("or.pred %s, %s, %s", p, p, q)
 	k.op("or.pred %s, %s, %s", p, p, r)
 	return p
-}
-
-// laneOffDyn is laneOff with the block selector j in a register (for a block
-// column that depends on the warp).
-func (g *gen) laneOffDyn(pattern, rc int, j string) string {
-	k := g.k
-	var lr, lc string
-	if pattern == tile.PatternRowMajor {
-		lr = k.rOp("and.b32", g.lane, "15")
-		lc = k.rOp("shr.u32", g.lane, "4")
-	} else {
-		lo := k.rOp("and.b32", g.lane, "7")
-		hi := k.rOp("shr.u32", g.lane, "4")
-		hi = k.rOp("shl.b32", hi, "3")
-		lr = k.rOp("or.b32", lo, hi)
-		lc = k.rOp("shr.u32", g.lane, "3")
-		lc = k.rOp("and.b32", lc, "1")
-	}
-	x := k.rOp("and.b32", g.lane, "7")
-	j2 := k.rOp("shl.b32", j, "1")
-	c := k.rOp("add.u32", lc, j2)
-	c = k.rOp("xor.b32", c, x)
-	c = k.rOp("shl.b32", c, "4")
-	return k.rOp("mad.lo.u32", lr, imm(rc*tile.ChunkBytes), c)
-}
-
-// ldsmAt is ldsm with a precomputed lane offset (laneOffDyn) and a constant
-// byte offset off (the lane-independent block base).
-func (g *gen) ldsmAt(base, laneOff string, off int, trans bool) [4]string {
-	k := g.k
-	a := k.rOp("add.u32", base, laneOff)
-	var d [4]string
-	for i := range d {
-		d[i] = k.R()
-	}
-	tr := ""
-	if trans {
-		tr = ".trans"
-	}
-	k.op("ldmatrix.sync.aligned.m8n8.x4%s.shared.b16 {%s, %s, %s, %s}, [%s+%d]", tr, d[0], d[1], d[2], d[3], a, off)
-	return d
 }
 
 // lse2 converts a natural-log LSE into log2 units for P = 2^(y - lse2),
