@@ -170,11 +170,9 @@ func backward(dt dtype, c tile.Bwd, atomicDQ bool) *Kernel {
 		va := g.ldsm(kW, c.VOff(), rc, tile.PatternRowMajor, 0, ks*16, false)
 		for j := 0; j < Br/16; j++ {
 			qb := g.ldsm(sb, c.QOff(0), rc, tile.PatternColMajor, j*16, ks*16, false)
-			g.mma(ST[2*j], ka, qb[0], qb[1])
-			g.mma(ST[2*j+1], ka, qb[2], qb[3])
+			g.mma16(ST[2*j:], ka, qb)
 			ob := g.ldsm(sb, c.DOOff(0), rc, tile.PatternColMajor, j*16, ks*16, false)
-			g.mma(dPT[2*j], va, ob[0], ob[1])
-			g.mma(dPT[2*j+1], va, ob[2], ob[3])
+			g.mma16(dPT[2*j:], va, ob)
 		}
 	}
 
@@ -219,11 +217,9 @@ func backward(dt dtype, c tile.Bwd, atomicDQ bool) *Kernel {
 		sa := g.aFromC(dPT, kk)
 		for j := 0; j < D/16; j++ {
 			ob := g.ldsm(sb, c.DOOff(0), rc, tile.PatternRowMajor, kk*16, j*16, true)
-			g.mma(dV[2*j], pa, ob[0], ob[1])
-			g.mma(dV[2*j+1], pa, ob[2], ob[3])
+			g.mma16(dV[2*j:], pa, ob)
 			qb := g.ldsm(sb, c.QOff(0), rc, tile.PatternRowMajor, kk*16, j*16, true)
-			g.mma(dK[2*j], sa, qb[0], qb[1])
-			g.mma(dK[2*j+1], sa, qb[2], qb[3])
+			g.mma16(dK[2*j:], sa, qb)
 		}
 	}
 
@@ -251,8 +247,7 @@ func backward(dt dtype, c tile.Bwd, atomicDQ bool) *Kernel {
 			sa := g.ldsmAt(g.smem, dsLane, c.DSOff()+kk*16*(Br/8)*tile.ChunkBytes, true)
 			for j := 0; j < D/16; j++ {
 				kb := g.ldsm(g.smem, c.KOff(), rc, tile.PatternRowMajor, kk*16, j*16, true)
-				g.mma(dq[2*j], sa, kb[0], kb[1])
-				g.mma(dq[2*j+1], sa, kb[2], kb[3])
+				g.mma16(dq[2*j:], sa, kb)
 			}
 		}
 		qrow := k.rOp("add.u32", m0, wrow)

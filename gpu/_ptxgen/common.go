@@ -132,6 +132,14 @@ func (g *gen) mma(c [4]string, a [4]string, b0, b1 string) {
 		g.dt.name, g.dt.name, c[0], c[1], c[2], c[3], a[0], a[1], a[2], a[3], b0, b1, c[0], c[1], c[2], c[3])
 }
 
+// mma16 emits c += a·b for a 16-column B block loaded by one ldmatrix.x4
+// (registers 0, 1: n-tile 0; 2, 3: n-tile 1) into the accumulator n-tiles
+// c[0] and c[1].
+func (g *gen) mma16(c [][4]string, a, b [4]string) {
+	g.mma(c[0], a, b[0], b[1])
+	g.mma(c[1], a, b[2], b[3])
+}
+
 // pack returns a .b32 with lo in the low and hi in the high 16 bits.
 func (g *gen) pack(lo, hi string) string {
 	return g.k.rOp(g.dt.cvt, hi, lo)

@@ -132,11 +132,9 @@ func dqKernel(dt dtype, c tile.DQ) *Kernel {
 	for ks := 0; ks < D/16; ks++ {
 		for j := 0; j < Bc/16; j++ {
 			kb := g.ldsm(sb, c.KOff(0), rc, tile.PatternColMajor, j*16, ks*16, false)
-			g.mma(S[2*j], qf[ks], kb[0], kb[1])
-			g.mma(S[2*j+1], qf[ks], kb[2], kb[3])
+			g.mma16(S[2*j:], qf[ks], kb)
 			vb := g.ldsm(sb, c.VOff(0), rc, tile.PatternColMajor, j*16, ks*16, false)
-			g.mma(dP[2*j], of[ks], vb[0], vb[1])
-			g.mma(dP[2*j+1], of[ks], vb[2], vb[3])
+			g.mma16(dP[2*j:], of[ks], vb)
 		}
 	}
 	k.comment("P and dS")
@@ -165,8 +163,7 @@ func dqKernel(dt dtype, c tile.DQ) *Kernel {
 		sa := g.aFromC(dP, kk)
 		for j := 0; j < D/16; j++ {
 			kb := g.ldsm(sb, c.KOff(0), rc, tile.PatternRowMajor, kk*16, j*16, true)
-			g.mma(dq[2*j], sa, kb[0], kb[1])
-			g.mma(dq[2*j+1], sa, kb[2], kb[3])
+			g.mma16(dq[2*j:], sa, kb)
 		}
 	}
 	k.op("bar.sync 0")

@@ -140,8 +140,7 @@ func forward(dt dtype, c tile.Fwd) *Kernel {
 		for j := 0; j < Bc/16; j++ {
 			kb := g.ldsm(sb, c.KOff(0), rc, tile.PatternColMajor, j*16, ks*16, false)
 			for mt := range MT {
-				g.mma(S[mt][2*j], a[mt], kb[0], kb[1])
-				g.mma(S[mt][2*j+1], a[mt], kb[2], kb[3])
+				g.mma16(S[mt][2*j:], a[mt], kb)
 			}
 		}
 	}
@@ -220,8 +219,7 @@ func forward(dt dtype, c tile.Fwd) *Kernel {
 		for j := 0; j < D/16; j++ {
 			vb := g.ldsm(sb, c.VOff(0), rc, tile.PatternRowMajor, kk*16, j*16, true)
 			for mt := range MT {
-				g.mma(o[mt][2*j], pa[mt], vb[0], vb[1])
-				g.mma(o[mt][2*j+1], pa[mt], vb[2], vb[3])
+				g.mma16(o[mt][2*j:], pa[mt], vb)
 			}
 		}
 	}
