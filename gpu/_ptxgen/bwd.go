@@ -115,12 +115,7 @@ func backward(dt dtype, c tile.Bwd, atomicDQ bool) *Kernel {
 	issueQ(mlo, g.smem)
 	k.op("cp.async.commit_group")
 
-	stageBytes := c.StageBytes()
-
-	m := k.R()
-	k.op("mov.u32 %s, %s", m, mlo)
-	stage := k.R()
-	k.op("mov.u32 %s, 0", stage)
+	loop := g.newLoop(mlo, c.StageBytes())
 	ST := make([][4]string, qnt)
 	dPT := make([][4]string, qnt)
 	for j := range qnt {
@@ -146,22 +141,9 @@ func backward(dt dtype, c tile.Bwd, atomicDQ bool) *Kernel {
 		dqRB = k.rOp("shl.b32", dqRS, "2")
 	}
 
-	loop := k.newLabel("loop")
-	k.label(loop)
-	m1 := k.rOp("add.u32", m, "1")
-	more := k.pOp("setp.lt.s32", m1, mhi)
-	skip := k.newLabel("noprefetch")
-	k.op("@!%s bra %s", more, skip)
-	{
-		next := k.rOp("xor.b32", stage, imm(stageBytes))
-		issueQ(m1, k.rOp("add.u32", g.smem, next))
-	}
-	k.label(skip)
-	k.op("cp.async.commit_group")
-	k.op("cp.async.wait_group 1")
-	k.op("bar.sync 0")
+	g.top(loop, mhi, issueQ)
 
-	sb := k.rOp("add.u32", g.smem, stage)
+	sb := k.rOp("add.u32", g.smem, loop.stage)
 	k.comment("S^T = K Q^T, dP^T = V dO^T")
 	g.zeroAcc(ST)
 	g.zeroAcc(dPT)
@@ -194,7 +176,7 @@ func backward(dt dtype, c tile.Bwd, atomicDQ bool) *Kernel {
 		func(j, i int) string { return lseC[j][i&1] },
 		func(j, i int) string { return dsC[j][i&1] })
 
-	m0 := k.rOp("shl.b32", m, imm(log2(Br)))
+	m0 := k.rOp("shl.b32", loop.n, imm(log2(Br)))
 	need := g.needsMask(mask, s, m0, n0, Br, Bc)
 	nomask := k.newLabel("nomask")
 	k.op("@!%s bra %s", need, nomask)
@@ -266,10 +248,7 @@ func backward(dt dtype, c tile.Bwd, atomicDQ bool) *Kernel {
 			}
 		}
 	}
-	k.op("bar.sync 0")
-	k.op("mov.u32 %s, %s", m, m1)
-	k.op("xor.b32 %s, %s, %d", stage, stage, stageBytes)
-	k.op("@%s bra %s", more, loop)
+	g.bottom(loop)
 
 	// Epilogue: dK and dV rows of this warp's keys, float32, per query head.
 	k.label(epi)

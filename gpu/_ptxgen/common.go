@@ -306,6 +306,66 @@ func (g *gen) issue(c *tileCopy, rowBase, rowBytes, start, valid, sbase string, 
 	}
 }
 
+// stagedLoop is the main loop of an attention kernel over blocks [n, end),
+// double-buffered in shared memory: while block n is read from the stage at
+// byte offset stage (0 or bytes), block n+1 is copied into the other.
+type stagedLoop struct {
+	n, stage string // .u32, advanced in place by bottom
+	bytes    int    // size of a stage
+	label    string // set by top
+	next     string // n+1 (set by top)
+	more     string // pred: next < end (set by top)
+}
+
+// newLoop emits the loop's initial state: block first, stage 0.
+func (g *gen) newLoop(first string, stageBytes int) *stagedLoop {
+	k := g.k
+	l := &stagedLoop{n: k.R(), stage: k.R(), bytes: stageBytes}
+	k.op("mov.u32 %s, %s", l.n, first)
+	k.op("mov.u32 %s, 0", l.stage)
+	return l
+}
+
+// top opens an iteration: if block n+1 < end exists, load(n+1, address of
+// the other stage) issues its copies; then it waits for block n's copies
+// (the group committed one iteration earlier, or by the prologue).
+func (g *gen) top(l *stagedLoop, end string, load func(n, sbase string)) {
+	k := g.k
+	l.label = k.newLabel("loop")
+	k.label(l.label)
+	l.next = k.rOp("add.u32", l.n, "1")
+	l.more = k.pOp("setp.lt.s32", l.next, end)
+	skip := k.newLabel("noprefetch")
+	k.op("@!%s bra %s", l.more, skip)
+	other := k.rOp("xor.b32", l.stage, imm(l.bytes))
+	load(l.next, k.rOp("add.u32", g.smem, other))
+	k.label(skip)
+	k.op("cp.async.commit_group")
+	k.op("cp.async.wait_group 1")
+	k.op("bar.sync 0")
+}
+
+// bottom closes an iteration: once every warp is done with the stage, it
+// moves to block n+1 and the other stage, and loops while there is one.
+func (g *gen) bottom(l *stagedLoop) {
+	k := g.k
+	k.op("bar.sync 0")
+	k.op("mov.u32 %s, %s", l.n, l.next)
+	k.op("xor.b32 %s, %s, %d", l.stage, l.stage, l.bytes)
+	k.op("@%s bra %s", l.more, l.label)
+}
+
+// kvLoader returns the load function of a loop over key blocks: it copies
+// block n's rows of K and V (c.rows each, rows past s.sk zero-filled) into
+// the tiles at kOff and vOff of the stage at sbase.
+func (g *gen) kvLoader(c *tileCopy, kBase, vBase, rowBytes string, s seqInfo, kOff, vOff int) func(n, sbase string) {
+	return func(n, sbase string) {
+		n0 := g.k.rOp("shl.b32", n, imm(log2(c.rows)))
+		g.issue(c, kBase, rowBytes, n0, s.sk, sbase, kOff)
+		g.issue(c, vBase, rowBytes, n0, s.sk, sbase, vOff)
+	}
+}
+
 // mask holds the per-row bounds of the causal/window mask.
 type maskParams struct {
 	left, right string // .s32, negative = unbounded

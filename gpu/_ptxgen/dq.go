@@ -77,12 +77,11 @@ func dqKernel(dt dtype, c tile.DQ) *Kernel {
 
 	qCopy := g.newTileCopy(Br, rc)
 	kvCopy := g.newTileCopy(Bc, rc)
+	loadKV := g.kvLoader(kvCopy, kBase, vBase, kRB, s, c.KOff(0), c.VOff(0))
 	g.issue(qCopy, qBase, qRB, m0, s.sq, g.smem, c.QOff())
 	g.issue(qCopy, doBase, qRB, m0, s.sq, g.smem, c.DOOff())
 	k.op("cp.async.commit_group")
-	n0 := k.rOp("shl.b32", nlo, imm(log2(Bc)))
-	g.issue(kvCopy, kBase, kRB, n0, s.sk, g.smem, c.KOff(0))
-	g.issue(kvCopy, vBase, kRB, n0, s.sk, g.smem, c.VOff(0))
+	loadKV(nlo, g.smem)
 	k.op("cp.async.commit_group")
 	k.op("cp.async.wait_group 1")
 	k.op("bar.sync 0")
@@ -94,11 +93,7 @@ func dqKernel(dt dtype, c tile.DQ) *Kernel {
 	}
 	colOff := k.rOp("shl.b32", g.t, "1")
 
-	n := k.R()
-	k.op("mov.u32 %s, %s", n, nlo)
-	stage := k.R()
-	k.op("mov.u32 %s, 0", stage)
-	stageBytes := c.KOff(1) - c.KOff(0)
+	loop := g.newLoop(nlo, c.KOff(1)-c.KOff(0))
 	S := make([][4]string, nt)
 	dP := make([][4]string, nt)
 	for j := range nt {
@@ -107,25 +102,9 @@ func dqKernel(dt dtype, c tile.DQ) *Kernel {
 		}
 	}
 
-	loop := k.newLabel("loop")
-	k.label(loop)
-	n1 := k.rOp("add.u32", n, "1")
-	more := k.pOp("setp.lt.s32", n1, nhi)
-	skip := k.newLabel("noprefetch")
-	k.op("@!%s bra %s", more, skip)
-	{
-		next := k.rOp("xor.b32", stage, imm(stageBytes))
-		nb := k.rOp("add.u32", g.smem, next)
-		nn0 := k.rOp("shl.b32", n1, imm(log2(Bc)))
-		g.issue(kvCopy, kBase, kRB, nn0, s.sk, nb, c.KOff(0))
-		g.issue(kvCopy, vBase, kRB, nn0, s.sk, nb, c.VOff(0))
-	}
-	k.label(skip)
-	k.op("cp.async.commit_group")
-	k.op("cp.async.wait_group 1")
-	k.op("bar.sync 0")
+	g.top(loop, nhi, loadKV)
 
-	sb := k.rOp("add.u32", g.smem, stage)
+	sb := k.rOp("add.u32", g.smem, loop.stage)
 	k.comment("S = Q K^T, dP = dO V^T")
 	g.zeroAcc(S)
 	g.zeroAcc(dP)
@@ -141,7 +120,7 @@ func dqKernel(dt dtype, c tile.DQ) *Kernel {
 	g.probGrad(sc, scale, S, dP,
 		func(j, i int) string { return lse2[i>>1] },
 		func(j, i int) string { return dsum[i>>1] })
-	nk0 := k.rOp("shl.b32", n, imm(log2(Bc)))
+	nk0 := k.rOp("shl.b32", loop.n, imm(log2(Bc)))
 	need := g.needsMask(mask, s, m0, nk0, Br, Bc)
 	nomask := k.newLabel("nomask")
 	k.op("@!%s bra %s", need, nomask)
@@ -166,10 +145,7 @@ func dqKernel(dt dtype, c tile.DQ) *Kernel {
 			g.mma16(dq[2*j:], sa, kb)
 		}
 	}
-	k.op("bar.sync 0")
-	k.op("mov.u32 %s, %s", n, n1)
-	k.op("xor.b32 %s, %s, %d", stage, stage, stageBytes)
-	k.op("@%s bra %s", more, loop)
+	g.bottom(loop)
 
 	k.label(epi)
 	k.comment("epilogue: dQ in the input type")
