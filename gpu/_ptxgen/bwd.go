@@ -46,15 +46,7 @@ func backward(dt dtype, c tile.Bwd, atomicDQ bool) *Kernel {
 	sc := g.loadScore("p_scale_log2", "p_cap_scale", "p_cap_log2")
 	scale := g.ld(".f32", "scale")
 
-	// LSE and dsum rows of this (batch, head): element row at base + 4·row.
-	lseBS, lseHS := g.ld(".u64", "lse_bs"), g.ld(".u32", "lse_hs")
-	b64 := k.rdOp("cvt.u64.u32", b)
-	li := k.rdOp("mul.lo.u64", b64, lseBS)
-	li = k.rdOp("add.s64", li, k.rdOp("mul.wide.u32", h, lseHS))
-	li = k.rdOp("add.s64", li, k.rdOp("cvt.u64.u32", s.qStart))
-	li = k.rdOp("shl.b64", li, "2")
-	lseP := k.rdOp("add.s64", k.rdOp("cvta.to.global.u64", g.ld(".u64", "lse")), li)
-	dsumP := k.rdOp("add.s64", k.rdOp("cvta.to.global.u64", g.ld(".u64", "dsum")), li)
+	lseP, dsumP := g.statRows(b, h, s)
 	// Threads 0..Br-1 copy LSE rows, Br..2Br-1 dsum rows (DsumOff = LSEOff + 4·Br).
 	isDsum := k.pOp("setp.ge.u32", g.tid, imm(Br))
 	statRow := k.rOp("and.b32", g.tid, imm(Br-1))

@@ -366,6 +366,22 @@ func (g *gen) kvLoader(c *tileCopy, kBase, vBase, rowBytes string, s seqInfo, kO
 	}
 }
 
+// statRows returns the global addresses of row 0 of this (batch, head)'s
+// LSE and dsum rows, float32 laid out as lse_bs and lse_hs say (element row
+// at +4·row).
+func (g *gen) statRows(b, h string, s seqInfo) (lse, dsum string) {
+	k := g.k
+	lseBS, lseHS := g.ld(".u64", "lse_bs"), g.ld(".u32", "lse_hs")
+	b64 := k.rdOp("cvt.u64.u32", b)
+	li := k.rdOp("mul.lo.u64", b64, lseBS)
+	li = k.rdOp("add.s64", li, k.rdOp("mul.wide.u32", h, lseHS))
+	li = k.rdOp("add.s64", li, k.rdOp("cvt.u64.u32", s.qStart))
+	li = k.rdOp("shl.b64", li, "2")
+	lse = k.rdOp("add.s64", k.rdOp("cvta.to.global.u64", g.ld(".u64", "lse")), li)
+	dsum = k.rdOp("add.s64", k.rdOp("cvta.to.global.u64", g.ld(".u64", "dsum")), li)
+	return lse, dsum
+}
+
 // mask holds the per-row bounds of the causal/window mask.
 type maskParams struct {
 	left, right string // .s32, negative = unbounded

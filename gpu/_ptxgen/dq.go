@@ -46,14 +46,7 @@ func dqKernel(dt dtype, c tile.DQ) *Kernel {
 	wrow := k.rOp("shl.b32", g.warp, "4")
 	rowBase := k.rOp("add.u32", m0, wrow)
 	rowBase = k.rOp("add.u32", rowBase, g.g)
-	lseBS, lseHS := g.ld(".u64", "lse_bs"), g.ld(".u32", "lse_hs")
-	b64 := k.rdOp("cvt.u64.u32", b)
-	li := k.rdOp("mul.lo.u64", b64, lseBS)
-	li = k.rdOp("add.s64", li, k.rdOp("mul.wide.u32", h, lseHS))
-	li = k.rdOp("add.s64", li, k.rdOp("cvt.u64.u32", s.qStart))
-	li = k.rdOp("shl.b64", li, "2")
-	lseP := k.rdOp("add.s64", k.rdOp("cvta.to.global.u64", g.ld(".u64", "lse")), li)
-	dsumP := k.rdOp("add.s64", k.rdOp("cvta.to.global.u64", g.ld(".u64", "dsum")), li)
+	lseP, dsumP := g.statRows(b, h, s)
 	var lse2, dsum [2]string
 	for rh := range 2 {
 		r := k.rOp("add.u32", rowBase, imm(8*rh))
