@@ -117,18 +117,11 @@ func (k *Kernel) decodeShfl(in *inst, op string, ops []string) (*inst, error) {
 	if op != "shfl.sync.bfly.b32" || len(ops) != 5 || ops[3] != "31" || ops[4] != "-1" {
 		return nil, errors.New("only shfl.sync.bfly.b32 d, a, lanemask, 31, -1 is supported")
 	}
-	d, err := k.reg(ops[0])
+	d, vs, err := k.dstSrcs(op, ops)
 	if err != nil {
 		return nil, err
 	}
-	a, err := k.val(ops[1])
-	if err != nil {
-		return nil, err
-	}
-	b, err := k.val(ops[2])
-	if err != nil {
-		return nil, err
-	}
+	a, b := vs[0], vs[1]
 	in.warp = func(c *cta, lanes []*thread) error {
 		var v [32]uint64
 		for l, t := range lanes {
