@@ -197,8 +197,12 @@ func (ts *tensors) upload(d *Device, dt DType, t flashattn.Tensor, name string) 
 }
 
 // gather returns t's elements in dense row-major order, or an error if t is
-// malformed (negative or overlapping strides, data too short).
+// not a float32 tensor, has a dimension below 1 or a negative stride, or
+// its data is too short for its shape and strides.
 func gather(t flashattn.Tensor, name string) ([]float32, error) {
+	if dt := t.DType(); dt != flashattn.Float32 {
+		return nil, fmt.Errorf("gpu: %s is %v; the host functions take float32 tensors", name, dt)
+	}
 	if t.Data == nil {
 		return nil, fmt.Errorf("gpu: %s is nil", name)
 	}
