@@ -4,7 +4,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"unsafe"
 
@@ -119,19 +118,6 @@ func (d *Device) Synchronize() error { return d.ctx.Synchronize() }
 // moduleFile names the PTX module of (dt, headdim).
 func moduleFile(dt DType, d int) string { return fmt.Sprintf("ptx/attn_%s_d%d.ptx", dt, d) }
 
-// smemOf returns the dynamic shared memory kernel name needs.
-func smemOf(name string, d int) int {
-	switch {
-	case strings.HasPrefix(name, "fwd_"):
-		return tile.FwdConfig(d).SmemBytes()
-	case strings.HasPrefix(name, "bwddq_"):
-		return tile.DQConfig(d).SmemBytes()
-	case strings.HasPrefix(name, "bwd_"), strings.HasPrefix(name, "bwdkv_"):
-		return tile.BwdConfig(d).SmemBytes()
-	}
-	return 0
-}
-
 // kernel returns a kernel of the (dt, headdim) module, JIT-compiling the
 // module on first use. d.mu must be held.
 func (d *Device) kernel(dt DType, hd int, name string) (cuda.Function, int, error) {
@@ -152,7 +138,7 @@ func (d *Device) kernel(dt DType, hd int, name string) (cuda.Function, int, erro
 		m = &module{mod: mod, fns: map[string]cuda.Function{}}
 		d.modules[file] = m
 	}
-	smem := smemOf(name, hd)
+	smem := tile.SmemBytes(name, hd)
 	if smem > d.info.MaxSharedPerBlock {
 		return 0, 0, fmt.Errorf("gpu: kernel %s needs %d bytes of shared memory per block; %s allows %d", name, smem, d.info.Name, d.info.MaxSharedPerBlock)
 	}
@@ -181,12 +167,8 @@ func (d *Device) launch(dt DType, hd int, name string, params []tile.Param, a ar
 	if err != nil {
 		return err
 	}
-	cargs := make([]cuda.Arg, len(list))
-	for i, x := range list {
-		cargs[i] = cuda.Arg{Bits: x.bits, Size: x.size}
-	}
 	g := [3]uint32{uint32(grid[0]), uint32(grid[1]), uint32(grid[2])}
-	if err := d.ctx.Launch(f, g, [3]uint32{uint32(threads), 1, 1}, smem, cargs); err != nil {
+	if err := d.ctx.Launch(f, g, [3]uint32{uint32(threads), 1, 1}, smem, list); err != nil {
 		return fmt.Errorf("gpu: %s: %w", name, err)
 	}
 	return nil

@@ -1,6 +1,10 @@
 package gpu
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/flashattn/flashattn/half"
+)
 
 // DType is the element type of a device tensor.
 type DType int
@@ -29,33 +33,7 @@ func (t DType) valid() bool { return t == BF16 || t == F16 }
 // float32: the value the GPU sees after ForwardHost converts x.
 func (t DType) Round(x float32) float32 {
 	if t == F16 {
-		return fromF16(toF16(x))
+		return half.NewF16(x).Float32()
 	}
-	return fromBF16(toBF16(x))
-}
-
-// encode converts float32 values to t's bits.
-func (t DType) encode(dst []uint16, src []float32) {
-	if t == F16 {
-		for i, x := range src {
-			dst[i] = toF16(x)
-		}
-		return
-	}
-	for i, x := range src {
-		dst[i] = toBF16(x)
-	}
-}
-
-// decode converts t's bits to float32.
-func (t DType) decode(dst []float32, src []uint16) {
-	if t == F16 {
-		for i, h := range src {
-			dst[i] = fromF16(h)
-		}
-		return
-	}
-	for i, h := range src {
-		dst[i] = fromBF16(h)
-	}
+	return half.NewBF16(x).Float32()
 }

@@ -4,7 +4,16 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/flashattn/flashattn/half"
 )
+
+// The conversions Upload, Download and DType.Round use (package half's),
+// as functions on bits.
+func toBF16(x float32) uint16   { return uint16(half.NewBF16(x)) }
+func fromBF16(h uint16) float32 { return half.BF16(h).Float32() }
+func toF16(x float32) uint16    { return uint16(half.NewF16(x)) }
+func fromF16(h uint16) float32  { return half.F16(h).Float32() }
 
 // nearest checks that h is a correctly rounded encoding of x: no other
 // finite value of the type is closer, and ties go to the even encoding.

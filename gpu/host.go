@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/flashattn/flashattn"
+	"github.com/flashattn/flashattn/half"
 )
 
 // NewTensor allocates a dense device tensor of the given type and shape.
@@ -35,19 +36,36 @@ func (t Tensor) Upload(data []float32) error {
 	if len(data) != t.Len() {
 		return fmt.Errorf("gpu: Upload of %d values into a tensor of %d", len(data), t.Len())
 	}
-	h := make([]uint16, len(data))
-	t.DType.encode(h, data)
-	return CopyIn(t.Buf, h)
+	if t.DType == F16 {
+		return upload(t.Buf, data, half.EncodeF16)
+	}
+	return upload(t.Buf, data, half.EncodeBF16)
+}
+
+// upload converts data with encode and copies the bits to the start of b.
+func upload[T half.BF16 | half.F16](b *Buffer, data []float32, encode func([]T, []float32)) error {
+	h := make([]T, len(data))
+	encode(h, data)
+	return CopyIn(b, h)
 }
 
 // Download copies t to the host as float32 values.
 func (t Tensor) Download() ([]float32, error) {
-	h := make([]uint16, t.Len())
-	if err := CopyOut(h, t.Buf); err != nil {
+	if t.DType == F16 {
+		return download(t.Buf, t.Len(), half.DecodeF16)
+	}
+	return download(t.Buf, t.Len(), half.DecodeBF16)
+}
+
+// download copies n 16-bit values from the start of b and converts them
+// with decode.
+func download[T half.BF16 | half.F16](b *Buffer, n int, decode func([]float32, []T)) ([]float32, error) {
+	h := make([]T, n)
+	if err := CopyOut(h, b); err != nil {
 		return nil, err
 	}
-	out := make([]float32, len(h))
-	t.DType.decode(out, h)
+	out := make([]float32, n)
+	decode(out, h)
 	return out, nil
 }
 
@@ -179,8 +197,12 @@ func (ts *tensors) upload(d *Device, dt DType, t flashattn.Tensor, name string) 
 }
 
 // gather returns t's elements in dense row-major order, or an error if t is
-// malformed (negative or overlapping strides, data too short).
+// not a float32 tensor, has a dimension below 1 or a negative stride, or
+// its data is too short for its shape and strides.
 func gather(t flashattn.Tensor, name string) ([]float32, error) {
+	if dt := t.DType(); dt != flashattn.Float32 {
+		return nil, fmt.Errorf("gpu: %s is %v; the host functions take float32 tensors", name, dt)
+	}
 	if t.Data == nil {
 		return nil, fmt.Errorf("gpu: %s is nil", name)
 	}

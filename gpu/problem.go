@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/flashattn/flashattn/gpu/internal/cuda"
 	"github.com/flashattn/flashattn/gpu/internal/tile"
 )
 
@@ -216,25 +217,19 @@ type args map[string]uint64
 
 // list orders a against a kernel's parameters and checks that every
 // parameter is set and none is unknown.
-func (a args) list(ps []tile.Param) ([]argBits, error) {
+func (a args) list(ps []tile.Param) ([]cuda.Arg, error) {
 	if len(a) != len(ps) {
 		return nil, fmt.Errorf("gpu: internal: %d arguments for %d parameters", len(a), len(ps))
 	}
-	out := make([]argBits, len(ps))
+	out := make([]cuda.Arg, len(ps))
 	for i, p := range ps {
 		v, ok := a[p.Name]
 		if !ok {
 			return nil, fmt.Errorf("gpu: internal: parameter %s not set", p.Name)
 		}
-		out[i] = argBits{bits: v, size: p.Size()}
+		out[i] = cuda.Arg{Bits: v, Size: p.Size()}
 	}
 	return out, nil
-}
-
-// argBits is one argument's bits and size.
-type argBits struct {
-	bits uint64
-	size int
 }
 
 func f32(x float32) uint64 { return uint64(math.Float32bits(x)) }
@@ -259,24 +254,18 @@ func (p *problem) seqArgs(a args, cu uint64) {
 	a["group"] = uint64(p.heads / p.kvHeads)
 }
 
-// strides returns the batch and row strides (elements) of q-like and
-// k-like tensors with h heads, and of LSE.
-func (p *problem) qStrides(h int) (bs, rs uint64) {
+// rowStrides returns the batch and row strides (elements) of a tensor with
+// h heads and seq rows per batch element (p.maxSq for q-like tensors,
+// p.maxSk for k-like ones); a packed varlen tensor has batch stride 0.
+func (p *problem) rowStrides(h, seq int) (bs, rs uint64) {
 	rs = uint64(h * p.d)
 	if !p.varlen {
-		bs = uint64(p.maxSq) * rs
+		bs = uint64(seq) * rs
 	}
 	return bs, rs
 }
 
-func (p *problem) kStrides(h int) (bs, rs uint64) {
-	rs = uint64(h * p.d)
-	if !p.varlen {
-		bs = uint64(p.maxSk) * rs
-	}
-	return bs, rs
-}
-
+// lseStrides returns the batch and head strides (elements) of LSE and dsum.
 func (p *problem) lseStrides() (bs, hs uint64) {
 	if p.varlen {
 		return 0, uint64(p.rowsQ)
@@ -287,9 +276,9 @@ func (p *problem) lseStrides() (bs, hs uint64) {
 // fwdArgs returns the forward kernel's arguments.
 func (p *problem) fwdArgs(q, k, v, o, lse, cu uint64) args {
 	a := args{"q": q, "k": k, "v": v, "o": o, "lse": lse}
-	a["q_bs"], a["q_rs"] = p.qStrides(p.heads)
-	a["o_bs"], a["o_rs"] = p.qStrides(p.heads)
-	a["k_bs"], a["k_rs"] = p.kStrides(p.kvHeads)
+	a["q_bs"], a["q_rs"] = p.rowStrides(p.heads, p.maxSq)
+	a["o_bs"], a["o_rs"] = p.rowStrides(p.heads, p.maxSq)
+	a["k_bs"], a["k_rs"] = p.rowStrides(p.kvHeads, p.maxSk)
 	a["lse_bs"], a["lse_hs"] = p.lseStrides()
 	p.seqArgs(a, cu)
 	return a
@@ -299,10 +288,10 @@ func (p *problem) fwdArgs(q, k, v, o, lse, cu uint64) args {
 // without dQ); dk and dv are float32 per query head.
 func (p *problem) bwdArgs(q, k, v, do, lse, dsum, dqAcc, dk, dv, cu uint64) args {
 	a := args{"q": q, "k": k, "v": v, "do": do, "lse": lse, "dsum": dsum, "dq_acc": dqAcc, "dk": dk, "dv": dv}
-	a["q_bs"], a["q_rs"] = p.qStrides(p.heads)
-	a["k_bs"], a["k_rs"] = p.kStrides(p.kvHeads)
-	a["dq_bs"], a["dq_rs"] = p.qStrides(p.heads)
-	a["dkv_bs"], a["dkv_rs"] = p.kStrides(p.heads)
+	a["q_bs"], a["q_rs"] = p.rowStrides(p.heads, p.maxSq)
+	a["k_bs"], a["k_rs"] = p.rowStrides(p.kvHeads, p.maxSk)
+	a["dq_bs"], a["dq_rs"] = p.rowStrides(p.heads, p.maxSq)
+	a["dkv_bs"], a["dkv_rs"] = p.rowStrides(p.heads, p.maxSk)
 	a["lse_bs"], a["lse_hs"] = p.lseStrides()
 	a["scale"] = f32(p.scale)
 	p.seqArgs(a, cu)
@@ -312,8 +301,8 @@ func (p *problem) bwdArgs(q, k, v, do, lse, dsum, dqAcc, dk, dv, cu uint64) args
 // dqArgs returns the deterministic dQ kernel's arguments.
 func (p *problem) dqArgs(q, k, v, do, lse, dsum, dq, cu uint64) args {
 	a := args{"q": q, "k": k, "v": v, "do": do, "lse": lse, "dsum": dsum, "dq": dq}
-	a["q_bs"], a["q_rs"] = p.qStrides(p.heads)
-	a["k_bs"], a["k_rs"] = p.kStrides(p.kvHeads)
+	a["q_bs"], a["q_rs"] = p.rowStrides(p.heads, p.maxSq)
+	a["k_bs"], a["k_rs"] = p.rowStrides(p.kvHeads, p.maxSk)
 	a["lse_bs"], a["lse_hs"] = p.lseStrides()
 	a["scale"] = f32(p.scale)
 	p.seqArgs(a, cu)
@@ -326,7 +315,7 @@ func (p *problem) preArgs(o, do, dsum, cu uint64) args {
 	if p.varlen {
 		a["cu_q"] = cu
 	}
-	a["q_bs"], a["q_rs"] = p.qStrides(p.heads)
+	a["q_bs"], a["q_rs"] = p.rowStrides(p.heads, p.maxSq)
 	a["lse_bs"], a["lse_hs"] = p.lseStrides()
 	return a
 }

@@ -142,8 +142,8 @@ func TestKernelArgs(t *testing.T) {
 			continue
 		}
 		for i, b := range bits {
-			if b.size != l.params[i].Size() {
-				t.Errorf("%s: %s size %d", l.name, l.params[i].Name, b.size)
+			if b.Size != l.params[i].Size() {
+				t.Errorf("%s: %s size %d", l.name, l.params[i].Name, b.Size)
 			}
 		}
 	}
@@ -182,7 +182,7 @@ func TestEmbeddedPTX(t *testing.T) {
 			if !strings.Contains(s, ".target sm_80") || strings.Count(s, "{") != strings.Count(s, "}") {
 				t.Errorf("%s: bad header or unbalanced braces", moduleFile(dt, d))
 			}
-			if smem := smemOf(names[0], d); smem <= 0 || smem > tile.MaxSmem {
+			if smem := tile.SmemBytes(names[0], d); smem <= 0 || smem > tile.MaxSmem {
 				t.Errorf("%s: shared memory %d", names[0], smem)
 			}
 		}

@@ -46,15 +46,7 @@ func backward(dt dtype, c tile.Bwd, atomicDQ bool) *Kernel {
 	sc := g.loadScore("p_scale_log2", "p_cap_scale", "p_cap_log2")
 	scale := g.ld(".f32", "scale")
 
-	// LSE and dsum rows of this (batch, head): element row at base + 4·row.
-	lseBS, lseHS := g.ld(".u64", "lse_bs"), g.ld(".u32", "lse_hs")
-	b64 := k.rdOp("cvt.u64.u32", b)
-	li := k.rdOp("mul.lo.u64", b64, lseBS)
-	li = k.rdOp("add.s64", li, k.rdOp("mul.wide.u32", h, lseHS))
-	li = k.rdOp("add.s64", li, k.rdOp("cvt.u64.u32", s.qStart))
-	li = k.rdOp("shl.b64", li, "2")
-	lseP := k.rdOp("add.s64", k.rdOp("cvta.to.global.u64", g.ld(".u64", "lse")), li)
-	dsumP := k.rdOp("add.s64", k.rdOp("cvta.to.global.u64", g.ld(".u64", "dsum")), li)
+	lseP, dsumP := g.statRows(b, h, s)
 	// Threads 0..Br-1 copy LSE rows, Br..2Br-1 dsum rows (DsumOff = LSEOff + 4·Br).
 	isDsum := k.pOp("setp.ge.u32", g.tid, imm(Br))
 	statRow := k.rOp("and.b32", g.tid, imm(Br-1))
@@ -115,12 +107,7 @@ func backward(dt dtype, c tile.Bwd, atomicDQ bool) *Kernel {
 	issueQ(mlo, g.smem)
 	k.op("cp.async.commit_group")
 
-	stageBytes := c.StageBytes()
-
-	m := k.R()
-	k.op("mov.u32 %s, %s", m, mlo)
-	stage := k.R()
-	k.op("mov.u32 %s, 0", stage)
+	loop := g.newLoop(mlo, c.StageBytes())
 	ST := make([][4]string, qnt)
 	dPT := make([][4]string, qnt)
 	for j := range qnt {
@@ -146,22 +133,9 @@ func backward(dt dtype, c tile.Bwd, atomicDQ bool) *Kernel {
 		dqRB = k.rOp("shl.b32", dqRS, "2")
 	}
 
-	loop := k.newLabel("loop")
-	k.label(loop)
-	m1 := k.rOp("add.u32", m, "1")
-	more := k.pOp("setp.lt.s32", m1, mhi)
-	skip := k.newLabel("noprefetch")
-	k.op("@!%s bra %s", more, skip)
-	{
-		next := k.rOp("xor.b32", stage, imm(stageBytes))
-		issueQ(m1, k.rOp("add.u32", g.smem, next))
-	}
-	k.label(skip)
-	k.op("cp.async.commit_group")
-	k.op("cp.async.wait_group 1")
-	k.op("bar.sync 0")
+	g.top(loop, mhi, issueQ)
 
-	sb := k.rOp("add.u32", g.smem, stage)
+	sb := k.rOp("add.u32", g.smem, loop.stage)
 	k.comment("S^T = K Q^T, dP^T = V dO^T")
 	g.zeroAcc(ST)
 	g.zeroAcc(dPT)
@@ -170,11 +144,9 @@ func backward(dt dtype, c tile.Bwd, atomicDQ bool) *Kernel {
 		va := g.ldsm(kW, c.VOff(), rc, tile.PatternRowMajor, 0, ks*16, false)
 		for j := 0; j < Br/16; j++ {
 			qb := g.ldsm(sb, c.QOff(0), rc, tile.PatternColMajor, j*16, ks*16, false)
-			g.mma(ST[2*j], ka, qb[0], qb[1])
-			g.mma(ST[2*j+1], ka, qb[2], qb[3])
+			g.mma16(ST[2*j:], ka, qb)
 			ob := g.ldsm(sb, c.DOOff(0), rc, tile.PatternColMajor, j*16, ks*16, false)
-			g.mma(dPT[2*j], va, ob[0], ob[1])
-			g.mma(dPT[2*j+1], va, ob[2], ob[3])
+			g.mma16(dPT[2*j:], va, ob)
 		}
 	}
 
@@ -196,7 +168,7 @@ func backward(dt dtype, c tile.Bwd, atomicDQ bool) *Kernel {
 		func(j, i int) string { return lseC[j][i&1] },
 		func(j, i int) string { return dsC[j][i&1] })
 
-	m0 := k.rOp("shl.b32", m, imm(log2(Br)))
+	m0 := k.rOp("shl.b32", loop.n, imm(log2(Br)))
 	need := g.needsMask(mask, s, m0, n0, Br, Bc)
 	nomask := k.newLabel("nomask")
 	k.op("@!%s bra %s", need, nomask)
@@ -219,11 +191,9 @@ func backward(dt dtype, c tile.Bwd, atomicDQ bool) *Kernel {
 		sa := g.aFromC(dPT, kk)
 		for j := 0; j < D/16; j++ {
 			ob := g.ldsm(sb, c.DOOff(0), rc, tile.PatternRowMajor, kk*16, j*16, true)
-			g.mma(dV[2*j], pa, ob[0], ob[1])
-			g.mma(dV[2*j+1], pa, ob[2], ob[3])
+			g.mma16(dV[2*j:], pa, ob)
 			qb := g.ldsm(sb, c.QOff(0), rc, tile.PatternRowMajor, kk*16, j*16, true)
-			g.mma(dK[2*j], sa, qb[0], qb[1])
-			g.mma(dK[2*j+1], sa, qb[2], qb[3])
+			g.mma16(dK[2*j:], sa, qb)
 		}
 	}
 
@@ -251,8 +221,7 @@ func backward(dt dtype, c tile.Bwd, atomicDQ bool) *Kernel {
 			sa := g.ldsmAt(g.smem, dsLane, c.DSOff()+kk*16*(Br/8)*tile.ChunkBytes, true)
 			for j := 0; j < D/16; j++ {
 				kb := g.ldsm(g.smem, c.KOff(), rc, tile.PatternRowMajor, kk*16, j*16, true)
-				g.mma(dq[2*j], sa, kb[0], kb[1])
-				g.mma(dq[2*j+1], sa, kb[2], kb[3])
+				g.mma16(dq[2*j:], sa, kb)
 			}
 		}
 		qrow := k.rOp("add.u32", m0, wrow)
@@ -271,10 +240,7 @@ func backward(dt dtype, c tile.Bwd, atomicDQ bool) *Kernel {
 			}
 		}
 	}
-	k.op("bar.sync 0")
-	k.op("mov.u32 %s, %s", m, m1)
-	k.op("xor.b32 %s, %s, %d", stage, stage, stageBytes)
-	k.op("@%s bra %s", more, loop)
+	g.bottom(loop)
 
 	// Epilogue: dK and dV rows of this warp's keys, float32, per query head.
 	k.label(epi)

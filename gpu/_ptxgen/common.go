@@ -52,16 +52,35 @@ func newGen(k *Kernel, dt dtype) *gen {
 }
 
 // laneOff returns the register holding tile.LaneOffset(pattern, lane, rc, j),
-// computing it on first use:
-//
-//	row-major: lr = lane&15,                  lc = lane>>4
-//	col-major: lr = (lane&7) | (lane>>4)<<3,  lc = (lane>>3)&1
-//	offset = lr*rc*16 + ((2j+lc) ^ (lane&7))*16
+// computing it on first use.
 func (g *gen) laneOff(pattern, rc, j int) string {
 	key := [3]int{pattern, rc, j}
 	if r, ok := g.laneOffs[key]; ok {
 		return r
 	}
+	r := g.laneOffset(pattern, rc, func(lc string) string {
+		return g.k.rOp("add.u32", lc, imm(2*j))
+	})
+	g.laneOffs[key] = r
+	return r
+}
+
+// laneOffDyn is laneOff with the block selector j in a register (for a block
+// column that depends on the warp).
+func (g *gen) laneOffDyn(pattern, rc int, j string) string {
+	return g.laneOffset(pattern, rc, func(lc string) string {
+		j2 := g.k.rOp("shl.b32", j, "1")
+		return g.k.rOp("add.u32", lc, j2)
+	})
+}
+
+// laneOffset emits tile.LaneOffset for this lane, with the chunk 2j+lc
+// computed by col from lc:
+//
+//	row-major: lr = lane&15,                  lc = lane>>4
+//	col-major: lr = (lane&7) | (lane>>4)<<3,  lc = (lane>>3)&1
+//	offset = lr*rc*16 + ((2j+lc) ^ (lane&7))*16
+func (g *gen) laneOffset(pattern, rc int, col func(lc string) string) string {
 	k := g.k
 	var lr, lc string
 	if pattern == tile.PatternRowMajor {
@@ -76,21 +95,25 @@ func (g *gen) laneOff(pattern, rc, j int) string {
 		lc = k.rOp("and.b32", lc, "1")
 	}
 	x := k.rOp("and.b32", g.lane, "7")
-	c := k.rOp("add.u32", lc, imm(2*j))
+	c := col(lc)
 	c = k.rOp("xor.b32", c, x)
 	c = k.rOp("shl.b32", c, "4")
-	r := k.rOp("mad.lo.u32", lr, imm(rc*tile.ChunkBytes), c)
-	g.laneOffs[key] = r
-	return r
+	return k.rOp("mad.lo.u32", lr, imm(rc*tile.ChunkBytes), c)
 }
 
 // ldsm emits one ldmatrix.x4 of the 16×16 block (r0, c0) of a swizzled tile
 // at shared address base (a register) + constant offset baseOff, with the
 // lane pattern of the operand. It returns the four destination registers.
 func (g *gen) ldsm(base string, baseOff, rc, pattern, r0, c0 int, trans bool) [4]string {
+	return g.ldsmAt(base, g.laneOff(pattern, rc, tile.BlockJ(c0)), baseOff+tile.BlockBase(r0, c0, rc), trans)
+}
+
+// ldsmAt is ldsm with the lane offset in a register (from laneOff or
+// laneOffDyn) and the constant byte offset off (the lane-independent block
+// base included).
+func (g *gen) ldsmAt(base, laneOff string, off int, trans bool) [4]string {
 	k := g.k
-	a := k.rOp("add.u32", base, g.laneOff(pattern, rc, tile.BlockJ(c0)))
-	off := baseOff + tile.BlockBase(r0, c0, rc)
+	a := k.rOp("add.u32", base, laneOff)
 	var d [4]string
 	for i := range d {
 		d[i] = k.R()
@@ -107,6 +130,14 @@ func (g *gen) ldsm(base string, baseOff, rc, pattern, r0, c0 int, trans bool) [4
 func (g *gen) mma(c [4]string, a [4]string, b0, b1 string) {
 	g.k.op("mma.sync.aligned.m16n8k16.row.col.f32.%s.%s.f32 {%s, %s, %s, %s}, {%s, %s, %s, %s}, {%s, %s}, {%s, %s, %s, %s}",
 		g.dt.name, g.dt.name, c[0], c[1], c[2], c[3], a[0], a[1], a[2], a[3], b0, b1, c[0], c[1], c[2], c[3])
+}
+
+// mma16 emits c += a·b for a 16-column B block loaded by one ldmatrix.x4
+// (registers 0, 1: n-tile 0; 2, 3: n-tile 1) into the accumulator n-tiles
+// c[0] and c[1].
+func (g *gen) mma16(c [][4]string, a, b [4]string) {
+	g.mma(c[0], a, b[0], b[1])
+	g.mma(c[1], a, b[2], b[3])
 }
 
 // pack returns a .b32 with lo in the low and hi in the high 16 bits.
@@ -275,6 +306,82 @@ func (g *gen) issue(c *tileCopy, rowBase, rowBytes, start, valid, sbase string, 
 	}
 }
 
+// stagedLoop is the main loop of an attention kernel over blocks [n, end),
+// double-buffered in shared memory: while block n is read from the stage at
+// byte offset stage (0 or bytes), block n+1 is copied into the other.
+type stagedLoop struct {
+	n, stage string // .u32, advanced in place by bottom
+	bytes    int    // size of a stage
+	label    string // set by top
+	next     string // n+1 (set by top)
+	more     string // pred: next < end (set by top)
+}
+
+// newLoop emits the loop's initial state: block first, stage 0.
+func (g *gen) newLoop(first string, stageBytes int) *stagedLoop {
+	k := g.k
+	l := &stagedLoop{n: k.R(), stage: k.R(), bytes: stageBytes}
+	k.op("mov.u32 %s, %s", l.n, first)
+	k.op("mov.u32 %s, 0", l.stage)
+	return l
+}
+
+// top opens an iteration: if block n+1 < end exists, load(n+1, address of
+// the other stage) issues its copies; then it waits for block n's copies
+// (the group committed one iteration earlier, or by the prologue).
+func (g *gen) top(l *stagedLoop, end string, load func(n, sbase string)) {
+	k := g.k
+	l.label = k.newLabel("loop")
+	k.label(l.label)
+	l.next = k.rOp("add.u32", l.n, "1")
+	l.more = k.pOp("setp.lt.s32", l.next, end)
+	skip := k.newLabel("noprefetch")
+	k.op("@!%s bra %s", l.more, skip)
+	other := k.rOp("xor.b32", l.stage, imm(l.bytes))
+	load(l.next, k.rOp("add.u32", g.smem, other))
+	k.label(skip)
+	k.op("cp.async.commit_group")
+	k.op("cp.async.wait_group 1")
+	k.op("bar.sync 0")
+}
+
+// bottom closes an iteration: once every warp is done with the stage, it
+// moves to block n+1 and the other stage, and loops while there is one.
+func (g *gen) bottom(l *stagedLoop) {
+	k := g.k
+	k.op("bar.sync 0")
+	k.op("mov.u32 %s, %s", l.n, l.next)
+	k.op("xor.b32 %s, %s, %d", l.stage, l.stage, l.bytes)
+	k.op("@%s bra %s", l.more, l.label)
+}
+
+// kvLoader returns the load function of a loop over key blocks: it copies
+// block n's rows of K and V (c.rows each, rows past s.sk zero-filled) into
+// the tiles at kOff and vOff of the stage at sbase.
+func (g *gen) kvLoader(c *tileCopy, kBase, vBase, rowBytes string, s seqInfo, kOff, vOff int) func(n, sbase string) {
+	return func(n, sbase string) {
+		n0 := g.k.rOp("shl.b32", n, imm(log2(c.rows)))
+		g.issue(c, kBase, rowBytes, n0, s.sk, sbase, kOff)
+		g.issue(c, vBase, rowBytes, n0, s.sk, sbase, vOff)
+	}
+}
+
+// statRows returns the global addresses of row 0 of this (batch, head)'s
+// LSE and dsum rows, float32 laid out as lse_bs and lse_hs say (element row
+// at +4·row).
+func (g *gen) statRows(b, h string, s seqInfo) (lse, dsum string) {
+	k := g.k
+	lseBS, lseHS := g.ld(".u64", "lse_bs"), g.ld(".u32", "lse_hs")
+	b64 := k.rdOp("cvt.u64.u32", b)
+	li := k.rdOp("mul.lo.u64", b64, lseBS)
+	li = k.rdOp("add.s64", li, k.rdOp("mul.wide.u32", h, lseHS))
+	li = k.rdOp("add.s64", li, k.rdOp("cvt.u64.u32", s.qStart))
+	li = k.rdOp("shl.b64", li, "2")
+	lse = k.rdOp("add.s64", k.rdOp("cvta.to.global.u64", g.ld(".u64", "lse")), li)
+	dsum = k.rdOp("add.s64", k.rdOp("cvta.to.global.u64", g.ld(".u64", "dsum")), li)
+	return lse, dsum
+}
+
 // mask holds the per-row bounds of the causal/window mask.
 type maskParams struct {
 	left, right string // .s32, negative = unbounded
@@ -312,10 +419,8 @@ func (g *gen) rowBounds(m maskParams, s seqInfo, row, colBase string) (lo, hi st
 
 // maskElem sets x to -Inf unless lo <= c < hi (c a constant column offset).
 func (g *gen) maskElem(x, lo, hi string, c int) {
-	k := g.k
-	p := k.pOp("setp.gt.s32", lo, imm(c))
-	k.op("setp.le.or.s32 %s, %s, %d, %s", p, hi, c, p)
-	k.op("selp.f32 %s, %s, %s, %s", x, negInf, x, p)
+	p := g.hidden(lo, hi, c)
+	g.k.op("selp.f32 %s, %s, %s, %s", x, negInf, x, p)
 }
 
 // scoreParams are the constants of the score transform, in log2 units:
@@ -428,47 +533,6 @@ func (g *gen) needsMask(m maskParams, s seqInfo, m0, n0 string, rows, cols int) 
 	k.op("or.pred %s, %s, %s", p, p, q)
 	k.op("or.pred %s, %s, %s", p, p, r)
 	return p
-}
-
-// laneOffDyn is laneOff with the block selector j in a register (for a block
-// column that depends on the warp).
-func (g *gen) laneOffDyn(pattern, rc int, j string) string {
-	k := g.k
-	var lr, lc string
-	if pattern == tile.PatternRowMajor {
-		lr = k.rOp("and.b32", g.lane, "15")
-		lc = k.rOp("shr.u32", g.lane, "4")
-	} else {
-		lo := k.rOp("and.b32", g.lane, "7")
-		hi := k.rOp("shr.u32", g.lane, "4")
-		hi = k.rOp("shl.b32", hi, "3")
-		lr = k.rOp("or.b32", lo, hi)
-		lc = k.rOp("shr.u32", g.lane, "3")
-		lc = k.rOp("and.b32", lc, "1")
-	}
-	x := k.rOp("and.b32", g.lane, "7")
-	j2 := k.rOp("shl.b32", j, "1")
-	c := k.rOp("add.u32", lc, j2)
-	c = k.rOp("xor.b32", c, x)
-	c = k.rOp("shl.b32", c, "4")
-	return k.rOp("mad.lo.u32", lr, imm(rc*tile.ChunkBytes), c)
-}
-
-// ldsmAt is ldsm with a precomputed lane offset (laneOffDyn) and a constant
-// byte offset off (the lane-independent block base).
-func (g *gen) ldsmAt(base, laneOff string, off int, trans bool) [4]string {
-	k := g.k
-	a := k.rOp("add.u32", base, laneOff)
-	var d [4]string
-	for i := range d {
-		d[i] = k.R()
-	}
-	tr := ""
-	if trans {
-		tr = ".trans"
-	}
-	k.op("ldmatrix.sync.aligned.m8n8.x4%s.shared.b16 {%s, %s, %s, %s}, [%s+%d]", tr, d[0], d[1], d[2], d[3], a, off)
-	return d
 }
 
 // lse2 converts a natural-log LSE into log2 units for P = 2^(y - lse2),

@@ -46,14 +46,7 @@ func dqKernel(dt dtype, c tile.DQ) *Kernel {
 	wrow := k.rOp("shl.b32", g.warp, "4")
 	rowBase := k.rOp("add.u32", m0, wrow)
 	rowBase = k.rOp("add.u32", rowBase, g.g)
-	lseBS, lseHS := g.ld(".u64", "lse_bs"), g.ld(".u32", "lse_hs")
-	b64 := k.rdOp("cvt.u64.u32", b)
-	li := k.rdOp("mul.lo.u64", b64, lseBS)
-	li = k.rdOp("add.s64", li, k.rdOp("mul.wide.u32", h, lseHS))
-	li = k.rdOp("add.s64", li, k.rdOp("cvt.u64.u32", s.qStart))
-	li = k.rdOp("shl.b64", li, "2")
-	lseP := k.rdOp("add.s64", k.rdOp("cvta.to.global.u64", g.ld(".u64", "lse")), li)
-	dsumP := k.rdOp("add.s64", k.rdOp("cvta.to.global.u64", g.ld(".u64", "dsum")), li)
+	lseP, dsumP := g.statRows(b, h, s)
 	var lse2, dsum [2]string
 	for rh := range 2 {
 		r := k.rOp("add.u32", rowBase, imm(8*rh))
@@ -77,12 +70,11 @@ func dqKernel(dt dtype, c tile.DQ) *Kernel {
 
 	qCopy := g.newTileCopy(Br, rc)
 	kvCopy := g.newTileCopy(Bc, rc)
+	loadKV := g.kvLoader(kvCopy, kBase, vBase, kRB, s, c.KOff(0), c.VOff(0))
 	g.issue(qCopy, qBase, qRB, m0, s.sq, g.smem, c.QOff())
 	g.issue(qCopy, doBase, qRB, m0, s.sq, g.smem, c.DOOff())
 	k.op("cp.async.commit_group")
-	n0 := k.rOp("shl.b32", nlo, imm(log2(Bc)))
-	g.issue(kvCopy, kBase, kRB, n0, s.sk, g.smem, c.KOff(0))
-	g.issue(kvCopy, vBase, kRB, n0, s.sk, g.smem, c.VOff(0))
+	loadKV(nlo, g.smem)
 	k.op("cp.async.commit_group")
 	k.op("cp.async.wait_group 1")
 	k.op("bar.sync 0")
@@ -94,11 +86,7 @@ func dqKernel(dt dtype, c tile.DQ) *Kernel {
 	}
 	colOff := k.rOp("shl.b32", g.t, "1")
 
-	n := k.R()
-	k.op("mov.u32 %s, %s", n, nlo)
-	stage := k.R()
-	k.op("mov.u32 %s, 0", stage)
-	stageBytes := c.KOff(1) - c.KOff(0)
+	loop := g.newLoop(nlo, c.KOff(1)-c.KOff(0))
 	S := make([][4]string, nt)
 	dP := make([][4]string, nt)
 	for j := range nt {
@@ -107,43 +95,25 @@ func dqKernel(dt dtype, c tile.DQ) *Kernel {
 		}
 	}
 
-	loop := k.newLabel("loop")
-	k.label(loop)
-	n1 := k.rOp("add.u32", n, "1")
-	more := k.pOp("setp.lt.s32", n1, nhi)
-	skip := k.newLabel("noprefetch")
-	k.op("@!%s bra %s", more, skip)
-	{
-		next := k.rOp("xor.b32", stage, imm(stageBytes))
-		nb := k.rOp("add.u32", g.smem, next)
-		nn0 := k.rOp("shl.b32", n1, imm(log2(Bc)))
-		g.issue(kvCopy, kBase, kRB, nn0, s.sk, nb, c.KOff(0))
-		g.issue(kvCopy, vBase, kRB, nn0, s.sk, nb, c.VOff(0))
-	}
-	k.label(skip)
-	k.op("cp.async.commit_group")
-	k.op("cp.async.wait_group 1")
-	k.op("bar.sync 0")
+	g.top(loop, nhi, loadKV)
 
-	sb := k.rOp("add.u32", g.smem, stage)
+	sb := k.rOp("add.u32", g.smem, loop.stage)
 	k.comment("S = Q K^T, dP = dO V^T")
 	g.zeroAcc(S)
 	g.zeroAcc(dP)
 	for ks := 0; ks < D/16; ks++ {
 		for j := 0; j < Bc/16; j++ {
 			kb := g.ldsm(sb, c.KOff(0), rc, tile.PatternColMajor, j*16, ks*16, false)
-			g.mma(S[2*j], qf[ks], kb[0], kb[1])
-			g.mma(S[2*j+1], qf[ks], kb[2], kb[3])
+			g.mma16(S[2*j:], qf[ks], kb)
 			vb := g.ldsm(sb, c.VOff(0), rc, tile.PatternColMajor, j*16, ks*16, false)
-			g.mma(dP[2*j], of[ks], vb[0], vb[1])
-			g.mma(dP[2*j+1], of[ks], vb[2], vb[3])
+			g.mma16(dP[2*j:], of[ks], vb)
 		}
 	}
 	k.comment("P and dS")
 	g.probGrad(sc, scale, S, dP,
 		func(j, i int) string { return lse2[i>>1] },
 		func(j, i int) string { return dsum[i>>1] })
-	nk0 := k.rOp("shl.b32", n, imm(log2(Bc)))
+	nk0 := k.rOp("shl.b32", loop.n, imm(log2(Bc)))
 	need := g.needsMask(mask, s, m0, nk0, Br, Bc)
 	nomask := k.newLabel("nomask")
 	k.op("@!%s bra %s", need, nomask)
@@ -165,14 +135,10 @@ func dqKernel(dt dtype, c tile.DQ) *Kernel {
 		sa := g.aFromC(dP, kk)
 		for j := 0; j < D/16; j++ {
 			kb := g.ldsm(sb, c.KOff(0), rc, tile.PatternRowMajor, kk*16, j*16, true)
-			g.mma(dq[2*j], sa, kb[0], kb[1])
-			g.mma(dq[2*j+1], sa, kb[2], kb[3])
+			g.mma16(dq[2*j:], sa, kb)
 		}
 	}
-	k.op("bar.sync 0")
-	k.op("mov.u32 %s, %s", n, n1)
-	k.op("xor.b32 %s, %s, %d", stage, stage, stageBytes)
-	k.op("@%s bra %s", more, loop)
+	g.bottom(loop)
 
 	k.label(epi)
 	k.comment("epilogue: dQ in the input type")

@@ -72,11 +72,10 @@ func forward(dt dtype, c tile.Fwd) *Kernel {
 	// Prologue: Q (group 0), then K/V tile nlo into stage 0 (group 1).
 	qCopy := g.newTileCopy(Br, rc)
 	kvCopy := g.newTileCopy(Bc, rc)
+	loadKV := g.kvLoader(kvCopy, kBase, vBase, kRB, s, c.KOff(0), c.VOff(0))
 	g.issue(qCopy, qBase, qRB, m0, s.sq, g.smem, c.QOff())
 	k.op("cp.async.commit_group")
-	n0 := k.rOp("shl.b32", nlo, imm(log2(Bc)))
-	g.issue(kvCopy, kBase, kRB, n0, s.sk, g.smem, c.KOff(0))
-	g.issue(kvCopy, vBase, kRB, n0, s.sk, g.smem, c.VOff(0))
+	loadKV(nlo, g.smem)
 	k.op("cp.async.commit_group")
 
 	var qf [][][4]string // [mt][ks]
@@ -91,11 +90,7 @@ func forward(dt dtype, c tile.Fwd) *Kernel {
 		}
 	}
 
-	n := k.R()
-	k.op("mov.u32 %s, %s", n, nlo)
-	stage := k.R() // byte offset of the current stage (0 or stageBytes)
-	k.op("mov.u32 %s, 0", stage)
-	stageBytes := c.KOff(1) - c.KOff(0)
+	loop := g.newLoop(nlo, c.KOff(1)-c.KOff(0))
 	S := make([][][4]string, MT)
 	for mt := range MT {
 		S[mt] = make([][4]string, nt)
@@ -106,27 +101,11 @@ func forward(dt dtype, c tile.Fwd) *Kernel {
 		}
 	}
 
-	loop := k.newLabel("loop")
-	k.label(loop)
-	n1 := k.rOp("add.u32", n, "1")
-	more := k.pOp("setp.lt.s32", n1, nhi)
-	skip := k.newLabel("noprefetch")
-	k.op("@!%s bra %s", more, skip)
-	{
-		next := k.rOp("xor.b32", stage, imm(stageBytes))
-		nb := k.rOp("add.u32", g.smem, next)
-		nn0 := k.rOp("shl.b32", n1, imm(log2(Bc)))
-		g.issue(kvCopy, kBase, kRB, nn0, s.sk, nb, c.KOff(0))
-		g.issue(kvCopy, vBase, kRB, nn0, s.sk, nb, c.VOff(0))
-	}
-	k.label(skip)
-	k.op("cp.async.commit_group")
-	k.op("cp.async.wait_group 1")
-	k.op("bar.sync 0")
+	g.top(loop, nhi, loadKV)
 
 	// S = Q·Kᵀ for the warp's rows and the tile's Bc keys.
 	k.comment("S = Q K^T")
-	sb := k.rOp("add.u32", g.smem, stage)
+	sb := k.rOp("add.u32", g.smem, loop.stage)
 	g.zeroAcc(flat(S))
 	for ks := 0; ks < D/16; ks++ {
 		a := make([][4]string, MT)
@@ -140,15 +119,14 @@ func forward(dt dtype, c tile.Fwd) *Kernel {
 		for j := 0; j < Bc/16; j++ {
 			kb := g.ldsm(sb, c.KOff(0), rc, tile.PatternColMajor, j*16, ks*16, false)
 			for mt := range MT {
-				g.mma(S[mt][2*j], a[mt], kb[0], kb[1])
-				g.mma(S[mt][2*j+1], a[mt], kb[2], kb[3])
+				g.mma16(S[mt][2*j:], a[mt], kb)
 			}
 		}
 	}
 
 	// Scores in log2 units, then the mask where the tile needs one.
 	g.scoreTransform(sc, flat(S))
-	nk0 := k.rOp("shl.b32", n, imm(log2(Bc)))
+	nk0 := k.rOp("shl.b32", loop.n, imm(log2(Bc)))
 	need := g.needsMask(mask, s, m0, nk0, Br, Bc)
 	nomask := k.newLabel("nomask")
 	k.op("@!%s bra %s", need, nomask)
@@ -220,15 +198,11 @@ func forward(dt dtype, c tile.Fwd) *Kernel {
 		for j := 0; j < D/16; j++ {
 			vb := g.ldsm(sb, c.VOff(0), rc, tile.PatternRowMajor, kk*16, j*16, true)
 			for mt := range MT {
-				g.mma(o[mt][2*j], pa[mt], vb[0], vb[1])
-				g.mma(o[mt][2*j+1], pa[mt], vb[2], vb[3])
+				g.mma16(o[mt][2*j:], pa[mt], vb)
 			}
 		}
 	}
-	k.op("bar.sync 0")
-	k.op("mov.u32 %s, %s", n, n1)
-	k.op("xor.b32 %s, %s, %d", stage, stage, stageBytes)
-	k.op("@%s bra %s", more, loop)
+	g.bottom(loop)
 
 	// Epilogue: O /= l, LSE = (m + log2 l)·ln 2; rows with no visible key
 	// give O = 0 and LSE = -Inf.

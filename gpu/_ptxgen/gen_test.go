@@ -94,23 +94,10 @@ func TestPTXAS(t *testing.T) {
 						t.Logf("%-18s %s  spill %s/%s bytes", name, arch, m[1], m[2])
 					}
 					if m := used.FindStringSubmatch(l); m != nil && name != "" {
-						t.Logf("%-18s %s  %s registers, %d bytes dynamic shared memory", name, arch, m[1], smemOf(name, d))
+						t.Logf("%-18s %s  %s registers, %d bytes dynamic shared memory", name, arch, m[1], tile.SmemBytes(name, d))
 					}
 				}
 			}
 		}
 	}
-}
-
-// smemOf mirrors the host's shared-memory sizes for the log.
-func smemOf(name string, d int) int {
-	switch {
-	case strings.HasPrefix(name, "fwd_"):
-		return tile.FwdConfig(d).SmemBytes()
-	case strings.HasPrefix(name, "bwddq_"):
-		return tile.DQConfig(d).SmemBytes()
-	case strings.HasPrefix(name, "bwd_"), strings.HasPrefix(name, "bwdkv_"):
-		return tile.BwdConfig(d).SmemBytes()
-	}
-	return 0
 }

@@ -68,29 +68,19 @@ func (k *Kernel) newLabel(hint string) string {
 }
 
 // rOp emits "op d, args..." into a new .b32 register d and returns d.
-func (k *Kernel) rOp(op string, args ...string) string {
-	d := k.R()
-	k.op("%s %s, %s", op, d, strings.Join(args, ", "))
-	return d
-}
+func (k *Kernel) rOp(op string, args ...string) string { return k.opTo(k.R(), op, args) }
 
 // fOp is rOp for an .f32 result.
-func (k *Kernel) fOp(op string, args ...string) string {
-	d := k.F()
-	k.op("%s %s, %s", op, d, strings.Join(args, ", "))
-	return d
-}
+func (k *Kernel) fOp(op string, args ...string) string { return k.opTo(k.F(), op, args) }
 
 // rdOp is rOp for a .b64 result.
-func (k *Kernel) rdOp(op string, args ...string) string {
-	d := k.RD()
-	k.op("%s %s, %s", op, d, strings.Join(args, ", "))
-	return d
-}
+func (k *Kernel) rdOp(op string, args ...string) string { return k.opTo(k.RD(), op, args) }
 
 // pOp is rOp for a predicate result.
-func (k *Kernel) pOp(op string, args ...string) string {
-	d := k.P()
+func (k *Kernel) pOp(op string, args ...string) string { return k.opTo(k.P(), op, args) }
+
+// opTo emits "op d, args..." and returns d.
+func (k *Kernel) opTo(d, op string, args []string) string {
 	k.op("%s %s, %s", op, d, strings.Join(args, ", "))
 	return d
 }

@@ -117,18 +117,11 @@ func (k *Kernel) decodeShfl(in *inst, op string, ops []string) (*inst, error) {
 	if op != "shfl.sync.bfly.b32" || len(ops) != 5 || ops[3] != "31" || ops[4] != "-1" {
 		return nil, errors.New("only shfl.sync.bfly.b32 d, a, lanemask, 31, -1 is supported")
 	}
-	d, err := k.reg(ops[0])
+	d, vs, err := k.dstSrcs(op, ops)
 	if err != nil {
 		return nil, err
 	}
-	a, err := k.val(ops[1])
-	if err != nil {
-		return nil, err
-	}
-	b, err := k.val(ops[2])
-	if err != nil {
-		return nil, err
-	}
+	a, b := vs[0], vs[1]
 	in.warp = func(c *cta, lanes []*thread) error {
 		var v [32]uint64
 		for l, t := range lanes {
@@ -142,7 +135,7 @@ func (k *Kernel) decodeShfl(in *inst, op string, ops []string) (*inst, error) {
 	return in, nil
 }
 
-// Conversions, written independently of package gpu's (float64 rounding
+// Conversions, written independently of package half's (float64 rounding
 // rather than bit manipulation) so that each checks the other in tests.
 
 func bf16ToF32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
@@ -188,38 +181,27 @@ func roundTo(ax float64, mant, bias, emin int) (e, f uint16, ok bool) {
 	return uint16(ex + bias), uint16(q), true
 }
 
-func roundF16(x float32) uint16 {
-	if x != x {
-		return 0x7e00
-	}
-	var s uint16
-	if math.Signbit(float64(x)) {
-		s = 0x8000
-	}
-	if math.IsInf(float64(x), 0) {
-		return s | 0x7c00
-	}
-	e, f, ok := roundTo(math.Abs(float64(x)), 10, 15, -14)
-	if !ok {
-		return s | 0x7c00
-	}
-	return s | e<<10 | f
-}
+func roundF16(x float32) uint16  { return round16(x, 10, 15) }
+func roundBF16(x float32) uint16 { return round16(x, 7, 127) }
 
-func roundBF16(x float32) uint16 {
+// round16 rounds x to the 16-bit binary format with mant fraction bits and
+// exponent bias bias: to nearest even, ±Inf beyond the largest finite
+// value, a NaN to the canonical quiet NaN.
+func round16(x float32, mant, bias int) uint16 {
+	inf := uint16(1<<(15-mant)-1) << mant // all-ones exponent
 	if x != x {
-		return 0x7fc0
+		return inf | 1<<(mant-1)
 	}
 	var s uint16
 	if math.Signbit(float64(x)) {
 		s = 0x8000
 	}
 	if math.IsInf(float64(x), 0) {
-		return s | 0x7f80
+		return s | inf
 	}
-	e, f, ok := roundTo(math.Abs(float64(x)), 7, 127, -126)
+	e, f, ok := roundTo(math.Abs(float64(x)), mant, bias, 1-bias)
 	if !ok {
-		return s | 0x7f80
+		return s | inf
 	}
-	return s | e<<7 | f
+	return s | e<<mant | f
 }

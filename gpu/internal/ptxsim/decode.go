@@ -264,19 +264,29 @@ func (k *Kernel) decode(text string) (*inst, error) {
 	return k.decodeInt(in, op, parts, ops)
 }
 
-func (k *Kernel) decodeInt(in *inst, op string, parts, ops []string) (*inst, error) {
+// dstSrcs decodes the operands "d, a, b, ..." of op: d's register slot and
+// the sources.
+func (k *Kernel) dstSrcs(op string, ops []string) (int, []val, error) {
 	if len(ops) < 2 {
-		return nil, fmt.Errorf("%s: too few operands", op)
+		return 0, nil, fmt.Errorf("%s: too few operands", op)
 	}
 	d, err := k.reg(ops[0])
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	vs := make([]val, len(ops)-1)
 	for i, s := range ops[1:] {
 		if vs[i], err = k.val(s); err != nil {
-			return nil, err
+			return 0, nil, err
 		}
+	}
+	return d, vs, nil
+}
+
+func (k *Kernel) decodeInt(in *inst, op string, parts, ops []string) (*inst, error) {
+	d, vs, err := k.dstSrcs(op, ops)
+	if err != nil {
+		return nil, err
 	}
 	two := func(f func(a, b uint32) (uint32, error)) (*inst, error) {
 		if len(vs) != 2 {
@@ -385,15 +395,9 @@ func (k *Kernel) decodeInt(in *inst, op string, parts, ops []string) (*inst, err
 
 func (k *Kernel) decodeFloat(in *inst, parts, ops []string) (*inst, error) {
 	op := strings.Join(parts, ".")
-	d, err := k.reg(ops[0])
+	d, vs, err := k.dstSrcs(op, ops)
 	if err != nil {
 		return nil, err
-	}
-	vs := make([]val, len(ops)-1)
-	for i, s := range ops[1:] {
-		if vs[i], err = k.val(s); err != nil {
-			return nil, err
-		}
 	}
 	one := func(f func(a float32) float32) (*inst, error) {
 		if len(vs) != 1 {
@@ -543,17 +547,11 @@ func (k *Kernel) decodeSetp(in *inst, parts, ops []string) (*inst, error) {
 }
 
 func (k *Kernel) decodeCvt(in *inst, op string, ops []string) (*inst, error) {
-	if len(ops) < 2 {
-		return nil, errors.New("cvt: too few operands")
-	}
-	d, err := k.reg(ops[0])
+	d, vs, err := k.dstSrcs(op, ops)
 	if err != nil {
 		return nil, err
 	}
-	a, err := k.val(ops[1])
-	if err != nil {
-		return nil, err
-	}
+	a := vs[0]
 	switch op {
 	case "cvt.u64.u32":
 		in.exec = func(c *cta, t *thread) error { t.r[d] = uint64(uint32(a(c, t))); return nil }
@@ -562,13 +560,10 @@ func (k *Kernel) decodeCvt(in *inst, op string, ops []string) (*inst, error) {
 	case "cvt.f32.f16":
 		in.exec = func(c *cta, t *thread) error { t.r[d] = fb(f16ToF32(uint16(a(c, t)))); return nil }
 	case "cvt.rn.bf16x2.f32", "cvt.rn.f16x2.f32":
-		if len(ops) != 3 {
+		if len(vs) != 2 {
 			return nil, errors.New("cvt x2 takes 3 operands")
 		}
-		b, err := k.val(ops[2])
-		if err != nil {
-			return nil, err
-		}
+		b := vs[1]
 		conv := roundBF16
 		if op == "cvt.rn.f16x2.f32" {
 			conv = roundF16

@@ -1,6 +1,9 @@
 package tile
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Warps is the number of warps of every attention kernel's thread block, and
 // Threads its size. Each warp owns 16 rows (query rows in the forward and dQ
@@ -204,6 +207,21 @@ func (c DQ) Check() error {
 		return fmt.Errorf("tile: %d bytes of shared memory exceed %d", c.SmemBytes(), MaxSmem)
 	}
 	return nil
+}
+
+// SmemBytes returns the dynamic shared memory of the attention kernel
+// called name (from Fwd.Name, Bwd.Name or DQ.Name) for head dimension d; 0
+// for the small kernels, which use none.
+func SmemBytes(name string, d int) int {
+	switch {
+	case strings.HasPrefix(name, "fwd_"):
+		return FwdConfig(d).SmemBytes()
+	case strings.HasPrefix(name, "bwddq_"):
+		return DQConfig(d).SmemBytes()
+	case strings.HasPrefix(name, "bwd_"), strings.HasPrefix(name, "bwdkv_"):
+		return BwdConfig(d).SmemBytes()
+	}
+	return 0
 }
 
 // Grid returns the launch grid of a kernel with one block per (block of
