@@ -524,6 +524,8 @@ func (c benchCase) visibleFlops(mode string) float64 {
 	return f
 }
 
+// isTerminal reports whether w is a character device (a terminal) and
+// TERM does not say it is a dumb one.
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	if !ok {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -317,16 +316,6 @@ func mean(xs []float64) float64 {
 	return s / float64(max(1, len(xs)))
 }
 
-// isTTY reports whether w is a character device (a terminal).
-func isTTY(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0 && os.Getenv("TERM") != "dumb"
-}
-
 // progress is the live status line, drawn on a terminal only and at most
 // ten times a second.
 type progress struct {
@@ -338,7 +327,7 @@ type progress struct {
 }
 
 func newProgress(w io.Writer, total int) *progress {
-	return &progress{w: w, on: isTTY(w), total: total}
+	return &progress{w: w, on: isTerminal(w), total: total}
 }
 
 func (p *progress) update(step int, loss float64, tokens int, busy, elapsed time.Duration) {
