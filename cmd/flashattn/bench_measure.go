@@ -227,14 +227,7 @@ func (m *measurer) measure(c benchCase) (benchResult, error) {
 			return benchResult{}, err
 		}
 	}
-	opts := c.options(m.workers)
-	if c.Mode == "decode" { // a KV cache holding N keys per sequence
-		lens := make([]int32, c.B)
-		for b := range lens {
-			lens[b] = int32(c.N)
-		}
-		opts.KVCache = &flashattn.KVCache{SeqLens: lens}
-	}
+	opts := c.options(m.workers) // for decode, a KV cache holding N keys per sequence
 	ts, err := newBenchTensors(c, in, c.DType)
 	if err != nil {
 		return benchResult{}, err
