@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -22,15 +20,8 @@ func runMerge(args []string, stdout, stderr io.Writer, sm seams) error {
 		"Writes OUTDIR/out.npy and OUTDIR/lse.npy, the attention over the union of the keys, all or\n"+
 		"nothing; out.npy is '<f2' when every input out.npy is, '<f4' otherwise (sums in float64).\n")
 	fs.StringVar(&outDir, "o", "", "output `DIR` (created if missing; required)")
-	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
-		fs.SetOutput(stderr)
-		if errors.Is(err, flag.ErrHelp) {
-			fs.Usage()
-			return err
-		}
-		fmt.Fprintf(stderr, "flashattn merge: %v (see -h)\n", err)
-		return errUsage
+	if err := parseArgs(fs, args, stderr); err != nil {
+		return err
 	}
 	dirs := fs.Args()
 	switch {
