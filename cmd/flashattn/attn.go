@@ -134,23 +134,24 @@ func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 			}
 		}
 	}
-	return f.write(files, sm)
+	return writeOutputs(f.out, files, sm)
 }
 
-// write writes the outputs all or nothing, creating OUTDIR if needed (and
-// removing it again on failure). SIGINT and SIGTERM during the write stop
-// it and restore OUTDIR; the error then carries the signal.
-func (f *attnFlags) write(files map[string]npy.Array, sm seams) error {
+// writeOutputs writes the files of attn or merge, all or nothing, into
+// dir (-o), creating it if needed (and removing it again on failure).
+// SIGINT and SIGTERM during the write stop it and restore dir; the error
+// then carries the signal.
+func writeOutputs(dir string, files map[string]npy.Array, sm seams) error {
 	ctx, stop := interruptible()
 	defer stop()
-	_, err := os.Stat(f.out)
+	_, err := os.Stat(dir)
 	created := errors.Is(err, fs.ErrNotExist)
-	if err := os.MkdirAll(f.out, 0o755); err != nil {
-		return fmt.Errorf("-o %s: %v", f.out, err)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("-o %s: %v", dir, err)
 	}
 	err = npy.WriteAll(ctx, files, npy.WriteOptions{Hook: sm.writeHook})
 	if err != nil && created {
-		os.Remove(f.out)
+		os.Remove(dir)
 	}
 	return err
 }

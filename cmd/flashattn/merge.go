@@ -79,8 +79,7 @@ func runMerge(args []string, stdout, stderr io.Writer, sm seams) error {
 	if err != nil {
 		return err
 	}
-	w := attnFlags{out: outDir}
-	return w.write(map[string]npy.Array{
+	return writeOutputs(outDir, map[string]npy.Array{
 		filepath.Join(outDir, "out.npy"): oa,
 		filepath.Join(outDir, "lse.npy"): {Shape: lshape, F32: lse},
 	}, sm)
