@@ -356,12 +356,7 @@ func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, 
 		}
 		nb = len(vl.CuSeqlensQ) - 1
 		if f.seqUsedK != "" {
-			var shape []int
-			if vl.SeqUsedK, shape, err = f.rd.ReadInt32(f.seqUsedK); err != nil {
-				return
-			}
-			if len(shape) != 1 || shape[0] != nb {
-				err = fmt.Errorf("%s: shape %v, want [%d] (one entry per sequence)", f.seqUsedK, shape, nb)
+			if vl.SeqUsedK, err = f.readPerSeq(f.seqUsedK, nb); err != nil {
 				return
 			}
 			for b, u := range vl.SeqUsedK {
