@@ -485,7 +485,7 @@ func (f *attnFlags) checkMemory(limit memlimit.Limit) error {
 		dt   flashattn.DType
 	}{{f.q, f.dt}, {f.dout, f.dt}, {f.k, f.kvdt}, {f.v, f.kvdt}, {f.cache.kNew, f.dt}, {f.cache.vNew, f.dt}} {
 		if info, ok := infos[c.path]; ok && info.Descr != fileDescr(c.dt) {
-			n.add("inputs", typedBytes(c.dt, max(shapeLen(info.Shape), 0)))
+			n.add("inputs", typedBytes(c.dt, info.Shape...))
 		}
 	}
 	qs, ks := infos[f.q].Shape, infos[f.k].Shape
@@ -538,13 +538,4 @@ func fileDescr(dt flashattn.DType) string {
 		return "<f2"
 	}
 	return ""
-}
-
-// shapeLen is the number of elements of shape, or -1 if it overflows.
-func shapeLen(shape []int) int {
-	n := memlimit.Mul(shape...)
-	if n == memlimit.Inf || n > math.MaxInt {
-		return -1
-	}
-	return int(n)
 }
