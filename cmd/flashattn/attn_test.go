@@ -28,6 +28,28 @@ func atRun(args ...string) (int, string, string) {
 	return code, out.String(), errb.String()
 }
 
+// atRunGuarded is atRun for the fuzz targets: a panic fails the test,
+// naming args, and a run still going after 30 s stops it.
+func atRunGuarded(t *testing.T, args []string) (code int, stderr string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() {
+			if r := recover(); r != nil {
+				t.Errorf("panic: %v (args %q)", r, args)
+			}
+		}()
+		code, _, stderr = atRun(args...)
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("still running after 30 s (args %q)", args)
+	}
+	return code, stderr
+}
+
 func atRand(rng *rand.Rand, n int) []float32 {
 	x := make([]float32, n)
 	for i := range x {
@@ -899,23 +921,7 @@ func FuzzAttnFlags(f *testing.F) {
 			args = append(args, "-alibi", fifo)
 		}
 		before := dirState(t, out)
-		var code int
-		var stderr string
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			defer func() {
-				if r := recover(); r != nil {
-					t.Errorf("panic: %v (args %q)", r, args)
-				}
-			}()
-			code, _, stderr = atRun(args...)
-		}()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Fatalf("still running after 30 s (args %q)", args)
-		}
+		code, stderr := atRunGuarded(t, args)
 		after := dirState(t, out)
 		switch code {
 		case 0:
