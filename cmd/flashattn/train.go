@@ -141,6 +141,15 @@ func (f *trainFlags) check(dropout float64) error {
 	return nil
 }
 
+// humanOut is where the lines for people go: stdout, or stderr when -json
+// keeps stdout for the JSON objects.
+func (f *trainFlags) humanOut(stdout, stderr io.Writer) io.Writer {
+	if f.json {
+		return stderr
+	}
+	return stdout
+}
+
 // loadData reads -data, or the Go sources under GOROOT/src.
 func loadData(path string) (*gpt.Dataset, error) {
 	if path != "" {
@@ -209,10 +218,7 @@ func trainOnce(f trainFlags, attention string, steps int, stdout, stderr io.Writ
 	if err != nil {
 		return res, err
 	}
-	human := stdout
-	if f.json {
-		human = stderr
-	}
+	human := f.humanOut(stdout, stderr)
 	unigram := ds.Unigram()
 	fmt.Fprintf(human, "model: %v, attention %s, dropout %g, kernel %s\n", f.cfg, attention, f.cfg.Dropout, m.Kernel())
 	fmt.Fprintf(human, "data: %s\n", ds.Source)
