@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 
 	"github.com/flashattn/flashattn"
 	"github.com/flashattn/flashattn/internal/npy"
@@ -51,11 +52,15 @@ func runMerge(args []string, stdout, stderr io.Writer, sm seams) error {
 		if oshape == nil {
 			oshape, lshape = os_, ls
 		}
-		if fmt.Sprint(os_) != fmt.Sprint(oshape) {
+		if !slices.Equal(os_, oshape) {
 			return fmt.Errorf("%s: shape %v, want %v (the shape of %s)", op, os_, oshape, filepath.Join(dirs[0], "out.npy"))
 		}
 		b, s, h, d := dims(os_)
-		if want := []int{b, h, s}; len(os_) == 3 && fmt.Sprint(ls) != fmt.Sprint([]int{h, s}) || len(os_) == 4 && fmt.Sprint(ls) != fmt.Sprint(want) {
+		want := []int{b, h, s}
+		if len(os_) == 3 { // packed
+			want = []int{h, s}
+		}
+		if !slices.Equal(ls, want) {
 			return fmt.Errorf("%s: shape %v does not fit %s %v (want [batch, heads, seqlen] or [heads, total])", lp, ls, op, os_)
 		}
 		if oa.F16 != nil {
