@@ -226,6 +226,7 @@ func trainOnce(f trainFlags, attention string, steps int, stdout, stderr io.Writ
 		steps, f.tc.Batch, f.cfg.Context, f.tc.LR, f.tc.MinLR, f.tc.Warmup, f.tc.Seed, unigram)
 	enc := json.NewEncoder(stdout)
 	prog := newProgress(stderr, steps)
+	defer prog.clear() // before any error is printed
 	var times, attnTimes []time.Duration
 	var valLoss *float64
 	var tokens int
@@ -233,11 +234,9 @@ func trainOnce(f trainFlags, attention string, steps int, stdout, stderr io.Writ
 	for step := 1; step <= steps; step++ {
 		st, err := tr.Step()
 		if err != nil {
-			prog.clear()
 			return res, fmt.Errorf("step %d: %v", step, err)
 		}
 		if math.IsNaN(st.Loss) || math.IsInf(st.Loss, 0) {
-			prog.clear()
 			return res, fmt.Errorf("step %d: the loss diverged (%v); try a lower -lr", step, st.Loss)
 		}
 		res.losses = append(res.losses, st.Loss)
