@@ -366,6 +366,9 @@ func (f *benchFlags) measureAll(cases []benchCase, bwSize memlimit.Size, cache l
 		}
 		r, err := m.measure(c)
 		if err != nil {
+			if progress {
+				fmt.Fprint(stderr, "\r\033[K")
+			}
 			return fmt.Errorf("%s: %v", c.label(), err)
 		}
 		results = append(results, r)
