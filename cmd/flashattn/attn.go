@@ -134,23 +134,24 @@ func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 			}
 		}
 	}
-	return f.write(files, sm)
+	return writeOutputs(f.out, files, sm)
 }
 
-// write writes the outputs all or nothing, creating OUTDIR if needed (and
-// removing it again on failure). SIGINT and SIGTERM during the write stop
-// it and restore OUTDIR; the error then carries the signal.
-func (f *attnFlags) write(files map[string]npy.Array, sm seams) error {
+// writeOutputs writes the files of attn or merge, all or nothing, into
+// dir (-o), creating it if needed (and removing it again on failure).
+// SIGINT and SIGTERM during the write stop it and restore dir; the error
+// then carries the signal.
+func writeOutputs(dir string, files map[string]npy.Array, sm seams) error {
 	ctx, stop := interruptible()
 	defer stop()
-	_, err := os.Stat(f.out)
+	_, err := os.Stat(dir)
 	created := errors.Is(err, fs.ErrNotExist)
-	if err := os.MkdirAll(f.out, 0o755); err != nil {
-		return fmt.Errorf("-o %s: %v", f.out, err)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("-o %s: %v", dir, err)
 	}
 	err = npy.WriteAll(ctx, files, npy.WriteOptions{Hook: sm.writeHook})
 	if err != nil && created {
-		os.Remove(f.out)
+		os.Remove(dir)
 	}
 	return err
 }
@@ -355,12 +356,7 @@ func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, 
 		}
 		nb = len(vl.CuSeqlensQ) - 1
 		if f.seqUsedK != "" {
-			var shape []int
-			if vl.SeqUsedK, shape, err = f.rd.ReadInt32(f.seqUsedK); err != nil {
-				return
-			}
-			if len(shape) != 1 || shape[0] != nb {
-				err = fmt.Errorf("%s: shape %v, want [%d] (one entry per sequence)", f.seqUsedK, shape, nb)
+			if vl.SeqUsedK, err = f.readPerSeq(f.seqUsedK, nb); err != nil {
 				return
 			}
 			for b, u := range vl.SeqUsedK {
@@ -489,7 +485,7 @@ func (f *attnFlags) checkMemory(limit memlimit.Limit) error {
 		dt   flashattn.DType
 	}{{f.q, f.dt}, {f.dout, f.dt}, {f.k, f.kvdt}, {f.v, f.kvdt}, {f.cache.kNew, f.dt}, {f.cache.vNew, f.dt}} {
 		if info, ok := infos[c.path]; ok && info.Descr != fileDescr(c.dt) {
-			n.add("inputs", typedBytes(c.dt, max(shapeLen(info.Shape), 0)))
+			n.add("inputs", typedBytes(c.dt, info.Shape...))
 		}
 	}
 	qs, ks := infos[f.q].Shape, infos[f.k].Shape
@@ -542,13 +538,4 @@ func fileDescr(dt flashattn.DType) string {
 		return "<f2"
 	}
 	return ""
-}
-
-// shapeLen is the number of elements of shape, or -1 if it overflows.
-func shapeLen(shape []int) int {
-	n := memlimit.Mul(shape...)
-	if n == memlimit.Inf || n > math.MaxInt {
-		return -1
-	}
-	return int(n)
 }

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/flashattn/flashattn/internal/npy"
 )
@@ -133,23 +132,7 @@ func FuzzAttnKVCache(f *testing.F) {
 			args = append(args, "-num-splits", strconv.Itoa(splits))
 		}
 		before := dirState(t, out)
-		var code int
-		var stderr string
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			defer func() {
-				if r := recover(); r != nil {
-					t.Errorf("panic: %v (args %q)", r, args)
-				}
-			}()
-			code, _, stderr = atRun(args...)
-		}()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Fatalf("still running after 30 s (args %q)", args)
-		}
+		code, stderr := atRunGuarded(t, args)
 		switch code {
 		case 0:
 			// Only valid values may succeed.

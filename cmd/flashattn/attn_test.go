@@ -28,6 +28,28 @@ func atRun(args ...string) (int, string, string) {
 	return code, out.String(), errb.String()
 }
 
+// atRunGuarded is atRun for the fuzz targets: a panic fails the test,
+// naming args, and a run still going after 30 s stops it.
+func atRunGuarded(t *testing.T, args []string) (code int, stderr string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() {
+			if r := recover(); r != nil {
+				t.Errorf("panic: %v (args %q)", r, args)
+			}
+		}()
+		code, _, stderr = atRun(args...)
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("still running after 30 s (args %q)", args)
+	}
+	return code, stderr
+}
+
 func atRand(rng *rand.Rand, n int) []float32 {
 	x := make([]float32, n)
 	for i := range x {
@@ -694,61 +716,8 @@ func TestAttnBad(t *testing.T) {
 	if code, _, stderr := atRun(with(base, "-o", stale)...); code != 0 {
 		t.Fatalf("good run: exit status %d, stderr %q", code, stderr)
 	}
-	staleNames := atDirNames(t, stale)
-	staleBytes := map[string][]byte{}
-	for _, n := range staleNames {
-		b, err := os.ReadFile(filepath.Join(stale, n))
-		if err != nil {
-			t.Fatal(err)
-		}
-		staleBytes[n] = b
-	}
-
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			check := func(out string) {
-				t.Helper()
-				code, stdout, stderr := atRun(with(c.args, "-o", out)...)
-				if code == 0 {
-					t.Fatalf("exit status 0, want failure (stdout %q)", stdout)
-				}
-				if c.code != 0 && code != c.code {
-					t.Errorf("exit status %d, want %d", code, c.code)
-				}
-				if !strings.HasSuffix(stderr, "\n") || strings.Count(stderr, "\n") != 1 {
-					t.Errorf("stderr is not exactly one line: %q", stderr)
-				}
-				if !strings.Contains(stderr, c.key) {
-					t.Errorf("stderr %q does not name %q", stderr, c.key)
-				}
-			}
-			// A pre-created empty out dir stays empty.
-			empty := filepath.Join(t.TempDir(), "out")
-			if err := os.Mkdir(empty, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			check(empty)
-			if names := atDirNames(t, empty); len(names) != 0 {
-				t.Errorf("failed run left %v in the out dir", names)
-			}
-			// An out dir that does not exist is not created.
-			missing := filepath.Join(t.TempDir(), "missing")
-			check(missing)
-			if _, err := os.Stat(missing); !os.IsNotExist(err) {
-				t.Errorf("failed run created the out dir %s (stat: %v)", missing, err)
-			}
-			// The files of an earlier good run are left untouched.
-			check(stale)
-			if names := atDirNames(t, stale); !slices.Equal(names, staleNames) {
-				t.Errorf("out dir holds %v after a failed run, want %v", names, staleNames)
-			}
-			for n, want := range staleBytes {
-				got, err := os.ReadFile(filepath.Join(stale, n))
-				if err != nil || !bytes.Equal(got, want) {
-					t.Errorf("%s changed by a failed run (err %v)", n, err)
-				}
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { atFails(t, c.args, c.key, c.code, stale) })
 	}
 
 	// -o naming a regular file (the check happens when writing).
@@ -899,23 +868,7 @@ func FuzzAttnFlags(f *testing.F) {
 			args = append(args, "-alibi", fifo)
 		}
 		before := dirState(t, out)
-		var code int
-		var stderr string
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			defer func() {
-				if r := recover(); r != nil {
-					t.Errorf("panic: %v (args %q)", r, args)
-				}
-			}()
-			code, _, stderr = atRun(args...)
-		}()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Fatalf("still running after 30 s (args %q)", args)
-		}
+		code, stderr := atRunGuarded(t, args)
 		after := dirState(t, out)
 		switch code {
 		case 0:

@@ -366,6 +366,9 @@ func (f *benchFlags) measureAll(cases []benchCase, bwSize memlimit.Size, cache l
 		}
 		r, err := m.measure(c)
 		if err != nil {
+			if progress {
+				fmt.Fprint(stderr, "\r\033[K")
+			}
 			return fmt.Errorf("%s: %v", c.label(), err)
 		}
 		results = append(results, r)
@@ -524,6 +527,8 @@ func (c benchCase) visibleFlops(mode string) float64 {
 	return f
 }
 
+// isTerminal reports whether w is a character device (a terminal) and
+// TERM does not say it is a dumb one.
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	if !ok {

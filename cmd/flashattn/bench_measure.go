@@ -227,14 +227,7 @@ func (m *measurer) measure(c benchCase) (benchResult, error) {
 			return benchResult{}, err
 		}
 	}
-	opts := c.options(m.workers)
-	if c.Mode == "decode" { // a KV cache holding N keys per sequence
-		lens := make([]int32, c.B)
-		for b := range lens {
-			lens[b] = int32(c.N)
-		}
-		opts.KVCache = &flashattn.KVCache{SeqLens: lens}
-	}
+	opts := c.options(m.workers) // for decode, a KV cache holding N keys per sequence
 	ts, err := newBenchTensors(c, in, c.DType)
 	if err != nil {
 		return benchResult{}, err
@@ -297,22 +290,27 @@ func (m *measurer) measure(c benchCase) (benchResult, error) {
 	r.PlainCalls = pcalls
 	var gf, peaks, ratio, pg, speed, kv, rd, cp, rdRatio, cpRatio, secs []float64
 	var hpeaks, hratio, hvs, fg, fspeed []float64
+	// timed returns the mean seconds of n calls of a flashattn run. A
+	// collection since the last timed batch (the plain algorithm's
+	// garbage) may have emptied the pools: they are refilled untimed
+	// first, as a training loop's steady state would have them.
 	gcs := gcCycles()
+	timed := func(call func(), n int, callErr func() error) (float64, error) {
+		if gcCycles() != gcs {
+			call()
+		}
+		t := timeCalls(call, n)
+		gcs = gcCycles()
+		return t, callErr()
+	}
 	for rep := 0; rep < m.reps; rep++ {
 		pk := m.peak.measure()
 		hp := 0.0
 		if half {
 			hp = m.halfPeak.measure()
 		}
-		// A collection since the last timed batch (the plain algorithm's
-		// garbage) may have emptied the pools: refill them untimed, as a
-		// training loop's steady state would have them.
-		if gcCycles() != gcs {
-			run()
-		}
-		t := timeCalls(run, calls)
-		gcs = gcCycles()
-		if err := runErr(); err != nil {
+		t, err := timed(run, calls, runErr)
+		if err != nil {
 			return benchResult{}, err
 		}
 		g := flops / t / 1e9
@@ -327,12 +325,8 @@ func (m *measurer) measure(c benchCase) (benchResult, error) {
 			}
 		}
 		if frun != nil {
-			if gcCycles() != gcs {
-				frun()
-			}
-			ft := timeCalls(frun, fcalls)
-			gcs = gcCycles()
-			if err := frunErr(); err != nil {
+			ft, err := timed(frun, fcalls, frunErr)
+			if err != nil {
 				return benchResult{}, err
 			}
 			fg, fspeed = append(fg, flops/ft/1e9), append(fspeed, ft/t)

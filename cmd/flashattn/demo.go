@@ -84,28 +84,23 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	in := randomInputs(s, s.N, 1)
-	q := flashattn.Dense(in.q, s.B, s.N, s.H, s.D)
-	k := flashattn.Dense(in.k, s.B, s.N, s.Hk, s.D)
-	v := flashattn.Dense(in.v, s.B, s.N, s.Hk, s.D)
-	do := flashattn.Dense(in.do, s.B, s.N, s.H, s.D)
-	opts := &flashattn.Options{Causal: s.Causal, Workers: workers}
-
-	out := flashattn.NewTensor(s.B, s.N, s.H, s.D)
-	lse := make([]float32, s.B*s.H*s.N)
-	dq, dk, dv := flashattn.NewTensor(s.B, s.N, s.H, s.D), flashattn.NewTensor(s.B, s.N, s.Hk, s.D), flashattn.NewTensor(s.B, s.N, s.Hk, s.D)
-	var err error
-	// One untimed call warms the workspaces, as a training loop would.
-	_ = flashattn.ForwardInto(out, lse, q, k, v, opts)
-	tf, mf := allocated(func() { err = flashattn.ForwardInto(out, lse, q, k, v, opts) })
+	t, err := newBenchTensors(benchCase{shape: s, Mode: "fwdbwd"}, in, flashattn.Float32)
 	if err != nil {
 		return err
 	}
-	tb, mb := allocated(func() { err = flashattn.BackwardInto(dq, dk, dv, q, k, v, out, do, lse, opts) })
+	opts := &flashattn.Options{Causal: s.Causal, Workers: workers}
+	// One untimed call warms the workspaces, as a training loop would.
+	_ = flashattn.ForwardInto(t.out, t.lse, t.q, t.k, t.v, opts)
+	tf, mf := allocated(func() { err = flashattn.ForwardInto(t.out, t.lse, t.q, t.k, t.v, opts) })
+	if err != nil {
+		return err
+	}
+	tb, mb := allocated(func() { err = flashattn.BackwardInto(t.dq, t.dk, t.dv, t.q, t.k, t.v, t.out, t.do, t.lse, opts) })
 	if err != nil {
 		return err
 	}
 	sample := sampleRows(s, 16)
-	errF := rowErrors(s, in, sample, out.Data, lse, dq.Data)
+	errF := rowErrors(s, in, sample, t.out.Data, t.lse, t.dq.Data)
 
 	type line struct {
 		pass, algo string

@@ -65,13 +65,14 @@ func storedBytes(dt flashattn.DType) float64 {
 	return 4
 }
 
-// typedBytes is the memory n elements of dt take, rounded up (an upper
-// bound that saturates like memlimit.Mul).
+// typedBytes is the memory an array of dt with the given dimensions
+// takes, rounded up (an upper bound that saturates like memlimit.Mul).
 func typedBytes(dt flashattn.DType, dims ...int) memlimit.Size {
+	n := memlimit.Mul(dims...)
 	if dt == flashattn.Float32 {
-		return memlimit.Mul(append(dims, 4)...)
+		return n.Times(4)
 	}
-	return memlimit.Mul(append(dims, 2)...) // q8_0's 34/32 < 2
+	return n.Times(2) // q8_0's 34/32 < 2
 }
 
 // arrayTensor wraps a float array read from path (F32 or F16 set) as a

@@ -29,7 +29,7 @@ func TestGenerateErrors(t *testing.T) {
 		{[]string{"-model", garbage, "-workers", "-2"}, 1, "-workers"},
 		{[]string{"-model"}, 2, "flag needs an argument"},
 	} {
-		code, out, errs := runCLI(append([]string{"generate"}, tc.args...)...)
+		code, out, errs := atRun(append([]string{"generate"}, tc.args...)...)
 		if code != tc.code || !strings.Contains(errs, tc.want) || out != "" || strings.Count(strings.TrimSpace(errs), "\n") > 0 {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit %d mentioning %q", tc.args, code, out, errs, tc.code, tc.want)
 		}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -22,23 +21,9 @@ func gpuInputs(t *testing.T, dir string) []string {
 	rng := rand.New(rand.NewPCG(5, 6))
 	var args []string
 	for _, n := range []string{"q", "k", "v", "dout"} {
-		x := make([]float32, 70*2*64)
-		for i := range x {
-			x[i] = float32(rng.NormFloat64())
-		}
-		p := filepath.Join(dir, n+".npy")
-		if err := npy.WriteFloat32(p, x, []int{1, 70, 2, 64}); err != nil {
-			t.Fatal(err)
-		}
-		args = append(args, "-"+n, p)
+		args = append(args, "-"+n, atWriteF32(t, filepath.Join(dir, n+".npy"), atRand(rng, 70*2*64), 1, 70, 2, 64))
 	}
 	return append([]string{"attn"}, args...)
-}
-
-func runCLI(args ...string) (int, string, string) {
-	var out, errb bytes.Buffer
-	code := run(args, &out, &errb)
-	return code, out.String(), errb.String()
 }
 
 // gpuErr returns nil if GPU 0 opens, or why not.
@@ -62,7 +47,7 @@ func TestGPUNoDevice(t *testing.T) {
 		append(gpuInputs(t, dir), "-o", out, "-device", "gpu"),
 		{"bench", "-device", "gpu", "-seqlen", "128"},
 	} {
-		code, stdout, stderr := runCLI(args...)
+		code, stdout, stderr := atRun(args...)
 		if code != 1 || stdout != "" {
 			t.Errorf("%v: exit %d, stdout %q", args[0], code, stdout)
 		}
@@ -88,7 +73,7 @@ func TestGPUFlagValues(t *testing.T) {
 		{[]string{"bench", "-device", "tpu"}, `-device "tpu"`},
 		{[]string{"bench", "-dtype", "int8"}, `-dtype "int8"`},
 	} {
-		code, _, stderr := runCLI(c.args...)
+		code, _, stderr := atRun(c.args...)
 		if code == 0 || !strings.Contains(stderr, c.want) {
 			t.Errorf("%v: exit %d, stderr %q, want %q", c.args, code, stderr, c.want)
 		}
@@ -176,7 +161,7 @@ func TestAttnGPU(t *testing.T) {
 	dir := t.TempDir()
 	args := gpuInputs(t, dir)
 	for _, dev := range []string{"cpu", "gpu"} {
-		code, _, stderr := runCLI(append(args, "-o", filepath.Join(dir, dev), "-device", dev, "-causal")...)
+		code, _, stderr := atRun(append(args, "-o", filepath.Join(dir, dev), "-device", dev, "-causal")...)
 		if code != 0 {
 			t.Fatalf("-device %s: exit %d: %s", dev, code, stderr)
 		}
@@ -208,7 +193,7 @@ func TestAttnGPUFloat16(t *testing.T) {
 	dir := t.TempDir()
 	args := gpuInputs(t, dir)
 	for _, dev := range []string{"cpu", "gpu"} {
-		code, _, stderr := runCLI(append(args, "-o", filepath.Join(dir, dev), "-device", dev, "-dtype", "f16", "-causal")...)
+		code, _, stderr := atRun(append(args, "-o", filepath.Join(dir, dev), "-device", dev, "-dtype", "f16", "-causal")...)
 		if code != 0 {
 			t.Fatalf("-device %s: exit %d: %s", dev, code, stderr)
 		}

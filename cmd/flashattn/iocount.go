@@ -243,27 +243,23 @@ func (f *ioFlags) count() (ioResult, error) {
 // cache simulator: run with two call counts and take the difference, so
 // that allocating and filling the inputs cancels).
 func runCalls(s shape, opts *flashattn.Options, pass flashattn.Pass, calls int, seed uint64) error {
-	in := randomInputs(s, s.N, seed)
-	q := flashattn.Dense(in.q, s.B, s.N, s.H, s.D)
-	k := flashattn.Dense(in.k, s.B, s.N, s.Hk, s.D)
-	v := flashattn.Dense(in.v, s.B, s.N, s.Hk, s.D)
-	do := flashattn.Dense(in.do, s.B, s.N, s.H, s.D)
-	out := flashattn.NewTensor(s.B, s.N, s.H, s.D)
-	lse := make([]float32, s.B*s.H*s.N)
-	dq, dk, dv := flashattn.NewTensor(s.B, s.N, s.H, s.D), flashattn.NewTensor(s.B, s.N, s.Hk, s.D), flashattn.NewTensor(s.B, s.N, s.Hk, s.D)
+	t, err := newBenchTensors(benchCase{shape: s, Mode: "fwdbwd"}, randomInputs(s, s.N, seed), flashattn.Float32)
+	if err != nil {
+		return err
+	}
 	if pass == flashattn.PassBackward { // the backward's inputs
-		if err := flashattn.ForwardInto(out, lse, q, k, v, opts); err != nil {
+		if err := flashattn.ForwardInto(t.out, t.lse, t.q, t.k, t.v, opts); err != nil {
 			return err
 		}
 	}
 	for range calls {
 		if pass&flashattn.PassForward != 0 {
-			if err := flashattn.ForwardInto(out, lse, q, k, v, opts); err != nil {
+			if err := flashattn.ForwardInto(t.out, t.lse, t.q, t.k, t.v, opts); err != nil {
 				return err
 			}
 		}
 		if pass&flashattn.PassBackward != 0 {
-			if err := flashattn.BackwardInto(dq, dk, dv, q, k, v, out, do, lse, opts); err != nil {
+			if err := flashattn.BackwardInto(t.dq, t.dk, t.dv, t.q, t.k, t.v, t.out, t.do, t.lse, opts); err != nil {
 				return err
 			}
 		}

@@ -117,8 +117,22 @@ func newFlags(name string, stderr io.Writer, help string) *flag.FlagSet {
 	return fs
 }
 
-// parse parses args; a bad flag gives one line on stderr and errUsage.
+// parse parses args, which hold flags only; a bad flag or an argument
+// gives one line on stderr and errUsage.
 func parse(fs *flag.FlagSet, args []string, stderr io.Writer) error {
+	if err := parseArgs(fs, args, stderr); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "flashattn %s: unexpected argument %q (see -h)\n", fs.Name(), fs.Arg(0))
+		return errUsage
+	}
+	return nil
+}
+
+// parseArgs parses args, flags followed by arguments (left in fs.Args());
+// a bad flag gives one line on stderr and errUsage.
+func parseArgs(fs *flag.FlagSet, args []string, stderr io.Writer) error {
 	fs.SetOutput(io.Discard)
 	err := fs.Parse(args)
 	fs.SetOutput(stderr)
@@ -128,9 +142,6 @@ func parse(fs *flag.FlagSet, args []string, stderr io.Writer) error {
 		return err
 	case err != nil:
 		fmt.Fprintf(stderr, "flashattn %s: %v (see -h)\n", fs.Name(), err)
-		return errUsage
-	case fs.NArg() > 0:
-		fmt.Fprintf(stderr, "flashattn %s: unexpected argument %q (see -h)\n", fs.Name(), fs.Arg(0))
 		return errUsage
 	}
 	return nil

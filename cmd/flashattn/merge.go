@@ -1,11 +1,10 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 
 	"github.com/flashattn/flashattn"
 	"github.com/flashattn/flashattn/internal/npy"
@@ -22,15 +21,8 @@ func runMerge(args []string, stdout, stderr io.Writer, sm seams) error {
 		"Writes OUTDIR/out.npy and OUTDIR/lse.npy, the attention over the union of the keys, all or\n"+
 		"nothing; out.npy is '<f2' when every input out.npy is, '<f4' otherwise (sums in float64).\n")
 	fs.StringVar(&outDir, "o", "", "output `DIR` (created if missing; required)")
-	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
-		fs.SetOutput(stderr)
-		if errors.Is(err, flag.ErrHelp) {
-			fs.Usage()
-			return err
-		}
-		fmt.Fprintf(stderr, "flashattn merge: %v (see -h)\n", err)
-		return errUsage
+	if err := parseArgs(fs, args, stderr); err != nil {
+		return err
 	}
 	dirs := fs.Args()
 	switch {
@@ -60,11 +52,15 @@ func runMerge(args []string, stdout, stderr io.Writer, sm seams) error {
 		if oshape == nil {
 			oshape, lshape = os_, ls
 		}
-		if fmt.Sprint(os_) != fmt.Sprint(oshape) {
+		if !slices.Equal(os_, oshape) {
 			return fmt.Errorf("%s: shape %v, want %v (the shape of %s)", op, os_, oshape, filepath.Join(dirs[0], "out.npy"))
 		}
 		b, s, h, d := dims(os_)
-		if want := []int{b, h, s}; len(os_) == 3 && fmt.Sprint(ls) != fmt.Sprint([]int{h, s}) || len(os_) == 4 && fmt.Sprint(ls) != fmt.Sprint(want) {
+		want := []int{b, h, s}
+		if len(os_) == 3 { // packed
+			want = []int{h, s}
+		}
+		if !slices.Equal(ls, want) {
 			return fmt.Errorf("%s: shape %v does not fit %s %v (want [batch, heads, seqlen] or [heads, total])", lp, ls, op, os_)
 		}
 		if oa.F16 != nil {
@@ -88,8 +84,7 @@ func runMerge(args []string, stdout, stderr io.Writer, sm seams) error {
 	if err != nil {
 		return err
 	}
-	w := attnFlags{out: outDir}
-	return w.write(map[string]npy.Array{
+	return writeOutputs(outDir, map[string]npy.Array{
 		filepath.Join(outDir, "out.npy"): oa,
 		filepath.Join(outDir, "lse.npy"): {Shape: lshape, F32: lse},
 	}, sm)

@@ -18,13 +18,7 @@ import (
 func TestMergeCommand(t *testing.T) {
 	const b, sq, sk, h, d = 2, 3, 200, 2, 16
 	r := rand.New(rand.NewPCG(1, 5))
-	rnd := func(n int) []float32 {
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = float32(r.NormFloat64())
-		}
-		return x
-	}
+	rnd := func(n int) []float32 { return atRand(r, n) }
 	q := flashattn.Dense(rnd(b*sq*h*d), b, sq, h, d)
 	k, v := flashattn.Dense(rnd(b*sk*h*d), b, sk, h, d), flashattn.Dense(rnd(b*sk*h*d), b, sk, h, d)
 	full, fullLSE, err := flashattn.Forward(q, k, v, nil)
@@ -47,7 +41,7 @@ func TestMergeCommand(t *testing.T) {
 		dirs = append(dirs, dir)
 	}
 	outDir := filepath.Join(root, "merged")
-	if code, _, errs := runCLI(append([]string{"merge", "-o", outDir}, dirs...)...); code != 0 {
+	if code, _, errs := atRun(append([]string{"merge", "-o", outDir}, dirs...)...); code != 0 {
 		t.Fatalf("merge: exit %d: %s", code, errs)
 	}
 	o, _, err := npy.ReadFloat32(filepath.Join(outDir, "out.npy"))
@@ -78,7 +72,7 @@ func TestMergeCommand(t *testing.T) {
 		{"merge", "-o", filepath.Join(root, "x"), dirs[0], bad},
 		{"merge", "-o", filepath.Join(root, "x"), filepath.Join(root, "missing")},
 	} {
-		code, _, errs := runCLI(args...)
+		code, _, errs := atRun(args...)
 		if code == 0 || strings.Count(strings.TrimSpace(errs), "\n") != 0 {
 			t.Errorf("%v: exit %d, stderr %q", args, code, errs)
 		}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"math"
 	"strings"
@@ -68,17 +67,16 @@ func TestRandomBlockMask(t *testing.T) {
 // bench -variant block-sparse: the JSON carries the density and the
 // median seconds per call, and its FLOPs count only the visible blocks.
 func TestBenchBlockSparse(t *testing.T) {
-	var out, errb bytes.Buffer
-	args := []string{"bench", "-seqlen", "640", "-headdim", "32", "-batch", "1", "-heads", "2", "-mode", "fwdbwd",
-		"-variant", "block-sparse", "-density", "0.4", "-json", "-min-ms", "1", "-reps", "3"}
-	if code := run(args, &out, &errb); code != 0 {
-		t.Fatalf("exit %d: %s", code, errb.String())
+	code, out, stderr := atRun("bench", "-seqlen", "640", "-headdim", "32", "-batch", "1", "-heads", "2", "-mode", "fwdbwd",
+		"-variant", "block-sparse", "-density", "0.4", "-json", "-min-ms", "1", "-reps", "3")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	if !strings.Contains(out.String(), `"seconds_median":`) || !strings.Contains(out.String(), `"density":0.4`) {
-		t.Fatalf("JSON %s lacks seconds_median or density", out.String())
+	if !strings.Contains(out, `"seconds_median":`) || !strings.Contains(out, `"density":0.4`) {
+		t.Fatalf("JSON %s lacks seconds_median or density", out)
 	}
 	var r benchResult
-	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatal(err)
 	}
 	// 5 block rows × 2 blocks of 128² pairs per head, fwd+bwd = 3.5 × 4·pairs·D.

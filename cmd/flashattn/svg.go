@@ -52,22 +52,7 @@ func drawSVG(path string, rs []benchResult) error {
 			plots[i][j] = p
 		}
 	}
-	w, h := vg.Length(len(modes))*4*vg.Inch, vg.Length(len(dims))*3.2*vg.Inch
-	var canvas vg.CanvasWriterTo
-	if strings.EqualFold(filepath.Ext(path), ".svg") {
-		canvas = vgsvg.New(w, h)
-	} else {
-		canvas = vgimg.PngCanvas{Canvas: vgimg.New(w, h)}
-	}
-	tiles := draw.Tiles{Rows: len(dims), Cols: len(modes), PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 4,
-		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
-	dc := draw.New(canvas)
-	for i, row := range plot.Align(plots, tiles, dc) {
-		for j, c := range row {
-			plots[i][j].Draw(c)
-		}
-	}
-	return writeAtomic(path, canvas)
+	return writeFigure(path, plots, benchLayout)
 }
 
 var modeTitle = map[string]string{"fwd": "forward", "bwd": "backward", "fwdbwd": "forward + backward"}
@@ -155,6 +140,41 @@ func seqLabel(n int) string {
 		return fmt.Sprintf("%dk", n/1024)
 	}
 	return fmt.Sprint(n)
+}
+
+// figureLayout is the size of one panel of a figure and the padding around
+// and between the panels.
+type figureLayout struct {
+	w, h  vg.Length
+	tiles draw.Tiles // padding only: Rows and Cols come from the grid
+}
+
+// benchLayout is the layout of bench's figure.
+var benchLayout = figureLayout{w: 4 * vg.Inch, h: 3.2 * vg.Inch, tiles: draw.Tiles{
+	PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 4,
+	PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}}
+
+// writeFigure lays out a grid of plots, rows of equal length, and writes
+// it to path as SVG (for a .svg name) or PNG, through a temporary file and
+// a rename.
+func writeFigure(path string, grid [][]*plot.Plot, l figureLayout) error {
+	rows, cols := len(grid), len(grid[0])
+	w, h := vg.Length(cols)*l.w, vg.Length(rows)*l.h
+	var canvas vg.CanvasWriterTo
+	if strings.EqualFold(filepath.Ext(path), ".svg") {
+		canvas = vgsvg.New(w, h)
+	} else {
+		canvas = vgimg.PngCanvas{Canvas: vgimg.New(w, h)}
+	}
+	tiles := l.tiles
+	tiles.Rows, tiles.Cols = rows, cols
+	dc := draw.New(canvas)
+	for i, row := range plot.Align(grid, tiles, dc) {
+		for j, c := range row {
+			grid[i][j].Draw(c)
+		}
+	}
+	return writeAtomic(path, canvas)
 }
 
 // writeAtomic writes w to path through a temporary file and a rename.

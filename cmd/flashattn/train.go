@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -142,6 +141,15 @@ func (f *trainFlags) check(dropout float64) error {
 	return nil
 }
 
+// humanOut is where the lines for people go: stdout, or stderr when -json
+// keeps stdout for the JSON objects.
+func (f *trainFlags) humanOut(stdout, stderr io.Writer) io.Writer {
+	if f.json {
+		return stderr
+	}
+	return stdout
+}
+
 // loadData reads -data, or the Go sources under GOROOT/src.
 func loadData(path string) (*gpt.Dataset, error) {
 	if path != "" {
@@ -210,10 +218,7 @@ func trainOnce(f trainFlags, attention string, steps int, stdout, stderr io.Writ
 	if err != nil {
 		return res, err
 	}
-	human := stdout
-	if f.json {
-		human = stderr
-	}
+	human := f.humanOut(stdout, stderr)
 	unigram := ds.Unigram()
 	fmt.Fprintf(human, "model: %v, attention %s, dropout %g, kernel %s\n", f.cfg, attention, f.cfg.Dropout, m.Kernel())
 	fmt.Fprintf(human, "data: %s\n", ds.Source)
@@ -221,6 +226,7 @@ func trainOnce(f trainFlags, attention string, steps int, stdout, stderr io.Writ
 		steps, f.tc.Batch, f.cfg.Context, f.tc.LR, f.tc.MinLR, f.tc.Warmup, f.tc.Seed, unigram)
 	enc := json.NewEncoder(stdout)
 	prog := newProgress(stderr, steps)
+	defer prog.clear() // before any error is printed
 	var times, attnTimes []time.Duration
 	var valLoss *float64
 	var tokens int
@@ -228,11 +234,9 @@ func trainOnce(f trainFlags, attention string, steps int, stdout, stderr io.Writ
 	for step := 1; step <= steps; step++ {
 		st, err := tr.Step()
 		if err != nil {
-			prog.clear()
 			return res, fmt.Errorf("step %d: %v", step, err)
 		}
 		if math.IsNaN(st.Loss) || math.IsInf(st.Loss, 0) {
-			prog.clear()
 			return res, fmt.Errorf("step %d: the loss diverged (%v); try a lower -lr", step, st.Loss)
 		}
 		res.losses = append(res.losses, st.Loss)
@@ -317,16 +321,6 @@ func mean(xs []float64) float64 {
 	return s / float64(max(1, len(xs)))
 }
 
-// isTTY reports whether w is a character device (a terminal).
-func isTTY(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0 && os.Getenv("TERM") != "dumb"
-}
-
 // progress is the live status line, drawn on a terminal only and at most
 // ten times a second.
 type progress struct {
@@ -338,7 +332,7 @@ type progress struct {
 }
 
 func newProgress(w io.Writer, total int) *progress {
-	return &progress{w: w, on: isTTY(w), total: total}
+	return &progress{w: w, on: isTerminal(w), total: total}
 }
 
 func (p *progress) update(step int, loss float64, tokens int, busy, elapsed time.Duration) {

@@ -35,10 +35,7 @@ func runCompare(f trainFlags, stdout, stderr io.Writer) error {
 			c.MaxDiff, c.MaxDiffStep = d, i+1
 		}
 	}
-	human := stdout
-	if f.json {
-		human = stderr
-	}
+	human := f.humanOut(stdout, stderr)
 	fmt.Fprintf(human, "flash vs plain over %d steps: max |loss_flash - loss_plain| = %.3g (step %d); %.1f vs %.1f ms/step (plain/flash %.2f×)\n",
 		c.Steps, c.MaxDiff, c.MaxDiffStep, c.Flash.StepMs, c.Plain.StepMs, c.Plain.StepMs/c.Flash.StepMs)
 	if f.svg != "" {

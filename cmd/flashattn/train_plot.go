@@ -1,22 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"image/color"
 	"math"
-	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
-	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 // drawLossCurves draws the training loss of flash and plain against the
@@ -63,7 +57,7 @@ func drawLossCurves(path string, flash, plain []float64) error {
 	}
 	l.Color = color.Black
 	diff.Add(l)
-	return writeFigure(path, [][]*plot.Plot{{curves, diff}})
+	return writeFigure(path, [][]*plot.Plot{{curves, diff}}, trainLayout)
 }
 
 // drawSweep draws step time and peak memory against context length.
@@ -78,7 +72,7 @@ func drawSweep(path string, pts []sweepPoint) error {
 	var ticks []plot.Tick
 	for _, p := range pts {
 		if p.Attention == "flash" {
-			ticks = append(ticks, plot.Tick{Value: float64(p.Context), Label: seqTick(p.Context)})
+			ticks = append(ticks, plot.Tick{Value: float64(p.Context), Label: seqLabel(p.Context)})
 		}
 	}
 	for _, p := range []*plot.Plot{tm, mem} {
@@ -113,7 +107,7 @@ func drawSweep(path string, pts []sweepPoint) error {
 		}
 	}
 	mem.Y.Min = 0
-	return writeFigure(path, [][]*plot.Plot{{tm, mem}})
+	return writeFigure(path, [][]*plot.Plot{{tm, mem}}, trainLayout)
 }
 
 // decades marks a log axis at 1, 2 and 5 times the powers of ten,
@@ -145,50 +139,8 @@ func (decades) Ticks(lo, hi float64) []plot.Tick {
 	return ts
 }
 
-func seqTick(n int) string {
-	if n >= 1024 && n%1024 == 0 {
-		return fmt.Sprintf("%dk", n/1024)
-	}
-	return fmt.Sprint(n)
-}
-
-// writeFigure lays out a grid of plots and writes it to path as SVG (for
-// a .svg name) or PNG, through a temporary file and a rename.
-func writeFigure(path string, grid [][]*plot.Plot) error {
-	rows, cols := len(grid), len(grid[0])
-	w, h := vg.Length(cols)*4.5*vg.Inch, vg.Length(rows)*3.4*vg.Inch
-	var canvas vg.CanvasWriterTo
-	if strings.EqualFold(filepath.Ext(path), ".svg") {
-		canvas = vgsvg.New(w, h)
-	} else {
-		canvas = vgimg.PngCanvas{Canvas: vgimg.New(w, h)}
-	}
-	tiles := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Millimeter * 6, PadY: vg.Millimeter * 4,
-		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 4}
-	dc := draw.New(canvas)
-	for i, row := range plot.Align(grid, tiles, dc) {
-		for j, c := range row {
-			grid[i][j].Draw(c)
-		}
-	}
-	var b bytes.Buffer
-	if _, err := canvas.WriteTo(&b); err != nil {
-		return fmt.Errorf("-svg %s: %v", path, err)
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".flashattn-*")
-	if err != nil {
-		return fmt.Errorf("-svg %s: %v", path, err)
-	}
-	_, err = tmp.Write(b.Bytes())
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("-svg %s: %v", path, err)
-	}
-	return nil
-}
+// trainLayout is the layout of train's figures: larger panels, further
+// apart, than bench's.
+var trainLayout = figureLayout{w: 4.5 * vg.Inch, h: 3.4 * vg.Inch, tiles: draw.Tiles{
+	PadX: vg.Millimeter * 6, PadY: vg.Millimeter * 4,
+	PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 4}}

@@ -92,10 +92,7 @@ func runSweep(f trainFlags, stdout, stderr io.Writer, run runner) error {
 	if err != nil {
 		return err
 	}
-	human := stdout
-	if f.json {
-		human = stderr
-	}
+	human := f.humanOut(stdout, stderr)
 	fmt.Fprintf(human, "sweep: %d layers, %d heads, width %d; %d tokens per step; %d rounds of %d steps per point (the fastest step after each run's first)\n",
 		f.cfg.Layers, f.cfg.Heads, f.cfg.Dim, f.sweepTokens, f.sweepRounds, f.sweepSteps)
 	// Rounds repeat the whole sweep, so that a burst of other work on a

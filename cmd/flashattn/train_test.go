@@ -45,7 +45,7 @@ func TestTrainJSONAndGenerate(t *testing.T) {
 	data := writeText(t)
 	ckpt := filepath.Join(t.TempDir(), "tiny.ckpt")
 	args := append([]string{"train", "-data", data, "-steps", "40", "-json", "-eval-every", "20", "-save", ckpt}, tinyModel...)
-	code, out, errs := runCLI(args...)
+	code, out, errs := atRun(args...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -88,7 +88,7 @@ func TestTrainJSONAndGenerate(t *testing.T) {
 	}
 
 	gen := func(seed string) string {
-		code, out, errs := runCLI("generate", "-model", ckpt, "-prompt", "func (s", "-tokens", "60", "-seed", seed)
+		code, out, errs := atRun("generate", "-model", ckpt, "-prompt", "func (s", "-tokens", "60", "-seed", seed)
 		if code != 0 {
 			t.Fatalf("generate: exit %d: %s", code, errs)
 		}
@@ -127,7 +127,7 @@ func TestTrainErrors(t *testing.T) {
 		{[]string{"extra"}, 2, "unexpected argument"},
 	} {
 		args := append([]string{"train", "-data", data}, tc.args...)
-		code, _, errs := runCLI(args...)
+		code, _, errs := atRun(args...)
 		if code != tc.code || !strings.Contains(errs, tc.want) || strings.Count(strings.TrimSpace(errs), "\n") > 4 {
 			t.Errorf("%v: exit %d, stderr %q; want exit %d mentioning %q", tc.args, code, errs, tc.code, tc.want)
 		}
@@ -140,7 +140,7 @@ func TestTrainCompare(t *testing.T) {
 	data := writeText(t)
 	svg := filepath.Join(t.TempDir(), "loss.svg")
 	args := append([]string{"train", "-data", data, "-steps", "8", "-compare", "8", "-json", "-eval-every", "0", "-svg", svg}, tinyModel...)
-	code, out, errs := runCLI(args...)
+	code, out, errs := atRun(args...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -167,7 +167,7 @@ func TestTrainSweep(t *testing.T) {
 	data := writeText(t)
 	png := filepath.Join(t.TempDir(), "sweep.png")
 	inProcess := func(args []string) ([]byte, error) {
-		code, out, errs := runCLI(args...)
+		code, out, errs := atRun(args...)
 		if code != 0 {
 			return nil, fmt.Errorf("exit %d: %s", code, errs)
 		}
