@@ -3,11 +3,12 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/flashattn/flashattn/internal/atomicfile"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -177,21 +178,10 @@ func writeFigure(path string, grid [][]*plot.Plot, l figureLayout) error {
 	return writeAtomic(path, canvas)
 }
 
-// writeAtomic writes w to path through a temporary file and a rename.
+// writeAtomic writes w to path through internal/atomicfile, with the
+// -svg flag in its error.
 func writeAtomic(path string, w io.WriterTo) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".flashattn-*")
-	if err != nil {
-		return fmt.Errorf("-svg %s: %v", path, err)
-	}
-	_, err = w.WriteTo(tmp)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
+	if err := atomicfile.Write(path, w); err != nil {
 		return fmt.Errorf("-svg %s: %v", path, err)
 	}
 	return nil

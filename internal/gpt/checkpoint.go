@@ -9,7 +9,8 @@ import (
 	"hash/crc32"
 	"math"
 	"os"
-	"path/filepath"
+
+	"github.com/flashattn/flashattn/internal/atomicfile"
 )
 
 // A checkpoint file is
@@ -116,29 +117,7 @@ func SaveCheckpoint(path string, m *Model, step int) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(path, b)
-}
-
-// writeFileAtomic writes b to path through a temporary file and a rename.
-func writeFileAtomic(path string, b []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	_, err = tmp.Write(b)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-	}
-	return err
+	return atomicfile.Write(path, bytes.NewReader(b))
 }
 
 // LoadCheckpoint reads a checkpoint into a new Model that computes
