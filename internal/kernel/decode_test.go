@@ -354,6 +354,28 @@ func TestDecodeReadSum(t *testing.T) {
 	}
 }
 
+// TestDecodeNoAllocs: the kernels run once per head per decoded token, so
+// a call allocates nothing, whatever the number of row tiles (m = 31 takes
+// 16+8+4+2+1 on AVX-512, 8+8+8+4+2+1 on AVX2).
+func TestDecodeNoAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	const n, d = 100, 64
+	for _, dk := range decodeSets() {
+		for _, m := range []int{1, 3, 12, 31} {
+			s, q, o := make([]float32, m*n), make([]float32, m*d), make([]float32, m*d)
+			k := make([]uint16, n*d)
+			if a := testing.AllocsPerRun(10, func() { dk.ScoresBF16(s, n, q, m, k, d, n, d) }); a != 0 {
+				t.Errorf("%s: ScoresBF16 with m = %d allocates %v times per call", dk.Name, m, a)
+			}
+			if a := testing.AllocsPerRun(10, func() { dk.AccumBF16(o, d, s, n, m, k, d, n, d) }); a != 0 {
+				t.Errorf("%s: AccumBF16 with m = %d allocates %v times per call", dk.Name, m, a)
+			}
+		}
+	}
+}
+
 // TestDecodeSelfCheck: every assembly set this CPU supports passes its
 // start-up check (else it would silently fall back), and a set with one
 // wrong or crashing kernel is rejected.
