@@ -173,17 +173,23 @@ func decodeShapes(q8 bool) []decodeShape {
 	return shs
 }
 
-func TestDecodeScores(t *testing.T) {
+func TestDecodeScores(t *testing.T) { forDecodeCases(t, 5, 6, checkScoresCase) }
+
+// forDecodeCases runs check, in a subtest per decode set with a random
+// source seeded by seed1 and seed2, on every cache type and shape, with
+// the cache's guard page after and before it (and that of Q or P and S or
+// O alternating between shapes).
+func forDecodeCases(t *testing.T, seed1, seed2 uint64, check func(t *testing.T, r *rand.Rand, dk Decode, typ cacheType, sh decodeShape, after, afterIO bool)) {
 	for _, dk := range decodeSets() {
 		t.Run(dk.Name, func(t *testing.T) {
-			r := rand.New(rand.NewPCG(5, 6))
+			r := rand.New(rand.NewPCG(seed1, seed2))
 			for _, typ := range cacheTypes {
 				for i, sh := range decodeShapes(typ == cacheQ8) {
 					if sh.d == 0 && typ == cacheQ8 {
 						continue
 					}
 					for _, after := range []bool{true, false} {
-						checkScoresCase(t, r, dk, typ, sh, after, i%2 == 0)
+						check(t, r, dk, typ, sh, after, i%2 == 0)
 					}
 				}
 			}
@@ -228,23 +234,7 @@ func checkScoresCase(t *testing.T, r *rand.Rand, dk Decode, typ cacheType, sh de
 	}
 }
 
-func TestDecodeAccum(t *testing.T) {
-	for _, dk := range decodeSets() {
-		t.Run(dk.Name, func(t *testing.T) {
-			r := rand.New(rand.NewPCG(7, 8))
-			for _, typ := range cacheTypes {
-				for i, sh := range decodeShapes(typ == cacheQ8) {
-					if sh.d == 0 && typ == cacheQ8 {
-						continue
-					}
-					for _, after := range []bool{true, false} {
-						checkAccumCase(t, r, dk, typ, sh, after, i%2 == 0)
-					}
-				}
-			}
-		})
-	}
-}
+func TestDecodeAccum(t *testing.T) { forDecodeCases(t, 7, 8, checkAccumCase) }
 
 func checkAccumCase(t *testing.T, r *rand.Rand, dk Decode, typ cacheType, sh decodeShape, after, afterIO bool) {
 	t.Helper()
