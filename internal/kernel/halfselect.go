@@ -185,12 +185,14 @@ func selfCheckHalf(h Half) (err error) {
 	PackVNNIInto(buf, ldb, p0, bf, k, k, n, true, e)
 	b := buf[W*p0:]
 	g := GenericHalf(e)
+	bu := make([]float32, k*n) // B as packed, widened
+	UnpackVNNI(bu, n, b, ldb, k, n, e)
 	mag := make([]float64, m*n)
 	for i := 0; i < m; i++ {
 		for j := 0; j < n; j++ {
 			s := 1.0
 			for p := 0; p < k; p++ {
-				s += math.Abs(float64(e.ToF32(a[i*lda+p])) * float64(e.ToF32(b[(j/W)*ldb+(p/2)*2*W+(j%W)*2+p%2])))
+				s += math.Abs(float64(e.ToF32(a[i*lda+p])) * float64(bu[p*n+j]))
 			}
 			mag[i*n+j] = s
 		}
