@@ -31,12 +31,6 @@ func availableHalf(e Elem) []Half {
 	return append(hs, f32Half(e, Select()), GenericHalf(e))
 }
 
-func checkElem(e Elem) {
-	if e != BF16 && e != F16 {
-		bad("unknown element type " + e.String())
-	}
-}
-
 // HalfAvailable lists the half-precision paths for e that this CPU can run:
 // the assembly ones ("amx", "avx512bf16") that passed their start-up
 // self-check, then "f32" and "generic", which are always there.
