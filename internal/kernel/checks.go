@@ -23,3 +23,10 @@ func checkWidth(n int) {
 		bad("matrix width not a multiple of 16")
 	}
 }
+
+// checkElem panics unless e is BF16 or F16.
+func checkElem(e Elem) {
+	if e != BF16 && e != F16 {
+		bad("unknown element type " + e.String())
+	}
+}

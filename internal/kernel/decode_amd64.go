@@ -62,20 +62,12 @@ func archDecode() []Decode {
 	return ds
 }
 
-// rowTiles splits m rows into tiles of the sizes in kern (powers of two
-// 1, 2, 4, …): as many of the largest as fit, then the binary digits of the
-// rest.
-func rowTiles(m, maxRows int) []int {
-	var ts []int
-	for ; m >= maxRows; m -= maxRows {
-		ts = append(ts, maxRows)
-	}
-	for t := maxRows / 2; t >= 1; t /= 2 {
-		if m&t != 0 {
-			ts = append(ts, t)
-		}
-	}
-	return ts
+// tileRows is the number of rows of the next tile when left rows remain:
+// the largest power of two up to min(left, maxRows) (maxRows a power of
+// two). Taking tiles of tileRows until no rows are left gives as many of
+// maxRows as fit, then the binary digits of the rest, largest first.
+func tileRows(left, maxRows int) int {
+	return min(maxRows, 1<<(bits.Len(uint(left))-1))
 }
 
 // decodeBlockBytes is the size of the block of cache rows that all row
@@ -114,15 +106,15 @@ func wrapScores[T any](isa decodeISA, name string, rowLen func(int) int, generic
 			generic(s, lds, q, m, k, ldk, n, d)
 			return
 		}
-		tiles := rowTiles(m, 1<<(len(kern)-1))
+		maxRows := 1 << (len(kern) - 1)
 		nb := n
-		if len(tiles) > 1 {
+		if tileRows(m, maxRows) < m { // more than one tile
 			nb = keysPerBlock(rowLen(d) * elemSize[T]())
 		}
 		for j0 := 0; j0 < n; j0 += nb {
 			jn := min(nb, n-j0)
-			r0 := 0
-			for _, t := range tiles {
+			for r0 := 0; r0 < m; {
+				t := tileRows(m-r0, maxRows)
 				kern[bits.TrailingZeros(uint(t))](s[r0*lds+j0:], lds, q[r0*d:], k[j0*ldk:], ldk, jn, d)
 				r0 += t
 			}
@@ -144,15 +136,15 @@ func wrapAccum[T any](isa decodeISA, name string, rowLen func(int) int, generic 
 			generic(o, ldo, p, ldp, m, v, ldv, n, d)
 			return
 		}
-		tiles := rowTiles(m, 1<<(len(kern)-1))
+		maxRows := 1 << (len(kern) - 1)
 		nb := n
-		if len(tiles) > 1 {
+		if tileRows(m, maxRows) < m { // more than one tile
 			nb = keysPerBlock(rowLen(d) * elemSize[T]())
 		}
 		for j0 := 0; j0 < n; j0 += nb {
 			jn := min(nb, n-j0)
-			r0 := 0
-			for _, t := range tiles {
+			for r0 := 0; r0 < m; {
+				t := tileRows(m-r0, maxRows)
 				kern[bits.TrailingZeros(uint(t))](o[r0*ldo:], ldo, p[r0*ldp+j0:], ldp, v[j0*ldv:], ldv, jn, d)
 				r0 += t
 			}

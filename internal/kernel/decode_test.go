@@ -173,17 +173,23 @@ func decodeShapes(q8 bool) []decodeShape {
 	return shs
 }
 
-func TestDecodeScores(t *testing.T) {
+func TestDecodeScores(t *testing.T) { forDecodeCases(t, 5, 6, checkScoresCase) }
+
+// forDecodeCases runs check, in a subtest per decode set with a random
+// source seeded by seed1 and seed2, on every cache type and shape, with
+// the cache's guard page after and before it (and that of Q or P and S or
+// O alternating between shapes).
+func forDecodeCases(t *testing.T, seed1, seed2 uint64, check func(t *testing.T, r *rand.Rand, dk Decode, typ cacheType, sh decodeShape, after, afterIO bool)) {
 	for _, dk := range decodeSets() {
 		t.Run(dk.Name, func(t *testing.T) {
-			r := rand.New(rand.NewPCG(5, 6))
+			r := rand.New(rand.NewPCG(seed1, seed2))
 			for _, typ := range cacheTypes {
 				for i, sh := range decodeShapes(typ == cacheQ8) {
 					if sh.d == 0 && typ == cacheQ8 {
 						continue
 					}
 					for _, after := range []bool{true, false} {
-						checkScoresCase(t, r, dk, typ, sh, after, i%2 == 0)
+						check(t, r, dk, typ, sh, after, i%2 == 0)
 					}
 				}
 			}
@@ -228,23 +234,7 @@ func checkScoresCase(t *testing.T, r *rand.Rand, dk Decode, typ cacheType, sh de
 	}
 }
 
-func TestDecodeAccum(t *testing.T) {
-	for _, dk := range decodeSets() {
-		t.Run(dk.Name, func(t *testing.T) {
-			r := rand.New(rand.NewPCG(7, 8))
-			for _, typ := range cacheTypes {
-				for i, sh := range decodeShapes(typ == cacheQ8) {
-					if sh.d == 0 && typ == cacheQ8 {
-						continue
-					}
-					for _, after := range []bool{true, false} {
-						checkAccumCase(t, r, dk, typ, sh, after, i%2 == 0)
-					}
-				}
-			}
-		})
-	}
-}
+func TestDecodeAccum(t *testing.T) { forDecodeCases(t, 7, 8, checkAccumCase) }
 
 func checkAccumCase(t *testing.T, r *rand.Rand, dk Decode, typ cacheType, sh decodeShape, after, afterIO bool) {
 	t.Helper()
@@ -349,6 +339,28 @@ func TestDecodeReadSum(t *testing.T) {
 		for _, dk := range decodeSets() {
 			if got := dk.ReadSum(b); got != want {
 				t.Errorf("%s: ReadSum of %d bytes = %#x, want %#x", dk.Name, n, got, want)
+			}
+		}
+	}
+}
+
+// TestDecodeNoAllocs: the kernels run once per head per decoded token, so
+// a call allocates nothing, whatever the number of row tiles (m = 31 takes
+// 16+8+4+2+1 on AVX-512, 8+8+8+4+2+1 on AVX2).
+func TestDecodeNoAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	const n, d = 100, 64
+	for _, dk := range decodeSets() {
+		for _, m := range []int{1, 3, 12, 31} {
+			s, q, o := make([]float32, m*n), make([]float32, m*d), make([]float32, m*d)
+			k := make([]uint16, n*d)
+			if a := testing.AllocsPerRun(10, func() { dk.ScoresBF16(s, n, q, m, k, d, n, d) }); a != 0 {
+				t.Errorf("%s: ScoresBF16 with m = %d allocates %v times per call", dk.Name, m, a)
+			}
+			if a := testing.AllocsPerRun(10, func() { dk.AccumBF16(o, d, s, n, m, k, d, n, d) }); a != 0 {
+				t.Errorf("%s: AccumBF16 with m = %d allocates %v times per call", dk.Name, m, a)
 			}
 		}
 	}

@@ -31,12 +31,6 @@ func availableHalf(e Elem) []Half {
 	return append(hs, f32Half(e, Select()), GenericHalf(e))
 }
 
-func checkElem(e Elem) {
-	if e != BF16 && e != F16 {
-		bad("unknown element type " + e.String())
-	}
-}
-
 // HalfAvailable lists the half-precision paths for e that this CPU can run:
 // the assembly ones ("amx", "avx512bf16") that passed their start-up
 // self-check, then "f32" and "generic", which are always there.
@@ -185,12 +179,14 @@ func selfCheckHalf(h Half) (err error) {
 	PackVNNIInto(buf, ldb, p0, bf, k, k, n, true, e)
 	b := buf[W*p0:]
 	g := GenericHalf(e)
+	bu := make([]float32, k*n) // B as packed, widened
+	UnpackVNNI(bu, n, b, ldb, k, n, e)
 	mag := make([]float64, m*n)
 	for i := 0; i < m; i++ {
 		for j := 0; j < n; j++ {
 			s := 1.0
 			for p := 0; p < k; p++ {
-				s += math.Abs(float64(e.ToF32(a[i*lda+p])) * float64(e.ToF32(b[(j/W)*ldb+(p/2)*2*W+(j%W)*2+p%2])))
+				s += math.Abs(float64(e.ToF32(a[i*lda+p])) * float64(bu[p*n+j]))
 			}
 			mag[i*n+j] = s
 		}

@@ -63,11 +63,9 @@ func archImpls() []Impl {
 func archFMAPeak(iters int) int {
 	switch {
 	case hasAVX512:
-		FMAPeakAVX512(iters)
-		return 12 * 16 * 2
+		return fmaPeakLoopAVX512(iters)
 	case hasAVX2:
-		FMAPeakAVX2(iters)
-		return 12 * 8 * 2
+		return fmaPeakLoopAVX2(iters)
 	}
 	return fmaPeakGeneric(iters)
 }

@@ -6,9 +6,21 @@ package kernel
 // the edges with the reference packer, so both agree with it bit for bit.
 
 // packKernels are the assembly packers of one ISA for one source type:
-// t packs from the rows of Bᵀ, n from the rows of B.
+// t packs from the rows of Bᵀ, n from the rows of B. whole: they take
+// whole matrices (AVX-512); else only the full blocks (AVX2).
 type packKernels[T float32 | uint16] struct {
-	t, n func(dst []uint16, ldb int, src []T, ld, a, b int)
+	t, n  func(dst []uint16, ldb int, src []T, ld, a, b int)
+	whole bool
+}
+
+// run packs checked arguments with ks, conv (the scalar conversion)
+// packing what the kernels leave.
+func (ks packKernels[T]) run(conv func(T) uint16, dst []uint16, ldb, p0 int, src []T, ld, k, n int, transposed bool) {
+	if ks.whole {
+		pack512(ks, dst, ldb, p0, src, ld, k, n, transposed)
+	} else {
+		pack2(ks, conv, dst, ldb, p0, src, ld, k, n, transposed)
+	}
 }
 
 // pack512 runs the AVX-512 kernels on checked arguments.
@@ -56,8 +68,6 @@ func pack2[T float32 | uint16](ks packKernels[T], conv func(T) uint16, dst []uin
 	}
 }
 
-func copy16(h uint16) uint16 { return h }
-
 // setPackers fills the packing and rounding kernels of im with the best
 // assembly for its ISA that this CPU runs, Go otherwise.
 func setPackers(im *Impl, avx512 bool) {
@@ -66,20 +76,12 @@ func setPackers(im *Impl, avx512 bool) {
 
 	var k16 packKernels[uint16]
 	var kbf, kf packKernels[float32] // kf.t == nil: fp16 in Go
-	run16 := pack2[uint16]
-	runF := pack2[float32]
 	roundBF, roundF := roundBF16AVX2, roundF16AVX2
 	switch {
 	case avx512 && hasAVX512BW:
-		k16 = packKernels[uint16]{packT16AVX512, packN16AVX512}
-		kbf = packKernels[float32]{packTBF16AVX512, packNBF16AVX512}
-		kf = packKernels[float32]{packTF16AVX512, packNF16AVX512}
-		run16 = func(ks packKernels[uint16], _ func(uint16) uint16, dst []uint16, ldb, p0 int, src []uint16, ld, k, n int, tr bool) {
-			pack512(ks, dst, ldb, p0, src, ld, k, n, tr)
-		}
-		runF = func(ks packKernels[float32], _ func(float32) uint16, dst []uint16, ldb, p0 int, src []float32, ld, k, n int, tr bool) {
-			pack512(ks, dst, ldb, p0, src, ld, k, n, tr)
-		}
+		k16 = packKernels[uint16]{packT16AVX512, packN16AVX512, true}
+		kbf = packKernels[float32]{packTBF16AVX512, packNBF16AVX512, true}
+		kf = packKernels[float32]{packTF16AVX512, packNF16AVX512, true}
 		roundBF, roundF = roundBF16AVX512, roundF16AVX512
 		im.TransposeRound = func(dst []uint16, ldd int, src []float32, lds, rows, cols int, e Elem) {
 			checkTransposeRound(len(dst), ldd, len(src), lds, rows, cols, e)
@@ -95,24 +97,24 @@ func setPackers(im *Impl, avx512 bool) {
 	case avx512:
 		return // AVX512F without BW: the word instructions are missing
 	default:
-		k16 = packKernels[uint16]{packT16AVX2, packN16AVX2}
-		kbf = packKernels[float32]{packTBF16AVX2, packNBF16AVX2}
+		k16 = packKernels[uint16]{packT16AVX2, packN16AVX2, false}
+		kbf = packKernels[float32]{packTBF16AVX2, packNBF16AVX2, false}
 		if hasF16C {
-			kf = packKernels[float32]{packTF16AVX2, packNF16AVX2}
+			kf = packKernels[float32]{packTF16AVX2, packNF16AVX2, false}
 		}
 	}
 	im.PackVNNI16Into = func(dst []uint16, ldb, p0 int, src []uint16, ld, k, n int, transposed bool) {
 		checkPack("PackVNNI16Into", len(dst), ldb, p0, len(src), ld, k, n, transposed)
-		run16(k16, copy16, dst, ldb, p0, src, ld, k, n, transposed)
+		k16.run(copy16, dst, ldb, p0, src, ld, k, n, transposed)
 	}
 	im.PackVNNIInto = func(dst []uint16, ldb, p0 int, src []float32, ld, k, n int, transposed bool, e Elem) {
 		checkPack("PackVNNIInto", len(dst), ldb, p0, len(src), ld, k, n, transposed)
 		checkElem(e)
 		switch {
 		case e == BF16:
-			runF(kbf, F32ToBF16, dst, ldb, p0, src, ld, k, n, transposed)
+			kbf.run(F32ToBF16, dst, ldb, p0, src, ld, k, n, transposed)
 		case kf.t != nil:
-			runF(kf, F32ToF16, dst, ldb, p0, src, ld, k, n, transposed)
+			kf.run(F32ToF16, dst, ldb, p0, src, ld, k, n, transposed)
 		default:
 			packVNNIGo(dst, ldb, p0, src, ld, k, n, transposed, F32ToF16)
 		}

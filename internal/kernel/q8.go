@@ -107,14 +107,7 @@ func DequantizeQ8(dst []float32, src []byte) error {
 	if want := len(src) / Q8BlockBytes * Q8Block; len(dst) != want {
 		return fmt.Errorf("DequantizeQ8: %d bytes hold %d values, dst has %d", len(src), want, len(dst))
 	}
-	for b := 0; b < len(src)/Q8BlockBytes; b++ {
-		blk := src[b*Q8BlockBytes : (b+1)*Q8BlockBytes]
-		d := q8Scale(blk)
-		out := dst[b*Q8Block : (b+1)*Q8Block]
-		for i := range out {
-			out[i] = float32(int8(blk[2+i])) * d
-		}
-	}
+	widenQ8(dst, src)
 	return nil
 }
 

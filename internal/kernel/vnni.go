@@ -74,8 +74,11 @@ func PackVNNIInto(dst []uint16, ldb, p0 int, src []float32, ld, k, n int, transp
 // which is copied unchanged.
 func PackVNNI16Into(dst []uint16, ldb, p0 int, src []uint16, ld, k, n int, transposed bool) {
 	checkPack("PackVNNI16Into", len(dst), ldb, p0, len(src), ld, k, n, transposed)
-	packVNNIGo(dst, ldb, p0, src, ld, k, n, transposed, func(h uint16) uint16 { return h })
+	packVNNIGo(dst, ldb, p0, src, ld, k, n, transposed, copy16)
 }
+
+// copy16 is the conversion of a 16-bit source: none.
+func copy16(h uint16) uint16 { return h }
 
 // checkPack panics unless the arguments of a packer are consistent and
 // every access stays inside dst and src.

@@ -39,11 +39,9 @@ func genAMX(name string, op vexOp) {
 		"for mb blocks of rows rows (see amx.go of the generator for cfg).",
 		"The caller guarantees mb ≥ 1, 1 ≤ rows ≤ 16, n%16 == 0, n ≥ 16, k%2 == 0, ldb ≥ 16k,",
 		"that all accesses are in bounds and that the OS granted AMX permission.")
-	tmm := func(code []byte, text string, in, out []Op) { raw(code, text, in, out) }
-
 	Load(Param("cfg"), RAX)
 	code, text := encLDTILECFG(memOf(Mem{Base: RAX}))
-	tmm(code, text, []Op{RAX}, nil)
+	raw(code, text, []Op{RAX}, nil)
 
 	Load(Param("c").Base(), R8)
 	Load(Param("ldc"), R10)
@@ -66,11 +64,11 @@ func genAMX(name string, op vexOp) {
 	TESTQ(RAX, RAX)
 	JE(LabelRef("zero"))
 	code, text = encTILELOADD(0, memOf(cMem))
-	tmm(code, text, memRegs(cMem), nil)
+	raw(code, text, memRegs(cMem), nil)
 	JMP(LabelRef("ksteps"))
 	Label("zero")
 	code, text = encTILEZERO(0)
-	tmm(code, text, nil, nil)
+	raw(code, text, nil, nil)
 
 	Label("ksteps")
 	MOVQ(R11, RSI)
@@ -81,12 +79,7 @@ func genAMX(name string, op vexOp) {
 	aMem := Mem{Base: RSI, Index: RDX, Scale: 1}
 	bMem := Mem{Base: RDI, Index: RCX, Scale: 1}
 	Label("kloop")
-	code, text = encTILELOADD(1, memOf(aMem))
-	tmm(code, text, memRegs(aMem), nil)
-	code, text = encTILELOADD(2, memOf(bMem))
-	tmm(code, text, memRegs(bMem), nil)
-	code, text = encTDP(op, 0, 1, 2)
-	tmm(code, text, nil, nil)
+	tileProduct(op, 1, 2, aMem, bMem)
 	ADDQ(Imm(64), RSI)
 	ADDQ(U32(1024), RDI)
 	DECQ(RAX)
@@ -96,16 +89,11 @@ func genAMX(name string, op vexOp) {
 	Load(Param("k"), RAX)
 	ANDQ(Imm(31), RAX)
 	JE(LabelRef("store"))
-	code, text = encTILELOADD(3, memOf(aMem))
-	tmm(code, text, memRegs(aMem), nil)
-	code, text = encTILELOADD(4, memOf(bMem))
-	tmm(code, text, memRegs(bMem), nil)
-	code, text = encTDP(op, 0, 3, 4)
-	tmm(code, text, nil, nil)
+	tileProduct(op, 3, 4, aMem, bMem)
 
 	Label("store")
 	code, text = encTILESTORED(memOf(cMem), 0)
-	tmm(code, text, memRegs(cMem), nil)
+	raw(code, text, memRegs(cMem), nil)
 	ADDQ(Imm(64), R9)
 	Load(Param("ldb"), RAX) // next strip: ldb words = 2·ldb bytes
 	SHLQ(Imm(1), RAX)
@@ -123,8 +111,19 @@ func genAMX(name string, op vexOp) {
 	JNE(LabelRef("block"))
 
 	code, text = encTILERELEASE()
-	tmm(code, text, nil, nil)
+	raw(code, text, nil, nil)
 	RET()
+}
+
+// tileProduct emits one step of the k loop: tile ta loaded from aMem, tile
+// tb from bMem, and tmm0 += ta·tb.
+func tileProduct(op vexOp, ta, tb int, aMem, bMem Mem) {
+	code, text := encTILELOADD(ta, memOf(aMem))
+	raw(code, text, memRegs(aMem), nil)
+	code, text = encTILELOADD(tb, memOf(bMem))
+	raw(code, text, memRegs(bMem), nil)
+	code, text = encTDP(op, 0, ta, tb)
+	raw(code, text, nil, nil)
 }
 
 // genAMXPeak generates amxPeak: four independent tile products per

@@ -78,36 +78,22 @@ func (g *bfGemm) columnLoop(nv int) {
 	Label(done)
 }
 
+// rowPass emits the row loop over one column block of nv strips (see
+// rowLoop).
 func (g *bfGemm) rowPass(nv int) {
-	tag := fmt.Sprintf("v%d", nv)
 	g.aRow = Load(Param("a").Base(), GP64()).(GPVirtual)
 	g.cRow = GP64()
 	MOVQ(g.cCol, g.cRow)
 	g.mLeft = Load(Param("m"), GP64()).(GPVirtual)
 
-	Label("rows" + tag)
-	CMPQ(g.mLeft, Imm(mr))
-	JL(LabelRef("rows" + tag + "Tail"))
-	g.tile(mr, nv)
-	t := Load(Param("lda"), GP64())
-	IMUL3Q(Imm(2*mr), t, t)
-	ADDQ(t, g.aRow)
-	t = Load(Param("ldc"), GP64())
-	IMUL3Q(Imm(4*mr), t, t)
-	ADDQ(t, g.cRow)
-	SUBQ(Imm(mr), g.mLeft)
-	JMP(LabelRef("rows" + tag))
-
-	Label("rows" + tag + "Tail")
-	for r := mr - 1; r >= 1; r-- {
-		next := fmt.Sprintf("rows%sTail%d", tag, r)
-		CMPQ(g.mLeft, U32(r))
-		JNE(LabelRef(next))
-		g.tile(r, nv)
-		JMP(LabelRef("rows" + tag + "Done"))
-		Label(next)
-	}
-	Label("rows" + tag + "Done")
+	rowLoop(fmt.Sprintf("v%d", nv), g.mLeft, func(r int) { g.tile(r, nv) }, func() {
+		t := Load(Param("lda"), GP64())
+		IMUL3Q(Imm(2*mr), t, t)
+		ADDQ(t, g.aRow)
+		t = Load(Param("ldc"), GP64())
+		IMUL3Q(Imm(4*mr), t, t)
+		ADDQ(t, g.cRow)
+	})
 }
 
 // tile emits the microkernel for an r × 16nv block of C at cRow.

@@ -157,31 +157,34 @@ func rneBF16(s isa, x VecVirtual, c func(int) Op) VecVirtual {
 	t := s.Vec()
 	VPSRLD(Imm(16), x, t) // x >> 16
 	r := s.Vec()
+	lsb := s.Vec()
+	vpand(s, c(hcOne), t, lsb)
+	VPADDD(c(hcBias), x, r)
+	VPADDD(lsb, r, r)
+	VPSRLD(Imm(16), r, r)
+	abs := s.Vec()
+	vpand(s, c(hcAbs), x, abs)
 	if s.EVEX {
-		lsb := s.Vec()
-		VPANDD(c(hcOne), t, lsb)
-		VPADDD(c(hcBias), x, r)
-		VPADDD(lsb, r, r)
-		VPSRLD(Imm(16), r, r)
-		abs := s.Vec()
-		VPANDD(c(hcAbs), x, abs)
 		k := K()
 		VPCMPGTD(c(hcInf), abs, k) // NaN lanes
 		VPORD(c(hcQuiet), t, t)
 		VPBLENDMD(t, r, k, r)
 		return r
 	}
-	lsb := s.Vec()
-	VPAND(c(hcOne), t, lsb)
-	VPADDD(c(hcBias), x, r)
-	VPADDD(lsb, r, r)
-	VPSRLD(Imm(16), r, r)
-	abs := s.Vec()
-	VPAND(c(hcAbs), x, abs)
 	VPCMPGTD(c(hcInf), abs, abs) // NaN lanes: all ones
 	VPOR(c(hcQuiet), t, t)
 	VPBLENDVB(abs, t, r, r)
 	return r
+}
+
+// vpand emits dst = a & b: VPANDD with EVEX (AVX-512 has no VPAND on zmm),
+// else VPAND.
+func vpand(s isa, a, b, dst Op) {
+	if s.EVEX {
+		VPANDD(a, b, dst)
+	} else {
+		VPAND(a, b, dst)
+	}
 }
 
 // genF32ToBF16 generates f32ToBF16<ISA> by integer rounding.
@@ -322,25 +325,20 @@ func genRoundF32(s isa) {
 			}
 			t, r, abs := s.Vec(), s.Vec(), s.Vec()
 			VPSRLD(Imm(16), x, t)
+			vpand(s, c(hcOne), t, t)
+			VPADDD(c(hcBias), x, r)
+			VPADDD(t, r, r)
+			vpand(s, c(hcAbs), x, abs)
 			if s.EVEX {
-				VPANDD(c(hcOne), t, t)
-				VPADDD(c(hcBias), x, r)
-				VPADDD(t, r, r)
-				VPANDD(c(hcAbs), x, abs)
 				k := K()
 				VPCMPGTD(c(hcInf), abs, k)   // NaN lanes
 				VPORD(c(hcQuietHi), x, k, r) // NaN lanes: x with the quiet bit
-				VPANDD(c(hcHigh), r, r)
 			} else {
-				VPAND(c(hcOne), t, t)
-				VPADDD(c(hcBias), x, r)
-				VPADDD(t, r, r)
-				VPAND(c(hcAbs), x, abs)
 				VPCMPGTD(c(hcInf), abs, abs) // NaN lanes: all ones
 				VPOR(c(hcQuietHi), x, t)
 				VPBLENDVB(abs, t, r, r)
-				VPAND(c(hcHigh), r, r)
 			}
+			vpand(s, c(hcHigh), r, r)
 			VMOVUPS(r, m)
 		}
 		ADDQ(U32(64), xp)

@@ -574,15 +574,8 @@ func genScores(s isa, e decodeElem, mr int) {
 	name := fmt.Sprintf("scores%sM%d%s", e.Name, mr, s.Suffix)
 	TEXT(name, NOSPLIT, fmt.Sprintf("func(s []float32, lds int, q []float32, k []%s, ldk, n, d int)", e.GoType))
 	Pragma("noescape")
-	ld, pre := "ldk is the key row stride in elements", "d >= 1"
-	switch {
-	case e.q8():
-		ld, pre = "ldk is the key row stride in bytes (rows of d/32 blocks of 34 bytes)", "d is a positive multiple of 32"
-	case !s.EVEX:
-		pre = "d >= 8"
-	}
 	Doc(fmt.Sprintf("%s sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < %d, j < n, p < d;", name, mr),
-		ld+"; "+pre+", n >= 1, and all accesses are in bounds.")
+		cacheDoc(s, e, "ldk", "key"))
 
 	g := &scoresGen{s: s, e: e, mr: mr}
 	g.sp, g.kb, g.nLeft, g.steps = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
@@ -621,6 +614,20 @@ func genScores(s isa, e decodeElem, mr int) {
 	Label("done")
 	VZEROUPPER()
 	RET()
+}
+
+// cacheDoc is the second line of the doc comment of a scores or accum
+// kernel: the cache row stride ld (of a key or value row) and the
+// preconditions on d and n.
+func cacheDoc(s isa, e decodeElem, ld, row string) string {
+	stride, pre := ld+" is the "+row+" row stride in elements", "d >= 1"
+	switch {
+	case e.q8():
+		stride, pre = ld+" is the "+row+" row stride in bytes (rows of d/32 blocks of 34 bytes)", "d is a positive multiple of 32"
+	case !s.EVEX:
+		pre = "d >= 8"
+	}
+	return stride + "; " + pre + ", n >= 1, and all accesses are in bounds."
 }
 
 // tailMask returns the opmask of the first t lanes.
@@ -954,15 +961,8 @@ func genAccum(s isa, e decodeElem, mr int) {
 	// Not NOSPLIT: the frame holds a copy of a block of P (up to 2 KiB).
 	TEXT(name, 0, fmt.Sprintf("func(o []float32, ldo int, p []float32, ldp int, v []%s, ldv, n, d int)", e.GoType))
 	Pragma("noescape")
-	ld, pre := "ldv is the value row stride in elements", "d >= 1"
-	switch {
-	case e.q8():
-		ld, pre = "ldv is the value row stride in bytes (rows of d/32 blocks of 34 bytes)", "d is a positive multiple of 32"
-	case !s.EVEX:
-		pre = "d >= 8"
-	}
 	Doc(fmt.Sprintf("%s adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < %d, c < d, j < n;", name, mr),
-		ld+"; "+pre+", n >= 1, and all accesses are in bounds.")
+		cacheDoc(s, e, "ldv", "value"))
 
 	g := &accumGen{s: s, e: e, mr: mr, w: s.Lanes / mr, vpb: 1}
 	if e.q8() {
@@ -975,9 +975,7 @@ func genAccum(s isa, e decodeElem, mr int) {
 	MOVQ(Load(Param("v").Base(), GP64()), g.vBlk)
 	MOVQ(Load(Param("n"), GP64()), g.nLeft)
 	if s.EVEX && !e.q8() {
-		t := Load(Param("d"), GP64())
-		ANDQ(Imm(15), t)
-		g.kmask = tailMask(t)
+		g.kmask = tailMask(dTail(15))
 	}
 
 	Label("block")
@@ -1012,8 +1010,7 @@ func genAccum(s isa, e decodeElem, mr int) {
 	}
 	Label(fmt.Sprintf("chunk%d", g.vpb/2))
 	if !e.q8() {
-		t := Load(Param("d"), GP64())
-		ANDQ(Imm(uint64(s.Lanes-1)), t)
+		dTail(s.Lanes - 1) // ANDQ sets ZF when d has no tail
 		JZ(LabelRef("next"))
 		g.pass(0, 1, true)
 	}
@@ -1085,17 +1082,13 @@ func (g *accumGen) chunk(c int) {
 	SUBQ(U32(c), g.vecLeft)
 }
 
-// oTile returns the memory operands of the O tile's rows at the current
+// oRows returns the memory operands of the O tile's rows at the current
 // chunk (rewound to the window on the AVX2 tail).
 func (g *accumGen) oRows(window bool) func(r int) Mem {
 	op := GP64()
 	MOVQ(g.oCur, op)
 	if window {
-		t := Load(Param("d"), GP64())
-		ANDQ(Imm(7), t)
-		rw := windowRewind(t)
-		SHLQ(Imm(2), rw)
-		SUBQ(rw, op)
+		SUBQ(windowRewindD(4), op)
 	}
 	if g.mr == 1 {
 		return func(int) Mem { return Mem{Base: op} }
@@ -1105,11 +1098,23 @@ func (g *accumGen) oRows(window bool) func(r int) Mem {
 	return rowMems(op, ldo)
 }
 
+// dTail returns d & mask in a new register: with mask = lanes−1, the
+// elements of d beyond its last full vector.
+func dTail(mask int) GPVirtual {
+	t := Load(Param("d"), GP64()).(GPVirtual)
+	ANDQ(Imm(uint64(mask)), t)
+	return t
+}
+
 // windowMaskD loads the AVX2 window mask of the d tail.
-func windowMaskD() VecVirtual {
-	t := Load(Param("d"), GP64())
-	ANDQ(Imm(7), t)
-	return windowMask(t)
+func windowMaskD() VecVirtual { return windowMask(dTail(7)) }
+
+// windowRewindD returns the bytes (elements of size bytes) that the AVX2
+// window of the d tail starts before the tail.
+func windowRewindD(size int) GPVirtual {
+	rw := windowRewind(dTail(7))
+	SHLQ(Imm(uint64(log2(size))), rw)
+	return rw
 }
 
 // pass emits one sweep over the keys of the block for vectors
@@ -1153,11 +1158,7 @@ func (g *accumGen) pass(first, c int, tail bool) {
 	LEAQ(g.pLoc, pl)
 	vr := ldMem(g.vCur)
 	if window {
-		t := Load(Param("d"), GP64())
-		ANDQ(Imm(7), t)
-		rw := windowRewind(t)
-		SHLQ(Imm(uint64(log2(e.Size))), rw)
-		SUBQ(rw, vr)
+		SUBQ(windowRewindD(e.Size), vr)
 	}
 	ldv := Load(Param("ldv"), GP64())
 	if e.Size > 1 {

@@ -239,9 +239,8 @@ func raw(code []byte, text string, inputs, outputs []Op) {
 	}
 }
 
-// zmm and ymm return the physical vector register number n.
+// zmm returns the physical vector register number n.
 func zmm(n int) reg.VecPhysical { return reg.Vector.Lookup(reg.Index(n), reg.S512).(reg.VecPhysical) }
-func ymm(n int) reg.VecPhysical { return reg.Vector.Lookup(reg.Index(n), reg.S256).(reg.VecPhysical) }
 
 // vdpbf16ps emits VDPBF16PS Z(dst) += pairs of Z(src1)·Z(src2).
 func vdpbf16ps(dst, src1, src2 int) {

@@ -175,37 +175,46 @@ func (g *gemm) columnLoop(nv, width int) {
 // rowPass emits the row loop over one column block of nv vectors: full
 // tiles of mr rows, then one tile of the remaining m%mr rows.
 func (g *gemm) rowPass(nv int) {
-	tag := fmt.Sprintf("v%d", nv)
 	g.aRow = Load(Param("a").Base(), GP64()).(GPVirtual)
 	g.cRow = GP64()
 	MOVQ(g.cCol, g.cRow)
 	g.mLeft = Load(Param("m"), GP64()).(GPVirtual)
 
-	Label("rows" + tag)
-	CMPQ(g.mLeft, Imm(mr))
-	JL(LabelRef("rows" + tag + "Tail"))
-	g.tile(mr, nv)
-	// Advance A and C by mr rows.
-	if g.kind == kindAtB {
-		ADDQ(Imm(4*mr), g.aRow) // row i of Aᵀ is column i of A
-	} else {
-		t := Load(Param("lda"), GP64())
+	rowLoop(fmt.Sprintf("v%d", nv), g.mLeft, func(r int) { g.tile(r, nv) }, func() {
+		// Advance A and C by mr rows.
+		if g.kind == kindAtB {
+			ADDQ(Imm(4*mr), g.aRow) // row i of Aᵀ is column i of A
+		} else {
+			t := Load(Param("lda"), GP64())
+			IMUL3Q(Imm(4*mr), t, t)
+			ADDQ(t, g.aRow)
+		}
+		t := Load(Param("ldc"), GP64())
 		IMUL3Q(Imm(4*mr), t, t)
-		ADDQ(t, g.aRow)
-	}
-	t := Load(Param("ldc"), GP64())
-	IMUL3Q(Imm(4*mr), t, t)
-	ADDQ(t, g.cRow)
-	SUBQ(Imm(mr), g.mLeft)
+		ADDQ(t, g.cRow)
+	})
+}
+
+// rowLoop emits a loop over the rows of one column block, its labels
+// tagged with tag: while mLeft >= mr, tile(mr) then advance (which moves A
+// and C on by mr rows); then one tile(r) of the remaining r = mLeft < mr
+// rows, if any.
+func rowLoop(tag string, mLeft Register, tile func(r int), advance func()) {
+	Label("rows" + tag)
+	CMPQ(mLeft, Imm(mr))
+	JL(LabelRef("rows" + tag + "Tail"))
+	tile(mr)
+	advance()
+	SUBQ(Imm(mr), mLeft)
 	JMP(LabelRef("rows" + tag))
 
 	// Row tail: one tile with exactly mLeft (< mr) rows.
 	Label("rows" + tag + "Tail")
 	for r := mr - 1; r >= 1; r-- {
 		next := fmt.Sprintf("rows%sTail%d", tag, r)
-		CMPQ(g.mLeft, U32(r))
+		CMPQ(mLeft, U32(r))
 		JNE(LabelRef(next))
-		g.tile(r, nv)
+		tile(r)
 		JMP(LabelRef("rows" + tag + "Done"))
 		Label(next)
 	}

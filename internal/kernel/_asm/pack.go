@@ -176,13 +176,7 @@ func genPackT512(sk srcKind) {
 	JMP(LabelRef("blocks"))
 
 	Label("stripDone")
-	t := GP64()
-	MOVQ(ld, t)
-	SHLQ(Imm(4), t)
-	ADDQ(t, sStrip)
-	sb := Load(Param("ldb"), GP64())
-	SHLQ(Imm(1), sb)
-	ADDQ(sb, dStrip)
+	nextStrip(ld, sStrip, dStrip)
 	SUBQ(U32(16), nLeft)
 	JMP(LabelRef("strips"))
 
@@ -292,11 +286,7 @@ func genPackN512(sk srcKind) {
 	JMP(LabelRef("cols"))
 
 	Label("pairDone")
-	ADDQ(ld, r0)
-	ADDQ(ld, r0)
-	ADDQ(ld, r1)
-	ADDQ(ld, r1)
-	ADDQ(U32(64), dq)
+	nextPairRow(ld, r0, r1, dq)
 	SUBQ(U32(2), kLeft)
 	JMP(LabelRef("pairs"))
 
@@ -375,13 +365,7 @@ func genPackT2(sk srcKind) {
 	JMP(LabelRef("blocks"))
 
 	Label("stripDone")
-	t := GP64()
-	MOVQ(ld, t)
-	SHLQ(Imm(4), t)
-	ADDQ(t, sStrip)
-	sb := Load(Param("ldb"), GP64())
-	SHLQ(Imm(1), sb)
-	ADDQ(sb, dStrip)
+	nextStrip(ld, sStrip, dStrip)
 	DECQ(sLeft)
 	JMP(LabelRef("strips"))
 
@@ -470,17 +454,35 @@ func genPackN2(sk srcKind) {
 	JMP(LabelRef("cols"))
 
 	Label("pairDone")
-	ADDQ(ld, r0)
-	ADDQ(ld, r0)
-	ADDQ(ld, r1)
-	ADDQ(ld, r1)
-	ADDQ(U32(64), dq)
+	nextPairRow(ld, r0, r1, dq)
 	DECQ(pLeft)
 	JMP(LabelRef("pairs"))
 
 	Label("done")
 	VZEROUPPER()
 	RET()
+}
+
+// nextStrip moves the T packers on to the next strip: the source by 16
+// rows of ld bytes, the destination by the strip stride (ldb words).
+func nextStrip(ld, sStrip, dStrip Register) {
+	t := GP64()
+	MOVQ(ld, t)
+	SHLQ(Imm(4), t)
+	ADDQ(t, sStrip)
+	sb := Load(Param("ldb"), GP64())
+	SHLQ(Imm(1), sb)
+	ADDQ(sb, dStrip)
+}
+
+// nextPairRow moves the N packers on to the next pair row: the source rows
+// r0 and r1 by two rows of ld bytes, the destination dq by 64 bytes.
+func nextPairRow(ld, r0, r1, dq Register) {
+	ADDQ(ld, r0)
+	ADDQ(ld, r0)
+	ADDQ(ld, r1)
+	ADDQ(ld, r1)
+	ADDQ(U32(64), dq)
 }
 
 func genPack() {
