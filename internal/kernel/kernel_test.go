@@ -234,7 +234,8 @@ func TestExpSum(t *testing.T) {
 func TestExpSpecial(t *testing.T) {
 	inf := float32(math.Inf(1))
 	nan := float32(math.NaN())
-	in := []float32{-inf, inf, nan, 0, ExpMin, ExpMin - 1e-3, -1000, -1e30, ExpMax, ExpMax + 1e-3, 89, 1000, 1e30, -0.0, 1, -1}
+	negZero := float32(math.Copysign(0, -1))
+	in := []float32{-inf, inf, nan, 0, ExpMin, ExpMin - 1e-3, -1000, -1e30, ExpMax, ExpMax + 1e-3, 89, 1000, 1e30, negZero, 1, -1}
 	for len(in)%W != 0 {
 		in = append(in, 0.5)
 	}
