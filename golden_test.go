@@ -1,0 +1,367 @@
+package flashattn
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/flashattn/flashattn/half"
+	"github.com/flashattn/flashattn/internal/kernel"
+)
+
+// golden_test.go pins the bits of every output of a fixed set of calls —
+// every option family, every kernel path, decoding — so that a change meant
+// to move code without changing arithmetic (a refactoring) is checked bit
+// for bit. A change that is meant to change the arithmetic (a new kernel, a
+// new tiling) regenerates the file with
+//
+//	go test -run TestGoldenHashes -golden.update
+//
+// and says so in its commit message. Hashes are recorded per kernel path;
+// paths this CPU lacks are reported, not checked.
+
+var goldenUpdate = flag.Bool("golden.update", false, "rewrite testdata/golden_hashes.txt from this run")
+
+const goldenFile = "testdata/golden_hashes.txt"
+
+// goldenCase is one call (or forward+backward pair) with fixed inputs.
+type goldenCase struct {
+	name string
+	half bool // a 16-bit case: run once per 16-bit product path
+	run  func(t *testing.T, dt DType) map[string][]byte
+}
+
+// goldenRand fills n values from a fixed stream, scaled by s.
+func goldenRand(seed uint64, n int, s float32) []float32 {
+	r := rand.New(rand.NewPCG(seed, 99))
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = s * float32(r.NormFloat64())
+	}
+	return x
+}
+
+// goldenTensor makes a dense tensor of type dt from goldenRand values.
+func goldenTensor(dt DType, seed uint64, s float32, b, n, h, d int) Tensor {
+	x := goldenRand(seed, b*n*h*d, s)
+	switch dt {
+	case BFloat16:
+		y := make([]half.BF16, len(x))
+		for i, v := range x {
+			y[i] = half.NewBF16(v)
+		}
+		return DenseOf(y, b, n, h, d)
+	case Float16:
+		y := make([]half.F16, len(x))
+		for i, v := range x {
+			y[i] = half.NewF16(v)
+		}
+		return DenseOf(y, b, n, h, d)
+	}
+	return Dense(x, b, n, h, d)
+}
+
+// tensorBytes returns the raw bytes of t's data field.
+func tensorBytes(t Tensor) []byte {
+	var out []byte
+	switch {
+	case t.Q8 != nil:
+		return slices.Clone(t.Q8)
+	case t.bits() != nil:
+		for _, x := range t.bits() {
+			out = binary.LittleEndian.AppendUint16(out, x)
+		}
+	default:
+		for _, x := range t.Data {
+			out = binary.LittleEndian.AppendUint32(out, math.Float32bits(x))
+		}
+	}
+	return out
+}
+
+func floatBytes(x []float32) []byte { return tensorBytes(Tensor{Data: x}) }
+
+// fwdBwd runs Forward then Backward and returns every output.
+func fwdBwd(t *testing.T, q, k, v Tensor, opts *Options, doSeed uint64) map[string][]byte {
+	t.Helper()
+	out, lse, err := Forward(q, k, v, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	do := goldenTensor(q.DType(), doSeed, 1, q.Batch, q.Seq, q.Heads, q.Dim)
+	dq, dk, dv, err := Backward(q, k, v, out, do, lse, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string][]byte{"O": tensorBytes(out), "LSE": floatBytes(lse),
+		"dQ": tensorBytes(dq), "dK": tensorBytes(dk), "dV": tensorBytes(dv)}
+}
+
+// fwdOnly runs Forward and returns its outputs.
+func fwdOnly(t *testing.T, q, k, v Tensor, opts *Options) map[string][]byte {
+	t.Helper()
+	out, lse, err := Forward(q, k, v, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string][]byte{"O": tensorBytes(out), "LSE": floatBytes(lse)}
+}
+
+func goldenRope(maxPos, dim int) *Rotary {
+	r := &Rotary{Dim: dim, Cos: make([]float32, maxPos*dim/2), Sin: make([]float32, maxPos*dim/2)}
+	for p := 0; p < maxPos; p++ {
+		for i := 0; i < dim/2; i++ {
+			th := float64(p) * math.Pow(10000, -2*float64(i)/float64(dim))
+			r.Cos[p*dim/2+i], r.Sin[p*dim/2+i] = float32(math.Cos(th)), float32(math.Sin(th))
+		}
+	}
+	return r
+}
+
+// decodeCase builds a KV-cache call and returns O, LSE and the cache after
+// the append.
+func decodeCase(t *testing.T, cacheType DType, paged bool, splits, sq int, causal bool) map[string][]byte {
+	t.Helper()
+	const B, H, Hk, D, capacity, block = 2, 8, 2, 64, 160, 16
+	q := goldenTensor(Float32, 31, 1, B, sq, H, D)
+	var kc, vc Tensor
+	var c KVCache
+	if paged {
+		nb := 2 * capacity / block
+		kc, vc = NewTensorOf(cacheType, nb, block, Hk, D), NewTensorOf(cacheType, nb, block, Hk, D)
+		c.BlocksPerSeq = capacity / block
+		c.BlockTable = make([]int32, B*c.BlocksPerSeq)
+		for i := range c.BlockTable {
+			c.BlockTable[i] = int32((i*7 + 3) % nb) // a permutation of the blocks
+		}
+	} else {
+		kc, vc = NewTensorOf(cacheType, B, capacity, Hk, D), NewTensorOf(cacheType, B, capacity, Hk, D)
+	}
+	kf, vf := goldenTensor(Float32, 32, 1, kc.Batch, kc.Seq, Hk, D), goldenTensor(Float32, 33, 1, vc.Batch, vc.Seq, Hk, D)
+	if err := Convert(kc, kf); err != nil {
+		t.Fatal(err)
+	}
+	if err := Convert(vc, vf); err != nil {
+		t.Fatal(err)
+	}
+	c.SeqLens = []int32{100, 37}
+	c.KNew, c.VNew = goldenTensor(Float32, 34, 1, B, sq, Hk, D), goldenTensor(Float32, 35, 1, B, sq, Hk, D)
+	c.Rotary = goldenRope(capacity, D)
+	c.NumSplits = splits
+	res := fwdOnly(t, q, kc, vc, &Options{Causal: causal, KVCache: &c})
+	res["Kcache"], res["Vcache"] = tensorBytes(kc), tensorBytes(vc)
+	return res
+}
+
+var goldenCases = []goldenCase{
+	{name: "gqa", run: func(t *testing.T, _ DType) map[string][]byte {
+		q, k, v := goldenTensor(Float32, 1, 1, 2, 77, 4, 40), goldenTensor(Float32, 2, 1, 2, 93, 2, 40), goldenTensor(Float32, 3, 1, 2, 93, 2, 40)
+		return fwdBwd(t, q, k, v, nil, 4)
+	}},
+	{name: "causal-window-softcap-alibi", run: func(t *testing.T, _ DType) map[string][]byte {
+		q, k, v := goldenTensor(Float32, 5, 1, 1, 130, 2, 64), goldenTensor(Float32, 6, 1, 1, 150, 1, 64), goldenTensor(Float32, 7, 1, 1, 150, 1, 64)
+		return fwdBwd(t, q, k, v, &Options{Causal: true, Window: &Window{Left: 40, Right: -1}, Softcap: 5, ALiBi: []float32{0.25, 0.0625}}, 8)
+	}},
+	{name: "dropout", run: func(t *testing.T, _ DType) map[string][]byte {
+		q, k, v := goldenTensor(Float32, 9, 1, 1, 70, 2, 32), goldenTensor(Float32, 10, 1, 1, 70, 2, 32), goldenTensor(Float32, 11, 1, 1, 70, 2, 32)
+		return fwdBwd(t, q, k, v, &Options{Dropout: 0.2, Seed: 7}, 12)
+	}},
+	{name: "varlen", run: func(t *testing.T, _ DType) map[string][]byte {
+		q, k, v := goldenTensor(Float32, 13, 1, 1, 90, 3, 24), goldenTensor(Float32, 14, 1, 1, 140, 1, 24), goldenTensor(Float32, 15, 1, 1, 140, 1, 24)
+		vl := &VarLen{CuSeqlensQ: []int32{0, 30, 31, 90}, CuSeqlensK: []int32{0, 50, 52, 140}, SeqUsedK: []int32{45, 2, 80}}
+		return fwdBwd(t, q, k, v, &Options{Causal: true, VarLen: vl}, 16)
+	}},
+	{name: "blockmask-mask-scoremod", run: func(t *testing.T, _ DType) map[string][]byte {
+		const N = 200
+		q, k, v := goldenTensor(Float32, 17, 1, 1, N, 2, 32), goldenTensor(Float32, 18, 1, 1, N, 2, 32), goldenTensor(Float32, 19, 1, 1, N, 2, 32)
+		bm, err := BigBird(BlockShape{Batch: 1, Heads: 1, SeqQ: N, SeqK: N, BlockQ: 32, BlockK: 32}, 1, 1, 1, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lg, err := LocalGlobal(50, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sm := ScoreFunc(func(b, h, q, kv int, x float32) (float32, float32) {
+			return x + 0.01*float32(h+1)*float32(q-kv)/float32(N), 1
+		})
+		return fwdBwd(t, q, k, v, &Options{BlockMask: bm, Mask: lg, ScoreMod: sm}, 20)
+	}},
+	{name: "documents-bhsd", run: func(t *testing.T, _ DType) map[string][]byte {
+		const B, N, H, D = 2, 90, 2, 16
+		ids := make([]int32, B*N)
+		for i := range ids {
+			ids[i] = int32(i % N / 25)
+		}
+		docs, err := Documents(ids, ids, N, N)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bhsd := func(seed uint64) Tensor { // PyTorch's [B, H, S, D]
+			return Tensor{Data: goldenRand(seed, B*N*H*D, 1), Batch: B, Seq: N, Heads: H, Dim: D,
+				BatchStride: H * N * D, SeqStride: D, HeadStride: N * D}
+		}
+		return fwdBwd(t, bhsd(21), bhsd(22), bhsd(23), &Options{Causal: true, Mask: docs}, 24)
+	}},
+	{name: "large-logits", run: func(t *testing.T, _ DType) map[string][]byte {
+		q, k, v := goldenTensor(Float32, 25, 30, 1, 40, 2, 64), goldenTensor(Float32, 26, 1, 1, 70, 2, 64), goldenTensor(Float32, 27, 1, 1, 70, 2, 64)
+		return fwdBwd(t, q, k, v, &Options{Causal: true}, 28)
+	}},
+	{name: "decode-long-split", run: func(t *testing.T, _ DType) map[string][]byte {
+		q, k, v := goldenTensor(Float32, 29, 1, 1, 1, 4, 64), goldenTensor(Float32, 30, 1, 1, 3000, 2, 64), goldenTensor(Float32, 36, 1, 1, 3000, 2, 64)
+		return fwdOnly(t, q, k, v, nil)
+	}},
+	{name: "decode-cache-f32", run: func(t *testing.T, _ DType) map[string][]byte { return decodeCase(t, Float32, false, 0, 1, false) }},
+	{name: "decode-paged-splits", run: func(t *testing.T, _ DType) map[string][]byte { return decodeCase(t, Float32, true, 3, 2, true) }},
+	{name: "decode-cache-bf16", run: func(t *testing.T, _ DType) map[string][]byte { return decodeCase(t, BFloat16, true, 0, 1, false) }},
+	{name: "decode-cache-f16", run: func(t *testing.T, _ DType) map[string][]byte { return decodeCase(t, Float16, false, 0, 1, false) }},
+	{name: "decode-cache-q8", run: func(t *testing.T, _ DType) map[string][]byte { return decodeCase(t, Q8_0, false, 2, 1, false) }},
+	{name: "half-causal", half: true, run: func(t *testing.T, dt DType) map[string][]byte {
+		q, k, v := goldenTensor(dt, 37, 1, 1, 61, 4, 48), goldenTensor(dt, 38, 1, 1, 67, 2, 48), goldenTensor(dt, 39, 1, 1, 67, 2, 48)
+		return fwdBwd(t, q, k, v, &Options{Causal: true}, 40)
+	}},
+	{name: "half-odd-dim", half: true, run: func(t *testing.T, dt DType) map[string][]byte {
+		q, k, v := goldenTensor(dt, 41, 1, 2, 33, 2, 33), goldenTensor(dt, 42, 1, 2, 45, 2, 33), goldenTensor(dt, 43, 1, 2, 45, 2, 33)
+		return fwdBwd(t, q, k, v, &Options{Softcap: 3}, 44)
+	}},
+}
+
+// The "f32" 16-bit path captures the best float32 kernels when the 16-bit
+// paths are first listed: list them now, before any test forces a kernel.
+var goldenF32Inner = func() string {
+	kernel.HalfAvailable(kernel.BF16)
+	kernel.HalfAvailable(kernel.F16)
+	return kernel.Available()[0].Name
+}()
+
+// goldenPaths lists (key prefix, environment) pairs: every float32 kernel,
+// and for 16-bit cases every float32 kernel × every 16-bit path.
+func goldenPaths(c goldenCase) (keys []string, envs []map[string]string, dts []DType) {
+	for _, im := range kernel.Available() {
+		if !c.half {
+			keys = append(keys, "f32/"+im.Name)
+			envs = append(envs, map[string]string{"FLASHATTN_KERNEL": im.Name})
+			dts = append(dts, Float32)
+			continue
+		}
+		for _, dt := range []DType{BFloat16, Float16} {
+			for _, hp := range kernel.HalfAvailable(dt.elem()) {
+				name := hp.Name
+				if name == "f32" {
+					name += "(" + goldenF32Inner + ")"
+				}
+				keys = append(keys, fmt.Sprintf("%v/%s/%s", dt, im.Name, name))
+				envs = append(envs, map[string]string{"FLASHATTN_KERNEL": im.Name, kernel.HalfEnv(dt.elem()): hp.Name})
+				dts = append(dts, dt)
+			}
+		}
+	}
+	return keys, envs, dts
+}
+
+func readGolden(t *testing.T) map[string]string {
+	f, err := os.Open(goldenFile)
+	if err != nil {
+		if *goldenUpdate {
+			return map[string]string{}
+		}
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, " ")
+		if !ok {
+			t.Fatalf("%s: bad line %q", goldenFile, line)
+		}
+		m[k] = v
+	}
+	return m
+}
+
+// TestGoldenHashes checks the outputs of goldenCases bit for bit against
+// the recorded hashes, on every kernel path this CPU has.
+func TestGoldenHashes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("golden hashes: not in -short")
+	}
+	old := cacheSizes
+	cacheSizes = func() (int, int) { return 32 << 10, 1 << 20 } // tiles as on a 1 MiB-L2 core
+	defer func() { cacheSizes = old }()
+	want := readGolden(t)
+	got := map[string]string{}
+	checked, missing := 0, 0
+	for _, c := range goldenCases {
+		keys, envs, dts := goldenPaths(c)
+		for i, key := range keys {
+			t.Run(c.name+"/"+key, func(t *testing.T) {
+				for k, v := range envs[i] {
+					t.Setenv(k, v)
+				}
+				res := c.run(t, dts[i])
+				names := make([]string, 0, len(res))
+				for n := range res {
+					names = append(names, n)
+				}
+				slices.Sort(names)
+				for _, n := range names {
+					sum := sha256.Sum256(res[n])
+					id := c.name + "/" + key + "/" + n
+					h := hex.EncodeToString(sum[:12])
+					got[id] = h
+					w, ok := want[id]
+					switch {
+					case *goldenUpdate:
+					case !ok:
+						missing++
+						t.Logf("%s: not recorded (a kernel path the recording machine lacked)", id)
+					case w != h:
+						t.Errorf("%s: hash %s, recorded %s: the bits changed", id, h, w)
+					default:
+						checked++
+					}
+				}
+			})
+		}
+	}
+	if *goldenUpdate {
+		for k, v := range want { // keep what this CPU cannot produce
+			if _, ok := got[k]; !ok {
+				got[k] = v
+			}
+		}
+		keys := make([]string, 0, len(got))
+		for k := range got {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		var b strings.Builder
+		b.WriteString("# SHA-256 (first 12 bytes) of the bits of each output of golden_test.go's calls.\n")
+		b.WriteString("# case/type/kernel[/16-bit path]/output hash. Regenerate: go test -run TestGoldenHashes -golden.update\n")
+		for _, k := range keys {
+			fmt.Fprintf(&b, "%s %s\n", k, got[k])
+		}
+		if err := os.WriteFile(goldenFile, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Logf("%d outputs checked, %d not recorded", checked, missing)
+	if checked == 0 {
+		t.Fatal("no recorded hash matched a path of this CPU: the generic path's are always recorded")
+	}
+}
