@@ -46,9 +46,9 @@ func (b *band) keyRange(i0, i1 int) (lo, hi int) {
 	return lo, max(lo, hi)
 }
 
-func (b *band) keys(rb rowBlock) (lo, hi int) { return b.keyRange(rb.i0, rb.i1) }
+func (b *band) keySpan(rb rowBlock) (lo, hi int) { return b.keyRange(rb.i0, rb.i1) }
 
-func (b *band) next(rb rowBlock, j int) int {
+func (b *band) nextKey(rb rowBlock, j int) int {
 	lo, hi := b.keyRange(rb.i0, rb.i1)
 	if lo >= hi {
 		return max(j, b.nk)
@@ -56,7 +56,7 @@ func (b *band) next(rb rowBlock, j int) int {
 	return max(j, lo)
 }
 
-func (b *band) rows(_, j0, j1 int) (lo, hi int) {
+func (b *band) querySpan(_, j0, j1 int) (lo, hi int) {
 	lo = max(0, j0-b.off-b.right)
 	hi = min(b.nq, j1-b.off+b.left)
 	return lo, max(lo, hi)

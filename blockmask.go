@@ -294,7 +294,7 @@ func (v *blockVis) blocks(rb rowBlock) (h0, h1, qb0, qb1 int) {
 	return h0, h1, rb.i0 / v.m.shape.BlockQ, (rb.i1-1)/v.m.shape.BlockQ + 1
 }
 
-func (v *blockVis) keys(rb rowBlock) (lo, hi int) {
+func (v *blockVis) keySpan(rb rowBlock) (lo, hi int) {
 	s := v.m.shape
 	lo, hi = v.m.nkb, 0
 	h0, h1, qb0, qb1 := v.blocks(rb)
@@ -308,7 +308,7 @@ func (v *blockVis) keys(rb rowBlock) (lo, hi int) {
 	return lo, max(lo, hi)
 }
 
-func (v *blockVis) next(rb rowBlock, j int) int {
+func (v *blockVis) nextKey(rb rowBlock, j int) int {
 	s := v.m.shape
 	h0, h1, qb0, qb1 := v.blocks(rb)
 	for kb := j / s.BlockK; kb < v.m.nkb && kb*s.BlockK < v.nk; kb++ {
@@ -323,7 +323,7 @@ func (v *blockVis) next(rb rowBlock, j int) int {
 	return max(j, v.nk)
 }
 
-func (v *blockVis) rows(h, j0, j1 int) (lo, hi int) {
+func (v *blockVis) querySpan(h, j0, j1 int) (lo, hi int) {
 	s := v.m.shape
 	hm := min(h, s.Heads-1)
 	g := min(v.b, s.Batch-1)*s.Heads + hm

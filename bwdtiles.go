@@ -8,68 +8,100 @@ import "github.com/flashattn/flashattn/internal/kernel"
 // part (gradRow) is float32 either way; P̃ and dS are rounded to the type
 // before they multiply, so both paths compute the same-type algorithm.
 
-// tileScores computes S = Q·Kᵀ (ws.s) and dP = dO·Vᵀ (ws.dP) for the m
-// query rows of qt against the KV block kt of n keys.
-func (b *backwardPass) tileScores(ws *workspace, kt *bwdTile, qt *qTile, m, n int) {
-	p := b.p
-	k := &p.kern
-	dp, np := p.dimPad, kernel.Pad(n)
+// tileScores computes S = Q·Kᵀ (ws.bwd.s) and dP = dO·Vᵀ (ws.bwd.dP) for
+// the m query rows of qt against the KV block blk of n keys.
+func (b *backwardPass) tileScores(ws *workspace, blk *bwdTile, qt *qTile, m, n int) {
+	p, bw := b.p, &ws.bwd
+	kern := &p.kern
+	dpad, np := p.dimPad, kernel.Pad(n)
 	if !p.native {
-		k.MulABt(ws.s, np, qt.q, dp, kt.kt, m, np, p.dim)
-		k.MulABt(ws.dP, np, qt.do, dp, kt.vt, m, np, p.dim)
+		kern.MulABt(bw.s, np, qt.q, dpad, blk.kt, m, np, p.dim)
+		kern.MulABt(bw.dP, np, qt.do, dpad, blk.vt, m, np, p.dim)
 		return
 	}
 	de := even(p.dim)
-	p.half.Mul(ws.s, np, qt.qh, de, kt.ktH, kernel.W*de, m, np, de)
-	p.half.Mul(ws.dP, np, qt.doh, de, kt.vtH, kernel.W*de, m, np, de)
+	p.halfMul.Mul(bw.s, np, qt.qh, de, blk.ktH, kernel.W*de, m, np, de)
+	p.halfMul.Mul(bw.dP, np, qt.doh, de, blk.vtH, kernel.W*de, m, np, de)
 }
 
-// tileGrads adds the products of one tile: dV += P̃ᵀ·dO and dK += dSᵀ·Q
-// into dv, dk (n × dimPad), and dQ += dS·K into dq (m rows of dimPad) when
-// dq is not nil.
-func (b *backwardPass) tileGrads(ws *workspace, kt *bwdTile, qt *qTile, m, n int, dv, dk, dq []float32) {
-	p := b.p
-	k := &p.kern
-	dp, np := p.dimPad, kernel.Pad(n)
-	pmat := ws.s
+// tileGrads adds the products of the tile at: dV += P̃ᵀ·dO and
+// dK += dSᵀ·Q into dv, dk (n × dimPad), and dQ += dS·K into dq (the tile's
+// rows, stride dimPad) when dq is not nil.
+func (b *backwardPass) tileGrads(ws *workspace, blk *bwdTile, qt *qTile, at tileAt, dv, dk, dq []float32) {
+	p, bw := b.p, &ws.bwd
+	kern := &p.kern
+	m, n := at.rows(), at.n
+	dpad, np := p.dimPad, kernel.Pad(n)
+	pmat := bw.s
 	if p.dropOn {
-		pmat = ws.pDrop
+		pmat = bw.pDrop
 	}
 	if dq != nil {
-		b.dqProduct(ws, kt, m, n, dq)
+		b.dqProduct(ws, blk, m, n, dq)
 	}
 	if !p.native {
-		k.MulAddAtB(dv, dp, pmat, np, qt.do, dp, n, dp, m)
-		k.MulAddAtB(dk, dp, ws.dP, np, qt.q, dp, n, dp, m)
+		kern.MulAddAtB(dv, dpad, pmat, np, qt.do, dpad, n, dpad, m)
+		kern.MulAddAtB(dk, dpad, bw.dP, np, qt.q, dpad, n, dpad, m)
 		return
 	}
 	e, me := p.ct.elem(), even(m)
 	// Q and dO as B operands (k = the m rows), Pᵀ and dSᵀ as A operands.
-	pt, dst := grow(&ws.pT, n*me), grow(&ws.dsT, n*me)
-	k.TransposeRound(pt, me, pmat, np, m, n, e)
-	k.TransposeRound(dst, me, ws.dP, np, m, n, e)
+	pt, dst := grow(&bw.pT, n*me), grow(&bw.dsT, n*me)
+	kern.TransposeRound(pt, me, pmat, np, m, n, e)
+	kern.TransposeRound(dst, me, bw.dP, np, m, n, e)
 	if m%2 != 0 {
 		for j := 0; j < n; j++ {
 			pt[j*me+m], dst[j*me+m] = 0, 0
 		}
 	}
-	p.half.MulAdd(dv, dp, pt, me, qt.dov, qt.ldb, n, dp, me)
-	p.half.MulAdd(dk, dp, dst, me, qt.qv, qt.ldb, n, dp, me)
+	p.halfMul.MulAdd(dv, dpad, pt, me, qt.dov, qt.ldb, n, dpad, me)
+	p.halfMul.MulAdd(dk, dpad, dst, me, qt.qv, qt.ldb, n, dpad, me)
 }
 
-// dqProduct adds dS·K (the tile's m rows against the KV block kt of n keys)
-// to dq.
-func (b *backwardPass) dqProduct(ws *workspace, kt *bwdTile, m, n int, dq []float32) {
-	p := b.p
-	dp, np := p.dimPad, kernel.Pad(n)
+// dqProduct adds dS·K (the tile's m rows against the KV block blk of n
+// keys) to dq.
+func (b *backwardPass) dqProduct(ws *workspace, blk *bwdTile, m, n int, dq []float32) {
+	p, bw := b.p, &ws.bwd
+	dpad, np := p.dimPad, kernel.Pad(n)
 	if !p.native {
-		p.kern.MulAddAB(dq, dp, ws.dP, np, kt.kp, dp, m, dp, n)
+		p.kern.MulAddAB(dq, dpad, bw.dP, np, blk.kp, dpad, m, dpad, n)
 		return
 	}
 	ne := even(n)
-	dsh := grow(&ws.dsH, m*ne)
+	dsh := grow(&bw.dsH, m*ne)
 	for r := 0; r < m; r++ {
-		toHalf(&p.kern, p.ct, dsh[r*ne:(r+1)*ne], ws.dP[r*np:r*np+ne])
+		toHalf(&p.kern, p.ct, dsh[r*ne:(r+1)*ne], bw.dP[r*np:r*np+ne])
 	}
-	p.half.MulAdd(dq, dp, dsh, ne, kt.kpH, kt.ldbK, m, dp, ne)
+	p.halfMul.MulAdd(dq, dpad, dsh, ne, blk.kpH, blk.ldbK, m, dpad, ne)
+}
+
+// bwdTile is a KV block of the backward's packed K and V: Kᵀ and Vᵀ (the B
+// of S = Q·Kᵀ and dP = dO·Vᵀ) and K (the B of dQ += dS·K), as float32 or,
+// with native products, in the VNNI layout (K with strip stride ldbK).
+type bwdTile struct {
+	kt, vt, kp    []float32
+	ktH, vtH, kpH []uint16
+	ldbK          int
+}
+
+// backwardTile returns keys j0..j0+n-1 (j0 a multiple of kernel.W) of
+// (sequence si, KV head hk).
+func (kv *packedKV) backwardTile(si, hk, j0, n int) bwdTile {
+	p := kv.p
+	u := si*p.kvHeads + hk
+	if p.native {
+		ldbT := kernel.W * even(p.dim)
+		return bwdTile{
+			ktH:  kv.h[kv.kt[u]+j0/kernel.W*ldbT:],
+			vtH:  kv.h[kv.vt[u]+j0/kernel.W*ldbT:],
+			kpH:  kv.h[kv.kr[u]+kernel.W*j0:],
+			ldbK: kv.ldb[u],
+		}
+	}
+	d, dpad, np := p.dim, p.dimPad, kernel.Pad(n)
+	return bwdTile{
+		kt: kv.buf[kv.kt[u]+j0*d : kv.kt[u]+(j0+np)*d],
+		vt: kv.buf[kv.vt[u]+j0*d : kv.vt[u]+(j0+np)*d],
+		kp: kv.buf[kv.kr[u]+j0*dpad : kv.kr[u]+(j0+n)*dpad],
+	}
 }

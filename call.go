@@ -1,12 +1,12 @@
 package flashattn
 
-// call is the pooled memory of one Forward or Backward call: its plan, one
-// value per parallel pass (each a runner, passed to the worker pool by
-// pointer, so no closure is allocated), and the arena of buffers kept from
-// call to call, so that steady-state calls allocate nothing.
+// call is the pooled memory of one Forward or Backward call: its plan and
+// one value per parallel pass (each a runner, passed to the worker pool by
+// pointer, so no closure is allocated). Each owns the buffers it needs and
+// keeps them when the call returns to the pool, so that steady-state calls
+// allocate nothing.
 type call struct {
 	plan   plan
-	kv     packedKV
 	pack   packPass
 	fwd    forwardPass
 	merge  mergePass
@@ -14,31 +14,6 @@ type call struct {
 	bwd    backwardPass
 	lseFix lseFixPass
 	dq     dqPass
-	arena  arena
-}
-
-// arena is the memory a call keeps when it returns to the pool.
-type arena struct {
-	seqs                []sequence
-	blocks              []rowBlock
-	fwdTasks, merges    []fwdTask
-	bwdTasks            []bwdTask
-	delta               []float32
-	qPack, doPack       []float32
-	qhPack, dohPack     []uint16
-	qvPack, dovPack     []uint16
-	qvOff, qvLdb        []int
-	partO, partM, partL []float32
-	kvBuf               []float32
-	lseCorr             []float32
-	dkvAcc              []float32
-	kvOffK, kvOffV      []int
-	kvOffKt, kvOffVt    []int
-	kvLdb               []int
-	kvBuf16             []uint16
-	packChunks          []int
-	blockTable          []int32
-	cacheEnd            []int32
 }
 
 var calls freeList[call]
@@ -46,7 +21,7 @@ var calls freeList[call]
 // newCall validates the arguments and returns a pooled call with its plan.
 func newCall(q, k, v Tensor, o *Options) (*call, error) {
 	c := calls.get()
-	if err := newPlan(&c.plan, &c.arena, q, k, v, o); err != nil {
+	if err := newPlan(&c.plan, q, k, v, o); err != nil {
 		c.release()
 		return nil, err
 	}
@@ -54,11 +29,20 @@ func newCall(q, k, v Tensor, o *Options) (*call, error) {
 }
 
 // release returns c to the pool, dropping its references to the caller's
-// tensors and options.
+// tensors and options and keeping every pass's buffers.
 func (c *call) release() {
-	a := c.arena
-	clear(a.seqs[:cap(a.seqs)])
-	*c = call{arena: a}
+	tm := c.plan.mem
+	clear(tm.seqs[:cap(tm.seqs)]) // they hold the caller's masks
+	*c = call{
+		plan:   plan{tiling: tiling{mem: tm}},
+		pack:   packPass{mem: c.pack.mem},
+		fwd:    forwardPass{mem: c.fwd.mem},
+		merge:  mergePass{mem: c.merge.mem[:0]},
+		rows:   rowsPass{mem: c.rows.mem},
+		bwd:    backwardPass{mem: c.bwd.mem},
+		lseFix: lseFixPass{mem: c.lseFix.mem},
+		dq:     dqPass{mem: c.dq.mem},
+	}
 	calls.put(c)
 }
 
@@ -70,6 +54,6 @@ func (c *call) checkForwardOutputs(out view, lse []float32) error {
 	if lse != nil {
 		outs[1] = namedSlice("lse", lse[:p.lseLen])
 	}
-	ins := []named{namedView("q", "", p.q), namedView("k", "", p.kv.k), namedView("v", "", p.kv.v)}
+	ins := []named{namedView("q", "", p.q), namedView("k", "", p.k), namedView("v", "", p.v)}
 	return checkOutputs(outs, ins)
 }

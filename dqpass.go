@@ -8,31 +8,25 @@ package flashattn
 type dqPass struct {
 	b     *backwardPass
 	tasks []rowBlock
+	mem   []rowBlock // the task list's memory, kept from call to call
 }
 
-// dqTasks lists query blocks: blockQ rows of one head of one sequence.
-func (c *call) dqTasks() []rowBlock {
-	p, a := &c.plan, &c.arena
-	tasks := a.blocks[:0]
-	for si := range p.seqs {
-		if p.seqs[si].nk > 0 {
-			tasks = p.appendQueryBlocks(tasks, si)
-		}
-	}
-	a.blocks = tasks
-	return tasks
+func (d *dqPass) run(b *backwardPass) error {
+	*d = dqPass{b: b, mem: d.mem}
+	d.tasks = b.p.dqTasks(&d.mem)
+	return parallel(b.p.workers, len(d.tasks), d)
 }
 
-func (d *dqPass) run(ws *workspace, t int) {
+func (d *dqPass) runTask(ws *workspace, t int) {
 	b, rb := d.b, d.tasks[t]
 	p := b.p
 	s := &p.seqs[rb.seq]
-	ws.forBackward(p)
+	ws.sizeBackward(p)
 	h, hk := rb.h0, rb.h0/p.group
-	dp, m := p.dimPad, rb.i1-rb.i0
-	rows := b.headRows(rb.seq, h)
-	qt := b.queryTile(&rows, rb.i0, rb.i1)
-	acc := grow(&ws.dq, m*dp)
+	dpad, m := p.dimPad, rb.i1-rb.i0
+	hr := b.headRows(rb.seq, h)
+	qt := b.queryTile(&hr, rb.i0, rb.i1)
+	acc := grow(&ws.bwd.dq, m*dpad)
 	clear(acc)
 	for j0 := 0; j0 < s.nk; j0 += p.bwdBlockK {
 		n := min(p.bwdBlockK, s.nk-j0)
@@ -40,11 +34,11 @@ func (d *dqPass) run(ws *workspace, t int) {
 		if kind == BlockEmpty {
 			continue
 		}
-		kt := b.kv.backwardTile(rb.seq, hk, j0, n)
-		b.gradTile(ws, &kt, &qt, s, h, rb.i0, rb.i1, j0, n, kind, &rows)
-		b.dqProduct(ws, &kt, m, n, acc)
+		blk := b.kv.backwardTile(rb.seq, hk, j0, n)
+		b.gradTile(ws, &blk, &qt, tileAt{s, h, rb.i0, rb.i1, j0, n, kind}, &hr)
+		b.dqProduct(ws, &blk, m, n, acc)
 	}
 	for r := 0; r < m; r++ {
-		b.storeDQ(ws, s, h, rb.i0+r, acc[r*dp:r*dp+p.dim])
+		b.storeDQ(ws, s, h, rb.i0+r, acc[r*dpad:r*dpad+p.dim])
 	}
 }

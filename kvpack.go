@@ -18,8 +18,8 @@ import "github.com/flashattn/flashattn/internal/kernel"
 type packedKV struct {
 	p        *plan
 	backward bool
-	buf      []float32
-	h        []uint16 // native
+	buf      []float32 // float32 layouts
+	h        []uint16  // native
 	// Offsets into buf (or h) per seq*kvHeads+hk, -1 when not packed:
 	// kt, vt the transposed operands (Kᵀ, Vᵀ), kr, vr the row operands
 	// (K, V); a forward packs kt and vr, a backward kt, vt and kr.
@@ -28,42 +28,48 @@ type packedKV struct {
 }
 
 // packPass packs K and V in parallel, packChunk keys of one sequence (all
-// KV heads) per task.
+// KV heads) per task. It owns the packed buffers (kv) for the call.
 type packPass struct {
 	p      *plan
-	kv     *packedKV
+	kv     packedKV
 	chunks []int // task t packs sequence chunks[2t] from key chunks[2t+1]
+	mem    packMem
+}
+
+// packMem is what the pack pass keeps from call to call.
+type packMem struct {
+	buf                 []float32
+	h                   []uint16
+	kt, vt, kr, vr, ldb []int
+	chunks              []int
 }
 
 // packChunk is the number of keys one packing task handles.
 const packChunk = 256
 
-// packKV packs what the pass needs: for the forward every (sequence, KV
-// head) read by two or more row blocks (decoding, one stacked row block per
-// KV head, packs tile by tile instead, since each tile is then read once);
-// for the backward every one.
-func (c *call) packKV(backward bool) error {
-	p, a := &c.plan, &c.arena
+// run packs what a pass needs: for the forward every sequence whose route
+// is fromPacked (kvsource.go); for the backward every one.
+func (pp *packPass) run(p *plan, backward bool) error {
+	m := &pp.mem
+	*pp = packPass{p: p, mem: *m}
+	m = &pp.mem
 	nu := len(p.seqs) * p.kvHeads
-	kv := &c.kv
+	kv := &pp.kv
 	*kv = packedKV{p: p, backward: backward,
-		kt: grow(&a.kvOffKt, nu), vt: grow(&a.kvOffVt, nu), kr: grow(&a.kvOffK, nu), vr: grow(&a.kvOffV, nu), ldb: grow(&a.kvLdb, nu)}
+		kt: grow(&m.kt, nu), vt: grow(&m.vt, nu), kr: grow(&m.kr, nu), vr: grow(&m.vr, nu), ldb: grow(&m.ldb, nu)}
 	total := 0
-	chunks := a.packChunks[:0]
+	chunks := m.chunks[:0]
 	de := p.dim
 	if p.native {
 		de = even(p.dim)
 	}
 	for si := range p.seqs {
 		s := &p.seqs[si]
-		readers := p.group * ((s.nq + p.blockQ - 1) / p.blockQ)
-		if p.stacked(s) && !backward {
-			readers = 1
-		}
+		packed := s.nk > 0 && s.nq > 0 && (backward || s.route.from == fromPacked)
 		for hk := 0; hk < p.kvHeads; hk++ {
 			u := si*p.kvHeads + hk
 			kv.kt[u], kv.vt[u], kv.kr[u], kv.vr[u] = -1, -1, -1, -1
-			if readers < 2 && !backward || s.nk == 0 || s.nq == 0 {
+			if !packed {
 				continue
 			}
 			trans := kernel.Pad(s.nk) * de // a transposed operand
@@ -83,31 +89,31 @@ func (c *call) packKV(backward bool) error {
 				kv.vr[u], total = total, total+rows
 			}
 		}
-		if kv.kt[si*p.kvHeads] >= 0 {
+		if packed {
 			for j0 := 0; j0 < s.nk; j0 += packChunk {
 				chunks = append(chunks, si, j0)
 			}
 		}
 	}
-	a.packChunks = chunks
+	m.chunks = chunks
 	if total == 0 {
 		return nil
 	}
 	if p.native {
-		kv.h = grow(&a.kvBuf16, total)
+		kv.h = grow(&m.h, total)
 	} else {
-		kv.buf = grow(&a.kvBuf, total)
+		kv.buf = grow(&m.buf, total)
 	}
-	c.pack = packPass{p: p, kv: kv, chunks: chunks}
-	return parallel(p.workers, len(chunks)/2, &c.pack)
+	pp.chunks = chunks
+	return parallel(p.workers, len(chunks)/2, pp)
 }
 
-// run packs keys j0..j0+packChunk-1 of one sequence for every KV head. It
+// runTask packs keys j0..j0+packChunk-1 of one sequence for every KV head. It
 // walks the keys in address order, 16 at a time with the heads inside, so K
 // and V are read as contiguous memory; packing one head at a time read them
 // with a stride of a whole key row, latency-bound. 16 keys lie within one
 // page of a paged cache (pages are multiples of 16 keys).
-func (pp *packPass) run(ws *workspace, t int) {
+func (pp *packPass) runTask(ws *workspace, t int) {
 	p := pp.p
 	si, j0 := pp.chunks[2*t], pp.chunks[2*t+1]
 	s := &p.seqs[si]
@@ -121,11 +127,11 @@ func (pp *packPass) run(ws *workspace, t int) {
 
 // pack packs keys j..j+n-1 (j a multiple of kernel.W) of unit u.
 func (pp *packPass) pack(ws *workspace, s *sequence, u, hk, j, n int) {
-	p, kv := pp.p, pp.kv
+	p, kv := pp.p, &pp.kv
 	d := p.dim
 	if !p.native {
-		kr, ldk := p.kRows(&ws.convK, s, j, hk, n)
-		vr, ldv := p.vRows(&ws.convV, s, j, hk, n)
+		kr, ldk := p.kRows(&ws.conv.in1, s, j, hk, n)
+		vr, ldv := p.vRows(&ws.conv.in2, s, j, hk, n)
 		kernel.PackBt(kv.buf[kv.kt[u]+j*d:], kr, ldk, n, d)
 		if kv.backward {
 			kernel.PackBt(kv.buf[kv.vt[u]+j*d:], vr, ldv, n, d)
@@ -136,42 +142,56 @@ func (pp *packPass) pack(ws *workspace, s *sequence, u, hk, j, n int) {
 		return
 	}
 	ldbT := kernel.W * even(d)
-	tb, r := p.kv.at(s, j)
+	tb, r := p.keyAt(s, j)
 	packT := func(v view, scratch *[]float32, off int) { // strips of 16 keys
-		packVNNIRows(p, v, scratch, tb, r, hk, kv.h[off+j/kernel.W*ldbT:], ldbT, 0, d, n, true)
+		p.packVNNI(vnniRows{v, tb, r, hk, n, true}, scratch, vnniDst{kv.h[off+j/kernel.W*ldbT:], ldbT, 0, d})
 	}
 	packR := func(v view, scratch *[]float32, off int) { // k = keys, pair rows from j
-		packVNNIRows(p, v, scratch, tb, r, hk, kv.h[off:], kv.ldb[u], j, n, d, false)
+		p.packVNNI(vnniRows{v, tb, r, hk, n, false}, scratch, vnniDst{kv.h[off:], kv.ldb[u], j, d})
 	}
-	packT(p.kv.k, &ws.convK, kv.kt[u])
+	packT(p.k, &ws.conv.in1, kv.kt[u])
 	if kv.backward {
-		packT(p.kv.v, &ws.convV, kv.vt[u])
-		packR(p.kv.k, &ws.convK, kv.kr[u])
+		packT(p.v, &ws.conv.in2, kv.vt[u])
+		packR(p.k, &ws.conv.in1, kv.kr[u])
 	} else {
-		packR(p.kv.v, &ws.convV, kv.vr[u])
+		packR(p.v, &ws.conv.in2, kv.vr[u])
 	}
 }
 
-// packVNNIRows packs rows (tb, r.., h) of v — n of them when transposed (rows
-// of Bᵀ, k = dim), else k of them (rows of B, n = dim) — into dst from pair
-// row p0/2 in the VNNI layout of the compute type: 16-bit rows of that type
-// as they are, others converted and rounded.
-func packVNNIRows(p *plan, v view, scratch *[]float32, tb, r, h int, dst []uint16, ldb, p0, k, n int, transposed bool) {
-	rows := k
-	if transposed {
-		rows = n
+// vnniRows are rows (tb, r.., h) of view v to pack: n rows of the head dim;
+// transposed, they are the rows of Bᵀ (k = the head dim), else of B (n =
+// the head dim, k = the rows).
+type vnniRows struct {
+	v          view
+	tb, r, h   int
+	n          int
+	transposed bool
+}
+
+// vnniDst is where packed rows go: a VNNI matrix with strip stride ldb,
+// written from pair row p0/2; cols is its other dimension, the head dim.
+type vnniDst struct {
+	h       []uint16
+	ldb, p0 int
+	cols    int
+}
+
+// packVNNI packs src into dst in the VNNI layout of the compute type:
+// 16-bit rows of that type as they are, others converted and rounded
+// (through *scratch).
+func (p *plan) packVNNI(src vnniRows, scratch *[]float32, dst vnniDst) {
+	k, n := src.n, dst.cols // rows of B (k) × its columns (n)
+	if src.transposed {
+		k, n = dst.cols, src.n
 	}
-	if v.dt == p.ct {
-		src, ld := v.rows16(tb, r, h)
-		p.kern.PackVNNI16Into(dst, ldb, p0, src, ld, k, n, transposed)
+	if src.v.dt == p.ct {
+		rows, ld := src.v.rows16(src.tb, src.r, src.h)
+		p.kern.PackVNNI16Into(dst.h, dst.ldb, dst.p0, rows, ld, k, n, src.transposed)
 		return
 	}
-	src, ld := v.rows(scratch, tb, r, h, rows, p.ct, &p.kern)
-	p.kern.PackVNNIInto(dst, ldb, p0, src, ld, k, n, transposed, p.ct.elem())
+	rows, ld := src.v.matrix(scratch, src.tb, src.r, src.h, src.n, p.ct, &p.kern)
+	p.kern.PackVNNIInto(dst.h, dst.ldb, dst.p0, rows, ld, k, n, src.transposed, p.ct.elem())
 }
-
-// even rounds n up to an even number (the pairs of the VNNI layout).
-func even(n int) int { return n + n%2 }
 
 // tile returns, for the forward, the packed Kᵀ strips of keys j0..j0+n-1
 // (j0 a multiple of kernel.W) of (sequence si, KV head hk), and their packed
@@ -198,35 +218,4 @@ func (kv *packedKV) tileNative(si, hk, j0 int) (kt, v []uint16, ldbV int) {
 	}
 	ldbK := kernel.W * even(kv.p.dim)
 	return kv.h[kv.kt[u]+j0/kernel.W*ldbK:], kv.h[kv.vr[u]+kernel.W*j0:], kv.ldb[u]
-}
-
-// bwdTile is a KV block of the backward's packed K and V: Kᵀ and Vᵀ (the B
-// of S = Q·Kᵀ and dP = dO·Vᵀ) and K (the B of dQ += dS·K), as float32 or,
-// with native products, in the VNNI layout (K with strip stride ldbK).
-type bwdTile struct {
-	kt, vt, kp    []float32
-	ktH, vtH, kpH []uint16
-	ldbK          int
-}
-
-// backwardTile returns keys j0..j0+n-1 (j0 a multiple of kernel.W) of
-// (sequence si, KV head hk).
-func (kv *packedKV) backwardTile(si, hk, j0, n int) bwdTile {
-	p := kv.p
-	u := si*p.kvHeads + hk
-	if p.native {
-		ldbT := kernel.W * even(p.dim)
-		return bwdTile{
-			ktH:  kv.h[kv.kt[u]+j0/kernel.W*ldbT:],
-			vtH:  kv.h[kv.vt[u]+j0/kernel.W*ldbT:],
-			kpH:  kv.h[kv.kr[u]+kernel.W*j0:],
-			ldbK: kv.ldb[u],
-		}
-	}
-	d, dp, np := p.dim, p.dimPad, kernel.Pad(n)
-	return bwdTile{
-		kt: kv.buf[kv.kt[u]+j0*d : kv.kt[u]+(j0+np)*d],
-		vt: kv.buf[kv.vt[u]+j0*d : kv.vt[u]+(j0+np)*d],
-		kp: kv.buf[kv.kr[u]+j0*dp : kv.kr[u]+(j0+n)*dp],
-	}
 }

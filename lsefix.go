@@ -27,6 +27,13 @@ type lseFixPass struct {
 	lse   []float32
 	corr  []float32 // 1/c per LSE entry (1 where not flagged)
 	tasks []rowBlock
+	mem   lseFixMem
+}
+
+// lseFixMem is what the pass keeps from call to call.
+type lseFixMem struct {
+	corr  []float32
+	tasks []rowBlock
 }
 
 // lseFlagged reports whether a row of LSE l is corrected: it sees some key
@@ -45,19 +52,21 @@ func needsLSEFix(lse []float32) bool {
 	return false
 }
 
-// fixLSE fills c.bwd.corr: 1 everywhere, and 1/c for the flagged rows.
-func (c *call) fixLSE() error {
-	p, a, b := &c.plan, &c.arena, &c.bwd
+// run sets b.corr: nil when no row is flagged, else 1 everywhere and 1/c
+// for the flagged rows.
+func (f *lseFixPass) run(b *backwardPass) error {
+	p := b.p
 	lse := b.grads.lse[:p.lseLen]
+	*f = lseFixPass{p: p, lse: lse, mem: f.mem}
 	b.corr = nil
 	if !needsLSEFix(lse) {
 		return nil
 	}
-	corr := grow(&a.lseCorr, p.lseLen)
+	corr := grow(&f.mem.corr, p.lseLen)
 	for i := range corr {
 		corr[i] = 1
 	}
-	tasks := a.blocks[:0]
+	tasks := f.mem.tasks[:0]
 	for si := range p.seqs {
 		s := &p.seqs[si]
 		for h := 0; h < p.heads; h++ {
@@ -69,25 +78,25 @@ func (c *call) fixLSE() error {
 			}
 		}
 	}
-	a.blocks = tasks
-	b.corr = corr
-	c.lseFix = lseFixPass{p: p, lse: lse, corr: corr, tasks: tasks}
-	return parallel(p.workers, len(tasks), &c.lseFix)
+	f.mem.tasks = tasks
+	f.corr, f.tasks, b.corr = corr, tasks, corr
+	return parallel(p.workers, len(tasks), f)
 }
 
-func (f *lseFixPass) run(ws *workspace, t int) {
+func (f *lseFixPass) runTask(ws *workspace, t int) {
 	p, rb := f.p, f.tasks[t]
 	s := &p.seqs[rb.seq]
-	ws.forBackward(p)
-	d, dp, m := p.dim, p.dimPad, rb.i1-rb.i0
+	ws.sizeBackward(p)
+	bw := &ws.bwd
+	d, dpad, m := p.dim, p.dimPad, rb.i1-rb.i0
 	h, hk := rb.h0, rb.h0/p.group
 	// Q rows padded to dimPad, as the backward packs them.
-	qp := grow(&ws.qall, m*dp)
-	qr, ldq := p.q.rows(&ws.convV, s.tb, s.q0+rb.i0, h, m, p.ct, &p.kern)
-	kernel.PackRows(qp, qr, ldq, m, d)
-	sums := grow(&ws.sums, m)
+	qRows := grow(&bw.q, m*dpad)
+	qr, ldq := p.q.matrix(&ws.conv.in2, s.tb, s.q0+rb.i0, h, m, p.ct, &p.kern)
+	kernel.PackRows(qRows, qr, ldq, m, d)
+	sums := grow(&bw.sums, m)
 	clear(sums)
-	lo, hi := s.vis.keys(rb)
+	lo, hi := s.vis.keySpan(rb)
 	for j := lo / p.bwdBlockK * p.bwdBlockK; j < hi; j += p.bwdBlockK {
 		// The backward's KV blocks and their kind, so that every score
 		// is computed exactly as the backward computes it.
@@ -97,17 +106,17 @@ func (f *lseFixPass) run(ws *workspace, t int) {
 			continue
 		}
 		np := kernel.Pad(n)
-		kr, ldk := p.kRows(&ws.convK, s, j, hk, n)
-		kernel.PackBt(ws.kt, kr, ldk, n, d)
-		p.kern.MulABt(ws.s, np, qp, dp, ws.kt, m, np, d)
+		kr, ldk := p.kRows(&ws.conv.in1, s, j, hk, n)
+		kernel.PackBt(bw.kt, kr, ldk, n, d)
+		p.kern.MulABt(bw.s, np, qRows, dpad, bw.kt, m, np, d)
 		for r := 0; r < m; r++ {
 			i := rb.i0 + r
 			l := f.lse[s.lse0+h*s.lseH+i]
 			if !lseFlagged(l) {
 				continue
 			}
-			row := ws.s[r*np : (r+1)*np]
-			f := p.scoreRow(row, nil, nil, ws.keep, n, s, h, i, j, kind)
+			row := bw.s[r*np : (r+1)*np]
+			f := p.scoreRow(&ws.row, row, nil, scoreAt{s, h, i, j, n, kind})
 			p.kern.ExpSum(row, f, l)
 			var sum float64
 			for _, x := range row[:n] {

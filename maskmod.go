@@ -80,9 +80,9 @@ type maskVis struct {
 	nq, nk int
 }
 
-func (v *maskVis) keys(rowBlock) (lo, hi int) { return 0, v.nk }
-func (v *maskVis) next(_ rowBlock, j int) int { return j }
-func (v *maskVis) rows(_, _, _ int) (int, int) {
+func (v *maskVis) keySpan(rowBlock) (lo, hi int) { return 0, v.nk }
+func (v *maskVis) nextKey(_ rowBlock, j int) int { return j }
+func (v *maskVis) querySpan(_, _, _ int) (int, int) {
 	return 0, v.nq
 }
 

@@ -16,26 +16,26 @@ type mergePass struct {
 	part   *partials
 	splits int
 	blocks []fwdTask // the first split of each split row block
+	mem    []fwdTask // blocks' memory, kept from call to call
 }
 
 func (c *call) mergeSplits(splits int) error {
-	a, f := &c.arena, &c.fwd
-	blocks := a.merges[:0]
+	f, mp := &c.fwd, &c.merge
+	blocks := mp.mem[:0]
 	for _, t := range f.tasks {
 		if t.slot >= 0 && t.slot%splits == 0 {
 			blocks = append(blocks, t)
 		}
 	}
-	a.merges = blocks
-	c.merge = mergePass{p: &c.plan, out: f.out, lse: f.lse, part: &f.part, splits: splits, blocks: blocks}
-	return parallel(c.plan.workers, len(blocks), &c.merge)
+	*mp = mergePass{p: &c.plan, out: f.out, lse: f.lse, part: &f.part, splits: splits, blocks: blocks, mem: blocks}
+	return parallel(c.plan.workers, len(blocks), mp)
 }
 
-func (mp *mergePass) run(ws *workspace, t int) {
+func (mp *mergePass) runTask(ws *workspace, t int) {
 	p, part, b := mp.p, mp.part, &mp.blocks[t]
 	s := &p.seqs[b.seq]
 	first := b.slot - b.slot%mp.splits
-	for r := 0; r < b.rows(); r++ {
+	for r := 0; r < b.height(); r++ {
 		h, i := b.at(r)
 		o := ws.outRow(mp.out, s.tb, s.q0+i, h, p.dim)
 		mx := negInf

@@ -46,17 +46,17 @@ func sliceRegion(s []float32) region {
 	return region{base: base, rowLen: len(s), size: 4 * 32, last: base + uintptr(len(s))*4}
 }
 
-// rows walks the row offsets of a region in increasing address order (the
+// rowWalk walks the row offsets of a region in increasing address order (the
 // axes nest, so the odometer order with the largest stride outermost is
 // increasing).
-type rows struct {
+type rowWalk struct {
 	r   *region
 	idx [3]int
 	off int // element offset of the current row
 	end bool
 }
 
-func (it *rows) next() {
+func (it *rowWalk) next() {
 	for a := it.r.n - 1; a >= 0; a-- {
 		ax := it.r.axes[a]
 		if it.idx[a]+1 < ax.n {
@@ -78,7 +78,7 @@ func overlaps(a, b region) bool {
 	if a.rowLen == 0 || b.rowLen == 0 || a.last <= b.base || b.last <= a.base {
 		return false
 	}
-	ia, ib := rows{r: &a}, rows{r: &b}
+	ia, ib := rowWalk{r: &a}, rowWalk{r: &b}
 	for !ia.end && !ib.end {
 		a0 := a.base + a.bytes(ia.off)
 		b0 := b.base + b.bytes(ib.off)

@@ -55,7 +55,7 @@ type panicky struct {
 	ran atomic.Int64
 }
 
-func (p *panicky) run(_ *workspace, t int) {
+func (p *panicky) runTask(_ *workspace, t int) {
 	p.ran.Add(1)
 	if t == p.at {
 		panic("injected")
@@ -308,11 +308,15 @@ func TestTaskCounts(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				fwd, _, _ := c.forwardTasks()
-				kvTasks, withDQ := c.backwardTasks()
+				var blocks []rowBlock
+				var ft []fwdTask
+				var bt []bwdTask
+				var qt []rowBlock
+				fwd, _, _ := c.plan.forwardTasks(&blocks, &ft)
+				kvTasks, withDQ := c.plan.backwardTasks(&bt, c.plan.workers)
 				dq := 0
 				if !withDQ {
-					dq = len(c.dqTasks())
+					dq = len(c.plan.dqTasks(&qt))
 				}
 				want := unitsPerWorker * workers
 				if len(fwd) < want || len(kvTasks) < want || !withDQ && dq < want {

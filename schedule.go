@@ -9,10 +9,10 @@ import (
 	"sync/atomic"
 )
 
-// runner is one parallel pass: a set of independent tasks; run(ws, t) does
-// task t with the calling goroutine's workspace.
+// runner is one parallel pass: a set of independent tasks; runTask(ws, t)
+// does task t with the calling goroutine's workspace.
 type runner interface {
-	run(ws *workspace, t int)
+	runTask(ws *workspace, t int)
 }
 
 // job is one parallel pass handed to the worker pool.
@@ -46,7 +46,7 @@ func (j *job) do() {
 		if t >= j.n {
 			break
 		}
-		j.r.run(ws, t)
+		j.r.runTask(ws, t)
 	}
 }
 

@@ -63,27 +63,36 @@ func (m *scoreMods) slope(b, h int) float32 {
 	return m.alibi[h]
 }
 
-// apply rewrites row (query row i of head h of sequence s, keys j0,
-// j0+1, ...; n real entries, then padding up to a multiple of kernel.W that
-// the caller masks afterwards). If grad is not nil (it is then as long as
-// row) it receives the chain's derivative for the n real entries; du is
-// scratch of n entries for the caller's ScoreMod.
-func (m *scoreMods) apply(k *kernel.Impl, row, grad, du []float32, n int, s *sequence, h, i, j0 int) {
+// scoreAt is where a score row sits: query row i of head h of sequence s
+// against keys j0, j0+1, ... (n real entries), in a tile of the given kind.
+type scoreAt struct {
+	s        *sequence
+	h, i, j0 int
+	n        int
+	kind     BlockKind
+}
+
+// apply rewrites row (the score row at: n real entries, then padding up
+// to a multiple of kernel.W that the caller masks afterwards). If grad is
+// not nil (it is then as long as row) it receives the chain's derivative
+// for the n real entries; du is scratch of n entries for the caller's
+// ScoreMod.
+func (m *scoreMods) apply(kern *kernel.Impl, row, grad, du []float32, at scoreAt) {
 	if m.softcap > 0 {
-		k.Softcap(row, grad, m.softcap) // grad = 1 − tanh²
+		kern.Softcap(row, grad, m.softcap) // grad = 1 − tanh²
 	}
 	if m.alibi != nil {
 		// −slope·|i + Sk − Sq − j|, over the padded row.
-		k.ALiBi(row, m.slope(s.b, h), float32(i+s.band.off-j0))
+		kern.ALiBi(row, m.slope(at.s.b, at.h), float32(at.i+at.s.band.off-at.j0))
 	}
 	if m.user == nil {
 		return
 	}
 	var d []float32
 	if grad != nil {
-		d = du[:n]
+		d = du[:at.n]
 	}
-	m.user.Apply(s.b, h, i, j0, row[:n], d)
+	m.user.Apply(at.s.b, at.h, at.i, at.j0, row[:at.n], d)
 	switch {
 	case grad == nil:
 	case m.softcap > 0:
@@ -95,25 +104,26 @@ func (m *scoreMods) apply(k *kernel.Impl, row, grad, du []float32, n int, s *seq
 	}
 }
 
-// scoreRow turns row n of a product tile, raw dot products Q[i]·K[j] for
-// keys j0, j0+1, ... (n real entries, then padding up to a multiple of
-// kernel.W), into the scores of query row i of head h, up to the scale:
-// it applies the modifiers (after scaling the row, as they see the scaled
-// score), hides what a partial tile's mask hides, sets the padding to −Inf,
-// and returns the factor still to apply, which the exponential then takes
-// in the same rounding (exp(f·x − c), one fused step): the softmax scale
-// when no modifier is set, else 1. grad and du are as for apply.
-func (p *plan) scoreRow(row, grad, du []float32, keep []bool, n int, s *sequence, h, i, j0 int, kind BlockKind) (factor float32) {
+// scoreRow turns a row of a product tile, raw dot products Q[i]·K[j] for
+// the score row at (n real entries, then padding up to a multiple of
+// kernel.W), into its scores, up to the scale: it applies the modifiers
+// (after scaling the row, as they see the scaled score), hides what a
+// partial tile's mask hides, sets the padding to −Inf, and returns the
+// factor still to apply, which the exponential then takes in the same
+// rounding (exp(f·x − c), one fused step): the softmax scale when no
+// modifier is set, else 1. grad is as for apply; rs is the worker's row
+// scratch.
+func (p *plan) scoreRow(rs *rowScratch, row, grad []float32, at scoreAt) (factor float32) {
 	factor = p.scale
 	if p.mods.active() {
 		p.kern.Scale(row, p.scale)
-		p.mods.apply(&p.kern, row, grad, du, n, s, h, i, j0)
+		p.mods.apply(&p.kern, row, grad, rs.du, at)
 		factor = 1
 	}
-	if kind == BlockPartial {
-		s.vis.hide(h, i, j0, row[:n], keep)
+	if at.kind == BlockPartial {
+		at.s.vis.hide(at.h, at.i, at.j0, row[:at.n], rs.keep)
 	}
-	for c := n; c < len(row); c++ {
+	for c := at.n; c < len(row); c++ {
 		row[c] = negInf
 	}
 	return factor

@@ -1,23 +1,12 @@
 package flashattn
 
 import (
-	"math"
-
 	"github.com/flashattn/flashattn/internal/kernel"
 )
 
 // traffic.go counts the memory traffic of the tile loops (the IO complexity
 // of the FlashAttention paper, §3.2 and Theorem 2) by walking the same task
 // lists, tile walks and packed buffers that Forward and Backward run.
-
-// TrafficShape is the size of the attention problem whose traffic
-// CountTraffic counts: Q is [Batch, SeqQ, Heads, Dim], K and V are
-// [Batch, SeqK, KVHeads, Dim] (KVHeads 0 means Heads). With Options.VarLen,
-// Batch is 1 and SeqQ, SeqK are the packed totals.
-type TrafficShape struct {
-	Batch, Heads, KVHeads int
-	SeqQ, SeqK, Dim       int
-}
 
 // Pass selects which passes CountTraffic counts.
 type Pass uint8
@@ -125,9 +114,9 @@ func TileCacheBytes() int {
 // (padded tiles count their padding). It assumes no row has |LSE| ≥ 16
 // (see Backward: such rows take one more pass over their key tiles).
 //
-// opts may be nil; a KVCache (decoding) is not counted. The count builds
-// the call's plan, so it allocates about the size of the larger of Q and
-// K/V, three times.
+// opts may be nil; a KVCache (decoding) is not counted. The count reads
+// no tensor: it builds the call's tiling from the shape and options alone,
+// and allocates only its task lists.
 func CountTraffic(shape TrafficShape, opts *Options, cacheBytes int, pass Pass) (Traffic, error) {
 	if opts == nil {
 		opts = &Options{}
@@ -141,61 +130,55 @@ func CountTraffic(shape TrafficShape, opts *Options, cacheBytes int, pass Pass) 
 	if cacheBytes < 1 {
 		return Traffic{}, argErr("cacheBytes", "cacheBytes %d: must be ≥ 1", cacheBytes)
 	}
-	hk := shape.KVHeads
-	if hk == 0 {
-		hk = shape.Heads
-	}
-	if shape.Batch < 1 || shape.Heads < 1 || hk < 1 || shape.SeqQ < 1 || shape.SeqK < 1 || shape.Dim < 1 {
-		return Traffic{}, argErr("shape", "TrafficShape %+v: every size must be ≥ 1", shape)
-	}
-	// One buffer serves as Q, K and V: only the shapes matter.
-	nq, ok1 := mulAdd(shape.SeqQ, shape.Heads, 0)
-	nk, ok2 := mulAdd(shape.SeqK, hk, 0)
-	n, ok3 := mulAdd(max(nq, nk), shape.Dim, 0)
-	n, ok4 := mulAdd(n, shape.Batch, 0)
-	// The counts are int64: bound the largest, about B·H·Sq·Sk·(D+16)·4·7.
-	big := float64(shape.Batch) * float64(shape.Heads) * float64(shape.SeqQ) * float64(shape.SeqK) * (float64(shape.Dim) + 16) * 64
-	if !(ok1 && ok2 && ok3 && ok4) || n > maxTrafficElems || big > 1<<62 {
-		return Traffic{}, argErr("shape", "TrafficShape %+v is too large to count", shape)
-	}
-	data := make([]float32, n)
-	q := Tensor{Data: data, Batch: shape.Batch, Seq: shape.SeqQ, Heads: shape.Heads, Dim: shape.Dim}
-	k := Tensor{Data: data, Batch: shape.Batch, Seq: shape.SeqK, Heads: hk, Dim: shape.Dim}
-	c, err := newCall(q, k, k, opts)
-	if err != nil {
+	if err := shape.check(); err != nil {
 		return Traffic{}, err
 	}
-	defer c.release()
-	p := &c.plan
-	p.setTiles(cacheBytes, shape.SeqK, opts) // the tiles for M (before fitKVBlocks' halving for many workers)
-	t := Traffic{Pass: pass, CacheBytes: cacheBytes, BlockQ: p.blockQ, BlockK: p.blockK, BackwardBlockK: p.bwdBlockK}
-	t.ForwardTileBytes, t.BackwardTileBytes = p.tileBytes()
+	s := shape.resolved()
+	// The counts are int64: bound the largest, about B·H·Sq·Sk·(D+16)·4·7.
+	big := float64(s.Batch) * float64(s.Heads) * float64(s.SeqQ) * float64(s.SeqK) * (float64(s.Dim) + 16) * 64
+	if big > 1<<62 {
+		return Traffic{}, argErr("shape", "TrafficShape %+v is too large to count", shape)
+	}
+	if err := opts.validate(); err != nil {
+		return Traffic{}, err
+	}
+	// The tiles for M, before fitKVBlocks' halving for many workers.
+	var tl tiling
+	if err := tl.build(s, opts, tileParams{cacheBytes: cacheBytes}); err != nil {
+		return Traffic{}, err
+	}
+	tc := trafficCount{t: &tl, dropout: opts.Dropout > 0, curved: opts.Softcap > 0 || opts.ScoreMod != nil, workers: opts.workers()}
+	t := Traffic{Pass: pass, CacheBytes: cacheBytes, BlockQ: tl.blockQ, BlockK: tl.blockK, BackwardBlockK: tl.bwdBlockK}
+	t.ForwardTileBytes, t.BackwardTileBytes = tc.tileBytes()
 	if pass&PassForward != 0 {
-		if err := c.countForward(&t.Flash); err != nil {
-			return Traffic{}, err
-		}
+		tc.forward(&t.Flash)
 	}
 	if pass&PassBackward != 0 {
-		c.countBackward(&t.Flash)
+		tc.backward(&t.Flash)
 	}
-	p.countStandard(&t.Standard, pass)
+	tl.countStandard(&t.Standard, pass)
 	return t, nil
 }
 
-// maxTrafficElems bounds the buffer CountTraffic allocates (16 GiB).
-const maxTrafficElems = min(1<<32, math.MaxInt)
+// trafficCount counts the traffic of a tiling's loops.
+type trafficCount struct {
+	t               *tiling
+	dropout, curved bool
+	workers         int
+}
 
 // tileBytes returns the bytes of the tiles the forward's and the
 // backward's inner loops hold (see Traffic).
-func (p *plan) tileBytes() (fwd, bwd int) {
+func (tc *trafficCount) tileBytes() (fwd, bwd int) {
+	p := tc.t
 	d, dp, bq := p.dim, p.dimPad, p.blockQ
 	bk, bkb := p.blockK, p.bwdBlockK
 	fwd = bq*d + bq*dp + 2*bq + kernel.Pad(bk)*d + bk*dp + bq*kernel.Pad(bk)
 	mats := 2 // S, dP
-	if p.dropOn {
+	if tc.dropout {
 		mats++
 	}
-	if p.mods.curved() {
+	if tc.curved {
 		mats++
 	}
 	bwd = 2*kernel.Pad(bkb)*d + 3*bkb*dp + mats*bq*kernel.Pad(bkb) + 3*bq*dp + 2*bq
@@ -207,17 +190,17 @@ func floats(n int) int64 { return 4 * int64(n) }
 
 // countForward adds the forward's traffic: the packing pass, the row-block
 // tasks and the merge of key splits.
-func (c *call) countForward(t *TrafficByOperand) error {
-	p := &c.plan
-	tasks, splits, _ := c.forwardTasks()
-	if err := c.packKV(false); err != nil { // the real packing, to learn what is packed where
-		return err
-	}
+func (tc *trafficCount) forward(t *TrafficByOperand) {
+	p := tc.t
+	var blocks []rowBlock
+	var list []fwdTask
+	tasks, splits, _ := p.forwardTasks(&blocks, &list)
 	d, dp := p.dim, p.dimPad
+	packed := func(s *sequence) bool { return p.readers(s) >= 2 && s.nk > 0 } // the forward's kvRoute fromPacked
 	for si := range p.seqs {
 		s := &p.seqs[si]
 		for hk := 0; hk < p.kvHeads; hk++ {
-			if c.kv.kt[si*p.kvHeads+hk] < 0 {
+			if !packed(s) {
 				continue
 			}
 			t.K.Read += floats(s.nk * d)
@@ -230,7 +213,7 @@ func (c *call) countForward(t *TrafficByOperand) error {
 	for i := range tasks {
 		tk := &tasks[i]
 		s := &p.seqs[tk.seq]
-		m := tk.rows()
+		m := tk.height()
 		t.Q.Read += floats(m * d)
 		seen := false
 		for j := tk.j0; ; {
@@ -241,10 +224,9 @@ func (c *call) countForward(t *TrafficByOperand) error {
 			seen = true
 			// One K/V tile per KV head of the block's query heads.
 			for hk := tk.h0 / p.group; hk <= (tk.h0+tk.nh-1)/p.group; hk++ {
-				kt, vp, _ := c.kv.tile(tk.seq, hk, j0, j1-j0)
-				if kt != nil {
-					t.K.Read += floats(len(kt))
-					t.V.Read += floats(len(vp))
+				if packed(s) { // Kᵀ strips padded to whole strips, V rows padded to dimPad
+					t.K.Read += floats(kernel.Pad(j1-j0) * d)
+					t.V.Read += floats((j1 - j0) * dp)
 				} else { // read in place
 					t.K.Read += floats((j1 - j0) * d)
 					t.V.Read += floats((j1 - j0) * d)
@@ -267,7 +249,7 @@ func (c *call) countForward(t *TrafficByOperand) error {
 		if tk.slot < 0 || tk.slot%splits != 0 {
 			continue
 		}
-		m := tk.rows()
+		m := tk.height()
 		for sp := 0; sp < splits; sp++ {
 			t.LSE.Read += floats(m)
 			if !empty[tk.slot+sp] {
@@ -278,16 +260,15 @@ func (c *call) countForward(t *TrafficByOperand) error {
 		t.O.Write += floats(m * d)
 		t.LSE.Write += floats(m)
 	}
-	return nil
 }
 
 // countBackward adds the backward's traffic (see backward.go): clearing dK
 // and dV, the rows pass (D, and Q and dO packed), the LSE scan, packing K
 // and V, the KV pass and, when it does not sum dQ, the dQ pass.
-func (c *call) countBackward(t *TrafficByOperand) {
-	p := &c.plan
+func (tc *trafficCount) backward(t *TrafficByOperand) {
+	p := tc.t
 	d, dp := p.dim, p.dimPad
-	kvRows := floats(p.kv.batch * p.kv.rows * p.kvHeads * d)
+	kvRows := floats(p.kvBatch * p.kvRows * p.kvHeads * d)
 	t.DK.Write += kvRows
 	t.DV.Write += kvRows
 	for _, s := range p.seqs { // the rows pass, per (sequence, head)
@@ -309,7 +290,8 @@ func (c *call) countBackward(t *TrafficByOperand) {
 		t.K.Write += floats(p.kvHeads * (kernel.Pad(s.nk)*d + s.nk*dp))
 		t.V.Write += floats(p.kvHeads * kernel.Pad(s.nk) * d)
 	}
-	tasks, withDQ := c.backwardTasks()
+	var list []bwdTask
+	tasks, withDQ := p.backwardTasks(&list, tc.workers)
 	for _, u := range tasks {
 		s := &p.seqs[u.seq]
 		for hh := 0; hh < p.group; hh++ {
@@ -319,7 +301,7 @@ func (c *call) countBackward(t *TrafficByOperand) {
 			}
 			for kb := u.kb0; kb < u.kb1; kb++ {
 				j0 := kb * p.bwdBlockK
-				c.countKeyBlock(t, s, h, j0, min(p.bwdBlockK, s.nk-j0), withDQ)
+				tc.keyBlock(t, s, h, j0, min(p.bwdBlockK, s.nk-j0), withDQ)
 			}
 			if withDQ {
 				t.DQ.Read += floats(s.nq * dp)
@@ -330,7 +312,8 @@ func (c *call) countBackward(t *TrafficByOperand) {
 	if withDQ {
 		return
 	}
-	for _, rb := range c.dqTasks() {
+	var dqList []rowBlock
+	for _, rb := range p.dqTasks(&dqList) {
 		s := &p.seqs[rb.seq]
 		m := rb.i1 - rb.i0
 		t.Q.Read += floats(m * dp)
@@ -348,15 +331,15 @@ func (c *call) countBackward(t *TrafficByOperand) {
 	}
 }
 
-// countKeyBlock adds the traffic of the backward's KV block [j0, j0+n) of
+// keyBlock adds the traffic of the backward's KV block [j0, j0+n) of
 // query head h: the block's packed Kᵀ, Vᵀ (and K when summing dQ), then per
 // query tile that sees it the tile's packed Q and dO rows, its LSE and D
 // rows and (summing dQ) its dQ accumulator rows, read and written; at the
 // end the block's dK and dV added to the accumulators.
-func (c *call) countKeyBlock(t *TrafficByOperand, s *sequence, h, j0, n int, withDQ bool) {
-	p := &c.plan
+func (tc *trafficCount) keyBlock(t *TrafficByOperand, s *sequence, h, j0, n int, withDQ bool) {
+	p := tc.t
 	d, dp := p.dim, p.dimPad
-	qlo, qhi := s.vis.rows(h, j0, j0+n)
+	qlo, qhi := s.vis.querySpan(h, j0, j0+n)
 	if qlo >= qhi {
 		return
 	}
@@ -388,7 +371,7 @@ func (c *call) countKeyBlock(t *TrafficByOperand, s *sequence, h, j0, n int, wit
 
 // countStandard adds the standard algorithm's traffic, per sequence and
 // query head.
-func (p *plan) countStandard(t *TrafficByOperand, pass Pass) {
+func (p *tiling) countStandard(t *TrafficByOperand, pass Pass) {
 	d := p.dim
 	for _, s := range p.seqs {
 		nq, nk, h := int64(s.nq), int64(s.nk), int64(p.heads)

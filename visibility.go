@@ -5,8 +5,8 @@ import "github.com/flashattn/flashattn/internal/kernel"
 // visibility.go is the one place that decides which keys each query row
 // sees. A visibility answers for one sequence, at three granularities:
 //
-//   - ranges: the keys a block of rows may see (keys, next) and the rows
-//     that may see a block of keys (rows) — nothing outside them is visible;
+//   - ranges: the keys a block of rows may see (keySpan, nextKey) and the
+//     rows that may see a block of keys (querySpan) — nothing outside them is visible;
 //   - tiles: whether a rectangle of rows × keys is entirely hidden (never
 //     computed), entirely visible (computed with no per-element mask) or
 //     partly visible;
@@ -18,14 +18,15 @@ import "github.com/flashattn/flashattn/internal/kernel"
 // key tiles with nextTile; the backward pass, per key block, the row blocks
 // that see it (the transposed lists) with rows and tile.
 type visibility interface {
-	// keys returns the keys [lo, hi) outside which no row of rb sees anything.
-	keys(rb rowBlock) (lo, hi int)
-	// next returns the first key at or after j that a row of rb may see,
-	// or a value ≥ the end of keys(rb) when there is none.
-	next(rb rowBlock, j int) int
-	// rows returns the rows [lo, hi) of head h outside which no row sees a
-	// key of [j0, j1).
-	rows(h, j0, j1 int) (lo, hi int)
+	// keySpan returns the keys [lo, hi) outside which no row of rb sees
+	// anything.
+	keySpan(rb rowBlock) (lo, hi int)
+	// nextKey returns the first key at or after j that a row of rb may
+	// see, or a value ≥ the end of keySpan(rb) when there is none.
+	nextKey(rb rowBlock, j int) int
+	// querySpan returns the rows [lo, hi) of head h outside which no row
+	// sees a key of [j0, j1).
+	querySpan(h, j0, j1 int) (lo, hi int)
 	// tile classifies rows rb × keys [j0, j1).
 	tile(rb rowBlock, j0, j1 int) BlockKind
 	// hide sets to −Inf the scores in row (keys j0, j0+1, ...) that query
@@ -89,20 +90,20 @@ type allOf struct {
 
 func (a *allOf) add(v visibility) { a.parts[a.n] = v; a.n++ }
 
-func (a *allOf) keys(rb rowBlock) (lo, hi int) {
-	lo, hi = a.parts[0].keys(rb)
+func (a *allOf) keySpan(rb rowBlock) (lo, hi int) {
+	lo, hi = a.parts[0].keySpan(rb)
 	for _, v := range a.parts[1:a.n] {
-		l, h := v.keys(rb)
+		l, h := v.keySpan(rb)
 		lo, hi = max(lo, l), min(hi, h)
 	}
 	return lo, max(lo, hi)
 }
 
-func (a *allOf) next(rb rowBlock, j int) int {
+func (a *allOf) nextKey(rb rowBlock, j int) int {
 	for {
 		j0 := j
 		for _, v := range a.parts[:a.n] {
-			j = max(j, v.next(rb, j))
+			j = max(j, v.nextKey(rb, j))
 		}
 		if j == j0 {
 			return j
@@ -110,10 +111,10 @@ func (a *allOf) next(rb rowBlock, j int) int {
 	}
 }
 
-func (a *allOf) rows(h, j0, j1 int) (lo, hi int) {
-	lo, hi = a.parts[0].rows(h, j0, j1)
+func (a *allOf) querySpan(h, j0, j1 int) (lo, hi int) {
+	lo, hi = a.parts[0].querySpan(h, j0, j1)
 	for _, v := range a.parts[1:a.n] {
-		l, u := v.rows(h, j0, j1)
+		l, u := v.querySpan(h, j0, j1)
 		lo, hi = max(lo, l), min(hi, u)
 	}
 	return lo, max(lo, hi)
@@ -144,7 +145,7 @@ func (a *allOf) hide(h, i, j0 int, row []float32, keep []bool) {
 func nextTile(v visibility, rb rowBlock, j, hi, maxLen int) (j0, j1 int, kind BlockKind) {
 	const w = kernel.W
 	for {
-		if j = v.next(rb, j); j >= hi {
+		if j = v.nextKey(rb, j); j >= hi {
 			return hi, hi, BlockEmpty
 		}
 		j = j / w * w // tile ends are multiples of w (or hi): this stays past them

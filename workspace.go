@@ -2,69 +2,106 @@ package flashattn
 
 import "github.com/flashattn/flashattn/internal/kernel"
 
-// workspace is one worker's scratch memory: a few tiles, reused for every
-// task the worker runs. Its size depends on the tile sizes and head dim,
-// never on the sequence length (except the backward's dQ accumulator of one
-// head, which is O(N)).
+// workspace is one worker's scratch memory, reused for every task the
+// worker runs, in named parts: the forward's tile buffers, the backward's,
+// one score row's helpers and the conversion rows. Its size depends on the
+// tile sizes and head dim, never on the sequence length (except the
+// backward's dQ accumulator of one head, which is O(N)).
 type workspace struct {
-	s          []float32 // maxRows × pad(blockK): scores, then P
-	grad       []float32 // backward: derivative of the score modifiers, blockQ × pad(bk)
-	pDrop      []float32 // backward: P with dropout applied, blockQ × pad(bk)
-	dP         []float32 // backward: dP, then dS, blockQ × pad(bk)
-	du         []float32 // the ScoreMod's derivative of one row, pad(bk)
-	keep       []bool    // element-mask scratch of one row, pad(bk)
-	kt         []float32 // forward: a Kᵀ tile packed in strips, pad(bk) × dim
-	vp         []float32 // forward: V rows padded to dimPad, bk × dimPad
-	qp         []float32 // forward: Q rows of the block, (maxRows+3) × dim
-	o          []float32 // output accumulator, maxRows × dimPad
-	qt, st     []float32 // few-row blocks: Qᵀ packed, W × dim per KV head; Sᵀ, bk × W
-	subs       []subBlock
-	kdec, vdec []float32 // decoding: K and V of one key tile for several KV heads
-	drop       []float32 // backward: dropout factors of one row, bk
-	m, l       []float32 // running max and sum, maxRows
-	dk, dv     []float32 // backward: dK, dV accumulators, bk × dimPad
-	dq         []float32 // backward: dQ accumulator of one head (or query block), rows × dimPad
-	qall       []float32 // LSE correction: Q rows of a block, padded to dimPad
-	sums       []float64 // LSE correction: Σ exp(S − LSE) of the rows of a block
-	convK      []float32 // K rows converted from a 16-bit type (or rounded to it)
-	convV      []float32 // V rows likewise; also Q and dO rows in the backward
-	convO      []float32 // one output row, before it is rounded to a 16-bit type
-	qh, ph     []uint16  // native 16-bit products: Q rows, P rows of a tile
-	dsH        []uint16  // backward: dS rows
-	pT, dsT    []uint16  // backward: Pᵀ, dSᵀ
+	fwd  fwdScratch
+	bwd  bwdScratch
+	row  rowScratch
+	conv convScratch
+}
+
+// fwdScratch holds a forward task's tiles.
+type fwdScratch struct {
+	s      []float32 // maxRows × pad(blockK): scores, then P
+	kt     []float32 // a Kᵀ tile packed in strips, pad(bk) × dim
+	vp     []float32 // V rows padded to dimPad, bk × dimPad
+	q      []float32 // the block's Q rows, (maxRows+3) × dim
+	o      []float32 // the output accumulator, maxRows × dimPad
+	m, l   []float32 // running max and sum, maxRows
+	qT     []float32 // route sT: Qᵀ packed per sub-block, W × dim per KV head
+	sT     []float32 // route sT: Sᵀ, bk × W
+	subs   []subBlock
+	kStage []float32 // route fromStaged: K of one key tile for the block's KV heads
+	vStage []float32 // route fromStaged: V likewise, rows padded to dimPad
+	qh, ph []uint16  // native 16-bit products: Q rows, P rows of a tile
+}
+
+// bwdScratch holds a backward task's tiles.
+type bwdScratch struct {
+	s      []float32 // blockQ × pad(bk): S, then P
+	dP     []float32 // blockQ × pad(bk): dP, then dS
+	pDrop  []float32 // P with dropout applied, blockQ × pad(bk)
+	grad   []float32 // derivative of the score modifiers, blockQ × pad(bk)
+	dk, dv []float32 // dK, dV accumulators of a KV block, bk × dimPad
+	dq     []float32 // dQ accumulator of one head (or query block), rows × dimPad
+	drop   []float32 // dropout factors of one row, bk
+	pT     []uint16  // native products: Pᵀ
+	dsT    []uint16  // native products: dSᵀ
+	dsH    []uint16  // native products: dS rows
+	q      []float32 // LSE correction: Q rows of a block, padded to dimPad
+	kt     []float32 // LSE correction: a Kᵀ tile packed in strips
+	sums   []float64 // LSE correction: Σ exp(S − LSE) of the rows of a block
+}
+
+// rowScratch helps with one score row.
+type rowScratch struct {
+	keep []bool    // element-mask scratch, pad(bk)
+	du   []float32 // the ScoreMod's derivative, pad(bk)
+}
+
+// convScratch holds rows converted from a tensor that is not float32 in
+// the compute type (16-bit, q8_0, or float32 rounded to a 16-bit compute
+// type): in1 and in2 for the first and second matrix a step reads (K and V;
+// Q and dO), out for one output row before it is rounded to its type.
+type convScratch struct {
+	in1, in2, out []float32
 }
 
 var workspaces freeList[workspace]
 
-// forTile sizes the forward's tile buffers for plan p.
-func (w *workspace) forTile(p *plan) {
-	bkp := kernel.Pad(max(p.blockK, p.bwdBlockK))
-	grow(&w.s, p.maxRows*bkp)
-	grow(&w.kt, bkp*p.dim)
-	grow(&w.vp, bkp*p.dimPad)
-	grow(&w.o, p.maxRows*p.dimPad)
-	grow(&w.qp, (p.maxRows+3)*p.dimPad)
-	grow(&w.qt, p.kvHeads*kernel.W*p.dim)
-	grow(&w.st, bkp*kernel.W)
-	grow(&w.m, p.maxRows)
-	grow(&w.l, p.maxRows)
-	grow(&w.keep, bkp)
-	grow(&w.du, bkp)
+// sizeForward sizes the forward's tile buffers for plan p.
+func (w *workspace) sizeForward(p *plan) {
+	f := &w.fwd
+	bkp := kernel.Pad(p.blockK)
+	grow(&f.s, p.maxRows*bkp)
+	grow(&f.kt, bkp*p.dim)
+	grow(&f.vp, bkp*p.dimPad)
+	grow(&f.o, p.maxRows*p.dimPad)
+	grow(&f.q, (p.maxRows+3)*p.dimPad)
+	grow(&f.qT, p.kvHeads*kernel.W*p.dim)
+	grow(&f.sT, bkp*kernel.W)
+	grow(&f.m, p.maxRows)
+	grow(&f.l, p.maxRows)
+	w.sizeRow(bkp)
 }
 
-// forBackward additionally sizes the backward's tile buffers.
-func (w *workspace) forBackward(p *plan) {
-	w.forTile(p)
+// sizeBackward sizes the backward's tile buffers for plan p.
+func (w *workspace) sizeBackward(p *plan) {
+	b := &w.bwd
 	bkp := kernel.Pad(p.bwdBlockK)
-	grow(&w.dP, p.blockQ*bkp)
-	grow(&w.pDrop, p.blockQ*bkp)
-	grow(&w.dk, bkp*p.dimPad)
-	grow(&w.dv, bkp*p.dimPad)
+	grow(&b.s, p.blockQ*bkp)
+	grow(&b.dP, p.blockQ*bkp)
+	grow(&b.pDrop, p.blockQ*bkp)
+	grow(&b.dk, bkp*p.dimPad)
+	grow(&b.dv, bkp*p.dimPad)
+	grow(&b.kt, bkp*p.dim)
 	if p.mods.curved() {
-		grow(&w.grad, p.blockQ*bkp)
+		grow(&b.grad, p.blockQ*bkp)
 	}
 	if p.dropOn {
-		grow(&w.drop, bkp)
+		grow(&b.drop, bkp)
+	}
+	w.sizeRow(bkp)
+}
+
+func (w *workspace) sizeRow(n int) {
+	if len(w.row.keep) < n {
+		grow(&w.row.keep, n)
+		grow(&w.row.du, n)
 	}
 }
 
@@ -74,5 +111,5 @@ func (w *workspace) outRow(out view, b, s, h, dim int) []float32 {
 	if out.dt == Float32 {
 		return out.row(b, s, h)[:dim]
 	}
-	return grow(&w.convO, dim)
+	return grow(&w.conv.out, dim)
 }

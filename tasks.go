@@ -1,0 +1,200 @@
+package flashattn
+
+import (
+	"slices"
+
+	"github.com/flashattn/flashattn/internal/kernel"
+)
+
+// tasks.go lists the tasks of every parallel pass from the tiling alone:
+// the forward's row blocks (and their key splits), the backward's KV
+// blocks, its dQ pass's query blocks and its rows pass's (sequence, head)
+// pairs. Each list is appended to a buffer its pass owns.
+
+// rowBlock is the set of query rows one task processes as a single tile:
+// heads h0..h0+nh-1 × rows i0..i1-1 of one sequence, head-major. Usually
+// nh = 1. When a sequence has few query rows (decoding), all its query heads
+// are stacked into one block (see tiling.stacked), so each K/V tile is read
+// once for all the query heads that share it, and the KV heads in memory
+// order.
+type rowBlock struct {
+	seq    int
+	h0, nh int
+	i0, i1 int
+}
+
+// height is the number of tile rows of the block: heads × query rows.
+func (rb rowBlock) height() int { return rb.nh * (rb.i1 - rb.i0) }
+
+// at returns the head and sequence row of tile row r.
+func (rb rowBlock) at(r int) (h, i int) {
+	n := rb.i1 - rb.i0
+	return rb.h0 + r/n, rb.i0 + r%n
+}
+
+// appendQueryBlocks appends the row blocks of sequence si, blockQ rows of
+// one head each. The heads are inside: tasks of equal cost run in this
+// order, so the workers read neighbouring rows of Q and write neighbouring
+// rows of O (or dQ) at about the same time.
+func (t *tiling) appendQueryBlocks(blocks []rowBlock, si int) []rowBlock {
+	nq := t.seqs[si].nq
+	for i0 := 0; i0 < nq; i0 += t.blockQ {
+		for h := 0; h < t.heads; h++ {
+			blocks = append(blocks, rowBlock{si, h, 1, i0, min(i0+t.blockQ, nq)})
+		}
+	}
+	return blocks
+}
+
+// fwdTask is one unit of forward work: a row block against keys j0..j1-1.
+type fwdTask struct {
+	rowBlock
+	j0, j1 int
+	slot   int // -1: write the output; else the partial-result slot
+	cost   int
+}
+
+// maxSplits bounds the split of one row block along the keys
+// (flash-decoding) and splitTarget is the number of tasks below which
+// splitting starts. Both are fixed, not tied to the worker count, so that
+// results do not depend on it.
+const (
+	splitTarget = 256
+	maxSplits   = 16
+)
+
+// forwardTasks lists the forward's tasks, heaviest first, into *tasks (and
+// the row blocks into *blocks), and returns them with the number of key
+// splits per row block and of partial-result slots the splits need.
+func (t *tiling) forwardTasks(blocks *[]rowBlock, tasks *[]fwdTask) (list []fwdTask, splits, slots int) {
+	bs, list := (*blocks)[:0], (*tasks)[:0]
+	defer func() { *blocks, *tasks = bs, list }()
+	for si := range t.seqs {
+		s := &t.seqs[si]
+		if s.nq == 0 {
+			continue
+		}
+		if t.stacked(s) {
+			bs = append(bs, rowBlock{si, 0, t.heads, 0, s.nq})
+			continue
+		}
+		bs = t.appendQueryBlocks(bs, si)
+	}
+	splits = 1
+	switch {
+	case t.cache.numSplits > 0:
+		splits = t.cache.numSplits
+	case len(bs) < splitTarget:
+		splits = min(maxSplits, (splitTarget+len(bs)-1)/len(bs))
+	}
+	// Splits of at least two whole key tiles, or, when forced, of 16-key
+	// groups.
+	unit, perSplit := t.blockK, 2
+	if t.cache.numSplits > 0 {
+		unit, perSplit = kernel.W, 1
+	}
+	for bi, rb := range bs {
+		s := &t.seqs[rb.seq]
+		lo, hi := s.vis.keySpan(rb)
+		lo = lo / kernel.W * kernel.W // tiles start on strip boundaries of the packed K
+		nu := (hi - lo + unit - 1) / unit
+		ns := min(splits, max(1, nu/perSplit))
+		if ns == 1 {
+			list = append(list, fwdTask{rb, lo, hi, -1, rb.height() * t.visibleKeys(s, rb, lo, hi)})
+			continue
+		}
+		for sp := 0; sp < ns; sp++ {
+			j0 := lo + sp*nu/ns*unit
+			j1 := min(hi, lo+(sp+1)*nu/ns*unit)
+			list = append(list, fwdTask{rb, j0, j1, bi*splits + sp, rb.height() * t.visibleKeys(s, rb, j0, j1)})
+		}
+		slots = len(bs) * splits
+	}
+	slices.SortStableFunc(list, func(a, b fwdTask) int { return b.cost - a.cost })
+	return list, splits, slots
+}
+
+// visibleKeys counts the keys of [lo, hi) in tiles that rows rb compute.
+func (t *tiling) visibleKeys(s *sequence, rb rowBlock, lo, hi int) int {
+	if !t.masked {
+		return hi - lo
+	}
+	n := 0
+	for j := lo; ; {
+		j0, j1, _ := nextTile(s.vis, rb, j, hi, t.blockK)
+		if j0 >= hi {
+			return n
+		}
+		n += j1 - j0
+		j = j1
+	}
+}
+
+// bwdTask is one task of the backward's KV pass: the KV blocks [kb0, kb1)
+// of KV head hk of sequence seq, for every query head of hk.
+type bwdTask struct {
+	seq, hk  int
+	kb0, kb1 int
+}
+
+// unitsPerWorker is the number of tasks per worker below which a pass is
+// split finer.
+const unitsPerWorker = 4
+
+// backwardTasks lists the KV pass's tasks into *tasks for the given number
+// of workers, and whether they also sum dQ (see backward.go).
+func (t *tiling) backwardTasks(tasks *[]bwdTask, workers int) (list []bwdTask, withDQ bool) {
+	list = (*tasks)[:0]
+	defer func() { *tasks = list }()
+	pairs := 0
+	for _, s := range t.seqs {
+		if s.nq > 0 && s.nk > 0 {
+			pairs += t.kvHeads
+		}
+	}
+	withDQ = pairs >= unitsPerWorker*workers
+	for si, s := range t.seqs {
+		if s.nq == 0 || s.nk == 0 {
+			continue
+		}
+		nkb := (s.nk + t.bwdBlockK - 1) / t.bwdBlockK
+		for hk := 0; hk < t.kvHeads; hk++ {
+			if withDQ {
+				list = append(list, bwdTask{si, hk, 0, nkb})
+				continue
+			}
+			for kb := 0; kb < nkb; kb++ {
+				list = append(list, bwdTask{si, hk, kb, kb + 1})
+			}
+		}
+	}
+	return list, withDQ
+}
+
+// headTasks lists into *tasks the (sequence, query head) pairs that have
+// query rows, as row blocks of all the sequence's rows.
+func (t *tiling) headTasks(tasks *[]rowBlock) []rowBlock {
+	list := (*tasks)[:0]
+	for si := range t.seqs {
+		if s := &t.seqs[si]; s.nq > 0 {
+			for h := 0; h < t.heads; h++ {
+				list = append(list, rowBlock{si, h, 1, 0, s.nq})
+			}
+		}
+	}
+	*tasks = list
+	return list
+}
+
+// dqTasks lists into *tasks the dQ pass's query blocks: blockQ rows of one
+// head of one sequence that has keys.
+func (t *tiling) dqTasks(tasks *[]rowBlock) []rowBlock {
+	list := (*tasks)[:0]
+	for si := range t.seqs {
+		if t.seqs[si].nk > 0 {
+			list = t.appendQueryBlocks(list, si)
+		}
+	}
+	*tasks = list
+	return list
+}

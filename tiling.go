@@ -1,0 +1,199 @@
+package flashattn
+
+import "github.com/flashattn/flashattn/internal/kernel"
+
+// tiling is the geometry of a call, from its shape and options alone: the
+// sequences with what each query row sees, the tile sizes, and (tasks.go)
+// the task lists of every pass. It reads no tensor, so ValidateShape and
+// CountTraffic build one without any data.
+type tiling struct {
+	seqs           []sequence
+	heads, kvHeads int // H, Hk
+	group          int // H / Hk: query heads per KV head
+	dim, dimPad    int // head dim, and padded to the kernel width
+	cacheBytes     int // the cache (L2) the tiles are sized for
+	blockQ, blockK int // forward tile: query rows, keys
+	bwdBlockK      int // backward KV block
+	alignQ         int // backward query tiles start on multiples of it
+	maxRows        int // rows of the largest row block: blockQ, or a stacked block's
+	lseLen         int // LSE entries: batch·heads·seqlen_q (heads·total with VarLen)
+	masked         bool
+	fromCache      bool    // the keys are a KV cache's (forward only)
+	kvBatch        int     // batch dimension of k and v (blocks when paged)
+	kvRows         int     // seqlen dimension of k and v (block size when paged)
+	pages          pages   // a paged cache's page table
+	cache          cacheAt // a KV-cache call's appends, rotary and splits
+	mem            tilingMem
+}
+
+// tilingMem is what a tiling keeps from call to call.
+type tilingMem struct {
+	seqs              []sequence
+	pageTable, cacheE []int32
+}
+
+// tileParams are the inputs of a tiling besides the shape and options.
+type tileParams struct {
+	cacheBytes  int  // size the tiles for a cache of this many bytes
+	native      bool // native 16-bit products: query tiles start on even rows
+	fitBackward bool // halve the backward's KV block when there are few of them (fitKVBlocks)
+}
+
+// build validates shape s (resolved) against the options and sets the
+// tiling. Option values must have been validated (Options.validate).
+func (t *tiling) build(s Shape, o *Options, tp tileParams) error {
+	mem := t.mem
+	B, Sq, H, D, Sk, Hk := s.Batch, s.SeqQ, s.Heads, s.Dim, s.SeqK, s.KVHeads
+	if H%Hk != 0 {
+		return argErr("k", "q has %d heads, not a multiple of the %d heads of k and v", H, Hk)
+	}
+	cached := o.KVCache != nil
+	if c := o.KVCache; s.KVBatch != B && !(cached && (c.BlockTable != nil || c.BatchIdx != nil)) {
+		return argErr("k", "k has batch %d, want %d (q's)", s.KVBatch, B)
+	}
+	*t = tiling{
+		heads: H, kvHeads: Hk, group: H / Hk,
+		dim: D, dimPad: kernel.Pad(D),
+		masked:    o.BlockMask != nil || o.Mask != nil,
+		fromCache: cached,
+		kvBatch:   s.KVBatch, kvRows: Sk,
+		mem: mem,
+	}
+	t.setTiles(tp.cacheBytes, Sk, o, tp.native)
+	switch {
+	case o.VarLen != nil && cached:
+		return argErr("Options.KVCache", "KVCache and VarLen cannot be combined")
+	case o.VarLen != nil:
+		if err := t.varlenSequences(o.VarLen, B, Sq, Sk); err != nil {
+			return err
+		}
+	default:
+		t.seqs = grow(&t.mem.seqs, B)
+		for b := range t.seqs {
+			t.seqs[b] = sequence{b: b, tb: b, kvb: b, nq: Sq, nk: Sk, lse0: b * H * Sq, lseH: Sq}
+		}
+		t.lseLen = B * H * Sq
+	}
+	if cached {
+		if err := t.cacheSequences(o, s); err != nil {
+			return err
+		}
+	}
+	if n := len(o.ALiBi); n != 0 && n != H && n != len(t.seqs)*H {
+		return argErr("Options.ALiBi", "ALiBi has %d slopes, want %d ([heads]) or %d ([batch, heads])", n, H, len(t.seqs)*H)
+	}
+	if m := o.BlockMask; m != nil {
+		if err := checkBlockMask(m, t.seqs, H); err != nil {
+			return err
+		}
+	}
+	for i := range t.seqs {
+		t.seqs[i].setVisibility(o)
+	}
+	if o.BlockK == 0 && tp.fitBackward {
+		t.fitKVBlocks()
+	}
+	return nil
+}
+
+// setTiles sizes the tiles for a cache of cacheBytes (see blockSizesFor) and
+// the options: the forward's, the backward's KV block, and their alignment
+// to a block mask and to the pairs of native 16-bit products.
+func (t *tiling) setTiles(cacheBytes, seqK int, o *Options, native bool) {
+	t.cacheBytes = cacheBytes
+	t.blockQ, t.blockK = blockSizesFor(t.dim, cacheBytes, o)
+	t.bwdBlockK = backwardKeyBlock(t.blockK, seqK, o)
+	t.alignQ = 1
+	if m := o.BlockMask; m != nil && o.BlockQ == 0 && o.BlockK == 0 {
+		t.blockQ, t.bwdBlockK = alignToMask(t.blockQ, t.bwdBlockK, m.shape)
+		t.alignQ = t.blockQ
+	}
+	if native {
+		// The backward's query tiles start on even rows (pairs of the VNNI
+		// layout of Q and dO).
+		t.blockQ = even(t.blockQ)
+		t.alignQ = even(t.alignQ)
+	}
+	t.maxRows = max(t.blockQ, maxStackRows)
+}
+
+// bwdTaskTarget is the number of KV blocks the backward aims at, however
+// few (sequence, KV head) pairs a call has: enough for 64 workers to get 4
+// each. It is a fixed number, not the worker count, so that the KV blocks,
+// and with them the results, do not depend on the worker count.
+const bwdTaskTarget = 256
+
+// fitKVBlocks halves the backward's KV block (down to 64 keys) while the
+// call has fewer than bwdTaskTarget of them.
+func (t *tiling) fitKVBlocks() {
+	blocks := func(bk int) (n int) {
+		for _, s := range t.seqs {
+			if s.nq > 0 {
+				n += t.kvHeads * ((s.nk + bk - 1) / bk)
+			}
+		}
+		return n
+	}
+	for t.bwdBlockK >= 128 && t.bwdBlockK%32 == 0 && blocks(t.bwdBlockK) < bwdTaskTarget {
+		t.bwdBlockK /= 2
+	}
+}
+
+// checkBlockMask checks that m covers every sequence and head.
+func checkBlockMask(m *BlockMask, seqs []sequence, heads int) error {
+	s := m.shape
+	switch {
+	case s.Batch != 1 && s.Batch != len(seqs):
+		return argErr("Options.BlockMask", "BlockMask has batch %d, want 1 or %d", s.Batch, len(seqs))
+	case s.Heads != 1 && s.Heads != heads:
+		return argErr("Options.BlockMask", "BlockMask has %d heads, want 1 or %d", s.Heads, heads)
+	}
+	for b, sq := range seqs {
+		if sq.nq > s.SeqQ || sq.nk > s.SeqK {
+			return argErr("Options.BlockMask", "BlockMask covers %d × %d positions, but sequence %d has %d queries and %d keys", s.SeqQ, s.SeqK, b, sq.nq, sq.nk)
+		}
+	}
+	return nil
+}
+
+// keyAt returns the batch index and row of k and v that hold key j of
+// sequence s: through the page table when the cache is paged.
+func (t *tiling) keyAt(s *sequence, j int) (tb, row int) {
+	j += s.k0
+	if t.pages.blockSize == 0 {
+		return s.kvb, j
+	}
+	return int(t.pages.table[s.b*t.pages.perSeq+j/t.pages.blockSize]), j % t.pages.blockSize
+}
+
+// stacked reports whether sequence s is processed as one row block of all
+// its query heads (few query rows: decoding).
+func (t *tiling) stacked(s *sequence) bool {
+	return t.heads > 1 && s.nq*t.heads <= maxStackRows
+}
+
+// maxStackRows bounds the rows of a stacked (decoding) row block.
+const maxStackRows = 64
+
+// readers is the number of forward row blocks that read each K/V tile of
+// sequence s: the forward packs K and V once per call where it is two or
+// more.
+func (t *tiling) readers(s *sequence) int {
+	if t.stacked(s) {
+		return 1
+	}
+	return t.group * ((s.nq + t.blockQ - 1) / t.blockQ)
+}
+
+// grow returns (*buf)[:n], reallocating if it is too small. The contents
+// are unspecified.
+func grow[T any](buf *[]T, n int) []T {
+	if cap(*buf) < n {
+		*buf = make([]T, n)
+	}
+	*buf = (*buf)[:n]
+	return *buf
+}
+
+// even rounds n up to an even number (the pairs of the VNNI layout).
+func even(n int) int { return n + n%2 }
