@@ -19,13 +19,13 @@ func Convert(dst, src Tensor) error {
 	if overlaps(viewRegion(dv), viewRegion(sv)) {
 		return argErr("dst", "dst shares memory with src")
 	}
-	k := kernel.Select()
+	kern := kernel.Select()
 	row := make([]float32, src.Dim)
 	for b := 0; b < src.Batch; b++ {
 		for s := 0; s < src.Seq; s++ {
 			for h := 0; h < src.Heads; h++ {
-				sv.rowTo(row, b, s, h, Float32, &k)
-				if err := dv.storeRow(row, b, s, h, &k); err != nil {
+				sv.rowTo(row, b, s, h, Float32, &kern)
+				if err := dv.storeRow(row, b, s, h, &kern); err != nil {
 					return argErr("src", "src row (%d, %d, %d): %v", b, s, h, err)
 				}
 			}

@@ -201,10 +201,10 @@ func (kv *packedKV) tile(si, hk, j0, n int) (kt, vp []float32, ldv int) {
 	if kv.kt[u] < 0 || kv.p.native {
 		return nil, nil, 0
 	}
-	d, dp := kv.p.dim, kv.p.dimPad
+	d, dpad := kv.p.dim, kv.p.dimPad
 	kt = kv.buf[kv.kt[u]+j0*d : kv.kt[u]+(j0+kernel.Pad(n))*d]
-	vp = kv.buf[kv.vr[u]+j0*dp : kv.vr[u]+(j0+n)*dp]
-	return kt, vp, dp
+	vp = kv.buf[kv.vr[u]+j0*dpad : kv.vr[u]+(j0+n)*dpad]
+	return kt, vp, dpad
 }
 
 // tileNative returns, for the forward with native products, the packed Kᵀ

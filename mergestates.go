@@ -1,8 +1,6 @@
 package flashattn
 
 import (
-	"math"
-
 	"github.com/flashattn/flashattn/internal/kernel"
 )
 
@@ -18,7 +16,8 @@ import (
 // [heads, total]) — natural logarithms, as Forward returns them; a base-2
 // LSE (flashinfer's) converts by multiplying by ln 2. A part whose row saw
 // no key (LSE −Inf) contributes nothing; a row no part saw gets O = 0 and
-// LSE = −Inf; NaN propagates. The sums are done in float64.
+// LSE = −Inf; NaN propagates. The sums are done in float64, by the same
+// routine that merges Forward's own key splits.
 //
 // out and lse (which may be nil) receive the result; out may be the very
 // same view as one of the parts and lse the very same slice as one of lses
@@ -51,43 +50,24 @@ func MergeStates(out Tensor, lse []float32, parts []Tensor, lses [][]float32) er
 	if lse != nil && len(lse) < n {
 		return argErr("lse", "lse has %d elements, want %d", len(lse), n)
 	}
-	k := kernel.Select()
-	acc := make([]float64, D)
+	kern := kernel.Select()
+	var lm lseMerge
+	lm.reset(len(parts), D)
+	rows := make([]float32, len(parts)*D)
 	row := make([]float32, D)
-	w := make([]float64, len(parts))
 	for b := 0; b < B; b++ {
 		for h := 0; h < H; h++ {
 			for s := 0; s < S; s++ {
 				li := (b*H+h)*S + s
-				m := math.Inf(-1)
-				for p := range parts {
-					m = max(m, float64(lses[p][li])) // NaN wins
+				for p, v := range pv {
+					lm.a[p], lm.l[p] = float64(lses[p][li]), 1
+					lm.o[p] = rows[p*D : (p+1)*D]
+					v.rowTo(lm.o[p], b, s, h, Float32, &kern)
 				}
-				clear(acc)
-				res := math.Inf(-1)
-				if !math.IsInf(m, -1) {
-					var sum float64
-					for p := range parts {
-						w[p] = math.Exp(float64(lses[p][li]) - m)
-						sum += w[p]
-					}
-					for p, v := range pv {
-						if w[p] == 0 {
-							continue
-						}
-						v.rowTo(row, b, s, h, Float32, &k)
-						for c, x := range row {
-							acc[c] += w[p] / sum * float64(x)
-						}
-					}
-					res = m + math.Log(sum)
-				}
-				for c, x := range acc {
-					row[c] = float32(x)
-				}
-				ov.storeRow(row, b, s, h, &k)
+				res := lm.row(row)
+				ov.storeRow(row, b, s, h, &kern)
 				if lse != nil {
-					lse[li] = float32(res)
+					lse[li] = res
 				}
 			}
 		}

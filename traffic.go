@@ -171,9 +171,9 @@ type trafficCount struct {
 // backward's inner loops hold (see Traffic).
 func (tc *trafficCount) tileBytes() (fwd, bwd int) {
 	p := tc.t
-	d, dp, bq := p.dim, p.dimPad, p.blockQ
+	d, dpad, bq := p.dim, p.dimPad, p.blockQ
 	bk, bkb := p.blockK, p.bwdBlockK
-	fwd = bq*d + bq*dp + 2*bq + kernel.Pad(bk)*d + bk*dp + bq*kernel.Pad(bk)
+	fwd = bq*d + bq*dpad + 2*bq + kernel.Pad(bk)*d + bk*dpad + bq*kernel.Pad(bk)
 	mats := 2 // S, dP
 	if tc.dropout {
 		mats++
@@ -181,7 +181,7 @@ func (tc *trafficCount) tileBytes() (fwd, bwd int) {
 	if tc.curved {
 		mats++
 	}
-	bwd = 2*kernel.Pad(bkb)*d + 3*bkb*dp + mats*bq*kernel.Pad(bkb) + 3*bq*dp + 2*bq
+	bwd = 2*kernel.Pad(bkb)*d + 3*bkb*dpad + mats*bq*kernel.Pad(bkb) + 3*bq*dpad + 2*bq
 	return 4 * fwd, 4 * bwd
 }
 
@@ -195,7 +195,7 @@ func (tc *trafficCount) forward(t *TrafficByOperand) {
 	var blocks []rowBlock
 	var list []fwdTask
 	tasks, splits, _ := p.forwardTasks(&blocks, &list)
-	d, dp := p.dim, p.dimPad
+	d, dpad := p.dim, p.dimPad
 	packed := func(s *sequence) bool { return p.readers(s) >= 2 && s.nk > 0 } // the forward's kvRoute fromPacked
 	for si := range p.seqs {
 		s := &p.seqs[si]
@@ -206,7 +206,7 @@ func (tc *trafficCount) forward(t *TrafficByOperand) {
 			t.K.Read += floats(s.nk * d)
 			t.V.Read += floats(s.nk * d)
 			t.K.Write += floats(kernel.Pad(s.nk) * d)
-			t.V.Write += floats(s.nk * dp)
+			t.V.Write += floats(s.nk * dpad)
 		}
 	}
 	empty := map[int]bool{} // key-split slots that saw no key
@@ -226,7 +226,7 @@ func (tc *trafficCount) forward(t *TrafficByOperand) {
 			for hk := tk.h0 / p.group; hk <= (tk.h0+tk.nh-1)/p.group; hk++ {
 				if packed(s) { // Kᵀ strips padded to whole strips, V rows padded to dimPad
 					t.K.Read += floats(kernel.Pad(j1-j0) * d)
-					t.V.Read += floats((j1 - j0) * dp)
+					t.V.Read += floats((j1 - j0) * dpad)
 				} else { // read in place
 					t.K.Read += floats((j1 - j0) * d)
 					t.V.Read += floats((j1 - j0) * d)
@@ -235,7 +235,7 @@ func (tc *trafficCount) forward(t *TrafficByOperand) {
 			j = j1
 		}
 		if tk.slot >= 0 {
-			t.O.Write += floats(m * dp)
+			t.O.Write += floats(m * dpad)
 			t.LSE.Write += floats(2 * m)
 			empty[tk.slot] = !seen
 			continue
@@ -267,7 +267,7 @@ func (tc *trafficCount) forward(t *TrafficByOperand) {
 // and V, the KV pass and, when it does not sum dQ, the dQ pass.
 func (tc *trafficCount) backward(t *TrafficByOperand) {
 	p := tc.t
-	d, dp := p.dim, p.dimPad
+	d, dpad := p.dim, p.dimPad
 	kvRows := floats(p.kvBatch * p.kvRows * p.kvHeads * d)
 	t.DK.Write += kvRows
 	t.DV.Write += kvRows
@@ -276,8 +276,8 @@ func (tc *trafficCount) backward(t *TrafficByOperand) {
 		t.O.Read += floats(n * d)
 		t.DO.Read += floats(2 * n * d)
 		t.Q.Read += floats(n * d)
-		t.Q.Write += floats(n * dp)
-		t.DO.Write += floats(n * dp)
+		t.Q.Write += floats(n * dpad)
+		t.DO.Write += floats(n * dpad)
 		t.LSE.Write += floats(n) // D
 	}
 	t.LSE.Read += floats(p.lseLen) // looking for rows that need the LSE correction
@@ -287,7 +287,7 @@ func (tc *trafficCount) backward(t *TrafficByOperand) {
 		}
 		t.K.Read += floats(p.kvHeads * s.nk * d)
 		t.V.Read += floats(p.kvHeads * s.nk * d)
-		t.K.Write += floats(p.kvHeads * (kernel.Pad(s.nk)*d + s.nk*dp))
+		t.K.Write += floats(p.kvHeads * (kernel.Pad(s.nk)*d + s.nk*dpad))
 		t.V.Write += floats(p.kvHeads * kernel.Pad(s.nk) * d)
 	}
 	var list []bwdTask
@@ -297,14 +297,14 @@ func (tc *trafficCount) backward(t *TrafficByOperand) {
 		for hh := 0; hh < p.group; hh++ {
 			h := u.hk*p.group + hh
 			if withDQ {
-				t.DQ.Write += floats(s.nq * dp) // the accumulator, cleared
+				t.DQ.Write += floats(s.nq * dpad) // the accumulator, cleared
 			}
 			for kb := u.kb0; kb < u.kb1; kb++ {
 				j0 := kb * p.bwdBlockK
 				tc.keyBlock(t, s, h, j0, min(p.bwdBlockK, s.nk-j0), withDQ)
 			}
 			if withDQ {
-				t.DQ.Read += floats(s.nq * dp)
+				t.DQ.Read += floats(s.nq * dpad)
 				t.DQ.Write += floats(s.nq * d)
 			}
 		}
@@ -316,15 +316,15 @@ func (tc *trafficCount) backward(t *TrafficByOperand) {
 	for _, rb := range p.dqTasks(&dqList) {
 		s := &p.seqs[rb.seq]
 		m := rb.i1 - rb.i0
-		t.Q.Read += floats(m * dp)
-		t.DO.Read += floats(m * dp)
+		t.Q.Read += floats(m * dpad)
+		t.DO.Read += floats(m * dpad)
 		t.LSE.Read += floats(2 * m) // LSE and D
 		for j0 := 0; j0 < s.nk; j0 += p.bwdBlockK {
 			n := min(p.bwdBlockK, s.nk-j0)
 			if s.vis.tile(rb, j0, j0+n) == BlockEmpty {
 				continue
 			}
-			t.K.Read += floats(kernel.Pad(n)*d + n*dp) // Kᵀ and K
+			t.K.Read += floats(kernel.Pad(n)*d + n*dpad) // Kᵀ and K
 			t.V.Read += floats(kernel.Pad(n) * d)      // Vᵀ
 		}
 		t.DQ.Write += floats(m * d)
@@ -338,7 +338,7 @@ func (tc *trafficCount) backward(t *TrafficByOperand) {
 // end the block's dK and dV added to the accumulators.
 func (tc *trafficCount) keyBlock(t *TrafficByOperand, s *sequence, h, j0, n int, withDQ bool) {
 	p := tc.t
-	d, dp := p.dim, p.dimPad
+	d, dpad := p.dim, p.dimPad
 	qlo, qhi := s.vis.querySpan(h, j0, j0+n)
 	if qlo >= qhi {
 		return
@@ -347,7 +347,7 @@ func (tc *trafficCount) keyBlock(t *TrafficByOperand, s *sequence, h, j0, n int,
 	t.K.Read += floats(kernel.Pad(n) * d)
 	t.V.Read += floats(kernel.Pad(n) * d)
 	if withDQ {
-		t.K.Read += floats(n * dp)
+		t.K.Read += floats(n * dpad)
 	}
 	for i0 := qlo; i0 < qhi; i0 += p.blockQ {
 		i1 := min(i0+p.blockQ, qhi)
@@ -355,12 +355,12 @@ func (tc *trafficCount) keyBlock(t *TrafficByOperand, s *sequence, h, j0, n int,
 			continue
 		}
 		m := i1 - i0
-		t.Q.Read += floats(m * dp)
-		t.DO.Read += floats(m * dp)
+		t.Q.Read += floats(m * dpad)
+		t.DO.Read += floats(m * dpad)
 		t.LSE.Read += floats(2 * m)
 		if withDQ {
-			t.DQ.Read += floats(m * dp)
-			t.DQ.Write += floats(m * dp)
+			t.DQ.Read += floats(m * dpad)
+			t.DQ.Write += floats(m * dpad)
 		}
 	}
 	for _, g := range []*IOBytes{&t.DK, &t.DV} {

@@ -10,8 +10,9 @@ import "github.com/flashattn/flashattn/internal/kernel"
 type workspace struct {
 	fwd  fwdScratch
 	bwd  bwdScratch
-	row  rowScratch
-	conv convScratch
+	row   rowScratch
+	conv  convScratch
+	merge lseMerge // the forward's merge of key splits
 }
 
 // fwdScratch holds a forward task's tiles.
