@@ -325,7 +325,7 @@ func (tc *trafficCount) backward(t *TrafficByOperand) {
 				continue
 			}
 			t.K.Read += floats(kernel.Pad(n)*d + n*dpad) // Kᵀ and K
-			t.V.Read += floats(kernel.Pad(n) * d)      // Vᵀ
+			t.V.Read += floats(kernel.Pad(n) * d)        // Vᵀ
 		}
 		t.DQ.Write += floats(m * d)
 	}

@@ -8,8 +8,8 @@ import "github.com/flashattn/flashattn/internal/kernel"
 // tile sizes and head dim, never on the sequence length (except the
 // backward's dQ accumulator of one head, which is O(N)).
 type workspace struct {
-	fwd  fwdScratch
-	bwd  bwdScratch
+	fwd   fwdScratch
+	bwd   bwdScratch
 	row   rowScratch
 	conv  convScratch
 	merge lseMerge // the forward's merge of key splits
