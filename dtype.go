@@ -14,9 +14,10 @@ const (
 	// Float32 is IEEE binary32 (Tensor.Data).
 	Float32 DType = iota
 	// BFloat16 is bfloat16 (Tensor.BF16): float32's exponent, 8 bits of
-	// significand.
+	// significand. DType(half.BFloat16) == BFloat16.
 	BFloat16
-	// Float16 is IEEE binary16 (Tensor.F16).
+	// Float16 is IEEE binary16 (Tensor.F16). DType(half.Float16) ==
+	// Float16.
 	Float16
 	// Q8_0 is llama.cpp's 8-bit block format (Tensor.Q8), for the k and v
 	// of a KV cache: blocks of 32 values of one row, each stored as an fp16
@@ -45,6 +46,15 @@ func (d DType) elem() kernel.Elem {
 		return kernel.F16
 	}
 	return kernel.BF16
+}
+
+// Format returns the 16-bit format of d and true, or false when d is not
+// a 16-bit type.
+func (d DType) Format() (half.Format, bool) {
+	if d == BFloat16 || d == Float16 {
+		return half.Format(d), true
+	}
+	return 0, false
 }
 
 // Element is the type of a Tensor's elements: float32, half.BF16 or

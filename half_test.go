@@ -262,3 +262,22 @@ func TestQ8Cache(t *testing.T) {
 		t.Error("Convert quantised an Inf")
 	}
 }
+
+// The 16-bit type has one numbering: DType, half.Format (reference's
+// Precision, gpu's DType) and the kernels' Elem agree.
+func TestFormatNumbering(t *testing.T) {
+	for _, c := range []struct {
+		dt DType
+		f  half.Format
+		e  kernel.Elem
+	}{{BFloat16, half.BFloat16, kernel.BF16}, {Float16, half.Float16, kernel.F16}} {
+		if f, ok := c.dt.Format(); !ok || f != c.f || DType(c.f) != c.dt || c.dt.elem() != c.e || uint8(c.e) != uint8(c.f) {
+			t.Errorf("%v: Format %v %v, elem %v; want %v, %v", c.dt, f, ok, c.dt.elem(), c.f, c.e)
+		}
+	}
+	for _, dt := range []DType{Float32, Q8_0} {
+		if _, ok := dt.Format(); ok {
+			t.Errorf("%v has a 16-bit format", dt)
+		}
+	}
+}

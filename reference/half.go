@@ -7,57 +7,27 @@ import (
 )
 
 // Precision is a 16-bit floating-point type for the same-type plain
-// algorithm: the error baseline of attention computed in that type.
-type Precision int
+// algorithm: the error baseline of attention computed in that type. It is
+// half.Format (Round and RoundSlice round to it).
+type Precision = half.Format
 
 const (
 	// BF16 is bfloat16 (8 significant bits, float32's range).
-	BF16 Precision = 1 + iota
+	BF16 = half.BFloat16
 	// F16 is IEEE binary16 (11 significant bits, largest finite 65504).
-	F16
+	F16 = half.Float16
 )
 
-// String returns "bf16" or "f16".
-func (t Precision) String() string {
-	switch t {
-	case BF16:
-		return "bf16"
-	case F16:
-		return "f16"
+func validate(t Precision) {
+	if !t.Valid() {
+		panic(fmt.Sprintf("reference: unknown precision %d", uint8(t)))
 	}
-	return fmt.Sprintf("Precision(%d)", int(t))
-}
-
-func (t Precision) validate() {
-	if t != BF16 && t != F16 {
-		panic(fmt.Sprintf("reference: unknown precision %d", int(t)))
-	}
-}
-
-// Round returns x rounded to t (to nearest, ties to even), as a float32.
-func (t Precision) Round(x float32) float32 {
-	t.validate()
-	if t == F16 {
-		return half.NewF16(x).Float32()
-	}
-	return half.NewBF16(x).Float32()
-}
-
-// RoundSlice returns a new slice holding the elements of x rounded to t.
-// Rounding inputs first is how the float64 reference is made comparable:
-// the rule compares against Forward64/Backward64 of the rounded inputs.
-func (t Precision) RoundSlice(x []float32) []float32 {
-	out := make([]float32, len(x))
-	for i, v := range x {
-		out[i] = t.Round(v)
-	}
-	return out
 }
 
 // Slack is the additive term of the error rule for t: 1e-3 for BF16,
 // 1e-4 for F16.
-func (t Precision) Slack() float64 {
-	t.validate()
+func Slack(t Precision) float64 {
+	validate(t)
 	if t == F16 {
 		return 1e-4
 	}
@@ -72,7 +42,7 @@ func (t Precision) Slack() float64 {
 // Params works as in Forward32 (dropout scales the rounded probability).
 // The results are float32 slices holding values of type t.
 func ForwardHalf(p Params, t Precision, q, k, v []float32) (o, lse []float32) {
-	t.validate()
+	validate(t)
 	return forward(p, t.RoundSlice(q), t.RoundSlice(k), t.RoundSlice(v), t.Round)
 }
 
@@ -82,18 +52,18 @@ func ForwardHalf(p Params, t Precision, q, k, v []float32) (o, lse []float32) {
 // score gradient dS before dQ = dS·K and dK = dSᵀ·Q, and dQ, dK, dV are
 // rounded to t at the end.
 func BackwardHalf(p Params, t Precision, q, k, v, dout []float32) (dq, dk, dv []float32) {
-	t.validate()
+	validate(t)
 	return backward(p, t.RoundSlice(q), t.RoundSlice(k), t.RoundSlice(v), t.RoundSlice(dout), t.Round)
 }
 
 // CheckHalf applies the half-precision error rule: with err(x) the maximum
 // absolute difference between x and the float64 reference ref (computed by
 // Forward64 or Backward64 from the inputs and dO rounded to t, see
-// RoundSlice), it requires err(got) <= 2*err(plain) + t.Slack(), where plain
+// RoundSlice), it requires err(got) <= 2*err(plain) + Slack(t), where plain
 // is the same-type plain algorithm (ForwardHalf or BackwardHalf). It
 // returns nil if the rule holds and otherwise an error naming the quantity
 // and both errors. It applies to O, LSE and every gradient.
 func CheckHalf(name string, t Precision, got, plain []float32, ref []float64) error {
-	t.validate()
-	return checkRule(name, got, plain, ref, rule{t.Slack(), fmt.Sprint(t.Slack()), "plain " + t.String(), "plain " + t.String()})
+	validate(t)
+	return checkRule(name, got, plain, ref, rule{Slack(t), fmt.Sprint(Slack(t)), "plain " + t.String(), "plain " + t.String()})
 }

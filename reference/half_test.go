@@ -241,7 +241,7 @@ func TestCheckHalf(t *testing.T) {
 			t.Errorf("%s: short slice accepted", c.t)
 		}
 	}
-	if BF16.Slack() != 1e-3 || F16.Slack() != 1e-4 {
+	if Slack(BF16) != 1e-3 || Slack(F16) != 1e-4 {
 		t.Error("slack")
 	}
 }
@@ -250,7 +250,7 @@ func TestPrecision(t *testing.T) {
 	if BF16.Round(1+0x1p-8) != 1 || F16.Round(1+0x1p-11) != 1 || F16.Round(70000) != float32(math.Inf(1)) {
 		t.Error("Round")
 	}
-	if BF16.String() != "bf16" || F16.String() != "f16" || Precision(9).String() != "Precision(9)" {
+	if BF16.String() != "bfloat16" || F16.String() != "float16" || Precision(9).String() != "Format(9)" {
 		t.Error("String")
 	}
 	defer func() {
