@@ -7,6 +7,7 @@ package flashattn
 // LSE [batch, heads, seqlen_q] (with VarLen: [heads, total_q]). opts may be
 // nil for the defaults. See ForwardInto to reuse output buffers.
 func Forward(q, k, v Tensor, opts *Options) (out Tensor, lse []float32, err error) {
+	defer recoverPanic(&err)
 	c, err := newCall(q, k, v, opts)
 	if err != nil {
 		return Tensor{}, nil, err
@@ -27,7 +28,8 @@ func Forward(q, k, v Tensor, opts *Options) (out Tensor, lse []float32, err erro
 // inputs or with each other, except that out may be q itself (the very same
 // view: O then overwrites Q). Repeated calls allocate nothing (the
 // workspaces and packed K/V buffers are pooled), so it suits hot loops.
-func ForwardInto(out Tensor, lse []float32, q, k, v Tensor, opts *Options) error {
+func ForwardInto(out Tensor, lse []float32, q, k, v Tensor, opts *Options) (err error) {
+	defer recoverPanic(&err)
 	c, err := newCall(q, k, v, opts)
 	if err != nil {
 		return err
@@ -70,7 +72,8 @@ func Backward(q, k, v, out, dout Tensor, lse []float32, opts *Options) (dq, dk, 
 // like q), dk and dv (shaped like k). The gradients must not share memory
 // with any input or with each other; they may be interleaved views of one
 // buffer (PackedQKV of a gradient buffer). Repeated calls allocate nothing.
-func BackwardInto(dq, dk, dv Tensor, q, k, v, out, dout Tensor, lse []float32, opts *Options) error {
+func BackwardInto(dq, dk, dv Tensor, q, k, v, out, dout Tensor, lse []float32, opts *Options) (err error) {
+	defer recoverPanic(&err)
 	if opts != nil && opts.KVCache != nil {
 		return argErr("Options.KVCache", "Backward does not take a KVCache (decoding is inference only)")
 	}

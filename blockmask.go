@@ -22,8 +22,11 @@ type BlockShape struct {
 }
 
 func (s BlockShape) blocks() (nqb, nkb int) {
-	return (s.SeqQ + s.BlockQ - 1) / s.BlockQ, (s.SeqK + s.BlockK - 1) / s.BlockK
+	return ceilDiv(s.SeqQ, s.BlockQ), ceilDiv(s.SeqK, s.BlockK)
 }
+
+// ceilDiv is ⌈n/b⌉ for n ≥ 1, b ≥ 1, without overflow.
+func ceilDiv(n, b int) int { return (n-1)/b + 1 }
 
 // DefaultMaskBlock is the block size of a BlockShape whose BlockQ or BlockK
 // is 0.
@@ -41,9 +44,9 @@ func (s *BlockShape) resolve() error {
 	}
 	switch {
 	case s.Batch < 1 || s.Heads < 1 || s.SeqQ < 1 || s.SeqK < 1:
-		return fmt.Errorf("flashattn: BlockShape %+v: Batch, Heads, SeqQ and SeqK must be ≥ 1", *s)
+		return argErr("shape", "BlockShape %+v: Batch, Heads, SeqQ and SeqK must be ≥ 1", *s)
 	case s.BlockQ < 1 || s.BlockK < 1:
-		return fmt.Errorf("flashattn: BlockShape %+v: BlockQ and BlockK must be ≥ 1 (0: %d)", *s, DefaultMaskBlock)
+		return argErr("shape", "BlockShape %+v: BlockQ and BlockK must be ≥ 1 (0: %d)", *s, DefaultMaskBlock)
 	}
 	nqb, nkb := s.blocks()
 	n, ok := mulAdd(s.Batch, s.Heads, 0)
@@ -54,7 +57,7 @@ func (s *BlockShape) resolve() error {
 		n, ok = mulAdd(n, nkb, 0)
 	}
 	if !ok || n > maxMaskBlocks {
-		return fmt.Errorf("flashattn: BlockShape %+v has more than %d blocks", *s, maxMaskBlocks)
+		return argErr("shape", "BlockShape %+v has more than %d blocks", *s, maxMaskBlocks)
 	}
 	return nil
 }
@@ -154,11 +157,14 @@ func (m *BlockMask) spans() {
 // element when attention runs. The work is spread over GOMAXPROCS
 // goroutines; no element-level matrix is ever allocated.
 func NewBlockMask(shape BlockShape, mask Mask) (*BlockMask, error) {
-	if mask == nil {
-		return nil, fmt.Errorf("flashattn: NewBlockMask: mask is nil")
+	if err := checkMask("mask", mask); err != nil {
+		return nil, err
 	}
 	m, err := newBlockMask(shape)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkCovers("mask", mask, m.shape.Batch, m.shape.SeqQ, m.shape.SeqK); err != nil {
 		return nil, err
 	}
 	m.mask = mask
@@ -167,26 +173,35 @@ func NewBlockMask(shape BlockShape, mask Mask) (*BlockMask, error) {
 	rows := s.Batch * s.Heads * m.nqb
 	var next atomic.Int64
 	var wg sync.WaitGroup
+	var fault atomic.Pointer[error]
 	for range max(1, min(rows, workersDefault())) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			keep := make([]bool, s.BlockK)
+			defer func() {
+				if v := recover(); v != nil { // the user's mask or classifier panicked
+					err := fmt.Errorf("%w: NewBlockMask: a mask panicked%s: %v", ErrInternal, panicSite(), v)
+					fault.CompareAndSwap(nil, &err)
+					next.Store(int64(rows)) // the others stop after their row
+				}
+			}()
+			keep := make([]bool, min(s.BlockK, evalChunk))
 			for {
 				r := int(next.Add(1) - 1)
 				if r >= rows {
 					return
 				}
 				b, h, qb := r/(s.Heads*m.nqb), r/m.nqb%s.Heads, r%m.nqb
-				q0, q1 := qb*s.BlockQ, min((qb+1)*s.BlockQ, s.SeqQ)
+				q0 := qb * s.BlockQ
+				q1 := q0 + min(s.BlockQ, s.SeqQ-q0)
 				for kb := 0; kb < m.nkb; kb++ {
-					k0, k1 := kb*s.BlockK, min((kb+1)*s.BlockK, s.SeqK)
+					k0, k1 := kb*s.BlockK, min(kb*s.BlockK+min(s.BlockK, s.SeqK-kb*s.BlockK), s.SeqK)
 					kind := BlockPartial
 					if cls != nil {
 						kind = cls.Classify(b, h, q0, q1, k0, k1)
 					}
 					if kind == BlockPartial {
-						kind = evalBlock(mask, keep[:k1-k0], b, h, q0, q1, k0)
+						kind = evalBlock(mask, keep, b, h, q0, q1, k0, k1)
 					}
 					m.kinds[r*m.nkb+kb] = kind
 				}
@@ -194,27 +209,36 @@ func NewBlockMask(shape BlockShape, mask Mask) (*BlockMask, error) {
 		}()
 	}
 	wg.Wait()
+	if err := fault.Load(); err != nil {
+		return nil, *err
+	}
 	m.spans()
 	return m, nil
 }
 
-// evalBlock classifies rows [q0, q1) × keys [k0, k0+len(keep)) by evaluating
-// mask row by row.
-func evalBlock(mask Mask, keep []bool, b, h, q0, q1, k0 int) BlockKind {
+// evalChunk is the most keys evalBlock asks a mask about at once.
+const evalChunk = 4096
+
+// evalBlock classifies rows [q0, q1) × keys [k0, k1) by evaluating mask row
+// by row, len(keep) keys at a time.
+func evalBlock(mask Mask, keep []bool, b, h, q0, q1, k0, k1 int) BlockKind {
 	seen, hidden := false, false
 	for q := q0; q < q1; q++ {
-		for c := range keep {
-			keep[c] = true
-		}
-		mask.Hide(b, h, q, k0, keep)
-		for _, k := range keep {
-			if k {
-				seen = true
-			} else {
-				hidden = true
+		for j := k0; j < k1; j += len(keep) {
+			kp := keep[:min(len(keep), k1-j)]
+			for c := range kp {
+				kp[c] = true
 			}
-			if seen && hidden {
-				return BlockPartial
+			mask.Hide(b, h, q, j, kp)
+			for _, k := range kp {
+				if k {
+					seen = true
+				} else {
+					hidden = true
+				}
+				if seen && hidden {
+					return BlockPartial
+				}
 			}
 		}
 	}
@@ -232,7 +256,7 @@ type BlockFunc func(b, h, qb, kb int) bool
 // is full where visible returns true and empty elsewhere.
 func BlockMaskFromFunc(shape BlockShape, visible BlockFunc) (*BlockMask, error) {
 	if visible == nil {
-		return nil, fmt.Errorf("flashattn: BlockMaskFromFunc: visible is nil")
+		return nil, argErr("visible", "BlockMaskFromFunc: visible is nil")
 	}
 	m, err := newBlockMask(shape)
 	if err != nil {
@@ -265,7 +289,7 @@ func BlockMaskFromTable(shape BlockShape, table []uint8) (*BlockMask, error) {
 		return nil, err
 	}
 	if len(table) != len(m.kinds) {
-		return nil, fmt.Errorf("flashattn: BlockMaskFromTable: table has %d entries, want %d (batch %d × heads %d × %d × %d blocks)",
+		return nil, argErr("table", "BlockMaskFromTable: table has %d entries, want %d (batch %d × heads %d × %d × %d blocks)",
 			len(table), len(m.kinds), m.shape.Batch, m.shape.Heads, m.nqb, m.nkb)
 	}
 	for i, x := range table {

@@ -341,7 +341,7 @@ func TestClassifiers(t *testing.T) {
 			q1, k1 := q0+1+r.IntN(n-q0), k0+1+r.IntN(n-k0)
 			kind := cls.Classify(b, 0, q0, q1, k0, k1)
 			counts[kind]++
-			got := evalBlock(m, make([]bool, k1-k0), b, 0, q0, q1, k0)
+			got := evalBlock(m, make([]bool, k1-k0), b, 0, q0, q1, k0, k1)
 			if kind != BlockPartial && kind != got {
 				t.Fatalf("%s: Classify(b%d, rows %d..%d, keys %d..%d) = %v, the elements say %v", name, b, q0, q1, k0, k1, kind, got)
 			}
@@ -365,7 +365,7 @@ func TestBlockMaskBuild(t *testing.T) {
 				for qb := 0; qb < nqb; qb++ {
 					for kb := 0; kb < nkb; kb++ {
 						k0, k1 := kb*rs.BlockK, min((kb+1)*rs.BlockK, rs.SeqK)
-						want := evalBlock(m, make([]bool, k1-k0), b, h, qb*rs.BlockQ, min((qb+1)*rs.BlockQ, rs.SeqQ), k0)
+						want := evalBlock(m, make([]bool, k1-k0), b, h, qb*rs.BlockQ, min((qb+1)*rs.BlockQ, rs.SeqQ), k0, k1)
 						if got := bm.Kind(b, h, qb, kb); got != want {
 							t.Fatalf("%T: block (%d,%d,%d,%d) %v, want %v", m, b, h, qb, kb, got, want)
 						}

@@ -1,5 +1,7 @@
 package flashattn
 
+import "math"
+
 // A Mask decides, element by element, which keys each query row sees
 // (FlexAttention's mask_mod). flashattn calls it one row of a tile at a
 // time, so that an implementation can work on a whole run of keys at once
@@ -42,6 +44,53 @@ func (f MaskFunc) Hide(b, h, q, kv0 int, keep []bool) {
 	}
 }
 
+// A BoundedMask is a Mask defined only on part of the position space:
+// masks built from per-position data (Documents' segment ids) cover the
+// batch elements and positions their data describes. Forward, Backward and
+// NewBlockMask refuse, with an *ArgError, a call whose sequences or block
+// shape reach beyond what the mask covers, instead of reading past its data
+// or hiding the uncovered positions.
+type BoundedMask interface {
+	Mask
+	// Covers returns how many batch elements (sequences with VarLen) and
+	// query and key positions the mask is defined for; math.MaxInt bounds
+	// nothing.
+	Covers() (batch, seqQ, seqK int)
+}
+
+// checkCovers refuses a call of batch sequences of at most seqQ queries and
+// seqK keys that mask, if it is bounded, does not cover.
+func checkCovers(arg string, mask Mask, batch, seqQ, seqK int) error {
+	bm, ok := mask.(BoundedMask)
+	if !ok {
+		return nil
+	}
+	b, q, k := bm.Covers()
+	if batch > b || seqQ > q || seqK > k {
+		return argErr(arg, "%s covers %d batch elements × %d queries × %d keys, but the call has %d × %d × %d", arg, b, q, k, batch, seqQ, seqK)
+	}
+	return nil
+}
+
+// checkMask refuses a nil mask, a nil MaskFunc and an And of either.
+func checkMask(arg string, m Mask) error {
+	switch m := m.(type) {
+	case nil:
+		return argErr(arg, "%s is nil", arg)
+	case MaskFunc:
+		if m == nil {
+			return argErr(arg, "%s is a nil MaskFunc", arg)
+		}
+	case andMask:
+		for i, x := range m {
+			if err := checkMask(arg, x); err != nil {
+				return argErr(arg, "%s: And's mask %d: %s", arg, i, err.(*ArgError).Msg)
+			}
+		}
+	}
+	return nil
+}
+
 // And returns the intersection of masks: a key is visible only if every mask
 // shows it. It is a BlockClassifier: a block is empty if any mask that
 // classifies says so, and full only if every mask classifies it as full.
@@ -55,6 +104,18 @@ func (a andMask) Hide(b, h, q, kv0 int, keep []bool) {
 	for _, m := range a {
 		m.Hide(b, h, q, kv0, keep)
 	}
+}
+
+// Covers implements BoundedMask: what every bounded part covers.
+func (a andMask) Covers() (batch, seqQ, seqK int) {
+	batch, seqQ, seqK = math.MaxInt, math.MaxInt, math.MaxInt
+	for _, m := range a {
+		if bm, ok := m.(BoundedMask); ok {
+			b, q, k := bm.Covers()
+			batch, seqQ, seqK = min(batch, b), min(seqQ, q), min(seqK, k)
+		}
+	}
+	return batch, seqQ, seqK
 }
 
 func (a andMask) Classify(b, h, q0, q1, kv0, kv1 int) BlockKind {

@@ -194,5 +194,13 @@ func (o *Options) validate() error {
 			return argErr("Options.ALiBi", "ALiBi slope %d is %v, want a finite number", i, s)
 		}
 	}
+	if o.Mask != nil {
+		if err := checkMask("Options.Mask", o.Mask); err != nil {
+			return err
+		}
+	}
+	if f, ok := o.ScoreMod.(ScoreFunc); ok && f == nil {
+		return argErr("Options.ScoreMod", "Options.ScoreMod is a nil ScoreFunc")
+	}
 	return nil
 }

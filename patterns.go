@@ -1,7 +1,6 @@
 package flashattn
 
 import (
-	"fmt"
 	"math/bits"
 	"slices"
 )
@@ -56,14 +55,20 @@ func (p prefixLM) Classify(b, _, q0, q1, kv0, kv1 int) BlockKind {
 // classified from per-16-position summaries, so long documents cost
 // nothing per element.
 func Documents(idsQ, idsK []int32, seqQ, seqK int) (Mask, error) {
-	if seqQ < 1 || seqK < 1 || len(idsQ)%seqQ != 0 || len(idsK)%seqK != 0 || len(idsQ)/seqQ != len(idsK)/seqK {
-		return nil, fmt.Errorf("flashattn: Documents: %d query ids and %d key ids do not form [batch, %d] and [batch, %d]",
+	if seqQ < 1 || seqK < 1 || len(idsQ) == 0 || len(idsQ)%seqQ != 0 || len(idsK)%seqK != 0 || len(idsQ)/seqQ != len(idsK)/seqK {
+		return nil, argErr("idsQ", "Documents: %d query ids and %d key ids do not form [batch ≥ 1, %d] and [batch, %d]",
 			len(idsQ), len(idsK), seqQ, seqK)
 	}
-	return &documents{q: newSegments(idsQ, seqQ), k: newSegments(idsK, seqK)}, nil
+	return &documents{q: newSegments(idsQ, seqQ), k: newSegments(idsK, seqK), batch: len(idsQ) / seqQ}, nil
 }
 
-type documents struct{ q, k segments }
+type documents struct {
+	q, k  segments
+	batch int
+}
+
+// Covers implements BoundedMask: the ids given.
+func (d *documents) Covers() (batch, seqQ, seqK int) { return d.batch, d.q.seq, d.k.seq }
 
 func (d *documents) Hide(b, _, q, kv0 int, keep []bool) {
 	s := d.q.id(b, q)
@@ -163,13 +168,14 @@ func (s *segments) summary(b, i0, i1 int) segSummary {
 // copied.
 func LocalGlobal(window int, global ...int) (Mask, error) {
 	if window < 0 {
-		return nil, fmt.Errorf("flashattn: LocalGlobal: window %d must be ≥ 0", window)
+		return nil, argErr("window", "LocalGlobal: window %d must be ≥ 0", window)
 	}
+	window = min(window, unbounded) // positions ± window cannot overflow
 	g := slices.Clone(global)
 	slices.Sort(g)
 	g = slices.Compact(g)
 	if len(g) > 0 && g[0] < 0 {
-		return nil, fmt.Errorf("flashattn: LocalGlobal: global position %d is negative", g[0])
+		return nil, argErr("global", "LocalGlobal: global position %d is negative", g[0])
 	}
 	return &localGlobal{window: window, global: g}, nil
 }
@@ -234,7 +240,7 @@ func Butterfly(shape BlockShape) (*BlockMask, error) {
 // Options.Causal for the autoregressive form.
 func Fixed(shape BlockShape, stride, summary int) (*BlockMask, error) {
 	if stride < 1 || summary < 1 || summary > stride {
-		return nil, fmt.Errorf("flashattn: Fixed: stride %d and summary %d must satisfy 1 ≤ summary ≤ stride", stride, summary)
+		return nil, argErr("stride", "Fixed: stride %d and summary %d must satisfy 1 ≤ summary ≤ stride", stride, summary)
 	}
 	return BlockMaskFromFunc(shape, func(_, _, qb, kb int) bool {
 		return qb/stride == kb/stride || kb%stride >= stride-summary
@@ -248,7 +254,7 @@ func Fixed(shape BlockShape, stride, summary int) (*BlockMask, error) {
 // row; duplicates of other picks are not redrawn).
 func BigBird(shape BlockShape, window, global, random int, seed uint64) (*BlockMask, error) {
 	if window < 0 || global < 0 || random < 0 {
-		return nil, fmt.Errorf("flashattn: BigBird: window %d, global %d and random %d must be ≥ 0", window, global, random)
+		return nil, argErr("window", "BigBird: window %d, global %d and random %d must be ≥ 0", window, global, random)
 	}
 	if err := shape.resolve(); err != nil {
 		return nil, err

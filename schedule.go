@@ -103,6 +103,15 @@ func parallel(workers, n int, r runner) error {
 	return err
 }
 
+// recoverPanic, deferred by an entry point, turns a panic in the calling
+// goroutine — a user's Mask, BlockClassifier or ScoreMod called while the
+// call is planned, or a bug — into an error wrapping ErrInternal in *err.
+func recoverPanic(err *error) {
+	if v := recover(); v != nil {
+		*err = fmt.Errorf("%w: panic%s: %v", ErrInternal, panicSite(), v)
+	}
+}
+
 // panicSite returns " at FILE:LINE" of the innermost frame of this module
 // below the recovering defer, for the error of a recovered panic.
 func panicSite() string {

@@ -87,6 +87,15 @@ func (t *tiling) build(s Shape, o *Options, tp tileParams) error {
 			return err
 		}
 	}
+	if o.Mask != nil {
+		nq, nk := 0, 0
+		for _, sq := range t.seqs {
+			nq, nk = max(nq, sq.nq), max(nk, sq.nk)
+		}
+		if err := checkCovers("Options.Mask", o.Mask, len(t.seqs), nq, nk); err != nil {
+			return err
+		}
+	}
 	for i := range t.seqs {
 		t.seqs[i].setVisibility(o)
 	}

@@ -117,7 +117,8 @@ func TileCacheBytes() int {
 // opts may be nil; a KVCache (decoding) is not counted. The count reads
 // no tensor: it builds the call's tiling from the shape and options alone,
 // and allocates only its task lists.
-func CountTraffic(shape TrafficShape, opts *Options, cacheBytes int, pass Pass) (Traffic, error) {
+func CountTraffic(shape TrafficShape, opts *Options, cacheBytes int, pass Pass) (_ Traffic, err error) {
+	defer recoverPanic(&err)
 	if opts == nil {
 		opts = &Options{}
 	}

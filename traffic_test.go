@@ -9,7 +9,6 @@ import (
 	"github.com/flashattn/flashattn/internal/kernel"
 )
 
-func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
 func mustCount(t *testing.T, s TrafficShape, o *Options, m int, pass Pass) Traffic {
 	t.Helper()
