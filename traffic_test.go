@@ -9,7 +9,6 @@ import (
 	"github.com/flashattn/flashattn/internal/kernel"
 )
 
-
 func mustCount(t *testing.T, s TrafficShape, o *Options, m int, pass Pass) Traffic {
 	t.Helper()
 	tr, err := CountTraffic(s, o, m, pass)
