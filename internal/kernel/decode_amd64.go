@@ -1,3 +1,5 @@
+//go:build amd64 && !purego
+
 package kernel
 
 import "math/bits"
@@ -23,43 +25,6 @@ type decodeISA struct {
 	// the tail of a row as the window of its last 8 elements); smaller
 	// ones go to the generic kernels.
 	minD int
-}
-
-// archDecode returns the assembly decode kernel sets this CPU supports,
-// best first (before the self-check).
-func archDecode() []Decode {
-	var ds []Decode
-	if hasAVX512BW {
-		isa := decodeISA{name: "avx512", minD: 1}
-		ds = append(ds, Decode{
-			Name:       isa.name,
-			ScoresF32:  wrapScores(isa, "ScoresF32", elemRow, GenericDecode.ScoresF32, scoresF32M1AVX512, scoresF32M2AVX512, scoresF32M4AVX512, scoresF32M8AVX512, scoresF32M16AVX512),
-			ScoresBF16: wrapScores(isa, "ScoresBF16", elemRow, GenericDecode.ScoresBF16, scoresBF16M1AVX512, scoresBF16M2AVX512, scoresBF16M4AVX512, scoresBF16M8AVX512, scoresBF16M16AVX512),
-			ScoresF16:  wrapScores(isa, "ScoresF16", elemRow, GenericDecode.ScoresF16, scoresF16M1AVX512, scoresF16M2AVX512, scoresF16M4AVX512, scoresF16M8AVX512, scoresF16M16AVX512),
-			ScoresQ8:   wrapScores(isa, "ScoresQ8", Q8RowBytes, GenericDecode.ScoresQ8, scoresQ8M1AVX512, scoresQ8M2AVX512, scoresQ8M4AVX512, scoresQ8M8AVX512, scoresQ8M16AVX512),
-			AccumF32:   wrapAccum(isa, "AccumF32", elemRow, GenericDecode.AccumF32, accumF32M1AVX512, accumF32M2AVX512, accumF32M4AVX512, accumF32M8AVX512, accumF32M16AVX512),
-			AccumBF16:  wrapAccum(isa, "AccumBF16", elemRow, GenericDecode.AccumBF16, accumBF16M1AVX512, accumBF16M2AVX512, accumBF16M4AVX512, accumBF16M8AVX512, accumBF16M16AVX512),
-			AccumF16:   wrapAccum(isa, "AccumF16", elemRow, GenericDecode.AccumF16, accumF16M1AVX512, accumF16M2AVX512, accumF16M4AVX512, accumF16M8AVX512, accumF16M16AVX512),
-			AccumQ8:    wrapAccum(isa, "AccumQ8", Q8RowBytes, GenericDecode.AccumQ8, accumQ8M1AVX512, accumQ8M2AVX512, accumQ8M4AVX512, accumQ8M8AVX512, accumQ8M16AVX512),
-			ReadSum:    wrapReadSum(readSumAVX512),
-		})
-	}
-	if hasAVX2 && hasF16C {
-		isa := decodeISA{name: "avx2", minD: 8}
-		ds = append(ds, Decode{
-			Name:       isa.name,
-			ScoresF32:  wrapScores(isa, "ScoresF32", elemRow, GenericDecode.ScoresF32, scoresF32M1AVX2, scoresF32M2AVX2, scoresF32M4AVX2, scoresF32M8AVX2),
-			ScoresBF16: wrapScores(isa, "ScoresBF16", elemRow, GenericDecode.ScoresBF16, scoresBF16M1AVX2, scoresBF16M2AVX2, scoresBF16M4AVX2, scoresBF16M8AVX2),
-			ScoresF16:  wrapScores(isa, "ScoresF16", elemRow, GenericDecode.ScoresF16, scoresF16M1AVX2, scoresF16M2AVX2, scoresF16M4AVX2, scoresF16M8AVX2),
-			ScoresQ8:   wrapScores(isa, "ScoresQ8", Q8RowBytes, GenericDecode.ScoresQ8, scoresQ8M1AVX2, scoresQ8M2AVX2, scoresQ8M4AVX2, scoresQ8M8AVX2),
-			AccumF32:   wrapAccum(isa, "AccumF32", elemRow, GenericDecode.AccumF32, accumF32M1AVX2, accumF32M2AVX2, accumF32M4AVX2, accumF32M8AVX2),
-			AccumBF16:  wrapAccum(isa, "AccumBF16", elemRow, GenericDecode.AccumBF16, accumBF16M1AVX2, accumBF16M2AVX2, accumBF16M4AVX2, accumBF16M8AVX2),
-			AccumF16:   wrapAccum(isa, "AccumF16", elemRow, GenericDecode.AccumF16, accumF16M1AVX2, accumF16M2AVX2, accumF16M4AVX2, accumF16M8AVX2),
-			AccumQ8:    wrapAccum(isa, "AccumQ8", Q8RowBytes, GenericDecode.AccumQ8, accumQ8M1AVX2, accumQ8M2AVX2, accumQ8M4AVX2, accumQ8M8AVX2),
-			ReadSum:    wrapReadSum(readSumAVX2),
-		})
-	}
-	return ds
 }
 
 // tileRows is the number of rows of the next tile when left rows remain:

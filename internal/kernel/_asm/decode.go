@@ -61,7 +61,7 @@ func decodeMain() {
 	if !*decodeOnly {
 		return
 	}
-	ConstraintExpr("amd64")
+	ConstraintExpr("amd64,!purego")
 	genDecode()
 	Generate()
 	os.Exit(0)

@@ -51,7 +51,7 @@ const mr = 6
 
 func main() {
 	decodeMain() // with -decode: the kernels of decode.go, then exit
-	ConstraintExpr("amd64")
+	ConstraintExpr("amd64,!purego")
 
 	genExpTable()
 	for _, s := range []isa{isaAVX512, isaAVX2} {
