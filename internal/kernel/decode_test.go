@@ -395,29 +395,6 @@ func TestDecodeSelfCheck(t *testing.T) {
 	}
 }
 
-func TestSelectDecode(t *testing.T) {
-	all := DecodeAvailable()
-	if all[len(all)-1].Name != "generic" {
-		t.Fatalf("last decode set is %q, want generic", all[len(all)-1].Name)
-	}
-	for _, dk := range all {
-		t.Setenv("FLASHATTN_KERNEL", dk.Name)
-		if got := SelectDecode().Name; got != dk.Name {
-			t.Errorf("FLASHATTN_KERNEL=%s selects %s", dk.Name, got)
-		}
-	}
-	t.Setenv("FLASHATTN_KERNEL", "no-such-kernel")
-	if got := SelectDecode().Name; got != all[0].Name {
-		t.Errorf("an unknown FLASHATTN_KERNEL selects %s, want %s", got, all[0].Name)
-	}
-	if _, err := LookupDecode("no-such-kernel"); err == nil {
-		t.Error("LookupDecode of an unknown name: no error")
-	}
-	if arch := archDecode(); len(arch) > 0 && all[0].Name != arch[0].Name {
-		t.Errorf("the best decode set is %s, want %s (the best this CPU supports)", all[0].Name, arch[0].Name)
-	}
-}
-
 func TestDecodePreconditions(t *testing.T) {
 	dk := SelectDecode()
 	k := make([]float32, 64*10)

@@ -4,9 +4,8 @@
 // online softmax, masks, scheduling) is plain Go that calls these.
 //
 // Each kernel has a pure-Go version (generic.go) and, on amd64, AVX-512 and
-// AVX2+FMA versions generated with avo from ./_asm. Select picks the best one
-// the CPU supports; the environment variable FLASHATTN_KERNEL=generic (or
-// avx2, avx512) forces a choice, which the tests use to cover every path.
+// AVX2+FMA versions generated with avo from ./_asm. Active returns the Set
+// in use (see set.go); FLASHATTN_KERNEL forces a choice.
 //
 // Conventions shared by every implementation:
 //   - Matrices are row-major float32 slices with an explicit leading
@@ -22,9 +21,8 @@
 // TransposeRound and RoundF32 for float32 tiles; Half is a separate set of
 // matrix products on 16-bit inputs with float32 accumulation, B in the
 // pair layout with a strip stride. Its paths ("amx", "avx512bf16", "f32",
-// "generic") are listed by HalfAvailable and chosen by HalfPath, which
-// times them on this machine at first use (FLASHATTN_BF16 / FLASHATTN_F16
-// force one).
+// "generic") are listed by HalfAvailable; the active Set holds the one
+// measured fastest on this machine at first use.
 package kernel
 
 // W is the width, in float32 elements, that kernel row lengths and column
