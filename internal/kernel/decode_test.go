@@ -366,35 +366,6 @@ func TestDecodeNoAllocs(t *testing.T) {
 	}
 }
 
-// TestDecodeSelfCheck: every assembly set this CPU supports passes its
-// start-up check (else it would silently fall back), and a set with one
-// wrong or crashing kernel is rejected.
-func TestDecodeSelfCheck(t *testing.T) {
-	for _, dk := range archDecode() {
-		if err := selfCheckDecode(dk); err != nil {
-			t.Errorf("%s: %v", dk.Name, err)
-		}
-	}
-	wrong := GenericDecode
-	wrong.Name = "wrong"
-	wrong.AccumBF16 = func(o []float32, ldo int, p []float32, ldp, m int, v []uint16, ldv, n, d int) {
-		GenericDecode.AccumBF16(o, ldo, p, ldp, m, v, ldv, n-1, d) // misses the last key
-	}
-	if err := selfCheckDecode(wrong); err == nil || !strings.Contains(err.Error(), "Accumbf16") {
-		t.Errorf("a wrong AccumBF16 passed the self-check: %v", err)
-	}
-	wrong = GenericDecode
-	wrong.ScoresQ8 = func(s []float32, lds int, q []float32, m int, k []byte, ldk, n, d int) { panic("boom") }
-	if err := selfCheckDecode(wrong); err == nil || !strings.Contains(err.Error(), "boom") {
-		t.Errorf("a crashing ScoresQ8 passed the self-check: %v", err)
-	}
-	wrong = GenericDecode
-	wrong.ReadSum = func(b []byte) uint32 { return GenericDecode.ReadSum(b[:len(b)-1]) }
-	if err := selfCheckDecode(wrong); err == nil {
-		t.Error("a wrong ReadSum passed the self-check")
-	}
-}
-
 func TestDecodePreconditions(t *testing.T) {
 	dk := SelectDecode()
 	k := make([]float32, 64*10)

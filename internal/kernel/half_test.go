@@ -288,38 +288,6 @@ func halfNames(hs []Half) []string {
 	return s
 }
 
-func TestSelfCheckHalf(t *testing.T) {
-	for _, e := range []Elem{BF16, F16} {
-		for _, h := range append(archHalf(e), f32Half(e, Select()), GenericHalf(e)) {
-			if err := selfCheckHalf(h); err != nil {
-				t.Error(err)
-			}
-		}
-		broken := GenericHalf(e)
-		broken.Name = "broken"
-		broken.MulAdd = func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) {
-			GenericHalf(e).MulAdd(c, ldc, a, lda, b, ldb, m, n, k-2) // drops the last pair
-		}
-		if selfCheckHalf(broken) == nil {
-			t.Errorf("%s: selfCheckHalf accepted a path that drops a pair", e)
-		}
-		crash := GenericHalf(e)
-		crash.Mul = func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) { _ = a[len(a)] }
-		if selfCheckHalf(crash) == nil {
-			t.Errorf("%s: selfCheckHalf accepted a path that panics", e)
-		}
-		// A path that ignores the strip stride (reads strips 16·k apart).
-		tight := GenericHalf(e)
-		tight.Name = "tight"
-		tight.Mul = func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) {
-			GenericHalf(e).Mul(c, ldc, a, lda, b, W*k, m, n, k)
-		}
-		if selfCheckHalf(tight) == nil {
-			t.Errorf("%s: selfCheckHalf accepted a path that ignores the strip stride", e)
-		}
-	}
-}
-
 func TestHalfWrapperPanics(t *testing.T) {
 	for _, e := range []Elem{BF16, F16} {
 		for _, h := range testedHalf(e) {

@@ -386,27 +386,6 @@ func TestFMAPeak(t *testing.T) {
 	}
 }
 
-// TestSelfCheck: every assembly implementation the CPU supports passes the
-// start-up guard (so none is silently dropped), and a broken one is caught.
-func TestSelfCheck(t *testing.T) {
-	for _, im := range archImpls() {
-		if err := selfCheck(im); err != nil {
-			t.Error(err)
-		}
-	}
-	broken := Generic
-	broken.Name = "broken"
-	broken.MulAddAtB = func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int) {
-		Generic.MulAddAtB(c, ldc, a, lda, b, ldb, m, n, k-1)
-	}
-	if selfCheck(broken) == nil {
-		t.Error("selfCheck accepted a kernel that drops a term")
-	}
-	if selfCheck(Generic) != nil {
-		t.Error("selfCheck rejected Generic")
-	}
-}
-
 // TestDot4T compares Dot4T of every implementation with float64 sums,
 // including odd key counts (the pair loop's tail) and strided keys, and
 // checks nothing past the 4 outputs of each key row is written.

@@ -61,6 +61,13 @@ func selfCheck(im Impl) (err error) {
 	if m1, m2 := im.Max(x1), Generic.Max(x2); m1 != m2 {
 		return fmt.Errorf("kernel %s: Max %v, generic %v", im.Name, m1, m2)
 	}
+	for _, at := range []int{n - 1, n/2 + 1} { // the largest in the last, then an inner vector
+		y := append([]float32(nil), x1...)
+		y[at] = 2
+		if m1 := im.Max(y); m1 != 2 {
+			return fmt.Errorf("kernel %s: Max %v, want 2 (at %d)", im.Name, m1, at)
+		}
+	}
 	s1, s2 := im.ExpSum(x1, 1.5, 0.25), Generic.ExpSum(x2, 1.5, 0.25)
 	if err := near("ExpSum", append(x1, s1), append(x2, s2)); err != nil {
 		return err
