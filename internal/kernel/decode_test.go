@@ -56,7 +56,7 @@ func newTestCache(t *testing.T, r *rand.Rand, typ cacheType, n, d, pad int, afte
 	switch typ {
 	case cacheF32:
 		c.ld = d + pad
-		k := decodeGuarded[float32](t, size(d), after)
+		k := guarded[float32](t, size(d), after)
 		for i := range k {
 			k[i] = float32(math.NaN())
 		}
@@ -73,7 +73,7 @@ func newTestCache(t *testing.T, r *rand.Rand, typ cacheType, n, d, pad int, afte
 			e = F16
 		}
 		c.ld = d + pad
-		k := decodeGuarded[uint16](t, size(d), after)
+		k := guarded[uint16](t, size(d), after)
 		for i := range k {
 			k[i] = 0x7fc1 // a NaN in both formats
 		}
@@ -87,7 +87,7 @@ func newTestCache(t *testing.T, r *rand.Rand, typ cacheType, n, d, pad int, afte
 	case cacheQ8:
 		rb := Q8RowBytes(d)
 		c.ld = rb + pad
-		k := decodeGuarded[byte](t, size(rb), after)
+		k := guarded[byte](t, size(rb), after)
 		for i := range k {
 			k[i] = 0xff
 		}
@@ -201,12 +201,12 @@ func checkScoresCase(t *testing.T, r *rand.Rand, dk Decode, typ cacheType, sh de
 	t.Helper()
 	m, n, d := sh.m, sh.n, sh.d
 	c := newTestCache(t, r, typ, n, d, sh.padK, after)
-	q := decodeGuarded[float32](t, m*d, afterIO)
+	q := guarded[float32](t, m*d, afterIO)
 	for i := range q {
 		q[i] = r.Float32()*2 - 1
 	}
 	lds := n + sh.padS
-	s := decodeGuarded[float32](t, max(0, (m-1)*lds+n), !afterIO)
+	s := guarded[float32](t, max(0, (m-1)*lds+n), !afterIO)
 	for i := range s {
 		s[i] = canaryF32
 	}
@@ -241,14 +241,14 @@ func checkAccumCase(t *testing.T, r *rand.Rand, dk Decode, typ cacheType, sh dec
 	m, n, d := sh.m, sh.n, sh.d
 	c := newTestCache(t, r, typ, n, d, sh.padK, after)
 	ldp, ldo := n+sh.padS, d+sh.padS
-	p := decodeGuarded[float32](t, max(0, (m-1)*ldp+n), afterIO)
+	p := guarded[float32](t, max(0, (m-1)*ldp+n), afterIO)
 	for i := range p {
 		p[i] = r.Float32()*2 - 1
 		if i%ldp >= n {
 			p[i] = float32(math.NaN()) // gaps between rows: never read
 		}
 	}
-	o := decodeGuarded[float32](t, max(0, (m-1)*ldo+d), !afterIO)
+	o := guarded[float32](t, max(0, (m-1)*ldo+d), !afterIO)
 	o0 := make([]float32, len(o))
 	for i := range o {
 		o[i] = r.Float32()*2 - 1
