@@ -4457,23 +4457,7 @@ DATA softcapconsts<>+304(SB)/4, $0x3f200000
 DATA softcapconsts<>+308(SB)/4, $0x3f200000
 DATA softcapconsts<>+312(SB)/4, $0x3f200000
 DATA softcapconsts<>+316(SB)/4, $0x3f200000
-DATA softcapconsts<>+320(SB)/4, $0x41000000
-DATA softcapconsts<>+324(SB)/4, $0x41000000
-DATA softcapconsts<>+328(SB)/4, $0x41000000
-DATA softcapconsts<>+332(SB)/4, $0x41000000
-DATA softcapconsts<>+336(SB)/4, $0x41000000
-DATA softcapconsts<>+340(SB)/4, $0x41000000
-DATA softcapconsts<>+344(SB)/4, $0x41000000
-DATA softcapconsts<>+348(SB)/4, $0x41000000
-DATA softcapconsts<>+352(SB)/4, $0x00000000
-DATA softcapconsts<>+356(SB)/4, $0x3f800000
-DATA softcapconsts<>+360(SB)/4, $0x40000000
-DATA softcapconsts<>+364(SB)/4, $0x40400000
-DATA softcapconsts<>+368(SB)/4, $0x40800000
-DATA softcapconsts<>+372(SB)/4, $0x40a00000
-DATA softcapconsts<>+376(SB)/4, $0x40c00000
-DATA softcapconsts<>+380(SB)/4, $0x40e00000
-GLOBL softcapconsts<>(SB), RODATA|NOPTR, $384
+GLOBL softcapconsts<>(SB), RODATA|NOPTR, $320
 
 // func softcapAVX2(x []float32, g []float32, c float32)
 // Requires: AVX, AVX2, FMA3, SSE
@@ -4548,6 +4532,32 @@ done:
 	VZEROUPPER
 	RET
 
+DATA alibiconsts<>+0(SB)/4, $0x7fffffff
+DATA alibiconsts<>+4(SB)/4, $0x7fffffff
+DATA alibiconsts<>+8(SB)/4, $0x7fffffff
+DATA alibiconsts<>+12(SB)/4, $0x7fffffff
+DATA alibiconsts<>+16(SB)/4, $0x7fffffff
+DATA alibiconsts<>+20(SB)/4, $0x7fffffff
+DATA alibiconsts<>+24(SB)/4, $0x7fffffff
+DATA alibiconsts<>+28(SB)/4, $0x7fffffff
+DATA alibiconsts<>+32(SB)/4, $0x41000000
+DATA alibiconsts<>+36(SB)/4, $0x41000000
+DATA alibiconsts<>+40(SB)/4, $0x41000000
+DATA alibiconsts<>+44(SB)/4, $0x41000000
+DATA alibiconsts<>+48(SB)/4, $0x41000000
+DATA alibiconsts<>+52(SB)/4, $0x41000000
+DATA alibiconsts<>+56(SB)/4, $0x41000000
+DATA alibiconsts<>+60(SB)/4, $0x41000000
+DATA alibiconsts<>+64(SB)/4, $0x00000000
+DATA alibiconsts<>+68(SB)/4, $0x3f800000
+DATA alibiconsts<>+72(SB)/4, $0x40000000
+DATA alibiconsts<>+76(SB)/4, $0x40400000
+DATA alibiconsts<>+80(SB)/4, $0x40800000
+DATA alibiconsts<>+84(SB)/4, $0x40a00000
+DATA alibiconsts<>+88(SB)/4, $0x40c00000
+DATA alibiconsts<>+92(SB)/4, $0x40e00000
+GLOBL alibiconsts<>(SB), RODATA|NOPTR, $96
+
 // func alibiAVX2(x []float32, slope float32, pos float32)
 // Requires: AVX, AVX2, FMA3, SSE
 TEXT ·alibiAVX2(SB), NOSPLIT, $0-32
@@ -4557,9 +4567,9 @@ TEXT ·alibiAVX2(SB), NOSPLIT, $0-32
 	VBROADCASTSS X0, Y0
 	MOVSS        pos+28(FP), X1
 	VBROADCASTSS X1, Y1
-	VSUBPS       softcapconsts<>+352(SB), Y1, Y1
-	VMOVUPS      softcapconsts<>+320(SB), Y2
-	VMOVUPS      softcapconsts<>+0(SB), Y3
+	VSUBPS       alibiconsts<>+64(SB), Y1, Y1
+	VMOVUPS      alibiconsts<>+32(SB), Y2
+	VMOVUPS      alibiconsts<>+0(SB), Y3
 
 loop:
 	CMPQ         CX, $0x08

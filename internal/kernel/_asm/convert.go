@@ -36,6 +36,9 @@ const (
 	numHalfConsts
 )
 
+// halfTab (halfconsts) holds halfConstVals, halfVec (halfvecs) the same in
+// 8 lanes each: the bit patterns of package kernel's halfconv.go, which its
+// tests compare with the tables.
 var halfTab Mem
 
 func genHalfTable() {

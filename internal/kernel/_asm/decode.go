@@ -99,6 +99,8 @@ func scoresPrefetchRows(e decodeElem) int {
 // kernel keeps in L1 while it sweeps O's columns.
 const accumKeyBlock = 32
 
+// The masks of the head-dimension tails (see genDecode); package kernel's
+// tests rebuild them and compare.
 var decMask16, decMask8 Mem
 
 func genDecode() {

@@ -80,7 +80,8 @@ func genDsFromDp(s isa) {
 // ---------------------------------------------------------------------------
 // Softcap: x = c·tanh(x/c), and its derivative factor 1 - tanh².
 
-// Cephes' tanhf polynomial for |y| <= 0.625: tanh y = y + y·z·T(z), z = y².
+// Cephes' tanhf polynomial for |y| <= 0.625: tanh y = y + y·z·T(z), z = y²
+// (tanhT0 … of package kernel's generic.go).
 const (
 	tanhT0 = -5.70498872745e-3
 	tanhT1 = 2.06390887954e-2
@@ -162,7 +163,9 @@ func genSoftcap() {
 	RET()
 }
 
-// softcapConsts are the constants of genSoftcap, one per 32-byte entry.
+// softcapTab holds the constants of genSoftcap (softcapVals), each in the
+// 8 lanes of a 32-byte entry. Package kernel's tests compare it with the
+// Go constants of the same values (tanhT0 … in generic.go).
 var (
 	softcapTab  Mem
 	softcapVals []float32
@@ -179,22 +182,43 @@ func softcapConst(v float32) Op {
 
 func genSoftcapTable() {
 	softcapVals = []float32{math.Float32frombits(0x7fffffff), 88, 2, math.Float32frombits(0x80000000),
-		tanhT0, tanhT1, tanhT2, tanhT3, tanhT4, 0.625, 8}
+		tanhT0, tanhT1, tanhT2, tanhT3, tanhT4, 0.625}
 	softcapTab = GLOBL("softcapconsts", RODATA|NOPTR)
 	for i, v := range softcapVals {
 		for l := 0; l < 8; l++ {
 			DATA(32*i+4*l, U32(math.Float32bits(v)))
 		}
 	}
-	// Then the lane indexes 0..7 as floats (see laneIndexes).
+}
+
+// alibiTab holds the constants of genALiBi, each in 8 lanes: the mask of
+// the absolute value, the step 8.0, then the lane indexes 0 … 7 as
+// float32. Package kernel's tests compare it with those values.
+var alibiTab Mem
+
+// Offsets in alibiTab.
+const (
+	alAbs   = 0
+	alEight = 32
+	alLanes = 64
+)
+
+func genALiBiTable() {
+	alibiTab = GLOBL("alibiconsts", RODATA|NOPTR)
+	for i, v := range []float32{math.Float32frombits(0x7fffffff), 8} {
+		for l := 0; l < 8; l++ {
+			DATA(32*i+4*l, U32(math.Float32bits(v)))
+		}
+	}
 	for l := 0; l < 8; l++ {
-		DATA(32*len(softcapVals)+4*l, U32(math.Float32bits(float32(l))))
+		DATA(alLanes+4*l, U32(math.Float32bits(float32(l))))
 	}
 }
 
 // genALiBi generates alibiAVX2 (see Impl.ALiBi): x[j] −= slope·|pos − j|,
 // with j carried as a float vector {0..7} + 8·step.
 func genALiBi() {
+	genALiBiTable()
 	TEXT("alibiAVX2", NOSPLIT, "func(x []float32, slope, pos float32)")
 	Pragma("noescape")
 	Doc("alibiAVX2 sets x[j] -= slope·|pos − j| (see Impl.ALiBi). len(x) is a multiple of 8.")
@@ -202,10 +226,10 @@ func genALiBi() {
 	n := Load(Param("x").Len(), GP64())
 	slope := broadcastParam(isaAVX2, "slope")
 	d := broadcastParam(isaAVX2, "pos")
-	VSUBPS(laneIndexes(), d, d) // pos − {0..7}
+	VSUBPS(alibiTab.Offset(alLanes), d, d) // pos − {0..7}
 	eight, abs := YMM(), YMM()
-	VMOVUPS(softcapConst(8), eight)
-	VMOVUPS(softcapConst(math.Float32frombits(0x7fffffff)), abs)
+	VMOVUPS(alibiTab.Offset(alEight), eight)
+	VMOVUPS(alibiTab.Offset(alAbs), abs)
 	Label("loop")
 	CMPQ(n, Imm(8))
 	JL(LabelRef("done"))
@@ -222,7 +246,3 @@ func genALiBi() {
 	VZEROUPPER()
 	RET()
 }
-
-// laneIndexes is the vector {0, 1, ..., 7} as float32, from the softcap
-// table.
-func laneIndexes() Op { return softcapTab.Offset(32 * len(softcapVals)) }

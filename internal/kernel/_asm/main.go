@@ -7,8 +7,10 @@
 // One file per kernel family: gemm.go (matrix products), rows.go (exp and
 // max of score rows), elementwise.go (scale, dsFromDp, softcap, ALiBi),
 // peak.go, philox.go, convert.go, bf16.go, amx.go, pack.go, transpose.go,
-// decode*.go, cpuid.go; isa.go and evex.go hold what they share. The Go wrappers
-// check every precondition; the assembly trusts its arguments.
+// decode*.go, cpuid.go; isa.go and evex.go hold what they share. Package
+// kernel's TestAsmTables compares every constant table (GLOBL) with the
+// constants of the Go twins. The Go wrappers check every precondition;
+// the assembly trusts its arguments.
 package main
 
 import (

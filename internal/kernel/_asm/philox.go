@@ -95,8 +95,9 @@ func genPhilox8() {
 	RET()
 }
 
-// philoxTab holds the lane offsets 0..7, the multipliers and the Weyl key
-// increments, each in eight lanes.
+// philoxTab holds the lane offsets 0..7, then the multipliers and the
+// Weyl key increments, each in eight lanes (philoxM0 … of package kernel,
+// whose tests compare them with the table).
 var philoxTab Mem
 
 func genPhiloxTable() Mem {

@@ -14,7 +14,8 @@ import (
 // ---------------------------------------------------------------------------
 // Exponential.
 
-// Constants of the float32 exponential; must equal those of generic.go.
+// Constants of the float32 exponential, those of generic.go (Exp…):
+// package kernel's TestAsmTables compares the table (expconsts) with them.
 const (
 	expLog2e = 1.44269504088896341
 	expLn2Hi = 0.693359375
