@@ -2,12 +2,12 @@
 
 package kernel
 
-// The hooks through which this architecture registers its assembly (see
-// the package doc, "Adding an architecture"): archImpls, archDecode and
+// The hooks through which amd64 registers its assembly (see the package
+// doc, "Assembly, purego and architectures"): archImpls, archDecode and
 // archHalf list the candidates this CPU supports, best first, before the
-// start-up self-check; archFMAPeak, archFMAPeakLoop and archPhilox8 run
-// the assembly loops of FMAPeak, FMAPeakLoop and Philox8. arch_other.go
-// holds the pure-Go versions (other architectures and -tags purego).
+// self-check; archFMAPeak, archFMAPeakLoop and archPhilox8 run the
+// assembly loops of FMAPeak, FMAPeakLoop and Philox8. arch_other.go holds
+// the pure-Go versions (other architectures, and -tags purego).
 
 // archImpls returns the assembly implementations this CPU supports, best first.
 func archImpls() []Impl {
