@@ -227,14 +227,34 @@ func checkForward(t *testing.T, cd caseData, out, lse []float32) {
 	}
 }
 
-// forEachKernel runs f once per kernel implementation this CPU has.
+// forEachKernel runs f once per float32 kernel implementation this CPU
+// has, with the decode kernels of the same name where there are some.
 func forEachKernel(t *testing.T, f func(t *testing.T)) {
 	for _, im := range kernel.Available() {
 		t.Run(im.Name, func(t *testing.T) {
-			t.Setenv("FLASHATTN_KERNEL", im.Name)
+			forceKernels(t, kernelSpec(im.Name))
 			f(t)
 		})
 	}
+}
+
+// kernelSpec is the kernel.Force spec of the float32 kernels name: those
+// and the decode kernels of the same name, if this CPU has them.
+func kernelSpec(name string) string {
+	if _, err := kernel.LookupDecode(name); err == nil {
+		return "f32=" + name + ",decode=" + name
+	}
+	return "f32=" + name
+}
+
+// forceKernels makes the kernels spec names active until t ends.
+func forceKernels(t *testing.T, spec string) {
+	t.Helper()
+	restore, err := kernel.Force(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(restore)
 }
 
 func TestAgainstReferenceGrid(t *testing.T) {

@@ -35,9 +35,12 @@
 // (bfloat16) or 1e-4 (float16).
 //
 // The arithmetic inside a tile runs in AVX-512 or AVX2+FMA assembly where
-// the CPU has it and in Go elsewhere (FLASHATTN_KERNEL=generic|avx2|avx512
-// forces one); bfloat16 products use AMX tiles or AVX512_BF16 where present,
-// whichever measures fastest (FLASHATTN_BF16 and FLASHATTN_F16 force a path).
+// the CPU has it and in Go elsewhere; bfloat16 products use AMX tiles or
+// AVX512_BF16 where present, whichever measures fastest. The environment
+// variable FLASHATTN_KERNEL, read once at the first call, forces a choice:
+// "generic" is pure Go everywhere, "avx2" the AVX2 kernels, and
+// "avx512,bf16=amx,f16=generic" names one per family (f32, decode, bf16,
+// f16); a name this CPU lacks is ignored.
 //
 // All functions are safe for concurrent use. Bad input returns an error
 // (an *ArgError naming the argument); nothing panics, and a bug that makes

@@ -117,7 +117,7 @@ func forEachHalf(t *testing.T, dt DType, f func(t *testing.T)) {
 	e := dt.elem()
 	for _, h := range kernel.HalfAvailable(e) {
 		t.Run(h.Name, func(t *testing.T) {
-			t.Setenv(kernel.HalfEnv(e), h.Name)
+			forceKernels(t, e.String()+"="+h.Name)
 			f(t)
 		})
 	}

@@ -37,20 +37,25 @@ func TestBenchDType(t *testing.T) {
 	for _, c := range []struct {
 		dtype string
 		elem  kernel.Elem
-		env   string // FLASHATTN_BF16/F16, "" for the measured choice
+		force string // the path forced with kernel.Force, "" for the measured choice
 		args  []string
 	}{
 		{"bf16", kernel.BF16, "", []string{"-mode", "fwdbwd", "-causal"}},
 		{"f16", kernel.F16, "", []string{"-mode", "fwd"}},
 		{"bf16", kernel.BF16, "generic", []string{"-mode", "bwd", "-variant", "softcap"}},
 	} {
-		if c.env != "" {
-			t.Setenv(kernel.HalfEnv(c.elem), c.env)
-		}
-		r := benchJSON(t, append([]string{"-dtype", c.dtype}, c.args...)...)
-		path := kernel.HalfPath(c.elem).Name
-		if c.env != "" && path != c.env {
-			t.Fatalf("%s=%s: the library uses %s", kernel.HalfEnv(c.elem), c.env, path)
+		r, path := func() (benchResult, string) {
+			if c.force != "" {
+				restore, err := kernel.Force(c.elem.String() + "=" + c.force)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer restore()
+			}
+			return benchJSON(t, append([]string{"-dtype", c.dtype}, c.args...)...), kernel.HalfPath(c.elem).Name
+		}()
+		if c.force != "" && path != c.force {
+			t.Fatalf("%s=%s: the library uses %s", c.elem, c.force, path)
 		}
 		half := spread{r.PeakHalfMedian, r.PeakHalfMin, r.PeakHalfMax}
 		hr := spread{r.PeakHalfRatioMedian, r.PeakHalfRatioMin, r.PeakHalfRatioMax}

@@ -150,7 +150,15 @@ func TestBenchSweepSelection(t *testing.T) {
 func TestBenchPeakOfTheISAThatRan(t *testing.T) {
 	peaks := map[string]float64{}
 	for _, im := range kernel.Available() {
-		t.Setenv("FLASHATTN_KERNEL", im.Name)
+		spec := "f32=" + im.Name
+		if _, err := kernel.LookupDecode(im.Name); err == nil {
+			spec += ",decode=" + im.Name
+		}
+		restore, err := kernel.Force(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer restore()
 		code, stdout, stderr := atRun("bench", "-seqlen", "64", "-headdim", "16", "-batch", "1", "-heads", "1", "-json",
 			"-min-ms", "20", "-reps", "3", "-no-plain", "-workers", "1")
 		if code != 0 {
@@ -161,7 +169,7 @@ func TestBenchPeakOfTheISAThatRan(t *testing.T) {
 			t.Fatal(err)
 		}
 		if r.Kernel != im.Name || r.PeakISA != im.Name || r.PeakMedian <= 0 {
-			t.Fatalf("FLASHATTN_KERNEL=%s: kernel %q, peak of %q = %v", im.Name, r.Kernel, r.PeakISA, r.PeakMedian)
+			t.Fatalf("forced %s: kernel %q, peak of %q = %v", im.Name, r.Kernel, r.PeakISA, r.PeakMedian)
 		}
 		peaks[im.Name] = r.PeakMedian
 	}

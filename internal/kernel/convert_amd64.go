@@ -1,3 +1,5 @@
+//go:build amd64 && !purego
+
 package kernel
 
 // Wrappers of the assembly converters (see the generator's convert.go):

@@ -1,6 +1,16 @@
+//go:build amd64 && !purego
+
 package kernel
 
 import "golang.org/x/sys/cpu"
+
+// hasAVX2 reports AVX2 and FMA; hasAVX512 reports AVX512F and AVX512VL (the
+// only AVX-512 subsets the kernels use). golang.org/x/sys/cpu also checks
+// that the OS saves the registers.
+var (
+	hasAVX2   = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+	hasAVX512 = hasAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL
+)
 
 // CPU features that golang.org/x/sys/cpu does not report, read with CPUID
 // and XGETBV (cpuidex and xgetbv0 are in kernel_amd64.s).

@@ -1,12 +1,5 @@
 package kernel
 
-import (
-	"fmt"
-	"os"
-	"slices"
-	"sync"
-)
-
 // Decode holds the kernels of attention decoding: products of a few query
 // rows with a KV cache read in place, in the cache's storage type, so that
 // each cache byte is read from memory once and widened to float32 in
@@ -45,8 +38,8 @@ import (
 // (its bytes beyond a multiple of 4 ignored): a plain read of b at full
 // vector width, the yardstick of the kernels' memory bandwidth.
 type Decode struct {
-	// Name is "avx512", "avx2" or "generic" (the values FLASHATTN_KERNEL
-	// takes).
+	// Name is "avx512", "avx2" or "generic" (the names of the family
+	// "decode" in FLASHATTN_KERNEL).
 	Name string
 
 	// ScoresF32 … ScoresQ8 compute S = Q·Kᵀ for a float32, bfloat16
@@ -64,47 +57,6 @@ type Decode struct {
 
 	// ReadSum is the read-bandwidth yardstick (see above).
 	ReadSum func(b []byte) uint32
-}
-
-// decodeAvailable is computed once: the assembly sets this CPU supports
-// that pass selfCheckDecode, then GenericDecode.
-var decodeAvailable = sync.OnceValue(func() []Decode {
-	var ds []Decode
-	for _, dk := range archDecode() {
-		if err := selfCheckDecode(dk); err == nil {
-			ds = append(ds, dk)
-		}
-	}
-	return append(ds, GenericDecode)
-})
-
-// DecodeAvailable lists the decode kernel sets this CPU can run, best
-// first ("avx512", "avx2" where they passed their start-up self-check);
-// the last is always "generic".
-func DecodeAvailable() []Decode {
-	return slices.Clone(decodeAvailable())
-}
-
-// LookupDecode returns the available decode kernel set with the given name.
-func LookupDecode(name string) (Decode, error) {
-	for _, dk := range decodeAvailable() {
-		if dk.Name == name {
-			return dk, nil
-		}
-	}
-	return Decode{}, fmt.Errorf("decode kernels %q are not available on this CPU", name)
-}
-
-// SelectDecode returns the decode kernels to use: those named by the
-// FLASHATTN_KERNEL environment variable (generic, avx2 or avx512) if it is
-// set and available, else the best this CPU supports.
-func SelectDecode() Decode {
-	if name := os.Getenv("FLASHATTN_KERNEL"); name != "" {
-		if dk, err := LookupDecode(name); err == nil {
-			return dk
-		}
-	}
-	return decodeAvailable()[0]
 }
 
 // checkDecode panics unless the arguments of a Scores or Accum call are

@@ -56,7 +56,7 @@ func newTestCache(t *testing.T, r *rand.Rand, typ cacheType, n, d, pad int, afte
 	switch typ {
 	case cacheF32:
 		c.ld = d + pad
-		k := decodeGuarded[float32](t, size(d), after)
+		k := guarded[float32](t, size(d), after)
 		for i := range k {
 			k[i] = float32(math.NaN())
 		}
@@ -73,7 +73,7 @@ func newTestCache(t *testing.T, r *rand.Rand, typ cacheType, n, d, pad int, afte
 			e = F16
 		}
 		c.ld = d + pad
-		k := decodeGuarded[uint16](t, size(d), after)
+		k := guarded[uint16](t, size(d), after)
 		for i := range k {
 			k[i] = 0x7fc1 // a NaN in both formats
 		}
@@ -87,7 +87,7 @@ func newTestCache(t *testing.T, r *rand.Rand, typ cacheType, n, d, pad int, afte
 	case cacheQ8:
 		rb := Q8RowBytes(d)
 		c.ld = rb + pad
-		k := decodeGuarded[byte](t, size(rb), after)
+		k := guarded[byte](t, size(rb), after)
 		for i := range k {
 			k[i] = 0xff
 		}
@@ -201,12 +201,12 @@ func checkScoresCase(t *testing.T, r *rand.Rand, dk Decode, typ cacheType, sh de
 	t.Helper()
 	m, n, d := sh.m, sh.n, sh.d
 	c := newTestCache(t, r, typ, n, d, sh.padK, after)
-	q := decodeGuarded[float32](t, m*d, afterIO)
+	q := guarded[float32](t, m*d, afterIO)
 	for i := range q {
 		q[i] = r.Float32()*2 - 1
 	}
 	lds := n + sh.padS
-	s := decodeGuarded[float32](t, max(0, (m-1)*lds+n), !afterIO)
+	s := guarded[float32](t, max(0, (m-1)*lds+n), !afterIO)
 	for i := range s {
 		s[i] = canaryF32
 	}
@@ -241,14 +241,14 @@ func checkAccumCase(t *testing.T, r *rand.Rand, dk Decode, typ cacheType, sh dec
 	m, n, d := sh.m, sh.n, sh.d
 	c := newTestCache(t, r, typ, n, d, sh.padK, after)
 	ldp, ldo := n+sh.padS, d+sh.padS
-	p := decodeGuarded[float32](t, max(0, (m-1)*ldp+n), afterIO)
+	p := guarded[float32](t, max(0, (m-1)*ldp+n), afterIO)
 	for i := range p {
 		p[i] = r.Float32()*2 - 1
 		if i%ldp >= n {
 			p[i] = float32(math.NaN()) // gaps between rows: never read
 		}
 	}
-	o := decodeGuarded[float32](t, max(0, (m-1)*ldo+d), !afterIO)
+	o := guarded[float32](t, max(0, (m-1)*ldo+d), !afterIO)
 	o0 := make([]float32, len(o))
 	for i := range o {
 		o[i] = r.Float32()*2 - 1
@@ -363,58 +363,6 @@ func TestDecodeNoAllocs(t *testing.T) {
 				t.Errorf("%s: AccumBF16 with m = %d allocates %v times per call", dk.Name, m, a)
 			}
 		}
-	}
-}
-
-// TestDecodeSelfCheck: every assembly set this CPU supports passes its
-// start-up check (else it would silently fall back), and a set with one
-// wrong or crashing kernel is rejected.
-func TestDecodeSelfCheck(t *testing.T) {
-	for _, dk := range archDecode() {
-		if err := selfCheckDecode(dk); err != nil {
-			t.Errorf("%s: %v", dk.Name, err)
-		}
-	}
-	wrong := GenericDecode
-	wrong.Name = "wrong"
-	wrong.AccumBF16 = func(o []float32, ldo int, p []float32, ldp, m int, v []uint16, ldv, n, d int) {
-		GenericDecode.AccumBF16(o, ldo, p, ldp, m, v, ldv, n-1, d) // misses the last key
-	}
-	if err := selfCheckDecode(wrong); err == nil || !strings.Contains(err.Error(), "Accumbf16") {
-		t.Errorf("a wrong AccumBF16 passed the self-check: %v", err)
-	}
-	wrong = GenericDecode
-	wrong.ScoresQ8 = func(s []float32, lds int, q []float32, m int, k []byte, ldk, n, d int) { panic("boom") }
-	if err := selfCheckDecode(wrong); err == nil || !strings.Contains(err.Error(), "boom") {
-		t.Errorf("a crashing ScoresQ8 passed the self-check: %v", err)
-	}
-	wrong = GenericDecode
-	wrong.ReadSum = func(b []byte) uint32 { return GenericDecode.ReadSum(b[:len(b)-1]) }
-	if err := selfCheckDecode(wrong); err == nil {
-		t.Error("a wrong ReadSum passed the self-check")
-	}
-}
-
-func TestSelectDecode(t *testing.T) {
-	all := DecodeAvailable()
-	if all[len(all)-1].Name != "generic" {
-		t.Fatalf("last decode set is %q, want generic", all[len(all)-1].Name)
-	}
-	for _, dk := range all {
-		t.Setenv("FLASHATTN_KERNEL", dk.Name)
-		if got := SelectDecode().Name; got != dk.Name {
-			t.Errorf("FLASHATTN_KERNEL=%s selects %s", dk.Name, got)
-		}
-	}
-	t.Setenv("FLASHATTN_KERNEL", "no-such-kernel")
-	if got := SelectDecode().Name; got != all[0].Name {
-		t.Errorf("an unknown FLASHATTN_KERNEL selects %s, want %s", got, all[0].Name)
-	}
-	if _, err := LookupDecode("no-such-kernel"); err == nil {
-		t.Error("LookupDecode of an unknown name: no error")
-	}
-	if arch := archDecode(); len(arch) > 0 && all[0].Name != arch[0].Name {
-		t.Errorf("the best decode set is %s, want %s (the best this CPU supports)", all[0].Name, arch[0].Name)
 	}
 }
 

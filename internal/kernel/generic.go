@@ -279,6 +279,26 @@ func dot4TGeneric(c []float32, ldc int, a, b []float32, ldb, n, k int) {
 	}
 }
 
+// The assembly Softcap (amd64: softcapAVX2) computes tanh in float32 as
+// Cephes' tanhf does: for |y| ≤ tanhSmall the odd polynomial
+//
+//	tanh y = y + y·z·((((tanhT0·z + tanhT1)·z + tanhT2)·z + tanhT3)·z + tanhT4),  z = y²
+//
+// and beyond it 1 − 2/(e^{2|y|} + 1) with the sign of y, e^{2|y|} by the
+// exponential's reduction and polynomial (the Exp constants) with 2|y|
+// clamped to tanhExpClamp, which keeps it finite. softcapGeneric uses
+// math.Tanh; these constants are those of the generated table, which a
+// test compares with them.
+const (
+	tanhT0       = -5.70498872745e-3
+	tanhT1       = 2.06390887954e-2
+	tanhT2       = -5.37397155531e-2
+	tanhT3       = 1.33314422036e-1
+	tanhT4       = -3.33332819422e-1
+	tanhSmall    = 0.625
+	tanhExpClamp = 88
+)
+
 func softcapGeneric(x, g []float32, c float32) {
 	inv := 1 / float64(c)
 	for j, v := range x {

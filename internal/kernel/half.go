@@ -75,7 +75,7 @@ func (e Elem) FromF32(f float32) uint16 {
 type Half struct {
 	// Name is "amx" (TDPBF16PS or TDPFP16PS tiles), "avx512bf16"
 	// (VDPBF16PS), "f32" (widen to float32 and use the float32 kernels of
-	// Select) or "generic" (Go, VDPBF16PS's arithmetic).
+	// the Set it belongs to) or "generic" (Go, VDPBF16PS's arithmetic).
 	Name string
 	// Elem is the element type of A and B.
 	Elem Elem

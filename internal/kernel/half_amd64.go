@@ -1,28 +1,8 @@
+//go:build amd64 && !purego
+
 package kernel
 
 import "golang.org/x/sys/cpu"
-
-// archHalf returns the assembly half-precision paths this CPU supports for
-// e (before the self-check), fastest expected first.
-func archHalf(e Elem) []Half {
-	var hs []Half
-	if amxUsable(e) {
-		hs = append(hs, amxHalf(e))
-	}
-	if e == BF16 && hasAVX512BF16 {
-		hs = append(hs, Half{
-			Name:   "avx512bf16",
-			Elem:   BF16,
-			Mul:    wrapHalf("avx512bf16 Mul", mulBF16AVX512BF16),
-			MulAdd: wrapHalf("avx512bf16 MulAdd", mulAddBF16AVX512BF16),
-			Peak: func(iters int) int {
-				FMAPeakBF16AVX512(iters)
-				return 12 * 16 * 2 * 2
-			},
-		})
-	}
-	return hs
-}
 
 // amxUsable reports whether the CPU has the AMX tile instructions for e,
 // the OS manages tile state, and this process was granted permission to

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"strings"
 	"testing"
 )
 
@@ -281,82 +280,12 @@ func TestHalfSubnormals(t *testing.T) {
 	}
 }
 
-func TestHalfSelection(t *testing.T) {
-	for _, e := range []Elem{BF16, F16} {
-		hs := HalfAvailable(e)
-		if len(hs) < 2 || hs[len(hs)-1].Name != "generic" || hs[len(hs)-2].Name != "f32" {
-			t.Fatalf("%s: available paths %v must end with f32, generic", e, halfNames(hs))
-		}
-		times := MeasureHalf(e)
-		if len(times) != len(hs) {
-			t.Fatalf("%s: measured %d paths of %d", e, len(times), len(hs))
-		}
-		for i, x := range times {
-			if !(x.GFLOPS > 0) || i > 0 && x.GFLOPS > times[i-1].GFLOPS {
-				t.Fatalf("%s: timings not positive and sorted: %v", e, times)
-			}
-		}
-		for _, h := range hs {
-			t.Setenv(HalfEnv(e), h.Name)
-			if got := HalfPath(e).Name; got != h.Name {
-				t.Errorf("%s=%s: HalfPath chose %s", HalfEnv(e), h.Name, got)
-			}
-		}
-		t.Setenv(HalfEnv(e), "no-such-path")
-		if _, err := LookupHalf(e, "no-such-path"); err == nil {
-			t.Error("LookupHalf accepted an unknown name")
-		}
-		chosen := HalfPath(e).Name
-		if !strings.Contains(" "+strings.Join(halfNames(hs), " ")+" ", " "+chosen+" ") {
-			t.Errorf("%s: HalfPath chose %s, not available", e, chosen)
-		}
-		t.Logf("%s: paths %v, measured %v, chosen %s", e, halfNames(hs), times, chosen)
-	}
-	for _, name := range expectedHalfPaths() {
-		if _, err := LookupHalf(BF16, name); err != nil {
-			t.Errorf("the CPU supports the %s path but it failed its self-check", name)
-		}
-	}
-}
-
 func halfNames(hs []Half) []string {
 	var s []string
 	for _, h := range hs {
 		s = append(s, h.Name)
 	}
 	return s
-}
-
-func TestSelfCheckHalf(t *testing.T) {
-	for _, e := range []Elem{BF16, F16} {
-		for _, h := range append(archHalf(e), f32Half(e, Select()), GenericHalf(e)) {
-			if err := selfCheckHalf(h); err != nil {
-				t.Error(err)
-			}
-		}
-		broken := GenericHalf(e)
-		broken.Name = "broken"
-		broken.MulAdd = func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) {
-			GenericHalf(e).MulAdd(c, ldc, a, lda, b, ldb, m, n, k-2) // drops the last pair
-		}
-		if selfCheckHalf(broken) == nil {
-			t.Errorf("%s: selfCheckHalf accepted a path that drops a pair", e)
-		}
-		crash := GenericHalf(e)
-		crash.Mul = func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) { _ = a[len(a)] }
-		if selfCheckHalf(crash) == nil {
-			t.Errorf("%s: selfCheckHalf accepted a path that panics", e)
-		}
-		// A path that ignores the strip stride (reads strips 16·k apart).
-		tight := GenericHalf(e)
-		tight.Name = "tight"
-		tight.Mul = func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) {
-			GenericHalf(e).Mul(c, ldc, a, lda, b, W*k, m, n, k)
-		}
-		if selfCheckHalf(tight) == nil {
-			t.Errorf("%s: selfCheckHalf accepted a path that ignores the strip stride", e)
-		}
-	}
 }
 
 func TestHalfWrapperPanics(t *testing.T) {

@@ -14,16 +14,26 @@ import "math"
 // is truncated to the top bits that fit and the quiet bit is set (what the
 // x86 conversion instructions VCVTNEPS2BF16 and VCVTPS2PH produce).
 
+// Bit patterns of the conversions (the assembly converters read the same
+// from a table, which a test compares with these).
+const (
+	f32AbsMask    = 0x7fffffff // all but the sign
+	f32ExpMask    = 0x7f800000 // the exponent field; the bits of +Inf
+	f32MantMask   = 0x007fffff // the mantissa field
+	bf16RoundBias = 0x7fff     // added with the lowest kept bit: rounding to nearest even
+	bf16QuietBit  = 0x40       // the quiet bit of a bfloat16 NaN
+)
+
 // F32ToBF16 rounds f to the nearest bfloat16 (ties to even).
 func F32ToBF16(f float32) uint16 {
 	x := math.Float32bits(f)
-	if x&0x7fffffff > 0x7f800000 { // NaN: keep the sign and top payload, set the quiet bit
-		return uint16(x>>16) | 0x40
+	if x&f32AbsMask > f32ExpMask { // NaN: keep the sign and top payload, set the quiet bit
+		return uint16(x>>16) | bf16QuietBit
 	}
 	// Adding 0x7fff plus the lowest kept bit and truncating rounds to
 	// nearest even; a carry out of the mantissa increments the exponent,
 	// which is also right at the top of the range (rounding to Inf).
-	return uint16((x + 0x7fff + (x>>16)&1) >> 16)
+	return uint16((x + bf16RoundBias + (x>>16)&1) >> 16)
 }
 
 // BF16ToF32 returns the float32 value of the bfloat16 h (exact: h is the top

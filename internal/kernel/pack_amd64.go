@@ -1,3 +1,5 @@
+//go:build amd64 && !purego
+
 package kernel
 
 // The Go side of the vectorised packers, TransposeRound and RoundF32 (see

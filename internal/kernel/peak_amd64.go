@@ -1,16 +1,6 @@
-package kernel
+//go:build amd64 && !purego
 
-// archFMAPeakLoop returns the assembly peak loop for name, if this CPU
-// runs it.
-func archFMAPeakLoop(name string) (func(iters int) int, bool) {
-	switch {
-	case name == "avx512" && hasAVX512:
-		return fmaPeakLoopAVX512, true
-	case name == "avx2" && hasAVX2:
-		return fmaPeakLoopAVX2, true
-	}
-	return nil, false
-}
+package kernel
 
 // fmaPeakLoopAVX512 and fmaPeakLoopAVX2 run the assembly peak loops and
 // return their FLOPs per iteration: 12 chains of one FMA (2 FLOPs) on 16 or

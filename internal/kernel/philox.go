@@ -31,9 +31,11 @@ func Philox4x32(ctr [4]uint32, key [2]uint32) [4]uint32 {
 
 // Philox8 computes Philox4x32 for the eight counters (c0+g, c1, c2, c3),
 // g = 0..7, under key (k0, k1), and stores word r of counter g in
-// out[4g+r]. With AVX2 the eight run in parallel vector lanes.
+// out[4g+r]. With AVX2 the eight run in parallel vector lanes, unless the
+// active set's float32 kernels are the generic ones (FLASHATTN_KERNEL=generic
+// means pure Go everywhere); the results are the same either way.
 func Philox8(out *[32]uint32, c0, c1, c2, c3, k0, k1 uint32) {
-	if archPhilox8(out, c0, c1, c2, c3, k0, k1) {
+	if Active().Impl.Name != Generic.Name && archPhilox8(out, c0, c1, c2, c3, k0, k1) {
 		return
 	}
 	philox8Generic(out, c0, c1, c2, c3, k0, k1)

@@ -58,6 +58,8 @@ func (k srcKind) bytes() int {
 	return 4
 }
 
+// packTab (packtab): masks, VPERMT2W indexes and zeros; package kernel's
+// tests rebuild it from these definitions and compare.
 var packTab Mem
 
 // Offsets in packtab.

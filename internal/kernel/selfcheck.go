@@ -3,49 +3,7 @@ package kernel
 import (
 	"fmt"
 	"math"
-	"os"
-	"sync"
 )
-
-// available is computed once: the assembly implementations this CPU
-// supports and that pass selfCheck, then Generic.
-var available = sync.OnceValue(func() []Impl {
-	var ims []Impl
-	for _, im := range archImpls() {
-		if err := selfCheck(im); err == nil {
-			ims = append(ims, im)
-		}
-	}
-	return append(ims, Generic)
-})
-
-// Available lists the implementations this CPU can run, best first; the
-// last is always Generic.
-func Available() []Impl {
-	return append([]Impl(nil), available()...)
-}
-
-// Lookup returns the available implementation with the given name.
-func Lookup(name string) (Impl, error) {
-	for _, im := range available() {
-		if im.Name == name {
-			return im, nil
-		}
-	}
-	return Impl{}, fmt.Errorf("kernel %q is not available on this CPU", name)
-}
-
-// Select returns the implementation to use: the one named by the
-// FLASHATTN_KERNEL environment variable if it is set and available, else the
-// best one this CPU supports.
-func Select() Impl {
-	if name := os.Getenv("FLASHATTN_KERNEL"); name != "" {
-		if im, err := Lookup(name); err == nil {
-			return im
-		}
-	}
-	return available()[0]
-}
 
 // selfCheck runs every kernel of im once on a small ragged problem and
 // compares it with Generic. It is a guard for CPUs the assembly was never
@@ -102,6 +60,13 @@ func selfCheck(im Impl) (err error) {
 	x1[3], x2[3] = float32(math.Inf(-1)), float32(math.Inf(-1))
 	if m1, m2 := im.Max(x1), Generic.Max(x2); m1 != m2 {
 		return fmt.Errorf("kernel %s: Max %v, generic %v", im.Name, m1, m2)
+	}
+	for _, at := range []int{n - 1, n/2 + 1} { // the largest in the last, then an inner vector
+		y := append([]float32(nil), x1...)
+		y[at] = 2
+		if m1 := im.Max(y); m1 != 2 {
+			return fmt.Errorf("kernel %s: Max %v, want 2 (at %d)", im.Name, m1, at)
+		}
 	}
 	s1, s2 := im.ExpSum(x1, 1.5, 0.25), Generic.ExpSum(x2, 1.5, 0.25)
 	if err := near("ExpSum", append(x1, s1), append(x2, s2)); err != nil {
@@ -207,6 +172,76 @@ func selfCheckConvert(im Impl, x []float32) error {
 			if w := e.FromF32(v); h[i] != w || math.Float32bits(f[i]) != math.Float32bits(e.ToF32(w)) {
 				return fmt.Errorf("kernel %s: %s conversion of %v gives %#04x → %v, want %#04x → %v",
 					im.Name, e, v, h[i], f[i], w, e.ToF32(w))
+			}
+		}
+	}
+	return nil
+}
+
+// selfCheckHalf runs h once on a small ragged problem (row blocks and a
+// row tail, a k tail of 6, odd leading dimensions, B a range of rows of a
+// longer packed matrix, so with a strip stride above 16·k) and compares it
+// with the generic path. It guards CPUs the assembly never ran on in development: a
+// path that disagrees is not used. The tolerance covers a different order
+// of float32 additions: |Δ| ≤ 1e-5·(Σ|A·B| + |C₀|) per element, about 40
+// times the worst rounding drift of k = 38 float32 additions.
+func selfCheckHalf(h Half) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%s path %s: %v", h.Elem, h.Name, r)
+		}
+	}()
+	const m, n, k, lda, ldc = 19, 48, 38, 41, 53
+	e := h.Elem
+	a := make([]uint16, m*lda)
+	for i := range a {
+		a[i] = e.FromF32(float32(math.Sin(float64(i))))
+	}
+	bf := make([]float32, n*k)
+	for i := range bf {
+		bf[i] = float32(math.Cos(float64(3 * i)))
+	}
+	// B is rows [p0, p0+k) of a packed (p0+k+4)×n matrix.
+	const p0, ldb = 4, W * (4 + k + 4)
+	buf := make([]uint16, VNNIIntoLen(ldb, p0, k, n))
+	PackVNNIInto(buf, ldb, p0, bf, k, k, n, true, e)
+	b := buf[W*p0:]
+	g := GenericHalf(e)
+	bu := make([]float32, k*n) // B as packed, widened
+	UnpackVNNI(bu, n, b, ldb, k, n, e)
+	mag := make([]float64, m*n)
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			s := 1.0
+			for p := 0; p < k; p++ {
+				s += math.Abs(float64(e.ToF32(a[i*lda+p])) * float64(bu[p*n+j]))
+			}
+			mag[i*n+j] = s
+		}
+	}
+	for _, acc := range []bool{false, true} {
+		c1, c2 := make([]float32, m*ldc), make([]float32, m*ldc)
+		for i := range c1 {
+			c1[i], c2[i] = 1, 1
+		}
+		if acc {
+			h.MulAdd(c1, ldc, a, lda, b, ldb, m, n, k)
+			g.MulAdd(c2, ldc, a, lda, b, ldb, m, n, k)
+		} else {
+			h.Mul(c1, ldc, a, lda, b, ldb, m, n, k)
+			g.Mul(c2, ldc, a, lda, b, ldb, m, n, k)
+		}
+		for i := 0; i < m; i++ {
+			for j := 0; j < ldc; j++ {
+				x, y := c1[i*ldc+j], c2[i*ldc+j]
+				tol := 0.0
+				if j < n {
+					tol = 1e-5 * mag[i*n+j]
+				}
+				if d := math.Abs(float64(x - y)); !(d <= tol) {
+					return fmt.Errorf("%s path %s (accumulate %v) disagrees with generic at (%d, %d): %v vs %v",
+						e, h.Name, acc, i, j, x, y)
+				}
 			}
 		}
 	}

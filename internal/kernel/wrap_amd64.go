@@ -1,74 +1,11 @@
-package kernel
+//go:build amd64 && !purego
 
-import "golang.org/x/sys/cpu"
+package kernel
 
 // The assembly in kernel_amd64.s trusts its arguments. The wrappers below
 // check, cheaply and before any memory is touched, every precondition that
 // keeps the assembly inside the slices it is given; a violation is a bug in
 // the caller (an internal invariant), so they panic.
-
-// hasAVX2 reports AVX2 and FMA; hasAVX512 reports AVX512F and AVX512VL (the
-// only AVX-512 subsets the kernels use). golang.org/x/sys/cpu also checks
-// that the OS saves the registers.
-var (
-	hasAVX2   = cpu.X86.HasAVX2 && cpu.X86.HasFMA
-	hasAVX512 = hasAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL
-)
-
-// archImpls returns the assembly implementations this CPU supports, best first.
-func archImpls() []Impl {
-	var impls []Impl
-	if hasAVX512 {
-		im := Impl{
-			Name:      "avx512",
-			MulABt:    wrapMulABt(mulABtAVX512),
-			MulAddAB:  wrapMulAddAB(mulAddABAVX512),
-			MulAddAtB: wrapMulAddAtB(mulAddAtBAVX512),
-			ExpSum:    wrapExpSum(expSumAVX512),
-			Max:       wrapMax(maxAVX512),
-			Scale:     wrapScale(scaleAVX512),
-			DsFromDp:  wrapDsFromDp(dsFromDpAVX512),
-			Dot:       dotFMA,
-			Dot4T:     wrapDot4T(dot4TAVX2),
-			Softcap:   wrapSoftcap,
-			ALiBi:     wrapALiBi,
-		}
-		setConverters(&im, true)
-		setPackers(&im, true)
-		impls = append(impls, im)
-	}
-	if hasAVX2 {
-		im := Impl{
-			Name:      "avx2",
-			MulABt:    wrapMulABt(mulABtAVX2),
-			MulAddAB:  wrapMulAddAB(mulAddABAVX2),
-			MulAddAtB: wrapMulAddAtB(mulAddAtBAVX2),
-			ExpSum:    wrapExpSum(expSumAVX2),
-			Max:       wrapMax(maxAVX2),
-			Scale:     wrapScale(scaleAVX2),
-			DsFromDp:  wrapDsFromDp(dsFromDpAVX2),
-			Dot:       dotFMA,
-			Dot4T:     wrapDot4T(dot4TAVX2),
-			Softcap:   wrapSoftcap,
-			ALiBi:     wrapALiBi,
-		}
-		setConverters(&im, false)
-		setPackers(&im, false)
-		impls = append(impls, im)
-	}
-	return impls
-}
-
-// archFMAPeak runs the best FMA peak loop and returns its FLOPs per iteration.
-func archFMAPeak(iters int) int {
-	switch {
-	case hasAVX512:
-		return fmaPeakLoopAVX512(iters)
-	case hasAVX2:
-		return fmaPeakLoopAVX2(iters)
-	}
-	return fmaPeakGeneric(iters)
-}
 
 func wrapMulABt(f func(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int)) func(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int) {
 	return func(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int) {
@@ -158,15 +95,6 @@ func wrapDot4T(f func(c []float32, ldc int, a, b []float32, ldb, n, k int)) func
 		}
 		f(c, ldc, a, b, ldb, n, k)
 	}
-}
-
-// archPhilox8 runs the AVX2 Philox8 if the CPU has AVX2.
-func archPhilox8(out *[32]uint32, c0, c1, c2, c3, k0, k1 uint32) bool {
-	if !hasAVX2 {
-		return false
-	}
-	philox8AVX2(out, c0, c1, c2, c3, k0, k1)
-	return true
 }
 
 func wrapSoftcap(x, g []float32, c float32) {

@@ -1,0 +1,368 @@
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// The decode kernels (see decode.go): accum<T>M<mr><ISA>, O += P·V.
+
+// accumGen holds the state of one accum function being generated.
+type accumGen struct {
+	s     isa
+	e     decodeElem
+	mr, w int
+	vpb   int // vectors per q8 block (1 for the other types)
+	passN int // passes emitted so far (label names)
+
+	kmask Register // AVX-512: opmask of the first t lanes (t = d mod 16)
+
+	// Frame slots: &O[0][c0] and &V[j0][c0] of the current chunk, &P[0][j0]
+	// and &V[j0][0] of the current key block, the keys in it, the keys
+	// left (this block included) and the vectors of d left in the sweep.
+	oCur, vCur, pBlk, vBlk, jn, nLeft, vecLeft Mem
+	// The block of P (mr rows of accumKeyBlock keys, zero beyond the
+	// block's keys), copied so that the broadcasts of the key loop read
+	// 128-byte rows whatever P's stride (rows 4 KiB apart would all fall
+	// in one L1 set).
+	pLoc Mem
+}
+
+// copyP copies the mr×jn block of P at pBlk into pLoc.
+func (g *accumGen) copyP(jn Register) {
+	s := g.s
+	pb := ldMem(g.pBlk)
+	ldp := Load(Param("ldp"), GP64())
+	SHLQ(Imm(2), ldp)
+	row := rowMems(pb, ldp)
+	if g.mr == 1 {
+		row = func(int) Mem { return Mem{Base: pb} }
+	}
+	nv := accumKeyBlock / s.Lanes
+	var masks []Register
+	for v := 0; v < nv; v++ {
+		// Lanes of vector v: clamp(jn - v·L, 0, L).
+		t, z, l := GP64(), GP64(), GP64()
+		MOVQ(jn, t)
+		SUBQ(U32(v*s.Lanes), t)
+		XORQ(z, z)
+		CMPQ(t, z)
+		CMOVQLT(z, t)
+		MOVQ(U32(s.Lanes), l)
+		CMPQ(t, l)
+		CMOVQGT(l, t)
+		if s.EVEX {
+			masks = append(masks, tailMask(t))
+		} else {
+			masks = append(masks, firstMask(t))
+		}
+	}
+	for r := 0; r < g.mr; r++ {
+		m := row(r)
+		for v := 0; v < nv; v++ {
+			x := s.Vec()
+			if s.EVEX {
+				VMOVUPS_Z(m.Offset(v*s.Bytes()), masks[v], x)
+			} else {
+				VMASKMOVPS(m.Offset(v*s.Bytes()), masks[v], x)
+			}
+			VMOVUPS(x, g.pLoc.Offset(r*accumKeyBlock*4+v*s.Bytes()))
+		}
+	}
+}
+
+func genAccum(s isa, e decodeElem, mr int) {
+	name := fmt.Sprintf("accum%sM%d%s", e.Name, mr, s.Suffix)
+	// Not NOSPLIT: the frame holds a copy of a block of P (up to 2 KiB).
+	TEXT(name, 0, fmt.Sprintf("func(o []float32, ldo int, p []float32, ldp int, v []%s, ldv, n, d int)", e.GoType))
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < %d, c < d, j < n;", name, mr),
+		cacheDoc(s, e, "ldv", "value"))
+
+	g := &accumGen{s: s, e: e, mr: mr, w: s.Lanes / mr, vpb: 1}
+	if e.q8() {
+		g.vpb = q8Values / s.Lanes
+	}
+	g.oCur, g.vCur, g.pBlk, g.vBlk = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
+	g.jn, g.nLeft, g.vecLeft = AllocLocal(8), AllocLocal(8), AllocLocal(8)
+	g.pLoc = AllocLocal(mr * accumKeyBlock * 4)
+	MOVQ(Load(Param("p").Base(), GP64()), g.pBlk)
+	MOVQ(Load(Param("v").Base(), GP64()), g.vBlk)
+	MOVQ(Load(Param("n"), GP64()), g.nLeft)
+	if s.EVEX && !e.q8() {
+		g.kmask = tailMask(dTail(15))
+	}
+
+	Label("block")
+	{
+		n := GP64()
+		MOVQ(g.nLeft, n)
+		TESTQ(n, n)
+		JZ(LabelRef("done"))
+		jb := GP64()
+		MOVQ(U32(accumKeyBlock), jb)
+		CMPQ(n, jb)
+		CMOVQGT(jb, n)
+		MOVQ(n, g.jn)
+		g.copyP(n)
+		MOVQ(Load(Param("o").Base(), GP64()), g.oCur)
+		MOVQ(ldMem(g.vBlk), g.vCur)
+		d := Load(Param("d"), GP64())
+		SHRQ(Imm(uint64(log2(s.Lanes))), d)
+		MOVQ(d, g.vecLeft)
+	}
+	unit := max(g.w, g.vpb)
+	Label("full")
+	CMPQ(g.vecLeft, U32(unit))
+	JL(LabelRef(fmt.Sprintf("chunk%d", unit/2)))
+	g.chunk(unit)
+	JMP(LabelRef("full"))
+	for c := unit / 2; c >= g.vpb; c /= 2 {
+		Label(fmt.Sprintf("chunk%d", c))
+		CMPQ(g.vecLeft, U32(c))
+		JL(LabelRef(fmt.Sprintf("chunk%d", c/2)))
+		g.chunk(c)
+	}
+	Label(fmt.Sprintf("chunk%d", g.vpb/2))
+	if !e.q8() {
+		dTail(s.Lanes - 1) // ANDQ sets ZF when d has no tail
+		JZ(LabelRef("next"))
+		g.pass(0, 1, true)
+	}
+
+	Label("next")
+	{
+		jn := GP64()
+		MOVQ(g.jn, jn)
+		SUBQ(jn, g.nLeft)
+		pb := GP64()
+		MOVQ(g.pBlk, pb)
+		LEAQ(Mem{Base: pb, Index: jn, Scale: 4}, pb)
+		MOVQ(pb, g.pBlk)
+		ldv := Load(Param("ldv"), GP64())
+		if e.Size > 1 {
+			SHLQ(Imm(uint64(log2(e.Size))), ldv)
+		}
+		IMULQ(jn, ldv)
+		ADDQ(ldv, g.vBlk)
+	}
+	JMP(LabelRef("block"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+// vecBytesV is the number of bytes of a V row that c vectors cover (for
+// q8, c is a multiple of the vectors per block).
+func (g *accumGen) vecBytesV(c int) int {
+	if g.e.q8() {
+		return c / g.vpb * q8Bytes
+	}
+	return c * g.s.Lanes * g.e.Size
+}
+
+// prefetchOffsets returns the offsets in a value row of one byte per
+// cache line of the columns that a pass over vectors first..first+c-1
+// reads (the d tail: its first vector).
+func (g *accumGen) prefetchOffsets(first, c int, tail bool) []int {
+	var lo, hi int
+	switch {
+	case g.e.q8():
+		lo, hi = first/g.vpb*q8Bytes, ((first+c-1)/g.vpb+1)*q8Bytes
+	case tail:
+		lo, hi = 0, g.s.Lanes*g.e.Size
+	default:
+		lo, hi = first*g.s.Lanes*g.e.Size, (first+c)*g.s.Lanes*g.e.Size
+	}
+	var offs []int
+	for off := lo; off < hi; off += 64 {
+		offs = append(offs, off)
+	}
+	return offs
+}
+
+// chunk emits the passes over c vectors of O's columns (for q8 with fewer
+// vectors per tile than per block, one pass per part of the block) and
+// advances the chunk pointers.
+func (g *accumGen) chunk(c int) {
+	if c > g.w {
+		for first := 0; first < c; first += g.w {
+			g.pass(first, g.w, false)
+		}
+	} else {
+		g.pass(0, c, false)
+	}
+	ADDQ(U32(c*g.s.Lanes*4), g.oCur)
+	ADDQ(U32(g.vecBytesV(c)), g.vCur)
+	SUBQ(U32(c), g.vecLeft)
+}
+
+// oRows returns the memory operands of the O tile's rows at the current
+// chunk (rewound to the window on the AVX2 tail).
+func (g *accumGen) oRows(window bool) func(r int) Mem {
+	op := GP64()
+	MOVQ(g.oCur, op)
+	if window {
+		SUBQ(windowRewindD(4), op)
+	}
+	if g.mr == 1 {
+		return func(int) Mem { return Mem{Base: op} }
+	}
+	ldo := Load(Param("ldo"), GP64())
+	SHLQ(Imm(2), ldo)
+	return rowMems(op, ldo)
+}
+
+// dTail returns d & mask in a new register: with mask = lanes−1, the
+// elements of d beyond its last full vector.
+func dTail(mask int) GPVirtual {
+	t := Load(Param("d"), GP64()).(GPVirtual)
+	ANDQ(Imm(uint64(mask)), t)
+	return t
+}
+
+// windowMaskD loads the AVX2 window mask of the d tail.
+func windowMaskD() VecVirtual { return windowMask(dTail(7)) }
+
+// windowRewindD returns the bytes (elements of size bytes) that the AVX2
+// window of the d tail starts before the tail.
+func windowRewindD(size int) GPVirtual {
+	rw := windowRewind(dTail(7))
+	SHLQ(Imm(uint64(log2(size))), rw)
+	return rw
+}
+
+// pass emits one sweep over the keys of the block for vectors
+// first..first+c-1 of the current chunk: load the mr×c tile of O, add the
+// products of every key, store it. tail: the one masked vector of the d
+// tail (AVX-512: opmask; AVX2: the window of the last 8 columns).
+func (g *accumGen) pass(first, c int, tail bool) {
+	s, e, mr := g.s, g.e, g.mr
+	L := s.Lanes
+	g.passN++
+	lbl := fmt.Sprintf("keys%d", g.passN)
+	window := tail && !s.EVEX
+
+	// Load the O tile.
+	acc := make([][]VecVirtual, mr)
+	{
+		var wm VecVirtual
+		if window {
+			wm = windowMaskD()
+		}
+		row := g.oRows(window)
+		for r := range acc {
+			m := row(r)
+			for i := 0; i < c; i++ {
+				a := s.Vec()
+				switch {
+				case window:
+					VMASKMOVPS(m, wm, a)
+				case tail:
+					VMOVUPS_Z(m, g.kmask, a)
+				default:
+					VMOVUPS(m.Offset((first+i)*L*4), a)
+				}
+				acc[r] = append(acc[r], a)
+			}
+		}
+	}
+
+	// The keys.
+	pl := GP64()
+	LEAQ(g.pLoc, pl)
+	vr := ldMem(g.vCur)
+	if window {
+		SUBQ(windowRewindD(e.Size), vr)
+	}
+	ldv := Load(Param("ldv"), GP64())
+	if e.Size > 1 {
+		SHLQ(Imm(uint64(log2(e.Size))), ldv)
+	}
+	pfd := GP64() // bytes from a value row to the one in the next block
+	MOVQ(ldv, pfd)
+	SHLQ(Imm(uint64(log2(accumKeyBlock))), pfd)
+	jc := ldMem(g.jn)
+	Label(lbl)
+	for _, off := range g.prefetchOffsets(first, c, tail) {
+		PREFETCHT1(Mem{Base: vr, Index: pfd, Scale: 1, Disp: off})
+	}
+	var pv []VecVirtual
+	if mr+mr*c+3 <= numRegs(s) {
+		for r := 0; r < mr; r++ {
+			p := s.Vec()
+			VBROADCASTSS(Mem{Base: pl, Disp: r * accumKeyBlock * 4}, p)
+			pv = append(pv, p)
+		}
+	}
+	var sc VecVirtual
+	for i := 0; i < c; i++ {
+		x := first + i
+		if e.Size == 4 && mr == 1 && !tail {
+			VFMADD231PS(Mem{Base: vr, Disp: x * L * 4}, pv[0], acc[0][i])
+			continue
+		}
+		var vv VecVirtual
+		switch {
+		case e.q8() && mr == 1:
+			// One row: p times the block's scale once, then the raw
+			// values (a multiply per vector fewer).
+			blk := Mem{Base: vr, Disp: x / g.vpb * q8Bytes}
+			if i == 0 || x%g.vpb == 0 {
+				sc = q8Scale(s, blk)
+				VMULPS(pv[0], sc, sc)
+			}
+			VFMADD231PS(sc, q8Raw(s, blk, x%g.vpb), acc[0][i])
+			continue
+		case e.q8():
+			blk := Mem{Base: vr, Disp: x / g.vpb * q8Bytes}
+			if i == 0 || x%g.vpb == 0 {
+				sc = q8Scale(s, blk)
+			}
+			vv = q8Vec(s, blk, x%g.vpb, sc)
+		case tail && !window:
+			vv = widen(s, e, Mem{Base: vr}, g.kmask)
+		default:
+			vv = widen(s, e, Mem{Base: vr, Disp: x * L * e.Size}, nil)
+		}
+		for r := 0; r < mr; r++ {
+			switch {
+			case pv != nil:
+				VFMADD231PS(pv[r], vv, acc[r][i])
+			case s.EVEX:
+				VFMADD231PS_BCST(Mem{Base: pl, Disp: r * accumKeyBlock * 4}, vv, acc[r][i])
+			default:
+				p := s.Vec()
+				VBROADCASTSS(Mem{Base: pl, Disp: r * accumKeyBlock * 4}, p)
+				VFMADD231PS(p, vv, acc[r][i])
+			}
+		}
+	}
+	ADDQ(U32(4), pl)
+	ADDQ(ldv, vr)
+	DECQ(jc)
+	JNZ(LabelRef(lbl))
+
+	// Store the O tile.
+	var wm VecVirtual
+	if window {
+		wm = windowMaskD()
+	}
+	row := g.oRows(window)
+	for r := range acc {
+		m := row(r)
+		for i := 0; i < c; i++ {
+			switch {
+			case window:
+				VMASKMOVPS(acc[r][i], wm, m)
+			case tail:
+				VMOVUPS(acc[r][i], g.kmask, m)
+			default:
+				VMOVUPS(acc[r][i], m.Offset((first+i)*L*4))
+			}
+		}
+	}
+}

@@ -1,0 +1,368 @@
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// The decode kernels (see decode.go): scores<T>M<mr><ISA>, S = Q·Kᵀ.
+
+// scoresGen holds the state of one scores function being generated.
+type scoresGen struct {
+	s  isa
+	e  decodeElem
+	mr int
+
+	kmask Register   // AVX-512: opmask of the first t lanes (t = d mod 16)
+	wmask VecVirtual // AVX2: mask of the last t of the 8 window lanes
+
+	// Frame slots: &S[0][j0], &K[j0][0], keys left, steps per row and
+	// (AVX2) the window rewinds of a key row and of a Q row in bytes.
+	sp, kb, nLeft, steps, rewK, rewQ Mem
+}
+
+// stepElems is the number of elements of d one step of the p loop covers.
+func (g *scoresGen) stepElems() int {
+	if g.e.q8() {
+		return q8Values
+	}
+	return g.s.Lanes
+}
+
+// stepKBytes is the number of bytes of a key row one step covers.
+func (g *scoresGen) stepKBytes() int {
+	if g.e.q8() {
+		return q8Bytes
+	}
+	return g.s.Lanes * g.e.Size
+}
+
+// numRegs is the number of vector registers of the ISA.
+func numRegs(s isa) int {
+	if s.EVEX {
+		return 32
+	}
+	return 16
+}
+
+func genScores(s isa, e decodeElem, mr int) {
+	name := fmt.Sprintf("scores%sM%d%s", e.Name, mr, s.Suffix)
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(s []float32, lds int, q []float32, k []%s, ldk, n, d int)", e.GoType))
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < %d, j < n, p < d;", name, mr),
+		cacheDoc(s, e, "ldk", "key"))
+
+	g := &scoresGen{s: s, e: e, mr: mr}
+	g.sp, g.kb, g.nLeft, g.steps = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
+	MOVQ(Load(Param("s").Base(), GP64()), g.sp)
+	MOVQ(Load(Param("k").Base(), GP64()), g.kb)
+	MOVQ(Load(Param("n"), GP64()), g.nLeft)
+	d := Load(Param("d"), GP64())
+	steps := GP64()
+	MOVQ(d, steps)
+	SHRQ(Imm(uint64(log2(g.stepElems()))), steps)
+	MOVQ(steps, g.steps)
+	if !e.q8() {
+		t := GP64()
+		MOVQ(d, t)
+		ANDQ(Imm(uint64(s.Lanes-1)), t)
+		if s.EVEX {
+			g.kmask = tailMask(t)
+		} else {
+			g.wmask = windowMask(t)
+			g.rewK, g.rewQ = AllocLocal(8), AllocLocal(8)
+			rw := windowRewind(t)
+			rk := GP64()
+			MOVQ(rw, rk)
+			SHLQ(Imm(uint64(log2(e.Size))), rk)
+			MOVQ(rk, g.rewK)
+			SHLQ(Imm(2), rw)
+			MOVQ(rw, g.rewQ)
+		}
+	}
+
+	w := s.Lanes / mr
+	g.keyLoop(w, "main")
+	if w > 1 {
+		g.keyLoop(1, "rest")
+	}
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+// cacheDoc is the second line of the doc comment of a scores or accum
+// kernel: the cache row stride ld (of a key or value row) and the
+// preconditions on d and n.
+func cacheDoc(s isa, e decodeElem, ld, row string) string {
+	stride, pre := ld+" is the "+row+" row stride in elements", "d >= 1"
+	switch {
+	case e.q8():
+		stride, pre = ld+" is the "+row+" row stride in bytes (rows of d/32 blocks of 34 bytes)", "d is a positive multiple of 32"
+	case !s.EVEX:
+		pre = "d >= 8"
+	}
+	return stride + "; " + pre + ", n >= 1, and all accesses are in bounds."
+}
+
+// tailMask returns the opmask of the first t lanes.
+func tailMask(t Register) Register {
+	k := K()
+	tab := GP64()
+	LEAQ(decMask16, tab)
+	KMOVW(Mem{Base: tab, Index: t, Scale: 2}, k)
+	return k
+}
+
+// windowMask returns the ymm mask of the last t of 8 lanes.
+func windowMask(t Register) VecVirtual {
+	tab := GP64()
+	LEAQ(decMask8, tab)
+	m := YMM()
+	VMOVUPS(Mem{Base: tab, Index: t, Scale: 4, Disp: 32}, m)
+	return m
+}
+
+// firstMask returns the ymm mask of the first t of 8 lanes (t in a
+// register, 0 <= t <= 8).
+func firstMask(t Register) VecVirtual {
+	u := GP64()
+	MOVQ(U32(8), u)
+	SUBQ(t, u)
+	tab := GP64()
+	LEAQ(decMask8, tab)
+	m := YMM()
+	VMOVUPS(Mem{Base: tab, Index: u, Scale: 4}, m)
+	return m
+}
+
+// windowRewind returns (8-t) mod 8 in a new register: the number of
+// elements the window of the last 8 starts before the tail (0: no tail).
+func windowRewind(t Register) GPVirtual {
+	rw := GP64()
+	MOVQ(U32(8), rw)
+	SUBQ(t, rw)
+	ANDQ(Imm(7), rw)
+	return rw
+}
+
+// keyLoop emits: while keys left >= w { S[:, j0:j0+w] = Q·K[j0:j0+w]ᵀ }.
+// The keys of a block are taken one after the other, each row read from
+// start to end (w rows read side by side defeat the hardware prefetchers),
+// into its own mr accumulators; the w·mr accumulators are folded together
+// at the end of the block.
+func (g *scoresGen) keyLoop(w int, lbl string) {
+	s, e, mr := g.s, g.e, g.mr
+	end := lbl + "End"
+	if w == 1 {
+		end = "done"
+	}
+	Label(lbl)
+	CMPQ(g.nLeft, U32(w))
+	JL(LabelRef(end))
+
+	acc := make([][]VecVirtual, mr)
+	for r := range acc {
+		acc[r] = make([]VecVirtual, w)
+		for jj := range acc[r] {
+			acc[r][jj] = s.Vec()
+			zero(s, acc[r][jj])
+		}
+	}
+	var kld, kld3 GPVirtual
+	if w > 1 {
+		kld, kld3 = strides(slot(Param("ldk")), max(e.Size, 1), w)
+	}
+	ks := newRowSet(g.kb, kld, kld3, w)
+	grp := scoresGroup(mr, w)
+	for j0 := 0; j0 < w; j0 += grp {
+		kl := fmt.Sprintf("%sK%d", lbl, j0)
+		var qld, qld3 GPVirtual
+		if mr > 1 {
+			qld, qld3 = strides(slot(Param("d")), 4, mr)
+		}
+		qs := newRowSet(slot(Param("q").Base()), qld, qld3, mr)
+		var jjs []int
+		var kps []Register
+		for jj := j0; jj < j0+grp; jj++ {
+			kp := GP64()
+			LEAQ(ks.mem(jj, 0), kp)
+			jjs, kps = append(jjs, jj), append(kps, kp)
+		}
+		pfd := GP64() // bytes from a key row to the one it prefetches
+		MOVQ(slot(Param("ldk")), pfd)
+		SHLQ(Imm(uint64(log2(max(e.Size, 1))+log2(scoresPrefetchRows(e)))), pfd)
+		steps := GP64()
+		MOVQ(g.steps, steps)
+		TESTQ(steps, steps)
+		JZ(LabelRef(kl + "Tail"))
+		Label(kl + "Step")
+		for _, kp := range kps {
+			PREFETCHT1(Mem{Base: kp, Index: pfd, Scale: 1})
+		}
+		g.step(acc, w, jjs, qs, kps, nil, false)
+		qs.add(U32(4 * g.stepElems()))
+		for _, kp := range kps {
+			ADDQ(U32(g.stepKBytes()), kp)
+		}
+		DECQ(steps)
+		JNZ(LabelRef(kl + "Step"))
+
+		Label(kl + "Tail")
+		if !e.q8() {
+			if s.EVEX {
+				KORTESTW(g.kmask, g.kmask)
+				JZ(LabelRef(kl + "Done"))
+				g.step(acc, w, jjs, qs, kps, g.kmask, false)
+			} else {
+				rk := GP64()
+				MOVQ(g.rewK, rk)
+				TESTQ(rk, rk)
+				JZ(LabelRef(kl + "Done"))
+				for _, kp := range kps {
+					SUBQ(rk, kp)
+				}
+				qs.sub(g.rewQ)
+				g.step(acc, w, jjs, qs, kps, nil, true)
+			}
+		}
+		Label(kl + "Done")
+	}
+
+	v := foldTile(s, acc, w)
+	sp := GP64()
+	MOVQ(g.sp, sp)
+	row := func(int) Mem { return Mem{Base: sp} }
+	if mr > 1 {
+		lds := GP64()
+		MOVQ(slot(Param("lds")), lds)
+		SHLQ(Imm(2), lds)
+		row = rowMems(sp, lds)
+	}
+	storeTile(s, v, mr, w, row)
+	ADDQ(U32(4*w), g.sp)
+	kb := GP64()
+	MOVQ(g.kb, kb)
+	kst := GP64()
+	MOVQ(slot(Param("ldk")), kst)
+	SHLQ(Imm(uint64(log2(max(e.Size, 1))+log2(w))), kst)
+	ADDQ(kst, kb)
+	MOVQ(kb, g.kb)
+	SUBQ(U32(w), g.nLeft)
+	JMP(LabelRef(lbl))
+	if w > 1 {
+		Label(end)
+	}
+}
+
+// scoresGroup is the number of keys whose rows a scores kernel for mr
+// rows and w keys per block reads side by side: one for a single row (the
+// kernel is memory-bound and rows read one after the other stream best),
+// else up to 4, so that each Q vector loaded into a register serves
+// several keys (a step of one key would load mr Q vectors per mr FMAs and
+// be bound by the loads).
+func scoresGroup(mr, w int) int {
+	if mr == 1 {
+		return 1
+	}
+	return min(w, 4)
+}
+
+// step emits one step of the p loop of the keys jjs, whose rows are at
+// kps: the products of one vector of each row (one q8 block: several
+// vectors) with the same part of Q's rows. With k set (AVX-512) it is the
+// masked tail; with window (AVX2) the tail read as the window of the last 8
+// elements, the lanes the full vectors covered cleared in both operands.
+func (g *scoresGen) step(acc [][]VecVirtual, w int, jjs []int, qs rowSet, kps []Register, k Register, window bool) {
+	s, e, mr := g.s, g.e, g.mr
+	regs := numRegs(s)
+	tail := k != nil || window
+	qload := func(r, disp int) VecVirtual {
+		q := s.Vec()
+		switch {
+		case k != nil:
+			VMOVUPS_Z(qs.mem(r, disp), k, q)
+		case window:
+			VMASKMOVPS(qs.mem(r, disp), g.wmask, q)
+		default:
+			VMOVUPS(qs.mem(r, disp), q)
+		}
+		return q
+	}
+	if e.q8() && mr == 1 {
+		// One row: the block's products summed unscaled, then one FMA
+		// by the scale (a multiply per vector fewer).
+		for x, jj := range jjs {
+			sc := q8Scale(s, Mem{Base: kps[x]})
+			t := s.Vec()
+			for i := 0; i < q8Values/s.Lanes; i++ {
+				kv := q8Raw(s, Mem{Base: kps[x]}, i)
+				if i == 0 {
+					VMULPS(qs.mem(0, 0), kv, t)
+				} else {
+					VFMADD231PS(qs.mem(0, i*s.Bytes()), kv, t)
+				}
+			}
+			VFMADD231PS(sc, t, acc[0][jj])
+		}
+		return
+	}
+	if e.q8() {
+		nv := q8Values / s.Lanes
+		var qv [][]VecVirtual
+		if len(jjs) > 1 && mr*nv+mr*w+3 <= regs {
+			qv = make([][]VecVirtual, mr)
+			for r := range qv {
+				for i := 0; i < nv; i++ {
+					qv[r] = append(qv[r], qload(r, i*s.Bytes()))
+				}
+			}
+		}
+		for x, jj := range jjs {
+			sc := q8Scale(s, Mem{Base: kps[x]})
+			for i := 0; i < nv; i++ {
+				kv := q8Vec(s, Mem{Base: kps[x]}, i, sc)
+				for r := 0; r < mr; r++ {
+					if qv != nil {
+						VFMADD231PS(qv[r][i], kv, acc[r][jj])
+					} else {
+						VFMADD231PS(qs.mem(r, i*s.Bytes()), kv, acc[r][jj])
+					}
+				}
+			}
+		}
+		return
+	}
+	if e.Size == 4 && mr == 1 && !tail {
+		q := qload(0, 0)
+		for x, jj := range jjs {
+			VFMADD231PS(Mem{Base: kps[x]}, q, acc[0][jj])
+		}
+		return
+	}
+	var qv []VecVirtual
+	if (len(jjs) > 1 || tail) && mr+mr*w+3 <= regs {
+		for r := 0; r < mr; r++ {
+			qv = append(qv, qload(r, 0))
+		}
+	}
+	for x, jj := range jjs {
+		kv := widen(s, e, Mem{Base: kps[x]}, k)
+		if window {
+			VANDPS(g.wmask, kv, kv)
+		}
+		for r := 0; r < mr; r++ {
+			switch {
+			case qv != nil:
+				VFMADD231PS(qv[r], kv, acc[r][jj])
+			case tail:
+				VFMADD231PS(qload(r, 0), kv, acc[r][jj])
+			default:
+				VFMADD231PS(qs.mem(r, 0), kv, acc[r][jj])
+			}
+		}
+	}
+}

@@ -1,0 +1,403 @@
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// GEMM register blocking. The microkernel keeps an mr × (nv·Lanes) block of
+// C in mr·nv accumulator registers:
+//
+//	AVX-512: 6 rows × 2 zmm = 6 × 32 floats, 12 accumulators
+//	AVX2:    6 rows × 2 ymm = 6 × 16 floats, 12 accumulators
+//
+// Per step p of the k loop it loads the nv vectors B[p, j:j+nv·Lanes],
+// broadcasts each of the mr scalars A[i, p] and issues mr·nv independent
+// VFMADD231PS. 12 independent chains cover the FMA latency (4 cycles) times
+// its throughput (1 zmm or 2 ymm per cycle on Zen 4) with room to spare.
+const mr = 6
+
+// Matrix products.
+
+type gemmKind int
+
+const (
+	kindABt gemmKind = iota // C = A·Bᵀ, Bᵀ packed in strips of 16 columns
+	kindAB                  // C += A·B
+	kindAtB                 // C += Aᵀ·B
+)
+
+// gemm holds the state of one matrix-product function being generated.
+type gemm struct {
+	s    isa
+	kind gemmKind
+	name string
+
+	// Live across the whole function.
+	cCol  GPVirtual // &C[0, j0] of the current column block
+	bCol  GPVirtual // start of B for column j0 (packed strip or &B[0, j0])
+	nLeft GPVirtual // columns still to do
+
+	// Live across one pass over the rows of a column block.
+	aRow  GPVirtual // &A[i0, 0] (&A[0, i0] for Aᵀ·B)
+	cRow  GPVirtual // &C[i0, j0]
+	mLeft GPVirtual // rows still to do
+}
+
+func genGemm(s isa, kind gemmKind) {
+	g := &gemm{s: s, kind: kind}
+	switch kind {
+	case kindABt:
+		g.name = "mulABt" + s.Suffix
+		TEXT(g.name, NOSPLIT, "func(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int)")
+		Doc(g.name+" sets C = A·Bᵀ (see Impl.MulABt); bt is packed by PackBt.",
+			"The caller guarantees n%16 == 0 and that all accesses are in bounds.")
+	case kindAB:
+		g.name = "mulAddAB" + s.Suffix
+		TEXT(g.name, NOSPLIT, "func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int)")
+		Doc(g.name+" adds A·B to C (see Impl.MulAddAB).",
+			"The caller guarantees n%16 == 0 and that all accesses are in bounds.")
+	case kindAtB:
+		g.name = "mulAddAtB" + s.Suffix
+		TEXT(g.name, NOSPLIT, "func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int)")
+		Doc(g.name+" adds Aᵀ·B to C (see Impl.MulAddAtB).",
+			"The caller guarantees n%16 == 0 and that all accesses are in bounds.")
+	}
+	Pragma("noescape")
+
+	g.cCol = Load(Param("c").Base(), GP64()).(GPVirtual)
+	if kind == kindABt {
+		g.bCol = Load(Param("bt").Base(), GP64()).(GPVirtual)
+	} else {
+		g.bCol = Load(Param("b").Base(), GP64()).(GPVirtual)
+	}
+	g.nLeft = Load(Param("n"), GP64()).(GPVirtual)
+
+	// Column blocks of the full microkernel width, then (AVX-512 only) one
+	// block of 16 columns when n%32 == 16.
+	width := 2 * s.Lanes
+	g.columnLoop(2, width)
+	if width > 16 {
+		g.columnLoop(1, s.Lanes)
+	}
+	VZEROUPPER()
+	RET()
+}
+
+// columnLoop emits: for nLeft >= width { all rows of C[:, j0:j0+width]; advance }.
+func (g *gemm) columnLoop(nv, width int) {
+	top := fmt.Sprintf("cols%d", width)
+	done := fmt.Sprintf("cols%dDone", width)
+	Label(top)
+	CMPQ(g.nLeft, U32(width))
+	JL(LabelRef(done))
+
+	g.rowPass(nv)
+
+	// Advance C and B to the next column block.
+	ADDQ(U32(4*width), g.cCol)
+	if g.kind == kindABt {
+		// width/16 packed strips of k·16 floats each.
+		t := Load(Param("k"), GP64())
+		SHLQ(Imm(uint64(log2(4*16*width/16))), t)
+		ADDQ(t, g.bCol)
+	} else {
+		ADDQ(U32(4*width), g.bCol)
+	}
+	SUBQ(U32(width), g.nLeft)
+	JMP(LabelRef(top))
+	Label(done)
+}
+
+// rowPass emits the row loop over one column block of nv vectors: full
+// tiles of mr rows, then one tile of the remaining m%mr rows.
+func (g *gemm) rowPass(nv int) {
+	g.aRow = Load(Param("a").Base(), GP64()).(GPVirtual)
+	g.cRow = GP64()
+	MOVQ(g.cCol, g.cRow)
+	g.mLeft = Load(Param("m"), GP64()).(GPVirtual)
+
+	rowLoop(fmt.Sprintf("v%d", nv), g.mLeft, func(r int) { g.tile(r, nv) }, func() {
+		// Advance A and C by mr rows.
+		if g.kind == kindAtB {
+			ADDQ(Imm(4*mr), g.aRow) // row i of Aᵀ is column i of A
+		} else {
+			t := Load(Param("lda"), GP64())
+			IMUL3Q(Imm(4*mr), t, t)
+			ADDQ(t, g.aRow)
+		}
+		t := Load(Param("ldc"), GP64())
+		IMUL3Q(Imm(4*mr), t, t)
+		ADDQ(t, g.cRow)
+	})
+}
+
+// rowLoop emits a loop over the rows of one column block, its labels
+// tagged with tag: while mLeft >= mr, tile(mr) then advance (which moves A
+// and C on by mr rows); then one tile(r) of the remaining r = mLeft < mr
+// rows, if any.
+func rowLoop(tag string, mLeft Register, tile func(r int), advance func()) {
+	Label("rows" + tag)
+	CMPQ(mLeft, Imm(mr))
+	JL(LabelRef("rows" + tag + "Tail"))
+	tile(mr)
+	advance()
+	SUBQ(Imm(mr), mLeft)
+	JMP(LabelRef("rows" + tag))
+
+	// Row tail: one tile with exactly mLeft (< mr) rows.
+	Label("rows" + tag + "Tail")
+	for r := mr - 1; r >= 1; r-- {
+		next := fmt.Sprintf("rows%sTail%d", tag, r)
+		CMPQ(mLeft, U32(r))
+		JNE(LabelRef(next))
+		tile(r)
+		JMP(LabelRef("rows" + tag + "Done"))
+		Label(next)
+	}
+	Label("rows" + tag + "Done")
+}
+
+// tile emits the microkernel for an r × (nv·Lanes) block of C at cRow,
+// reading A from aRow and B from bCol.
+func (g *gemm) tile(r, nv int) {
+	s := g.s
+	tag := fmt.Sprintf("r%dv%d", r, nv)
+	Commentf("Microkernel: %d rows × %d columns, %d accumulators.", r, nv*s.Lanes, r*nv)
+
+	// acc[i][v] holds C[i0+i, j0+v·Lanes : j0+(v+1)·Lanes].
+	acc := make([][]VecVirtual, r)
+	for i := range acc {
+		acc[i] = make([]VecVirtual, nv)
+		for v := range acc[i] {
+			acc[i][v] = s.Vec()
+		}
+	}
+	if g.kind == kindABt {
+		// C is overwritten: start from zero.
+		for i := range acc {
+			for v := range acc[i] {
+				zero(s, acc[i][v])
+			}
+		}
+	} else {
+		// C is accumulated into: start from the current values.
+		ldc := Load(Param("ldc"), GP64())
+		SHLQ(Imm(2), ldc)
+		cp := GP64()
+		MOVQ(g.cRow, cp)
+		for i := range acc {
+			for v := range acc[i] {
+				VMOVUPS(Mem{Base: cp, Disp: v * s.Bytes()}, acc[i][v])
+			}
+			if i < r-1 {
+				ADDQ(ldc, cp)
+			}
+		}
+	}
+
+	// Pointers that walk along k.
+	lda := Load(Param("lda"), GP64())
+	SHLQ(Imm(2), lda)
+	ap := GP64() // A[i0, p] (A[p, i0] for Aᵀ·B)
+	MOVQ(g.aRow, ap)
+	var a3 GPVirtual // A[i0+3, p]: rows 3..5 are addressed from here
+	if g.kind != kindAtB && r > 3 {
+		a3 = GP64()
+		LEAQ(Mem{Base: ap, Index: lda, Scale: 2}, a3)
+		ADDQ(lda, a3)
+	}
+	bp := GP64() // B[p, j0]
+	MOVQ(g.bCol, bp)
+	var bs GPVirtual // ABt: bytes per packed strip; AB/AtB: bytes per row of B
+	switch {
+	case g.kind == kindABt && nv*s.Lanes > 16:
+		bs = Load(Param("k"), GP64()).(GPVirtual)
+		SHLQ(Imm(6), bs)
+	case g.kind != kindABt:
+		bs = Load(Param("ldb"), GP64()).(GPVirtual)
+		SHLQ(Imm(2), bs)
+	}
+
+	// aAddr(i) is the address of the scalar A[i0+i, p].
+	aAddr := func(i int) Mem {
+		if g.kind == kindAtB {
+			return Mem{Base: ap, Disp: 4 * i}
+		}
+		base := Register(ap)
+		if i >= 3 {
+			base, i = a3, i-3
+		}
+		if i == 0 {
+			return Mem{Base: base}
+		}
+		return Mem{Base: base, Index: lda, Scale: uint8(i)}
+	}
+	// bAddr(v) is the address of the vector B[p, j0+v·Lanes : +Lanes].
+	bAddr := func(v int) Mem {
+		col := v * s.Lanes
+		if g.kind == kindABt {
+			m := Mem{Base: bp, Disp: 4 * (col % 16)}
+			if col >= 16 { // second packed strip (col/16 == 1)
+				m.Index, m.Scale = bs, 1
+			}
+			return m
+		}
+		return Mem{Base: bp, Disp: 4 * col}
+	}
+
+	pc := Load(Param("k"), GP64())
+	TESTQ(pc, pc)
+	JE(LabelRef(tag + "store"))
+	Label(tag + "loop")
+	bv := make([]VecVirtual, nv)
+	for v := range bv {
+		bv[v] = s.Vec()
+		VMOVUPS(bAddr(v), bv[v])
+	}
+	for i := 0; i < r; i++ {
+		// A fresh virtual register per broadcast; its live range is short,
+		// so the allocator reuses one physical register for all of them.
+		bc := s.Vec()
+		VBROADCASTSS(aAddr(i), bc)
+		for v := range bv {
+			VFMADD231PS(bv[v], bc, acc[i][v])
+		}
+	}
+	// Step p → p+1.
+	switch g.kind {
+	case kindABt:
+		ADDQ(Imm(4*16), bp)
+	default:
+		ADDQ(bs, bp)
+	}
+	if g.kind == kindAtB {
+		ADDQ(lda, ap)
+	} else {
+		ADDQ(Imm(4), ap)
+		if a3 != nil {
+			ADDQ(Imm(4), a3)
+		}
+	}
+	DECQ(pc)
+	JNE(LabelRef(tag + "loop"))
+
+	Label(tag + "store")
+	ldc := Load(Param("ldc"), GP64())
+	SHLQ(Imm(2), ldc)
+	cp := GP64()
+	MOVQ(g.cRow, cp)
+	for i := range acc {
+		for v := range acc[i] {
+			VMOVUPS(acc[i][v], Mem{Base: cp, Disp: v * s.Bytes()})
+		}
+		if i < r-1 {
+			ADDQ(ldc, cp)
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Few-row products for decoding.
+
+// genDot4T generates dot4TAVX2: Sᵀ for four query rows against n key rows
+// read in place (see Impl.Dot4T). It is AVX2 only; AVX-512 CPUs run it too.
+// Two keys per step share the four A vectors: 8 independent FMA chains,
+// 6 loads per 8 FMAs, then one horizontal-add tree per key.
+func genDot4T() {
+	TEXT("dot4TAVX2", NOSPLIT, "func(c []float32, ldc int, a []float32, b []float32, ldb, n, k int)")
+	Pragma("noescape")
+	Doc("dot4TAVX2 sets c[j*ldc+r] = Σ_p a[r*k+p]·b[j*ldb+p] for r < 4, j < n (see Impl.Dot4T).",
+		"k must be a positive multiple of 8.")
+	cp := Load(Param("c").Base(), GP64())
+	ldc := Load(Param("ldc"), GP64())
+	SHLQ(Imm(2), ldc)
+	a0 := Load(Param("a").Base(), GP64())
+	bp := Load(Param("b").Base(), GP64())
+	ldb := Load(Param("ldb"), GP64())
+	SHLQ(Imm(2), ldb)
+	n := Load(Param("n"), GP64())
+	kb := Load(Param("k"), GP64())
+	SHLQ(Imm(2), kb) // bytes per row of a
+	a1, a2, a3 := GP64(), GP64(), GP64()
+	LEAQ(Mem{Base: a0, Index: kb, Scale: 1}, a1)
+	LEAQ(Mem{Base: a1, Index: kb, Scale: 1}, a2)
+	LEAQ(Mem{Base: a2, Index: kb, Scale: 1}, a3)
+	rows := []Register{a0, a1, a2, a3}
+
+	// store4 reduces the four accumulators of one key (rows 0..3) and
+	// stores the four sums at dst.
+	store4 := func(acc []VecVirtual, dst Mem) {
+		t0, t1 := YMM(), YMM()
+		VHADDPS(acc[1], acc[0], t0) // pairs of rows 0,1
+		VHADDPS(acc[3], acc[2], t1) // pairs of rows 2,3
+		VHADDPS(t1, t0, t0)         // [s0 s1 s2 s3 | s0' s1' s2' s3']
+		x := XMM()
+		VEXTRACTF128(Imm(1), t0, x)
+		VADDPS(x, t0.AsX(), x)
+		VMOVUPS(x, dst)
+	}
+
+	b1 := GP64()
+	Label("pair")
+	CMPQ(n, Imm(2))
+	JL(LabelRef("single"))
+	{
+		MOVQ(bp, b1)
+		ADDQ(ldb, b1)
+		acc := make([]VecVirtual, 8) // acc[key*4 + row]
+		for i := range acc {
+			acc[i] = YMM()
+			VXORPS(acc[i], acc[i], acc[i])
+		}
+		off := GP64()
+		XORQ(off, off)
+		Label("pairDot")
+		bv0, bv1 := YMM(), YMM()
+		VMOVUPS(Mem{Base: bp, Index: off, Scale: 1}, bv0)
+		VMOVUPS(Mem{Base: b1, Index: off, Scale: 1}, bv1)
+		for r, ar := range rows {
+			av := YMM()
+			VMOVUPS(Mem{Base: ar, Index: off, Scale: 1}, av)
+			VFMADD231PS(av, bv0, acc[r])
+			VFMADD231PS(av, bv1, acc[4+r])
+		}
+		ADDQ(Imm(32), off)
+		CMPQ(off, kb)
+		JL(LabelRef("pairDot"))
+		store4(acc[:4], Mem{Base: cp})
+		store4(acc[4:], Mem{Base: cp, Index: ldc, Scale: 1})
+		LEAQ(Mem{Base: cp, Index: ldc, Scale: 2}, cp)
+		LEAQ(Mem{Base: bp, Index: ldb, Scale: 2}, bp)
+		SUBQ(Imm(2), n)
+		JMP(LabelRef("pair"))
+	}
+	Label("single")
+	CMPQ(n, Imm(0))
+	JE(LabelRef("done"))
+	{
+		acc := make([]VecVirtual, 4)
+		for i := range acc {
+			acc[i] = YMM()
+			VXORPS(acc[i], acc[i], acc[i])
+		}
+		off := GP64()
+		XORQ(off, off)
+		Label("singleDot")
+		bv := YMM()
+		VMOVUPS(Mem{Base: bp, Index: off, Scale: 1}, bv)
+		for r, ar := range rows {
+			VFMADD231PS(Mem{Base: ar, Index: off, Scale: 1}, bv, acc[r])
+		}
+		ADDQ(Imm(32), off)
+		CMPQ(off, kb)
+		JL(LabelRef("singleDot"))
+		store4(acc, Mem{Base: cp})
+	}
+	Label("done")
+	VZEROUPPER()
+	RET()
+}

@@ -1,5 +1,0 @@
-//go:build !amd64
-
-package kernel
-
-func archFMAPeak(iters int) int { return fmaPeakGeneric(iters) }
