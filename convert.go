@@ -19,7 +19,7 @@ func Convert(dst, src Tensor) error {
 	if overlaps(viewRegion(dv), viewRegion(sv)) {
 		return argErr("dst", "dst shares memory with src")
 	}
-	kern := kernel.Select()
+	kern := kernel.Active().Impl
 	row := make([]float32, src.Dim)
 	for b := 0; b < src.Batch; b++ {
 		for s := 0; s < src.Seq; s++ {

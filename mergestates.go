@@ -50,7 +50,7 @@ func MergeStates(out Tensor, lse []float32, parts []Tensor, lses [][]float32) er
 	if lse != nil && len(lse) < n {
 		return argErr("lse", "lse has %d elements, want %d", len(lse), n)
 	}
-	kern := kernel.Select()
+	kern := kernel.Active().Impl
 	var lm lseMerge
 	lm.reset(len(parts), D)
 	rows := make([]float32, len(parts)*D)

@@ -64,9 +64,10 @@ func newPlan(p *plan, q, k, v Tensor, o *Options) error {
 		return argErr("k", "q8_0 tensors are only accepted as the k and v of a KVCache call (a quantised cache)")
 	}
 	n := &p.numerics
-	*n = numerics{kern: kernel.Select(), dec: kernel.SelectDecode(), ct: ct, workers: o.workers()}
+	ks := kernel.Active() // the kernels of this process, chosen once
+	*n = numerics{kern: ks.Impl, dec: ks.Decode, ct: ct, workers: o.workers()}
 	if ct != Float32 {
-		n.halfMul = kernel.HalfPath(ct.elem())
+		n.halfMul = ks.Half(ct.elem())
 		n.native = n.halfMul.Name != "f32"
 	}
 	s := shapeOf(q, k)

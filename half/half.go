@@ -16,7 +16,6 @@
 package half
 
 import (
-	"sync"
 	"unsafe"
 
 	"github.com/flashattn/flashattn/internal/kernel"
@@ -45,8 +44,8 @@ func (h BF16) Float32() float32 { return kernel.BF16ToF32(uint16(h)) }
 func (h F16) Float32() float32 { return kernel.F16ToF32(uint16(h)) }
 
 // converters is the kernel implementation whose bulk converters are used:
-// the best one this CPU supports, chosen at the first bulk conversion.
-var converters = sync.OnceValue(kernel.Select)
+// the process's active one (the best this CPU supports, chosen once).
+func converters() *kernel.Impl { return &kernel.Active().Impl }
 
 func bits[T BF16 | F16](s []T) []uint16 {
 	return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(s))), len(s))
