@@ -318,7 +318,12 @@ func (b *backwardPass) gradRow(ws *workspace, at scoreAt, r int, hr *headRows) {
 		}
 	}
 	for c, x := range grad[:min(len(grad), n)] {
-		dpRow[c] *= x
+		// Where P is 0 (hidden, or a score the modifiers sent to −Inf) dS
+		// is 0 whatever the modifiers' derivative there, NaN or Inf
+		// included: those positions take no part in the chain rule.
+		if d := dpRow[c]; d != 0 {
+			dpRow[c] = d * x
+		}
 	}
 	if p.ct != Float32 {
 		// P̃ and dS in the inputs' type before they multiply.

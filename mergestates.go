@@ -50,6 +50,9 @@ func MergeStates(out Tensor, lse []float32, parts []Tensor, lses [][]float32) er
 	if lse != nil && len(lse) < n {
 		return argErr("lse", "lse has %d elements, want %d", len(lse), n)
 	}
+	if err := checkMergeMemory(ov, lse, pv, lses, n); err != nil {
+		return err
+	}
 	kern := kernel.Active().Impl
 	var lm lseMerge
 	lm.reset(len(parts), D)
@@ -70,6 +73,36 @@ func MergeStates(out Tensor, lse []float32, parts []Tensor, lses [][]float32) er
 					lse[li] = res
 				}
 			}
+		}
+	}
+	return nil
+}
+
+// checkMergeMemory refuses outputs that share memory with what MergeStates
+// still reads: out with any LSE slice; lse with out, with a part, or with
+// an LSE slice other than itself (the very same slice merges in place).
+func checkMergeMemory(ov view, lse []float32, pv []view, lses [][]float32, n int) error {
+	outR := viewRegion(ov)
+	var lseR region
+	if lse != nil {
+		lseR = sliceRegion(lse[:n])
+		if overlaps(lseR, outR) {
+			return argErr("lse", "lse shares memory with out")
+		}
+	}
+	for i, v := range pv {
+		if lse != nil && overlaps(lseR, viewRegion(v)) {
+			return argErr("lse", "lse shares memory with parts[%d]", i)
+		}
+	}
+	for i, l := range lses {
+		r := sliceRegion(l[:n])
+		if overlaps(outR, r) {
+			return argErr("out", "out shares memory with lses[%d]", i)
+		}
+		same := lse != nil && len(l) > 0 && &l[0] == &lse[0]
+		if lse != nil && !same && overlaps(lseR, r) {
+			return argErr("lse", "lse shares memory with lses[%d] without being the same slice", i)
 		}
 	}
 	return nil

@@ -82,6 +82,9 @@ func newPlan(p *plan, q, k, v Tensor, o *Options) error {
 	p.operands = operands{q: qv, k: kv, v: vv}
 	if c := o.KVCache; c != nil {
 		p.knew, p.vnew, _ = newKeyViews(c, s) // checked by the tiling
+		if err := p.checkAppend(); err != nil {
+			return err
+		}
 	}
 	n.scale = o.Scale
 	if n.scale == 0 {

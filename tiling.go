@@ -30,6 +30,7 @@ type tiling struct {
 type tilingMem struct {
 	seqs              []sequence
 	pageTable, cacheE []int32
+	appends           []slotWrite // checkPagedAppend's scratch
 }
 
 // tileParams are the inputs of a tiling besides the shape and options.
