@@ -1,0 +1,153 @@
+package flashattn
+
+import (
+	"math"
+	"testing"
+
+	"github.com/flashattn/flashattn/reference"
+)
+
+// halfDBound is the documented excess of the 16-bit backward's dQ and dK
+// over the same-type rule on rows with large logits. The backward forms
+// D_i = rowsum(dO_i∘O_i) from the output in its 16-bit type, as flash-attn
+// does, while the same-type plain algorithm forms D_i = Σ_j P_ij·dP_ij from
+// float32 P and dP; rounding O to the type changes D_i by at most
+// u·‖dO_i‖₂·‖O_i‖₂ (u = 2⁻⁸ for bfloat16, 2⁻¹¹ for float16), and that
+// error reaches dS_ij = P_ij·(dP_ij − D_i) unattenuated where P_ij ≈ 1:
+//
+//	|ΔdQ_i| ≤ scale·u·‖dO_i‖₂·‖O_i‖₂·max_j ‖K_j‖∞
+//	|ΔdK_j| ≤ scale·u·max_i(‖dO_i‖₂·‖O_i‖₂)·max_i ‖Q_i‖∞·Σ_i P_ij
+//
+// halfDBound returns the two bounds (the column sum of P taken at its
+// largest) for one (batch 1, heads = KV heads) case; p holds P [h][i][j].
+func halfDBound(dt DType, scale float64, d int, do, o, q, k []float32, p [][]float64, sk int) (dq, dk float64) {
+	u := 0x1p-8
+	if dt == Float16 {
+		u = 0x1p-11
+	}
+	var dd, qInf, kInf, col float64
+	for r := 0; r+d <= len(do); r += d {
+		var a, b float64
+		for c := 0; c < d; c++ {
+			a += float64(do[r+c]) * float64(do[r+c])
+			b += float64(o[r+c]) * float64(o[r+c])
+		}
+		dd = max(dd, math.Sqrt(a*b))
+	}
+	for _, x := range q {
+		qInf = max(qInf, math.Abs(float64(x)))
+	}
+	for _, x := range k {
+		kInf = max(kInf, math.Abs(float64(x)))
+	}
+	for _, ph := range p {
+		for j := 0; j < sk; j++ {
+			var s float64
+			for i := j; i < len(ph); i += sk {
+				s += ph[i]
+			}
+			col = max(col, s)
+		}
+	}
+	return scale * u * dd * kInf, scale * u * dd * qInf * col
+}
+
+// probs64 returns P [h][i·sk+j] of a batch-1 case in float64.
+func probs64(par reference.Params, q, k []float64) [][]float64 {
+	o, lse := reference.Forward64(par, q, k, k) // V does not matter for LSE
+	_ = o
+	d, sq, sk, h := par.HeadDim, par.SeqQ, par.SeqK, par.Heads
+	scale := 1 / math.Sqrt(float64(d))
+	p := make([][]float64, h)
+	for hh := range p {
+		p[hh] = make([]float64, sq*sk)
+		for i := 0; i < sq; i++ {
+			for j := 0; j < sk; j++ {
+				if !reference.Visible(par, i, j) {
+					continue
+				}
+				var s float64
+				for c := 0; c < d; c++ {
+					s += q[(i*h+hh)*d+c] * k[(j*h+hh)*d+c]
+				}
+				p[hh][i*sk+j] = math.Exp(scale*s - lse[hh*sq+i])
+			}
+		}
+	}
+	return p
+}
+
+// TestHalfLargeLogits sweeps Q and K scaled ×1…×100, causal or not, one
+// key tile and many, on every 16-bit path: O, LSE and dV meet the
+// same-type rule; dQ and dK meet it plus halfDBound.
+func TestHalfLargeLogits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("large-logit sweep: not in -short")
+	}
+	for _, dt := range []DType{BFloat16, Float16} {
+		prec := precisionOf(dt)
+		t.Run(dt.String(), func(t *testing.T) {
+			forEachHalf(t, dt, func(t *testing.T) {
+				for _, c := range []tcase{
+					{b: 1, sq: 40, sk: 64, h: 2, hk: 2, d: 64, causal: true},
+					{b: 1, sq: 40, sk: 64, h: 2, hk: 2, d: 64},
+					{b: 1, sq: 70, sk: 300, h: 2, hk: 2, d: 32, causal: true},
+				} {
+					for _, mul := range []float32{1, 3, 10, 30} {
+						checkHalfLargeLogits(t, c, dt, prec, mul)
+					}
+				}
+			})
+		})
+	}
+}
+
+func checkHalfLargeLogits(t *testing.T, c tcase, dt DType, prec reference.Precision, mul float32) {
+	t.Helper()
+	cd := makeCase(c, uint64(mul*10)+uint64(c.sk))
+	for i := range cd.q {
+		cd.q[i] *= mul
+	}
+	for i := range cd.k {
+		cd.k[i] *= mul
+	}
+	qr, kr, vr, dor := prec.RoundSlice(cd.q), prec.RoundSlice(cd.k), prec.RoundSlice(cd.v), prec.RoundSlice(cd.do)
+	q, k, v := toType(qr, dt, c.b, c.sq, c.h, c.d), toType(kr, dt, c.b, c.sk, c.hk, c.d), toType(vr, dt, c.b, c.sk, c.hk, c.d)
+	out, lse, err := Forward(q, k, v, &cd.opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o64, l64 := reference.Forward64(cd.par, to64(qr), to64(kr), to64(vr))
+	oh, lh := reference.ForwardHalf(cd.par, prec, qr, kr, vr)
+	og := gather(out)
+	for _, g := range []struct {
+		name    string
+		got, pl []float32
+		ref     []float64
+	}{{"O", og, oh, o64}, {"LSE", lse, lh, l64}} {
+		if err := reference.CheckHalf(g.name, prec, g.got, g.pl, g.ref); err != nil {
+			t.Errorf("%v ×%v: %v", c, mul, err)
+		}
+	}
+	dq, dk, dv, err := Backward(q, k, v, out, toType(dor, dt, c.b, c.sq, c.h, c.d), lse, &cd.opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dq64, dk64, dv64 := reference.Backward64(cd.par, to64(qr), to64(kr), to64(vr), to64(dor))
+	dqh, dkh, dvh := reference.BackwardHalf(cd.par, prec, qr, kr, vr, dor)
+	if err := reference.CheckHalf("dV", prec, gather(dv), dvh, dv64); err != nil {
+		t.Errorf("%v ×%v: %v", c, mul, err)
+	}
+	bq, bk := halfDBound(dt, 1/math.Sqrt(float64(c.d)), c.d, dor, og, qr, kr, probs64(cd.par, to64(qr), to64(kr)), c.sk)
+	for _, g := range []struct {
+		name    string
+		got, pl []float32
+		ref     []float64
+		bound   float64
+	}{{"dQ", gather(dq), dqh, dq64, bq}, {"dK", gather(dk), dkh, dk64, bk}} {
+		e, p := reference.MaxAbsDiff32vs64(g.got, g.ref), reference.MaxAbsDiff32vs64(g.pl, g.ref)
+		if lim := 2*p + reference.Slack(prec) + g.bound; e > lim {
+			t.Errorf("%v ×%v: %s error %.3g exceeds 2×%.3g + %g + bound %.3g", c, mul, g.name, e, p, reference.Slack(prec), g.bound)
+		}
+	}
+}
