@@ -12,9 +12,9 @@ import (
 	"slices"
 
 	"github.com/flashattn/flashattn"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/memlimit"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/npy"
 	"github.com/flashattn/flashattn/gpu"
-	"github.com/flashattn/flashattn/internal/memlimit"
-	"github.com/flashattn/flashattn/internal/npy"
 )
 
 // attnFlags are the flags of "flashattn attn" (SPEC §3).

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flashattn/flashattn/internal/npy"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/npy"
 )
 
 // kvInputs writes a valid decoding input set into dir: q [2, 1, 4, 32], a

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flashattn/flashattn/internal/npy"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/npy"
 )
 
 // FuzzAttnKVCache runs decoding from fixed small caches with fuzzed cache

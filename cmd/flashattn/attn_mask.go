@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/flashattn/flashattn"
-	"github.com/flashattn/flashattn/internal/memlimit"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/memlimit"
 )
 
 // maskFlags are attn's block-sparse and document-mask flags.

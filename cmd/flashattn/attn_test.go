@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashattn/flashattn/internal/npy"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/npy"
 	"github.com/flashattn/flashattn/reference"
 )
 

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/flashattn/flashattn"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/memlimit"
 	"github.com/flashattn/flashattn/internal/kernel"
-	"github.com/flashattn/flashattn/internal/memlimit"
 	"github.com/flashattn/flashattn/internal/plain"
 )
 

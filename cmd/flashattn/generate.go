@@ -7,7 +7,7 @@ import (
 	"io"
 	"math"
 
-	"github.com/flashattn/flashattn/internal/gpt"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/gpt"
 )
 
 const generateHelp = `-model FILE [-prompt TEXT] [-tokens N] [-temperature T] [-seed S]

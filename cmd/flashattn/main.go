@@ -22,7 +22,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/flashattn/flashattn/internal/npy"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/npy"
 )
 
 const usage = `flashattn: FlashAttention-2 on the CPU, in Go.

@@ -7,7 +7,7 @@ import (
 	"slices"
 
 	"github.com/flashattn/flashattn"
-	"github.com/flashattn/flashattn/internal/npy"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/npy"
 )
 
 // runMerge merges the out.npy/lse.npy pairs of attn runs over disjoint key

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashattn/flashattn/internal/npy"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/npy"
 )
 
 // oneLine fails unless stderr is exactly one line containing every want.

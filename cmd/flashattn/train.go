@@ -11,7 +11,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/flashattn/flashattn/internal/gpt"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/gpt"
 )
 
 // trainFlags are the flags of "flashattn train".

@@ -13,8 +13,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/memlimit"
 	"github.com/flashattn/flashattn/half"
-	"github.com/flashattn/flashattn/internal/memlimit"
 )
 
 // Reader reads .npy files, refusing any whose elements would need more

@@ -10,7 +10,7 @@ import (
 	"math"
 	"os"
 
-	"github.com/flashattn/flashattn/internal/atomicfile"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/atomicfile"
 )
 
 // A checkpoint file is
