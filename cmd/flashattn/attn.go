@@ -17,7 +17,10 @@ import (
 	"github.com/flashattn/flashattn/gpu"
 )
 
-// attnFlags are the flags of "flashattn attn" (SPEC §3).
+// attnFlags are the flags of "flashattn attn": the input files (NumPy
+// '<f4' or '<f2' arrays, '<i4' for index files), the options, and OUTDIR,
+// which receives out.npy and lse.npy (and dq, dk, dv.npy with -dout). A bad
+// file or value is one line on stderr naming the file or flag.
 type attnFlags struct {
 	q, k, v, out, dout        string
 	causal                    bool

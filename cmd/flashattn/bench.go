@@ -491,9 +491,11 @@ func (c benchCase) options(workers int) *flashattn.Options {
 	return o
 }
 
-// visibleFlops counts SPEC §5 FLOPs for the case: 4·B·H·Sq·Sk·D for a
-// forward pass, counting only the visible (i, j) pairs under a causal mask,
-// a window or a block mask; backward is 2.5× that, forward+backward 3.5×.
+// visibleFlops counts the FLOPs the case is credited with, the rule of the
+// FlashAttention papers: 4·B·H·Sq·Sk·D for a forward pass (two products of
+// 2·Sq·Sk·D per head), counting only the visible (i, j) pairs under a
+// causal mask, a window or a block mask; backward is 2.5× that,
+// forward+backward 3.5×.
 func (c benchCase) visibleFlops(mode string) float64 {
 	sq := c.sq()
 	var pairs float64
