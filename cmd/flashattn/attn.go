@@ -50,7 +50,8 @@ func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 		"float16 ('<f2') and are converted to -dtype; out, dq, dk, dv are written as '<f2' for f16 and as\n"+
 		"'<f4' holding the exact bf16 values for bf16 (NumPy has no bfloat16); lse is always '<f4'.\n"+
 		"All outputs are written atomically, all or none: on any failure or interruption (SIGINT,\n"+
-		"SIGTERM) every file in OUTDIR is left as it was.\n")
+		"SIGTERM, however many) every file in OUTDIR is left as it was; after a run killed outright,\n"+
+		"the next run into OUTDIR completes or undoes its write first.\n")
 	fs.StringVar(&f.q, "q", "", "queries `q.npy` [batch, seqlen_q, heads, headdim] (required)")
 	fs.StringVar(&f.k, "k", "", "keys `k.npy` [batch, seqlen_k, kv_heads, headdim] (required)")
 	fs.StringVar(&f.v, "v", "", "values `v.npy`, shaped like k (required)")
@@ -80,6 +81,9 @@ func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 	}
 	f.set = map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+	if err := npy.Recover(f.out); err != nil { // a write into -o that was killed
+		return err
+	}
 	opts, err := f.options()
 	if err != nil {
 		return err
@@ -146,17 +150,17 @@ func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 
 // writeOutputs writes the files of attn or merge, all or nothing, into
 // dir (-o), creating it if needed (and removing it again on failure).
-// SIGINT and SIGTERM during the write stop it and restore dir; the error
-// then carries the signal.
+// SIGINT and SIGTERM during the write stop it and restore dir, however
+// many arrive; the error then carries the first signal.
 func writeOutputs(dir string, files map[string]npy.Array, sm seams) error {
-	ctx, stop := interruptible()
+	ctx, critical, stop := interruptible()
 	defer stop()
 	_, err := os.Stat(dir)
 	created := errors.Is(err, fs.ErrNotExist)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("-o %s: %v", dir, err)
 	}
-	err = npy.WriteAll(ctx, files, npy.WriteOptions{Hook: sm.writeHook})
+	err = npy.WriteAll(ctx, files, npy.WriteOptions{Hook: sm.writeHook, Critical: critical})
 	if err != nil && created {
 		os.Remove(dir)
 	}

@@ -31,6 +31,9 @@ func runMerge(args []string, stdout, stderr io.Writer, sm seams) error {
 	case len(dirs) == 0:
 		return fmt.Errorf("give at least one DIR holding out.npy and lse.npy")
 	}
+	if err := npy.Recover(outDir); err != nil { // a write into -o that was killed
+		return err
+	}
 	var parts []flashattn.Tensor
 	var lses [][]float32
 	var oshape, lshape []int
