@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/flashattn/flashattn/cmd/flashattn/internal/gpt"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/memlimit"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/regfile"
 )
 
 // trainFlags are the flags of "flashattn train".
@@ -25,6 +27,7 @@ type trainFlags struct {
 	json      bool
 	evalEvery int
 	workers   int
+	maxMem    *memlimit.Flag
 
 	compare     int  // > 0: train flash and plain for this many steps and compare
 	sweep       bool // step time and memory against context length
@@ -57,7 +60,13 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	case f.sweep:
 		return runSweep(f, stdout, stderr, childRunner)
 	case f.compare > 0:
+		if err := f.checkMemory(); err != nil {
+			return err
+		}
 		return runCompare(f, stdout, stderr)
+	}
+	if err := f.checkMemory(); err != nil {
+		return err
 	}
 	_, err = trainOnce(f, f.attention, f.tc.Steps, stdout, stderr)
 	return err
@@ -65,7 +74,7 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 
 // parseTrainFlags parses and checks the flags of "flashattn train".
 func parseTrainFlags(args []string, stderr io.Writer) (trainFlags, error) {
-	f := trainFlags{cfg: gpt.DefaultConfig(), tc: gpt.DefaultTrainConfig()}
+	f := trainFlags{cfg: gpt.DefaultConfig(), tc: gpt.DefaultTrainConfig(), maxMem: memlimit.NewFlag("-max-memory")}
 	var dropout float64
 	fs := newFlags("train", stderr, trainHelp)
 	fs.IntVar(&f.tc.Steps, "steps", f.tc.Steps, "optimizer steps")
@@ -96,6 +105,8 @@ func parseTrainFlags(args []string, stderr io.Writer) (trainFlags, error) {
 	fs.IntVar(&f.sweepMin, "sweep-min", 256, "shortest context of the sweep")
 	fs.IntVar(&f.sweepMax, "sweep-max", 8192, "longest context of the sweep (doubling from -sweep-min)")
 	fs.StringVar(&f.svg, "svg", "", "with -compare or -sweep-context, draw the figure to `FILE` (.svg, else .png)")
+	fs.Var(f.maxMem, "max-memory", "refuse a run whose estimated peak memory exceeds this `size` (e.g. 512M, 4G; default: the memory available now; "+
+		"with -sweep-context, each point's)")
 	if err := parse(fs, args, stderr); err != nil {
 		return f, err
 	}
@@ -139,6 +150,51 @@ func (f *trainFlags) check(dropout float64) error {
 		return errors.New("-eval-every and -workers must be at least 0")
 	}
 	return nil
+}
+
+// checkMemory refuses, with one line and before anything is read or
+// allocated, a run whose model, activations, attention buffers and data
+// would not fit in -max-memory or the memory available. For -compare it
+// counts both runs, which the process may hold at once until the first one
+// is collected. It also checks that -data is a regular file.
+func (f *trainFlags) checkMemory() error {
+	var n need
+	attns := []string{f.attention}
+	if f.compare > 0 {
+		attns = []string{"flash", "plain"}
+	}
+	c, b, t := f.cfg, f.tc.Batch, f.cfg.Context
+	for _, a := range attns {
+		n.add("model", c.ParamsBytes().Times(4)) // parameters, gradients, AdamW's two moments
+		n.add("activations", c.ActivationBytes(b, t))
+		// The training batch (and the one before it, not yet collected)
+		// and the validation batches: int32 inputs and targets.
+		n.add("batches", memlimit.Mul(f.tc.EvalBatches+2, b, t, 8))
+		n.add("work", c.GemmBytes(f.workers))
+		if a == "plain" {
+			n.add("plain", c.PlainBytes(b, t))
+			n.addPlainWork(b, t, t, c.Heads, c.Heads, c.HeadDim(), true)
+		} else {
+			n.addFlashWork(b, t, t, c.Heads, c.Heads, c.HeadDim(), f.workers, true)
+		}
+	}
+	// The text is read whole, then split into a training and a
+	// validation copy that grow by appending.
+	var size int64
+	if f.data != "" {
+		st, err := regfile.Stat(f.data)
+		if err != nil {
+			return fmt.Errorf("-data: %v", err)
+		}
+		size = st.Size()
+	} else {
+		var err error
+		if size, err = gpt.GoSourcesBytes(filepath.Join(runtime.GOROOT(), "src")); err != nil {
+			return err
+		}
+	}
+	n.add("data", memlimit.Mul(3, int(min(size, math.MaxInt/3))))
+	return n.check(f.maxMem.Limit(), fmt.Sprintf("-batch %d -context %d -layers %d -dim %d", b, t, c.Layers, c.Dim), "-max-memory overrides")
 }
 
 // humanOut is where the lines for people go: stdout, or stderr when -json

@@ -112,6 +112,9 @@ func runSweep(f trainFlags, stdout, stderr io.Writer, run runner) error {
 				if f.data != "" {
 					args = append(args, "-data", f.data)
 				}
+				if f.maxMem.String() != "" { // each point checks its own memory
+					args = append(args, "-max-memory", strconv.FormatUint(uint64(f.maxMem.Limit().Bytes), 10))
+				}
 				fmt.Fprintf(stderr, "  round %d, context %d, %s ...\n", round, t, a)
 				out, err := run(args)
 				if err != nil {
