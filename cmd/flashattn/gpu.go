@@ -43,6 +43,9 @@ func (g *gpuFlags) check() error {
 	default:
 		return fmt.Errorf("-device %q: want cpu or gpu", g.device)
 	}
+	if g.deterministic && !g.on() {
+		return errors.New("-deterministic needs -device gpu (the CPU's backward is always deterministic)")
+	}
 	if g.on() {
 		_, err := g.gpuType()
 		return err
