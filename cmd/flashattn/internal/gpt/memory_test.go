@@ -1,6 +1,7 @@
 package gpt
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,7 +53,7 @@ func TestMemoryEstimates(t *testing.T) {
 	if est := huge.DecoderBytes(); est < 64<<30 {
 		t.Errorf("decoder of %v estimated as %v, want at least its 64 GiB KV cache", huge, est)
 	}
-	if est := DefaultConfig().ActivationBytes(1<<40, 1<<40); est != memlimit.Inf {
+	if est := DefaultConfig().ActivationBytes(math.MaxInt/2, math.MaxInt/2); est != memlimit.Inf {
 		t.Errorf("overflowing batch: %v, want Inf", est)
 	}
 }
