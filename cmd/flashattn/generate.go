@@ -11,7 +11,7 @@ import (
 	"github.com/flashattn/flashattn/cmd/flashattn/internal/memlimit"
 )
 
-const generateHelp = `-model FILE [-prompt TEXT] [-tokens N] [-temperature T] [-seed S]
+const generateHelp = `-model FILE [-prompt TEXT] [-tokens N] [-temperature T] [-seed S] [-max-memory SIZE]
 
 Prints the prompt and then N bytes sampled from a model trained by
 "flashattn train -save FILE", decoding one token at a time through
