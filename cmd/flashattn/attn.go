@@ -12,12 +12,15 @@ import (
 	"slices"
 
 	"github.com/flashattn/flashattn"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/memlimit"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/npy"
 	"github.com/flashattn/flashattn/gpu"
-	"github.com/flashattn/flashattn/internal/memlimit"
-	"github.com/flashattn/flashattn/internal/npy"
 )
 
-// attnFlags are the flags of "flashattn attn" (SPEC §3).
+// attnFlags are the flags of "flashattn attn": the input files (NumPy
+// '<f4' or '<f2' arrays, '<i4' for index files), the options, and OUTDIR,
+// which receives out.npy and lse.npy (and dq, dk, dv.npy with -dout). A bad
+// file or value is one line on stderr naming the file or flag.
 type attnFlags struct {
 	q, k, v, out, dout        string
 	causal                    bool
@@ -34,6 +37,7 @@ type attnFlags struct {
 	dt, kvdt                  flashattn.DType // what q and the cache are loaded as
 	f16out                    bool            // write float32 results as '<f2' (the GPU's f16)
 	rd                        npy.Reader      // reads the inputs within the memory limit
+	badCu                     bool            // the cu_seqlens do not describe sequences: the call refuses them
 	set                       map[string]bool // flags given on the command line
 }
 
@@ -46,7 +50,8 @@ func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 		"float16 ('<f2') and are converted to -dtype; out, dq, dk, dv are written as '<f2' for f16 and as\n"+
 		"'<f4' holding the exact bf16 values for bf16 (NumPy has no bfloat16); lse is always '<f4'.\n"+
 		"All outputs are written atomically, all or none: on any failure or interruption (SIGINT,\n"+
-		"SIGTERM) every file in OUTDIR is left as it was.\n")
+		"SIGTERM, however many) every file in OUTDIR is left as it was; after a run killed outright,\n"+
+		"the next run into OUTDIR completes or undoes its write first.\n")
 	fs.StringVar(&f.q, "q", "", "queries `q.npy` [batch, seqlen_q, heads, headdim] (required)")
 	fs.StringVar(&f.k, "k", "", "keys `k.npy` [batch, seqlen_k, kv_heads, headdim] (required)")
 	fs.StringVar(&f.v, "v", "", "values `v.npy`, shaped like k (required)")
@@ -76,6 +81,9 @@ func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 	}
 	f.set = map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+	if err := npy.Recover(f.out); err != nil { // a write into -o that was killed
+		return err
+	}
 	opts, err := f.options()
 	if err != nil {
 		return err
@@ -97,6 +105,9 @@ func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 	out, lse, err := forward(q, k, v, opts)
 	if err != nil {
 		return f.argFile(err)
+	}
+	if f.badCu { // not reached: the call checks cu_seqlens
+		return fmt.Errorf("%s, %s: not valid cu_seqlens for %s and %s", f.cuQ, f.cuK, f.q, f.k)
 	}
 	files := map[string]npy.Array{filepath.Join(f.out, "lse.npy"): {Shape: lseShape(q, opts), F32: lse}}
 	add := func(name string, t flashattn.Tensor, shape []int) error {
@@ -139,17 +150,17 @@ func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 
 // writeOutputs writes the files of attn or merge, all or nothing, into
 // dir (-o), creating it if needed (and removing it again on failure).
-// SIGINT and SIGTERM during the write stop it and restore dir; the error
-// then carries the signal.
+// SIGINT and SIGTERM during the write stop it and restore dir, however
+// many arrive; the error then carries the first signal.
 func writeOutputs(dir string, files map[string]npy.Array, sm seams) error {
-	ctx, stop := interruptible()
+	ctx, critical, stop := interruptible()
 	defer stop()
 	_, err := os.Stat(dir)
 	created := errors.Is(err, fs.ErrNotExist)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("-o %s: %v", dir, err)
 	}
-	err = npy.WriteAll(ctx, files, npy.WriteOptions{Hook: sm.writeHook})
+	err = npy.WriteAll(ctx, files, npy.WriteOptions{Hook: sm.writeHook, Critical: critical})
 	if err != nil && created {
 		os.Remove(dir)
 	}
@@ -172,20 +183,11 @@ func (f *attnFlags) options() (*flashattn.Options, error) {
 			return nil, fmt.Errorf("%s is required", r.name)
 		}
 	}
-	finite := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+	// The values of -scale, -softcap, -dropout, -window-left/-right and
+	// -workers are checked by the library (flashattn.Forward returns an
+	// *ArgError that argFile maps back to the flag); here only the flag
+	// combinations that decide how the files are read.
 	switch {
-	case !finite(f.scale) || f.scale < 0:
-		return nil, fmt.Errorf("-scale %v: must be a finite number > 0 (0: 1/sqrt(headdim))", f.scale)
-	case !finite(f.softcap) || f.softcap < 0:
-		return nil, fmt.Errorf("-softcap %v: must be a finite number ≥ 0 (0: off)", f.softcap)
-	case math.IsNaN(f.dropout) || f.dropout < 0 || f.dropout >= 1:
-		return nil, fmt.Errorf("-dropout %v: must be in [0, 1)", f.dropout)
-	case f.windowLeft < -1:
-		return nil, fmt.Errorf("-window-left %d: must be ≥ 0 or -1 (unbounded)", f.windowLeft)
-	case f.windowRight < -1:
-		return nil, fmt.Errorf("-window-right %d: must be ≥ 0 or -1 (unbounded)", f.windowRight)
-	case f.workers < 0:
-		return nil, fmt.Errorf("-workers %d: must be ≥ 0", f.workers)
 	case (f.cuQ == "") != (f.cuK == ""):
 		return nil, fmt.Errorf("-cu-seqlens-q and -cu-seqlens-k must be given together")
 	case f.seqUsedK != "" && f.cuQ == "":
@@ -210,19 +212,30 @@ func (f *attnFlags) options() (*flashattn.Options, error) {
 		Scale: float32(f.scale), Causal: f.causal, Softcap: float32(f.softcap),
 		Dropout: float32(f.dropout), Seed: f.seed, Workers: f.workers,
 	}
-	if float64(o.Scale) == 0 && f.scale != 0 || math.IsInf(float64(o.Scale), 0) {
+	// The flags are float64 and the options float32: a value that changes
+	// meaning in the conversion (a scale or softcap that rounds to 0, which
+	// means "default" or "off", or to ±Inf; a dropout that rounds to 1) is
+	// refused here, since the library only sees the rounded value.
+	if changed(f.scale, o.Scale) {
 		return nil, fmt.Errorf("-scale %v: out of float32 range", f.scale)
 	}
-	if float64(o.Softcap) == 0 && f.softcap != 0 || math.IsInf(float64(o.Softcap), 0) {
+	if changed(f.softcap, o.Softcap) {
 		return nil, fmt.Errorf("-softcap %v: out of float32 range", f.softcap)
 	}
-	if o.Dropout >= 1 {
+	if f.dropout < 1 && o.Dropout >= 1 {
 		return nil, fmt.Errorf("-dropout %v: must be in [0, 1) (rounds to 1 in float32)", f.dropout)
 	}
 	if f.windowLeft != -1 || f.windowRight != -1 {
 		o.Window = &flashattn.Window{Left: f.windowLeft, Right: f.windowRight}
 	}
 	return o, nil
+}
+
+// changed reports whether x, a finite nonzero float64, became 0 or ±Inf as
+// the float32 y.
+func changed(x float64, y float32) bool {
+	finite := !math.IsNaN(x) && !math.IsInf(x, 0)
+	return finite && x != 0 && (y == 0 || math.IsInf(float64(y), 0))
 }
 
 // types resolves -dtype and -kv-dtype into the types the inputs are
@@ -338,35 +351,32 @@ func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, 
 	}
 	nb := qs[0]
 	if f.cacheSeqlens != "" {
-		if o.KVCache, err = f.readCache(nb, qs, ks); err != nil {
+		if o.KVCache, err = f.readCache(nb, ks); err != nil {
 			return
 		}
 	}
 	if varlen {
 		vl := &flashattn.VarLen{}
-		if vl.CuSeqlensQ, err = f.readCu(f.cuQ, qs[1], "q"); err != nil {
+		if vl.CuSeqlensQ, err = f.readCu(f.cuQ); err != nil {
 			return
 		}
-		if vl.CuSeqlensK, err = f.readCu(f.cuK, ks[1], "k"); err != nil {
+		if vl.CuSeqlensK, err = f.readCu(f.cuK); err != nil {
 			return
 		}
-		if len(vl.CuSeqlensK) != len(vl.CuSeqlensQ) {
-			err = fmt.Errorf("%s: %d entries, but %s has %d (both are [batch+1])", f.cuK, len(vl.CuSeqlensK), f.cuQ, len(vl.CuSeqlensQ))
-			return
+		o.VarLen = vl
+		if !partitions(vl.CuSeqlensQ, vl.CuSeqlensK, qs[1], ks[1]) {
+			// The library refuses these cu_seqlens with an error naming
+			// the file (argFile). The files read per sequence cannot be
+			// laid out without them: stop here and let the call report it.
+			f.badCu = true
+			return q, k, v, dout, nil
 		}
 		nb = len(vl.CuSeqlensQ) - 1
 		if f.seqUsedK != "" {
 			if vl.SeqUsedK, err = f.readPerSeq(f.seqUsedK, nb); err != nil {
 				return
 			}
-			for b, u := range vl.SeqUsedK {
-				if n := vl.CuSeqlensK[b+1] - vl.CuSeqlensK[b]; u < 0 || u > n {
-					err = fmt.Errorf("%s: entry %d is %d, want 0..%d (the sequence's key count)", f.seqUsedK, b, u, n)
-					return
-				}
-			}
 		}
-		o.VarLen = vl
 	}
 	if err = f.masks.load(f, o, f.maskGeometry(o, qs, ks, nb)); err != nil {
 		return
@@ -380,12 +390,6 @@ func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, 
 		if !ok {
 			err = fmt.Errorf("%s: shape %v, want [%d] (heads) or [%d, %d] (batch, heads)", f.alibi, shape, qs[2], nb, qs[2])
 			return
-		}
-		for i, s := range o.ALiBi {
-			if math.IsNaN(float64(s)) || math.IsInf(float64(s), 0) {
-				err = fmt.Errorf("%s: slope %d is %v, want a finite number", f.alibi, i, s)
-				return
-			}
 		}
 	}
 	return q, k, v, dout, nil
@@ -409,27 +413,40 @@ func (f *attnFlags) maskGeometry(o *flashattn.Options, qs, ks []int, nb int) mas
 	return g
 }
 
-// readCu reads a cu_seqlens file and checks it against the packed length.
-func (f *attnFlags) readCu(path string, total int, of string) ([]int32, error) {
+// readCu reads a cu_seqlens file: a 1-D int32 array. Its values (from 0,
+// non-decreasing, ending at the packed length) are the library's to check.
+func (f *attnFlags) readCu(path string) ([]int32, error) {
 	cu, shape, err := f.rd.ReadInt32(path)
 	if err != nil {
 		return nil, err
 	}
-	if len(shape) != 1 || shape[0] < 2 {
-		return nil, fmt.Errorf("%s: shape %v, want [batch+1] with batch ≥ 1", path, shape)
-	}
-	if cu[0] != 0 {
-		return nil, fmt.Errorf("%s: starts at %d, want 0", path, cu[0])
-	}
-	for i := 1; i < len(cu); i++ {
-		if cu[i] < cu[i-1] {
-			return nil, fmt.Errorf("%s: decreases at index %d (%d after %d)", path, i, cu[i], cu[i-1])
-		}
-	}
-	if int(cu[len(cu)-1]) != total {
-		return nil, fmt.Errorf("%s: ends at %d, but packed %s has %d rows", path, cu[len(cu)-1], of, total)
+	if len(shape) != 1 {
+		return nil, fmt.Errorf("%s: shape %v, want [batch+1]", path, shape)
 	}
 	return cu, nil
+}
+
+// partitions reports whether cuQ and cuK, of equal length ≥ 2, cut the
+// packed lengths totalQ and totalK into sequences (from 0, non-decreasing,
+// to the total): whether the per-sequence files can be laid out along them.
+func partitions(cuQ, cuK []int32, totalQ, totalK int) bool {
+	if len(cuQ) < 2 || len(cuQ) != len(cuK) {
+		return false
+	}
+	for _, c := range []struct {
+		cu    []int32
+		total int
+	}{{cuQ, totalQ}, {cuK, totalK}} {
+		if c.cu[0] != 0 || int(c.cu[len(c.cu)-1]) != c.total {
+			return false
+		}
+		for i := 1; i < len(c.cu); i++ {
+			if c.cu[i] < c.cu[i-1] {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // shapeOf is the .npy shape of a result tensor: 4-D dense, 3-D varlen.
@@ -518,7 +535,9 @@ func (f *attnFlags) checkMemory(limit memlimit.Limit) error {
 			sk = int(min(memlimit.Mul(ts[1], ks[1]), math.MaxInt))
 		}
 		n.addFlashWork(b, sq, sk, h, hk, d, f.workers, f.dout != "")
-		if s := f.cache.numSplits; s > 0 { // the partial results of the key splits
+		// The partial results of the key splits (a larger -num-splits is
+		// refused by the call).
+		if s := min(f.cache.numSplits, maxNumSplits); s > 0 {
 			blocks, rows := b, 256
 			if memlimit.Mul(sq, h) > 64 {
 				blocks = int(min(memlimit.Mul(b, h, (sq+63)/64), math.MaxInt))

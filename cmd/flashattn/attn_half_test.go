@@ -10,8 +10,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/npy"
 	"github.com/flashattn/flashattn/half"
-	"github.com/flashattn/flashattn/internal/npy"
 	"github.com/flashattn/flashattn/reference"
 )
 

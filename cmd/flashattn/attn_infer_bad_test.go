@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flashattn/flashattn/internal/npy"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/npy"
 )
 
 // kvInputs writes a valid decoding input set into dir: q [2, 1, 4, 32], a
@@ -111,7 +111,7 @@ func TestAttnKVCacheBad(t *testing.T) {
 	w32("cos_short.npy", 12, 8)
 	w32("sin_79.npy", 79, 8)
 	cos, _ := atRopeTables(80, 16)
-	cos[5] = float32(math.NaN())
+	cos[9*8+5] = float32(math.NaN()) // position 9: sequence 0's (cache_seqlens 10 − cache_leftpad 1)
 	atWriteF32(t, p("cos_nan.npy"), cos, 80, 8)
 	atWriteI32(t, p("lens_full.npy"), []int32{64, 3}, 2)
 	atWriteI32(t, p("idx_3.npy"), []int32{3, 0}, 2)
@@ -183,20 +183,20 @@ func TestAttnKVCacheBad(t *testing.T) {
 		{"k-new int32", replace("-k-new", p("knew_i32.npy")), "knew_i32.npy", 1},
 		{"k-new missing", replace("-k-new", p("nope.npy")), "nope.npy", 1},
 		{"v-new shape", replace("-v-new", p("knew_s2.npy")), "knew_s2.npy", 1},
-		{"no room for the new keys", replace("-cache-seqlens", p("lens_full.npy")), "lens_full.npy", 1},
+		{"no room for the new keys", replace("-cache-seqlens", p("lens_full.npy")), "lens_full.npy: KVCache.SeqLens[0] is 64", 1},
 		{"cos alone", replace("-rotary-sin", ""), "-rotary-cos and -rotary-sin", 1},
 		{"rotary without new keys", drop(base, "-k-new", "-v-new"), "-rotary-cos needs -k-new", 1},
 		{"interleaved without rotary", append(drop(base, "-rotary-cos", "-rotary-sin"), "-rotary-interleaved"), "-rotary-interleaved needs -rotary-cos", 1},
 		{"cos 1-D", replace("-rotary-cos", p("cos_1d.npy")), "cos_1d.npy", 1},
 		{"cos wider than the head", replace("-rotary-cos", p("cos_wide.npy")), "cos_wide.npy", 1},
 		{"sin shape", replace("-rotary-sin", p("sin_79.npy")), "sin_79.npy", 1},
-		{"cos NaN", replace("-rotary-cos", p("cos_nan.npy")), "cos_nan.npy", 1},
+		{"cos NaN", replace("-rotary-cos", p("cos_nan.npy")), "cos_nan.npy: KVCache.Rotary table entry [9, 5] is NaN", 1},
 		{"cos too few positions", replace("-rotary-sin", p("cos_short.npy")), "cos_short.npy", 1},
-		{"batch-idx out of range", replace("-cache-batch-idx", p("idx_3.npy")), "idx_3.npy", 1},
+		{"batch-idx out of range", replace("-cache-batch-idx", p("idx_3.npy")), "idx_3.npy: KVCache.BatchIdx[0] is 3", 1},
 		{"batch-idx negative", replace("-cache-batch-idx", p("idx_neg.npy")), "idx_neg.npy", 1},
 		{"batch-idx length", replace("-cache-batch-idx", p("idx_len.npy")), "idx_len.npy", 1},
 		{"batch-idx with block table", with("-block-table", p("table.npy")), "-cache-batch-idx cannot be combined with -block-table", 1},
-		{"leftpad past the end", replace("-cache-leftpad", p("pad_big.npy")), "pad_big.npy", 1},
+		{"leftpad past the end", replace("-cache-leftpad", p("pad_big.npy")), "pad_big.npy: KVCache.LeftPad[0] is 11", 1},
 		{"leftpad negative", replace("-cache-leftpad", p("pad_neg.npy")), "pad_neg.npy", 1},
 		{"leftpad 2-D", replace("-cache-leftpad", p("pad_2d.npy")), "pad_2d.npy", 1},
 		{"leftpad float32", replace("-cache-leftpad", p("pad_f32.npy")), "pad_f32.npy", 1},
@@ -207,8 +207,8 @@ func TestAttnKVCacheBad(t *testing.T) {
 		{"q8_0 new key NaN", append(replace("-k-new", p("knew_nan.npy")), "-kv-dtype", "q8_0"), "knew_nan.npy", 1},
 		{"dtype q8_0", with("-dtype", "q8_0"), `-dtype "q8_0": want f32, bf16 or f16`, 1},
 		{"dtype unknown", with("-dtype", "fp8"), `-dtype "fp8"`, 1},
-		{"num-splits negative", with("-num-splits", "-1"), "-num-splits -1", 1},
-		{"num-splits too many", with("-num-splits", "129"), "-num-splits 129", 1},
+		{"num-splits negative", with("-num-splits", "-1"), "-num-splits: KVCache.NumSplits -1", 1},
+		{"num-splits too many", with("-num-splits", "129"), "-num-splits: KVCache.NumSplits 129", 1},
 		{"num-splits not int", with("-num-splits", "x"), "-num-splits", 2},
 		{"cache on the gpu", with("-device", "gpu"), "-device gpu", 1},
 	} {

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flashattn/flashattn/internal/npy"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/npy"
 )
 
 // FuzzAttnKVCache runs decoding from fixed small caches with fuzzed cache
@@ -20,7 +20,7 @@ import (
 // -cache-batch-idx, 2 paged, 3 paged with -cache-batch-idx; snew: 0 no new
 // keys, 1 one, 2 three, 3 -v-new shaped unlike -k-new; rot: 0 none, 1
 // rotary_dim 16, 2 the whole head, 3 too few positions, 4 wider than the
-// head, 5 a NaN; kv and dt index the types, the last of each unknown), into
+// head, 5 a NaN in every row; kv and dt index the types, the last of each unknown), into
 // an empty output directory or one holding an earlier run's files. The
 // command must not panic; exit 0 only for valid values, with exactly the
 // expected files in their types and shapes; or exit 1/2 with one stderr
@@ -43,8 +43,10 @@ func FuzzAttnKVCache(f *testing.F) {
 	}
 	for i, s := range [][2]int{{80, 8}, {80, 16}, {4, 8}, {80, 17}, {80, 8}} {
 		cos, sin := atRopeTables(s[0], 2*s[1])
-		if i == 4 {
-			sin[7] = float32(math.NaN())
+		if i == 4 { // a NaN in every row: the rows a call uses are checked
+			for j := 7; j < len(sin); j += s[1] {
+				sin[j] = float32(math.NaN())
+			}
 		}
 		atWriteF32(f, p("cos"+strconv.Itoa(i+1)+".npy"), cos, s[0], s[1])
 		atWriteF32(f, p("sin"+strconv.Itoa(i+1)+".npy"), sin, s[0], s[1])

@@ -4,9 +4,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
 
 	"github.com/flashattn/flashattn"
-	"github.com/flashattn/flashattn/internal/memlimit"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/memlimit"
 )
 
 // maskFlags are attn's block-sparse and document-mask flags.
@@ -155,8 +156,14 @@ func (f *attnFlags) argFile(err error) error {
 		"Options.Window": "-window-left/-window-right", "Options.Workers": "-workers",
 		"Options.KVCache.KNew": f.cache.kNew, "Options.KVCache.VNew": f.cache.vNew, "Options.KVCache.Rotary": f.cache.rotCos,
 		"Options.KVCache.BatchIdx": f.cache.batchIdx, "Options.KVCache.LeftPad": f.cache.leftPd, "Options.KVCache.NumSplits": "-num-splits",
+		"Options.KVCache": "-cache-seqlens",
 	}
 	if name := names[ae.Arg]; name != "" {
+		// The one message about both cu_seqlens (their lengths differ)
+		// names both files.
+		if ae.Arg == "Options.VarLen.CuSeqlensQ" && strings.Contains(ae.Msg, "CuSeqlensK") && f.cuK != f.cuQ {
+			name += " and " + f.cuK
+		}
 		return fmt.Errorf("%s: %s", name, ae.Msg)
 	}
 	return cleanErr(err)

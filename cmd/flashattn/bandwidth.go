@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/memlimit"
 	"github.com/flashattn/flashattn/internal/kernel"
-	"github.com/flashattn/flashattn/internal/memlimit"
 )
 
 // llc describes the last-level cache from sysfs.

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/flashattn/flashattn"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/memlimit"
 	"github.com/flashattn/flashattn/internal/kernel"
-	"github.com/flashattn/flashattn/internal/memlimit"
 )
 
 // benchCase is one measured configuration.
@@ -162,11 +162,14 @@ func (f *benchFlags) validate() error {
 	if f.variant == "block-sparse" && f.causal {
 		bad("-variant block-sparse is not causal: drop -causal")
 	}
+	// -device, -deterministic and -dtype for that device.
+	if err := f.gpu.check(); err != nil {
+		errs = append(errs, err)
+	}
 	if !f.gpu.on() {
 		dt, err := f.gpu.cpuType()
 		switch {
-		case err != nil:
-			errs = append(errs, err)
+		case err != nil: // reported by check
 		case dt == flashattn.Q8_0 && f.mode != "decode":
 			bad("-dtype q8_0 is a KV-cache type: it needs -mode decode")
 		case dt == flashattn.Q8_0 && f.s.D%32 != 0 && (f.s.N > 0 || f.set["headdim"]):
@@ -199,6 +202,19 @@ func (f *benchFlags) validate() error {
 	if f.svg != "" {
 		if st, err := os.Stat(filepath.Dir(f.svg)); err != nil || !st.IsDir() {
 			bad("-svg %s: directory %s does not exist", f.svg, filepath.Dir(f.svg))
+		}
+	}
+	if f.gpu.on() {
+		// The GPU's benchmark measures the shape, -causal and -mode of
+		// its own sweep or of one case: the other flags would be ignored.
+		for _, name := range []string{"quick", "no-plain", "no-f32", "variant", "window", "density", "workers", "reps",
+			"max-memory", "bw-size", "svg"} {
+			if f.set[name] {
+				bad("-%s is not used with -device gpu", name)
+			}
+		}
+		if f.mode == "decode" {
+			bad("-mode decode is not measured with -device gpu (want fwd, bwd or fwdbwd)")
 		}
 	}
 	return errors.Join(errs...)
@@ -491,9 +507,11 @@ func (c benchCase) options(workers int) *flashattn.Options {
 	return o
 }
 
-// visibleFlops counts SPEC §5 FLOPs for the case: 4·B·H·Sq·Sk·D for a
-// forward pass, counting only the visible (i, j) pairs under a causal mask,
-// a window or a block mask; backward is 2.5× that, forward+backward 3.5×.
+// visibleFlops counts the FLOPs the case is credited with, the rule of the
+// FlashAttention papers: 4·B·H·Sq·Sk·D for a forward pass (two products of
+// 2·Sq·Sk·D per head), counting only the visible (i, j) pairs under a
+// causal mask, a window or a block mask; backward is 2.5× that,
+// forward+backward 3.5×.
 func (c benchCase) visibleFlops(mode string) float64 {
 	sq := c.sq()
 	var pairs float64

@@ -11,8 +11,8 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/memlimit"
 	"github.com/flashattn/flashattn/internal/kernel"
-	"github.com/flashattn/flashattn/internal/memlimit"
 )
 
 // Every bench flag is checked before anything is measured, with or without

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/flashattn/flashattn"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/memlimit"
 	"github.com/flashattn/flashattn/internal/kernel"
-	"github.com/flashattn/flashattn/internal/memlimit"
 	"github.com/flashattn/flashattn/internal/plain"
 )
 
@@ -77,7 +77,10 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 	if s.B < 1 || s.H < 1 || s.Hk < 1 || s.N < 1 || s.D < 1 || s.H%s.Hk != 0 {
 		return fmt.Errorf("bad shape -batch %d -heads %d -kv-heads %d -seqlen %d -headdim %d (all ≥ 1, heads %% kv-heads == 0)", s.B, s.H, s.Hk, s.N, s.D)
 	}
-	if workers <= 0 {
+	if workers < 0 {
+		return fmt.Errorf("-workers %d: must be ≥ 0 (0: GOMAXPROCS)", workers)
+	}
+	if workers == 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
 	if err := demoNeed(s, workers, !noPlain).check(maxMem.Limit(), fmt.Sprintf("-batch %d -heads %d -kv-heads %d -seqlen %d -headdim %d", s.B, s.H, s.Hk, s.N, s.D), demoHint(s, noPlain)); err != nil {

@@ -5,9 +5,9 @@ import (
 	"fmt"
 
 	"github.com/flashattn/flashattn"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/memlimit"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/npy"
 	"github.com/flashattn/flashattn/half"
-	"github.com/flashattn/flashattn/internal/memlimit"
-	"github.com/flashattn/flashattn/internal/npy"
 )
 
 // The element types of the command line: -dtype f32|bf16|f16 for the

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/flashattn/flashattn"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/npy"
 	"github.com/flashattn/flashattn/half"
-	"github.com/flashattn/flashattn/internal/npy"
 )
 
 func TestParseDType(t *testing.T) {

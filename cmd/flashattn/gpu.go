@@ -43,6 +43,9 @@ func (g *gpuFlags) check() error {
 	default:
 		return fmt.Errorf("-device %q: want cpu or gpu", g.device)
 	}
+	if g.deterministic && !g.on() {
+		return errors.New("-deterministic needs -device gpu (the CPU's backward is always deterministic)")
+	}
 	if g.on() {
 		_, err := g.gpuType()
 		return err
@@ -250,8 +253,11 @@ type gpuCase struct {
 	mode string
 }
 
-// flops counts SPEC §5 FLOPs: 4·B·H·N·N·D, the visible pairs N(N+1)/2
-// under a causal mask, backward 2.5× and forward+backward 3.5× the forward.
+// flops counts the FLOPs a case is credited with, the rule of the
+// FlashAttention papers and of bench: a forward pass is 4·B·H·N·N·D (two
+// products of 2·N·N·D per head), with only the N(N+1)/2 visible pairs
+// under a causal mask; backward counts 2.5× the forward and
+// forward+backward 3.5×.
 func (c gpuCase) flops() float64 {
 	pairs := float64(c.N) * float64(c.N)
 	if c.Causal {

@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/flashattn/flashattn"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/npy"
 	"github.com/flashattn/flashattn/gpu"
-	"github.com/flashattn/flashattn/internal/npy"
 )
 
 // gpuInputs writes q, k, v and dout .npy files ([1, 70, 2, 64]) and returns

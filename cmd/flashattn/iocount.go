@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/flashattn/flashattn"
-	"github.com/flashattn/flashattn/internal/memlimit"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/memlimit"
 )
 
 // ioFlags are the flags of "flashattn io".

@@ -22,7 +22,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/flashattn/flashattn/internal/npy"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/npy"
 )
 
 const usage = `flashattn: FlashAttention-2 on the CPU, in Go.
@@ -32,8 +32,8 @@ usage:
   flashattn demo  [-batch B -heads H -seqlen N -headdim D -causal] [-max-memory SIZE]
   flashattn bench [-json] [-svg FILE] [-reps N] [-min-ms MS] [-max-memory SIZE] [case flags]
   flashattn merge -o OUTDIR DIR...
-  flashattn train [-steps N -context T -layers L -heads H -dim D -batch B -attention flash|plain -dropout P -seed S -save FILE -json]
-  flashattn generate -model FILE [-prompt TEXT -tokens N -temperature T -seed S]
+  flashattn train [-steps N -context T -layers L -heads H -dim D -batch B -attention flash|plain -dropout P -seed S -save FILE -json] [-max-memory SIZE]
+  flashattn generate -model FILE [-prompt TEXT -tokens N -temperature T -seed S] [-max-memory SIZE]
   flashattn io    -seqlen N [-headdim D] [-cache-bytes M] [-causal] [-density S] [-mode fwd|bwd|fwdbwd] [-json]
 
 Run "flashattn CMD -h" for a command's flags.

@@ -6,7 +6,7 @@ import (
 	"runtime"
 	"strings"
 
-	"github.com/flashattn/flashattn/internal/memlimit"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/memlimit"
 )
 
 // need is an estimate of the memory a run takes at its peak, by part, so

@@ -7,7 +7,7 @@ import (
 	"slices"
 
 	"github.com/flashattn/flashattn"
-	"github.com/flashattn/flashattn/internal/npy"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/npy"
 )
 
 // runMerge merges the out.npy/lse.npy pairs of attn runs over disjoint key
@@ -30,6 +30,9 @@ func runMerge(args []string, stdout, stderr io.Writer, sm seams) error {
 		return fmt.Errorf("-o is required")
 	case len(dirs) == 0:
 		return fmt.Errorf("give at least one DIR holding out.npy and lse.npy")
+	}
+	if err := npy.Recover(outDir); err != nil { // a write into -o that was killed
+		return err
 	}
 	var parts []flashattn.Tensor
 	var lses [][]float32

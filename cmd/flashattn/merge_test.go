@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/flashattn/flashattn"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/npy"
 	"github.com/flashattn/flashattn/half"
-	"github.com/flashattn/flashattn/internal/npy"
 )
 
 // TestMergeCommand: attention over three disjoint key ranges, written as

@@ -9,15 +9,18 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/flashattn/flashattn/internal/npy"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/npy"
 )
 
 // oneLine fails unless stderr is exactly one line containing every want.
@@ -293,21 +296,47 @@ func TestAttnOutputsAllOrNothing(t *testing.T) {
 	}
 }
 
-// TestAttnHelperProcess is the child of TestAttnSignals: with
-// FLASHATTN_HELPER=STAGE:FILE it runs the command line after "--" and, at
-// that step of the write, prints "paused" and waits for a signal.
+// TestAttnHelperProcess is the child of TestAttnSignals and
+// TestAttnRepeatedSignals: with FLASHATTN_HELPER=STAGE:FILE it runs the
+// command line after "--" and, at that step of the write (FILE empty: the
+// first step of that stage), prints "paused" and waits for a signal. With
+// FLASHATTN_HELPER2=STAGE:FILE:N it pauses again at that later step,
+// prints "paused2" and waits until N signals in all have arrived.
 func TestAttnHelperProcess(t *testing.T) {
 	spec := os.Getenv("FLASHATTN_HELPER")
 	if spec == "" {
 		return
 	}
+	var signals atomic.Int32
+	sigs := make(chan os.Signal, 64)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		for range sigs {
+			signals.Add(1)
+		}
+	}()
 	stage, file, _ := strings.Cut(spec, ":")
+	stage2, rest, _ := strings.Cut(os.Getenv("FLASHATTN_HELPER2"), ":")
+	file2, n2, _ := strings.Cut(rest, ":")
+	want2, _ := strconv.Atoi(n2)
+	match := func(s npy.Stage, p, stage, file string) bool {
+		return s.String() == stage && (file == "" || filepath.Base(p) == file)
+	}
+	paused, paused2 := false, false
 	args := os.Args[slices.Index(os.Args, "--")+1:]
 	hook := func(ctx context.Context, s npy.Stage, p string) error {
-		if s.String() == stage && filepath.Base(p) == file {
+		switch {
+		case !paused && match(s, p, stage, file):
+			paused = true
 			fmt.Println("paused")
 			<-ctx.Done()
 			return context.Cause(ctx)
+		case paused && !paused2 && stage2 != "" && match(s, p, stage2, file2):
+			paused2 = true
+			fmt.Println("paused2")
+			for deadline := time.Now().Add(10 * time.Second); int(signals.Load()) < want2 && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
 		}
 		return nil
 	}
@@ -315,11 +344,16 @@ func TestAttnHelperProcess(t *testing.T) {
 }
 
 // startPaused starts the helper process and waits until it is paused at
-// the given step of the write.
+// the given step of the write; spec2 is FLASHATTN_HELPER2 ("" for none).
 func startPaused(t *testing.T, spec string, args []string) (*exec.Cmd, *bytes.Buffer) {
+	cmd, stderr, _ := startPaused2(t, spec, "", args)
+	return cmd, stderr
+}
+
+func startPaused2(t *testing.T, spec, spec2 string, args []string) (*exec.Cmd, *bytes.Buffer, *bufio.Reader) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^TestAttnHelperProcess$", "--"}, args...)...)
-	cmd.Env = append(os.Environ(), "FLASHATTN_HELPER="+spec)
+	cmd.Env = append(os.Environ(), "FLASHATTN_HELPER="+spec, "FLASHATTN_HELPER2="+spec2)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	pipe, err := cmd.StdoutPipe()
@@ -329,13 +363,14 @@ func startPaused(t *testing.T, spec string, args []string) (*exec.Cmd, *bytes.Bu
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	line, err := bufio.NewReader(pipe).ReadString('\n')
+	out := bufio.NewReader(pipe)
+	line, err := out.ReadString('\n')
 	if line != "paused\n" {
 		cmd.Process.Kill()
 		cmd.Wait()
 		t.Fatalf("helper: %q, %v; stderr %q", line, err, stderr.String())
 	}
-	return cmd, &stderr
+	return cmd, &stderr, out
 }
 
 // SIGTERM or SIGINT in the middle of the write (a temporary file half
@@ -403,4 +438,148 @@ func TestAttnSignals(t *testing.T) {
 			t.Errorf("after the later run: %v", names)
 		}
 	})
+}
+
+// outputNames are the files of a backward run, the order they are
+// renamed in.
+var outputNames = []string{"dk.npy", "dq.npy", "dv.npy", "lse.npy", "out.npy"}
+
+// outputs returns the contents of the outputs in dir, and the names of
+// the other files there.
+func outputs(t *testing.T, dir string) (files map[string]string, others []string) {
+	t.Helper()
+	files = map[string]string{}
+	for n, c := range dirState(t, dir) {
+		if slices.Contains(outputNames, n) {
+			files[n] = c
+		} else {
+			others = append(others, n)
+		}
+	}
+	return files, others
+}
+
+// Any number of SIGINTs and SIGTERMs at any step of attn's write leave
+// OUTDIR all old (they used to leave dk, dq new and dv, lse, out old when
+// a second signal came while the first one's rollback ran, and the next
+// run then deleted the backups); a SIGKILL leaves a state that the next
+// run, even one that fails itself, turns into all old (before the commit
+// point, or while undoing) or all new (after it).
+func TestAttnRepeatedSignals(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a process per case")
+	}
+	for _, c := range []struct {
+		pause, then string // where the first signal comes; where the others come ("" at once)
+		sig         syscall.Signal
+		more        int  // further signals
+		kill        bool // SIGKILL (at "then", or at "pause") instead of the further signals
+		want        string
+	}{
+		{"write:dk.npy", "", syscall.SIGINT, 2, false, "old"},
+		{"write:out.npy", "", syscall.SIGTERM, 1, false, "old"},
+		{"backup:out.npy", "", syscall.SIGTERM, 3, false, "old"},
+		{"commit:", "", syscall.SIGINT, 2, false, "old"},
+		{"rename:dk.npy", "", syscall.SIGINT, 3, false, "old"},
+		{"rename:lse.npy", "", syscall.SIGTERM, 5, false, "old"},
+		{"rename:dv.npy", "restore:dq.npy", syscall.SIGINT, 1, false, "old"},
+		{"rename:dv.npy", "restore:dk.npy", syscall.SIGINT, 2, false, "old"},
+		{"rename:out.npy", "restore:lse.npy", syscall.SIGTERM, 4, false, "old"},
+		{"rename:out.npy", "restore:dk.npy", syscall.SIGINT, 3, false, "old"},
+		{"write:dv.npy", "", 0, 0, true, "old"},
+		{"commit:", "", 0, 0, true, "old"},
+		{"rename:dk.npy", "", 0, 0, true, "new"},
+		{"rename:lse.npy", "", 0, 0, true, "new"},
+		{"rename:dv.npy", "restore:dq.npy", syscall.SIGINT, 0, true, "old"},
+		{"rename:out.npy", "restore:dk.npy", syscall.SIGTERM, 0, true, "old"},
+	} {
+		name := fmt.Sprintf("%s,%s,%v,%d,kill=%v", c.pause, c.then, c.sig, c.more, c.kill)
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			out, fresh := filepath.Join(dir, "out"), filepath.Join(dir, "fresh")
+			args := earlierRun(t, dir, out)
+			old, _ := outputs(t, out)
+			freshArgs := slices.Clone(args)
+			freshArgs[len(freshArgs)-1] = fresh
+			if code, _, stderr := atRun(freshArgs...); code != 0 {
+				t.Fatalf("new run: exit %d, %q", code, stderr)
+			}
+			newFiles, _ := outputs(t, fresh)
+			if reflect.DeepEqual(old, newFiles) {
+				t.Fatal("the second run's outputs equal the first's")
+			}
+			spec2 := ""
+			if c.then != "" {
+				spec2 = fmt.Sprintf("%s:%d", c.then, 1+c.more)
+			}
+			cmd, stderr, stdout := startPaused2(t, c.pause, spec2, args)
+			defer cmd.Process.Kill()
+			signal := func(s os.Signal) {
+				if err := cmd.Process.Signal(s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if c.sig != 0 {
+				signal(c.sig)
+			}
+			if c.then != "" {
+				if line, err := stdout.ReadString('\n'); line != "paused2\n" {
+					t.Fatalf("helper: %q, %v; stderr %q", line, err, stderr.String())
+				}
+			}
+			if c.kill {
+				signal(os.Kill)
+			} else {
+				for range c.more {
+					signal(c.sig)
+					time.Sleep(time.Millisecond)
+				}
+			}
+			cmd.Wait()
+			files, others := outputs(t, out)
+			if !c.kill {
+				if got := cmd.ProcessState.ExitCode(); got != 128+int(c.sig) {
+					t.Errorf("exit status %d, want %d (stderr %q)", got, 128+int(c.sig), stderr.String())
+				}
+				if strings.Count(stderr.String(), "\n") > 1 {
+					t.Errorf("stderr is more than one line: %q", stderr.String())
+				}
+				if !reflect.DeepEqual(files, old) {
+					t.Errorf("after the signals OUTDIR is not the old files (%v, others %v)", keysOf(files), others)
+				}
+				if strings.HasPrefix(c.pause, "rename") && len(others) > 0 {
+					t.Errorf("an undone commit left %v", others)
+				}
+			}
+			// The next run into OUTDIR, which fails at its first step,
+			// first makes OUTDIR consistent and clean.
+			var errb bytes.Buffer
+			code := runSeams(args, io.Discard, &errb, seams{writeHook: func(_ context.Context, s npy.Stage, p string) error {
+				if s == npy.StageWrite {
+					return errors.New("disk on fire")
+				}
+				return nil
+			}})
+			if code != 1 || !strings.Contains(errb.String(), "disk on fire") {
+				t.Errorf("next run: exit %d, %q", code, errb.String())
+			}
+			files, others = outputs(t, out)
+			want := old
+			if c.want == "new" {
+				want = newFiles
+			}
+			if !reflect.DeepEqual(files, want) || len(others) > 0 {
+				t.Errorf("after the next run OUTDIR holds %v (others %v), want the %s files", keysOf(files), others, c.want)
+			}
+		})
+	}
+}
+
+func keysOf(m map[string]string) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
 }

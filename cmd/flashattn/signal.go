@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 )
 
@@ -26,27 +27,51 @@ func (e *signalError) exitStatus() int {
 
 // interruptible returns a context that the first SIGINT or SIGTERM cancels
 // with a *signalError cause, so that the write in progress stops and
-// restores what it replaced; a second signal exits at once (stale
-// temporary files are removed by the next run). stop restores the default
-// handling.
-func interruptible() (ctx context.Context, stop func()) {
+// leaves the output directory as it was, and critical, the write's
+// npy.WriteOptions.Critical. A later signal exits at once (what the write
+// had made so far is only temporary files, which the next run removes),
+// except inside the critical section of the commit, a few renames, where
+// the destinations are being replaced or restored: there every further
+// signal is ignored, the write is undone (or, if the first signal came
+// after its last rename, finished), and the exit status follows the first
+// signal. stop restores the default handling.
+func interruptible() (ctx context.Context, critical func(enter bool), stop func()) {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	ch := make(chan os.Signal, 2)
+	ch := make(chan os.Signal, 4)
 	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	var (
+		mu     sync.Mutex
+		inside bool // in the critical section
+		seen   bool // a signal has canceled ctx
+	)
 	done := make(chan struct{})
 	go func() {
-		select {
-		case sig := <-ch:
-			cancel(&signalError{sig})
+		for {
 			select {
 			case sig := <-ch:
-				os.Exit((&signalError{sig}).exitStatus())
+				mu.Lock()
+				first, exit := !seen, seen && !inside
+				seen = true
+				if exit {
+					// Exit while holding mu: critical(true) cannot
+					// start the commit in the meantime.
+					os.Exit((&signalError{sig}).exitStatus())
+				}
+				mu.Unlock()
+				if first {
+					cancel(&signalError{sig})
+				}
 			case <-done:
+				return
 			}
-		case <-done:
 		}
 	}()
-	return ctx, func() {
+	critical = func(enter bool) {
+		mu.Lock()
+		inside = enter
+		mu.Unlock()
+	}
+	return ctx, critical, func() {
 		signal.Stop(ch)
 		close(done)
 		cancel(nil)

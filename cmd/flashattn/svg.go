@@ -8,7 +8,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/flashattn/flashattn/internal/atomicfile"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/atomicfile"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"

@@ -3,15 +3,19 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"time"
 
-	"github.com/flashattn/flashattn/internal/gpt"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/gpt"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/memlimit"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/regfile"
 )
 
 // trainFlags are the flags of "flashattn train".
@@ -25,6 +29,8 @@ type trainFlags struct {
 	json      bool
 	evalEvery int
 	workers   int
+	maxMem    *memlimit.Flag
+	set       map[string]bool // flags given on the command line
 
 	compare     int  // > 0: train flash and plain for this many steps and compare
 	sweep       bool // step time and memory against context length
@@ -57,7 +63,13 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	case f.sweep:
 		return runSweep(f, stdout, stderr, childRunner)
 	case f.compare > 0:
+		if err := f.checkMemory(); err != nil {
+			return err
+		}
 		return runCompare(f, stdout, stderr)
+	}
+	if err := f.checkMemory(); err != nil {
+		return err
 	}
 	_, err = trainOnce(f, f.attention, f.tc.Steps, stdout, stderr)
 	return err
@@ -65,7 +77,7 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 
 // parseTrainFlags parses and checks the flags of "flashattn train".
 func parseTrainFlags(args []string, stderr io.Writer) (trainFlags, error) {
-	f := trainFlags{cfg: gpt.DefaultConfig(), tc: gpt.DefaultTrainConfig()}
+	f := trainFlags{cfg: gpt.DefaultConfig(), tc: gpt.DefaultTrainConfig(), maxMem: memlimit.NewFlag("-max-memory")}
 	var dropout float64
 	fs := newFlags("train", stderr, trainHelp)
 	fs.IntVar(&f.tc.Steps, "steps", f.tc.Steps, "optimizer steps")
@@ -96,22 +108,48 @@ func parseTrainFlags(args []string, stderr io.Writer) (trainFlags, error) {
 	fs.IntVar(&f.sweepMin, "sweep-min", 256, "shortest context of the sweep")
 	fs.IntVar(&f.sweepMax, "sweep-max", 8192, "longest context of the sweep (doubling from -sweep-min)")
 	fs.StringVar(&f.svg, "svg", "", "with -compare or -sweep-context, draw the figure to `FILE` (.svg, else .png)")
+	fs.Var(f.maxMem, "max-memory", "refuse a run whose estimated peak memory exceeds this `size` (e.g. 512M, 4G; default: the memory available now; "+
+		"with -sweep-context, each point's)")
 	if err := parse(fs, args, stderr); err != nil {
 		return f, err
 	}
+	f.set = map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
 	f.cfg.Dropout = float32(dropout)
 	return f, f.check(dropout)
 }
 
-// check validates the flags beyond what the flag package parses.
+// check validates every flag beyond what the flag package parses, before
+// anything runs, and returns the first bad one as one line naming it.
 func (f *trainFlags) check(dropout float64) error {
-	if !(dropout >= 0 && dropout < 1) {
-		return fmt.Errorf("-dropout %v: want a value in [0, 1)", dropout)
+	finite := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+	for _, v := range []struct {
+		bad  bool
+		flag string
+		val  any
+		want string
+	}{
+		{!(dropout >= 0 && dropout < 1), "-dropout", dropout, "want a value in [0, 1)"},
+		{f.tc.Steps < 1, "-steps", f.tc.Steps, "want at least 1"},
+		{f.tc.Batch < 1, "-batch", f.tc.Batch, "want at least 1"},
+		{!finite(f.tc.LR) || f.tc.LR <= 0, "-lr", f.tc.LR, "want a finite value > 0"},
+		{!finite(f.tc.MinLR) || f.tc.MinLR < 0 || f.tc.MinLR > f.tc.LR, "-min-lr", f.tc.MinLR, fmt.Sprintf("want a finite value in [0, -lr %g]", f.tc.LR)},
+		{f.tc.Warmup < 0, "-warmup", f.tc.Warmup, "want at least 0"},
+		{!finite(f.tc.WeightDecay) || f.tc.WeightDecay < 0, "-weight-decay", f.tc.WeightDecay, "want a finite value ≥ 0"},
+		{!finite(f.tc.Clip) || f.tc.Clip < 0, "-clip", f.tc.Clip, "want a finite value ≥ 0 (0: off)"},
+		{f.tc.EvalBatches < 1, "-eval-batches", f.tc.EvalBatches, "want at least 1"},
+		{f.evalEvery < 0, "-eval-every", f.evalEvery, "want at least 0 (0: never)"},
+		{f.workers < 0, "-workers", f.workers, "want at least 0 (0: GOMAXPROCS)"},
+		{f.compare < 0, "-compare", f.compare, "want at least 0 (0: no comparison)"},
+	} {
+		if v.bad {
+			return fmt.Errorf("%s %v: %s", v.flag, v.val, v.want)
+		}
 	}
 	if err := f.cfg.Validate(); err != nil {
 		return fmt.Errorf("model: %v", err)
 	}
-	if err := f.tc.Validate(); err != nil {
+	if err := f.tc.Validate(); err != nil { // not reached: the flags above cover it
 		return fmt.Errorf("training: %v", err)
 	}
 	if _, err := gpt.NewAttention(f.attention, 0); err != nil {
@@ -135,10 +173,83 @@ func (f *trainFlags) check(dropout float64) error {
 	if f.svg != "" && f.compare == 0 && !f.sweep {
 		return errors.New("-svg draws the figure of -compare or -sweep-context: give one of them")
 	}
-	if f.evalEvery < 0 || f.workers < 0 {
-		return errors.New("-eval-every and -workers must be at least 0")
+	for _, name := range []string{"sweep-tokens", "sweep-steps", "sweep-rounds", "sweep-min", "sweep-max"} {
+		if f.set[name] && !f.sweep {
+			return fmt.Errorf("-%s needs -sweep-context", name)
+		}
+	}
+	if f.sweep {
+		ts, err := sweepContexts(*f)
+		if err != nil {
+			return err
+		}
+		for _, t := range ts { // each point's model must be valid
+			c := f.cfg
+			c.Context = t
+			if err := c.Validate(); err != nil {
+				return fmt.Errorf("-sweep-max %d: model: %v", f.sweepMax, err)
+			}
+		}
+	}
+	// The outputs are written at the end: a -save or -svg that cannot be
+	// written is refused before the training, not after it.
+	for _, o := range []struct{ flag, path string }{{"-save", f.save}, {"-svg", f.svg}} {
+		if o.path == "" {
+			continue
+		}
+		if st, err := os.Stat(filepath.Dir(o.path)); err != nil || !st.IsDir() {
+			return fmt.Errorf("%s %s: directory %s does not exist", o.flag, o.path, filepath.Dir(o.path))
+		}
+		if st, err := os.Stat(o.path); err == nil && st.IsDir() {
+			return fmt.Errorf("%s %s is a directory", o.flag, o.path)
+		}
 	}
 	return nil
+}
+
+// checkMemory refuses, with one line and before anything is read or
+// allocated, a run whose model, activations, attention buffers and data
+// would not fit in -max-memory or the memory available. For -compare it
+// counts both runs, which the process may hold at once until the first one
+// is collected. It also checks that -data is a regular file.
+func (f *trainFlags) checkMemory() error {
+	var n need
+	attns := []string{f.attention}
+	if f.compare > 0 {
+		attns = []string{"flash", "plain"}
+	}
+	c, b, t := f.cfg, f.tc.Batch, f.cfg.Context
+	for _, a := range attns {
+		n.add("model", c.ParamsBytes().Times(4)) // parameters, gradients, AdamW's two moments
+		n.add("activations", c.ActivationBytes(b, t))
+		// The training batch (and the one before it, not yet collected)
+		// and the validation batches: int32 inputs and targets.
+		n.add("batches", memlimit.Mul(f.tc.EvalBatches+2, b, t, 8))
+		n.add("work", c.GemmBytes(f.workers))
+		if a == "plain" {
+			n.add("plain", c.PlainBytes(b, t))
+			n.addPlainWork(b, t, t, c.Heads, c.Heads, c.HeadDim(), true)
+		} else {
+			n.addFlashWork(b, t, t, c.Heads, c.Heads, c.HeadDim(), f.workers, true)
+		}
+	}
+	// The text is read whole, then split into a training and a
+	// validation copy that grow by appending.
+	var size int64
+	if f.data != "" {
+		st, err := regfile.Stat(f.data)
+		if err != nil {
+			return fmt.Errorf("-data: %v", err)
+		}
+		size = st.Size()
+	} else {
+		var err error
+		if size, err = gpt.GoSourcesBytes(filepath.Join(runtime.GOROOT(), "src")); err != nil {
+			return err
+		}
+	}
+	n.add("data", memlimit.Mul(3, int(min(size, math.MaxInt/3))))
+	return n.check(f.maxMem.Limit(), fmt.Sprintf("-batch %d -context %d -layers %d -dim %d", b, t, c.Layers, c.Dim), "-max-memory overrides")
 }
 
 // humanOut is where the lines for people go: stdout, or stderr when -json

@@ -70,8 +70,17 @@ func peakRSS() (int64, bool) {
 
 // sweepContexts lists the contexts of the sweep.
 func sweepContexts(f trainFlags) ([]int, error) {
-	if f.sweepMin < 1 || f.sweepMax < f.sweepMin || f.sweepSteps < 1 || f.sweepRounds < 1 {
-		return nil, errors.New("-sweep-min, -sweep-max, -sweep-steps, -sweep-rounds: want 1 ≤ min ≤ max, at least 1 step and 1 round")
+	switch {
+	case f.sweepMin < 1:
+		return nil, fmt.Errorf("-sweep-min %d: want at least 1", f.sweepMin)
+	case f.sweepMax < f.sweepMin:
+		return nil, fmt.Errorf("-sweep-max %d: want -sweep-min %d or more", f.sweepMax, f.sweepMin)
+	case f.sweepSteps < 1:
+		return nil, fmt.Errorf("-sweep-steps %d: want at least 1", f.sweepSteps)
+	case f.sweepRounds < 1:
+		return nil, fmt.Errorf("-sweep-rounds %d: want at least 1", f.sweepRounds)
+	case f.sweepTokens < 1:
+		return nil, fmt.Errorf("-sweep-tokens %d: want at least 1", f.sweepTokens)
 	}
 	var ts []int
 	for t := f.sweepMin; t <= f.sweepMax; t *= 2 {
@@ -79,6 +88,9 @@ func sweepContexts(f trainFlags) ([]int, error) {
 			return nil, fmt.Errorf("-sweep-tokens %d is not a multiple of context %d", f.sweepTokens, t)
 		}
 		ts = append(ts, t)
+		if t > f.sweepMax/2 { // the next would pass -sweep-max (and might overflow)
+			break
+		}
 	}
 	return ts, nil
 }
@@ -111,6 +123,9 @@ func runSweep(f trainFlags, stdout, stderr io.Writer, run runner) error {
 					"-warmup", "1"}
 				if f.data != "" {
 					args = append(args, "-data", f.data)
+				}
+				if f.maxMem.String() != "" { // each point checks its own memory
+					args = append(args, "-max-memory", strconv.FormatUint(uint64(f.maxMem.Limit().Bytes), 10))
 				}
 				fmt.Fprintf(stderr, "  round %d, context %d, %s ...\n", round, t, a)
 				out, err := run(args)

@@ -9,7 +9,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // trainText is a small Go-looking text for fast training tests.
@@ -241,5 +243,90 @@ func TestDecadeTicks(t *testing.T) {
 	}
 	if got := strings.Join(labels, ","); got != "1,,,10,,,100,,,1000" {
 		t.Fatalf("ticks between 1 and 1000 labelled %q, want 1 2 5 10 … 1000 with labels on the decades", got)
+	}
+}
+
+// runGuarded runs the command line in this process and fails the test if
+// it is still running after 10 s (a FIFO used to block forever, and huge
+// sizes used to end in "fatal error: out of memory").
+func runGuarded(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	type result struct {
+		code        int
+		out, stderr string
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, out, errs := atRun(args...)
+		done <- result{code, out, errs}
+	}()
+	select {
+	case r := <-done:
+		return r.code, r.out, r.stderr
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%q: still running after 10 s", args)
+	}
+	return 0, "", ""
+}
+
+// nonRegular makes a FIFO in a new directory and returns it, /dev/zero
+// and the directory: inputs that are not regular files.
+func nonRegular(t *testing.T) []string {
+	t.Helper()
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // let a reader that got through go
+		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+	})
+	return []string{fifo, "/dev/zero", dir}
+}
+
+// A -data that is not a regular file is refused at once with one line (a
+// FIFO used to hang, /dev/zero to run out of memory); so is a run whose
+// model and batches cannot fit (-batch 100000000 -context 100000 used to
+// die in an out-of-memory dump), before anything is read.
+func TestTrainRefusesBeforeReading(t *testing.T) {
+	data := writeText(t)
+	for _, p := range nonRegular(t) {
+		code, out, errs := runGuarded(t, append([]string{"train", "-data", p, "-steps", "1"}, tinyModel...)...)
+		if code != 1 || out != "" {
+			t.Errorf("-data %s: exit %d, stdout %q", p, code, out)
+		}
+		oneLine(t, "-data "+p, errs, "-data: "+p+": not a regular file")
+	}
+	// Text long enough that validation windows of 100000 bytes exist: the
+	// huge runs get past the data and used to die allocating.
+	long := filepath.Join(t.TempDir(), "long.txt")
+	if err := os.WriteFile(long, []byte(strings.Repeat(trainText, 250)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+		want []string
+	}{
+		{[]string{"-data", long, "-batch", "100000000", "-context", "100000"}, 1, []string{"-batch 100000000 -context 100000", "needs", "of memory", "activations"}},
+		{[]string{"-data", long, "-batch", "100000000", "-context", "100000", "-compare", "2", "-steps", "2"}, 1, []string{"needs", "plain"}},
+		{append([]string{"-max-memory", "1M"}, tinyModel...), 1, []string{"needs", "-max-memory 1.0 MiB"}},
+		{[]string{"-max-memory", "lots"}, 2, []string{"-max-memory"}},
+	} {
+		start := time.Now()
+		code, out, errs := runGuarded(t, append([]string{"train", "-data", data}, c.args...)...)
+		if code != c.code || out != "" {
+			t.Errorf("%q: exit %d, stdout %q", c.args, code, out)
+		}
+		oneLine(t, fmt.Sprint(c.args), errs, c.want...)
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("%q: took %v to refuse", c.args, d)
+		}
+	}
+	// A limit that fits lets the run go ahead.
+	if code, _, errs := atRun(append([]string{"train", "-data", data, "-steps", "2", "-max-memory", "2G"}, tinyModel...)...); code != 0 {
+		t.Errorf("-max-memory 2G: exit %d, %q", code, errs)
 	}
 }

@@ -11,10 +11,10 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"syscall"
 
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/memlimit"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/regfile"
 	"github.com/flashattn/flashattn/half"
-	"github.com/flashattn/flashattn/internal/memlimit"
 )
 
 // Reader reads .npy files, refusing any whose elements would need more
@@ -134,59 +134,11 @@ func Stat(path string) (Info, error) {
 	return Info{Shape: h.shape, Descr: h.descr}, nil
 }
 
-// open opens path for reading after checking that it is a regular file:
-// stat first, so that a FIFO is never opened (opening one blocks until a
-// writer appears), then open without blocking and check the opened file
-// again in case the path was replaced in between.
-func open(path string) (*os.File, fs.FileInfo, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, nil, named(path, err)
-	}
-	if err := regular(path, st); err != nil {
-		return nil, nil, err
-	}
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, nil, named(path, err)
-	}
-	st, err = f.Stat()
-	if err == nil {
-		err = regular(path, st)
-	}
-	if err != nil {
-		f.Close()
-		return nil, nil, err
-	}
-	return f, st, nil
-}
-
-// regular returns an error naming path unless st is a regular file.
-func regular(path string, st fs.FileInfo) error {
-	if st.Mode().IsRegular() {
-		return nil
-	}
-	return fmt.Errorf("%s: not a regular file (%s)", path, kind(st.Mode()))
-}
+// open opens path for reading if it is a regular file (see regfile.Open).
+func open(path string) (*os.File, fs.FileInfo, error) { return regfile.Open(path) }
 
 // kind names the type of a non-regular file.
-func kind(m fs.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a directory"
-	case m&fs.ModeNamedPipe != 0:
-		return "a named pipe"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	case m&fs.ModeCharDevice != 0:
-		return "a character device"
-	case m&fs.ModeDevice != 0:
-		return "a device"
-	case m&fs.ModeSymlink != 0:
-		return "a symbolic link"
-	}
-	return "an irregular file"
-}
+func kind(m fs.FileMode) string { return regfile.Kind(m) }
 
 // fileError prefixes a decoding error with the path.
 func fileError(path string, err error) error {

@@ -1,6 +1,6 @@
 package gpt
 
-import "github.com/flashattn/flashattn/internal/gemm"
+import "github.com/flashattn/flashattn/cmd/flashattn/internal/gemm"
 
 // embed sets row i of x to wte[tokens[i]] + wpe[pos0 + i%seq] for n rows
 // of width d.

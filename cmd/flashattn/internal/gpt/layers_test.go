@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/flashattn/flashattn/internal/gemm"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/gemm"
 	"github.com/flashattn/flashattn/internal/kernel"
 )
 

@@ -3,7 +3,7 @@ package gpt
 import (
 	"math"
 
-	"github.com/flashattn/flashattn/internal/gemm"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/gemm"
 )
 
 // lnEps is LayerNorm's ε (GPT-2's).

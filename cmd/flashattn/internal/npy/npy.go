@@ -15,8 +15,11 @@
 //
 // Writing produces version 1.0 files whose data starts at a multiple of 64
 // bytes, with the header numpy itself writes. WriteFiles and WriteAll write
-// several files all or nothing: on any failure, or when their context is
-// canceled, every destination is left byte-identical to what it was.
+// several files of one directory all or nothing, with a journal whose
+// rename is the single commit point: on any failure, or when their context
+// is canceled, every destination is left byte-identical to what it was, and
+// Recover (which every write runs first) completes or undoes a write whose
+// process was killed.
 package npy
 
 import (

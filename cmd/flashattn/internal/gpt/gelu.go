@@ -1,7 +1,7 @@
 package gpt
 
 import (
-	"github.com/flashattn/flashattn/internal/gemm"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/gemm"
 	"github.com/flashattn/flashattn/internal/kernel"
 )
 

@@ -1,6 +1,6 @@
 package gpt
 
-import "github.com/flashattn/flashattn/internal/gemm"
+import "github.com/flashattn/flashattn/cmd/flashattn/internal/gemm"
 
 // linear sets y = x·w + b (n rows, din → dout; w is [din, dout]); with res
 // not nil it adds the residual: y = res + x·w + b (y may alias res).

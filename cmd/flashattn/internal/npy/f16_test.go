@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/memlimit"
 	"github.com/flashattn/flashattn/half"
-	"github.com/flashattn/flashattn/internal/memlimit"
 )
 
 func f16bytes(v ...uint16) []byte {

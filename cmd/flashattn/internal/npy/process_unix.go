@@ -8,9 +8,9 @@ import (
 	"syscall"
 )
 
-// processExists reports whether a process with this id exists (signal 0
+// processAlive reports whether a process with this id exists (signal 0
 // checks without sending anything; EPERM means it exists but is not ours).
-func processExists(pid int) bool {
+func processAlive(pid int) bool {
 	if pid == os.Getpid() {
 		return true
 	}

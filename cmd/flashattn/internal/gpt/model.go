@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/flashattn/flashattn/internal/gemm"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/gemm"
 	"github.com/flashattn/flashattn/internal/kernel"
 )
 

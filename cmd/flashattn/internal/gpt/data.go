@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/regfile"
 )
 
 // Dataset is byte-level text (vocabulary 256) split into a training and a
@@ -32,23 +34,10 @@ const valEvery = 10
 // 10, so the split is the same on every machine and does not depend on
 // which other files exist.
 func GoSources(root string) (*Dataset, error) {
-	var paths []string
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && d.Name() == "testdata" {
-			return filepath.SkipDir
-		}
-		if !d.IsDir() && strings.HasSuffix(path, ".go") && !strings.HasSuffix(path, "_test.go") {
-			paths = append(paths, path)
-		}
-		return nil
-	})
+	paths, _, err := goSources(root)
 	if err != nil {
-		return nil, fmt.Errorf("reading Go sources: %w", err)
+		return nil, err
 	}
-	slices.Sort(paths)
 	ds := &Dataset{}
 	var nTrain, nVal int
 	for _, p := range paths {
@@ -75,10 +64,43 @@ func GoSources(root string) (*Dataset, error) {
 	return ds, nil
 }
 
-// TextFile reads any file as bytes. It is cut into 100 equal parts and
-// every tenth part goes to validation, so both halves see the whole text.
+// goSources lists the files GoSources reads under root, sorted, and the
+// sum of their sizes.
+func goSources(root string) (paths []string, size int64, err error) {
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && d.Name() == "testdata" {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(path, ".go") && !strings.HasSuffix(path, "_test.go") {
+			paths = append(paths, path)
+			if info, err := d.Info(); err == nil {
+				size += info.Size()
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("reading Go sources: %w", err)
+	}
+	slices.Sort(paths)
+	return paths, size, nil
+}
+
+// GoSourcesBytes is the total size of the files GoSources reads under
+// root.
+func GoSourcesBytes(root string) (int64, error) {
+	_, size, err := goSources(root)
+	return size, err
+}
+
+// TextFile reads any regular file as bytes (a FIFO, a device or a
+// directory is refused at once). It is cut into 100 equal parts and every
+// tenth part goes to validation, so both halves see the whole text.
 func TextFile(path string) (*Dataset, error) {
-	b, err := os.ReadFile(path)
+	b, err := regfile.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}

@@ -7,10 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"math"
-	"os"
 
-	"github.com/flashattn/flashattn/internal/atomicfile"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/atomicfile"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/regfile"
 )
 
 // A checkpoint file is
@@ -109,6 +110,42 @@ func DecodeCheckpoint(b []byte) (Config, *Params, int, error) {
 	return h.Config, paramsOver(h.Config, data), h.Step, nil
 }
 
+// CheckpointConfig reads only the header of the checkpoint at path (a
+// regular file) and returns its configuration and the file's size, so that
+// a caller can see what loading it would take before reading the rest.
+func CheckpointConfig(path string) (Config, int64, error) {
+	f, st, err := regfile.Open(path)
+	if err != nil {
+		return Config{}, 0, err
+	}
+	defer f.Close()
+	bad := func(format string, args ...any) (Config, int64, error) {
+		return Config{}, 0, fmt.Errorf("%s: %w: %s", path, errCheckpoint, fmt.Sprintf(format, args...))
+	}
+	head := make([]byte, len(checkpointMagic)+4)
+	if _, err := io.ReadFull(f, head); err != nil || string(head[:len(checkpointMagic)]) != checkpointMagic {
+		return bad("no %q header", checkpointMagic)
+	}
+	n := int64(binary.LittleEndian.Uint32(head[len(checkpointMagic):]))
+	if n > maxHeader || n > st.Size()-int64(len(head))-12 {
+		return bad("header length %d", n)
+	}
+	hb := make([]byte, n)
+	if _, err := io.ReadFull(f, hb); err != nil {
+		return bad("header: %v", err)
+	}
+	var h checkpointHeader
+	dec := json.NewDecoder(bytes.NewReader(hb))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&h); err != nil {
+		return bad("header: %v", err)
+	}
+	if err := h.Config.Validate(); err != nil {
+		return bad("configuration: %v", err)
+	}
+	return h.Config, st.Size(), nil
+}
+
 // SaveCheckpoint writes a checkpoint of m after step training steps to
 // path atomically: a temporary file in the same directory, synced, then
 // renamed over path. On error path is left as it was.
@@ -120,11 +157,12 @@ func SaveCheckpoint(path string, m *Model, step int) error {
 	return atomicfile.Write(path, bytes.NewReader(b))
 }
 
-// LoadCheckpoint reads a checkpoint into a new Model that computes
-// attention with attn on the given number of workers, and returns the step
-// count it was saved at.
+// LoadCheckpoint reads a checkpoint (a regular file: a FIFO, a device or
+// a directory is refused at once) into a new Model that computes attention
+// with attn on the given number of workers, and returns the step count it
+// was saved at.
 func LoadCheckpoint(path string, attn Attention, workers int) (*Model, int, error) {
-	b, err := os.ReadFile(path)
+	b, err := regfile.ReadFile(path)
 	if err != nil {
 		return nil, 0, err
 	}

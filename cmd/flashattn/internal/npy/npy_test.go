@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flashattn/flashattn/internal/memlimit"
+	"github.com/flashattn/flashattn/cmd/flashattn/internal/memlimit"
 	"github.com/sbinet/npyio/npy"
 )
 

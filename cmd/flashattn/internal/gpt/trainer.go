@@ -1,8 +1,8 @@
 package gpt
 
 import (
-	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -32,12 +32,12 @@ func (tc TrainConfig) Validate() error {
 		return fmt.Errorf("steps %d: want at least 1", tc.Steps)
 	case tc.Batch < 1:
 		return fmt.Errorf("batch %d: want at least 1", tc.Batch)
-	case !(tc.LR > 0) || !(tc.MinLR >= 0) || tc.MinLR > tc.LR:
-		return fmt.Errorf("learning rates %g → %g: want 0 ≤ min ≤ peak, peak > 0", tc.LR, tc.MinLR)
+	case !(tc.LR > 0) || !(tc.MinLR >= 0) || tc.MinLR > tc.LR || math.IsInf(tc.LR, 0):
+		return fmt.Errorf("learning rates %g → %g: want finite, 0 ≤ min ≤ peak, peak > 0", tc.LR, tc.MinLR)
 	case tc.Warmup < 0:
 		return fmt.Errorf("warm-up %d: want at least 0", tc.Warmup)
-	case !(tc.WeightDecay >= 0) || !(tc.Clip >= 0):
-		return errors.New("weight decay and clipping must be at least 0")
+	case !(tc.WeightDecay >= 0) || !(tc.Clip >= 0) || math.IsInf(tc.WeightDecay, 0) || math.IsInf(tc.Clip, 0):
+		return fmt.Errorf("weight decay %g and clipping %g: want finite values ≥ 0", tc.WeightDecay, tc.Clip)
 	case tc.EvalBatches < 1:
 		return fmt.Errorf("eval batches %d: want at least 1", tc.EvalBatches)
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -65,7 +66,8 @@ func TestWriteAllFailurePoints(t *testing.T) {
 	}
 }
 
-// A failed restore keeps the backup and names it; the rest is restored.
+// A failed restore keeps the backup and names it; the rest is restored,
+// and the journal left behind lets the next write complete the restore.
 func TestWriteAllRestoreFails(t *testing.T) {
 	dir := t.TempDir()
 	if err := WriteFiles(outputs(dir, 1)); err != nil {
@@ -79,20 +81,252 @@ func TestWriteAllRestoreFails(t *testing.T) {
 		}
 		return nil
 	}})
-	if err == nil || !strings.HasPrefix(err.Error(), lse+": injected failure; restoring "+dq+" failed (injected failure): its earlier content is in ") {
+	prefix := lse + ": injected failure; restoring " + dq + " failed (injected failure): its earlier content is in "
+	suffix := "; the next write into " + dir + " completes the restore"
+	if err == nil || !strings.HasPrefix(err.Error(), prefix) || !strings.HasSuffix(err.Error(), suffix) {
 		t.Fatalf("err = %v", err)
 	}
-	bak := err.Error()[strings.LastIndex(err.Error(), " ")+1:]
+	bak := strings.TrimSuffix(strings.TrimPrefix(err.Error(), prefix), suffix)
 	got := snapshot(t, dir)
 	if got[filepath.Base(bak)] != before["dq.npy"] {
 		t.Errorf("backup %s does not hold the old dq.npy", bak)
 	}
-	delete(got, filepath.Base(bak))
 	if got["dq.npy"] == before["dq.npy"] {
 		t.Errorf("dq.npy was restored although the hook failed")
 	}
-	got["dq.npy"] = before["dq.npy"]
-	sameSnapshot(t, got, before)
+	var journals []string
+	for n := range got {
+		if _, kind, _, ok := parseTempName(n); ok && kind == "abt" {
+			journals = append(journals, n)
+		}
+	}
+	if len(journals) != 1 || len(got) != len(before)+2 {
+		t.Fatalf("left %d undoing journals; directory %v", len(journals), keys(got))
+	}
+	// The next write (this process plays a killed one) restores dq.npy
+	// and removes the backup and the journal before its own work.
+	asDead(t)
+	if err := Recover(dir); err != nil {
+		t.Fatal(err)
+	}
+	sameSnapshot(t, snapshot(t, dir), before)
+}
+
+// asDead makes this process's leftovers look like those of a killed one
+// (processExists says no for its id) until the test ends.
+func asDead(t *testing.T) {
+	self := os.Getpid()
+	processExists = func(pid int) bool { return pid != self && processAlive(pid) }
+	t.Cleanup(func() { processExists = processAlive })
+}
+
+func keys(m map[string]string) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	return ks
+}
+
+// copyDir copies the regular files of dir into a new directory: what a
+// process killed at that moment leaves on disk.
+func copyDir(t *testing.T, dir string) string {
+	t.Helper()
+	dst := t.TempDir()
+	for name, content := range snapshot(t, dir) {
+		if err := os.WriteFile(filepath.Join(dst, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dst
+}
+
+// A process killed at any step of WriteAll (the directory as it is at
+// each hook, before the step, including every restore of an undo) leaves
+// a state that Recover turns into the old files (before the commit point,
+// or while undoing) or the new ones (after it), with nothing else left,
+// with and without hard links; a second Recover changes nothing.
+func TestWriteAllKilledAnywhere(t *testing.T) {
+	names := []string{"dk.npy", "dq.npy", "dv.npy", "lse.npy", "out.npy"}
+	newDir := t.TempDir()
+	if err := WriteFiles(outputs(newDir, 2)); err != nil {
+		t.Fatal(err)
+	}
+	newState := snapshot(t, newDir)
+	for _, links := range []bool{true, false} {
+		// fail: "" lets the write succeed; a name makes its rename fail,
+		// so that the write is undone.
+		for _, fail := range append([]string{""}, names...) {
+			dir := t.TempDir()
+			old := outputs(dir, 1)
+			delete(old, filepath.Join(dir, "lse.npy")) // a new destination too
+			if err := WriteFiles(old); err != nil {
+				t.Fatal(err)
+			}
+			oldState := snapshot(t, dir)
+			type point struct {
+				what  string
+				state string // "old" or "new": what Recover must give
+				snap  string
+			}
+			var points []point
+			opt := WriteOptions{Hook: func(_ context.Context, s Stage, p string) error {
+				want := "old"
+				if s == StageRename {
+					want = "new"
+				}
+				points = append(points, point{fmt.Sprintf("%v %s", s, filepath.Base(p)), want, copyDir(t, dir)})
+				if s == StageRename && fail != "" && filepath.Base(p) == fail {
+					return errInjected
+				}
+				return nil
+			}}
+			if !links {
+				opt.link = func(string, string) error { return &os.LinkError{Op: "link", Err: syscall.EPERM} }
+			}
+			err := WriteAll(context.Background(), outputs(dir, 2), opt)
+			if (err != nil) != (fail != "") {
+				t.Fatalf("links=%v fail=%q: err = %v", links, fail, err)
+			}
+			asDead(t)
+			for _, pt := range points {
+				if err := Recover(pt.snap); err != nil {
+					t.Fatalf("links=%v fail=%q, killed before %s: %v", links, fail, pt.what, err)
+				}
+				got := snapshot(t, pt.snap)
+				want := oldState
+				if pt.state == "new" {
+					want = newState
+				}
+				if !reflect.DeepEqual(got, want) {
+					t.Errorf("links=%v fail=%q, killed before %s: Recover gave %v, want the %s files", links, fail, pt.what, keys(got), pt.state)
+				}
+				if err := Recover(pt.snap); err != nil || !reflect.DeepEqual(snapshot(t, pt.snap), got) {
+					t.Errorf("links=%v fail=%q, killed before %s: a second Recover changed the directory (%v)", links, fail, pt.what, err)
+				}
+			}
+			processExists = processAlive
+		}
+	}
+}
+
+// A recovery that is itself killed is completed by the next one: replay
+// each journal with one of its steps already done.
+func TestRecoverRepeatable(t *testing.T) {
+	for _, kind := range []string{"cmt", "abt"} {
+		dir := t.TempDir()
+		if err := WriteFiles(outputs(dir, 1)); err != nil {
+			t.Fatal(err)
+		}
+		oldState := snapshot(t, dir)
+		var snap string
+		err := WriteAll(context.Background(), outputs(dir, 2), WriteOptions{Hook: func(_ context.Context, s Stage, p string) error {
+			if kind == "cmt" && s == StageRename && filepath.Base(p) == "dv.npy" ||
+				kind == "abt" && s == StageRestore && filepath.Base(p) == "dq.npy" {
+				snap = copyDir(t, dir)
+			}
+			if s == StageRename && filepath.Base(p) == "out.npy" && kind == "abt" {
+				return errInjected
+			}
+			return nil
+		}})
+		if (err != nil) != (kind == "abt") || snap == "" {
+			t.Fatalf("%s: err = %v, snapshot %q", kind, err, snap)
+		}
+		want := snapshot(t, dir) // the outcome of the write in this process
+		if kind == "abt" && !reflect.DeepEqual(want, oldState) {
+			t.Fatalf("the undone write changed the directory")
+		}
+		asDead(t)
+		// Replay only the first entry's step by hand, then Recover.
+		var jpath string
+		for n := range snapshot(t, snap) {
+			if _, k, _, ok := parseTempName(n); ok && k == kind {
+				jpath = filepath.Join(snap, n)
+			}
+		}
+		b, err := os.ReadFile(jpath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, err := decodeJournal(b, os.Getpid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := j.Entries[len(j.Entries)-1]
+		if kind == "cmt" {
+			os.Rename(filepath.Join(snap, e.Tmp), filepath.Join(snap, e.Dest))
+		} else {
+			os.Rename(filepath.Join(snap, e.Bak), filepath.Join(snap, e.Dest))
+		}
+		if err := Recover(snap); err != nil {
+			t.Fatal(err)
+		}
+		if got := snapshot(t, snap); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: after a partial replay, Recover gave %v", kind, keys(got))
+		}
+		processExists = processAlive
+	}
+}
+
+// A journal that cannot be read is an error naming it; its process's
+// files stay, and WriteAll refuses to write into the directory.
+func TestRecoverBadJournal(t *testing.T) {
+	dir := t.TempDir()
+	if err := WriteFiles(outputs(dir, 1)); err != nil {
+		t.Fatal(err)
+	}
+	dead := deadPID(t)
+	bad := filepath.Join(dir, fmt.Sprintf(".flashattn-commit.cmt-%d-x1", dead))
+	tmp := filepath.Join(dir, fmt.Sprintf(".out.npy.tmp-%d-x2", dead))
+	for _, c := range []string{"{not json", `{"version":1,"entries":[{"dest":"../x","tmp":".x.tmp-1-a"}]}`,
+		fmt.Sprintf(`{"version":1,"entries":[{"dest":"out.npy","tmp":".other.tmp-%d-a"}]}`, dead)} {
+		if err := os.WriteFile(bad, []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(tmp, []byte("junk"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		before := snapshot(t, dir)
+		err := WriteFiles(outputs(dir, 2))
+		if err == nil || !strings.Contains(err.Error(), bad+": cannot complete the write") {
+			t.Errorf("%s: err = %v", c, err)
+		}
+		sameSnapshot(t, snapshot(t, dir), before)
+	}
+}
+
+// Critical brackets the commit point and the renames: entered once when
+// the write gets there, left when it returns; never for a write stopped
+// before it.
+func TestWriteAllCritical(t *testing.T) {
+	for _, c := range []struct {
+		stage Stage
+		name  string
+		calls string
+	}{{StageWrite, "dq.npy", ""}, {StageCommit, "", ""}, {StageRename, "dv.npy", "in out "}, {-1, "", "in out "}} {
+		dir := t.TempDir()
+		var calls string
+		inside := false
+		err := WriteAll(context.Background(), outputs(dir, 2), WriteOptions{
+			Critical: func(enter bool) {
+				inside = enter
+				calls += map[bool]string{true: "in ", false: "out "}[enter]
+			},
+			Hook: func(_ context.Context, s Stage, p string) error {
+				if (s == StageRename || s == StageRestore) != inside {
+					t.Errorf("%v %s: inside the critical section = %v", s, p, inside)
+				}
+				if s == c.stage && (c.name == "" || filepath.Base(p) == c.name) {
+					return errInjected
+				}
+				return nil
+			},
+		})
+		if (err != nil) != (c.stage >= 0) || calls != c.calls {
+			t.Errorf("%v %s: err %v, Critical calls %q, want %q", c.stage, c.name, err, calls, c.calls)
+		}
+	}
 }
 
 // Canceling the context (as a signal does) at any point before the last
