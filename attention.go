@@ -13,7 +13,7 @@ func Forward(q, k, v Tensor, opts *Options) (out Tensor, lse []float32, err erro
 		return Tensor{}, nil, err
 	}
 	defer c.release()
-	out = NewTensorOf(q.DType(), q.Batch, q.Seq, q.Heads, q.Dim)
+	out = NewTensorOf(q.DType(), q.Batch, q.Seq, q.Heads, v.Dim)
 	lse = make([]float32, c.plan.lseLen)
 	ov, _ := out.check("out", true, -1, -1, -1, -1) // its own dense shape: cannot fail
 	if err := c.forward(ov, lse); err != nil {
@@ -35,7 +35,7 @@ func ForwardInto(out Tensor, lse []float32, q, k, v Tensor, opts *Options) (err 
 		return err
 	}
 	defer c.release()
-	ov, err := out.check("out", true, q.Batch, q.Seq, q.Heads, q.Dim)
+	ov, err := out.check("out", true, q.Batch, q.Seq, q.Heads, v.Dim)
 	if err != nil {
 		return err
 	}
@@ -83,7 +83,7 @@ func BackwardInto(dq, dk, dv Tensor, q, k, v, out, dout Tensor, lse []float32, o
 	}
 	defer c.release()
 	g := &c.bwd.grads
-	B, Sq, H, D, Sk, Hk := q.Batch, q.Seq, q.Heads, q.Dim, k.Seq, k.Heads
+	B, Sq, H, D, DV, Sk, Hk := q.Batch, q.Seq, q.Heads, q.Dim, v.Dim, k.Seq, k.Heads
 	for _, t := range []struct {
 		dst        *view
 		t          Tensor
@@ -91,11 +91,11 @@ func BackwardInto(dq, dk, dv Tensor, q, k, v, out, dout Tensor, lse []float32, o
 		output     bool
 		b, s, h, d int
 	}{
-		{&g.o, out, "out", false, B, Sq, H, D},
-		{&g.do, dout, "dout", false, B, Sq, H, D},
+		{&g.o, out, "out", false, B, Sq, H, DV},
+		{&g.do, dout, "dout", false, B, Sq, H, DV},
 		{&g.dq, dq, "dq", true, B, Sq, H, D},
 		{&g.dk, dk, "dk", true, B, Sk, Hk, D},
-		{&g.dv, dv, "dv", true, B, Sk, Hk, D},
+		{&g.dv, dv, "dv", true, B, Sk, Hk, DV},
 	} {
 		if *t.dst, err = t.t.check(t.name, t.output, t.b, t.s, t.h, t.d); err != nil {
 			return err

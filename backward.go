@@ -65,9 +65,9 @@ func (c *call) backward() error {
 	b.p = p
 	b.dkAcc, b.dvAcc = b.grads.dk, b.grads.dv
 	if b.dkAcc.dt != Float32 || b.dvAcc.dt != Float32 {
-		n := p.kvBatch * p.kvRows * p.kvHeads * p.dim
-		buf := grow(&b.mem.dkvAcc, 2*n)
-		b.dkAcc, b.dvAcc = denseView(buf[:n], b.grads.dk.shape), denseView(buf[n:], b.grads.dv.shape)
+		n := p.kvBatch * p.kvRows * p.kvHeads
+		buf := grow(&b.mem.dkvAcc, n*(p.dim+p.dimV))
+		b.dkAcc, b.dvAcc = denseView(buf[:n*p.dim], b.grads.dk.shape), denseView(buf[n*p.dim:], b.grads.dv.shape)
 	}
 	// Keys that no query sees (and keys past SeqUsedK) get zero gradients.
 	b.clearKV()
@@ -101,7 +101,7 @@ func (b *backwardPass) clearKV() {
 		for tb := 0; tb < p.kvBatch; tb++ {
 			for j := 0; j < p.kvRows; j++ {
 				for h := 0; h < p.kvHeads; h++ {
-					clear(dst.row(tb, j, h)[:p.dim])
+					clear(dst.row(tb, j, h)[:dst.shape[3]])
 				}
 			}
 		}
@@ -119,7 +119,7 @@ func (b *backwardPass) storeKV() {
 		for tb := 0; tb < p.kvBatch; tb++ {
 			for j := 0; j < p.kvRows; j++ {
 				for h := 0; h < p.kvHeads; h++ {
-					dst.storeRow(acc.row(tb, j, h)[:p.dim], tb, j, h, &p.kern)
+					dst.storeRow(acc.row(tb, j, h)[:acc.shape[3]], tb, j, h, &p.kern)
 				}
 			}
 		}
@@ -227,11 +227,11 @@ func (b *backwardPass) keyBlock(ws *workspace, kb keyBlockAt, hr *headRows) {
 		return
 	}
 	qlo -= qlo % p.alignQ
-	d, dpad := p.dim, p.dimPad
+	d, dv, dpad, dvpad := p.dim, p.dimV, p.dimPad, p.dimVPad
 	blk := b.kv.backwardTile(kb.seq, kb.hk, kb.j0, kb.n)
-	dk, dv := ws.bwd.dk[:kb.n*dpad], ws.bwd.dv[:kb.n*dpad]
-	clear(dk)
-	clear(dv)
+	dK, dV := ws.bwd.dk[:kb.n*dpad], ws.bwd.dv[:kb.n*dvpad]
+	clear(dK)
+	clear(dV)
 	for i0 := qlo; i0 < qhi; i0 += p.blockQ {
 		i1 := min(i0+p.blockQ, qhi)
 		kind := s.vis.tile(rowBlock{h0: kb.h, nh: 1, i0: i0, i1: i1}, kb.j0, kb.j0+kb.n)
@@ -245,14 +245,16 @@ func (b *backwardPass) keyBlock(ws *workspace, kb keyBlockAt, hr *headRows) {
 		if hr.dq != nil {
 			dq = hr.dq[i0*dpad:]
 		}
-		b.tileGrads(ws, &blk, &qt, at, dv, dk, dq)
+		b.tileGrads(ws, &blk, &qt, at, dV, dK, dq)
 	}
 	for jj := 0; jj < kb.n; jj++ {
 		dkr := b.dkAcc.row(s.kvb, s.k0+kb.j0+jj, kb.hk)[:d]
-		dvr := b.dvAcc.row(s.kvb, s.k0+kb.j0+jj, kb.hk)[:d]
+		dvr := b.dvAcc.row(s.kvb, s.k0+kb.j0+jj, kb.hk)[:dv]
 		for c := range dkr {
-			dkr[c] += p.scale * dk[jj*dpad+c]
-			dvr[c] += dv[jj*dpad+c]
+			dkr[c] += p.scale * dK[jj*dpad+c]
+		}
+		for c := range dvr {
+			dvr[c] += dV[jj*dvpad+c]
 		}
 	}
 }

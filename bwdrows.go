@@ -15,23 +15,26 @@ type rowsPass struct {
 
 // rowsMem is what the rows pass keeps from call to call.
 type rowsMem struct {
-	tasks      []rowBlock
-	q, do      []float32
-	qh, doh    []uint16
-	qv, dov    []uint16
-	vOff, vLdb []int
+	tasks        []rowBlock
+	q, do        []float32
+	qh, doh      []uint16
+	qv, dov      []uint16
+	qvOff, dvOff []int
+	vLdb         []int
 }
 
 // queryPack is the backward's packed Q and dO. Row (sequence s, head h, i)
 // is row s.lse0 + h·s.lseH + i (its LSE index) of q and do (float32, rows of
-// dimPad) or of qh and doh (native, rows of even(dim)); native B operands
-// qv, dov hold one VNNI matrix per (sequence, head) at vOff[seq·heads+h],
-// k = the rows, strip stride vLdb[seq·heads+h].
+// dimPad and dimVPad) or of qh and doh (native, rows of even(dim) and
+// even(dimV)); native B operands qv, dov hold one VNNI matrix per
+// (sequence, head), at qvOff[seq·heads+h] and dvOff[seq·heads+h], k = the
+// rows, strip stride vLdb[seq·heads+h].
 type queryPack struct {
-	q, do      []float32
-	qh, doh    []uint16
-	qv, dov    []uint16
-	vOff, vLdb []int
+	q, do        []float32
+	qh, doh      []uint16
+	qv, dov      []uint16
+	qvOff, dvOff []int
+	vLdb         []int
 }
 
 // run sizes the packed Q and dO and runs the pass.
@@ -40,21 +43,22 @@ func (r *rowsPass) run(b *backwardPass) error {
 	p, m, qp := b.p, &r.mem, &r.pack
 	r.tasks = p.headTasks(&m.tasks)
 	if !p.native {
-		qp.q, qp.do = grow(&m.q, p.lseLen*p.dimPad), grow(&m.do, p.lseLen*p.dimPad)
+		qp.q, qp.do = grow(&m.q, p.lseLen*p.dimPad), grow(&m.do, p.lseLen*p.dimVPad)
 	} else {
-		de := even(p.dim)
-		qp.qh, qp.doh = grow(&m.qh, p.lseLen*de), grow(&m.doh, p.lseLen*de)
+		qp.qh, qp.doh = grow(&m.qh, p.lseLen*even(p.dim)), grow(&m.doh, p.lseLen*even(p.dimV))
 		n := len(p.seqs) * p.heads
-		qp.vOff, qp.vLdb = grow(&m.vOff, n), grow(&m.vLdb, n)
-		total := 0
+		qp.qvOff, qp.dvOff, qp.vLdb = grow(&m.qvOff, n), grow(&m.dvOff, n), grow(&m.vLdb, n)
+		tq, tv := 0, 0
 		for si := range p.seqs {
 			for h := 0; h < p.heads; h++ {
 				u := si*p.heads + h
-				qp.vOff[u], qp.vLdb[u] = total, kernel.W*even(p.seqs[si].nq)
-				total += p.dimPad / kernel.W * qp.vLdb[u]
+				qp.vLdb[u] = kernel.W * even(p.seqs[si].nq)
+				qp.qvOff[u], qp.dvOff[u] = tq, tv
+				tq += p.dimPad / kernel.W * qp.vLdb[u]
+				tv += p.dimVPad / kernel.W * qp.vLdb[u]
 			}
 		}
-		qp.qv, qp.dov = grow(&m.qv, total), grow(&m.dov, total)
+		qp.qv, qp.dov = grow(&m.qv, tq), grow(&m.dov, tv)
 	}
 	return parallel(p.workers, len(r.tasks), r)
 }
@@ -63,8 +67,8 @@ func (r *rowsPass) runTask(ws *workspace, t int) {
 	b, rb := r.b, r.tasks[t]
 	p, g, qp := b.p, &b.grads, &r.pack
 	s := &p.seqs[rb.seq]
-	h, d, dpad, base := rb.h0, p.dim, p.dimPad, s.lse0+rb.h0*s.lseH
-	o, do := grow(&ws.conv.out, d), grow(&ws.conv.in2, d)
+	h, base := rb.h0, s.lse0+rb.h0*s.lseH
+	o, do := grow(&ws.conv.out, p.dimV), grow(&ws.conv.in2, p.dimV)
 	for i := 0; i < s.nq; i++ {
 		g.o.rowTo(o, s.tb, s.q0+i, h, Float32, &p.kern)
 		g.do.rowTo(do, s.tb, s.q0+i, h, p.ct, &p.kern)
@@ -72,20 +76,23 @@ func (r *rowsPass) runTask(ws *workspace, t int) {
 	}
 	if !p.native {
 		for _, x := range []struct {
-			v   view
-			dst []float32
-		}{{p.q, qp.q}, {g.do, qp.do}} {
+			v      view
+			dst    []float32
+			d, pad int
+		}{{p.q, qp.q, p.dim, p.dimPad}, {g.do, qp.do, p.dimV, p.dimVPad}} {
 			rows, ld := x.v.matrix(&ws.conv.in1, s.tb, s.q0, h, s.nq, p.ct, &p.kern)
-			kernel.PackRows(x.dst[base*dpad:], rows, ld, s.nq, d)
+			kernel.PackRows(x.dst[base*x.pad:], rows, ld, s.nq, x.d)
 		}
 		return
 	}
-	de, u := even(d), rb.seq*p.heads+h
+	u := rb.seq*p.heads + h
 	for _, x := range []struct {
 		v     view
 		a, bv []uint16
-	}{{p.q, qp.qh, qp.qv}, {g.do, qp.doh, qp.dov}} {
-		p.packVNNI(vnniRows{x.v, s.tb, s.q0, h, s.nq, false}, &ws.conv.in1, vnniDst{x.bv[qp.vOff[u]:], qp.vLdb[u], 0, d})
+		d     int
+	}{{p.q, qp.qh, qp.qv[qp.qvOff[u]:], p.dim}, {g.do, qp.doh, qp.dov[qp.dvOff[u]:], p.dimV}} {
+		d, de := x.d, even(x.d)
+		p.packVNNI(vnniRows{x.v, s.tb, s.q0, h, s.nq, false}, &ws.conv.in1, vnniDst{x.bv, qp.vLdb[u], 0, d})
 		a := x.a[base*de : (base+s.nq)*de]
 		if x.v.dt == p.ct {
 			src, ld := x.v.rows16(s.tb, s.q0, h)
@@ -106,7 +113,8 @@ func (r *rowsPass) runTask(ws *workspace, t int) {
 	}
 }
 
-// qTile is a query tile's Q and dO: float32 rows padded to dimPad, or the
+// qTile is a query tile's Q and dO: float32 rows padded to dimPad (dO:
+// dimVPad), or the
 // native products' 16-bit A operands (rows of even(dim)) and B operands
 // (VNNI from the tile's first row, strip stride ldb).
 type qTile struct {
@@ -122,12 +130,12 @@ func (b *backwardPass) queryTile(hr *headRows, i0, i1 int) qTile {
 	p, qp := b.p, b.qPack
 	r0, r1 := hr.base+i0, hr.base+i1
 	if !p.native {
-		dpad := p.dimPad
-		return qTile{q: qp.q[r0*dpad : r1*dpad], do: qp.do[r0*dpad : r1*dpad]}
+		dpad, dvpad := p.dimPad, p.dimVPad
+		return qTile{q: qp.q[r0*dpad : r1*dpad], do: qp.do[r0*dvpad : r1*dvpad]}
 	}
-	de, off := even(p.dim), qp.vOff[hr.unit]+kernel.W*i0
-	return qTile{qh: qp.qh[r0*de : r1*de], doh: qp.doh[r0*de : r1*de],
-		qv: qp.qv[off:], dov: qp.dov[off:], ldb: qp.vLdb[hr.unit]}
+	de, deV, off := even(p.dim), even(p.dimV), kernel.W*i0
+	return qTile{qh: qp.qh[r0*de : r1*de], doh: qp.doh[r0*deV : r1*deV],
+		qv: qp.qv[qp.qvOff[hr.unit]+off:], dov: qp.dov[qp.dvOff[hr.unit]+off:], ldb: qp.vLdb[hr.unit]}
 }
 
 // dot64 returns Σ a[i]·b[i] accumulated in float64 (the products of two

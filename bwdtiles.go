@@ -13,25 +13,25 @@ import "github.com/flashattn/flashattn/internal/kernel"
 func (b *backwardPass) tileScores(ws *workspace, blk *bwdTile, qt *qTile, m, n int) {
 	p, bw := b.p, &ws.bwd
 	kern := &p.kern
-	dpad, np := p.dimPad, kernel.Pad(n)
+	np := kernel.Pad(n)
 	if !p.native {
-		kern.MulABt(bw.s, np, qt.q, dpad, blk.kt, m, np, p.dim)
-		kern.MulABt(bw.dP, np, qt.do, dpad, blk.vt, m, np, p.dim)
+		kern.MulABt(bw.s, np, qt.q, p.dimPad, blk.kt, m, np, p.dim)
+		kern.MulABt(bw.dP, np, qt.do, p.dimVPad, blk.vt, m, np, p.dimV)
 		return
 	}
-	de := even(p.dim)
+	de, deV := even(p.dim), even(p.dimV)
 	p.halfMul.Mul(bw.s, np, qt.qh, de, blk.ktH, kernel.W*de, m, np, de)
-	p.halfMul.Mul(bw.dP, np, qt.doh, de, blk.vtH, kernel.W*de, m, np, de)
+	p.halfMul.Mul(bw.dP, np, qt.doh, deV, blk.vtH, kernel.W*deV, m, np, deV)
 }
 
 // tileGrads adds the products of the tile at: dV += P̃ᵀ·dO and
-// dK += dSᵀ·Q into dv, dk (n × dimPad), and dQ += dS·K into dq (the tile's
-// rows, stride dimPad) when dq is not nil.
+// dK += dSᵀ·Q into dv (n × dimVPad) and dk (n × dimPad), and dQ += dS·K
+// into dq (the tile's rows, stride dimPad) when dq is not nil.
 func (b *backwardPass) tileGrads(ws *workspace, blk *bwdTile, qt *qTile, at tileAt, dv, dk, dq []float32) {
 	p, bw := b.p, &ws.bwd
 	kern := &p.kern
 	m, n := at.rows(), at.n
-	dpad, np := p.dimPad, kernel.Pad(n)
+	dpad, dvpad, np := p.dimPad, p.dimVPad, kernel.Pad(n)
 	pmat := bw.s
 	if p.dropOn {
 		pmat = bw.pDrop
@@ -40,7 +40,7 @@ func (b *backwardPass) tileGrads(ws *workspace, blk *bwdTile, qt *qTile, at tile
 		b.dqProduct(ws, blk, m, n, dq)
 	}
 	if !p.native {
-		kern.MulAddAtB(dv, dpad, pmat, np, qt.do, dpad, n, dpad, m)
+		kern.MulAddAtB(dv, dvpad, pmat, np, qt.do, dvpad, n, dvpad, m)
 		kern.MulAddAtB(dk, dpad, bw.dP, np, qt.q, dpad, n, dpad, m)
 		return
 	}
@@ -54,7 +54,7 @@ func (b *backwardPass) tileGrads(ws *workspace, blk *bwdTile, qt *qTile, at tile
 			pt[j*me+m], dst[j*me+m] = 0, 0
 		}
 	}
-	p.halfMul.MulAdd(dv, dpad, pt, me, qt.dov, qt.ldb, n, dpad, me)
+	p.halfMul.MulAdd(dv, dvpad, pt, me, qt.dov, qt.ldb, n, dvpad, me)
 	p.halfMul.MulAdd(dk, dpad, dst, me, qt.qv, qt.ldb, n, dpad, me)
 }
 
@@ -90,18 +90,18 @@ func (kv *packedKV) backwardTile(si, hk, j0, n int) bwdTile {
 	p := kv.p
 	u := si*p.kvHeads + hk
 	if p.native {
-		ldbT := kernel.W * even(p.dim)
+		ldbT, ldbTV := kernel.W*even(p.dim), kernel.W*even(p.dimV)
 		return bwdTile{
 			ktH:  kv.h[kv.kt[u]+j0/kernel.W*ldbT:],
-			vtH:  kv.h[kv.vt[u]+j0/kernel.W*ldbT:],
+			vtH:  kv.h[kv.vt[u]+j0/kernel.W*ldbTV:],
 			kpH:  kv.h[kv.kr[u]+kernel.W*j0:],
 			ldbK: kv.ldb[u],
 		}
 	}
-	d, dpad, np := p.dim, p.dimPad, kernel.Pad(n)
+	d, dv, dpad, np := p.dim, p.dimV, p.dimPad, kernel.Pad(n)
 	return bwdTile{
 		kt: kv.buf[kv.kt[u]+j0*d : kv.kt[u]+(j0+np)*d],
-		vt: kv.buf[kv.vt[u]+j0*d : kv.vt[u]+(j0+np)*d],
+		vt: kv.buf[kv.vt[u]+j0*dv : kv.vt[u]+(j0+np)*dv],
 		kp: kv.buf[kv.kr[u]+j0*dpad : kv.kr[u]+(j0+n)*dpad],
 	}
 }

@@ -16,24 +16,24 @@ type subBlock struct{ hk, r0, m int }
 // decodeStep is the key tile of a staged block over nkv KV heads: K and V of
 // the tile for all of them take about half of L2.
 func (p *plan) decodeStep(nkv int) int {
-	n := p.cacheBytes / 2 / (4 * 2 * nkv * p.dimPad)
+	n := p.cacheBytes / 2 / (4 * nkv * (p.dimPad + p.dimVPad))
 	return min(max(n/16*16, 16), p.blockK)
 }
 
 // stageKV copies keys j0..j0+n-1 of K and V for the KV heads of subs, in
 // address order, into ws.fwd.kStage (rows of dim, per head blocks of step
-// rows) and ws.fwd.vStage (rows padded to dimPad).
+// rows) and ws.fwd.vStage (rows padded to dimVPad).
 func (p *plan) stageKV(ws *workspace, s *sequence, subs []subBlock, j0, n, step int) {
-	d, dpad := p.dim, p.dimPad
+	d, dv, dvpad := p.dim, p.dimV, p.dimVPad
 	kb := grow(&ws.fwd.kStage, len(subs)*step*d)
-	vb := grow(&ws.fwd.vStage, len(subs)*step*dpad)
+	vb := grow(&ws.fwd.vStage, len(subs)*step*dvpad)
 	for j := 0; j < n; j++ {
 		tb, row := p.keyAt(s, j0+j)
 		for si, sb := range subs {
 			p.k.rowTo(kb[(si*step+j)*d:(si*step+j+1)*d], tb, row, sb.hk, p.ct, &p.kern)
-			vr := vb[(si*step+j)*dpad : (si*step+j+1)*dpad]
-			p.v.rowTo(vr[:d], tb, row, sb.hk, p.ct, &p.kern)
-			clear(vr[d:])
+			vr := vb[(si*step+j)*dvpad : (si*step+j+1)*dvpad]
+			p.v.rowTo(vr[:dv], tb, row, sb.hk, p.ct, &p.kern)
+			clear(vr[dv:])
 		}
 	}
 }
@@ -76,7 +76,7 @@ func (p *plan) decodeScores(ws *workspace, s *sequence, sb subBlock, j0, n, np i
 // decodeAccum adds P·V (rows sb.r0.. of the P tile, stride np) to the
 // sub-block's output rows, for keys j0..j0+n-1 read in place.
 func (p *plan) decodeAccum(ws *workspace, s *sequence, sb subBlock, j0, n, np int) {
-	dec, d, dpad, v := &p.dec, p.dim, p.dimPad, p.v
+	dec, d, dpad, v := &p.dec, p.dimV, p.dimVPad, p.v
 	o := ws.fwd.o[sb.r0*dpad:]
 	p.cacheRuns(v, s, sb.hk, j0, n, func(j, m, off int) {
 		pr := ws.fwd.s[sb.r0*np+j-j0:]

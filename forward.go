@@ -7,7 +7,7 @@ import "github.com/flashattn/flashattn/internal/kernel"
 // through the online softmax (softmax.go).
 
 // partials holds the unnormalised results of key-split tasks until they are
-// merged: per slot, maxRows output rows (stride dimPad), their running max
+// merged: per slot, maxRows output rows (stride dimVPad), their running max
 // and sum.
 type partials struct {
 	o, m, l []float32
@@ -46,7 +46,7 @@ func (c *call) forward(out view, lse []float32) error {
 	}
 	if slots > 0 {
 		f.part = partials{
-			o: grow(&f.mem.partO, slots*p.maxRows*p.dimPad),
+			o: grow(&f.mem.partO, slots*p.maxRows*p.dimVPad),
 			m: grow(&f.mem.partM, slots*p.maxRows),
 			l: grow(&f.mem.partL, slots*p.maxRows),
 		}
@@ -118,7 +118,7 @@ func (f *forwardPass) start(ws *workspace, t *fwdTask) rowState {
 	ws.sizeForward(p)
 	fw := &ws.fwd
 	m, d := t.height(), p.dim
-	st := rowState{m: fw.m, l: fw.l, o: fw.o, dimPad: p.dimPad}
+	st := rowState{m: fw.m, l: fw.l, o: fw.o, dimPad: p.dimVPad}
 	st.reset(m)
 	qRows := fw.q[:(m+3)*d] // 3 spare rows: Dot4T reads rows in fours
 	for r := 0; r < m; r++ {
@@ -231,7 +231,7 @@ func (f *forwardPass) accumulate(ws *workspace, s *sequence, sb subBlock, kv kvT
 		for r := 0; r < sb.m; r++ {
 			toHalf(&p.kern, p.ct, ph[r*ne:(r+1)*ne], fw.s[(sb.r0+r)*np:(sb.r0+r)*np+ne])
 		}
-		p.halfMul.MulAdd(fw.o[sb.r0*p.dimPad:], p.dimPad, ph, ne, kv.vh, kv.ldbV, sb.m, p.dimPad, ne)
+		p.halfMul.MulAdd(fw.o[sb.r0*p.dimVPad:], p.dimVPad, ph, ne, kv.vh, kv.ldbV, sb.m, p.dimVPad, ne)
 		return
 	}
 	if kv.v == nil {
@@ -239,10 +239,10 @@ func (f *forwardPass) accumulate(ws *workspace, s *sequence, sb subBlock, kv kvT
 		// kilobytes apart share a few L1 sets, and the kernel's column
 		// passes would go back to L2 (measured: the copy is faster).
 		vr, ld := p.vRows(&ws.conv.in2, s, j0, sb.hk, n)
-		kernel.PackRows(fw.vp, vr, ld, n, p.dim)
-		kv.v, kv.ldv = fw.vp, p.dimPad
+		kernel.PackRows(fw.vp, vr, ld, n, p.dimV)
+		kv.v, kv.ldv = fw.vp, p.dimVPad
 	}
-	p.kern.MulAddAB(fw.o[sb.r0*p.dimPad:], p.dimPad, fw.s[sb.r0*np:], np, kv.v, kv.ldv, sb.m, p.dimPad, n)
+	p.kern.MulAddAB(fw.o[sb.r0*p.dimVPad:], p.dimVPad, fw.s[sb.r0*np:], np, kv.v, kv.ldv, sb.m, p.dimVPad, n)
 }
 
 // finish writes the block's normalised rows of O and their LSE, or, for a
@@ -252,15 +252,15 @@ func (f *forwardPass) finish(ws *workspace, st *rowState, t *fwdTask) {
 	s := &p.seqs[t.seq]
 	m := t.height()
 	if t.slot >= 0 {
-		copy(f.part.o[t.slot*p.maxRows*p.dimPad:], fw.o[:m*p.dimPad])
+		copy(f.part.o[t.slot*p.maxRows*p.dimVPad:], fw.o[:m*p.dimVPad])
 		copy(f.part.m[t.slot*p.maxRows:], fw.m[:m])
 		copy(f.part.l[t.slot*p.maxRows:], fw.l[:m])
 		return
 	}
 	for r := 0; r < m; r++ {
 		h, i := t.at(r)
-		o := ws.outRow(f.out, s.tb, s.q0+i, h, p.dim)
-		v := st.finish(r, o, p.dim)
+		o := ws.outRow(f.out, s.tb, s.q0+i, h, p.dimV)
+		v := st.finish(r, o, p.dimV)
 		f.out.commit(o, s.tb, s.q0+i, h, &p.kern)
 		if f.lse != nil {
 			f.lse[s.lse0+h*s.lseH+i] = v

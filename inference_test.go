@@ -308,14 +308,14 @@ func TestMergeStates(t *testing.T) {
 
 // TestKVCacheErrors: bad cache options are argument errors.
 func TestKVCacheErrors(t *testing.T) {
-	k := NewTensor(2, 64, 2, 16)
+	k, v := NewTensor(2, 64, 2, 16), NewTensor(2, 64, 2, 16)
 	q := NewTensor(2, 1, 4, 16)
 	nw := NewTensor(2, 1, 2, 16)
 	for _, c := range []*KVCache{
 		{SeqLens: []int32{64, 3}, KNew: nw, VNew: nw},        // no room for the new key
 		{SeqLens: []int32{3, 3}, LeftPad: []int32{4, 0}},     // pad past the end
 		{SeqLens: []int32{3, 3}, BatchIdx: []int32{0, 2}},    // no cache row 2
-		{SeqLens: []int32{3, 3}, KNew: nw},                   // KNew without VNew
+		{SeqLens: []int32{3, 3}, KNew: nw},                   // KNew without VNew (v is not a view of k)
 		{SeqLens: []int32{3, 3}, Rotary: ropeTables(100, 8)}, // rotary without new keys
 		{SeqLens: []int32{3, 3}, KNew: nw, VNew: nw, Rotary: &Rotary{Dim: 3, Cos: make([]float32, 9), Sin: make([]float32, 9)}},
 		{SeqLens: []int32{60, 3}, KNew: nw, VNew: nw, Rotary: ropeTables(10, 8)}, // positions past the table
@@ -327,7 +327,7 @@ func TestKVCacheErrors(t *testing.T) {
 			return r
 		}()}, // a NaN in a row the call uses
 	} {
-		if _, _, err := Forward(q, k, k, &Options{KVCache: c}); err == nil {
+		if _, _, err := Forward(q, k, v, &Options{KVCache: c}); err == nil {
 			t.Errorf("%+v accepted", c)
 		}
 	}

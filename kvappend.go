@@ -3,6 +3,7 @@ package flashattn
 import (
 	"cmp"
 	"slices"
+	"unsafe"
 
 	"github.com/flashattn/flashattn/internal/kernel"
 )
@@ -31,14 +32,14 @@ func (c *call) appendKV() error {
 // cannot hold.
 func (p *plan) appendRows(ws *workspace, write bool) error {
 	cs := &p.cache
-	row := grow(&ws.conv.out, p.dim)
+	row := grow(&ws.conv.out, max(p.dim, p.dimV))
 	store := func(dst view, tb, r, hk int) error {
 		if write {
-			return dst.storeRow(row, tb, r, hk, &p.kern)
+			return dst.storeRow(row[:dst.shape[3]], tb, r, hk, &p.kern)
 		}
 		if dst.dt == Q8_0 {
-			q := grow(&ws.conv.q8, kernel.Q8RowBytes(p.dim))
-			return kernel.QuantizeQ8(q, row)
+			q := grow(&ws.conv.q8, kernel.Q8RowBytes(dst.shape[3]))
+			return kernel.QuantizeQ8(q, row[:dst.shape[3]])
 		}
 		return nil
 	}
@@ -48,14 +49,17 @@ func (p *plan) appendRows(ws *workspace, write bool) error {
 		for i := 0; i < cs.snew; i++ {
 			tb, r := p.keyAt(s, first+i)
 			for hk := 0; hk < p.kvHeads; hk++ {
-				p.knew.rowTo(row, b, i, hk, Float32, &p.kern)
+				p.knew.rowTo(row[:p.dim], b, i, hk, Float32, &p.kern)
 				if cs.rotary != nil {
 					cs.rotary.rotate(row, first+i)
 				}
 				if err := store(p.k, tb, r, hk); err != nil {
 					return argErr("Options.KVCache.KNew", "KVCache.KNew[%d, %d, %d] cannot be stored in the q8_0 cache: %v", b, i, hk, err)
 				}
-				p.vnew.rowTo(row, b, i, hk, Float32, &p.kern)
+				if p.vnew.shape[3] == 0 {
+					continue // an MLA latent cache: v is k's first columns
+				}
+				p.vnew.rowTo(row[:p.dimV], b, i, hk, Float32, &p.kern)
 				if err := store(p.v, tb, r, hk); err != nil {
 					return argErr("Options.KVCache.VNew", "KVCache.VNew[%d, %d, %d] cannot be stored in the q8_0 cache: %v", b, i, hk, err)
 				}
@@ -76,10 +80,17 @@ func (p *plan) checkAppend() error {
 		return nil
 	}
 	kr, vr := viewRegion(p.k), viewRegion(p.v)
+	latent := p.vnew.shape[3] == 0 // MLA: v is a view of k's first columns, written with it
+	if latent && !columnsOf(p.v, p.k) {
+		return argErr("Options.KVCache.VNew", "KVCache.VNew is unset, but v is not a view of the first columns of k (an MLA latent cache)")
+	}
 	for _, x := range []struct {
 		name string
 		r    region
 	}{{"KNew", viewRegion(p.knew)}, {"VNew", viewRegion(p.vnew)}} {
+		if x.r.rowLen == 0 {
+			continue
+		}
 		for _, in := range []struct {
 			name string
 			r    region
@@ -89,8 +100,8 @@ func (p *plan) checkAppend() error {
 			}
 		}
 	}
-	if overlaps(kr, vr) {
-		return argErr("v", "the cache's k and v share memory: appending keys would overwrite values")
+	if !latent && overlaps(kr, vr) {
+		return argErr("v", "the cache's k and v share memory: appending keys would overwrite values (for an MLA latent cache, leave KVCache.VNew unset)")
 	}
 	for _, c := range []struct {
 		name string
@@ -157,3 +168,12 @@ func (p *plan) checkPagedAppend() error {
 // slotWrite is one new key of a paged append: its slot (block·block size +
 // row), the sequence writing it and its key index there.
 type slotWrite struct{ slot, seq, pos int }
+
+// columnsOf reports whether v is a view of the first columns of k: the
+// same memory, strides and outer shape, with a head dim at most k's (an
+// MLA latent cache, whose values are the keys' first columns).
+func columnsOf(v, k view) bool {
+	sameData := unsafe.SliceData(v.data) == unsafe.SliceData(k.data) && unsafe.SliceData(v.h) == unsafe.SliceData(k.h) && unsafe.SliceData(v.q8) == unsafe.SliceData(k.q8)
+	return sameData && v.dt == k.dt && v.bs == k.bs && v.ss == k.ss && v.hs == k.hs &&
+		v.shape[0] == k.shape[0] && v.shape[1] == k.shape[1] && v.shape[2] == k.shape[2] && v.shape[3] <= k.shape[3]
+}

@@ -141,14 +141,18 @@ func newKeyViews(c *KVCache, s Shape) (knew, vnew view, err error) {
 			return view{}, view{}, argErr("Options.KVCache.Rotary", "KVCache.Rotary needs KNew and VNew (flash-attn rotates the new keys and the queries)")
 		}
 		return view{}, view{}, nil
-	case nk == 0 || nv == 0:
+	case nk == 0:
 		return view{}, view{}, argErr("Options.KVCache.KNew", "KVCache.KNew and VNew must be given together")
+	case nv == 0 && s.DimV > s.Dim:
+		return view{}, view{}, argErr("Options.KVCache.VNew", "KVCache.VNew is unset: that is only for a v that is a view of the first columns of k (an MLA latent cache), and v is wider than k")
 	}
 	if knew, err = c.KNew.check("Options.KVCache.KNew", false, s.Batch, -1, s.KVHeads, s.Dim); err != nil {
 		return view{}, view{}, err
 	}
-	if vnew, err = c.VNew.check("Options.KVCache.VNew", false, s.Batch, c.KNew.Seq, s.KVHeads, s.Dim); err != nil {
-		return view{}, view{}, err
+	if c.VNew.fields() != 0 {
+		if vnew, err = c.VNew.check("Options.KVCache.VNew", false, s.Batch, c.KNew.Seq, s.KVHeads, s.DimV); err != nil {
+			return view{}, view{}, err
+		}
 	}
 	if r := c.Rotary; r != nil {
 		switch {

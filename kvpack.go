@@ -59,9 +59,9 @@ func (pp *packPass) run(p *plan, backward bool) error {
 		kt: grow(&m.kt, nu), vt: grow(&m.vt, nu), kr: grow(&m.kr, nu), vr: grow(&m.vr, nu), ldb: grow(&m.ldb, nu)}
 	total := 0
 	chunks := m.chunks[:0]
-	de := p.dim
+	de, deV := p.dim, p.dimV // depths of the transposed operands Kᵀ, Vᵀ
 	if p.native {
-		de = even(p.dim)
+		de, deV = even(p.dim), even(p.dimV)
 	}
 	for si := range p.seqs {
 		s := &p.seqs[si]
@@ -72,21 +72,21 @@ func (pp *packPass) run(p *plan, backward bool) error {
 			if !packed {
 				continue
 			}
-			trans := kernel.Pad(s.nk) * de // a transposed operand
-			rows := s.nk * p.dimPad        // a row operand
+			trans, transV := kernel.Pad(s.nk)*de, kernel.Pad(s.nk)*deV // transposed operands
+			rows, rowsV := s.nk*p.dimPad, s.nk*p.dimVPad               // row operands
 			if p.native {
 				kv.ldb[u] = kernel.W * even(s.nk)
-				rows = p.dimPad / kernel.W * kv.ldb[u]
+				rows, rowsV = p.dimPad/kernel.W*kv.ldb[u], p.dimVPad/kernel.W*kv.ldb[u]
 			}
 			kv.kt[u], total = total, total+trans
 			if backward {
-				kv.vt[u], total = total, total+trans
+				kv.vt[u], total = total, total+transV
 				kv.kr[u], total = total, total+rows
 			} else {
 				// V is packed even when its rows need no padding: rows
 				// a multiple of 2 KiB apart fall into a few L1 sets and
 				// evict each other, which slowed O += P·V by half.
-				kv.vr[u], total = total, total+rows
+				kv.vr[u], total = total, total+rowsV
 			}
 		}
 		if packed {
@@ -128,33 +128,33 @@ func (pp *packPass) runTask(ws *workspace, t int) {
 // pack packs keys j..j+n-1 (j a multiple of kernel.W) of unit u.
 func (pp *packPass) pack(ws *workspace, s *sequence, u, hk, j, n int) {
 	p, kv := pp.p, &pp.kv
-	d := p.dim
+	d, dv := p.dim, p.dimV
 	if !p.native {
 		kr, ldk := p.kRows(&ws.conv.in1, s, j, hk, n)
 		vr, ldv := p.vRows(&ws.conv.in2, s, j, hk, n)
 		kernel.PackBt(kv.buf[kv.kt[u]+j*d:], kr, ldk, n, d)
 		if kv.backward {
-			kernel.PackBt(kv.buf[kv.vt[u]+j*d:], vr, ldv, n, d)
+			kernel.PackBt(kv.buf[kv.vt[u]+j*dv:], vr, ldv, n, dv)
 			kernel.PackRows(kv.buf[kv.kr[u]+j*p.dimPad:], kr, ldk, n, d)
 		} else {
-			kernel.PackRows(kv.buf[kv.vr[u]+j*p.dimPad:], vr, ldv, n, d)
+			kernel.PackRows(kv.buf[kv.vr[u]+j*p.dimVPad:], vr, ldv, n, dv)
 		}
 		return
 	}
-	ldbT := kernel.W * even(d)
 	tb, r := p.keyAt(s, j)
-	packT := func(v view, scratch *[]float32, off int) { // strips of 16 keys
+	packT := func(v view, scratch *[]float32, off, d int) { // strips of 16 keys
+		ldbT := kernel.W * even(d)
 		p.packVNNI(vnniRows{v, tb, r, hk, n, true}, scratch, vnniDst{kv.h[off+j/kernel.W*ldbT:], ldbT, 0, d})
 	}
-	packR := func(v view, scratch *[]float32, off int) { // k = keys, pair rows from j
+	packR := func(v view, scratch *[]float32, off, d int) { // k = keys, pair rows from j
 		p.packVNNI(vnniRows{v, tb, r, hk, n, false}, scratch, vnniDst{kv.h[off:], kv.ldb[u], j, d})
 	}
-	packT(p.k, &ws.conv.in1, kv.kt[u])
+	packT(p.k, &ws.conv.in1, kv.kt[u], d)
 	if kv.backward {
-		packT(p.v, &ws.conv.in2, kv.vt[u])
-		packR(p.k, &ws.conv.in1, kv.kr[u])
+		packT(p.v, &ws.conv.in2, kv.vt[u], dv)
+		packR(p.k, &ws.conv.in1, kv.kr[u], d)
 	} else {
-		packR(p.v, &ws.conv.in2, kv.vr[u])
+		packR(p.v, &ws.conv.in2, kv.vr[u], dv)
 	}
 }
 
@@ -201,10 +201,10 @@ func (kv *packedKV) tile(si, hk, j0, n int) (kt, vp []float32, ldv int) {
 	if kv.kt[u] < 0 || kv.p.native {
 		return nil, nil, 0
 	}
-	d, dpad := kv.p.dim, kv.p.dimPad
+	d, dvpad := kv.p.dim, kv.p.dimVPad
 	kt = kv.buf[kv.kt[u]+j0*d : kv.kt[u]+(j0+kernel.Pad(n))*d]
-	vp = kv.buf[kv.vr[u]+j0*dpad : kv.vr[u]+(j0+n)*dpad]
-	return kt, vp, dpad
+	vp = kv.buf[kv.vr[u]+j0*dvpad : kv.vr[u]+(j0+n)*dvpad]
+	return kt, vp, dvpad
 }
 
 // tileNative returns, for the forward with native products, the packed Kᵀ

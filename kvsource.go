@@ -77,7 +77,7 @@ func (p *plan) dot4T() bool { return p.fromCache && p.dim%8 == 0 }
 
 // kvTile is where the keys and values of one tile are for one sub-block:
 // packed Kᵀ strips (kt), or K rows read in place or staged (k, ldk); V rows
-// padded to dimPad (v, ldv), or nil if they are to be copied on demand.
+// padded to dimVPad (v, ldv), or nil if they are to be copied on demand.
 type kvTile struct {
 	kt  []float32
 	k   []float32
@@ -104,7 +104,7 @@ func (f *forwardPass) keyTile(ws *workspace, seq, si int, sb subBlock, j0, n, st
 		}
 	case fromStaged:
 		t.k, t.ldk = ws.fwd.kStage[si*step*p.dim:], p.dim
-		t.v, t.ldv = ws.fwd.vStage[si*step*p.dimPad:], p.dimPad
+		t.v, t.ldv = ws.fwd.vStage[si*step*p.dimVPad:], p.dimVPad
 	default: // fromRows
 		t.k, t.ldk = p.kRows(&ws.conv.in1, s, j0, sb.hk, n)
 	}

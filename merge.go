@@ -30,15 +30,15 @@ func (mp *mergePass) runTask(ws *workspace, t int) {
 	s := &p.seqs[b.seq]
 	first := b.slot - b.slot%mp.splits
 	lm := &ws.merge
-	lm.reset(mp.splits, p.dim)
+	lm.reset(mp.splits, p.dimV)
 	for r := 0; r < b.height(); r++ {
 		h, i := b.at(r)
 		for sp := range mp.splits {
 			slot := (first+sp)*p.maxRows + r
 			lm.a[sp], lm.l[sp] = float64(part.m[slot]), float64(part.l[slot])
-			lm.o[sp] = part.o[slot*p.dimPad:]
+			lm.o[sp] = part.o[slot*p.dimVPad:]
 		}
-		o := ws.outRow(mp.out, s.tb, s.q0+i, h, p.dim)
+		o := ws.outRow(mp.out, s.tb, s.q0+i, h, p.dimV)
 		lv := lm.row(o)
 		mp.out.commit(o, s.tb, s.q0+i, h, &p.kern)
 		if mp.lse != nil {

@@ -70,12 +70,12 @@ func newPlan(p *plan, q, k, v Tensor, o *Options) error {
 		n.halfMul = ks.Half(ct.elem())
 		n.native = n.halfMul.Name != "f32"
 	}
-	s := shapeOf(q, k)
+	s := shapeOf(q, k, v)
 	_, l2 := cacheSizes()
 	if err := p.tiling.build(s, o, tileParams{cacheBytes: l2, native: n.native, fitBackward: true}); err != nil {
 		return err
 	}
-	vv, err := v.check("v", false, k.Batch, k.Seq, k.Heads, q.Dim)
+	vv, err := v.check("v", false, k.Batch, k.Seq, k.Heads, -1)
 	if err != nil {
 		return err
 	}

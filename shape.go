@@ -1,8 +1,10 @@
 package flashattn
 
 // Shape is the size of an attention call, without its data: Q is
-// [Batch, SeqQ, Heads, Dim] and K and V are [KVBatch, SeqK, KVHeads, Dim].
-// KVHeads 0 means Heads and KVBatch 0 means Batch.
+// [Batch, SeqQ, Heads, Dim], K is [KVBatch, SeqK, KVHeads, Dim] and V is
+// [KVBatch, SeqK, KVHeads, DimV] (O and dO then have DimV too: MLA's value
+// head dim). KVHeads 0 means Heads, KVBatch 0 means Batch and DimV 0 means
+// Dim.
 //
 // With Options.VarLen, Batch is 1 and SeqQ, SeqK are the packed totals. With
 // Options.KVCache, K and V are the cache: SeqK is its length per row
@@ -12,6 +14,7 @@ type Shape struct {
 	Batch, Heads, KVHeads int
 	SeqQ, SeqK, Dim       int
 	KVBatch               int
+	DimV                  int
 }
 
 // TrafficShape is the Shape whose traffic CountTraffic counts.
@@ -25,17 +28,20 @@ func (s Shape) resolved() Shape {
 	if s.KVBatch == 0 {
 		s.KVBatch = s.Batch
 	}
+	if s.DimV == 0 {
+		s.DimV = s.Dim
+	}
 	return s
 }
 
 // check refuses sizes below 1 (KVHeads and KVBatch may be 0: defaults)
 // and sizes whose element counts overflow int.
 func (s Shape) check() error {
-	if s.Batch < 1 || s.Heads < 1 || s.KVHeads < 0 || s.KVBatch < 0 || s.SeqQ < 1 || s.SeqK < 1 || s.Dim < 1 {
-		return argErr("shape", "shape %+v: Batch, Heads, SeqQ, SeqK and Dim must be ≥ 1 (KVHeads, KVBatch ≥ 0)", s)
+	if s.Batch < 1 || s.Heads < 1 || s.KVHeads < 0 || s.KVBatch < 0 || s.DimV < 0 || s.SeqQ < 1 || s.SeqK < 1 || s.Dim < 1 {
+		return argErr("shape", "shape %+v: Batch, Heads, SeqQ, SeqK and Dim must be ≥ 1 (KVHeads, KVBatch, DimV ≥ 0)", s)
 	}
 	r := s.resolved()
-	for _, t := range [][4]int{{r.Batch, r.SeqQ, r.Heads, r.Dim}, {r.KVBatch, r.SeqK, r.KVHeads, r.Dim}} {
+	for _, t := range [][4]int{{r.Batch, r.SeqQ, r.Heads, max(r.Dim, r.DimV)}, {r.KVBatch, r.SeqK, r.KVHeads, max(r.Dim, r.DimV)}} {
 		n, ok := mulAdd(t[0], t[1], 0)
 		if ok {
 			n, ok = mulAdd(n, t[2], 0)
@@ -51,8 +57,8 @@ func (s Shape) check() error {
 }
 
 // shapeOf is the shape of a call on q, k and v.
-func shapeOf(q, k Tensor) Shape {
-	return Shape{Batch: q.Batch, Heads: q.Heads, KVHeads: k.Heads, SeqQ: q.Seq, SeqK: k.Seq, Dim: q.Dim, KVBatch: k.Batch}
+func shapeOf(q, k, v Tensor) Shape {
+	return Shape{Batch: q.Batch, Heads: q.Heads, KVHeads: k.Heads, SeqQ: q.Seq, SeqK: k.Seq, Dim: q.Dim, KVBatch: k.Batch, DimV: v.Dim}
 }
 
 // ValidateShape reports whether Forward and Backward accept a call of

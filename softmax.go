@@ -14,7 +14,7 @@ import (
 // rowState is the online-softmax state of the rows of one query block.
 type rowState struct {
 	m, l   []float32 // running max (score units) and sum, per row
-	o      []float32 // unnormalised output rows, stride dimPad
+	o      []float32 // unnormalised output rows, stride dimPad (V's head dim, padded)
 	dimPad int
 }
 

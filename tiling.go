@@ -10,7 +10,8 @@ type tiling struct {
 	seqs           []sequence
 	heads, kvHeads int // H, Hk
 	group          int // H / Hk: query heads per KV head
-	dim, dimPad    int // head dim, and padded to the kernel width
+	dim, dimPad    int // head dim of Q and K, and padded to the kernel width
+	dimV, dimVPad  int // head dim of V and O (MLA: may differ), and padded
 	cacheBytes     int // the cache (L2) the tiles are sized for
 	blockQ, blockK int // forward tile: query rows, keys
 	bwdBlockK      int // backward KV block
@@ -55,6 +56,7 @@ func (t *tiling) build(s Shape, o *Options, tp tileParams) error {
 	*t = tiling{
 		heads: H, kvHeads: Hk, group: H / Hk,
 		dim: D, dimPad: kernel.Pad(D),
+		dimV: s.DimV, dimVPad: kernel.Pad(s.DimV),
 		masked:    o.BlockMask != nil || o.Mask != nil,
 		fromCache: cached,
 		kvBatch:   s.KVBatch, kvRows: Sk,

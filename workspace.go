@@ -19,15 +19,15 @@ type workspace struct {
 type fwdScratch struct {
 	s      []float32 // maxRows × pad(blockK): scores, then P
 	kt     []float32 // a Kᵀ tile packed in strips, pad(bk) × dim
-	vp     []float32 // V rows padded to dimPad, bk × dimPad
+	vp     []float32 // V rows padded to dimVPad, bk × dimVPad
 	q      []float32 // the block's Q rows, (maxRows+3) × dim
-	o      []float32 // the output accumulator, maxRows × dimPad
+	o      []float32 // the output accumulator, maxRows × dimVPad
 	m, l   []float32 // running max and sum, maxRows
 	qT     []float32 // route sT: Qᵀ packed per sub-block, W × dim per KV head
 	sT     []float32 // route sT: Sᵀ, bk × W
 	subs   []subBlock
 	kStage []float32 // route fromStaged: K of one key tile for the block's KV heads
-	vStage []float32 // route fromStaged: V likewise, rows padded to dimPad
+	vStage []float32 // route fromStaged: V likewise, rows padded to dimVPad
 	qh, ph []uint16  // native 16-bit products: Q rows, P rows of a tile
 }
 
@@ -37,7 +37,7 @@ type bwdScratch struct {
 	dP     []float32 // blockQ × pad(bk): dP, then dS
 	pDrop  []float32 // P with dropout applied, blockQ × pad(bk)
 	grad   []float32 // derivative of the score modifiers, blockQ × pad(bk)
-	dk, dv []float32 // dK, dV accumulators of a KV block, bk × dimPad
+	dk, dv []float32 // dK, dV accumulators of a KV block, bk × dimPad and bk × dimVPad
 	dq     []float32 // dQ accumulator of one head (or query block), rows × dimPad
 	drop   []float32 // dropout factors of one row, bk
 	pT     []uint16  // native products: Pᵀ
@@ -71,8 +71,8 @@ func (w *workspace) sizeForward(p *plan) {
 	bkp := kernel.Pad(p.blockK)
 	grow(&f.s, p.maxRows*bkp)
 	grow(&f.kt, bkp*p.dim)
-	grow(&f.vp, bkp*p.dimPad)
-	grow(&f.o, p.maxRows*p.dimPad)
+	grow(&f.vp, bkp*p.dimVPad)
+	grow(&f.o, p.maxRows*p.dimVPad)
 	grow(&f.q, (p.maxRows+3)*p.dimPad)
 	grow(&f.qT, p.kvHeads*kernel.W*p.dim)
 	grow(&f.sT, bkp*kernel.W)
@@ -89,7 +89,7 @@ func (w *workspace) sizeBackward(p *plan) {
 	grow(&b.dP, p.blockQ*bkp)
 	grow(&b.pDrop, p.blockQ*bkp)
 	grow(&b.dk, bkp*p.dimPad)
-	grow(&b.dv, bkp*p.dimPad)
+	grow(&b.dv, bkp*p.dimVPad)
 	grow(&b.kt, bkp*p.dim)
 	if p.mods.curved() {
 		grow(&b.grad, p.blockQ*bkp)

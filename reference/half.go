@@ -67,3 +67,10 @@ func CheckHalf(name string, t Precision, got, plain []float32, ref []float64) er
 	validate(t)
 	return checkRule(name, got, plain, ref, rule{Slack(t), fmt.Sprint(Slack(t)), "plain " + t.String(), "plain " + t.String()})
 }
+
+// BackwardHalfGrads is BackwardGrads64's same-type algorithm of t (see
+// BackwardHalf): dlse and the sink gradient as in BackwardGrads64.
+func BackwardHalfGrads(p Params, t Precision, q, k, v, dout, dlse []float32) (dq, dk, dv, dsinks []float32) {
+	validate(t)
+	return backwardGrads(p, t.RoundSlice(q), t.RoundSlice(k), t.RoundSlice(v), t.RoundSlice(dout), dlse, t.Round)
+}

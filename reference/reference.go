@@ -44,11 +44,22 @@ import (
 // Params describes one attention call.
 type Params struct {
 	Batch, SeqQ, SeqK, Heads, KVHeads, HeadDim int
+	// HeadDimV is V's (and O's) head dim; 0 means HeadDim.
+	HeadDimV int
 
 	// Scale multiplies the raw dot products; 0 means 1/sqrt(HeadDim).
 	Scale float64
-	// Causal hides key j from query row i unless j <= i + SeqK - SeqQ.
+	// Causal hides key j from query row i unless j <= i + SeqK - SeqQ
+	// (j <= i with TopLeft).
 	Causal bool
+	// TopLeft aligns the causal mask, the window and ALiBi's distances to
+	// the top-left corner: row i sits at position i instead of
+	// i + SeqK - SeqQ.
+	TopLeft bool
+	// Sinks, if not nil, holds one learnable sink logit per query head:
+	// each row's softmax also sums exp(Sinks[h]), an extra "key" whose value
+	// is zero.
+	Sinks []float64
 	// Window enables the sliding window (WindowLeft, WindowRight); a negative
 	// value (conventionally -1) leaves that side unbounded.
 	Window                  bool
@@ -76,7 +87,7 @@ type Params struct {
 // position i + SeqK - SeqQ). With both Causal and Window set the key must pass
 // both. It does not check that i and j are in range.
 func Visible(p Params, i, j int) bool {
-	pos := i + p.SeqK - p.SeqQ
+	pos := i + p.diag()
 	if p.Causal && j > pos {
 		return false
 	}
@@ -90,6 +101,23 @@ func Visible(p Params, i, j int) bool {
 		}
 	}
 	return true
+}
+
+// diag is the offset of row i's own position: SeqK − SeqQ (bottom-right
+// alignment) or 0 (TopLeft).
+func (p Params) diag() int {
+	if p.TopLeft {
+		return 0
+	}
+	return p.SeqK - p.SeqQ
+}
+
+// dimV is V's head dim.
+func (p Params) dimV() int {
+	if p.HeadDimV > 0 {
+		return p.HeadDimV
+	}
+	return p.HeadDim
 }
 
 // scale returns the effective score scale.
@@ -120,19 +148,24 @@ func (p Params) validate(nq, nk, nv int, extra ...int) {
 	}
 	wq := p.Batch * p.SeqQ * p.Heads * p.HeadDim
 	wk := p.Batch * p.SeqK * p.KVHeads * p.HeadDim
+	wo := p.Batch * p.SeqQ * p.Heads * p.dimV()
+	wv := p.Batch * p.SeqK * p.KVHeads * p.dimV()
 	if nq != wq {
 		panic(fmt.Sprintf("reference: len(q)=%d, want Batch*SeqQ*Heads*HeadDim=%d", nq, wq))
 	}
 	if nk != wk {
 		panic(fmt.Sprintf("reference: len(k)=%d, want Batch*SeqK*KVHeads*HeadDim=%d", nk, wk))
 	}
-	if nv != wk {
-		panic(fmt.Sprintf("reference: len(v)=%d, want Batch*SeqK*KVHeads*HeadDim=%d", nv, wk))
+	if nv != wv {
+		panic(fmt.Sprintf("reference: len(v)=%d, want Batch*SeqK*KVHeads*HeadDimV=%d", nv, wv))
 	}
 	for _, n := range extra {
-		if n != wq {
-			panic(fmt.Sprintf("reference: len(dout)=%d, want Batch*SeqQ*Heads*HeadDim=%d", n, wq))
+		if n != wo {
+			panic(fmt.Sprintf("reference: len(dout)=%d, want Batch*SeqQ*Heads*HeadDimV=%d", n, wo))
 		}
+	}
+	if p.Sinks != nil && len(p.Sinks) != p.Heads {
+		panic(fmt.Sprintf("reference: len(Sinks)=%d, want Heads=%d", len(p.Sinks), p.Heads))
 	}
 	if !(p.Dropout >= 0 && p.Dropout < 1) {
 		panic(fmt.Sprintf("reference: Dropout=%v not in [0, 1)", p.Dropout))
@@ -153,6 +186,8 @@ type float interface{ ~float32 | ~float64 }
 // Index helpers for the dense layout.
 func qIdx(p *Params, b, i, h int) int  { return ((b*p.SeqQ+i)*p.Heads + h) * p.HeadDim }
 func kIdx(p *Params, b, j, kh int) int { return ((b*p.SeqK+j)*p.KVHeads + kh) * p.HeadDim }
+func oIdx(p *Params, b, i, h int) int  { return ((b*p.SeqQ+i)*p.Heads + h) * p.dimV() }
+func vIdx(p *Params, b, j, kh int) int { return ((b*p.SeqK+j)*p.KVHeads + kh) * p.dimV() }
 
 // dropScale returns 1/(1-p) in T arithmetic.
 func dropScale[T float](p float64) T {
@@ -199,7 +234,7 @@ func rowScores[T float](p *Params, q, k []T, b, h, i int, x, th, sm []T) T {
 			xv = T(c * t)
 		}
 		if p.ALiBi != nil {
-			dist := i + p.SeqK - p.SeqQ - j
+			dist := i + p.diag() - j
 			if dist < 0 {
 				dist = -dist
 			}
@@ -223,6 +258,16 @@ func rowScores[T float](p *Params, q, k []T, b, h, i int, x, th, sm []T) T {
 // softmaxRow turns the scores x (with maximum m) into probabilities in place
 // and returns LSE. A row with no visible key becomes all zeros with LSE -Inf.
 func softmaxRow[T float](x []T, m T) T {
+	return softmaxSink(x, m, nil)
+}
+
+// softmaxSink is softmaxRow with an optional sink logit (*sink) in the
+// sum: P_j = exp(x_j − LSE), LSE = log(Σ_j exp(x_j) + exp(sink)). A row with
+// no visible key then gets LSE = sink.
+func softmaxSink[T float](x []T, m T, sink *T) T {
+	if sink != nil {
+		m = max(m, *sink)
+	}
 	if math.IsInf(float64(m), -1) {
 		for j := range x {
 			x[j] = 0
@@ -230,6 +275,9 @@ func softmaxRow[T float](x []T, m T) T {
 		return m
 	}
 	var sum T
+	if sink != nil {
+		sum = T(math.Exp(float64(*sink - m)))
+	}
 	for j, v := range x {
 		e := T(math.Exp(float64(v - m)))
 		x[j] = e
@@ -247,8 +295,8 @@ func softmaxRow[T float](x []T, m T) T {
 // rounded by the caller; LSE is not rounded).
 func forward[T float](p Params, q, k, v []T, rnd func(T) T) (o, lse []T) {
 	p.validate(len(q), len(k), len(v))
-	D, Sk := p.HeadDim, p.SeqK
-	o = make([]T, len(q))
+	D, Sk := p.dimV(), p.SeqK
+	o = make([]T, p.Batch*p.SeqQ*p.Heads*D)
 	lse = make([]T, p.Batch*p.Heads*p.SeqQ)
 	x := make([]T, Sk)
 	var mask dropout.Mask
@@ -262,8 +310,8 @@ func forward[T float](p Params, q, k, v []T, rnd func(T) T) (o, lse []T) {
 			kh := h / group
 			for i := 0; i < p.SeqQ; i++ {
 				m := rowScores(&p, q, k, b, h, i, x, nil, nil)
-				lse[(b*p.Heads+h)*p.SeqQ+i] = softmaxRow(x, m)
-				oi := o[qIdx(&p, b, i, h):][:D]
+				lse[(b*p.Heads+h)*p.SeqQ+i] = softmaxSink(x, m, sinkOf[T](&p, h))
+				oi := o[oIdx(&p, b, i, h):][:D]
 				for j := 0; j < Sk; j++ {
 					pj := x[j]
 					if rnd != nil {
@@ -278,7 +326,7 @@ func forward[T float](p Params, q, k, v []T, rnd func(T) T) (o, lse []T) {
 						}
 						pj = T(pj * ds)
 					}
-					vj := v[kIdx(&p, b, j, kh):][:D]
+					vj := v[vIdx(&p, b, j, kh):][:D]
 					for d := range oi {
 						oi[d] += T(pj * vj[d])
 					}
@@ -300,17 +348,39 @@ func roundAll[T float](x []T, rnd func(T) T) {
 	}
 }
 
+// sinkOf returns head h's sink logit in T, or nil without sinks.
+func sinkOf[T float](p *Params, h int) *T {
+	if p.Sinks == nil {
+		return nil
+	}
+	s := T(p.Sinks[h])
+	return &s
+}
+
 // backward is the plain backward pass in T arithmetic. If rnd is not nil
 // it is the same-type algorithm of a 16-bit type: the probabilities are
 // rounded by rnd before they multiply dO (dV = Pᵀ·dO), the score gradients
 // dS before they multiply K and Q (dQ = dS·K, dK = dSᵀ·Q), and dQ, dK, dV
-// at the end (the inputs and dO are rounded by the caller).
+// at the end (the inputs and dO are rounded by the caller). dlse (nil, or
+// LSE's layout) is the gradient of the loss with respect to LSE; dsinks
+// (with Sinks set) is the gradient with respect to the sink logits.
 func backward[T float](p Params, q, k, v, dout []T, rnd func(T) T) (dq, dk, dv []T) {
+	dq, dk, dv, _ = backwardGrads(p, q, k, v, dout, nil, rnd)
+	return dq, dk, dv
+}
+
+func backwardGrads[T float](p Params, q, k, v, dout, dlse []T, rnd func(T) T) (dq, dk, dv, dsinks []T) {
 	p.validate(len(q), len(k), len(v), len(dout))
-	D, Sq, Sk := p.HeadDim, p.SeqQ, p.SeqK
+	if dlse != nil && len(dlse) != p.Batch*p.Heads*p.SeqQ {
+		panic(fmt.Sprintf("reference: len(dlse)=%d, want Batch*Heads*SeqQ=%d", len(dlse), p.Batch*p.Heads*p.SeqQ))
+	}
+	D, DV, Sq, Sk := p.HeadDim, p.dimV(), p.SeqQ, p.SeqK
 	dq = make([]T, len(q))
 	dk = make([]T, len(k))
 	dv = make([]T, len(v))
+	if p.Sinks != nil {
+		dsinks = make([]T, p.Heads)
+	}
 	var mask dropout.Mask
 	if p.Dropout > 0 {
 		mask = dropout.NewMask(p.Seed, float32(p.Dropout))
@@ -325,13 +395,14 @@ func backward[T float](p Params, q, k, v, dout []T, rnd func(T) T) (dq, dk, dv [
 	Z := make([]T, Sq*Sk)  // z/(1-p): 0 or ds (1 without dropout)
 	dS := make([]T, Sq*Sk) // gradient wrt the final scores, then raw scores
 	acc := make([]T, D)
+	lse := make([]T, Sq)
 	for b := 0; b < p.Batch; b++ {
 		for h := 0; h < p.Heads; h++ {
 			kh := h / group
 			for i := 0; i < Sq; i++ {
 				row := P[i*Sk:][:Sk]
 				m := rowScores(&p, q, k, b, h, i, row, TH[i*Sk:][:Sk], SM[i*Sk:][:Sk])
-				softmaxRow(row, m)
+				lse[i] = softmaxSink(row, m, sinkOf[T](&p, h))
 				for j := 0; j < Sk; j++ {
 					z := T(1)
 					if p.Dropout > 0 {
@@ -345,7 +416,7 @@ func backward[T float](p Params, q, k, v, dout []T, rnd func(T) T) (dq, dk, dv [
 			}
 			// dV_j += sum_i P~_ij dO_i, with P~ = P * z/(1-p).
 			for j := 0; j < Sk; j++ {
-				dvj := dv[kIdx(&p, b, j, kh):][:D]
+				dvj := dv[vIdx(&p, b, j, kh):][:DV]
 				for i := 0; i < Sq; i++ {
 					pij := P[i*Sk+j]
 					if rnd != nil {
@@ -355,7 +426,7 @@ func backward[T float](p Params, q, k, v, dout []T, rnd func(T) T) (dq, dk, dv [
 					if pt == 0 {
 						continue
 					}
-					doi := dout[qIdx(&p, b, i, h):][:D]
+					doi := dout[oIdx(&p, b, i, h):][:DV]
 					for d := range dvj {
 						dvj[d] += T(pt * doi[d])
 					}
@@ -363,12 +434,12 @@ func backward[T float](p Params, q, k, v, dout []T, rnd func(T) T) (dq, dk, dv [
 			}
 			// dP = (dO V^T) * z/(1-p); dS = P * (dP - rowsum(dP * P)).
 			for i := 0; i < Sq; i++ {
-				doi := dout[qIdx(&p, b, i, h):][:D]
+				doi := dout[oIdx(&p, b, i, h):][:DV]
 				var rowDot T
 				for j := 0; j < Sk; j++ {
 					var dp T
 					if P[i*Sk+j] != 0 && Z[i*Sk+j] != 0 {
-						vj := v[kIdx(&p, b, j, kh):][:D]
+						vj := v[vIdx(&p, b, j, kh):][:DV]
 						for d := range doi {
 							dp += T(doi[d] * vj[d])
 						}
@@ -377,8 +448,17 @@ func backward[T float](p Params, q, k, v, dout []T, rnd func(T) T) (dq, dk, dv [
 					dS[i*Sk+j] = dp
 					rowDot += T(dp * P[i*Sk+j])
 				}
+				var dl T
+				if dlse != nil {
+					dl = dlse[(b*p.Heads+h)*Sq+i]
+				}
+				if dsinks != nil && !math.IsInf(float64(lse[i]), -1) {
+					// The sink's probability; its "value" is zero, so its dP is 0.
+					ps := T(math.Exp(float64(T(p.Sinks[h]) - lse[i])))
+					dsinks[h] += T(ps * T(dl-rowDot))
+				}
 				for j := 0; j < Sk; j++ {
-					g := T(P[i*Sk+j] * T(dS[i*Sk+j]-rowDot))
+					g := T(P[i*Sk+j] * T(T(dS[i*Sk+j]-rowDot)+dl))
 					if p.ScoreMod != nil && g != 0 {
 						g = T(g * SM[i*Sk+j])
 					}
@@ -433,7 +513,7 @@ func backward[T float](p Params, q, k, v, dout []T, rnd func(T) T) (dq, dk, dv [
 	roundAll(dq, rnd)
 	roundAll(dk, rnd)
 	roundAll(dv, rnd)
-	return dq, dk, dv
+	return dq, dk, dv, dsinks
 }
 
 // Forward64 computes O and LSE in float64 arithmetic.
@@ -445,6 +525,19 @@ func Forward64(p Params, q, k, v []float64) (o, lse []float64) {
 // arithmetic, by materialising the probability matrix of each (batch, head).
 func Backward64(p Params, q, k, v, dout []float64) (dq, dk, dv []float64) {
 	return backward(p, q, k, v, dout, nil)
+}
+
+// BackwardGrads64 is Backward64 for a loss that also depends on LSE, with
+// learnable sinks: dlse (nil, or LSE's layout [Batch, Heads, SeqQ]) is the
+// loss's gradient with respect to LSE, and dsinks (nil without Params.Sinks)
+// the gradient with respect to the sink logits, summed over batch and rows.
+func BackwardGrads64(p Params, q, k, v, dout, dlse []float64) (dq, dk, dv, dsinks []float64) {
+	return backwardGrads(p, q, k, v, dout, dlse, nil)
+}
+
+// BackwardGrads32 is BackwardGrads64 in float32 arithmetic.
+func BackwardGrads32(p Params, q, k, v, dout, dlse []float32) (dq, dk, dv, dsinks []float32) {
+	return backwardGrads(p, q, k, v, dout, dlse, nil)
 }
 
 // Forward32 is Forward64 computed entirely in float32 arithmetic: dot products
