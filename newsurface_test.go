@@ -107,7 +107,7 @@ func TestUserPanics(t *testing.T) {
 
 type panickyClassifier struct{}
 
-func (panickyClassifier) Hide(b, h, q, kv0 int, keep []bool)                  {}
+func (panickyClassifier) Hide(b, h, q, kv0 int, keep []bool)               {}
 func (panickyClassifier) Classify(b, h, q0, q1, kv0, kv1 int) fa.BlockKind { panic("classifier") }
 
 // Sizes at the limits of int give errors, and LocalGlobal with an
