@@ -27,6 +27,9 @@ import "github.com/flashattn/flashattn/internal/kernel"
 type gradViews struct {
 	o, do, dq, dk, dv view
 	lse               []float32
+	dlse              []float32 // nil, or the loss's gradient with respect to LSE
+	sinks, dsinks     []float32 // Options.Sinks, and where their gradient goes (nil: not wanted)
+	accumulate        bool      // add to dq, dk, dv, dsinks
 }
 
 func (c *call) checkBackwardOutputs() error {
@@ -69,8 +72,13 @@ func (c *call) backward() error {
 		buf := grow(&b.mem.dkvAcc, n*(p.dim+p.dimV))
 		b.dkAcc, b.dvAcc = denseView(buf[:n*p.dim], b.grads.dk.shape), denseView(buf[n*p.dim:], b.grads.dv.shape)
 	}
-	// Keys that no query sees (and keys past SeqUsedK) get zero gradients.
-	b.clearKV()
+	// Keys that no query sees (and keys past SeqUsedK) get zero gradients,
+	// or keep what they hold when accumulating.
+	if b.grads.accumulate {
+		b.loadKV()
+	} else {
+		b.clearKV()
+	}
 	b.delta = grow(&b.mem.delta, p.lseLen)
 	if err := c.rows.run(b); err != nil {
 		return err
@@ -84,14 +92,63 @@ func (c *call) backward() error {
 	}
 	b.kv = &c.pack.kv
 	b.tasks, b.withDQ = p.backwardTasks(&b.mem.tasks, p.workers)
-	if err := parallel(p.workers, len(b.tasks), b); err != nil {
+	if err := p.parallel(len(b.tasks), b); err != nil {
 		return err
 	}
 	b.storeKV()
-	if b.withDQ {
-		return nil
+	if !b.withDQ {
+		if err := c.dq.run(b); err != nil {
+			return err
+		}
 	}
-	return c.dq.run(b)
+	if !b.grads.accumulate {
+		b.clearUnwrittenDQ()
+	}
+	c.rows.storeSinks()
+	return nil
+}
+
+// loadKV fills 16-bit outputs' float32 accumulators with the gradients the
+// outputs hold (Grads.Accumulate); float32 outputs accumulate in place.
+func (b *backwardPass) loadKV() {
+	p := b.p
+	for _, pair := range [2][2]view{{b.dkAcc, b.grads.dk}, {b.dvAcc, b.grads.dv}} {
+		acc, src := pair[0], pair[1]
+		if src.dt == Float32 {
+			continue
+		}
+		for tb := 0; tb < p.kvBatch; tb++ {
+			for j := 0; j < p.kvRows; j++ {
+				for h := 0; h < p.kvHeads; h++ {
+					src.rowTo(acc.row(tb, j, h)[:acc.shape[3]], tb, j, h, Float32, &p.kern)
+				}
+			}
+		}
+	}
+}
+
+// clearUnwrittenDQ zeroes the dQ rows that no task writes: the padding rows
+// of VarLen.SeqUsedQ and every row of a sequence without keys.
+func (b *backwardPass) clearUnwrittenDQ() {
+	p, dq := b.p, b.grads.dq
+	var row []float32
+	for _, s := range p.seqs {
+		i0 := s.nq
+		if s.nk == 0 {
+			i0 = 0
+		}
+		for i := i0; i < s.nqAll; i++ {
+			for h := 0; h < p.heads; h++ {
+				if dq.dt == Float32 {
+					clear(dq.row(s.tb, s.q0+i, h)[:p.dim])
+					continue
+				}
+				row = grow(&row, p.dim)
+				clear(row)
+				dq.storeRow(row, s.tb, s.q0+i, h, &p.kern)
+			}
+		}
+	}
 }
 
 // clearKV zeroes the dK and dV accumulators.
@@ -156,12 +213,22 @@ func (b *backwardPass) task(ws *workspace, u *bwdTask) {
 	}
 }
 
-// storeDQ writes scale·acc as row i of head h's dQ.
+// storeDQ writes scale·acc as row i of head h's dQ, or adds it
+// (Grads.Accumulate).
 func (b *backwardPass) storeDQ(ws *workspace, s *sequence, h, i int, acc []float32) {
 	p, dq := b.p, b.grads.dq
 	dst := ws.outRow(dq, s.tb, s.q0+i, h, p.dim)
-	for c, x := range acc {
-		dst[c] = p.scale * x
+	if b.grads.accumulate {
+		if dq.dt != Float32 {
+			dq.rowTo(dst, s.tb, s.q0+i, h, Float32, &p.kern)
+		}
+		for c, x := range acc {
+			dst[c] += p.scale * x
+		}
+	} else {
+		for c, x := range acc {
+			dst[c] = p.scale * x
+		}
 	}
 	dq.commit(dst, s.tb, s.q0+i, h, &p.kern)
 }
@@ -171,6 +238,7 @@ func (b *backwardPass) storeDQ(ws *workspace, s *sequence, h, i int, acc []float
 // accumulator (rows of dimPad), else nil.
 type headRows struct {
 	delta, lse, dq []float32
+	dlse           []float32 // nil, or the loss's gradient with respect to LSE
 	corr           []float32 // nil, or the LSE correction factors (see lsefix.go)
 	base, unit     int       // the head's first row in the packed Q and dO; its seq·heads+h
 }
@@ -182,6 +250,9 @@ func (b *backwardPass) headRows(si, h int) headRows {
 	r := headRows{delta: b.delta[lo:hi], lse: b.grads.lse[lo:hi], base: lo, unit: si*b.p.heads + h}
 	if b.corr != nil {
 		r.corr = b.corr[lo:hi]
+	}
+	if b.grads.dlse != nil {
+		r.dlse = b.grads.dlse[lo:hi]
 	}
 	return r
 }
@@ -300,7 +371,7 @@ func (b *backwardPass) gradRow(ws *workspace, at scoreAt, r int, hr *headRows) {
 		for c := range f {
 			f[c] = 1
 		}
-		p.drop.ApplyRow(f, at.s.b, at.h, i, at.j0)
+		p.drop.ApplyRow(f, at.s.b, at.h, i+at.s.qpos, at.j0+at.s.kpos)
 		for c, x := range f {
 			pd[c] *= x
 			dpRow[c] *= x
@@ -310,12 +381,17 @@ func (b *backwardPass) gradRow(ws *workspace, at scoreAt, r int, hr *headRows) {
 	if sum >= 1 {
 		// Where P rounds to exactly 1 the other probabilities of the row
 		// sum to less than 2⁻²³, and dS = P·(dP − D) = −Σ_k P_k·(dP_k − dP)
-		// is below the rounding of dP itself: 0. Computed as dP − D it
-		// would be the difference of two independently rounded dot
-		// products (D = dO·O in float64, dP by the kernel).
+		// is below the rounding of dP itself: 0 (plus dLSE, whose term
+		// P·dLSE stays). Computed as dP − D it would be the difference of
+		// two independently rounded dot products (D = dO·O in float64, dP
+		// by the kernel).
+		var dl float32
+		if hr.dlse != nil {
+			dl = hr.dlse[i]
+		}
 		for c, x := range row[:n] {
 			if x == 1 {
-				dpRow[c] = 0
+				dpRow[c] = dl
 			}
 		}
 	}

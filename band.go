@@ -13,9 +13,10 @@ var negInf = float32(math.Inf(-1))
 // nothing set, the plain rectangle of its nq × nk scores): key j is visible
 // to query row i iff
 //
-//	i + off - left <= j <= i + off + right,   off = nk - nq
+//	i + off - left <= j <= i + off + right
 //
-// (bottom-right alignment). Causal is right = 0. Both bounds grow with i,
+// with off = nk − nq (bottom-right alignment), 0 (Options.TopLeft) or
+// Offsets.Query − Offsets.Key (positions in a longer sequence). Causal is right = 0. Both bounds grow with i,
 // which is what lets whole tiles be skipped or taken without per-element
 // tests. All ranges are half-open [lo, hi) and empty when hi <= lo.
 type band struct {
@@ -24,7 +25,14 @@ type band struct {
 }
 
 func newBand(o *Options, nq, nk int) band {
-	b := band{off: nk - nq, left: unbounded, right: unbounded, nq: nq, nk: nk}
+	off := nk - nq
+	switch {
+	case o.Offsets != nil:
+		off = o.Offsets.Query - o.Offsets.Key
+	case o.TopLeft:
+		off = 0
+	}
+	b := band{off: off, left: unbounded, right: unbounded, nq: nq, nk: nk}
 	if o.Causal {
 		b.right = 0
 	}

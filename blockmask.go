@@ -301,11 +301,13 @@ func BlockMaskFromTable(shape BlockShape, table []uint8) (*BlockMask, error) {
 	return m, nil
 }
 
-// blockVis is a BlockMask seen from one sequence (batch coordinate b).
+// blockVis is a BlockMask seen from one sequence (batch coordinate b): its
+// rows and keys are the mask's positions qo.. and ko.. (Options.Offsets).
 type blockVis struct {
 	m      *BlockMask
 	b      int
 	nq, nk int
+	qo, ko int
 }
 
 // blocks returns the mask heads [h0, h1) that the query heads of rb map to
@@ -315,7 +317,7 @@ func (v *blockVis) blocks(rb rowBlock) (h0, h1, qb0, qb1 int) {
 	if v.m.shape.Heads == 1 {
 		h0, h1 = 0, 1
 	}
-	return h0, h1, rb.i0 / v.m.shape.BlockQ, (rb.i1-1)/v.m.shape.BlockQ + 1
+	return h0, h1, (rb.i0 + v.qo) / v.m.shape.BlockQ, (rb.i1-1+v.qo)/v.m.shape.BlockQ + 1
 }
 
 func (v *blockVis) keySpan(rb rowBlock) (lo, hi int) {
@@ -328,18 +330,18 @@ func (v *blockVis) keySpan(rb rowBlock) (lo, hi int) {
 			lo, hi = min(lo, int(v.m.rowSpan[2*r])), max(hi, int(v.m.rowSpan[2*r+1]))
 		}
 	}
-	lo, hi = lo*s.BlockK, min(hi*s.BlockK, v.nk)
+	lo, hi = max(0, lo*s.BlockK-v.ko), min(hi*s.BlockK-v.ko, v.nk)
 	return lo, max(lo, hi)
 }
 
 func (v *blockVis) nextKey(rb rowBlock, j int) int {
 	s := v.m.shape
 	h0, h1, qb0, qb1 := v.blocks(rb)
-	for kb := j / s.BlockK; kb < v.m.nkb && kb*s.BlockK < v.nk; kb++ {
+	for kb := (j + v.ko) / s.BlockK; kb < v.m.nkb && kb*s.BlockK-v.ko < v.nk; kb++ {
 		for h := h0; h < h1; h++ {
 			for qb := qb0; qb < qb1; qb++ {
 				if v.m.Kind(v.b, h, qb, kb) != BlockEmpty {
-					return max(j, kb*s.BlockK)
+					return max(j, kb*s.BlockK-v.ko)
 				}
 			}
 		}
@@ -352,11 +354,11 @@ func (v *blockVis) querySpan(h, j0, j1 int) (lo, hi int) {
 	hm := min(h, s.Heads-1)
 	g := min(v.b, s.Batch-1)*s.Heads + hm
 	lo, hi = v.m.nqb, 0
-	for kb := j0 / s.BlockK; kb <= (j1-1)/s.BlockK && kb < v.m.nkb; kb++ {
+	for kb := (j0 + v.ko) / s.BlockK; kb <= (j1-1+v.ko)/s.BlockK && kb < v.m.nkb; kb++ {
 		c := g*v.m.nkb + kb
 		lo, hi = min(lo, int(v.m.colSpan[2*c])), max(hi, int(v.m.colSpan[2*c+1]))
 	}
-	lo, hi = lo*s.BlockQ, min(hi*s.BlockQ, v.nq)
+	lo, hi = max(0, lo*s.BlockQ-v.qo), min(hi*s.BlockQ-v.qo, v.nq)
 	return lo, max(lo, hi)
 }
 
@@ -367,7 +369,7 @@ func (v *blockVis) tile(rb rowBlock, j0, j1 int) BlockKind {
 	for h := h0; h < h1; h++ {
 		for qb := qb0; qb < qb1; qb++ {
 			row := v.m.kinds[v.m.row(v.b, h, qb)*v.m.nkb:]
-			for kb := j0 / s.BlockK; kb <= (j1-1)/s.BlockK; kb++ {
+			for kb := (j0 + v.ko) / s.BlockK; kb <= (j1-1+v.ko)/s.BlockK; kb++ {
 				if first {
 					kind, first = row[kb], false
 				} else {
@@ -384,6 +386,7 @@ func (v *blockVis) tile(rb rowBlock, j0, j1 int) BlockKind {
 
 func (v *blockVis) hide(h, i, j0 int, row []float32, keep []bool) {
 	s := v.m.shape
+	i, j0 = i+v.qo, j0+v.ko // the mask's positions
 	kinds := v.m.kinds[v.m.row(v.b, h, i/s.BlockQ)*v.m.nkb:]
 	end := j0 + len(row)
 	for kb := j0 / s.BlockK; kb*s.BlockK < end; kb++ {

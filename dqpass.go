@@ -14,7 +14,7 @@ type dqPass struct {
 func (d *dqPass) run(b *backwardPass) error {
 	*d = dqPass{b: b, mem: d.mem}
 	d.tasks = b.p.dqTasks(&d.mem)
-	return parallel(b.p.workers, len(d.tasks), d)
+	return b.p.parallel(len(d.tasks), d)
 }
 
 func (d *dqPass) runTask(ws *workspace, t int) {

@@ -54,7 +54,8 @@ func (c *call) forward(out view, lse []float32) error {
 			f.part.m[i] = negInf
 		}
 	}
-	if err := parallel(p.workers, len(tasks), f); err != nil {
+	f.writePadding()
+	if err := p.parallel(len(tasks), f); err != nil {
 		return err
 	}
 	if slots == 0 {
@@ -212,7 +213,7 @@ func (f *forwardPass) softmax(ws *workspace, st *rowState, t *fwdTask, sb subBlo
 		f := p.scoreRow(&ws.row, row, nil, scoreAt{s, h, i, j0, n, kind})
 		st.update(&p.kern, r, row, f)
 		if p.dropOn {
-			p.drop.ApplyRow(row[:n], s.b, h, i, j0)
+			p.drop.ApplyRow(row[:n], s.b, h, i+s.qpos, j0+s.kpos)
 		}
 		if p.ct != Float32 {
 			roundTo(row[:n], p.ct, &p.kern) // P in the inputs' type before P·V
@@ -260,10 +261,38 @@ func (f *forwardPass) finish(ws *workspace, st *rowState, t *fwdTask) {
 	for r := 0; r < m; r++ {
 		h, i := t.at(r)
 		o := ws.outRow(f.out, s.tb, s.q0+i, h, p.dimV)
-		v := st.finish(r, o, p.dimV)
+		var v float32
+		if p.sinks != nil {
+			v = st.finishSink(r, o, p.dimV, p.sinks[h])
+		} else {
+			v = st.finish(r, o, p.dimV)
+		}
 		f.out.commit(o, s.tb, s.q0+i, h, &p.kern)
 		if f.lse != nil {
 			f.lse[s.lse0+h*s.lseH+i] = v
+		}
+	}
+}
+
+// writePadding writes the rows no task computes, the padding rows of
+// VarLen.SeqUsedQ: O = 0 and LSE = −Inf.
+func (f *forwardPass) writePadding() {
+	p := f.p
+	var row []float32
+	for _, s := range p.seqs {
+		for i := s.nq; i < s.nqAll; i++ {
+			for h := 0; h < p.heads; h++ {
+				if f.out.dt == Float32 {
+					clear(f.out.row(s.tb, s.q0+i, h)[:p.dimV])
+				} else {
+					row = grow(&row, p.dimV)
+					clear(row)
+					f.out.storeRow(row, s.tb, s.q0+i, h, &p.kern)
+				}
+				if f.lse != nil {
+					f.lse[s.lse0+h*s.lseH+i] = negInf
+				}
+			}
 		}
 	}
 }

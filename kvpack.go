@@ -105,7 +105,7 @@ func (pp *packPass) run(p *plan, backward bool) error {
 		kv.buf = grow(&m.buf, total)
 	}
 	pp.chunks = chunks
-	return parallel(p.workers, len(chunks)/2, pp)
+	return p.parallel(len(chunks)/2, pp)
 }
 
 // runTask packs keys j0..j0+packChunk-1 of one sequence for every KV head. It

@@ -80,7 +80,7 @@ func (f *lseFixPass) run(b *backwardPass) error {
 	}
 	f.mem.tasks = tasks
 	f.corr, f.tasks, b.corr = corr, tasks, corr
-	return parallel(p.workers, len(tasks), f)
+	return p.parallel(len(tasks), f)
 }
 
 func (f *lseFixPass) runTask(ws *workspace, t int) {

@@ -15,9 +15,11 @@ import "math"
 // saw gets O = 0 and LSE = −Inf; a NaN log-weight makes the row NaN. A
 // part whose weight underflows to 0 is skipped.
 type lseMerge struct {
-	a, l []float64   // per part
-	o    [][]float32 // per part: its output row
-	acc  []float64   // scratch: the sum of one row
+	a, l    []float64   // per part
+	o       [][]float32 // per part: its output row
+	acc     []float64   // scratch: the sum of one row
+	sink    float64     // with hasSink: one more part, a_s = sink, l_s = 1, o_s = 0
+	hasSink bool
 }
 
 // reset prepares m for rows of d elements from parts parts; the caller
@@ -35,6 +37,9 @@ func (m *lseMerge) row(dst []float32) float32 {
 	for _, a := range m.a {
 		mx = max(mx, a) // NaN wins
 	}
+	if m.hasSink {
+		mx = max(mx, m.sink)
+	}
 	acc := m.acc[:len(dst)]
 	clear(acc)
 	if math.IsInf(mx, -1) {
@@ -42,6 +47,9 @@ func (m *lseMerge) row(dst []float32) float32 {
 		return negInf
 	}
 	var sum float64
+	if m.hasSink {
+		sum = math.Exp(m.sink - mx)
+	}
 	for s, a := range m.a {
 		if math.IsInf(a, -1) {
 			continue

@@ -133,12 +133,14 @@ func (a andMask) Classify(b, h, q0, q1, kv0, kv1 int) BlockKind {
 	return k
 }
 
-// maskVis is an Options.Mask seen from one sequence.
+// maskVis is an Options.Mask seen from one sequence, whose rows and keys
+// are the mask's positions qo.. and ko.. (Options.Offsets).
 type maskVis struct {
 	m      Mask
 	cls    BlockClassifier // nil if m does not classify blocks
 	b      int
 	nq, nk int
+	qo, ko int
 }
 
 func (v *maskVis) keySpan(rowBlock) (lo, hi int) { return 0, v.nk }
@@ -153,7 +155,7 @@ func (v *maskVis) tile(rb rowBlock, j0, j1 int) BlockKind {
 	}
 	k := BlockFull
 	for h := rb.h0; h < rb.h0+rb.nh; h++ {
-		c := v.cls.Classify(v.b, h, rb.i0, rb.i1, j0, j1)
+		c := v.cls.Classify(v.b, h, rb.i0+v.qo, rb.i1+v.qo, j0+v.ko, j1+v.ko)
 		if h == rb.h0 {
 			k = c
 		} else {
@@ -171,6 +173,6 @@ func (v *maskVis) hide(h, i, j0 int, row []float32, keep []bool) {
 	for c := range k {
 		k[c] = true
 	}
-	v.m.Hide(v.b, h, i, j0, k)
+	v.m.Hide(v.b, h, i+v.qo, j0+v.ko, k)
 	hideWhere(row, k)
 }

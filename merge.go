@@ -22,7 +22,7 @@ func (c *call) mergeSplits(splits int) error {
 		}
 	}
 	*mp = mergePass{p: &c.plan, out: f.out, lse: f.lse, part: &f.part, splits: splits, blocks: blocks, mem: blocks}
-	return parallel(c.plan.workers, len(blocks), mp)
+	return c.plan.parallel(len(blocks), mp)
 }
 
 func (mp *mergePass) runTask(ws *workspace, t int) {
@@ -39,6 +39,10 @@ func (mp *mergePass) runTask(ws *workspace, t int) {
 			lm.o[sp] = part.o[slot*p.dimVPad:]
 		}
 		o := ws.outRow(mp.out, s.tb, s.q0+i, h, p.dimV)
+		lm.sink, lm.hasSink = 0, p.sinks != nil
+		if lm.hasSink {
+			lm.sink = float64(p.sinks[h])
+		}
 		lv := lm.row(o)
 		mp.out.commit(o, s.tb, s.q0+i, h, &p.kern)
 		if mp.lse != nil {

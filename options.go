@@ -12,19 +12,46 @@ import "math"
 //
 //	x = Scale·(Q[i]·K[j])
 //	x = Softcap·tanh(x/Softcap)          if Softcap > 0
-//	x = x − slope·|i + Sk − Sq − j|      if ALiBi is set
+//	x = x − slope·|i + Sk − Sq − j|      if ALiBi is set (|i − j| with TopLeft)
 //	x = ScoreMod(x)                      if ScoreMod is set
 //	x = −Inf if j is hidden from i       Causal, Window, BlockMask, Mask (all combined)
 //
-// then P = softmax(x) over the row and O = P·V (with dropout on P). A row
-// that sees no key gives O = 0 and LSE = −Inf.
+// then P = softmax(x) over the row (and the sink, with Sinks) and O = P·V
+// (with dropout on P). A row that sees no key gives O = 0 and LSE = −Inf
+// (the sink's logit, with Sinks). With Offsets, i and j are the rows' and
+// keys' positions in the longer sequence the call is a part of.
 type Options struct {
 	// Scale multiplies QKᵀ before the softmax. 0 means 1/sqrt(headdim).
 	Scale float32
 
 	// Causal masks key j for query row i unless j <= i + Sk - Sq (the mask
-	// is aligned to the bottom-right corner, as in flash-attn ≥ 2.1).
+	// is aligned to the bottom-right corner, as in flash-attn ≥ 2.1; see
+	// TopLeft and Offsets).
 	Causal bool
+
+	// TopLeft aligns Causal, Window and ALiBi's distances to the top-left
+	// corner instead: query row i sits at key position i, so key j is
+	// visible to row i when j <= i (causal) — PyTorch's and GoMLX's is_causal
+	// when seqlen_q ≠ seqlen_k. With seqlen_q == seqlen_k both alignments are
+	// the same.
+	TopLeft bool
+
+	// Offsets, if not nil, says where this call's query rows and keys sit
+	// in a longer sequence, so that a shard of the sequence (ring attention,
+	// context parallelism) computes exactly its part of the full attention:
+	// row i is at position Offsets.Query+i and key j at Offsets.Key+j, and
+	// Causal, Window, ALiBi, dropout, Mask, BlockMask and ScoreMod all see
+	// those positions, top-left aligned (key position p is visible to query
+	// position p' when p <= p', causally). Not with KVCache.
+	Offsets *Offsets
+
+	// Sinks, if not nil, holds one learnable attention-sink logit per query
+	// head (gpt-oss), in the units of the scaled scores: each row's softmax
+	// also sums exp(Sinks[h]), as if over a key whose value is zero, so
+	// LSE_i = log(Σ_visible exp(x_ij) + exp(Sinks[h])) and
+	// O_i = Σ_j exp(x_ij − LSE_i)·V_j. A row that sees no key gets O = 0 and
+	// LSE = Sinks[h]. BackwardGrads returns their gradient.
+	Sinks []float32
 
 	// Window, if not nil, restricts row i to keys j with
 	// i+Sk-Sq-Left <= j <= i+Sk-Sq+Right; -1 leaves that side unbounded.
@@ -87,6 +114,12 @@ type Options struct {
 	BlockQ, BlockK int
 }
 
+// Offsets places a call's query rows and keys in a longer sequence; see
+// Options.Offsets. Both are ≥ 0.
+type Offsets struct {
+	Query, Key int
+}
+
 // Window is a sliding-window (local) attention mask; see Options.Window.
 type Window struct {
 	Left, Right int
@@ -100,6 +133,10 @@ type VarLen struct {
 	// SeqUsedK, if not nil, limits sequence b to its first SeqUsedK[b] keys
 	// (flash-attn's seqused_k).
 	SeqUsedK []int32
+	// SeqUsedQ, if not nil, limits sequence b to its first SeqUsedQ[b]
+	// query rows (flash-attn's seqused_q), for padded batches: the other
+	// rows get O = 0, LSE = −Inf and dQ = 0.
+	SeqUsedQ []int32
 }
 
 // KVCache describes keys and values held in a decoding cache
@@ -201,6 +238,19 @@ func (o *Options) validate() error {
 	}
 	if f, ok := o.ScoreMod.(ScoreFunc); ok && f == nil {
 		return argErr("Options.ScoreMod", "Options.ScoreMod is a nil ScoreFunc")
+	}
+	for i, s := range o.Sinks {
+		if bad(s) {
+			return argErr("Options.Sinks", "Sinks[%d] is %v, want a finite number", i, s)
+		}
+	}
+	if f := o.Offsets; f != nil {
+		switch {
+		case f.Query < 0 || f.Key < 0 || f.Query > unbounded || f.Key > unbounded:
+			return argErr("Options.Offsets", "Offsets {%d, %d}: each must be in 0..%d", f.Query, f.Key, unbounded)
+		case o.KVCache != nil:
+			return argErr("Options.Offsets", "Offsets cannot be combined with KVCache (a cache places its queries and keys itself)")
+		}
 	}
 	return nil
 }

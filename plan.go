@@ -2,6 +2,7 @@ package flashattn
 
 import (
 	"math"
+	"sync/atomic"
 
 	"github.com/flashattn/flashattn/internal/dropout"
 	"github.com/flashattn/flashattn/internal/kernel"
@@ -33,10 +34,12 @@ type numerics struct {
 	ct      DType         // compute type: the products' operands are rounded to it
 	native  bool          // ct is 16-bit and its products run natively (not widened to float32)
 	scale   float32
+	sinks   []float32 // Options.Sinks: one logit per query head, or nil
 	mods    scoreMods
 	dropOn  bool
 	drop    dropout.Mask
 	workers int
+	stop    *atomic.Bool // set once the call's context is done; nil without one
 }
 
 // newPlan validates q, k, v and the options and builds the plan in p,
@@ -91,6 +94,7 @@ func newPlan(p *plan, q, k, v Tensor, o *Options) error {
 		n.scale = float32(1 / math.Sqrt(float64(q.Dim)))
 	}
 	n.mods = scoreMods{softcap: o.Softcap, heads: p.heads, user: o.ScoreMod}
+	n.sinks = o.Sinks
 	if len(o.ALiBi) > 0 {
 		n.mods.alibi, n.mods.alibiBatch = o.ALiBi, len(o.ALiBi) != p.heads
 	}

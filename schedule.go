@@ -20,6 +20,7 @@ type job struct {
 	next  atomic.Int64
 	n     int
 	r     runner
+	stop  *atomic.Bool // set when the call's context is done: no task starts
 	wg    sync.WaitGroup
 	mu    sync.Mutex
 	fault error // the first panic of a task, as an error
@@ -43,7 +44,7 @@ func (j *job) do() {
 	}()
 	for {
 		t := int(j.next.Add(1) - 1)
-		if t >= j.n {
+		if t >= j.n || j.stop != nil && j.stop.Load() {
 			break
 		}
 		j.r.runTask(ws, t)
@@ -77,12 +78,16 @@ var workerPool = sync.OnceValue(func() chan *job {
 // The result never depends on the number of workers: a task's output is
 // written by that task alone. It returns an error wrapping ErrInternal if a
 // task panicked.
-func parallel(workers, n int, r runner) error {
+func parallel(workers, n int, r runner) error { return parallelStop(workers, n, r, nil) }
+
+// parallelStop is parallel with a stop flag: once it is set no more task
+// starts (a cancelled call).
+func parallelStop(workers, n int, r runner, stop *atomic.Bool) error {
 	if n == 0 {
 		return nil
 	}
 	j := jobs.get()
-	j.n, j.r, j.fault = n, r, nil
+	j.n, j.r, j.fault, j.stop = n, r, nil, stop
 	j.next.Store(0)
 	if helpers := min(workers, n) - 1; helpers > 0 {
 		pool := workerPool()
@@ -98,10 +103,18 @@ func parallel(workers, n int, r runner) error {
 	j.do()
 	j.wg.Wait()
 	err := j.fault
-	j.r, j.fault = nil, nil
+	j.r, j.fault, j.stop = nil, nil, nil
 	jobs.put(j)
 	return err
 }
+
+// parallel runs one pass of the call's tasks on its workers, stopping at a
+// task boundary once the call is cancelled.
+func (p *plan) parallel(n int, r runner) error { return parallelStop(p.workers, n, r, p.stop) }
+
+// stopped reports whether the call's context is done: tasks check it
+// between tiles and return early.
+func (p *plan) stopped() bool { return p.stop != nil && p.stop.Load() }
 
 // recoverPanic, deferred by an entry point, turns a panic in the calling
 // goroutine — a user's Mask, BlockClassifier or ScoreMod called while the

@@ -92,7 +92,7 @@ func (m *scoreMods) apply(kern *kernel.Impl, row, grad, du []float32, at scoreAt
 	if grad != nil {
 		d = du[:at.n]
 	}
-	m.user.Apply(at.s.b, at.h, at.i, at.j0, row[:at.n], d)
+	m.user.Apply(at.s.b, at.h, at.i+at.s.qpos, at.j0+at.s.kpos, row[:at.n], d)
 	switch {
 	case grad == nil:
 	case m.softcap > 0:

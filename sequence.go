@@ -11,6 +11,8 @@ type sequence struct {
 	q0, nq     int
 	k0, nk     int
 	lse0, lseH int     // LSE of (head h, row i) is at lse0 + h*lseH + i
+	nqAll      int     // query rows in q: nq, and with VarLen.SeqUsedQ the padding rows nq..nqAll-1
+	qpos, kpos int     // positions of row 0 and key 0 for masks, modifiers and dropout (Options.Offsets)
 	route      kvRoute // where the forward reads its K/V tiles (kvsource.go)
 
 	vis   visibility // &band alone, or &all
@@ -31,12 +33,12 @@ func (s *sequence) setVisibility(o *Options) {
 	}
 	s.all.add(&s.band)
 	if o.BlockMask != nil {
-		s.block = blockVis{m: o.BlockMask, b: s.b, nq: nq, nk: nk}
+		s.block = blockVis{m: o.BlockMask, b: s.b, nq: nq, nk: nk, qo: s.qpos, ko: s.kpos}
 		s.all.add(&s.block)
 	}
 	if o.Mask != nil {
 		cls, _ := o.Mask.(BlockClassifier)
-		s.mask = maskVis{m: o.Mask, cls: cls, b: s.b, nq: nq, nk: nk}
+		s.mask = maskVis{m: o.Mask, cls: cls, b: s.b, nq: nq, nk: nk, qo: s.qpos, ko: s.kpos}
 		s.all.add(&s.mask)
 	}
 	s.vis = &s.all

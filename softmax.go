@@ -58,6 +58,28 @@ func (st *rowState) update(k *kernel.Impl, r int, row []float32, f float32) {
 	st.l[r] += k.ExpSum(row, f, mNew)
 }
 
+// finishSink is finish for a row whose softmax also sums exp(sink) (a
+// learnable sink logit, a key whose value is zero): with m' = max(m, sink),
+//
+//	l' = l·e^{m−m'} + e^{sink−m'},  O = o·e^{m−m'}/l',  LSE = m' + log l'
+//
+// in float64. A row that saw no key gets O = 0 and LSE = sink.
+func (st *rowState) finishSink(r int, out []float32, d int, sink float32) float32 {
+	m, l := float64(st.m[r]), float64(st.l[r])
+	if l == 0 {
+		clear(out[:d])
+		return sink
+	}
+	mf := max(m, float64(sink)) // NaN wins
+	a := math.Exp(m - mf)
+	lf := l*a + math.Exp(float64(sink)-mf)
+	f := float32(a / lf)
+	for c, x := range st.o[r*st.dimPad : r*st.dimPad+d] {
+		out[c] = x * f
+	}
+	return float32(mf + math.Log(lf))
+}
+
 // finish writes row r's normalised output (first d elements) to out and
 // returns its log-sum-exp. A row that saw no key gets O = 0, LSE = -Inf.
 func (st *rowState) finish(r int, out []float32, d int) float32 {

@@ -82,6 +82,16 @@ func (t *tiling) build(s Shape, o *Options, tp tileParams) error {
 			return err
 		}
 	}
+	for i := range t.seqs {
+		sq := &t.seqs[i]
+		sq.nqAll = max(sq.nqAll, sq.nq)
+		if f := o.Offsets; f != nil {
+			sq.qpos, sq.kpos = f.Query, f.Key
+		}
+	}
+	if n := len(o.Sinks); n != 0 && n != H {
+		return argErr("Options.Sinks", "Sinks has %d logits, want %d (one per query head)", n, H)
+	}
 	if n := len(o.ALiBi); n != 0 && n != H && n != len(t.seqs)*H {
 		return argErr("Options.ALiBi", "ALiBi has %d slopes, want %d ([heads]) or %d ([batch, heads])", n, H, len(t.seqs)*H)
 	}
@@ -93,7 +103,7 @@ func (t *tiling) build(s Shape, o *Options, tp tileParams) error {
 	if o.Mask != nil {
 		nq, nk := 0, 0
 		for _, sq := range t.seqs {
-			nq, nk = max(nq, sq.nq), max(nk, sq.nk)
+			nq, nk = max(nq, sq.qpos+sq.nq), max(nk, sq.kpos+sq.nk)
 		}
 		if err := checkCovers("Options.Mask", o.Mask, len(t.seqs), nq, nk); err != nil {
 			return err
@@ -161,8 +171,8 @@ func checkBlockMask(m *BlockMask, seqs []sequence, heads int) error {
 		return argErr("Options.BlockMask", "BlockMask has %d heads, want 1 or %d", s.Heads, heads)
 	}
 	for b, sq := range seqs {
-		if sq.nq > s.SeqQ || sq.nk > s.SeqK {
-			return argErr("Options.BlockMask", "BlockMask covers %d × %d positions, but sequence %d has %d queries and %d keys", s.SeqQ, s.SeqK, b, sq.nq, sq.nk)
+		if sq.qpos+sq.nq > s.SeqQ || sq.kpos+sq.nk > s.SeqK {
+			return argErr("Options.BlockMask", "BlockMask covers %d × %d positions, but sequence %d reaches query position %d and key position %d", s.SeqQ, s.SeqK, b, sq.qpos+sq.nq, sq.kpos+sq.nk)
 		}
 	}
 	return nil

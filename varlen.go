@@ -18,6 +18,9 @@ func (t *tiling) varlenSequences(vl *VarLen, batch, totalQ, totalK int) error {
 	if vl.SeqUsedK != nil && len(vl.SeqUsedK) != nb {
 		return argErr("Options.VarLen.SeqUsedK", "VarLen.SeqUsedK has %d entries, want %d (one per sequence)", len(vl.SeqUsedK), nb)
 	}
+	if vl.SeqUsedQ != nil && len(vl.SeqUsedQ) != nb {
+		return argErr("Options.VarLen.SeqUsedQ", "VarLen.SeqUsedQ has %d entries, want %d (one per sequence)", len(vl.SeqUsedQ), nb)
+	}
 	for _, c := range []struct {
 		name  string
 		cu    []int32
@@ -47,7 +50,15 @@ func (t *tiling) varlenSequences(vl *VarLen, batch, totalQ, totalK int) error {
 			}
 			nk = u
 		}
-		t.seqs[b] = sequence{b: b, q0: q0, nq: nq, k0: k0, nk: nk, lse0: q0, lseH: totalQ}
+		all := nq
+		if vl.SeqUsedQ != nil {
+			u := int(vl.SeqUsedQ[b])
+			if u < 0 || u > nq {
+				return argErr("Options.VarLen.SeqUsedQ", "VarLen.SeqUsedQ[%d] is %d, want 0..%d", b, u, nq)
+			}
+			nq = u
+		}
+		t.seqs[b] = sequence{b: b, q0: q0, nq: nq, nqAll: all, k0: k0, nk: nk, lse0: q0, lseH: totalQ}
 	}
 	t.lseLen = t.heads * totalQ
 	return nil
