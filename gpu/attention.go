@@ -39,7 +39,7 @@ func (d *Device) Forward(q, k, v, out Tensor, lse *Buffer, opts *Options) error 
 	c := tile.FwdConfig(p.d)
 	a := p.fwdArgs(uint64(q.Buf.ptr), uint64(k.Buf.ptr), uint64(v.Buf.ptr), uint64(out.Buf.ptr), uint64(lse.ptr), cu)
 	x, y, z := tile.Grid(p.maxSq, c.Br(), p.heads, p.batch)
-	if err := d.launch(p.dt, p.d, c.Name(p.dt.String()), tile.FwdParams, a, [3]int{x, y, z}, tile.Threads); err != nil {
+	if err := d.launch(p.dt, p.d, c.Name(p.dt.String()), tile.FwdParams, a, [3]int{x, y, z}, c.Threads()); err != nil {
 		return err
 	}
 	return d.ctx.Synchronize()
@@ -83,8 +83,8 @@ func (d *Device) Backward(q, k, v, out, dout Tensor, lse *Buffer, dq, dk, dv Ten
 		return err
 	}
 	dt, hd, name := p.dt, p.d, p.dt.String()
-	f32Q := p.rowsQ * p.heads * p.d * 4 // float32 [rows_q, heads, d]
-	f32KV := p.rowsK * p.heads * p.d * 4
+	bc := tile.BwdConfig(hd)
+	f32KV := p.rowsK * p.heads * p.d * 4 // float32 [rows_k, heads, d]
 	dsum, err := d.scratchBuf("dsum", p.lseLen()*4)
 	if err != nil {
 		return err
@@ -113,21 +113,22 @@ func (d *Device) Backward(q, k, v, out, dout Tensor, lse *Buffer, dq, dk, dv Ten
 			return err
 		}
 	}
-	bc := tile.BwdConfig(hd)
 	gx, gy, gz := tile.Grid(p.maxSk, bc.Bc(), p.heads, p.batch)
 	q0, k0, v0, do0, l0 := ptr(q.Buf), ptr(k.Buf), ptr(v.Buf), ptr(dout.Buf), ptr(lse)
 	if p.deterministic {
 		a := p.bwdArgs(q0, k0, v0, do0, l0, ptr(dsum), 0, ptr(dkx), ptr(dvx), cu)
-		if err := d.launch(dt, hd, bc.Name(name, false), tile.BwdParams, a, [3]int{gx, gy, gz}, tile.Threads); err != nil {
+		if err := d.launch(dt, hd, bc.Name(name, false), tile.BwdParams, a, [3]int{gx, gy, gz}, bc.Threads()); err != nil {
 			return err
 		}
 		qc := tile.DQConfig(hd)
 		a = p.dqArgs(q0, k0, v0, do0, l0, ptr(dsum), ptr(dq.Buf), cu)
 		x, y, z := tile.Grid(p.maxSq, qc.Br(), p.heads, p.batch)
-		if err := d.launch(dt, hd, qc.Name(name), tile.DQParams, a, [3]int{x, y, z}, tile.Threads); err != nil {
+		if err := d.launch(dt, hd, qc.Name(name), tile.DQParams, a, [3]int{x, y, z}, qc.Threads()); err != nil {
 			return err
 		}
 	} else {
+		_, accRows := p.dqAcc(bc)
+		f32Q := accRows * p.heads * p.d * 4
 		acc, err := d.scratchBuf("dqacc", f32Q)
 		if err != nil {
 			return err
@@ -136,10 +137,12 @@ func (d *Device) Backward(q, k, v, out, dout Tensor, lse *Buffer, dq, dk, dv Ten
 			return err
 		}
 		a := p.bwdArgs(q0, k0, v0, do0, l0, ptr(dsum), ptr(acc), ptr(dkx), ptr(dvx), cu)
-		if err := d.launch(dt, hd, bc.Name(name, true), tile.BwdParams, a, [3]int{gx, gy, gz}, tile.Threads); err != nil {
+		if err := d.launch(dt, hd, bc.Name(name, true), tile.BwdParams, a, [3]int{gx, gy, gz}, bc.Threads()); err != nil {
 			return err
 		}
-		if err := d.convert(dt, hd, ptr(acc), ptr(dq.Buf), p.rowsQ, p.heads, 1); err != nil {
+		grid := [3]int{(p.heads*hd/2 + tile.ElemThreads - 1) / tile.ElemThreads, min(p.maxSq, 65535), p.batch}
+		ca := p.convertDQArgs(bc, ptr(acc), ptr(dq.Buf), cu)
+		if err := d.launch(dt, hd, tile.ConvertDQName(name), tile.ConvertDQParams, ca, grid, tile.ElemThreads); err != nil {
 			return err
 		}
 	}
