@@ -295,7 +295,9 @@ func (g *guard) LoadModule(ptx []byte) (m cuda.Module, err error) {
 	err = g.run(func() (e error) { m, e = g.backend.LoadModule(ptx); return e })
 	return m, err
 }
-func (g *guard) Unload(m cuda.Module) error { return g.run(func() error { return g.backend.Unload(m) }) }
+func (g *guard) Unload(m cuda.Module) error {
+	return g.run(func() error { return g.backend.Unload(m) })
+}
 func (g *guard) Function(m cuda.Module, name string, maxSmem int) (f cuda.Function, err error) {
 	err = g.run(func() (e error) { f, e = g.backend.Function(m, name, maxSmem); return e })
 	return f, err
