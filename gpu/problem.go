@@ -84,7 +84,7 @@ func validate(q, k, v Tensor, opts *Options) (*problem, error) {
 	if opts.Softcap > 0 {
 		p.softcap = true
 		p.capScale = p.scale / opts.Softcap
-		p.capLog2 = opts.Softcap * math.Log2E
+		p.capLog2 = opts.Softcap * tile.Log2E
 		if bad(p.capScale) || bad(p.capLog2) {
 			return nil, fmt.Errorf("gpu: Softcap %v with scale %v overflows", opts.Softcap, p.scale)
 		}
@@ -248,7 +248,7 @@ func (p *problem) seqArgs(a args, cu uint64) {
 		}
 	}
 	a["sq"], a["sk"] = uint64(p.maxSq), uint64(p.maxSk)
-	a["scale_log2"] = f32(p.scale * math.Log2E)
+	a["scale_log2"] = f32(p.scale * tile.Log2E)
 	a["cap_scale"], a["cap_log2"] = f32(p.capScale), f32(p.capLog2)
 	a["left"], a["right"] = s32(p.left), s32(p.right)
 	a["group"] = uint64(p.heads / p.kvHeads)
