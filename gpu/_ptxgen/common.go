@@ -127,6 +127,9 @@ func (g *gen) laneOffset(pattern, rc int, col func(lc string) string) string {
 // therefore (base + LaneOffset(0)) ^ 32j plus a constant: one register per
 // (base, pattern) instead of one per j, and an xor per load.
 func (g *gen) ldsm(base string, baseOff, rc, pattern, r0, c0 int, trans bool) [4]string {
+	if baseOff%128 != 0 || rc < 8 {
+		panic(fmt.Sprintf("ldsm: tile offset %d is not a multiple of 128 or rows of %d chunks are under 8", baseOff, rc))
+	}
 	key := ldBase{base, pattern, rc}
 	b, ok := g.ldBases[key]
 	if !ok {
