@@ -25,7 +25,7 @@ if [ "${FLASHATTN_SKIP_PTXAS:-}" = 1 ]; then
 fi
 
 version=11.8.89~11.8.0-5~deb12u1
-cache=${FLASHATTN_CACHE:-$HOME/.cache/flashattn}
+cache=${FLASHATTN_CACHE:-${HOME:-/tmp}/.cache/flashattn}
 dir=$cache/ptxas-${version//[~]/_}
 
 fetch() {
