@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/flashattn/flashattn/gpu/internal/cuda"
 	"github.com/flashattn/flashattn/gpu/internal/tile"
 )
 
@@ -11,9 +12,21 @@ import (
 // lse, float32 [batch, heads, seq_q] (or [heads, total_q] with VarLen), in
 // natural-log units. q is [batch, seq_q, heads, dim], k and v
 // [batch, seq_k, kv_heads, dim] with heads a multiple of kv_heads; all of
-// one type. Rows with no visible key get O = 0 and LSE = -Inf. It returns
-// when the kernel has finished.
+// one type. Rows with no visible key get O = 0 and LSE = -Inf. It runs on
+// the default stream and returns when that stream's work has finished.
 func (d *Device) Forward(q, k, v, out Tensor, lse *Buffer, opts *Options) error {
+	return d.def.forward(q, k, v, out, lse, opts, true)
+}
+
+// Forward is Device.Forward queued on the stream: it returns once the
+// kernels are queued (argument errors are reported at once; a fault while
+// they run, by a later call). The tensors must stay allocated, and out and
+// lse unread, until Synchronize.
+func (s *Stream) Forward(q, k, v, out Tensor, lse *Buffer, opts *Options) error {
+	return s.forward(q, k, v, out, lse, opts, false)
+}
+
+func (s *Stream) forward(q, k, v, out Tensor, lse *Buffer, opts *Options, wait bool) error {
 	p, err := validate(q, k, v, opts)
 	if err != nil {
 		return err
@@ -27,30 +40,46 @@ func (d *Device) Forward(q, k, v, out Tensor, lse *Buffer, opts *Options) error 
 	if err := distinct([]Tensor{out, {Buf: lse}}, q, k, v); err != nil {
 		return err
 	}
+	d := s.d
 	if err := sameDevice(d, q, out, Tensor{Buf: lse}); err != nil {
 		return err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	cu, err := d.uploadCu(p)
+	if err := s.begin(); err != nil {
+		return err
+	}
+	cu, err := s.uploadCu(p)
 	if err != nil {
 		return err
 	}
 	c := tile.FwdConfig(p.d)
 	a := p.fwdArgs(uint64(q.Buf.ptr), uint64(k.Buf.ptr), uint64(v.Buf.ptr), uint64(out.Buf.ptr), uint64(lse.ptr), cu)
 	x, y, z := tile.Grid(p.maxSq, c.Br(), p.heads, p.batch)
-	if err := d.launch(p.dt, p.d, c.Name(p.dt.String()), tile.FwdParams, a, [3]int{x, y, z}, tile.Threads); err != nil {
+	if err := d.launch(s, p.dt, p.d, c.Name(p.dt.String()), tile.FwdParams, a, [3]int{x, y, z}, c.Threads()); err != nil {
 		return err
 	}
-	return d.ctx.Synchronize()
+	if !wait {
+		return nil
+	}
+	return d.ctx.SyncStream(s.s)
 }
 
 // Backward computes dq, dk, dv (shaped like q, k, v) from q, k, v, the
 // forward output out and its lse, and the upstream gradient dout (shaped
 // like q). With GQA, dk and dv sum over the query heads sharing a KV head.
-// Head dims 64 and 128 are supported. It returns when the kernels have
-// finished.
+// Head dims 64 and 128 are supported. It runs on the default stream and
+// returns when that stream's work has finished.
 func (d *Device) Backward(q, k, v, out, dout Tensor, lse *Buffer, dq, dk, dv Tensor, opts *Options) error {
+	return d.def.backward(q, k, v, out, dout, lse, dq, dk, dv, opts, true)
+}
+
+// Backward is Device.Backward queued on the stream (see Stream.Forward).
+func (s *Stream) Backward(q, k, v, out, dout Tensor, lse *Buffer, dq, dk, dv Tensor, opts *Options) error {
+	return s.backward(q, k, v, out, dout, lse, dq, dk, dv, opts, false)
+}
+
+func (s *Stream) backward(q, k, v, out, dout Tensor, lse *Buffer, dq, dk, dv Tensor, opts *Options, wait bool) error {
 	p, err := validate(q, k, v, opts)
 	if err != nil {
 		return err
@@ -73,107 +102,130 @@ func (d *Device) Backward(q, k, v, out, dout Tensor, lse *Buffer, dq, dk, dv Ten
 	if err := distinct([]Tensor{dq, dk, dv}, q, k, v, out, dout, Tensor{Buf: lse}); err != nil {
 		return err
 	}
+	d := s.d
 	if err := sameDevice(d, q, out, dout, dq, dk, dv, Tensor{Buf: lse}); err != nil {
 		return err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	cu, err := d.uploadCu(p)
+	if err := s.begin(); err != nil {
+		return err
+	}
+	cu, err := s.uploadCu(p)
 	if err != nil {
 		return err
 	}
-	dt, hd, name := p.dt, p.d, p.dt.String()
-	f32Q := p.rowsQ * p.heads * p.d * 4 // float32 [rows_q, heads, d]
-	f32KV := p.rowsK * p.heads * p.d * 4
-	dsum, err := d.scratchBuf("dsum", p.lseLen()*4)
-	if err != nil {
+	b := bwdCall{s: s, p: p, cu: cu, q: q.Buf.ptr, k: k.Buf.ptr, v: v.Buf.ptr, out: out.Buf.ptr, dout: dout.Buf.ptr, lse: lse.ptr}
+	if err := b.run(dq.Buf.ptr, dk.Buf.ptr, dv.Buf.ptr); err != nil {
 		return err
 	}
-	dkx, err := d.scratchBuf("dk", f32KV)
-	if err != nil {
-		return err
+	if !wait {
+		return nil
 	}
-	dvx, err := d.scratchBuf("dv", f32KV)
-	if err != nil {
-		return err
-	}
-	ptr := func(b *Buffer) uint64 { return uint64(b.ptr) }
+	return d.ctx.SyncStream(s.s)
+}
 
-	// dsum = rowsum(dO∘O).
-	pre := p.preArgs(ptr(out.Buf), ptr(dout.Buf), ptr(dsum), cu)
+// bwdCall is one backward call's kernels on a stream.
+type bwdCall struct {
+	s                       *Stream
+	p                       *problem
+	cu                      uint64
+	q, k, v, out, dout, lse cuda.Ptr
+	dsum, dk32, dv32        *Buffer
+}
+
+// run queues the backward kernels: dsum = rowsum(dO∘O); the dK/dV kernel
+// (with atomic dQ, or followed by the deterministic dQ kernel); the
+// conversions of the float32 dQ, dK and dV to the input type.
+func (b *bwdCall) run(dq, dk, dv cuda.Ptr) error {
+	s, p := b.s, b.p
+	d, dt, hd, name := s.d, p.dt, p.d, p.dt.String()
+	f32KV := p.rowsK * p.heads * p.d * 4 // float32 [rows_k, heads, d]
+	var err error
+	if b.dsum, err = s.scratchBuf("dsum", p.lseLen()*4); err != nil {
+		return err
+	}
+	if b.dk32, err = s.scratchBuf("dk", f32KV); err != nil {
+		return err
+	}
+	if b.dv32, err = s.scratchBuf("dv", f32KV); err != nil {
+		return err
+	}
+	pre := p.preArgs(uint64(b.out), uint64(b.dout), uint64(b.dsum.ptr), b.cu)
 	grid := [3]int{(p.maxSq + tile.PreRows - 1) / tile.PreRows, p.heads, p.batch}
-	if err := d.launch(dt, hd, tile.PreName(name), tile.PreParams, pre, grid, tile.ElemThreads); err != nil {
+	if err := d.launch(s, dt, hd, tile.PreName(name), tile.PreParams, pre, grid, tile.ElemThreads); err != nil {
 		return err
 	}
 	if p.varlen { // keys past SeqUsedK or in empty sequences have no block
-		if err := d.ctx.Zero(dkx.ptr, f32KV); err != nil {
+		if err := s.zero(b.dk32, f32KV); err != nil {
 			return err
 		}
-		if err := d.ctx.Zero(dvx.ptr, f32KV); err != nil {
+		if err := s.zero(b.dv32, f32KV); err != nil {
 			return err
 		}
 	}
-	bc := tile.BwdConfig(hd)
-	gx, gy, gz := tile.Grid(p.maxSk, bc.Bc(), p.heads, p.batch)
-	q0, k0, v0, do0, l0 := ptr(q.Buf), ptr(k.Buf), ptr(v.Buf), ptr(dout.Buf), ptr(lse)
 	if p.deterministic {
-		a := p.bwdArgs(q0, k0, v0, do0, l0, ptr(dsum), 0, ptr(dkx), ptr(dvx), cu)
-		if err := d.launch(dt, hd, bc.Name(name, false), tile.BwdParams, a, [3]int{gx, gy, gz}, tile.Threads); err != nil {
-			return err
-		}
-		qc := tile.DQConfig(hd)
-		a = p.dqArgs(q0, k0, v0, do0, l0, ptr(dsum), ptr(dq.Buf), cu)
-		x, y, z := tile.Grid(p.maxSq, qc.Br(), p.heads, p.batch)
-		if err := d.launch(dt, hd, qc.Name(name), tile.DQParams, a, [3]int{x, y, z}, tile.Threads); err != nil {
-			return err
-		}
+		err = b.deterministic(dq)
 	} else {
-		acc, err := d.scratchBuf("dqacc", f32Q)
-		if err != nil {
-			return err
-		}
-		if err := d.ctx.Zero(acc.ptr, f32Q); err != nil {
-			return err
-		}
-		a := p.bwdArgs(q0, k0, v0, do0, l0, ptr(dsum), ptr(acc), ptr(dkx), ptr(dvx), cu)
-		if err := d.launch(dt, hd, bc.Name(name, true), tile.BwdParams, a, [3]int{gx, gy, gz}, tile.Threads); err != nil {
-			return err
-		}
-		if err := d.convert(dt, hd, ptr(acc), ptr(dq.Buf), p.rowsQ, p.heads, 1); err != nil {
-			return err
-		}
+		err = b.atomic(dq)
+	}
+	if err != nil {
+		return err
 	}
 	group := p.heads / p.kvHeads
-	if err := d.convert(dt, hd, ptr(dkx), ptr(dk.Buf), p.rowsK, p.kvHeads, group); err != nil {
+	if err := d.convert(s, dt, hd, uint64(b.dk32.ptr), uint64(dk), p.rowsK, p.kvHeads, group); err != nil {
 		return err
 	}
-	if err := d.convert(dt, hd, ptr(dvx), ptr(dv.Buf), p.rowsK, p.kvHeads, group); err != nil {
+	return d.convert(s, dt, hd, uint64(b.dv32.ptr), uint64(dv), p.rowsK, p.kvHeads, group)
+}
+
+// kvArgs returns the dK/dV kernel's arguments (dqAcc 0: no dQ).
+func (b *bwdCall) kvArgs(dqAcc uint64) args {
+	return b.p.bwdArgs(uint64(b.q), uint64(b.k), uint64(b.v), uint64(b.dout), uint64(b.lse), uint64(b.dsum.ptr), dqAcc, uint64(b.dk32.ptr), uint64(b.dv32.ptr), b.cu)
+}
+
+// deterministic queues the dK/dV kernel without dQ, then the dQ kernel.
+func (b *bwdCall) deterministic(dq cuda.Ptr) error {
+	s, p := b.s, b.p
+	d, name := s.d, p.dt.String()
+	bc, qc := tile.BwdConfig(p.d), tile.DQConfig(p.d)
+	gx, gy, gz := tile.Grid(p.maxSk, bc.Bc(), p.heads, p.batch)
+	if err := d.launch(s, p.dt, p.d, bc.Name(name, false), tile.BwdParams, b.kvArgs(0), [3]int{gx, gy, gz}, bc.Threads()); err != nil {
 		return err
 	}
-	return d.ctx.Synchronize()
+	a := p.dqArgs(uint64(b.q), uint64(b.k), uint64(b.v), uint64(b.dout), uint64(b.lse), uint64(b.dsum.ptr), uint64(dq), b.cu)
+	x, y, z := tile.Grid(p.maxSq, qc.Br(), p.heads, p.batch)
+	return d.launch(s, p.dt, p.d, qc.Name(name), tile.DQParams, a, [3]int{x, y, z}, qc.Threads())
 }
 
-// convert launches the conversion kernel: out[r, j] = Σ_g in[r, j·group+g].
-func (d *Device) convert(dt DType, hd int, in, out uint64, rows, heads, group int) error {
-	grid := [3]int{(heads*hd/2 + tile.ElemThreads - 1) / tile.ElemThreads, min(rows, 65535), 1}
-	return d.launch(dt, hd, tile.ConvertName(dt.String()), tile.ConvertParams, convertArgs(in, out, rows, heads, group, hd), grid, tile.ElemThreads)
-}
-
-// uploadCu copies the varlen sequence starts to the device (0 if dense).
-// d.mu must be held.
-func (d *Device) uploadCu(p *problem) (uint64, error) {
-	if !p.varlen {
-		return 0, nil
-	}
-	cu := p.cuInts()
-	b, err := d.scratchBuf("cu", 4*len(cu))
+// atomic queues the dK/dV kernel that adds dQ to the zeroed, padded float32
+// accumulator, then its conversion.
+func (b *bwdCall) atomic(dq cuda.Ptr) error {
+	s, p := b.s, b.p
+	d, name := s.d, p.dt.String()
+	bc := tile.BwdConfig(p.d)
+	_, accRows := p.dqAcc(bc)
+	f32Q := accRows * p.heads * p.d * 4
+	acc, err := s.scratchBuf("dqacc", f32Q)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	if err := CopyIn(b, cu); err != nil {
-		return 0, err
+	if err := s.zero(acc, f32Q); err != nil {
+		return err
 	}
-	return uint64(b.ptr), nil
+	gx, gy, gz := tile.Grid(p.maxSk, bc.Bc(), p.heads, p.batch)
+	if err := d.launch(s, p.dt, p.d, bc.Name(name, true), tile.BwdParams, b.kvArgs(uint64(acc.ptr)), [3]int{gx, gy, gz}, bc.Threads()); err != nil {
+		return err
+	}
+	grid := [3]int{(p.heads*p.d/2 + tile.ElemThreads - 1) / tile.ElemThreads, min(p.maxSq, 65535), p.batch}
+	ca := p.convertDQArgs(bc, uint64(acc.ptr), uint64(dq), b.cu)
+	return d.launch(s, p.dt, p.d, tile.ConvertDQName(name), tile.ConvertDQParams, ca, grid, tile.ElemThreads)
+}
+
+// convert queues the conversion kernel: out[r, j] = Σ_g in[r, j·group+g].
+func (d *Device) convert(s *Stream, dt DType, hd int, in, out uint64, rows, heads, group int) error {
+	grid := [3]int{(heads*hd/2 + tile.ElemThreads - 1) / tile.ElemThreads, min(rows, 65535), 1}
+	return d.launch(s, dt, hd, tile.ConvertName(dt.String()), tile.ConvertParams, convertArgs(in, out, rows, heads, group, hd), grid, tile.ElemThreads)
 }
 
 // checkF32 checks a float32 buffer of n elements.

@@ -8,8 +8,8 @@ import (
 	"github.com/flashattn/flashattn/gpu/internal/cuda"
 )
 
-// Buffer is a block of device memory. Free it with Free (Device.Close frees
-// nothing for you).
+// Buffer is a block of device memory. Free it with Free; Device.Close frees
+// the buffers still allocated.
 type Buffer struct {
 	d   *Device
 	ptr cuda.Ptr
@@ -21,23 +21,38 @@ func (d *Device) Alloc(n int) (*Buffer, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("gpu: Alloc(%d): size must be > 0", n)
 	}
+	d.bufMu.Lock()
+	defer d.bufMu.Unlock()
+	if d.bufs == nil {
+		return nil, errors.New("gpu: device is closed")
+	}
 	p, err := d.ctx.Alloc(n)
 	if err != nil {
 		return nil, err
 	}
-	return &Buffer{d: d, ptr: p, n: n}, nil
+	b := &Buffer{d: d, ptr: p, n: n}
+	d.bufs[b] = true
+	return b, nil
 }
 
 // Len returns the buffer's size in bytes.
 func (b *Buffer) Len() int { return b.n }
 
-// Free releases the memory; the buffer must not be used afterwards.
+// Free releases the memory; the buffer must not be used afterwards. Freeing
+// a freed buffer, or one that Device.Close freed, does nothing.
 func (b *Buffer) Free() error {
-	if b == nil || b.ptr == 0 {
+	if b == nil {
 		return nil
 	}
-	err := b.d.ctx.Free(b.ptr)
+	d := b.d
+	d.bufMu.Lock()
+	defer d.bufMu.Unlock()
+	if b.ptr == 0 {
+		return nil
+	}
+	err := d.ctx.Free(b.ptr)
 	b.ptr = 0
+	delete(d.bufs, b)
 	return err
 }
 
@@ -45,16 +60,24 @@ func (b *Buffer) Free() error {
 // uint16 for bf16/fp16 bits, float32, int32.
 type Elem interface{ ~uint16 | ~float32 | ~int32 }
 
-// CopyIn copies src to the start of b.
+// CopyIn copies src to the start of b. It returns when the data is on the
+// device, so that work on any stream may read it.
 func CopyIn[T Elem](b *Buffer, src []T) error {
 	n, err := span(b, src)
 	if err != nil || n == 0 {
 		return err
 	}
-	return b.d.ctx.CopyIn(b.ptr, unsafe.Pointer(&src[0]), n)
+	c := b.d.ctx
+	if err := c.CopyInAsync(b.ptr, unsafe.Pointer(&src[0]), n, 0); err != nil {
+		return err
+	}
+	return c.SyncStream(0)
 }
 
-// CopyOut copies the start of b into dst.
+// CopyOut copies the start of b into dst. It orders itself after the
+// default stream's work (Device.Forward and Device.Backward have finished
+// when they return); after work queued on a Stream, call the stream's
+// Synchronize first.
 func CopyOut[T Elem](dst []T, b *Buffer) error {
 	n, err := span(b, dst)
 	if err != nil || n == 0 {

@@ -68,11 +68,11 @@ func TestDeviceErrors(t *testing.T) {
 // A device whose shared memory is too small for a kernel says so.
 func TestSharedMemoryLimit(t *testing.T) {
 	d := newSimDevice()
-	d.info.MaxSharedPerBlock = 48 << 10
+	d.info.MaxSharedPerBlock = 32 << 10
 	x := flashattn.NewTensor(1, 8, 1, 128)
 	_, _, err := d.ForwardHost(BF16, x, x, x, nil)
 	if err == nil || !strings.Contains(err.Error(), "shared memory") {
-		t.Fatalf("ForwardHost on a 48 KiB device: %v", err)
+		t.Fatalf("ForwardHost on a 32 KiB device: %v", err)
 	}
 }
 

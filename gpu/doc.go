@@ -23,13 +23,22 @@
 //     flashattn.Tensors (float32), round them to the chosen type, run the
 //     kernels and return float32 results.
 //
-// The forward kernel follows FlashAttention-2: one thread block of 4 warps
-// per (query block, head, batch element), the warps splitting the query
-// rows; K and V tiles go through shared memory with cp.async double
-// buffering; S = Q·Kᵀ and O += P·V run on the tensor cores
-// (mma.sync.m16n8k16, operands loaded with ldmatrix); the online softmax
-// stays in registers and O is divided by the row sum once at the end. The
-// backward pass is parallel over key blocks; dQ is accumulated with float32
-// atomics, or, with Options.Deterministic, computed by a second kernel over
-// query blocks so that results do not depend on scheduling.
+// Device.Forward and Device.Backward run on the device's default stream and
+// return when it is done; Device.NewStream gives a Stream whose Forward and
+// Backward only queue the kernels. A kernel fault makes the CUDA context
+// unusable: the call that meets it, and every later one, returns an error
+// matching ErrDeviceLost.
+//
+// The forward kernel follows FlashAttention-2: one thread block per (query
+// block of 128 rows, head, batch element), its warps splitting the query
+// rows, heaviest blocks first; K and V tiles go through shared memory with
+// cp.async, single-buffered and loaded staggered (V of a tile while its
+// scores and softmax are computed, K of the next while O += P·V runs);
+// S = Q·Kᵀ and O += P·V run on the tensor cores (mma.sync.m16n8k16,
+// operands loaded with ldmatrix); the online softmax stays in registers,
+// and O is divided by the row sum once at the end. The backward pass is
+// parallel over blocks of 128 keys (8 warps); dQ is accumulated with
+// float32 atomics into a buffer padded to whole query blocks, or, with
+// Options.Deterministic, computed by a second kernel over query blocks so
+// that results do not depend on scheduling.
 package gpu

@@ -183,69 +183,77 @@ func runCases(t *testing.T, d *Device, cases []gpuCase, types ...DType) {
 	for ci, c := range cases {
 		for _, dt := range types {
 			t.Run(fmt.Sprintf("%s/%v", c.name, dt), func(t *testing.T) {
-				rng := rand.New(rand.NewPCG(uint64(ci), uint64(dt)))
-				rowsQ, rowsK, batch := c.batch*c.sq, c.batch*c.sk, c.batch
-				if c.cuQ != nil {
-					rowsQ, rowsK, batch = int(c.cuQ[len(c.cuQ)-1]), int(c.cuK[len(c.cuK)-1]), 1
-				}
-				tq, tk := rowsQ/batch, rowsK/batch
-				q := randRounded(rng, dt, rowsQ*c.h*c.dim, 1)
-				k := randRounded(rng, dt, rowsK*c.hk*c.dim, 1)
-				v := randRounded(rng, dt, rowsK*c.hk*c.dim, 1)
-				dout := randRounded(rng, dt, rowsQ*c.h*c.dim, 1)
-				opts := &Options{Causal: c.causal, Window: c.window, Softcap: c.softcap, Deterministic: c.deterministic}
-				if c.cuQ != nil {
-					opts.VarLen = &flashattn.VarLen{CuSeqlensQ: c.cuQ, CuSeqlensK: c.cuK, SeqUsedK: c.used}
-				}
-				Q := flashattn.Dense(q, batch, tq, c.h, c.dim)
-				K := flashattn.Dense(k, batch, tk, c.hk, c.dim)
-				V := flashattn.Dense(v, batch, tk, c.hk, c.dim)
-				out, lse, err := d.ForwardHost(dt, Q, K, V, opts)
-				if err != nil {
-					t.Fatal(err)
-				}
-				ref, plain := c.references(dt, q, k, v, dout, rowsQ, rowsK)
-				for _, e := range []error{
-					sameType(dt, "O", out.Data, plain.o, ref[0]),
-					sameType(dt, "LSE", lse, plain.lse, ref[1]),
-				} {
-					if e != nil {
-						t.Error(e)
-					}
-				}
-				if c.noBwd {
-					return
-				}
-				// The backward pass takes the GPU's own O (as flash-attn's does).
-				dq, dk, dv, err := d.BackwardHost(dt, Q, K, V, out, flashattn.Dense(dout, batch, tq, c.h, c.dim), lse, opts)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, e := range []error{
-					sameType(dt, "dQ", dq.Data, plain.dq, ref[2]),
-					sameType(dt, "dK", dk.Data, plain.dk, ref[3]),
-					sameType(dt, "dV", dv.Data, plain.dv, ref[4]),
-				} {
-					if e != nil {
-						t.Error(e)
-					}
-				}
-				if c.deterministic {
-					dq2, dk2, dv2, err := d.BackwardHost(dt, Q, K, V, out, flashattn.Dense(dout, batch, tq, c.h, c.dim), lse, opts)
-					if err != nil {
-						t.Fatal(err)
-					}
-					for i, pair := range [][2][]float32{{dq.Data, dq2.Data}, {dk.Data, dk2.Data}, {dv.Data, dv2.Data}} {
-						for j := range pair[0] {
-							if math.Float32bits(pair[0][j]) != math.Float32bits(pair[1][j]) {
-								t.Fatalf("deterministic backward: gradient %d element %d differs between runs", i, j)
-							}
-						}
-					}
+				for _, err := range c.check(d, dt, uint64(ci)) {
+					t.Error(err)
 				}
 			})
 		}
 	}
+}
+
+// check runs the case (forward, and backward unless noBwd; a deterministic
+// backward twice) and returns every failure: a call's error, a result
+// outside the same-type bound, a deterministic result that changed.
+func (c gpuCase) check(d *Device, dt DType, seed uint64) []error {
+	rng := rand.New(rand.NewPCG(seed, uint64(dt)))
+	rowsQ, rowsK, batch := c.batch*c.sq, c.batch*c.sk, c.batch
+	if c.cuQ != nil {
+		rowsQ, rowsK, batch = int(c.cuQ[len(c.cuQ)-1]), int(c.cuK[len(c.cuK)-1]), 1
+	}
+	tq, tk := rowsQ/batch, rowsK/batch
+	q := randRounded(rng, dt, rowsQ*c.h*c.dim, 1)
+	k := randRounded(rng, dt, rowsK*c.hk*c.dim, 1)
+	v := randRounded(rng, dt, rowsK*c.hk*c.dim, 1)
+	dout := randRounded(rng, dt, rowsQ*c.h*c.dim, 1)
+	opts := &Options{Causal: c.causal, Window: c.window, Softcap: c.softcap, Deterministic: c.deterministic}
+	if c.cuQ != nil {
+		opts.VarLen = &flashattn.VarLen{CuSeqlensQ: c.cuQ, CuSeqlensK: c.cuK, SeqUsedK: c.used}
+	}
+	Q := flashattn.Dense(q, batch, tq, c.h, c.dim)
+	K := flashattn.Dense(k, batch, tk, c.hk, c.dim)
+	V := flashattn.Dense(v, batch, tk, c.hk, c.dim)
+	out, lse, err := d.ForwardHost(dt, Q, K, V, opts)
+	if err != nil {
+		return []error{err}
+	}
+	ref, plain := c.references(dt, q, k, v, dout, rowsQ, rowsK)
+	errs := nonNil(sameType(dt, "O", out.Data, plain.o, ref[0]), sameType(dt, "LSE", lse, plain.lse, ref[1]))
+	if c.noBwd {
+		return errs
+	}
+	// The backward pass takes the GPU's own O (as flash-attn's does).
+	dO := flashattn.Dense(dout, batch, tq, c.h, c.dim)
+	dq, dk, dv, err := d.BackwardHost(dt, Q, K, V, out, dO, lse, opts)
+	if err != nil {
+		return append(errs, err)
+	}
+	errs = append(errs, nonNil(sameType(dt, "dQ", dq.Data, plain.dq, ref[2]),
+		sameType(dt, "dK", dk.Data, plain.dk, ref[3]), sameType(dt, "dV", dv.Data, plain.dv, ref[4]))...)
+	if !c.deterministic {
+		return errs
+	}
+	dq2, dk2, dv2, err := d.BackwardHost(dt, Q, K, V, out, dO, lse, opts)
+	if err != nil {
+		return append(errs, err)
+	}
+	for i, pair := range [][2][]float32{{dq.Data, dq2.Data}, {dk.Data, dk2.Data}, {dv.Data, dv2.Data}} {
+		for j := range pair[0] {
+			if math.Float32bits(pair[0][j]) != math.Float32bits(pair[1][j]) {
+				return append(errs, fmt.Errorf("deterministic backward: gradient %d element %d differs between runs", i, j))
+			}
+		}
+	}
+	return errs
+}
+
+func nonNil(errs ...error) []error {
+	var out []error
+	for _, e := range errs {
+		if e != nil {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // A NaN in a query row gives NaN in that row's O and LSE, not a masked-looking 0.

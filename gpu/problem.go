@@ -84,7 +84,7 @@ func validate(q, k, v Tensor, opts *Options) (*problem, error) {
 	if opts.Softcap > 0 {
 		p.softcap = true
 		p.capScale = p.scale / opts.Softcap
-		p.capLog2 = opts.Softcap * math.Log2E
+		p.capLog2 = opts.Softcap * tile.Log2E
 		if bad(p.capScale) || bad(p.capLog2) {
 			return nil, fmt.Errorf("gpu: Softcap %v with scale %v overflows", opts.Softcap, p.scale)
 		}
@@ -248,7 +248,7 @@ func (p *problem) seqArgs(a args, cu uint64) {
 		}
 	}
 	a["sq"], a["sk"] = uint64(p.maxSq), uint64(p.maxSk)
-	a["scale_log2"] = f32(p.scale * math.Log2E)
+	a["scale_log2"] = f32(p.scale * tile.Log2E)
 	a["cap_scale"], a["cap_log2"] = f32(p.capScale), f32(p.capLog2)
 	a["left"], a["right"] = s32(p.left), s32(p.right)
 	a["group"] = uint64(p.heads / p.kvHeads)
@@ -290,11 +290,37 @@ func (p *problem) bwdArgs(q, k, v, do, lse, dsum, dqAcc, dk, dv, cu uint64) args
 	a := args{"q": q, "k": k, "v": v, "do": do, "lse": lse, "dsum": dsum, "dq_acc": dqAcc, "dk": dk, "dv": dv}
 	a["q_bs"], a["q_rs"] = p.rowStrides(p.heads, p.maxSq)
 	a["k_bs"], a["k_rs"] = p.rowStrides(p.kvHeads, p.maxSk)
-	a["dq_bs"], a["dq_rs"] = p.rowStrides(p.heads, p.maxSq)
+	a["dq_bs"], _ = p.dqAcc(tile.BwdConfig(p.d))
+	a["dq_rs"] = uint64(p.heads * p.d)
 	a["dkv_bs"], a["dkv_rs"] = p.rowStrides(p.heads, p.maxSk)
 	a["lse_bs"], a["lse_hs"] = p.lseStrides()
 	a["scale"] = f32(p.scale)
 	p.seqArgs(a, cu)
+	return a
+}
+
+// dqAcc returns the batch stride (elements) and the number of rows of the
+// padded float32 dQ accumulator (tile.Bwd.PadRows): a dense batch gives
+// each sequence its rows rounded up to whole query blocks, a varlen batch
+// puts sequence b's rows at cu_seqlens_q[b] + b·Br.
+func (p *problem) dqAcc(c tile.Bwd) (bs uint64, rows int) {
+	rs := p.heads * p.d
+	if p.varlen {
+		return uint64(c.Br * rs), p.rowsQ + p.batch*c.Br
+	}
+	pad := c.PadRows(p.maxSq)
+	return uint64(pad * rs), p.batch * pad
+}
+
+// convertDQArgs returns the arguments of the kernel that converts the
+// padded dQ accumulator at acc into dq.
+func (p *problem) convertDQArgs(c tile.Bwd, acc, dq, cu uint64) args {
+	a := args{"in": acc, "out": dq, "cu_q": 0, "sq": uint64(p.maxSq), "width": uint64(p.heads * p.d)}
+	if p.varlen {
+		a["cu_q"], a["in_bs"], a["out_bs"] = cu, uint64(c.Br), 0
+	} else {
+		a["in_bs"], a["out_bs"] = uint64(c.PadRows(p.maxSq)), uint64(p.maxSq)
+	}
 	return a
 }
 

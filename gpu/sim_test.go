@@ -9,10 +9,16 @@ import (
 )
 
 // sim is a backend that runs the embedded PTX on ptxsim's interpreter.
+// Work runs at once, whatever the stream; fail, when set, is returned by
+// the next launch (a stand-in for a kernel fault), and mutate, when set,
+// rewrites each module's PTX text before it is parsed.
 type sim struct {
 	m       *ptxsim.Machine
 	modules []*ptxsim.Module
 	kernels []*ptxsim.Kernel
+	streams int
+	fail    error
+	mutate  func(string) string
 }
 
 // newSimDevice returns a Device backed by the PTX interpreter, described as
@@ -26,15 +32,19 @@ func (s *sim) Alloc(n int) (cuda.Ptr, error) {
 	return cuda.Ptr(p), err
 }
 func (s *sim) Free(p cuda.Ptr) error { return s.m.Free(uint64(p)) }
-func (s *sim) CopyIn(dst cuda.Ptr, src unsafe.Pointer, n int) error {
+func (s *sim) CopyInAsync(dst cuda.Ptr, src unsafe.Pointer, n int, _ cuda.Stream) error {
 	return s.m.Write(uint64(dst), unsafe.Slice((*byte)(src), n))
 }
 func (s *sim) CopyOut(dst unsafe.Pointer, src cuda.Ptr, n int) error {
 	return s.m.Read(uint64(src), unsafe.Slice((*byte)(dst), n))
 }
-func (s *sim) Zero(p cuda.Ptr, n int) error { return s.m.Zero(uint64(p), n) }
+func (s *sim) ZeroAsync(p cuda.Ptr, n int, _ cuda.Stream) error { return s.m.Zero(uint64(p), n) }
 func (s *sim) LoadModule(ptx []byte) (cuda.Module, error) {
-	m, err := ptxsim.Parse(string(ptx))
+	text := string(ptx)
+	if s.mutate != nil {
+		text = s.mutate(text)
+	}
+	m, err := ptxsim.Parse(text)
 	if err != nil {
 		return 0, err
 	}
@@ -50,7 +60,11 @@ func (s *sim) Function(m cuda.Module, name string, maxSmem int) (cuda.Function, 
 	s.kernels = append(s.kernels, k)
 	return cuda.Function(len(s.kernels)), nil
 }
-func (s *sim) Launch(f cuda.Function, grid, block [3]uint32, smem int, args []cuda.Arg) error {
+func (s *sim) Launch(f cuda.Function, grid, block [3]uint32, smem int, args []cuda.Arg, _ cuda.Stream) error {
+	if err := s.fail; err != nil {
+		s.fail = nil
+		return err
+	}
 	if block[1] != 1 || block[2] != 1 {
 		return fmt.Errorf("sim: block %v", block)
 	}
@@ -60,5 +74,11 @@ func (s *sim) Launch(f cuda.Function, grid, block [3]uint32, smem int, args []cu
 	}
 	return s.m.Launch(s.kernels[f-1], [3]int{int(grid[0]), int(grid[1]), int(grid[2])}, int(block[0]), smem, bits)
 }
-func (s *sim) Synchronize() error { return nil }
-func (s *sim) Close() error       { return nil }
+func (s *sim) NewStream() (cuda.Stream, error) {
+	s.streams++
+	return cuda.Stream(s.streams), nil
+}
+func (s *sim) DestroyStream(cuda.Stream) error { return nil }
+func (s *sim) SyncStream(cuda.Stream) error    { return nil }
+func (s *sim) Synchronize() error              { return nil }
+func (s *sim) Close() error                    { return nil }

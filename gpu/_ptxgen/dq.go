@@ -4,157 +4,242 @@ import (
 	"github.com/flashattn/flashattn/gpu/internal/tile"
 )
 
-// dqKernel generates the deterministic dQ kernel: one block per (query
-// block, head, batch element) like the forward pass; each warp keeps its 16
-// query rows of Q and dO as mma fragments and walks the K/V tiles the rows
-// see (double-buffered), recomputing S = Q·Kᵀ, dP = dO·Vᵀ, P and dS, and
-// accumulating dQ = dS·K in registers; dQ is written once, in the input
-// type, with no atomics.
-func dqKernel(dt dtype, c tile.DQ) *Kernel {
-	k := newKernel(c.Name(dt.name), tile.Threads)
-	g := newGen(k, dt)
-	g.declare(tile.DQParams)
-	D, Bc, Br, rc := c.D, c.Bc, c.Br(), c.RowChunks()
-	nt := Bc / 8
-	dnt := D / 8
+// dqKernel is the state of the deterministic dQ kernel's generation.
+type dqKernel struct {
+	*gen
+	c          tile.DQ
+	s          seqInfo
+	mask       maskParams
+	b, h, m0   string
+	nlo, nhi   string
+	above      string // a key tile at n0 needs the mask iff n0 > above || n0 < below
+	below      string
+	dqBase     string
+	qRB        string
+	nl, dsum   [2]string // -LSE·log2 e and dsum of rows g, g+8
+	dq         [][4]string
+	S, dP      [][4]string
+	qf, of     [][4]string // Q and dO fragments, when in registers
+	qW         string      // shared address of the warp's first Q row
+	rowG       string      // m0 + 16w + g
+	colOff     string
+	kv         *tileCopy
+	kSrc, vSrc copySrc
+}
 
-	mb := k.rOp("mov.u32", "%ctaid.x")
-	h := k.rOp("mov.u32", "%ctaid.y")
-	b := k.rOp("mov.u32", "%ctaid.z")
-	s := g.seq(b, "p_cu_q", "p_cu_k", "p_used_k", "p_sq", "p_sk")
-	m0 := k.rOp("mul.lo.u32", mb, imm(Br))
+// dqKernelGen generates the deterministic dQ kernel: one block per (query
+// block, head, batch element), heaviest first, like the forward pass; each
+// warp owns 16 query rows and walks the key blocks they see, recomputing
+// S = Q·Kᵀ, dP = dO·Vᵀ, P and dS, and accumulating dQ = dS·K in registers;
+// dQ is written once, in the input type, staged in shared memory and
+// written with 16-byte stores, with no atomics. Per key block n:
+//
+//	wait for K(n), V(n); barrier; copy K(n+1) into the other K buffer
+//	S = Q·K(n)ᵀ, dP = dO·V(n)ᵀ; barrier; copy V(n+1)
+//	P, dS; dQ += dS·K(n)
+func dqKernelGen(dt dtype, c tile.DQ) *Kernel {
+	k := newKernel(c.Name(dt.name), c.Threads())
+	f := &dqKernel{gen: newGen(k, dt), c: c}
+	f.declare(tile.DQParams)
 	done := k.newLabel("done")
-	out := k.pOp("setp.ge.u32", m0, s.sq)
-	k.op("@%s bra %s", out, done)
-
-	group := g.ld(".u32", "group")
-	kh := k.rOp("div.u32", h, group)
-	qRS, kRS := g.ld(".u32", "q_rs"), g.ld(".u32", "k_rs")
-	qBase := g.rowBase("p_q", b, "p_q_bs", s.qStart, qRS, h, D, 2)
-	doBase := g.rowBase("p_do", b, "p_q_bs", s.qStart, qRS, h, D, 2)
-	dqBase := g.rowBase("p_dq", b, "p_q_bs", s.qStart, qRS, h, D, 2)
-	kBase := g.rowBase("p_k", b, "p_k_bs", s.kStart, kRS, kh, D, 2)
-	vBase := g.rowBase("p_v", b, "p_k_bs", s.kStart, kRS, kh, D, 2)
-	qRB := k.rOp("shl.b32", qRS, "1")
-	kRB := k.rOp("shl.b32", kRS, "1")
-	mask := g.loadMask("p_left", "p_right")
-	sc := g.loadScore("p_scale_log2", "p_cap_scale", "p_cap_log2")
-	scale := g.ld(".f32", "scale")
-	nlo, nhi := g.keyBlocks(mask, s, m0, Br, Bc)
-
-	// Rows of this thread: m0 + 16w + g + 8rh; their LSE (log2 units) and dsum.
-	wrow := k.rOp("shl.b32", g.warp, "4")
-	rowBase := k.rOp("add.u32", m0, wrow)
-	rowBase = k.rOp("add.u32", rowBase, g.g)
-	lseP, dsumP := g.statRows(b, h, s)
-	var lse2, dsum [2]string
-	for rh := range 2 {
-		r := k.rOp("add.u32", rowBase, imm(8*rh))
-		ok := k.pOp("setp.lt.u32", r, s.sq)
-		l, d := k.F(), k.F()
-		k.op("mov.f32 %s, %s", l, posInf)
-		k.op("mov.f32 %s, %s", d, zeroF)
-		a := k.rdOp("mul.wide.u32", r, "4")
-		la := k.rdOp("add.s64", lseP, a)
-		da := k.rdOp("add.s64", dsumP, a)
-		k.op("@%s ld.global.f32 %s, [%s]", ok, l, la)
-		k.op("@%s ld.global.f32 %s, [%s]", ok, d, da)
-		lse2[rh] = g.lse2(l)
-		dsum[rh] = d
-	}
-
-	dq := g.acc4(dnt)
+	f.setup(done)
+	f.rowStats()
+	f.dq = f.acc4(c.D / 8)
+	f.S, f.dP = f.regs4(c.Bc/8), f.regs4(c.Bc/8)
 	epi := k.newLabel("epilogue")
-	empty := k.pOp("setp.ge.s32", nlo, nhi)
+	empty := k.pOp("setp.ge.s32", f.nlo, f.nhi)
 	k.op("@%s bra %s", empty, epi)
+	f.prologue()
+	f.loop()
+	k.label(epi)
+	f.epilogue()
+	k.label(done)
+	k.op("ret")
+	return k
+}
 
-	qCopy := g.newTileCopy(Br, rc)
-	kvCopy := g.newTileCopy(Bc, rc)
-	loadKV := g.kvLoader(kvCopy, kBase, vBase, kRB, s, c.KOff(0), c.VOff(0))
-	g.issue(qCopy, qBase, qRB, m0, s.sq, g.smem, c.QOff())
-	g.issue(qCopy, doBase, qRB, m0, s.sq, g.smem, c.DOOff())
-	k.op("cp.async.commit_group")
-	loadKV(nlo, g.smem)
-	k.op("cp.async.commit_group")
-	k.op("cp.async.wait_group 1")
-	k.op("bar.sync 0")
-	qW := k.rOp("mad.lo.u32", wrow, imm(rc*tile.ChunkBytes), g.smem)
-	var qf, of [][4]string
-	for ks := 0; ks < D/16; ks++ {
-		qf = append(qf, g.ldsm(qW, c.QOff(), rc, tile.PatternRowMajor, 0, ks*16, false))
-		of = append(of, g.ldsm(qW, c.DOOff(), rc, tile.PatternRowMajor, 0, ks*16, false))
-	}
-	colOff := k.rOp("shl.b32", g.t, "1")
+// setup reads the block's coordinates, geometry and parameters, and leaves
+// through done when the block has no query row.
+func (f *dqKernel) setup(done string) {
+	k, c := f.k, f.c
+	mb := f.blockIndex(true)
+	f.h = k.rOp("mov.u32", "%ctaid.y")
+	f.b = k.rOp("mov.u32", "%ctaid.z")
+	f.s = f.seq(f.b)
+	f.m0 = k.rOp("mul.lo.u32", mb, imm(c.Br()))
+	out := k.pOp("setp.ge.u32", f.m0, f.s.sq)
+	k.op("@%s bra %s", out, done)
+	qRS := f.ld(".u32", "q_rs")
+	f.qRB = k.rOp("shl.b32", qRS, "1")
+	f.dqBase = f.rowBase("dq", f.b, "q_bs", f.s.qStart, qRS, f.h, c.D, 2)
+	f.mask = f.loadMask()
+	f.nlo, f.nhi = f.keyBlocks(f.mask, f.s, f.m0, c.Br(), c.Bc)
+	f.above, f.below = f.keyTileThresholds(f.mask, f.s, f.m0, c.Br(), c.Bc)
+	wrow := k.rOp("shl.b32", f.warp, "4")
+	f.qW = k.rOp("mad.lo.u32", wrow, imm(c.RowChunks()*tile.ChunkBytes), f.smem)
+	f.rowG = k.rOp("add.u32", f.m0, wrow)
+	f.rowG = k.rOp("add.u32", f.rowG, f.g)
+	f.colOff = k.rOp("shl.b32", f.t, "1")
+}
 
-	loop := g.newLoop(nlo, c.KOff(1)-c.KOff(0))
-	S := make([][4]string, nt)
-	dP := make([][4]string, nt)
-	for j := range nt {
-		for i := range 4 {
-			S[j][i], dP[j][i] = k.F(), k.F()
-		}
-	}
-
-	g.top(loop, nhi, loadKV)
-
-	sb := k.rOp("add.u32", g.smem, loop.stage)
-	k.comment("S = Q K^T, dP = dO V^T")
-	g.zeroAcc(S)
-	g.zeroAcc(dP)
-	for ks := 0; ks < D/16; ks++ {
-		for j := 0; j < Bc/16; j++ {
-			kb := g.ldsm(sb, c.KOff(0), rc, tile.PatternColMajor, j*16, ks*16, false)
-			g.mma16(S[2*j:], qf[ks], kb)
-			vb := g.ldsm(sb, c.VOff(0), rc, tile.PatternColMajor, j*16, ks*16, false)
-			g.mma16(dP[2*j:], of[ks], vb)
-		}
-	}
-	k.comment("P and dS")
-	g.probGrad(sc, scale, S, dP,
-		func(j, i int) string { return lse2[i>>1] },
-		func(j, i int) string { return dsum[i>>1] })
-	nk0 := k.rOp("shl.b32", loop.n, imm(log2(Bc)))
-	need := g.needsMask(mask, s, m0, nk0, Br, Bc)
-	nomask := k.newLabel("nomask")
-	k.op("@!%s bra %s", need, nomask)
-	colBase := k.rOp("add.u32", nk0, colOff)
+// rowStats loads the LSE (as -LSE·log2 e) and dsum of the thread's rows.
+func (f *dqKernel) rowStats() {
+	k := f.k
+	lseRow, dsumRow := f.statRows(f.b, f.h, f.s.qStart, true)
 	for rh := range 2 {
-		row := k.rOp("add.u32", rowBase, imm(8*rh))
-		lo, hi := g.rowBounds(mask, s, row, colBase)
-		for j := range nt {
+		r := k.rOp("add.u32", f.rowG, imm(8*rh))
+		ok := k.pOp("setp.lt.u32", r, f.s.sq)
+		l := k.fOp("mov.f32", zeroF)
+		d := k.fOp("mov.f32", zeroF)
+		a := k.rdOp("mul.wide.u32", r, "4")
+		k.op("@%s ld.global.f32 %s, [%s]", ok, l, k.rdOp("add.s64", lseRow, a))
+		k.op("@%s ld.global.f32 %s, [%s]", ok, d, k.rdOp("add.s64", dsumRow, a))
+		f.nl[rh], f.dsum[rh] = f.negLse2(l), d
+	}
+}
+
+// prologue copies Q and dO (one group), K(nlo) into K buffer 0 (another)
+// and V(nlo) (a third), and loads the Q and dO fragments when they live in
+// registers.
+func (f *dqKernel) prologue() {
+	k, c, rc := f.k, f.c, f.c.RowChunks()
+	kh := k.rOp("div.u32", f.h, f.ld(".u32", "group"))
+	kRS := f.ld(".u32", "k_rs")
+	qRS := f.ld(".u32", "q_rs")
+	qBase := f.rowBase("q", f.b, "q_bs", f.s.qStart, qRS, f.h, c.D, 2)
+	doBase := f.rowBase("do", f.b, "q_bs", f.s.qStart, qRS, f.h, c.D, 2)
+	kBase := f.rowBase("k", f.b, "k_bs", f.s.kStart, kRS, kh, c.D, 2)
+	vBase := f.rowBase("v", f.b, "k_bs", f.s.kStart, kRS, kh, c.D, 2)
+	qc := f.newTileCopy(c.Br(), rc, f.qRB, f.s.sq)
+	f.copyTile(qc, f.newSrc(qc, qBase, f.m0), f.m0, qc.soff, c.QOff())
+	f.copyTile(qc, f.newSrc(qc, doBase, f.m0), f.m0, qc.soff, c.DOOff())
+	k.op("cp.async.commit_group")
+	f.kv = f.newTileCopy(c.Bc, rc, k.rOp("shl.b32", kRS, "1"), f.s.sk)
+	n0 := k.rOp("shl.b32", f.nlo, imm(log2(c.Bc)))
+	f.kSrc, f.vSrc = f.newSrc(f.kv, kBase, n0), f.newSrc(f.kv, vBase, n0)
+	f.copyTile(f.kv, f.kSrc, n0, f.kv.soff, c.KOff(0))
+	k.op("cp.async.commit_group")
+	f.copyTile(f.kv, f.vSrc, n0, f.kv.soff, c.VOff())
+	k.op("cp.async.commit_group")
+	if !c.QInRegs() {
+		return
+	}
+	k.op("cp.async.wait_group 2")
+	k.op("bar.sync 0")
+	for ks := range c.D / 16 {
+		f.qf = append(f.qf, f.ldsm(f.qW, c.QOff(), rc, tile.PatternRowMajor, 0, ks*16, false))
+		f.of = append(f.of, f.ldsm(f.qW, c.DOOff(), rc, tile.PatternRowMajor, 0, ks*16, false))
+	}
+}
+
+// loop emits the main loop over key blocks [nlo, nhi); kb is the byte
+// offset of block n's K buffer (0 or Bc·D·2).
+func (f *dqKernel) loop() {
+	k, c := f.k, f.c
+	n := k.rOp("mov.u32", f.nlo)
+	kb := k.rOp("mov.u32", "0")
+	kBytes := c.KOff(1) - c.KOff(0)
+	loopL := k.newLabel("loop")
+	k.label(loopL)
+	k.op("cp.async.wait_group 0")
+	k.op("bar.sync 0")
+	n0 := k.rOp("shl.b32", n, imm(log2(c.Bc)))
+	next := k.rOp("add.u32", n, "1")
+	more := k.pOp("setp.lt.s32", next, f.nhi)
+	n1 := k.rOp("add.u32", n0, imm(c.Bc))
+	f.prefetch(more, func() {
+		other := k.rOp("add.u32", f.kv.soff, k.rOp("xor.b32", kb, imm(kBytes)))
+		f.copyTile(f.kv, f.kSrc, n1, other, c.KOff(0))
+	})
+	ks := k.rOp("add.u32", f.smem, kb)
+	f.scores(ks)
+	k.op("bar.sync 0")
+	f.prefetch(more, func() { f.copyTile(f.kv, f.vSrc, n1, f.kv.soff, c.VOff()) })
+	k.comment("P and dS")
+	f.probGrad(f.loadScore(), f.ld(".f32", "scale"), f.S, f.dP,
+		func(j, i int) string { return f.nl[i>>1] },
+		func(j, i int) string { return f.dsum[i>>1] })
+	f.maskDS(n0)
+	f.gradQ(ks)
+	k.op("mov.u32 %s, %s", n, next)
+	k.op("xor.b32 %s, %s, %d", kb, kb, kBytes)
+	k.op("@%s bra %s", more, loopL)
+}
+
+// prefetch emits issue() under predicate more, then commits a group (empty
+// without it, so that group counts stay the same).
+func (f *dqKernel) prefetch(more string, issue func()) {
+	k := f.k
+	skip := k.newLabel("noprefetch")
+	k.op("@!%s bra %s", more, skip)
+	issue()
+	k.label(skip)
+	k.op("cp.async.commit_group")
+}
+
+// scores computes S = Q·Kᵀ and dP = dO·Vᵀ for the warp's 16 rows; ks is
+// the shared address of K's buffer.
+func (f *dqKernel) scores(ks string) {
+	c, rc := f.c, f.c.RowChunks()
+	f.k.comment("S = Q K^T, dP = dO V^T")
+	for s := range c.D / 16 {
+		var qa, oa [4]string
+		if f.qf != nil {
+			qa, oa = f.qf[s], f.of[s]
+		} else {
+			qa = f.ldsm(f.qW, c.QOff(), rc, tile.PatternRowMajor, 0, s*16, false)
+			oa = f.ldsm(f.qW, c.DOOff(), rc, tile.PatternRowMajor, 0, s*16, false)
+		}
+		for j := range c.Bc / 16 {
+			kb := f.ldsm(ks, c.KOff(0), rc, tile.PatternColMajor, j*16, s*16, false)
+			f.mma16(f.S[2*j:], qa, kb, s == 0)
+			vb := f.ldsm(f.smem, c.VOff(), rc, tile.PatternColMajor, j*16, s*16, false)
+			f.mma16(f.dP[2*j:], oa, vb, s == 0)
+		}
+	}
+}
+
+// maskDS zeroes dS of hidden pairs, in the tiles that may hold one.
+func (f *dqKernel) maskDS(n0 string) {
+	k, c := f.k, f.c
+	need := f.needsMask(n0, f.above, f.below)
+	nomask := k.newLabel("nomask")
+	k.op("@!%s bra.uni %s", need, nomask)
+	colBase := k.rOp("add.u32", n0, f.colOff)
+	for rh := range 2 {
+		row := k.rOp("add.u32", f.rowG, imm(8*rh))
+		lo, hi := f.rowBounds(f.mask, f.s, row, colBase)
+		for j := range c.Bc / 8 {
 			for e := range 2 {
-				p := g.hidden(lo, hi, 8*j+e)
-				g.zeroWhere(p, dP[j][2*rh+e])
+				f.zeroWhere(f.hidden(lo, hi, 8*j+e), f.dP[j][2*rh+e])
 			}
 		}
 	}
 	k.label(nomask)
+}
 
-	k.comment("dQ += dS K")
-	for kk := 0; kk < Bc/16; kk++ {
-		sa := g.aFromC(dP, kk)
-		for j := 0; j < D/16; j++ {
-			kb := g.ldsm(sb, c.KOff(0), rc, tile.PatternRowMajor, kk*16, j*16, true)
-			g.mma16(dq[2*j:], sa, kb)
+// gradQ accumulates dQ += dS·K with dS from the dP accumulators.
+func (f *dqKernel) gradQ(ks string) {
+	c, rc := f.c, f.c.RowChunks()
+	f.k.comment("dQ += dS K")
+	for kk := range c.Bc / 16 {
+		sa := f.aFromC(f.dP, kk)
+		for j := range c.D / 16 {
+			kb := f.ldsm(ks, c.KOff(0), rc, tile.PatternRowMajor, kk*16, j*16, true)
+			f.mma16(f.dq[2*j:], sa, kb, false)
 		}
 	}
-	g.bottom(loop)
+}
 
-	k.label(epi)
+// epilogue stages the warp's dQ rows in its own rows of the Q tile and
+// writes them in the input type with 16-byte stores.
+func (f *dqKernel) epilogue() {
+	k, c, rc := f.k, f.c, f.c.RowChunks()
 	k.comment("epilogue: dQ in the input type")
-	colB := k.rdOp("mul.wide.u32", g.t, "4")
-	dqT := k.rdOp("add.s64", dqBase, colB)
-	for rh := range 2 {
-		r := k.rOp("add.u32", rowBase, imm(8*rh))
-		ok := k.pOp("setp.lt.u32", r, s.sq)
-		a := k.RD()
-		k.op("mad.wide.u32 %s, %s, %s, %s", a, r, qRB, dqT)
-		for j := range dnt {
-			p := g.pack(dq[j][2*rh], dq[j][2*rh+1])
-			k.op("@%s st.global.b32 [%s+%d], %s", ok, a, 16*j, p)
-		}
-	}
-	k.label(done)
-	k.op("ret")
-	return k
+	f.stageRows(f.dq, 0, f.stageOffsets(rc, c.D/8), f.qW, c.QOff(), rc)
+	first := k.rOp("sub.u32", f.rowG, f.g)
+	valid := k.rOp("sub.s32", f.s.sq, first)
+	rowAddr := k.RD()
+	k.op("mad.wide.u32 %s, %s, %s, %s", rowAddr, first, f.qRB, f.dqBase)
+	f.storeStaged(f.qW, c.QOff(), rc, rowAddr, f.qRB, valid)
 }

@@ -4,281 +4,327 @@ import (
 	"github.com/flashattn/flashattn/gpu/internal/tile"
 )
 
-// forward generates the FlashAttention-2 forward kernel (one block per
-// (query block, head, batch element); the block's warps split the query
-// rows; K/V tiles double-buffered in shared memory with cp.async; S = Q·Kᵀ
-// and O += P·V on the tensor cores; online softmax in registers in log2
-// units; O divided by the row sum once at the end; LSE written in natural
-// log units).
+// fwdKernel is the state of the forward kernel's generation.
+type fwdKernel struct {
+	*gen
+	c          tile.Fwd
+	s          seqInfo
+	mask       maskParams
+	b, h, m0   string // batch element, head, first query row of the block
+	nlo, nhi   string // key blocks [nlo, nhi) the block's rows see
+	above      string // a key tile at n0 needs the mask iff n0 > above || n0 < below
+	below      string
+	qBase      string // global address of the sequence's Q row 0 (this head)
+	kBase      string
+	vBase      string
+	qRB, kRB   string // row strides in bytes
+	kv         *tileCopy
+	kSrc, vSrc copySrc
+	o          [][][4]string // [mt][n-tile] O accumulators
+	mrow, lrow [][2]string   // [mt][row half]: running max (log2 units), partial row sum
+	S          [][][4]string // [mt][n-tile] scores, then P
+	qf         [][][4]string // [mt][k-step] Q fragments when in registers
+	qW         string        // shared address of the warp's first Q row
+	rowG       string        // m0 + warp rows + g: this thread's first row
+	colOff     string        // 2t
+}
+
+// forward generates the FlashAttention-2 forward kernel: one block per
+// (query block, head, batch element), heaviest first; the block's warps
+// split the query rows; K and V tiles are single-buffered and loaded
+// staggered with cp.async; S = Q·Kᵀ and O += P·V run on the tensor cores;
+// the online softmax stays in registers in log2 units with the scale folded
+// into its exp2's FMA; O is divided by the row sum once at the end, staged
+// in shared memory and written with 16-byte stores; LSE is written in
+// natural-log units.
 func forward(dt dtype, c tile.Fwd) *Kernel {
-	k := newKernel(c.Name(dt.name), tile.Threads)
-	g := newGen(k, dt)
-	g.declare(tile.FwdParams)
-	D, Bc, MT, Br, rc := c.D, c.Bc, c.MT, c.Br(), c.RowChunks()
-	nt := Bc / 8 // key n-tiles per S row block
-	dnt := D / 8 // n-tiles of O
-
-	mb := k.rOp("mov.u32", "%ctaid.x")
-	h := k.rOp("mov.u32", "%ctaid.y")
-	b := k.rOp("mov.u32", "%ctaid.z")
-	s := g.seq(b, "p_cu_q", "p_cu_k", "p_used_k", "p_sq", "p_sk")
-	m0 := k.rOp("mul.lo.u32", mb, imm(Br))
+	k := newKernel(c.Name(dt.name), c.Threads())
+	f := &fwdKernel{gen: newGen(k, dt), c: c}
+	f.declare(tile.FwdParams)
 	done := k.newLabel("done")
-	out := k.pOp("setp.ge.u32", m0, s.sq)
-	k.op("@%s bra %s", out, done)
-
-	group := g.ld(".u32", "group")
-	kh := k.rOp("div.u32", h, group)
-	qRS, kRS, oRS := g.ld(".u32", "q_rs"), g.ld(".u32", "k_rs"), g.ld(".u32", "o_rs")
-	qBase := g.rowBase("p_q", b, "p_q_bs", s.qStart, qRS, h, D, 2)
-	kBase := g.rowBase("p_k", b, "p_k_bs", s.kStart, kRS, kh, D, 2)
-	vBase := g.rowBase("p_v", b, "p_k_bs", s.kStart, kRS, kh, D, 2)
-	oBase := g.rowBase("p_o", b, "p_o_bs", s.qStart, oRS, h, D, 2)
-	qRB := k.rOp("shl.b32", qRS, "1")
-	kRB := k.rOp("shl.b32", kRS, "1")
-	oRB := k.rOp("shl.b32", oRS, "1")
-	mask := g.loadMask("p_left", "p_right")
-	sc := g.loadScore("p_scale_log2", "p_cap_scale", "p_cap_log2")
-	nlo, nhi := g.keyBlocks(mask, s, m0, Br, Bc)
-
-	// Per-thread state: O accumulators, row max (log2 units) and partial
-	// row sums for rows g and g+8 of each m-tile.
-	k.comment("accumulators")
-	o := make([][][4]string, MT)
-	mrow := make([][2]string, MT)
-	lrow := make([][2]string, MT)
-	for mt := range MT {
-		o[mt] = g.acc4(dnt)
-		for rh := range 2 {
-			mrow[mt][rh] = k.F()
-			k.op("mov.f32 %s, %s", mrow[mt][rh], negInf)
-			lrow[mt][rh] = k.F()
-			k.op("mov.f32 %s, %s", lrow[mt][rh], zeroF)
-		}
-	}
-	// The warp's Q rows (base address of its first m-tile) and this
-	// thread's rows m0 + wrow + mt*16 + g + 8*rh, needed by the epilogue
-	// too: computed before the branch to it.
-	wrow := k.rOp("mul.lo.u32", g.warp, imm(MT*16))
-	qW := k.rOp("mad.lo.u32", wrow, imm(rc*tile.ChunkBytes), g.smem)
-	rowBase := k.rOp("add.u32", m0, wrow)
-	rowBase = k.rOp("add.u32", rowBase, g.g)
-	colOff := k.rOp("shl.b32", g.t, "1") // 2t
-
+	f.setup(done)
+	f.state()
 	epi := k.newLabel("epilogue")
-	empty := k.pOp("setp.ge.s32", nlo, nhi)
+	empty := k.pOp("setp.ge.s32", f.nlo, f.nhi)
 	k.op("@%s bra %s", empty, epi)
-
-	// Prologue: Q (group 0), then K/V tile nlo into stage 0 (group 1).
-	qCopy := g.newTileCopy(Br, rc)
-	kvCopy := g.newTileCopy(Bc, rc)
-	loadKV := g.kvLoader(kvCopy, kBase, vBase, kRB, s, c.KOff(0), c.VOff(0))
-	g.issue(qCopy, qBase, qRB, m0, s.sq, g.smem, c.QOff())
-	k.op("cp.async.commit_group")
-	loadKV(nlo, g.smem)
-	k.op("cp.async.commit_group")
-
-	var qf [][][4]string // [mt][ks]
-	if c.QInRegs() {
-		k.op("cp.async.wait_group 1")
-		k.op("bar.sync 0")
-		qf = make([][][4]string, MT)
-		for mt := range MT {
-			for ks := 0; ks < D/16; ks++ {
-				qf[mt] = append(qf[mt], g.ldsm(qW, c.QOff(), rc, tile.PatternRowMajor, mt*16, ks*16, false))
-			}
-		}
-	}
-
-	loop := g.newLoop(nlo, c.KOff(1)-c.KOff(0))
-	S := make([][][4]string, MT)
-	for mt := range MT {
-		S[mt] = make([][4]string, nt)
-		for j := range nt {
-			for i := range 4 {
-				S[mt][j][i] = k.F()
-			}
-		}
-	}
-
-	g.top(loop, nhi, loadKV)
-
-	// S = Q·Kᵀ for the warp's rows and the tile's Bc keys.
-	k.comment("S = Q K^T")
-	sb := k.rOp("add.u32", g.smem, loop.stage)
-	g.zeroAcc(flat(S))
-	for ks := 0; ks < D/16; ks++ {
-		a := make([][4]string, MT)
-		for mt := range MT {
-			if qf != nil {
-				a[mt] = qf[mt][ks]
-			} else {
-				a[mt] = g.ldsm(qW, c.QOff(), rc, tile.PatternRowMajor, mt*16, ks*16, false)
-			}
-		}
-		for j := 0; j < Bc/16; j++ {
-			kb := g.ldsm(sb, c.KOff(0), rc, tile.PatternColMajor, j*16, ks*16, false)
-			for mt := range MT {
-				g.mma16(S[mt][2*j:], a[mt], kb)
-			}
-		}
-	}
-
-	// Scores in log2 units, then the mask where the tile needs one.
-	g.scoreTransform(sc, flat(S))
-	nk0 := k.rOp("shl.b32", loop.n, imm(log2(Bc)))
-	need := g.needsMask(mask, s, m0, nk0, Br, Bc)
-	nomask := k.newLabel("nomask")
-	k.op("@!%s bra %s", need, nomask)
-	k.comment("mask")
-	colBase := k.rOp("add.u32", nk0, colOff)
-	for mt := range MT {
-		for rh := range 2 {
-			row := k.rOp("add.u32", rowBase, imm(mt*16+8*rh))
-			lo, hi := g.rowBounds(mask, s, row, colBase)
-			for j := range nt {
-				for e := range 2 {
-					g.maskElem(S[mt][j][2*rh+e], lo, hi, 8*j+e)
-				}
-			}
-		}
-	}
-	k.label(nomask)
-
-	// Online softmax.
-	k.comment("online softmax")
-	for mt := range MT {
-		for rh := range 2 {
-			x := S[mt][0][2*rh]
-			for j := range nt {
-				for e := range 2 {
-					if j == 0 && e == 0 {
-						continue
-					}
-					x = k.fOp("max.f32", x, S[mt][j][2*rh+e])
-				}
-			}
-			x = g.shflReduce(x, "max.f32", 1, 2)
-			mnew := k.fOp("max.f32", mrow[mt][rh], x)
-			isInf := k.pOp("setp.eq.f32", mnew, negInf)
-			muse := k.fOp("selp.f32", zeroF, mnew, isInf)
-			alpha := k.fOp("sub.f32", mrow[mt][rh], muse)
-			alpha = k.fOp("ex2.approx.ftz.f32", alpha)
-			k.op("mov.f32 %s, %s", mrow[mt][rh], mnew)
-			var sum string
-			for j := range nt {
-				for e := range 2 {
-					v := S[mt][j][2*rh+e]
-					k.op("sub.f32 %s, %s, %s", v, v, muse)
-					k.op("ex2.approx.ftz.f32 %s, %s", v, v)
-					if sum == "" {
-						sum = k.fOp("mov.f32", v)
-					} else {
-						sum = k.fOp("add.f32", sum, v)
-					}
-				}
-			}
-			k.op("fma.rn.f32 %s, %s, %s, %s", lrow[mt][rh], lrow[mt][rh], alpha, sum)
-			for j := range dnt {
-				for e := range 2 {
-					v := o[mt][j][2*rh+e]
-					k.op("mul.f32 %s, %s, %s", v, v, alpha)
-				}
-			}
-		}
-	}
-
-	// O += P·V with P from the S accumulators.
-	k.comment("O += P V")
-	for kk := 0; kk < Bc/16; kk++ {
-		pa := make([][4]string, MT)
-		for mt := range MT {
-			pa[mt] = g.aFromC(S[mt], kk)
-		}
-		for j := 0; j < D/16; j++ {
-			vb := g.ldsm(sb, c.VOff(0), rc, tile.PatternRowMajor, kk*16, j*16, true)
-			for mt := range MT {
-				g.mma16(o[mt][2*j:], pa[mt], vb)
-			}
-		}
-	}
-	g.bottom(loop)
-
-	// Epilogue: O /= l, LSE = (m + log2 l)·ln 2; rows with no visible key
-	// give O = 0 and LSE = -Inf.
+	f.prologue()
+	f.loop()
 	k.label(epi)
-	k.comment("epilogue")
-	lseP := g.ld(".u64", "lse")
-	lseP = k.rdOp("cvta.to.global.u64", lseP)
-	lseBS := g.ld(".u64", "lse_bs")
-	lseHS := g.ld(".u32", "lse_hs")
-	b64 := k.rdOp("cvt.u64.u32", b)
-	li := k.rdOp("mul.lo.u64", b64, lseBS)
-	lh := k.rdOp("mul.wide.u32", h, lseHS)
-	li = k.rdOp("add.s64", li, lh)
-	lq := k.rdOp("cvt.u64.u32", s.qStart)
-	li = k.rdOp("add.s64", li, lq)
-	li = k.rdOp("shl.b64", li, "2")
-	lseP = k.rdOp("add.s64", lseP, li)
-	t0 := k.pOp("setp.eq.u32", g.t, "0")
-	colB := k.rdOp("mul.wide.u32", g.t, "4") // 2t elements = 4t bytes
-	oT := k.rdOp("add.s64", oBase, colB)
-	for mt := range MT {
-		for rh := range 2 {
-			l := g.shflReduce(lrow[mt][rh], "add.f32", 1, 2)
-			zero := k.pOp("setp.eq.f32", l, zeroF)
-			inv := k.fOp("rcp.rn.f32", l)
-			k.op("selp.f32 %s, %s, %s, %s", inv, zeroF, inv, zero)
-			isInf := k.pOp("setp.eq.f32", mrow[mt][rh], negInf)
-			muse := k.fOp("selp.f32", zeroF, mrow[mt][rh], isInf)
-			lse := k.fOp("lg2.approx.ftz.f32", l)
-			lse = k.fOp("add.f32", lse, muse)
-			lse = k.fOp("mul.f32", lse, fimm(float32(ln2)))
-			k.op("selp.f32 %s, %s, %s, %s", lse, negInf, lse, zero)
-			row := k.rOp("add.u32", rowBase, imm(mt*16+8*rh))
-			ok := k.pOp("setp.lt.u32", row, s.sq)
-			ra := k.RD()
-			k.op("mad.wide.u32 %s, %s, %s, %s", ra, row, oRB, oT)
-			for j := range dnt {
-				v0 := k.fOp("mul.f32", o[mt][j][2*rh], inv)
-				v1 := k.fOp("mul.f32", o[mt][j][2*rh+1], inv)
-				p := g.pack(v0, v1)
-				k.op("@%s st.global.b32 [%s+%d], %s", ok, ra, j*16, p)
-			}
-			okT := k.P()
-			k.op("and.pred %s, %s, %s", okT, ok, t0)
-			la := k.RD()
-			k.op("mad.wide.u32 %s, %s, 4, %s", la, row, lseP)
-			k.op("@%s st.global.f32 [%s], %s", okT, la, lse)
-		}
-	}
+	f.epilogue()
 	k.label(done)
 	k.op("ret")
 	return k
 }
 
-// scoreTransform turns raw scores into log2 units in place: x·scale_log2, or
-// cap_log2·tanh(x·cap_scale) when the softcap is on (a uniform branch).
-func (g *gen) scoreTransform(sc scoreParams, regs [][4]string) {
-	k := g.k
-	capL := k.newLabel("softcap")
-	doneL := k.newLabel("scored")
-	k.op("@%s bra %s", sc.softcap, capL)
-	for _, r := range regs {
-		for _, v := range r {
-			k.op("mul.f32 %s, %s, %s", v, v, sc.scaleLog2)
+// setup reads the block's coordinates, sequence geometry and parameters,
+// and leaves through done when the block has no query row.
+func (f *fwdKernel) setup(done string) {
+	k, c := f.k, f.c
+	mb := f.blockIndex(true)
+	f.h = k.rOp("mov.u32", "%ctaid.y")
+	f.b = k.rOp("mov.u32", "%ctaid.z")
+	f.s = f.seq(f.b)
+	f.m0 = k.rOp("mul.lo.u32", mb, imm(c.Br()))
+	out := k.pOp("setp.ge.u32", f.m0, f.s.sq)
+	k.op("@%s bra %s", out, done)
+
+	kh := k.rOp("div.u32", f.h, f.ld(".u32", "group"))
+	qRS, kRS := f.ld(".u32", "q_rs"), f.ld(".u32", "k_rs")
+	f.qBase = f.rowBase("q", f.b, "q_bs", f.s.qStart, qRS, f.h, c.D, 2)
+	f.kBase = f.rowBase("k", f.b, "k_bs", f.s.kStart, kRS, kh, c.D, 2)
+	f.vBase = f.rowBase("v", f.b, "k_bs", f.s.kStart, kRS, kh, c.D, 2)
+	f.qRB = k.rOp("shl.b32", qRS, "1")
+	f.kRB = k.rOp("shl.b32", kRS, "1")
+	f.mask = f.loadMask()
+	f.nlo, f.nhi = f.keyBlocks(f.mask, f.s, f.m0, c.Br(), c.Bc)
+	f.above, f.below = f.keyTileThresholds(f.mask, f.s, f.m0, c.Br(), c.Bc)
+}
+
+// state allocates the per-thread state, initialised: O accumulators, row
+// max and partial row sums for rows g and g+8 of each m-tile, and the
+// addresses the epilogue needs too (computed before the branch to it).
+func (f *fwdKernel) state() {
+	k, c := f.k, f.c
+	k.comment("accumulators")
+	f.o = make([][][4]string, c.MT)
+	f.mrow = make([][2]string, c.MT)
+	f.lrow = make([][2]string, c.MT)
+	f.S = make([][][4]string, c.MT)
+	for mt := range c.MT {
+		f.o[mt] = f.acc4(c.D / 8)
+		f.S[mt] = f.regs4(c.Bc / 8)
+		for rh := range 2 {
+			f.mrow[mt][rh] = k.fOp("mov.f32", negInf)
+			f.lrow[mt][rh] = k.fOp("mov.f32", zeroF)
 		}
 	}
-	k.op("bra.uni %s", doneL)
-	k.label(capL)
-	for _, r := range regs {
-		for _, v := range r {
-			a := k.fOp("mul.f32", v, sc.capScale)
-			t := g.tanh(a)
-			k.op("mul.f32 %s, %s, %s", v, t, sc.capLog2)
+	wrow := k.rOp("mul.lo.u32", f.warp, imm(c.MT*16))
+	f.qW = k.rOp("mad.lo.u32", wrow, imm(c.RowChunks()*tile.ChunkBytes), f.smem)
+	f.rowG = k.rOp("add.u32", f.m0, wrow)
+	f.rowG = k.rOp("add.u32", f.rowG, f.g)
+	f.colOff = k.rOp("shl.b32", f.t, "1")
+}
+
+// prologue copies Q (one group) and K of block nlo (another), and loads the
+// Q fragments when they live in registers.
+func (f *fwdKernel) prologue() {
+	k, c, rc := f.k, f.c, f.c.RowChunks()
+	qc := f.newTileCopy(c.Br(), rc, f.qRB, f.s.sq)
+	f.copyTile(qc, f.newSrc(qc, f.qBase, f.m0), f.m0, qc.soff, c.QOff())
+	k.op("cp.async.commit_group")
+	f.kv = f.newTileCopy(c.Bc, rc, f.kRB, f.s.sk)
+	n0 := k.rOp("shl.b32", f.nlo, imm(log2(c.Bc)))
+	f.kSrc = f.newSrc(f.kv, f.kBase, n0)
+	f.vSrc = f.newSrc(f.kv, f.vBase, n0)
+	f.copyTile(f.kv, f.kSrc, n0, f.kv.soff, c.KOff())
+	k.op("cp.async.commit_group")
+	if !c.QInRegs() {
+		return
+	}
+	k.op("cp.async.wait_group 1")
+	k.op("bar.sync 0")
+	f.qf = make([][][4]string, c.MT)
+	for mt := range c.MT {
+		for ks := range c.D / 16 {
+			f.qf[mt] = append(f.qf[mt], f.ldsm(f.qW, c.QOff(), rc, tile.PatternRowMajor, mt*16, ks*16, false))
 		}
 	}
-	k.label(doneL)
+}
+
+// loop emits the main loop over key blocks n in [nlo, nhi):
+//
+//	wait for K(n); barrier; copy V(n)
+//	S = Q·K(n)ᵀ, softcap, mask, online softmax
+//	wait for V(n); barrier; copy K(n+1) if any
+//	O += P·V(n)
+//
+// The first barrier also tells every warp is done with V(n-1) before V(n)
+// overwrites it, the second that every warp is done with K(n).
+func (f *fwdKernel) loop() {
+	k, c := f.k, f.c
+	n := k.rOp("mov.u32", f.nlo)
+	loopL := k.newLabel("loop")
+	k.label(loopL)
+	k.op("cp.async.wait_group 0")
+	k.op("bar.sync 0")
+	n0 := k.rOp("shl.b32", n, imm(log2(c.Bc)))
+	f.copyTile(f.kv, f.vSrc, n0, f.kv.soff, c.VOff())
+	k.op("cp.async.commit_group")
+	f.scores()
+	sc := f.loadScore() // parameters read where used: no registers held across the loop
+	f.scoreTransform(sc, flat(f.S))
+	f.maskScores(n0)
+	f.softmax(sc.mul)
+	k.op("cp.async.wait_group 0")
+	k.op("bar.sync 0")
+	next := k.rOp("add.u32", n, "1")
+	more := k.pOp("setp.lt.s32", next, f.nhi)
+	skip := k.newLabel("nextk")
+	k.op("@!%s bra %s", more, skip)
+	f.copyTile(f.kv, f.kSrc, k.rOp("add.u32", n0, imm(c.Bc)), f.kv.soff, c.KOff())
+	k.op("cp.async.commit_group")
+	k.label(skip)
+	f.pv()
+	k.op("mov.u32 %s, %s", n, next)
+	k.op("@%s bra %s", more, loopL)
+}
+
+// scores computes S = Q·Kᵀ for the warp's rows and the tile's Bc keys.
+func (f *fwdKernel) scores() {
+	c, rc := f.c, f.c.RowChunks()
+	f.k.comment("S = Q K^T")
+	for ks := range c.D / 16 {
+		a := make([][4]string, c.MT)
+		for mt := range c.MT {
+			if f.qf != nil {
+				a[mt] = f.qf[mt][ks]
+			} else {
+				a[mt] = f.ldsm(f.qW, c.QOff(), rc, tile.PatternRowMajor, mt*16, ks*16, false)
+			}
+		}
+		for j := range c.Bc / 16 {
+			kb := f.ldsm(f.smem, c.KOff(), rc, tile.PatternColMajor, j*16, ks*16, false)
+			for mt := range c.MT {
+				f.mma16(f.S[mt][2*j:], a[mt], kb, ks == 0)
+			}
+		}
+	}
+}
+
+// maskScores sets hidden scores to -Inf, in the tiles that may hold one
+// (a uniform branch around it otherwise).
+func (f *fwdKernel) maskScores(n0 string) {
+	k, c := f.k, f.c
+	need := f.needsMask(n0, f.above, f.below)
+	nomask := k.newLabel("nomask")
+	k.op("@!%s bra.uni %s", need, nomask)
+	k.comment("mask")
+	colBase := k.rOp("add.u32", n0, f.colOff)
+	for mt := range c.MT {
+		for rh := range 2 {
+			row := k.rOp("add.u32", f.rowG, imm(mt*16+8*rh))
+			lo, hi := f.rowBounds(f.mask, f.s, row, colBase)
+			for j := range c.Bc / 8 {
+				for e := range 2 {
+					f.maskElem(f.S[mt][j][2*rh+e], lo, hi, 8*j+e)
+				}
+			}
+		}
+	}
+	k.label(nomask)
+}
+
+// softmax is the online softmax of the tile, per row: the row max of the
+// raw scores (a tree, then across the quad), the new running max in log2
+// units, P = 2^(s·mul - m) by one FMA and ex2 per score, the row sum (a
+// tree), and the rescaling of l and O by 2^(m_old - m_new).
+func (f *fwdKernel) softmax(mul string) {
+	k, c := f.k, f.c
+	k.comment("online softmax")
+	for mt := range c.MT {
+		for rh := range 2 {
+			var xs []string
+			for j := range c.Bc / 8 {
+				xs = append(xs, f.S[mt][j][2*rh], f.S[mt][j][2*rh+1])
+			}
+			x := f.shflReduce(f.tree("max.f32", xs), "max.f32", 1, 2)
+			m := f.mrow[mt][rh]
+			mnew := k.fOp("max.f32", m, k.fOp("mul.f32", x, mul))
+			isInf := k.pOp("setp.eq.f32", mnew, negInf)
+			muse := k.fOp("selp.f32", zeroF, mnew, isInf)
+			alpha := k.fOp("ex2.approx.ftz.f32", k.fOp("sub.f32", m, muse))
+			k.op("mov.f32 %s, %s", m, mnew)
+			negm := k.fOp("neg.f32", muse)
+			for _, v := range xs {
+				k.op("fma.rn.f32 %s, %s, %s, %s", v, v, mul, negm)
+				k.op("ex2.approx.ftz.f32 %s, %s", v, v)
+			}
+			l := f.lrow[mt][rh]
+			k.op("fma.rn.f32 %s, %s, %s, %s", l, l, alpha, f.tree("add.f32", xs))
+			for j := range c.D / 8 {
+				for e := range 2 {
+					v := f.o[mt][j][2*rh+e]
+					k.op("mul.f32 %s, %s, %s", v, v, alpha)
+				}
+			}
+		}
+	}
+}
+
+// pv accumulates O += P·V with P from the S accumulators.
+func (f *fwdKernel) pv() {
+	c, rc := f.c, f.c.RowChunks()
+	f.k.comment("O += P V")
+	for kk := range c.Bc / 16 {
+		pa := make([][4]string, c.MT)
+		for mt := range c.MT {
+			pa[mt] = f.aFromC(f.S[mt], kk)
+		}
+		for j := range c.D / 16 {
+			vb := f.ldsm(f.smem, c.VOff(), rc, tile.PatternRowMajor, kk*16, j*16, true)
+			for mt := range c.MT {
+				f.mma16(f.o[mt][2*j:], pa[mt], vb, false)
+			}
+		}
+	}
+}
+
+// epilogue normalises O by the row sums, writes LSE = (m + log2 l)·ln 2
+// (rows with no visible key: O = 0, LSE = -Inf), then stages each m-tile of
+// O in the warp's own rows of the Q tile and writes it with 16-byte stores.
+func (f *fwdKernel) epilogue() {
+	k, c, rc := f.k, f.c, f.c.RowChunks()
+	k.comment("epilogue")
+	h, b, qStart, sq := f.reloadBlock()
+	rowG := k.rOp("mul.lo.u32", f.blockIndex(true), imm(c.Br()))
+	rowG = k.rOp("mad.lo.u32", f.warp, imm(c.MT*16), rowG)
+	rowG = k.rOp("add.u32", rowG, f.g)
+	lseRow, _ := f.statRows(b, h, qStart, false)
+	oRS := f.ld(".u32", "o_rs")
+	oBase := f.rowBase("o", b, "o_bs", qStart, oRS, h, c.D, 2)
+	oRB := k.rOp("shl.b32", oRS, "1")
+	t0 := k.pOp("setp.eq.u32", f.t, "0")
+	xg := f.stageOffsets(rc, c.D/8)
+	for mt := range c.MT {
+		for rh := range 2 {
+			row := k.rOp("add.u32", rowG, imm(mt*16+8*rh))
+			f.finishRow(mt, rh, row, sq, lseRow, t0)
+		}
+		off := c.QOff() + mt*16*rc*tile.ChunkBytes
+		f.stageRows(f.o[mt], 0, xg, f.qW, off, rc)
+		first := k.rOp("sub.u32", rowG, f.g)
+		first = k.rOp("add.u32", first, imm(mt*16))
+		valid := k.rOp("sub.s32", sq, first)
+		rowAddr := k.RD()
+		k.op("mad.wide.u32 %s, %s, %s, %s", rowAddr, first, oRB, oBase)
+		f.storeStaged(f.qW, off, rc, rowAddr, oRB, valid)
+	}
+}
+
+// finishRow scales row half rh of m-tile mt of O by 1/l and writes the
+// row's LSE (thread t = 0 of the quad).
+func (f *fwdKernel) finishRow(mt, rh int, row, sq, lseRow, t0 string) {
+	k, c := f.k, f.c
+	l := f.shflReduce(f.lrow[mt][rh], "add.f32", 1, 2)
+	zero := k.pOp("setp.eq.f32", l, zeroF)
+	inv := k.fOp("rcp.rn.f32", l)
+	k.op("selp.f32 %s, %s, %s, %s", inv, zeroF, inv, zero)
+	isInf := k.pOp("setp.eq.f32", f.mrow[mt][rh], negInf)
+	muse := k.fOp("selp.f32", zeroF, f.mrow[mt][rh], isInf)
+	lse := k.fOp("add.f32", k.fOp("lg2.approx.ftz.f32", l), muse)
+	lse = k.fOp("mul.f32", lse, fimm(tile.Ln2))
+	k.op("selp.f32 %s, %s, %s, %s", lse, negInf, lse, zero)
+	for j := range c.D / 8 {
+		for e := range 2 {
+			v := f.o[mt][j][2*rh+e]
+			k.op("mul.f32 %s, %s, %s", v, v, inv)
+		}
+	}
+	ok := k.pOp("setp.lt.u32", row, sq)
+	k.op("and.pred %s, %s, %s", ok, ok, t0)
+	la := k.RD()
+	k.op("mad.wide.u32 %s, %s, 4, %s", la, row, lseRow)
+	k.op("@%s st.global.f32 [%s], %s", ok, la, lse)
 }
 
 // flat lists the accumulators of all m-tiles.
@@ -288,15 +334,4 @@ func flat(a [][][4]string) [][4]string {
 		out = append(out, x...)
 	}
 	return out
-}
-
-func log2(n int) int {
-	l := 0
-	for 1<<l < n {
-		l++
-	}
-	if 1<<l != n {
-		panic("not a power of two")
-	}
-	return l
 }

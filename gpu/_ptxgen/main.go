@@ -38,9 +38,9 @@ func module(dt dtype, d int) (string, error) {
 		if err := tile.DQConfig(d).Check(); err != nil {
 			return "", err
 		}
-		ks = append(ks, backward(dt, bc, true), backward(dt, bc, false), dqKernel(dt, tile.DQConfig(d)))
+		ks = append(ks, backward(dt, bc, true), backward(dt, bc, false), dqKernelGen(dt, tile.DQConfig(d)))
 	}
-	ks = append(ks, preprocess(dt), convert(dt))
+	ks = append(ks, preprocess(dt), convert(dt), convertDQ(dt))
 	var b strings.Builder
 	b.WriteString(header)
 	for _, k := range ks {

@@ -28,16 +28,7 @@ func preprocess(dt dtype) *Kernel {
 	b := k.rOp("mov.u32", "%ctaid.z")
 	row := k.rOp("mov.u32", "%ctaid.x")
 	row = k.rOp("mad.lo.u32", row, imm(tile.PreRows), g.warp)
-	qStart := k.R()
-	k.op("mov.u32 %s, 0", qStart)
-	sq := g.ld(".u32", "sq")
-	cu := k.rdOp("cvta.to.global.u64", g.ld(".u64", "cu_q"))
-	isVar := k.pOp("setp.ne.u64", g.ld(".u64", "cu_q"), "0")
-	ca := k.rdOp("add.s64", cu, k.rdOp("mul.wide.u32", b, "4"))
-	q1 := k.R()
-	k.op("@%s ld.global.u32 %s, [%s]", isVar, qStart, ca)
-	k.op("@%s ld.global.u32 %s, [%s+4]", isVar, q1, ca)
-	k.op("@%s sub.u32 %s, %s, %s", isVar, sq, q1, qStart)
+	qStart, sq := g.seqQ(b)
 	done := k.newLabel("done")
 	out := k.pOp("setp.ge.u32", row, sq)
 	k.op("@%s bra %s", out, done)
@@ -95,9 +86,7 @@ func convert(dt dtype) *Kernel {
 	g.declare(tile.ConvertParams)
 	heads, group, d := g.ld(".u32", "heads"), g.ld(".u32", "group"), g.ld(".u32", "d")
 	rows := g.ld(".u32", "rows")
-	e := k.rOp("mov.u32", "%ctaid.x")
-	e = k.rOp("mad.lo.u32", e, imm(tile.ElemThreads), g.tid)
-	e = k.rOp("shl.b32", e, "1")
+	e := g.elemIndex()
 	width := k.rOp("mul.lo.u32", heads, d)
 	done := k.newLabel("done")
 	out := k.pOp("setp.ge.u32", e, width)
@@ -109,42 +98,106 @@ func convert(dt dtype) *Kernel {
 	inOff := k.rOp("mad.lo.u32", j, gd, col) // within a row
 	inP := k.rdOp("cvta.to.global.u64", g.ld(".u64", "in"))
 	outP := k.rdOp("cvta.to.global.u64", g.ld(".u64", "out"))
-	dB := k.rOp("shl.b32", d, "2")
-	row := k.rOp("mov.u32", "%ctaid.y")
+	dB := k.rdOp("mul.wide.u32", d, "4")
+	g.rowLoop(k.rOp("mov.u32", "%ctaid.y"), rows, func(row string) {
+		a := k.rdOp("mul.wide.u32", row, inW)
+		a = k.rdOp("add.s64", a, k.rdOp("cvt.u64.u32", inOff))
+		a = k.rdOp("shl.b64", a, "2")
+		a = k.rdOp("add.s64", inP, a)
+		s0, s1 := k.fOp("mov.f32", zeroF), k.fOp("mov.f32", zeroF)
+		gi := k.rOp("mov.u32", "0")
+		gl := k.newLabel("group")
+		k.label(gl)
+		x0, x1 := k.F(), k.F()
+		k.op("ld.global.v2.f32 {%s, %s}, [%s]", x0, x1, a)
+		k.op("add.f32 %s, %s, %s", s0, s0, x0)
+		k.op("add.f32 %s, %s, %s", s1, s1, x1)
+		k.op("add.s64 %s, %s, %s", a, a, dB)
+		k.op("add.u32 %s, %s, 1", gi, gi)
+		gm := k.pOp("setp.lt.u32", gi, group)
+		k.op("@%s bra %s", gm, gl)
+		o := k.rdOp("mul.wide.u32", row, width)
+		o = k.rdOp("add.s64", o, k.rdOp("cvt.u64.u32", e))
+		o = k.rdOp("shl.b64", o, "1")
+		k.op("st.global.b32 [%s], %s", k.rdOp("add.s64", outP, o), g.pack(s0, s1))
+	})
+	k.label(done)
+	k.op("ret")
+	return k
+}
+
+// convertDQ generates the kernel that converts the padded float32 dQ
+// accumulator (tile.ConvertDQParams) to the input type, two elements per
+// thread; grid (ceil(width/2/ElemThreads), min(maxSq, 65535), batch).
+func convertDQ(dt dtype) *Kernel {
+	k := newKernel(tile.ConvertDQName(dt.name), tile.ElemThreads)
+	g := newGen(k, dt)
+	g.declare(tile.ConvertDQParams)
+	width := g.ld(".u32", "width")
+	e := g.elemIndex()
+	done := k.newLabel("done")
+	out := k.pOp("setp.ge.u32", e, width)
+	k.op("@%s bra %s", out, done)
+	b := k.rOp("mov.u32", "%ctaid.z")
+	qStart, sq := g.seqQ(b)
+	// Rows b·bs + qStart + i of in and out, elements e, e+1 of each.
+	inRow := k.rOp("mad.lo.u32", b, g.ld(".u32", "in_bs"), qStart)
+	outRow := k.rOp("mad.lo.u32", b, g.ld(".u32", "out_bs"), qStart)
+	inP := k.rdOp("cvta.to.global.u64", g.ld(".u64", "in"))
+	outP := k.rdOp("cvta.to.global.u64", g.ld(".u64", "out"))
+	e64 := k.rdOp("cvt.u64.u32", e)
+	g.rowLoop(k.rOp("mov.u32", "%ctaid.y"), sq, func(i string) {
+		a := k.rdOp("mul.wide.u32", k.rOp("add.u32", inRow, i), width)
+		a = k.rdOp("shl.b64", k.rdOp("add.s64", a, e64), "2")
+		x0, x1 := k.F(), k.F()
+		k.op("ld.global.v2.f32 {%s, %s}, [%s]", x0, x1, k.rdOp("add.s64", inP, a))
+		o := k.rdOp("mul.wide.u32", k.rOp("add.u32", outRow, i), width)
+		o = k.rdOp("shl.b64", k.rdOp("add.s64", o, e64), "1")
+		k.op("st.global.b32 [%s], %s", k.rdOp("add.s64", outP, o), g.pack(x0, x1))
+	})
+	k.label(done)
+	k.op("ret")
+	return k
+}
+
+// elemIndex returns the first of the two elements of a row this thread
+// converts: 2·(ctaid.x·ElemThreads + tid).
+func (g *gen) elemIndex() string {
+	k := g.k
+	e := k.rOp("mov.u32", "%ctaid.x")
+	e = k.rOp("mad.lo.u32", e, imm(tile.ElemThreads), g.tid)
+	return k.rOp("shl.b32", e, "1")
+}
+
+// rowLoop runs body(row) for row = first, first + nctaid.y, ... < rows.
+func (g *gen) rowLoop(first, rows string, body func(row string)) {
+	k := g.k
+	row := k.rOp("mov.u32", first)
 	step := k.rOp("mov.u32", "%nctaid.y")
 	loop := k.newLabel("row")
 	end := k.newLabel("rowsdone")
 	k.label(loop)
 	fin := k.pOp("setp.ge.u32", row, rows)
 	k.op("@%s bra %s", fin, end)
-	a := k.rdOp("mul.wide.u32", row, inW)
-	a = k.rdOp("add.s64", a, k.rdOp("cvt.u64.u32", inOff))
-	a = k.rdOp("shl.b64", a, "2")
-	a = k.rdOp("add.s64", inP, a)
-	s0, s1 := k.F(), k.F()
-	k.op("mov.f32 %s, %s", s0, zeroF)
-	k.op("mov.f32 %s, %s", s1, zeroF)
-	gi := k.R()
-	k.op("mov.u32 %s, 0", gi)
-	gl := k.newLabel("group")
-	k.label(gl)
-	x0, x1 := k.F(), k.F()
-	k.op("ld.global.v2.f32 {%s, %s}, [%s]", x0, x1, a)
-	k.op("add.f32 %s, %s, %s", s0, s0, x0)
-	k.op("add.f32 %s, %s, %s", s1, s1, x1)
-	k.op("add.s64 %s, %s, %s", a, a, k.rdOp("cvt.u64.u32", dB))
-	k.op("add.u32 %s, %s, 1", gi, gi)
-	gm := k.pOp("setp.lt.u32", gi, group)
-	k.op("@%s bra %s", gm, gl)
-	o := k.rdOp("mul.wide.u32", row, width)
-	o = k.rdOp("add.s64", o, k.rdOp("cvt.u64.u32", e))
-	o = k.rdOp("shl.b64", o, "1")
-	o = k.rdOp("add.s64", outP, o)
-	k.op("st.global.b32 [%s], %s", o, g.pack(s0, s1))
+	body(row)
 	k.op("add.u32 %s, %s, %s", row, row, step)
 	k.op("bra.uni %s", loop)
 	k.label(end)
-	k.label(done)
-	k.op("ret")
-	return k
+}
+
+// seqQ returns the first packed row and the length of query sequence b:
+// (0, sq) for a dense batch (cu_q 0), (cu_q[b], cu_q[b+1] - cu_q[b]) for a
+// varlen one.
+func (g *gen) seqQ(b string) (qStart, sq string) {
+	k := g.k
+	qStart = k.rOp("mov.u32", "0")
+	sq = g.ld(".u32", "sq")
+	cq := g.ld(".u64", "cu_q")
+	isVar := k.pOp("setp.ne.u64", cq, "0")
+	a := k.rdOp("add.s64", k.rdOp("cvta.to.global.u64", cq), k.rdOp("mul.wide.u32", b, "4"))
+	q1 := k.R()
+	k.op("@%s ld.global.u32 %s, [%s]", isVar, qStart, a)
+	k.op("@%s ld.global.u32 %s, [%s+4]", isVar, q1, a)
+	k.op("@%s sub.u32 %s, %s, %s", isVar, sq, q1, qStart)
+	return qStart, sq
 }

@@ -15,6 +15,13 @@ import (
 // ErrNoDevice is returned (wrapped) when no CUDA driver or device is usable.
 var ErrNoDevice = errors.New("no CUDA device")
 
+// ErrSticky is matched (errors.Is) by the driver's "sticky" errors: a
+// kernel faulted (illegal or misaligned address, illegal instruction, a
+// trap, a timeout) and the context is unusable; every later call in the
+// process fails with the same error, and only a new process can use the
+// GPU again.
+var ErrSticky = errors.New("the CUDA context is unusable (a kernel faulted); restart the process to use the GPU again")
+
 // Result is a CUresult.
 type Result int32
 
@@ -40,9 +47,29 @@ func (e *Error) Error() string {
 }
 
 // Is makes errors.Is(err, ErrNoDevice) true for the driver's "no device"
-// and "not initialised" results.
+// and "not initialised" results, and errors.Is(err, ErrSticky) for the
+// errors that leave the context unusable.
 func (e *Error) Is(target error) bool {
-	return target == ErrNoDevice && (e.Code == 100 || e.Code == 3 || e.Code == 35 || e.Code == 34)
+	switch target {
+	case ErrNoDevice:
+		return e.Code == 100 || e.Code == 3 || e.Code == 35 || e.Code == 34
+	case ErrSticky:
+		return e.Sticky()
+	}
+	return false
+}
+
+// Sticky reports whether the result leaves the context unusable (the CUDA
+// driver API documents these as "the process must be terminated and
+// relaunched"): illegal address, launch timeout, hardware stack error,
+// illegal instruction, misaligned address, invalid address space, invalid
+// program counter, and a failed (faulted) launch.
+func (e *Error) Sticky() bool {
+	switch e.Code {
+	case 700, 702, 714, 715, 716, 717, 718, 719:
+		return true
+	}
+	return false
 }
 
 // names are the CUresult names of the codes this package meets most, used
@@ -67,7 +94,11 @@ var names = map[Result]string{
 	700: "CUDA_ERROR_ILLEGAL_ADDRESS",
 	701: "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
 	702: "CUDA_ERROR_LAUNCH_TIMEOUT",
+	714: "CUDA_ERROR_HARDWARE_STACK_ERROR",
+	715: "CUDA_ERROR_ILLEGAL_INSTRUCTION",
 	716: "CUDA_ERROR_MISALIGNED_ADDRESS",
+	717: "CUDA_ERROR_INVALID_ADDRESS_SPACE",
+	718: "CUDA_ERROR_INVALID_PC",
 	719: "CUDA_ERROR_LAUNCH_FAILED",
 	999: "CUDA_ERROR_UNKNOWN",
 }

@@ -68,6 +68,10 @@ func TestErrorText(t *testing.T) {
 	if !errors.Is(d.check("cuInit", 100), ErrNoDevice) || errors.Is(d.check("cuMemAlloc", 2), ErrNoDevice) {
 		t.Error("only no-device results should match ErrNoDevice")
 	}
+	if !errors.Is(d.check("cuCtxSynchronize", 700), ErrSticky) || !errors.Is(d.check("cuLaunchKernel", 719), ErrSticky) ||
+		errors.Is(d.check("cuMemAlloc", 2), ErrSticky) || errors.Is(d.check("cuLaunchKernel", 701), ErrSticky) {
+		t.Error("only the faults that leave the context unusable should match ErrSticky")
+	}
 	if got := ResultName(12345); got != "CUDA_ERROR_12345" {
 		t.Errorf("ResultName(12345) = %q", got)
 	}

@@ -12,6 +12,7 @@ import (
 // Driver is the loaded libcuda: the driver functions flashattn uses.
 type Driver struct {
 	version int
+	close   func() error // dlcloses the library (set by Load)
 
 	cuInit                    func(flags uint32) Result
 	cuDriverGetVersion        func(v *int32) Result
@@ -24,6 +25,11 @@ type Driver struct {
 	cuDevicePrimaryCtxRelease func(dev int32) Result
 	cuCtxSetCurrent           func(ctx uintptr) Result
 	cuCtxSynchronize          func() Result
+	cuStreamCreate            func(s *uintptr, flags uint32) Result
+	cuStreamDestroy           func(s uintptr) Result
+	cuStreamSynchronize       func(s uintptr) Result
+	cuMemcpyHtoDAsync         func(dst uint64, src unsafe.Pointer, n uint64, s uintptr) Result
+	cuMemsetD8Async           func(dst uint64, v uint8, n uint64, s uintptr) Result
 	cuModuleLoadDataEx        func(mod *uintptr, image *byte, n uint32, opts uintptr, vals uintptr) Result
 	cuModuleUnload            func(mod uintptr) Result
 	cuModuleGetFunction       func(f *uintptr, mod uintptr, name *byte) Result
@@ -52,6 +58,11 @@ func (d *Driver) symbols() map[string]any {
 		"cuDevicePrimaryCtxRelease_v2": &d.cuDevicePrimaryCtxRelease,
 		"cuCtxSetCurrent":              &d.cuCtxSetCurrent,
 		"cuCtxSynchronize":             &d.cuCtxSynchronize,
+		"cuStreamCreate":               &d.cuStreamCreate,
+		"cuStreamDestroy_v2":           &d.cuStreamDestroy,
+		"cuStreamSynchronize":          &d.cuStreamSynchronize,
+		"cuMemcpyHtoDAsync_v2":         &d.cuMemcpyHtoDAsync,
+		"cuMemsetD8Async":              &d.cuMemsetD8Async,
 		"cuModuleLoadDataEx":           &d.cuModuleLoadDataEx,
 		"cuModuleUnload":               &d.cuModuleUnload,
 		"cuModuleGetFunction":          &d.cuModuleGetFunction,
@@ -69,6 +80,17 @@ func (d *Driver) symbols() map[string]any {
 
 // Version returns the driver's CUDA version (e.g. 13000 for 13.0).
 func (d *Driver) Version() int { return d.version }
+
+// Close releases the driver library (dlclose). The Driver and its
+// Contexts must not be used afterwards; Close the Contexts first.
+func (d *Driver) Close() error {
+	if d.close == nil {
+		return nil
+	}
+	f := d.close
+	d.close = nil
+	return f()
+}
 
 // check turns a result into an error naming the call.
 func (d *Driver) check(op string, r Result) error {
@@ -272,6 +294,53 @@ func (c *Context) Synchronize() error {
 	return c.Do(func() error { return c.d.check("cuCtxSynchronize", c.d.cuCtxSynchronize()) })
 }
 
+// Stream is a CUDA stream (CUstream); 0 is the legacy default stream.
+type Stream uintptr
+
+// streamNonBlocking is CU_STREAM_NON_BLOCKING: the stream does not
+// synchronise with the legacy default stream.
+const streamNonBlocking = 1
+
+// NewStream creates a non-blocking stream.
+func (c *Context) NewStream() (Stream, error) {
+	var s uintptr
+	err := c.Do(func() error { return c.d.check("cuStreamCreate", c.d.cuStreamCreate(&s, streamNonBlocking)) })
+	return Stream(s), err
+}
+
+// DestroyStream destroys a stream from NewStream (work already queued on it
+// still runs).
+func (c *Context) DestroyStream(s Stream) error {
+	return c.Do(func() error { return c.d.check("cuStreamDestroy", c.d.cuStreamDestroy(uintptr(s))) })
+}
+
+// SyncStream waits for the work queued on s.
+func (c *Context) SyncStream(s Stream) error {
+	return c.Do(func() error { return c.d.check("cuStreamSynchronize", c.d.cuStreamSynchronize(uintptr(s))) })
+}
+
+// CopyInAsync queues a copy of n bytes from host memory at src to dst on
+// s. From pageable memory the driver stages src before returning, so src
+// may be reused as soon as it returns.
+func (c *Context) CopyInAsync(dst Ptr, src unsafe.Pointer, n int, s Stream) error {
+	if n == 0 {
+		return nil
+	}
+	return c.Do(func() error {
+		return c.d.check("cuMemcpyHtoDAsync", c.d.cuMemcpyHtoDAsync(uint64(dst), src, uint64(n), uintptr(s)))
+	})
+}
+
+// ZeroAsync queues setting n bytes at p to 0 on s.
+func (c *Context) ZeroAsync(p Ptr, n int, s Stream) error {
+	if n == 0 {
+		return nil
+	}
+	return c.Do(func() error {
+		return c.d.check("cuMemsetD8Async", c.d.cuMemsetD8Async(uint64(p), 0, uint64(n), uintptr(s)))
+	})
+}
+
 // Module is a loaded PTX module.
 type Module uintptr
 
@@ -337,9 +406,9 @@ type Arg struct {
 	Size int
 }
 
-// Launch launches f on the default stream with the arguments in the order
-// of the kernel's parameters. It does not wait for the kernel.
-func (c *Context) Launch(f Function, grid, block [3]uint32, smem int, args []Arg) error {
+// Launch queues f on stream s with the arguments in the order of the
+// kernel's parameters. It does not wait for the kernel.
+func (c *Context) Launch(f Function, grid, block [3]uint32, smem int, args []Arg, s Stream) error {
 	if len(args) > maxArgs {
 		return fmt.Errorf("cuda: %d kernel arguments, at most %d", len(args), maxArgs)
 	}
@@ -350,7 +419,7 @@ func (c *Context) Launch(f Function, grid, block [3]uint32, smem int, args []Arg
 		if err := packArgs(c.arena, base, args); err != nil {
 			return err
 		}
-		r := c.d.cuLaunchKernel(uintptr(f), grid[0], grid[1], grid[2], block[0], block[1], block[2], uint32(smem), 0, base+ptrsOff, 0)
+		r := c.d.cuLaunchKernel(uintptr(f), grid[0], grid[1], grid[2], block[0], block[1], block[2], uint32(smem), uintptr(s), base+ptrsOff, 0)
 		return c.d.check("cuLaunchKernel", r)
 	})
 }

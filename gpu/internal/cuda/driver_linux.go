@@ -1,4 +1,4 @@
-//go:build linux && (amd64 || arm64)
+//go:build linux && (amd64 || arm64) && !nogpu
 
 package cuda
 
@@ -23,20 +23,24 @@ func Load(path string) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: CUDA driver %s not loadable (%v)", ErrNoDevice, path, err)
 	}
-	d := &Driver{}
+	d := &Driver{close: func() error { return purego.Dlclose(lib) }}
+	fail := func(err error) (*Driver, error) {
+		d.Close() // the handle does not outlive a failed Load
+		return nil, err
+	}
 	for name, fn := range d.symbols() {
 		sym, err := purego.Dlsym(lib, name)
 		if err != nil || sym == 0 {
-			return nil, fmt.Errorf("%w: %s has no %s (driver too old?)", ErrNoDevice, path, name)
+			return fail(fmt.Errorf("%w: %s has no %s (driver too old?)", ErrNoDevice, path, name))
 		}
 		purego.RegisterFunc(fn, sym)
 	}
 	n, err := d.init()
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	if n == 0 {
-		return nil, fmt.Errorf("%w: the driver reports no device", ErrNoDevice)
+		return fail(fmt.Errorf("%w: the driver reports no device", ErrNoDevice))
 	}
 	return d, nil
 }

@@ -1,10 +1,11 @@
-//go:build linux && (amd64 || arm64)
+//go:build linux && (amd64 || arm64) && !nogpu
 
 package cuda
 
 import (
 	"errors"
 	"math"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -14,18 +15,26 @@ import (
 	"github.com/ebitengine/purego"
 )
 
-// fakeDriver builds testdata/fakecuda.c into a shared library and loads it
-// with Load, or skips the test if there is no C compiler.
-func fakeDriver(t *testing.T) (*Driver, uintptr) {
+// buildFake builds testdata/fakecuda.c (with the extra compiler flags) into
+// a shared library, or skips the test if there is no C compiler.
+func buildFake(t *testing.T, name string, flags ...string) string {
 	t.Helper()
 	cc, err := exec.LookPath("cc")
 	if err != nil {
 		t.Skip("no C compiler to build the fake driver")
 	}
-	lib := filepath.Join(t.TempDir(), "libfakecuda.so")
-	if out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-o", lib, "testdata/fakecuda.c").CombinedOutput(); err != nil {
+	lib := filepath.Join(t.TempDir(), name)
+	args := append([]string{"-shared", "-fPIC", "-O1", "-o", lib}, flags...)
+	if out, err := exec.Command(cc, append(args, "testdata/fakecuda.c")...).CombinedOutput(); err != nil {
 		t.Skipf("cannot build the fake driver: %v\n%s", err, out)
 	}
+	return lib
+}
+
+// fakeDriver builds the fake driver and loads it with Load.
+func fakeDriver(t *testing.T) (*Driver, uintptr) {
+	t.Helper()
+	lib := buildFake(t, "libfakecuda.so")
 	d, err := Load(lib)
 	if err != nil {
 		t.Fatalf("Load(fake): %v", err)
@@ -119,8 +128,19 @@ func TestFakeDriver(t *testing.T) {
 	for i := 3; i < 16; i++ {
 		args = append(args, Arg{uint64(i), 4 + 4*(i%2)})
 	}
-	if err := c.Launch(f, [3]uint32{5, 6, 7}, [3]uint32{128, 1, 1}, 99000, args); err != nil {
+	var streams func() int32
+	var lastStream func() uintptr
+	purego.RegisterLibFunc(&streams, h, "fake_streams")
+	purego.RegisterLibFunc(&lastStream, h, "fake_last_stream")
+	s, err := c.NewStream()
+	if err != nil || s == 0 || streams() != 1 {
+		t.Fatalf("NewStream = %#x, %v; %d streams", s, err, streams())
+	}
+	if err := c.Launch(f, [3]uint32{5, 6, 7}, [3]uint32{128, 1, 1}, 99000, args, s); err != nil {
 		t.Fatal(err)
+	}
+	if lastStream() != uintptr(s) {
+		t.Errorf("launch on stream %#x, want %#x", lastStream(), s)
 	}
 	var dims [7]uint32
 	var got [16]uint64
@@ -140,10 +160,45 @@ func TestFakeDriver(t *testing.T) {
 	if err := c.Synchronize(); err != nil {
 		t.Fatal(err)
 	}
+	q, _ := c.Alloc(16)
+	if err := c.CopyInAsync(q, unsafe.Pointer(&src[0]), 16, s); err != nil || lastStream() != uintptr(s) {
+		t.Errorf("CopyInAsync: %v, stream %#x", err, lastStream())
+	}
+	if err := c.ZeroAsync(q, 16, s); err != nil || c.SyncStream(s) != nil {
+		t.Errorf("ZeroAsync: %v", err)
+	}
+	c.CopyOut(unsafe.Pointer(&dst[0]), q, 16)
+	if dst[3] != 0 {
+		t.Errorf("after ZeroAsync: %v", dst)
+	}
+	c.Free(q)
+	if err := c.DestroyStream(s); err != nil || streams() != 0 {
+		t.Errorf("DestroyStream: %v, %d streams left", err, streams())
+	}
 	if err := c.Unload(m); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Close(); err != nil || retained() != 0 {
 		t.Errorf("Close: %v, retained %d", err, retained())
+	}
+	if err := d.Close(); err != nil {
+		t.Errorf("Driver.Close: %v", err)
+	}
+}
+
+// A library that lacks a driver symbol is refused, and Load does not keep
+// it open: it is no longer mapped into the process afterwards.
+func TestLoadReleasesLibrary(t *testing.T) {
+	lib := buildFake(t, "libfakecuda_old.so", "-DFAKE_MISSING_SYMBOL")
+	_, err := Load(lib)
+	if !errors.Is(err, ErrNoDevice) || !strings.Contains(err.Error(), "cuStreamCreate") {
+		t.Fatalf("Load of a driver without cuStreamCreate: %v", err)
+	}
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Skip(err)
+	}
+	if strings.Contains(string(maps), lib) {
+		t.Errorf("%s is still mapped after the failed Load (dlopen handle leaked)", lib)
 	}
 }

@@ -180,8 +180,15 @@ func (k *Kernel) decode(text string) (*inst, error) {
 		in.kind = kRet
 		return in, nil
 	case "bar":
+		if op == "bar.warp.sync" && len(ops) == 1 && ops[0] == "-1" {
+			// Orders the warp's shared-memory accesses; the interpreter
+			// runs a warp's lanes in lockstep, so it only checks that the
+			// whole warp is there.
+			in.warp = func(c *cta, lanes []*thread) error { return nil }
+			return in, nil
+		}
 		if op != "bar.sync" || len(ops) != 1 || ops[0] != "0" {
-			return nil, errors.New("only bar.sync 0 is supported")
+			return nil, errors.New("only bar.sync 0 and bar.warp.sync -1 are supported")
 		}
 		in.kind = kBarrier
 		return in, nil
@@ -372,6 +379,10 @@ func (k *Kernel) decodeInt(in *inst, op string, parts, ops []string) (*inst, err
 	case "add.s64":
 		a, b := vs[0], vs[1]
 		in.exec = func(c *cta, t *thread) error { t.r[d] = a(c, t) + b(c, t); return nil }
+		return in, nil
+	case "sub.s64":
+		a, b := vs[0], vs[1]
+		in.exec = func(c *cta, t *thread) error { t.r[d] = a(c, t) - b(c, t); return nil }
 		return in, nil
 	case "mul.lo.u64":
 		a, b := vs[0], vs[1]
@@ -609,10 +620,10 @@ func (k *Kernel) decodeLoad(in *inst, parts, ops []string) (*inst, error) {
 	if err != nil {
 		return nil, err
 	}
-	vector := parts[2] == "v2"
+	vector := parts[2] == "v2" || parts[2] == "v4"
 	var ds []int
 	if vector {
-		if ds, err = k.vec(ops[0], 2); err != nil {
+		if ds, err = k.vec(ops[0], int(parts[2][1]-'0')); err != nil {
 			return nil, err
 		}
 	} else {
@@ -626,10 +637,8 @@ func (k *Kernel) decodeLoad(in *inst, parts, ops []string) (*inst, error) {
 	case "global":
 		in.exec = func(c *cta, t *thread) error {
 			p := a(c, t)
-			if vector {
-				if p%8 != 0 {
-					return fmt.Errorf("misaligned 8-byte global load at %#x", p)
-				}
+			if n := uint64(4 * len(ds)); p%n != 0 {
+				return fmt.Errorf("misaligned %d-byte global load at %#x", n, p)
 			}
 			for i, d := range ds {
 				v, err := c.m.load(p+uint64(4*i), 4)
@@ -683,7 +692,7 @@ func (k *Kernel) decodeStore(in *inst, parts, ops []string) (*inst, error) {
 	}
 	op := strings.Join(parts, ".")
 	switch op {
-	case "st.global.b32", "st.global.f32", "st.global.v2.f32":
+	case "st.global.b32", "st.global.f32", "st.global.v2.f32", "st.global.v4.b32":
 		n := 4 * len(vs)
 		in.exec = func(c *cta, t *thread) error {
 			p := a(c, t)
@@ -749,13 +758,20 @@ func (k *Kernel) decodeCpAsync(in *inst, op string, ops []string) (*inst, error)
 	default:
 		return nil, fmt.Errorf("unsupported %s", op)
 	}
-	if len(ops) != 4 {
-		return nil, errors.New("cp.async takes 4 operands here")
+	if len(ops) != 3 && len(ops) != 4 {
+		return nil, errors.New("cp.async takes 3 or 4 operands here")
 	}
 	dst, err1 := k.addr(ops[0])
 	srcA, err2 := k.addr(ops[1])
 	size, err3 := strconv.Atoi(ops[2])
-	sz, err4 := k.val(ops[3])
+	var sz val
+	var err4 error
+	if len(ops) == 4 {
+		sz, err4 = k.val(ops[3])
+	} else { // no src-size: the whole cp-size is copied
+		n := uint64(size)
+		sz = func(c *cta, t *thread) uint64 { return n }
+	}
 	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return nil, err
 	}

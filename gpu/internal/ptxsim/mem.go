@@ -33,6 +33,9 @@ func (m *Machine) Alloc(n int) (uint64, error) {
 	return a.base, nil
 }
 
+// Allocations returns the number of live allocations.
+func (m *Machine) Allocations() int { return len(m.allocs) }
+
 // Free frees an allocation.
 func (m *Machine) Free(p uint64) error {
 	for i, a := range m.allocs {

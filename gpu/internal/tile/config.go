@@ -5,59 +5,69 @@ import (
 	"strings"
 )
 
-// Warps is the number of warps of every attention kernel's thread block, and
-// Threads its size. Each warp owns 16 rows (query rows in the forward and dQ
-// kernels, key rows in the dK/dV kernel) per m-tile.
-const (
-	Warps   = 4
-	Threads = 32 * Warps
-)
+// WarpThreads is the number of threads of a warp. Every attention kernel's
+// warps own 16-row m-tiles (query rows in the forward and dQ kernels, key
+// rows in the dK/dV kernel); how many warps a block has depends on the kernel
+// (the configurations' Warps fields).
+const WarpThreads = 32
 
 // HeadDims are the head dimensions the kernels are generated for.
 var HeadDims = []int{64, 128, 256}
 
-// Fwd is the forward kernel's configuration: one thread block per (query
-// block of Br rows, head, batch element); its warps split the query rows
-// (MT m-tiles of 16 rows each); K and V tiles of Bc rows go through shared
-// memory in two stages (cp.async double buffering).
+// Fwd is the forward kernel's configuration: one thread block of Warps warps
+// per (query block of Br = 16·MT·Warps rows, head, batch element); warp w
+// owns query rows [16·MT·w, 16·MT·(w+1)). K and V tiles of Bc rows each have
+// one shared-memory buffer and are loaded staggered, as flash-attn does: V
+// of block n is copied while S = Q·Kᵀ and the softmax of block n run, and K
+// of block n+1 while O += P·V of block n runs.
 type Fwd struct {
-	D  int // head dimension
-	Bc int // keys per tile
-	MT int // 16-row m-tiles per warp
+	D     int // head dimension
+	Bc    int // keys per tile
+	MT    int // 16-row m-tiles per warp
+	Warps int // warps per block
 }
 
-// FwdConfig returns the forward configuration for head dimension d.
+// FwdConfig returns the forward configuration for head dimension d:
+// 128-row query blocks everywhere, as flash-attn 2 has on sm_80/sm_90:
+// d64: 4 warps of 32 rows, 128×64 tiles; d128: 4 warps of 32 rows, 128×32
+// tiles (flash-attn's sm_86 choice: with 64-key tiles the O (128) and S
+// (64) accumulators leave ptxas too few of the 255 registers and it spills);
+// d256: 8 warps of 16 rows, 128×64 tiles, 128 KiB of shared memory.
 func FwdConfig(d int) Fwd {
 	switch d {
 	case 64:
-		return Fwd{D: 64, Bc: 64, MT: 2}
+		return Fwd{D: d, Bc: 64, MT: 2, Warps: 4}
 	case 128:
-		return Fwd{D: 128, Bc: 64, MT: 1}
+		return Fwd{D: d, Bc: 32, MT: 2, Warps: 4}
 	default:
-		return Fwd{D: d, Bc: 32, MT: 1}
+		return Fwd{D: d, Bc: 64, MT: 1, Warps: 8}
 	}
 }
 
+// Threads is the block size.
+func (c Fwd) Threads() int { return WarpThreads * c.Warps }
+
 // Br is the number of query rows per thread block.
-func (c Fwd) Br() int { return Warps * 16 * c.MT }
+func (c Fwd) Br() int { return c.Warps * 16 * c.MT }
 
 // QInRegs reports whether the warps keep their Q fragments in registers for
 // the whole block (otherwise they reload them from shared memory per tile).
 func (c Fwd) QInRegs() bool { return c.D*c.MT <= 128 }
 
-// Smem layout (bytes): Q [Br][D], then per stage s K[s] [Bc][D] and V[s] [Bc][D].
+// Smem layout (bytes): Q [Br][D], K [Bc][D], V [Bc][D]. The epilogue stages
+// each warp's O rows in its own rows of the Q tile.
 
 // QOff is the byte offset of the Q tile.
 func (c Fwd) QOff() int { return 0 }
 
-// KOff is the byte offset of stage s's K tile.
-func (c Fwd) KOff(s int) int { return c.Br()*c.D*2 + s*2*c.Bc*c.D*2 }
+// KOff is the byte offset of the K tile.
+func (c Fwd) KOff() int { return c.Br() * c.D * 2 }
 
-// VOff is the byte offset of stage s's V tile.
-func (c Fwd) VOff(s int) int { return c.KOff(s) + c.Bc*c.D*2 }
+// VOff is the byte offset of the V tile.
+func (c Fwd) VOff() int { return c.KOff() + c.Bc*c.D*2 }
 
 // SmemBytes is the dynamic shared memory a block uses.
-func (c Fwd) SmemBytes() int { return c.KOff(2) }
+func (c Fwd) SmemBytes() int { return c.VOff() + c.Bc*c.D*2 }
 
 // RowChunks is the number of 16-byte chunks in a tile row (D elements).
 func (c Fwd) RowChunks() int { return c.D / 8 }
@@ -72,12 +82,33 @@ func (c Fwd) Check() error {
 		return fmt.Errorf("tile: head dim %d is not a positive multiple of 64", c.D)
 	case c.Bc%16 != 0 || c.Bc <= 0:
 		return fmt.Errorf("tile: Bc %d is not a positive multiple of 16", c.Bc)
-	case c.MT < 1:
-		return fmt.Errorf("tile: MT %d < 1", c.MT)
-	case (c.Br()*c.RowChunks())%Threads != 0 || (c.Bc*c.RowChunks())%Threads != 0:
-		return fmt.Errorf("tile: tiles of %d/%d rows × %d chunks do not split over %d threads", c.Br(), c.Bc, c.RowChunks(), Threads)
-	case c.SmemBytes() > MaxSmem:
-		return fmt.Errorf("tile: %d bytes of shared memory exceed %d", c.SmemBytes(), MaxSmem)
+	case c.MT < 1 || c.Warps < 1 || c.Warps > 8:
+		return fmt.Errorf("tile: MT %d, Warps %d", c.MT, c.Warps)
+	}
+	if err := checkCopy(c.Threads(), c.RowChunks(), c.Br(), c.Bc); err != nil {
+		return err
+	}
+	return checkSmem(c.SmemBytes())
+}
+
+// checkCopy reports tiles of the given row counts that the block's threads
+// cannot copy in whole passes whose rows are a multiple of 8 apart (the
+// generator relies on a thread's chunks sharing one swizzle phase).
+func checkCopy(threads, rc int, rows ...int) error {
+	if threads%rc != 0 || (threads/rc)%8 != 0 {
+		return fmt.Errorf("tile: %d threads copy %d-chunk rows in passes of %d rows, not a multiple of 8", threads, rc, threads/max(rc, 1))
+	}
+	for _, r := range rows {
+		if (r*rc)%threads != 0 {
+			return fmt.Errorf("tile: a tile of %d rows × %d chunks does not split over %d threads", r, rc, threads)
+		}
+	}
+	return nil
+}
+
+func checkSmem(n int) error {
+	if n > MaxSmem {
+		return fmt.Errorf("tile: %d bytes of shared memory exceed %d", n, MaxSmem)
 	}
 	return nil
 }
@@ -86,21 +117,56 @@ func (c Fwd) Check() error {
 // opt-in limit of sm_80 (A100), which sm_90 exceeds.
 const MaxSmem = 163 * 1024
 
-// Bwd is the backward dK/dV kernel's configuration: one thread block per (key
-// block of Bc = 16·Warps keys, query head, batch element); each warp owns 16
-// keys and accumulates their dK and dV rows in registers while the block
-// walks the query blocks of Br rows that see it (Q and dO in two stages).
-// With the atomic dQ variant it also adds dS·K to a float32 dQ accumulator.
+// Bwd is the backward dK/dV kernel's configuration: one thread block of
+// Warps warps per (key block of Bc = 16·Warps keys, query head, batch
+// element); each warp owns 16 keys and accumulates their dK and dV rows in
+// registers while the block walks the query blocks of Br rows that see it
+// (Q, dO, LSE and dsum double-buffered). With the atomic dQ variant the
+// block also adds dQ = dS·K for each query block to a float32 accumulator,
+// its warps splitting the Br×D product into (Br/16) row groups × the rest
+// column groups. 128-key blocks of 8 warps halve the dQ atomics per FLOP of
+// 64-key blocks (flash-attn 2's sm_80 backward has 128-key blocks of 8 warps
+// too).
 type Bwd struct {
-	D  int
-	Br int
+	D     int
+	Br    int
+	Warps int
+	QSub  int // queries per sub-tile of Sᵀ, dPᵀ and the dK/dV products
 }
 
-// BwdConfig returns the dK/dV configuration for head dimension d.
-func BwdConfig(d int) Bwd { return Bwd{D: d, Br: 64} }
+// BwdConfig returns the dK/dV configuration for head dimension d. At d128
+// the warps walk each query block in two 32-query halves (Sᵀ and dPᵀ take
+// 32 registers instead of 64 beside dK and dV's 128), so that ptxas does
+// not spill; K and V fragments are then loaded twice per query block.
+func BwdConfig(d int) Bwd {
+	if d > 64 {
+		return Bwd{D: d, Br: 64, Warps: 8, QSub: 32}
+	}
+	return Bwd{D: d, Br: 64, Warps: 8, QSub: 64}
+}
+
+// Threads is the block size.
+func (c Bwd) Threads() int { return WarpThreads * c.Warps }
 
 // Bc is the number of keys per thread block.
-func (c Bwd) Bc() int { return Warps * 16 }
+func (c Bwd) Bc() int { return c.Warps * 16 }
+
+// KVInRegs reports whether each warp keeps its K and V rows as mma
+// fragments in registers for the whole block (d64: 32 registers); at d128
+// they would take 64 of the registers dK, dV, Sᵀ and dPᵀ need (192), so
+// they are reloaded from shared memory per query block, as flash-attn does.
+func (c Bwd) KVInRegs() bool { return c.D <= 64 }
+
+// DQRowGroups and DQColGroups split the atomic variant's dQ product (Br
+// query rows × D) over the warps: warp w computes rows 16·(w % DQRowGroups)
+// and columns [(w / DQRowGroups)·DQCols, +DQCols).
+func (c Bwd) DQRowGroups() int { return c.Br / 16 }
+
+// DQColGroups is the number of column groups of the dQ product.
+func (c Bwd) DQColGroups() int { return c.Warps / c.DQRowGroups() }
+
+// DQCols is the number of dQ columns a warp computes.
+func (c Bwd) DQCols() int { return c.D / c.DQColGroups() }
 
 // Smem layout (bytes): K [Bc][D], V [Bc][D], dS [Bc][Br] (stored
 // transposed: a row per key), then two stages, each Q [Br][D], dO [Br][D]
@@ -137,6 +203,14 @@ func (c Bwd) SmemBytes() int { return c.QOff(2) }
 // RowChunks is the number of 16-byte chunks in a tile row (D elements).
 func (c Bwd) RowChunks() int { return c.D / 8 }
 
+// PadRows is the number of rows the float32 dQ accumulator gives a sequence
+// of sq query rows in a dense batch: sq rounded up to whole query blocks, so
+// that every block adds its whole Br rows without a bounds predicate (the
+// rows past sq receive exact zeros: their dS is 0). A packed varlen batch
+// gives sequence b its rows from cu_seqlens_q[b] + b·Br on (a batch stride
+// of Br rows), which leaves the same Br rows of room after each sequence.
+func (c Bwd) PadRows(sq int) int { return (sq + c.Br - 1) / c.Br * c.Br }
+
 // Name returns the kernel name; atomicDQ selects the variant that also
 // accumulates dQ with float32 atomics.
 func (c Bwd) Name(dt string, atomicDQ bool) string {
@@ -153,27 +227,48 @@ func (c Bwd) Check() error {
 		return fmt.Errorf("tile: backward head dim %d must be 64 or 128", c.D)
 	case c.Br != 64:
 		return fmt.Errorf("tile: backward Br %d must be 64 (the dS tile is %d keys × 64 queries)", c.Br, c.Bc())
-	case c.SmemBytes() > MaxSmem:
-		return fmt.Errorf("tile: %d bytes of shared memory exceed %d", c.SmemBytes(), MaxSmem)
+	case c.QSub%16 != 0 || c.QSub <= 0 || c.Br%c.QSub != 0:
+		return fmt.Errorf("tile: query sub-tile %d does not divide Br %d in multiples of 16", c.QSub, c.Br)
+	case c.Warps%c.DQRowGroups() != 0 || c.DQCols()%16 != 0:
+		return fmt.Errorf("tile: %d warps do not split dQ (%d×%d) into 16-row, 16-column multiples", c.Warps, c.Br, c.D)
 	}
-	return nil
+	if err := checkCopy(c.Threads(), c.RowChunks(), c.Br, c.Bc()); err != nil {
+		return err
+	}
+	if 2*c.Br > c.Threads() {
+		return fmt.Errorf("tile: %d threads cannot copy the %d LSE and dsum values of a stage", c.Threads(), 2*c.Br)
+	}
+	return checkSmem(c.SmemBytes())
 }
 
-// DQ is the deterministic dQ kernel's configuration: one thread block per
-// (query block, head, batch element) like the forward pass; it recomputes P
-// and dS tile by tile and accumulates dQ = dS·K in registers.
+// DQ is the deterministic dQ kernel's configuration: one thread block of
+// Warps warps per (query block of 16·Warps rows, head, batch element) like
+// the forward pass; it recomputes P and dS tile by tile and accumulates
+// dQ = dS·K in registers. K is double-buffered (block n+1's K is copied
+// while block n's runs) and V single-buffered (block n+1's V is copied once
+// dP of block n is done).
 type DQ struct {
-	D  int
-	Bc int
+	D     int
+	Bc    int
+	Warps int
 }
 
 // DQConfig returns the dQ configuration for head dimension d.
-func DQConfig(d int) DQ { return DQ{D: d, Bc: 64} }
+func DQConfig(d int) DQ { return DQ{D: d, Bc: 64, Warps: 4} }
+
+// Threads is the block size.
+func (c DQ) Threads() int { return WarpThreads * c.Warps }
 
 // Br is the number of query rows per thread block.
-func (c DQ) Br() int { return Warps * 16 }
+func (c DQ) Br() int { return c.Warps * 16 }
 
-// Smem layout (bytes): Q [Br][D], dO [Br][D], per stage K[s], V[s] [Bc][D].
+// QInRegs reports whether the warps keep their Q and dO fragments in
+// registers (d64: 32 registers); at d128 they are reloaded from shared
+// memory per key block to stay within 255 registers without spills.
+func (c DQ) QInRegs() bool { return c.D <= 64 }
+
+// Smem layout (bytes): Q [Br][D], dO [Br][D], K[0], K[1] [Bc][D], V [Bc][D].
+// The epilogue stages each warp's dQ rows in its own rows of the Q tile.
 
 // QOff is the byte offset of the Q tile.
 func (c DQ) QOff() int { return 0 }
@@ -181,14 +276,14 @@ func (c DQ) QOff() int { return 0 }
 // DOOff is the byte offset of the dO tile.
 func (c DQ) DOOff() int { return c.Br() * c.D * 2 }
 
-// KOff is the byte offset of stage s's K tile.
-func (c DQ) KOff(s int) int { return 2*c.Br()*c.D*2 + s*2*c.Bc*c.D*2 }
+// KOff is the byte offset of K buffer s (0 or 1).
+func (c DQ) KOff(s int) int { return 2*c.Br()*c.D*2 + s*c.Bc*c.D*2 }
 
-// VOff is the byte offset of stage s's V tile.
-func (c DQ) VOff(s int) int { return c.KOff(s) + c.Bc*c.D*2 }
+// VOff is the byte offset of the V tile.
+func (c DQ) VOff() int { return c.KOff(2) }
 
 // SmemBytes is the dynamic shared memory a block uses.
-func (c DQ) SmemBytes() int { return c.KOff(2) }
+func (c DQ) SmemBytes() int { return c.VOff() + c.Bc*c.D*2 }
 
 // RowChunks is the number of 16-byte chunks in a tile row (D elements).
 func (c DQ) RowChunks() int { return c.D / 8 }
@@ -203,10 +298,11 @@ func (c DQ) Check() error {
 		return fmt.Errorf("tile: dQ head dim %d must be 64 or 128", c.D)
 	case c.Bc%16 != 0 || c.Bc <= 0:
 		return fmt.Errorf("tile: Bc %d is not a positive multiple of 16", c.Bc)
-	case c.SmemBytes() > MaxSmem:
-		return fmt.Errorf("tile: %d bytes of shared memory exceed %d", c.SmemBytes(), MaxSmem)
 	}
-	return nil
+	if err := checkCopy(c.Threads(), c.RowChunks(), c.Br(), c.Bc); err != nil {
+		return err
+	}
+	return checkSmem(c.SmemBytes())
 }
 
 // SmemBytes returns the dynamic shared memory of the attention kernel
@@ -224,8 +320,26 @@ func SmemBytes(name string, d int) int {
 	return 0
 }
 
+// Threads returns the block size of the kernel called name for head
+// dimension d (ElemThreads for the small kernels).
+func Threads(name string, d int) int {
+	switch {
+	case strings.HasPrefix(name, "fwd_"):
+		return FwdConfig(d).Threads()
+	case strings.HasPrefix(name, "bwddq_"):
+		return DQConfig(d).Threads()
+	case strings.HasPrefix(name, "bwd_"), strings.HasPrefix(name, "bwdkv_"):
+		return BwdConfig(d).Threads()
+	}
+	return ElemThreads
+}
+
 // Grid returns the launch grid of a kernel with one block per (block of
 // `per` rows, head, batch element) for sequences of at most maxSeq rows.
+// The forward and dQ kernels take their query block as
+// gridDim.x - 1 - blockIdx.x: blocks are dispatched in x order, and with a
+// causal mask the last query blocks see the most keys, so the heaviest
+// blocks of each head start first and the light ones fill the tail.
 func Grid(maxSeq, per, heads, batch int) (x, y, z int) {
 	return (maxSeq + per - 1) / per, heads, batch
 }

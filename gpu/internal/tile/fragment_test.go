@@ -217,6 +217,20 @@ func warpGemmNN(s smem, afrag func(kk int) [32][4][2]float64, yBase, yChunks, n,
 	return acc
 }
 
+// warpGemmNNCols is warpGemmNN for the n columns [c0, c0+n) of Y.
+func warpGemmNNCols(s smem, afrag func(kk int) [32][4][2]float64, yBase, yChunks, c0, n, k int) [][32][4]float64 {
+	acc := make([][32][4]float64, n/8)
+	for kk := 0; kk < k/16; kk++ {
+		a := afrag(kk)
+		for nt2 := 0; nt2 < n/16; nt2++ {
+			b0, b1 := bPair(s.ldmatrix(lanes(yBase, yChunks, func(l int) (int, int) { return LaneBTrans(l, kk*16, c0+nt2*16) }), true))
+			mma(a, b0, &acc[2*nt2])
+			mma(a, b1, &acc[2*nt2+1])
+		}
+	}
+	return acc
+}
+
 // checkAcc compares warp accumulators (16 rows starting at r0 of want) with want.
 func checkAcc(t *testing.T, what string, acc [][32][4]float64, want [][]float64, r0 int) {
 	t.Helper()
@@ -268,16 +282,16 @@ func TestForwardFragments(t *testing.T) {
 		q, k, v := randMat(rng, c.Br(), d), randMat(rng, c.Bc, d), randMat(rng, c.Bc, d)
 		s := make(smem, c.SmemBytes()/2)
 		s.storeTile(c.QOff(), q)
-		s.storeTile(c.KOff(1), k)
-		s.storeTile(c.VOff(1), v)
+		s.storeTile(c.KOff(), k)
+		s.storeTile(c.VOff(), v)
 		S := matmulNT(q, k)
 		O := matmulNT(S, transpose(v))
-		for w := 0; w < Warps; w++ {
+		for w := 0; w < c.Warps; w++ {
 			for mt := 0; mt < c.MT; mt++ {
 				r0 := (w*c.MT + mt) * 16
-				acc := warpGemmNT(s, c.QOff(), c.RowChunks(), r0, c.KOff(1), c.RowChunks(), c.Bc, d)
+				acc := warpGemmNT(s, c.QOff(), c.RowChunks(), r0, c.KOff(), c.RowChunks(), c.Bc, d)
 				checkAcc(t, "S", acc, S, r0)
-				o := warpGemmNN(s, func(kk int) [32][4][2]float64 { return aFromC(acc, kk) }, c.VOff(1), c.RowChunks(), d, c.Bc)
+				o := warpGemmNN(s, func(kk int) [32][4][2]float64 { return aFromC(acc, kk) }, c.VOff(), c.RowChunks(), d, c.Bc)
 				checkAcc(t, "O", o, O, r0)
 			}
 		}
@@ -310,7 +324,7 @@ func TestBackwardFragments(t *testing.T) {
 		dPT := matmulNT(v, do)             // [bc][br]
 		dKw := matmulNT(dPT, transpose(q)) // dPᵀ·Q with dPᵀ as the stand-in for dSᵀ
 		dQw := matmulNT(transpose(dPT), transpose(k))
-		for w := 0; w < Warps; w++ {
+		for w := 0; w < c.Warps; w++ {
 			r0 := 16 * w
 			st := warpGemmNT(s, c.KOff(), rc, r0, c.QOff(1), rc, br, d)
 			checkAcc(t, "Sᵀ", st, ST, r0)
@@ -332,15 +346,25 @@ func TestBackwardFragments(t *testing.T) {
 				}
 			}
 		}
-		// dQ rows [16w, 16w+16) per warp: A = dS (queries × keys) from the
-		// stored dSᵀ through LaneATrans, B = K through LaneBTrans.
-		for w := 0; w < Warps; w++ {
-			m0 := 16 * w
+		// dQ: warp w computes rows 16·(w % DQRowGroups) and columns
+		// (w / DQRowGroups)·DQCols of dS·K: A = dS (queries × keys) from
+		// the stored dSᵀ through LaneATrans, B = K through LaneBTrans.
+		for w := 0; w < c.Warps; w++ {
+			m0, c0 := 16*(w%c.DQRowGroups()), (w/c.DQRowGroups())*c.DQCols()
 			afrag := func(kk int) [32][4][2]float64 {
 				return s.ldmatrix(lanes(c.DSOff(), br/8, func(l int) (int, int) { return LaneATrans(l, kk*16, m0) }), true)
 			}
-			dq := warpGemmNN(s, afrag, c.KOff(), rc, d, bc)
-			checkAcc(t, "dQ", dq, dQw, m0)
+			dq := warpGemmNNCols(s, afrag, c.KOff(), rc, c0, c.DQCols(), bc)
+			for nt := range dq {
+				for l := 0; l < 32; l++ {
+					for i := 0; i < 4; i++ {
+						row, col := MmaC(l, i)
+						if g, w := dq[nt][l][i], dQw[m0+row][c0+8*nt+col]; g != w {
+							t.Fatalf("dQ: row %d col %d: got %v, want %v", m0+row, c0+8*nt+col, g, w)
+						}
+					}
+				}
+			}
 		}
 	}
 }
@@ -359,16 +383,16 @@ func TestDQFragments(t *testing.T) {
 		s := make(smem, c.SmemBytes()/2)
 		s.storeTile(c.QOff(), q)
 		s.storeTile(c.DOOff(), do)
-		s.storeTile(c.KOff(0), k)
-		s.storeTile(c.VOff(0), v)
+		s.storeTile(c.KOff(1), k)
+		s.storeTile(c.VOff(), v)
 		S, dP := matmulNT(q, k), matmulNT(do, v)
 		dQ := matmulNT(dP, transpose(k))
-		for w := 0; w < Warps; w++ {
+		for w := 0; w < c.Warps; w++ {
 			r0 := 16 * w
-			checkAcc(t, "S", warpGemmNT(s, c.QOff(), rc, r0, c.KOff(0), rc, c.Bc, d), S, r0)
-			dp := warpGemmNT(s, c.DOOff(), rc, r0, c.VOff(0), rc, c.Bc, d)
+			checkAcc(t, "S", warpGemmNT(s, c.QOff(), rc, r0, c.KOff(1), rc, c.Bc, d), S, r0)
+			dp := warpGemmNT(s, c.DOOff(), rc, r0, c.VOff(), rc, c.Bc, d)
 			checkAcc(t, "dP", dp, dP, r0)
-			dq := warpGemmNN(s, func(kk int) [32][4][2]float64 { return aFromC(dp, kk) }, c.KOff(0), rc, d, c.Bc)
+			dq := warpGemmNN(s, func(kk int) [32][4][2]float64 { return aFromC(dp, kk) }, c.KOff(1), rc, d, c.Bc)
 			checkAcc(t, "dQ", dq, dQ, r0)
 		}
 	}

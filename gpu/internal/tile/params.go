@@ -52,7 +52,8 @@ var FwdParams = cat([]Param{
 
 // BwdParams are the dK/dV kernel's parameters (both variants). dq_acc is
 // the float32 dQ accumulator ([.., H, D] rows of dq_rs elements, atomic
-// variant only); dk, dv are float32 [.., H, D] per query head (rows of
+// variant only), padded as Bwd.PadRows says: row i of sequence b is at
+// b·dq_bs + (qStart + i)·dq_rs elements; dk, dv are float32 [.., H, D] per query head (rows of
 // dkv_rs elements) that a conversion kernel sums over each KV head's group;
 // dsum = rowsum(dO∘O) has the layout of lse; scale multiplies dS.
 var BwdParams = cat([]Param{
@@ -93,6 +94,21 @@ var ConvertParams = []Param{
 	{"in", ".u64"}, {"out", ".u64"},
 	{"rows", ".u32"}, {"heads", ".u32"}, {"group", ".u32"}, {"d", ".u32"},
 }
+
+// ConvertDQParams are the parameters of the kernel that turns the padded
+// float32 dQ accumulator into dq in the input type: for each sequence b
+// (cu_q as in the attention kernels, 0 for a dense batch of sq rows) and
+// row i < its length, out row b·out_bs + qStart + i = in row
+// b·in_bs + qStart + i, rows of width elements (heads·D; strides in rows).
+// Grid (ceil(width/2/ElemThreads), min(maxSq, 65535), batch), rows walked
+// with a stride of the grid's y size.
+var ConvertDQParams = []Param{
+	{"in", ".u64"}, {"out", ".u64"}, {"cu_q", ".u64"}, {"sq", ".u32"},
+	{"in_bs", ".u32"}, {"out_bs", ".u32"}, {"width", ".u32"},
+}
+
+// ConvertDQName names the dQ accumulator conversion kernel of input type dt.
+func ConvertDQName(dt string) string { return "convdq_" + dt }
 
 // ConvertName names the conversion kernel of input type dt.
 func ConvertName(dt string) string { return "convert_" + dt }

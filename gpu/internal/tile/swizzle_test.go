@@ -49,11 +49,12 @@ func TestLdmatrixConflictFree(t *testing.T) {
 func TestCopyChunkCovers(t *testing.T) {
 	for _, shape := range [][2]int{{64, 8}, {64, 16}, {128, 8}, {32, 32}, {64, 32}} {
 		rows, rc := shape[0], shape[1]
-		n := rows * rc / Threads
+		const threads = 128
+		n := rows * rc / threads
 		seen := make([]bool, rows*rc)
-		for tid := 0; tid < Threads; tid++ {
+		for tid := 0; tid < threads; tid++ {
 			for i := 0; i < n; i++ {
-				r, c := CopyChunk(tid, i, Threads, rc)
+				r, c := CopyChunk(tid, i, threads, rc)
 				if r >= rows || seen[r*rc+c] {
 					t.Fatalf("%dx%d: thread %d copy %d -> (%d,%d) out of range or twice", rows, rc, tid, i, r, c)
 				}

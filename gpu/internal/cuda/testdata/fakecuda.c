@@ -38,6 +38,20 @@ CUresult cuDevicePrimaryCtxRelease_v2(int dev) { retained--; return OK; }
 CUresult cuCtxSetCurrent(uintptr_t ctx) { current = ctx == 0xc0ffee; return OK; }
 CUresult cuCtxSynchronize(void) { return current ? OK : INVALID_CONTEXT; }
 
+// Streams: handles counted so that the test sees creates and destroys pair
+// up; cuStreamCreate is left out of the library built with
+// -DFAKE_MISSING_SYMBOL (a driver that is too old).
+static int streams;
+#ifndef FAKE_MISSING_SYMBOL
+CUresult cuStreamCreate(uintptr_t *s, unsigned flags) {
+	if (!current || flags != 1) return INVALID_VALUE;
+	*s = 0x5000 + ++streams;
+	return OK;
+}
+#endif
+CUresult cuStreamDestroy_v2(uintptr_t s) { if (!current || s == 0) return INVALID_VALUE; streams--; return OK; }
+CUresult cuStreamSynchronize(uintptr_t s) { return current ? OK : INVALID_CONTEXT; }
+
 #define NEED_CTX if (!current) return INVALID_CONTEXT
 
 CUresult cuMemAlloc_v2(uint64_t *p, uint64_t n) {
@@ -50,6 +64,9 @@ CUresult cuMemFree_v2(uint64_t p) { NEED_CTX; free((void *)(uintptr_t)p); return
 CUresult cuMemcpyHtoD_v2(uint64_t dst, const void *src, uint64_t n) { NEED_CTX; memcpy((void *)(uintptr_t)dst, src, n); return OK; }
 CUresult cuMemcpyDtoH_v2(void *dst, uint64_t src, uint64_t n) { NEED_CTX; memcpy(dst, (void *)(uintptr_t)src, n); return OK; }
 CUresult cuMemsetD8_v2(uint64_t dst, unsigned char v, uint64_t n) { NEED_CTX; memset((void *)(uintptr_t)dst, v, n); return OK; }
+static uintptr_t lastStream;
+CUresult cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, uint64_t n, uintptr_t s) { NEED_CTX; lastStream = s; memcpy((void *)(uintptr_t)dst, src, n); return OK; }
+CUresult cuMemsetD8Async(uint64_t dst, unsigned char v, uint64_t n, uintptr_t s) { NEED_CTX; lastStream = s; memset((void *)(uintptr_t)dst, v, n); return OK; }
 
 // Modules: the image must be NUL-terminated PTX; "FAIL" in it makes the JIT
 // fail with a log written into the caller's error-log buffer (option 5,
@@ -89,7 +106,8 @@ static uint64_t lastArgs[16];
 CUresult cuLaunchKernel(uintptr_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned smem, uintptr_t stream, void **params, void **extra) {
 	NEED_CTX;
-	if (stream != 0 || extra != 0) return INVALID_VALUE;
+	if (extra != 0) return INVALID_VALUE;
+	lastStream = stream;
 	unsigned d[7] = {gx, gy, gz, bx, by, bz, smem};
 	memcpy(lastDims, d, sizeof d);
 	for (int i = 0; i < 16; i++) memcpy(&lastArgs[i], params[i], 8);
@@ -112,3 +130,5 @@ CUresult cuGetErrorString(CUresult r, const char **s) {
 void fake_last_launch(unsigned *dims, uint64_t *args) { memcpy(dims, lastDims, sizeof lastDims); memcpy(args, lastArgs, sizeof lastArgs); }
 int fake_attr(int *v) { *v = attrVal; return attrSet; }
 int fake_retained(void) { return retained; }
+int fake_streams(void) { return streams; }
+uintptr_t fake_last_stream(void) { return lastStream; }

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"text/tabwriter"
+)
+
+// TestInstructionMix logs, for each attention kernel of the committed PTX
+// (or of the directory PTXDIR), the instructions of one main-loop
+// iteration by kind: a static count of the loop body (the common path:
+// no mask, no softcap, whole tiles), the basis of the estimates in the
+// README. It asserts nothing but that every attention kernel has a loop.
+func TestInstructionMix(t *testing.T) {
+	dir := os.Getenv("PTXDIR")
+	if dir == "" {
+		dir = "../ptx"
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "attn_bf16_*.ptx"))
+	var b strings.Builder
+	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "kernel\tmma\tldmatrix\tmma/ldmatrix\tcp.async\tbar.sync\tred\tst.global\tother\ttotal\t")
+	for _, f := range files {
+		text, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range loopMixes(string(text)) {
+			small := strings.HasPrefix(k.name, "conv") || strings.HasPrefix(k.name, "bwdpre")
+			if k.mix == nil && !small {
+				t.Errorf("%s: no main loop found", k.name)
+			}
+			if k.mix == nil || small {
+				continue
+			}
+			m := k.mix
+			other := m["total"] - m["mma"] - m["ldmatrix"] - m["cp.async"] - m["bar.sync"] - m["red"] - m["st.global"]
+			fmt.Fprintf(w, "%s\t%d\t%d\t%.2f\t%d\t%d\t%d\t%d\t%d\t%d\t\n", k.name, m["mma"], m["ldmatrix"], float64(m["mma"])/float64(max(1, m["ldmatrix"])),
+				m["cp.async"], m["bar.sync"], m["red"], m["st.global"], other, m["total"])
+		}
+	}
+	w.Flush()
+	t.Logf("one main-loop iteration, per thread (common path: skips the mask and softcap branches and the partial-copy path):\n%s", b.String())
+}
+
+type kernelMix struct {
+	name string
+	mix  map[string]int
+}
+
+var (
+	entryLine = regexp.MustCompile(`^\.visible \.entry (\w+)\(`)
+	loopLabel = regexp.MustCompile(`^(\$L_loop_\d+):$`)
+)
+
+// loopMixes counts, per kernel, the instructions between its first loop
+// label and the branch back to it, leaving out the blocks that uniform
+// branches skip on the common path (mask, softcap, partial copies).
+func loopMixes(text string) []kernelMix {
+	var out []kernelMix
+	lines := strings.Split(text, "\n")
+	for i := 0; i < len(lines); i++ {
+		m := entryLine.FindStringSubmatch(lines[i])
+		if m == nil {
+			continue
+		}
+		k := kernelMix{name: m[1]}
+		j := i
+		for ; j < len(lines) && lines[j] != "}"; j++ {
+			if l := loopLabel.FindStringSubmatch(lines[j]); l != nil {
+				k.mix = countLoop(lines[j+1:], l[1])
+				break
+			}
+		}
+		out = append(out, k)
+		i = j
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].name < out[b].name })
+	return out
+}
+
+func countLoop(lines []string, label string) map[string]int {
+	mix := map[string]int{}
+	skipTo := "" // inside a skipped block: until this label
+	for _, l := range lines {
+		l = strings.TrimSpace(l)
+		if strings.HasSuffix(l, ":") {
+			if strings.TrimSuffix(l, ":") == skipTo {
+				skipTo = ""
+			}
+			continue
+		}
+		if l == "" || strings.HasPrefix(l, "//") || skipTo != "" {
+			continue
+		}
+		f := strings.Fields(strings.TrimSuffix(l, ";"))
+		op := f[0]
+		if strings.HasPrefix(op, "@") {
+			op = f[1]
+		}
+		if strings.HasPrefix(op, "bra") {
+			target := f[len(f)-1]
+			if target == label {
+				return mix
+			}
+			// Uniform branches around the mask, the softcap, the partial
+			// copy path: the common path takes the skip (a whole tile,
+			// no softcap) and the unconditional branch over the partial
+			// path; the prefetch branch is taken only on the last block.
+			if strings.Contains(target, "nomask") || strings.Contains(target, "scored") || strings.Contains(target, "copied") || strings.Contains(target, "pgdone") {
+				skipTo = target
+			}
+			mix["total"]++
+			continue
+		}
+		mix["total"]++
+		for _, kind := range []string{"mma", "ldmatrix", "cp.async", "bar.sync", "red", "st.global"} {
+			if strings.HasPrefix(op, kind) {
+				mix[kind]++
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,100 @@
+package gpu
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// kernelMutation is a deliberate bug put into one kernel of the committed
+// PTX: the interpreter test of the case below must fail with it. Each is
+// a mistake that looks harmless in the PTX and that real hardware would
+// mostly forgive or turn into wrong numbers rarely: a missing barrier, a
+// wrong cp.async wait count, swapped conversion operands, a missing
+// .trans, copies without zero-fill, an off-by-one mask bound.
+type kernelMutation struct {
+	name   string
+	kernel string // in the bf16 d64 module
+	re     *regexp.Regexp
+	repl   string
+	first  bool // replace the first match only
+}
+
+var kernelMutations = []kernelMutation{
+	{name: "no barrier after the K wait", kernel: "fwd_bf16_d64",
+		re: regexp.MustCompile(`(\$L_loop_\d+:\n\tcp\.async\.wait_group 0;\n)\tbar\.sync 0;\n`), repl: "$1"},
+	{name: "cp.async.wait_group 1 before reading V", kernel: "fwd_bf16_d64", first: true,
+		re: regexp.MustCompile(`(// online softmax[^$]*?)cp\.async\.wait_group 0;`), repl: "${1}cp.async.wait_group 1;"},
+	{name: "cvt operands swapped", kernel: "fwd_bf16_d64",
+		re: regexp.MustCompile(`(cvt\.rn\.bf16x2\.f32 %r\d+), (%f\d+), (%f\d+);`), repl: "$1, $3, $2;"},
+	{name: "ldmatrix of V without .trans", kernel: "fwd_bf16_d64",
+		re: regexp.MustCompile(`ldmatrix\.sync\.aligned\.m8n8\.x4\.trans\.`), repl: "ldmatrix.sync.aligned.m8n8.x4."},
+	{name: "no zero-fill of rows past the sequence", kernel: "bwd_bf16_d64",
+		re: regexp.MustCompile(`(cp\.async\.c[ag]\.shared\.global \[[^]]+\], \[[^]]+\], \d+), %r\d+;`), repl: "$1;"},
+	{name: "mask bound off by one", kernel: "fwd_bf16_d64",
+		re: regexp.MustCompile(`setp\.le\.or\.s32`), repl: "setp.lt.or.s32"},
+	{name: "no barrier between dS stores and dQ loads", kernel: "bwd_bf16_d64",
+		re: regexp.MustCompile(`(\t// dQ \+= dS K with atomics\n)\tbar\.sync 0;\n`), repl: "$1"},
+	{name: "dQ conversion reads the unpadded layout", kernel: "convdq_bf16", first: true,
+		re: regexp.MustCompile(`ld\.param\.u32 (%r\d+), \[p_in_bs\];`), repl: "ld.param.u32 $1, [p_out_bs];"},
+}
+
+// mutationCase is small, causal, GQA, with query and key counts that are
+// not multiples of any block, run forward and (atomic) backward.
+var mutationCase = gpuCase{name: "mutation", batch: 2, sq: 77, sk: 131, h: 2, hk: 1, dim: 64, causal: true}
+
+// mutateKernel applies m to the body of its kernel in a module's text and
+// reports whether it changed anything.
+func mutateKernel(text string, m kernelMutation) (string, bool) {
+	start := strings.Index(text, ".visible .entry "+m.kernel+"(")
+	if start < 0 {
+		return text, false
+	}
+	end := start + strings.Index(text[start:], "\n}\n")
+	body := text[start:end]
+	var out string
+	if m.first {
+		loc := m.re.FindStringSubmatchIndex(body)
+		if loc == nil {
+			return text, false
+		}
+		out = body[:loc[0]] + string(m.re.ExpandString(nil, m.repl, body, loc)) + body[loc[1]:]
+	} else {
+		out = m.re.ReplaceAllString(body, m.repl)
+	}
+	return text[:start] + out + text[end:], out != body
+}
+
+// Every mutation makes the interpreter test fail (an error from the
+// interpreter's hazard checks, or results outside the same-type bound),
+// while the unmutated kernels pass the same case: the tests would catch
+// these bugs.
+func TestMutationsCaught(t *testing.T) {
+	if errs := mutationCase.check(newSimDevice(), BF16, 1); len(errs) != 0 {
+		t.Fatalf("unmutated kernels fail the mutation case: %v", errs)
+	}
+	for _, m := range kernelMutations {
+		t.Run(m.name, func(t *testing.T) {
+			d := newSimDevice()
+			s := d.ctx.backend.(*sim)
+			changed := false
+			s.mutate = func(text string) string {
+				if !strings.Contains(text, ".entry "+m.kernel+"(") {
+					return text
+				}
+				text, ok := mutateKernel(text, m)
+				changed = changed || ok
+				return text
+			}
+			errs := mutationCase.check(d, BF16, 1)
+			if !changed {
+				t.Fatalf("the mutation matched nothing in %s: the test would be vacuous", m.kernel)
+			}
+			if len(errs) == 0 {
+				t.Fatalf("%s with %q passes the interpreter test", m.kernel, m.name)
+			}
+			t.Logf("caught: %v", fmt.Sprint(errs[0])[:min(160, len(fmt.Sprint(errs[0])))])
+		})
+	}
+}
