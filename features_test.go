@@ -499,3 +499,55 @@ func TestCancellation(t *testing.T) {
 	}
 	_ = fmt.Sprint()
 }
+
+// TestBias: an additive bias tensor (broadcast over the batch, per head,
+// with −Inf entries) against the reference's score modifier, forward and
+// backward; a bias that does not cover the call is refused.
+func TestBias(t *testing.T) {
+	const B, N, H, D = 2, 40, 2, 16
+	r := newRand(8)
+	bias := randSlice(r, 1*H*N*N)
+	for i := range bias {
+		if i%7 == 3 {
+			bias[i] = float32(math.Inf(-1))
+		}
+	}
+	bs, err := NewBias(bias, 1, H, N, N)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, k, v, do := randSlice(r, B*N*H*D), randSlice(r, B*N*H*D), randSlice(r, B*N*H*D), randSlice(r, B*N*H*D)
+	opts := &Options{Causal: true, ScoreMod: bs}
+	qt, kt, vt := Dense(q, B, N, H, D), Dense(k, B, N, H, D), Dense(v, B, N, H, D)
+	out, lse, err := Forward(qt, kt, vt, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dq, dk, dv, err := Backward(qt, kt, vt, out, Dense(do, B, N, H, D), lse, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	par := reference.Params{Batch: B, SeqQ: N, SeqK: N, Heads: H, KVHeads: H, HeadDim: D, Causal: true,
+		ScoreMod: func(b, h, i, j int, x float64) (float64, float64) { return x + float64(bias[(h*N+i)*N+j]), 1 }}
+	o64, l64 := reference.Forward64(par, to64(q), to64(k), to64(v))
+	o32, l32 := reference.Forward32(par, q, k, v)
+	dq64, dk64, dv64 := reference.Backward64(par, to64(q), to64(k), to64(v), to64(do))
+	dq32, dk32, dv32 := reference.Backward32(par, q, k, v, do)
+	for _, g := range []struct {
+		name    string
+		got, pl []float32
+		ref     []float64
+	}{{"O", out.Data, o32, o64}, {"LSE", lse, l32, l64}, {"dQ", dq.Data, dq32, dq64}, {"dK", dk.Data, dk32, dk64}, {"dV", dv.Data, dv32, dv64}} {
+		if err := reference.Check(g.name, g.got, g.pl, g.ref); err != nil {
+			t.Error(err)
+		}
+	}
+	small, _ := NewBias(make([]float32, N*(N-1)), 1, 1, N, N-1)
+	if _, _, err := Forward(qt, kt, vt, &Options{ScoreMod: small}); err == nil {
+		t.Error("a bias of fewer keys than the call was accepted")
+	}
+	three, _ := NewBias(make([]float32, 3*N*N), 1, 3, N, N)
+	if _, _, err := Forward(qt, kt, vt, &Options{ScoreMod: three}); err == nil {
+		t.Error("a bias of 3 heads for 2 was accepted")
+	}
+}

@@ -59,9 +59,10 @@ type BoundedMask interface {
 }
 
 // checkCovers refuses a call of batch sequences of at most seqQ queries and
-// seqK keys that mask, if it is bounded, does not cover.
-func checkCovers(arg string, mask Mask, batch, seqQ, seqK int) error {
-	bm, ok := mask.(BoundedMask)
+// seqK keys that x (a Mask or a ScoreMod), if it says what it covers (a
+// BoundedMask, a Bias), does not cover.
+func checkCovers(arg string, x any, batch, seqQ, seqK int) error {
+	bm, ok := x.(interface{ Covers() (batch, seqQ, seqK int) })
 	if !ok {
 		return nil
 	}

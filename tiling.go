@@ -100,13 +100,19 @@ func (t *tiling) build(s Shape, o *Options, tp tileParams) error {
 			return err
 		}
 	}
-	if o.Mask != nil {
+	if o.Mask != nil || o.ScoreMod != nil {
 		nq, nk := 0, 0
 		for _, sq := range t.seqs {
 			nq, nk = max(nq, sq.qpos+sq.nq), max(nk, sq.kpos+sq.nk)
 		}
 		if err := checkCovers("Options.Mask", o.Mask, len(t.seqs), nq, nk); err != nil {
 			return err
+		}
+		if err := checkCovers("Options.ScoreMod", o.ScoreMod, len(t.seqs), nq, nk); err != nil {
+			return err
+		}
+		if b, ok := o.ScoreMod.(*Bias); ok && b.heads != 1 && b.heads != H {
+			return argErr("Options.ScoreMod", "the Bias has %d heads, want 1 or %d", b.heads, H)
 		}
 	}
 	for i := range t.seqs {

@@ -1,0 +1,90 @@
+package flashattn
+
+import (
+	"bytes"
+	"slices"
+	"testing"
+	"unsafe"
+)
+
+// Every element type round-trips through AppendBinary and DecodeTensor /
+// UnmarshalBinary, strided views encode their logical shape densely, and a
+// decoded tensor aliases the bytes when they are aligned.
+func TestTensorEncoding(t *testing.T) {
+	r := newRand(1)
+	x := randSlice(r, 2*3*4*32)
+	src := Dense(x, 2, 3, 4, 32)
+	for _, dt := range []DType{Float32, BFloat16, Float16, Q8_0} {
+		tt := NewTensorOf(dt, 2, 3, 4, 32)
+		if err := Convert(tt, src); err != nil {
+			t.Fatal(err)
+		}
+		enc, err := tt.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := append(slices.Clone(enc), 7, 7) // trailing bytes
+		got, rest, err := DecodeTensor(buf)
+		if err != nil {
+			t.Fatalf("%v: %v", dt, err)
+		}
+		if !bytes.Equal(rest, []byte{7, 7}) {
+			t.Errorf("%v: rest %v", dt, rest)
+		}
+		if !slices.Equal(tensorBytes(got), tensorBytes(tt)) || got.DType() != dt || got.Batch != 2 || got.Dim != 32 {
+			t.Errorf("%v: decoded tensor differs", dt)
+		}
+		var u Tensor
+		if err := u.UnmarshalBinary(enc); err != nil || !slices.Equal(tensorBytes(u), tensorBytes(tt)) {
+			t.Errorf("%v: UnmarshalBinary: %v", dt, err)
+		}
+		if dt == Float32 && littleEndian && uintptr(unsafe.Pointer(&buf[tensorHead]))%4 == 0 {
+			buf[tensorHead] ^= 1
+			if got.Data[0] == tt.Data[0] {
+				t.Error("the decoded float32 tensor does not alias the aligned bytes")
+			}
+		}
+	}
+	// A strided view ([B, H, S, D] memory) encodes its logical shape.
+	bhsd := Tensor{Data: x, Batch: 2, Seq: 3, Heads: 4, Dim: 32, BatchStride: 4 * 3 * 32, SeqStride: 32, HeadStride: 3 * 32}
+	enc, err := bhsd.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := DecodeTensor(enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.At(1, 2, 3, 5) != bhsd.At(1, 2, 3, 5) || got.At(0, 1, 2, 31) != bhsd.At(0, 1, 2, 31) {
+		t.Error("strided view encoded wrongly")
+	}
+	lse := randSlice(r, 37)
+	l, rest, err := DecodeLSE(AppendLSE(nil, lse))
+	if err != nil || len(rest) != 0 || !slices.Equal(l, lse) {
+		t.Errorf("LSE round trip: %v", err)
+	}
+	for _, bad := range [][]byte{nil, []byte("FAT1"), enc[:50], append([]byte("FAT1\x09\x00\x00\x00"), enc[8:]...), []byte("FAL1\x00\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff\xff")} {
+		if _, _, err := DecodeTensor(bad); err == nil && len(bad) > 0 && string(bad[:4]) == "FAT1" {
+			t.Errorf("DecodeTensor accepted %q", bad)
+		}
+		if _, _, err := DecodeLSE(bad); err == nil {
+			t.Errorf("DecodeLSE accepted %q", bad)
+		}
+	}
+}
+
+// FuzzDecodeTensor: arbitrary bytes decode to an error or a valid tensor,
+// never a panic.
+func FuzzDecodeTensor(f *testing.F) {
+	enc, _ := Dense(make([]float32, 64), 1, 2, 1, 32).MarshalBinary()
+	f.Add(enc)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tt, _, err := DecodeTensor(data)
+		if err != nil {
+			return
+		}
+		if _, err := tt.check("t", false, -1, -1, -1, -1); err != nil {
+			t.Fatalf("decoded an invalid tensor: %v", err)
+		}
+	})
+}
