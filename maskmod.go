@@ -62,7 +62,9 @@ type BoundedMask interface {
 // seqK keys that x (a Mask or a ScoreMod), if it says what it covers (a
 // BoundedMask, a Bias), does not cover.
 func checkCovers(arg string, x any, batch, seqQ, seqK int) error {
-	bm, ok := x.(interface{ Covers() (batch, seqQ, seqK int) })
+	bm, ok := x.(interface {
+		Covers() (batch, seqQ, seqK int)
+	})
 	if !ok {
 		return nil
 	}
