@@ -159,3 +159,57 @@ func BenchmarkPlainBackward(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDecodeMLA: DeepSeek-style absorbed MLA decoding, 128 query heads
+// against one 576-wide latent per token (V = its first 512 columns, a view),
+// bf16 cache of 32k tokens: GB/s counts the latent bytes (read once per
+// step), GFLOP/s the 2·H·N·(576+512) FLOPs of a step.
+func BenchmarkDecodeMLA(b *testing.B) {
+	const n, h, d, dv = 32768, 128, 576, 512
+	r := rand.New(rand.NewPCG(1, 1))
+	q := Dense(randSlice(r, h*d), 1, 1, h, d)
+	lat := NewTensorOf(BFloat16, 1, n, 1, d)
+	if err := Convert(lat, Dense(randSlice(r, n*d), 1, n, 1, d)); err != nil {
+		b.Fatal(err)
+	}
+	v := lat
+	v.Dim, v.HeadStride, v.SeqStride, v.BatchStride = dv, d, d, n*d
+	out, lse := NewTensor(1, 1, h, dv), make([]float32, h)
+	opts := &Options{KVCache: &KVCache{SeqLens: []int32{n}}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := ForwardInto(out, lse, q, lat, v, opts); err != nil {
+			b.Fatal(err)
+		}
+	}
+	sec := b.Elapsed().Seconds() / float64(b.N)
+	b.ReportMetric(float64(n*d*2)/sec/1e9, "GB/s")
+	b.ReportMetric(2*float64(h)*float64(n)*float64(d+dv)/sec/1e9, "GFLOP/s")
+}
+
+// BenchmarkForwardSinks: the forward with learnable sinks and a 128-token
+// sliding window (gpt-oss's local layers) against the same call without
+// sinks.
+func BenchmarkForwardSinks(b *testing.B) {
+	s := benchShape{1, 8, 4096, 64, true}
+	q, k, v, _ := benchInputs(s)
+	sinks := make([]float32, s.h)
+	for _, o := range []struct {
+		name string
+		opts *Options
+	}{
+		{"window128", &Options{Causal: true, Window: &Window{Left: 127, Right: 0}}},
+		{"window128_sinks", &Options{Causal: true, Window: &Window{Left: 127, Right: 0}, Sinks: sinks}},
+	} {
+		b.Run(o.name, func(b *testing.B) {
+			out, lse := NewTensor(s.b, s.n, s.h, s.d), make([]float32, s.b*s.h*s.n)
+			for b.Loop() {
+				if err := ForwardInto(out, lse, q, k, v, o.opts); err != nil {
+					b.Fatal(err)
+				}
+			}
+			pairs := float64(s.n) * 128
+			b.ReportMetric(4*float64(s.b*s.h)*pairs*float64(s.d)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}
