@@ -80,6 +80,10 @@ func (f *forwardPass) runTask(ws *workspace, t int) { f.task(ws, &f.tasks[t]) }
 func (f *forwardPass) task(ws *workspace, t *fwdTask) {
 	p := f.p
 	s := &p.seqs[t.seq]
+	if t.nh == 1 && t.i1-t.i0 > p.blockQ {
+		f.superTask(ws, t)
+		return
+	}
 	st := f.start(ws, t)
 	step := p.blockK
 	if s.route.from == fromStaged {
@@ -89,6 +93,9 @@ func (f *forwardPass) task(ws *workspace, t *fwdTask) {
 		j0, j1, kind := nextTile(s.vis, t.rowBlock, j, t.j1, step)
 		if j0 >= t.j1 {
 			break
+		}
+		if p.stopped() {
+			return
 		}
 		n, np := j1-j0, kernel.Pad(j1-j0)
 		if s.route.from == fromStaged {
@@ -109,6 +116,101 @@ func (f *forwardPass) task(ws *workspace, t *fwdTask) {
 		j = j1
 	}
 	f.finish(ws, &st, t)
+}
+
+// superTask is Algorithm 1 with two-level tiling, for a super-block of
+// one head (rows t.i0..t.i1) whose K and V are packed: its microtiles of
+// blockQ rows all visit each key tile of up to blockK keys in turn, while
+// the tile is in L2, and their Q rows, softmax states and output
+// accumulators stay in L2 for the whole task. Per microtile and key tile it
+// is the same three steps as task:
+//
+//	for each key tile [J, J+B_c) of the super-block's keys:
+//	    for each microtile (B_r rows) that sees some of it:
+//	        S = Q·Kᵀ; softmax (online); O += P·V   on its visible sub-tiles
+//
+// so K and V are read from memory once per super-block rather than once
+// per microtile.
+func (f *forwardPass) superTask(ws *workspace, t *fwdTask) {
+	p := f.p
+	s := &p.seqs[t.seq]
+	st := f.start(ws, t)
+	hk, step := t.h0/p.group, p.blockK
+	for J := t.j0; J < t.j1; J += step {
+		if p.stopped() {
+			return
+		}
+		jEnd := min(J+step, t.j1)
+		if s.vis.tile(t.rowBlock, J, jEnd) == BlockEmpty {
+			continue
+		}
+		for i0 := t.i0; i0 < t.i1; i0 += p.blockQ {
+			mt := rowBlock{seq: t.seq, h0: t.h0, nh: 1, i0: i0, i1: min(i0+p.blockQ, t.i1)}
+			sb := subBlock{hk: hk, r0: i0 - t.i0, m: mt.i1 - mt.i0}
+			for j := J; ; {
+				j0, j1, kind := nextTile(s.vis, mt, j, jEnd, step)
+				if j0 >= jEnd {
+					break
+				}
+				n := j1 - j0
+				kv := f.keyTile(ws, t.seq, 0, sb, j0, n, step)
+				f.microScores(ws, sb, kv, n)
+				f.microSoftmax(ws, &st, s, mt, sb.r0, kind, j0, n)
+				f.microAccumulate(ws, sb, kv, n)
+				j = j1
+			}
+		}
+	}
+	f.finish(ws, &st, t)
+}
+
+// microScores computes the S tile of a microtile (rows sb.r0.. of the
+// super-block's Q) into the first sb.m rows of ws.fwd.s, against packed K.
+func (f *forwardPass) microScores(ws *workspace, sb subBlock, kv kvTile, n int) {
+	p, fw := f.p, &ws.fwd
+	d, np := p.dim, kernel.Pad(n)
+	if kv.kh != nil {
+		de := even(d)
+		p.halfMul.Mul(fw.s, np, fw.qh[sb.r0*de:], de, kv.kh, kernel.W*de, sb.m, np, de)
+		return
+	}
+	p.kern.MulABt(fw.s, np, fw.q[sb.r0*d:], d, kv.kt, sb.m, np, d)
+}
+
+// microSoftmax turns the microtile's S rows (rows of ws.fwd.s) into P,
+// updating the super-block's softmax state from row st0.
+func (f *forwardPass) microSoftmax(ws *workspace, st *rowState, s *sequence, mt rowBlock, st0 int, kind BlockKind, j0, n int) {
+	p := f.p
+	np := kernel.Pad(n)
+	h := mt.h0
+	for r := 0; r < mt.i1-mt.i0; r++ {
+		row := ws.fwd.s[r*np : (r+1)*np]
+		i := mt.i0 + r
+		fac := p.scoreRow(&ws.row, row, nil, scoreAt{s, h, i, j0, n, kind})
+		st.update(&p.kern, st0+r, row, fac)
+		if p.dropOn {
+			p.drop.ApplyRow(row[:n], s.b, h, i+s.qpos, j0+s.kpos)
+		}
+		if p.ct != Float32 {
+			roundTo(row[:n], p.ct, &p.kern) // P in the inputs' type before P·V
+		}
+	}
+}
+
+// microAccumulate adds the microtile's P·V to its output rows.
+func (f *forwardPass) microAccumulate(ws *workspace, sb subBlock, kv kvTile, n int) {
+	p, fw := f.p, &ws.fwd
+	np, dvp := kernel.Pad(n), p.dimVPad
+	if kv.vh != nil {
+		ne := even(n)
+		ph := grow(&fw.ph, sb.m*ne)
+		for r := 0; r < sb.m; r++ {
+			toHalf(&p.kern, p.ct, ph[r*ne:(r+1)*ne], fw.s[r*np:r*np+ne])
+		}
+		p.halfMul.MulAdd(fw.o[sb.r0*dvp:], dvp, ph, ne, kv.vh, kv.ldbV, sb.m, dvp, ne)
+		return
+	}
+	p.kern.MulAddAB(fw.o[sb.r0*dvp:], dvp, fw.s, np, kv.v, kv.ldv, sb.m, dvp, n)
 }
 
 // start loads the block's rows of Q into ws.fwd.q, splits the block into

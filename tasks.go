@@ -32,15 +32,15 @@ func (rb rowBlock) at(r int) (h, i int) {
 	return rb.h0 + r/n, rb.i0 + r%n
 }
 
-// appendQueryBlocks appends the row blocks of sequence si, blockQ rows of
-// one head each. The heads are inside: tasks of equal cost run in this
-// order, so the workers read neighbouring rows of Q and write neighbouring
-// rows of O (or dQ) at about the same time.
-func (t *tiling) appendQueryBlocks(blocks []rowBlock, si int) []rowBlock {
+// appendQueryBlocks appends the row blocks of sequence si, rows rows of one
+// head each. The heads are inside: tasks of equal cost run in this order,
+// so the workers read neighbouring rows of Q and write neighbouring rows of
+// O (or dQ) at about the same time.
+func (t *tiling) appendQueryBlocks(blocks []rowBlock, si, rows int) []rowBlock {
 	nq := t.seqs[si].nq
-	for i0 := 0; i0 < nq; i0 += t.blockQ {
+	for i0 := 0; i0 < nq; i0 += rows {
 		for h := 0; h < t.heads; h++ {
-			blocks = append(blocks, rowBlock{si, h, 1, i0, min(i0+t.blockQ, nq)})
+			blocks = append(blocks, rowBlock{si, h, 1, i0, min(i0+rows, nq)})
 		}
 	}
 	return blocks
@@ -78,34 +78,61 @@ func (t *tiling) forwardTasks(blocks *[]rowBlock, tasks *[]fwdTask) (list []fwdT
 			bs = append(bs, rowBlock{si, 0, t.heads, 0, s.nq})
 			continue
 		}
-		bs = t.appendQueryBlocks(bs, si)
+		rows := t.blockQ
+		if t.readers(s) >= 2 && s.nk > 0 { // packed K/V: super-blocks (two-level tiling)
+			rows = t.superQ
+		}
+		bs = t.appendQueryBlocks(bs, si, rows)
 	}
+	// Key splits (flash-decoding) when there are fewer than splitTarget
+	// row blocks: the blocks share splitTarget tasks in proportion to their
+	// key tiles (so causal blocks with more keys split more), a split being
+	// at least minUnits whole key tiles (one for super-blocks, whose tiles
+	// are large; two otherwise), or, when forced, exactly numSplits parts
+	// of 16-key groups.
 	splits = 1
+	unit := t.blockK
+	tiles := func(rb rowBlock) (lo, hi, nu int) { // the block's key span and its key tiles
+		lo, hi = t.seqs[rb.seq].vis.keySpan(rb)
+		lo = lo / kernel.W * kernel.W // tiles start on strip boundaries of the packed K
+		return lo, hi, (hi - lo + unit - 1) / unit
+	}
+	total := 0
+	for _, rb := range bs {
+		_, _, nu := tiles(rb)
+		total += nu
+	}
+	forced := t.cache.numSplits > 0
 	switch {
-	case t.cache.numSplits > 0:
+	case forced:
 		splits = t.cache.numSplits
 	case len(bs) < splitTarget:
-		splits = min(maxSplits, (splitTarget+len(bs)-1)/len(bs))
-	}
-	// Splits of at least two whole key tiles, or, when forced, of 16-key
-	// groups.
-	unit, perSplit := t.blockK, 2
-	if t.cache.numSplits > 0 {
-		unit, perSplit = kernel.W, 1
+		splits = maxSplits
 	}
 	for bi, rb := range bs {
 		s := &t.seqs[rb.seq]
-		lo, hi := s.vis.keySpan(rb)
-		lo = lo / kernel.W * kernel.W // tiles start on strip boundaries of the packed K
-		nu := (hi - lo + unit - 1) / unit
-		ns := min(splits, max(1, nu/perSplit))
+		lo, hi, nu := tiles(rb)
+		u, ns := unit, 1
+		switch {
+		case forced:
+			u = kernel.W
+			nu = (hi - lo + u - 1) / u
+			ns = min(splits, max(1, nu))
+		case splits > 1:
+			minUnits := 2
+			if rb.nh == 1 && rb.i1-rb.i0 > t.blockQ {
+				minUnits = 1
+			}
+			share := (nu*splitTarget + total - 1) / max(total, 1) // ⌈nu·target/total⌉
+			ns = max(1, min(splits, share, nu/minUnits))
+		}
 		if ns == 1 {
 			list = append(list, fwdTask{rb, lo, hi, -1, rb.height() * t.visibleKeys(s, rb, lo, hi)})
 			continue
 		}
 		for sp := 0; sp < ns; sp++ {
-			j0 := lo + sp*nu/ns*unit
-			j1 := min(hi, lo+(sp+1)*nu/ns*unit)
+			j0 := lo + sp*nu/ns*u
+			j1 := min(hi, lo+(sp+1)*nu/ns*u)
 			list = append(list, fwdTask{rb, j0, j1, bi*splits + sp, rb.height() * t.visibleKeys(s, rb, j0, j1)})
 		}
 		slots = len(bs) * splits
@@ -192,7 +219,7 @@ func (t *tiling) dqTasks(tasks *[]rowBlock) []rowBlock {
 	list := (*tasks)[:0]
 	for si := range t.seqs {
 		if t.seqs[si].nk > 0 {
-			list = t.appendQueryBlocks(list, si)
+			list = t.appendQueryBlocks(list, si, t.blockQ)
 		}
 	}
 	*tasks = list

@@ -89,6 +89,26 @@ func blockSizesFor(d, l2 int, o *Options) (bq, bk int) {
 	return bq, bk
 }
 
+// superBlockRows is the forward's super-block for head dims d (Q, K) and
+// dv (V, O) and an L2 of l2 bytes: the query rows whose Q rows and output
+// accumulators stay in L2 while the K/V tiles stream past, so that each K/V
+// tile is read from memory once per super-block instead of once per
+// microtile of bq rows — the forward then moves Θ(N²d²/M) bytes, as the
+// paper's analysis has it. Q and O of the super-block take about a quarter
+// of M (the K and V tiles of B_c = M/(4d) keys take about half):
+// B_r = M/(4·(d+dv)) floats, a multiple of bq, at most 512 rows. A BlockQ
+// override keeps one microtile per block (no super-blocks), and so do
+// block masks and element masks: their microtiles see different key
+// blocks, so a super-block would read the union of their tiles.
+func superBlockRows(d, dv, l2, bq int, o *Options) int {
+	if o.BlockQ > 0 || o.BlockMask != nil || o.Mask != nil {
+		return bq
+	}
+	rows := l2 / 4 / (4 * (d + dv))
+	rows = min(rows/bq*bq, 512/bq*bq)
+	return max(rows, bq)
+}
+
 // backwardKeyBlock is the KV block of the backward pass. Without a mask it is
 // the forward's B_c. Under a causal or window mask every KV block meets the
 // diagonal in many query blocks, whose tiles are partly wasted, so smaller

@@ -13,7 +13,8 @@ type tiling struct {
 	dim, dimPad    int // head dim of Q and K, and padded to the kernel width
 	dimV, dimVPad  int // head dim of V and O (MLA: may differ), and padded
 	cacheBytes     int // the cache (L2) the tiles are sized for
-	blockQ, blockK int // forward tile: query rows, keys
+	blockQ, blockK int // forward tile: query rows (a microtile), keys
+	superQ         int // forward super-block: query rows whose microtiles share each K/V tile in L2
 	bwdBlockK      int // backward KV block
 	alignQ         int // backward query tiles start on multiples of it
 	maxRows        int // rows of the largest row block: blockQ, or a stacked block's
@@ -142,7 +143,8 @@ func (t *tiling) setTiles(cacheBytes, seqK int, o *Options, native bool) {
 		t.blockQ = even(t.blockQ)
 		t.alignQ = even(t.alignQ)
 	}
-	t.maxRows = max(t.blockQ, maxStackRows)
+	t.superQ = superBlockRows(t.dim, t.dimV, cacheBytes, t.blockQ, o)
+	t.maxRows = max(t.superQ, maxStackRows)
 }
 
 // bwdTaskTarget is the number of KV blocks the backward aims at, however

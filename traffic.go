@@ -62,10 +62,14 @@ type Traffic struct {
 	// The tiles flashattn uses for that cache: query rows per tile, keys
 	// per forward tile, keys per backward KV block.
 	BlockQ, BlockK, BackwardBlockK int
+	// SuperBlockQ is the query rows of a forward super-block: the rows
+	// whose tiles of BlockQ rows all use each K/V tile while it is in the
+	// cache (two-level tiling), so K and V are read once per super-block.
+	SuperBlockQ int
 	// ForwardTileBytes and BackwardTileBytes are the bytes that the inner
-	// loops hold in the cache while they run: the forward's Q block, O
-	// accumulator, running max and sum, one K and one V tile and the score
-	// tile; the backward's KV block (packed as Kᵀ, Vᵀ and K rows), its dK
+	// loops hold in the cache while they run: the forward's super-block of
+	// Q rows, O accumulators, running maxima and sums, one K and one V tile
+	// and one microtile's score tile; the backward's KV block (packed as Kᵀ, Vᵀ and K rows), its dK
 	// and dV accumulators, the S and dP tiles (and P with dropout applied,
 	// and the score modifiers' derivatives, when those are on), and one
 	// query tile's Q, dO, dQ, LSE and D. The count assumes they fit in the
@@ -149,7 +153,7 @@ func CountTraffic(shape TrafficShape, opts *Options, cacheBytes int, pass Pass) 
 		return Traffic{}, err
 	}
 	tc := trafficCount{t: &tl, dropout: opts.Dropout > 0, curved: opts.Softcap > 0 || opts.ScoreMod != nil, workers: opts.workers()}
-	t := Traffic{Pass: pass, CacheBytes: cacheBytes, BlockQ: tl.blockQ, BlockK: tl.blockK, BackwardBlockK: tl.bwdBlockK}
+	t := Traffic{Pass: pass, CacheBytes: cacheBytes, BlockQ: tl.blockQ, BlockK: tl.blockK, BackwardBlockK: tl.bwdBlockK, SuperBlockQ: tl.superQ}
 	t.ForwardTileBytes, t.BackwardTileBytes = tc.tileBytes()
 	if pass&PassForward != 0 {
 		tc.forward(&t.Flash)
@@ -172,9 +176,9 @@ type trafficCount struct {
 // backward's inner loops hold (see Traffic).
 func (tc *trafficCount) tileBytes() (fwd, bwd int) {
 	p := tc.t
-	d, dpad, bq := p.dim, p.dimPad, p.blockQ
+	d, dpad, bq, sq := p.dim, p.dimPad, p.blockQ, p.superQ
 	bk, bkb := p.blockK, p.bwdBlockK
-	fwd = bq*d + bq*dpad + 2*bq + kernel.Pad(bk)*d + bk*dpad + bq*kernel.Pad(bk)
+	fwd = sq*d + sq*p.dimVPad + 2*sq + kernel.Pad(bk)*d + bk*p.dimVPad + bq*kernel.Pad(bk)
 	mats := 2 // S, dP
 	if tc.dropout {
 		mats++

@@ -51,8 +51,9 @@ func TestTrafficStandardClosedForm(t *testing.T) {
 
 // fwdDense is the closed form of the forward's traffic without a mask and
 // without key splits (at least 256 row blocks): K and V packed once (read,
-// written padded), then read whole by each of the ⌈Sq/B_r⌉ row blocks of
-// every query head; Q read and O, LSE written once.
+// written padded), then read whole by each of the ⌈Sq/B_r⌉ super-blocks of
+// every query head (their microtiles share each tile in the cache); Q read
+// and O, LSE written once.
 func fwdDense(b, h, hk, sq, sk, d, br int) int64 {
 	dp := kernel.Pad(d)
 	tr := ceilDiv(sq, br)
@@ -61,26 +62,30 @@ func fwdDense(b, h, hk, sq, sk, d, br int) int64 {
 	return floats(pack + tiles + b*h*sq*(2*d+1))
 }
 
-// The forward's count equals the closed form: Θ(N²·d/B_r) for K and V.
+// The forward's count equals the closed form: Θ(N²·d/B_r) for K and V,
+// B_r the super-block.
 func TestTrafficForwardClosedForm(t *testing.T) {
 	for _, c := range []struct {
 		s TrafficShape
 		m int
 	}{
-		// Enough heads for 256 row blocks: no key splits (see forwardTasks).
-		{TrafficShape{Batch: 1, Heads: 4, SeqQ: 4096, SeqK: 4096, Dim: 64}, 1 << 20},
-		{TrafficShape{Batch: 1, Heads: 16, SeqQ: 1000, SeqK: 1003, Dim: 64}, 256 << 10},
+		// Enough heads for 256 super-blocks: no key splits (see forwardTasks).
+		{TrafficShape{Batch: 1, Heads: 64, SeqQ: 4096, SeqK: 4096, Dim: 64}, 1 << 20},
+		{TrafficShape{Batch: 1, Heads: 64, SeqQ: 1000, SeqK: 1003, Dim: 64}, 256 << 10},
 		{TrafficShape{Batch: 2, Heads: 16, KVHeads: 8, SeqQ: 777, SeqK: 500, Dim: 40}, 64 << 10},
-		{TrafficShape{Batch: 1, Heads: 4, SeqQ: 2000, SeqK: 2000, Dim: 128}, 16 << 10},
+		{TrafficShape{Batch: 1, Heads: 16, SeqQ: 2000, SeqK: 2000, Dim: 128}, 16 << 10},
 	} {
 		tr := mustCount(t, c.s, nil, c.m, PassForward)
 		hk := max(c.s.KVHeads, 1)
 		if c.s.KVHeads == 0 {
 			hk = c.s.Heads
 		}
-		want := fwdDense(c.s.Batch, c.s.Heads, hk, c.s.SeqQ, c.s.SeqK, c.s.Dim, tr.BlockQ)
+		if blocks := c.s.Batch * c.s.Heads * ceilDiv(c.s.SeqQ, tr.SuperBlockQ); blocks < splitTarget {
+			t.Fatalf("%+v: %d super-blocks, the case needs ≥ %d (no key splits)", c.s, blocks, splitTarget)
+		}
+		want := fwdDense(c.s.Batch, c.s.Heads, hk, c.s.SeqQ, c.s.SeqK, c.s.Dim, tr.SuperBlockQ)
 		if got := tr.Flash.Total(); got != want {
-			t.Errorf("%+v M %d (B_r %d): flash %d bytes, want %d", c.s, c.m, tr.BlockQ, got, want)
+			t.Errorf("%+v M %d (B_r %d): flash %d bytes, want %d", c.s, c.m, tr.SuperBlockQ, got, want)
 		}
 		if tr.Flash.Scores.Total() != 0 {
 			t.Errorf("%+v: flash stores scores", c.s)
@@ -88,42 +93,35 @@ func TestTrafficForwardClosedForm(t *testing.T) {
 	}
 }
 
-// The range of the cache size where the tile rule scales B_r with M/d: the
-// forward's B_r is 24 rows below M = 768·d bytes and 48 from there on (the
-// 6-row microkernel's cap), so its K/V traffic N²·d·8/B_r does not fall
-// with M beyond 768·d bytes. The backward's KV block B_c = M/(16·d) keys
-// (rounded down to 16) does scale, for M in [512·d, 8192·d] bytes, and so
-// does its Q, dO and dQ traffic, ∝ N²·d/B_c = 16·N²·d²/M.
+// The forward is IO-aware at every cache size: its super-block is
+// B_r = M/(4·2d) floats (a multiple of the microtile, at most 512 rows), so
+// its K/V traffic N²·d·8/B_r ∝ N²·d²/M falls as M grows until B_r reaches
+// its cap; at d = 64 the whole forward moves 1.6–2.4× more bytes when M
+// halves (256 → 128 KiB) and 3.4–4.6× more when N doubles (4096 → 8192).
+// The backward's KV block B_c = M/(16·d) keys (rounded down to 16) scales
+// for M in [512·d, 8192·d] bytes, and so does its Q, dO and dQ traffic,
+// ∝ N²·d/B_c = 16·N²·d²/M.
 func TestTrafficCacheRange(t *testing.T) {
 	const n = 4096
 	for _, d := range []int{64, 128} {
 		s := TrafficShape{Batch: 1, Heads: 1, SeqQ: n, SeqK: n, Dim: d}
-		fwd0 := map[int]int64{}
-		// 8 heads: enough row blocks that no keys are split at any M.
-		s8 := TrafficShape{Batch: 1, Heads: 8, SeqQ: n, SeqK: n, Dim: d}
-		for m := 768 * d; m <= 64<<20; m *= 2 {
-			tr := mustCount(t, s8, nil, m, PassForward)
-			// 48 rows; 96 without a mask at d ≥ 96 once B_c ≥ 256 keys.
-			want := 48
-			if d >= 96 && m >= 4096*d {
-				want = 96
+		// 64 heads: enough row blocks that no keys are split at any M.
+		s64 := TrafficShape{Batch: 1, Heads: 64, SeqQ: n, SeqK: n, Dim: d}
+		prev := int64(0)
+		for m := 2048 * d; m <= 64<<20; m *= 2 {
+			tr := mustCount(t, s64, nil, m, PassForward)
+			bq := tr.BlockQ
+			want := max(min(m/4/(8*d)/bq*bq, 512/bq*bq), bq)
+			if tr.SuperBlockQ != want {
+				t.Errorf("d %d M %d: super-block %d rows, want %d", d, m, tr.SuperBlockQ, want)
 			}
-			if tr.BlockQ != want {
-				t.Errorf("d %d M %d: B_r %d, want %d", d, m, tr.BlockQ, want)
+			if want := fwdDense(1, 64, 64, n, n, d, tr.SuperBlockQ); tr.Flash.Total() != want {
+				t.Errorf("d %d M %d: forward %d bytes, want %d", d, m, tr.Flash.Total(), want)
 			}
-			if fwd0[want] == 0 {
-				fwd0[want] = tr.Flash.Total()
-			} else if tr.Flash.Total() != fwd0[want] {
-				t.Errorf("d %d M %d: forward %d bytes, want %d (independent of M at B_r %d)", d, m, tr.Flash.Total(), fwd0[want], want)
+			if prev != 0 && tr.Flash.Total() > prev {
+				t.Errorf("d %d M %d: forward traffic grew with M (%d > %d)", d, m, tr.Flash.Total(), prev)
 			}
-		}
-		small := mustCount(t, s8, nil, 768*d-1, PassForward)
-		if small.BlockQ != 24 {
-			t.Errorf("d %d M %d: B_r %d, want 24", d, 768*d-1, small.BlockQ)
-		}
-		kv := func(tr Traffic) int64 { return tr.Flash.K.Read + tr.Flash.V.Read }
-		if r := float64(kv(small)) / float64(kv(mustCount(t, s8, nil, 768*d, PassForward))); r < 1.95 || r > 2.05 {
-			t.Errorf("d %d: K/V traffic at B_r 24 / at B_r 48 = %.3f, want ≈ 2", d, r)
+			prev = tr.Flash.Total()
 		}
 		// Backward: B_c = M/(16·d), and the query tiles' traffic (Q and
 		// dO tiles read once per KV block, beyond the rows pass that packs
@@ -141,6 +139,15 @@ func TestTrafficCacheRange(t *testing.T) {
 			}
 		}
 	}
+	fwd := func(n, m int) float64 {
+		return float64(mustCount(t, TrafficShape{Batch: 1, Heads: 8, SeqQ: n, SeqK: n, Dim: 64}, nil, m, PassForward).Flash.Total())
+	}
+	if r := fwd(4096, 128<<10) / fwd(4096, 256<<10); r < 1.6 || r > 2.4 {
+		t.Errorf("d 64: forward bytes at M = 128 KiB / at 256 KiB = %.2f, want 1.6–2.4", r)
+	}
+	if r := fwd(8192, 256<<10) / fwd(4096, 256<<10); r < 3.4 || r > 4.6 {
+		t.Errorf("d 64: forward bytes at N = 8192 / at 4096 = %.2f, want 3.4–4.6", r)
+	}
 }
 
 // The tiles the loops hold, against the cache they were sized for: the
@@ -153,8 +160,9 @@ func TestTrafficCacheRange(t *testing.T) {
 func TestTrafficTileBytes(t *testing.T) {
 	s := TrafficShape{Batch: 1, Heads: 1, SeqQ: 4096, SeqK: 4096, Dim: 64}
 	tr := mustCount(t, s, nil, 1<<20, PassForwardBackward)
-	// B_r = 48, B_c = 512, d = dp = 64 (floats, then bytes).
-	fwd := 48*64 + 48*64 + 2*48 + 512*64 + 512*64 + 48*512
+	// B_r = 48 in super-blocks of 480, B_c = 512, d = dp = 64 (floats,
+	// then bytes).
+	fwd := 480*64 + 480*64 + 2*480 + 512*64 + 512*64 + 48*512
 	bwd := 2*512*64 + 3*512*64 + 2*48*512 + 3*48*64 + 2*48
 	if tr.ForwardTileBytes != 4*fwd || tr.BackwardTileBytes != 4*bwd || tr.BackwardTileBytes > 1<<20 {
 		t.Errorf("tile bytes %d, %d; want %d, %d", tr.ForwardTileBytes, tr.BackwardTileBytes, 4*fwd, 4*bwd)
@@ -300,7 +308,7 @@ func TestTrafficCausal(t *testing.T) {
 	causal := mustCount(t, s, &Options{Causal: true}, 1<<20, PassForward)
 	tiles := func(tr Traffic) float64 { return float64(tr.Flash.K.Read - floats(s.SeqK*s.Dim)) }
 	r := tiles(causal) / tiles(full)
-	slack := float64(causal.BlockQ+kernel.W) / float64(s.SeqK)
+	slack := float64(causal.SuperBlockQ+kernel.W) / float64(s.SeqK)
 	if r < 0.5 || r > 0.5+slack {
 		t.Errorf("causal/full K tile traffic %.4f, want 0.5…%.4f", r, 0.5+slack)
 	}
@@ -335,15 +343,15 @@ func TestTrafficTilesMatchPlan(t *testing.T) {
 // Varlen and key splits (few row blocks): the count walks each sequence.
 func TestTrafficVarLenAndSplits(t *testing.T) {
 	vl := &VarLen{CuSeqlensQ: []int32{0, 100, 1100}, CuSeqlensK: []int32{0, 300, 2300}}
-	// 16 heads: enough row blocks that no keys are split.
-	s := TrafficShape{Batch: 1, Heads: 16, SeqQ: 1100, SeqK: 2300, Dim: 64}
+	// 64 heads: enough row blocks that no keys are split.
+	s := TrafficShape{Batch: 1, Heads: 64, SeqQ: 1100, SeqK: 2300, Dim: 64}
 	tr := mustCount(t, s, &Options{VarLen: vl}, 1<<20, PassForward)
 	f := tr.Flash
-	if f.Q.Read != floats(16*1100*64) || f.O.Write < floats(16*1100*64) {
+	if f.Q.Read != floats(64*1100*64) || f.O.Write < floats(64*1100*64) {
 		t.Errorf("varlen: Q read %d, O written %d", f.Q.Read, f.O.Write)
 	}
 	// The standard algorithm per sequence: 100×300 and 1000×2000 scores.
-	if want := int64(16 * 4 * 4 * (100*300 + 1000*2000)); tr.Standard.Scores.Total() != want {
+	if want := int64(64 * 4 * 4 * (100*300 + 1000*2000)); tr.Standard.Scores.Total() != want {
 		t.Errorf("varlen: standard scores %d, want %d", tr.Standard.Scores.Total(), want)
 	}
 	// One short sequence: few row blocks, so the keys are split and the

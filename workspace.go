@@ -17,7 +17,7 @@ type workspace struct {
 
 // fwdScratch holds a forward task's tiles.
 type fwdScratch struct {
-	s      []float32 // maxRows × pad(blockK): scores, then P
+	s      []float32 // max(blockQ, maxStackRows) × pad(blockK): scores, then P
 	kt     []float32 // a Kᵀ tile packed in strips, pad(bk) × dim
 	vp     []float32 // V rows padded to dimVPad, bk × dimVPad
 	q      []float32 // the block's Q rows, (maxRows+3) × dim
@@ -69,7 +69,7 @@ var workspaces freeList[workspace]
 func (w *workspace) sizeForward(p *plan) {
 	f := &w.fwd
 	bkp := kernel.Pad(p.blockK)
-	grow(&f.s, p.maxRows*bkp)
+	grow(&f.s, max(p.blockQ, maxStackRows)*bkp) // one microtile, or a stacked block
 	grow(&f.kt, bkp*p.dim)
 	grow(&f.vp, bkp*p.dimVPad)
 	grow(&f.o, p.maxRows*p.dimVPad)
