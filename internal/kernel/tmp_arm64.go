@@ -1,0 +1,28 @@
+//go:build !purego
+
+package kernel
+
+var (
+	mulABtNEON    = mulABtGeneric
+	mulAddABNEON  = mulAddABGeneric
+	mulAddAtBNEON = mulAddAtBGeneric
+	dot4TNEON     = dot4TGeneric
+)
+
+func setPackersNEON(im *Impl) {
+	im.PackVNNIInto, im.PackVNNI16Into = PackVNNIInto, PackVNNI16Into
+	im.TransposeRound = transposeRoundGeneric
+}
+
+func archPhilox8(out *[32]uint32, c0, c1, c2, c3, k0, k1 uint32) bool { return false }
+func archHalf(e Elem) []Half                                          { return nil }
+
+var hasBF16 = false
+
+func archDecode() []Decode { return nil }
+func archFMAPeakLoop(name string) (func(iters int) int, bool) {
+	if name == "neon" {
+		return fmaPeakLoopNEON, true
+	}
+	return nil, false
+}
