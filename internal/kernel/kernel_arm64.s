@@ -780,6 +780,2151 @@ loop:
 done:
 	RET
 
+// dot4TNEON sets c[j*ldc+r] = Σ_p a[r*k+p]·b[j*ldb+p] for r < 4, j < n (see Impl.Dot4T).
+// k is a positive multiple of 8, n >= 1, ldc >= 4; all accesses are in bounds.
+TEXT ·dot4TNEON(SB), NOSPLIT|NOFRAME, $0-104
+	MOVD c_base+0(FP), R0
+	MOVD ldc+24(FP), R1
+	LSL $2, R1
+	MOVD a_base+32(FP), R2
+	MOVD b_base+56(FP), R3
+	MOVD ldb+80(FP), R4
+	LSL $2, R4
+	MOVD n+88(FP), R5
+	MOVD k+96(FP), R6
+quad:
+	CMP $4, R5
+	BLT single
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
+	WORD $0x6f00e41c // movi v28.2d, #0
+	WORD $0x6f00e41d // movi v29.2d, #0
+	WORD $0x6f00e41e // movi v30.2d, #0
+	WORD $0x6f00e41f // movi v31.2d, #0
+	MOVD R2, R8
+	ADD R6<<2, R8, R9
+	ADD R6<<2, R9, R10
+	ADD R6<<2, R10, R11
+	MOVD R3, R12
+	ADD R4, R12, R13
+	ADD R4, R13, R14
+	ADD R4, R14, R15
+	MOVD R6, R7
+quadDot:
+	FLDPQ.P 32(R8), (F0, F1)
+	FLDPQ.P 32(R9), (F2, F3)
+	FLDPQ.P 32(R10), (F4, F5)
+	FLDPQ.P 32(R11), (F6, F7)
+	FLDPQ.P 32(R12), (F8, F9)
+	FLDPQ.P 32(R13), (F10, F11)
+	FLDPQ.P 32(R14), (F12, F13)
+	FLDPQ.P 32(R15), (F14, F15)
+	WORD $0x4e28cc10 // fmla v16.4s, v0.4s, v8.4s
+	WORD $0x4e28cc51 // fmla v17.4s, v2.4s, v8.4s
+	WORD $0x4e28cc92 // fmla v18.4s, v4.4s, v8.4s
+	WORD $0x4e28ccd3 // fmla v19.4s, v6.4s, v8.4s
+	WORD $0x4e2acc14 // fmla v20.4s, v0.4s, v10.4s
+	WORD $0x4e2acc55 // fmla v21.4s, v2.4s, v10.4s
+	WORD $0x4e2acc96 // fmla v22.4s, v4.4s, v10.4s
+	WORD $0x4e2accd7 // fmla v23.4s, v6.4s, v10.4s
+	WORD $0x4e2ccc18 // fmla v24.4s, v0.4s, v12.4s
+	WORD $0x4e2ccc59 // fmla v25.4s, v2.4s, v12.4s
+	WORD $0x4e2ccc9a // fmla v26.4s, v4.4s, v12.4s
+	WORD $0x4e2cccdb // fmla v27.4s, v6.4s, v12.4s
+	WORD $0x4e2ecc1c // fmla v28.4s, v0.4s, v14.4s
+	WORD $0x4e2ecc5d // fmla v29.4s, v2.4s, v14.4s
+	WORD $0x4e2ecc9e // fmla v30.4s, v4.4s, v14.4s
+	WORD $0x4e2eccdf // fmla v31.4s, v6.4s, v14.4s
+	WORD $0x4e29cc30 // fmla v16.4s, v1.4s, v9.4s
+	WORD $0x4e29cc71 // fmla v17.4s, v3.4s, v9.4s
+	WORD $0x4e29ccb2 // fmla v18.4s, v5.4s, v9.4s
+	WORD $0x4e29ccf3 // fmla v19.4s, v7.4s, v9.4s
+	WORD $0x4e2bcc34 // fmla v20.4s, v1.4s, v11.4s
+	WORD $0x4e2bcc75 // fmla v21.4s, v3.4s, v11.4s
+	WORD $0x4e2bccb6 // fmla v22.4s, v5.4s, v11.4s
+	WORD $0x4e2bccf7 // fmla v23.4s, v7.4s, v11.4s
+	WORD $0x4e2dcc38 // fmla v24.4s, v1.4s, v13.4s
+	WORD $0x4e2dcc79 // fmla v25.4s, v3.4s, v13.4s
+	WORD $0x4e2dccba // fmla v26.4s, v5.4s, v13.4s
+	WORD $0x4e2dccfb // fmla v27.4s, v7.4s, v13.4s
+	WORD $0x4e2fcc3c // fmla v28.4s, v1.4s, v15.4s
+	WORD $0x4e2fcc7d // fmla v29.4s, v3.4s, v15.4s
+	WORD $0x4e2fccbe // fmla v30.4s, v5.4s, v15.4s
+	WORD $0x4e2fccff // fmla v31.4s, v7.4s, v15.4s
+	SUBS $8, R7, R7
+	BNE quadDot
+	WORD $0x6e31d610 // faddp v16.4s, v16.4s, v17.4s
+	WORD $0x6e33d652 // faddp v18.4s, v18.4s, v19.4s
+	WORD $0x6e32d610 // faddp v16.4s, v16.4s, v18.4s
+	FMOVQ F16, (R0)
+	ADD R1, R0
+	WORD $0x6e35d694 // faddp v20.4s, v20.4s, v21.4s
+	WORD $0x6e37d6d6 // faddp v22.4s, v22.4s, v23.4s
+	WORD $0x6e36d694 // faddp v20.4s, v20.4s, v22.4s
+	FMOVQ F20, (R0)
+	ADD R1, R0
+	WORD $0x6e39d718 // faddp v24.4s, v24.4s, v25.4s
+	WORD $0x6e3bd75a // faddp v26.4s, v26.4s, v27.4s
+	WORD $0x6e3ad718 // faddp v24.4s, v24.4s, v26.4s
+	FMOVQ F24, (R0)
+	ADD R1, R0
+	WORD $0x6e3dd79c // faddp v28.4s, v28.4s, v29.4s
+	WORD $0x6e3fd7de // faddp v30.4s, v30.4s, v31.4s
+	WORD $0x6e3ed79c // faddp v28.4s, v28.4s, v30.4s
+	FMOVQ F28, (R0)
+	ADD R1, R0
+	ADD R4<<2, R3, R3
+	SUB $4, R5
+	B quad
+single:
+	CBZ R5, done
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	MOVD R2, R8
+	ADD R6<<2, R8, R9
+	ADD R6<<2, R9, R10
+	ADD R6<<2, R10, R11
+	MOVD R3, R12
+	MOVD R6, R7
+singleDot:
+	FLDPQ.P 32(R8), (F0, F1)
+	FLDPQ.P 32(R9), (F2, F3)
+	FLDPQ.P 32(R10), (F4, F5)
+	FLDPQ.P 32(R11), (F6, F7)
+	FLDPQ.P 32(R12), (F8, F9)
+	WORD $0x4e28cc10 // fmla v16.4s, v0.4s, v8.4s
+	WORD $0x4e28cc51 // fmla v17.4s, v2.4s, v8.4s
+	WORD $0x4e28cc92 // fmla v18.4s, v4.4s, v8.4s
+	WORD $0x4e28ccd3 // fmla v19.4s, v6.4s, v8.4s
+	WORD $0x4e29cc30 // fmla v16.4s, v1.4s, v9.4s
+	WORD $0x4e29cc71 // fmla v17.4s, v3.4s, v9.4s
+	WORD $0x4e29ccb2 // fmla v18.4s, v5.4s, v9.4s
+	WORD $0x4e29ccf3 // fmla v19.4s, v7.4s, v9.4s
+	SUBS $8, R7, R7
+	BNE singleDot
+	WORD $0x6e31d610 // faddp v16.4s, v16.4s, v17.4s
+	WORD $0x6e33d652 // faddp v18.4s, v18.4s, v19.4s
+	WORD $0x6e32d610 // faddp v16.4s, v16.4s, v18.4s
+	FMOVQ F16, (R0)
+	ADD R1, R0
+	ADD R4<<0, R3, R3
+	SUB $1, R5
+	B single
+done:
+	RET
+
+// mulABtNEON sets C = A·Bᵀ (see Impl.MulABt); bt is packed by PackBt.
+// n%16 == 0, m, n >= 1; all accesses are in bounds.
+TEXT ·mulABtNEON(SB), NOSPLIT|NOFRAME, $0-112
+	MOVD bt_base+64(FP), R1
+	MOVD c_base+0(FP), R0
+	MOVD n+96(FP), R2
+	MOVD k+104(FP), R9
+	MOVD ldc+24(FP), R6
+	LSL $2, R6
+	MOVD lda+56(FP), R7
+	LSL $2, R7
+	LSL $6, R9, R8
+	MOVD $6, R23
+	MUL R23, R7, R19
+	MUL R23, R6, R20
+cols:
+	MOVD a_base+32(FP), R3
+	MOVD R0, R4
+	MOVD m+88(FP), R5
+rows:
+	CMP $6, R5
+	BLT rowsTail
+	// Tile: 6 rows × 16 columns, 24 accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
+	WORD $0x6f00e41c // movi v28.2d, #0
+	WORD $0x6f00e41d // movi v29.2d, #0
+	WORD $0x6f00e41e // movi v30.2d, #0
+	WORD $0x6f00e41f // movi v31.2d, #0
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	ADD R7, R12, R13
+	ADD R7, R13, R14
+	ADD R7, R14, R15
+	CMP $4, R17
+	BLT r6tail
+r6loop4:
+	FMOVQ.P 16(R10), F2
+	FMOVQ.P 16(R11), F3
+	FMOVQ.P 16(R12), F4
+	FMOVQ.P 16(R13), F5
+	FMOVQ.P 16(R14), F6
+	FMOVQ.P 16(R15), F7
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
+	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	WORD $0x4f87101c // fmla v28.4s, v0.4s, v7.s[0]
+	WORD $0x4f87103d // fmla v29.4s, v1.4s, v7.s[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
+	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
+	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
+	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
+	WORD $0x4f86101a // fmla v26.4s, v0.4s, v6.s[0]
+	WORD $0x4f86103b // fmla v27.4s, v1.4s, v6.s[0]
+	WORD $0x4f87101e // fmla v30.4s, v0.4s, v7.s[0]
+	WORD $0x4f87103f // fmla v31.4s, v1.4s, v7.s[0]
+	FLDPQ 64(R16), (F0, F1)
+	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
+	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100c // fmla v12.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102d // fmla v13.4s, v1.4s, v3.s[1]
+	WORD $0x4fa41010 // fmla v16.4s, v0.4s, v4.s[1]
+	WORD $0x4fa41031 // fmla v17.4s, v1.4s, v4.s[1]
+	WORD $0x4fa51014 // fmla v20.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51035 // fmla v21.4s, v1.4s, v5.s[1]
+	WORD $0x4fa61018 // fmla v24.4s, v0.4s, v6.s[1]
+	WORD $0x4fa61039 // fmla v25.4s, v1.4s, v6.s[1]
+	WORD $0x4fa7101c // fmla v28.4s, v0.4s, v7.s[1]
+	WORD $0x4fa7103d // fmla v29.4s, v1.4s, v7.s[1]
+	FLDPQ 96(R16), (F0, F1)
+	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
+	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100e // fmla v14.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102f // fmla v15.4s, v1.4s, v3.s[1]
+	WORD $0x4fa41012 // fmla v18.4s, v0.4s, v4.s[1]
+	WORD $0x4fa41033 // fmla v19.4s, v1.4s, v4.s[1]
+	WORD $0x4fa51016 // fmla v22.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51037 // fmla v23.4s, v1.4s, v5.s[1]
+	WORD $0x4fa6101a // fmla v26.4s, v0.4s, v6.s[1]
+	WORD $0x4fa6103b // fmla v27.4s, v1.4s, v6.s[1]
+	WORD $0x4fa7101e // fmla v30.4s, v0.4s, v7.s[1]
+	WORD $0x4fa7103f // fmla v31.4s, v1.4s, v7.s[1]
+	FLDPQ 128(R16), (F0, F1)
+	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
+	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180c // fmla v12.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182d // fmla v13.4s, v1.4s, v3.s[2]
+	WORD $0x4f841810 // fmla v16.4s, v0.4s, v4.s[2]
+	WORD $0x4f841831 // fmla v17.4s, v1.4s, v4.s[2]
+	WORD $0x4f851814 // fmla v20.4s, v0.4s, v5.s[2]
+	WORD $0x4f851835 // fmla v21.4s, v1.4s, v5.s[2]
+	WORD $0x4f861818 // fmla v24.4s, v0.4s, v6.s[2]
+	WORD $0x4f861839 // fmla v25.4s, v1.4s, v6.s[2]
+	WORD $0x4f87181c // fmla v28.4s, v0.4s, v7.s[2]
+	WORD $0x4f87183d // fmla v29.4s, v1.4s, v7.s[2]
+	FLDPQ 160(R16), (F0, F1)
+	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
+	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180e // fmla v14.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182f // fmla v15.4s, v1.4s, v3.s[2]
+	WORD $0x4f841812 // fmla v18.4s, v0.4s, v4.s[2]
+	WORD $0x4f841833 // fmla v19.4s, v1.4s, v4.s[2]
+	WORD $0x4f851816 // fmla v22.4s, v0.4s, v5.s[2]
+	WORD $0x4f851837 // fmla v23.4s, v1.4s, v5.s[2]
+	WORD $0x4f86181a // fmla v26.4s, v0.4s, v6.s[2]
+	WORD $0x4f86183b // fmla v27.4s, v1.4s, v6.s[2]
+	WORD $0x4f87181e // fmla v30.4s, v0.4s, v7.s[2]
+	WORD $0x4f87183f // fmla v31.4s, v1.4s, v7.s[2]
+	FLDPQ 192(R16), (F0, F1)
+	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
+	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180c // fmla v12.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182d // fmla v13.4s, v1.4s, v3.s[3]
+	WORD $0x4fa41810 // fmla v16.4s, v0.4s, v4.s[3]
+	WORD $0x4fa41831 // fmla v17.4s, v1.4s, v4.s[3]
+	WORD $0x4fa51814 // fmla v20.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51835 // fmla v21.4s, v1.4s, v5.s[3]
+	WORD $0x4fa61818 // fmla v24.4s, v0.4s, v6.s[3]
+	WORD $0x4fa61839 // fmla v25.4s, v1.4s, v6.s[3]
+	WORD $0x4fa7181c // fmla v28.4s, v0.4s, v7.s[3]
+	WORD $0x4fa7183d // fmla v29.4s, v1.4s, v7.s[3]
+	FLDPQ 224(R16), (F0, F1)
+	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
+	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180e // fmla v14.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182f // fmla v15.4s, v1.4s, v3.s[3]
+	WORD $0x4fa41812 // fmla v18.4s, v0.4s, v4.s[3]
+	WORD $0x4fa41833 // fmla v19.4s, v1.4s, v4.s[3]
+	WORD $0x4fa51816 // fmla v22.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51837 // fmla v23.4s, v1.4s, v5.s[3]
+	WORD $0x4fa6181a // fmla v26.4s, v0.4s, v6.s[3]
+	WORD $0x4fa6183b // fmla v27.4s, v1.4s, v6.s[3]
+	WORD $0x4fa7181e // fmla v30.4s, v0.4s, v7.s[3]
+	WORD $0x4fa7183f // fmla v31.4s, v1.4s, v7.s[3]
+	ADD $256, R16
+	SUB $4, R17
+	CMP $4, R17
+	BGE r6loop4
+r6tail:
+	CBZ R17, r6store
+r6loop1:
+	FMOVS.P 4(R10), F2
+	FMOVS.P 4(R11), F3
+	FMOVS.P 4(R12), F4
+	FMOVS.P 4(R13), F5
+	FMOVS.P 4(R14), F6
+	FMOVS.P 4(R15), F7
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
+	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	WORD $0x4f87101c // fmla v28.4s, v0.4s, v7.s[0]
+	WORD $0x4f87103d // fmla v29.4s, v1.4s, v7.s[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
+	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
+	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
+	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
+	WORD $0x4f86101a // fmla v26.4s, v0.4s, v6.s[0]
+	WORD $0x4f86103b // fmla v27.4s, v1.4s, v6.s[0]
+	WORD $0x4f87101e // fmla v30.4s, v0.4s, v7.s[0]
+	WORD $0x4f87103f // fmla v31.4s, v1.4s, v7.s[0]
+	ADD $64, R16
+	SUBS $1, R17, R17
+	BNE r6loop1
+r6store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	ADD R6, R22
+	FSTPQ (F16, F17), (R22)
+	FSTPQ (F18, F19), 32(R22)
+	ADD R6, R22
+	FSTPQ (F20, F21), (R22)
+	FSTPQ (F22, F23), 32(R22)
+	ADD R6, R22
+	FSTPQ (F24, F25), (R22)
+	FSTPQ (F26, F27), 32(R22)
+	ADD R6, R22
+	FSTPQ (F28, F29), (R22)
+	FSTPQ (F30, F31), 32(R22)
+	ADD R19, R3
+	ADD R20, R4
+	SUB $6, R5
+	B rows
+rowsTail:
+	CMP $5, R5
+	BEQ tile5
+	CMP $4, R5
+	BEQ tile4
+	CMP $3, R5
+	BEQ tile3
+	CMP $2, R5
+	BEQ tile2
+	CMP $1, R5
+	BEQ tile1
+	B colNext
+tile5:
+	// Tile: 5 rows × 16 columns, 20 accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	ADD R7, R12, R13
+	ADD R7, R13, R14
+	CMP $4, R17
+	BLT r5tail
+r5loop4:
+	FMOVQ.P 16(R10), F2
+	FMOVQ.P 16(R11), F3
+	FMOVQ.P 16(R12), F4
+	FMOVQ.P 16(R13), F5
+	FMOVQ.P 16(R14), F6
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
+	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
+	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
+	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
+	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
+	WORD $0x4f86101a // fmla v26.4s, v0.4s, v6.s[0]
+	WORD $0x4f86103b // fmla v27.4s, v1.4s, v6.s[0]
+	FLDPQ 64(R16), (F0, F1)
+	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
+	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100c // fmla v12.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102d // fmla v13.4s, v1.4s, v3.s[1]
+	WORD $0x4fa41010 // fmla v16.4s, v0.4s, v4.s[1]
+	WORD $0x4fa41031 // fmla v17.4s, v1.4s, v4.s[1]
+	WORD $0x4fa51014 // fmla v20.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51035 // fmla v21.4s, v1.4s, v5.s[1]
+	WORD $0x4fa61018 // fmla v24.4s, v0.4s, v6.s[1]
+	WORD $0x4fa61039 // fmla v25.4s, v1.4s, v6.s[1]
+	FLDPQ 96(R16), (F0, F1)
+	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
+	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100e // fmla v14.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102f // fmla v15.4s, v1.4s, v3.s[1]
+	WORD $0x4fa41012 // fmla v18.4s, v0.4s, v4.s[1]
+	WORD $0x4fa41033 // fmla v19.4s, v1.4s, v4.s[1]
+	WORD $0x4fa51016 // fmla v22.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51037 // fmla v23.4s, v1.4s, v5.s[1]
+	WORD $0x4fa6101a // fmla v26.4s, v0.4s, v6.s[1]
+	WORD $0x4fa6103b // fmla v27.4s, v1.4s, v6.s[1]
+	FLDPQ 128(R16), (F0, F1)
+	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
+	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180c // fmla v12.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182d // fmla v13.4s, v1.4s, v3.s[2]
+	WORD $0x4f841810 // fmla v16.4s, v0.4s, v4.s[2]
+	WORD $0x4f841831 // fmla v17.4s, v1.4s, v4.s[2]
+	WORD $0x4f851814 // fmla v20.4s, v0.4s, v5.s[2]
+	WORD $0x4f851835 // fmla v21.4s, v1.4s, v5.s[2]
+	WORD $0x4f861818 // fmla v24.4s, v0.4s, v6.s[2]
+	WORD $0x4f861839 // fmla v25.4s, v1.4s, v6.s[2]
+	FLDPQ 160(R16), (F0, F1)
+	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
+	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180e // fmla v14.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182f // fmla v15.4s, v1.4s, v3.s[2]
+	WORD $0x4f841812 // fmla v18.4s, v0.4s, v4.s[2]
+	WORD $0x4f841833 // fmla v19.4s, v1.4s, v4.s[2]
+	WORD $0x4f851816 // fmla v22.4s, v0.4s, v5.s[2]
+	WORD $0x4f851837 // fmla v23.4s, v1.4s, v5.s[2]
+	WORD $0x4f86181a // fmla v26.4s, v0.4s, v6.s[2]
+	WORD $0x4f86183b // fmla v27.4s, v1.4s, v6.s[2]
+	FLDPQ 192(R16), (F0, F1)
+	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
+	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180c // fmla v12.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182d // fmla v13.4s, v1.4s, v3.s[3]
+	WORD $0x4fa41810 // fmla v16.4s, v0.4s, v4.s[3]
+	WORD $0x4fa41831 // fmla v17.4s, v1.4s, v4.s[3]
+	WORD $0x4fa51814 // fmla v20.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51835 // fmla v21.4s, v1.4s, v5.s[3]
+	WORD $0x4fa61818 // fmla v24.4s, v0.4s, v6.s[3]
+	WORD $0x4fa61839 // fmla v25.4s, v1.4s, v6.s[3]
+	FLDPQ 224(R16), (F0, F1)
+	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
+	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180e // fmla v14.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182f // fmla v15.4s, v1.4s, v3.s[3]
+	WORD $0x4fa41812 // fmla v18.4s, v0.4s, v4.s[3]
+	WORD $0x4fa41833 // fmla v19.4s, v1.4s, v4.s[3]
+	WORD $0x4fa51816 // fmla v22.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51837 // fmla v23.4s, v1.4s, v5.s[3]
+	WORD $0x4fa6181a // fmla v26.4s, v0.4s, v6.s[3]
+	WORD $0x4fa6183b // fmla v27.4s, v1.4s, v6.s[3]
+	ADD $256, R16
+	SUB $4, R17
+	CMP $4, R17
+	BGE r5loop4
+r5tail:
+	CBZ R17, r5store
+r5loop1:
+	FMOVS.P 4(R10), F2
+	FMOVS.P 4(R11), F3
+	FMOVS.P 4(R12), F4
+	FMOVS.P 4(R13), F5
+	FMOVS.P 4(R14), F6
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
+	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
+	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
+	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
+	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
+	WORD $0x4f86101a // fmla v26.4s, v0.4s, v6.s[0]
+	WORD $0x4f86103b // fmla v27.4s, v1.4s, v6.s[0]
+	ADD $64, R16
+	SUBS $1, R17, R17
+	BNE r5loop1
+r5store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	ADD R6, R22
+	FSTPQ (F16, F17), (R22)
+	FSTPQ (F18, F19), 32(R22)
+	ADD R6, R22
+	FSTPQ (F20, F21), (R22)
+	FSTPQ (F22, F23), 32(R22)
+	ADD R6, R22
+	FSTPQ (F24, F25), (R22)
+	FSTPQ (F26, F27), 32(R22)
+	B colNext
+tile4:
+	// Tile: 4 rows × 16 columns, 16 accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	ADD R7, R12, R13
+	CMP $4, R17
+	BLT r4tail
+r4loop4:
+	FMOVQ.P 16(R10), F2
+	FMOVQ.P 16(R11), F3
+	FMOVQ.P 16(R12), F4
+	FMOVQ.P 16(R13), F5
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
+	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
+	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
+	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
+	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
+	FLDPQ 64(R16), (F0, F1)
+	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
+	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100c // fmla v12.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102d // fmla v13.4s, v1.4s, v3.s[1]
+	WORD $0x4fa41010 // fmla v16.4s, v0.4s, v4.s[1]
+	WORD $0x4fa41031 // fmla v17.4s, v1.4s, v4.s[1]
+	WORD $0x4fa51014 // fmla v20.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51035 // fmla v21.4s, v1.4s, v5.s[1]
+	FLDPQ 96(R16), (F0, F1)
+	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
+	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100e // fmla v14.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102f // fmla v15.4s, v1.4s, v3.s[1]
+	WORD $0x4fa41012 // fmla v18.4s, v0.4s, v4.s[1]
+	WORD $0x4fa41033 // fmla v19.4s, v1.4s, v4.s[1]
+	WORD $0x4fa51016 // fmla v22.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51037 // fmla v23.4s, v1.4s, v5.s[1]
+	FLDPQ 128(R16), (F0, F1)
+	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
+	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180c // fmla v12.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182d // fmla v13.4s, v1.4s, v3.s[2]
+	WORD $0x4f841810 // fmla v16.4s, v0.4s, v4.s[2]
+	WORD $0x4f841831 // fmla v17.4s, v1.4s, v4.s[2]
+	WORD $0x4f851814 // fmla v20.4s, v0.4s, v5.s[2]
+	WORD $0x4f851835 // fmla v21.4s, v1.4s, v5.s[2]
+	FLDPQ 160(R16), (F0, F1)
+	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
+	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180e // fmla v14.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182f // fmla v15.4s, v1.4s, v3.s[2]
+	WORD $0x4f841812 // fmla v18.4s, v0.4s, v4.s[2]
+	WORD $0x4f841833 // fmla v19.4s, v1.4s, v4.s[2]
+	WORD $0x4f851816 // fmla v22.4s, v0.4s, v5.s[2]
+	WORD $0x4f851837 // fmla v23.4s, v1.4s, v5.s[2]
+	FLDPQ 192(R16), (F0, F1)
+	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
+	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180c // fmla v12.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182d // fmla v13.4s, v1.4s, v3.s[3]
+	WORD $0x4fa41810 // fmla v16.4s, v0.4s, v4.s[3]
+	WORD $0x4fa41831 // fmla v17.4s, v1.4s, v4.s[3]
+	WORD $0x4fa51814 // fmla v20.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51835 // fmla v21.4s, v1.4s, v5.s[3]
+	FLDPQ 224(R16), (F0, F1)
+	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
+	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180e // fmla v14.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182f // fmla v15.4s, v1.4s, v3.s[3]
+	WORD $0x4fa41812 // fmla v18.4s, v0.4s, v4.s[3]
+	WORD $0x4fa41833 // fmla v19.4s, v1.4s, v4.s[3]
+	WORD $0x4fa51816 // fmla v22.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51837 // fmla v23.4s, v1.4s, v5.s[3]
+	ADD $256, R16
+	SUB $4, R17
+	CMP $4, R17
+	BGE r4loop4
+r4tail:
+	CBZ R17, r4store
+r4loop1:
+	FMOVS.P 4(R10), F2
+	FMOVS.P 4(R11), F3
+	FMOVS.P 4(R12), F4
+	FMOVS.P 4(R13), F5
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
+	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
+	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
+	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
+	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
+	ADD $64, R16
+	SUBS $1, R17, R17
+	BNE r4loop1
+r4store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	ADD R6, R22
+	FSTPQ (F16, F17), (R22)
+	FSTPQ (F18, F19), 32(R22)
+	ADD R6, R22
+	FSTPQ (F20, F21), (R22)
+	FSTPQ (F22, F23), 32(R22)
+	B colNext
+tile3:
+	// Tile: 3 rows × 16 columns, 12 accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	CMP $4, R17
+	BLT r3tail
+r3loop4:
+	FMOVQ.P 16(R10), F2
+	FMOVQ.P 16(R11), F3
+	FMOVQ.P 16(R12), F4
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
+	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
+	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
+	FLDPQ 64(R16), (F0, F1)
+	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
+	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100c // fmla v12.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102d // fmla v13.4s, v1.4s, v3.s[1]
+	WORD $0x4fa41010 // fmla v16.4s, v0.4s, v4.s[1]
+	WORD $0x4fa41031 // fmla v17.4s, v1.4s, v4.s[1]
+	FLDPQ 96(R16), (F0, F1)
+	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
+	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100e // fmla v14.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102f // fmla v15.4s, v1.4s, v3.s[1]
+	WORD $0x4fa41012 // fmla v18.4s, v0.4s, v4.s[1]
+	WORD $0x4fa41033 // fmla v19.4s, v1.4s, v4.s[1]
+	FLDPQ 128(R16), (F0, F1)
+	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
+	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180c // fmla v12.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182d // fmla v13.4s, v1.4s, v3.s[2]
+	WORD $0x4f841810 // fmla v16.4s, v0.4s, v4.s[2]
+	WORD $0x4f841831 // fmla v17.4s, v1.4s, v4.s[2]
+	FLDPQ 160(R16), (F0, F1)
+	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
+	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180e // fmla v14.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182f // fmla v15.4s, v1.4s, v3.s[2]
+	WORD $0x4f841812 // fmla v18.4s, v0.4s, v4.s[2]
+	WORD $0x4f841833 // fmla v19.4s, v1.4s, v4.s[2]
+	FLDPQ 192(R16), (F0, F1)
+	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
+	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180c // fmla v12.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182d // fmla v13.4s, v1.4s, v3.s[3]
+	WORD $0x4fa41810 // fmla v16.4s, v0.4s, v4.s[3]
+	WORD $0x4fa41831 // fmla v17.4s, v1.4s, v4.s[3]
+	FLDPQ 224(R16), (F0, F1)
+	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
+	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180e // fmla v14.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182f // fmla v15.4s, v1.4s, v3.s[3]
+	WORD $0x4fa41812 // fmla v18.4s, v0.4s, v4.s[3]
+	WORD $0x4fa41833 // fmla v19.4s, v1.4s, v4.s[3]
+	ADD $256, R16
+	SUB $4, R17
+	CMP $4, R17
+	BGE r3loop4
+r3tail:
+	CBZ R17, r3store
+r3loop1:
+	FMOVS.P 4(R10), F2
+	FMOVS.P 4(R11), F3
+	FMOVS.P 4(R12), F4
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
+	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
+	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
+	ADD $64, R16
+	SUBS $1, R17, R17
+	BNE r3loop1
+r3store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	ADD R6, R22
+	FSTPQ (F16, F17), (R22)
+	FSTPQ (F18, F19), 32(R22)
+	B colNext
+tile2:
+	// Tile: 2 rows × 16 columns, 8 accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	ADD R7, R10, R11
+	CMP $4, R17
+	BLT r2tail
+r2loop4:
+	FMOVQ.P 16(R10), F2
+	FMOVQ.P 16(R11), F3
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	FLDPQ 64(R16), (F0, F1)
+	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
+	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100c // fmla v12.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102d // fmla v13.4s, v1.4s, v3.s[1]
+	FLDPQ 96(R16), (F0, F1)
+	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
+	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100e // fmla v14.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102f // fmla v15.4s, v1.4s, v3.s[1]
+	FLDPQ 128(R16), (F0, F1)
+	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
+	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180c // fmla v12.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182d // fmla v13.4s, v1.4s, v3.s[2]
+	FLDPQ 160(R16), (F0, F1)
+	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
+	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180e // fmla v14.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182f // fmla v15.4s, v1.4s, v3.s[2]
+	FLDPQ 192(R16), (F0, F1)
+	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
+	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180c // fmla v12.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182d // fmla v13.4s, v1.4s, v3.s[3]
+	FLDPQ 224(R16), (F0, F1)
+	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
+	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180e // fmla v14.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182f // fmla v15.4s, v1.4s, v3.s[3]
+	ADD $256, R16
+	SUB $4, R17
+	CMP $4, R17
+	BGE r2loop4
+r2tail:
+	CBZ R17, r2store
+r2loop1:
+	FMOVS.P 4(R10), F2
+	FMOVS.P 4(R11), F3
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	ADD $64, R16
+	SUBS $1, R17, R17
+	BNE r2loop1
+r2store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	B colNext
+tile1:
+	// Tile: 1 rows × 16 columns, 4 accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	CMP $4, R17
+	BLT r1tail
+r1loop4:
+	FMOVQ.P 16(R10), F2
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	FLDPQ 64(R16), (F0, F1)
+	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
+	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
+	FLDPQ 96(R16), (F0, F1)
+	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
+	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
+	FLDPQ 128(R16), (F0, F1)
+	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
+	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
+	FLDPQ 160(R16), (F0, F1)
+	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
+	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
+	FLDPQ 192(R16), (F0, F1)
+	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
+	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
+	FLDPQ 224(R16), (F0, F1)
+	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
+	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
+	ADD $256, R16
+	SUB $4, R17
+	CMP $4, R17
+	BGE r1loop4
+r1tail:
+	CBZ R17, r1store
+r1loop1:
+	FMOVS.P 4(R10), F2
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	ADD $64, R16
+	SUBS $1, R17, R17
+	BNE r1loop1
+r1store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	B colNext
+colNext:
+	ADD $64, R0
+	ADD R8, R1
+	SUBS $16, R2, R2
+	BNE cols
+	RET
+
+// mulAddABNEON adds A·B to C (see Impl.MulAddAB).
+// n%16 == 0, m, n, k >= 1; all accesses are in bounds.
+TEXT ·mulAddABNEON(SB), NOSPLIT|NOFRAME, $0-120
+	MOVD b_base+64(FP), R1
+	MOVD c_base+0(FP), R0
+	MOVD n+104(FP), R2
+	MOVD k+112(FP), R9
+	MOVD ldc+24(FP), R6
+	LSL $2, R6
+	MOVD lda+56(FP), R7
+	LSL $2, R7
+	MOVD ldb+88(FP), R8
+	LSL $2, R8
+	MOVD $6, R23
+	MUL R23, R7, R19
+	MUL R23, R6, R20
+cols:
+	MOVD a_base+32(FP), R3
+	MOVD R0, R4
+	MOVD m+96(FP), R5
+rows:
+	CMP $6, R5
+	BLT rowsTail
+	// Tile: 6 rows × 16 columns, 24 accumulators.
+	MOVD R4, R22
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	ADD R6, R22
+	FLDPQ (R22), (F12, F13)
+	FLDPQ 32(R22), (F14, F15)
+	ADD R6, R22
+	FLDPQ (R22), (F16, F17)
+	FLDPQ 32(R22), (F18, F19)
+	ADD R6, R22
+	FLDPQ (R22), (F20, F21)
+	FLDPQ 32(R22), (F22, F23)
+	ADD R6, R22
+	FLDPQ (R22), (F24, F25)
+	FLDPQ 32(R22), (F26, F27)
+	ADD R6, R22
+	FLDPQ (R22), (F28, F29)
+	FLDPQ 32(R22), (F30, F31)
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	ADD R7, R12, R13
+	ADD R7, R13, R14
+	ADD R7, R14, R15
+	ADD $32, R16, R21
+	CMP $4, R17
+	BLT r6tail
+r6loop4:
+	FMOVQ.P 16(R10), F2
+	FMOVQ.P 16(R11), F3
+	FMOVQ.P 16(R12), F4
+	FMOVQ.P 16(R13), F5
+	FMOVQ.P 16(R14), F6
+	FMOVQ.P 16(R15), F7
+	VLD1.P (R16)(R8), [V0.S4, V1.S4]
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
+	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	WORD $0x4f87101c // fmla v28.4s, v0.4s, v7.s[0]
+	WORD $0x4f87103d // fmla v29.4s, v1.4s, v7.s[0]
+	VLD1.P (R21)(R8), [V0.S4, V1.S4]
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
+	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
+	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
+	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
+	WORD $0x4f86101a // fmla v26.4s, v0.4s, v6.s[0]
+	WORD $0x4f86103b // fmla v27.4s, v1.4s, v6.s[0]
+	WORD $0x4f87101e // fmla v30.4s, v0.4s, v7.s[0]
+	WORD $0x4f87103f // fmla v31.4s, v1.4s, v7.s[0]
+	VLD1.P (R16)(R8), [V0.S4, V1.S4]
+	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
+	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100c // fmla v12.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102d // fmla v13.4s, v1.4s, v3.s[1]
+	WORD $0x4fa41010 // fmla v16.4s, v0.4s, v4.s[1]
+	WORD $0x4fa41031 // fmla v17.4s, v1.4s, v4.s[1]
+	WORD $0x4fa51014 // fmla v20.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51035 // fmla v21.4s, v1.4s, v5.s[1]
+	WORD $0x4fa61018 // fmla v24.4s, v0.4s, v6.s[1]
+	WORD $0x4fa61039 // fmla v25.4s, v1.4s, v6.s[1]
+	WORD $0x4fa7101c // fmla v28.4s, v0.4s, v7.s[1]
+	WORD $0x4fa7103d // fmla v29.4s, v1.4s, v7.s[1]
+	VLD1.P (R21)(R8), [V0.S4, V1.S4]
+	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
+	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100e // fmla v14.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102f // fmla v15.4s, v1.4s, v3.s[1]
+	WORD $0x4fa41012 // fmla v18.4s, v0.4s, v4.s[1]
+	WORD $0x4fa41033 // fmla v19.4s, v1.4s, v4.s[1]
+	WORD $0x4fa51016 // fmla v22.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51037 // fmla v23.4s, v1.4s, v5.s[1]
+	WORD $0x4fa6101a // fmla v26.4s, v0.4s, v6.s[1]
+	WORD $0x4fa6103b // fmla v27.4s, v1.4s, v6.s[1]
+	WORD $0x4fa7101e // fmla v30.4s, v0.4s, v7.s[1]
+	WORD $0x4fa7103f // fmla v31.4s, v1.4s, v7.s[1]
+	VLD1.P (R16)(R8), [V0.S4, V1.S4]
+	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
+	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180c // fmla v12.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182d // fmla v13.4s, v1.4s, v3.s[2]
+	WORD $0x4f841810 // fmla v16.4s, v0.4s, v4.s[2]
+	WORD $0x4f841831 // fmla v17.4s, v1.4s, v4.s[2]
+	WORD $0x4f851814 // fmla v20.4s, v0.4s, v5.s[2]
+	WORD $0x4f851835 // fmla v21.4s, v1.4s, v5.s[2]
+	WORD $0x4f861818 // fmla v24.4s, v0.4s, v6.s[2]
+	WORD $0x4f861839 // fmla v25.4s, v1.4s, v6.s[2]
+	WORD $0x4f87181c // fmla v28.4s, v0.4s, v7.s[2]
+	WORD $0x4f87183d // fmla v29.4s, v1.4s, v7.s[2]
+	VLD1.P (R21)(R8), [V0.S4, V1.S4]
+	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
+	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180e // fmla v14.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182f // fmla v15.4s, v1.4s, v3.s[2]
+	WORD $0x4f841812 // fmla v18.4s, v0.4s, v4.s[2]
+	WORD $0x4f841833 // fmla v19.4s, v1.4s, v4.s[2]
+	WORD $0x4f851816 // fmla v22.4s, v0.4s, v5.s[2]
+	WORD $0x4f851837 // fmla v23.4s, v1.4s, v5.s[2]
+	WORD $0x4f86181a // fmla v26.4s, v0.4s, v6.s[2]
+	WORD $0x4f86183b // fmla v27.4s, v1.4s, v6.s[2]
+	WORD $0x4f87181e // fmla v30.4s, v0.4s, v7.s[2]
+	WORD $0x4f87183f // fmla v31.4s, v1.4s, v7.s[2]
+	VLD1.P (R16)(R8), [V0.S4, V1.S4]
+	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
+	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180c // fmla v12.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182d // fmla v13.4s, v1.4s, v3.s[3]
+	WORD $0x4fa41810 // fmla v16.4s, v0.4s, v4.s[3]
+	WORD $0x4fa41831 // fmla v17.4s, v1.4s, v4.s[3]
+	WORD $0x4fa51814 // fmla v20.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51835 // fmla v21.4s, v1.4s, v5.s[3]
+	WORD $0x4fa61818 // fmla v24.4s, v0.4s, v6.s[3]
+	WORD $0x4fa61839 // fmla v25.4s, v1.4s, v6.s[3]
+	WORD $0x4fa7181c // fmla v28.4s, v0.4s, v7.s[3]
+	WORD $0x4fa7183d // fmla v29.4s, v1.4s, v7.s[3]
+	VLD1.P (R21)(R8), [V0.S4, V1.S4]
+	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
+	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180e // fmla v14.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182f // fmla v15.4s, v1.4s, v3.s[3]
+	WORD $0x4fa41812 // fmla v18.4s, v0.4s, v4.s[3]
+	WORD $0x4fa41833 // fmla v19.4s, v1.4s, v4.s[3]
+	WORD $0x4fa51816 // fmla v22.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51837 // fmla v23.4s, v1.4s, v5.s[3]
+	WORD $0x4fa6181a // fmla v26.4s, v0.4s, v6.s[3]
+	WORD $0x4fa6183b // fmla v27.4s, v1.4s, v6.s[3]
+	WORD $0x4fa7181e // fmla v30.4s, v0.4s, v7.s[3]
+	WORD $0x4fa7183f // fmla v31.4s, v1.4s, v7.s[3]
+	SUB $4, R17
+	CMP $4, R17
+	BGE r6loop4
+r6tail:
+	CBZ R17, r6store
+r6loop1:
+	FMOVS.P 4(R10), F2
+	FMOVS.P 4(R11), F3
+	FMOVS.P 4(R12), F4
+	FMOVS.P 4(R13), F5
+	FMOVS.P 4(R14), F6
+	FMOVS.P 4(R15), F7
+	VLD1.P (R16)(R8), [V0.S4, V1.S4]
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
+	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	WORD $0x4f87101c // fmla v28.4s, v0.4s, v7.s[0]
+	WORD $0x4f87103d // fmla v29.4s, v1.4s, v7.s[0]
+	VLD1.P (R21)(R8), [V0.S4, V1.S4]
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
+	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
+	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
+	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
+	WORD $0x4f86101a // fmla v26.4s, v0.4s, v6.s[0]
+	WORD $0x4f86103b // fmla v27.4s, v1.4s, v6.s[0]
+	WORD $0x4f87101e // fmla v30.4s, v0.4s, v7.s[0]
+	WORD $0x4f87103f // fmla v31.4s, v1.4s, v7.s[0]
+	SUBS $1, R17, R17
+	BNE r6loop1
+r6store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	ADD R6, R22
+	FSTPQ (F16, F17), (R22)
+	FSTPQ (F18, F19), 32(R22)
+	ADD R6, R22
+	FSTPQ (F20, F21), (R22)
+	FSTPQ (F22, F23), 32(R22)
+	ADD R6, R22
+	FSTPQ (F24, F25), (R22)
+	FSTPQ (F26, F27), 32(R22)
+	ADD R6, R22
+	FSTPQ (F28, F29), (R22)
+	FSTPQ (F30, F31), 32(R22)
+	ADD R19, R3
+	ADD R20, R4
+	SUB $6, R5
+	B rows
+rowsTail:
+	CMP $5, R5
+	BEQ tile5
+	CMP $4, R5
+	BEQ tile4
+	CMP $3, R5
+	BEQ tile3
+	CMP $2, R5
+	BEQ tile2
+	CMP $1, R5
+	BEQ tile1
+	B colNext
+tile5:
+	// Tile: 5 rows × 16 columns, 20 accumulators.
+	MOVD R4, R22
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	ADD R6, R22
+	FLDPQ (R22), (F12, F13)
+	FLDPQ 32(R22), (F14, F15)
+	ADD R6, R22
+	FLDPQ (R22), (F16, F17)
+	FLDPQ 32(R22), (F18, F19)
+	ADD R6, R22
+	FLDPQ (R22), (F20, F21)
+	FLDPQ 32(R22), (F22, F23)
+	ADD R6, R22
+	FLDPQ (R22), (F24, F25)
+	FLDPQ 32(R22), (F26, F27)
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	ADD R7, R12, R13
+	ADD R7, R13, R14
+	ADD $32, R16, R21
+	CMP $4, R17
+	BLT r5tail
+r5loop4:
+	FMOVQ.P 16(R10), F2
+	FMOVQ.P 16(R11), F3
+	FMOVQ.P 16(R12), F4
+	FMOVQ.P 16(R13), F5
+	FMOVQ.P 16(R14), F6
+	VLD1.P (R16)(R8), [V0.S4, V1.S4]
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
+	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	VLD1.P (R21)(R8), [V0.S4, V1.S4]
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
+	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
+	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
+	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
+	WORD $0x4f86101a // fmla v26.4s, v0.4s, v6.s[0]
+	WORD $0x4f86103b // fmla v27.4s, v1.4s, v6.s[0]
+	VLD1.P (R16)(R8), [V0.S4, V1.S4]
+	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
+	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100c // fmla v12.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102d // fmla v13.4s, v1.4s, v3.s[1]
+	WORD $0x4fa41010 // fmla v16.4s, v0.4s, v4.s[1]
+	WORD $0x4fa41031 // fmla v17.4s, v1.4s, v4.s[1]
+	WORD $0x4fa51014 // fmla v20.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51035 // fmla v21.4s, v1.4s, v5.s[1]
+	WORD $0x4fa61018 // fmla v24.4s, v0.4s, v6.s[1]
+	WORD $0x4fa61039 // fmla v25.4s, v1.4s, v6.s[1]
+	VLD1.P (R21)(R8), [V0.S4, V1.S4]
+	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
+	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100e // fmla v14.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102f // fmla v15.4s, v1.4s, v3.s[1]
+	WORD $0x4fa41012 // fmla v18.4s, v0.4s, v4.s[1]
+	WORD $0x4fa41033 // fmla v19.4s, v1.4s, v4.s[1]
+	WORD $0x4fa51016 // fmla v22.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51037 // fmla v23.4s, v1.4s, v5.s[1]
+	WORD $0x4fa6101a // fmla v26.4s, v0.4s, v6.s[1]
+	WORD $0x4fa6103b // fmla v27.4s, v1.4s, v6.s[1]
+	VLD1.P (R16)(R8), [V0.S4, V1.S4]
+	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
+	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180c // fmla v12.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182d // fmla v13.4s, v1.4s, v3.s[2]
+	WORD $0x4f841810 // fmla v16.4s, v0.4s, v4.s[2]
+	WORD $0x4f841831 // fmla v17.4s, v1.4s, v4.s[2]
+	WORD $0x4f851814 // fmla v20.4s, v0.4s, v5.s[2]
+	WORD $0x4f851835 // fmla v21.4s, v1.4s, v5.s[2]
+	WORD $0x4f861818 // fmla v24.4s, v0.4s, v6.s[2]
+	WORD $0x4f861839 // fmla v25.4s, v1.4s, v6.s[2]
+	VLD1.P (R21)(R8), [V0.S4, V1.S4]
+	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
+	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180e // fmla v14.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182f // fmla v15.4s, v1.4s, v3.s[2]
+	WORD $0x4f841812 // fmla v18.4s, v0.4s, v4.s[2]
+	WORD $0x4f841833 // fmla v19.4s, v1.4s, v4.s[2]
+	WORD $0x4f851816 // fmla v22.4s, v0.4s, v5.s[2]
+	WORD $0x4f851837 // fmla v23.4s, v1.4s, v5.s[2]
+	WORD $0x4f86181a // fmla v26.4s, v0.4s, v6.s[2]
+	WORD $0x4f86183b // fmla v27.4s, v1.4s, v6.s[2]
+	VLD1.P (R16)(R8), [V0.S4, V1.S4]
+	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
+	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180c // fmla v12.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182d // fmla v13.4s, v1.4s, v3.s[3]
+	WORD $0x4fa41810 // fmla v16.4s, v0.4s, v4.s[3]
+	WORD $0x4fa41831 // fmla v17.4s, v1.4s, v4.s[3]
+	WORD $0x4fa51814 // fmla v20.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51835 // fmla v21.4s, v1.4s, v5.s[3]
+	WORD $0x4fa61818 // fmla v24.4s, v0.4s, v6.s[3]
+	WORD $0x4fa61839 // fmla v25.4s, v1.4s, v6.s[3]
+	VLD1.P (R21)(R8), [V0.S4, V1.S4]
+	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
+	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180e // fmla v14.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182f // fmla v15.4s, v1.4s, v3.s[3]
+	WORD $0x4fa41812 // fmla v18.4s, v0.4s, v4.s[3]
+	WORD $0x4fa41833 // fmla v19.4s, v1.4s, v4.s[3]
+	WORD $0x4fa51816 // fmla v22.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51837 // fmla v23.4s, v1.4s, v5.s[3]
+	WORD $0x4fa6181a // fmla v26.4s, v0.4s, v6.s[3]
+	WORD $0x4fa6183b // fmla v27.4s, v1.4s, v6.s[3]
+	SUB $4, R17
+	CMP $4, R17
+	BGE r5loop4
+r5tail:
+	CBZ R17, r5store
+r5loop1:
+	FMOVS.P 4(R10), F2
+	FMOVS.P 4(R11), F3
+	FMOVS.P 4(R12), F4
+	FMOVS.P 4(R13), F5
+	FMOVS.P 4(R14), F6
+	VLD1.P (R16)(R8), [V0.S4, V1.S4]
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
+	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	VLD1.P (R21)(R8), [V0.S4, V1.S4]
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
+	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
+	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
+	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
+	WORD $0x4f86101a // fmla v26.4s, v0.4s, v6.s[0]
+	WORD $0x4f86103b // fmla v27.4s, v1.4s, v6.s[0]
+	SUBS $1, R17, R17
+	BNE r5loop1
+r5store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	ADD R6, R22
+	FSTPQ (F16, F17), (R22)
+	FSTPQ (F18, F19), 32(R22)
+	ADD R6, R22
+	FSTPQ (F20, F21), (R22)
+	FSTPQ (F22, F23), 32(R22)
+	ADD R6, R22
+	FSTPQ (F24, F25), (R22)
+	FSTPQ (F26, F27), 32(R22)
+	B colNext
+tile4:
+	// Tile: 4 rows × 16 columns, 16 accumulators.
+	MOVD R4, R22
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	ADD R6, R22
+	FLDPQ (R22), (F12, F13)
+	FLDPQ 32(R22), (F14, F15)
+	ADD R6, R22
+	FLDPQ (R22), (F16, F17)
+	FLDPQ 32(R22), (F18, F19)
+	ADD R6, R22
+	FLDPQ (R22), (F20, F21)
+	FLDPQ 32(R22), (F22, F23)
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	ADD R7, R12, R13
+	ADD $32, R16, R21
+	CMP $4, R17
+	BLT r4tail
+r4loop4:
+	FMOVQ.P 16(R10), F2
+	FMOVQ.P 16(R11), F3
+	FMOVQ.P 16(R12), F4
+	FMOVQ.P 16(R13), F5
+	VLD1.P (R16)(R8), [V0.S4, V1.S4]
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
+	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	VLD1.P (R21)(R8), [V0.S4, V1.S4]
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
+	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
+	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
+	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
+	VLD1.P (R16)(R8), [V0.S4, V1.S4]
+	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
+	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100c // fmla v12.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102d // fmla v13.4s, v1.4s, v3.s[1]
+	WORD $0x4fa41010 // fmla v16.4s, v0.4s, v4.s[1]
+	WORD $0x4fa41031 // fmla v17.4s, v1.4s, v4.s[1]
+	WORD $0x4fa51014 // fmla v20.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51035 // fmla v21.4s, v1.4s, v5.s[1]
+	VLD1.P (R21)(R8), [V0.S4, V1.S4]
+	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
+	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100e // fmla v14.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102f // fmla v15.4s, v1.4s, v3.s[1]
+	WORD $0x4fa41012 // fmla v18.4s, v0.4s, v4.s[1]
+	WORD $0x4fa41033 // fmla v19.4s, v1.4s, v4.s[1]
+	WORD $0x4fa51016 // fmla v22.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51037 // fmla v23.4s, v1.4s, v5.s[1]
+	VLD1.P (R16)(R8), [V0.S4, V1.S4]
+	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
+	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180c // fmla v12.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182d // fmla v13.4s, v1.4s, v3.s[2]
+	WORD $0x4f841810 // fmla v16.4s, v0.4s, v4.s[2]
+	WORD $0x4f841831 // fmla v17.4s, v1.4s, v4.s[2]
+	WORD $0x4f851814 // fmla v20.4s, v0.4s, v5.s[2]
+	WORD $0x4f851835 // fmla v21.4s, v1.4s, v5.s[2]
+	VLD1.P (R21)(R8), [V0.S4, V1.S4]
+	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
+	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180e // fmla v14.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182f // fmla v15.4s, v1.4s, v3.s[2]
+	WORD $0x4f841812 // fmla v18.4s, v0.4s, v4.s[2]
+	WORD $0x4f841833 // fmla v19.4s, v1.4s, v4.s[2]
+	WORD $0x4f851816 // fmla v22.4s, v0.4s, v5.s[2]
+	WORD $0x4f851837 // fmla v23.4s, v1.4s, v5.s[2]
+	VLD1.P (R16)(R8), [V0.S4, V1.S4]
+	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
+	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180c // fmla v12.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182d // fmla v13.4s, v1.4s, v3.s[3]
+	WORD $0x4fa41810 // fmla v16.4s, v0.4s, v4.s[3]
+	WORD $0x4fa41831 // fmla v17.4s, v1.4s, v4.s[3]
+	WORD $0x4fa51814 // fmla v20.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51835 // fmla v21.4s, v1.4s, v5.s[3]
+	VLD1.P (R21)(R8), [V0.S4, V1.S4]
+	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
+	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180e // fmla v14.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182f // fmla v15.4s, v1.4s, v3.s[3]
+	WORD $0x4fa41812 // fmla v18.4s, v0.4s, v4.s[3]
+	WORD $0x4fa41833 // fmla v19.4s, v1.4s, v4.s[3]
+	WORD $0x4fa51816 // fmla v22.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51837 // fmla v23.4s, v1.4s, v5.s[3]
+	SUB $4, R17
+	CMP $4, R17
+	BGE r4loop4
+r4tail:
+	CBZ R17, r4store
+r4loop1:
+	FMOVS.P 4(R10), F2
+	FMOVS.P 4(R11), F3
+	FMOVS.P 4(R12), F4
+	FMOVS.P 4(R13), F5
+	VLD1.P (R16)(R8), [V0.S4, V1.S4]
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
+	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	VLD1.P (R21)(R8), [V0.S4, V1.S4]
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
+	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
+	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
+	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
+	SUBS $1, R17, R17
+	BNE r4loop1
+r4store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	ADD R6, R22
+	FSTPQ (F16, F17), (R22)
+	FSTPQ (F18, F19), 32(R22)
+	ADD R6, R22
+	FSTPQ (F20, F21), (R22)
+	FSTPQ (F22, F23), 32(R22)
+	B colNext
+tile3:
+	// Tile: 3 rows × 16 columns, 12 accumulators.
+	MOVD R4, R22
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	ADD R6, R22
+	FLDPQ (R22), (F12, F13)
+	FLDPQ 32(R22), (F14, F15)
+	ADD R6, R22
+	FLDPQ (R22), (F16, F17)
+	FLDPQ 32(R22), (F18, F19)
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	ADD $32, R16, R21
+	CMP $4, R17
+	BLT r3tail
+r3loop4:
+	FMOVQ.P 16(R10), F2
+	FMOVQ.P 16(R11), F3
+	FMOVQ.P 16(R12), F4
+	VLD1.P (R16)(R8), [V0.S4, V1.S4]
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
+	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
+	VLD1.P (R21)(R8), [V0.S4, V1.S4]
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
+	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
+	VLD1.P (R16)(R8), [V0.S4, V1.S4]
+	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
+	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100c // fmla v12.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102d // fmla v13.4s, v1.4s, v3.s[1]
+	WORD $0x4fa41010 // fmla v16.4s, v0.4s, v4.s[1]
+	WORD $0x4fa41031 // fmla v17.4s, v1.4s, v4.s[1]
+	VLD1.P (R21)(R8), [V0.S4, V1.S4]
+	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
+	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100e // fmla v14.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102f // fmla v15.4s, v1.4s, v3.s[1]
+	WORD $0x4fa41012 // fmla v18.4s, v0.4s, v4.s[1]
+	WORD $0x4fa41033 // fmla v19.4s, v1.4s, v4.s[1]
+	VLD1.P (R16)(R8), [V0.S4, V1.S4]
+	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
+	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180c // fmla v12.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182d // fmla v13.4s, v1.4s, v3.s[2]
+	WORD $0x4f841810 // fmla v16.4s, v0.4s, v4.s[2]
+	WORD $0x4f841831 // fmla v17.4s, v1.4s, v4.s[2]
+	VLD1.P (R21)(R8), [V0.S4, V1.S4]
+	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
+	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180e // fmla v14.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182f // fmla v15.4s, v1.4s, v3.s[2]
+	WORD $0x4f841812 // fmla v18.4s, v0.4s, v4.s[2]
+	WORD $0x4f841833 // fmla v19.4s, v1.4s, v4.s[2]
+	VLD1.P (R16)(R8), [V0.S4, V1.S4]
+	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
+	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180c // fmla v12.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182d // fmla v13.4s, v1.4s, v3.s[3]
+	WORD $0x4fa41810 // fmla v16.4s, v0.4s, v4.s[3]
+	WORD $0x4fa41831 // fmla v17.4s, v1.4s, v4.s[3]
+	VLD1.P (R21)(R8), [V0.S4, V1.S4]
+	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
+	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180e // fmla v14.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182f // fmla v15.4s, v1.4s, v3.s[3]
+	WORD $0x4fa41812 // fmla v18.4s, v0.4s, v4.s[3]
+	WORD $0x4fa41833 // fmla v19.4s, v1.4s, v4.s[3]
+	SUB $4, R17
+	CMP $4, R17
+	BGE r3loop4
+r3tail:
+	CBZ R17, r3store
+r3loop1:
+	FMOVS.P 4(R10), F2
+	FMOVS.P 4(R11), F3
+	FMOVS.P 4(R12), F4
+	VLD1.P (R16)(R8), [V0.S4, V1.S4]
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
+	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
+	VLD1.P (R21)(R8), [V0.S4, V1.S4]
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
+	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
+	SUBS $1, R17, R17
+	BNE r3loop1
+r3store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	ADD R6, R22
+	FSTPQ (F16, F17), (R22)
+	FSTPQ (F18, F19), 32(R22)
+	B colNext
+tile2:
+	// Tile: 2 rows × 16 columns, 8 accumulators.
+	MOVD R4, R22
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	ADD R6, R22
+	FLDPQ (R22), (F12, F13)
+	FLDPQ 32(R22), (F14, F15)
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD $32, R16, R21
+	CMP $4, R17
+	BLT r2tail
+r2loop4:
+	FMOVQ.P 16(R10), F2
+	FMOVQ.P 16(R11), F3
+	VLD1.P (R16)(R8), [V0.S4, V1.S4]
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	VLD1.P (R21)(R8), [V0.S4, V1.S4]
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	VLD1.P (R16)(R8), [V0.S4, V1.S4]
+	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
+	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100c // fmla v12.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102d // fmla v13.4s, v1.4s, v3.s[1]
+	VLD1.P (R21)(R8), [V0.S4, V1.S4]
+	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
+	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100e // fmla v14.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102f // fmla v15.4s, v1.4s, v3.s[1]
+	VLD1.P (R16)(R8), [V0.S4, V1.S4]
+	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
+	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180c // fmla v12.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182d // fmla v13.4s, v1.4s, v3.s[2]
+	VLD1.P (R21)(R8), [V0.S4, V1.S4]
+	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
+	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180e // fmla v14.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182f // fmla v15.4s, v1.4s, v3.s[2]
+	VLD1.P (R16)(R8), [V0.S4, V1.S4]
+	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
+	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180c // fmla v12.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182d // fmla v13.4s, v1.4s, v3.s[3]
+	VLD1.P (R21)(R8), [V0.S4, V1.S4]
+	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
+	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180e // fmla v14.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182f // fmla v15.4s, v1.4s, v3.s[3]
+	SUB $4, R17
+	CMP $4, R17
+	BGE r2loop4
+r2tail:
+	CBZ R17, r2store
+r2loop1:
+	FMOVS.P 4(R10), F2
+	FMOVS.P 4(R11), F3
+	VLD1.P (R16)(R8), [V0.S4, V1.S4]
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	VLD1.P (R21)(R8), [V0.S4, V1.S4]
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	SUBS $1, R17, R17
+	BNE r2loop1
+r2store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	B colNext
+tile1:
+	// Tile: 1 rows × 16 columns, 4 accumulators.
+	MOVD R4, R22
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	ADD $32, R16, R21
+	CMP $4, R17
+	BLT r1tail
+r1loop4:
+	FMOVQ.P 16(R10), F2
+	VLD1.P (R16)(R8), [V0.S4, V1.S4]
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	VLD1.P (R21)(R8), [V0.S4, V1.S4]
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	VLD1.P (R16)(R8), [V0.S4, V1.S4]
+	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
+	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
+	VLD1.P (R21)(R8), [V0.S4, V1.S4]
+	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
+	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
+	VLD1.P (R16)(R8), [V0.S4, V1.S4]
+	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
+	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
+	VLD1.P (R21)(R8), [V0.S4, V1.S4]
+	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
+	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
+	VLD1.P (R16)(R8), [V0.S4, V1.S4]
+	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
+	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
+	VLD1.P (R21)(R8), [V0.S4, V1.S4]
+	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
+	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
+	SUB $4, R17
+	CMP $4, R17
+	BGE r1loop4
+r1tail:
+	CBZ R17, r1store
+r1loop1:
+	FMOVS.P 4(R10), F2
+	VLD1.P (R16)(R8), [V0.S4, V1.S4]
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	VLD1.P (R21)(R8), [V0.S4, V1.S4]
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	SUBS $1, R17, R17
+	BNE r1loop1
+r1store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	B colNext
+colNext:
+	ADD $64, R0
+	ADD $64, R1
+	SUBS $16, R2, R2
+	BNE cols
+	RET
+
+// mulAddAtBNEON adds Aᵀ·B to C (see Impl.MulAddAtB).
+// n%16 == 0, m, n, k >= 1; all accesses are in bounds.
+TEXT ·mulAddAtBNEON(SB), NOSPLIT|NOFRAME, $0-120
+	MOVD b_base+64(FP), R1
+	MOVD c_base+0(FP), R0
+	MOVD n+104(FP), R2
+	MOVD k+112(FP), R9
+	MOVD ldc+24(FP), R6
+	LSL $2, R6
+	MOVD lda+56(FP), R7
+	LSL $2, R7
+	MOVD ldb+88(FP), R8
+	LSL $2, R8
+	MOVD $6, R23
+	MUL R23, R7, R19
+	MUL R23, R6, R20
+cols:
+	MOVD a_base+32(FP), R3
+	MOVD R0, R4
+	MOVD m+96(FP), R5
+rows:
+	CMP $6, R5
+	BLT rowsTail
+	// Tile: 6 rows × 16 columns, 24 accumulators.
+	MOVD R4, R22
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	ADD R6, R22
+	FLDPQ (R22), (F12, F13)
+	FLDPQ 32(R22), (F14, F15)
+	ADD R6, R22
+	FLDPQ (R22), (F16, F17)
+	FLDPQ 32(R22), (F18, F19)
+	ADD R6, R22
+	FLDPQ (R22), (F20, F21)
+	FLDPQ 32(R22), (F22, F23)
+	ADD R6, R22
+	FLDPQ (R22), (F24, F25)
+	FLDPQ 32(R22), (F26, F27)
+	ADD R6, R22
+	FLDPQ (R22), (F28, F29)
+	FLDPQ 32(R22), (F30, F31)
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+r6loop:
+	FMOVD 16(R10), F3
+	VLD1.P (R10)(R7), [V2.S4]
+	VLD1.P (R16)(R8), [V4.S4, V5.S4, V6.S4, V7.S4]
+	WORD $0x4f821088 // fmla v8.4s, v4.4s, v2.s[0]
+	WORD $0x4fa2108c // fmla v12.4s, v4.4s, v2.s[1]
+	WORD $0x4f821890 // fmla v16.4s, v4.4s, v2.s[2]
+	WORD $0x4fa21894 // fmla v20.4s, v4.4s, v2.s[3]
+	WORD $0x4f831098 // fmla v24.4s, v4.4s, v3.s[0]
+	WORD $0x4fa3109c // fmla v28.4s, v4.4s, v3.s[1]
+	WORD $0x4f8210a9 // fmla v9.4s, v5.4s, v2.s[0]
+	WORD $0x4fa210ad // fmla v13.4s, v5.4s, v2.s[1]
+	WORD $0x4f8218b1 // fmla v17.4s, v5.4s, v2.s[2]
+	WORD $0x4fa218b5 // fmla v21.4s, v5.4s, v2.s[3]
+	WORD $0x4f8310b9 // fmla v25.4s, v5.4s, v3.s[0]
+	WORD $0x4fa310bd // fmla v29.4s, v5.4s, v3.s[1]
+	WORD $0x4f8210ca // fmla v10.4s, v6.4s, v2.s[0]
+	WORD $0x4fa210ce // fmla v14.4s, v6.4s, v2.s[1]
+	WORD $0x4f8218d2 // fmla v18.4s, v6.4s, v2.s[2]
+	WORD $0x4fa218d6 // fmla v22.4s, v6.4s, v2.s[3]
+	WORD $0x4f8310da // fmla v26.4s, v6.4s, v3.s[0]
+	WORD $0x4fa310de // fmla v30.4s, v6.4s, v3.s[1]
+	WORD $0x4f8210eb // fmla v11.4s, v7.4s, v2.s[0]
+	WORD $0x4fa210ef // fmla v15.4s, v7.4s, v2.s[1]
+	WORD $0x4f8218f3 // fmla v19.4s, v7.4s, v2.s[2]
+	WORD $0x4fa218f7 // fmla v23.4s, v7.4s, v2.s[3]
+	WORD $0x4f8310fb // fmla v27.4s, v7.4s, v3.s[0]
+	WORD $0x4fa310ff // fmla v31.4s, v7.4s, v3.s[1]
+	SUBS $1, R17, R17
+	BNE r6loop
+r6store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	ADD R6, R22
+	FSTPQ (F16, F17), (R22)
+	FSTPQ (F18, F19), 32(R22)
+	ADD R6, R22
+	FSTPQ (F20, F21), (R22)
+	FSTPQ (F22, F23), 32(R22)
+	ADD R6, R22
+	FSTPQ (F24, F25), (R22)
+	FSTPQ (F26, F27), 32(R22)
+	ADD R6, R22
+	FSTPQ (F28, F29), (R22)
+	FSTPQ (F30, F31), 32(R22)
+	ADD $24, R3
+	ADD R20, R4
+	SUB $6, R5
+	B rows
+rowsTail:
+	CMP $5, R5
+	BEQ tile5
+	CMP $4, R5
+	BEQ tile4
+	CMP $3, R5
+	BEQ tile3
+	CMP $2, R5
+	BEQ tile2
+	CMP $1, R5
+	BEQ tile1
+	B colNext
+tile5:
+	// Tile: 5 rows × 16 columns, 20 accumulators.
+	MOVD R4, R22
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	ADD R6, R22
+	FLDPQ (R22), (F12, F13)
+	FLDPQ 32(R22), (F14, F15)
+	ADD R6, R22
+	FLDPQ (R22), (F16, F17)
+	FLDPQ 32(R22), (F18, F19)
+	ADD R6, R22
+	FLDPQ (R22), (F20, F21)
+	FLDPQ 32(R22), (F22, F23)
+	ADD R6, R22
+	FLDPQ (R22), (F24, F25)
+	FLDPQ 32(R22), (F26, F27)
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+r5loop:
+	FMOVS 16(R10), F3
+	VLD1.P (R10)(R7), [V2.S4]
+	VLD1.P (R16)(R8), [V4.S4, V5.S4, V6.S4, V7.S4]
+	WORD $0x4f821088 // fmla v8.4s, v4.4s, v2.s[0]
+	WORD $0x4fa2108c // fmla v12.4s, v4.4s, v2.s[1]
+	WORD $0x4f821890 // fmla v16.4s, v4.4s, v2.s[2]
+	WORD $0x4fa21894 // fmla v20.4s, v4.4s, v2.s[3]
+	WORD $0x4f831098 // fmla v24.4s, v4.4s, v3.s[0]
+	WORD $0x4f8210a9 // fmla v9.4s, v5.4s, v2.s[0]
+	WORD $0x4fa210ad // fmla v13.4s, v5.4s, v2.s[1]
+	WORD $0x4f8218b1 // fmla v17.4s, v5.4s, v2.s[2]
+	WORD $0x4fa218b5 // fmla v21.4s, v5.4s, v2.s[3]
+	WORD $0x4f8310b9 // fmla v25.4s, v5.4s, v3.s[0]
+	WORD $0x4f8210ca // fmla v10.4s, v6.4s, v2.s[0]
+	WORD $0x4fa210ce // fmla v14.4s, v6.4s, v2.s[1]
+	WORD $0x4f8218d2 // fmla v18.4s, v6.4s, v2.s[2]
+	WORD $0x4fa218d6 // fmla v22.4s, v6.4s, v2.s[3]
+	WORD $0x4f8310da // fmla v26.4s, v6.4s, v3.s[0]
+	WORD $0x4f8210eb // fmla v11.4s, v7.4s, v2.s[0]
+	WORD $0x4fa210ef // fmla v15.4s, v7.4s, v2.s[1]
+	WORD $0x4f8218f3 // fmla v19.4s, v7.4s, v2.s[2]
+	WORD $0x4fa218f7 // fmla v23.4s, v7.4s, v2.s[3]
+	WORD $0x4f8310fb // fmla v27.4s, v7.4s, v3.s[0]
+	SUBS $1, R17, R17
+	BNE r5loop
+r5store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	ADD R6, R22
+	FSTPQ (F16, F17), (R22)
+	FSTPQ (F18, F19), 32(R22)
+	ADD R6, R22
+	FSTPQ (F20, F21), (R22)
+	FSTPQ (F22, F23), 32(R22)
+	ADD R6, R22
+	FSTPQ (F24, F25), (R22)
+	FSTPQ (F26, F27), 32(R22)
+	B colNext
+tile4:
+	// Tile: 4 rows × 16 columns, 16 accumulators.
+	MOVD R4, R22
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	ADD R6, R22
+	FLDPQ (R22), (F12, F13)
+	FLDPQ 32(R22), (F14, F15)
+	ADD R6, R22
+	FLDPQ (R22), (F16, F17)
+	FLDPQ 32(R22), (F18, F19)
+	ADD R6, R22
+	FLDPQ (R22), (F20, F21)
+	FLDPQ 32(R22), (F22, F23)
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+r4loop:
+	VLD1.P (R10)(R7), [V2.S4]
+	VLD1.P (R16)(R8), [V4.S4, V5.S4, V6.S4, V7.S4]
+	WORD $0x4f821088 // fmla v8.4s, v4.4s, v2.s[0]
+	WORD $0x4fa2108c // fmla v12.4s, v4.4s, v2.s[1]
+	WORD $0x4f821890 // fmla v16.4s, v4.4s, v2.s[2]
+	WORD $0x4fa21894 // fmla v20.4s, v4.4s, v2.s[3]
+	WORD $0x4f8210a9 // fmla v9.4s, v5.4s, v2.s[0]
+	WORD $0x4fa210ad // fmla v13.4s, v5.4s, v2.s[1]
+	WORD $0x4f8218b1 // fmla v17.4s, v5.4s, v2.s[2]
+	WORD $0x4fa218b5 // fmla v21.4s, v5.4s, v2.s[3]
+	WORD $0x4f8210ca // fmla v10.4s, v6.4s, v2.s[0]
+	WORD $0x4fa210ce // fmla v14.4s, v6.4s, v2.s[1]
+	WORD $0x4f8218d2 // fmla v18.4s, v6.4s, v2.s[2]
+	WORD $0x4fa218d6 // fmla v22.4s, v6.4s, v2.s[3]
+	WORD $0x4f8210eb // fmla v11.4s, v7.4s, v2.s[0]
+	WORD $0x4fa210ef // fmla v15.4s, v7.4s, v2.s[1]
+	WORD $0x4f8218f3 // fmla v19.4s, v7.4s, v2.s[2]
+	WORD $0x4fa218f7 // fmla v23.4s, v7.4s, v2.s[3]
+	SUBS $1, R17, R17
+	BNE r4loop
+r4store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	ADD R6, R22
+	FSTPQ (F16, F17), (R22)
+	FSTPQ (F18, F19), 32(R22)
+	ADD R6, R22
+	FSTPQ (F20, F21), (R22)
+	FSTPQ (F22, F23), 32(R22)
+	B colNext
+tile3:
+	// Tile: 3 rows × 16 columns, 12 accumulators.
+	MOVD R4, R22
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	ADD R6, R22
+	FLDPQ (R22), (F12, F13)
+	FLDPQ 32(R22), (F14, F15)
+	ADD R6, R22
+	FLDPQ (R22), (F16, F17)
+	FLDPQ 32(R22), (F18, F19)
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+r3loop:
+	FMOVS 8(R10), F3
+	FMOVD 0(R10), F2
+	ADD R7, R10
+	VLD1.P (R16)(R8), [V4.S4, V5.S4, V6.S4, V7.S4]
+	WORD $0x4f821088 // fmla v8.4s, v4.4s, v2.s[0]
+	WORD $0x4fa2108c // fmla v12.4s, v4.4s, v2.s[1]
+	WORD $0x4f831090 // fmla v16.4s, v4.4s, v3.s[0]
+	WORD $0x4f8210a9 // fmla v9.4s, v5.4s, v2.s[0]
+	WORD $0x4fa210ad // fmla v13.4s, v5.4s, v2.s[1]
+	WORD $0x4f8310b1 // fmla v17.4s, v5.4s, v3.s[0]
+	WORD $0x4f8210ca // fmla v10.4s, v6.4s, v2.s[0]
+	WORD $0x4fa210ce // fmla v14.4s, v6.4s, v2.s[1]
+	WORD $0x4f8310d2 // fmla v18.4s, v6.4s, v3.s[0]
+	WORD $0x4f8210eb // fmla v11.4s, v7.4s, v2.s[0]
+	WORD $0x4fa210ef // fmla v15.4s, v7.4s, v2.s[1]
+	WORD $0x4f8310f3 // fmla v19.4s, v7.4s, v3.s[0]
+	SUBS $1, R17, R17
+	BNE r3loop
+r3store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	ADD R6, R22
+	FSTPQ (F16, F17), (R22)
+	FSTPQ (F18, F19), 32(R22)
+	B colNext
+tile2:
+	// Tile: 2 rows × 16 columns, 8 accumulators.
+	MOVD R4, R22
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	ADD R6, R22
+	FLDPQ (R22), (F12, F13)
+	FLDPQ 32(R22), (F14, F15)
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+r2loop:
+	FMOVD 0(R10), F2
+	ADD R7, R10
+	VLD1.P (R16)(R8), [V4.S4, V5.S4, V6.S4, V7.S4]
+	WORD $0x4f821088 // fmla v8.4s, v4.4s, v2.s[0]
+	WORD $0x4fa2108c // fmla v12.4s, v4.4s, v2.s[1]
+	WORD $0x4f8210a9 // fmla v9.4s, v5.4s, v2.s[0]
+	WORD $0x4fa210ad // fmla v13.4s, v5.4s, v2.s[1]
+	WORD $0x4f8210ca // fmla v10.4s, v6.4s, v2.s[0]
+	WORD $0x4fa210ce // fmla v14.4s, v6.4s, v2.s[1]
+	WORD $0x4f8210eb // fmla v11.4s, v7.4s, v2.s[0]
+	WORD $0x4fa210ef // fmla v15.4s, v7.4s, v2.s[1]
+	SUBS $1, R17, R17
+	BNE r2loop
+r2store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	B colNext
+tile1:
+	// Tile: 1 rows × 16 columns, 4 accumulators.
+	MOVD R4, R22
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+r1loop:
+	FMOVS 0(R10), F2
+	ADD R7, R10
+	VLD1.P (R16)(R8), [V4.S4, V5.S4, V6.S4, V7.S4]
+	WORD $0x4f821088 // fmla v8.4s, v4.4s, v2.s[0]
+	WORD $0x4f8210a9 // fmla v9.4s, v5.4s, v2.s[0]
+	WORD $0x4f8210ca // fmla v10.4s, v6.4s, v2.s[0]
+	WORD $0x4f8210eb // fmla v11.4s, v7.4s, v2.s[0]
+	SUBS $1, R17, R17
+	BNE r1loop
+r1store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	B colNext
+colNext:
+	ADD $64, R0
+	ADD $64, R1
+	SUBS $16, R2, R2
+	BNE cols
+	RET
+
 DATA neonconsts<>+0(SB)/4, $0x3fb8aa3b
 DATA neonconsts<>+4(SB)/4, $0x3f318000
 DATA neonconsts<>+8(SB)/4, $0xb95e8083

@@ -81,3 +81,27 @@ func roundBF16NEON(x []float32)
 //
 //go:noescape
 func roundF16NEON(x []float32)
+
+// dot4TNEON sets c[j*ldc+r] = Σ_p a[r*k+p]·b[j*ldb+p] for r < 4, j < n (see Impl.Dot4T).
+// k is a positive multiple of 8, n >= 1, ldc >= 4; all accesses are in bounds.
+//
+//go:noescape
+func dot4TNEON(c []float32, ldc int, a []float32, b []float32, ldb, n, k int)
+
+// mulABtNEON sets C = A·Bᵀ (see Impl.MulABt); bt is packed by PackBt.
+// n%16 == 0, m, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func mulABtNEON(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int)
+
+// mulAddABNEON adds A·B to C (see Impl.MulAddAB).
+// n%16 == 0, m, n, k >= 1; all accesses are in bounds.
+//
+//go:noescape
+func mulAddABNEON(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int)
+
+// mulAddAtBNEON adds Aᵀ·B to C (see Impl.MulAddAtB).
+// n%16 == 0, m, n, k >= 1; all accesses are in bounds.
+//
+//go:noescape
+func mulAddAtBNEON(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int)

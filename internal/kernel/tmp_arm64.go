@@ -2,13 +2,6 @@
 
 package kernel
 
-var (
-	mulABtNEON    = mulABtGeneric
-	mulAddABNEON  = mulAddABGeneric
-	mulAddAtBNEON = mulAddAtBGeneric
-	dot4TNEON     = dot4TGeneric
-)
-
 func setPackersNEON(im *Impl) {
 	im.PackVNNIInto, im.PackVNNI16Into = PackVNNIInto, PackVNNI16Into
 	im.TransposeRound = transposeRoundGeneric

@@ -56,5 +56,9 @@ func generate() *file {
 	genExpSum(f)
 	genSoftcap(f)
 	genConvert(f)
+	genDot4T(f)
+	for _, k := range []gemmKind{kindABt, kindAB, kindAtB} {
+		genGemm(f, k)
+	}
 	return f
 }
