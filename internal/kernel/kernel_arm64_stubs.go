@@ -88,6 +88,204 @@ func roundF16NEON(x []float32)
 //go:noescape
 func dot4TNEON(c []float32, ldc int, a []float32, b []float32, ldb, n, k int)
 
+// scoresF32M1NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 1, j < n, p < d;
+// ldk is the key row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func scoresF32M1NEON(s []float32, lds int, q []float32, k []float32, ldk, n, d int)
+
+// scoresF32M2NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 2, j < n, p < d;
+// ldk is the key row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func scoresF32M2NEON(s []float32, lds int, q []float32, k []float32, ldk, n, d int)
+
+// scoresF32M4NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 4, j < n, p < d;
+// ldk is the key row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func scoresF32M4NEON(s []float32, lds int, q []float32, k []float32, ldk, n, d int)
+
+// scoresF32M8NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 8, j < n, p < d;
+// ldk is the key row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func scoresF32M8NEON(s []float32, lds int, q []float32, k []float32, ldk, n, d int)
+
+// accumF32M1NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 1, c < d, j < n;
+// ldv is the value row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func accumF32M1NEON(o []float32, ldo int, p []float32, ldp int, v []float32, ldv, n, d int)
+
+// accumF32M2NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 2, c < d, j < n;
+// ldv is the value row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func accumF32M2NEON(o []float32, ldo int, p []float32, ldp int, v []float32, ldv, n, d int)
+
+// accumF32M4NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 4, c < d, j < n;
+// ldv is the value row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func accumF32M4NEON(o []float32, ldo int, p []float32, ldp int, v []float32, ldv, n, d int)
+
+// accumF32M8NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 8, c < d, j < n;
+// ldv is the value row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func accumF32M8NEON(o []float32, ldo int, p []float32, ldp int, v []float32, ldv, n, d int)
+
+// scoresBF16M1NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 1, j < n, p < d;
+// ldk is the key row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func scoresBF16M1NEON(s []float32, lds int, q []float32, k []uint16, ldk, n, d int)
+
+// scoresBF16M2NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 2, j < n, p < d;
+// ldk is the key row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func scoresBF16M2NEON(s []float32, lds int, q []float32, k []uint16, ldk, n, d int)
+
+// scoresBF16M4NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 4, j < n, p < d;
+// ldk is the key row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func scoresBF16M4NEON(s []float32, lds int, q []float32, k []uint16, ldk, n, d int)
+
+// scoresBF16M8NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 8, j < n, p < d;
+// ldk is the key row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func scoresBF16M8NEON(s []float32, lds int, q []float32, k []uint16, ldk, n, d int)
+
+// accumBF16M1NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 1, c < d, j < n;
+// ldv is the value row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func accumBF16M1NEON(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv, n, d int)
+
+// accumBF16M2NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 2, c < d, j < n;
+// ldv is the value row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func accumBF16M2NEON(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv, n, d int)
+
+// accumBF16M4NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 4, c < d, j < n;
+// ldv is the value row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func accumBF16M4NEON(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv, n, d int)
+
+// accumBF16M8NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 8, c < d, j < n;
+// ldv is the value row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func accumBF16M8NEON(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv, n, d int)
+
+// scoresF16M1NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 1, j < n, p < d;
+// ldk is the key row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func scoresF16M1NEON(s []float32, lds int, q []float32, k []uint16, ldk, n, d int)
+
+// scoresF16M2NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 2, j < n, p < d;
+// ldk is the key row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func scoresF16M2NEON(s []float32, lds int, q []float32, k []uint16, ldk, n, d int)
+
+// scoresF16M4NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 4, j < n, p < d;
+// ldk is the key row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func scoresF16M4NEON(s []float32, lds int, q []float32, k []uint16, ldk, n, d int)
+
+// scoresF16M8NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 8, j < n, p < d;
+// ldk is the key row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func scoresF16M8NEON(s []float32, lds int, q []float32, k []uint16, ldk, n, d int)
+
+// accumF16M1NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 1, c < d, j < n;
+// ldv is the value row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func accumF16M1NEON(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv, n, d int)
+
+// accumF16M2NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 2, c < d, j < n;
+// ldv is the value row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func accumF16M2NEON(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv, n, d int)
+
+// accumF16M4NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 4, c < d, j < n;
+// ldv is the value row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func accumF16M4NEON(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv, n, d int)
+
+// accumF16M8NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 8, c < d, j < n;
+// ldv is the value row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func accumF16M8NEON(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv, n, d int)
+
+// scoresQ8M1NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 1, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 34 bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func scoresQ8M1NEON(s []float32, lds int, q []float32, k []byte, ldk, n, d int)
+
+// scoresQ8M2NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 2, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 34 bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func scoresQ8M2NEON(s []float32, lds int, q []float32, k []byte, ldk, n, d int)
+
+// scoresQ8M4NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 4, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 34 bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func scoresQ8M4NEON(s []float32, lds int, q []float32, k []byte, ldk, n, d int)
+
+// scoresQ8M8NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 8, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 34 bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func scoresQ8M8NEON(s []float32, lds int, q []float32, k []byte, ldk, n, d int)
+
+// accumQ8M1NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 1, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 34 bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func accumQ8M1NEON(o []float32, ldo int, p []float32, ldp int, v []byte, ldv, n, d int)
+
+// accumQ8M2NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 2, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 34 bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func accumQ8M2NEON(o []float32, ldo int, p []float32, ldp int, v []byte, ldv, n, d int)
+
+// accumQ8M4NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 4, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 34 bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func accumQ8M4NEON(o []float32, ldo int, p []float32, ldp int, v []byte, ldv, n, d int)
+
+// accumQ8M8NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 8, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 34 bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func accumQ8M8NEON(o []float32, ldo int, p []float32, ldp int, v []byte, ldv, n, d int)
+
+// readSumNEON returns the wrapping sum of the little-endian uint32 words of b;
+// len(b) is a positive multiple of 256.
+//
+//go:noescape
+func readSumNEON(b []byte) uint32
+
 // mulABtNEON sets C = A·Bᵀ (see Impl.MulABt); bt is packed by PackBt.
 // n%16 == 0, m, n >= 1; all accesses are in bounds.
 //

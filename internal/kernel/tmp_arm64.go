@@ -12,7 +12,6 @@ func archHalf(e Elem) []Half                                          { return n
 
 var hasBF16 = false
 
-func archDecode() []Decode { return nil }
 func archFMAPeakLoop(name string) (func(iters int) int, bool) {
 	if name == "neon" {
 		return fmaPeakLoopNEON, true

@@ -57,6 +57,7 @@ func generate() *file {
 	genSoftcap(f)
 	genConvert(f)
 	genDot4T(f)
+	genDecode(f)
 	for _, k := range []gemmKind{kindABt, kindAB, kindAtB} {
 		genGemm(f, k)
 	}
