@@ -12582,6 +12582,1083 @@ loop:
 	MOVW R2, ret+24(FP)
 	RET
 
+// packNBF16NEON packs rows 2q, 2q+1 (q < pairs) and columns 16·strips of B (rows at src,
+// stride ld) into the pair layout at dst with strip stride ldb; pairs, strips >= 1.
+TEXT ·packNBF16NEON(SB), NOSPLIT|NOFRAME, $0-80
+	MOVD dst_base+0(FP), R0
+	MOVD ldb+24(FP), R1
+	LSL $1, R1
+	MOVD src_base+32(FP), R2
+	MOVD ld+56(FP), R3
+	LSL $2, R3
+	MOVD pairs+64(FP), R4
+	MOVD $neonconsts<>(SB), R10
+	FMOVQ 288(R10), F31
+	FMOVQ 304(R10), F30
+	FMOVQ 320(R10), F29
+pair:
+	MOVD R2, R6
+	ADD R3, R2, R9
+	MOVD R0, R7
+	MOVD strips+72(FP), R8
+strip:
+	VLD1.P 64(R6), [V8.S4, V9.S4, V10.S4, V11.S4]
+	WORD $0x6f300514 // ushr v20.4s, v8.4s, #16
+	WORD $0x4e3e1e94 // and v20.16b, v20.16b, v30.16b
+	WORD $0x4ea88694 // add v20.4s, v20.4s, v8.4s
+	WORD $0x4ebf8694 // add v20.4s, v20.4s, v31.4s
+	WORD $0x6f300535 // ushr v21.4s, v9.4s, #16
+	WORD $0x4e3e1eb5 // and v21.16b, v21.16b, v30.16b
+	WORD $0x4ea986b5 // add v21.4s, v21.4s, v9.4s
+	WORD $0x4ebf86b5 // add v21.4s, v21.4s, v31.4s
+	WORD $0x4e555a80 // uzp2 v0.8h, v20.8h, v21.8h
+	WORD $0x4e28e516 // fcmeq v22.4s, v8.4s, v8.4s
+	WORD $0x4e29e537 // fcmeq v23.4s, v9.4s, v9.4s
+	WORD $0x4e571ad6 // uzp1 v22.8h, v22.8h, v23.8h
+	WORD $0x4e495914 // uzp2 v20.8h, v8.8h, v9.8h
+	WORD $0x4ebd1e94 // orr v20.16b, v20.16b, v29.16b
+	WORD $0x6ef61e80 // bif v0.16b, v20.16b, v22.16b
+	WORD $0x6f300554 // ushr v20.4s, v10.4s, #16
+	WORD $0x4e3e1e94 // and v20.16b, v20.16b, v30.16b
+	WORD $0x4eaa8694 // add v20.4s, v20.4s, v10.4s
+	WORD $0x4ebf8694 // add v20.4s, v20.4s, v31.4s
+	WORD $0x6f300575 // ushr v21.4s, v11.4s, #16
+	WORD $0x4e3e1eb5 // and v21.16b, v21.16b, v30.16b
+	WORD $0x4eab86b5 // add v21.4s, v21.4s, v11.4s
+	WORD $0x4ebf86b5 // add v21.4s, v21.4s, v31.4s
+	WORD $0x4e555a81 // uzp2 v1.8h, v20.8h, v21.8h
+	WORD $0x4e2ae556 // fcmeq v22.4s, v10.4s, v10.4s
+	WORD $0x4e2be577 // fcmeq v23.4s, v11.4s, v11.4s
+	WORD $0x4e571ad6 // uzp1 v22.8h, v22.8h, v23.8h
+	WORD $0x4e4b5954 // uzp2 v20.8h, v10.8h, v11.8h
+	WORD $0x4ebd1e94 // orr v20.16b, v20.16b, v29.16b
+	WORD $0x6ef61e81 // bif v1.16b, v20.16b, v22.16b
+	VLD1.P 64(R9), [V12.S4, V13.S4, V14.S4, V15.S4]
+	WORD $0x6f300594 // ushr v20.4s, v12.4s, #16
+	WORD $0x4e3e1e94 // and v20.16b, v20.16b, v30.16b
+	WORD $0x4eac8694 // add v20.4s, v20.4s, v12.4s
+	WORD $0x4ebf8694 // add v20.4s, v20.4s, v31.4s
+	WORD $0x6f3005b5 // ushr v21.4s, v13.4s, #16
+	WORD $0x4e3e1eb5 // and v21.16b, v21.16b, v30.16b
+	WORD $0x4ead86b5 // add v21.4s, v21.4s, v13.4s
+	WORD $0x4ebf86b5 // add v21.4s, v21.4s, v31.4s
+	WORD $0x4e555a82 // uzp2 v2.8h, v20.8h, v21.8h
+	WORD $0x4e2ce596 // fcmeq v22.4s, v12.4s, v12.4s
+	WORD $0x4e2de5b7 // fcmeq v23.4s, v13.4s, v13.4s
+	WORD $0x4e571ad6 // uzp1 v22.8h, v22.8h, v23.8h
+	WORD $0x4e4d5994 // uzp2 v20.8h, v12.8h, v13.8h
+	WORD $0x4ebd1e94 // orr v20.16b, v20.16b, v29.16b
+	WORD $0x6ef61e82 // bif v2.16b, v20.16b, v22.16b
+	WORD $0x6f3005d4 // ushr v20.4s, v14.4s, #16
+	WORD $0x4e3e1e94 // and v20.16b, v20.16b, v30.16b
+	WORD $0x4eae8694 // add v20.4s, v20.4s, v14.4s
+	WORD $0x4ebf8694 // add v20.4s, v20.4s, v31.4s
+	WORD $0x6f3005f5 // ushr v21.4s, v15.4s, #16
+	WORD $0x4e3e1eb5 // and v21.16b, v21.16b, v30.16b
+	WORD $0x4eaf86b5 // add v21.4s, v21.4s, v15.4s
+	WORD $0x4ebf86b5 // add v21.4s, v21.4s, v31.4s
+	WORD $0x4e555a83 // uzp2 v3.8h, v20.8h, v21.8h
+	WORD $0x4e2ee5d6 // fcmeq v22.4s, v14.4s, v14.4s
+	WORD $0x4e2fe5f7 // fcmeq v23.4s, v15.4s, v15.4s
+	WORD $0x4e571ad6 // uzp1 v22.8h, v22.8h, v23.8h
+	WORD $0x4e4f59d4 // uzp2 v20.8h, v14.8h, v15.8h
+	WORD $0x4ebd1e94 // orr v20.16b, v20.16b, v29.16b
+	WORD $0x6ef61e83 // bif v3.16b, v20.16b, v22.16b
+	WORD $0x4e423804 // zip1 v4.8h, v0.8h, v2.8h
+	WORD $0x4e427805 // zip2 v5.8h, v0.8h, v2.8h
+	WORD $0x4e433826 // zip1 v6.8h, v1.8h, v3.8h
+	WORD $0x4e437827 // zip2 v7.8h, v1.8h, v3.8h
+	VST1 [V4.H8, V5.H8, V6.H8, V7.H8], (R7)
+	ADD R1, R7
+	SUBS $1, R8, R8
+	BNE strip
+	ADD R3<<1, R2, R2
+	ADD $64, R0
+	SUBS $1, R4, R4
+	BNE pair
+	RET
+
+// packTBF16NEON packs the first k8 (a positive multiple of 8) values of the 16·strips rows
+// of Bᵀ at src (stride ld) into the pair layout at dst with strip stride ldb; strips >= 1.
+TEXT ·packTBF16NEON(SB), NOSPLIT|NOFRAME, $0-80
+	MOVD dst_base+0(FP), R0
+	MOVD ldb+24(FP), R1
+	LSL $1, R1
+	MOVD src_base+32(FP), R2
+	MOVD ld+56(FP), R3
+	LSL $2, R3
+	MOVD strips+64(FP), R4
+	MOVD k8+72(FP), R5
+	MOVD $neonconsts<>(SB), R10
+	FMOVQ 288(R10), F31
+	FMOVQ 304(R10), F30
+	FMOVQ 320(R10), F29
+strip:
+	MOVD R2, R6
+	MOVD R0, R7
+	LSR $3, R5, R8
+block:
+	MOVD R6, R9
+	FLDPQ 0(R9), (F8, F9)
+	WORD $0x6f300514 // ushr v20.4s, v8.4s, #16
+	WORD $0x4e3e1e94 // and v20.16b, v20.16b, v30.16b
+	WORD $0x4ea88694 // add v20.4s, v20.4s, v8.4s
+	WORD $0x4ebf8694 // add v20.4s, v20.4s, v31.4s
+	WORD $0x6f300535 // ushr v21.4s, v9.4s, #16
+	WORD $0x4e3e1eb5 // and v21.16b, v21.16b, v30.16b
+	WORD $0x4ea986b5 // add v21.4s, v21.4s, v9.4s
+	WORD $0x4ebf86b5 // add v21.4s, v21.4s, v31.4s
+	WORD $0x4e555a80 // uzp2 v0.8h, v20.8h, v21.8h
+	WORD $0x4e28e516 // fcmeq v22.4s, v8.4s, v8.4s
+	WORD $0x4e29e537 // fcmeq v23.4s, v9.4s, v9.4s
+	WORD $0x4e571ad6 // uzp1 v22.8h, v22.8h, v23.8h
+	WORD $0x4e495914 // uzp2 v20.8h, v8.8h, v9.8h
+	WORD $0x4ebd1e94 // orr v20.16b, v20.16b, v29.16b
+	WORD $0x6ef61e80 // bif v0.16b, v20.16b, v22.16b
+	ADD R3, R9
+	FLDPQ 0(R9), (F10, F11)
+	WORD $0x6f300554 // ushr v20.4s, v10.4s, #16
+	WORD $0x4e3e1e94 // and v20.16b, v20.16b, v30.16b
+	WORD $0x4eaa8694 // add v20.4s, v20.4s, v10.4s
+	WORD $0x4ebf8694 // add v20.4s, v20.4s, v31.4s
+	WORD $0x6f300575 // ushr v21.4s, v11.4s, #16
+	WORD $0x4e3e1eb5 // and v21.16b, v21.16b, v30.16b
+	WORD $0x4eab86b5 // add v21.4s, v21.4s, v11.4s
+	WORD $0x4ebf86b5 // add v21.4s, v21.4s, v31.4s
+	WORD $0x4e555a81 // uzp2 v1.8h, v20.8h, v21.8h
+	WORD $0x4e2ae556 // fcmeq v22.4s, v10.4s, v10.4s
+	WORD $0x4e2be577 // fcmeq v23.4s, v11.4s, v11.4s
+	WORD $0x4e571ad6 // uzp1 v22.8h, v22.8h, v23.8h
+	WORD $0x4e4b5954 // uzp2 v20.8h, v10.8h, v11.8h
+	WORD $0x4ebd1e94 // orr v20.16b, v20.16b, v29.16b
+	WORD $0x6ef61e81 // bif v1.16b, v20.16b, v22.16b
+	ADD R3, R9
+	FLDPQ 0(R9), (F12, F13)
+	WORD $0x6f300594 // ushr v20.4s, v12.4s, #16
+	WORD $0x4e3e1e94 // and v20.16b, v20.16b, v30.16b
+	WORD $0x4eac8694 // add v20.4s, v20.4s, v12.4s
+	WORD $0x4ebf8694 // add v20.4s, v20.4s, v31.4s
+	WORD $0x6f3005b5 // ushr v21.4s, v13.4s, #16
+	WORD $0x4e3e1eb5 // and v21.16b, v21.16b, v30.16b
+	WORD $0x4ead86b5 // add v21.4s, v21.4s, v13.4s
+	WORD $0x4ebf86b5 // add v21.4s, v21.4s, v31.4s
+	WORD $0x4e555a82 // uzp2 v2.8h, v20.8h, v21.8h
+	WORD $0x4e2ce596 // fcmeq v22.4s, v12.4s, v12.4s
+	WORD $0x4e2de5b7 // fcmeq v23.4s, v13.4s, v13.4s
+	WORD $0x4e571ad6 // uzp1 v22.8h, v22.8h, v23.8h
+	WORD $0x4e4d5994 // uzp2 v20.8h, v12.8h, v13.8h
+	WORD $0x4ebd1e94 // orr v20.16b, v20.16b, v29.16b
+	WORD $0x6ef61e82 // bif v2.16b, v20.16b, v22.16b
+	ADD R3, R9
+	FLDPQ 0(R9), (F14, F15)
+	WORD $0x6f3005d4 // ushr v20.4s, v14.4s, #16
+	WORD $0x4e3e1e94 // and v20.16b, v20.16b, v30.16b
+	WORD $0x4eae8694 // add v20.4s, v20.4s, v14.4s
+	WORD $0x4ebf8694 // add v20.4s, v20.4s, v31.4s
+	WORD $0x6f3005f5 // ushr v21.4s, v15.4s, #16
+	WORD $0x4e3e1eb5 // and v21.16b, v21.16b, v30.16b
+	WORD $0x4eaf86b5 // add v21.4s, v21.4s, v15.4s
+	WORD $0x4ebf86b5 // add v21.4s, v21.4s, v31.4s
+	WORD $0x4e555a83 // uzp2 v3.8h, v20.8h, v21.8h
+	WORD $0x4e2ee5d6 // fcmeq v22.4s, v14.4s, v14.4s
+	WORD $0x4e2fe5f7 // fcmeq v23.4s, v15.4s, v15.4s
+	WORD $0x4e571ad6 // uzp1 v22.8h, v22.8h, v23.8h
+	WORD $0x4e4f59d4 // uzp2 v20.8h, v14.8h, v15.8h
+	WORD $0x4ebd1e94 // orr v20.16b, v20.16b, v29.16b
+	WORD $0x6ef61e83 // bif v3.16b, v20.16b, v22.16b
+	ADD R3, R9
+	WORD $0x4e812810 // trn1 v16.4s, v0.4s, v1.4s
+	WORD $0x4e816811 // trn2 v17.4s, v0.4s, v1.4s
+	WORD $0x4e832852 // trn1 v18.4s, v2.4s, v3.4s
+	WORD $0x4e836853 // trn2 v19.4s, v2.4s, v3.4s
+	WORD $0x4ed22a04 // trn1 v4.2d, v16.2d, v18.2d
+	WORD $0x4ed26a06 // trn2 v6.2d, v16.2d, v18.2d
+	WORD $0x4ed32a25 // trn1 v5.2d, v17.2d, v19.2d
+	WORD $0x4ed36a27 // trn2 v7.2d, v17.2d, v19.2d
+	FMOVQ F4, 0(R7)
+	FMOVQ F5, 64(R7)
+	FMOVQ F6, 128(R7)
+	FMOVQ F7, 192(R7)
+	FLDPQ 0(R9), (F8, F9)
+	WORD $0x6f300514 // ushr v20.4s, v8.4s, #16
+	WORD $0x4e3e1e94 // and v20.16b, v20.16b, v30.16b
+	WORD $0x4ea88694 // add v20.4s, v20.4s, v8.4s
+	WORD $0x4ebf8694 // add v20.4s, v20.4s, v31.4s
+	WORD $0x6f300535 // ushr v21.4s, v9.4s, #16
+	WORD $0x4e3e1eb5 // and v21.16b, v21.16b, v30.16b
+	WORD $0x4ea986b5 // add v21.4s, v21.4s, v9.4s
+	WORD $0x4ebf86b5 // add v21.4s, v21.4s, v31.4s
+	WORD $0x4e555a80 // uzp2 v0.8h, v20.8h, v21.8h
+	WORD $0x4e28e516 // fcmeq v22.4s, v8.4s, v8.4s
+	WORD $0x4e29e537 // fcmeq v23.4s, v9.4s, v9.4s
+	WORD $0x4e571ad6 // uzp1 v22.8h, v22.8h, v23.8h
+	WORD $0x4e495914 // uzp2 v20.8h, v8.8h, v9.8h
+	WORD $0x4ebd1e94 // orr v20.16b, v20.16b, v29.16b
+	WORD $0x6ef61e80 // bif v0.16b, v20.16b, v22.16b
+	ADD R3, R9
+	FLDPQ 0(R9), (F10, F11)
+	WORD $0x6f300554 // ushr v20.4s, v10.4s, #16
+	WORD $0x4e3e1e94 // and v20.16b, v20.16b, v30.16b
+	WORD $0x4eaa8694 // add v20.4s, v20.4s, v10.4s
+	WORD $0x4ebf8694 // add v20.4s, v20.4s, v31.4s
+	WORD $0x6f300575 // ushr v21.4s, v11.4s, #16
+	WORD $0x4e3e1eb5 // and v21.16b, v21.16b, v30.16b
+	WORD $0x4eab86b5 // add v21.4s, v21.4s, v11.4s
+	WORD $0x4ebf86b5 // add v21.4s, v21.4s, v31.4s
+	WORD $0x4e555a81 // uzp2 v1.8h, v20.8h, v21.8h
+	WORD $0x4e2ae556 // fcmeq v22.4s, v10.4s, v10.4s
+	WORD $0x4e2be577 // fcmeq v23.4s, v11.4s, v11.4s
+	WORD $0x4e571ad6 // uzp1 v22.8h, v22.8h, v23.8h
+	WORD $0x4e4b5954 // uzp2 v20.8h, v10.8h, v11.8h
+	WORD $0x4ebd1e94 // orr v20.16b, v20.16b, v29.16b
+	WORD $0x6ef61e81 // bif v1.16b, v20.16b, v22.16b
+	ADD R3, R9
+	FLDPQ 0(R9), (F12, F13)
+	WORD $0x6f300594 // ushr v20.4s, v12.4s, #16
+	WORD $0x4e3e1e94 // and v20.16b, v20.16b, v30.16b
+	WORD $0x4eac8694 // add v20.4s, v20.4s, v12.4s
+	WORD $0x4ebf8694 // add v20.4s, v20.4s, v31.4s
+	WORD $0x6f3005b5 // ushr v21.4s, v13.4s, #16
+	WORD $0x4e3e1eb5 // and v21.16b, v21.16b, v30.16b
+	WORD $0x4ead86b5 // add v21.4s, v21.4s, v13.4s
+	WORD $0x4ebf86b5 // add v21.4s, v21.4s, v31.4s
+	WORD $0x4e555a82 // uzp2 v2.8h, v20.8h, v21.8h
+	WORD $0x4e2ce596 // fcmeq v22.4s, v12.4s, v12.4s
+	WORD $0x4e2de5b7 // fcmeq v23.4s, v13.4s, v13.4s
+	WORD $0x4e571ad6 // uzp1 v22.8h, v22.8h, v23.8h
+	WORD $0x4e4d5994 // uzp2 v20.8h, v12.8h, v13.8h
+	WORD $0x4ebd1e94 // orr v20.16b, v20.16b, v29.16b
+	WORD $0x6ef61e82 // bif v2.16b, v20.16b, v22.16b
+	ADD R3, R9
+	FLDPQ 0(R9), (F14, F15)
+	WORD $0x6f3005d4 // ushr v20.4s, v14.4s, #16
+	WORD $0x4e3e1e94 // and v20.16b, v20.16b, v30.16b
+	WORD $0x4eae8694 // add v20.4s, v20.4s, v14.4s
+	WORD $0x4ebf8694 // add v20.4s, v20.4s, v31.4s
+	WORD $0x6f3005f5 // ushr v21.4s, v15.4s, #16
+	WORD $0x4e3e1eb5 // and v21.16b, v21.16b, v30.16b
+	WORD $0x4eaf86b5 // add v21.4s, v21.4s, v15.4s
+	WORD $0x4ebf86b5 // add v21.4s, v21.4s, v31.4s
+	WORD $0x4e555a83 // uzp2 v3.8h, v20.8h, v21.8h
+	WORD $0x4e2ee5d6 // fcmeq v22.4s, v14.4s, v14.4s
+	WORD $0x4e2fe5f7 // fcmeq v23.4s, v15.4s, v15.4s
+	WORD $0x4e571ad6 // uzp1 v22.8h, v22.8h, v23.8h
+	WORD $0x4e4f59d4 // uzp2 v20.8h, v14.8h, v15.8h
+	WORD $0x4ebd1e94 // orr v20.16b, v20.16b, v29.16b
+	WORD $0x6ef61e83 // bif v3.16b, v20.16b, v22.16b
+	ADD R3, R9
+	WORD $0x4e812810 // trn1 v16.4s, v0.4s, v1.4s
+	WORD $0x4e816811 // trn2 v17.4s, v0.4s, v1.4s
+	WORD $0x4e832852 // trn1 v18.4s, v2.4s, v3.4s
+	WORD $0x4e836853 // trn2 v19.4s, v2.4s, v3.4s
+	WORD $0x4ed22a04 // trn1 v4.2d, v16.2d, v18.2d
+	WORD $0x4ed26a06 // trn2 v6.2d, v16.2d, v18.2d
+	WORD $0x4ed32a25 // trn1 v5.2d, v17.2d, v19.2d
+	WORD $0x4ed36a27 // trn2 v7.2d, v17.2d, v19.2d
+	FMOVQ F4, 16(R7)
+	FMOVQ F5, 80(R7)
+	FMOVQ F6, 144(R7)
+	FMOVQ F7, 208(R7)
+	FLDPQ 0(R9), (F8, F9)
+	WORD $0x6f300514 // ushr v20.4s, v8.4s, #16
+	WORD $0x4e3e1e94 // and v20.16b, v20.16b, v30.16b
+	WORD $0x4ea88694 // add v20.4s, v20.4s, v8.4s
+	WORD $0x4ebf8694 // add v20.4s, v20.4s, v31.4s
+	WORD $0x6f300535 // ushr v21.4s, v9.4s, #16
+	WORD $0x4e3e1eb5 // and v21.16b, v21.16b, v30.16b
+	WORD $0x4ea986b5 // add v21.4s, v21.4s, v9.4s
+	WORD $0x4ebf86b5 // add v21.4s, v21.4s, v31.4s
+	WORD $0x4e555a80 // uzp2 v0.8h, v20.8h, v21.8h
+	WORD $0x4e28e516 // fcmeq v22.4s, v8.4s, v8.4s
+	WORD $0x4e29e537 // fcmeq v23.4s, v9.4s, v9.4s
+	WORD $0x4e571ad6 // uzp1 v22.8h, v22.8h, v23.8h
+	WORD $0x4e495914 // uzp2 v20.8h, v8.8h, v9.8h
+	WORD $0x4ebd1e94 // orr v20.16b, v20.16b, v29.16b
+	WORD $0x6ef61e80 // bif v0.16b, v20.16b, v22.16b
+	ADD R3, R9
+	FLDPQ 0(R9), (F10, F11)
+	WORD $0x6f300554 // ushr v20.4s, v10.4s, #16
+	WORD $0x4e3e1e94 // and v20.16b, v20.16b, v30.16b
+	WORD $0x4eaa8694 // add v20.4s, v20.4s, v10.4s
+	WORD $0x4ebf8694 // add v20.4s, v20.4s, v31.4s
+	WORD $0x6f300575 // ushr v21.4s, v11.4s, #16
+	WORD $0x4e3e1eb5 // and v21.16b, v21.16b, v30.16b
+	WORD $0x4eab86b5 // add v21.4s, v21.4s, v11.4s
+	WORD $0x4ebf86b5 // add v21.4s, v21.4s, v31.4s
+	WORD $0x4e555a81 // uzp2 v1.8h, v20.8h, v21.8h
+	WORD $0x4e2ae556 // fcmeq v22.4s, v10.4s, v10.4s
+	WORD $0x4e2be577 // fcmeq v23.4s, v11.4s, v11.4s
+	WORD $0x4e571ad6 // uzp1 v22.8h, v22.8h, v23.8h
+	WORD $0x4e4b5954 // uzp2 v20.8h, v10.8h, v11.8h
+	WORD $0x4ebd1e94 // orr v20.16b, v20.16b, v29.16b
+	WORD $0x6ef61e81 // bif v1.16b, v20.16b, v22.16b
+	ADD R3, R9
+	FLDPQ 0(R9), (F12, F13)
+	WORD $0x6f300594 // ushr v20.4s, v12.4s, #16
+	WORD $0x4e3e1e94 // and v20.16b, v20.16b, v30.16b
+	WORD $0x4eac8694 // add v20.4s, v20.4s, v12.4s
+	WORD $0x4ebf8694 // add v20.4s, v20.4s, v31.4s
+	WORD $0x6f3005b5 // ushr v21.4s, v13.4s, #16
+	WORD $0x4e3e1eb5 // and v21.16b, v21.16b, v30.16b
+	WORD $0x4ead86b5 // add v21.4s, v21.4s, v13.4s
+	WORD $0x4ebf86b5 // add v21.4s, v21.4s, v31.4s
+	WORD $0x4e555a82 // uzp2 v2.8h, v20.8h, v21.8h
+	WORD $0x4e2ce596 // fcmeq v22.4s, v12.4s, v12.4s
+	WORD $0x4e2de5b7 // fcmeq v23.4s, v13.4s, v13.4s
+	WORD $0x4e571ad6 // uzp1 v22.8h, v22.8h, v23.8h
+	WORD $0x4e4d5994 // uzp2 v20.8h, v12.8h, v13.8h
+	WORD $0x4ebd1e94 // orr v20.16b, v20.16b, v29.16b
+	WORD $0x6ef61e82 // bif v2.16b, v20.16b, v22.16b
+	ADD R3, R9
+	FLDPQ 0(R9), (F14, F15)
+	WORD $0x6f3005d4 // ushr v20.4s, v14.4s, #16
+	WORD $0x4e3e1e94 // and v20.16b, v20.16b, v30.16b
+	WORD $0x4eae8694 // add v20.4s, v20.4s, v14.4s
+	WORD $0x4ebf8694 // add v20.4s, v20.4s, v31.4s
+	WORD $0x6f3005f5 // ushr v21.4s, v15.4s, #16
+	WORD $0x4e3e1eb5 // and v21.16b, v21.16b, v30.16b
+	WORD $0x4eaf86b5 // add v21.4s, v21.4s, v15.4s
+	WORD $0x4ebf86b5 // add v21.4s, v21.4s, v31.4s
+	WORD $0x4e555a83 // uzp2 v3.8h, v20.8h, v21.8h
+	WORD $0x4e2ee5d6 // fcmeq v22.4s, v14.4s, v14.4s
+	WORD $0x4e2fe5f7 // fcmeq v23.4s, v15.4s, v15.4s
+	WORD $0x4e571ad6 // uzp1 v22.8h, v22.8h, v23.8h
+	WORD $0x4e4f59d4 // uzp2 v20.8h, v14.8h, v15.8h
+	WORD $0x4ebd1e94 // orr v20.16b, v20.16b, v29.16b
+	WORD $0x6ef61e83 // bif v3.16b, v20.16b, v22.16b
+	ADD R3, R9
+	WORD $0x4e812810 // trn1 v16.4s, v0.4s, v1.4s
+	WORD $0x4e816811 // trn2 v17.4s, v0.4s, v1.4s
+	WORD $0x4e832852 // trn1 v18.4s, v2.4s, v3.4s
+	WORD $0x4e836853 // trn2 v19.4s, v2.4s, v3.4s
+	WORD $0x4ed22a04 // trn1 v4.2d, v16.2d, v18.2d
+	WORD $0x4ed26a06 // trn2 v6.2d, v16.2d, v18.2d
+	WORD $0x4ed32a25 // trn1 v5.2d, v17.2d, v19.2d
+	WORD $0x4ed36a27 // trn2 v7.2d, v17.2d, v19.2d
+	FMOVQ F4, 32(R7)
+	FMOVQ F5, 96(R7)
+	FMOVQ F6, 160(R7)
+	FMOVQ F7, 224(R7)
+	FLDPQ 0(R9), (F8, F9)
+	WORD $0x6f300514 // ushr v20.4s, v8.4s, #16
+	WORD $0x4e3e1e94 // and v20.16b, v20.16b, v30.16b
+	WORD $0x4ea88694 // add v20.4s, v20.4s, v8.4s
+	WORD $0x4ebf8694 // add v20.4s, v20.4s, v31.4s
+	WORD $0x6f300535 // ushr v21.4s, v9.4s, #16
+	WORD $0x4e3e1eb5 // and v21.16b, v21.16b, v30.16b
+	WORD $0x4ea986b5 // add v21.4s, v21.4s, v9.4s
+	WORD $0x4ebf86b5 // add v21.4s, v21.4s, v31.4s
+	WORD $0x4e555a80 // uzp2 v0.8h, v20.8h, v21.8h
+	WORD $0x4e28e516 // fcmeq v22.4s, v8.4s, v8.4s
+	WORD $0x4e29e537 // fcmeq v23.4s, v9.4s, v9.4s
+	WORD $0x4e571ad6 // uzp1 v22.8h, v22.8h, v23.8h
+	WORD $0x4e495914 // uzp2 v20.8h, v8.8h, v9.8h
+	WORD $0x4ebd1e94 // orr v20.16b, v20.16b, v29.16b
+	WORD $0x6ef61e80 // bif v0.16b, v20.16b, v22.16b
+	ADD R3, R9
+	FLDPQ 0(R9), (F10, F11)
+	WORD $0x6f300554 // ushr v20.4s, v10.4s, #16
+	WORD $0x4e3e1e94 // and v20.16b, v20.16b, v30.16b
+	WORD $0x4eaa8694 // add v20.4s, v20.4s, v10.4s
+	WORD $0x4ebf8694 // add v20.4s, v20.4s, v31.4s
+	WORD $0x6f300575 // ushr v21.4s, v11.4s, #16
+	WORD $0x4e3e1eb5 // and v21.16b, v21.16b, v30.16b
+	WORD $0x4eab86b5 // add v21.4s, v21.4s, v11.4s
+	WORD $0x4ebf86b5 // add v21.4s, v21.4s, v31.4s
+	WORD $0x4e555a81 // uzp2 v1.8h, v20.8h, v21.8h
+	WORD $0x4e2ae556 // fcmeq v22.4s, v10.4s, v10.4s
+	WORD $0x4e2be577 // fcmeq v23.4s, v11.4s, v11.4s
+	WORD $0x4e571ad6 // uzp1 v22.8h, v22.8h, v23.8h
+	WORD $0x4e4b5954 // uzp2 v20.8h, v10.8h, v11.8h
+	WORD $0x4ebd1e94 // orr v20.16b, v20.16b, v29.16b
+	WORD $0x6ef61e81 // bif v1.16b, v20.16b, v22.16b
+	ADD R3, R9
+	FLDPQ 0(R9), (F12, F13)
+	WORD $0x6f300594 // ushr v20.4s, v12.4s, #16
+	WORD $0x4e3e1e94 // and v20.16b, v20.16b, v30.16b
+	WORD $0x4eac8694 // add v20.4s, v20.4s, v12.4s
+	WORD $0x4ebf8694 // add v20.4s, v20.4s, v31.4s
+	WORD $0x6f3005b5 // ushr v21.4s, v13.4s, #16
+	WORD $0x4e3e1eb5 // and v21.16b, v21.16b, v30.16b
+	WORD $0x4ead86b5 // add v21.4s, v21.4s, v13.4s
+	WORD $0x4ebf86b5 // add v21.4s, v21.4s, v31.4s
+	WORD $0x4e555a82 // uzp2 v2.8h, v20.8h, v21.8h
+	WORD $0x4e2ce596 // fcmeq v22.4s, v12.4s, v12.4s
+	WORD $0x4e2de5b7 // fcmeq v23.4s, v13.4s, v13.4s
+	WORD $0x4e571ad6 // uzp1 v22.8h, v22.8h, v23.8h
+	WORD $0x4e4d5994 // uzp2 v20.8h, v12.8h, v13.8h
+	WORD $0x4ebd1e94 // orr v20.16b, v20.16b, v29.16b
+	WORD $0x6ef61e82 // bif v2.16b, v20.16b, v22.16b
+	ADD R3, R9
+	FLDPQ 0(R9), (F14, F15)
+	WORD $0x6f3005d4 // ushr v20.4s, v14.4s, #16
+	WORD $0x4e3e1e94 // and v20.16b, v20.16b, v30.16b
+	WORD $0x4eae8694 // add v20.4s, v20.4s, v14.4s
+	WORD $0x4ebf8694 // add v20.4s, v20.4s, v31.4s
+	WORD $0x6f3005f5 // ushr v21.4s, v15.4s, #16
+	WORD $0x4e3e1eb5 // and v21.16b, v21.16b, v30.16b
+	WORD $0x4eaf86b5 // add v21.4s, v21.4s, v15.4s
+	WORD $0x4ebf86b5 // add v21.4s, v21.4s, v31.4s
+	WORD $0x4e555a83 // uzp2 v3.8h, v20.8h, v21.8h
+	WORD $0x4e2ee5d6 // fcmeq v22.4s, v14.4s, v14.4s
+	WORD $0x4e2fe5f7 // fcmeq v23.4s, v15.4s, v15.4s
+	WORD $0x4e571ad6 // uzp1 v22.8h, v22.8h, v23.8h
+	WORD $0x4e4f59d4 // uzp2 v20.8h, v14.8h, v15.8h
+	WORD $0x4ebd1e94 // orr v20.16b, v20.16b, v29.16b
+	WORD $0x6ef61e83 // bif v3.16b, v20.16b, v22.16b
+	ADD R3, R9
+	WORD $0x4e812810 // trn1 v16.4s, v0.4s, v1.4s
+	WORD $0x4e816811 // trn2 v17.4s, v0.4s, v1.4s
+	WORD $0x4e832852 // trn1 v18.4s, v2.4s, v3.4s
+	WORD $0x4e836853 // trn2 v19.4s, v2.4s, v3.4s
+	WORD $0x4ed22a04 // trn1 v4.2d, v16.2d, v18.2d
+	WORD $0x4ed26a06 // trn2 v6.2d, v16.2d, v18.2d
+	WORD $0x4ed32a25 // trn1 v5.2d, v17.2d, v19.2d
+	WORD $0x4ed36a27 // trn2 v7.2d, v17.2d, v19.2d
+	FMOVQ F4, 48(R7)
+	FMOVQ F5, 112(R7)
+	FMOVQ F6, 176(R7)
+	FMOVQ F7, 240(R7)
+	ADD $32, R6
+	ADD $256, R7
+	SUBS $1, R8, R8
+	BNE block
+	ADD R3<<4, R2, R2
+	ADD R1, R0
+	SUBS $1, R4, R4
+	BNE strip
+	RET
+
+// transposeRoundBF16NEON sets dst[j*ldd+i] to src[i*lds+j] rounded to bfloat16 for
+// i < rows8, j < cols8 (positive multiples of 8).
+TEXT ·transposeRoundBF16NEON(SB), NOSPLIT|NOFRAME, $0-80
+	MOVD dst_base+0(FP), R0
+	MOVD ldd+24(FP), R1
+	LSL $1, R1
+	MOVD src_base+32(FP), R2
+	MOVD lds+56(FP), R3
+	LSL $2, R3
+	MOVD rows8+64(FP), R4
+	MOVD cols8+72(FP), R5
+	MOVD $neonconsts<>(SB), R10
+	FMOVQ 288(R10), F31
+	FMOVQ 304(R10), F30
+	FMOVQ 320(R10), F29
+band:
+	MOVD R2, R6
+	MOVD R0, R7
+	MOVD R5, R8
+block:
+	MOVD R6, R9
+	FLDPQ 0(R9), (F8, F9)
+	WORD $0x6f300514 // ushr v20.4s, v8.4s, #16
+	WORD $0x4e3e1e94 // and v20.16b, v20.16b, v30.16b
+	WORD $0x4ea88694 // add v20.4s, v20.4s, v8.4s
+	WORD $0x4ebf8694 // add v20.4s, v20.4s, v31.4s
+	WORD $0x6f300535 // ushr v21.4s, v9.4s, #16
+	WORD $0x4e3e1eb5 // and v21.16b, v21.16b, v30.16b
+	WORD $0x4ea986b5 // add v21.4s, v21.4s, v9.4s
+	WORD $0x4ebf86b5 // add v21.4s, v21.4s, v31.4s
+	WORD $0x4e555a80 // uzp2 v0.8h, v20.8h, v21.8h
+	WORD $0x4e28e516 // fcmeq v22.4s, v8.4s, v8.4s
+	WORD $0x4e29e537 // fcmeq v23.4s, v9.4s, v9.4s
+	WORD $0x4e571ad6 // uzp1 v22.8h, v22.8h, v23.8h
+	WORD $0x4e495914 // uzp2 v20.8h, v8.8h, v9.8h
+	WORD $0x4ebd1e94 // orr v20.16b, v20.16b, v29.16b
+	WORD $0x6ef61e80 // bif v0.16b, v20.16b, v22.16b
+	ADD R3, R9
+	FLDPQ 0(R9), (F10, F11)
+	WORD $0x6f300554 // ushr v20.4s, v10.4s, #16
+	WORD $0x4e3e1e94 // and v20.16b, v20.16b, v30.16b
+	WORD $0x4eaa8694 // add v20.4s, v20.4s, v10.4s
+	WORD $0x4ebf8694 // add v20.4s, v20.4s, v31.4s
+	WORD $0x6f300575 // ushr v21.4s, v11.4s, #16
+	WORD $0x4e3e1eb5 // and v21.16b, v21.16b, v30.16b
+	WORD $0x4eab86b5 // add v21.4s, v21.4s, v11.4s
+	WORD $0x4ebf86b5 // add v21.4s, v21.4s, v31.4s
+	WORD $0x4e555a81 // uzp2 v1.8h, v20.8h, v21.8h
+	WORD $0x4e2ae556 // fcmeq v22.4s, v10.4s, v10.4s
+	WORD $0x4e2be577 // fcmeq v23.4s, v11.4s, v11.4s
+	WORD $0x4e571ad6 // uzp1 v22.8h, v22.8h, v23.8h
+	WORD $0x4e4b5954 // uzp2 v20.8h, v10.8h, v11.8h
+	WORD $0x4ebd1e94 // orr v20.16b, v20.16b, v29.16b
+	WORD $0x6ef61e81 // bif v1.16b, v20.16b, v22.16b
+	ADD R3, R9
+	FLDPQ 0(R9), (F12, F13)
+	WORD $0x6f300594 // ushr v20.4s, v12.4s, #16
+	WORD $0x4e3e1e94 // and v20.16b, v20.16b, v30.16b
+	WORD $0x4eac8694 // add v20.4s, v20.4s, v12.4s
+	WORD $0x4ebf8694 // add v20.4s, v20.4s, v31.4s
+	WORD $0x6f3005b5 // ushr v21.4s, v13.4s, #16
+	WORD $0x4e3e1eb5 // and v21.16b, v21.16b, v30.16b
+	WORD $0x4ead86b5 // add v21.4s, v21.4s, v13.4s
+	WORD $0x4ebf86b5 // add v21.4s, v21.4s, v31.4s
+	WORD $0x4e555a82 // uzp2 v2.8h, v20.8h, v21.8h
+	WORD $0x4e2ce596 // fcmeq v22.4s, v12.4s, v12.4s
+	WORD $0x4e2de5b7 // fcmeq v23.4s, v13.4s, v13.4s
+	WORD $0x4e571ad6 // uzp1 v22.8h, v22.8h, v23.8h
+	WORD $0x4e4d5994 // uzp2 v20.8h, v12.8h, v13.8h
+	WORD $0x4ebd1e94 // orr v20.16b, v20.16b, v29.16b
+	WORD $0x6ef61e82 // bif v2.16b, v20.16b, v22.16b
+	ADD R3, R9
+	FLDPQ 0(R9), (F14, F15)
+	WORD $0x6f3005d4 // ushr v20.4s, v14.4s, #16
+	WORD $0x4e3e1e94 // and v20.16b, v20.16b, v30.16b
+	WORD $0x4eae8694 // add v20.4s, v20.4s, v14.4s
+	WORD $0x4ebf8694 // add v20.4s, v20.4s, v31.4s
+	WORD $0x6f3005f5 // ushr v21.4s, v15.4s, #16
+	WORD $0x4e3e1eb5 // and v21.16b, v21.16b, v30.16b
+	WORD $0x4eaf86b5 // add v21.4s, v21.4s, v15.4s
+	WORD $0x4ebf86b5 // add v21.4s, v21.4s, v31.4s
+	WORD $0x4e555a83 // uzp2 v3.8h, v20.8h, v21.8h
+	WORD $0x4e2ee5d6 // fcmeq v22.4s, v14.4s, v14.4s
+	WORD $0x4e2fe5f7 // fcmeq v23.4s, v15.4s, v15.4s
+	WORD $0x4e571ad6 // uzp1 v22.8h, v22.8h, v23.8h
+	WORD $0x4e4f59d4 // uzp2 v20.8h, v14.8h, v15.8h
+	WORD $0x4ebd1e94 // orr v20.16b, v20.16b, v29.16b
+	WORD $0x6ef61e83 // bif v3.16b, v20.16b, v22.16b
+	ADD R3, R9
+	FLDPQ 0(R9), (F8, F9)
+	WORD $0x6f300514 // ushr v20.4s, v8.4s, #16
+	WORD $0x4e3e1e94 // and v20.16b, v20.16b, v30.16b
+	WORD $0x4ea88694 // add v20.4s, v20.4s, v8.4s
+	WORD $0x4ebf8694 // add v20.4s, v20.4s, v31.4s
+	WORD $0x6f300535 // ushr v21.4s, v9.4s, #16
+	WORD $0x4e3e1eb5 // and v21.16b, v21.16b, v30.16b
+	WORD $0x4ea986b5 // add v21.4s, v21.4s, v9.4s
+	WORD $0x4ebf86b5 // add v21.4s, v21.4s, v31.4s
+	WORD $0x4e555a84 // uzp2 v4.8h, v20.8h, v21.8h
+	WORD $0x4e28e516 // fcmeq v22.4s, v8.4s, v8.4s
+	WORD $0x4e29e537 // fcmeq v23.4s, v9.4s, v9.4s
+	WORD $0x4e571ad6 // uzp1 v22.8h, v22.8h, v23.8h
+	WORD $0x4e495914 // uzp2 v20.8h, v8.8h, v9.8h
+	WORD $0x4ebd1e94 // orr v20.16b, v20.16b, v29.16b
+	WORD $0x6ef61e84 // bif v4.16b, v20.16b, v22.16b
+	ADD R3, R9
+	FLDPQ 0(R9), (F10, F11)
+	WORD $0x6f300554 // ushr v20.4s, v10.4s, #16
+	WORD $0x4e3e1e94 // and v20.16b, v20.16b, v30.16b
+	WORD $0x4eaa8694 // add v20.4s, v20.4s, v10.4s
+	WORD $0x4ebf8694 // add v20.4s, v20.4s, v31.4s
+	WORD $0x6f300575 // ushr v21.4s, v11.4s, #16
+	WORD $0x4e3e1eb5 // and v21.16b, v21.16b, v30.16b
+	WORD $0x4eab86b5 // add v21.4s, v21.4s, v11.4s
+	WORD $0x4ebf86b5 // add v21.4s, v21.4s, v31.4s
+	WORD $0x4e555a85 // uzp2 v5.8h, v20.8h, v21.8h
+	WORD $0x4e2ae556 // fcmeq v22.4s, v10.4s, v10.4s
+	WORD $0x4e2be577 // fcmeq v23.4s, v11.4s, v11.4s
+	WORD $0x4e571ad6 // uzp1 v22.8h, v22.8h, v23.8h
+	WORD $0x4e4b5954 // uzp2 v20.8h, v10.8h, v11.8h
+	WORD $0x4ebd1e94 // orr v20.16b, v20.16b, v29.16b
+	WORD $0x6ef61e85 // bif v5.16b, v20.16b, v22.16b
+	ADD R3, R9
+	FLDPQ 0(R9), (F12, F13)
+	WORD $0x6f300594 // ushr v20.4s, v12.4s, #16
+	WORD $0x4e3e1e94 // and v20.16b, v20.16b, v30.16b
+	WORD $0x4eac8694 // add v20.4s, v20.4s, v12.4s
+	WORD $0x4ebf8694 // add v20.4s, v20.4s, v31.4s
+	WORD $0x6f3005b5 // ushr v21.4s, v13.4s, #16
+	WORD $0x4e3e1eb5 // and v21.16b, v21.16b, v30.16b
+	WORD $0x4ead86b5 // add v21.4s, v21.4s, v13.4s
+	WORD $0x4ebf86b5 // add v21.4s, v21.4s, v31.4s
+	WORD $0x4e555a86 // uzp2 v6.8h, v20.8h, v21.8h
+	WORD $0x4e2ce596 // fcmeq v22.4s, v12.4s, v12.4s
+	WORD $0x4e2de5b7 // fcmeq v23.4s, v13.4s, v13.4s
+	WORD $0x4e571ad6 // uzp1 v22.8h, v22.8h, v23.8h
+	WORD $0x4e4d5994 // uzp2 v20.8h, v12.8h, v13.8h
+	WORD $0x4ebd1e94 // orr v20.16b, v20.16b, v29.16b
+	WORD $0x6ef61e86 // bif v6.16b, v20.16b, v22.16b
+	ADD R3, R9
+	FLDPQ 0(R9), (F14, F15)
+	WORD $0x6f3005d4 // ushr v20.4s, v14.4s, #16
+	WORD $0x4e3e1e94 // and v20.16b, v20.16b, v30.16b
+	WORD $0x4eae8694 // add v20.4s, v20.4s, v14.4s
+	WORD $0x4ebf8694 // add v20.4s, v20.4s, v31.4s
+	WORD $0x6f3005f5 // ushr v21.4s, v15.4s, #16
+	WORD $0x4e3e1eb5 // and v21.16b, v21.16b, v30.16b
+	WORD $0x4eaf86b5 // add v21.4s, v21.4s, v15.4s
+	WORD $0x4ebf86b5 // add v21.4s, v21.4s, v31.4s
+	WORD $0x4e555a87 // uzp2 v7.8h, v20.8h, v21.8h
+	WORD $0x4e2ee5d6 // fcmeq v22.4s, v14.4s, v14.4s
+	WORD $0x4e2fe5f7 // fcmeq v23.4s, v15.4s, v15.4s
+	WORD $0x4e571ad6 // uzp1 v22.8h, v22.8h, v23.8h
+	WORD $0x4e4f59d4 // uzp2 v20.8h, v14.8h, v15.8h
+	WORD $0x4ebd1e94 // orr v20.16b, v20.16b, v29.16b
+	WORD $0x6ef61e87 // bif v7.16b, v20.16b, v22.16b
+	WORD $0x4e412808 // trn1 v8.8h, v0.8h, v1.8h
+	WORD $0x4e416809 // trn2 v9.8h, v0.8h, v1.8h
+	WORD $0x4e43284a // trn1 v10.8h, v2.8h, v3.8h
+	WORD $0x4e43684b // trn2 v11.8h, v2.8h, v3.8h
+	WORD $0x4e45288c // trn1 v12.8h, v4.8h, v5.8h
+	WORD $0x4e45688d // trn2 v13.8h, v4.8h, v5.8h
+	WORD $0x4e4728ce // trn1 v14.8h, v6.8h, v7.8h
+	WORD $0x4e4768cf // trn2 v15.8h, v6.8h, v7.8h
+	WORD $0x4e8a2910 // trn1 v16.4s, v8.4s, v10.4s
+	WORD $0x4e8a6911 // trn2 v17.4s, v8.4s, v10.4s
+	WORD $0x4e8b2932 // trn1 v18.4s, v9.4s, v11.4s
+	WORD $0x4e8b6933 // trn2 v19.4s, v9.4s, v11.4s
+	WORD $0x4e8e2994 // trn1 v20.4s, v12.4s, v14.4s
+	WORD $0x4e8e6995 // trn2 v21.4s, v12.4s, v14.4s
+	WORD $0x4e8f29b6 // trn1 v22.4s, v13.4s, v15.4s
+	WORD $0x4e8f69b7 // trn2 v23.4s, v13.4s, v15.4s
+	WORD $0x4ed42a00 // trn1 v0.2d, v16.2d, v20.2d
+	WORD $0x4ed46a04 // trn2 v4.2d, v16.2d, v20.2d
+	WORD $0x4ed52a21 // trn1 v1.2d, v17.2d, v21.2d
+	WORD $0x4ed56a25 // trn2 v5.2d, v17.2d, v21.2d
+	WORD $0x4ed62a42 // trn1 v2.2d, v18.2d, v22.2d
+	WORD $0x4ed66a46 // trn2 v6.2d, v18.2d, v22.2d
+	WORD $0x4ed72a63 // trn1 v3.2d, v19.2d, v23.2d
+	WORD $0x4ed76a67 // trn2 v7.2d, v19.2d, v23.2d
+	MOVD R7, R11
+	FMOVQ F0, (R11)
+	ADD R1, R11
+	FMOVQ F2, (R11)
+	ADD R1, R11
+	FMOVQ F1, (R11)
+	ADD R1, R11
+	FMOVQ F3, (R11)
+	ADD R1, R11
+	FMOVQ F4, (R11)
+	ADD R1, R11
+	FMOVQ F6, (R11)
+	ADD R1, R11
+	FMOVQ F5, (R11)
+	ADD R1, R11
+	FMOVQ F7, (R11)
+	ADD $32, R6
+	ADD R1<<3, R7, R7
+	SUBS $8, R8, R8
+	BNE block
+	ADD R3<<3, R2, R2
+	ADD $16, R0
+	SUBS $8, R4, R4
+	BNE band
+	RET
+
+// packNF16NEON packs rows 2q, 2q+1 (q < pairs) and columns 16·strips of B (rows at src,
+// stride ld) into the pair layout at dst with strip stride ldb; pairs, strips >= 1.
+TEXT ·packNF16NEON(SB), NOSPLIT|NOFRAME, $0-80
+	MOVD dst_base+0(FP), R0
+	MOVD ldb+24(FP), R1
+	LSL $1, R1
+	MOVD src_base+32(FP), R2
+	MOVD ld+56(FP), R3
+	LSL $2, R3
+	MOVD pairs+64(FP), R4
+	MOVD $neonconsts<>(SB), R10
+	FMOVQ 288(R10), F31
+	FMOVQ 304(R10), F30
+	FMOVQ 320(R10), F29
+pair:
+	MOVD R2, R6
+	ADD R3, R2, R9
+	MOVD R0, R7
+	MOVD strips+72(FP), R8
+strip:
+	VLD1.P 64(R6), [V8.S4, V9.S4, V10.S4, V11.S4]
+	WORD $0x0e216900 // fcvtn v0.4h, v8.4s
+	WORD $0x4e216920 // fcvtn2 v0.8h, v9.4s
+	WORD $0x0e216941 // fcvtn v1.4h, v10.4s
+	WORD $0x4e216961 // fcvtn2 v1.8h, v11.4s
+	VLD1.P 64(R9), [V12.S4, V13.S4, V14.S4, V15.S4]
+	WORD $0x0e216982 // fcvtn v2.4h, v12.4s
+	WORD $0x4e2169a2 // fcvtn2 v2.8h, v13.4s
+	WORD $0x0e2169c3 // fcvtn v3.4h, v14.4s
+	WORD $0x4e2169e3 // fcvtn2 v3.8h, v15.4s
+	WORD $0x4e423804 // zip1 v4.8h, v0.8h, v2.8h
+	WORD $0x4e427805 // zip2 v5.8h, v0.8h, v2.8h
+	WORD $0x4e433826 // zip1 v6.8h, v1.8h, v3.8h
+	WORD $0x4e437827 // zip2 v7.8h, v1.8h, v3.8h
+	VST1 [V4.H8, V5.H8, V6.H8, V7.H8], (R7)
+	ADD R1, R7
+	SUBS $1, R8, R8
+	BNE strip
+	ADD R3<<1, R2, R2
+	ADD $64, R0
+	SUBS $1, R4, R4
+	BNE pair
+	RET
+
+// packTF16NEON packs the first k8 (a positive multiple of 8) values of the 16·strips rows
+// of Bᵀ at src (stride ld) into the pair layout at dst with strip stride ldb; strips >= 1.
+TEXT ·packTF16NEON(SB), NOSPLIT|NOFRAME, $0-80
+	MOVD dst_base+0(FP), R0
+	MOVD ldb+24(FP), R1
+	LSL $1, R1
+	MOVD src_base+32(FP), R2
+	MOVD ld+56(FP), R3
+	LSL $2, R3
+	MOVD strips+64(FP), R4
+	MOVD k8+72(FP), R5
+	MOVD $neonconsts<>(SB), R10
+	FMOVQ 288(R10), F31
+	FMOVQ 304(R10), F30
+	FMOVQ 320(R10), F29
+strip:
+	MOVD R2, R6
+	MOVD R0, R7
+	LSR $3, R5, R8
+block:
+	MOVD R6, R9
+	FLDPQ 0(R9), (F8, F9)
+	WORD $0x0e216900 // fcvtn v0.4h, v8.4s
+	WORD $0x4e216920 // fcvtn2 v0.8h, v9.4s
+	ADD R3, R9
+	FLDPQ 0(R9), (F10, F11)
+	WORD $0x0e216941 // fcvtn v1.4h, v10.4s
+	WORD $0x4e216961 // fcvtn2 v1.8h, v11.4s
+	ADD R3, R9
+	FLDPQ 0(R9), (F12, F13)
+	WORD $0x0e216982 // fcvtn v2.4h, v12.4s
+	WORD $0x4e2169a2 // fcvtn2 v2.8h, v13.4s
+	ADD R3, R9
+	FLDPQ 0(R9), (F14, F15)
+	WORD $0x0e2169c3 // fcvtn v3.4h, v14.4s
+	WORD $0x4e2169e3 // fcvtn2 v3.8h, v15.4s
+	ADD R3, R9
+	WORD $0x4e812810 // trn1 v16.4s, v0.4s, v1.4s
+	WORD $0x4e816811 // trn2 v17.4s, v0.4s, v1.4s
+	WORD $0x4e832852 // trn1 v18.4s, v2.4s, v3.4s
+	WORD $0x4e836853 // trn2 v19.4s, v2.4s, v3.4s
+	WORD $0x4ed22a04 // trn1 v4.2d, v16.2d, v18.2d
+	WORD $0x4ed26a06 // trn2 v6.2d, v16.2d, v18.2d
+	WORD $0x4ed32a25 // trn1 v5.2d, v17.2d, v19.2d
+	WORD $0x4ed36a27 // trn2 v7.2d, v17.2d, v19.2d
+	FMOVQ F4, 0(R7)
+	FMOVQ F5, 64(R7)
+	FMOVQ F6, 128(R7)
+	FMOVQ F7, 192(R7)
+	FLDPQ 0(R9), (F8, F9)
+	WORD $0x0e216900 // fcvtn v0.4h, v8.4s
+	WORD $0x4e216920 // fcvtn2 v0.8h, v9.4s
+	ADD R3, R9
+	FLDPQ 0(R9), (F10, F11)
+	WORD $0x0e216941 // fcvtn v1.4h, v10.4s
+	WORD $0x4e216961 // fcvtn2 v1.8h, v11.4s
+	ADD R3, R9
+	FLDPQ 0(R9), (F12, F13)
+	WORD $0x0e216982 // fcvtn v2.4h, v12.4s
+	WORD $0x4e2169a2 // fcvtn2 v2.8h, v13.4s
+	ADD R3, R9
+	FLDPQ 0(R9), (F14, F15)
+	WORD $0x0e2169c3 // fcvtn v3.4h, v14.4s
+	WORD $0x4e2169e3 // fcvtn2 v3.8h, v15.4s
+	ADD R3, R9
+	WORD $0x4e812810 // trn1 v16.4s, v0.4s, v1.4s
+	WORD $0x4e816811 // trn2 v17.4s, v0.4s, v1.4s
+	WORD $0x4e832852 // trn1 v18.4s, v2.4s, v3.4s
+	WORD $0x4e836853 // trn2 v19.4s, v2.4s, v3.4s
+	WORD $0x4ed22a04 // trn1 v4.2d, v16.2d, v18.2d
+	WORD $0x4ed26a06 // trn2 v6.2d, v16.2d, v18.2d
+	WORD $0x4ed32a25 // trn1 v5.2d, v17.2d, v19.2d
+	WORD $0x4ed36a27 // trn2 v7.2d, v17.2d, v19.2d
+	FMOVQ F4, 16(R7)
+	FMOVQ F5, 80(R7)
+	FMOVQ F6, 144(R7)
+	FMOVQ F7, 208(R7)
+	FLDPQ 0(R9), (F8, F9)
+	WORD $0x0e216900 // fcvtn v0.4h, v8.4s
+	WORD $0x4e216920 // fcvtn2 v0.8h, v9.4s
+	ADD R3, R9
+	FLDPQ 0(R9), (F10, F11)
+	WORD $0x0e216941 // fcvtn v1.4h, v10.4s
+	WORD $0x4e216961 // fcvtn2 v1.8h, v11.4s
+	ADD R3, R9
+	FLDPQ 0(R9), (F12, F13)
+	WORD $0x0e216982 // fcvtn v2.4h, v12.4s
+	WORD $0x4e2169a2 // fcvtn2 v2.8h, v13.4s
+	ADD R3, R9
+	FLDPQ 0(R9), (F14, F15)
+	WORD $0x0e2169c3 // fcvtn v3.4h, v14.4s
+	WORD $0x4e2169e3 // fcvtn2 v3.8h, v15.4s
+	ADD R3, R9
+	WORD $0x4e812810 // trn1 v16.4s, v0.4s, v1.4s
+	WORD $0x4e816811 // trn2 v17.4s, v0.4s, v1.4s
+	WORD $0x4e832852 // trn1 v18.4s, v2.4s, v3.4s
+	WORD $0x4e836853 // trn2 v19.4s, v2.4s, v3.4s
+	WORD $0x4ed22a04 // trn1 v4.2d, v16.2d, v18.2d
+	WORD $0x4ed26a06 // trn2 v6.2d, v16.2d, v18.2d
+	WORD $0x4ed32a25 // trn1 v5.2d, v17.2d, v19.2d
+	WORD $0x4ed36a27 // trn2 v7.2d, v17.2d, v19.2d
+	FMOVQ F4, 32(R7)
+	FMOVQ F5, 96(R7)
+	FMOVQ F6, 160(R7)
+	FMOVQ F7, 224(R7)
+	FLDPQ 0(R9), (F8, F9)
+	WORD $0x0e216900 // fcvtn v0.4h, v8.4s
+	WORD $0x4e216920 // fcvtn2 v0.8h, v9.4s
+	ADD R3, R9
+	FLDPQ 0(R9), (F10, F11)
+	WORD $0x0e216941 // fcvtn v1.4h, v10.4s
+	WORD $0x4e216961 // fcvtn2 v1.8h, v11.4s
+	ADD R3, R9
+	FLDPQ 0(R9), (F12, F13)
+	WORD $0x0e216982 // fcvtn v2.4h, v12.4s
+	WORD $0x4e2169a2 // fcvtn2 v2.8h, v13.4s
+	ADD R3, R9
+	FLDPQ 0(R9), (F14, F15)
+	WORD $0x0e2169c3 // fcvtn v3.4h, v14.4s
+	WORD $0x4e2169e3 // fcvtn2 v3.8h, v15.4s
+	ADD R3, R9
+	WORD $0x4e812810 // trn1 v16.4s, v0.4s, v1.4s
+	WORD $0x4e816811 // trn2 v17.4s, v0.4s, v1.4s
+	WORD $0x4e832852 // trn1 v18.4s, v2.4s, v3.4s
+	WORD $0x4e836853 // trn2 v19.4s, v2.4s, v3.4s
+	WORD $0x4ed22a04 // trn1 v4.2d, v16.2d, v18.2d
+	WORD $0x4ed26a06 // trn2 v6.2d, v16.2d, v18.2d
+	WORD $0x4ed32a25 // trn1 v5.2d, v17.2d, v19.2d
+	WORD $0x4ed36a27 // trn2 v7.2d, v17.2d, v19.2d
+	FMOVQ F4, 48(R7)
+	FMOVQ F5, 112(R7)
+	FMOVQ F6, 176(R7)
+	FMOVQ F7, 240(R7)
+	ADD $32, R6
+	ADD $256, R7
+	SUBS $1, R8, R8
+	BNE block
+	ADD R3<<4, R2, R2
+	ADD R1, R0
+	SUBS $1, R4, R4
+	BNE strip
+	RET
+
+// transposeRoundF16NEON sets dst[j*ldd+i] to src[i*lds+j] rounded to fp16 for
+// i < rows8, j < cols8 (positive multiples of 8).
+TEXT ·transposeRoundF16NEON(SB), NOSPLIT|NOFRAME, $0-80
+	MOVD dst_base+0(FP), R0
+	MOVD ldd+24(FP), R1
+	LSL $1, R1
+	MOVD src_base+32(FP), R2
+	MOVD lds+56(FP), R3
+	LSL $2, R3
+	MOVD rows8+64(FP), R4
+	MOVD cols8+72(FP), R5
+band:
+	MOVD R2, R6
+	MOVD R0, R7
+	MOVD R5, R8
+block:
+	MOVD R6, R9
+	FLDPQ 0(R9), (F8, F9)
+	WORD $0x0e216900 // fcvtn v0.4h, v8.4s
+	WORD $0x4e216920 // fcvtn2 v0.8h, v9.4s
+	ADD R3, R9
+	FLDPQ 0(R9), (F10, F11)
+	WORD $0x0e216941 // fcvtn v1.4h, v10.4s
+	WORD $0x4e216961 // fcvtn2 v1.8h, v11.4s
+	ADD R3, R9
+	FLDPQ 0(R9), (F12, F13)
+	WORD $0x0e216982 // fcvtn v2.4h, v12.4s
+	WORD $0x4e2169a2 // fcvtn2 v2.8h, v13.4s
+	ADD R3, R9
+	FLDPQ 0(R9), (F14, F15)
+	WORD $0x0e2169c3 // fcvtn v3.4h, v14.4s
+	WORD $0x4e2169e3 // fcvtn2 v3.8h, v15.4s
+	ADD R3, R9
+	FLDPQ 0(R9), (F8, F9)
+	WORD $0x0e216904 // fcvtn v4.4h, v8.4s
+	WORD $0x4e216924 // fcvtn2 v4.8h, v9.4s
+	ADD R3, R9
+	FLDPQ 0(R9), (F10, F11)
+	WORD $0x0e216945 // fcvtn v5.4h, v10.4s
+	WORD $0x4e216965 // fcvtn2 v5.8h, v11.4s
+	ADD R3, R9
+	FLDPQ 0(R9), (F12, F13)
+	WORD $0x0e216986 // fcvtn v6.4h, v12.4s
+	WORD $0x4e2169a6 // fcvtn2 v6.8h, v13.4s
+	ADD R3, R9
+	FLDPQ 0(R9), (F14, F15)
+	WORD $0x0e2169c7 // fcvtn v7.4h, v14.4s
+	WORD $0x4e2169e7 // fcvtn2 v7.8h, v15.4s
+	WORD $0x4e412808 // trn1 v8.8h, v0.8h, v1.8h
+	WORD $0x4e416809 // trn2 v9.8h, v0.8h, v1.8h
+	WORD $0x4e43284a // trn1 v10.8h, v2.8h, v3.8h
+	WORD $0x4e43684b // trn2 v11.8h, v2.8h, v3.8h
+	WORD $0x4e45288c // trn1 v12.8h, v4.8h, v5.8h
+	WORD $0x4e45688d // trn2 v13.8h, v4.8h, v5.8h
+	WORD $0x4e4728ce // trn1 v14.8h, v6.8h, v7.8h
+	WORD $0x4e4768cf // trn2 v15.8h, v6.8h, v7.8h
+	WORD $0x4e8a2910 // trn1 v16.4s, v8.4s, v10.4s
+	WORD $0x4e8a6911 // trn2 v17.4s, v8.4s, v10.4s
+	WORD $0x4e8b2932 // trn1 v18.4s, v9.4s, v11.4s
+	WORD $0x4e8b6933 // trn2 v19.4s, v9.4s, v11.4s
+	WORD $0x4e8e2994 // trn1 v20.4s, v12.4s, v14.4s
+	WORD $0x4e8e6995 // trn2 v21.4s, v12.4s, v14.4s
+	WORD $0x4e8f29b6 // trn1 v22.4s, v13.4s, v15.4s
+	WORD $0x4e8f69b7 // trn2 v23.4s, v13.4s, v15.4s
+	WORD $0x4ed42a00 // trn1 v0.2d, v16.2d, v20.2d
+	WORD $0x4ed46a04 // trn2 v4.2d, v16.2d, v20.2d
+	WORD $0x4ed52a21 // trn1 v1.2d, v17.2d, v21.2d
+	WORD $0x4ed56a25 // trn2 v5.2d, v17.2d, v21.2d
+	WORD $0x4ed62a42 // trn1 v2.2d, v18.2d, v22.2d
+	WORD $0x4ed66a46 // trn2 v6.2d, v18.2d, v22.2d
+	WORD $0x4ed72a63 // trn1 v3.2d, v19.2d, v23.2d
+	WORD $0x4ed76a67 // trn2 v7.2d, v19.2d, v23.2d
+	MOVD R7, R11
+	FMOVQ F0, (R11)
+	ADD R1, R11
+	FMOVQ F2, (R11)
+	ADD R1, R11
+	FMOVQ F1, (R11)
+	ADD R1, R11
+	FMOVQ F3, (R11)
+	ADD R1, R11
+	FMOVQ F4, (R11)
+	ADD R1, R11
+	FMOVQ F6, (R11)
+	ADD R1, R11
+	FMOVQ F5, (R11)
+	ADD R1, R11
+	FMOVQ F7, (R11)
+	ADD $32, R6
+	ADD R1<<3, R7, R7
+	SUBS $8, R8, R8
+	BNE block
+	ADD R3<<3, R2, R2
+	ADD $16, R0
+	SUBS $8, R4, R4
+	BNE band
+	RET
+
+// packN16NEON packs rows 2q, 2q+1 (q < pairs) and columns 16·strips of B (rows at src,
+// stride ld) into the pair layout at dst with strip stride ldb; pairs, strips >= 1.
+TEXT ·packN16NEON(SB), NOSPLIT|NOFRAME, $0-80
+	MOVD dst_base+0(FP), R0
+	MOVD ldb+24(FP), R1
+	LSL $1, R1
+	MOVD src_base+32(FP), R2
+	MOVD ld+56(FP), R3
+	LSL $1, R3
+	MOVD pairs+64(FP), R4
+pair:
+	MOVD R2, R6
+	ADD R3, R2, R9
+	MOVD R0, R7
+	MOVD strips+72(FP), R8
+strip:
+	FLDPQ.P 32(R6), (F0, F1)
+	FLDPQ.P 32(R9), (F2, F3)
+	WORD $0x4e423804 // zip1 v4.8h, v0.8h, v2.8h
+	WORD $0x4e427805 // zip2 v5.8h, v0.8h, v2.8h
+	WORD $0x4e433826 // zip1 v6.8h, v1.8h, v3.8h
+	WORD $0x4e437827 // zip2 v7.8h, v1.8h, v3.8h
+	VST1 [V4.H8, V5.H8, V6.H8, V7.H8], (R7)
+	ADD R1, R7
+	SUBS $1, R8, R8
+	BNE strip
+	ADD R3<<1, R2, R2
+	ADD $64, R0
+	SUBS $1, R4, R4
+	BNE pair
+	RET
+
+// packT16NEON packs the first k8 (a positive multiple of 8) values of the 16·strips rows
+// of Bᵀ at src (stride ld) into the pair layout at dst with strip stride ldb; strips >= 1.
+TEXT ·packT16NEON(SB), NOSPLIT|NOFRAME, $0-80
+	MOVD dst_base+0(FP), R0
+	MOVD ldb+24(FP), R1
+	LSL $1, R1
+	MOVD src_base+32(FP), R2
+	MOVD ld+56(FP), R3
+	LSL $1, R3
+	MOVD strips+64(FP), R4
+	MOVD k8+72(FP), R5
+strip:
+	MOVD R2, R6
+	MOVD R0, R7
+	LSR $3, R5, R8
+block:
+	MOVD R6, R9
+	FMOVQ 0(R9), F0
+	ADD R3, R9
+	FMOVQ 0(R9), F1
+	ADD R3, R9
+	FMOVQ 0(R9), F2
+	ADD R3, R9
+	FMOVQ 0(R9), F3
+	ADD R3, R9
+	WORD $0x4e812810 // trn1 v16.4s, v0.4s, v1.4s
+	WORD $0x4e816811 // trn2 v17.4s, v0.4s, v1.4s
+	WORD $0x4e832852 // trn1 v18.4s, v2.4s, v3.4s
+	WORD $0x4e836853 // trn2 v19.4s, v2.4s, v3.4s
+	WORD $0x4ed22a04 // trn1 v4.2d, v16.2d, v18.2d
+	WORD $0x4ed26a06 // trn2 v6.2d, v16.2d, v18.2d
+	WORD $0x4ed32a25 // trn1 v5.2d, v17.2d, v19.2d
+	WORD $0x4ed36a27 // trn2 v7.2d, v17.2d, v19.2d
+	FMOVQ F4, 0(R7)
+	FMOVQ F5, 64(R7)
+	FMOVQ F6, 128(R7)
+	FMOVQ F7, 192(R7)
+	FMOVQ 0(R9), F0
+	ADD R3, R9
+	FMOVQ 0(R9), F1
+	ADD R3, R9
+	FMOVQ 0(R9), F2
+	ADD R3, R9
+	FMOVQ 0(R9), F3
+	ADD R3, R9
+	WORD $0x4e812810 // trn1 v16.4s, v0.4s, v1.4s
+	WORD $0x4e816811 // trn2 v17.4s, v0.4s, v1.4s
+	WORD $0x4e832852 // trn1 v18.4s, v2.4s, v3.4s
+	WORD $0x4e836853 // trn2 v19.4s, v2.4s, v3.4s
+	WORD $0x4ed22a04 // trn1 v4.2d, v16.2d, v18.2d
+	WORD $0x4ed26a06 // trn2 v6.2d, v16.2d, v18.2d
+	WORD $0x4ed32a25 // trn1 v5.2d, v17.2d, v19.2d
+	WORD $0x4ed36a27 // trn2 v7.2d, v17.2d, v19.2d
+	FMOVQ F4, 16(R7)
+	FMOVQ F5, 80(R7)
+	FMOVQ F6, 144(R7)
+	FMOVQ F7, 208(R7)
+	FMOVQ 0(R9), F0
+	ADD R3, R9
+	FMOVQ 0(R9), F1
+	ADD R3, R9
+	FMOVQ 0(R9), F2
+	ADD R3, R9
+	FMOVQ 0(R9), F3
+	ADD R3, R9
+	WORD $0x4e812810 // trn1 v16.4s, v0.4s, v1.4s
+	WORD $0x4e816811 // trn2 v17.4s, v0.4s, v1.4s
+	WORD $0x4e832852 // trn1 v18.4s, v2.4s, v3.4s
+	WORD $0x4e836853 // trn2 v19.4s, v2.4s, v3.4s
+	WORD $0x4ed22a04 // trn1 v4.2d, v16.2d, v18.2d
+	WORD $0x4ed26a06 // trn2 v6.2d, v16.2d, v18.2d
+	WORD $0x4ed32a25 // trn1 v5.2d, v17.2d, v19.2d
+	WORD $0x4ed36a27 // trn2 v7.2d, v17.2d, v19.2d
+	FMOVQ F4, 32(R7)
+	FMOVQ F5, 96(R7)
+	FMOVQ F6, 160(R7)
+	FMOVQ F7, 224(R7)
+	FMOVQ 0(R9), F0
+	ADD R3, R9
+	FMOVQ 0(R9), F1
+	ADD R3, R9
+	FMOVQ 0(R9), F2
+	ADD R3, R9
+	FMOVQ 0(R9), F3
+	ADD R3, R9
+	WORD $0x4e812810 // trn1 v16.4s, v0.4s, v1.4s
+	WORD $0x4e816811 // trn2 v17.4s, v0.4s, v1.4s
+	WORD $0x4e832852 // trn1 v18.4s, v2.4s, v3.4s
+	WORD $0x4e836853 // trn2 v19.4s, v2.4s, v3.4s
+	WORD $0x4ed22a04 // trn1 v4.2d, v16.2d, v18.2d
+	WORD $0x4ed26a06 // trn2 v6.2d, v16.2d, v18.2d
+	WORD $0x4ed32a25 // trn1 v5.2d, v17.2d, v19.2d
+	WORD $0x4ed36a27 // trn2 v7.2d, v17.2d, v19.2d
+	FMOVQ F4, 48(R7)
+	FMOVQ F5, 112(R7)
+	FMOVQ F6, 176(R7)
+	FMOVQ F7, 240(R7)
+	ADD $16, R6
+	ADD $256, R7
+	SUBS $1, R8, R8
+	BNE block
+	ADD R3<<4, R2, R2
+	ADD R1, R0
+	SUBS $1, R4, R4
+	BNE strip
+	RET
+
 // mulABtNEON sets C = A·Bᵀ (see Impl.MulABt); bt is packed by PackBt.
 // n%16 == 0, m, n >= 1; all accesses are in bounds.
 TEXT ·mulABtNEON(SB), NOSPLIT|NOFRAME, $0-112

@@ -286,6 +286,54 @@ func accumQ8M8NEON(o []float32, ldo int, p []float32, ldp int, v []byte, ldv, n,
 //go:noescape
 func readSumNEON(b []byte) uint32
 
+// packNBF16NEON packs rows 2q, 2q+1 (q < pairs) and columns 16·strips of B (rows at src,
+// stride ld) into the pair layout at dst with strip stride ldb; pairs, strips >= 1.
+//
+//go:noescape
+func packNBF16NEON(dst []uint16, ldb int, src []float32, ld, pairs, strips int)
+
+// packTBF16NEON packs the first k8 (a positive multiple of 8) values of the 16·strips rows
+// of Bᵀ at src (stride ld) into the pair layout at dst with strip stride ldb; strips >= 1.
+//
+//go:noescape
+func packTBF16NEON(dst []uint16, ldb int, src []float32, ld, strips, k8 int)
+
+// transposeRoundBF16NEON sets dst[j*ldd+i] to src[i*lds+j] rounded to bfloat16 for
+// i < rows8, j < cols8 (positive multiples of 8).
+//
+//go:noescape
+func transposeRoundBF16NEON(dst []uint16, ldd int, src []float32, lds, rows8, cols8 int)
+
+// packNF16NEON packs rows 2q, 2q+1 (q < pairs) and columns 16·strips of B (rows at src,
+// stride ld) into the pair layout at dst with strip stride ldb; pairs, strips >= 1.
+//
+//go:noescape
+func packNF16NEON(dst []uint16, ldb int, src []float32, ld, pairs, strips int)
+
+// packTF16NEON packs the first k8 (a positive multiple of 8) values of the 16·strips rows
+// of Bᵀ at src (stride ld) into the pair layout at dst with strip stride ldb; strips >= 1.
+//
+//go:noescape
+func packTF16NEON(dst []uint16, ldb int, src []float32, ld, strips, k8 int)
+
+// transposeRoundF16NEON sets dst[j*ldd+i] to src[i*lds+j] rounded to fp16 for
+// i < rows8, j < cols8 (positive multiples of 8).
+//
+//go:noescape
+func transposeRoundF16NEON(dst []uint16, ldd int, src []float32, lds, rows8, cols8 int)
+
+// packN16NEON packs rows 2q, 2q+1 (q < pairs) and columns 16·strips of B (rows at src,
+// stride ld) into the pair layout at dst with strip stride ldb; pairs, strips >= 1.
+//
+//go:noescape
+func packN16NEON(dst []uint16, ldb int, src []uint16, ld, pairs, strips int)
+
+// packT16NEON packs the first k8 (a positive multiple of 8) values of the 16·strips rows
+// of Bᵀ at src (stride ld) into the pair layout at dst with strip stride ldb; strips >= 1.
+//
+//go:noescape
+func packT16NEON(dst []uint16, ldb int, src []uint16, ld, strips, k8 int)
+
 // mulABtNEON sets C = A·Bᵀ (see Impl.MulABt); bt is packed by PackBt.
 // n%16 == 0, m, n >= 1; all accesses are in bounds.
 //

@@ -2,11 +2,6 @@
 
 package kernel
 
-func setPackersNEON(im *Impl) {
-	im.PackVNNIInto, im.PackVNNI16Into = PackVNNIInto, PackVNNI16Into
-	im.TransposeRound = transposeRoundGeneric
-}
-
 func archPhilox8(out *[32]uint32, c0, c1, c2, c3, k0, k1 uint32) bool { return false }
 func archHalf(e Elem) []Half                                          { return nil }
 

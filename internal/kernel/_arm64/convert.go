@@ -10,11 +10,12 @@ package main
 // bf16Regs are the constants of the bfloat16 rounding.
 type bf16Regs struct{ k7fff, one, quiet8h V }
 
-func (f *file) loadBF16Regs(r bf16Regs) {
-	f.constQ(r.k7fff, "R9", "k7fff")
-	f.constQ(r.one, "R9", "int1")
+// loadBF16Regs loads the constants of r from the table at base.
+func (f *file) loadBF16Regs(r bf16Regs, base string) {
+	f.constQ(r.k7fff, base, "k7fff")
+	f.constQ(r.one, base, "int1")
 	if r.quiet8h >= 0 {
-		f.constQ(r.quiet8h, "R9", "quiet8h")
+		f.constQ(r.quiet8h, base, "quiet8h")
 	}
 }
 
@@ -112,7 +113,7 @@ func genConvert(f *file) {
 	f.ld("R2", "src", "len")
 	r := bf16Regs{k7fff: 31, one: 30, quiet8h: 29}
 	f.constBase("R9")
-	f.loadBF16Regs(r)
+	f.loadBF16Regs(r, "R9")
 	f.convLoop("R2", func() {
 		f.i("FLDPQ.P 32(R1), (F0, F1)")
 		f.i("FLDPQ.P 32(R1), (F2, F3)")
@@ -129,7 +130,7 @@ func genConvert(f *file) {
 	f.ld("R1", "x", "len")
 	rr := bf16Regs{k7fff: 31, one: 30, quiet8h: -1}
 	f.constBase("R9")
-	f.loadBF16Regs(rr)
+	f.loadBF16Regs(rr, "R9")
 	const vQuiet, vHi = 29, 28
 	f.constQ(vQuiet, "R9", "quiet32")
 	f.constQ(vHi, "R9", "hi16")

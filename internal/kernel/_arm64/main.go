@@ -58,6 +58,7 @@ func generate() *file {
 	genConvert(f)
 	genDot4T(f)
 	genDecode(f)
+	genPack(f)
 	for _, k := range []gemmKind{kindABt, kindAB, kindAtB} {
 		genGemm(f, k)
 	}
