@@ -15659,6 +15659,4195 @@ colNext:
 	BNE cols
 	RET
 
+// mulBF16NEON sets C = A·B (see Half.Mul) by BFDOT: A m×k BF16, B in the pair layout
+// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.
+TEXT ·mulBF16NEON(SB), NOSPLIT|NOFRAME, $0-120
+	MOVD b_base+64(FP), R1
+	MOVD c_base+0(FP), R0
+	MOVD n+104(FP), R2
+	MOVD k+112(FP), R9
+	MOVD ldc+24(FP), R6
+	LSL $2, R6
+	MOVD lda+56(FP), R7
+	LSL $1, R7
+	MOVD ldb+88(FP), R8
+	LSL $1, R8
+	LSR $1, R9
+	MOVD $6, R23
+	MUL R23, R7, R19
+	MUL R23, R6, R20
+cols:
+	MOVD a_base+32(FP), R3
+	MOVD R0, R4
+	MOVD m+96(FP), R5
+rows:
+	CMP $6, R5
+	BLT rowsTail
+	// Tile: 6 rows × 16 columns, 24 accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
+	WORD $0x6f00e41c // movi v28.2d, #0
+	WORD $0x6f00e41d // movi v29.2d, #0
+	WORD $0x6f00e41e // movi v30.2d, #0
+	WORD $0x6f00e41f // movi v31.2d, #0
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	ADD R7, R12, R13
+	ADD R7, R13, R14
+	ADD R7, R14, R15
+	CMP $4, R17
+	BLT r6tail
+r6loop4:
+	FMOVQ.P 16(R10), F2
+	FMOVQ.P 16(R11), F3
+	FMOVQ.P 16(R12), F4
+	FMOVQ.P 16(R13), F5
+	FMOVQ.P 16(R14), F6
+	FMOVQ.P 16(R15), F7
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f42f008 // bfdot v8.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f029 // bfdot v9.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00c // bfdot v12.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02d // bfdot v13.4s, v1.8h, v3.2h[0]
+	WORD $0x4f44f010 // bfdot v16.4s, v0.8h, v4.2h[0]
+	WORD $0x4f44f031 // bfdot v17.4s, v1.8h, v4.2h[0]
+	WORD $0x4f45f014 // bfdot v20.4s, v0.8h, v5.2h[0]
+	WORD $0x4f45f035 // bfdot v21.4s, v1.8h, v5.2h[0]
+	WORD $0x4f46f018 // bfdot v24.4s, v0.8h, v6.2h[0]
+	WORD $0x4f46f039 // bfdot v25.4s, v1.8h, v6.2h[0]
+	WORD $0x4f47f01c // bfdot v28.4s, v0.8h, v7.2h[0]
+	WORD $0x4f47f03d // bfdot v29.4s, v1.8h, v7.2h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f42f00a // bfdot v10.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f02b // bfdot v11.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00e // bfdot v14.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02f // bfdot v15.4s, v1.8h, v3.2h[0]
+	WORD $0x4f44f012 // bfdot v18.4s, v0.8h, v4.2h[0]
+	WORD $0x4f44f033 // bfdot v19.4s, v1.8h, v4.2h[0]
+	WORD $0x4f45f016 // bfdot v22.4s, v0.8h, v5.2h[0]
+	WORD $0x4f45f037 // bfdot v23.4s, v1.8h, v5.2h[0]
+	WORD $0x4f46f01a // bfdot v26.4s, v0.8h, v6.2h[0]
+	WORD $0x4f46f03b // bfdot v27.4s, v1.8h, v6.2h[0]
+	WORD $0x4f47f01e // bfdot v30.4s, v0.8h, v7.2h[0]
+	WORD $0x4f47f03f // bfdot v31.4s, v1.8h, v7.2h[0]
+	FLDPQ 64(R16), (F0, F1)
+	WORD $0x4f62f008 // bfdot v8.4s, v0.8h, v2.2h[1]
+	WORD $0x4f62f029 // bfdot v9.4s, v1.8h, v2.2h[1]
+	WORD $0x4f63f00c // bfdot v12.4s, v0.8h, v3.2h[1]
+	WORD $0x4f63f02d // bfdot v13.4s, v1.8h, v3.2h[1]
+	WORD $0x4f64f010 // bfdot v16.4s, v0.8h, v4.2h[1]
+	WORD $0x4f64f031 // bfdot v17.4s, v1.8h, v4.2h[1]
+	WORD $0x4f65f014 // bfdot v20.4s, v0.8h, v5.2h[1]
+	WORD $0x4f65f035 // bfdot v21.4s, v1.8h, v5.2h[1]
+	WORD $0x4f66f018 // bfdot v24.4s, v0.8h, v6.2h[1]
+	WORD $0x4f66f039 // bfdot v25.4s, v1.8h, v6.2h[1]
+	WORD $0x4f67f01c // bfdot v28.4s, v0.8h, v7.2h[1]
+	WORD $0x4f67f03d // bfdot v29.4s, v1.8h, v7.2h[1]
+	FLDPQ 96(R16), (F0, F1)
+	WORD $0x4f62f00a // bfdot v10.4s, v0.8h, v2.2h[1]
+	WORD $0x4f62f02b // bfdot v11.4s, v1.8h, v2.2h[1]
+	WORD $0x4f63f00e // bfdot v14.4s, v0.8h, v3.2h[1]
+	WORD $0x4f63f02f // bfdot v15.4s, v1.8h, v3.2h[1]
+	WORD $0x4f64f012 // bfdot v18.4s, v0.8h, v4.2h[1]
+	WORD $0x4f64f033 // bfdot v19.4s, v1.8h, v4.2h[1]
+	WORD $0x4f65f016 // bfdot v22.4s, v0.8h, v5.2h[1]
+	WORD $0x4f65f037 // bfdot v23.4s, v1.8h, v5.2h[1]
+	WORD $0x4f66f01a // bfdot v26.4s, v0.8h, v6.2h[1]
+	WORD $0x4f66f03b // bfdot v27.4s, v1.8h, v6.2h[1]
+	WORD $0x4f67f01e // bfdot v30.4s, v0.8h, v7.2h[1]
+	WORD $0x4f67f03f // bfdot v31.4s, v1.8h, v7.2h[1]
+	FLDPQ 128(R16), (F0, F1)
+	WORD $0x4f42f808 // bfdot v8.4s, v0.8h, v2.2h[2]
+	WORD $0x4f42f829 // bfdot v9.4s, v1.8h, v2.2h[2]
+	WORD $0x4f43f80c // bfdot v12.4s, v0.8h, v3.2h[2]
+	WORD $0x4f43f82d // bfdot v13.4s, v1.8h, v3.2h[2]
+	WORD $0x4f44f810 // bfdot v16.4s, v0.8h, v4.2h[2]
+	WORD $0x4f44f831 // bfdot v17.4s, v1.8h, v4.2h[2]
+	WORD $0x4f45f814 // bfdot v20.4s, v0.8h, v5.2h[2]
+	WORD $0x4f45f835 // bfdot v21.4s, v1.8h, v5.2h[2]
+	WORD $0x4f46f818 // bfdot v24.4s, v0.8h, v6.2h[2]
+	WORD $0x4f46f839 // bfdot v25.4s, v1.8h, v6.2h[2]
+	WORD $0x4f47f81c // bfdot v28.4s, v0.8h, v7.2h[2]
+	WORD $0x4f47f83d // bfdot v29.4s, v1.8h, v7.2h[2]
+	FLDPQ 160(R16), (F0, F1)
+	WORD $0x4f42f80a // bfdot v10.4s, v0.8h, v2.2h[2]
+	WORD $0x4f42f82b // bfdot v11.4s, v1.8h, v2.2h[2]
+	WORD $0x4f43f80e // bfdot v14.4s, v0.8h, v3.2h[2]
+	WORD $0x4f43f82f // bfdot v15.4s, v1.8h, v3.2h[2]
+	WORD $0x4f44f812 // bfdot v18.4s, v0.8h, v4.2h[2]
+	WORD $0x4f44f833 // bfdot v19.4s, v1.8h, v4.2h[2]
+	WORD $0x4f45f816 // bfdot v22.4s, v0.8h, v5.2h[2]
+	WORD $0x4f45f837 // bfdot v23.4s, v1.8h, v5.2h[2]
+	WORD $0x4f46f81a // bfdot v26.4s, v0.8h, v6.2h[2]
+	WORD $0x4f46f83b // bfdot v27.4s, v1.8h, v6.2h[2]
+	WORD $0x4f47f81e // bfdot v30.4s, v0.8h, v7.2h[2]
+	WORD $0x4f47f83f // bfdot v31.4s, v1.8h, v7.2h[2]
+	FLDPQ 192(R16), (F0, F1)
+	WORD $0x4f62f808 // bfdot v8.4s, v0.8h, v2.2h[3]
+	WORD $0x4f62f829 // bfdot v9.4s, v1.8h, v2.2h[3]
+	WORD $0x4f63f80c // bfdot v12.4s, v0.8h, v3.2h[3]
+	WORD $0x4f63f82d // bfdot v13.4s, v1.8h, v3.2h[3]
+	WORD $0x4f64f810 // bfdot v16.4s, v0.8h, v4.2h[3]
+	WORD $0x4f64f831 // bfdot v17.4s, v1.8h, v4.2h[3]
+	WORD $0x4f65f814 // bfdot v20.4s, v0.8h, v5.2h[3]
+	WORD $0x4f65f835 // bfdot v21.4s, v1.8h, v5.2h[3]
+	WORD $0x4f66f818 // bfdot v24.4s, v0.8h, v6.2h[3]
+	WORD $0x4f66f839 // bfdot v25.4s, v1.8h, v6.2h[3]
+	WORD $0x4f67f81c // bfdot v28.4s, v0.8h, v7.2h[3]
+	WORD $0x4f67f83d // bfdot v29.4s, v1.8h, v7.2h[3]
+	FLDPQ 224(R16), (F0, F1)
+	WORD $0x4f62f80a // bfdot v10.4s, v0.8h, v2.2h[3]
+	WORD $0x4f62f82b // bfdot v11.4s, v1.8h, v2.2h[3]
+	WORD $0x4f63f80e // bfdot v14.4s, v0.8h, v3.2h[3]
+	WORD $0x4f63f82f // bfdot v15.4s, v1.8h, v3.2h[3]
+	WORD $0x4f64f812 // bfdot v18.4s, v0.8h, v4.2h[3]
+	WORD $0x4f64f833 // bfdot v19.4s, v1.8h, v4.2h[3]
+	WORD $0x4f65f816 // bfdot v22.4s, v0.8h, v5.2h[3]
+	WORD $0x4f65f837 // bfdot v23.4s, v1.8h, v5.2h[3]
+	WORD $0x4f66f81a // bfdot v26.4s, v0.8h, v6.2h[3]
+	WORD $0x4f66f83b // bfdot v27.4s, v1.8h, v6.2h[3]
+	WORD $0x4f67f81e // bfdot v30.4s, v0.8h, v7.2h[3]
+	WORD $0x4f67f83f // bfdot v31.4s, v1.8h, v7.2h[3]
+	ADD $256, R16
+	SUB $4, R17
+	CMP $4, R17
+	BGE r6loop4
+r6tail:
+	CBZ R17, r6store
+r6loop1:
+	FMOVS.P 4(R10), F2
+	FMOVS.P 4(R11), F3
+	FMOVS.P 4(R12), F4
+	FMOVS.P 4(R13), F5
+	FMOVS.P 4(R14), F6
+	FMOVS.P 4(R15), F7
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f42f008 // bfdot v8.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f029 // bfdot v9.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00c // bfdot v12.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02d // bfdot v13.4s, v1.8h, v3.2h[0]
+	WORD $0x4f44f010 // bfdot v16.4s, v0.8h, v4.2h[0]
+	WORD $0x4f44f031 // bfdot v17.4s, v1.8h, v4.2h[0]
+	WORD $0x4f45f014 // bfdot v20.4s, v0.8h, v5.2h[0]
+	WORD $0x4f45f035 // bfdot v21.4s, v1.8h, v5.2h[0]
+	WORD $0x4f46f018 // bfdot v24.4s, v0.8h, v6.2h[0]
+	WORD $0x4f46f039 // bfdot v25.4s, v1.8h, v6.2h[0]
+	WORD $0x4f47f01c // bfdot v28.4s, v0.8h, v7.2h[0]
+	WORD $0x4f47f03d // bfdot v29.4s, v1.8h, v7.2h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f42f00a // bfdot v10.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f02b // bfdot v11.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00e // bfdot v14.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02f // bfdot v15.4s, v1.8h, v3.2h[0]
+	WORD $0x4f44f012 // bfdot v18.4s, v0.8h, v4.2h[0]
+	WORD $0x4f44f033 // bfdot v19.4s, v1.8h, v4.2h[0]
+	WORD $0x4f45f016 // bfdot v22.4s, v0.8h, v5.2h[0]
+	WORD $0x4f45f037 // bfdot v23.4s, v1.8h, v5.2h[0]
+	WORD $0x4f46f01a // bfdot v26.4s, v0.8h, v6.2h[0]
+	WORD $0x4f46f03b // bfdot v27.4s, v1.8h, v6.2h[0]
+	WORD $0x4f47f01e // bfdot v30.4s, v0.8h, v7.2h[0]
+	WORD $0x4f47f03f // bfdot v31.4s, v1.8h, v7.2h[0]
+	ADD $64, R16
+	SUBS $1, R17, R17
+	BNE r6loop1
+r6store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	ADD R6, R22
+	FSTPQ (F16, F17), (R22)
+	FSTPQ (F18, F19), 32(R22)
+	ADD R6, R22
+	FSTPQ (F20, F21), (R22)
+	FSTPQ (F22, F23), 32(R22)
+	ADD R6, R22
+	FSTPQ (F24, F25), (R22)
+	FSTPQ (F26, F27), 32(R22)
+	ADD R6, R22
+	FSTPQ (F28, F29), (R22)
+	FSTPQ (F30, F31), 32(R22)
+	ADD R19, R3
+	ADD R20, R4
+	SUB $6, R5
+	B rows
+rowsTail:
+	CMP $5, R5
+	BEQ tile5
+	CMP $4, R5
+	BEQ tile4
+	CMP $3, R5
+	BEQ tile3
+	CMP $2, R5
+	BEQ tile2
+	CMP $1, R5
+	BEQ tile1
+	B colNext
+tile5:
+	// Tile: 5 rows × 16 columns, 20 accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	ADD R7, R12, R13
+	ADD R7, R13, R14
+	CMP $4, R17
+	BLT r5tail
+r5loop4:
+	FMOVQ.P 16(R10), F2
+	FMOVQ.P 16(R11), F3
+	FMOVQ.P 16(R12), F4
+	FMOVQ.P 16(R13), F5
+	FMOVQ.P 16(R14), F6
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f42f008 // bfdot v8.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f029 // bfdot v9.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00c // bfdot v12.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02d // bfdot v13.4s, v1.8h, v3.2h[0]
+	WORD $0x4f44f010 // bfdot v16.4s, v0.8h, v4.2h[0]
+	WORD $0x4f44f031 // bfdot v17.4s, v1.8h, v4.2h[0]
+	WORD $0x4f45f014 // bfdot v20.4s, v0.8h, v5.2h[0]
+	WORD $0x4f45f035 // bfdot v21.4s, v1.8h, v5.2h[0]
+	WORD $0x4f46f018 // bfdot v24.4s, v0.8h, v6.2h[0]
+	WORD $0x4f46f039 // bfdot v25.4s, v1.8h, v6.2h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f42f00a // bfdot v10.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f02b // bfdot v11.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00e // bfdot v14.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02f // bfdot v15.4s, v1.8h, v3.2h[0]
+	WORD $0x4f44f012 // bfdot v18.4s, v0.8h, v4.2h[0]
+	WORD $0x4f44f033 // bfdot v19.4s, v1.8h, v4.2h[0]
+	WORD $0x4f45f016 // bfdot v22.4s, v0.8h, v5.2h[0]
+	WORD $0x4f45f037 // bfdot v23.4s, v1.8h, v5.2h[0]
+	WORD $0x4f46f01a // bfdot v26.4s, v0.8h, v6.2h[0]
+	WORD $0x4f46f03b // bfdot v27.4s, v1.8h, v6.2h[0]
+	FLDPQ 64(R16), (F0, F1)
+	WORD $0x4f62f008 // bfdot v8.4s, v0.8h, v2.2h[1]
+	WORD $0x4f62f029 // bfdot v9.4s, v1.8h, v2.2h[1]
+	WORD $0x4f63f00c // bfdot v12.4s, v0.8h, v3.2h[1]
+	WORD $0x4f63f02d // bfdot v13.4s, v1.8h, v3.2h[1]
+	WORD $0x4f64f010 // bfdot v16.4s, v0.8h, v4.2h[1]
+	WORD $0x4f64f031 // bfdot v17.4s, v1.8h, v4.2h[1]
+	WORD $0x4f65f014 // bfdot v20.4s, v0.8h, v5.2h[1]
+	WORD $0x4f65f035 // bfdot v21.4s, v1.8h, v5.2h[1]
+	WORD $0x4f66f018 // bfdot v24.4s, v0.8h, v6.2h[1]
+	WORD $0x4f66f039 // bfdot v25.4s, v1.8h, v6.2h[1]
+	FLDPQ 96(R16), (F0, F1)
+	WORD $0x4f62f00a // bfdot v10.4s, v0.8h, v2.2h[1]
+	WORD $0x4f62f02b // bfdot v11.4s, v1.8h, v2.2h[1]
+	WORD $0x4f63f00e // bfdot v14.4s, v0.8h, v3.2h[1]
+	WORD $0x4f63f02f // bfdot v15.4s, v1.8h, v3.2h[1]
+	WORD $0x4f64f012 // bfdot v18.4s, v0.8h, v4.2h[1]
+	WORD $0x4f64f033 // bfdot v19.4s, v1.8h, v4.2h[1]
+	WORD $0x4f65f016 // bfdot v22.4s, v0.8h, v5.2h[1]
+	WORD $0x4f65f037 // bfdot v23.4s, v1.8h, v5.2h[1]
+	WORD $0x4f66f01a // bfdot v26.4s, v0.8h, v6.2h[1]
+	WORD $0x4f66f03b // bfdot v27.4s, v1.8h, v6.2h[1]
+	FLDPQ 128(R16), (F0, F1)
+	WORD $0x4f42f808 // bfdot v8.4s, v0.8h, v2.2h[2]
+	WORD $0x4f42f829 // bfdot v9.4s, v1.8h, v2.2h[2]
+	WORD $0x4f43f80c // bfdot v12.4s, v0.8h, v3.2h[2]
+	WORD $0x4f43f82d // bfdot v13.4s, v1.8h, v3.2h[2]
+	WORD $0x4f44f810 // bfdot v16.4s, v0.8h, v4.2h[2]
+	WORD $0x4f44f831 // bfdot v17.4s, v1.8h, v4.2h[2]
+	WORD $0x4f45f814 // bfdot v20.4s, v0.8h, v5.2h[2]
+	WORD $0x4f45f835 // bfdot v21.4s, v1.8h, v5.2h[2]
+	WORD $0x4f46f818 // bfdot v24.4s, v0.8h, v6.2h[2]
+	WORD $0x4f46f839 // bfdot v25.4s, v1.8h, v6.2h[2]
+	FLDPQ 160(R16), (F0, F1)
+	WORD $0x4f42f80a // bfdot v10.4s, v0.8h, v2.2h[2]
+	WORD $0x4f42f82b // bfdot v11.4s, v1.8h, v2.2h[2]
+	WORD $0x4f43f80e // bfdot v14.4s, v0.8h, v3.2h[2]
+	WORD $0x4f43f82f // bfdot v15.4s, v1.8h, v3.2h[2]
+	WORD $0x4f44f812 // bfdot v18.4s, v0.8h, v4.2h[2]
+	WORD $0x4f44f833 // bfdot v19.4s, v1.8h, v4.2h[2]
+	WORD $0x4f45f816 // bfdot v22.4s, v0.8h, v5.2h[2]
+	WORD $0x4f45f837 // bfdot v23.4s, v1.8h, v5.2h[2]
+	WORD $0x4f46f81a // bfdot v26.4s, v0.8h, v6.2h[2]
+	WORD $0x4f46f83b // bfdot v27.4s, v1.8h, v6.2h[2]
+	FLDPQ 192(R16), (F0, F1)
+	WORD $0x4f62f808 // bfdot v8.4s, v0.8h, v2.2h[3]
+	WORD $0x4f62f829 // bfdot v9.4s, v1.8h, v2.2h[3]
+	WORD $0x4f63f80c // bfdot v12.4s, v0.8h, v3.2h[3]
+	WORD $0x4f63f82d // bfdot v13.4s, v1.8h, v3.2h[3]
+	WORD $0x4f64f810 // bfdot v16.4s, v0.8h, v4.2h[3]
+	WORD $0x4f64f831 // bfdot v17.4s, v1.8h, v4.2h[3]
+	WORD $0x4f65f814 // bfdot v20.4s, v0.8h, v5.2h[3]
+	WORD $0x4f65f835 // bfdot v21.4s, v1.8h, v5.2h[3]
+	WORD $0x4f66f818 // bfdot v24.4s, v0.8h, v6.2h[3]
+	WORD $0x4f66f839 // bfdot v25.4s, v1.8h, v6.2h[3]
+	FLDPQ 224(R16), (F0, F1)
+	WORD $0x4f62f80a // bfdot v10.4s, v0.8h, v2.2h[3]
+	WORD $0x4f62f82b // bfdot v11.4s, v1.8h, v2.2h[3]
+	WORD $0x4f63f80e // bfdot v14.4s, v0.8h, v3.2h[3]
+	WORD $0x4f63f82f // bfdot v15.4s, v1.8h, v3.2h[3]
+	WORD $0x4f64f812 // bfdot v18.4s, v0.8h, v4.2h[3]
+	WORD $0x4f64f833 // bfdot v19.4s, v1.8h, v4.2h[3]
+	WORD $0x4f65f816 // bfdot v22.4s, v0.8h, v5.2h[3]
+	WORD $0x4f65f837 // bfdot v23.4s, v1.8h, v5.2h[3]
+	WORD $0x4f66f81a // bfdot v26.4s, v0.8h, v6.2h[3]
+	WORD $0x4f66f83b // bfdot v27.4s, v1.8h, v6.2h[3]
+	ADD $256, R16
+	SUB $4, R17
+	CMP $4, R17
+	BGE r5loop4
+r5tail:
+	CBZ R17, r5store
+r5loop1:
+	FMOVS.P 4(R10), F2
+	FMOVS.P 4(R11), F3
+	FMOVS.P 4(R12), F4
+	FMOVS.P 4(R13), F5
+	FMOVS.P 4(R14), F6
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f42f008 // bfdot v8.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f029 // bfdot v9.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00c // bfdot v12.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02d // bfdot v13.4s, v1.8h, v3.2h[0]
+	WORD $0x4f44f010 // bfdot v16.4s, v0.8h, v4.2h[0]
+	WORD $0x4f44f031 // bfdot v17.4s, v1.8h, v4.2h[0]
+	WORD $0x4f45f014 // bfdot v20.4s, v0.8h, v5.2h[0]
+	WORD $0x4f45f035 // bfdot v21.4s, v1.8h, v5.2h[0]
+	WORD $0x4f46f018 // bfdot v24.4s, v0.8h, v6.2h[0]
+	WORD $0x4f46f039 // bfdot v25.4s, v1.8h, v6.2h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f42f00a // bfdot v10.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f02b // bfdot v11.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00e // bfdot v14.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02f // bfdot v15.4s, v1.8h, v3.2h[0]
+	WORD $0x4f44f012 // bfdot v18.4s, v0.8h, v4.2h[0]
+	WORD $0x4f44f033 // bfdot v19.4s, v1.8h, v4.2h[0]
+	WORD $0x4f45f016 // bfdot v22.4s, v0.8h, v5.2h[0]
+	WORD $0x4f45f037 // bfdot v23.4s, v1.8h, v5.2h[0]
+	WORD $0x4f46f01a // bfdot v26.4s, v0.8h, v6.2h[0]
+	WORD $0x4f46f03b // bfdot v27.4s, v1.8h, v6.2h[0]
+	ADD $64, R16
+	SUBS $1, R17, R17
+	BNE r5loop1
+r5store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	ADD R6, R22
+	FSTPQ (F16, F17), (R22)
+	FSTPQ (F18, F19), 32(R22)
+	ADD R6, R22
+	FSTPQ (F20, F21), (R22)
+	FSTPQ (F22, F23), 32(R22)
+	ADD R6, R22
+	FSTPQ (F24, F25), (R22)
+	FSTPQ (F26, F27), 32(R22)
+	B colNext
+tile4:
+	// Tile: 4 rows × 16 columns, 16 accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	ADD R7, R12, R13
+	CMP $4, R17
+	BLT r4tail
+r4loop4:
+	FMOVQ.P 16(R10), F2
+	FMOVQ.P 16(R11), F3
+	FMOVQ.P 16(R12), F4
+	FMOVQ.P 16(R13), F5
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f42f008 // bfdot v8.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f029 // bfdot v9.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00c // bfdot v12.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02d // bfdot v13.4s, v1.8h, v3.2h[0]
+	WORD $0x4f44f010 // bfdot v16.4s, v0.8h, v4.2h[0]
+	WORD $0x4f44f031 // bfdot v17.4s, v1.8h, v4.2h[0]
+	WORD $0x4f45f014 // bfdot v20.4s, v0.8h, v5.2h[0]
+	WORD $0x4f45f035 // bfdot v21.4s, v1.8h, v5.2h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f42f00a // bfdot v10.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f02b // bfdot v11.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00e // bfdot v14.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02f // bfdot v15.4s, v1.8h, v3.2h[0]
+	WORD $0x4f44f012 // bfdot v18.4s, v0.8h, v4.2h[0]
+	WORD $0x4f44f033 // bfdot v19.4s, v1.8h, v4.2h[0]
+	WORD $0x4f45f016 // bfdot v22.4s, v0.8h, v5.2h[0]
+	WORD $0x4f45f037 // bfdot v23.4s, v1.8h, v5.2h[0]
+	FLDPQ 64(R16), (F0, F1)
+	WORD $0x4f62f008 // bfdot v8.4s, v0.8h, v2.2h[1]
+	WORD $0x4f62f029 // bfdot v9.4s, v1.8h, v2.2h[1]
+	WORD $0x4f63f00c // bfdot v12.4s, v0.8h, v3.2h[1]
+	WORD $0x4f63f02d // bfdot v13.4s, v1.8h, v3.2h[1]
+	WORD $0x4f64f010 // bfdot v16.4s, v0.8h, v4.2h[1]
+	WORD $0x4f64f031 // bfdot v17.4s, v1.8h, v4.2h[1]
+	WORD $0x4f65f014 // bfdot v20.4s, v0.8h, v5.2h[1]
+	WORD $0x4f65f035 // bfdot v21.4s, v1.8h, v5.2h[1]
+	FLDPQ 96(R16), (F0, F1)
+	WORD $0x4f62f00a // bfdot v10.4s, v0.8h, v2.2h[1]
+	WORD $0x4f62f02b // bfdot v11.4s, v1.8h, v2.2h[1]
+	WORD $0x4f63f00e // bfdot v14.4s, v0.8h, v3.2h[1]
+	WORD $0x4f63f02f // bfdot v15.4s, v1.8h, v3.2h[1]
+	WORD $0x4f64f012 // bfdot v18.4s, v0.8h, v4.2h[1]
+	WORD $0x4f64f033 // bfdot v19.4s, v1.8h, v4.2h[1]
+	WORD $0x4f65f016 // bfdot v22.4s, v0.8h, v5.2h[1]
+	WORD $0x4f65f037 // bfdot v23.4s, v1.8h, v5.2h[1]
+	FLDPQ 128(R16), (F0, F1)
+	WORD $0x4f42f808 // bfdot v8.4s, v0.8h, v2.2h[2]
+	WORD $0x4f42f829 // bfdot v9.4s, v1.8h, v2.2h[2]
+	WORD $0x4f43f80c // bfdot v12.4s, v0.8h, v3.2h[2]
+	WORD $0x4f43f82d // bfdot v13.4s, v1.8h, v3.2h[2]
+	WORD $0x4f44f810 // bfdot v16.4s, v0.8h, v4.2h[2]
+	WORD $0x4f44f831 // bfdot v17.4s, v1.8h, v4.2h[2]
+	WORD $0x4f45f814 // bfdot v20.4s, v0.8h, v5.2h[2]
+	WORD $0x4f45f835 // bfdot v21.4s, v1.8h, v5.2h[2]
+	FLDPQ 160(R16), (F0, F1)
+	WORD $0x4f42f80a // bfdot v10.4s, v0.8h, v2.2h[2]
+	WORD $0x4f42f82b // bfdot v11.4s, v1.8h, v2.2h[2]
+	WORD $0x4f43f80e // bfdot v14.4s, v0.8h, v3.2h[2]
+	WORD $0x4f43f82f // bfdot v15.4s, v1.8h, v3.2h[2]
+	WORD $0x4f44f812 // bfdot v18.4s, v0.8h, v4.2h[2]
+	WORD $0x4f44f833 // bfdot v19.4s, v1.8h, v4.2h[2]
+	WORD $0x4f45f816 // bfdot v22.4s, v0.8h, v5.2h[2]
+	WORD $0x4f45f837 // bfdot v23.4s, v1.8h, v5.2h[2]
+	FLDPQ 192(R16), (F0, F1)
+	WORD $0x4f62f808 // bfdot v8.4s, v0.8h, v2.2h[3]
+	WORD $0x4f62f829 // bfdot v9.4s, v1.8h, v2.2h[3]
+	WORD $0x4f63f80c // bfdot v12.4s, v0.8h, v3.2h[3]
+	WORD $0x4f63f82d // bfdot v13.4s, v1.8h, v3.2h[3]
+	WORD $0x4f64f810 // bfdot v16.4s, v0.8h, v4.2h[3]
+	WORD $0x4f64f831 // bfdot v17.4s, v1.8h, v4.2h[3]
+	WORD $0x4f65f814 // bfdot v20.4s, v0.8h, v5.2h[3]
+	WORD $0x4f65f835 // bfdot v21.4s, v1.8h, v5.2h[3]
+	FLDPQ 224(R16), (F0, F1)
+	WORD $0x4f62f80a // bfdot v10.4s, v0.8h, v2.2h[3]
+	WORD $0x4f62f82b // bfdot v11.4s, v1.8h, v2.2h[3]
+	WORD $0x4f63f80e // bfdot v14.4s, v0.8h, v3.2h[3]
+	WORD $0x4f63f82f // bfdot v15.4s, v1.8h, v3.2h[3]
+	WORD $0x4f64f812 // bfdot v18.4s, v0.8h, v4.2h[3]
+	WORD $0x4f64f833 // bfdot v19.4s, v1.8h, v4.2h[3]
+	WORD $0x4f65f816 // bfdot v22.4s, v0.8h, v5.2h[3]
+	WORD $0x4f65f837 // bfdot v23.4s, v1.8h, v5.2h[3]
+	ADD $256, R16
+	SUB $4, R17
+	CMP $4, R17
+	BGE r4loop4
+r4tail:
+	CBZ R17, r4store
+r4loop1:
+	FMOVS.P 4(R10), F2
+	FMOVS.P 4(R11), F3
+	FMOVS.P 4(R12), F4
+	FMOVS.P 4(R13), F5
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f42f008 // bfdot v8.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f029 // bfdot v9.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00c // bfdot v12.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02d // bfdot v13.4s, v1.8h, v3.2h[0]
+	WORD $0x4f44f010 // bfdot v16.4s, v0.8h, v4.2h[0]
+	WORD $0x4f44f031 // bfdot v17.4s, v1.8h, v4.2h[0]
+	WORD $0x4f45f014 // bfdot v20.4s, v0.8h, v5.2h[0]
+	WORD $0x4f45f035 // bfdot v21.4s, v1.8h, v5.2h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f42f00a // bfdot v10.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f02b // bfdot v11.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00e // bfdot v14.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02f // bfdot v15.4s, v1.8h, v3.2h[0]
+	WORD $0x4f44f012 // bfdot v18.4s, v0.8h, v4.2h[0]
+	WORD $0x4f44f033 // bfdot v19.4s, v1.8h, v4.2h[0]
+	WORD $0x4f45f016 // bfdot v22.4s, v0.8h, v5.2h[0]
+	WORD $0x4f45f037 // bfdot v23.4s, v1.8h, v5.2h[0]
+	ADD $64, R16
+	SUBS $1, R17, R17
+	BNE r4loop1
+r4store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	ADD R6, R22
+	FSTPQ (F16, F17), (R22)
+	FSTPQ (F18, F19), 32(R22)
+	ADD R6, R22
+	FSTPQ (F20, F21), (R22)
+	FSTPQ (F22, F23), 32(R22)
+	B colNext
+tile3:
+	// Tile: 3 rows × 16 columns, 12 accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	CMP $4, R17
+	BLT r3tail
+r3loop4:
+	FMOVQ.P 16(R10), F2
+	FMOVQ.P 16(R11), F3
+	FMOVQ.P 16(R12), F4
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f42f008 // bfdot v8.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f029 // bfdot v9.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00c // bfdot v12.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02d // bfdot v13.4s, v1.8h, v3.2h[0]
+	WORD $0x4f44f010 // bfdot v16.4s, v0.8h, v4.2h[0]
+	WORD $0x4f44f031 // bfdot v17.4s, v1.8h, v4.2h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f42f00a // bfdot v10.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f02b // bfdot v11.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00e // bfdot v14.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02f // bfdot v15.4s, v1.8h, v3.2h[0]
+	WORD $0x4f44f012 // bfdot v18.4s, v0.8h, v4.2h[0]
+	WORD $0x4f44f033 // bfdot v19.4s, v1.8h, v4.2h[0]
+	FLDPQ 64(R16), (F0, F1)
+	WORD $0x4f62f008 // bfdot v8.4s, v0.8h, v2.2h[1]
+	WORD $0x4f62f029 // bfdot v9.4s, v1.8h, v2.2h[1]
+	WORD $0x4f63f00c // bfdot v12.4s, v0.8h, v3.2h[1]
+	WORD $0x4f63f02d // bfdot v13.4s, v1.8h, v3.2h[1]
+	WORD $0x4f64f010 // bfdot v16.4s, v0.8h, v4.2h[1]
+	WORD $0x4f64f031 // bfdot v17.4s, v1.8h, v4.2h[1]
+	FLDPQ 96(R16), (F0, F1)
+	WORD $0x4f62f00a // bfdot v10.4s, v0.8h, v2.2h[1]
+	WORD $0x4f62f02b // bfdot v11.4s, v1.8h, v2.2h[1]
+	WORD $0x4f63f00e // bfdot v14.4s, v0.8h, v3.2h[1]
+	WORD $0x4f63f02f // bfdot v15.4s, v1.8h, v3.2h[1]
+	WORD $0x4f64f012 // bfdot v18.4s, v0.8h, v4.2h[1]
+	WORD $0x4f64f033 // bfdot v19.4s, v1.8h, v4.2h[1]
+	FLDPQ 128(R16), (F0, F1)
+	WORD $0x4f42f808 // bfdot v8.4s, v0.8h, v2.2h[2]
+	WORD $0x4f42f829 // bfdot v9.4s, v1.8h, v2.2h[2]
+	WORD $0x4f43f80c // bfdot v12.4s, v0.8h, v3.2h[2]
+	WORD $0x4f43f82d // bfdot v13.4s, v1.8h, v3.2h[2]
+	WORD $0x4f44f810 // bfdot v16.4s, v0.8h, v4.2h[2]
+	WORD $0x4f44f831 // bfdot v17.4s, v1.8h, v4.2h[2]
+	FLDPQ 160(R16), (F0, F1)
+	WORD $0x4f42f80a // bfdot v10.4s, v0.8h, v2.2h[2]
+	WORD $0x4f42f82b // bfdot v11.4s, v1.8h, v2.2h[2]
+	WORD $0x4f43f80e // bfdot v14.4s, v0.8h, v3.2h[2]
+	WORD $0x4f43f82f // bfdot v15.4s, v1.8h, v3.2h[2]
+	WORD $0x4f44f812 // bfdot v18.4s, v0.8h, v4.2h[2]
+	WORD $0x4f44f833 // bfdot v19.4s, v1.8h, v4.2h[2]
+	FLDPQ 192(R16), (F0, F1)
+	WORD $0x4f62f808 // bfdot v8.4s, v0.8h, v2.2h[3]
+	WORD $0x4f62f829 // bfdot v9.4s, v1.8h, v2.2h[3]
+	WORD $0x4f63f80c // bfdot v12.4s, v0.8h, v3.2h[3]
+	WORD $0x4f63f82d // bfdot v13.4s, v1.8h, v3.2h[3]
+	WORD $0x4f64f810 // bfdot v16.4s, v0.8h, v4.2h[3]
+	WORD $0x4f64f831 // bfdot v17.4s, v1.8h, v4.2h[3]
+	FLDPQ 224(R16), (F0, F1)
+	WORD $0x4f62f80a // bfdot v10.4s, v0.8h, v2.2h[3]
+	WORD $0x4f62f82b // bfdot v11.4s, v1.8h, v2.2h[3]
+	WORD $0x4f63f80e // bfdot v14.4s, v0.8h, v3.2h[3]
+	WORD $0x4f63f82f // bfdot v15.4s, v1.8h, v3.2h[3]
+	WORD $0x4f64f812 // bfdot v18.4s, v0.8h, v4.2h[3]
+	WORD $0x4f64f833 // bfdot v19.4s, v1.8h, v4.2h[3]
+	ADD $256, R16
+	SUB $4, R17
+	CMP $4, R17
+	BGE r3loop4
+r3tail:
+	CBZ R17, r3store
+r3loop1:
+	FMOVS.P 4(R10), F2
+	FMOVS.P 4(R11), F3
+	FMOVS.P 4(R12), F4
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f42f008 // bfdot v8.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f029 // bfdot v9.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00c // bfdot v12.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02d // bfdot v13.4s, v1.8h, v3.2h[0]
+	WORD $0x4f44f010 // bfdot v16.4s, v0.8h, v4.2h[0]
+	WORD $0x4f44f031 // bfdot v17.4s, v1.8h, v4.2h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f42f00a // bfdot v10.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f02b // bfdot v11.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00e // bfdot v14.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02f // bfdot v15.4s, v1.8h, v3.2h[0]
+	WORD $0x4f44f012 // bfdot v18.4s, v0.8h, v4.2h[0]
+	WORD $0x4f44f033 // bfdot v19.4s, v1.8h, v4.2h[0]
+	ADD $64, R16
+	SUBS $1, R17, R17
+	BNE r3loop1
+r3store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	ADD R6, R22
+	FSTPQ (F16, F17), (R22)
+	FSTPQ (F18, F19), 32(R22)
+	B colNext
+tile2:
+	// Tile: 2 rows × 16 columns, 8 accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	ADD R7, R10, R11
+	CMP $4, R17
+	BLT r2tail
+r2loop4:
+	FMOVQ.P 16(R10), F2
+	FMOVQ.P 16(R11), F3
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f42f008 // bfdot v8.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f029 // bfdot v9.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00c // bfdot v12.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02d // bfdot v13.4s, v1.8h, v3.2h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f42f00a // bfdot v10.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f02b // bfdot v11.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00e // bfdot v14.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02f // bfdot v15.4s, v1.8h, v3.2h[0]
+	FLDPQ 64(R16), (F0, F1)
+	WORD $0x4f62f008 // bfdot v8.4s, v0.8h, v2.2h[1]
+	WORD $0x4f62f029 // bfdot v9.4s, v1.8h, v2.2h[1]
+	WORD $0x4f63f00c // bfdot v12.4s, v0.8h, v3.2h[1]
+	WORD $0x4f63f02d // bfdot v13.4s, v1.8h, v3.2h[1]
+	FLDPQ 96(R16), (F0, F1)
+	WORD $0x4f62f00a // bfdot v10.4s, v0.8h, v2.2h[1]
+	WORD $0x4f62f02b // bfdot v11.4s, v1.8h, v2.2h[1]
+	WORD $0x4f63f00e // bfdot v14.4s, v0.8h, v3.2h[1]
+	WORD $0x4f63f02f // bfdot v15.4s, v1.8h, v3.2h[1]
+	FLDPQ 128(R16), (F0, F1)
+	WORD $0x4f42f808 // bfdot v8.4s, v0.8h, v2.2h[2]
+	WORD $0x4f42f829 // bfdot v9.4s, v1.8h, v2.2h[2]
+	WORD $0x4f43f80c // bfdot v12.4s, v0.8h, v3.2h[2]
+	WORD $0x4f43f82d // bfdot v13.4s, v1.8h, v3.2h[2]
+	FLDPQ 160(R16), (F0, F1)
+	WORD $0x4f42f80a // bfdot v10.4s, v0.8h, v2.2h[2]
+	WORD $0x4f42f82b // bfdot v11.4s, v1.8h, v2.2h[2]
+	WORD $0x4f43f80e // bfdot v14.4s, v0.8h, v3.2h[2]
+	WORD $0x4f43f82f // bfdot v15.4s, v1.8h, v3.2h[2]
+	FLDPQ 192(R16), (F0, F1)
+	WORD $0x4f62f808 // bfdot v8.4s, v0.8h, v2.2h[3]
+	WORD $0x4f62f829 // bfdot v9.4s, v1.8h, v2.2h[3]
+	WORD $0x4f63f80c // bfdot v12.4s, v0.8h, v3.2h[3]
+	WORD $0x4f63f82d // bfdot v13.4s, v1.8h, v3.2h[3]
+	FLDPQ 224(R16), (F0, F1)
+	WORD $0x4f62f80a // bfdot v10.4s, v0.8h, v2.2h[3]
+	WORD $0x4f62f82b // bfdot v11.4s, v1.8h, v2.2h[3]
+	WORD $0x4f63f80e // bfdot v14.4s, v0.8h, v3.2h[3]
+	WORD $0x4f63f82f // bfdot v15.4s, v1.8h, v3.2h[3]
+	ADD $256, R16
+	SUB $4, R17
+	CMP $4, R17
+	BGE r2loop4
+r2tail:
+	CBZ R17, r2store
+r2loop1:
+	FMOVS.P 4(R10), F2
+	FMOVS.P 4(R11), F3
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f42f008 // bfdot v8.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f029 // bfdot v9.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00c // bfdot v12.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02d // bfdot v13.4s, v1.8h, v3.2h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f42f00a // bfdot v10.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f02b // bfdot v11.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00e // bfdot v14.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02f // bfdot v15.4s, v1.8h, v3.2h[0]
+	ADD $64, R16
+	SUBS $1, R17, R17
+	BNE r2loop1
+r2store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	B colNext
+tile1:
+	// Tile: 1 rows × 16 columns, 4 accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	CMP $4, R17
+	BLT r1tail
+r1loop4:
+	FMOVQ.P 16(R10), F2
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f42f008 // bfdot v8.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f029 // bfdot v9.4s, v1.8h, v2.2h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f42f00a // bfdot v10.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f02b // bfdot v11.4s, v1.8h, v2.2h[0]
+	FLDPQ 64(R16), (F0, F1)
+	WORD $0x4f62f008 // bfdot v8.4s, v0.8h, v2.2h[1]
+	WORD $0x4f62f029 // bfdot v9.4s, v1.8h, v2.2h[1]
+	FLDPQ 96(R16), (F0, F1)
+	WORD $0x4f62f00a // bfdot v10.4s, v0.8h, v2.2h[1]
+	WORD $0x4f62f02b // bfdot v11.4s, v1.8h, v2.2h[1]
+	FLDPQ 128(R16), (F0, F1)
+	WORD $0x4f42f808 // bfdot v8.4s, v0.8h, v2.2h[2]
+	WORD $0x4f42f829 // bfdot v9.4s, v1.8h, v2.2h[2]
+	FLDPQ 160(R16), (F0, F1)
+	WORD $0x4f42f80a // bfdot v10.4s, v0.8h, v2.2h[2]
+	WORD $0x4f42f82b // bfdot v11.4s, v1.8h, v2.2h[2]
+	FLDPQ 192(R16), (F0, F1)
+	WORD $0x4f62f808 // bfdot v8.4s, v0.8h, v2.2h[3]
+	WORD $0x4f62f829 // bfdot v9.4s, v1.8h, v2.2h[3]
+	FLDPQ 224(R16), (F0, F1)
+	WORD $0x4f62f80a // bfdot v10.4s, v0.8h, v2.2h[3]
+	WORD $0x4f62f82b // bfdot v11.4s, v1.8h, v2.2h[3]
+	ADD $256, R16
+	SUB $4, R17
+	CMP $4, R17
+	BGE r1loop4
+r1tail:
+	CBZ R17, r1store
+r1loop1:
+	FMOVS.P 4(R10), F2
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f42f008 // bfdot v8.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f029 // bfdot v9.4s, v1.8h, v2.2h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f42f00a // bfdot v10.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f02b // bfdot v11.4s, v1.8h, v2.2h[0]
+	ADD $64, R16
+	SUBS $1, R17, R17
+	BNE r1loop1
+r1store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	B colNext
+colNext:
+	ADD $64, R0
+	ADD R8, R1
+	SUBS $16, R2, R2
+	BNE cols
+	RET
+
+// mulAddBF16NEON adds A·B to C (see Half.Mul) by BFDOT: A m×k BF16, B in the pair layout
+// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.
+TEXT ·mulAddBF16NEON(SB), NOSPLIT|NOFRAME, $0-120
+	MOVD b_base+64(FP), R1
+	MOVD c_base+0(FP), R0
+	MOVD n+104(FP), R2
+	MOVD k+112(FP), R9
+	MOVD ldc+24(FP), R6
+	LSL $2, R6
+	MOVD lda+56(FP), R7
+	LSL $1, R7
+	MOVD ldb+88(FP), R8
+	LSL $1, R8
+	LSR $1, R9
+	MOVD $6, R23
+	MUL R23, R7, R19
+	MUL R23, R6, R20
+cols:
+	MOVD a_base+32(FP), R3
+	MOVD R0, R4
+	MOVD m+96(FP), R5
+rows:
+	CMP $6, R5
+	BLT rowsTail
+	// Tile: 6 rows × 16 columns, 24 accumulators.
+	MOVD R4, R22
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	ADD R6, R22
+	FLDPQ (R22), (F12, F13)
+	FLDPQ 32(R22), (F14, F15)
+	ADD R6, R22
+	FLDPQ (R22), (F16, F17)
+	FLDPQ 32(R22), (F18, F19)
+	ADD R6, R22
+	FLDPQ (R22), (F20, F21)
+	FLDPQ 32(R22), (F22, F23)
+	ADD R6, R22
+	FLDPQ (R22), (F24, F25)
+	FLDPQ 32(R22), (F26, F27)
+	ADD R6, R22
+	FLDPQ (R22), (F28, F29)
+	FLDPQ 32(R22), (F30, F31)
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	ADD R7, R12, R13
+	ADD R7, R13, R14
+	ADD R7, R14, R15
+	CMP $4, R17
+	BLT r6tail
+r6loop4:
+	FMOVQ.P 16(R10), F2
+	FMOVQ.P 16(R11), F3
+	FMOVQ.P 16(R12), F4
+	FMOVQ.P 16(R13), F5
+	FMOVQ.P 16(R14), F6
+	FMOVQ.P 16(R15), F7
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f42f008 // bfdot v8.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f029 // bfdot v9.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00c // bfdot v12.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02d // bfdot v13.4s, v1.8h, v3.2h[0]
+	WORD $0x4f44f010 // bfdot v16.4s, v0.8h, v4.2h[0]
+	WORD $0x4f44f031 // bfdot v17.4s, v1.8h, v4.2h[0]
+	WORD $0x4f45f014 // bfdot v20.4s, v0.8h, v5.2h[0]
+	WORD $0x4f45f035 // bfdot v21.4s, v1.8h, v5.2h[0]
+	WORD $0x4f46f018 // bfdot v24.4s, v0.8h, v6.2h[0]
+	WORD $0x4f46f039 // bfdot v25.4s, v1.8h, v6.2h[0]
+	WORD $0x4f47f01c // bfdot v28.4s, v0.8h, v7.2h[0]
+	WORD $0x4f47f03d // bfdot v29.4s, v1.8h, v7.2h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f42f00a // bfdot v10.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f02b // bfdot v11.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00e // bfdot v14.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02f // bfdot v15.4s, v1.8h, v3.2h[0]
+	WORD $0x4f44f012 // bfdot v18.4s, v0.8h, v4.2h[0]
+	WORD $0x4f44f033 // bfdot v19.4s, v1.8h, v4.2h[0]
+	WORD $0x4f45f016 // bfdot v22.4s, v0.8h, v5.2h[0]
+	WORD $0x4f45f037 // bfdot v23.4s, v1.8h, v5.2h[0]
+	WORD $0x4f46f01a // bfdot v26.4s, v0.8h, v6.2h[0]
+	WORD $0x4f46f03b // bfdot v27.4s, v1.8h, v6.2h[0]
+	WORD $0x4f47f01e // bfdot v30.4s, v0.8h, v7.2h[0]
+	WORD $0x4f47f03f // bfdot v31.4s, v1.8h, v7.2h[0]
+	FLDPQ 64(R16), (F0, F1)
+	WORD $0x4f62f008 // bfdot v8.4s, v0.8h, v2.2h[1]
+	WORD $0x4f62f029 // bfdot v9.4s, v1.8h, v2.2h[1]
+	WORD $0x4f63f00c // bfdot v12.4s, v0.8h, v3.2h[1]
+	WORD $0x4f63f02d // bfdot v13.4s, v1.8h, v3.2h[1]
+	WORD $0x4f64f010 // bfdot v16.4s, v0.8h, v4.2h[1]
+	WORD $0x4f64f031 // bfdot v17.4s, v1.8h, v4.2h[1]
+	WORD $0x4f65f014 // bfdot v20.4s, v0.8h, v5.2h[1]
+	WORD $0x4f65f035 // bfdot v21.4s, v1.8h, v5.2h[1]
+	WORD $0x4f66f018 // bfdot v24.4s, v0.8h, v6.2h[1]
+	WORD $0x4f66f039 // bfdot v25.4s, v1.8h, v6.2h[1]
+	WORD $0x4f67f01c // bfdot v28.4s, v0.8h, v7.2h[1]
+	WORD $0x4f67f03d // bfdot v29.4s, v1.8h, v7.2h[1]
+	FLDPQ 96(R16), (F0, F1)
+	WORD $0x4f62f00a // bfdot v10.4s, v0.8h, v2.2h[1]
+	WORD $0x4f62f02b // bfdot v11.4s, v1.8h, v2.2h[1]
+	WORD $0x4f63f00e // bfdot v14.4s, v0.8h, v3.2h[1]
+	WORD $0x4f63f02f // bfdot v15.4s, v1.8h, v3.2h[1]
+	WORD $0x4f64f012 // bfdot v18.4s, v0.8h, v4.2h[1]
+	WORD $0x4f64f033 // bfdot v19.4s, v1.8h, v4.2h[1]
+	WORD $0x4f65f016 // bfdot v22.4s, v0.8h, v5.2h[1]
+	WORD $0x4f65f037 // bfdot v23.4s, v1.8h, v5.2h[1]
+	WORD $0x4f66f01a // bfdot v26.4s, v0.8h, v6.2h[1]
+	WORD $0x4f66f03b // bfdot v27.4s, v1.8h, v6.2h[1]
+	WORD $0x4f67f01e // bfdot v30.4s, v0.8h, v7.2h[1]
+	WORD $0x4f67f03f // bfdot v31.4s, v1.8h, v7.2h[1]
+	FLDPQ 128(R16), (F0, F1)
+	WORD $0x4f42f808 // bfdot v8.4s, v0.8h, v2.2h[2]
+	WORD $0x4f42f829 // bfdot v9.4s, v1.8h, v2.2h[2]
+	WORD $0x4f43f80c // bfdot v12.4s, v0.8h, v3.2h[2]
+	WORD $0x4f43f82d // bfdot v13.4s, v1.8h, v3.2h[2]
+	WORD $0x4f44f810 // bfdot v16.4s, v0.8h, v4.2h[2]
+	WORD $0x4f44f831 // bfdot v17.4s, v1.8h, v4.2h[2]
+	WORD $0x4f45f814 // bfdot v20.4s, v0.8h, v5.2h[2]
+	WORD $0x4f45f835 // bfdot v21.4s, v1.8h, v5.2h[2]
+	WORD $0x4f46f818 // bfdot v24.4s, v0.8h, v6.2h[2]
+	WORD $0x4f46f839 // bfdot v25.4s, v1.8h, v6.2h[2]
+	WORD $0x4f47f81c // bfdot v28.4s, v0.8h, v7.2h[2]
+	WORD $0x4f47f83d // bfdot v29.4s, v1.8h, v7.2h[2]
+	FLDPQ 160(R16), (F0, F1)
+	WORD $0x4f42f80a // bfdot v10.4s, v0.8h, v2.2h[2]
+	WORD $0x4f42f82b // bfdot v11.4s, v1.8h, v2.2h[2]
+	WORD $0x4f43f80e // bfdot v14.4s, v0.8h, v3.2h[2]
+	WORD $0x4f43f82f // bfdot v15.4s, v1.8h, v3.2h[2]
+	WORD $0x4f44f812 // bfdot v18.4s, v0.8h, v4.2h[2]
+	WORD $0x4f44f833 // bfdot v19.4s, v1.8h, v4.2h[2]
+	WORD $0x4f45f816 // bfdot v22.4s, v0.8h, v5.2h[2]
+	WORD $0x4f45f837 // bfdot v23.4s, v1.8h, v5.2h[2]
+	WORD $0x4f46f81a // bfdot v26.4s, v0.8h, v6.2h[2]
+	WORD $0x4f46f83b // bfdot v27.4s, v1.8h, v6.2h[2]
+	WORD $0x4f47f81e // bfdot v30.4s, v0.8h, v7.2h[2]
+	WORD $0x4f47f83f // bfdot v31.4s, v1.8h, v7.2h[2]
+	FLDPQ 192(R16), (F0, F1)
+	WORD $0x4f62f808 // bfdot v8.4s, v0.8h, v2.2h[3]
+	WORD $0x4f62f829 // bfdot v9.4s, v1.8h, v2.2h[3]
+	WORD $0x4f63f80c // bfdot v12.4s, v0.8h, v3.2h[3]
+	WORD $0x4f63f82d // bfdot v13.4s, v1.8h, v3.2h[3]
+	WORD $0x4f64f810 // bfdot v16.4s, v0.8h, v4.2h[3]
+	WORD $0x4f64f831 // bfdot v17.4s, v1.8h, v4.2h[3]
+	WORD $0x4f65f814 // bfdot v20.4s, v0.8h, v5.2h[3]
+	WORD $0x4f65f835 // bfdot v21.4s, v1.8h, v5.2h[3]
+	WORD $0x4f66f818 // bfdot v24.4s, v0.8h, v6.2h[3]
+	WORD $0x4f66f839 // bfdot v25.4s, v1.8h, v6.2h[3]
+	WORD $0x4f67f81c // bfdot v28.4s, v0.8h, v7.2h[3]
+	WORD $0x4f67f83d // bfdot v29.4s, v1.8h, v7.2h[3]
+	FLDPQ 224(R16), (F0, F1)
+	WORD $0x4f62f80a // bfdot v10.4s, v0.8h, v2.2h[3]
+	WORD $0x4f62f82b // bfdot v11.4s, v1.8h, v2.2h[3]
+	WORD $0x4f63f80e // bfdot v14.4s, v0.8h, v3.2h[3]
+	WORD $0x4f63f82f // bfdot v15.4s, v1.8h, v3.2h[3]
+	WORD $0x4f64f812 // bfdot v18.4s, v0.8h, v4.2h[3]
+	WORD $0x4f64f833 // bfdot v19.4s, v1.8h, v4.2h[3]
+	WORD $0x4f65f816 // bfdot v22.4s, v0.8h, v5.2h[3]
+	WORD $0x4f65f837 // bfdot v23.4s, v1.8h, v5.2h[3]
+	WORD $0x4f66f81a // bfdot v26.4s, v0.8h, v6.2h[3]
+	WORD $0x4f66f83b // bfdot v27.4s, v1.8h, v6.2h[3]
+	WORD $0x4f67f81e // bfdot v30.4s, v0.8h, v7.2h[3]
+	WORD $0x4f67f83f // bfdot v31.4s, v1.8h, v7.2h[3]
+	ADD $256, R16
+	SUB $4, R17
+	CMP $4, R17
+	BGE r6loop4
+r6tail:
+	CBZ R17, r6store
+r6loop1:
+	FMOVS.P 4(R10), F2
+	FMOVS.P 4(R11), F3
+	FMOVS.P 4(R12), F4
+	FMOVS.P 4(R13), F5
+	FMOVS.P 4(R14), F6
+	FMOVS.P 4(R15), F7
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f42f008 // bfdot v8.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f029 // bfdot v9.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00c // bfdot v12.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02d // bfdot v13.4s, v1.8h, v3.2h[0]
+	WORD $0x4f44f010 // bfdot v16.4s, v0.8h, v4.2h[0]
+	WORD $0x4f44f031 // bfdot v17.4s, v1.8h, v4.2h[0]
+	WORD $0x4f45f014 // bfdot v20.4s, v0.8h, v5.2h[0]
+	WORD $0x4f45f035 // bfdot v21.4s, v1.8h, v5.2h[0]
+	WORD $0x4f46f018 // bfdot v24.4s, v0.8h, v6.2h[0]
+	WORD $0x4f46f039 // bfdot v25.4s, v1.8h, v6.2h[0]
+	WORD $0x4f47f01c // bfdot v28.4s, v0.8h, v7.2h[0]
+	WORD $0x4f47f03d // bfdot v29.4s, v1.8h, v7.2h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f42f00a // bfdot v10.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f02b // bfdot v11.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00e // bfdot v14.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02f // bfdot v15.4s, v1.8h, v3.2h[0]
+	WORD $0x4f44f012 // bfdot v18.4s, v0.8h, v4.2h[0]
+	WORD $0x4f44f033 // bfdot v19.4s, v1.8h, v4.2h[0]
+	WORD $0x4f45f016 // bfdot v22.4s, v0.8h, v5.2h[0]
+	WORD $0x4f45f037 // bfdot v23.4s, v1.8h, v5.2h[0]
+	WORD $0x4f46f01a // bfdot v26.4s, v0.8h, v6.2h[0]
+	WORD $0x4f46f03b // bfdot v27.4s, v1.8h, v6.2h[0]
+	WORD $0x4f47f01e // bfdot v30.4s, v0.8h, v7.2h[0]
+	WORD $0x4f47f03f // bfdot v31.4s, v1.8h, v7.2h[0]
+	ADD $64, R16
+	SUBS $1, R17, R17
+	BNE r6loop1
+r6store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	ADD R6, R22
+	FSTPQ (F16, F17), (R22)
+	FSTPQ (F18, F19), 32(R22)
+	ADD R6, R22
+	FSTPQ (F20, F21), (R22)
+	FSTPQ (F22, F23), 32(R22)
+	ADD R6, R22
+	FSTPQ (F24, F25), (R22)
+	FSTPQ (F26, F27), 32(R22)
+	ADD R6, R22
+	FSTPQ (F28, F29), (R22)
+	FSTPQ (F30, F31), 32(R22)
+	ADD R19, R3
+	ADD R20, R4
+	SUB $6, R5
+	B rows
+rowsTail:
+	CMP $5, R5
+	BEQ tile5
+	CMP $4, R5
+	BEQ tile4
+	CMP $3, R5
+	BEQ tile3
+	CMP $2, R5
+	BEQ tile2
+	CMP $1, R5
+	BEQ tile1
+	B colNext
+tile5:
+	// Tile: 5 rows × 16 columns, 20 accumulators.
+	MOVD R4, R22
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	ADD R6, R22
+	FLDPQ (R22), (F12, F13)
+	FLDPQ 32(R22), (F14, F15)
+	ADD R6, R22
+	FLDPQ (R22), (F16, F17)
+	FLDPQ 32(R22), (F18, F19)
+	ADD R6, R22
+	FLDPQ (R22), (F20, F21)
+	FLDPQ 32(R22), (F22, F23)
+	ADD R6, R22
+	FLDPQ (R22), (F24, F25)
+	FLDPQ 32(R22), (F26, F27)
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	ADD R7, R12, R13
+	ADD R7, R13, R14
+	CMP $4, R17
+	BLT r5tail
+r5loop4:
+	FMOVQ.P 16(R10), F2
+	FMOVQ.P 16(R11), F3
+	FMOVQ.P 16(R12), F4
+	FMOVQ.P 16(R13), F5
+	FMOVQ.P 16(R14), F6
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f42f008 // bfdot v8.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f029 // bfdot v9.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00c // bfdot v12.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02d // bfdot v13.4s, v1.8h, v3.2h[0]
+	WORD $0x4f44f010 // bfdot v16.4s, v0.8h, v4.2h[0]
+	WORD $0x4f44f031 // bfdot v17.4s, v1.8h, v4.2h[0]
+	WORD $0x4f45f014 // bfdot v20.4s, v0.8h, v5.2h[0]
+	WORD $0x4f45f035 // bfdot v21.4s, v1.8h, v5.2h[0]
+	WORD $0x4f46f018 // bfdot v24.4s, v0.8h, v6.2h[0]
+	WORD $0x4f46f039 // bfdot v25.4s, v1.8h, v6.2h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f42f00a // bfdot v10.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f02b // bfdot v11.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00e // bfdot v14.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02f // bfdot v15.4s, v1.8h, v3.2h[0]
+	WORD $0x4f44f012 // bfdot v18.4s, v0.8h, v4.2h[0]
+	WORD $0x4f44f033 // bfdot v19.4s, v1.8h, v4.2h[0]
+	WORD $0x4f45f016 // bfdot v22.4s, v0.8h, v5.2h[0]
+	WORD $0x4f45f037 // bfdot v23.4s, v1.8h, v5.2h[0]
+	WORD $0x4f46f01a // bfdot v26.4s, v0.8h, v6.2h[0]
+	WORD $0x4f46f03b // bfdot v27.4s, v1.8h, v6.2h[0]
+	FLDPQ 64(R16), (F0, F1)
+	WORD $0x4f62f008 // bfdot v8.4s, v0.8h, v2.2h[1]
+	WORD $0x4f62f029 // bfdot v9.4s, v1.8h, v2.2h[1]
+	WORD $0x4f63f00c // bfdot v12.4s, v0.8h, v3.2h[1]
+	WORD $0x4f63f02d // bfdot v13.4s, v1.8h, v3.2h[1]
+	WORD $0x4f64f010 // bfdot v16.4s, v0.8h, v4.2h[1]
+	WORD $0x4f64f031 // bfdot v17.4s, v1.8h, v4.2h[1]
+	WORD $0x4f65f014 // bfdot v20.4s, v0.8h, v5.2h[1]
+	WORD $0x4f65f035 // bfdot v21.4s, v1.8h, v5.2h[1]
+	WORD $0x4f66f018 // bfdot v24.4s, v0.8h, v6.2h[1]
+	WORD $0x4f66f039 // bfdot v25.4s, v1.8h, v6.2h[1]
+	FLDPQ 96(R16), (F0, F1)
+	WORD $0x4f62f00a // bfdot v10.4s, v0.8h, v2.2h[1]
+	WORD $0x4f62f02b // bfdot v11.4s, v1.8h, v2.2h[1]
+	WORD $0x4f63f00e // bfdot v14.4s, v0.8h, v3.2h[1]
+	WORD $0x4f63f02f // bfdot v15.4s, v1.8h, v3.2h[1]
+	WORD $0x4f64f012 // bfdot v18.4s, v0.8h, v4.2h[1]
+	WORD $0x4f64f033 // bfdot v19.4s, v1.8h, v4.2h[1]
+	WORD $0x4f65f016 // bfdot v22.4s, v0.8h, v5.2h[1]
+	WORD $0x4f65f037 // bfdot v23.4s, v1.8h, v5.2h[1]
+	WORD $0x4f66f01a // bfdot v26.4s, v0.8h, v6.2h[1]
+	WORD $0x4f66f03b // bfdot v27.4s, v1.8h, v6.2h[1]
+	FLDPQ 128(R16), (F0, F1)
+	WORD $0x4f42f808 // bfdot v8.4s, v0.8h, v2.2h[2]
+	WORD $0x4f42f829 // bfdot v9.4s, v1.8h, v2.2h[2]
+	WORD $0x4f43f80c // bfdot v12.4s, v0.8h, v3.2h[2]
+	WORD $0x4f43f82d // bfdot v13.4s, v1.8h, v3.2h[2]
+	WORD $0x4f44f810 // bfdot v16.4s, v0.8h, v4.2h[2]
+	WORD $0x4f44f831 // bfdot v17.4s, v1.8h, v4.2h[2]
+	WORD $0x4f45f814 // bfdot v20.4s, v0.8h, v5.2h[2]
+	WORD $0x4f45f835 // bfdot v21.4s, v1.8h, v5.2h[2]
+	WORD $0x4f46f818 // bfdot v24.4s, v0.8h, v6.2h[2]
+	WORD $0x4f46f839 // bfdot v25.4s, v1.8h, v6.2h[2]
+	FLDPQ 160(R16), (F0, F1)
+	WORD $0x4f42f80a // bfdot v10.4s, v0.8h, v2.2h[2]
+	WORD $0x4f42f82b // bfdot v11.4s, v1.8h, v2.2h[2]
+	WORD $0x4f43f80e // bfdot v14.4s, v0.8h, v3.2h[2]
+	WORD $0x4f43f82f // bfdot v15.4s, v1.8h, v3.2h[2]
+	WORD $0x4f44f812 // bfdot v18.4s, v0.8h, v4.2h[2]
+	WORD $0x4f44f833 // bfdot v19.4s, v1.8h, v4.2h[2]
+	WORD $0x4f45f816 // bfdot v22.4s, v0.8h, v5.2h[2]
+	WORD $0x4f45f837 // bfdot v23.4s, v1.8h, v5.2h[2]
+	WORD $0x4f46f81a // bfdot v26.4s, v0.8h, v6.2h[2]
+	WORD $0x4f46f83b // bfdot v27.4s, v1.8h, v6.2h[2]
+	FLDPQ 192(R16), (F0, F1)
+	WORD $0x4f62f808 // bfdot v8.4s, v0.8h, v2.2h[3]
+	WORD $0x4f62f829 // bfdot v9.4s, v1.8h, v2.2h[3]
+	WORD $0x4f63f80c // bfdot v12.4s, v0.8h, v3.2h[3]
+	WORD $0x4f63f82d // bfdot v13.4s, v1.8h, v3.2h[3]
+	WORD $0x4f64f810 // bfdot v16.4s, v0.8h, v4.2h[3]
+	WORD $0x4f64f831 // bfdot v17.4s, v1.8h, v4.2h[3]
+	WORD $0x4f65f814 // bfdot v20.4s, v0.8h, v5.2h[3]
+	WORD $0x4f65f835 // bfdot v21.4s, v1.8h, v5.2h[3]
+	WORD $0x4f66f818 // bfdot v24.4s, v0.8h, v6.2h[3]
+	WORD $0x4f66f839 // bfdot v25.4s, v1.8h, v6.2h[3]
+	FLDPQ 224(R16), (F0, F1)
+	WORD $0x4f62f80a // bfdot v10.4s, v0.8h, v2.2h[3]
+	WORD $0x4f62f82b // bfdot v11.4s, v1.8h, v2.2h[3]
+	WORD $0x4f63f80e // bfdot v14.4s, v0.8h, v3.2h[3]
+	WORD $0x4f63f82f // bfdot v15.4s, v1.8h, v3.2h[3]
+	WORD $0x4f64f812 // bfdot v18.4s, v0.8h, v4.2h[3]
+	WORD $0x4f64f833 // bfdot v19.4s, v1.8h, v4.2h[3]
+	WORD $0x4f65f816 // bfdot v22.4s, v0.8h, v5.2h[3]
+	WORD $0x4f65f837 // bfdot v23.4s, v1.8h, v5.2h[3]
+	WORD $0x4f66f81a // bfdot v26.4s, v0.8h, v6.2h[3]
+	WORD $0x4f66f83b // bfdot v27.4s, v1.8h, v6.2h[3]
+	ADD $256, R16
+	SUB $4, R17
+	CMP $4, R17
+	BGE r5loop4
+r5tail:
+	CBZ R17, r5store
+r5loop1:
+	FMOVS.P 4(R10), F2
+	FMOVS.P 4(R11), F3
+	FMOVS.P 4(R12), F4
+	FMOVS.P 4(R13), F5
+	FMOVS.P 4(R14), F6
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f42f008 // bfdot v8.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f029 // bfdot v9.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00c // bfdot v12.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02d // bfdot v13.4s, v1.8h, v3.2h[0]
+	WORD $0x4f44f010 // bfdot v16.4s, v0.8h, v4.2h[0]
+	WORD $0x4f44f031 // bfdot v17.4s, v1.8h, v4.2h[0]
+	WORD $0x4f45f014 // bfdot v20.4s, v0.8h, v5.2h[0]
+	WORD $0x4f45f035 // bfdot v21.4s, v1.8h, v5.2h[0]
+	WORD $0x4f46f018 // bfdot v24.4s, v0.8h, v6.2h[0]
+	WORD $0x4f46f039 // bfdot v25.4s, v1.8h, v6.2h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f42f00a // bfdot v10.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f02b // bfdot v11.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00e // bfdot v14.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02f // bfdot v15.4s, v1.8h, v3.2h[0]
+	WORD $0x4f44f012 // bfdot v18.4s, v0.8h, v4.2h[0]
+	WORD $0x4f44f033 // bfdot v19.4s, v1.8h, v4.2h[0]
+	WORD $0x4f45f016 // bfdot v22.4s, v0.8h, v5.2h[0]
+	WORD $0x4f45f037 // bfdot v23.4s, v1.8h, v5.2h[0]
+	WORD $0x4f46f01a // bfdot v26.4s, v0.8h, v6.2h[0]
+	WORD $0x4f46f03b // bfdot v27.4s, v1.8h, v6.2h[0]
+	ADD $64, R16
+	SUBS $1, R17, R17
+	BNE r5loop1
+r5store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	ADD R6, R22
+	FSTPQ (F16, F17), (R22)
+	FSTPQ (F18, F19), 32(R22)
+	ADD R6, R22
+	FSTPQ (F20, F21), (R22)
+	FSTPQ (F22, F23), 32(R22)
+	ADD R6, R22
+	FSTPQ (F24, F25), (R22)
+	FSTPQ (F26, F27), 32(R22)
+	B colNext
+tile4:
+	// Tile: 4 rows × 16 columns, 16 accumulators.
+	MOVD R4, R22
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	ADD R6, R22
+	FLDPQ (R22), (F12, F13)
+	FLDPQ 32(R22), (F14, F15)
+	ADD R6, R22
+	FLDPQ (R22), (F16, F17)
+	FLDPQ 32(R22), (F18, F19)
+	ADD R6, R22
+	FLDPQ (R22), (F20, F21)
+	FLDPQ 32(R22), (F22, F23)
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	ADD R7, R12, R13
+	CMP $4, R17
+	BLT r4tail
+r4loop4:
+	FMOVQ.P 16(R10), F2
+	FMOVQ.P 16(R11), F3
+	FMOVQ.P 16(R12), F4
+	FMOVQ.P 16(R13), F5
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f42f008 // bfdot v8.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f029 // bfdot v9.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00c // bfdot v12.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02d // bfdot v13.4s, v1.8h, v3.2h[0]
+	WORD $0x4f44f010 // bfdot v16.4s, v0.8h, v4.2h[0]
+	WORD $0x4f44f031 // bfdot v17.4s, v1.8h, v4.2h[0]
+	WORD $0x4f45f014 // bfdot v20.4s, v0.8h, v5.2h[0]
+	WORD $0x4f45f035 // bfdot v21.4s, v1.8h, v5.2h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f42f00a // bfdot v10.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f02b // bfdot v11.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00e // bfdot v14.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02f // bfdot v15.4s, v1.8h, v3.2h[0]
+	WORD $0x4f44f012 // bfdot v18.4s, v0.8h, v4.2h[0]
+	WORD $0x4f44f033 // bfdot v19.4s, v1.8h, v4.2h[0]
+	WORD $0x4f45f016 // bfdot v22.4s, v0.8h, v5.2h[0]
+	WORD $0x4f45f037 // bfdot v23.4s, v1.8h, v5.2h[0]
+	FLDPQ 64(R16), (F0, F1)
+	WORD $0x4f62f008 // bfdot v8.4s, v0.8h, v2.2h[1]
+	WORD $0x4f62f029 // bfdot v9.4s, v1.8h, v2.2h[1]
+	WORD $0x4f63f00c // bfdot v12.4s, v0.8h, v3.2h[1]
+	WORD $0x4f63f02d // bfdot v13.4s, v1.8h, v3.2h[1]
+	WORD $0x4f64f010 // bfdot v16.4s, v0.8h, v4.2h[1]
+	WORD $0x4f64f031 // bfdot v17.4s, v1.8h, v4.2h[1]
+	WORD $0x4f65f014 // bfdot v20.4s, v0.8h, v5.2h[1]
+	WORD $0x4f65f035 // bfdot v21.4s, v1.8h, v5.2h[1]
+	FLDPQ 96(R16), (F0, F1)
+	WORD $0x4f62f00a // bfdot v10.4s, v0.8h, v2.2h[1]
+	WORD $0x4f62f02b // bfdot v11.4s, v1.8h, v2.2h[1]
+	WORD $0x4f63f00e // bfdot v14.4s, v0.8h, v3.2h[1]
+	WORD $0x4f63f02f // bfdot v15.4s, v1.8h, v3.2h[1]
+	WORD $0x4f64f012 // bfdot v18.4s, v0.8h, v4.2h[1]
+	WORD $0x4f64f033 // bfdot v19.4s, v1.8h, v4.2h[1]
+	WORD $0x4f65f016 // bfdot v22.4s, v0.8h, v5.2h[1]
+	WORD $0x4f65f037 // bfdot v23.4s, v1.8h, v5.2h[1]
+	FLDPQ 128(R16), (F0, F1)
+	WORD $0x4f42f808 // bfdot v8.4s, v0.8h, v2.2h[2]
+	WORD $0x4f42f829 // bfdot v9.4s, v1.8h, v2.2h[2]
+	WORD $0x4f43f80c // bfdot v12.4s, v0.8h, v3.2h[2]
+	WORD $0x4f43f82d // bfdot v13.4s, v1.8h, v3.2h[2]
+	WORD $0x4f44f810 // bfdot v16.4s, v0.8h, v4.2h[2]
+	WORD $0x4f44f831 // bfdot v17.4s, v1.8h, v4.2h[2]
+	WORD $0x4f45f814 // bfdot v20.4s, v0.8h, v5.2h[2]
+	WORD $0x4f45f835 // bfdot v21.4s, v1.8h, v5.2h[2]
+	FLDPQ 160(R16), (F0, F1)
+	WORD $0x4f42f80a // bfdot v10.4s, v0.8h, v2.2h[2]
+	WORD $0x4f42f82b // bfdot v11.4s, v1.8h, v2.2h[2]
+	WORD $0x4f43f80e // bfdot v14.4s, v0.8h, v3.2h[2]
+	WORD $0x4f43f82f // bfdot v15.4s, v1.8h, v3.2h[2]
+	WORD $0x4f44f812 // bfdot v18.4s, v0.8h, v4.2h[2]
+	WORD $0x4f44f833 // bfdot v19.4s, v1.8h, v4.2h[2]
+	WORD $0x4f45f816 // bfdot v22.4s, v0.8h, v5.2h[2]
+	WORD $0x4f45f837 // bfdot v23.4s, v1.8h, v5.2h[2]
+	FLDPQ 192(R16), (F0, F1)
+	WORD $0x4f62f808 // bfdot v8.4s, v0.8h, v2.2h[3]
+	WORD $0x4f62f829 // bfdot v9.4s, v1.8h, v2.2h[3]
+	WORD $0x4f63f80c // bfdot v12.4s, v0.8h, v3.2h[3]
+	WORD $0x4f63f82d // bfdot v13.4s, v1.8h, v3.2h[3]
+	WORD $0x4f64f810 // bfdot v16.4s, v0.8h, v4.2h[3]
+	WORD $0x4f64f831 // bfdot v17.4s, v1.8h, v4.2h[3]
+	WORD $0x4f65f814 // bfdot v20.4s, v0.8h, v5.2h[3]
+	WORD $0x4f65f835 // bfdot v21.4s, v1.8h, v5.2h[3]
+	FLDPQ 224(R16), (F0, F1)
+	WORD $0x4f62f80a // bfdot v10.4s, v0.8h, v2.2h[3]
+	WORD $0x4f62f82b // bfdot v11.4s, v1.8h, v2.2h[3]
+	WORD $0x4f63f80e // bfdot v14.4s, v0.8h, v3.2h[3]
+	WORD $0x4f63f82f // bfdot v15.4s, v1.8h, v3.2h[3]
+	WORD $0x4f64f812 // bfdot v18.4s, v0.8h, v4.2h[3]
+	WORD $0x4f64f833 // bfdot v19.4s, v1.8h, v4.2h[3]
+	WORD $0x4f65f816 // bfdot v22.4s, v0.8h, v5.2h[3]
+	WORD $0x4f65f837 // bfdot v23.4s, v1.8h, v5.2h[3]
+	ADD $256, R16
+	SUB $4, R17
+	CMP $4, R17
+	BGE r4loop4
+r4tail:
+	CBZ R17, r4store
+r4loop1:
+	FMOVS.P 4(R10), F2
+	FMOVS.P 4(R11), F3
+	FMOVS.P 4(R12), F4
+	FMOVS.P 4(R13), F5
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f42f008 // bfdot v8.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f029 // bfdot v9.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00c // bfdot v12.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02d // bfdot v13.4s, v1.8h, v3.2h[0]
+	WORD $0x4f44f010 // bfdot v16.4s, v0.8h, v4.2h[0]
+	WORD $0x4f44f031 // bfdot v17.4s, v1.8h, v4.2h[0]
+	WORD $0x4f45f014 // bfdot v20.4s, v0.8h, v5.2h[0]
+	WORD $0x4f45f035 // bfdot v21.4s, v1.8h, v5.2h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f42f00a // bfdot v10.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f02b // bfdot v11.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00e // bfdot v14.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02f // bfdot v15.4s, v1.8h, v3.2h[0]
+	WORD $0x4f44f012 // bfdot v18.4s, v0.8h, v4.2h[0]
+	WORD $0x4f44f033 // bfdot v19.4s, v1.8h, v4.2h[0]
+	WORD $0x4f45f016 // bfdot v22.4s, v0.8h, v5.2h[0]
+	WORD $0x4f45f037 // bfdot v23.4s, v1.8h, v5.2h[0]
+	ADD $64, R16
+	SUBS $1, R17, R17
+	BNE r4loop1
+r4store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	ADD R6, R22
+	FSTPQ (F16, F17), (R22)
+	FSTPQ (F18, F19), 32(R22)
+	ADD R6, R22
+	FSTPQ (F20, F21), (R22)
+	FSTPQ (F22, F23), 32(R22)
+	B colNext
+tile3:
+	// Tile: 3 rows × 16 columns, 12 accumulators.
+	MOVD R4, R22
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	ADD R6, R22
+	FLDPQ (R22), (F12, F13)
+	FLDPQ 32(R22), (F14, F15)
+	ADD R6, R22
+	FLDPQ (R22), (F16, F17)
+	FLDPQ 32(R22), (F18, F19)
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	CMP $4, R17
+	BLT r3tail
+r3loop4:
+	FMOVQ.P 16(R10), F2
+	FMOVQ.P 16(R11), F3
+	FMOVQ.P 16(R12), F4
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f42f008 // bfdot v8.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f029 // bfdot v9.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00c // bfdot v12.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02d // bfdot v13.4s, v1.8h, v3.2h[0]
+	WORD $0x4f44f010 // bfdot v16.4s, v0.8h, v4.2h[0]
+	WORD $0x4f44f031 // bfdot v17.4s, v1.8h, v4.2h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f42f00a // bfdot v10.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f02b // bfdot v11.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00e // bfdot v14.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02f // bfdot v15.4s, v1.8h, v3.2h[0]
+	WORD $0x4f44f012 // bfdot v18.4s, v0.8h, v4.2h[0]
+	WORD $0x4f44f033 // bfdot v19.4s, v1.8h, v4.2h[0]
+	FLDPQ 64(R16), (F0, F1)
+	WORD $0x4f62f008 // bfdot v8.4s, v0.8h, v2.2h[1]
+	WORD $0x4f62f029 // bfdot v9.4s, v1.8h, v2.2h[1]
+	WORD $0x4f63f00c // bfdot v12.4s, v0.8h, v3.2h[1]
+	WORD $0x4f63f02d // bfdot v13.4s, v1.8h, v3.2h[1]
+	WORD $0x4f64f010 // bfdot v16.4s, v0.8h, v4.2h[1]
+	WORD $0x4f64f031 // bfdot v17.4s, v1.8h, v4.2h[1]
+	FLDPQ 96(R16), (F0, F1)
+	WORD $0x4f62f00a // bfdot v10.4s, v0.8h, v2.2h[1]
+	WORD $0x4f62f02b // bfdot v11.4s, v1.8h, v2.2h[1]
+	WORD $0x4f63f00e // bfdot v14.4s, v0.8h, v3.2h[1]
+	WORD $0x4f63f02f // bfdot v15.4s, v1.8h, v3.2h[1]
+	WORD $0x4f64f012 // bfdot v18.4s, v0.8h, v4.2h[1]
+	WORD $0x4f64f033 // bfdot v19.4s, v1.8h, v4.2h[1]
+	FLDPQ 128(R16), (F0, F1)
+	WORD $0x4f42f808 // bfdot v8.4s, v0.8h, v2.2h[2]
+	WORD $0x4f42f829 // bfdot v9.4s, v1.8h, v2.2h[2]
+	WORD $0x4f43f80c // bfdot v12.4s, v0.8h, v3.2h[2]
+	WORD $0x4f43f82d // bfdot v13.4s, v1.8h, v3.2h[2]
+	WORD $0x4f44f810 // bfdot v16.4s, v0.8h, v4.2h[2]
+	WORD $0x4f44f831 // bfdot v17.4s, v1.8h, v4.2h[2]
+	FLDPQ 160(R16), (F0, F1)
+	WORD $0x4f42f80a // bfdot v10.4s, v0.8h, v2.2h[2]
+	WORD $0x4f42f82b // bfdot v11.4s, v1.8h, v2.2h[2]
+	WORD $0x4f43f80e // bfdot v14.4s, v0.8h, v3.2h[2]
+	WORD $0x4f43f82f // bfdot v15.4s, v1.8h, v3.2h[2]
+	WORD $0x4f44f812 // bfdot v18.4s, v0.8h, v4.2h[2]
+	WORD $0x4f44f833 // bfdot v19.4s, v1.8h, v4.2h[2]
+	FLDPQ 192(R16), (F0, F1)
+	WORD $0x4f62f808 // bfdot v8.4s, v0.8h, v2.2h[3]
+	WORD $0x4f62f829 // bfdot v9.4s, v1.8h, v2.2h[3]
+	WORD $0x4f63f80c // bfdot v12.4s, v0.8h, v3.2h[3]
+	WORD $0x4f63f82d // bfdot v13.4s, v1.8h, v3.2h[3]
+	WORD $0x4f64f810 // bfdot v16.4s, v0.8h, v4.2h[3]
+	WORD $0x4f64f831 // bfdot v17.4s, v1.8h, v4.2h[3]
+	FLDPQ 224(R16), (F0, F1)
+	WORD $0x4f62f80a // bfdot v10.4s, v0.8h, v2.2h[3]
+	WORD $0x4f62f82b // bfdot v11.4s, v1.8h, v2.2h[3]
+	WORD $0x4f63f80e // bfdot v14.4s, v0.8h, v3.2h[3]
+	WORD $0x4f63f82f // bfdot v15.4s, v1.8h, v3.2h[3]
+	WORD $0x4f64f812 // bfdot v18.4s, v0.8h, v4.2h[3]
+	WORD $0x4f64f833 // bfdot v19.4s, v1.8h, v4.2h[3]
+	ADD $256, R16
+	SUB $4, R17
+	CMP $4, R17
+	BGE r3loop4
+r3tail:
+	CBZ R17, r3store
+r3loop1:
+	FMOVS.P 4(R10), F2
+	FMOVS.P 4(R11), F3
+	FMOVS.P 4(R12), F4
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f42f008 // bfdot v8.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f029 // bfdot v9.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00c // bfdot v12.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02d // bfdot v13.4s, v1.8h, v3.2h[0]
+	WORD $0x4f44f010 // bfdot v16.4s, v0.8h, v4.2h[0]
+	WORD $0x4f44f031 // bfdot v17.4s, v1.8h, v4.2h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f42f00a // bfdot v10.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f02b // bfdot v11.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00e // bfdot v14.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02f // bfdot v15.4s, v1.8h, v3.2h[0]
+	WORD $0x4f44f012 // bfdot v18.4s, v0.8h, v4.2h[0]
+	WORD $0x4f44f033 // bfdot v19.4s, v1.8h, v4.2h[0]
+	ADD $64, R16
+	SUBS $1, R17, R17
+	BNE r3loop1
+r3store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	ADD R6, R22
+	FSTPQ (F16, F17), (R22)
+	FSTPQ (F18, F19), 32(R22)
+	B colNext
+tile2:
+	// Tile: 2 rows × 16 columns, 8 accumulators.
+	MOVD R4, R22
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	ADD R6, R22
+	FLDPQ (R22), (F12, F13)
+	FLDPQ 32(R22), (F14, F15)
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	ADD R7, R10, R11
+	CMP $4, R17
+	BLT r2tail
+r2loop4:
+	FMOVQ.P 16(R10), F2
+	FMOVQ.P 16(R11), F3
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f42f008 // bfdot v8.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f029 // bfdot v9.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00c // bfdot v12.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02d // bfdot v13.4s, v1.8h, v3.2h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f42f00a // bfdot v10.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f02b // bfdot v11.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00e // bfdot v14.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02f // bfdot v15.4s, v1.8h, v3.2h[0]
+	FLDPQ 64(R16), (F0, F1)
+	WORD $0x4f62f008 // bfdot v8.4s, v0.8h, v2.2h[1]
+	WORD $0x4f62f029 // bfdot v9.4s, v1.8h, v2.2h[1]
+	WORD $0x4f63f00c // bfdot v12.4s, v0.8h, v3.2h[1]
+	WORD $0x4f63f02d // bfdot v13.4s, v1.8h, v3.2h[1]
+	FLDPQ 96(R16), (F0, F1)
+	WORD $0x4f62f00a // bfdot v10.4s, v0.8h, v2.2h[1]
+	WORD $0x4f62f02b // bfdot v11.4s, v1.8h, v2.2h[1]
+	WORD $0x4f63f00e // bfdot v14.4s, v0.8h, v3.2h[1]
+	WORD $0x4f63f02f // bfdot v15.4s, v1.8h, v3.2h[1]
+	FLDPQ 128(R16), (F0, F1)
+	WORD $0x4f42f808 // bfdot v8.4s, v0.8h, v2.2h[2]
+	WORD $0x4f42f829 // bfdot v9.4s, v1.8h, v2.2h[2]
+	WORD $0x4f43f80c // bfdot v12.4s, v0.8h, v3.2h[2]
+	WORD $0x4f43f82d // bfdot v13.4s, v1.8h, v3.2h[2]
+	FLDPQ 160(R16), (F0, F1)
+	WORD $0x4f42f80a // bfdot v10.4s, v0.8h, v2.2h[2]
+	WORD $0x4f42f82b // bfdot v11.4s, v1.8h, v2.2h[2]
+	WORD $0x4f43f80e // bfdot v14.4s, v0.8h, v3.2h[2]
+	WORD $0x4f43f82f // bfdot v15.4s, v1.8h, v3.2h[2]
+	FLDPQ 192(R16), (F0, F1)
+	WORD $0x4f62f808 // bfdot v8.4s, v0.8h, v2.2h[3]
+	WORD $0x4f62f829 // bfdot v9.4s, v1.8h, v2.2h[3]
+	WORD $0x4f63f80c // bfdot v12.4s, v0.8h, v3.2h[3]
+	WORD $0x4f63f82d // bfdot v13.4s, v1.8h, v3.2h[3]
+	FLDPQ 224(R16), (F0, F1)
+	WORD $0x4f62f80a // bfdot v10.4s, v0.8h, v2.2h[3]
+	WORD $0x4f62f82b // bfdot v11.4s, v1.8h, v2.2h[3]
+	WORD $0x4f63f80e // bfdot v14.4s, v0.8h, v3.2h[3]
+	WORD $0x4f63f82f // bfdot v15.4s, v1.8h, v3.2h[3]
+	ADD $256, R16
+	SUB $4, R17
+	CMP $4, R17
+	BGE r2loop4
+r2tail:
+	CBZ R17, r2store
+r2loop1:
+	FMOVS.P 4(R10), F2
+	FMOVS.P 4(R11), F3
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f42f008 // bfdot v8.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f029 // bfdot v9.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00c // bfdot v12.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02d // bfdot v13.4s, v1.8h, v3.2h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f42f00a // bfdot v10.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f02b // bfdot v11.4s, v1.8h, v2.2h[0]
+	WORD $0x4f43f00e // bfdot v14.4s, v0.8h, v3.2h[0]
+	WORD $0x4f43f02f // bfdot v15.4s, v1.8h, v3.2h[0]
+	ADD $64, R16
+	SUBS $1, R17, R17
+	BNE r2loop1
+r2store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	B colNext
+tile1:
+	// Tile: 1 rows × 16 columns, 4 accumulators.
+	MOVD R4, R22
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	CMP $4, R17
+	BLT r1tail
+r1loop4:
+	FMOVQ.P 16(R10), F2
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f42f008 // bfdot v8.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f029 // bfdot v9.4s, v1.8h, v2.2h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f42f00a // bfdot v10.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f02b // bfdot v11.4s, v1.8h, v2.2h[0]
+	FLDPQ 64(R16), (F0, F1)
+	WORD $0x4f62f008 // bfdot v8.4s, v0.8h, v2.2h[1]
+	WORD $0x4f62f029 // bfdot v9.4s, v1.8h, v2.2h[1]
+	FLDPQ 96(R16), (F0, F1)
+	WORD $0x4f62f00a // bfdot v10.4s, v0.8h, v2.2h[1]
+	WORD $0x4f62f02b // bfdot v11.4s, v1.8h, v2.2h[1]
+	FLDPQ 128(R16), (F0, F1)
+	WORD $0x4f42f808 // bfdot v8.4s, v0.8h, v2.2h[2]
+	WORD $0x4f42f829 // bfdot v9.4s, v1.8h, v2.2h[2]
+	FLDPQ 160(R16), (F0, F1)
+	WORD $0x4f42f80a // bfdot v10.4s, v0.8h, v2.2h[2]
+	WORD $0x4f42f82b // bfdot v11.4s, v1.8h, v2.2h[2]
+	FLDPQ 192(R16), (F0, F1)
+	WORD $0x4f62f808 // bfdot v8.4s, v0.8h, v2.2h[3]
+	WORD $0x4f62f829 // bfdot v9.4s, v1.8h, v2.2h[3]
+	FLDPQ 224(R16), (F0, F1)
+	WORD $0x4f62f80a // bfdot v10.4s, v0.8h, v2.2h[3]
+	WORD $0x4f62f82b // bfdot v11.4s, v1.8h, v2.2h[3]
+	ADD $256, R16
+	SUB $4, R17
+	CMP $4, R17
+	BGE r1loop4
+r1tail:
+	CBZ R17, r1store
+r1loop1:
+	FMOVS.P 4(R10), F2
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f42f008 // bfdot v8.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f029 // bfdot v9.4s, v1.8h, v2.2h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f42f00a // bfdot v10.4s, v0.8h, v2.2h[0]
+	WORD $0x4f42f02b // bfdot v11.4s, v1.8h, v2.2h[0]
+	ADD $64, R16
+	SUBS $1, R17, R17
+	BNE r1loop1
+r1store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	B colNext
+colNext:
+	ADD $64, R0
+	ADD R8, R1
+	SUBS $16, R2, R2
+	BNE cols
+	RET
+
+// mulF16NEON sets C = A·B (see Half.Mul) by FMLAL/FMLAL2: A m×k F16, B in the pair layout
+// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.
+TEXT ·mulF16NEON(SB), NOSPLIT|NOFRAME, $0-120
+	MOVD b_base+64(FP), R1
+	MOVD c_base+0(FP), R0
+	MOVD n+104(FP), R2
+	MOVD k+112(FP), R9
+	MOVD ldc+24(FP), R6
+	LSL $2, R6
+	MOVD lda+56(FP), R7
+	LSL $1, R7
+	MOVD ldb+88(FP), R8
+	LSL $1, R8
+	LSR $1, R9
+	MOVD $5, R23
+	MUL R23, R7, R19
+	MUL R23, R6, R20
+cols:
+	MOVD a_base+32(FP), R3
+	MOVD R0, R4
+	MOVD m+96(FP), R5
+rows:
+	CMP $5, R5
+	BLT rowsTail
+	// Tile: 5 rows × 16 columns, 20 accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	ADD R7, R12, R13
+	ADD R7, R13, R14
+	CMP $4, R17
+	BLT r5tail
+r5loop4:
+	FMOVQ.P 16(R10), F3
+	FMOVQ.P 16(R11), F4
+	FMOVQ.P 16(R12), F5
+	FMOVQ.P 16(R13), F6
+	FMOVQ.P 16(R14), F7
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
+	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
+	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
+	WORD $0x6f94802d // fmlal2 v13.4s, v1.4h, v4.h[1]
+	WORD $0x4f950030 // fmlal v16.4s, v1.4h, v5.h[1]
+	WORD $0x6f958031 // fmlal2 v17.4s, v1.4h, v5.h[1]
+	WORD $0x4f960034 // fmlal v20.4s, v1.4h, v6.h[1]
+	WORD $0x6f968035 // fmlal2 v21.4s, v1.4h, v6.h[1]
+	WORD $0x4f970038 // fmlal v24.4s, v1.4h, v7.h[1]
+	WORD $0x6f978039 // fmlal2 v25.4s, v1.4h, v7.h[1]
+	WORD $0x4f830048 // fmlal v8.4s, v2.4h, v3.h[0]
+	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
+	WORD $0x4f84004c // fmlal v12.4s, v2.4h, v4.h[0]
+	WORD $0x6f84804d // fmlal2 v13.4s, v2.4h, v4.h[0]
+	WORD $0x4f850050 // fmlal v16.4s, v2.4h, v5.h[0]
+	WORD $0x6f858051 // fmlal2 v17.4s, v2.4h, v5.h[0]
+	WORD $0x4f860054 // fmlal v20.4s, v2.4h, v6.h[0]
+	WORD $0x6f868055 // fmlal2 v21.4s, v2.4h, v6.h[0]
+	WORD $0x4f870058 // fmlal v24.4s, v2.4h, v7.h[0]
+	WORD $0x6f878059 // fmlal2 v25.4s, v2.4h, v7.h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
+	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
+	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
+	WORD $0x6f94802f // fmlal2 v15.4s, v1.4h, v4.h[1]
+	WORD $0x4f950032 // fmlal v18.4s, v1.4h, v5.h[1]
+	WORD $0x6f958033 // fmlal2 v19.4s, v1.4h, v5.h[1]
+	WORD $0x4f960036 // fmlal v22.4s, v1.4h, v6.h[1]
+	WORD $0x6f968037 // fmlal2 v23.4s, v1.4h, v6.h[1]
+	WORD $0x4f97003a // fmlal v26.4s, v1.4h, v7.h[1]
+	WORD $0x6f97803b // fmlal2 v27.4s, v1.4h, v7.h[1]
+	WORD $0x4f83004a // fmlal v10.4s, v2.4h, v3.h[0]
+	WORD $0x6f83804b // fmlal2 v11.4s, v2.4h, v3.h[0]
+	WORD $0x4f84004e // fmlal v14.4s, v2.4h, v4.h[0]
+	WORD $0x6f84804f // fmlal2 v15.4s, v2.4h, v4.h[0]
+	WORD $0x4f850052 // fmlal v18.4s, v2.4h, v5.h[0]
+	WORD $0x6f858053 // fmlal2 v19.4s, v2.4h, v5.h[0]
+	WORD $0x4f860056 // fmlal v22.4s, v2.4h, v6.h[0]
+	WORD $0x6f868057 // fmlal2 v23.4s, v2.4h, v6.h[0]
+	WORD $0x4f87005a // fmlal v26.4s, v2.4h, v7.h[0]
+	WORD $0x6f87805b // fmlal2 v27.4s, v2.4h, v7.h[0]
+	FLDPQ 64(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb30028 // fmlal v8.4s, v1.4h, v3.h[3]
+	WORD $0x6fb38029 // fmlal2 v9.4s, v1.4h, v3.h[3]
+	WORD $0x4fb4002c // fmlal v12.4s, v1.4h, v4.h[3]
+	WORD $0x6fb4802d // fmlal2 v13.4s, v1.4h, v4.h[3]
+	WORD $0x4fb50030 // fmlal v16.4s, v1.4h, v5.h[3]
+	WORD $0x6fb58031 // fmlal2 v17.4s, v1.4h, v5.h[3]
+	WORD $0x4fb60034 // fmlal v20.4s, v1.4h, v6.h[3]
+	WORD $0x6fb68035 // fmlal2 v21.4s, v1.4h, v6.h[3]
+	WORD $0x4fb70038 // fmlal v24.4s, v1.4h, v7.h[3]
+	WORD $0x6fb78039 // fmlal2 v25.4s, v1.4h, v7.h[3]
+	WORD $0x4fa30048 // fmlal v8.4s, v2.4h, v3.h[2]
+	WORD $0x6fa38049 // fmlal2 v9.4s, v2.4h, v3.h[2]
+	WORD $0x4fa4004c // fmlal v12.4s, v2.4h, v4.h[2]
+	WORD $0x6fa4804d // fmlal2 v13.4s, v2.4h, v4.h[2]
+	WORD $0x4fa50050 // fmlal v16.4s, v2.4h, v5.h[2]
+	WORD $0x6fa58051 // fmlal2 v17.4s, v2.4h, v5.h[2]
+	WORD $0x4fa60054 // fmlal v20.4s, v2.4h, v6.h[2]
+	WORD $0x6fa68055 // fmlal2 v21.4s, v2.4h, v6.h[2]
+	WORD $0x4fa70058 // fmlal v24.4s, v2.4h, v7.h[2]
+	WORD $0x6fa78059 // fmlal2 v25.4s, v2.4h, v7.h[2]
+	FLDPQ 96(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb3002a // fmlal v10.4s, v1.4h, v3.h[3]
+	WORD $0x6fb3802b // fmlal2 v11.4s, v1.4h, v3.h[3]
+	WORD $0x4fb4002e // fmlal v14.4s, v1.4h, v4.h[3]
+	WORD $0x6fb4802f // fmlal2 v15.4s, v1.4h, v4.h[3]
+	WORD $0x4fb50032 // fmlal v18.4s, v1.4h, v5.h[3]
+	WORD $0x6fb58033 // fmlal2 v19.4s, v1.4h, v5.h[3]
+	WORD $0x4fb60036 // fmlal v22.4s, v1.4h, v6.h[3]
+	WORD $0x6fb68037 // fmlal2 v23.4s, v1.4h, v6.h[3]
+	WORD $0x4fb7003a // fmlal v26.4s, v1.4h, v7.h[3]
+	WORD $0x6fb7803b // fmlal2 v27.4s, v1.4h, v7.h[3]
+	WORD $0x4fa3004a // fmlal v10.4s, v2.4h, v3.h[2]
+	WORD $0x6fa3804b // fmlal2 v11.4s, v2.4h, v3.h[2]
+	WORD $0x4fa4004e // fmlal v14.4s, v2.4h, v4.h[2]
+	WORD $0x6fa4804f // fmlal2 v15.4s, v2.4h, v4.h[2]
+	WORD $0x4fa50052 // fmlal v18.4s, v2.4h, v5.h[2]
+	WORD $0x6fa58053 // fmlal2 v19.4s, v2.4h, v5.h[2]
+	WORD $0x4fa60056 // fmlal v22.4s, v2.4h, v6.h[2]
+	WORD $0x6fa68057 // fmlal2 v23.4s, v2.4h, v6.h[2]
+	WORD $0x4fa7005a // fmlal v26.4s, v2.4h, v7.h[2]
+	WORD $0x6fa7805b // fmlal2 v27.4s, v2.4h, v7.h[2]
+	FLDPQ 128(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f930828 // fmlal v8.4s, v1.4h, v3.h[5]
+	WORD $0x6f938829 // fmlal2 v9.4s, v1.4h, v3.h[5]
+	WORD $0x4f94082c // fmlal v12.4s, v1.4h, v4.h[5]
+	WORD $0x6f94882d // fmlal2 v13.4s, v1.4h, v4.h[5]
+	WORD $0x4f950830 // fmlal v16.4s, v1.4h, v5.h[5]
+	WORD $0x6f958831 // fmlal2 v17.4s, v1.4h, v5.h[5]
+	WORD $0x4f960834 // fmlal v20.4s, v1.4h, v6.h[5]
+	WORD $0x6f968835 // fmlal2 v21.4s, v1.4h, v6.h[5]
+	WORD $0x4f970838 // fmlal v24.4s, v1.4h, v7.h[5]
+	WORD $0x6f978839 // fmlal2 v25.4s, v1.4h, v7.h[5]
+	WORD $0x4f830848 // fmlal v8.4s, v2.4h, v3.h[4]
+	WORD $0x6f838849 // fmlal2 v9.4s, v2.4h, v3.h[4]
+	WORD $0x4f84084c // fmlal v12.4s, v2.4h, v4.h[4]
+	WORD $0x6f84884d // fmlal2 v13.4s, v2.4h, v4.h[4]
+	WORD $0x4f850850 // fmlal v16.4s, v2.4h, v5.h[4]
+	WORD $0x6f858851 // fmlal2 v17.4s, v2.4h, v5.h[4]
+	WORD $0x4f860854 // fmlal v20.4s, v2.4h, v6.h[4]
+	WORD $0x6f868855 // fmlal2 v21.4s, v2.4h, v6.h[4]
+	WORD $0x4f870858 // fmlal v24.4s, v2.4h, v7.h[4]
+	WORD $0x6f878859 // fmlal2 v25.4s, v2.4h, v7.h[4]
+	FLDPQ 160(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f93082a // fmlal v10.4s, v1.4h, v3.h[5]
+	WORD $0x6f93882b // fmlal2 v11.4s, v1.4h, v3.h[5]
+	WORD $0x4f94082e // fmlal v14.4s, v1.4h, v4.h[5]
+	WORD $0x6f94882f // fmlal2 v15.4s, v1.4h, v4.h[5]
+	WORD $0x4f950832 // fmlal v18.4s, v1.4h, v5.h[5]
+	WORD $0x6f958833 // fmlal2 v19.4s, v1.4h, v5.h[5]
+	WORD $0x4f960836 // fmlal v22.4s, v1.4h, v6.h[5]
+	WORD $0x6f968837 // fmlal2 v23.4s, v1.4h, v6.h[5]
+	WORD $0x4f97083a // fmlal v26.4s, v1.4h, v7.h[5]
+	WORD $0x6f97883b // fmlal2 v27.4s, v1.4h, v7.h[5]
+	WORD $0x4f83084a // fmlal v10.4s, v2.4h, v3.h[4]
+	WORD $0x6f83884b // fmlal2 v11.4s, v2.4h, v3.h[4]
+	WORD $0x4f84084e // fmlal v14.4s, v2.4h, v4.h[4]
+	WORD $0x6f84884f // fmlal2 v15.4s, v2.4h, v4.h[4]
+	WORD $0x4f850852 // fmlal v18.4s, v2.4h, v5.h[4]
+	WORD $0x6f858853 // fmlal2 v19.4s, v2.4h, v5.h[4]
+	WORD $0x4f860856 // fmlal v22.4s, v2.4h, v6.h[4]
+	WORD $0x6f868857 // fmlal2 v23.4s, v2.4h, v6.h[4]
+	WORD $0x4f87085a // fmlal v26.4s, v2.4h, v7.h[4]
+	WORD $0x6f87885b // fmlal2 v27.4s, v2.4h, v7.h[4]
+	FLDPQ 192(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb30828 // fmlal v8.4s, v1.4h, v3.h[7]
+	WORD $0x6fb38829 // fmlal2 v9.4s, v1.4h, v3.h[7]
+	WORD $0x4fb4082c // fmlal v12.4s, v1.4h, v4.h[7]
+	WORD $0x6fb4882d // fmlal2 v13.4s, v1.4h, v4.h[7]
+	WORD $0x4fb50830 // fmlal v16.4s, v1.4h, v5.h[7]
+	WORD $0x6fb58831 // fmlal2 v17.4s, v1.4h, v5.h[7]
+	WORD $0x4fb60834 // fmlal v20.4s, v1.4h, v6.h[7]
+	WORD $0x6fb68835 // fmlal2 v21.4s, v1.4h, v6.h[7]
+	WORD $0x4fb70838 // fmlal v24.4s, v1.4h, v7.h[7]
+	WORD $0x6fb78839 // fmlal2 v25.4s, v1.4h, v7.h[7]
+	WORD $0x4fa30848 // fmlal v8.4s, v2.4h, v3.h[6]
+	WORD $0x6fa38849 // fmlal2 v9.4s, v2.4h, v3.h[6]
+	WORD $0x4fa4084c // fmlal v12.4s, v2.4h, v4.h[6]
+	WORD $0x6fa4884d // fmlal2 v13.4s, v2.4h, v4.h[6]
+	WORD $0x4fa50850 // fmlal v16.4s, v2.4h, v5.h[6]
+	WORD $0x6fa58851 // fmlal2 v17.4s, v2.4h, v5.h[6]
+	WORD $0x4fa60854 // fmlal v20.4s, v2.4h, v6.h[6]
+	WORD $0x6fa68855 // fmlal2 v21.4s, v2.4h, v6.h[6]
+	WORD $0x4fa70858 // fmlal v24.4s, v2.4h, v7.h[6]
+	WORD $0x6fa78859 // fmlal2 v25.4s, v2.4h, v7.h[6]
+	FLDPQ 224(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb3082a // fmlal v10.4s, v1.4h, v3.h[7]
+	WORD $0x6fb3882b // fmlal2 v11.4s, v1.4h, v3.h[7]
+	WORD $0x4fb4082e // fmlal v14.4s, v1.4h, v4.h[7]
+	WORD $0x6fb4882f // fmlal2 v15.4s, v1.4h, v4.h[7]
+	WORD $0x4fb50832 // fmlal v18.4s, v1.4h, v5.h[7]
+	WORD $0x6fb58833 // fmlal2 v19.4s, v1.4h, v5.h[7]
+	WORD $0x4fb60836 // fmlal v22.4s, v1.4h, v6.h[7]
+	WORD $0x6fb68837 // fmlal2 v23.4s, v1.4h, v6.h[7]
+	WORD $0x4fb7083a // fmlal v26.4s, v1.4h, v7.h[7]
+	WORD $0x6fb7883b // fmlal2 v27.4s, v1.4h, v7.h[7]
+	WORD $0x4fa3084a // fmlal v10.4s, v2.4h, v3.h[6]
+	WORD $0x6fa3884b // fmlal2 v11.4s, v2.4h, v3.h[6]
+	WORD $0x4fa4084e // fmlal v14.4s, v2.4h, v4.h[6]
+	WORD $0x6fa4884f // fmlal2 v15.4s, v2.4h, v4.h[6]
+	WORD $0x4fa50852 // fmlal v18.4s, v2.4h, v5.h[6]
+	WORD $0x6fa58853 // fmlal2 v19.4s, v2.4h, v5.h[6]
+	WORD $0x4fa60856 // fmlal v22.4s, v2.4h, v6.h[6]
+	WORD $0x6fa68857 // fmlal2 v23.4s, v2.4h, v6.h[6]
+	WORD $0x4fa7085a // fmlal v26.4s, v2.4h, v7.h[6]
+	WORD $0x6fa7885b // fmlal2 v27.4s, v2.4h, v7.h[6]
+	ADD $256, R16
+	SUB $4, R17
+	CMP $4, R17
+	BGE r5loop4
+r5tail:
+	CBZ R17, r5store
+r5loop1:
+	FMOVS.P 4(R10), F3
+	FMOVS.P 4(R11), F4
+	FMOVS.P 4(R12), F5
+	FMOVS.P 4(R13), F6
+	FMOVS.P 4(R14), F7
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
+	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
+	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
+	WORD $0x6f94802d // fmlal2 v13.4s, v1.4h, v4.h[1]
+	WORD $0x4f950030 // fmlal v16.4s, v1.4h, v5.h[1]
+	WORD $0x6f958031 // fmlal2 v17.4s, v1.4h, v5.h[1]
+	WORD $0x4f960034 // fmlal v20.4s, v1.4h, v6.h[1]
+	WORD $0x6f968035 // fmlal2 v21.4s, v1.4h, v6.h[1]
+	WORD $0x4f970038 // fmlal v24.4s, v1.4h, v7.h[1]
+	WORD $0x6f978039 // fmlal2 v25.4s, v1.4h, v7.h[1]
+	WORD $0x4f830048 // fmlal v8.4s, v2.4h, v3.h[0]
+	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
+	WORD $0x4f84004c // fmlal v12.4s, v2.4h, v4.h[0]
+	WORD $0x6f84804d // fmlal2 v13.4s, v2.4h, v4.h[0]
+	WORD $0x4f850050 // fmlal v16.4s, v2.4h, v5.h[0]
+	WORD $0x6f858051 // fmlal2 v17.4s, v2.4h, v5.h[0]
+	WORD $0x4f860054 // fmlal v20.4s, v2.4h, v6.h[0]
+	WORD $0x6f868055 // fmlal2 v21.4s, v2.4h, v6.h[0]
+	WORD $0x4f870058 // fmlal v24.4s, v2.4h, v7.h[0]
+	WORD $0x6f878059 // fmlal2 v25.4s, v2.4h, v7.h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
+	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
+	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
+	WORD $0x6f94802f // fmlal2 v15.4s, v1.4h, v4.h[1]
+	WORD $0x4f950032 // fmlal v18.4s, v1.4h, v5.h[1]
+	WORD $0x6f958033 // fmlal2 v19.4s, v1.4h, v5.h[1]
+	WORD $0x4f960036 // fmlal v22.4s, v1.4h, v6.h[1]
+	WORD $0x6f968037 // fmlal2 v23.4s, v1.4h, v6.h[1]
+	WORD $0x4f97003a // fmlal v26.4s, v1.4h, v7.h[1]
+	WORD $0x6f97803b // fmlal2 v27.4s, v1.4h, v7.h[1]
+	WORD $0x4f83004a // fmlal v10.4s, v2.4h, v3.h[0]
+	WORD $0x6f83804b // fmlal2 v11.4s, v2.4h, v3.h[0]
+	WORD $0x4f84004e // fmlal v14.4s, v2.4h, v4.h[0]
+	WORD $0x6f84804f // fmlal2 v15.4s, v2.4h, v4.h[0]
+	WORD $0x4f850052 // fmlal v18.4s, v2.4h, v5.h[0]
+	WORD $0x6f858053 // fmlal2 v19.4s, v2.4h, v5.h[0]
+	WORD $0x4f860056 // fmlal v22.4s, v2.4h, v6.h[0]
+	WORD $0x6f868057 // fmlal2 v23.4s, v2.4h, v6.h[0]
+	WORD $0x4f87005a // fmlal v26.4s, v2.4h, v7.h[0]
+	WORD $0x6f87805b // fmlal2 v27.4s, v2.4h, v7.h[0]
+	ADD $64, R16
+	SUBS $1, R17, R17
+	BNE r5loop1
+r5store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	ADD R6, R22
+	FSTPQ (F16, F17), (R22)
+	FSTPQ (F18, F19), 32(R22)
+	ADD R6, R22
+	FSTPQ (F20, F21), (R22)
+	FSTPQ (F22, F23), 32(R22)
+	ADD R6, R22
+	FSTPQ (F24, F25), (R22)
+	FSTPQ (F26, F27), 32(R22)
+	ADD R19, R3
+	ADD R20, R4
+	SUB $5, R5
+	B rows
+rowsTail:
+	CMP $4, R5
+	BEQ tile4
+	CMP $3, R5
+	BEQ tile3
+	CMP $2, R5
+	BEQ tile2
+	CMP $1, R5
+	BEQ tile1
+	B colNext
+tile4:
+	// Tile: 4 rows × 16 columns, 16 accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	ADD R7, R12, R13
+	CMP $4, R17
+	BLT r4tail
+r4loop4:
+	FMOVQ.P 16(R10), F3
+	FMOVQ.P 16(R11), F4
+	FMOVQ.P 16(R12), F5
+	FMOVQ.P 16(R13), F6
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
+	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
+	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
+	WORD $0x6f94802d // fmlal2 v13.4s, v1.4h, v4.h[1]
+	WORD $0x4f950030 // fmlal v16.4s, v1.4h, v5.h[1]
+	WORD $0x6f958031 // fmlal2 v17.4s, v1.4h, v5.h[1]
+	WORD $0x4f960034 // fmlal v20.4s, v1.4h, v6.h[1]
+	WORD $0x6f968035 // fmlal2 v21.4s, v1.4h, v6.h[1]
+	WORD $0x4f830048 // fmlal v8.4s, v2.4h, v3.h[0]
+	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
+	WORD $0x4f84004c // fmlal v12.4s, v2.4h, v4.h[0]
+	WORD $0x6f84804d // fmlal2 v13.4s, v2.4h, v4.h[0]
+	WORD $0x4f850050 // fmlal v16.4s, v2.4h, v5.h[0]
+	WORD $0x6f858051 // fmlal2 v17.4s, v2.4h, v5.h[0]
+	WORD $0x4f860054 // fmlal v20.4s, v2.4h, v6.h[0]
+	WORD $0x6f868055 // fmlal2 v21.4s, v2.4h, v6.h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
+	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
+	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
+	WORD $0x6f94802f // fmlal2 v15.4s, v1.4h, v4.h[1]
+	WORD $0x4f950032 // fmlal v18.4s, v1.4h, v5.h[1]
+	WORD $0x6f958033 // fmlal2 v19.4s, v1.4h, v5.h[1]
+	WORD $0x4f960036 // fmlal v22.4s, v1.4h, v6.h[1]
+	WORD $0x6f968037 // fmlal2 v23.4s, v1.4h, v6.h[1]
+	WORD $0x4f83004a // fmlal v10.4s, v2.4h, v3.h[0]
+	WORD $0x6f83804b // fmlal2 v11.4s, v2.4h, v3.h[0]
+	WORD $0x4f84004e // fmlal v14.4s, v2.4h, v4.h[0]
+	WORD $0x6f84804f // fmlal2 v15.4s, v2.4h, v4.h[0]
+	WORD $0x4f850052 // fmlal v18.4s, v2.4h, v5.h[0]
+	WORD $0x6f858053 // fmlal2 v19.4s, v2.4h, v5.h[0]
+	WORD $0x4f860056 // fmlal v22.4s, v2.4h, v6.h[0]
+	WORD $0x6f868057 // fmlal2 v23.4s, v2.4h, v6.h[0]
+	FLDPQ 64(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb30028 // fmlal v8.4s, v1.4h, v3.h[3]
+	WORD $0x6fb38029 // fmlal2 v9.4s, v1.4h, v3.h[3]
+	WORD $0x4fb4002c // fmlal v12.4s, v1.4h, v4.h[3]
+	WORD $0x6fb4802d // fmlal2 v13.4s, v1.4h, v4.h[3]
+	WORD $0x4fb50030 // fmlal v16.4s, v1.4h, v5.h[3]
+	WORD $0x6fb58031 // fmlal2 v17.4s, v1.4h, v5.h[3]
+	WORD $0x4fb60034 // fmlal v20.4s, v1.4h, v6.h[3]
+	WORD $0x6fb68035 // fmlal2 v21.4s, v1.4h, v6.h[3]
+	WORD $0x4fa30048 // fmlal v8.4s, v2.4h, v3.h[2]
+	WORD $0x6fa38049 // fmlal2 v9.4s, v2.4h, v3.h[2]
+	WORD $0x4fa4004c // fmlal v12.4s, v2.4h, v4.h[2]
+	WORD $0x6fa4804d // fmlal2 v13.4s, v2.4h, v4.h[2]
+	WORD $0x4fa50050 // fmlal v16.4s, v2.4h, v5.h[2]
+	WORD $0x6fa58051 // fmlal2 v17.4s, v2.4h, v5.h[2]
+	WORD $0x4fa60054 // fmlal v20.4s, v2.4h, v6.h[2]
+	WORD $0x6fa68055 // fmlal2 v21.4s, v2.4h, v6.h[2]
+	FLDPQ 96(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb3002a // fmlal v10.4s, v1.4h, v3.h[3]
+	WORD $0x6fb3802b // fmlal2 v11.4s, v1.4h, v3.h[3]
+	WORD $0x4fb4002e // fmlal v14.4s, v1.4h, v4.h[3]
+	WORD $0x6fb4802f // fmlal2 v15.4s, v1.4h, v4.h[3]
+	WORD $0x4fb50032 // fmlal v18.4s, v1.4h, v5.h[3]
+	WORD $0x6fb58033 // fmlal2 v19.4s, v1.4h, v5.h[3]
+	WORD $0x4fb60036 // fmlal v22.4s, v1.4h, v6.h[3]
+	WORD $0x6fb68037 // fmlal2 v23.4s, v1.4h, v6.h[3]
+	WORD $0x4fa3004a // fmlal v10.4s, v2.4h, v3.h[2]
+	WORD $0x6fa3804b // fmlal2 v11.4s, v2.4h, v3.h[2]
+	WORD $0x4fa4004e // fmlal v14.4s, v2.4h, v4.h[2]
+	WORD $0x6fa4804f // fmlal2 v15.4s, v2.4h, v4.h[2]
+	WORD $0x4fa50052 // fmlal v18.4s, v2.4h, v5.h[2]
+	WORD $0x6fa58053 // fmlal2 v19.4s, v2.4h, v5.h[2]
+	WORD $0x4fa60056 // fmlal v22.4s, v2.4h, v6.h[2]
+	WORD $0x6fa68057 // fmlal2 v23.4s, v2.4h, v6.h[2]
+	FLDPQ 128(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f930828 // fmlal v8.4s, v1.4h, v3.h[5]
+	WORD $0x6f938829 // fmlal2 v9.4s, v1.4h, v3.h[5]
+	WORD $0x4f94082c // fmlal v12.4s, v1.4h, v4.h[5]
+	WORD $0x6f94882d // fmlal2 v13.4s, v1.4h, v4.h[5]
+	WORD $0x4f950830 // fmlal v16.4s, v1.4h, v5.h[5]
+	WORD $0x6f958831 // fmlal2 v17.4s, v1.4h, v5.h[5]
+	WORD $0x4f960834 // fmlal v20.4s, v1.4h, v6.h[5]
+	WORD $0x6f968835 // fmlal2 v21.4s, v1.4h, v6.h[5]
+	WORD $0x4f830848 // fmlal v8.4s, v2.4h, v3.h[4]
+	WORD $0x6f838849 // fmlal2 v9.4s, v2.4h, v3.h[4]
+	WORD $0x4f84084c // fmlal v12.4s, v2.4h, v4.h[4]
+	WORD $0x6f84884d // fmlal2 v13.4s, v2.4h, v4.h[4]
+	WORD $0x4f850850 // fmlal v16.4s, v2.4h, v5.h[4]
+	WORD $0x6f858851 // fmlal2 v17.4s, v2.4h, v5.h[4]
+	WORD $0x4f860854 // fmlal v20.4s, v2.4h, v6.h[4]
+	WORD $0x6f868855 // fmlal2 v21.4s, v2.4h, v6.h[4]
+	FLDPQ 160(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f93082a // fmlal v10.4s, v1.4h, v3.h[5]
+	WORD $0x6f93882b // fmlal2 v11.4s, v1.4h, v3.h[5]
+	WORD $0x4f94082e // fmlal v14.4s, v1.4h, v4.h[5]
+	WORD $0x6f94882f // fmlal2 v15.4s, v1.4h, v4.h[5]
+	WORD $0x4f950832 // fmlal v18.4s, v1.4h, v5.h[5]
+	WORD $0x6f958833 // fmlal2 v19.4s, v1.4h, v5.h[5]
+	WORD $0x4f960836 // fmlal v22.4s, v1.4h, v6.h[5]
+	WORD $0x6f968837 // fmlal2 v23.4s, v1.4h, v6.h[5]
+	WORD $0x4f83084a // fmlal v10.4s, v2.4h, v3.h[4]
+	WORD $0x6f83884b // fmlal2 v11.4s, v2.4h, v3.h[4]
+	WORD $0x4f84084e // fmlal v14.4s, v2.4h, v4.h[4]
+	WORD $0x6f84884f // fmlal2 v15.4s, v2.4h, v4.h[4]
+	WORD $0x4f850852 // fmlal v18.4s, v2.4h, v5.h[4]
+	WORD $0x6f858853 // fmlal2 v19.4s, v2.4h, v5.h[4]
+	WORD $0x4f860856 // fmlal v22.4s, v2.4h, v6.h[4]
+	WORD $0x6f868857 // fmlal2 v23.4s, v2.4h, v6.h[4]
+	FLDPQ 192(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb30828 // fmlal v8.4s, v1.4h, v3.h[7]
+	WORD $0x6fb38829 // fmlal2 v9.4s, v1.4h, v3.h[7]
+	WORD $0x4fb4082c // fmlal v12.4s, v1.4h, v4.h[7]
+	WORD $0x6fb4882d // fmlal2 v13.4s, v1.4h, v4.h[7]
+	WORD $0x4fb50830 // fmlal v16.4s, v1.4h, v5.h[7]
+	WORD $0x6fb58831 // fmlal2 v17.4s, v1.4h, v5.h[7]
+	WORD $0x4fb60834 // fmlal v20.4s, v1.4h, v6.h[7]
+	WORD $0x6fb68835 // fmlal2 v21.4s, v1.4h, v6.h[7]
+	WORD $0x4fa30848 // fmlal v8.4s, v2.4h, v3.h[6]
+	WORD $0x6fa38849 // fmlal2 v9.4s, v2.4h, v3.h[6]
+	WORD $0x4fa4084c // fmlal v12.4s, v2.4h, v4.h[6]
+	WORD $0x6fa4884d // fmlal2 v13.4s, v2.4h, v4.h[6]
+	WORD $0x4fa50850 // fmlal v16.4s, v2.4h, v5.h[6]
+	WORD $0x6fa58851 // fmlal2 v17.4s, v2.4h, v5.h[6]
+	WORD $0x4fa60854 // fmlal v20.4s, v2.4h, v6.h[6]
+	WORD $0x6fa68855 // fmlal2 v21.4s, v2.4h, v6.h[6]
+	FLDPQ 224(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb3082a // fmlal v10.4s, v1.4h, v3.h[7]
+	WORD $0x6fb3882b // fmlal2 v11.4s, v1.4h, v3.h[7]
+	WORD $0x4fb4082e // fmlal v14.4s, v1.4h, v4.h[7]
+	WORD $0x6fb4882f // fmlal2 v15.4s, v1.4h, v4.h[7]
+	WORD $0x4fb50832 // fmlal v18.4s, v1.4h, v5.h[7]
+	WORD $0x6fb58833 // fmlal2 v19.4s, v1.4h, v5.h[7]
+	WORD $0x4fb60836 // fmlal v22.4s, v1.4h, v6.h[7]
+	WORD $0x6fb68837 // fmlal2 v23.4s, v1.4h, v6.h[7]
+	WORD $0x4fa3084a // fmlal v10.4s, v2.4h, v3.h[6]
+	WORD $0x6fa3884b // fmlal2 v11.4s, v2.4h, v3.h[6]
+	WORD $0x4fa4084e // fmlal v14.4s, v2.4h, v4.h[6]
+	WORD $0x6fa4884f // fmlal2 v15.4s, v2.4h, v4.h[6]
+	WORD $0x4fa50852 // fmlal v18.4s, v2.4h, v5.h[6]
+	WORD $0x6fa58853 // fmlal2 v19.4s, v2.4h, v5.h[6]
+	WORD $0x4fa60856 // fmlal v22.4s, v2.4h, v6.h[6]
+	WORD $0x6fa68857 // fmlal2 v23.4s, v2.4h, v6.h[6]
+	ADD $256, R16
+	SUB $4, R17
+	CMP $4, R17
+	BGE r4loop4
+r4tail:
+	CBZ R17, r4store
+r4loop1:
+	FMOVS.P 4(R10), F3
+	FMOVS.P 4(R11), F4
+	FMOVS.P 4(R12), F5
+	FMOVS.P 4(R13), F6
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
+	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
+	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
+	WORD $0x6f94802d // fmlal2 v13.4s, v1.4h, v4.h[1]
+	WORD $0x4f950030 // fmlal v16.4s, v1.4h, v5.h[1]
+	WORD $0x6f958031 // fmlal2 v17.4s, v1.4h, v5.h[1]
+	WORD $0x4f960034 // fmlal v20.4s, v1.4h, v6.h[1]
+	WORD $0x6f968035 // fmlal2 v21.4s, v1.4h, v6.h[1]
+	WORD $0x4f830048 // fmlal v8.4s, v2.4h, v3.h[0]
+	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
+	WORD $0x4f84004c // fmlal v12.4s, v2.4h, v4.h[0]
+	WORD $0x6f84804d // fmlal2 v13.4s, v2.4h, v4.h[0]
+	WORD $0x4f850050 // fmlal v16.4s, v2.4h, v5.h[0]
+	WORD $0x6f858051 // fmlal2 v17.4s, v2.4h, v5.h[0]
+	WORD $0x4f860054 // fmlal v20.4s, v2.4h, v6.h[0]
+	WORD $0x6f868055 // fmlal2 v21.4s, v2.4h, v6.h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
+	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
+	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
+	WORD $0x6f94802f // fmlal2 v15.4s, v1.4h, v4.h[1]
+	WORD $0x4f950032 // fmlal v18.4s, v1.4h, v5.h[1]
+	WORD $0x6f958033 // fmlal2 v19.4s, v1.4h, v5.h[1]
+	WORD $0x4f960036 // fmlal v22.4s, v1.4h, v6.h[1]
+	WORD $0x6f968037 // fmlal2 v23.4s, v1.4h, v6.h[1]
+	WORD $0x4f83004a // fmlal v10.4s, v2.4h, v3.h[0]
+	WORD $0x6f83804b // fmlal2 v11.4s, v2.4h, v3.h[0]
+	WORD $0x4f84004e // fmlal v14.4s, v2.4h, v4.h[0]
+	WORD $0x6f84804f // fmlal2 v15.4s, v2.4h, v4.h[0]
+	WORD $0x4f850052 // fmlal v18.4s, v2.4h, v5.h[0]
+	WORD $0x6f858053 // fmlal2 v19.4s, v2.4h, v5.h[0]
+	WORD $0x4f860056 // fmlal v22.4s, v2.4h, v6.h[0]
+	WORD $0x6f868057 // fmlal2 v23.4s, v2.4h, v6.h[0]
+	ADD $64, R16
+	SUBS $1, R17, R17
+	BNE r4loop1
+r4store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	ADD R6, R22
+	FSTPQ (F16, F17), (R22)
+	FSTPQ (F18, F19), 32(R22)
+	ADD R6, R22
+	FSTPQ (F20, F21), (R22)
+	FSTPQ (F22, F23), 32(R22)
+	B colNext
+tile3:
+	// Tile: 3 rows × 16 columns, 12 accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	CMP $4, R17
+	BLT r3tail
+r3loop4:
+	FMOVQ.P 16(R10), F3
+	FMOVQ.P 16(R11), F4
+	FMOVQ.P 16(R12), F5
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
+	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
+	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
+	WORD $0x6f94802d // fmlal2 v13.4s, v1.4h, v4.h[1]
+	WORD $0x4f950030 // fmlal v16.4s, v1.4h, v5.h[1]
+	WORD $0x6f958031 // fmlal2 v17.4s, v1.4h, v5.h[1]
+	WORD $0x4f830048 // fmlal v8.4s, v2.4h, v3.h[0]
+	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
+	WORD $0x4f84004c // fmlal v12.4s, v2.4h, v4.h[0]
+	WORD $0x6f84804d // fmlal2 v13.4s, v2.4h, v4.h[0]
+	WORD $0x4f850050 // fmlal v16.4s, v2.4h, v5.h[0]
+	WORD $0x6f858051 // fmlal2 v17.4s, v2.4h, v5.h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
+	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
+	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
+	WORD $0x6f94802f // fmlal2 v15.4s, v1.4h, v4.h[1]
+	WORD $0x4f950032 // fmlal v18.4s, v1.4h, v5.h[1]
+	WORD $0x6f958033 // fmlal2 v19.4s, v1.4h, v5.h[1]
+	WORD $0x4f83004a // fmlal v10.4s, v2.4h, v3.h[0]
+	WORD $0x6f83804b // fmlal2 v11.4s, v2.4h, v3.h[0]
+	WORD $0x4f84004e // fmlal v14.4s, v2.4h, v4.h[0]
+	WORD $0x6f84804f // fmlal2 v15.4s, v2.4h, v4.h[0]
+	WORD $0x4f850052 // fmlal v18.4s, v2.4h, v5.h[0]
+	WORD $0x6f858053 // fmlal2 v19.4s, v2.4h, v5.h[0]
+	FLDPQ 64(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb30028 // fmlal v8.4s, v1.4h, v3.h[3]
+	WORD $0x6fb38029 // fmlal2 v9.4s, v1.4h, v3.h[3]
+	WORD $0x4fb4002c // fmlal v12.4s, v1.4h, v4.h[3]
+	WORD $0x6fb4802d // fmlal2 v13.4s, v1.4h, v4.h[3]
+	WORD $0x4fb50030 // fmlal v16.4s, v1.4h, v5.h[3]
+	WORD $0x6fb58031 // fmlal2 v17.4s, v1.4h, v5.h[3]
+	WORD $0x4fa30048 // fmlal v8.4s, v2.4h, v3.h[2]
+	WORD $0x6fa38049 // fmlal2 v9.4s, v2.4h, v3.h[2]
+	WORD $0x4fa4004c // fmlal v12.4s, v2.4h, v4.h[2]
+	WORD $0x6fa4804d // fmlal2 v13.4s, v2.4h, v4.h[2]
+	WORD $0x4fa50050 // fmlal v16.4s, v2.4h, v5.h[2]
+	WORD $0x6fa58051 // fmlal2 v17.4s, v2.4h, v5.h[2]
+	FLDPQ 96(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb3002a // fmlal v10.4s, v1.4h, v3.h[3]
+	WORD $0x6fb3802b // fmlal2 v11.4s, v1.4h, v3.h[3]
+	WORD $0x4fb4002e // fmlal v14.4s, v1.4h, v4.h[3]
+	WORD $0x6fb4802f // fmlal2 v15.4s, v1.4h, v4.h[3]
+	WORD $0x4fb50032 // fmlal v18.4s, v1.4h, v5.h[3]
+	WORD $0x6fb58033 // fmlal2 v19.4s, v1.4h, v5.h[3]
+	WORD $0x4fa3004a // fmlal v10.4s, v2.4h, v3.h[2]
+	WORD $0x6fa3804b // fmlal2 v11.4s, v2.4h, v3.h[2]
+	WORD $0x4fa4004e // fmlal v14.4s, v2.4h, v4.h[2]
+	WORD $0x6fa4804f // fmlal2 v15.4s, v2.4h, v4.h[2]
+	WORD $0x4fa50052 // fmlal v18.4s, v2.4h, v5.h[2]
+	WORD $0x6fa58053 // fmlal2 v19.4s, v2.4h, v5.h[2]
+	FLDPQ 128(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f930828 // fmlal v8.4s, v1.4h, v3.h[5]
+	WORD $0x6f938829 // fmlal2 v9.4s, v1.4h, v3.h[5]
+	WORD $0x4f94082c // fmlal v12.4s, v1.4h, v4.h[5]
+	WORD $0x6f94882d // fmlal2 v13.4s, v1.4h, v4.h[5]
+	WORD $0x4f950830 // fmlal v16.4s, v1.4h, v5.h[5]
+	WORD $0x6f958831 // fmlal2 v17.4s, v1.4h, v5.h[5]
+	WORD $0x4f830848 // fmlal v8.4s, v2.4h, v3.h[4]
+	WORD $0x6f838849 // fmlal2 v9.4s, v2.4h, v3.h[4]
+	WORD $0x4f84084c // fmlal v12.4s, v2.4h, v4.h[4]
+	WORD $0x6f84884d // fmlal2 v13.4s, v2.4h, v4.h[4]
+	WORD $0x4f850850 // fmlal v16.4s, v2.4h, v5.h[4]
+	WORD $0x6f858851 // fmlal2 v17.4s, v2.4h, v5.h[4]
+	FLDPQ 160(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f93082a // fmlal v10.4s, v1.4h, v3.h[5]
+	WORD $0x6f93882b // fmlal2 v11.4s, v1.4h, v3.h[5]
+	WORD $0x4f94082e // fmlal v14.4s, v1.4h, v4.h[5]
+	WORD $0x6f94882f // fmlal2 v15.4s, v1.4h, v4.h[5]
+	WORD $0x4f950832 // fmlal v18.4s, v1.4h, v5.h[5]
+	WORD $0x6f958833 // fmlal2 v19.4s, v1.4h, v5.h[5]
+	WORD $0x4f83084a // fmlal v10.4s, v2.4h, v3.h[4]
+	WORD $0x6f83884b // fmlal2 v11.4s, v2.4h, v3.h[4]
+	WORD $0x4f84084e // fmlal v14.4s, v2.4h, v4.h[4]
+	WORD $0x6f84884f // fmlal2 v15.4s, v2.4h, v4.h[4]
+	WORD $0x4f850852 // fmlal v18.4s, v2.4h, v5.h[4]
+	WORD $0x6f858853 // fmlal2 v19.4s, v2.4h, v5.h[4]
+	FLDPQ 192(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb30828 // fmlal v8.4s, v1.4h, v3.h[7]
+	WORD $0x6fb38829 // fmlal2 v9.4s, v1.4h, v3.h[7]
+	WORD $0x4fb4082c // fmlal v12.4s, v1.4h, v4.h[7]
+	WORD $0x6fb4882d // fmlal2 v13.4s, v1.4h, v4.h[7]
+	WORD $0x4fb50830 // fmlal v16.4s, v1.4h, v5.h[7]
+	WORD $0x6fb58831 // fmlal2 v17.4s, v1.4h, v5.h[7]
+	WORD $0x4fa30848 // fmlal v8.4s, v2.4h, v3.h[6]
+	WORD $0x6fa38849 // fmlal2 v9.4s, v2.4h, v3.h[6]
+	WORD $0x4fa4084c // fmlal v12.4s, v2.4h, v4.h[6]
+	WORD $0x6fa4884d // fmlal2 v13.4s, v2.4h, v4.h[6]
+	WORD $0x4fa50850 // fmlal v16.4s, v2.4h, v5.h[6]
+	WORD $0x6fa58851 // fmlal2 v17.4s, v2.4h, v5.h[6]
+	FLDPQ 224(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb3082a // fmlal v10.4s, v1.4h, v3.h[7]
+	WORD $0x6fb3882b // fmlal2 v11.4s, v1.4h, v3.h[7]
+	WORD $0x4fb4082e // fmlal v14.4s, v1.4h, v4.h[7]
+	WORD $0x6fb4882f // fmlal2 v15.4s, v1.4h, v4.h[7]
+	WORD $0x4fb50832 // fmlal v18.4s, v1.4h, v5.h[7]
+	WORD $0x6fb58833 // fmlal2 v19.4s, v1.4h, v5.h[7]
+	WORD $0x4fa3084a // fmlal v10.4s, v2.4h, v3.h[6]
+	WORD $0x6fa3884b // fmlal2 v11.4s, v2.4h, v3.h[6]
+	WORD $0x4fa4084e // fmlal v14.4s, v2.4h, v4.h[6]
+	WORD $0x6fa4884f // fmlal2 v15.4s, v2.4h, v4.h[6]
+	WORD $0x4fa50852 // fmlal v18.4s, v2.4h, v5.h[6]
+	WORD $0x6fa58853 // fmlal2 v19.4s, v2.4h, v5.h[6]
+	ADD $256, R16
+	SUB $4, R17
+	CMP $4, R17
+	BGE r3loop4
+r3tail:
+	CBZ R17, r3store
+r3loop1:
+	FMOVS.P 4(R10), F3
+	FMOVS.P 4(R11), F4
+	FMOVS.P 4(R12), F5
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
+	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
+	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
+	WORD $0x6f94802d // fmlal2 v13.4s, v1.4h, v4.h[1]
+	WORD $0x4f950030 // fmlal v16.4s, v1.4h, v5.h[1]
+	WORD $0x6f958031 // fmlal2 v17.4s, v1.4h, v5.h[1]
+	WORD $0x4f830048 // fmlal v8.4s, v2.4h, v3.h[0]
+	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
+	WORD $0x4f84004c // fmlal v12.4s, v2.4h, v4.h[0]
+	WORD $0x6f84804d // fmlal2 v13.4s, v2.4h, v4.h[0]
+	WORD $0x4f850050 // fmlal v16.4s, v2.4h, v5.h[0]
+	WORD $0x6f858051 // fmlal2 v17.4s, v2.4h, v5.h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
+	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
+	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
+	WORD $0x6f94802f // fmlal2 v15.4s, v1.4h, v4.h[1]
+	WORD $0x4f950032 // fmlal v18.4s, v1.4h, v5.h[1]
+	WORD $0x6f958033 // fmlal2 v19.4s, v1.4h, v5.h[1]
+	WORD $0x4f83004a // fmlal v10.4s, v2.4h, v3.h[0]
+	WORD $0x6f83804b // fmlal2 v11.4s, v2.4h, v3.h[0]
+	WORD $0x4f84004e // fmlal v14.4s, v2.4h, v4.h[0]
+	WORD $0x6f84804f // fmlal2 v15.4s, v2.4h, v4.h[0]
+	WORD $0x4f850052 // fmlal v18.4s, v2.4h, v5.h[0]
+	WORD $0x6f858053 // fmlal2 v19.4s, v2.4h, v5.h[0]
+	ADD $64, R16
+	SUBS $1, R17, R17
+	BNE r3loop1
+r3store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	ADD R6, R22
+	FSTPQ (F16, F17), (R22)
+	FSTPQ (F18, F19), 32(R22)
+	B colNext
+tile2:
+	// Tile: 2 rows × 16 columns, 8 accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	ADD R7, R10, R11
+	CMP $4, R17
+	BLT r2tail
+r2loop4:
+	FMOVQ.P 16(R10), F3
+	FMOVQ.P 16(R11), F4
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
+	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
+	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
+	WORD $0x6f94802d // fmlal2 v13.4s, v1.4h, v4.h[1]
+	WORD $0x4f830048 // fmlal v8.4s, v2.4h, v3.h[0]
+	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
+	WORD $0x4f84004c // fmlal v12.4s, v2.4h, v4.h[0]
+	WORD $0x6f84804d // fmlal2 v13.4s, v2.4h, v4.h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
+	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
+	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
+	WORD $0x6f94802f // fmlal2 v15.4s, v1.4h, v4.h[1]
+	WORD $0x4f83004a // fmlal v10.4s, v2.4h, v3.h[0]
+	WORD $0x6f83804b // fmlal2 v11.4s, v2.4h, v3.h[0]
+	WORD $0x4f84004e // fmlal v14.4s, v2.4h, v4.h[0]
+	WORD $0x6f84804f // fmlal2 v15.4s, v2.4h, v4.h[0]
+	FLDPQ 64(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb30028 // fmlal v8.4s, v1.4h, v3.h[3]
+	WORD $0x6fb38029 // fmlal2 v9.4s, v1.4h, v3.h[3]
+	WORD $0x4fb4002c // fmlal v12.4s, v1.4h, v4.h[3]
+	WORD $0x6fb4802d // fmlal2 v13.4s, v1.4h, v4.h[3]
+	WORD $0x4fa30048 // fmlal v8.4s, v2.4h, v3.h[2]
+	WORD $0x6fa38049 // fmlal2 v9.4s, v2.4h, v3.h[2]
+	WORD $0x4fa4004c // fmlal v12.4s, v2.4h, v4.h[2]
+	WORD $0x6fa4804d // fmlal2 v13.4s, v2.4h, v4.h[2]
+	FLDPQ 96(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb3002a // fmlal v10.4s, v1.4h, v3.h[3]
+	WORD $0x6fb3802b // fmlal2 v11.4s, v1.4h, v3.h[3]
+	WORD $0x4fb4002e // fmlal v14.4s, v1.4h, v4.h[3]
+	WORD $0x6fb4802f // fmlal2 v15.4s, v1.4h, v4.h[3]
+	WORD $0x4fa3004a // fmlal v10.4s, v2.4h, v3.h[2]
+	WORD $0x6fa3804b // fmlal2 v11.4s, v2.4h, v3.h[2]
+	WORD $0x4fa4004e // fmlal v14.4s, v2.4h, v4.h[2]
+	WORD $0x6fa4804f // fmlal2 v15.4s, v2.4h, v4.h[2]
+	FLDPQ 128(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f930828 // fmlal v8.4s, v1.4h, v3.h[5]
+	WORD $0x6f938829 // fmlal2 v9.4s, v1.4h, v3.h[5]
+	WORD $0x4f94082c // fmlal v12.4s, v1.4h, v4.h[5]
+	WORD $0x6f94882d // fmlal2 v13.4s, v1.4h, v4.h[5]
+	WORD $0x4f830848 // fmlal v8.4s, v2.4h, v3.h[4]
+	WORD $0x6f838849 // fmlal2 v9.4s, v2.4h, v3.h[4]
+	WORD $0x4f84084c // fmlal v12.4s, v2.4h, v4.h[4]
+	WORD $0x6f84884d // fmlal2 v13.4s, v2.4h, v4.h[4]
+	FLDPQ 160(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f93082a // fmlal v10.4s, v1.4h, v3.h[5]
+	WORD $0x6f93882b // fmlal2 v11.4s, v1.4h, v3.h[5]
+	WORD $0x4f94082e // fmlal v14.4s, v1.4h, v4.h[5]
+	WORD $0x6f94882f // fmlal2 v15.4s, v1.4h, v4.h[5]
+	WORD $0x4f83084a // fmlal v10.4s, v2.4h, v3.h[4]
+	WORD $0x6f83884b // fmlal2 v11.4s, v2.4h, v3.h[4]
+	WORD $0x4f84084e // fmlal v14.4s, v2.4h, v4.h[4]
+	WORD $0x6f84884f // fmlal2 v15.4s, v2.4h, v4.h[4]
+	FLDPQ 192(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb30828 // fmlal v8.4s, v1.4h, v3.h[7]
+	WORD $0x6fb38829 // fmlal2 v9.4s, v1.4h, v3.h[7]
+	WORD $0x4fb4082c // fmlal v12.4s, v1.4h, v4.h[7]
+	WORD $0x6fb4882d // fmlal2 v13.4s, v1.4h, v4.h[7]
+	WORD $0x4fa30848 // fmlal v8.4s, v2.4h, v3.h[6]
+	WORD $0x6fa38849 // fmlal2 v9.4s, v2.4h, v3.h[6]
+	WORD $0x4fa4084c // fmlal v12.4s, v2.4h, v4.h[6]
+	WORD $0x6fa4884d // fmlal2 v13.4s, v2.4h, v4.h[6]
+	FLDPQ 224(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb3082a // fmlal v10.4s, v1.4h, v3.h[7]
+	WORD $0x6fb3882b // fmlal2 v11.4s, v1.4h, v3.h[7]
+	WORD $0x4fb4082e // fmlal v14.4s, v1.4h, v4.h[7]
+	WORD $0x6fb4882f // fmlal2 v15.4s, v1.4h, v4.h[7]
+	WORD $0x4fa3084a // fmlal v10.4s, v2.4h, v3.h[6]
+	WORD $0x6fa3884b // fmlal2 v11.4s, v2.4h, v3.h[6]
+	WORD $0x4fa4084e // fmlal v14.4s, v2.4h, v4.h[6]
+	WORD $0x6fa4884f // fmlal2 v15.4s, v2.4h, v4.h[6]
+	ADD $256, R16
+	SUB $4, R17
+	CMP $4, R17
+	BGE r2loop4
+r2tail:
+	CBZ R17, r2store
+r2loop1:
+	FMOVS.P 4(R10), F3
+	FMOVS.P 4(R11), F4
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
+	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
+	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
+	WORD $0x6f94802d // fmlal2 v13.4s, v1.4h, v4.h[1]
+	WORD $0x4f830048 // fmlal v8.4s, v2.4h, v3.h[0]
+	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
+	WORD $0x4f84004c // fmlal v12.4s, v2.4h, v4.h[0]
+	WORD $0x6f84804d // fmlal2 v13.4s, v2.4h, v4.h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
+	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
+	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
+	WORD $0x6f94802f // fmlal2 v15.4s, v1.4h, v4.h[1]
+	WORD $0x4f83004a // fmlal v10.4s, v2.4h, v3.h[0]
+	WORD $0x6f83804b // fmlal2 v11.4s, v2.4h, v3.h[0]
+	WORD $0x4f84004e // fmlal v14.4s, v2.4h, v4.h[0]
+	WORD $0x6f84804f // fmlal2 v15.4s, v2.4h, v4.h[0]
+	ADD $64, R16
+	SUBS $1, R17, R17
+	BNE r2loop1
+r2store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	B colNext
+tile1:
+	// Tile: 1 rows × 16 columns, 4 accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	CMP $4, R17
+	BLT r1tail
+r1loop4:
+	FMOVQ.P 16(R10), F3
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
+	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
+	WORD $0x4f830048 // fmlal v8.4s, v2.4h, v3.h[0]
+	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
+	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
+	WORD $0x4f83004a // fmlal v10.4s, v2.4h, v3.h[0]
+	WORD $0x6f83804b // fmlal2 v11.4s, v2.4h, v3.h[0]
+	FLDPQ 64(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb30028 // fmlal v8.4s, v1.4h, v3.h[3]
+	WORD $0x6fb38029 // fmlal2 v9.4s, v1.4h, v3.h[3]
+	WORD $0x4fa30048 // fmlal v8.4s, v2.4h, v3.h[2]
+	WORD $0x6fa38049 // fmlal2 v9.4s, v2.4h, v3.h[2]
+	FLDPQ 96(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb3002a // fmlal v10.4s, v1.4h, v3.h[3]
+	WORD $0x6fb3802b // fmlal2 v11.4s, v1.4h, v3.h[3]
+	WORD $0x4fa3004a // fmlal v10.4s, v2.4h, v3.h[2]
+	WORD $0x6fa3804b // fmlal2 v11.4s, v2.4h, v3.h[2]
+	FLDPQ 128(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f930828 // fmlal v8.4s, v1.4h, v3.h[5]
+	WORD $0x6f938829 // fmlal2 v9.4s, v1.4h, v3.h[5]
+	WORD $0x4f830848 // fmlal v8.4s, v2.4h, v3.h[4]
+	WORD $0x6f838849 // fmlal2 v9.4s, v2.4h, v3.h[4]
+	FLDPQ 160(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f93082a // fmlal v10.4s, v1.4h, v3.h[5]
+	WORD $0x6f93882b // fmlal2 v11.4s, v1.4h, v3.h[5]
+	WORD $0x4f83084a // fmlal v10.4s, v2.4h, v3.h[4]
+	WORD $0x6f83884b // fmlal2 v11.4s, v2.4h, v3.h[4]
+	FLDPQ 192(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb30828 // fmlal v8.4s, v1.4h, v3.h[7]
+	WORD $0x6fb38829 // fmlal2 v9.4s, v1.4h, v3.h[7]
+	WORD $0x4fa30848 // fmlal v8.4s, v2.4h, v3.h[6]
+	WORD $0x6fa38849 // fmlal2 v9.4s, v2.4h, v3.h[6]
+	FLDPQ 224(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb3082a // fmlal v10.4s, v1.4h, v3.h[7]
+	WORD $0x6fb3882b // fmlal2 v11.4s, v1.4h, v3.h[7]
+	WORD $0x4fa3084a // fmlal v10.4s, v2.4h, v3.h[6]
+	WORD $0x6fa3884b // fmlal2 v11.4s, v2.4h, v3.h[6]
+	ADD $256, R16
+	SUB $4, R17
+	CMP $4, R17
+	BGE r1loop4
+r1tail:
+	CBZ R17, r1store
+r1loop1:
+	FMOVS.P 4(R10), F3
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
+	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
+	WORD $0x4f830048 // fmlal v8.4s, v2.4h, v3.h[0]
+	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
+	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
+	WORD $0x4f83004a // fmlal v10.4s, v2.4h, v3.h[0]
+	WORD $0x6f83804b // fmlal2 v11.4s, v2.4h, v3.h[0]
+	ADD $64, R16
+	SUBS $1, R17, R17
+	BNE r1loop1
+r1store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	B colNext
+colNext:
+	ADD $64, R0
+	ADD R8, R1
+	SUBS $16, R2, R2
+	BNE cols
+	RET
+
+// mulAddF16NEON adds A·B to C (see Half.Mul) by FMLAL/FMLAL2: A m×k F16, B in the pair layout
+// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.
+TEXT ·mulAddF16NEON(SB), NOSPLIT|NOFRAME, $0-120
+	MOVD b_base+64(FP), R1
+	MOVD c_base+0(FP), R0
+	MOVD n+104(FP), R2
+	MOVD k+112(FP), R9
+	MOVD ldc+24(FP), R6
+	LSL $2, R6
+	MOVD lda+56(FP), R7
+	LSL $1, R7
+	MOVD ldb+88(FP), R8
+	LSL $1, R8
+	LSR $1, R9
+	MOVD $5, R23
+	MUL R23, R7, R19
+	MUL R23, R6, R20
+cols:
+	MOVD a_base+32(FP), R3
+	MOVD R0, R4
+	MOVD m+96(FP), R5
+rows:
+	CMP $5, R5
+	BLT rowsTail
+	// Tile: 5 rows × 16 columns, 20 accumulators.
+	MOVD R4, R22
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	ADD R6, R22
+	FLDPQ (R22), (F12, F13)
+	FLDPQ 32(R22), (F14, F15)
+	ADD R6, R22
+	FLDPQ (R22), (F16, F17)
+	FLDPQ 32(R22), (F18, F19)
+	ADD R6, R22
+	FLDPQ (R22), (F20, F21)
+	FLDPQ 32(R22), (F22, F23)
+	ADD R6, R22
+	FLDPQ (R22), (F24, F25)
+	FLDPQ 32(R22), (F26, F27)
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	ADD R7, R12, R13
+	ADD R7, R13, R14
+	CMP $4, R17
+	BLT r5tail
+r5loop4:
+	FMOVQ.P 16(R10), F3
+	FMOVQ.P 16(R11), F4
+	FMOVQ.P 16(R12), F5
+	FMOVQ.P 16(R13), F6
+	FMOVQ.P 16(R14), F7
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
+	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
+	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
+	WORD $0x6f94802d // fmlal2 v13.4s, v1.4h, v4.h[1]
+	WORD $0x4f950030 // fmlal v16.4s, v1.4h, v5.h[1]
+	WORD $0x6f958031 // fmlal2 v17.4s, v1.4h, v5.h[1]
+	WORD $0x4f960034 // fmlal v20.4s, v1.4h, v6.h[1]
+	WORD $0x6f968035 // fmlal2 v21.4s, v1.4h, v6.h[1]
+	WORD $0x4f970038 // fmlal v24.4s, v1.4h, v7.h[1]
+	WORD $0x6f978039 // fmlal2 v25.4s, v1.4h, v7.h[1]
+	WORD $0x4f830048 // fmlal v8.4s, v2.4h, v3.h[0]
+	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
+	WORD $0x4f84004c // fmlal v12.4s, v2.4h, v4.h[0]
+	WORD $0x6f84804d // fmlal2 v13.4s, v2.4h, v4.h[0]
+	WORD $0x4f850050 // fmlal v16.4s, v2.4h, v5.h[0]
+	WORD $0x6f858051 // fmlal2 v17.4s, v2.4h, v5.h[0]
+	WORD $0x4f860054 // fmlal v20.4s, v2.4h, v6.h[0]
+	WORD $0x6f868055 // fmlal2 v21.4s, v2.4h, v6.h[0]
+	WORD $0x4f870058 // fmlal v24.4s, v2.4h, v7.h[0]
+	WORD $0x6f878059 // fmlal2 v25.4s, v2.4h, v7.h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
+	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
+	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
+	WORD $0x6f94802f // fmlal2 v15.4s, v1.4h, v4.h[1]
+	WORD $0x4f950032 // fmlal v18.4s, v1.4h, v5.h[1]
+	WORD $0x6f958033 // fmlal2 v19.4s, v1.4h, v5.h[1]
+	WORD $0x4f960036 // fmlal v22.4s, v1.4h, v6.h[1]
+	WORD $0x6f968037 // fmlal2 v23.4s, v1.4h, v6.h[1]
+	WORD $0x4f97003a // fmlal v26.4s, v1.4h, v7.h[1]
+	WORD $0x6f97803b // fmlal2 v27.4s, v1.4h, v7.h[1]
+	WORD $0x4f83004a // fmlal v10.4s, v2.4h, v3.h[0]
+	WORD $0x6f83804b // fmlal2 v11.4s, v2.4h, v3.h[0]
+	WORD $0x4f84004e // fmlal v14.4s, v2.4h, v4.h[0]
+	WORD $0x6f84804f // fmlal2 v15.4s, v2.4h, v4.h[0]
+	WORD $0x4f850052 // fmlal v18.4s, v2.4h, v5.h[0]
+	WORD $0x6f858053 // fmlal2 v19.4s, v2.4h, v5.h[0]
+	WORD $0x4f860056 // fmlal v22.4s, v2.4h, v6.h[0]
+	WORD $0x6f868057 // fmlal2 v23.4s, v2.4h, v6.h[0]
+	WORD $0x4f87005a // fmlal v26.4s, v2.4h, v7.h[0]
+	WORD $0x6f87805b // fmlal2 v27.4s, v2.4h, v7.h[0]
+	FLDPQ 64(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb30028 // fmlal v8.4s, v1.4h, v3.h[3]
+	WORD $0x6fb38029 // fmlal2 v9.4s, v1.4h, v3.h[3]
+	WORD $0x4fb4002c // fmlal v12.4s, v1.4h, v4.h[3]
+	WORD $0x6fb4802d // fmlal2 v13.4s, v1.4h, v4.h[3]
+	WORD $0x4fb50030 // fmlal v16.4s, v1.4h, v5.h[3]
+	WORD $0x6fb58031 // fmlal2 v17.4s, v1.4h, v5.h[3]
+	WORD $0x4fb60034 // fmlal v20.4s, v1.4h, v6.h[3]
+	WORD $0x6fb68035 // fmlal2 v21.4s, v1.4h, v6.h[3]
+	WORD $0x4fb70038 // fmlal v24.4s, v1.4h, v7.h[3]
+	WORD $0x6fb78039 // fmlal2 v25.4s, v1.4h, v7.h[3]
+	WORD $0x4fa30048 // fmlal v8.4s, v2.4h, v3.h[2]
+	WORD $0x6fa38049 // fmlal2 v9.4s, v2.4h, v3.h[2]
+	WORD $0x4fa4004c // fmlal v12.4s, v2.4h, v4.h[2]
+	WORD $0x6fa4804d // fmlal2 v13.4s, v2.4h, v4.h[2]
+	WORD $0x4fa50050 // fmlal v16.4s, v2.4h, v5.h[2]
+	WORD $0x6fa58051 // fmlal2 v17.4s, v2.4h, v5.h[2]
+	WORD $0x4fa60054 // fmlal v20.4s, v2.4h, v6.h[2]
+	WORD $0x6fa68055 // fmlal2 v21.4s, v2.4h, v6.h[2]
+	WORD $0x4fa70058 // fmlal v24.4s, v2.4h, v7.h[2]
+	WORD $0x6fa78059 // fmlal2 v25.4s, v2.4h, v7.h[2]
+	FLDPQ 96(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb3002a // fmlal v10.4s, v1.4h, v3.h[3]
+	WORD $0x6fb3802b // fmlal2 v11.4s, v1.4h, v3.h[3]
+	WORD $0x4fb4002e // fmlal v14.4s, v1.4h, v4.h[3]
+	WORD $0x6fb4802f // fmlal2 v15.4s, v1.4h, v4.h[3]
+	WORD $0x4fb50032 // fmlal v18.4s, v1.4h, v5.h[3]
+	WORD $0x6fb58033 // fmlal2 v19.4s, v1.4h, v5.h[3]
+	WORD $0x4fb60036 // fmlal v22.4s, v1.4h, v6.h[3]
+	WORD $0x6fb68037 // fmlal2 v23.4s, v1.4h, v6.h[3]
+	WORD $0x4fb7003a // fmlal v26.4s, v1.4h, v7.h[3]
+	WORD $0x6fb7803b // fmlal2 v27.4s, v1.4h, v7.h[3]
+	WORD $0x4fa3004a // fmlal v10.4s, v2.4h, v3.h[2]
+	WORD $0x6fa3804b // fmlal2 v11.4s, v2.4h, v3.h[2]
+	WORD $0x4fa4004e // fmlal v14.4s, v2.4h, v4.h[2]
+	WORD $0x6fa4804f // fmlal2 v15.4s, v2.4h, v4.h[2]
+	WORD $0x4fa50052 // fmlal v18.4s, v2.4h, v5.h[2]
+	WORD $0x6fa58053 // fmlal2 v19.4s, v2.4h, v5.h[2]
+	WORD $0x4fa60056 // fmlal v22.4s, v2.4h, v6.h[2]
+	WORD $0x6fa68057 // fmlal2 v23.4s, v2.4h, v6.h[2]
+	WORD $0x4fa7005a // fmlal v26.4s, v2.4h, v7.h[2]
+	WORD $0x6fa7805b // fmlal2 v27.4s, v2.4h, v7.h[2]
+	FLDPQ 128(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f930828 // fmlal v8.4s, v1.4h, v3.h[5]
+	WORD $0x6f938829 // fmlal2 v9.4s, v1.4h, v3.h[5]
+	WORD $0x4f94082c // fmlal v12.4s, v1.4h, v4.h[5]
+	WORD $0x6f94882d // fmlal2 v13.4s, v1.4h, v4.h[5]
+	WORD $0x4f950830 // fmlal v16.4s, v1.4h, v5.h[5]
+	WORD $0x6f958831 // fmlal2 v17.4s, v1.4h, v5.h[5]
+	WORD $0x4f960834 // fmlal v20.4s, v1.4h, v6.h[5]
+	WORD $0x6f968835 // fmlal2 v21.4s, v1.4h, v6.h[5]
+	WORD $0x4f970838 // fmlal v24.4s, v1.4h, v7.h[5]
+	WORD $0x6f978839 // fmlal2 v25.4s, v1.4h, v7.h[5]
+	WORD $0x4f830848 // fmlal v8.4s, v2.4h, v3.h[4]
+	WORD $0x6f838849 // fmlal2 v9.4s, v2.4h, v3.h[4]
+	WORD $0x4f84084c // fmlal v12.4s, v2.4h, v4.h[4]
+	WORD $0x6f84884d // fmlal2 v13.4s, v2.4h, v4.h[4]
+	WORD $0x4f850850 // fmlal v16.4s, v2.4h, v5.h[4]
+	WORD $0x6f858851 // fmlal2 v17.4s, v2.4h, v5.h[4]
+	WORD $0x4f860854 // fmlal v20.4s, v2.4h, v6.h[4]
+	WORD $0x6f868855 // fmlal2 v21.4s, v2.4h, v6.h[4]
+	WORD $0x4f870858 // fmlal v24.4s, v2.4h, v7.h[4]
+	WORD $0x6f878859 // fmlal2 v25.4s, v2.4h, v7.h[4]
+	FLDPQ 160(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f93082a // fmlal v10.4s, v1.4h, v3.h[5]
+	WORD $0x6f93882b // fmlal2 v11.4s, v1.4h, v3.h[5]
+	WORD $0x4f94082e // fmlal v14.4s, v1.4h, v4.h[5]
+	WORD $0x6f94882f // fmlal2 v15.4s, v1.4h, v4.h[5]
+	WORD $0x4f950832 // fmlal v18.4s, v1.4h, v5.h[5]
+	WORD $0x6f958833 // fmlal2 v19.4s, v1.4h, v5.h[5]
+	WORD $0x4f960836 // fmlal v22.4s, v1.4h, v6.h[5]
+	WORD $0x6f968837 // fmlal2 v23.4s, v1.4h, v6.h[5]
+	WORD $0x4f97083a // fmlal v26.4s, v1.4h, v7.h[5]
+	WORD $0x6f97883b // fmlal2 v27.4s, v1.4h, v7.h[5]
+	WORD $0x4f83084a // fmlal v10.4s, v2.4h, v3.h[4]
+	WORD $0x6f83884b // fmlal2 v11.4s, v2.4h, v3.h[4]
+	WORD $0x4f84084e // fmlal v14.4s, v2.4h, v4.h[4]
+	WORD $0x6f84884f // fmlal2 v15.4s, v2.4h, v4.h[4]
+	WORD $0x4f850852 // fmlal v18.4s, v2.4h, v5.h[4]
+	WORD $0x6f858853 // fmlal2 v19.4s, v2.4h, v5.h[4]
+	WORD $0x4f860856 // fmlal v22.4s, v2.4h, v6.h[4]
+	WORD $0x6f868857 // fmlal2 v23.4s, v2.4h, v6.h[4]
+	WORD $0x4f87085a // fmlal v26.4s, v2.4h, v7.h[4]
+	WORD $0x6f87885b // fmlal2 v27.4s, v2.4h, v7.h[4]
+	FLDPQ 192(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb30828 // fmlal v8.4s, v1.4h, v3.h[7]
+	WORD $0x6fb38829 // fmlal2 v9.4s, v1.4h, v3.h[7]
+	WORD $0x4fb4082c // fmlal v12.4s, v1.4h, v4.h[7]
+	WORD $0x6fb4882d // fmlal2 v13.4s, v1.4h, v4.h[7]
+	WORD $0x4fb50830 // fmlal v16.4s, v1.4h, v5.h[7]
+	WORD $0x6fb58831 // fmlal2 v17.4s, v1.4h, v5.h[7]
+	WORD $0x4fb60834 // fmlal v20.4s, v1.4h, v6.h[7]
+	WORD $0x6fb68835 // fmlal2 v21.4s, v1.4h, v6.h[7]
+	WORD $0x4fb70838 // fmlal v24.4s, v1.4h, v7.h[7]
+	WORD $0x6fb78839 // fmlal2 v25.4s, v1.4h, v7.h[7]
+	WORD $0x4fa30848 // fmlal v8.4s, v2.4h, v3.h[6]
+	WORD $0x6fa38849 // fmlal2 v9.4s, v2.4h, v3.h[6]
+	WORD $0x4fa4084c // fmlal v12.4s, v2.4h, v4.h[6]
+	WORD $0x6fa4884d // fmlal2 v13.4s, v2.4h, v4.h[6]
+	WORD $0x4fa50850 // fmlal v16.4s, v2.4h, v5.h[6]
+	WORD $0x6fa58851 // fmlal2 v17.4s, v2.4h, v5.h[6]
+	WORD $0x4fa60854 // fmlal v20.4s, v2.4h, v6.h[6]
+	WORD $0x6fa68855 // fmlal2 v21.4s, v2.4h, v6.h[6]
+	WORD $0x4fa70858 // fmlal v24.4s, v2.4h, v7.h[6]
+	WORD $0x6fa78859 // fmlal2 v25.4s, v2.4h, v7.h[6]
+	FLDPQ 224(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb3082a // fmlal v10.4s, v1.4h, v3.h[7]
+	WORD $0x6fb3882b // fmlal2 v11.4s, v1.4h, v3.h[7]
+	WORD $0x4fb4082e // fmlal v14.4s, v1.4h, v4.h[7]
+	WORD $0x6fb4882f // fmlal2 v15.4s, v1.4h, v4.h[7]
+	WORD $0x4fb50832 // fmlal v18.4s, v1.4h, v5.h[7]
+	WORD $0x6fb58833 // fmlal2 v19.4s, v1.4h, v5.h[7]
+	WORD $0x4fb60836 // fmlal v22.4s, v1.4h, v6.h[7]
+	WORD $0x6fb68837 // fmlal2 v23.4s, v1.4h, v6.h[7]
+	WORD $0x4fb7083a // fmlal v26.4s, v1.4h, v7.h[7]
+	WORD $0x6fb7883b // fmlal2 v27.4s, v1.4h, v7.h[7]
+	WORD $0x4fa3084a // fmlal v10.4s, v2.4h, v3.h[6]
+	WORD $0x6fa3884b // fmlal2 v11.4s, v2.4h, v3.h[6]
+	WORD $0x4fa4084e // fmlal v14.4s, v2.4h, v4.h[6]
+	WORD $0x6fa4884f // fmlal2 v15.4s, v2.4h, v4.h[6]
+	WORD $0x4fa50852 // fmlal v18.4s, v2.4h, v5.h[6]
+	WORD $0x6fa58853 // fmlal2 v19.4s, v2.4h, v5.h[6]
+	WORD $0x4fa60856 // fmlal v22.4s, v2.4h, v6.h[6]
+	WORD $0x6fa68857 // fmlal2 v23.4s, v2.4h, v6.h[6]
+	WORD $0x4fa7085a // fmlal v26.4s, v2.4h, v7.h[6]
+	WORD $0x6fa7885b // fmlal2 v27.4s, v2.4h, v7.h[6]
+	ADD $256, R16
+	SUB $4, R17
+	CMP $4, R17
+	BGE r5loop4
+r5tail:
+	CBZ R17, r5store
+r5loop1:
+	FMOVS.P 4(R10), F3
+	FMOVS.P 4(R11), F4
+	FMOVS.P 4(R12), F5
+	FMOVS.P 4(R13), F6
+	FMOVS.P 4(R14), F7
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
+	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
+	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
+	WORD $0x6f94802d // fmlal2 v13.4s, v1.4h, v4.h[1]
+	WORD $0x4f950030 // fmlal v16.4s, v1.4h, v5.h[1]
+	WORD $0x6f958031 // fmlal2 v17.4s, v1.4h, v5.h[1]
+	WORD $0x4f960034 // fmlal v20.4s, v1.4h, v6.h[1]
+	WORD $0x6f968035 // fmlal2 v21.4s, v1.4h, v6.h[1]
+	WORD $0x4f970038 // fmlal v24.4s, v1.4h, v7.h[1]
+	WORD $0x6f978039 // fmlal2 v25.4s, v1.4h, v7.h[1]
+	WORD $0x4f830048 // fmlal v8.4s, v2.4h, v3.h[0]
+	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
+	WORD $0x4f84004c // fmlal v12.4s, v2.4h, v4.h[0]
+	WORD $0x6f84804d // fmlal2 v13.4s, v2.4h, v4.h[0]
+	WORD $0x4f850050 // fmlal v16.4s, v2.4h, v5.h[0]
+	WORD $0x6f858051 // fmlal2 v17.4s, v2.4h, v5.h[0]
+	WORD $0x4f860054 // fmlal v20.4s, v2.4h, v6.h[0]
+	WORD $0x6f868055 // fmlal2 v21.4s, v2.4h, v6.h[0]
+	WORD $0x4f870058 // fmlal v24.4s, v2.4h, v7.h[0]
+	WORD $0x6f878059 // fmlal2 v25.4s, v2.4h, v7.h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
+	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
+	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
+	WORD $0x6f94802f // fmlal2 v15.4s, v1.4h, v4.h[1]
+	WORD $0x4f950032 // fmlal v18.4s, v1.4h, v5.h[1]
+	WORD $0x6f958033 // fmlal2 v19.4s, v1.4h, v5.h[1]
+	WORD $0x4f960036 // fmlal v22.4s, v1.4h, v6.h[1]
+	WORD $0x6f968037 // fmlal2 v23.4s, v1.4h, v6.h[1]
+	WORD $0x4f97003a // fmlal v26.4s, v1.4h, v7.h[1]
+	WORD $0x6f97803b // fmlal2 v27.4s, v1.4h, v7.h[1]
+	WORD $0x4f83004a // fmlal v10.4s, v2.4h, v3.h[0]
+	WORD $0x6f83804b // fmlal2 v11.4s, v2.4h, v3.h[0]
+	WORD $0x4f84004e // fmlal v14.4s, v2.4h, v4.h[0]
+	WORD $0x6f84804f // fmlal2 v15.4s, v2.4h, v4.h[0]
+	WORD $0x4f850052 // fmlal v18.4s, v2.4h, v5.h[0]
+	WORD $0x6f858053 // fmlal2 v19.4s, v2.4h, v5.h[0]
+	WORD $0x4f860056 // fmlal v22.4s, v2.4h, v6.h[0]
+	WORD $0x6f868057 // fmlal2 v23.4s, v2.4h, v6.h[0]
+	WORD $0x4f87005a // fmlal v26.4s, v2.4h, v7.h[0]
+	WORD $0x6f87805b // fmlal2 v27.4s, v2.4h, v7.h[0]
+	ADD $64, R16
+	SUBS $1, R17, R17
+	BNE r5loop1
+r5store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	ADD R6, R22
+	FSTPQ (F16, F17), (R22)
+	FSTPQ (F18, F19), 32(R22)
+	ADD R6, R22
+	FSTPQ (F20, F21), (R22)
+	FSTPQ (F22, F23), 32(R22)
+	ADD R6, R22
+	FSTPQ (F24, F25), (R22)
+	FSTPQ (F26, F27), 32(R22)
+	ADD R19, R3
+	ADD R20, R4
+	SUB $5, R5
+	B rows
+rowsTail:
+	CMP $4, R5
+	BEQ tile4
+	CMP $3, R5
+	BEQ tile3
+	CMP $2, R5
+	BEQ tile2
+	CMP $1, R5
+	BEQ tile1
+	B colNext
+tile4:
+	// Tile: 4 rows × 16 columns, 16 accumulators.
+	MOVD R4, R22
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	ADD R6, R22
+	FLDPQ (R22), (F12, F13)
+	FLDPQ 32(R22), (F14, F15)
+	ADD R6, R22
+	FLDPQ (R22), (F16, F17)
+	FLDPQ 32(R22), (F18, F19)
+	ADD R6, R22
+	FLDPQ (R22), (F20, F21)
+	FLDPQ 32(R22), (F22, F23)
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	ADD R7, R12, R13
+	CMP $4, R17
+	BLT r4tail
+r4loop4:
+	FMOVQ.P 16(R10), F3
+	FMOVQ.P 16(R11), F4
+	FMOVQ.P 16(R12), F5
+	FMOVQ.P 16(R13), F6
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
+	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
+	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
+	WORD $0x6f94802d // fmlal2 v13.4s, v1.4h, v4.h[1]
+	WORD $0x4f950030 // fmlal v16.4s, v1.4h, v5.h[1]
+	WORD $0x6f958031 // fmlal2 v17.4s, v1.4h, v5.h[1]
+	WORD $0x4f960034 // fmlal v20.4s, v1.4h, v6.h[1]
+	WORD $0x6f968035 // fmlal2 v21.4s, v1.4h, v6.h[1]
+	WORD $0x4f830048 // fmlal v8.4s, v2.4h, v3.h[0]
+	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
+	WORD $0x4f84004c // fmlal v12.4s, v2.4h, v4.h[0]
+	WORD $0x6f84804d // fmlal2 v13.4s, v2.4h, v4.h[0]
+	WORD $0x4f850050 // fmlal v16.4s, v2.4h, v5.h[0]
+	WORD $0x6f858051 // fmlal2 v17.4s, v2.4h, v5.h[0]
+	WORD $0x4f860054 // fmlal v20.4s, v2.4h, v6.h[0]
+	WORD $0x6f868055 // fmlal2 v21.4s, v2.4h, v6.h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
+	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
+	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
+	WORD $0x6f94802f // fmlal2 v15.4s, v1.4h, v4.h[1]
+	WORD $0x4f950032 // fmlal v18.4s, v1.4h, v5.h[1]
+	WORD $0x6f958033 // fmlal2 v19.4s, v1.4h, v5.h[1]
+	WORD $0x4f960036 // fmlal v22.4s, v1.4h, v6.h[1]
+	WORD $0x6f968037 // fmlal2 v23.4s, v1.4h, v6.h[1]
+	WORD $0x4f83004a // fmlal v10.4s, v2.4h, v3.h[0]
+	WORD $0x6f83804b // fmlal2 v11.4s, v2.4h, v3.h[0]
+	WORD $0x4f84004e // fmlal v14.4s, v2.4h, v4.h[0]
+	WORD $0x6f84804f // fmlal2 v15.4s, v2.4h, v4.h[0]
+	WORD $0x4f850052 // fmlal v18.4s, v2.4h, v5.h[0]
+	WORD $0x6f858053 // fmlal2 v19.4s, v2.4h, v5.h[0]
+	WORD $0x4f860056 // fmlal v22.4s, v2.4h, v6.h[0]
+	WORD $0x6f868057 // fmlal2 v23.4s, v2.4h, v6.h[0]
+	FLDPQ 64(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb30028 // fmlal v8.4s, v1.4h, v3.h[3]
+	WORD $0x6fb38029 // fmlal2 v9.4s, v1.4h, v3.h[3]
+	WORD $0x4fb4002c // fmlal v12.4s, v1.4h, v4.h[3]
+	WORD $0x6fb4802d // fmlal2 v13.4s, v1.4h, v4.h[3]
+	WORD $0x4fb50030 // fmlal v16.4s, v1.4h, v5.h[3]
+	WORD $0x6fb58031 // fmlal2 v17.4s, v1.4h, v5.h[3]
+	WORD $0x4fb60034 // fmlal v20.4s, v1.4h, v6.h[3]
+	WORD $0x6fb68035 // fmlal2 v21.4s, v1.4h, v6.h[3]
+	WORD $0x4fa30048 // fmlal v8.4s, v2.4h, v3.h[2]
+	WORD $0x6fa38049 // fmlal2 v9.4s, v2.4h, v3.h[2]
+	WORD $0x4fa4004c // fmlal v12.4s, v2.4h, v4.h[2]
+	WORD $0x6fa4804d // fmlal2 v13.4s, v2.4h, v4.h[2]
+	WORD $0x4fa50050 // fmlal v16.4s, v2.4h, v5.h[2]
+	WORD $0x6fa58051 // fmlal2 v17.4s, v2.4h, v5.h[2]
+	WORD $0x4fa60054 // fmlal v20.4s, v2.4h, v6.h[2]
+	WORD $0x6fa68055 // fmlal2 v21.4s, v2.4h, v6.h[2]
+	FLDPQ 96(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb3002a // fmlal v10.4s, v1.4h, v3.h[3]
+	WORD $0x6fb3802b // fmlal2 v11.4s, v1.4h, v3.h[3]
+	WORD $0x4fb4002e // fmlal v14.4s, v1.4h, v4.h[3]
+	WORD $0x6fb4802f // fmlal2 v15.4s, v1.4h, v4.h[3]
+	WORD $0x4fb50032 // fmlal v18.4s, v1.4h, v5.h[3]
+	WORD $0x6fb58033 // fmlal2 v19.4s, v1.4h, v5.h[3]
+	WORD $0x4fb60036 // fmlal v22.4s, v1.4h, v6.h[3]
+	WORD $0x6fb68037 // fmlal2 v23.4s, v1.4h, v6.h[3]
+	WORD $0x4fa3004a // fmlal v10.4s, v2.4h, v3.h[2]
+	WORD $0x6fa3804b // fmlal2 v11.4s, v2.4h, v3.h[2]
+	WORD $0x4fa4004e // fmlal v14.4s, v2.4h, v4.h[2]
+	WORD $0x6fa4804f // fmlal2 v15.4s, v2.4h, v4.h[2]
+	WORD $0x4fa50052 // fmlal v18.4s, v2.4h, v5.h[2]
+	WORD $0x6fa58053 // fmlal2 v19.4s, v2.4h, v5.h[2]
+	WORD $0x4fa60056 // fmlal v22.4s, v2.4h, v6.h[2]
+	WORD $0x6fa68057 // fmlal2 v23.4s, v2.4h, v6.h[2]
+	FLDPQ 128(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f930828 // fmlal v8.4s, v1.4h, v3.h[5]
+	WORD $0x6f938829 // fmlal2 v9.4s, v1.4h, v3.h[5]
+	WORD $0x4f94082c // fmlal v12.4s, v1.4h, v4.h[5]
+	WORD $0x6f94882d // fmlal2 v13.4s, v1.4h, v4.h[5]
+	WORD $0x4f950830 // fmlal v16.4s, v1.4h, v5.h[5]
+	WORD $0x6f958831 // fmlal2 v17.4s, v1.4h, v5.h[5]
+	WORD $0x4f960834 // fmlal v20.4s, v1.4h, v6.h[5]
+	WORD $0x6f968835 // fmlal2 v21.4s, v1.4h, v6.h[5]
+	WORD $0x4f830848 // fmlal v8.4s, v2.4h, v3.h[4]
+	WORD $0x6f838849 // fmlal2 v9.4s, v2.4h, v3.h[4]
+	WORD $0x4f84084c // fmlal v12.4s, v2.4h, v4.h[4]
+	WORD $0x6f84884d // fmlal2 v13.4s, v2.4h, v4.h[4]
+	WORD $0x4f850850 // fmlal v16.4s, v2.4h, v5.h[4]
+	WORD $0x6f858851 // fmlal2 v17.4s, v2.4h, v5.h[4]
+	WORD $0x4f860854 // fmlal v20.4s, v2.4h, v6.h[4]
+	WORD $0x6f868855 // fmlal2 v21.4s, v2.4h, v6.h[4]
+	FLDPQ 160(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f93082a // fmlal v10.4s, v1.4h, v3.h[5]
+	WORD $0x6f93882b // fmlal2 v11.4s, v1.4h, v3.h[5]
+	WORD $0x4f94082e // fmlal v14.4s, v1.4h, v4.h[5]
+	WORD $0x6f94882f // fmlal2 v15.4s, v1.4h, v4.h[5]
+	WORD $0x4f950832 // fmlal v18.4s, v1.4h, v5.h[5]
+	WORD $0x6f958833 // fmlal2 v19.4s, v1.4h, v5.h[5]
+	WORD $0x4f960836 // fmlal v22.4s, v1.4h, v6.h[5]
+	WORD $0x6f968837 // fmlal2 v23.4s, v1.4h, v6.h[5]
+	WORD $0x4f83084a // fmlal v10.4s, v2.4h, v3.h[4]
+	WORD $0x6f83884b // fmlal2 v11.4s, v2.4h, v3.h[4]
+	WORD $0x4f84084e // fmlal v14.4s, v2.4h, v4.h[4]
+	WORD $0x6f84884f // fmlal2 v15.4s, v2.4h, v4.h[4]
+	WORD $0x4f850852 // fmlal v18.4s, v2.4h, v5.h[4]
+	WORD $0x6f858853 // fmlal2 v19.4s, v2.4h, v5.h[4]
+	WORD $0x4f860856 // fmlal v22.4s, v2.4h, v6.h[4]
+	WORD $0x6f868857 // fmlal2 v23.4s, v2.4h, v6.h[4]
+	FLDPQ 192(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb30828 // fmlal v8.4s, v1.4h, v3.h[7]
+	WORD $0x6fb38829 // fmlal2 v9.4s, v1.4h, v3.h[7]
+	WORD $0x4fb4082c // fmlal v12.4s, v1.4h, v4.h[7]
+	WORD $0x6fb4882d // fmlal2 v13.4s, v1.4h, v4.h[7]
+	WORD $0x4fb50830 // fmlal v16.4s, v1.4h, v5.h[7]
+	WORD $0x6fb58831 // fmlal2 v17.4s, v1.4h, v5.h[7]
+	WORD $0x4fb60834 // fmlal v20.4s, v1.4h, v6.h[7]
+	WORD $0x6fb68835 // fmlal2 v21.4s, v1.4h, v6.h[7]
+	WORD $0x4fa30848 // fmlal v8.4s, v2.4h, v3.h[6]
+	WORD $0x6fa38849 // fmlal2 v9.4s, v2.4h, v3.h[6]
+	WORD $0x4fa4084c // fmlal v12.4s, v2.4h, v4.h[6]
+	WORD $0x6fa4884d // fmlal2 v13.4s, v2.4h, v4.h[6]
+	WORD $0x4fa50850 // fmlal v16.4s, v2.4h, v5.h[6]
+	WORD $0x6fa58851 // fmlal2 v17.4s, v2.4h, v5.h[6]
+	WORD $0x4fa60854 // fmlal v20.4s, v2.4h, v6.h[6]
+	WORD $0x6fa68855 // fmlal2 v21.4s, v2.4h, v6.h[6]
+	FLDPQ 224(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb3082a // fmlal v10.4s, v1.4h, v3.h[7]
+	WORD $0x6fb3882b // fmlal2 v11.4s, v1.4h, v3.h[7]
+	WORD $0x4fb4082e // fmlal v14.4s, v1.4h, v4.h[7]
+	WORD $0x6fb4882f // fmlal2 v15.4s, v1.4h, v4.h[7]
+	WORD $0x4fb50832 // fmlal v18.4s, v1.4h, v5.h[7]
+	WORD $0x6fb58833 // fmlal2 v19.4s, v1.4h, v5.h[7]
+	WORD $0x4fb60836 // fmlal v22.4s, v1.4h, v6.h[7]
+	WORD $0x6fb68837 // fmlal2 v23.4s, v1.4h, v6.h[7]
+	WORD $0x4fa3084a // fmlal v10.4s, v2.4h, v3.h[6]
+	WORD $0x6fa3884b // fmlal2 v11.4s, v2.4h, v3.h[6]
+	WORD $0x4fa4084e // fmlal v14.4s, v2.4h, v4.h[6]
+	WORD $0x6fa4884f // fmlal2 v15.4s, v2.4h, v4.h[6]
+	WORD $0x4fa50852 // fmlal v18.4s, v2.4h, v5.h[6]
+	WORD $0x6fa58853 // fmlal2 v19.4s, v2.4h, v5.h[6]
+	WORD $0x4fa60856 // fmlal v22.4s, v2.4h, v6.h[6]
+	WORD $0x6fa68857 // fmlal2 v23.4s, v2.4h, v6.h[6]
+	ADD $256, R16
+	SUB $4, R17
+	CMP $4, R17
+	BGE r4loop4
+r4tail:
+	CBZ R17, r4store
+r4loop1:
+	FMOVS.P 4(R10), F3
+	FMOVS.P 4(R11), F4
+	FMOVS.P 4(R12), F5
+	FMOVS.P 4(R13), F6
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
+	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
+	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
+	WORD $0x6f94802d // fmlal2 v13.4s, v1.4h, v4.h[1]
+	WORD $0x4f950030 // fmlal v16.4s, v1.4h, v5.h[1]
+	WORD $0x6f958031 // fmlal2 v17.4s, v1.4h, v5.h[1]
+	WORD $0x4f960034 // fmlal v20.4s, v1.4h, v6.h[1]
+	WORD $0x6f968035 // fmlal2 v21.4s, v1.4h, v6.h[1]
+	WORD $0x4f830048 // fmlal v8.4s, v2.4h, v3.h[0]
+	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
+	WORD $0x4f84004c // fmlal v12.4s, v2.4h, v4.h[0]
+	WORD $0x6f84804d // fmlal2 v13.4s, v2.4h, v4.h[0]
+	WORD $0x4f850050 // fmlal v16.4s, v2.4h, v5.h[0]
+	WORD $0x6f858051 // fmlal2 v17.4s, v2.4h, v5.h[0]
+	WORD $0x4f860054 // fmlal v20.4s, v2.4h, v6.h[0]
+	WORD $0x6f868055 // fmlal2 v21.4s, v2.4h, v6.h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
+	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
+	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
+	WORD $0x6f94802f // fmlal2 v15.4s, v1.4h, v4.h[1]
+	WORD $0x4f950032 // fmlal v18.4s, v1.4h, v5.h[1]
+	WORD $0x6f958033 // fmlal2 v19.4s, v1.4h, v5.h[1]
+	WORD $0x4f960036 // fmlal v22.4s, v1.4h, v6.h[1]
+	WORD $0x6f968037 // fmlal2 v23.4s, v1.4h, v6.h[1]
+	WORD $0x4f83004a // fmlal v10.4s, v2.4h, v3.h[0]
+	WORD $0x6f83804b // fmlal2 v11.4s, v2.4h, v3.h[0]
+	WORD $0x4f84004e // fmlal v14.4s, v2.4h, v4.h[0]
+	WORD $0x6f84804f // fmlal2 v15.4s, v2.4h, v4.h[0]
+	WORD $0x4f850052 // fmlal v18.4s, v2.4h, v5.h[0]
+	WORD $0x6f858053 // fmlal2 v19.4s, v2.4h, v5.h[0]
+	WORD $0x4f860056 // fmlal v22.4s, v2.4h, v6.h[0]
+	WORD $0x6f868057 // fmlal2 v23.4s, v2.4h, v6.h[0]
+	ADD $64, R16
+	SUBS $1, R17, R17
+	BNE r4loop1
+r4store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	ADD R6, R22
+	FSTPQ (F16, F17), (R22)
+	FSTPQ (F18, F19), 32(R22)
+	ADD R6, R22
+	FSTPQ (F20, F21), (R22)
+	FSTPQ (F22, F23), 32(R22)
+	B colNext
+tile3:
+	// Tile: 3 rows × 16 columns, 12 accumulators.
+	MOVD R4, R22
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	ADD R6, R22
+	FLDPQ (R22), (F12, F13)
+	FLDPQ 32(R22), (F14, F15)
+	ADD R6, R22
+	FLDPQ (R22), (F16, F17)
+	FLDPQ 32(R22), (F18, F19)
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	CMP $4, R17
+	BLT r3tail
+r3loop4:
+	FMOVQ.P 16(R10), F3
+	FMOVQ.P 16(R11), F4
+	FMOVQ.P 16(R12), F5
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
+	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
+	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
+	WORD $0x6f94802d // fmlal2 v13.4s, v1.4h, v4.h[1]
+	WORD $0x4f950030 // fmlal v16.4s, v1.4h, v5.h[1]
+	WORD $0x6f958031 // fmlal2 v17.4s, v1.4h, v5.h[1]
+	WORD $0x4f830048 // fmlal v8.4s, v2.4h, v3.h[0]
+	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
+	WORD $0x4f84004c // fmlal v12.4s, v2.4h, v4.h[0]
+	WORD $0x6f84804d // fmlal2 v13.4s, v2.4h, v4.h[0]
+	WORD $0x4f850050 // fmlal v16.4s, v2.4h, v5.h[0]
+	WORD $0x6f858051 // fmlal2 v17.4s, v2.4h, v5.h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
+	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
+	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
+	WORD $0x6f94802f // fmlal2 v15.4s, v1.4h, v4.h[1]
+	WORD $0x4f950032 // fmlal v18.4s, v1.4h, v5.h[1]
+	WORD $0x6f958033 // fmlal2 v19.4s, v1.4h, v5.h[1]
+	WORD $0x4f83004a // fmlal v10.4s, v2.4h, v3.h[0]
+	WORD $0x6f83804b // fmlal2 v11.4s, v2.4h, v3.h[0]
+	WORD $0x4f84004e // fmlal v14.4s, v2.4h, v4.h[0]
+	WORD $0x6f84804f // fmlal2 v15.4s, v2.4h, v4.h[0]
+	WORD $0x4f850052 // fmlal v18.4s, v2.4h, v5.h[0]
+	WORD $0x6f858053 // fmlal2 v19.4s, v2.4h, v5.h[0]
+	FLDPQ 64(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb30028 // fmlal v8.4s, v1.4h, v3.h[3]
+	WORD $0x6fb38029 // fmlal2 v9.4s, v1.4h, v3.h[3]
+	WORD $0x4fb4002c // fmlal v12.4s, v1.4h, v4.h[3]
+	WORD $0x6fb4802d // fmlal2 v13.4s, v1.4h, v4.h[3]
+	WORD $0x4fb50030 // fmlal v16.4s, v1.4h, v5.h[3]
+	WORD $0x6fb58031 // fmlal2 v17.4s, v1.4h, v5.h[3]
+	WORD $0x4fa30048 // fmlal v8.4s, v2.4h, v3.h[2]
+	WORD $0x6fa38049 // fmlal2 v9.4s, v2.4h, v3.h[2]
+	WORD $0x4fa4004c // fmlal v12.4s, v2.4h, v4.h[2]
+	WORD $0x6fa4804d // fmlal2 v13.4s, v2.4h, v4.h[2]
+	WORD $0x4fa50050 // fmlal v16.4s, v2.4h, v5.h[2]
+	WORD $0x6fa58051 // fmlal2 v17.4s, v2.4h, v5.h[2]
+	FLDPQ 96(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb3002a // fmlal v10.4s, v1.4h, v3.h[3]
+	WORD $0x6fb3802b // fmlal2 v11.4s, v1.4h, v3.h[3]
+	WORD $0x4fb4002e // fmlal v14.4s, v1.4h, v4.h[3]
+	WORD $0x6fb4802f // fmlal2 v15.4s, v1.4h, v4.h[3]
+	WORD $0x4fb50032 // fmlal v18.4s, v1.4h, v5.h[3]
+	WORD $0x6fb58033 // fmlal2 v19.4s, v1.4h, v5.h[3]
+	WORD $0x4fa3004a // fmlal v10.4s, v2.4h, v3.h[2]
+	WORD $0x6fa3804b // fmlal2 v11.4s, v2.4h, v3.h[2]
+	WORD $0x4fa4004e // fmlal v14.4s, v2.4h, v4.h[2]
+	WORD $0x6fa4804f // fmlal2 v15.4s, v2.4h, v4.h[2]
+	WORD $0x4fa50052 // fmlal v18.4s, v2.4h, v5.h[2]
+	WORD $0x6fa58053 // fmlal2 v19.4s, v2.4h, v5.h[2]
+	FLDPQ 128(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f930828 // fmlal v8.4s, v1.4h, v3.h[5]
+	WORD $0x6f938829 // fmlal2 v9.4s, v1.4h, v3.h[5]
+	WORD $0x4f94082c // fmlal v12.4s, v1.4h, v4.h[5]
+	WORD $0x6f94882d // fmlal2 v13.4s, v1.4h, v4.h[5]
+	WORD $0x4f950830 // fmlal v16.4s, v1.4h, v5.h[5]
+	WORD $0x6f958831 // fmlal2 v17.4s, v1.4h, v5.h[5]
+	WORD $0x4f830848 // fmlal v8.4s, v2.4h, v3.h[4]
+	WORD $0x6f838849 // fmlal2 v9.4s, v2.4h, v3.h[4]
+	WORD $0x4f84084c // fmlal v12.4s, v2.4h, v4.h[4]
+	WORD $0x6f84884d // fmlal2 v13.4s, v2.4h, v4.h[4]
+	WORD $0x4f850850 // fmlal v16.4s, v2.4h, v5.h[4]
+	WORD $0x6f858851 // fmlal2 v17.4s, v2.4h, v5.h[4]
+	FLDPQ 160(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f93082a // fmlal v10.4s, v1.4h, v3.h[5]
+	WORD $0x6f93882b // fmlal2 v11.4s, v1.4h, v3.h[5]
+	WORD $0x4f94082e // fmlal v14.4s, v1.4h, v4.h[5]
+	WORD $0x6f94882f // fmlal2 v15.4s, v1.4h, v4.h[5]
+	WORD $0x4f950832 // fmlal v18.4s, v1.4h, v5.h[5]
+	WORD $0x6f958833 // fmlal2 v19.4s, v1.4h, v5.h[5]
+	WORD $0x4f83084a // fmlal v10.4s, v2.4h, v3.h[4]
+	WORD $0x6f83884b // fmlal2 v11.4s, v2.4h, v3.h[4]
+	WORD $0x4f84084e // fmlal v14.4s, v2.4h, v4.h[4]
+	WORD $0x6f84884f // fmlal2 v15.4s, v2.4h, v4.h[4]
+	WORD $0x4f850852 // fmlal v18.4s, v2.4h, v5.h[4]
+	WORD $0x6f858853 // fmlal2 v19.4s, v2.4h, v5.h[4]
+	FLDPQ 192(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb30828 // fmlal v8.4s, v1.4h, v3.h[7]
+	WORD $0x6fb38829 // fmlal2 v9.4s, v1.4h, v3.h[7]
+	WORD $0x4fb4082c // fmlal v12.4s, v1.4h, v4.h[7]
+	WORD $0x6fb4882d // fmlal2 v13.4s, v1.4h, v4.h[7]
+	WORD $0x4fb50830 // fmlal v16.4s, v1.4h, v5.h[7]
+	WORD $0x6fb58831 // fmlal2 v17.4s, v1.4h, v5.h[7]
+	WORD $0x4fa30848 // fmlal v8.4s, v2.4h, v3.h[6]
+	WORD $0x6fa38849 // fmlal2 v9.4s, v2.4h, v3.h[6]
+	WORD $0x4fa4084c // fmlal v12.4s, v2.4h, v4.h[6]
+	WORD $0x6fa4884d // fmlal2 v13.4s, v2.4h, v4.h[6]
+	WORD $0x4fa50850 // fmlal v16.4s, v2.4h, v5.h[6]
+	WORD $0x6fa58851 // fmlal2 v17.4s, v2.4h, v5.h[6]
+	FLDPQ 224(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb3082a // fmlal v10.4s, v1.4h, v3.h[7]
+	WORD $0x6fb3882b // fmlal2 v11.4s, v1.4h, v3.h[7]
+	WORD $0x4fb4082e // fmlal v14.4s, v1.4h, v4.h[7]
+	WORD $0x6fb4882f // fmlal2 v15.4s, v1.4h, v4.h[7]
+	WORD $0x4fb50832 // fmlal v18.4s, v1.4h, v5.h[7]
+	WORD $0x6fb58833 // fmlal2 v19.4s, v1.4h, v5.h[7]
+	WORD $0x4fa3084a // fmlal v10.4s, v2.4h, v3.h[6]
+	WORD $0x6fa3884b // fmlal2 v11.4s, v2.4h, v3.h[6]
+	WORD $0x4fa4084e // fmlal v14.4s, v2.4h, v4.h[6]
+	WORD $0x6fa4884f // fmlal2 v15.4s, v2.4h, v4.h[6]
+	WORD $0x4fa50852 // fmlal v18.4s, v2.4h, v5.h[6]
+	WORD $0x6fa58853 // fmlal2 v19.4s, v2.4h, v5.h[6]
+	ADD $256, R16
+	SUB $4, R17
+	CMP $4, R17
+	BGE r3loop4
+r3tail:
+	CBZ R17, r3store
+r3loop1:
+	FMOVS.P 4(R10), F3
+	FMOVS.P 4(R11), F4
+	FMOVS.P 4(R12), F5
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
+	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
+	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
+	WORD $0x6f94802d // fmlal2 v13.4s, v1.4h, v4.h[1]
+	WORD $0x4f950030 // fmlal v16.4s, v1.4h, v5.h[1]
+	WORD $0x6f958031 // fmlal2 v17.4s, v1.4h, v5.h[1]
+	WORD $0x4f830048 // fmlal v8.4s, v2.4h, v3.h[0]
+	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
+	WORD $0x4f84004c // fmlal v12.4s, v2.4h, v4.h[0]
+	WORD $0x6f84804d // fmlal2 v13.4s, v2.4h, v4.h[0]
+	WORD $0x4f850050 // fmlal v16.4s, v2.4h, v5.h[0]
+	WORD $0x6f858051 // fmlal2 v17.4s, v2.4h, v5.h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
+	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
+	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
+	WORD $0x6f94802f // fmlal2 v15.4s, v1.4h, v4.h[1]
+	WORD $0x4f950032 // fmlal v18.4s, v1.4h, v5.h[1]
+	WORD $0x6f958033 // fmlal2 v19.4s, v1.4h, v5.h[1]
+	WORD $0x4f83004a // fmlal v10.4s, v2.4h, v3.h[0]
+	WORD $0x6f83804b // fmlal2 v11.4s, v2.4h, v3.h[0]
+	WORD $0x4f84004e // fmlal v14.4s, v2.4h, v4.h[0]
+	WORD $0x6f84804f // fmlal2 v15.4s, v2.4h, v4.h[0]
+	WORD $0x4f850052 // fmlal v18.4s, v2.4h, v5.h[0]
+	WORD $0x6f858053 // fmlal2 v19.4s, v2.4h, v5.h[0]
+	ADD $64, R16
+	SUBS $1, R17, R17
+	BNE r3loop1
+r3store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	ADD R6, R22
+	FSTPQ (F16, F17), (R22)
+	FSTPQ (F18, F19), 32(R22)
+	B colNext
+tile2:
+	// Tile: 2 rows × 16 columns, 8 accumulators.
+	MOVD R4, R22
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	ADD R6, R22
+	FLDPQ (R22), (F12, F13)
+	FLDPQ 32(R22), (F14, F15)
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	ADD R7, R10, R11
+	CMP $4, R17
+	BLT r2tail
+r2loop4:
+	FMOVQ.P 16(R10), F3
+	FMOVQ.P 16(R11), F4
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
+	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
+	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
+	WORD $0x6f94802d // fmlal2 v13.4s, v1.4h, v4.h[1]
+	WORD $0x4f830048 // fmlal v8.4s, v2.4h, v3.h[0]
+	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
+	WORD $0x4f84004c // fmlal v12.4s, v2.4h, v4.h[0]
+	WORD $0x6f84804d // fmlal2 v13.4s, v2.4h, v4.h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
+	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
+	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
+	WORD $0x6f94802f // fmlal2 v15.4s, v1.4h, v4.h[1]
+	WORD $0x4f83004a // fmlal v10.4s, v2.4h, v3.h[0]
+	WORD $0x6f83804b // fmlal2 v11.4s, v2.4h, v3.h[0]
+	WORD $0x4f84004e // fmlal v14.4s, v2.4h, v4.h[0]
+	WORD $0x6f84804f // fmlal2 v15.4s, v2.4h, v4.h[0]
+	FLDPQ 64(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb30028 // fmlal v8.4s, v1.4h, v3.h[3]
+	WORD $0x6fb38029 // fmlal2 v9.4s, v1.4h, v3.h[3]
+	WORD $0x4fb4002c // fmlal v12.4s, v1.4h, v4.h[3]
+	WORD $0x6fb4802d // fmlal2 v13.4s, v1.4h, v4.h[3]
+	WORD $0x4fa30048 // fmlal v8.4s, v2.4h, v3.h[2]
+	WORD $0x6fa38049 // fmlal2 v9.4s, v2.4h, v3.h[2]
+	WORD $0x4fa4004c // fmlal v12.4s, v2.4h, v4.h[2]
+	WORD $0x6fa4804d // fmlal2 v13.4s, v2.4h, v4.h[2]
+	FLDPQ 96(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb3002a // fmlal v10.4s, v1.4h, v3.h[3]
+	WORD $0x6fb3802b // fmlal2 v11.4s, v1.4h, v3.h[3]
+	WORD $0x4fb4002e // fmlal v14.4s, v1.4h, v4.h[3]
+	WORD $0x6fb4802f // fmlal2 v15.4s, v1.4h, v4.h[3]
+	WORD $0x4fa3004a // fmlal v10.4s, v2.4h, v3.h[2]
+	WORD $0x6fa3804b // fmlal2 v11.4s, v2.4h, v3.h[2]
+	WORD $0x4fa4004e // fmlal v14.4s, v2.4h, v4.h[2]
+	WORD $0x6fa4804f // fmlal2 v15.4s, v2.4h, v4.h[2]
+	FLDPQ 128(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f930828 // fmlal v8.4s, v1.4h, v3.h[5]
+	WORD $0x6f938829 // fmlal2 v9.4s, v1.4h, v3.h[5]
+	WORD $0x4f94082c // fmlal v12.4s, v1.4h, v4.h[5]
+	WORD $0x6f94882d // fmlal2 v13.4s, v1.4h, v4.h[5]
+	WORD $0x4f830848 // fmlal v8.4s, v2.4h, v3.h[4]
+	WORD $0x6f838849 // fmlal2 v9.4s, v2.4h, v3.h[4]
+	WORD $0x4f84084c // fmlal v12.4s, v2.4h, v4.h[4]
+	WORD $0x6f84884d // fmlal2 v13.4s, v2.4h, v4.h[4]
+	FLDPQ 160(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f93082a // fmlal v10.4s, v1.4h, v3.h[5]
+	WORD $0x6f93882b // fmlal2 v11.4s, v1.4h, v3.h[5]
+	WORD $0x4f94082e // fmlal v14.4s, v1.4h, v4.h[5]
+	WORD $0x6f94882f // fmlal2 v15.4s, v1.4h, v4.h[5]
+	WORD $0x4f83084a // fmlal v10.4s, v2.4h, v3.h[4]
+	WORD $0x6f83884b // fmlal2 v11.4s, v2.4h, v3.h[4]
+	WORD $0x4f84084e // fmlal v14.4s, v2.4h, v4.h[4]
+	WORD $0x6f84884f // fmlal2 v15.4s, v2.4h, v4.h[4]
+	FLDPQ 192(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb30828 // fmlal v8.4s, v1.4h, v3.h[7]
+	WORD $0x6fb38829 // fmlal2 v9.4s, v1.4h, v3.h[7]
+	WORD $0x4fb4082c // fmlal v12.4s, v1.4h, v4.h[7]
+	WORD $0x6fb4882d // fmlal2 v13.4s, v1.4h, v4.h[7]
+	WORD $0x4fa30848 // fmlal v8.4s, v2.4h, v3.h[6]
+	WORD $0x6fa38849 // fmlal2 v9.4s, v2.4h, v3.h[6]
+	WORD $0x4fa4084c // fmlal v12.4s, v2.4h, v4.h[6]
+	WORD $0x6fa4884d // fmlal2 v13.4s, v2.4h, v4.h[6]
+	FLDPQ 224(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb3082a // fmlal v10.4s, v1.4h, v3.h[7]
+	WORD $0x6fb3882b // fmlal2 v11.4s, v1.4h, v3.h[7]
+	WORD $0x4fb4082e // fmlal v14.4s, v1.4h, v4.h[7]
+	WORD $0x6fb4882f // fmlal2 v15.4s, v1.4h, v4.h[7]
+	WORD $0x4fa3084a // fmlal v10.4s, v2.4h, v3.h[6]
+	WORD $0x6fa3884b // fmlal2 v11.4s, v2.4h, v3.h[6]
+	WORD $0x4fa4084e // fmlal v14.4s, v2.4h, v4.h[6]
+	WORD $0x6fa4884f // fmlal2 v15.4s, v2.4h, v4.h[6]
+	ADD $256, R16
+	SUB $4, R17
+	CMP $4, R17
+	BGE r2loop4
+r2tail:
+	CBZ R17, r2store
+r2loop1:
+	FMOVS.P 4(R10), F3
+	FMOVS.P 4(R11), F4
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
+	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
+	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
+	WORD $0x6f94802d // fmlal2 v13.4s, v1.4h, v4.h[1]
+	WORD $0x4f830048 // fmlal v8.4s, v2.4h, v3.h[0]
+	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
+	WORD $0x4f84004c // fmlal v12.4s, v2.4h, v4.h[0]
+	WORD $0x6f84804d // fmlal2 v13.4s, v2.4h, v4.h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
+	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
+	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
+	WORD $0x6f94802f // fmlal2 v15.4s, v1.4h, v4.h[1]
+	WORD $0x4f83004a // fmlal v10.4s, v2.4h, v3.h[0]
+	WORD $0x6f83804b // fmlal2 v11.4s, v2.4h, v3.h[0]
+	WORD $0x4f84004e // fmlal v14.4s, v2.4h, v4.h[0]
+	WORD $0x6f84804f // fmlal2 v15.4s, v2.4h, v4.h[0]
+	ADD $64, R16
+	SUBS $1, R17, R17
+	BNE r2loop1
+r2store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	B colNext
+tile1:
+	// Tile: 1 rows × 16 columns, 4 accumulators.
+	MOVD R4, R22
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	CMP $4, R17
+	BLT r1tail
+r1loop4:
+	FMOVQ.P 16(R10), F3
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
+	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
+	WORD $0x4f830048 // fmlal v8.4s, v2.4h, v3.h[0]
+	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
+	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
+	WORD $0x4f83004a // fmlal v10.4s, v2.4h, v3.h[0]
+	WORD $0x6f83804b // fmlal2 v11.4s, v2.4h, v3.h[0]
+	FLDPQ 64(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb30028 // fmlal v8.4s, v1.4h, v3.h[3]
+	WORD $0x6fb38029 // fmlal2 v9.4s, v1.4h, v3.h[3]
+	WORD $0x4fa30048 // fmlal v8.4s, v2.4h, v3.h[2]
+	WORD $0x6fa38049 // fmlal2 v9.4s, v2.4h, v3.h[2]
+	FLDPQ 96(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb3002a // fmlal v10.4s, v1.4h, v3.h[3]
+	WORD $0x6fb3802b // fmlal2 v11.4s, v1.4h, v3.h[3]
+	WORD $0x4fa3004a // fmlal v10.4s, v2.4h, v3.h[2]
+	WORD $0x6fa3804b // fmlal2 v11.4s, v2.4h, v3.h[2]
+	FLDPQ 128(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f930828 // fmlal v8.4s, v1.4h, v3.h[5]
+	WORD $0x6f938829 // fmlal2 v9.4s, v1.4h, v3.h[5]
+	WORD $0x4f830848 // fmlal v8.4s, v2.4h, v3.h[4]
+	WORD $0x6f838849 // fmlal2 v9.4s, v2.4h, v3.h[4]
+	FLDPQ 160(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f93082a // fmlal v10.4s, v1.4h, v3.h[5]
+	WORD $0x6f93882b // fmlal2 v11.4s, v1.4h, v3.h[5]
+	WORD $0x4f83084a // fmlal v10.4s, v2.4h, v3.h[4]
+	WORD $0x6f83884b // fmlal2 v11.4s, v2.4h, v3.h[4]
+	FLDPQ 192(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb30828 // fmlal v8.4s, v1.4h, v3.h[7]
+	WORD $0x6fb38829 // fmlal2 v9.4s, v1.4h, v3.h[7]
+	WORD $0x4fa30848 // fmlal v8.4s, v2.4h, v3.h[6]
+	WORD $0x6fa38849 // fmlal2 v9.4s, v2.4h, v3.h[6]
+	FLDPQ 224(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4fb3082a // fmlal v10.4s, v1.4h, v3.h[7]
+	WORD $0x6fb3882b // fmlal2 v11.4s, v1.4h, v3.h[7]
+	WORD $0x4fa3084a // fmlal v10.4s, v2.4h, v3.h[6]
+	WORD $0x6fa3884b // fmlal2 v11.4s, v2.4h, v3.h[6]
+	ADD $256, R16
+	SUB $4, R17
+	CMP $4, R17
+	BGE r1loop4
+r1tail:
+	CBZ R17, r1store
+r1loop1:
+	FMOVS.P 4(R10), F3
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
+	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
+	WORD $0x4f830048 // fmlal v8.4s, v2.4h, v3.h[0]
+	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
+	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
+	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
+	WORD $0x4f83004a // fmlal v10.4s, v2.4h, v3.h[0]
+	WORD $0x6f83804b // fmlal2 v11.4s, v2.4h, v3.h[0]
+	ADD $64, R16
+	SUBS $1, R17, R17
+	BNE r1loop1
+r1store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	B colNext
+colNext:
+	ADD $64, R0
+	ADD R8, R1
+	SUBS $16, R2, R2
+	BNE cols
+	RET
+
+// FMAPeakBF16NEON runs iters iterations of 24 independent register-only BFDOT chains:
+// 384 float32 FLOPs per iteration (the peak of the 16-bit path).
+TEXT ·FMAPeakBF16NEON(SB), NOSPLIT|NOFRAME, $0-8
+	MOVD iters+0(FP), R0
+	WORD $0x6f00e400 // movi v0.2d, #0
+	WORD $0x6f00e401 // movi v1.2d, #0
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
+	WORD $0x6f00e41c // movi v28.2d, #0
+	WORD $0x6f00e41d // movi v29.2d, #0
+	WORD $0x6f00e41e // movi v30.2d, #0
+	WORD $0x6f00e41f // movi v31.2d, #0
+	CMP $0, R0
+	BLE done
+loop:
+	WORD $0x4f41f008 // bfdot v8.4s, v0.8h, v1.2h[0]
+	WORD $0x4f41f009 // bfdot v9.4s, v0.8h, v1.2h[0]
+	WORD $0x4f41f00a // bfdot v10.4s, v0.8h, v1.2h[0]
+	WORD $0x4f41f00b // bfdot v11.4s, v0.8h, v1.2h[0]
+	WORD $0x4f41f00c // bfdot v12.4s, v0.8h, v1.2h[0]
+	WORD $0x4f41f00d // bfdot v13.4s, v0.8h, v1.2h[0]
+	WORD $0x4f41f00e // bfdot v14.4s, v0.8h, v1.2h[0]
+	WORD $0x4f41f00f // bfdot v15.4s, v0.8h, v1.2h[0]
+	WORD $0x4f41f010 // bfdot v16.4s, v0.8h, v1.2h[0]
+	WORD $0x4f41f011 // bfdot v17.4s, v0.8h, v1.2h[0]
+	WORD $0x4f41f012 // bfdot v18.4s, v0.8h, v1.2h[0]
+	WORD $0x4f41f013 // bfdot v19.4s, v0.8h, v1.2h[0]
+	WORD $0x4f41f014 // bfdot v20.4s, v0.8h, v1.2h[0]
+	WORD $0x4f41f015 // bfdot v21.4s, v0.8h, v1.2h[0]
+	WORD $0x4f41f016 // bfdot v22.4s, v0.8h, v1.2h[0]
+	WORD $0x4f41f017 // bfdot v23.4s, v0.8h, v1.2h[0]
+	WORD $0x4f41f018 // bfdot v24.4s, v0.8h, v1.2h[0]
+	WORD $0x4f41f019 // bfdot v25.4s, v0.8h, v1.2h[0]
+	WORD $0x4f41f01a // bfdot v26.4s, v0.8h, v1.2h[0]
+	WORD $0x4f41f01b // bfdot v27.4s, v0.8h, v1.2h[0]
+	WORD $0x4f41f01c // bfdot v28.4s, v0.8h, v1.2h[0]
+	WORD $0x4f41f01d // bfdot v29.4s, v0.8h, v1.2h[0]
+	WORD $0x4f41f01e // bfdot v30.4s, v0.8h, v1.2h[0]
+	WORD $0x4f41f01f // bfdot v31.4s, v0.8h, v1.2h[0]
+	SUBS $1, R0, R0
+	BNE loop
+done:
+	RET
+
+// FMAPeakF16NEON runs iters iterations of 24 independent register-only FMLAL chains:
+// 192 float32 FLOPs per iteration (the peak of the 16-bit path).
+TEXT ·FMAPeakF16NEON(SB), NOSPLIT|NOFRAME, $0-8
+	MOVD iters+0(FP), R0
+	WORD $0x6f00e400 // movi v0.2d, #0
+	WORD $0x6f00e401 // movi v1.2d, #0
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
+	WORD $0x6f00e41c // movi v28.2d, #0
+	WORD $0x6f00e41d // movi v29.2d, #0
+	WORD $0x6f00e41e // movi v30.2d, #0
+	WORD $0x6f00e41f // movi v31.2d, #0
+	CMP $0, R0
+	BLE done
+loop:
+	WORD $0x4f810008 // fmlal v8.4s, v0.4h, v1.h[0]
+	WORD $0x4f810009 // fmlal v9.4s, v0.4h, v1.h[0]
+	WORD $0x4f81000a // fmlal v10.4s, v0.4h, v1.h[0]
+	WORD $0x4f81000b // fmlal v11.4s, v0.4h, v1.h[0]
+	WORD $0x4f81000c // fmlal v12.4s, v0.4h, v1.h[0]
+	WORD $0x4f81000d // fmlal v13.4s, v0.4h, v1.h[0]
+	WORD $0x4f81000e // fmlal v14.4s, v0.4h, v1.h[0]
+	WORD $0x4f81000f // fmlal v15.4s, v0.4h, v1.h[0]
+	WORD $0x4f810010 // fmlal v16.4s, v0.4h, v1.h[0]
+	WORD $0x4f810011 // fmlal v17.4s, v0.4h, v1.h[0]
+	WORD $0x4f810012 // fmlal v18.4s, v0.4h, v1.h[0]
+	WORD $0x4f810013 // fmlal v19.4s, v0.4h, v1.h[0]
+	WORD $0x4f810014 // fmlal v20.4s, v0.4h, v1.h[0]
+	WORD $0x4f810015 // fmlal v21.4s, v0.4h, v1.h[0]
+	WORD $0x4f810016 // fmlal v22.4s, v0.4h, v1.h[0]
+	WORD $0x4f810017 // fmlal v23.4s, v0.4h, v1.h[0]
+	WORD $0x4f810018 // fmlal v24.4s, v0.4h, v1.h[0]
+	WORD $0x4f810019 // fmlal v25.4s, v0.4h, v1.h[0]
+	WORD $0x4f81001a // fmlal v26.4s, v0.4h, v1.h[0]
+	WORD $0x4f81001b // fmlal v27.4s, v0.4h, v1.h[0]
+	WORD $0x4f81001c // fmlal v28.4s, v0.4h, v1.h[0]
+	WORD $0x4f81001d // fmlal v29.4s, v0.4h, v1.h[0]
+	WORD $0x4f81001e // fmlal v30.4s, v0.4h, v1.h[0]
+	WORD $0x4f81001f // fmlal v31.4s, v0.4h, v1.h[0]
+	SUBS $1, R0, R0
+	BNE loop
+done:
+	RET
+
+// philox8NEON computes Philox-4x32-10 for the counters (c0+g, c1, c2, c3), g < 8,
+// under key (k0, k1): out[4g+r] is word r of counter g.
+TEXT ·philox8NEON(SB), NOSPLIT|NOFRAME, $0-32
+	MOVD out+0(FP), R0
+	MOVWU c0+8(FP), R1
+	WORD $0x4e040c20 // dup v0.4s, w1
+	WORD $0x4ea01c01 // mov v1.16b, v0.16b
+	MOVWU c1+12(FP), R1
+	WORD $0x4e040c22 // dup v2.4s, w1
+	WORD $0x4ea21c43 // mov v3.16b, v2.16b
+	MOVWU c2+16(FP), R1
+	WORD $0x4e040c24 // dup v4.4s, w1
+	WORD $0x4ea41c85 // mov v5.16b, v4.16b
+	MOVWU c3+20(FP), R1
+	WORD $0x4e040c26 // dup v6.4s, w1
+	WORD $0x4ea61cc7 // mov v7.16b, v6.16b
+	MOVD $neonconsts<>(SB), R2
+	FMOVQ 368(R2), F14
+	WORD $0x4eae8400 // add v0.4s, v0.4s, v14.4s
+	FMOVQ 384(R2), F14
+	WORD $0x4eae8421 // add v1.4s, v1.4s, v14.4s
+	MOVWU k0+24(FP), R1
+	WORD $0x4e040c28 // dup v8.4s, w1
+	MOVWU k1+28(FP), R1
+	WORD $0x4e040c29 // dup v9.4s, w1
+	MOVW $0xd2511f53, R1
+	WORD $0x4e040c2a // dup v10.4s, w1
+	MOVW $0xcd9e8d57, R1
+	WORD $0x4e040c2b // dup v11.4s, w1
+	MOVW $0x9e3779b9, R1
+	WORD $0x4e040c2c // dup v12.4s, w1
+	MOVW $0xbb67ae85, R1
+	WORD $0x4e040c2d // dup v13.4s, w1
+	// Round 0.
+	WORD $0x2eaac00f // umull v15.2d, v0.2s, v10.2s
+	WORD $0x6eaac010 // umull2 v16.2d, v0.4s, v10.4s
+	WORD $0x4e9059f1 // uzp2 v17.4s, v15.4s, v16.4s
+	WORD $0x4e9019f2 // uzp1 v18.4s, v15.4s, v16.4s
+	WORD $0x2eabc093 // umull v19.2d, v4.2s, v11.2s
+	WORD $0x6eabc094 // umull2 v20.2d, v4.4s, v11.4s
+	WORD $0x4e945a75 // uzp2 v21.4s, v19.4s, v20.4s
+	WORD $0x4e941a76 // uzp1 v22.4s, v19.4s, v20.4s
+	WORD $0x6e221eb5 // eor v21.16b, v21.16b, v2.16b
+	WORD $0x6e281eb5 // eor v21.16b, v21.16b, v8.16b
+	WORD $0x6e261e31 // eor v17.16b, v17.16b, v6.16b
+	WORD $0x6e291e31 // eor v17.16b, v17.16b, v9.16b
+	WORD $0x2eaac037 // umull v23.2d, v1.2s, v10.2s
+	WORD $0x6eaac038 // umull2 v24.2d, v1.4s, v10.4s
+	WORD $0x4e985af9 // uzp2 v25.4s, v23.4s, v24.4s
+	WORD $0x4e981afa // uzp1 v26.4s, v23.4s, v24.4s
+	WORD $0x2eabc0bb // umull v27.2d, v5.2s, v11.2s
+	WORD $0x6eabc0bc // umull2 v28.2d, v5.4s, v11.4s
+	WORD $0x4e9c5b7d // uzp2 v29.4s, v27.4s, v28.4s
+	WORD $0x4e9c1b7e // uzp1 v30.4s, v27.4s, v28.4s
+	WORD $0x6e231fbd // eor v29.16b, v29.16b, v3.16b
+	WORD $0x6e281fbd // eor v29.16b, v29.16b, v8.16b
+	WORD $0x6e271f39 // eor v25.16b, v25.16b, v7.16b
+	WORD $0x6e291f39 // eor v25.16b, v25.16b, v9.16b
+	// Round 1.
+	WORD $0x4eac8508 // add v8.4s, v8.4s, v12.4s
+	WORD $0x4ead8529 // add v9.4s, v9.4s, v13.4s
+	WORD $0x2eaac2bf // umull v31.2d, v21.2s, v10.2s
+	WORD $0x6eaac2ae // umull2 v14.2d, v21.4s, v10.4s
+	WORD $0x4e8e5bef // uzp2 v15.4s, v31.4s, v14.4s
+	WORD $0x4e8e1bf0 // uzp1 v16.4s, v31.4s, v14.4s
+	WORD $0x2eabc233 // umull v19.2d, v17.2s, v11.2s
+	WORD $0x6eabc234 // umull2 v20.2d, v17.4s, v11.4s
+	WORD $0x4e945a60 // uzp2 v0.4s, v19.4s, v20.4s
+	WORD $0x4e941a62 // uzp1 v2.4s, v19.4s, v20.4s
+	WORD $0x6e361c00 // eor v0.16b, v0.16b, v22.16b
+	WORD $0x6e281c00 // eor v0.16b, v0.16b, v8.16b
+	WORD $0x6e321def // eor v15.16b, v15.16b, v18.16b
+	WORD $0x6e291def // eor v15.16b, v15.16b, v9.16b
+	WORD $0x2eaac3a4 // umull v4.2d, v29.2s, v10.2s
+	WORD $0x6eaac3a6 // umull2 v6.2d, v29.4s, v10.4s
+	WORD $0x4e865897 // uzp2 v23.4s, v4.4s, v6.4s
+	WORD $0x4e861898 // uzp1 v24.4s, v4.4s, v6.4s
+	WORD $0x2eabc33b // umull v27.2d, v25.2s, v11.2s
+	WORD $0x6eabc33c // umull2 v28.2d, v25.4s, v11.4s
+	WORD $0x4e9c5b61 // uzp2 v1.4s, v27.4s, v28.4s
+	WORD $0x4e9c1b63 // uzp1 v3.4s, v27.4s, v28.4s
+	WORD $0x6e3e1c21 // eor v1.16b, v1.16b, v30.16b
+	WORD $0x6e281c21 // eor v1.16b, v1.16b, v8.16b
+	WORD $0x6e3a1ef7 // eor v23.16b, v23.16b, v26.16b
+	WORD $0x6e291ef7 // eor v23.16b, v23.16b, v9.16b
+	// Round 2.
+	WORD $0x4eac8508 // add v8.4s, v8.4s, v12.4s
+	WORD $0x4ead8529 // add v9.4s, v9.4s, v13.4s
+	WORD $0x2eaac005 // umull v5.2d, v0.2s, v10.2s
+	WORD $0x6eaac007 // umull2 v7.2d, v0.4s, v10.4s
+	WORD $0x4e8758bf // uzp2 v31.4s, v5.4s, v7.4s
+	WORD $0x4e8718ae // uzp1 v14.4s, v5.4s, v7.4s
+	WORD $0x2eabc1f3 // umull v19.2d, v15.2s, v11.2s
+	WORD $0x6eabc1f4 // umull2 v20.2d, v15.4s, v11.4s
+	WORD $0x4e945a75 // uzp2 v21.4s, v19.4s, v20.4s
+	WORD $0x4e941a76 // uzp1 v22.4s, v19.4s, v20.4s
+	WORD $0x6e221eb5 // eor v21.16b, v21.16b, v2.16b
+	WORD $0x6e281eb5 // eor v21.16b, v21.16b, v8.16b
+	WORD $0x6e301fff // eor v31.16b, v31.16b, v16.16b
+	WORD $0x6e291fff // eor v31.16b, v31.16b, v9.16b
+	WORD $0x2eaac031 // umull v17.2d, v1.2s, v10.2s
+	WORD $0x6eaac032 // umull2 v18.2d, v1.4s, v10.4s
+	WORD $0x4e925a24 // uzp2 v4.4s, v17.4s, v18.4s
+	WORD $0x4e921a26 // uzp1 v6.4s, v17.4s, v18.4s
+	WORD $0x2eabc2fb // umull v27.2d, v23.2s, v11.2s
+	WORD $0x6eabc2fc // umull2 v28.2d, v23.4s, v11.4s
+	WORD $0x4e9c5b7d // uzp2 v29.4s, v27.4s, v28.4s
+	WORD $0x4e9c1b7e // uzp1 v30.4s, v27.4s, v28.4s
+	WORD $0x6e231fbd // eor v29.16b, v29.16b, v3.16b
+	WORD $0x6e281fbd // eor v29.16b, v29.16b, v8.16b
+	WORD $0x6e381c84 // eor v4.16b, v4.16b, v24.16b
+	WORD $0x6e291c84 // eor v4.16b, v4.16b, v9.16b
+	// Round 3.
+	WORD $0x4eac8508 // add v8.4s, v8.4s, v12.4s
+	WORD $0x4ead8529 // add v9.4s, v9.4s, v13.4s
+	WORD $0x2eaac2b9 // umull v25.2d, v21.2s, v10.2s
+	WORD $0x6eaac2ba // umull2 v26.2d, v21.4s, v10.4s
+	WORD $0x4e9a5b25 // uzp2 v5.4s, v25.4s, v26.4s
+	WORD $0x4e9a1b27 // uzp1 v7.4s, v25.4s, v26.4s
+	WORD $0x2eabc3f3 // umull v19.2d, v31.2s, v11.2s
+	WORD $0x6eabc3f4 // umull2 v20.2d, v31.4s, v11.4s
+	WORD $0x4e945a60 // uzp2 v0.4s, v19.4s, v20.4s
+	WORD $0x4e941a62 // uzp1 v2.4s, v19.4s, v20.4s
+	WORD $0x6e361c00 // eor v0.16b, v0.16b, v22.16b
+	WORD $0x6e281c00 // eor v0.16b, v0.16b, v8.16b
+	WORD $0x6e2e1ca5 // eor v5.16b, v5.16b, v14.16b
+	WORD $0x6e291ca5 // eor v5.16b, v5.16b, v9.16b
+	WORD $0x2eaac3af // umull v15.2d, v29.2s, v10.2s
+	WORD $0x6eaac3b0 // umull2 v16.2d, v29.4s, v10.4s
+	WORD $0x4e9059f1 // uzp2 v17.4s, v15.4s, v16.4s
+	WORD $0x4e9019f2 // uzp1 v18.4s, v15.4s, v16.4s
+	WORD $0x2eabc09b // umull v27.2d, v4.2s, v11.2s
+	WORD $0x6eabc09c // umull2 v28.2d, v4.4s, v11.4s
+	WORD $0x4e9c5b61 // uzp2 v1.4s, v27.4s, v28.4s
+	WORD $0x4e9c1b63 // uzp1 v3.4s, v27.4s, v28.4s
+	WORD $0x6e3e1c21 // eor v1.16b, v1.16b, v30.16b
+	WORD $0x6e281c21 // eor v1.16b, v1.16b, v8.16b
+	WORD $0x6e261e31 // eor v17.16b, v17.16b, v6.16b
+	WORD $0x6e291e31 // eor v17.16b, v17.16b, v9.16b
+	// Round 4.
+	WORD $0x4eac8508 // add v8.4s, v8.4s, v12.4s
+	WORD $0x4ead8529 // add v9.4s, v9.4s, v13.4s
+	WORD $0x2eaac017 // umull v23.2d, v0.2s, v10.2s
+	WORD $0x6eaac018 // umull2 v24.2d, v0.4s, v10.4s
+	WORD $0x4e985af9 // uzp2 v25.4s, v23.4s, v24.4s
+	WORD $0x4e981afa // uzp1 v26.4s, v23.4s, v24.4s
+	WORD $0x2eabc0b3 // umull v19.2d, v5.2s, v11.2s
+	WORD $0x6eabc0b4 // umull2 v20.2d, v5.4s, v11.4s
+	WORD $0x4e945a75 // uzp2 v21.4s, v19.4s, v20.4s
+	WORD $0x4e941a76 // uzp1 v22.4s, v19.4s, v20.4s
+	WORD $0x6e221eb5 // eor v21.16b, v21.16b, v2.16b
+	WORD $0x6e281eb5 // eor v21.16b, v21.16b, v8.16b
+	WORD $0x6e271f39 // eor v25.16b, v25.16b, v7.16b
+	WORD $0x6e291f39 // eor v25.16b, v25.16b, v9.16b
+	WORD $0x2eaac03f // umull v31.2d, v1.2s, v10.2s
+	WORD $0x6eaac02e // umull2 v14.2d, v1.4s, v10.4s
+	WORD $0x4e8e5bef // uzp2 v15.4s, v31.4s, v14.4s
+	WORD $0x4e8e1bf0 // uzp1 v16.4s, v31.4s, v14.4s
+	WORD $0x2eabc23b // umull v27.2d, v17.2s, v11.2s
+	WORD $0x6eabc23c // umull2 v28.2d, v17.4s, v11.4s
+	WORD $0x4e9c5b7d // uzp2 v29.4s, v27.4s, v28.4s
+	WORD $0x4e9c1b7e // uzp1 v30.4s, v27.4s, v28.4s
+	WORD $0x6e231fbd // eor v29.16b, v29.16b, v3.16b
+	WORD $0x6e281fbd // eor v29.16b, v29.16b, v8.16b
+	WORD $0x6e321def // eor v15.16b, v15.16b, v18.16b
+	WORD $0x6e291def // eor v15.16b, v15.16b, v9.16b
+	// Round 5.
+	WORD $0x4eac8508 // add v8.4s, v8.4s, v12.4s
+	WORD $0x4ead8529 // add v9.4s, v9.4s, v13.4s
+	WORD $0x2eaac2a4 // umull v4.2d, v21.2s, v10.2s
+	WORD $0x6eaac2a6 // umull2 v6.2d, v21.4s, v10.4s
+	WORD $0x4e865897 // uzp2 v23.4s, v4.4s, v6.4s
+	WORD $0x4e861898 // uzp1 v24.4s, v4.4s, v6.4s
+	WORD $0x2eabc333 // umull v19.2d, v25.2s, v11.2s
+	WORD $0x6eabc334 // umull2 v20.2d, v25.4s, v11.4s
+	WORD $0x4e945a60 // uzp2 v0.4s, v19.4s, v20.4s
+	WORD $0x4e941a62 // uzp1 v2.4s, v19.4s, v20.4s
+	WORD $0x6e361c00 // eor v0.16b, v0.16b, v22.16b
+	WORD $0x6e281c00 // eor v0.16b, v0.16b, v8.16b
+	WORD $0x6e3a1ef7 // eor v23.16b, v23.16b, v26.16b
+	WORD $0x6e291ef7 // eor v23.16b, v23.16b, v9.16b
+	WORD $0x2eaac3a5 // umull v5.2d, v29.2s, v10.2s
+	WORD $0x6eaac3a7 // umull2 v7.2d, v29.4s, v10.4s
+	WORD $0x4e8758bf // uzp2 v31.4s, v5.4s, v7.4s
+	WORD $0x4e8718ae // uzp1 v14.4s, v5.4s, v7.4s
+	WORD $0x2eabc1fb // umull v27.2d, v15.2s, v11.2s
+	WORD $0x6eabc1fc // umull2 v28.2d, v15.4s, v11.4s
+	WORD $0x4e9c5b61 // uzp2 v1.4s, v27.4s, v28.4s
+	WORD $0x4e9c1b63 // uzp1 v3.4s, v27.4s, v28.4s
+	WORD $0x6e3e1c21 // eor v1.16b, v1.16b, v30.16b
+	WORD $0x6e281c21 // eor v1.16b, v1.16b, v8.16b
+	WORD $0x6e301fff // eor v31.16b, v31.16b, v16.16b
+	WORD $0x6e291fff // eor v31.16b, v31.16b, v9.16b
+	// Round 6.
+	WORD $0x4eac8508 // add v8.4s, v8.4s, v12.4s
+	WORD $0x4ead8529 // add v9.4s, v9.4s, v13.4s
+	WORD $0x2eaac011 // umull v17.2d, v0.2s, v10.2s
+	WORD $0x6eaac012 // umull2 v18.2d, v0.4s, v10.4s
+	WORD $0x4e925a24 // uzp2 v4.4s, v17.4s, v18.4s
+	WORD $0x4e921a26 // uzp1 v6.4s, v17.4s, v18.4s
+	WORD $0x2eabc2f3 // umull v19.2d, v23.2s, v11.2s
+	WORD $0x6eabc2f4 // umull2 v20.2d, v23.4s, v11.4s
+	WORD $0x4e945a75 // uzp2 v21.4s, v19.4s, v20.4s
+	WORD $0x4e941a76 // uzp1 v22.4s, v19.4s, v20.4s
+	WORD $0x6e221eb5 // eor v21.16b, v21.16b, v2.16b
+	WORD $0x6e281eb5 // eor v21.16b, v21.16b, v8.16b
+	WORD $0x6e381c84 // eor v4.16b, v4.16b, v24.16b
+	WORD $0x6e291c84 // eor v4.16b, v4.16b, v9.16b
+	WORD $0x2eaac039 // umull v25.2d, v1.2s, v10.2s
+	WORD $0x6eaac03a // umull2 v26.2d, v1.4s, v10.4s
+	WORD $0x4e9a5b25 // uzp2 v5.4s, v25.4s, v26.4s
+	WORD $0x4e9a1b27 // uzp1 v7.4s, v25.4s, v26.4s
+	WORD $0x2eabc3fb // umull v27.2d, v31.2s, v11.2s
+	WORD $0x6eabc3fc // umull2 v28.2d, v31.4s, v11.4s
+	WORD $0x4e9c5b7d // uzp2 v29.4s, v27.4s, v28.4s
+	WORD $0x4e9c1b7e // uzp1 v30.4s, v27.4s, v28.4s
+	WORD $0x6e231fbd // eor v29.16b, v29.16b, v3.16b
+	WORD $0x6e281fbd // eor v29.16b, v29.16b, v8.16b
+	WORD $0x6e2e1ca5 // eor v5.16b, v5.16b, v14.16b
+	WORD $0x6e291ca5 // eor v5.16b, v5.16b, v9.16b
+	// Round 7.
+	WORD $0x4eac8508 // add v8.4s, v8.4s, v12.4s
+	WORD $0x4ead8529 // add v9.4s, v9.4s, v13.4s
+	WORD $0x2eaac2af // umull v15.2d, v21.2s, v10.2s
+	WORD $0x6eaac2b0 // umull2 v16.2d, v21.4s, v10.4s
+	WORD $0x4e9059f1 // uzp2 v17.4s, v15.4s, v16.4s
+	WORD $0x4e9019f2 // uzp1 v18.4s, v15.4s, v16.4s
+	WORD $0x2eabc093 // umull v19.2d, v4.2s, v11.2s
+	WORD $0x6eabc094 // umull2 v20.2d, v4.4s, v11.4s
+	WORD $0x4e945a60 // uzp2 v0.4s, v19.4s, v20.4s
+	WORD $0x4e941a62 // uzp1 v2.4s, v19.4s, v20.4s
+	WORD $0x6e361c00 // eor v0.16b, v0.16b, v22.16b
+	WORD $0x6e281c00 // eor v0.16b, v0.16b, v8.16b
+	WORD $0x6e261e31 // eor v17.16b, v17.16b, v6.16b
+	WORD $0x6e291e31 // eor v17.16b, v17.16b, v9.16b
+	WORD $0x2eaac3b7 // umull v23.2d, v29.2s, v10.2s
+	WORD $0x6eaac3b8 // umull2 v24.2d, v29.4s, v10.4s
+	WORD $0x4e985af9 // uzp2 v25.4s, v23.4s, v24.4s
+	WORD $0x4e981afa // uzp1 v26.4s, v23.4s, v24.4s
+	WORD $0x2eabc0bb // umull v27.2d, v5.2s, v11.2s
+	WORD $0x6eabc0bc // umull2 v28.2d, v5.4s, v11.4s
+	WORD $0x4e9c5b61 // uzp2 v1.4s, v27.4s, v28.4s
+	WORD $0x4e9c1b63 // uzp1 v3.4s, v27.4s, v28.4s
+	WORD $0x6e3e1c21 // eor v1.16b, v1.16b, v30.16b
+	WORD $0x6e281c21 // eor v1.16b, v1.16b, v8.16b
+	WORD $0x6e271f39 // eor v25.16b, v25.16b, v7.16b
+	WORD $0x6e291f39 // eor v25.16b, v25.16b, v9.16b
+	// Round 8.
+	WORD $0x4eac8508 // add v8.4s, v8.4s, v12.4s
+	WORD $0x4ead8529 // add v9.4s, v9.4s, v13.4s
+	WORD $0x2eaac01f // umull v31.2d, v0.2s, v10.2s
+	WORD $0x6eaac00e // umull2 v14.2d, v0.4s, v10.4s
+	WORD $0x4e8e5bef // uzp2 v15.4s, v31.4s, v14.4s
+	WORD $0x4e8e1bf0 // uzp1 v16.4s, v31.4s, v14.4s
+	WORD $0x2eabc233 // umull v19.2d, v17.2s, v11.2s
+	WORD $0x6eabc234 // umull2 v20.2d, v17.4s, v11.4s
+	WORD $0x4e945a75 // uzp2 v21.4s, v19.4s, v20.4s
+	WORD $0x4e941a76 // uzp1 v22.4s, v19.4s, v20.4s
+	WORD $0x6e221eb5 // eor v21.16b, v21.16b, v2.16b
+	WORD $0x6e281eb5 // eor v21.16b, v21.16b, v8.16b
+	WORD $0x6e321def // eor v15.16b, v15.16b, v18.16b
+	WORD $0x6e291def // eor v15.16b, v15.16b, v9.16b
+	WORD $0x2eaac024 // umull v4.2d, v1.2s, v10.2s
+	WORD $0x6eaac026 // umull2 v6.2d, v1.4s, v10.4s
+	WORD $0x4e865897 // uzp2 v23.4s, v4.4s, v6.4s
+	WORD $0x4e861898 // uzp1 v24.4s, v4.4s, v6.4s
+	WORD $0x2eabc33b // umull v27.2d, v25.2s, v11.2s
+	WORD $0x6eabc33c // umull2 v28.2d, v25.4s, v11.4s
+	WORD $0x4e9c5b7d // uzp2 v29.4s, v27.4s, v28.4s
+	WORD $0x4e9c1b7e // uzp1 v30.4s, v27.4s, v28.4s
+	WORD $0x6e231fbd // eor v29.16b, v29.16b, v3.16b
+	WORD $0x6e281fbd // eor v29.16b, v29.16b, v8.16b
+	WORD $0x6e3a1ef7 // eor v23.16b, v23.16b, v26.16b
+	WORD $0x6e291ef7 // eor v23.16b, v23.16b, v9.16b
+	// Round 9.
+	WORD $0x4eac8508 // add v8.4s, v8.4s, v12.4s
+	WORD $0x4ead8529 // add v9.4s, v9.4s, v13.4s
+	WORD $0x2eaac2a5 // umull v5.2d, v21.2s, v10.2s
+	WORD $0x6eaac2a7 // umull2 v7.2d, v21.4s, v10.4s
+	WORD $0x4e8758bf // uzp2 v31.4s, v5.4s, v7.4s
+	WORD $0x4e8718ae // uzp1 v14.4s, v5.4s, v7.4s
+	WORD $0x2eabc1f3 // umull v19.2d, v15.2s, v11.2s
+	WORD $0x6eabc1f4 // umull2 v20.2d, v15.4s, v11.4s
+	WORD $0x4e945a60 // uzp2 v0.4s, v19.4s, v20.4s
+	WORD $0x4e941a62 // uzp1 v2.4s, v19.4s, v20.4s
+	WORD $0x6e361c00 // eor v0.16b, v0.16b, v22.16b
+	WORD $0x6e281c00 // eor v0.16b, v0.16b, v8.16b
+	WORD $0x6e301fff // eor v31.16b, v31.16b, v16.16b
+	WORD $0x6e291fff // eor v31.16b, v31.16b, v9.16b
+	WORD $0x2eaac3b1 // umull v17.2d, v29.2s, v10.2s
+	WORD $0x6eaac3b2 // umull2 v18.2d, v29.4s, v10.4s
+	WORD $0x4e925a24 // uzp2 v4.4s, v17.4s, v18.4s
+	WORD $0x4e921a26 // uzp1 v6.4s, v17.4s, v18.4s
+	WORD $0x2eabc2fb // umull v27.2d, v23.2s, v11.2s
+	WORD $0x6eabc2fc // umull2 v28.2d, v23.4s, v11.4s
+	WORD $0x4e9c5b61 // uzp2 v1.4s, v27.4s, v28.4s
+	WORD $0x4e9c1b63 // uzp1 v3.4s, v27.4s, v28.4s
+	WORD $0x6e3e1c21 // eor v1.16b, v1.16b, v30.16b
+	WORD $0x6e281c21 // eor v1.16b, v1.16b, v8.16b
+	WORD $0x6e381c84 // eor v4.16b, v4.16b, v24.16b
+	WORD $0x6e291c84 // eor v4.16b, v4.16b, v9.16b
+	WORD $0x4e822813 // trn1 v19.4s, v0.4s, v2.4s
+	WORD $0x4e826814 // trn2 v20.4s, v0.4s, v2.4s
+	WORD $0x4e8e2bf5 // trn1 v21.4s, v31.4s, v14.4s
+	WORD $0x4e8e6bf6 // trn2 v22.4s, v31.4s, v14.4s
+	WORD $0x4ed52a79 // trn1 v25.2d, v19.2d, v21.2d
+	WORD $0x4ed56a65 // trn2 v5.2d, v19.2d, v21.2d
+	WORD $0x4ed62a9a // trn1 v26.2d, v20.2d, v22.2d
+	WORD $0x4ed66a87 // trn2 v7.2d, v20.2d, v22.2d
+	FMOVQ F25, 0(R0)
+	FMOVQ F26, 16(R0)
+	FMOVQ F5, 32(R0)
+	FMOVQ F7, 48(R0)
+	WORD $0x4e83283b // trn1 v27.4s, v1.4s, v3.4s
+	WORD $0x4e83683c // trn2 v28.4s, v1.4s, v3.4s
+	WORD $0x4e86289d // trn1 v29.4s, v4.4s, v6.4s
+	WORD $0x4e86689e // trn2 v30.4s, v4.4s, v6.4s
+	WORD $0x4edd2b6f // trn1 v15.2d, v27.2d, v29.2d
+	WORD $0x4edd6b71 // trn2 v17.2d, v27.2d, v29.2d
+	WORD $0x4ede2b90 // trn1 v16.2d, v28.2d, v30.2d
+	WORD $0x4ede6b92 // trn2 v18.2d, v28.2d, v30.2d
+	FMOVQ F15, 64(R0)
+	FMOVQ F16, 80(R0)
+	FMOVQ F17, 96(R0)
+	FMOVQ F18, 112(R0)
+	RET
+
 DATA neonconsts<>+0(SB)/4, $0x3fb8aa3b
 DATA neonconsts<>+4(SB)/4, $0x3f318000
 DATA neonconsts<>+8(SB)/4, $0xb95e8083
@@ -15751,5 +19940,13 @@ DATA neonconsts<>+352(SB)/4, $0xffff0000
 DATA neonconsts<>+356(SB)/4, $0xffff0000
 DATA neonconsts<>+360(SB)/4, $0xffff0000
 DATA neonconsts<>+364(SB)/4, $0xffff0000
-GLOBL neonconsts<>(SB), RODATA|NOPTR, $368
+DATA neonconsts<>+368(SB)/4, $0x00000000
+DATA neonconsts<>+372(SB)/4, $0x00000001
+DATA neonconsts<>+376(SB)/4, $0x00000002
+DATA neonconsts<>+380(SB)/4, $0x00000003
+DATA neonconsts<>+384(SB)/4, $0x00000004
+DATA neonconsts<>+388(SB)/4, $0x00000005
+DATA neonconsts<>+392(SB)/4, $0x00000006
+DATA neonconsts<>+396(SB)/4, $0x00000007
+GLOBL neonconsts<>(SB), RODATA|NOPTR, $400
 

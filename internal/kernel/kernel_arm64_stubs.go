@@ -351,3 +351,45 @@ func mulAddABNEON(c []float32, ldc int, a []float32, lda int, b []float32, ldb i
 //
 //go:noescape
 func mulAddAtBNEON(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int)
+
+// mulBF16NEON sets C = A·B (see Half.Mul) by BFDOT: A m×k BF16, B in the pair layout
+// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func mulBF16NEON(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)
+
+// mulAddBF16NEON adds A·B to C (see Half.Mul) by BFDOT: A m×k BF16, B in the pair layout
+// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func mulAddBF16NEON(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)
+
+// mulF16NEON sets C = A·B (see Half.Mul) by FMLAL/FMLAL2: A m×k F16, B in the pair layout
+// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func mulF16NEON(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)
+
+// mulAddF16NEON adds A·B to C (see Half.Mul) by FMLAL/FMLAL2: A m×k F16, B in the pair layout
+// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func mulAddF16NEON(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)
+
+// FMAPeakBF16NEON runs iters iterations of 24 independent register-only BFDOT chains:
+// 384 float32 FLOPs per iteration (the peak of the 16-bit path).
+//
+//go:noescape
+func FMAPeakBF16NEON(iters int)
+
+// FMAPeakF16NEON runs iters iterations of 24 independent register-only FMLAL chains:
+// 192 float32 FLOPs per iteration (the peak of the 16-bit path).
+//
+//go:noescape
+func FMAPeakF16NEON(iters int)
+
+// philox8NEON computes Philox-4x32-10 for the counters (c0+g, c1, c2, c3), g < 8,
+// under key (k0, k1): out[4g+r] is word r of counter g.
+//
+//go:noescape
+func philox8NEON(out *[32]uint32, c0, c1, c2, c3, k0, k1 uint32)

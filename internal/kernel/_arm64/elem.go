@@ -66,6 +66,8 @@ var constRows = []struct {
 	{"quiet8h", splat(0x00400040)},
 	{"quiet32", splat(0x00400000)},
 	{"hi16", splat(0xffff0000)},
+	{"int0123", [4]uint32{0, 1, 2, 3}},
+	{"int4567", [4]uint32{4, 5, 6, 7}},
 }
 
 // genConsts emits the table.
@@ -527,4 +529,36 @@ func genSoftcap(f *file) {
 	f.fn = nil
 }
 
-var _ = fmt.Sprintf
+// genHalfPeaks emits the peak loops of the 16-bit paths, shaped like
+// FMAPeakNEON: FMAPeakBF16NEON (24 chains of BFDOT: 24·4·2·2 = 384 FLOPs
+// per iteration) and FMAPeakF16NEON (24 chains of FMLAL: 192 FLOPs).
+func genHalfPeaks(f *file) {
+	for _, p := range []struct {
+		name, what string
+		flops      int
+		op         func(d, n, m V, i int) inst
+	}{
+		{"FMAPeakBF16NEON", "BFDOT", 384, bfdotE},
+		{"FMAPeakF16NEON", "FMLAL", 192, fmlalE},
+	} {
+		f.text(p.name, "func(iters int)",
+			fmt.Sprintf("%s runs iters iterations of 24 independent register-only %s chains:", p.name, p.what),
+			fmt.Sprintf("%d float32 FLOPs per iteration (the peak of the 16-bit path).", p.flops))
+		f.ld("R0", "iters", "")
+		for v := V(0); v < 32; v++ {
+			if v < 2 || v >= 8 {
+				f.w(movi0(v))
+			}
+		}
+		f.i("CMP $0, R0")
+		f.i("BLE done")
+		f.label("loop")
+		for v := V(8); v < 32; v++ {
+			f.w(p.op(v, 0, 1, 0))
+		}
+		f.i("SUBS $1, R0, R0")
+		f.i("BNE loop")
+		f.label("done")
+		f.ret()
+	}
+}

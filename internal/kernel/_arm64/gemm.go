@@ -36,10 +36,37 @@ const gemmMR = 6
 type gemmKind int
 
 const (
-	kindABt gemmKind = iota // C = A·Bᵀ, Bᵀ packed in strips of 16 columns
-	kindAB                  // C += A·B
-	kindAtB                 // C += Aᵀ·B
+	kindABt  gemmKind = iota // C = A·Bᵀ, Bᵀ packed in strips of 16 columns
+	kindAB                   // C += A·B
+	kindAtB                  // C += Aᵀ·B
+	kindBF16                 // Half: C (+)= A·B, bfloat16 in the pair layout (BFDOT)
+	kindF16                  // Half: C (+)= A·B, fp16 in the pair layout (FMLAL)
 )
+
+// packed reports whether B is read as 16-column strips with a fixed step
+// per k (A·Bᵀ: 16 floats; the pair layout: one pair row, 32 values).
+func (k gemmKind) packed() bool { return k == kindABt || k == kindBF16 || k == kindF16 }
+
+// half reports a 16-bit product (a k step is a pair of k).
+func (k gemmKind) half() bool { return k == kindBF16 || k == kindF16 }
+
+// mr is the number of rows of a full tile: fp16 keeps its A rows in
+// v3-v7 (FMLAL by element reads v0-v15 only) and needs a third B
+// register, so it has 5 rows (20 accumulators).
+func (k gemmKind) mr() int {
+	if k == kindF16 {
+		return 5
+	}
+	return gemmMR
+}
+
+// aReg is the register of row i's A values.
+func (k gemmKind) aReg(i int) V {
+	if k == kindF16 {
+		return V(3 + i)
+	}
+	return V(2 + i)
+}
 
 // General-purpose registers of the products.
 const (
@@ -66,7 +93,8 @@ func accReg(i, v int) V { return V(8 + 4*i + v) }
 
 func aRowReg(i int) string { return fmt.Sprintf("R%d", gAPtr0+i) }
 
-func genGemm(f *file, kind gemmKind) {
+func genGemm(f *file, kind gemmKind, accumulate bool) {
+	mr := kind.mr()
 	switch kind {
 	case kindABt:
 		f.text("mulABtNEON", "func(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int)",
@@ -83,6 +111,20 @@ func genGemm(f *file, kind gemmKind) {
 			"mulAddAtBNEON adds Aᵀ·B to C (see Impl.MulAddAtB).",
 			"n%16 == 0, m, n, k >= 1; all accesses are in bounds.")
 		f.ld(gB, "b", "base")
+	case kindBF16, kindF16:
+		e, ins := "BF16", "BFDOT"
+		if kind == kindF16 {
+			e, ins = "F16", "FMLAL/FMLAL2"
+		}
+		name := "mul" + e + "NEON"
+		what := "sets C = A·B"
+		if accumulate {
+			name, what = "mulAdd"+e+"NEON", "adds A·B to C"
+		}
+		f.text(name, "func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)",
+			fmt.Sprintf("%s %s (see Half.Mul) by %s: A m×k %s, B in the pair layout", name, what, ins, e),
+			"with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.")
+		f.ld(gB, "b", "base")
 	}
 	f.ld(gC, "c", "base")
 	f.ld(gN, "n", "")
@@ -90,14 +132,21 @@ func genGemm(f *file, kind gemmKind) {
 	f.ld(gLdc, "ldc", "")
 	f.i("LSL $2, %s", gLdc)
 	f.ld(gLda, "lda", "")
-	f.i("LSL $2, %s", gLda)
+	if kind.half() {
+		f.i("LSL $1, %s", gLda)
+		f.ld(gLdb, "ldb", "")
+		f.i("LSL $1, %s", gLdb)
+		f.i("LSR $1, %s", gK) // k steps: pairs
+	} else {
+		f.i("LSL $2, %s", gLda)
+	}
 	if kind == kindABt {
 		f.i("LSL $6, %s, %s", gK, gLdb)
-	} else {
+	} else if !kind.half() {
 		f.ld(gLdb, "ldb", "")
 		f.i("LSL $2, %s", gLdb)
 	}
-	f.i("MOVD $%d, R23", gemmMR)
+	f.i("MOVD $%d, R23", mr)
 	f.i("MUL R23, %s, %s", gLda, gA6)
 	f.i("MUL R23, %s, %s", gLdc, gC6)
 
@@ -106,31 +155,31 @@ func genGemm(f *file, kind gemmKind) {
 	f.i("MOVD %s, %s", gC, gCRow)
 	f.ld(gM, "m", "")
 	f.label("rows")
-	f.i("CMP $%d, %s", gemmMR, gM)
+	f.i("CMP $%d, %s", mr, gM)
 	f.i("BLT rowsTail")
-	gemmTile(f, kind, gemmMR)
+	gemmTile(f, kind, accumulate, mr)
 	if kind == kindAtB {
-		f.i("ADD $%d, %s", 4*gemmMR, gARow)
+		f.i("ADD $%d, %s", 4*mr, gARow)
 	} else {
 		f.i("ADD %s, %s", gA6, gARow)
 	}
 	f.i("ADD %s, %s", gC6, gCRow)
-	f.i("SUB $%d, %s", gemmMR, gM)
+	f.i("SUB $%d, %s", mr, gM)
 	f.i("B rows")
 	f.label("rowsTail")
-	for r := gemmMR - 1; r >= 1; r-- {
+	for r := mr - 1; r >= 1; r-- {
 		f.i("CMP $%d, %s", r, gM)
 		f.i("BEQ tile%d", r)
 	}
 	f.i("B colNext")
-	for r := gemmMR - 1; r >= 1; r-- {
+	for r := mr - 1; r >= 1; r-- {
 		f.label(fmt.Sprintf("tile%d", r))
-		gemmTile(f, kind, r)
+		gemmTile(f, kind, accumulate, r)
 		f.i("B colNext")
 	}
 	f.label("colNext")
 	f.i("ADD $64, %s", gC)
-	if kind == kindABt {
+	if kind.packed() {
 		f.i("ADD %s, %s", gLdb, gB)
 	} else {
 		f.i("ADD $64, %s", gB)
@@ -168,10 +217,10 @@ func atRows(r int) (reg func(i int) (V, int), loads []struct{ width, off int }) 
 }
 
 // gemmTile emits the microkernel for r rows at gCRow, A at gARow, B at gB.
-func gemmTile(f *file, kind gemmKind, r int) {
+func gemmTile(f *file, kind gemmKind, accumulate bool, r int) {
 	tag := fmt.Sprintf("r%d", r)
 	f.comment("Tile: %d rows × 16 columns, %d accumulators.", r, 4*r)
-	if kind == kindABt {
+	if !accumulate {
 		for i := 0; i < r; i++ {
 			for v := 0; v < 4; v++ {
 				f.w(movi0(accReg(i, v)))
@@ -214,9 +263,9 @@ func gemmTileAB(f *file, kind gemmKind, r int, tag string) {
 	if kind == kindAB {
 		f.i("ADD $32, %s, %s", gBp, gBp2)
 	}
-	// bRow emits the FMLAs of one k (lane l of the A registers), loading
-	// B's row (at byte offset off of gBp for A·Bᵀ; through gBp, gBp2 for
-	// A·B, advancing them by ldb).
+	// bRow emits the products of one k step (lane l of the A registers),
+	// loading B's row (at byte offset off of gBp for the packed kinds;
+	// through gBp, gBp2 for A·B, advancing them by ldb).
 	bRow := func(l, off int) {
 		for half := 0; half < 2; half++ {
 			if kind == kindAB {
@@ -228,9 +277,33 @@ func gemmTileAB(f *file, kind gemmKind, r int, tag string) {
 			} else {
 				f.i("FLDPQ %d(%s), (F0, F1)", off+32*half, gBp)
 			}
-			for i := 0; i < r; i++ {
-				f.w(fmlaE(accReg(i, 2*half), 0, V(2+i), l))
-				f.w(fmlaE(accReg(i, 2*half+1), 1, V(2+i), l))
+			switch kind {
+			case kindF16:
+				// v0, v1: the pairs of 8 columns; v2 their even (k = 2q)
+				// and v1 their odd (k = 2q+1) values. Odd then even, as
+				// the generic fp16 twin adds them.
+				f.w(uzp1(h8, 2, 0, 1))
+				f.w(uzp2(h8, 1, 0, 1))
+				for _, src := range []V{1, 2} {
+					idx := 2*l + 1
+					if src == 2 {
+						idx = 2 * l
+					}
+					for i := 0; i < r; i++ {
+						f.w(fmlalE(accReg(i, 2*half), src, kind.aReg(i), idx))
+						f.w(fmlal2E(accReg(i, 2*half+1), src, kind.aReg(i), idx))
+					}
+				}
+			case kindBF16:
+				for i := 0; i < r; i++ {
+					f.w(bfdotE(accReg(i, 2*half), 0, kind.aReg(i), l))
+					f.w(bfdotE(accReg(i, 2*half+1), 1, kind.aReg(i), l))
+				}
+			default:
+				for i := 0; i < r; i++ {
+					f.w(fmlaE(accReg(i, 2*half), 0, kind.aReg(i), l))
+					f.w(fmlaE(accReg(i, 2*half+1), 1, kind.aReg(i), l))
+				}
 			}
 		}
 	}
@@ -238,12 +311,12 @@ func gemmTileAB(f *file, kind gemmKind, r int, tag string) {
 	f.i("BLT %stail", tag)
 	f.label(tag + "loop4")
 	for i := 0; i < r; i++ {
-		f.i("FMOVQ.P 16(%s), F%d", aRowReg(i), 2+i)
+		f.i("FMOVQ.P 16(%s), F%d", aRowReg(i), kind.aReg(i))
 	}
 	for l := 0; l < 4; l++ {
 		bRow(l, 64*l)
 	}
-	if kind == kindABt {
+	if kind.packed() {
 		f.i("ADD $256, %s", gBp)
 	}
 	f.i("SUB $4, %s", gPc)
@@ -253,10 +326,10 @@ func gemmTileAB(f *file, kind gemmKind, r int, tag string) {
 	f.i("CBZ %s, %sstore", gPc, tag)
 	f.label(tag + "loop1")
 	for i := 0; i < r; i++ {
-		f.i("FMOVS.P 4(%s), F%d", aRowReg(i), 2+i)
+		f.i("FMOVS.P 4(%s), F%d", aRowReg(i), kind.aReg(i))
 	}
 	bRow(0, 0)
-	if kind == kindABt {
+	if kind.packed() {
 		f.i("ADD $64, %s", gBp)
 	}
 	f.i("SUBS $1, %s, %s", gPc, gPc)

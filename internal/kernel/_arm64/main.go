@@ -59,8 +59,14 @@ func generate() *file {
 	genDot4T(f)
 	genDecode(f)
 	genPack(f)
-	for _, k := range []gemmKind{kindABt, kindAB, kindAtB} {
-		genGemm(f, k)
+	genGemm(f, kindABt, false)
+	genGemm(f, kindAB, true)
+	genGemm(f, kindAtB, true)
+	for _, k := range []gemmKind{kindBF16, kindF16} {
+		genGemm(f, k, false)
+		genGemm(f, k, true)
 	}
+	genHalfPeaks(f)
+	genPhilox8(f)
 	return f
 }
