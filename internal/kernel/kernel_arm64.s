@@ -13661,6 +13661,7 @@ block:
 
 // mulABtNEON sets C = A·Bᵀ (see Impl.MulABt); bt is packed by PackBt.
 // n%16 == 0, m, n >= 1; all accesses are in bounds.
+// Inner loop, per 4 k of a 6×16 tile: 6 LDR Q + 8 LDP Q + 96 FMLA (24 chains).
 TEXT ·mulABtNEON(SB), NOSPLIT|NOFRAME, $0-112
 	MOVD bt_base+64(FP), R1
 	MOVD c_base+0(FP), R0
@@ -14508,6 +14509,7 @@ colNext:
 
 // mulAddABNEON adds A·B to C (see Impl.MulAddAB).
 // n%16 == 0, m, n, k >= 1; all accesses are in bounds.
+// Inner loop, per 4 k of a 6×16 tile: 6 LDR Q + 8 LD1 (2 regs) + 96 FMLA (24 chains).
 TEXT ·mulAddABNEON(SB), NOSPLIT|NOFRAME, $0-120
 	MOVD b_base+64(FP), R1
 	MOVD c_base+0(FP), R0
@@ -15329,6 +15331,7 @@ colNext:
 
 // mulAddAtBNEON adds Aᵀ·B to C (see Impl.MulAddAtB).
 // n%16 == 0, m, n, k >= 1; all accesses are in bounds.
+// Inner loop, per k of a 6×16 tile: LD1 + LDR D (A) + LD1 (4 regs, B) + 24 FMLA (24 chains).
 TEXT ·mulAddAtBNEON(SB), NOSPLIT|NOFRAME, $0-120
 	MOVD b_base+64(FP), R1
 	MOVD c_base+0(FP), R0
@@ -15661,6 +15664,7 @@ colNext:
 
 // mulBF16NEON sets C = A·B (see Half.Mul) by BFDOT: A m×k BF16, B in the pair layout
 // with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.
+// Inner loop, per 4 pairs of a 6×16 tile: 6 LDR Q + 8 LDP Q + 96 BFDOT (24 chains).
 TEXT ·mulBF16NEON(SB), NOSPLIT|NOFRAME, $0-120
 	MOVD b_base+64(FP), R1
 	MOVD c_base+0(FP), R0
@@ -16510,6 +16514,7 @@ colNext:
 
 // mulAddBF16NEON adds A·B to C (see Half.Mul) by BFDOT: A m×k BF16, B in the pair layout
 // with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.
+// Inner loop, per 4 pairs of a 6×16 tile: 6 LDR Q + 8 LDP Q + 96 BFDOT (24 chains).
 TEXT ·mulAddBF16NEON(SB), NOSPLIT|NOFRAME, $0-120
 	MOVD b_base+64(FP), R1
 	MOVD c_base+0(FP), R0
@@ -17338,6 +17343,7 @@ colNext:
 
 // mulF16NEON sets C = A·B (see Half.Mul) by FMLAL/FMLAL2: A m×k F16, B in the pair layout
 // with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.
+// Inner loop, per pair of a 5×16 tile: 2 LDP Q + 4 UZP + 40 FMLAL/FMLAL2 (20 chains).
 TEXT ·mulF16NEON(SB), NOSPLIT|NOFRAME, $0-120
 	MOVD b_base+64(FP), R1
 	MOVD c_base+0(FP), R0
@@ -18376,6 +18382,7 @@ colNext:
 
 // mulAddF16NEON adds A·B to C (see Half.Mul) by FMLAL/FMLAL2: A m×k F16, B in the pair layout
 // with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.
+// Inner loop, per pair of a 5×16 tile: 2 LDP Q + 4 UZP + 40 FMLAL/FMLAL2 (20 chains).
 TEXT ·mulAddF16NEON(SB), NOSPLIT|NOFRAME, $0-120
 	MOVD b_base+64(FP), R1
 	MOVD c_base+0(FP), R0

@@ -336,42 +336,49 @@ func packT16NEON(dst []uint16, ldb int, src []uint16, ld, strips, k8 int)
 
 // mulABtNEON sets C = A·Bᵀ (see Impl.MulABt); bt is packed by PackBt.
 // n%16 == 0, m, n >= 1; all accesses are in bounds.
+// Inner loop, per 4 k of a 6×16 tile: 6 LDR Q + 8 LDP Q + 96 FMLA (24 chains).
 //
 //go:noescape
 func mulABtNEON(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int)
 
 // mulAddABNEON adds A·B to C (see Impl.MulAddAB).
 // n%16 == 0, m, n, k >= 1; all accesses are in bounds.
+// Inner loop, per 4 k of a 6×16 tile: 6 LDR Q + 8 LD1 (2 regs) + 96 FMLA (24 chains).
 //
 //go:noescape
 func mulAddABNEON(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int)
 
 // mulAddAtBNEON adds Aᵀ·B to C (see Impl.MulAddAtB).
 // n%16 == 0, m, n, k >= 1; all accesses are in bounds.
+// Inner loop, per k of a 6×16 tile: LD1 + LDR D (A) + LD1 (4 regs, B) + 24 FMLA (24 chains).
 //
 //go:noescape
 func mulAddAtBNEON(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int)
 
 // mulBF16NEON sets C = A·B (see Half.Mul) by BFDOT: A m×k BF16, B in the pair layout
 // with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.
+// Inner loop, per 4 pairs of a 6×16 tile: 6 LDR Q + 8 LDP Q + 96 BFDOT (24 chains).
 //
 //go:noescape
 func mulBF16NEON(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)
 
 // mulAddBF16NEON adds A·B to C (see Half.Mul) by BFDOT: A m×k BF16, B in the pair layout
 // with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.
+// Inner loop, per 4 pairs of a 6×16 tile: 6 LDR Q + 8 LDP Q + 96 BFDOT (24 chains).
 //
 //go:noescape
 func mulAddBF16NEON(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)
 
 // mulF16NEON sets C = A·B (see Half.Mul) by FMLAL/FMLAL2: A m×k F16, B in the pair layout
 // with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.
+// Inner loop, per pair of a 5×16 tile: 2 LDP Q + 4 UZP + 40 FMLAL/FMLAL2 (20 chains).
 //
 //go:noescape
 func mulF16NEON(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)
 
 // mulAddF16NEON adds A·B to C (see Half.Mul) by FMLAL/FMLAL2: A m×k F16, B in the pair layout
 // with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.
+// Inner loop, per pair of a 5×16 tile: 2 LDP Q + 4 UZP + 40 FMLAL/FMLAL2 (20 chains).
 //
 //go:noescape
 func mulAddF16NEON(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)

@@ -27,6 +27,22 @@ import "fmt"
 // 64 (estimated, not measured). Row tails (m mod 6 rows) use the same
 // code with fewer rows: 4r chains, latency-bound below 4 rows.
 //
+// The 16-bit products (Half) use the same loops on the pair layout, one
+// k step being a pair of k:
+//
+//	bfloat16 (BFDOT by element, FEAT_BF16): 6×16 tiles, 24 accumulators;
+//	per 4 pairs (8 k): 6 LDR Q + 8 LDP Q + 96 BFDOT of 8 multiply-adds
+//	each, twice the work of an FMLA per instruction. If BFDOT issues
+//	like FMLA (4 per cycle on Neoverse V2, latency 4-5: an assumption,
+//	not a measurement), the loop runs at 2× the float32 FLOP peak.
+//	fp16 (FMLAL/FMLAL2 by element, FEAT_FHM): 5×16 tiles, 20
+//	accumulators (A must sit in v0-v15 for a 16-bit element index, and
+//	the pairs need a third B register); per pair: 2 LDP Q + 4 UZP (even
+//	and odd k apart) + 40 FMLAL(2) of 4 multiply-adds; 44 vector
+//	instructions per 40 FMLAL, so ≈ 0.9 of the FMLAL rate, which is the
+//	float32 FMA rate: the gain over widening to float32 is the halved
+//	reads and the skipped conversions, not the arithmetic.
+//
 // Each accumulator is updated by fused multiply-adds in the order of k,
 // from zero for A·Bᵀ: one element of mulABtNEON is exactly dotNEON of its
 // row and column (Impl.Dot's contract).
@@ -99,17 +115,20 @@ func genGemm(f *file, kind gemmKind, accumulate bool) {
 	case kindABt:
 		f.text("mulABtNEON", "func(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int)",
 			"mulABtNEON sets C = A·Bᵀ (see Impl.MulABt); bt is packed by PackBt.",
-			"n%16 == 0, m, n >= 1; all accesses are in bounds.")
+			"n%16 == 0, m, n >= 1; all accesses are in bounds.",
+			"Inner loop, per 4 k of a 6×16 tile: 6 LDR Q + 8 LDP Q + 96 FMLA (24 chains).")
 		f.ld(gB, "bt", "base")
 	case kindAB:
 		f.text("mulAddABNEON", "func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int)",
 			"mulAddABNEON adds A·B to C (see Impl.MulAddAB).",
-			"n%16 == 0, m, n, k >= 1; all accesses are in bounds.")
+			"n%16 == 0, m, n, k >= 1; all accesses are in bounds.",
+			"Inner loop, per 4 k of a 6×16 tile: 6 LDR Q + 8 LD1 (2 regs) + 96 FMLA (24 chains).")
 		f.ld(gB, "b", "base")
 	case kindAtB:
 		f.text("mulAddAtBNEON", "func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int)",
 			"mulAddAtBNEON adds Aᵀ·B to C (see Impl.MulAddAtB).",
-			"n%16 == 0, m, n, k >= 1; all accesses are in bounds.")
+			"n%16 == 0, m, n, k >= 1; all accesses are in bounds.",
+			"Inner loop, per k of a 6×16 tile: LD1 + LDR D (A) + LD1 (4 regs, B) + 24 FMLA (24 chains).")
 		f.ld(gB, "b", "base")
 	case kindBF16, kindF16:
 		e, ins := "BF16", "BFDOT"
@@ -123,7 +142,10 @@ func genGemm(f *file, kind gemmKind, accumulate bool) {
 		}
 		f.text(name, "func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)",
 			fmt.Sprintf("%s %s (see Half.Mul) by %s: A m×k %s, B in the pair layout", name, what, ins, e),
-			"with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.")
+			"with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.",
+			map[gemmKind]string{
+				kindBF16: "Inner loop, per 4 pairs of a 6×16 tile: 6 LDR Q + 8 LDP Q + 96 BFDOT (24 chains).",
+				kindF16:  "Inner loop, per pair of a 5×16 tile: 2 LDP Q + 4 UZP + 40 FMLAL/FMLAL2 (20 chains)."}[kind])
 		f.ld(gB, "b", "base")
 	}
 	f.ld(gC, "c", "base")
