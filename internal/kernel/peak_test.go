@@ -6,7 +6,7 @@ import "testing"
 // vector loops do more FLOPs per iteration than the scalar one, and an
 // unknown name has none.
 func TestFMAPeakLoop(t *testing.T) {
-	want := map[string]int{"generic": 24, "avx2": 192, "avx512": 384}
+	want := map[string]int{"generic": 24, "avx2": 192, "avx512": 384, "neon": 192}
 	for _, im := range Available() {
 		loop, ok := FMAPeakLoop(im.Name)
 		if !ok {

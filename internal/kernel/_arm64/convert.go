@@ -1,0 +1,161 @@
+package main
+
+// Conversions between float32 and the 16-bit types, bit for bit those of
+// halfconv.go: fp16 by FCVTL/FCVTN (IEEE, round to nearest even under
+// Go's FPCR, subnormals kept, NaNs quieted with their top payload bits as
+// F32ToF16 does), bfloat16 by integer arithmetic (the rounding of
+// F32ToBF16, which needs no FEAT_BF16). Each converts 16 elements per step;
+// the Go wrappers convert the tail.
+
+// bf16Regs are the constants of the bfloat16 rounding.
+type bf16Regs struct{ k7fff, one, quiet8h V }
+
+// loadBF16Regs loads the constants of r from the table at base.
+func (f *file) loadBF16Regs(r bf16Regs, base string) {
+	f.constQ(r.k7fff, base, "k7fff")
+	f.constQ(r.one, base, "int1")
+	if r.quiet8h >= 0 {
+		f.constQ(r.quiet8h, base, "quiet8h")
+	}
+}
+
+// roundBF16Bits sets t = x + 0x7fff + (x>>16 & 1) for each 32-bit lane:
+// the float32 bits whose top half is x rounded to bfloat16 (nearest even;
+// a carry into the exponent is right, up to Inf). NaNs are fixed by the
+// caller.
+func (f *file) roundBF16Bits(r bf16Regs, t, x V) {
+	f.w(ushr(s4, t, x, 16))
+	f.w(vand(t, t, r.one))
+	f.w(vadd(s4, t, t, x))
+	f.w(vadd(s4, t, t, r.k7fff))
+}
+
+// narrowBF16 sets d (8 bfloat16 lanes) to x0, x1 (4 float32 lanes each)
+// rounded as F32ToBF16, using t0, t1, m0, m1 as scratch.
+func (f *file) narrowBF16(r bf16Regs, d, x0, x1, t0, t1, m0, m1 V) {
+	f.roundBF16Bits(r, t0, x0)
+	f.roundBF16Bits(r, t1, x1)
+	f.w(uzp2(h8, d, t0, t1)) // the top halves
+	// NaN lanes: the top half with the quiet bit set.
+	f.w(fcmeq(m0, x0, x0))
+	f.w(fcmeq(m1, x1, x1))
+	f.w(uzp1(h8, m0, m0, m1)) // all ones where not NaN
+	f.w(uzp2(h8, t0, x0, x1))
+	f.w(vorr(t0, t0, r.quiet8h))
+	f.w(vbif(d, t0, m0)) // d = m0 ? d : t0
+}
+
+// convLoop emits a loop over the 16-element blocks of n (a register, a
+// count of elements, a multiple of 16): body converts one block.
+func (f *file) convLoop(n string, body func()) {
+	f.i("CBZ %s, done", n)
+	f.label("loop")
+	body()
+	f.i("SUBS $16, %s, %s", n, n)
+	f.i("BNE loop")
+	f.label("done")
+	f.ret()
+}
+
+func genConvert(f *file) {
+	sig := "func(dst []float32, src []uint16)"
+	f.text("bf16ToF32NEON", sig,
+		"bf16ToF32NEON widens len(src) bfloat16 (a multiple of 16) into dst (SHLL #16).")
+	f.ld("R0", "dst", "base")
+	f.ld("R1", "src", "base")
+	f.ld("R2", "src", "len")
+	f.convLoop("R2", func() {
+		f.i("FLDPQ.P 32(R1), (F0, F1)")
+		f.w(shll(2, 0))
+		f.w(shll2(3, 0))
+		f.w(shll(4, 1))
+		f.w(shll2(5, 1))
+		f.i("FSTPQ.P (F2, F3), 32(R0)")
+		f.i("FSTPQ.P (F4, F5), 32(R0)")
+	})
+
+	f.text("f16ToF32NEON", sig,
+		"f16ToF32NEON widens len(src) fp16 (a multiple of 16) into dst (FCVTL).")
+	f.ld("R0", "dst", "base")
+	f.ld("R1", "src", "base")
+	f.ld("R2", "src", "len")
+	f.convLoop("R2", func() {
+		f.i("FLDPQ.P 32(R1), (F0, F1)")
+		f.w(fcvtl(2, 0))
+		f.w(fcvtl2(3, 0))
+		f.w(fcvtl(4, 1))
+		f.w(fcvtl2(5, 1))
+		f.i("FSTPQ.P (F2, F3), 32(R0)")
+		f.i("FSTPQ.P (F4, F5), 32(R0)")
+	})
+
+	sig = "func(dst []uint16, src []float32)"
+	f.text("f32ToF16NEON", sig,
+		"f32ToF16NEON rounds len(src) float32 (a multiple of 16) to fp16 into dst (FCVTN).")
+	f.ld("R0", "dst", "base")
+	f.ld("R1", "src", "base")
+	f.ld("R2", "src", "len")
+	f.convLoop("R2", func() {
+		f.i("FLDPQ.P 32(R1), (F0, F1)")
+		f.i("FLDPQ.P 32(R1), (F2, F3)")
+		f.w(fcvtn(4, 0))
+		f.w(fcvtn2(4, 1))
+		f.w(fcvtn(5, 2))
+		f.w(fcvtn2(5, 3))
+		f.i("FSTPQ.P (F4, F5), 32(R0)")
+	})
+
+	f.text("f32ToBF16NEON", sig,
+		"f32ToBF16NEON rounds len(src) float32 (a multiple of 16) to bfloat16 into dst",
+		"as F32ToBF16 does (integer rounding; NaNs quieted).")
+	f.ld("R0", "dst", "base")
+	f.ld("R1", "src", "base")
+	f.ld("R2", "src", "len")
+	r := bf16Regs{k7fff: 31, one: 30, quiet8h: 29}
+	f.constBase("R9")
+	f.loadBF16Regs(r, "R9")
+	f.convLoop("R2", func() {
+		f.i("FLDPQ.P 32(R1), (F0, F1)")
+		f.i("FLDPQ.P 32(R1), (F2, F3)")
+		f.narrowBF16(r, 4, 0, 1, 8, 9, 10, 11)
+		f.narrowBF16(r, 5, 2, 3, 12, 13, 14, 15)
+		f.i("FSTPQ.P (F4, F5), 32(R0)")
+	})
+
+	// RoundF32: x = e.ToF32(e.FromF32(x)) in place.
+	f.text("roundBF16NEON", "func(x []float32)",
+		"roundBF16NEON rounds each element of x (len a multiple of 16) to bfloat16 and",
+		"back, in place (see Impl.RoundF32).")
+	f.ld("R0", "x", "base")
+	f.ld("R1", "x", "len")
+	rr := bf16Regs{k7fff: 31, one: 30, quiet8h: -1}
+	f.constBase("R9")
+	f.loadBF16Regs(rr, "R9")
+	const vQuiet, vHi = 29, 28
+	f.constQ(vQuiet, "R9", "quiet32")
+	f.constQ(vHi, "R9", "hi16")
+	f.elem16("R1", []string{"R0"}, [][4]V{{0, 1, 2, 3}}, func() {
+		for v := V(0); v < 4; v++ {
+			t, m := v+4, v+8
+			f.roundBF16Bits(rr, t, v)
+			f.w(fcmeq(m, v, v))
+			f.w(vorr(v, v, vQuiet)) // NaN: quiet
+			f.w(vbit(v, t, m))      // rounded where not NaN
+			f.w(vand(v, v, vHi))
+		}
+	}, true)
+	f.ret()
+
+	f.text("roundF16NEON", "func(x []float32)",
+		"roundF16NEON rounds each element of x (len a multiple of 16) to fp16 and back,",
+		"in place (see Impl.RoundF32).")
+	f.ld("R0", "x", "base")
+	f.ld("R1", "x", "len")
+	f.elem16("R1", []string{"R0"}, [][4]V{{0, 1, 2, 3}}, func() {
+		for v := V(0); v < 4; v++ {
+			f.w(fcvtn(v, v))
+			f.w(fcvtl(v, v))
+		}
+	}, true)
+	f.ret()
+}

@@ -1,0 +1,564 @@
+package main
+
+import (
+	"fmt"
+	"math"
+)
+
+// ---------------------------------------------------------------------------
+// The constant table. Every entry is one 16-byte row: either one value in
+// all four lanes (a vector operand) or four different values (the lanes
+// of a by-element operand).
+
+// Constants of the float32 exponential; must equal those of generic.go.
+const (
+	expLog2e = 1.44269504088896341
+	expLn2Hi = 0.693359375
+	expLn2Lo = -2.12194440e-4
+	expMin   = -87.33654
+	expMax   = 88.37626
+	expP0    = 1.9875691500e-4
+	expP1    = 1.3981999507e-3
+	expP2    = 8.3334519073e-3
+	expP3    = 4.1665795894e-2
+	expP4    = 1.6666665459e-1
+	expP5    = 5.0000001201e-1
+)
+
+// Cephes' tanhf polynomial for |y| <= 0.625: tanh y = y + y·z·T(z), z = y²
+// (the constants of the amd64 softcap).
+const (
+	tanhT0 = -5.70498872745e-3
+	tanhT1 = 2.06390887954e-2
+	tanhT2 = -5.37397155531e-2
+	tanhT3 = 1.33314422036e-1
+	tanhT4 = -3.33332819422e-1
+)
+
+func f32(x float64) uint32 { return math.Float32bits(float32(x)) }
+
+func splat(x uint32) [4]uint32 { return [4]uint32{x, x, x, x} }
+
+var constRows = []struct {
+	name string
+	v    [4]uint32
+}{
+	{"expA", [4]uint32{f32(expLog2e), f32(expLn2Hi), f32(expLn2Lo), f32(expP0)}},
+	{"expB", [4]uint32{f32(expP1), f32(expP2), f32(expP3), f32(expP4)}},
+	{"expC", [4]uint32{f32(expP5), f32(0.625), 0, 0}},
+	{"one", splat(f32(1))}, // also the bits 127<<23: 2^0's exponent in place
+	{"expMin", splat(f32(expMin))},
+	{"expMax", splat(f32(expMax))},
+	{"inf", splat(f32(math.Inf(1)))},
+	{"tanhA", [4]uint32{f32(tanhT0), f32(tanhT1), f32(tanhT2), f32(tanhT3)}},
+	{"tanhB", [4]uint32{f32(tanhT4), 0, 0, 0}},
+	{"two", splat(f32(2))},
+	{"c88", splat(f32(88))},
+	{"c0625", splat(f32(0.625))},
+	{"sign", splat(0x80000000)},
+	{"lanes0", [4]uint32{f32(0), f32(1), f32(2), f32(3)}},
+	{"lanes4", [4]uint32{f32(4), f32(5), f32(6), f32(7)}},
+	{"lanes8", [4]uint32{f32(8), f32(9), f32(10), f32(11)}},
+	{"lanes12", [4]uint32{f32(12), f32(13), f32(14), f32(15)}},
+	{"sixteen", splat(f32(16))},
+	{"k7fff", splat(0x7fff)},
+	{"int1", splat(1)},
+	{"quiet8h", splat(0x00400040)},
+	{"quiet32", splat(0x00400000)},
+	{"hi16", splat(0xffff0000)},
+	{"int0123", [4]uint32{0, 1, 2, 3}},
+	{"int4567", [4]uint32{4, 5, 6, 7}},
+}
+
+// genConsts emits the table.
+func genConsts(f *file) {
+	var vals []uint32
+	for _, r := range constRows {
+		vals = append(vals, r.v[:]...)
+	}
+	f.constTable("neonconsts", vals)
+}
+
+// constOff is the byte offset of row name.
+func constOff(name string) int {
+	for i, r := range constRows {
+		if r.name == name {
+			return 16 * i
+		}
+	}
+	panic("no constant " + name)
+}
+
+// constBase loads the table's address into r.
+func (f *file) constBase(r string) { f.i("MOVD $neonconsts<>(SB), %s", r) }
+
+// constQ loads row name into vector register v (base: the table's
+// address, from constBase).
+func (f *file) constQ(v V, base, name string) { f.i("FMOVQ %d(%s), F%d", constOff(name), base, v) }
+
+// ---------------------------------------------------------------------------
+// Peak FMA throughput.
+
+// genPeak emits FMAPeakNEON: 24 independent FMLA chains (v8-v31 += v0·v1,
+// all zero): one iteration is 24·4·2 = 192 FLOPs. 24 chains over 4 pipes
+// of latency 4 leave 1.5× the parallelism the pipes need.
+func genPeak(f *file) {
+	f.text("FMAPeakNEON", "func(iters int)",
+		"FMAPeakNEON runs iters iterations of 24 independent register-only FMLA",
+		"chains on 4-lane vectors: 192 float32 FLOPs per iteration (the peak).")
+	f.ld("R0", "iters", "")
+	for v := V(0); v < 32; v++ {
+		if v < 2 || v >= 8 {
+			f.w(movi0(v))
+		}
+	}
+	f.i("CMP $0, R0")
+	f.i("BLE done")
+	f.label("loop")
+	for v := V(8); v < 32; v++ {
+		f.w(fmla(v, 0, 1))
+	}
+	f.i("SUBS $1, R0, R0")
+	f.i("BNE loop")
+	f.label("done")
+	f.ret()
+}
+
+// ---------------------------------------------------------------------------
+// Elementwise kernels over a multiple of 16 floats: four vectors per step.
+
+// elem16 emits the loop over n (a register holding a count of floats, a
+// multiple of 16) with body(regs) working on the four vectors of the
+// step loaded (from the pointers in loads) into groups of registers.
+// Each load pointer p is read as four vectors into the given registers;
+// store writes the first group back to the first pointer.
+func (f *file) elem16(n string, ptrs []string, regs [][4]V, body func(), store bool) {
+	f.i("CBZ %s, done", n)
+	f.label("loop")
+	for i, p := range ptrs {
+		r := regs[i]
+		f.i("FLDPQ (%s), (F%d, F%d)", p, r[0], r[1])
+		f.i("FLDPQ 32(%s), (F%d, F%d)", p, r[2], r[3])
+	}
+	body()
+	if store {
+		r := regs[0]
+		f.i("FSTPQ (F%d, F%d), (%s)", r[0], r[1], ptrs[0])
+		f.i("FSTPQ (F%d, F%d), 32(%s)", r[2], r[3], ptrs[0])
+	}
+	for _, p := range ptrs {
+		f.i("ADD $64, %s", p)
+	}
+	f.i("SUBS $16, %s, %s", n, n)
+	f.i("BNE loop")
+	f.label("done")
+}
+
+func genScale(f *file) {
+	f.text("scaleNEON", "func(x []float32, a float32)",
+		"scaleNEON multiplies x by a in place (see Impl.Scale); len(x) is a multiple of 16.")
+	f.ld("R0", "x", "base")
+	f.ld("R1", "x", "len")
+	f.i("FMOVS %s, F31", f.arg("a", ""))
+	f.elem16("R1", []string{"R0"}, [][4]V{{0, 1, 2, 3}}, func() {
+		for v := V(0); v < 4; v++ {
+			f.w(fmulE(v, v, 31, 0))
+		}
+	}, true)
+	f.ret()
+}
+
+func genDsFromDp(f *file) {
+	f.text("dsFromDpNEON", "func(dp, p []float32, d float32)",
+		"dsFromDpNEON sets dp[j] = p[j]·(dp[j] − d) (see Impl.DsFromDp); len(dp) is a",
+		"multiple of 16 and len(p) >= len(dp).")
+	f.ld("R0", "dp", "base")
+	f.ld("R1", "p", "base")
+	f.ld("R2", "dp", "len")
+	f.i("FMOVS %s, F31", f.arg("d", ""))
+	f.w(dupE(31, 31, 0))
+	f.elem16("R2", []string{"R0", "R1"}, [][4]V{{0, 1, 2, 3}, {4, 5, 6, 7}}, func() {
+		for v := V(0); v < 4; v++ {
+			f.w(fsub(v, v, 31))
+			f.w(fmul(v, v+4, v))
+		}
+	}, true)
+	f.ret()
+}
+
+// genMax emits maxNEON: four FMAXNM chains (FMAXNM, like the generic
+// loop's v > m, passes over quiet NaNs), folded at the end.
+func genMax(f *file) {
+	f.text("maxNEON", "func(x []float32) float32",
+		"maxNEON returns the largest element of x (see Impl.Max); len(x) is a positive multiple of 16.")
+	f.ld("R0", "x", "base")
+	f.ld("R1", "x", "len")
+	f.i("FLDPQ (R0), (F4, F5)")
+	f.i("FLDPQ 32(R0), (F6, F7)")
+	f.elem16("R1", []string{"R0"}, [][4]V{{0, 1, 2, 3}}, func() {
+		for v := V(0); v < 4; v++ {
+			f.w(fmaxnm(v+4, v+4, v))
+		}
+	}, false)
+	f.w(fmaxnm(4, 4, 5))
+	f.w(fmaxnm(6, 6, 7))
+	f.w(fmaxnm(4, 4, 6))
+	f.w(fmaxnmv(0, 4))
+	f.i("FMOVS F0, %s", f.arg("ret", ""))
+	f.ret()
+}
+
+// genDot emits dotNEON: Σ a[i]·b[i] as one chain of scalar FMADD in index
+// order, from +0: exactly the arithmetic of one element of mulABtNEON
+// (whose FMLA lanes are the same fused multiply-adds in the same order),
+// which is what Impl.Dot promises. It is latency-bound (4 cycles per
+// element) by that contract; it runs once per row of a tile.
+func genDot(f *file) {
+	f.text("dotNEON", "func(a, b []float32) float32",
+		"dotNEON returns Σ a[i]·b[i], i < len(a), accumulated in index order with fused",
+		"multiply-adds (see Impl.Dot); len(b) >= len(a).")
+	f.ld("R0", "a", "base")
+	f.ld("R1", "a", "len")
+	f.ld("R2", "b", "base")
+	f.w(movi0(0))
+	f.i("CMP $4, R1")
+	f.i("BLT tail")
+	f.label("loop4")
+	for j := 0; j < 4; j++ {
+		f.i("FMOVS.P 4(R0), F%d", 1+j)
+		f.i("FMOVS.P 4(R2), F%d", 5+j)
+	}
+	for j := V(0); j < 4; j++ {
+		f.w(fmaddS(0, 1+j, 5+j, 0))
+	}
+	f.i("SUB $4, R1")
+	f.i("CMP $4, R1")
+	f.i("BGE loop4")
+	f.label("tail")
+	f.i("CBZ R1, done")
+	f.i("FMOVS.P 4(R0), F1")
+	f.i("FMOVS.P 4(R2), F5")
+	f.w(fmaddS(0, 1, 5, 0))
+	f.i("SUB $1, R1")
+	f.i("B tail")
+	f.label("done")
+	f.i("FMOVS F0, %s", f.arg("ret", ""))
+	f.ret()
+}
+
+// genALiBi emits alibiNEON: x[j] −= slope·|pos − j| with j carried as four
+// float vectors {0..3}+16·step … {12..15}+16·step (exact below 2^24), the
+// distance by FABD (|pos − j| rounded once, as the generic code's
+// subtraction and absolute value) and a fused FMLS.
+func genALiBi(f *file) {
+	f.text("alibiNEON", "func(x []float32, slope, pos float32)",
+		"alibiNEON sets x[j] −= slope·|pos − j| (see Impl.ALiBi); len(x) is a multiple of 16.")
+	f.ld("R0", "x", "base")
+	f.ld("R1", "x", "len")
+	f.i("FMOVS %s, F31", f.arg("slope", ""))
+	f.i("FMOVS %s, F30", f.arg("pos", ""))
+	f.w(dupE(30, 30, 0))
+	f.constBase("R9")
+	for i, name := range []string{"lanes0", "lanes4", "lanes8", "lanes12"} {
+		f.constQ(V(8+i), "R9", name)
+	}
+	f.constQ(29, "R9", "sixteen")
+	f.elem16("R1", []string{"R0"}, [][4]V{{0, 1, 2, 3}}, func() {
+		for v := V(0); v < 4; v++ {
+			f.w(fabd(v+4, 30, v+8))
+			f.w(fmlsE(v, v+4, 31, 0))
+			f.w(fadd(v+8, v+8, 29))
+		}
+	}, true)
+	f.ret()
+}
+
+// ---------------------------------------------------------------------------
+// Exponential.
+
+// expRegs are the loop-invariant registers of the exponential.
+type expRegs struct {
+	ka, kb, kc V // lanes: [log2e ln2hi ln2lo P0] [P1 P2 P3 P4] [P5 …]
+	one        V // 1.0 in every lane (also the integer 127<<23)
+}
+
+// expCore emits e^c for the vectors cs (in [ExpMin, ExpMax]; NaN gives
+// NaN), each with two scratch registers ns and ps and a third qs. The
+// result replaces c. The steps of all vectors are interleaved.
+//
+//	n = round(c·log2 e) (FRINTN: to nearest even)
+//	r = c − n·ln2hi − n·ln2lo      (two fused FMLS: n·ln2hi is exact)
+//	p = ((((P0·r + P1)·r + P2)·r + P3)·r + P4)·r + P5   (fused, Horner)
+//	e^r = p·r² + r + 1, times 2^n built from its exponent bits
+//
+// the generic Exp's reduction and polynomial with fused multiply-adds, so
+// at least as accurate (TestExpULP: within 2 ulp of the correctly rounded
+// value over the whole range).
+func (f *file) expCore(k expRegs, cs, ns, ps, qs []V) {
+	each := func(g func(i int)) {
+		for i := range cs {
+			g(i)
+		}
+	}
+	each(func(i int) { f.w(fmulE(ns[i], cs[i], k.ka, 0)) })
+	each(func(i int) { f.w(frintn(ns[i], ns[i])) })
+	each(func(i int) { f.w(fmlsE(cs[i], ns[i], k.ka, 1)) })
+	each(func(i int) { f.w(fmlsE(cs[i], ns[i], k.ka, 2)) }) // c = r
+	each(func(i int) { f.w(dupE(ps[i], k.kb, 0)) })
+	each(func(i int) { f.w(fmlaE(ps[i], cs[i], k.ka, 3)) }) // P1 + r·P0
+	steps := []struct {
+		k    V
+		lane int
+	}{{k.kb, 1}, {k.kb, 2}, {k.kb, 3}, {k.kc, 0}}
+	for s, st := range steps {
+		a, b := ps, qs // b = coefficient + a·r
+		if s%2 == 1 {
+			a, b = qs, ps
+		}
+		each(func(i int) { f.w(dupE(b[i], st.k, st.lane)) })
+		each(func(i int) { f.w(fmla(b[i], a[i], cs[i])) })
+	}
+	// After four steps the polynomial is in ps.
+	each(func(i int) { f.w(fmul(qs[i], cs[i], cs[i])) }) // r²
+	each(func(i int) { f.w(fmla(cs[i], ps[i], qs[i])) }) // r + p·r²
+	each(func(i int) { f.w(fadd(cs[i], cs[i], k.one)) })
+	each(func(i int) { f.w(fcvtzs(ns[i], ns[i])) })
+	each(func(i int) { f.w(shl(s4, ns[i], ns[i], 23)) })
+	each(func(i int) { f.w(vadd(s4, ns[i], ns[i], k.one)) }) // 2^n
+	each(func(i int) { f.w(fmul(cs[i], cs[i], ns[i])) })
+}
+
+// genExpSum emits expSumNEON. Per step of four vectors (16 floats): the
+// argument scale·x − sub by one fused FMLA, clamped to [ExpMin, ExpMax],
+// expCore, then the lanes below ExpMin (−Inf included) set to 0 and those
+// above ExpMax to +Inf (NaN compares false and stays NaN), stored and
+// summed into two accumulators. About 30 vector instructions per vector of
+// 4 results, all independent across the four vectors of a step: bound by
+// the 4 vector pipes at ≈ 8 cycles per 16 results.
+func genExpSum(f *file) {
+	f.text("expSumNEON", "func(x []float32, scale, sub float32) float32",
+		"expSumNEON sets x[j] = exp(scale·x[j] − sub) and returns their sum (see",
+		"Impl.ExpSum); len(x) is a multiple of 16.")
+	f.ld("R0", "x", "base")
+	f.ld("R1", "x", "len")
+	// Invariants: v31-v29 lanes, v28 1.0, v27 ExpMin, v26 ExpMax, v25
+	// +Inf, v24 −sub (all lanes), v23 scale (lane 0), v22/v21 the sums.
+	k := expRegs{ka: 31, kb: 30, kc: 29, one: 28}
+	const vMin, vMax, vInf, vNegSub, vScale = 27, 26, 25, 24, 23
+	f.constBase("R9")
+	f.constQ(k.ka, "R9", "expA")
+	f.constQ(k.kb, "R9", "expB")
+	f.constQ(k.kc, "R9", "expC")
+	f.constQ(k.one, "R9", "one")
+	f.constQ(vMin, "R9", "expMin")
+	f.constQ(vMax, "R9", "expMax")
+	f.constQ(vInf, "R9", "inf")
+	f.i("FMOVS %s, F%d", f.arg("sub", ""), vNegSub)
+	f.w(fneg(vNegSub, vNegSub))
+	f.w(dupE(vNegSub, vNegSub, 0))
+	f.i("FMOVS %s, F%d", f.arg("scale", ""), vScale)
+	f.w(movi0(22))
+	f.w(movi0(21))
+	xs := []V{0, 1, 2, 3}   // loaded x, then the clamped argument c
+	ts := []V{4, 5, 6, 7}   // the argument t
+	ns := []V{8, 9, 10, 11} // n, 2^n, masks
+	ps := []V{12, 13, 14, 15}
+	qs := []V{16, 17, 18, 19}
+	f.elem16("R1", []string{"R0"}, [][4]V{{0, 1, 2, 3}}, func() {
+		for i := range xs {
+			f.w(vmov(ts[i], vNegSub))
+		}
+		for i := range xs {
+			f.w(fmlaE(ts[i], xs[i], vScale, 0)) // t = x·scale − sub
+		}
+		for i := range xs {
+			f.w(fmin(xs[i], ts[i], vMax))
+		}
+		for i := range xs {
+			f.w(fmax(xs[i], xs[i], vMin))
+		}
+		f.expCore(k, xs, ns, ps, qs)
+		for i := range xs {
+			f.w(fcmgt(ns[i], vMin, ts[i])) // t < ExpMin
+		}
+		for i := range xs {
+			f.w(vbic(xs[i], xs[i], ns[i]))
+		}
+		for i := range xs {
+			f.w(fcmgt(ns[i], ts[i], vMax)) // t > ExpMax
+		}
+		for i := range xs {
+			f.w(vbit(xs[i], vInf, ns[i]))
+		}
+		for i := range xs {
+			f.w(fadd(V(22-i%2), V(22-i%2), xs[i]))
+		}
+	}, true)
+	f.w(fadd(22, 22, 21))
+	f.w(faddp(22, 22, 22))
+	f.w(faddpS(0, 22))
+	f.i("FMOVS F0, %s", f.arg("ret", ""))
+	f.ret()
+}
+
+// genSoftcap emits softcapNEON (see Impl.Softcap), the algorithm of the
+// amd64 softcapAVX2: y = x·(1/c); tanh y by Cephes' polynomial where
+// |y| <= 0.625, else 1 − 2/(e^{2|y|} + 1) with the sign of y (e^{2|y|}
+// by expCore on min(2|y|, 88)); x = c·tanh y and g = 1 − tanh² (one
+// fused FMLS). Two vectors (8 floats) per step; with g == nil (len 0) a
+// second loop skips g.
+func genSoftcap(f *file) {
+	f.text("softcapNEON", "func(x, g []float32, c float32)",
+		"softcapNEON sets x[j] = c·tanh(x[j]/c) and, if len(g) > 0, g[j] = 1 − tanh²",
+		"(see Impl.Softcap); len(x) is a multiple of 8; len(g) is 0 or len(x).")
+	f.ld("R0", "x", "base")
+	f.ld("R1", "x", "len")
+	f.ld("R2", "g", "base")
+	f.ld("R3", "g", "len")
+	k := expRegs{ka: 31, kb: 30, kc: 29, one: 28}
+	const vC, vInv, vTwo, v88, v0625, vSign, vTA, vTB = 27, 26, 25, 24, 23, 22, 21, 20
+	f.constBase("R9")
+	f.constQ(k.ka, "R9", "expA")
+	f.constQ(k.kb, "R9", "expB")
+	f.constQ(k.kc, "R9", "expC")
+	f.constQ(k.one, "R9", "one")
+	f.constQ(vTwo, "R9", "two")
+	f.constQ(v88, "R9", "c88")
+	f.constQ(v0625, "R9", "c0625")
+	f.constQ(vSign, "R9", "sign")
+	f.constQ(vTA, "R9", "tanhA")
+	f.constQ(vTB, "R9", "tanhB")
+	f.i("FMOVS %s, F%d", f.arg("c", ""), vC)
+	f.w(dupE(vC, vC, 0))
+	f.w(fdiv(vInv, k.one, vC)) // 1/c
+	body := func(withG bool, tag string) {
+		f.label(tag)
+		f.i("CBZ R1, %sDone", tag)
+		ys, as, us := []V{0, 1}, []V{2, 3}, []V{4, 5}
+		ns, ps, qs := []V{6, 7}, []V{8, 9}, []V{10, 11}
+		ts, zs := []V{12, 13}, []V{14, 15}
+		f.i("FLDPQ (R0), (F0, F1)")
+		for i := range ys {
+			f.w(fmul(ys[i], ys[i], vInv))
+		}
+		for i := range ys {
+			f.w(fabs(as[i], ys[i]))
+		}
+		for i := range ys {
+			f.w(fadd(us[i], as[i], as[i]))
+		}
+		for i := range ys {
+			f.w(fmin(us[i], us[i], v88))
+		}
+		f.expCore(k, us, ns, ps, qs) // e^{2|y|}
+		for i := range ys {
+			f.w(fadd(us[i], us[i], k.one))
+		}
+		for i := range ys {
+			f.w(fdiv(us[i], vTwo, us[i]))
+		}
+		for i := range ys {
+			f.w(fsub(us[i], k.one, us[i])) // 1 − 2/(e+1)
+		}
+		for i := range ys {
+			f.w(vbit(us[i], ys[i], vSign)) // with the sign of y
+		}
+		// Small branch: ts = y + y·z·T(z).
+		for i := range ys {
+			f.w(fmul(zs[i], ys[i], ys[i]))
+		}
+		for i := range ys {
+			f.w(dupE(ts[i], vTA, 1))
+		}
+		for i := range ys {
+			f.w(fmlaE(ts[i], zs[i], vTA, 0))
+		}
+		a, b := ts, ps
+		for _, c := range []struct {
+			k    V
+			lane int
+		}{{vTA, 2}, {vTA, 3}, {vTB, 0}} {
+			for i := range ys {
+				f.w(dupE(b[i], c.k, c.lane))
+			}
+			for i := range ys {
+				f.w(fmla(b[i], a[i], zs[i]))
+			}
+			a, b = b, a
+		}
+		// a holds T(z).
+		for i := range ys {
+			f.w(fmul(a[i], a[i], zs[i]))
+		}
+		for i := range ys {
+			f.w(vmov(b[i], ys[i]))
+		}
+		for i := range ys {
+			f.w(fmla(b[i], a[i], ys[i])) // y + y·z·T
+		}
+		// Blend: the large branch where |y| > 0.625 (false for NaN).
+		for i := range ys {
+			f.w(fcmgt(as[i], as[i], v0625))
+		}
+		for i := range ys {
+			f.w(vbit(b[i], us[i], as[i]))
+		}
+		for i := range ys {
+			f.w(fmul(ys[i], b[i], vC))
+		}
+		f.i("FSTPQ (F0, F1), (R0)")
+		f.i("ADD $32, R0")
+		if withG {
+			for i := range ys {
+				f.w(vmov(zs[i], k.one))
+			}
+			for i := range ys {
+				f.w(fmls(zs[i], b[i], b[i])) // 1 − t²
+			}
+			f.i("FSTPQ (F%d, F%d), (R2)", zs[0], zs[1])
+			f.i("ADD $32, R2")
+		}
+		f.i("SUBS $8, R1, R1")
+		f.i("BNE %s", tag)
+		f.label(tag + "Done")
+		f.i("RET")
+	}
+	f.i("CBZ R3, noG")
+	body(true, "withG")
+	body(false, "noG")
+	f.fn = nil
+}
+
+// genHalfPeaks emits the peak loops of the 16-bit paths, shaped like
+// FMAPeakNEON: FMAPeakBF16NEON (24 chains of BFDOT: 24·4·2·2 = 384 FLOPs
+// per iteration) and FMAPeakF16NEON (24 chains of FMLAL: 192 FLOPs).
+func genHalfPeaks(f *file) {
+	for _, p := range []struct {
+		name, what string
+		flops      int
+		op         func(d, n, m V, i int) inst
+	}{
+		{"FMAPeakBF16NEON", "BFDOT", 384, bfdotE},
+		{"FMAPeakF16NEON", "FMLAL", 192, fmlalE},
+	} {
+		f.text(p.name, "func(iters int)",
+			fmt.Sprintf("%s runs iters iterations of 24 independent register-only %s chains:", p.name, p.what),
+			fmt.Sprintf("%d float32 FLOPs per iteration (the peak of the 16-bit path).", p.flops))
+		f.ld("R0", "iters", "")
+		for v := V(0); v < 32; v++ {
+			if v < 2 || v >= 8 {
+				f.w(movi0(v))
+			}
+		}
+		f.i("CMP $0, R0")
+		f.i("BLE done")
+		f.label("loop")
+		for v := V(8); v < 32; v++ {
+			f.w(p.op(v, 0, 1, 0))
+		}
+		f.i("SUBS $1, R0, R0")
+		f.i("BNE loop")
+		f.label("done")
+		f.ret()
+	}
+}

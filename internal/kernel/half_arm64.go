@@ -1,0 +1,56 @@
+//go:build !purego
+
+package kernel
+
+// The 16-bit product paths of arm64 (see the generator's gemm.go):
+//
+//   - "neonbf16" (FEAT_BF16): BFDOT by element, 6×16 tiles like the
+//     float32 products. BFDOT's arithmetic is the Arm BFloat16 one: the
+//     two products of a pair are added with round-to-odd, then added to
+//     the accumulator, with subnormal inputs and results flushed to zero
+//     (FPCR.EBF = 0, the only mode Go leaves). So, like VDPBF16PS, it
+//     reads subnormal bfloat16 as ±0 and flushes subnormal sums, and it
+//     differs from the generic twin by float32 rounding only.
+//   - "neonfp16" (FEAT_FHM): FMLAL/FMLAL2 by element, widening fp16
+//     products into float32 accumulators in 5×16 tiles, odd then even k
+//     of each pair, one fused rounding per product: exactly the generic
+//     fp16 twin's arithmetic, so the two agree bit for bit.
+//
+// BFMMLA (two 2×4·4×2 products per instruction) is not used: its operands
+// are 2×4 blocks, which the pair layout would have to be shuffled into
+// (one ZIP per instruction for B, two per two rows of A) and its results
+// out of, for at most the same multiply rate as BFDOT on Neoverse V1/V2.
+// FMLA on .8h (FEAT_FP16) is not used either: it accumulates in fp16,
+// which would break the float32 sums Half promises.
+//
+// A feature that is not detected means the path is not offered (the
+// "f32" and "generic" paths always are).
+
+var (
+	hasBF16 = detectBF16()
+	hasFHM  = detectFHM()
+)
+
+// archHalf returns the NEON 16-bit paths this CPU supports for e (before
+// the self-check).
+func archHalf(e Elem) []Half {
+	switch {
+	case e == BF16 && hasBF16:
+		return []Half{{
+			Name:   "neonbf16",
+			Elem:   BF16,
+			Mul:    wrapHalf("neonbf16 Mul", mulBF16NEON),
+			MulAdd: wrapHalf("neonbf16 MulAdd", mulAddBF16NEON),
+			Peak:   func(iters int) int { FMAPeakBF16NEON(iters); return 24 * 4 * 2 * 2 },
+		}}
+	case e == F16 && hasFHM:
+		return []Half{{
+			Name:   "neonfp16",
+			Elem:   F16,
+			Mul:    wrapHalf("neonfp16 Mul", mulF16NEON),
+			MulAdd: wrapHalf("neonfp16 MulAdd", mulAddF16NEON),
+			Peak:   func(iters int) int { FMAPeakF16NEON(iters); return 24 * 4 * 2 },
+		}}
+	}
+	return nil
+}

@@ -1,0 +1,223 @@
+//go:build !purego
+
+package kernel
+
+import (
+	"math"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"testing"
+)
+
+// TestNEONIsSelected: on arm64 the NEON kernels are what runs (they
+// passed their self-checks and come first), unless FLASHATTN_KERNEL says
+// otherwise; the 16-bit paths are offered exactly when their features are
+// detected.
+func TestNEONIsSelected(t *testing.T) {
+	if got := Available()[0].Name; got != "neon" {
+		t.Errorf("Available()[0] is %q, want neon", got)
+	}
+	if got := DecodeAvailable()[0].Name; got != "neon" {
+		t.Errorf("DecodeAvailable()[0] is %q, want neon", got)
+	}
+	if os.Getenv("FLASHATTN_KERNEL") == "" {
+		if got := Select().Name; got != "neon" {
+			t.Errorf("Select() is %q, want neon", got)
+		}
+		if got := SelectDecode().Name; got != "neon" {
+			t.Errorf("SelectDecode() is %q, want neon", got)
+		}
+	}
+	for _, c := range []struct {
+		e    Elem
+		name string
+		has  bool
+	}{{BF16, "neonbf16", hasBF16}, {F16, "neonfp16", hasFHM}} {
+		_, err := LookupHalf(c.e, c.name)
+		if (err == nil) != c.has {
+			t.Errorf("%s: feature detected %v, path available %v", c.name, c.has, err == nil)
+		}
+		if c.has && HalfAvailable(c.e)[0].Name != c.name {
+			t.Errorf("%s: not first among %v", c.name, halfNames(HalfAvailable(c.e)))
+		}
+	}
+	t.Logf("%s/%s: FEAT_BF16 %v, FEAT_FHM %v", runtime.GOOS, runtime.GOARCH, hasBF16, hasFHM)
+}
+
+// TestNEONDotMatchesMulABt: Impl.Dot promises the arithmetic of one
+// element of MulABt; on NEON both are one chain of fused multiply-adds in
+// the order of k, so they agree bit for bit (on every k tail).
+func TestNEONDotMatchesMulABt(t *testing.T) {
+	im, err := Lookup("neon")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(51, 52))
+	for _, k := range []int{1, 3, 4, 7, 64, 65, 130} {
+		const m, n = 7, 32
+		a, b := randSlice(r, m*k), randSlice(r, n*k)
+		bt := make([]float32, n*k)
+		PackBt(bt, b, k, n, k)
+		c := make([]float32, m*n)
+		im.MulABt(c, n, a, k, bt, m, n, k)
+		for i := 0; i < m; i++ {
+			for j := 0; j < n; j++ {
+				d := im.Dot(a[i*k:(i+1)*k], b[j*k:(j+1)*k])
+				if math.Float32bits(d) != math.Float32bits(c[i*n+j]) {
+					t.Fatalf("k=%d (%d, %d): Dot %v, MulABt %v", k, i, j, d, c[i*n+j])
+				}
+			}
+		}
+	}
+}
+
+// TestNEONF16MatchesGeneric: neonfp16 does the generic fp16 twin's
+// float32 operations in its order (odd then even k of a pair, products
+// exact), so the two agree bit for bit.
+func TestNEONF16MatchesGeneric(t *testing.T) {
+	h, err := LookupHalf(F16, "neonfp16")
+	if err != nil {
+		t.Skip("no FEAT_FHM")
+	}
+	g := GenericHalf(F16)
+	r := rand.New(rand.NewPCG(53, 54))
+	for _, m := range []int{1, 4, 5, 6, 11} {
+		for _, n := range []int{16, 48} {
+			for _, k := range []int{2, 8, 10, 38, 130} {
+				a := randHalf(r, F16, m*k)
+				b := randHalf(r, F16, VNNILen(k, n))
+				c1 := make([]float32, m*n)
+				for i := range c1 {
+					c1[i] = r.Float32()
+				}
+				c2 := append([]float32(nil), c1...)
+				h.MulAdd(c1, n, a, k, b, W*k, m, n, k)
+				g.MulAdd(c2, n, a, k, b, W*k, m, n, k)
+				for i := range c1 {
+					if math.Float32bits(c1[i]) != math.Float32bits(c2[i]) {
+						t.Fatalf("m=%d n=%d k=%d: element %d: %v (neonfp16) vs %v (generic)", m, n, k, i, c1[i], c2[i])
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestNEONSelfCheckRejects is the negative control of the start-up
+// checks on arm64: the real NEON assembly, called wrongly so that it
+// computes something else (a term dropped, the wrong widening, the strip
+// stride ignored), is rejected by selfCheck, selfCheckDecode and
+// selfCheckHalf, while the correct sets pass.
+func TestNEONSelfCheckRejects(t *testing.T) {
+	im := archImpls()[0]
+	if err := selfCheck(im); err != nil {
+		t.Fatalf("the NEON kernels fail their self-check: %v", err)
+	}
+	for name, broken := range map[string]func(Impl) Impl{
+		"MulABt without the last k": func(b Impl) Impl {
+			b.MulABt = wrapMulABt(func(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int) {
+				mulABtNEON(c, ldc, a, lda, bt, m, n, k-1)
+			})
+			return b
+		},
+		"MulAddAtB one row short": func(b Impl) Impl {
+			b.MulAddAtB = wrapMulAddAtB(func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int) {
+				mulAddAtBNEON(c, ldc, a, lda, b, ldb, m-1, n, k)
+			})
+			return b
+		},
+		"ExpSum with scale 0.1% off": func(b Impl) Impl {
+			b.ExpSum = wrapExpSum(func(x []float32, scale, sub float32) float32 {
+				return expSumNEON(x, scale*1.001, sub)
+			})
+			return b
+		},
+		"Dot4T on 8 fewer k": func(b Impl) Impl {
+			b.Dot4T = wrapDot4T(func(c []float32, ldc int, a, b []float32, ldb, n, k int) {
+				dot4TNEON(c, ldc, a, b, ldb, n, k-8)
+			})
+			return b
+		},
+		"F32ToBF16 by the fp16 kernel": func(b Impl) Impl {
+			b.F32ToBF16 = wrapConvNEON(f32ToF16NEON, f32ToBF16Generic)
+			return b
+		},
+		"PackVNNI16Into without the pair interleave": func(b Impl) Impl {
+			b.PackVNNI16Into = func(dst []uint16, ldb, p0 int, src []uint16, ld, k, n int, tr bool) {
+				neonPack16.run(copy16, dst, ldb, p0, src, ld, k, n, !tr) // the other layout's kernel
+			}
+			return b
+		},
+	} {
+		if err := selfCheck(broken(im)); err == nil {
+			t.Errorf("selfCheck accepted NEON with %s", name)
+		}
+	}
+
+	dk := archDecode()[0]
+	if err := selfCheckDecode(dk); err != nil {
+		t.Fatalf("the NEON decode kernels fail their self-check: %v", err)
+	}
+	wrong := dk
+	wrong.AccumF16 = wrapAccum("AccumF16", elemRow, accumBF16M1NEON, accumBF16M2NEON, accumBF16M4NEON, accumBF16M8NEON)
+	if err := selfCheckDecode(wrong); err == nil {
+		t.Error("selfCheckDecode accepted fp16 values widened as bfloat16")
+	}
+	wrong = dk
+	wrong.ScoresQ8 = wrapScores("ScoresQ8", Q8RowBytes, scoresQ8M1NEON, scoresQ8M1NEON, scoresQ8M1NEON, scoresQ8M1NEON)
+	if err := selfCheckDecode(wrong); err == nil {
+		t.Error("selfCheckDecode accepted q8 score tiles that do one row of 2, 4 or 8")
+	}
+
+	for _, h := range append(archHalf(BF16), archHalf(F16)...) {
+		if err := selfCheckHalf(h); err != nil {
+			t.Fatalf("%s fails its self-check: %v", h.Name, err)
+		}
+		kern := map[string]func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int){
+			"neonbf16": mulBF16NEON, "neonfp16": mulF16NEON}[h.Name]
+		tight := h
+		tight.Mul = wrapHalf("tight", func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) {
+			kern(c, ldc, a, lda, b, W*k, m, n, k) // ignores the strip stride
+		})
+		if err := selfCheckHalf(tight); err == nil {
+			t.Errorf("selfCheckHalf accepted %s ignoring the strip stride", h.Name)
+		}
+	}
+}
+
+// TestNEONExpSumLargeArguments: the NEON ExpSum forms scale·x − sub with
+// one fused multiply-add, so where scale·x and sub are large and close
+// (scores far above zero, minus their running maximum) the argument keeps
+// its accuracy that a rounded product would lose (an ulp of 1000 is 6e-5):
+// within 2 ulp of exp of the exact argument here. (The generic path
+// rounds the product on amd64; on arm64 the Go compiler fuses it too.)
+func TestNEONExpSumLargeArguments(t *testing.T) {
+	im, err := Lookup("neon")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(55, 56))
+	x := make([]float32, 1024)
+	for i := range x {
+		x[i] = 9990 + r.Float32()*20
+	}
+	const scale, sub = float32(0.1), float32(1000)
+	y := append([]float32(nil), x...)
+	im.ExpSum(y, scale, sub)
+	worst := int64(0)
+	for i, v := range x {
+		want := float32(math.Exp(float64(v)*float64(scale) - float64(sub)))
+		worst = max(worst, ulps(y[i], want))
+	}
+	if worst > 2 {
+		t.Errorf("exp(scale·x − sub) with scale·x ≈ sub ≈ 1000: %d ulp from the exact argument's exp", worst)
+	}
+	g := append([]float32(nil), x...)
+	Generic.ExpSum(g, scale, sub)
+	gw := int64(0)
+	for i, v := range x {
+		gw = max(gw, ulps(g[i], float32(math.Exp(float64(v)*float64(scale)-float64(sub)))))
+	}
+	t.Logf("worst error: neon %d ulp, generic %d ulp", worst, gw)
+}
