@@ -191,8 +191,10 @@ func (f *forwardPass) microSoftmax(ws *workspace, st *rowState, s *sequence, mt 
 		if p.dropOn {
 			p.drop.ApplyRow(row[:n], s.b, h, i+s.qpos, j0+s.kpos)
 		}
-		if p.ct != Float32 {
-			roundTo(row[:n], p.ct, &p.kern) // P in the inputs' type before P·V
+		if p.ct != Float32 && !p.native {
+			// P in the inputs' type before P·V (the native products
+			// convert P to the type themselves, with the same rounding).
+			roundTo(row[:n], p.ct, &p.kern)
 		}
 	}
 }
