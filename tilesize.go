@@ -11,10 +11,11 @@ import (
 
 // tilesize.go picks the tile sizes from the CPU caches (the paper's SRAM).
 
-// Cache sizes, read once from Linux sysfs; fallbacks are typical of current
-// x86 cores (32 KiB L1d, 1 MiB L2).
+// Cache sizes, read once: from Linux sysfs, else as the CPU reports them
+// (CPUID on amd64), else typical of current x86 cores (32 KiB L1d,
+// 1 MiB L2).
 var cacheSizes = sync.OnceValues(func() (l1, l2 int) {
-	l1, l2 = 32<<10, 1<<20
+	l1, l2 = 0, 0
 	for idx := 0; idx < 8; idx++ {
 		dir := "/sys/devices/system/cpu/cpu0/cache/index" + strconv.Itoa(idx) + "/"
 		lvl, err1 := os.ReadFile(dir + "level")
@@ -35,6 +36,20 @@ var cacheSizes = sync.OnceValues(func() (l1, l2 int) {
 		case "2":
 			l2 = n
 		}
+	}
+	if c1, c2, _, ok := kernel.CacheSizes(); ok {
+		if l1 == 0 {
+			l1 = c1
+		}
+		if l2 == 0 {
+			l2 = c2
+		}
+	}
+	if l1 <= 0 {
+		l1 = 32 << 10
+	}
+	if l2 <= 0 {
+		l2 = 1 << 20
 	}
 	return l1, l2
 })

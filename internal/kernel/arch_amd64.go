@@ -143,3 +143,6 @@ func archPhilox8(out *[32]uint32, c0, c1, c2, c3, k0, k1 uint32) bool {
 	philox8AVX2(out, c0, c1, c2, c3, k0, k1)
 	return true
 }
+
+// archCacheSizes reads the cache sizes with CPUID.
+func archCacheSizes() (l1, l2, l3 int, ok bool) { return cacheSizesCPUID() }

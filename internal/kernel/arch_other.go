@@ -21,3 +21,6 @@ func archFMAPeak(iters int) int { return fmaPeakGeneric(iters) }
 func archFMAPeakLoop(name string) (func(iters int) int, bool) { return nil, false }
 
 func archPhilox8(out *[32]uint32, c0, c1, c2, c3, k0, k1 uint32) bool { return false }
+
+// archCacheSizes: no portable way; the caller falls back to defaults.
+func archCacheSizes() (l1, l2, l3 int, ok bool) { return 0, 0, 0, false }

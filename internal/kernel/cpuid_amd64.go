@@ -52,3 +52,39 @@ func xcr0() uint32 {
 	eax, _ := xgetbv0()
 	return eax
 }
+
+// cacheSizesCPUID reads the data and unified cache sizes of levels 1–3 from
+// CPUID's deterministic cache parameters: leaf 0x8000001D (AMD, with
+// TOPOEXT) or leaf 4 (Intel). ok is false when neither leaf describes a
+// level-2 cache.
+func cacheSizesCPUID() (l1, l2, l3 int, ok bool) {
+	leaf := uint32(4)
+	if maxExt, _, _, _ := cpuidex(0x80000000, 0); maxExt >= 0x8000001D {
+		if _, _, ecx, _ := cpuidex(0x80000001, 0); ecx&(1<<22) != 0 { // TOPOEXT
+			leaf = 0x8000001D
+		}
+	}
+	if maxLeaf, _, _, _ := cpuidex(0, 0); leaf == 4 && maxLeaf < 4 {
+		return 0, 0, 0, false
+	}
+	for sub := uint32(0); sub < 16; sub++ {
+		eax, ebx, ecx, _ := cpuidex(leaf, sub)
+		typ := eax & 0x1f // 0 none, 1 data, 2 instruction, 3 unified
+		if typ == 0 {
+			break
+		}
+		if typ == 2 {
+			continue
+		}
+		size := int(ebx>>22+1) * int(ebx>>12&0x3ff+1) * int(ebx&0xfff+1) * int(ecx+1)
+		switch eax >> 5 & 7 {
+		case 1:
+			l1 = size
+		case 2:
+			l2 = size
+		case 3:
+			l3 = size
+		}
+	}
+	return l1, l2, l3, l2 > 0
+}

@@ -247,3 +247,9 @@ func PackRows(dst []float32, b []float32, ldb, n, k int) {
 		clear(d[k:])
 	}
 }
+
+// CacheSizes returns the sizes in bytes of this CPU's level-1 data, level-2
+// and level-3 caches as the CPU itself reports them (CPUID on amd64), for
+// systems where the operating system does not (Linux's sysfs is read by the
+// caller first). ok is false where the CPU cannot tell.
+func CacheSizes() (l1, l2, l3 int, ok bool) { return archCacheSizes() }
