@@ -374,146 +374,187 @@ func backwardGrads[T float](p Params, q, k, v, dout, dlse []T, rnd func(T) T) (d
 	if dlse != nil && len(dlse) != p.Batch*p.Heads*p.SeqQ {
 		panic(fmt.Sprintf("reference: len(dlse)=%d, want Batch*Heads*SeqQ=%d", len(dlse), p.Batch*p.Heads*p.SeqQ))
 	}
-	D, DV, Sq, Sk := p.HeadDim, p.dimV(), p.SeqQ, p.SeqK
-	dq = make([]T, len(q))
-	dk = make([]T, len(k))
-	dv = make([]T, len(v))
-	if p.Sinks != nil {
-		dsinks = make([]T, p.Heads)
-	}
-	var mask dropout.Mask
-	if p.Dropout > 0 {
-		mask = dropout.NewMask(p.Seed, float32(p.Dropout))
-	}
-	ds := dropScale[T](p.Dropout)
-	s := T(p.scale())
+	r := newBwdRef(&p, q, k, v, dout, dlse, rnd)
 	group := p.Heads / p.KVHeads
-
-	P := make([]T, Sq*Sk)  // softmax probabilities
-	TH := make([]T, Sq*Sk) // tanh(x_raw/softcap)
-	SM := make([]T, Sq*Sk) // the ScoreMod's derivative
-	Z := make([]T, Sq*Sk)  // z/(1-p): 0 or ds (1 without dropout)
-	dS := make([]T, Sq*Sk) // gradient wrt the final scores, then raw scores
-	acc := make([]T, D)
-	lse := make([]T, Sq)
 	for b := 0; b < p.Batch; b++ {
 		for h := 0; h < p.Heads; h++ {
 			kh := h / group
-			for i := 0; i < Sq; i++ {
-				row := P[i*Sk:][:Sk]
-				m := rowScores(&p, q, k, b, h, i, row, TH[i*Sk:][:Sk], SM[i*Sk:][:Sk])
-				lse[i] = softmaxSink(row, m, sinkOf[T](&p, h))
-				for j := 0; j < Sk; j++ {
-					z := T(1)
-					if p.Dropout > 0 {
-						z = 0
-						if mask.Keep(b, h, i, j) {
-							z = ds
-						}
-					}
-					Z[i*Sk+j] = z
+			r.probs(b, h)
+			r.gradV(b, h, kh)
+			r.gradScores(b, h, kh)
+			r.gradQ(b, h, kh)
+			r.gradK(b, h, kh)
+		}
+	}
+	roundAll(r.dq, rnd)
+	roundAll(r.dk, rnd)
+	roundAll(r.dv, rnd)
+	return r.dq, r.dk, r.dv, r.dsinks
+}
+
+// bwdRef is the plain backward's state for one call: inputs, outputs and
+// the Sq×Sk matrices of the current (batch, head).
+type bwdRef[T float] struct {
+	p                *Params
+	q, k, v, dout    []T
+	dlse             []T
+	rnd              func(T) T
+	dq, dk, dv       []T
+	dsinks           []T
+	mask             dropout.Mask
+	ds, s            T   // 1/(1-p) of dropout; the score scale
+	P, TH, SM, Z, dS []T // probabilities, tanh(x/softcap), the ScoreMod's derivative, z/(1-p), score gradients
+	acc, lse         []T
+}
+
+func newBwdRef[T float](p *Params, q, k, v, dout, dlse []T, rnd func(T) T) *bwdRef[T] {
+	Sq, Sk := p.SeqQ, p.SeqK
+	r := &bwdRef[T]{p: p, q: q, k: k, v: v, dout: dout, dlse: dlse, rnd: rnd,
+		dq: make([]T, len(q)), dk: make([]T, len(k)), dv: make([]T, len(v)),
+		ds: dropScale[T](p.Dropout), s: T(p.scale()),
+		P: make([]T, Sq*Sk), TH: make([]T, Sq*Sk), SM: make([]T, Sq*Sk), Z: make([]T, Sq*Sk), dS: make([]T, Sq*Sk),
+		acc: make([]T, p.HeadDim), lse: make([]T, Sq)}
+	if p.Sinks != nil {
+		r.dsinks = make([]T, p.Heads)
+	}
+	if p.Dropout > 0 {
+		r.mask = dropout.NewMask(p.Seed, float32(p.Dropout))
+	}
+	return r
+}
+
+// probs recomputes P (and the softcap's tanh, the ScoreMod's derivative,
+// the dropout factors z/(1-p)) and the LSE of every row of (b, h).
+func (r *bwdRef[T]) probs(b, h int) {
+	p, Sk := r.p, r.p.SeqK
+	for i := 0; i < p.SeqQ; i++ {
+		row := r.P[i*Sk:][:Sk]
+		m := rowScores(p, r.q, r.k, b, h, i, row, r.TH[i*Sk:][:Sk], r.SM[i*Sk:][:Sk])
+		r.lse[i] = softmaxSink(row, m, sinkOf[T](p, h))
+		for j := 0; j < Sk; j++ {
+			z := T(1)
+			if p.Dropout > 0 {
+				z = 0
+				if r.mask.Keep(b, h, i, j) {
+					z = r.ds
 				}
 			}
-			// dV_j += sum_i P~_ij dO_i, with P~ = P * z/(1-p).
-			for j := 0; j < Sk; j++ {
-				dvj := dv[vIdx(&p, b, j, kh):][:DV]
-				for i := 0; i < Sq; i++ {
-					pij := P[i*Sk+j]
-					if rnd != nil {
-						pij = rnd(pij)
-					}
-					pt := T(pij * Z[i*Sk+j])
-					if pt == 0 {
-						continue
-					}
-					doi := dout[oIdx(&p, b, i, h):][:DV]
-					for d := range dvj {
-						dvj[d] += T(pt * doi[d])
-					}
-				}
+			r.Z[i*Sk+j] = z
+		}
+	}
+}
+
+// gradV adds dV_j += Σ_i P̃_ij·dO_i, P̃ = P·z/(1-p) (rounded first in the
+// same-type algorithm).
+func (r *bwdRef[T]) gradV(b, h, kh int) {
+	p, Sk, DV := r.p, r.p.SeqK, r.p.dimV()
+	for j := 0; j < Sk; j++ {
+		dvj := r.dv[vIdx(p, b, j, kh):][:DV]
+		for i := 0; i < p.SeqQ; i++ {
+			pij := r.P[i*Sk+j]
+			if r.rnd != nil {
+				pij = r.rnd(pij)
 			}
-			// dP = (dO V^T) * z/(1-p); dS = P * (dP - rowsum(dP * P)).
-			for i := 0; i < Sq; i++ {
-				doi := dout[oIdx(&p, b, i, h):][:DV]
-				var rowDot T
-				for j := 0; j < Sk; j++ {
-					var dp T
-					if P[i*Sk+j] != 0 && Z[i*Sk+j] != 0 {
-						vj := v[vIdx(&p, b, j, kh):][:DV]
-						for d := range doi {
-							dp += T(doi[d] * vj[d])
-						}
-						dp = T(dp * Z[i*Sk+j])
-					}
-					dS[i*Sk+j] = dp
-					rowDot += T(dp * P[i*Sk+j])
-				}
-				var dl T
-				if dlse != nil {
-					dl = dlse[(b*p.Heads+h)*Sq+i]
-				}
-				if dsinks != nil && !math.IsInf(float64(lse[i]), -1) {
-					// The sink's probability; its "value" is zero, so its dP is 0.
-					ps := T(math.Exp(float64(T(p.Sinks[h]) - lse[i])))
-					dsinks[h] += T(ps * T(dl-rowDot))
-				}
-				for j := 0; j < Sk; j++ {
-					g := T(P[i*Sk+j] * T(T(dS[i*Sk+j]-rowDot)+dl))
-					if p.ScoreMod != nil && g != 0 {
-						g = T(g * SM[i*Sk+j])
-					}
-					if p.Softcap > 0 {
-						t := TH[i*Sk+j]
-						g = T(g * T(1-T(t*t)))
-					}
-					if rnd != nil {
-						g = rnd(g)
-					}
-					dS[i*Sk+j] = g
-				}
+			pt := T(pij * r.Z[i*Sk+j])
+			if pt == 0 {
+				continue
 			}
-			// dQ_i = s * sum_j dS_ij K_j.
-			for i := 0; i < Sq; i++ {
-				clear(acc)
-				for j := 0; j < Sk; j++ {
-					g := dS[i*Sk+j]
-					if g == 0 {
-						continue
-					}
-					kj := k[kIdx(&p, b, j, kh):][:D]
-					for d := range acc {
-						acc[d] += T(g * kj[d])
-					}
-				}
-				dqi := dq[qIdx(&p, b, i, h):][:D]
-				for d := range dqi {
-					dqi[d] = T(s * acc[d])
-				}
-			}
-			// dK_j += s * sum_i dS_ij Q_i.
-			for j := 0; j < Sk; j++ {
-				clear(acc)
-				for i := 0; i < Sq; i++ {
-					g := dS[i*Sk+j]
-					if g == 0 {
-						continue
-					}
-					qi := q[qIdx(&p, b, i, h):][:D]
-					for d := range acc {
-						acc[d] += T(g * qi[d])
-					}
-				}
-				dkj := dk[kIdx(&p, b, j, kh):][:D]
-				for d := range dkj {
-					dkj[d] += T(s * acc[d])
-				}
+			doi := r.dout[oIdx(p, b, i, h):][:DV]
+			for d := range dvj {
+				dvj[d] += T(pt * doi[d])
 			}
 		}
 	}
-	roundAll(dq, rnd)
-	roundAll(dk, rnd)
-	roundAll(dv, rnd)
-	return dq, dk, dv, dsinks
+}
+
+// gradScores sets dS: dP = (dO·Vᵀ)·z/(1-p), dS = P·(dP − rowsum(dP·P) +
+// dLSE), times the modifiers' derivatives, and adds the sinks' gradient.
+func (r *bwdRef[T]) gradScores(b, h, kh int) {
+	p, Sq, Sk, DV := r.p, r.p.SeqQ, r.p.SeqK, r.p.dimV()
+	P, dS := r.P, r.dS
+	for i := 0; i < Sq; i++ {
+		doi := r.dout[oIdx(p, b, i, h):][:DV]
+		var rowDot T
+		for j := 0; j < Sk; j++ {
+			var dp T
+			if P[i*Sk+j] != 0 && r.Z[i*Sk+j] != 0 {
+				vj := r.v[vIdx(p, b, j, kh):][:DV]
+				for d := range doi {
+					dp += T(doi[d] * vj[d])
+				}
+				dp = T(dp * r.Z[i*Sk+j])
+			}
+			dS[i*Sk+j] = dp
+			rowDot += T(dp * P[i*Sk+j])
+		}
+		var dl T
+		if r.dlse != nil {
+			dl = r.dlse[(b*p.Heads+h)*Sq+i]
+		}
+		if r.dsinks != nil && !math.IsInf(float64(r.lse[i]), -1) {
+			// The sink's probability; its "value" is zero, so its dP is 0.
+			ps := T(math.Exp(float64(T(p.Sinks[h]) - r.lse[i])))
+			r.dsinks[h] += T(ps * T(dl-rowDot))
+		}
+		for j := 0; j < Sk; j++ {
+			g := T(P[i*Sk+j] * T(T(dS[i*Sk+j]-rowDot)+dl))
+			if p.ScoreMod != nil && g != 0 {
+				g = T(g * r.SM[i*Sk+j])
+			}
+			if p.Softcap > 0 {
+				t := r.TH[i*Sk+j]
+				g = T(g * T(1-T(t*t)))
+			}
+			if r.rnd != nil {
+				g = r.rnd(g)
+			}
+			dS[i*Sk+j] = g
+		}
+	}
+}
+
+// gradQ sets dQ_i = s·Σ_j dS_ij·K_j.
+func (r *bwdRef[T]) gradQ(b, h, kh int) {
+	p, Sk, D := r.p, r.p.SeqK, r.p.HeadDim
+	for i := 0; i < p.SeqQ; i++ {
+		clear(r.acc)
+		for j := 0; j < Sk; j++ {
+			g := r.dS[i*Sk+j]
+			if g == 0 {
+				continue
+			}
+			kj := r.k[kIdx(p, b, j, kh):][:D]
+			for d := range r.acc {
+				r.acc[d] += T(g * kj[d])
+			}
+		}
+		dqi := r.dq[qIdx(p, b, i, h):][:D]
+		for d := range dqi {
+			dqi[d] = T(r.s * r.acc[d])
+		}
+	}
+}
+
+// gradK adds dK_j += s·Σ_i dS_ij·Q_i.
+func (r *bwdRef[T]) gradK(b, h, kh int) {
+	p, Sk, D := r.p, r.p.SeqK, r.p.HeadDim
+	for j := 0; j < Sk; j++ {
+		clear(r.acc)
+		for i := 0; i < p.SeqQ; i++ {
+			g := r.dS[i*Sk+j]
+			if g == 0 {
+				continue
+			}
+			qi := r.q[qIdx(p, b, i, h):][:D]
+			for d := range r.acc {
+				r.acc[d] += T(g * qi[d])
+			}
+		}
+		dkj := r.dk[kIdx(p, b, j, kh):][:D]
+		for d := range dkj {
+			dkj[d] += T(r.s * r.acc[d])
+		}
+	}
 }
 
 // Forward64 computes O and LSE in float64 arithmetic.
