@@ -282,6 +282,14 @@ type expRegs struct {
 	one        V // 1.0 in every lane (also the integer 127<<23)
 }
 
+// eachV calls g(i) for each index i of vs: one step emitted for each of
+// several vectors before the next step, so that their chains interleave.
+func eachV(vs []V, g func(i int)) {
+	for i := range vs {
+		g(i)
+	}
+}
+
 // expCore emits e^c for the vectors cs (in [ExpMin, ExpMax]; NaN gives
 // NaN), each with two scratch registers ns and ps and a third qs. The
 // result replaces c. The steps of all vectors are interleaved.
@@ -295,11 +303,7 @@ type expRegs struct {
 // at least as accurate (TestExpULP: within 2 ulp of the correctly rounded
 // value over the whole range).
 func (f *file) expCore(k expRegs, cs, ns, ps, qs []V) {
-	each := func(g func(i int)) {
-		for i := range cs {
-			g(i)
-		}
-	}
+	each := func(g func(i int)) { eachV(cs, g) }
 	each(func(i int) { f.w(fmulE(ns[i], cs[i], k.ka, 0)) })
 	each(func(i int) { f.w(frintn(ns[i], ns[i])) })
 	each(func(i int) { f.w(fmlsE(cs[i], ns[i], k.ka, 1)) })
@@ -341,64 +345,61 @@ func genExpSum(f *file) {
 		"Impl.ExpSum); len(x) is a multiple of 16.")
 	f.ld("R0", "x", "base")
 	f.ld("R1", "x", "len")
-	// Invariants: v31-v29 lanes, v28 1.0, v27 ExpMin, v26 ExpMax, v25
-	// +Inf, v24 −sub (all lanes), v23 scale (lane 0), v22/v21 the sums.
-	k := expRegs{ka: 31, kb: 30, kc: 29, one: 28}
-	const vMin, vMax, vInf, vNegSub, vScale = 27, 26, 25, 24, 23
-	f.constBase("R9")
-	f.constQ(k.ka, "R9", "expA")
-	f.constQ(k.kb, "R9", "expB")
-	f.constQ(k.kc, "R9", "expC")
-	f.constQ(k.one, "R9", "one")
-	f.constQ(vMin, "R9", "expMin")
-	f.constQ(vMax, "R9", "expMax")
-	f.constQ(vInf, "R9", "inf")
-	f.i("FMOVS %s, F%d", f.arg("sub", ""), vNegSub)
-	f.w(fneg(vNegSub, vNegSub))
-	f.w(dupE(vNegSub, vNegSub, 0))
-	f.i("FMOVS %s, F%d", f.arg("scale", ""), vScale)
-	f.w(movi0(22))
-	f.w(movi0(21))
-	xs := []V{0, 1, 2, 3}   // loaded x, then the clamped argument c
-	ts := []V{4, 5, 6, 7}   // the argument t
-	ns := []V{8, 9, 10, 11} // n, 2^n, masks
-	ps := []V{12, 13, 14, 15}
-	qs := []V{16, 17, 18, 19}
-	f.elem16("R1", []string{"R0"}, [][4]V{{0, 1, 2, 3}}, func() {
-		for i := range xs {
-			f.w(vmov(ts[i], vNegSub))
-		}
-		for i := range xs {
-			f.w(fmlaE(ts[i], xs[i], vScale, 0)) // t = x·scale − sub
-		}
-		for i := range xs {
-			f.w(fmin(xs[i], ts[i], vMax))
-		}
-		for i := range xs {
-			f.w(fmax(xs[i], xs[i], vMin))
-		}
-		f.expCore(k, xs, ns, ps, qs)
-		for i := range xs {
-			f.w(fcmgt(ns[i], vMin, ts[i])) // t < ExpMin
-		}
-		for i := range xs {
-			f.w(vbic(xs[i], xs[i], ns[i]))
-		}
-		for i := range xs {
-			f.w(fcmgt(ns[i], ts[i], vMax)) // t > ExpMax
-		}
-		for i := range xs {
-			f.w(vbit(xs[i], vInf, ns[i]))
-		}
-		for i := range xs {
-			f.w(fadd(V(22-i%2), V(22-i%2), xs[i]))
-		}
-	}, true)
+	expSumInvariants(f)
+	f.elem16("R1", []string{"R0"}, [][4]V{{0, 1, 2, 3}}, func() { expSumStep(f) }, true)
 	f.w(fadd(22, 22, 21))
 	f.w(faddp(22, 22, 22))
 	f.w(faddpS(0, 22))
 	f.i("FMOVS F0, %s", f.arg("ret", ""))
 	f.ret()
+}
+
+// The loop-invariant registers of expSumNEON: v31-v29 the exponential's
+// lanes and v28 1.0 (expSumExp), the bounds, +Inf, −sub (all lanes) and
+// scale (lane 0); v22/v21 are the sums.
+var expSumExp = expRegs{ka: 31, kb: 30, kc: 29, one: 28}
+
+const esMin, esMax, esInf, esNegSub, esScale V = 27, 26, 25, 24, 23
+
+// expSumInvariants loads the loop-invariant registers and zeroes the sums.
+func expSumInvariants(f *file) {
+	k := expSumExp
+	f.constBase("R9")
+	f.constQ(k.ka, "R9", "expA")
+	f.constQ(k.kb, "R9", "expB")
+	f.constQ(k.kc, "R9", "expC")
+	f.constQ(k.one, "R9", "one")
+	f.constQ(esMin, "R9", "expMin")
+	f.constQ(esMax, "R9", "expMax")
+	f.constQ(esInf, "R9", "inf")
+	f.i("FMOVS %s, F%d", f.arg("sub", ""), esNegSub)
+	f.w(fneg(esNegSub, esNegSub))
+	f.w(dupE(esNegSub, esNegSub, 0))
+	f.i("FMOVS %s, F%d", f.arg("scale", ""), esScale)
+	f.w(movi0(22))
+	f.w(movi0(21))
+}
+
+// expSumStep emits the work on the four vectors of a step, x in v0-v3:
+// the argument, clamped, its exponential, the out-of-range lanes fixed,
+// and the sums.
+func expSumStep(f *file) {
+	xs := []V{0, 1, 2, 3}   // loaded x, then the clamped argument c
+	ts := []V{4, 5, 6, 7}   // the argument t
+	ns := []V{8, 9, 10, 11} // n, 2^n, masks
+	ps := []V{12, 13, 14, 15}
+	qs := []V{16, 17, 18, 19}
+	each := func(g func(i int)) { eachV(xs, g) }
+	each(func(i int) { f.w(vmov(ts[i], esNegSub)) })
+	each(func(i int) { f.w(fmlaE(ts[i], xs[i], esScale, 0)) }) // t = x·scale − sub
+	each(func(i int) { f.w(fmin(xs[i], ts[i], esMax)) })
+	each(func(i int) { f.w(fmax(xs[i], xs[i], esMin)) })
+	f.expCore(expSumExp, xs, ns, ps, qs)
+	each(func(i int) { f.w(fcmgt(ns[i], esMin, ts[i])) }) // t < ExpMin
+	each(func(i int) { f.w(vbic(xs[i], xs[i], ns[i])) })
+	each(func(i int) { f.w(fcmgt(ns[i], ts[i], esMax)) }) // t > ExpMax
+	each(func(i int) { f.w(vbit(xs[i], esInf, ns[i])) })
+	each(func(i int) { f.w(fadd(V(22-i%2), V(22-i%2), xs[i])) })
 }
 
 // genHalfPeaks emits the peak loops of the 16-bit paths, shaped like

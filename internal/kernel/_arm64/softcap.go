@@ -99,11 +99,7 @@ func newSoftcapStep(f *file) softcapStep {
 }
 
 // each emits g(i) for each vector of the step.
-func (s softcapStep) each(g func(i int)) {
-	for i := range s.ys {
-		g(i)
-	}
-}
+func (s softcapStep) each(g func(i int)) { eachV(s.ys, g) }
 
 // large sets a = |y| and u = 1 − 2/(e^{2|y|} + 1) with the sign of y
 // (2|y| clamped to 88).
