@@ -26,7 +26,7 @@ const (
 	acOOff = "R13" // byte offset of the chunk's columns in O's rows
 	acVOff = "R14" // byte offset of the chunk's columns (q8: block) in V's rows
 	acPCur = "R15" // P at the current key
-	acT    = "R16" // scratch: O's or P's row
+	acT    = "R16" // scratch: O's or P's row; the block's bytes of V
 	acVp   = "R17" // the current key's V row
 	acKl   = "R19" // keys left in the chunk's pass
 	acT2   = "R20" // scratch of the loads
