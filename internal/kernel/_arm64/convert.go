@@ -57,44 +57,47 @@ func (f *file) convLoop(n string, body func()) {
 	f.ret()
 }
 
+// genConvert emits the converters: the widenings to float32, the
+// narrowings from it, and the round trips in place.
 func genConvert(f *file) {
-	sig := "func(dst []float32, src []uint16)"
-	f.text("bf16ToF32NEON", sig,
-		"bf16ToF32NEON widens len(src) bfloat16 (a multiple of 16) into dst (SHLL #16).")
+	genWiden(f, "bf16ToF32NEON", "bf16ToF32NEON widens len(src) bfloat16 (a multiple of 16) into dst (SHLL #16).",
+		shll, shll2)
+	genWiden(f, "f16ToF32NEON", "f16ToF32NEON widens len(src) fp16 (a multiple of 16) into dst (FCVTL).",
+		fcvtl, fcvtl2)
+	genF32ToF16(f)
+	genF32ToBF16(f)
+	genRoundBF16(f)
+	genRoundF16(f)
+}
+
+// convEntry starts a converter name(dst, src) with the Go signature sig
+// and doc: dst in R0, src in R1, the count len(src) in R2.
+func convEntry(f *file, name, sig string, doc ...string) {
+	f.text(name, sig, doc...)
 	f.ld("R0", "dst", "base")
 	f.ld("R1", "src", "base")
 	f.ld("R2", "src", "len")
+}
+
+// genWiden emits a widening of 16-bit values to float32, lo and hi
+// widening the low and the high four lanes of a vector.
+func genWiden(f *file, name, doc string, lo, hi func(d, n V) inst) {
+	convEntry(f, name, "func(dst []float32, src []uint16)", doc)
 	f.convLoop("R2", func() {
 		f.i("FLDPQ.P 32(R1), (F0, F1)")
-		f.w(shll(2, 0))
-		f.w(shll2(3, 0))
-		f.w(shll(4, 1))
-		f.w(shll2(5, 1))
+		f.w(lo(2, 0))
+		f.w(hi(3, 0))
+		f.w(lo(4, 1))
+		f.w(hi(5, 1))
 		f.i("FSTPQ.P (F2, F3), 32(R0)")
 		f.i("FSTPQ.P (F4, F5), 32(R0)")
 	})
+}
 
-	f.text("f16ToF32NEON", sig,
-		"f16ToF32NEON widens len(src) fp16 (a multiple of 16) into dst (FCVTL).")
-	f.ld("R0", "dst", "base")
-	f.ld("R1", "src", "base")
-	f.ld("R2", "src", "len")
-	f.convLoop("R2", func() {
-		f.i("FLDPQ.P 32(R1), (F0, F1)")
-		f.w(fcvtl(2, 0))
-		f.w(fcvtl2(3, 0))
-		f.w(fcvtl(4, 1))
-		f.w(fcvtl2(5, 1))
-		f.i("FSTPQ.P (F2, F3), 32(R0)")
-		f.i("FSTPQ.P (F4, F5), 32(R0)")
-	})
-
-	sig = "func(dst []uint16, src []float32)"
-	f.text("f32ToF16NEON", sig,
+// genF32ToF16 emits f32ToF16NEON (FCVTN, FCVTN2).
+func genF32ToF16(f *file) {
+	convEntry(f, "f32ToF16NEON", "func(dst []uint16, src []float32)",
 		"f32ToF16NEON rounds len(src) float32 (a multiple of 16) to fp16 into dst (FCVTN).")
-	f.ld("R0", "dst", "base")
-	f.ld("R1", "src", "base")
-	f.ld("R2", "src", "len")
 	f.convLoop("R2", func() {
 		f.i("FLDPQ.P 32(R1), (F0, F1)")
 		f.i("FLDPQ.P 32(R1), (F2, F3)")
@@ -104,13 +107,13 @@ func genConvert(f *file) {
 		f.w(fcvtn2(5, 3))
 		f.i("FSTPQ.P (F4, F5), 32(R0)")
 	})
+}
 
-	f.text("f32ToBF16NEON", sig,
+// genF32ToBF16 emits f32ToBF16NEON (narrowBF16).
+func genF32ToBF16(f *file) {
+	convEntry(f, "f32ToBF16NEON", "func(dst []uint16, src []float32)",
 		"f32ToBF16NEON rounds len(src) float32 (a multiple of 16) to bfloat16 into dst",
 		"as F32ToBF16 does (integer rounding; NaNs quieted).")
-	f.ld("R0", "dst", "base")
-	f.ld("R1", "src", "base")
-	f.ld("R2", "src", "len")
 	r := bf16Regs{k7fff: 31, one: 30, quiet8h: 29}
 	f.constBase("R9")
 	f.loadBF16Regs(r, "R9")
@@ -121,8 +124,12 @@ func genConvert(f *file) {
 		f.narrowBF16(r, 5, 2, 3, 12, 13, 14, 15)
 		f.i("FSTPQ.P (F4, F5), 32(R0)")
 	})
+}
 
-	// RoundF32: x = e.ToF32(e.FromF32(x)) in place.
+// genRoundBF16 emits roundBF16NEON, RoundF32 of bfloat16: x =
+// e.ToF32(e.FromF32(x)) in place: the rounded bits (a NaN's own bits with
+// the quiet bit set), their low half cleared.
+func genRoundBF16(f *file) {
 	f.text("roundBF16NEON", "func(x []float32)",
 		"roundBF16NEON rounds each element of x (len a multiple of 16) to bfloat16 and",
 		"back, in place (see Impl.RoundF32).")
@@ -145,7 +152,11 @@ func genConvert(f *file) {
 		}
 	}, true)
 	f.ret()
+}
 
+// genRoundF16 emits roundF16NEON, RoundF32 of fp16 in place (FCVTN then
+// FCVTL).
+func genRoundF16(f *file) {
 	f.text("roundF16NEON", "func(x []float32)",
 		"roundF16NEON rounds each element of x (len a multiple of 16) to fp16 and back,",
 		"in place (see Impl.RoundF32).")

@@ -282,6 +282,14 @@ type expRegs struct {
 	one        V // 1.0 in every lane (also the integer 127<<23)
 }
 
+// eachV calls g(i) for each index i of vs: one step emitted for each of
+// several vectors before the next step, so that their chains interleave.
+func eachV(vs []V, g func(i int)) {
+	for i := range vs {
+		g(i)
+	}
+}
+
 // expCore emits e^c for the vectors cs (in [ExpMin, ExpMax]; NaN gives
 // NaN), each with two scratch registers ns and ps and a third qs. The
 // result replaces c. The steps of all vectors are interleaved.
@@ -295,11 +303,7 @@ type expRegs struct {
 // at least as accurate (TestExpULP: within 2 ulp of the correctly rounded
 // value over the whole range).
 func (f *file) expCore(k expRegs, cs, ns, ps, qs []V) {
-	each := func(g func(i int)) {
-		for i := range cs {
-			g(i)
-		}
-	}
+	each := func(g func(i int)) { eachV(cs, g) }
 	each(func(i int) { f.w(fmulE(ns[i], cs[i], k.ka, 0)) })
 	each(func(i int) { f.w(frintn(ns[i], ns[i])) })
 	each(func(i int) { f.w(fmlsE(cs[i], ns[i], k.ka, 1)) })
@@ -341,59 +345,8 @@ func genExpSum(f *file) {
 		"Impl.ExpSum); len(x) is a multiple of 16.")
 	f.ld("R0", "x", "base")
 	f.ld("R1", "x", "len")
-	// Invariants: v31-v29 lanes, v28 1.0, v27 ExpMin, v26 ExpMax, v25
-	// +Inf, v24 −sub (all lanes), v23 scale (lane 0), v22/v21 the sums.
-	k := expRegs{ka: 31, kb: 30, kc: 29, one: 28}
-	const vMin, vMax, vInf, vNegSub, vScale = 27, 26, 25, 24, 23
-	f.constBase("R9")
-	f.constQ(k.ka, "R9", "expA")
-	f.constQ(k.kb, "R9", "expB")
-	f.constQ(k.kc, "R9", "expC")
-	f.constQ(k.one, "R9", "one")
-	f.constQ(vMin, "R9", "expMin")
-	f.constQ(vMax, "R9", "expMax")
-	f.constQ(vInf, "R9", "inf")
-	f.i("FMOVS %s, F%d", f.arg("sub", ""), vNegSub)
-	f.w(fneg(vNegSub, vNegSub))
-	f.w(dupE(vNegSub, vNegSub, 0))
-	f.i("FMOVS %s, F%d", f.arg("scale", ""), vScale)
-	f.w(movi0(22))
-	f.w(movi0(21))
-	xs := []V{0, 1, 2, 3}   // loaded x, then the clamped argument c
-	ts := []V{4, 5, 6, 7}   // the argument t
-	ns := []V{8, 9, 10, 11} // n, 2^n, masks
-	ps := []V{12, 13, 14, 15}
-	qs := []V{16, 17, 18, 19}
-	f.elem16("R1", []string{"R0"}, [][4]V{{0, 1, 2, 3}}, func() {
-		for i := range xs {
-			f.w(vmov(ts[i], vNegSub))
-		}
-		for i := range xs {
-			f.w(fmlaE(ts[i], xs[i], vScale, 0)) // t = x·scale − sub
-		}
-		for i := range xs {
-			f.w(fmin(xs[i], ts[i], vMax))
-		}
-		for i := range xs {
-			f.w(fmax(xs[i], xs[i], vMin))
-		}
-		f.expCore(k, xs, ns, ps, qs)
-		for i := range xs {
-			f.w(fcmgt(ns[i], vMin, ts[i])) // t < ExpMin
-		}
-		for i := range xs {
-			f.w(vbic(xs[i], xs[i], ns[i]))
-		}
-		for i := range xs {
-			f.w(fcmgt(ns[i], ts[i], vMax)) // t > ExpMax
-		}
-		for i := range xs {
-			f.w(vbit(xs[i], vInf, ns[i]))
-		}
-		for i := range xs {
-			f.w(fadd(V(22-i%2), V(22-i%2), xs[i]))
-		}
-	}, true)
+	expSumInvariants(f)
+	f.elem16("R1", []string{"R0"}, [][4]V{{0, 1, 2, 3}}, func() { expSumStep(f) }, true)
 	f.w(fadd(22, 22, 21))
 	f.w(faddp(22, 22, 22))
 	f.w(faddpS(0, 22))
@@ -401,132 +354,52 @@ func genExpSum(f *file) {
 	f.ret()
 }
 
-// genSoftcap emits softcapNEON (see Impl.Softcap), the algorithm of the
-// amd64 softcapAVX2: y = x·(1/c); tanh y by Cephes' polynomial where
-// |y| <= 0.625, else 1 − 2/(e^{2|y|} + 1) with the sign of y (e^{2|y|}
-// by expCore on min(2|y|, 88)); x = c·tanh y and g = 1 − tanh² (one
-// fused FMLS). Two vectors (8 floats) per step; with g == nil (len 0) a
-// second loop skips g.
-func genSoftcap(f *file) {
-	f.text("softcapNEON", "func(x, g []float32, c float32)",
-		"softcapNEON sets x[j] = c·tanh(x[j]/c) and, if len(g) > 0, g[j] = 1 − tanh²",
-		"(see Impl.Softcap); len(x) is a multiple of 8; len(g) is 0 or len(x).")
-	f.ld("R0", "x", "base")
-	f.ld("R1", "x", "len")
-	f.ld("R2", "g", "base")
-	f.ld("R3", "g", "len")
-	k := expRegs{ka: 31, kb: 30, kc: 29, one: 28}
-	const vC, vInv, vTwo, v88, v0625, vSign, vTA, vTB = 27, 26, 25, 24, 23, 22, 21, 20
+// The loop-invariant registers of expSumNEON: v31-v29 the exponential's
+// lanes and v28 1.0 (expSumExp), the bounds, +Inf, −sub (all lanes) and
+// scale (lane 0); v22/v21 are the sums.
+var expSumExp = expRegs{ka: 31, kb: 30, kc: 29, one: 28}
+
+const esMin, esMax, esInf, esNegSub, esScale V = 27, 26, 25, 24, 23
+
+// expSumInvariants loads the loop-invariant registers and zeroes the sums.
+func expSumInvariants(f *file) {
+	k := expSumExp
 	f.constBase("R9")
 	f.constQ(k.ka, "R9", "expA")
 	f.constQ(k.kb, "R9", "expB")
 	f.constQ(k.kc, "R9", "expC")
 	f.constQ(k.one, "R9", "one")
-	f.constQ(vTwo, "R9", "two")
-	f.constQ(v88, "R9", "c88")
-	f.constQ(v0625, "R9", "c0625")
-	f.constQ(vSign, "R9", "sign")
-	f.constQ(vTA, "R9", "tanhA")
-	f.constQ(vTB, "R9", "tanhB")
-	f.i("FMOVS %s, F%d", f.arg("c", ""), vC)
-	f.w(dupE(vC, vC, 0))
-	f.w(fdiv(vInv, k.one, vC)) // 1/c
-	body := func(withG bool, tag string) {
-		f.label(tag)
-		f.i("CBZ R1, %sDone", tag)
-		ys, as, us := []V{0, 1}, []V{2, 3}, []V{4, 5}
-		ns, ps, qs := []V{6, 7}, []V{8, 9}, []V{10, 11}
-		ts, zs := []V{12, 13}, []V{14, 15}
-		f.i("FLDPQ (R0), (F0, F1)")
-		for i := range ys {
-			f.w(fmul(ys[i], ys[i], vInv))
-		}
-		for i := range ys {
-			f.w(fabs(as[i], ys[i]))
-		}
-		for i := range ys {
-			f.w(fadd(us[i], as[i], as[i]))
-		}
-		for i := range ys {
-			f.w(fmin(us[i], us[i], v88))
-		}
-		f.expCore(k, us, ns, ps, qs) // e^{2|y|}
-		for i := range ys {
-			f.w(fadd(us[i], us[i], k.one))
-		}
-		for i := range ys {
-			f.w(fdiv(us[i], vTwo, us[i]))
-		}
-		for i := range ys {
-			f.w(fsub(us[i], k.one, us[i])) // 1 − 2/(e+1)
-		}
-		for i := range ys {
-			f.w(vbit(us[i], ys[i], vSign)) // with the sign of y
-		}
-		// Small branch: ts = y + y·z·T(z).
-		for i := range ys {
-			f.w(fmul(zs[i], ys[i], ys[i]))
-		}
-		for i := range ys {
-			f.w(dupE(ts[i], vTA, 1))
-		}
-		for i := range ys {
-			f.w(fmlaE(ts[i], zs[i], vTA, 0))
-		}
-		a, b := ts, ps
-		for _, c := range []struct {
-			k    V
-			lane int
-		}{{vTA, 2}, {vTA, 3}, {vTB, 0}} {
-			for i := range ys {
-				f.w(dupE(b[i], c.k, c.lane))
-			}
-			for i := range ys {
-				f.w(fmla(b[i], a[i], zs[i]))
-			}
-			a, b = b, a
-		}
-		// a holds T(z).
-		for i := range ys {
-			f.w(fmul(a[i], a[i], zs[i]))
-		}
-		for i := range ys {
-			f.w(vmov(b[i], ys[i]))
-		}
-		for i := range ys {
-			f.w(fmla(b[i], a[i], ys[i])) // y + y·z·T
-		}
-		// Blend: the large branch where |y| > 0.625 (false for NaN).
-		for i := range ys {
-			f.w(fcmgt(as[i], as[i], v0625))
-		}
-		for i := range ys {
-			f.w(vbit(b[i], us[i], as[i]))
-		}
-		for i := range ys {
-			f.w(fmul(ys[i], b[i], vC))
-		}
-		f.i("FSTPQ (F0, F1), (R0)")
-		f.i("ADD $32, R0")
-		if withG {
-			for i := range ys {
-				f.w(vmov(zs[i], k.one))
-			}
-			for i := range ys {
-				f.w(fmls(zs[i], b[i], b[i])) // 1 − t²
-			}
-			f.i("FSTPQ (F%d, F%d), (R2)", zs[0], zs[1])
-			f.i("ADD $32, R2")
-		}
-		f.i("SUBS $8, R1, R1")
-		f.i("BNE %s", tag)
-		f.label(tag + "Done")
-		f.i("RET")
-	}
-	f.i("CBZ R3, noG")
-	body(true, "withG")
-	body(false, "noG")
-	f.fn = nil
+	f.constQ(esMin, "R9", "expMin")
+	f.constQ(esMax, "R9", "expMax")
+	f.constQ(esInf, "R9", "inf")
+	f.i("FMOVS %s, F%d", f.arg("sub", ""), esNegSub)
+	f.w(fneg(esNegSub, esNegSub))
+	f.w(dupE(esNegSub, esNegSub, 0))
+	f.i("FMOVS %s, F%d", f.arg("scale", ""), esScale)
+	f.w(movi0(22))
+	f.w(movi0(21))
+}
+
+// expSumStep emits the work on the four vectors of a step, x in v0-v3:
+// the argument, clamped, its exponential, the out-of-range lanes fixed,
+// and the sums.
+func expSumStep(f *file) {
+	xs := []V{0, 1, 2, 3}   // loaded x, then the clamped argument c
+	ts := []V{4, 5, 6, 7}   // the argument t
+	ns := []V{8, 9, 10, 11} // n, 2^n, masks
+	ps := []V{12, 13, 14, 15}
+	qs := []V{16, 17, 18, 19}
+	each := func(g func(i int)) { eachV(xs, g) }
+	each(func(i int) { f.w(vmov(ts[i], esNegSub)) })
+	each(func(i int) { f.w(fmlaE(ts[i], xs[i], esScale, 0)) }) // t = x·scale − sub
+	each(func(i int) { f.w(fmin(xs[i], ts[i], esMax)) })
+	each(func(i int) { f.w(fmax(xs[i], xs[i], esMin)) })
+	f.expCore(expSumExp, xs, ns, ps, qs)
+	each(func(i int) { f.w(fcmgt(ns[i], esMin, ts[i])) }) // t < ExpMin
+	each(func(i int) { f.w(vbic(xs[i], xs[i], ns[i])) })
+	each(func(i int) { f.w(fcmgt(ns[i], ts[i], esMax)) }) // t > ExpMax
+	each(func(i int) { f.w(vbit(xs[i], esInf, ns[i])) })
+	each(func(i int) { f.w(fadd(V(22-i%2), V(22-i%2), xs[i])) })
 }
 
 // genHalfPeaks emits the peak loops of the 16-bit paths, shaped like

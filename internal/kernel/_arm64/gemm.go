@@ -109,45 +109,79 @@ func accReg(i, v int) V { return V(8 + 4*i + v) }
 
 func aRowReg(i int) string { return fmt.Sprintf("R%d", gAPtr0+i) }
 
+// genGemm emits the product of kind (accumulate: adding to C): for each
+// block of 16 columns, the tiles of kind.mr() rows, then the row tail.
 func genGemm(f *file, kind gemmKind, accumulate bool) {
 	mr := kind.mr()
+	gemmEntry(f, kind, accumulate)
+	gemmArgs(f, kind, mr)
+	f.label("cols")
+	gemmRows(f, kind, accumulate, mr)
+	gemmRowTail(f, kind, accumulate, mr)
+	f.label("colNext")
+	f.i("ADD $64, %s", gC)
+	if kind.packed() {
+		f.i("ADD %s, %s", gLdb, gB)
+	} else {
+		f.i("ADD $64, %s", gB)
+	}
+	f.i("SUBS $16, %s, %s", gN, gN)
+	f.i("BNE cols")
+	f.ret()
+}
+
+// gemmEntry starts the product: its name, signature and doc, and B in gB.
+func gemmEntry(f *file, kind gemmKind, accumulate bool) {
 	switch kind {
 	case kindABt:
 		f.text("mulABtNEON", "func(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int)",
 			"mulABtNEON sets C = A·Bᵀ (see Impl.MulABt); bt is packed by PackBt.",
 			"n%16 == 0, m, n >= 1; all accesses are in bounds.",
 			"Inner loop, per 4 k of a 6×16 tile: 6 LDR Q + 8 LDP Q + 96 FMLA (24 chains).")
-		f.ld(gB, "bt", "base")
 	case kindAB:
 		f.text("mulAddABNEON", "func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int)",
 			"mulAddABNEON adds A·B to C (see Impl.MulAddAB).",
 			"n%16 == 0, m, n, k >= 1; all accesses are in bounds.",
 			"Inner loop, per 4 k of a 6×16 tile: 6 LDR Q + 8 LD1 (2 regs) + 96 FMLA (24 chains).")
-		f.ld(gB, "b", "base")
 	case kindAtB:
 		f.text("mulAddAtBNEON", "func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int)",
 			"mulAddAtBNEON adds Aᵀ·B to C (see Impl.MulAddAtB).",
 			"n%16 == 0, m, n, k >= 1; all accesses are in bounds.",
 			"Inner loop, per k of a 6×16 tile: LD1 + LDR D (A) + LD1 (4 regs, B) + 24 FMLA (24 chains).")
-		f.ld(gB, "b", "base")
 	case kindBF16, kindF16:
-		e, ins := "BF16", "BFDOT"
-		if kind == kindF16 {
-			e, ins = "F16", "FMLAL/FMLAL2"
-		}
-		name := "mul" + e + "NEON"
-		what := "sets C = A·B"
-		if accumulate {
-			name, what = "mulAdd"+e+"NEON", "adds A·B to C"
-		}
-		f.text(name, "func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)",
-			fmt.Sprintf("%s %s (see Half.Mul) by %s: A m×k %s, B in the pair layout", name, what, ins, e),
-			"with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.",
-			map[gemmKind]string{
-				kindBF16: "Inner loop, per 4 pairs of a 6×16 tile: 6 LDR Q + 8 LDP Q + 96 BFDOT (24 chains).",
-				kindF16:  "Inner loop, per pair of a 5×16 tile: 2 LDP Q + 4 UZP + 40 FMLAL/FMLAL2 (20 chains)."}[kind])
+		gemmHalfText(f, kind, accumulate)
+	}
+	if kind == kindABt {
+		f.ld(gB, "bt", "base")
+	} else {
 		f.ld(gB, "b", "base")
 	}
+}
+
+// gemmHalfText starts a 16-bit product: mul<E>NEON, or mulAdd<E>NEON
+// when accumulating.
+func gemmHalfText(f *file, kind gemmKind, accumulate bool) {
+	e, ins := "BF16", "BFDOT"
+	if kind == kindF16 {
+		e, ins = "F16", "FMLAL/FMLAL2"
+	}
+	name := "mul" + e + "NEON"
+	what := "sets C = A·B"
+	if accumulate {
+		name, what = "mulAdd"+e+"NEON", "adds A·B to C"
+	}
+	f.text(name, "func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)",
+		fmt.Sprintf("%s %s (see Half.Mul) by %s: A m×k %s, B in the pair layout", name, what, ins, e),
+		"with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.",
+		map[gemmKind]string{
+			kindBF16: "Inner loop, per 4 pairs of a 6×16 tile: 6 LDR Q + 8 LDP Q + 96 BFDOT (24 chains).",
+			kindF16:  "Inner loop, per pair of a 5×16 tile: 2 LDP Q + 4 UZP + 40 FMLAL/FMLAL2 (20 chains)."}[kind])
+}
+
+// gemmArgs loads the other arguments: strides in bytes (A·Bᵀ: the packed
+// strip's), k in steps (pairs for the 16-bit kinds), and the strides of a
+// full tile of mr rows.
+func gemmArgs(f *file, kind gemmKind, mr int) {
 	f.ld(gC, "c", "base")
 	f.ld(gN, "n", "")
 	f.ld(gK, "k", "")
@@ -171,8 +205,11 @@ func genGemm(f *file, kind gemmKind, accumulate bool) {
 	f.i("MOVD $%d, R23", mr)
 	f.i("MUL R23, %s, %s", gLda, gA6)
 	f.i("MUL R23, %s, %s", gLdc, gC6)
+}
 
-	f.label("cols")
+// gemmRows emits the loop over the full tiles of mr rows of a column
+// block.
+func gemmRows(f *file, kind gemmKind, accumulate bool, mr int) {
 	f.ld(gARow, "a", "base")
 	f.i("MOVD %s, %s", gC, gCRow)
 	f.ld(gM, "m", "")
@@ -188,6 +225,10 @@ func genGemm(f *file, kind gemmKind, accumulate bool) {
 	f.i("ADD %s, %s", gC6, gCRow)
 	f.i("SUB $%d, %s", mr, gM)
 	f.i("B rows")
+}
+
+// gemmRowTail emits the tiles of the 1..mr-1 rows left, one of which runs.
+func gemmRowTail(f *file, kind gemmKind, accumulate bool, mr int) {
 	f.label("rowsTail")
 	for r := mr - 1; r >= 1; r-- {
 		f.i("CMP $%d, %s", r, gM)
@@ -199,16 +240,6 @@ func genGemm(f *file, kind gemmKind, accumulate bool) {
 		gemmTile(f, kind, accumulate, r)
 		f.i("B colNext")
 	}
-	f.label("colNext")
-	f.i("ADD $64, %s", gC)
-	if kind.packed() {
-		f.i("ADD %s, %s", gLdb, gB)
-	} else {
-		f.i("ADD $64, %s", gB)
-	}
-	f.i("SUBS $16, %s, %s", gN, gN)
-	f.i("BNE cols")
-	f.ret()
 }
 
 // atRows gives, for the Aᵀ·B tile of r rows, the register and lane of
@@ -276,7 +307,8 @@ func gemmTile(f *file, kind gemmKind, accumulate bool, r int) {
 	}
 }
 
-// gemmTileAB is the k loop of A·Bᵀ and A·B.
+// gemmTileAB is the k loop of A·Bᵀ and A·B (and the 16-bit kinds): four
+// k at a time, then one at a time.
 func gemmTileAB(f *file, kind gemmKind, r int, tag string) {
 	f.i("MOVD %s, %s", gARow, aRowReg(0))
 	for i := 1; i < r; i++ {
@@ -285,50 +317,6 @@ func gemmTileAB(f *file, kind gemmKind, r int, tag string) {
 	if kind == kindAB {
 		f.i("ADD $32, %s, %s", gBp, gBp2)
 	}
-	// bRow emits the products of one k step (lane l of the A registers),
-	// loading B's row (at byte offset off of gBp for the packed kinds;
-	// through gBp, gBp2 for A·B, advancing them by ldb).
-	bRow := func(l, off int) {
-		for half := 0; half < 2; half++ {
-			if kind == kindAB {
-				p := gBp
-				if half == 1 {
-					p = gBp2
-				}
-				f.i("VLD1.P (%s)(%s), [V0.S4, V1.S4]", p, gLdb)
-			} else {
-				f.i("FLDPQ %d(%s), (F0, F1)", off+32*half, gBp)
-			}
-			switch kind {
-			case kindF16:
-				// v0, v1: the pairs of 8 columns; v2 their even (k = 2q)
-				// and v1 their odd (k = 2q+1) values. Odd then even, as
-				// the generic fp16 twin adds them.
-				f.w(uzp1(h8, 2, 0, 1))
-				f.w(uzp2(h8, 1, 0, 1))
-				for _, src := range []V{1, 2} {
-					idx := 2*l + 1
-					if src == 2 {
-						idx = 2 * l
-					}
-					for i := 0; i < r; i++ {
-						f.w(fmlalE(accReg(i, 2*half), src, kind.aReg(i), idx))
-						f.w(fmlal2E(accReg(i, 2*half+1), src, kind.aReg(i), idx))
-					}
-				}
-			case kindBF16:
-				for i := 0; i < r; i++ {
-					f.w(bfdotE(accReg(i, 2*half), 0, kind.aReg(i), l))
-					f.w(bfdotE(accReg(i, 2*half+1), 1, kind.aReg(i), l))
-				}
-			default:
-				for i := 0; i < r; i++ {
-					f.w(fmlaE(accReg(i, 2*half), 0, kind.aReg(i), l))
-					f.w(fmlaE(accReg(i, 2*half+1), 1, kind.aReg(i), l))
-				}
-			}
-		}
-	}
 	f.i("CMP $4, %s", gPc)
 	f.i("BLT %stail", tag)
 	f.label(tag + "loop4")
@@ -336,7 +324,7 @@ func gemmTileAB(f *file, kind gemmKind, r int, tag string) {
 		f.i("FMOVQ.P 16(%s), F%d", aRowReg(i), kind.aReg(i))
 	}
 	for l := 0; l < 4; l++ {
-		bRow(l, 64*l)
+		gemmBRow(f, kind, r, l, 64*l)
 	}
 	if kind.packed() {
 		f.i("ADD $256, %s", gBp)
@@ -350,12 +338,63 @@ func gemmTileAB(f *file, kind gemmKind, r int, tag string) {
 	for i := 0; i < r; i++ {
 		f.i("FMOVS.P 4(%s), F%d", aRowReg(i), kind.aReg(i))
 	}
-	bRow(0, 0)
+	gemmBRow(f, kind, r, 0, 0)
 	if kind.packed() {
 		f.i("ADD $64, %s", gBp)
 	}
 	f.i("SUBS $1, %s, %s", gPc, gPc)
 	f.i("BNE %sloop1", tag)
+}
+
+// gemmBRow emits the products of one k step (lane l of the A registers)
+// for r rows, loading B's row in two halves of 8 columns (at byte offset
+// off of gBp for the packed kinds; through gBp, gBp2 for A·B, advancing
+// them by ldb).
+func gemmBRow(f *file, kind gemmKind, r, l, off int) {
+	for half := 0; half < 2; half++ {
+		if kind == kindAB {
+			p := gBp
+			if half == 1 {
+				p = gBp2
+			}
+			f.i("VLD1.P (%s)(%s), [V0.S4, V1.S4]", p, gLdb)
+		} else {
+			f.i("FLDPQ %d(%s), (F0, F1)", off+32*half, gBp)
+		}
+		switch kind {
+		case kindF16:
+			gemmF16Half(f, r, l, half)
+		case kindBF16:
+			for i := 0; i < r; i++ {
+				f.w(bfdotE(accReg(i, 2*half), 0, kind.aReg(i), l))
+				f.w(bfdotE(accReg(i, 2*half+1), 1, kind.aReg(i), l))
+			}
+		default:
+			for i := 0; i < r; i++ {
+				f.w(fmlaE(accReg(i, 2*half), 0, kind.aReg(i), l))
+				f.w(fmlaE(accReg(i, 2*half+1), 1, kind.aReg(i), l))
+			}
+		}
+	}
+}
+
+// gemmF16Half emits the fp16 products of one pair step (pair l of the A
+// registers) with half (8 columns) of B's pair row, loaded in v0, v1.
+func gemmF16Half(f *file, r, l, half int) {
+	// v2 gets the even (k = 2q) and v1 the odd (k = 2q+1) values of the
+	// 8 columns. Odd then even, as the generic fp16 twin adds them.
+	f.w(uzp1(h8, 2, 0, 1))
+	f.w(uzp2(h8, 1, 0, 1))
+	for _, src := range []V{1, 2} {
+		idx := 2*l + 1
+		if src == 2 {
+			idx = 2 * l
+		}
+		for i := 0; i < r; i++ {
+			f.w(fmlalE(accReg(i, 2*half), src, kindF16.aReg(i), idx))
+			f.w(fmlal2E(accReg(i, 2*half+1), src, kindF16.aReg(i), idx))
+		}
+	}
 }
 
 // gemmTileAtB is the k loop of Aᵀ·B.

@@ -186,44 +186,86 @@ func genPackT(f *file, s packSrc) {
 	f.ret()
 }
 
+// General-purpose registers of transposeRound<E>NEON.
+const (
+	trDst  = "R0"  // dst at the current row band's columns
+	trLdd  = "R1"  // ldd in bytes
+	trSrc  = "R2"  // src at the current row band
+	trLds  = "R3"  // lds in bytes
+	trRows = "R4"  // rows left
+	trCols = "R5"  // cols8
+	trSB   = "R6"  // src at the current block
+	trDB   = "R7"  // dst at the current block
+	trCnt  = "R8"  // columns left in the band
+	trRp   = "R9"  // src's row at the loads
+	trDp   = "R11" // dst's row at the stores
+)
+
+// genTransposeRound emits transposeRound<E>NEON: for each band of 8 rows
+// of src, its 8×8 blocks rounded, transposed and stored.
 func genTransposeRound(f *file, s packSrc) {
+	transposeRoundEntry(f, s)
+	// Rows i0..i0+7 of src (row band), then column blocks along it.
+	f.label("band")
+	f.i("MOVD %s, %s", trSrc, trSB)
+	f.i("MOVD %s, %s", trDst, trDB)
+	f.i("MOVD %s, %s", trCols, trCnt)
+	f.label("block")
+	rows := transposeRoundLoad(f, s)
+	transposeRoundStore(f, f.transpose8x8H(rows))
+	f.i("ADD $32, %s", trSB)
+	f.i("ADD %s<<3, %s, %s", trLdd, trDB, trDB)
+	f.i("SUBS $8, %s, %s", trCnt, trCnt)
+	f.i("BNE block")
+	f.i("ADD %s<<3, %s, %s", trLds, trSrc, trSrc)
+	f.i("ADD $16, %s", trDst)
+	f.i("SUBS $8, %s, %s", trRows, trRows)
+	f.i("BNE band")
+	f.ret()
+}
+
+// transposeRoundEntry starts the kernel: its signature and doc, the
+// arguments in their registers (strides in bytes) and for bfloat16 the
+// rounding's constants.
+func transposeRoundEntry(f *file, s packSrc) {
 	name := "transposeRound" + s.name + "NEON"
 	f.text(name, "func(dst []uint16, ldd int, src []float32, lds, rows8, cols8 int)",
 		name+" sets dst[j*ldd+i] to src[i*lds+j] rounded to "+map[bool]string{true: "bfloat16", false: "fp16"}[s.bf16]+" for",
 		"i < rows8, j < cols8 (positive multiples of 8).")
-	const (
-		gDst, gLdd, gSrc, gLds, gRows, gCols = "R0", "R1", "R2", "R3", "R4", "R5"
-		gSB, gDB, gCnt, gRp, gDp             = "R6", "R7", "R8", "R9", "R11"
-	)
-	f.ld(gDst, "dst", "base")
-	f.ld(gLdd, "ldd", "")
-	f.i("LSL $1, %s", gLdd)
-	f.ld(gSrc, "src", "base")
-	f.ld(gLds, "lds", "")
-	f.i("LSL $2, %s", gLds)
-	f.ld(gRows, "rows8", "")
-	f.ld(gCols, "cols8", "")
+	f.ld(trDst, "dst", "base")
+	f.ld(trLdd, "ldd", "")
+	f.i("LSL $1, %s", trLdd)
+	f.ld(trSrc, "src", "base")
+	f.ld(trLds, "lds", "")
+	f.i("LSL $2, %s", trLds)
+	f.ld(trRows, "rows8", "")
+	f.ld(trCols, "cols8", "")
 	if s.bf16 {
 		f.constBase("R10")
 		f.loadBF16Regs(packBF16Regs, "R10")
 	}
-	// Rows i0..i0+7 of src (row band), then column blocks along it.
-	f.label("band")
-	f.i("MOVD %s, %s", gSrc, gSB)
-	f.i("MOVD %s, %s", gDst, gDB)
-	f.i("MOVD %s, %s", gCols, gCnt)
-	f.label("block")
-	f.i("MOVD %s, %s", gSB, gRp)
+}
+
+// transposeRoundLoad loads the block's 8 rows at trSB, each rounded to 8
+// 16-bit values, into v0-v7 and returns them.
+func transposeRoundLoad(f *file, s packSrc) [8]V {
+	f.i("MOVD %s, %s", trSB, trRp)
 	t := [4]V{20, 21, 22, 23}
 	var r [8]V
 	for i := 0; i < 8; i++ {
 		r[i] = V(i)
-		f.loadRow8(s, r[i], V(8+2*(i%4)), V(9+2*(i%4)), t, gRp, 0)
+		f.loadRow8(s, r[i], V(8+2*(i%4)), V(9+2*(i%4)), t, trRp, 0)
 		if i < 7 {
-			f.i("ADD %s, %s", gLds, gRp)
+			f.i("ADD %s, %s", trLds, trRp)
 		}
 	}
-	// 8×8 transpose of 16-bit lanes.
+	return r
+}
+
+// transpose8x8H transposes the 8×8 matrix of 16-bit lanes in rows r by
+// three levels of TRN1/TRN2 (.8h in v8-v15, .4s in v16-v23, .2d into
+// v0-v7) and returns the registers of its columns.
+func (f *file) transpose8x8H(r [8]V) (out [8]V) {
 	var a [8]V
 	for i := 0; i < 8; i += 2 {
 		a[i], a[i+1] = V(8+i), V(9+i)
@@ -242,29 +284,24 @@ func genTransposeRound(f *file, s packSrc) {
 		f.w(trn2(s4, c[b+3], a[b+1], a[b+3]))
 	}
 	cols := [4][2]int{{0, 4}, {2, 6}, {1, 5}, {3, 7}}
-	out := map[int]V{}
 	for x := 0; x < 4; x++ {
 		lo, hi := V(x), V(4+x)
 		f.w(trn1(d2, lo, c[x], c[4+x]))
 		f.w(trn2(d2, hi, c[x], c[4+x]))
 		out[cols[x][0]], out[cols[x][1]] = lo, hi
 	}
-	f.i("MOVD %s, %s", gDB, gDp)
+	return out
+}
+
+// transposeRoundStore stores the block's columns as dst's 8 rows at trDB.
+func transposeRoundStore(f *file, out [8]V) {
+	f.i("MOVD %s, %s", trDB, trDp)
 	for j := 0; j < 8; j++ {
-		f.i("FMOVQ F%d, (%s)", out[j], gDp)
+		f.i("FMOVQ F%d, (%s)", out[j], trDp)
 		if j < 7 {
-			f.i("ADD %s, %s", gLdd, gDp)
+			f.i("ADD %s, %s", trLdd, trDp)
 		}
 	}
-	f.i("ADD $32, %s", gSB)
-	f.i("ADD %s<<3, %s, %s", gLdd, gDB, gDB)
-	f.i("SUBS $8, %s, %s", gCnt, gCnt)
-	f.i("BNE block")
-	f.i("ADD %s<<3, %s, %s", gLds, gSrc, gSrc)
-	f.i("ADD $16, %s", gDst)
-	f.i("SUBS $8, %s, %s", gRows, gRows)
-	f.i("BNE band")
-	f.ret()
 }
 
 func genPack(f *file) {

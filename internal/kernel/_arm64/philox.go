@@ -13,83 +13,127 @@ func genPhilox8(f *file) {
 		"philox8NEON computes Philox-4x32-10 for the counters (c0+g, c1, c2, c3), g < 8,",
 		"under key (k0, k1): out[4g+r] is word r of counter g.")
 	f.ld("R0", "out", "")
-	free := []V{}
+	p := &philox{f: f}
 	for v := V(14); v < 32; v++ {
-		free = append(free, v)
+		p.free = append(p.free, v)
 	}
-	get := func() V {
-		v := free[0]
-		free = free[1:]
-		return v
+	p.counters()
+	p.constants()
+	for r := 0; r < 10; r++ {
+		p.round(r)
 	}
-	put := func(vs ...V) { free = append(free, vs...) }
-	const k0, k1, m0, m1, w0, w1 = 8, 9, 10, 11, 12, 13
-	dupArg := func(v V, name string) {
-		f.i("MOVWU %s, R1", f.arg(name, ""))
-		f.w(dupW(v, 1))
-	}
-	dupConst := func(v V, c uint32) {
-		f.i("MOVW $0x%08x, R1", c)
-		f.w(dupW(v, 1))
-	}
-	var x [4][2]V
+	p.store()
+	f.ret()
+}
+
+// The loop-invariant registers of philox8NEON: the key (bumped each
+// round), the multipliers and the key's increments (Weyl constants).
+const phK0, phK1, phM0, phM1, phW0, phW1 V = 8, 9, 10, 11, 12, 13
+
+// philox is philox8NEON being generated: the state x (word r of counters
+// 0-3 in x[r][0], of counters 4-7 in x[r][1]) and the free registers,
+// handed out first come first served.
+type philox struct {
+	f    *file
+	x    [4][2]V
+	free []V
+}
+
+// get takes a free register.
+func (p *philox) get() V {
+	v := p.free[0]
+	p.free = p.free[1:]
+	return v
+}
+
+// put frees registers.
+func (p *philox) put(vs ...V) { p.free = append(p.free, vs...) }
+
+// dupArg sets every lane of v to the uint32 argument name.
+func (p *philox) dupArg(v V, name string) {
+	p.f.i("MOVWU %s, R1", p.f.arg(name, ""))
+	p.f.w(dupW(v, 1))
+}
+
+// dupConst sets every lane of v to c.
+func (p *philox) dupConst(v V, c uint32) {
+	p.f.i("MOVW $0x%08x, R1", c)
+	p.f.w(dupW(v, 1))
+}
+
+// counters sets the state to the eight counters: (c0+g, c1, c2, c3).
+func (p *philox) counters() {
+	f := p.f
 	for r, name := range []string{"c0", "c1", "c2", "c3"} {
-		x[r] = [2]V{V(2 * r), V(2*r + 1)}
-		dupArg(x[r][0], name)
-		f.w(vmov(x[r][1], x[r][0]))
+		p.x[r] = [2]V{V(2 * r), V(2*r + 1)}
+		p.dupArg(p.x[r][0], name)
+		f.w(vmov(p.x[r][1], p.x[r][0]))
 	}
 	f.constBase("R2")
-	t := get()
+	t := p.get()
 	f.constQ(t, "R2", "int0123")
-	f.w(vadd(s4, x[0][0], x[0][0], t))
+	f.w(vadd(s4, p.x[0][0], p.x[0][0], t))
 	f.constQ(t, "R2", "int4567")
-	f.w(vadd(s4, x[0][1], x[0][1], t))
-	put(t)
-	dupArg(k0, "k0")
-	dupArg(k1, "k1")
-	dupConst(m0, 0xD2511F53)
-	dupConst(m1, 0xCD9E8D57)
-	dupConst(w0, 0x9E3779B9)
-	dupConst(w1, 0xBB67AE85)
-	// mulhilo returns the high and low words of m·v, lane by lane.
-	mulhilo := func(m, v V) (hi, lo V) {
-		p, q := get(), get()
-		f.w(umull(p, v, m))
-		f.w(umull2(q, v, m))
-		hi, lo = get(), get()
-		f.w(uzp2(s4, hi, p, q))
-		f.w(uzp1(s4, lo, p, q))
-		put(p, q)
-		return hi, lo
-	}
-	for r := 0; r < 10; r++ {
-		f.comment("Round %d.", r)
-		if r > 0 {
-			f.w(vadd(s4, k0, k0, w0))
-			f.w(vadd(s4, k1, k1, w1))
-		}
-		for h := 0; h < 2; h++ {
-			hi0, lo0 := mulhilo(m0, x[0][h])
-			hi1, lo1 := mulhilo(m1, x[2][h])
-			// (c0, c1, c2, c3) = (hi1^c1^k0, lo1, hi0^c3^k1, lo0)
-			f.w(veor(hi1, hi1, x[1][h]))
-			f.w(veor(hi1, hi1, k0))
-			f.w(veor(hi0, hi0, x[3][h]))
-			f.w(veor(hi0, hi0, k1))
-			put(x[0][h], x[1][h], x[2][h], x[3][h])
-			x[0][h], x[1][h], x[2][h], x[3][h] = hi1, lo1, hi0, lo0
-		}
+	f.w(vadd(s4, p.x[0][1], p.x[0][1], t))
+	p.put(t)
+}
+
+// constants loads the key, the multipliers and the Weyl increments.
+func (p *philox) constants() {
+	p.dupArg(phK0, "k0")
+	p.dupArg(phK1, "k1")
+	p.dupConst(phM0, 0xD2511F53)
+	p.dupConst(phM1, 0xCD9E8D57)
+	p.dupConst(phW0, 0x9E3779B9)
+	p.dupConst(phW1, 0xBB67AE85)
+}
+
+// mulhilo returns the high and low words of m·v, lane by lane.
+func (p *philox) mulhilo(m, v V) (hi, lo V) {
+	a, b := p.get(), p.get()
+	p.f.w(umull(a, v, m))
+	p.f.w(umull2(b, v, m))
+	hi, lo = p.get(), p.get()
+	p.f.w(uzp2(s4, hi, a, b))
+	p.f.w(uzp1(s4, lo, a, b))
+	p.put(a, b)
+	return hi, lo
+}
+
+// round emits round r: the key bumped (from round 1 on), then for each
+// half of the counters the new state in new registers.
+func (p *philox) round(r int) {
+	f, x := p.f, &p.x
+	f.comment("Round %d.", r)
+	if r > 0 {
+		f.w(vadd(s4, phK0, phK0, phW0))
+		f.w(vadd(s4, phK1, phK1, phW1))
 	}
 	for h := 0; h < 2; h++ {
-		rows := [4]V{x[0][h], x[1][h], x[2][h], x[3][h]}
-		o := [4]V{get(), get(), get(), get()}
-		tt := [4]V{get(), get(), get(), get()}
-		f.transpose4x4S(rows, o, tt)
-		for q := 0; q < 4; q++ {
-			f.i("FMOVQ F%d, %d(R0)", o[q], 16*(4*h+q))
-		}
-		put(o[:]...)
-		put(tt[:]...)
+		hi0, lo0 := p.mulhilo(phM0, x[0][h])
+		hi1, lo1 := p.mulhilo(phM1, x[2][h])
+		// (c0, c1, c2, c3) = (hi1^c1^k0, lo1, hi0^c3^k1, lo0)
+		f.w(veor(hi1, hi1, x[1][h]))
+		f.w(veor(hi1, hi1, phK0))
+		f.w(veor(hi0, hi0, x[3][h]))
+		f.w(veor(hi0, hi0, phK1))
+		p.put(x[0][h], x[1][h], x[2][h], x[3][h])
+		x[0][h], x[1][h], x[2][h], x[3][h] = hi1, lo1, hi0, lo0
 	}
-	f.ret()
+}
+
+// store transposes each group of four counters into counter order and
+// stores it in out.
+func (p *philox) store() {
+	for h := 0; h < 2; h++ {
+		rows := [4]V{p.x[0][h], p.x[1][h], p.x[2][h], p.x[3][h]}
+		o := [4]V{p.get(), p.get(), p.get(), p.get()}
+		tt := [4]V{p.get(), p.get(), p.get(), p.get()}
+		p.f.transpose4x4S(rows, o, tt)
+		for q := 0; q < 4; q++ {
+			p.f.i("FMOVQ F%d, %d(R0)", o[q], 16*(4*h+q))
+		}
+		p.put(o[:]...)
+		p.put(tt[:]...)
+	}
 }
