@@ -1,9 +1,6 @@
 package gpu
 
 import (
-	"errors"
-	"fmt"
-
 	"github.com/flashattn/flashattn/gpu/internal/cuda"
 	"github.com/flashattn/flashattn/gpu/internal/tile"
 )
@@ -14,6 +11,10 @@ import (
 // [batch, seq_k, kv_heads, dim] with heads a multiple of kv_heads; all of
 // one type. Rows with no visible key get O = 0 and LSE = -Inf. It runs on
 // the default stream and returns when that stream's work has finished.
+//
+// A bad argument is reported as a *flashattn.ArgError before anything
+// runs: the rules of package flashattn through flashattn.ValidateShape
+// (see ValidateShape), then the GPU's own (types, buffers, devices).
 func (d *Device) Forward(q, k, v, out Tensor, lse *Buffer, opts *Options) error {
 	return d.def.forward(q, k, v, out, lse, opts, true)
 }
@@ -37,11 +38,13 @@ func (s *Stream) forward(q, k, v, out Tensor, lse *Buffer, opts *Options, wait b
 	if err := p.checkF32(lse, "lse", p.lseLen()); err != nil {
 		return err
 	}
-	if err := distinct([]Tensor{out, {Buf: lse}}, q, k, v); err != nil {
+	outs := []arg{{"out", out.Buf}, {"lse", lse}}
+	ins := []arg{{"q", q.Buf}, {"k", k.Buf}, {"v", v.Buf}}
+	if err := distinct(outs, ins); err != nil {
 		return err
 	}
 	d := s.d
-	if err := sameDevice(d, q, out, Tensor{Buf: lse}); err != nil {
+	if err := sameDevice(d, ins, outs); err != nil {
 		return err
 	}
 	d.mu.Lock()
@@ -56,7 +59,7 @@ func (s *Stream) forward(q, k, v, out Tensor, lse *Buffer, opts *Options, wait b
 	c := tile.FwdConfig(p.d)
 	a := p.fwdArgs(uint64(q.Buf.ptr), uint64(k.Buf.ptr), uint64(v.Buf.ptr), uint64(out.Buf.ptr), uint64(lse.ptr), cu)
 	x, y, z := tile.Grid(p.maxSq, c.Br(), p.heads, p.batch)
-	if err := d.launch(s, p.dt, p.d, c.Name(p.dt.String()), tile.FwdParams, a, [3]int{x, y, z}, c.Threads()); err != nil {
+	if err := d.launch(s, p.dt, p.d, c.Name(ptxName(p.dt)), tile.FwdParams, a, [3]int{x, y, z}, c.Threads()); err != nil {
 		return err
 	}
 	if !wait {
@@ -68,8 +71,9 @@ func (s *Stream) forward(q, k, v, out Tensor, lse *Buffer, opts *Options, wait b
 // Backward computes dq, dk, dv (shaped like q, k, v) from q, k, v, the
 // forward output out and its lse, and the upstream gradient dout (shaped
 // like q). With GQA, dk and dv sum over the query heads sharing a KV head.
-// Head dims 64 and 128 are supported. It runs on the default stream and
-// returns when that stream's work has finished.
+// Head dims 64 and 128 are supported; opts.Deterministic chooses how dQ is
+// computed. It runs on the default stream and returns when that stream's
+// work has finished. Bad arguments are *flashattn.ArgErrors, as in Forward.
 func (d *Device) Backward(q, k, v, out, dout Tensor, lse *Buffer, dq, dk, dv Tensor, opts *Options) error {
 	return d.def.backward(q, k, v, out, dout, lse, dq, dk, dv, opts, true)
 }
@@ -84,8 +88,8 @@ func (s *Stream) backward(q, k, v, out, dout Tensor, lse *Buffer, dq, dk, dv Ten
 	if err != nil {
 		return err
 	}
-	if tile.BwdConfig(p.d).Check() != nil {
-		return fmt.Errorf("gpu: the backward pass supports headdim 64 and 128, not %d", p.d)
+	if err := p.checkBackward(); err != nil {
+		return err
 	}
 	for _, c := range []struct {
 		t    Tensor
@@ -99,11 +103,13 @@ func (s *Stream) backward(q, k, v, out, dout Tensor, lse *Buffer, dq, dk, dv Ten
 	if err := p.checkF32(lse, "lse", p.lseLen()); err != nil {
 		return err
 	}
-	if err := distinct([]Tensor{dq, dk, dv}, q, k, v, out, dout, Tensor{Buf: lse}); err != nil {
+	outs := []arg{{"dq", dq.Buf}, {"dk", dk.Buf}, {"dv", dv.Buf}}
+	ins := []arg{{"q", q.Buf}, {"k", k.Buf}, {"v", v.Buf}, {"out", out.Buf}, {"dout", dout.Buf}, {"lse", lse}}
+	if err := distinct(outs, ins); err != nil {
 		return err
 	}
 	d := s.d
-	if err := sameDevice(d, q, out, dout, dq, dk, dv, Tensor{Buf: lse}); err != nil {
+	if err := sameDevice(d, ins, outs); err != nil {
 		return err
 	}
 	d.mu.Lock()
@@ -139,7 +145,7 @@ type bwdCall struct {
 // conversions of the float32 dQ, dK and dV to the input type.
 func (b *bwdCall) run(dq, dk, dv cuda.Ptr) error {
 	s, p := b.s, b.p
-	d, dt, hd, name := s.d, p.dt, p.d, p.dt.String()
+	d, dt, hd, name := s.d, p.dt, p.d, ptxName(p.dt)
 	f32KV := p.rowsK * p.heads * p.d * 4 // float32 [rows_k, heads, d]
 	var err error
 	if b.dsum, err = s.scratchBuf("dsum", p.lseLen()*4); err != nil {
@@ -187,7 +193,7 @@ func (b *bwdCall) kvArgs(dqAcc uint64) args {
 // deterministic queues the dK/dV kernel without dQ, then the dQ kernel.
 func (b *bwdCall) deterministic(dq cuda.Ptr) error {
 	s, p := b.s, b.p
-	d, name := s.d, p.dt.String()
+	d, name := s.d, ptxName(p.dt)
 	bc, qc := tile.BwdConfig(p.d), tile.DQConfig(p.d)
 	gx, gy, gz := tile.Grid(p.maxSk, bc.Bc(), p.heads, p.batch)
 	if err := d.launch(s, p.dt, p.d, bc.Name(name, false), tile.BwdParams, b.kvArgs(0), [3]int{gx, gy, gz}, bc.Threads()); err != nil {
@@ -202,7 +208,7 @@ func (b *bwdCall) deterministic(dq cuda.Ptr) error {
 // accumulator, then its conversion.
 func (b *bwdCall) atomic(dq cuda.Ptr) error {
 	s, p := b.s, b.p
-	d, name := s.d, p.dt.String()
+	d, name := s.d, ptxName(p.dt)
 	bc := tile.BwdConfig(p.d)
 	_, accRows := p.dqAcc(bc)
 	f32Q := accRows * p.heads * p.d * 4
@@ -225,39 +231,47 @@ func (b *bwdCall) atomic(dq cuda.Ptr) error {
 // convert queues the conversion kernel: out[r, j] = Σ_g in[r, j·group+g].
 func (d *Device) convert(s *Stream, dt DType, hd int, in, out uint64, rows, heads, group int) error {
 	grid := [3]int{(heads*hd/2 + tile.ElemThreads - 1) / tile.ElemThreads, min(rows, 65535), 1}
-	return d.launch(s, dt, hd, tile.ConvertName(dt.String()), tile.ConvertParams, convertArgs(in, out, rows, heads, group, hd), grid, tile.ElemThreads)
+	return d.launch(s, dt, hd, tile.ConvertName(ptxName(dt)), tile.ConvertParams, convertArgs(in, out, rows, heads, group, hd), grid, tile.ElemThreads)
 }
 
-// checkF32 checks a float32 buffer of n elements.
+// checkF32 checks a float32 buffer of n elements, argument name.
 func (p *problem) checkF32(b *Buffer, name string, n int) error {
 	if b == nil || b.ptr == 0 {
-		return fmt.Errorf("gpu: %s has no buffer (nil or freed)", name)
+		return argErr(name, "%s has no buffer (nil or freed)", name)
 	}
 	if b.n < 4*n {
-		return fmt.Errorf("gpu: %s needs %d bytes (%d float32), its buffer has %d", name, 4*n, n, b.n)
+		return argErr(name, "%s needs %d bytes (%d float32), its buffer has %d", name, 4*n, n, b.n)
 	}
 	return nil
 }
 
+// arg is a buffer argument of a call, by name.
+type arg struct {
+	name string
+	buf  *Buffer
+}
+
 // distinct reports an output sharing its buffer with another output or an
 // input (inputs may share buffers with each other).
-func distinct(outs []Tensor, ins ...Tensor) error {
-	all := append(append([]Tensor(nil), outs...), ins...)
-	for i := range outs {
-		for j := range all {
-			if j != i && all[j].Buf == outs[i].Buf {
-				return errors.New("gpu: an output shares its buffer with another argument; outputs need their own")
+func distinct(outs, ins []arg) error {
+	all := append(append([]arg(nil), outs...), ins...)
+	for i, o := range outs {
+		for j, x := range all {
+			if j != i && x.buf == o.buf {
+				return argErr(o.name, "%s shares its buffer with %s; outputs need their own", o.name, x.name)
 			}
 		}
 	}
 	return nil
 }
 
-// sameDevice checks that every tensor lives on d.
-func sameDevice(d *Device, ts ...Tensor) error {
-	for _, t := range ts {
-		if t.Buf != nil && t.Buf.d != d {
-			return errors.New("gpu: a buffer belongs to another device")
+// sameDevice checks that every buffer lives on d.
+func sameDevice(d *Device, lists ...[]arg) error {
+	for _, l := range lists {
+		for _, x := range l {
+			if x.buf != nil && x.buf.d != d {
+				return argErr(x.name, "%s is on another device than the call's", x.name)
+			}
 		}
 	}
 	return nil

@@ -2,7 +2,6 @@ package gpu
 
 import (
 	"errors"
-	"fmt"
 	"unsafe"
 
 	"github.com/flashattn/flashattn/gpu/internal/cuda"
@@ -19,7 +18,7 @@ type Buffer struct {
 // Alloc allocates n bytes of device memory.
 func (d *Device) Alloc(n int) (*Buffer, error) {
 	if n <= 0 {
-		return nil, fmt.Errorf("gpu: Alloc(%d): size must be > 0", n)
+		return nil, argErr("n", "Alloc(%d): size must be > 0", n)
 	}
 	d.bufMu.Lock()
 	defer d.bufMu.Unlock()
@@ -63,7 +62,7 @@ type Elem interface{ ~uint16 | ~float32 | ~int32 }
 // CopyIn copies src to the start of b. It returns when the data is on the
 // device, so that work on any stream may read it.
 func CopyIn[T Elem](b *Buffer, src []T) error {
-	n, err := span(b, src)
+	n, err := span(b, "src", src)
 	if err != nil || n == 0 {
 		return err
 	}
@@ -79,21 +78,23 @@ func CopyIn[T Elem](b *Buffer, src []T) error {
 // when they return); after work queued on a Stream, call the stream's
 // Synchronize first.
 func CopyOut[T Elem](dst []T, b *Buffer) error {
-	n, err := span(b, dst)
+	n, err := span(b, "dst", dst)
 	if err != nil || n == 0 {
 		return err
 	}
 	return b.d.ctx.CopyOut(unsafe.Pointer(&dst[0]), b.ptr, n)
 }
 
-func span[T Elem](b *Buffer, s []T) (int, error) {
+// span returns the bytes of s, the host side (argument name) of a copy
+// with b.
+func span[T Elem](b *Buffer, name string, s []T) (int, error) {
 	if b == nil || b.ptr == 0 {
-		return 0, errors.New("gpu: copy with a nil or freed buffer")
+		return 0, argErr("b", "copy with a nil or freed buffer")
 	}
 	var z T
 	n := len(s) * int(unsafe.Sizeof(z))
 	if n > b.n {
-		return 0, fmt.Errorf("gpu: copy of %d bytes into a buffer of %d", n, b.n)
+		return 0, argErr(name, "copy of %d bytes (%s) with a buffer of %d", n, name, b.n)
 	}
 	return n, nil
 }
@@ -107,25 +108,25 @@ type Tensor struct {
 	Batch, Seq, Heads, Dim int
 }
 
-func (t Tensor) shape() [4]int { return [4]int{t.Batch, t.Seq, t.Heads, t.Dim} }
+func (t Tensor) shape() shape4 { return shape4{t.Batch, t.Seq, t.Heads, t.Dim} }
 
 // Len returns the number of elements.
 func (t Tensor) Len() int { return t.Batch * t.Seq * t.Heads * t.Dim }
 
-// check validates the shape, type and buffer size of t.
+// check validates the shape, type and buffer size of t, argument name.
 func (t Tensor) check(name string) error {
 	if t.Buf == nil || t.Buf.ptr == 0 {
-		return fmt.Errorf("gpu: %s has no buffer (nil or freed)", name)
+		return argErr(name, "%s has no buffer (nil or freed)", name)
 	}
-	if !t.DType.valid() {
-		return fmt.Errorf("gpu: %s has unknown type %v", name, t.DType)
+	if !t.DType.Valid() {
+		return argErr(name, "%s has type %v; package gpu takes bfloat16 and float16 tensors", name, t.DType)
 	}
 	if t.Batch < 1 || t.Seq < 1 || t.Heads < 1 || t.Dim < 1 {
-		return fmt.Errorf("gpu: %s has shape %v; every dimension must be ≥ 1", name, t.shape())
+		return argErr(name, "%s has shape %v; every dimension must be ≥ 1", name, t.shape())
 	}
 	n := int64(t.Batch) * int64(t.Seq) * int64(t.Heads) * int64(t.Dim) * 2
 	if n > int64(t.Buf.n) {
-		return fmt.Errorf("gpu: %s of shape %v needs %d bytes, its buffer has %d", name, t.shape(), n, t.Buf.n)
+		return argErr(name, "%s of shape %v needs %d bytes, its buffer has %d", name, t.shape(), n, t.Buf.n)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/flashattn/flashattn"
 	"github.com/flashattn/flashattn/gpu/internal/tile"
 	"github.com/flashattn/flashattn/internal/kernel"
 )
@@ -48,7 +49,7 @@ func TestExpConstantsTied(t *testing.T) {
 		}
 	}
 	q, k := fakeTensor(BF16, 1, 8, 1, 64), fakeTensor(BF16, 1, 8, 1, 64)
-	p, err := validate(q, k, k, &Options{Scale: 0.3, Softcap: 7})
+	p, err := validate(q, k, k, &Options{Options: flashattn.Options{Scale: 0.3, Softcap: 7}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -181,7 +181,7 @@ func (d *Device) usable() error {
 }
 
 // moduleFile names the PTX module of (dt, headdim).
-func moduleFile(dt DType, d int) string { return fmt.Sprintf("ptx/attn_%s_d%d.ptx", dt, d) }
+func moduleFile(dt DType, d int) string { return fmt.Sprintf("ptx/attn_%s_d%d.ptx", ptxName(dt), d) }
 
 // kernel returns a kernel of the (dt, headdim) module, JIT-compiling the
 // module on first use. d.mu must be held.

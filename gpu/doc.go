@@ -4,11 +4,15 @@
 // driver (libcuda) is opened at run time without cgo and JIT-compiles them.
 // Nothing needs installing but the NVIDIA driver.
 //
-// It computes what package flashattn computes, with the same option names
-// and semantics (scale, causal and sliding-window masks aligned to the
-// bottom-right corner, softcap, GQA/MQA, variable-length batches, LSE
-// output, backward), for bf16 and fp16 inputs with float32 accumulation.
-// ALiBi, dropout and KV caches are not supported here.
+// It computes what package flashattn computes, with the same options and
+// the same validation: Options embeds flashattn.Options (scale, causal and
+// sliding-window masks aligned to the bottom-right corner, softcap,
+// GQA/MQA, variable-length batches, LSE output, backward), for bf16 and
+// fp16 inputs (DType, which is half.Format) with float32 accumulation.
+// Every bad argument is a *flashattn.ArgError naming it: the rules of
+// package flashattn are applied by flashattn.ValidateShape itself, and
+// the options the kernels do not implement (ALiBi, dropout, KV caches,
+// sinks, masks and score mods, ...) are refused by name, never ignored.
 //
 // Open returns an error wrapping ErrNoDevice when there is no driver or no
 // device; nothing else in the module depends on a GPU.

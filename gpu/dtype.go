@@ -1,39 +1,31 @@
 package gpu
 
 import (
-	"fmt"
-
 	"github.com/flashattn/flashattn/half"
 )
 
-// DType is the element type of a device tensor.
-type DType int
+// DType is the element type of a device tensor: one of the two 16-bit
+// formats, half.Format (the module's one 16-bit format type; package
+// flashattn's DType constants BFloat16 and Float16 have the same values).
+// Round and String are half.Format's; String returns "bfloat16" or
+// "float16".
+type DType = half.Format
 
 const (
-	// BF16 is bfloat16 (8-bit exponent, 7-bit mantissa).
-	BF16 DType = iota
-	// F16 is IEEE binary16 (5-bit exponent, 10-bit mantissa).
-	F16
+	// BF16 is bfloat16 (8-bit exponent, 7-bit mantissa): half.BFloat16.
+	BF16 = half.BFloat16
+	// F16 is IEEE binary16 (5-bit exponent, 10-bit mantissa): half.Float16.
+	F16 = half.Float16
 )
 
-// String returns "bf16" or "f16".
-func (t DType) String() string {
-	switch t {
+// ptxName is dt's name in the PTX modules' file and kernel names: "bf16"
+// or "f16" (gpu/_ptxgen's spelling, not DType.String's).
+func ptxName(dt DType) string {
+	switch dt {
 	case BF16:
 		return "bf16"
 	case F16:
 		return "f16"
 	}
-	return fmt.Sprintf("DType(%d)", int(t))
-}
-
-func (t DType) valid() bool { return t == BF16 || t == F16 }
-
-// Round returns x rounded to t (round to nearest, ties to even), as a
-// float32: the value the GPU sees after ForwardHost converts x.
-func (t DType) Round(x float32) float32 {
-	if t == F16 {
-		return half.NewF16(x).Float32()
-	}
-	return half.NewBF16(x).Float32()
+	return dt.String()
 }

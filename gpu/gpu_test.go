@@ -205,7 +205,7 @@ func (c gpuCase) check(d *Device, dt DType, seed uint64) []error {
 	k := randRounded(rng, dt, rowsK*c.hk*c.dim, 1)
 	v := randRounded(rng, dt, rowsK*c.hk*c.dim, 1)
 	dout := randRounded(rng, dt, rowsQ*c.h*c.dim, 1)
-	opts := &Options{Causal: c.causal, Window: c.window, Softcap: c.softcap, Deterministic: c.deterministic}
+	opts := &Options{Options: flashattn.Options{Causal: c.causal, Window: c.window, Softcap: c.softcap}, Deterministic: c.deterministic}
 	if c.cuQ != nil {
 		opts.VarLen = &flashattn.VarLen{CuSeqlensQ: c.cuQ, CuSeqlensK: c.cuK, SeqUsedK: c.used}
 	}
@@ -307,7 +307,7 @@ func benchShape(b *testing.B, dt DType, causal, bwd, deterministic bool) {
 		b.Fatal(err)
 	}
 	defer lse.Free()
-	opts := &Options{Causal: causal, Deterministic: deterministic}
+	opts := &Options{Options: flashattn.Options{Causal: causal}, Deterministic: deterministic}
 	flops := 4.0 * B * H * N * N * D
 	if causal {
 		flops /= 2

@@ -1,8 +1,6 @@
 package gpu
 
 import (
-	"errors"
-	"fmt"
 	"math"
 
 	"github.com/flashattn/flashattn"
@@ -12,15 +10,15 @@ import (
 // NewTensor allocates a dense device tensor of the given type and shape.
 func (d *Device) NewTensor(dt DType, batch, seq, heads, dim int) (Tensor, error) {
 	t := Tensor{DType: dt, Batch: batch, Seq: seq, Heads: heads, Dim: dim}
-	if !dt.valid() {
-		return t, fmt.Errorf("gpu: unknown type %v", dt)
+	if !dt.Valid() {
+		return t, argErr("dt", "NewTensor of type %v; package gpu takes bfloat16 and float16", dt)
 	}
 	if batch < 1 || seq < 1 || heads < 1 || dim < 1 {
-		return t, fmt.Errorf("gpu: NewTensor shape %v: every dimension must be ≥ 1", t.shape())
+		return t, argErr("shape", "NewTensor shape %v: every dimension must be ≥ 1", t.shape())
 	}
 	n := int64(batch) * int64(seq) * int64(heads) * int64(dim) * 2
 	if n > math.MaxInt {
-		return t, fmt.Errorf("gpu: NewTensor shape %v is too large", t.shape())
+		return t, argErr("shape", "NewTensor shape %v is too large", t.shape())
 	}
 	b, err := d.Alloc(int(n))
 	t.Buf = b
@@ -33,8 +31,11 @@ func (t Tensor) Free() error { return t.Buf.Free() }
 // Upload rounds data (t.Len() float32 values, row-major) to t's type and
 // copies it into t.
 func (t Tensor) Upload(data []float32) error {
+	if !t.DType.Valid() {
+		return argErr("t", "Upload into a tensor of type %v; package gpu takes bfloat16 and float16", t.DType)
+	}
 	if len(data) != t.Len() {
-		return fmt.Errorf("gpu: Upload of %d values into a tensor of %d", len(data), t.Len())
+		return argErr("data", "Upload of %d values into a tensor of %d", len(data), t.Len())
 	}
 	if t.DType == F16 {
 		return upload(t.Buf, data, half.EncodeF16)
@@ -51,6 +52,9 @@ func upload[T half.BF16 | half.F16](b *Buffer, data []float32, encode func([]T, 
 
 // Download copies t to the host as float32 values.
 func (t Tensor) Download() ([]float32, error) {
+	if !t.DType.Valid() {
+		return nil, argErr("t", "Download of a tensor of type %v; package gpu takes bfloat16 and float16", t.DType)
+	}
 	if t.DType == F16 {
 		return download(t.Buf, t.Len(), half.DecodeF16)
 	}
@@ -69,26 +73,19 @@ func download[T half.BF16 | half.F16](b *Buffer, n int, decode func([]float32, [
 	return out, nil
 }
 
-// ForwardHost is Forward on host tensors: q, k and v (any strides) are
-// rounded to dt on the host and copied to the device; out is returned dense
-// with the values of the dt result, and lse as float32 ([batch, heads,
-// seq_q], or [heads, total_q] with VarLen).
+// ForwardHost is Forward on host tensors: q, k and v (float32, any
+// strides) are rounded to dt on the host and copied to the device; out is
+// returned dense with the values of the dt result, and lse as float32
+// ([batch, heads, seq_q], or [heads, total_q] with VarLen). The arguments
+// are validated, as Forward validates them, before anything is allocated.
 func (d *Device) ForwardHost(dt DType, q, k, v flashattn.Tensor, opts *Options) (out flashattn.Tensor, lse []float32, err error) {
+	in, p, err := hostInputs(dt, opts, q, k, v)
+	if err != nil {
+		return out, nil, err
+	}
 	var ts tensors
 	defer ts.free()
-	dq, err := ts.upload(d, dt, q, "q")
-	if err != nil {
-		return out, nil, err
-	}
-	dk, err := ts.upload(d, dt, k, "k")
-	if err != nil {
-		return out, nil, err
-	}
-	dv, err := ts.upload(d, dt, v, "v")
-	if err != nil {
-		return out, nil, err
-	}
-	p, err := validate(dq, dk, dv, opts)
+	dev, err := ts.upload(d, dt, in)
 	if err != nil {
 		return out, nil, err
 	}
@@ -101,7 +98,7 @@ func (d *Device) ForwardHost(dt DType, q, k, v flashattn.Tensor, opts *Options) 
 		return out, nil, err
 	}
 	ts.bufs = append(ts.bufs, lb)
-	if err := d.Forward(dq, dk, dv, do, lb, opts); err != nil {
+	if err := d.Forward(dev[0], dev[1], dev[2], do, lb, opts); err != nil {
 		return out, nil, err
 	}
 	o, err := do.Download()
@@ -115,26 +112,32 @@ func (d *Device) ForwardHost(dt DType, q, k, v flashattn.Tensor, opts *Options) 
 	return flashattn.Dense(o, q.Batch, q.Seq, q.Heads, q.Dim), lse, nil
 }
 
-// BackwardHost is Backward on host tensors (rounded to dt on the host); it
-// returns dq, dk and dv dense, with the values of the dt results.
+// BackwardHost is Backward on host tensors (float32, rounded to dt on the
+// host); it returns dq, dk and dv dense, with the values of the dt
+// results. The arguments are validated, as Backward validates them, before
+// anything is allocated.
 func (d *Device) BackwardHost(dt DType, q, k, v, out, dout flashattn.Tensor, lse []float32, opts *Options) (dq, dk, dv flashattn.Tensor, err error) {
-	var ts tensors
-	defer ts.free()
-	var dev [5]Tensor
-	for i, c := range []struct {
-		t    flashattn.Tensor
-		name string
-	}{{q, "q"}, {k, "k"}, {v, "v"}, {out, "out"}, {dout, "dout"}} {
-		if dev[i], err = ts.upload(d, dt, c.t, c.name); err != nil {
-			return dq, dk, dv, err
-		}
-	}
-	p, err := validate(dev[0], dev[1], dev[2], opts)
+	in, p, err := hostInputs(dt, opts, q, k, v, out, dout)
 	if err != nil {
 		return dq, dk, dv, err
 	}
+	if err := p.checkBackward(); err != nil {
+		return dq, dk, dv, err
+	}
+	if err := p.likeShape(in[3].shape, "out", false); err != nil {
+		return dq, dk, dv, err
+	}
+	if err := p.likeShape(in[4].shape, "dout", false); err != nil {
+		return dq, dk, dv, err
+	}
 	if len(lse) != p.lseLen() {
-		return dq, dk, dv, fmt.Errorf("gpu: lse has %d values, want %d", len(lse), p.lseLen())
+		return dq, dk, dv, argErr("lse", "lse has %d elements, want %d", len(lse), p.lseLen())
+	}
+	var ts tensors
+	defer ts.free()
+	dev, err := ts.upload(d, dt, in)
+	if err != nil {
+		return dq, dk, dv, err
 	}
 	lb, err := d.Alloc(4 * len(lse))
 	if err != nil {
@@ -164,6 +167,37 @@ func (d *Device) BackwardHost(dt DType, q, k, v, out, dout flashattn.Tensor, lse
 	return res[0], res[1], res[2], nil
 }
 
+// hostInput is a host tensor argument, gathered dense.
+type hostInput struct {
+	data  []float32
+	shape shape4
+}
+
+// hostNames are the names of the host functions' tensor arguments, in order.
+var hostNames = [...]string{"q", "k", "v", "out", "dout"}
+
+// hostInputs checks dt and the host tensors (q, k, v, then out and dout if
+// given), gathers them, and validates q, k and v with the options as the
+// device call will.
+func hostInputs(dt DType, opts *Options, ts ...flashattn.Tensor) ([]hostInput, *problem, error) {
+	if !dt.Valid() {
+		return nil, nil, argErr("dt", "dt is %v; package gpu computes in bfloat16 or float16", dt)
+	}
+	in := make([]hostInput, len(ts))
+	for i, t := range ts {
+		data, err := gather(t, hostNames[i])
+		if err != nil {
+			return nil, nil, err
+		}
+		in[i] = hostInput{data, shape4{t.Batch, t.Seq, t.Heads, t.Dim}}
+	}
+	p, err := checkQKV(dt, in[0].shape, in[1].shape, in[2].shape, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	return in, p, nil
+}
+
 // tensors tracks the device buffers of a host call.
 type tensors struct{ bufs []*Buffer }
 
@@ -182,18 +216,24 @@ func (ts *tensors) alloc(d *Device, dt DType, t flashattn.Tensor) (Tensor, error
 	return x, err
 }
 
-// upload gathers t (checking its shape, strides and length) and copies it
-// to a new device tensor of type dt.
-func (ts *tensors) upload(d *Device, dt DType, t flashattn.Tensor, name string) (Tensor, error) {
-	data, err := gather(t, name)
-	if err != nil {
-		return Tensor{}, err
+// upload copies the gathered inputs to new device tensors of type dt.
+func (ts *tensors) upload(d *Device, dt DType, in []hostInput) ([]Tensor, error) {
+	dev := make([]Tensor, len(in))
+	for i, x := range in {
+		s := x.shape
+		t, err := d.NewTensor(dt, s[0], s[1], s[2], s[3])
+		if t.Buf != nil {
+			ts.bufs = append(ts.bufs, t.Buf)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := t.Upload(x.data); err != nil {
+			return nil, err
+		}
+		dev[i] = t
 	}
-	x, err := ts.alloc(d, dt, t)
-	if err != nil {
-		return x, err
-	}
-	return x, x.Upload(data)
+	return dev, nil
 }
 
 // gather returns t's elements in dense row-major order, or an error if t is
@@ -201,13 +241,13 @@ func (ts *tensors) upload(d *Device, dt DType, t flashattn.Tensor, name string) 
 // its data is too short for its shape and strides.
 func gather(t flashattn.Tensor, name string) ([]float32, error) {
 	if dt := t.DType(); dt != flashattn.Float32 {
-		return nil, fmt.Errorf("gpu: %s is %v; the host functions take float32 tensors", name, dt)
+		return nil, argErr(name, "%s is %v; the host functions of package gpu take float32 tensors", name, dt)
 	}
 	if t.Data == nil {
-		return nil, fmt.Errorf("gpu: %s is nil", name)
+		return nil, argErr(name, "%s is nil", name)
 	}
 	if t.Batch < 1 || t.Seq < 1 || t.Heads < 1 || t.Dim < 1 {
-		return nil, fmt.Errorf("gpu: %s has shape [%d %d %d %d]; every dimension must be ≥ 1", name, t.Batch, t.Seq, t.Heads, t.Dim)
+		return nil, argErr(name, "%s has shape [%d %d %d %d]; every dimension must be ≥ 1", name, t.Batch, t.Seq, t.Heads, t.Dim)
 	}
 	hs, ss, bs := t.HeadStride, t.SeqStride, t.BatchStride
 	if hs == 0 {
@@ -220,14 +260,14 @@ func gather(t flashattn.Tensor, name string) ([]float32, error) {
 		bs = t.Seq * ss
 	}
 	if hs < 0 || ss < 0 || bs < 0 {
-		return nil, fmt.Errorf("gpu: %s has a negative stride", name)
+		return nil, argErr(name, "%s has a negative stride (batch %d, seq %d, head %d)", name, bs, ss, hs)
 	}
 	last := int64(t.Batch-1)*int64(bs) + int64(t.Seq-1)*int64(ss) + int64(t.Heads-1)*int64(hs) + int64(t.Dim)
 	if last > int64(len(t.Data)) {
-		return nil, fmt.Errorf("gpu: %s needs %d elements for shape [%d %d %d %d] with its strides, has %d", name, last, t.Batch, t.Seq, t.Heads, t.Dim, len(t.Data))
+		return nil, argErr(name, "%s needs %d elements for shape [%d %d %d %d] with its strides, has %d", name, last, t.Batch, t.Seq, t.Heads, t.Dim, len(t.Data))
 	}
 	if int64(t.Batch)*int64(t.Seq)*int64(t.Heads)*int64(t.Dim) > math.MaxInt32*4 {
-		return nil, errors.New("gpu: " + name + " is too large")
+		return nil, argErr(name, "%s of shape [%d %d %d %d] is too large for package gpu's host functions", name, t.Batch, t.Seq, t.Heads, t.Dim)
 	}
 	out := make([]float32, 0, t.Batch*t.Seq*t.Heads*t.Dim)
 	for b := 0; b < t.Batch; b++ {

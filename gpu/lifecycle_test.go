@@ -109,7 +109,7 @@ func TestStreams(t *testing.T) {
 		}
 		return b
 	}
-	opts := &Options{Causal: true}
+	opts := &Options{Options: flashattn.Options{Causal: true}}
 	o0, l0, dq0, dk0, dv0 := mk(), lse(), mk(), mk(), mk()
 	if err := d.Forward(q, k, v, o0, l0, opts); err != nil {
 		t.Fatal(err)

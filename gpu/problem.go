@@ -1,10 +1,10 @@
 package gpu
 
 import (
-	"errors"
 	"fmt"
 	"math"
 
+	"github.com/flashattn/flashattn"
 	"github.com/flashattn/flashattn/gpu/internal/cuda"
 	"github.com/flashattn/flashattn/gpu/internal/tile"
 )
@@ -30,114 +30,121 @@ type problem struct {
 // "unbounded" sentinels) cannot overflow.
 const maxSeq = 1 << 28
 
-// validate checks q, k, v and the options and returns the problem.
-func validate(q, k, v Tensor, opts *Options) (*problem, error) {
+// maxGrid is the largest grid y (heads) and z (batch) dimension.
+const maxGrid = 65535
+
+// ValidateShape reports whether Forward accepts a call of shape s with
+// opts, without tensors or a device, and returns the *flashattn.ArgError
+// the call would return, or nil. It refuses the options the GPU kernels do
+// not implement (see Options), then applies flashattn.ValidateShape — every
+// rule of package flashattn: option values, H % Hk, cu_seqlens and
+// SeqUsedK, ... — and then the limits of the GPU kernels: head dim 64, 128
+// or 256, the same for V as for Q and K; at most 65535 heads and 65535
+// sequences; fewer than 2^28 rows per sequence and 2^31-1 in all.
+// Backward also needs head dim 64 or 128. What depends on the tensors
+// themselves (types, buffers, devices, and v shaped like k) is checked by
+// the call.
+func ValidateShape(s flashattn.Shape, opts *Options) error {
+	_, err := newProblem(s, opts)
+	return err
+}
+
+// shape4 is a tensor's [batch, seq, heads, dim].
+type shape4 [4]int
+
+// checkQKV checks the shapes of q, k and v against each other as the call
+// does (k's head dim and v's batch, seq and heads against k's) and returns
+// the problem of type dt they make.
+func checkQKV(dt DType, q, k, v shape4, opts *Options) (*problem, error) {
+	if k[3] != q[3] {
+		return nil, argErr("k", "k has head dim %d, want %d (q's); k has shape %v", k[3], q[3], k)
+	}
+	if v[0] != k[0] || v[1] != k[1] || v[2] != k[2] {
+		return nil, argErr("v", "v has shape %v, want k's batch, seq and heads %v", v, k[:3])
+	}
+	s := flashattn.Shape{Batch: q[0], SeqQ: q[1], Heads: q[2], Dim: q[3], KVBatch: k[0], SeqK: k[1], KVHeads: k[2], DimV: v[3]}
+	p, err := newProblem(s, opts)
+	if err != nil {
+		return nil, err
+	}
+	p.dt = dt
+	return p, nil
+}
+
+// newProblem validates a call of shape s (through flashattn.ValidateShape,
+// then the GPU's own limits) and returns its problem, p.dt unset.
+func newProblem(s flashattn.Shape, opts *Options) (*problem, error) {
 	if opts == nil {
 		opts = &Options{}
 	}
-	p := &problem{dt: q.DType, d: q.Dim, heads: q.Heads, kvHeads: k.Heads, deterministic: opts.Deterministic}
-	if err := q.check("q"); err != nil {
+	if err := opts.unsupported(); err != nil {
 		return nil, err
 	}
-	if err := k.check("k"); err != nil {
+	o := &opts.Options
+	if err := flashattn.ValidateShape(s, o); err != nil {
 		return nil, err
 	}
-	if err := v.check("v"); err != nil {
-		return nil, err
+	// The shape is valid: fill in its defaults.
+	if s.KVHeads == 0 {
+		s.KVHeads = s.Heads
 	}
-	if k.DType != q.DType || v.DType != q.DType {
-		return nil, fmt.Errorf("gpu: q, k, v have types %v, %v, %v; they must match", q.DType, k.DType, v.DType)
+	if s.KVBatch == 0 {
+		s.KVBatch = s.Batch
 	}
-	if q.Buf.d != k.Buf.d || q.Buf.d != v.Buf.d {
-		return nil, errors.New("gpu: q, k and v are on different devices")
+	if s.DimV == 0 {
+		s.DimV = s.Dim
 	}
-	if v.Batch != k.Batch || v.Seq != k.Seq || v.Heads != k.Heads || v.Dim != k.Dim {
-		return nil, fmt.Errorf("gpu: v has shape %v, want k's %v", v.shape(), k.shape())
-	}
-	if k.Dim != q.Dim || k.Batch != q.Batch {
-		return nil, fmt.Errorf("gpu: k has shape %v, incompatible with q %v (batch and headdim must match)", k.shape(), q.shape())
-	}
-	if q.Heads%k.Heads != 0 {
-		return nil, fmt.Errorf("gpu: q has %d heads, not a multiple of k's %d", q.Heads, k.Heads)
-	}
-	if !supportedDim(q.Dim) {
-		return nil, fmt.Errorf("gpu: headdim %d is not supported (64, 128 or 256)", q.Dim)
-	}
-	if q.Heads > 65535 || q.Batch > 65535 {
-		return nil, fmt.Errorf("gpu: %d heads, batch %d: at most 65535 each", q.Heads, q.Batch)
-	}
-	if q.Heads*q.Dim > math.MaxInt32 {
-		return nil, fmt.Errorf("gpu: heads·headdim %d too large", q.Heads*q.Dim)
-	}
-	// Options.
-	bad := func(f float32) bool { return math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) }
 	switch {
-	case bad(opts.Scale) || opts.Scale < 0:
-		return nil, fmt.Errorf("gpu: Scale %v must be a finite number > 0 (or 0 for 1/sqrt(headdim))", opts.Scale)
-	case bad(opts.Softcap) || opts.Softcap < 0:
-		return nil, fmt.Errorf("gpu: Softcap %v must be a finite number ≥ 0", opts.Softcap)
+	case !supportedDim(s.Dim):
+		return nil, argErr("q", "head dim %d is not supported by package gpu (64, 128 or 256)", s.Dim)
+	case s.DimV != s.Dim:
+		return nil, argErr("v", "v has head dim %d, q and k %d: package gpu needs them equal", s.DimV, s.Dim)
+	case s.Heads > maxGrid:
+		return nil, argErr("q", "q has %d heads; package gpu takes at most %d", s.Heads, maxGrid)
 	}
-	p.scale = opts.Scale
+	p := &problem{d: s.Dim, heads: s.Heads, kvHeads: s.KVHeads, deterministic: opts.Deterministic}
+	if vl := o.VarLen; vl != nil { // cu_seqlens and SeqUsedK checked by ValidateShape
+		p.varlen = true
+		p.batch = len(vl.CuSeqlensQ) - 1
+		p.rowsQ, p.rowsK = s.SeqQ, s.SeqK
+		p.maxSq, p.maxSk = longest(vl.CuSeqlensQ), longest(vl.CuSeqlensK)
+		p.cuQ, p.cuK, p.usedK = vl.CuSeqlensQ, vl.CuSeqlensK, vl.SeqUsedK
+		if p.batch > maxGrid {
+			return nil, argErr("Options.VarLen.CuSeqlensQ", "VarLen has %d sequences; package gpu takes at most %d", p.batch, maxGrid)
+		}
+	} else {
+		p.batch, p.maxSq, p.maxSk = s.Batch, s.SeqQ, s.SeqK
+		p.rowsQ, p.rowsK = s.Batch*s.SeqQ, s.Batch*s.SeqK
+		if p.batch > maxGrid {
+			return nil, argErr("q", "q has batch %d; package gpu takes at most %d", p.batch, maxGrid)
+		}
+	}
+	for _, x := range []struct {
+		arg, what  string
+		seq, total int
+	}{{"q", "queries", p.maxSq, p.rowsQ}, {"k", "keys", p.maxSk, p.rowsK}} {
+		if x.seq >= maxSeq || x.total >= math.MaxInt32 {
+			return nil, argErr(x.arg, "%s has sequences of up to %d %s, %d rows in all; package gpu takes fewer than 2^28 per sequence and 2^31-1 in all", x.arg, x.seq, x.what, x.total)
+		}
+	}
+	p.scale = o.Scale
 	if p.scale == 0 {
-		p.scale = float32(1 / math.Sqrt(float64(q.Dim)))
+		p.scale = float32(1 / math.Sqrt(float64(s.Dim)))
 	}
-	if opts.Softcap > 0 {
+	if o.Softcap > 0 {
 		p.softcap = true
-		p.capScale = p.scale / opts.Softcap
-		p.capLog2 = opts.Softcap * tile.Log2E
-		if bad(p.capScale) || bad(p.capLog2) {
-			return nil, fmt.Errorf("gpu: Softcap %v with scale %v overflows", opts.Softcap, p.scale)
+		p.capScale = p.scale / o.Softcap
+		p.capLog2 = o.Softcap * tile.Log2E
+		if !finite(p.capScale) || !finite(p.capLog2) {
+			return nil, argErr("Options.Softcap", "Softcap %v with scale %v overflows the GPU kernels' float32 constants", o.Softcap, p.scale)
 		}
 	}
 	p.left, p.right = -1, -1
-	if w := opts.Window; w != nil {
-		if w.Left < -1 || w.Right < -1 {
-			return nil, fmt.Errorf("gpu: Window {%d, %d}: each side must be ≥ 0 or -1 (unbounded)", w.Left, w.Right)
-		}
+	if w := o.Window; w != nil {
 		p.left, p.right = int32(min(w.Left, 2*maxSeq)), int32(min(w.Right, 2*maxSeq))
 	}
-	if opts.Causal {
+	if o.Causal {
 		p.right = 0
-	}
-	// Geometry.
-	if vl := opts.VarLen; vl != nil {
-		if q.Batch != 1 {
-			return nil, fmt.Errorf("gpu: with VarLen, q must be packed [total, heads, dim] (Batch 1), has batch %d", q.Batch)
-		}
-		p.varlen = true
-		p.rowsQ, p.rowsK = q.Seq, k.Seq
-		var err error
-		if p.maxSq, err = checkCu("CuSeqlensQ", vl.CuSeqlensQ, q.Seq); err != nil {
-			return nil, err
-		}
-		if p.maxSk, err = checkCu("CuSeqlensK", vl.CuSeqlensK, k.Seq); err != nil {
-			return nil, err
-		}
-		if len(vl.CuSeqlensK) != len(vl.CuSeqlensQ) {
-			return nil, fmt.Errorf("gpu: CuSeqlensQ has %d entries, CuSeqlensK %d; they must match", len(vl.CuSeqlensQ), len(vl.CuSeqlensK))
-		}
-		p.batch = len(vl.CuSeqlensQ) - 1
-		if p.batch > 65535 {
-			return nil, fmt.Errorf("gpu: VarLen batch %d exceeds 65535", p.batch)
-		}
-		p.cuQ, p.cuK = vl.CuSeqlensQ, vl.CuSeqlensK
-		if vl.SeqUsedK != nil {
-			if len(vl.SeqUsedK) != p.batch {
-				return nil, fmt.Errorf("gpu: SeqUsedK has %d entries, want %d", len(vl.SeqUsedK), p.batch)
-			}
-			for b, u := range vl.SeqUsedK {
-				if n := vl.CuSeqlensK[b+1] - vl.CuSeqlensK[b]; u < 0 || u > n {
-					return nil, fmt.Errorf("gpu: SeqUsedK[%d] = %d outside [0, %d]", b, u, n)
-				}
-			}
-			p.usedK = vl.SeqUsedK
-		}
-	} else {
-		p.batch, p.maxSq, p.maxSk = q.Batch, q.Seq, k.Seq
-		p.rowsQ, p.rowsK = q.Batch*q.Seq, k.Batch*k.Seq
-	}
-	if p.maxSq >= maxSeq || p.maxSk >= maxSeq || p.rowsQ >= math.MaxInt32 || p.rowsK >= math.MaxInt32 {
-		return nil, fmt.Errorf("gpu: sequences of %d queries, %d keys (%d, %d rows in all) are too long", p.maxSq, p.maxSk, p.rowsQ, p.rowsK)
 	}
 	// A window side at least Sq+Sk never hides a key: make it unbounded, so
 	// that it stays small in the kernels' arithmetic.
@@ -150,6 +157,25 @@ func validate(q, k, v Tensor, opts *Options) (*problem, error) {
 	return p, nil
 }
 
+func finite(f float32) bool { return !math.IsNaN(float64(f)) && !math.IsInf(float64(f), 0) }
+
+// validate checks device tensors q, k and v and the options and returns
+// the problem. That they are on the call's device is checked by the call.
+func validate(q, k, v Tensor, opts *Options) (*problem, error) {
+	for _, x := range []struct {
+		t    Tensor
+		name string
+	}{{q, "q"}, {k, "k"}, {v, "v"}} {
+		if err := x.t.check(x.name); err != nil {
+			return nil, err
+		}
+		if x.t.DType != q.DType {
+			return nil, argErr(x.name, "%s is %v, q %v: package gpu needs q, k and v of one type", x.name, x.t.DType, q.DType)
+		}
+	}
+	return checkQKV(q.DType, q.shape(), k.shape(), v.shape(), opts)
+}
+
 func supportedDim(d int) bool {
 	for _, x := range tile.HeadDims {
 		if d == x {
@@ -159,26 +185,21 @@ func supportedDim(d int) bool {
 	return false
 }
 
-// checkCu validates cu_seqlens against total rows and returns the longest
-// sequence.
-func checkCu(name string, cu []int32, total int) (int, error) {
-	if len(cu) < 2 {
-		return 0, fmt.Errorf("gpu: %s has %d entries; want batch+1 ≥ 2", name, len(cu))
-	}
-	if cu[0] != 0 {
-		return 0, fmt.Errorf("gpu: %s[0] = %d, want 0", name, cu[0])
-	}
-	longest := 0
+// longest returns the longest sequence of valid cu_seqlens.
+func longest(cu []int32) int {
+	n := 0
 	for i := 1; i < len(cu); i++ {
-		if cu[i] < cu[i-1] {
-			return 0, fmt.Errorf("gpu: %s decreases at %d (%d < %d)", name, i, cu[i], cu[i-1])
-		}
-		longest = max(longest, int(cu[i]-cu[i-1]))
+		n = max(n, int(cu[i]-cu[i-1]))
 	}
-	if int(cu[len(cu)-1]) != total {
-		return 0, fmt.Errorf("gpu: %s ends at %d, but the packed tensor has %d rows", name, cu[len(cu)-1], total)
+	return n
+}
+
+// checkBackward refuses head dims the backward kernels do not have.
+func (p *problem) checkBackward() error {
+	if tile.BwdConfig(p.d).Check() != nil {
+		return argErr("q", "head dim %d: the backward pass of package gpu supports head dims 64 and 128", p.d)
 	}
-	return longest, nil
+	return nil
 }
 
 // lseLen is the number of LSE (and dsum) elements: [batch, heads, Sq] or,
@@ -190,26 +211,39 @@ func (p *problem) lseLen() int {
 	return p.batch * p.heads * p.maxSq
 }
 
-// like checks that t has q's (rows, heads, dim) or k's.
+// want returns the shape of a tensor like q (or, ofK, like k).
+func (p *problem) want(ofK bool) shape4 {
+	rows, seq, h := p.rowsQ, p.maxSq, p.heads
+	if ofK {
+		rows, seq, h = p.rowsK, p.maxSk, p.kvHeads
+	}
+	if p.varlen {
+		return shape4{1, rows, h, p.d}
+	}
+	return shape4{p.batch, seq, h, p.d}
+}
+
+// likeShape checks that a tensor of shape got has q's shape (or k's).
+func (p *problem) likeShape(got shape4, name string, ofK bool) error {
+	if want := p.want(ofK); got != want {
+		of := "q"
+		if ofK {
+			of = "k"
+		}
+		return argErr(name, "%s has shape %v, want %v (%s's)", name, got, want, of)
+	}
+	return nil
+}
+
+// like checks that device tensor t has q's type and shape (or k's).
 func (p *problem) like(t Tensor, name string, ofK bool) error {
 	if err := t.check(name); err != nil {
 		return err
 	}
-	want := Tensor{DType: p.dt, Batch: 1, Seq: p.rowsQ, Heads: p.heads, Dim: p.d}
-	if !p.varlen {
-		want.Batch, want.Seq = p.batch, p.maxSq
+	if t.DType != p.dt {
+		return argErr(name, "%s is %v, want %v (q's)", name, t.DType, p.dt)
 	}
-	if ofK {
-		want.Heads = p.kvHeads
-		want.Seq = p.rowsK
-		if !p.varlen {
-			want.Seq = p.maxSk
-		}
-	}
-	if t.DType != p.dt || t.Batch != want.Batch || t.Seq != want.Seq || t.Heads != want.Heads || t.Dim != want.Dim {
-		return fmt.Errorf("gpu: %s is %v %v, want %v %v", name, t.DType, t.shape(), want.DType, want.shape())
-	}
-	return nil
+	return p.likeShape(t.shape(), name, ofK)
 }
 
 // args is a set of named kernel arguments.

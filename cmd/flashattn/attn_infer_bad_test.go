@@ -210,7 +210,7 @@ func TestAttnKVCacheBad(t *testing.T) {
 		{"num-splits negative", with("-num-splits", "-1"), "-num-splits: KVCache.NumSplits -1", 1},
 		{"num-splits too many", with("-num-splits", "129"), "-num-splits: KVCache.NumSplits 129", 1},
 		{"num-splits not int", with("-num-splits", "x"), "-num-splits", 2},
-		{"cache on the gpu", with("-device", "gpu"), "-device gpu", 1},
+		{"cache on the gpu", with("-device", "gpu"), "-cache-seqlens: Options.KVCache is not supported by package gpu", 1},
 	} {
 		t.Run(c.name, func(t *testing.T) { atFails(t, c.args, c.key, c.code, stale) })
 	}

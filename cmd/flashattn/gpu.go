@@ -69,13 +69,11 @@ func (g *gpuFlags) gpuType() (gpu.DType, error) {
 		return gpu.BF16, nil
 	}
 	dt, err := parseDType("-dtype", g.dtype, g.q8)
-	switch {
-	case err != nil:
+	if err != nil {
 		return 0, err
-	case dt == flashattn.BFloat16:
-		return gpu.BF16, nil
-	case dt == flashattn.Float16:
-		return gpu.F16, nil
+	}
+	if f, ok := dt.Format(); ok { // gpu.DType is half.Format
+		return f, nil
 	}
 	return 0, fmt.Errorf("-dtype %q: want bf16 or f16 with -device gpu", g.dtype)
 }
@@ -102,7 +100,9 @@ type (
 
 // attnFuncs returns the forward and backward functions "attn" calls:
 // flashattn's for -device cpu, the GPU's otherwise, and a function to call
-// when done.
+// when done. The GPU's check their arguments (gpu.ValidateShape, whose
+// *flashattn.ArgError argFile maps to a flag or file) before they open the
+// device, so that a bad value is reported as such with or without a GPU.
 func (g *gpuFlags) attnFuncs() (forwardFunc, backwardFunc, func(), error) {
 	if err := g.check(); err != nil {
 		return nil, nil, nil, err
@@ -110,42 +110,57 @@ func (g *gpuFlags) attnFuncs() (forwardFunc, backwardFunc, func(), error) {
 	if !g.on() {
 		return flashattn.Forward, flashattn.Backward, func() {}, nil
 	}
-	d, dt, err := g.open()
+	dt, err := g.gpuType()
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	var d *gpu.Device
+	open := func(q, k, v flashattn.Tensor, opts *gpu.Options) error {
+		s := flashattn.Shape{Batch: q.Batch, SeqQ: q.Seq, Heads: q.Heads, Dim: q.Dim, KVBatch: k.Batch, SeqK: k.Seq, KVHeads: k.Heads, DimV: v.Dim}
+		if err := gpu.ValidateShape(s, opts); err != nil {
+			return err
+		}
+		if d != nil {
+			return nil
+		}
+		var err error
+		if d, _, err = g.open(); err != nil {
+			d = nil
+		}
+		return err
+	}
 	fwd := func(q, k, v flashattn.Tensor, o *flashattn.Options) (flashattn.Tensor, []float32, error) {
-		opts, err := g.options(o)
-		if err != nil {
+		opts := g.options(o)
+		if err := open(q, k, v, opts); err != nil {
 			return flashattn.Tensor{}, nil, err
 		}
 		return d.ForwardHost(dt, q, k, v, opts)
 	}
 	bwd := func(q, k, v, out, dout flashattn.Tensor, lse []float32, o *flashattn.Options) (dq, dk, dv flashattn.Tensor, err error) {
-		opts, err := g.options(o)
-		if err != nil {
+		opts := g.options(o)
+		if err := open(q, k, v, opts); err != nil {
 			return dq, dk, dv, err
 		}
 		return d.BackwardHost(dt, q, k, v, out, dout, lse, opts)
 	}
-	return fwd, bwd, func() { d.Close() }, nil
+	done := func() {
+		if d != nil {
+			d.Close()
+		}
+	}
+	return fwd, bwd, done, nil
 }
 
-// options converts library options to the GPU's, refusing what the GPU
-// kernels do not implement.
-func (g *gpuFlags) options(o *flashattn.Options) (*gpu.Options, error) {
-	if o == nil {
-		o = &flashattn.Options{}
+// options are the GPU's options for the library's: the same, with
+// -deterministic. Those the GPU kernels do not implement (-alibi,
+// -dropout, -cache-seqlens, the masks) are refused by package gpu with an
+// *flashattn.ArgError naming the option, which argFile maps to the flag.
+func (g *gpuFlags) options(o *flashattn.Options) *gpu.Options {
+	opts := &gpu.Options{Deterministic: g.deterministic}
+	if o != nil {
+		opts.Options = *o
 	}
-	switch {
-	case o.ALiBi != nil:
-		return nil, errors.New("-alibi is not supported with -device gpu")
-	case o.Dropout != 0:
-		return nil, errors.New("-dropout is not supported with -device gpu")
-	case o.KVCache != nil:
-		return nil, errors.New("-cache-seqlens is not supported with -device gpu")
-	}
-	return &gpu.Options{Scale: o.Scale, Causal: o.Causal, Window: o.Window, Softcap: o.Softcap, VarLen: o.VarLen, Deterministic: g.deterministic}, nil
+	return opts
 }
 
 // gpuResult is one line of "bench -device gpu" and one JSON object.
@@ -228,9 +243,10 @@ func benchGPU(g *gpuFlags, s shape, causal bool, mode string, jsonOut bool, minM
 		}
 	}
 	if !jsonOut {
-		fmt.Fprintf(stdout, "%s (compute capability %d.%d, %d SMs), %s", info.Name, info.Major, info.Minor, info.SMs, dt)
+		name := dtypeName(flashattn.DType(dt))
+		fmt.Fprintf(stdout, "%s (compute capability %d.%d, %d SMs), %s", info.Name, info.Major, info.Minor, info.SMs, name)
 		if peak > 0 {
-			fmt.Fprintf(stdout, ", dense %s tensor peak %.0f TFLOP/s", dt, peak)
+			fmt.Fprintf(stdout, ", dense %s tensor peak %.0f TFLOP/s", name, peak)
 		}
 		fmt.Fprintln(stdout)
 		w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -277,7 +293,7 @@ func (c gpuCase) flops() float64 {
 // once to compile and warm up, then repeatedly for at least minDur,
 // keeping the fastest run.
 func (c gpuCase) measure(d *gpu.Device, dt gpu.DType, det bool, minDur time.Duration) (gpuResult, error) {
-	r := gpuResult{DType: dt.String(), Mode: c.mode, Batch: c.B, Heads: c.H, KVHeads: c.Hk, Seqlen: c.N, Headdim: c.D, Causal: c.Causal, Deterministic: det}
+	r := gpuResult{DType: dtypeName(flashattn.DType(dt)), Mode: c.mode, Batch: c.B, Heads: c.H, KVHeads: c.Hk, Seqlen: c.N, Headdim: c.D, Causal: c.Causal, Deterministic: det}
 	var ts []gpu.Tensor
 	defer func() {
 		for _, t := range ts {
@@ -314,7 +330,7 @@ func (c gpuCase) measure(d *gpu.Device, dt gpu.DType, det bool, minDur time.Dura
 		return r, err
 	}
 	defer lse.Free()
-	opts := &gpu.Options{Causal: c.Causal, Deterministic: det}
+	opts := &gpu.Options{Options: flashattn.Options{Causal: c.Causal}, Deterministic: det}
 	fwd := func() error { return d.Forward(q, k, v, o, lse, opts) }
 	bwd := func() error { return d.Backward(q, k, v, o, do, lse, dq, dk, dv, opts) }
 	run := fwd

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -80,23 +81,57 @@ func TestGPUFlagValues(t *testing.T) {
 	}
 }
 
-func TestGPUOptions(t *testing.T) {
-	g := &gpuFlags{device: "gpu", dtype: "bf16", deterministic: true}
-	for _, o := range []*flashattn.Options{
-		{ALiBi: []float32{1}}, {Dropout: 0.1}, {KVCache: &flashattn.KVCache{SeqLens: []int32{1}}},
+// Bad values and options the GPU does not implement are refused before the
+// device is opened, as one line naming the flag or file (argFile's
+// mapping of the *flashattn.ArgError package gpu returns), whether or not
+// a GPU is present; nothing is written.
+func TestGPUArgErrors(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	base := append(gpuInputs(t, dir), "-o", out, "-device", "gpu")
+	with := func(extra ...string) []string { return append(slices.Clip(base), extra...) }
+	alibi := atWriteF32(t, filepath.Join(dir, "alibi.npy"), []float32{0.5, 0.25}, 2)
+	ids := make([]int32, 70)
+	idsQ := atWriteI32(t, filepath.Join(dir, "ids_q.npy"), ids, 1, 70)
+	idsK := atWriteI32(t, filepath.Join(dir, "ids_k.npy"), ids, 1, 70)
+	rng := rand.New(rand.NewPCG(1, 2))
+	var d96 []string
+	for _, n := range []string{"q", "k", "v"} {
+		d96 = append(d96, "-"+n, atWriteF32(t, filepath.Join(dir, n+"96.npy"), atRand(rng, 70*2*96), 1, 70, 2, 96))
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{with("-scale", "-1"), "-scale: Scale -1 must be a finite number > 0"},
+		{with("-softcap", "-2"), "-softcap: Softcap -2 must be"},
+		{with("-window-left", "-5"), "-window-left/-window-right: Window {-5, -1}"},
+		{with("-dropout", "0.1"), "-dropout: Options.Dropout is not supported by package gpu"},
+		{with("-alibi", alibi), alibi + ": Options.ALiBi is not supported by package gpu"},
+		// Masks used to be dropped silently on the GPU.
+		{with("-segment-ids-q", idsQ, "-segment-ids-k", idsK), idsQ + ": Options.Mask is not supported by package gpu"},
+		{append(append([]string{"attn"}, d96...), "-o", out, "-device", "gpu"), d96[1] + ": head dim 96 is not supported by package gpu"},
 	} {
-		if _, err := g.options(o); err == nil {
-			t.Errorf("options(%+v) accepted", o)
+		code, stdout, stderr := atRun(c.args...)
+		if code != 1 || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q, want one line containing %q", c.args[len(c.args)-2:], code, stdout, stderr, c.want)
 		}
 	}
+	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("output directory created: %v", err)
+	}
+}
+
+func TestGPUOptions(t *testing.T) {
+	g := &gpuFlags{device: "gpu", dtype: "bf16", deterministic: true}
 	w := &flashattn.Window{Left: 3, Right: 1}
 	vl := &flashattn.VarLen{CuSeqlensQ: []int32{0, 4}, CuSeqlensK: []int32{0, 5}}
-	o, err := g.options(&flashattn.Options{Scale: 0.5, Causal: true, Window: w, Softcap: 7, VarLen: vl, Workers: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o.Scale != 0.5 || !o.Causal || o.Window != w || o.Softcap != 7 || o.VarLen != vl || !o.Deterministic {
+	o := g.options(&flashattn.Options{Scale: 0.5, Causal: true, Window: w, Softcap: 7, VarLen: vl, Workers: 3})
+	if o.Scale != 0.5 || !o.Causal || o.Window != w || o.Softcap != 7 || o.VarLen != vl || o.Workers != 3 || !o.Deterministic {
 		t.Errorf("options = %+v", o)
+	}
+	if o := g.options(nil); o == nil || !o.Deterministic || o.Causal {
+		t.Errorf("options(nil) = %+v", o)
 	}
 	for _, c := range []struct {
 		g    gpuFlags
