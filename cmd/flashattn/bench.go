@@ -335,7 +335,7 @@ func (c benchCase) need(workers int) *need {
 		n.add("outputs", typedBytes(c.DType, 2, c.B, c.N, c.Hk, c.D))
 		n.floats("outputs", c.B, c.H, sq)
 	}
-	n.addFlashWork(c.B, sq, c.N, c.H, c.Hk, c.D, workers, c.Mode == "bwd" || c.Mode == "fwdbwd")
+	n.addFlashWork(c.B, sq, c.N, c.H, c.Hk, c.D, c.D, workers, c.Mode == "bwd" || c.Mode == "fwdbwd")
 	if c.Variant == "alibi" {
 		n.floats("inputs", c.H)
 	}

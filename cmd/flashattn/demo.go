@@ -166,7 +166,7 @@ func demoNeed(s shape, workers int, withPlain bool) *need {
 	n.floats("outputs", 2, s.B, s.N, s.H, s.D)
 	n.floats("outputs", 2, s.B, s.N, s.Hk, s.D)
 	n.floats("outputs", s.B, s.H, s.N)
-	n.addFlashWork(s.B, s.N, s.N, s.H, s.Hk, s.D, workers, true)
+	n.addFlashWork(s.B, s.N, s.N, s.H, s.Hk, s.D, s.D, workers, true)
 	if withPlain {
 		n.addPlainWork(s.B, s.N, s.N, s.H, s.Hk, s.D, true)
 	}
