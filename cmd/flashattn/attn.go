@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,11 +20,14 @@ import (
 
 // attnFlags are the flags of "flashattn attn": the input files (NumPy
 // '<f4' or '<f2' arrays, '<i4' for index files), the options, and OUTDIR,
-// which receives out.npy and lse.npy (and dq, dk, dv.npy with -dout). A bad
-// file or value is one line on stderr naming the file or flag.
+// which receives out.npy and lse.npy (and dq, dk, dv.npy with -dout, and
+// dsinks.npy with -sinks and -dout). A bad file or value is one line on
+// stderr naming the file or flag. v may have another head dim than q and k
+// (MLA): out, dout and dv have v's.
 type attnFlags struct {
 	q, k, v, out, dout        string
-	causal                    bool
+	causal, topLeft           bool
+	sinks, dlse, seqUsedQ     string
 	scale, softcap, dropout   float64
 	windowLeft, windowRight   int
 	alibi, cuQ, cuK, seqUsedK string
@@ -37,6 +41,7 @@ type attnFlags struct {
 	dt, kvdt                  flashattn.DType // what q and the cache are loaded as
 	f16out                    bool            // write float32 results as '<f2' (the GPU's f16)
 	rd                        npy.Reader      // reads the inputs within the memory limit
+	dlseVals                  []float32       // the values of -dlse, read by load
 	badCu                     bool            // the cu_seqlens do not describe sequences: the call refuses them
 	set                       map[string]bool // flags given on the command line
 }
@@ -44,9 +49,10 @@ type attnFlags struct {
 func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 	f := attnFlags{maxMem: memlimit.NewFlag("-max-memory")}
 	fs := newFlags("attn", stderr, "-q q.npy -k k.npy -v v.npy -o OUTDIR [options]\n\n"+
-		"Writes OUTDIR/out.npy and OUTDIR/lse.npy; with -dout also OUTDIR/dq.npy, dk.npy, dv.npy; with\n"+
-		"-k-new also OUTDIR/k_cache.npy and v_cache.npy. Dense arrays are [batch, seqlen, heads, headdim];\n"+
-		"with -cu-seqlens-q/-k they are packed [total, heads, headdim]. Inputs are float32 ('<f4') or\n"+
+		"Writes OUTDIR/out.npy and OUTDIR/lse.npy; with -dout also OUTDIR/dq.npy, dk.npy, dv.npy (and\n"+
+		"dsinks.npy with -sinks); with -k-new also OUTDIR/k_cache.npy and v_cache.npy. Dense arrays are\n"+
+		"[batch, seqlen, heads, headdim]; with -cu-seqlens-q/-k they are packed [total, heads, headdim].\n"+
+		"v may have another head dim than q and k (MLA): out, dout and dv then have v's. Inputs are float32 ('<f4') or\n"+
 		"float16 ('<f2') and are converted to -dtype; out, dq, dk, dv are written as '<f2' for f16 and as\n"+
 		"'<f4' holding the exact bf16 values for bf16 (NumPy has no bfloat16); lse is always '<f4'.\n"+
 		"All outputs are written atomically, all or none: on any failure or interruption (SIGINT,\n"+
@@ -54,10 +60,16 @@ func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 		"the next run into OUTDIR completes or undoes its write first.\n")
 	fs.StringVar(&f.q, "q", "", "queries `q.npy` [batch, seqlen_q, heads, headdim] (required)")
 	fs.StringVar(&f.k, "k", "", "keys `k.npy` [batch, seqlen_k, kv_heads, headdim] (required)")
-	fs.StringVar(&f.v, "v", "", "values `v.npy`, shaped like k (required)")
+	fs.StringVar(&f.v, "v", "", "values `v.npy`, shaped like k except that its head dim may differ (MLA: out, dout and dv then have v's) (required)")
 	fs.StringVar(&f.out, "o", "", "output `DIR` (created if missing; required)")
-	fs.StringVar(&f.dout, "dout", "", "upstream gradient `dout.npy`, shaped like q: also run the backward pass")
-	fs.BoolVar(&f.causal, "causal", false, "causal mask, aligned to the bottom-right corner")
+	fs.StringVar(&f.dout, "dout", "", "upstream gradient `dout.npy`, shaped like out (q's shape with v's head dim): also run the backward pass")
+	fs.BoolVar(&f.causal, "causal", false, "causal mask, aligned to the bottom-right corner (see -top-left)")
+	fs.BoolVar(&f.topLeft, "top-left", false, "align -causal, the window and ALiBi's distances to the top-left corner instead: query row i sits at key position i "+
+		"(PyTorch's is_causal when seqlen_q ≠ seqlen_k)")
+	fs.StringVar(&f.sinks, "sinks", "", "learnable attention sinks: float32 `sinks.npy` [heads], one logit per query head that every row's softmax "+
+		"also sums (gpt-oss); with -dout also writes OUTDIR/dsinks.npy [heads], float32, the gradient summed over batch and rows")
+	fs.StringVar(&f.dlse, "dlse", "", "with -dout: the loss's gradient with respect to lse, float32 `dlse.npy` in lse's layout ([batch, heads, seqlen_q]; "+
+		"[heads, total_q] with -cu-seqlens-q/-k): the backward differentiates sum(out·dout) + sum(lse·dlse)")
 	fs.Float64Var(&f.scale, "scale", 0, "softmax scale (0: 1/sqrt(headdim))")
 	fs.IntVar(&f.windowLeft, "window-left", -1, "sliding window: keys visible to the left (-1: unbounded)")
 	fs.IntVar(&f.windowRight, "window-right", -1, "sliding window: keys visible to the right (-1: unbounded)")
@@ -66,6 +78,7 @@ func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 	fs.StringVar(&f.cuQ, "cu-seqlens-q", "", "varlen: int32 `cu_q.npy` [batch+1] of sequence starts in packed q")
 	fs.StringVar(&f.cuK, "cu-seqlens-k", "", "varlen: int32 `cu_k.npy` [batch+1] of sequence starts in packed k, v")
 	fs.StringVar(&f.seqUsedK, "seqused-k", "", "varlen: int32 `used_k.npy` [batch], keys used per sequence (optional)")
+	fs.StringVar(&f.seqUsedQ, "seqused-q", "", "varlen: int32 `used_q.npy` [batch], query rows used per sequence (optional; the others get out 0, lse -Inf, dq 0)")
 	fs.StringVar(&f.cacheSeqlens, "cache-seqlens", "", "KV cache: int32 `lens.npy` [batch], keys in the cache per sequence; k, v are the cache")
 	fs.StringVar(&f.blockTable, "block-table", "", "paged KV cache: int32 `table.npy` [batch, blocks_per_seq]; k, v are [num_blocks, block_size, kv_heads, dim]")
 	fs.Float64Var(&f.dropout, "dropout", 0, "dropout probability in [0, 1)")
@@ -104,7 +117,7 @@ func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 	defer done()
 	out, lse, err := forward(q, k, v, opts)
 	if err != nil {
-		return f.argFile(err)
+		return f.callErr(err, q, v)
 	}
 	if f.badCu { // not reached: the call checks cu_seqlens
 		return fmt.Errorf("%s, %s: not valid cu_seqlens for %s and %s", f.cuQ, f.cuK, f.q, f.k)
@@ -122,9 +135,15 @@ func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 		return err
 	}
 	if f.dout != "" {
-		dq, dk, dv, err := backward(q, k, v, out, dout, lse, opts)
+		var dq, dk, dv flashattn.Tensor
+		var dsinks []float32
+		if f.gpu.on() { // -sinks and -dlse were refused (gpuUnsupported)
+			dq, dk, dv, err = backward(q, k, v, out, dout, lse, opts)
+		} else {
+			dq, dk, dv, dsinks, err = backwardGrads(q, k, v, out, dout, lse, f.dlseVals, opts)
+		}
 		if err != nil {
-			return f.argFile(err)
+			return f.callErr(err, q, v)
 		}
 		for _, r := range []struct {
 			name string
@@ -133,6 +152,9 @@ func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 			if err := add(r.name, r.t, shapeOf(r.t, opts)); err != nil {
 				return err
 			}
+		}
+		if dsinks != nil {
+			files[filepath.Join(f.out, "dsinks.npy")] = npy.Array{Shape: []int{len(dsinks)}, F32: dsinks}
 		}
 	}
 	if f.cache.kNew != "" { // the caches, updated in place
@@ -146,6 +168,36 @@ func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 		}
 	}
 	return writeOutputs(f.out, files, sm)
+}
+
+// backwardGrads is the CPU's backward pass: flashattn.BackwardGrads with
+// the gradients in the types of q, k and v (as flashattn.Backward returns
+// them), dlse (nil: none) and, with sinks, their gradient.
+func backwardGrads(q, k, v, out, dout flashattn.Tensor, lse, dlse []float32, o *flashattn.Options) (dq, dk, dv flashattn.Tensor, dsinks []float32, err error) {
+	g := flashattn.Grads{
+		DQ: flashattn.NewTensorOf(q.DType(), q.Batch, q.Seq, q.Heads, q.Dim),
+		DK: flashattn.NewTensorOf(k.DType(), k.Batch, k.Seq, k.Heads, k.Dim),
+		DV: flashattn.NewTensorOf(v.DType(), v.Batch, v.Seq, v.Heads, v.Dim),
+	}
+	if o.Sinks != nil {
+		g.DSinks = make([]float32, len(o.Sinks))
+	}
+	if err := flashattn.BackwardGrads(context.Background(), g, q, k, v, out, dout, lse, dlse, o); err != nil {
+		return dq, dk, dv, nil, err
+	}
+	return g.DQ, g.DK, g.DV, g.DSinks, nil
+}
+
+// callErr is the error of a forward or backward call, naming the file or
+// flag it comes from: the library's *ArgError through argFile, and an
+// error of the GPU when v's head dim differs from q's (which the GPU
+// refuses with an error that names no file) prefixed with the file of v.
+func (f *attnFlags) callErr(err error, q, v flashattn.Tensor) error {
+	var ae *flashattn.ArgError
+	if !errors.As(err, &ae) && f.gpu.on() && v.Dim != q.Dim {
+		return fmt.Errorf("%s (head dim %d; %s has %d): %v", f.v, v.Dim, f.q, q.Dim, cleanErr(err))
+	}
+	return f.argFile(err)
 }
 
 // writeOutputs writes the files of attn or merge, all or nothing, into
@@ -192,6 +244,10 @@ func (f *attnFlags) options() (*flashattn.Options, error) {
 		return nil, fmt.Errorf("-cu-seqlens-q and -cu-seqlens-k must be given together")
 	case f.seqUsedK != "" && f.cuQ == "":
 		return nil, fmt.Errorf("-seqused-k needs -cu-seqlens-q and -cu-seqlens-k")
+	case f.seqUsedQ != "" && f.cuQ == "":
+		return nil, fmt.Errorf("-seqused-q needs -cu-seqlens-q and -cu-seqlens-k")
+	case f.dlse != "" && f.dout == "":
+		return nil, fmt.Errorf("-dlse needs -dout (it is part of the backward pass's loss)")
 	case f.blockTable != "" && f.cacheSeqlens == "":
 		return nil, fmt.Errorf("-block-table needs -cache-seqlens")
 	case f.cacheSeqlens != "" && f.cuQ != "":
@@ -208,8 +264,11 @@ func (f *attnFlags) options() (*flashattn.Options, error) {
 	if err := f.types(); err != nil {
 		return nil, err
 	}
+	if err := f.gpuUnsupported(); err != nil {
+		return nil, err
+	}
 	o := &flashattn.Options{
-		Scale: float32(f.scale), Causal: f.causal, Softcap: float32(f.softcap),
+		Scale: float32(f.scale), Causal: f.causal, TopLeft: f.topLeft, Softcap: float32(f.softcap),
 		Dropout: float32(f.dropout), Seed: f.seed, Workers: f.workers,
 	}
 	// The flags are float64 and the options float32: a value that changes
@@ -229,6 +288,27 @@ func (f *attnFlags) options() (*flashattn.Options, error) {
 		o.Window = &flashattn.Window{Left: f.windowLeft, Right: f.windowRight}
 	}
 	return o, nil
+}
+
+// gpuUnsupported refuses, with -device gpu, the flags whose options the
+// GPU's kernels do not implement and gpu.Options has no field for (the
+// conversion to gpu.Options would drop them silently): -sinks, -dlse,
+// -top-left and -seqused-q. (-alibi, -dropout and -cache-seqlens are
+// refused by the conversion itself; a v with another head dim by the GPU,
+// see callErr.)
+func (f *attnFlags) gpuUnsupported() error {
+	if !f.gpu.on() {
+		return nil
+	}
+	for _, x := range []struct {
+		name string
+		set  bool
+	}{{"-sinks", f.sinks != ""}, {"-dlse", f.dlse != ""}, {"-top-left", f.topLeft}, {"-seqused-q", f.seqUsedQ != ""}} {
+		if x.set {
+			return fmt.Errorf("%s is not supported with -device gpu", x.name)
+		}
+	}
+	return nil
 }
 
 // changed reports whether x, a finite nonzero float64, became 0 or ±Inf as
@@ -315,25 +395,39 @@ func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, 
 		err = fmt.Errorf("%s: headdim %d does not match %s's %d", f.k, ks[3], f.q, qs[3])
 	case qs[2]%ks[2] != 0:
 		err = fmt.Errorf("%s: %d heads do not divide %s's %d query heads (GQA needs heads %% kv_heads == 0)", f.k, ks[2], f.q, qs[2])
-	case fmt.Sprint(vs) != fmt.Sprint(ks):
-		err = fmt.Errorf("%s: shape %v, want the shape of %s %v", f.v, show(vs), f.k, show(ks))
+	case fmt.Sprint(vs[:3]) != fmt.Sprint(ks[:3]):
+		// v's head dim may differ from k's (MLA); the rest is k's shape.
+		err = fmt.Errorf("%s: shape %v, want the shape of %s %v (the head dim may differ)", f.v, show(vs), f.k, show(ks))
 	}
 	if err != nil {
 		return
 	}
+	// out, and so dout, have q's shape with v's head dim.
+	outShape := [4]int{qs[0], qs[1], qs[2], vs[3]}
 	if f.dout != "" {
 		var ds []int
 		if da, ds, err = read(f.dout); err != nil {
 			return
 		}
-		if fmt.Sprint(ds) != fmt.Sprint(qs) {
-			err = fmt.Errorf("%s: shape %v, want the shape of %s %v", f.dout, show(ds), f.q, show(qs))
+		if fmt.Sprint(ds) != fmt.Sprint(outShape[:]) {
+			if vs[3] == qs[3] {
+				err = fmt.Errorf("%s: shape %v, want the shape of %s %v", f.dout, show(ds), f.q, show(qs))
+			} else {
+				err = fmt.Errorf("%s: shape %v, want %v (the shape of %s with the head dim %d of %s)", f.dout, show(ds), show(outShape[:]), f.q, vs[3], f.v)
+			}
 			return
 		}
 	}
-	if f.kvdt == flashattn.Q8_0 && ks[3]%32 != 0 {
-		err = fmt.Errorf("-kv-dtype q8_0: the headdim %d of %s is not a multiple of 32 (q8_0 quantises blocks of 32 values of a row)", ks[3], f.k)
-		return
+	if f.kvdt == flashattn.Q8_0 {
+		for _, x := range []struct {
+			path string
+			d    int
+		}{{f.k, ks[3]}, {f.v, vs[3]}} {
+			if x.d%32 != 0 {
+				err = fmt.Errorf("-kv-dtype q8_0: the headdim %d of %s is not a multiple of 32 (q8_0 quantises blocks of 32 values of a row)", x.d, x.path)
+				return
+			}
+		}
 	}
 	if q, err = arrayTensor(f.q, qa, [4]int(qs), f.dt); err != nil {
 		return
@@ -345,7 +439,7 @@ func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, 
 		return
 	}
 	if f.dout != "" {
-		if dout, err = arrayTensor(f.dout, da, [4]int(qs), f.dt); err != nil {
+		if dout, err = arrayTensor(f.dout, da, outShape, f.dt); err != nil {
 			return
 		}
 	}
@@ -377,6 +471,11 @@ func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, 
 				return
 			}
 		}
+		if f.seqUsedQ != "" {
+			if vl.SeqUsedQ, err = f.readPerSeq(f.seqUsedQ, nb); err != nil {
+				return
+			}
+		}
 	}
 	if err = f.masks.load(f, o, f.maskGeometry(o, qs, ks, nb)); err != nil {
 		return
@@ -389,6 +488,30 @@ func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, 
 		ok := (len(shape) == 1 && shape[0] == qs[2]) || (len(shape) == 2 && shape[0] == nb && shape[1] == qs[2])
 		if !ok {
 			err = fmt.Errorf("%s: shape %v, want [%d] (heads) or [%d, %d] (batch, heads)", f.alibi, shape, qs[2], nb, qs[2])
+			return
+		}
+	}
+	if f.sinks != "" {
+		var shape []int
+		if o.Sinks, shape, err = f.rd.ReadFloat32(f.sinks); err != nil {
+			return
+		}
+		if len(shape) != 1 || shape[0] != qs[2] {
+			err = fmt.Errorf("%s: shape %v, want [%d] (one logit per query head)", f.sinks, shape, qs[2])
+			return
+		}
+	}
+	if f.dlse != "" {
+		var shape []int
+		if f.dlseVals, shape, err = f.rd.ReadFloat32(f.dlse); err != nil {
+			return
+		}
+		want, what := []int{qs[0], qs[2], qs[1]}, "[batch, heads, seqlen_q]"
+		if varlen {
+			want, what = []int{qs[2], qs[1]}, "[heads, total_q]"
+		}
+		if !slices.Equal(shape, want) {
+			err = fmt.Errorf("%s: shape %v, want %v (lse's layout %s)", f.dlse, shape, want, what)
 			return
 		}
 	}
@@ -473,7 +596,7 @@ func (f *attnFlags) checkMemory(limit memlimit.Limit) error {
 	var n need
 	infos := map[string]npy.Info{}
 	biggest := ""
-	inputs := append([]string{f.q, f.k, f.v, f.dout, f.alibi, f.cuQ, f.cuK, f.seqUsedK, f.cacheSeqlens, f.blockTable}, f.masks.inputs()...)
+	inputs := append([]string{f.q, f.k, f.v, f.dout, f.alibi, f.cuQ, f.cuK, f.seqUsedK, f.seqUsedQ, f.sinks, f.dlse, f.cacheSeqlens, f.blockTable}, f.masks.inputs()...)
 	for _, p := range append(inputs, f.cache.inputs()...) {
 		if p == "" {
 			continue
@@ -505,36 +628,41 @@ func (f *attnFlags) checkMemory(limit memlimit.Limit) error {
 			n.add("inputs", typedBytes(c.dt, info.Shape...))
 		}
 	}
-	qs, ks := infos[f.q].Shape, infos[f.k].Shape
+	qs, ks, vs := infos[f.q].Shape, infos[f.k].Shape, infos[f.v].Shape
 	if f.cuQ != "" {
-		qs, ks = append([]int{1}, qs...), append([]int{1}, ks...)
+		qs, ks, vs = append([]int{1}, qs...), append([]int{1}, ks...), append([]int{1}, vs...)
 	}
-	if len(qs) == 4 && len(ks) == 4 {
-		b, sq, h, d := qs[0], qs[1], qs[2], qs[3]
+	if len(qs) == 4 && len(ks) == 4 && len(vs) == 4 {
+		b, sq, h, d, dv := qs[0], qs[1], qs[2], qs[3], vs[3]
 		hk, sk := ks[2], ks[1]
 		// Results in the types the library returns them in, plus the
-		// float32 copies bf16 (and q8_0) results are written from.
+		// float32 copies bf16 (and q8_0) results are written from. out,
+		// dv (and dout) have v's head dim.
 		wide := f.dt == flashattn.BFloat16
-		n.add("outputs", typedBytes(f.dt, b, sq, h, d))
+		n.add("outputs", typedBytes(f.dt, b, sq, h, dv))
 		n.floats("outputs", b, h, sq)
 		if wide {
-			n.floats("outputs", b, sq, h, d)
+			n.floats("outputs", b, sq, h, dv)
 		}
 		if f.dout != "" {
 			n.add("outputs", typedBytes(f.dt, b, sq, h, d))
-			n.add("outputs", typedBytes(f.kvdt, 2, ks[0], sk, hk, d))
+			n.add("outputs", typedBytes(f.kvdt, ks[0], sk, hk, d))
+			n.add("outputs", typedBytes(f.kvdt, ks[0], sk, hk, dv))
+			n.floats("outputs", h) // dsinks
 			if wide {
 				n.floats("outputs", b, sq, h, d)
-				n.floats("outputs", 2, ks[0], sk, hk, d)
+				n.floats("outputs", ks[0], sk, hk, d)
+				n.floats("outputs", ks[0], sk, hk, dv)
 			}
 		}
 		if f.cache.kNew != "" && f.kvdt != flashattn.Float32 && f.kvdt != flashattn.Float16 {
-			n.floats("outputs", 2, ks[0], sk, hk, d) // k_cache.npy and v_cache.npy widened
+			n.floats("outputs", ks[0], sk, hk, d) // k_cache.npy and v_cache.npy widened
+			n.floats("outputs", ks[0], sk, hk, dv)
 		}
 		if ts := infos[f.blockTable].Shape; len(ts) == 2 {
 			sk = int(min(memlimit.Mul(ts[1], ks[1]), math.MaxInt))
 		}
-		n.addFlashWork(b, sq, sk, h, hk, d, f.workers, f.dout != "")
+		n.addFlashWork(b, sq, sk, h, hk, d, dv, f.workers, f.dout != "")
 		// The partial results of the key splits (a larger -num-splits is
 		// refused by the call).
 		if s := min(f.cache.numSplits, maxNumSplits); s > 0 {
@@ -542,7 +670,7 @@ func (f *attnFlags) checkMemory(limit memlimit.Limit) error {
 			if memlimit.Mul(sq, h) > 64 {
 				blocks = int(min(memlimit.Mul(b, h, (sq+63)/64), math.MaxInt))
 			}
-			n.add("work", memlimit.Mul(s, blocks, rows, pad16(d)+2, 4))
+			n.add("work", memlimit.Mul(s, blocks, rows, pad16(dv)+2, 4))
 		}
 	}
 	return n.check(limit, fmt.Sprintf("%s (shape %v)", biggest, infos[biggest].Shape), "-max-memory overrides")

@@ -26,7 +26,7 @@ func (c *cacheFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.kNew, "k-new", "", "KV cache: new keys `k_new.npy` [batch, seqlen_new, kv_heads, headdim], appended in place at each sequence's cache_seqlens "+
 		"(rotated first with -rotary-cos); the updated caches are written to OUTDIR/k_cache.npy and v_cache.npy, in the cache's type "+
 		"('<f4' for f32, bf16 and q8_0 — the dequantised values —, '<f2' for f16)")
-	fs.StringVar(&c.vNew, "v-new", "", "KV cache: new values `v_new.npy`, shaped like -k-new")
+	fs.StringVar(&c.vNew, "v-new", "", "KV cache: new values `v_new.npy`, shaped like -k-new with the v cache's head dim (which may differ from k's, as in MLA)")
 	fs.StringVar(&c.rotCos, "rotary-cos", "", "KV cache: rotary embedding cosines `cos.npy` [max_pos, rotary_dim/2], applied to q and -k-new at their positions (needs -k-new)")
 	fs.StringVar(&c.rotSin, "rotary-sin", "", "KV cache: rotary embedding sines `sin.npy`, shaped like -rotary-cos")
 	fs.BoolVar(&c.rotInterleaved, "rotary-interleaved", false, "rotate channel pairs (0,1), (2,3)… (GPT-J) instead of (i, i+rotary_dim/2) (GPT-NeoX)")

@@ -741,7 +741,9 @@ func TestAttnBad(t *testing.T) {
 // 1-block mask, 2 a 2-head [2, 2, 3] mask, 3 a bool mask holding a 2, 4
 // segment ids, 5 segment ids of the wrong shape, 6 the shared mask and the
 // segment ids), and a fuzzed element type (dtype: 0 not given, 1 bf16, 2
-// f16, 3 f32, 4 an unknown one; f2: the inputs as '<f2' files). The
+// f16, 3 f32, 4 an unknown one; f2: the inputs as '<f2' files), and the
+// flags of today's models: -sinks and -dlse files (good or bad), -top-left,
+// and a v and dout of another head dim (MLA). The
 // command must not panic and must exit 0 (every output file new, in the
 // file type of its dtype, no temporary file left) or 1/2 (exactly one
 // stderr line, the output directory exactly as before).
@@ -783,35 +785,63 @@ func FuzzAttnFlags(f *testing.F) {
 	if code, _, stderr := atRun(append(slices.Clone(base), "-o", earlier)...); code != 0 {
 		f.Fatalf("earlier run: %d %q", code, stderr)
 	}
-	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), 0, 0, uint8(0), uint8(0), false)
-	f.Add(0.5, 2.0, 0.3, 2, 1, true, uint64(7), "", uint8(1), 0, 0, uint8(0), uint8(0), false)
-	f.Add(math.NaN(), 0.0, 0.0, -1, -1, false, uint64(1), "", uint8(0), 0, 0, uint8(0), uint8(0), false)
-	f.Add(-1.0, -1.0, 1.0, -5, -7, true, uint64(2), "", uint8(0), 0, 0, uint8(0), uint8(0), false)
-	f.Add(1e-60, 1e60, 0.99999999, math.MaxInt, math.MinInt, false, uint64(math.MaxUint64), "", uint8(0), 0, 0, uint8(0), uint8(0), false)
-	f.Add(math.Inf(1), math.Inf(-1), math.Inf(1), 0, 0, true, uint64(3), "", uint8(0), 0, 0, uint8(0), uint8(0), false)
-	f.Add(3e38, 1e-45, 1e-50, 0, math.MaxInt, false, uint64(4), "", uint8(0), 0, 0, uint8(0), uint8(0), false)
-	f.Add(1e30, 0.0, 0.0, math.MaxInt/2, math.MaxInt/2, true, uint64(5), "", uint8(0), 0, 0, uint8(0), uint8(0), false)
-	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(2), 0, 0, uint8(0), uint8(0), false)
-	f.Add(0.0, 0.0, 0.1, 3, -1, false, uint64(9), "", uint8(3), 0, 0, uint8(0), uint8(0), false)
-	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(4), 0, 0, uint8(0), uint8(0), false)
-	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "1K", uint8(1), 0, 0, uint8(0), uint8(0), false)
-	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "1G", uint8(1), 0, 0, uint8(0), uint8(0), false)
-	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "-5x", uint8(0), 0, 0, uint8(0), uint8(0), false)
-	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), 0, 0, uint8(1), uint8(0), false)
-	f.Add(0.0, 0.0, 0.0, -1, -1, true, uint64(0), "", uint8(0), 2, 2, uint8(2), uint8(0), false)
-	f.Add(0.0, 0.0, 0.2, 2, -1, false, uint64(6), "", uint8(1), 3, 2, uint8(2), uint8(0), false)
-	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), 0, 0, uint8(3), uint8(0), false)
-	f.Add(0.0, 1.0, 0.0, -1, -1, true, uint64(0), "", uint8(0), 0, 0, uint8(4), uint8(0), false)
-	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), 0, 0, uint8(5), uint8(0), false)
-	f.Add(0.0, 0.0, 0.0, 1, 1, false, uint64(0), "", uint8(0), 4, 5, uint8(6), uint8(0), false)
-	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), math.MaxInt, math.MinInt, uint8(1), uint8(0), false)
-	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), 64, 0, uint8(0), uint8(0), false)
-	f.Add(0.0, 0.0, 0.0, -1, -1, true, uint64(0), "", uint8(0), 0, 0, uint8(0), uint8(1), false)
-	f.Add(0.0, 0.0, 0.2, 2, -1, false, uint64(6), "", uint8(1), 0, 0, uint8(1), uint8(2), true)
-	f.Add(0.0, 1.0, 0.0, -1, -1, true, uint64(0), "", uint8(0), 0, 0, uint8(4), uint8(3), true)
-	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(2), 0, 0, uint8(0), uint8(4), false)
-	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "1K", uint8(0), 0, 0, uint8(0), uint8(1), true)
-	f.Fuzz(func(t *testing.T, scale, softcap, dropout float64, wl, wr int, causal bool, seed uint64, maxMem string, fault uint8, mbq, mbk int, maskKind uint8, dtype uint8, f2 bool) {
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), 0, 0, uint8(0), uint8(0), false, uint8(0), uint8(0), false, false)
+	f.Add(0.5, 2.0, 0.3, 2, 1, true, uint64(7), "", uint8(1), 0, 0, uint8(0), uint8(0), false, uint8(0), uint8(0), false, false)
+	f.Add(math.NaN(), 0.0, 0.0, -1, -1, false, uint64(1), "", uint8(0), 0, 0, uint8(0), uint8(0), false, uint8(0), uint8(0), false, false)
+	f.Add(-1.0, -1.0, 1.0, -5, -7, true, uint64(2), "", uint8(0), 0, 0, uint8(0), uint8(0), false, uint8(0), uint8(0), false, false)
+	f.Add(1e-60, 1e60, 0.99999999, math.MaxInt, math.MinInt, false, uint64(math.MaxUint64), "", uint8(0), 0, 0, uint8(0), uint8(0), false, uint8(0), uint8(0), false, false)
+	f.Add(math.Inf(1), math.Inf(-1), math.Inf(1), 0, 0, true, uint64(3), "", uint8(0), 0, 0, uint8(0), uint8(0), false, uint8(0), uint8(0), false, false)
+	f.Add(3e38, 1e-45, 1e-50, 0, math.MaxInt, false, uint64(4), "", uint8(0), 0, 0, uint8(0), uint8(0), false, uint8(0), uint8(0), false, false)
+	f.Add(1e30, 0.0, 0.0, math.MaxInt/2, math.MaxInt/2, true, uint64(5), "", uint8(0), 0, 0, uint8(0), uint8(0), false, uint8(0), uint8(0), false, false)
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(2), 0, 0, uint8(0), uint8(0), false, uint8(0), uint8(0), false, false)
+	f.Add(0.0, 0.0, 0.1, 3, -1, false, uint64(9), "", uint8(3), 0, 0, uint8(0), uint8(0), false, uint8(0), uint8(0), false, false)
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(4), 0, 0, uint8(0), uint8(0), false, uint8(0), uint8(0), false, false)
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "1K", uint8(1), 0, 0, uint8(0), uint8(0), false, uint8(0), uint8(0), false, false)
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "1G", uint8(1), 0, 0, uint8(0), uint8(0), false, uint8(0), uint8(0), false, false)
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "-5x", uint8(0), 0, 0, uint8(0), uint8(0), false, uint8(0), uint8(0), false, false)
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), 0, 0, uint8(1), uint8(0), false, uint8(0), uint8(0), false, false)
+	f.Add(0.0, 0.0, 0.0, -1, -1, true, uint64(0), "", uint8(0), 2, 2, uint8(2), uint8(0), false, uint8(0), uint8(0), false, false)
+	f.Add(0.0, 0.0, 0.2, 2, -1, false, uint64(6), "", uint8(1), 3, 2, uint8(2), uint8(0), false, uint8(0), uint8(0), false, false)
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), 0, 0, uint8(3), uint8(0), false, uint8(0), uint8(0), false, false)
+	f.Add(0.0, 1.0, 0.0, -1, -1, true, uint64(0), "", uint8(0), 0, 0, uint8(4), uint8(0), false, uint8(0), uint8(0), false, false)
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), 0, 0, uint8(5), uint8(0), false, uint8(0), uint8(0), false, false)
+	f.Add(0.0, 0.0, 0.0, 1, 1, false, uint64(0), "", uint8(0), 4, 5, uint8(6), uint8(0), false, uint8(0), uint8(0), false, false)
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), math.MaxInt, math.MinInt, uint8(1), uint8(0), false, uint8(0), uint8(0), false, false)
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), 64, 0, uint8(0), uint8(0), false, uint8(0), uint8(0), false, false)
+	f.Add(0.0, 0.0, 0.0, -1, -1, true, uint64(0), "", uint8(0), 0, 0, uint8(0), uint8(1), false, uint8(0), uint8(0), false, false)
+	f.Add(0.0, 0.0, 0.2, 2, -1, false, uint64(6), "", uint8(1), 0, 0, uint8(1), uint8(2), true, uint8(0), uint8(0), false, false)
+	f.Add(0.0, 1.0, 0.0, -1, -1, true, uint64(0), "", uint8(0), 0, 0, uint8(4), uint8(3), true, uint8(0), uint8(0), false, false)
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(2), 0, 0, uint8(0), uint8(4), false, uint8(0), uint8(0), false, false)
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "1K", uint8(0), 0, 0, uint8(0), uint8(1), true, uint8(0), uint8(0), false, false)
+	f.Add(0.0, 0.0, 0.0, -1, -1, true, uint64(0), "", uint8(0), 0, 0, uint8(0), uint8(0), false, uint8(1), uint8(1), true, false)
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), 0, 0, uint8(0), uint8(0), false, uint8(0), uint8(0), false, true)
+	f.Add(0.5, 2.0, 0.2, 2, 1, true, uint64(3), "", uint8(1), 0, 0, uint8(4), uint8(1), true, uint8(1), uint8(1), true, true)
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(2), 0, 0, uint8(0), uint8(0), false, uint8(1), uint8(0), false, true)
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), 0, 0, uint8(0), uint8(0), false, uint8(2), uint8(0), false, false)
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), 0, 0, uint8(0), uint8(0), false, uint8(3), uint8(2), true, false)
+	f.Add(0.0, 0.0, 0.0, -1, -1, false, uint64(0), "", uint8(0), 0, 0, uint8(0), uint8(2), true, uint8(0), uint8(3), false, true)
+	// The flags of today's models: sinksKind (0 none, 1 -sinks [2], 2 of
+	// the wrong length, 3 holding NaN), dlseKind (0 none, 1 -dlse [1, 2, 4],
+	// 2 of the wrong shape, 3 int32), -top-left, and mla: v and dout of
+	// head dim 16 (q and k have 8).
+	sinkFiles := []string{"",
+		atWriteF32(f, filepath.Join(dir, "fs_sinks.npy"), []float32{0.5, -2}, 2),
+		atWriteF32(f, filepath.Join(dir, "fs_sinks3.npy"), []float32{0.5, -2, 1}, 3),
+		atWriteF32(f, filepath.Join(dir, "fs_sinks_nan.npy"), []float32{float32(math.NaN()), 1}, 2)}
+	dlseFiles := []string{"",
+		atWriteF32(f, filepath.Join(dir, "fs_dlse.npy"), []float32{1, -1, 0.5, 2, 0, 3, -0.25, 1}, 1, 2, 4),
+		atWriteF32(f, filepath.Join(dir, "fs_dlse_t.npy"), make([]float32, 8), 1, 4, 2),
+		atWriteI32(f, filepath.Join(dir, "fs_dlse_i32.npy"), make([]int32, 8), 1, 2, 4)}
+	mlaRng := rand.New(rand.NewPCG(8, 9))
+	mlaV, mlaDout := atRand(mlaRng, 5*2*16), atRand(mlaRng, 4*2*16)
+	mla := map[bool][]string{ // by f2: -v and -dout of head dim 16
+		false: {atWriteF32(f, filepath.Join(dir, "fs_v16.npy"), mlaV, 1, 5, 2, 16), atWriteF32(f, filepath.Join(dir, "fs_dout16.npy"), mlaDout, 1, 4, 2, 16)},
+	}
+	mla[true] = []string{strings.TrimSuffix(mla[false][0], ".npy") + "_f2.npy", strings.TrimSuffix(mla[false][1], ".npy") + "_f2.npy"}
+	atWriteF16(f, mla[true][0], mlaV, 1, 5, 2, 16)
+	atWriteF16(f, mla[true][1], mlaDout, 1, 4, 2, 16)
+	f.Fuzz(func(t *testing.T, scale, softcap, dropout float64, wl, wr int, causal bool, seed uint64, maxMem string, fault uint8, mbq, mbk int, maskKind uint8, dtype uint8, f2 bool,
+		sinksKind, dlseKind uint8, topLeft, withMLA bool) {
 		out := filepath.Join(t.TempDir(), "out")
 		if err := os.Mkdir(out, 0o755); err != nil {
 			t.Fatal(err)
@@ -821,7 +851,29 @@ func FuzzAttnFlags(f *testing.F) {
 		if f2 {
 			in = base16
 		}
-		args := append(slices.Clone(in), "-o", out,
+		in = slices.Clone(in)
+		dv := 8
+		if withMLA {
+			dv = 16
+			for i := range in {
+				switch in[i] {
+				case "-v":
+					in[i+1] = mla[f2][0]
+				case "-dout":
+					in[i+1] = mla[f2][1]
+				}
+			}
+		}
+		if s := sinkFiles[int(sinksKind)%len(sinkFiles)]; s != "" {
+			in = append(in, "-sinks", s)
+		}
+		if d := dlseFiles[int(dlseKind)%len(dlseFiles)]; d != "" {
+			in = append(in, "-dlse", d)
+		}
+		if topLeft {
+			in = append(in, "-top-left")
+		}
+		args := append(in, "-o", out,
 			"-scale", ff(scale), "-softcap", ff(softcap), "-dropout", ff(dropout),
 			"-window-left", strconv.Itoa(wl), "-window-right", strconv.Itoa(wr),
 			"-seed", strconv.FormatUint(seed, 10))
@@ -870,17 +922,34 @@ func FuzzAttnFlags(f *testing.F) {
 		before := dirState(t, out)
 		code, stderr := atRunGuarded(t, args)
 		after := dirState(t, out)
+		if _, ok := after[stale]; !ok {
+			// A run removes the temporaries of dead processes first
+			// (npy.Recover, before the flags are checked), also when it
+			// then fails: a failed run may leave the directory without it.
+			delete(before, stale)
+		}
 		switch code {
 		case 0:
 			want := []string{"dk.npy", "dq.npy", "dv.npy", "lse.npy", "out.npy"}
+			if sinksKind%4 != 0 {
+				want = []string{"dk.npy", "dq.npy", "dsinks.npy", "dv.npy", "lse.npy", "out.npy"}
+			}
 			if names := atDirNames(t, out); !slices.Equal(names, want) {
 				t.Fatalf("exit 0 but out dir holds %v (args %q)", names, args)
+			}
+			if sinksKind%4 >= 2 || dlseKind%4 >= 2 {
+				t.Fatalf("exit 0 with bad -sinks or -dlse (args %q)", args)
+			}
+			if sinksKind%4 != 0 {
+				if info, err := npy.Stat(filepath.Join(out, "dsinks.npy")); err != nil || !reflect.DeepEqual(info.Shape, []int{2}) || info.Descr != "<f4" {
+					t.Fatalf("dsinks.npy: %+v, err %v (args %q)", info, err, args)
+				}
 			}
 			descr := map[uint8]string{2: "<f2"}[dtype%5]
 			if descr == "" {
 				descr = "<f4"
 			}
-			for n, shape := range map[string][]int{"out.npy": {1, 4, 2, 8}, "dq.npy": {1, 4, 2, 8}, "dk.npy": {1, 5, 2, 8}, "dv.npy": {1, 5, 2, 8}} {
+			for n, shape := range map[string][]int{"out.npy": {1, 4, 2, dv}, "dq.npy": {1, 4, 2, 8}, "dk.npy": {1, 5, 2, 8}, "dv.npy": {1, 5, 2, dv}} {
 				if info, err := npy.Stat(filepath.Join(out, n)); err != nil || !reflect.DeepEqual(info.Shape, shape) || info.Descr != descr {
 					t.Fatalf("%s: %+v, err %v, want dtype %s shape %v (args %q)", n, info, err, descr, shape, args)
 				}

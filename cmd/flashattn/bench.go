@@ -78,7 +78,12 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		"override their shapes. With -seqlen it measures the single case given by the flags.\n"+
 		"With -dtype bf16 or f16 flashattn runs on tensors of that type (the random inputs rounded to it),\n"+
 		"float32 flashattn runs beside it, and the peak of the 16-bit product path is measured beside the\n"+
-		"FP32 FMA peak; the plain algorithm stays float32. Decode reports the bytes the cache stores per type.\n")
+		"FP32 FMA peak; the plain algorithm stays float32. Decode reports the bytes the cache stores per type.\n"+
+		"-v-headdim gives V (and O, dO) another head dim than Q and K (MLA); FLOPs count 2·(D+DV) per visible\n"+
+		"pair forward and 2·(3D+2DV) backward (4·D and 10·D, the usual rule, when DV = D). A decode case\n"+
+		"with -v-headdim < -headdim reads an MLA latent cache: one -headdim-wide row per token and KV head, V\n"+
+		"being a view of its first -v-headdim columns, so the bytes per token are those of that one row.\n"+
+		"Decode also reports whether the step is bound by the read bandwidth or by the peak of its product path.\n")
 	fs.BoolVar(&f.jsonOut, "json", false, "print one JSON object per case instead of the table")
 	fs.StringVar(&f.svg, "svg", "", "also draw GFLOP/s against seqlen (median, min–max bars) into this SVG (or PNG) `file`")
 	fs.BoolVar(&f.quick, "quick", false, "sweep only seqlen 512…4096")
@@ -89,6 +94,8 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&f.s.Hk, "kv-heads", 0, "key/value heads (0: same as heads)")
 	fs.IntVar(&f.s.N, "seqlen", 0, "sequence length of a single case (0: sweep)")
 	fs.IntVar(&f.s.D, "headdim", 64, "head dimension")
+	fs.IntVar(&f.s.DV, "v-headdim", 0, "V's head dimension, also O's and dO's (0: -headdim); with -mode decode and less than -headdim, "+
+		"an MLA latent cache whose first -v-headdim columns are V")
 	fs.BoolVar(&f.causal, "causal", false, "causal mask")
 	fs.StringVar(&f.mode, "mode", "fwd", "fwd, bwd, fwdbwd or decode")
 	fs.StringVar(&f.variant, "variant", "", "window, softcap, alibi, dropout or block-sparse")
@@ -175,6 +182,9 @@ func (f *benchFlags) validate() error {
 		case dt == flashattn.Q8_0 && f.s.D%32 != 0 && (f.s.N > 0 || f.set["headdim"]):
 			bad("-dtype q8_0 needs a -headdim that is a multiple of 32 (q8_0 quantises blocks of 32 values), not %d", f.s.D)
 		}
+		if dt == flashattn.Q8_0 && f.mode == "decode" && f.s.DV%32 != 0 && f.s.DV > 0 {
+			bad("-dtype q8_0 needs a -v-headdim that is a multiple of 32 (q8_0 quantises blocks of 32 values), not %d", f.s.DV)
+		}
 		f.dt = dt
 	}
 	for _, v := range []struct {
@@ -182,7 +192,7 @@ func (f *benchFlags) validate() error {
 		val  int
 		min  int
 	}{
-		{"-headdim", f.s.D, 1}, {"-batch", f.s.B, 0}, {"-heads", f.s.H, 0}, {"-kv-heads", f.s.Hk, 0},
+		{"-headdim", f.s.D, 1}, {"-v-headdim", f.s.DV, 0}, {"-batch", f.s.B, 0}, {"-heads", f.s.H, 0}, {"-kv-heads", f.s.Hk, 0},
 		{"-seqlen", f.s.N, 0}, {"-window", f.window, 0}, {"-workers", f.workers, 0}, {"-reps", f.reps, 1},
 		{"-min-ms", f.minMillis, 0},
 	} {
@@ -208,7 +218,7 @@ func (f *benchFlags) validate() error {
 		// The GPU's benchmark measures the shape, -causal and -mode of
 		// its own sweep or of one case: the other flags would be ignored.
 		for _, name := range []string{"quick", "no-plain", "no-f32", "variant", "window", "density", "workers", "reps",
-			"max-memory", "bw-size", "svg"} {
+			"max-memory", "bw-size", "svg", "v-headdim"} {
 			if f.set[name] {
 				bad("-%s is not used with -device gpu", name)
 			}
@@ -253,12 +263,16 @@ func (f *benchFlags) cases() []benchCase {
 				c.Window = f.window
 			}
 			c.shape = override(c.shape)
+			c.DV = f.s.DV
 			cases = append(cases, c)
 		}
 	}
 	for i := range cases {
 		c := &cases[i]
 		c.plain = !f.noPlain && c.Variant == "" && c.Mode != "decode" && c.N <= 16384
+		if c.plain && c.dv() != c.D {
+			c.plain, c.plainSkip = false, "the plain algorithm takes one head dim for Q, K and V"
+		}
 		c.DType = f.dt
 		c.f32 = !f.noF32 && f.dt != flashattn.Float32
 	}
@@ -319,23 +333,34 @@ func (f *benchFlags) plan(cases []benchCase, cache llc) (bwSize memlimit.Size, e
 // need estimates a case's peak memory (the plain algorithm aside): the
 // float32 inputs and outputs (those of float32 flashattn when it runs
 // beside another type) and, for another type, the converted inputs and
-// their outputs.
+// their outputs. Q, dQ, K and dK have head dim D; V, dV, O and dO DV (an
+// MLA latent cache has no V of its own).
 func (c benchCase) need(workers int) *need {
-	sq := c.sq()
-	n := &need{}
-	n.floats("inputs", 2, c.B, sq, c.H, c.D)
-	n.floats("inputs", 2, c.B, c.N, c.Hk, c.D)
-	n.floats("outputs", 2, c.B, sq, c.H, c.D)
-	n.floats("outputs", 2, c.B, c.N, c.Hk, c.D)
-	n.floats("outputs", c.B, c.H, sq)
-	if c.DType != flashattn.Float32 {
-		n.add("inputs", typedBytes(c.DType, 2, c.B, sq, c.H, c.D))
-		n.add("inputs", typedBytes(c.DType, 2, c.B, c.N, c.Hk, c.D))
-		n.add("outputs", typedBytes(c.DType, 2, c.B, sq, c.H, c.D))
-		n.add("outputs", typedBytes(c.DType, 2, c.B, c.N, c.Hk, c.D))
-		n.floats("outputs", c.B, c.H, sq)
+	sq, dv := c.sq(), c.dv()
+	vCols := dv
+	if c.latent() {
+		vCols = 0
 	}
-	n.addFlashWork(c.B, sq, c.N, c.H, c.Hk, c.D, workers, c.Mode == "bwd" || c.Mode == "fwdbwd")
+	n := &need{}
+	types := []flashattn.DType{flashattn.Float32}
+	if c.DType != flashattn.Float32 {
+		types = append(types, c.DType)
+	}
+	for _, dt := range types {
+		size := func(dims ...int) memlimit.Size {
+			if dt == flashattn.Float32 {
+				return memlimit.Mul(append(dims, 4)...)
+			}
+			return typedBytes(dt, dims...)
+		}
+		// Sums of sizes, not of head dims, which may be near overflowing.
+		n.add("inputs", memlimit.Add(size(c.B, sq, c.H, c.D), size(c.B, sq, c.H, dv)))        // q, dout
+		n.add("inputs", memlimit.Add(size(c.B, c.N, c.Hk, c.D), size(c.B, c.N, c.Hk, vCols))) // k, v
+		n.add("outputs", memlimit.Add(size(c.B, sq, c.H, dv), size(c.B, sq, c.H, c.D)))       // out, dq
+		n.add("outputs", memlimit.Add(size(c.B, c.N, c.Hk, c.D), size(c.B, c.N, c.Hk, dv)))   // dk, dv
+		n.floats("outputs", c.B, c.H, sq)                                                     // lse
+	}
+	n.addFlashWork(c.B, sq, c.N, c.H, c.Hk, c.D, dv, workers, c.Mode == "bwd" || c.Mode == "fwdbwd")
 	if c.Variant == "alibi" {
 		n.floats("inputs", c.H)
 	}
@@ -345,6 +370,11 @@ func (c benchCase) need(workers int) *need {
 	}
 	return n
 }
+
+// latent reports whether the case reads an MLA latent cache: a decode
+// case whose V is the first DV columns of K (DV < D), so that the cache
+// holds one row of D values per token and KV head.
+func (c benchCase) latent() bool { return c.Mode == "decode" && c.dv() < c.D }
 
 // sq is the number of query rows per sequence: one when decoding.
 func (c benchCase) sq() int {
@@ -458,6 +488,12 @@ func (c benchCase) label() string {
 		s += fmt.Sprintf(" kv%d", c.Hk)
 	}
 	s += fmt.Sprintf(" n%d d%d", c.N, c.D)
+	if c.dv() != c.D {
+		s += fmt.Sprintf(" dv%d", c.dv())
+	}
+	if c.latent() {
+		s += " latent"
+	}
 	if c.Causal {
 		s += " causal"
 	}
@@ -511,7 +547,10 @@ func (c benchCase) options(workers int) *flashattn.Options {
 // FlashAttention papers: 4·B·H·Sq·Sk·D for a forward pass (two products of
 // 2·Sq·Sk·D per head), counting only the visible (i, j) pairs under a
 // causal mask, a window or a block mask; backward is 2.5× that,
-// forward+backward 3.5×.
+// forward+backward 3.5×. With another head dim DV for V the products are
+// counted as they are: forward S = QKᵀ (D) and PV (DV), 2·(D+DV) per pair;
+// backward S again, dP = dO·Vᵀ and dV = Pᵀ·dO (DV), dQ = dS·K and
+// dK = dSᵀ·Q (D), 2·(3D+2DV) per pair — the same as the rule when DV = D.
 func (c benchCase) visibleFlops(mode string) float64 {
 	sq := c.sq()
 	var pairs float64
@@ -535,14 +574,15 @@ func (c benchCase) visibleFlops(mode string) float64 {
 	default:
 		pairs = float64(sq) * float64(c.N)
 	}
-	f := 4 * float64(c.B) * float64(c.H) * pairs * float64(c.D)
+	d, dv := float64(c.D), float64(c.dv())
+	perPair := 2 * (d + dv)
 	switch mode {
 	case "bwd":
-		f *= 2.5
+		perPair = 2 * (3*d + 2*dv)
 	case "fwdbwd":
-		f *= 3.5
+		perPair = 2 * (4*d + 3*dv)
 	}
-	return f
+	return float64(c.B) * float64(c.H) * pairs * perPair
 }
 
 // isTerminal reports whether w is a character device (a terminal) and

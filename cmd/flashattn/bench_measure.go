@@ -148,30 +148,36 @@ type benchTensors struct {
 
 // newBenchTensors converts the float32 inputs to the types of a case: Q
 // and dO to qt, K and V to kt (the same, except that a q8_0 cache is read
-// with float32 queries), and allocates the outputs.
+// with float32 queries), and allocates the outputs. Q, K, dQ and dK have
+// head dim D; V, dO, O and dV have DV. The V of an MLA latent cache is a
+// view of K's first DV columns (in.v is not used).
 func newBenchTensors(c benchCase, in inputs, kt flashattn.DType) (benchTensors, error) {
-	sq := c.sq()
+	sq, dv := c.sq(), c.dv()
 	qt := kt
 	if kt == flashattn.Q8_0 {
 		qt = flashattn.Float32
 	}
-	conv := func(x []float32, n, h int, dt flashattn.DType) (flashattn.Tensor, error) {
-		src := flashattn.Dense(x, c.B, n, h, c.D)
+	conv := func(x []float32, n, h, d int, dt flashattn.DType) (flashattn.Tensor, error) {
+		src := flashattn.Dense(x, c.B, n, h, d)
 		if dt == flashattn.Float32 {
 			return src, nil
 		}
-		dst := flashattn.NewTensorOf(dt, c.B, n, h, c.D)
+		dst := flashattn.NewTensorOf(dt, c.B, n, h, d)
 		return dst, flashattn.Convert(dst, src)
 	}
 	var t benchTensors
 	var err error
 	for _, x := range []struct {
-		dst   *flashattn.Tensor
-		data  []float32
-		n, h  int
-		dtype flashattn.DType
-	}{{&t.q, in.q, sq, c.H, qt}, {&t.k, in.k, c.N, c.Hk, kt}, {&t.v, in.v, c.N, c.Hk, kt}, {&t.do, in.do, sq, c.H, qt}} {
-		if *x.dst, err = conv(x.data, x.n, x.h, x.dtype); err != nil {
+		dst     *flashattn.Tensor
+		data    []float32
+		n, h, d int
+		dtype   flashattn.DType
+	}{{&t.q, in.q, sq, c.H, c.D, qt}, {&t.k, in.k, c.N, c.Hk, c.D, kt}, {&t.v, in.v, c.N, c.Hk, dv, kt}, {&t.do, in.do, sq, c.H, dv, qt}} {
+		if x.dst == &t.v && c.latent() {
+			t.v = latentV(t.k, dv)
+			continue
+		}
+		if *x.dst, err = conv(x.data, x.n, x.h, x.d, x.dtype); err != nil {
 			return t, err
 		}
 	}
@@ -179,12 +185,21 @@ func newBenchTensors(c benchCase, in inputs, kt flashattn.DType) (benchTensors, 
 	if kt == flashattn.Q8_0 {
 		gt = flashattn.Float32
 	}
-	t.out, t.lse = flashattn.NewTensorOf(qt, c.B, sq, c.H, c.D), make([]float32, c.B*c.H*sq)
+	t.out, t.lse = flashattn.NewTensorOf(qt, c.B, sq, c.H, dv), make([]float32, c.B*c.H*sq)
 	if c.Mode == "bwd" || c.Mode == "fwdbwd" {
 		t.dq = flashattn.NewTensorOf(qt, c.B, sq, c.H, c.D)
-		t.dk, t.dv = flashattn.NewTensorOf(gt, c.B, c.N, c.Hk, c.D), flashattn.NewTensorOf(gt, c.B, c.N, c.Hk, c.D)
+		t.dk, t.dv = flashattn.NewTensorOf(gt, c.B, c.N, c.Hk, c.D), flashattn.NewTensorOf(gt, c.B, c.N, c.Hk, dv)
 	}
 	return t, nil
+}
+
+// latentV is the view of the first dv columns of the dense cache k: the V
+// of an MLA latent cache, which stores nothing of its own.
+func latentV(k flashattn.Tensor, dv int) flashattn.Tensor {
+	v := k
+	v.Dim = dv
+	v.HeadStride, v.SeqStride, v.BatchStride = k.Dim, k.Heads*k.Dim, k.Seq*k.Heads*k.Dim
+	return v
 }
 
 // runner returns the function one timed call of mode runs on t, and the
@@ -213,14 +228,26 @@ func (t *benchTensors) runner(mode string, opts *flashattn.Options) (run func(),
 }
 
 // kvBytes is the number of bytes of K and V one decode call reads: what
-// the cache stores, per its type (q8_0: 34 bytes per 32 values).
+// the cache stores, per its type (q8_0: 34 bytes per 32 values); an MLA
+// latent cache stores K's D values per token and KV head and nothing more
+// for V, its view.
 func (c benchCase) kvBytes(dt flashattn.DType) float64 {
-	return 2 * float64(c.B) * float64(c.N) * float64(c.Hk) * float64(c.D) * storedBytes(dt)
+	return float64(c.B) * float64(c.N) * c.bytesPerToken(dt)
+}
+
+// bytesPerToken is the bytes the cache stores per token (per sequence, all
+// KV heads): Hk·(D + DV) values, or Hk·D for an MLA latent cache.
+func (c benchCase) bytesPerToken(dt flashattn.DType) float64 {
+	cols := c.D + c.dv()
+	if c.latent() {
+		cols = c.D
+	}
+	return float64(c.Hk) * float64(cols) * storedBytes(dt)
 }
 
 func (m *measurer) measure(c benchCase) (benchResult, error) {
 	sq := c.sq()
-	in := randomInputs(c.shape, sq, 7)
+	in := randomInputsV(c.shape, sq, 7, !c.latent())
 	if c.Variant == "block-sparse" {
 		var err error
 		if c.mask, err = c.blockMask(); err != nil {
@@ -241,7 +268,7 @@ func (m *measurer) measure(c benchCase) (benchResult, error) {
 	calls := callsFor(run, m.minDur)
 
 	r := benchResult{Mode: c.Mode, Variant: c.Variant, DType: dtypeName(c.DType), Batch: c.B, Heads: c.H, KVHeads: c.Hk, SeqlenQ: sq, SeqlenK: c.N,
-		Headdim: c.D, Causal: c.Causal, Kernel: kernel.Select().Name, Workers: m.workers, Reps: m.reps,
+		Headdim: c.D, HeaddimV: c.dv(), Latent: c.latent(), Causal: c.Causal, Kernel: kernel.Select().Name, Workers: m.workers, Reps: m.reps,
 		Calls: calls, PlainSkipped: c.plainSkip, PeakISA: m.peak.isa, ExtraBytes: extra}
 	if c.mask != nil {
 		r.Density = c.mask.Density()
@@ -288,6 +315,7 @@ func (m *measurer) measure(c benchCase) (benchResult, error) {
 	flops := c.visibleFlops(mode)
 	kvBytes := c.kvBytes(c.DType)
 	r.PlainCalls = pcalls
+	r.FlopsPerCall = flops
 	var gf, peaks, ratio, pg, speed, kv, rd, cp, rdRatio, cpRatio, secs []float64
 	var hpeaks, hratio, hvs, fg, fspeed []float64
 	// timed returns the mean seconds of n calls of a flashattn run. A
@@ -360,6 +388,7 @@ func (m *measurer) measure(c benchCase) (benchResult, error) {
 	}
 	if c.Mode == "decode" {
 		r.KVBytesPerCall = uint64(kvBytes)
+		r.KVBytesPerToken = c.bytesPerToken(c.DType)
 		r.setDecode(summarize(kv), summarize(rd), summarize(cp), summarize(rdRatio), summarize(cpRatio))
 		r.LLCBytes = uint64(m.llc.Total())
 		if m.bw != nil {
@@ -367,6 +396,7 @@ func (m *measurer) measure(c benchCase) (benchResult, error) {
 		} else {
 			r.BandwidthSkipped = "the bandwidth buffers do not fit in memory"
 		}
+		r.setBound(flops/kvBytes, half)
 	}
 	return r, nil
 }

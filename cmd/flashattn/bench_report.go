@@ -23,7 +23,11 @@ type benchResult struct {
 	SeqlenQ int    `json:"seqlen_q"`
 	SeqlenK int    `json:"seqlen_k"`
 	Headdim int    `json:"headdim"`
-	Causal  bool   `json:"causal"`
+	// HeaddimV is V's head dim (O's and dO's too); Latent: a decode case
+	// whose V is the first HeaddimV columns of K (an MLA latent cache).
+	HeaddimV int  `json:"headdim_v"`
+	Latent   bool `json:"latent_cache,omitempty"`
+	Causal   bool `json:"causal"`
 	// Density is the fraction of visible blocks of a block-sparse case.
 	Density float64 `json:"density,omitempty"`
 	Kernel  string  `json:"kernel"`
@@ -34,6 +38,7 @@ type benchResult struct {
 	PlainCalls int `json:"plain_calls_per_rep,omitempty"`
 
 	Seconds      float64 `json:"seconds_median"` // per call
+	FlopsPerCall float64 `json:"flops_per_call"` // what GFLOP/s count (see visibleFlops)
 	GFlopsMedian float64 `json:"gflops_median"`
 	GFlopsMin    float64 `json:"gflops_min"`
 	GFlopsMax    float64 `json:"gflops_max"`
@@ -110,6 +115,49 @@ type benchResult struct {
 	BandwidthBytes   uint64  `json:"bandwidth_buffer_bytes,omitempty"`
 	LLCBytes         uint64  `json:"llc_bytes,omitempty"`
 	BandwidthSkipped string  `json:"bandwidth_skipped,omitempty"`
+
+	// Decode: the bytes the cache stores per token (all KV heads), the
+	// FLOPs per byte read (arithmetic intensity), and which resource
+	// bounds the step: "compute" when that intensity exceeds the machine
+	// balance — the peak of the product path of the case's type
+	// (BoundPeak: the 16-bit path's for bf16 and f16, the FP32 FMA
+	// peak's otherwise) over the read-only bandwidth, medians of the
+	// run — and "memory" when it does not ("" when either was not
+	// measured).
+	KVBytesPerToken    float64 `json:"kv_bytes_per_token,omitempty"`
+	FlopPerByte        float64 `json:"flop_per_byte,omitempty"`
+	BalanceFlopPerByte float64 `json:"balance_flop_per_byte,omitempty"`
+	BoundPeak          string  `json:"bound_peak,omitempty"`
+	Bound              string  `json:"bound,omitempty"`
+}
+
+// setBound sets the decode roofline fields from the arithmetic intensity
+// ai (FLOP per byte of cache read); half: the 16-bit product path's peak
+// applies.
+func (r *benchResult) setBound(ai float64, half bool) {
+	r.FlopPerByte = ai
+	peak := r.PeakMedian
+	r.BoundPeak = "FMA peak of the " + r.PeakISA + " path"
+	if half && r.PeakHalfMedian > 0 {
+		peak, r.BoundPeak = r.PeakHalfMedian, r.DType+" peak of the "+r.PeakHalfPath+" path"
+	}
+	if peak <= 0 || r.ReadGBpsMedian <= 0 {
+		r.BoundPeak = ""
+		return
+	}
+	r.BalanceFlopPerByte = peak / r.ReadGBpsMedian
+	r.Bound = "memory"
+	if ai > r.BalanceFlopPerByte {
+		r.Bound = "compute"
+	}
+}
+
+// dv is V's head dim (results without the field: Headdim).
+func (r benchResult) dv() int {
+	if r.HeaddimV == 0 {
+		return r.Headdim
+	}
+	return r.HeaddimV
 }
 
 func (r *benchResult) setGFlops(s spread) {
@@ -237,6 +285,10 @@ func printTable(w io.Writer, rs []benchResult, workers, reps int) {
 		if r.SeqlenQ != r.SeqlenK {
 			seq = fmt.Sprintf("%d/%d", r.SeqlenQ, r.SeqlenK)
 		}
+		hd := fmt.Sprint(r.Headdim)
+		if r.dv() != r.Headdim {
+			hd = fmt.Sprintf("%d/%d", r.Headdim, r.dv()) // Q and K's / V's
+		}
 		extra := ""
 		if half {
 			extra += dash(r.PeakHalfRatioMedian > 0, spread{r.PeakHalfRatioMedian, r.PeakHalfRatioMin, r.PeakHalfRatioMax}, "%.0f", 100, "%") + "\t"
@@ -245,7 +297,7 @@ func printTable(w io.Writer, rs []benchResult, workers, reps int) {
 			extra += dash(r.F32GFlopsMedian > 0, spread{r.F32GFlopsMedian, r.F32GFlopsMin, r.F32GFlopsMax}, "%.1f", 1, "") + "\t" +
 				dash(r.F32SpeedupMedian > 0, spread{r.F32SpeedupMedian, r.F32SpeedupMin, r.F32SpeedupMax}, "%.2f", 1, "x") + "\t"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%v\t%.4fs\t%s\t%s\t%s%s\t%s\t%s\t%s\t\n", r.Mode, v, r.Batch, r.Heads, seq, r.Headdim,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%v\t%.4fs\t%s\t%s\t%s%s\t%s\t%s\t%s\t\n", r.Mode, v, r.Batch, r.Heads, seq, hd,
 			r.Causal, r.Seconds, r.gflops().format("%.1f", 1, ""), pct, extra, plainG, speed, bytesString(r.ExtraBytes), pmem)
 	}
 	tw.Flush()
@@ -258,20 +310,54 @@ func printTable(w io.Writer, rs []benchResult, workers, reps int) {
 		if r.Mode != "decode" {
 			continue
 		}
-		fmt.Fprintf(w, "\ndecode (1 query row, seqlen_k %d, %d KV heads, headdim %d, %s cache): K+V (%s per call) read at %s GB/s", r.SeqlenK, r.KVHeads, r.Headdim,
-			r.DType, bytesString(r.KVBytesPerCall), spread{r.KVGBpsMedian, r.KVGBpsMin, r.KVGBpsMax}.format("%.1f", 1, ""))
+		kv := spread{r.KVGBpsMedian, r.KVGBpsMin, r.KVGBpsMax}.format("%.1f", 1, "")
+		switch {
+		case r.Latent:
+			fmt.Fprintf(w, "\ndecode (1 query row, %d query heads, seqlen_k %d, %d KV heads, MLA latent %s cache of headdim %d whose first %d columns are V): "+
+				"the latent (%s per call, %s bytes per token) read at %s GB/s", r.Heads, r.SeqlenK, r.KVHeads, r.DType, r.Headdim, r.dv(),
+				bytesString(r.KVBytesPerCall), fmt.Sprint(r.KVBytesPerToken), kv)
+		case r.dv() != r.Headdim:
+			fmt.Fprintf(w, "\ndecode (1 query row, seqlen_k %d, %d KV heads, headdim %d, V's %d, %s cache): K+V (%s per call) read at %s GB/s", r.SeqlenK, r.KVHeads, r.Headdim,
+				r.dv(), r.DType, bytesString(r.KVBytesPerCall), kv)
+		default:
+			fmt.Fprintf(w, "\ndecode (1 query row, seqlen_k %d, %d KV heads, headdim %d, %s cache): K+V (%s per call) read at %s GB/s", r.SeqlenK, r.KVHeads, r.Headdim,
+				r.DType, bytesString(r.KVBytesPerCall), kv)
+		}
 		if r.F32SpeedupMedian > 0 {
 			fmt.Fprintf(w, ", %s the speed of the float32 cache", spread{r.F32SpeedupMedian, r.F32SpeedupMin, r.F32SpeedupMax}.format("%.2f", 1, "×"))
 		}
 		if r.BandwidthBytes == 0 {
 			fmt.Fprintf(w, "; bandwidth not measured: %s\n", r.BandwidthSkipped)
+			printCompute(w, r)
 			continue
 		}
 		fmt.Fprintf(w, "\n  = %s of the read-only bandwidth, %s GB/s\n", spread{r.ReadRatioMedian, r.ReadRatioMin, r.ReadRatioMax}.format("%.0f", 100, "%"),
 			spread{r.ReadGBpsMedian, r.ReadGBpsMin, r.ReadGBpsMax}.format("%.1f", 1, ""))
 		fmt.Fprintf(w, "  = %s of the copy bandwidth (bytes read + written), %s GB/s\n", spread{r.CopyRatioMedian, r.CopyRatioMin, r.CopyRatioMax}.format("%.0f", 100, "%"),
 			spread{r.CopyGBpsMedian, r.CopyGBpsMin, r.CopyGBpsMax}.format("%.1f", 1, ""))
+		printCompute(w, r)
 		fmt.Fprintf(w, "  bandwidth buffers: 2 × %s (last-level cache %s)\n", bytesString(r.BandwidthBytes), bytesString(r.LLCBytes))
+	}
+}
+
+// printCompute prints a decode case's FLOP rate against the peaks, and
+// which bound applies.
+func printCompute(w io.Writer, r benchResult) {
+	if r.PeakMedian <= 0 {
+		return
+	}
+	fmt.Fprintf(w, "  = %s of the FMA peak (%s)", r.peakRatio().format("%.0f", 100, "%"), r.PeakISA)
+	if r.PeakHalfRatioMedian > 0 {
+		fmt.Fprintf(w, ", %s of the %s peak (%s path)", spread{r.PeakHalfRatioMedian, r.PeakHalfRatioMin, r.PeakHalfRatioMax}.format("%.0f", 100, "%"), r.DType, r.PeakHalfPath)
+	}
+	fmt.Fprintf(w, ", %s GFLOP/s (%.3g FLOP per call, 2·B·H·N·(D+DV))\n", r.gflops().format("%.1f", 1, ""), r.FlopsPerCall)
+	switch r.Bound {
+	case "compute":
+		fmt.Fprintf(w, "  compute-bound: %.3g FLOP per byte read is above the machine balance of %.3g FLOP/byte (the %s over the read-only bandwidth)\n",
+			r.FlopPerByte, r.BalanceFlopPerByte, r.BoundPeak)
+	case "memory":
+		fmt.Fprintf(w, "  bandwidth-bound: %.3g FLOP per byte read is below the machine balance of %.3g FLOP/byte (the %s over the read-only bandwidth)\n",
+			r.FlopPerByte, r.BalanceFlopPerByte, r.BoundPeak)
 	}
 }
 

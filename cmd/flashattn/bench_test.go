@@ -99,6 +99,8 @@ func TestBenchSweepSelection(t *testing.T) {
 				f.causal = v == "true"
 			case "headdim":
 				f.s.D = n
+			case "v-headdim":
+				f.s.DV = n
 			case "batch":
 				f.s.B = n
 			case "heads":
@@ -141,6 +143,21 @@ func TestBenchSweepSelection(t *testing.T) {
 	}
 	if cs := sel("mode", "decode", "heads", "16"); len(cs) != 1 || cs[0].H != 16 || cs[0].Hk != 16 {
 		t.Errorf("decode with -heads: %+v", cs)
+	}
+	// -v-headdim applies to every selected case; the plain algorithm (one
+	// head dim) is skipped, saying why.
+	for _, c := range sel("mode", "fwdbwd", "headdim", "128", "v-headdim", "64") {
+		if c.dv() != 64 || c.D != 128 || c.plain || c.plainSkip == "" || c.latent() {
+			t.Errorf("-v-headdim 64: %+v", c)
+		}
+	}
+	if cs := sel("mode", "decode", "v-headdim", "64"); len(cs) != 1 || cs[0].dv() != 64 || !cs[0].latent() {
+		t.Errorf("decode with -v-headdim 64 < headdim 128: %+v", cs)
+	}
+	for _, c := range sel("mode", "bwd", "v-headdim", "0") {
+		if c.dv() != c.D || !c.plain {
+			t.Errorf("-v-headdim 0: %+v", c)
+		}
 	}
 }
 
@@ -258,20 +275,25 @@ func TestBandwidthBuffer(t *testing.T) {
 // flags that pass validation must end in the memory refusal, never in a
 // measurement, a panic or an overflow.
 func FuzzBenchFlags(f *testing.F) {
-	f.Add("fwd", "", 64, 0, 0, 0, 0, 5, 200, 256, false, 0.1, "")
-	f.Add("sideways", "turbo", 0, -1, -2, -3, -4, 0, -1, -1, true, 0.1, "")
-	f.Add("decode", "window", math.MaxInt/2, math.MaxInt/3, math.MaxInt/5, 1<<20, math.MaxInt/7, 1000, 1, 0, false, 0.1, "")
-	f.Add("bwd", "alibi", 128, 3, 6, 4, 0, 2, 0, 1, true, 0.1, "")
-	f.Add("fwdbwd", "dropout", 1, math.MaxInt, math.MaxInt, 1, math.MaxInt, 1, 600000, math.MaxInt, false, 0.1, "")
-	f.Add("fwdbwd", "block-sparse", 64, 1, 8, 0, math.MaxInt/3, 5, 200, 256, false, 0.05, "")
-	f.Add("fwdbwd", "block-sparse", 64, 1, 8, 0, 4096, 5, 200, 256, false, math.NaN(), "")
-	f.Add("fwd", "block-sparse", 64, 0, 0, 0, 0, 5, 200, 256, true, 1e-300, "")
-	f.Add("decode", "", 64, 1, 4, 2, 4096, 3, 1, 256, false, 0.1, "q8_0")
-	f.Add("fwd", "", 48, 1, 4, 2, 4096, 3, 1, 256, false, 0.1, "q8_0")
-	f.Add("decode", "", 48, 1, 4, 2, 4096, 3, 1, 256, false, 0.1, "q8_0")
-	f.Add("fwdbwd", "window", 64, 1, 4, 2, 256, 3, 1, 16, false, 0.1, "bf16")
-	f.Add("fwd", "", 64, 0, 0, 0, 0, 3, 1, 16, true, 0.1, "fp8")
-	f.Fuzz(func(t *testing.T, mode, variant string, d, b, h, hk, n, reps, minMs, window int, quick bool, density float64, dtype string) {
+	f.Add("fwd", "", 64, 0, 0, 0, 0, 5, 200, 256, false, 0.1, "", 0)
+	f.Add("sideways", "turbo", 0, -1, -2, -3, -4, 0, -1, -1, true, 0.1, "", 0)
+	f.Add("decode", "window", math.MaxInt/2, math.MaxInt/3, math.MaxInt/5, 1<<20, math.MaxInt/7, 1000, 1, 0, false, 0.1, "", 0)
+	f.Add("bwd", "alibi", 128, 3, 6, 4, 0, 2, 0, 1, true, 0.1, "", 0)
+	f.Add("fwdbwd", "dropout", 1, math.MaxInt, math.MaxInt, 1, math.MaxInt, 1, 600000, math.MaxInt, false, 0.1, "", 0)
+	f.Add("fwdbwd", "block-sparse", 64, 1, 8, 0, math.MaxInt/3, 5, 200, 256, false, 0.05, "", 0)
+	f.Add("fwdbwd", "block-sparse", 64, 1, 8, 0, 4096, 5, 200, 256, false, math.NaN(), "", 0)
+	f.Add("fwd", "block-sparse", 64, 0, 0, 0, 0, 5, 200, 256, true, 1e-300, "", 0)
+	f.Add("decode", "", 64, 1, 4, 2, 4096, 3, 1, 256, false, 0.1, "q8_0", 0)
+	f.Add("fwd", "", 48, 1, 4, 2, 4096, 3, 1, 256, false, 0.1, "q8_0", 0)
+	f.Add("decode", "", 48, 1, 4, 2, 4096, 3, 1, 256, false, 0.1, "q8_0", 0)
+	f.Add("fwdbwd", "window", 64, 1, 4, 2, 256, 3, 1, 16, false, 0.1, "bf16", 0)
+	f.Add("fwd", "", 64, 0, 0, 0, 0, 3, 1, 16, true, 0.1, "fp8", 0)
+	f.Add("decode", "", 576, 1, 128, 1, 32768, 3, 1, 256, false, 0.1, "bf16", 512)
+	f.Add("decode", "", 64, 1, 4, 2, 4096, 3, 1, 256, false, 0.1, "q8_0", 48)
+	f.Add("decode", "", 48, 1, 4, 2, 4096, 3, 1, 256, false, 0.1, "q8_0", 92)
+	f.Add("fwdbwd", "", 64, 1, 4, 2, 4096, 3, 1, 256, false, 0.1, "", -3)
+	f.Add("bwd", "window", 32, 1, 4, 2, 128, 3, 1, 16, true, 0.1, "f16", math.MaxInt)
+	f.Fuzz(func(t *testing.T, mode, variant string, d, b, h, hk, n, reps, minMs, window int, quick bool, density float64, dtype string, dv int) {
 		if strings.ContainsAny(mode+variant+dtype, "\n\r") {
 			return // not something a shell passes as one argument
 		}
@@ -287,6 +309,9 @@ func FuzzBenchFlags(f *testing.F) {
 		}
 		if dtype != "" {
 			args = append(args, "-dtype", dtype)
+		}
+		if dv != 0 {
+			args = append(args, "-v-headdim", it(dv))
 		}
 		code, stdout, stderr := atRun(args...)
 		if code == 0 || stdout != "" {
@@ -304,6 +329,8 @@ func FuzzBenchFlags(f *testing.F) {
 			{dtype != "" && !slices.Contains([]string{"f32", "bf16", "f16", "fp16", "q8_0"}, dtype), "-dtype"},
 			{dtype == "q8_0" && mode != "decode", "-dtype q8_0 is a KV-cache type"},
 			{dtype == "q8_0" && mode == "decode" && d%32 != 0, "-dtype q8_0 needs a -headdim"},
+			{dv < 0, "-v-headdim"},
+			{dtype == "q8_0" && mode == "decode" && dv > 0 && dv%32 != 0, "-dtype q8_0 needs a -v-headdim"},
 		} {
 			if c.bad && !strings.Contains(stderr, "flashattn bench: "+c.flag) {
 				t.Fatalf("%q: bad %s not reported: %q", args, c.flag, stderr)

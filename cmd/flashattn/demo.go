@@ -15,10 +15,20 @@ import (
 	"github.com/flashattn/flashattn/internal/plain"
 )
 
-// shape is one benchmark or demo problem.
+// shape is one benchmark or demo problem. DV is V's head dim (and O's and
+// dO's: MLA's value head dim); 0 means D.
 type shape struct {
 	B, H, Hk, N, D int
+	DV             int
 	Causal         bool
+}
+
+// dv is V's head dim.
+func (s shape) dv() int {
+	if s.DV == 0 {
+		return s.D
+	}
+	return s.DV
 }
 
 type inputs struct {
@@ -26,8 +36,12 @@ type inputs struct {
 }
 
 // randomInputs returns standard normal Q and dO with sq rows per sequence
-// and K, V with s.N rows.
-func randomInputs(s shape, sq int, seed uint64) inputs {
+// and K, V with s.N rows (V and dO of head dim s.dv()).
+func randomInputs(s shape, sq int, seed uint64) inputs { return randomInputsV(s, sq, seed, true) }
+
+// randomInputsV is randomInputs without V unless withV (for a cache whose
+// V is a view of K).
+func randomInputsV(s shape, sq int, seed uint64, withV bool) inputs {
 	r := rand.New(rand.NewPCG(seed, 1))
 	gen := func(n int) []float32 {
 		x := make([]float32, n)
@@ -36,7 +50,12 @@ func randomInputs(s shape, sq int, seed uint64) inputs {
 		}
 		return x
 	}
-	return inputs{gen(s.B * sq * s.H * s.D), gen(s.B * s.N * s.Hk * s.D), gen(s.B * s.N * s.Hk * s.D), gen(s.B * sq * s.H * s.D)}
+	in := inputs{q: gen(s.B * sq * s.H * s.D), k: gen(s.B * s.N * s.Hk * s.D)}
+	if withV {
+		in.v = gen(s.B * s.N * s.Hk * s.dv())
+	}
+	in.do = gen(s.B * sq * s.H * s.dv())
+	return in
 }
 
 // allocated runs f and returns its duration and the bytes it allocated.
@@ -166,7 +185,7 @@ func demoNeed(s shape, workers int, withPlain bool) *need {
 	n.floats("outputs", 2, s.B, s.N, s.H, s.D)
 	n.floats("outputs", 2, s.B, s.N, s.Hk, s.D)
 	n.floats("outputs", s.B, s.H, s.N)
-	n.addFlashWork(s.B, s.N, s.N, s.H, s.Hk, s.D, workers, true)
+	n.addFlashWork(s.B, s.N, s.N, s.H, s.Hk, s.D, s.D, workers, true)
 	if withPlain {
 		n.addPlainWork(s.B, s.N, s.N, s.H, s.Hk, s.D, true)
 	}

@@ -93,7 +93,7 @@ func generateNeed(c gpt.Config, fileSize int64, workers int) *need {
 	n.add("checkpoint", memlimit.Size(max(fileSize, 0)))
 	n.add("model", c.ParamsBytes().Times(2))
 	n.add("decoder", c.DecoderBytes())
-	n.addFlashWork(1, c.Context, c.Context, c.Heads, c.Heads, c.HeadDim(), workers, false)
+	n.addFlashWork(1, c.Context, c.Context, c.Heads, c.Heads, c.HeadDim(), c.HeadDim(), workers, false)
 	n.add("work", c.GemmBytes(workers))
 	return n
 }

@@ -202,7 +202,7 @@ func (f *ioFlags) count() (ioResult, error) {
 	}
 	if f.runCalls > 0 {
 		n.add("run", big.Times(12))
-		n.addFlashWork(s.B, s.N, s.N, s.H, s.Hk, s.D, 1, f.mode != "fwd")
+		n.addFlashWork(s.B, s.N, s.N, s.H, s.Hk, s.D, s.D, 1, f.mode != "fwd")
 	}
 	if err := n.check(f.maxMem.Limit(), fmt.Sprintf("io -seqlen %d -headdim %d", s.N, s.D), "-max-memory overrides"); err != nil {
 		return ioResult{}, err

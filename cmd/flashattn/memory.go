@@ -95,17 +95,19 @@ const workerTiles = 4 << 20
 
 // addFlashWork adds what flashattn allocates beyond its inputs and outputs
 // for a problem of nb sequences of sq queries and sk keys (capacity keys
-// per sequence for a KV cache): K and V packed once per call, the
-// workers' tiles, and for the backward the per-worker O(N) rows and the dQ
-// partial sums (the backward splits each sequence and KV head into about
+// per sequence for a KV cache), head dim d for Q and K and dv for V: K and
+// V packed once per call, the workers' tiles, and for the backward the
+// per-worker O(N) rows (Q and dQ of d, O and dO of dv) and the dQ partial
+// sums (the backward splits each sequence and KV head into about
 // 8/(sequences × KV heads) chunks, each with a dQ partial).
-func (n *need) addFlashWork(nb, sq, sk, h, hk, d, workers int, backward bool) {
-	dp := pad16(d)
+func (n *need) addFlashWork(nb, sq, sk, h, hk, d, dv, workers int, backward bool) {
+	dp, dvp := pad16(d), pad16(dv)
 	w := effectiveWorkers(workers)
-	n.add("work", memlimit.Add(memlimit.Mul(nb, hk, pad16(sk), d, 4), memlimit.Mul(nb, hk, sk, dp, 4)))
+	n.add("work", memlimit.Add(memlimit.Mul(nb, hk, pad16(sk), d, 4), memlimit.Mul(nb, hk, sk, dvp, 4)))
 	n.add("work", memlimit.Mul(w, workerTiles))
 	if backward {
-		n.add("work", memlimit.Mul(w, 4, sq, dp, 4))
+		n.add("work", memlimit.Mul(w, 2, sq, dp, 4))
+		n.add("work", memlimit.Mul(w, 2, sq, dvp, 4))
 		if chunks := 8 / max(1, min(nb, 8)*min(hk, 8)); chunks > 1 {
 			n.add("work", memlimit.Mul(chunks+1, nb, sq, h, dp, 4))
 		}

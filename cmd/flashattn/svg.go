@@ -62,6 +62,12 @@ var modeTitle = map[string]string{"fwd": "forward", "bwd": "backward", "fwdbwd":
 func panel(rs []benchResult, d int, mode string) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("%s, head dim %d", modeTitle[mode], d)
+	for _, r := range rs { // -v-headdim is the same for every case
+		if r.Variant == "" && r.Mode == mode && r.Headdim == d && r.dv() != d {
+			p.Title.Text += fmt.Sprintf(", V's %d", r.dv())
+			break
+		}
+	}
 	p.X.Label.Text = "sequence length"
 	p.Y.Label.Text = "GFLOP/s"
 	p.X.Scale = plot.LogScale{}

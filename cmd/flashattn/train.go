@@ -230,7 +230,7 @@ func (f *trainFlags) checkMemory() error {
 			n.add("plain", c.PlainBytes(b, t))
 			n.addPlainWork(b, t, t, c.Heads, c.Heads, c.HeadDim(), true)
 		} else {
-			n.addFlashWork(b, t, t, c.Heads, c.Heads, c.HeadDim(), f.workers, true)
+			n.addFlashWork(b, t, t, c.Heads, c.Heads, c.HeadDim(), c.HeadDim(), f.workers, true)
 		}
 	}
 	// The text is read whole, then split into a training and a
