@@ -58,7 +58,7 @@ func (p *plan) routeKV() {
 		}
 		few := m <= kernel.W
 		switch {
-		case p.readers(s) >= 2 && s.nk > 0:
+		case p.packs(s):
 			s.route = kvRoute{from: fromPacked}
 		case inPlaceTypes && m <= decodeRows:
 			s.route = kvRoute{from: fromCacheInPlace}

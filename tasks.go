@@ -79,7 +79,7 @@ func (t *tiling) forwardTasks(blocks *[]rowBlock, tasks *[]fwdTask) (list []fwdT
 			continue
 		}
 		rows := t.blockQ
-		if t.readers(s) >= 2 && s.nk > 0 { // packed K/V: super-blocks (two-level tiling)
+		if t.packs(s) { // packed K/V: super-blocks (two-level tiling)
 			rows = t.superQ
 		}
 		bs = t.appendQueryBlocks(bs, si, rows)

@@ -210,13 +210,32 @@ func (t *tiling) stacked(s *sequence) bool {
 const maxStackRows = 128
 
 // readers is the number of forward row blocks that read each K/V tile of
-// sequence s: the forward packs K and V once per call where it is two or
-// more.
+// sequence s.
 func (t *tiling) readers(s *sequence) int {
 	if t.stacked(s) {
 		return 1
 	}
 	return t.group * ((s.nq + t.blockQ - 1) / t.blockQ)
+}
+
+// packRowsMin is the rows per KV head of a stacked block from which its
+// K and V are packed although one block reads them: with that many rows
+// (MLA's 128 query heads on one latent) the products dominate, so the
+// packed layouts (and the native 16-bit products) pay for the one pass
+// that packs them.
+const packRowsMin = 64
+
+// packs reports whether the forward packs sequence s's K and V once per
+// call (the route fromPacked): two or more row blocks read each tile, or a
+// stacked block has packRowsMin rows or more per KV head.
+func (t *tiling) packs(s *sequence) bool {
+	if s.nk == 0 {
+		return false
+	}
+	if t.stacked(s) {
+		return t.group*s.nq >= packRowsMin
+	}
+	return t.readers(s) >= 2
 }
 
 // grow returns (*buf)[:n], reallocating if it is too small. The contents

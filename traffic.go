@@ -201,7 +201,7 @@ func (tc *trafficCount) forward(t *TrafficByOperand) {
 	var list []fwdTask
 	tasks, splits, _ := p.forwardTasks(&blocks, &list)
 	d, dpad := p.dim, p.dimPad
-	packed := func(s *sequence) bool { return p.readers(s) >= 2 && s.nk > 0 } // the forward's kvRoute fromPacked
+	packed := p.packs // the forward's kvRoute fromPacked
 	for si := range p.seqs {
 		s := &p.seqs[si]
 		for hk := 0; hk < p.kvHeads; hk++ {
