@@ -61,14 +61,16 @@ func archDecode() []Decode {
 		isa := decodeISA{name: "avx512", minD: 1}
 		ds = append(ds, Decode{
 			Name:       isa.name,
-			ScoresF32:  wrapScores(isa, "ScoresF32", elemRow, GenericDecode.ScoresF32, scoresF32M1AVX512, scoresF32M2AVX512, scoresF32M4AVX512, scoresF32M8AVX512, scoresF32M16AVX512),
-			ScoresBF16: wrapScores(isa, "ScoresBF16", elemRow, GenericDecode.ScoresBF16, scoresBF16M1AVX512, scoresBF16M2AVX512, scoresBF16M4AVX512, scoresBF16M8AVX512, scoresBF16M16AVX512),
-			ScoresF16:  wrapScores(isa, "ScoresF16", elemRow, GenericDecode.ScoresF16, scoresF16M1AVX512, scoresF16M2AVX512, scoresF16M4AVX512, scoresF16M8AVX512, scoresF16M16AVX512),
-			ScoresQ8:   wrapScores(isa, "ScoresQ8", Q8RowBytes, GenericDecode.ScoresQ8, scoresQ8M1AVX512, scoresQ8M2AVX512, scoresQ8M4AVX512, scoresQ8M8AVX512, scoresQ8M16AVX512),
-			AccumF32:   wrapAccum(isa, "AccumF32", elemRow, GenericDecode.AccumF32, accumF32M1AVX512, accumF32M2AVX512, accumF32M4AVX512, accumF32M8AVX512, accumF32M16AVX512),
-			AccumBF16:  wrapAccum(isa, "AccumBF16", elemRow, GenericDecode.AccumBF16, accumBF16M1AVX512, accumBF16M2AVX512, accumBF16M4AVX512, accumBF16M8AVX512, accumBF16M16AVX512),
-			AccumF16:   wrapAccum(isa, "AccumF16", elemRow, GenericDecode.AccumF16, accumF16M1AVX512, accumF16M2AVX512, accumF16M4AVX512, accumF16M8AVX512, accumF16M16AVX512),
-			AccumQ8:    wrapAccum(isa, "AccumQ8", Q8RowBytes, GenericDecode.AccumQ8, accumQ8M1AVX512, accumQ8M2AVX512, accumQ8M4AVX512, accumQ8M8AVX512, accumQ8M16AVX512),
+			ScoresF32:  wrapScores(isa, "ScoresF32", formatElem, GenericDecode.ScoresF32, scoresF32M1AVX512, scoresF32M2AVX512, scoresF32M4AVX512, scoresF32M8AVX512, scoresF32M16AVX512),
+			ScoresBF16: wrapScores(isa, "ScoresBF16", formatElem, GenericDecode.ScoresBF16, scoresBF16M1AVX512, scoresBF16M2AVX512, scoresBF16M4AVX512, scoresBF16M8AVX512, scoresBF16M16AVX512),
+			ScoresF16:  wrapScores(isa, "ScoresF16", formatElem, GenericDecode.ScoresF16, scoresF16M1AVX512, scoresF16M2AVX512, scoresF16M4AVX512, scoresF16M8AVX512, scoresF16M16AVX512),
+			ScoresQ8:   wrapScores(isa, "ScoresQ8", formatQ8, GenericDecode.ScoresQ8, scoresQ8M1AVX512, scoresQ8M2AVX512, scoresQ8M4AVX512, scoresQ8M8AVX512, scoresQ8M16AVX512),
+			ScoresQ4:   wrapScores(isa, "ScoresQ4", formatQ4, GenericDecode.ScoresQ4, scoresQ4M1AVX512, scoresQ4M2AVX512, scoresQ4M4AVX512, scoresQ4M8AVX512, scoresQ4M16AVX512),
+			AccumF32:   wrapAccum(isa, "AccumF32", formatElem, GenericDecode.AccumF32, accumF32M1AVX512, accumF32M2AVX512, accumF32M4AVX512, accumF32M8AVX512, accumF32M16AVX512),
+			AccumBF16:  wrapAccum(isa, "AccumBF16", formatElem, GenericDecode.AccumBF16, accumBF16M1AVX512, accumBF16M2AVX512, accumBF16M4AVX512, accumBF16M8AVX512, accumBF16M16AVX512),
+			AccumF16:   wrapAccum(isa, "AccumF16", formatElem, GenericDecode.AccumF16, accumF16M1AVX512, accumF16M2AVX512, accumF16M4AVX512, accumF16M8AVX512, accumF16M16AVX512),
+			AccumQ8:    wrapAccum(isa, "AccumQ8", formatQ8, GenericDecode.AccumQ8, accumQ8M1AVX512, accumQ8M2AVX512, accumQ8M4AVX512, accumQ8M8AVX512, accumQ8M16AVX512),
+			AccumQ4:    wrapAccum(isa, "AccumQ4", formatQ4, GenericDecode.AccumQ4, accumQ4M1AVX512, accumQ4M2AVX512, accumQ4M4AVX512, accumQ4M8AVX512, accumQ4M16AVX512),
 			ReadSum:    wrapReadSum(readSumAVX512),
 		})
 	}
@@ -76,14 +78,16 @@ func archDecode() []Decode {
 		isa := decodeISA{name: "avx2", minD: 8}
 		ds = append(ds, Decode{
 			Name:       isa.name,
-			ScoresF32:  wrapScores(isa, "ScoresF32", elemRow, GenericDecode.ScoresF32, scoresF32M1AVX2, scoresF32M2AVX2, scoresF32M4AVX2, scoresF32M8AVX2),
-			ScoresBF16: wrapScores(isa, "ScoresBF16", elemRow, GenericDecode.ScoresBF16, scoresBF16M1AVX2, scoresBF16M2AVX2, scoresBF16M4AVX2, scoresBF16M8AVX2),
-			ScoresF16:  wrapScores(isa, "ScoresF16", elemRow, GenericDecode.ScoresF16, scoresF16M1AVX2, scoresF16M2AVX2, scoresF16M4AVX2, scoresF16M8AVX2),
-			ScoresQ8:   wrapScores(isa, "ScoresQ8", Q8RowBytes, GenericDecode.ScoresQ8, scoresQ8M1AVX2, scoresQ8M2AVX2, scoresQ8M4AVX2, scoresQ8M8AVX2),
-			AccumF32:   wrapAccum(isa, "AccumF32", elemRow, GenericDecode.AccumF32, accumF32M1AVX2, accumF32M2AVX2, accumF32M4AVX2, accumF32M8AVX2),
-			AccumBF16:  wrapAccum(isa, "AccumBF16", elemRow, GenericDecode.AccumBF16, accumBF16M1AVX2, accumBF16M2AVX2, accumBF16M4AVX2, accumBF16M8AVX2),
-			AccumF16:   wrapAccum(isa, "AccumF16", elemRow, GenericDecode.AccumF16, accumF16M1AVX2, accumF16M2AVX2, accumF16M4AVX2, accumF16M8AVX2),
-			AccumQ8:    wrapAccum(isa, "AccumQ8", Q8RowBytes, GenericDecode.AccumQ8, accumQ8M1AVX2, accumQ8M2AVX2, accumQ8M4AVX2, accumQ8M8AVX2),
+			ScoresF32:  wrapScores(isa, "ScoresF32", formatElem, GenericDecode.ScoresF32, scoresF32M1AVX2, scoresF32M2AVX2, scoresF32M4AVX2, scoresF32M8AVX2),
+			ScoresBF16: wrapScores(isa, "ScoresBF16", formatElem, GenericDecode.ScoresBF16, scoresBF16M1AVX2, scoresBF16M2AVX2, scoresBF16M4AVX2, scoresBF16M8AVX2),
+			ScoresF16:  wrapScores(isa, "ScoresF16", formatElem, GenericDecode.ScoresF16, scoresF16M1AVX2, scoresF16M2AVX2, scoresF16M4AVX2, scoresF16M8AVX2),
+			ScoresQ8:   wrapScores(isa, "ScoresQ8", formatQ8, GenericDecode.ScoresQ8, scoresQ8M1AVX2, scoresQ8M2AVX2, scoresQ8M4AVX2, scoresQ8M8AVX2),
+			ScoresQ4:   wrapScores(isa, "ScoresQ4", formatQ4, GenericDecode.ScoresQ4, scoresQ4M1AVX2, scoresQ4M2AVX2, scoresQ4M4AVX2, scoresQ4M8AVX2),
+			AccumF32:   wrapAccum(isa, "AccumF32", formatElem, GenericDecode.AccumF32, accumF32M1AVX2, accumF32M2AVX2, accumF32M4AVX2, accumF32M8AVX2),
+			AccumBF16:  wrapAccum(isa, "AccumBF16", formatElem, GenericDecode.AccumBF16, accumBF16M1AVX2, accumBF16M2AVX2, accumBF16M4AVX2, accumBF16M8AVX2),
+			AccumF16:   wrapAccum(isa, "AccumF16", formatElem, GenericDecode.AccumF16, accumF16M1AVX2, accumF16M2AVX2, accumF16M4AVX2, accumF16M8AVX2),
+			AccumQ8:    wrapAccum(isa, "AccumQ8", formatQ8, GenericDecode.AccumQ8, accumQ8M1AVX2, accumQ8M2AVX2, accumQ8M4AVX2, accumQ8M8AVX2),
+			AccumQ4:    wrapAccum(isa, "AccumQ4", formatQ4, GenericDecode.AccumQ4, accumQ4M1AVX2, accumQ4M2AVX2, accumQ4M4AVX2, accumQ4M8AVX2),
 			ReadSum:    wrapReadSum(readSumAVX2),
 		})
 	}

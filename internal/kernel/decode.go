@@ -1,5 +1,7 @@
 package kernel
 
+import "fmt"
+
 // Decode holds the kernels of attention decoding: products of a few query
 // rows with a KV cache read in place, in the cache's storage type, so that
 // each cache byte is read from memory once and widened to float32 in
@@ -11,15 +13,16 @@ package kernel
 //	s[r*lds+j] = Σ_{p<d} q[r*d+p]·K[j][p]    for r < m, j < n
 //
 // Q is m×d float32, contiguous; key j is the row of d values at k[j*ldk:],
-// ldk >= d elements (for q8_0: d/32 blocks at k[j*ldk:], ldk >= d/32·34
-// bytes); S is m×n float32 with row stride lds >= n. Accum<T>(o, ldo, p,
+// ldk >= d elements (for q8_0 and q4_0, whose rows are bytes: d/32 blocks
+// at k[j*ldk:], ldk >= Q8RowBytes(d) = d/32·34, resp. Q4RowBytes(d) =
+// d/32·18, bytes); S is m×n float32 with row stride lds >= n. Accum<T>(o, ldo, p,
 // ldp, m, v, ldv, n, d) adds
 //
 //	o[r*ldo+c] += Σ_{j<n} p[r*ldp+j]·V[j][c]  for r < m, c < d
 //
 // with V's rows stored like K's, P m×n with row stride ldp >= n and O m×d
-// with row stride ldo >= d. Any m, n, d >= 0 are accepted (for q8_0, d a
-// multiple of 32); the assembly kernels take tiles of 1, 2, 4, 8 or 16
+// with row stride ldo >= d. Any m, n, d >= 0 are accepted (for q8_0 and
+// q4_0, d a multiple of 32); the assembly kernels take tiles of 1, 2, 4, 8 or 16
 // rows (AVX2: up to 8) and split other counts (12 = 8+4) into tiles that
 // share each block of cache rows while it is in L2. S or O must not overlap the other arguments. Sums
 // are in float32, in an order that differs between implementations.
@@ -42,18 +45,21 @@ type Decode struct {
 	// "decode" in FLASHATTN_KERNEL).
 	Name string
 
-	// ScoresF32 … ScoresQ8 compute S = Q·Kᵀ for a float32, bfloat16
-	// (uint16 words), fp16 (uint16 words) or q8_0 (bytes) key cache.
+	// ScoresF32 … ScoresQ4 compute S = Q·Kᵀ for a float32, bfloat16
+	// (uint16 words), fp16 (uint16 words), q8_0 (bytes, q8.go) or q4_0
+	// (bytes, q4.go) key cache.
 	ScoresF32  func(s []float32, lds int, q []float32, m int, k []float32, ldk, n, d int)
 	ScoresBF16 func(s []float32, lds int, q []float32, m int, k []uint16, ldk, n, d int)
 	ScoresF16  func(s []float32, lds int, q []float32, m int, k []uint16, ldk, n, d int)
 	ScoresQ8   func(s []float32, lds int, q []float32, m int, k []byte, ldk, n, d int)
+	ScoresQ4   func(s []float32, lds int, q []float32, m int, k []byte, ldk, n, d int)
 
-	// AccumF32 … AccumQ8 add P·V to O for a value cache of the same types.
+	// AccumF32 … AccumQ4 add P·V to O for a value cache of the same types.
 	AccumF32  func(o []float32, ldo int, p []float32, ldp, m int, v []float32, ldv, n, d int)
 	AccumBF16 func(o []float32, ldo int, p []float32, ldp, m int, v []uint16, ldv, n, d int)
 	AccumF16  func(o []float32, ldo int, p []float32, ldp, m int, v []uint16, ldv, n, d int)
 	AccumQ8   func(o []float32, ldo int, p []float32, ldp, m int, v []byte, ldv, n, d int)
+	AccumQ4   func(o []float32, ldo int, p []float32, ldp, m int, v []byte, ldv, n, d int)
 
 	// ReadSum is the read-bandwidth yardstick (see above).
 	ReadSum func(b []byte) uint32
@@ -80,8 +86,24 @@ func checkAccum(name string, o []float32, ldo int, p []float32, ldp, m, cacheLen
 	checkDecode(name, m, n, d, o, d, ldo, p, n, ldp, cacheLen, rowLen, ldv)
 }
 
-func checkQ8Dim(name string, d int) {
-	if d%Q8Block != 0 {
-		bad(name + ": q8_0 head dimension not a multiple of 32")
+// cacheFormat describes how a cache type stores a row of d values: rows
+// of rowLen(d) units of its slice (elements, or bytes for the block
+// formats), d a multiple of block.
+type cacheFormat struct {
+	name   string // "", "q8_0" or "q4_0"
+	block  int    // 1, or Q8Block = Q4Block
+	rowLen func(d int) int
+}
+
+var (
+	formatElem = cacheFormat{block: 1, rowLen: func(d int) int { return d }}
+	formatQ8   = cacheFormat{name: "q8_0", block: Q8Block, rowLen: Q8RowBytes}
+	formatQ4   = cacheFormat{name: "q4_0", block: Q4Block, rowLen: Q4RowBytes}
+)
+
+// checkDim panics unless d is a multiple of the format's block.
+func (f cacheFormat) checkDim(name string, d int) {
+	if d%f.block != 0 {
+		bad(fmt.Sprintf("%s: %s head dimension not a multiple of %d", name, f.name, f.block))
 	}
 }

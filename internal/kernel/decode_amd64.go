@@ -57,12 +57,10 @@ func elemSize[T any]() int {
 	return 1
 }
 
-func wrapScores[T any](isa decodeISA, name string, rowLen func(int) int, generic func(s []float32, lds int, q []float32, m int, k []T, ldk, n, d int), kern ...scoresKern[T]) func(s []float32, lds int, q []float32, m int, k []T, ldk, n, d int) {
-	q8 := elemSize[T]() == 1
+func wrapScores[T any](isa decodeISA, name string, f cacheFormat, generic func(s []float32, lds int, q []float32, m int, k []T, ldk, n, d int), kern ...scoresKern[T]) func(s []float32, lds int, q []float32, m int, k []T, ldk, n, d int) {
+	rowLen := f.rowLen
 	return func(s []float32, lds int, q []float32, m int, k []T, ldk, n, d int) {
-		if q8 {
-			checkQ8Dim(name, d)
-		}
+		f.checkDim(name, d)
 		checkScores(name, s, lds, q, m, len(k), ldk, n, d, rowLen(d))
 		if m == 0 || n == 0 {
 			return
@@ -87,12 +85,10 @@ func wrapScores[T any](isa decodeISA, name string, rowLen func(int) int, generic
 	}
 }
 
-func wrapAccum[T any](isa decodeISA, name string, rowLen func(int) int, generic func(o []float32, ldo int, p []float32, ldp, m int, v []T, ldv, n, d int), kern ...accumKern[T]) func(o []float32, ldo int, p []float32, ldp, m int, v []T, ldv, n, d int) {
-	q8 := elemSize[T]() == 1
+func wrapAccum[T any](isa decodeISA, name string, f cacheFormat, generic func(o []float32, ldo int, p []float32, ldp, m int, v []T, ldv, n, d int), kern ...accumKern[T]) func(o []float32, ldo int, p []float32, ldp, m int, v []T, ldv, n, d int) {
+	rowLen := f.rowLen
 	return func(o []float32, ldo int, p []float32, ldp, m int, v []T, ldv, n, d int) {
-		if q8 {
-			checkQ8Dim(name, d)
-		}
+		f.checkDim(name, d)
 		checkAccum(name, o, ldo, p, ldp, m, len(v), ldv, n, d, rowLen(d))
 		if m == 0 || n == 0 || d == 0 {
 			return

@@ -49,6 +49,40 @@ DATA decodemask8<>+88(SB)/4, $0xffffffff
 DATA decodemask8<>+92(SB)/4, $0xffffffff
 GLOBL decodemask8<>(SB), RODATA|NOPTR, $96
 
+DATA decodeq4tab<>+0(SB)/4, $0xc1000000
+DATA decodeq4tab<>+4(SB)/4, $0xc0e00000
+DATA decodeq4tab<>+8(SB)/4, $0xc0c00000
+DATA decodeq4tab<>+12(SB)/4, $0xc0a00000
+DATA decodeq4tab<>+16(SB)/4, $0xc0800000
+DATA decodeq4tab<>+20(SB)/4, $0xc0400000
+DATA decodeq4tab<>+24(SB)/4, $0xc0000000
+DATA decodeq4tab<>+28(SB)/4, $0xbf800000
+DATA decodeq4tab<>+32(SB)/4, $0x00000000
+DATA decodeq4tab<>+36(SB)/4, $0x3f800000
+DATA decodeq4tab<>+40(SB)/4, $0x40000000
+DATA decodeq4tab<>+44(SB)/4, $0x40400000
+DATA decodeq4tab<>+48(SB)/4, $0x40800000
+DATA decodeq4tab<>+52(SB)/4, $0x40a00000
+DATA decodeq4tab<>+56(SB)/4, $0x40c00000
+DATA decodeq4tab<>+60(SB)/4, $0x40e00000
+DATA decodeq4tab<>+64(SB)/4, $0xc1000000
+DATA decodeq4tab<>+68(SB)/4, $0xc1000000
+DATA decodeq4tab<>+72(SB)/4, $0xc1000000
+DATA decodeq4tab<>+76(SB)/4, $0xc1000000
+DATA decodeq4tab<>+80(SB)/4, $0xc1000000
+DATA decodeq4tab<>+84(SB)/4, $0xc1000000
+DATA decodeq4tab<>+88(SB)/4, $0xc1000000
+DATA decodeq4tab<>+92(SB)/4, $0xc1000000
+DATA decodeq4tab<>+96(SB)/4, $0x0000000f
+DATA decodeq4tab<>+100(SB)/4, $0x0000000f
+DATA decodeq4tab<>+104(SB)/4, $0x0000000f
+DATA decodeq4tab<>+108(SB)/4, $0x0000000f
+DATA decodeq4tab<>+112(SB)/4, $0x0000000f
+DATA decodeq4tab<>+116(SB)/4, $0x0000000f
+DATA decodeq4tab<>+120(SB)/4, $0x0000000f
+DATA decodeq4tab<>+124(SB)/4, $0x0000000f
+GLOBL decodeq4tab<>(SB), RODATA|NOPTR, $128
+
 // func scoresF32M1AVX512(s []float32, lds int, q []float32, k []float32, ldk int, n int, d int)
 // Requires: AVX, AVX512DQ, AVX512F, MMX+
 TEXT ·scoresF32M1AVX512(SB), NOSPLIT, $32-104
@@ -13256,6 +13290,3044 @@ done:
 	VZEROUPPER
 	RET
 
+// func scoresQ4M1AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, AVX2, AVX512DQ, AVX512F, MMX+
+TEXT ·scoresQ4M1AVX512(SB), NOSPLIT, $32-104
+	MOVQ s_base+0(FP), AX
+	MOVQ AX, (SP)
+	MOVQ k_base+56(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ n+88(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ d+96(FP), AX
+	SHRQ $0x05, AX
+	MOVQ AX, 24(SP)
+
+main:
+	CMPQ   16(SP), $0x00000010
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   ldk+80(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   8(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	LEAQ   (BX)(AX*4), SI
+	LEAQ   (SI)(AX*4), DI
+	MOVQ   q_base+32(FP), R8
+	LEAQ   (DX), R9
+	MOVQ   ldk+80(FP), R10
+	SHLQ   $0x06, R10
+	MOVQ   24(SP), R11
+	TESTQ  R11, R11
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1   (R9)(R10*1)
+	VPBROADCASTW (R9), Y16
+	VCVTPH2PS    Y16, Z16
+	VMULPS       decodeq4tab<>+0(SB), Z16, Z16
+	VPMOVZXBD    2(R9), Z17
+	VPERMPS      Z16, Z17, Z18
+	VFMADD231PS  (R8), Z18, Z0
+	VPSRLD       $0x04, Z17, Z17
+	VPERMPS      Z16, Z17, Z16
+	VFMADD231PS  64(R8), Z16, Z0
+	ADDQ         $0x00000080, R8
+	ADDQ         $0x00000012, R9
+	DECQ         R11
+	JNZ          mainK0Step
+
+mainK0Tail:
+	MOVQ  q_base+32(FP), R8
+	LEAQ  (DX)(AX*1), R9
+	MOVQ  ldk+80(FP), R10
+	SHLQ  $0x06, R10
+	MOVQ  24(SP), R11
+	TESTQ R11, R11
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1   (R9)(R10*1)
+	VPBROADCASTW (R9), Y16
+	VCVTPH2PS    Y16, Z16
+	VMULPS       decodeq4tab<>+0(SB), Z16, Z16
+	VPMOVZXBD    2(R9), Z17
+	VPERMPS      Z16, Z17, Z18
+	VFMADD231PS  (R8), Z18, Z1
+	VPSRLD       $0x04, Z17, Z17
+	VPERMPS      Z16, Z17, Z16
+	VFMADD231PS  64(R8), Z16, Z1
+	ADDQ         $0x00000080, R8
+	ADDQ         $0x00000012, R9
+	DECQ         R11
+	JNZ          mainK1Step
+
+mainK1Tail:
+	MOVQ  q_base+32(FP), R8
+	LEAQ  (DX)(AX*2), R9
+	MOVQ  ldk+80(FP), R10
+	SHLQ  $0x06, R10
+	MOVQ  24(SP), R11
+	TESTQ R11, R11
+	JZ    mainK2Tail
+
+mainK2Step:
+	PREFETCHT1   (R9)(R10*1)
+	VPBROADCASTW (R9), Y16
+	VCVTPH2PS    Y16, Z16
+	VMULPS       decodeq4tab<>+0(SB), Z16, Z16
+	VPMOVZXBD    2(R9), Z17
+	VPERMPS      Z16, Z17, Z18
+	VFMADD231PS  (R8), Z18, Z2
+	VPSRLD       $0x04, Z17, Z17
+	VPERMPS      Z16, Z17, Z16
+	VFMADD231PS  64(R8), Z16, Z2
+	ADDQ         $0x00000080, R8
+	ADDQ         $0x00000012, R9
+	DECQ         R11
+	JNZ          mainK2Step
+
+mainK2Tail:
+	MOVQ  q_base+32(FP), R8
+	LEAQ  (DX)(CX*1), DX
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK3Tail
+
+mainK3Step:
+	PREFETCHT1   (DX)(R9*1)
+	VPBROADCASTW (DX), Y16
+	VCVTPH2PS    Y16, Z16
+	VMULPS       decodeq4tab<>+0(SB), Z16, Z16
+	VPMOVZXBD    2(DX), Z17
+	VPERMPS      Z16, Z17, Z18
+	VFMADD231PS  (R8), Z18, Z3
+	VPSRLD       $0x04, Z17, Z17
+	VPERMPS      Z16, Z17, Z16
+	VFMADD231PS  64(R8), Z16, Z3
+	ADDQ         $0x00000080, R8
+	ADDQ         $0x00000012, DX
+	DECQ         R10
+	JNZ          mainK3Step
+
+mainK3Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK4Tail
+
+mainK4Step:
+	PREFETCHT1   (R8)(R9*1)
+	VPBROADCASTW (R8), Y16
+	VCVTPH2PS    Y16, Z16
+	VMULPS       decodeq4tab<>+0(SB), Z16, Z16
+	VPMOVZXBD    2(R8), Z17
+	VPERMPS      Z16, Z17, Z18
+	VFMADD231PS  (DX), Z18, Z4
+	VPSRLD       $0x04, Z17, Z17
+	VPERMPS      Z16, Z17, Z16
+	VFMADD231PS  64(DX), Z16, Z4
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000012, R8
+	DECQ         R10
+	JNZ          mainK4Step
+
+mainK4Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(AX*1), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK5Tail
+
+mainK5Step:
+	PREFETCHT1   (R8)(R9*1)
+	VPBROADCASTW (R8), Y16
+	VCVTPH2PS    Y16, Z16
+	VMULPS       decodeq4tab<>+0(SB), Z16, Z16
+	VPMOVZXBD    2(R8), Z17
+	VPERMPS      Z16, Z17, Z18
+	VFMADD231PS  (DX), Z18, Z5
+	VPSRLD       $0x04, Z17, Z17
+	VPERMPS      Z16, Z17, Z16
+	VFMADD231PS  64(DX), Z16, Z5
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000012, R8
+	DECQ         R10
+	JNZ          mainK5Step
+
+mainK5Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(AX*2), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK6Tail
+
+mainK6Step:
+	PREFETCHT1   (R8)(R9*1)
+	VPBROADCASTW (R8), Y16
+	VCVTPH2PS    Y16, Z16
+	VMULPS       decodeq4tab<>+0(SB), Z16, Z16
+	VPMOVZXBD    2(R8), Z17
+	VPERMPS      Z16, Z17, Z18
+	VFMADD231PS  (DX), Z18, Z6
+	VPSRLD       $0x04, Z17, Z17
+	VPERMPS      Z16, Z17, Z16
+	VFMADD231PS  64(DX), Z16, Z6
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000012, R8
+	DECQ         R10
+	JNZ          mainK6Step
+
+mainK6Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(CX*1), BX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK7Tail
+
+mainK7Step:
+	PREFETCHT1   (BX)(R8*1)
+	VPBROADCASTW (BX), Y16
+	VCVTPH2PS    Y16, Z16
+	VMULPS       decodeq4tab<>+0(SB), Z16, Z16
+	VPMOVZXBD    2(BX), Z17
+	VPERMPS      Z16, Z17, Z18
+	VFMADD231PS  (DX), Z18, Z7
+	VPSRLD       $0x04, Z17, Z17
+	VPERMPS      Z16, Z17, Z16
+	VFMADD231PS  64(DX), Z16, Z7
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000012, BX
+	DECQ         R9
+	JNZ          mainK7Step
+
+mainK7Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (SI), BX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK8Tail
+
+mainK8Step:
+	PREFETCHT1   (BX)(R8*1)
+	VPBROADCASTW (BX), Y16
+	VCVTPH2PS    Y16, Z16
+	VMULPS       decodeq4tab<>+0(SB), Z16, Z16
+	VPMOVZXBD    2(BX), Z17
+	VPERMPS      Z16, Z17, Z18
+	VFMADD231PS  (DX), Z18, Z8
+	VPSRLD       $0x04, Z17, Z17
+	VPERMPS      Z16, Z17, Z16
+	VFMADD231PS  64(DX), Z16, Z8
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000012, BX
+	DECQ         R9
+	JNZ          mainK8Step
+
+mainK8Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (SI)(AX*1), BX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK9Tail
+
+mainK9Step:
+	PREFETCHT1   (BX)(R8*1)
+	VPBROADCASTW (BX), Y16
+	VCVTPH2PS    Y16, Z16
+	VMULPS       decodeq4tab<>+0(SB), Z16, Z16
+	VPMOVZXBD    2(BX), Z17
+	VPERMPS      Z16, Z17, Z18
+	VFMADD231PS  (DX), Z18, Z9
+	VPSRLD       $0x04, Z17, Z17
+	VPERMPS      Z16, Z17, Z16
+	VFMADD231PS  64(DX), Z16, Z9
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000012, BX
+	DECQ         R9
+	JNZ          mainK9Step
+
+mainK9Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (SI)(AX*2), BX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK10Tail
+
+mainK10Step:
+	PREFETCHT1   (BX)(R8*1)
+	VPBROADCASTW (BX), Y16
+	VCVTPH2PS    Y16, Z16
+	VMULPS       decodeq4tab<>+0(SB), Z16, Z16
+	VPMOVZXBD    2(BX), Z17
+	VPERMPS      Z16, Z17, Z18
+	VFMADD231PS  (DX), Z18, Z10
+	VPSRLD       $0x04, Z17, Z17
+	VPERMPS      Z16, Z17, Z16
+	VFMADD231PS  64(DX), Z16, Z10
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000012, BX
+	DECQ         R9
+	JNZ          mainK10Step
+
+mainK10Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (SI)(CX*1), BX
+	MOVQ  ldk+80(FP), SI
+	SHLQ  $0x06, SI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK11Tail
+
+mainK11Step:
+	PREFETCHT1   (BX)(SI*1)
+	VPBROADCASTW (BX), Y16
+	VCVTPH2PS    Y16, Z16
+	VMULPS       decodeq4tab<>+0(SB), Z16, Z16
+	VPMOVZXBD    2(BX), Z17
+	VPERMPS      Z16, Z17, Z18
+	VFMADD231PS  (DX), Z18, Z11
+	VPSRLD       $0x04, Z17, Z17
+	VPERMPS      Z16, Z17, Z16
+	VFMADD231PS  64(DX), Z16, Z11
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000012, BX
+	DECQ         R8
+	JNZ          mainK11Step
+
+mainK11Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (DI), BX
+	MOVQ  ldk+80(FP), SI
+	SHLQ  $0x06, SI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK12Tail
+
+mainK12Step:
+	PREFETCHT1   (BX)(SI*1)
+	VPBROADCASTW (BX), Y16
+	VCVTPH2PS    Y16, Z16
+	VMULPS       decodeq4tab<>+0(SB), Z16, Z16
+	VPMOVZXBD    2(BX), Z17
+	VPERMPS      Z16, Z17, Z18
+	VFMADD231PS  (DX), Z18, Z12
+	VPSRLD       $0x04, Z17, Z17
+	VPERMPS      Z16, Z17, Z16
+	VFMADD231PS  64(DX), Z16, Z12
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000012, BX
+	DECQ         R8
+	JNZ          mainK12Step
+
+mainK12Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (DI)(AX*1), BX
+	MOVQ  ldk+80(FP), SI
+	SHLQ  $0x06, SI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK13Tail
+
+mainK13Step:
+	PREFETCHT1   (BX)(SI*1)
+	VPBROADCASTW (BX), Y16
+	VCVTPH2PS    Y16, Z16
+	VMULPS       decodeq4tab<>+0(SB), Z16, Z16
+	VPMOVZXBD    2(BX), Z17
+	VPERMPS      Z16, Z17, Z18
+	VFMADD231PS  (DX), Z18, Z13
+	VPSRLD       $0x04, Z17, Z17
+	VPERMPS      Z16, Z17, Z16
+	VFMADD231PS  64(DX), Z16, Z13
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000012, BX
+	DECQ         R8
+	JNZ          mainK13Step
+
+mainK13Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (DI)(AX*2), AX
+	MOVQ  ldk+80(FP), BX
+	SHLQ  $0x06, BX
+	MOVQ  24(SP), SI
+	TESTQ SI, SI
+	JZ    mainK14Tail
+
+mainK14Step:
+	PREFETCHT1   (AX)(BX*1)
+	VPBROADCASTW (AX), Y16
+	VCVTPH2PS    Y16, Z16
+	VMULPS       decodeq4tab<>+0(SB), Z16, Z16
+	VPMOVZXBD    2(AX), Z17
+	VPERMPS      Z16, Z17, Z18
+	VFMADD231PS  (DX), Z18, Z14
+	VPSRLD       $0x04, Z17, Z17
+	VPERMPS      Z16, Z17, Z16
+	VFMADD231PS  64(DX), Z16, Z14
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000012, AX
+	DECQ         SI
+	JNZ          mainK14Step
+
+mainK14Tail:
+	MOVQ  q_base+32(FP), AX
+	LEAQ  (DI)(CX*1), CX
+	MOVQ  ldk+80(FP), DX
+	SHLQ  $0x06, DX
+	MOVQ  24(SP), BX
+	TESTQ BX, BX
+	JZ    mainK15Tail
+
+mainK15Step:
+	PREFETCHT1   (CX)(DX*1)
+	VPBROADCASTW (CX), Y16
+	VCVTPH2PS    Y16, Z16
+	VMULPS       decodeq4tab<>+0(SB), Z16, Z16
+	VPMOVZXBD    2(CX), Z17
+	VPERMPS      Z16, Z17, Z18
+	VFMADD231PS  (AX), Z18, Z15
+	VPSRLD       $0x04, Z17, Z17
+	VPERMPS      Z16, Z17, Z16
+	VFMADD231PS  64(AX), Z16, Z15
+	ADDQ         $0x00000080, AX
+	ADDQ         $0x00000012, CX
+	DECQ         BX
+	JNZ          mainK15Step
+
+mainK15Tail:
+	VSHUFF32X4 $0x44, Z4, Z0, Z16
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z16, Z16
+	VSHUFF32X4 $0x44, Z12, Z8, Z0
+	VSHUFF32X4 $0xee, Z12, Z8, Z4
+	VADDPS     Z4, Z0, Z0
+	VSHUFF32X4 $0x44, Z5, Z1, Z4
+	VSHUFF32X4 $0xee, Z5, Z1, Z1
+	VADDPS     Z1, Z4, Z4
+	VSHUFF32X4 $0x44, Z13, Z9, Z1
+	VSHUFF32X4 $0xee, Z13, Z9, Z5
+	VADDPS     Z5, Z1, Z1
+	VSHUFF32X4 $0x44, Z6, Z2, Z5
+	VSHUFF32X4 $0xee, Z6, Z2, Z2
+	VADDPS     Z2, Z5, Z5
+	VSHUFF32X4 $0x44, Z14, Z10, Z2
+	VSHUFF32X4 $0xee, Z14, Z10, Z6
+	VADDPS     Z6, Z2, Z2
+	VSHUFF32X4 $0x44, Z7, Z3, Z6
+	VSHUFF32X4 $0xee, Z7, Z3, Z3
+	VADDPS     Z3, Z6, Z6
+	VSHUFF32X4 $0x44, Z15, Z11, Z3
+	VSHUFF32X4 $0xee, Z15, Z11, Z7
+	VADDPS     Z7, Z3, Z3
+	VSHUFF32X4 $0x88, Z0, Z16, Z7
+	VSHUFF32X4 $0xdd, Z0, Z16, Z0
+	VADDPS     Z0, Z7, Z7
+	VSHUFF32X4 $0x88, Z1, Z4, Z0
+	VSHUFF32X4 $0xdd, Z1, Z4, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z5, Z1
+	VSHUFF32X4 $0xdd, Z2, Z5, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x88, Z3, Z6, Z2
+	VSHUFF32X4 $0xdd, Z3, Z6, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z0, Z7, Z3
+	VSHUFPS    $0xee, Z0, Z7, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z2, Z1, Z0
+	VSHUFPS    $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z0, Z3, Z1
+	VSHUFPS    $0xdd, Z0, Z3, Z0
+	VADDPS     Z0, Z1, Z1
+	MOVQ       (SP), AX
+	VMOVUPS    Z1, (AX)
+	ADDQ       $0x00000040, (SP)
+	MOVQ       8(SP), AX
+	MOVQ       ldk+80(FP), CX
+	SHLQ       $0x04, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 8(SP)
+	SUBQ       $0x00000010, 16(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	MOVQ   8(SP), AX
+	MOVQ   q_base+32(FP), CX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   24(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1   (AX)(DX*1)
+	VPBROADCASTW (AX), Y1
+	VCVTPH2PS    Y1, Z1
+	VMULPS       decodeq4tab<>+0(SB), Z1, Z1
+	VPMOVZXBD    2(AX), Z2
+	VPERMPS      Z1, Z2, Z3
+	VFMADD231PS  (CX), Z3, Z0
+	VPSRLD       $0x04, Z2, Z2
+	VPERMPS      Z1, Z2, Z1
+	VFMADD231PS  64(CX), Z1, Z0
+	ADDQ         $0x00000080, CX
+	ADDQ         $0x00000012, AX
+	DECQ         BX
+	JNZ          restK0Step
+
+restK0Tail:
+	VXORPS     Z1, Z1, Z1
+	VSHUFF32X4 $0x44, Z1, Z0, Z2
+	VSHUFF32X4 $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z2, Z2
+	VSHUFF32X4 $0x88, Z1, Z2, Z0
+	VSHUFF32X4 $0xdd, Z1, Z2, Z2
+	VADDPS     Z2, Z0, Z0
+	VSHUFPS    $0x44, Z1, Z0, Z2
+	VSHUFPS    $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z2, Z2
+	VSHUFPS    $0x88, Z1, Z2, Z0
+	VSHUFPS    $0xdd, Z1, Z2, Z1
+	VADDPS     Z1, Z0, Z0
+	MOVQ       (SP), AX
+	VMOVSS     X0, (AX)
+	ADDQ       $0x00000004, (SP)
+	MOVQ       8(SP), AX
+	MOVQ       ldk+80(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 8(SP)
+	SUBQ       $0x00000001, 16(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresQ4M2AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, AVX2, AVX512DQ, AVX512F, MMX+
+TEXT ·scoresQ4M2AVX512(SB), NOSPLIT, $32-104
+	MOVQ s_base+0(FP), AX
+	MOVQ AX, (SP)
+	MOVQ k_base+56(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ n+88(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ d+96(FP), AX
+	SHRQ $0x05, AX
+	MOVQ AX, 24(SP)
+
+main:
+	CMPQ   16(SP), $0x00000008
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   ldk+80(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   8(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   d+96(FP), SI
+	SHLQ   $0x02, SI
+	MOVQ   q_base+32(FP), DI
+	LEAQ   (DX), R8
+	LEAQ   (DX)(AX*1), R9
+	LEAQ   (DX)(AX*2), R10
+	LEAQ   (DX)(CX*1), DX
+	MOVQ   ldk+80(FP), R11
+	SHLQ   $0x06, R11
+	MOVQ   24(SP), R12
+	TESTQ  R12, R12
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1   (R8)(R11*1)
+	PREFETCHT1   (R9)(R11*1)
+	PREFETCHT1   (R10)(R11*1)
+	PREFETCHT1   (DX)(R11*1)
+	VMOVUPS      (DI), Z16
+	VMOVUPS      64(DI), Z17
+	VMOVUPS      (DI)(SI*1), Z18
+	VMOVUPS      64(DI)(SI*1), Z19
+	VPBROADCASTW (R8), Y20
+	VCVTPH2PS    Y20, Z20
+	VMULPS       decodeq4tab<>+0(SB), Z20, Z20
+	VPMOVZXBD    2(R8), Z21
+	VPERMPS      Z20, Z21, Z22
+	VFMADD231PS  Z16, Z22, Z0
+	VFMADD231PS  Z18, Z22, Z8
+	VPSRLD       $0x04, Z21, Z21
+	VPERMPS      Z20, Z21, Z20
+	VFMADD231PS  Z17, Z20, Z0
+	VFMADD231PS  Z19, Z20, Z8
+	VPBROADCASTW (R9), Y20
+	VCVTPH2PS    Y20, Z20
+	VMULPS       decodeq4tab<>+0(SB), Z20, Z20
+	VPMOVZXBD    2(R9), Z21
+	VPERMPS      Z20, Z21, Z22
+	VFMADD231PS  Z16, Z22, Z1
+	VFMADD231PS  Z18, Z22, Z9
+	VPSRLD       $0x04, Z21, Z21
+	VPERMPS      Z20, Z21, Z20
+	VFMADD231PS  Z17, Z20, Z1
+	VFMADD231PS  Z19, Z20, Z9
+	VPBROADCASTW (R10), Y20
+	VCVTPH2PS    Y20, Z20
+	VMULPS       decodeq4tab<>+0(SB), Z20, Z20
+	VPMOVZXBD    2(R10), Z21
+	VPERMPS      Z20, Z21, Z22
+	VFMADD231PS  Z16, Z22, Z2
+	VFMADD231PS  Z18, Z22, Z10
+	VPSRLD       $0x04, Z21, Z21
+	VPERMPS      Z20, Z21, Z20
+	VFMADD231PS  Z17, Z20, Z2
+	VFMADD231PS  Z19, Z20, Z10
+	VPBROADCASTW (DX), Y20
+	VCVTPH2PS    Y20, Z20
+	VMULPS       decodeq4tab<>+0(SB), Z20, Z20
+	VPMOVZXBD    2(DX), Z21
+	VPERMPS      Z20, Z21, Z22
+	VFMADD231PS  Z16, Z22, Z3
+	VFMADD231PS  Z18, Z22, Z11
+	VPSRLD       $0x04, Z21, Z16
+	VPERMPS      Z20, Z16, Z16
+	VFMADD231PS  Z17, Z16, Z3
+	VFMADD231PS  Z19, Z16, Z11
+	ADDQ         $0x00000080, DI
+	ADDQ         $0x00000012, R8
+	ADDQ         $0x00000012, R9
+	ADDQ         $0x00000012, R10
+	ADDQ         $0x00000012, DX
+	DECQ         R12
+	JNZ          mainK0Step
+
+mainK0Tail:
+	MOVQ  d+96(FP), DX
+	SHLQ  $0x02, DX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (BX), DI
+	LEAQ  (BX)(AX*1), R8
+	LEAQ  (BX)(AX*2), AX
+	LEAQ  (BX)(CX*1), CX
+	MOVQ  ldk+80(FP), BX
+	SHLQ  $0x06, BX
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK4Tail
+
+mainK4Step:
+	PREFETCHT1   (DI)(BX*1)
+	PREFETCHT1   (R8)(BX*1)
+	PREFETCHT1   (AX)(BX*1)
+	PREFETCHT1   (CX)(BX*1)
+	VMOVUPS      (SI), Z16
+	VMOVUPS      64(SI), Z17
+	VMOVUPS      (SI)(DX*1), Z18
+	VMOVUPS      64(SI)(DX*1), Z19
+	VPBROADCASTW (DI), Y20
+	VCVTPH2PS    Y20, Z20
+	VMULPS       decodeq4tab<>+0(SB), Z20, Z20
+	VPMOVZXBD    2(DI), Z21
+	VPERMPS      Z20, Z21, Z22
+	VFMADD231PS  Z16, Z22, Z4
+	VFMADD231PS  Z18, Z22, Z12
+	VPSRLD       $0x04, Z21, Z21
+	VPERMPS      Z20, Z21, Z20
+	VFMADD231PS  Z17, Z20, Z4
+	VFMADD231PS  Z19, Z20, Z12
+	VPBROADCASTW (R8), Y20
+	VCVTPH2PS    Y20, Z20
+	VMULPS       decodeq4tab<>+0(SB), Z20, Z20
+	VPMOVZXBD    2(R8), Z21
+	VPERMPS      Z20, Z21, Z22
+	VFMADD231PS  Z16, Z22, Z5
+	VFMADD231PS  Z18, Z22, Z13
+	VPSRLD       $0x04, Z21, Z21
+	VPERMPS      Z20, Z21, Z20
+	VFMADD231PS  Z17, Z20, Z5
+	VFMADD231PS  Z19, Z20, Z13
+	VPBROADCASTW (AX), Y20
+	VCVTPH2PS    Y20, Z20
+	VMULPS       decodeq4tab<>+0(SB), Z20, Z20
+	VPMOVZXBD    2(AX), Z21
+	VPERMPS      Z20, Z21, Z22
+	VFMADD231PS  Z16, Z22, Z6
+	VFMADD231PS  Z18, Z22, Z14
+	VPSRLD       $0x04, Z21, Z21
+	VPERMPS      Z20, Z21, Z20
+	VFMADD231PS  Z17, Z20, Z6
+	VFMADD231PS  Z19, Z20, Z14
+	VPBROADCASTW (CX), Y20
+	VCVTPH2PS    Y20, Z20
+	VMULPS       decodeq4tab<>+0(SB), Z20, Z20
+	VPMOVZXBD    2(CX), Z21
+	VPERMPS      Z20, Z21, Z22
+	VFMADD231PS  Z16, Z22, Z7
+	VFMADD231PS  Z18, Z22, Z15
+	VPSRLD       $0x04, Z21, Z16
+	VPERMPS      Z20, Z16, Z16
+	VFMADD231PS  Z17, Z16, Z7
+	VFMADD231PS  Z19, Z16, Z15
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000012, DI
+	ADDQ         $0x00000012, R8
+	ADDQ         $0x00000012, AX
+	ADDQ         $0x00000012, CX
+	DECQ         R9
+	JNZ          mainK4Step
+
+mainK4Tail:
+	VSHUFF32X4    $0x44, Z4, Z0, Z16
+	VSHUFF32X4    $0xee, Z4, Z0, Z0
+	VADDPS        Z0, Z16, Z16
+	VSHUFF32X4    $0x44, Z12, Z8, Z0
+	VSHUFF32X4    $0xee, Z12, Z8, Z4
+	VADDPS        Z4, Z0, Z0
+	VSHUFF32X4    $0x44, Z5, Z1, Z4
+	VSHUFF32X4    $0xee, Z5, Z1, Z1
+	VADDPS        Z1, Z4, Z4
+	VSHUFF32X4    $0x44, Z13, Z9, Z1
+	VSHUFF32X4    $0xee, Z13, Z9, Z5
+	VADDPS        Z5, Z1, Z1
+	VSHUFF32X4    $0x44, Z6, Z2, Z5
+	VSHUFF32X4    $0xee, Z6, Z2, Z2
+	VADDPS        Z2, Z5, Z5
+	VSHUFF32X4    $0x44, Z14, Z10, Z2
+	VSHUFF32X4    $0xee, Z14, Z10, Z6
+	VADDPS        Z6, Z2, Z2
+	VSHUFF32X4    $0x44, Z7, Z3, Z6
+	VSHUFF32X4    $0xee, Z7, Z3, Z3
+	VADDPS        Z3, Z6, Z6
+	VSHUFF32X4    $0x44, Z15, Z11, Z3
+	VSHUFF32X4    $0xee, Z15, Z11, Z7
+	VADDPS        Z7, Z3, Z3
+	VSHUFF32X4    $0x88, Z0, Z16, Z7
+	VSHUFF32X4    $0xdd, Z0, Z16, Z0
+	VADDPS        Z0, Z7, Z7
+	VSHUFF32X4    $0x88, Z1, Z4, Z0
+	VSHUFF32X4    $0xdd, Z1, Z4, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFF32X4    $0x88, Z2, Z5, Z1
+	VSHUFF32X4    $0xdd, Z2, Z5, Z2
+	VADDPS        Z2, Z1, Z1
+	VSHUFF32X4    $0x88, Z3, Z6, Z2
+	VSHUFF32X4    $0xdd, Z3, Z6, Z3
+	VADDPS        Z3, Z2, Z2
+	VSHUFPS       $0x44, Z0, Z7, Z3
+	VSHUFPS       $0xee, Z0, Z7, Z0
+	VADDPS        Z0, Z3, Z3
+	VSHUFPS       $0x44, Z2, Z1, Z0
+	VSHUFPS       $0xee, Z2, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z3, Z1
+	VSHUFPS       $0xdd, Z0, Z3, Z0
+	VADDPS        Z0, Z1, Z1
+	MOVQ          (SP), AX
+	MOVQ          lds+24(FP), CX
+	SHLQ          $0x02, CX
+	VMOVUPS       Y1, (AX)
+	VEXTRACTF64X4 $0x01, Z1, (AX)(CX*1)
+	ADDQ          $0x00000020, (SP)
+	MOVQ          8(SP), AX
+	MOVQ          ldk+80(FP), CX
+	SHLQ          $0x03, CX
+	ADDQ          CX, AX
+	MOVQ          AX, 8(SP)
+	SUBQ          $0x00000008, 16(SP)
+	JMP           main
+
+mainEnd:
+rest:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	MOVQ   q_base+32(FP), DX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), BX
+	SHLQ   $0x06, BX
+	MOVQ   24(SP), SI
+	TESTQ  SI, SI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1   (AX)(BX*1)
+	VPBROADCASTW (AX), Y2
+	VCVTPH2PS    Y2, Z2
+	VMULPS       decodeq4tab<>+0(SB), Z2, Z2
+	VPMOVZXBD    2(AX), Z3
+	VPERMPS      Z2, Z3, Z4
+	VFMADD231PS  (DX), Z4, Z0
+	VFMADD231PS  (DX)(CX*1), Z4, Z1
+	VPSRLD       $0x04, Z3, Z3
+	VPERMPS      Z2, Z3, Z2
+	VFMADD231PS  64(DX), Z2, Z0
+	VFMADD231PS  64(DX)(CX*1), Z2, Z1
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000012, AX
+	DECQ         SI
+	JNZ          restK0Step
+
+restK0Tail:
+	VXORPS     Z2, Z2, Z2
+	VSHUFF32X4 $0x44, Z2, Z0, Z3
+	VSHUFF32X4 $0xee, Z2, Z0, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFF32X4 $0x44, Z2, Z1, Z0
+	VSHUFF32X4 $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z3, Z1
+	VSHUFF32X4 $0xdd, Z2, Z3, Z3
+	VADDPS     Z3, Z1, Z1
+	VSHUFF32X4 $0x88, Z2, Z0, Z3
+	VSHUFF32X4 $0xdd, Z2, Z0, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z3, Z1, Z0
+	VSHUFPS    $0xee, Z3, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z2, Z0, Z1
+	VSHUFPS    $0xdd, Z2, Z0, Z0
+	VADDPS     Z0, Z1, Z1
+	MOVQ       (SP), AX
+	MOVQ       lds+24(FP), CX
+	SHLQ       $0x02, CX
+	VMOVSS     X1, (AX)
+	VEXTRACTPS $0x01, X1, (AX)(CX*1)
+	ADDQ       $0x00000004, (SP)
+	MOVQ       8(SP), AX
+	MOVQ       ldk+80(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 8(SP)
+	SUBQ       $0x00000001, 16(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresQ4M4AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, AVX2, AVX512DQ, AVX512F, MMX+
+TEXT ·scoresQ4M4AVX512(SB), NOSPLIT, $32-104
+	MOVQ s_base+0(FP), AX
+	MOVQ AX, (SP)
+	MOVQ k_base+56(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ n+88(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ d+96(FP), AX
+	SHRQ $0x05, AX
+	MOVQ AX, 24(SP)
+
+main:
+	CMPQ   16(SP), $0x00000004
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   ldk+80(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   8(SP), DX
+	MOVQ   d+96(FP), BX
+	SHLQ   $0x02, BX
+	LEAQ   (BX)(BX*2), SI
+	MOVQ   q_base+32(FP), DI
+	LEAQ   (DX), R8
+	LEAQ   (DX)(AX*1), R9
+	LEAQ   (DX)(AX*2), AX
+	LEAQ   (DX)(CX*1), CX
+	MOVQ   ldk+80(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   24(SP), R10
+	TESTQ  R10, R10
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1   (R8)(DX*1)
+	PREFETCHT1   (R9)(DX*1)
+	PREFETCHT1   (AX)(DX*1)
+	PREFETCHT1   (CX)(DX*1)
+	VMOVUPS      (DI), Z16
+	VMOVUPS      64(DI), Z17
+	VMOVUPS      (DI)(BX*1), Z18
+	VMOVUPS      64(DI)(BX*1), Z19
+	VMOVUPS      (DI)(BX*2), Z20
+	VMOVUPS      64(DI)(BX*2), Z21
+	VMOVUPS      (DI)(SI*1), Z22
+	VMOVUPS      64(DI)(SI*1), Z23
+	VPBROADCASTW (R8), Y24
+	VCVTPH2PS    Y24, Z24
+	VMULPS       decodeq4tab<>+0(SB), Z24, Z24
+	VPMOVZXBD    2(R8), Z25
+	VPERMPS      Z24, Z25, Z26
+	VFMADD231PS  Z16, Z26, Z0
+	VFMADD231PS  Z18, Z26, Z4
+	VFMADD231PS  Z20, Z26, Z8
+	VFMADD231PS  Z22, Z26, Z12
+	VPSRLD       $0x04, Z25, Z25
+	VPERMPS      Z24, Z25, Z24
+	VFMADD231PS  Z17, Z24, Z0
+	VFMADD231PS  Z19, Z24, Z4
+	VFMADD231PS  Z21, Z24, Z8
+	VFMADD231PS  Z23, Z24, Z12
+	VPBROADCASTW (R9), Y24
+	VCVTPH2PS    Y24, Z24
+	VMULPS       decodeq4tab<>+0(SB), Z24, Z24
+	VPMOVZXBD    2(R9), Z25
+	VPERMPS      Z24, Z25, Z26
+	VFMADD231PS  Z16, Z26, Z1
+	VFMADD231PS  Z18, Z26, Z5
+	VFMADD231PS  Z20, Z26, Z9
+	VFMADD231PS  Z22, Z26, Z13
+	VPSRLD       $0x04, Z25, Z25
+	VPERMPS      Z24, Z25, Z24
+	VFMADD231PS  Z17, Z24, Z1
+	VFMADD231PS  Z19, Z24, Z5
+	VFMADD231PS  Z21, Z24, Z9
+	VFMADD231PS  Z23, Z24, Z13
+	VPBROADCASTW (AX), Y24
+	VCVTPH2PS    Y24, Z24
+	VMULPS       decodeq4tab<>+0(SB), Z24, Z24
+	VPMOVZXBD    2(AX), Z25
+	VPERMPS      Z24, Z25, Z26
+	VFMADD231PS  Z16, Z26, Z2
+	VFMADD231PS  Z18, Z26, Z6
+	VFMADD231PS  Z20, Z26, Z10
+	VFMADD231PS  Z22, Z26, Z14
+	VPSRLD       $0x04, Z25, Z25
+	VPERMPS      Z24, Z25, Z24
+	VFMADD231PS  Z17, Z24, Z2
+	VFMADD231PS  Z19, Z24, Z6
+	VFMADD231PS  Z21, Z24, Z10
+	VFMADD231PS  Z23, Z24, Z14
+	VPBROADCASTW (CX), Y24
+	VCVTPH2PS    Y24, Z24
+	VMULPS       decodeq4tab<>+0(SB), Z24, Z24
+	VPMOVZXBD    2(CX), Z25
+	VPERMPS      Z24, Z25, Z26
+	VFMADD231PS  Z16, Z26, Z3
+	VFMADD231PS  Z18, Z26, Z7
+	VFMADD231PS  Z20, Z26, Z11
+	VFMADD231PS  Z22, Z26, Z15
+	VPSRLD       $0x04, Z25, Z16
+	VPERMPS      Z24, Z16, Z16
+	VFMADD231PS  Z17, Z16, Z3
+	VFMADD231PS  Z19, Z16, Z7
+	VFMADD231PS  Z21, Z16, Z11
+	VFMADD231PS  Z23, Z16, Z15
+	ADDQ         $0x00000080, DI
+	ADDQ         $0x00000012, R8
+	ADDQ         $0x00000012, R9
+	ADDQ         $0x00000012, AX
+	ADDQ         $0x00000012, CX
+	DECQ         R10
+	JNZ          mainK0Step
+
+mainK0Tail:
+	VSHUFF32X4    $0x44, Z4, Z0, Z16
+	VSHUFF32X4    $0xee, Z4, Z0, Z0
+	VADDPS        Z0, Z16, Z16
+	VSHUFF32X4    $0x44, Z12, Z8, Z0
+	VSHUFF32X4    $0xee, Z12, Z8, Z4
+	VADDPS        Z4, Z0, Z0
+	VSHUFF32X4    $0x44, Z5, Z1, Z4
+	VSHUFF32X4    $0xee, Z5, Z1, Z1
+	VADDPS        Z1, Z4, Z4
+	VSHUFF32X4    $0x44, Z13, Z9, Z1
+	VSHUFF32X4    $0xee, Z13, Z9, Z5
+	VADDPS        Z5, Z1, Z1
+	VSHUFF32X4    $0x44, Z6, Z2, Z5
+	VSHUFF32X4    $0xee, Z6, Z2, Z2
+	VADDPS        Z2, Z5, Z5
+	VSHUFF32X4    $0x44, Z14, Z10, Z2
+	VSHUFF32X4    $0xee, Z14, Z10, Z6
+	VADDPS        Z6, Z2, Z2
+	VSHUFF32X4    $0x44, Z7, Z3, Z6
+	VSHUFF32X4    $0xee, Z7, Z3, Z3
+	VADDPS        Z3, Z6, Z6
+	VSHUFF32X4    $0x44, Z15, Z11, Z3
+	VSHUFF32X4    $0xee, Z15, Z11, Z7
+	VADDPS        Z7, Z3, Z3
+	VSHUFF32X4    $0x88, Z0, Z16, Z7
+	VSHUFF32X4    $0xdd, Z0, Z16, Z0
+	VADDPS        Z0, Z7, Z7
+	VSHUFF32X4    $0x88, Z1, Z4, Z0
+	VSHUFF32X4    $0xdd, Z1, Z4, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFF32X4    $0x88, Z2, Z5, Z1
+	VSHUFF32X4    $0xdd, Z2, Z5, Z2
+	VADDPS        Z2, Z1, Z1
+	VSHUFF32X4    $0x88, Z3, Z6, Z2
+	VSHUFF32X4    $0xdd, Z3, Z6, Z3
+	VADDPS        Z3, Z2, Z2
+	VSHUFPS       $0x44, Z0, Z7, Z3
+	VSHUFPS       $0xee, Z0, Z7, Z0
+	VADDPS        Z0, Z3, Z3
+	VSHUFPS       $0x44, Z2, Z1, Z0
+	VSHUFPS       $0xee, Z2, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z3, Z1
+	VSHUFPS       $0xdd, Z0, Z3, Z0
+	VADDPS        Z0, Z1, Z1
+	MOVQ          (SP), AX
+	MOVQ          lds+24(FP), CX
+	SHLQ          $0x02, CX
+	VMOVUPS       X1, (AX)
+	VEXTRACTF32X4 $0x01, Z1, X0
+	VMOVUPS       X0, (AX)(CX*1)
+	VEXTRACTF32X4 $0x02, Z1, X0
+	VMOVUPS       X0, (AX)(CX*2)
+	VEXTRACTF32X4 $0x03, Z1, X0
+	LEAQ          (AX)(CX*2), AX
+	VMOVUPS       X0, (AX)(CX*1)
+	ADDQ          $0x00000010, (SP)
+	MOVQ          8(SP), AX
+	MOVQ          ldk+80(FP), CX
+	SHLQ          $0x02, CX
+	ADDQ          CX, AX
+	MOVQ          AX, 8(SP)
+	SUBQ          $0x00000004, 16(SP)
+	JMP           main
+
+mainEnd:
+rest:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), SI
+	SHLQ   $0x06, SI
+	MOVQ   24(SP), DI
+	TESTQ  DI, DI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1   (AX)(SI*1)
+	VPBROADCASTW (AX), Y4
+	VCVTPH2PS    Y4, Z4
+	VMULPS       decodeq4tab<>+0(SB), Z4, Z4
+	VPMOVZXBD    2(AX), Z5
+	VPERMPS      Z4, Z5, Z6
+	VFMADD231PS  (BX), Z6, Z0
+	VFMADD231PS  (BX)(CX*1), Z6, Z1
+	VFMADD231PS  (BX)(CX*2), Z6, Z2
+	VFMADD231PS  (BX)(DX*1), Z6, Z3
+	VPSRLD       $0x04, Z5, Z5
+	VPERMPS      Z4, Z5, Z4
+	VFMADD231PS  64(BX), Z4, Z0
+	VFMADD231PS  64(BX)(CX*1), Z4, Z1
+	VFMADD231PS  64(BX)(CX*2), Z4, Z2
+	VFMADD231PS  64(BX)(DX*1), Z4, Z3
+	ADDQ         $0x00000080, BX
+	ADDQ         $0x00000012, AX
+	DECQ         DI
+	JNZ          restK0Step
+
+restK0Tail:
+	VXORPS     Z4, Z4, Z4
+	VSHUFF32X4 $0x44, Z4, Z0, Z5
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z5, Z5
+	VSHUFF32X4 $0x44, Z4, Z1, Z0
+	VSHUFF32X4 $0xee, Z4, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x44, Z4, Z2, Z1
+	VSHUFF32X4 $0xee, Z4, Z2, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x44, Z4, Z3, Z2
+	VSHUFF32X4 $0xee, Z4, Z3, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFF32X4 $0x88, Z4, Z5, Z3
+	VSHUFF32X4 $0xdd, Z4, Z5, Z5
+	VADDPS     Z5, Z3, Z3
+	VSHUFF32X4 $0x88, Z4, Z0, Z5
+	VSHUFF32X4 $0xdd, Z4, Z0, Z0
+	VADDPS     Z0, Z5, Z5
+	VSHUFF32X4 $0x88, Z4, Z1, Z0
+	VSHUFF32X4 $0xdd, Z4, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z4, Z2, Z1
+	VSHUFF32X4 $0xdd, Z4, Z2, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFPS    $0x44, Z5, Z3, Z2
+	VSHUFPS    $0xee, Z5, Z3, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z1, Z0, Z3
+	VSHUFPS    $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x88, Z3, Z2, Z0
+	VSHUFPS    $0xdd, Z3, Z2, Z1
+	VADDPS     Z1, Z0, Z0
+	MOVQ       (SP), AX
+	MOVQ       lds+24(FP), CX
+	SHLQ       $0x02, CX
+	VMOVSS     X0, (AX)
+	VEXTRACTPS $0x01, X0, (AX)(CX*1)
+	VEXTRACTPS $0x02, X0, (AX)(CX*2)
+	LEAQ       (AX)(CX*2), AX
+	VEXTRACTPS $0x03, X0, (AX)(CX*1)
+	ADDQ       $0x00000004, (SP)
+	MOVQ       8(SP), AX
+	MOVQ       ldk+80(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 8(SP)
+	SUBQ       $0x00000001, 16(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresQ4M8AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, AVX2, AVX512DQ, AVX512F, MMX+
+TEXT ·scoresQ4M8AVX512(SB), NOSPLIT, $32-104
+	MOVQ s_base+0(FP), AX
+	MOVQ AX, (SP)
+	MOVQ k_base+56(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ n+88(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ d+96(FP), AX
+	SHRQ $0x05, AX
+	MOVQ AX, 24(SP)
+
+main:
+	CMPQ   16(SP), $0x00000002
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   ldk+80(FP), AX
+	MOVQ   8(SP), CX
+	MOVQ   d+96(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	MOVQ   q_base+32(FP), SI
+	LEAQ   (SI)(DX*4), DI
+	LEAQ   (CX), R8
+	LEAQ   (CX)(AX*1), AX
+	MOVQ   ldk+80(FP), CX
+	SHLQ   $0x06, CX
+	MOVQ   24(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1   (R8)(CX*1)
+	PREFETCHT1   (AX)(CX*1)
+	VPBROADCASTW (R8), Y16
+	VCVTPH2PS    Y16, Z16
+	VMULPS       decodeq4tab<>+0(SB), Z16, Z16
+	VPMOVZXBD    2(R8), Z17
+	VPERMPS      Z16, Z17, Z18
+	VFMADD231PS  (SI), Z18, Z0
+	VFMADD231PS  (SI)(DX*1), Z18, Z2
+	VFMADD231PS  (SI)(DX*2), Z18, Z4
+	VFMADD231PS  (SI)(BX*1), Z18, Z6
+	VFMADD231PS  (DI), Z18, Z8
+	VFMADD231PS  (DI)(DX*1), Z18, Z10
+	VFMADD231PS  (DI)(DX*2), Z18, Z12
+	VFMADD231PS  (DI)(BX*1), Z18, Z14
+	VPSRLD       $0x04, Z17, Z17
+	VPERMPS      Z16, Z17, Z16
+	VFMADD231PS  64(SI), Z16, Z0
+	VFMADD231PS  64(SI)(DX*1), Z16, Z2
+	VFMADD231PS  64(SI)(DX*2), Z16, Z4
+	VFMADD231PS  64(SI)(BX*1), Z16, Z6
+	VFMADD231PS  64(DI), Z16, Z8
+	VFMADD231PS  64(DI)(DX*1), Z16, Z10
+	VFMADD231PS  64(DI)(DX*2), Z16, Z12
+	VFMADD231PS  64(DI)(BX*1), Z16, Z14
+	VPBROADCASTW (AX), Y16
+	VCVTPH2PS    Y16, Z16
+	VMULPS       decodeq4tab<>+0(SB), Z16, Z16
+	VPMOVZXBD    2(AX), Z17
+	VPERMPS      Z16, Z17, Z18
+	VFMADD231PS  (SI), Z18, Z1
+	VFMADD231PS  (SI)(DX*1), Z18, Z3
+	VFMADD231PS  (SI)(DX*2), Z18, Z5
+	VFMADD231PS  (SI)(BX*1), Z18, Z7
+	VFMADD231PS  (DI), Z18, Z9
+	VFMADD231PS  (DI)(DX*1), Z18, Z11
+	VFMADD231PS  (DI)(DX*2), Z18, Z13
+	VFMADD231PS  (DI)(BX*1), Z18, Z15
+	VPSRLD       $0x04, Z17, Z17
+	VPERMPS      Z16, Z17, Z16
+	VFMADD231PS  64(SI), Z16, Z1
+	VFMADD231PS  64(SI)(DX*1), Z16, Z3
+	VFMADD231PS  64(SI)(DX*2), Z16, Z5
+	VFMADD231PS  64(SI)(BX*1), Z16, Z7
+	VFMADD231PS  64(DI), Z16, Z9
+	VFMADD231PS  64(DI)(DX*1), Z16, Z11
+	VFMADD231PS  64(DI)(DX*2), Z16, Z13
+	VFMADD231PS  64(DI)(BX*1), Z16, Z15
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000080, DI
+	ADDQ         $0x00000012, R8
+	ADDQ         $0x00000012, AX
+	DECQ         R9
+	JNZ          mainK0Step
+
+mainK0Tail:
+	VSHUFF32X4    $0x44, Z4, Z0, Z16
+	VSHUFF32X4    $0xee, Z4, Z0, Z0
+	VADDPS        Z0, Z16, Z16
+	VSHUFF32X4    $0x44, Z12, Z8, Z0
+	VSHUFF32X4    $0xee, Z12, Z8, Z4
+	VADDPS        Z4, Z0, Z0
+	VSHUFF32X4    $0x44, Z5, Z1, Z4
+	VSHUFF32X4    $0xee, Z5, Z1, Z1
+	VADDPS        Z1, Z4, Z4
+	VSHUFF32X4    $0x44, Z13, Z9, Z1
+	VSHUFF32X4    $0xee, Z13, Z9, Z5
+	VADDPS        Z5, Z1, Z1
+	VSHUFF32X4    $0x44, Z6, Z2, Z5
+	VSHUFF32X4    $0xee, Z6, Z2, Z2
+	VADDPS        Z2, Z5, Z5
+	VSHUFF32X4    $0x44, Z14, Z10, Z2
+	VSHUFF32X4    $0xee, Z14, Z10, Z6
+	VADDPS        Z6, Z2, Z2
+	VSHUFF32X4    $0x44, Z7, Z3, Z6
+	VSHUFF32X4    $0xee, Z7, Z3, Z3
+	VADDPS        Z3, Z6, Z6
+	VSHUFF32X4    $0x44, Z15, Z11, Z3
+	VSHUFF32X4    $0xee, Z15, Z11, Z7
+	VADDPS        Z7, Z3, Z3
+	VSHUFF32X4    $0x88, Z0, Z16, Z7
+	VSHUFF32X4    $0xdd, Z0, Z16, Z0
+	VADDPS        Z0, Z7, Z7
+	VSHUFF32X4    $0x88, Z1, Z4, Z0
+	VSHUFF32X4    $0xdd, Z1, Z4, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFF32X4    $0x88, Z2, Z5, Z1
+	VSHUFF32X4    $0xdd, Z2, Z5, Z2
+	VADDPS        Z2, Z1, Z1
+	VSHUFF32X4    $0x88, Z3, Z6, Z2
+	VSHUFF32X4    $0xdd, Z3, Z6, Z3
+	VADDPS        Z3, Z2, Z2
+	VSHUFPS       $0x44, Z0, Z7, Z3
+	VSHUFPS       $0xee, Z0, Z7, Z0
+	VADDPS        Z0, Z3, Z3
+	VSHUFPS       $0x44, Z2, Z1, Z0
+	VSHUFPS       $0xee, Z2, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z3, Z1
+	VSHUFPS       $0xdd, Z0, Z3, Z0
+	VADDPS        Z0, Z1, Z1
+	MOVQ          (SP), AX
+	MOVQ          lds+24(FP), CX
+	SHLQ          $0x02, CX
+	VMOVLPS       X1, (AX)
+	VMOVHPS       X1, (AX)(CX*1)
+	VEXTRACTF32X4 $0x01, Z1, X0
+	VMOVLPS       X0, (AX)(CX*2)
+	LEAQ          (AX)(CX*2), DX
+	VMOVHPS       X0, (DX)(CX*1)
+	VEXTRACTF32X4 $0x02, Z1, X0
+	LEAQ          (AX)(CX*4), AX
+	VMOVLPS       X0, (AX)
+	VMOVHPS       X0, (AX)(CX*1)
+	VEXTRACTF32X4 $0x03, Z1, X0
+	VMOVLPS       X0, (AX)(CX*2)
+	LEAQ          (AX)(CX*2), AX
+	VMOVHPS       X0, (AX)(CX*1)
+	ADDQ          $0x00000008, (SP)
+	MOVQ          8(SP), AX
+	MOVQ          ldk+80(FP), CX
+	SHLQ          $0x01, CX
+	ADDQ          CX, AX
+	MOVQ          AX, 8(SP)
+	SUBQ          $0x00000002, 16(SP)
+	JMP           main
+
+mainEnd:
+rest:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (BX)(CX*4), SI
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), DI
+	SHLQ   $0x06, DI
+	MOVQ   24(SP), R8
+	TESTQ  R8, R8
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1   (AX)(DI*1)
+	VPBROADCASTW (AX), Y8
+	VCVTPH2PS    Y8, Z8
+	VMULPS       decodeq4tab<>+0(SB), Z8, Z8
+	VPMOVZXBD    2(AX), Z9
+	VPERMPS      Z8, Z9, Z10
+	VFMADD231PS  (BX), Z10, Z0
+	VFMADD231PS  (BX)(CX*1), Z10, Z1
+	VFMADD231PS  (BX)(CX*2), Z10, Z2
+	VFMADD231PS  (BX)(DX*1), Z10, Z3
+	VFMADD231PS  (SI), Z10, Z4
+	VFMADD231PS  (SI)(CX*1), Z10, Z5
+	VFMADD231PS  (SI)(CX*2), Z10, Z6
+	VFMADD231PS  (SI)(DX*1), Z10, Z7
+	VPSRLD       $0x04, Z9, Z9
+	VPERMPS      Z8, Z9, Z8
+	VFMADD231PS  64(BX), Z8, Z0
+	VFMADD231PS  64(BX)(CX*1), Z8, Z1
+	VFMADD231PS  64(BX)(CX*2), Z8, Z2
+	VFMADD231PS  64(BX)(DX*1), Z8, Z3
+	VFMADD231PS  64(SI), Z8, Z4
+	VFMADD231PS  64(SI)(CX*1), Z8, Z5
+	VFMADD231PS  64(SI)(CX*2), Z8, Z6
+	VFMADD231PS  64(SI)(DX*1), Z8, Z7
+	ADDQ         $0x00000080, BX
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000012, AX
+	DECQ         R8
+	JNZ          restK0Step
+
+restK0Tail:
+	VSHUFF32X4    $0x44, Z4, Z0, Z8
+	VSHUFF32X4    $0xee, Z4, Z0, Z0
+	VADDPS        Z0, Z8, Z8
+	VSHUFF32X4    $0x44, Z5, Z1, Z0
+	VSHUFF32X4    $0xee, Z5, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFF32X4    $0x44, Z6, Z2, Z1
+	VSHUFF32X4    $0xee, Z6, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VSHUFF32X4    $0x44, Z7, Z3, Z2
+	VSHUFF32X4    $0xee, Z7, Z3, Z3
+	VADDPS        Z3, Z2, Z2
+	VXORPS        Z3, Z3, Z3
+	VSHUFF32X4    $0x88, Z3, Z8, Z4
+	VSHUFF32X4    $0xdd, Z3, Z8, Z5
+	VADDPS        Z5, Z4, Z4
+	VSHUFF32X4    $0x88, Z3, Z0, Z5
+	VSHUFF32X4    $0xdd, Z3, Z0, Z0
+	VADDPS        Z0, Z5, Z5
+	VSHUFF32X4    $0x88, Z3, Z1, Z0
+	VSHUFF32X4    $0xdd, Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFF32X4    $0x88, Z3, Z2, Z1
+	VSHUFF32X4    $0xdd, Z3, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VSHUFPS       $0x44, Z5, Z4, Z2
+	VSHUFPS       $0xee, Z5, Z4, Z3
+	VADDPS        Z3, Z2, Z2
+	VSHUFPS       $0x44, Z1, Z0, Z3
+	VSHUFPS       $0xee, Z1, Z0, Z0
+	VADDPS        Z0, Z3, Z3
+	VSHUFPS       $0x88, Z3, Z2, Z0
+	VSHUFPS       $0xdd, Z3, Z2, Z1
+	VADDPS        Z1, Z0, Z0
+	MOVQ          (SP), AX
+	MOVQ          lds+24(FP), CX
+	SHLQ          $0x02, CX
+	VMOVSS        X0, (AX)
+	VEXTRACTPS    $0x01, X0, (AX)(CX*1)
+	VEXTRACTPS    $0x02, X0, (AX)(CX*2)
+	LEAQ          (AX)(CX*2), DX
+	VEXTRACTPS    $0x03, X0, (DX)(CX*1)
+	VEXTRACTF32X4 $0x01, Z0, X0
+	LEAQ          (AX)(CX*4), AX
+	VMOVSS        X0, (AX)
+	VEXTRACTPS    $0x01, X0, (AX)(CX*1)
+	VEXTRACTPS    $0x02, X0, (AX)(CX*2)
+	LEAQ          (AX)(CX*2), AX
+	VEXTRACTPS    $0x03, X0, (AX)(CX*1)
+	ADDQ          $0x00000004, (SP)
+	MOVQ          8(SP), AX
+	MOVQ          ldk+80(FP), CX
+	SHLQ          $0x00, CX
+	ADDQ          CX, AX
+	MOVQ          AX, 8(SP)
+	SUBQ          $0x00000001, 16(SP)
+	JMP           rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresQ4M16AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, AVX2, AVX512F, MMX+
+TEXT ·scoresQ4M16AVX512(SB), NOSPLIT, $32-104
+	MOVQ s_base+0(FP), AX
+	MOVQ AX, (SP)
+	MOVQ k_base+56(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ n+88(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ d+96(FP), AX
+	SHRQ $0x05, AX
+	MOVQ AX, 24(SP)
+
+main:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (BX)(CX*4), SI
+	LEAQ   (SI)(CX*4), DI
+	LEAQ   (DI)(CX*4), R8
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), R9
+	SHLQ   $0x06, R9
+	MOVQ   24(SP), R10
+	TESTQ  R10, R10
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1   (AX)(R9*1)
+	VPBROADCASTW (AX), Y16
+	VCVTPH2PS    Y16, Z16
+	VMULPS       decodeq4tab<>+0(SB), Z16, Z16
+	VPMOVZXBD    2(AX), Z17
+	VPERMPS      Z16, Z17, Z18
+	VFMADD231PS  (BX), Z18, Z0
+	VFMADD231PS  (BX)(CX*1), Z18, Z1
+	VFMADD231PS  (BX)(CX*2), Z18, Z2
+	VFMADD231PS  (BX)(DX*1), Z18, Z3
+	VFMADD231PS  (SI), Z18, Z4
+	VFMADD231PS  (SI)(CX*1), Z18, Z5
+	VFMADD231PS  (SI)(CX*2), Z18, Z6
+	VFMADD231PS  (SI)(DX*1), Z18, Z7
+	VFMADD231PS  (DI), Z18, Z8
+	VFMADD231PS  (DI)(CX*1), Z18, Z9
+	VFMADD231PS  (DI)(CX*2), Z18, Z10
+	VFMADD231PS  (DI)(DX*1), Z18, Z11
+	VFMADD231PS  (R8), Z18, Z12
+	VFMADD231PS  (R8)(CX*1), Z18, Z13
+	VFMADD231PS  (R8)(CX*2), Z18, Z14
+	VFMADD231PS  (R8)(DX*1), Z18, Z15
+	VPSRLD       $0x04, Z17, Z17
+	VPERMPS      Z16, Z17, Z16
+	VFMADD231PS  64(BX), Z16, Z0
+	VFMADD231PS  64(BX)(CX*1), Z16, Z1
+	VFMADD231PS  64(BX)(CX*2), Z16, Z2
+	VFMADD231PS  64(BX)(DX*1), Z16, Z3
+	VFMADD231PS  64(SI), Z16, Z4
+	VFMADD231PS  64(SI)(CX*1), Z16, Z5
+	VFMADD231PS  64(SI)(CX*2), Z16, Z6
+	VFMADD231PS  64(SI)(DX*1), Z16, Z7
+	VFMADD231PS  64(DI), Z16, Z8
+	VFMADD231PS  64(DI)(CX*1), Z16, Z9
+	VFMADD231PS  64(DI)(CX*2), Z16, Z10
+	VFMADD231PS  64(DI)(DX*1), Z16, Z11
+	VFMADD231PS  64(R8), Z16, Z12
+	VFMADD231PS  64(R8)(CX*1), Z16, Z13
+	VFMADD231PS  64(R8)(CX*2), Z16, Z14
+	VFMADD231PS  64(R8)(DX*1), Z16, Z15
+	ADDQ         $0x00000080, BX
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000080, DI
+	ADDQ         $0x00000080, R8
+	ADDQ         $0x00000012, AX
+	DECQ         R10
+	JNZ          mainK0Step
+
+mainK0Tail:
+	VSHUFF32X4    $0x44, Z4, Z0, Z16
+	VSHUFF32X4    $0xee, Z4, Z0, Z0
+	VADDPS        Z0, Z16, Z16
+	VSHUFF32X4    $0x44, Z12, Z8, Z0
+	VSHUFF32X4    $0xee, Z12, Z8, Z4
+	VADDPS        Z4, Z0, Z0
+	VSHUFF32X4    $0x44, Z5, Z1, Z4
+	VSHUFF32X4    $0xee, Z5, Z1, Z1
+	VADDPS        Z1, Z4, Z4
+	VSHUFF32X4    $0x44, Z13, Z9, Z1
+	VSHUFF32X4    $0xee, Z13, Z9, Z5
+	VADDPS        Z5, Z1, Z1
+	VSHUFF32X4    $0x44, Z6, Z2, Z5
+	VSHUFF32X4    $0xee, Z6, Z2, Z2
+	VADDPS        Z2, Z5, Z5
+	VSHUFF32X4    $0x44, Z14, Z10, Z2
+	VSHUFF32X4    $0xee, Z14, Z10, Z6
+	VADDPS        Z6, Z2, Z2
+	VSHUFF32X4    $0x44, Z7, Z3, Z6
+	VSHUFF32X4    $0xee, Z7, Z3, Z3
+	VADDPS        Z3, Z6, Z6
+	VSHUFF32X4    $0x44, Z15, Z11, Z3
+	VSHUFF32X4    $0xee, Z15, Z11, Z7
+	VADDPS        Z7, Z3, Z3
+	VSHUFF32X4    $0x88, Z0, Z16, Z7
+	VSHUFF32X4    $0xdd, Z0, Z16, Z0
+	VADDPS        Z0, Z7, Z7
+	VSHUFF32X4    $0x88, Z1, Z4, Z0
+	VSHUFF32X4    $0xdd, Z1, Z4, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFF32X4    $0x88, Z2, Z5, Z1
+	VSHUFF32X4    $0xdd, Z2, Z5, Z2
+	VADDPS        Z2, Z1, Z1
+	VSHUFF32X4    $0x88, Z3, Z6, Z2
+	VSHUFF32X4    $0xdd, Z3, Z6, Z3
+	VADDPS        Z3, Z2, Z2
+	VSHUFPS       $0x44, Z0, Z7, Z3
+	VSHUFPS       $0xee, Z0, Z7, Z0
+	VADDPS        Z0, Z3, Z3
+	VSHUFPS       $0x44, Z2, Z1, Z0
+	VSHUFPS       $0xee, Z2, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z3, Z1
+	VSHUFPS       $0xdd, Z0, Z3, Z0
+	VADDPS        Z0, Z1, Z1
+	MOVQ          (SP), AX
+	MOVQ          lds+24(FP), CX
+	SHLQ          $0x02, CX
+	VMOVSS        X1, (AX)
+	VEXTRACTPS    $0x01, X1, (AX)(CX*1)
+	VEXTRACTPS    $0x02, X1, (AX)(CX*2)
+	LEAQ          (AX)(CX*2), DX
+	VEXTRACTPS    $0x03, X1, (DX)(CX*1)
+	VEXTRACTF32X4 $0x01, Z1, X0
+	LEAQ          (AX)(CX*4), AX
+	VMOVSS        X0, (AX)
+	VEXTRACTPS    $0x01, X0, (AX)(CX*1)
+	VEXTRACTPS    $0x02, X0, (AX)(CX*2)
+	LEAQ          (AX)(CX*2), DX
+	VEXTRACTPS    $0x03, X0, (DX)(CX*1)
+	VEXTRACTF32X4 $0x02, Z1, X0
+	LEAQ          (AX)(CX*4), AX
+	VMOVSS        X0, (AX)
+	VEXTRACTPS    $0x01, X0, (AX)(CX*1)
+	VEXTRACTPS    $0x02, X0, (AX)(CX*2)
+	LEAQ          (AX)(CX*2), DX
+	VEXTRACTPS    $0x03, X0, (DX)(CX*1)
+	VEXTRACTF32X4 $0x03, Z1, X0
+	LEAQ          (AX)(CX*4), AX
+	VMOVSS        X0, (AX)
+	VEXTRACTPS    $0x01, X0, (AX)(CX*1)
+	VEXTRACTPS    $0x02, X0, (AX)(CX*2)
+	LEAQ          (AX)(CX*2), AX
+	VEXTRACTPS    $0x03, X0, (AX)(CX*1)
+	ADDQ          $0x00000004, (SP)
+	MOVQ          8(SP), AX
+	MOVQ          ldk+80(FP), CX
+	SHLQ          $0x00, CX
+	ADDQ          CX, AX
+	MOVQ          AX, 8(SP)
+	SUBQ          $0x00000001, 16(SP)
+	JMP           main
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumQ4M1AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, AVX2, AVX512F, CMOV, MMX+
+TEXT ·accumQ4M1AVX512(SB), $184-112
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ v_base+64(FP), AX
+	MOVQ AX, 24(SP)
+	MOVQ n+96(FP), AX
+	MOVQ AX, 40(SP)
+
+block:
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, DX
+	SUBQ      $0x00000000, DX
+	XORQ      BX, BX
+	CMPQ      DX, BX
+	CMOVQLT   BX, DX
+	MOVQ      $0x00000010, BX
+	CMPQ      DX, BX
+	CMOVQGT   BX, DX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(DX*2), K1
+	SUBQ      $0x00000010, AX
+	XORQ      DX, DX
+	CMPQ      AX, DX
+	CMOVQLT   DX, AX
+	MOVQ      $0x00000010, DX
+	CMPQ      AX, DX
+	CMOVQGT   DX, AX
+	LEAQ      decodemask16<>+0(SB), DX
+	KMOVW     (DX)(AX*2), K2
+	VMOVUPS.Z (CX), K1, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K2, Z0
+	VMOVUPS   Z0, 120(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000010
+	JL      chunk8
+	MOVQ    (SP), AX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS 128(AX), Z2
+	VMOVUPS 192(AX), Z3
+	VMOVUPS 256(AX), Z4
+	VMOVUPS 320(AX), Z5
+	VMOVUPS 384(AX), Z6
+	VMOVUPS 448(AX), Z7
+	VMOVUPS 512(AX), Z8
+	VMOVUPS 576(AX), Z9
+	VMOVUPS 640(AX), Z10
+	VMOVUPS 704(AX), Z11
+	VMOVUPS 768(AX), Z12
+	VMOVUPS 832(AX), Z13
+	VMOVUPS 896(AX), Z14
+	VMOVUPS 960(AX), Z15
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	PREFETCHT1   128(CX)(BX*1)
+	VBROADCASTSS (AX), Z16
+	VPBROADCASTW (CX), Y17
+	VCVTPH2PS    Y17, Z17
+	VMULPS       decodeq4tab<>+0(SB), Z17, Z17
+	VPMOVZXBD    2(CX), Z18
+	VPERMPS      Z17, Z18, Z19
+	VFMADD231PS  Z16, Z19, Z0
+	VPSRLD       $0x04, Z18, Z18
+	VPERMPS      Z17, Z18, Z17
+	VFMADD231PS  Z16, Z17, Z1
+	VPBROADCASTW 18(CX), Y17
+	VCVTPH2PS    Y17, Z17
+	VMULPS       decodeq4tab<>+0(SB), Z17, Z17
+	VPMOVZXBD    20(CX), Z18
+	VPERMPS      Z17, Z18, Z19
+	VFMADD231PS  Z16, Z19, Z2
+	VPSRLD       $0x04, Z18, Z18
+	VPERMPS      Z17, Z18, Z17
+	VFMADD231PS  Z16, Z17, Z3
+	VPBROADCASTW 36(CX), Y17
+	VCVTPH2PS    Y17, Z17
+	VMULPS       decodeq4tab<>+0(SB), Z17, Z17
+	VPMOVZXBD    38(CX), Z18
+	VPERMPS      Z17, Z18, Z19
+	VFMADD231PS  Z16, Z19, Z4
+	VPSRLD       $0x04, Z18, Z18
+	VPERMPS      Z17, Z18, Z17
+	VFMADD231PS  Z16, Z17, Z5
+	VPBROADCASTW 54(CX), Y17
+	VCVTPH2PS    Y17, Z17
+	VMULPS       decodeq4tab<>+0(SB), Z17, Z17
+	VPMOVZXBD    56(CX), Z18
+	VPERMPS      Z17, Z18, Z19
+	VFMADD231PS  Z16, Z19, Z6
+	VPSRLD       $0x04, Z18, Z18
+	VPERMPS      Z17, Z18, Z17
+	VFMADD231PS  Z16, Z17, Z7
+	VPBROADCASTW 72(CX), Y17
+	VCVTPH2PS    Y17, Z17
+	VMULPS       decodeq4tab<>+0(SB), Z17, Z17
+	VPMOVZXBD    74(CX), Z18
+	VPERMPS      Z17, Z18, Z19
+	VFMADD231PS  Z16, Z19, Z8
+	VPSRLD       $0x04, Z18, Z18
+	VPERMPS      Z17, Z18, Z17
+	VFMADD231PS  Z16, Z17, Z9
+	VPBROADCASTW 90(CX), Y17
+	VCVTPH2PS    Y17, Z17
+	VMULPS       decodeq4tab<>+0(SB), Z17, Z17
+	VPMOVZXBD    92(CX), Z18
+	VPERMPS      Z17, Z18, Z19
+	VFMADD231PS  Z16, Z19, Z10
+	VPSRLD       $0x04, Z18, Z18
+	VPERMPS      Z17, Z18, Z17
+	VFMADD231PS  Z16, Z17, Z11
+	VPBROADCASTW 108(CX), Y17
+	VCVTPH2PS    Y17, Z17
+	VMULPS       decodeq4tab<>+0(SB), Z17, Z17
+	VPMOVZXBD    110(CX), Z18
+	VPERMPS      Z17, Z18, Z19
+	VFMADD231PS  Z16, Z19, Z12
+	VPSRLD       $0x04, Z18, Z18
+	VPERMPS      Z17, Z18, Z17
+	VFMADD231PS  Z16, Z17, Z13
+	VPBROADCASTW 126(CX), Y17
+	VCVTPH2PS    Y17, Z17
+	VMULPS       decodeq4tab<>+0(SB), Z17, Z17
+	VPMOVZXBD    128(CX), Z18
+	VPERMPS      Z17, Z18, Z19
+	VFMADD231PS  Z16, Z19, Z14
+	VPSRLD       $0x04, Z18, Z18
+	VPERMPS      Z17, Z18, Z17
+	VFMADD231PS  Z16, Z17, Z15
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys1
+	MOVQ         (SP), AX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, 64(AX)
+	VMOVUPS      Z2, 128(AX)
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      Z4, 256(AX)
+	VMOVUPS      Z5, 320(AX)
+	VMOVUPS      Z6, 384(AX)
+	VMOVUPS      Z7, 448(AX)
+	VMOVUPS      Z8, 512(AX)
+	VMOVUPS      Z9, 576(AX)
+	VMOVUPS      Z10, 640(AX)
+	VMOVUPS      Z11, 704(AX)
+	VMOVUPS      Z12, 768(AX)
+	VMOVUPS      Z13, 832(AX)
+	VMOVUPS      Z14, 896(AX)
+	VMOVUPS      Z15, 960(AX)
+	ADDQ         $0x00000400, (SP)
+	ADDQ         $0x00000090, 8(SP)
+	SUBQ         $0x00000010, 48(SP)
+	JMP          full
+
+chunk8:
+	CMPQ    48(SP), $0x00000008
+	JL      chunk4
+	MOVQ    (SP), AX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS 128(AX), Z2
+	VMOVUPS 192(AX), Z3
+	VMOVUPS 256(AX), Z4
+	VMOVUPS 320(AX), Z5
+	VMOVUPS 384(AX), Z6
+	VMOVUPS 448(AX), Z7
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys2:
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	VBROADCASTSS (AX), Z8
+	VPBROADCASTW (CX), Y9
+	VCVTPH2PS    Y9, Z9
+	VMULPS       decodeq4tab<>+0(SB), Z9, Z9
+	VPMOVZXBD    2(CX), Z10
+	VPERMPS      Z9, Z10, Z11
+	VFMADD231PS  Z8, Z11, Z0
+	VPSRLD       $0x04, Z10, Z10
+	VPERMPS      Z9, Z10, Z9
+	VFMADD231PS  Z8, Z9, Z1
+	VPBROADCASTW 18(CX), Y9
+	VCVTPH2PS    Y9, Z9
+	VMULPS       decodeq4tab<>+0(SB), Z9, Z9
+	VPMOVZXBD    20(CX), Z10
+	VPERMPS      Z9, Z10, Z11
+	VFMADD231PS  Z8, Z11, Z2
+	VPSRLD       $0x04, Z10, Z10
+	VPERMPS      Z9, Z10, Z9
+	VFMADD231PS  Z8, Z9, Z3
+	VPBROADCASTW 36(CX), Y9
+	VCVTPH2PS    Y9, Z9
+	VMULPS       decodeq4tab<>+0(SB), Z9, Z9
+	VPMOVZXBD    38(CX), Z10
+	VPERMPS      Z9, Z10, Z11
+	VFMADD231PS  Z8, Z11, Z4
+	VPSRLD       $0x04, Z10, Z10
+	VPERMPS      Z9, Z10, Z9
+	VFMADD231PS  Z8, Z9, Z5
+	VPBROADCASTW 54(CX), Y9
+	VCVTPH2PS    Y9, Z9
+	VMULPS       decodeq4tab<>+0(SB), Z9, Z9
+	VPMOVZXBD    56(CX), Z10
+	VPERMPS      Z9, Z10, Z11
+	VFMADD231PS  Z8, Z11, Z6
+	VPSRLD       $0x04, Z10, Z10
+	VPERMPS      Z9, Z10, Z9
+	VFMADD231PS  Z8, Z9, Z7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys2
+	MOVQ         (SP), AX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, 64(AX)
+	VMOVUPS      Z2, 128(AX)
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      Z4, 256(AX)
+	VMOVUPS      Z5, 320(AX)
+	VMOVUPS      Z6, 384(AX)
+	VMOVUPS      Z7, 448(AX)
+	ADDQ         $0x00000200, (SP)
+	ADDQ         $0x00000048, 8(SP)
+	SUBQ         $0x00000008, 48(SP)
+
+chunk4:
+	CMPQ    48(SP), $0x00000004
+	JL      chunk2
+	MOVQ    (SP), AX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS 128(AX), Z2
+	VMOVUPS 192(AX), Z3
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys3:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z4
+	VPBROADCASTW (CX), Y5
+	VCVTPH2PS    Y5, Z5
+	VMULPS       decodeq4tab<>+0(SB), Z5, Z5
+	VPMOVZXBD    2(CX), Z6
+	VPERMPS      Z5, Z6, Z7
+	VFMADD231PS  Z4, Z7, Z0
+	VPSRLD       $0x04, Z6, Z6
+	VPERMPS      Z5, Z6, Z5
+	VFMADD231PS  Z4, Z5, Z1
+	VPBROADCASTW 18(CX), Y5
+	VCVTPH2PS    Y5, Z5
+	VMULPS       decodeq4tab<>+0(SB), Z5, Z5
+	VPMOVZXBD    20(CX), Z6
+	VPERMPS      Z5, Z6, Z7
+	VFMADD231PS  Z4, Z7, Z2
+	VPSRLD       $0x04, Z6, Z6
+	VPERMPS      Z5, Z6, Z5
+	VFMADD231PS  Z4, Z5, Z3
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys3
+	MOVQ         (SP), AX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, 64(AX)
+	VMOVUPS      Z2, 128(AX)
+	VMOVUPS      Z3, 192(AX)
+	ADDQ         $0x00000100, (SP)
+	ADDQ         $0x00000024, 8(SP)
+	SUBQ         $0x00000004, 48(SP)
+
+chunk2:
+	CMPQ    48(SP), $0x00000002
+	JL      chunk1
+	MOVQ    (SP), AX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys4:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z2
+	VPBROADCASTW (CX), Y3
+	VCVTPH2PS    Y3, Z3
+	VMULPS       decodeq4tab<>+0(SB), Z3, Z3
+	VPMOVZXBD    2(CX), Z4
+	VPERMPS      Z3, Z4, Z5
+	VFMADD231PS  Z2, Z5, Z0
+	VPSRLD       $0x04, Z4, Z4
+	VPERMPS      Z3, Z4, Z3
+	VFMADD231PS  Z2, Z3, Z1
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys4
+	MOVQ         (SP), AX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, 64(AX)
+	ADDQ         $0x00000080, (SP)
+	ADDQ         $0x00000012, 8(SP)
+	SUBQ         $0x00000002, 48(SP)
+
+chunk1:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumQ4M2AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, AVX2, AVX512F, CMOV, MMX+
+TEXT ·accumQ4M2AVX512(SB), $312-112
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ v_base+64(FP), AX
+	MOVQ AX, 24(SP)
+	MOVQ n+96(FP), AX
+	MOVQ AX, 40(SP)
+
+block:
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, BX
+	SUBQ      $0x00000000, BX
+	XORQ      SI, SI
+	CMPQ      BX, SI
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, SI
+	CMOVQGT   SI, BX
+	LEAQ      decodemask16<>+0(SB), SI
+	KMOVW     (SI)(BX*2), K1
+	SUBQ      $0x00000010, AX
+	XORQ      BX, BX
+	CMPQ      AX, BX
+	CMOVQLT   BX, AX
+	MOVQ      $0x00000010, BX
+	CMPQ      AX, BX
+	CMOVQGT   BX, AX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(AX*2), K2
+	VMOVUPS.Z (CX), K1, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K2, Z0
+	VMOVUPS   Z0, 120(SP)
+	VMOVUPS.Z (CX)(DX*1), K1, Z0
+	VMOVUPS   Z0, 184(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 248(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000008
+	JL      chunk4
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS 128(AX), Z2
+	VMOVUPS 192(AX), Z3
+	VMOVUPS 256(AX), Z4
+	VMOVUPS 320(AX), Z5
+	VMOVUPS 384(AX), Z6
+	VMOVUPS 448(AX), Z7
+	VMOVUPS (AX)(CX*1), Z8
+	VMOVUPS 64(AX)(CX*1), Z9
+	VMOVUPS 128(AX)(CX*1), Z10
+	VMOVUPS 192(AX)(CX*1), Z11
+	VMOVUPS 256(AX)(CX*1), Z12
+	VMOVUPS 320(AX)(CX*1), Z13
+	VMOVUPS 384(AX)(CX*1), Z14
+	VMOVUPS 448(AX)(CX*1), Z15
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	VBROADCASTSS (AX), Z16
+	VBROADCASTSS 128(AX), Z17
+	VPBROADCASTW (CX), Y18
+	VCVTPH2PS    Y18, Z18
+	VMULPS       decodeq4tab<>+0(SB), Z18, Z18
+	VPMOVZXBD    2(CX), Z19
+	VPERMPS      Z18, Z19, Z20
+	VFMADD231PS  Z16, Z20, Z0
+	VFMADD231PS  Z17, Z20, Z8
+	VPSRLD       $0x04, Z19, Z19
+	VPERMPS      Z18, Z19, Z18
+	VFMADD231PS  Z16, Z18, Z1
+	VFMADD231PS  Z17, Z18, Z9
+	VPBROADCASTW 18(CX), Y18
+	VCVTPH2PS    Y18, Z18
+	VMULPS       decodeq4tab<>+0(SB), Z18, Z18
+	VPMOVZXBD    20(CX), Z19
+	VPERMPS      Z18, Z19, Z20
+	VFMADD231PS  Z16, Z20, Z2
+	VFMADD231PS  Z17, Z20, Z10
+	VPSRLD       $0x04, Z19, Z19
+	VPERMPS      Z18, Z19, Z18
+	VFMADD231PS  Z16, Z18, Z3
+	VFMADD231PS  Z17, Z18, Z11
+	VPBROADCASTW 36(CX), Y18
+	VCVTPH2PS    Y18, Z18
+	VMULPS       decodeq4tab<>+0(SB), Z18, Z18
+	VPMOVZXBD    38(CX), Z19
+	VPERMPS      Z18, Z19, Z20
+	VFMADD231PS  Z16, Z20, Z4
+	VFMADD231PS  Z17, Z20, Z12
+	VPSRLD       $0x04, Z19, Z19
+	VPERMPS      Z18, Z19, Z18
+	VFMADD231PS  Z16, Z18, Z5
+	VFMADD231PS  Z17, Z18, Z13
+	VPBROADCASTW 54(CX), Y18
+	VCVTPH2PS    Y18, Z18
+	VMULPS       decodeq4tab<>+0(SB), Z18, Z18
+	VPMOVZXBD    56(CX), Z19
+	VPERMPS      Z18, Z19, Z20
+	VFMADD231PS  Z16, Z20, Z6
+	VFMADD231PS  Z17, Z20, Z14
+	VPSRLD       $0x04, Z19, Z19
+	VPERMPS      Z18, Z19, Z18
+	VFMADD231PS  Z16, Z18, Z7
+	VFMADD231PS  Z17, Z18, Z15
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys1
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, 64(AX)
+	VMOVUPS      Z2, 128(AX)
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      Z4, 256(AX)
+	VMOVUPS      Z5, 320(AX)
+	VMOVUPS      Z6, 384(AX)
+	VMOVUPS      Z7, 448(AX)
+	VMOVUPS      Z8, (AX)(CX*1)
+	VMOVUPS      Z9, 64(AX)(CX*1)
+	VMOVUPS      Z10, 128(AX)(CX*1)
+	VMOVUPS      Z11, 192(AX)(CX*1)
+	VMOVUPS      Z12, 256(AX)(CX*1)
+	VMOVUPS      Z13, 320(AX)(CX*1)
+	VMOVUPS      Z14, 384(AX)(CX*1)
+	VMOVUPS      Z15, 448(AX)(CX*1)
+	ADDQ         $0x00000200, (SP)
+	ADDQ         $0x00000048, 8(SP)
+	SUBQ         $0x00000008, 48(SP)
+	JMP          full
+
+chunk4:
+	CMPQ    48(SP), $0x00000004
+	JL      chunk2
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS 128(AX), Z2
+	VMOVUPS 192(AX), Z3
+	VMOVUPS (AX)(CX*1), Z4
+	VMOVUPS 64(AX)(CX*1), Z5
+	VMOVUPS 128(AX)(CX*1), Z6
+	VMOVUPS 192(AX)(CX*1), Z7
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys2:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z8
+	VBROADCASTSS 128(AX), Z9
+	VPBROADCASTW (CX), Y10
+	VCVTPH2PS    Y10, Z10
+	VMULPS       decodeq4tab<>+0(SB), Z10, Z10
+	VPMOVZXBD    2(CX), Z11
+	VPERMPS      Z10, Z11, Z12
+	VFMADD231PS  Z8, Z12, Z0
+	VFMADD231PS  Z9, Z12, Z4
+	VPSRLD       $0x04, Z11, Z11
+	VPERMPS      Z10, Z11, Z10
+	VFMADD231PS  Z8, Z10, Z1
+	VFMADD231PS  Z9, Z10, Z5
+	VPBROADCASTW 18(CX), Y10
+	VCVTPH2PS    Y10, Z10
+	VMULPS       decodeq4tab<>+0(SB), Z10, Z10
+	VPMOVZXBD    20(CX), Z11
+	VPERMPS      Z10, Z11, Z12
+	VFMADD231PS  Z8, Z12, Z2
+	VFMADD231PS  Z9, Z12, Z6
+	VPSRLD       $0x04, Z11, Z11
+	VPERMPS      Z10, Z11, Z10
+	VFMADD231PS  Z8, Z10, Z3
+	VFMADD231PS  Z9, Z10, Z7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys2
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, 64(AX)
+	VMOVUPS      Z2, 128(AX)
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      Z4, (AX)(CX*1)
+	VMOVUPS      Z5, 64(AX)(CX*1)
+	VMOVUPS      Z6, 128(AX)(CX*1)
+	VMOVUPS      Z7, 192(AX)(CX*1)
+	ADDQ         $0x00000100, (SP)
+	ADDQ         $0x00000024, 8(SP)
+	SUBQ         $0x00000004, 48(SP)
+
+chunk2:
+	CMPQ    48(SP), $0x00000002
+	JL      chunk1
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS (AX)(CX*1), Z2
+	VMOVUPS 64(AX)(CX*1), Z3
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys3:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z4
+	VBROADCASTSS 128(AX), Z5
+	VPBROADCASTW (CX), Y6
+	VCVTPH2PS    Y6, Z6
+	VMULPS       decodeq4tab<>+0(SB), Z6, Z6
+	VPMOVZXBD    2(CX), Z7
+	VPERMPS      Z6, Z7, Z8
+	VFMADD231PS  Z4, Z8, Z0
+	VFMADD231PS  Z5, Z8, Z2
+	VPSRLD       $0x04, Z7, Z7
+	VPERMPS      Z6, Z7, Z6
+	VFMADD231PS  Z4, Z6, Z1
+	VFMADD231PS  Z5, Z6, Z3
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys3
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, 64(AX)
+	VMOVUPS      Z2, (AX)(CX*1)
+	VMOVUPS      Z3, 64(AX)(CX*1)
+	ADDQ         $0x00000080, (SP)
+	ADDQ         $0x00000012, 8(SP)
+	SUBQ         $0x00000002, 48(SP)
+
+chunk1:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumQ4M4AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, AVX2, AVX512F, CMOV, MMX+
+TEXT ·accumQ4M4AVX512(SB), $568-112
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ v_base+64(FP), AX
+	MOVQ AX, 24(SP)
+	MOVQ n+96(FP), AX
+	MOVQ AX, 40(SP)
+
+block:
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, BX
+	SUBQ      $0x00000000, BX
+	XORQ      SI, SI
+	CMPQ      BX, SI
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, SI
+	CMOVQGT   SI, BX
+	LEAQ      decodemask16<>+0(SB), SI
+	KMOVW     (SI)(BX*2), K1
+	SUBQ      $0x00000010, AX
+	XORQ      BX, BX
+	CMPQ      AX, BX
+	CMOVQLT   BX, AX
+	MOVQ      $0x00000010, BX
+	CMPQ      AX, BX
+	CMOVQGT   BX, AX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(AX*2), K2
+	VMOVUPS.Z (CX), K1, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K2, Z0
+	VMOVUPS   Z0, 120(SP)
+	VMOVUPS.Z (CX)(DX*1), K1, Z0
+	VMOVUPS   Z0, 184(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 248(SP)
+	VMOVUPS.Z (CX)(DX*2), K1, Z0
+	VMOVUPS   Z0, 312(SP)
+	VMOVUPS.Z 64(CX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 376(SP)
+	LEAQ      (CX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K1, Z0
+	VMOVUPS   Z0, 440(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 504(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000004
+	JL      chunk2
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS 128(AX), Z2
+	VMOVUPS 192(AX), Z3
+	VMOVUPS (AX)(CX*1), Z4
+	VMOVUPS 64(AX)(CX*1), Z5
+	VMOVUPS 128(AX)(CX*1), Z6
+	VMOVUPS 192(AX)(CX*1), Z7
+	VMOVUPS (AX)(CX*2), Z8
+	VMOVUPS 64(AX)(CX*2), Z9
+	VMOVUPS 128(AX)(CX*2), Z10
+	VMOVUPS 192(AX)(CX*2), Z11
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS (AX)(CX*1), Z12
+	VMOVUPS 64(AX)(CX*1), Z13
+	VMOVUPS 128(AX)(CX*1), Z14
+	VMOVUPS 192(AX)(CX*1), Z15
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z16
+	VBROADCASTSS 128(AX), Z17
+	VBROADCASTSS 256(AX), Z18
+	VBROADCASTSS 384(AX), Z19
+	VPBROADCASTW (CX), Y20
+	VCVTPH2PS    Y20, Z20
+	VMULPS       decodeq4tab<>+0(SB), Z20, Z20
+	VPMOVZXBD    2(CX), Z21
+	VPERMPS      Z20, Z21, Z22
+	VFMADD231PS  Z16, Z22, Z0
+	VFMADD231PS  Z17, Z22, Z4
+	VFMADD231PS  Z18, Z22, Z8
+	VFMADD231PS  Z19, Z22, Z12
+	VPSRLD       $0x04, Z21, Z21
+	VPERMPS      Z20, Z21, Z20
+	VFMADD231PS  Z16, Z20, Z1
+	VFMADD231PS  Z17, Z20, Z5
+	VFMADD231PS  Z18, Z20, Z9
+	VFMADD231PS  Z19, Z20, Z13
+	VPBROADCASTW 18(CX), Y20
+	VCVTPH2PS    Y20, Z20
+	VMULPS       decodeq4tab<>+0(SB), Z20, Z20
+	VPMOVZXBD    20(CX), Z21
+	VPERMPS      Z20, Z21, Z22
+	VFMADD231PS  Z16, Z22, Z2
+	VFMADD231PS  Z17, Z22, Z6
+	VFMADD231PS  Z18, Z22, Z10
+	VFMADD231PS  Z19, Z22, Z14
+	VPSRLD       $0x04, Z21, Z21
+	VPERMPS      Z20, Z21, Z20
+	VFMADD231PS  Z16, Z20, Z3
+	VFMADD231PS  Z17, Z20, Z7
+	VFMADD231PS  Z18, Z20, Z11
+	VFMADD231PS  Z19, Z20, Z15
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys1
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, 64(AX)
+	VMOVUPS      Z2, 128(AX)
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      Z4, (AX)(CX*1)
+	VMOVUPS      Z5, 64(AX)(CX*1)
+	VMOVUPS      Z6, 128(AX)(CX*1)
+	VMOVUPS      Z7, 192(AX)(CX*1)
+	VMOVUPS      Z8, (AX)(CX*2)
+	VMOVUPS      Z9, 64(AX)(CX*2)
+	VMOVUPS      Z10, 128(AX)(CX*2)
+	VMOVUPS      Z11, 192(AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Z12, (AX)(CX*1)
+	VMOVUPS      Z13, 64(AX)(CX*1)
+	VMOVUPS      Z14, 128(AX)(CX*1)
+	VMOVUPS      Z15, 192(AX)(CX*1)
+	ADDQ         $0x00000100, (SP)
+	ADDQ         $0x00000024, 8(SP)
+	SUBQ         $0x00000004, 48(SP)
+	JMP          full
+
+chunk2:
+	CMPQ    48(SP), $0x00000002
+	JL      chunk1
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS (AX)(CX*1), Z2
+	VMOVUPS 64(AX)(CX*1), Z3
+	VMOVUPS (AX)(CX*2), Z4
+	VMOVUPS 64(AX)(CX*2), Z5
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS (AX)(CX*1), Z6
+	VMOVUPS 64(AX)(CX*1), Z7
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys2:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z8
+	VBROADCASTSS 128(AX), Z9
+	VBROADCASTSS 256(AX), Z10
+	VBROADCASTSS 384(AX), Z11
+	VPBROADCASTW (CX), Y12
+	VCVTPH2PS    Y12, Z12
+	VMULPS       decodeq4tab<>+0(SB), Z12, Z12
+	VPMOVZXBD    2(CX), Z13
+	VPERMPS      Z12, Z13, Z14
+	VFMADD231PS  Z8, Z14, Z0
+	VFMADD231PS  Z9, Z14, Z2
+	VFMADD231PS  Z10, Z14, Z4
+	VFMADD231PS  Z11, Z14, Z6
+	VPSRLD       $0x04, Z13, Z13
+	VPERMPS      Z12, Z13, Z12
+	VFMADD231PS  Z8, Z12, Z1
+	VFMADD231PS  Z9, Z12, Z3
+	VFMADD231PS  Z10, Z12, Z5
+	VFMADD231PS  Z11, Z12, Z7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys2
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, 64(AX)
+	VMOVUPS      Z2, (AX)(CX*1)
+	VMOVUPS      Z3, 64(AX)(CX*1)
+	VMOVUPS      Z4, (AX)(CX*2)
+	VMOVUPS      Z5, 64(AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Z6, (AX)(CX*1)
+	VMOVUPS      Z7, 64(AX)(CX*1)
+	ADDQ         $0x00000080, (SP)
+	ADDQ         $0x00000012, 8(SP)
+	SUBQ         $0x00000002, 48(SP)
+
+chunk1:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumQ4M8AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, AVX2, AVX512F, CMOV, MMX+
+TEXT ·accumQ4M8AVX512(SB), $1080-112
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ v_base+64(FP), AX
+	MOVQ AX, 24(SP)
+	MOVQ n+96(FP), AX
+	MOVQ AX, 40(SP)
+
+block:
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, BX
+	SUBQ      $0x00000000, BX
+	XORQ      SI, SI
+	CMPQ      BX, SI
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, SI
+	CMOVQGT   SI, BX
+	LEAQ      decodemask16<>+0(SB), SI
+	KMOVW     (SI)(BX*2), K1
+	SUBQ      $0x00000010, AX
+	XORQ      BX, BX
+	CMPQ      AX, BX
+	CMOVQLT   BX, AX
+	MOVQ      $0x00000010, BX
+	CMPQ      AX, BX
+	CMOVQGT   BX, AX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(AX*2), K2
+	VMOVUPS.Z (CX), K1, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K2, Z0
+	VMOVUPS   Z0, 120(SP)
+	VMOVUPS.Z (CX)(DX*1), K1, Z0
+	VMOVUPS   Z0, 184(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 248(SP)
+	VMOVUPS.Z (CX)(DX*2), K1, Z0
+	VMOVUPS   Z0, 312(SP)
+	VMOVUPS.Z 64(CX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 376(SP)
+	LEAQ      (CX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K1, Z0
+	VMOVUPS   Z0, 440(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 504(SP)
+	LEAQ      (CX)(DX*4), AX
+	VMOVUPS.Z (AX), K1, Z0
+	VMOVUPS   Z0, 568(SP)
+	VMOVUPS.Z 64(AX), K2, Z0
+	VMOVUPS   Z0, 632(SP)
+	VMOVUPS.Z (AX)(DX*1), K1, Z0
+	VMOVUPS   Z0, 696(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 760(SP)
+	VMOVUPS.Z (AX)(DX*2), K1, Z0
+	VMOVUPS   Z0, 824(SP)
+	VMOVUPS.Z 64(AX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 888(SP)
+	LEAQ      (AX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K1, Z0
+	VMOVUPS   Z0, 952(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 1016(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000002
+	JL      chunk1
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS (AX)(CX*1), Z2
+	VMOVUPS 64(AX)(CX*1), Z3
+	VMOVUPS (AX)(CX*2), Z4
+	VMOVUPS 64(AX)(CX*2), Z5
+	LEAQ    (AX)(CX*2), DX
+	VMOVUPS (DX)(CX*1), Z6
+	VMOVUPS 64(DX)(CX*1), Z7
+	LEAQ    (AX)(CX*4), AX
+	VMOVUPS (AX), Z8
+	VMOVUPS 64(AX), Z9
+	VMOVUPS (AX)(CX*1), Z10
+	VMOVUPS 64(AX)(CX*1), Z11
+	VMOVUPS (AX)(CX*2), Z12
+	VMOVUPS 64(AX)(CX*2), Z13
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS (AX)(CX*1), Z14
+	VMOVUPS 64(AX)(CX*1), Z15
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z16
+	VBROADCASTSS 128(AX), Z17
+	VBROADCASTSS 256(AX), Z18
+	VBROADCASTSS 384(AX), Z19
+	VBROADCASTSS 512(AX), Z20
+	VBROADCASTSS 640(AX), Z21
+	VBROADCASTSS 768(AX), Z22
+	VBROADCASTSS 896(AX), Z23
+	VPBROADCASTW (CX), Y24
+	VCVTPH2PS    Y24, Z24
+	VMULPS       decodeq4tab<>+0(SB), Z24, Z24
+	VPMOVZXBD    2(CX), Z25
+	VPERMPS      Z24, Z25, Z26
+	VFMADD231PS  Z16, Z26, Z0
+	VFMADD231PS  Z17, Z26, Z2
+	VFMADD231PS  Z18, Z26, Z4
+	VFMADD231PS  Z19, Z26, Z6
+	VFMADD231PS  Z20, Z26, Z8
+	VFMADD231PS  Z21, Z26, Z10
+	VFMADD231PS  Z22, Z26, Z12
+	VFMADD231PS  Z23, Z26, Z14
+	VPSRLD       $0x04, Z25, Z25
+	VPERMPS      Z24, Z25, Z24
+	VFMADD231PS  Z16, Z24, Z1
+	VFMADD231PS  Z17, Z24, Z3
+	VFMADD231PS  Z18, Z24, Z5
+	VFMADD231PS  Z19, Z24, Z7
+	VFMADD231PS  Z20, Z24, Z9
+	VFMADD231PS  Z21, Z24, Z11
+	VFMADD231PS  Z22, Z24, Z13
+	VFMADD231PS  Z23, Z24, Z15
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys1
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, 64(AX)
+	VMOVUPS      Z2, (AX)(CX*1)
+	VMOVUPS      Z3, 64(AX)(CX*1)
+	VMOVUPS      Z4, (AX)(CX*2)
+	VMOVUPS      Z5, 64(AX)(CX*2)
+	LEAQ         (AX)(CX*2), DX
+	VMOVUPS      Z6, (DX)(CX*1)
+	VMOVUPS      Z7, 64(DX)(CX*1)
+	LEAQ         (AX)(CX*4), AX
+	VMOVUPS      Z8, (AX)
+	VMOVUPS      Z9, 64(AX)
+	VMOVUPS      Z10, (AX)(CX*1)
+	VMOVUPS      Z11, 64(AX)(CX*1)
+	VMOVUPS      Z12, (AX)(CX*2)
+	VMOVUPS      Z13, 64(AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Z14, (AX)(CX*1)
+	VMOVUPS      Z15, 64(AX)(CX*1)
+	ADDQ         $0x00000080, (SP)
+	ADDQ         $0x00000012, 8(SP)
+	SUBQ         $0x00000002, 48(SP)
+	JMP          full
+
+chunk1:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumQ4M16AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, AVX2, AVX512F, CMOV, MMX+
+TEXT ·accumQ4M16AVX512(SB), $2104-112
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ v_base+64(FP), AX
+	MOVQ AX, 24(SP)
+	MOVQ n+96(FP), AX
+	MOVQ AX, 40(SP)
+
+block:
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, BX
+	SUBQ      $0x00000000, BX
+	XORQ      SI, SI
+	CMPQ      BX, SI
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, SI
+	CMOVQGT   SI, BX
+	LEAQ      decodemask16<>+0(SB), SI
+	KMOVW     (SI)(BX*2), K1
+	SUBQ      $0x00000010, AX
+	XORQ      BX, BX
+	CMPQ      AX, BX
+	CMOVQLT   BX, AX
+	MOVQ      $0x00000010, BX
+	CMPQ      AX, BX
+	CMOVQGT   BX, AX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(AX*2), K2
+	VMOVUPS.Z (CX), K1, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K2, Z0
+	VMOVUPS   Z0, 120(SP)
+	VMOVUPS.Z (CX)(DX*1), K1, Z0
+	VMOVUPS   Z0, 184(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 248(SP)
+	VMOVUPS.Z (CX)(DX*2), K1, Z0
+	VMOVUPS   Z0, 312(SP)
+	VMOVUPS.Z 64(CX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 376(SP)
+	LEAQ      (CX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K1, Z0
+	VMOVUPS   Z0, 440(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 504(SP)
+	LEAQ      (CX)(DX*4), AX
+	VMOVUPS.Z (AX), K1, Z0
+	VMOVUPS   Z0, 568(SP)
+	VMOVUPS.Z 64(AX), K2, Z0
+	VMOVUPS   Z0, 632(SP)
+	VMOVUPS.Z (AX)(DX*1), K1, Z0
+	VMOVUPS   Z0, 696(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 760(SP)
+	VMOVUPS.Z (AX)(DX*2), K1, Z0
+	VMOVUPS   Z0, 824(SP)
+	VMOVUPS.Z 64(AX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 888(SP)
+	LEAQ      (AX)(DX*2), CX
+	VMOVUPS.Z (CX)(DX*1), K1, Z0
+	VMOVUPS   Z0, 952(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 1016(SP)
+	LEAQ      (AX)(DX*4), AX
+	VMOVUPS.Z (AX), K1, Z0
+	VMOVUPS   Z0, 1080(SP)
+	VMOVUPS.Z 64(AX), K2, Z0
+	VMOVUPS   Z0, 1144(SP)
+	VMOVUPS.Z (AX)(DX*1), K1, Z0
+	VMOVUPS   Z0, 1208(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 1272(SP)
+	VMOVUPS.Z (AX)(DX*2), K1, Z0
+	VMOVUPS   Z0, 1336(SP)
+	VMOVUPS.Z 64(AX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 1400(SP)
+	LEAQ      (AX)(DX*2), CX
+	VMOVUPS.Z (CX)(DX*1), K1, Z0
+	VMOVUPS   Z0, 1464(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 1528(SP)
+	LEAQ      (AX)(DX*4), AX
+	VMOVUPS.Z (AX), K1, Z0
+	VMOVUPS   Z0, 1592(SP)
+	VMOVUPS.Z 64(AX), K2, Z0
+	VMOVUPS   Z0, 1656(SP)
+	VMOVUPS.Z (AX)(DX*1), K1, Z0
+	VMOVUPS   Z0, 1720(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 1784(SP)
+	VMOVUPS.Z (AX)(DX*2), K1, Z0
+	VMOVUPS   Z0, 1848(SP)
+	VMOVUPS.Z 64(AX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 1912(SP)
+	LEAQ      (AX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K1, Z0
+	VMOVUPS   Z0, 1976(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 2040(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000002
+	JL      chunk1
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z0
+	VMOVUPS (AX)(CX*1), Z1
+	VMOVUPS (AX)(CX*2), Z2
+	LEAQ    (AX)(CX*2), DX
+	VMOVUPS (DX)(CX*1), Z3
+	LEAQ    (AX)(CX*4), AX
+	VMOVUPS (AX), Z4
+	VMOVUPS (AX)(CX*1), Z5
+	VMOVUPS (AX)(CX*2), Z6
+	LEAQ    (AX)(CX*2), DX
+	VMOVUPS (DX)(CX*1), Z7
+	LEAQ    (AX)(CX*4), AX
+	VMOVUPS (AX), Z8
+	VMOVUPS (AX)(CX*1), Z9
+	VMOVUPS (AX)(CX*2), Z10
+	LEAQ    (AX)(CX*2), DX
+	VMOVUPS (DX)(CX*1), Z11
+	LEAQ    (AX)(CX*4), AX
+	VMOVUPS (AX), Z12
+	VMOVUPS (AX)(CX*1), Z13
+	VMOVUPS (AX)(CX*2), Z14
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS (AX)(CX*1), Z15
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1       (CX)(BX*1)
+	VPBROADCASTW     (CX), Y16
+	VCVTPH2PS        Y16, Z16
+	VMULPS           decodeq4tab<>+0(SB), Z16, Z16
+	VPMOVZXBD        2(CX), Z17
+	VPERMPS          Z16, Z17, Z16
+	VFMADD231PS.BCST (AX), Z16, Z0
+	VFMADD231PS.BCST 128(AX), Z16, Z1
+	VFMADD231PS.BCST 256(AX), Z16, Z2
+	VFMADD231PS.BCST 384(AX), Z16, Z3
+	VFMADD231PS.BCST 512(AX), Z16, Z4
+	VFMADD231PS.BCST 640(AX), Z16, Z5
+	VFMADD231PS.BCST 768(AX), Z16, Z6
+	VFMADD231PS.BCST 896(AX), Z16, Z7
+	VFMADD231PS.BCST 1024(AX), Z16, Z8
+	VFMADD231PS.BCST 1152(AX), Z16, Z9
+	VFMADD231PS.BCST 1280(AX), Z16, Z10
+	VFMADD231PS.BCST 1408(AX), Z16, Z11
+	VFMADD231PS.BCST 1536(AX), Z16, Z12
+	VFMADD231PS.BCST 1664(AX), Z16, Z13
+	VFMADD231PS.BCST 1792(AX), Z16, Z14
+	VFMADD231PS.BCST 1920(AX), Z16, Z15
+	ADDQ             $0x00000004, AX
+	ADDQ             DX, CX
+	DECQ             SI
+	JNZ              keys1
+	MOVQ             (SP), AX
+	MOVQ             ldo+24(FP), CX
+	SHLQ             $0x02, CX
+	VMOVUPS          Z0, (AX)
+	VMOVUPS          Z1, (AX)(CX*1)
+	VMOVUPS          Z2, (AX)(CX*2)
+	LEAQ             (AX)(CX*2), DX
+	VMOVUPS          Z3, (DX)(CX*1)
+	LEAQ             (AX)(CX*4), AX
+	VMOVUPS          Z4, (AX)
+	VMOVUPS          Z5, (AX)(CX*1)
+	VMOVUPS          Z6, (AX)(CX*2)
+	LEAQ             (AX)(CX*2), DX
+	VMOVUPS          Z7, (DX)(CX*1)
+	LEAQ             (AX)(CX*4), AX
+	VMOVUPS          Z8, (AX)
+	VMOVUPS          Z9, (AX)(CX*1)
+	VMOVUPS          Z10, (AX)(CX*2)
+	LEAQ             (AX)(CX*2), DX
+	VMOVUPS          Z11, (DX)(CX*1)
+	LEAQ             (AX)(CX*4), AX
+	VMOVUPS          Z12, (AX)
+	VMOVUPS          Z13, (AX)(CX*1)
+	VMOVUPS          Z14, (AX)(CX*2)
+	LEAQ             (AX)(CX*2), AX
+	VMOVUPS          Z15, (AX)(CX*1)
+	MOVQ             (SP), AX
+	MOVQ             ldo+24(FP), CX
+	SHLQ             $0x02, CX
+	VMOVUPS          64(AX), Z0
+	VMOVUPS          64(AX)(CX*1), Z1
+	VMOVUPS          64(AX)(CX*2), Z2
+	LEAQ             (AX)(CX*2), DX
+	VMOVUPS          64(DX)(CX*1), Z3
+	LEAQ             (AX)(CX*4), AX
+	VMOVUPS          64(AX), Z4
+	VMOVUPS          64(AX)(CX*1), Z5
+	VMOVUPS          64(AX)(CX*2), Z6
+	LEAQ             (AX)(CX*2), DX
+	VMOVUPS          64(DX)(CX*1), Z7
+	LEAQ             (AX)(CX*4), AX
+	VMOVUPS          64(AX), Z8
+	VMOVUPS          64(AX)(CX*1), Z9
+	VMOVUPS          64(AX)(CX*2), Z10
+	LEAQ             (AX)(CX*2), DX
+	VMOVUPS          64(DX)(CX*1), Z11
+	LEAQ             (AX)(CX*4), AX
+	VMOVUPS          64(AX), Z12
+	VMOVUPS          64(AX)(CX*1), Z13
+	VMOVUPS          64(AX)(CX*2), Z14
+	LEAQ             (AX)(CX*2), AX
+	VMOVUPS          64(AX)(CX*1), Z15
+	LEAQ             56(SP), AX
+	MOVQ             8(SP), CX
+	MOVQ             ldv+88(FP), DX
+	MOVQ             DX, BX
+	SHLQ             $0x05, BX
+	MOVQ             32(SP), SI
+
+keys2:
+	PREFETCHT1       (CX)(BX*1)
+	VPBROADCASTW     (CX), Y16
+	VCVTPH2PS        Y16, Z16
+	VMULPS           decodeq4tab<>+0(SB), Z16, Z16
+	VPMOVZXBD        2(CX), Z17
+	VPSRLD           $0x04, Z17, Z17
+	VPERMPS          Z16, Z17, Z16
+	VFMADD231PS.BCST (AX), Z16, Z0
+	VFMADD231PS.BCST 128(AX), Z16, Z1
+	VFMADD231PS.BCST 256(AX), Z16, Z2
+	VFMADD231PS.BCST 384(AX), Z16, Z3
+	VFMADD231PS.BCST 512(AX), Z16, Z4
+	VFMADD231PS.BCST 640(AX), Z16, Z5
+	VFMADD231PS.BCST 768(AX), Z16, Z6
+	VFMADD231PS.BCST 896(AX), Z16, Z7
+	VFMADD231PS.BCST 1024(AX), Z16, Z8
+	VFMADD231PS.BCST 1152(AX), Z16, Z9
+	VFMADD231PS.BCST 1280(AX), Z16, Z10
+	VFMADD231PS.BCST 1408(AX), Z16, Z11
+	VFMADD231PS.BCST 1536(AX), Z16, Z12
+	VFMADD231PS.BCST 1664(AX), Z16, Z13
+	VFMADD231PS.BCST 1792(AX), Z16, Z14
+	VFMADD231PS.BCST 1920(AX), Z16, Z15
+	ADDQ             $0x00000004, AX
+	ADDQ             DX, CX
+	DECQ             SI
+	JNZ              keys2
+	MOVQ             (SP), AX
+	MOVQ             ldo+24(FP), CX
+	SHLQ             $0x02, CX
+	VMOVUPS          Z0, 64(AX)
+	VMOVUPS          Z1, 64(AX)(CX*1)
+	VMOVUPS          Z2, 64(AX)(CX*2)
+	LEAQ             (AX)(CX*2), DX
+	VMOVUPS          Z3, 64(DX)(CX*1)
+	LEAQ             (AX)(CX*4), AX
+	VMOVUPS          Z4, 64(AX)
+	VMOVUPS          Z5, 64(AX)(CX*1)
+	VMOVUPS          Z6, 64(AX)(CX*2)
+	LEAQ             (AX)(CX*2), DX
+	VMOVUPS          Z7, 64(DX)(CX*1)
+	LEAQ             (AX)(CX*4), AX
+	VMOVUPS          Z8, 64(AX)
+	VMOVUPS          Z9, 64(AX)(CX*1)
+	VMOVUPS          Z10, 64(AX)(CX*2)
+	LEAQ             (AX)(CX*2), DX
+	VMOVUPS          Z11, 64(DX)(CX*1)
+	LEAQ             (AX)(CX*4), AX
+	VMOVUPS          Z12, 64(AX)
+	VMOVUPS          Z13, 64(AX)(CX*1)
+	VMOVUPS          Z14, 64(AX)(CX*2)
+	LEAQ             (AX)(CX*2), AX
+	VMOVUPS          Z15, 64(AX)(CX*1)
+	ADDQ             $0x00000080, (SP)
+	ADDQ             $0x00000012, 8(SP)
+	SUBQ             $0x00000002, 48(SP)
+	JMP              full
+
+chunk1:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
 // func readSumAVX512(b []byte) uint32
 // Requires: AVX, AVX2, AVX512F, AVX512VL
 TEXT ·readSumAVX512(SB), NOSPLIT, $0-28
@@ -21989,6 +25061,2229 @@ keys4:
 	VMOVUPS      Y7, 96(AX)(CX*1)
 	ADDQ         $0x00000080, (SP)
 	ADDQ         $0x00000022, 8(SP)
+	SUBQ         $0x00000004, 48(SP)
+	JMP          full
+
+chunk2:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresQ4M1AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·scoresQ4M1AVX2(SB), NOSPLIT, $32-104
+	MOVQ s_base+0(FP), AX
+	MOVQ AX, (SP)
+	MOVQ k_base+56(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ n+88(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ d+96(FP), AX
+	SHRQ $0x05, AX
+	MOVQ AX, 24(SP)
+
+main:
+	CMPQ   16(SP), $0x00000008
+	JL     mainEnd
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   ldk+80(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   8(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   q_base+32(FP), SI
+	LEAQ   (DX), DI
+	MOVQ   ldk+80(FP), R8
+	SHLQ   $0x06, R8
+	MOVQ   24(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1   (DI)(R8*1)
+	VPBROADCASTW (DI), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(DI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (SI), Y10, Y0
+	VPMOVZXBD    10(DI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(SI), Y10, Y0
+	VPMOVZXBD    2(DI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(SI), Y10, Y0
+	VPMOVZXBD    10(DI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(SI), Y10, Y0
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000012, DI
+	DECQ         R9
+	JNZ          mainK0Step
+
+mainK0Tail:
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(AX*1), DI
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1   (DI)(R8*1)
+	VPBROADCASTW (DI), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(DI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (SI), Y10, Y1
+	VPMOVZXBD    10(DI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(SI), Y10, Y1
+	VPMOVZXBD    2(DI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(SI), Y10, Y1
+	VPMOVZXBD    10(DI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(SI), Y10, Y1
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000012, DI
+	DECQ         R9
+	JNZ          mainK1Step
+
+mainK1Tail:
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(AX*2), DI
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK2Tail
+
+mainK2Step:
+	PREFETCHT1   (DI)(R8*1)
+	VPBROADCASTW (DI), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(DI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (SI), Y10, Y2
+	VPMOVZXBD    10(DI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(SI), Y10, Y2
+	VPMOVZXBD    2(DI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(SI), Y10, Y2
+	VPMOVZXBD    10(DI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(SI), Y10, Y2
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000012, DI
+	DECQ         R9
+	JNZ          mainK2Step
+
+mainK2Tail:
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(CX*1), DX
+	MOVQ  ldk+80(FP), DI
+	SHLQ  $0x06, DI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK3Tail
+
+mainK3Step:
+	PREFETCHT1   (DX)(DI*1)
+	VPBROADCASTW (DX), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(DX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (SI), Y10, Y3
+	VPMOVZXBD    10(DX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(SI), Y10, Y3
+	VPMOVZXBD    2(DX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(SI), Y10, Y3
+	VPMOVZXBD    10(DX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(SI), Y10, Y3
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000012, DX
+	DECQ         R8
+	JNZ          mainK3Step
+
+mainK3Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX), SI
+	MOVQ  ldk+80(FP), DI
+	SHLQ  $0x06, DI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK4Tail
+
+mainK4Step:
+	PREFETCHT1   (SI)(DI*1)
+	VPBROADCASTW (SI), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(SI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (DX), Y10, Y4
+	VPMOVZXBD    10(SI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(DX), Y10, Y4
+	VPMOVZXBD    2(SI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(DX), Y10, Y4
+	VPMOVZXBD    10(SI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(DX), Y10, Y4
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000012, SI
+	DECQ         R8
+	JNZ          mainK4Step
+
+mainK4Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(AX*1), SI
+	MOVQ  ldk+80(FP), DI
+	SHLQ  $0x06, DI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK5Tail
+
+mainK5Step:
+	PREFETCHT1   (SI)(DI*1)
+	VPBROADCASTW (SI), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(SI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (DX), Y10, Y5
+	VPMOVZXBD    10(SI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(DX), Y10, Y5
+	VPMOVZXBD    2(SI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(DX), Y10, Y5
+	VPMOVZXBD    10(SI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(DX), Y10, Y5
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000012, SI
+	DECQ         R8
+	JNZ          mainK5Step
+
+mainK5Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(AX*2), AX
+	MOVQ  ldk+80(FP), SI
+	SHLQ  $0x06, SI
+	MOVQ  24(SP), DI
+	TESTQ DI, DI
+	JZ    mainK6Tail
+
+mainK6Step:
+	PREFETCHT1   (AX)(SI*1)
+	VPBROADCASTW (AX), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(AX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (DX), Y10, Y6
+	VPMOVZXBD    10(AX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(DX), Y10, Y6
+	VPMOVZXBD    2(AX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(DX), Y10, Y6
+	VPMOVZXBD    10(AX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(DX), Y10, Y6
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000012, AX
+	DECQ         DI
+	JNZ          mainK6Step
+
+mainK6Tail:
+	MOVQ  q_base+32(FP), AX
+	LEAQ  (BX)(CX*1), CX
+	MOVQ  ldk+80(FP), DX
+	SHLQ  $0x06, DX
+	MOVQ  24(SP), BX
+	TESTQ BX, BX
+	JZ    mainK7Tail
+
+mainK7Step:
+	PREFETCHT1   (CX)(DX*1)
+	VPBROADCASTW (CX), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(CX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (AX), Y10, Y7
+	VPMOVZXBD    10(CX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(AX), Y10, Y7
+	VPMOVZXBD    2(CX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(AX), Y10, Y7
+	VPMOVZXBD    10(CX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(AX), Y10, Y7
+	ADDQ         $0x00000080, AX
+	ADDQ         $0x00000012, CX
+	DECQ         BX
+	JNZ          mainK7Step
+
+mainK7Tail:
+	VPERM2F128 $0x20, Y4, Y0, Y8
+	VPERM2F128 $0x31, Y4, Y0, Y0
+	VADDPS     Y0, Y8, Y8
+	VPERM2F128 $0x20, Y5, Y1, Y0
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y0, Y0
+	VPERM2F128 $0x20, Y6, Y2, Y1
+	VPERM2F128 $0x31, Y6, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y7, Y3, Y2
+	VPERM2F128 $0x31, Y7, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VSHUFPS    $0x44, Y0, Y8, Y3
+	VSHUFPS    $0xee, Y0, Y8, Y0
+	VADDPS     Y0, Y3, Y3
+	VSHUFPS    $0x44, Y2, Y1, Y0
+	VSHUFPS    $0xee, Y2, Y1, Y1
+	VADDPS     Y1, Y0, Y0
+	VSHUFPS    $0x88, Y0, Y3, Y1
+	VSHUFPS    $0xdd, Y0, Y3, Y0
+	VADDPS     Y0, Y1, Y1
+	MOVQ       (SP), AX
+	VMOVUPS    Y1, (AX)
+	ADDQ       $0x00000020, (SP)
+	MOVQ       8(SP), AX
+	MOVQ       ldk+80(FP), CX
+	SHLQ       $0x03, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 8(SP)
+	SUBQ       $0x00000008, 16(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VXORPS Y0, Y0, Y0
+	MOVQ   8(SP), AX
+	MOVQ   q_base+32(FP), CX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   24(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1   (AX)(DX*1)
+	VPBROADCASTW (AX), X2
+	VCVTPH2PS    X2, Y2
+	VMULPS       decodeq4tab<>+64(SB), Y2, Y1
+	VPMOVZXBD    2(AX), Y3
+	VPAND        decodeq4tab<>+96(SB), Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VFMADD213PS  Y1, Y2, Y3
+	VFMADD231PS  (CX), Y3, Y0
+	VPMOVZXBD    10(AX), Y3
+	VPAND        decodeq4tab<>+96(SB), Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VFMADD213PS  Y1, Y2, Y3
+	VFMADD231PS  32(CX), Y3, Y0
+	VPMOVZXBD    2(AX), Y3
+	VPSRLD       $0x04, Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VFMADD213PS  Y1, Y2, Y3
+	VFMADD231PS  64(CX), Y3, Y0
+	VPMOVZXBD    10(AX), Y3
+	VPSRLD       $0x04, Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VFMADD213PS  Y1, Y2, Y3
+	VFMADD231PS  96(CX), Y3, Y0
+	ADDQ         $0x00000080, CX
+	ADDQ         $0x00000012, AX
+	DECQ         BX
+	JNZ          restK0Step
+
+restK0Tail:
+	VXORPS     Y1, Y1, Y1
+	VPERM2F128 $0x20, Y1, Y0, Y2
+	VPERM2F128 $0x31, Y1, Y0, Y0
+	VADDPS     Y0, Y2, Y2
+	VSHUFPS    $0x44, Y1, Y2, Y0
+	VSHUFPS    $0xee, Y1, Y2, Y2
+	VADDPS     Y2, Y0, Y0
+	VSHUFPS    $0x88, Y1, Y0, Y2
+	VSHUFPS    $0xdd, Y1, Y0, Y0
+	VADDPS     Y0, Y2, Y2
+	MOVQ       (SP), AX
+	VMOVSS     X2, (AX)
+	ADDQ       $0x00000004, (SP)
+	MOVQ       8(SP), AX
+	MOVQ       ldk+80(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 8(SP)
+	SUBQ       $0x00000001, 16(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresQ4M2AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·scoresQ4M2AVX2(SB), NOSPLIT, $32-104
+	MOVQ s_base+0(FP), AX
+	MOVQ AX, (SP)
+	MOVQ k_base+56(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ n+88(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ d+96(FP), AX
+	SHRQ $0x05, AX
+	MOVQ AX, 24(SP)
+
+main:
+	CMPQ   16(SP), $0x00000004
+	JL     mainEnd
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   ldk+80(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   8(SP), DX
+	MOVQ   d+96(FP), BX
+	SHLQ   $0x02, BX
+	MOVQ   q_base+32(FP), SI
+	LEAQ   (DX), DI
+	LEAQ   (DX)(AX*1), R8
+	LEAQ   (DX)(AX*2), AX
+	LEAQ   (DX)(CX*1), CX
+	MOVQ   ldk+80(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   24(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1   (DI)(DX*1)
+	PREFETCHT1   (R8)(DX*1)
+	PREFETCHT1   (AX)(DX*1)
+	PREFETCHT1   (CX)(DX*1)
+	VPBROADCASTW (DI), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(DI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (SI), Y10, Y0
+	VFMADD231PS  (SI)(BX*1), Y10, Y4
+	VPMOVZXBD    10(DI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(SI), Y10, Y0
+	VFMADD231PS  32(SI)(BX*1), Y10, Y4
+	VPMOVZXBD    2(DI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(SI), Y10, Y0
+	VFMADD231PS  64(SI)(BX*1), Y10, Y4
+	VPMOVZXBD    10(DI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(SI), Y10, Y0
+	VFMADD231PS  96(SI)(BX*1), Y10, Y4
+	VPBROADCASTW (R8), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(R8), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (SI), Y10, Y1
+	VFMADD231PS  (SI)(BX*1), Y10, Y5
+	VPMOVZXBD    10(R8), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(SI), Y10, Y1
+	VFMADD231PS  32(SI)(BX*1), Y10, Y5
+	VPMOVZXBD    2(R8), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(SI), Y10, Y1
+	VFMADD231PS  64(SI)(BX*1), Y10, Y5
+	VPMOVZXBD    10(R8), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(SI), Y10, Y1
+	VFMADD231PS  96(SI)(BX*1), Y10, Y5
+	VPBROADCASTW (AX), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(AX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (SI), Y10, Y2
+	VFMADD231PS  (SI)(BX*1), Y10, Y6
+	VPMOVZXBD    10(AX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(SI), Y10, Y2
+	VFMADD231PS  32(SI)(BX*1), Y10, Y6
+	VPMOVZXBD    2(AX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(SI), Y10, Y2
+	VFMADD231PS  64(SI)(BX*1), Y10, Y6
+	VPMOVZXBD    10(AX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(SI), Y10, Y2
+	VFMADD231PS  96(SI)(BX*1), Y10, Y6
+	VPBROADCASTW (CX), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(CX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (SI), Y10, Y3
+	VFMADD231PS  (SI)(BX*1), Y10, Y7
+	VPMOVZXBD    10(CX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(SI), Y10, Y3
+	VFMADD231PS  32(SI)(BX*1), Y10, Y7
+	VPMOVZXBD    2(CX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(SI), Y10, Y3
+	VFMADD231PS  64(SI)(BX*1), Y10, Y7
+	VPMOVZXBD    10(CX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(SI), Y10, Y3
+	VFMADD231PS  96(SI)(BX*1), Y10, Y7
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000012, DI
+	ADDQ         $0x00000012, R8
+	ADDQ         $0x00000012, AX
+	ADDQ         $0x00000012, CX
+	DECQ         R9
+	JNZ          mainK0Step
+
+mainK0Tail:
+	VPERM2F128   $0x20, Y4, Y0, Y8
+	VPERM2F128   $0x31, Y4, Y0, Y0
+	VADDPS       Y0, Y8, Y8
+	VPERM2F128   $0x20, Y5, Y1, Y0
+	VPERM2F128   $0x31, Y5, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERM2F128   $0x20, Y6, Y2, Y1
+	VPERM2F128   $0x31, Y6, Y2, Y2
+	VADDPS       Y2, Y1, Y1
+	VPERM2F128   $0x20, Y7, Y3, Y2
+	VPERM2F128   $0x31, Y7, Y3, Y3
+	VADDPS       Y3, Y2, Y2
+	VSHUFPS      $0x44, Y0, Y8, Y3
+	VSHUFPS      $0xee, Y0, Y8, Y0
+	VADDPS       Y0, Y3, Y3
+	VSHUFPS      $0x44, Y2, Y1, Y0
+	VSHUFPS      $0xee, Y2, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VSHUFPS      $0x88, Y0, Y3, Y1
+	VSHUFPS      $0xdd, Y0, Y3, Y0
+	VADDPS       Y0, Y1, Y1
+	MOVQ         (SP), AX
+	MOVQ         lds+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      X1, (AX)
+	VEXTRACTF128 $0x01, Y1, (AX)(CX*1)
+	ADDQ         $0x00000010, (SP)
+	MOVQ         8(SP), AX
+	MOVQ         ldk+80(FP), CX
+	SHLQ         $0x02, CX
+	ADDQ         CX, AX
+	MOVQ         AX, 8(SP)
+	SUBQ         $0x00000004, 16(SP)
+	JMP          main
+
+mainEnd:
+rest:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	MOVQ   q_base+32(FP), DX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), BX
+	SHLQ   $0x06, BX
+	MOVQ   24(SP), SI
+	TESTQ  SI, SI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1   (AX)(BX*1)
+	VPBROADCASTW (AX), X3
+	VCVTPH2PS    X3, Y3
+	VMULPS       decodeq4tab<>+64(SB), Y3, Y2
+	VPMOVZXBD    2(AX), Y4
+	VPAND        decodeq4tab<>+96(SB), Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VFMADD213PS  Y2, Y3, Y4
+	VFMADD231PS  (DX), Y4, Y0
+	VFMADD231PS  (DX)(CX*1), Y4, Y1
+	VPMOVZXBD    10(AX), Y4
+	VPAND        decodeq4tab<>+96(SB), Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VFMADD213PS  Y2, Y3, Y4
+	VFMADD231PS  32(DX), Y4, Y0
+	VFMADD231PS  32(DX)(CX*1), Y4, Y1
+	VPMOVZXBD    2(AX), Y4
+	VPSRLD       $0x04, Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VFMADD213PS  Y2, Y3, Y4
+	VFMADD231PS  64(DX), Y4, Y0
+	VFMADD231PS  64(DX)(CX*1), Y4, Y1
+	VPMOVZXBD    10(AX), Y4
+	VPSRLD       $0x04, Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VFMADD213PS  Y2, Y3, Y4
+	VFMADD231PS  96(DX), Y4, Y0
+	VFMADD231PS  96(DX)(CX*1), Y4, Y1
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000012, AX
+	DECQ         SI
+	JNZ          restK0Step
+
+restK0Tail:
+	VXORPS     Y2, Y2, Y2
+	VPERM2F128 $0x20, Y2, Y0, Y3
+	VPERM2F128 $0x31, Y2, Y0, Y0
+	VADDPS     Y0, Y3, Y3
+	VPERM2F128 $0x20, Y2, Y1, Y0
+	VPERM2F128 $0x31, Y2, Y1, Y1
+	VADDPS     Y1, Y0, Y0
+	VSHUFPS    $0x44, Y0, Y3, Y1
+	VSHUFPS    $0xee, Y0, Y3, Y0
+	VADDPS     Y0, Y1, Y1
+	VSHUFPS    $0x88, Y2, Y1, Y0
+	VSHUFPS    $0xdd, Y2, Y1, Y1
+	VADDPS     Y1, Y0, Y0
+	MOVQ       (SP), AX
+	MOVQ       lds+24(FP), CX
+	SHLQ       $0x02, CX
+	VMOVSS     X0, (AX)
+	VEXTRACTPS $0x01, X0, (AX)(CX*1)
+	ADDQ       $0x00000004, (SP)
+	MOVQ       8(SP), AX
+	MOVQ       ldk+80(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 8(SP)
+	SUBQ       $0x00000001, 16(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresQ4M4AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·scoresQ4M4AVX2(SB), NOSPLIT, $32-104
+	MOVQ s_base+0(FP), AX
+	MOVQ AX, (SP)
+	MOVQ k_base+56(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ n+88(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ d+96(FP), AX
+	SHRQ $0x05, AX
+	MOVQ AX, 24(SP)
+
+main:
+	CMPQ   16(SP), $0x00000002
+	JL     mainEnd
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   ldk+80(FP), AX
+	MOVQ   8(SP), CX
+	MOVQ   d+96(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	MOVQ   q_base+32(FP), SI
+	LEAQ   (CX), DI
+	LEAQ   (CX)(AX*1), AX
+	MOVQ   ldk+80(FP), CX
+	SHLQ   $0x06, CX
+	MOVQ   24(SP), R8
+	TESTQ  R8, R8
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1   (DI)(CX*1)
+	PREFETCHT1   (AX)(CX*1)
+	VPBROADCASTW (DI), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(DI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (SI), Y10, Y0
+	VFMADD231PS  (SI)(DX*1), Y10, Y2
+	VFMADD231PS  (SI)(DX*2), Y10, Y4
+	VFMADD231PS  (SI)(BX*1), Y10, Y6
+	VPMOVZXBD    10(DI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(SI), Y10, Y0
+	VFMADD231PS  32(SI)(DX*1), Y10, Y2
+	VFMADD231PS  32(SI)(DX*2), Y10, Y4
+	VFMADD231PS  32(SI)(BX*1), Y10, Y6
+	VPMOVZXBD    2(DI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(SI), Y10, Y0
+	VFMADD231PS  64(SI)(DX*1), Y10, Y2
+	VFMADD231PS  64(SI)(DX*2), Y10, Y4
+	VFMADD231PS  64(SI)(BX*1), Y10, Y6
+	VPMOVZXBD    10(DI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(SI), Y10, Y0
+	VFMADD231PS  96(SI)(DX*1), Y10, Y2
+	VFMADD231PS  96(SI)(DX*2), Y10, Y4
+	VFMADD231PS  96(SI)(BX*1), Y10, Y6
+	VPBROADCASTW (AX), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(AX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (SI), Y10, Y1
+	VFMADD231PS  (SI)(DX*1), Y10, Y3
+	VFMADD231PS  (SI)(DX*2), Y10, Y5
+	VFMADD231PS  (SI)(BX*1), Y10, Y7
+	VPMOVZXBD    10(AX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(SI), Y10, Y1
+	VFMADD231PS  32(SI)(DX*1), Y10, Y3
+	VFMADD231PS  32(SI)(DX*2), Y10, Y5
+	VFMADD231PS  32(SI)(BX*1), Y10, Y7
+	VPMOVZXBD    2(AX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(SI), Y10, Y1
+	VFMADD231PS  64(SI)(DX*1), Y10, Y3
+	VFMADD231PS  64(SI)(DX*2), Y10, Y5
+	VFMADD231PS  64(SI)(BX*1), Y10, Y7
+	VPMOVZXBD    10(AX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(SI), Y10, Y1
+	VFMADD231PS  96(SI)(DX*1), Y10, Y3
+	VFMADD231PS  96(SI)(DX*2), Y10, Y5
+	VFMADD231PS  96(SI)(BX*1), Y10, Y7
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000012, DI
+	ADDQ         $0x00000012, AX
+	DECQ         R8
+	JNZ          mainK0Step
+
+mainK0Tail:
+	VPERM2F128   $0x20, Y4, Y0, Y8
+	VPERM2F128   $0x31, Y4, Y0, Y0
+	VADDPS       Y0, Y8, Y8
+	VPERM2F128   $0x20, Y5, Y1, Y0
+	VPERM2F128   $0x31, Y5, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERM2F128   $0x20, Y6, Y2, Y1
+	VPERM2F128   $0x31, Y6, Y2, Y2
+	VADDPS       Y2, Y1, Y1
+	VPERM2F128   $0x20, Y7, Y3, Y2
+	VPERM2F128   $0x31, Y7, Y3, Y3
+	VADDPS       Y3, Y2, Y2
+	VSHUFPS      $0x44, Y0, Y8, Y3
+	VSHUFPS      $0xee, Y0, Y8, Y0
+	VADDPS       Y0, Y3, Y3
+	VSHUFPS      $0x44, Y2, Y1, Y0
+	VSHUFPS      $0xee, Y2, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VSHUFPS      $0x88, Y0, Y3, Y1
+	VSHUFPS      $0xdd, Y0, Y3, Y0
+	VADDPS       Y0, Y1, Y1
+	MOVQ         (SP), AX
+	MOVQ         lds+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVLPS      X1, (AX)
+	VMOVHPS      X1, (AX)(CX*1)
+	VEXTRACTF128 $0x01, Y1, X0
+	VMOVLPS      X0, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVHPS      X0, (AX)(CX*1)
+	ADDQ         $0x00000008, (SP)
+	MOVQ         8(SP), AX
+	MOVQ         ldk+80(FP), CX
+	SHLQ         $0x01, CX
+	ADDQ         CX, AX
+	MOVQ         AX, 8(SP)
+	SUBQ         $0x00000002, 16(SP)
+	JMP          main
+
+mainEnd:
+rest:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), SI
+	SHLQ   $0x06, SI
+	MOVQ   24(SP), DI
+	TESTQ  DI, DI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1   (AX)(SI*1)
+	VPBROADCASTW (AX), X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       decodeq4tab<>+64(SB), Y5, Y4
+	VPMOVZXBD    2(AX), Y6
+	VPAND        decodeq4tab<>+96(SB), Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VFMADD213PS  Y4, Y5, Y6
+	VFMADD231PS  (BX), Y6, Y0
+	VFMADD231PS  (BX)(CX*1), Y6, Y1
+	VFMADD231PS  (BX)(CX*2), Y6, Y2
+	VFMADD231PS  (BX)(DX*1), Y6, Y3
+	VPMOVZXBD    10(AX), Y6
+	VPAND        decodeq4tab<>+96(SB), Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VFMADD213PS  Y4, Y5, Y6
+	VFMADD231PS  32(BX), Y6, Y0
+	VFMADD231PS  32(BX)(CX*1), Y6, Y1
+	VFMADD231PS  32(BX)(CX*2), Y6, Y2
+	VFMADD231PS  32(BX)(DX*1), Y6, Y3
+	VPMOVZXBD    2(AX), Y6
+	VPSRLD       $0x04, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VFMADD213PS  Y4, Y5, Y6
+	VFMADD231PS  64(BX), Y6, Y0
+	VFMADD231PS  64(BX)(CX*1), Y6, Y1
+	VFMADD231PS  64(BX)(CX*2), Y6, Y2
+	VFMADD231PS  64(BX)(DX*1), Y6, Y3
+	VPMOVZXBD    10(AX), Y6
+	VPSRLD       $0x04, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VFMADD213PS  Y4, Y5, Y6
+	VFMADD231PS  96(BX), Y6, Y0
+	VFMADD231PS  96(BX)(CX*1), Y6, Y1
+	VFMADD231PS  96(BX)(CX*2), Y6, Y2
+	VFMADD231PS  96(BX)(DX*1), Y6, Y3
+	ADDQ         $0x00000080, BX
+	ADDQ         $0x00000012, AX
+	DECQ         DI
+	JNZ          restK0Step
+
+restK0Tail:
+	VXORPS     Y4, Y4, Y4
+	VPERM2F128 $0x20, Y4, Y0, Y5
+	VPERM2F128 $0x31, Y4, Y0, Y0
+	VADDPS     Y0, Y5, Y5
+	VPERM2F128 $0x20, Y4, Y1, Y0
+	VPERM2F128 $0x31, Y4, Y1, Y1
+	VADDPS     Y1, Y0, Y0
+	VPERM2F128 $0x20, Y4, Y2, Y1
+	VPERM2F128 $0x31, Y4, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y4, Y3, Y2
+	VPERM2F128 $0x31, Y4, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VSHUFPS    $0x44, Y0, Y5, Y3
+	VSHUFPS    $0xee, Y0, Y5, Y0
+	VADDPS     Y0, Y3, Y3
+	VSHUFPS    $0x44, Y2, Y1, Y0
+	VSHUFPS    $0xee, Y2, Y1, Y1
+	VADDPS     Y1, Y0, Y0
+	VSHUFPS    $0x88, Y0, Y3, Y1
+	VSHUFPS    $0xdd, Y0, Y3, Y0
+	VADDPS     Y0, Y1, Y1
+	MOVQ       (SP), AX
+	MOVQ       lds+24(FP), CX
+	SHLQ       $0x02, CX
+	VMOVSS     X1, (AX)
+	VEXTRACTPS $0x01, X1, (AX)(CX*1)
+	VEXTRACTPS $0x02, X1, (AX)(CX*2)
+	LEAQ       (AX)(CX*2), AX
+	VEXTRACTPS $0x03, X1, (AX)(CX*1)
+	ADDQ       $0x00000004, (SP)
+	MOVQ       8(SP), AX
+	MOVQ       ldk+80(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 8(SP)
+	SUBQ       $0x00000001, 16(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresQ4M8AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·scoresQ4M8AVX2(SB), NOSPLIT, $32-104
+	MOVQ s_base+0(FP), AX
+	MOVQ AX, (SP)
+	MOVQ k_base+56(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ n+88(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ d+96(FP), AX
+	SHRQ $0x05, AX
+	MOVQ AX, 24(SP)
+
+main:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (BX)(CX*4), SI
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), DI
+	SHLQ   $0x06, DI
+	MOVQ   24(SP), R8
+	TESTQ  R8, R8
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1   (AX)(DI*1)
+	VPBROADCASTW (AX), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(AX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (BX), Y10, Y0
+	VFMADD231PS  (BX)(CX*1), Y10, Y1
+	VFMADD231PS  (BX)(CX*2), Y10, Y2
+	VFMADD231PS  (BX)(DX*1), Y10, Y3
+	VFMADD231PS  (SI), Y10, Y4
+	VFMADD231PS  (SI)(CX*1), Y10, Y5
+	VFMADD231PS  (SI)(CX*2), Y10, Y6
+	VFMADD231PS  (SI)(DX*1), Y10, Y7
+	VPMOVZXBD    10(AX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(BX), Y10, Y0
+	VFMADD231PS  32(BX)(CX*1), Y10, Y1
+	VFMADD231PS  32(BX)(CX*2), Y10, Y2
+	VFMADD231PS  32(BX)(DX*1), Y10, Y3
+	VFMADD231PS  32(SI), Y10, Y4
+	VFMADD231PS  32(SI)(CX*1), Y10, Y5
+	VFMADD231PS  32(SI)(CX*2), Y10, Y6
+	VFMADD231PS  32(SI)(DX*1), Y10, Y7
+	VPMOVZXBD    2(AX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(BX), Y10, Y0
+	VFMADD231PS  64(BX)(CX*1), Y10, Y1
+	VFMADD231PS  64(BX)(CX*2), Y10, Y2
+	VFMADD231PS  64(BX)(DX*1), Y10, Y3
+	VFMADD231PS  64(SI), Y10, Y4
+	VFMADD231PS  64(SI)(CX*1), Y10, Y5
+	VFMADD231PS  64(SI)(CX*2), Y10, Y6
+	VFMADD231PS  64(SI)(DX*1), Y10, Y7
+	VPMOVZXBD    10(AX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(BX), Y10, Y0
+	VFMADD231PS  96(BX)(CX*1), Y10, Y1
+	VFMADD231PS  96(BX)(CX*2), Y10, Y2
+	VFMADD231PS  96(BX)(DX*1), Y10, Y3
+	VFMADD231PS  96(SI), Y10, Y4
+	VFMADD231PS  96(SI)(CX*1), Y10, Y5
+	VFMADD231PS  96(SI)(CX*2), Y10, Y6
+	VFMADD231PS  96(SI)(DX*1), Y10, Y7
+	ADDQ         $0x00000080, BX
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000012, AX
+	DECQ         R8
+	JNZ          mainK0Step
+
+mainK0Tail:
+	VPERM2F128   $0x20, Y4, Y0, Y8
+	VPERM2F128   $0x31, Y4, Y0, Y0
+	VADDPS       Y0, Y8, Y8
+	VPERM2F128   $0x20, Y5, Y1, Y0
+	VPERM2F128   $0x31, Y5, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERM2F128   $0x20, Y6, Y2, Y1
+	VPERM2F128   $0x31, Y6, Y2, Y2
+	VADDPS       Y2, Y1, Y1
+	VPERM2F128   $0x20, Y7, Y3, Y2
+	VPERM2F128   $0x31, Y7, Y3, Y3
+	VADDPS       Y3, Y2, Y2
+	VSHUFPS      $0x44, Y0, Y8, Y3
+	VSHUFPS      $0xee, Y0, Y8, Y0
+	VADDPS       Y0, Y3, Y3
+	VSHUFPS      $0x44, Y2, Y1, Y0
+	VSHUFPS      $0xee, Y2, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VSHUFPS      $0x88, Y0, Y3, Y1
+	VSHUFPS      $0xdd, Y0, Y3, Y0
+	VADDPS       Y0, Y1, Y1
+	MOVQ         (SP), AX
+	MOVQ         lds+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVSS       X1, (AX)
+	VEXTRACTPS   $0x01, X1, (AX)(CX*1)
+	VEXTRACTPS   $0x02, X1, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), DX
+	VEXTRACTPS   $0x03, X1, (DX)(CX*1)
+	VEXTRACTF128 $0x01, Y1, X0
+	LEAQ         (AX)(CX*4), AX
+	VMOVSS       X0, (AX)
+	VEXTRACTPS   $0x01, X0, (AX)(CX*1)
+	VEXTRACTPS   $0x02, X0, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VEXTRACTPS   $0x03, X0, (AX)(CX*1)
+	ADDQ         $0x00000004, (SP)
+	MOVQ         8(SP), AX
+	MOVQ         ldk+80(FP), CX
+	SHLQ         $0x00, CX
+	ADDQ         CX, AX
+	MOVQ         AX, 8(SP)
+	SUBQ         $0x00000001, 16(SP)
+	JMP          main
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumQ4M1AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·accumQ4M1AVX2(SB), $184-112
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ v_base+64(FP), AX
+	MOVQ AX, 24(SP)
+	MOVQ n+96(FP), AX
+	MOVQ AX, 40(SP)
+
+block:
+	MOVQ       40(SP), AX
+	TESTQ      AX, AX
+	JZ         done
+	MOVQ       $0x00000020, CX
+	CMPQ       AX, CX
+	CMOVQGT    CX, AX
+	MOVQ       AX, 32(SP)
+	MOVQ       16(SP), CX
+	MOVQ       ldp+56(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       AX, DX
+	SUBQ       $0x00000000, DX
+	XORQ       BX, BX
+	CMPQ       DX, BX
+	CMOVQLT    BX, DX
+	MOVQ       $0x00000008, BX
+	CMPQ       DX, BX
+	CMOVQGT    BX, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	LEAQ       decodemask8<>+0(SB), DX
+	VMOVUPS    (DX)(BX*4), Y0
+	MOVQ       AX, DX
+	SUBQ       $0x00000008, DX
+	XORQ       BX, BX
+	CMPQ       DX, BX
+	CMOVQLT    BX, DX
+	MOVQ       $0x00000008, BX
+	CMPQ       DX, BX
+	CMOVQGT    BX, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	LEAQ       decodemask8<>+0(SB), DX
+	VMOVUPS    (DX)(BX*4), Y1
+	MOVQ       AX, DX
+	SUBQ       $0x00000010, DX
+	XORQ       BX, BX
+	CMPQ       DX, BX
+	CMOVQLT    BX, DX
+	MOVQ       $0x00000008, BX
+	CMPQ       DX, BX
+	CMOVQGT    BX, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	LEAQ       decodemask8<>+0(SB), DX
+	VMOVUPS    (DX)(BX*4), Y2
+	SUBQ       $0x00000018, AX
+	XORQ       DX, DX
+	CMPQ       AX, DX
+	CMOVQLT    DX, AX
+	MOVQ       $0x00000008, DX
+	CMPQ       AX, DX
+	CMOVQGT    DX, AX
+	MOVQ       $0x00000008, DX
+	SUBQ       AX, DX
+	LEAQ       decodemask8<>+0(SB), AX
+	VMOVUPS    (AX)(DX*4), Y3
+	VMASKMOVPS (CX), Y0, Y0
+	VMOVUPS    Y0, 56(SP)
+	VMASKMOVPS 32(CX), Y1, Y0
+	VMOVUPS    Y0, 88(SP)
+	VMASKMOVPS 64(CX), Y2, Y0
+	VMOVUPS    Y0, 120(SP)
+	VMASKMOVPS 96(CX), Y3, Y0
+	VMOVUPS    Y0, 152(SP)
+	MOVQ       o_base+0(FP), AX
+	MOVQ       AX, (SP)
+	MOVQ       24(SP), AX
+	MOVQ       AX, 8(SP)
+	MOVQ       d+104(FP), AX
+	SHRQ       $0x03, AX
+	MOVQ       AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000008
+	JL      chunk4
+	MOVQ    (SP), AX
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VMOVUPS 64(AX), Y2
+	VMOVUPS 96(AX), Y3
+	VMOVUPS 128(AX), Y4
+	VMOVUPS 160(AX), Y5
+	VMOVUPS 192(AX), Y6
+	VMOVUPS 224(AX), Y7
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y8
+	VPBROADCASTW (CX), X10
+	VCVTPH2PS    X10, Y10
+	VMULPS       decodeq4tab<>+64(SB), Y10, Y9
+	VPMOVZXBD    2(CX), Y11
+	VPAND        decodeq4tab<>+96(SB), Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VFMADD213PS  Y9, Y10, Y11
+	VFMADD231PS  Y8, Y11, Y0
+	VPMOVZXBD    10(CX), Y11
+	VPAND        decodeq4tab<>+96(SB), Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VFMADD213PS  Y9, Y10, Y11
+	VFMADD231PS  Y8, Y11, Y1
+	VPMOVZXBD    2(CX), Y11
+	VPSRLD       $0x04, Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VFMADD213PS  Y9, Y10, Y11
+	VFMADD231PS  Y8, Y11, Y2
+	VPMOVZXBD    10(CX), Y11
+	VPSRLD       $0x04, Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VFMADD213PS  Y9, Y10, Y11
+	VFMADD231PS  Y8, Y11, Y3
+	VPBROADCASTW 18(CX), X10
+	VCVTPH2PS    X10, Y10
+	VMULPS       decodeq4tab<>+64(SB), Y10, Y9
+	VPMOVZXBD    20(CX), Y11
+	VPAND        decodeq4tab<>+96(SB), Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VFMADD213PS  Y9, Y10, Y11
+	VFMADD231PS  Y8, Y11, Y4
+	VPMOVZXBD    28(CX), Y11
+	VPAND        decodeq4tab<>+96(SB), Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VFMADD213PS  Y9, Y10, Y11
+	VFMADD231PS  Y8, Y11, Y5
+	VPMOVZXBD    20(CX), Y11
+	VPSRLD       $0x04, Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VFMADD213PS  Y9, Y10, Y11
+	VFMADD231PS  Y8, Y11, Y6
+	VPMOVZXBD    28(CX), Y11
+	VPSRLD       $0x04, Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VFMADD213PS  Y9, Y10, Y11
+	VFMADD231PS  Y8, Y11, Y7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys1
+	MOVQ         (SP), AX
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y1, 32(AX)
+	VMOVUPS      Y2, 64(AX)
+	VMOVUPS      Y3, 96(AX)
+	VMOVUPS      Y4, 128(AX)
+	VMOVUPS      Y5, 160(AX)
+	VMOVUPS      Y6, 192(AX)
+	VMOVUPS      Y7, 224(AX)
+	ADDQ         $0x00000100, (SP)
+	ADDQ         $0x00000024, 8(SP)
+	SUBQ         $0x00000008, 48(SP)
+	JMP          full
+
+chunk4:
+	CMPQ    48(SP), $0x00000004
+	JL      chunk2
+	MOVQ    (SP), AX
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VMOVUPS 64(AX), Y2
+	VMOVUPS 96(AX), Y3
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys2:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y4
+	VPBROADCASTW (CX), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       decodeq4tab<>+64(SB), Y6, Y5
+	VPMOVZXBD    2(CX), Y7
+	VPAND        decodeq4tab<>+96(SB), Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VFMADD213PS  Y5, Y6, Y7
+	VFMADD231PS  Y4, Y7, Y0
+	VPMOVZXBD    10(CX), Y7
+	VPAND        decodeq4tab<>+96(SB), Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VFMADD213PS  Y5, Y6, Y7
+	VFMADD231PS  Y4, Y7, Y1
+	VPMOVZXBD    2(CX), Y7
+	VPSRLD       $0x04, Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VFMADD213PS  Y5, Y6, Y7
+	VFMADD231PS  Y4, Y7, Y2
+	VPMOVZXBD    10(CX), Y7
+	VPSRLD       $0x04, Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VFMADD213PS  Y5, Y6, Y7
+	VFMADD231PS  Y4, Y7, Y3
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys2
+	MOVQ         (SP), AX
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y1, 32(AX)
+	VMOVUPS      Y2, 64(AX)
+	VMOVUPS      Y3, 96(AX)
+	ADDQ         $0x00000080, (SP)
+	ADDQ         $0x00000012, 8(SP)
+	SUBQ         $0x00000004, 48(SP)
+
+chunk2:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumQ4M2AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·accumQ4M2AVX2(SB), $312-112
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ v_base+64(FP), AX
+	MOVQ AX, 24(SP)
+	MOVQ n+96(FP), AX
+	MOVQ AX, 40(SP)
+
+block:
+	MOVQ       40(SP), AX
+	TESTQ      AX, AX
+	JZ         done
+	MOVQ       $0x00000020, CX
+	CMPQ       AX, CX
+	CMOVQGT    CX, AX
+	MOVQ       AX, 32(SP)
+	MOVQ       16(SP), CX
+	MOVQ       ldp+56(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       AX, BX
+	SUBQ       $0x00000000, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y0
+	MOVQ       AX, BX
+	SUBQ       $0x00000008, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y1
+	MOVQ       AX, BX
+	SUBQ       $0x00000010, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y2
+	SUBQ       $0x00000018, AX
+	XORQ       BX, BX
+	CMPQ       AX, BX
+	CMOVQLT    BX, AX
+	MOVQ       $0x00000008, BX
+	CMPQ       AX, BX
+	CMOVQGT    BX, AX
+	MOVQ       $0x00000008, BX
+	SUBQ       AX, BX
+	LEAQ       decodemask8<>+0(SB), AX
+	VMOVUPS    (AX)(BX*4), Y3
+	VMASKMOVPS (CX), Y0, Y4
+	VMOVUPS    Y4, 56(SP)
+	VMASKMOVPS 32(CX), Y1, Y4
+	VMOVUPS    Y4, 88(SP)
+	VMASKMOVPS 64(CX), Y2, Y4
+	VMOVUPS    Y4, 120(SP)
+	VMASKMOVPS 96(CX), Y3, Y4
+	VMOVUPS    Y4, 152(SP)
+	VMASKMOVPS (CX)(DX*1), Y0, Y0
+	VMOVUPS    Y0, 184(SP)
+	VMASKMOVPS 32(CX)(DX*1), Y1, Y0
+	VMOVUPS    Y0, 216(SP)
+	VMASKMOVPS 64(CX)(DX*1), Y2, Y0
+	VMOVUPS    Y0, 248(SP)
+	VMASKMOVPS 96(CX)(DX*1), Y3, Y0
+	VMOVUPS    Y0, 280(SP)
+	MOVQ       o_base+0(FP), AX
+	MOVQ       AX, (SP)
+	MOVQ       24(SP), AX
+	MOVQ       AX, 8(SP)
+	MOVQ       d+104(FP), AX
+	SHRQ       $0x03, AX
+	MOVQ       AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000004
+	JL      chunk2
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VMOVUPS 64(AX), Y2
+	VMOVUPS 96(AX), Y3
+	VMOVUPS (AX)(CX*1), Y4
+	VMOVUPS 32(AX)(CX*1), Y5
+	VMOVUPS 64(AX)(CX*1), Y6
+	VMOVUPS 96(AX)(CX*1), Y7
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y8
+	VBROADCASTSS 128(AX), Y9
+	VPBROADCASTW (CX), X11
+	VCVTPH2PS    X11, Y11
+	VMULPS       decodeq4tab<>+64(SB), Y11, Y10
+	VPMOVZXBD    2(CX), Y12
+	VPAND        decodeq4tab<>+96(SB), Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VFMADD213PS  Y10, Y11, Y12
+	VFMADD231PS  Y8, Y12, Y0
+	VFMADD231PS  Y9, Y12, Y4
+	VPMOVZXBD    10(CX), Y12
+	VPAND        decodeq4tab<>+96(SB), Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VFMADD213PS  Y10, Y11, Y12
+	VFMADD231PS  Y8, Y12, Y1
+	VFMADD231PS  Y9, Y12, Y5
+	VPMOVZXBD    2(CX), Y12
+	VPSRLD       $0x04, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VFMADD213PS  Y10, Y11, Y12
+	VFMADD231PS  Y8, Y12, Y2
+	VFMADD231PS  Y9, Y12, Y6
+	VPMOVZXBD    10(CX), Y12
+	VPSRLD       $0x04, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VFMADD213PS  Y10, Y11, Y12
+	VFMADD231PS  Y8, Y12, Y3
+	VFMADD231PS  Y9, Y12, Y7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys1
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y1, 32(AX)
+	VMOVUPS      Y2, 64(AX)
+	VMOVUPS      Y3, 96(AX)
+	VMOVUPS      Y4, (AX)(CX*1)
+	VMOVUPS      Y5, 32(AX)(CX*1)
+	VMOVUPS      Y6, 64(AX)(CX*1)
+	VMOVUPS      Y7, 96(AX)(CX*1)
+	ADDQ         $0x00000080, (SP)
+	ADDQ         $0x00000012, 8(SP)
+	SUBQ         $0x00000004, 48(SP)
+	JMP          full
+
+chunk2:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumQ4M4AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·accumQ4M4AVX2(SB), $568-112
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ v_base+64(FP), AX
+	MOVQ AX, 24(SP)
+	MOVQ n+96(FP), AX
+	MOVQ AX, 40(SP)
+
+block:
+	MOVQ       40(SP), AX
+	TESTQ      AX, AX
+	JZ         done
+	MOVQ       $0x00000020, CX
+	CMPQ       AX, CX
+	CMOVQGT    CX, AX
+	MOVQ       AX, 32(SP)
+	MOVQ       16(SP), CX
+	MOVQ       ldp+56(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       AX, BX
+	SUBQ       $0x00000000, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y0
+	MOVQ       AX, BX
+	SUBQ       $0x00000008, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y1
+	MOVQ       AX, BX
+	SUBQ       $0x00000010, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y2
+	SUBQ       $0x00000018, AX
+	XORQ       BX, BX
+	CMPQ       AX, BX
+	CMOVQLT    BX, AX
+	MOVQ       $0x00000008, BX
+	CMPQ       AX, BX
+	CMOVQGT    BX, AX
+	MOVQ       $0x00000008, BX
+	SUBQ       AX, BX
+	LEAQ       decodemask8<>+0(SB), AX
+	VMOVUPS    (AX)(BX*4), Y3
+	VMASKMOVPS (CX), Y0, Y4
+	VMOVUPS    Y4, 56(SP)
+	VMASKMOVPS 32(CX), Y1, Y4
+	VMOVUPS    Y4, 88(SP)
+	VMASKMOVPS 64(CX), Y2, Y4
+	VMOVUPS    Y4, 120(SP)
+	VMASKMOVPS 96(CX), Y3, Y4
+	VMOVUPS    Y4, 152(SP)
+	VMASKMOVPS (CX)(DX*1), Y0, Y4
+	VMOVUPS    Y4, 184(SP)
+	VMASKMOVPS 32(CX)(DX*1), Y1, Y4
+	VMOVUPS    Y4, 216(SP)
+	VMASKMOVPS 64(CX)(DX*1), Y2, Y4
+	VMOVUPS    Y4, 248(SP)
+	VMASKMOVPS 96(CX)(DX*1), Y3, Y4
+	VMOVUPS    Y4, 280(SP)
+	VMASKMOVPS (CX)(DX*2), Y0, Y4
+	VMOVUPS    Y4, 312(SP)
+	VMASKMOVPS 32(CX)(DX*2), Y1, Y4
+	VMOVUPS    Y4, 344(SP)
+	VMASKMOVPS 64(CX)(DX*2), Y2, Y4
+	VMOVUPS    Y4, 376(SP)
+	VMASKMOVPS 96(CX)(DX*2), Y3, Y4
+	VMOVUPS    Y4, 408(SP)
+	LEAQ       (CX)(DX*2), AX
+	VMASKMOVPS (AX)(DX*1), Y0, Y0
+	VMOVUPS    Y0, 440(SP)
+	VMASKMOVPS 32(AX)(DX*1), Y1, Y0
+	VMOVUPS    Y0, 472(SP)
+	VMASKMOVPS 64(AX)(DX*1), Y2, Y0
+	VMOVUPS    Y0, 504(SP)
+	VMASKMOVPS 96(AX)(DX*1), Y3, Y0
+	VMOVUPS    Y0, 536(SP)
+	MOVQ       o_base+0(FP), AX
+	MOVQ       AX, (SP)
+	MOVQ       24(SP), AX
+	MOVQ       AX, 8(SP)
+	MOVQ       d+104(FP), AX
+	SHRQ       $0x03, AX
+	MOVQ       AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000004
+	JL      chunk2
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VMOVUPS (AX)(CX*1), Y2
+	VMOVUPS 32(AX)(CX*1), Y3
+	VMOVUPS (AX)(CX*2), Y4
+	VMOVUPS 32(AX)(CX*2), Y5
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS (AX)(CX*1), Y6
+	VMOVUPS 32(AX)(CX*1), Y7
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y8
+	VBROADCASTSS 128(AX), Y9
+	VBROADCASTSS 256(AX), Y10
+	VBROADCASTSS 384(AX), Y11
+	VPBROADCASTW (CX), X13
+	VCVTPH2PS    X13, Y13
+	VMULPS       decodeq4tab<>+64(SB), Y13, Y12
+	VPMOVZXBD    2(CX), Y14
+	VPAND        decodeq4tab<>+96(SB), Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VFMADD213PS  Y12, Y13, Y14
+	VFMADD231PS  Y8, Y14, Y0
+	VFMADD231PS  Y9, Y14, Y2
+	VFMADD231PS  Y10, Y14, Y4
+	VFMADD231PS  Y11, Y14, Y6
+	VPMOVZXBD    10(CX), Y14
+	VPAND        decodeq4tab<>+96(SB), Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VFMADD213PS  Y12, Y13, Y14
+	VFMADD231PS  Y8, Y14, Y1
+	VFMADD231PS  Y9, Y14, Y3
+	VFMADD231PS  Y10, Y14, Y5
+	VFMADD231PS  Y11, Y14, Y7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys1
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y1, 32(AX)
+	VMOVUPS      Y2, (AX)(CX*1)
+	VMOVUPS      Y3, 32(AX)(CX*1)
+	VMOVUPS      Y4, (AX)(CX*2)
+	VMOVUPS      Y5, 32(AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Y6, (AX)(CX*1)
+	VMOVUPS      Y7, 32(AX)(CX*1)
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      64(AX), Y0
+	VMOVUPS      96(AX), Y1
+	VMOVUPS      64(AX)(CX*1), Y2
+	VMOVUPS      96(AX)(CX*1), Y3
+	VMOVUPS      64(AX)(CX*2), Y4
+	VMOVUPS      96(AX)(CX*2), Y5
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      64(AX)(CX*1), Y6
+	VMOVUPS      96(AX)(CX*1), Y7
+	LEAQ         56(SP), AX
+	MOVQ         8(SP), CX
+	MOVQ         ldv+88(FP), DX
+	MOVQ         DX, BX
+	SHLQ         $0x05, BX
+	MOVQ         32(SP), SI
+
+keys2:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y8
+	VBROADCASTSS 128(AX), Y9
+	VBROADCASTSS 256(AX), Y10
+	VBROADCASTSS 384(AX), Y11
+	VPBROADCASTW (CX), X13
+	VCVTPH2PS    X13, Y13
+	VMULPS       decodeq4tab<>+64(SB), Y13, Y12
+	VPMOVZXBD    2(CX), Y14
+	VPSRLD       $0x04, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VFMADD213PS  Y12, Y13, Y14
+	VFMADD231PS  Y8, Y14, Y0
+	VFMADD231PS  Y9, Y14, Y2
+	VFMADD231PS  Y10, Y14, Y4
+	VFMADD231PS  Y11, Y14, Y6
+	VPMOVZXBD    10(CX), Y14
+	VPSRLD       $0x04, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VFMADD213PS  Y12, Y13, Y14
+	VFMADD231PS  Y8, Y14, Y1
+	VFMADD231PS  Y9, Y14, Y3
+	VFMADD231PS  Y10, Y14, Y5
+	VFMADD231PS  Y11, Y14, Y7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys2
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Y0, 64(AX)
+	VMOVUPS      Y1, 96(AX)
+	VMOVUPS      Y2, 64(AX)(CX*1)
+	VMOVUPS      Y3, 96(AX)(CX*1)
+	VMOVUPS      Y4, 64(AX)(CX*2)
+	VMOVUPS      Y5, 96(AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Y6, 64(AX)(CX*1)
+	VMOVUPS      Y7, 96(AX)(CX*1)
+	ADDQ         $0x00000080, (SP)
+	ADDQ         $0x00000012, 8(SP)
+	SUBQ         $0x00000004, 48(SP)
+	JMP          full
+
+chunk2:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumQ4M8AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·accumQ4M8AVX2(SB), $1080-112
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ v_base+64(FP), AX
+	MOVQ AX, 24(SP)
+	MOVQ n+96(FP), AX
+	MOVQ AX, 40(SP)
+
+block:
+	MOVQ       40(SP), AX
+	TESTQ      AX, AX
+	JZ         done
+	MOVQ       $0x00000020, CX
+	CMPQ       AX, CX
+	CMOVQGT    CX, AX
+	MOVQ       AX, 32(SP)
+	MOVQ       16(SP), CX
+	MOVQ       ldp+56(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       AX, BX
+	SUBQ       $0x00000000, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y0
+	MOVQ       AX, BX
+	SUBQ       $0x00000008, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y1
+	MOVQ       AX, BX
+	SUBQ       $0x00000010, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y2
+	SUBQ       $0x00000018, AX
+	XORQ       BX, BX
+	CMPQ       AX, BX
+	CMOVQLT    BX, AX
+	MOVQ       $0x00000008, BX
+	CMPQ       AX, BX
+	CMOVQGT    BX, AX
+	MOVQ       $0x00000008, BX
+	SUBQ       AX, BX
+	LEAQ       decodemask8<>+0(SB), AX
+	VMOVUPS    (AX)(BX*4), Y3
+	VMASKMOVPS (CX), Y0, Y4
+	VMOVUPS    Y4, 56(SP)
+	VMASKMOVPS 32(CX), Y1, Y4
+	VMOVUPS    Y4, 88(SP)
+	VMASKMOVPS 64(CX), Y2, Y4
+	VMOVUPS    Y4, 120(SP)
+	VMASKMOVPS 96(CX), Y3, Y4
+	VMOVUPS    Y4, 152(SP)
+	VMASKMOVPS (CX)(DX*1), Y0, Y4
+	VMOVUPS    Y4, 184(SP)
+	VMASKMOVPS 32(CX)(DX*1), Y1, Y4
+	VMOVUPS    Y4, 216(SP)
+	VMASKMOVPS 64(CX)(DX*1), Y2, Y4
+	VMOVUPS    Y4, 248(SP)
+	VMASKMOVPS 96(CX)(DX*1), Y3, Y4
+	VMOVUPS    Y4, 280(SP)
+	VMASKMOVPS (CX)(DX*2), Y0, Y4
+	VMOVUPS    Y4, 312(SP)
+	VMASKMOVPS 32(CX)(DX*2), Y1, Y4
+	VMOVUPS    Y4, 344(SP)
+	VMASKMOVPS 64(CX)(DX*2), Y2, Y4
+	VMOVUPS    Y4, 376(SP)
+	VMASKMOVPS 96(CX)(DX*2), Y3, Y4
+	VMOVUPS    Y4, 408(SP)
+	LEAQ       (CX)(DX*2), AX
+	VMASKMOVPS (AX)(DX*1), Y0, Y4
+	VMOVUPS    Y4, 440(SP)
+	VMASKMOVPS 32(AX)(DX*1), Y1, Y4
+	VMOVUPS    Y4, 472(SP)
+	VMASKMOVPS 64(AX)(DX*1), Y2, Y4
+	VMOVUPS    Y4, 504(SP)
+	VMASKMOVPS 96(AX)(DX*1), Y3, Y4
+	VMOVUPS    Y4, 536(SP)
+	LEAQ       (CX)(DX*4), AX
+	VMASKMOVPS (AX), Y0, Y4
+	VMOVUPS    Y4, 568(SP)
+	VMASKMOVPS 32(AX), Y1, Y4
+	VMOVUPS    Y4, 600(SP)
+	VMASKMOVPS 64(AX), Y2, Y4
+	VMOVUPS    Y4, 632(SP)
+	VMASKMOVPS 96(AX), Y3, Y4
+	VMOVUPS    Y4, 664(SP)
+	VMASKMOVPS (AX)(DX*1), Y0, Y4
+	VMOVUPS    Y4, 696(SP)
+	VMASKMOVPS 32(AX)(DX*1), Y1, Y4
+	VMOVUPS    Y4, 728(SP)
+	VMASKMOVPS 64(AX)(DX*1), Y2, Y4
+	VMOVUPS    Y4, 760(SP)
+	VMASKMOVPS 96(AX)(DX*1), Y3, Y4
+	VMOVUPS    Y4, 792(SP)
+	VMASKMOVPS (AX)(DX*2), Y0, Y4
+	VMOVUPS    Y4, 824(SP)
+	VMASKMOVPS 32(AX)(DX*2), Y1, Y4
+	VMOVUPS    Y4, 856(SP)
+	VMASKMOVPS 64(AX)(DX*2), Y2, Y4
+	VMOVUPS    Y4, 888(SP)
+	VMASKMOVPS 96(AX)(DX*2), Y3, Y4
+	VMOVUPS    Y4, 920(SP)
+	LEAQ       (AX)(DX*2), AX
+	VMASKMOVPS (AX)(DX*1), Y0, Y0
+	VMOVUPS    Y0, 952(SP)
+	VMASKMOVPS 32(AX)(DX*1), Y1, Y0
+	VMOVUPS    Y0, 984(SP)
+	VMASKMOVPS 64(AX)(DX*1), Y2, Y0
+	VMOVUPS    Y0, 1016(SP)
+	VMASKMOVPS 96(AX)(DX*1), Y3, Y0
+	VMOVUPS    Y0, 1048(SP)
+	MOVQ       o_base+0(FP), AX
+	MOVQ       AX, (SP)
+	MOVQ       24(SP), AX
+	MOVQ       AX, 8(SP)
+	MOVQ       d+104(FP), AX
+	SHRQ       $0x03, AX
+	MOVQ       AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000004
+	JL      chunk2
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Y0
+	VMOVUPS (AX)(CX*1), Y1
+	VMOVUPS (AX)(CX*2), Y2
+	LEAQ    (AX)(CX*2), DX
+	VMOVUPS (DX)(CX*1), Y3
+	LEAQ    (AX)(CX*4), AX
+	VMOVUPS (AX), Y4
+	VMOVUPS (AX)(CX*1), Y5
+	VMOVUPS (AX)(CX*2), Y6
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS (AX)(CX*1), Y7
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1   (CX)(BX*1)
+	VPBROADCASTW (CX), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(CX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VBROADCASTSS (AX), Y8
+	VFMADD231PS  Y8, Y10, Y0
+	VBROADCASTSS 128(AX), Y8
+	VFMADD231PS  Y8, Y10, Y1
+	VBROADCASTSS 256(AX), Y8
+	VFMADD231PS  Y8, Y10, Y2
+	VBROADCASTSS 384(AX), Y8
+	VFMADD231PS  Y8, Y10, Y3
+	VBROADCASTSS 512(AX), Y8
+	VFMADD231PS  Y8, Y10, Y4
+	VBROADCASTSS 640(AX), Y8
+	VFMADD231PS  Y8, Y10, Y5
+	VBROADCASTSS 768(AX), Y8
+	VFMADD231PS  Y8, Y10, Y6
+	VBROADCASTSS 896(AX), Y8
+	VFMADD231PS  Y8, Y10, Y7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys1
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y1, (AX)(CX*1)
+	VMOVUPS      Y2, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), DX
+	VMOVUPS      Y3, (DX)(CX*1)
+	LEAQ         (AX)(CX*4), AX
+	VMOVUPS      Y4, (AX)
+	VMOVUPS      Y5, (AX)(CX*1)
+	VMOVUPS      Y6, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Y7, (AX)(CX*1)
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      32(AX), Y0
+	VMOVUPS      32(AX)(CX*1), Y1
+	VMOVUPS      32(AX)(CX*2), Y2
+	LEAQ         (AX)(CX*2), DX
+	VMOVUPS      32(DX)(CX*1), Y3
+	LEAQ         (AX)(CX*4), AX
+	VMOVUPS      32(AX), Y4
+	VMOVUPS      32(AX)(CX*1), Y5
+	VMOVUPS      32(AX)(CX*2), Y6
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      32(AX)(CX*1), Y7
+	LEAQ         56(SP), AX
+	MOVQ         8(SP), CX
+	MOVQ         ldv+88(FP), DX
+	MOVQ         DX, BX
+	SHLQ         $0x05, BX
+	MOVQ         32(SP), SI
+
+keys2:
+	PREFETCHT1   (CX)(BX*1)
+	VPBROADCASTW (CX), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    10(CX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VBROADCASTSS (AX), Y8
+	VFMADD231PS  Y8, Y10, Y0
+	VBROADCASTSS 128(AX), Y8
+	VFMADD231PS  Y8, Y10, Y1
+	VBROADCASTSS 256(AX), Y8
+	VFMADD231PS  Y8, Y10, Y2
+	VBROADCASTSS 384(AX), Y8
+	VFMADD231PS  Y8, Y10, Y3
+	VBROADCASTSS 512(AX), Y8
+	VFMADD231PS  Y8, Y10, Y4
+	VBROADCASTSS 640(AX), Y8
+	VFMADD231PS  Y8, Y10, Y5
+	VBROADCASTSS 768(AX), Y8
+	VFMADD231PS  Y8, Y10, Y6
+	VBROADCASTSS 896(AX), Y8
+	VFMADD231PS  Y8, Y10, Y7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys2
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Y0, 32(AX)
+	VMOVUPS      Y1, 32(AX)(CX*1)
+	VMOVUPS      Y2, 32(AX)(CX*2)
+	LEAQ         (AX)(CX*2), DX
+	VMOVUPS      Y3, 32(DX)(CX*1)
+	LEAQ         (AX)(CX*4), AX
+	VMOVUPS      Y4, 32(AX)
+	VMOVUPS      Y5, 32(AX)(CX*1)
+	VMOVUPS      Y6, 32(AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Y7, 32(AX)(CX*1)
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      64(AX), Y0
+	VMOVUPS      64(AX)(CX*1), Y1
+	VMOVUPS      64(AX)(CX*2), Y2
+	LEAQ         (AX)(CX*2), DX
+	VMOVUPS      64(DX)(CX*1), Y3
+	LEAQ         (AX)(CX*4), AX
+	VMOVUPS      64(AX), Y4
+	VMOVUPS      64(AX)(CX*1), Y5
+	VMOVUPS      64(AX)(CX*2), Y6
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      64(AX)(CX*1), Y7
+	LEAQ         56(SP), AX
+	MOVQ         8(SP), CX
+	MOVQ         ldv+88(FP), DX
+	MOVQ         DX, BX
+	SHLQ         $0x05, BX
+	MOVQ         32(SP), SI
+
+keys3:
+	PREFETCHT1   (CX)(BX*1)
+	VPBROADCASTW (CX), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(CX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VBROADCASTSS (AX), Y8
+	VFMADD231PS  Y8, Y10, Y0
+	VBROADCASTSS 128(AX), Y8
+	VFMADD231PS  Y8, Y10, Y1
+	VBROADCASTSS 256(AX), Y8
+	VFMADD231PS  Y8, Y10, Y2
+	VBROADCASTSS 384(AX), Y8
+	VFMADD231PS  Y8, Y10, Y3
+	VBROADCASTSS 512(AX), Y8
+	VFMADD231PS  Y8, Y10, Y4
+	VBROADCASTSS 640(AX), Y8
+	VFMADD231PS  Y8, Y10, Y5
+	VBROADCASTSS 768(AX), Y8
+	VFMADD231PS  Y8, Y10, Y6
+	VBROADCASTSS 896(AX), Y8
+	VFMADD231PS  Y8, Y10, Y7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys3
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Y0, 64(AX)
+	VMOVUPS      Y1, 64(AX)(CX*1)
+	VMOVUPS      Y2, 64(AX)(CX*2)
+	LEAQ         (AX)(CX*2), DX
+	VMOVUPS      Y3, 64(DX)(CX*1)
+	LEAQ         (AX)(CX*4), AX
+	VMOVUPS      Y4, 64(AX)
+	VMOVUPS      Y5, 64(AX)(CX*1)
+	VMOVUPS      Y6, 64(AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Y7, 64(AX)(CX*1)
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      96(AX), Y0
+	VMOVUPS      96(AX)(CX*1), Y1
+	VMOVUPS      96(AX)(CX*2), Y2
+	LEAQ         (AX)(CX*2), DX
+	VMOVUPS      96(DX)(CX*1), Y3
+	LEAQ         (AX)(CX*4), AX
+	VMOVUPS      96(AX), Y4
+	VMOVUPS      96(AX)(CX*1), Y5
+	VMOVUPS      96(AX)(CX*2), Y6
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      96(AX)(CX*1), Y7
+	LEAQ         56(SP), AX
+	MOVQ         8(SP), CX
+	MOVQ         ldv+88(FP), DX
+	MOVQ         DX, BX
+	SHLQ         $0x05, BX
+	MOVQ         32(SP), SI
+
+keys4:
+	PREFETCHT1   (CX)(BX*1)
+	VPBROADCASTW (CX), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    10(CX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VBROADCASTSS (AX), Y8
+	VFMADD231PS  Y8, Y10, Y0
+	VBROADCASTSS 128(AX), Y8
+	VFMADD231PS  Y8, Y10, Y1
+	VBROADCASTSS 256(AX), Y8
+	VFMADD231PS  Y8, Y10, Y2
+	VBROADCASTSS 384(AX), Y8
+	VFMADD231PS  Y8, Y10, Y3
+	VBROADCASTSS 512(AX), Y8
+	VFMADD231PS  Y8, Y10, Y4
+	VBROADCASTSS 640(AX), Y8
+	VFMADD231PS  Y8, Y10, Y5
+	VBROADCASTSS 768(AX), Y8
+	VFMADD231PS  Y8, Y10, Y6
+	VBROADCASTSS 896(AX), Y8
+	VFMADD231PS  Y8, Y10, Y7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys4
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Y0, 96(AX)
+	VMOVUPS      Y1, 96(AX)(CX*1)
+	VMOVUPS      Y2, 96(AX)(CX*2)
+	LEAQ         (AX)(CX*2), DX
+	VMOVUPS      Y3, 96(DX)(CX*1)
+	LEAQ         (AX)(CX*4), AX
+	VMOVUPS      Y4, 96(AX)
+	VMOVUPS      Y5, 96(AX)(CX*1)
+	VMOVUPS      Y6, 96(AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Y7, 96(AX)(CX*1)
+	ADDQ         $0x00000080, (SP)
+	ADDQ         $0x00000012, 8(SP)
 	SUBQ         $0x00000004, 48(SP)
 	JMP          full
 

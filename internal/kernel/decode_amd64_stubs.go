@@ -244,6 +244,66 @@ func accumQ8M8AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv i
 //go:noescape
 func accumQ8M16AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
 
+// scoresQ4M1AVX512 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 1, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresQ4M1AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// scoresQ4M2AVX512 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 2, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresQ4M2AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// scoresQ4M4AVX512 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 4, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresQ4M4AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// scoresQ4M8AVX512 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 8, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresQ4M8AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// scoresQ4M16AVX512 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 16, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresQ4M16AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// accumQ4M1AVX512 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 1, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumQ4M1AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// accumQ4M2AVX512 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 2, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumQ4M2AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// accumQ4M4AVX512 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 4, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumQ4M4AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// accumQ4M8AVX512 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 8, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumQ4M8AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// accumQ4M16AVX512 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 16, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumQ4M16AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
 // readSumAVX512 returns the wrapping sum of the little-endian uint32 words of b;
 // len(b) is a multiple of 256.
 //
@@ -441,6 +501,54 @@ func accumQ8M4AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int
 //
 //go:noescape
 func accumQ8M8AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// scoresQ4M1AVX2 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 1, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresQ4M1AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// scoresQ4M2AVX2 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 2, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresQ4M2AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// scoresQ4M4AVX2 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 4, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresQ4M4AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// scoresQ4M8AVX2 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 8, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresQ4M8AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// accumQ4M1AVX2 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 1, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumQ4M1AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// accumQ4M2AVX2 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 2, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumQ4M2AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// accumQ4M4AVX2 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 4, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumQ4M4AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// accumQ4M8AVX2 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 8, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumQ4M8AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
 
 // readSumAVX2 returns the wrapping sum of the little-endian uint32 words of b;
 // len(b) is a multiple of 256.

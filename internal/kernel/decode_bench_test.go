@@ -13,7 +13,7 @@ import (
 // BenchmarkDecode measures the decode kernels on a KV cache much larger
 // than the last-level cache (by default 4 KV heads of 128 dims and as many
 // keys as make 128 MiB of K and as much of V: 65536 keys in float32,
-// 131072 in bf16/fp16, 245760 in q8_0) against a plain read of the same
+// 131072 in bf16/fp16, 245760 in q8_0, 465920 in q4_0) against a plain read of the same
 // bytes (ReadSum), the two timed alternately within each iteration so
 // that both see the same machine load. It reports
 //
@@ -52,6 +52,8 @@ func BenchmarkDecode(b *testing.B) {
 				row = 2 * dim
 			case cacheQ8:
 				row = Q8RowBytes(dim)
+			case cacheQ4:
+				row = Q4RowBytes(dim)
 			}
 			n = (128 << 20) / heads / row &^ 1023
 		}
@@ -72,7 +74,7 @@ type benchCache struct {
 	typ              cacheType
 	heads, keys, dim int
 	interleaved      bool
-	k, v             any    // []float32, []uint16 or []byte
+	k, v             any    // []float32, []uint16 or []byte (q8_0, q4_0)
 	kb, vb           []byte // the same memory as bytes
 	unit             int    // bytes per element of the slices
 	row              int    // row length in elements of the slices
@@ -104,13 +106,17 @@ func newBenchCache(typ cacheType, heads, keys, dim int, interleaved bool) *bench
 			c.unit, c.row = 2, dim
 			return s, unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), 2*len(s))
 		}
-		rb := Q8RowBytes(dim)
+		rowBytes, quantize := Q8RowBytes, QuantizeQ8
+		if typ == cacheQ4 {
+			rowBytes, quantize = Q4RowBytes, QuantizeQ4
+		}
+		rb := rowBytes(dim)
 		s := make([]byte, n*rb)
 		for j := 0; j < n; j++ {
 			for i := range x {
 				x[i] = r.Float32() - 0.5
 			}
-			if err := QuantizeQ8(s[j*rb:(j+1)*rb], x); err != nil {
+			if err := quantize(s[j*rb:(j+1)*rb], x); err != nil {
 				panic(err)
 			}
 		}
@@ -257,7 +263,11 @@ func (c *benchCache) scores(dk Decode, s []float32, lds int, q []float32, m, off
 			dk.ScoresF16(s, lds, q, m, k[off:], ld, n, d)
 		}
 	case []byte:
-		dk.ScoresQ8(s, lds, q, m, k[off:], ld, n, d)
+		if c.typ == cacheQ4 {
+			dk.ScoresQ4(s, lds, q, m, k[off:], ld, n, d)
+		} else {
+			dk.ScoresQ8(s, lds, q, m, k[off:], ld, n, d)
+		}
 	}
 }
 
@@ -272,6 +282,10 @@ func (c *benchCache) accum(dk Decode, o []float32, ldo int, p []float32, ldp, m,
 			dk.AccumF16(o, ldo, p, ldp, m, v[off:], ld, n, d)
 		}
 	case []byte:
-		dk.AccumQ8(o, ldo, p, ldp, m, v[off:], ld, n, d)
+		if c.typ == cacheQ4 {
+			dk.AccumQ4(o, ldo, p, ldp, m, v[off:], ld, n, d)
+		} else {
+			dk.AccumQ8(o, ldo, p, ldp, m, v[off:], ld, n, d)
+		}
 	}
 }

@@ -8,20 +8,18 @@ import "encoding/binary"
 // assembly kernels' self-check.
 var GenericDecode = Decode{
 	Name:       "generic",
-	ScoresF32:  scoresGeneric("ScoresF32", widenF32, elemRow),
-	ScoresBF16: scoresGeneric("ScoresBF16", bf16ToF32Generic, elemRow),
-	ScoresF16:  scoresGeneric("ScoresF16", f16ToF32Generic, elemRow),
-	ScoresQ8:   scoresGeneric("ScoresQ8", widenQ8, Q8RowBytes),
-	AccumF32:   accumGeneric("AccumF32", widenF32, elemRow),
-	AccumBF16:  accumGeneric("AccumBF16", bf16ToF32Generic, elemRow),
-	AccumF16:   accumGeneric("AccumF16", f16ToF32Generic, elemRow),
-	AccumQ8:    accumGeneric("AccumQ8", widenQ8, Q8RowBytes),
+	ScoresF32:  scoresGeneric("ScoresF32", widenF32, formatElem),
+	ScoresBF16: scoresGeneric("ScoresBF16", bf16ToF32Generic, formatElem),
+	ScoresF16:  scoresGeneric("ScoresF16", f16ToF32Generic, formatElem),
+	ScoresQ8:   scoresGeneric("ScoresQ8", widenQ8, formatQ8),
+	ScoresQ4:   scoresGeneric("ScoresQ4", widenQ4, formatQ4),
+	AccumF32:   accumGeneric("AccumF32", widenF32, formatElem),
+	AccumBF16:  accumGeneric("AccumBF16", bf16ToF32Generic, formatElem),
+	AccumF16:   accumGeneric("AccumF16", f16ToF32Generic, formatElem),
+	AccumQ8:    accumGeneric("AccumQ8", widenQ8, formatQ8),
+	AccumQ4:    accumGeneric("AccumQ4", widenQ4, formatQ4),
 	ReadSum:    readSumGeneric,
 }
-
-// elemRow is the length of a row of d values for the element types:
-// d elements.
-func elemRow(d int) int { return d }
 
 func widenF32(dst, src []float32) { copy(dst, src) }
 
@@ -45,11 +43,10 @@ func rowBuf(arr *[256]float32, d int) []float32 {
 	return make([]float32, d)
 }
 
-func scoresGeneric[T any](name string, widen func(dst []float32, src []T), rowLen func(d int) int) func(s []float32, lds int, q []float32, m int, k []T, ldk, n, d int) {
+func scoresGeneric[T any](name string, widen func(dst []float32, src []T), f cacheFormat) func(s []float32, lds int, q []float32, m int, k []T, ldk, n, d int) {
+	rowLen := f.rowLen
 	return func(s []float32, lds int, q []float32, m int, k []T, ldk, n, d int) {
-		if _, isQ8 := any(k).([]byte); isQ8 {
-			checkQ8Dim(name, d)
-		}
+		f.checkDim(name, d)
 		checkScores(name, s, lds, q, m, len(k), ldk, n, d, rowLen(d))
 		var arr [256]float32
 		kr := rowBuf(&arr, d)
@@ -67,11 +64,10 @@ func scoresGeneric[T any](name string, widen func(dst []float32, src []T), rowLe
 	}
 }
 
-func accumGeneric[T any](name string, widen func(dst []float32, src []T), rowLen func(d int) int) func(o []float32, ldo int, p []float32, ldp, m int, v []T, ldv, n, d int) {
+func accumGeneric[T any](name string, widen func(dst []float32, src []T), f cacheFormat) func(o []float32, ldo int, p []float32, ldp, m int, v []T, ldv, n, d int) {
+	rowLen := f.rowLen
 	return func(o []float32, ldo int, p []float32, ldp, m int, v []T, ldv, n, d int) {
-		if _, isQ8 := any(v).([]byte); isQ8 {
-			checkQ8Dim(name, d)
-		}
+		f.checkDim(name, d)
 		checkAccum(name, o, ldo, p, ldp, m, len(v), ldv, n, d, rowLen(d))
 		var arr [256]float32
 		vr := rowBuf(&arr, d)

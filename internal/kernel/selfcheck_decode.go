@@ -10,7 +10,7 @@ import (
 // on in development: a set that disagrees is not used. The shapes reach
 // every row tile (31 rows = 16+8+4+2+1), keys that are not a multiple of
 // any tile (37) and a head dimension with a tail for both vector widths
-// (45; q8_0: 96), with padded strides. The tolerance is 1e-5·Σ|terms|
+// (45; q8_0 and q4_0: 96), with padded strides. The tolerance is 1e-5·Σ|terms|
 // per element, which two float32 sums of at most 45 terms in any order
 // always meet (each is within 45·2⁻²⁴·Σ|terms| of the exact sum).
 func selfCheckDecode(dk Decode) (err error) {
@@ -21,9 +21,9 @@ func selfCheckDecode(dk Decode) (err error) {
 	}()
 	const m, n, ldx = 31, 37, 41 // ldx: stride of S (>= n) and of P
 	g := GenericDecode
-	for _, e := range []string{"f32", "bf16", "f16", "q8"} {
+	for _, e := range []string{"f32", "bf16", "f16", "q8", "q4"} {
 		d := 45
-		if e == "q8" {
+		if e == "q8" || e == "q4" {
 			d = 96
 		}
 		ldc := d + 3 // cache row stride, elements (q8: bytes)
@@ -63,22 +63,28 @@ func selfCheckDecode(dk Decode) (err error) {
 			scoresRef = func(s []float32, lds int, q []float32, m int) { sr(s, lds, q, m, k, ldc, n, d) }
 			accum = func(o []float32, ldo int, p []float32, ldp, m int) { ak(o, ldo, p, ldp, m, k, ldc, n, d) }
 			accumRef = func(o []float32, ldo int, p []float32, ldp, m int) { ar(o, ldo, p, ldp, m, k, ldc, n, d) }
-		case "q8":
-			ldc = Q8RowBytes(d) + 5
+		case "q8", "q4":
+			rowBytes, quantize, dequantize := Q8RowBytes, QuantizeQ8, DequantizeQ8
+			sk, sr, ak, ar := dk.ScoresQ8, g.ScoresQ8, dk.AccumQ8, g.AccumQ8
+			if e == "q4" {
+				rowBytes, quantize, dequantize = Q4RowBytes, QuantizeQ4, DequantizeQ4
+				sk, sr, ak, ar = dk.ScoresQ4, g.ScoresQ4, dk.AccumQ4, g.AccumQ4
+			}
+			ldc = rowBytes(d) + 5
 			k := make([]byte, n*ldc)
 			for j := 0; j < n; j++ {
-				row := k[j*ldc : j*ldc+Q8RowBytes(d)]
-				if err := QuantizeQ8(row, kf[j*d:(j+1)*d]); err != nil {
+				row := k[j*ldc : j*ldc+rowBytes(d)]
+				if err := quantize(row, kf[j*d:(j+1)*d]); err != nil {
 					return err
 				}
-				if err := DequantizeQ8(kf[j*d:(j+1)*d], row); err != nil {
+				if err := dequantize(kf[j*d:(j+1)*d], row); err != nil {
 					return err
 				}
 			}
-			scores = func(s []float32, lds int, q []float32, m int) { dk.ScoresQ8(s, lds, q, m, k, ldc, n, d) }
-			scoresRef = func(s []float32, lds int, q []float32, m int) { g.ScoresQ8(s, lds, q, m, k, ldc, n, d) }
-			accum = func(o []float32, ldo int, p []float32, ldp, m int) { dk.AccumQ8(o, ldo, p, ldp, m, k, ldc, n, d) }
-			accumRef = func(o []float32, ldo int, p []float32, ldp, m int) { g.AccumQ8(o, ldo, p, ldp, m, k, ldc, n, d) }
+			scores = func(s []float32, lds int, q []float32, m int) { sk(s, lds, q, m, k, ldc, n, d) }
+			scoresRef = func(s []float32, lds int, q []float32, m int) { sr(s, lds, q, m, k, ldc, n, d) }
+			accum = func(o []float32, ldo int, p []float32, ldp, m int) { ak(o, ldo, p, ldp, m, k, ldc, n, d) }
+			accumRef = func(o []float32, ldo int, p []float32, ldp, m int) { ar(o, ldo, p, ldp, m, k, ldc, n, d) }
 		}
 		abs := func(x []float32) []float32 {
 			y := make([]float32, len(x))

@@ -307,6 +307,37 @@ func TestSelfCheckDecodeRejectsBroken(t *testing.T) {
 				g.AccumQ8(o, ldo, p, ldp, m, one, ldv, n, d)
 			}
 		}},
+		{"Scoresq4", "swaps the nibbles of the codes", func(dk *Decode) {
+			dk.ScoresQ4 = func(s []float32, lds int, q []float32, m int, k []byte, ldk, n, d int) {
+				sw := append([]byte(nil), k...)
+				for j := 0; j < n; j++ {
+					for b := 0; b < d/Q4Block; b++ {
+						codes := sw[j*ldk+b*Q4BlockBytes+2 : j*ldk+(b+1)*Q4BlockBytes]
+						for i, c := range codes {
+							codes[i] = c<<4 | c>>4
+						}
+					}
+				}
+				g.ScoresQ4(s, lds, q, m, sw, ldk, n, d)
+			}
+		}},
+		{"Accumq4", "forgets the offset 8 of the codes", func(dk *Decode) {
+			dk.AccumQ4 = func(o []float32, ldo int, p []float32, ldp, m int, v []byte, ldv, n, d int) {
+				row := make([]float32, d)
+				for j := 0; j < n; j++ {
+					widenQ4(row, v[j*ldv:])
+					for i, x := range row {
+						blk := v[j*ldv+i/Q4Block*Q4BlockBytes:]
+						row[i] = x + 8*F16ToF32(uint16(blk[0])|uint16(blk[1])<<8)
+					}
+					for r := 0; r < m; r++ {
+						for c, x := range row {
+							o[r*ldo+c] += p[r*ldp+j] * x
+						}
+					}
+				}
+			}
+		}},
 		{"boom", "panics", func(dk *Decode) {
 			dk.ScoresQ8 = func(s []float32, lds int, q []float32, m int, k []byte, ldk, n, d int) { panic("boom") }
 		}},

@@ -15,7 +15,7 @@ type accumGen struct {
 	s     isa
 	e     decodeElem
 	mr, w int
-	vpb   int // vectors per q8 block (1 for the other types)
+	vpb   int // vectors per q8_0 or q4_0 block (1 for the other types)
 	passN int // passes emitted so far (label names)
 
 	kmask Register // AVX-512: opmask of the first t lanes (t = d mod 16)
@@ -83,8 +83,8 @@ func genAccum(s isa, e decodeElem, mr int) {
 		cacheDoc(s, e, "ldv", "value"))
 
 	g := &accumGen{s: s, e: e, mr: mr, w: s.Lanes / mr, vpb: 1}
-	if e.q8() {
-		g.vpb = q8Values / s.Lanes
+	if e.quant() {
+		g.vpb = quantValues / s.Lanes
 	}
 	g.oCur, g.vCur, g.pBlk, g.vBlk = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
 	g.jn, g.nLeft, g.vecLeft = AllocLocal(8), AllocLocal(8), AllocLocal(8)
@@ -92,7 +92,7 @@ func genAccum(s isa, e decodeElem, mr int) {
 	MOVQ(Load(Param("p").Base(), GP64()), g.pBlk)
 	MOVQ(Load(Param("v").Base(), GP64()), g.vBlk)
 	MOVQ(Load(Param("n"), GP64()), g.nLeft)
-	if s.EVEX && !e.q8() {
+	if s.EVEX && !e.quant() {
 		g.kmask = tailMask(dTail(15))
 	}
 
@@ -127,7 +127,7 @@ func genAccum(s isa, e decodeElem, mr int) {
 		g.chunk(c)
 	}
 	Label(fmt.Sprintf("chunk%d", g.vpb/2))
-	if !e.q8() {
+	if !e.quant() {
 		dTail(s.Lanes - 1) // ANDQ sets ZF when d has no tail
 		JZ(LabelRef("next"))
 		g.pass(0, 1, true)
@@ -156,10 +156,10 @@ func genAccum(s isa, e decodeElem, mr int) {
 }
 
 // vecBytesV is the number of bytes of a V row that c vectors cover (for
-// q8, c is a multiple of the vectors per block).
+// q8_0 and q4_0, c is a multiple of the vectors per block).
 func (g *accumGen) vecBytesV(c int) int {
-	if g.e.q8() {
-		return c / g.vpb * q8Bytes
+	if g.e.quant() {
+		return c / g.vpb * g.e.blockBytes()
 	}
 	return c * g.s.Lanes * g.e.Size
 }
@@ -170,8 +170,9 @@ func (g *accumGen) vecBytesV(c int) int {
 func (g *accumGen) prefetchOffsets(first, c int, tail bool) []int {
 	var lo, hi int
 	switch {
-	case g.e.q8():
-		lo, hi = first/g.vpb*q8Bytes, ((first+c-1)/g.vpb+1)*q8Bytes
+	case g.e.quant():
+		bb := g.e.blockBytes()
+		lo, hi = first/g.vpb*bb, ((first+c-1)/g.vpb+1)*bb
 	case tail:
 		lo, hi = 0, g.s.Lanes*g.e.Size
 	default:
@@ -184,7 +185,7 @@ func (g *accumGen) prefetchOffsets(first, c int, tail bool) []int {
 	return offs
 }
 
-// chunk emits the passes over c vectors of O's columns (for q8 with fewer
+// chunk emits the passes over c vectors of O's columns (for q8_0 and q4_0 with fewer
 // vectors per tile than per block, one pass per part of the block) and
 // advances the chunk pointers.
 func (g *accumGen) chunk(c int) {
@@ -299,6 +300,7 @@ func (g *accumGen) pass(first, c int, tail bool) {
 		}
 	}
 	var sc VecVirtual
+	var blk *quantBlock
 	for i := 0; i < c; i++ {
 		x := first + i
 		if e.Size == 4 && mr == 1 && !tail {
@@ -306,23 +308,21 @@ func (g *accumGen) pass(first, c int, tail bool) {
 			continue
 		}
 		var vv VecVirtual
+		if e.quant() && (i == 0 || x%g.vpb == 0) {
+			blk = newQuantBlock(s, e, Mem{Base: vr, Disp: x / g.vpb * e.blockBytes()})
+		}
 		switch {
-		case e.q8() && mr == 1:
+		case e.Bits == 8 && mr == 1:
 			// One row: p times the block's scale once, then the raw
 			// values (a multiply per vector fewer).
-			blk := Mem{Base: vr, Disp: x / g.vpb * q8Bytes}
 			if i == 0 || x%g.vpb == 0 {
-				sc = q8Scale(s, blk)
+				sc = blk.scale()
 				VMULPS(pv[0], sc, sc)
 			}
-			VFMADD231PS(sc, q8Raw(s, blk, x%g.vpb), acc[0][i])
+			VFMADD231PS(sc, blk.raw(x%g.vpb), acc[0][i])
 			continue
-		case e.q8():
-			blk := Mem{Base: vr, Disp: x / g.vpb * q8Bytes}
-			if i == 0 || x%g.vpb == 0 {
-				sc = q8Scale(s, blk)
-			}
-			vv = q8Vec(s, blk, x%g.vpb, sc)
+		case e.quant():
+			vv = blk.vec(x % g.vpb)
 		case tail && !window:
 			vv = widen(s, e, Mem{Base: vr}, g.kmask)
 		default:

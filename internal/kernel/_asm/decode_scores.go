@@ -26,16 +26,16 @@ type scoresGen struct {
 
 // stepElems is the number of elements of d one step of the p loop covers.
 func (g *scoresGen) stepElems() int {
-	if g.e.q8() {
-		return q8Values
+	if g.e.quant() {
+		return quantValues
 	}
 	return g.s.Lanes
 }
 
 // stepKBytes is the number of bytes of a key row one step covers.
 func (g *scoresGen) stepKBytes() int {
-	if g.e.q8() {
-		return q8Bytes
+	if g.e.quant() {
+		return g.e.blockBytes()
 	}
 	return g.s.Lanes * g.e.Size
 }
@@ -65,7 +65,7 @@ func genScores(s isa, e decodeElem, mr int) {
 	MOVQ(d, steps)
 	SHRQ(Imm(uint64(log2(g.stepElems()))), steps)
 	MOVQ(steps, g.steps)
-	if !e.q8() {
+	if !e.quant() {
 		t := GP64()
 		MOVQ(d, t)
 		ANDQ(Imm(uint64(s.Lanes-1)), t)
@@ -100,8 +100,8 @@ func genScores(s isa, e decodeElem, mr int) {
 func cacheDoc(s isa, e decodeElem, ld, row string) string {
 	stride, pre := ld+" is the "+row+" row stride in elements", "d >= 1"
 	switch {
-	case e.q8():
-		stride, pre = ld+" is the "+row+" row stride in bytes (rows of d/32 blocks of 34 bytes)", "d is a positive multiple of 32"
+	case e.quant():
+		stride, pre = fmt.Sprintf("%s is the %s row stride in bytes (rows of d/32 blocks of %d bytes)", ld, row, e.blockBytes()), "d is a positive multiple of 32"
 	case !s.EVEX:
 		pre = "d >= 8"
 	}
@@ -212,7 +212,7 @@ func (g *scoresGen) keyLoop(w int, lbl string) {
 		JNZ(LabelRef(kl + "Step"))
 
 		Label(kl + "Tail")
-		if !e.q8() {
+		if !e.quant() {
 			if s.EVEX {
 				KORTESTW(g.kmask, g.kmask)
 				JZ(LabelRef(kl + "Done"))
@@ -272,7 +272,7 @@ func scoresGroup(mr, w int) int {
 }
 
 // step emits one step of the p loop of the keys jjs, whose rows are at
-// kps: the products of one vector of each row (one q8 block: several
+// kps: the products of one vector of each row (one q8_0 or q4_0 block: several
 // vectors) with the same part of Q's rows. With k set (AVX-512) it is the
 // masked tail; with window (AVX2) the tail read as the window of the last 8
 // elements, the lanes the full vectors covered cleared in both operands.
@@ -292,14 +292,15 @@ func (g *scoresGen) step(acc [][]VecVirtual, w int, jjs []int, qs rowSet, kps []
 		}
 		return q
 	}
-	if e.q8() && mr == 1 {
+	if e.Bits == 8 && mr == 1 {
 		// One row: the block's products summed unscaled, then one FMA
 		// by the scale (a multiply per vector fewer).
 		for x, jj := range jjs {
-			sc := q8Scale(s, Mem{Base: kps[x]})
+			blk := newQuantBlock(s, e, Mem{Base: kps[x]})
+			sc := blk.scale()
 			t := s.Vec()
-			for i := 0; i < q8Values/s.Lanes; i++ {
-				kv := q8Raw(s, Mem{Base: kps[x]}, i)
+			for i := 0; i < quantValues/s.Lanes; i++ {
+				kv := blk.raw(i)
 				if i == 0 {
 					VMULPS(qs.mem(0, 0), kv, t)
 				} else {
@@ -310,8 +311,8 @@ func (g *scoresGen) step(acc [][]VecVirtual, w int, jjs []int, qs rowSet, kps []
 		}
 		return
 	}
-	if e.q8() {
-		nv := q8Values / s.Lanes
+	if e.quant() {
+		nv := quantValues / s.Lanes
 		var qv [][]VecVirtual
 		if len(jjs) > 1 && mr*nv+mr*w+3 <= regs {
 			qv = make([][]VecVirtual, mr)
@@ -322,9 +323,9 @@ func (g *scoresGen) step(acc [][]VecVirtual, w int, jjs []int, qs rowSet, kps []
 			}
 		}
 		for x, jj := range jjs {
-			sc := q8Scale(s, Mem{Base: kps[x]})
+			blk := newQuantBlock(s, e, Mem{Base: kps[x]})
 			for i := 0; i < nv; i++ {
-				kv := q8Vec(s, Mem{Base: kps[x]}, i, sc)
+				kv := blk.vec(i)
 				for r := 0; r < mr; r++ {
 					if qv != nil {
 						VFMADD231PS(qv[r][i], kv, acc[r][jj])
