@@ -18,7 +18,8 @@ type accumGen struct {
 	vpb   int // vectors per q8_0 or q4_0 block (1 for the other types)
 	passN int // passes emitted so far (label names)
 
-	kmask Register // AVX-512: opmask of the first t lanes (t = d mod 16)
+	kmask Register     // AVX-512: opmask of the first t lanes (t = d mod 16)
+	qc    *quantConsts // AVX-512 q8_0, q4_0: the scale slot, the q4_0 table
 
 	// Frame slots: &O[0][c0] and &V[j0][c0] of the current chunk, &P[0][j0]
 	// and &V[j0][0] of the current key block, the keys in it, the keys
@@ -95,6 +96,7 @@ func genAccum(s isa, e decodeElem, mr int) {
 	if s.EVEX && !e.quant() {
 		g.kmask = tailMask(dTail(15))
 	}
+	g.qc = newQuantConsts(s, e, mr, 1)
 
 	Label("block")
 	{
@@ -309,15 +311,20 @@ func (g *accumGen) pass(first, c int, tail bool) {
 		}
 		var vv VecVirtual
 		if e.quant() && (i == 0 || x%g.vpb == 0) {
-			blk = newQuantBlock(s, e, Mem{Base: vr, Disp: x / g.vpb * e.blockBytes()})
+			blk = newQuantBlock(s, e, Mem{Base: vr, Disp: x / g.vpb * e.blockBytes()}, g.qc, 0)
 		}
 		switch {
 		case e.Bits == 8 && mr == 1:
 			// One row: p times the block's scale once, then the raw
 			// values (a multiply per vector fewer).
 			if i == 0 || x%g.vpb == 0 {
-				sc = blk.scale()
-				VMULPS(pv[0], sc, sc)
+				if blk.slot != nil {
+					sc = s.Vec()
+					blk.mulScale(pv[0], sc)
+				} else {
+					sc = blk.scale()
+					VMULPS(pv[0], sc, sc)
+				}
 			}
 			VFMADD231PS(sc, blk.raw(x%g.vpb), acc[0][i])
 			continue

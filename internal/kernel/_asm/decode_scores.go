@@ -16,8 +16,9 @@ type scoresGen struct {
 	e  decodeElem
 	mr int
 
-	kmask Register   // AVX-512: opmask of the first t lanes (t = d mod 16)
-	wmask VecVirtual // AVX2: mask of the last t of the 8 window lanes
+	kmask Register     // AVX-512: opmask of the first t lanes (t = d mod 16)
+	qc    *quantConsts // AVX-512 q8_0, q4_0: scale slots (one per key of a group), q4_0 table
+	wmask VecVirtual   // AVX2: mask of the last t of the 8 window lanes
 
 	// Frame slots: &S[0][j0], &K[j0][0], keys left, steps per row and
 	// (AVX2) the window rewinds of a key row and of a Q row in bytes.
@@ -85,6 +86,7 @@ func genScores(s isa, e decodeElem, mr int) {
 	}
 
 	w := s.Lanes / mr
+	g.qc = newQuantConsts(s, e, mr, scoresGroup(mr, w))
 	g.keyLoop(w, "main")
 	if w > 1 {
 		g.keyLoop(1, "rest")
@@ -296,8 +298,12 @@ func (g *scoresGen) step(acc [][]VecVirtual, w int, jjs []int, qs rowSet, kps []
 		// One row: the block's products summed unscaled, then one FMA
 		// by the scale (a multiply per vector fewer).
 		for x, jj := range jjs {
-			blk := newQuantBlock(s, e, Mem{Base: kps[x]})
-			sc := blk.scale()
+			blk := newQuantBlock(s, e, Mem{Base: kps[x]}, g.qc, x)
+			if blk.slot != nil {
+				blk.scaleMem()
+			} else {
+				blk.scale()
+			}
 			t := s.Vec()
 			for i := 0; i < quantValues/s.Lanes; i++ {
 				kv := blk.raw(i)
@@ -307,14 +313,14 @@ func (g *scoresGen) step(acc [][]VecVirtual, w int, jjs []int, qs rowSet, kps []
 					VFMADD231PS(qs.mem(0, i*s.Bytes()), kv, t)
 				}
 			}
-			VFMADD231PS(sc, t, acc[0][jj])
+			blk.fmaScale(t, acc[0][jj])
 		}
 		return
 	}
 	if e.quant() {
 		nv := quantValues / s.Lanes
 		var qv [][]VecVirtual
-		if len(jjs) > 1 && mr*nv+mr*w+3 <= regs {
+		if len(jjs) > 1 && mr*nv+mr*w+4 <= regs {
 			qv = make([][]VecVirtual, mr)
 			for r := range qv {
 				for i := 0; i < nv; i++ {
@@ -323,7 +329,7 @@ func (g *scoresGen) step(acc [][]VecVirtual, w int, jjs []int, qs rowSet, kps []
 			}
 		}
 		for x, jj := range jjs {
-			blk := newQuantBlock(s, e, Mem{Base: kps[x]})
+			blk := newQuantBlock(s, e, Mem{Base: kps[x]}, g.qc, x)
 			for i := 0; i < nv; i++ {
 				kv := blk.vec(i)
 				for r := 0; r < mr; r++ {
