@@ -73,6 +73,8 @@ func archDecode() []Decode {
 			AccumQ4:    wrapAccum(isa, "AccumQ4", formatQ4, GenericDecode.AccumQ4, accumQ4M1AVX512, accumQ4M2AVX512, accumQ4M4AVX512, accumQ4M8AVX512, accumQ4M16AVX512),
 			ReadSum:    wrapReadSum(readSumAVX512),
 		})
+		setHeads(&ds[len(ds)-1], isa, [5]any{scoresHeadsF32AVX512, scoresHeadsBF16AVX512, scoresHeadsF16AVX512, scoresHeadsQ8AVX512, scoresHeadsQ4AVX512},
+			[5]any{accumHeadsF32AVX512, accumHeadsBF16AVX512, accumHeadsF16AVX512, accumHeadsQ8AVX512, accumHeadsQ4AVX512})
 	}
 	if hasAVX2 && hasF16C {
 		isa := decodeISA{name: "avx2", minD: 8}
@@ -90,8 +92,26 @@ func archDecode() []Decode {
 			AccumQ4:    wrapAccum(isa, "AccumQ4", formatQ4, GenericDecode.AccumQ4, accumQ4M1AVX2, accumQ4M2AVX2, accumQ4M4AVX2, accumQ4M8AVX2),
 			ReadSum:    wrapReadSum(readSumAVX2),
 		})
+		setHeads(&ds[len(ds)-1], isa, [5]any{scoresHeadsF32AVX2, scoresHeadsBF16AVX2, scoresHeadsF16AVX2, scoresHeadsQ8AVX2, scoresHeadsQ4AVX2},
+			[5]any{accumHeadsF32AVX2, accumHeadsBF16AVX2, accumHeadsF16AVX2, accumHeadsQ8AVX2, accumHeadsQ4AVX2})
 	}
 	return ds
+}
+
+// setHeads sets the multi-head kernels of dk from the assembly ones of
+// the types f32, bf16, f16, q8_0, q4_0 (in that order), falling back to
+// dk's one-head kernels where the layout does not suit them.
+func setHeads(dk *Decode, isa decodeISA, scores, accum [5]any) {
+	dk.ScoresF32Heads = wrapScoresHeads(isa, "ScoresF32Heads", formatElem, dk.ScoresF32, scores[0].(func(s []float32, lds int, q []float32, heads int, k []float32, hs, n, d int)))
+	dk.ScoresBF16Heads = wrapScoresHeads(isa, "ScoresBF16Heads", formatElem, dk.ScoresBF16, scores[1].(func(s []float32, lds int, q []float32, heads int, k []uint16, hs, n, d int)))
+	dk.ScoresF16Heads = wrapScoresHeads(isa, "ScoresF16Heads", formatElem, dk.ScoresF16, scores[2].(func(s []float32, lds int, q []float32, heads int, k []uint16, hs, n, d int)))
+	dk.ScoresQ8Heads = wrapScoresHeads(isa, "ScoresQ8Heads", formatQ8, dk.ScoresQ8, scores[3].(func(s []float32, lds int, q []float32, heads int, k []byte, hs, n, d int)))
+	dk.ScoresQ4Heads = wrapScoresHeads(isa, "ScoresQ4Heads", formatQ4, dk.ScoresQ4, scores[4].(func(s []float32, lds int, q []float32, heads int, k []byte, hs, n, d int)))
+	dk.AccumF32Heads = wrapAccumHeads(isa, "AccumF32Heads", formatElem, dk.AccumF32, accum[0].(func(o []float32, ldo int, p []float32, ldp, heads int, v []float32, hs, n, d int)))
+	dk.AccumBF16Heads = wrapAccumHeads(isa, "AccumBF16Heads", formatElem, dk.AccumBF16, accum[1].(func(o []float32, ldo int, p []float32, ldp, heads int, v []uint16, hs, n, d int)))
+	dk.AccumF16Heads = wrapAccumHeads(isa, "AccumF16Heads", formatElem, dk.AccumF16, accum[2].(func(o []float32, ldo int, p []float32, ldp, heads int, v []uint16, hs, n, d int)))
+	dk.AccumQ8Heads = wrapAccumHeads(isa, "AccumQ8Heads", formatQ8, dk.AccumQ8, accum[3].(func(o []float32, ldo int, p []float32, ldp, heads int, v []byte, hs, n, d int)))
+	dk.AccumQ4Heads = wrapAccumHeads(isa, "AccumQ4Heads", formatQ4, dk.AccumQ4, accum[4].(func(o []float32, ldo int, p []float32, ldp, heads int, v []byte, hs, n, d int)))
 }
 
 // archHalf returns the assembly half-precision paths this CPU supports for

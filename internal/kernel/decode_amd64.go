@@ -113,6 +113,45 @@ func wrapAccum[T any](isa decodeISA, name string, f cacheFormat, generic func(o 
 	}
 }
 
+// headsFast reports whether a multi-head call goes to the multi-head
+// assembly: several heads side by side in each key's row (ldc ==
+// heads·hs) and d a multiple of 16 (and at least minD).
+func headsFast(isa decodeISA, heads, ldc, hs, d int) bool {
+	return heads > 1 && ldc == heads*hs && d%16 == 0 && d >= isa.minD
+}
+
+func wrapScoresHeads[T any](isa decodeISA, name string, f cacheFormat, one func(s []float32, lds int, q []float32, m int, k []T, ldk, n, d int), kern func(s []float32, lds int, q []float32, heads int, k []T, hs, n, d int)) func(s []float32, lds int, q []float32, heads int, k []T, ldk, hs, n, d int) {
+	slow := headsScores(name, f, one)
+	return func(s []float32, lds int, q []float32, heads int, k []T, ldk, hs, n, d int) {
+		if !headsFast(isa, heads, ldk, hs, d) {
+			slow(s, lds, q, heads, k, ldk, hs, n, d)
+			return
+		}
+		f.checkDim(name, d)
+		checkHeads(name, heads, n, d, s, n, lds, q, d, d, len(k), f.rowLen(d), ldk, hs)
+		if n == 0 {
+			return
+		}
+		kern(s, lds, q, heads, k, hs, n*heads, d)
+	}
+}
+
+func wrapAccumHeads[T any](isa decodeISA, name string, f cacheFormat, one func(o []float32, ldo int, p []float32, ldp, m int, v []T, ldv, n, d int), kern func(o []float32, ldo int, p []float32, ldp, heads int, v []T, hs, n, d int)) func(o []float32, ldo int, p []float32, ldp, heads int, v []T, ldv, hs, n, d int) {
+	slow := headsAccum(name, f, one)
+	return func(o []float32, ldo int, p []float32, ldp, heads int, v []T, ldv, hs, n, d int) {
+		if !headsFast(isa, heads, ldv, hs, d) {
+			slow(o, ldo, p, ldp, heads, v, ldv, hs, n, d)
+			return
+		}
+		f.checkDim(name, d)
+		checkHeads(name, heads, n, d, o, d, ldo, p, n, ldp, len(v), f.rowLen(d), ldv, hs)
+		if n == 0 || d == 0 {
+			return
+		}
+		kern(o, ldo, p, ldp, heads, v, hs, n*heads, d)
+	}
+}
+
 // wrapReadSum runs the assembly on the largest multiple of 256 bytes and
 // Go on the rest.
 func wrapReadSum(f func(b []byte) uint32) func(b []byte) uint32 {

@@ -3387,6 +3387,1019 @@ done:
 	VZEROUPPER
 	RET
 
+// func scoresHeadsF32AVX512(s []float32, lds int, q []float32, heads int, k []float32, hs int, n int, d int)
+// Requires: AVX, AVX512DQ, AVX512F, CMOV, MMX+
+TEXT ·scoresHeadsF32AVX512(SB), NOSPLIT, $136-112
+	MOVQ  q_base+32(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 32(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 8(SP)
+	MOVQ  AX, 24(SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 104(SP)
+	MOVQ  k_base+64(FP), AX
+	MOVQ  AX, 112(SP)
+	MOVQ  n+96(FP), AX
+	MOVQ  AX, 120(SP)
+	MOVQ  d+104(FP), AX
+	MOVQ  AX, CX
+	SHRQ  $0x04, CX
+	MOVQ  CX, 128(SP)
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+main:
+	CMPQ   120(SP), $0x00000010
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x02, AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	LEAQ   (BX)(AX*4), SI
+	LEAQ   (SI)(AX*4), DI
+	MOVQ   (SP), R8
+	LEAQ   (DX), R9
+	MOVQ   hs+88(FP), R10
+	SHLQ   $0x06, R10
+	MOVQ   128(SP), R11
+	TESTQ  R11, R11
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R9)(R10*1)
+	VMOVUPS     (R8), Z16
+	VFMADD231PS (R9), Z16, Z0
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R9
+	DECQ        R11
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVUPS.Z   (R9), K1, Z17
+	VFMADD231PS Z16, Z17, Z0
+
+mainK0Done:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(AX*1), R9
+	MOVQ    hs+88(FP), R10
+	SHLQ    $0x06, R10
+	MOVQ    128(SP), R11
+	TESTQ   R11, R11
+	JZ      mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (R9)(R10*1)
+	VMOVUPS     (R8), Z16
+	VFMADD231PS (R9), Z16, Z1
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R9
+	DECQ        R11
+	JNZ         mainK1Step
+
+mainK1Tail:
+	KORTESTW    K1, K1
+	JZ          mainK1Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVUPS.Z   (R9), K1, Z17
+	VFMADD231PS Z16, Z17, Z1
+
+mainK1Done:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(AX*2), R9
+	MOVQ    hs+88(FP), R10
+	SHLQ    $0x06, R10
+	MOVQ    128(SP), R11
+	TESTQ   R11, R11
+	JZ      mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (R9)(R10*1)
+	VMOVUPS     (R8), Z16
+	VFMADD231PS (R9), Z16, Z2
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R9
+	DECQ        R11
+	JNZ         mainK2Step
+
+mainK2Tail:
+	KORTESTW    K1, K1
+	JZ          mainK2Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVUPS.Z   (R9), K1, Z17
+	VFMADD231PS Z16, Z17, Z2
+
+mainK2Done:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(CX*1), DX
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (DX)(R9*1)
+	VMOVUPS     (R8), Z16
+	VFMADD231PS (DX), Z16, Z3
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, DX
+	DECQ        R10
+	JNZ         mainK3Step
+
+mainK3Tail:
+	KORTESTW    K1, K1
+	JZ          mainK3Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z16, Z17, Z3
+
+mainK3Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (R8)(R9*1)
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (R8), Z16, Z4
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, R8
+	DECQ        R10
+	JNZ         mainK4Step
+
+mainK4Tail:
+	KORTESTW    K1, K1
+	JZ          mainK4Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z16, Z17, Z4
+
+mainK4Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*1), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK5Tail
+
+mainK5Step:
+	PREFETCHT1  (R8)(R9*1)
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (R8), Z16, Z5
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, R8
+	DECQ        R10
+	JNZ         mainK5Step
+
+mainK5Tail:
+	KORTESTW    K1, K1
+	JZ          mainK5Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z16, Z17, Z5
+
+mainK5Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*2), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK6Tail
+
+mainK6Step:
+	PREFETCHT1  (R8)(R9*1)
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (R8), Z16, Z6
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, R8
+	DECQ        R10
+	JNZ         mainK6Step
+
+mainK6Tail:
+	KORTESTW    K1, K1
+	JZ          mainK6Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z16, Z17, Z6
+
+mainK6Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(CX*1), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK7Tail
+
+mainK7Step:
+	PREFETCHT1  (BX)(R8*1)
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (BX), Z16, Z7
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, BX
+	DECQ        R9
+	JNZ         mainK7Step
+
+mainK7Tail:
+	KORTESTW    K1, K1
+	JZ          mainK7Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVUPS.Z   (BX), K1, Z17
+	VFMADD231PS Z16, Z17, Z7
+
+mainK7Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK8Tail
+
+mainK8Step:
+	PREFETCHT1  (BX)(R8*1)
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (BX), Z16, Z8
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, BX
+	DECQ        R9
+	JNZ         mainK8Step
+
+mainK8Tail:
+	KORTESTW    K1, K1
+	JZ          mainK8Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVUPS.Z   (BX), K1, Z17
+	VFMADD231PS Z16, Z17, Z8
+
+mainK8Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(AX*1), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK9Tail
+
+mainK9Step:
+	PREFETCHT1  (BX)(R8*1)
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (BX), Z16, Z9
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, BX
+	DECQ        R9
+	JNZ         mainK9Step
+
+mainK9Tail:
+	KORTESTW    K1, K1
+	JZ          mainK9Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVUPS.Z   (BX), K1, Z17
+	VFMADD231PS Z16, Z17, Z9
+
+mainK9Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(AX*2), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK10Tail
+
+mainK10Step:
+	PREFETCHT1  (BX)(R8*1)
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (BX), Z16, Z10
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, BX
+	DECQ        R9
+	JNZ         mainK10Step
+
+mainK10Tail:
+	KORTESTW    K1, K1
+	JZ          mainK10Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVUPS.Z   (BX), K1, Z17
+	VFMADD231PS Z16, Z17, Z10
+
+mainK10Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(CX*1), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK11Tail
+
+mainK11Step:
+	PREFETCHT1  (BX)(SI*1)
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (BX), Z16, Z11
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, BX
+	DECQ        R8
+	JNZ         mainK11Step
+
+mainK11Tail:
+	KORTESTW    K1, K1
+	JZ          mainK11Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVUPS.Z   (BX), K1, Z17
+	VFMADD231PS Z16, Z17, Z11
+
+mainK11Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK12Tail
+
+mainK12Step:
+	PREFETCHT1  (BX)(SI*1)
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (BX), Z16, Z12
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, BX
+	DECQ        R8
+	JNZ         mainK12Step
+
+mainK12Tail:
+	KORTESTW    K1, K1
+	JZ          mainK12Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVUPS.Z   (BX), K1, Z17
+	VFMADD231PS Z16, Z17, Z12
+
+mainK12Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI)(AX*1), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK13Tail
+
+mainK13Step:
+	PREFETCHT1  (BX)(SI*1)
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (BX), Z16, Z13
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, BX
+	DECQ        R8
+	JNZ         mainK13Step
+
+mainK13Tail:
+	KORTESTW    K1, K1
+	JZ          mainK13Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVUPS.Z   (BX), K1, Z17
+	VFMADD231PS Z16, Z17, Z13
+
+mainK13Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI)(AX*2), AX
+	MOVQ    hs+88(FP), BX
+	SHLQ    $0x06, BX
+	MOVQ    128(SP), SI
+	TESTQ   SI, SI
+	JZ      mainK14Tail
+
+mainK14Step:
+	PREFETCHT1  (AX)(BX*1)
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (AX), Z16, Z14
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, AX
+	DECQ        SI
+	JNZ         mainK14Step
+
+mainK14Tail:
+	KORTESTW    K1, K1
+	JZ          mainK14Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVUPS.Z   (AX), K1, Z17
+	VFMADD231PS Z16, Z17, Z14
+
+mainK14Done:
+	MOVQ    (SP), AX
+	MOVQ    8(SP), DX
+	MOVQ    d+104(FP), BX
+	LEAQ    (AX)(BX*4), AX
+	INCQ    DX
+	MOVQ    q_base+32(FP), BX
+	XORQ    SI, SI
+	CMPQ    DX, heads+56(FP)
+	CMOVQEQ BX, AX
+	CMOVQEQ SI, DX
+	MOVQ    AX, (SP)
+	MOVQ    DX, 8(SP)
+	MOVQ    (SP), AX
+	LEAQ    (DI)(CX*1), CX
+	MOVQ    hs+88(FP), DX
+	SHLQ    $0x06, DX
+	MOVQ    128(SP), BX
+	TESTQ   BX, BX
+	JZ      mainK15Tail
+
+mainK15Step:
+	PREFETCHT1  (CX)(DX*1)
+	VMOVUPS     (AX), Z16
+	VFMADD231PS (CX), Z16, Z15
+	ADDQ        $0x00000040, AX
+	ADDQ        $0x00000040, CX
+	DECQ        BX
+	JNZ         mainK15Step
+
+mainK15Tail:
+	KORTESTW    K1, K1
+	JZ          mainK15Done
+	VMOVUPS.Z   (AX), K1, Z16
+	VMOVUPS.Z   (CX), K1, Z17
+	VFMADD231PS Z16, Z17, Z15
+
+mainK15Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VSHUFF32X4 $0x44, Z4, Z0, Z16
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z16, Z16
+	VSHUFF32X4 $0x44, Z12, Z8, Z0
+	VSHUFF32X4 $0xee, Z12, Z8, Z4
+	VADDPS     Z4, Z0, Z0
+	VSHUFF32X4 $0x44, Z5, Z1, Z4
+	VSHUFF32X4 $0xee, Z5, Z1, Z1
+	VADDPS     Z1, Z4, Z4
+	VSHUFF32X4 $0x44, Z13, Z9, Z1
+	VSHUFF32X4 $0xee, Z13, Z9, Z5
+	VADDPS     Z5, Z1, Z1
+	VSHUFF32X4 $0x44, Z6, Z2, Z5
+	VSHUFF32X4 $0xee, Z6, Z2, Z2
+	VADDPS     Z2, Z5, Z5
+	VSHUFF32X4 $0x44, Z14, Z10, Z2
+	VSHUFF32X4 $0xee, Z14, Z10, Z6
+	VADDPS     Z6, Z2, Z2
+	VSHUFF32X4 $0x44, Z7, Z3, Z6
+	VSHUFF32X4 $0xee, Z7, Z3, Z3
+	VADDPS     Z3, Z6, Z6
+	VSHUFF32X4 $0x44, Z15, Z11, Z3
+	VSHUFF32X4 $0xee, Z15, Z11, Z7
+	VADDPS     Z7, Z3, Z3
+	VSHUFF32X4 $0x88, Z0, Z16, Z7
+	VSHUFF32X4 $0xdd, Z0, Z16, Z0
+	VADDPS     Z0, Z7, Z7
+	VSHUFF32X4 $0x88, Z1, Z4, Z0
+	VSHUFF32X4 $0xdd, Z1, Z4, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z5, Z1
+	VSHUFF32X4 $0xdd, Z2, Z5, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x88, Z3, Z6, Z2
+	VSHUFF32X4 $0xdd, Z3, Z6, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z0, Z7, Z3
+	VSHUFPS    $0xee, Z0, Z7, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z2, Z1, Z0
+	VSHUFPS    $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z0, Z3, Z1
+	VSHUFPS    $0xdd, Z0, Z3, Z0
+	VADDPS     Z0, Z1, Z1
+	VMOVUPS    Z1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       44(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       48(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       52(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       56(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       60(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       64(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       68(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       72(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       76(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       80(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       84(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       88(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       92(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       96(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       100(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x06, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000010, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	MOVQ   112(SP), AX
+	MOVQ   (SP), CX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   128(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(DX*1)
+	VMOVUPS     (CX), Z1
+	VFMADD231PS (AX), Z1, Z0
+	ADDQ        $0x00000040, CX
+	ADDQ        $0x00000040, AX
+	DECQ        BX
+	JNZ         restK0Step
+
+restK0Tail:
+	KORTESTW    K1, K1
+	JZ          restK0Done
+	VMOVUPS.Z   (CX), K1, Z1
+	VMOVUPS.Z   (AX), K1, Z2
+	VFMADD231PS Z1, Z2, Z0
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Z1, Z1, Z1
+	VSHUFF32X4 $0x44, Z1, Z0, Z2
+	VSHUFF32X4 $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z2, Z2
+	VSHUFF32X4 $0x88, Z1, Z2, Z0
+	VSHUFF32X4 $0xdd, Z1, Z2, Z2
+	VADDPS     Z2, Z0, Z0
+	VSHUFPS    $0x44, Z1, Z0, Z2
+	VSHUFPS    $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z2, Z2
+	VSHUFPS    $0x88, Z1, Z2, Z0
+	VSHUFPS    $0xdd, Z1, Z2, Z1
+	VADDPS     Z1, Z0, Z0
+	VMOVSS     X0, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x02, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumHeadsF32AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []float32, hs int, n int, d int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·accumHeadsF32AVX512(SB), NOSPLIT, $40-120
+	MOVQ n+104(FP), AX
+	MOVQ AX, (SP)
+	MOVQ o_base+0(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ AX, 24(SP)
+	XORQ AX, AX
+	MOVQ AX, 32(SP)
+	MOVQ v_base+72(FP), AX
+	MOVQ hs+96(FP), CX
+	SHLQ $0x02, CX
+	MOVQ CX, DX
+	SHLQ $0x04, DX
+
+row:
+	MOVQ         16(SP), BX
+	VBROADCASTSS (BX), Z0
+	MOVQ         8(SP), BX
+	MOVQ         d+112(FP), SI
+	SHRQ         $0x04, SI
+	MOVQ         AX, DI
+
+step:
+	PREFETCHT1  (DI)(DX*1)
+	VMOVUPS     (BX), Z1
+	VFMADD231PS (DI), Z0, Z1
+	VMOVUPS     Z1, (BX)
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, BX
+	DECQ        SI
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        32(SP), BX
+	MOVQ        8(SP), SI
+	MOVQ        16(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	LEAQ        (SI)(R8*4), SI
+	MOVQ        ldp+56(FP), R8
+	LEAQ        (DI)(R8*4), DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        24(SP), DI
+	ADDQ        $0x04, DI
+	MOVQ        DI, 24(SP)
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
 // func scoresBF16M1AVX512(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
 // Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL, MMX+
 TEXT ·scoresBF16M1AVX512(SB), NOSPLIT, $32-104
@@ -6868,6 +7881,1072 @@ done:
 	VZEROUPPER
 	RET
 
+// func scoresHeadsBF16AVX512(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·scoresHeadsBF16AVX512(SB), NOSPLIT, $136-112
+	MOVQ  q_base+32(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 32(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 8(SP)
+	MOVQ  AX, 24(SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 104(SP)
+	MOVQ  k_base+64(FP), AX
+	MOVQ  AX, 112(SP)
+	MOVQ  n+96(FP), AX
+	MOVQ  AX, 120(SP)
+	MOVQ  d+104(FP), AX
+	MOVQ  AX, CX
+	SHRQ  $0x04, CX
+	MOVQ  CX, 128(SP)
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+main:
+	CMPQ   120(SP), $0x00000010
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x01, AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	LEAQ   (BX)(AX*4), SI
+	LEAQ   (SI)(AX*4), DI
+	MOVQ   (SP), R8
+	LEAQ   (DX), R9
+	MOVQ   hs+88(FP), R10
+	SHLQ   $0x06, R10
+	MOVQ   128(SP), R11
+	TESTQ  R11, R11
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R9)(R10*1)
+	VPMOVZXWD   (R9), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (R8), Z16, Z0
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000020, R9
+	DECQ        R11
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVDQU16.Z (R9), K1, Y17
+	VPMOVZXWD   Y17, Z17
+	VPSLLD      $0x10, Z17, Z17
+	VFMADD231PS Z16, Z17, Z0
+
+mainK0Done:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(AX*1), R9
+	MOVQ    hs+88(FP), R10
+	SHLQ    $0x06, R10
+	MOVQ    128(SP), R11
+	TESTQ   R11, R11
+	JZ      mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (R9)(R10*1)
+	VPMOVZXWD   (R9), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (R8), Z16, Z1
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000020, R9
+	DECQ        R11
+	JNZ         mainK1Step
+
+mainK1Tail:
+	KORTESTW    K1, K1
+	JZ          mainK1Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVDQU16.Z (R9), K1, Y17
+	VPMOVZXWD   Y17, Z17
+	VPSLLD      $0x10, Z17, Z17
+	VFMADD231PS Z16, Z17, Z1
+
+mainK1Done:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(AX*2), R9
+	MOVQ    hs+88(FP), R10
+	SHLQ    $0x06, R10
+	MOVQ    128(SP), R11
+	TESTQ   R11, R11
+	JZ      mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (R9)(R10*1)
+	VPMOVZXWD   (R9), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (R8), Z16, Z2
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000020, R9
+	DECQ        R11
+	JNZ         mainK2Step
+
+mainK2Tail:
+	KORTESTW    K1, K1
+	JZ          mainK2Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVDQU16.Z (R9), K1, Y17
+	VPMOVZXWD   Y17, Z17
+	VPSLLD      $0x10, Z17, Z17
+	VFMADD231PS Z16, Z17, Z2
+
+mainK2Done:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(CX*1), DX
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (DX)(R9*1)
+	VPMOVZXWD   (DX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (R8), Z16, Z3
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000020, DX
+	DECQ        R10
+	JNZ         mainK3Step
+
+mainK3Tail:
+	KORTESTW    K1, K1
+	JZ          mainK3Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVDQU16.Z (DX), K1, Y17
+	VPMOVZXWD   Y17, Z17
+	VPSLLD      $0x10, Z17, Z17
+	VFMADD231PS Z16, Z17, Z3
+
+mainK3Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (R8)(R9*1)
+	VPMOVZXWD   (R8), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z4
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, R8
+	DECQ        R10
+	JNZ         mainK4Step
+
+mainK4Tail:
+	KORTESTW    K1, K1
+	JZ          mainK4Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (R8), K1, Y17
+	VPMOVZXWD   Y17, Z17
+	VPSLLD      $0x10, Z17, Z17
+	VFMADD231PS Z16, Z17, Z4
+
+mainK4Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*1), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK5Tail
+
+mainK5Step:
+	PREFETCHT1  (R8)(R9*1)
+	VPMOVZXWD   (R8), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z5
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, R8
+	DECQ        R10
+	JNZ         mainK5Step
+
+mainK5Tail:
+	KORTESTW    K1, K1
+	JZ          mainK5Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (R8), K1, Y17
+	VPMOVZXWD   Y17, Z17
+	VPSLLD      $0x10, Z17, Z17
+	VFMADD231PS Z16, Z17, Z5
+
+mainK5Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*2), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK6Tail
+
+mainK6Step:
+	PREFETCHT1  (R8)(R9*1)
+	VPMOVZXWD   (R8), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z6
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, R8
+	DECQ        R10
+	JNZ         mainK6Step
+
+mainK6Tail:
+	KORTESTW    K1, K1
+	JZ          mainK6Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (R8), K1, Y17
+	VPMOVZXWD   Y17, Z17
+	VPSLLD      $0x10, Z17, Z17
+	VFMADD231PS Z16, Z17, Z6
+
+mainK6Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(CX*1), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK7Tail
+
+mainK7Step:
+	PREFETCHT1  (BX)(R8*1)
+	VPMOVZXWD   (BX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z7
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R9
+	JNZ         mainK7Step
+
+mainK7Tail:
+	KORTESTW    K1, K1
+	JZ          mainK7Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (BX), K1, Y17
+	VPMOVZXWD   Y17, Z17
+	VPSLLD      $0x10, Z17, Z17
+	VFMADD231PS Z16, Z17, Z7
+
+mainK7Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK8Tail
+
+mainK8Step:
+	PREFETCHT1  (BX)(R8*1)
+	VPMOVZXWD   (BX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z8
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R9
+	JNZ         mainK8Step
+
+mainK8Tail:
+	KORTESTW    K1, K1
+	JZ          mainK8Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (BX), K1, Y17
+	VPMOVZXWD   Y17, Z17
+	VPSLLD      $0x10, Z17, Z17
+	VFMADD231PS Z16, Z17, Z8
+
+mainK8Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(AX*1), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK9Tail
+
+mainK9Step:
+	PREFETCHT1  (BX)(R8*1)
+	VPMOVZXWD   (BX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z9
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R9
+	JNZ         mainK9Step
+
+mainK9Tail:
+	KORTESTW    K1, K1
+	JZ          mainK9Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (BX), K1, Y17
+	VPMOVZXWD   Y17, Z17
+	VPSLLD      $0x10, Z17, Z17
+	VFMADD231PS Z16, Z17, Z9
+
+mainK9Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(AX*2), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK10Tail
+
+mainK10Step:
+	PREFETCHT1  (BX)(R8*1)
+	VPMOVZXWD   (BX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z10
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R9
+	JNZ         mainK10Step
+
+mainK10Tail:
+	KORTESTW    K1, K1
+	JZ          mainK10Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (BX), K1, Y17
+	VPMOVZXWD   Y17, Z17
+	VPSLLD      $0x10, Z17, Z17
+	VFMADD231PS Z16, Z17, Z10
+
+mainK10Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(CX*1), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK11Tail
+
+mainK11Step:
+	PREFETCHT1  (BX)(SI*1)
+	VPMOVZXWD   (BX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z11
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R8
+	JNZ         mainK11Step
+
+mainK11Tail:
+	KORTESTW    K1, K1
+	JZ          mainK11Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (BX), K1, Y17
+	VPMOVZXWD   Y17, Z17
+	VPSLLD      $0x10, Z17, Z17
+	VFMADD231PS Z16, Z17, Z11
+
+mainK11Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK12Tail
+
+mainK12Step:
+	PREFETCHT1  (BX)(SI*1)
+	VPMOVZXWD   (BX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z12
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R8
+	JNZ         mainK12Step
+
+mainK12Tail:
+	KORTESTW    K1, K1
+	JZ          mainK12Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (BX), K1, Y17
+	VPMOVZXWD   Y17, Z17
+	VPSLLD      $0x10, Z17, Z17
+	VFMADD231PS Z16, Z17, Z12
+
+mainK12Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI)(AX*1), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK13Tail
+
+mainK13Step:
+	PREFETCHT1  (BX)(SI*1)
+	VPMOVZXWD   (BX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z13
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R8
+	JNZ         mainK13Step
+
+mainK13Tail:
+	KORTESTW    K1, K1
+	JZ          mainK13Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (BX), K1, Y17
+	VPMOVZXWD   Y17, Z17
+	VPSLLD      $0x10, Z17, Z17
+	VFMADD231PS Z16, Z17, Z13
+
+mainK13Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI)(AX*2), AX
+	MOVQ    hs+88(FP), BX
+	SHLQ    $0x06, BX
+	MOVQ    128(SP), SI
+	TESTQ   SI, SI
+	JZ      mainK14Tail
+
+mainK14Step:
+	PREFETCHT1  (AX)(BX*1)
+	VPMOVZXWD   (AX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z14
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, AX
+	DECQ        SI
+	JNZ         mainK14Step
+
+mainK14Tail:
+	KORTESTW    K1, K1
+	JZ          mainK14Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (AX), K1, Y17
+	VPMOVZXWD   Y17, Z17
+	VPSLLD      $0x10, Z17, Z17
+	VFMADD231PS Z16, Z17, Z14
+
+mainK14Done:
+	MOVQ    (SP), AX
+	MOVQ    8(SP), DX
+	MOVQ    d+104(FP), BX
+	LEAQ    (AX)(BX*4), AX
+	INCQ    DX
+	MOVQ    q_base+32(FP), BX
+	XORQ    SI, SI
+	CMPQ    DX, heads+56(FP)
+	CMOVQEQ BX, AX
+	CMOVQEQ SI, DX
+	MOVQ    AX, (SP)
+	MOVQ    DX, 8(SP)
+	MOVQ    (SP), AX
+	LEAQ    (DI)(CX*1), CX
+	MOVQ    hs+88(FP), DX
+	SHLQ    $0x06, DX
+	MOVQ    128(SP), BX
+	TESTQ   BX, BX
+	JZ      mainK15Tail
+
+mainK15Step:
+	PREFETCHT1  (CX)(DX*1)
+	VPMOVZXWD   (CX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (AX), Z16, Z15
+	ADDQ        $0x00000040, AX
+	ADDQ        $0x00000020, CX
+	DECQ        BX
+	JNZ         mainK15Step
+
+mainK15Tail:
+	KORTESTW    K1, K1
+	JZ          mainK15Done
+	VMOVUPS.Z   (AX), K1, Z16
+	VMOVDQU16.Z (CX), K1, Y17
+	VPMOVZXWD   Y17, Z17
+	VPSLLD      $0x10, Z17, Z17
+	VFMADD231PS Z16, Z17, Z15
+
+mainK15Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VSHUFF32X4 $0x44, Z4, Z0, Z16
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z16, Z16
+	VSHUFF32X4 $0x44, Z12, Z8, Z0
+	VSHUFF32X4 $0xee, Z12, Z8, Z4
+	VADDPS     Z4, Z0, Z0
+	VSHUFF32X4 $0x44, Z5, Z1, Z4
+	VSHUFF32X4 $0xee, Z5, Z1, Z1
+	VADDPS     Z1, Z4, Z4
+	VSHUFF32X4 $0x44, Z13, Z9, Z1
+	VSHUFF32X4 $0xee, Z13, Z9, Z5
+	VADDPS     Z5, Z1, Z1
+	VSHUFF32X4 $0x44, Z6, Z2, Z5
+	VSHUFF32X4 $0xee, Z6, Z2, Z2
+	VADDPS     Z2, Z5, Z5
+	VSHUFF32X4 $0x44, Z14, Z10, Z2
+	VSHUFF32X4 $0xee, Z14, Z10, Z6
+	VADDPS     Z6, Z2, Z2
+	VSHUFF32X4 $0x44, Z7, Z3, Z6
+	VSHUFF32X4 $0xee, Z7, Z3, Z3
+	VADDPS     Z3, Z6, Z6
+	VSHUFF32X4 $0x44, Z15, Z11, Z3
+	VSHUFF32X4 $0xee, Z15, Z11, Z7
+	VADDPS     Z7, Z3, Z3
+	VSHUFF32X4 $0x88, Z0, Z16, Z7
+	VSHUFF32X4 $0xdd, Z0, Z16, Z0
+	VADDPS     Z0, Z7, Z7
+	VSHUFF32X4 $0x88, Z1, Z4, Z0
+	VSHUFF32X4 $0xdd, Z1, Z4, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z5, Z1
+	VSHUFF32X4 $0xdd, Z2, Z5, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x88, Z3, Z6, Z2
+	VSHUFF32X4 $0xdd, Z3, Z6, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z0, Z7, Z3
+	VSHUFPS    $0xee, Z0, Z7, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z2, Z1, Z0
+	VSHUFPS    $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z0, Z3, Z1
+	VSHUFPS    $0xdd, Z0, Z3, Z0
+	VADDPS     Z0, Z1, Z1
+	VMOVUPS    Z1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       44(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       48(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       52(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       56(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       60(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       64(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       68(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       72(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       76(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       80(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       84(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       88(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       92(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       96(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       100(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x05, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000010, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	MOVQ   112(SP), AX
+	MOVQ   (SP), CX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   128(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(DX*1)
+	VPMOVZXWD   (AX), Z1
+	VPSLLD      $0x10, Z1, Z1
+	VFMADD231PS (CX), Z1, Z0
+	ADDQ        $0x00000040, CX
+	ADDQ        $0x00000020, AX
+	DECQ        BX
+	JNZ         restK0Step
+
+restK0Tail:
+	KORTESTW    K1, K1
+	JZ          restK0Done
+	VMOVUPS.Z   (CX), K1, Z1
+	VMOVDQU16.Z (AX), K1, Y2
+	VPMOVZXWD   Y2, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VFMADD231PS Z1, Z2, Z0
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Z1, Z1, Z1
+	VSHUFF32X4 $0x44, Z1, Z0, Z2
+	VSHUFF32X4 $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z2, Z2
+	VSHUFF32X4 $0x88, Z1, Z2, Z0
+	VSHUFF32X4 $0xdd, Z1, Z2, Z2
+	VADDPS     Z2, Z0, Z0
+	VSHUFPS    $0x44, Z1, Z0, Z2
+	VSHUFPS    $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z2, Z2
+	VSHUFPS    $0x88, Z1, Z2, Z0
+	VSHUFPS    $0xdd, Z1, Z2, Z1
+	VADDPS     Z1, Z0, Z0
+	VMOVSS     X0, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x01, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumHeadsBF16AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·accumHeadsBF16AVX512(SB), NOSPLIT, $40-120
+	MOVQ n+104(FP), AX
+	MOVQ AX, (SP)
+	MOVQ o_base+0(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ AX, 24(SP)
+	XORQ AX, AX
+	MOVQ AX, 32(SP)
+	MOVQ v_base+72(FP), AX
+	MOVQ hs+96(FP), CX
+	SHLQ $0x01, CX
+	MOVQ CX, DX
+	SHLQ $0x05, DX
+
+row:
+	MOVQ         16(SP), BX
+	VBROADCASTSS (BX), Z0
+	MOVQ         8(SP), BX
+	MOVQ         d+112(FP), SI
+	SHRQ         $0x04, SI
+	MOVQ         AX, DI
+
+step:
+	PREFETCHT1  (DI)(DX*1)
+	VMOVUPS     (BX), Z1
+	VPMOVZXWD   (DI), Z2
+	VPSLLD      $0x10, Z2, Z2
+	VFMADD231PS Z0, Z2, Z1
+	VMOVUPS     Z1, (BX)
+	ADDQ        $0x00000020, DI
+	ADDQ        $0x00000040, BX
+	DECQ        SI
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        32(SP), BX
+	MOVQ        8(SP), SI
+	MOVQ        16(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	LEAQ        (SI)(R8*4), SI
+	MOVQ        ldp+56(FP), R8
+	LEAQ        (DI)(R8*4), DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        24(SP), DI
+	ADDQ        $0x04, DI
+	MOVQ        DI, 24(SP)
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
 // func scoresF16M1AVX512(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
 // Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL, MMX+
 TEXT ·scoresF16M1AVX512(SB), NOSPLIT, $32-104
@@ -10217,6 +12296,1037 @@ done:
 	VZEROUPPER
 	RET
 
+// func scoresHeadsF16AVX512(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·scoresHeadsF16AVX512(SB), NOSPLIT, $136-112
+	MOVQ  q_base+32(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 32(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 8(SP)
+	MOVQ  AX, 24(SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 104(SP)
+	MOVQ  k_base+64(FP), AX
+	MOVQ  AX, 112(SP)
+	MOVQ  n+96(FP), AX
+	MOVQ  AX, 120(SP)
+	MOVQ  d+104(FP), AX
+	MOVQ  AX, CX
+	SHRQ  $0x04, CX
+	MOVQ  CX, 128(SP)
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+main:
+	CMPQ   120(SP), $0x00000010
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x01, AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	LEAQ   (BX)(AX*4), SI
+	LEAQ   (SI)(AX*4), DI
+	MOVQ   (SP), R8
+	LEAQ   (DX), R9
+	MOVQ   hs+88(FP), R10
+	SHLQ   $0x06, R10
+	MOVQ   128(SP), R11
+	TESTQ  R11, R11
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R9)(R10*1)
+	VCVTPH2PS   (R9), Z16
+	VFMADD231PS (R8), Z16, Z0
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000020, R9
+	DECQ        R11
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVDQU16.Z (R9), K1, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z0
+
+mainK0Done:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(AX*1), R9
+	MOVQ    hs+88(FP), R10
+	SHLQ    $0x06, R10
+	MOVQ    128(SP), R11
+	TESTQ   R11, R11
+	JZ      mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (R9)(R10*1)
+	VCVTPH2PS   (R9), Z16
+	VFMADD231PS (R8), Z16, Z1
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000020, R9
+	DECQ        R11
+	JNZ         mainK1Step
+
+mainK1Tail:
+	KORTESTW    K1, K1
+	JZ          mainK1Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVDQU16.Z (R9), K1, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z1
+
+mainK1Done:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(AX*2), R9
+	MOVQ    hs+88(FP), R10
+	SHLQ    $0x06, R10
+	MOVQ    128(SP), R11
+	TESTQ   R11, R11
+	JZ      mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (R9)(R10*1)
+	VCVTPH2PS   (R9), Z16
+	VFMADD231PS (R8), Z16, Z2
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000020, R9
+	DECQ        R11
+	JNZ         mainK2Step
+
+mainK2Tail:
+	KORTESTW    K1, K1
+	JZ          mainK2Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVDQU16.Z (R9), K1, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z2
+
+mainK2Done:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(CX*1), DX
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (DX)(R9*1)
+	VCVTPH2PS   (DX), Z16
+	VFMADD231PS (R8), Z16, Z3
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000020, DX
+	DECQ        R10
+	JNZ         mainK3Step
+
+mainK3Tail:
+	KORTESTW    K1, K1
+	JZ          mainK3Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVDQU16.Z (DX), K1, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z3
+
+mainK3Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (R8)(R9*1)
+	VCVTPH2PS   (R8), Z16
+	VFMADD231PS (DX), Z16, Z4
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, R8
+	DECQ        R10
+	JNZ         mainK4Step
+
+mainK4Tail:
+	KORTESTW    K1, K1
+	JZ          mainK4Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (R8), K1, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z4
+
+mainK4Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*1), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK5Tail
+
+mainK5Step:
+	PREFETCHT1  (R8)(R9*1)
+	VCVTPH2PS   (R8), Z16
+	VFMADD231PS (DX), Z16, Z5
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, R8
+	DECQ        R10
+	JNZ         mainK5Step
+
+mainK5Tail:
+	KORTESTW    K1, K1
+	JZ          mainK5Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (R8), K1, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z5
+
+mainK5Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*2), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK6Tail
+
+mainK6Step:
+	PREFETCHT1  (R8)(R9*1)
+	VCVTPH2PS   (R8), Z16
+	VFMADD231PS (DX), Z16, Z6
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, R8
+	DECQ        R10
+	JNZ         mainK6Step
+
+mainK6Tail:
+	KORTESTW    K1, K1
+	JZ          mainK6Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (R8), K1, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z6
+
+mainK6Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(CX*1), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK7Tail
+
+mainK7Step:
+	PREFETCHT1  (BX)(R8*1)
+	VCVTPH2PS   (BX), Z16
+	VFMADD231PS (DX), Z16, Z7
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R9
+	JNZ         mainK7Step
+
+mainK7Tail:
+	KORTESTW    K1, K1
+	JZ          mainK7Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (BX), K1, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z7
+
+mainK7Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK8Tail
+
+mainK8Step:
+	PREFETCHT1  (BX)(R8*1)
+	VCVTPH2PS   (BX), Z16
+	VFMADD231PS (DX), Z16, Z8
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R9
+	JNZ         mainK8Step
+
+mainK8Tail:
+	KORTESTW    K1, K1
+	JZ          mainK8Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (BX), K1, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z8
+
+mainK8Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(AX*1), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK9Tail
+
+mainK9Step:
+	PREFETCHT1  (BX)(R8*1)
+	VCVTPH2PS   (BX), Z16
+	VFMADD231PS (DX), Z16, Z9
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R9
+	JNZ         mainK9Step
+
+mainK9Tail:
+	KORTESTW    K1, K1
+	JZ          mainK9Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (BX), K1, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z9
+
+mainK9Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(AX*2), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK10Tail
+
+mainK10Step:
+	PREFETCHT1  (BX)(R8*1)
+	VCVTPH2PS   (BX), Z16
+	VFMADD231PS (DX), Z16, Z10
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R9
+	JNZ         mainK10Step
+
+mainK10Tail:
+	KORTESTW    K1, K1
+	JZ          mainK10Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (BX), K1, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z10
+
+mainK10Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(CX*1), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK11Tail
+
+mainK11Step:
+	PREFETCHT1  (BX)(SI*1)
+	VCVTPH2PS   (BX), Z16
+	VFMADD231PS (DX), Z16, Z11
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R8
+	JNZ         mainK11Step
+
+mainK11Tail:
+	KORTESTW    K1, K1
+	JZ          mainK11Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (BX), K1, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z11
+
+mainK11Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK12Tail
+
+mainK12Step:
+	PREFETCHT1  (BX)(SI*1)
+	VCVTPH2PS   (BX), Z16
+	VFMADD231PS (DX), Z16, Z12
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R8
+	JNZ         mainK12Step
+
+mainK12Tail:
+	KORTESTW    K1, K1
+	JZ          mainK12Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (BX), K1, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z12
+
+mainK12Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI)(AX*1), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK13Tail
+
+mainK13Step:
+	PREFETCHT1  (BX)(SI*1)
+	VCVTPH2PS   (BX), Z16
+	VFMADD231PS (DX), Z16, Z13
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R8
+	JNZ         mainK13Step
+
+mainK13Tail:
+	KORTESTW    K1, K1
+	JZ          mainK13Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (BX), K1, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z13
+
+mainK13Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI)(AX*2), AX
+	MOVQ    hs+88(FP), BX
+	SHLQ    $0x06, BX
+	MOVQ    128(SP), SI
+	TESTQ   SI, SI
+	JZ      mainK14Tail
+
+mainK14Step:
+	PREFETCHT1  (AX)(BX*1)
+	VCVTPH2PS   (AX), Z16
+	VFMADD231PS (DX), Z16, Z14
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, AX
+	DECQ        SI
+	JNZ         mainK14Step
+
+mainK14Tail:
+	KORTESTW    K1, K1
+	JZ          mainK14Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (AX), K1, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z14
+
+mainK14Done:
+	MOVQ    (SP), AX
+	MOVQ    8(SP), DX
+	MOVQ    d+104(FP), BX
+	LEAQ    (AX)(BX*4), AX
+	INCQ    DX
+	MOVQ    q_base+32(FP), BX
+	XORQ    SI, SI
+	CMPQ    DX, heads+56(FP)
+	CMOVQEQ BX, AX
+	CMOVQEQ SI, DX
+	MOVQ    AX, (SP)
+	MOVQ    DX, 8(SP)
+	MOVQ    (SP), AX
+	LEAQ    (DI)(CX*1), CX
+	MOVQ    hs+88(FP), DX
+	SHLQ    $0x06, DX
+	MOVQ    128(SP), BX
+	TESTQ   BX, BX
+	JZ      mainK15Tail
+
+mainK15Step:
+	PREFETCHT1  (CX)(DX*1)
+	VCVTPH2PS   (CX), Z16
+	VFMADD231PS (AX), Z16, Z15
+	ADDQ        $0x00000040, AX
+	ADDQ        $0x00000020, CX
+	DECQ        BX
+	JNZ         mainK15Step
+
+mainK15Tail:
+	KORTESTW    K1, K1
+	JZ          mainK15Done
+	VMOVUPS.Z   (AX), K1, Z16
+	VMOVDQU16.Z (CX), K1, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z15
+
+mainK15Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VSHUFF32X4 $0x44, Z4, Z0, Z16
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z16, Z16
+	VSHUFF32X4 $0x44, Z12, Z8, Z0
+	VSHUFF32X4 $0xee, Z12, Z8, Z4
+	VADDPS     Z4, Z0, Z0
+	VSHUFF32X4 $0x44, Z5, Z1, Z4
+	VSHUFF32X4 $0xee, Z5, Z1, Z1
+	VADDPS     Z1, Z4, Z4
+	VSHUFF32X4 $0x44, Z13, Z9, Z1
+	VSHUFF32X4 $0xee, Z13, Z9, Z5
+	VADDPS     Z5, Z1, Z1
+	VSHUFF32X4 $0x44, Z6, Z2, Z5
+	VSHUFF32X4 $0xee, Z6, Z2, Z2
+	VADDPS     Z2, Z5, Z5
+	VSHUFF32X4 $0x44, Z14, Z10, Z2
+	VSHUFF32X4 $0xee, Z14, Z10, Z6
+	VADDPS     Z6, Z2, Z2
+	VSHUFF32X4 $0x44, Z7, Z3, Z6
+	VSHUFF32X4 $0xee, Z7, Z3, Z3
+	VADDPS     Z3, Z6, Z6
+	VSHUFF32X4 $0x44, Z15, Z11, Z3
+	VSHUFF32X4 $0xee, Z15, Z11, Z7
+	VADDPS     Z7, Z3, Z3
+	VSHUFF32X4 $0x88, Z0, Z16, Z7
+	VSHUFF32X4 $0xdd, Z0, Z16, Z0
+	VADDPS     Z0, Z7, Z7
+	VSHUFF32X4 $0x88, Z1, Z4, Z0
+	VSHUFF32X4 $0xdd, Z1, Z4, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z5, Z1
+	VSHUFF32X4 $0xdd, Z2, Z5, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x88, Z3, Z6, Z2
+	VSHUFF32X4 $0xdd, Z3, Z6, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z0, Z7, Z3
+	VSHUFPS    $0xee, Z0, Z7, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z2, Z1, Z0
+	VSHUFPS    $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z0, Z3, Z1
+	VSHUFPS    $0xdd, Z0, Z3, Z0
+	VADDPS     Z0, Z1, Z1
+	VMOVUPS    Z1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       44(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       48(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       52(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       56(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       60(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       64(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       68(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       72(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       76(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       80(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       84(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       88(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       92(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       96(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       100(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x05, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000010, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	MOVQ   112(SP), AX
+	MOVQ   (SP), CX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   128(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(DX*1)
+	VCVTPH2PS   (AX), Z1
+	VFMADD231PS (CX), Z1, Z0
+	ADDQ        $0x00000040, CX
+	ADDQ        $0x00000020, AX
+	DECQ        BX
+	JNZ         restK0Step
+
+restK0Tail:
+	KORTESTW    K1, K1
+	JZ          restK0Done
+	VMOVUPS.Z   (CX), K1, Z1
+	VMOVDQU16.Z (AX), K1, Y2
+	VCVTPH2PS   Y2, Z2
+	VFMADD231PS Z1, Z2, Z0
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Z1, Z1, Z1
+	VSHUFF32X4 $0x44, Z1, Z0, Z2
+	VSHUFF32X4 $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z2, Z2
+	VSHUFF32X4 $0x88, Z1, Z2, Z0
+	VSHUFF32X4 $0xdd, Z1, Z2, Z2
+	VADDPS     Z2, Z0, Z0
+	VSHUFPS    $0x44, Z1, Z0, Z2
+	VSHUFPS    $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z2, Z2
+	VSHUFPS    $0x88, Z1, Z2, Z0
+	VSHUFPS    $0xdd, Z1, Z2, Z1
+	VADDPS     Z1, Z0, Z0
+	VMOVSS     X0, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x01, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumHeadsF16AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·accumHeadsF16AVX512(SB), NOSPLIT, $40-120
+	MOVQ n+104(FP), AX
+	MOVQ AX, (SP)
+	MOVQ o_base+0(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ AX, 24(SP)
+	XORQ AX, AX
+	MOVQ AX, 32(SP)
+	MOVQ v_base+72(FP), AX
+	MOVQ hs+96(FP), CX
+	SHLQ $0x01, CX
+	MOVQ CX, DX
+	SHLQ $0x05, DX
+
+row:
+	MOVQ         16(SP), BX
+	VBROADCASTSS (BX), Z0
+	MOVQ         8(SP), BX
+	MOVQ         d+112(FP), SI
+	SHRQ         $0x04, SI
+	MOVQ         AX, DI
+
+step:
+	PREFETCHT1  (DI)(DX*1)
+	VMOVUPS     (BX), Z1
+	VCVTPH2PS   (DI), Z2
+	VFMADD231PS Z0, Z2, Z1
+	VMOVUPS     Z1, (BX)
+	ADDQ        $0x00000020, DI
+	ADDQ        $0x00000040, BX
+	DECQ        SI
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        32(SP), BX
+	MOVQ        8(SP), SI
+	MOVQ        16(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	LEAQ        (SI)(R8*4), SI
+	MOVQ        ldp+56(FP), R8
+	LEAQ        (DI)(R8*4), DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        24(SP), DI
+	ADDQ        $0x04, DI
+	MOVQ        DI, 24(SP)
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
 // func scoresQ8M1AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
 // Requires: AVX, AVX512DQ, AVX512F, F16C, MMX+
 TEXT ·scoresQ8M1AVX512(SB), NOSPLIT, $40-104
@@ -13290,6 +16400,1023 @@ done:
 	VZEROUPPER
 	RET
 
+// func scoresHeadsQ8AVX512(s []float32, lds int, q []float32, heads int, k []byte, hs int, n int, d int)
+// Requires: AVX, AVX512DQ, AVX512F, CMOV, F16C, MMX+
+TEXT ·scoresHeadsQ8AVX512(SB), NOSPLIT, $144-112
+	MOVQ q_base+32(FP), AX
+	MOVQ AX, (SP)
+	MOVQ s_base+0(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ AX, 32(SP)
+	XORQ AX, AX
+	MOVQ AX, 8(SP)
+	MOVQ AX, 24(SP)
+	MOVQ s_base+0(FP), AX
+	MOVQ AX, 104(SP)
+	MOVQ k_base+64(FP), AX
+	MOVQ AX, 112(SP)
+	MOVQ n+96(FP), AX
+	MOVQ AX, 120(SP)
+	MOVQ d+104(FP), AX
+	SHRQ $0x05, AX
+	MOVQ AX, 128(SP)
+
+main:
+	CMPQ   120(SP), $0x00000010
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   hs+88(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	LEAQ   (BX)(AX*4), SI
+	LEAQ   (SI)(AX*4), DI
+	MOVQ   (SP), R8
+	LEAQ   (DX), R9
+	MOVQ   hs+88(FP), R10
+	SHLQ   $0x05, R10
+	MOVQ   128(SP), R11
+	TESTQ  R11, R11
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1       (R9)(R10*1)
+	VCVTPH2PS        (R9), X16
+	VMOVSS           X16, 136(SP)
+	VPMOVSXBD        2(R9), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (R8), Z16, Z16
+	VPMOVSXBD        18(R9), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(R8), Z17, Z16
+	VFMADD231PS.BCST 136(SP), Z16, Z0
+	ADDQ             $0x00000080, R8
+	ADDQ             $0x00000022, R9
+	DECQ             R11
+	JNZ              mainK0Step
+
+mainK0Tail:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(AX*1), R9
+	MOVQ    hs+88(FP), R10
+	SHLQ    $0x05, R10
+	MOVQ    128(SP), R11
+	TESTQ   R11, R11
+	JZ      mainK1Tail
+
+mainK1Step:
+	PREFETCHT1       (R9)(R10*1)
+	VCVTPH2PS        (R9), X16
+	VMOVSS           X16, 136(SP)
+	VPMOVSXBD        2(R9), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (R8), Z16, Z16
+	VPMOVSXBD        18(R9), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(R8), Z17, Z16
+	VFMADD231PS.BCST 136(SP), Z16, Z1
+	ADDQ             $0x00000080, R8
+	ADDQ             $0x00000022, R9
+	DECQ             R11
+	JNZ              mainK1Step
+
+mainK1Tail:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(AX*2), R9
+	MOVQ    hs+88(FP), R10
+	SHLQ    $0x05, R10
+	MOVQ    128(SP), R11
+	TESTQ   R11, R11
+	JZ      mainK2Tail
+
+mainK2Step:
+	PREFETCHT1       (R9)(R10*1)
+	VCVTPH2PS        (R9), X16
+	VMOVSS           X16, 136(SP)
+	VPMOVSXBD        2(R9), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (R8), Z16, Z16
+	VPMOVSXBD        18(R9), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(R8), Z17, Z16
+	VFMADD231PS.BCST 136(SP), Z16, Z2
+	ADDQ             $0x00000080, R8
+	ADDQ             $0x00000022, R9
+	DECQ             R11
+	JNZ              mainK2Step
+
+mainK2Tail:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(CX*1), DX
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x05, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK3Tail
+
+mainK3Step:
+	PREFETCHT1       (DX)(R9*1)
+	VCVTPH2PS        (DX), X16
+	VMOVSS           X16, 136(SP)
+	VPMOVSXBD        2(DX), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (R8), Z16, Z16
+	VPMOVSXBD        18(DX), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(R8), Z17, Z16
+	VFMADD231PS.BCST 136(SP), Z16, Z3
+	ADDQ             $0x00000080, R8
+	ADDQ             $0x00000022, DX
+	DECQ             R10
+	JNZ              mainK3Step
+
+mainK3Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x05, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK4Tail
+
+mainK4Step:
+	PREFETCHT1       (R8)(R9*1)
+	VCVTPH2PS        (R8), X16
+	VMOVSS           X16, 136(SP)
+	VPMOVSXBD        2(R8), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (DX), Z16, Z16
+	VPMOVSXBD        18(R8), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(DX), Z17, Z16
+	VFMADD231PS.BCST 136(SP), Z16, Z4
+	ADDQ             $0x00000080, DX
+	ADDQ             $0x00000022, R8
+	DECQ             R10
+	JNZ              mainK4Step
+
+mainK4Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*1), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x05, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK5Tail
+
+mainK5Step:
+	PREFETCHT1       (R8)(R9*1)
+	VCVTPH2PS        (R8), X16
+	VMOVSS           X16, 136(SP)
+	VPMOVSXBD        2(R8), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (DX), Z16, Z16
+	VPMOVSXBD        18(R8), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(DX), Z17, Z16
+	VFMADD231PS.BCST 136(SP), Z16, Z5
+	ADDQ             $0x00000080, DX
+	ADDQ             $0x00000022, R8
+	DECQ             R10
+	JNZ              mainK5Step
+
+mainK5Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*2), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x05, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK6Tail
+
+mainK6Step:
+	PREFETCHT1       (R8)(R9*1)
+	VCVTPH2PS        (R8), X16
+	VMOVSS           X16, 136(SP)
+	VPMOVSXBD        2(R8), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (DX), Z16, Z16
+	VPMOVSXBD        18(R8), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(DX), Z17, Z16
+	VFMADD231PS.BCST 136(SP), Z16, Z6
+	ADDQ             $0x00000080, DX
+	ADDQ             $0x00000022, R8
+	DECQ             R10
+	JNZ              mainK6Step
+
+mainK6Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(CX*1), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x05, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK7Tail
+
+mainK7Step:
+	PREFETCHT1       (BX)(R8*1)
+	VCVTPH2PS        (BX), X16
+	VMOVSS           X16, 136(SP)
+	VPMOVSXBD        2(BX), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (DX), Z16, Z16
+	VPMOVSXBD        18(BX), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(DX), Z17, Z16
+	VFMADD231PS.BCST 136(SP), Z16, Z7
+	ADDQ             $0x00000080, DX
+	ADDQ             $0x00000022, BX
+	DECQ             R9
+	JNZ              mainK7Step
+
+mainK7Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x05, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK8Tail
+
+mainK8Step:
+	PREFETCHT1       (BX)(R8*1)
+	VCVTPH2PS        (BX), X16
+	VMOVSS           X16, 136(SP)
+	VPMOVSXBD        2(BX), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (DX), Z16, Z16
+	VPMOVSXBD        18(BX), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(DX), Z17, Z16
+	VFMADD231PS.BCST 136(SP), Z16, Z8
+	ADDQ             $0x00000080, DX
+	ADDQ             $0x00000022, BX
+	DECQ             R9
+	JNZ              mainK8Step
+
+mainK8Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(AX*1), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x05, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK9Tail
+
+mainK9Step:
+	PREFETCHT1       (BX)(R8*1)
+	VCVTPH2PS        (BX), X16
+	VMOVSS           X16, 136(SP)
+	VPMOVSXBD        2(BX), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (DX), Z16, Z16
+	VPMOVSXBD        18(BX), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(DX), Z17, Z16
+	VFMADD231PS.BCST 136(SP), Z16, Z9
+	ADDQ             $0x00000080, DX
+	ADDQ             $0x00000022, BX
+	DECQ             R9
+	JNZ              mainK9Step
+
+mainK9Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(AX*2), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x05, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK10Tail
+
+mainK10Step:
+	PREFETCHT1       (BX)(R8*1)
+	VCVTPH2PS        (BX), X16
+	VMOVSS           X16, 136(SP)
+	VPMOVSXBD        2(BX), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (DX), Z16, Z16
+	VPMOVSXBD        18(BX), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(DX), Z17, Z16
+	VFMADD231PS.BCST 136(SP), Z16, Z10
+	ADDQ             $0x00000080, DX
+	ADDQ             $0x00000022, BX
+	DECQ             R9
+	JNZ              mainK10Step
+
+mainK10Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(CX*1), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x05, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK11Tail
+
+mainK11Step:
+	PREFETCHT1       (BX)(SI*1)
+	VCVTPH2PS        (BX), X16
+	VMOVSS           X16, 136(SP)
+	VPMOVSXBD        2(BX), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (DX), Z16, Z16
+	VPMOVSXBD        18(BX), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(DX), Z17, Z16
+	VFMADD231PS.BCST 136(SP), Z16, Z11
+	ADDQ             $0x00000080, DX
+	ADDQ             $0x00000022, BX
+	DECQ             R8
+	JNZ              mainK11Step
+
+mainK11Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x05, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK12Tail
+
+mainK12Step:
+	PREFETCHT1       (BX)(SI*1)
+	VCVTPH2PS        (BX), X16
+	VMOVSS           X16, 136(SP)
+	VPMOVSXBD        2(BX), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (DX), Z16, Z16
+	VPMOVSXBD        18(BX), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(DX), Z17, Z16
+	VFMADD231PS.BCST 136(SP), Z16, Z12
+	ADDQ             $0x00000080, DX
+	ADDQ             $0x00000022, BX
+	DECQ             R8
+	JNZ              mainK12Step
+
+mainK12Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI)(AX*1), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x05, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK13Tail
+
+mainK13Step:
+	PREFETCHT1       (BX)(SI*1)
+	VCVTPH2PS        (BX), X16
+	VMOVSS           X16, 136(SP)
+	VPMOVSXBD        2(BX), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (DX), Z16, Z16
+	VPMOVSXBD        18(BX), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(DX), Z17, Z16
+	VFMADD231PS.BCST 136(SP), Z16, Z13
+	ADDQ             $0x00000080, DX
+	ADDQ             $0x00000022, BX
+	DECQ             R8
+	JNZ              mainK13Step
+
+mainK13Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI)(AX*2), AX
+	MOVQ    hs+88(FP), BX
+	SHLQ    $0x05, BX
+	MOVQ    128(SP), SI
+	TESTQ   SI, SI
+	JZ      mainK14Tail
+
+mainK14Step:
+	PREFETCHT1       (AX)(BX*1)
+	VCVTPH2PS        (AX), X16
+	VMOVSS           X16, 136(SP)
+	VPMOVSXBD        2(AX), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (DX), Z16, Z16
+	VPMOVSXBD        18(AX), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(DX), Z17, Z16
+	VFMADD231PS.BCST 136(SP), Z16, Z14
+	ADDQ             $0x00000080, DX
+	ADDQ             $0x00000022, AX
+	DECQ             SI
+	JNZ              mainK14Step
+
+mainK14Tail:
+	MOVQ    (SP), AX
+	MOVQ    8(SP), DX
+	MOVQ    d+104(FP), BX
+	LEAQ    (AX)(BX*4), AX
+	INCQ    DX
+	MOVQ    q_base+32(FP), BX
+	XORQ    SI, SI
+	CMPQ    DX, heads+56(FP)
+	CMOVQEQ BX, AX
+	CMOVQEQ SI, DX
+	MOVQ    AX, (SP)
+	MOVQ    DX, 8(SP)
+	MOVQ    (SP), AX
+	LEAQ    (DI)(CX*1), CX
+	MOVQ    hs+88(FP), DX
+	SHLQ    $0x05, DX
+	MOVQ    128(SP), BX
+	TESTQ   BX, BX
+	JZ      mainK15Tail
+
+mainK15Step:
+	PREFETCHT1       (CX)(DX*1)
+	VCVTPH2PS        (CX), X16
+	VMOVSS           X16, 136(SP)
+	VPMOVSXBD        2(CX), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (AX), Z16, Z16
+	VPMOVSXBD        18(CX), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(AX), Z17, Z16
+	VFMADD231PS.BCST 136(SP), Z16, Z15
+	ADDQ             $0x00000080, AX
+	ADDQ             $0x00000022, CX
+	DECQ             BX
+	JNZ              mainK15Step
+
+mainK15Tail:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VSHUFF32X4 $0x44, Z4, Z0, Z16
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z16, Z16
+	VSHUFF32X4 $0x44, Z12, Z8, Z0
+	VSHUFF32X4 $0xee, Z12, Z8, Z4
+	VADDPS     Z4, Z0, Z0
+	VSHUFF32X4 $0x44, Z5, Z1, Z4
+	VSHUFF32X4 $0xee, Z5, Z1, Z1
+	VADDPS     Z1, Z4, Z4
+	VSHUFF32X4 $0x44, Z13, Z9, Z1
+	VSHUFF32X4 $0xee, Z13, Z9, Z5
+	VADDPS     Z5, Z1, Z1
+	VSHUFF32X4 $0x44, Z6, Z2, Z5
+	VSHUFF32X4 $0xee, Z6, Z2, Z2
+	VADDPS     Z2, Z5, Z5
+	VSHUFF32X4 $0x44, Z14, Z10, Z2
+	VSHUFF32X4 $0xee, Z14, Z10, Z6
+	VADDPS     Z6, Z2, Z2
+	VSHUFF32X4 $0x44, Z7, Z3, Z6
+	VSHUFF32X4 $0xee, Z7, Z3, Z3
+	VADDPS     Z3, Z6, Z6
+	VSHUFF32X4 $0x44, Z15, Z11, Z3
+	VSHUFF32X4 $0xee, Z15, Z11, Z7
+	VADDPS     Z7, Z3, Z3
+	VSHUFF32X4 $0x88, Z0, Z16, Z7
+	VSHUFF32X4 $0xdd, Z0, Z16, Z0
+	VADDPS     Z0, Z7, Z7
+	VSHUFF32X4 $0x88, Z1, Z4, Z0
+	VSHUFF32X4 $0xdd, Z1, Z4, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z5, Z1
+	VSHUFF32X4 $0xdd, Z2, Z5, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x88, Z3, Z6, Z2
+	VSHUFF32X4 $0xdd, Z3, Z6, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z0, Z7, Z3
+	VSHUFPS    $0xee, Z0, Z7, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z2, Z1, Z0
+	VSHUFPS    $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z0, Z3, Z1
+	VSHUFPS    $0xdd, Z0, Z3, Z0
+	VADDPS     Z0, Z1, Z1
+	VMOVUPS    Z1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       44(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       48(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       52(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       56(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       60(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       64(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       68(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       72(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       76(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       80(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       84(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       88(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       92(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       96(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       100(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x04, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000010, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	MOVQ   112(SP), AX
+	MOVQ   (SP), CX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), DX
+	SHLQ   $0x05, DX
+	MOVQ   128(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1       (AX)(DX*1)
+	VCVTPH2PS        (AX), X1
+	VMOVSS           X1, 136(SP)
+	VPMOVSXBD        2(AX), Z1
+	VCVTDQ2PS        Z1, Z1
+	VMULPS           (CX), Z1, Z1
+	VPMOVSXBD        18(AX), Z2
+	VCVTDQ2PS        Z2, Z2
+	VFMADD231PS      64(CX), Z2, Z1
+	VFMADD231PS.BCST 136(SP), Z1, Z0
+	ADDQ             $0x00000080, CX
+	ADDQ             $0x00000022, AX
+	DECQ             BX
+	JNZ              restK0Step
+
+restK0Tail:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Z1, Z1, Z1
+	VSHUFF32X4 $0x44, Z1, Z0, Z2
+	VSHUFF32X4 $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z2, Z2
+	VSHUFF32X4 $0x88, Z1, Z2, Z0
+	VSHUFF32X4 $0xdd, Z1, Z2, Z2
+	VADDPS     Z2, Z0, Z0
+	VSHUFPS    $0x44, Z1, Z0, Z2
+	VSHUFPS    $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z2, Z2
+	VSHUFPS    $0x88, Z1, Z2, Z0
+	VSHUFPS    $0xdd, Z1, Z2, Z1
+	VADDPS     Z1, Z0, Z0
+	VMOVSS     X0, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumHeadsQ8AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []byte, hs int, n int, d int)
+// Requires: AVX, AVX512F, F16C, MMX+
+TEXT ·accumHeadsQ8AVX512(SB), NOSPLIT, $48-120
+	MOVQ n+104(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ o_base+0(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 24(SP)
+	MOVQ AX, 32(SP)
+	XORQ AX, AX
+	MOVQ AX, 40(SP)
+	MOVQ v_base+72(FP), AX
+	MOVQ hs+96(FP), CX
+	MOVQ CX, DX
+	SHLQ $0x05, DX
+
+row:
+	MOVQ         24(SP), BX
+	VBROADCASTSS (BX), Z0
+	MOVQ         16(SP), BX
+	MOVQ         d+112(FP), SI
+	SHRQ         $0x05, SI
+	MOVQ         AX, DI
+
+step:
+	PREFETCHT1  (DI)(DX*1)
+	VMOVUPS     (BX), Z1
+	VCVTPH2PS   (DI), X2
+	VMOVSS      X2, (SP)
+	VMULPS.BCST (SP), Z0, Z2
+	VPMOVSXBD   2(DI), Z3
+	VCVTDQ2PS   Z3, Z3
+	VFMADD231PS Z2, Z3, Z1
+	VMOVUPS     Z1, (BX)
+	VMOVUPS     64(BX), Z1
+	VPMOVSXBD   18(DI), Z3
+	VCVTDQ2PS   Z3, Z3
+	VFMADD231PS Z2, Z3, Z1
+	VMOVUPS     Z1, 64(BX)
+	ADDQ        $0x00000022, DI
+	ADDQ        $0x00000080, BX
+	DECQ        SI
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        40(SP), BX
+	MOVQ        16(SP), SI
+	MOVQ        24(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	LEAQ        (SI)(R8*4), SI
+	MOVQ        ldp+56(FP), R8
+	LEAQ        (DI)(R8*4), DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        32(SP), DI
+	ADDQ        $0x04, DI
+	MOVQ        DI, 32(SP)
+
+store:
+	MOVQ BX, 40(SP)
+	MOVQ SI, 16(SP)
+	MOVQ DI, 24(SP)
+	DECQ 8(SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
 // func scoresQ4M1AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
 // Requires: AVX, AVX512DQ, AVX512F, F16C, MMX+
 TEXT ·scoresQ4M1AVX512(SB), NOSPLIT, $40-104
@@ -16338,6 +20465,1025 @@ done:
 	VZEROUPPER
 	RET
 
+// func scoresHeadsQ4AVX512(s []float32, lds int, q []float32, heads int, k []byte, hs int, n int, d int)
+// Requires: AVX, AVX512DQ, AVX512F, CMOV, F16C, MMX+
+TEXT ·scoresHeadsQ4AVX512(SB), NOSPLIT, $144-112
+	MOVQ    q_base+32(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    AX, 32(SP)
+	XORQ    AX, AX
+	MOVQ    AX, 8(SP)
+	MOVQ    AX, 24(SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 104(SP)
+	MOVQ    k_base+64(FP), AX
+	MOVQ    AX, 112(SP)
+	MOVQ    n+96(FP), AX
+	MOVQ    AX, 120(SP)
+	MOVQ    d+104(FP), AX
+	SHRQ    $0x05, AX
+	MOVQ    AX, 128(SP)
+	VMOVUPS decodeq4tab<>+0(SB), Z0
+
+main:
+	CMPQ   120(SP), $0x00000010
+	JL     mainEnd
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	VPSUBD Z16, Z16, Z16
+	MOVQ   hs+88(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	LEAQ   (BX)(AX*4), SI
+	LEAQ   (SI)(AX*4), DI
+	MOVQ   (SP), R8
+	LEAQ   (DX), R9
+	MOVQ   hs+88(FP), R10
+	SHLQ   $0x06, R10
+	MOVQ   128(SP), R11
+	TESTQ  R11, R11
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R9)(R10*1)
+	VCVTPH2PS   (R9), X17
+	VMOVSS      X17, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z17
+	VPMOVZXBD   2(R9), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (R8), Z19, Z1
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(R8), Z17, Z1
+	ADDQ        $0x00000080, R8
+	ADDQ        $0x00000012, R9
+	DECQ        R11
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(AX*1), R9
+	MOVQ    hs+88(FP), R10
+	SHLQ    $0x06, R10
+	MOVQ    128(SP), R11
+	TESTQ   R11, R11
+	JZ      mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (R9)(R10*1)
+	VCVTPH2PS   (R9), X17
+	VMOVSS      X17, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z17
+	VPMOVZXBD   2(R9), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (R8), Z19, Z2
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(R8), Z17, Z2
+	ADDQ        $0x00000080, R8
+	ADDQ        $0x00000012, R9
+	DECQ        R11
+	JNZ         mainK1Step
+
+mainK1Tail:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(AX*2), R9
+	MOVQ    hs+88(FP), R10
+	SHLQ    $0x06, R10
+	MOVQ    128(SP), R11
+	TESTQ   R11, R11
+	JZ      mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (R9)(R10*1)
+	VCVTPH2PS   (R9), X17
+	VMOVSS      X17, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z17
+	VPMOVZXBD   2(R9), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (R8), Z19, Z3
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(R8), Z17, Z3
+	ADDQ        $0x00000080, R8
+	ADDQ        $0x00000012, R9
+	DECQ        R11
+	JNZ         mainK2Step
+
+mainK2Tail:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(CX*1), DX
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (DX)(R9*1)
+	VCVTPH2PS   (DX), X17
+	VMOVSS      X17, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z17
+	VPMOVZXBD   2(DX), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (R8), Z19, Z4
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(R8), Z17, Z4
+	ADDQ        $0x00000080, R8
+	ADDQ        $0x00000012, DX
+	DECQ        R10
+	JNZ         mainK3Step
+
+mainK3Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (R8)(R9*1)
+	VCVTPH2PS   (R8), X17
+	VMOVSS      X17, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z17
+	VPMOVZXBD   2(R8), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (DX), Z19, Z5
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(DX), Z17, Z5
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, R8
+	DECQ        R10
+	JNZ         mainK4Step
+
+mainK4Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*1), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK5Tail
+
+mainK5Step:
+	PREFETCHT1  (R8)(R9*1)
+	VCVTPH2PS   (R8), X17
+	VMOVSS      X17, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z17
+	VPMOVZXBD   2(R8), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (DX), Z19, Z6
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(DX), Z17, Z6
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, R8
+	DECQ        R10
+	JNZ         mainK5Step
+
+mainK5Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*2), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK6Tail
+
+mainK6Step:
+	PREFETCHT1  (R8)(R9*1)
+	VCVTPH2PS   (R8), X17
+	VMOVSS      X17, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z17
+	VPMOVZXBD   2(R8), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (DX), Z19, Z7
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(DX), Z17, Z7
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, R8
+	DECQ        R10
+	JNZ         mainK6Step
+
+mainK6Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(CX*1), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK7Tail
+
+mainK7Step:
+	PREFETCHT1  (BX)(R8*1)
+	VCVTPH2PS   (BX), X17
+	VMOVSS      X17, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z17
+	VPMOVZXBD   2(BX), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (DX), Z19, Z8
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(DX), Z17, Z8
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, BX
+	DECQ        R9
+	JNZ         mainK7Step
+
+mainK7Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK8Tail
+
+mainK8Step:
+	PREFETCHT1  (BX)(R8*1)
+	VCVTPH2PS   (BX), X17
+	VMOVSS      X17, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z17
+	VPMOVZXBD   2(BX), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (DX), Z19, Z9
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(DX), Z17, Z9
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, BX
+	DECQ        R9
+	JNZ         mainK8Step
+
+mainK8Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(AX*1), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK9Tail
+
+mainK9Step:
+	PREFETCHT1  (BX)(R8*1)
+	VCVTPH2PS   (BX), X17
+	VMOVSS      X17, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z17
+	VPMOVZXBD   2(BX), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (DX), Z19, Z10
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(DX), Z17, Z10
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, BX
+	DECQ        R9
+	JNZ         mainK9Step
+
+mainK9Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(AX*2), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK10Tail
+
+mainK10Step:
+	PREFETCHT1  (BX)(R8*1)
+	VCVTPH2PS   (BX), X17
+	VMOVSS      X17, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z17
+	VPMOVZXBD   2(BX), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (DX), Z19, Z11
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(DX), Z17, Z11
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, BX
+	DECQ        R9
+	JNZ         mainK10Step
+
+mainK10Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(CX*1), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK11Tail
+
+mainK11Step:
+	PREFETCHT1  (BX)(SI*1)
+	VCVTPH2PS   (BX), X17
+	VMOVSS      X17, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z17
+	VPMOVZXBD   2(BX), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (DX), Z19, Z12
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(DX), Z17, Z12
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, BX
+	DECQ        R8
+	JNZ         mainK11Step
+
+mainK11Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK12Tail
+
+mainK12Step:
+	PREFETCHT1  (BX)(SI*1)
+	VCVTPH2PS   (BX), X17
+	VMOVSS      X17, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z17
+	VPMOVZXBD   2(BX), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (DX), Z19, Z13
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(DX), Z17, Z13
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, BX
+	DECQ        R8
+	JNZ         mainK12Step
+
+mainK12Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI)(AX*1), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK13Tail
+
+mainK13Step:
+	PREFETCHT1  (BX)(SI*1)
+	VCVTPH2PS   (BX), X17
+	VMOVSS      X17, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z17
+	VPMOVZXBD   2(BX), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (DX), Z19, Z14
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(DX), Z17, Z14
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, BX
+	DECQ        R8
+	JNZ         mainK13Step
+
+mainK13Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI)(AX*2), AX
+	MOVQ    hs+88(FP), BX
+	SHLQ    $0x06, BX
+	MOVQ    128(SP), SI
+	TESTQ   SI, SI
+	JZ      mainK14Tail
+
+mainK14Step:
+	PREFETCHT1  (AX)(BX*1)
+	VCVTPH2PS   (AX), X17
+	VMOVSS      X17, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z17
+	VPMOVZXBD   2(AX), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (DX), Z19, Z15
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(DX), Z17, Z15
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, AX
+	DECQ        SI
+	JNZ         mainK14Step
+
+mainK14Tail:
+	MOVQ    (SP), AX
+	MOVQ    8(SP), DX
+	MOVQ    d+104(FP), BX
+	LEAQ    (AX)(BX*4), AX
+	INCQ    DX
+	MOVQ    q_base+32(FP), BX
+	XORQ    SI, SI
+	CMPQ    DX, heads+56(FP)
+	CMOVQEQ BX, AX
+	CMOVQEQ SI, DX
+	MOVQ    AX, (SP)
+	MOVQ    DX, 8(SP)
+	MOVQ    (SP), AX
+	LEAQ    (DI)(CX*1), CX
+	MOVQ    hs+88(FP), DX
+	SHLQ    $0x06, DX
+	MOVQ    128(SP), BX
+	TESTQ   BX, BX
+	JZ      mainK15Tail
+
+mainK15Step:
+	PREFETCHT1  (CX)(DX*1)
+	VCVTPH2PS   (CX), X17
+	VMOVSS      X17, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z17
+	VPMOVZXBD   2(CX), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (AX), Z19, Z16
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(AX), Z17, Z16
+	ADDQ        $0x00000080, AX
+	ADDQ        $0x00000012, CX
+	DECQ        BX
+	JNZ         mainK15Step
+
+mainK15Tail:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VSHUFF32X4 $0x44, Z5, Z1, Z17
+	VSHUFF32X4 $0xee, Z5, Z1, Z1
+	VADDPS     Z1, Z17, Z17
+	VSHUFF32X4 $0x44, Z13, Z9, Z1
+	VSHUFF32X4 $0xee, Z13, Z9, Z5
+	VADDPS     Z5, Z1, Z1
+	VSHUFF32X4 $0x44, Z6, Z2, Z5
+	VSHUFF32X4 $0xee, Z6, Z2, Z2
+	VADDPS     Z2, Z5, Z5
+	VSHUFF32X4 $0x44, Z14, Z10, Z2
+	VSHUFF32X4 $0xee, Z14, Z10, Z6
+	VADDPS     Z6, Z2, Z2
+	VSHUFF32X4 $0x44, Z7, Z3, Z6
+	VSHUFF32X4 $0xee, Z7, Z3, Z3
+	VADDPS     Z3, Z6, Z6
+	VSHUFF32X4 $0x44, Z15, Z11, Z3
+	VSHUFF32X4 $0xee, Z15, Z11, Z7
+	VADDPS     Z7, Z3, Z3
+	VSHUFF32X4 $0x44, Z8, Z4, Z7
+	VSHUFF32X4 $0xee, Z8, Z4, Z4
+	VADDPS     Z4, Z7, Z7
+	VSHUFF32X4 $0x44, Z16, Z12, Z4
+	VSHUFF32X4 $0xee, Z16, Z12, Z8
+	VADDPS     Z8, Z4, Z4
+	VSHUFF32X4 $0x88, Z1, Z17, Z8
+	VSHUFF32X4 $0xdd, Z1, Z17, Z1
+	VADDPS     Z1, Z8, Z8
+	VSHUFF32X4 $0x88, Z2, Z5, Z1
+	VSHUFF32X4 $0xdd, Z2, Z5, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x88, Z3, Z6, Z2
+	VSHUFF32X4 $0xdd, Z3, Z6, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFF32X4 $0x88, Z4, Z7, Z3
+	VSHUFF32X4 $0xdd, Z4, Z7, Z4
+	VADDPS     Z4, Z3, Z3
+	VSHUFPS    $0x44, Z1, Z8, Z4
+	VSHUFPS    $0xee, Z1, Z8, Z1
+	VADDPS     Z1, Z4, Z4
+	VSHUFPS    $0x44, Z3, Z2, Z1
+	VSHUFPS    $0xee, Z3, Z2, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFPS    $0x88, Z1, Z4, Z2
+	VSHUFPS    $0xdd, Z1, Z4, Z1
+	VADDPS     Z1, Z2, Z2
+	VMOVUPS    Z2, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       44(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       48(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       52(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       56(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       60(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       64(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       68(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       72(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       76(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       80(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       84(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       88(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       92(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       96(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       100(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x04, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000010, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VPSUBD Z1, Z1, Z1
+	MOVQ   112(SP), AX
+	MOVQ   (SP), CX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   128(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(DX*1)
+	VCVTPH2PS   (AX), X2
+	VMOVSS      X2, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z2
+	VPMOVZXBD   2(AX), Z3
+	VPERMPS     Z2, Z3, Z4
+	VFMADD231PS (CX), Z4, Z1
+	VPSRLD      $0x04, Z3, Z3
+	VPERMPS     Z2, Z3, Z2
+	VFMADD231PS 64(CX), Z2, Z1
+	ADDQ        $0x00000080, CX
+	ADDQ        $0x00000012, AX
+	DECQ        BX
+	JNZ         restK0Step
+
+restK0Tail:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Z2, Z2, Z2
+	VSHUFF32X4 $0x44, Z2, Z1, Z3
+	VSHUFF32X4 $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z3, Z3
+	VSHUFF32X4 $0x88, Z2, Z3, Z1
+	VSHUFF32X4 $0xdd, Z2, Z3, Z3
+	VADDPS     Z3, Z1, Z1
+	VSHUFPS    $0x44, Z2, Z1, Z3
+	VSHUFPS    $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z3, Z3
+	VSHUFPS    $0x88, Z2, Z3, Z1
+	VSHUFPS    $0xdd, Z2, Z3, Z2
+	VADDPS     Z2, Z1, Z1
+	VMOVSS     X1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumHeadsQ4AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []byte, hs int, n int, d int)
+// Requires: AVX, AVX512F, F16C, MMX+
+TEXT ·accumHeadsQ4AVX512(SB), NOSPLIT, $48-120
+	VMOVUPS decodeq4tab<>+0(SB), Z0
+	MOVQ    n+104(FP), AX
+	MOVQ    AX, 8(SP)
+	MOVQ    o_base+0(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    p_base+32(FP), AX
+	MOVQ    AX, 24(SP)
+	MOVQ    AX, 32(SP)
+	XORQ    AX, AX
+	MOVQ    AX, 40(SP)
+	MOVQ    v_base+72(FP), AX
+	MOVQ    hs+96(FP), CX
+	MOVQ    CX, DX
+	SHLQ    $0x06, DX
+
+row:
+	MOVQ         24(SP), BX
+	VBROADCASTSS (BX), Z1
+	MOVQ         16(SP), BX
+	MOVQ         d+112(FP), SI
+	SHRQ         $0x05, SI
+	MOVQ         AX, DI
+
+step:
+	PREFETCHT1  (DI)(DX*1)
+	VMOVUPS     (BX), Z2
+	VCVTPH2PS   (DI), X3
+	VMOVSS      X3, (SP)
+	VMULPS.BCST (SP), Z0, Z3
+	VPMOVZXBD   2(DI), Z4
+	VPERMPS     Z3, Z4, Z5
+	VFMADD231PS Z1, Z5, Z2
+	VMOVUPS     Z2, (BX)
+	VMOVUPS     64(BX), Z2
+	VPSRLD      $0x04, Z4, Z4
+	VPERMPS     Z3, Z4, Z3
+	VFMADD231PS Z1, Z3, Z2
+	VMOVUPS     Z2, 64(BX)
+	ADDQ        $0x00000012, DI
+	ADDQ        $0x00000080, BX
+	DECQ        SI
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        40(SP), BX
+	MOVQ        16(SP), SI
+	MOVQ        24(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	LEAQ        (SI)(R8*4), SI
+	MOVQ        ldp+56(FP), R8
+	LEAQ        (DI)(R8*4), DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        32(SP), DI
+	ADDQ        $0x04, DI
+	MOVQ        DI, 32(SP)
+
+store:
+	MOVQ BX, 40(SP)
+	MOVQ SI, 16(SP)
+	MOVQ DI, 24(SP)
+	DECQ 8(SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
 // func readSumAVX512(b []byte) uint32
 // Requires: AVX, AVX2, AVX512F, AVX512VL
 TEXT ·readSumAVX512(SB), NOSPLIT, $0-28
@@ -18560,6 +23706,650 @@ next:
 	JMP   block
 
 done:
+	VZEROUPPER
+	RET
+
+// func scoresHeadsF32AVX2(s []float32, lds int, q []float32, heads int, k []float32, hs int, n int, d int)
+// Requires: AVX, CMOV, FMA3, MMX+
+TEXT ·scoresHeadsF32AVX2(SB), NOSPLIT, $152-112
+	MOVQ    q_base+32(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    AX, 32(SP)
+	XORQ    AX, AX
+	MOVQ    AX, 8(SP)
+	MOVQ    AX, 24(SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 104(SP)
+	MOVQ    k_base+64(FP), AX
+	MOVQ    AX, 112(SP)
+	MOVQ    n+96(FP), AX
+	MOVQ    AX, 120(SP)
+	MOVQ    d+104(FP), AX
+	MOVQ    AX, CX
+	SHRQ    $0x03, CX
+	MOVQ    CX, 128(SP)
+	ANDQ    $0x07, AX
+	LEAQ    decodemask8<>+0(SB), CX
+	VMOVUPS 32(CX)(AX*4), Y0
+	MOVQ    $0x00000008, CX
+	SUBQ    AX, CX
+	ANDQ    $0x07, CX
+	MOVQ    CX, AX
+	SHLQ    $0x02, AX
+	MOVQ    AX, 136(SP)
+	SHLQ    $0x02, CX
+	MOVQ    CX, 144(SP)
+
+main:
+	CMPQ   120(SP), $0x00000008
+	JL     mainEnd
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x02, AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   (SP), SI
+	LEAQ   (DX), DI
+	MOVQ   hs+88(FP), R8
+	SHLQ   $0x06, R8
+	MOVQ   128(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (DI)(R8*1)
+	VMOVUPS     (SI), Y9
+	VFMADD231PS (DI), Y9, Y1
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000020, DI
+	DECQ        R9
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ        136(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK0Done
+	SUBQ        R8, DI
+	SUBQ        144(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VMOVUPS     (DI), Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y1
+
+mainK0Done:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(AX*1), DI
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (DI)(R8*1)
+	VMOVUPS     (SI), Y9
+	VFMADD231PS (DI), Y9, Y2
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000020, DI
+	DECQ        R9
+	JNZ         mainK1Step
+
+mainK1Tail:
+	MOVQ        136(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK1Done
+	SUBQ        R8, DI
+	SUBQ        144(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VMOVUPS     (DI), Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y2
+
+mainK1Done:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(AX*2), DI
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (DI)(R8*1)
+	VMOVUPS     (SI), Y9
+	VFMADD231PS (DI), Y9, Y3
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000020, DI
+	DECQ        R9
+	JNZ         mainK2Step
+
+mainK2Tail:
+	MOVQ        136(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK2Done
+	SUBQ        R8, DI
+	SUBQ        144(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VMOVUPS     (DI), Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y3
+
+mainK2Done:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(CX*1), DX
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x06, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (DX)(DI*1)
+	VMOVUPS     (SI), Y9
+	VFMADD231PS (DX), Y9, Y4
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000020, DX
+	DECQ        R8
+	JNZ         mainK3Step
+
+mainK3Tail:
+	MOVQ        136(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK3Done
+	SUBQ        DI, DX
+	SUBQ        144(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VMOVUPS     (DX), Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y4
+
+mainK3Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX), SI
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x06, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (SI)(DI*1)
+	VMOVUPS     (DX), Y9
+	VFMADD231PS (SI), Y9, Y5
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000020, SI
+	DECQ        R8
+	JNZ         mainK4Step
+
+mainK4Tail:
+	MOVQ        136(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK4Done
+	SUBQ        DI, SI
+	SUBQ        144(SP), DX
+	VMASKMOVPS  (DX), Y0, Y9
+	VMOVUPS     (SI), Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y5
+
+mainK4Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*1), SI
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x06, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK5Tail
+
+mainK5Step:
+	PREFETCHT1  (SI)(DI*1)
+	VMOVUPS     (DX), Y9
+	VFMADD231PS (SI), Y9, Y6
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000020, SI
+	DECQ        R8
+	JNZ         mainK5Step
+
+mainK5Tail:
+	MOVQ        136(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK5Done
+	SUBQ        DI, SI
+	SUBQ        144(SP), DX
+	VMASKMOVPS  (DX), Y0, Y9
+	VMOVUPS     (SI), Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y6
+
+mainK5Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*2), AX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), DI
+	TESTQ   DI, DI
+	JZ      mainK6Tail
+
+mainK6Step:
+	PREFETCHT1  (AX)(SI*1)
+	VMOVUPS     (DX), Y9
+	VFMADD231PS (AX), Y9, Y7
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000020, AX
+	DECQ        DI
+	JNZ         mainK6Step
+
+mainK6Tail:
+	MOVQ        136(SP), SI
+	TESTQ       SI, SI
+	JZ          mainK6Done
+	SUBQ        SI, AX
+	SUBQ        144(SP), DX
+	VMASKMOVPS  (DX), Y0, Y9
+	VMOVUPS     (AX), Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y7
+
+mainK6Done:
+	MOVQ    (SP), AX
+	MOVQ    8(SP), DX
+	MOVQ    d+104(FP), SI
+	LEAQ    (AX)(SI*4), AX
+	INCQ    DX
+	MOVQ    q_base+32(FP), SI
+	XORQ    DI, DI
+	CMPQ    DX, heads+56(FP)
+	CMOVQEQ SI, AX
+	CMOVQEQ DI, DX
+	MOVQ    AX, (SP)
+	MOVQ    DX, 8(SP)
+	MOVQ    (SP), AX
+	LEAQ    (BX)(CX*1), CX
+	MOVQ    hs+88(FP), DX
+	SHLQ    $0x06, DX
+	MOVQ    128(SP), BX
+	TESTQ   BX, BX
+	JZ      mainK7Tail
+
+mainK7Step:
+	PREFETCHT1  (CX)(DX*1)
+	VMOVUPS     (AX), Y9
+	VFMADD231PS (CX), Y9, Y8
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	DECQ        BX
+	JNZ         mainK7Step
+
+mainK7Tail:
+	MOVQ        136(SP), DX
+	TESTQ       DX, DX
+	JZ          mainK7Done
+	SUBQ        DX, CX
+	SUBQ        144(SP), AX
+	VMASKMOVPS  (AX), Y0, Y9
+	VMOVUPS     (CX), Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y8
+
+mainK7Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y9, Y9
+	VPERM2F128 $0x20, Y6, Y2, Y1
+	VPERM2F128 $0x31, Y6, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y7, Y3, Y2
+	VPERM2F128 $0x31, Y7, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VPERM2F128 $0x20, Y8, Y4, Y3
+	VPERM2F128 $0x31, Y8, Y4, Y4
+	VADDPS     Y4, Y3, Y3
+	VSHUFPS    $0x44, Y1, Y9, Y4
+	VSHUFPS    $0xee, Y1, Y9, Y1
+	VADDPS     Y1, Y4, Y4
+	VSHUFPS    $0x44, Y3, Y2, Y1
+	VSHUFPS    $0xee, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x88, Y1, Y4, Y2
+	VSHUFPS    $0xdd, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VMOVUPS    Y2, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       44(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       48(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       52(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       56(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       60(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       64(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       68(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x05, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000008, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VXORPS Y1, Y1, Y1
+	MOVQ   112(SP), AX
+	MOVQ   (SP), CX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   128(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(DX*1)
+	VMOVUPS     (CX), Y2
+	VFMADD231PS (AX), Y2, Y1
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000020, AX
+	DECQ        BX
+	JNZ         restK0Step
+
+restK0Tail:
+	MOVQ        136(SP), DX
+	TESTQ       DX, DX
+	JZ          restK0Done
+	SUBQ        DX, AX
+	SUBQ        144(SP), CX
+	VMASKMOVPS  (CX), Y0, Y2
+	VMOVUPS     (AX), Y3
+	VANDPS      Y0, Y3, Y3
+	VFMADD231PS Y2, Y3, Y1
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Y2, Y2, Y2
+	VPERM2F128 $0x20, Y2, Y1, Y3
+	VPERM2F128 $0x31, Y2, Y1, Y1
+	VADDPS     Y1, Y3, Y3
+	VSHUFPS    $0x44, Y2, Y3, Y1
+	VSHUFPS    $0xee, Y2, Y3, Y3
+	VADDPS     Y3, Y1, Y1
+	VSHUFPS    $0x88, Y2, Y1, Y3
+	VSHUFPS    $0xdd, Y2, Y1, Y1
+	VADDPS     Y1, Y3, Y3
+	VMOVSS     X3, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x02, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumHeadsF32AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []float32, hs int, n int, d int)
+// Requires: AVX, FMA3, MMX+
+TEXT ·accumHeadsF32AVX2(SB), NOSPLIT, $40-120
+	MOVQ n+104(FP), AX
+	MOVQ AX, (SP)
+	MOVQ o_base+0(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ AX, 24(SP)
+	XORQ AX, AX
+	MOVQ AX, 32(SP)
+	MOVQ v_base+72(FP), AX
+	MOVQ hs+96(FP), CX
+	SHLQ $0x02, CX
+	MOVQ CX, DX
+	SHLQ $0x04, DX
+
+row:
+	MOVQ         16(SP), BX
+	VBROADCASTSS (BX), Y0
+	MOVQ         8(SP), BX
+	MOVQ         d+112(FP), SI
+	SHRQ         $0x03, SI
+	MOVQ         AX, DI
+
+step:
+	PREFETCHT1  (DI)(DX*1)
+	VMOVUPS     (BX), Y1
+	VFMADD231PS (DI), Y0, Y1
+	VMOVUPS     Y1, (BX)
+	ADDQ        $0x00000020, DI
+	ADDQ        $0x00000020, BX
+	DECQ        SI
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        32(SP), BX
+	MOVQ        8(SP), SI
+	MOVQ        16(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	LEAQ        (SI)(R8*4), SI
+	MOVQ        ldp+56(FP), R8
+	LEAQ        (DI)(R8*4), DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        24(SP), DI
+	ADDQ        $0x04, DI
+	MOVQ        DI, 24(SP)
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
 	VZEROUPPER
 	RET
 
@@ -20827,6 +26617,670 @@ done:
 	VZEROUPPER
 	RET
 
+// func scoresHeadsBF16AVX2(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+// Requires: AVX, AVX2, CMOV, FMA3, MMX+
+TEXT ·scoresHeadsBF16AVX2(SB), NOSPLIT, $152-112
+	MOVQ    q_base+32(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    AX, 32(SP)
+	XORQ    AX, AX
+	MOVQ    AX, 8(SP)
+	MOVQ    AX, 24(SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 104(SP)
+	MOVQ    k_base+64(FP), AX
+	MOVQ    AX, 112(SP)
+	MOVQ    n+96(FP), AX
+	MOVQ    AX, 120(SP)
+	MOVQ    d+104(FP), AX
+	MOVQ    AX, CX
+	SHRQ    $0x03, CX
+	MOVQ    CX, 128(SP)
+	ANDQ    $0x07, AX
+	LEAQ    decodemask8<>+0(SB), CX
+	VMOVUPS 32(CX)(AX*4), Y0
+	MOVQ    $0x00000008, CX
+	SUBQ    AX, CX
+	ANDQ    $0x07, CX
+	MOVQ    CX, AX
+	SHLQ    $0x01, AX
+	MOVQ    AX, 136(SP)
+	SHLQ    $0x02, CX
+	MOVQ    CX, 144(SP)
+
+main:
+	CMPQ   120(SP), $0x00000008
+	JL     mainEnd
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x01, AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   (SP), SI
+	LEAQ   (DX), DI
+	MOVQ   hs+88(FP), R8
+	SHLQ   $0x06, R8
+	MOVQ   128(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (DI)(R8*1)
+	VPMOVZXWD   (DI), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (SI), Y9, Y1
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, DI
+	DECQ        R9
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ        136(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK0Done
+	SUBQ        R8, DI
+	SUBQ        144(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VPMOVZXWD   (DI), Y10
+	VPSLLD      $0x10, Y10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y1
+
+mainK0Done:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(AX*1), DI
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (DI)(R8*1)
+	VPMOVZXWD   (DI), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (SI), Y9, Y2
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, DI
+	DECQ        R9
+	JNZ         mainK1Step
+
+mainK1Tail:
+	MOVQ        136(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK1Done
+	SUBQ        R8, DI
+	SUBQ        144(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VPMOVZXWD   (DI), Y10
+	VPSLLD      $0x10, Y10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y2
+
+mainK1Done:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(AX*2), DI
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (DI)(R8*1)
+	VPMOVZXWD   (DI), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (SI), Y9, Y3
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, DI
+	DECQ        R9
+	JNZ         mainK2Step
+
+mainK2Tail:
+	MOVQ        136(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK2Done
+	SUBQ        R8, DI
+	SUBQ        144(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VPMOVZXWD   (DI), Y10
+	VPSLLD      $0x10, Y10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y3
+
+mainK2Done:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(CX*1), DX
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x06, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (DX)(DI*1)
+	VPMOVZXWD   (DX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (SI), Y9, Y4
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, DX
+	DECQ        R8
+	JNZ         mainK3Step
+
+mainK3Tail:
+	MOVQ        136(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK3Done
+	SUBQ        DI, DX
+	SUBQ        144(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VPMOVZXWD   (DX), Y10
+	VPSLLD      $0x10, Y10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y4
+
+mainK3Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX), SI
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x06, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (SI)(DI*1)
+	VPMOVZXWD   (SI), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (DX), Y9, Y5
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000010, SI
+	DECQ        R8
+	JNZ         mainK4Step
+
+mainK4Tail:
+	MOVQ        136(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK4Done
+	SUBQ        DI, SI
+	SUBQ        144(SP), DX
+	VMASKMOVPS  (DX), Y0, Y9
+	VPMOVZXWD   (SI), Y10
+	VPSLLD      $0x10, Y10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y5
+
+mainK4Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*1), SI
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x06, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK5Tail
+
+mainK5Step:
+	PREFETCHT1  (SI)(DI*1)
+	VPMOVZXWD   (SI), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (DX), Y9, Y6
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000010, SI
+	DECQ        R8
+	JNZ         mainK5Step
+
+mainK5Tail:
+	MOVQ        136(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK5Done
+	SUBQ        DI, SI
+	SUBQ        144(SP), DX
+	VMASKMOVPS  (DX), Y0, Y9
+	VPMOVZXWD   (SI), Y10
+	VPSLLD      $0x10, Y10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y6
+
+mainK5Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*2), AX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), DI
+	TESTQ   DI, DI
+	JZ      mainK6Tail
+
+mainK6Step:
+	PREFETCHT1  (AX)(SI*1)
+	VPMOVZXWD   (AX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (DX), Y9, Y7
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000010, AX
+	DECQ        DI
+	JNZ         mainK6Step
+
+mainK6Tail:
+	MOVQ        136(SP), SI
+	TESTQ       SI, SI
+	JZ          mainK6Done
+	SUBQ        SI, AX
+	SUBQ        144(SP), DX
+	VMASKMOVPS  (DX), Y0, Y9
+	VPMOVZXWD   (AX), Y10
+	VPSLLD      $0x10, Y10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y7
+
+mainK6Done:
+	MOVQ    (SP), AX
+	MOVQ    8(SP), DX
+	MOVQ    d+104(FP), SI
+	LEAQ    (AX)(SI*4), AX
+	INCQ    DX
+	MOVQ    q_base+32(FP), SI
+	XORQ    DI, DI
+	CMPQ    DX, heads+56(FP)
+	CMOVQEQ SI, AX
+	CMOVQEQ DI, DX
+	MOVQ    AX, (SP)
+	MOVQ    DX, 8(SP)
+	MOVQ    (SP), AX
+	LEAQ    (BX)(CX*1), CX
+	MOVQ    hs+88(FP), DX
+	SHLQ    $0x06, DX
+	MOVQ    128(SP), BX
+	TESTQ   BX, BX
+	JZ      mainK7Tail
+
+mainK7Step:
+	PREFETCHT1  (CX)(DX*1)
+	VPMOVZXWD   (CX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (AX), Y9, Y8
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000010, CX
+	DECQ        BX
+	JNZ         mainK7Step
+
+mainK7Tail:
+	MOVQ        136(SP), DX
+	TESTQ       DX, DX
+	JZ          mainK7Done
+	SUBQ        DX, CX
+	SUBQ        144(SP), AX
+	VMASKMOVPS  (AX), Y0, Y9
+	VPMOVZXWD   (CX), Y10
+	VPSLLD      $0x10, Y10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y8
+
+mainK7Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y9, Y9
+	VPERM2F128 $0x20, Y6, Y2, Y1
+	VPERM2F128 $0x31, Y6, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y7, Y3, Y2
+	VPERM2F128 $0x31, Y7, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VPERM2F128 $0x20, Y8, Y4, Y3
+	VPERM2F128 $0x31, Y8, Y4, Y4
+	VADDPS     Y4, Y3, Y3
+	VSHUFPS    $0x44, Y1, Y9, Y4
+	VSHUFPS    $0xee, Y1, Y9, Y1
+	VADDPS     Y1, Y4, Y4
+	VSHUFPS    $0x44, Y3, Y2, Y1
+	VSHUFPS    $0xee, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x88, Y1, Y4, Y2
+	VSHUFPS    $0xdd, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VMOVUPS    Y2, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       44(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       48(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       52(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       56(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       60(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       64(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       68(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x04, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000008, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VXORPS Y1, Y1, Y1
+	MOVQ   112(SP), AX
+	MOVQ   (SP), CX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   128(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(DX*1)
+	VPMOVZXWD   (AX), Y2
+	VPSLLD      $0x10, Y2, Y2
+	VFMADD231PS (CX), Y2, Y1
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000010, AX
+	DECQ        BX
+	JNZ         restK0Step
+
+restK0Tail:
+	MOVQ        136(SP), DX
+	TESTQ       DX, DX
+	JZ          restK0Done
+	SUBQ        DX, AX
+	SUBQ        144(SP), CX
+	VMASKMOVPS  (CX), Y0, Y2
+	VPMOVZXWD   (AX), Y3
+	VPSLLD      $0x10, Y3, Y3
+	VANDPS      Y0, Y3, Y3
+	VFMADD231PS Y2, Y3, Y1
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Y2, Y2, Y2
+	VPERM2F128 $0x20, Y2, Y1, Y3
+	VPERM2F128 $0x31, Y2, Y1, Y1
+	VADDPS     Y1, Y3, Y3
+	VSHUFPS    $0x44, Y2, Y3, Y1
+	VSHUFPS    $0xee, Y2, Y3, Y3
+	VADDPS     Y3, Y1, Y1
+	VSHUFPS    $0x88, Y2, Y1, Y3
+	VSHUFPS    $0xdd, Y2, Y1, Y1
+	VADDPS     Y1, Y3, Y3
+	VMOVSS     X3, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x01, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumHeadsBF16AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+// Requires: AVX, AVX2, FMA3, MMX+
+TEXT ·accumHeadsBF16AVX2(SB), NOSPLIT, $40-120
+	MOVQ n+104(FP), AX
+	MOVQ AX, (SP)
+	MOVQ o_base+0(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ AX, 24(SP)
+	XORQ AX, AX
+	MOVQ AX, 32(SP)
+	MOVQ v_base+72(FP), AX
+	MOVQ hs+96(FP), CX
+	SHLQ $0x01, CX
+	MOVQ CX, DX
+	SHLQ $0x05, DX
+
+row:
+	MOVQ         16(SP), BX
+	VBROADCASTSS (BX), Y0
+	MOVQ         8(SP), BX
+	MOVQ         d+112(FP), SI
+	SHRQ         $0x03, SI
+	MOVQ         AX, DI
+
+step:
+	PREFETCHT1  (DI)(DX*1)
+	VMOVUPS     (BX), Y1
+	VPMOVZXWD   (DI), Y2
+	VPSLLD      $0x10, Y2, Y2
+	VFMADD231PS Y0, Y2, Y1
+	VMOVUPS     Y1, (BX)
+	ADDQ        $0x00000010, DI
+	ADDQ        $0x00000020, BX
+	DECQ        SI
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        32(SP), BX
+	MOVQ        8(SP), SI
+	MOVQ        16(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	LEAQ        (SI)(R8*4), SI
+	MOVQ        ldp+56(FP), R8
+	LEAQ        (DI)(R8*4), DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        24(SP), DI
+	ADDQ        $0x04, DI
+	MOVQ        DI, 24(SP)
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
 // func scoresF16M1AVX2(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
 // Requires: AVX, F16C, FMA3, MMX+
 TEXT ·scoresF16M1AVX2(SB), NOSPLIT, $48-104
@@ -23025,6 +29479,651 @@ done:
 	VZEROUPPER
 	RET
 
+// func scoresHeadsF16AVX2(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+// Requires: AVX, CMOV, F16C, FMA3, MMX+
+TEXT ·scoresHeadsF16AVX2(SB), NOSPLIT, $152-112
+	MOVQ    q_base+32(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    AX, 32(SP)
+	XORQ    AX, AX
+	MOVQ    AX, 8(SP)
+	MOVQ    AX, 24(SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 104(SP)
+	MOVQ    k_base+64(FP), AX
+	MOVQ    AX, 112(SP)
+	MOVQ    n+96(FP), AX
+	MOVQ    AX, 120(SP)
+	MOVQ    d+104(FP), AX
+	MOVQ    AX, CX
+	SHRQ    $0x03, CX
+	MOVQ    CX, 128(SP)
+	ANDQ    $0x07, AX
+	LEAQ    decodemask8<>+0(SB), CX
+	VMOVUPS 32(CX)(AX*4), Y0
+	MOVQ    $0x00000008, CX
+	SUBQ    AX, CX
+	ANDQ    $0x07, CX
+	MOVQ    CX, AX
+	SHLQ    $0x01, AX
+	MOVQ    AX, 136(SP)
+	SHLQ    $0x02, CX
+	MOVQ    CX, 144(SP)
+
+main:
+	CMPQ   120(SP), $0x00000008
+	JL     mainEnd
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x01, AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   (SP), SI
+	LEAQ   (DX), DI
+	MOVQ   hs+88(FP), R8
+	SHLQ   $0x06, R8
+	MOVQ   128(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (DI)(R8*1)
+	VCVTPH2PS   (DI), Y9
+	VFMADD231PS (SI), Y9, Y1
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, DI
+	DECQ        R9
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ        136(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK0Done
+	SUBQ        R8, DI
+	SUBQ        144(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VCVTPH2PS   (DI), Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y1
+
+mainK0Done:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(AX*1), DI
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (DI)(R8*1)
+	VCVTPH2PS   (DI), Y9
+	VFMADD231PS (SI), Y9, Y2
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, DI
+	DECQ        R9
+	JNZ         mainK1Step
+
+mainK1Tail:
+	MOVQ        136(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK1Done
+	SUBQ        R8, DI
+	SUBQ        144(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VCVTPH2PS   (DI), Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y2
+
+mainK1Done:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(AX*2), DI
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (DI)(R8*1)
+	VCVTPH2PS   (DI), Y9
+	VFMADD231PS (SI), Y9, Y3
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, DI
+	DECQ        R9
+	JNZ         mainK2Step
+
+mainK2Tail:
+	MOVQ        136(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK2Done
+	SUBQ        R8, DI
+	SUBQ        144(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VCVTPH2PS   (DI), Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y3
+
+mainK2Done:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(CX*1), DX
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x06, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (DX)(DI*1)
+	VCVTPH2PS   (DX), Y9
+	VFMADD231PS (SI), Y9, Y4
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, DX
+	DECQ        R8
+	JNZ         mainK3Step
+
+mainK3Tail:
+	MOVQ        136(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK3Done
+	SUBQ        DI, DX
+	SUBQ        144(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VCVTPH2PS   (DX), Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y4
+
+mainK3Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX), SI
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x06, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (SI)(DI*1)
+	VCVTPH2PS   (SI), Y9
+	VFMADD231PS (DX), Y9, Y5
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000010, SI
+	DECQ        R8
+	JNZ         mainK4Step
+
+mainK4Tail:
+	MOVQ        136(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK4Done
+	SUBQ        DI, SI
+	SUBQ        144(SP), DX
+	VMASKMOVPS  (DX), Y0, Y9
+	VCVTPH2PS   (SI), Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y5
+
+mainK4Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*1), SI
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x06, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK5Tail
+
+mainK5Step:
+	PREFETCHT1  (SI)(DI*1)
+	VCVTPH2PS   (SI), Y9
+	VFMADD231PS (DX), Y9, Y6
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000010, SI
+	DECQ        R8
+	JNZ         mainK5Step
+
+mainK5Tail:
+	MOVQ        136(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK5Done
+	SUBQ        DI, SI
+	SUBQ        144(SP), DX
+	VMASKMOVPS  (DX), Y0, Y9
+	VCVTPH2PS   (SI), Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y6
+
+mainK5Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*2), AX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), DI
+	TESTQ   DI, DI
+	JZ      mainK6Tail
+
+mainK6Step:
+	PREFETCHT1  (AX)(SI*1)
+	VCVTPH2PS   (AX), Y9
+	VFMADD231PS (DX), Y9, Y7
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000010, AX
+	DECQ        DI
+	JNZ         mainK6Step
+
+mainK6Tail:
+	MOVQ        136(SP), SI
+	TESTQ       SI, SI
+	JZ          mainK6Done
+	SUBQ        SI, AX
+	SUBQ        144(SP), DX
+	VMASKMOVPS  (DX), Y0, Y9
+	VCVTPH2PS   (AX), Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y7
+
+mainK6Done:
+	MOVQ    (SP), AX
+	MOVQ    8(SP), DX
+	MOVQ    d+104(FP), SI
+	LEAQ    (AX)(SI*4), AX
+	INCQ    DX
+	MOVQ    q_base+32(FP), SI
+	XORQ    DI, DI
+	CMPQ    DX, heads+56(FP)
+	CMOVQEQ SI, AX
+	CMOVQEQ DI, DX
+	MOVQ    AX, (SP)
+	MOVQ    DX, 8(SP)
+	MOVQ    (SP), AX
+	LEAQ    (BX)(CX*1), CX
+	MOVQ    hs+88(FP), DX
+	SHLQ    $0x06, DX
+	MOVQ    128(SP), BX
+	TESTQ   BX, BX
+	JZ      mainK7Tail
+
+mainK7Step:
+	PREFETCHT1  (CX)(DX*1)
+	VCVTPH2PS   (CX), Y9
+	VFMADD231PS (AX), Y9, Y8
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000010, CX
+	DECQ        BX
+	JNZ         mainK7Step
+
+mainK7Tail:
+	MOVQ        136(SP), DX
+	TESTQ       DX, DX
+	JZ          mainK7Done
+	SUBQ        DX, CX
+	SUBQ        144(SP), AX
+	VMASKMOVPS  (AX), Y0, Y9
+	VCVTPH2PS   (CX), Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y8
+
+mainK7Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y9, Y9
+	VPERM2F128 $0x20, Y6, Y2, Y1
+	VPERM2F128 $0x31, Y6, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y7, Y3, Y2
+	VPERM2F128 $0x31, Y7, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VPERM2F128 $0x20, Y8, Y4, Y3
+	VPERM2F128 $0x31, Y8, Y4, Y4
+	VADDPS     Y4, Y3, Y3
+	VSHUFPS    $0x44, Y1, Y9, Y4
+	VSHUFPS    $0xee, Y1, Y9, Y1
+	VADDPS     Y1, Y4, Y4
+	VSHUFPS    $0x44, Y3, Y2, Y1
+	VSHUFPS    $0xee, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x88, Y1, Y4, Y2
+	VSHUFPS    $0xdd, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VMOVUPS    Y2, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       44(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       48(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       52(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       56(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       60(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       64(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       68(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x04, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000008, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VXORPS Y1, Y1, Y1
+	MOVQ   112(SP), AX
+	MOVQ   (SP), CX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   128(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(DX*1)
+	VCVTPH2PS   (AX), Y2
+	VFMADD231PS (CX), Y2, Y1
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000010, AX
+	DECQ        BX
+	JNZ         restK0Step
+
+restK0Tail:
+	MOVQ        136(SP), DX
+	TESTQ       DX, DX
+	JZ          restK0Done
+	SUBQ        DX, AX
+	SUBQ        144(SP), CX
+	VMASKMOVPS  (CX), Y0, Y2
+	VCVTPH2PS   (AX), Y3
+	VANDPS      Y0, Y3, Y3
+	VFMADD231PS Y2, Y3, Y1
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Y2, Y2, Y2
+	VPERM2F128 $0x20, Y2, Y1, Y3
+	VPERM2F128 $0x31, Y2, Y1, Y1
+	VADDPS     Y1, Y3, Y3
+	VSHUFPS    $0x44, Y2, Y3, Y1
+	VSHUFPS    $0xee, Y2, Y3, Y3
+	VADDPS     Y3, Y1, Y1
+	VSHUFPS    $0x88, Y2, Y1, Y3
+	VSHUFPS    $0xdd, Y2, Y1, Y1
+	VADDPS     Y1, Y3, Y3
+	VMOVSS     X3, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x01, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumHeadsF16AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·accumHeadsF16AVX2(SB), NOSPLIT, $40-120
+	MOVQ n+104(FP), AX
+	MOVQ AX, (SP)
+	MOVQ o_base+0(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ AX, 24(SP)
+	XORQ AX, AX
+	MOVQ AX, 32(SP)
+	MOVQ v_base+72(FP), AX
+	MOVQ hs+96(FP), CX
+	SHLQ $0x01, CX
+	MOVQ CX, DX
+	SHLQ $0x05, DX
+
+row:
+	MOVQ         16(SP), BX
+	VBROADCASTSS (BX), Y0
+	MOVQ         8(SP), BX
+	MOVQ         d+112(FP), SI
+	SHRQ         $0x03, SI
+	MOVQ         AX, DI
+
+step:
+	PREFETCHT1  (DI)(DX*1)
+	VMOVUPS     (BX), Y1
+	VCVTPH2PS   (DI), Y2
+	VFMADD231PS Y0, Y2, Y1
+	VMOVUPS     Y1, (BX)
+	ADDQ        $0x00000010, DI
+	ADDQ        $0x00000020, BX
+	DECQ        SI
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        32(SP), BX
+	MOVQ        8(SP), SI
+	MOVQ        16(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	LEAQ        (SI)(R8*4), SI
+	MOVQ        ldp+56(FP), R8
+	LEAQ        (DI)(R8*4), DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        24(SP), DI
+	ADDQ        $0x04, DI
+	MOVQ        DI, 24(SP)
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
 // func scoresQ8M1AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·scoresQ8M1AVX2(SB), NOSPLIT, $32-104
@@ -25086,6 +32185,674 @@ chunk2:
 	JMP   block
 
 done:
+	VZEROUPPER
+	RET
+
+// func scoresHeadsQ8AVX2(s []float32, lds int, q []float32, heads int, k []byte, hs int, n int, d int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·scoresHeadsQ8AVX2(SB), NOSPLIT, $136-112
+	MOVQ q_base+32(FP), AX
+	MOVQ AX, (SP)
+	MOVQ s_base+0(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ AX, 32(SP)
+	XORQ AX, AX
+	MOVQ AX, 8(SP)
+	MOVQ AX, 24(SP)
+	MOVQ s_base+0(FP), AX
+	MOVQ AX, 104(SP)
+	MOVQ k_base+64(FP), AX
+	MOVQ AX, 112(SP)
+	MOVQ n+96(FP), AX
+	MOVQ AX, 120(SP)
+	MOVQ d+104(FP), AX
+	SHRQ $0x05, AX
+	MOVQ AX, 128(SP)
+
+main:
+	CMPQ   120(SP), $0x00000008
+	JL     mainEnd
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   hs+88(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   (SP), SI
+	LEAQ   (DX), DI
+	MOVQ   hs+88(FP), R8
+	SHLQ   $0x05, R8
+	MOVQ   128(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1   (DI)(R8*1)
+	VPBROADCASTW (DI), X8
+	VCVTPH2PS    X8, Y8
+	VPMOVSXBD    2(DI), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       (SI), Y9, Y9
+	VPMOVSXBD    10(DI), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  32(SI), Y10, Y9
+	VPMOVSXBD    18(DI), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  64(SI), Y10, Y9
+	VPMOVSXBD    26(DI), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  96(SI), Y10, Y9
+	VFMADD231PS  Y8, Y9, Y0
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000022, DI
+	DECQ         R9
+	JNZ          mainK0Step
+
+mainK0Tail:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(AX*1), DI
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x05, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK1Tail
+
+mainK1Step:
+	PREFETCHT1   (DI)(R8*1)
+	VPBROADCASTW (DI), X8
+	VCVTPH2PS    X8, Y8
+	VPMOVSXBD    2(DI), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       (SI), Y9, Y9
+	VPMOVSXBD    10(DI), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  32(SI), Y10, Y9
+	VPMOVSXBD    18(DI), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  64(SI), Y10, Y9
+	VPMOVSXBD    26(DI), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  96(SI), Y10, Y9
+	VFMADD231PS  Y8, Y9, Y1
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000022, DI
+	DECQ         R9
+	JNZ          mainK1Step
+
+mainK1Tail:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(AX*2), DI
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x05, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK2Tail
+
+mainK2Step:
+	PREFETCHT1   (DI)(R8*1)
+	VPBROADCASTW (DI), X8
+	VCVTPH2PS    X8, Y8
+	VPMOVSXBD    2(DI), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       (SI), Y9, Y9
+	VPMOVSXBD    10(DI), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  32(SI), Y10, Y9
+	VPMOVSXBD    18(DI), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  64(SI), Y10, Y9
+	VPMOVSXBD    26(DI), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  96(SI), Y10, Y9
+	VFMADD231PS  Y8, Y9, Y2
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000022, DI
+	DECQ         R9
+	JNZ          mainK2Step
+
+mainK2Tail:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(CX*1), DX
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x05, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK3Tail
+
+mainK3Step:
+	PREFETCHT1   (DX)(DI*1)
+	VPBROADCASTW (DX), X8
+	VCVTPH2PS    X8, Y8
+	VPMOVSXBD    2(DX), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       (SI), Y9, Y9
+	VPMOVSXBD    10(DX), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  32(SI), Y10, Y9
+	VPMOVSXBD    18(DX), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  64(SI), Y10, Y9
+	VPMOVSXBD    26(DX), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  96(SI), Y10, Y9
+	VFMADD231PS  Y8, Y9, Y3
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000022, DX
+	DECQ         R8
+	JNZ          mainK3Step
+
+mainK3Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX), SI
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x05, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK4Tail
+
+mainK4Step:
+	PREFETCHT1   (SI)(DI*1)
+	VPBROADCASTW (SI), X8
+	VCVTPH2PS    X8, Y8
+	VPMOVSXBD    2(SI), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       (DX), Y9, Y9
+	VPMOVSXBD    10(SI), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  32(DX), Y10, Y9
+	VPMOVSXBD    18(SI), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  64(DX), Y10, Y9
+	VPMOVSXBD    26(SI), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  96(DX), Y10, Y9
+	VFMADD231PS  Y8, Y9, Y4
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000022, SI
+	DECQ         R8
+	JNZ          mainK4Step
+
+mainK4Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*1), SI
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x05, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK5Tail
+
+mainK5Step:
+	PREFETCHT1   (SI)(DI*1)
+	VPBROADCASTW (SI), X8
+	VCVTPH2PS    X8, Y8
+	VPMOVSXBD    2(SI), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       (DX), Y9, Y9
+	VPMOVSXBD    10(SI), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  32(DX), Y10, Y9
+	VPMOVSXBD    18(SI), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  64(DX), Y10, Y9
+	VPMOVSXBD    26(SI), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  96(DX), Y10, Y9
+	VFMADD231PS  Y8, Y9, Y5
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000022, SI
+	DECQ         R8
+	JNZ          mainK5Step
+
+mainK5Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*2), AX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x05, SI
+	MOVQ    128(SP), DI
+	TESTQ   DI, DI
+	JZ      mainK6Tail
+
+mainK6Step:
+	PREFETCHT1   (AX)(SI*1)
+	VPBROADCASTW (AX), X8
+	VCVTPH2PS    X8, Y8
+	VPMOVSXBD    2(AX), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       (DX), Y9, Y9
+	VPMOVSXBD    10(AX), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  32(DX), Y10, Y9
+	VPMOVSXBD    18(AX), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  64(DX), Y10, Y9
+	VPMOVSXBD    26(AX), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  96(DX), Y10, Y9
+	VFMADD231PS  Y8, Y9, Y6
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000022, AX
+	DECQ         DI
+	JNZ          mainK6Step
+
+mainK6Tail:
+	MOVQ    (SP), AX
+	MOVQ    8(SP), DX
+	MOVQ    d+104(FP), SI
+	LEAQ    (AX)(SI*4), AX
+	INCQ    DX
+	MOVQ    q_base+32(FP), SI
+	XORQ    DI, DI
+	CMPQ    DX, heads+56(FP)
+	CMOVQEQ SI, AX
+	CMOVQEQ DI, DX
+	MOVQ    AX, (SP)
+	MOVQ    DX, 8(SP)
+	MOVQ    (SP), AX
+	LEAQ    (BX)(CX*1), CX
+	MOVQ    hs+88(FP), DX
+	SHLQ    $0x05, DX
+	MOVQ    128(SP), BX
+	TESTQ   BX, BX
+	JZ      mainK7Tail
+
+mainK7Step:
+	PREFETCHT1   (CX)(DX*1)
+	VPBROADCASTW (CX), X8
+	VCVTPH2PS    X8, Y8
+	VPMOVSXBD    2(CX), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       (AX), Y9, Y9
+	VPMOVSXBD    10(CX), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  32(AX), Y10, Y9
+	VPMOVSXBD    18(CX), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  64(AX), Y10, Y9
+	VPMOVSXBD    26(CX), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  96(AX), Y10, Y9
+	VFMADD231PS  Y8, Y9, Y7
+	ADDQ         $0x00000080, AX
+	ADDQ         $0x00000022, CX
+	DECQ         BX
+	JNZ          mainK7Step
+
+mainK7Tail:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VPERM2F128 $0x20, Y4, Y0, Y8
+	VPERM2F128 $0x31, Y4, Y0, Y0
+	VADDPS     Y0, Y8, Y8
+	VPERM2F128 $0x20, Y5, Y1, Y0
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y0, Y0
+	VPERM2F128 $0x20, Y6, Y2, Y1
+	VPERM2F128 $0x31, Y6, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y7, Y3, Y2
+	VPERM2F128 $0x31, Y7, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VSHUFPS    $0x44, Y0, Y8, Y3
+	VSHUFPS    $0xee, Y0, Y8, Y0
+	VADDPS     Y0, Y3, Y3
+	VSHUFPS    $0x44, Y2, Y1, Y0
+	VSHUFPS    $0xee, Y2, Y1, Y1
+	VADDPS     Y1, Y0, Y0
+	VSHUFPS    $0x88, Y0, Y3, Y1
+	VSHUFPS    $0xdd, Y0, Y3, Y0
+	VADDPS     Y0, Y1, Y1
+	VMOVUPS    Y1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       44(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       48(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       52(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       56(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       60(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       64(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       68(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x03, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000008, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VXORPS Y0, Y0, Y0
+	MOVQ   112(SP), AX
+	MOVQ   (SP), CX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), DX
+	SHLQ   $0x05, DX
+	MOVQ   128(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1   (AX)(DX*1)
+	VPBROADCASTW (AX), X1
+	VCVTPH2PS    X1, Y1
+	VPMOVSXBD    2(AX), Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       (CX), Y2, Y2
+	VPMOVSXBD    10(AX), Y3
+	VCVTDQ2PS    Y3, Y3
+	VFMADD231PS  32(CX), Y3, Y2
+	VPMOVSXBD    18(AX), Y3
+	VCVTDQ2PS    Y3, Y3
+	VFMADD231PS  64(CX), Y3, Y2
+	VPMOVSXBD    26(AX), Y3
+	VCVTDQ2PS    Y3, Y3
+	VFMADD231PS  96(CX), Y3, Y2
+	VFMADD231PS  Y1, Y2, Y0
+	ADDQ         $0x00000080, CX
+	ADDQ         $0x00000022, AX
+	DECQ         BX
+	JNZ          restK0Step
+
+restK0Tail:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Y1, Y1, Y1
+	VPERM2F128 $0x20, Y1, Y0, Y2
+	VPERM2F128 $0x31, Y1, Y0, Y0
+	VADDPS     Y0, Y2, Y2
+	VSHUFPS    $0x44, Y1, Y2, Y0
+	VSHUFPS    $0xee, Y1, Y2, Y2
+	VADDPS     Y2, Y0, Y0
+	VSHUFPS    $0x88, Y1, Y0, Y2
+	VSHUFPS    $0xdd, Y1, Y0, Y0
+	VADDPS     Y0, Y2, Y2
+	VMOVSS     X2, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumHeadsQ8AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []byte, hs int, n int, d int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·accumHeadsQ8AVX2(SB), NOSPLIT, $40-120
+	MOVQ n+104(FP), AX
+	MOVQ AX, (SP)
+	MOVQ o_base+0(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ AX, 24(SP)
+	XORQ AX, AX
+	MOVQ AX, 32(SP)
+	MOVQ v_base+72(FP), AX
+	MOVQ hs+96(FP), CX
+	MOVQ CX, DX
+	SHLQ $0x05, DX
+
+row:
+	MOVQ         16(SP), BX
+	VBROADCASTSS (BX), Y0
+	MOVQ         8(SP), BX
+	MOVQ         d+112(FP), SI
+	SHRQ         $0x05, SI
+	MOVQ         AX, DI
+
+step:
+	PREFETCHT1   (DI)(DX*1)
+	VMOVUPS      (BX), Y1
+	VPBROADCASTW (DI), X2
+	VCVTPH2PS    X2, Y2
+	VMULPS       Y0, Y2, Y2
+	VPMOVSXBD    2(DI), Y3
+	VCVTDQ2PS    Y3, Y3
+	VFMADD231PS  Y2, Y3, Y1
+	VMOVUPS      Y1, (BX)
+	VMOVUPS      32(BX), Y1
+	VPMOVSXBD    10(DI), Y3
+	VCVTDQ2PS    Y3, Y3
+	VFMADD231PS  Y2, Y3, Y1
+	VMOVUPS      Y1, 32(BX)
+	VMOVUPS      64(BX), Y1
+	VPMOVSXBD    18(DI), Y3
+	VCVTDQ2PS    Y3, Y3
+	VFMADD231PS  Y2, Y3, Y1
+	VMOVUPS      Y1, 64(BX)
+	VMOVUPS      96(BX), Y1
+	VPMOVSXBD    26(DI), Y3
+	VCVTDQ2PS    Y3, Y3
+	VFMADD231PS  Y2, Y3, Y1
+	VMOVUPS      Y1, 96(BX)
+	ADDQ         $0x00000022, DI
+	ADDQ         $0x00000080, BX
+	DECQ         SI
+	JNZ          step
+	ADDQ         CX, AX
+	MOVQ         32(SP), BX
+	MOVQ         8(SP), SI
+	MOVQ         16(SP), DI
+	INCQ         BX
+	MOVQ         ldo+24(FP), R8
+	LEAQ         (SI)(R8*4), SI
+	MOVQ         ldp+56(FP), R8
+	LEAQ         (DI)(R8*4), DI
+	CMPQ         BX, heads+64(FP)
+	JNE          store
+	XORQ         BX, BX
+	MOVQ         o_base+0(FP), SI
+	MOVQ         24(SP), DI
+	ADDQ         $0x04, DI
+	MOVQ         DI, 24(SP)
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
 	VZEROUPPER
 	RET
 
@@ -27309,6 +35076,754 @@ chunk2:
 	JMP   block
 
 done:
+	VZEROUPPER
+	RET
+
+// func scoresHeadsQ4AVX2(s []float32, lds int, q []float32, heads int, k []byte, hs int, n int, d int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·scoresHeadsQ4AVX2(SB), NOSPLIT, $136-112
+	MOVQ q_base+32(FP), AX
+	MOVQ AX, (SP)
+	MOVQ s_base+0(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ AX, 32(SP)
+	XORQ AX, AX
+	MOVQ AX, 8(SP)
+	MOVQ AX, 24(SP)
+	MOVQ s_base+0(FP), AX
+	MOVQ AX, 104(SP)
+	MOVQ k_base+64(FP), AX
+	MOVQ AX, 112(SP)
+	MOVQ n+96(FP), AX
+	MOVQ AX, 120(SP)
+	MOVQ d+104(FP), AX
+	SHRQ $0x05, AX
+	MOVQ AX, 128(SP)
+
+main:
+	CMPQ   120(SP), $0x00000008
+	JL     mainEnd
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   hs+88(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   (SP), SI
+	LEAQ   (DX), DI
+	MOVQ   hs+88(FP), R8
+	SHLQ   $0x06, R8
+	MOVQ   128(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1   (DI)(R8*1)
+	VPBROADCASTW (DI), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(DI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (SI), Y10, Y0
+	VPMOVZXBD    10(DI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(SI), Y10, Y0
+	VPMOVZXBD    2(DI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(SI), Y10, Y0
+	VPMOVZXBD    10(DI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(SI), Y10, Y0
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000012, DI
+	DECQ         R9
+	JNZ          mainK0Step
+
+mainK0Tail:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(AX*1), DI
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK1Tail
+
+mainK1Step:
+	PREFETCHT1   (DI)(R8*1)
+	VPBROADCASTW (DI), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(DI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (SI), Y10, Y1
+	VPMOVZXBD    10(DI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(SI), Y10, Y1
+	VPMOVZXBD    2(DI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(SI), Y10, Y1
+	VPMOVZXBD    10(DI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(SI), Y10, Y1
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000012, DI
+	DECQ         R9
+	JNZ          mainK1Step
+
+mainK1Tail:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(AX*2), DI
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK2Tail
+
+mainK2Step:
+	PREFETCHT1   (DI)(R8*1)
+	VPBROADCASTW (DI), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(DI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (SI), Y10, Y2
+	VPMOVZXBD    10(DI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(SI), Y10, Y2
+	VPMOVZXBD    2(DI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(SI), Y10, Y2
+	VPMOVZXBD    10(DI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(SI), Y10, Y2
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000012, DI
+	DECQ         R9
+	JNZ          mainK2Step
+
+mainK2Tail:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(CX*1), DX
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x06, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK3Tail
+
+mainK3Step:
+	PREFETCHT1   (DX)(DI*1)
+	VPBROADCASTW (DX), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(DX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (SI), Y10, Y3
+	VPMOVZXBD    10(DX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(SI), Y10, Y3
+	VPMOVZXBD    2(DX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(SI), Y10, Y3
+	VPMOVZXBD    10(DX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(SI), Y10, Y3
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000012, DX
+	DECQ         R8
+	JNZ          mainK3Step
+
+mainK3Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX), SI
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x06, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK4Tail
+
+mainK4Step:
+	PREFETCHT1   (SI)(DI*1)
+	VPBROADCASTW (SI), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(SI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (DX), Y10, Y4
+	VPMOVZXBD    10(SI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(DX), Y10, Y4
+	VPMOVZXBD    2(SI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(DX), Y10, Y4
+	VPMOVZXBD    10(SI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(DX), Y10, Y4
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000012, SI
+	DECQ         R8
+	JNZ          mainK4Step
+
+mainK4Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*1), SI
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x06, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK5Tail
+
+mainK5Step:
+	PREFETCHT1   (SI)(DI*1)
+	VPBROADCASTW (SI), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(SI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (DX), Y10, Y5
+	VPMOVZXBD    10(SI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(DX), Y10, Y5
+	VPMOVZXBD    2(SI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(DX), Y10, Y5
+	VPMOVZXBD    10(SI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(DX), Y10, Y5
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000012, SI
+	DECQ         R8
+	JNZ          mainK5Step
+
+mainK5Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*2), AX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), DI
+	TESTQ   DI, DI
+	JZ      mainK6Tail
+
+mainK6Step:
+	PREFETCHT1   (AX)(SI*1)
+	VPBROADCASTW (AX), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(AX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (DX), Y10, Y6
+	VPMOVZXBD    10(AX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(DX), Y10, Y6
+	VPMOVZXBD    2(AX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(DX), Y10, Y6
+	VPMOVZXBD    10(AX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(DX), Y10, Y6
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000012, AX
+	DECQ         DI
+	JNZ          mainK6Step
+
+mainK6Tail:
+	MOVQ    (SP), AX
+	MOVQ    8(SP), DX
+	MOVQ    d+104(FP), SI
+	LEAQ    (AX)(SI*4), AX
+	INCQ    DX
+	MOVQ    q_base+32(FP), SI
+	XORQ    DI, DI
+	CMPQ    DX, heads+56(FP)
+	CMOVQEQ SI, AX
+	CMOVQEQ DI, DX
+	MOVQ    AX, (SP)
+	MOVQ    DX, 8(SP)
+	MOVQ    (SP), AX
+	LEAQ    (BX)(CX*1), CX
+	MOVQ    hs+88(FP), DX
+	SHLQ    $0x06, DX
+	MOVQ    128(SP), BX
+	TESTQ   BX, BX
+	JZ      mainK7Tail
+
+mainK7Step:
+	PREFETCHT1   (CX)(DX*1)
+	VPBROADCASTW (CX), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(CX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (AX), Y10, Y7
+	VPMOVZXBD    10(CX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(AX), Y10, Y7
+	VPMOVZXBD    2(CX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(AX), Y10, Y7
+	VPMOVZXBD    10(CX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(AX), Y10, Y7
+	ADDQ         $0x00000080, AX
+	ADDQ         $0x00000012, CX
+	DECQ         BX
+	JNZ          mainK7Step
+
+mainK7Tail:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VPERM2F128 $0x20, Y4, Y0, Y8
+	VPERM2F128 $0x31, Y4, Y0, Y0
+	VADDPS     Y0, Y8, Y8
+	VPERM2F128 $0x20, Y5, Y1, Y0
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y0, Y0
+	VPERM2F128 $0x20, Y6, Y2, Y1
+	VPERM2F128 $0x31, Y6, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y7, Y3, Y2
+	VPERM2F128 $0x31, Y7, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VSHUFPS    $0x44, Y0, Y8, Y3
+	VSHUFPS    $0xee, Y0, Y8, Y0
+	VADDPS     Y0, Y3, Y3
+	VSHUFPS    $0x44, Y2, Y1, Y0
+	VSHUFPS    $0xee, Y2, Y1, Y1
+	VADDPS     Y1, Y0, Y0
+	VSHUFPS    $0x88, Y0, Y3, Y1
+	VSHUFPS    $0xdd, Y0, Y3, Y0
+	VADDPS     Y0, Y1, Y1
+	VMOVUPS    Y1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       44(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       48(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       52(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       56(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       60(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       64(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       68(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x03, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000008, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VXORPS Y0, Y0, Y0
+	MOVQ   112(SP), AX
+	MOVQ   (SP), CX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   128(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1   (AX)(DX*1)
+	VPBROADCASTW (AX), X2
+	VCVTPH2PS    X2, Y2
+	VMULPS       decodeq4tab<>+64(SB), Y2, Y1
+	VPMOVZXBD    2(AX), Y3
+	VPAND        decodeq4tab<>+96(SB), Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VFMADD213PS  Y1, Y2, Y3
+	VFMADD231PS  (CX), Y3, Y0
+	VPMOVZXBD    10(AX), Y3
+	VPAND        decodeq4tab<>+96(SB), Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VFMADD213PS  Y1, Y2, Y3
+	VFMADD231PS  32(CX), Y3, Y0
+	VPMOVZXBD    2(AX), Y3
+	VPSRLD       $0x04, Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VFMADD213PS  Y1, Y2, Y3
+	VFMADD231PS  64(CX), Y3, Y0
+	VPMOVZXBD    10(AX), Y3
+	VPSRLD       $0x04, Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VFMADD213PS  Y1, Y2, Y3
+	VFMADD231PS  96(CX), Y3, Y0
+	ADDQ         $0x00000080, CX
+	ADDQ         $0x00000012, AX
+	DECQ         BX
+	JNZ          restK0Step
+
+restK0Tail:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Y1, Y1, Y1
+	VPERM2F128 $0x20, Y1, Y0, Y2
+	VPERM2F128 $0x31, Y1, Y0, Y0
+	VADDPS     Y0, Y2, Y2
+	VSHUFPS    $0x44, Y1, Y2, Y0
+	VSHUFPS    $0xee, Y1, Y2, Y2
+	VADDPS     Y2, Y0, Y0
+	VSHUFPS    $0x88, Y1, Y0, Y2
+	VSHUFPS    $0xdd, Y1, Y0, Y0
+	VADDPS     Y0, Y2, Y2
+	VMOVSS     X2, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumHeadsQ4AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []byte, hs int, n int, d int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·accumHeadsQ4AVX2(SB), NOSPLIT, $40-120
+	MOVQ n+104(FP), AX
+	MOVQ AX, (SP)
+	MOVQ o_base+0(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ AX, 24(SP)
+	XORQ AX, AX
+	MOVQ AX, 32(SP)
+	MOVQ v_base+72(FP), AX
+	MOVQ hs+96(FP), CX
+	MOVQ CX, DX
+	SHLQ $0x06, DX
+
+row:
+	MOVQ         16(SP), BX
+	VBROADCASTSS (BX), Y0
+	MOVQ         8(SP), BX
+	MOVQ         d+112(FP), SI
+	SHRQ         $0x05, SI
+	MOVQ         AX, DI
+
+step:
+	PREFETCHT1   (DI)(DX*1)
+	VMOVUPS      (BX), Y1
+	VPBROADCASTW (DI), X3
+	VCVTPH2PS    X3, Y3
+	VMULPS       decodeq4tab<>+64(SB), Y3, Y2
+	VPMOVZXBD    2(DI), Y4
+	VPAND        decodeq4tab<>+96(SB), Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VFMADD213PS  Y2, Y3, Y4
+	VFMADD231PS  Y0, Y4, Y1
+	VMOVUPS      Y1, (BX)
+	VMOVUPS      32(BX), Y1
+	VPMOVZXBD    10(DI), Y4
+	VPAND        decodeq4tab<>+96(SB), Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VFMADD213PS  Y2, Y3, Y4
+	VFMADD231PS  Y0, Y4, Y1
+	VMOVUPS      Y1, 32(BX)
+	VMOVUPS      64(BX), Y1
+	VPMOVZXBD    2(DI), Y4
+	VPSRLD       $0x04, Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VFMADD213PS  Y2, Y3, Y4
+	VFMADD231PS  Y0, Y4, Y1
+	VMOVUPS      Y1, 64(BX)
+	VMOVUPS      96(BX), Y1
+	VPMOVZXBD    10(DI), Y4
+	VPSRLD       $0x04, Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VFMADD213PS  Y2, Y3, Y4
+	VFMADD231PS  Y0, Y4, Y1
+	VMOVUPS      Y1, 96(BX)
+	ADDQ         $0x00000012, DI
+	ADDQ         $0x00000080, BX
+	DECQ         SI
+	JNZ          step
+	ADDQ         CX, AX
+	MOVQ         32(SP), BX
+	MOVQ         8(SP), SI
+	MOVQ         16(SP), DI
+	INCQ         BX
+	MOVQ         ldo+24(FP), R8
+	LEAQ         (SI)(R8*4), SI
+	MOVQ         ldp+56(FP), R8
+	LEAQ         (DI)(R8*4), DI
+	CMPQ         BX, heads+64(FP)
+	JNE          store
+	XORQ         BX, BX
+	MOVQ         o_base+0(FP), SI
+	MOVQ         24(SP), DI
+	ADDQ         $0x04, DI
+	MOVQ         DI, 24(SP)
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
 	VZEROUPPER
 	RET
 

@@ -21,6 +21,50 @@ var GenericDecode = Decode{
 	ReadSum:    readSumGeneric,
 }
 
+func init() {
+	g := &GenericDecode
+	g.ScoresF32Heads = headsScores("ScoresF32Heads", formatElem, g.ScoresF32)
+	g.ScoresBF16Heads = headsScores("ScoresBF16Heads", formatElem, g.ScoresBF16)
+	g.ScoresF16Heads = headsScores("ScoresF16Heads", formatElem, g.ScoresF16)
+	g.ScoresQ8Heads = headsScores("ScoresQ8Heads", formatQ8, g.ScoresQ8)
+	g.ScoresQ4Heads = headsScores("ScoresQ4Heads", formatQ4, g.ScoresQ4)
+	g.AccumF32Heads = headsAccum("AccumF32Heads", formatElem, g.AccumF32)
+	g.AccumBF16Heads = headsAccum("AccumBF16Heads", formatElem, g.AccumBF16)
+	g.AccumF16Heads = headsAccum("AccumF16Heads", formatElem, g.AccumF16)
+	g.AccumQ8Heads = headsAccum("AccumQ8Heads", formatQ8, g.AccumQ8)
+	g.AccumQ4Heads = headsAccum("AccumQ4Heads", formatQ4, g.AccumQ4)
+}
+
+// headsScores is a multi-head Scores (see Decode.ScoresF32Heads) that
+// calls one, the one-head kernel, head by head; the amd64 wrappers use
+// it too when the layout does not suit their assembly.
+func headsScores[T any](name string, f cacheFormat, one func(s []float32, lds int, q []float32, m int, k []T, ldk, n, d int)) func(s []float32, lds int, q []float32, heads int, k []T, ldk, hs, n, d int) {
+	return func(s []float32, lds int, q []float32, heads int, k []T, ldk, hs, n, d int) {
+		f.checkDim(name, d)
+		checkHeads(name, heads, n, d, s, n, lds, q, d, d, len(k), f.rowLen(d), ldk, hs)
+		if n == 0 {
+			return
+		}
+		for h := 0; h < heads; h++ {
+			one(s[h*lds:], lds, q[h*d:], 1, k[h*hs:], ldk, n, d)
+		}
+	}
+}
+
+// headsAccum is the multi-head Accum of the same kind.
+func headsAccum[T any](name string, f cacheFormat, one func(o []float32, ldo int, p []float32, ldp, m int, v []T, ldv, n, d int)) func(o []float32, ldo int, p []float32, ldp, heads int, v []T, ldv, hs, n, d int) {
+	return func(o []float32, ldo int, p []float32, ldp, heads int, v []T, ldv, hs, n, d int) {
+		f.checkDim(name, d)
+		checkHeads(name, heads, n, d, o, d, ldo, p, n, ldp, len(v), f.rowLen(d), ldv, hs)
+		if n == 0 || d == 0 {
+			return
+		}
+		for h := 0; h < heads; h++ {
+			one(o[h*ldo:], ldo, p[h*ldp:], ldp, 1, v[h*hs:], ldv, n, d)
+		}
+	}
+}
+
 func widenF32(dst, src []float32) { copy(dst, src) }
 
 // widenQ8 sets dst to the values of the q8_0 row src (len(dst)/32 blocks).

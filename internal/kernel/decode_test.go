@@ -374,6 +374,15 @@ func TestDecodeNoAllocs(t *testing.T) {
 			if a := testing.AllocsPerRun(10, func() { dk.AccumBF16(o, d, s, n, m, k, d, n, d) }); a != 0 {
 				t.Errorf("%s: AccumBF16 with m = %d allocates %v times per call", dk.Name, m, a)
 			}
+			// The multi-head kernels, m heads side by side (the stack chunk
+			// of the scores).
+			kh := make([]uint16, n*m*d)
+			if a := testing.AllocsPerRun(10, func() { dk.ScoresBF16Heads(s, n, q, m, kh, m*d, d, n, d) }); a != 0 {
+				t.Errorf("%s: ScoresBF16Heads with %d heads allocates %v times per call", dk.Name, m, a)
+			}
+			if a := testing.AllocsPerRun(10, func() { dk.AccumBF16Heads(o, d, s, n, m, kh, m*d, d, n, d) }); a != 0 {
+				t.Errorf("%s: AccumBF16Heads with %d heads allocates %v times per call", dk.Name, m, a)
+			}
 		}
 	}
 }
@@ -443,7 +452,7 @@ func TestDecodeAVX2Registers(t *testing.T) {
 	if evex < 1000 { // the pattern must recognise the AVX-512 kernels' code
 		t.Errorf("only %d lines of the AVX-512 kernels match the AVX-512 pattern", evex)
 	}
-	if funcs != 5*2*4+1 {
-		t.Errorf("found %d AVX2 functions, want %d", funcs, 5*2*4+1)
+	if want := 5*(4*2+2) + 1; funcs != want { // 5 types × (4 row tiles × scores, accum + the two multi-head kernels), readSum
+		t.Errorf("found %d AVX2 functions, want %d", funcs, want)
 	}
 }

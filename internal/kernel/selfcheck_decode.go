@@ -128,6 +128,9 @@ func selfCheckDecode(dk Decode) (err error) {
 			return err
 		}
 	}
+	if err := selfCheckHeads(dk); err != nil {
+		return err
+	}
 	b := make([]byte, 1000)
 	for i := range b {
 		b[i] = byte(i * 7)
@@ -145,6 +148,114 @@ func decodeNear(set, name string, x, y, mag []float32) error {
 	for i := range x {
 		if d := math.Abs(float64(x[i] - y[i])); !(d <= 1e-5*float64(mag[i])) {
 			return fmt.Errorf("decode kernels %s: %s disagrees with generic at %d: %v vs %v", set, name, i, x[i], y[i])
+		}
+	}
+	return nil
+}
+
+// selfCheckHeads compares the multi-head kernels of dk with its one-head
+// kernels head by head (they must agree bit for bit), on 3 heads side by
+// side (the multi-head assembly's layout) of 37 keys, d = 64, for every
+// type.
+func selfCheckHeads(dk Decode) error {
+	const heads, n, d, lds = 3, 37, 64, 41
+	q := make([]float32, heads*d)
+	for i := range q {
+		q[i] = float32(math.Sin(float64(7 * i)))
+	}
+	x := make([]float32, n*heads*d) // the cache as float32: key j, head h at (j·heads+h)·d
+	for i := range x {
+		x[i] = float32(math.Cos(float64(5 * i)))
+	}
+	p := make([]float32, heads*lds)
+	for i := range p {
+		p[i] = float32(math.Sin(float64(3 * i)))
+	}
+	compare := func(name string, multi, one func(s, o []float32)) error {
+		s1, s2 := make([]float32, heads*lds), make([]float32, heads*lds)
+		o1, o2 := make([]float32, heads*d), make([]float32, heads*d)
+		for i := range o1 {
+			o1[i] = float32(i%7) - 3
+			o2[i] = o1[i]
+		}
+		multi(s1, o1)
+		one(s2, o2)
+		for i := range s1 {
+			if math.Float32bits(s1[i]) != math.Float32bits(s2[i]) {
+				return fmt.Errorf("decode kernels %s: Scores%sHeads disagrees with Scores%s head by head at %d: %v vs %v", dk.Name, name, name, i, s1[i], s2[i])
+			}
+		}
+		for i := range o1 {
+			if math.Float32bits(o1[i]) != math.Float32bits(o2[i]) {
+				return fmt.Errorf("decode kernels %s: Accum%sHeads disagrees with Accum%s head by head at %d: %v vs %v", dk.Name, name, name, i, o1[i], o2[i])
+			}
+		}
+		return nil
+	}
+	// Each type: the multi-head call, and the one-head calls head by head.
+	hs := d
+	f32 := func(s, o []float32) {
+		dk.ScoresF32Heads(s, lds, q, heads, x, heads*hs, hs, n, d)
+		dk.AccumF32Heads(o, d, p, lds, heads, x, heads*hs, hs, n, d)
+	}
+	f32one := func(s, o []float32) {
+		for h := 0; h < heads; h++ {
+			dk.ScoresF32(s[h*lds:], lds, q[h*d:], 1, x[h*hs:], heads*hs, n, d)
+			dk.AccumF32(o[h*d:], d, p[h*lds:], lds, 1, x[h*hs:], heads*hs, n, d)
+		}
+	}
+	if err := compare("F32", f32, f32one); err != nil {
+		return err
+	}
+	for _, e := range []Elem{BF16, F16} {
+		k := make([]uint16, len(x))
+		for i, v := range x {
+			k[i] = e.FromF32(v)
+		}
+		sh, ah, s1, a1, name := dk.ScoresBF16Heads, dk.AccumBF16Heads, dk.ScoresBF16, dk.AccumBF16, "BF16"
+		if e == F16 {
+			sh, ah, s1, a1, name = dk.ScoresF16Heads, dk.AccumF16Heads, dk.ScoresF16, dk.AccumF16, "F16"
+		}
+		multi := func(s, o []float32) {
+			sh(s, lds, q, heads, k, heads*hs, hs, n, d)
+			ah(o, d, p, lds, heads, k, heads*hs, hs, n, d)
+		}
+		one := func(s, o []float32) {
+			for h := 0; h < heads; h++ {
+				s1(s[h*lds:], lds, q[h*d:], 1, k[h*hs:], heads*hs, n, d)
+				a1(o[h*d:], d, p[h*lds:], lds, 1, k[h*hs:], heads*hs, n, d)
+			}
+		}
+		if err := compare(name, multi, one); err != nil {
+			return err
+		}
+	}
+	for _, bits := range []int{8, 4} {
+		rowBytes, quantize := Q8RowBytes, QuantizeQ8
+		sh, ah, s1, a1, name := dk.ScoresQ8Heads, dk.AccumQ8Heads, dk.ScoresQ8, dk.AccumQ8, "Q8"
+		if bits == 4 {
+			rowBytes, quantize = Q4RowBytes, QuantizeQ4
+			sh, ah, s1, a1, name = dk.ScoresQ4Heads, dk.AccumQ4Heads, dk.ScoresQ4, dk.AccumQ4, "Q4"
+		}
+		rb := rowBytes(d)
+		k := make([]byte, n*heads*rb)
+		for r := 0; r < n*heads; r++ {
+			if err := quantize(k[r*rb:(r+1)*rb], x[r*d:(r+1)*d]); err != nil {
+				return err
+			}
+		}
+		multi := func(s, o []float32) {
+			sh(s, lds, q, heads, k, heads*rb, rb, n, d)
+			ah(o, d, p, lds, heads, k, heads*rb, rb, n, d)
+		}
+		one := func(s, o []float32) {
+			for h := 0; h < heads; h++ {
+				s1(s[h*lds:], lds, q[h*d:], 1, k[h*rb:], heads*rb, n, d)
+				a1(o[h*d:], d, p[h*lds:], lds, 1, k[h*rb:], heads*rb, n, d)
+			}
+		}
+		if err := compare(name, multi, one); err != nil {
+			return err
 		}
 	}
 	return nil

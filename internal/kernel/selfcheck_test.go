@@ -338,6 +338,21 @@ func TestSelfCheckDecodeRejectsBroken(t *testing.T) {
 				}
 			}
 		}},
+		{"ScoresQ8Heads", "swaps the last two heads", func(dk *Decode) {
+			dk.ScoresQ8Heads = func(s []float32, lds int, q []float32, heads int, k []byte, ldk, hs, n, d int) {
+				g.ScoresQ8Heads(s, lds, q, heads, k, ldk, hs, n, d)
+				a, b := s[(heads-2)*lds:(heads-2)*lds+n], s[(heads-1)*lds:(heads-1)*lds+n]
+				for j := range a {
+					a[j], b[j] = b[j], a[j]
+				}
+			}
+		}},
+		{"AccumF16Heads", "skips the last key of the first head", func(dk *Decode) {
+			dk.AccumF16Heads = func(o []float32, ldo int, p []float32, ldp, heads int, v []uint16, ldv, hs, n, d int) {
+				g.AccumF16(o, ldo, p, ldp, 1, v, ldv, n-1, d)
+				g.AccumF16Heads(o[ldo:], ldo, p[ldp:], ldp, heads-1, v[hs:], ldv, hs, n, d)
+			}
+		}},
 		{"boom", "panics", func(dk *Decode) {
 			dk.ScoresQ8 = func(s []float32, lds int, q []float32, m int, k []byte, ldk, n, d int) { panic("boom") }
 		}},

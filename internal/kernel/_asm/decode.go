@@ -147,6 +147,8 @@ func genDecode() {
 			for mr := 1; mr <= s.Lanes; mr *= 2 {
 				genAccum(s, e, mr)
 			}
+			genScoresHeads(s, e)
+			genAccumHeads(s, e)
 		}
 		genReadSum(s)
 	}

@@ -373,3 +373,129 @@ func (g *accumGen) pass(first, c int, tail bool) {
 		}
 	}
 }
+
+// genAccumHeads generates accumHeads<T><ISA>, the multi-head form of the
+// one-row kernel: n rows at v, hs apart (row r is key r/heads of head
+// h = r%heads, as in genScoresHeads), each added to O row h with its
+// probability p[h*ldp + r/heads]:
+//
+//	o[h*ldo+c] += p[h*ldp+j]·v[r*hs+c]    r < n, h = r%heads, j = r/heads, c < d
+//
+// reading the cache in address order. O rows stay in L1 (loaded, updated
+// and stored per row of the cache: the rows of a key belong to different
+// heads) and get exactly the operations of accum<T>M1<ISA>, in key order,
+// so the results are the same bit for bit. d is a multiple of 16 (the
+// wrapper sends other head dimensions to the one-head kernels).
+func genAccumHeads(s isa, e decodeElem) {
+	name := fmt.Sprintf("accumHeads%s%s", e.Name, s.Suffix)
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(o []float32, ldo int, p []float32, ldp, heads int, v []%s, hs, n, d int)", e.GoType))
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s adds p[h*ldp+r/heads]·v[r*hs+c] to o[h*ldo+c], h = r%%heads, for r < n, c < d, bit for bit as accum%sM1%s;", name, e.Name, s.Suffix),
+		"hs is the value row stride in "+map[bool]string{true: "bytes", false: "elements"}[e.quant()]+"; d is a positive multiple of 16, n >= 1, heads >= 1, and all accesses are in bounds.")
+
+	L := s.Lanes
+	qc := newQuantConsts(s, e, 1, 1)
+	vpb := 1
+	if e.quant() {
+		vpb = quantValues / L
+	}
+	// Per row of the cache: steps of one vector (one block for q8_0 and
+	// q4_0) of d.
+	stepVals := L * vpb
+	stepBytes := L * e.Size
+	if e.quant() {
+		stepBytes = e.blockBytes()
+	}
+	nLeft, oh, ph, pj, hc := AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
+	MOVQ(Load(Param("n"), GP64()), nLeft)
+	o0 := Load(Param("o").Base(), GP64())
+	MOVQ(o0, oh)
+	p0 := Load(Param("p").Base(), GP64())
+	MOVQ(p0, ph)
+	MOVQ(p0, pj)
+	z := GP64()
+	XORQ(z, z)
+	MOVQ(z, hc)
+	vr := Load(Param("v").Base(), GP64())
+	hs := Load(Param("hs"), GP64())
+	if e.Size > 1 {
+		SHLQ(Imm(uint64(log2(e.Size))), hs)
+	}
+	pfd := GP64() // bytes to the row the prefetches read
+	MOVQ(hs, pfd)
+	SHLQ(Imm(uint64(log2(scoresPrefetchRows(e)))), pfd)
+
+	Label("row")
+	{
+		pv := s.Vec()
+		pp := ldMem(ph)
+		VBROADCASTSS(Mem{Base: pp}, pv)
+		op := ldMem(oh)
+		steps := Load(Param("d"), GP64())
+		SHRQ(Imm(uint64(log2(stepVals))), steps)
+		vp := GP64()
+		MOVQ(vr, vp)
+		Label("step")
+		PREFETCHT1(Mem{Base: vp, Index: pfd, Scale: 1})
+		var blk *quantBlock
+		var sc VecVirtual
+		if e.quant() {
+			blk = newQuantBlock(s, e, Mem{Base: vp}, qc, 0)
+		}
+		for i := 0; i < vpb; i++ {
+			a := s.Vec()
+			om := Mem{Base: op, Disp: i * s.Bytes()}
+			VMOVUPS(om, a)
+			switch {
+			case e.Size == 4:
+				VFMADD231PS(Mem{Base: vp}, pv, a)
+			case e.Bits == 8:
+				if i == 0 {
+					if blk.slot != nil {
+						sc = s.Vec()
+						blk.mulScale(pv, sc)
+					} else {
+						sc = blk.scale()
+						VMULPS(pv, sc, sc)
+					}
+				}
+				VFMADD231PS(sc, blk.raw(i), a)
+			case e.quant():
+				VFMADD231PS(pv, blk.vec(i), a)
+			default:
+				VFMADD231PS(pv, widen(s, e, Mem{Base: vp}, nil), a)
+			}
+			VMOVUPS(a, om)
+		}
+		ADDQ(U32(stepBytes), vp)
+		ADDQ(U32(4*stepVals), op)
+		DECQ(steps)
+		JNZ(LabelRef("step"))
+	}
+	// Next row: the next head, or the first head of the next key.
+	{
+		ADDQ(hs, vr)
+		h, o, p := ldMem(hc), ldMem(oh), ldMem(ph)
+		INCQ(h)
+		ldo := Load(Param("ldo"), GP64())
+		LEAQ(Mem{Base: o, Index: ldo, Scale: 4}, o)
+		ldp := Load(Param("ldp"), GP64())
+		LEAQ(Mem{Base: p, Index: ldp, Scale: 4}, p)
+		CMPQ(h, slot(Param("heads")))
+		JNE(LabelRef("store"))
+		XORQ(h, h)
+		MOVQ(Load(Param("o").Base(), GP64()), o)
+		pn := ldMem(pj)
+		ADDQ(Imm(4), pn)
+		MOVQ(pn, pj)
+		MOVQ(pn, p)
+		Label("store")
+		MOVQ(h, hc)
+		MOVQ(o, oh)
+		MOVQ(p, ph)
+	}
+	DECQ(nLeft)
+	JNZ(LabelRef("row"))
+	VZEROUPPER()
+	RET()
+}
