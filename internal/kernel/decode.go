@@ -24,15 +24,26 @@ import "fmt"
 // with row stride ldo >= d. Any m, n, d >= 0 are accepted (for q8_0 and
 // q4_0, d a multiple of 32); the assembly kernels take tiles of 1, 2, 4, 8 or 16
 // rows (AVX2: up to 8) and split other counts (12 = 8+4) into tiles that
-// share each block of cache rows while it is in L2. S or O must not overlap the other arguments. Sums
-// are in float32, in an order that differs between implementations.
+// share each block of cache rows while it is in L2. S or O must not
+// overlap the other arguments. Sums are in float32, in an order that
+// differs between implementations.
 //
-// Speed: one query row (m = 1) is memory-bound, and the kernels read the
-// cache at about the speed of ReadSum; every further row adds 2 FLOPs per
-// cache element read, so that beyond a few rows they are compute-bound
-// instead (measured on one AMD Zen 4 core: float32 near memory speed up to
-// m = 8, bf16 and fp16 up to m = 4; q8_0, whose widening costs more per
-// byte, needs two cores at m = 1). With m >= 8, give S a row stride lds that is not a
+// Speed: every query row costs one FMA per cache element read, so a few
+// rows make the kernels compute-bound (measured on one AMD Zen 4 core,
+// which runs one zmm FMA, one zmm shuffle and one zmm conversion per
+// cycle, about 1.5 zmm operations per cycle in all; ratios to ReadSum's
+// bandwidth, caches of [keys, heads, dim] beyond L3). With one row per
+// KV head the multi-head kernels (…Heads below) read float32, bf16 and
+// fp16 caches at 0.8-1.0 of ReadSum's speed, q8_0 at about 0.5 and q4_0
+// at about 0.35: a block takes about 7 zmm operations in either format
+// (34 bytes of q8_0, 18 of q4_0), so both are bound by the core, not by
+// memory;
+// the one-head kernels on such a layout read each head with a stride and
+// reach 0.6-0.8 for the 16- and 32-bit types. With 4 rows per KV head
+// (GQA) float32 reaches about 0.8, bf16 and fp16 0.6-0.7, q8_0 0.3 and
+// q4_0 0.15: the 4 FMAs per 16 values alone bound q8_0 to 0.75 and q4_0
+// to 0.4 of a core's memory bandwidth; a second core doubles the compute
+// per byte. With m >= 8, give S a row stride lds that is not a
 // multiple of 1024 (rows 4 KiB apart share an L1 set), such as n+16. The
 // kernels prefetch ahead within a call, so calls should cover hundreds of
 // keys or more.
