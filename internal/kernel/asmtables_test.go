@@ -117,6 +117,12 @@ func TestAsmTables(t *testing.T) {
 	for l := range lanes {
 		lanes[l], lanes32[l] = float32(l), uint32(l)
 	}
+	q4Codes := make([]float32, 16) // the values of the q4_0 codes, by widenQ4
+	for c := range q4Codes {
+		var out [Q4Block]float32
+		widenQ4(out[:], []byte{0x00, 0x3c, byte(c), Q4BlockBytes - 1: 0}) // scale 1.0
+		q4Codes[c] = out[0]
+	}
 	halfBits := []uint32{bf16RoundBias, 1, bf16QuietBit, f32AbsMask, f32ExpMask, f32MantMask, 0xffff0000, bf16QuietBit << 16}
 
 	// packtab: the masks 2^i − 1 of the first i dwords, then three
@@ -161,6 +167,9 @@ func TestAsmTables(t *testing.T) {
 		{"kernel_amd64.s", "packtab", pack.b},
 		{"decode_amd64.s", "decodemask16", mask16.b},
 		{"decode_amd64.s", "decodemask8", new(tableBuilder).u32(8, 0xffffffff, 0, 0xffffffff).b},
+		// decodeq4tab: the 16 values code − 8 of q4_0 (q4.go), then eight
+		// −8 and eight dwords 15 (the nibble mask).
+		{"decode_amd64.s", "decodeq4tab", new(tableBuilder).f32(1, q4Codes...).f32(8, -8).u32(8, 15).b},
 	} {
 		got, ok := asmTables(t, c.file)[c.name]
 		switch {
@@ -172,7 +181,7 @@ func TestAsmTables(t *testing.T) {
 	}
 	// Every table is checked.
 	for _, file := range []string{"kernel_amd64.s", "decode_amd64.s"} {
-		if n := len(asmTables(t, file)); file == "kernel_amd64.s" && n != 7 || file == "decode_amd64.s" && n != 2 {
+		if n := len(asmTables(t, file)); file == "kernel_amd64.s" && n != 7 || file == "decode_amd64.s" && n != 3 {
 			t.Errorf("%s: %d tables; a new one needs a check here", file, n)
 		}
 	}

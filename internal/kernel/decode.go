@@ -1,5 +1,7 @@
 package kernel
 
+import "fmt"
+
 // Decode holds the kernels of attention decoding: products of a few query
 // rows with a KV cache read in place, in the cache's storage type, so that
 // each cache byte is read from memory once and widened to float32 in
@@ -11,25 +13,37 @@ package kernel
 //	s[r*lds+j] = Σ_{p<d} q[r*d+p]·K[j][p]    for r < m, j < n
 //
 // Q is m×d float32, contiguous; key j is the row of d values at k[j*ldk:],
-// ldk >= d elements (for q8_0: d/32 blocks at k[j*ldk:], ldk >= d/32·34
-// bytes); S is m×n float32 with row stride lds >= n. Accum<T>(o, ldo, p,
+// ldk >= d elements (for q8_0 and q4_0, whose rows are bytes: d/32 blocks
+// at k[j*ldk:], ldk >= Q8RowBytes(d) = d/32·34, resp. Q4RowBytes(d) =
+// d/32·18, bytes); S is m×n float32 with row stride lds >= n. Accum<T>(o, ldo, p,
 // ldp, m, v, ldv, n, d) adds
 //
 //	o[r*ldo+c] += Σ_{j<n} p[r*ldp+j]·V[j][c]  for r < m, c < d
 //
 // with V's rows stored like K's, P m×n with row stride ldp >= n and O m×d
-// with row stride ldo >= d. Any m, n, d >= 0 are accepted (for q8_0, d a
-// multiple of 32); the assembly kernels take tiles of 1, 2, 4, 8 or 16
+// with row stride ldo >= d. Any m, n, d >= 0 are accepted (for q8_0 and
+// q4_0, d a multiple of 32); the assembly kernels take tiles of 1, 2, 4, 8 or 16
 // rows (AVX2: up to 8) and split other counts (12 = 8+4) into tiles that
-// share each block of cache rows while it is in L2. S or O must not overlap the other arguments. Sums
-// are in float32, in an order that differs between implementations.
+// share each block of cache rows while it is in L2. S or O must not
+// overlap the other arguments. Sums are in float32, in an order that
+// differs between implementations.
 //
-// Speed: one query row (m = 1) is memory-bound, and the kernels read the
-// cache at about the speed of ReadSum; every further row adds 2 FLOPs per
-// cache element read, so that beyond a few rows they are compute-bound
-// instead (measured on one AMD Zen 4 core: float32 near memory speed up to
-// m = 8, bf16 and fp16 up to m = 4; q8_0, whose widening costs more per
-// byte, needs two cores at m = 1). With m >= 8, give S a row stride lds that is not a
+// Speed: every query row costs one FMA per cache element read, so a few
+// rows make the kernels compute-bound (measured on one AMD Zen 4 core,
+// which runs one zmm FMA, one zmm shuffle and one zmm conversion per
+// cycle, about 1.5 zmm operations per cycle in all; ratios to ReadSum's
+// bandwidth, caches of [keys, heads, dim] beyond L3). With one row per
+// KV head the multi-head kernels (…Heads below) read float32, bf16 and
+// fp16 caches at 0.8-1.0 of ReadSum's speed, q8_0 at about 0.5 and q4_0
+// at about 0.35: a block takes about 7 zmm operations in either format
+// (34 bytes of q8_0, 18 of q4_0), so both are bound by the core, not by
+// memory;
+// the one-head kernels on such a layout read each head with a stride and
+// reach 0.6-0.8 for the 16- and 32-bit types. With 4 rows per KV head
+// (GQA) float32 reaches about 0.8, bf16 and fp16 0.6-0.7, q8_0 0.3 and
+// q4_0 0.15: the 4 FMAs per 16 values alone bound q8_0 to 0.75 and q4_0
+// to 0.4 of a core's memory bandwidth; a second core doubles the compute
+// per byte. With m >= 8, give S a row stride lds that is not a
 // multiple of 1024 (rows 4 KiB apart share an L1 set), such as n+16. The
 // kernels prefetch ahead within a call, so calls should cover hundreds of
 // keys or more.
@@ -42,21 +56,74 @@ type Decode struct {
 	// "decode" in FLASHATTN_KERNEL).
 	Name string
 
-	// ScoresF32 … ScoresQ8 compute S = Q·Kᵀ for a float32, bfloat16
-	// (uint16 words), fp16 (uint16 words) or q8_0 (bytes) key cache.
+	// ScoresF32 … ScoresQ4 compute S = Q·Kᵀ for a float32, bfloat16
+	// (uint16 words), fp16 (uint16 words), q8_0 (bytes, q8.go) or q4_0
+	// (bytes, q4.go) key cache.
 	ScoresF32  func(s []float32, lds int, q []float32, m int, k []float32, ldk, n, d int)
 	ScoresBF16 func(s []float32, lds int, q []float32, m int, k []uint16, ldk, n, d int)
 	ScoresF16  func(s []float32, lds int, q []float32, m int, k []uint16, ldk, n, d int)
 	ScoresQ8   func(s []float32, lds int, q []float32, m int, k []byte, ldk, n, d int)
+	ScoresQ4   func(s []float32, lds int, q []float32, m int, k []byte, ldk, n, d int)
 
-	// AccumF32 … AccumQ8 add P·V to O for a value cache of the same types.
+	// AccumF32 … AccumQ4 add P·V to O for a value cache of the same types.
 	AccumF32  func(o []float32, ldo int, p []float32, ldp, m int, v []float32, ldv, n, d int)
 	AccumBF16 func(o []float32, ldo int, p []float32, ldp, m int, v []uint16, ldv, n, d int)
 	AccumF16  func(o []float32, ldo int, p []float32, ldp, m int, v []uint16, ldv, n, d int)
 	AccumQ8   func(o []float32, ldo int, p []float32, ldp, m int, v []byte, ldv, n, d int)
+	AccumQ4   func(o []float32, ldo int, p []float32, ldp, m int, v []byte, ldv, n, d int)
+
+	// ScoresF32Heads … ScoresQ4Heads and AccumF32Heads … AccumQ4Heads
+	// are the multi-head forms of Scores<T> and Accum<T> for one query
+	// row per KV head (multi-head attention decoding): for h < heads,
+	//
+	//	s[h*lds+j] = Σ_{p<d} q[h*d+p]·K_h[j][p]              j < n
+	//	o[h*ldo+c] += Σ_{j<n} p[h*ldp+j]·V_h[j][c]           c < d
+	//
+	// where K_h[j] (V_h[j]) is the row of d values at k[j*ldk+h*hs:]
+	// (v[j*ldv+h*hs:]): hs is the head stride, in the units of ldk
+	// (elements; bytes for q8_0 and q4_0). The results are bit for bit
+	// those of Scores<T>(s[h*lds:], lds, q[h*d:], 1, k[h*hs:], ldk, n, d)
+	// and Accum<T>(o[h*ldo:], ldo, p[h*ldp:], ldp, 1, v[h*hs:], ldv, n, d)
+	// for each h. When the heads of a key lie side by side (ldk ==
+	// heads·hs, the [seq, heads, dim] layout) and d is a multiple of 16,
+	// the assembly reads the cache once in address order, every head of a
+	// key before the next key, instead of one strided pass per head, which
+	// reads a fraction of every DRAM page at a time (measured on Zen 4, 8
+	// heads of d = 64 in float32: 0.66 of ReadSum's bandwidth by head,
+	// about 1 with the heads' rows contiguous). Otherwise they call the
+	// one-head kernels head by head. They allocate nothing.
+	ScoresF32Heads  func(s []float32, lds int, q []float32, heads int, k []float32, ldk, hs, n, d int)
+	ScoresBF16Heads func(s []float32, lds int, q []float32, heads int, k []uint16, ldk, hs, n, d int)
+	ScoresF16Heads  func(s []float32, lds int, q []float32, heads int, k []uint16, ldk, hs, n, d int)
+	ScoresQ8Heads   func(s []float32, lds int, q []float32, heads int, k []byte, ldk, hs, n, d int)
+	ScoresQ4Heads   func(s []float32, lds int, q []float32, heads int, k []byte, ldk, hs, n, d int)
+	AccumF32Heads   func(o []float32, ldo int, p []float32, ldp, heads int, v []float32, ldv, hs, n, d int)
+	AccumBF16Heads  func(o []float32, ldo int, p []float32, ldp, heads int, v []uint16, ldv, hs, n, d int)
+	AccumF16Heads   func(o []float32, ldo int, p []float32, ldp, heads int, v []uint16, ldv, hs, n, d int)
+	AccumQ8Heads    func(o []float32, ldo int, p []float32, ldp, heads int, v []byte, ldv, hs, n, d int)
+	AccumQ4Heads    func(o []float32, ldo int, p []float32, ldp, heads int, v []byte, ldv, hs, n, d int)
 
 	// ReadSum is the read-bandwidth yardstick (see above).
 	ReadSum func(b []byte) uint32
+}
+
+// checkHeads panics unless the arguments of a multi-head call are
+// consistent: out is heads×outCols with stride ldOut, in heads×inCols
+// with stride ldIn, and head h's n cache rows of rowLen units, ldc apart,
+// start at h·hs in a slice of cacheLen units (n = 0 reads nothing).
+func checkHeads(name string, heads, n, d int, out []float32, outCols, ldOut int, in []float32, inCols, ldIn int, cacheLen, rowLen, ldc, hs int) {
+	if heads < 0 || n < 0 || d < 0 || hs < 0 {
+		bad(name + ": negative dimension")
+	}
+	checkMatrix(name+" out", len(out), heads, outCols, ldOut)
+	checkMatrix(name+" in", len(in), heads, inCols, ldIn)
+	if heads > 0 && n > 0 {
+		last := (heads - 1) * hs
+		if last > cacheLen {
+			bad(name + " cache: slice too short")
+		}
+		checkMatrix(name+" cache", cacheLen-last, n, rowLen, ldc)
+	}
 }
 
 // checkDecode panics unless the arguments of a Scores or Accum call are
@@ -80,8 +147,24 @@ func checkAccum(name string, o []float32, ldo int, p []float32, ldp, m, cacheLen
 	checkDecode(name, m, n, d, o, d, ldo, p, n, ldp, cacheLen, rowLen, ldv)
 }
 
-func checkQ8Dim(name string, d int) {
-	if d%Q8Block != 0 {
-		bad(name + ": q8_0 head dimension not a multiple of 32")
+// cacheFormat describes how a cache type stores a row of d values: rows
+// of rowLen(d) units of its slice (elements, or bytes for the block
+// formats), d a multiple of block.
+type cacheFormat struct {
+	name   string // "", "q8_0" or "q4_0"
+	block  int    // 1, or Q8Block = Q4Block
+	rowLen func(d int) int
+}
+
+var (
+	formatElem = cacheFormat{block: 1, rowLen: func(d int) int { return d }}
+	formatQ8   = cacheFormat{name: "q8_0", block: Q8Block, rowLen: Q8RowBytes}
+	formatQ4   = cacheFormat{name: "q4_0", block: Q4Block, rowLen: Q4RowBytes}
+)
+
+// checkDim panics unless d is a multiple of the format's block.
+func (f cacheFormat) checkDim(name string, d int) {
+	if d%f.block != 0 {
+		bad(fmt.Sprintf("%s: %s head dimension not a multiple of %d", name, f.name, f.block))
 	}
 }

@@ -57,12 +57,10 @@ func elemSize[T any]() int {
 	return 1
 }
 
-func wrapScores[T any](isa decodeISA, name string, rowLen func(int) int, generic func(s []float32, lds int, q []float32, m int, k []T, ldk, n, d int), kern ...scoresKern[T]) func(s []float32, lds int, q []float32, m int, k []T, ldk, n, d int) {
-	q8 := elemSize[T]() == 1
+func wrapScores[T any](isa decodeISA, name string, f cacheFormat, generic func(s []float32, lds int, q []float32, m int, k []T, ldk, n, d int), kern ...scoresKern[T]) func(s []float32, lds int, q []float32, m int, k []T, ldk, n, d int) {
+	rowLen := f.rowLen
 	return func(s []float32, lds int, q []float32, m int, k []T, ldk, n, d int) {
-		if q8 {
-			checkQ8Dim(name, d)
-		}
+		f.checkDim(name, d)
 		checkScores(name, s, lds, q, m, len(k), ldk, n, d, rowLen(d))
 		if m == 0 || n == 0 {
 			return
@@ -87,12 +85,10 @@ func wrapScores[T any](isa decodeISA, name string, rowLen func(int) int, generic
 	}
 }
 
-func wrapAccum[T any](isa decodeISA, name string, rowLen func(int) int, generic func(o []float32, ldo int, p []float32, ldp, m int, v []T, ldv, n, d int), kern ...accumKern[T]) func(o []float32, ldo int, p []float32, ldp, m int, v []T, ldv, n, d int) {
-	q8 := elemSize[T]() == 1
+func wrapAccum[T any](isa decodeISA, name string, f cacheFormat, generic func(o []float32, ldo int, p []float32, ldp, m int, v []T, ldv, n, d int), kern ...accumKern[T]) func(o []float32, ldo int, p []float32, ldp, m int, v []T, ldv, n, d int) {
+	rowLen := f.rowLen
 	return func(o []float32, ldo int, p []float32, ldp, m int, v []T, ldv, n, d int) {
-		if q8 {
-			checkQ8Dim(name, d)
-		}
+		f.checkDim(name, d)
 		checkAccum(name, o, ldo, p, ldp, m, len(v), ldv, n, d, rowLen(d))
 		if m == 0 || n == 0 || d == 0 {
 			return
@@ -114,6 +110,45 @@ func wrapAccum[T any](isa decodeISA, name string, rowLen func(int) int, generic 
 				r0 += t
 			}
 		}
+	}
+}
+
+// headsFast reports whether a multi-head call goes to the multi-head
+// assembly: several heads side by side in each key's row (ldc ==
+// heads·hs) and d a multiple of 16 (and at least minD).
+func headsFast(isa decodeISA, heads, ldc, hs, d int) bool {
+	return heads > 1 && ldc == heads*hs && d%16 == 0 && d >= isa.minD
+}
+
+func wrapScoresHeads[T any](isa decodeISA, name string, f cacheFormat, one func(s []float32, lds int, q []float32, m int, k []T, ldk, n, d int), kern func(s []float32, lds int, q []float32, heads int, k []T, hs, n, d int)) func(s []float32, lds int, q []float32, heads int, k []T, ldk, hs, n, d int) {
+	slow := headsScores(name, f, one)
+	return func(s []float32, lds int, q []float32, heads int, k []T, ldk, hs, n, d int) {
+		if !headsFast(isa, heads, ldk, hs, d) {
+			slow(s, lds, q, heads, k, ldk, hs, n, d)
+			return
+		}
+		f.checkDim(name, d)
+		checkHeads(name, heads, n, d, s, n, lds, q, d, d, len(k), f.rowLen(d), ldk, hs)
+		if n == 0 {
+			return
+		}
+		kern(s, lds, q, heads, k, hs, n*heads, d)
+	}
+}
+
+func wrapAccumHeads[T any](isa decodeISA, name string, f cacheFormat, one func(o []float32, ldo int, p []float32, ldp, m int, v []T, ldv, n, d int), kern func(o []float32, ldo int, p []float32, ldp, heads int, v []T, hs, n, d int)) func(o []float32, ldo int, p []float32, ldp, heads int, v []T, ldv, hs, n, d int) {
+	slow := headsAccum(name, f, one)
+	return func(o []float32, ldo int, p []float32, ldp, heads int, v []T, ldv, hs, n, d int) {
+		if !headsFast(isa, heads, ldv, hs, d) {
+			slow(o, ldo, p, ldp, heads, v, ldv, hs, n, d)
+			return
+		}
+		f.checkDim(name, d)
+		checkHeads(name, heads, n, d, o, d, ldo, p, n, ldp, len(v), f.rowLen(d), ldv, hs)
+		if n == 0 || d == 0 {
+			return
+		}
+		kern(o, ldo, p, ldp, heads, v, hs, n*heads, d)
 	}
 }
 

@@ -49,6 +49,40 @@ DATA decodemask8<>+88(SB)/4, $0xffffffff
 DATA decodemask8<>+92(SB)/4, $0xffffffff
 GLOBL decodemask8<>(SB), RODATA|NOPTR, $96
 
+DATA decodeq4tab<>+0(SB)/4, $0xc1000000
+DATA decodeq4tab<>+4(SB)/4, $0xc0e00000
+DATA decodeq4tab<>+8(SB)/4, $0xc0c00000
+DATA decodeq4tab<>+12(SB)/4, $0xc0a00000
+DATA decodeq4tab<>+16(SB)/4, $0xc0800000
+DATA decodeq4tab<>+20(SB)/4, $0xc0400000
+DATA decodeq4tab<>+24(SB)/4, $0xc0000000
+DATA decodeq4tab<>+28(SB)/4, $0xbf800000
+DATA decodeq4tab<>+32(SB)/4, $0x00000000
+DATA decodeq4tab<>+36(SB)/4, $0x3f800000
+DATA decodeq4tab<>+40(SB)/4, $0x40000000
+DATA decodeq4tab<>+44(SB)/4, $0x40400000
+DATA decodeq4tab<>+48(SB)/4, $0x40800000
+DATA decodeq4tab<>+52(SB)/4, $0x40a00000
+DATA decodeq4tab<>+56(SB)/4, $0x40c00000
+DATA decodeq4tab<>+60(SB)/4, $0x40e00000
+DATA decodeq4tab<>+64(SB)/4, $0xc1000000
+DATA decodeq4tab<>+68(SB)/4, $0xc1000000
+DATA decodeq4tab<>+72(SB)/4, $0xc1000000
+DATA decodeq4tab<>+76(SB)/4, $0xc1000000
+DATA decodeq4tab<>+80(SB)/4, $0xc1000000
+DATA decodeq4tab<>+84(SB)/4, $0xc1000000
+DATA decodeq4tab<>+88(SB)/4, $0xc1000000
+DATA decodeq4tab<>+92(SB)/4, $0xc1000000
+DATA decodeq4tab<>+96(SB)/4, $0x0000000f
+DATA decodeq4tab<>+100(SB)/4, $0x0000000f
+DATA decodeq4tab<>+104(SB)/4, $0x0000000f
+DATA decodeq4tab<>+108(SB)/4, $0x0000000f
+DATA decodeq4tab<>+112(SB)/4, $0x0000000f
+DATA decodeq4tab<>+116(SB)/4, $0x0000000f
+DATA decodeq4tab<>+120(SB)/4, $0x0000000f
+DATA decodeq4tab<>+124(SB)/4, $0x0000000f
+GLOBL decodeq4tab<>(SB), RODATA|NOPTR, $128
+
 // func scoresF32M1AVX512(s []float32, lds int, q []float32, k []float32, ldk int, n int, d int)
 // Requires: AVX, AVX512DQ, AVX512F, MMX+
 TEXT ·scoresF32M1AVX512(SB), NOSPLIT, $32-104
@@ -3350,6 +3384,1019 @@ next:
 	JMP   block
 
 done:
+	VZEROUPPER
+	RET
+
+// func scoresHeadsF32AVX512(s []float32, lds int, q []float32, heads int, k []float32, hs int, n int, d int)
+// Requires: AVX, AVX512DQ, AVX512F, CMOV, MMX+
+TEXT ·scoresHeadsF32AVX512(SB), NOSPLIT, $136-112
+	MOVQ  q_base+32(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 32(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 8(SP)
+	MOVQ  AX, 24(SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 104(SP)
+	MOVQ  k_base+64(FP), AX
+	MOVQ  AX, 112(SP)
+	MOVQ  n+96(FP), AX
+	MOVQ  AX, 120(SP)
+	MOVQ  d+104(FP), AX
+	MOVQ  AX, CX
+	SHRQ  $0x04, CX
+	MOVQ  CX, 128(SP)
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+main:
+	CMPQ   120(SP), $0x00000010
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x02, AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	LEAQ   (BX)(AX*4), SI
+	LEAQ   (SI)(AX*4), DI
+	MOVQ   (SP), R8
+	LEAQ   (DX), R9
+	MOVQ   hs+88(FP), R10
+	SHLQ   $0x06, R10
+	MOVQ   128(SP), R11
+	TESTQ  R11, R11
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R9)(R10*1)
+	VMOVUPS     (R8), Z16
+	VFMADD231PS (R9), Z16, Z0
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R9
+	DECQ        R11
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVUPS.Z   (R9), K1, Z17
+	VFMADD231PS Z16, Z17, Z0
+
+mainK0Done:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(AX*1), R9
+	MOVQ    hs+88(FP), R10
+	SHLQ    $0x06, R10
+	MOVQ    128(SP), R11
+	TESTQ   R11, R11
+	JZ      mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (R9)(R10*1)
+	VMOVUPS     (R8), Z16
+	VFMADD231PS (R9), Z16, Z1
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R9
+	DECQ        R11
+	JNZ         mainK1Step
+
+mainK1Tail:
+	KORTESTW    K1, K1
+	JZ          mainK1Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVUPS.Z   (R9), K1, Z17
+	VFMADD231PS Z16, Z17, Z1
+
+mainK1Done:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(AX*2), R9
+	MOVQ    hs+88(FP), R10
+	SHLQ    $0x06, R10
+	MOVQ    128(SP), R11
+	TESTQ   R11, R11
+	JZ      mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (R9)(R10*1)
+	VMOVUPS     (R8), Z16
+	VFMADD231PS (R9), Z16, Z2
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R9
+	DECQ        R11
+	JNZ         mainK2Step
+
+mainK2Tail:
+	KORTESTW    K1, K1
+	JZ          mainK2Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVUPS.Z   (R9), K1, Z17
+	VFMADD231PS Z16, Z17, Z2
+
+mainK2Done:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(CX*1), DX
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (DX)(R9*1)
+	VMOVUPS     (R8), Z16
+	VFMADD231PS (DX), Z16, Z3
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, DX
+	DECQ        R10
+	JNZ         mainK3Step
+
+mainK3Tail:
+	KORTESTW    K1, K1
+	JZ          mainK3Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVUPS.Z   (DX), K1, Z17
+	VFMADD231PS Z16, Z17, Z3
+
+mainK3Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (R8)(R9*1)
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (R8), Z16, Z4
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, R8
+	DECQ        R10
+	JNZ         mainK4Step
+
+mainK4Tail:
+	KORTESTW    K1, K1
+	JZ          mainK4Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z16, Z17, Z4
+
+mainK4Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*1), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK5Tail
+
+mainK5Step:
+	PREFETCHT1  (R8)(R9*1)
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (R8), Z16, Z5
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, R8
+	DECQ        R10
+	JNZ         mainK5Step
+
+mainK5Tail:
+	KORTESTW    K1, K1
+	JZ          mainK5Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z16, Z17, Z5
+
+mainK5Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*2), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK6Tail
+
+mainK6Step:
+	PREFETCHT1  (R8)(R9*1)
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (R8), Z16, Z6
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, R8
+	DECQ        R10
+	JNZ         mainK6Step
+
+mainK6Tail:
+	KORTESTW    K1, K1
+	JZ          mainK6Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z16, Z17, Z6
+
+mainK6Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(CX*1), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK7Tail
+
+mainK7Step:
+	PREFETCHT1  (BX)(R8*1)
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (BX), Z16, Z7
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, BX
+	DECQ        R9
+	JNZ         mainK7Step
+
+mainK7Tail:
+	KORTESTW    K1, K1
+	JZ          mainK7Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVUPS.Z   (BX), K1, Z17
+	VFMADD231PS Z16, Z17, Z7
+
+mainK7Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK8Tail
+
+mainK8Step:
+	PREFETCHT1  (BX)(R8*1)
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (BX), Z16, Z8
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, BX
+	DECQ        R9
+	JNZ         mainK8Step
+
+mainK8Tail:
+	KORTESTW    K1, K1
+	JZ          mainK8Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVUPS.Z   (BX), K1, Z17
+	VFMADD231PS Z16, Z17, Z8
+
+mainK8Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(AX*1), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK9Tail
+
+mainK9Step:
+	PREFETCHT1  (BX)(R8*1)
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (BX), Z16, Z9
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, BX
+	DECQ        R9
+	JNZ         mainK9Step
+
+mainK9Tail:
+	KORTESTW    K1, K1
+	JZ          mainK9Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVUPS.Z   (BX), K1, Z17
+	VFMADD231PS Z16, Z17, Z9
+
+mainK9Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(AX*2), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK10Tail
+
+mainK10Step:
+	PREFETCHT1  (BX)(R8*1)
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (BX), Z16, Z10
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, BX
+	DECQ        R9
+	JNZ         mainK10Step
+
+mainK10Tail:
+	KORTESTW    K1, K1
+	JZ          mainK10Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVUPS.Z   (BX), K1, Z17
+	VFMADD231PS Z16, Z17, Z10
+
+mainK10Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(CX*1), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK11Tail
+
+mainK11Step:
+	PREFETCHT1  (BX)(SI*1)
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (BX), Z16, Z11
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, BX
+	DECQ        R8
+	JNZ         mainK11Step
+
+mainK11Tail:
+	KORTESTW    K1, K1
+	JZ          mainK11Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVUPS.Z   (BX), K1, Z17
+	VFMADD231PS Z16, Z17, Z11
+
+mainK11Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK12Tail
+
+mainK12Step:
+	PREFETCHT1  (BX)(SI*1)
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (BX), Z16, Z12
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, BX
+	DECQ        R8
+	JNZ         mainK12Step
+
+mainK12Tail:
+	KORTESTW    K1, K1
+	JZ          mainK12Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVUPS.Z   (BX), K1, Z17
+	VFMADD231PS Z16, Z17, Z12
+
+mainK12Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI)(AX*1), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK13Tail
+
+mainK13Step:
+	PREFETCHT1  (BX)(SI*1)
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (BX), Z16, Z13
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, BX
+	DECQ        R8
+	JNZ         mainK13Step
+
+mainK13Tail:
+	KORTESTW    K1, K1
+	JZ          mainK13Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVUPS.Z   (BX), K1, Z17
+	VFMADD231PS Z16, Z17, Z13
+
+mainK13Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI)(AX*2), AX
+	MOVQ    hs+88(FP), BX
+	SHLQ    $0x06, BX
+	MOVQ    128(SP), SI
+	TESTQ   SI, SI
+	JZ      mainK14Tail
+
+mainK14Step:
+	PREFETCHT1  (AX)(BX*1)
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (AX), Z16, Z14
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, AX
+	DECQ        SI
+	JNZ         mainK14Step
+
+mainK14Tail:
+	KORTESTW    K1, K1
+	JZ          mainK14Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVUPS.Z   (AX), K1, Z17
+	VFMADD231PS Z16, Z17, Z14
+
+mainK14Done:
+	MOVQ    (SP), AX
+	MOVQ    8(SP), DX
+	MOVQ    d+104(FP), BX
+	LEAQ    (AX)(BX*4), AX
+	INCQ    DX
+	MOVQ    q_base+32(FP), BX
+	XORQ    SI, SI
+	CMPQ    DX, heads+56(FP)
+	CMOVQEQ BX, AX
+	CMOVQEQ SI, DX
+	MOVQ    AX, (SP)
+	MOVQ    DX, 8(SP)
+	MOVQ    (SP), AX
+	LEAQ    (DI)(CX*1), CX
+	MOVQ    hs+88(FP), DX
+	SHLQ    $0x06, DX
+	MOVQ    128(SP), BX
+	TESTQ   BX, BX
+	JZ      mainK15Tail
+
+mainK15Step:
+	PREFETCHT1  (CX)(DX*1)
+	VMOVUPS     (AX), Z16
+	VFMADD231PS (CX), Z16, Z15
+	ADDQ        $0x00000040, AX
+	ADDQ        $0x00000040, CX
+	DECQ        BX
+	JNZ         mainK15Step
+
+mainK15Tail:
+	KORTESTW    K1, K1
+	JZ          mainK15Done
+	VMOVUPS.Z   (AX), K1, Z16
+	VMOVUPS.Z   (CX), K1, Z17
+	VFMADD231PS Z16, Z17, Z15
+
+mainK15Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VSHUFF32X4 $0x44, Z4, Z0, Z16
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z16, Z16
+	VSHUFF32X4 $0x44, Z12, Z8, Z0
+	VSHUFF32X4 $0xee, Z12, Z8, Z4
+	VADDPS     Z4, Z0, Z0
+	VSHUFF32X4 $0x44, Z5, Z1, Z4
+	VSHUFF32X4 $0xee, Z5, Z1, Z1
+	VADDPS     Z1, Z4, Z4
+	VSHUFF32X4 $0x44, Z13, Z9, Z1
+	VSHUFF32X4 $0xee, Z13, Z9, Z5
+	VADDPS     Z5, Z1, Z1
+	VSHUFF32X4 $0x44, Z6, Z2, Z5
+	VSHUFF32X4 $0xee, Z6, Z2, Z2
+	VADDPS     Z2, Z5, Z5
+	VSHUFF32X4 $0x44, Z14, Z10, Z2
+	VSHUFF32X4 $0xee, Z14, Z10, Z6
+	VADDPS     Z6, Z2, Z2
+	VSHUFF32X4 $0x44, Z7, Z3, Z6
+	VSHUFF32X4 $0xee, Z7, Z3, Z3
+	VADDPS     Z3, Z6, Z6
+	VSHUFF32X4 $0x44, Z15, Z11, Z3
+	VSHUFF32X4 $0xee, Z15, Z11, Z7
+	VADDPS     Z7, Z3, Z3
+	VSHUFF32X4 $0x88, Z0, Z16, Z7
+	VSHUFF32X4 $0xdd, Z0, Z16, Z0
+	VADDPS     Z0, Z7, Z7
+	VSHUFF32X4 $0x88, Z1, Z4, Z0
+	VSHUFF32X4 $0xdd, Z1, Z4, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z5, Z1
+	VSHUFF32X4 $0xdd, Z2, Z5, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x88, Z3, Z6, Z2
+	VSHUFF32X4 $0xdd, Z3, Z6, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z0, Z7, Z3
+	VSHUFPS    $0xee, Z0, Z7, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z2, Z1, Z0
+	VSHUFPS    $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z0, Z3, Z1
+	VSHUFPS    $0xdd, Z0, Z3, Z0
+	VADDPS     Z0, Z1, Z1
+	VMOVUPS    Z1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       44(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       48(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       52(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       56(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       60(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       64(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       68(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       72(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       76(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       80(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       84(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       88(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       92(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       96(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       100(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x06, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000010, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	MOVQ   112(SP), AX
+	MOVQ   (SP), CX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   128(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(DX*1)
+	VMOVUPS     (CX), Z1
+	VFMADD231PS (AX), Z1, Z0
+	ADDQ        $0x00000040, CX
+	ADDQ        $0x00000040, AX
+	DECQ        BX
+	JNZ         restK0Step
+
+restK0Tail:
+	KORTESTW    K1, K1
+	JZ          restK0Done
+	VMOVUPS.Z   (CX), K1, Z1
+	VMOVUPS.Z   (AX), K1, Z2
+	VFMADD231PS Z1, Z2, Z0
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Z1, Z1, Z1
+	VSHUFF32X4 $0x44, Z1, Z0, Z2
+	VSHUFF32X4 $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z2, Z2
+	VSHUFF32X4 $0x88, Z1, Z2, Z0
+	VSHUFF32X4 $0xdd, Z1, Z2, Z2
+	VADDPS     Z2, Z0, Z0
+	VSHUFPS    $0x44, Z1, Z0, Z2
+	VSHUFPS    $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z2, Z2
+	VSHUFPS    $0x88, Z1, Z2, Z0
+	VSHUFPS    $0xdd, Z1, Z2, Z1
+	VADDPS     Z1, Z0, Z0
+	VMOVSS     X0, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x02, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumHeadsF32AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []float32, hs int, n int, d int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·accumHeadsF32AVX512(SB), NOSPLIT, $40-120
+	MOVQ n+104(FP), AX
+	MOVQ AX, (SP)
+	MOVQ o_base+0(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ AX, 24(SP)
+	XORQ AX, AX
+	MOVQ AX, 32(SP)
+	MOVQ v_base+72(FP), AX
+	MOVQ hs+96(FP), CX
+	SHLQ $0x02, CX
+	MOVQ CX, DX
+	SHLQ $0x04, DX
+
+row:
+	MOVQ         16(SP), BX
+	VBROADCASTSS (BX), Z0
+	MOVQ         8(SP), BX
+	MOVQ         d+112(FP), SI
+	SHRQ         $0x04, SI
+	MOVQ         AX, DI
+
+step:
+	PREFETCHT1  (DI)(DX*1)
+	VMOVUPS     (BX), Z1
+	VFMADD231PS (DI), Z0, Z1
+	VMOVUPS     Z1, (BX)
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, BX
+	DECQ        SI
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        32(SP), BX
+	MOVQ        8(SP), SI
+	MOVQ        16(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	LEAQ        (SI)(R8*4), SI
+	MOVQ        ldp+56(FP), R8
+	LEAQ        (DI)(R8*4), DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        24(SP), DI
+	ADDQ        $0x04, DI
+	MOVQ        DI, 24(SP)
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
 	VZEROUPPER
 	RET
 
@@ -6834,6 +7881,1072 @@ done:
 	VZEROUPPER
 	RET
 
+// func scoresHeadsBF16AVX512(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·scoresHeadsBF16AVX512(SB), NOSPLIT, $136-112
+	MOVQ  q_base+32(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 32(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 8(SP)
+	MOVQ  AX, 24(SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 104(SP)
+	MOVQ  k_base+64(FP), AX
+	MOVQ  AX, 112(SP)
+	MOVQ  n+96(FP), AX
+	MOVQ  AX, 120(SP)
+	MOVQ  d+104(FP), AX
+	MOVQ  AX, CX
+	SHRQ  $0x04, CX
+	MOVQ  CX, 128(SP)
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+main:
+	CMPQ   120(SP), $0x00000010
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x01, AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	LEAQ   (BX)(AX*4), SI
+	LEAQ   (SI)(AX*4), DI
+	MOVQ   (SP), R8
+	LEAQ   (DX), R9
+	MOVQ   hs+88(FP), R10
+	SHLQ   $0x06, R10
+	MOVQ   128(SP), R11
+	TESTQ  R11, R11
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R9)(R10*1)
+	VPMOVZXWD   (R9), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (R8), Z16, Z0
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000020, R9
+	DECQ        R11
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVDQU16.Z (R9), K1, Y17
+	VPMOVZXWD   Y17, Z17
+	VPSLLD      $0x10, Z17, Z17
+	VFMADD231PS Z16, Z17, Z0
+
+mainK0Done:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(AX*1), R9
+	MOVQ    hs+88(FP), R10
+	SHLQ    $0x06, R10
+	MOVQ    128(SP), R11
+	TESTQ   R11, R11
+	JZ      mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (R9)(R10*1)
+	VPMOVZXWD   (R9), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (R8), Z16, Z1
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000020, R9
+	DECQ        R11
+	JNZ         mainK1Step
+
+mainK1Tail:
+	KORTESTW    K1, K1
+	JZ          mainK1Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVDQU16.Z (R9), K1, Y17
+	VPMOVZXWD   Y17, Z17
+	VPSLLD      $0x10, Z17, Z17
+	VFMADD231PS Z16, Z17, Z1
+
+mainK1Done:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(AX*2), R9
+	MOVQ    hs+88(FP), R10
+	SHLQ    $0x06, R10
+	MOVQ    128(SP), R11
+	TESTQ   R11, R11
+	JZ      mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (R9)(R10*1)
+	VPMOVZXWD   (R9), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (R8), Z16, Z2
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000020, R9
+	DECQ        R11
+	JNZ         mainK2Step
+
+mainK2Tail:
+	KORTESTW    K1, K1
+	JZ          mainK2Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVDQU16.Z (R9), K1, Y17
+	VPMOVZXWD   Y17, Z17
+	VPSLLD      $0x10, Z17, Z17
+	VFMADD231PS Z16, Z17, Z2
+
+mainK2Done:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(CX*1), DX
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (DX)(R9*1)
+	VPMOVZXWD   (DX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (R8), Z16, Z3
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000020, DX
+	DECQ        R10
+	JNZ         mainK3Step
+
+mainK3Tail:
+	KORTESTW    K1, K1
+	JZ          mainK3Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVDQU16.Z (DX), K1, Y17
+	VPMOVZXWD   Y17, Z17
+	VPSLLD      $0x10, Z17, Z17
+	VFMADD231PS Z16, Z17, Z3
+
+mainK3Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (R8)(R9*1)
+	VPMOVZXWD   (R8), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z4
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, R8
+	DECQ        R10
+	JNZ         mainK4Step
+
+mainK4Tail:
+	KORTESTW    K1, K1
+	JZ          mainK4Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (R8), K1, Y17
+	VPMOVZXWD   Y17, Z17
+	VPSLLD      $0x10, Z17, Z17
+	VFMADD231PS Z16, Z17, Z4
+
+mainK4Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*1), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK5Tail
+
+mainK5Step:
+	PREFETCHT1  (R8)(R9*1)
+	VPMOVZXWD   (R8), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z5
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, R8
+	DECQ        R10
+	JNZ         mainK5Step
+
+mainK5Tail:
+	KORTESTW    K1, K1
+	JZ          mainK5Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (R8), K1, Y17
+	VPMOVZXWD   Y17, Z17
+	VPSLLD      $0x10, Z17, Z17
+	VFMADD231PS Z16, Z17, Z5
+
+mainK5Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*2), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK6Tail
+
+mainK6Step:
+	PREFETCHT1  (R8)(R9*1)
+	VPMOVZXWD   (R8), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z6
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, R8
+	DECQ        R10
+	JNZ         mainK6Step
+
+mainK6Tail:
+	KORTESTW    K1, K1
+	JZ          mainK6Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (R8), K1, Y17
+	VPMOVZXWD   Y17, Z17
+	VPSLLD      $0x10, Z17, Z17
+	VFMADD231PS Z16, Z17, Z6
+
+mainK6Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(CX*1), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK7Tail
+
+mainK7Step:
+	PREFETCHT1  (BX)(R8*1)
+	VPMOVZXWD   (BX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z7
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R9
+	JNZ         mainK7Step
+
+mainK7Tail:
+	KORTESTW    K1, K1
+	JZ          mainK7Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (BX), K1, Y17
+	VPMOVZXWD   Y17, Z17
+	VPSLLD      $0x10, Z17, Z17
+	VFMADD231PS Z16, Z17, Z7
+
+mainK7Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK8Tail
+
+mainK8Step:
+	PREFETCHT1  (BX)(R8*1)
+	VPMOVZXWD   (BX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z8
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R9
+	JNZ         mainK8Step
+
+mainK8Tail:
+	KORTESTW    K1, K1
+	JZ          mainK8Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (BX), K1, Y17
+	VPMOVZXWD   Y17, Z17
+	VPSLLD      $0x10, Z17, Z17
+	VFMADD231PS Z16, Z17, Z8
+
+mainK8Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(AX*1), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK9Tail
+
+mainK9Step:
+	PREFETCHT1  (BX)(R8*1)
+	VPMOVZXWD   (BX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z9
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R9
+	JNZ         mainK9Step
+
+mainK9Tail:
+	KORTESTW    K1, K1
+	JZ          mainK9Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (BX), K1, Y17
+	VPMOVZXWD   Y17, Z17
+	VPSLLD      $0x10, Z17, Z17
+	VFMADD231PS Z16, Z17, Z9
+
+mainK9Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(AX*2), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK10Tail
+
+mainK10Step:
+	PREFETCHT1  (BX)(R8*1)
+	VPMOVZXWD   (BX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z10
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R9
+	JNZ         mainK10Step
+
+mainK10Tail:
+	KORTESTW    K1, K1
+	JZ          mainK10Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (BX), K1, Y17
+	VPMOVZXWD   Y17, Z17
+	VPSLLD      $0x10, Z17, Z17
+	VFMADD231PS Z16, Z17, Z10
+
+mainK10Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(CX*1), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK11Tail
+
+mainK11Step:
+	PREFETCHT1  (BX)(SI*1)
+	VPMOVZXWD   (BX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z11
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R8
+	JNZ         mainK11Step
+
+mainK11Tail:
+	KORTESTW    K1, K1
+	JZ          mainK11Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (BX), K1, Y17
+	VPMOVZXWD   Y17, Z17
+	VPSLLD      $0x10, Z17, Z17
+	VFMADD231PS Z16, Z17, Z11
+
+mainK11Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK12Tail
+
+mainK12Step:
+	PREFETCHT1  (BX)(SI*1)
+	VPMOVZXWD   (BX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z12
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R8
+	JNZ         mainK12Step
+
+mainK12Tail:
+	KORTESTW    K1, K1
+	JZ          mainK12Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (BX), K1, Y17
+	VPMOVZXWD   Y17, Z17
+	VPSLLD      $0x10, Z17, Z17
+	VFMADD231PS Z16, Z17, Z12
+
+mainK12Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI)(AX*1), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK13Tail
+
+mainK13Step:
+	PREFETCHT1  (BX)(SI*1)
+	VPMOVZXWD   (BX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z13
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R8
+	JNZ         mainK13Step
+
+mainK13Tail:
+	KORTESTW    K1, K1
+	JZ          mainK13Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (BX), K1, Y17
+	VPMOVZXWD   Y17, Z17
+	VPSLLD      $0x10, Z17, Z17
+	VFMADD231PS Z16, Z17, Z13
+
+mainK13Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI)(AX*2), AX
+	MOVQ    hs+88(FP), BX
+	SHLQ    $0x06, BX
+	MOVQ    128(SP), SI
+	TESTQ   SI, SI
+	JZ      mainK14Tail
+
+mainK14Step:
+	PREFETCHT1  (AX)(BX*1)
+	VPMOVZXWD   (AX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DX), Z16, Z14
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, AX
+	DECQ        SI
+	JNZ         mainK14Step
+
+mainK14Tail:
+	KORTESTW    K1, K1
+	JZ          mainK14Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (AX), K1, Y17
+	VPMOVZXWD   Y17, Z17
+	VPSLLD      $0x10, Z17, Z17
+	VFMADD231PS Z16, Z17, Z14
+
+mainK14Done:
+	MOVQ    (SP), AX
+	MOVQ    8(SP), DX
+	MOVQ    d+104(FP), BX
+	LEAQ    (AX)(BX*4), AX
+	INCQ    DX
+	MOVQ    q_base+32(FP), BX
+	XORQ    SI, SI
+	CMPQ    DX, heads+56(FP)
+	CMOVQEQ BX, AX
+	CMOVQEQ SI, DX
+	MOVQ    AX, (SP)
+	MOVQ    DX, 8(SP)
+	MOVQ    (SP), AX
+	LEAQ    (DI)(CX*1), CX
+	MOVQ    hs+88(FP), DX
+	SHLQ    $0x06, DX
+	MOVQ    128(SP), BX
+	TESTQ   BX, BX
+	JZ      mainK15Tail
+
+mainK15Step:
+	PREFETCHT1  (CX)(DX*1)
+	VPMOVZXWD   (CX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (AX), Z16, Z15
+	ADDQ        $0x00000040, AX
+	ADDQ        $0x00000020, CX
+	DECQ        BX
+	JNZ         mainK15Step
+
+mainK15Tail:
+	KORTESTW    K1, K1
+	JZ          mainK15Done
+	VMOVUPS.Z   (AX), K1, Z16
+	VMOVDQU16.Z (CX), K1, Y17
+	VPMOVZXWD   Y17, Z17
+	VPSLLD      $0x10, Z17, Z17
+	VFMADD231PS Z16, Z17, Z15
+
+mainK15Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VSHUFF32X4 $0x44, Z4, Z0, Z16
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z16, Z16
+	VSHUFF32X4 $0x44, Z12, Z8, Z0
+	VSHUFF32X4 $0xee, Z12, Z8, Z4
+	VADDPS     Z4, Z0, Z0
+	VSHUFF32X4 $0x44, Z5, Z1, Z4
+	VSHUFF32X4 $0xee, Z5, Z1, Z1
+	VADDPS     Z1, Z4, Z4
+	VSHUFF32X4 $0x44, Z13, Z9, Z1
+	VSHUFF32X4 $0xee, Z13, Z9, Z5
+	VADDPS     Z5, Z1, Z1
+	VSHUFF32X4 $0x44, Z6, Z2, Z5
+	VSHUFF32X4 $0xee, Z6, Z2, Z2
+	VADDPS     Z2, Z5, Z5
+	VSHUFF32X4 $0x44, Z14, Z10, Z2
+	VSHUFF32X4 $0xee, Z14, Z10, Z6
+	VADDPS     Z6, Z2, Z2
+	VSHUFF32X4 $0x44, Z7, Z3, Z6
+	VSHUFF32X4 $0xee, Z7, Z3, Z3
+	VADDPS     Z3, Z6, Z6
+	VSHUFF32X4 $0x44, Z15, Z11, Z3
+	VSHUFF32X4 $0xee, Z15, Z11, Z7
+	VADDPS     Z7, Z3, Z3
+	VSHUFF32X4 $0x88, Z0, Z16, Z7
+	VSHUFF32X4 $0xdd, Z0, Z16, Z0
+	VADDPS     Z0, Z7, Z7
+	VSHUFF32X4 $0x88, Z1, Z4, Z0
+	VSHUFF32X4 $0xdd, Z1, Z4, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z5, Z1
+	VSHUFF32X4 $0xdd, Z2, Z5, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x88, Z3, Z6, Z2
+	VSHUFF32X4 $0xdd, Z3, Z6, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z0, Z7, Z3
+	VSHUFPS    $0xee, Z0, Z7, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z2, Z1, Z0
+	VSHUFPS    $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z0, Z3, Z1
+	VSHUFPS    $0xdd, Z0, Z3, Z0
+	VADDPS     Z0, Z1, Z1
+	VMOVUPS    Z1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       44(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       48(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       52(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       56(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       60(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       64(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       68(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       72(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       76(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       80(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       84(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       88(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       92(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       96(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       100(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x05, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000010, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	MOVQ   112(SP), AX
+	MOVQ   (SP), CX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   128(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(DX*1)
+	VPMOVZXWD   (AX), Z1
+	VPSLLD      $0x10, Z1, Z1
+	VFMADD231PS (CX), Z1, Z0
+	ADDQ        $0x00000040, CX
+	ADDQ        $0x00000020, AX
+	DECQ        BX
+	JNZ         restK0Step
+
+restK0Tail:
+	KORTESTW    K1, K1
+	JZ          restK0Done
+	VMOVUPS.Z   (CX), K1, Z1
+	VMOVDQU16.Z (AX), K1, Y2
+	VPMOVZXWD   Y2, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VFMADD231PS Z1, Z2, Z0
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Z1, Z1, Z1
+	VSHUFF32X4 $0x44, Z1, Z0, Z2
+	VSHUFF32X4 $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z2, Z2
+	VSHUFF32X4 $0x88, Z1, Z2, Z0
+	VSHUFF32X4 $0xdd, Z1, Z2, Z2
+	VADDPS     Z2, Z0, Z0
+	VSHUFPS    $0x44, Z1, Z0, Z2
+	VSHUFPS    $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z2, Z2
+	VSHUFPS    $0x88, Z1, Z2, Z0
+	VSHUFPS    $0xdd, Z1, Z2, Z1
+	VADDPS     Z1, Z0, Z0
+	VMOVSS     X0, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x01, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumHeadsBF16AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·accumHeadsBF16AVX512(SB), NOSPLIT, $40-120
+	MOVQ n+104(FP), AX
+	MOVQ AX, (SP)
+	MOVQ o_base+0(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ AX, 24(SP)
+	XORQ AX, AX
+	MOVQ AX, 32(SP)
+	MOVQ v_base+72(FP), AX
+	MOVQ hs+96(FP), CX
+	SHLQ $0x01, CX
+	MOVQ CX, DX
+	SHLQ $0x05, DX
+
+row:
+	MOVQ         16(SP), BX
+	VBROADCASTSS (BX), Z0
+	MOVQ         8(SP), BX
+	MOVQ         d+112(FP), SI
+	SHRQ         $0x04, SI
+	MOVQ         AX, DI
+
+step:
+	PREFETCHT1  (DI)(DX*1)
+	VMOVUPS     (BX), Z1
+	VPMOVZXWD   (DI), Z2
+	VPSLLD      $0x10, Z2, Z2
+	VFMADD231PS Z0, Z2, Z1
+	VMOVUPS     Z1, (BX)
+	ADDQ        $0x00000020, DI
+	ADDQ        $0x00000040, BX
+	DECQ        SI
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        32(SP), BX
+	MOVQ        8(SP), SI
+	MOVQ        16(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	LEAQ        (SI)(R8*4), SI
+	MOVQ        ldp+56(FP), R8
+	LEAQ        (DI)(R8*4), DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        24(SP), DI
+	ADDQ        $0x04, DI
+	MOVQ        DI, 24(SP)
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
 // func scoresF16M1AVX512(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
 // Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL, MMX+
 TEXT ·scoresF16M1AVX512(SB), NOSPLIT, $32-104
@@ -10183,9 +12296,1040 @@ done:
 	VZEROUPPER
 	RET
 
+// func scoresHeadsF16AVX512(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·scoresHeadsF16AVX512(SB), NOSPLIT, $136-112
+	MOVQ  q_base+32(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 32(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 8(SP)
+	MOVQ  AX, 24(SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 104(SP)
+	MOVQ  k_base+64(FP), AX
+	MOVQ  AX, 112(SP)
+	MOVQ  n+96(FP), AX
+	MOVQ  AX, 120(SP)
+	MOVQ  d+104(FP), AX
+	MOVQ  AX, CX
+	SHRQ  $0x04, CX
+	MOVQ  CX, 128(SP)
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+main:
+	CMPQ   120(SP), $0x00000010
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x01, AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	LEAQ   (BX)(AX*4), SI
+	LEAQ   (SI)(AX*4), DI
+	MOVQ   (SP), R8
+	LEAQ   (DX), R9
+	MOVQ   hs+88(FP), R10
+	SHLQ   $0x06, R10
+	MOVQ   128(SP), R11
+	TESTQ  R11, R11
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R9)(R10*1)
+	VCVTPH2PS   (R9), Z16
+	VFMADD231PS (R8), Z16, Z0
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000020, R9
+	DECQ        R11
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVDQU16.Z (R9), K1, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z0
+
+mainK0Done:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(AX*1), R9
+	MOVQ    hs+88(FP), R10
+	SHLQ    $0x06, R10
+	MOVQ    128(SP), R11
+	TESTQ   R11, R11
+	JZ      mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (R9)(R10*1)
+	VCVTPH2PS   (R9), Z16
+	VFMADD231PS (R8), Z16, Z1
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000020, R9
+	DECQ        R11
+	JNZ         mainK1Step
+
+mainK1Tail:
+	KORTESTW    K1, K1
+	JZ          mainK1Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVDQU16.Z (R9), K1, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z1
+
+mainK1Done:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(AX*2), R9
+	MOVQ    hs+88(FP), R10
+	SHLQ    $0x06, R10
+	MOVQ    128(SP), R11
+	TESTQ   R11, R11
+	JZ      mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (R9)(R10*1)
+	VCVTPH2PS   (R9), Z16
+	VFMADD231PS (R8), Z16, Z2
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000020, R9
+	DECQ        R11
+	JNZ         mainK2Step
+
+mainK2Tail:
+	KORTESTW    K1, K1
+	JZ          mainK2Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVDQU16.Z (R9), K1, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z2
+
+mainK2Done:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(CX*1), DX
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (DX)(R9*1)
+	VCVTPH2PS   (DX), Z16
+	VFMADD231PS (R8), Z16, Z3
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000020, DX
+	DECQ        R10
+	JNZ         mainK3Step
+
+mainK3Tail:
+	KORTESTW    K1, K1
+	JZ          mainK3Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVDQU16.Z (DX), K1, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z3
+
+mainK3Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (R8)(R9*1)
+	VCVTPH2PS   (R8), Z16
+	VFMADD231PS (DX), Z16, Z4
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, R8
+	DECQ        R10
+	JNZ         mainK4Step
+
+mainK4Tail:
+	KORTESTW    K1, K1
+	JZ          mainK4Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (R8), K1, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z4
+
+mainK4Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*1), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK5Tail
+
+mainK5Step:
+	PREFETCHT1  (R8)(R9*1)
+	VCVTPH2PS   (R8), Z16
+	VFMADD231PS (DX), Z16, Z5
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, R8
+	DECQ        R10
+	JNZ         mainK5Step
+
+mainK5Tail:
+	KORTESTW    K1, K1
+	JZ          mainK5Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (R8), K1, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z5
+
+mainK5Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*2), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK6Tail
+
+mainK6Step:
+	PREFETCHT1  (R8)(R9*1)
+	VCVTPH2PS   (R8), Z16
+	VFMADD231PS (DX), Z16, Z6
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, R8
+	DECQ        R10
+	JNZ         mainK6Step
+
+mainK6Tail:
+	KORTESTW    K1, K1
+	JZ          mainK6Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (R8), K1, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z6
+
+mainK6Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(CX*1), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK7Tail
+
+mainK7Step:
+	PREFETCHT1  (BX)(R8*1)
+	VCVTPH2PS   (BX), Z16
+	VFMADD231PS (DX), Z16, Z7
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R9
+	JNZ         mainK7Step
+
+mainK7Tail:
+	KORTESTW    K1, K1
+	JZ          mainK7Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (BX), K1, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z7
+
+mainK7Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK8Tail
+
+mainK8Step:
+	PREFETCHT1  (BX)(R8*1)
+	VCVTPH2PS   (BX), Z16
+	VFMADD231PS (DX), Z16, Z8
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R9
+	JNZ         mainK8Step
+
+mainK8Tail:
+	KORTESTW    K1, K1
+	JZ          mainK8Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (BX), K1, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z8
+
+mainK8Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(AX*1), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK9Tail
+
+mainK9Step:
+	PREFETCHT1  (BX)(R8*1)
+	VCVTPH2PS   (BX), Z16
+	VFMADD231PS (DX), Z16, Z9
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R9
+	JNZ         mainK9Step
+
+mainK9Tail:
+	KORTESTW    K1, K1
+	JZ          mainK9Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (BX), K1, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z9
+
+mainK9Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(AX*2), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK10Tail
+
+mainK10Step:
+	PREFETCHT1  (BX)(R8*1)
+	VCVTPH2PS   (BX), Z16
+	VFMADD231PS (DX), Z16, Z10
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R9
+	JNZ         mainK10Step
+
+mainK10Tail:
+	KORTESTW    K1, K1
+	JZ          mainK10Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (BX), K1, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z10
+
+mainK10Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(CX*1), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK11Tail
+
+mainK11Step:
+	PREFETCHT1  (BX)(SI*1)
+	VCVTPH2PS   (BX), Z16
+	VFMADD231PS (DX), Z16, Z11
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R8
+	JNZ         mainK11Step
+
+mainK11Tail:
+	KORTESTW    K1, K1
+	JZ          mainK11Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (BX), K1, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z11
+
+mainK11Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK12Tail
+
+mainK12Step:
+	PREFETCHT1  (BX)(SI*1)
+	VCVTPH2PS   (BX), Z16
+	VFMADD231PS (DX), Z16, Z12
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R8
+	JNZ         mainK12Step
+
+mainK12Tail:
+	KORTESTW    K1, K1
+	JZ          mainK12Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (BX), K1, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z12
+
+mainK12Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI)(AX*1), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK13Tail
+
+mainK13Step:
+	PREFETCHT1  (BX)(SI*1)
+	VCVTPH2PS   (BX), Z16
+	VFMADD231PS (DX), Z16, Z13
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, BX
+	DECQ        R8
+	JNZ         mainK13Step
+
+mainK13Tail:
+	KORTESTW    K1, K1
+	JZ          mainK13Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (BX), K1, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z13
+
+mainK13Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI)(AX*2), AX
+	MOVQ    hs+88(FP), BX
+	SHLQ    $0x06, BX
+	MOVQ    128(SP), SI
+	TESTQ   SI, SI
+	JZ      mainK14Tail
+
+mainK14Step:
+	PREFETCHT1  (AX)(BX*1)
+	VCVTPH2PS   (AX), Z16
+	VFMADD231PS (DX), Z16, Z14
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, AX
+	DECQ        SI
+	JNZ         mainK14Step
+
+mainK14Tail:
+	KORTESTW    K1, K1
+	JZ          mainK14Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU16.Z (AX), K1, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z14
+
+mainK14Done:
+	MOVQ    (SP), AX
+	MOVQ    8(SP), DX
+	MOVQ    d+104(FP), BX
+	LEAQ    (AX)(BX*4), AX
+	INCQ    DX
+	MOVQ    q_base+32(FP), BX
+	XORQ    SI, SI
+	CMPQ    DX, heads+56(FP)
+	CMOVQEQ BX, AX
+	CMOVQEQ SI, DX
+	MOVQ    AX, (SP)
+	MOVQ    DX, 8(SP)
+	MOVQ    (SP), AX
+	LEAQ    (DI)(CX*1), CX
+	MOVQ    hs+88(FP), DX
+	SHLQ    $0x06, DX
+	MOVQ    128(SP), BX
+	TESTQ   BX, BX
+	JZ      mainK15Tail
+
+mainK15Step:
+	PREFETCHT1  (CX)(DX*1)
+	VCVTPH2PS   (CX), Z16
+	VFMADD231PS (AX), Z16, Z15
+	ADDQ        $0x00000040, AX
+	ADDQ        $0x00000020, CX
+	DECQ        BX
+	JNZ         mainK15Step
+
+mainK15Tail:
+	KORTESTW    K1, K1
+	JZ          mainK15Done
+	VMOVUPS.Z   (AX), K1, Z16
+	VMOVDQU16.Z (CX), K1, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z15
+
+mainK15Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VSHUFF32X4 $0x44, Z4, Z0, Z16
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z16, Z16
+	VSHUFF32X4 $0x44, Z12, Z8, Z0
+	VSHUFF32X4 $0xee, Z12, Z8, Z4
+	VADDPS     Z4, Z0, Z0
+	VSHUFF32X4 $0x44, Z5, Z1, Z4
+	VSHUFF32X4 $0xee, Z5, Z1, Z1
+	VADDPS     Z1, Z4, Z4
+	VSHUFF32X4 $0x44, Z13, Z9, Z1
+	VSHUFF32X4 $0xee, Z13, Z9, Z5
+	VADDPS     Z5, Z1, Z1
+	VSHUFF32X4 $0x44, Z6, Z2, Z5
+	VSHUFF32X4 $0xee, Z6, Z2, Z2
+	VADDPS     Z2, Z5, Z5
+	VSHUFF32X4 $0x44, Z14, Z10, Z2
+	VSHUFF32X4 $0xee, Z14, Z10, Z6
+	VADDPS     Z6, Z2, Z2
+	VSHUFF32X4 $0x44, Z7, Z3, Z6
+	VSHUFF32X4 $0xee, Z7, Z3, Z3
+	VADDPS     Z3, Z6, Z6
+	VSHUFF32X4 $0x44, Z15, Z11, Z3
+	VSHUFF32X4 $0xee, Z15, Z11, Z7
+	VADDPS     Z7, Z3, Z3
+	VSHUFF32X4 $0x88, Z0, Z16, Z7
+	VSHUFF32X4 $0xdd, Z0, Z16, Z0
+	VADDPS     Z0, Z7, Z7
+	VSHUFF32X4 $0x88, Z1, Z4, Z0
+	VSHUFF32X4 $0xdd, Z1, Z4, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z5, Z1
+	VSHUFF32X4 $0xdd, Z2, Z5, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x88, Z3, Z6, Z2
+	VSHUFF32X4 $0xdd, Z3, Z6, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z0, Z7, Z3
+	VSHUFPS    $0xee, Z0, Z7, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z2, Z1, Z0
+	VSHUFPS    $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z0, Z3, Z1
+	VSHUFPS    $0xdd, Z0, Z3, Z0
+	VADDPS     Z0, Z1, Z1
+	VMOVUPS    Z1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       44(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       48(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       52(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       56(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       60(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       64(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       68(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       72(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       76(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       80(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       84(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       88(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       92(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       96(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       100(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x05, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000010, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	MOVQ   112(SP), AX
+	MOVQ   (SP), CX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   128(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(DX*1)
+	VCVTPH2PS   (AX), Z1
+	VFMADD231PS (CX), Z1, Z0
+	ADDQ        $0x00000040, CX
+	ADDQ        $0x00000020, AX
+	DECQ        BX
+	JNZ         restK0Step
+
+restK0Tail:
+	KORTESTW    K1, K1
+	JZ          restK0Done
+	VMOVUPS.Z   (CX), K1, Z1
+	VMOVDQU16.Z (AX), K1, Y2
+	VCVTPH2PS   Y2, Z2
+	VFMADD231PS Z1, Z2, Z0
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Z1, Z1, Z1
+	VSHUFF32X4 $0x44, Z1, Z0, Z2
+	VSHUFF32X4 $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z2, Z2
+	VSHUFF32X4 $0x88, Z1, Z2, Z0
+	VSHUFF32X4 $0xdd, Z1, Z2, Z2
+	VADDPS     Z2, Z0, Z0
+	VSHUFPS    $0x44, Z1, Z0, Z2
+	VSHUFPS    $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z2, Z2
+	VSHUFPS    $0x88, Z1, Z2, Z0
+	VSHUFPS    $0xdd, Z1, Z2, Z1
+	VADDPS     Z1, Z0, Z0
+	VMOVSS     X0, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x01, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumHeadsF16AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·accumHeadsF16AVX512(SB), NOSPLIT, $40-120
+	MOVQ n+104(FP), AX
+	MOVQ AX, (SP)
+	MOVQ o_base+0(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ AX, 24(SP)
+	XORQ AX, AX
+	MOVQ AX, 32(SP)
+	MOVQ v_base+72(FP), AX
+	MOVQ hs+96(FP), CX
+	SHLQ $0x01, CX
+	MOVQ CX, DX
+	SHLQ $0x05, DX
+
+row:
+	MOVQ         16(SP), BX
+	VBROADCASTSS (BX), Z0
+	MOVQ         8(SP), BX
+	MOVQ         d+112(FP), SI
+	SHRQ         $0x04, SI
+	MOVQ         AX, DI
+
+step:
+	PREFETCHT1  (DI)(DX*1)
+	VMOVUPS     (BX), Z1
+	VCVTPH2PS   (DI), Z2
+	VFMADD231PS Z0, Z2, Z1
+	VMOVUPS     Z1, (BX)
+	ADDQ        $0x00000020, DI
+	ADDQ        $0x00000040, BX
+	DECQ        SI
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        32(SP), BX
+	MOVQ        8(SP), SI
+	MOVQ        16(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	LEAQ        (SI)(R8*4), SI
+	MOVQ        ldp+56(FP), R8
+	LEAQ        (DI)(R8*4), DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        24(SP), DI
+	ADDQ        $0x04, DI
+	MOVQ        DI, 24(SP)
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
 // func scoresQ8M1AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
-// Requires: AVX, AVX2, AVX512DQ, AVX512F, MMX+
-TEXT ·scoresQ8M1AVX512(SB), NOSPLIT, $32-104
+// Requires: AVX, AVX512DQ, AVX512F, F16C, MMX+
+TEXT ·scoresQ8M1AVX512(SB), NOSPLIT, $40-104
 	MOVQ s_base+0(FP), AX
 	MOVQ AX, (SP)
 	MOVQ k_base+56(FP), AX
@@ -10230,20 +13374,20 @@ main:
 	JZ     mainK0Tail
 
 mainK0Step:
-	PREFETCHT1   (R9)(R10*1)
-	VPBROADCASTW (R9), Y16
-	VCVTPH2PS    Y16, Z16
-	VPMOVSXBD    2(R9), Z17
-	VCVTDQ2PS    Z17, Z17
-	VMULPS       (R8), Z17, Z17
-	VPMOVSXBD    18(R9), Z18
-	VCVTDQ2PS    Z18, Z18
-	VFMADD231PS  64(R8), Z18, Z17
-	VFMADD231PS  Z16, Z17, Z0
-	ADDQ         $0x00000080, R8
-	ADDQ         $0x00000022, R9
-	DECQ         R11
-	JNZ          mainK0Step
+	PREFETCHT1       (R9)(R10*1)
+	VCVTPH2PS        (R9), X16
+	VMOVSS           X16, 32(SP)
+	VPMOVSXBD        2(R9), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (R8), Z16, Z16
+	VPMOVSXBD        18(R9), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(R8), Z17, Z16
+	VFMADD231PS.BCST 32(SP), Z16, Z0
+	ADDQ             $0x00000080, R8
+	ADDQ             $0x00000022, R9
+	DECQ             R11
+	JNZ              mainK0Step
 
 mainK0Tail:
 	MOVQ  q_base+32(FP), R8
@@ -10255,20 +13399,20 @@ mainK0Tail:
 	JZ    mainK1Tail
 
 mainK1Step:
-	PREFETCHT1   (R9)(R10*1)
-	VPBROADCASTW (R9), Y16
-	VCVTPH2PS    Y16, Z16
-	VPMOVSXBD    2(R9), Z17
-	VCVTDQ2PS    Z17, Z17
-	VMULPS       (R8), Z17, Z17
-	VPMOVSXBD    18(R9), Z18
-	VCVTDQ2PS    Z18, Z18
-	VFMADD231PS  64(R8), Z18, Z17
-	VFMADD231PS  Z16, Z17, Z1
-	ADDQ         $0x00000080, R8
-	ADDQ         $0x00000022, R9
-	DECQ         R11
-	JNZ          mainK1Step
+	PREFETCHT1       (R9)(R10*1)
+	VCVTPH2PS        (R9), X16
+	VMOVSS           X16, 32(SP)
+	VPMOVSXBD        2(R9), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (R8), Z16, Z16
+	VPMOVSXBD        18(R9), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(R8), Z17, Z16
+	VFMADD231PS.BCST 32(SP), Z16, Z1
+	ADDQ             $0x00000080, R8
+	ADDQ             $0x00000022, R9
+	DECQ             R11
+	JNZ              mainK1Step
 
 mainK1Tail:
 	MOVQ  q_base+32(FP), R8
@@ -10280,20 +13424,20 @@ mainK1Tail:
 	JZ    mainK2Tail
 
 mainK2Step:
-	PREFETCHT1   (R9)(R10*1)
-	VPBROADCASTW (R9), Y16
-	VCVTPH2PS    Y16, Z16
-	VPMOVSXBD    2(R9), Z17
-	VCVTDQ2PS    Z17, Z17
-	VMULPS       (R8), Z17, Z17
-	VPMOVSXBD    18(R9), Z18
-	VCVTDQ2PS    Z18, Z18
-	VFMADD231PS  64(R8), Z18, Z17
-	VFMADD231PS  Z16, Z17, Z2
-	ADDQ         $0x00000080, R8
-	ADDQ         $0x00000022, R9
-	DECQ         R11
-	JNZ          mainK2Step
+	PREFETCHT1       (R9)(R10*1)
+	VCVTPH2PS        (R9), X16
+	VMOVSS           X16, 32(SP)
+	VPMOVSXBD        2(R9), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (R8), Z16, Z16
+	VPMOVSXBD        18(R9), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(R8), Z17, Z16
+	VFMADD231PS.BCST 32(SP), Z16, Z2
+	ADDQ             $0x00000080, R8
+	ADDQ             $0x00000022, R9
+	DECQ             R11
+	JNZ              mainK2Step
 
 mainK2Tail:
 	MOVQ  q_base+32(FP), R8
@@ -10305,20 +13449,20 @@ mainK2Tail:
 	JZ    mainK3Tail
 
 mainK3Step:
-	PREFETCHT1   (DX)(R9*1)
-	VPBROADCASTW (DX), Y16
-	VCVTPH2PS    Y16, Z16
-	VPMOVSXBD    2(DX), Z17
-	VCVTDQ2PS    Z17, Z17
-	VMULPS       (R8), Z17, Z17
-	VPMOVSXBD    18(DX), Z18
-	VCVTDQ2PS    Z18, Z18
-	VFMADD231PS  64(R8), Z18, Z17
-	VFMADD231PS  Z16, Z17, Z3
-	ADDQ         $0x00000080, R8
-	ADDQ         $0x00000022, DX
-	DECQ         R10
-	JNZ          mainK3Step
+	PREFETCHT1       (DX)(R9*1)
+	VCVTPH2PS        (DX), X16
+	VMOVSS           X16, 32(SP)
+	VPMOVSXBD        2(DX), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (R8), Z16, Z16
+	VPMOVSXBD        18(DX), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(R8), Z17, Z16
+	VFMADD231PS.BCST 32(SP), Z16, Z3
+	ADDQ             $0x00000080, R8
+	ADDQ             $0x00000022, DX
+	DECQ             R10
+	JNZ              mainK3Step
 
 mainK3Tail:
 	MOVQ  q_base+32(FP), DX
@@ -10330,20 +13474,20 @@ mainK3Tail:
 	JZ    mainK4Tail
 
 mainK4Step:
-	PREFETCHT1   (R8)(R9*1)
-	VPBROADCASTW (R8), Y16
-	VCVTPH2PS    Y16, Z16
-	VPMOVSXBD    2(R8), Z17
-	VCVTDQ2PS    Z17, Z17
-	VMULPS       (DX), Z17, Z17
-	VPMOVSXBD    18(R8), Z18
-	VCVTDQ2PS    Z18, Z18
-	VFMADD231PS  64(DX), Z18, Z17
-	VFMADD231PS  Z16, Z17, Z4
-	ADDQ         $0x00000080, DX
-	ADDQ         $0x00000022, R8
-	DECQ         R10
-	JNZ          mainK4Step
+	PREFETCHT1       (R8)(R9*1)
+	VCVTPH2PS        (R8), X16
+	VMOVSS           X16, 32(SP)
+	VPMOVSXBD        2(R8), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (DX), Z16, Z16
+	VPMOVSXBD        18(R8), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(DX), Z17, Z16
+	VFMADD231PS.BCST 32(SP), Z16, Z4
+	ADDQ             $0x00000080, DX
+	ADDQ             $0x00000022, R8
+	DECQ             R10
+	JNZ              mainK4Step
 
 mainK4Tail:
 	MOVQ  q_base+32(FP), DX
@@ -10355,20 +13499,20 @@ mainK4Tail:
 	JZ    mainK5Tail
 
 mainK5Step:
-	PREFETCHT1   (R8)(R9*1)
-	VPBROADCASTW (R8), Y16
-	VCVTPH2PS    Y16, Z16
-	VPMOVSXBD    2(R8), Z17
-	VCVTDQ2PS    Z17, Z17
-	VMULPS       (DX), Z17, Z17
-	VPMOVSXBD    18(R8), Z18
-	VCVTDQ2PS    Z18, Z18
-	VFMADD231PS  64(DX), Z18, Z17
-	VFMADD231PS  Z16, Z17, Z5
-	ADDQ         $0x00000080, DX
-	ADDQ         $0x00000022, R8
-	DECQ         R10
-	JNZ          mainK5Step
+	PREFETCHT1       (R8)(R9*1)
+	VCVTPH2PS        (R8), X16
+	VMOVSS           X16, 32(SP)
+	VPMOVSXBD        2(R8), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (DX), Z16, Z16
+	VPMOVSXBD        18(R8), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(DX), Z17, Z16
+	VFMADD231PS.BCST 32(SP), Z16, Z5
+	ADDQ             $0x00000080, DX
+	ADDQ             $0x00000022, R8
+	DECQ             R10
+	JNZ              mainK5Step
 
 mainK5Tail:
 	MOVQ  q_base+32(FP), DX
@@ -10380,20 +13524,20 @@ mainK5Tail:
 	JZ    mainK6Tail
 
 mainK6Step:
-	PREFETCHT1   (R8)(R9*1)
-	VPBROADCASTW (R8), Y16
-	VCVTPH2PS    Y16, Z16
-	VPMOVSXBD    2(R8), Z17
-	VCVTDQ2PS    Z17, Z17
-	VMULPS       (DX), Z17, Z17
-	VPMOVSXBD    18(R8), Z18
-	VCVTDQ2PS    Z18, Z18
-	VFMADD231PS  64(DX), Z18, Z17
-	VFMADD231PS  Z16, Z17, Z6
-	ADDQ         $0x00000080, DX
-	ADDQ         $0x00000022, R8
-	DECQ         R10
-	JNZ          mainK6Step
+	PREFETCHT1       (R8)(R9*1)
+	VCVTPH2PS        (R8), X16
+	VMOVSS           X16, 32(SP)
+	VPMOVSXBD        2(R8), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (DX), Z16, Z16
+	VPMOVSXBD        18(R8), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(DX), Z17, Z16
+	VFMADD231PS.BCST 32(SP), Z16, Z6
+	ADDQ             $0x00000080, DX
+	ADDQ             $0x00000022, R8
+	DECQ             R10
+	JNZ              mainK6Step
 
 mainK6Tail:
 	MOVQ  q_base+32(FP), DX
@@ -10405,20 +13549,20 @@ mainK6Tail:
 	JZ    mainK7Tail
 
 mainK7Step:
-	PREFETCHT1   (BX)(R8*1)
-	VPBROADCASTW (BX), Y16
-	VCVTPH2PS    Y16, Z16
-	VPMOVSXBD    2(BX), Z17
-	VCVTDQ2PS    Z17, Z17
-	VMULPS       (DX), Z17, Z17
-	VPMOVSXBD    18(BX), Z18
-	VCVTDQ2PS    Z18, Z18
-	VFMADD231PS  64(DX), Z18, Z17
-	VFMADD231PS  Z16, Z17, Z7
-	ADDQ         $0x00000080, DX
-	ADDQ         $0x00000022, BX
-	DECQ         R9
-	JNZ          mainK7Step
+	PREFETCHT1       (BX)(R8*1)
+	VCVTPH2PS        (BX), X16
+	VMOVSS           X16, 32(SP)
+	VPMOVSXBD        2(BX), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (DX), Z16, Z16
+	VPMOVSXBD        18(BX), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(DX), Z17, Z16
+	VFMADD231PS.BCST 32(SP), Z16, Z7
+	ADDQ             $0x00000080, DX
+	ADDQ             $0x00000022, BX
+	DECQ             R9
+	JNZ              mainK7Step
 
 mainK7Tail:
 	MOVQ  q_base+32(FP), DX
@@ -10430,20 +13574,20 @@ mainK7Tail:
 	JZ    mainK8Tail
 
 mainK8Step:
-	PREFETCHT1   (BX)(R8*1)
-	VPBROADCASTW (BX), Y16
-	VCVTPH2PS    Y16, Z16
-	VPMOVSXBD    2(BX), Z17
-	VCVTDQ2PS    Z17, Z17
-	VMULPS       (DX), Z17, Z17
-	VPMOVSXBD    18(BX), Z18
-	VCVTDQ2PS    Z18, Z18
-	VFMADD231PS  64(DX), Z18, Z17
-	VFMADD231PS  Z16, Z17, Z8
-	ADDQ         $0x00000080, DX
-	ADDQ         $0x00000022, BX
-	DECQ         R9
-	JNZ          mainK8Step
+	PREFETCHT1       (BX)(R8*1)
+	VCVTPH2PS        (BX), X16
+	VMOVSS           X16, 32(SP)
+	VPMOVSXBD        2(BX), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (DX), Z16, Z16
+	VPMOVSXBD        18(BX), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(DX), Z17, Z16
+	VFMADD231PS.BCST 32(SP), Z16, Z8
+	ADDQ             $0x00000080, DX
+	ADDQ             $0x00000022, BX
+	DECQ             R9
+	JNZ              mainK8Step
 
 mainK8Tail:
 	MOVQ  q_base+32(FP), DX
@@ -10455,20 +13599,20 @@ mainK8Tail:
 	JZ    mainK9Tail
 
 mainK9Step:
-	PREFETCHT1   (BX)(R8*1)
-	VPBROADCASTW (BX), Y16
-	VCVTPH2PS    Y16, Z16
-	VPMOVSXBD    2(BX), Z17
-	VCVTDQ2PS    Z17, Z17
-	VMULPS       (DX), Z17, Z17
-	VPMOVSXBD    18(BX), Z18
-	VCVTDQ2PS    Z18, Z18
-	VFMADD231PS  64(DX), Z18, Z17
-	VFMADD231PS  Z16, Z17, Z9
-	ADDQ         $0x00000080, DX
-	ADDQ         $0x00000022, BX
-	DECQ         R9
-	JNZ          mainK9Step
+	PREFETCHT1       (BX)(R8*1)
+	VCVTPH2PS        (BX), X16
+	VMOVSS           X16, 32(SP)
+	VPMOVSXBD        2(BX), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (DX), Z16, Z16
+	VPMOVSXBD        18(BX), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(DX), Z17, Z16
+	VFMADD231PS.BCST 32(SP), Z16, Z9
+	ADDQ             $0x00000080, DX
+	ADDQ             $0x00000022, BX
+	DECQ             R9
+	JNZ              mainK9Step
 
 mainK9Tail:
 	MOVQ  q_base+32(FP), DX
@@ -10480,20 +13624,20 @@ mainK9Tail:
 	JZ    mainK10Tail
 
 mainK10Step:
-	PREFETCHT1   (BX)(R8*1)
-	VPBROADCASTW (BX), Y16
-	VCVTPH2PS    Y16, Z16
-	VPMOVSXBD    2(BX), Z17
-	VCVTDQ2PS    Z17, Z17
-	VMULPS       (DX), Z17, Z17
-	VPMOVSXBD    18(BX), Z18
-	VCVTDQ2PS    Z18, Z18
-	VFMADD231PS  64(DX), Z18, Z17
-	VFMADD231PS  Z16, Z17, Z10
-	ADDQ         $0x00000080, DX
-	ADDQ         $0x00000022, BX
-	DECQ         R9
-	JNZ          mainK10Step
+	PREFETCHT1       (BX)(R8*1)
+	VCVTPH2PS        (BX), X16
+	VMOVSS           X16, 32(SP)
+	VPMOVSXBD        2(BX), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (DX), Z16, Z16
+	VPMOVSXBD        18(BX), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(DX), Z17, Z16
+	VFMADD231PS.BCST 32(SP), Z16, Z10
+	ADDQ             $0x00000080, DX
+	ADDQ             $0x00000022, BX
+	DECQ             R9
+	JNZ              mainK10Step
 
 mainK10Tail:
 	MOVQ  q_base+32(FP), DX
@@ -10505,20 +13649,20 @@ mainK10Tail:
 	JZ    mainK11Tail
 
 mainK11Step:
-	PREFETCHT1   (BX)(SI*1)
-	VPBROADCASTW (BX), Y16
-	VCVTPH2PS    Y16, Z16
-	VPMOVSXBD    2(BX), Z17
-	VCVTDQ2PS    Z17, Z17
-	VMULPS       (DX), Z17, Z17
-	VPMOVSXBD    18(BX), Z18
-	VCVTDQ2PS    Z18, Z18
-	VFMADD231PS  64(DX), Z18, Z17
-	VFMADD231PS  Z16, Z17, Z11
-	ADDQ         $0x00000080, DX
-	ADDQ         $0x00000022, BX
-	DECQ         R8
-	JNZ          mainK11Step
+	PREFETCHT1       (BX)(SI*1)
+	VCVTPH2PS        (BX), X16
+	VMOVSS           X16, 32(SP)
+	VPMOVSXBD        2(BX), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (DX), Z16, Z16
+	VPMOVSXBD        18(BX), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(DX), Z17, Z16
+	VFMADD231PS.BCST 32(SP), Z16, Z11
+	ADDQ             $0x00000080, DX
+	ADDQ             $0x00000022, BX
+	DECQ             R8
+	JNZ              mainK11Step
 
 mainK11Tail:
 	MOVQ  q_base+32(FP), DX
@@ -10530,20 +13674,20 @@ mainK11Tail:
 	JZ    mainK12Tail
 
 mainK12Step:
-	PREFETCHT1   (BX)(SI*1)
-	VPBROADCASTW (BX), Y16
-	VCVTPH2PS    Y16, Z16
-	VPMOVSXBD    2(BX), Z17
-	VCVTDQ2PS    Z17, Z17
-	VMULPS       (DX), Z17, Z17
-	VPMOVSXBD    18(BX), Z18
-	VCVTDQ2PS    Z18, Z18
-	VFMADD231PS  64(DX), Z18, Z17
-	VFMADD231PS  Z16, Z17, Z12
-	ADDQ         $0x00000080, DX
-	ADDQ         $0x00000022, BX
-	DECQ         R8
-	JNZ          mainK12Step
+	PREFETCHT1       (BX)(SI*1)
+	VCVTPH2PS        (BX), X16
+	VMOVSS           X16, 32(SP)
+	VPMOVSXBD        2(BX), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (DX), Z16, Z16
+	VPMOVSXBD        18(BX), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(DX), Z17, Z16
+	VFMADD231PS.BCST 32(SP), Z16, Z12
+	ADDQ             $0x00000080, DX
+	ADDQ             $0x00000022, BX
+	DECQ             R8
+	JNZ              mainK12Step
 
 mainK12Tail:
 	MOVQ  q_base+32(FP), DX
@@ -10555,20 +13699,20 @@ mainK12Tail:
 	JZ    mainK13Tail
 
 mainK13Step:
-	PREFETCHT1   (BX)(SI*1)
-	VPBROADCASTW (BX), Y16
-	VCVTPH2PS    Y16, Z16
-	VPMOVSXBD    2(BX), Z17
-	VCVTDQ2PS    Z17, Z17
-	VMULPS       (DX), Z17, Z17
-	VPMOVSXBD    18(BX), Z18
-	VCVTDQ2PS    Z18, Z18
-	VFMADD231PS  64(DX), Z18, Z17
-	VFMADD231PS  Z16, Z17, Z13
-	ADDQ         $0x00000080, DX
-	ADDQ         $0x00000022, BX
-	DECQ         R8
-	JNZ          mainK13Step
+	PREFETCHT1       (BX)(SI*1)
+	VCVTPH2PS        (BX), X16
+	VMOVSS           X16, 32(SP)
+	VPMOVSXBD        2(BX), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (DX), Z16, Z16
+	VPMOVSXBD        18(BX), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(DX), Z17, Z16
+	VFMADD231PS.BCST 32(SP), Z16, Z13
+	ADDQ             $0x00000080, DX
+	ADDQ             $0x00000022, BX
+	DECQ             R8
+	JNZ              mainK13Step
 
 mainK13Tail:
 	MOVQ  q_base+32(FP), DX
@@ -10580,20 +13724,20 @@ mainK13Tail:
 	JZ    mainK14Tail
 
 mainK14Step:
-	PREFETCHT1   (AX)(BX*1)
-	VPBROADCASTW (AX), Y16
-	VCVTPH2PS    Y16, Z16
-	VPMOVSXBD    2(AX), Z17
-	VCVTDQ2PS    Z17, Z17
-	VMULPS       (DX), Z17, Z17
-	VPMOVSXBD    18(AX), Z18
-	VCVTDQ2PS    Z18, Z18
-	VFMADD231PS  64(DX), Z18, Z17
-	VFMADD231PS  Z16, Z17, Z14
-	ADDQ         $0x00000080, DX
-	ADDQ         $0x00000022, AX
-	DECQ         SI
-	JNZ          mainK14Step
+	PREFETCHT1       (AX)(BX*1)
+	VCVTPH2PS        (AX), X16
+	VMOVSS           X16, 32(SP)
+	VPMOVSXBD        2(AX), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (DX), Z16, Z16
+	VPMOVSXBD        18(AX), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(DX), Z17, Z16
+	VFMADD231PS.BCST 32(SP), Z16, Z14
+	ADDQ             $0x00000080, DX
+	ADDQ             $0x00000022, AX
+	DECQ             SI
+	JNZ              mainK14Step
 
 mainK14Tail:
 	MOVQ  q_base+32(FP), AX
@@ -10605,20 +13749,20 @@ mainK14Tail:
 	JZ    mainK15Tail
 
 mainK15Step:
-	PREFETCHT1   (CX)(DX*1)
-	VPBROADCASTW (CX), Y16
-	VCVTPH2PS    Y16, Z16
-	VPMOVSXBD    2(CX), Z17
-	VCVTDQ2PS    Z17, Z17
-	VMULPS       (AX), Z17, Z17
-	VPMOVSXBD    18(CX), Z18
-	VCVTDQ2PS    Z18, Z18
-	VFMADD231PS  64(AX), Z18, Z17
-	VFMADD231PS  Z16, Z17, Z15
-	ADDQ         $0x00000080, AX
-	ADDQ         $0x00000022, CX
-	DECQ         BX
-	JNZ          mainK15Step
+	PREFETCHT1       (CX)(DX*1)
+	VCVTPH2PS        (CX), X16
+	VMOVSS           X16, 32(SP)
+	VPMOVSXBD        2(CX), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (AX), Z16, Z16
+	VPMOVSXBD        18(CX), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(AX), Z17, Z16
+	VFMADD231PS.BCST 32(SP), Z16, Z15
+	ADDQ             $0x00000080, AX
+	ADDQ             $0x00000022, CX
+	DECQ             BX
+	JNZ              mainK15Step
 
 mainK15Tail:
 	VSHUFF32X4 $0x44, Z4, Z0, Z16
@@ -10692,20 +13836,20 @@ rest:
 	JZ     restK0Tail
 
 restK0Step:
-	PREFETCHT1   (AX)(DX*1)
-	VPBROADCASTW (AX), Y1
-	VCVTPH2PS    Y1, Z1
-	VPMOVSXBD    2(AX), Z2
-	VCVTDQ2PS    Z2, Z2
-	VMULPS       (CX), Z2, Z2
-	VPMOVSXBD    18(AX), Z3
-	VCVTDQ2PS    Z3, Z3
-	VFMADD231PS  64(CX), Z3, Z2
-	VFMADD231PS  Z1, Z2, Z0
-	ADDQ         $0x00000080, CX
-	ADDQ         $0x00000022, AX
-	DECQ         BX
-	JNZ          restK0Step
+	PREFETCHT1       (AX)(DX*1)
+	VCVTPH2PS        (AX), X1
+	VMOVSS           X1, 32(SP)
+	VPMOVSXBD        2(AX), Z1
+	VCVTDQ2PS        Z1, Z1
+	VMULPS           (CX), Z1, Z1
+	VPMOVSXBD        18(AX), Z2
+	VCVTDQ2PS        Z2, Z2
+	VFMADD231PS      64(CX), Z2, Z1
+	VFMADD231PS.BCST 32(SP), Z1, Z0
+	ADDQ             $0x00000080, CX
+	ADDQ             $0x00000022, AX
+	DECQ             BX
+	JNZ              restK0Step
 
 restK0Tail:
 	VXORPS     Z1, Z1, Z1
@@ -10737,8 +13881,8 @@ done:
 	RET
 
 // func scoresQ8M2AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
-// Requires: AVX, AVX2, AVX512DQ, AVX512F, MMX+
-TEXT ·scoresQ8M2AVX512(SB), NOSPLIT, $32-104
+// Requires: AVX, AVX512DQ, AVX512F, F16C, MMX+
+TEXT ·scoresQ8M2AVX512(SB), NOSPLIT, $48-104
 	MOVQ s_base+0(FP), AX
 	MOVQ AX, (SP)
 	MOVQ k_base+56(FP), AX
@@ -10786,69 +13930,69 @@ main:
 	JZ     mainK0Tail
 
 mainK0Step:
-	PREFETCHT1   (R8)(R11*1)
-	PREFETCHT1   (R9)(R11*1)
-	PREFETCHT1   (R10)(R11*1)
-	PREFETCHT1   (DX)(R11*1)
-	VMOVUPS      (DI), Z16
-	VMOVUPS      64(DI), Z17
-	VMOVUPS      (DI)(SI*1), Z18
-	VMOVUPS      64(DI)(SI*1), Z19
-	VPBROADCASTW (R8), Y20
-	VCVTPH2PS    Y20, Z20
-	VPMOVSXBD    2(R8), Z21
-	VCVTDQ2PS    Z21, Z21
-	VMULPS       Z20, Z21, Z21
-	VFMADD231PS  Z16, Z21, Z0
-	VFMADD231PS  Z18, Z21, Z8
-	VPMOVSXBD    18(R8), Z21
-	VCVTDQ2PS    Z21, Z21
-	VMULPS       Z20, Z21, Z21
-	VFMADD231PS  Z17, Z21, Z0
-	VFMADD231PS  Z19, Z21, Z8
-	VPBROADCASTW (R9), Y20
-	VCVTPH2PS    Y20, Z20
-	VPMOVSXBD    2(R9), Z21
-	VCVTDQ2PS    Z21, Z21
-	VMULPS       Z20, Z21, Z21
-	VFMADD231PS  Z16, Z21, Z1
-	VFMADD231PS  Z18, Z21, Z9
-	VPMOVSXBD    18(R9), Z21
-	VCVTDQ2PS    Z21, Z21
-	VMULPS       Z20, Z21, Z21
-	VFMADD231PS  Z17, Z21, Z1
-	VFMADD231PS  Z19, Z21, Z9
-	VPBROADCASTW (R10), Y20
-	VCVTPH2PS    Y20, Z20
-	VPMOVSXBD    2(R10), Z21
-	VCVTDQ2PS    Z21, Z21
-	VMULPS       Z20, Z21, Z21
-	VFMADD231PS  Z16, Z21, Z2
-	VFMADD231PS  Z18, Z21, Z10
-	VPMOVSXBD    18(R10), Z21
-	VCVTDQ2PS    Z21, Z21
-	VMULPS       Z20, Z21, Z21
-	VFMADD231PS  Z17, Z21, Z2
-	VFMADD231PS  Z19, Z21, Z10
-	VPBROADCASTW (DX), Y20
-	VCVTPH2PS    Y20, Z20
-	VPMOVSXBD    2(DX), Z21
-	VCVTDQ2PS    Z21, Z21
-	VMULPS       Z20, Z21, Z21
-	VFMADD231PS  Z16, Z21, Z3
-	VFMADD231PS  Z18, Z21, Z11
-	VPMOVSXBD    18(DX), Z16
-	VCVTDQ2PS    Z16, Z16
-	VMULPS       Z20, Z16, Z16
-	VFMADD231PS  Z17, Z16, Z3
-	VFMADD231PS  Z19, Z16, Z11
-	ADDQ         $0x00000080, DI
-	ADDQ         $0x00000022, R8
-	ADDQ         $0x00000022, R9
-	ADDQ         $0x00000022, R10
-	ADDQ         $0x00000022, DX
-	DECQ         R12
-	JNZ          mainK0Step
+	PREFETCHT1  (R8)(R11*1)
+	PREFETCHT1  (R9)(R11*1)
+	PREFETCHT1  (R10)(R11*1)
+	PREFETCHT1  (DX)(R11*1)
+	VMOVUPS     (DI), Z16
+	VMOVUPS     64(DI), Z17
+	VMOVUPS     (DI)(SI*1), Z18
+	VMOVUPS     64(DI)(SI*1), Z19
+	VPMOVSXBD   2(R8), Z20
+	VCVTDQ2PS   Z20, Z20
+	VCVTPH2PS   (R8), X21
+	VMOVSS      X21, 32(SP)
+	VMULPS.BCST 32(SP), Z20, Z20
+	VFMADD231PS Z16, Z20, Z0
+	VFMADD231PS Z18, Z20, Z8
+	VPMOVSXBD   18(R8), Z20
+	VCVTDQ2PS   Z20, Z20
+	VMULPS.BCST 32(SP), Z20, Z20
+	VFMADD231PS Z17, Z20, Z0
+	VFMADD231PS Z19, Z20, Z8
+	VPMOVSXBD   2(R9), Z20
+	VCVTDQ2PS   Z20, Z20
+	VCVTPH2PS   (R9), X21
+	VMOVSS      X21, 36(SP)
+	VMULPS.BCST 36(SP), Z20, Z20
+	VFMADD231PS Z16, Z20, Z1
+	VFMADD231PS Z18, Z20, Z9
+	VPMOVSXBD   18(R9), Z20
+	VCVTDQ2PS   Z20, Z20
+	VMULPS.BCST 36(SP), Z20, Z20
+	VFMADD231PS Z17, Z20, Z1
+	VFMADD231PS Z19, Z20, Z9
+	VPMOVSXBD   2(R10), Z20
+	VCVTDQ2PS   Z20, Z20
+	VCVTPH2PS   (R10), X21
+	VMOVSS      X21, 40(SP)
+	VMULPS.BCST 40(SP), Z20, Z20
+	VFMADD231PS Z16, Z20, Z2
+	VFMADD231PS Z18, Z20, Z10
+	VPMOVSXBD   18(R10), Z20
+	VCVTDQ2PS   Z20, Z20
+	VMULPS.BCST 40(SP), Z20, Z20
+	VFMADD231PS Z17, Z20, Z2
+	VFMADD231PS Z19, Z20, Z10
+	VPMOVSXBD   2(DX), Z20
+	VCVTDQ2PS   Z20, Z20
+	VCVTPH2PS   (DX), X21
+	VMOVSS      X21, 44(SP)
+	VMULPS.BCST 44(SP), Z20, Z20
+	VFMADD231PS Z16, Z20, Z3
+	VFMADD231PS Z18, Z20, Z11
+	VPMOVSXBD   18(DX), Z16
+	VCVTDQ2PS   Z16, Z16
+	VMULPS.BCST 44(SP), Z16, Z16
+	VFMADD231PS Z17, Z16, Z3
+	VFMADD231PS Z19, Z16, Z11
+	ADDQ        $0x00000080, DI
+	ADDQ        $0x00000022, R8
+	ADDQ        $0x00000022, R9
+	ADDQ        $0x00000022, R10
+	ADDQ        $0x00000022, DX
+	DECQ        R12
+	JNZ         mainK0Step
 
 mainK0Tail:
 	MOVQ  d+96(FP), DX
@@ -10865,69 +14009,69 @@ mainK0Tail:
 	JZ    mainK4Tail
 
 mainK4Step:
-	PREFETCHT1   (DI)(BX*1)
-	PREFETCHT1   (R8)(BX*1)
-	PREFETCHT1   (AX)(BX*1)
-	PREFETCHT1   (CX)(BX*1)
-	VMOVUPS      (SI), Z16
-	VMOVUPS      64(SI), Z17
-	VMOVUPS      (SI)(DX*1), Z18
-	VMOVUPS      64(SI)(DX*1), Z19
-	VPBROADCASTW (DI), Y20
-	VCVTPH2PS    Y20, Z20
-	VPMOVSXBD    2(DI), Z21
-	VCVTDQ2PS    Z21, Z21
-	VMULPS       Z20, Z21, Z21
-	VFMADD231PS  Z16, Z21, Z4
-	VFMADD231PS  Z18, Z21, Z12
-	VPMOVSXBD    18(DI), Z21
-	VCVTDQ2PS    Z21, Z21
-	VMULPS       Z20, Z21, Z21
-	VFMADD231PS  Z17, Z21, Z4
-	VFMADD231PS  Z19, Z21, Z12
-	VPBROADCASTW (R8), Y20
-	VCVTPH2PS    Y20, Z20
-	VPMOVSXBD    2(R8), Z21
-	VCVTDQ2PS    Z21, Z21
-	VMULPS       Z20, Z21, Z21
-	VFMADD231PS  Z16, Z21, Z5
-	VFMADD231PS  Z18, Z21, Z13
-	VPMOVSXBD    18(R8), Z21
-	VCVTDQ2PS    Z21, Z21
-	VMULPS       Z20, Z21, Z21
-	VFMADD231PS  Z17, Z21, Z5
-	VFMADD231PS  Z19, Z21, Z13
-	VPBROADCASTW (AX), Y20
-	VCVTPH2PS    Y20, Z20
-	VPMOVSXBD    2(AX), Z21
-	VCVTDQ2PS    Z21, Z21
-	VMULPS       Z20, Z21, Z21
-	VFMADD231PS  Z16, Z21, Z6
-	VFMADD231PS  Z18, Z21, Z14
-	VPMOVSXBD    18(AX), Z21
-	VCVTDQ2PS    Z21, Z21
-	VMULPS       Z20, Z21, Z21
-	VFMADD231PS  Z17, Z21, Z6
-	VFMADD231PS  Z19, Z21, Z14
-	VPBROADCASTW (CX), Y20
-	VCVTPH2PS    Y20, Z20
-	VPMOVSXBD    2(CX), Z21
-	VCVTDQ2PS    Z21, Z21
-	VMULPS       Z20, Z21, Z21
-	VFMADD231PS  Z16, Z21, Z7
-	VFMADD231PS  Z18, Z21, Z15
-	VPMOVSXBD    18(CX), Z16
-	VCVTDQ2PS    Z16, Z16
-	VMULPS       Z20, Z16, Z16
-	VFMADD231PS  Z17, Z16, Z7
-	VFMADD231PS  Z19, Z16, Z15
-	ADDQ         $0x00000080, SI
-	ADDQ         $0x00000022, DI
-	ADDQ         $0x00000022, R8
-	ADDQ         $0x00000022, AX
-	ADDQ         $0x00000022, CX
-	DECQ         R9
-	JNZ          mainK4Step
+	PREFETCHT1  (DI)(BX*1)
+	PREFETCHT1  (R8)(BX*1)
+	PREFETCHT1  (AX)(BX*1)
+	PREFETCHT1  (CX)(BX*1)
+	VMOVUPS     (SI), Z16
+	VMOVUPS     64(SI), Z17
+	VMOVUPS     (SI)(DX*1), Z18
+	VMOVUPS     64(SI)(DX*1), Z19
+	VPMOVSXBD   2(DI), Z20
+	VCVTDQ2PS   Z20, Z20
+	VCVTPH2PS   (DI), X21
+	VMOVSS      X21, 32(SP)
+	VMULPS.BCST 32(SP), Z20, Z20
+	VFMADD231PS Z16, Z20, Z4
+	VFMADD231PS Z18, Z20, Z12
+	VPMOVSXBD   18(DI), Z20
+	VCVTDQ2PS   Z20, Z20
+	VMULPS.BCST 32(SP), Z20, Z20
+	VFMADD231PS Z17, Z20, Z4
+	VFMADD231PS Z19, Z20, Z12
+	VPMOVSXBD   2(R8), Z20
+	VCVTDQ2PS   Z20, Z20
+	VCVTPH2PS   (R8), X21
+	VMOVSS      X21, 36(SP)
+	VMULPS.BCST 36(SP), Z20, Z20
+	VFMADD231PS Z16, Z20, Z5
+	VFMADD231PS Z18, Z20, Z13
+	VPMOVSXBD   18(R8), Z20
+	VCVTDQ2PS   Z20, Z20
+	VMULPS.BCST 36(SP), Z20, Z20
+	VFMADD231PS Z17, Z20, Z5
+	VFMADD231PS Z19, Z20, Z13
+	VPMOVSXBD   2(AX), Z20
+	VCVTDQ2PS   Z20, Z20
+	VCVTPH2PS   (AX), X21
+	VMOVSS      X21, 40(SP)
+	VMULPS.BCST 40(SP), Z20, Z20
+	VFMADD231PS Z16, Z20, Z6
+	VFMADD231PS Z18, Z20, Z14
+	VPMOVSXBD   18(AX), Z20
+	VCVTDQ2PS   Z20, Z20
+	VMULPS.BCST 40(SP), Z20, Z20
+	VFMADD231PS Z17, Z20, Z6
+	VFMADD231PS Z19, Z20, Z14
+	VPMOVSXBD   2(CX), Z20
+	VCVTDQ2PS   Z20, Z20
+	VCVTPH2PS   (CX), X21
+	VMOVSS      X21, 44(SP)
+	VMULPS.BCST 44(SP), Z20, Z20
+	VFMADD231PS Z16, Z20, Z7
+	VFMADD231PS Z18, Z20, Z15
+	VPMOVSXBD   18(CX), Z16
+	VCVTDQ2PS   Z16, Z16
+	VMULPS.BCST 44(SP), Z16, Z16
+	VFMADD231PS Z17, Z16, Z7
+	VFMADD231PS Z19, Z16, Z15
+	ADDQ        $0x00000080, SI
+	ADDQ        $0x00000022, DI
+	ADDQ        $0x00000022, R8
+	ADDQ        $0x00000022, AX
+	ADDQ        $0x00000022, CX
+	DECQ        R9
+	JNZ         mainK4Step
 
 mainK4Tail:
 	VSHUFF32X4    $0x44, Z4, Z0, Z16
@@ -11007,23 +14151,23 @@ rest:
 	JZ     restK0Tail
 
 restK0Step:
-	PREFETCHT1   (AX)(BX*1)
-	VPBROADCASTW (AX), Y2
-	VCVTPH2PS    Y2, Z2
-	VPMOVSXBD    2(AX), Z3
-	VCVTDQ2PS    Z3, Z3
-	VMULPS       Z2, Z3, Z3
-	VFMADD231PS  (DX), Z3, Z0
-	VFMADD231PS  (DX)(CX*1), Z3, Z1
-	VPMOVSXBD    18(AX), Z3
-	VCVTDQ2PS    Z3, Z3
-	VMULPS       Z2, Z3, Z3
-	VFMADD231PS  64(DX), Z3, Z0
-	VFMADD231PS  64(DX)(CX*1), Z3, Z1
-	ADDQ         $0x00000080, DX
-	ADDQ         $0x00000022, AX
-	DECQ         SI
-	JNZ          restK0Step
+	PREFETCHT1  (AX)(BX*1)
+	VPMOVSXBD   2(AX), Z2
+	VCVTDQ2PS   Z2, Z2
+	VCVTPH2PS   (AX), X3
+	VMOVSS      X3, 32(SP)
+	VMULPS.BCST 32(SP), Z2, Z2
+	VFMADD231PS (DX), Z2, Z0
+	VFMADD231PS (DX)(CX*1), Z2, Z1
+	VPMOVSXBD   18(AX), Z2
+	VCVTDQ2PS   Z2, Z2
+	VMULPS.BCST 32(SP), Z2, Z2
+	VFMADD231PS 64(DX), Z2, Z0
+	VFMADD231PS 64(DX)(CX*1), Z2, Z1
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000022, AX
+	DECQ        SI
+	JNZ         restK0Step
 
 restK0Tail:
 	VXORPS     Z2, Z2, Z2
@@ -11064,8 +14208,8 @@ done:
 	RET
 
 // func scoresQ8M4AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
-// Requires: AVX, AVX2, AVX512DQ, AVX512F, MMX+
-TEXT ·scoresQ8M4AVX512(SB), NOSPLIT, $32-104
+// Requires: AVX, AVX512DQ, AVX512F, F16C, MMX+
+TEXT ·scoresQ8M4AVX512(SB), NOSPLIT, $48-104
 	MOVQ s_base+0(FP), AX
 	MOVQ AX, (SP)
 	MOVQ k_base+56(FP), AX
@@ -11113,89 +14257,89 @@ main:
 	JZ     mainK0Tail
 
 mainK0Step:
-	PREFETCHT1   (R8)(DX*1)
-	PREFETCHT1   (R9)(DX*1)
-	PREFETCHT1   (AX)(DX*1)
-	PREFETCHT1   (CX)(DX*1)
-	VMOVUPS      (DI), Z16
-	VMOVUPS      64(DI), Z17
-	VMOVUPS      (DI)(BX*1), Z18
-	VMOVUPS      64(DI)(BX*1), Z19
-	VMOVUPS      (DI)(BX*2), Z20
-	VMOVUPS      64(DI)(BX*2), Z21
-	VMOVUPS      (DI)(SI*1), Z22
-	VMOVUPS      64(DI)(SI*1), Z23
-	VPBROADCASTW (R8), Y24
-	VCVTPH2PS    Y24, Z24
-	VPMOVSXBD    2(R8), Z25
-	VCVTDQ2PS    Z25, Z25
-	VMULPS       Z24, Z25, Z25
-	VFMADD231PS  Z16, Z25, Z0
-	VFMADD231PS  Z18, Z25, Z4
-	VFMADD231PS  Z20, Z25, Z8
-	VFMADD231PS  Z22, Z25, Z12
-	VPMOVSXBD    18(R8), Z25
-	VCVTDQ2PS    Z25, Z25
-	VMULPS       Z24, Z25, Z25
-	VFMADD231PS  Z17, Z25, Z0
-	VFMADD231PS  Z19, Z25, Z4
-	VFMADD231PS  Z21, Z25, Z8
-	VFMADD231PS  Z23, Z25, Z12
-	VPBROADCASTW (R9), Y24
-	VCVTPH2PS    Y24, Z24
-	VPMOVSXBD    2(R9), Z25
-	VCVTDQ2PS    Z25, Z25
-	VMULPS       Z24, Z25, Z25
-	VFMADD231PS  Z16, Z25, Z1
-	VFMADD231PS  Z18, Z25, Z5
-	VFMADD231PS  Z20, Z25, Z9
-	VFMADD231PS  Z22, Z25, Z13
-	VPMOVSXBD    18(R9), Z25
-	VCVTDQ2PS    Z25, Z25
-	VMULPS       Z24, Z25, Z25
-	VFMADD231PS  Z17, Z25, Z1
-	VFMADD231PS  Z19, Z25, Z5
-	VFMADD231PS  Z21, Z25, Z9
-	VFMADD231PS  Z23, Z25, Z13
-	VPBROADCASTW (AX), Y24
-	VCVTPH2PS    Y24, Z24
-	VPMOVSXBD    2(AX), Z25
-	VCVTDQ2PS    Z25, Z25
-	VMULPS       Z24, Z25, Z25
-	VFMADD231PS  Z16, Z25, Z2
-	VFMADD231PS  Z18, Z25, Z6
-	VFMADD231PS  Z20, Z25, Z10
-	VFMADD231PS  Z22, Z25, Z14
-	VPMOVSXBD    18(AX), Z25
-	VCVTDQ2PS    Z25, Z25
-	VMULPS       Z24, Z25, Z25
-	VFMADD231PS  Z17, Z25, Z2
-	VFMADD231PS  Z19, Z25, Z6
-	VFMADD231PS  Z21, Z25, Z10
-	VFMADD231PS  Z23, Z25, Z14
-	VPBROADCASTW (CX), Y24
-	VCVTPH2PS    Y24, Z24
-	VPMOVSXBD    2(CX), Z25
-	VCVTDQ2PS    Z25, Z25
-	VMULPS       Z24, Z25, Z25
-	VFMADD231PS  Z16, Z25, Z3
-	VFMADD231PS  Z18, Z25, Z7
-	VFMADD231PS  Z20, Z25, Z11
-	VFMADD231PS  Z22, Z25, Z15
-	VPMOVSXBD    18(CX), Z16
-	VCVTDQ2PS    Z16, Z16
-	VMULPS       Z24, Z16, Z16
-	VFMADD231PS  Z17, Z16, Z3
-	VFMADD231PS  Z19, Z16, Z7
-	VFMADD231PS  Z21, Z16, Z11
-	VFMADD231PS  Z23, Z16, Z15
-	ADDQ         $0x00000080, DI
-	ADDQ         $0x00000022, R8
-	ADDQ         $0x00000022, R9
-	ADDQ         $0x00000022, AX
-	ADDQ         $0x00000022, CX
-	DECQ         R10
-	JNZ          mainK0Step
+	PREFETCHT1  (R8)(DX*1)
+	PREFETCHT1  (R9)(DX*1)
+	PREFETCHT1  (AX)(DX*1)
+	PREFETCHT1  (CX)(DX*1)
+	VMOVUPS     (DI), Z16
+	VMOVUPS     64(DI), Z17
+	VMOVUPS     (DI)(BX*1), Z18
+	VMOVUPS     64(DI)(BX*1), Z19
+	VMOVUPS     (DI)(BX*2), Z20
+	VMOVUPS     64(DI)(BX*2), Z21
+	VMOVUPS     (DI)(SI*1), Z22
+	VMOVUPS     64(DI)(SI*1), Z23
+	VPMOVSXBD   2(R8), Z24
+	VCVTDQ2PS   Z24, Z24
+	VCVTPH2PS   (R8), X25
+	VMOVSS      X25, 32(SP)
+	VMULPS.BCST 32(SP), Z24, Z24
+	VFMADD231PS Z16, Z24, Z0
+	VFMADD231PS Z18, Z24, Z4
+	VFMADD231PS Z20, Z24, Z8
+	VFMADD231PS Z22, Z24, Z12
+	VPMOVSXBD   18(R8), Z24
+	VCVTDQ2PS   Z24, Z24
+	VMULPS.BCST 32(SP), Z24, Z24
+	VFMADD231PS Z17, Z24, Z0
+	VFMADD231PS Z19, Z24, Z4
+	VFMADD231PS Z21, Z24, Z8
+	VFMADD231PS Z23, Z24, Z12
+	VPMOVSXBD   2(R9), Z24
+	VCVTDQ2PS   Z24, Z24
+	VCVTPH2PS   (R9), X25
+	VMOVSS      X25, 36(SP)
+	VMULPS.BCST 36(SP), Z24, Z24
+	VFMADD231PS Z16, Z24, Z1
+	VFMADD231PS Z18, Z24, Z5
+	VFMADD231PS Z20, Z24, Z9
+	VFMADD231PS Z22, Z24, Z13
+	VPMOVSXBD   18(R9), Z24
+	VCVTDQ2PS   Z24, Z24
+	VMULPS.BCST 36(SP), Z24, Z24
+	VFMADD231PS Z17, Z24, Z1
+	VFMADD231PS Z19, Z24, Z5
+	VFMADD231PS Z21, Z24, Z9
+	VFMADD231PS Z23, Z24, Z13
+	VPMOVSXBD   2(AX), Z24
+	VCVTDQ2PS   Z24, Z24
+	VCVTPH2PS   (AX), X25
+	VMOVSS      X25, 40(SP)
+	VMULPS.BCST 40(SP), Z24, Z24
+	VFMADD231PS Z16, Z24, Z2
+	VFMADD231PS Z18, Z24, Z6
+	VFMADD231PS Z20, Z24, Z10
+	VFMADD231PS Z22, Z24, Z14
+	VPMOVSXBD   18(AX), Z24
+	VCVTDQ2PS   Z24, Z24
+	VMULPS.BCST 40(SP), Z24, Z24
+	VFMADD231PS Z17, Z24, Z2
+	VFMADD231PS Z19, Z24, Z6
+	VFMADD231PS Z21, Z24, Z10
+	VFMADD231PS Z23, Z24, Z14
+	VPMOVSXBD   2(CX), Z24
+	VCVTDQ2PS   Z24, Z24
+	VCVTPH2PS   (CX), X25
+	VMOVSS      X25, 44(SP)
+	VMULPS.BCST 44(SP), Z24, Z24
+	VFMADD231PS Z16, Z24, Z3
+	VFMADD231PS Z18, Z24, Z7
+	VFMADD231PS Z20, Z24, Z11
+	VFMADD231PS Z22, Z24, Z15
+	VPMOVSXBD   18(CX), Z16
+	VCVTDQ2PS   Z16, Z16
+	VMULPS.BCST 44(SP), Z16, Z16
+	VFMADD231PS Z17, Z16, Z3
+	VFMADD231PS Z19, Z16, Z7
+	VFMADD231PS Z21, Z16, Z11
+	VFMADD231PS Z23, Z16, Z15
+	ADDQ        $0x00000080, DI
+	ADDQ        $0x00000022, R8
+	ADDQ        $0x00000022, R9
+	ADDQ        $0x00000022, AX
+	ADDQ        $0x00000022, CX
+	DECQ        R10
+	JNZ         mainK0Step
 
 mainK0Tail:
 	VSHUFF32X4    $0x44, Z4, Z0, Z16
@@ -11284,27 +14428,27 @@ rest:
 	JZ     restK0Tail
 
 restK0Step:
-	PREFETCHT1   (AX)(SI*1)
-	VPBROADCASTW (AX), Y4
-	VCVTPH2PS    Y4, Z4
-	VPMOVSXBD    2(AX), Z5
-	VCVTDQ2PS    Z5, Z5
-	VMULPS       Z4, Z5, Z5
-	VFMADD231PS  (BX), Z5, Z0
-	VFMADD231PS  (BX)(CX*1), Z5, Z1
-	VFMADD231PS  (BX)(CX*2), Z5, Z2
-	VFMADD231PS  (BX)(DX*1), Z5, Z3
-	VPMOVSXBD    18(AX), Z5
-	VCVTDQ2PS    Z5, Z5
-	VMULPS       Z4, Z5, Z5
-	VFMADD231PS  64(BX), Z5, Z0
-	VFMADD231PS  64(BX)(CX*1), Z5, Z1
-	VFMADD231PS  64(BX)(CX*2), Z5, Z2
-	VFMADD231PS  64(BX)(DX*1), Z5, Z3
-	ADDQ         $0x00000080, BX
-	ADDQ         $0x00000022, AX
-	DECQ         DI
-	JNZ          restK0Step
+	PREFETCHT1  (AX)(SI*1)
+	VPMOVSXBD   2(AX), Z4
+	VCVTDQ2PS   Z4, Z4
+	VCVTPH2PS   (AX), X5
+	VMOVSS      X5, 32(SP)
+	VMULPS.BCST 32(SP), Z4, Z4
+	VFMADD231PS (BX), Z4, Z0
+	VFMADD231PS (BX)(CX*1), Z4, Z1
+	VFMADD231PS (BX)(CX*2), Z4, Z2
+	VFMADD231PS (BX)(DX*1), Z4, Z3
+	VPMOVSXBD   18(AX), Z4
+	VCVTDQ2PS   Z4, Z4
+	VMULPS.BCST 32(SP), Z4, Z4
+	VFMADD231PS 64(BX), Z4, Z0
+	VFMADD231PS 64(BX)(CX*1), Z4, Z1
+	VFMADD231PS 64(BX)(CX*2), Z4, Z2
+	VFMADD231PS 64(BX)(DX*1), Z4, Z3
+	ADDQ        $0x00000080, BX
+	ADDQ        $0x00000022, AX
+	DECQ        DI
+	JNZ         restK0Step
 
 restK0Tail:
 	VXORPS     Z4, Z4, Z4
@@ -11845,8 +14989,8 @@ done:
 	RET
 
 // func accumQ8M1AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
-// Requires: AVX, AVX2, AVX512F, CMOV, MMX+
-TEXT ·accumQ8M1AVX512(SB), $184-112
+// Requires: AVX, AVX512F, CMOV, F16C, MMX+
+TEXT ·accumQ8M1AVX512(SB), $192-112
 	MOVQ p_base+32(FP), AX
 	MOVQ AX, 16(SP)
 	MOVQ v_base+64(FP), AX
@@ -11930,78 +15074,78 @@ keys1:
 	PREFETCHT1   192(CX)(BX*1)
 	PREFETCHT1   256(CX)(BX*1)
 	VBROADCASTSS (AX), Z16
-	VPBROADCASTW (CX), Y17
-	VCVTPH2PS    Y17, Z17
-	VMULPS       Z16, Z17, Z17
+	VCVTPH2PS    (CX), X17
+	VMOVSS       X17, 184(SP)
+	VMULPS.BCST  184(SP), Z16, Z17
 	VPMOVSXBD    2(CX), Z18
 	VCVTDQ2PS    Z18, Z18
 	VFMADD231PS  Z17, Z18, Z0
 	VPMOVSXBD    18(CX), Z18
 	VCVTDQ2PS    Z18, Z18
 	VFMADD231PS  Z17, Z18, Z1
-	VPBROADCASTW 34(CX), Y17
-	VCVTPH2PS    Y17, Z17
-	VMULPS       Z16, Z17, Z17
+	VCVTPH2PS    34(CX), X17
+	VMOVSS       X17, 184(SP)
+	VMULPS.BCST  184(SP), Z16, Z17
 	VPMOVSXBD    36(CX), Z18
 	VCVTDQ2PS    Z18, Z18
 	VFMADD231PS  Z17, Z18, Z2
 	VPMOVSXBD    52(CX), Z18
 	VCVTDQ2PS    Z18, Z18
 	VFMADD231PS  Z17, Z18, Z3
-	VPBROADCASTW 68(CX), Y17
-	VCVTPH2PS    Y17, Z17
-	VMULPS       Z16, Z17, Z17
+	VCVTPH2PS    68(CX), X17
+	VMOVSS       X17, 184(SP)
+	VMULPS.BCST  184(SP), Z16, Z17
 	VPMOVSXBD    70(CX), Z18
 	VCVTDQ2PS    Z18, Z18
 	VFMADD231PS  Z17, Z18, Z4
 	VPMOVSXBD    86(CX), Z18
 	VCVTDQ2PS    Z18, Z18
 	VFMADD231PS  Z17, Z18, Z5
-	VPBROADCASTW 102(CX), Y17
-	VCVTPH2PS    Y17, Z17
-	VMULPS       Z16, Z17, Z17
+	VCVTPH2PS    102(CX), X17
+	VMOVSS       X17, 184(SP)
+	VMULPS.BCST  184(SP), Z16, Z17
 	VPMOVSXBD    104(CX), Z18
 	VCVTDQ2PS    Z18, Z18
 	VFMADD231PS  Z17, Z18, Z6
 	VPMOVSXBD    120(CX), Z18
 	VCVTDQ2PS    Z18, Z18
 	VFMADD231PS  Z17, Z18, Z7
-	VPBROADCASTW 136(CX), Y17
-	VCVTPH2PS    Y17, Z17
-	VMULPS       Z16, Z17, Z17
+	VCVTPH2PS    136(CX), X17
+	VMOVSS       X17, 184(SP)
+	VMULPS.BCST  184(SP), Z16, Z17
 	VPMOVSXBD    138(CX), Z18
 	VCVTDQ2PS    Z18, Z18
 	VFMADD231PS  Z17, Z18, Z8
 	VPMOVSXBD    154(CX), Z18
 	VCVTDQ2PS    Z18, Z18
 	VFMADD231PS  Z17, Z18, Z9
-	VPBROADCASTW 170(CX), Y17
-	VCVTPH2PS    Y17, Z17
-	VMULPS       Z16, Z17, Z17
+	VCVTPH2PS    170(CX), X17
+	VMOVSS       X17, 184(SP)
+	VMULPS.BCST  184(SP), Z16, Z17
 	VPMOVSXBD    172(CX), Z18
 	VCVTDQ2PS    Z18, Z18
 	VFMADD231PS  Z17, Z18, Z10
 	VPMOVSXBD    188(CX), Z18
 	VCVTDQ2PS    Z18, Z18
 	VFMADD231PS  Z17, Z18, Z11
-	VPBROADCASTW 204(CX), Y17
-	VCVTPH2PS    Y17, Z17
-	VMULPS       Z16, Z17, Z17
+	VCVTPH2PS    204(CX), X17
+	VMOVSS       X17, 184(SP)
+	VMULPS.BCST  184(SP), Z16, Z17
 	VPMOVSXBD    206(CX), Z18
 	VCVTDQ2PS    Z18, Z18
 	VFMADD231PS  Z17, Z18, Z12
 	VPMOVSXBD    222(CX), Z18
 	VCVTDQ2PS    Z18, Z18
 	VFMADD231PS  Z17, Z18, Z13
-	VPBROADCASTW 238(CX), Y17
-	VCVTPH2PS    Y17, Z17
-	VMULPS       Z16, Z17, Z17
-	VPMOVSXBD    240(CX), Z16
-	VCVTDQ2PS    Z16, Z16
-	VFMADD231PS  Z17, Z16, Z14
-	VPMOVSXBD    256(CX), Z16
-	VCVTDQ2PS    Z16, Z16
-	VFMADD231PS  Z17, Z16, Z15
+	VCVTPH2PS    238(CX), X17
+	VMOVSS       X17, 184(SP)
+	VMULPS.BCST  184(SP), Z16, Z16
+	VPMOVSXBD    240(CX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VFMADD231PS  Z16, Z17, Z14
+	VPMOVSXBD    256(CX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VFMADD231PS  Z16, Z17, Z15
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
 	DECQ         SI
@@ -12052,42 +15196,42 @@ keys2:
 	PREFETCHT1   64(CX)(BX*1)
 	PREFETCHT1   128(CX)(BX*1)
 	VBROADCASTSS (AX), Z8
-	VPBROADCASTW (CX), Y9
-	VCVTPH2PS    Y9, Z9
-	VMULPS       Z8, Z9, Z9
+	VCVTPH2PS    (CX), X9
+	VMOVSS       X9, 184(SP)
+	VMULPS.BCST  184(SP), Z8, Z9
 	VPMOVSXBD    2(CX), Z10
 	VCVTDQ2PS    Z10, Z10
 	VFMADD231PS  Z9, Z10, Z0
 	VPMOVSXBD    18(CX), Z10
 	VCVTDQ2PS    Z10, Z10
 	VFMADD231PS  Z9, Z10, Z1
-	VPBROADCASTW 34(CX), Y9
-	VCVTPH2PS    Y9, Z9
-	VMULPS       Z8, Z9, Z9
+	VCVTPH2PS    34(CX), X9
+	VMOVSS       X9, 184(SP)
+	VMULPS.BCST  184(SP), Z8, Z9
 	VPMOVSXBD    36(CX), Z10
 	VCVTDQ2PS    Z10, Z10
 	VFMADD231PS  Z9, Z10, Z2
 	VPMOVSXBD    52(CX), Z10
 	VCVTDQ2PS    Z10, Z10
 	VFMADD231PS  Z9, Z10, Z3
-	VPBROADCASTW 68(CX), Y9
-	VCVTPH2PS    Y9, Z9
-	VMULPS       Z8, Z9, Z9
+	VCVTPH2PS    68(CX), X9
+	VMOVSS       X9, 184(SP)
+	VMULPS.BCST  184(SP), Z8, Z9
 	VPMOVSXBD    70(CX), Z10
 	VCVTDQ2PS    Z10, Z10
 	VFMADD231PS  Z9, Z10, Z4
 	VPMOVSXBD    86(CX), Z10
 	VCVTDQ2PS    Z10, Z10
 	VFMADD231PS  Z9, Z10, Z5
-	VPBROADCASTW 102(CX), Y9
-	VCVTPH2PS    Y9, Z9
-	VMULPS       Z8, Z9, Z9
-	VPMOVSXBD    104(CX), Z8
-	VCVTDQ2PS    Z8, Z8
-	VFMADD231PS  Z9, Z8, Z6
-	VPMOVSXBD    120(CX), Z8
-	VCVTDQ2PS    Z8, Z8
-	VFMADD231PS  Z9, Z8, Z7
+	VCVTPH2PS    102(CX), X9
+	VMOVSS       X9, 184(SP)
+	VMULPS.BCST  184(SP), Z8, Z8
+	VPMOVSXBD    104(CX), Z9
+	VCVTDQ2PS    Z9, Z9
+	VFMADD231PS  Z8, Z9, Z6
+	VPMOVSXBD    120(CX), Z9
+	VCVTDQ2PS    Z9, Z9
+	VFMADD231PS  Z8, Z9, Z7
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
 	DECQ         SI
@@ -12124,24 +15268,24 @@ keys3:
 	PREFETCHT1   (CX)(BX*1)
 	PREFETCHT1   64(CX)(BX*1)
 	VBROADCASTSS (AX), Z4
-	VPBROADCASTW (CX), Y5
-	VCVTPH2PS    Y5, Z5
-	VMULPS       Z4, Z5, Z5
+	VCVTPH2PS    (CX), X5
+	VMOVSS       X5, 184(SP)
+	VMULPS.BCST  184(SP), Z4, Z5
 	VPMOVSXBD    2(CX), Z6
 	VCVTDQ2PS    Z6, Z6
 	VFMADD231PS  Z5, Z6, Z0
 	VPMOVSXBD    18(CX), Z6
 	VCVTDQ2PS    Z6, Z6
 	VFMADD231PS  Z5, Z6, Z1
-	VPBROADCASTW 34(CX), Y5
-	VCVTPH2PS    Y5, Z5
-	VMULPS       Z4, Z5, Z5
-	VPMOVSXBD    36(CX), Z4
-	VCVTDQ2PS    Z4, Z4
-	VFMADD231PS  Z5, Z4, Z2
-	VPMOVSXBD    52(CX), Z4
-	VCVTDQ2PS    Z4, Z4
-	VFMADD231PS  Z5, Z4, Z3
+	VCVTPH2PS    34(CX), X5
+	VMOVSS       X5, 184(SP)
+	VMULPS.BCST  184(SP), Z4, Z4
+	VPMOVSXBD    36(CX), Z5
+	VCVTDQ2PS    Z5, Z5
+	VFMADD231PS  Z4, Z5, Z2
+	VPMOVSXBD    52(CX), Z5
+	VCVTDQ2PS    Z5, Z5
+	VFMADD231PS  Z4, Z5, Z3
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
 	DECQ         SI
@@ -12171,15 +15315,15 @@ chunk2:
 keys4:
 	PREFETCHT1   (CX)(BX*1)
 	VBROADCASTSS (AX), Z2
-	VPBROADCASTW (CX), Y3
-	VCVTPH2PS    Y3, Z3
-	VMULPS       Z2, Z3, Z3
-	VPMOVSXBD    2(CX), Z2
-	VCVTDQ2PS    Z2, Z2
-	VFMADD231PS  Z3, Z2, Z0
-	VPMOVSXBD    18(CX), Z2
-	VCVTDQ2PS    Z2, Z2
-	VFMADD231PS  Z3, Z2, Z1
+	VCVTPH2PS    (CX), X3
+	VMOVSS       X3, 184(SP)
+	VMULPS.BCST  184(SP), Z2, Z2
+	VPMOVSXBD    2(CX), Z3
+	VCVTDQ2PS    Z3, Z3
+	VFMADD231PS  Z2, Z3, Z0
+	VPMOVSXBD    18(CX), Z3
+	VCVTDQ2PS    Z3, Z3
+	VFMADD231PS  Z2, Z3, Z1
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
 	DECQ         SI
@@ -12207,8 +15351,8 @@ done:
 	RET
 
 // func accumQ8M2AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
-// Requires: AVX, AVX2, AVX512F, CMOV, MMX+
-TEXT ·accumQ8M2AVX512(SB), $312-112
+// Requires: AVX, AVX512F, CMOV, F16C, MMX+
+TEXT ·accumQ8M2AVX512(SB), $320-112
 	MOVQ p_base+32(FP), AX
 	MOVQ AX, 16(SP)
 	MOVQ v_base+64(FP), AX
@@ -12297,54 +15441,54 @@ keys1:
 	PREFETCHT1   128(CX)(BX*1)
 	VBROADCASTSS (AX), Z16
 	VBROADCASTSS 128(AX), Z17
-	VPBROADCASTW (CX), Y18
-	VCVTPH2PS    Y18, Z18
-	VPMOVSXBD    2(CX), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z16, Z19, Z0
-	VFMADD231PS  Z17, Z19, Z8
-	VPMOVSXBD    18(CX), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z16, Z19, Z1
-	VFMADD231PS  Z17, Z19, Z9
-	VPBROADCASTW 34(CX), Y18
-	VCVTPH2PS    Y18, Z18
-	VPMOVSXBD    36(CX), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z16, Z19, Z2
-	VFMADD231PS  Z17, Z19, Z10
-	VPMOVSXBD    52(CX), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z16, Z19, Z3
-	VFMADD231PS  Z17, Z19, Z11
-	VPBROADCASTW 68(CX), Y18
-	VCVTPH2PS    Y18, Z18
-	VPMOVSXBD    70(CX), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z16, Z19, Z4
-	VFMADD231PS  Z17, Z19, Z12
-	VPMOVSXBD    86(CX), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z16, Z19, Z5
-	VFMADD231PS  Z17, Z19, Z13
-	VPBROADCASTW 102(CX), Y18
-	VCVTPH2PS    Y18, Z18
-	VPMOVSXBD    104(CX), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z16, Z19, Z6
-	VFMADD231PS  Z17, Z19, Z14
-	VPMOVSXBD    120(CX), Z19
-	VCVTDQ2PS    Z19, Z19
-	VMULPS       Z18, Z19, Z19
-	VFMADD231PS  Z16, Z19, Z7
-	VFMADD231PS  Z17, Z19, Z15
+	VPMOVSXBD    2(CX), Z18
+	VCVTDQ2PS    Z18, Z18
+	VCVTPH2PS    (CX), X19
+	VMOVSS       X19, 312(SP)
+	VMULPS.BCST  312(SP), Z18, Z18
+	VFMADD231PS  Z16, Z18, Z0
+	VFMADD231PS  Z17, Z18, Z8
+	VPMOVSXBD    18(CX), Z18
+	VCVTDQ2PS    Z18, Z18
+	VMULPS.BCST  312(SP), Z18, Z18
+	VFMADD231PS  Z16, Z18, Z1
+	VFMADD231PS  Z17, Z18, Z9
+	VPMOVSXBD    36(CX), Z18
+	VCVTDQ2PS    Z18, Z18
+	VCVTPH2PS    34(CX), X19
+	VMOVSS       X19, 312(SP)
+	VMULPS.BCST  312(SP), Z18, Z18
+	VFMADD231PS  Z16, Z18, Z2
+	VFMADD231PS  Z17, Z18, Z10
+	VPMOVSXBD    52(CX), Z18
+	VCVTDQ2PS    Z18, Z18
+	VMULPS.BCST  312(SP), Z18, Z18
+	VFMADD231PS  Z16, Z18, Z3
+	VFMADD231PS  Z17, Z18, Z11
+	VPMOVSXBD    70(CX), Z18
+	VCVTDQ2PS    Z18, Z18
+	VCVTPH2PS    68(CX), X19
+	VMOVSS       X19, 312(SP)
+	VMULPS.BCST  312(SP), Z18, Z18
+	VFMADD231PS  Z16, Z18, Z4
+	VFMADD231PS  Z17, Z18, Z12
+	VPMOVSXBD    86(CX), Z18
+	VCVTDQ2PS    Z18, Z18
+	VMULPS.BCST  312(SP), Z18, Z18
+	VFMADD231PS  Z16, Z18, Z5
+	VFMADD231PS  Z17, Z18, Z13
+	VPMOVSXBD    104(CX), Z18
+	VCVTDQ2PS    Z18, Z18
+	VCVTPH2PS    102(CX), X19
+	VMOVSS       X19, 312(SP)
+	VMULPS.BCST  312(SP), Z18, Z18
+	VFMADD231PS  Z16, Z18, Z6
+	VFMADD231PS  Z17, Z18, Z14
+	VPMOVSXBD    120(CX), Z18
+	VCVTDQ2PS    Z18, Z18
+	VMULPS.BCST  312(SP), Z18, Z18
+	VFMADD231PS  Z16, Z18, Z7
+	VFMADD231PS  Z17, Z18, Z15
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
 	DECQ         SI
@@ -12399,30 +15543,30 @@ keys2:
 	PREFETCHT1   64(CX)(BX*1)
 	VBROADCASTSS (AX), Z8
 	VBROADCASTSS 128(AX), Z9
-	VPBROADCASTW (CX), Y10
-	VCVTPH2PS    Y10, Z10
-	VPMOVSXBD    2(CX), Z11
-	VCVTDQ2PS    Z11, Z11
-	VMULPS       Z10, Z11, Z11
-	VFMADD231PS  Z8, Z11, Z0
-	VFMADD231PS  Z9, Z11, Z4
-	VPMOVSXBD    18(CX), Z11
-	VCVTDQ2PS    Z11, Z11
-	VMULPS       Z10, Z11, Z11
-	VFMADD231PS  Z8, Z11, Z1
-	VFMADD231PS  Z9, Z11, Z5
-	VPBROADCASTW 34(CX), Y10
-	VCVTPH2PS    Y10, Z10
-	VPMOVSXBD    36(CX), Z11
-	VCVTDQ2PS    Z11, Z11
-	VMULPS       Z10, Z11, Z11
-	VFMADD231PS  Z8, Z11, Z2
-	VFMADD231PS  Z9, Z11, Z6
-	VPMOVSXBD    52(CX), Z11
-	VCVTDQ2PS    Z11, Z11
-	VMULPS       Z10, Z11, Z11
-	VFMADD231PS  Z8, Z11, Z3
-	VFMADD231PS  Z9, Z11, Z7
+	VPMOVSXBD    2(CX), Z10
+	VCVTDQ2PS    Z10, Z10
+	VCVTPH2PS    (CX), X11
+	VMOVSS       X11, 312(SP)
+	VMULPS.BCST  312(SP), Z10, Z10
+	VFMADD231PS  Z8, Z10, Z0
+	VFMADD231PS  Z9, Z10, Z4
+	VPMOVSXBD    18(CX), Z10
+	VCVTDQ2PS    Z10, Z10
+	VMULPS.BCST  312(SP), Z10, Z10
+	VFMADD231PS  Z8, Z10, Z1
+	VFMADD231PS  Z9, Z10, Z5
+	VPMOVSXBD    36(CX), Z10
+	VCVTDQ2PS    Z10, Z10
+	VCVTPH2PS    34(CX), X11
+	VMOVSS       X11, 312(SP)
+	VMULPS.BCST  312(SP), Z10, Z10
+	VFMADD231PS  Z8, Z10, Z2
+	VFMADD231PS  Z9, Z10, Z6
+	VPMOVSXBD    52(CX), Z10
+	VCVTDQ2PS    Z10, Z10
+	VMULPS.BCST  312(SP), Z10, Z10
+	VFMADD231PS  Z8, Z10, Z3
+	VFMADD231PS  Z9, Z10, Z7
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
 	DECQ         SI
@@ -12463,18 +15607,18 @@ keys3:
 	PREFETCHT1   (CX)(BX*1)
 	VBROADCASTSS (AX), Z4
 	VBROADCASTSS 128(AX), Z5
-	VPBROADCASTW (CX), Y6
-	VCVTPH2PS    Y6, Z6
-	VPMOVSXBD    2(CX), Z7
-	VCVTDQ2PS    Z7, Z7
-	VMULPS       Z6, Z7, Z7
-	VFMADD231PS  Z4, Z7, Z0
-	VFMADD231PS  Z5, Z7, Z2
-	VPMOVSXBD    18(CX), Z7
-	VCVTDQ2PS    Z7, Z7
-	VMULPS       Z6, Z7, Z7
-	VFMADD231PS  Z4, Z7, Z1
-	VFMADD231PS  Z5, Z7, Z3
+	VPMOVSXBD    2(CX), Z6
+	VCVTDQ2PS    Z6, Z6
+	VCVTPH2PS    (CX), X7
+	VMOVSS       X7, 312(SP)
+	VMULPS.BCST  312(SP), Z6, Z6
+	VFMADD231PS  Z4, Z6, Z0
+	VFMADD231PS  Z5, Z6, Z2
+	VPMOVSXBD    18(CX), Z6
+	VCVTDQ2PS    Z6, Z6
+	VMULPS.BCST  312(SP), Z6, Z6
+	VFMADD231PS  Z4, Z6, Z1
+	VFMADD231PS  Z5, Z6, Z3
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
 	DECQ         SI
@@ -12506,8 +15650,8 @@ done:
 	RET
 
 // func accumQ8M4AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
-// Requires: AVX, AVX2, AVX512F, CMOV, MMX+
-TEXT ·accumQ8M4AVX512(SB), $568-112
+// Requires: AVX, AVX512F, CMOV, F16C, MMX+
+TEXT ·accumQ8M4AVX512(SB), $576-112
 	MOVQ p_base+32(FP), AX
 	MOVQ AX, 16(SP)
 	MOVQ v_base+64(FP), AX
@@ -12607,38 +15751,38 @@ keys1:
 	VBROADCASTSS 128(AX), Z17
 	VBROADCASTSS 256(AX), Z18
 	VBROADCASTSS 384(AX), Z19
-	VPBROADCASTW (CX), Y20
-	VCVTPH2PS    Y20, Z20
-	VPMOVSXBD    2(CX), Z21
-	VCVTDQ2PS    Z21, Z21
-	VMULPS       Z20, Z21, Z21
-	VFMADD231PS  Z16, Z21, Z0
-	VFMADD231PS  Z17, Z21, Z4
-	VFMADD231PS  Z18, Z21, Z8
-	VFMADD231PS  Z19, Z21, Z12
-	VPMOVSXBD    18(CX), Z21
-	VCVTDQ2PS    Z21, Z21
-	VMULPS       Z20, Z21, Z21
-	VFMADD231PS  Z16, Z21, Z1
-	VFMADD231PS  Z17, Z21, Z5
-	VFMADD231PS  Z18, Z21, Z9
-	VFMADD231PS  Z19, Z21, Z13
-	VPBROADCASTW 34(CX), Y20
-	VCVTPH2PS    Y20, Z20
-	VPMOVSXBD    36(CX), Z21
-	VCVTDQ2PS    Z21, Z21
-	VMULPS       Z20, Z21, Z21
-	VFMADD231PS  Z16, Z21, Z2
-	VFMADD231PS  Z17, Z21, Z6
-	VFMADD231PS  Z18, Z21, Z10
-	VFMADD231PS  Z19, Z21, Z14
-	VPMOVSXBD    52(CX), Z21
-	VCVTDQ2PS    Z21, Z21
-	VMULPS       Z20, Z21, Z21
-	VFMADD231PS  Z16, Z21, Z3
-	VFMADD231PS  Z17, Z21, Z7
-	VFMADD231PS  Z18, Z21, Z11
-	VFMADD231PS  Z19, Z21, Z15
+	VPMOVSXBD    2(CX), Z20
+	VCVTDQ2PS    Z20, Z20
+	VCVTPH2PS    (CX), X21
+	VMOVSS       X21, 568(SP)
+	VMULPS.BCST  568(SP), Z20, Z20
+	VFMADD231PS  Z16, Z20, Z0
+	VFMADD231PS  Z17, Z20, Z4
+	VFMADD231PS  Z18, Z20, Z8
+	VFMADD231PS  Z19, Z20, Z12
+	VPMOVSXBD    18(CX), Z20
+	VCVTDQ2PS    Z20, Z20
+	VMULPS.BCST  568(SP), Z20, Z20
+	VFMADD231PS  Z16, Z20, Z1
+	VFMADD231PS  Z17, Z20, Z5
+	VFMADD231PS  Z18, Z20, Z9
+	VFMADD231PS  Z19, Z20, Z13
+	VPMOVSXBD    36(CX), Z20
+	VCVTDQ2PS    Z20, Z20
+	VCVTPH2PS    34(CX), X21
+	VMOVSS       X21, 568(SP)
+	VMULPS.BCST  568(SP), Z20, Z20
+	VFMADD231PS  Z16, Z20, Z2
+	VFMADD231PS  Z17, Z20, Z6
+	VFMADD231PS  Z18, Z20, Z10
+	VFMADD231PS  Z19, Z20, Z14
+	VPMOVSXBD    52(CX), Z20
+	VCVTDQ2PS    Z20, Z20
+	VMULPS.BCST  568(SP), Z20, Z20
+	VFMADD231PS  Z16, Z20, Z3
+	VFMADD231PS  Z17, Z20, Z7
+	VFMADD231PS  Z18, Z20, Z11
+	VFMADD231PS  Z19, Z20, Z15
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
 	DECQ         SI
@@ -12696,22 +15840,22 @@ keys2:
 	VBROADCASTSS 128(AX), Z9
 	VBROADCASTSS 256(AX), Z10
 	VBROADCASTSS 384(AX), Z11
-	VPBROADCASTW (CX), Y12
-	VCVTPH2PS    Y12, Z12
-	VPMOVSXBD    2(CX), Z13
-	VCVTDQ2PS    Z13, Z13
-	VMULPS       Z12, Z13, Z13
-	VFMADD231PS  Z8, Z13, Z0
-	VFMADD231PS  Z9, Z13, Z2
-	VFMADD231PS  Z10, Z13, Z4
-	VFMADD231PS  Z11, Z13, Z6
-	VPMOVSXBD    18(CX), Z13
-	VCVTDQ2PS    Z13, Z13
-	VMULPS       Z12, Z13, Z13
-	VFMADD231PS  Z8, Z13, Z1
-	VFMADD231PS  Z9, Z13, Z3
-	VFMADD231PS  Z10, Z13, Z5
-	VFMADD231PS  Z11, Z13, Z7
+	VPMOVSXBD    2(CX), Z12
+	VCVTDQ2PS    Z12, Z12
+	VCVTPH2PS    (CX), X13
+	VMOVSS       X13, 568(SP)
+	VMULPS.BCST  568(SP), Z12, Z12
+	VFMADD231PS  Z8, Z12, Z0
+	VFMADD231PS  Z9, Z12, Z2
+	VFMADD231PS  Z10, Z12, Z4
+	VFMADD231PS  Z11, Z12, Z6
+	VPMOVSXBD    18(CX), Z12
+	VCVTDQ2PS    Z12, Z12
+	VMULPS.BCST  568(SP), Z12, Z12
+	VFMADD231PS  Z8, Z12, Z1
+	VFMADD231PS  Z9, Z12, Z3
+	VFMADD231PS  Z10, Z12, Z5
+	VFMADD231PS  Z11, Z12, Z7
 	ADDQ         $0x00000004, AX
 	ADDQ         DX, CX
 	DECQ         SI
@@ -13253,6 +16397,5090 @@ chunk1:
 	JMP   block
 
 done:
+	VZEROUPPER
+	RET
+
+// func scoresHeadsQ8AVX512(s []float32, lds int, q []float32, heads int, k []byte, hs int, n int, d int)
+// Requires: AVX, AVX512DQ, AVX512F, CMOV, F16C, MMX+
+TEXT ·scoresHeadsQ8AVX512(SB), NOSPLIT, $144-112
+	MOVQ q_base+32(FP), AX
+	MOVQ AX, (SP)
+	MOVQ s_base+0(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ AX, 32(SP)
+	XORQ AX, AX
+	MOVQ AX, 8(SP)
+	MOVQ AX, 24(SP)
+	MOVQ s_base+0(FP), AX
+	MOVQ AX, 104(SP)
+	MOVQ k_base+64(FP), AX
+	MOVQ AX, 112(SP)
+	MOVQ n+96(FP), AX
+	MOVQ AX, 120(SP)
+	MOVQ d+104(FP), AX
+	SHRQ $0x05, AX
+	MOVQ AX, 128(SP)
+
+main:
+	CMPQ   120(SP), $0x00000010
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   hs+88(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	LEAQ   (BX)(AX*4), SI
+	LEAQ   (SI)(AX*4), DI
+	MOVQ   (SP), R8
+	LEAQ   (DX), R9
+	MOVQ   hs+88(FP), R10
+	SHLQ   $0x05, R10
+	MOVQ   128(SP), R11
+	TESTQ  R11, R11
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1       (R9)(R10*1)
+	VCVTPH2PS        (R9), X16
+	VMOVSS           X16, 136(SP)
+	VPMOVSXBD        2(R9), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (R8), Z16, Z16
+	VPMOVSXBD        18(R9), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(R8), Z17, Z16
+	VFMADD231PS.BCST 136(SP), Z16, Z0
+	ADDQ             $0x00000080, R8
+	ADDQ             $0x00000022, R9
+	DECQ             R11
+	JNZ              mainK0Step
+
+mainK0Tail:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(AX*1), R9
+	MOVQ    hs+88(FP), R10
+	SHLQ    $0x05, R10
+	MOVQ    128(SP), R11
+	TESTQ   R11, R11
+	JZ      mainK1Tail
+
+mainK1Step:
+	PREFETCHT1       (R9)(R10*1)
+	VCVTPH2PS        (R9), X16
+	VMOVSS           X16, 136(SP)
+	VPMOVSXBD        2(R9), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (R8), Z16, Z16
+	VPMOVSXBD        18(R9), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(R8), Z17, Z16
+	VFMADD231PS.BCST 136(SP), Z16, Z1
+	ADDQ             $0x00000080, R8
+	ADDQ             $0x00000022, R9
+	DECQ             R11
+	JNZ              mainK1Step
+
+mainK1Tail:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(AX*2), R9
+	MOVQ    hs+88(FP), R10
+	SHLQ    $0x05, R10
+	MOVQ    128(SP), R11
+	TESTQ   R11, R11
+	JZ      mainK2Tail
+
+mainK2Step:
+	PREFETCHT1       (R9)(R10*1)
+	VCVTPH2PS        (R9), X16
+	VMOVSS           X16, 136(SP)
+	VPMOVSXBD        2(R9), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (R8), Z16, Z16
+	VPMOVSXBD        18(R9), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(R8), Z17, Z16
+	VFMADD231PS.BCST 136(SP), Z16, Z2
+	ADDQ             $0x00000080, R8
+	ADDQ             $0x00000022, R9
+	DECQ             R11
+	JNZ              mainK2Step
+
+mainK2Tail:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(CX*1), DX
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x05, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK3Tail
+
+mainK3Step:
+	PREFETCHT1       (DX)(R9*1)
+	VCVTPH2PS        (DX), X16
+	VMOVSS           X16, 136(SP)
+	VPMOVSXBD        2(DX), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (R8), Z16, Z16
+	VPMOVSXBD        18(DX), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(R8), Z17, Z16
+	VFMADD231PS.BCST 136(SP), Z16, Z3
+	ADDQ             $0x00000080, R8
+	ADDQ             $0x00000022, DX
+	DECQ             R10
+	JNZ              mainK3Step
+
+mainK3Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x05, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK4Tail
+
+mainK4Step:
+	PREFETCHT1       (R8)(R9*1)
+	VCVTPH2PS        (R8), X16
+	VMOVSS           X16, 136(SP)
+	VPMOVSXBD        2(R8), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (DX), Z16, Z16
+	VPMOVSXBD        18(R8), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(DX), Z17, Z16
+	VFMADD231PS.BCST 136(SP), Z16, Z4
+	ADDQ             $0x00000080, DX
+	ADDQ             $0x00000022, R8
+	DECQ             R10
+	JNZ              mainK4Step
+
+mainK4Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*1), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x05, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK5Tail
+
+mainK5Step:
+	PREFETCHT1       (R8)(R9*1)
+	VCVTPH2PS        (R8), X16
+	VMOVSS           X16, 136(SP)
+	VPMOVSXBD        2(R8), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (DX), Z16, Z16
+	VPMOVSXBD        18(R8), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(DX), Z17, Z16
+	VFMADD231PS.BCST 136(SP), Z16, Z5
+	ADDQ             $0x00000080, DX
+	ADDQ             $0x00000022, R8
+	DECQ             R10
+	JNZ              mainK5Step
+
+mainK5Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*2), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x05, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK6Tail
+
+mainK6Step:
+	PREFETCHT1       (R8)(R9*1)
+	VCVTPH2PS        (R8), X16
+	VMOVSS           X16, 136(SP)
+	VPMOVSXBD        2(R8), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (DX), Z16, Z16
+	VPMOVSXBD        18(R8), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(DX), Z17, Z16
+	VFMADD231PS.BCST 136(SP), Z16, Z6
+	ADDQ             $0x00000080, DX
+	ADDQ             $0x00000022, R8
+	DECQ             R10
+	JNZ              mainK6Step
+
+mainK6Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(CX*1), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x05, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK7Tail
+
+mainK7Step:
+	PREFETCHT1       (BX)(R8*1)
+	VCVTPH2PS        (BX), X16
+	VMOVSS           X16, 136(SP)
+	VPMOVSXBD        2(BX), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (DX), Z16, Z16
+	VPMOVSXBD        18(BX), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(DX), Z17, Z16
+	VFMADD231PS.BCST 136(SP), Z16, Z7
+	ADDQ             $0x00000080, DX
+	ADDQ             $0x00000022, BX
+	DECQ             R9
+	JNZ              mainK7Step
+
+mainK7Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x05, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK8Tail
+
+mainK8Step:
+	PREFETCHT1       (BX)(R8*1)
+	VCVTPH2PS        (BX), X16
+	VMOVSS           X16, 136(SP)
+	VPMOVSXBD        2(BX), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (DX), Z16, Z16
+	VPMOVSXBD        18(BX), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(DX), Z17, Z16
+	VFMADD231PS.BCST 136(SP), Z16, Z8
+	ADDQ             $0x00000080, DX
+	ADDQ             $0x00000022, BX
+	DECQ             R9
+	JNZ              mainK8Step
+
+mainK8Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(AX*1), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x05, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK9Tail
+
+mainK9Step:
+	PREFETCHT1       (BX)(R8*1)
+	VCVTPH2PS        (BX), X16
+	VMOVSS           X16, 136(SP)
+	VPMOVSXBD        2(BX), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (DX), Z16, Z16
+	VPMOVSXBD        18(BX), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(DX), Z17, Z16
+	VFMADD231PS.BCST 136(SP), Z16, Z9
+	ADDQ             $0x00000080, DX
+	ADDQ             $0x00000022, BX
+	DECQ             R9
+	JNZ              mainK9Step
+
+mainK9Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(AX*2), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x05, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK10Tail
+
+mainK10Step:
+	PREFETCHT1       (BX)(R8*1)
+	VCVTPH2PS        (BX), X16
+	VMOVSS           X16, 136(SP)
+	VPMOVSXBD        2(BX), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (DX), Z16, Z16
+	VPMOVSXBD        18(BX), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(DX), Z17, Z16
+	VFMADD231PS.BCST 136(SP), Z16, Z10
+	ADDQ             $0x00000080, DX
+	ADDQ             $0x00000022, BX
+	DECQ             R9
+	JNZ              mainK10Step
+
+mainK10Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(CX*1), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x05, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK11Tail
+
+mainK11Step:
+	PREFETCHT1       (BX)(SI*1)
+	VCVTPH2PS        (BX), X16
+	VMOVSS           X16, 136(SP)
+	VPMOVSXBD        2(BX), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (DX), Z16, Z16
+	VPMOVSXBD        18(BX), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(DX), Z17, Z16
+	VFMADD231PS.BCST 136(SP), Z16, Z11
+	ADDQ             $0x00000080, DX
+	ADDQ             $0x00000022, BX
+	DECQ             R8
+	JNZ              mainK11Step
+
+mainK11Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x05, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK12Tail
+
+mainK12Step:
+	PREFETCHT1       (BX)(SI*1)
+	VCVTPH2PS        (BX), X16
+	VMOVSS           X16, 136(SP)
+	VPMOVSXBD        2(BX), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (DX), Z16, Z16
+	VPMOVSXBD        18(BX), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(DX), Z17, Z16
+	VFMADD231PS.BCST 136(SP), Z16, Z12
+	ADDQ             $0x00000080, DX
+	ADDQ             $0x00000022, BX
+	DECQ             R8
+	JNZ              mainK12Step
+
+mainK12Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI)(AX*1), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x05, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK13Tail
+
+mainK13Step:
+	PREFETCHT1       (BX)(SI*1)
+	VCVTPH2PS        (BX), X16
+	VMOVSS           X16, 136(SP)
+	VPMOVSXBD        2(BX), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (DX), Z16, Z16
+	VPMOVSXBD        18(BX), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(DX), Z17, Z16
+	VFMADD231PS.BCST 136(SP), Z16, Z13
+	ADDQ             $0x00000080, DX
+	ADDQ             $0x00000022, BX
+	DECQ             R8
+	JNZ              mainK13Step
+
+mainK13Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI)(AX*2), AX
+	MOVQ    hs+88(FP), BX
+	SHLQ    $0x05, BX
+	MOVQ    128(SP), SI
+	TESTQ   SI, SI
+	JZ      mainK14Tail
+
+mainK14Step:
+	PREFETCHT1       (AX)(BX*1)
+	VCVTPH2PS        (AX), X16
+	VMOVSS           X16, 136(SP)
+	VPMOVSXBD        2(AX), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (DX), Z16, Z16
+	VPMOVSXBD        18(AX), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(DX), Z17, Z16
+	VFMADD231PS.BCST 136(SP), Z16, Z14
+	ADDQ             $0x00000080, DX
+	ADDQ             $0x00000022, AX
+	DECQ             SI
+	JNZ              mainK14Step
+
+mainK14Tail:
+	MOVQ    (SP), AX
+	MOVQ    8(SP), DX
+	MOVQ    d+104(FP), BX
+	LEAQ    (AX)(BX*4), AX
+	INCQ    DX
+	MOVQ    q_base+32(FP), BX
+	XORQ    SI, SI
+	CMPQ    DX, heads+56(FP)
+	CMOVQEQ BX, AX
+	CMOVQEQ SI, DX
+	MOVQ    AX, (SP)
+	MOVQ    DX, 8(SP)
+	MOVQ    (SP), AX
+	LEAQ    (DI)(CX*1), CX
+	MOVQ    hs+88(FP), DX
+	SHLQ    $0x05, DX
+	MOVQ    128(SP), BX
+	TESTQ   BX, BX
+	JZ      mainK15Tail
+
+mainK15Step:
+	PREFETCHT1       (CX)(DX*1)
+	VCVTPH2PS        (CX), X16
+	VMOVSS           X16, 136(SP)
+	VPMOVSXBD        2(CX), Z16
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           (AX), Z16, Z16
+	VPMOVSXBD        18(CX), Z17
+	VCVTDQ2PS        Z17, Z17
+	VFMADD231PS      64(AX), Z17, Z16
+	VFMADD231PS.BCST 136(SP), Z16, Z15
+	ADDQ             $0x00000080, AX
+	ADDQ             $0x00000022, CX
+	DECQ             BX
+	JNZ              mainK15Step
+
+mainK15Tail:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VSHUFF32X4 $0x44, Z4, Z0, Z16
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z16, Z16
+	VSHUFF32X4 $0x44, Z12, Z8, Z0
+	VSHUFF32X4 $0xee, Z12, Z8, Z4
+	VADDPS     Z4, Z0, Z0
+	VSHUFF32X4 $0x44, Z5, Z1, Z4
+	VSHUFF32X4 $0xee, Z5, Z1, Z1
+	VADDPS     Z1, Z4, Z4
+	VSHUFF32X4 $0x44, Z13, Z9, Z1
+	VSHUFF32X4 $0xee, Z13, Z9, Z5
+	VADDPS     Z5, Z1, Z1
+	VSHUFF32X4 $0x44, Z6, Z2, Z5
+	VSHUFF32X4 $0xee, Z6, Z2, Z2
+	VADDPS     Z2, Z5, Z5
+	VSHUFF32X4 $0x44, Z14, Z10, Z2
+	VSHUFF32X4 $0xee, Z14, Z10, Z6
+	VADDPS     Z6, Z2, Z2
+	VSHUFF32X4 $0x44, Z7, Z3, Z6
+	VSHUFF32X4 $0xee, Z7, Z3, Z3
+	VADDPS     Z3, Z6, Z6
+	VSHUFF32X4 $0x44, Z15, Z11, Z3
+	VSHUFF32X4 $0xee, Z15, Z11, Z7
+	VADDPS     Z7, Z3, Z3
+	VSHUFF32X4 $0x88, Z0, Z16, Z7
+	VSHUFF32X4 $0xdd, Z0, Z16, Z0
+	VADDPS     Z0, Z7, Z7
+	VSHUFF32X4 $0x88, Z1, Z4, Z0
+	VSHUFF32X4 $0xdd, Z1, Z4, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z5, Z1
+	VSHUFF32X4 $0xdd, Z2, Z5, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x88, Z3, Z6, Z2
+	VSHUFF32X4 $0xdd, Z3, Z6, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z0, Z7, Z3
+	VSHUFPS    $0xee, Z0, Z7, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z2, Z1, Z0
+	VSHUFPS    $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z0, Z3, Z1
+	VSHUFPS    $0xdd, Z0, Z3, Z0
+	VADDPS     Z0, Z1, Z1
+	VMOVUPS    Z1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       44(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       48(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       52(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       56(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       60(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       64(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       68(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       72(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       76(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       80(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       84(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       88(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       92(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       96(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       100(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x04, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000010, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	MOVQ   112(SP), AX
+	MOVQ   (SP), CX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), DX
+	SHLQ   $0x05, DX
+	MOVQ   128(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1       (AX)(DX*1)
+	VCVTPH2PS        (AX), X1
+	VMOVSS           X1, 136(SP)
+	VPMOVSXBD        2(AX), Z1
+	VCVTDQ2PS        Z1, Z1
+	VMULPS           (CX), Z1, Z1
+	VPMOVSXBD        18(AX), Z2
+	VCVTDQ2PS        Z2, Z2
+	VFMADD231PS      64(CX), Z2, Z1
+	VFMADD231PS.BCST 136(SP), Z1, Z0
+	ADDQ             $0x00000080, CX
+	ADDQ             $0x00000022, AX
+	DECQ             BX
+	JNZ              restK0Step
+
+restK0Tail:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Z1, Z1, Z1
+	VSHUFF32X4 $0x44, Z1, Z0, Z2
+	VSHUFF32X4 $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z2, Z2
+	VSHUFF32X4 $0x88, Z1, Z2, Z0
+	VSHUFF32X4 $0xdd, Z1, Z2, Z2
+	VADDPS     Z2, Z0, Z0
+	VSHUFPS    $0x44, Z1, Z0, Z2
+	VSHUFPS    $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z2, Z2
+	VSHUFPS    $0x88, Z1, Z2, Z0
+	VSHUFPS    $0xdd, Z1, Z2, Z1
+	VADDPS     Z1, Z0, Z0
+	VMOVSS     X0, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumHeadsQ8AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []byte, hs int, n int, d int)
+// Requires: AVX, AVX512F, F16C, MMX+
+TEXT ·accumHeadsQ8AVX512(SB), NOSPLIT, $48-120
+	MOVQ n+104(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ o_base+0(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 24(SP)
+	MOVQ AX, 32(SP)
+	XORQ AX, AX
+	MOVQ AX, 40(SP)
+	MOVQ v_base+72(FP), AX
+	MOVQ hs+96(FP), CX
+	MOVQ CX, DX
+	SHLQ $0x05, DX
+
+row:
+	MOVQ         24(SP), BX
+	VBROADCASTSS (BX), Z0
+	MOVQ         16(SP), BX
+	MOVQ         d+112(FP), SI
+	SHRQ         $0x05, SI
+	MOVQ         AX, DI
+
+step:
+	PREFETCHT1  (DI)(DX*1)
+	VMOVUPS     (BX), Z1
+	VCVTPH2PS   (DI), X2
+	VMOVSS      X2, (SP)
+	VMULPS.BCST (SP), Z0, Z2
+	VPMOVSXBD   2(DI), Z3
+	VCVTDQ2PS   Z3, Z3
+	VFMADD231PS Z2, Z3, Z1
+	VMOVUPS     Z1, (BX)
+	VMOVUPS     64(BX), Z1
+	VPMOVSXBD   18(DI), Z3
+	VCVTDQ2PS   Z3, Z3
+	VFMADD231PS Z2, Z3, Z1
+	VMOVUPS     Z1, 64(BX)
+	ADDQ        $0x00000022, DI
+	ADDQ        $0x00000080, BX
+	DECQ        SI
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        40(SP), BX
+	MOVQ        16(SP), SI
+	MOVQ        24(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	LEAQ        (SI)(R8*4), SI
+	MOVQ        ldp+56(FP), R8
+	LEAQ        (DI)(R8*4), DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        32(SP), DI
+	ADDQ        $0x04, DI
+	MOVQ        DI, 32(SP)
+
+store:
+	MOVQ BX, 40(SP)
+	MOVQ SI, 16(SP)
+	MOVQ DI, 24(SP)
+	DECQ 8(SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
+// func scoresQ4M1AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, AVX512DQ, AVX512F, F16C, MMX+
+TEXT ·scoresQ4M1AVX512(SB), NOSPLIT, $40-104
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    k_base+56(FP), AX
+	MOVQ    AX, 8(SP)
+	MOVQ    n+88(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    d+96(FP), AX
+	SHRQ    $0x05, AX
+	MOVQ    AX, 24(SP)
+	VMOVUPS decodeq4tab<>+0(SB), Z0
+
+main:
+	CMPQ   16(SP), $0x00000010
+	JL     mainEnd
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	VPSUBD Z16, Z16, Z16
+	MOVQ   ldk+80(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   8(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	LEAQ   (BX)(AX*4), SI
+	LEAQ   (SI)(AX*4), DI
+	MOVQ   q_base+32(FP), R8
+	LEAQ   (DX), R9
+	MOVQ   ldk+80(FP), R10
+	SHLQ   $0x06, R10
+	MOVQ   24(SP), R11
+	TESTQ  R11, R11
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R9)(R10*1)
+	VCVTPH2PS   (R9), X17
+	VMOVSS      X17, 32(SP)
+	VMULPS.BCST 32(SP), Z0, Z17
+	VPMOVZXBD   2(R9), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (R8), Z19, Z1
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(R8), Z17, Z1
+	ADDQ        $0x00000080, R8
+	ADDQ        $0x00000012, R9
+	DECQ        R11
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ  q_base+32(FP), R8
+	LEAQ  (DX)(AX*1), R9
+	MOVQ  ldk+80(FP), R10
+	SHLQ  $0x06, R10
+	MOVQ  24(SP), R11
+	TESTQ R11, R11
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (R9)(R10*1)
+	VCVTPH2PS   (R9), X17
+	VMOVSS      X17, 32(SP)
+	VMULPS.BCST 32(SP), Z0, Z17
+	VPMOVZXBD   2(R9), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (R8), Z19, Z2
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(R8), Z17, Z2
+	ADDQ        $0x00000080, R8
+	ADDQ        $0x00000012, R9
+	DECQ        R11
+	JNZ         mainK1Step
+
+mainK1Tail:
+	MOVQ  q_base+32(FP), R8
+	LEAQ  (DX)(AX*2), R9
+	MOVQ  ldk+80(FP), R10
+	SHLQ  $0x06, R10
+	MOVQ  24(SP), R11
+	TESTQ R11, R11
+	JZ    mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (R9)(R10*1)
+	VCVTPH2PS   (R9), X17
+	VMOVSS      X17, 32(SP)
+	VMULPS.BCST 32(SP), Z0, Z17
+	VPMOVZXBD   2(R9), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (R8), Z19, Z3
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(R8), Z17, Z3
+	ADDQ        $0x00000080, R8
+	ADDQ        $0x00000012, R9
+	DECQ        R11
+	JNZ         mainK2Step
+
+mainK2Tail:
+	MOVQ  q_base+32(FP), R8
+	LEAQ  (DX)(CX*1), DX
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (DX)(R9*1)
+	VCVTPH2PS   (DX), X17
+	VMOVSS      X17, 32(SP)
+	VMULPS.BCST 32(SP), Z0, Z17
+	VPMOVZXBD   2(DX), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (R8), Z19, Z4
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(R8), Z17, Z4
+	ADDQ        $0x00000080, R8
+	ADDQ        $0x00000012, DX
+	DECQ        R10
+	JNZ         mainK3Step
+
+mainK3Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (R8)(R9*1)
+	VCVTPH2PS   (R8), X17
+	VMOVSS      X17, 32(SP)
+	VMULPS.BCST 32(SP), Z0, Z17
+	VPMOVZXBD   2(R8), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (DX), Z19, Z5
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(DX), Z17, Z5
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, R8
+	DECQ        R10
+	JNZ         mainK4Step
+
+mainK4Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(AX*1), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK5Tail
+
+mainK5Step:
+	PREFETCHT1  (R8)(R9*1)
+	VCVTPH2PS   (R8), X17
+	VMOVSS      X17, 32(SP)
+	VMULPS.BCST 32(SP), Z0, Z17
+	VPMOVZXBD   2(R8), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (DX), Z19, Z6
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(DX), Z17, Z6
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, R8
+	DECQ        R10
+	JNZ         mainK5Step
+
+mainK5Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(AX*2), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK6Tail
+
+mainK6Step:
+	PREFETCHT1  (R8)(R9*1)
+	VCVTPH2PS   (R8), X17
+	VMOVSS      X17, 32(SP)
+	VMULPS.BCST 32(SP), Z0, Z17
+	VPMOVZXBD   2(R8), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (DX), Z19, Z7
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(DX), Z17, Z7
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, R8
+	DECQ        R10
+	JNZ         mainK6Step
+
+mainK6Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(CX*1), BX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK7Tail
+
+mainK7Step:
+	PREFETCHT1  (BX)(R8*1)
+	VCVTPH2PS   (BX), X17
+	VMOVSS      X17, 32(SP)
+	VMULPS.BCST 32(SP), Z0, Z17
+	VPMOVZXBD   2(BX), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (DX), Z19, Z8
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(DX), Z17, Z8
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, BX
+	DECQ        R9
+	JNZ         mainK7Step
+
+mainK7Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (SI), BX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK8Tail
+
+mainK8Step:
+	PREFETCHT1  (BX)(R8*1)
+	VCVTPH2PS   (BX), X17
+	VMOVSS      X17, 32(SP)
+	VMULPS.BCST 32(SP), Z0, Z17
+	VPMOVZXBD   2(BX), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (DX), Z19, Z9
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(DX), Z17, Z9
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, BX
+	DECQ        R9
+	JNZ         mainK8Step
+
+mainK8Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (SI)(AX*1), BX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK9Tail
+
+mainK9Step:
+	PREFETCHT1  (BX)(R8*1)
+	VCVTPH2PS   (BX), X17
+	VMOVSS      X17, 32(SP)
+	VMULPS.BCST 32(SP), Z0, Z17
+	VPMOVZXBD   2(BX), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (DX), Z19, Z10
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(DX), Z17, Z10
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, BX
+	DECQ        R9
+	JNZ         mainK9Step
+
+mainK9Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (SI)(AX*2), BX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK10Tail
+
+mainK10Step:
+	PREFETCHT1  (BX)(R8*1)
+	VCVTPH2PS   (BX), X17
+	VMOVSS      X17, 32(SP)
+	VMULPS.BCST 32(SP), Z0, Z17
+	VPMOVZXBD   2(BX), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (DX), Z19, Z11
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(DX), Z17, Z11
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, BX
+	DECQ        R9
+	JNZ         mainK10Step
+
+mainK10Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (SI)(CX*1), BX
+	MOVQ  ldk+80(FP), SI
+	SHLQ  $0x06, SI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK11Tail
+
+mainK11Step:
+	PREFETCHT1  (BX)(SI*1)
+	VCVTPH2PS   (BX), X17
+	VMOVSS      X17, 32(SP)
+	VMULPS.BCST 32(SP), Z0, Z17
+	VPMOVZXBD   2(BX), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (DX), Z19, Z12
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(DX), Z17, Z12
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, BX
+	DECQ        R8
+	JNZ         mainK11Step
+
+mainK11Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (DI), BX
+	MOVQ  ldk+80(FP), SI
+	SHLQ  $0x06, SI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK12Tail
+
+mainK12Step:
+	PREFETCHT1  (BX)(SI*1)
+	VCVTPH2PS   (BX), X17
+	VMOVSS      X17, 32(SP)
+	VMULPS.BCST 32(SP), Z0, Z17
+	VPMOVZXBD   2(BX), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (DX), Z19, Z13
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(DX), Z17, Z13
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, BX
+	DECQ        R8
+	JNZ         mainK12Step
+
+mainK12Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (DI)(AX*1), BX
+	MOVQ  ldk+80(FP), SI
+	SHLQ  $0x06, SI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK13Tail
+
+mainK13Step:
+	PREFETCHT1  (BX)(SI*1)
+	VCVTPH2PS   (BX), X17
+	VMOVSS      X17, 32(SP)
+	VMULPS.BCST 32(SP), Z0, Z17
+	VPMOVZXBD   2(BX), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (DX), Z19, Z14
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(DX), Z17, Z14
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, BX
+	DECQ        R8
+	JNZ         mainK13Step
+
+mainK13Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (DI)(AX*2), AX
+	MOVQ  ldk+80(FP), BX
+	SHLQ  $0x06, BX
+	MOVQ  24(SP), SI
+	TESTQ SI, SI
+	JZ    mainK14Tail
+
+mainK14Step:
+	PREFETCHT1  (AX)(BX*1)
+	VCVTPH2PS   (AX), X17
+	VMOVSS      X17, 32(SP)
+	VMULPS.BCST 32(SP), Z0, Z17
+	VPMOVZXBD   2(AX), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (DX), Z19, Z15
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(DX), Z17, Z15
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, AX
+	DECQ        SI
+	JNZ         mainK14Step
+
+mainK14Tail:
+	MOVQ  q_base+32(FP), AX
+	LEAQ  (DI)(CX*1), CX
+	MOVQ  ldk+80(FP), DX
+	SHLQ  $0x06, DX
+	MOVQ  24(SP), BX
+	TESTQ BX, BX
+	JZ    mainK15Tail
+
+mainK15Step:
+	PREFETCHT1  (CX)(DX*1)
+	VCVTPH2PS   (CX), X17
+	VMOVSS      X17, 32(SP)
+	VMULPS.BCST 32(SP), Z0, Z17
+	VPMOVZXBD   2(CX), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (AX), Z19, Z16
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(AX), Z17, Z16
+	ADDQ        $0x00000080, AX
+	ADDQ        $0x00000012, CX
+	DECQ        BX
+	JNZ         mainK15Step
+
+mainK15Tail:
+	VSHUFF32X4 $0x44, Z5, Z1, Z17
+	VSHUFF32X4 $0xee, Z5, Z1, Z1
+	VADDPS     Z1, Z17, Z17
+	VSHUFF32X4 $0x44, Z13, Z9, Z1
+	VSHUFF32X4 $0xee, Z13, Z9, Z5
+	VADDPS     Z5, Z1, Z1
+	VSHUFF32X4 $0x44, Z6, Z2, Z5
+	VSHUFF32X4 $0xee, Z6, Z2, Z2
+	VADDPS     Z2, Z5, Z5
+	VSHUFF32X4 $0x44, Z14, Z10, Z2
+	VSHUFF32X4 $0xee, Z14, Z10, Z6
+	VADDPS     Z6, Z2, Z2
+	VSHUFF32X4 $0x44, Z7, Z3, Z6
+	VSHUFF32X4 $0xee, Z7, Z3, Z3
+	VADDPS     Z3, Z6, Z6
+	VSHUFF32X4 $0x44, Z15, Z11, Z3
+	VSHUFF32X4 $0xee, Z15, Z11, Z7
+	VADDPS     Z7, Z3, Z3
+	VSHUFF32X4 $0x44, Z8, Z4, Z7
+	VSHUFF32X4 $0xee, Z8, Z4, Z4
+	VADDPS     Z4, Z7, Z7
+	VSHUFF32X4 $0x44, Z16, Z12, Z4
+	VSHUFF32X4 $0xee, Z16, Z12, Z8
+	VADDPS     Z8, Z4, Z4
+	VSHUFF32X4 $0x88, Z1, Z17, Z8
+	VSHUFF32X4 $0xdd, Z1, Z17, Z1
+	VADDPS     Z1, Z8, Z8
+	VSHUFF32X4 $0x88, Z2, Z5, Z1
+	VSHUFF32X4 $0xdd, Z2, Z5, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x88, Z3, Z6, Z2
+	VSHUFF32X4 $0xdd, Z3, Z6, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFF32X4 $0x88, Z4, Z7, Z3
+	VSHUFF32X4 $0xdd, Z4, Z7, Z4
+	VADDPS     Z4, Z3, Z3
+	VSHUFPS    $0x44, Z1, Z8, Z4
+	VSHUFPS    $0xee, Z1, Z8, Z1
+	VADDPS     Z1, Z4, Z4
+	VSHUFPS    $0x44, Z3, Z2, Z1
+	VSHUFPS    $0xee, Z3, Z2, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFPS    $0x88, Z1, Z4, Z2
+	VSHUFPS    $0xdd, Z1, Z4, Z1
+	VADDPS     Z1, Z2, Z2
+	MOVQ       (SP), AX
+	VMOVUPS    Z2, (AX)
+	ADDQ       $0x00000040, (SP)
+	MOVQ       8(SP), AX
+	MOVQ       ldk+80(FP), CX
+	SHLQ       $0x04, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 8(SP)
+	SUBQ       $0x00000010, 16(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VPSUBD Z1, Z1, Z1
+	MOVQ   8(SP), AX
+	MOVQ   q_base+32(FP), CX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   24(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(DX*1)
+	VCVTPH2PS   (AX), X2
+	VMOVSS      X2, 32(SP)
+	VMULPS.BCST 32(SP), Z0, Z2
+	VPMOVZXBD   2(AX), Z3
+	VPERMPS     Z2, Z3, Z4
+	VFMADD231PS (CX), Z4, Z1
+	VPSRLD      $0x04, Z3, Z3
+	VPERMPS     Z2, Z3, Z2
+	VFMADD231PS 64(CX), Z2, Z1
+	ADDQ        $0x00000080, CX
+	ADDQ        $0x00000012, AX
+	DECQ        BX
+	JNZ         restK0Step
+
+restK0Tail:
+	VXORPS     Z2, Z2, Z2
+	VSHUFF32X4 $0x44, Z2, Z1, Z3
+	VSHUFF32X4 $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z3, Z3
+	VSHUFF32X4 $0x88, Z2, Z3, Z1
+	VSHUFF32X4 $0xdd, Z2, Z3, Z3
+	VADDPS     Z3, Z1, Z1
+	VSHUFPS    $0x44, Z2, Z1, Z3
+	VSHUFPS    $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z3, Z3
+	VSHUFPS    $0x88, Z2, Z3, Z1
+	VSHUFPS    $0xdd, Z2, Z3, Z2
+	VADDPS     Z2, Z1, Z1
+	MOVQ       (SP), AX
+	VMOVSS     X1, (AX)
+	ADDQ       $0x00000004, (SP)
+	MOVQ       8(SP), AX
+	MOVQ       ldk+80(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 8(SP)
+	SUBQ       $0x00000001, 16(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresQ4M2AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, AVX512DQ, AVX512F, F16C, MMX+
+TEXT ·scoresQ4M2AVX512(SB), NOSPLIT, $48-104
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    k_base+56(FP), AX
+	MOVQ    AX, 8(SP)
+	MOVQ    n+88(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    d+96(FP), AX
+	SHRQ    $0x05, AX
+	MOVQ    AX, 24(SP)
+	VMOVUPS decodeq4tab<>+0(SB), Z0
+
+main:
+	CMPQ   16(SP), $0x00000008
+	JL     mainEnd
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	VPSUBD Z16, Z16, Z16
+	MOVQ   ldk+80(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   8(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   d+96(FP), SI
+	SHLQ   $0x02, SI
+	MOVQ   q_base+32(FP), DI
+	LEAQ   (DX), R8
+	LEAQ   (DX)(AX*1), R9
+	LEAQ   (DX)(AX*2), R10
+	LEAQ   (DX)(CX*1), DX
+	MOVQ   ldk+80(FP), R11
+	SHLQ   $0x06, R11
+	MOVQ   24(SP), R12
+	TESTQ  R12, R12
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R8)(R11*1)
+	PREFETCHT1  (R9)(R11*1)
+	PREFETCHT1  (R10)(R11*1)
+	PREFETCHT1  (DX)(R11*1)
+	VMOVUPS     (DI), Z17
+	VMOVUPS     64(DI), Z18
+	VMOVUPS     (DI)(SI*1), Z19
+	VMOVUPS     64(DI)(SI*1), Z20
+	VCVTPH2PS   (R8), X21
+	VMOVSS      X21, 32(SP)
+	VMULPS.BCST 32(SP), Z0, Z21
+	VPMOVZXBD   2(R8), Z22
+	VPERMPS     Z21, Z22, Z23
+	VFMADD231PS Z17, Z23, Z1
+	VFMADD231PS Z19, Z23, Z9
+	VPSRLD      $0x04, Z22, Z22
+	VPERMPS     Z21, Z22, Z21
+	VFMADD231PS Z18, Z21, Z1
+	VFMADD231PS Z20, Z21, Z9
+	VCVTPH2PS   (R9), X21
+	VMOVSS      X21, 36(SP)
+	VMULPS.BCST 36(SP), Z0, Z21
+	VPMOVZXBD   2(R9), Z22
+	VPERMPS     Z21, Z22, Z23
+	VFMADD231PS Z17, Z23, Z2
+	VFMADD231PS Z19, Z23, Z10
+	VPSRLD      $0x04, Z22, Z22
+	VPERMPS     Z21, Z22, Z21
+	VFMADD231PS Z18, Z21, Z2
+	VFMADD231PS Z20, Z21, Z10
+	VCVTPH2PS   (R10), X21
+	VMOVSS      X21, 40(SP)
+	VMULPS.BCST 40(SP), Z0, Z21
+	VPMOVZXBD   2(R10), Z22
+	VPERMPS     Z21, Z22, Z23
+	VFMADD231PS Z17, Z23, Z3
+	VFMADD231PS Z19, Z23, Z11
+	VPSRLD      $0x04, Z22, Z22
+	VPERMPS     Z21, Z22, Z21
+	VFMADD231PS Z18, Z21, Z3
+	VFMADD231PS Z20, Z21, Z11
+	VCVTPH2PS   (DX), X21
+	VMOVSS      X21, 44(SP)
+	VMULPS.BCST 44(SP), Z0, Z21
+	VPMOVZXBD   2(DX), Z22
+	VPERMPS     Z21, Z22, Z23
+	VFMADD231PS Z17, Z23, Z4
+	VFMADD231PS Z19, Z23, Z12
+	VPSRLD      $0x04, Z22, Z17
+	VPERMPS     Z21, Z17, Z17
+	VFMADD231PS Z18, Z17, Z4
+	VFMADD231PS Z20, Z17, Z12
+	ADDQ        $0x00000080, DI
+	ADDQ        $0x00000012, R8
+	ADDQ        $0x00000012, R9
+	ADDQ        $0x00000012, R10
+	ADDQ        $0x00000012, DX
+	DECQ        R12
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ  d+96(FP), DX
+	SHLQ  $0x02, DX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (BX), DI
+	LEAQ  (BX)(AX*1), R8
+	LEAQ  (BX)(AX*2), AX
+	LEAQ  (BX)(CX*1), CX
+	MOVQ  ldk+80(FP), BX
+	SHLQ  $0x06, BX
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (DI)(BX*1)
+	PREFETCHT1  (R8)(BX*1)
+	PREFETCHT1  (AX)(BX*1)
+	PREFETCHT1  (CX)(BX*1)
+	VMOVUPS     (SI), Z17
+	VMOVUPS     64(SI), Z18
+	VMOVUPS     (SI)(DX*1), Z19
+	VMOVUPS     64(SI)(DX*1), Z20
+	VCVTPH2PS   (DI), X21
+	VMOVSS      X21, 32(SP)
+	VMULPS.BCST 32(SP), Z0, Z21
+	VPMOVZXBD   2(DI), Z22
+	VPERMPS     Z21, Z22, Z23
+	VFMADD231PS Z17, Z23, Z5
+	VFMADD231PS Z19, Z23, Z13
+	VPSRLD      $0x04, Z22, Z22
+	VPERMPS     Z21, Z22, Z21
+	VFMADD231PS Z18, Z21, Z5
+	VFMADD231PS Z20, Z21, Z13
+	VCVTPH2PS   (R8), X21
+	VMOVSS      X21, 36(SP)
+	VMULPS.BCST 36(SP), Z0, Z21
+	VPMOVZXBD   2(R8), Z22
+	VPERMPS     Z21, Z22, Z23
+	VFMADD231PS Z17, Z23, Z6
+	VFMADD231PS Z19, Z23, Z14
+	VPSRLD      $0x04, Z22, Z22
+	VPERMPS     Z21, Z22, Z21
+	VFMADD231PS Z18, Z21, Z6
+	VFMADD231PS Z20, Z21, Z14
+	VCVTPH2PS   (AX), X21
+	VMOVSS      X21, 40(SP)
+	VMULPS.BCST 40(SP), Z0, Z21
+	VPMOVZXBD   2(AX), Z22
+	VPERMPS     Z21, Z22, Z23
+	VFMADD231PS Z17, Z23, Z7
+	VFMADD231PS Z19, Z23, Z15
+	VPSRLD      $0x04, Z22, Z22
+	VPERMPS     Z21, Z22, Z21
+	VFMADD231PS Z18, Z21, Z7
+	VFMADD231PS Z20, Z21, Z15
+	VCVTPH2PS   (CX), X21
+	VMOVSS      X21, 44(SP)
+	VMULPS.BCST 44(SP), Z0, Z21
+	VPMOVZXBD   2(CX), Z22
+	VPERMPS     Z21, Z22, Z23
+	VFMADD231PS Z17, Z23, Z8
+	VFMADD231PS Z19, Z23, Z16
+	VPSRLD      $0x04, Z22, Z17
+	VPERMPS     Z21, Z17, Z17
+	VFMADD231PS Z18, Z17, Z8
+	VFMADD231PS Z20, Z17, Z16
+	ADDQ        $0x00000080, SI
+	ADDQ        $0x00000012, DI
+	ADDQ        $0x00000012, R8
+	ADDQ        $0x00000012, AX
+	ADDQ        $0x00000012, CX
+	DECQ        R9
+	JNZ         mainK4Step
+
+mainK4Tail:
+	VSHUFF32X4    $0x44, Z5, Z1, Z17
+	VSHUFF32X4    $0xee, Z5, Z1, Z1
+	VADDPS        Z1, Z17, Z17
+	VSHUFF32X4    $0x44, Z13, Z9, Z1
+	VSHUFF32X4    $0xee, Z13, Z9, Z5
+	VADDPS        Z5, Z1, Z1
+	VSHUFF32X4    $0x44, Z6, Z2, Z5
+	VSHUFF32X4    $0xee, Z6, Z2, Z2
+	VADDPS        Z2, Z5, Z5
+	VSHUFF32X4    $0x44, Z14, Z10, Z2
+	VSHUFF32X4    $0xee, Z14, Z10, Z6
+	VADDPS        Z6, Z2, Z2
+	VSHUFF32X4    $0x44, Z7, Z3, Z6
+	VSHUFF32X4    $0xee, Z7, Z3, Z3
+	VADDPS        Z3, Z6, Z6
+	VSHUFF32X4    $0x44, Z15, Z11, Z3
+	VSHUFF32X4    $0xee, Z15, Z11, Z7
+	VADDPS        Z7, Z3, Z3
+	VSHUFF32X4    $0x44, Z8, Z4, Z7
+	VSHUFF32X4    $0xee, Z8, Z4, Z4
+	VADDPS        Z4, Z7, Z7
+	VSHUFF32X4    $0x44, Z16, Z12, Z4
+	VSHUFF32X4    $0xee, Z16, Z12, Z8
+	VADDPS        Z8, Z4, Z4
+	VSHUFF32X4    $0x88, Z1, Z17, Z8
+	VSHUFF32X4    $0xdd, Z1, Z17, Z1
+	VADDPS        Z1, Z8, Z8
+	VSHUFF32X4    $0x88, Z2, Z5, Z1
+	VSHUFF32X4    $0xdd, Z2, Z5, Z2
+	VADDPS        Z2, Z1, Z1
+	VSHUFF32X4    $0x88, Z3, Z6, Z2
+	VSHUFF32X4    $0xdd, Z3, Z6, Z3
+	VADDPS        Z3, Z2, Z2
+	VSHUFF32X4    $0x88, Z4, Z7, Z3
+	VSHUFF32X4    $0xdd, Z4, Z7, Z4
+	VADDPS        Z4, Z3, Z3
+	VSHUFPS       $0x44, Z1, Z8, Z4
+	VSHUFPS       $0xee, Z1, Z8, Z1
+	VADDPS        Z1, Z4, Z4
+	VSHUFPS       $0x44, Z3, Z2, Z1
+	VSHUFPS       $0xee, Z3, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VSHUFPS       $0x88, Z1, Z4, Z2
+	VSHUFPS       $0xdd, Z1, Z4, Z1
+	VADDPS        Z1, Z2, Z2
+	MOVQ          (SP), AX
+	MOVQ          lds+24(FP), CX
+	SHLQ          $0x02, CX
+	VMOVUPS       Y2, (AX)
+	VEXTRACTF64X4 $0x01, Z2, (AX)(CX*1)
+	ADDQ          $0x00000020, (SP)
+	MOVQ          8(SP), AX
+	MOVQ          ldk+80(FP), CX
+	SHLQ          $0x03, CX
+	ADDQ          CX, AX
+	MOVQ          AX, 8(SP)
+	SUBQ          $0x00000008, 16(SP)
+	JMP           main
+
+mainEnd:
+rest:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	MOVQ   q_base+32(FP), DX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), BX
+	SHLQ   $0x06, BX
+	MOVQ   24(SP), SI
+	TESTQ  SI, SI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(BX*1)
+	VCVTPH2PS   (AX), X3
+	VMOVSS      X3, 32(SP)
+	VMULPS.BCST 32(SP), Z0, Z3
+	VPMOVZXBD   2(AX), Z4
+	VPERMPS     Z3, Z4, Z5
+	VFMADD231PS (DX), Z5, Z1
+	VFMADD231PS (DX)(CX*1), Z5, Z2
+	VPSRLD      $0x04, Z4, Z4
+	VPERMPS     Z3, Z4, Z3
+	VFMADD231PS 64(DX), Z3, Z1
+	VFMADD231PS 64(DX)(CX*1), Z3, Z2
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, AX
+	DECQ        SI
+	JNZ         restK0Step
+
+restK0Tail:
+	VXORPS     Z3, Z3, Z3
+	VSHUFF32X4 $0x44, Z3, Z1, Z4
+	VSHUFF32X4 $0xee, Z3, Z1, Z1
+	VADDPS     Z1, Z4, Z4
+	VSHUFF32X4 $0x44, Z3, Z2, Z1
+	VSHUFF32X4 $0xee, Z3, Z2, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x88, Z3, Z4, Z2
+	VSHUFF32X4 $0xdd, Z3, Z4, Z4
+	VADDPS     Z4, Z2, Z2
+	VSHUFF32X4 $0x88, Z3, Z1, Z4
+	VSHUFF32X4 $0xdd, Z3, Z1, Z1
+	VADDPS     Z1, Z4, Z4
+	VSHUFPS    $0x44, Z4, Z2, Z1
+	VSHUFPS    $0xee, Z4, Z2, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFPS    $0x88, Z3, Z1, Z2
+	VSHUFPS    $0xdd, Z3, Z1, Z1
+	VADDPS     Z1, Z2, Z2
+	MOVQ       (SP), AX
+	MOVQ       lds+24(FP), CX
+	SHLQ       $0x02, CX
+	VMOVSS     X2, (AX)
+	VEXTRACTPS $0x01, X2, (AX)(CX*1)
+	ADDQ       $0x00000004, (SP)
+	MOVQ       8(SP), AX
+	MOVQ       ldk+80(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 8(SP)
+	SUBQ       $0x00000001, 16(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresQ4M4AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, AVX512DQ, AVX512F, F16C, MMX+
+TEXT ·scoresQ4M4AVX512(SB), NOSPLIT, $48-104
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    k_base+56(FP), AX
+	MOVQ    AX, 8(SP)
+	MOVQ    n+88(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    d+96(FP), AX
+	SHRQ    $0x05, AX
+	MOVQ    AX, 24(SP)
+	VMOVUPS decodeq4tab<>+0(SB), Z0
+
+main:
+	CMPQ   16(SP), $0x00000004
+	JL     mainEnd
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	VPSUBD Z16, Z16, Z16
+	MOVQ   ldk+80(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   8(SP), DX
+	MOVQ   d+96(FP), BX
+	SHLQ   $0x02, BX
+	LEAQ   (BX)(BX*2), SI
+	MOVQ   q_base+32(FP), DI
+	LEAQ   (DX), R8
+	LEAQ   (DX)(AX*1), R9
+	LEAQ   (DX)(AX*2), AX
+	LEAQ   (DX)(CX*1), CX
+	MOVQ   ldk+80(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   24(SP), R10
+	TESTQ  R10, R10
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R8)(DX*1)
+	PREFETCHT1  (R9)(DX*1)
+	PREFETCHT1  (AX)(DX*1)
+	PREFETCHT1  (CX)(DX*1)
+	VMOVUPS     (DI), Z17
+	VMOVUPS     64(DI), Z18
+	VMOVUPS     (DI)(BX*1), Z19
+	VMOVUPS     64(DI)(BX*1), Z20
+	VMOVUPS     (DI)(BX*2), Z21
+	VMOVUPS     64(DI)(BX*2), Z22
+	VMOVUPS     (DI)(SI*1), Z23
+	VMOVUPS     64(DI)(SI*1), Z24
+	VCVTPH2PS   (R8), X25
+	VMOVSS      X25, 32(SP)
+	VMULPS.BCST 32(SP), Z0, Z25
+	VPMOVZXBD   2(R8), Z26
+	VPERMPS     Z25, Z26, Z27
+	VFMADD231PS Z17, Z27, Z1
+	VFMADD231PS Z19, Z27, Z5
+	VFMADD231PS Z21, Z27, Z9
+	VFMADD231PS Z23, Z27, Z13
+	VPSRLD      $0x04, Z26, Z26
+	VPERMPS     Z25, Z26, Z25
+	VFMADD231PS Z18, Z25, Z1
+	VFMADD231PS Z20, Z25, Z5
+	VFMADD231PS Z22, Z25, Z9
+	VFMADD231PS Z24, Z25, Z13
+	VCVTPH2PS   (R9), X25
+	VMOVSS      X25, 36(SP)
+	VMULPS.BCST 36(SP), Z0, Z25
+	VPMOVZXBD   2(R9), Z26
+	VPERMPS     Z25, Z26, Z27
+	VFMADD231PS Z17, Z27, Z2
+	VFMADD231PS Z19, Z27, Z6
+	VFMADD231PS Z21, Z27, Z10
+	VFMADD231PS Z23, Z27, Z14
+	VPSRLD      $0x04, Z26, Z26
+	VPERMPS     Z25, Z26, Z25
+	VFMADD231PS Z18, Z25, Z2
+	VFMADD231PS Z20, Z25, Z6
+	VFMADD231PS Z22, Z25, Z10
+	VFMADD231PS Z24, Z25, Z14
+	VCVTPH2PS   (AX), X25
+	VMOVSS      X25, 40(SP)
+	VMULPS.BCST 40(SP), Z0, Z25
+	VPMOVZXBD   2(AX), Z26
+	VPERMPS     Z25, Z26, Z27
+	VFMADD231PS Z17, Z27, Z3
+	VFMADD231PS Z19, Z27, Z7
+	VFMADD231PS Z21, Z27, Z11
+	VFMADD231PS Z23, Z27, Z15
+	VPSRLD      $0x04, Z26, Z26
+	VPERMPS     Z25, Z26, Z25
+	VFMADD231PS Z18, Z25, Z3
+	VFMADD231PS Z20, Z25, Z7
+	VFMADD231PS Z22, Z25, Z11
+	VFMADD231PS Z24, Z25, Z15
+	VCVTPH2PS   (CX), X25
+	VMOVSS      X25, 44(SP)
+	VMULPS.BCST 44(SP), Z0, Z25
+	VPMOVZXBD   2(CX), Z26
+	VPERMPS     Z25, Z26, Z27
+	VFMADD231PS Z17, Z27, Z4
+	VFMADD231PS Z19, Z27, Z8
+	VFMADD231PS Z21, Z27, Z12
+	VFMADD231PS Z23, Z27, Z16
+	VPSRLD      $0x04, Z26, Z17
+	VPERMPS     Z25, Z17, Z17
+	VFMADD231PS Z18, Z17, Z4
+	VFMADD231PS Z20, Z17, Z8
+	VFMADD231PS Z22, Z17, Z12
+	VFMADD231PS Z24, Z17, Z16
+	ADDQ        $0x00000080, DI
+	ADDQ        $0x00000012, R8
+	ADDQ        $0x00000012, R9
+	ADDQ        $0x00000012, AX
+	ADDQ        $0x00000012, CX
+	DECQ        R10
+	JNZ         mainK0Step
+
+mainK0Tail:
+	VSHUFF32X4    $0x44, Z5, Z1, Z17
+	VSHUFF32X4    $0xee, Z5, Z1, Z1
+	VADDPS        Z1, Z17, Z17
+	VSHUFF32X4    $0x44, Z13, Z9, Z1
+	VSHUFF32X4    $0xee, Z13, Z9, Z5
+	VADDPS        Z5, Z1, Z1
+	VSHUFF32X4    $0x44, Z6, Z2, Z5
+	VSHUFF32X4    $0xee, Z6, Z2, Z2
+	VADDPS        Z2, Z5, Z5
+	VSHUFF32X4    $0x44, Z14, Z10, Z2
+	VSHUFF32X4    $0xee, Z14, Z10, Z6
+	VADDPS        Z6, Z2, Z2
+	VSHUFF32X4    $0x44, Z7, Z3, Z6
+	VSHUFF32X4    $0xee, Z7, Z3, Z3
+	VADDPS        Z3, Z6, Z6
+	VSHUFF32X4    $0x44, Z15, Z11, Z3
+	VSHUFF32X4    $0xee, Z15, Z11, Z7
+	VADDPS        Z7, Z3, Z3
+	VSHUFF32X4    $0x44, Z8, Z4, Z7
+	VSHUFF32X4    $0xee, Z8, Z4, Z4
+	VADDPS        Z4, Z7, Z7
+	VSHUFF32X4    $0x44, Z16, Z12, Z4
+	VSHUFF32X4    $0xee, Z16, Z12, Z8
+	VADDPS        Z8, Z4, Z4
+	VSHUFF32X4    $0x88, Z1, Z17, Z8
+	VSHUFF32X4    $0xdd, Z1, Z17, Z1
+	VADDPS        Z1, Z8, Z8
+	VSHUFF32X4    $0x88, Z2, Z5, Z1
+	VSHUFF32X4    $0xdd, Z2, Z5, Z2
+	VADDPS        Z2, Z1, Z1
+	VSHUFF32X4    $0x88, Z3, Z6, Z2
+	VSHUFF32X4    $0xdd, Z3, Z6, Z3
+	VADDPS        Z3, Z2, Z2
+	VSHUFF32X4    $0x88, Z4, Z7, Z3
+	VSHUFF32X4    $0xdd, Z4, Z7, Z4
+	VADDPS        Z4, Z3, Z3
+	VSHUFPS       $0x44, Z1, Z8, Z4
+	VSHUFPS       $0xee, Z1, Z8, Z1
+	VADDPS        Z1, Z4, Z4
+	VSHUFPS       $0x44, Z3, Z2, Z1
+	VSHUFPS       $0xee, Z3, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VSHUFPS       $0x88, Z1, Z4, Z2
+	VSHUFPS       $0xdd, Z1, Z4, Z1
+	VADDPS        Z1, Z2, Z2
+	MOVQ          (SP), AX
+	MOVQ          lds+24(FP), CX
+	SHLQ          $0x02, CX
+	VMOVUPS       X2, (AX)
+	VEXTRACTF32X4 $0x01, Z2, X1
+	VMOVUPS       X1, (AX)(CX*1)
+	VEXTRACTF32X4 $0x02, Z2, X1
+	VMOVUPS       X1, (AX)(CX*2)
+	VEXTRACTF32X4 $0x03, Z2, X1
+	LEAQ          (AX)(CX*2), AX
+	VMOVUPS       X1, (AX)(CX*1)
+	ADDQ          $0x00000010, (SP)
+	MOVQ          8(SP), AX
+	MOVQ          ldk+80(FP), CX
+	SHLQ          $0x02, CX
+	ADDQ          CX, AX
+	MOVQ          AX, 8(SP)
+	SUBQ          $0x00000004, 16(SP)
+	JMP           main
+
+mainEnd:
+rest:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), SI
+	SHLQ   $0x06, SI
+	MOVQ   24(SP), DI
+	TESTQ  DI, DI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(SI*1)
+	VCVTPH2PS   (AX), X5
+	VMOVSS      X5, 32(SP)
+	VMULPS.BCST 32(SP), Z0, Z5
+	VPMOVZXBD   2(AX), Z6
+	VPERMPS     Z5, Z6, Z7
+	VFMADD231PS (BX), Z7, Z1
+	VFMADD231PS (BX)(CX*1), Z7, Z2
+	VFMADD231PS (BX)(CX*2), Z7, Z3
+	VFMADD231PS (BX)(DX*1), Z7, Z4
+	VPSRLD      $0x04, Z6, Z6
+	VPERMPS     Z5, Z6, Z5
+	VFMADD231PS 64(BX), Z5, Z1
+	VFMADD231PS 64(BX)(CX*1), Z5, Z2
+	VFMADD231PS 64(BX)(CX*2), Z5, Z3
+	VFMADD231PS 64(BX)(DX*1), Z5, Z4
+	ADDQ        $0x00000080, BX
+	ADDQ        $0x00000012, AX
+	DECQ        DI
+	JNZ         restK0Step
+
+restK0Tail:
+	VXORPS     Z5, Z5, Z5
+	VSHUFF32X4 $0x44, Z5, Z1, Z6
+	VSHUFF32X4 $0xee, Z5, Z1, Z1
+	VADDPS     Z1, Z6, Z6
+	VSHUFF32X4 $0x44, Z5, Z2, Z1
+	VSHUFF32X4 $0xee, Z5, Z2, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x44, Z5, Z3, Z2
+	VSHUFF32X4 $0xee, Z5, Z3, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFF32X4 $0x44, Z5, Z4, Z3
+	VSHUFF32X4 $0xee, Z5, Z4, Z4
+	VADDPS     Z4, Z3, Z3
+	VSHUFF32X4 $0x88, Z5, Z6, Z4
+	VSHUFF32X4 $0xdd, Z5, Z6, Z6
+	VADDPS     Z6, Z4, Z4
+	VSHUFF32X4 $0x88, Z5, Z1, Z6
+	VSHUFF32X4 $0xdd, Z5, Z1, Z1
+	VADDPS     Z1, Z6, Z6
+	VSHUFF32X4 $0x88, Z5, Z2, Z1
+	VSHUFF32X4 $0xdd, Z5, Z2, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x88, Z5, Z3, Z2
+	VSHUFF32X4 $0xdd, Z5, Z3, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z6, Z4, Z3
+	VSHUFPS    $0xee, Z6, Z4, Z4
+	VADDPS     Z4, Z3, Z3
+	VSHUFPS    $0x44, Z2, Z1, Z4
+	VSHUFPS    $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z4, Z4
+	VSHUFPS    $0x88, Z4, Z3, Z1
+	VSHUFPS    $0xdd, Z4, Z3, Z2
+	VADDPS     Z2, Z1, Z1
+	MOVQ       (SP), AX
+	MOVQ       lds+24(FP), CX
+	SHLQ       $0x02, CX
+	VMOVSS     X1, (AX)
+	VEXTRACTPS $0x01, X1, (AX)(CX*1)
+	VEXTRACTPS $0x02, X1, (AX)(CX*2)
+	LEAQ       (AX)(CX*2), AX
+	VEXTRACTPS $0x03, X1, (AX)(CX*1)
+	ADDQ       $0x00000004, (SP)
+	MOVQ       8(SP), AX
+	MOVQ       ldk+80(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 8(SP)
+	SUBQ       $0x00000001, 16(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresQ4M8AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, AVX2, AVX512DQ, AVX512F, MMX+
+TEXT ·scoresQ4M8AVX512(SB), NOSPLIT, $32-104
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    k_base+56(FP), AX
+	MOVQ    AX, 8(SP)
+	MOVQ    n+88(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    d+96(FP), AX
+	SHRQ    $0x05, AX
+	MOVQ    AX, 24(SP)
+	VMOVUPS decodeq4tab<>+0(SB), Z0
+
+main:
+	CMPQ   16(SP), $0x00000002
+	JL     mainEnd
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	VPSUBD Z16, Z16, Z16
+	MOVQ   ldk+80(FP), AX
+	MOVQ   8(SP), CX
+	MOVQ   d+96(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	MOVQ   q_base+32(FP), SI
+	LEAQ   (SI)(DX*4), DI
+	LEAQ   (CX), R8
+	LEAQ   (CX)(AX*1), AX
+	MOVQ   ldk+80(FP), CX
+	SHLQ   $0x06, CX
+	MOVQ   24(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1   (R8)(CX*1)
+	PREFETCHT1   (AX)(CX*1)
+	VPBROADCASTW (R8), Y17
+	VCVTPH2PS    Y17, Z17
+	VMULPS       Z0, Z17, Z17
+	VPMOVZXBD    2(R8), Z18
+	VPERMPS      Z17, Z18, Z19
+	VFMADD231PS  (SI), Z19, Z1
+	VFMADD231PS  (SI)(DX*1), Z19, Z3
+	VFMADD231PS  (SI)(DX*2), Z19, Z5
+	VFMADD231PS  (SI)(BX*1), Z19, Z7
+	VFMADD231PS  (DI), Z19, Z9
+	VFMADD231PS  (DI)(DX*1), Z19, Z11
+	VFMADD231PS  (DI)(DX*2), Z19, Z13
+	VFMADD231PS  (DI)(BX*1), Z19, Z15
+	VPSRLD       $0x04, Z18, Z18
+	VPERMPS      Z17, Z18, Z17
+	VFMADD231PS  64(SI), Z17, Z1
+	VFMADD231PS  64(SI)(DX*1), Z17, Z3
+	VFMADD231PS  64(SI)(DX*2), Z17, Z5
+	VFMADD231PS  64(SI)(BX*1), Z17, Z7
+	VFMADD231PS  64(DI), Z17, Z9
+	VFMADD231PS  64(DI)(DX*1), Z17, Z11
+	VFMADD231PS  64(DI)(DX*2), Z17, Z13
+	VFMADD231PS  64(DI)(BX*1), Z17, Z15
+	VPBROADCASTW (AX), Y17
+	VCVTPH2PS    Y17, Z17
+	VMULPS       Z0, Z17, Z17
+	VPMOVZXBD    2(AX), Z18
+	VPERMPS      Z17, Z18, Z19
+	VFMADD231PS  (SI), Z19, Z2
+	VFMADD231PS  (SI)(DX*1), Z19, Z4
+	VFMADD231PS  (SI)(DX*2), Z19, Z6
+	VFMADD231PS  (SI)(BX*1), Z19, Z8
+	VFMADD231PS  (DI), Z19, Z10
+	VFMADD231PS  (DI)(DX*1), Z19, Z12
+	VFMADD231PS  (DI)(DX*2), Z19, Z14
+	VFMADD231PS  (DI)(BX*1), Z19, Z16
+	VPSRLD       $0x04, Z18, Z18
+	VPERMPS      Z17, Z18, Z17
+	VFMADD231PS  64(SI), Z17, Z2
+	VFMADD231PS  64(SI)(DX*1), Z17, Z4
+	VFMADD231PS  64(SI)(DX*2), Z17, Z6
+	VFMADD231PS  64(SI)(BX*1), Z17, Z8
+	VFMADD231PS  64(DI), Z17, Z10
+	VFMADD231PS  64(DI)(DX*1), Z17, Z12
+	VFMADD231PS  64(DI)(DX*2), Z17, Z14
+	VFMADD231PS  64(DI)(BX*1), Z17, Z16
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000080, DI
+	ADDQ         $0x00000012, R8
+	ADDQ         $0x00000012, AX
+	DECQ         R9
+	JNZ          mainK0Step
+
+mainK0Tail:
+	VSHUFF32X4    $0x44, Z5, Z1, Z17
+	VSHUFF32X4    $0xee, Z5, Z1, Z1
+	VADDPS        Z1, Z17, Z17
+	VSHUFF32X4    $0x44, Z13, Z9, Z1
+	VSHUFF32X4    $0xee, Z13, Z9, Z5
+	VADDPS        Z5, Z1, Z1
+	VSHUFF32X4    $0x44, Z6, Z2, Z5
+	VSHUFF32X4    $0xee, Z6, Z2, Z2
+	VADDPS        Z2, Z5, Z5
+	VSHUFF32X4    $0x44, Z14, Z10, Z2
+	VSHUFF32X4    $0xee, Z14, Z10, Z6
+	VADDPS        Z6, Z2, Z2
+	VSHUFF32X4    $0x44, Z7, Z3, Z6
+	VSHUFF32X4    $0xee, Z7, Z3, Z3
+	VADDPS        Z3, Z6, Z6
+	VSHUFF32X4    $0x44, Z15, Z11, Z3
+	VSHUFF32X4    $0xee, Z15, Z11, Z7
+	VADDPS        Z7, Z3, Z3
+	VSHUFF32X4    $0x44, Z8, Z4, Z7
+	VSHUFF32X4    $0xee, Z8, Z4, Z4
+	VADDPS        Z4, Z7, Z7
+	VSHUFF32X4    $0x44, Z16, Z12, Z4
+	VSHUFF32X4    $0xee, Z16, Z12, Z8
+	VADDPS        Z8, Z4, Z4
+	VSHUFF32X4    $0x88, Z1, Z17, Z8
+	VSHUFF32X4    $0xdd, Z1, Z17, Z1
+	VADDPS        Z1, Z8, Z8
+	VSHUFF32X4    $0x88, Z2, Z5, Z1
+	VSHUFF32X4    $0xdd, Z2, Z5, Z2
+	VADDPS        Z2, Z1, Z1
+	VSHUFF32X4    $0x88, Z3, Z6, Z2
+	VSHUFF32X4    $0xdd, Z3, Z6, Z3
+	VADDPS        Z3, Z2, Z2
+	VSHUFF32X4    $0x88, Z4, Z7, Z3
+	VSHUFF32X4    $0xdd, Z4, Z7, Z4
+	VADDPS        Z4, Z3, Z3
+	VSHUFPS       $0x44, Z1, Z8, Z4
+	VSHUFPS       $0xee, Z1, Z8, Z1
+	VADDPS        Z1, Z4, Z4
+	VSHUFPS       $0x44, Z3, Z2, Z1
+	VSHUFPS       $0xee, Z3, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VSHUFPS       $0x88, Z1, Z4, Z2
+	VSHUFPS       $0xdd, Z1, Z4, Z1
+	VADDPS        Z1, Z2, Z2
+	MOVQ          (SP), AX
+	MOVQ          lds+24(FP), CX
+	SHLQ          $0x02, CX
+	VMOVLPS       X2, (AX)
+	VMOVHPS       X2, (AX)(CX*1)
+	VEXTRACTF32X4 $0x01, Z2, X1
+	VMOVLPS       X1, (AX)(CX*2)
+	LEAQ          (AX)(CX*2), DX
+	VMOVHPS       X1, (DX)(CX*1)
+	VEXTRACTF32X4 $0x02, Z2, X1
+	LEAQ          (AX)(CX*4), AX
+	VMOVLPS       X1, (AX)
+	VMOVHPS       X1, (AX)(CX*1)
+	VEXTRACTF32X4 $0x03, Z2, X1
+	VMOVLPS       X1, (AX)(CX*2)
+	LEAQ          (AX)(CX*2), AX
+	VMOVHPS       X1, (AX)(CX*1)
+	ADDQ          $0x00000008, (SP)
+	MOVQ          8(SP), AX
+	MOVQ          ldk+80(FP), CX
+	SHLQ          $0x01, CX
+	ADDQ          CX, AX
+	MOVQ          AX, 8(SP)
+	SUBQ          $0x00000002, 16(SP)
+	JMP           main
+
+mainEnd:
+rest:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (BX)(CX*4), SI
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), DI
+	SHLQ   $0x06, DI
+	MOVQ   24(SP), R8
+	TESTQ  R8, R8
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1   (AX)(DI*1)
+	VPBROADCASTW (AX), Y9
+	VCVTPH2PS    Y9, Z9
+	VMULPS       Z0, Z9, Z9
+	VPMOVZXBD    2(AX), Z10
+	VPERMPS      Z9, Z10, Z11
+	VFMADD231PS  (BX), Z11, Z1
+	VFMADD231PS  (BX)(CX*1), Z11, Z2
+	VFMADD231PS  (BX)(CX*2), Z11, Z3
+	VFMADD231PS  (BX)(DX*1), Z11, Z4
+	VFMADD231PS  (SI), Z11, Z5
+	VFMADD231PS  (SI)(CX*1), Z11, Z6
+	VFMADD231PS  (SI)(CX*2), Z11, Z7
+	VFMADD231PS  (SI)(DX*1), Z11, Z8
+	VPSRLD       $0x04, Z10, Z10
+	VPERMPS      Z9, Z10, Z9
+	VFMADD231PS  64(BX), Z9, Z1
+	VFMADD231PS  64(BX)(CX*1), Z9, Z2
+	VFMADD231PS  64(BX)(CX*2), Z9, Z3
+	VFMADD231PS  64(BX)(DX*1), Z9, Z4
+	VFMADD231PS  64(SI), Z9, Z5
+	VFMADD231PS  64(SI)(CX*1), Z9, Z6
+	VFMADD231PS  64(SI)(CX*2), Z9, Z7
+	VFMADD231PS  64(SI)(DX*1), Z9, Z8
+	ADDQ         $0x00000080, BX
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000012, AX
+	DECQ         R8
+	JNZ          restK0Step
+
+restK0Tail:
+	VSHUFF32X4    $0x44, Z5, Z1, Z9
+	VSHUFF32X4    $0xee, Z5, Z1, Z1
+	VADDPS        Z1, Z9, Z9
+	VSHUFF32X4    $0x44, Z6, Z2, Z1
+	VSHUFF32X4    $0xee, Z6, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VSHUFF32X4    $0x44, Z7, Z3, Z2
+	VSHUFF32X4    $0xee, Z7, Z3, Z3
+	VADDPS        Z3, Z2, Z2
+	VSHUFF32X4    $0x44, Z8, Z4, Z3
+	VSHUFF32X4    $0xee, Z8, Z4, Z4
+	VADDPS        Z4, Z3, Z3
+	VXORPS        Z4, Z4, Z4
+	VSHUFF32X4    $0x88, Z4, Z9, Z5
+	VSHUFF32X4    $0xdd, Z4, Z9, Z6
+	VADDPS        Z6, Z5, Z5
+	VSHUFF32X4    $0x88, Z4, Z1, Z6
+	VSHUFF32X4    $0xdd, Z4, Z1, Z1
+	VADDPS        Z1, Z6, Z6
+	VSHUFF32X4    $0x88, Z4, Z2, Z1
+	VSHUFF32X4    $0xdd, Z4, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VSHUFF32X4    $0x88, Z4, Z3, Z2
+	VSHUFF32X4    $0xdd, Z4, Z3, Z3
+	VADDPS        Z3, Z2, Z2
+	VSHUFPS       $0x44, Z6, Z5, Z3
+	VSHUFPS       $0xee, Z6, Z5, Z4
+	VADDPS        Z4, Z3, Z3
+	VSHUFPS       $0x44, Z2, Z1, Z4
+	VSHUFPS       $0xee, Z2, Z1, Z1
+	VADDPS        Z1, Z4, Z4
+	VSHUFPS       $0x88, Z4, Z3, Z1
+	VSHUFPS       $0xdd, Z4, Z3, Z2
+	VADDPS        Z2, Z1, Z1
+	MOVQ          (SP), AX
+	MOVQ          lds+24(FP), CX
+	SHLQ          $0x02, CX
+	VMOVSS        X1, (AX)
+	VEXTRACTPS    $0x01, X1, (AX)(CX*1)
+	VEXTRACTPS    $0x02, X1, (AX)(CX*2)
+	LEAQ          (AX)(CX*2), DX
+	VEXTRACTPS    $0x03, X1, (DX)(CX*1)
+	VEXTRACTF32X4 $0x01, Z1, X1
+	LEAQ          (AX)(CX*4), AX
+	VMOVSS        X1, (AX)
+	VEXTRACTPS    $0x01, X1, (AX)(CX*1)
+	VEXTRACTPS    $0x02, X1, (AX)(CX*2)
+	LEAQ          (AX)(CX*2), AX
+	VEXTRACTPS    $0x03, X1, (AX)(CX*1)
+	ADDQ          $0x00000004, (SP)
+	MOVQ          8(SP), AX
+	MOVQ          ldk+80(FP), CX
+	SHLQ          $0x00, CX
+	ADDQ          CX, AX
+	MOVQ          AX, 8(SP)
+	SUBQ          $0x00000001, 16(SP)
+	JMP           rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresQ4M16AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, AVX2, AVX512F, MMX+
+TEXT ·scoresQ4M16AVX512(SB), NOSPLIT, $32-104
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    k_base+56(FP), AX
+	MOVQ    AX, 8(SP)
+	MOVQ    n+88(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    d+96(FP), AX
+	SHRQ    $0x05, AX
+	MOVQ    AX, 24(SP)
+	VMOVUPS decodeq4tab<>+0(SB), Z0
+
+main:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	VPSUBD Z16, Z16, Z16
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (BX)(CX*4), SI
+	LEAQ   (SI)(CX*4), DI
+	LEAQ   (DI)(CX*4), R8
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), R9
+	SHLQ   $0x06, R9
+	MOVQ   24(SP), R10
+	TESTQ  R10, R10
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1   (AX)(R9*1)
+	VPBROADCASTW (AX), Y17
+	VCVTPH2PS    Y17, Z17
+	VMULPS       Z0, Z17, Z17
+	VPMOVZXBD    2(AX), Z18
+	VPERMPS      Z17, Z18, Z19
+	VFMADD231PS  (BX), Z19, Z1
+	VFMADD231PS  (BX)(CX*1), Z19, Z2
+	VFMADD231PS  (BX)(CX*2), Z19, Z3
+	VFMADD231PS  (BX)(DX*1), Z19, Z4
+	VFMADD231PS  (SI), Z19, Z5
+	VFMADD231PS  (SI)(CX*1), Z19, Z6
+	VFMADD231PS  (SI)(CX*2), Z19, Z7
+	VFMADD231PS  (SI)(DX*1), Z19, Z8
+	VFMADD231PS  (DI), Z19, Z9
+	VFMADD231PS  (DI)(CX*1), Z19, Z10
+	VFMADD231PS  (DI)(CX*2), Z19, Z11
+	VFMADD231PS  (DI)(DX*1), Z19, Z12
+	VFMADD231PS  (R8), Z19, Z13
+	VFMADD231PS  (R8)(CX*1), Z19, Z14
+	VFMADD231PS  (R8)(CX*2), Z19, Z15
+	VFMADD231PS  (R8)(DX*1), Z19, Z16
+	VPSRLD       $0x04, Z18, Z18
+	VPERMPS      Z17, Z18, Z17
+	VFMADD231PS  64(BX), Z17, Z1
+	VFMADD231PS  64(BX)(CX*1), Z17, Z2
+	VFMADD231PS  64(BX)(CX*2), Z17, Z3
+	VFMADD231PS  64(BX)(DX*1), Z17, Z4
+	VFMADD231PS  64(SI), Z17, Z5
+	VFMADD231PS  64(SI)(CX*1), Z17, Z6
+	VFMADD231PS  64(SI)(CX*2), Z17, Z7
+	VFMADD231PS  64(SI)(DX*1), Z17, Z8
+	VFMADD231PS  64(DI), Z17, Z9
+	VFMADD231PS  64(DI)(CX*1), Z17, Z10
+	VFMADD231PS  64(DI)(CX*2), Z17, Z11
+	VFMADD231PS  64(DI)(DX*1), Z17, Z12
+	VFMADD231PS  64(R8), Z17, Z13
+	VFMADD231PS  64(R8)(CX*1), Z17, Z14
+	VFMADD231PS  64(R8)(CX*2), Z17, Z15
+	VFMADD231PS  64(R8)(DX*1), Z17, Z16
+	ADDQ         $0x00000080, BX
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000080, DI
+	ADDQ         $0x00000080, R8
+	ADDQ         $0x00000012, AX
+	DECQ         R10
+	JNZ          mainK0Step
+
+mainK0Tail:
+	VSHUFF32X4    $0x44, Z5, Z1, Z17
+	VSHUFF32X4    $0xee, Z5, Z1, Z1
+	VADDPS        Z1, Z17, Z17
+	VSHUFF32X4    $0x44, Z13, Z9, Z1
+	VSHUFF32X4    $0xee, Z13, Z9, Z5
+	VADDPS        Z5, Z1, Z1
+	VSHUFF32X4    $0x44, Z6, Z2, Z5
+	VSHUFF32X4    $0xee, Z6, Z2, Z2
+	VADDPS        Z2, Z5, Z5
+	VSHUFF32X4    $0x44, Z14, Z10, Z2
+	VSHUFF32X4    $0xee, Z14, Z10, Z6
+	VADDPS        Z6, Z2, Z2
+	VSHUFF32X4    $0x44, Z7, Z3, Z6
+	VSHUFF32X4    $0xee, Z7, Z3, Z3
+	VADDPS        Z3, Z6, Z6
+	VSHUFF32X4    $0x44, Z15, Z11, Z3
+	VSHUFF32X4    $0xee, Z15, Z11, Z7
+	VADDPS        Z7, Z3, Z3
+	VSHUFF32X4    $0x44, Z8, Z4, Z7
+	VSHUFF32X4    $0xee, Z8, Z4, Z4
+	VADDPS        Z4, Z7, Z7
+	VSHUFF32X4    $0x44, Z16, Z12, Z4
+	VSHUFF32X4    $0xee, Z16, Z12, Z8
+	VADDPS        Z8, Z4, Z4
+	VSHUFF32X4    $0x88, Z1, Z17, Z8
+	VSHUFF32X4    $0xdd, Z1, Z17, Z1
+	VADDPS        Z1, Z8, Z8
+	VSHUFF32X4    $0x88, Z2, Z5, Z1
+	VSHUFF32X4    $0xdd, Z2, Z5, Z2
+	VADDPS        Z2, Z1, Z1
+	VSHUFF32X4    $0x88, Z3, Z6, Z2
+	VSHUFF32X4    $0xdd, Z3, Z6, Z3
+	VADDPS        Z3, Z2, Z2
+	VSHUFF32X4    $0x88, Z4, Z7, Z3
+	VSHUFF32X4    $0xdd, Z4, Z7, Z4
+	VADDPS        Z4, Z3, Z3
+	VSHUFPS       $0x44, Z1, Z8, Z4
+	VSHUFPS       $0xee, Z1, Z8, Z1
+	VADDPS        Z1, Z4, Z4
+	VSHUFPS       $0x44, Z3, Z2, Z1
+	VSHUFPS       $0xee, Z3, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VSHUFPS       $0x88, Z1, Z4, Z2
+	VSHUFPS       $0xdd, Z1, Z4, Z1
+	VADDPS        Z1, Z2, Z2
+	MOVQ          (SP), AX
+	MOVQ          lds+24(FP), CX
+	SHLQ          $0x02, CX
+	VMOVSS        X2, (AX)
+	VEXTRACTPS    $0x01, X2, (AX)(CX*1)
+	VEXTRACTPS    $0x02, X2, (AX)(CX*2)
+	LEAQ          (AX)(CX*2), DX
+	VEXTRACTPS    $0x03, X2, (DX)(CX*1)
+	VEXTRACTF32X4 $0x01, Z2, X1
+	LEAQ          (AX)(CX*4), AX
+	VMOVSS        X1, (AX)
+	VEXTRACTPS    $0x01, X1, (AX)(CX*1)
+	VEXTRACTPS    $0x02, X1, (AX)(CX*2)
+	LEAQ          (AX)(CX*2), DX
+	VEXTRACTPS    $0x03, X1, (DX)(CX*1)
+	VEXTRACTF32X4 $0x02, Z2, X1
+	LEAQ          (AX)(CX*4), AX
+	VMOVSS        X1, (AX)
+	VEXTRACTPS    $0x01, X1, (AX)(CX*1)
+	VEXTRACTPS    $0x02, X1, (AX)(CX*2)
+	LEAQ          (AX)(CX*2), DX
+	VEXTRACTPS    $0x03, X1, (DX)(CX*1)
+	VEXTRACTF32X4 $0x03, Z2, X1
+	LEAQ          (AX)(CX*4), AX
+	VMOVSS        X1, (AX)
+	VEXTRACTPS    $0x01, X1, (AX)(CX*1)
+	VEXTRACTPS    $0x02, X1, (AX)(CX*2)
+	LEAQ          (AX)(CX*2), AX
+	VEXTRACTPS    $0x03, X1, (AX)(CX*1)
+	ADDQ          $0x00000004, (SP)
+	MOVQ          8(SP), AX
+	MOVQ          ldk+80(FP), CX
+	SHLQ          $0x00, CX
+	ADDQ          CX, AX
+	MOVQ          AX, 8(SP)
+	SUBQ          $0x00000001, 16(SP)
+	JMP           main
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumQ4M1AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, AVX512F, CMOV, F16C, MMX+
+TEXT ·accumQ4M1AVX512(SB), $192-112
+	MOVQ    p_base+32(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    v_base+64(FP), AX
+	MOVQ    AX, 24(SP)
+	MOVQ    n+96(FP), AX
+	MOVQ    AX, 40(SP)
+	VMOVUPS decodeq4tab<>+0(SB), Z0
+
+block:
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, DX
+	SUBQ      $0x00000000, DX
+	XORQ      BX, BX
+	CMPQ      DX, BX
+	CMOVQLT   BX, DX
+	MOVQ      $0x00000010, BX
+	CMPQ      DX, BX
+	CMOVQGT   BX, DX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(DX*2), K1
+	SUBQ      $0x00000010, AX
+	XORQ      DX, DX
+	CMPQ      AX, DX
+	CMOVQLT   DX, AX
+	MOVQ      $0x00000010, DX
+	CMPQ      AX, DX
+	CMOVQGT   DX, AX
+	LEAQ      decodemask16<>+0(SB), DX
+	KMOVW     (DX)(AX*2), K2
+	VMOVUPS.Z (CX), K1, Z1
+	VMOVUPS   Z1, 56(SP)
+	VMOVUPS.Z 64(CX), K2, Z1
+	VMOVUPS   Z1, 120(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000010
+	JL      chunk8
+	MOVQ    (SP), AX
+	VMOVUPS (AX), Z1
+	VMOVUPS 64(AX), Z2
+	VMOVUPS 128(AX), Z3
+	VMOVUPS 192(AX), Z4
+	VMOVUPS 256(AX), Z5
+	VMOVUPS 320(AX), Z6
+	VMOVUPS 384(AX), Z7
+	VMOVUPS 448(AX), Z8
+	VMOVUPS 512(AX), Z9
+	VMOVUPS 576(AX), Z10
+	VMOVUPS 640(AX), Z11
+	VMOVUPS 704(AX), Z12
+	VMOVUPS 768(AX), Z13
+	VMOVUPS 832(AX), Z14
+	VMOVUPS 896(AX), Z15
+	VMOVUPS 960(AX), Z16
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	PREFETCHT1   128(CX)(BX*1)
+	VBROADCASTSS (AX), Z17
+	VCVTPH2PS    (CX), X18
+	VMOVSS       X18, 184(SP)
+	VMULPS.BCST  184(SP), Z0, Z18
+	VPMOVZXBD    2(CX), Z19
+	VPERMPS      Z18, Z19, Z20
+	VFMADD231PS  Z17, Z20, Z1
+	VPSRLD       $0x04, Z19, Z19
+	VPERMPS      Z18, Z19, Z18
+	VFMADD231PS  Z17, Z18, Z2
+	VCVTPH2PS    18(CX), X18
+	VMOVSS       X18, 184(SP)
+	VMULPS.BCST  184(SP), Z0, Z18
+	VPMOVZXBD    20(CX), Z19
+	VPERMPS      Z18, Z19, Z20
+	VFMADD231PS  Z17, Z20, Z3
+	VPSRLD       $0x04, Z19, Z19
+	VPERMPS      Z18, Z19, Z18
+	VFMADD231PS  Z17, Z18, Z4
+	VCVTPH2PS    36(CX), X18
+	VMOVSS       X18, 184(SP)
+	VMULPS.BCST  184(SP), Z0, Z18
+	VPMOVZXBD    38(CX), Z19
+	VPERMPS      Z18, Z19, Z20
+	VFMADD231PS  Z17, Z20, Z5
+	VPSRLD       $0x04, Z19, Z19
+	VPERMPS      Z18, Z19, Z18
+	VFMADD231PS  Z17, Z18, Z6
+	VCVTPH2PS    54(CX), X18
+	VMOVSS       X18, 184(SP)
+	VMULPS.BCST  184(SP), Z0, Z18
+	VPMOVZXBD    56(CX), Z19
+	VPERMPS      Z18, Z19, Z20
+	VFMADD231PS  Z17, Z20, Z7
+	VPSRLD       $0x04, Z19, Z19
+	VPERMPS      Z18, Z19, Z18
+	VFMADD231PS  Z17, Z18, Z8
+	VCVTPH2PS    72(CX), X18
+	VMOVSS       X18, 184(SP)
+	VMULPS.BCST  184(SP), Z0, Z18
+	VPMOVZXBD    74(CX), Z19
+	VPERMPS      Z18, Z19, Z20
+	VFMADD231PS  Z17, Z20, Z9
+	VPSRLD       $0x04, Z19, Z19
+	VPERMPS      Z18, Z19, Z18
+	VFMADD231PS  Z17, Z18, Z10
+	VCVTPH2PS    90(CX), X18
+	VMOVSS       X18, 184(SP)
+	VMULPS.BCST  184(SP), Z0, Z18
+	VPMOVZXBD    92(CX), Z19
+	VPERMPS      Z18, Z19, Z20
+	VFMADD231PS  Z17, Z20, Z11
+	VPSRLD       $0x04, Z19, Z19
+	VPERMPS      Z18, Z19, Z18
+	VFMADD231PS  Z17, Z18, Z12
+	VCVTPH2PS    108(CX), X18
+	VMOVSS       X18, 184(SP)
+	VMULPS.BCST  184(SP), Z0, Z18
+	VPMOVZXBD    110(CX), Z19
+	VPERMPS      Z18, Z19, Z20
+	VFMADD231PS  Z17, Z20, Z13
+	VPSRLD       $0x04, Z19, Z19
+	VPERMPS      Z18, Z19, Z18
+	VFMADD231PS  Z17, Z18, Z14
+	VCVTPH2PS    126(CX), X18
+	VMOVSS       X18, 184(SP)
+	VMULPS.BCST  184(SP), Z0, Z18
+	VPMOVZXBD    128(CX), Z19
+	VPERMPS      Z18, Z19, Z20
+	VFMADD231PS  Z17, Z20, Z15
+	VPSRLD       $0x04, Z19, Z19
+	VPERMPS      Z18, Z19, Z18
+	VFMADD231PS  Z17, Z18, Z16
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys1
+	MOVQ         (SP), AX
+	VMOVUPS      Z1, (AX)
+	VMOVUPS      Z2, 64(AX)
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      Z4, 192(AX)
+	VMOVUPS      Z5, 256(AX)
+	VMOVUPS      Z6, 320(AX)
+	VMOVUPS      Z7, 384(AX)
+	VMOVUPS      Z8, 448(AX)
+	VMOVUPS      Z9, 512(AX)
+	VMOVUPS      Z10, 576(AX)
+	VMOVUPS      Z11, 640(AX)
+	VMOVUPS      Z12, 704(AX)
+	VMOVUPS      Z13, 768(AX)
+	VMOVUPS      Z14, 832(AX)
+	VMOVUPS      Z15, 896(AX)
+	VMOVUPS      Z16, 960(AX)
+	ADDQ         $0x00000400, (SP)
+	ADDQ         $0x00000090, 8(SP)
+	SUBQ         $0x00000010, 48(SP)
+	JMP          full
+
+chunk8:
+	CMPQ    48(SP), $0x00000008
+	JL      chunk4
+	MOVQ    (SP), AX
+	VMOVUPS (AX), Z1
+	VMOVUPS 64(AX), Z2
+	VMOVUPS 128(AX), Z3
+	VMOVUPS 192(AX), Z4
+	VMOVUPS 256(AX), Z5
+	VMOVUPS 320(AX), Z6
+	VMOVUPS 384(AX), Z7
+	VMOVUPS 448(AX), Z8
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys2:
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	VBROADCASTSS (AX), Z9
+	VCVTPH2PS    (CX), X10
+	VMOVSS       X10, 184(SP)
+	VMULPS.BCST  184(SP), Z0, Z10
+	VPMOVZXBD    2(CX), Z11
+	VPERMPS      Z10, Z11, Z12
+	VFMADD231PS  Z9, Z12, Z1
+	VPSRLD       $0x04, Z11, Z11
+	VPERMPS      Z10, Z11, Z10
+	VFMADD231PS  Z9, Z10, Z2
+	VCVTPH2PS    18(CX), X10
+	VMOVSS       X10, 184(SP)
+	VMULPS.BCST  184(SP), Z0, Z10
+	VPMOVZXBD    20(CX), Z11
+	VPERMPS      Z10, Z11, Z12
+	VFMADD231PS  Z9, Z12, Z3
+	VPSRLD       $0x04, Z11, Z11
+	VPERMPS      Z10, Z11, Z10
+	VFMADD231PS  Z9, Z10, Z4
+	VCVTPH2PS    36(CX), X10
+	VMOVSS       X10, 184(SP)
+	VMULPS.BCST  184(SP), Z0, Z10
+	VPMOVZXBD    38(CX), Z11
+	VPERMPS      Z10, Z11, Z12
+	VFMADD231PS  Z9, Z12, Z5
+	VPSRLD       $0x04, Z11, Z11
+	VPERMPS      Z10, Z11, Z10
+	VFMADD231PS  Z9, Z10, Z6
+	VCVTPH2PS    54(CX), X10
+	VMOVSS       X10, 184(SP)
+	VMULPS.BCST  184(SP), Z0, Z10
+	VPMOVZXBD    56(CX), Z11
+	VPERMPS      Z10, Z11, Z12
+	VFMADD231PS  Z9, Z12, Z7
+	VPSRLD       $0x04, Z11, Z11
+	VPERMPS      Z10, Z11, Z10
+	VFMADD231PS  Z9, Z10, Z8
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys2
+	MOVQ         (SP), AX
+	VMOVUPS      Z1, (AX)
+	VMOVUPS      Z2, 64(AX)
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      Z4, 192(AX)
+	VMOVUPS      Z5, 256(AX)
+	VMOVUPS      Z6, 320(AX)
+	VMOVUPS      Z7, 384(AX)
+	VMOVUPS      Z8, 448(AX)
+	ADDQ         $0x00000200, (SP)
+	ADDQ         $0x00000048, 8(SP)
+	SUBQ         $0x00000008, 48(SP)
+
+chunk4:
+	CMPQ    48(SP), $0x00000004
+	JL      chunk2
+	MOVQ    (SP), AX
+	VMOVUPS (AX), Z1
+	VMOVUPS 64(AX), Z2
+	VMOVUPS 128(AX), Z3
+	VMOVUPS 192(AX), Z4
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys3:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z5
+	VCVTPH2PS    (CX), X6
+	VMOVSS       X6, 184(SP)
+	VMULPS.BCST  184(SP), Z0, Z6
+	VPMOVZXBD    2(CX), Z7
+	VPERMPS      Z6, Z7, Z8
+	VFMADD231PS  Z5, Z8, Z1
+	VPSRLD       $0x04, Z7, Z7
+	VPERMPS      Z6, Z7, Z6
+	VFMADD231PS  Z5, Z6, Z2
+	VCVTPH2PS    18(CX), X6
+	VMOVSS       X6, 184(SP)
+	VMULPS.BCST  184(SP), Z0, Z6
+	VPMOVZXBD    20(CX), Z7
+	VPERMPS      Z6, Z7, Z8
+	VFMADD231PS  Z5, Z8, Z3
+	VPSRLD       $0x04, Z7, Z7
+	VPERMPS      Z6, Z7, Z6
+	VFMADD231PS  Z5, Z6, Z4
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys3
+	MOVQ         (SP), AX
+	VMOVUPS      Z1, (AX)
+	VMOVUPS      Z2, 64(AX)
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      Z4, 192(AX)
+	ADDQ         $0x00000100, (SP)
+	ADDQ         $0x00000024, 8(SP)
+	SUBQ         $0x00000004, 48(SP)
+
+chunk2:
+	CMPQ    48(SP), $0x00000002
+	JL      chunk1
+	MOVQ    (SP), AX
+	VMOVUPS (AX), Z1
+	VMOVUPS 64(AX), Z2
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys4:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z3
+	VCVTPH2PS    (CX), X4
+	VMOVSS       X4, 184(SP)
+	VMULPS.BCST  184(SP), Z0, Z4
+	VPMOVZXBD    2(CX), Z5
+	VPERMPS      Z4, Z5, Z6
+	VFMADD231PS  Z3, Z6, Z1
+	VPSRLD       $0x04, Z5, Z5
+	VPERMPS      Z4, Z5, Z4
+	VFMADD231PS  Z3, Z4, Z2
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys4
+	MOVQ         (SP), AX
+	VMOVUPS      Z1, (AX)
+	VMOVUPS      Z2, 64(AX)
+	ADDQ         $0x00000080, (SP)
+	ADDQ         $0x00000012, 8(SP)
+	SUBQ         $0x00000002, 48(SP)
+
+chunk1:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumQ4M2AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, AVX512F, CMOV, F16C, MMX+
+TEXT ·accumQ4M2AVX512(SB), $320-112
+	MOVQ    p_base+32(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    v_base+64(FP), AX
+	MOVQ    AX, 24(SP)
+	MOVQ    n+96(FP), AX
+	MOVQ    AX, 40(SP)
+	VMOVUPS decodeq4tab<>+0(SB), Z0
+
+block:
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, BX
+	SUBQ      $0x00000000, BX
+	XORQ      SI, SI
+	CMPQ      BX, SI
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, SI
+	CMOVQGT   SI, BX
+	LEAQ      decodemask16<>+0(SB), SI
+	KMOVW     (SI)(BX*2), K1
+	SUBQ      $0x00000010, AX
+	XORQ      BX, BX
+	CMPQ      AX, BX
+	CMOVQLT   BX, AX
+	MOVQ      $0x00000010, BX
+	CMPQ      AX, BX
+	CMOVQGT   BX, AX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(AX*2), K2
+	VMOVUPS.Z (CX), K1, Z1
+	VMOVUPS   Z1, 56(SP)
+	VMOVUPS.Z 64(CX), K2, Z1
+	VMOVUPS   Z1, 120(SP)
+	VMOVUPS.Z (CX)(DX*1), K1, Z1
+	VMOVUPS   Z1, 184(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K2, Z1
+	VMOVUPS   Z1, 248(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000008
+	JL      chunk4
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z1
+	VMOVUPS 64(AX), Z2
+	VMOVUPS 128(AX), Z3
+	VMOVUPS 192(AX), Z4
+	VMOVUPS 256(AX), Z5
+	VMOVUPS 320(AX), Z6
+	VMOVUPS 384(AX), Z7
+	VMOVUPS 448(AX), Z8
+	VMOVUPS (AX)(CX*1), Z9
+	VMOVUPS 64(AX)(CX*1), Z10
+	VMOVUPS 128(AX)(CX*1), Z11
+	VMOVUPS 192(AX)(CX*1), Z12
+	VMOVUPS 256(AX)(CX*1), Z13
+	VMOVUPS 320(AX)(CX*1), Z14
+	VMOVUPS 384(AX)(CX*1), Z15
+	VMOVUPS 448(AX)(CX*1), Z16
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	VBROADCASTSS (AX), Z17
+	VBROADCASTSS 128(AX), Z18
+	VCVTPH2PS    (CX), X19
+	VMOVSS       X19, 312(SP)
+	VMULPS.BCST  312(SP), Z0, Z19
+	VPMOVZXBD    2(CX), Z20
+	VPERMPS      Z19, Z20, Z21
+	VFMADD231PS  Z17, Z21, Z1
+	VFMADD231PS  Z18, Z21, Z9
+	VPSRLD       $0x04, Z20, Z20
+	VPERMPS      Z19, Z20, Z19
+	VFMADD231PS  Z17, Z19, Z2
+	VFMADD231PS  Z18, Z19, Z10
+	VCVTPH2PS    18(CX), X19
+	VMOVSS       X19, 312(SP)
+	VMULPS.BCST  312(SP), Z0, Z19
+	VPMOVZXBD    20(CX), Z20
+	VPERMPS      Z19, Z20, Z21
+	VFMADD231PS  Z17, Z21, Z3
+	VFMADD231PS  Z18, Z21, Z11
+	VPSRLD       $0x04, Z20, Z20
+	VPERMPS      Z19, Z20, Z19
+	VFMADD231PS  Z17, Z19, Z4
+	VFMADD231PS  Z18, Z19, Z12
+	VCVTPH2PS    36(CX), X19
+	VMOVSS       X19, 312(SP)
+	VMULPS.BCST  312(SP), Z0, Z19
+	VPMOVZXBD    38(CX), Z20
+	VPERMPS      Z19, Z20, Z21
+	VFMADD231PS  Z17, Z21, Z5
+	VFMADD231PS  Z18, Z21, Z13
+	VPSRLD       $0x04, Z20, Z20
+	VPERMPS      Z19, Z20, Z19
+	VFMADD231PS  Z17, Z19, Z6
+	VFMADD231PS  Z18, Z19, Z14
+	VCVTPH2PS    54(CX), X19
+	VMOVSS       X19, 312(SP)
+	VMULPS.BCST  312(SP), Z0, Z19
+	VPMOVZXBD    56(CX), Z20
+	VPERMPS      Z19, Z20, Z21
+	VFMADD231PS  Z17, Z21, Z7
+	VFMADD231PS  Z18, Z21, Z15
+	VPSRLD       $0x04, Z20, Z20
+	VPERMPS      Z19, Z20, Z19
+	VFMADD231PS  Z17, Z19, Z8
+	VFMADD231PS  Z18, Z19, Z16
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys1
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z1, (AX)
+	VMOVUPS      Z2, 64(AX)
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      Z4, 192(AX)
+	VMOVUPS      Z5, 256(AX)
+	VMOVUPS      Z6, 320(AX)
+	VMOVUPS      Z7, 384(AX)
+	VMOVUPS      Z8, 448(AX)
+	VMOVUPS      Z9, (AX)(CX*1)
+	VMOVUPS      Z10, 64(AX)(CX*1)
+	VMOVUPS      Z11, 128(AX)(CX*1)
+	VMOVUPS      Z12, 192(AX)(CX*1)
+	VMOVUPS      Z13, 256(AX)(CX*1)
+	VMOVUPS      Z14, 320(AX)(CX*1)
+	VMOVUPS      Z15, 384(AX)(CX*1)
+	VMOVUPS      Z16, 448(AX)(CX*1)
+	ADDQ         $0x00000200, (SP)
+	ADDQ         $0x00000048, 8(SP)
+	SUBQ         $0x00000008, 48(SP)
+	JMP          full
+
+chunk4:
+	CMPQ    48(SP), $0x00000004
+	JL      chunk2
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z1
+	VMOVUPS 64(AX), Z2
+	VMOVUPS 128(AX), Z3
+	VMOVUPS 192(AX), Z4
+	VMOVUPS (AX)(CX*1), Z5
+	VMOVUPS 64(AX)(CX*1), Z6
+	VMOVUPS 128(AX)(CX*1), Z7
+	VMOVUPS 192(AX)(CX*1), Z8
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys2:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z9
+	VBROADCASTSS 128(AX), Z10
+	VCVTPH2PS    (CX), X11
+	VMOVSS       X11, 312(SP)
+	VMULPS.BCST  312(SP), Z0, Z11
+	VPMOVZXBD    2(CX), Z12
+	VPERMPS      Z11, Z12, Z13
+	VFMADD231PS  Z9, Z13, Z1
+	VFMADD231PS  Z10, Z13, Z5
+	VPSRLD       $0x04, Z12, Z12
+	VPERMPS      Z11, Z12, Z11
+	VFMADD231PS  Z9, Z11, Z2
+	VFMADD231PS  Z10, Z11, Z6
+	VCVTPH2PS    18(CX), X11
+	VMOVSS       X11, 312(SP)
+	VMULPS.BCST  312(SP), Z0, Z11
+	VPMOVZXBD    20(CX), Z12
+	VPERMPS      Z11, Z12, Z13
+	VFMADD231PS  Z9, Z13, Z3
+	VFMADD231PS  Z10, Z13, Z7
+	VPSRLD       $0x04, Z12, Z12
+	VPERMPS      Z11, Z12, Z11
+	VFMADD231PS  Z9, Z11, Z4
+	VFMADD231PS  Z10, Z11, Z8
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys2
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z1, (AX)
+	VMOVUPS      Z2, 64(AX)
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      Z4, 192(AX)
+	VMOVUPS      Z5, (AX)(CX*1)
+	VMOVUPS      Z6, 64(AX)(CX*1)
+	VMOVUPS      Z7, 128(AX)(CX*1)
+	VMOVUPS      Z8, 192(AX)(CX*1)
+	ADDQ         $0x00000100, (SP)
+	ADDQ         $0x00000024, 8(SP)
+	SUBQ         $0x00000004, 48(SP)
+
+chunk2:
+	CMPQ    48(SP), $0x00000002
+	JL      chunk1
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z1
+	VMOVUPS 64(AX), Z2
+	VMOVUPS (AX)(CX*1), Z3
+	VMOVUPS 64(AX)(CX*1), Z4
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys3:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z5
+	VBROADCASTSS 128(AX), Z6
+	VCVTPH2PS    (CX), X7
+	VMOVSS       X7, 312(SP)
+	VMULPS.BCST  312(SP), Z0, Z7
+	VPMOVZXBD    2(CX), Z8
+	VPERMPS      Z7, Z8, Z9
+	VFMADD231PS  Z5, Z9, Z1
+	VFMADD231PS  Z6, Z9, Z3
+	VPSRLD       $0x04, Z8, Z8
+	VPERMPS      Z7, Z8, Z7
+	VFMADD231PS  Z5, Z7, Z2
+	VFMADD231PS  Z6, Z7, Z4
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys3
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z1, (AX)
+	VMOVUPS      Z2, 64(AX)
+	VMOVUPS      Z3, (AX)(CX*1)
+	VMOVUPS      Z4, 64(AX)(CX*1)
+	ADDQ         $0x00000080, (SP)
+	ADDQ         $0x00000012, 8(SP)
+	SUBQ         $0x00000002, 48(SP)
+
+chunk1:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumQ4M4AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, AVX512F, CMOV, F16C, MMX+
+TEXT ·accumQ4M4AVX512(SB), $576-112
+	MOVQ    p_base+32(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    v_base+64(FP), AX
+	MOVQ    AX, 24(SP)
+	MOVQ    n+96(FP), AX
+	MOVQ    AX, 40(SP)
+	VMOVUPS decodeq4tab<>+0(SB), Z0
+
+block:
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, BX
+	SUBQ      $0x00000000, BX
+	XORQ      SI, SI
+	CMPQ      BX, SI
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, SI
+	CMOVQGT   SI, BX
+	LEAQ      decodemask16<>+0(SB), SI
+	KMOVW     (SI)(BX*2), K1
+	SUBQ      $0x00000010, AX
+	XORQ      BX, BX
+	CMPQ      AX, BX
+	CMOVQLT   BX, AX
+	MOVQ      $0x00000010, BX
+	CMPQ      AX, BX
+	CMOVQGT   BX, AX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(AX*2), K2
+	VMOVUPS.Z (CX), K1, Z1
+	VMOVUPS   Z1, 56(SP)
+	VMOVUPS.Z 64(CX), K2, Z1
+	VMOVUPS   Z1, 120(SP)
+	VMOVUPS.Z (CX)(DX*1), K1, Z1
+	VMOVUPS   Z1, 184(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K2, Z1
+	VMOVUPS   Z1, 248(SP)
+	VMOVUPS.Z (CX)(DX*2), K1, Z1
+	VMOVUPS   Z1, 312(SP)
+	VMOVUPS.Z 64(CX)(DX*2), K2, Z1
+	VMOVUPS   Z1, 376(SP)
+	LEAQ      (CX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K1, Z1
+	VMOVUPS   Z1, 440(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K2, Z1
+	VMOVUPS   Z1, 504(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000004
+	JL      chunk2
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z1
+	VMOVUPS 64(AX), Z2
+	VMOVUPS 128(AX), Z3
+	VMOVUPS 192(AX), Z4
+	VMOVUPS (AX)(CX*1), Z5
+	VMOVUPS 64(AX)(CX*1), Z6
+	VMOVUPS 128(AX)(CX*1), Z7
+	VMOVUPS 192(AX)(CX*1), Z8
+	VMOVUPS (AX)(CX*2), Z9
+	VMOVUPS 64(AX)(CX*2), Z10
+	VMOVUPS 128(AX)(CX*2), Z11
+	VMOVUPS 192(AX)(CX*2), Z12
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS (AX)(CX*1), Z13
+	VMOVUPS 64(AX)(CX*1), Z14
+	VMOVUPS 128(AX)(CX*1), Z15
+	VMOVUPS 192(AX)(CX*1), Z16
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z17
+	VBROADCASTSS 128(AX), Z18
+	VBROADCASTSS 256(AX), Z19
+	VBROADCASTSS 384(AX), Z20
+	VCVTPH2PS    (CX), X21
+	VMOVSS       X21, 568(SP)
+	VMULPS.BCST  568(SP), Z0, Z21
+	VPMOVZXBD    2(CX), Z22
+	VPERMPS      Z21, Z22, Z23
+	VFMADD231PS  Z17, Z23, Z1
+	VFMADD231PS  Z18, Z23, Z5
+	VFMADD231PS  Z19, Z23, Z9
+	VFMADD231PS  Z20, Z23, Z13
+	VPSRLD       $0x04, Z22, Z22
+	VPERMPS      Z21, Z22, Z21
+	VFMADD231PS  Z17, Z21, Z2
+	VFMADD231PS  Z18, Z21, Z6
+	VFMADD231PS  Z19, Z21, Z10
+	VFMADD231PS  Z20, Z21, Z14
+	VCVTPH2PS    18(CX), X21
+	VMOVSS       X21, 568(SP)
+	VMULPS.BCST  568(SP), Z0, Z21
+	VPMOVZXBD    20(CX), Z22
+	VPERMPS      Z21, Z22, Z23
+	VFMADD231PS  Z17, Z23, Z3
+	VFMADD231PS  Z18, Z23, Z7
+	VFMADD231PS  Z19, Z23, Z11
+	VFMADD231PS  Z20, Z23, Z15
+	VPSRLD       $0x04, Z22, Z22
+	VPERMPS      Z21, Z22, Z21
+	VFMADD231PS  Z17, Z21, Z4
+	VFMADD231PS  Z18, Z21, Z8
+	VFMADD231PS  Z19, Z21, Z12
+	VFMADD231PS  Z20, Z21, Z16
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys1
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z1, (AX)
+	VMOVUPS      Z2, 64(AX)
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      Z4, 192(AX)
+	VMOVUPS      Z5, (AX)(CX*1)
+	VMOVUPS      Z6, 64(AX)(CX*1)
+	VMOVUPS      Z7, 128(AX)(CX*1)
+	VMOVUPS      Z8, 192(AX)(CX*1)
+	VMOVUPS      Z9, (AX)(CX*2)
+	VMOVUPS      Z10, 64(AX)(CX*2)
+	VMOVUPS      Z11, 128(AX)(CX*2)
+	VMOVUPS      Z12, 192(AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Z13, (AX)(CX*1)
+	VMOVUPS      Z14, 64(AX)(CX*1)
+	VMOVUPS      Z15, 128(AX)(CX*1)
+	VMOVUPS      Z16, 192(AX)(CX*1)
+	ADDQ         $0x00000100, (SP)
+	ADDQ         $0x00000024, 8(SP)
+	SUBQ         $0x00000004, 48(SP)
+	JMP          full
+
+chunk2:
+	CMPQ    48(SP), $0x00000002
+	JL      chunk1
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z1
+	VMOVUPS 64(AX), Z2
+	VMOVUPS (AX)(CX*1), Z3
+	VMOVUPS 64(AX)(CX*1), Z4
+	VMOVUPS (AX)(CX*2), Z5
+	VMOVUPS 64(AX)(CX*2), Z6
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS (AX)(CX*1), Z7
+	VMOVUPS 64(AX)(CX*1), Z8
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys2:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z9
+	VBROADCASTSS 128(AX), Z10
+	VBROADCASTSS 256(AX), Z11
+	VBROADCASTSS 384(AX), Z12
+	VCVTPH2PS    (CX), X13
+	VMOVSS       X13, 568(SP)
+	VMULPS.BCST  568(SP), Z0, Z13
+	VPMOVZXBD    2(CX), Z14
+	VPERMPS      Z13, Z14, Z15
+	VFMADD231PS  Z9, Z15, Z1
+	VFMADD231PS  Z10, Z15, Z3
+	VFMADD231PS  Z11, Z15, Z5
+	VFMADD231PS  Z12, Z15, Z7
+	VPSRLD       $0x04, Z14, Z14
+	VPERMPS      Z13, Z14, Z13
+	VFMADD231PS  Z9, Z13, Z2
+	VFMADD231PS  Z10, Z13, Z4
+	VFMADD231PS  Z11, Z13, Z6
+	VFMADD231PS  Z12, Z13, Z8
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys2
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z1, (AX)
+	VMOVUPS      Z2, 64(AX)
+	VMOVUPS      Z3, (AX)(CX*1)
+	VMOVUPS      Z4, 64(AX)(CX*1)
+	VMOVUPS      Z5, (AX)(CX*2)
+	VMOVUPS      Z6, 64(AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Z7, (AX)(CX*1)
+	VMOVUPS      Z8, 64(AX)(CX*1)
+	ADDQ         $0x00000080, (SP)
+	ADDQ         $0x00000012, 8(SP)
+	SUBQ         $0x00000002, 48(SP)
+
+chunk1:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumQ4M8AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, AVX2, AVX512F, CMOV, MMX+
+TEXT ·accumQ4M8AVX512(SB), $1080-112
+	MOVQ    p_base+32(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    v_base+64(FP), AX
+	MOVQ    AX, 24(SP)
+	MOVQ    n+96(FP), AX
+	MOVQ    AX, 40(SP)
+	VMOVUPS decodeq4tab<>+0(SB), Z0
+
+block:
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, BX
+	SUBQ      $0x00000000, BX
+	XORQ      SI, SI
+	CMPQ      BX, SI
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, SI
+	CMOVQGT   SI, BX
+	LEAQ      decodemask16<>+0(SB), SI
+	KMOVW     (SI)(BX*2), K1
+	SUBQ      $0x00000010, AX
+	XORQ      BX, BX
+	CMPQ      AX, BX
+	CMOVQLT   BX, AX
+	MOVQ      $0x00000010, BX
+	CMPQ      AX, BX
+	CMOVQGT   BX, AX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(AX*2), K2
+	VMOVUPS.Z (CX), K1, Z1
+	VMOVUPS   Z1, 56(SP)
+	VMOVUPS.Z 64(CX), K2, Z1
+	VMOVUPS   Z1, 120(SP)
+	VMOVUPS.Z (CX)(DX*1), K1, Z1
+	VMOVUPS   Z1, 184(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K2, Z1
+	VMOVUPS   Z1, 248(SP)
+	VMOVUPS.Z (CX)(DX*2), K1, Z1
+	VMOVUPS   Z1, 312(SP)
+	VMOVUPS.Z 64(CX)(DX*2), K2, Z1
+	VMOVUPS   Z1, 376(SP)
+	LEAQ      (CX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K1, Z1
+	VMOVUPS   Z1, 440(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K2, Z1
+	VMOVUPS   Z1, 504(SP)
+	LEAQ      (CX)(DX*4), AX
+	VMOVUPS.Z (AX), K1, Z1
+	VMOVUPS   Z1, 568(SP)
+	VMOVUPS.Z 64(AX), K2, Z1
+	VMOVUPS   Z1, 632(SP)
+	VMOVUPS.Z (AX)(DX*1), K1, Z1
+	VMOVUPS   Z1, 696(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K2, Z1
+	VMOVUPS   Z1, 760(SP)
+	VMOVUPS.Z (AX)(DX*2), K1, Z1
+	VMOVUPS   Z1, 824(SP)
+	VMOVUPS.Z 64(AX)(DX*2), K2, Z1
+	VMOVUPS   Z1, 888(SP)
+	LEAQ      (AX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K1, Z1
+	VMOVUPS   Z1, 952(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K2, Z1
+	VMOVUPS   Z1, 1016(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000002
+	JL      chunk1
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z1
+	VMOVUPS 64(AX), Z2
+	VMOVUPS (AX)(CX*1), Z3
+	VMOVUPS 64(AX)(CX*1), Z4
+	VMOVUPS (AX)(CX*2), Z5
+	VMOVUPS 64(AX)(CX*2), Z6
+	LEAQ    (AX)(CX*2), DX
+	VMOVUPS (DX)(CX*1), Z7
+	VMOVUPS 64(DX)(CX*1), Z8
+	LEAQ    (AX)(CX*4), AX
+	VMOVUPS (AX), Z9
+	VMOVUPS 64(AX), Z10
+	VMOVUPS (AX)(CX*1), Z11
+	VMOVUPS 64(AX)(CX*1), Z12
+	VMOVUPS (AX)(CX*2), Z13
+	VMOVUPS 64(AX)(CX*2), Z14
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS (AX)(CX*1), Z15
+	VMOVUPS 64(AX)(CX*1), Z16
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z17
+	VBROADCASTSS 128(AX), Z18
+	VBROADCASTSS 256(AX), Z19
+	VBROADCASTSS 384(AX), Z20
+	VBROADCASTSS 512(AX), Z21
+	VBROADCASTSS 640(AX), Z22
+	VBROADCASTSS 768(AX), Z23
+	VBROADCASTSS 896(AX), Z24
+	VPBROADCASTW (CX), Y25
+	VCVTPH2PS    Y25, Z25
+	VMULPS       Z0, Z25, Z25
+	VPMOVZXBD    2(CX), Z26
+	VPERMPS      Z25, Z26, Z27
+	VFMADD231PS  Z17, Z27, Z1
+	VFMADD231PS  Z18, Z27, Z3
+	VFMADD231PS  Z19, Z27, Z5
+	VFMADD231PS  Z20, Z27, Z7
+	VFMADD231PS  Z21, Z27, Z9
+	VFMADD231PS  Z22, Z27, Z11
+	VFMADD231PS  Z23, Z27, Z13
+	VFMADD231PS  Z24, Z27, Z15
+	VPSRLD       $0x04, Z26, Z26
+	VPERMPS      Z25, Z26, Z25
+	VFMADD231PS  Z17, Z25, Z2
+	VFMADD231PS  Z18, Z25, Z4
+	VFMADD231PS  Z19, Z25, Z6
+	VFMADD231PS  Z20, Z25, Z8
+	VFMADD231PS  Z21, Z25, Z10
+	VFMADD231PS  Z22, Z25, Z12
+	VFMADD231PS  Z23, Z25, Z14
+	VFMADD231PS  Z24, Z25, Z16
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys1
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z1, (AX)
+	VMOVUPS      Z2, 64(AX)
+	VMOVUPS      Z3, (AX)(CX*1)
+	VMOVUPS      Z4, 64(AX)(CX*1)
+	VMOVUPS      Z5, (AX)(CX*2)
+	VMOVUPS      Z6, 64(AX)(CX*2)
+	LEAQ         (AX)(CX*2), DX
+	VMOVUPS      Z7, (DX)(CX*1)
+	VMOVUPS      Z8, 64(DX)(CX*1)
+	LEAQ         (AX)(CX*4), AX
+	VMOVUPS      Z9, (AX)
+	VMOVUPS      Z10, 64(AX)
+	VMOVUPS      Z11, (AX)(CX*1)
+	VMOVUPS      Z12, 64(AX)(CX*1)
+	VMOVUPS      Z13, (AX)(CX*2)
+	VMOVUPS      Z14, 64(AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Z15, (AX)(CX*1)
+	VMOVUPS      Z16, 64(AX)(CX*1)
+	ADDQ         $0x00000080, (SP)
+	ADDQ         $0x00000012, 8(SP)
+	SUBQ         $0x00000002, 48(SP)
+	JMP          full
+
+chunk1:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumQ4M16AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, AVX2, AVX512F, CMOV, MMX+
+TEXT ·accumQ4M16AVX512(SB), $2104-112
+	MOVQ    p_base+32(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    v_base+64(FP), AX
+	MOVQ    AX, 24(SP)
+	MOVQ    n+96(FP), AX
+	MOVQ    AX, 40(SP)
+	VMOVUPS decodeq4tab<>+0(SB), Z0
+
+block:
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, BX
+	SUBQ      $0x00000000, BX
+	XORQ      SI, SI
+	CMPQ      BX, SI
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, SI
+	CMOVQGT   SI, BX
+	LEAQ      decodemask16<>+0(SB), SI
+	KMOVW     (SI)(BX*2), K1
+	SUBQ      $0x00000010, AX
+	XORQ      BX, BX
+	CMPQ      AX, BX
+	CMOVQLT   BX, AX
+	MOVQ      $0x00000010, BX
+	CMPQ      AX, BX
+	CMOVQGT   BX, AX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(AX*2), K2
+	VMOVUPS.Z (CX), K1, Z1
+	VMOVUPS   Z1, 56(SP)
+	VMOVUPS.Z 64(CX), K2, Z1
+	VMOVUPS   Z1, 120(SP)
+	VMOVUPS.Z (CX)(DX*1), K1, Z1
+	VMOVUPS   Z1, 184(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K2, Z1
+	VMOVUPS   Z1, 248(SP)
+	VMOVUPS.Z (CX)(DX*2), K1, Z1
+	VMOVUPS   Z1, 312(SP)
+	VMOVUPS.Z 64(CX)(DX*2), K2, Z1
+	VMOVUPS   Z1, 376(SP)
+	LEAQ      (CX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K1, Z1
+	VMOVUPS   Z1, 440(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K2, Z1
+	VMOVUPS   Z1, 504(SP)
+	LEAQ      (CX)(DX*4), AX
+	VMOVUPS.Z (AX), K1, Z1
+	VMOVUPS   Z1, 568(SP)
+	VMOVUPS.Z 64(AX), K2, Z1
+	VMOVUPS   Z1, 632(SP)
+	VMOVUPS.Z (AX)(DX*1), K1, Z1
+	VMOVUPS   Z1, 696(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K2, Z1
+	VMOVUPS   Z1, 760(SP)
+	VMOVUPS.Z (AX)(DX*2), K1, Z1
+	VMOVUPS   Z1, 824(SP)
+	VMOVUPS.Z 64(AX)(DX*2), K2, Z1
+	VMOVUPS   Z1, 888(SP)
+	LEAQ      (AX)(DX*2), CX
+	VMOVUPS.Z (CX)(DX*1), K1, Z1
+	VMOVUPS   Z1, 952(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K2, Z1
+	VMOVUPS   Z1, 1016(SP)
+	LEAQ      (AX)(DX*4), AX
+	VMOVUPS.Z (AX), K1, Z1
+	VMOVUPS   Z1, 1080(SP)
+	VMOVUPS.Z 64(AX), K2, Z1
+	VMOVUPS   Z1, 1144(SP)
+	VMOVUPS.Z (AX)(DX*1), K1, Z1
+	VMOVUPS   Z1, 1208(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K2, Z1
+	VMOVUPS   Z1, 1272(SP)
+	VMOVUPS.Z (AX)(DX*2), K1, Z1
+	VMOVUPS   Z1, 1336(SP)
+	VMOVUPS.Z 64(AX)(DX*2), K2, Z1
+	VMOVUPS   Z1, 1400(SP)
+	LEAQ      (AX)(DX*2), CX
+	VMOVUPS.Z (CX)(DX*1), K1, Z1
+	VMOVUPS   Z1, 1464(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K2, Z1
+	VMOVUPS   Z1, 1528(SP)
+	LEAQ      (AX)(DX*4), AX
+	VMOVUPS.Z (AX), K1, Z1
+	VMOVUPS   Z1, 1592(SP)
+	VMOVUPS.Z 64(AX), K2, Z1
+	VMOVUPS   Z1, 1656(SP)
+	VMOVUPS.Z (AX)(DX*1), K1, Z1
+	VMOVUPS   Z1, 1720(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K2, Z1
+	VMOVUPS   Z1, 1784(SP)
+	VMOVUPS.Z (AX)(DX*2), K1, Z1
+	VMOVUPS   Z1, 1848(SP)
+	VMOVUPS.Z 64(AX)(DX*2), K2, Z1
+	VMOVUPS   Z1, 1912(SP)
+	LEAQ      (AX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K1, Z1
+	VMOVUPS   Z1, 1976(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K2, Z1
+	VMOVUPS   Z1, 2040(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000002
+	JL      chunk1
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z1
+	VMOVUPS (AX)(CX*1), Z2
+	VMOVUPS (AX)(CX*2), Z3
+	LEAQ    (AX)(CX*2), DX
+	VMOVUPS (DX)(CX*1), Z4
+	LEAQ    (AX)(CX*4), AX
+	VMOVUPS (AX), Z5
+	VMOVUPS (AX)(CX*1), Z6
+	VMOVUPS (AX)(CX*2), Z7
+	LEAQ    (AX)(CX*2), DX
+	VMOVUPS (DX)(CX*1), Z8
+	LEAQ    (AX)(CX*4), AX
+	VMOVUPS (AX), Z9
+	VMOVUPS (AX)(CX*1), Z10
+	VMOVUPS (AX)(CX*2), Z11
+	LEAQ    (AX)(CX*2), DX
+	VMOVUPS (DX)(CX*1), Z12
+	LEAQ    (AX)(CX*4), AX
+	VMOVUPS (AX), Z13
+	VMOVUPS (AX)(CX*1), Z14
+	VMOVUPS (AX)(CX*2), Z15
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS (AX)(CX*1), Z16
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1       (CX)(BX*1)
+	VPBROADCASTW     (CX), Y17
+	VCVTPH2PS        Y17, Z17
+	VMULPS           Z0, Z17, Z17
+	VPMOVZXBD        2(CX), Z18
+	VPERMPS          Z17, Z18, Z17
+	VFMADD231PS.BCST (AX), Z17, Z1
+	VFMADD231PS.BCST 128(AX), Z17, Z2
+	VFMADD231PS.BCST 256(AX), Z17, Z3
+	VFMADD231PS.BCST 384(AX), Z17, Z4
+	VFMADD231PS.BCST 512(AX), Z17, Z5
+	VFMADD231PS.BCST 640(AX), Z17, Z6
+	VFMADD231PS.BCST 768(AX), Z17, Z7
+	VFMADD231PS.BCST 896(AX), Z17, Z8
+	VFMADD231PS.BCST 1024(AX), Z17, Z9
+	VFMADD231PS.BCST 1152(AX), Z17, Z10
+	VFMADD231PS.BCST 1280(AX), Z17, Z11
+	VFMADD231PS.BCST 1408(AX), Z17, Z12
+	VFMADD231PS.BCST 1536(AX), Z17, Z13
+	VFMADD231PS.BCST 1664(AX), Z17, Z14
+	VFMADD231PS.BCST 1792(AX), Z17, Z15
+	VFMADD231PS.BCST 1920(AX), Z17, Z16
+	ADDQ             $0x00000004, AX
+	ADDQ             DX, CX
+	DECQ             SI
+	JNZ              keys1
+	MOVQ             (SP), AX
+	MOVQ             ldo+24(FP), CX
+	SHLQ             $0x02, CX
+	VMOVUPS          Z1, (AX)
+	VMOVUPS          Z2, (AX)(CX*1)
+	VMOVUPS          Z3, (AX)(CX*2)
+	LEAQ             (AX)(CX*2), DX
+	VMOVUPS          Z4, (DX)(CX*1)
+	LEAQ             (AX)(CX*4), AX
+	VMOVUPS          Z5, (AX)
+	VMOVUPS          Z6, (AX)(CX*1)
+	VMOVUPS          Z7, (AX)(CX*2)
+	LEAQ             (AX)(CX*2), DX
+	VMOVUPS          Z8, (DX)(CX*1)
+	LEAQ             (AX)(CX*4), AX
+	VMOVUPS          Z9, (AX)
+	VMOVUPS          Z10, (AX)(CX*1)
+	VMOVUPS          Z11, (AX)(CX*2)
+	LEAQ             (AX)(CX*2), DX
+	VMOVUPS          Z12, (DX)(CX*1)
+	LEAQ             (AX)(CX*4), AX
+	VMOVUPS          Z13, (AX)
+	VMOVUPS          Z14, (AX)(CX*1)
+	VMOVUPS          Z15, (AX)(CX*2)
+	LEAQ             (AX)(CX*2), AX
+	VMOVUPS          Z16, (AX)(CX*1)
+	MOVQ             (SP), AX
+	MOVQ             ldo+24(FP), CX
+	SHLQ             $0x02, CX
+	VMOVUPS          64(AX), Z1
+	VMOVUPS          64(AX)(CX*1), Z2
+	VMOVUPS          64(AX)(CX*2), Z3
+	LEAQ             (AX)(CX*2), DX
+	VMOVUPS          64(DX)(CX*1), Z4
+	LEAQ             (AX)(CX*4), AX
+	VMOVUPS          64(AX), Z5
+	VMOVUPS          64(AX)(CX*1), Z6
+	VMOVUPS          64(AX)(CX*2), Z7
+	LEAQ             (AX)(CX*2), DX
+	VMOVUPS          64(DX)(CX*1), Z8
+	LEAQ             (AX)(CX*4), AX
+	VMOVUPS          64(AX), Z9
+	VMOVUPS          64(AX)(CX*1), Z10
+	VMOVUPS          64(AX)(CX*2), Z11
+	LEAQ             (AX)(CX*2), DX
+	VMOVUPS          64(DX)(CX*1), Z12
+	LEAQ             (AX)(CX*4), AX
+	VMOVUPS          64(AX), Z13
+	VMOVUPS          64(AX)(CX*1), Z14
+	VMOVUPS          64(AX)(CX*2), Z15
+	LEAQ             (AX)(CX*2), AX
+	VMOVUPS          64(AX)(CX*1), Z16
+	LEAQ             56(SP), AX
+	MOVQ             8(SP), CX
+	MOVQ             ldv+88(FP), DX
+	MOVQ             DX, BX
+	SHLQ             $0x05, BX
+	MOVQ             32(SP), SI
+
+keys2:
+	PREFETCHT1       (CX)(BX*1)
+	VPBROADCASTW     (CX), Y17
+	VCVTPH2PS        Y17, Z17
+	VMULPS           Z0, Z17, Z17
+	VPMOVZXBD        2(CX), Z18
+	VPSRLD           $0x04, Z18, Z18
+	VPERMPS          Z17, Z18, Z17
+	VFMADD231PS.BCST (AX), Z17, Z1
+	VFMADD231PS.BCST 128(AX), Z17, Z2
+	VFMADD231PS.BCST 256(AX), Z17, Z3
+	VFMADD231PS.BCST 384(AX), Z17, Z4
+	VFMADD231PS.BCST 512(AX), Z17, Z5
+	VFMADD231PS.BCST 640(AX), Z17, Z6
+	VFMADD231PS.BCST 768(AX), Z17, Z7
+	VFMADD231PS.BCST 896(AX), Z17, Z8
+	VFMADD231PS.BCST 1024(AX), Z17, Z9
+	VFMADD231PS.BCST 1152(AX), Z17, Z10
+	VFMADD231PS.BCST 1280(AX), Z17, Z11
+	VFMADD231PS.BCST 1408(AX), Z17, Z12
+	VFMADD231PS.BCST 1536(AX), Z17, Z13
+	VFMADD231PS.BCST 1664(AX), Z17, Z14
+	VFMADD231PS.BCST 1792(AX), Z17, Z15
+	VFMADD231PS.BCST 1920(AX), Z17, Z16
+	ADDQ             $0x00000004, AX
+	ADDQ             DX, CX
+	DECQ             SI
+	JNZ              keys2
+	MOVQ             (SP), AX
+	MOVQ             ldo+24(FP), CX
+	SHLQ             $0x02, CX
+	VMOVUPS          Z1, 64(AX)
+	VMOVUPS          Z2, 64(AX)(CX*1)
+	VMOVUPS          Z3, 64(AX)(CX*2)
+	LEAQ             (AX)(CX*2), DX
+	VMOVUPS          Z4, 64(DX)(CX*1)
+	LEAQ             (AX)(CX*4), AX
+	VMOVUPS          Z5, 64(AX)
+	VMOVUPS          Z6, 64(AX)(CX*1)
+	VMOVUPS          Z7, 64(AX)(CX*2)
+	LEAQ             (AX)(CX*2), DX
+	VMOVUPS          Z8, 64(DX)(CX*1)
+	LEAQ             (AX)(CX*4), AX
+	VMOVUPS          Z9, 64(AX)
+	VMOVUPS          Z10, 64(AX)(CX*1)
+	VMOVUPS          Z11, 64(AX)(CX*2)
+	LEAQ             (AX)(CX*2), DX
+	VMOVUPS          Z12, 64(DX)(CX*1)
+	LEAQ             (AX)(CX*4), AX
+	VMOVUPS          Z13, 64(AX)
+	VMOVUPS          Z14, 64(AX)(CX*1)
+	VMOVUPS          Z15, 64(AX)(CX*2)
+	LEAQ             (AX)(CX*2), AX
+	VMOVUPS          Z16, 64(AX)(CX*1)
+	ADDQ             $0x00000080, (SP)
+	ADDQ             $0x00000012, 8(SP)
+	SUBQ             $0x00000002, 48(SP)
+	JMP              full
+
+chunk1:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresHeadsQ4AVX512(s []float32, lds int, q []float32, heads int, k []byte, hs int, n int, d int)
+// Requires: AVX, AVX512DQ, AVX512F, CMOV, F16C, MMX+
+TEXT ·scoresHeadsQ4AVX512(SB), NOSPLIT, $144-112
+	MOVQ    q_base+32(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    AX, 32(SP)
+	XORQ    AX, AX
+	MOVQ    AX, 8(SP)
+	MOVQ    AX, 24(SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 104(SP)
+	MOVQ    k_base+64(FP), AX
+	MOVQ    AX, 112(SP)
+	MOVQ    n+96(FP), AX
+	MOVQ    AX, 120(SP)
+	MOVQ    d+104(FP), AX
+	SHRQ    $0x05, AX
+	MOVQ    AX, 128(SP)
+	VMOVUPS decodeq4tab<>+0(SB), Z0
+
+main:
+	CMPQ   120(SP), $0x00000010
+	JL     mainEnd
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	VPSUBD Z16, Z16, Z16
+	MOVQ   hs+88(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	LEAQ   (BX)(AX*4), SI
+	LEAQ   (SI)(AX*4), DI
+	MOVQ   (SP), R8
+	LEAQ   (DX), R9
+	MOVQ   hs+88(FP), R10
+	SHLQ   $0x06, R10
+	MOVQ   128(SP), R11
+	TESTQ  R11, R11
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R9)(R10*1)
+	VCVTPH2PS   (R9), X17
+	VMOVSS      X17, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z17
+	VPMOVZXBD   2(R9), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (R8), Z19, Z1
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(R8), Z17, Z1
+	ADDQ        $0x00000080, R8
+	ADDQ        $0x00000012, R9
+	DECQ        R11
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(AX*1), R9
+	MOVQ    hs+88(FP), R10
+	SHLQ    $0x06, R10
+	MOVQ    128(SP), R11
+	TESTQ   R11, R11
+	JZ      mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (R9)(R10*1)
+	VCVTPH2PS   (R9), X17
+	VMOVSS      X17, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z17
+	VPMOVZXBD   2(R9), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (R8), Z19, Z2
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(R8), Z17, Z2
+	ADDQ        $0x00000080, R8
+	ADDQ        $0x00000012, R9
+	DECQ        R11
+	JNZ         mainK1Step
+
+mainK1Tail:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(AX*2), R9
+	MOVQ    hs+88(FP), R10
+	SHLQ    $0x06, R10
+	MOVQ    128(SP), R11
+	TESTQ   R11, R11
+	JZ      mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (R9)(R10*1)
+	VCVTPH2PS   (R9), X17
+	VMOVSS      X17, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z17
+	VPMOVZXBD   2(R9), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (R8), Z19, Z3
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(R8), Z17, Z3
+	ADDQ        $0x00000080, R8
+	ADDQ        $0x00000012, R9
+	DECQ        R11
+	JNZ         mainK2Step
+
+mainK2Tail:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(CX*1), DX
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (DX)(R9*1)
+	VCVTPH2PS   (DX), X17
+	VMOVSS      X17, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z17
+	VPMOVZXBD   2(DX), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (R8), Z19, Z4
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(R8), Z17, Z4
+	ADDQ        $0x00000080, R8
+	ADDQ        $0x00000012, DX
+	DECQ        R10
+	JNZ         mainK3Step
+
+mainK3Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (R8)(R9*1)
+	VCVTPH2PS   (R8), X17
+	VMOVSS      X17, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z17
+	VPMOVZXBD   2(R8), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (DX), Z19, Z5
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(DX), Z17, Z5
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, R8
+	DECQ        R10
+	JNZ         mainK4Step
+
+mainK4Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*1), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK5Tail
+
+mainK5Step:
+	PREFETCHT1  (R8)(R9*1)
+	VCVTPH2PS   (R8), X17
+	VMOVSS      X17, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z17
+	VPMOVZXBD   2(R8), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (DX), Z19, Z6
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(DX), Z17, Z6
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, R8
+	DECQ        R10
+	JNZ         mainK5Step
+
+mainK5Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*2), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK6Tail
+
+mainK6Step:
+	PREFETCHT1  (R8)(R9*1)
+	VCVTPH2PS   (R8), X17
+	VMOVSS      X17, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z17
+	VPMOVZXBD   2(R8), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (DX), Z19, Z7
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(DX), Z17, Z7
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, R8
+	DECQ        R10
+	JNZ         mainK6Step
+
+mainK6Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(CX*1), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK7Tail
+
+mainK7Step:
+	PREFETCHT1  (BX)(R8*1)
+	VCVTPH2PS   (BX), X17
+	VMOVSS      X17, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z17
+	VPMOVZXBD   2(BX), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (DX), Z19, Z8
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(DX), Z17, Z8
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, BX
+	DECQ        R9
+	JNZ         mainK7Step
+
+mainK7Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK8Tail
+
+mainK8Step:
+	PREFETCHT1  (BX)(R8*1)
+	VCVTPH2PS   (BX), X17
+	VMOVSS      X17, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z17
+	VPMOVZXBD   2(BX), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (DX), Z19, Z9
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(DX), Z17, Z9
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, BX
+	DECQ        R9
+	JNZ         mainK8Step
+
+mainK8Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(AX*1), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK9Tail
+
+mainK9Step:
+	PREFETCHT1  (BX)(R8*1)
+	VCVTPH2PS   (BX), X17
+	VMOVSS      X17, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z17
+	VPMOVZXBD   2(BX), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (DX), Z19, Z10
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(DX), Z17, Z10
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, BX
+	DECQ        R9
+	JNZ         mainK9Step
+
+mainK9Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(AX*2), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK10Tail
+
+mainK10Step:
+	PREFETCHT1  (BX)(R8*1)
+	VCVTPH2PS   (BX), X17
+	VMOVSS      X17, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z17
+	VPMOVZXBD   2(BX), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (DX), Z19, Z11
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(DX), Z17, Z11
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, BX
+	DECQ        R9
+	JNZ         mainK10Step
+
+mainK10Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(CX*1), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK11Tail
+
+mainK11Step:
+	PREFETCHT1  (BX)(SI*1)
+	VCVTPH2PS   (BX), X17
+	VMOVSS      X17, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z17
+	VPMOVZXBD   2(BX), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (DX), Z19, Z12
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(DX), Z17, Z12
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, BX
+	DECQ        R8
+	JNZ         mainK11Step
+
+mainK11Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK12Tail
+
+mainK12Step:
+	PREFETCHT1  (BX)(SI*1)
+	VCVTPH2PS   (BX), X17
+	VMOVSS      X17, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z17
+	VPMOVZXBD   2(BX), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (DX), Z19, Z13
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(DX), Z17, Z13
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, BX
+	DECQ        R8
+	JNZ         mainK12Step
+
+mainK12Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI)(AX*1), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK13Tail
+
+mainK13Step:
+	PREFETCHT1  (BX)(SI*1)
+	VCVTPH2PS   (BX), X17
+	VMOVSS      X17, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z17
+	VPMOVZXBD   2(BX), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (DX), Z19, Z14
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(DX), Z17, Z14
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, BX
+	DECQ        R8
+	JNZ         mainK13Step
+
+mainK13Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI)(AX*2), AX
+	MOVQ    hs+88(FP), BX
+	SHLQ    $0x06, BX
+	MOVQ    128(SP), SI
+	TESTQ   SI, SI
+	JZ      mainK14Tail
+
+mainK14Step:
+	PREFETCHT1  (AX)(BX*1)
+	VCVTPH2PS   (AX), X17
+	VMOVSS      X17, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z17
+	VPMOVZXBD   2(AX), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (DX), Z19, Z15
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(DX), Z17, Z15
+	ADDQ        $0x00000080, DX
+	ADDQ        $0x00000012, AX
+	DECQ        SI
+	JNZ         mainK14Step
+
+mainK14Tail:
+	MOVQ    (SP), AX
+	MOVQ    8(SP), DX
+	MOVQ    d+104(FP), BX
+	LEAQ    (AX)(BX*4), AX
+	INCQ    DX
+	MOVQ    q_base+32(FP), BX
+	XORQ    SI, SI
+	CMPQ    DX, heads+56(FP)
+	CMOVQEQ BX, AX
+	CMOVQEQ SI, DX
+	MOVQ    AX, (SP)
+	MOVQ    DX, 8(SP)
+	MOVQ    (SP), AX
+	LEAQ    (DI)(CX*1), CX
+	MOVQ    hs+88(FP), DX
+	SHLQ    $0x06, DX
+	MOVQ    128(SP), BX
+	TESTQ   BX, BX
+	JZ      mainK15Tail
+
+mainK15Step:
+	PREFETCHT1  (CX)(DX*1)
+	VCVTPH2PS   (CX), X17
+	VMOVSS      X17, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z17
+	VPMOVZXBD   2(CX), Z18
+	VPERMPS     Z17, Z18, Z19
+	VFMADD231PS (AX), Z19, Z16
+	VPSRLD      $0x04, Z18, Z18
+	VPERMPS     Z17, Z18, Z17
+	VFMADD231PS 64(AX), Z17, Z16
+	ADDQ        $0x00000080, AX
+	ADDQ        $0x00000012, CX
+	DECQ        BX
+	JNZ         mainK15Step
+
+mainK15Tail:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VSHUFF32X4 $0x44, Z5, Z1, Z17
+	VSHUFF32X4 $0xee, Z5, Z1, Z1
+	VADDPS     Z1, Z17, Z17
+	VSHUFF32X4 $0x44, Z13, Z9, Z1
+	VSHUFF32X4 $0xee, Z13, Z9, Z5
+	VADDPS     Z5, Z1, Z1
+	VSHUFF32X4 $0x44, Z6, Z2, Z5
+	VSHUFF32X4 $0xee, Z6, Z2, Z2
+	VADDPS     Z2, Z5, Z5
+	VSHUFF32X4 $0x44, Z14, Z10, Z2
+	VSHUFF32X4 $0xee, Z14, Z10, Z6
+	VADDPS     Z6, Z2, Z2
+	VSHUFF32X4 $0x44, Z7, Z3, Z6
+	VSHUFF32X4 $0xee, Z7, Z3, Z3
+	VADDPS     Z3, Z6, Z6
+	VSHUFF32X4 $0x44, Z15, Z11, Z3
+	VSHUFF32X4 $0xee, Z15, Z11, Z7
+	VADDPS     Z7, Z3, Z3
+	VSHUFF32X4 $0x44, Z8, Z4, Z7
+	VSHUFF32X4 $0xee, Z8, Z4, Z4
+	VADDPS     Z4, Z7, Z7
+	VSHUFF32X4 $0x44, Z16, Z12, Z4
+	VSHUFF32X4 $0xee, Z16, Z12, Z8
+	VADDPS     Z8, Z4, Z4
+	VSHUFF32X4 $0x88, Z1, Z17, Z8
+	VSHUFF32X4 $0xdd, Z1, Z17, Z1
+	VADDPS     Z1, Z8, Z8
+	VSHUFF32X4 $0x88, Z2, Z5, Z1
+	VSHUFF32X4 $0xdd, Z2, Z5, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x88, Z3, Z6, Z2
+	VSHUFF32X4 $0xdd, Z3, Z6, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFF32X4 $0x88, Z4, Z7, Z3
+	VSHUFF32X4 $0xdd, Z4, Z7, Z4
+	VADDPS     Z4, Z3, Z3
+	VSHUFPS    $0x44, Z1, Z8, Z4
+	VSHUFPS    $0xee, Z1, Z8, Z1
+	VADDPS     Z1, Z4, Z4
+	VSHUFPS    $0x44, Z3, Z2, Z1
+	VSHUFPS    $0xee, Z3, Z2, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFPS    $0x88, Z1, Z4, Z2
+	VSHUFPS    $0xdd, Z1, Z4, Z1
+	VADDPS     Z1, Z2, Z2
+	VMOVUPS    Z2, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       44(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       48(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       52(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       56(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       60(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       64(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       68(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       72(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       76(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       80(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       84(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       88(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       92(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       96(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       100(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x04, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000010, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VPSUBD Z1, Z1, Z1
+	MOVQ   112(SP), AX
+	MOVQ   (SP), CX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   128(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(DX*1)
+	VCVTPH2PS   (AX), X2
+	VMOVSS      X2, 136(SP)
+	VMULPS.BCST 136(SP), Z0, Z2
+	VPMOVZXBD   2(AX), Z3
+	VPERMPS     Z2, Z3, Z4
+	VFMADD231PS (CX), Z4, Z1
+	VPSRLD      $0x04, Z3, Z3
+	VPERMPS     Z2, Z3, Z2
+	VFMADD231PS 64(CX), Z2, Z1
+	ADDQ        $0x00000080, CX
+	ADDQ        $0x00000012, AX
+	DECQ        BX
+	JNZ         restK0Step
+
+restK0Tail:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Z2, Z2, Z2
+	VSHUFF32X4 $0x44, Z2, Z1, Z3
+	VSHUFF32X4 $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z3, Z3
+	VSHUFF32X4 $0x88, Z2, Z3, Z1
+	VSHUFF32X4 $0xdd, Z2, Z3, Z3
+	VADDPS     Z3, Z1, Z1
+	VSHUFPS    $0x44, Z2, Z1, Z3
+	VSHUFPS    $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z3, Z3
+	VSHUFPS    $0x88, Z2, Z3, Z1
+	VSHUFPS    $0xdd, Z2, Z3, Z2
+	VADDPS     Z2, Z1, Z1
+	VMOVSS     X1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumHeadsQ4AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []byte, hs int, n int, d int)
+// Requires: AVX, AVX512F, F16C, MMX+
+TEXT ·accumHeadsQ4AVX512(SB), NOSPLIT, $48-120
+	VMOVUPS decodeq4tab<>+0(SB), Z0
+	MOVQ    n+104(FP), AX
+	MOVQ    AX, 8(SP)
+	MOVQ    o_base+0(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    p_base+32(FP), AX
+	MOVQ    AX, 24(SP)
+	MOVQ    AX, 32(SP)
+	XORQ    AX, AX
+	MOVQ    AX, 40(SP)
+	MOVQ    v_base+72(FP), AX
+	MOVQ    hs+96(FP), CX
+	MOVQ    CX, DX
+	SHLQ    $0x06, DX
+
+row:
+	MOVQ         24(SP), BX
+	VBROADCASTSS (BX), Z1
+	MOVQ         16(SP), BX
+	MOVQ         d+112(FP), SI
+	SHRQ         $0x05, SI
+	MOVQ         AX, DI
+
+step:
+	PREFETCHT1  (DI)(DX*1)
+	VMOVUPS     (BX), Z2
+	VCVTPH2PS   (DI), X3
+	VMOVSS      X3, (SP)
+	VMULPS.BCST (SP), Z0, Z3
+	VPMOVZXBD   2(DI), Z4
+	VPERMPS     Z3, Z4, Z5
+	VFMADD231PS Z1, Z5, Z2
+	VMOVUPS     Z2, (BX)
+	VMOVUPS     64(BX), Z2
+	VPSRLD      $0x04, Z4, Z4
+	VPERMPS     Z3, Z4, Z3
+	VFMADD231PS Z1, Z3, Z2
+	VMOVUPS     Z2, 64(BX)
+	ADDQ        $0x00000012, DI
+	ADDQ        $0x00000080, BX
+	DECQ        SI
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        40(SP), BX
+	MOVQ        16(SP), SI
+	MOVQ        24(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	LEAQ        (SI)(R8*4), SI
+	MOVQ        ldp+56(FP), R8
+	LEAQ        (DI)(R8*4), DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        32(SP), DI
+	ADDQ        $0x04, DI
+	MOVQ        DI, 32(SP)
+
+store:
+	MOVQ BX, 40(SP)
+	MOVQ SI, 16(SP)
+	MOVQ DI, 24(SP)
+	DECQ 8(SP)
+	JNZ  row
 	VZEROUPPER
 	RET
 
@@ -15478,6 +23706,650 @@ next:
 	JMP   block
 
 done:
+	VZEROUPPER
+	RET
+
+// func scoresHeadsF32AVX2(s []float32, lds int, q []float32, heads int, k []float32, hs int, n int, d int)
+// Requires: AVX, CMOV, FMA3, MMX+
+TEXT ·scoresHeadsF32AVX2(SB), NOSPLIT, $152-112
+	MOVQ    q_base+32(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    AX, 32(SP)
+	XORQ    AX, AX
+	MOVQ    AX, 8(SP)
+	MOVQ    AX, 24(SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 104(SP)
+	MOVQ    k_base+64(FP), AX
+	MOVQ    AX, 112(SP)
+	MOVQ    n+96(FP), AX
+	MOVQ    AX, 120(SP)
+	MOVQ    d+104(FP), AX
+	MOVQ    AX, CX
+	SHRQ    $0x03, CX
+	MOVQ    CX, 128(SP)
+	ANDQ    $0x07, AX
+	LEAQ    decodemask8<>+0(SB), CX
+	VMOVUPS 32(CX)(AX*4), Y0
+	MOVQ    $0x00000008, CX
+	SUBQ    AX, CX
+	ANDQ    $0x07, CX
+	MOVQ    CX, AX
+	SHLQ    $0x02, AX
+	MOVQ    AX, 136(SP)
+	SHLQ    $0x02, CX
+	MOVQ    CX, 144(SP)
+
+main:
+	CMPQ   120(SP), $0x00000008
+	JL     mainEnd
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x02, AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   (SP), SI
+	LEAQ   (DX), DI
+	MOVQ   hs+88(FP), R8
+	SHLQ   $0x06, R8
+	MOVQ   128(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (DI)(R8*1)
+	VMOVUPS     (SI), Y9
+	VFMADD231PS (DI), Y9, Y1
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000020, DI
+	DECQ        R9
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ        136(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK0Done
+	SUBQ        R8, DI
+	SUBQ        144(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VMOVUPS     (DI), Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y1
+
+mainK0Done:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(AX*1), DI
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (DI)(R8*1)
+	VMOVUPS     (SI), Y9
+	VFMADD231PS (DI), Y9, Y2
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000020, DI
+	DECQ        R9
+	JNZ         mainK1Step
+
+mainK1Tail:
+	MOVQ        136(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK1Done
+	SUBQ        R8, DI
+	SUBQ        144(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VMOVUPS     (DI), Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y2
+
+mainK1Done:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(AX*2), DI
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (DI)(R8*1)
+	VMOVUPS     (SI), Y9
+	VFMADD231PS (DI), Y9, Y3
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000020, DI
+	DECQ        R9
+	JNZ         mainK2Step
+
+mainK2Tail:
+	MOVQ        136(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK2Done
+	SUBQ        R8, DI
+	SUBQ        144(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VMOVUPS     (DI), Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y3
+
+mainK2Done:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(CX*1), DX
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x06, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (DX)(DI*1)
+	VMOVUPS     (SI), Y9
+	VFMADD231PS (DX), Y9, Y4
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000020, DX
+	DECQ        R8
+	JNZ         mainK3Step
+
+mainK3Tail:
+	MOVQ        136(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK3Done
+	SUBQ        DI, DX
+	SUBQ        144(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VMOVUPS     (DX), Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y4
+
+mainK3Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX), SI
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x06, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (SI)(DI*1)
+	VMOVUPS     (DX), Y9
+	VFMADD231PS (SI), Y9, Y5
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000020, SI
+	DECQ        R8
+	JNZ         mainK4Step
+
+mainK4Tail:
+	MOVQ        136(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK4Done
+	SUBQ        DI, SI
+	SUBQ        144(SP), DX
+	VMASKMOVPS  (DX), Y0, Y9
+	VMOVUPS     (SI), Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y5
+
+mainK4Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*1), SI
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x06, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK5Tail
+
+mainK5Step:
+	PREFETCHT1  (SI)(DI*1)
+	VMOVUPS     (DX), Y9
+	VFMADD231PS (SI), Y9, Y6
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000020, SI
+	DECQ        R8
+	JNZ         mainK5Step
+
+mainK5Tail:
+	MOVQ        136(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK5Done
+	SUBQ        DI, SI
+	SUBQ        144(SP), DX
+	VMASKMOVPS  (DX), Y0, Y9
+	VMOVUPS     (SI), Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y6
+
+mainK5Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*2), AX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), DI
+	TESTQ   DI, DI
+	JZ      mainK6Tail
+
+mainK6Step:
+	PREFETCHT1  (AX)(SI*1)
+	VMOVUPS     (DX), Y9
+	VFMADD231PS (AX), Y9, Y7
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000020, AX
+	DECQ        DI
+	JNZ         mainK6Step
+
+mainK6Tail:
+	MOVQ        136(SP), SI
+	TESTQ       SI, SI
+	JZ          mainK6Done
+	SUBQ        SI, AX
+	SUBQ        144(SP), DX
+	VMASKMOVPS  (DX), Y0, Y9
+	VMOVUPS     (AX), Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y7
+
+mainK6Done:
+	MOVQ    (SP), AX
+	MOVQ    8(SP), DX
+	MOVQ    d+104(FP), SI
+	LEAQ    (AX)(SI*4), AX
+	INCQ    DX
+	MOVQ    q_base+32(FP), SI
+	XORQ    DI, DI
+	CMPQ    DX, heads+56(FP)
+	CMOVQEQ SI, AX
+	CMOVQEQ DI, DX
+	MOVQ    AX, (SP)
+	MOVQ    DX, 8(SP)
+	MOVQ    (SP), AX
+	LEAQ    (BX)(CX*1), CX
+	MOVQ    hs+88(FP), DX
+	SHLQ    $0x06, DX
+	MOVQ    128(SP), BX
+	TESTQ   BX, BX
+	JZ      mainK7Tail
+
+mainK7Step:
+	PREFETCHT1  (CX)(DX*1)
+	VMOVUPS     (AX), Y9
+	VFMADD231PS (CX), Y9, Y8
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	DECQ        BX
+	JNZ         mainK7Step
+
+mainK7Tail:
+	MOVQ        136(SP), DX
+	TESTQ       DX, DX
+	JZ          mainK7Done
+	SUBQ        DX, CX
+	SUBQ        144(SP), AX
+	VMASKMOVPS  (AX), Y0, Y9
+	VMOVUPS     (CX), Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y8
+
+mainK7Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y9, Y9
+	VPERM2F128 $0x20, Y6, Y2, Y1
+	VPERM2F128 $0x31, Y6, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y7, Y3, Y2
+	VPERM2F128 $0x31, Y7, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VPERM2F128 $0x20, Y8, Y4, Y3
+	VPERM2F128 $0x31, Y8, Y4, Y4
+	VADDPS     Y4, Y3, Y3
+	VSHUFPS    $0x44, Y1, Y9, Y4
+	VSHUFPS    $0xee, Y1, Y9, Y1
+	VADDPS     Y1, Y4, Y4
+	VSHUFPS    $0x44, Y3, Y2, Y1
+	VSHUFPS    $0xee, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x88, Y1, Y4, Y2
+	VSHUFPS    $0xdd, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VMOVUPS    Y2, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       44(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       48(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       52(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       56(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       60(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       64(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       68(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x05, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000008, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VXORPS Y1, Y1, Y1
+	MOVQ   112(SP), AX
+	MOVQ   (SP), CX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   128(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(DX*1)
+	VMOVUPS     (CX), Y2
+	VFMADD231PS (AX), Y2, Y1
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000020, AX
+	DECQ        BX
+	JNZ         restK0Step
+
+restK0Tail:
+	MOVQ        136(SP), DX
+	TESTQ       DX, DX
+	JZ          restK0Done
+	SUBQ        DX, AX
+	SUBQ        144(SP), CX
+	VMASKMOVPS  (CX), Y0, Y2
+	VMOVUPS     (AX), Y3
+	VANDPS      Y0, Y3, Y3
+	VFMADD231PS Y2, Y3, Y1
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Y2, Y2, Y2
+	VPERM2F128 $0x20, Y2, Y1, Y3
+	VPERM2F128 $0x31, Y2, Y1, Y1
+	VADDPS     Y1, Y3, Y3
+	VSHUFPS    $0x44, Y2, Y3, Y1
+	VSHUFPS    $0xee, Y2, Y3, Y3
+	VADDPS     Y3, Y1, Y1
+	VSHUFPS    $0x88, Y2, Y1, Y3
+	VSHUFPS    $0xdd, Y2, Y1, Y1
+	VADDPS     Y1, Y3, Y3
+	VMOVSS     X3, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x02, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumHeadsF32AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []float32, hs int, n int, d int)
+// Requires: AVX, FMA3, MMX+
+TEXT ·accumHeadsF32AVX2(SB), NOSPLIT, $40-120
+	MOVQ n+104(FP), AX
+	MOVQ AX, (SP)
+	MOVQ o_base+0(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ AX, 24(SP)
+	XORQ AX, AX
+	MOVQ AX, 32(SP)
+	MOVQ v_base+72(FP), AX
+	MOVQ hs+96(FP), CX
+	SHLQ $0x02, CX
+	MOVQ CX, DX
+	SHLQ $0x04, DX
+
+row:
+	MOVQ         16(SP), BX
+	VBROADCASTSS (BX), Y0
+	MOVQ         8(SP), BX
+	MOVQ         d+112(FP), SI
+	SHRQ         $0x03, SI
+	MOVQ         AX, DI
+
+step:
+	PREFETCHT1  (DI)(DX*1)
+	VMOVUPS     (BX), Y1
+	VFMADD231PS (DI), Y0, Y1
+	VMOVUPS     Y1, (BX)
+	ADDQ        $0x00000020, DI
+	ADDQ        $0x00000020, BX
+	DECQ        SI
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        32(SP), BX
+	MOVQ        8(SP), SI
+	MOVQ        16(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	LEAQ        (SI)(R8*4), SI
+	MOVQ        ldp+56(FP), R8
+	LEAQ        (DI)(R8*4), DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        24(SP), DI
+	ADDQ        $0x04, DI
+	MOVQ        DI, 24(SP)
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
 	VZEROUPPER
 	RET
 
@@ -17745,6 +26617,670 @@ done:
 	VZEROUPPER
 	RET
 
+// func scoresHeadsBF16AVX2(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+// Requires: AVX, AVX2, CMOV, FMA3, MMX+
+TEXT ·scoresHeadsBF16AVX2(SB), NOSPLIT, $152-112
+	MOVQ    q_base+32(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    AX, 32(SP)
+	XORQ    AX, AX
+	MOVQ    AX, 8(SP)
+	MOVQ    AX, 24(SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 104(SP)
+	MOVQ    k_base+64(FP), AX
+	MOVQ    AX, 112(SP)
+	MOVQ    n+96(FP), AX
+	MOVQ    AX, 120(SP)
+	MOVQ    d+104(FP), AX
+	MOVQ    AX, CX
+	SHRQ    $0x03, CX
+	MOVQ    CX, 128(SP)
+	ANDQ    $0x07, AX
+	LEAQ    decodemask8<>+0(SB), CX
+	VMOVUPS 32(CX)(AX*4), Y0
+	MOVQ    $0x00000008, CX
+	SUBQ    AX, CX
+	ANDQ    $0x07, CX
+	MOVQ    CX, AX
+	SHLQ    $0x01, AX
+	MOVQ    AX, 136(SP)
+	SHLQ    $0x02, CX
+	MOVQ    CX, 144(SP)
+
+main:
+	CMPQ   120(SP), $0x00000008
+	JL     mainEnd
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x01, AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   (SP), SI
+	LEAQ   (DX), DI
+	MOVQ   hs+88(FP), R8
+	SHLQ   $0x06, R8
+	MOVQ   128(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (DI)(R8*1)
+	VPMOVZXWD   (DI), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (SI), Y9, Y1
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, DI
+	DECQ        R9
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ        136(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK0Done
+	SUBQ        R8, DI
+	SUBQ        144(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VPMOVZXWD   (DI), Y10
+	VPSLLD      $0x10, Y10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y1
+
+mainK0Done:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(AX*1), DI
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (DI)(R8*1)
+	VPMOVZXWD   (DI), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (SI), Y9, Y2
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, DI
+	DECQ        R9
+	JNZ         mainK1Step
+
+mainK1Tail:
+	MOVQ        136(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK1Done
+	SUBQ        R8, DI
+	SUBQ        144(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VPMOVZXWD   (DI), Y10
+	VPSLLD      $0x10, Y10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y2
+
+mainK1Done:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(AX*2), DI
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (DI)(R8*1)
+	VPMOVZXWD   (DI), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (SI), Y9, Y3
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, DI
+	DECQ        R9
+	JNZ         mainK2Step
+
+mainK2Tail:
+	MOVQ        136(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK2Done
+	SUBQ        R8, DI
+	SUBQ        144(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VPMOVZXWD   (DI), Y10
+	VPSLLD      $0x10, Y10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y3
+
+mainK2Done:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(CX*1), DX
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x06, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (DX)(DI*1)
+	VPMOVZXWD   (DX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (SI), Y9, Y4
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, DX
+	DECQ        R8
+	JNZ         mainK3Step
+
+mainK3Tail:
+	MOVQ        136(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK3Done
+	SUBQ        DI, DX
+	SUBQ        144(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VPMOVZXWD   (DX), Y10
+	VPSLLD      $0x10, Y10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y4
+
+mainK3Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX), SI
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x06, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (SI)(DI*1)
+	VPMOVZXWD   (SI), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (DX), Y9, Y5
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000010, SI
+	DECQ        R8
+	JNZ         mainK4Step
+
+mainK4Tail:
+	MOVQ        136(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK4Done
+	SUBQ        DI, SI
+	SUBQ        144(SP), DX
+	VMASKMOVPS  (DX), Y0, Y9
+	VPMOVZXWD   (SI), Y10
+	VPSLLD      $0x10, Y10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y5
+
+mainK4Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*1), SI
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x06, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK5Tail
+
+mainK5Step:
+	PREFETCHT1  (SI)(DI*1)
+	VPMOVZXWD   (SI), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (DX), Y9, Y6
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000010, SI
+	DECQ        R8
+	JNZ         mainK5Step
+
+mainK5Tail:
+	MOVQ        136(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK5Done
+	SUBQ        DI, SI
+	SUBQ        144(SP), DX
+	VMASKMOVPS  (DX), Y0, Y9
+	VPMOVZXWD   (SI), Y10
+	VPSLLD      $0x10, Y10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y6
+
+mainK5Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*2), AX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), DI
+	TESTQ   DI, DI
+	JZ      mainK6Tail
+
+mainK6Step:
+	PREFETCHT1  (AX)(SI*1)
+	VPMOVZXWD   (AX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (DX), Y9, Y7
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000010, AX
+	DECQ        DI
+	JNZ         mainK6Step
+
+mainK6Tail:
+	MOVQ        136(SP), SI
+	TESTQ       SI, SI
+	JZ          mainK6Done
+	SUBQ        SI, AX
+	SUBQ        144(SP), DX
+	VMASKMOVPS  (DX), Y0, Y9
+	VPMOVZXWD   (AX), Y10
+	VPSLLD      $0x10, Y10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y7
+
+mainK6Done:
+	MOVQ    (SP), AX
+	MOVQ    8(SP), DX
+	MOVQ    d+104(FP), SI
+	LEAQ    (AX)(SI*4), AX
+	INCQ    DX
+	MOVQ    q_base+32(FP), SI
+	XORQ    DI, DI
+	CMPQ    DX, heads+56(FP)
+	CMOVQEQ SI, AX
+	CMOVQEQ DI, DX
+	MOVQ    AX, (SP)
+	MOVQ    DX, 8(SP)
+	MOVQ    (SP), AX
+	LEAQ    (BX)(CX*1), CX
+	MOVQ    hs+88(FP), DX
+	SHLQ    $0x06, DX
+	MOVQ    128(SP), BX
+	TESTQ   BX, BX
+	JZ      mainK7Tail
+
+mainK7Step:
+	PREFETCHT1  (CX)(DX*1)
+	VPMOVZXWD   (CX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (AX), Y9, Y8
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000010, CX
+	DECQ        BX
+	JNZ         mainK7Step
+
+mainK7Tail:
+	MOVQ        136(SP), DX
+	TESTQ       DX, DX
+	JZ          mainK7Done
+	SUBQ        DX, CX
+	SUBQ        144(SP), AX
+	VMASKMOVPS  (AX), Y0, Y9
+	VPMOVZXWD   (CX), Y10
+	VPSLLD      $0x10, Y10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y8
+
+mainK7Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y9, Y9
+	VPERM2F128 $0x20, Y6, Y2, Y1
+	VPERM2F128 $0x31, Y6, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y7, Y3, Y2
+	VPERM2F128 $0x31, Y7, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VPERM2F128 $0x20, Y8, Y4, Y3
+	VPERM2F128 $0x31, Y8, Y4, Y4
+	VADDPS     Y4, Y3, Y3
+	VSHUFPS    $0x44, Y1, Y9, Y4
+	VSHUFPS    $0xee, Y1, Y9, Y1
+	VADDPS     Y1, Y4, Y4
+	VSHUFPS    $0x44, Y3, Y2, Y1
+	VSHUFPS    $0xee, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x88, Y1, Y4, Y2
+	VSHUFPS    $0xdd, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VMOVUPS    Y2, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       44(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       48(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       52(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       56(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       60(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       64(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       68(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x04, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000008, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VXORPS Y1, Y1, Y1
+	MOVQ   112(SP), AX
+	MOVQ   (SP), CX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   128(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(DX*1)
+	VPMOVZXWD   (AX), Y2
+	VPSLLD      $0x10, Y2, Y2
+	VFMADD231PS (CX), Y2, Y1
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000010, AX
+	DECQ        BX
+	JNZ         restK0Step
+
+restK0Tail:
+	MOVQ        136(SP), DX
+	TESTQ       DX, DX
+	JZ          restK0Done
+	SUBQ        DX, AX
+	SUBQ        144(SP), CX
+	VMASKMOVPS  (CX), Y0, Y2
+	VPMOVZXWD   (AX), Y3
+	VPSLLD      $0x10, Y3, Y3
+	VANDPS      Y0, Y3, Y3
+	VFMADD231PS Y2, Y3, Y1
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Y2, Y2, Y2
+	VPERM2F128 $0x20, Y2, Y1, Y3
+	VPERM2F128 $0x31, Y2, Y1, Y1
+	VADDPS     Y1, Y3, Y3
+	VSHUFPS    $0x44, Y2, Y3, Y1
+	VSHUFPS    $0xee, Y2, Y3, Y3
+	VADDPS     Y3, Y1, Y1
+	VSHUFPS    $0x88, Y2, Y1, Y3
+	VSHUFPS    $0xdd, Y2, Y1, Y1
+	VADDPS     Y1, Y3, Y3
+	VMOVSS     X3, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x01, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumHeadsBF16AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+// Requires: AVX, AVX2, FMA3, MMX+
+TEXT ·accumHeadsBF16AVX2(SB), NOSPLIT, $40-120
+	MOVQ n+104(FP), AX
+	MOVQ AX, (SP)
+	MOVQ o_base+0(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ AX, 24(SP)
+	XORQ AX, AX
+	MOVQ AX, 32(SP)
+	MOVQ v_base+72(FP), AX
+	MOVQ hs+96(FP), CX
+	SHLQ $0x01, CX
+	MOVQ CX, DX
+	SHLQ $0x05, DX
+
+row:
+	MOVQ         16(SP), BX
+	VBROADCASTSS (BX), Y0
+	MOVQ         8(SP), BX
+	MOVQ         d+112(FP), SI
+	SHRQ         $0x03, SI
+	MOVQ         AX, DI
+
+step:
+	PREFETCHT1  (DI)(DX*1)
+	VMOVUPS     (BX), Y1
+	VPMOVZXWD   (DI), Y2
+	VPSLLD      $0x10, Y2, Y2
+	VFMADD231PS Y0, Y2, Y1
+	VMOVUPS     Y1, (BX)
+	ADDQ        $0x00000010, DI
+	ADDQ        $0x00000020, BX
+	DECQ        SI
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        32(SP), BX
+	MOVQ        8(SP), SI
+	MOVQ        16(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	LEAQ        (SI)(R8*4), SI
+	MOVQ        ldp+56(FP), R8
+	LEAQ        (DI)(R8*4), DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        24(SP), DI
+	ADDQ        $0x04, DI
+	MOVQ        DI, 24(SP)
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
 // func scoresF16M1AVX2(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
 // Requires: AVX, F16C, FMA3, MMX+
 TEXT ·scoresF16M1AVX2(SB), NOSPLIT, $48-104
@@ -19943,6 +29479,651 @@ done:
 	VZEROUPPER
 	RET
 
+// func scoresHeadsF16AVX2(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+// Requires: AVX, CMOV, F16C, FMA3, MMX+
+TEXT ·scoresHeadsF16AVX2(SB), NOSPLIT, $152-112
+	MOVQ    q_base+32(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    AX, 32(SP)
+	XORQ    AX, AX
+	MOVQ    AX, 8(SP)
+	MOVQ    AX, 24(SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 104(SP)
+	MOVQ    k_base+64(FP), AX
+	MOVQ    AX, 112(SP)
+	MOVQ    n+96(FP), AX
+	MOVQ    AX, 120(SP)
+	MOVQ    d+104(FP), AX
+	MOVQ    AX, CX
+	SHRQ    $0x03, CX
+	MOVQ    CX, 128(SP)
+	ANDQ    $0x07, AX
+	LEAQ    decodemask8<>+0(SB), CX
+	VMOVUPS 32(CX)(AX*4), Y0
+	MOVQ    $0x00000008, CX
+	SUBQ    AX, CX
+	ANDQ    $0x07, CX
+	MOVQ    CX, AX
+	SHLQ    $0x01, AX
+	MOVQ    AX, 136(SP)
+	SHLQ    $0x02, CX
+	MOVQ    CX, 144(SP)
+
+main:
+	CMPQ   120(SP), $0x00000008
+	JL     mainEnd
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x01, AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   (SP), SI
+	LEAQ   (DX), DI
+	MOVQ   hs+88(FP), R8
+	SHLQ   $0x06, R8
+	MOVQ   128(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (DI)(R8*1)
+	VCVTPH2PS   (DI), Y9
+	VFMADD231PS (SI), Y9, Y1
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, DI
+	DECQ        R9
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ        136(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK0Done
+	SUBQ        R8, DI
+	SUBQ        144(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VCVTPH2PS   (DI), Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y1
+
+mainK0Done:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(AX*1), DI
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (DI)(R8*1)
+	VCVTPH2PS   (DI), Y9
+	VFMADD231PS (SI), Y9, Y2
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, DI
+	DECQ        R9
+	JNZ         mainK1Step
+
+mainK1Tail:
+	MOVQ        136(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK1Done
+	SUBQ        R8, DI
+	SUBQ        144(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VCVTPH2PS   (DI), Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y2
+
+mainK1Done:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(AX*2), DI
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (DI)(R8*1)
+	VCVTPH2PS   (DI), Y9
+	VFMADD231PS (SI), Y9, Y3
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, DI
+	DECQ        R9
+	JNZ         mainK2Step
+
+mainK2Tail:
+	MOVQ        136(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK2Done
+	SUBQ        R8, DI
+	SUBQ        144(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VCVTPH2PS   (DI), Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y3
+
+mainK2Done:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(CX*1), DX
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x06, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (DX)(DI*1)
+	VCVTPH2PS   (DX), Y9
+	VFMADD231PS (SI), Y9, Y4
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000010, DX
+	DECQ        R8
+	JNZ         mainK3Step
+
+mainK3Tail:
+	MOVQ        136(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK3Done
+	SUBQ        DI, DX
+	SUBQ        144(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VCVTPH2PS   (DX), Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y4
+
+mainK3Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX), SI
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x06, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (SI)(DI*1)
+	VCVTPH2PS   (SI), Y9
+	VFMADD231PS (DX), Y9, Y5
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000010, SI
+	DECQ        R8
+	JNZ         mainK4Step
+
+mainK4Tail:
+	MOVQ        136(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK4Done
+	SUBQ        DI, SI
+	SUBQ        144(SP), DX
+	VMASKMOVPS  (DX), Y0, Y9
+	VCVTPH2PS   (SI), Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y5
+
+mainK4Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*1), SI
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x06, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK5Tail
+
+mainK5Step:
+	PREFETCHT1  (SI)(DI*1)
+	VCVTPH2PS   (SI), Y9
+	VFMADD231PS (DX), Y9, Y6
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000010, SI
+	DECQ        R8
+	JNZ         mainK5Step
+
+mainK5Tail:
+	MOVQ        136(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK5Done
+	SUBQ        DI, SI
+	SUBQ        144(SP), DX
+	VMASKMOVPS  (DX), Y0, Y9
+	VCVTPH2PS   (SI), Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y6
+
+mainK5Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*2), AX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), DI
+	TESTQ   DI, DI
+	JZ      mainK6Tail
+
+mainK6Step:
+	PREFETCHT1  (AX)(SI*1)
+	VCVTPH2PS   (AX), Y9
+	VFMADD231PS (DX), Y9, Y7
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000010, AX
+	DECQ        DI
+	JNZ         mainK6Step
+
+mainK6Tail:
+	MOVQ        136(SP), SI
+	TESTQ       SI, SI
+	JZ          mainK6Done
+	SUBQ        SI, AX
+	SUBQ        144(SP), DX
+	VMASKMOVPS  (DX), Y0, Y9
+	VCVTPH2PS   (AX), Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y7
+
+mainK6Done:
+	MOVQ    (SP), AX
+	MOVQ    8(SP), DX
+	MOVQ    d+104(FP), SI
+	LEAQ    (AX)(SI*4), AX
+	INCQ    DX
+	MOVQ    q_base+32(FP), SI
+	XORQ    DI, DI
+	CMPQ    DX, heads+56(FP)
+	CMOVQEQ SI, AX
+	CMOVQEQ DI, DX
+	MOVQ    AX, (SP)
+	MOVQ    DX, 8(SP)
+	MOVQ    (SP), AX
+	LEAQ    (BX)(CX*1), CX
+	MOVQ    hs+88(FP), DX
+	SHLQ    $0x06, DX
+	MOVQ    128(SP), BX
+	TESTQ   BX, BX
+	JZ      mainK7Tail
+
+mainK7Step:
+	PREFETCHT1  (CX)(DX*1)
+	VCVTPH2PS   (CX), Y9
+	VFMADD231PS (AX), Y9, Y8
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000010, CX
+	DECQ        BX
+	JNZ         mainK7Step
+
+mainK7Tail:
+	MOVQ        136(SP), DX
+	TESTQ       DX, DX
+	JZ          mainK7Done
+	SUBQ        DX, CX
+	SUBQ        144(SP), AX
+	VMASKMOVPS  (AX), Y0, Y9
+	VCVTPH2PS   (CX), Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y8
+
+mainK7Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y9, Y9
+	VPERM2F128 $0x20, Y6, Y2, Y1
+	VPERM2F128 $0x31, Y6, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y7, Y3, Y2
+	VPERM2F128 $0x31, Y7, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VPERM2F128 $0x20, Y8, Y4, Y3
+	VPERM2F128 $0x31, Y8, Y4, Y4
+	VADDPS     Y4, Y3, Y3
+	VSHUFPS    $0x44, Y1, Y9, Y4
+	VSHUFPS    $0xee, Y1, Y9, Y1
+	VADDPS     Y1, Y4, Y4
+	VSHUFPS    $0x44, Y3, Y2, Y1
+	VSHUFPS    $0xee, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x88, Y1, Y4, Y2
+	VSHUFPS    $0xdd, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VMOVUPS    Y2, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       44(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       48(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       52(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       56(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       60(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       64(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       68(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x04, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000008, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VXORPS Y1, Y1, Y1
+	MOVQ   112(SP), AX
+	MOVQ   (SP), CX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   128(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(DX*1)
+	VCVTPH2PS   (AX), Y2
+	VFMADD231PS (CX), Y2, Y1
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000010, AX
+	DECQ        BX
+	JNZ         restK0Step
+
+restK0Tail:
+	MOVQ        136(SP), DX
+	TESTQ       DX, DX
+	JZ          restK0Done
+	SUBQ        DX, AX
+	SUBQ        144(SP), CX
+	VMASKMOVPS  (CX), Y0, Y2
+	VCVTPH2PS   (AX), Y3
+	VANDPS      Y0, Y3, Y3
+	VFMADD231PS Y2, Y3, Y1
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Y2, Y2, Y2
+	VPERM2F128 $0x20, Y2, Y1, Y3
+	VPERM2F128 $0x31, Y2, Y1, Y1
+	VADDPS     Y1, Y3, Y3
+	VSHUFPS    $0x44, Y2, Y3, Y1
+	VSHUFPS    $0xee, Y2, Y3, Y3
+	VADDPS     Y3, Y1, Y1
+	VSHUFPS    $0x88, Y2, Y1, Y3
+	VSHUFPS    $0xdd, Y2, Y1, Y1
+	VADDPS     Y1, Y3, Y3
+	VMOVSS     X3, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x01, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumHeadsF16AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·accumHeadsF16AVX2(SB), NOSPLIT, $40-120
+	MOVQ n+104(FP), AX
+	MOVQ AX, (SP)
+	MOVQ o_base+0(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ AX, 24(SP)
+	XORQ AX, AX
+	MOVQ AX, 32(SP)
+	MOVQ v_base+72(FP), AX
+	MOVQ hs+96(FP), CX
+	SHLQ $0x01, CX
+	MOVQ CX, DX
+	SHLQ $0x05, DX
+
+row:
+	MOVQ         16(SP), BX
+	VBROADCASTSS (BX), Y0
+	MOVQ         8(SP), BX
+	MOVQ         d+112(FP), SI
+	SHRQ         $0x03, SI
+	MOVQ         AX, DI
+
+step:
+	PREFETCHT1  (DI)(DX*1)
+	VMOVUPS     (BX), Y1
+	VCVTPH2PS   (DI), Y2
+	VFMADD231PS Y0, Y2, Y1
+	VMOVUPS     Y1, (BX)
+	ADDQ        $0x00000010, DI
+	ADDQ        $0x00000020, BX
+	DECQ        SI
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        32(SP), BX
+	MOVQ        8(SP), SI
+	MOVQ        16(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	LEAQ        (SI)(R8*4), SI
+	MOVQ        ldp+56(FP), R8
+	LEAQ        (DI)(R8*4), DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        24(SP), DI
+	ADDQ        $0x04, DI
+	MOVQ        DI, 24(SP)
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
 // func scoresQ8M1AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·scoresQ8M1AVX2(SB), NOSPLIT, $32-104
@@ -22004,6 +32185,3645 @@ chunk2:
 	JMP   block
 
 done:
+	VZEROUPPER
+	RET
+
+// func scoresHeadsQ8AVX2(s []float32, lds int, q []float32, heads int, k []byte, hs int, n int, d int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·scoresHeadsQ8AVX2(SB), NOSPLIT, $136-112
+	MOVQ q_base+32(FP), AX
+	MOVQ AX, (SP)
+	MOVQ s_base+0(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ AX, 32(SP)
+	XORQ AX, AX
+	MOVQ AX, 8(SP)
+	MOVQ AX, 24(SP)
+	MOVQ s_base+0(FP), AX
+	MOVQ AX, 104(SP)
+	MOVQ k_base+64(FP), AX
+	MOVQ AX, 112(SP)
+	MOVQ n+96(FP), AX
+	MOVQ AX, 120(SP)
+	MOVQ d+104(FP), AX
+	SHRQ $0x05, AX
+	MOVQ AX, 128(SP)
+
+main:
+	CMPQ   120(SP), $0x00000008
+	JL     mainEnd
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   hs+88(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   (SP), SI
+	LEAQ   (DX), DI
+	MOVQ   hs+88(FP), R8
+	SHLQ   $0x05, R8
+	MOVQ   128(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1   (DI)(R8*1)
+	VPBROADCASTW (DI), X8
+	VCVTPH2PS    X8, Y8
+	VPMOVSXBD    2(DI), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       (SI), Y9, Y9
+	VPMOVSXBD    10(DI), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  32(SI), Y10, Y9
+	VPMOVSXBD    18(DI), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  64(SI), Y10, Y9
+	VPMOVSXBD    26(DI), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  96(SI), Y10, Y9
+	VFMADD231PS  Y8, Y9, Y0
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000022, DI
+	DECQ         R9
+	JNZ          mainK0Step
+
+mainK0Tail:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(AX*1), DI
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x05, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK1Tail
+
+mainK1Step:
+	PREFETCHT1   (DI)(R8*1)
+	VPBROADCASTW (DI), X8
+	VCVTPH2PS    X8, Y8
+	VPMOVSXBD    2(DI), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       (SI), Y9, Y9
+	VPMOVSXBD    10(DI), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  32(SI), Y10, Y9
+	VPMOVSXBD    18(DI), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  64(SI), Y10, Y9
+	VPMOVSXBD    26(DI), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  96(SI), Y10, Y9
+	VFMADD231PS  Y8, Y9, Y1
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000022, DI
+	DECQ         R9
+	JNZ          mainK1Step
+
+mainK1Tail:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(AX*2), DI
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x05, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK2Tail
+
+mainK2Step:
+	PREFETCHT1   (DI)(R8*1)
+	VPBROADCASTW (DI), X8
+	VCVTPH2PS    X8, Y8
+	VPMOVSXBD    2(DI), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       (SI), Y9, Y9
+	VPMOVSXBD    10(DI), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  32(SI), Y10, Y9
+	VPMOVSXBD    18(DI), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  64(SI), Y10, Y9
+	VPMOVSXBD    26(DI), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  96(SI), Y10, Y9
+	VFMADD231PS  Y8, Y9, Y2
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000022, DI
+	DECQ         R9
+	JNZ          mainK2Step
+
+mainK2Tail:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(CX*1), DX
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x05, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK3Tail
+
+mainK3Step:
+	PREFETCHT1   (DX)(DI*1)
+	VPBROADCASTW (DX), X8
+	VCVTPH2PS    X8, Y8
+	VPMOVSXBD    2(DX), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       (SI), Y9, Y9
+	VPMOVSXBD    10(DX), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  32(SI), Y10, Y9
+	VPMOVSXBD    18(DX), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  64(SI), Y10, Y9
+	VPMOVSXBD    26(DX), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  96(SI), Y10, Y9
+	VFMADD231PS  Y8, Y9, Y3
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000022, DX
+	DECQ         R8
+	JNZ          mainK3Step
+
+mainK3Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX), SI
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x05, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK4Tail
+
+mainK4Step:
+	PREFETCHT1   (SI)(DI*1)
+	VPBROADCASTW (SI), X8
+	VCVTPH2PS    X8, Y8
+	VPMOVSXBD    2(SI), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       (DX), Y9, Y9
+	VPMOVSXBD    10(SI), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  32(DX), Y10, Y9
+	VPMOVSXBD    18(SI), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  64(DX), Y10, Y9
+	VPMOVSXBD    26(SI), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  96(DX), Y10, Y9
+	VFMADD231PS  Y8, Y9, Y4
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000022, SI
+	DECQ         R8
+	JNZ          mainK4Step
+
+mainK4Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*1), SI
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x05, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK5Tail
+
+mainK5Step:
+	PREFETCHT1   (SI)(DI*1)
+	VPBROADCASTW (SI), X8
+	VCVTPH2PS    X8, Y8
+	VPMOVSXBD    2(SI), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       (DX), Y9, Y9
+	VPMOVSXBD    10(SI), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  32(DX), Y10, Y9
+	VPMOVSXBD    18(SI), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  64(DX), Y10, Y9
+	VPMOVSXBD    26(SI), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  96(DX), Y10, Y9
+	VFMADD231PS  Y8, Y9, Y5
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000022, SI
+	DECQ         R8
+	JNZ          mainK5Step
+
+mainK5Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*2), AX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x05, SI
+	MOVQ    128(SP), DI
+	TESTQ   DI, DI
+	JZ      mainK6Tail
+
+mainK6Step:
+	PREFETCHT1   (AX)(SI*1)
+	VPBROADCASTW (AX), X8
+	VCVTPH2PS    X8, Y8
+	VPMOVSXBD    2(AX), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       (DX), Y9, Y9
+	VPMOVSXBD    10(AX), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  32(DX), Y10, Y9
+	VPMOVSXBD    18(AX), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  64(DX), Y10, Y9
+	VPMOVSXBD    26(AX), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  96(DX), Y10, Y9
+	VFMADD231PS  Y8, Y9, Y6
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000022, AX
+	DECQ         DI
+	JNZ          mainK6Step
+
+mainK6Tail:
+	MOVQ    (SP), AX
+	MOVQ    8(SP), DX
+	MOVQ    d+104(FP), SI
+	LEAQ    (AX)(SI*4), AX
+	INCQ    DX
+	MOVQ    q_base+32(FP), SI
+	XORQ    DI, DI
+	CMPQ    DX, heads+56(FP)
+	CMOVQEQ SI, AX
+	CMOVQEQ DI, DX
+	MOVQ    AX, (SP)
+	MOVQ    DX, 8(SP)
+	MOVQ    (SP), AX
+	LEAQ    (BX)(CX*1), CX
+	MOVQ    hs+88(FP), DX
+	SHLQ    $0x05, DX
+	MOVQ    128(SP), BX
+	TESTQ   BX, BX
+	JZ      mainK7Tail
+
+mainK7Step:
+	PREFETCHT1   (CX)(DX*1)
+	VPBROADCASTW (CX), X8
+	VCVTPH2PS    X8, Y8
+	VPMOVSXBD    2(CX), Y9
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       (AX), Y9, Y9
+	VPMOVSXBD    10(CX), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  32(AX), Y10, Y9
+	VPMOVSXBD    18(CX), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  64(AX), Y10, Y9
+	VPMOVSXBD    26(CX), Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD231PS  96(AX), Y10, Y9
+	VFMADD231PS  Y8, Y9, Y7
+	ADDQ         $0x00000080, AX
+	ADDQ         $0x00000022, CX
+	DECQ         BX
+	JNZ          mainK7Step
+
+mainK7Tail:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VPERM2F128 $0x20, Y4, Y0, Y8
+	VPERM2F128 $0x31, Y4, Y0, Y0
+	VADDPS     Y0, Y8, Y8
+	VPERM2F128 $0x20, Y5, Y1, Y0
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y0, Y0
+	VPERM2F128 $0x20, Y6, Y2, Y1
+	VPERM2F128 $0x31, Y6, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y7, Y3, Y2
+	VPERM2F128 $0x31, Y7, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VSHUFPS    $0x44, Y0, Y8, Y3
+	VSHUFPS    $0xee, Y0, Y8, Y0
+	VADDPS     Y0, Y3, Y3
+	VSHUFPS    $0x44, Y2, Y1, Y0
+	VSHUFPS    $0xee, Y2, Y1, Y1
+	VADDPS     Y1, Y0, Y0
+	VSHUFPS    $0x88, Y0, Y3, Y1
+	VSHUFPS    $0xdd, Y0, Y3, Y0
+	VADDPS     Y0, Y1, Y1
+	VMOVUPS    Y1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       44(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       48(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       52(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       56(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       60(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       64(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       68(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x03, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000008, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VXORPS Y0, Y0, Y0
+	MOVQ   112(SP), AX
+	MOVQ   (SP), CX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), DX
+	SHLQ   $0x05, DX
+	MOVQ   128(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1   (AX)(DX*1)
+	VPBROADCASTW (AX), X1
+	VCVTPH2PS    X1, Y1
+	VPMOVSXBD    2(AX), Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       (CX), Y2, Y2
+	VPMOVSXBD    10(AX), Y3
+	VCVTDQ2PS    Y3, Y3
+	VFMADD231PS  32(CX), Y3, Y2
+	VPMOVSXBD    18(AX), Y3
+	VCVTDQ2PS    Y3, Y3
+	VFMADD231PS  64(CX), Y3, Y2
+	VPMOVSXBD    26(AX), Y3
+	VCVTDQ2PS    Y3, Y3
+	VFMADD231PS  96(CX), Y3, Y2
+	VFMADD231PS  Y1, Y2, Y0
+	ADDQ         $0x00000080, CX
+	ADDQ         $0x00000022, AX
+	DECQ         BX
+	JNZ          restK0Step
+
+restK0Tail:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Y1, Y1, Y1
+	VPERM2F128 $0x20, Y1, Y0, Y2
+	VPERM2F128 $0x31, Y1, Y0, Y0
+	VADDPS     Y0, Y2, Y2
+	VSHUFPS    $0x44, Y1, Y2, Y0
+	VSHUFPS    $0xee, Y1, Y2, Y2
+	VADDPS     Y2, Y0, Y0
+	VSHUFPS    $0x88, Y1, Y0, Y2
+	VSHUFPS    $0xdd, Y1, Y0, Y0
+	VADDPS     Y0, Y2, Y2
+	VMOVSS     X2, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumHeadsQ8AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []byte, hs int, n int, d int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·accumHeadsQ8AVX2(SB), NOSPLIT, $40-120
+	MOVQ n+104(FP), AX
+	MOVQ AX, (SP)
+	MOVQ o_base+0(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ AX, 24(SP)
+	XORQ AX, AX
+	MOVQ AX, 32(SP)
+	MOVQ v_base+72(FP), AX
+	MOVQ hs+96(FP), CX
+	MOVQ CX, DX
+	SHLQ $0x05, DX
+
+row:
+	MOVQ         16(SP), BX
+	VBROADCASTSS (BX), Y0
+	MOVQ         8(SP), BX
+	MOVQ         d+112(FP), SI
+	SHRQ         $0x05, SI
+	MOVQ         AX, DI
+
+step:
+	PREFETCHT1   (DI)(DX*1)
+	VMOVUPS      (BX), Y1
+	VPBROADCASTW (DI), X2
+	VCVTPH2PS    X2, Y2
+	VMULPS       Y0, Y2, Y2
+	VPMOVSXBD    2(DI), Y3
+	VCVTDQ2PS    Y3, Y3
+	VFMADD231PS  Y2, Y3, Y1
+	VMOVUPS      Y1, (BX)
+	VMOVUPS      32(BX), Y1
+	VPMOVSXBD    10(DI), Y3
+	VCVTDQ2PS    Y3, Y3
+	VFMADD231PS  Y2, Y3, Y1
+	VMOVUPS      Y1, 32(BX)
+	VMOVUPS      64(BX), Y1
+	VPMOVSXBD    18(DI), Y3
+	VCVTDQ2PS    Y3, Y3
+	VFMADD231PS  Y2, Y3, Y1
+	VMOVUPS      Y1, 64(BX)
+	VMOVUPS      96(BX), Y1
+	VPMOVSXBD    26(DI), Y3
+	VCVTDQ2PS    Y3, Y3
+	VFMADD231PS  Y2, Y3, Y1
+	VMOVUPS      Y1, 96(BX)
+	ADDQ         $0x00000022, DI
+	ADDQ         $0x00000080, BX
+	DECQ         SI
+	JNZ          step
+	ADDQ         CX, AX
+	MOVQ         32(SP), BX
+	MOVQ         8(SP), SI
+	MOVQ         16(SP), DI
+	INCQ         BX
+	MOVQ         ldo+24(FP), R8
+	LEAQ         (SI)(R8*4), SI
+	MOVQ         ldp+56(FP), R8
+	LEAQ         (DI)(R8*4), DI
+	CMPQ         BX, heads+64(FP)
+	JNE          store
+	XORQ         BX, BX
+	MOVQ         o_base+0(FP), SI
+	MOVQ         24(SP), DI
+	ADDQ         $0x04, DI
+	MOVQ         DI, 24(SP)
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
+// func scoresQ4M1AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·scoresQ4M1AVX2(SB), NOSPLIT, $32-104
+	MOVQ s_base+0(FP), AX
+	MOVQ AX, (SP)
+	MOVQ k_base+56(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ n+88(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ d+96(FP), AX
+	SHRQ $0x05, AX
+	MOVQ AX, 24(SP)
+
+main:
+	CMPQ   16(SP), $0x00000008
+	JL     mainEnd
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   ldk+80(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   8(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   q_base+32(FP), SI
+	LEAQ   (DX), DI
+	MOVQ   ldk+80(FP), R8
+	SHLQ   $0x06, R8
+	MOVQ   24(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1   (DI)(R8*1)
+	VPBROADCASTW (DI), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(DI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (SI), Y10, Y0
+	VPMOVZXBD    10(DI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(SI), Y10, Y0
+	VPMOVZXBD    2(DI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(SI), Y10, Y0
+	VPMOVZXBD    10(DI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(SI), Y10, Y0
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000012, DI
+	DECQ         R9
+	JNZ          mainK0Step
+
+mainK0Tail:
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(AX*1), DI
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1   (DI)(R8*1)
+	VPBROADCASTW (DI), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(DI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (SI), Y10, Y1
+	VPMOVZXBD    10(DI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(SI), Y10, Y1
+	VPMOVZXBD    2(DI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(SI), Y10, Y1
+	VPMOVZXBD    10(DI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(SI), Y10, Y1
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000012, DI
+	DECQ         R9
+	JNZ          mainK1Step
+
+mainK1Tail:
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(AX*2), DI
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK2Tail
+
+mainK2Step:
+	PREFETCHT1   (DI)(R8*1)
+	VPBROADCASTW (DI), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(DI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (SI), Y10, Y2
+	VPMOVZXBD    10(DI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(SI), Y10, Y2
+	VPMOVZXBD    2(DI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(SI), Y10, Y2
+	VPMOVZXBD    10(DI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(SI), Y10, Y2
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000012, DI
+	DECQ         R9
+	JNZ          mainK2Step
+
+mainK2Tail:
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(CX*1), DX
+	MOVQ  ldk+80(FP), DI
+	SHLQ  $0x06, DI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK3Tail
+
+mainK3Step:
+	PREFETCHT1   (DX)(DI*1)
+	VPBROADCASTW (DX), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(DX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (SI), Y10, Y3
+	VPMOVZXBD    10(DX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(SI), Y10, Y3
+	VPMOVZXBD    2(DX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(SI), Y10, Y3
+	VPMOVZXBD    10(DX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(SI), Y10, Y3
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000012, DX
+	DECQ         R8
+	JNZ          mainK3Step
+
+mainK3Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX), SI
+	MOVQ  ldk+80(FP), DI
+	SHLQ  $0x06, DI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK4Tail
+
+mainK4Step:
+	PREFETCHT1   (SI)(DI*1)
+	VPBROADCASTW (SI), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(SI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (DX), Y10, Y4
+	VPMOVZXBD    10(SI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(DX), Y10, Y4
+	VPMOVZXBD    2(SI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(DX), Y10, Y4
+	VPMOVZXBD    10(SI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(DX), Y10, Y4
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000012, SI
+	DECQ         R8
+	JNZ          mainK4Step
+
+mainK4Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(AX*1), SI
+	MOVQ  ldk+80(FP), DI
+	SHLQ  $0x06, DI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK5Tail
+
+mainK5Step:
+	PREFETCHT1   (SI)(DI*1)
+	VPBROADCASTW (SI), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(SI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (DX), Y10, Y5
+	VPMOVZXBD    10(SI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(DX), Y10, Y5
+	VPMOVZXBD    2(SI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(DX), Y10, Y5
+	VPMOVZXBD    10(SI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(DX), Y10, Y5
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000012, SI
+	DECQ         R8
+	JNZ          mainK5Step
+
+mainK5Tail:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(AX*2), AX
+	MOVQ  ldk+80(FP), SI
+	SHLQ  $0x06, SI
+	MOVQ  24(SP), DI
+	TESTQ DI, DI
+	JZ    mainK6Tail
+
+mainK6Step:
+	PREFETCHT1   (AX)(SI*1)
+	VPBROADCASTW (AX), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(AX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (DX), Y10, Y6
+	VPMOVZXBD    10(AX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(DX), Y10, Y6
+	VPMOVZXBD    2(AX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(DX), Y10, Y6
+	VPMOVZXBD    10(AX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(DX), Y10, Y6
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000012, AX
+	DECQ         DI
+	JNZ          mainK6Step
+
+mainK6Tail:
+	MOVQ  q_base+32(FP), AX
+	LEAQ  (BX)(CX*1), CX
+	MOVQ  ldk+80(FP), DX
+	SHLQ  $0x06, DX
+	MOVQ  24(SP), BX
+	TESTQ BX, BX
+	JZ    mainK7Tail
+
+mainK7Step:
+	PREFETCHT1   (CX)(DX*1)
+	VPBROADCASTW (CX), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(CX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (AX), Y10, Y7
+	VPMOVZXBD    10(CX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(AX), Y10, Y7
+	VPMOVZXBD    2(CX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(AX), Y10, Y7
+	VPMOVZXBD    10(CX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(AX), Y10, Y7
+	ADDQ         $0x00000080, AX
+	ADDQ         $0x00000012, CX
+	DECQ         BX
+	JNZ          mainK7Step
+
+mainK7Tail:
+	VPERM2F128 $0x20, Y4, Y0, Y8
+	VPERM2F128 $0x31, Y4, Y0, Y0
+	VADDPS     Y0, Y8, Y8
+	VPERM2F128 $0x20, Y5, Y1, Y0
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y0, Y0
+	VPERM2F128 $0x20, Y6, Y2, Y1
+	VPERM2F128 $0x31, Y6, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y7, Y3, Y2
+	VPERM2F128 $0x31, Y7, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VSHUFPS    $0x44, Y0, Y8, Y3
+	VSHUFPS    $0xee, Y0, Y8, Y0
+	VADDPS     Y0, Y3, Y3
+	VSHUFPS    $0x44, Y2, Y1, Y0
+	VSHUFPS    $0xee, Y2, Y1, Y1
+	VADDPS     Y1, Y0, Y0
+	VSHUFPS    $0x88, Y0, Y3, Y1
+	VSHUFPS    $0xdd, Y0, Y3, Y0
+	VADDPS     Y0, Y1, Y1
+	MOVQ       (SP), AX
+	VMOVUPS    Y1, (AX)
+	ADDQ       $0x00000020, (SP)
+	MOVQ       8(SP), AX
+	MOVQ       ldk+80(FP), CX
+	SHLQ       $0x03, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 8(SP)
+	SUBQ       $0x00000008, 16(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VXORPS Y0, Y0, Y0
+	MOVQ   8(SP), AX
+	MOVQ   q_base+32(FP), CX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   24(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1   (AX)(DX*1)
+	VPBROADCASTW (AX), X2
+	VCVTPH2PS    X2, Y2
+	VMULPS       decodeq4tab<>+64(SB), Y2, Y1
+	VPMOVZXBD    2(AX), Y3
+	VPAND        decodeq4tab<>+96(SB), Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VFMADD213PS  Y1, Y2, Y3
+	VFMADD231PS  (CX), Y3, Y0
+	VPMOVZXBD    10(AX), Y3
+	VPAND        decodeq4tab<>+96(SB), Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VFMADD213PS  Y1, Y2, Y3
+	VFMADD231PS  32(CX), Y3, Y0
+	VPMOVZXBD    2(AX), Y3
+	VPSRLD       $0x04, Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VFMADD213PS  Y1, Y2, Y3
+	VFMADD231PS  64(CX), Y3, Y0
+	VPMOVZXBD    10(AX), Y3
+	VPSRLD       $0x04, Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VFMADD213PS  Y1, Y2, Y3
+	VFMADD231PS  96(CX), Y3, Y0
+	ADDQ         $0x00000080, CX
+	ADDQ         $0x00000012, AX
+	DECQ         BX
+	JNZ          restK0Step
+
+restK0Tail:
+	VXORPS     Y1, Y1, Y1
+	VPERM2F128 $0x20, Y1, Y0, Y2
+	VPERM2F128 $0x31, Y1, Y0, Y0
+	VADDPS     Y0, Y2, Y2
+	VSHUFPS    $0x44, Y1, Y2, Y0
+	VSHUFPS    $0xee, Y1, Y2, Y2
+	VADDPS     Y2, Y0, Y0
+	VSHUFPS    $0x88, Y1, Y0, Y2
+	VSHUFPS    $0xdd, Y1, Y0, Y0
+	VADDPS     Y0, Y2, Y2
+	MOVQ       (SP), AX
+	VMOVSS     X2, (AX)
+	ADDQ       $0x00000004, (SP)
+	MOVQ       8(SP), AX
+	MOVQ       ldk+80(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 8(SP)
+	SUBQ       $0x00000001, 16(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresQ4M2AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·scoresQ4M2AVX2(SB), NOSPLIT, $32-104
+	MOVQ s_base+0(FP), AX
+	MOVQ AX, (SP)
+	MOVQ k_base+56(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ n+88(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ d+96(FP), AX
+	SHRQ $0x05, AX
+	MOVQ AX, 24(SP)
+
+main:
+	CMPQ   16(SP), $0x00000004
+	JL     mainEnd
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   ldk+80(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   8(SP), DX
+	MOVQ   d+96(FP), BX
+	SHLQ   $0x02, BX
+	MOVQ   q_base+32(FP), SI
+	LEAQ   (DX), DI
+	LEAQ   (DX)(AX*1), R8
+	LEAQ   (DX)(AX*2), AX
+	LEAQ   (DX)(CX*1), CX
+	MOVQ   ldk+80(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   24(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1   (DI)(DX*1)
+	PREFETCHT1   (R8)(DX*1)
+	PREFETCHT1   (AX)(DX*1)
+	PREFETCHT1   (CX)(DX*1)
+	VPBROADCASTW (DI), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(DI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (SI), Y10, Y0
+	VFMADD231PS  (SI)(BX*1), Y10, Y4
+	VPMOVZXBD    10(DI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(SI), Y10, Y0
+	VFMADD231PS  32(SI)(BX*1), Y10, Y4
+	VPMOVZXBD    2(DI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(SI), Y10, Y0
+	VFMADD231PS  64(SI)(BX*1), Y10, Y4
+	VPMOVZXBD    10(DI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(SI), Y10, Y0
+	VFMADD231PS  96(SI)(BX*1), Y10, Y4
+	VPBROADCASTW (R8), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(R8), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (SI), Y10, Y1
+	VFMADD231PS  (SI)(BX*1), Y10, Y5
+	VPMOVZXBD    10(R8), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(SI), Y10, Y1
+	VFMADD231PS  32(SI)(BX*1), Y10, Y5
+	VPMOVZXBD    2(R8), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(SI), Y10, Y1
+	VFMADD231PS  64(SI)(BX*1), Y10, Y5
+	VPMOVZXBD    10(R8), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(SI), Y10, Y1
+	VFMADD231PS  96(SI)(BX*1), Y10, Y5
+	VPBROADCASTW (AX), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(AX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (SI), Y10, Y2
+	VFMADD231PS  (SI)(BX*1), Y10, Y6
+	VPMOVZXBD    10(AX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(SI), Y10, Y2
+	VFMADD231PS  32(SI)(BX*1), Y10, Y6
+	VPMOVZXBD    2(AX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(SI), Y10, Y2
+	VFMADD231PS  64(SI)(BX*1), Y10, Y6
+	VPMOVZXBD    10(AX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(SI), Y10, Y2
+	VFMADD231PS  96(SI)(BX*1), Y10, Y6
+	VPBROADCASTW (CX), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(CX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (SI), Y10, Y3
+	VFMADD231PS  (SI)(BX*1), Y10, Y7
+	VPMOVZXBD    10(CX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(SI), Y10, Y3
+	VFMADD231PS  32(SI)(BX*1), Y10, Y7
+	VPMOVZXBD    2(CX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(SI), Y10, Y3
+	VFMADD231PS  64(SI)(BX*1), Y10, Y7
+	VPMOVZXBD    10(CX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(SI), Y10, Y3
+	VFMADD231PS  96(SI)(BX*1), Y10, Y7
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000012, DI
+	ADDQ         $0x00000012, R8
+	ADDQ         $0x00000012, AX
+	ADDQ         $0x00000012, CX
+	DECQ         R9
+	JNZ          mainK0Step
+
+mainK0Tail:
+	VPERM2F128   $0x20, Y4, Y0, Y8
+	VPERM2F128   $0x31, Y4, Y0, Y0
+	VADDPS       Y0, Y8, Y8
+	VPERM2F128   $0x20, Y5, Y1, Y0
+	VPERM2F128   $0x31, Y5, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERM2F128   $0x20, Y6, Y2, Y1
+	VPERM2F128   $0x31, Y6, Y2, Y2
+	VADDPS       Y2, Y1, Y1
+	VPERM2F128   $0x20, Y7, Y3, Y2
+	VPERM2F128   $0x31, Y7, Y3, Y3
+	VADDPS       Y3, Y2, Y2
+	VSHUFPS      $0x44, Y0, Y8, Y3
+	VSHUFPS      $0xee, Y0, Y8, Y0
+	VADDPS       Y0, Y3, Y3
+	VSHUFPS      $0x44, Y2, Y1, Y0
+	VSHUFPS      $0xee, Y2, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VSHUFPS      $0x88, Y0, Y3, Y1
+	VSHUFPS      $0xdd, Y0, Y3, Y0
+	VADDPS       Y0, Y1, Y1
+	MOVQ         (SP), AX
+	MOVQ         lds+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      X1, (AX)
+	VEXTRACTF128 $0x01, Y1, (AX)(CX*1)
+	ADDQ         $0x00000010, (SP)
+	MOVQ         8(SP), AX
+	MOVQ         ldk+80(FP), CX
+	SHLQ         $0x02, CX
+	ADDQ         CX, AX
+	MOVQ         AX, 8(SP)
+	SUBQ         $0x00000004, 16(SP)
+	JMP          main
+
+mainEnd:
+rest:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	MOVQ   q_base+32(FP), DX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), BX
+	SHLQ   $0x06, BX
+	MOVQ   24(SP), SI
+	TESTQ  SI, SI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1   (AX)(BX*1)
+	VPBROADCASTW (AX), X3
+	VCVTPH2PS    X3, Y3
+	VMULPS       decodeq4tab<>+64(SB), Y3, Y2
+	VPMOVZXBD    2(AX), Y4
+	VPAND        decodeq4tab<>+96(SB), Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VFMADD213PS  Y2, Y3, Y4
+	VFMADD231PS  (DX), Y4, Y0
+	VFMADD231PS  (DX)(CX*1), Y4, Y1
+	VPMOVZXBD    10(AX), Y4
+	VPAND        decodeq4tab<>+96(SB), Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VFMADD213PS  Y2, Y3, Y4
+	VFMADD231PS  32(DX), Y4, Y0
+	VFMADD231PS  32(DX)(CX*1), Y4, Y1
+	VPMOVZXBD    2(AX), Y4
+	VPSRLD       $0x04, Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VFMADD213PS  Y2, Y3, Y4
+	VFMADD231PS  64(DX), Y4, Y0
+	VFMADD231PS  64(DX)(CX*1), Y4, Y1
+	VPMOVZXBD    10(AX), Y4
+	VPSRLD       $0x04, Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VFMADD213PS  Y2, Y3, Y4
+	VFMADD231PS  96(DX), Y4, Y0
+	VFMADD231PS  96(DX)(CX*1), Y4, Y1
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000012, AX
+	DECQ         SI
+	JNZ          restK0Step
+
+restK0Tail:
+	VXORPS     Y2, Y2, Y2
+	VPERM2F128 $0x20, Y2, Y0, Y3
+	VPERM2F128 $0x31, Y2, Y0, Y0
+	VADDPS     Y0, Y3, Y3
+	VPERM2F128 $0x20, Y2, Y1, Y0
+	VPERM2F128 $0x31, Y2, Y1, Y1
+	VADDPS     Y1, Y0, Y0
+	VSHUFPS    $0x44, Y0, Y3, Y1
+	VSHUFPS    $0xee, Y0, Y3, Y0
+	VADDPS     Y0, Y1, Y1
+	VSHUFPS    $0x88, Y2, Y1, Y0
+	VSHUFPS    $0xdd, Y2, Y1, Y1
+	VADDPS     Y1, Y0, Y0
+	MOVQ       (SP), AX
+	MOVQ       lds+24(FP), CX
+	SHLQ       $0x02, CX
+	VMOVSS     X0, (AX)
+	VEXTRACTPS $0x01, X0, (AX)(CX*1)
+	ADDQ       $0x00000004, (SP)
+	MOVQ       8(SP), AX
+	MOVQ       ldk+80(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 8(SP)
+	SUBQ       $0x00000001, 16(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresQ4M4AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·scoresQ4M4AVX2(SB), NOSPLIT, $32-104
+	MOVQ s_base+0(FP), AX
+	MOVQ AX, (SP)
+	MOVQ k_base+56(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ n+88(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ d+96(FP), AX
+	SHRQ $0x05, AX
+	MOVQ AX, 24(SP)
+
+main:
+	CMPQ   16(SP), $0x00000002
+	JL     mainEnd
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   ldk+80(FP), AX
+	MOVQ   8(SP), CX
+	MOVQ   d+96(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	MOVQ   q_base+32(FP), SI
+	LEAQ   (CX), DI
+	LEAQ   (CX)(AX*1), AX
+	MOVQ   ldk+80(FP), CX
+	SHLQ   $0x06, CX
+	MOVQ   24(SP), R8
+	TESTQ  R8, R8
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1   (DI)(CX*1)
+	PREFETCHT1   (AX)(CX*1)
+	VPBROADCASTW (DI), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(DI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (SI), Y10, Y0
+	VFMADD231PS  (SI)(DX*1), Y10, Y2
+	VFMADD231PS  (SI)(DX*2), Y10, Y4
+	VFMADD231PS  (SI)(BX*1), Y10, Y6
+	VPMOVZXBD    10(DI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(SI), Y10, Y0
+	VFMADD231PS  32(SI)(DX*1), Y10, Y2
+	VFMADD231PS  32(SI)(DX*2), Y10, Y4
+	VFMADD231PS  32(SI)(BX*1), Y10, Y6
+	VPMOVZXBD    2(DI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(SI), Y10, Y0
+	VFMADD231PS  64(SI)(DX*1), Y10, Y2
+	VFMADD231PS  64(SI)(DX*2), Y10, Y4
+	VFMADD231PS  64(SI)(BX*1), Y10, Y6
+	VPMOVZXBD    10(DI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(SI), Y10, Y0
+	VFMADD231PS  96(SI)(DX*1), Y10, Y2
+	VFMADD231PS  96(SI)(DX*2), Y10, Y4
+	VFMADD231PS  96(SI)(BX*1), Y10, Y6
+	VPBROADCASTW (AX), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(AX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (SI), Y10, Y1
+	VFMADD231PS  (SI)(DX*1), Y10, Y3
+	VFMADD231PS  (SI)(DX*2), Y10, Y5
+	VFMADD231PS  (SI)(BX*1), Y10, Y7
+	VPMOVZXBD    10(AX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(SI), Y10, Y1
+	VFMADD231PS  32(SI)(DX*1), Y10, Y3
+	VFMADD231PS  32(SI)(DX*2), Y10, Y5
+	VFMADD231PS  32(SI)(BX*1), Y10, Y7
+	VPMOVZXBD    2(AX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(SI), Y10, Y1
+	VFMADD231PS  64(SI)(DX*1), Y10, Y3
+	VFMADD231PS  64(SI)(DX*2), Y10, Y5
+	VFMADD231PS  64(SI)(BX*1), Y10, Y7
+	VPMOVZXBD    10(AX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(SI), Y10, Y1
+	VFMADD231PS  96(SI)(DX*1), Y10, Y3
+	VFMADD231PS  96(SI)(DX*2), Y10, Y5
+	VFMADD231PS  96(SI)(BX*1), Y10, Y7
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000012, DI
+	ADDQ         $0x00000012, AX
+	DECQ         R8
+	JNZ          mainK0Step
+
+mainK0Tail:
+	VPERM2F128   $0x20, Y4, Y0, Y8
+	VPERM2F128   $0x31, Y4, Y0, Y0
+	VADDPS       Y0, Y8, Y8
+	VPERM2F128   $0x20, Y5, Y1, Y0
+	VPERM2F128   $0x31, Y5, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERM2F128   $0x20, Y6, Y2, Y1
+	VPERM2F128   $0x31, Y6, Y2, Y2
+	VADDPS       Y2, Y1, Y1
+	VPERM2F128   $0x20, Y7, Y3, Y2
+	VPERM2F128   $0x31, Y7, Y3, Y3
+	VADDPS       Y3, Y2, Y2
+	VSHUFPS      $0x44, Y0, Y8, Y3
+	VSHUFPS      $0xee, Y0, Y8, Y0
+	VADDPS       Y0, Y3, Y3
+	VSHUFPS      $0x44, Y2, Y1, Y0
+	VSHUFPS      $0xee, Y2, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VSHUFPS      $0x88, Y0, Y3, Y1
+	VSHUFPS      $0xdd, Y0, Y3, Y0
+	VADDPS       Y0, Y1, Y1
+	MOVQ         (SP), AX
+	MOVQ         lds+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVLPS      X1, (AX)
+	VMOVHPS      X1, (AX)(CX*1)
+	VEXTRACTF128 $0x01, Y1, X0
+	VMOVLPS      X0, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVHPS      X0, (AX)(CX*1)
+	ADDQ         $0x00000008, (SP)
+	MOVQ         8(SP), AX
+	MOVQ         ldk+80(FP), CX
+	SHLQ         $0x01, CX
+	ADDQ         CX, AX
+	MOVQ         AX, 8(SP)
+	SUBQ         $0x00000002, 16(SP)
+	JMP          main
+
+mainEnd:
+rest:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), SI
+	SHLQ   $0x06, SI
+	MOVQ   24(SP), DI
+	TESTQ  DI, DI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1   (AX)(SI*1)
+	VPBROADCASTW (AX), X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       decodeq4tab<>+64(SB), Y5, Y4
+	VPMOVZXBD    2(AX), Y6
+	VPAND        decodeq4tab<>+96(SB), Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VFMADD213PS  Y4, Y5, Y6
+	VFMADD231PS  (BX), Y6, Y0
+	VFMADD231PS  (BX)(CX*1), Y6, Y1
+	VFMADD231PS  (BX)(CX*2), Y6, Y2
+	VFMADD231PS  (BX)(DX*1), Y6, Y3
+	VPMOVZXBD    10(AX), Y6
+	VPAND        decodeq4tab<>+96(SB), Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VFMADD213PS  Y4, Y5, Y6
+	VFMADD231PS  32(BX), Y6, Y0
+	VFMADD231PS  32(BX)(CX*1), Y6, Y1
+	VFMADD231PS  32(BX)(CX*2), Y6, Y2
+	VFMADD231PS  32(BX)(DX*1), Y6, Y3
+	VPMOVZXBD    2(AX), Y6
+	VPSRLD       $0x04, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VFMADD213PS  Y4, Y5, Y6
+	VFMADD231PS  64(BX), Y6, Y0
+	VFMADD231PS  64(BX)(CX*1), Y6, Y1
+	VFMADD231PS  64(BX)(CX*2), Y6, Y2
+	VFMADD231PS  64(BX)(DX*1), Y6, Y3
+	VPMOVZXBD    10(AX), Y6
+	VPSRLD       $0x04, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VFMADD213PS  Y4, Y5, Y6
+	VFMADD231PS  96(BX), Y6, Y0
+	VFMADD231PS  96(BX)(CX*1), Y6, Y1
+	VFMADD231PS  96(BX)(CX*2), Y6, Y2
+	VFMADD231PS  96(BX)(DX*1), Y6, Y3
+	ADDQ         $0x00000080, BX
+	ADDQ         $0x00000012, AX
+	DECQ         DI
+	JNZ          restK0Step
+
+restK0Tail:
+	VXORPS     Y4, Y4, Y4
+	VPERM2F128 $0x20, Y4, Y0, Y5
+	VPERM2F128 $0x31, Y4, Y0, Y0
+	VADDPS     Y0, Y5, Y5
+	VPERM2F128 $0x20, Y4, Y1, Y0
+	VPERM2F128 $0x31, Y4, Y1, Y1
+	VADDPS     Y1, Y0, Y0
+	VPERM2F128 $0x20, Y4, Y2, Y1
+	VPERM2F128 $0x31, Y4, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y4, Y3, Y2
+	VPERM2F128 $0x31, Y4, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VSHUFPS    $0x44, Y0, Y5, Y3
+	VSHUFPS    $0xee, Y0, Y5, Y0
+	VADDPS     Y0, Y3, Y3
+	VSHUFPS    $0x44, Y2, Y1, Y0
+	VSHUFPS    $0xee, Y2, Y1, Y1
+	VADDPS     Y1, Y0, Y0
+	VSHUFPS    $0x88, Y0, Y3, Y1
+	VSHUFPS    $0xdd, Y0, Y3, Y0
+	VADDPS     Y0, Y1, Y1
+	MOVQ       (SP), AX
+	MOVQ       lds+24(FP), CX
+	SHLQ       $0x02, CX
+	VMOVSS     X1, (AX)
+	VEXTRACTPS $0x01, X1, (AX)(CX*1)
+	VEXTRACTPS $0x02, X1, (AX)(CX*2)
+	LEAQ       (AX)(CX*2), AX
+	VEXTRACTPS $0x03, X1, (AX)(CX*1)
+	ADDQ       $0x00000004, (SP)
+	MOVQ       8(SP), AX
+	MOVQ       ldk+80(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 8(SP)
+	SUBQ       $0x00000001, 16(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresQ4M8AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·scoresQ4M8AVX2(SB), NOSPLIT, $32-104
+	MOVQ s_base+0(FP), AX
+	MOVQ AX, (SP)
+	MOVQ k_base+56(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ n+88(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ d+96(FP), AX
+	SHRQ $0x05, AX
+	MOVQ AX, 24(SP)
+
+main:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (BX)(CX*4), SI
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), DI
+	SHLQ   $0x06, DI
+	MOVQ   24(SP), R8
+	TESTQ  R8, R8
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1   (AX)(DI*1)
+	VPBROADCASTW (AX), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(AX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (BX), Y10, Y0
+	VFMADD231PS  (BX)(CX*1), Y10, Y1
+	VFMADD231PS  (BX)(CX*2), Y10, Y2
+	VFMADD231PS  (BX)(DX*1), Y10, Y3
+	VFMADD231PS  (SI), Y10, Y4
+	VFMADD231PS  (SI)(CX*1), Y10, Y5
+	VFMADD231PS  (SI)(CX*2), Y10, Y6
+	VFMADD231PS  (SI)(DX*1), Y10, Y7
+	VPMOVZXBD    10(AX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(BX), Y10, Y0
+	VFMADD231PS  32(BX)(CX*1), Y10, Y1
+	VFMADD231PS  32(BX)(CX*2), Y10, Y2
+	VFMADD231PS  32(BX)(DX*1), Y10, Y3
+	VFMADD231PS  32(SI), Y10, Y4
+	VFMADD231PS  32(SI)(CX*1), Y10, Y5
+	VFMADD231PS  32(SI)(CX*2), Y10, Y6
+	VFMADD231PS  32(SI)(DX*1), Y10, Y7
+	VPMOVZXBD    2(AX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(BX), Y10, Y0
+	VFMADD231PS  64(BX)(CX*1), Y10, Y1
+	VFMADD231PS  64(BX)(CX*2), Y10, Y2
+	VFMADD231PS  64(BX)(DX*1), Y10, Y3
+	VFMADD231PS  64(SI), Y10, Y4
+	VFMADD231PS  64(SI)(CX*1), Y10, Y5
+	VFMADD231PS  64(SI)(CX*2), Y10, Y6
+	VFMADD231PS  64(SI)(DX*1), Y10, Y7
+	VPMOVZXBD    10(AX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(BX), Y10, Y0
+	VFMADD231PS  96(BX)(CX*1), Y10, Y1
+	VFMADD231PS  96(BX)(CX*2), Y10, Y2
+	VFMADD231PS  96(BX)(DX*1), Y10, Y3
+	VFMADD231PS  96(SI), Y10, Y4
+	VFMADD231PS  96(SI)(CX*1), Y10, Y5
+	VFMADD231PS  96(SI)(CX*2), Y10, Y6
+	VFMADD231PS  96(SI)(DX*1), Y10, Y7
+	ADDQ         $0x00000080, BX
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000012, AX
+	DECQ         R8
+	JNZ          mainK0Step
+
+mainK0Tail:
+	VPERM2F128   $0x20, Y4, Y0, Y8
+	VPERM2F128   $0x31, Y4, Y0, Y0
+	VADDPS       Y0, Y8, Y8
+	VPERM2F128   $0x20, Y5, Y1, Y0
+	VPERM2F128   $0x31, Y5, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VPERM2F128   $0x20, Y6, Y2, Y1
+	VPERM2F128   $0x31, Y6, Y2, Y2
+	VADDPS       Y2, Y1, Y1
+	VPERM2F128   $0x20, Y7, Y3, Y2
+	VPERM2F128   $0x31, Y7, Y3, Y3
+	VADDPS       Y3, Y2, Y2
+	VSHUFPS      $0x44, Y0, Y8, Y3
+	VSHUFPS      $0xee, Y0, Y8, Y0
+	VADDPS       Y0, Y3, Y3
+	VSHUFPS      $0x44, Y2, Y1, Y0
+	VSHUFPS      $0xee, Y2, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VSHUFPS      $0x88, Y0, Y3, Y1
+	VSHUFPS      $0xdd, Y0, Y3, Y0
+	VADDPS       Y0, Y1, Y1
+	MOVQ         (SP), AX
+	MOVQ         lds+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVSS       X1, (AX)
+	VEXTRACTPS   $0x01, X1, (AX)(CX*1)
+	VEXTRACTPS   $0x02, X1, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), DX
+	VEXTRACTPS   $0x03, X1, (DX)(CX*1)
+	VEXTRACTF128 $0x01, Y1, X0
+	LEAQ         (AX)(CX*4), AX
+	VMOVSS       X0, (AX)
+	VEXTRACTPS   $0x01, X0, (AX)(CX*1)
+	VEXTRACTPS   $0x02, X0, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VEXTRACTPS   $0x03, X0, (AX)(CX*1)
+	ADDQ         $0x00000004, (SP)
+	MOVQ         8(SP), AX
+	MOVQ         ldk+80(FP), CX
+	SHLQ         $0x00, CX
+	ADDQ         CX, AX
+	MOVQ         AX, 8(SP)
+	SUBQ         $0x00000001, 16(SP)
+	JMP          main
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumQ4M1AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·accumQ4M1AVX2(SB), $184-112
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ v_base+64(FP), AX
+	MOVQ AX, 24(SP)
+	MOVQ n+96(FP), AX
+	MOVQ AX, 40(SP)
+
+block:
+	MOVQ       40(SP), AX
+	TESTQ      AX, AX
+	JZ         done
+	MOVQ       $0x00000020, CX
+	CMPQ       AX, CX
+	CMOVQGT    CX, AX
+	MOVQ       AX, 32(SP)
+	MOVQ       16(SP), CX
+	MOVQ       ldp+56(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       AX, DX
+	SUBQ       $0x00000000, DX
+	XORQ       BX, BX
+	CMPQ       DX, BX
+	CMOVQLT    BX, DX
+	MOVQ       $0x00000008, BX
+	CMPQ       DX, BX
+	CMOVQGT    BX, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	LEAQ       decodemask8<>+0(SB), DX
+	VMOVUPS    (DX)(BX*4), Y0
+	MOVQ       AX, DX
+	SUBQ       $0x00000008, DX
+	XORQ       BX, BX
+	CMPQ       DX, BX
+	CMOVQLT    BX, DX
+	MOVQ       $0x00000008, BX
+	CMPQ       DX, BX
+	CMOVQGT    BX, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	LEAQ       decodemask8<>+0(SB), DX
+	VMOVUPS    (DX)(BX*4), Y1
+	MOVQ       AX, DX
+	SUBQ       $0x00000010, DX
+	XORQ       BX, BX
+	CMPQ       DX, BX
+	CMOVQLT    BX, DX
+	MOVQ       $0x00000008, BX
+	CMPQ       DX, BX
+	CMOVQGT    BX, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	LEAQ       decodemask8<>+0(SB), DX
+	VMOVUPS    (DX)(BX*4), Y2
+	SUBQ       $0x00000018, AX
+	XORQ       DX, DX
+	CMPQ       AX, DX
+	CMOVQLT    DX, AX
+	MOVQ       $0x00000008, DX
+	CMPQ       AX, DX
+	CMOVQGT    DX, AX
+	MOVQ       $0x00000008, DX
+	SUBQ       AX, DX
+	LEAQ       decodemask8<>+0(SB), AX
+	VMOVUPS    (AX)(DX*4), Y3
+	VMASKMOVPS (CX), Y0, Y0
+	VMOVUPS    Y0, 56(SP)
+	VMASKMOVPS 32(CX), Y1, Y0
+	VMOVUPS    Y0, 88(SP)
+	VMASKMOVPS 64(CX), Y2, Y0
+	VMOVUPS    Y0, 120(SP)
+	VMASKMOVPS 96(CX), Y3, Y0
+	VMOVUPS    Y0, 152(SP)
+	MOVQ       o_base+0(FP), AX
+	MOVQ       AX, (SP)
+	MOVQ       24(SP), AX
+	MOVQ       AX, 8(SP)
+	MOVQ       d+104(FP), AX
+	SHRQ       $0x03, AX
+	MOVQ       AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000008
+	JL      chunk4
+	MOVQ    (SP), AX
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VMOVUPS 64(AX), Y2
+	VMOVUPS 96(AX), Y3
+	VMOVUPS 128(AX), Y4
+	VMOVUPS 160(AX), Y5
+	VMOVUPS 192(AX), Y6
+	VMOVUPS 224(AX), Y7
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y8
+	VPBROADCASTW (CX), X10
+	VCVTPH2PS    X10, Y10
+	VMULPS       decodeq4tab<>+64(SB), Y10, Y9
+	VPMOVZXBD    2(CX), Y11
+	VPAND        decodeq4tab<>+96(SB), Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VFMADD213PS  Y9, Y10, Y11
+	VFMADD231PS  Y8, Y11, Y0
+	VPMOVZXBD    10(CX), Y11
+	VPAND        decodeq4tab<>+96(SB), Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VFMADD213PS  Y9, Y10, Y11
+	VFMADD231PS  Y8, Y11, Y1
+	VPMOVZXBD    2(CX), Y11
+	VPSRLD       $0x04, Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VFMADD213PS  Y9, Y10, Y11
+	VFMADD231PS  Y8, Y11, Y2
+	VPMOVZXBD    10(CX), Y11
+	VPSRLD       $0x04, Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VFMADD213PS  Y9, Y10, Y11
+	VFMADD231PS  Y8, Y11, Y3
+	VPBROADCASTW 18(CX), X10
+	VCVTPH2PS    X10, Y10
+	VMULPS       decodeq4tab<>+64(SB), Y10, Y9
+	VPMOVZXBD    20(CX), Y11
+	VPAND        decodeq4tab<>+96(SB), Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VFMADD213PS  Y9, Y10, Y11
+	VFMADD231PS  Y8, Y11, Y4
+	VPMOVZXBD    28(CX), Y11
+	VPAND        decodeq4tab<>+96(SB), Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VFMADD213PS  Y9, Y10, Y11
+	VFMADD231PS  Y8, Y11, Y5
+	VPMOVZXBD    20(CX), Y11
+	VPSRLD       $0x04, Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VFMADD213PS  Y9, Y10, Y11
+	VFMADD231PS  Y8, Y11, Y6
+	VPMOVZXBD    28(CX), Y11
+	VPSRLD       $0x04, Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VFMADD213PS  Y9, Y10, Y11
+	VFMADD231PS  Y8, Y11, Y7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys1
+	MOVQ         (SP), AX
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y1, 32(AX)
+	VMOVUPS      Y2, 64(AX)
+	VMOVUPS      Y3, 96(AX)
+	VMOVUPS      Y4, 128(AX)
+	VMOVUPS      Y5, 160(AX)
+	VMOVUPS      Y6, 192(AX)
+	VMOVUPS      Y7, 224(AX)
+	ADDQ         $0x00000100, (SP)
+	ADDQ         $0x00000024, 8(SP)
+	SUBQ         $0x00000008, 48(SP)
+	JMP          full
+
+chunk4:
+	CMPQ    48(SP), $0x00000004
+	JL      chunk2
+	MOVQ    (SP), AX
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VMOVUPS 64(AX), Y2
+	VMOVUPS 96(AX), Y3
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys2:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y4
+	VPBROADCASTW (CX), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       decodeq4tab<>+64(SB), Y6, Y5
+	VPMOVZXBD    2(CX), Y7
+	VPAND        decodeq4tab<>+96(SB), Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VFMADD213PS  Y5, Y6, Y7
+	VFMADD231PS  Y4, Y7, Y0
+	VPMOVZXBD    10(CX), Y7
+	VPAND        decodeq4tab<>+96(SB), Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VFMADD213PS  Y5, Y6, Y7
+	VFMADD231PS  Y4, Y7, Y1
+	VPMOVZXBD    2(CX), Y7
+	VPSRLD       $0x04, Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VFMADD213PS  Y5, Y6, Y7
+	VFMADD231PS  Y4, Y7, Y2
+	VPMOVZXBD    10(CX), Y7
+	VPSRLD       $0x04, Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VFMADD213PS  Y5, Y6, Y7
+	VFMADD231PS  Y4, Y7, Y3
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys2
+	MOVQ         (SP), AX
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y1, 32(AX)
+	VMOVUPS      Y2, 64(AX)
+	VMOVUPS      Y3, 96(AX)
+	ADDQ         $0x00000080, (SP)
+	ADDQ         $0x00000012, 8(SP)
+	SUBQ         $0x00000004, 48(SP)
+
+chunk2:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumQ4M2AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·accumQ4M2AVX2(SB), $312-112
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ v_base+64(FP), AX
+	MOVQ AX, 24(SP)
+	MOVQ n+96(FP), AX
+	MOVQ AX, 40(SP)
+
+block:
+	MOVQ       40(SP), AX
+	TESTQ      AX, AX
+	JZ         done
+	MOVQ       $0x00000020, CX
+	CMPQ       AX, CX
+	CMOVQGT    CX, AX
+	MOVQ       AX, 32(SP)
+	MOVQ       16(SP), CX
+	MOVQ       ldp+56(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       AX, BX
+	SUBQ       $0x00000000, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y0
+	MOVQ       AX, BX
+	SUBQ       $0x00000008, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y1
+	MOVQ       AX, BX
+	SUBQ       $0x00000010, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y2
+	SUBQ       $0x00000018, AX
+	XORQ       BX, BX
+	CMPQ       AX, BX
+	CMOVQLT    BX, AX
+	MOVQ       $0x00000008, BX
+	CMPQ       AX, BX
+	CMOVQGT    BX, AX
+	MOVQ       $0x00000008, BX
+	SUBQ       AX, BX
+	LEAQ       decodemask8<>+0(SB), AX
+	VMOVUPS    (AX)(BX*4), Y3
+	VMASKMOVPS (CX), Y0, Y4
+	VMOVUPS    Y4, 56(SP)
+	VMASKMOVPS 32(CX), Y1, Y4
+	VMOVUPS    Y4, 88(SP)
+	VMASKMOVPS 64(CX), Y2, Y4
+	VMOVUPS    Y4, 120(SP)
+	VMASKMOVPS 96(CX), Y3, Y4
+	VMOVUPS    Y4, 152(SP)
+	VMASKMOVPS (CX)(DX*1), Y0, Y0
+	VMOVUPS    Y0, 184(SP)
+	VMASKMOVPS 32(CX)(DX*1), Y1, Y0
+	VMOVUPS    Y0, 216(SP)
+	VMASKMOVPS 64(CX)(DX*1), Y2, Y0
+	VMOVUPS    Y0, 248(SP)
+	VMASKMOVPS 96(CX)(DX*1), Y3, Y0
+	VMOVUPS    Y0, 280(SP)
+	MOVQ       o_base+0(FP), AX
+	MOVQ       AX, (SP)
+	MOVQ       24(SP), AX
+	MOVQ       AX, 8(SP)
+	MOVQ       d+104(FP), AX
+	SHRQ       $0x03, AX
+	MOVQ       AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000004
+	JL      chunk2
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VMOVUPS 64(AX), Y2
+	VMOVUPS 96(AX), Y3
+	VMOVUPS (AX)(CX*1), Y4
+	VMOVUPS 32(AX)(CX*1), Y5
+	VMOVUPS 64(AX)(CX*1), Y6
+	VMOVUPS 96(AX)(CX*1), Y7
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y8
+	VBROADCASTSS 128(AX), Y9
+	VPBROADCASTW (CX), X11
+	VCVTPH2PS    X11, Y11
+	VMULPS       decodeq4tab<>+64(SB), Y11, Y10
+	VPMOVZXBD    2(CX), Y12
+	VPAND        decodeq4tab<>+96(SB), Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VFMADD213PS  Y10, Y11, Y12
+	VFMADD231PS  Y8, Y12, Y0
+	VFMADD231PS  Y9, Y12, Y4
+	VPMOVZXBD    10(CX), Y12
+	VPAND        decodeq4tab<>+96(SB), Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VFMADD213PS  Y10, Y11, Y12
+	VFMADD231PS  Y8, Y12, Y1
+	VFMADD231PS  Y9, Y12, Y5
+	VPMOVZXBD    2(CX), Y12
+	VPSRLD       $0x04, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VFMADD213PS  Y10, Y11, Y12
+	VFMADD231PS  Y8, Y12, Y2
+	VFMADD231PS  Y9, Y12, Y6
+	VPMOVZXBD    10(CX), Y12
+	VPSRLD       $0x04, Y12, Y12
+	VCVTDQ2PS    Y12, Y12
+	VFMADD213PS  Y10, Y11, Y12
+	VFMADD231PS  Y8, Y12, Y3
+	VFMADD231PS  Y9, Y12, Y7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys1
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y1, 32(AX)
+	VMOVUPS      Y2, 64(AX)
+	VMOVUPS      Y3, 96(AX)
+	VMOVUPS      Y4, (AX)(CX*1)
+	VMOVUPS      Y5, 32(AX)(CX*1)
+	VMOVUPS      Y6, 64(AX)(CX*1)
+	VMOVUPS      Y7, 96(AX)(CX*1)
+	ADDQ         $0x00000080, (SP)
+	ADDQ         $0x00000012, 8(SP)
+	SUBQ         $0x00000004, 48(SP)
+	JMP          full
+
+chunk2:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumQ4M4AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·accumQ4M4AVX2(SB), $568-112
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ v_base+64(FP), AX
+	MOVQ AX, 24(SP)
+	MOVQ n+96(FP), AX
+	MOVQ AX, 40(SP)
+
+block:
+	MOVQ       40(SP), AX
+	TESTQ      AX, AX
+	JZ         done
+	MOVQ       $0x00000020, CX
+	CMPQ       AX, CX
+	CMOVQGT    CX, AX
+	MOVQ       AX, 32(SP)
+	MOVQ       16(SP), CX
+	MOVQ       ldp+56(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       AX, BX
+	SUBQ       $0x00000000, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y0
+	MOVQ       AX, BX
+	SUBQ       $0x00000008, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y1
+	MOVQ       AX, BX
+	SUBQ       $0x00000010, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y2
+	SUBQ       $0x00000018, AX
+	XORQ       BX, BX
+	CMPQ       AX, BX
+	CMOVQLT    BX, AX
+	MOVQ       $0x00000008, BX
+	CMPQ       AX, BX
+	CMOVQGT    BX, AX
+	MOVQ       $0x00000008, BX
+	SUBQ       AX, BX
+	LEAQ       decodemask8<>+0(SB), AX
+	VMOVUPS    (AX)(BX*4), Y3
+	VMASKMOVPS (CX), Y0, Y4
+	VMOVUPS    Y4, 56(SP)
+	VMASKMOVPS 32(CX), Y1, Y4
+	VMOVUPS    Y4, 88(SP)
+	VMASKMOVPS 64(CX), Y2, Y4
+	VMOVUPS    Y4, 120(SP)
+	VMASKMOVPS 96(CX), Y3, Y4
+	VMOVUPS    Y4, 152(SP)
+	VMASKMOVPS (CX)(DX*1), Y0, Y4
+	VMOVUPS    Y4, 184(SP)
+	VMASKMOVPS 32(CX)(DX*1), Y1, Y4
+	VMOVUPS    Y4, 216(SP)
+	VMASKMOVPS 64(CX)(DX*1), Y2, Y4
+	VMOVUPS    Y4, 248(SP)
+	VMASKMOVPS 96(CX)(DX*1), Y3, Y4
+	VMOVUPS    Y4, 280(SP)
+	VMASKMOVPS (CX)(DX*2), Y0, Y4
+	VMOVUPS    Y4, 312(SP)
+	VMASKMOVPS 32(CX)(DX*2), Y1, Y4
+	VMOVUPS    Y4, 344(SP)
+	VMASKMOVPS 64(CX)(DX*2), Y2, Y4
+	VMOVUPS    Y4, 376(SP)
+	VMASKMOVPS 96(CX)(DX*2), Y3, Y4
+	VMOVUPS    Y4, 408(SP)
+	LEAQ       (CX)(DX*2), AX
+	VMASKMOVPS (AX)(DX*1), Y0, Y0
+	VMOVUPS    Y0, 440(SP)
+	VMASKMOVPS 32(AX)(DX*1), Y1, Y0
+	VMOVUPS    Y0, 472(SP)
+	VMASKMOVPS 64(AX)(DX*1), Y2, Y0
+	VMOVUPS    Y0, 504(SP)
+	VMASKMOVPS 96(AX)(DX*1), Y3, Y0
+	VMOVUPS    Y0, 536(SP)
+	MOVQ       o_base+0(FP), AX
+	MOVQ       AX, (SP)
+	MOVQ       24(SP), AX
+	MOVQ       AX, 8(SP)
+	MOVQ       d+104(FP), AX
+	SHRQ       $0x03, AX
+	MOVQ       AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000004
+	JL      chunk2
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VMOVUPS (AX)(CX*1), Y2
+	VMOVUPS 32(AX)(CX*1), Y3
+	VMOVUPS (AX)(CX*2), Y4
+	VMOVUPS 32(AX)(CX*2), Y5
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS (AX)(CX*1), Y6
+	VMOVUPS 32(AX)(CX*1), Y7
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y8
+	VBROADCASTSS 128(AX), Y9
+	VBROADCASTSS 256(AX), Y10
+	VBROADCASTSS 384(AX), Y11
+	VPBROADCASTW (CX), X13
+	VCVTPH2PS    X13, Y13
+	VMULPS       decodeq4tab<>+64(SB), Y13, Y12
+	VPMOVZXBD    2(CX), Y14
+	VPAND        decodeq4tab<>+96(SB), Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VFMADD213PS  Y12, Y13, Y14
+	VFMADD231PS  Y8, Y14, Y0
+	VFMADD231PS  Y9, Y14, Y2
+	VFMADD231PS  Y10, Y14, Y4
+	VFMADD231PS  Y11, Y14, Y6
+	VPMOVZXBD    10(CX), Y14
+	VPAND        decodeq4tab<>+96(SB), Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VFMADD213PS  Y12, Y13, Y14
+	VFMADD231PS  Y8, Y14, Y1
+	VFMADD231PS  Y9, Y14, Y3
+	VFMADD231PS  Y10, Y14, Y5
+	VFMADD231PS  Y11, Y14, Y7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys1
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y1, 32(AX)
+	VMOVUPS      Y2, (AX)(CX*1)
+	VMOVUPS      Y3, 32(AX)(CX*1)
+	VMOVUPS      Y4, (AX)(CX*2)
+	VMOVUPS      Y5, 32(AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Y6, (AX)(CX*1)
+	VMOVUPS      Y7, 32(AX)(CX*1)
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      64(AX), Y0
+	VMOVUPS      96(AX), Y1
+	VMOVUPS      64(AX)(CX*1), Y2
+	VMOVUPS      96(AX)(CX*1), Y3
+	VMOVUPS      64(AX)(CX*2), Y4
+	VMOVUPS      96(AX)(CX*2), Y5
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      64(AX)(CX*1), Y6
+	VMOVUPS      96(AX)(CX*1), Y7
+	LEAQ         56(SP), AX
+	MOVQ         8(SP), CX
+	MOVQ         ldv+88(FP), DX
+	MOVQ         DX, BX
+	SHLQ         $0x05, BX
+	MOVQ         32(SP), SI
+
+keys2:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y8
+	VBROADCASTSS 128(AX), Y9
+	VBROADCASTSS 256(AX), Y10
+	VBROADCASTSS 384(AX), Y11
+	VPBROADCASTW (CX), X13
+	VCVTPH2PS    X13, Y13
+	VMULPS       decodeq4tab<>+64(SB), Y13, Y12
+	VPMOVZXBD    2(CX), Y14
+	VPSRLD       $0x04, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VFMADD213PS  Y12, Y13, Y14
+	VFMADD231PS  Y8, Y14, Y0
+	VFMADD231PS  Y9, Y14, Y2
+	VFMADD231PS  Y10, Y14, Y4
+	VFMADD231PS  Y11, Y14, Y6
+	VPMOVZXBD    10(CX), Y14
+	VPSRLD       $0x04, Y14, Y14
+	VCVTDQ2PS    Y14, Y14
+	VFMADD213PS  Y12, Y13, Y14
+	VFMADD231PS  Y8, Y14, Y1
+	VFMADD231PS  Y9, Y14, Y3
+	VFMADD231PS  Y10, Y14, Y5
+	VFMADD231PS  Y11, Y14, Y7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys2
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Y0, 64(AX)
+	VMOVUPS      Y1, 96(AX)
+	VMOVUPS      Y2, 64(AX)(CX*1)
+	VMOVUPS      Y3, 96(AX)(CX*1)
+	VMOVUPS      Y4, 64(AX)(CX*2)
+	VMOVUPS      Y5, 96(AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Y6, 64(AX)(CX*1)
+	VMOVUPS      Y7, 96(AX)(CX*1)
+	ADDQ         $0x00000080, (SP)
+	ADDQ         $0x00000012, 8(SP)
+	SUBQ         $0x00000004, 48(SP)
+	JMP          full
+
+chunk2:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumQ4M8AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·accumQ4M8AVX2(SB), $1080-112
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ v_base+64(FP), AX
+	MOVQ AX, 24(SP)
+	MOVQ n+96(FP), AX
+	MOVQ AX, 40(SP)
+
+block:
+	MOVQ       40(SP), AX
+	TESTQ      AX, AX
+	JZ         done
+	MOVQ       $0x00000020, CX
+	CMPQ       AX, CX
+	CMOVQGT    CX, AX
+	MOVQ       AX, 32(SP)
+	MOVQ       16(SP), CX
+	MOVQ       ldp+56(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       AX, BX
+	SUBQ       $0x00000000, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y0
+	MOVQ       AX, BX
+	SUBQ       $0x00000008, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y1
+	MOVQ       AX, BX
+	SUBQ       $0x00000010, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y2
+	SUBQ       $0x00000018, AX
+	XORQ       BX, BX
+	CMPQ       AX, BX
+	CMOVQLT    BX, AX
+	MOVQ       $0x00000008, BX
+	CMPQ       AX, BX
+	CMOVQGT    BX, AX
+	MOVQ       $0x00000008, BX
+	SUBQ       AX, BX
+	LEAQ       decodemask8<>+0(SB), AX
+	VMOVUPS    (AX)(BX*4), Y3
+	VMASKMOVPS (CX), Y0, Y4
+	VMOVUPS    Y4, 56(SP)
+	VMASKMOVPS 32(CX), Y1, Y4
+	VMOVUPS    Y4, 88(SP)
+	VMASKMOVPS 64(CX), Y2, Y4
+	VMOVUPS    Y4, 120(SP)
+	VMASKMOVPS 96(CX), Y3, Y4
+	VMOVUPS    Y4, 152(SP)
+	VMASKMOVPS (CX)(DX*1), Y0, Y4
+	VMOVUPS    Y4, 184(SP)
+	VMASKMOVPS 32(CX)(DX*1), Y1, Y4
+	VMOVUPS    Y4, 216(SP)
+	VMASKMOVPS 64(CX)(DX*1), Y2, Y4
+	VMOVUPS    Y4, 248(SP)
+	VMASKMOVPS 96(CX)(DX*1), Y3, Y4
+	VMOVUPS    Y4, 280(SP)
+	VMASKMOVPS (CX)(DX*2), Y0, Y4
+	VMOVUPS    Y4, 312(SP)
+	VMASKMOVPS 32(CX)(DX*2), Y1, Y4
+	VMOVUPS    Y4, 344(SP)
+	VMASKMOVPS 64(CX)(DX*2), Y2, Y4
+	VMOVUPS    Y4, 376(SP)
+	VMASKMOVPS 96(CX)(DX*2), Y3, Y4
+	VMOVUPS    Y4, 408(SP)
+	LEAQ       (CX)(DX*2), AX
+	VMASKMOVPS (AX)(DX*1), Y0, Y4
+	VMOVUPS    Y4, 440(SP)
+	VMASKMOVPS 32(AX)(DX*1), Y1, Y4
+	VMOVUPS    Y4, 472(SP)
+	VMASKMOVPS 64(AX)(DX*1), Y2, Y4
+	VMOVUPS    Y4, 504(SP)
+	VMASKMOVPS 96(AX)(DX*1), Y3, Y4
+	VMOVUPS    Y4, 536(SP)
+	LEAQ       (CX)(DX*4), AX
+	VMASKMOVPS (AX), Y0, Y4
+	VMOVUPS    Y4, 568(SP)
+	VMASKMOVPS 32(AX), Y1, Y4
+	VMOVUPS    Y4, 600(SP)
+	VMASKMOVPS 64(AX), Y2, Y4
+	VMOVUPS    Y4, 632(SP)
+	VMASKMOVPS 96(AX), Y3, Y4
+	VMOVUPS    Y4, 664(SP)
+	VMASKMOVPS (AX)(DX*1), Y0, Y4
+	VMOVUPS    Y4, 696(SP)
+	VMASKMOVPS 32(AX)(DX*1), Y1, Y4
+	VMOVUPS    Y4, 728(SP)
+	VMASKMOVPS 64(AX)(DX*1), Y2, Y4
+	VMOVUPS    Y4, 760(SP)
+	VMASKMOVPS 96(AX)(DX*1), Y3, Y4
+	VMOVUPS    Y4, 792(SP)
+	VMASKMOVPS (AX)(DX*2), Y0, Y4
+	VMOVUPS    Y4, 824(SP)
+	VMASKMOVPS 32(AX)(DX*2), Y1, Y4
+	VMOVUPS    Y4, 856(SP)
+	VMASKMOVPS 64(AX)(DX*2), Y2, Y4
+	VMOVUPS    Y4, 888(SP)
+	VMASKMOVPS 96(AX)(DX*2), Y3, Y4
+	VMOVUPS    Y4, 920(SP)
+	LEAQ       (AX)(DX*2), AX
+	VMASKMOVPS (AX)(DX*1), Y0, Y0
+	VMOVUPS    Y0, 952(SP)
+	VMASKMOVPS 32(AX)(DX*1), Y1, Y0
+	VMOVUPS    Y0, 984(SP)
+	VMASKMOVPS 64(AX)(DX*1), Y2, Y0
+	VMOVUPS    Y0, 1016(SP)
+	VMASKMOVPS 96(AX)(DX*1), Y3, Y0
+	VMOVUPS    Y0, 1048(SP)
+	MOVQ       o_base+0(FP), AX
+	MOVQ       AX, (SP)
+	MOVQ       24(SP), AX
+	MOVQ       AX, 8(SP)
+	MOVQ       d+104(FP), AX
+	SHRQ       $0x03, AX
+	MOVQ       AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000004
+	JL      chunk2
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Y0
+	VMOVUPS (AX)(CX*1), Y1
+	VMOVUPS (AX)(CX*2), Y2
+	LEAQ    (AX)(CX*2), DX
+	VMOVUPS (DX)(CX*1), Y3
+	LEAQ    (AX)(CX*4), AX
+	VMOVUPS (AX), Y4
+	VMOVUPS (AX)(CX*1), Y5
+	VMOVUPS (AX)(CX*2), Y6
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS (AX)(CX*1), Y7
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1   (CX)(BX*1)
+	VPBROADCASTW (CX), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(CX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VBROADCASTSS (AX), Y8
+	VFMADD231PS  Y8, Y10, Y0
+	VBROADCASTSS 128(AX), Y8
+	VFMADD231PS  Y8, Y10, Y1
+	VBROADCASTSS 256(AX), Y8
+	VFMADD231PS  Y8, Y10, Y2
+	VBROADCASTSS 384(AX), Y8
+	VFMADD231PS  Y8, Y10, Y3
+	VBROADCASTSS 512(AX), Y8
+	VFMADD231PS  Y8, Y10, Y4
+	VBROADCASTSS 640(AX), Y8
+	VFMADD231PS  Y8, Y10, Y5
+	VBROADCASTSS 768(AX), Y8
+	VFMADD231PS  Y8, Y10, Y6
+	VBROADCASTSS 896(AX), Y8
+	VFMADD231PS  Y8, Y10, Y7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys1
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y1, (AX)(CX*1)
+	VMOVUPS      Y2, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), DX
+	VMOVUPS      Y3, (DX)(CX*1)
+	LEAQ         (AX)(CX*4), AX
+	VMOVUPS      Y4, (AX)
+	VMOVUPS      Y5, (AX)(CX*1)
+	VMOVUPS      Y6, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Y7, (AX)(CX*1)
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      32(AX), Y0
+	VMOVUPS      32(AX)(CX*1), Y1
+	VMOVUPS      32(AX)(CX*2), Y2
+	LEAQ         (AX)(CX*2), DX
+	VMOVUPS      32(DX)(CX*1), Y3
+	LEAQ         (AX)(CX*4), AX
+	VMOVUPS      32(AX), Y4
+	VMOVUPS      32(AX)(CX*1), Y5
+	VMOVUPS      32(AX)(CX*2), Y6
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      32(AX)(CX*1), Y7
+	LEAQ         56(SP), AX
+	MOVQ         8(SP), CX
+	MOVQ         ldv+88(FP), DX
+	MOVQ         DX, BX
+	SHLQ         $0x05, BX
+	MOVQ         32(SP), SI
+
+keys2:
+	PREFETCHT1   (CX)(BX*1)
+	VPBROADCASTW (CX), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    10(CX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VBROADCASTSS (AX), Y8
+	VFMADD231PS  Y8, Y10, Y0
+	VBROADCASTSS 128(AX), Y8
+	VFMADD231PS  Y8, Y10, Y1
+	VBROADCASTSS 256(AX), Y8
+	VFMADD231PS  Y8, Y10, Y2
+	VBROADCASTSS 384(AX), Y8
+	VFMADD231PS  Y8, Y10, Y3
+	VBROADCASTSS 512(AX), Y8
+	VFMADD231PS  Y8, Y10, Y4
+	VBROADCASTSS 640(AX), Y8
+	VFMADD231PS  Y8, Y10, Y5
+	VBROADCASTSS 768(AX), Y8
+	VFMADD231PS  Y8, Y10, Y6
+	VBROADCASTSS 896(AX), Y8
+	VFMADD231PS  Y8, Y10, Y7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys2
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Y0, 32(AX)
+	VMOVUPS      Y1, 32(AX)(CX*1)
+	VMOVUPS      Y2, 32(AX)(CX*2)
+	LEAQ         (AX)(CX*2), DX
+	VMOVUPS      Y3, 32(DX)(CX*1)
+	LEAQ         (AX)(CX*4), AX
+	VMOVUPS      Y4, 32(AX)
+	VMOVUPS      Y5, 32(AX)(CX*1)
+	VMOVUPS      Y6, 32(AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Y7, 32(AX)(CX*1)
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      64(AX), Y0
+	VMOVUPS      64(AX)(CX*1), Y1
+	VMOVUPS      64(AX)(CX*2), Y2
+	LEAQ         (AX)(CX*2), DX
+	VMOVUPS      64(DX)(CX*1), Y3
+	LEAQ         (AX)(CX*4), AX
+	VMOVUPS      64(AX), Y4
+	VMOVUPS      64(AX)(CX*1), Y5
+	VMOVUPS      64(AX)(CX*2), Y6
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      64(AX)(CX*1), Y7
+	LEAQ         56(SP), AX
+	MOVQ         8(SP), CX
+	MOVQ         ldv+88(FP), DX
+	MOVQ         DX, BX
+	SHLQ         $0x05, BX
+	MOVQ         32(SP), SI
+
+keys3:
+	PREFETCHT1   (CX)(BX*1)
+	VPBROADCASTW (CX), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(CX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VBROADCASTSS (AX), Y8
+	VFMADD231PS  Y8, Y10, Y0
+	VBROADCASTSS 128(AX), Y8
+	VFMADD231PS  Y8, Y10, Y1
+	VBROADCASTSS 256(AX), Y8
+	VFMADD231PS  Y8, Y10, Y2
+	VBROADCASTSS 384(AX), Y8
+	VFMADD231PS  Y8, Y10, Y3
+	VBROADCASTSS 512(AX), Y8
+	VFMADD231PS  Y8, Y10, Y4
+	VBROADCASTSS 640(AX), Y8
+	VFMADD231PS  Y8, Y10, Y5
+	VBROADCASTSS 768(AX), Y8
+	VFMADD231PS  Y8, Y10, Y6
+	VBROADCASTSS 896(AX), Y8
+	VFMADD231PS  Y8, Y10, Y7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys3
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Y0, 64(AX)
+	VMOVUPS      Y1, 64(AX)(CX*1)
+	VMOVUPS      Y2, 64(AX)(CX*2)
+	LEAQ         (AX)(CX*2), DX
+	VMOVUPS      Y3, 64(DX)(CX*1)
+	LEAQ         (AX)(CX*4), AX
+	VMOVUPS      Y4, 64(AX)
+	VMOVUPS      Y5, 64(AX)(CX*1)
+	VMOVUPS      Y6, 64(AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Y7, 64(AX)(CX*1)
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      96(AX), Y0
+	VMOVUPS      96(AX)(CX*1), Y1
+	VMOVUPS      96(AX)(CX*2), Y2
+	LEAQ         (AX)(CX*2), DX
+	VMOVUPS      96(DX)(CX*1), Y3
+	LEAQ         (AX)(CX*4), AX
+	VMOVUPS      96(AX), Y4
+	VMOVUPS      96(AX)(CX*1), Y5
+	VMOVUPS      96(AX)(CX*2), Y6
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      96(AX)(CX*1), Y7
+	LEAQ         56(SP), AX
+	MOVQ         8(SP), CX
+	MOVQ         ldv+88(FP), DX
+	MOVQ         DX, BX
+	SHLQ         $0x05, BX
+	MOVQ         32(SP), SI
+
+keys4:
+	PREFETCHT1   (CX)(BX*1)
+	VPBROADCASTW (CX), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    10(CX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VBROADCASTSS (AX), Y8
+	VFMADD231PS  Y8, Y10, Y0
+	VBROADCASTSS 128(AX), Y8
+	VFMADD231PS  Y8, Y10, Y1
+	VBROADCASTSS 256(AX), Y8
+	VFMADD231PS  Y8, Y10, Y2
+	VBROADCASTSS 384(AX), Y8
+	VFMADD231PS  Y8, Y10, Y3
+	VBROADCASTSS 512(AX), Y8
+	VFMADD231PS  Y8, Y10, Y4
+	VBROADCASTSS 640(AX), Y8
+	VFMADD231PS  Y8, Y10, Y5
+	VBROADCASTSS 768(AX), Y8
+	VFMADD231PS  Y8, Y10, Y6
+	VBROADCASTSS 896(AX), Y8
+	VFMADD231PS  Y8, Y10, Y7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys4
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Y0, 96(AX)
+	VMOVUPS      Y1, 96(AX)(CX*1)
+	VMOVUPS      Y2, 96(AX)(CX*2)
+	LEAQ         (AX)(CX*2), DX
+	VMOVUPS      Y3, 96(DX)(CX*1)
+	LEAQ         (AX)(CX*4), AX
+	VMOVUPS      Y4, 96(AX)
+	VMOVUPS      Y5, 96(AX)(CX*1)
+	VMOVUPS      Y6, 96(AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Y7, 96(AX)(CX*1)
+	ADDQ         $0x00000080, (SP)
+	ADDQ         $0x00000012, 8(SP)
+	SUBQ         $0x00000004, 48(SP)
+	JMP          full
+
+chunk2:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresHeadsQ4AVX2(s []float32, lds int, q []float32, heads int, k []byte, hs int, n int, d int)
+// Requires: AVX, AVX2, CMOV, F16C, FMA3, MMX+
+TEXT ·scoresHeadsQ4AVX2(SB), NOSPLIT, $136-112
+	MOVQ q_base+32(FP), AX
+	MOVQ AX, (SP)
+	MOVQ s_base+0(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ AX, 32(SP)
+	XORQ AX, AX
+	MOVQ AX, 8(SP)
+	MOVQ AX, 24(SP)
+	MOVQ s_base+0(FP), AX
+	MOVQ AX, 104(SP)
+	MOVQ k_base+64(FP), AX
+	MOVQ AX, 112(SP)
+	MOVQ n+96(FP), AX
+	MOVQ AX, 120(SP)
+	MOVQ d+104(FP), AX
+	SHRQ $0x05, AX
+	MOVQ AX, 128(SP)
+
+main:
+	CMPQ   120(SP), $0x00000008
+	JL     mainEnd
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   hs+88(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   (SP), SI
+	LEAQ   (DX), DI
+	MOVQ   hs+88(FP), R8
+	SHLQ   $0x06, R8
+	MOVQ   128(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1   (DI)(R8*1)
+	VPBROADCASTW (DI), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(DI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (SI), Y10, Y0
+	VPMOVZXBD    10(DI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(SI), Y10, Y0
+	VPMOVZXBD    2(DI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(SI), Y10, Y0
+	VPMOVZXBD    10(DI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(SI), Y10, Y0
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000012, DI
+	DECQ         R9
+	JNZ          mainK0Step
+
+mainK0Tail:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(AX*1), DI
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK1Tail
+
+mainK1Step:
+	PREFETCHT1   (DI)(R8*1)
+	VPBROADCASTW (DI), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(DI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (SI), Y10, Y1
+	VPMOVZXBD    10(DI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(SI), Y10, Y1
+	VPMOVZXBD    2(DI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(SI), Y10, Y1
+	VPMOVZXBD    10(DI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(SI), Y10, Y1
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000012, DI
+	DECQ         R9
+	JNZ          mainK1Step
+
+mainK1Tail:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(AX*2), DI
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK2Tail
+
+mainK2Step:
+	PREFETCHT1   (DI)(R8*1)
+	VPBROADCASTW (DI), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(DI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (SI), Y10, Y2
+	VPMOVZXBD    10(DI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(SI), Y10, Y2
+	VPMOVZXBD    2(DI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(SI), Y10, Y2
+	VPMOVZXBD    10(DI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(SI), Y10, Y2
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000012, DI
+	DECQ         R9
+	JNZ          mainK2Step
+
+mainK2Tail:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(CX*1), DX
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x06, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK3Tail
+
+mainK3Step:
+	PREFETCHT1   (DX)(DI*1)
+	VPBROADCASTW (DX), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(DX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (SI), Y10, Y3
+	VPMOVZXBD    10(DX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(SI), Y10, Y3
+	VPMOVZXBD    2(DX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(SI), Y10, Y3
+	VPMOVZXBD    10(DX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(SI), Y10, Y3
+	ADDQ         $0x00000080, SI
+	ADDQ         $0x00000012, DX
+	DECQ         R8
+	JNZ          mainK3Step
+
+mainK3Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX), SI
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x06, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK4Tail
+
+mainK4Step:
+	PREFETCHT1   (SI)(DI*1)
+	VPBROADCASTW (SI), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(SI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (DX), Y10, Y4
+	VPMOVZXBD    10(SI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(DX), Y10, Y4
+	VPMOVZXBD    2(SI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(DX), Y10, Y4
+	VPMOVZXBD    10(SI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(DX), Y10, Y4
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000012, SI
+	DECQ         R8
+	JNZ          mainK4Step
+
+mainK4Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*1), SI
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x06, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK5Tail
+
+mainK5Step:
+	PREFETCHT1   (SI)(DI*1)
+	VPBROADCASTW (SI), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(SI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (DX), Y10, Y5
+	VPMOVZXBD    10(SI), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(DX), Y10, Y5
+	VPMOVZXBD    2(SI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(DX), Y10, Y5
+	VPMOVZXBD    10(SI), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(DX), Y10, Y5
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000012, SI
+	DECQ         R8
+	JNZ          mainK5Step
+
+mainK5Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*2), AX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), DI
+	TESTQ   DI, DI
+	JZ      mainK6Tail
+
+mainK6Step:
+	PREFETCHT1   (AX)(SI*1)
+	VPBROADCASTW (AX), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(AX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (DX), Y10, Y6
+	VPMOVZXBD    10(AX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(DX), Y10, Y6
+	VPMOVZXBD    2(AX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(DX), Y10, Y6
+	VPMOVZXBD    10(AX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(DX), Y10, Y6
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000012, AX
+	DECQ         DI
+	JNZ          mainK6Step
+
+mainK6Tail:
+	MOVQ    (SP), AX
+	MOVQ    8(SP), DX
+	MOVQ    d+104(FP), SI
+	LEAQ    (AX)(SI*4), AX
+	INCQ    DX
+	MOVQ    q_base+32(FP), SI
+	XORQ    DI, DI
+	CMPQ    DX, heads+56(FP)
+	CMOVQEQ SI, AX
+	CMOVQEQ DI, DX
+	MOVQ    AX, (SP)
+	MOVQ    DX, 8(SP)
+	MOVQ    (SP), AX
+	LEAQ    (BX)(CX*1), CX
+	MOVQ    hs+88(FP), DX
+	SHLQ    $0x06, DX
+	MOVQ    128(SP), BX
+	TESTQ   BX, BX
+	JZ      mainK7Tail
+
+mainK7Step:
+	PREFETCHT1   (CX)(DX*1)
+	VPBROADCASTW (CX), X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodeq4tab<>+64(SB), Y9, Y8
+	VPMOVZXBD    2(CX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  (AX), Y10, Y7
+	VPMOVZXBD    10(CX), Y10
+	VPAND        decodeq4tab<>+96(SB), Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  32(AX), Y10, Y7
+	VPMOVZXBD    2(CX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  64(AX), Y10, Y7
+	VPMOVZXBD    10(CX), Y10
+	VPSRLD       $0x04, Y10, Y10
+	VCVTDQ2PS    Y10, Y10
+	VFMADD213PS  Y8, Y9, Y10
+	VFMADD231PS  96(AX), Y10, Y7
+	ADDQ         $0x00000080, AX
+	ADDQ         $0x00000012, CX
+	DECQ         BX
+	JNZ          mainK7Step
+
+mainK7Tail:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VPERM2F128 $0x20, Y4, Y0, Y8
+	VPERM2F128 $0x31, Y4, Y0, Y0
+	VADDPS     Y0, Y8, Y8
+	VPERM2F128 $0x20, Y5, Y1, Y0
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y0, Y0
+	VPERM2F128 $0x20, Y6, Y2, Y1
+	VPERM2F128 $0x31, Y6, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y7, Y3, Y2
+	VPERM2F128 $0x31, Y7, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VSHUFPS    $0x44, Y0, Y8, Y3
+	VSHUFPS    $0xee, Y0, Y8, Y0
+	VADDPS     Y0, Y3, Y3
+	VSHUFPS    $0x44, Y2, Y1, Y0
+	VSHUFPS    $0xee, Y2, Y1, Y1
+	VADDPS     Y1, Y0, Y0
+	VSHUFPS    $0x88, Y0, Y3, Y1
+	VSHUFPS    $0xdd, Y0, Y3, Y0
+	VADDPS     Y0, Y1, Y1
+	VMOVUPS    Y1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       44(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       48(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       52(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       56(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       60(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       64(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       68(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x03, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000008, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VXORPS Y0, Y0, Y0
+	MOVQ   112(SP), AX
+	MOVQ   (SP), CX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   128(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1   (AX)(DX*1)
+	VPBROADCASTW (AX), X2
+	VCVTPH2PS    X2, Y2
+	VMULPS       decodeq4tab<>+64(SB), Y2, Y1
+	VPMOVZXBD    2(AX), Y3
+	VPAND        decodeq4tab<>+96(SB), Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VFMADD213PS  Y1, Y2, Y3
+	VFMADD231PS  (CX), Y3, Y0
+	VPMOVZXBD    10(AX), Y3
+	VPAND        decodeq4tab<>+96(SB), Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VFMADD213PS  Y1, Y2, Y3
+	VFMADD231PS  32(CX), Y3, Y0
+	VPMOVZXBD    2(AX), Y3
+	VPSRLD       $0x04, Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VFMADD213PS  Y1, Y2, Y3
+	VFMADD231PS  64(CX), Y3, Y0
+	VPMOVZXBD    10(AX), Y3
+	VPSRLD       $0x04, Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VFMADD213PS  Y1, Y2, Y3
+	VFMADD231PS  96(CX), Y3, Y0
+	ADDQ         $0x00000080, CX
+	ADDQ         $0x00000012, AX
+	DECQ         BX
+	JNZ          restK0Step
+
+restK0Tail:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Y1, Y1, Y1
+	VPERM2F128 $0x20, Y1, Y0, Y2
+	VPERM2F128 $0x31, Y1, Y0, Y0
+	VADDPS     Y0, Y2, Y2
+	VSHUFPS    $0x44, Y1, Y2, Y0
+	VSHUFPS    $0xee, Y1, Y2, Y2
+	VADDPS     Y2, Y0, Y0
+	VSHUFPS    $0x88, Y1, Y0, Y2
+	VSHUFPS    $0xdd, Y1, Y0, Y0
+	VADDPS     Y0, Y2, Y2
+	VMOVSS     X2, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumHeadsQ4AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []byte, hs int, n int, d int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·accumHeadsQ4AVX2(SB), NOSPLIT, $40-120
+	MOVQ n+104(FP), AX
+	MOVQ AX, (SP)
+	MOVQ o_base+0(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ AX, 24(SP)
+	XORQ AX, AX
+	MOVQ AX, 32(SP)
+	MOVQ v_base+72(FP), AX
+	MOVQ hs+96(FP), CX
+	MOVQ CX, DX
+	SHLQ $0x06, DX
+
+row:
+	MOVQ         16(SP), BX
+	VBROADCASTSS (BX), Y0
+	MOVQ         8(SP), BX
+	MOVQ         d+112(FP), SI
+	SHRQ         $0x05, SI
+	MOVQ         AX, DI
+
+step:
+	PREFETCHT1   (DI)(DX*1)
+	VMOVUPS      (BX), Y1
+	VPBROADCASTW (DI), X3
+	VCVTPH2PS    X3, Y3
+	VMULPS       decodeq4tab<>+64(SB), Y3, Y2
+	VPMOVZXBD    2(DI), Y4
+	VPAND        decodeq4tab<>+96(SB), Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VFMADD213PS  Y2, Y3, Y4
+	VFMADD231PS  Y0, Y4, Y1
+	VMOVUPS      Y1, (BX)
+	VMOVUPS      32(BX), Y1
+	VPMOVZXBD    10(DI), Y4
+	VPAND        decodeq4tab<>+96(SB), Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VFMADD213PS  Y2, Y3, Y4
+	VFMADD231PS  Y0, Y4, Y1
+	VMOVUPS      Y1, 32(BX)
+	VMOVUPS      64(BX), Y1
+	VPMOVZXBD    2(DI), Y4
+	VPSRLD       $0x04, Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VFMADD213PS  Y2, Y3, Y4
+	VFMADD231PS  Y0, Y4, Y1
+	VMOVUPS      Y1, 64(BX)
+	VMOVUPS      96(BX), Y1
+	VPMOVZXBD    10(DI), Y4
+	VPSRLD       $0x04, Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VFMADD213PS  Y2, Y3, Y4
+	VFMADD231PS  Y0, Y4, Y1
+	VMOVUPS      Y1, 96(BX)
+	ADDQ         $0x00000012, DI
+	ADDQ         $0x00000080, BX
+	DECQ         SI
+	JNZ          step
+	ADDQ         CX, AX
+	MOVQ         32(SP), BX
+	MOVQ         8(SP), SI
+	MOVQ         16(SP), DI
+	INCQ         BX
+	MOVQ         ldo+24(FP), R8
+	LEAQ         (SI)(R8*4), SI
+	MOVQ         ldp+56(FP), R8
+	LEAQ         (DI)(R8*4), DI
+	CMPQ         BX, heads+64(FP)
+	JNE          store
+	XORQ         BX, BX
+	MOVQ         o_base+0(FP), SI
+	MOVQ         24(SP), DI
+	ADDQ         $0x04, DI
+	MOVQ         DI, 24(SP)
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
 	VZEROUPPER
 	RET
 

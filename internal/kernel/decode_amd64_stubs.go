@@ -64,6 +64,18 @@ func accumF32M8AVX512(o []float32, ldo int, p []float32, ldp int, v []float32, l
 //go:noescape
 func accumF32M16AVX512(o []float32, ldo int, p []float32, ldp int, v []float32, ldv int, n int, d int)
 
+// scoresHeadsF32AVX512 sets s[(v%heads)*lds+v/heads] = Σ_p q[(v%heads)*d+p]·k[v*hs+p] for v < n, p < d, bit for bit as scoresF32M1AVX512;
+// hs is the key row stride in elements; d >= 1, n >= 1, and all accesses are in bounds. heads >= 1.
+//
+//go:noescape
+func scoresHeadsF32AVX512(s []float32, lds int, q []float32, heads int, k []float32, hs int, n int, d int)
+
+// accumHeadsF32AVX512 adds p[h*ldp+r/heads]·v[r*hs+c] to o[h*ldo+c], h = r%heads, for r < n, c < d, bit for bit as accumF32M1AVX512;
+// hs is the value row stride in elements; d is a positive multiple of 16, n >= 1, heads >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumHeadsF32AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []float32, hs int, n int, d int)
+
 // scoresBF16M1AVX512 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 1, j < n, p < d;
 // ldk is the key row stride in elements; d >= 1, n >= 1, and all accesses are in bounds.
 //
@@ -123,6 +135,18 @@ func accumBF16M8AVX512(o []float32, ldo int, p []float32, ldp int, v []uint16, l
 //
 //go:noescape
 func accumBF16M16AVX512(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv int, n int, d int)
+
+// scoresHeadsBF16AVX512 sets s[(v%heads)*lds+v/heads] = Σ_p q[(v%heads)*d+p]·k[v*hs+p] for v < n, p < d, bit for bit as scoresBF16M1AVX512;
+// hs is the key row stride in elements; d >= 1, n >= 1, and all accesses are in bounds. heads >= 1.
+//
+//go:noescape
+func scoresHeadsBF16AVX512(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+
+// accumHeadsBF16AVX512 adds p[h*ldp+r/heads]·v[r*hs+c] to o[h*ldo+c], h = r%heads, for r < n, c < d, bit for bit as accumBF16M1AVX512;
+// hs is the value row stride in elements; d is a positive multiple of 16, n >= 1, heads >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumHeadsBF16AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
 
 // scoresF16M1AVX512 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 1, j < n, p < d;
 // ldk is the key row stride in elements; d >= 1, n >= 1, and all accesses are in bounds.
@@ -184,6 +208,18 @@ func accumF16M8AVX512(o []float32, ldo int, p []float32, ldp int, v []uint16, ld
 //go:noescape
 func accumF16M16AVX512(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv int, n int, d int)
 
+// scoresHeadsF16AVX512 sets s[(v%heads)*lds+v/heads] = Σ_p q[(v%heads)*d+p]·k[v*hs+p] for v < n, p < d, bit for bit as scoresF16M1AVX512;
+// hs is the key row stride in elements; d >= 1, n >= 1, and all accesses are in bounds. heads >= 1.
+//
+//go:noescape
+func scoresHeadsF16AVX512(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+
+// accumHeadsF16AVX512 adds p[h*ldp+r/heads]·v[r*hs+c] to o[h*ldo+c], h = r%heads, for r < n, c < d, bit for bit as accumF16M1AVX512;
+// hs is the value row stride in elements; d is a positive multiple of 16, n >= 1, heads >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumHeadsF16AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+
 // scoresQ8M1AVX512 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 1, j < n, p < d;
 // ldk is the key row stride in bytes (rows of d/32 blocks of 34 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
 //
@@ -244,6 +280,90 @@ func accumQ8M8AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv i
 //go:noescape
 func accumQ8M16AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
 
+// scoresHeadsQ8AVX512 sets s[(v%heads)*lds+v/heads] = Σ_p q[(v%heads)*d+p]·k[v*hs+p] for v < n, p < d, bit for bit as scoresQ8M1AVX512;
+// hs is the key row stride in bytes (rows of d/32 blocks of 34 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds. heads >= 1.
+//
+//go:noescape
+func scoresHeadsQ8AVX512(s []float32, lds int, q []float32, heads int, k []byte, hs int, n int, d int)
+
+// accumHeadsQ8AVX512 adds p[h*ldp+r/heads]·v[r*hs+c] to o[h*ldo+c], h = r%heads, for r < n, c < d, bit for bit as accumQ8M1AVX512;
+// hs is the value row stride in bytes; d is a positive multiple of 16, n >= 1, heads >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumHeadsQ8AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []byte, hs int, n int, d int)
+
+// scoresQ4M1AVX512 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 1, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresQ4M1AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// scoresQ4M2AVX512 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 2, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresQ4M2AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// scoresQ4M4AVX512 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 4, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresQ4M4AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// scoresQ4M8AVX512 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 8, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresQ4M8AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// scoresQ4M16AVX512 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 16, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresQ4M16AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// accumQ4M1AVX512 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 1, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumQ4M1AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// accumQ4M2AVX512 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 2, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumQ4M2AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// accumQ4M4AVX512 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 4, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumQ4M4AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// accumQ4M8AVX512 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 8, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumQ4M8AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// accumQ4M16AVX512 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 16, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumQ4M16AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// scoresHeadsQ4AVX512 sets s[(v%heads)*lds+v/heads] = Σ_p q[(v%heads)*d+p]·k[v*hs+p] for v < n, p < d, bit for bit as scoresQ4M1AVX512;
+// hs is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds. heads >= 1.
+//
+//go:noescape
+func scoresHeadsQ4AVX512(s []float32, lds int, q []float32, heads int, k []byte, hs int, n int, d int)
+
+// accumHeadsQ4AVX512 adds p[h*ldp+r/heads]·v[r*hs+c] to o[h*ldo+c], h = r%heads, for r < n, c < d, bit for bit as accumQ4M1AVX512;
+// hs is the value row stride in bytes; d is a positive multiple of 16, n >= 1, heads >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumHeadsQ4AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []byte, hs int, n int, d int)
+
 // readSumAVX512 returns the wrapping sum of the little-endian uint32 words of b;
 // len(b) is a multiple of 256.
 //
@@ -298,6 +418,18 @@ func accumF32M4AVX2(o []float32, ldo int, p []float32, ldp int, v []float32, ldv
 //go:noescape
 func accumF32M8AVX2(o []float32, ldo int, p []float32, ldp int, v []float32, ldv int, n int, d int)
 
+// scoresHeadsF32AVX2 sets s[(v%heads)*lds+v/heads] = Σ_p q[(v%heads)*d+p]·k[v*hs+p] for v < n, p < d, bit for bit as scoresF32M1AVX2;
+// hs is the key row stride in elements; d >= 8, n >= 1, and all accesses are in bounds. heads >= 1.
+//
+//go:noescape
+func scoresHeadsF32AVX2(s []float32, lds int, q []float32, heads int, k []float32, hs int, n int, d int)
+
+// accumHeadsF32AVX2 adds p[h*ldp+r/heads]·v[r*hs+c] to o[h*ldo+c], h = r%heads, for r < n, c < d, bit for bit as accumF32M1AVX2;
+// hs is the value row stride in elements; d is a positive multiple of 16, n >= 1, heads >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumHeadsF32AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []float32, hs int, n int, d int)
+
 // scoresBF16M1AVX2 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 1, j < n, p < d;
 // ldk is the key row stride in elements; d >= 8, n >= 1, and all accesses are in bounds.
 //
@@ -345,6 +477,18 @@ func accumBF16M4AVX2(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv
 //
 //go:noescape
 func accumBF16M8AVX2(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv int, n int, d int)
+
+// scoresHeadsBF16AVX2 sets s[(v%heads)*lds+v/heads] = Σ_p q[(v%heads)*d+p]·k[v*hs+p] for v < n, p < d, bit for bit as scoresBF16M1AVX2;
+// hs is the key row stride in elements; d >= 8, n >= 1, and all accesses are in bounds. heads >= 1.
+//
+//go:noescape
+func scoresHeadsBF16AVX2(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+
+// accumHeadsBF16AVX2 adds p[h*ldp+r/heads]·v[r*hs+c] to o[h*ldo+c], h = r%heads, for r < n, c < d, bit for bit as accumBF16M1AVX2;
+// hs is the value row stride in elements; d is a positive multiple of 16, n >= 1, heads >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumHeadsBF16AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
 
 // scoresF16M1AVX2 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 1, j < n, p < d;
 // ldk is the key row stride in elements; d >= 8, n >= 1, and all accesses are in bounds.
@@ -394,6 +538,18 @@ func accumF16M4AVX2(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv 
 //go:noescape
 func accumF16M8AVX2(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv int, n int, d int)
 
+// scoresHeadsF16AVX2 sets s[(v%heads)*lds+v/heads] = Σ_p q[(v%heads)*d+p]·k[v*hs+p] for v < n, p < d, bit for bit as scoresF16M1AVX2;
+// hs is the key row stride in elements; d >= 8, n >= 1, and all accesses are in bounds. heads >= 1.
+//
+//go:noescape
+func scoresHeadsF16AVX2(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+
+// accumHeadsF16AVX2 adds p[h*ldp+r/heads]·v[r*hs+c] to o[h*ldo+c], h = r%heads, for r < n, c < d, bit for bit as accumF16M1AVX2;
+// hs is the value row stride in elements; d is a positive multiple of 16, n >= 1, heads >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumHeadsF16AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+
 // scoresQ8M1AVX2 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 1, j < n, p < d;
 // ldk is the key row stride in bytes (rows of d/32 blocks of 34 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
 //
@@ -441,6 +597,78 @@ func accumQ8M4AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int
 //
 //go:noescape
 func accumQ8M8AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// scoresHeadsQ8AVX2 sets s[(v%heads)*lds+v/heads] = Σ_p q[(v%heads)*d+p]·k[v*hs+p] for v < n, p < d, bit for bit as scoresQ8M1AVX2;
+// hs is the key row stride in bytes (rows of d/32 blocks of 34 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds. heads >= 1.
+//
+//go:noescape
+func scoresHeadsQ8AVX2(s []float32, lds int, q []float32, heads int, k []byte, hs int, n int, d int)
+
+// accumHeadsQ8AVX2 adds p[h*ldp+r/heads]·v[r*hs+c] to o[h*ldo+c], h = r%heads, for r < n, c < d, bit for bit as accumQ8M1AVX2;
+// hs is the value row stride in bytes; d is a positive multiple of 16, n >= 1, heads >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumHeadsQ8AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []byte, hs int, n int, d int)
+
+// scoresQ4M1AVX2 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 1, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresQ4M1AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// scoresQ4M2AVX2 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 2, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresQ4M2AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// scoresQ4M4AVX2 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 4, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresQ4M4AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// scoresQ4M8AVX2 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 8, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresQ4M8AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// accumQ4M1AVX2 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 1, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumQ4M1AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// accumQ4M2AVX2 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 2, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumQ4M2AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// accumQ4M4AVX2 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 4, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumQ4M4AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// accumQ4M8AVX2 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 8, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumQ4M8AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// scoresHeadsQ4AVX2 sets s[(v%heads)*lds+v/heads] = Σ_p q[(v%heads)*d+p]·k[v*hs+p] for v < n, p < d, bit for bit as scoresQ4M1AVX2;
+// hs is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds. heads >= 1.
+//
+//go:noescape
+func scoresHeadsQ4AVX2(s []float32, lds int, q []float32, heads int, k []byte, hs int, n int, d int)
+
+// accumHeadsQ4AVX2 adds p[h*ldp+r/heads]·v[r*hs+c] to o[h*ldo+c], h = r%heads, for r < n, c < d, bit for bit as accumQ4M1AVX2;
+// hs is the value row stride in bytes; d is a positive multiple of 16, n >= 1, heads >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumHeadsQ4AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []byte, hs int, n int, d int)
 
 // readSumAVX2 returns the wrapping sum of the little-endian uint32 words of b;
 // len(b) is a multiple of 256.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,7 +14,7 @@ import (
 // BenchmarkDecode measures the decode kernels on a KV cache much larger
 // than the last-level cache (by default 4 KV heads of 128 dims and as many
 // keys as make 128 MiB of K and as much of V: 65536 keys in float32,
-// 131072 in bf16/fp16, 245760 in q8_0) against a plain read of the same
+// 131072 in bf16/fp16, 245760 in q8_0, 465920 in q4_0) against a plain read of the same
 // bytes (ReadSum), the two timed alternately within each iteration so
 // that both see the same machine load. It reports
 //
@@ -26,7 +27,10 @@ import (
 // for Scores alone (K), Accum alone (V) and a decode step (per block of
 // 1024 keys: Scores then Accum, as the attention core runs them), with m
 // query rows per KV head and 1 or 2 goroutines. S and P rows are n+16
-// floats apart. Environment:
+// floats apart. With the interleaved layout and m = 1 the heads-scores,
+// heads-accum and heads-step runs do the same with the multi-head kernels
+// (ScoresF32Heads …), one call for every head of a block of keys.
+// Environment:
 //
 //	FLASHATTN_DECODE_BENCH=heads,keys,dim  the cache shape
 //	FLASHATTN_DECODE_LAYOUT=interleaved    the heads of a key side by side
@@ -52,13 +56,19 @@ func BenchmarkDecode(b *testing.B) {
 				row = 2 * dim
 			case cacheQ8:
 				row = Q8RowBytes(dim)
+			case cacheQ4:
+				row = Q4RowBytes(dim)
 			}
 			n = (128 << 20) / heads / row &^ 1023
 		}
 		c := newBenchCache(typ, heads, n, dim, interleaved)
 		for _, m := range []int{1, 4, 8, 16} {
 			for _, threads := range []int{1, 2} {
-				for _, op := range []string{"scores", "accum", "step"} {
+				ops := []string{"scores", "accum", "step"}
+				if interleaved && m == 1 {
+					ops = append(ops, "heads-scores", "heads-accum", "heads-step")
+				}
+				for _, op := range ops {
 					name := fmt.Sprintf("%s/%s/m=%d/t=%d/%s", dk.Name, typ, m, threads, op)
 					b.Run(name, func(b *testing.B) { c.run(b, dk, m, threads, op) })
 				}
@@ -72,7 +82,7 @@ type benchCache struct {
 	typ              cacheType
 	heads, keys, dim int
 	interleaved      bool
-	k, v             any    // []float32, []uint16 or []byte
+	k, v             any    // []float32, []uint16 or []byte (q8_0, q4_0)
 	kb, vb           []byte // the same memory as bytes
 	unit             int    // bytes per element of the slices
 	row              int    // row length in elements of the slices
@@ -104,13 +114,17 @@ func newBenchCache(typ cacheType, heads, keys, dim int, interleaved bool) *bench
 			c.unit, c.row = 2, dim
 			return s, unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), 2*len(s))
 		}
-		rb := Q8RowBytes(dim)
+		rowBytes, quantize := Q8RowBytes, QuantizeQ8
+		if typ == cacheQ4 {
+			rowBytes, quantize = Q4RowBytes, QuantizeQ4
+		}
+		rb := rowBytes(dim)
 		s := make([]byte, n*rb)
 		for j := 0; j < n; j++ {
 			for i := range x {
 				x[i] = r.Float32() - 0.5
 			}
-			if err := QuantizeQ8(s[j*rb:(j+1)*rb], x); err != nil {
+			if err := quantize(s[j*rb:(j+1)*rb], x); err != nil {
 				panic(err)
 			}
 		}
@@ -143,10 +157,16 @@ func (c *benchCache) run(b *testing.B, dk Decode, m, threads int, op string) {
 			b.Fatalf("FLASHATTN_DECODE_BLOCK=%q", s)
 		}
 	}
+	heads := strings.HasPrefix(op, "heads-")
+	op = strings.TrimPrefix(op, "heads-")
+	rows := m // query rows of a call
+	if heads {
+		rows = c.heads
+	}
 	type work struct{ s, q, o []float32 }
 	ws := make([]work, threads)
 	for i := range ws {
-		ws[i] = work{s: make([]float32, m*(decodeBlock+16)), q: make([]float32, m*d), o: make([]float32, m*d)}
+		ws[i] = work{s: make([]float32, rows*(decodeBlock+16)), q: make([]float32, rows*d), o: make([]float32, rows*d)}
 		for j := range ws[i].q {
 			ws[i].q[j] = 0.01
 		}
@@ -169,6 +189,16 @@ func (c *benchCache) run(b *testing.B, dk Decode, m, threads int, op string) {
 			c.accum(dk, w.o, d, w.s, jn+pad, m, ko, ld, jn, d)
 		}
 	}
+	blockHeads := func(w work, j0 int) {
+		jn := min(decodeBlock, c.keys-j0)
+		_, ld := c.head(0)
+		if op != "accum" {
+			c.scoresHeads(dk, w.s, jn+pad, w.q, c.heads, j0*ld, ld, c.row, jn, d)
+		}
+		if op != "scores" {
+			c.accumHeads(dk, w.o, d, w.s, jn+pad, c.heads, j0*ld, ld, c.row, jn, d)
+		}
+	}
 	// Heads one after the other take whole heads per goroutine; heads side
 	// by side take a range of keys per goroutine and every head of a block
 	// of keys before the next block, so that memory is read in order.
@@ -183,6 +213,10 @@ func (c *benchCache) run(b *testing.B, dk Decode, m, threads int, op string) {
 		}
 		per := (c.keys/decodeBlock + threads - 1) / threads * decodeBlock
 		for j0 := t * per; j0 < min(c.keys, (t+1)*per); j0 += decodeBlock {
+			if heads {
+				blockHeads(ws[t], j0)
+				continue
+			}
 			for h := 0; h < c.heads; h++ {
 				block(ws[t], h, j0)
 			}
@@ -238,7 +272,8 @@ func (c *benchCache) run(b *testing.B, dk Decode, m, threads int, op string) {
 	b.ReportMetric(gbs, "GB/s")
 	b.ReportMetric(rgbs, "read-GB/s")
 	b.ReportMetric(gbs/rgbs, "ratio")
-	// FLOPs: 2·m per cache element read (K in Scores, V in Accum).
+	// FLOPs: 2·m per cache element read (K in Scores, V in Accum; m = 1
+	// for the multi-head kernels).
 	elems := float64(c.heads*c.keys*c.dim) * float64(len(bufs))
 	gflops := 2 * float64(m) * elems * float64(b.N) / tk.Seconds() / 1e9
 	peak := float64(threads*peakIters*peakFlops) * float64(b.N) / tp.Seconds() / 1e9
@@ -257,7 +292,49 @@ func (c *benchCache) scores(dk Decode, s []float32, lds int, q []float32, m, off
 			dk.ScoresF16(s, lds, q, m, k[off:], ld, n, d)
 		}
 	case []byte:
-		dk.ScoresQ8(s, lds, q, m, k[off:], ld, n, d)
+		if c.typ == cacheQ4 {
+			dk.ScoresQ4(s, lds, q, m, k[off:], ld, n, d)
+		} else {
+			dk.ScoresQ8(s, lds, q, m, k[off:], ld, n, d)
+		}
+	}
+}
+
+func (c *benchCache) scoresHeads(dk Decode, s []float32, lds int, q []float32, heads, off, ld, hs, n, d int) {
+	switch k := c.k.(type) {
+	case []float32:
+		dk.ScoresF32Heads(s, lds, q, heads, k[off:], ld, hs, n, d)
+	case []uint16:
+		if c.typ == cacheBF16 {
+			dk.ScoresBF16Heads(s, lds, q, heads, k[off:], ld, hs, n, d)
+		} else {
+			dk.ScoresF16Heads(s, lds, q, heads, k[off:], ld, hs, n, d)
+		}
+	case []byte:
+		if c.typ == cacheQ4 {
+			dk.ScoresQ4Heads(s, lds, q, heads, k[off:], ld, hs, n, d)
+		} else {
+			dk.ScoresQ8Heads(s, lds, q, heads, k[off:], ld, hs, n, d)
+		}
+	}
+}
+
+func (c *benchCache) accumHeads(dk Decode, o []float32, ldo int, p []float32, ldp, heads, off, ld, hs, n, d int) {
+	switch v := c.v.(type) {
+	case []float32:
+		dk.AccumF32Heads(o, ldo, p, ldp, heads, v[off:], ld, hs, n, d)
+	case []uint16:
+		if c.typ == cacheBF16 {
+			dk.AccumBF16Heads(o, ldo, p, ldp, heads, v[off:], ld, hs, n, d)
+		} else {
+			dk.AccumF16Heads(o, ldo, p, ldp, heads, v[off:], ld, hs, n, d)
+		}
+	case []byte:
+		if c.typ == cacheQ4 {
+			dk.AccumQ4Heads(o, ldo, p, ldp, heads, v[off:], ld, hs, n, d)
+		} else {
+			dk.AccumQ8Heads(o, ldo, p, ldp, heads, v[off:], ld, hs, n, d)
+		}
 	}
 }
 
@@ -272,6 +349,10 @@ func (c *benchCache) accum(dk Decode, o []float32, ldo int, p []float32, ldp, m,
 			dk.AccumF16(o, ldo, p, ldp, m, v[off:], ld, n, d)
 		}
 	case []byte:
-		dk.AccumQ8(o, ldo, p, ldp, m, v[off:], ld, n, d)
+		if c.typ == cacheQ4 {
+			dk.AccumQ4(o, ldo, p, ldp, m, v[off:], ld, n, d)
+		} else {
+			dk.AccumQ8(o, ldo, p, ldp, m, v[off:], ld, n, d)
+		}
 	}
 }

@@ -18,16 +18,20 @@ const (
 	cacheBF16
 	cacheF16
 	cacheQ8
+	cacheQ4
 )
 
-var cacheTypes = []cacheType{cacheF32, cacheBF16, cacheF16, cacheQ8}
+var cacheTypes = []cacheType{cacheF32, cacheBF16, cacheF16, cacheQ8, cacheQ4}
+
+// quant reports whether c is a block format (q8_0, q4_0).
+func (c cacheType) quant() bool { return c == cacheQ8 || c == cacheQ4 }
 
 // decodeSets are the kernel sets under test: every assembly set this CPU
 // supports, whether or not it passed the self-check (so that a failure
 // shows here in detail), and the generic one.
 func decodeSets() []Decode { return append(archDecode(), GenericDecode) }
 
-func (c cacheType) String() string { return [...]string{"f32", "bf16", "f16", "q8_0"}[c] }
+func (c cacheType) String() string { return [...]string{"f32", "bf16", "f16", "q8_0", "q4_0"}[c] }
 
 // canaryF32 marks float32 positions a kernel must not write.
 var canaryF32 = math.Float32frombits(0x7fa5a5a5)
@@ -35,11 +39,11 @@ var canaryF32 = math.Float32frombits(0x7fa5a5a5)
 // testCache is a cache of n rows in its storage type, in a guarded slice
 // that ends (or starts) exactly at the last (first) byte of the rows, with
 // the gaps between rows (stride ld > row length) poisoned with NaN (0xff
-// bytes for q8_0), and its values as float64 for the reference.
+// bytes for q8_0 and q4_0), and its values as float64 for the reference.
 type testCache struct {
 	typ  cacheType
 	data any // []float32, []uint16 or []byte
-	ld   int // row stride in elements (q8_0: bytes)
+	ld   int // row stride in elements (q8_0, q4_0: bytes)
 	vals []float64
 }
 
@@ -84,8 +88,12 @@ func newTestCache(t *testing.T, r *rand.Rand, typ cacheType, n, d, pad int, afte
 			}
 		}
 		c.data = k
-	case cacheQ8:
-		rb := Q8RowBytes(d)
+	case cacheQ8, cacheQ4:
+		rowBytes, quantize, dequantize := Q8RowBytes, QuantizeQ8, DequantizeQ8
+		if typ == cacheQ4 {
+			rowBytes, quantize, dequantize = Q4RowBytes, QuantizeQ4, DequantizeQ4
+		}
+		rb := rowBytes(d)
 		c.ld = rb + pad
 		k := guarded[byte](t, size(rb), after)
 		for i := range k {
@@ -93,10 +101,10 @@ func newTestCache(t *testing.T, r *rand.Rand, typ cacheType, n, d, pad int, afte
 		}
 		row := make([]float32, d)
 		for j := 0; j < n; j++ {
-			if err := QuantizeQ8(k[j*c.ld:j*c.ld+rb], x[j*d:(j+1)*d]); err != nil {
+			if err := quantize(k[j*c.ld:j*c.ld+rb], x[j*d:(j+1)*d]); err != nil {
 				t.Fatal(err)
 			}
-			if err := DequantizeQ8(row, k[j*c.ld:j*c.ld+rb]); err != nil {
+			if err := dequantize(row, k[j*c.ld:j*c.ld+rb]); err != nil {
 				t.Fatal(err)
 			}
 			for p, v := range row {
@@ -118,6 +126,8 @@ func (c testCache) scores(dk Decode, s []float32, lds int, q []float32, m, n, d 
 		dk.ScoresF16(s, lds, q, m, c.data.([]uint16), c.ld, n, d)
 	case cacheQ8:
 		dk.ScoresQ8(s, lds, q, m, c.data.([]byte), c.ld, n, d)
+	case cacheQ4:
+		dk.ScoresQ4(s, lds, q, m, c.data.([]byte), c.ld, n, d)
 	}
 }
 
@@ -131,6 +141,8 @@ func (c testCache) accum(dk Decode, o []float32, ldo int, p []float32, ldp, m, n
 		dk.AccumF16(o, ldo, p, ldp, m, c.data.([]uint16), c.ld, n, d)
 	case cacheQ8:
 		dk.AccumQ8(o, ldo, p, ldp, m, c.data.([]byte), c.ld, n, d)
+	case cacheQ4:
+		dk.AccumQ4(o, ldo, p, ldp, m, c.data.([]byte), c.ld, n, d)
 	}
 }
 
@@ -146,9 +158,9 @@ func (sh decodeShape) String() string {
 // a few beyond (several tiles), head dimensions that leave every tail of
 // 16 and 8 lanes, key counts around the key tiles, and cache blocks (a
 // large m with enough keys for several blocks of rows).
-func decodeShapes(q8 bool) []decodeShape {
+func decodeShapes(quant bool) []decodeShape {
 	dims := []int{1, 3, 7, 8, 9, 15, 16, 17, 24, 31, 33, 45, 64, 100, 128, 130, 256}
-	if q8 {
+	if quant {
 		dims = []int{32, 64, 96, 128, 160, 256}
 	}
 	mid := dims[len(dims)/2]
@@ -184,8 +196,8 @@ func forDecodeCases(t *testing.T, seed1, seed2 uint64, check func(t *testing.T, 
 		t.Run(dk.Name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed1, seed2))
 			for _, typ := range cacheTypes {
-				for i, sh := range decodeShapes(typ == cacheQ8) {
-					if sh.d == 0 && typ == cacheQ8 {
+				for i, sh := range decodeShapes(typ.quant()) {
+					if sh.d == 0 && typ.quant() {
 						continue
 					}
 					for _, after := range []bool{true, false} {
@@ -362,6 +374,15 @@ func TestDecodeNoAllocs(t *testing.T) {
 			if a := testing.AllocsPerRun(10, func() { dk.AccumBF16(o, d, s, n, m, k, d, n, d) }); a != 0 {
 				t.Errorf("%s: AccumBF16 with m = %d allocates %v times per call", dk.Name, m, a)
 			}
+			// The multi-head kernels, m heads side by side (the stack chunk
+			// of the scores).
+			kh := make([]uint16, n*m*d)
+			if a := testing.AllocsPerRun(10, func() { dk.ScoresBF16Heads(s, n, q, m, kh, m*d, d, n, d) }); a != 0 {
+				t.Errorf("%s: ScoresBF16Heads with %d heads allocates %v times per call", dk.Name, m, a)
+			}
+			if a := testing.AllocsPerRun(10, func() { dk.AccumBF16Heads(o, d, s, n, m, kh, m*d, d, n, d) }); a != 0 {
+				t.Errorf("%s: AccumBF16Heads with %d heads allocates %v times per call", dk.Name, m, a)
+			}
 		}
 	}
 }
@@ -370,6 +391,7 @@ func TestDecodePreconditions(t *testing.T) {
 	dk := SelectDecode()
 	k := make([]float32, 64*10)
 	k8 := make([]byte, 34*10)
+	k4 := make([]byte, 18*10)
 	s, q := make([]float32, 100), make([]float32, 100)
 	for _, c := range []struct {
 		name string
@@ -383,6 +405,9 @@ func TestDecodePreconditions(t *testing.T) {
 		{"cache too short", func() { dk.ScoresF32(s, 10, q, 2, k[:64*9+7], 64, 10, 8) }},
 		{"q8 d not a multiple of 32", func() { dk.ScoresQ8(s, 10, q, 2, k8, 34, 10, 16) }},
 		{"q8 ldk below the row bytes", func() { dk.AccumQ8(s, 32, q, 10, 2, k8, 33, 10, 32) }},
+		{"q4 d not a multiple of 32", func() { dk.AccumQ4(s, 48, q, 10, 2, k4, 18, 10, 48) }},
+		{"q4 ldk below the row bytes", func() { dk.ScoresQ4(s, 10, q, 2, k4, 17, 10, 32) }},
+		{"q4 cache too short", func() { dk.ScoresQ4(s, 10, q, 2, k4[:18*9+17], 18, 10, 32) }},
 		{"ldo < d", func() { dk.AccumF32(s, 7, q, 10, 2, k, 64, 10, 8) }},
 		{"P too short", func() { dk.AccumF32(s, 8, q[:19], 10, 2, k, 64, 10, 8) }},
 	} {
@@ -427,7 +452,7 @@ func TestDecodeAVX2Registers(t *testing.T) {
 	if evex < 1000 { // the pattern must recognise the AVX-512 kernels' code
 		t.Errorf("only %d lines of the AVX-512 kernels match the AVX-512 pattern", evex)
 	}
-	if funcs != 4*2*4+1 {
-		t.Errorf("found %d AVX2 functions, want %d", funcs, 4*2*4+1)
+	if want := 5*(4*2+2) + 1; funcs != want { // 5 types × (4 row tiles × scores, accum + the two multi-head kernels), readSum
+		t.Errorf("found %d AVX2 functions, want %d", funcs, want)
 	}
 }

@@ -30,6 +30,11 @@ var Generic = Impl{
 	RoundF32:       roundF32Generic,
 }
 
+// mulABtGeneric sums every element in the order p = 0, 1, … with each
+// product rounded to float32 before the add: the explicit conversions
+// keep a compiler from fusing them (Go may fuse x*y + z, and does on arm64
+// and with GOAMD64=v3), so the scores are the plain algorithm's bit for bit
+// on every architecture (see Impl.MulABt).
 func mulABtGeneric(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int) {
 	for s := 0; s < n; s += W {
 		strip := bt[s*k : (s+W)*k]
@@ -46,22 +51,22 @@ func mulABtGeneric(c []float32, ldc int, a []float32, lda int, bt []float32, m, 
 					b := strip[p*W+jj : p*W+jj+4 : p*W+jj+4]
 					b0, b1, b2, b3 := b[0], b[1], b[2], b[3]
 					x0, x1, x2, x3 := a0[p], a1[p], a2[p], a3[p]
-					c00 += x0 * b0
-					c01 += x0 * b1
-					c02 += x0 * b2
-					c03 += x0 * b3
-					c10 += x1 * b0
-					c11 += x1 * b1
-					c12 += x1 * b2
-					c13 += x1 * b3
-					c20 += x2 * b0
-					c21 += x2 * b1
-					c22 += x2 * b2
-					c23 += x2 * b3
-					c30 += x3 * b0
-					c31 += x3 * b1
-					c32 += x3 * b2
-					c33 += x3 * b3
+					c00 += float32(x0 * b0)
+					c01 += float32(x0 * b1)
+					c02 += float32(x0 * b2)
+					c03 += float32(x0 * b3)
+					c10 += float32(x1 * b0)
+					c11 += float32(x1 * b1)
+					c12 += float32(x1 * b2)
+					c13 += float32(x1 * b3)
+					c20 += float32(x2 * b0)
+					c21 += float32(x2 * b1)
+					c22 += float32(x2 * b2)
+					c23 += float32(x2 * b3)
+					c30 += float32(x3 * b0)
+					c31 += float32(x3 * b1)
+					c32 += float32(x3 * b2)
+					c33 += float32(x3 * b3)
 				}
 				j := s + jj
 				store4(c[i*ldc+j:], c00, c01, c02, c03)
@@ -74,10 +79,10 @@ func mulABtGeneric(c []float32, ldc int, a []float32, lda int, bt []float32, m, 
 				var c00, c01, c02, c03 float32
 				for p, x0 := range a0 {
 					b := strip[p*W+jj : p*W+jj+4 : p*W+jj+4]
-					c00 += x0 * b[0]
-					c01 += x0 * b[1]
-					c02 += x0 * b[2]
-					c03 += x0 * b[3]
+					c00 += float32(x0 * b[0])
+					c01 += float32(x0 * b[1])
+					c02 += float32(x0 * b[2])
+					c03 += float32(x0 * b[3])
 				}
 				store4(c[i*ldc+s+jj:], c00, c01, c02, c03)
 			}
@@ -206,10 +211,10 @@ func expSumGeneric(x []float32, scale, sub float32) float32 {
 	var s0, s1, s2, s3 float32
 	for j := 0; j+4 <= len(x); j += 4 {
 		v := x[j : j+4 : j+4]
-		e0 := Exp(v[0]*scale - sub)
-		e1 := Exp(v[1]*scale - sub)
-		e2 := Exp(v[2]*scale - sub)
-		e3 := Exp(v[3]*scale - sub)
+		e0 := Exp(float32(v[0]*scale) - sub)
+		e1 := Exp(float32(v[1]*scale) - sub)
+		e2 := Exp(float32(v[2]*scale) - sub)
+		e3 := Exp(float32(v[3]*scale) - sub)
 		v[0], v[1], v[2], v[3] = e0, e1, e2, e3
 		s0 += e0
 		s1 += e1
@@ -242,24 +247,13 @@ func dsFromDpGeneric(dp, p []float32, d float32) {
 	}
 }
 
+// dotGeneric is Dot for every implementation: the arithmetic of one
+// element of MulABt (products rounded, then added in index order).
 func dotGeneric(a, b []float32) float32 {
 	b = b[:len(a)]
 	var acc float32
 	for i, x := range a {
-		acc += x * b[i]
-	}
-	return acc
-}
-
-// dotFMA is Dot for the assembly kernels, which accumulate with fused
-// multiply-adds. The product of two float32 is exact in float64, so
-// rounding the float64 FMA to float32 matches a float32 FMA except in
-// vanishingly rare double-rounding ties.
-func dotFMA(a, b []float32) float32 {
-	b = b[:len(a)]
-	var acc float32
-	for i, x := range a {
-		acc = float32(math.FMA(float64(x), float64(b[i]), float64(acc)))
+		acc += float32(x * b[i])
 	}
 	return acc
 }
@@ -316,6 +310,6 @@ func alibiGeneric(x []float32, slope, pos float32) {
 		if d < 0 {
 			d = -d
 		}
-		x[j] -= slope * d
+		x[j] -= float32(slope * d) // the product rounded, as the assembly and the plain algorithm do
 	}
 }

@@ -136,6 +136,16 @@ type Impl struct {
 	// MulABt sets C = A·Bᵀ: c[i*ldc+j] = Σ_{p<k} a[i*lda+p] * B[j][p] for
 	// i < m, j < n. n is a multiple of W; bt holds Bᵀ packed by PackBt with
 	// depth k. C is overwritten.
+	//
+	// Every implementation sums each element in the order p = 0, 1, …,
+	// rounding each product to float32 before adding it (no fused
+	// multiply-add): the arithmetic of the plain algorithm, so the results
+	// are the same bit for bit on every implementation. The scores S = Q·Kᵀ
+	// come from here, and at large logits (|S| ~ 1e4) their rounding is the
+	// dominant error, which the softmax amplifies: computed in any other
+	// way it is as large as the plain algorithm's but independent of it,
+	// and the error rule (at most twice the plain algorithm's error) fails
+	// on O and the gradients.
 	MulABt func(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int)
 
 	// MulAddAB adds A·B to C: c[i*ldc+j] += Σ_{p<k} a[i*lda+p] * b[p*ldb+j]
@@ -146,9 +156,15 @@ type Impl struct {
 	// for i < m, j < n. n is a multiple of W.
 	MulAddAtB func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int)
 
-	// ExpSum sets x[j] = exp(scale*x[j] - sub) and returns the sum of the new
-	// values. len(x) is a multiple of W. exp(-Inf) is 0 and arguments below
-	// about -87.3 (where float32 exp leaves the normal range) give 0.
+	// ExpSum sets x[j] = exp(t) with t = float32(scale*x[j]) - sub and
+	// returns the sum of the new values. len(x) is a multiple of W. The
+	// product is rounded to float32 before sub is subtracted (no fused
+	// multiply-add), as the plain algorithm rounds the score scale·q·k
+	// before subtracting the row maximum m = float32(scale·max): t is the
+	// same float32 on every implementation, and exp(t) within 2 ulp of the
+	// correctly rounded value (the implementations differ by at most 2
+	// ulp). exp(-Inf) is 0 and arguments below about -87.3 (where float32
+	// exp leaves the normal range) give 0.
 	ExpSum func(x []float32, scale, sub float32) float32
 
 	// Max returns the largest element of x (-Inf if all are -Inf).
@@ -163,8 +179,9 @@ type Impl struct {
 	DsFromDp func(dp, p []float32, d float32)
 
 	// Dot returns Σ a[i]*b[i] (len(b) >= len(a)) accumulated in index order
-	// with the same arithmetic as one element of MulABt, so that dot(dO, O)
-	// cancels exactly against an element of dO·Vᵀ when P is one-hot.
+	// with the same arithmetic as one element of MulABt (each product
+	// rounded, then added), so that dot(dO, O) cancels exactly against an
+	// element of dO·Vᵀ when P is one-hot.
 	Dot func(a, b []float32) float32
 
 	// Dot4T computes Sᵀ for four rows of A against n rows of B read in
@@ -179,7 +196,9 @@ type Impl struct {
 	// len(x) is a multiple of W; g is nil or as long as x.
 	Softcap func(x, g []float32, c float32)
 
-	// ALiBi subtracts the linear bias: x[j] −= slope·|pos − j|. len(x) is a
+	// ALiBi subtracts the linear bias: x[j] −= float32(slope·|pos − j|),
+	// the product rounded before the subtraction as the plain algorithm
+	// does (bit for bit the same on every implementation). len(x) is a
 	// multiple of W; |pos − j| must stay below 2^24 (exact in float32).
 	ALiBi func(x []float32, slope, pos float32)
 

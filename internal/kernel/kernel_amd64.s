@@ -258,31 +258,37 @@ rowsv2:
 	JE     r6v2store
 
 r6v2loop:
-	VMOVUPS      (R11), Z12
-	VMOVUPS      (R11)(R12*1), Z13
-	VBROADCASTSS (R9), Z14
-	VFMADD231PS  Z12, Z14, Z0
-	VFMADD231PS  Z13, Z14, Z1
-	VBROADCASTSS (R9)(R8*1), Z14
-	VFMADD231PS  Z12, Z14, Z2
-	VFMADD231PS  Z13, Z14, Z3
-	VBROADCASTSS (R9)(R8*2), Z14
-	VFMADD231PS  Z12, Z14, Z4
-	VFMADD231PS  Z13, Z14, Z5
-	VBROADCASTSS (R10), Z14
-	VFMADD231PS  Z12, Z14, Z6
-	VFMADD231PS  Z13, Z14, Z7
-	VBROADCASTSS (R10)(R8*1), Z14
-	VFMADD231PS  Z12, Z14, Z8
-	VFMADD231PS  Z13, Z14, Z9
-	VBROADCASTSS (R10)(R8*2), Z14
-	VFMADD231PS  Z12, Z14, Z10
-	VFMADD231PS  Z13, Z14, Z11
-	ADDQ         $0x40, R11
-	ADDQ         $0x04, R9
-	ADDQ         $0x04, R10
-	DECQ         R13
-	JNE          r6v2loop
+	VMOVUPS     (R11), Z12
+	VMOVUPS     (R11)(R12*1), Z13
+	VMULPS.BCST (R9), Z12, Z14
+	VADDPS      Z14, Z0, Z0
+	VMULPS.BCST (R9), Z13, Z14
+	VADDPS      Z14, Z1, Z1
+	VMULPS.BCST (R9)(R8*1), Z12, Z14
+	VADDPS      Z14, Z2, Z2
+	VMULPS.BCST (R9)(R8*1), Z13, Z14
+	VADDPS      Z14, Z3, Z3
+	VMULPS.BCST (R9)(R8*2), Z12, Z14
+	VADDPS      Z14, Z4, Z4
+	VMULPS.BCST (R9)(R8*2), Z13, Z14
+	VADDPS      Z14, Z5, Z5
+	VMULPS.BCST (R10), Z12, Z14
+	VADDPS      Z14, Z6, Z6
+	VMULPS.BCST (R10), Z13, Z14
+	VADDPS      Z14, Z7, Z7
+	VMULPS.BCST (R10)(R8*1), Z12, Z14
+	VADDPS      Z14, Z8, Z8
+	VMULPS.BCST (R10)(R8*1), Z13, Z14
+	VADDPS      Z14, Z9, Z9
+	VMULPS.BCST (R10)(R8*2), Z12, Z12
+	VADDPS      Z12, Z10, Z10
+	VMULPS.BCST (R10)(R8*2), Z13, Z12
+	VADDPS      Z12, Z11, Z11
+	ADDQ        $0x40, R11
+	ADDQ        $0x04, R9
+	ADDQ        $0x04, R10
+	DECQ        R13
+	JNE         r6v2loop
 
 r6v2store:
 	MOVQ    ldc+24(FP), R8
@@ -341,28 +347,33 @@ rowsv2Tail:
 	JE     r5v2store
 
 r5v2loop:
-	VMOVUPS      (R9), Z10
-	VMOVUPS      (R9)(R10*1), Z11
-	VBROADCASTSS (BX), Z12
-	VFMADD231PS  Z10, Z12, Z0
-	VFMADD231PS  Z11, Z12, Z1
-	VBROADCASTSS (BX)(DI*1), Z12
-	VFMADD231PS  Z10, Z12, Z2
-	VFMADD231PS  Z11, Z12, Z3
-	VBROADCASTSS (BX)(DI*2), Z12
-	VFMADD231PS  Z10, Z12, Z4
-	VFMADD231PS  Z11, Z12, Z5
-	VBROADCASTSS (R8), Z12
-	VFMADD231PS  Z10, Z12, Z6
-	VFMADD231PS  Z11, Z12, Z7
-	VBROADCASTSS (R8)(DI*1), Z12
-	VFMADD231PS  Z10, Z12, Z8
-	VFMADD231PS  Z11, Z12, Z9
-	ADDQ         $0x40, R9
-	ADDQ         $0x04, BX
-	ADDQ         $0x04, R8
-	DECQ         R11
-	JNE          r5v2loop
+	VMOVUPS     (R9), Z10
+	VMOVUPS     (R9)(R10*1), Z11
+	VMULPS.BCST (BX), Z10, Z12
+	VADDPS      Z12, Z0, Z0
+	VMULPS.BCST (BX), Z11, Z12
+	VADDPS      Z12, Z1, Z1
+	VMULPS.BCST (BX)(DI*1), Z10, Z12
+	VADDPS      Z12, Z2, Z2
+	VMULPS.BCST (BX)(DI*1), Z11, Z12
+	VADDPS      Z12, Z3, Z3
+	VMULPS.BCST (BX)(DI*2), Z10, Z12
+	VADDPS      Z12, Z4, Z4
+	VMULPS.BCST (BX)(DI*2), Z11, Z12
+	VADDPS      Z12, Z5, Z5
+	VMULPS.BCST (R8), Z10, Z12
+	VADDPS      Z12, Z6, Z6
+	VMULPS.BCST (R8), Z11, Z12
+	VADDPS      Z12, Z7, Z7
+	VMULPS.BCST (R8)(DI*1), Z10, Z10
+	VADDPS      Z10, Z8, Z8
+	VMULPS.BCST (R8)(DI*1), Z11, Z10
+	VADDPS      Z10, Z9, Z9
+	ADDQ        $0x40, R9
+	ADDQ        $0x04, BX
+	ADDQ        $0x04, R8
+	DECQ        R11
+	JNE         r5v2loop
 
 r5v2store:
 	MOVQ    ldc+24(FP), BX
@@ -408,25 +419,29 @@ rowsv2Tail5:
 	JE     r4v2store
 
 r4v2loop:
-	VMOVUPS      (R9), Z8
-	VMOVUPS      (R9)(R10*1), Z9
-	VBROADCASTSS (BX), Z10
-	VFMADD231PS  Z8, Z10, Z0
-	VFMADD231PS  Z9, Z10, Z1
-	VBROADCASTSS (BX)(DI*1), Z10
-	VFMADD231PS  Z8, Z10, Z2
-	VFMADD231PS  Z9, Z10, Z3
-	VBROADCASTSS (BX)(DI*2), Z10
-	VFMADD231PS  Z8, Z10, Z4
-	VFMADD231PS  Z9, Z10, Z5
-	VBROADCASTSS (R8), Z10
-	VFMADD231PS  Z8, Z10, Z6
-	VFMADD231PS  Z9, Z10, Z7
-	ADDQ         $0x40, R9
-	ADDQ         $0x04, BX
-	ADDQ         $0x04, R8
-	DECQ         R11
-	JNE          r4v2loop
+	VMOVUPS     (R9), Z8
+	VMOVUPS     (R9)(R10*1), Z9
+	VMULPS.BCST (BX), Z8, Z10
+	VADDPS      Z10, Z0, Z0
+	VMULPS.BCST (BX), Z9, Z10
+	VADDPS      Z10, Z1, Z1
+	VMULPS.BCST (BX)(DI*1), Z8, Z10
+	VADDPS      Z10, Z2, Z2
+	VMULPS.BCST (BX)(DI*1), Z9, Z10
+	VADDPS      Z10, Z3, Z3
+	VMULPS.BCST (BX)(DI*2), Z8, Z10
+	VADDPS      Z10, Z4, Z4
+	VMULPS.BCST (BX)(DI*2), Z9, Z10
+	VADDPS      Z10, Z5, Z5
+	VMULPS.BCST (R8), Z8, Z8
+	VADDPS      Z8, Z6, Z6
+	VMULPS.BCST (R8), Z9, Z8
+	VADDPS      Z8, Z7, Z7
+	ADDQ        $0x40, R9
+	ADDQ        $0x04, BX
+	ADDQ        $0x04, R8
+	DECQ        R11
+	JNE         r4v2loop
 
 r4v2store:
 	MOVQ    ldc+24(FP), BX
@@ -465,21 +480,24 @@ rowsv2Tail4:
 	JE     r3v2store
 
 r3v2loop:
-	VMOVUPS      (R8), Z6
-	VMOVUPS      (R8)(R9*1), Z7
-	VBROADCASTSS (BX), Z8
-	VFMADD231PS  Z6, Z8, Z0
-	VFMADD231PS  Z7, Z8, Z1
-	VBROADCASTSS (BX)(DI*1), Z8
-	VFMADD231PS  Z6, Z8, Z2
-	VFMADD231PS  Z7, Z8, Z3
-	VBROADCASTSS (BX)(DI*2), Z8
-	VFMADD231PS  Z6, Z8, Z4
-	VFMADD231PS  Z7, Z8, Z5
-	ADDQ         $0x40, R8
-	ADDQ         $0x04, BX
-	DECQ         R10
-	JNE          r3v2loop
+	VMOVUPS     (R8), Z6
+	VMOVUPS     (R8)(R9*1), Z7
+	VMULPS.BCST (BX), Z6, Z8
+	VADDPS      Z8, Z0, Z0
+	VMULPS.BCST (BX), Z7, Z8
+	VADDPS      Z8, Z1, Z1
+	VMULPS.BCST (BX)(DI*1), Z6, Z8
+	VADDPS      Z8, Z2, Z2
+	VMULPS.BCST (BX)(DI*1), Z7, Z8
+	VADDPS      Z8, Z3, Z3
+	VMULPS.BCST (BX)(DI*2), Z6, Z6
+	VADDPS      Z6, Z4, Z4
+	VMULPS.BCST (BX)(DI*2), Z7, Z6
+	VADDPS      Z6, Z5, Z5
+	ADDQ        $0x40, R8
+	ADDQ        $0x04, BX
+	DECQ        R10
+	JNE         r3v2loop
 
 r3v2store:
 	MOVQ    ldc+24(FP), BX
@@ -513,18 +531,20 @@ rowsv2Tail3:
 	JE     r2v2store
 
 r2v2loop:
-	VMOVUPS      (R8), Z4
-	VMOVUPS      (R8)(R9*1), Z5
-	VBROADCASTSS (BX), Z6
-	VFMADD231PS  Z4, Z6, Z0
-	VFMADD231PS  Z5, Z6, Z1
-	VBROADCASTSS (BX)(DI*1), Z6
-	VFMADD231PS  Z4, Z6, Z2
-	VFMADD231PS  Z5, Z6, Z3
-	ADDQ         $0x40, R8
-	ADDQ         $0x04, BX
-	DECQ         R10
-	JNE          r2v2loop
+	VMOVUPS     (R8), Z4
+	VMOVUPS     (R8)(R9*1), Z5
+	VMULPS.BCST (BX), Z4, Z6
+	VADDPS      Z6, Z0, Z0
+	VMULPS.BCST (BX), Z5, Z6
+	VADDPS      Z6, Z1, Z1
+	VMULPS.BCST (BX)(DI*1), Z4, Z4
+	VADDPS      Z4, Z2, Z2
+	VMULPS.BCST (BX)(DI*1), Z5, Z4
+	VADDPS      Z4, Z3, Z3
+	ADDQ        $0x40, R8
+	ADDQ        $0x04, BX
+	DECQ        R10
+	JNE         r2v2loop
 
 r2v2store:
 	MOVQ    ldc+24(FP), BX
@@ -553,15 +573,16 @@ rowsv2Tail2:
 	JE     r1v2store
 
 r1v2loop:
-	VMOVUPS      (DI), Z2
-	VMOVUPS      (DI)(R8*1), Z3
-	VBROADCASTSS (BX), Z4
-	VFMADD231PS  Z2, Z4, Z0
-	VFMADD231PS  Z3, Z4, Z1
-	ADDQ         $0x40, DI
-	ADDQ         $0x04, BX
-	DECQ         R9
-	JNE          r1v2loop
+	VMOVUPS     (DI), Z2
+	VMOVUPS     (DI)(R8*1), Z3
+	VMULPS.BCST (BX), Z2, Z2
+	VADDPS      Z2, Z0, Z0
+	VMULPS.BCST (BX), Z3, Z2
+	VADDPS      Z2, Z1, Z1
+	ADDQ        $0x40, DI
+	ADDQ        $0x04, BX
+	DECQ        R9
+	JNE         r1v2loop
 
 r1v2store:
 	MOVQ    ldc+24(FP), BX
@@ -610,24 +631,24 @@ rowsv1:
 	JE     r6v1store
 
 r6v1loop:
-	VMOVUPS      (R11), Z6
-	VBROADCASTSS (R9), Z7
-	VFMADD231PS  Z6, Z7, Z0
-	VBROADCASTSS (R9)(R8*1), Z7
-	VFMADD231PS  Z6, Z7, Z1
-	VBROADCASTSS (R9)(R8*2), Z7
-	VFMADD231PS  Z6, Z7, Z2
-	VBROADCASTSS (R10), Z7
-	VFMADD231PS  Z6, Z7, Z3
-	VBROADCASTSS (R10)(R8*1), Z7
-	VFMADD231PS  Z6, Z7, Z4
-	VBROADCASTSS (R10)(R8*2), Z7
-	VFMADD231PS  Z6, Z7, Z5
-	ADDQ         $0x40, R11
-	ADDQ         $0x04, R9
-	ADDQ         $0x04, R10
-	DECQ         R12
-	JNE          r6v1loop
+	VMOVUPS     (R11), Z6
+	VMULPS.BCST (R9), Z6, Z7
+	VADDPS      Z7, Z0, Z0
+	VMULPS.BCST (R9)(R8*1), Z6, Z7
+	VADDPS      Z7, Z1, Z1
+	VMULPS.BCST (R9)(R8*2), Z6, Z7
+	VADDPS      Z7, Z2, Z2
+	VMULPS.BCST (R10), Z6, Z7
+	VADDPS      Z7, Z3, Z3
+	VMULPS.BCST (R10)(R8*1), Z6, Z7
+	VADDPS      Z7, Z4, Z4
+	VMULPS.BCST (R10)(R8*2), Z6, Z6
+	VADDPS      Z6, Z5, Z5
+	ADDQ        $0x40, R11
+	ADDQ        $0x04, R9
+	ADDQ        $0x04, R10
+	DECQ        R12
+	JNE         r6v1loop
 
 r6v1store:
 	MOVQ    ldc+24(FP), R8
@@ -673,22 +694,22 @@ rowsv1Tail:
 	JE     r5v1store
 
 r5v1loop:
-	VMOVUPS      (R9), Z5
-	VBROADCASTSS (BX), Z6
-	VFMADD231PS  Z5, Z6, Z0
-	VBROADCASTSS (BX)(DI*1), Z6
-	VFMADD231PS  Z5, Z6, Z1
-	VBROADCASTSS (BX)(DI*2), Z6
-	VFMADD231PS  Z5, Z6, Z2
-	VBROADCASTSS (R8), Z6
-	VFMADD231PS  Z5, Z6, Z3
-	VBROADCASTSS (R8)(DI*1), Z6
-	VFMADD231PS  Z5, Z6, Z4
-	ADDQ         $0x40, R9
-	ADDQ         $0x04, BX
-	ADDQ         $0x04, R8
-	DECQ         R10
-	JNE          r5v1loop
+	VMOVUPS     (R9), Z5
+	VMULPS.BCST (BX), Z5, Z6
+	VADDPS      Z6, Z0, Z0
+	VMULPS.BCST (BX)(DI*1), Z5, Z6
+	VADDPS      Z6, Z1, Z1
+	VMULPS.BCST (BX)(DI*2), Z5, Z6
+	VADDPS      Z6, Z2, Z2
+	VMULPS.BCST (R8), Z5, Z6
+	VADDPS      Z6, Z3, Z3
+	VMULPS.BCST (R8)(DI*1), Z5, Z5
+	VADDPS      Z5, Z4, Z4
+	ADDQ        $0x40, R9
+	ADDQ        $0x04, BX
+	ADDQ        $0x04, R8
+	DECQ        R10
+	JNE         r5v1loop
 
 r5v1store:
 	MOVQ    ldc+24(FP), BX
@@ -723,20 +744,20 @@ rowsv1Tail5:
 	JE     r4v1store
 
 r4v1loop:
-	VMOVUPS      (R9), Z4
-	VBROADCASTSS (BX), Z5
-	VFMADD231PS  Z4, Z5, Z0
-	VBROADCASTSS (BX)(DI*1), Z5
-	VFMADD231PS  Z4, Z5, Z1
-	VBROADCASTSS (BX)(DI*2), Z5
-	VFMADD231PS  Z4, Z5, Z2
-	VBROADCASTSS (R8), Z5
-	VFMADD231PS  Z4, Z5, Z3
-	ADDQ         $0x40, R9
-	ADDQ         $0x04, BX
-	ADDQ         $0x04, R8
-	DECQ         R10
-	JNE          r4v1loop
+	VMOVUPS     (R9), Z4
+	VMULPS.BCST (BX), Z4, Z5
+	VADDPS      Z5, Z0, Z0
+	VMULPS.BCST (BX)(DI*1), Z4, Z5
+	VADDPS      Z5, Z1, Z1
+	VMULPS.BCST (BX)(DI*2), Z4, Z5
+	VADDPS      Z5, Z2, Z2
+	VMULPS.BCST (R8), Z4, Z4
+	VADDPS      Z4, Z3, Z3
+	ADDQ        $0x40, R9
+	ADDQ        $0x04, BX
+	ADDQ        $0x04, R8
+	DECQ        R10
+	JNE         r4v1loop
 
 r4v1store:
 	MOVQ    ldc+24(FP), BX
@@ -766,17 +787,17 @@ rowsv1Tail4:
 	JE     r3v1store
 
 r3v1loop:
-	VMOVUPS      (R8), Z3
-	VBROADCASTSS (BX), Z4
-	VFMADD231PS  Z3, Z4, Z0
-	VBROADCASTSS (BX)(DI*1), Z4
-	VFMADD231PS  Z3, Z4, Z1
-	VBROADCASTSS (BX)(DI*2), Z4
-	VFMADD231PS  Z3, Z4, Z2
-	ADDQ         $0x40, R8
-	ADDQ         $0x04, BX
-	DECQ         R9
-	JNE          r3v1loop
+	VMOVUPS     (R8), Z3
+	VMULPS.BCST (BX), Z3, Z4
+	VADDPS      Z4, Z0, Z0
+	VMULPS.BCST (BX)(DI*1), Z3, Z4
+	VADDPS      Z4, Z1, Z1
+	VMULPS.BCST (BX)(DI*2), Z3, Z3
+	VADDPS      Z3, Z2, Z2
+	ADDQ        $0x40, R8
+	ADDQ        $0x04, BX
+	DECQ        R9
+	JNE         r3v1loop
 
 r3v1store:
 	MOVQ    ldc+24(FP), BX
@@ -803,15 +824,15 @@ rowsv1Tail3:
 	JE     r2v1store
 
 r2v1loop:
-	VMOVUPS      (R8), Z2
-	VBROADCASTSS (BX), Z3
-	VFMADD231PS  Z2, Z3, Z0
-	VBROADCASTSS (BX)(DI*1), Z3
-	VFMADD231PS  Z2, Z3, Z1
-	ADDQ         $0x40, R8
-	ADDQ         $0x04, BX
-	DECQ         R9
-	JNE          r2v1loop
+	VMOVUPS     (R8), Z2
+	VMULPS.BCST (BX), Z2, Z3
+	VADDPS      Z3, Z0, Z0
+	VMULPS.BCST (BX)(DI*1), Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	ADDQ        $0x40, R8
+	ADDQ        $0x04, BX
+	DECQ        R9
+	JNE         r2v1loop
 
 r2v1store:
 	MOVQ    ldc+24(FP), BX
@@ -835,13 +856,13 @@ rowsv1Tail2:
 	JE     r1v1store
 
 r1v1loop:
-	VMOVUPS      (DI), Z1
-	VBROADCASTSS (BX), Z2
-	VFMADD231PS  Z1, Z2, Z0
-	ADDQ         $0x40, DI
-	ADDQ         $0x04, BX
-	DECQ         R8
-	JNE          r1v1loop
+	VMOVUPS     (DI), Z1
+	VMULPS.BCST (BX), Z1, Z1
+	VADDPS      Z1, Z0, Z0
+	ADDQ        $0x40, DI
+	ADDQ        $0x04, BX
+	DECQ        R8
+	JNE         r1v1loop
 
 r1v1store:
 	MOVQ    ldc+24(FP), BX
@@ -2315,8 +2336,8 @@ TEXT ·expSumAVX512(SB), NOSPLIT, $0-36
 loop:
 	CMPQ         CX, $0x00000020
 	JL           tail
-	VMOVUPS      (AX), Z17
-	VFMSUB213PS  Z1, Z0, Z17
+	VMULPS       (AX), Z0, Z17
+	VSUBPS       Z1, Z17, Z17
 	VMINPS       Z17, Z13, Z18
 	VMULPS       Z2, Z18, Z19
 	VRNDSCALEPS  $0x00, Z19, Z19
@@ -2337,8 +2358,8 @@ loop:
 	VMOVAPS      Z14, K1, Z20
 	VMOVUPS      Z20, (AX)
 	VADDPS       Z20, Z15, Z15
-	VMOVUPS      64(AX), Z17
-	VFMSUB213PS  Z1, Z0, Z17
+	VMULPS       64(AX), Z0, Z17
+	VSUBPS       Z1, Z17, Z17
 	VMINPS       Z17, Z13, Z18
 	VMULPS       Z2, Z18, Z19
 	VRNDSCALEPS  $0x00, Z19, Z19
@@ -2369,8 +2390,8 @@ tail:
 tailLoop:
 	CMPQ         CX, $0x00000010
 	JL           done
-	VMOVUPS      (AX), Z16
-	VFMSUB213PS  Z1, Z0, Z16
+	VMULPS       (AX), Z0, Z16
+	VSUBPS       Z1, Z16, Z16
 	VMINPS       Z16, Z13, Z17
 	VMULPS       Z2, Z17, Z18
 	VRNDSCALEPS  $0x00, Z18, Z18
@@ -2579,7 +2600,7 @@ done:
 	RET
 
 // func mulABtAVX2(c []float32, ldc int, a []float32, lda int, bt []float32, m int, n int, k int)
-// Requires: AVX, FMA3
+// Requires: AVX
 TEXT ·mulABtAVX2(SB), NOSPLIT, $0-112
 	MOVQ c_base+0(FP), AX
 	MOVQ bt_base+64(FP), CX
@@ -2623,23 +2644,35 @@ r6v2loop:
 	VMOVUPS      (R11), Y12
 	VMOVUPS      32(R11), Y13
 	VBROADCASTSS (R9), Y14
-	VFMADD231PS  Y12, Y14, Y0
-	VFMADD231PS  Y13, Y14, Y1
+	VMULPS       Y12, Y14, Y15
+	VADDPS       Y15, Y0, Y0
+	VMULPS       Y13, Y14, Y14
+	VADDPS       Y14, Y1, Y1
 	VBROADCASTSS (R9)(R8*1), Y14
-	VFMADD231PS  Y12, Y14, Y2
-	VFMADD231PS  Y13, Y14, Y3
+	VMULPS       Y12, Y14, Y15
+	VADDPS       Y15, Y2, Y2
+	VMULPS       Y13, Y14, Y14
+	VADDPS       Y14, Y3, Y3
 	VBROADCASTSS (R9)(R8*2), Y14
-	VFMADD231PS  Y12, Y14, Y4
-	VFMADD231PS  Y13, Y14, Y5
+	VMULPS       Y12, Y14, Y15
+	VADDPS       Y15, Y4, Y4
+	VMULPS       Y13, Y14, Y14
+	VADDPS       Y14, Y5, Y5
 	VBROADCASTSS (R10), Y14
-	VFMADD231PS  Y12, Y14, Y6
-	VFMADD231PS  Y13, Y14, Y7
+	VMULPS       Y12, Y14, Y15
+	VADDPS       Y15, Y6, Y6
+	VMULPS       Y13, Y14, Y14
+	VADDPS       Y14, Y7, Y7
 	VBROADCASTSS (R10)(R8*1), Y14
-	VFMADD231PS  Y12, Y14, Y8
-	VFMADD231PS  Y13, Y14, Y9
+	VMULPS       Y12, Y14, Y15
+	VADDPS       Y15, Y8, Y8
+	VMULPS       Y13, Y14, Y14
+	VADDPS       Y14, Y9, Y9
 	VBROADCASTSS (R10)(R8*2), Y14
-	VFMADD231PS  Y12, Y14, Y10
-	VFMADD231PS  Y13, Y14, Y11
+	VMULPS       Y12, Y14, Y12
+	VADDPS       Y12, Y10, Y10
+	VMULPS       Y13, Y14, Y12
+	VADDPS       Y12, Y11, Y11
 	ADDQ         $0x40, R11
 	ADDQ         $0x04, R9
 	ADDQ         $0x04, R10
@@ -2704,20 +2737,30 @@ r5v2loop:
 	VMOVUPS      (R9), Y10
 	VMOVUPS      32(R9), Y11
 	VBROADCASTSS (BX), Y12
-	VFMADD231PS  Y10, Y12, Y0
-	VFMADD231PS  Y11, Y12, Y1
+	VMULPS       Y10, Y12, Y13
+	VADDPS       Y13, Y0, Y0
+	VMULPS       Y11, Y12, Y12
+	VADDPS       Y12, Y1, Y1
 	VBROADCASTSS (BX)(DI*1), Y12
-	VFMADD231PS  Y10, Y12, Y2
-	VFMADD231PS  Y11, Y12, Y3
+	VMULPS       Y10, Y12, Y13
+	VADDPS       Y13, Y2, Y2
+	VMULPS       Y11, Y12, Y12
+	VADDPS       Y12, Y3, Y3
 	VBROADCASTSS (BX)(DI*2), Y12
-	VFMADD231PS  Y10, Y12, Y4
-	VFMADD231PS  Y11, Y12, Y5
+	VMULPS       Y10, Y12, Y13
+	VADDPS       Y13, Y4, Y4
+	VMULPS       Y11, Y12, Y12
+	VADDPS       Y12, Y5, Y5
 	VBROADCASTSS (R8), Y12
-	VFMADD231PS  Y10, Y12, Y6
-	VFMADD231PS  Y11, Y12, Y7
+	VMULPS       Y10, Y12, Y13
+	VADDPS       Y13, Y6, Y6
+	VMULPS       Y11, Y12, Y12
+	VADDPS       Y12, Y7, Y7
 	VBROADCASTSS (R8)(DI*1), Y12
-	VFMADD231PS  Y10, Y12, Y8
-	VFMADD231PS  Y11, Y12, Y9
+	VMULPS       Y10, Y12, Y10
+	VADDPS       Y10, Y8, Y8
+	VMULPS       Y11, Y12, Y10
+	VADDPS       Y10, Y9, Y9
 	ADDQ         $0x40, R9
 	ADDQ         $0x04, BX
 	ADDQ         $0x04, R8
@@ -2769,17 +2812,25 @@ r4v2loop:
 	VMOVUPS      (R9), Y8
 	VMOVUPS      32(R9), Y9
 	VBROADCASTSS (BX), Y10
-	VFMADD231PS  Y8, Y10, Y0
-	VFMADD231PS  Y9, Y10, Y1
+	VMULPS       Y8, Y10, Y11
+	VADDPS       Y11, Y0, Y0
+	VMULPS       Y9, Y10, Y10
+	VADDPS       Y10, Y1, Y1
 	VBROADCASTSS (BX)(DI*1), Y10
-	VFMADD231PS  Y8, Y10, Y2
-	VFMADD231PS  Y9, Y10, Y3
+	VMULPS       Y8, Y10, Y11
+	VADDPS       Y11, Y2, Y2
+	VMULPS       Y9, Y10, Y10
+	VADDPS       Y10, Y3, Y3
 	VBROADCASTSS (BX)(DI*2), Y10
-	VFMADD231PS  Y8, Y10, Y4
-	VFMADD231PS  Y9, Y10, Y5
+	VMULPS       Y8, Y10, Y11
+	VADDPS       Y11, Y4, Y4
+	VMULPS       Y9, Y10, Y10
+	VADDPS       Y10, Y5, Y5
 	VBROADCASTSS (R8), Y10
-	VFMADD231PS  Y8, Y10, Y6
-	VFMADD231PS  Y9, Y10, Y7
+	VMULPS       Y8, Y10, Y8
+	VADDPS       Y8, Y6, Y6
+	VMULPS       Y9, Y10, Y8
+	VADDPS       Y8, Y7, Y7
 	ADDQ         $0x40, R9
 	ADDQ         $0x04, BX
 	ADDQ         $0x04, R8
@@ -2824,14 +2875,20 @@ r3v2loop:
 	VMOVUPS      (R8), Y6
 	VMOVUPS      32(R8), Y7
 	VBROADCASTSS (BX), Y8
-	VFMADD231PS  Y6, Y8, Y0
-	VFMADD231PS  Y7, Y8, Y1
+	VMULPS       Y6, Y8, Y9
+	VADDPS       Y9, Y0, Y0
+	VMULPS       Y7, Y8, Y8
+	VADDPS       Y8, Y1, Y1
 	VBROADCASTSS (BX)(DI*1), Y8
-	VFMADD231PS  Y6, Y8, Y2
-	VFMADD231PS  Y7, Y8, Y3
+	VMULPS       Y6, Y8, Y9
+	VADDPS       Y9, Y2, Y2
+	VMULPS       Y7, Y8, Y8
+	VADDPS       Y8, Y3, Y3
 	VBROADCASTSS (BX)(DI*2), Y8
-	VFMADD231PS  Y6, Y8, Y4
-	VFMADD231PS  Y7, Y8, Y5
+	VMULPS       Y6, Y8, Y6
+	VADDPS       Y6, Y4, Y4
+	VMULPS       Y7, Y8, Y6
+	VADDPS       Y6, Y5, Y5
 	ADDQ         $0x40, R8
 	ADDQ         $0x04, BX
 	DECQ         R9
@@ -2870,11 +2927,15 @@ r2v2loop:
 	VMOVUPS      (R8), Y4
 	VMOVUPS      32(R8), Y5
 	VBROADCASTSS (BX), Y6
-	VFMADD231PS  Y4, Y6, Y0
-	VFMADD231PS  Y5, Y6, Y1
+	VMULPS       Y4, Y6, Y7
+	VADDPS       Y7, Y0, Y0
+	VMULPS       Y5, Y6, Y6
+	VADDPS       Y6, Y1, Y1
 	VBROADCASTSS (BX)(DI*1), Y6
-	VFMADD231PS  Y4, Y6, Y2
-	VFMADD231PS  Y5, Y6, Y3
+	VMULPS       Y4, Y6, Y4
+	VADDPS       Y4, Y2, Y2
+	VMULPS       Y5, Y6, Y4
+	VADDPS       Y4, Y3, Y3
 	ADDQ         $0x40, R8
 	ADDQ         $0x04, BX
 	DECQ         R9
@@ -2908,8 +2969,10 @@ r1v2loop:
 	VMOVUPS      (DI), Y2
 	VMOVUPS      32(DI), Y3
 	VBROADCASTSS (BX), Y4
-	VFMADD231PS  Y2, Y4, Y0
-	VFMADD231PS  Y3, Y4, Y1
+	VMULPS       Y2, Y4, Y2
+	VADDPS       Y2, Y0, Y0
+	VMULPS       Y3, Y4, Y2
+	VADDPS       Y2, Y1, Y1
 	ADDQ         $0x40, DI
 	ADDQ         $0x04, BX
 	DECQ         R8
@@ -3746,8 +3809,8 @@ TEXT ·expSumAVX2(SB), NOSPLIT, $0-36
 loop:
 	CMPQ         CX, $0x00000008
 	JL           tail
-	VMOVUPS      (AX), Y8
-	VFMSUB213PS  Y1, Y0, Y8
+	VMULPS       (AX), Y0, Y8
+	VSUBPS       Y1, Y8, Y8
 	VMULPS       Y2, Y8, Y9
 	VROUNDPS     $0x08, Y9, Y9
 	VMOVAPS      Y8, Y10
@@ -3783,8 +3846,8 @@ tail:
 tailLoop:
 	CMPQ         CX, $0x00000008
 	JL           done
-	VMOVUPS      (AX), Y8
-	VFMSUB213PS  Y1, Y0, Y8
+	VMULPS       (AX), Y0, Y8
+	VSUBPS       Y1, Y8, Y8
 	VMULPS       Y2, Y8, Y9
 	VROUNDPS     $0x08, Y9, Y9
 	VMOVAPS      Y8, Y10
@@ -4559,7 +4622,7 @@ DATA alibiconsts<>+92(SB)/4, $0x40e00000
 GLOBL alibiconsts<>(SB), RODATA|NOPTR, $96
 
 // func alibiAVX2(x []float32, slope float32, pos float32)
-// Requires: AVX, AVX2, FMA3, SSE
+// Requires: AVX, AVX2, SSE
 TEXT ·alibiAVX2(SB), NOSPLIT, $0-32
 	MOVQ         x_base+0(FP), AX
 	MOVQ         x_len+8(FP), CX
@@ -4572,16 +4635,17 @@ TEXT ·alibiAVX2(SB), NOSPLIT, $0-32
 	VMOVUPS      alibiconsts<>+0(SB), Y3
 
 loop:
-	CMPQ         CX, $0x08
-	JL           done
-	VANDPS       Y3, Y1, Y4
-	VMOVUPS      (AX), Y5
-	VFNMADD231PS Y0, Y4, Y5
-	VMOVUPS      Y5, (AX)
-	VSUBPS       Y2, Y1, Y1
-	ADDQ         $0x20, AX
-	SUBQ         $0x08, CX
-	JMP          loop
+	CMPQ    CX, $0x08
+	JL      done
+	VANDPS  Y3, Y1, Y4
+	VMOVUPS (AX), Y5
+	VMULPS  Y0, Y4, Y4
+	VSUBPS  Y4, Y5, Y5
+	VMOVUPS Y5, (AX)
+	VSUBPS  Y2, Y1, Y1
+	ADDQ    $0x20, AX
+	SUBQ    $0x08, CX
+	JMP     loop
 
 done:
 	VZEROUPPER

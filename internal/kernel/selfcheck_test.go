@@ -307,6 +307,52 @@ func TestSelfCheckDecodeRejectsBroken(t *testing.T) {
 				g.AccumQ8(o, ldo, p, ldp, m, one, ldv, n, d)
 			}
 		}},
+		{"Scoresq4", "swaps the nibbles of the codes", func(dk *Decode) {
+			dk.ScoresQ4 = func(s []float32, lds int, q []float32, m int, k []byte, ldk, n, d int) {
+				sw := append([]byte(nil), k...)
+				for j := 0; j < n; j++ {
+					for b := 0; b < d/Q4Block; b++ {
+						codes := sw[j*ldk+b*Q4BlockBytes+2 : j*ldk+(b+1)*Q4BlockBytes]
+						for i, c := range codes {
+							codes[i] = c<<4 | c>>4
+						}
+					}
+				}
+				g.ScoresQ4(s, lds, q, m, sw, ldk, n, d)
+			}
+		}},
+		{"Accumq4", "forgets the offset 8 of the codes", func(dk *Decode) {
+			dk.AccumQ4 = func(o []float32, ldo int, p []float32, ldp, m int, v []byte, ldv, n, d int) {
+				row := make([]float32, d)
+				for j := 0; j < n; j++ {
+					widenQ4(row, v[j*ldv:])
+					for i, x := range row {
+						blk := v[j*ldv+i/Q4Block*Q4BlockBytes:]
+						row[i] = x + 8*F16ToF32(uint16(blk[0])|uint16(blk[1])<<8)
+					}
+					for r := 0; r < m; r++ {
+						for c, x := range row {
+							o[r*ldo+c] += p[r*ldp+j] * x
+						}
+					}
+				}
+			}
+		}},
+		{"ScoresQ8Heads", "swaps the last two heads", func(dk *Decode) {
+			dk.ScoresQ8Heads = func(s []float32, lds int, q []float32, heads int, k []byte, ldk, hs, n, d int) {
+				g.ScoresQ8Heads(s, lds, q, heads, k, ldk, hs, n, d)
+				a, b := s[(heads-2)*lds:(heads-2)*lds+n], s[(heads-1)*lds:(heads-1)*lds+n]
+				for j := range a {
+					a[j], b[j] = b[j], a[j]
+				}
+			}
+		}},
+		{"AccumF16Heads", "skips the last key of the first head", func(dk *Decode) {
+			dk.AccumF16Heads = func(o []float32, ldo int, p []float32, ldp, heads int, v []uint16, ldv, hs, n, d int) {
+				g.AccumF16(o, ldo, p, ldp, 1, v, ldv, n-1, d)
+				g.AccumF16Heads(o[ldo:], ldo, p[ldp:], ldp, heads-1, v[hs:], ldv, hs, n, d)
+			}
+		}},
 		{"boom", "panics", func(dk *Decode) {
 			dk.ScoresQ8 = func(s []float32, lds int, q []float32, m int, k []byte, ldk, n, d int) { panic("boom") }
 		}},

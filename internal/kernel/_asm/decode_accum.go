@@ -15,10 +15,11 @@ type accumGen struct {
 	s     isa
 	e     decodeElem
 	mr, w int
-	vpb   int // vectors per q8 block (1 for the other types)
+	vpb   int // vectors per q8_0 or q4_0 block (1 for the other types)
 	passN int // passes emitted so far (label names)
 
-	kmask Register // AVX-512: opmask of the first t lanes (t = d mod 16)
+	kmask Register     // AVX-512: opmask of the first t lanes (t = d mod 16)
+	qc    *quantConsts // AVX-512 q8_0, q4_0: the scale slot, the q4_0 table
 
 	// Frame slots: &O[0][c0] and &V[j0][c0] of the current chunk, &P[0][j0]
 	// and &V[j0][0] of the current key block, the keys in it, the keys
@@ -83,8 +84,8 @@ func genAccum(s isa, e decodeElem, mr int) {
 		cacheDoc(s, e, "ldv", "value"))
 
 	g := &accumGen{s: s, e: e, mr: mr, w: s.Lanes / mr, vpb: 1}
-	if e.q8() {
-		g.vpb = q8Values / s.Lanes
+	if e.quant() {
+		g.vpb = quantValues / s.Lanes
 	}
 	g.oCur, g.vCur, g.pBlk, g.vBlk = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
 	g.jn, g.nLeft, g.vecLeft = AllocLocal(8), AllocLocal(8), AllocLocal(8)
@@ -92,9 +93,10 @@ func genAccum(s isa, e decodeElem, mr int) {
 	MOVQ(Load(Param("p").Base(), GP64()), g.pBlk)
 	MOVQ(Load(Param("v").Base(), GP64()), g.vBlk)
 	MOVQ(Load(Param("n"), GP64()), g.nLeft)
-	if s.EVEX && !e.q8() {
+	if s.EVEX && !e.quant() {
 		g.kmask = tailMask(dTail(15))
 	}
+	g.qc = newQuantConsts(s, e, mr, 1)
 
 	Label("block")
 	{
@@ -127,7 +129,7 @@ func genAccum(s isa, e decodeElem, mr int) {
 		g.chunk(c)
 	}
 	Label(fmt.Sprintf("chunk%d", g.vpb/2))
-	if !e.q8() {
+	if !e.quant() {
 		dTail(s.Lanes - 1) // ANDQ sets ZF when d has no tail
 		JZ(LabelRef("next"))
 		g.pass(0, 1, true)
@@ -156,10 +158,10 @@ func genAccum(s isa, e decodeElem, mr int) {
 }
 
 // vecBytesV is the number of bytes of a V row that c vectors cover (for
-// q8, c is a multiple of the vectors per block).
+// q8_0 and q4_0, c is a multiple of the vectors per block).
 func (g *accumGen) vecBytesV(c int) int {
-	if g.e.q8() {
-		return c / g.vpb * q8Bytes
+	if g.e.quant() {
+		return c / g.vpb * g.e.blockBytes()
 	}
 	return c * g.s.Lanes * g.e.Size
 }
@@ -170,8 +172,9 @@ func (g *accumGen) vecBytesV(c int) int {
 func (g *accumGen) prefetchOffsets(first, c int, tail bool) []int {
 	var lo, hi int
 	switch {
-	case g.e.q8():
-		lo, hi = first/g.vpb*q8Bytes, ((first+c-1)/g.vpb+1)*q8Bytes
+	case g.e.quant():
+		bb := g.e.blockBytes()
+		lo, hi = first/g.vpb*bb, ((first+c-1)/g.vpb+1)*bb
 	case tail:
 		lo, hi = 0, g.s.Lanes*g.e.Size
 	default:
@@ -184,7 +187,7 @@ func (g *accumGen) prefetchOffsets(first, c int, tail bool) []int {
 	return offs
 }
 
-// chunk emits the passes over c vectors of O's columns (for q8 with fewer
+// chunk emits the passes over c vectors of O's columns (for q8_0 and q4_0 with fewer
 // vectors per tile than per block, one pass per part of the block) and
 // advances the chunk pointers.
 func (g *accumGen) chunk(c int) {
@@ -299,6 +302,7 @@ func (g *accumGen) pass(first, c int, tail bool) {
 		}
 	}
 	var sc VecVirtual
+	var blk *quantBlock
 	for i := 0; i < c; i++ {
 		x := first + i
 		if e.Size == 4 && mr == 1 && !tail {
@@ -306,23 +310,26 @@ func (g *accumGen) pass(first, c int, tail bool) {
 			continue
 		}
 		var vv VecVirtual
+		if e.quant() && (i == 0 || x%g.vpb == 0) {
+			blk = newQuantBlock(s, e, Mem{Base: vr, Disp: x / g.vpb * e.blockBytes()}, g.qc, 0)
+		}
 		switch {
-		case e.q8() && mr == 1:
+		case e.Bits == 8 && mr == 1:
 			// One row: p times the block's scale once, then the raw
 			// values (a multiply per vector fewer).
-			blk := Mem{Base: vr, Disp: x / g.vpb * q8Bytes}
 			if i == 0 || x%g.vpb == 0 {
-				sc = q8Scale(s, blk)
-				VMULPS(pv[0], sc, sc)
+				if blk.slot != nil {
+					sc = s.Vec()
+					blk.mulScale(pv[0], sc)
+				} else {
+					sc = blk.scale()
+					VMULPS(pv[0], sc, sc)
+				}
 			}
-			VFMADD231PS(sc, q8Raw(s, blk, x%g.vpb), acc[0][i])
+			VFMADD231PS(sc, blk.raw(x%g.vpb), acc[0][i])
 			continue
-		case e.q8():
-			blk := Mem{Base: vr, Disp: x / g.vpb * q8Bytes}
-			if i == 0 || x%g.vpb == 0 {
-				sc = q8Scale(s, blk)
-			}
-			vv = q8Vec(s, blk, x%g.vpb, sc)
+		case e.quant():
+			vv = blk.vec(x % g.vpb)
 		case tail && !window:
 			vv = widen(s, e, Mem{Base: vr}, g.kmask)
 		default:
@@ -365,4 +372,130 @@ func (g *accumGen) pass(first, c int, tail bool) {
 			}
 		}
 	}
+}
+
+// genAccumHeads generates accumHeads<T><ISA>, the multi-head form of the
+// one-row kernel: n rows at v, hs apart (row r is key r/heads of head
+// h = r%heads, as in genScoresHeads), each added to O row h with its
+// probability p[h*ldp + r/heads]:
+//
+//	o[h*ldo+c] += p[h*ldp+j]·v[r*hs+c]    r < n, h = r%heads, j = r/heads, c < d
+//
+// reading the cache in address order. O rows stay in L1 (loaded, updated
+// and stored per row of the cache: the rows of a key belong to different
+// heads) and get exactly the operations of accum<T>M1<ISA>, in key order,
+// so the results are the same bit for bit. d is a multiple of 16 (the
+// wrapper sends other head dimensions to the one-head kernels).
+func genAccumHeads(s isa, e decodeElem) {
+	name := fmt.Sprintf("accumHeads%s%s", e.Name, s.Suffix)
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(o []float32, ldo int, p []float32, ldp, heads int, v []%s, hs, n, d int)", e.GoType))
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s adds p[h*ldp+r/heads]·v[r*hs+c] to o[h*ldo+c], h = r%%heads, for r < n, c < d, bit for bit as accum%sM1%s;", name, e.Name, s.Suffix),
+		"hs is the value row stride in "+map[bool]string{true: "bytes", false: "elements"}[e.quant()]+"; d is a positive multiple of 16, n >= 1, heads >= 1, and all accesses are in bounds.")
+
+	L := s.Lanes
+	qc := newQuantConsts(s, e, 1, 1)
+	vpb := 1
+	if e.quant() {
+		vpb = quantValues / L
+	}
+	// Per row of the cache: steps of one vector (one block for q8_0 and
+	// q4_0) of d.
+	stepVals := L * vpb
+	stepBytes := L * e.Size
+	if e.quant() {
+		stepBytes = e.blockBytes()
+	}
+	nLeft, oh, ph, pj, hc := AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
+	MOVQ(Load(Param("n"), GP64()), nLeft)
+	o0 := Load(Param("o").Base(), GP64())
+	MOVQ(o0, oh)
+	p0 := Load(Param("p").Base(), GP64())
+	MOVQ(p0, ph)
+	MOVQ(p0, pj)
+	z := GP64()
+	XORQ(z, z)
+	MOVQ(z, hc)
+	vr := Load(Param("v").Base(), GP64())
+	hs := Load(Param("hs"), GP64())
+	if e.Size > 1 {
+		SHLQ(Imm(uint64(log2(e.Size))), hs)
+	}
+	pfd := GP64() // bytes to the row the prefetches read
+	MOVQ(hs, pfd)
+	SHLQ(Imm(uint64(log2(scoresPrefetchRows(e)))), pfd)
+
+	Label("row")
+	{
+		pv := s.Vec()
+		pp := ldMem(ph)
+		VBROADCASTSS(Mem{Base: pp}, pv)
+		op := ldMem(oh)
+		steps := Load(Param("d"), GP64())
+		SHRQ(Imm(uint64(log2(stepVals))), steps)
+		vp := GP64()
+		MOVQ(vr, vp)
+		Label("step")
+		PREFETCHT1(Mem{Base: vp, Index: pfd, Scale: 1})
+		var blk *quantBlock
+		var sc VecVirtual
+		if e.quant() {
+			blk = newQuantBlock(s, e, Mem{Base: vp}, qc, 0)
+		}
+		for i := 0; i < vpb; i++ {
+			a := s.Vec()
+			om := Mem{Base: op, Disp: i * s.Bytes()}
+			VMOVUPS(om, a)
+			switch {
+			case e.Size == 4:
+				VFMADD231PS(Mem{Base: vp}, pv, a)
+			case e.Bits == 8:
+				if i == 0 {
+					if blk.slot != nil {
+						sc = s.Vec()
+						blk.mulScale(pv, sc)
+					} else {
+						sc = blk.scale()
+						VMULPS(pv, sc, sc)
+					}
+				}
+				VFMADD231PS(sc, blk.raw(i), a)
+			case e.quant():
+				VFMADD231PS(pv, blk.vec(i), a)
+			default:
+				VFMADD231PS(pv, widen(s, e, Mem{Base: vp}, nil), a)
+			}
+			VMOVUPS(a, om)
+		}
+		ADDQ(U32(stepBytes), vp)
+		ADDQ(U32(4*stepVals), op)
+		DECQ(steps)
+		JNZ(LabelRef("step"))
+	}
+	// Next row: the next head, or the first head of the next key.
+	{
+		ADDQ(hs, vr)
+		h, o, p := ldMem(hc), ldMem(oh), ldMem(ph)
+		INCQ(h)
+		ldo := Load(Param("ldo"), GP64())
+		LEAQ(Mem{Base: o, Index: ldo, Scale: 4}, o)
+		ldp := Load(Param("ldp"), GP64())
+		LEAQ(Mem{Base: p, Index: ldp, Scale: 4}, p)
+		CMPQ(h, slot(Param("heads")))
+		JNE(LabelRef("store"))
+		XORQ(h, h)
+		MOVQ(Load(Param("o").Base(), GP64()), o)
+		pn := ldMem(pj)
+		ADDQ(Imm(4), pn)
+		MOVQ(pn, pj)
+		MOVQ(pn, p)
+		Label("store")
+		MOVQ(h, hc)
+		MOVQ(o, oh)
+		MOVQ(p, ph)
+	}
+	DECQ(nLeft)
+	JNZ(LabelRef("row"))
+	VZEROUPPER()
+	RET()
 }

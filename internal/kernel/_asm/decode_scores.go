@@ -16,26 +16,37 @@ type scoresGen struct {
 	e  decodeElem
 	mr int
 
-	kmask Register   // AVX-512: opmask of the first t lanes (t = d mod 16)
-	wmask VecVirtual // AVX2: mask of the last t of the 8 window lanes
+	kmask Register     // AVX-512: opmask of the first t lanes (t = d mod 16)
+	qc    *quantConsts // AVX-512 q8_0, q4_0: scale slots (one per key of a group), q4_0 table
+	wmask VecVirtual   // AVX2: mask of the last t of the 8 window lanes
 
 	// Frame slots: &S[0][j0], &K[j0][0], keys left, steps per row and
 	// (AVX2) the window rewinds of a key row and of a Q row in bytes.
 	sp, kb, nLeft, steps, rewK, rewQ Mem
+
+	// The multi-head kernels (genScoresHeads): ldk is the slot of the row
+	// stride (ldk, or hs for the heads), and the frame slots of the Q row
+	// of the next key and its head number.
+	heads      bool
+	ldk        Mem
+	qCur, hCur Mem
+	// The output position of the multi-head kernels: &s[h][j] of the next
+	// row, h, &s[0][j], and a 64-byte buffer for a folded vector.
+	oPtr, oHead, oKey, oBuf Mem
 }
 
 // stepElems is the number of elements of d one step of the p loop covers.
 func (g *scoresGen) stepElems() int {
-	if g.e.q8() {
-		return q8Values
+	if g.e.quant() {
+		return quantValues
 	}
 	return g.s.Lanes
 }
 
 // stepKBytes is the number of bytes of a key row one step covers.
 func (g *scoresGen) stepKBytes() int {
-	if g.e.q8() {
-		return q8Bytes
+	if g.e.quant() {
+		return g.e.blockBytes()
 	}
 	return g.s.Lanes * g.e.Size
 }
@@ -55,7 +66,78 @@ func genScores(s isa, e decodeElem, mr int) {
 	Doc(fmt.Sprintf("%s sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < %d, j < n, p < d;", name, mr),
 		cacheDoc(s, e, "ldk", "key"))
 
-	g := &scoresGen{s: s, e: e, mr: mr}
+	g := &scoresGen{s: s, e: e, mr: mr, ldk: slot(Param("ldk"))}
+	g.body()
+}
+
+// genScoresHeads generates scoresHeads<T><ISA>, the multi-head form of the
+// one-row kernel: n rows at k, hs apart (the rows of consecutive heads of
+// a cache whose heads lie side by side, then of the next key: row v is
+// key v/heads of head v%heads), row v multiplied by Q row v%heads and its
+// sum stored at s[v]. Each row gets exactly the arithmetic of
+// scores<T>M1<ISA>; only the Q row changes from row to row, so that the
+// cache is read in address order.
+func genScoresHeads(s isa, e decodeElem) {
+	name := fmt.Sprintf("scoresHeads%s%s", e.Name, s.Suffix)
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(s []float32, lds int, q []float32, heads int, k []%s, hs, n, d int)", e.GoType))
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s sets s[(v%%heads)*lds+v/heads] = Σ_p q[(v%%heads)*d+p]·k[v*hs+p] for v < n, p < d, bit for bit as scores%sM1%s;", name, e.Name, s.Suffix),
+		cacheDoc(s, e, "hs", "key")+" heads >= 1.")
+	g := &scoresGen{s: s, e: e, mr: 1, ldk: slot(Param("hs")), heads: true}
+	g.qCur, g.hCur = AllocLocal(8), AllocLocal(8)
+	g.oPtr, g.oHead, g.oKey, g.oBuf = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(64)
+	q0 := Load(Param("q").Base(), GP64())
+	MOVQ(q0, g.qCur)
+	s0 := Load(Param("s").Base(), GP64())
+	MOVQ(s0, g.oPtr)
+	MOVQ(s0, g.oKey)
+	z := GP64()
+	XORQ(z, z)
+	MOVQ(z, g.hCur)
+	MOVQ(z, g.oHead)
+	g.body()
+}
+
+// scatter stores the w sums of v (lane i: the row i of the block) at
+// their places s[h][j], h and j following from row to row.
+func (g *scoresGen) scatter(v VecVirtual, w int) {
+	s := g.s
+	switch {
+	case w == 1:
+		VMOVSS(v.AsX(), g.oBuf)
+	case s.EVEX && w == 16:
+		VMOVUPS(v, g.oBuf)
+	default:
+		VMOVUPS(v.AsY(), g.oBuf)
+	}
+	op, h, oj := ldMem(g.oPtr), ldMem(g.oHead), ldMem(g.oKey)
+	lds := Load(Param("lds"), GP64())
+	heads := Load(Param("heads"), GP64())
+	for i := 0; i < w; i++ {
+		x := GP32()
+		MOVL(g.oBuf.Offset(4*i), x)
+		MOVL(x, Mem{Base: op})
+		// Next row: the next head (one S row on), or the first head of
+		// the next key.
+		LEAQ(Mem{Base: op, Index: lds, Scale: 4}, op)
+		INCQ(h)
+		nk := GP64()
+		LEAQ(Mem{Base: oj, Disp: 4}, nk)
+		z := GP64()
+		XORQ(z, z)
+		CMPQ(h, heads)
+		CMOVQEQ(nk, oj)
+		CMOVQEQ(nk, op)
+		CMOVQEQ(z, h)
+	}
+	MOVQ(op, g.oPtr)
+	MOVQ(h, g.oHead)
+	MOVQ(oj, g.oKey)
+}
+
+// body emits the function body of a scores kernel after its TEXT.
+func (g *scoresGen) body() {
+	s, e, mr := g.s, g.e, g.mr
 	g.sp, g.kb, g.nLeft, g.steps = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
 	MOVQ(Load(Param("s").Base(), GP64()), g.sp)
 	MOVQ(Load(Param("k").Base(), GP64()), g.kb)
@@ -65,7 +147,7 @@ func genScores(s isa, e decodeElem, mr int) {
 	MOVQ(d, steps)
 	SHRQ(Imm(uint64(log2(g.stepElems()))), steps)
 	MOVQ(steps, g.steps)
-	if !e.q8() {
+	if !e.quant() {
 		t := GP64()
 		MOVQ(d, t)
 		ANDQ(Imm(uint64(s.Lanes-1)), t)
@@ -85,6 +167,7 @@ func genScores(s isa, e decodeElem, mr int) {
 	}
 
 	w := s.Lanes / mr
+	g.qc = newQuantConsts(s, e, mr, scoresGroup(mr, w))
 	g.keyLoop(w, "main")
 	if w > 1 {
 		g.keyLoop(1, "rest")
@@ -100,8 +183,8 @@ func genScores(s isa, e decodeElem, mr int) {
 func cacheDoc(s isa, e decodeElem, ld, row string) string {
 	stride, pre := ld+" is the "+row+" row stride in elements", "d >= 1"
 	switch {
-	case e.q8():
-		stride, pre = ld+" is the "+row+" row stride in bytes (rows of d/32 blocks of 34 bytes)", "d is a positive multiple of 32"
+	case e.quant():
+		stride, pre = fmt.Sprintf("%s is the %s row stride in bytes (rows of d/32 blocks of %d bytes)", ld, row, e.blockBytes()), "d is a positive multiple of 32"
 	case !s.EVEX:
 		pre = "d >= 8"
 	}
@@ -174,7 +257,7 @@ func (g *scoresGen) keyLoop(w int, lbl string) {
 	}
 	var kld, kld3 GPVirtual
 	if w > 1 {
-		kld, kld3 = strides(slot(Param("ldk")), max(e.Size, 1), w)
+		kld, kld3 = strides(g.ldk, max(e.Size, 1), w)
 	}
 	ks := newRowSet(g.kb, kld, kld3, w)
 	grp := scoresGroup(mr, w)
@@ -184,7 +267,11 @@ func (g *scoresGen) keyLoop(w int, lbl string) {
 		if mr > 1 {
 			qld, qld3 = strides(slot(Param("d")), 4, mr)
 		}
-		qs := newRowSet(slot(Param("q").Base()), qld, qld3, mr)
+		qRow := slot(Param("q").Base())
+		if g.heads {
+			qRow = g.qCur
+		}
+		qs := newRowSet(qRow, qld, qld3, mr)
 		var jjs []int
 		var kps []Register
 		for jj := j0; jj < j0+grp; jj++ {
@@ -193,7 +280,7 @@ func (g *scoresGen) keyLoop(w int, lbl string) {
 			jjs, kps = append(jjs, jj), append(kps, kp)
 		}
 		pfd := GP64() // bytes from a key row to the one it prefetches
-		MOVQ(slot(Param("ldk")), pfd)
+		MOVQ(g.ldk, pfd)
 		SHLQ(Imm(uint64(log2(max(e.Size, 1))+log2(scoresPrefetchRows(e)))), pfd)
 		steps := GP64()
 		MOVQ(g.steps, steps)
@@ -212,7 +299,7 @@ func (g *scoresGen) keyLoop(w int, lbl string) {
 		JNZ(LabelRef(kl + "Step"))
 
 		Label(kl + "Tail")
-		if !e.q8() {
+		if !e.quant() {
 			if s.EVEX {
 				KORTESTW(g.kmask, g.kmask)
 				JZ(LabelRef(kl + "Done"))
@@ -230,24 +317,31 @@ func (g *scoresGen) keyLoop(w int, lbl string) {
 			}
 		}
 		Label(kl + "Done")
+		if g.heads {
+			g.nextHead()
+		}
 	}
 
 	v := foldTile(s, acc, w)
-	sp := GP64()
-	MOVQ(g.sp, sp)
-	row := func(int) Mem { return Mem{Base: sp} }
-	if mr > 1 {
-		lds := GP64()
-		MOVQ(slot(Param("lds")), lds)
-		SHLQ(Imm(2), lds)
-		row = rowMems(sp, lds)
+	if g.heads {
+		g.scatter(v, w)
+	} else {
+		sp := GP64()
+		MOVQ(g.sp, sp)
+		row := func(int) Mem { return Mem{Base: sp} }
+		if mr > 1 {
+			lds := GP64()
+			MOVQ(slot(Param("lds")), lds)
+			SHLQ(Imm(2), lds)
+			row = rowMems(sp, lds)
+		}
+		storeTile(s, v, mr, w, row)
+		ADDQ(U32(4*w), g.sp)
 	}
-	storeTile(s, v, mr, w, row)
-	ADDQ(U32(4*w), g.sp)
 	kb := GP64()
 	MOVQ(g.kb, kb)
 	kst := GP64()
-	MOVQ(slot(Param("ldk")), kst)
+	MOVQ(g.ldk, kst)
 	SHLQ(Imm(uint64(log2(max(e.Size, 1))+log2(w))), kst)
 	ADDQ(kst, kb)
 	MOVQ(kb, g.kb)
@@ -256,6 +350,22 @@ func (g *scoresGen) keyLoop(w int, lbl string) {
 	if w > 1 {
 		Label(end)
 	}
+}
+
+// nextHead moves the Q row of the multi-head kernel on to the next head,
+// back to the first after the last.
+func (g *scoresGen) nextHead() {
+	qc, hc := ldMem(g.qCur), ldMem(g.hCur)
+	d := Load(Param("d"), GP64())
+	LEAQ(Mem{Base: qc, Index: d, Scale: 4}, qc)
+	INCQ(hc)
+	q0, z := Load(Param("q").Base(), GP64()), GP64()
+	XORQ(z, z)
+	CMPQ(hc, slot(Param("heads")))
+	CMOVQEQ(q0, qc)
+	CMOVQEQ(z, hc)
+	MOVQ(qc, g.qCur)
+	MOVQ(hc, g.hCur)
 }
 
 // scoresGroup is the number of keys whose rows a scores kernel for mr
@@ -272,7 +382,7 @@ func scoresGroup(mr, w int) int {
 }
 
 // step emits one step of the p loop of the keys jjs, whose rows are at
-// kps: the products of one vector of each row (one q8 block: several
+// kps: the products of one vector of each row (one q8_0 or q4_0 block: several
 // vectors) with the same part of Q's rows. With k set (AVX-512) it is the
 // masked tail; with window (AVX2) the tail read as the window of the last 8
 // elements, the lanes the full vectors covered cleared in both operands.
@@ -292,28 +402,33 @@ func (g *scoresGen) step(acc [][]VecVirtual, w int, jjs []int, qs rowSet, kps []
 		}
 		return q
 	}
-	if e.q8() && mr == 1 {
+	if e.Bits == 8 && mr == 1 {
 		// One row: the block's products summed unscaled, then one FMA
 		// by the scale (a multiply per vector fewer).
 		for x, jj := range jjs {
-			sc := q8Scale(s, Mem{Base: kps[x]})
+			blk := newQuantBlock(s, e, Mem{Base: kps[x]}, g.qc, x)
+			if blk.slot != nil {
+				blk.scaleMem()
+			} else {
+				blk.scale()
+			}
 			t := s.Vec()
-			for i := 0; i < q8Values/s.Lanes; i++ {
-				kv := q8Raw(s, Mem{Base: kps[x]}, i)
+			for i := 0; i < quantValues/s.Lanes; i++ {
+				kv := blk.raw(i)
 				if i == 0 {
 					VMULPS(qs.mem(0, 0), kv, t)
 				} else {
 					VFMADD231PS(qs.mem(0, i*s.Bytes()), kv, t)
 				}
 			}
-			VFMADD231PS(sc, t, acc[0][jj])
+			blk.fmaScale(t, acc[0][jj])
 		}
 		return
 	}
-	if e.q8() {
-		nv := q8Values / s.Lanes
+	if e.quant() {
+		nv := quantValues / s.Lanes
 		var qv [][]VecVirtual
-		if len(jjs) > 1 && mr*nv+mr*w+3 <= regs {
+		if len(jjs) > 1 && mr*nv+mr*w+4 <= regs {
 			qv = make([][]VecVirtual, mr)
 			for r := range qv {
 				for i := 0; i < nv; i++ {
@@ -322,9 +437,9 @@ func (g *scoresGen) step(acc [][]VecVirtual, w int, jjs []int, qs rowSet, kps []
 			}
 		}
 		for x, jj := range jjs {
-			sc := q8Scale(s, Mem{Base: kps[x]})
+			blk := newQuantBlock(s, e, Mem{Base: kps[x]}, g.qc, x)
 			for i := 0; i < nv; i++ {
-				kv := q8Vec(s, Mem{Base: kps[x]}, i, sc)
+				kv := blk.vec(i)
 				for r := 0; r < mr; r++ {
 					if qv != nil {
 						VFMADD231PS(qv[r][i], kv, acc[r][jj])

@@ -236,7 +236,8 @@ func genALiBi() {
 	t, v := YMM(), YMM()
 	VANDPS(abs, d, t) // |pos − j|
 	VMOVUPS(Mem{Base: xp}, v)
-	VFNMADD231PS(slope, t, v) // v −= slope·|pos − j|
+	VMULPS(slope, t, t) // slope·|pos − j|, rounded as the generic twin rounds it
+	VSUBPS(t, v, v)
 	VMOVUPS(v, Mem{Base: xp})
 	VSUBPS(eight, d, d)
 	ADDQ(Imm(32), xp)

@@ -16,8 +16,9 @@ import (
 //
 // Per step p of the k loop it loads the nv vectors B[p, j:j+nv·Lanes],
 // broadcasts each of the mr scalars A[i, p] and issues mr·nv independent
-// VFMADD231PS. 12 independent chains cover the FMA latency (4 cycles) times
-// its throughput (1 zmm or 2 ymm per cycle on Zen 4) with room to spare.
+// VFMADD231PS (A·Bᵀ: a VMULPS and a VADDPS each, see mulAddRounded). 12
+// independent chains cover the FMA latency (4 cycles) times its
+// throughput (1 zmm or 2 ymm per cycle on Zen 4) with room to spare.
 const mr = 6
 
 // Matrix products.
@@ -259,6 +260,10 @@ func (g *gemm) tile(r, nv int) {
 		VMOVUPS(bAddr(v), bv[v])
 	}
 	for i := 0; i < r; i++ {
+		if g.kind == kindABt {
+			g.mulAddRounded(aAddr(i), bv, acc[i])
+			continue
+		}
 		// A fresh virtual register per broadcast; its live range is short,
 		// so the allocator reuses one physical register for all of them.
 		bc := s.Vec()
@@ -297,6 +302,41 @@ func (g *gemm) tile(r, nv int) {
 		if i < r-1 {
 			ADDQ(ldc, cp)
 		}
+	}
+}
+
+// mulAddRounded emits acc[v] += round(A[i0+i, p]·bv[v]) for the scalar of
+// A at a: a multiply then an add, not a fused multiply-add. A·Bᵀ computes
+// the scores S = Q·Kᵀ (and dP = dO·Vᵀ) this way, each element summed in the
+// order p = 0, 1, … with every product rounded to float32, which is the
+// arithmetic of mulABtGeneric and of the plain algorithm the error rule
+// compares with: the results are mulABtGeneric's bit for bit. With fused
+// multiply-adds the scores of large logits (|S| ~ 1e4) round differently
+// from the plain algorithm's, by as much but independently, and the
+// softmax amplifies the difference: O, dQ, dK and dV came out up to 40×
+// over the rule's bound where the generic path met it (the reliability
+// report's finding 9). The other products, whose rounding the softmax
+// does not amplify, keep fused multiply-adds.
+//
+// AVX-512 reads the scalar with an embedded broadcast: with a separate
+// VBROADCASTSS the unfused loop ran 1.48× slower than the fused one on
+// Zen 4, with it 1.02×. AVX2 has no embedded broadcast (1.06×).
+func (g *gemm) mulAddRounded(a Mem, bv, acc []VecVirtual) {
+	s := g.s
+	if s.EVEX {
+		for v := range bv {
+			t := s.Vec()
+			VMULPS_BCST(a, bv[v], t)
+			VADDPS(t, acc[v], acc[v])
+		}
+		return
+	}
+	bc := s.Vec()
+	VBROADCASTSS(a, bc)
+	for v := range bv {
+		t := s.Vec()
+		VMULPS(bv[v], bc, t)
+		VADDPS(t, acc[v], acc[v])
 	}
 }
 

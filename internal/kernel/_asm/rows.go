@@ -114,9 +114,11 @@ func genExpSum(s isa) {
 			expAVX2(s, xp, off, acc, scale, sub, c)
 			return
 		}
+		// t = round(scale·x) − sub: the product rounded, not fused (see
+		// Impl.ExpSum).
 		t := s.Vec()
-		VMOVUPS(Mem{Base: xp, Disp: off}, t)
-		VFMSUB213PS(sub, scale, t) // t = scale*t - sub
+		VMULPS(Mem{Base: xp, Disp: off}, scale, t)
+		VSUBPS(sub, t, t)
 		r, n, p, r2 := s.Vec(), s.Vec(), s.Vec(), s.Vec()
 		// r = t clamped so that 2^n stays finite. VMINPS returns its first
 		// (Go-order) operand when either is NaN, so NaN survives.
@@ -196,8 +198,8 @@ func genExpSum(s isa) {
 // fixed at the end, off the chain) and the polynomial by Estrin's scheme.
 func expAVX2(s isa, xp Register, off int, acc, scale, sub VecVirtual, c func(int) Op) {
 	t := s.Vec()
-	VMOVUPS(Mem{Base: xp, Disp: off}, t)
-	VFMSUB213PS(sub, scale, t) // t = scale*t - sub
+	VMULPS(Mem{Base: xp, Disp: off}, scale, t)
+	VSUBPS(sub, t, t) // t = round(scale·x) − sub, as in genExpSum
 	q := expCoreAVX2(t, c)
 	r2 := s.Vec()
 	// 0 where t < ExpMin (incl. -Inf).

@@ -1,0 +1,217 @@
+package kernel
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// scoresHeads and accumHeads call the multi-head kernel of dk for the
+// cache's type.
+func (c testCache) scoresHeads(dk Decode, s []float32, lds int, q []float32, heads, ldk, hs, n, d int) {
+	switch c.typ {
+	case cacheF32:
+		dk.ScoresF32Heads(s, lds, q, heads, c.data.([]float32), ldk, hs, n, d)
+	case cacheBF16:
+		dk.ScoresBF16Heads(s, lds, q, heads, c.data.([]uint16), ldk, hs, n, d)
+	case cacheF16:
+		dk.ScoresF16Heads(s, lds, q, heads, c.data.([]uint16), ldk, hs, n, d)
+	case cacheQ8:
+		dk.ScoresQ8Heads(s, lds, q, heads, c.data.([]byte), ldk, hs, n, d)
+	case cacheQ4:
+		dk.ScoresQ4Heads(s, lds, q, heads, c.data.([]byte), ldk, hs, n, d)
+	}
+}
+
+func (c testCache) accumHeads(dk Decode, o []float32, ldo int, p []float32, ldp, heads, ldv, hs, n, d int) {
+	switch c.typ {
+	case cacheF32:
+		dk.AccumF32Heads(o, ldo, p, ldp, heads, c.data.([]float32), ldv, hs, n, d)
+	case cacheBF16:
+		dk.AccumBF16Heads(o, ldo, p, ldp, heads, c.data.([]uint16), ldv, hs, n, d)
+	case cacheF16:
+		dk.AccumF16Heads(o, ldo, p, ldp, heads, c.data.([]uint16), ldv, hs, n, d)
+	case cacheQ8:
+		dk.AccumQ8Heads(o, ldo, p, ldp, heads, c.data.([]byte), ldv, hs, n, d)
+	case cacheQ4:
+		dk.AccumQ4Heads(o, ldo, p, ldp, heads, c.data.([]byte), ldv, hs, n, d)
+	}
+}
+
+// sub returns the cache data from element (byte) off on.
+func (c testCache) sub(off int) testCache {
+	switch x := c.data.(type) {
+	case []float32:
+		c.data = x[off:]
+	case []uint16:
+		c.data = x[off:]
+	case []byte:
+		c.data = x[off:]
+	}
+	return c
+}
+
+// TestDecodeHeads: the multi-head kernels of every set give, bit for bit,
+// what the same set's one-head kernels give head by head, with the heads
+// of a key side by side (the assembly's layout: ldk = heads·hs, with and
+// without padding between heads) and not (ldk = heads·hs + 5, and the
+// heads one after the other), on a cache that ends (starts) at a guard
+// page, for head counts around the stack chunk (1024 rows) and every
+// type.
+func TestDecodeHeads(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	type shape struct{ heads, n, d int }
+	shapes := []shape{{1, 37, 64}, {2, 33, 32}, {3, 17, 128}, {8, 200, 64}, {8, 300, 96}, {12, 5, 64}, {5, 700, 32}, {40, 30, 32}, {2, 1, 160}, {4, 0, 64}}
+	for _, dk := range decodeSets() {
+		for _, typ := range cacheTypes {
+			ds := shapes
+			if !typ.quant() {
+				ds = append(ds, shape{3, 21, 24}, shape{8, 50, 8}, shape{2, 9, 45})
+			}
+			for _, sh := range ds {
+				for _, layout := range []string{"side", "side-padded", "strided", "headwise"} {
+					for _, after := range []bool{true, false} {
+						name := fmt.Sprintf("%s %s heads=%d n=%d d=%d %s after=%v", dk.Name, typ, sh.heads, sh.n, sh.d, layout, after)
+						checkHeadsCase(t, r, dk, typ, sh.heads, sh.n, sh.d, layout, after, name)
+					}
+				}
+			}
+		}
+	}
+}
+
+func checkHeadsCase(t *testing.T, r *rand.Rand, dk Decode, typ cacheType, heads, n, d int, layout string, after bool, name string) {
+	t.Helper()
+	defer func() {
+		if e := recover(); e != nil {
+			t.Fatalf("%s: %v", name, e)
+		}
+	}()
+	// The cache: rows = heads·n rows of d values, stride ld (row length +
+	// pad) in units of the slice.
+	pad := 0
+	if layout == "side-padded" {
+		pad = 3
+	}
+	rows := heads * n
+	if layout == "strided" {
+		rows = heads*n + 5*max(n-1, 0) // room for ldk = heads·hs + 5
+	}
+	c := newTestCache(t, r, typ, max(rows, 1), d, pad, after)
+	hs, ldk := c.ld, heads*c.ld
+	switch layout {
+	case "strided":
+		ldk += 5
+	case "headwise": // head h's rows one after the other: key j of head h is row h·n + j
+		hs, ldk = n*c.ld, c.ld
+	}
+	if n > 0 && (n-1)*ldk+(heads-1)*hs+rowUnits(typ, d) > cacheLen(c) {
+		t.Fatalf("%s: test setup: cache too short", name)
+	}
+	q := make([]float32, heads*d)
+	for i := range q {
+		q[i] = r.Float32()*2 - 1
+	}
+	lds := n + 3
+	got, want := make([]float32, heads*lds), make([]float32, heads*lds)
+	for i := range got {
+		got[i], want[i] = canaryF32, canaryF32
+	}
+	c.scoresHeads(dk, got, lds, q, heads, ldk, hs, n, d)
+	for h := 0; h < heads && n > 0; h++ {
+		oneScores(dk, c.sub(h*hs), want[h*lds:], lds, q[h*d:], ldk, n, d)
+	}
+	for i := range got {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("%s: S[%d][%d] = %v, head by head %v", name, i/lds, i%lds, got[i], want[i])
+		}
+	}
+
+	ldp, ldo := n+2, d+5
+	p := make([]float32, heads*ldp)
+	for i := range p {
+		p[i] = r.Float32()*2 - 1
+	}
+	o1, o2 := make([]float32, heads*ldo), make([]float32, heads*ldo)
+	for i := range o1 {
+		o1[i] = float32(math.Cos(float64(i)))
+		if i%ldo >= d {
+			o1[i] = canaryF32
+		}
+		o2[i] = o1[i]
+	}
+	c.accumHeads(dk, o1, ldo, p, ldp, heads, ldk, hs, n, d)
+	for h := 0; h < heads && n > 0; h++ {
+		oneAccum(dk, c.sub(h*hs), o2[h*ldo:], ldo, p[h*ldp:], ldp, ldk, n, d)
+	}
+	for i := range o1 {
+		if math.Float32bits(o1[i]) != math.Float32bits(o2[i]) {
+			t.Fatalf("%s: O[%d][%d] = %v, head by head %v", name, i/ldo, i%ldo, o1[i], o2[i])
+		}
+	}
+}
+
+// oneScores and oneAccum call the one-head kernels with key stride ld.
+func oneScores(dk Decode, c testCache, s []float32, lds int, q []float32, ld, n, d int) {
+	c.ld = ld
+	c.scores(dk, s, lds, q, 1, n, d)
+}
+
+func oneAccum(dk Decode, c testCache, o []float32, ldo int, p []float32, ldp, ld, n, d int) {
+	c.ld = ld
+	c.accum(dk, o, ldo, p, ldp, 1, n, d)
+}
+
+// rowUnits is the length of a row of d values in units of the cache
+// slice; cacheLen the length of the slice.
+func rowUnits(typ cacheType, d int) int {
+	switch typ {
+	case cacheQ8:
+		return Q8RowBytes(d)
+	case cacheQ4:
+		return Q4RowBytes(d)
+	}
+	return d
+}
+
+func cacheLen(c testCache) int {
+	switch x := c.data.(type) {
+	case []float32:
+		return len(x)
+	case []uint16:
+		return len(x)
+	case []byte:
+		return len(x)
+	}
+	return 0
+}
+
+// TestDecodeHeadsPreconditions: the multi-head kernels refuse a cache too
+// short for the last head, and negative counts.
+func TestDecodeHeadsPreconditions(t *testing.T) {
+	for _, dk := range decodeSets() {
+		k := make([]float32, 4*64*10)
+		s, q := make([]float32, 4*10), make([]float32, 4*64)
+		for _, c := range []struct {
+			name string
+			call func()
+		}{
+			{"negative heads", func() { dk.ScoresF32Heads(s, 10, q, -1, k, 256, 64, 10, 64) }},
+			{"negative hs", func() { dk.ScoresF32Heads(s, 10, q, 4, k, 256, -64, 10, 64) }},
+			{"cache short by one element", func() { dk.ScoresF32Heads(s, 10, q, 4, k[:len(k)-1], 256, 64, 10, 64) }},
+			{"last head beyond the cache", func() { dk.AccumF32Heads(q, 64, s, 10, 4, k[:100], 256, 64, 1, 64) }},
+			{"S too short", func() { dk.ScoresF32Heads(s[:39], 10, q, 4, k, 256, 64, 10, 64) }},
+			{"q4 d not a multiple of 32", func() { dk.ScoresQ4Heads(s, 10, q, 2, make([]byte, 1000), 36, 18, 10, 16) }},
+		} {
+			func() {
+				defer func() {
+					if recover() == nil {
+						t.Errorf("%s: %s: no panic", dk.Name, c.name)
+					}
+				}()
+				c.call()
+			}()
+		}
+	}
+}
