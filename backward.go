@@ -84,13 +84,13 @@ func (c *call) backward() error {
 		return err
 	}
 	b.qPack = &c.rows.pack
-	if err := c.lseFix.run(b); err != nil {
-		return err
-	}
 	if err := c.pack.run(p, true); err != nil {
 		return err
 	}
 	b.kv = &c.pack.kv
+	if err := c.lseFix.run(b); err != nil {
+		return err
+	}
 	b.tasks, b.withDQ = p.backwardTasks(&b.mem.tasks, p.workers)
 	if err := p.parallel(len(b.tasks), b); err != nil {
 		return err

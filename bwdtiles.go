@@ -11,17 +11,28 @@ import "github.com/flashattn/flashattn/internal/kernel"
 // tileScores computes S = Q·Kᵀ (ws.bwd.s) and dP = dO·Vᵀ (ws.bwd.dP) for
 // the m query rows of qt against the KV block blk of n keys.
 func (b *backwardPass) tileScores(ws *workspace, blk *bwdTile, qt *qTile, m, n int) {
+	b.tileS(ws, blk, qt, m, n)
 	p, bw := b.p, &ws.bwd
-	kern := &p.kern
 	np := kernel.Pad(n)
 	if !p.native {
-		kern.MulABt(bw.s, np, qt.q, p.dimPad, blk.kt, m, np, p.dim)
-		kern.MulABt(bw.dP, np, qt.do, p.dimVPad, blk.vt, m, np, p.dimV)
+		p.kern.MulABt(bw.dP, np, qt.do, p.dimVPad, blk.vt, m, np, p.dimV)
 		return
 	}
-	de, deV := even(p.dim), even(p.dimV)
-	p.halfMul.Mul(bw.s, np, qt.qh, de, blk.ktH, kernel.W*de, m, np, de)
+	deV := even(p.dimV)
 	p.halfMul.Mul(bw.dP, np, qt.doh, deV, blk.vtH, kernel.W*deV, m, np, deV)
+}
+
+// tileS computes S = Q·Kᵀ (ws.bwd.s) for the m query rows of qt against the
+// KV block blk of n keys.
+func (b *backwardPass) tileS(ws *workspace, blk *bwdTile, qt *qTile, m, n int) {
+	p, bw := b.p, &ws.bwd
+	np := kernel.Pad(n)
+	if !p.native {
+		p.kern.MulABt(bw.s, np, qt.q, p.dimPad, blk.kt, m, np, p.dim)
+		return
+	}
+	de := even(p.dim)
+	p.halfMul.Mul(bw.s, np, qt.qh, de, blk.ktH, kernel.W*de, m, np, de)
 }
 
 // tileGrads adds the products of the tile at: dV += P̃ᵀ·dO and

@@ -93,7 +93,7 @@ func TestHalfLargeLogits(t *testing.T) {
 					{b: 1, sq: 40, sk: 64, h: 2, hk: 2, d: 64},
 					{b: 1, sq: 70, sk: 300, h: 2, hk: 2, d: 32, causal: true},
 				} {
-					for _, mul := range []float32{1, 3, 10, 30} {
+					for _, mul := range []float32{1, 3, 10, 30, 100} {
 						checkHalfLargeLogits(t, c, dt, prec, mul)
 					}
 				}

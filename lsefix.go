@@ -24,6 +24,7 @@ const lseExactFrom = 16
 // task per (sequence, head, query block) that holds one.
 type lseFixPass struct {
 	p     *plan
+	b     *backwardPass // its packed K and Q: scores as the KV pass computes them
 	lse   []float32
 	corr  []float32 // 1/c per LSE entry (1 where not flagged)
 	tasks []rowBlock
@@ -57,7 +58,7 @@ func needsLSEFix(lse []float32) bool {
 func (f *lseFixPass) run(b *backwardPass) error {
 	p := b.p
 	lse := b.grads.lse[:p.lseLen]
-	*f = lseFixPass{p: p, lse: lse, mem: f.mem}
+	*f = lseFixPass{p: p, b: b, lse: lse, mem: f.mem}
 	b.corr = nil
 	if !needsLSEFix(lse) {
 		return nil
@@ -84,31 +85,29 @@ func (f *lseFixPass) run(b *backwardPass) error {
 }
 
 func (f *lseFixPass) runTask(ws *workspace, t int) {
-	p, rb := f.p, f.tasks[t]
+	p, b, rb := f.p, f.b, f.tasks[t]
 	s := &p.seqs[rb.seq]
 	ws.sizeBackward(p)
 	bw := &ws.bwd
-	d, dpad, m := p.dim, p.dimPad, rb.i1-rb.i0
+	m := rb.i1 - rb.i0
 	h, hk := rb.h0, rb.h0/p.group
-	// Q rows padded to dimPad, as the backward packs them.
-	qRows := grow(&bw.q, m*dpad)
-	qr, ldq := p.q.matrix(&ws.conv.in2, s.tb, s.q0+rb.i0, h, m, p.ct, &p.kern)
-	kernel.PackRows(qRows, qr, ldq, m, d)
+	hr := b.headRows(rb.seq, h)
+	qt := b.queryTile(&hr, rb.i0, rb.i1) // the packed Q rows the KV pass reads
 	sums := grow(&bw.sums, m)
 	clear(sums)
 	lo, hi := s.vis.keySpan(rb)
 	for j := lo / p.bwdBlockK * p.bwdBlockK; j < hi; j += p.bwdBlockK {
-		// The backward's KV blocks and their kind, so that every score
-		// is computed exactly as the backward computes it.
+		// The backward's KV blocks, their kind and its products on its
+		// packed operands, so that every score is the KV pass's bit for
+		// bit.
 		n := min(p.bwdBlockK, s.nk-j)
 		kind := s.vis.tile(rb, j, j+n)
 		if kind == BlockEmpty {
 			continue
 		}
 		np := kernel.Pad(n)
-		kr, ldk := p.kRows(&ws.conv.in1, s, j, hk, n)
-		kernel.PackBt(bw.kt, kr, ldk, n, d)
-		p.kern.MulABt(bw.s, np, qRows, dpad, bw.kt, m, np, d)
+		blk := b.kv.backwardTile(rb.seq, hk, j, n)
+		b.tileS(ws, &blk, &qt, m, n)
 		for r := 0; r < m; r++ {
 			i := rb.i0 + r
 			l := f.lse[s.lse0+h*s.lseH+i]

@@ -43,8 +43,6 @@ type bwdScratch struct {
 	pT     []uint16  // native products: Pᵀ
 	dsT    []uint16  // native products: dSᵀ
 	dsH    []uint16  // native products: dS rows
-	q      []float32 // LSE correction: Q rows of a block, padded to dimPad
-	kt     []float32 // LSE correction: a Kᵀ tile packed in strips
 	sums   []float64 // LSE correction: Σ exp(S − LSE) of the rows of a block
 }
 
@@ -90,7 +88,6 @@ func (w *workspace) sizeBackward(p *plan) {
 	grow(&b.pDrop, p.blockQ*bkp)
 	grow(&b.dk, bkp*p.dimPad)
 	grow(&b.dv, bkp*p.dimVPad)
-	grow(&b.kt, bkp*p.dim)
 	if p.mods.curved() {
 		grow(&b.grad, p.blockQ*bkp)
 	}
