@@ -724,7 +724,7 @@ func (k *Kernel) decodeStore(in *inst, parts, ops []string) (*inst, error) {
 	}
 	op := strings.Join(parts, ".")
 	switch op {
-	case "st.global.b32", "st.global.f32", "st.global.v2.f32", "st.global.v4.b32":
+	case "st.global.b32", "st.global.f32", "st.global.v2.f32", "st.global.v2.b32", "st.global.v4.b32":
 		n := 4 * len(vs)
 		in.exec = func(c *cta, t *thread) error {
 			p := a(c, t)
