@@ -7,8 +7,8 @@ import (
 
 // Options selects what attention computes: flashattn.Options, with the
 // meaning and the validation rules package flashattn gives them (the same
-// *flashattn.ArgError for a bad value), Deterministic and Splits. A nil *Options
-// is the zero value: plain, non-causal attention with scale
+// *flashattn.ArgError for a bad value), Deterministic and NumSplits. A nil
+// *Options is the zero value: plain, non-causal attention with scale
 // 1/sqrt(headdim).
 //
 // The GPU kernels implement Scale, Causal, Window and Softcap (masks
@@ -28,10 +28,10 @@ type Options struct {
 	// are deterministic either way. Forward ignores it.
 	Deterministic bool
 
-	// Splits sets into how many parts the forward pass splits the keys
-	// each query block sees (split-KV, "flash-decoding"): one thread
-	// block per part, then a kernel that merges the parts by their
-	// log-sum-exp. It gives shapes with few query rows and long keys
+	// NumSplits is the number of parts the forward pass splits the keys
+	// each query block sees into (split-KV, "flash-decoding"): one
+	// thread block per part, then a kernel that merges the parts by their
+	// log-sum-exp, as KVCache.NumSplits does on the CPU. It gives shapes with few query rows and long keys
 	// (decoding) enough thread blocks to fill the GPU. 0 chooses from
 	// the shape and the device's SM count (the README's GPU section
 	// describes the rule; the same shape on the same device always gets
@@ -39,13 +39,13 @@ type Options struct {
 	// parts, or in as many as there are 64-key tiles if that is fewer.
 	// Split and unsplit results differ by rounding only. Backward
 	// ignores it.
-	Splits int
+	NumSplits int
 }
 
-// checkSplits refuses a Splits outside [0, tile.MaxSplits].
+// checkSplits refuses a NumSplits outside [0, tile.MaxSplits].
 func (o *Options) checkSplits() error {
-	if o.Splits < 0 || o.Splits > tile.MaxSplits {
-		return argErr("Options.Splits", "Options.Splits is %d; package gpu takes 0 (automatic), 1 (no split) or up to %d", o.Splits, tile.MaxSplits)
+	if o.NumSplits < 0 || o.NumSplits > tile.MaxSplits {
+		return argErr("Options.NumSplits", "Options.NumSplits is %d; package gpu takes 0 (automatic), 1 (no split) or up to %d", o.NumSplits, tile.MaxSplits)
 	}
 	return nil
 }

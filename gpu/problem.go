@@ -23,7 +23,7 @@ type problem struct {
 	capScale, capLog2      float32
 	left, right            int32
 	deterministic, softcap bool
-	wantSplits             int // Options.Splits
+	wantSplits             int // Options.NumSplits
 }
 
 // maxSeq bounds sequence lengths so that the kernels' 32-bit position
@@ -37,9 +37,10 @@ const maxGrid = 65535
 // ValidateShape reports whether Forward accepts a call of shape s with
 // opts, without tensors or a device, and returns the *flashattn.ArgError
 // the call would return, or nil. It refuses the options the GPU kernels do
-// not implement (see Options), then applies flashattn.ValidateShape — every
-// rule of package flashattn: option values, H % Hk, cu_seqlens and
-// SeqUsedK, ... — and then the limits of the GPU kernels: head dim 64, 128
+// not implement (see Options) and a NumSplits outside [0, 128], then applies
+// flashattn.ValidateShape — every rule of package flashattn: option
+// values, H % Hk, cu_seqlens and SeqUsedK, ... — and then the limits of
+// the GPU kernels: head dim 64, 128
 // or 256, the same for V as for Q and K; at most 65535 heads and 65535
 // sequences; fewer than 2^28 rows per sequence and 2^31-1 in all.
 // Backward also needs head dim 64 or 128. What depends on the tensors
@@ -92,7 +93,7 @@ func newProblem(s flashattn.Shape, opts *Options) (*problem, error) {
 	if err := checkKernelShape(s); err != nil {
 		return nil, err
 	}
-	p := &problem{d: s.Dim, heads: s.Heads, kvHeads: s.KVHeads, deterministic: opts.Deterministic, wantSplits: opts.Splits}
+	p := &problem{d: s.Dim, heads: s.Heads, kvHeads: s.KVHeads, deterministic: opts.Deterministic, wantSplits: opts.NumSplits}
 	if err := p.setGeometry(s, o.VarLen); err != nil {
 		return nil, err
 	}

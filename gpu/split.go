@@ -10,8 +10,8 @@ import (
 
 // splits returns the number of parts the forward pass splits each query
 // block's keys into on a device with sms SMs; 1 runs the ordinary forward
-// kernel. Options.Splits ≥ 1 is taken as asked, at most one part per key
-// tile of the longest key sequence. Otherwise the ordinary grid is kept
+// kernel. Options.NumSplits ≥ 1 is taken as asked, at most one part per
+// key tile of the longest key sequence. Otherwise the ordinary grid is kept
 // when it has at least 80% as many blocks as the device holds at once
 // (SMs × blocks per SM), and tile.NumSplits chooses from the split
 // kernel's grid and block slots and the most key tiles one of its query

@@ -87,7 +87,7 @@ func checkForwardLaunches(t *testing.T, log []launch, c gpuCase, dt DType, want 
 	}
 }
 
-// With Options.Splits 0 the simulated device, described as an H100 (132
+// With Options.NumSplits 0 the simulated device, described as an H100 (132
 // SMs), splits a decode shape as tile.NumSplits says, and the result
 // passes the same-type rule.
 func TestSplitHeuristicSim(t *testing.T) {
@@ -139,7 +139,7 @@ func TestSplitsRule(t *testing.T) {
 			if c.cuQ != nil {
 				b, o.VarLen = 1, &flashattn.VarLen{CuSeqlensQ: c.cuQ, CuSeqlensK: c.cuK}
 			}
-			p, err := newProblem(flashattn.Shape{Batch: b, SeqQ: sq, SeqK: sk, Heads: c.h, KVHeads: c.hk, Dim: c.dim}, &Options{Options: o, Splits: c.splits})
+			p, err := newProblem(flashattn.Shape{Batch: b, SeqQ: sq, SeqK: sk, Heads: c.h, KVHeads: c.hk, Dim: c.dim}, &Options{Options: o, NumSplits: c.splits})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -156,25 +156,25 @@ func TestSplitsRule(t *testing.T) {
 	}
 }
 
-// Options.Splits outside [0, 128] is an *ArgError naming it, from
+// Options.NumSplits outside [0, 128] is an *ArgError naming it, from
 // ValidateShape and from the calls.
 func TestSplitsValidation(t *testing.T) {
 	s := flashattn.Shape{Batch: 1, SeqQ: 1, SeqK: 100, Heads: 1, Dim: 64}
 	for _, n := range []int{-1, tile.MaxSplits + 1} {
-		err := ValidateShape(s, &Options{Splits: n})
+		err := ValidateShape(s, &Options{NumSplits: n})
 		var ae *flashattn.ArgError
-		if !errors.As(err, &ae) || ae.Arg != "Options.Splits" || !strings.Contains(ae.Msg, "up to 128") {
-			t.Errorf("Splits %d: %v", n, err)
+		if !errors.As(err, &ae) || ae.Arg != "Options.NumSplits" || !strings.Contains(ae.Msg, "up to 128") {
+			t.Errorf("NumSplits %d: %v", n, err)
 		}
 	}
-	if err := ValidateShape(s, &Options{Splits: tile.MaxSplits}); err != nil {
-		t.Errorf("Splits 128: %v", err)
+	if err := ValidateShape(s, &Options{NumSplits: tile.MaxSplits}); err != nil {
+		t.Errorf("NumSplits 128: %v", err)
 	}
 	d := newSimDevice()
 	defer d.Close()
 	x := flashattn.NewTensor(1, 1, 1, 64)
-	if _, _, err := d.ForwardHost(BF16, x, x, x, &Options{Splits: -3}); err == nil || !strings.Contains(err.Error(), "Options.Splits") {
-		t.Errorf("ForwardHost with Splits -3: %v", err)
+	if _, _, err := d.ForwardHost(BF16, x, x, x, &Options{NumSplits: -3}); err == nil || !strings.Contains(err.Error(), "Options.NumSplits") {
+		t.Errorf("ForwardHost with NumSplits -3: %v", err)
 	}
 }
 
@@ -189,7 +189,7 @@ func TestNaNRowSplitSim(t *testing.T) {
 	q[(1*2+1)*64+5] = float32(math.NaN()) // row 1, head 1
 	d := newSimDevice()
 	defer d.Close()
-	out, lse, err := d.ForwardHost(BF16, flashattn.Dense(q, 1, 3, 2, 64), flashattn.Dense(k, 1, 300, 1, 64), flashattn.Dense(k, 1, 300, 1, 64), &Options{Splits: 3})
+	out, lse, err := d.ForwardHost(BF16, flashattn.Dense(q, 1, 3, 2, 64), flashattn.Dense(k, 1, 300, 1, 64), flashattn.Dense(k, 1, 300, 1, 64), &Options{NumSplits: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
