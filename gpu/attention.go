@@ -9,8 +9,11 @@ import (
 // lse, float32 [batch, heads, seq_q] (or [heads, total_q] with VarLen), in
 // natural-log units. q is [batch, seq_q, heads, dim], k and v
 // [batch, seq_k, kv_heads, dim] with heads a multiple of kv_heads; all of
-// one type. Rows with no visible key get O = 0 and LSE = -Inf. It runs on
-// the default stream and returns when that stream's work has finished.
+// one type. Rows with no visible key get O = 0 and LSE = -Inf. When the
+// grid would leave the device idle (few query rows, long keys) the keys
+// are split over several thread blocks and merged (Options.NumSplits). It
+// runs on the default stream and returns when that stream's work has
+// finished.
 //
 // A bad argument is reported as a *flashattn.ArgError before anything
 // runs: the rules of package flashattn through flashattn.ValidateShape
