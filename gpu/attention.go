@@ -9,8 +9,11 @@ import (
 // lse, float32 [batch, heads, seq_q] (or [heads, total_q] with VarLen), in
 // natural-log units. q is [batch, seq_q, heads, dim], k and v
 // [batch, seq_k, kv_heads, dim] with heads a multiple of kv_heads; all of
-// one type. Rows with no visible key get O = 0 and LSE = -Inf. It runs on
-// the default stream and returns when that stream's work has finished.
+// one type. Rows with no visible key get O = 0 and LSE = -Inf. When the
+// grid would leave the device idle (few query rows, long keys) the keys
+// are split over several thread blocks and merged (Options.NumSplits). It
+// runs on the default stream and returns when that stream's work has
+// finished.
 //
 // A bad argument is reported as a *flashattn.ArgError before anything
 // runs: the rules of package flashattn through flashattn.ValidateShape
@@ -56,10 +59,15 @@ func (s *Stream) forward(q, k, v, out Tensor, lse *Buffer, opts *Options, wait b
 	if err != nil {
 		return err
 	}
-	c := tile.FwdConfig(p.d)
-	a := p.fwdArgs(uint64(q.Buf.ptr), uint64(k.Buf.ptr), uint64(v.Buf.ptr), uint64(out.Buf.ptr), uint64(lse.ptr), cu)
-	x, y, z := tile.Grid(p.maxSq, c.Br(), p.heads, p.batch)
-	if err := d.launch(s, p.dt, p.d, c.Name(ptxName(p.dt)), tile.FwdParams, a, [3]int{x, y, z}, c.Threads()); err != nil {
+	qp, kp, vp, op, lp := uint64(q.Buf.ptr), uint64(k.Buf.ptr), uint64(v.Buf.ptr), uint64(out.Buf.ptr), uint64(lse.ptr)
+	if n := p.splits(d.info.SMs); n > 1 {
+		err = s.splitForward(p, qp, kp, vp, op, lp, cu, n)
+	} else {
+		c := tile.FwdConfig(p.d)
+		x, y, z := tile.Grid(p.maxSq, c.Br(), p.heads, p.batch)
+		err = d.launch(s, p.dt, p.d, c.Name(ptxName(p.dt)), tile.FwdParams, p.fwdArgs(qp, kp, vp, op, lp, cu), [3]int{x, y, z}, c.Threads())
+	}
+	if err != nil {
 		return err
 	}
 	if !wait {

@@ -45,4 +45,11 @@
 // float32 atomics into a buffer padded to whole query blocks, or, with
 // Options.Deterministic, computed by a second kernel over query blocks so
 // that results do not depend on scheduling.
+//
+// When the forward grid is too small for the device (decoding: few query
+// rows, long keys) the forward splits the keys of each query block over
+// several thread blocks (split-KV, "flash-decoding"), which write float32
+// partial results that a combine kernel merges by their log-sum-exp. The
+// number of splits depends on the shape and the device's SM count only;
+// Options.NumSplits sets it.
 package gpu

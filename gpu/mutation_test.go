@@ -12,13 +12,16 @@ import (
 // a mistake that looks harmless in the PTX and that real hardware would
 // mostly forgive or turn into wrong numbers rarely: a missing barrier, a
 // wrong cp.async wait count, swapped conversion operands, a missing
-// .trans, copies without zero-fill, an off-by-one mask bound.
+// .trans, copies without zero-fill, an off-by-one mask bound; and in the
+// split-KV kernels, a combine that leaves a split out, split ranges that
+// leave key tiles out, a partial LSE in the wrong units.
 type kernelMutation struct {
 	name   string
 	kernel string // in the bf16 d64 module
 	re     *regexp.Regexp
 	repl   string
-	first  bool // replace the first match only
+	first  bool     // replace the first match only
+	on     *gpuCase // the case that must fail (nil: mutationCase)
 }
 
 var kernelMutations = []kernelMutation{
@@ -38,11 +41,21 @@ var kernelMutations = []kernelMutation{
 		re: regexp.MustCompile(`(\t// dQ \+= dS K with atomics\n)\tbar\.sync 0;\n`), repl: "$1"},
 	{name: "dQ conversion reads the unpadded layout", kernel: "convdq_bf16", first: true,
 		re: regexp.MustCompile(`ld\.param\.u32 (%r\d+), \[p_in_bs\];`), repl: "ld.param.u32 $1, [p_out_bs];"},
+	{name: "combine ignores the last split", kernel: "fwdcombine_bf16_d64", on: &splitMutationCase,
+		re: regexp.MustCompile(`(mov\.u32 %r\d+, )0;(\n\tmov\.u64 %rd\d+, %rd\d+;\n\tmov\.u64 %rd\d+, %rd\d+;\n\$L_merge_)`), repl: "${1}1;$2"},
+	{name: "split ranges rounded down", kernel: "fwdsplit_bf16_d64", on: &splitMutationCase,
+		re: regexp.MustCompile(`(max\.s32 %r\d+, %r\d+, 0;\n\tadd\.u32 %r\d+, %r\d+, )%r\d+;\n\tsub\.u32 (%r\d+), (%r\d+), 1;`), repl: "${1}0;\n\tsub.u32 $2, $3, 0;"},
+	{name: "partial LSE in log2 units", kernel: "fwdsplit_bf16_d64", on: &splitMutationCase,
+		re: regexp.MustCompile(`mul\.f32 (%f\d+), (%f\d+), 0f3F317218;`), repl: "mul.f32 $1, $2, 0f3F800000;"},
 }
 
 // mutationCase is small, causal, GQA, with query and key counts that are
 // not multiples of any block, run forward and (atomic) backward.
 var mutationCase = gpuCase{name: "mutation", batch: 2, sq: 77, sk: 131, h: 2, hk: 1, dim: 64, causal: true}
+
+// splitMutationCase is a causal MQA decode shape split in 3 parts of its
+// 11 key tiles (so that rounding the parts down leaves tiles out).
+var splitMutationCase = gpuCase{name: "split-mutation", batch: 1, sq: 3, sk: 700, h: 2, hk: 1, dim: 64, causal: true, noBwd: true, splits: 3}
 
 // mutateKernel applies m to the body of its kernel in a module's text and
 // reports whether it changed anything.
@@ -71,11 +84,17 @@ func mutateKernel(text string, m kernelMutation) (string, bool) {
 // while the unmutated kernels pass the same case: the tests would catch
 // these bugs.
 func TestMutationsCaught(t *testing.T) {
-	if errs := mutationCase.check(newSimDevice(), BF16, 1); len(errs) != 0 {
-		t.Fatalf("unmutated kernels fail the mutation case: %v", errs)
+	for _, c := range []gpuCase{mutationCase, splitMutationCase} {
+		if errs := c.check(newSimDevice(), BF16, 1); len(errs) != 0 {
+			t.Fatalf("unmutated kernels fail the %s case: %v", c.name, errs)
+		}
 	}
 	for _, m := range kernelMutations {
 		t.Run(m.name, func(t *testing.T) {
+			c := mutationCase
+			if m.on != nil {
+				c = *m.on
+			}
 			d := newSimDevice()
 			s := d.ctx.backend.(*sim)
 			changed := false
@@ -87,7 +106,7 @@ func TestMutationsCaught(t *testing.T) {
 				changed = changed || ok
 				return text
 			}
-			errs := mutationCase.check(d, BF16, 1)
+			errs := c.check(d, BF16, 1)
 			if !changed {
 				t.Fatalf("the mutation matched nothing in %s: the test would be vacuous", m.kernel)
 			}

@@ -1,11 +1,14 @@
 package gpu
 
-import "github.com/flashattn/flashattn"
+import (
+	"github.com/flashattn/flashattn"
+	"github.com/flashattn/flashattn/gpu/internal/tile"
+)
 
 // Options selects what attention computes: flashattn.Options, with the
 // meaning and the validation rules package flashattn gives them (the same
-// *flashattn.ArgError for a bad value), and Deterministic. A nil *Options
-// is the zero value: plain, non-causal attention with scale
+// *flashattn.ArgError for a bad value), Deterministic and NumSplits. A nil
+// *Options is the zero value: plain, non-causal attention with scale
 // 1/sqrt(headdim).
 //
 // The GPU kernels implement Scale, Causal, Window and Softcap (masks
@@ -24,6 +27,27 @@ type Options struct {
 	// that dQ does not depend on the order the GPU runs blocks in. dK and dV
 	// are deterministic either way. Forward ignores it.
 	Deterministic bool
+
+	// NumSplits is the number of parts the forward pass splits the keys
+	// each query block sees into (split-KV, "flash-decoding"): one
+	// thread block per part, then a kernel that merges the parts by their
+	// log-sum-exp, as KVCache.NumSplits does on the CPU. It gives shapes with few query rows and long keys
+	// (decoding) enough thread blocks to fill the GPU. 0 chooses from
+	// the shape and the device's SM count (the README's GPU section
+	// describes the rule; the same shape on the same device always gets
+	// the same choice); 1 never splits; n from 2 to 128 splits in n
+	// parts, or in as many as there are 64-key tiles if that is fewer.
+	// Split and unsplit results differ by rounding only. Backward
+	// ignores it.
+	NumSplits int
+}
+
+// checkSplits refuses a NumSplits outside [0, tile.MaxSplits].
+func (o *Options) checkSplits() error {
+	if o.NumSplits < 0 || o.NumSplits > tile.MaxSplits {
+		return argErr("Options.NumSplits", "Options.NumSplits is %d; package gpu takes 0 (automatic), 1 (no split) or up to %d", o.NumSplits, tile.MaxSplits)
+	}
+	return nil
 }
 
 // unsupported refuses the first option the GPU kernels do not implement.

@@ -23,6 +23,7 @@ type problem struct {
 	capScale, capLog2      float32
 	left, right            int32
 	deterministic, softcap bool
+	wantSplits             int // Options.NumSplits
 }
 
 // maxSeq bounds sequence lengths so that the kernels' 32-bit position
@@ -36,9 +37,10 @@ const maxGrid = 65535
 // ValidateShape reports whether Forward accepts a call of shape s with
 // opts, without tensors or a device, and returns the *flashattn.ArgError
 // the call would return, or nil. It refuses the options the GPU kernels do
-// not implement (see Options), then applies flashattn.ValidateShape — every
-// rule of package flashattn: option values, H % Hk, cu_seqlens and
-// SeqUsedK, ... — and then the limits of the GPU kernels: head dim 64, 128
+// not implement (see Options) and a NumSplits outside [0, 128], then applies
+// flashattn.ValidateShape — every rule of package flashattn: option
+// values, H % Hk, cu_seqlens and SeqUsedK, ... — and then the limits of
+// the GPU kernels: head dim 64, 128
 // or 256, the same for V as for Q and K; at most 65535 heads and 65535
 // sequences; fewer than 2^28 rows per sequence and 2^31-1 in all.
 // Backward also needs head dim 64 or 128. What depends on the tensors
@@ -80,11 +82,31 @@ func newProblem(s flashattn.Shape, opts *Options) (*problem, error) {
 	if err := opts.unsupported(); err != nil {
 		return nil, err
 	}
+	if err := opts.checkSplits(); err != nil {
+		return nil, err
+	}
 	o := &opts.Options
 	if err := flashattn.ValidateShape(s, o); err != nil {
 		return nil, err
 	}
-	// The shape is valid: fill in its defaults.
+	s = withDefaults(s)
+	if err := checkKernelShape(s); err != nil {
+		return nil, err
+	}
+	p := &problem{d: s.Dim, heads: s.Heads, kvHeads: s.KVHeads, deterministic: opts.Deterministic, wantSplits: opts.NumSplits}
+	if err := p.setGeometry(s, o.VarLen); err != nil {
+		return nil, err
+	}
+	if err := p.setScores(o, s.Dim); err != nil {
+		return nil, err
+	}
+	p.setWindow(o)
+	return p, nil
+}
+
+// withDefaults fills in the defaults of a valid shape: KVHeads, KVBatch
+// and DimV 0 mean Heads, Batch and Dim.
+func withDefaults(s flashattn.Shape) flashattn.Shape {
 	if s.KVHeads == 0 {
 		s.KVHeads = s.Heads
 	}
@@ -94,29 +116,40 @@ func newProblem(s flashattn.Shape, opts *Options) (*problem, error) {
 	if s.DimV == 0 {
 		s.DimV = s.Dim
 	}
+	return s
+}
+
+// checkKernelShape refuses head dims and head counts the kernels lack.
+func checkKernelShape(s flashattn.Shape) error {
 	switch {
 	case !supportedDim(s.Dim):
-		return nil, argErr("q", "head dim %d is not supported by package gpu (64, 128 or 256)", s.Dim)
+		return argErr("q", "head dim %d is not supported by package gpu (64, 128 or 256)", s.Dim)
 	case s.DimV != s.Dim:
-		return nil, argErr("v", "v has head dim %d, q and k %d: package gpu needs them equal", s.DimV, s.Dim)
+		return argErr("v", "v has head dim %d, q and k %d: package gpu needs them equal", s.DimV, s.Dim)
 	case s.Heads > maxGrid:
-		return nil, argErr("q", "q has %d heads; package gpu takes at most %d", s.Heads, maxGrid)
+		return argErr("q", "q has %d heads; package gpu takes at most %d", s.Heads, maxGrid)
 	}
-	p := &problem{d: s.Dim, heads: s.Heads, kvHeads: s.KVHeads, deterministic: opts.Deterministic}
-	if vl := o.VarLen; vl != nil { // cu_seqlens and SeqUsedK checked by ValidateShape
+	return nil
+}
+
+// setGeometry sets the batch, the longest sequences and the row counts,
+// dense or from vl's cu_seqlens (checked by ValidateShape), and refuses
+// what exceeds the kernels' grid and 32-bit position arithmetic.
+func (p *problem) setGeometry(s flashattn.Shape, vl *flashattn.VarLen) error {
+	if vl != nil {
 		p.varlen = true
 		p.batch = len(vl.CuSeqlensQ) - 1
 		p.rowsQ, p.rowsK = s.SeqQ, s.SeqK
 		p.maxSq, p.maxSk = longest(vl.CuSeqlensQ), longest(vl.CuSeqlensK)
 		p.cuQ, p.cuK, p.usedK = vl.CuSeqlensQ, vl.CuSeqlensK, vl.SeqUsedK
 		if p.batch > maxGrid {
-			return nil, argErr("Options.VarLen.CuSeqlensQ", "VarLen has %d sequences; package gpu takes at most %d", p.batch, maxGrid)
+			return argErr("Options.VarLen.CuSeqlensQ", "VarLen has %d sequences; package gpu takes at most %d", p.batch, maxGrid)
 		}
 	} else {
 		p.batch, p.maxSq, p.maxSk = s.Batch, s.SeqQ, s.SeqK
 		p.rowsQ, p.rowsK = s.Batch*s.SeqQ, s.Batch*s.SeqK
 		if p.batch > maxGrid {
-			return nil, argErr("q", "q has batch %d; package gpu takes at most %d", p.batch, maxGrid)
+			return argErr("q", "q has batch %d; package gpu takes at most %d", p.batch, maxGrid)
 		}
 	}
 	for _, x := range []struct {
@@ -124,21 +157,33 @@ func newProblem(s flashattn.Shape, opts *Options) (*problem, error) {
 		seq, total int
 	}{{"q", "queries", p.maxSq, p.rowsQ}, {"k", "keys", p.maxSk, p.rowsK}} {
 		if x.seq >= maxSeq || x.total >= math.MaxInt32 {
-			return nil, argErr(x.arg, "%s has sequences of up to %d %s, %d rows in all; package gpu takes fewer than 2^28 per sequence and 2^31-1 in all", x.arg, x.seq, x.what, x.total)
+			return argErr(x.arg, "%s has sequences of up to %d %s, %d rows in all; package gpu takes fewer than 2^28 per sequence and 2^31-1 in all", x.arg, x.seq, x.what, x.total)
 		}
 	}
+	return nil
+}
+
+// setScores sets the scale (default 1/sqrt(dim)) and the softcap's
+// float32 constants, refusing a softcap whose constants overflow.
+func (p *problem) setScores(o *flashattn.Options, dim int) error {
 	p.scale = o.Scale
 	if p.scale == 0 {
-		p.scale = float32(1 / math.Sqrt(float64(s.Dim)))
+		p.scale = float32(1 / math.Sqrt(float64(dim)))
 	}
 	if o.Softcap > 0 {
 		p.softcap = true
 		p.capScale = p.scale / o.Softcap
 		p.capLog2 = o.Softcap * tile.Log2E
 		if !finite(p.capScale) || !finite(p.capLog2) {
-			return nil, argErr("Options.Softcap", "Softcap %v with scale %v overflows the GPU kernels' float32 constants", o.Softcap, p.scale)
+			return argErr("Options.Softcap", "Softcap %v with scale %v overflows the GPU kernels' float32 constants", o.Softcap, p.scale)
 		}
 	}
+	return nil
+}
+
+// setWindow sets the window sides (-1 unbounded; causal is right = 0),
+// once the sequence lengths are known.
+func (p *problem) setWindow(o *flashattn.Options) {
 	p.left, p.right = -1, -1
 	if w := o.Window; w != nil {
 		p.left, p.right = int32(min(w.Left, 2*maxSeq)), int32(min(w.Right, 2*maxSeq))
@@ -154,7 +199,6 @@ func newProblem(s flashattn.Shape, opts *Options) (*problem, error) {
 	if int(p.right) >= p.maxSq+p.maxSk {
 		p.right = -1
 	}
-	return p, nil
 }
 
 func finite(f float32) bool { return !math.IsNaN(float64(f)) && !math.IsInf(float64(f), 0) }

@@ -232,6 +232,8 @@ func TestKernelArgs(t *testing.T) {
 		{"dq", p.dqArgs(1, 2, 3, 4, 5, 6, 7, 0), tile.DQParams},
 		{"pre", p.preArgs(1, 2, 3, 0), tile.PreParams},
 		{"convert", convertArgs(1, 2, 10, 2, 4, 64), tile.ConvertParams},
+		{"fwdsplit", p.fwdSplitArgs(1, 2, 3, 4, 5, 0, 3), tile.FwdSplitParams},
+		{"combine", p.combineArgs(1, 2, 3, 4, 0, 3), tile.CombineParams},
 	}
 	for _, l := range lists {
 		bits, err := l.a.list(l.params)
@@ -252,6 +254,10 @@ func TestKernelArgs(t *testing.T) {
 	if a["right"] != uint64(uint32(0xffffffff)) || math.Float32frombits(uint32(a["scale_log2"])) != float32(0.125*math.Log2E) {
 		t.Errorf("right %#x scale_log2 %#x", a["right"], a["scale_log2"])
 	}
+	sa, ca := p.fwdSplitArgs(1, 2, 3, 4, 5, 0, 3), p.combineArgs(1, 2, 3, 4, 0, 3)
+	if sa["splits"] != 3 || sa["split_rows"] != 2*8*77 || sa["lse_bs"] != 8*77 || ca["split_rows"] != 2*8*77 || ca["o_bs"] != 77*8*64 || ca["o_rs"] != 8*64 {
+		t.Errorf("split strides: %v %v", sa, ca)
+	}
 	delete(a, "q")
 	if _, err := a.list(tile.FwdParams); err == nil {
 		t.Error("a missing argument was not reported")
@@ -269,7 +275,7 @@ func TestEmbeddedPTX(t *testing.T) {
 			}
 			s := string(text)
 			n := ptxName(dt)
-			names := []string{tile.FwdConfig(d).Name(n), tile.PreName(n), tile.ConvertName(n)}
+			names := []string{tile.FwdConfig(d).Name(n), tile.FwdSplitConfig(d).Name(n), tile.CombineName(n, d), tile.PreName(n), tile.ConvertName(n)}
 			if tile.BwdConfig(d).Check() == nil {
 				names = append(names, tile.BwdConfig(d).Name(n, true), tile.BwdConfig(d).Name(n, false), tile.DQConfig(d).Name(n))
 			}

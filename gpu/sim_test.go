@@ -19,6 +19,13 @@ type sim struct {
 	streams int
 	fail    error
 	mutate  func(string) string
+	log     []launch // the kernels launched, in order
+}
+
+// launch is a kernel launch the simulator ran.
+type launch struct {
+	name string
+	grid [3]int
 }
 
 // newSimDevice returns a Device backed by the PTX interpreter, described as
@@ -68,11 +75,13 @@ func (s *sim) Launch(f cuda.Function, grid, block [3]uint32, smem int, args []cu
 	if block[1] != 1 || block[2] != 1 {
 		return fmt.Errorf("sim: block %v", block)
 	}
+	k := s.kernels[f-1]
+	s.log = append(s.log, launch{k.Name, [3]int{int(grid[0]), int(grid[1]), int(grid[2])}})
 	bits := make([]uint64, len(args))
 	for i, a := range args {
 		bits[i] = a.Bits
 	}
-	return s.m.Launch(s.kernels[f-1], [3]int{int(grid[0]), int(grid[1]), int(grid[2])}, int(block[0]), smem, bits)
+	return s.m.Launch(k, [3]int{int(grid[0]), int(grid[1]), int(grid[2])}, int(block[0]), smem, bits)
 }
 func (s *sim) NewStream() (cuda.Stream, error) {
 	s.streams++

@@ -37,10 +37,18 @@ type fwdKernel struct {
 // into its exp2's FMA; O is divided by the row sum once at the end, staged
 // in shared memory and written with 16-byte stores; LSE is written in
 // natural-log units.
+//
+// The split-KV variant (c.Split, tile.FwdSplitConfig) runs the same code
+// over its part of the block's key tiles (tile.SplitRange) and ends with
+// splitEpilogue instead.
 func forward(dt dtype, c tile.Fwd) *Kernel {
 	k := newKernel(c.Name(dt.name), c.Threads())
 	f := &fwdKernel{gen: newGen(k, dt), c: c}
-	f.declare(tile.FwdParams)
+	if c.Split {
+		f.declare(tile.FwdSplitParams)
+	} else {
+		f.declare(tile.FwdParams)
+	}
 	done := k.newLabel("done")
 	f.setup(done)
 	f.state()
@@ -50,17 +58,27 @@ func forward(dt dtype, c tile.Fwd) *Kernel {
 	f.prologue()
 	f.loop()
 	k.label(epi)
-	f.epilogue()
+	if c.Split {
+		f.splitEpilogue()
+	} else {
+		f.epilogue()
+	}
 	k.label(done)
 	k.op("ret")
 	return k
 }
 
 // setup reads the block's coordinates, sequence geometry and parameters,
-// and leaves through done when the block has no query row.
+// and leaves through done when the block has no query row. The split-KV
+// variant keeps its part of the key tiles.
 func (f *fwdKernel) setup(done string) {
 	k, c := f.k, f.c
-	mb := f.blockIndex(true)
+	var mb, split string
+	if c.Split {
+		mb, split = f.splitIndex()
+	} else {
+		mb = f.blockIndex(true)
+	}
 	f.h = k.rOp("mov.u32", "%ctaid.y")
 	f.b = k.rOp("mov.u32", "%ctaid.z")
 	f.s = f.seq(f.b)
@@ -77,6 +95,9 @@ func (f *fwdKernel) setup(done string) {
 	f.kRB = k.rOp("shl.b32", kRS, "1")
 	f.mask = f.loadMask()
 	f.nlo, f.nhi = f.keyBlocks(f.mask, f.s, f.m0, c.Br(), c.Bc)
+	if c.Split {
+		f.nlo, f.nhi = f.splitRange(f.nlo, f.nhi, split)
+	}
 	f.above, f.below = f.keyTileThresholds(f.mask, f.s, f.m0, c.Br(), c.Bc)
 }
 

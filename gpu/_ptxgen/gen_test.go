@@ -30,10 +30,12 @@ func TestModules(t *testing.T) {
 				t.Fatalf("%s d%d: two generations differ", dt.name, d)
 			}
 			want := map[string][]tile.Param{
-				tile.FwdConfig(d).Name(dt.name): tile.FwdParams,
-				tile.PreName(dt.name):           tile.PreParams,
-				tile.ConvertName(dt.name):       tile.ConvertParams,
-				tile.ConvertDQName(dt.name):     tile.ConvertDQParams,
+				tile.FwdConfig(d).Name(dt.name):      tile.FwdParams,
+				tile.FwdSplitConfig(d).Name(dt.name): tile.FwdSplitParams,
+				tile.CombineName(dt.name, d):         tile.CombineParams,
+				tile.PreName(dt.name):                tile.PreParams,
+				tile.ConvertName(dt.name):            tile.ConvertParams,
+				tile.ConvertDQName(dt.name):          tile.ConvertDQParams,
 			}
 			if tile.BwdConfig(d).Check() == nil {
 				want[tile.BwdConfig(d).Name(dt.name, true)] = tile.BwdParams
@@ -55,8 +57,10 @@ func TestModules(t *testing.T) {
 }
 
 // TestPTXAS assembles every committed module (../ptx) with NVIDIA's ptxas
-// for sm_80 and sm_90 and fails on an error, a warning or a spilled byte;
-// it logs each kernel's registers, shared memory and estimated occupancy.
+// for sm_80 and sm_90 and fails on an error, a warning or a spilled byte,
+// or a forward kernel whose blocks per SM are not those package tile
+// assumes; it logs each kernel's registers, shared memory and estimated
+// occupancy.
 // It needs ptxas (CUDA ≥ 11.8): PTXAS=/path/to/ptxas, or ptxas on PATH; it
 // skips without either, and fails if PTXAS names one that does not run.
 // ../ptxascheck.sh fetches ptxas and runs it (CI does).
@@ -117,10 +121,26 @@ func TestPTXAS(t *testing.T) {
 			t.Errorf("%s %s spills %d/%d bytes", r.kernel, r.arch, r.spillSt, r.spillLd)
 		}
 		blocks, limit := occupancy(r)
+		if w := assumedBlocks(r); w != 0 && w != blocks {
+			t.Errorf("%s %s: %d blocks per SM, package tile assumes %d (Fwd.BlocksPerSM)", r.kernel, r.arch, blocks, w)
+		}
 		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d/%d\t%d\t%d\t%s\t%.0f%%\t\n", r.kernel, r.arch, r.threads, r.regs, r.spillSt, r.spillLd, r.smem, blocks, limit, 100*float64(blocks*r.threads/32)/64)
 	}
 	w.Flush()
 	t.Logf("ptxas %s, every kernel of ../ptx (occupancy: resident warps of 64; smem: dynamic + static):\n%s", ptxasVersion(ptxas), b.String())
+}
+
+// assumedBlocks returns the blocks per SM package tile assumes for a
+// forward kernel (the split heuristic counts block slots with it), 0 for
+// the others.
+func assumedBlocks(r ptxasRow) int {
+	switch {
+	case strings.HasPrefix(r.kernel, "fwd_"):
+		return tile.FwdConfig(r.hd).BlocksPerSM()
+	case strings.HasPrefix(r.kernel, "fwdsplit_"):
+		return tile.FwdSplitConfig(r.hd).BlocksPerSM()
+	}
+	return 0
 }
 
 // ptxasRow is what ptxas -v reports for one kernel.

@@ -34,6 +34,11 @@ func module(dt dtype, d int) (string, error) {
 		return "", err
 	}
 	ks = append(ks, forward(dt, fc))
+	sc := tile.FwdSplitConfig(d)
+	if err := sc.Check(); err != nil {
+		return "", err
+	}
+	ks = append(ks, forward(dt, sc), combine(dt, d))
 	if bc := tile.BwdConfig(d); bc.Check() == nil {
 		if err := tile.DQConfig(d).Check(); err != nil {
 			return "", err

@@ -9,13 +9,18 @@ import (
 	"strings"
 	"testing"
 	"text/tabwriter"
+
+	"github.com/flashattn/flashattn/gpu/internal/tile"
 )
 
 // TestInstructionMix logs, for each attention kernel of the committed PTX
 // (or of the directory PTXDIR), the instructions of one main-loop
 // iteration by kind: a static count of the loop body (the common path:
 // no mask, no softcap, whole tiles), the basis of the estimates in the
-// README. It asserts nothing but that every attention kernel has a loop.
+// README. It asserts that every attention kernel has a loop, and that a
+// split-KV forward kernel whose configuration is the forward's (d256) has
+// the forward's main loop: splitting changes the key range and the
+// epilogue, not the loop.
 func TestInstructionMix(t *testing.T) {
 	dir := os.Getenv("PTXDIR")
 	if dir == "" {
@@ -25,13 +30,15 @@ func TestInstructionMix(t *testing.T) {
 	var b strings.Builder
 	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "kernel\tmma\tldmatrix\tmma/ldmatrix\tcp.async\tbar.sync\tred\tst.global\tother\ttotal\t")
+	mixes := map[string]map[string]int{}
 	for _, f := range files {
 		text, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, k := range loopMixes(string(text)) {
-			small := strings.HasPrefix(k.name, "conv") || strings.HasPrefix(k.name, "bwdpre")
+			mixes[k.name] = k.mix
+			small := strings.HasPrefix(k.name, "conv") || strings.HasPrefix(k.name, "bwdpre") || strings.HasPrefix(k.name, "fwdcombine")
 			if k.mix == nil && !small {
 				t.Errorf("%s: no main loop found", k.name)
 			}
@@ -45,7 +52,33 @@ func TestInstructionMix(t *testing.T) {
 		}
 	}
 	w.Flush()
+	checkSplitLoops(t, mixes)
 	t.Logf("one main-loop iteration, per thread (common path: skips the mask and softcap branches and the partial-copy path):\n%s", b.String())
+}
+
+// checkSplitLoops checks that each split-KV forward kernel whose
+// configuration equals the forward's has the forward's loop mix.
+func checkSplitLoops(t *testing.T, mixes map[string]map[string]int) {
+	same := 0
+	for _, d := range tile.HeadDims {
+		fc, sc := tile.FwdConfig(d), tile.FwdSplitConfig(d)
+		sc.Split = false
+		if fc != sc {
+			continue
+		}
+		sc.Split = true
+		fm, sm := mixes[fc.Name("bf16")], mixes[sc.Name("bf16")]
+		if fm == nil || sm == nil {
+			continue // another PTXDIR
+		}
+		same++
+		if fmt.Sprint(fm) != fmt.Sprint(sm) {
+			t.Errorf("d%d: the split kernel's loop %v differs from the forward's %v", d, sm, fm)
+		}
+	}
+	if same == 0 && len(mixes) > 0 {
+		t.Error("no split-KV kernel shares the forward's configuration: the check is vacuous")
+	}
 }
 
 type kernelMix struct {

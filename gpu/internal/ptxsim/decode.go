@@ -116,104 +116,54 @@ func (k *Kernel) addr(s string) (val, error) {
 	return func(c *cta, t *thread) uint64 { return t.r[r] + uint64(off) }, nil
 }
 
+// decode compiles one instruction (text without its semicolon): its
+// guard predicate, then the decoder of its opcode family.
 func (k *Kernel) decode(text string) (*inst, error) {
-	in := &inst{guard: -1}
-	if strings.HasPrefix(text, "@") {
-		sp := strings.IndexByte(text, ' ')
-		g := text[1:sp]
-		if strings.HasPrefix(g, "!") {
-			in.neg, g = true, g[1:]
-		}
-		r, err := k.reg(g)
-		if err != nil {
-			return nil, err
-		}
-		in.guard = r
-		text = strings.TrimSpace(text[sp+1:])
+	in, text, err := k.decodeGuard(text)
+	if err != nil {
+		return nil, err
 	}
 	op, rest := text, ""
 	if sp := strings.IndexAny(text, " \t"); sp >= 0 {
 		op, rest = text[:sp], strings.TrimSpace(text[sp+1:])
 	}
-	ops := splitOperands(rest)
-	parts := strings.Split(op, ".")
-	typ := parts[len(parts)-1]
-	need := func(n int) error {
-		if len(ops) != n {
-			return fmt.Errorf("%s takes %d operands, has %d", op, n, len(ops))
-		}
-		return nil
+	if op == "" {
+		return nil, errors.New("no instruction")
 	}
-	// Operand helpers that collect the first error.
-	var err error
-	dst := func(s string) int {
-		r, e := k.reg(s)
-		if err == nil {
-			err = e
-		}
-		return r
-	}
-	src := func(s string) val {
-		v, e := k.val(s)
-		if err == nil {
-			err = e
-		}
-		return v
-	}
-	set := func(fn func(c *cta, t *thread) error) (*inst, error) {
-		in.exec = fn
-		return in, err
-	}
+	return k.decodeOp(in, op, strings.Split(op, "."), splitOperands(rest))
+}
 
+// decodeGuard strips a leading "@%p " or "@!%p " from text and records
+// the predicate in a new instruction.
+func (k *Kernel) decodeGuard(text string) (*inst, string, error) {
+	in := &inst{guard: -1}
+	if !strings.HasPrefix(text, "@") {
+		return in, text, nil
+	}
+	sp := strings.IndexByte(text, ' ')
+	if sp < 0 {
+		return nil, "", errors.New("no instruction after the guard")
+	}
+	g := text[1:sp]
+	if strings.HasPrefix(g, "!") {
+		in.neg, g = true, g[1:]
+	}
+	r, err := k.reg(g)
+	if err != nil {
+		return nil, "", err
+	}
+	in.guard = r
+	return in, strings.TrimSpace(text[sp+1:]), nil
+}
+
+// decodeOp dispatches on the opcode: op is the whole opcode ("add.u32"),
+// parts its dot-separated pieces and ops the operands.
+func (k *Kernel) decodeOp(in *inst, op string, parts, ops []string) (*inst, error) {
 	switch parts[0] {
-	case "bra":
-		if e := need(1); e != nil {
-			return nil, e
-		}
-		target, ok := k.labels[ops[0]]
-		if !ok {
-			return nil, fmt.Errorf("unknown label %q", ops[0])
-		}
-		in.kind, in.target = kBranch, target
-		return in, nil
-	case "ret":
-		in.kind = kRet
-		return in, nil
-	case "bar":
-		if op == "bar.warp.sync" && len(ops) == 1 && ops[0] == "-1" {
-			// Orders the warp's shared-memory accesses; the interpreter
-			// runs a warp's lanes in lockstep, so it only checks that the
-			// whole warp is there.
-			in.warp = func(c *cta, lanes []*thread) error { return nil }
-			return in, nil
-		}
-		if op != "bar.sync" || len(ops) != 1 || ops[0] != "0" {
-			return nil, errors.New("only bar.sync 0 and bar.warp.sync -1 are supported")
-		}
-		in.kind = kBarrier
-		return in, nil
+	case "bra", "ret", "bar":
+		return k.decodeControl(in, op, parts[0], ops)
 	case "mov":
-		if e := need(2); e != nil {
-			return nil, e
-		}
-		if strings.HasPrefix(ops[0], "{") { // mov.b32 {%h0, %h1}, %r: unpack
-			ds, e := k.vec(ops[0], 2)
-			if e != nil {
-				return nil, e
-			}
-			a := src(ops[1])
-			return set(func(c *cta, t *thread) error {
-				x := a(c, t)
-				t.r[ds[0]], t.r[ds[1]] = x&0xffff, x>>16&0xffff
-				return nil
-			})
-		}
-		d, a := dst(ops[0]), src(ops[1])
-		mask := uint64(math.MaxUint32)
-		if typ == "u64" || typ == "b64" {
-			mask = math.MaxUint64
-		}
-		return set(func(c *cta, t *thread) error { t.r[d] = a(c, t) & mask; return nil })
+		return k.decodeMov(in, op, parts, ops)
 	case "ld":
 		return k.decodeLoad(in, parts, ops)
 	case "st", "red":
@@ -223,22 +173,7 @@ func (k *Kernel) decode(text string) (*inst, error) {
 	case "setp":
 		return k.decodeSetp(in, parts, ops)
 	case "selp":
-		if e := need(4); e != nil {
-			return nil, e
-		}
-		d, a, b := dst(ops[0]), src(ops[1]), src(ops[2])
-		p, e := k.pred(ops[3])
-		if e != nil {
-			return nil, e
-		}
-		return set(func(c *cta, t *thread) error {
-			if p(c, t) != 0 {
-				t.r[d] = a(c, t)
-			} else {
-				t.r[d] = b(c, t)
-			}
-			return nil
-		})
+		return k.decodeSelp(in, op, ops)
 	case "cvt", "cvta":
 		return k.decodeCvt(in, op, ops)
 	case "mma":
@@ -248,27 +183,134 @@ func (k *Kernel) decode(text string) (*inst, error) {
 	case "shfl":
 		return k.decodeShfl(in, op, ops)
 	}
-	if typ == "pred" { // and.pred, or.pred
-		if e := need(3); e != nil {
-			return nil, e
-		}
-		d := dst(ops[0])
-		a, e1 := k.pred(ops[1])
-		b, e2 := k.pred(ops[2])
-		if e := errors.Join(e1, e2); e != nil {
-			return nil, e
-		}
-		switch parts[0] {
-		case "and":
-			return set(func(c *cta, t *thread) error { t.r[d] = a(c, t) & b(c, t); return nil })
-		case "or":
-			return set(func(c *cta, t *thread) error { t.r[d] = a(c, t) | b(c, t); return nil })
-		}
-	}
-	if typ == "f32" {
+	switch parts[len(parts)-1] {
+	case "pred":
+		return k.decodePredLogic(in, op, parts, ops)
+	case "f32":
 		return k.decodeFloat(in, parts, ops)
 	}
-	return k.decodeInt(in, op, parts, ops)
+	return k.decodeInt(in, op, ops)
+}
+
+// needOperands reports an instruction with another operand count than n.
+func needOperands(op string, ops []string, n int) error {
+	if len(ops) != n {
+		return fmt.Errorf("%s takes %d operands, has %d", op, n, len(ops))
+	}
+	return nil
+}
+
+// decodeControl decodes the control-flow instructions of family bra, ret
+// or bar (bar.sync 0 and bar.warp.sync -1 only).
+func (k *Kernel) decodeControl(in *inst, op, family string, ops []string) (*inst, error) {
+	switch {
+	case family == "bra":
+		if err := needOperands(op, ops, 1); err != nil {
+			return nil, err
+		}
+		target, ok := k.labels[ops[0]]
+		if !ok {
+			return nil, fmt.Errorf("unknown label %q", ops[0])
+		}
+		in.kind, in.target = kBranch, target
+	case family == "ret":
+		in.kind = kRet
+	case op == "bar.warp.sync" && len(ops) == 1 && ops[0] == "-1":
+		// Orders the warp's shared-memory accesses; the interpreter runs
+		// a warp's lanes in lockstep, so it only checks that the whole
+		// warp is there.
+		in.warp = func(c *cta, lanes []*thread) error { return nil }
+	case op == "bar.sync" && len(ops) == 1 && ops[0] == "0":
+		in.kind = kBarrier
+	default:
+		return nil, errors.New("only bar.sync 0 and bar.warp.sync -1 are supported")
+	}
+	return in, nil
+}
+
+// decodeMov decodes mov: a register or immediate copy (32 bits, or 64 for
+// .u64/.b64), or mov.b32 {%h0, %h1}, %r, which unpacks two 16-bit halves.
+func (k *Kernel) decodeMov(in *inst, op string, parts, ops []string) (*inst, error) {
+	if err := needOperands(op, ops, 2); err != nil {
+		return nil, err
+	}
+	a, err := k.val(ops[1])
+	if err != nil {
+		return nil, err
+	}
+	if strings.HasPrefix(ops[0], "{") {
+		ds, err := k.vec(ops[0], 2)
+		if err != nil {
+			return nil, err
+		}
+		in.exec = func(c *cta, t *thread) error {
+			x := a(c, t)
+			t.r[ds[0]], t.r[ds[1]] = x&0xffff, x>>16&0xffff
+			return nil
+		}
+		return in, nil
+	}
+	d, err := k.reg(ops[0])
+	if err != nil {
+		return nil, err
+	}
+	mask := uint64(math.MaxUint32)
+	if typ := parts[len(parts)-1]; typ == "u64" || typ == "b64" {
+		mask = math.MaxUint64
+	}
+	in.exec = func(c *cta, t *thread) error { t.r[d] = a(c, t) & mask; return nil }
+	return in, nil
+}
+
+// decodeSelp decodes selp d, a, b, p: d = p ? a : b.
+func (k *Kernel) decodeSelp(in *inst, op string, ops []string) (*inst, error) {
+	if err := needOperands(op, ops, 4); err != nil {
+		return nil, err
+	}
+	d, vs, err := k.dstSrcs(op, ops[:3])
+	if err != nil {
+		return nil, err
+	}
+	p, err := k.pred(ops[3])
+	if err != nil {
+		return nil, err
+	}
+	a, b := vs[0], vs[1]
+	in.exec = func(c *cta, t *thread) error {
+		if p(c, t) != 0 {
+			t.r[d] = a(c, t)
+		} else {
+			t.r[d] = b(c, t)
+		}
+		return nil
+	}
+	return in, nil
+}
+
+// decodePredLogic decodes and.pred and or.pred d, a, b (either source may
+// be negated).
+func (k *Kernel) decodePredLogic(in *inst, op string, parts, ops []string) (*inst, error) {
+	if err := needOperands(op, ops, 3); err != nil {
+		return nil, err
+	}
+	d, err := k.reg(ops[0])
+	if err != nil {
+		return nil, err
+	}
+	a, e1 := k.pred(ops[1])
+	b, e2 := k.pred(ops[2])
+	if err := errors.Join(e1, e2); err != nil {
+		return nil, err
+	}
+	switch parts[0] {
+	case "and":
+		in.exec = func(c *cta, t *thread) error { t.r[d] = a(c, t) & b(c, t); return nil }
+	case "or":
+		in.exec = func(c *cta, t *thread) error { t.r[d] = a(c, t) | b(c, t); return nil }
+	default:
+		return nil, fmt.Errorf("unsupported instruction %s", op)
+	}
+	return in, nil
 }
 
 // dstSrcs decodes the operands "d, a, b, ..." of op: d's register slot and
@@ -290,118 +332,100 @@ func (k *Kernel) dstSrcs(op string, ops []string) (int, []val, error) {
 	return d, vs, nil
 }
 
-func (k *Kernel) decodeInt(in *inst, op string, parts, ops []string) (*inst, error) {
+// int32Ops are the two-source integer instructions on 32-bit values: the
+// result's upper 32 bits are zero.
+var int32Ops = map[string]func(a, b uint32) (uint32, error){
+	"add.u32":    func(a, b uint32) (uint32, error) { return a + b, nil },
+	"add.s32":    func(a, b uint32) (uint32, error) { return a + b, nil },
+	"sub.u32":    func(a, b uint32) (uint32, error) { return a - b, nil },
+	"sub.s32":    func(a, b uint32) (uint32, error) { return a - b, nil },
+	"mul.lo.u32": func(a, b uint32) (uint32, error) { return a * b, nil },
+	"and.b32":    func(a, b uint32) (uint32, error) { return a & b, nil },
+	"or.b32":     func(a, b uint32) (uint32, error) { return a | b, nil },
+	"xor.b32":    func(a, b uint32) (uint32, error) { return a ^ b, nil },
+	"shl.b32":    func(a, b uint32) (uint32, error) { return shift32(a, b, true), nil },
+	"shr.u32":    func(a, b uint32) (uint32, error) { return shift32(a, b, false), nil },
+	"min.s32":    func(a, b uint32) (uint32, error) { return uint32(min(int32(a), int32(b))), nil },
+	"max.s32":    func(a, b uint32) (uint32, error) { return uint32(max(int32(a), int32(b))), nil },
+	"min.u32":    func(a, b uint32) (uint32, error) { return min(a, b), nil },
+	"div.u32":    func(a, b uint32) (uint32, error) { return divRem(a, b, false) },
+	"rem.u32":    func(a, b uint32) (uint32, error) { return divRem(a, b, true) },
+}
+
+// shift32 shifts a left (or right, logically) by b bits; 32 or more give 0.
+func shift32(a, b uint32, left bool) uint32 {
+	switch {
+	case b >= 32:
+		return 0
+	case left:
+		return a << b
+	}
+	return a >> b
+}
+
+// divRem returns a / b, or a % b with rem; division by zero is an error.
+func divRem(a, b uint32, rem bool) (uint32, error) {
+	switch {
+	case b == 0:
+		return 0, errors.New("integer division by zero")
+	case rem:
+		return a % b, nil
+	}
+	return a / b, nil
+}
+
+// int64Ops are the two-source integer instructions with a 64-bit result.
+var int64Ops = map[string]func(a, b uint64) uint64{
+	"add.s64":      func(a, b uint64) uint64 { return a + b },
+	"sub.s64":      func(a, b uint64) uint64 { return a - b },
+	"mul.lo.u64":   func(a, b uint64) uint64 { return a * b },
+	"mul.wide.u32": func(a, b uint64) uint64 { return uint64(uint32(a)) * uint64(uint32(b)) },
+	"shl.b64": func(a, b uint64) uint64 {
+		if s := b & 0xffffffff; s < 64 {
+			return a << s
+		}
+		return 0
+	},
+}
+
+// madOps are the three-source multiply-adds: d = a·b + c.
+var madOps = map[string]func(a, b, c uint64) uint64{
+	"mad.lo.u32":   func(a, b, c uint64) uint64 { return uint64(uint32(a)*uint32(b) + uint32(c)) },
+	"mad.wide.u32": func(a, b, c uint64) uint64 { return uint64(uint32(a))*uint64(uint32(b)) + c },
+}
+
+// decodeInt decodes the integer arithmetic of int32Ops, int64Ops and
+// madOps.
+func (k *Kernel) decodeInt(in *inst, op string, ops []string) (*inst, error) {
 	d, vs, err := k.dstSrcs(op, ops)
 	if err != nil {
 		return nil, err
 	}
-	two := func(f func(a, b uint32) (uint32, error)) (*inst, error) {
-		if len(vs) != 2 {
-			return nil, fmt.Errorf("%s takes 3 operands", op)
-		}
+	f32, ok32 := int32Ops[op]
+	f64, ok64 := int64Ops[op]
+	fmad, okMad := madOps[op]
+	switch {
+	case (ok32 || ok64) && len(vs) != 2:
+		return nil, fmt.Errorf("%s takes 3 operands", op)
+	case okMad && len(vs) != 3:
+		return nil, fmt.Errorf("%s takes 4 operands", op)
+	case ok32:
 		a, b := vs[0], vs[1]
 		in.exec = func(c *cta, t *thread) error {
-			r, err := f(uint32(a(c, t)), uint32(b(c, t)))
+			r, err := f32(uint32(a(c, t)), uint32(b(c, t)))
 			t.r[d] = uint64(r)
 			return err
 		}
-		return in, nil
-	}
-	ok := func(x uint32) (uint32, error) { return x, nil }
-	switch op {
-	case "add.u32", "add.s32":
-		return two(func(a, b uint32) (uint32, error) { return ok(a + b) })
-	case "sub.u32", "sub.s32":
-		return two(func(a, b uint32) (uint32, error) { return ok(a - b) })
-	case "mul.lo.u32":
-		return two(func(a, b uint32) (uint32, error) { return ok(a * b) })
-	case "and.b32":
-		return two(func(a, b uint32) (uint32, error) { return ok(a & b) })
-	case "or.b32":
-		return two(func(a, b uint32) (uint32, error) { return ok(a | b) })
-	case "xor.b32":
-		return two(func(a, b uint32) (uint32, error) { return ok(a ^ b) })
-	case "shl.b32":
-		return two(func(a, b uint32) (uint32, error) {
-			if b >= 32 {
-				return 0, nil
-			}
-			return a << b, nil
-		})
-	case "shr.u32":
-		return two(func(a, b uint32) (uint32, error) {
-			if b >= 32 {
-				return 0, nil
-			}
-			return a >> b, nil
-		})
-	case "min.s32":
-		return two(func(a, b uint32) (uint32, error) { return uint32(min(int32(a), int32(b))), nil })
-	case "max.s32":
-		return two(func(a, b uint32) (uint32, error) { return uint32(max(int32(a), int32(b))), nil })
-	case "min.u32":
-		return two(func(a, b uint32) (uint32, error) { return min(a, b), nil })
-	case "div.u32", "rem.u32":
-		rem := op == "rem.u32"
-		return two(func(a, b uint32) (uint32, error) {
-			if b == 0 {
-				return 0, errors.New("integer division by zero")
-			}
-			if rem {
-				return a % b, nil
-			}
-			return a / b, nil
-		})
-	case "mad.lo.u32":
-		if len(vs) != 3 {
-			return nil, fmt.Errorf("%s takes 4 operands", op)
-		}
+	case ok64:
+		a, b := vs[0], vs[1]
+		in.exec = func(c *cta, t *thread) error { t.r[d] = f64(a(c, t), b(c, t)); return nil }
+	case okMad:
 		a, b, cc := vs[0], vs[1], vs[2]
-		in.exec = func(c *cta, t *thread) error {
-			t.r[d] = uint64(uint32(a(c, t))*uint32(b(c, t)) + uint32(cc(c, t)))
-			return nil
-		}
-		return in, nil
-	case "mul.wide.u32":
-		a, b := vs[0], vs[1]
-		in.exec = func(c *cta, t *thread) error {
-			t.r[d] = uint64(uint32(a(c, t))) * uint64(uint32(b(c, t)))
-			return nil
-		}
-		return in, nil
-	case "mad.wide.u32":
-		a, b, cc := vs[0], vs[1], vs[2]
-		in.exec = func(c *cta, t *thread) error {
-			t.r[d] = uint64(uint32(a(c, t)))*uint64(uint32(b(c, t))) + cc(c, t)
-			return nil
-		}
-		return in, nil
-	case "add.s64":
-		a, b := vs[0], vs[1]
-		in.exec = func(c *cta, t *thread) error { t.r[d] = a(c, t) + b(c, t); return nil }
-		return in, nil
-	case "sub.s64":
-		a, b := vs[0], vs[1]
-		in.exec = func(c *cta, t *thread) error { t.r[d] = a(c, t) - b(c, t); return nil }
-		return in, nil
-	case "mul.lo.u64":
-		a, b := vs[0], vs[1]
-		in.exec = func(c *cta, t *thread) error { t.r[d] = a(c, t) * b(c, t); return nil }
-		return in, nil
-	case "shl.b64":
-		a, b := vs[0], vs[1]
-		in.exec = func(c *cta, t *thread) error {
-			s := b(c, t) & 0xffffffff
-			if s >= 64 {
-				t.r[d] = 0
-			} else {
-				t.r[d] = a(c, t) << s
-			}
-			return nil
-		}
-		return in, nil
+		in.exec = func(c *cta, t *thread) error { t.r[d] = fmad(a(c, t), b(c, t), cc(c, t)); return nil }
+	default:
+		return nil, fmt.Errorf("unsupported instruction %s", op)
 	}
-	return nil, fmt.Errorf("unsupported instruction %s", op)
+	return in, nil
 }
 
 func (k *Kernel) decodeFloat(in *inst, parts, ops []string) (*inst, error) {
@@ -467,8 +491,9 @@ func (k *Kernel) decodeFloat(in *inst, parts, ops []string) (*inst, error) {
 	return nil, fmt.Errorf("unsupported instruction %s", op)
 }
 
+// decodeSetp decodes setp.cmp[.bool].type p, a, b[, c]: p = a cmp b,
+// combined with predicate c by and/or when .bool is there.
 func (k *Kernel) decodeSetp(in *inst, parts, ops []string) (*inst, error) {
-	// setp.cmp[.bool].type p, a, b[, c]
 	if len(parts) < 3 {
 		return nil, errors.New("bad setp")
 	}
@@ -480,13 +505,11 @@ func (k *Kernel) decodeSetp(in *inst, parts, ops []string) (*inst, error) {
 	if (boolOp == "") != (len(ops) == 3) || len(ops) < 3 {
 		return nil, errors.New("setp operands do not match its form")
 	}
-	d, err := k.reg(ops[0])
-	if err != nil {
-		return nil, err
+	if boolOp != "" && boolOp != "and" && boolOp != "or" {
+		return nil, fmt.Errorf("unsupported setp combiner %s", boolOp)
 	}
-	a, err1 := k.val(ops[1])
-	b, err2 := k.val(ops[2])
-	if err := errors.Join(err1, err2); err != nil {
+	d, vs, err := k.dstSrcs("setp", ops[:3])
+	if err != nil {
 		return nil, err
 	}
 	var cv val
@@ -495,48 +518,11 @@ func (k *Kernel) decodeSetp(in *inst, parts, ops []string) (*inst, error) {
 			return nil, err
 		}
 	}
-	var test func(x, y uint64) bool
-	switch typ {
-	case "u32", "s32", "u64":
-		less := func(x, y uint64) bool { return uint32(x) < uint32(y) }
-		eq := func(x, y uint64) bool { return uint32(x) == uint32(y) }
-		if typ == "s32" {
-			less = func(x, y uint64) bool { return int32(x) < int32(y) }
-		}
-		if typ == "u64" {
-			less = func(x, y uint64) bool { return x < y }
-			eq = func(x, y uint64) bool { return x == y }
-		}
-		switch cmp {
-		case "eq":
-			test = eq
-		case "ne":
-			test = func(x, y uint64) bool { return !eq(x, y) }
-		case "lt":
-			test = less
-		case "le":
-			test = func(x, y uint64) bool { return !less(y, x) }
-		case "gt":
-			test = func(x, y uint64) bool { return less(y, x) }
-		case "ge":
-			test = func(x, y uint64) bool { return !less(x, y) }
-		}
-	case "f32":
-		fs := map[string]func(x, y float32) bool{
-			"eq": func(x, y float32) bool { return x == y },
-			"ne": func(x, y float32) bool { return x != y && x == x && y == y },
-			"lt": func(x, y float32) bool { return x < y },
-			"le": func(x, y float32) bool { return x <= y },
-			"gt": func(x, y float32) bool { return x > y },
-			"ge": func(x, y float32) bool { return x >= y },
-		}
-		if f := fs[cmp]; f != nil {
-			test = func(x, y uint64) bool { return f(f32(x), f32(y)) }
-		}
-	}
+	test := setpTest(cmp, typ)
 	if test == nil {
 		return nil, fmt.Errorf("unsupported setp %s.%s", cmp, typ)
 	}
+	a, b := vs[0], vs[1]
 	in.exec = func(c *cta, t *thread) error {
 		r := test(a(c, t), b(c, t))
 		switch boolOp {
@@ -551,10 +537,56 @@ func (k *Kernel) decodeSetp(in *inst, parts, ops []string) (*inst, error) {
 		}
 		return nil
 	}
-	if boolOp != "" && boolOp != "and" && boolOp != "or" {
-		return nil, fmt.Errorf("unsupported setp combiner %s", boolOp)
-	}
 	return in, nil
+}
+
+// setpTest returns the comparison cmp (eq, ne, lt, le, gt, ge) of two
+// operands of type typ (u32, s32, u64 or f32), or nil if unsupported.
+func setpTest(cmp, typ string) func(x, y uint64) bool {
+	if typ == "f32" {
+		f := floatCompares[cmp]
+		if f == nil {
+			return nil
+		}
+		return func(x, y uint64) bool { return f(f32(x), f32(y)) }
+	}
+	less := func(x, y uint64) bool { return uint32(x) < uint32(y) }
+	eq := func(x, y uint64) bool { return uint32(x) == uint32(y) }
+	switch typ {
+	case "u32":
+	case "s32":
+		less = func(x, y uint64) bool { return int32(x) < int32(y) }
+	case "u64":
+		less = func(x, y uint64) bool { return x < y }
+		eq = func(x, y uint64) bool { return x == y }
+	default:
+		return nil
+	}
+	switch cmp {
+	case "eq":
+		return eq
+	case "ne":
+		return func(x, y uint64) bool { return !eq(x, y) }
+	case "lt":
+		return less
+	case "le":
+		return func(x, y uint64) bool { return !less(y, x) }
+	case "gt":
+		return func(x, y uint64) bool { return less(y, x) }
+	case "ge":
+		return func(x, y uint64) bool { return !less(x, y) }
+	}
+	return nil
+}
+
+// floatCompares are setp's ordered .f32 comparisons (false with a NaN).
+var floatCompares = map[string]func(x, y float32) bool{
+	"eq": func(x, y float32) bool { return x == y },
+	"ne": func(x, y float32) bool { return x != y && x == x && y == y },
+	"lt": func(x, y float32) bool { return x < y },
+	"le": func(x, y float32) bool { return x <= y },
+	"gt": func(x, y float32) bool { return x > y },
+	"ge": func(x, y float32) bool { return x >= y },
 }
 
 func (k *Kernel) decodeCvt(in *inst, op string, ops []string) (*inst, error) {
@@ -692,7 +724,7 @@ func (k *Kernel) decodeStore(in *inst, parts, ops []string) (*inst, error) {
 	}
 	op := strings.Join(parts, ".")
 	switch op {
-	case "st.global.b32", "st.global.f32", "st.global.v2.f32", "st.global.v4.b32":
+	case "st.global.b32", "st.global.f32", "st.global.v2.f32", "st.global.v2.b32", "st.global.v4.b32":
 		n := 4 * len(vs)
 		in.exec = func(c *cta, t *thread) error {
 			p := a(c, t)

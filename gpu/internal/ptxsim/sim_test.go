@@ -222,3 +222,34 @@ func TestHazards(t *testing.T) {
 		}
 	}
 }
+
+// The decoder refuses what it does not implement, or implements
+// differently, rather than guessing: each line below fails to compile
+// with an error containing want.
+func TestDecodeRefuses(t *testing.T) {
+	cases := []struct{ line, want string }{
+		{"bar.sync 1;", "only bar.sync 0"},
+		{"bar.arrive 0;", "only bar.sync 0"},
+		{"bra $L_nowhere;", "unknown label"},
+		{"bra;", "takes 1 operands"},
+		{"xor.pred %p1, %p0, %p0;", "unsupported instruction xor.pred"},
+		{"and.pred %p1, %p0;", "takes 3 operands"},
+		{"add.u32 %r3, %r0;", "takes 3 operands"},
+		{"mad.lo.u32 %r3, %r0, %r1;", "takes 4 operands"},
+		{"mul.hi.u32 %r3, %r0, %r1;", "unsupported instruction mul.hi.u32"},
+		{"selp.b32 %r3, %r0, %r1;", "takes 4 operands"},
+		{"mov.u32 %r3;", "takes 2 operands"},
+		{"setp.lt.xor.s32 %p1, %r0, %r1, %p0;", "unsupported setp combiner"},
+		{"setp.lo.u32 %p1, %r0, %r1;", "unsupported setp lo.u32"},
+		{"setp.lt.s64 %p1, %rd0, %rd0;", "unsupported setp lt.s64"},
+		{"@%p0 ;", "no instruction"},
+		{"@%p0;", "no instruction after the guard"},
+		{"add.u32 %r3, %r0, %q1;", "undeclared register class"},
+	}
+	for _, c := range cases {
+		_, err := Parse(kernelText(c.line))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want an error containing %q", c.line, err, c.want)
+		}
+	}
+}

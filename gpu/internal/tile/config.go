@@ -20,11 +20,16 @@ var HeadDims = []int{64, 128, 256}
 // one shared-memory buffer and are loaded staggered, as flash-attn does: V
 // of block n is copied while S = Q·Kᵀ and the softmax of block n run, and K
 // of block n+1 while O += P·V of block n runs.
+//
+// With Split set it is the split-KV (flash-decoding) variant, FwdSplitConfig:
+// the same main loop over a part of the block's key tiles, writing float32
+// partial results that a combine kernel merges.
 type Fwd struct {
-	D     int // head dimension
-	Bc    int // keys per tile
-	MT    int // 16-row m-tiles per warp
-	Warps int // warps per block
+	D     int  // head dimension
+	Bc    int  // keys per tile
+	MT    int  // 16-row m-tiles per warp
+	Warps int  // warps per block
+	Split bool // the split-KV variant (see FwdSplitConfig)
 }
 
 // FwdConfig returns the forward configuration for head dimension d:
@@ -72,8 +77,14 @@ func (c Fwd) SmemBytes() int { return c.VOff() + c.Bc*c.D*2 }
 // RowChunks is the number of 16-byte chunks in a tile row (D elements).
 func (c Fwd) RowChunks() int { return c.D / 8 }
 
-// Name is the kernel's name for input type dt.
-func (c Fwd) Name(dt string) string { return fmt.Sprintf("fwd_%s_d%d", dt, c.D) }
+// Name is the kernel's name for input type dt: fwd_<dt>_d<D>, or
+// fwdsplit_<dt>_d<D> for the split-KV variant.
+func (c Fwd) Name(dt string) string {
+	if c.Split {
+		return fmt.Sprintf("fwdsplit_%s_d%d", dt, c.D)
+	}
+	return fmt.Sprintf("fwd_%s_d%d", dt, c.D)
+}
 
 // Check reports a configuration the kernels cannot run.
 func (c Fwd) Check() error {
@@ -312,6 +323,8 @@ func SmemBytes(name string, d int) int {
 	switch {
 	case strings.HasPrefix(name, "fwd_"):
 		return FwdConfig(d).SmemBytes()
+	case strings.HasPrefix(name, "fwdsplit_"):
+		return FwdSplitConfig(d).SmemBytes()
 	case strings.HasPrefix(name, "bwddq_"):
 		return DQConfig(d).SmemBytes()
 	case strings.HasPrefix(name, "bwd_"), strings.HasPrefix(name, "bwdkv_"):
@@ -326,6 +339,8 @@ func Threads(name string, d int) int {
 	switch {
 	case strings.HasPrefix(name, "fwd_"):
 		return FwdConfig(d).Threads()
+	case strings.HasPrefix(name, "fwdsplit_"):
+		return FwdSplitConfig(d).Threads()
 	case strings.HasPrefix(name, "bwddq_"):
 		return DQConfig(d).Threads()
 	case strings.HasPrefix(name, "bwd_"), strings.HasPrefix(name, "bwdkv_"):

@@ -271,11 +271,16 @@ func transpose(x [][]float64) [][]float64 {
 }
 
 // The forward pass: S = Q·Kᵀ through LaneA/LaneB, then O = S·V with S reused
-// in registers (CToA) and V through LaneBTrans, for every warp of the block.
+// in registers (CToA) and V through LaneBTrans, for every warp of the block,
+// in the forward and the split-KV configurations.
 func TestForwardFragments(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
+	var configs []Fwd
 	for _, d := range HeadDims {
-		c := FwdConfig(d)
+		configs = append(configs, FwdConfig(d), FwdSplitConfig(d))
+	}
+	for _, c := range configs {
+		d := c.D
 		if err := c.Check(); err != nil {
 			t.Fatal(err)
 		}
