@@ -65,8 +65,8 @@ func ForwardIntoContext(ctx context.Context, out Tensor, lse []float32, q, k, v 
 	if err != nil {
 		return err
 	}
-	if ov.dt == Q8_0 {
-		return argErr("out", "out cannot be q8_0 (a cache format)")
+	if ov.dt.quantized() {
+		return argErr("out", "out cannot be %v (a cache format)", ov.dt)
 	}
 	if lse != nil && len(lse) < c.plan.lseLen {
 		return argErr("lse", "lse has %d elements, want %d", len(lse), c.plan.lseLen)
@@ -192,8 +192,8 @@ func BackwardGrads(ctx context.Context, g Grads, q, k, v, out, dout Tensor, lse,
 		v    view
 		name string
 	}{{gv.dq, "dq"}, {gv.dk, "dk"}, {gv.dv, "dv"}, {gv.o, "out"}, {gv.do, "dout"}} {
-		if x.v.dt == Q8_0 {
-			return argErr(x.name, "%s cannot be q8_0 (a cache format)", x.name)
+		if x.v.dt.quantized() {
+			return argErr(x.name, "%s cannot be %v (a cache format)", x.name, x.v.dt)
 		}
 	}
 	gv.lse = lse[:n]

@@ -4,8 +4,9 @@ import "github.com/flashattn/flashattn/internal/kernel"
 
 // Convert copies src into dst, which must have src's shape, converting the
 // elements to dst's type: rounding to nearest even for bfloat16 and
-// float16, quantising each block of 32 values for q8_0 (as llama.cpp's
-// quantize_row_q8_0 does; NaN, Inf and values too large for its fp16 scale
+// float16, quantising each block of 32 values for q8_0 and q4_0 (as
+// llama.cpp's quantize_row_q8_0 and quantize_row_q4_0 do; NaN, Inf and
+// values too large for the fp16 scale
 // are an error). Use it to fill a compact KV cache.
 func Convert(dst, src Tensor) error {
 	sv, err := src.check("src", false, -1, -1, -1, -1)

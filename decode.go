@@ -5,7 +5,7 @@ import "github.com/flashattn/flashattn/internal/kernel"
 // decode.go holds what the forward pass does differently when a sequence has
 // few query rows (decoding): its row block is cut into sub-blocks by KV head,
 // and, by the sequence's route (kvsource.go), the decode kernels compute S
-// and P·V from a KV cache where it lies (converting 16-bit and q8_0 caches in
+// and P·V from a KV cache where it lies (converting 16-bit, q8_0 and q4_0 caches in
 // registers), or each key tile of K and V is staged for every KV head at
 // once.
 
@@ -68,7 +68,9 @@ func (p *plan) decodeScores(ws *workspace, s *sequence, sb subBlock, j0, n, np i
 		case Float16:
 			dec.ScoresF16(out, np, qRows, sb.m, k.h[o:], k.ss, m, d)
 		case Q8_0:
-			dec.ScoresQ8(out, np, qRows, sb.m, k.q8[kernel.Q8RowBytes(o):], kernel.Q8RowBytes(k.ss), m, d)
+			dec.ScoresQ8(out, np, qRows, sb.m, k.q[kernel.Q8RowBytes(o):], kernel.Q8RowBytes(k.ss), m, d)
+		case Q4_0:
+			dec.ScoresQ4(out, np, qRows, sb.m, k.q[kernel.Q4RowBytes(o):], kernel.Q4RowBytes(k.ss), m, d)
 		}
 	})
 }
@@ -88,7 +90,9 @@ func (p *plan) decodeAccum(ws *workspace, s *sequence, sb subBlock, j0, n, np in
 		case Float16:
 			dec.AccumF16(o, dpad, pr, np, sb.m, v.h[off:], v.ss, m, d)
 		case Q8_0:
-			dec.AccumQ8(o, dpad, pr, np, sb.m, v.q8[kernel.Q8RowBytes(off):], kernel.Q8RowBytes(v.ss), m, d)
+			dec.AccumQ8(o, dpad, pr, np, sb.m, v.q[kernel.Q8RowBytes(off):], kernel.Q8RowBytes(v.ss), m, d)
+		case Q4_0:
+			dec.AccumQ4(o, dpad, pr, np, sb.m, v.q[kernel.Q4RowBytes(off):], kernel.Q4RowBytes(v.ss), m, d)
 		}
 	})
 }

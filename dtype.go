@@ -24,6 +24,12 @@ const (
 	// scale d followed by 32 int8 q (34 bytes), value = q·d. Dim and the
 	// strides (in values) must be multiples of 32.
 	Q8_0
+	// Q4_0 is llama.cpp's 4-bit block format (Tensor.Q4), for the k and v
+	// of a KV cache: blocks of 32 values of one row, each stored as an fp16
+	// scale d followed by 16 bytes of 4-bit codes c (18 bytes), value =
+	// (c − 8)·d; byte j holds value j in its low nibble and value j+16 in
+	// its high one. Dim and the strides (in values) must be multiples of 32.
+	Q4_0
 )
 
 func (d DType) String() string {
@@ -36,6 +42,8 @@ func (d DType) String() string {
 		return "float16"
 	case Q8_0:
 		return "q8_0"
+	case Q4_0:
+		return "q4_0"
 	}
 	return "DType(?)"
 }
@@ -96,6 +104,8 @@ func NewTensorOf(dt DType, batch, seq, heads, dim int) Tensor {
 		t.F16 = make([]half.F16, n)
 	case Q8_0:
 		t.Q8 = make([]byte, kernel.Q8RowBytes(n+kernel.Q8Block-1))
+	case Q4_0:
+		t.Q4 = make([]byte, kernel.Q4RowBytes(n+kernel.Q4Block-1))
 	default:
 		t.Data = make([]float32, n)
 	}
@@ -112,13 +122,15 @@ func (t Tensor) DType() DType {
 		return Float16
 	case t.Q8 != nil:
 		return Q8_0
+	case t.Q4 != nil:
+		return Q4_0
 	}
 	return Float32
 }
 
 // fields counts the data fields that are set.
 func (t Tensor) fields() (n int) {
-	for _, set := range []bool{t.Data != nil, t.BF16 != nil, t.F16 != nil, t.Q8 != nil} {
+	for _, set := range []bool{t.Data != nil, t.BF16 != nil, t.F16 != nil, t.Q8 != nil, t.Q4 != nil} {
 		if set {
 			n++
 		}
@@ -145,6 +157,9 @@ func (t Tensor) dataLen() int {
 	if t.Q8 != nil {
 		return len(t.Q8) / kernel.Q8BlockBytes * kernel.Q8Block
 	}
+	if t.Q4 != nil {
+		return len(t.Q4) / kernel.Q4BlockBytes * kernel.Q4Block
+	}
 	return len(t.Data)
 }
 
@@ -154,7 +169,7 @@ func computeType(ts ...Tensor) (DType, error) {
 	ct := Float32
 	for _, t := range ts {
 		dt := t.DType()
-		if dt == Float32 || dt == Q8_0 { // q8_0 values are exact in float32
+		if dt == Float32 || dt.quantized() { // q8_0 and q4_0 values are exact in float32
 			continue
 		}
 		if ct != Float32 && ct != dt {
@@ -163,4 +178,35 @@ func computeType(ts ...Tensor) (DType, error) {
 		ct = dt
 	}
 	return ct, nil
+}
+
+// quantized reports whether d is a block-quantised cache format (q8_0,
+// q4_0), accepted only as the k and v of a KV cache.
+func (d DType) quantized() bool { return d == Q8_0 || d == Q4_0 }
+
+// quantBytes is the size in bytes of n values (a multiple of 32) of the
+// quantised format d.
+func quantBytes(d DType, n int) int {
+	if d == Q4_0 {
+		return kernel.Q4RowBytes(n)
+	}
+	return kernel.Q8RowBytes(n)
+}
+
+// quantize stores src (a multiple of 32 values) into dst in the quantised
+// format d.
+func quantize(d DType, dst []byte, src []float32) error {
+	if d == Q4_0 {
+		return kernel.QuantizeQ4(dst, src)
+	}
+	return kernel.QuantizeQ8(dst, src)
+}
+
+// dequantize sets dst (a multiple of 32 values) from src in the quantised
+// format d.
+func dequantize(d DType, dst []float32, src []byte) error {
+	if d == Q4_0 {
+		return kernel.DequantizeQ4(dst, src)
+	}
+	return kernel.DequantizeQ8(dst, src)
 }

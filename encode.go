@@ -13,10 +13,10 @@ import (
 // sharded attention. The format is little-endian throughout:
 //
 //	tensor: "FAT1", dtype (1 byte: 0 float32, 1 bfloat16, 2 float16,
-//	        3 q8_0), 3 zero bytes, then batch, seq, heads, dim as uint64,
-//	        then the elements of the logical shape in row-major order
-//	        (float32 as IEEE bits, 16-bit as their bits, q8_0 as its
-//	        34-byte blocks)
+//	        3 q8_0, 4 q4_0), 3 zero bytes, then batch, seq, heads, dim as
+//	        uint64, then the elements of the logical shape in row-major
+//	        order (float32 as IEEE bits, 16-bit as their bits, q8_0 and
+//	        q4_0 as their 34- and 18-byte blocks)
 //	lse:    "FAL1", 4 zero bytes, the count as uint64, then the float32s
 //
 // Headers are 40 and 16 bytes, multiples of 8, so elements that follow an
@@ -56,8 +56,8 @@ func (t Tensor) AppendBinary(b []byte) ([]byte, error) {
 					for _, x := range v.h[o : o+D] {
 						b = binary.LittleEndian.AppendUint16(b, x)
 					}
-				case Q8_0:
-					b = append(b, v.q8[q8Bytes(o):q8Bytes(o+D)]...)
+				case Q8_0, Q4_0:
+					b = append(b, v.q[quantBytes(v.dt, o):quantBytes(v.dt, o+D)]...)
 				}
 			}
 		}
@@ -85,6 +85,7 @@ func (t *Tensor) UnmarshalBinary(data []byte) error {
 	copy(c.Data, d.Data)
 	copy(c.bits(), d.bits())
 	copy(c.Q8, d.Q8)
+	copy(c.Q4, d.Q4)
 	*t = c
 	return nil
 }
@@ -124,14 +125,15 @@ func DecodeTensor(data []byte) (t Tensor, rest []byte, err error) {
 			return Tensor{}, data, argErr("data", "encoded tensor %v needs %d values, has bytes for %d", shape, n, len(body)/2)
 		}
 		size = 2 * n
-	case Q8_0:
+	case Q8_0, Q4_0:
 		if shape[3]%32 != 0 {
-			return Tensor{}, data, argErr("data", "encoded q8_0 tensor has head dim %d, not a multiple of 32", shape[3])
+			return Tensor{}, data, argErr("data", "encoded %v tensor has head dim %d, not a multiple of 32", dt, shape[3])
 		}
-		if n/32 > len(body)/34 {
-			return Tensor{}, data, argErr("data", "encoded tensor %v needs %d q8_0 blocks, has bytes for %d", shape, n/32, len(body)/34)
+		bb := quantBytes(dt, 32)
+		if n/32 > len(body)/bb {
+			return Tensor{}, data, argErr("data", "encoded tensor %v needs %d %v blocks, has bytes for %d", shape, n/32, dt, len(body)/bb)
 		}
-		size = q8Bytes(n)
+		size = quantBytes(dt, n)
 	default:
 		return Tensor{}, data, argErr("data", "encoded tensor has element type %d", data[4])
 	}
@@ -146,6 +148,8 @@ func DecodeTensor(data []byte) (t Tensor, rest []byte, err error) {
 		t.F16 = halves[half.F16](body, n)
 	case Q8_0:
 		t.Q8 = body
+	case Q4_0:
+		t.Q4 = body
 	}
 	return t, rest, nil
 }
@@ -205,6 +209,3 @@ func halves[T half.BF16 | half.F16](b []byte, n int) []T {
 	}
 	return out
 }
-
-// q8Bytes is the size in bytes of n q8_0 values (n a multiple of 32).
-func q8Bytes(n int) int { return n / 32 * 34 }

@@ -14,7 +14,7 @@ func TestTensorEncoding(t *testing.T) {
 	r := newRand(1)
 	x := randSlice(r, 2*3*4*32)
 	src := Dense(x, 2, 3, 4, 32)
-	for _, dt := range []DType{Float32, BFloat16, Float16, Q8_0} {
+	for _, dt := range []DType{Float32, BFloat16, Float16, Q8_0, Q4_0} {
 		tt := NewTensorOf(dt, 2, 3, 4, 32)
 		if err := Convert(tt, src); err != nil {
 			t.Fatal(err)

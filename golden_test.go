@@ -228,6 +228,7 @@ var goldenCases = []goldenCase{
 	{name: "decode-cache-bf16", run: func(t *testing.T, _ DType) map[string][]byte { return decodeCase(t, BFloat16, true, 0, 1, false) }},
 	{name: "decode-cache-f16", run: func(t *testing.T, _ DType) map[string][]byte { return decodeCase(t, Float16, false, 0, 1, false) }},
 	{name: "decode-cache-q8", run: func(t *testing.T, _ DType) map[string][]byte { return decodeCase(t, Q8_0, false, 2, 1, false) }},
+	{name: "decode-cache-q4", run: func(t *testing.T, _ DType) map[string][]byte { return decodeCase(t, Q4_0, true, 0, 2, true) }},
 	{name: "half-causal", half: true, run: func(t *testing.T, dt DType) map[string][]byte {
 		q, k, v := goldenTensor(dt, 37, 1, 1, 61, 4, 48), goldenTensor(dt, 38, 1, 1, 67, 2, 48), goldenTensor(dt, 39, 1, 1, 67, 2, 48)
 		return fwdBwd(t, q, k, v, &Options{Causal: true}, 40)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/flashattn/flashattn/half"
@@ -209,11 +210,22 @@ func precisionOrSelf(dt DType, x float32) float32 {
 // TestQ8Cache: decoding from a q8_0 KV cache (with
 // new keys appended and quantised in place) against the reference on the
 // dequantised cache.
-func TestQ8Cache(t *testing.T) {
+// TestQuantizedCache: q8_0 and q4_0 KV caches (llama.cpp's block formats),
+// appended to in place and read in place by the decode kernels, against
+// the float64 reference of the dequantised cache.
+func TestQuantizedCache(t *testing.T) {
+	for _, dt := range []DType{Q8_0, Q4_0} {
+		t.Run(dt.String(), func(t *testing.T) {
+			forEachKernel(t, func(t *testing.T) { checkQuantizedCache(t, dt) })
+		})
+	}
+}
+
+func checkQuantizedCache(t *testing.T, dt DType) {
 	const b, hq, hk, d, capacity = 2, 8, 2, 64, 256
 	r := rand.New(rand.NewPCG(6, 6))
 	kf, vf := randSlice(r, b*capacity*hk*d), randSlice(r, b*capacity*hk*d)
-	k, v := NewTensorOf(Q8_0, b, capacity, hk, d), NewTensorOf(Q8_0, b, capacity, hk, d)
+	k, v := NewTensorOf(dt, b, capacity, hk, d), NewTensorOf(dt, b, capacity, hk, d)
 	if err := Convert(k, Dense(kf, b, capacity, hk, d)); err != nil {
 		t.Fatal(err)
 	}
@@ -223,43 +235,57 @@ func TestQ8Cache(t *testing.T) {
 	knew, vnew := randSlice(r, b*2*hk*d), randSlice(r, b*2*hk*d)
 	q := randSlice(r, b*2*hq*d)
 	lens := []int32{100, 254}
-	out, lse, err := Forward(Dense(q, b, 2, hq, d), k, v, &Options{Causal: true, KVCache: &KVCache{
-		SeqLens: lens, KNew: Dense(knew, b, 2, hk, d), VNew: Dense(vnew, b, 2, hk, d)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The reference reads the cache back (dequantised, new rows included).
-	kd, vd := gather(k), gather(v)
-	for bi := 0; bi < b; bi++ {
-		n := int(lens[bi]) + 2
-		for i := 0; i < 2; i++ { // the appended rows are the new keys, quantised
-			for hh := 0; hh < hk; hh++ {
-				for c := 0; c < d; c++ {
-					got := kd[((bi*capacity+int(lens[bi])+i)*hk+hh)*d+c]
-					want := knew[((bi*2+i)*hk+hh)*d+c]
-					if math.Abs(float64(got-want)) > 0.02*math.Abs(float64(want))+0.02 {
-						t.Fatalf("appended key (%d, %d, %d, %d) reads %v, stored %v", bi, i, hh, c, got, want)
-					}
+	for _, rows := range []int{2, 1} { // 2 query rows per sequence: in place; 1 with a sliding window
+		opts := &Options{Causal: true, KVCache: &KVCache{SeqLens: lens, KNew: Dense(knew, b, 2, hk, d), VNew: Dense(vnew, b, 2, hk, d)}}
+		if rows == 1 {
+			// Read-only now (the keys were appended by the first call).
+			opts = &Options{Window: &Window{Left: 50, Right: 0}, KVCache: &KVCache{SeqLens: []int32{lens[0] + 2, lens[1] + 2}}}
+		}
+		qt := Dense(q[:b*rows*hq*d], b, rows, hq, d)
+		out, lse, err := Forward(qt, k, v, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The reference reads the cache back (dequantised, new rows included).
+		kd, vd := gather(k), gather(v)
+		if rows == 2 {
+			// The appended rows are the new keys, quantised exactly as
+			// Convert quantises them.
+			want := NewTensorOf(dt, b, 2, hk, d)
+			if err := Convert(want, Dense(knew, b, 2, hk, d)); err != nil {
+				t.Fatal(err)
+			}
+			wd := gather(want)
+			for bi := 0; bi < b; bi++ {
+				got := kd[(bi*capacity+int(lens[bi]))*hk*d:][:2*hk*d]
+				if !slices.Equal(got, wd[bi*2*hk*d:(bi+1)*2*hk*d]) {
+					t.Fatalf("sequence %d: the appended keys read back differently from Convert's %v", bi, dt)
 				}
 			}
 		}
-		par := reference.Params{Batch: 1, SeqQ: 2, SeqK: n, Heads: hq, KVHeads: hk, HeadDim: d, Causal: true}
-		sq, sk, sv := q[bi*2*hq*d:(bi+1)*2*hq*d], kd[bi*capacity*hk*d:][:n*hk*d], vd[bi*capacity*hk*d:][:n*hk*d]
-		o64, l64 := reference.Forward64(par, to64(sq), to64(sk), to64(sv))
-		o32, l32 := reference.Forward32(par, sq, sk, sv)
-		if err := reference.Check("O", out.Data[bi*2*hq*d:(bi+1)*2*hq*d], o32, o64); err != nil {
-			t.Errorf("sequence %d: %v", bi, err)
-		}
-		if err := reference.Check("LSE", lse[bi*hq*2:(bi+1)*hq*2], l32, l64); err != nil {
-			t.Errorf("sequence %d: %v", bi, err)
+		for bi := 0; bi < b; bi++ {
+			n := int(lens[bi]) + 2
+			par := reference.Params{Batch: 1, SeqQ: rows, SeqK: n, Heads: hq, KVHeads: hk, HeadDim: d, Causal: rows == 2}
+			if rows == 1 {
+				par.Window, par.WindowLeft, par.WindowRight = true, 50, 0
+			}
+			sq, sk, sv := q[bi*rows*hq*d:(bi+1)*rows*hq*d], kd[bi*capacity*hk*d:][:n*hk*d], vd[bi*capacity*hk*d:][:n*hk*d]
+			o64, l64 := reference.Forward64(par, to64(sq), to64(sk), to64(sv))
+			o32, l32 := reference.Forward32(par, sq, sk, sv)
+			if err := reference.Check("O", out.Data[bi*rows*hq*d:(bi+1)*rows*hq*d], o32, o64); err != nil {
+				t.Errorf("rows %d sequence %d: %v", rows, bi, err)
+			}
+			if err := reference.Check("LSE", lse[bi*hq*rows:(bi+1)*hq*rows], l32, l64); err != nil {
+				t.Errorf("rows %d sequence %d: %v", rows, bi, err)
+			}
 		}
 	}
-	// q8_0 is refused where it is not a cache.
+	// A quantised tensor is refused where it is not a cache.
 	if _, _, err := Forward(Dense(q[:hq*d], 1, 1, hq, d), k, v, nil); err == nil {
-		t.Error("q8_0 k and v without a KVCache were accepted")
+		t.Errorf("%v k and v without a KVCache were accepted", dt)
 	}
-	if err := Convert(NewTensorOf(Q8_0, 1, 1, 1, 32), Dense(append([]float32{float32(math.Inf(1))}, make([]float32, 31)...), 1, 1, 1, 32)); err == nil {
-		t.Error("Convert quantised an Inf")
+	if err := Convert(NewTensorOf(dt, 1, 1, 1, 32), Dense(append([]float32{float32(math.Inf(1))}, make([]float32, 31)...), 1, 1, 1, 32)); err == nil {
+		t.Errorf("Convert quantised an Inf into %v", dt)
 	}
 }
 

@@ -4,13 +4,11 @@ import (
 	"cmp"
 	"slices"
 	"unsafe"
-
-	"github.com/flashattn/flashattn/internal/kernel"
 )
 
 // appendKV writes the new keys (rotated) and values of every sequence into
 // the cache at positions SeqLens[b]... A q8_0 cache is written only once
-// every new row has been quantised without error: a failing row leaves the
+// every new row has been quantised without error (also q4_0): a failing row leaves the
 // cache as it was.
 func (c *call) appendKV() error {
 	p := &c.plan
@@ -19,7 +17,7 @@ func (c *call) appendKV() error {
 	}
 	ws := workspaces.get()
 	defer workspaces.put(ws)
-	if p.k.dt == Q8_0 || p.v.dt == Q8_0 {
+	if p.k.dt.quantized() || p.v.dt.quantized() {
 		if err := p.appendRows(ws, false); err != nil {
 			return err
 		}
@@ -37,9 +35,9 @@ func (p *plan) appendRows(ws *workspace, write bool) error {
 		if write {
 			return dst.storeRow(row[:dst.shape[3]], tb, r, hk, &p.kern)
 		}
-		if dst.dt == Q8_0 {
-			q := grow(&ws.conv.q8, kernel.Q8RowBytes(dst.shape[3]))
-			return kernel.QuantizeQ8(q, row[:dst.shape[3]])
+		if dst.dt.quantized() {
+			q := grow(&ws.conv.q8, quantBytes(dst.dt, dst.shape[3]))
+			return quantize(dst.dt, q, row[:dst.shape[3]])
 		}
 		return nil
 	}
@@ -54,14 +52,14 @@ func (p *plan) appendRows(ws *workspace, write bool) error {
 					cs.rotary.rotate(row, first+i)
 				}
 				if err := store(p.k, tb, r, hk); err != nil {
-					return argErr("Options.KVCache.KNew", "KVCache.KNew[%d, %d, %d] cannot be stored in the q8_0 cache: %v", b, i, hk, err)
+					return argErr("Options.KVCache.KNew", "KVCache.KNew[%d, %d, %d] cannot be stored in the %v cache: %v", b, i, hk, p.k.dt, err)
 				}
 				if p.vnew.shape[3] == 0 {
 					continue // an MLA latent cache: v is k's first columns
 				}
 				p.vnew.rowTo(row[:p.dimV], b, i, hk, Float32, &p.kern)
 				if err := store(p.v, tb, r, hk); err != nil {
-					return argErr("Options.KVCache.VNew", "KVCache.VNew[%d, %d, %d] cannot be stored in the q8_0 cache: %v", b, i, hk, err)
+					return argErr("Options.KVCache.VNew", "KVCache.VNew[%d, %d, %d] cannot be stored in the %v cache: %v", b, i, hk, p.v.dt, err)
 				}
 			}
 		}
@@ -173,7 +171,7 @@ type slotWrite struct{ slot, seq, pos int }
 // same memory, strides and outer shape, with a head dim at most k's (an
 // MLA latent cache, whose values are the keys' first columns).
 func columnsOf(v, k view) bool {
-	sameData := unsafe.SliceData(v.data) == unsafe.SliceData(k.data) && unsafe.SliceData(v.h) == unsafe.SliceData(k.h) && unsafe.SliceData(v.q8) == unsafe.SliceData(k.q8)
+	sameData := unsafe.SliceData(v.data) == unsafe.SliceData(k.data) && unsafe.SliceData(v.h) == unsafe.SliceData(k.h) && unsafe.SliceData(v.q) == unsafe.SliceData(k.q)
 	return sameData && v.dt == k.dt && v.bs == k.bs && v.ss == k.ss && v.hs == k.hs &&
 		v.shape[0] == k.shape[0] && v.shape[1] == k.shape[1] && v.shape[2] == k.shape[2] && v.shape[3] <= k.shape[3]
 }

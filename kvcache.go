@@ -78,7 +78,7 @@ func (t *tiling) cacheSequences(o *Options, s Shape) error {
 	if err != nil {
 		return err
 	}
-	if knew.data != nil || knew.h != nil || knew.q8 != nil {
+	if knew.data != nil || knew.h != nil || knew.q != nil {
 		cs.snew = knew.shape[1]
 		cs.rotary = c.Rotary
 	}

@@ -30,8 +30,8 @@ func MergeStates(out Tensor, lse []float32, parts []Tensor, lses [][]float32) er
 	if err != nil {
 		return err
 	}
-	if ov.dt == Q8_0 {
-		return argErr("out", "out cannot be q8_0 (a cache format)")
+	if ov.dt.quantized() {
+		return argErr("out", "out cannot be %v (a cache format)", ov.dt)
 	}
 	B, S, H, D := out.Batch, out.Seq, out.Heads, out.Dim
 	n := B * H * S

@@ -16,7 +16,7 @@ type region struct {
 	axes   [3]axis // the first n: outer axes with more than one index, largest stride first
 	n      int
 	rowLen int
-	size   uintptr // bytes per element, times 32 (q8_0: 34 bytes per 32 values)
+	size   uintptr // bytes per element, times 32 (q8_0: 34 bytes per 32 values, q4_0: 18)
 	last   uintptr // one past the last byte
 }
 
@@ -25,8 +25,8 @@ func viewRegion(v view) region {
 	switch {
 	case v.h != nil:
 		r.base, r.size = uintptr(unsafe.Pointer(unsafe.SliceData(v.h))), 2*32
-	case v.q8 != nil:
-		r.base, r.size = uintptr(unsafe.Pointer(unsafe.SliceData(v.q8))), 34
+	case v.q != nil:
+		r.base, r.size = uintptr(unsafe.Pointer(unsafe.SliceData(v.q))), uintptr(quantBytes(v.dt, 32))
 	}
 	span := v.shape[3]
 	for _, a := range v.axes() {
@@ -142,5 +142,5 @@ func checkOutputs(outs, ins []named) error {
 	return nil
 }
 
-// bytes is the size in bytes of n elements (a multiple of 32 for q8_0).
+// bytes is the size in bytes of n elements (a multiple of 32 for q8_0 and q4_0).
 func (r *region) bytes(n int) uintptr { return uintptr(n) * r.size / 32 }

@@ -2,12 +2,12 @@ package flashattn
 
 import (
 	"github.com/flashattn/flashattn/half"
-	"github.com/flashattn/flashattn/internal/kernel"
 )
 
 // Tensor is a view of a tensor in flash-attn's layout [Batch, Seq, Heads,
-// Dim], of float32, bfloat16 or float16 elements (or q8_0 blocks for a KV
-// cache, see Q8_0): exactly one of Data, BF16, F16 and Q8 is set, and
+// Dim], of float32, bfloat16 or float16 elements (or q8_0 or q4_0 blocks for
+// a KV cache, see Q8_0 and Q4_0): exactly one of Data, BF16, F16, Q8 and Q4
+// is set, and
 // element (b, s, h, d) is at
 //
 //	Data[b*BatchStride + s*SeqStride + h*HeadStride + d]
@@ -28,6 +28,7 @@ type Tensor struct {
 	BF16                               []half.BF16
 	F16                                []half.F16
 	Q8                                 []byte // q8_0 blocks (see Q8_0)
+	Q4                                 []byte // q4_0 blocks (see Q4_0)
 	Batch, Seq, Heads, Dim             int
 	BatchStride, SeqStride, HeadStride int
 }
@@ -87,13 +88,17 @@ func (t Tensor) At(b, s, h, d int) float32 {
 		return t.BF16[i].Float32()
 	case t.F16 != nil:
 		return t.F16[i].Float32()
-	case t.Q8 != nil:
-		var blk [kernel.Q8Block]float32
-		o := i / kernel.Q8Block * kernel.Q8BlockBytes
-		if err := kernel.DequantizeQ8(blk[:], t.Q8[o:o+kernel.Q8BlockBytes]); err != nil {
+	case t.Q8 != nil, t.Q4 != nil:
+		dt, q := t.DType(), t.Q8
+		if q == nil {
+			q = t.Q4
+		}
+		var blk [32]float32
+		o := quantBytes(dt, i/32*32)
+		if err := dequantize(dt, blk[:], q[o:o+quantBytes(dt, 32)]); err != nil {
 			panic(err)
 		}
-		return blk[i%kernel.Q8Block]
+		return blk[i%32]
 	}
 	return t.Data[i]
 }

@@ -13,7 +13,7 @@ import (
 type view struct {
 	data       []float32
 	h          []uint16
-	q8         []byte
+	q          []byte // q8_0 or q4_0 blocks (dt says which)
 	dt         DType
 	bs, ss, hs int
 	shape      [4]int // batch, seq, heads, dim
@@ -82,11 +82,15 @@ func (t Tensor) check(name string, output bool, batch, seq, heads, dim int) (vie
 	if !ok {
 		return view{}, argErr(name, "%s shape [%d %d %d %d] is too large: its size overflows int", name, t.Batch, t.Seq, t.Heads, t.Dim)
 	}
-	v := view{data: t.Data, h: t.bits(), q8: t.Q8, dt: t.DType(), bs: bs, ss: ss, hs: hs, shape: got}
-	if v.dt == Q8_0 {
+	v := view{data: t.Data, h: t.bits(), dt: t.DType(), bs: bs, ss: ss, hs: hs, shape: got}
+	if v.dt.quantized() {
+		v.q = t.Q8
+		if v.q == nil {
+			v.q = t.Q4
+		}
 		for _, x := range []int{t.Dim, bs, ss, hs} {
-			if x%kernel.Q8Block != 0 {
-				return view{}, argErr(name, "%s is q8_0: its head dim and strides (dim %d; batch %d, seq %d, head %d) must be multiples of %d", name, t.Dim, bs, ss, hs, kernel.Q8Block)
+			if x%32 != 0 {
+				return view{}, argErr(name, "%s is %v: its head dim and strides (dim %d; batch %d, seq %d, head %d) must be multiples of 32", name, v.dt, t.Dim, bs, ss, hs)
 			}
 		}
 	}
@@ -142,9 +146,9 @@ func (v view) rowTo(dst []float32, b, s, h int, ct DType, k *kernel.Impl) {
 		k.BF16ToF32(dst, v.h[o:o+len(dst)])
 	case Float16:
 		k.F16ToF32(dst, v.h[o:o+len(dst)])
-	case Q8_0:
+	case Q8_0, Q4_0:
 		// Whole rows only: checked tensors have dim and strides of 32s.
-		kernel.DequantizeQ8(dst, v.q8[kernel.Q8RowBytes(o):kernel.Q8RowBytes(o+len(dst))])
+		dequantize(v.dt, dst, v.q[quantBytes(v.dt, o):quantBytes(v.dt, o+len(dst))])
 		if ct != Float32 {
 			roundTo(dst, ct, k)
 		}
@@ -167,13 +171,13 @@ func (v view) matrix(scratch *[]float32, b, s, h, n int, ct DType, k *kernel.Imp
 }
 
 // storeRow writes src (the head dim's elements) to row (b, s, h) of v,
-// rounding to v's type. Only a Q8_0 row can fail (NaN, Inf or values beyond
+// rounding to v's type. Only a Q8_0 or Q4_0 row can fail (NaN, Inf or values beyond
 // what its fp16 scale holds).
 func (v view) storeRow(src []float32, b, s, h int, k *kernel.Impl) error {
 	o := v.off(b, s, h)
 	switch v.dt {
-	case Q8_0:
-		return kernel.QuantizeQ8(v.q8[kernel.Q8RowBytes(o):kernel.Q8RowBytes(o+len(src))], src)
+	case Q8_0, Q4_0:
+		return quantize(v.dt, v.q[quantBytes(v.dt, o):quantBytes(v.dt, o+len(src))], src)
 	case Float32:
 		copy(v.data[o:o+len(src)], src)
 	case BFloat16:

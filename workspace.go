@@ -58,7 +58,7 @@ type rowScratch struct {
 // Q and dO), out for one output row before it is rounded to its type.
 type convScratch struct {
 	in1, in2, out []float32
-	q8            []byte // a q8_0 row quantised to check it
+	q8            []byte // a q8_0 or q4_0 row quantised to check it
 }
 
 var workspaces freeList[workspace]
