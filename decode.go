@@ -96,3 +96,61 @@ func (p *plan) decodeAccum(ws *workspace, s *sequence, sb subBlock, j0, n, np in
 		}
 	})
 }
+
+// oneRowPerHead reports whether the sub-blocks are one query row each, of
+// consecutive KV heads (multi-head attention decoding, one new token): the
+// multi-head decode kernels then read each key's heads side by side.
+func oneRowPerHead(subs []subBlock) bool {
+	if len(subs) < 2 {
+		return false
+	}
+	for i, sb := range subs {
+		if sb.m != 1 || sb.r0 != i || sb.hk != subs[0].hk+i {
+			return false
+		}
+	}
+	return true
+}
+
+// decodeScoresHeads is decodeScores for all the sub-blocks of
+// oneRowPerHead at once: rows 0..len(subs)-1 of the S tile.
+func (p *plan) decodeScoresHeads(ws *workspace, s *sequence, subs []subBlock, j0, n, np int) {
+	dec, d, qRows, k, nh := &p.dec, p.dim, ws.fwd.q, p.k, len(subs)
+	p.cacheRuns(k, s, subs[0].hk, j0, n, func(j, m, o int) {
+		out := ws.fwd.s[j-j0:]
+		switch k.dt {
+		case Float32:
+			dec.ScoresF32Heads(out, np, qRows, nh, k.data[o:], k.ss, k.hs, m, d)
+		case BFloat16:
+			dec.ScoresBF16Heads(out, np, qRows, nh, k.h[o:], k.ss, k.hs, m, d)
+		case Float16:
+			dec.ScoresF16Heads(out, np, qRows, nh, k.h[o:], k.ss, k.hs, m, d)
+		case Q8_0:
+			dec.ScoresQ8Heads(out, np, qRows, nh, k.q[kernel.Q8RowBytes(o):], kernel.Q8RowBytes(k.ss), kernel.Q8RowBytes(k.hs), m, d)
+		case Q4_0:
+			dec.ScoresQ4Heads(out, np, qRows, nh, k.q[kernel.Q4RowBytes(o):], kernel.Q4RowBytes(k.ss), kernel.Q4RowBytes(k.hs), m, d)
+		}
+	})
+}
+
+// decodeAccumHeads is decodeAccum for all the sub-blocks of oneRowPerHead
+// at once.
+func (p *plan) decodeAccumHeads(ws *workspace, s *sequence, subs []subBlock, j0, n, np int) {
+	dec, d, dpad, v, nh := &p.dec, p.dimV, p.dimVPad, p.v, len(subs)
+	o := ws.fwd.o
+	p.cacheRuns(v, s, subs[0].hk, j0, n, func(j, m, off int) {
+		pr := ws.fwd.s[j-j0:]
+		switch v.dt {
+		case Float32:
+			dec.AccumF32Heads(o, dpad, pr, np, nh, v.data[off:], v.ss, v.hs, m, d)
+		case BFloat16:
+			dec.AccumBF16Heads(o, dpad, pr, np, nh, v.h[off:], v.ss, v.hs, m, d)
+		case Float16:
+			dec.AccumF16Heads(o, dpad, pr, np, nh, v.h[off:], v.ss, v.hs, m, d)
+		case Q8_0:
+			dec.AccumQ8Heads(o, dpad, pr, np, nh, v.q[kernel.Q8RowBytes(off):], kernel.Q8RowBytes(v.ss), kernel.Q8RowBytes(v.hs), m, d)
+		case Q4_0:
+			dec.AccumQ4Heads(o, dpad, pr, np, nh, v.q[kernel.Q4RowBytes(off):], kernel.Q4RowBytes(v.ss), kernel.Q4RowBytes(v.hs), m, d)
+		}
+	})
+}

@@ -551,3 +551,81 @@ func TestBias(t *testing.T) {
 		t.Error("a bias of 3 heads for 2 was accepted")
 	}
 }
+
+// TestMHADecodeHeads: decoding one token of multi-head attention (one query
+// row per KV head: the multi-head decode kernels read each key's heads side
+// by side) from f32, bf16, fp16, q8_0 and q4_0 caches, contiguous and paged,
+// against the float64 reference of the cache as stored.
+func TestMHADecodeHeads(t *testing.T) {
+	const B, H, D, block = 2, 8, 64, 16
+	for _, dt := range []DType{Float32, BFloat16, Float16, Q8_0, Q4_0} {
+		for _, paged := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%v/paged=%v", dt, paged), func(t *testing.T) {
+				forEachKernel(t, func(t *testing.T) {
+					r := newRand(12)
+					capacity, nb, rows := 320, B, 320
+					var c KVCache
+					if paged {
+						nb, rows = 2*capacity/block, block
+						c.BlocksPerSeq = capacity / block
+						c.BlockTable = make([]int32, B*c.BlocksPerSeq)
+						for i := range c.BlockTable {
+							c.BlockTable[i] = int32((i*11 + 2) % nb)
+						}
+					}
+					k, v := NewTensorOf(dt, nb, rows, H, D), NewTensorOf(dt, nb, rows, H, D)
+					if err := Convert(k, Dense(randSlice(r, nb*rows*H*D), nb, rows, H, D)); err != nil {
+						t.Fatal(err)
+					}
+					if err := Convert(v, Dense(randSlice(r, nb*rows*H*D), nb, rows, H, D)); err != nil {
+						t.Fatal(err)
+					}
+					c.SeqLens = []int32{300, 97}
+					q := randSlice(r, B*H*D)
+					out, lse, err := Forward(Dense(q, B, 1, H, D), k, v, &Options{KVCache: &c})
+					if err != nil {
+						t.Fatal(err)
+					}
+					for b := 0; b < B; b++ {
+						n := int(c.SeqLens[b])
+						keys, vals := make([]float32, n*H*D), make([]float32, n*H*D)
+						for j := 0; j < n; j++ {
+							tb, row := b, j
+							if paged {
+								tb, row = int(c.BlockTable[b*c.BlocksPerSeq+j/block]), j%block
+							}
+							for h := 0; h < H; h++ {
+								for x := 0; x < D; x++ {
+									keys[(j*H+h)*D+x], vals[(j*H+h)*D+x] = k.At(tb, row, h, x), v.At(tb, row, h, x)
+								}
+							}
+						}
+						qb := q[b*H*D : (b+1)*H*D]
+						par := reference.Params{Batch: 1, SeqQ: 1, SeqK: n, Heads: H, KVHeads: H, HeadDim: D}
+						if dt == BFloat16 || dt == Float16 {
+							prec := precisionOf(dt)
+							qb = prec.RoundSlice(qb)
+							o64, l64 := reference.Forward64(par, to64(qb), to64(keys), to64(vals))
+							oh, lh := reference.ForwardHalf(par, prec, qb, keys, vals)
+							if err := reference.CheckHalf("O", prec, gather(out)[b*H*D:(b+1)*H*D], oh, o64); err != nil {
+								t.Errorf("seq %d: %v", b, err)
+							}
+							if err := reference.CheckHalf("LSE", prec, lse[b*H:(b+1)*H], lh, l64); err != nil {
+								t.Errorf("seq %d: %v", b, err)
+							}
+							continue
+						}
+						o64, l64 := reference.Forward64(par, to64(qb), to64(keys), to64(vals))
+						o32, l32 := reference.Forward32(par, qb, keys, vals)
+						if err := reference.Check("O", out.Data[b*H*D:(b+1)*H*D], o32, o64); err != nil {
+							t.Errorf("seq %d: %v", b, err)
+						}
+						if err := reference.Check("LSE", lse[b*H:(b+1)*H], l32, l64); err != nil {
+							t.Errorf("seq %d: %v", b, err)
+						}
+					}
+				})
+			})
+		}
+	}
+}

@@ -101,6 +101,18 @@ func (f *forwardPass) task(ws *workspace, t *fwdTask) {
 		if s.route.from == fromStaged {
 			p.stageKV(ws, s, ws.fwd.subs, j0, n, step)
 		}
+		if s.route.from == fromCacheInPlace && oneRowPerHead(ws.fwd.subs) {
+			// Multi-head decoding: the heads of each key are read side by
+			// side, in address order, by one call per run of keys.
+			subs := ws.fwd.subs
+			p.decodeScoresHeads(ws, s, subs, j0, n, np)
+			for _, sb := range subs {
+				f.softmax(ws, &st, t, sb, kind, j0, n)
+			}
+			p.decodeAccumHeads(ws, s, subs, j0, n, np)
+			j = j1
+			continue
+		}
 		for si, sb := range ws.fwd.subs {
 			if s.route.from == fromCacheInPlace {
 				p.decodeScores(ws, s, sb, j0, n, np)

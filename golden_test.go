@@ -130,11 +130,16 @@ func goldenRope(maxPos, dim int) *Rotary {
 	return r
 }
 
-// decodeCase builds a KV-cache call and returns O, LSE and the cache after
-// the append.
+// decodeCase builds a KV-cache call (8 query heads on 2 KV heads) and
+// returns O, LSE and the cache after the append.
 func decodeCase(t *testing.T, cacheType DType, paged bool, splits, sq int, causal bool) map[string][]byte {
+	return decodeCaseHeads(t, cacheType, paged, splits, sq, causal, 2)
+}
+
+// decodeCaseHeads is decodeCase with Hk KV heads.
+func decodeCaseHeads(t *testing.T, cacheType DType, paged bool, splits, sq int, causal bool, Hk int) map[string][]byte {
 	t.Helper()
-	const B, H, Hk, D, capacity, block = 2, 8, 2, 64, 160, 16
+	const B, H, D, capacity, block = 2, 8, 64, 160, 16
 	q := goldenTensor(Float32, 31, 1, B, sq, H, D)
 	var kc, vc Tensor
 	var c KVCache
@@ -229,6 +234,12 @@ var goldenCases = []goldenCase{
 	{name: "decode-cache-f16", run: func(t *testing.T, _ DType) map[string][]byte { return decodeCase(t, Float16, false, 0, 1, false) }},
 	{name: "decode-cache-q8", run: func(t *testing.T, _ DType) map[string][]byte { return decodeCase(t, Q8_0, false, 2, 1, false) }},
 	{name: "decode-cache-q4", run: func(t *testing.T, _ DType) map[string][]byte { return decodeCase(t, Q4_0, true, 0, 2, true) }},
+	{name: "decode-mha-bf16", run: func(t *testing.T, _ DType) map[string][]byte {
+		return decodeCaseHeads(t, BFloat16, false, 0, 1, false, 8)
+	}},
+	{name: "decode-mha-q8-paged", run: func(t *testing.T, _ DType) map[string][]byte {
+		return decodeCaseHeads(t, Q8_0, true, 0, 1, false, 8)
+	}},
 	{name: "half-causal", half: true, run: func(t *testing.T, dt DType) map[string][]byte {
 		q, k, v := goldenTensor(dt, 37, 1, 1, 61, 4, 48), goldenTensor(dt, 38, 1, 1, 67, 2, 48), goldenTensor(dt, 39, 1, 1, 67, 2, 48)
 		return fwdBwd(t, q, k, v, &Options{Causal: true}, 40)

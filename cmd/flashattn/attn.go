@@ -418,13 +418,13 @@ func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, 
 			return
 		}
 	}
-	if f.kvdt == flashattn.Q8_0 {
+	if f.kvdt == flashattn.Q8_0 || f.kvdt == flashattn.Q4_0 {
 		for _, x := range []struct {
 			path string
 			d    int
 		}{{f.k, ks[3]}, {f.v, vs[3]}} {
 			if x.d%32 != 0 {
-				err = fmt.Errorf("-kv-dtype q8_0: the headdim %d of %s is not a multiple of 32 (q8_0 quantises blocks of 32 values of a row)", x.d, x.path)
+				err = fmt.Errorf("-kv-dtype %s: the headdim %d of %s is not a multiple of 32 (%s quantises blocks of 32 values of a row)", dtypeName(f.kvdt), x.d, x.path, dtypeName(f.kvdt))
 				return
 			}
 		}

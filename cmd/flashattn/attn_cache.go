@@ -25,14 +25,14 @@ const maxNumSplits = 128
 func (c *cacheFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.kNew, "k-new", "", "KV cache: new keys `k_new.npy` [batch, seqlen_new, kv_heads, headdim], appended in place at each sequence's cache_seqlens "+
 		"(rotated first with -rotary-cos); the updated caches are written to OUTDIR/k_cache.npy and v_cache.npy, in the cache's type "+
-		"('<f4' for f32, bf16 and q8_0 — the dequantised values —, '<f2' for f16)")
+		"('<f4' for f32, bf16, q8_0 and q4_0 — the dequantised values —, '<f2' for f16)")
 	fs.StringVar(&c.vNew, "v-new", "", "KV cache: new values `v_new.npy`, shaped like -k-new with the v cache's head dim (which may differ from k's, as in MLA)")
 	fs.StringVar(&c.rotCos, "rotary-cos", "", "KV cache: rotary embedding cosines `cos.npy` [max_pos, rotary_dim/2], applied to q and -k-new at their positions (needs -k-new)")
 	fs.StringVar(&c.rotSin, "rotary-sin", "", "KV cache: rotary embedding sines `sin.npy`, shaped like -rotary-cos")
 	fs.BoolVar(&c.rotInterleaved, "rotary-interleaved", false, "rotate channel pairs (0,1), (2,3)… (GPT-J) instead of (i, i+rotary_dim/2) (GPT-NeoX)")
 	fs.StringVar(&c.batchIdx, "cache-batch-idx", "", "KV cache: int32 `idx.npy` [batch], the cache row of each sequence (not with -block-table)")
 	fs.StringVar(&c.leftPd, "cache-leftpad", "", "KV cache: int32 `pad.npy` [batch], the first valid cache position of each sequence")
-	fs.StringVar(&c.kvDtype, "kv-dtype", "", "KV cache: element `type` the cache k, v are converted to before the call: f32, bf16, f16 or q8_0 "+
+	fs.StringVar(&c.kvDtype, "kv-dtype", "", "KV cache: element `type` the cache k, v are converted to before the call: f32, bf16, f16, q8_0 or q4_0 "+
 		"(llama.cpp's blocks of 32 int8 with an fp16 scale; headdim a multiple of 32) (default: -dtype); a 16-bit cache makes the products 16-bit")
 	fs.IntVar(&c.numSplits, "num-splits", 0, fmt.Sprintf("KV cache: split each sequence's keys into `N` parts merged by their LSE (0: chosen; at most %d)", maxNumSplits))
 }

@@ -141,7 +141,7 @@ func TestBenchDTypeErrors(t *testing.T) {
 	}{
 		{[]string{"-dtype", "q8_0", "-seqlen", "64"}, "-dtype q8_0 is a KV-cache type: it needs -mode decode"},
 		{[]string{"-dtype", "q8_0", "-mode", "decode", "-seqlen", "64", "-headdim", "48"}, "-dtype q8_0 needs a -headdim that is a multiple of 32"},
-		{[]string{"-dtype", "int8"}, `-dtype "int8": want f32, bf16, f16 or q8_0`},
+		{[]string{"-dtype", "int8"}, `-dtype "int8": want f32, bf16, f16, q8_0 or q4_0`},
 		{[]string{"-dtype", "f32", "-device", "gpu"}, `-dtype "f32": want bf16 or f16 with -device gpu`},
 	} {
 		code, stdout, stderr := atRun(append([]string{"bench"}, c.args...)...)

@@ -154,7 +154,7 @@ type benchTensors struct {
 func newBenchTensors(c benchCase, in inputs, kt flashattn.DType) (benchTensors, error) {
 	sq, dv := c.sq(), c.dv()
 	qt := kt
-	if kt == flashattn.Q8_0 {
+	if quantized(kt) {
 		qt = flashattn.Float32
 	}
 	conv := func(x []float32, n, h, d int, dt flashattn.DType) (flashattn.Tensor, error) {
@@ -181,8 +181,8 @@ func newBenchTensors(c benchCase, in inputs, kt flashattn.DType) (benchTensors, 
 			return t, err
 		}
 	}
-	gt := kt // the gradients of K and V; there are none for q8_0 (decode only)
-	if kt == flashattn.Q8_0 {
+	gt := kt // the gradients of K and V; there are none for q8_0 and q4_0 (decode only)
+	if quantized(kt) {
 		gt = flashattn.Float32
 	}
 	t.out, t.lse = flashattn.NewTensorOf(qt, c.B, sq, c.H, dv), make([]float32, c.B*c.H*sq)

@@ -11,12 +11,12 @@ import (
 )
 
 // The element types of the command line: -dtype f32|bf16|f16 for the
-// computation (and -kv-dtype or bench's decode -dtype also q8_0 for a KV
+// computation (and -kv-dtype or bench's decode -dtype also q8_0 or q4_0 for a KV
 // cache). Files hold float32 ('<f4') or float16 ('<f2'); NumPy has no
 // bfloat16, so bf16 results are written as '<f4' holding exact bf16 values.
 
 // parseDType reads the value s of flag name: f32, bf16, f16 (or fp16), and
-// q8_0 when q8 is set.
+// the cache types q8_0 and q4_0 when q8 is set.
 func parseDType(name, s string, q8 bool) (flashattn.DType, error) {
 	switch s {
 	case "f32":
@@ -29,10 +29,14 @@ func parseDType(name, s string, q8 bool) (flashattn.DType, error) {
 		if q8 {
 			return flashattn.Q8_0, nil
 		}
+	case "q4_0":
+		if q8 {
+			return flashattn.Q4_0, nil
+		}
 	}
 	want := "f32, bf16 or f16"
 	if q8 {
-		want = "f32, bf16, f16 or q8_0"
+		want = "f32, bf16, f16, q8_0 or q4_0"
 	}
 	return 0, fmt.Errorf("%s %q: want %s", name, s, want)
 }
@@ -46,6 +50,8 @@ func dtypeName(dt flashattn.DType) string {
 		return "f16"
 	case flashattn.Q8_0:
 		return "q8_0"
+	case flashattn.Q4_0:
+		return "q4_0"
 	}
 	return "f32"
 }
@@ -54,13 +60,16 @@ func dtypeName(dt flashattn.DType) string {
 func is16(dt flashattn.DType) bool { return dt == flashattn.BFloat16 || dt == flashattn.Float16 }
 
 // storedBytes is the memory one element of dt takes in a tensor: 4, 2, or
-// 34/32 for q8_0 (a 2-byte scale per block of 32 one-byte values).
+// 34/32 for q8_0 (a 2-byte scale per block of 32 one-byte values), 18/32
+// for q4_0 (a 2-byte scale per block of 32 half-byte values).
 func storedBytes(dt flashattn.DType) float64 {
 	switch dt {
 	case flashattn.BFloat16, flashattn.Float16:
 		return 2
 	case flashattn.Q8_0:
 		return 34.0 / 32
+	case flashattn.Q4_0:
+		return 18.0 / 32
 	}
 	return 4
 }
@@ -72,7 +81,7 @@ func typedBytes(dt flashattn.DType, dims ...int) memlimit.Size {
 	if dt == flashattn.Float32 {
 		return n.Times(4)
 	}
-	return n.Times(2) // q8_0's 34/32 < 2
+	return n.Times(2) // q8_0's 34/32 and q4_0's 18/32 < 2
 }
 
 // arrayTensor wraps a float array read from path (F32 or F16 set) as a
@@ -134,3 +143,7 @@ func outArray(t flashattn.Tensor, shape []int, f16 bool) (npy.Array, error) {
 	}
 	return npy.Array{Shape: shape, F32: w.Data}, nil
 }
+
+// quantized reports whether dt is a block-quantised KV-cache type (q8_0,
+// q4_0), read with float32 queries.
+func quantized(dt flashattn.DType) bool { return dt == flashattn.Q8_0 || dt == flashattn.Q4_0 }

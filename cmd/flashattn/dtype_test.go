@@ -20,7 +20,7 @@ func TestParseDType(t *testing.T) {
 	}{
 		{"f32", false, flashattn.Float32, ""}, {"bf16", false, flashattn.BFloat16, ""}, {"f16", false, flashattn.Float16, ""},
 		{"fp16", false, flashattn.Float16, ""}, {"q8_0", true, flashattn.Q8_0, ""},
-		{"q8_0", false, 0, `-x "q8_0": want f32, bf16 or f16`}, {"", true, 0, `-x "": want f32, bf16, f16 or q8_0`},
+		{"q8_0", false, 0, `-x "q8_0": want f32, bf16 or f16`}, {"", true, 0, `-x "": want f32, bf16, f16, q8_0 or q4_0`},
 		{"F32", false, 0, `-x "F32"`}, {"float32", false, 0, `-x "float32"`},
 	} {
 		dt, err := parseDType("-x", c.s, c.q8)
