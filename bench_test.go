@@ -8,7 +8,7 @@ import (
 	"github.com/flashattn/flashattn/internal/plain"
 )
 
-// Benchmarks report GFLOP/s by SPEC §5 (4·B·H·Sq·Sk·D per forward, visible
+// Benchmarks report GFLOP/s as 4·B·H·Sq·Sk·D per forward (visible
 // pairs only under a causal mask; backward 2.5×). Compare flashattn with the
 // plain algorithm (BenchmarkPlain*) from the same run, e.g.
 //

@@ -145,7 +145,7 @@ func TestVarLen(t *testing.T) {
 	}
 }
 
-// TestHiddenRows checks SPEC §1's rule for rows that see no key: O = 0,
+// TestHiddenRows checks the rule for rows that see no key: O = 0,
 // LSE = -Inf, zero gradients, no NaN anywhere.
 func TestHiddenRows(t *testing.T) {
 	c := tcase{b: 1, sq: 40, sk: 10, h: 2, hk: 2, d: 16, causal: true} // rows 0..29 see nothing
@@ -251,7 +251,7 @@ func TestDropoutRepeatable(t *testing.T) {
 // plain float32 algorithm, which forms D = Σ_j P·dP, gets exactly 0; FA2
 // forms D = dO·O once per row instead, and with the dropout scale inside O
 // the cancellation in dS = P·(dP − D) leaves float32 rounding of dP. So the
-// SPEC §4 rule (2·0 + 1e-6) is replaced here by the bound that rounding
+// error rule (2·0 + 1e-6) is replaced here by the bound that rounding
 // allows: |dS| ≤ 4·ε·|dP|, propagated to dQ and dK.
 func TestDropoutOneKeyRows(t *testing.T) {
 	forEachKernel(t, func(t *testing.T) {

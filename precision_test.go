@@ -27,6 +27,13 @@ var precisionCases = []precisionCase{
 	{name: "scale 100", c: tcase{b: 1, sq: 64, sk: 64, h: 2, hk: 2, d: 32, causal: true}, scale: 100, fa2: true},
 	{name: "inputs x30", c: tcase{b: 1, sq: 64, sk: 64, h: 2, hk: 2, d: 32, causal: true}, mul: 30, fa2: true},
 	{name: "inputs x100", c: tcase{b: 1, sq: 64, sk: 64, h: 2, hk: 2, d: 32, causal: true}, mul: 100, fa2: true},
+	// Large logits on every kernel path: one 64-key tile at D = 64 (the
+	// reliability report's case), not causal; many key tiles, causal and
+	// not; GQA.
+	{name: "x100 d64 one tile", c: tcase{b: 1, sq: 64, sk: 64, h: 2, hk: 2, d: 64}, mul: 100, fa2: true},
+	{name: "x30 d64 one tile", c: tcase{b: 1, sq: 40, sk: 64, h: 2, hk: 1, d: 64}, mul: 30, fa2: true},
+	{name: "x100 many tiles causal", c: tcase{b: 1, sq: 300, sk: 700, h: 2, hk: 1, d: 48, causal: true}, mul: 100, fa2: true},
+	{name: "x30 many tiles", c: tcase{b: 2, sq: 100, sk: 530, h: 2, hk: 2, d: 32}, mul: 30, fa2: true},
 }
 
 // fa2Bound is the documented excess of FA2's dQ (dK with q for k) over the

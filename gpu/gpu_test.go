@@ -278,7 +278,7 @@ func nanRow(t *testing.T, d *Device) {
 }
 
 // benchShape runs b.N forward (and, with bwd, backward) calls at
-// B=4, H=16, N=4096, D=128 and reports TFLOP/s (SPEC §5 FLOP counts).
+// B=4, H=16, N=4096, D=128 and reports TFLOP/s (4·B·H·N·N·D FLOPs per forward, half under a causal mask).
 func benchShape(b *testing.B, dt DType, causal, bwd, deterministic bool) {
 	d := openOrSkip(b)
 	const B, H, N, D = 4, 16, 4096, 128
