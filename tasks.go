@@ -69,7 +69,6 @@ const (
 func (t *tiling) forwardTasks(blocks *[]rowBlock, tasks *[]fwdTask) (list []fwdTask, splits, slots int) {
 	bs, list := (*blocks)[:0], (*tasks)[:0]
 	defer func() { *blocks, *tasks = bs, list }()
-	super := t.superRowsFor()
 	for si := range t.seqs {
 		s := &t.seqs[si]
 		if s.nq == 0 {
@@ -81,7 +80,7 @@ func (t *tiling) forwardTasks(blocks *[]rowBlock, tasks *[]fwdTask) (list []fwdT
 		}
 		rows := t.blockQ
 		if t.packs(s) { // packed K/V: super-blocks (two-level tiling)
-			rows = super
+			rows = t.superQ
 		}
 		bs = t.appendQueryBlocks(bs, si, rows)
 	}
@@ -227,16 +226,3 @@ func (t *tiling) dqTasks(tasks *[]rowBlock) []rowBlock {
 	return list
 }
 
-// superRowsFor is the forward's super-block for this call: superQ, or
-// fewer rows (a multiple of blockQ) when there would be fewer than
-// splitTarget row blocks, so that the work is spread over row blocks before
-// keys are split (a split costs a copy of its partial output and a merge).
-// It depends on the shape alone, never on the workers.
-func (t *tiling) superRowsFor() int {
-	rows := 0
-	for _, s := range t.seqs {
-		rows += s.nq * t.heads
-	}
-	fit := rows / splitTarget / t.blockQ * t.blockQ
-	return max(t.blockQ, min(t.superQ, fit))
-}
