@@ -225,4 +225,3 @@ func (t *tiling) dqTasks(tasks *[]rowBlock) []rowBlock {
 	*tasks = list
 	return list
 }
-
