@@ -79,7 +79,7 @@ func (p *plan) decodeScores(ws *workspace, s *sequence, sb subBlock, j0, n, np i
 // sub-block's output rows, for keys j0..j0+n-1 read in place.
 func (p *plan) decodeAccum(ws *workspace, s *sequence, sb subBlock, j0, n, np int) {
 	dec, d, dpad, v := &p.dec, p.dimV, p.dimVPad, p.v
-	o := ws.fwd.o[sb.r0*dpad:]
+	o := ws.fwd.acc[sb.r0*dpad:]
 	p.cacheRuns(v, s, sb.hk, j0, n, func(j, m, off int) {
 		pr := ws.fwd.s[sb.r0*np+j-j0:]
 		switch v.dt {
@@ -137,7 +137,7 @@ func (p *plan) decodeScoresHeads(ws *workspace, s *sequence, subs []subBlock, j0
 // at once.
 func (p *plan) decodeAccumHeads(ws *workspace, s *sequence, subs []subBlock, j0, n, np int) {
 	dec, d, dpad, v, nh := &p.dec, p.dimV, p.dimVPad, p.v, len(subs)
-	o := ws.fwd.o
+	o := ws.fwd.acc
 	p.cacheRuns(v, s, subs[0].hk, j0, n, func(j, m, off int) {
 		pr := ws.fwd.s[j-j0:]
 		switch v.dt {

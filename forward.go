@@ -221,10 +221,10 @@ func (f *forwardPass) microAccumulate(ws *workspace, sb subBlock, kv kvTile, n i
 		for r := 0; r < sb.m; r++ {
 			toHalf(&p.kern, p.ct, ph[r*ne:(r+1)*ne], fw.s[r*np:r*np+ne])
 		}
-		p.halfMul.MulAdd(fw.o[sb.r0*dvp:], dvp, ph, ne, kv.vh, kv.ldbV, sb.m, dvp, ne)
+		p.halfMul.MulAdd(fw.acc[sb.r0*dvp:], dvp, ph, ne, kv.vh, kv.ldbV, sb.m, dvp, ne)
 		return
 	}
-	p.kern.MulAddAB(fw.o[sb.r0*dvp:], dvp, fw.s, np, kv.v, kv.ldv, sb.m, dvp, n)
+	p.kern.MulAddAB(fw.acc[sb.r0*dvp:], dvp, fw.s, np, kv.v, kv.ldv, sb.m, dvp, n)
 }
 
 // start loads the block's rows of Q into ws.fwd.q, splits the block into
@@ -236,6 +236,13 @@ func (f *forwardPass) start(ws *workspace, t *fwdTask) rowState {
 	fw := &ws.fwd
 	m, d := t.height(), p.dim
 	st := rowState{m: fw.m, l: fw.l, o: fw.o, dimPad: p.dimVPad}
+	if t.slot >= 0 {
+		// A key split accumulates in its partial-result slot directly.
+		mr := p.maxRows
+		st.m, st.l = f.part.m[t.slot*mr:(t.slot+1)*mr], f.part.l[t.slot*mr:(t.slot+1)*mr]
+		st.o = f.part.o[t.slot*mr*p.dimVPad : (t.slot+1)*mr*p.dimVPad]
+	}
+	fw.acc = st.o
 	st.reset(m)
 	qRows := fw.q[:(m+3)*d] // 3 spare rows: Dot4T reads rows in fours
 	for r := 0; r < m; r++ {
@@ -348,7 +355,7 @@ func (f *forwardPass) accumulate(ws *workspace, s *sequence, sb subBlock, kv kvT
 		for r := 0; r < sb.m; r++ {
 			toHalf(&p.kern, p.ct, ph[r*ne:(r+1)*ne], fw.s[(sb.r0+r)*np:(sb.r0+r)*np+ne])
 		}
-		p.halfMul.MulAdd(fw.o[sb.r0*p.dimVPad:], p.dimVPad, ph, ne, kv.vh, kv.ldbV, sb.m, p.dimVPad, ne)
+		p.halfMul.MulAdd(fw.acc[sb.r0*p.dimVPad:], p.dimVPad, ph, ne, kv.vh, kv.ldbV, sb.m, p.dimVPad, ne)
 		return
 	}
 	if kv.v == nil {
@@ -359,20 +366,17 @@ func (f *forwardPass) accumulate(ws *workspace, s *sequence, sb subBlock, kv kvT
 		kernel.PackRows(fw.vp, vr, ld, n, p.dimV)
 		kv.v, kv.ldv = fw.vp, p.dimVPad
 	}
-	p.kern.MulAddAB(fw.o[sb.r0*p.dimVPad:], p.dimVPad, fw.s[sb.r0*np:], np, kv.v, kv.ldv, sb.m, p.dimVPad, n)
+	p.kern.MulAddAB(fw.acc[sb.r0*p.dimVPad:], p.dimVPad, fw.s[sb.r0*np:], np, kv.v, kv.ldv, sb.m, p.dimVPad, n)
 }
 
 // finish writes the block's normalised rows of O and their LSE, or, for a
 // key split, its unnormalised state to its partial-result slot.
 func (f *forwardPass) finish(ws *workspace, st *rowState, t *fwdTask) {
-	p, fw := f.p, &ws.fwd
+	p := f.p
 	s := &p.seqs[t.seq]
 	m := t.height()
 	if t.slot >= 0 {
-		copy(f.part.o[t.slot*p.maxRows*p.dimVPad:], fw.o[:m*p.dimVPad])
-		copy(f.part.m[t.slot*p.maxRows:], fw.m[:m])
-		copy(f.part.l[t.slot*p.maxRows:], fw.l[:m])
-		return
+		return // the state is in its partial-result slot (see start)
 	}
 	for r := 0; r < m; r++ {
 		h, i := t.at(r)

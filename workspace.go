@@ -22,6 +22,7 @@ type fwdScratch struct {
 	vp     []float32 // V rows padded to dimVPad, bk × dimVPad
 	q      []float32 // the block's Q rows, (maxRows+3) × dim
 	o      []float32 // the output accumulator, maxRows × dimVPad
+	acc    []float32 // the task's accumulator: o, or a key split's partial-result slot
 	m, l   []float32 // running max and sum, maxRows
 	qT     []float32 // route sT: Qᵀ packed per sub-block, W × dim per KV head
 	sT     []float32 // route sT: Sᵀ, bk × W
