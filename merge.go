@@ -31,22 +31,31 @@ func (mp *mergePass) runTask(ws *workspace, t int) {
 	first := b.slot - b.slot%mp.splits
 	lm := &ws.merge
 	lm.reset(mp.splits, p.dimV)
+	dvp, stride := p.dimVPad, p.maxRows*p.dimVPad // a row's splits lie stride apart
+	row := grow(&ws.conv.out, dvp)
 	for r := 0; r < b.height(); r++ {
 		h, i := b.at(r)
 		for sp := range mp.splits {
 			slot := (first+sp)*p.maxRows + r
 			lm.a[sp], lm.l[sp] = float64(part.m[slot]), float64(part.l[slot])
-			lm.o[sp] = part.o[slot*p.dimVPad:]
 		}
-		o := ws.outRow(mp.out, s.tb, s.q0+i, h, p.dimV)
 		lm.sink, lm.hasSink = 0, p.sinks != nil
 		if lm.hasSink {
 			lm.sink = float64(p.sinks[h])
 		}
-		lv := lm.row(o)
-		mp.out.commit(o, s.tb, s.q0+i, h, &p.kern)
+		lv := lm.rowStrided(&p.kern, row, part.o[(first*p.maxRows+r)*dvp:], stride, dvp)
+		p.dimVRow(mp.out, row, s.tb, s.q0+i, h)
 		if mp.lse != nil {
 			mp.lse[s.lse0+h*s.lseH+i] = lv
 		}
 	}
+}
+
+// dimVRow stores the first dimV elements of row as row (b, s, h) of out.
+func (p *plan) dimVRow(out view, row []float32, b, s, h int) {
+	if out.dt == Float32 {
+		copy(out.row(b, s, h)[:p.dimV], row)
+		return
+	}
+	out.storeRow(row[:p.dimV], b, s, h, &p.kern)
 }
