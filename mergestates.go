@@ -16,8 +16,8 @@ import (
 // [heads, total]) — natural logarithms, as Forward returns them; a base-2
 // LSE (flashinfer's) converts by multiplying by ln 2. A part whose row saw
 // no key (LSE −Inf) contributes nothing; a row no part saw gets O = 0 and
-// LSE = −Inf; NaN propagates. The sums are done in float64, by the same
-// routine that merges Forward's own key splits.
+// LSE = −Inf; NaN propagates. The weights and sums are done in float64; the
+// weights by the same routine that merges Forward's own key splits.
 //
 // out and lse (which may be nil) receive the result; out may be the very
 // same view as one of the parts and lse the very same slice as one of lses
