@@ -143,43 +143,8 @@ done:
 	FMOVS F0, ret+24(FP)
 	RET
 
-// dotNEON returns Σ a[i]·b[i], i < len(a), accumulated in index order with fused
-// multiply-adds (see Impl.Dot); len(b) >= len(a).
-TEXT ·dotNEON(SB), NOSPLIT|NOFRAME, $0-52
-	MOVD a_base+0(FP), R0
-	MOVD a_len+8(FP), R1
-	MOVD b_base+24(FP), R2
-	WORD $0x6f00e400 // movi v0.2d, #0
-	CMP $4, R1
-	BLT tail
-loop4:
-	FMOVS.P 4(R0), F1
-	FMOVS.P 4(R2), F5
-	FMOVS.P 4(R0), F2
-	FMOVS.P 4(R2), F6
-	FMOVS.P 4(R0), F3
-	FMOVS.P 4(R2), F7
-	FMOVS.P 4(R0), F4
-	FMOVS.P 4(R2), F8
-	WORD $0x1f050020 // fmadd s0, s1, s5, s0
-	WORD $0x1f060040 // fmadd s0, s2, s6, s0
-	WORD $0x1f070060 // fmadd s0, s3, s7, s0
-	WORD $0x1f080080 // fmadd s0, s4, s8, s0
-	SUB $4, R1
-	CMP $4, R1
-	BGE loop4
-tail:
-	CBZ R1, done
-	FMOVS.P 4(R0), F1
-	FMOVS.P 4(R2), F5
-	WORD $0x1f050020 // fmadd s0, s1, s5, s0
-	SUB $1, R1
-	B tail
-done:
-	FMOVS F0, ret+48(FP)
-	RET
-
-// alibiNEON sets x[j] −= slope·|pos − j| (see Impl.ALiBi); len(x) is a multiple of 16.
+// alibiNEON sets x[j] −= float32(slope·|pos − j|) (see Impl.ALiBi): the product rounded,
+// then subtracted, bit for bit alibiGeneric; len(x) is a multiple of 16.
 TEXT ·alibiNEON(SB), NOSPLIT|NOFRAME, $0-32
 	MOVD x_base+0(FP), R0
 	MOVD x_len+8(FP), R1
@@ -197,16 +162,20 @@ loop:
 	FLDPQ (R0), (F0, F1)
 	FLDPQ 32(R0), (F2, F3)
 	WORD $0x6ea8d7c4 // fabd v4.4s, v30.4s, v8.4s
-	WORD $0x4f9f5080 // fmls v0.4s, v4.4s, v31.s[0]
+	WORD $0x4f9f9084 // fmul v4.4s, v4.4s, v31.s[0]
+	WORD $0x4ea4d400 // fsub v0.4s, v0.4s, v4.4s
 	WORD $0x4e3dd508 // fadd v8.4s, v8.4s, v29.4s
 	WORD $0x6ea9d7c5 // fabd v5.4s, v30.4s, v9.4s
-	WORD $0x4f9f50a1 // fmls v1.4s, v5.4s, v31.s[0]
+	WORD $0x4f9f90a5 // fmul v5.4s, v5.4s, v31.s[0]
+	WORD $0x4ea5d421 // fsub v1.4s, v1.4s, v5.4s
 	WORD $0x4e3dd529 // fadd v9.4s, v9.4s, v29.4s
 	WORD $0x6eaad7c6 // fabd v6.4s, v30.4s, v10.4s
-	WORD $0x4f9f50c2 // fmls v2.4s, v6.4s, v31.s[0]
+	WORD $0x4f9f90c6 // fmul v6.4s, v6.4s, v31.s[0]
+	WORD $0x4ea6d442 // fsub v2.4s, v2.4s, v6.4s
 	WORD $0x4e3dd54a // fadd v10.4s, v10.4s, v29.4s
 	WORD $0x6eabd7c7 // fabd v7.4s, v30.4s, v11.4s
-	WORD $0x4f9f50e3 // fmls v3.4s, v7.4s, v31.s[0]
+	WORD $0x4f9f90e7 // fmul v7.4s, v7.4s, v31.s[0]
+	WORD $0x4ea7d463 // fsub v3.4s, v3.4s, v7.4s
 	WORD $0x4e3dd56b // fadd v11.4s, v11.4s, v29.4s
 	FSTPQ (F0, F1), (R0)
 	FSTPQ (F2, F3), 32(R0)
@@ -216,8 +185,8 @@ loop:
 done:
 	RET
 
-// expSumNEON sets x[j] = exp(scale·x[j] − sub) and returns their sum (see
-// Impl.ExpSum); len(x) is a multiple of 16.
+// expSumNEON sets x[j] = exp(t), t = float32(scale·x[j]) − sub (the product rounded,
+// then sub subtracted), and returns their sum (see Impl.ExpSum); len(x) is a multiple of 16.
 TEXT ·expSumNEON(SB), NOSPLIT|NOFRAME, $0-36
 	MOVD x_base+0(FP), R0
 	MOVD x_len+8(FP), R1
@@ -239,14 +208,14 @@ TEXT ·expSumNEON(SB), NOSPLIT|NOFRAME, $0-36
 loop:
 	FLDPQ (R0), (F0, F1)
 	FLDPQ 32(R0), (F2, F3)
-	WORD $0x4eb81f04 // mov v4.16b, v24.16b
-	WORD $0x4eb81f05 // mov v5.16b, v24.16b
-	WORD $0x4eb81f06 // mov v6.16b, v24.16b
-	WORD $0x4eb81f07 // mov v7.16b, v24.16b
-	WORD $0x4f971004 // fmla v4.4s, v0.4s, v23.s[0]
-	WORD $0x4f971025 // fmla v5.4s, v1.4s, v23.s[0]
-	WORD $0x4f971046 // fmla v6.4s, v2.4s, v23.s[0]
-	WORD $0x4f971067 // fmla v7.4s, v3.4s, v23.s[0]
+	WORD $0x4f979004 // fmul v4.4s, v0.4s, v23.s[0]
+	WORD $0x4f979025 // fmul v5.4s, v1.4s, v23.s[0]
+	WORD $0x4f979046 // fmul v6.4s, v2.4s, v23.s[0]
+	WORD $0x4f979067 // fmul v7.4s, v3.4s, v23.s[0]
+	WORD $0x4e38d484 // fadd v4.4s, v4.4s, v24.4s
+	WORD $0x4e38d4a5 // fadd v5.4s, v5.4s, v24.4s
+	WORD $0x4e38d4c6 // fadd v6.4s, v6.4s, v24.4s
+	WORD $0x4e38d4e7 // fadd v7.4s, v7.4s, v24.4s
 	WORD $0x4ebaf480 // fmin v0.4s, v4.4s, v26.4s
 	WORD $0x4ebaf4a1 // fmin v1.4s, v5.4s, v26.4s
 	WORD $0x4ebaf4c2 // fmin v2.4s, v6.4s, v26.4s
@@ -13661,7 +13630,9 @@ block:
 
 // mulABtNEON sets C = A·Bᵀ (see Impl.MulABt); bt is packed by PackBt.
 // n%16 == 0, m, n >= 1; all accesses are in bounds.
-// Inner loop, per 4 k of a 6×16 tile: 6 LDR Q + 8 LDP Q + 96 FMLA (24 chains).
+// Inner loop, per 4 k of a 5×16 tile: 5 LDR Q + 8 LDP Q + 80 FMUL + 80 FADD (20 chains):
+// each product rounded, then added in the order of k (no FMLA), bit for bit mulABtGeneric;
+// half the FMA peak (two FP instructions per multiply-add).
 TEXT ·mulABtNEON(SB), NOSPLIT|NOFRAME, $0-112
 	MOVD bt_base+64(FP), R1
 	MOVD c_base+0(FP), R0
@@ -13672,7 +13643,7 @@ TEXT ·mulABtNEON(SB), NOSPLIT|NOFRAME, $0-112
 	MOVD lda+56(FP), R7
 	LSL $2, R7
 	LSL $6, R9, R8
-	MOVD $6, R23
+	MOVD $5, R23
 	MUL R23, R7, R19
 	MUL R23, R6, R20
 cols:
@@ -13680,232 +13651,8 @@ cols:
 	MOVD R0, R4
 	MOVD m+88(FP), R5
 rows:
-	CMP $6, R5
-	BLT rowsTail
-	// Tile: 6 rows × 16 columns, 24 accumulators.
-	WORD $0x6f00e408 // movi v8.2d, #0
-	WORD $0x6f00e409 // movi v9.2d, #0
-	WORD $0x6f00e40a // movi v10.2d, #0
-	WORD $0x6f00e40b // movi v11.2d, #0
-	WORD $0x6f00e40c // movi v12.2d, #0
-	WORD $0x6f00e40d // movi v13.2d, #0
-	WORD $0x6f00e40e // movi v14.2d, #0
-	WORD $0x6f00e40f // movi v15.2d, #0
-	WORD $0x6f00e410 // movi v16.2d, #0
-	WORD $0x6f00e411 // movi v17.2d, #0
-	WORD $0x6f00e412 // movi v18.2d, #0
-	WORD $0x6f00e413 // movi v19.2d, #0
-	WORD $0x6f00e414 // movi v20.2d, #0
-	WORD $0x6f00e415 // movi v21.2d, #0
-	WORD $0x6f00e416 // movi v22.2d, #0
-	WORD $0x6f00e417 // movi v23.2d, #0
-	WORD $0x6f00e418 // movi v24.2d, #0
-	WORD $0x6f00e419 // movi v25.2d, #0
-	WORD $0x6f00e41a // movi v26.2d, #0
-	WORD $0x6f00e41b // movi v27.2d, #0
-	WORD $0x6f00e41c // movi v28.2d, #0
-	WORD $0x6f00e41d // movi v29.2d, #0
-	WORD $0x6f00e41e // movi v30.2d, #0
-	WORD $0x6f00e41f // movi v31.2d, #0
-	MOVD R1, R16
-	MOVD R9, R17
-	MOVD R3, R10
-	ADD R7, R10, R11
-	ADD R7, R11, R12
-	ADD R7, R12, R13
-	ADD R7, R13, R14
-	ADD R7, R14, R15
-	CMP $4, R17
-	BLT r6tail
-r6loop4:
-	FMOVQ.P 16(R10), F2
-	FMOVQ.P 16(R11), F3
-	FMOVQ.P 16(R12), F4
-	FMOVQ.P 16(R13), F5
-	FMOVQ.P 16(R14), F6
-	FMOVQ.P 16(R15), F7
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
-	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
-	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
-	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
-	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
-	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
-	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
-	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
-	WORD $0x4f87101c // fmla v28.4s, v0.4s, v7.s[0]
-	WORD $0x4f87103d // fmla v29.4s, v1.4s, v7.s[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
-	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
-	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
-	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
-	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
-	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
-	WORD $0x4f86101a // fmla v26.4s, v0.4s, v6.s[0]
-	WORD $0x4f86103b // fmla v27.4s, v1.4s, v6.s[0]
-	WORD $0x4f87101e // fmla v30.4s, v0.4s, v7.s[0]
-	WORD $0x4f87103f // fmla v31.4s, v1.4s, v7.s[0]
-	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
-	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3100c // fmla v12.4s, v0.4s, v3.s[1]
-	WORD $0x4fa3102d // fmla v13.4s, v1.4s, v3.s[1]
-	WORD $0x4fa41010 // fmla v16.4s, v0.4s, v4.s[1]
-	WORD $0x4fa41031 // fmla v17.4s, v1.4s, v4.s[1]
-	WORD $0x4fa51014 // fmla v20.4s, v0.4s, v5.s[1]
-	WORD $0x4fa51035 // fmla v21.4s, v1.4s, v5.s[1]
-	WORD $0x4fa61018 // fmla v24.4s, v0.4s, v6.s[1]
-	WORD $0x4fa61039 // fmla v25.4s, v1.4s, v6.s[1]
-	WORD $0x4fa7101c // fmla v28.4s, v0.4s, v7.s[1]
-	WORD $0x4fa7103d // fmla v29.4s, v1.4s, v7.s[1]
-	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
-	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3100e // fmla v14.4s, v0.4s, v3.s[1]
-	WORD $0x4fa3102f // fmla v15.4s, v1.4s, v3.s[1]
-	WORD $0x4fa41012 // fmla v18.4s, v0.4s, v4.s[1]
-	WORD $0x4fa41033 // fmla v19.4s, v1.4s, v4.s[1]
-	WORD $0x4fa51016 // fmla v22.4s, v0.4s, v5.s[1]
-	WORD $0x4fa51037 // fmla v23.4s, v1.4s, v5.s[1]
-	WORD $0x4fa6101a // fmla v26.4s, v0.4s, v6.s[1]
-	WORD $0x4fa6103b // fmla v27.4s, v1.4s, v6.s[1]
-	WORD $0x4fa7101e // fmla v30.4s, v0.4s, v7.s[1]
-	WORD $0x4fa7103f // fmla v31.4s, v1.4s, v7.s[1]
-	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
-	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
-	WORD $0x4f83180c // fmla v12.4s, v0.4s, v3.s[2]
-	WORD $0x4f83182d // fmla v13.4s, v1.4s, v3.s[2]
-	WORD $0x4f841810 // fmla v16.4s, v0.4s, v4.s[2]
-	WORD $0x4f841831 // fmla v17.4s, v1.4s, v4.s[2]
-	WORD $0x4f851814 // fmla v20.4s, v0.4s, v5.s[2]
-	WORD $0x4f851835 // fmla v21.4s, v1.4s, v5.s[2]
-	WORD $0x4f861818 // fmla v24.4s, v0.4s, v6.s[2]
-	WORD $0x4f861839 // fmla v25.4s, v1.4s, v6.s[2]
-	WORD $0x4f87181c // fmla v28.4s, v0.4s, v7.s[2]
-	WORD $0x4f87183d // fmla v29.4s, v1.4s, v7.s[2]
-	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
-	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
-	WORD $0x4f83180e // fmla v14.4s, v0.4s, v3.s[2]
-	WORD $0x4f83182f // fmla v15.4s, v1.4s, v3.s[2]
-	WORD $0x4f841812 // fmla v18.4s, v0.4s, v4.s[2]
-	WORD $0x4f841833 // fmla v19.4s, v1.4s, v4.s[2]
-	WORD $0x4f851816 // fmla v22.4s, v0.4s, v5.s[2]
-	WORD $0x4f851837 // fmla v23.4s, v1.4s, v5.s[2]
-	WORD $0x4f86181a // fmla v26.4s, v0.4s, v6.s[2]
-	WORD $0x4f86183b // fmla v27.4s, v1.4s, v6.s[2]
-	WORD $0x4f87181e // fmla v30.4s, v0.4s, v7.s[2]
-	WORD $0x4f87183f // fmla v31.4s, v1.4s, v7.s[2]
-	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
-	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3180c // fmla v12.4s, v0.4s, v3.s[3]
-	WORD $0x4fa3182d // fmla v13.4s, v1.4s, v3.s[3]
-	WORD $0x4fa41810 // fmla v16.4s, v0.4s, v4.s[3]
-	WORD $0x4fa41831 // fmla v17.4s, v1.4s, v4.s[3]
-	WORD $0x4fa51814 // fmla v20.4s, v0.4s, v5.s[3]
-	WORD $0x4fa51835 // fmla v21.4s, v1.4s, v5.s[3]
-	WORD $0x4fa61818 // fmla v24.4s, v0.4s, v6.s[3]
-	WORD $0x4fa61839 // fmla v25.4s, v1.4s, v6.s[3]
-	WORD $0x4fa7181c // fmla v28.4s, v0.4s, v7.s[3]
-	WORD $0x4fa7183d // fmla v29.4s, v1.4s, v7.s[3]
-	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
-	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3180e // fmla v14.4s, v0.4s, v3.s[3]
-	WORD $0x4fa3182f // fmla v15.4s, v1.4s, v3.s[3]
-	WORD $0x4fa41812 // fmla v18.4s, v0.4s, v4.s[3]
-	WORD $0x4fa41833 // fmla v19.4s, v1.4s, v4.s[3]
-	WORD $0x4fa51816 // fmla v22.4s, v0.4s, v5.s[3]
-	WORD $0x4fa51837 // fmla v23.4s, v1.4s, v5.s[3]
-	WORD $0x4fa6181a // fmla v26.4s, v0.4s, v6.s[3]
-	WORD $0x4fa6183b // fmla v27.4s, v1.4s, v6.s[3]
-	WORD $0x4fa7181e // fmla v30.4s, v0.4s, v7.s[3]
-	WORD $0x4fa7183f // fmla v31.4s, v1.4s, v7.s[3]
-	ADD $256, R16
-	SUB $4, R17
-	CMP $4, R17
-	BGE r6loop4
-r6tail:
-	CBZ R17, r6store
-r6loop1:
-	FMOVS.P 4(R10), F2
-	FMOVS.P 4(R11), F3
-	FMOVS.P 4(R12), F4
-	FMOVS.P 4(R13), F5
-	FMOVS.P 4(R14), F6
-	FMOVS.P 4(R15), F7
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
-	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
-	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
-	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
-	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
-	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
-	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
-	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
-	WORD $0x4f87101c // fmla v28.4s, v0.4s, v7.s[0]
-	WORD $0x4f87103d // fmla v29.4s, v1.4s, v7.s[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
-	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
-	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
-	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
-	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
-	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
-	WORD $0x4f86101a // fmla v26.4s, v0.4s, v6.s[0]
-	WORD $0x4f86103b // fmla v27.4s, v1.4s, v6.s[0]
-	WORD $0x4f87101e // fmla v30.4s, v0.4s, v7.s[0]
-	WORD $0x4f87103f // fmla v31.4s, v1.4s, v7.s[0]
-	ADD $64, R16
-	SUBS $1, R17, R17
-	BNE r6loop1
-r6store:
-	MOVD R4, R22
-	FSTPQ (F8, F9), (R22)
-	FSTPQ (F10, F11), 32(R22)
-	ADD R6, R22
-	FSTPQ (F12, F13), (R22)
-	FSTPQ (F14, F15), 32(R22)
-	ADD R6, R22
-	FSTPQ (F16, F17), (R22)
-	FSTPQ (F18, F19), 32(R22)
-	ADD R6, R22
-	FSTPQ (F20, F21), (R22)
-	FSTPQ (F22, F23), 32(R22)
-	ADD R6, R22
-	FSTPQ (F24, F25), (R22)
-	FSTPQ (F26, F27), 32(R22)
-	ADD R6, R22
-	FSTPQ (F28, F29), (R22)
-	FSTPQ (F30, F31), 32(R22)
-	ADD R19, R3
-	ADD R20, R4
-	SUB $6, R5
-	B rows
-rowsTail:
 	CMP $5, R5
-	BEQ tile5
-	CMP $4, R5
-	BEQ tile4
-	CMP $3, R5
-	BEQ tile3
-	CMP $2, R5
-	BEQ tile2
-	CMP $1, R5
-	BEQ tile1
-	B colNext
-tile5:
+	BLT rowsTail
 	// Tile: 5 rows × 16 columns, 20 accumulators.
 	WORD $0x6f00e408 // movi v8.2d, #0
 	WORD $0x6f00e409 // movi v9.2d, #0
@@ -13943,93 +13690,173 @@ r5loop4:
 	FMOVQ.P 16(R13), F5
 	FMOVQ.P 16(R14), F6
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
-	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
-	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
-	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
-	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
-	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
-	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
-	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
+	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
+	WORD $0x4f85901e // fmul v30.4s, v0.4s, v5.s[0]
+	WORD $0x4f86901f // fmul v31.4s, v0.4s, v6.s[0]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
+	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
+	WORD $0x4e3fd718 // fadd v24.4s, v24.4s, v31.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
+	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
+	WORD $0x4f85903e // fmul v30.4s, v1.4s, v5.s[0]
+	WORD $0x4f86903f // fmul v31.4s, v1.4s, v6.s[0]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
+	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
+	WORD $0x4e3fd739 // fadd v25.4s, v25.4s, v31.4s
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
-	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
-	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
-	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
-	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
-	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
-	WORD $0x4f86101a // fmla v26.4s, v0.4s, v6.s[0]
-	WORD $0x4f86103b // fmla v27.4s, v1.4s, v6.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
+	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
+	WORD $0x4f85901e // fmul v30.4s, v0.4s, v5.s[0]
+	WORD $0x4f86901f // fmul v31.4s, v0.4s, v6.s[0]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
+	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
+	WORD $0x4e3fd75a // fadd v26.4s, v26.4s, v31.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
+	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
+	WORD $0x4f85903e // fmul v30.4s, v1.4s, v5.s[0]
+	WORD $0x4f86903f // fmul v31.4s, v1.4s, v6.s[0]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
+	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
+	WORD $0x4e3fd77b // fadd v27.4s, v27.4s, v31.4s
 	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
-	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3100c // fmla v12.4s, v0.4s, v3.s[1]
-	WORD $0x4fa3102d // fmla v13.4s, v1.4s, v3.s[1]
-	WORD $0x4fa41010 // fmla v16.4s, v0.4s, v4.s[1]
-	WORD $0x4fa41031 // fmla v17.4s, v1.4s, v4.s[1]
-	WORD $0x4fa51014 // fmla v20.4s, v0.4s, v5.s[1]
-	WORD $0x4fa51035 // fmla v21.4s, v1.4s, v5.s[1]
-	WORD $0x4fa61018 // fmla v24.4s, v0.4s, v6.s[1]
-	WORD $0x4fa61039 // fmla v25.4s, v1.4s, v6.s[1]
+	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
+	WORD $0x4fa3901c // fmul v28.4s, v0.4s, v3.s[1]
+	WORD $0x4fa4901d // fmul v29.4s, v0.4s, v4.s[1]
+	WORD $0x4fa5901e // fmul v30.4s, v0.4s, v5.s[1]
+	WORD $0x4fa6901f // fmul v31.4s, v0.4s, v6.s[1]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
+	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
+	WORD $0x4e3fd718 // fadd v24.4s, v24.4s, v31.4s
+	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3903c // fmul v28.4s, v1.4s, v3.s[1]
+	WORD $0x4fa4903d // fmul v29.4s, v1.4s, v4.s[1]
+	WORD $0x4fa5903e // fmul v30.4s, v1.4s, v5.s[1]
+	WORD $0x4fa6903f // fmul v31.4s, v1.4s, v6.s[1]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
+	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
+	WORD $0x4e3fd739 // fadd v25.4s, v25.4s, v31.4s
 	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
-	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3100e // fmla v14.4s, v0.4s, v3.s[1]
-	WORD $0x4fa3102f // fmla v15.4s, v1.4s, v3.s[1]
-	WORD $0x4fa41012 // fmla v18.4s, v0.4s, v4.s[1]
-	WORD $0x4fa41033 // fmla v19.4s, v1.4s, v4.s[1]
-	WORD $0x4fa51016 // fmla v22.4s, v0.4s, v5.s[1]
-	WORD $0x4fa51037 // fmla v23.4s, v1.4s, v5.s[1]
-	WORD $0x4fa6101a // fmla v26.4s, v0.4s, v6.s[1]
-	WORD $0x4fa6103b // fmla v27.4s, v1.4s, v6.s[1]
+	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
+	WORD $0x4fa3901c // fmul v28.4s, v0.4s, v3.s[1]
+	WORD $0x4fa4901d // fmul v29.4s, v0.4s, v4.s[1]
+	WORD $0x4fa5901e // fmul v30.4s, v0.4s, v5.s[1]
+	WORD $0x4fa6901f // fmul v31.4s, v0.4s, v6.s[1]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
+	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
+	WORD $0x4e3fd75a // fadd v26.4s, v26.4s, v31.4s
+	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3903c // fmul v28.4s, v1.4s, v3.s[1]
+	WORD $0x4fa4903d // fmul v29.4s, v1.4s, v4.s[1]
+	WORD $0x4fa5903e // fmul v30.4s, v1.4s, v5.s[1]
+	WORD $0x4fa6903f // fmul v31.4s, v1.4s, v6.s[1]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
+	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
+	WORD $0x4e3fd77b // fadd v27.4s, v27.4s, v31.4s
 	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
-	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
-	WORD $0x4f83180c // fmla v12.4s, v0.4s, v3.s[2]
-	WORD $0x4f83182d // fmla v13.4s, v1.4s, v3.s[2]
-	WORD $0x4f841810 // fmla v16.4s, v0.4s, v4.s[2]
-	WORD $0x4f841831 // fmla v17.4s, v1.4s, v4.s[2]
-	WORD $0x4f851814 // fmla v20.4s, v0.4s, v5.s[2]
-	WORD $0x4f851835 // fmla v21.4s, v1.4s, v5.s[2]
-	WORD $0x4f861818 // fmla v24.4s, v0.4s, v6.s[2]
-	WORD $0x4f861839 // fmla v25.4s, v1.4s, v6.s[2]
+	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
+	WORD $0x4f83981c // fmul v28.4s, v0.4s, v3.s[2]
+	WORD $0x4f84981d // fmul v29.4s, v0.4s, v4.s[2]
+	WORD $0x4f85981e // fmul v30.4s, v0.4s, v5.s[2]
+	WORD $0x4f86981f // fmul v31.4s, v0.4s, v6.s[2]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
+	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
+	WORD $0x4e3fd718 // fadd v24.4s, v24.4s, v31.4s
+	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
+	WORD $0x4f83983c // fmul v28.4s, v1.4s, v3.s[2]
+	WORD $0x4f84983d // fmul v29.4s, v1.4s, v4.s[2]
+	WORD $0x4f85983e // fmul v30.4s, v1.4s, v5.s[2]
+	WORD $0x4f86983f // fmul v31.4s, v1.4s, v6.s[2]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
+	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
+	WORD $0x4e3fd739 // fadd v25.4s, v25.4s, v31.4s
 	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
-	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
-	WORD $0x4f83180e // fmla v14.4s, v0.4s, v3.s[2]
-	WORD $0x4f83182f // fmla v15.4s, v1.4s, v3.s[2]
-	WORD $0x4f841812 // fmla v18.4s, v0.4s, v4.s[2]
-	WORD $0x4f841833 // fmla v19.4s, v1.4s, v4.s[2]
-	WORD $0x4f851816 // fmla v22.4s, v0.4s, v5.s[2]
-	WORD $0x4f851837 // fmla v23.4s, v1.4s, v5.s[2]
-	WORD $0x4f86181a // fmla v26.4s, v0.4s, v6.s[2]
-	WORD $0x4f86183b // fmla v27.4s, v1.4s, v6.s[2]
+	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
+	WORD $0x4f83981c // fmul v28.4s, v0.4s, v3.s[2]
+	WORD $0x4f84981d // fmul v29.4s, v0.4s, v4.s[2]
+	WORD $0x4f85981e // fmul v30.4s, v0.4s, v5.s[2]
+	WORD $0x4f86981f // fmul v31.4s, v0.4s, v6.s[2]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
+	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
+	WORD $0x4e3fd75a // fadd v26.4s, v26.4s, v31.4s
+	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
+	WORD $0x4f83983c // fmul v28.4s, v1.4s, v3.s[2]
+	WORD $0x4f84983d // fmul v29.4s, v1.4s, v4.s[2]
+	WORD $0x4f85983e // fmul v30.4s, v1.4s, v5.s[2]
+	WORD $0x4f86983f // fmul v31.4s, v1.4s, v6.s[2]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
+	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
+	WORD $0x4e3fd77b // fadd v27.4s, v27.4s, v31.4s
 	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
-	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3180c // fmla v12.4s, v0.4s, v3.s[3]
-	WORD $0x4fa3182d // fmla v13.4s, v1.4s, v3.s[3]
-	WORD $0x4fa41810 // fmla v16.4s, v0.4s, v4.s[3]
-	WORD $0x4fa41831 // fmla v17.4s, v1.4s, v4.s[3]
-	WORD $0x4fa51814 // fmla v20.4s, v0.4s, v5.s[3]
-	WORD $0x4fa51835 // fmla v21.4s, v1.4s, v5.s[3]
-	WORD $0x4fa61818 // fmla v24.4s, v0.4s, v6.s[3]
-	WORD $0x4fa61839 // fmla v25.4s, v1.4s, v6.s[3]
+	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
+	WORD $0x4fa3981c // fmul v28.4s, v0.4s, v3.s[3]
+	WORD $0x4fa4981d // fmul v29.4s, v0.4s, v4.s[3]
+	WORD $0x4fa5981e // fmul v30.4s, v0.4s, v5.s[3]
+	WORD $0x4fa6981f // fmul v31.4s, v0.4s, v6.s[3]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
+	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
+	WORD $0x4e3fd718 // fadd v24.4s, v24.4s, v31.4s
+	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3983c // fmul v28.4s, v1.4s, v3.s[3]
+	WORD $0x4fa4983d // fmul v29.4s, v1.4s, v4.s[3]
+	WORD $0x4fa5983e // fmul v30.4s, v1.4s, v5.s[3]
+	WORD $0x4fa6983f // fmul v31.4s, v1.4s, v6.s[3]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
+	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
+	WORD $0x4e3fd739 // fadd v25.4s, v25.4s, v31.4s
 	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
-	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3180e // fmla v14.4s, v0.4s, v3.s[3]
-	WORD $0x4fa3182f // fmla v15.4s, v1.4s, v3.s[3]
-	WORD $0x4fa41812 // fmla v18.4s, v0.4s, v4.s[3]
-	WORD $0x4fa41833 // fmla v19.4s, v1.4s, v4.s[3]
-	WORD $0x4fa51816 // fmla v22.4s, v0.4s, v5.s[3]
-	WORD $0x4fa51837 // fmla v23.4s, v1.4s, v5.s[3]
-	WORD $0x4fa6181a // fmla v26.4s, v0.4s, v6.s[3]
-	WORD $0x4fa6183b // fmla v27.4s, v1.4s, v6.s[3]
+	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
+	WORD $0x4fa3981c // fmul v28.4s, v0.4s, v3.s[3]
+	WORD $0x4fa4981d // fmul v29.4s, v0.4s, v4.s[3]
+	WORD $0x4fa5981e // fmul v30.4s, v0.4s, v5.s[3]
+	WORD $0x4fa6981f // fmul v31.4s, v0.4s, v6.s[3]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
+	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
+	WORD $0x4e3fd75a // fadd v26.4s, v26.4s, v31.4s
+	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3983c // fmul v28.4s, v1.4s, v3.s[3]
+	WORD $0x4fa4983d // fmul v29.4s, v1.4s, v4.s[3]
+	WORD $0x4fa5983e // fmul v30.4s, v1.4s, v5.s[3]
+	WORD $0x4fa6983f // fmul v31.4s, v1.4s, v6.s[3]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
+	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
+	WORD $0x4e3fd77b // fadd v27.4s, v27.4s, v31.4s
 	ADD $256, R16
 	SUB $4, R17
 	CMP $4, R17
@@ -14043,27 +13870,47 @@ r5loop1:
 	FMOVS.P 4(R13), F5
 	FMOVS.P 4(R14), F6
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
-	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
-	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
-	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
-	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
-	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
-	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
-	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
+	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
+	WORD $0x4f85901e // fmul v30.4s, v0.4s, v5.s[0]
+	WORD $0x4f86901f // fmul v31.4s, v0.4s, v6.s[0]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
+	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
+	WORD $0x4e3fd718 // fadd v24.4s, v24.4s, v31.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
+	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
+	WORD $0x4f85903e // fmul v30.4s, v1.4s, v5.s[0]
+	WORD $0x4f86903f // fmul v31.4s, v1.4s, v6.s[0]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
+	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
+	WORD $0x4e3fd739 // fadd v25.4s, v25.4s, v31.4s
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
-	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
-	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
-	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
-	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
-	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
-	WORD $0x4f86101a // fmla v26.4s, v0.4s, v6.s[0]
-	WORD $0x4f86103b // fmla v27.4s, v1.4s, v6.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
+	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
+	WORD $0x4f85901e // fmul v30.4s, v0.4s, v5.s[0]
+	WORD $0x4f86901f // fmul v31.4s, v0.4s, v6.s[0]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
+	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
+	WORD $0x4e3fd75a // fadd v26.4s, v26.4s, v31.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
+	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
+	WORD $0x4f85903e // fmul v30.4s, v1.4s, v5.s[0]
+	WORD $0x4f86903f // fmul v31.4s, v1.4s, v6.s[0]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
+	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
+	WORD $0x4e3fd77b // fadd v27.4s, v27.4s, v31.4s
 	ADD $64, R16
 	SUBS $1, R17, R17
 	BNE r5loop1
@@ -14083,6 +13930,19 @@ r5store:
 	ADD R6, R22
 	FSTPQ (F24, F25), (R22)
 	FSTPQ (F26, F27), 32(R22)
+	ADD R19, R3
+	ADD R20, R4
+	SUB $5, R5
+	B rows
+rowsTail:
+	CMP $4, R5
+	BEQ tile4
+	CMP $3, R5
+	BEQ tile3
+	CMP $2, R5
+	BEQ tile2
+	CMP $1, R5
+	BEQ tile1
 	B colNext
 tile4:
 	// Tile: 4 rows × 16 columns, 16 accumulators.
@@ -14116,77 +13976,141 @@ r4loop4:
 	FMOVQ.P 16(R12), F4
 	FMOVQ.P 16(R13), F5
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
-	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
-	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
-	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
-	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
-	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
+	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
+	WORD $0x4f85901e // fmul v30.4s, v0.4s, v5.s[0]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
+	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
+	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
+	WORD $0x4f85903e // fmul v30.4s, v1.4s, v5.s[0]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
+	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
-	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
-	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
-	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
-	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
-	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
+	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
+	WORD $0x4f85901e // fmul v30.4s, v0.4s, v5.s[0]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
+	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
+	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
+	WORD $0x4f85903e // fmul v30.4s, v1.4s, v5.s[0]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
+	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
 	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
-	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3100c // fmla v12.4s, v0.4s, v3.s[1]
-	WORD $0x4fa3102d // fmla v13.4s, v1.4s, v3.s[1]
-	WORD $0x4fa41010 // fmla v16.4s, v0.4s, v4.s[1]
-	WORD $0x4fa41031 // fmla v17.4s, v1.4s, v4.s[1]
-	WORD $0x4fa51014 // fmla v20.4s, v0.4s, v5.s[1]
-	WORD $0x4fa51035 // fmla v21.4s, v1.4s, v5.s[1]
+	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
+	WORD $0x4fa3901c // fmul v28.4s, v0.4s, v3.s[1]
+	WORD $0x4fa4901d // fmul v29.4s, v0.4s, v4.s[1]
+	WORD $0x4fa5901e // fmul v30.4s, v0.4s, v5.s[1]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
+	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
+	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3903c // fmul v28.4s, v1.4s, v3.s[1]
+	WORD $0x4fa4903d // fmul v29.4s, v1.4s, v4.s[1]
+	WORD $0x4fa5903e // fmul v30.4s, v1.4s, v5.s[1]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
+	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
 	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
-	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3100e // fmla v14.4s, v0.4s, v3.s[1]
-	WORD $0x4fa3102f // fmla v15.4s, v1.4s, v3.s[1]
-	WORD $0x4fa41012 // fmla v18.4s, v0.4s, v4.s[1]
-	WORD $0x4fa41033 // fmla v19.4s, v1.4s, v4.s[1]
-	WORD $0x4fa51016 // fmla v22.4s, v0.4s, v5.s[1]
-	WORD $0x4fa51037 // fmla v23.4s, v1.4s, v5.s[1]
+	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
+	WORD $0x4fa3901c // fmul v28.4s, v0.4s, v3.s[1]
+	WORD $0x4fa4901d // fmul v29.4s, v0.4s, v4.s[1]
+	WORD $0x4fa5901e // fmul v30.4s, v0.4s, v5.s[1]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
+	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
+	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3903c // fmul v28.4s, v1.4s, v3.s[1]
+	WORD $0x4fa4903d // fmul v29.4s, v1.4s, v4.s[1]
+	WORD $0x4fa5903e // fmul v30.4s, v1.4s, v5.s[1]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
+	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
 	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
-	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
-	WORD $0x4f83180c // fmla v12.4s, v0.4s, v3.s[2]
-	WORD $0x4f83182d // fmla v13.4s, v1.4s, v3.s[2]
-	WORD $0x4f841810 // fmla v16.4s, v0.4s, v4.s[2]
-	WORD $0x4f841831 // fmla v17.4s, v1.4s, v4.s[2]
-	WORD $0x4f851814 // fmla v20.4s, v0.4s, v5.s[2]
-	WORD $0x4f851835 // fmla v21.4s, v1.4s, v5.s[2]
+	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
+	WORD $0x4f83981c // fmul v28.4s, v0.4s, v3.s[2]
+	WORD $0x4f84981d // fmul v29.4s, v0.4s, v4.s[2]
+	WORD $0x4f85981e // fmul v30.4s, v0.4s, v5.s[2]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
+	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
+	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
+	WORD $0x4f83983c // fmul v28.4s, v1.4s, v3.s[2]
+	WORD $0x4f84983d // fmul v29.4s, v1.4s, v4.s[2]
+	WORD $0x4f85983e // fmul v30.4s, v1.4s, v5.s[2]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
+	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
 	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
-	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
-	WORD $0x4f83180e // fmla v14.4s, v0.4s, v3.s[2]
-	WORD $0x4f83182f // fmla v15.4s, v1.4s, v3.s[2]
-	WORD $0x4f841812 // fmla v18.4s, v0.4s, v4.s[2]
-	WORD $0x4f841833 // fmla v19.4s, v1.4s, v4.s[2]
-	WORD $0x4f851816 // fmla v22.4s, v0.4s, v5.s[2]
-	WORD $0x4f851837 // fmla v23.4s, v1.4s, v5.s[2]
+	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
+	WORD $0x4f83981c // fmul v28.4s, v0.4s, v3.s[2]
+	WORD $0x4f84981d // fmul v29.4s, v0.4s, v4.s[2]
+	WORD $0x4f85981e // fmul v30.4s, v0.4s, v5.s[2]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
+	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
+	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
+	WORD $0x4f83983c // fmul v28.4s, v1.4s, v3.s[2]
+	WORD $0x4f84983d // fmul v29.4s, v1.4s, v4.s[2]
+	WORD $0x4f85983e // fmul v30.4s, v1.4s, v5.s[2]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
+	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
 	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
-	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3180c // fmla v12.4s, v0.4s, v3.s[3]
-	WORD $0x4fa3182d // fmla v13.4s, v1.4s, v3.s[3]
-	WORD $0x4fa41810 // fmla v16.4s, v0.4s, v4.s[3]
-	WORD $0x4fa41831 // fmla v17.4s, v1.4s, v4.s[3]
-	WORD $0x4fa51814 // fmla v20.4s, v0.4s, v5.s[3]
-	WORD $0x4fa51835 // fmla v21.4s, v1.4s, v5.s[3]
+	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
+	WORD $0x4fa3981c // fmul v28.4s, v0.4s, v3.s[3]
+	WORD $0x4fa4981d // fmul v29.4s, v0.4s, v4.s[3]
+	WORD $0x4fa5981e // fmul v30.4s, v0.4s, v5.s[3]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
+	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
+	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3983c // fmul v28.4s, v1.4s, v3.s[3]
+	WORD $0x4fa4983d // fmul v29.4s, v1.4s, v4.s[3]
+	WORD $0x4fa5983e // fmul v30.4s, v1.4s, v5.s[3]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
+	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
 	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
-	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3180e // fmla v14.4s, v0.4s, v3.s[3]
-	WORD $0x4fa3182f // fmla v15.4s, v1.4s, v3.s[3]
-	WORD $0x4fa41812 // fmla v18.4s, v0.4s, v4.s[3]
-	WORD $0x4fa41833 // fmla v19.4s, v1.4s, v4.s[3]
-	WORD $0x4fa51816 // fmla v22.4s, v0.4s, v5.s[3]
-	WORD $0x4fa51837 // fmla v23.4s, v1.4s, v5.s[3]
+	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
+	WORD $0x4fa3981c // fmul v28.4s, v0.4s, v3.s[3]
+	WORD $0x4fa4981d // fmul v29.4s, v0.4s, v4.s[3]
+	WORD $0x4fa5981e // fmul v30.4s, v0.4s, v5.s[3]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
+	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
+	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3983c // fmul v28.4s, v1.4s, v3.s[3]
+	WORD $0x4fa4983d // fmul v29.4s, v1.4s, v4.s[3]
+	WORD $0x4fa5983e // fmul v30.4s, v1.4s, v5.s[3]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
+	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
 	ADD $256, R16
 	SUB $4, R17
 	CMP $4, R17
@@ -14199,23 +14123,39 @@ r4loop1:
 	FMOVS.P 4(R12), F4
 	FMOVS.P 4(R13), F5
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
-	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
-	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
-	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
-	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
-	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
+	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
+	WORD $0x4f85901e // fmul v30.4s, v0.4s, v5.s[0]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
+	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
+	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
+	WORD $0x4f85903e // fmul v30.4s, v1.4s, v5.s[0]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
+	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
-	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
-	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
-	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
-	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
-	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
+	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
+	WORD $0x4f85901e // fmul v30.4s, v0.4s, v5.s[0]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
+	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
+	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
+	WORD $0x4f85903e // fmul v30.4s, v1.4s, v5.s[0]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
+	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
 	ADD $64, R16
 	SUBS $1, R17, R17
 	BNE r4loop1
@@ -14259,61 +14199,109 @@ r3loop4:
 	FMOVQ.P 16(R11), F3
 	FMOVQ.P 16(R12), F4
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
-	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
-	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
-	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
+	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
+	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
-	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
-	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
-	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
+	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
+	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
 	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
-	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3100c // fmla v12.4s, v0.4s, v3.s[1]
-	WORD $0x4fa3102d // fmla v13.4s, v1.4s, v3.s[1]
-	WORD $0x4fa41010 // fmla v16.4s, v0.4s, v4.s[1]
-	WORD $0x4fa41031 // fmla v17.4s, v1.4s, v4.s[1]
+	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
+	WORD $0x4fa3901c // fmul v28.4s, v0.4s, v3.s[1]
+	WORD $0x4fa4901d // fmul v29.4s, v0.4s, v4.s[1]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
+	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3903c // fmul v28.4s, v1.4s, v3.s[1]
+	WORD $0x4fa4903d // fmul v29.4s, v1.4s, v4.s[1]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
 	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
-	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3100e // fmla v14.4s, v0.4s, v3.s[1]
-	WORD $0x4fa3102f // fmla v15.4s, v1.4s, v3.s[1]
-	WORD $0x4fa41012 // fmla v18.4s, v0.4s, v4.s[1]
-	WORD $0x4fa41033 // fmla v19.4s, v1.4s, v4.s[1]
+	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
+	WORD $0x4fa3901c // fmul v28.4s, v0.4s, v3.s[1]
+	WORD $0x4fa4901d // fmul v29.4s, v0.4s, v4.s[1]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
+	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3903c // fmul v28.4s, v1.4s, v3.s[1]
+	WORD $0x4fa4903d // fmul v29.4s, v1.4s, v4.s[1]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
 	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
-	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
-	WORD $0x4f83180c // fmla v12.4s, v0.4s, v3.s[2]
-	WORD $0x4f83182d // fmla v13.4s, v1.4s, v3.s[2]
-	WORD $0x4f841810 // fmla v16.4s, v0.4s, v4.s[2]
-	WORD $0x4f841831 // fmla v17.4s, v1.4s, v4.s[2]
+	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
+	WORD $0x4f83981c // fmul v28.4s, v0.4s, v3.s[2]
+	WORD $0x4f84981d // fmul v29.4s, v0.4s, v4.s[2]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
+	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
+	WORD $0x4f83983c // fmul v28.4s, v1.4s, v3.s[2]
+	WORD $0x4f84983d // fmul v29.4s, v1.4s, v4.s[2]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
 	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
-	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
-	WORD $0x4f83180e // fmla v14.4s, v0.4s, v3.s[2]
-	WORD $0x4f83182f // fmla v15.4s, v1.4s, v3.s[2]
-	WORD $0x4f841812 // fmla v18.4s, v0.4s, v4.s[2]
-	WORD $0x4f841833 // fmla v19.4s, v1.4s, v4.s[2]
+	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
+	WORD $0x4f83981c // fmul v28.4s, v0.4s, v3.s[2]
+	WORD $0x4f84981d // fmul v29.4s, v0.4s, v4.s[2]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
+	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
+	WORD $0x4f83983c // fmul v28.4s, v1.4s, v3.s[2]
+	WORD $0x4f84983d // fmul v29.4s, v1.4s, v4.s[2]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
 	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
-	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3180c // fmla v12.4s, v0.4s, v3.s[3]
-	WORD $0x4fa3182d // fmla v13.4s, v1.4s, v3.s[3]
-	WORD $0x4fa41810 // fmla v16.4s, v0.4s, v4.s[3]
-	WORD $0x4fa41831 // fmla v17.4s, v1.4s, v4.s[3]
+	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
+	WORD $0x4fa3981c // fmul v28.4s, v0.4s, v3.s[3]
+	WORD $0x4fa4981d // fmul v29.4s, v0.4s, v4.s[3]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
+	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3983c // fmul v28.4s, v1.4s, v3.s[3]
+	WORD $0x4fa4983d // fmul v29.4s, v1.4s, v4.s[3]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
 	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
-	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3180e // fmla v14.4s, v0.4s, v3.s[3]
-	WORD $0x4fa3182f // fmla v15.4s, v1.4s, v3.s[3]
-	WORD $0x4fa41812 // fmla v18.4s, v0.4s, v4.s[3]
-	WORD $0x4fa41833 // fmla v19.4s, v1.4s, v4.s[3]
+	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
+	WORD $0x4fa3981c // fmul v28.4s, v0.4s, v3.s[3]
+	WORD $0x4fa4981d // fmul v29.4s, v0.4s, v4.s[3]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
+	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3983c // fmul v28.4s, v1.4s, v3.s[3]
+	WORD $0x4fa4983d // fmul v29.4s, v1.4s, v4.s[3]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
 	ADD $256, R16
 	SUB $4, R17
 	CMP $4, R17
@@ -14325,19 +14313,31 @@ r3loop1:
 	FMOVS.P 4(R11), F3
 	FMOVS.P 4(R12), F4
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
-	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
-	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
-	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
+	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
+	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
-	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
-	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
-	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
+	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
+	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
 	ADD $64, R16
 	SUBS $1, R17, R17
 	BNE r3loop1
@@ -14372,45 +14372,77 @@ r2loop4:
 	FMOVQ.P 16(R10), F2
 	FMOVQ.P 16(R11), F3
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
-	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
-	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
 	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
-	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3100c // fmla v12.4s, v0.4s, v3.s[1]
-	WORD $0x4fa3102d // fmla v13.4s, v1.4s, v3.s[1]
+	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
+	WORD $0x4fa3901c // fmul v28.4s, v0.4s, v3.s[1]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3903c // fmul v28.4s, v1.4s, v3.s[1]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
 	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
-	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3100e // fmla v14.4s, v0.4s, v3.s[1]
-	WORD $0x4fa3102f // fmla v15.4s, v1.4s, v3.s[1]
+	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
+	WORD $0x4fa3901c // fmul v28.4s, v0.4s, v3.s[1]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3903c // fmul v28.4s, v1.4s, v3.s[1]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
 	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
-	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
-	WORD $0x4f83180c // fmla v12.4s, v0.4s, v3.s[2]
-	WORD $0x4f83182d // fmla v13.4s, v1.4s, v3.s[2]
+	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
+	WORD $0x4f83981c // fmul v28.4s, v0.4s, v3.s[2]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
+	WORD $0x4f83983c // fmul v28.4s, v1.4s, v3.s[2]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
 	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
-	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
-	WORD $0x4f83180e // fmla v14.4s, v0.4s, v3.s[2]
-	WORD $0x4f83182f // fmla v15.4s, v1.4s, v3.s[2]
+	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
+	WORD $0x4f83981c // fmul v28.4s, v0.4s, v3.s[2]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
+	WORD $0x4f83983c // fmul v28.4s, v1.4s, v3.s[2]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
 	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
-	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3180c // fmla v12.4s, v0.4s, v3.s[3]
-	WORD $0x4fa3182d // fmla v13.4s, v1.4s, v3.s[3]
+	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
+	WORD $0x4fa3981c // fmul v28.4s, v0.4s, v3.s[3]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3983c // fmul v28.4s, v1.4s, v3.s[3]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
 	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
-	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3180e // fmla v14.4s, v0.4s, v3.s[3]
-	WORD $0x4fa3182f // fmla v15.4s, v1.4s, v3.s[3]
+	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
+	WORD $0x4fa3981c // fmul v28.4s, v0.4s, v3.s[3]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3983c // fmul v28.4s, v1.4s, v3.s[3]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
 	ADD $256, R16
 	SUB $4, R17
 	CMP $4, R17
@@ -14421,15 +14453,23 @@ r2loop1:
 	FMOVS.P 4(R10), F2
 	FMOVS.P 4(R11), F3
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
-	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
-	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
 	ADD $64, R16
 	SUBS $1, R17, R17
 	BNE r2loop1
@@ -14455,29 +14495,45 @@ tile1:
 r1loop4:
 	FMOVQ.P 16(R10), F2
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
-	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
-	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
 	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
-	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
+	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
 	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
-	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
+	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
 	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
-	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
+	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
 	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
-	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
+	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
 	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
-	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
+	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
 	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
-	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
+	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
 	ADD $256, R16
 	SUB $4, R17
 	CMP $4, R17
@@ -14487,11 +14543,15 @@ r1tail:
 r1loop1:
 	FMOVS.P 4(R10), F2
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
-	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
-	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
 	ADD $64, R16
 	SUBS $1, R17, R17
 	BNE r1loop1

@@ -26,19 +26,14 @@ func dsFromDpNEON(dp, p []float32, d float32)
 //go:noescape
 func maxNEON(x []float32) float32
 
-// dotNEON returns Σ a[i]·b[i], i < len(a), accumulated in index order with fused
-// multiply-adds (see Impl.Dot); len(b) >= len(a).
-//
-//go:noescape
-func dotNEON(a, b []float32) float32
-
-// alibiNEON sets x[j] −= slope·|pos − j| (see Impl.ALiBi); len(x) is a multiple of 16.
+// alibiNEON sets x[j] −= float32(slope·|pos − j|) (see Impl.ALiBi): the product rounded,
+// then subtracted, bit for bit alibiGeneric; len(x) is a multiple of 16.
 //
 //go:noescape
 func alibiNEON(x []float32, slope, pos float32)
 
-// expSumNEON sets x[j] = exp(scale·x[j] − sub) and returns their sum (see
-// Impl.ExpSum); len(x) is a multiple of 16.
+// expSumNEON sets x[j] = exp(t), t = float32(scale·x[j]) − sub (the product rounded,
+// then sub subtracted), and returns their sum (see Impl.ExpSum); len(x) is a multiple of 16.
 //
 //go:noescape
 func expSumNEON(x []float32, scale, sub float32) float32
@@ -336,7 +331,9 @@ func packT16NEON(dst []uint16, ldb int, src []uint16, ld, strips, k8 int)
 
 // mulABtNEON sets C = A·Bᵀ (see Impl.MulABt); bt is packed by PackBt.
 // n%16 == 0, m, n >= 1; all accesses are in bounds.
-// Inner loop, per 4 k of a 6×16 tile: 6 LDR Q + 8 LDP Q + 96 FMLA (24 chains).
+// Inner loop, per 4 k of a 5×16 tile: 5 LDR Q + 8 LDP Q + 80 FMUL + 80 FADD (20 chains):
+// each product rounded, then added in the order of k (no FMLA), bit for bit mulABtGeneric;
+// half the FMA peak (two FP instructions per multiply-add).
 //
 //go:noescape
 func mulABtNEON(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int)
