@@ -275,6 +275,54 @@ func accumQ8M4NEON(o []float32, ldo int, p []float32, ldp int, v []byte, ldv, n,
 //go:noescape
 func accumQ8M8NEON(o []float32, ldo int, p []float32, ldp int, v []byte, ldv, n, d int)
 
+// scoresQ4M1NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 1, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func scoresQ4M1NEON(s []float32, lds int, q []float32, k []byte, ldk, n, d int)
+
+// scoresQ4M2NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 2, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func scoresQ4M2NEON(s []float32, lds int, q []float32, k []byte, ldk, n, d int)
+
+// scoresQ4M4NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 4, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func scoresQ4M4NEON(s []float32, lds int, q []float32, k []byte, ldk, n, d int)
+
+// scoresQ4M8NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 8, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func scoresQ4M8NEON(s []float32, lds int, q []float32, k []byte, ldk, n, d int)
+
+// accumQ4M1NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 1, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func accumQ4M1NEON(o []float32, ldo int, p []float32, ldp int, v []byte, ldv, n, d int)
+
+// accumQ4M2NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 2, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func accumQ4M2NEON(o []float32, ldo int, p []float32, ldp int, v []byte, ldv, n, d int)
+
+// accumQ4M4NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 4, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func accumQ4M4NEON(o []float32, ldo int, p []float32, ldp int, v []byte, ldv, n, d int)
+
+// accumQ4M8NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 8, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func accumQ4M8NEON(o []float32, ldo int, p []float32, ldp int, v []byte, ldv, n, d int)
+
 // readSumNEON returns the wrapping sum of the little-endian uint32 words of b;
 // len(b) is a positive multiple of 256.
 //

@@ -170,6 +170,40 @@ func TestNEONSelfCheckRejects(t *testing.T) {
 	if err := selfCheckDecode(wrong); err == nil {
 		t.Error("selfCheckDecode accepted q8 score tiles that do one row of 2, 4 or 8")
 	}
+	// q4_0: the real kernels on codes with their nibbles swapped compute
+	// what a kernel that took the nibbles apart the wrong way round (USHR
+	// for values 0-15, AND for 16-31) would; and accum tiles of one row
+	// where there are 2, 4 or 8.
+	wrong = dk
+	wrong.ScoresQ4 = func(s []float32, lds int, q []float32, m int, k []byte, ldk, n, d int) {
+		sw := append([]byte(nil), k...)
+		for j := 0; j < n; j++ {
+			for b := 0; b < d/Q4Block; b++ {
+				codes := sw[j*ldk+b*Q4BlockBytes+2 : j*ldk+(b+1)*Q4BlockBytes]
+				for i, c := range codes {
+					codes[i] = c<<4 | c>>4
+				}
+			}
+		}
+		dk.ScoresQ4(s, lds, q, m, sw, ldk, n, d)
+	}
+	if err := selfCheckDecode(wrong); err == nil {
+		t.Error("selfCheckDecode accepted q4 scores with the nibbles of the codes swapped")
+	}
+	wrong = dk
+	wrong.AccumQ4 = wrapAccum("AccumQ4", formatQ4, accumQ4M1NEON, accumQ4M1NEON, accumQ4M1NEON, accumQ4M1NEON)
+	if err := selfCheckDecode(wrong); err == nil {
+		t.Error("selfCheckDecode accepted q4 accum tiles that do one row of 2, 4 or 8")
+	}
+	// The multi-head entries against the one-head kernels: heads that
+	// skip the head stride (every head reads head 0's rows).
+	wrong = dk
+	wrong.ScoresQ4Heads = func(s []float32, lds int, q []float32, heads int, k []byte, ldk, hs, n, d int) {
+		dk.ScoresQ4Heads(s, lds, q, heads, k, ldk, 0, n, d)
+	}
+	if err := selfCheckDecode(wrong); err == nil {
+		t.Error("selfCheckDecode accepted ScoresQ4Heads that read head 0 for every head")
+	}
 
 	for _, h := range append(archHalf(BF16), archHalf(F16)...) {
 		if err := selfCheckHalf(h); err != nil {
