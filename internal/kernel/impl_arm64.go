@@ -21,7 +21,7 @@ func archImpls() []Impl {
 		Max:       wrapMax(maxNEON),
 		Scale:     wrapScale(scaleNEON),
 		DsFromDp:  wrapDsFromDp(dsFromDpNEON),
-		Dot:       wrapDot,
+		Dot:       dotGeneric, // one element of MulABt's arithmetic, as on amd64
 		Dot4T:     wrapDot4T(dot4TNEON),
 		Softcap:   wrapSoftcap,
 		ALiBi:     wrapALiBi,
@@ -109,14 +109,6 @@ func wrapDsFromDp(f func(dp, p []float32, d float32)) func(dp, p []float32, d fl
 		}
 		f(dp, p, d)
 	}
-}
-
-// wrapDot is Impl.Dot: len(b) >= len(a), as the generic Dot requires.
-func wrapDot(a, b []float32) float32 {
-	if len(b) < len(a) {
-		bad("Dot: b shorter than a")
-	}
-	return dotNEON(a, b)
 }
 
 func wrapDot4T(f func(c []float32, ldc int, a, b []float32, ldb, n, k int)) func(c []float32, ldc int, a, b []float32, ldb, n, k int) {

@@ -143,43 +143,8 @@ done:
 	FMOVS F0, ret+24(FP)
 	RET
 
-// dotNEON returns Σ a[i]·b[i], i < len(a), accumulated in index order with fused
-// multiply-adds (see Impl.Dot); len(b) >= len(a).
-TEXT ·dotNEON(SB), NOSPLIT|NOFRAME, $0-52
-	MOVD a_base+0(FP), R0
-	MOVD a_len+8(FP), R1
-	MOVD b_base+24(FP), R2
-	WORD $0x6f00e400 // movi v0.2d, #0
-	CMP $4, R1
-	BLT tail
-loop4:
-	FMOVS.P 4(R0), F1
-	FMOVS.P 4(R2), F5
-	FMOVS.P 4(R0), F2
-	FMOVS.P 4(R2), F6
-	FMOVS.P 4(R0), F3
-	FMOVS.P 4(R2), F7
-	FMOVS.P 4(R0), F4
-	FMOVS.P 4(R2), F8
-	WORD $0x1f050020 // fmadd s0, s1, s5, s0
-	WORD $0x1f060040 // fmadd s0, s2, s6, s0
-	WORD $0x1f070060 // fmadd s0, s3, s7, s0
-	WORD $0x1f080080 // fmadd s0, s4, s8, s0
-	SUB $4, R1
-	CMP $4, R1
-	BGE loop4
-tail:
-	CBZ R1, done
-	FMOVS.P 4(R0), F1
-	FMOVS.P 4(R2), F5
-	WORD $0x1f050020 // fmadd s0, s1, s5, s0
-	SUB $1, R1
-	B tail
-done:
-	FMOVS F0, ret+48(FP)
-	RET
-
-// alibiNEON sets x[j] −= slope·|pos − j| (see Impl.ALiBi); len(x) is a multiple of 16.
+// alibiNEON sets x[j] −= float32(slope·|pos − j|) (see Impl.ALiBi): the product rounded,
+// then subtracted, bit for bit alibiGeneric; len(x) is a multiple of 16.
 TEXT ·alibiNEON(SB), NOSPLIT|NOFRAME, $0-32
 	MOVD x_base+0(FP), R0
 	MOVD x_len+8(FP), R1
@@ -197,16 +162,20 @@ loop:
 	FLDPQ (R0), (F0, F1)
 	FLDPQ 32(R0), (F2, F3)
 	WORD $0x6ea8d7c4 // fabd v4.4s, v30.4s, v8.4s
-	WORD $0x4f9f5080 // fmls v0.4s, v4.4s, v31.s[0]
+	WORD $0x4f9f9084 // fmul v4.4s, v4.4s, v31.s[0]
+	WORD $0x4ea4d400 // fsub v0.4s, v0.4s, v4.4s
 	WORD $0x4e3dd508 // fadd v8.4s, v8.4s, v29.4s
 	WORD $0x6ea9d7c5 // fabd v5.4s, v30.4s, v9.4s
-	WORD $0x4f9f50a1 // fmls v1.4s, v5.4s, v31.s[0]
+	WORD $0x4f9f90a5 // fmul v5.4s, v5.4s, v31.s[0]
+	WORD $0x4ea5d421 // fsub v1.4s, v1.4s, v5.4s
 	WORD $0x4e3dd529 // fadd v9.4s, v9.4s, v29.4s
 	WORD $0x6eaad7c6 // fabd v6.4s, v30.4s, v10.4s
-	WORD $0x4f9f50c2 // fmls v2.4s, v6.4s, v31.s[0]
+	WORD $0x4f9f90c6 // fmul v6.4s, v6.4s, v31.s[0]
+	WORD $0x4ea6d442 // fsub v2.4s, v2.4s, v6.4s
 	WORD $0x4e3dd54a // fadd v10.4s, v10.4s, v29.4s
 	WORD $0x6eabd7c7 // fabd v7.4s, v30.4s, v11.4s
-	WORD $0x4f9f50e3 // fmls v3.4s, v7.4s, v31.s[0]
+	WORD $0x4f9f90e7 // fmul v7.4s, v7.4s, v31.s[0]
+	WORD $0x4ea7d463 // fsub v3.4s, v3.4s, v7.4s
 	WORD $0x4e3dd56b // fadd v11.4s, v11.4s, v29.4s
 	FSTPQ (F0, F1), (R0)
 	FSTPQ (F2, F3), 32(R0)
@@ -216,8 +185,8 @@ loop:
 done:
 	RET
 
-// expSumNEON sets x[j] = exp(scale·x[j] − sub) and returns their sum (see
-// Impl.ExpSum); len(x) is a multiple of 16.
+// expSumNEON sets x[j] = exp(t), t = float32(scale·x[j]) − sub (the product rounded,
+// then sub subtracted), and returns their sum (see Impl.ExpSum); len(x) is a multiple of 16.
 TEXT ·expSumNEON(SB), NOSPLIT|NOFRAME, $0-36
 	MOVD x_base+0(FP), R0
 	MOVD x_len+8(FP), R1
@@ -239,14 +208,14 @@ TEXT ·expSumNEON(SB), NOSPLIT|NOFRAME, $0-36
 loop:
 	FLDPQ (R0), (F0, F1)
 	FLDPQ 32(R0), (F2, F3)
-	WORD $0x4eb81f04 // mov v4.16b, v24.16b
-	WORD $0x4eb81f05 // mov v5.16b, v24.16b
-	WORD $0x4eb81f06 // mov v6.16b, v24.16b
-	WORD $0x4eb81f07 // mov v7.16b, v24.16b
-	WORD $0x4f971004 // fmla v4.4s, v0.4s, v23.s[0]
-	WORD $0x4f971025 // fmla v5.4s, v1.4s, v23.s[0]
-	WORD $0x4f971046 // fmla v6.4s, v2.4s, v23.s[0]
-	WORD $0x4f971067 // fmla v7.4s, v3.4s, v23.s[0]
+	WORD $0x4f979004 // fmul v4.4s, v0.4s, v23.s[0]
+	WORD $0x4f979025 // fmul v5.4s, v1.4s, v23.s[0]
+	WORD $0x4f979046 // fmul v6.4s, v2.4s, v23.s[0]
+	WORD $0x4f979067 // fmul v7.4s, v3.4s, v23.s[0]
+	WORD $0x4e38d484 // fadd v4.4s, v4.4s, v24.4s
+	WORD $0x4e38d4a5 // fadd v5.4s, v5.4s, v24.4s
+	WORD $0x4e38d4c6 // fadd v6.4s, v6.4s, v24.4s
+	WORD $0x4e38d4e7 // fadd v7.4s, v7.4s, v24.4s
 	WORD $0x4ebaf480 // fmin v0.4s, v4.4s, v26.4s
 	WORD $0x4ebaf4a1 // fmin v1.4s, v5.4s, v26.4s
 	WORD $0x4ebaf4c2 // fmin v2.4s, v6.4s, v26.4s
@@ -12544,6 +12513,3942 @@ blockNext:
 	BNE block
 	RET
 
+// scoresQ4M1NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 1, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds.
+TEXT ·scoresQ4M1NEON(SB), NOSPLIT|NOFRAME, $0-104
+	MOVD s_base+0(FP), R0
+	MOVD lds+24(FP), R1
+	LSL $2, R1
+	MOVD q_base+32(FP), R2
+	MOVD k_base+56(FP), R3
+	MOVD ldk+80(FP), R4
+	MOVD n+88(FP), R5
+	MOVD d+96(FP), R6
+	WORD $0x4f00e5ee // movi v14.16b, #0xf
+	WORD $0x4f00e50f // movi v15.16b, #0x8
+main:
+	CMP $4, R5
+	BLT mainEnd
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	MOVD R2, R9
+	MOVD R3, R17
+	ADD R4, R17, R19
+	ADD R4, R19, R20
+	ADD R4, R20, R21
+	LSR $5, R6, R7
+mainBlock:
+	MOVHU (R17), R8
+	FMOVS R8, F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	ADD $2, R17
+	MOVHU (R19), R8
+	FMOVS R8, F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	ADD $2, R19
+	MOVHU (R20), R8
+	FMOVS R8, F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	ADD $2, R20
+	MOVHU (R21), R8
+	FMOVS R8, F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	ADD $2, R21
+	FMOVD 0(R17), F0
+	WORD $0x4e2e1c00 // and v0.16b, v0.16b, v14.16b
+	WORD $0x6e2f8400 // sub v0.16b, v0.16b, v15.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	FMOVD 0(R19), F2
+	WORD $0x4e2e1c42 // and v2.16b, v2.16b, v14.16b
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x0f08a442 // sshll v2.8h, v2.8b, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f8b9042 // fmul v2.4s, v2.4s, v11.s[0]
+	WORD $0x4f8b9063 // fmul v3.4s, v3.4s, v11.s[0]
+	FMOVD 0(R20), F4
+	WORD $0x4e2e1c84 // and v4.16b, v4.16b, v14.16b
+	WORD $0x6e2f8484 // sub v4.16b, v4.16b, v15.16b
+	WORD $0x0f08a484 // sshll v4.8h, v4.8b, #0
+	WORD $0x4f10a485 // sshll2 v5.4s, v4.8h, #0
+	WORD $0x0f10a484 // sshll v4.4s, v4.4h, #0
+	WORD $0x4e21d884 // scvtf v4.4s, v4.4s
+	WORD $0x4e21d8a5 // scvtf v5.4s, v5.4s
+	WORD $0x4f8c9084 // fmul v4.4s, v4.4s, v12.s[0]
+	WORD $0x4f8c90a5 // fmul v5.4s, v5.4s, v12.s[0]
+	FMOVD 0(R21), F6
+	WORD $0x4e2e1cc6 // and v6.16b, v6.16b, v14.16b
+	WORD $0x6e2f84c6 // sub v6.16b, v6.16b, v15.16b
+	WORD $0x0f08a4c6 // sshll v6.8h, v6.8b, #0
+	WORD $0x4f10a4c7 // sshll2 v7.4s, v6.8h, #0
+	WORD $0x0f10a4c6 // sshll v6.4s, v6.4h, #0
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x4f8d90c6 // fmul v6.4s, v6.4s, v13.s[0]
+	WORD $0x4f8d90e7 // fmul v7.4s, v7.4s, v13.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	WORD $0x4e22cd12 // fmla v18.4s, v8.4s, v2.4s
+	WORD $0x4e23cd33 // fmla v19.4s, v9.4s, v3.4s
+	WORD $0x4e24cd14 // fmla v20.4s, v8.4s, v4.4s
+	WORD $0x4e25cd35 // fmla v21.4s, v9.4s, v5.4s
+	WORD $0x4e26cd16 // fmla v22.4s, v8.4s, v6.4s
+	WORD $0x4e27cd37 // fmla v23.4s, v9.4s, v7.4s
+	FMOVD 8(R17), F0
+	WORD $0x4e2e1c00 // and v0.16b, v0.16b, v14.16b
+	WORD $0x6e2f8400 // sub v0.16b, v0.16b, v15.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	FMOVD 8(R19), F2
+	WORD $0x4e2e1c42 // and v2.16b, v2.16b, v14.16b
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x0f08a442 // sshll v2.8h, v2.8b, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f8b9042 // fmul v2.4s, v2.4s, v11.s[0]
+	WORD $0x4f8b9063 // fmul v3.4s, v3.4s, v11.s[0]
+	FMOVD 8(R20), F4
+	WORD $0x4e2e1c84 // and v4.16b, v4.16b, v14.16b
+	WORD $0x6e2f8484 // sub v4.16b, v4.16b, v15.16b
+	WORD $0x0f08a484 // sshll v4.8h, v4.8b, #0
+	WORD $0x4f10a485 // sshll2 v5.4s, v4.8h, #0
+	WORD $0x0f10a484 // sshll v4.4s, v4.4h, #0
+	WORD $0x4e21d884 // scvtf v4.4s, v4.4s
+	WORD $0x4e21d8a5 // scvtf v5.4s, v5.4s
+	WORD $0x4f8c9084 // fmul v4.4s, v4.4s, v12.s[0]
+	WORD $0x4f8c90a5 // fmul v5.4s, v5.4s, v12.s[0]
+	FMOVD 8(R21), F6
+	WORD $0x4e2e1cc6 // and v6.16b, v6.16b, v14.16b
+	WORD $0x6e2f84c6 // sub v6.16b, v6.16b, v15.16b
+	WORD $0x0f08a4c6 // sshll v6.8h, v6.8b, #0
+	WORD $0x4f10a4c7 // sshll2 v7.4s, v6.8h, #0
+	WORD $0x0f10a4c6 // sshll v6.4s, v6.4h, #0
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x4f8d90c6 // fmul v6.4s, v6.4s, v13.s[0]
+	WORD $0x4f8d90e7 // fmul v7.4s, v7.4s, v13.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	WORD $0x4e22cd12 // fmla v18.4s, v8.4s, v2.4s
+	WORD $0x4e23cd33 // fmla v19.4s, v9.4s, v3.4s
+	WORD $0x4e24cd14 // fmla v20.4s, v8.4s, v4.4s
+	WORD $0x4e25cd35 // fmla v21.4s, v9.4s, v5.4s
+	WORD $0x4e26cd16 // fmla v22.4s, v8.4s, v6.4s
+	WORD $0x4e27cd37 // fmla v23.4s, v9.4s, v7.4s
+	FMOVD 0(R17), F0
+	WORD $0x6f0c0400 // ushr v0.16b, v0.16b, #4
+	WORD $0x6e2f8400 // sub v0.16b, v0.16b, v15.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	FMOVD 0(R19), F2
+	WORD $0x6f0c0442 // ushr v2.16b, v2.16b, #4
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x0f08a442 // sshll v2.8h, v2.8b, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f8b9042 // fmul v2.4s, v2.4s, v11.s[0]
+	WORD $0x4f8b9063 // fmul v3.4s, v3.4s, v11.s[0]
+	FMOVD 0(R20), F4
+	WORD $0x6f0c0484 // ushr v4.16b, v4.16b, #4
+	WORD $0x6e2f8484 // sub v4.16b, v4.16b, v15.16b
+	WORD $0x0f08a484 // sshll v4.8h, v4.8b, #0
+	WORD $0x4f10a485 // sshll2 v5.4s, v4.8h, #0
+	WORD $0x0f10a484 // sshll v4.4s, v4.4h, #0
+	WORD $0x4e21d884 // scvtf v4.4s, v4.4s
+	WORD $0x4e21d8a5 // scvtf v5.4s, v5.4s
+	WORD $0x4f8c9084 // fmul v4.4s, v4.4s, v12.s[0]
+	WORD $0x4f8c90a5 // fmul v5.4s, v5.4s, v12.s[0]
+	FMOVD 0(R21), F6
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x6e2f84c6 // sub v6.16b, v6.16b, v15.16b
+	WORD $0x0f08a4c6 // sshll v6.8h, v6.8b, #0
+	WORD $0x4f10a4c7 // sshll2 v7.4s, v6.8h, #0
+	WORD $0x0f10a4c6 // sshll v6.4s, v6.4h, #0
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x4f8d90c6 // fmul v6.4s, v6.4s, v13.s[0]
+	WORD $0x4f8d90e7 // fmul v7.4s, v7.4s, v13.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	WORD $0x4e22cd12 // fmla v18.4s, v8.4s, v2.4s
+	WORD $0x4e23cd33 // fmla v19.4s, v9.4s, v3.4s
+	WORD $0x4e24cd14 // fmla v20.4s, v8.4s, v4.4s
+	WORD $0x4e25cd35 // fmla v21.4s, v9.4s, v5.4s
+	WORD $0x4e26cd16 // fmla v22.4s, v8.4s, v6.4s
+	WORD $0x4e27cd37 // fmla v23.4s, v9.4s, v7.4s
+	FMOVD 8(R17), F0
+	WORD $0x6f0c0400 // ushr v0.16b, v0.16b, #4
+	WORD $0x6e2f8400 // sub v0.16b, v0.16b, v15.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	FMOVD 8(R19), F2
+	WORD $0x6f0c0442 // ushr v2.16b, v2.16b, #4
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x0f08a442 // sshll v2.8h, v2.8b, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f8b9042 // fmul v2.4s, v2.4s, v11.s[0]
+	WORD $0x4f8b9063 // fmul v3.4s, v3.4s, v11.s[0]
+	FMOVD 8(R20), F4
+	WORD $0x6f0c0484 // ushr v4.16b, v4.16b, #4
+	WORD $0x6e2f8484 // sub v4.16b, v4.16b, v15.16b
+	WORD $0x0f08a484 // sshll v4.8h, v4.8b, #0
+	WORD $0x4f10a485 // sshll2 v5.4s, v4.8h, #0
+	WORD $0x0f10a484 // sshll v4.4s, v4.4h, #0
+	WORD $0x4e21d884 // scvtf v4.4s, v4.4s
+	WORD $0x4e21d8a5 // scvtf v5.4s, v5.4s
+	WORD $0x4f8c9084 // fmul v4.4s, v4.4s, v12.s[0]
+	WORD $0x4f8c90a5 // fmul v5.4s, v5.4s, v12.s[0]
+	FMOVD 8(R21), F6
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x6e2f84c6 // sub v6.16b, v6.16b, v15.16b
+	WORD $0x0f08a4c6 // sshll v6.8h, v6.8b, #0
+	WORD $0x4f10a4c7 // sshll2 v7.4s, v6.8h, #0
+	WORD $0x0f10a4c6 // sshll v6.4s, v6.4h, #0
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x4f8d90c6 // fmul v6.4s, v6.4s, v13.s[0]
+	WORD $0x4f8d90e7 // fmul v7.4s, v7.4s, v13.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	WORD $0x4e22cd12 // fmla v18.4s, v8.4s, v2.4s
+	WORD $0x4e23cd33 // fmla v19.4s, v9.4s, v3.4s
+	WORD $0x4e24cd14 // fmla v20.4s, v8.4s, v4.4s
+	WORD $0x4e25cd35 // fmla v21.4s, v9.4s, v5.4s
+	WORD $0x4e26cd16 // fmla v22.4s, v8.4s, v6.4s
+	WORD $0x4e27cd37 // fmla v23.4s, v9.4s, v7.4s
+	ADD $16, R17
+	ADD $16, R19
+	ADD $16, R20
+	ADD $16, R21
+	SUBS $1, R7, R7
+	BNE mainBlock
+	MOVD R0, R22
+	WORD $0x4e31d610 // fadd v16.4s, v16.4s, v17.4s
+	WORD $0x4e33d652 // fadd v18.4s, v18.4s, v19.4s
+	WORD $0x4e35d694 // fadd v20.4s, v20.4s, v21.4s
+	WORD $0x4e37d6d6 // fadd v22.4s, v22.4s, v23.4s
+	WORD $0x6e32d610 // faddp v16.4s, v16.4s, v18.4s
+	WORD $0x6e36d694 // faddp v20.4s, v20.4s, v22.4s
+	WORD $0x6e34d610 // faddp v16.4s, v16.4s, v20.4s
+	FMOVQ F16, (R22)
+	ADD $16, R0
+	ADD R4<<2, R3, R3
+	SUB $4, R5
+	B main
+mainEnd:
+rest:
+	CMP $1, R5
+	BLT restEnd
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	MOVD R2, R9
+	MOVD R3, R17
+	LSR $5, R6, R7
+restBlock:
+	MOVHU (R17), R8
+	FMOVS R8, F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	ADD $2, R17
+	FMOVD 0(R17), F0
+	WORD $0x4e2e1c00 // and v0.16b, v0.16b, v14.16b
+	WORD $0x6e2f8400 // sub v0.16b, v0.16b, v15.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	FMOVD 8(R17), F0
+	WORD $0x4e2e1c00 // and v0.16b, v0.16b, v14.16b
+	WORD $0x6e2f8400 // sub v0.16b, v0.16b, v15.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	FMOVD 0(R17), F0
+	WORD $0x6f0c0400 // ushr v0.16b, v0.16b, #4
+	WORD $0x6e2f8400 // sub v0.16b, v0.16b, v15.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	FMOVD 8(R17), F0
+	WORD $0x6f0c0400 // ushr v0.16b, v0.16b, #4
+	WORD $0x6e2f8400 // sub v0.16b, v0.16b, v15.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	ADD $16, R17
+	SUBS $1, R7, R7
+	BNE restBlock
+	MOVD R0, R22
+	WORD $0x4e31d610 // fadd v16.4s, v16.4s, v17.4s
+	WORD $0x6e30d610 // faddp v16.4s, v16.4s, v16.4s
+	WORD $0x7e30da10 // faddp s16, v16.2s
+	FMOVS F16, (R22)
+	ADD $4, R0
+	ADD R4, R3
+	SUB $1, R5
+	B rest
+restEnd:
+	RET
+
+// scoresQ4M2NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 2, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds.
+TEXT ·scoresQ4M2NEON(SB), NOSPLIT|NOFRAME, $0-104
+	MOVD s_base+0(FP), R0
+	MOVD lds+24(FP), R1
+	LSL $2, R1
+	MOVD q_base+32(FP), R2
+	MOVD k_base+56(FP), R3
+	MOVD ldk+80(FP), R4
+	MOVD n+88(FP), R5
+	MOVD d+96(FP), R6
+	WORD $0x4f00e5ee // movi v14.16b, #0xf
+	WORD $0x4f00e50f // movi v15.16b, #0x8
+main:
+	CMP $4, R5
+	BLT mainEnd
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
+	WORD $0x6f00e41c // movi v28.2d, #0
+	WORD $0x6f00e41d // movi v29.2d, #0
+	WORD $0x6f00e41e // movi v30.2d, #0
+	WORD $0x6f00e41f // movi v31.2d, #0
+	MOVD R2, R9
+	ADD R6<<2, R9, R10
+	MOVD R3, R17
+	ADD R4, R17, R19
+	ADD R4, R19, R20
+	ADD R4, R20, R21
+	LSR $5, R6, R7
+mainBlock:
+	MOVHU (R17), R8
+	FMOVS R8, F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	ADD $2, R17
+	MOVHU (R19), R8
+	FMOVS R8, F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	ADD $2, R19
+	MOVHU (R20), R8
+	FMOVS R8, F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	ADD $2, R20
+	MOVHU (R21), R8
+	FMOVS R8, F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	ADD $2, R21
+	FMOVD 0(R17), F0
+	WORD $0x4e2e1c00 // and v0.16b, v0.16b, v14.16b
+	WORD $0x6e2f8400 // sub v0.16b, v0.16b, v15.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	FMOVD 0(R19), F2
+	WORD $0x4e2e1c42 // and v2.16b, v2.16b, v14.16b
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x0f08a442 // sshll v2.8h, v2.8b, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f8b9042 // fmul v2.4s, v2.4s, v11.s[0]
+	WORD $0x4f8b9063 // fmul v3.4s, v3.4s, v11.s[0]
+	FMOVD 0(R20), F4
+	WORD $0x4e2e1c84 // and v4.16b, v4.16b, v14.16b
+	WORD $0x6e2f8484 // sub v4.16b, v4.16b, v15.16b
+	WORD $0x0f08a484 // sshll v4.8h, v4.8b, #0
+	WORD $0x4f10a485 // sshll2 v5.4s, v4.8h, #0
+	WORD $0x0f10a484 // sshll v4.4s, v4.4h, #0
+	WORD $0x4e21d884 // scvtf v4.4s, v4.4s
+	WORD $0x4e21d8a5 // scvtf v5.4s, v5.4s
+	WORD $0x4f8c9084 // fmul v4.4s, v4.4s, v12.s[0]
+	WORD $0x4f8c90a5 // fmul v5.4s, v5.4s, v12.s[0]
+	FMOVD 0(R21), F6
+	WORD $0x4e2e1cc6 // and v6.16b, v6.16b, v14.16b
+	WORD $0x6e2f84c6 // sub v6.16b, v6.16b, v15.16b
+	WORD $0x0f08a4c6 // sshll v6.8h, v6.8b, #0
+	WORD $0x4f10a4c7 // sshll2 v7.4s, v6.8h, #0
+	WORD $0x0f10a4c6 // sshll v6.4s, v6.4h, #0
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x4f8d90c6 // fmul v6.4s, v6.4s, v13.s[0]
+	WORD $0x4f8d90e7 // fmul v7.4s, v7.4s, v13.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	WORD $0x4e22cd12 // fmla v18.4s, v8.4s, v2.4s
+	WORD $0x4e23cd33 // fmla v19.4s, v9.4s, v3.4s
+	WORD $0x4e24cd14 // fmla v20.4s, v8.4s, v4.4s
+	WORD $0x4e25cd35 // fmla v21.4s, v9.4s, v5.4s
+	WORD $0x4e26cd16 // fmla v22.4s, v8.4s, v6.4s
+	WORD $0x4e27cd37 // fmla v23.4s, v9.4s, v7.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd18 // fmla v24.4s, v8.4s, v0.4s
+	WORD $0x4e21cd39 // fmla v25.4s, v9.4s, v1.4s
+	WORD $0x4e22cd1a // fmla v26.4s, v8.4s, v2.4s
+	WORD $0x4e23cd3b // fmla v27.4s, v9.4s, v3.4s
+	WORD $0x4e24cd1c // fmla v28.4s, v8.4s, v4.4s
+	WORD $0x4e25cd3d // fmla v29.4s, v9.4s, v5.4s
+	WORD $0x4e26cd1e // fmla v30.4s, v8.4s, v6.4s
+	WORD $0x4e27cd3f // fmla v31.4s, v9.4s, v7.4s
+	FMOVD 8(R17), F0
+	WORD $0x4e2e1c00 // and v0.16b, v0.16b, v14.16b
+	WORD $0x6e2f8400 // sub v0.16b, v0.16b, v15.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	FMOVD 8(R19), F2
+	WORD $0x4e2e1c42 // and v2.16b, v2.16b, v14.16b
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x0f08a442 // sshll v2.8h, v2.8b, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f8b9042 // fmul v2.4s, v2.4s, v11.s[0]
+	WORD $0x4f8b9063 // fmul v3.4s, v3.4s, v11.s[0]
+	FMOVD 8(R20), F4
+	WORD $0x4e2e1c84 // and v4.16b, v4.16b, v14.16b
+	WORD $0x6e2f8484 // sub v4.16b, v4.16b, v15.16b
+	WORD $0x0f08a484 // sshll v4.8h, v4.8b, #0
+	WORD $0x4f10a485 // sshll2 v5.4s, v4.8h, #0
+	WORD $0x0f10a484 // sshll v4.4s, v4.4h, #0
+	WORD $0x4e21d884 // scvtf v4.4s, v4.4s
+	WORD $0x4e21d8a5 // scvtf v5.4s, v5.4s
+	WORD $0x4f8c9084 // fmul v4.4s, v4.4s, v12.s[0]
+	WORD $0x4f8c90a5 // fmul v5.4s, v5.4s, v12.s[0]
+	FMOVD 8(R21), F6
+	WORD $0x4e2e1cc6 // and v6.16b, v6.16b, v14.16b
+	WORD $0x6e2f84c6 // sub v6.16b, v6.16b, v15.16b
+	WORD $0x0f08a4c6 // sshll v6.8h, v6.8b, #0
+	WORD $0x4f10a4c7 // sshll2 v7.4s, v6.8h, #0
+	WORD $0x0f10a4c6 // sshll v6.4s, v6.4h, #0
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x4f8d90c6 // fmul v6.4s, v6.4s, v13.s[0]
+	WORD $0x4f8d90e7 // fmul v7.4s, v7.4s, v13.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	WORD $0x4e22cd12 // fmla v18.4s, v8.4s, v2.4s
+	WORD $0x4e23cd33 // fmla v19.4s, v9.4s, v3.4s
+	WORD $0x4e24cd14 // fmla v20.4s, v8.4s, v4.4s
+	WORD $0x4e25cd35 // fmla v21.4s, v9.4s, v5.4s
+	WORD $0x4e26cd16 // fmla v22.4s, v8.4s, v6.4s
+	WORD $0x4e27cd37 // fmla v23.4s, v9.4s, v7.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd18 // fmla v24.4s, v8.4s, v0.4s
+	WORD $0x4e21cd39 // fmla v25.4s, v9.4s, v1.4s
+	WORD $0x4e22cd1a // fmla v26.4s, v8.4s, v2.4s
+	WORD $0x4e23cd3b // fmla v27.4s, v9.4s, v3.4s
+	WORD $0x4e24cd1c // fmla v28.4s, v8.4s, v4.4s
+	WORD $0x4e25cd3d // fmla v29.4s, v9.4s, v5.4s
+	WORD $0x4e26cd1e // fmla v30.4s, v8.4s, v6.4s
+	WORD $0x4e27cd3f // fmla v31.4s, v9.4s, v7.4s
+	FMOVD 0(R17), F0
+	WORD $0x6f0c0400 // ushr v0.16b, v0.16b, #4
+	WORD $0x6e2f8400 // sub v0.16b, v0.16b, v15.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	FMOVD 0(R19), F2
+	WORD $0x6f0c0442 // ushr v2.16b, v2.16b, #4
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x0f08a442 // sshll v2.8h, v2.8b, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f8b9042 // fmul v2.4s, v2.4s, v11.s[0]
+	WORD $0x4f8b9063 // fmul v3.4s, v3.4s, v11.s[0]
+	FMOVD 0(R20), F4
+	WORD $0x6f0c0484 // ushr v4.16b, v4.16b, #4
+	WORD $0x6e2f8484 // sub v4.16b, v4.16b, v15.16b
+	WORD $0x0f08a484 // sshll v4.8h, v4.8b, #0
+	WORD $0x4f10a485 // sshll2 v5.4s, v4.8h, #0
+	WORD $0x0f10a484 // sshll v4.4s, v4.4h, #0
+	WORD $0x4e21d884 // scvtf v4.4s, v4.4s
+	WORD $0x4e21d8a5 // scvtf v5.4s, v5.4s
+	WORD $0x4f8c9084 // fmul v4.4s, v4.4s, v12.s[0]
+	WORD $0x4f8c90a5 // fmul v5.4s, v5.4s, v12.s[0]
+	FMOVD 0(R21), F6
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x6e2f84c6 // sub v6.16b, v6.16b, v15.16b
+	WORD $0x0f08a4c6 // sshll v6.8h, v6.8b, #0
+	WORD $0x4f10a4c7 // sshll2 v7.4s, v6.8h, #0
+	WORD $0x0f10a4c6 // sshll v6.4s, v6.4h, #0
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x4f8d90c6 // fmul v6.4s, v6.4s, v13.s[0]
+	WORD $0x4f8d90e7 // fmul v7.4s, v7.4s, v13.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	WORD $0x4e22cd12 // fmla v18.4s, v8.4s, v2.4s
+	WORD $0x4e23cd33 // fmla v19.4s, v9.4s, v3.4s
+	WORD $0x4e24cd14 // fmla v20.4s, v8.4s, v4.4s
+	WORD $0x4e25cd35 // fmla v21.4s, v9.4s, v5.4s
+	WORD $0x4e26cd16 // fmla v22.4s, v8.4s, v6.4s
+	WORD $0x4e27cd37 // fmla v23.4s, v9.4s, v7.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd18 // fmla v24.4s, v8.4s, v0.4s
+	WORD $0x4e21cd39 // fmla v25.4s, v9.4s, v1.4s
+	WORD $0x4e22cd1a // fmla v26.4s, v8.4s, v2.4s
+	WORD $0x4e23cd3b // fmla v27.4s, v9.4s, v3.4s
+	WORD $0x4e24cd1c // fmla v28.4s, v8.4s, v4.4s
+	WORD $0x4e25cd3d // fmla v29.4s, v9.4s, v5.4s
+	WORD $0x4e26cd1e // fmla v30.4s, v8.4s, v6.4s
+	WORD $0x4e27cd3f // fmla v31.4s, v9.4s, v7.4s
+	FMOVD 8(R17), F0
+	WORD $0x6f0c0400 // ushr v0.16b, v0.16b, #4
+	WORD $0x6e2f8400 // sub v0.16b, v0.16b, v15.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	FMOVD 8(R19), F2
+	WORD $0x6f0c0442 // ushr v2.16b, v2.16b, #4
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x0f08a442 // sshll v2.8h, v2.8b, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f8b9042 // fmul v2.4s, v2.4s, v11.s[0]
+	WORD $0x4f8b9063 // fmul v3.4s, v3.4s, v11.s[0]
+	FMOVD 8(R20), F4
+	WORD $0x6f0c0484 // ushr v4.16b, v4.16b, #4
+	WORD $0x6e2f8484 // sub v4.16b, v4.16b, v15.16b
+	WORD $0x0f08a484 // sshll v4.8h, v4.8b, #0
+	WORD $0x4f10a485 // sshll2 v5.4s, v4.8h, #0
+	WORD $0x0f10a484 // sshll v4.4s, v4.4h, #0
+	WORD $0x4e21d884 // scvtf v4.4s, v4.4s
+	WORD $0x4e21d8a5 // scvtf v5.4s, v5.4s
+	WORD $0x4f8c9084 // fmul v4.4s, v4.4s, v12.s[0]
+	WORD $0x4f8c90a5 // fmul v5.4s, v5.4s, v12.s[0]
+	FMOVD 8(R21), F6
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x6e2f84c6 // sub v6.16b, v6.16b, v15.16b
+	WORD $0x0f08a4c6 // sshll v6.8h, v6.8b, #0
+	WORD $0x4f10a4c7 // sshll2 v7.4s, v6.8h, #0
+	WORD $0x0f10a4c6 // sshll v6.4s, v6.4h, #0
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x4f8d90c6 // fmul v6.4s, v6.4s, v13.s[0]
+	WORD $0x4f8d90e7 // fmul v7.4s, v7.4s, v13.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	WORD $0x4e22cd12 // fmla v18.4s, v8.4s, v2.4s
+	WORD $0x4e23cd33 // fmla v19.4s, v9.4s, v3.4s
+	WORD $0x4e24cd14 // fmla v20.4s, v8.4s, v4.4s
+	WORD $0x4e25cd35 // fmla v21.4s, v9.4s, v5.4s
+	WORD $0x4e26cd16 // fmla v22.4s, v8.4s, v6.4s
+	WORD $0x4e27cd37 // fmla v23.4s, v9.4s, v7.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd18 // fmla v24.4s, v8.4s, v0.4s
+	WORD $0x4e21cd39 // fmla v25.4s, v9.4s, v1.4s
+	WORD $0x4e22cd1a // fmla v26.4s, v8.4s, v2.4s
+	WORD $0x4e23cd3b // fmla v27.4s, v9.4s, v3.4s
+	WORD $0x4e24cd1c // fmla v28.4s, v8.4s, v4.4s
+	WORD $0x4e25cd3d // fmla v29.4s, v9.4s, v5.4s
+	WORD $0x4e26cd1e // fmla v30.4s, v8.4s, v6.4s
+	WORD $0x4e27cd3f // fmla v31.4s, v9.4s, v7.4s
+	ADD $16, R17
+	ADD $16, R19
+	ADD $16, R20
+	ADD $16, R21
+	SUBS $1, R7, R7
+	BNE mainBlock
+	MOVD R0, R22
+	WORD $0x4e31d610 // fadd v16.4s, v16.4s, v17.4s
+	WORD $0x4e33d652 // fadd v18.4s, v18.4s, v19.4s
+	WORD $0x4e35d694 // fadd v20.4s, v20.4s, v21.4s
+	WORD $0x4e37d6d6 // fadd v22.4s, v22.4s, v23.4s
+	WORD $0x6e32d610 // faddp v16.4s, v16.4s, v18.4s
+	WORD $0x6e36d694 // faddp v20.4s, v20.4s, v22.4s
+	WORD $0x6e34d610 // faddp v16.4s, v16.4s, v20.4s
+	FMOVQ F16, (R22)
+	ADD R1, R22
+	WORD $0x4e39d718 // fadd v24.4s, v24.4s, v25.4s
+	WORD $0x4e3bd75a // fadd v26.4s, v26.4s, v27.4s
+	WORD $0x4e3dd79c // fadd v28.4s, v28.4s, v29.4s
+	WORD $0x4e3fd7de // fadd v30.4s, v30.4s, v31.4s
+	WORD $0x6e3ad718 // faddp v24.4s, v24.4s, v26.4s
+	WORD $0x6e3ed79c // faddp v28.4s, v28.4s, v30.4s
+	WORD $0x6e3cd718 // faddp v24.4s, v24.4s, v28.4s
+	FMOVQ F24, (R22)
+	ADD $16, R0
+	ADD R4<<2, R3, R3
+	SUB $4, R5
+	B main
+mainEnd:
+rest:
+	CMP $1, R5
+	BLT restEnd
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	MOVD R2, R9
+	ADD R6<<2, R9, R10
+	MOVD R3, R17
+	LSR $5, R6, R7
+restBlock:
+	MOVHU (R17), R8
+	FMOVS R8, F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	ADD $2, R17
+	FMOVD 0(R17), F0
+	WORD $0x4e2e1c00 // and v0.16b, v0.16b, v14.16b
+	WORD $0x6e2f8400 // sub v0.16b, v0.16b, v15.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	WORD $0x4e21cd33 // fmla v19.4s, v9.4s, v1.4s
+	FMOVD 8(R17), F0
+	WORD $0x4e2e1c00 // and v0.16b, v0.16b, v14.16b
+	WORD $0x6e2f8400 // sub v0.16b, v0.16b, v15.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	WORD $0x4e21cd33 // fmla v19.4s, v9.4s, v1.4s
+	FMOVD 0(R17), F0
+	WORD $0x6f0c0400 // ushr v0.16b, v0.16b, #4
+	WORD $0x6e2f8400 // sub v0.16b, v0.16b, v15.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	WORD $0x4e21cd33 // fmla v19.4s, v9.4s, v1.4s
+	FMOVD 8(R17), F0
+	WORD $0x6f0c0400 // ushr v0.16b, v0.16b, #4
+	WORD $0x6e2f8400 // sub v0.16b, v0.16b, v15.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	WORD $0x4e21cd33 // fmla v19.4s, v9.4s, v1.4s
+	ADD $16, R17
+	SUBS $1, R7, R7
+	BNE restBlock
+	MOVD R0, R22
+	WORD $0x4e31d610 // fadd v16.4s, v16.4s, v17.4s
+	WORD $0x6e30d610 // faddp v16.4s, v16.4s, v16.4s
+	WORD $0x7e30da10 // faddp s16, v16.2s
+	FMOVS F16, (R22)
+	ADD R1, R22
+	WORD $0x4e33d652 // fadd v18.4s, v18.4s, v19.4s
+	WORD $0x6e32d652 // faddp v18.4s, v18.4s, v18.4s
+	WORD $0x7e30da52 // faddp s18, v18.2s
+	FMOVS F18, (R22)
+	ADD $4, R0
+	ADD R4, R3
+	SUB $1, R5
+	B rest
+restEnd:
+	RET
+
+// scoresQ4M4NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 4, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds.
+TEXT ·scoresQ4M4NEON(SB), NOSPLIT|NOFRAME, $0-104
+	MOVD s_base+0(FP), R0
+	MOVD lds+24(FP), R1
+	LSL $2, R1
+	MOVD q_base+32(FP), R2
+	MOVD k_base+56(FP), R3
+	MOVD ldk+80(FP), R4
+	MOVD n+88(FP), R5
+	MOVD d+96(FP), R6
+	WORD $0x4f00e5ee // movi v14.16b, #0xf
+	WORD $0x4f00e50f // movi v15.16b, #0x8
+main:
+	CMP $4, R5
+	BLT mainEnd
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
+	WORD $0x6f00e41c // movi v28.2d, #0
+	WORD $0x6f00e41d // movi v29.2d, #0
+	WORD $0x6f00e41e // movi v30.2d, #0
+	WORD $0x6f00e41f // movi v31.2d, #0
+	MOVD R2, R9
+	ADD R6<<2, R9, R10
+	ADD R6<<2, R10, R11
+	ADD R6<<2, R11, R12
+	MOVD R3, R17
+	ADD R4, R17, R19
+	ADD R4, R19, R20
+	ADD R4, R20, R21
+	LSR $5, R6, R7
+mainBlock:
+	MOVHU (R17), R8
+	FMOVS R8, F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	ADD $2, R17
+	MOVHU (R19), R8
+	FMOVS R8, F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	ADD $2, R19
+	MOVHU (R20), R8
+	FMOVS R8, F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	ADD $2, R20
+	MOVHU (R21), R8
+	FMOVS R8, F13
+	WORD $0x0e2179ad // fcvtl v13.4s, v13.4h
+	ADD $2, R21
+	FMOVD 0(R17), F0
+	WORD $0x4e2e1c00 // and v0.16b, v0.16b, v14.16b
+	WORD $0x6e2f8400 // sub v0.16b, v0.16b, v15.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	FMOVD 0(R19), F2
+	WORD $0x4e2e1c42 // and v2.16b, v2.16b, v14.16b
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x0f08a442 // sshll v2.8h, v2.8b, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f8b9042 // fmul v2.4s, v2.4s, v11.s[0]
+	WORD $0x4f8b9063 // fmul v3.4s, v3.4s, v11.s[0]
+	FMOVD 0(R20), F4
+	WORD $0x4e2e1c84 // and v4.16b, v4.16b, v14.16b
+	WORD $0x6e2f8484 // sub v4.16b, v4.16b, v15.16b
+	WORD $0x0f08a484 // sshll v4.8h, v4.8b, #0
+	WORD $0x4f10a485 // sshll2 v5.4s, v4.8h, #0
+	WORD $0x0f10a484 // sshll v4.4s, v4.4h, #0
+	WORD $0x4e21d884 // scvtf v4.4s, v4.4s
+	WORD $0x4e21d8a5 // scvtf v5.4s, v5.4s
+	WORD $0x4f8c9084 // fmul v4.4s, v4.4s, v12.s[0]
+	WORD $0x4f8c90a5 // fmul v5.4s, v5.4s, v12.s[0]
+	FMOVD 0(R21), F6
+	WORD $0x4e2e1cc6 // and v6.16b, v6.16b, v14.16b
+	WORD $0x6e2f84c6 // sub v6.16b, v6.16b, v15.16b
+	WORD $0x0f08a4c6 // sshll v6.8h, v6.8b, #0
+	WORD $0x4f10a4c7 // sshll2 v7.4s, v6.8h, #0
+	WORD $0x0f10a4c6 // sshll v6.4s, v6.4h, #0
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x4f8d90c6 // fmul v6.4s, v6.4s, v13.s[0]
+	WORD $0x4f8d90e7 // fmul v7.4s, v7.4s, v13.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd30 // fmla v16.4s, v9.4s, v1.4s
+	WORD $0x4e22cd11 // fmla v17.4s, v8.4s, v2.4s
+	WORD $0x4e23cd31 // fmla v17.4s, v9.4s, v3.4s
+	WORD $0x4e24cd12 // fmla v18.4s, v8.4s, v4.4s
+	WORD $0x4e25cd32 // fmla v18.4s, v9.4s, v5.4s
+	WORD $0x4e26cd13 // fmla v19.4s, v8.4s, v6.4s
+	WORD $0x4e27cd33 // fmla v19.4s, v9.4s, v7.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd14 // fmla v20.4s, v8.4s, v0.4s
+	WORD $0x4e21cd34 // fmla v20.4s, v9.4s, v1.4s
+	WORD $0x4e22cd15 // fmla v21.4s, v8.4s, v2.4s
+	WORD $0x4e23cd35 // fmla v21.4s, v9.4s, v3.4s
+	WORD $0x4e24cd16 // fmla v22.4s, v8.4s, v4.4s
+	WORD $0x4e25cd36 // fmla v22.4s, v9.4s, v5.4s
+	WORD $0x4e26cd17 // fmla v23.4s, v8.4s, v6.4s
+	WORD $0x4e27cd37 // fmla v23.4s, v9.4s, v7.4s
+	FLDPQ.P 32(R11), (F8, F9)
+	WORD $0x4e20cd18 // fmla v24.4s, v8.4s, v0.4s
+	WORD $0x4e21cd38 // fmla v24.4s, v9.4s, v1.4s
+	WORD $0x4e22cd19 // fmla v25.4s, v8.4s, v2.4s
+	WORD $0x4e23cd39 // fmla v25.4s, v9.4s, v3.4s
+	WORD $0x4e24cd1a // fmla v26.4s, v8.4s, v4.4s
+	WORD $0x4e25cd3a // fmla v26.4s, v9.4s, v5.4s
+	WORD $0x4e26cd1b // fmla v27.4s, v8.4s, v6.4s
+	WORD $0x4e27cd3b // fmla v27.4s, v9.4s, v7.4s
+	FLDPQ.P 32(R12), (F8, F9)
+	WORD $0x4e20cd1c // fmla v28.4s, v8.4s, v0.4s
+	WORD $0x4e21cd3c // fmla v28.4s, v9.4s, v1.4s
+	WORD $0x4e22cd1d // fmla v29.4s, v8.4s, v2.4s
+	WORD $0x4e23cd3d // fmla v29.4s, v9.4s, v3.4s
+	WORD $0x4e24cd1e // fmla v30.4s, v8.4s, v4.4s
+	WORD $0x4e25cd3e // fmla v30.4s, v9.4s, v5.4s
+	WORD $0x4e26cd1f // fmla v31.4s, v8.4s, v6.4s
+	WORD $0x4e27cd3f // fmla v31.4s, v9.4s, v7.4s
+	FMOVD 8(R17), F0
+	WORD $0x4e2e1c00 // and v0.16b, v0.16b, v14.16b
+	WORD $0x6e2f8400 // sub v0.16b, v0.16b, v15.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	FMOVD 8(R19), F2
+	WORD $0x4e2e1c42 // and v2.16b, v2.16b, v14.16b
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x0f08a442 // sshll v2.8h, v2.8b, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f8b9042 // fmul v2.4s, v2.4s, v11.s[0]
+	WORD $0x4f8b9063 // fmul v3.4s, v3.4s, v11.s[0]
+	FMOVD 8(R20), F4
+	WORD $0x4e2e1c84 // and v4.16b, v4.16b, v14.16b
+	WORD $0x6e2f8484 // sub v4.16b, v4.16b, v15.16b
+	WORD $0x0f08a484 // sshll v4.8h, v4.8b, #0
+	WORD $0x4f10a485 // sshll2 v5.4s, v4.8h, #0
+	WORD $0x0f10a484 // sshll v4.4s, v4.4h, #0
+	WORD $0x4e21d884 // scvtf v4.4s, v4.4s
+	WORD $0x4e21d8a5 // scvtf v5.4s, v5.4s
+	WORD $0x4f8c9084 // fmul v4.4s, v4.4s, v12.s[0]
+	WORD $0x4f8c90a5 // fmul v5.4s, v5.4s, v12.s[0]
+	FMOVD 8(R21), F6
+	WORD $0x4e2e1cc6 // and v6.16b, v6.16b, v14.16b
+	WORD $0x6e2f84c6 // sub v6.16b, v6.16b, v15.16b
+	WORD $0x0f08a4c6 // sshll v6.8h, v6.8b, #0
+	WORD $0x4f10a4c7 // sshll2 v7.4s, v6.8h, #0
+	WORD $0x0f10a4c6 // sshll v6.4s, v6.4h, #0
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x4f8d90c6 // fmul v6.4s, v6.4s, v13.s[0]
+	WORD $0x4f8d90e7 // fmul v7.4s, v7.4s, v13.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd30 // fmla v16.4s, v9.4s, v1.4s
+	WORD $0x4e22cd11 // fmla v17.4s, v8.4s, v2.4s
+	WORD $0x4e23cd31 // fmla v17.4s, v9.4s, v3.4s
+	WORD $0x4e24cd12 // fmla v18.4s, v8.4s, v4.4s
+	WORD $0x4e25cd32 // fmla v18.4s, v9.4s, v5.4s
+	WORD $0x4e26cd13 // fmla v19.4s, v8.4s, v6.4s
+	WORD $0x4e27cd33 // fmla v19.4s, v9.4s, v7.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd14 // fmla v20.4s, v8.4s, v0.4s
+	WORD $0x4e21cd34 // fmla v20.4s, v9.4s, v1.4s
+	WORD $0x4e22cd15 // fmla v21.4s, v8.4s, v2.4s
+	WORD $0x4e23cd35 // fmla v21.4s, v9.4s, v3.4s
+	WORD $0x4e24cd16 // fmla v22.4s, v8.4s, v4.4s
+	WORD $0x4e25cd36 // fmla v22.4s, v9.4s, v5.4s
+	WORD $0x4e26cd17 // fmla v23.4s, v8.4s, v6.4s
+	WORD $0x4e27cd37 // fmla v23.4s, v9.4s, v7.4s
+	FLDPQ.P 32(R11), (F8, F9)
+	WORD $0x4e20cd18 // fmla v24.4s, v8.4s, v0.4s
+	WORD $0x4e21cd38 // fmla v24.4s, v9.4s, v1.4s
+	WORD $0x4e22cd19 // fmla v25.4s, v8.4s, v2.4s
+	WORD $0x4e23cd39 // fmla v25.4s, v9.4s, v3.4s
+	WORD $0x4e24cd1a // fmla v26.4s, v8.4s, v4.4s
+	WORD $0x4e25cd3a // fmla v26.4s, v9.4s, v5.4s
+	WORD $0x4e26cd1b // fmla v27.4s, v8.4s, v6.4s
+	WORD $0x4e27cd3b // fmla v27.4s, v9.4s, v7.4s
+	FLDPQ.P 32(R12), (F8, F9)
+	WORD $0x4e20cd1c // fmla v28.4s, v8.4s, v0.4s
+	WORD $0x4e21cd3c // fmla v28.4s, v9.4s, v1.4s
+	WORD $0x4e22cd1d // fmla v29.4s, v8.4s, v2.4s
+	WORD $0x4e23cd3d // fmla v29.4s, v9.4s, v3.4s
+	WORD $0x4e24cd1e // fmla v30.4s, v8.4s, v4.4s
+	WORD $0x4e25cd3e // fmla v30.4s, v9.4s, v5.4s
+	WORD $0x4e26cd1f // fmla v31.4s, v8.4s, v6.4s
+	WORD $0x4e27cd3f // fmla v31.4s, v9.4s, v7.4s
+	FMOVD 0(R17), F0
+	WORD $0x6f0c0400 // ushr v0.16b, v0.16b, #4
+	WORD $0x6e2f8400 // sub v0.16b, v0.16b, v15.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	FMOVD 0(R19), F2
+	WORD $0x6f0c0442 // ushr v2.16b, v2.16b, #4
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x0f08a442 // sshll v2.8h, v2.8b, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f8b9042 // fmul v2.4s, v2.4s, v11.s[0]
+	WORD $0x4f8b9063 // fmul v3.4s, v3.4s, v11.s[0]
+	FMOVD 0(R20), F4
+	WORD $0x6f0c0484 // ushr v4.16b, v4.16b, #4
+	WORD $0x6e2f8484 // sub v4.16b, v4.16b, v15.16b
+	WORD $0x0f08a484 // sshll v4.8h, v4.8b, #0
+	WORD $0x4f10a485 // sshll2 v5.4s, v4.8h, #0
+	WORD $0x0f10a484 // sshll v4.4s, v4.4h, #0
+	WORD $0x4e21d884 // scvtf v4.4s, v4.4s
+	WORD $0x4e21d8a5 // scvtf v5.4s, v5.4s
+	WORD $0x4f8c9084 // fmul v4.4s, v4.4s, v12.s[0]
+	WORD $0x4f8c90a5 // fmul v5.4s, v5.4s, v12.s[0]
+	FMOVD 0(R21), F6
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x6e2f84c6 // sub v6.16b, v6.16b, v15.16b
+	WORD $0x0f08a4c6 // sshll v6.8h, v6.8b, #0
+	WORD $0x4f10a4c7 // sshll2 v7.4s, v6.8h, #0
+	WORD $0x0f10a4c6 // sshll v6.4s, v6.4h, #0
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x4f8d90c6 // fmul v6.4s, v6.4s, v13.s[0]
+	WORD $0x4f8d90e7 // fmul v7.4s, v7.4s, v13.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd30 // fmla v16.4s, v9.4s, v1.4s
+	WORD $0x4e22cd11 // fmla v17.4s, v8.4s, v2.4s
+	WORD $0x4e23cd31 // fmla v17.4s, v9.4s, v3.4s
+	WORD $0x4e24cd12 // fmla v18.4s, v8.4s, v4.4s
+	WORD $0x4e25cd32 // fmla v18.4s, v9.4s, v5.4s
+	WORD $0x4e26cd13 // fmla v19.4s, v8.4s, v6.4s
+	WORD $0x4e27cd33 // fmla v19.4s, v9.4s, v7.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd14 // fmla v20.4s, v8.4s, v0.4s
+	WORD $0x4e21cd34 // fmla v20.4s, v9.4s, v1.4s
+	WORD $0x4e22cd15 // fmla v21.4s, v8.4s, v2.4s
+	WORD $0x4e23cd35 // fmla v21.4s, v9.4s, v3.4s
+	WORD $0x4e24cd16 // fmla v22.4s, v8.4s, v4.4s
+	WORD $0x4e25cd36 // fmla v22.4s, v9.4s, v5.4s
+	WORD $0x4e26cd17 // fmla v23.4s, v8.4s, v6.4s
+	WORD $0x4e27cd37 // fmla v23.4s, v9.4s, v7.4s
+	FLDPQ.P 32(R11), (F8, F9)
+	WORD $0x4e20cd18 // fmla v24.4s, v8.4s, v0.4s
+	WORD $0x4e21cd38 // fmla v24.4s, v9.4s, v1.4s
+	WORD $0x4e22cd19 // fmla v25.4s, v8.4s, v2.4s
+	WORD $0x4e23cd39 // fmla v25.4s, v9.4s, v3.4s
+	WORD $0x4e24cd1a // fmla v26.4s, v8.4s, v4.4s
+	WORD $0x4e25cd3a // fmla v26.4s, v9.4s, v5.4s
+	WORD $0x4e26cd1b // fmla v27.4s, v8.4s, v6.4s
+	WORD $0x4e27cd3b // fmla v27.4s, v9.4s, v7.4s
+	FLDPQ.P 32(R12), (F8, F9)
+	WORD $0x4e20cd1c // fmla v28.4s, v8.4s, v0.4s
+	WORD $0x4e21cd3c // fmla v28.4s, v9.4s, v1.4s
+	WORD $0x4e22cd1d // fmla v29.4s, v8.4s, v2.4s
+	WORD $0x4e23cd3d // fmla v29.4s, v9.4s, v3.4s
+	WORD $0x4e24cd1e // fmla v30.4s, v8.4s, v4.4s
+	WORD $0x4e25cd3e // fmla v30.4s, v9.4s, v5.4s
+	WORD $0x4e26cd1f // fmla v31.4s, v8.4s, v6.4s
+	WORD $0x4e27cd3f // fmla v31.4s, v9.4s, v7.4s
+	FMOVD 8(R17), F0
+	WORD $0x6f0c0400 // ushr v0.16b, v0.16b, #4
+	WORD $0x6e2f8400 // sub v0.16b, v0.16b, v15.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	FMOVD 8(R19), F2
+	WORD $0x6f0c0442 // ushr v2.16b, v2.16b, #4
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x0f08a442 // sshll v2.8h, v2.8b, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f8b9042 // fmul v2.4s, v2.4s, v11.s[0]
+	WORD $0x4f8b9063 // fmul v3.4s, v3.4s, v11.s[0]
+	FMOVD 8(R20), F4
+	WORD $0x6f0c0484 // ushr v4.16b, v4.16b, #4
+	WORD $0x6e2f8484 // sub v4.16b, v4.16b, v15.16b
+	WORD $0x0f08a484 // sshll v4.8h, v4.8b, #0
+	WORD $0x4f10a485 // sshll2 v5.4s, v4.8h, #0
+	WORD $0x0f10a484 // sshll v4.4s, v4.4h, #0
+	WORD $0x4e21d884 // scvtf v4.4s, v4.4s
+	WORD $0x4e21d8a5 // scvtf v5.4s, v5.4s
+	WORD $0x4f8c9084 // fmul v4.4s, v4.4s, v12.s[0]
+	WORD $0x4f8c90a5 // fmul v5.4s, v5.4s, v12.s[0]
+	FMOVD 8(R21), F6
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x6e2f84c6 // sub v6.16b, v6.16b, v15.16b
+	WORD $0x0f08a4c6 // sshll v6.8h, v6.8b, #0
+	WORD $0x4f10a4c7 // sshll2 v7.4s, v6.8h, #0
+	WORD $0x0f10a4c6 // sshll v6.4s, v6.4h, #0
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x4f8d90c6 // fmul v6.4s, v6.4s, v13.s[0]
+	WORD $0x4f8d90e7 // fmul v7.4s, v7.4s, v13.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd30 // fmla v16.4s, v9.4s, v1.4s
+	WORD $0x4e22cd11 // fmla v17.4s, v8.4s, v2.4s
+	WORD $0x4e23cd31 // fmla v17.4s, v9.4s, v3.4s
+	WORD $0x4e24cd12 // fmla v18.4s, v8.4s, v4.4s
+	WORD $0x4e25cd32 // fmla v18.4s, v9.4s, v5.4s
+	WORD $0x4e26cd13 // fmla v19.4s, v8.4s, v6.4s
+	WORD $0x4e27cd33 // fmla v19.4s, v9.4s, v7.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd14 // fmla v20.4s, v8.4s, v0.4s
+	WORD $0x4e21cd34 // fmla v20.4s, v9.4s, v1.4s
+	WORD $0x4e22cd15 // fmla v21.4s, v8.4s, v2.4s
+	WORD $0x4e23cd35 // fmla v21.4s, v9.4s, v3.4s
+	WORD $0x4e24cd16 // fmla v22.4s, v8.4s, v4.4s
+	WORD $0x4e25cd36 // fmla v22.4s, v9.4s, v5.4s
+	WORD $0x4e26cd17 // fmla v23.4s, v8.4s, v6.4s
+	WORD $0x4e27cd37 // fmla v23.4s, v9.4s, v7.4s
+	FLDPQ.P 32(R11), (F8, F9)
+	WORD $0x4e20cd18 // fmla v24.4s, v8.4s, v0.4s
+	WORD $0x4e21cd38 // fmla v24.4s, v9.4s, v1.4s
+	WORD $0x4e22cd19 // fmla v25.4s, v8.4s, v2.4s
+	WORD $0x4e23cd39 // fmla v25.4s, v9.4s, v3.4s
+	WORD $0x4e24cd1a // fmla v26.4s, v8.4s, v4.4s
+	WORD $0x4e25cd3a // fmla v26.4s, v9.4s, v5.4s
+	WORD $0x4e26cd1b // fmla v27.4s, v8.4s, v6.4s
+	WORD $0x4e27cd3b // fmla v27.4s, v9.4s, v7.4s
+	FLDPQ.P 32(R12), (F8, F9)
+	WORD $0x4e20cd1c // fmla v28.4s, v8.4s, v0.4s
+	WORD $0x4e21cd3c // fmla v28.4s, v9.4s, v1.4s
+	WORD $0x4e22cd1d // fmla v29.4s, v8.4s, v2.4s
+	WORD $0x4e23cd3d // fmla v29.4s, v9.4s, v3.4s
+	WORD $0x4e24cd1e // fmla v30.4s, v8.4s, v4.4s
+	WORD $0x4e25cd3e // fmla v30.4s, v9.4s, v5.4s
+	WORD $0x4e26cd1f // fmla v31.4s, v8.4s, v6.4s
+	WORD $0x4e27cd3f // fmla v31.4s, v9.4s, v7.4s
+	ADD $16, R17
+	ADD $16, R19
+	ADD $16, R20
+	ADD $16, R21
+	SUBS $1, R7, R7
+	BNE mainBlock
+	MOVD R0, R22
+	WORD $0x6e31d610 // faddp v16.4s, v16.4s, v17.4s
+	WORD $0x6e33d652 // faddp v18.4s, v18.4s, v19.4s
+	WORD $0x6e32d610 // faddp v16.4s, v16.4s, v18.4s
+	FMOVQ F16, (R22)
+	ADD R1, R22
+	WORD $0x6e35d694 // faddp v20.4s, v20.4s, v21.4s
+	WORD $0x6e37d6d6 // faddp v22.4s, v22.4s, v23.4s
+	WORD $0x6e36d694 // faddp v20.4s, v20.4s, v22.4s
+	FMOVQ F20, (R22)
+	ADD R1, R22
+	WORD $0x6e39d718 // faddp v24.4s, v24.4s, v25.4s
+	WORD $0x6e3bd75a // faddp v26.4s, v26.4s, v27.4s
+	WORD $0x6e3ad718 // faddp v24.4s, v24.4s, v26.4s
+	FMOVQ F24, (R22)
+	ADD R1, R22
+	WORD $0x6e3dd79c // faddp v28.4s, v28.4s, v29.4s
+	WORD $0x6e3fd7de // faddp v30.4s, v30.4s, v31.4s
+	WORD $0x6e3ed79c // faddp v28.4s, v28.4s, v30.4s
+	FMOVQ F28, (R22)
+	ADD $16, R0
+	ADD R4<<2, R3, R3
+	SUB $4, R5
+	B main
+mainEnd:
+rest:
+	CMP $1, R5
+	BLT restEnd
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	MOVD R2, R9
+	ADD R6<<2, R9, R10
+	ADD R6<<2, R10, R11
+	ADD R6<<2, R11, R12
+	MOVD R3, R17
+	LSR $5, R6, R7
+restBlock:
+	MOVHU (R17), R8
+	FMOVS R8, F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	ADD $2, R17
+	FMOVD 0(R17), F0
+	WORD $0x4e2e1c00 // and v0.16b, v0.16b, v14.16b
+	WORD $0x6e2f8400 // sub v0.16b, v0.16b, v15.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd30 // fmla v16.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd11 // fmla v17.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R11), (F8, F9)
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	WORD $0x4e21cd32 // fmla v18.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R12), (F8, F9)
+	WORD $0x4e20cd13 // fmla v19.4s, v8.4s, v0.4s
+	WORD $0x4e21cd33 // fmla v19.4s, v9.4s, v1.4s
+	FMOVD 8(R17), F0
+	WORD $0x4e2e1c00 // and v0.16b, v0.16b, v14.16b
+	WORD $0x6e2f8400 // sub v0.16b, v0.16b, v15.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd30 // fmla v16.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd11 // fmla v17.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R11), (F8, F9)
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	WORD $0x4e21cd32 // fmla v18.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R12), (F8, F9)
+	WORD $0x4e20cd13 // fmla v19.4s, v8.4s, v0.4s
+	WORD $0x4e21cd33 // fmla v19.4s, v9.4s, v1.4s
+	FMOVD 0(R17), F0
+	WORD $0x6f0c0400 // ushr v0.16b, v0.16b, #4
+	WORD $0x6e2f8400 // sub v0.16b, v0.16b, v15.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd30 // fmla v16.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd11 // fmla v17.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R11), (F8, F9)
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	WORD $0x4e21cd32 // fmla v18.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R12), (F8, F9)
+	WORD $0x4e20cd13 // fmla v19.4s, v8.4s, v0.4s
+	WORD $0x4e21cd33 // fmla v19.4s, v9.4s, v1.4s
+	FMOVD 8(R17), F0
+	WORD $0x6f0c0400 // ushr v0.16b, v0.16b, #4
+	WORD $0x6e2f8400 // sub v0.16b, v0.16b, v15.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd30 // fmla v16.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd11 // fmla v17.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R11), (F8, F9)
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	WORD $0x4e21cd32 // fmla v18.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R12), (F8, F9)
+	WORD $0x4e20cd13 // fmla v19.4s, v8.4s, v0.4s
+	WORD $0x4e21cd33 // fmla v19.4s, v9.4s, v1.4s
+	ADD $16, R17
+	SUBS $1, R7, R7
+	BNE restBlock
+	MOVD R0, R22
+	WORD $0x6e30d610 // faddp v16.4s, v16.4s, v16.4s
+	WORD $0x7e30da10 // faddp s16, v16.2s
+	FMOVS F16, (R22)
+	ADD R1, R22
+	WORD $0x6e31d631 // faddp v17.4s, v17.4s, v17.4s
+	WORD $0x7e30da31 // faddp s17, v17.2s
+	FMOVS F17, (R22)
+	ADD R1, R22
+	WORD $0x6e32d652 // faddp v18.4s, v18.4s, v18.4s
+	WORD $0x7e30da52 // faddp s18, v18.2s
+	FMOVS F18, (R22)
+	ADD R1, R22
+	WORD $0x6e33d673 // faddp v19.4s, v19.4s, v19.4s
+	WORD $0x7e30da73 // faddp s19, v19.2s
+	FMOVS F19, (R22)
+	ADD $4, R0
+	ADD R4, R3
+	SUB $1, R5
+	B rest
+restEnd:
+	RET
+
+// scoresQ4M8NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 8, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds.
+TEXT ·scoresQ4M8NEON(SB), NOSPLIT|NOFRAME, $0-104
+	MOVD s_base+0(FP), R0
+	MOVD lds+24(FP), R1
+	LSL $2, R1
+	MOVD q_base+32(FP), R2
+	MOVD k_base+56(FP), R3
+	MOVD ldk+80(FP), R4
+	MOVD n+88(FP), R5
+	MOVD d+96(FP), R6
+	WORD $0x4f00e5ee // movi v14.16b, #0xf
+	WORD $0x4f00e50f // movi v15.16b, #0x8
+main:
+	CMP $2, R5
+	BLT mainEnd
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
+	WORD $0x6f00e41c // movi v28.2d, #0
+	WORD $0x6f00e41d // movi v29.2d, #0
+	WORD $0x6f00e41e // movi v30.2d, #0
+	WORD $0x6f00e41f // movi v31.2d, #0
+	MOVD R2, R9
+	ADD R6<<2, R9, R10
+	ADD R6<<2, R10, R11
+	ADD R6<<2, R11, R12
+	ADD R6<<2, R12, R13
+	ADD R6<<2, R13, R14
+	ADD R6<<2, R14, R15
+	ADD R6<<2, R15, R16
+	MOVD R3, R17
+	ADD R4, R17, R19
+	LSR $5, R6, R7
+mainBlock:
+	MOVHU (R17), R8
+	FMOVS R8, F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	ADD $2, R17
+	MOVHU (R19), R8
+	FMOVS R8, F11
+	WORD $0x0e21796b // fcvtl v11.4s, v11.4h
+	ADD $2, R19
+	FMOVD 0(R17), F0
+	WORD $0x4e2e1c00 // and v0.16b, v0.16b, v14.16b
+	WORD $0x6e2f8400 // sub v0.16b, v0.16b, v15.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	FMOVD 0(R19), F2
+	WORD $0x4e2e1c42 // and v2.16b, v2.16b, v14.16b
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x0f08a442 // sshll v2.8h, v2.8b, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f8b9042 // fmul v2.4s, v2.4s, v11.s[0]
+	WORD $0x4f8b9063 // fmul v3.4s, v3.4s, v11.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd30 // fmla v16.4s, v9.4s, v1.4s
+	WORD $0x4e22cd11 // fmla v17.4s, v8.4s, v2.4s
+	WORD $0x4e23cd31 // fmla v17.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	WORD $0x4e21cd32 // fmla v18.4s, v9.4s, v1.4s
+	WORD $0x4e22cd13 // fmla v19.4s, v8.4s, v2.4s
+	WORD $0x4e23cd33 // fmla v19.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R11), (F8, F9)
+	WORD $0x4e20cd14 // fmla v20.4s, v8.4s, v0.4s
+	WORD $0x4e21cd34 // fmla v20.4s, v9.4s, v1.4s
+	WORD $0x4e22cd15 // fmla v21.4s, v8.4s, v2.4s
+	WORD $0x4e23cd35 // fmla v21.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R12), (F8, F9)
+	WORD $0x4e20cd16 // fmla v22.4s, v8.4s, v0.4s
+	WORD $0x4e21cd36 // fmla v22.4s, v9.4s, v1.4s
+	WORD $0x4e22cd17 // fmla v23.4s, v8.4s, v2.4s
+	WORD $0x4e23cd37 // fmla v23.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R13), (F8, F9)
+	WORD $0x4e20cd18 // fmla v24.4s, v8.4s, v0.4s
+	WORD $0x4e21cd38 // fmla v24.4s, v9.4s, v1.4s
+	WORD $0x4e22cd19 // fmla v25.4s, v8.4s, v2.4s
+	WORD $0x4e23cd39 // fmla v25.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R14), (F8, F9)
+	WORD $0x4e20cd1a // fmla v26.4s, v8.4s, v0.4s
+	WORD $0x4e21cd3a // fmla v26.4s, v9.4s, v1.4s
+	WORD $0x4e22cd1b // fmla v27.4s, v8.4s, v2.4s
+	WORD $0x4e23cd3b // fmla v27.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R15), (F8, F9)
+	WORD $0x4e20cd1c // fmla v28.4s, v8.4s, v0.4s
+	WORD $0x4e21cd3c // fmla v28.4s, v9.4s, v1.4s
+	WORD $0x4e22cd1d // fmla v29.4s, v8.4s, v2.4s
+	WORD $0x4e23cd3d // fmla v29.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R16), (F8, F9)
+	WORD $0x4e20cd1e // fmla v30.4s, v8.4s, v0.4s
+	WORD $0x4e21cd3e // fmla v30.4s, v9.4s, v1.4s
+	WORD $0x4e22cd1f // fmla v31.4s, v8.4s, v2.4s
+	WORD $0x4e23cd3f // fmla v31.4s, v9.4s, v3.4s
+	FMOVD 8(R17), F0
+	WORD $0x4e2e1c00 // and v0.16b, v0.16b, v14.16b
+	WORD $0x6e2f8400 // sub v0.16b, v0.16b, v15.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	FMOVD 8(R19), F2
+	WORD $0x4e2e1c42 // and v2.16b, v2.16b, v14.16b
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x0f08a442 // sshll v2.8h, v2.8b, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f8b9042 // fmul v2.4s, v2.4s, v11.s[0]
+	WORD $0x4f8b9063 // fmul v3.4s, v3.4s, v11.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd30 // fmla v16.4s, v9.4s, v1.4s
+	WORD $0x4e22cd11 // fmla v17.4s, v8.4s, v2.4s
+	WORD $0x4e23cd31 // fmla v17.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	WORD $0x4e21cd32 // fmla v18.4s, v9.4s, v1.4s
+	WORD $0x4e22cd13 // fmla v19.4s, v8.4s, v2.4s
+	WORD $0x4e23cd33 // fmla v19.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R11), (F8, F9)
+	WORD $0x4e20cd14 // fmla v20.4s, v8.4s, v0.4s
+	WORD $0x4e21cd34 // fmla v20.4s, v9.4s, v1.4s
+	WORD $0x4e22cd15 // fmla v21.4s, v8.4s, v2.4s
+	WORD $0x4e23cd35 // fmla v21.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R12), (F8, F9)
+	WORD $0x4e20cd16 // fmla v22.4s, v8.4s, v0.4s
+	WORD $0x4e21cd36 // fmla v22.4s, v9.4s, v1.4s
+	WORD $0x4e22cd17 // fmla v23.4s, v8.4s, v2.4s
+	WORD $0x4e23cd37 // fmla v23.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R13), (F8, F9)
+	WORD $0x4e20cd18 // fmla v24.4s, v8.4s, v0.4s
+	WORD $0x4e21cd38 // fmla v24.4s, v9.4s, v1.4s
+	WORD $0x4e22cd19 // fmla v25.4s, v8.4s, v2.4s
+	WORD $0x4e23cd39 // fmla v25.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R14), (F8, F9)
+	WORD $0x4e20cd1a // fmla v26.4s, v8.4s, v0.4s
+	WORD $0x4e21cd3a // fmla v26.4s, v9.4s, v1.4s
+	WORD $0x4e22cd1b // fmla v27.4s, v8.4s, v2.4s
+	WORD $0x4e23cd3b // fmla v27.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R15), (F8, F9)
+	WORD $0x4e20cd1c // fmla v28.4s, v8.4s, v0.4s
+	WORD $0x4e21cd3c // fmla v28.4s, v9.4s, v1.4s
+	WORD $0x4e22cd1d // fmla v29.4s, v8.4s, v2.4s
+	WORD $0x4e23cd3d // fmla v29.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R16), (F8, F9)
+	WORD $0x4e20cd1e // fmla v30.4s, v8.4s, v0.4s
+	WORD $0x4e21cd3e // fmla v30.4s, v9.4s, v1.4s
+	WORD $0x4e22cd1f // fmla v31.4s, v8.4s, v2.4s
+	WORD $0x4e23cd3f // fmla v31.4s, v9.4s, v3.4s
+	FMOVD 0(R17), F0
+	WORD $0x6f0c0400 // ushr v0.16b, v0.16b, #4
+	WORD $0x6e2f8400 // sub v0.16b, v0.16b, v15.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	FMOVD 0(R19), F2
+	WORD $0x6f0c0442 // ushr v2.16b, v2.16b, #4
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x0f08a442 // sshll v2.8h, v2.8b, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f8b9042 // fmul v2.4s, v2.4s, v11.s[0]
+	WORD $0x4f8b9063 // fmul v3.4s, v3.4s, v11.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd30 // fmla v16.4s, v9.4s, v1.4s
+	WORD $0x4e22cd11 // fmla v17.4s, v8.4s, v2.4s
+	WORD $0x4e23cd31 // fmla v17.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	WORD $0x4e21cd32 // fmla v18.4s, v9.4s, v1.4s
+	WORD $0x4e22cd13 // fmla v19.4s, v8.4s, v2.4s
+	WORD $0x4e23cd33 // fmla v19.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R11), (F8, F9)
+	WORD $0x4e20cd14 // fmla v20.4s, v8.4s, v0.4s
+	WORD $0x4e21cd34 // fmla v20.4s, v9.4s, v1.4s
+	WORD $0x4e22cd15 // fmla v21.4s, v8.4s, v2.4s
+	WORD $0x4e23cd35 // fmla v21.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R12), (F8, F9)
+	WORD $0x4e20cd16 // fmla v22.4s, v8.4s, v0.4s
+	WORD $0x4e21cd36 // fmla v22.4s, v9.4s, v1.4s
+	WORD $0x4e22cd17 // fmla v23.4s, v8.4s, v2.4s
+	WORD $0x4e23cd37 // fmla v23.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R13), (F8, F9)
+	WORD $0x4e20cd18 // fmla v24.4s, v8.4s, v0.4s
+	WORD $0x4e21cd38 // fmla v24.4s, v9.4s, v1.4s
+	WORD $0x4e22cd19 // fmla v25.4s, v8.4s, v2.4s
+	WORD $0x4e23cd39 // fmla v25.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R14), (F8, F9)
+	WORD $0x4e20cd1a // fmla v26.4s, v8.4s, v0.4s
+	WORD $0x4e21cd3a // fmla v26.4s, v9.4s, v1.4s
+	WORD $0x4e22cd1b // fmla v27.4s, v8.4s, v2.4s
+	WORD $0x4e23cd3b // fmla v27.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R15), (F8, F9)
+	WORD $0x4e20cd1c // fmla v28.4s, v8.4s, v0.4s
+	WORD $0x4e21cd3c // fmla v28.4s, v9.4s, v1.4s
+	WORD $0x4e22cd1d // fmla v29.4s, v8.4s, v2.4s
+	WORD $0x4e23cd3d // fmla v29.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R16), (F8, F9)
+	WORD $0x4e20cd1e // fmla v30.4s, v8.4s, v0.4s
+	WORD $0x4e21cd3e // fmla v30.4s, v9.4s, v1.4s
+	WORD $0x4e22cd1f // fmla v31.4s, v8.4s, v2.4s
+	WORD $0x4e23cd3f // fmla v31.4s, v9.4s, v3.4s
+	FMOVD 8(R17), F0
+	WORD $0x6f0c0400 // ushr v0.16b, v0.16b, #4
+	WORD $0x6e2f8400 // sub v0.16b, v0.16b, v15.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	FMOVD 8(R19), F2
+	WORD $0x6f0c0442 // ushr v2.16b, v2.16b, #4
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x0f08a442 // sshll v2.8h, v2.8b, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f8b9042 // fmul v2.4s, v2.4s, v11.s[0]
+	WORD $0x4f8b9063 // fmul v3.4s, v3.4s, v11.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd30 // fmla v16.4s, v9.4s, v1.4s
+	WORD $0x4e22cd11 // fmla v17.4s, v8.4s, v2.4s
+	WORD $0x4e23cd31 // fmla v17.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	WORD $0x4e21cd32 // fmla v18.4s, v9.4s, v1.4s
+	WORD $0x4e22cd13 // fmla v19.4s, v8.4s, v2.4s
+	WORD $0x4e23cd33 // fmla v19.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R11), (F8, F9)
+	WORD $0x4e20cd14 // fmla v20.4s, v8.4s, v0.4s
+	WORD $0x4e21cd34 // fmla v20.4s, v9.4s, v1.4s
+	WORD $0x4e22cd15 // fmla v21.4s, v8.4s, v2.4s
+	WORD $0x4e23cd35 // fmla v21.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R12), (F8, F9)
+	WORD $0x4e20cd16 // fmla v22.4s, v8.4s, v0.4s
+	WORD $0x4e21cd36 // fmla v22.4s, v9.4s, v1.4s
+	WORD $0x4e22cd17 // fmla v23.4s, v8.4s, v2.4s
+	WORD $0x4e23cd37 // fmla v23.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R13), (F8, F9)
+	WORD $0x4e20cd18 // fmla v24.4s, v8.4s, v0.4s
+	WORD $0x4e21cd38 // fmla v24.4s, v9.4s, v1.4s
+	WORD $0x4e22cd19 // fmla v25.4s, v8.4s, v2.4s
+	WORD $0x4e23cd39 // fmla v25.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R14), (F8, F9)
+	WORD $0x4e20cd1a // fmla v26.4s, v8.4s, v0.4s
+	WORD $0x4e21cd3a // fmla v26.4s, v9.4s, v1.4s
+	WORD $0x4e22cd1b // fmla v27.4s, v8.4s, v2.4s
+	WORD $0x4e23cd3b // fmla v27.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R15), (F8, F9)
+	WORD $0x4e20cd1c // fmla v28.4s, v8.4s, v0.4s
+	WORD $0x4e21cd3c // fmla v28.4s, v9.4s, v1.4s
+	WORD $0x4e22cd1d // fmla v29.4s, v8.4s, v2.4s
+	WORD $0x4e23cd3d // fmla v29.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R16), (F8, F9)
+	WORD $0x4e20cd1e // fmla v30.4s, v8.4s, v0.4s
+	WORD $0x4e21cd3e // fmla v30.4s, v9.4s, v1.4s
+	WORD $0x4e22cd1f // fmla v31.4s, v8.4s, v2.4s
+	WORD $0x4e23cd3f // fmla v31.4s, v9.4s, v3.4s
+	ADD $16, R17
+	ADD $16, R19
+	SUBS $1, R7, R7
+	BNE mainBlock
+	MOVD R0, R22
+	WORD $0x6e31d610 // faddp v16.4s, v16.4s, v17.4s
+	WORD $0x6e30d610 // faddp v16.4s, v16.4s, v16.4s
+	FMOVD F16, (R22)
+	ADD R1, R22
+	WORD $0x6e33d652 // faddp v18.4s, v18.4s, v19.4s
+	WORD $0x6e32d652 // faddp v18.4s, v18.4s, v18.4s
+	FMOVD F18, (R22)
+	ADD R1, R22
+	WORD $0x6e35d694 // faddp v20.4s, v20.4s, v21.4s
+	WORD $0x6e34d694 // faddp v20.4s, v20.4s, v20.4s
+	FMOVD F20, (R22)
+	ADD R1, R22
+	WORD $0x6e37d6d6 // faddp v22.4s, v22.4s, v23.4s
+	WORD $0x6e36d6d6 // faddp v22.4s, v22.4s, v22.4s
+	FMOVD F22, (R22)
+	ADD R1, R22
+	WORD $0x6e39d718 // faddp v24.4s, v24.4s, v25.4s
+	WORD $0x6e38d718 // faddp v24.4s, v24.4s, v24.4s
+	FMOVD F24, (R22)
+	ADD R1, R22
+	WORD $0x6e3bd75a // faddp v26.4s, v26.4s, v27.4s
+	WORD $0x6e3ad75a // faddp v26.4s, v26.4s, v26.4s
+	FMOVD F26, (R22)
+	ADD R1, R22
+	WORD $0x6e3dd79c // faddp v28.4s, v28.4s, v29.4s
+	WORD $0x6e3cd79c // faddp v28.4s, v28.4s, v28.4s
+	FMOVD F28, (R22)
+	ADD R1, R22
+	WORD $0x6e3fd7de // faddp v30.4s, v30.4s, v31.4s
+	WORD $0x6e3ed7de // faddp v30.4s, v30.4s, v30.4s
+	FMOVD F30, (R22)
+	ADD $8, R0
+	ADD R4<<1, R3, R3
+	SUB $2, R5
+	B main
+mainEnd:
+rest:
+	CMP $1, R5
+	BLT restEnd
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	MOVD R2, R9
+	ADD R6<<2, R9, R10
+	ADD R6<<2, R10, R11
+	ADD R6<<2, R11, R12
+	ADD R6<<2, R12, R13
+	ADD R6<<2, R13, R14
+	ADD R6<<2, R14, R15
+	ADD R6<<2, R15, R16
+	MOVD R3, R17
+	LSR $5, R6, R7
+restBlock:
+	MOVHU (R17), R8
+	FMOVS R8, F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	ADD $2, R17
+	FMOVD 0(R17), F0
+	WORD $0x4e2e1c00 // and v0.16b, v0.16b, v14.16b
+	WORD $0x6e2f8400 // sub v0.16b, v0.16b, v15.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd30 // fmla v16.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd11 // fmla v17.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R11), (F8, F9)
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	WORD $0x4e21cd32 // fmla v18.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R12), (F8, F9)
+	WORD $0x4e20cd13 // fmla v19.4s, v8.4s, v0.4s
+	WORD $0x4e21cd33 // fmla v19.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R13), (F8, F9)
+	WORD $0x4e20cd14 // fmla v20.4s, v8.4s, v0.4s
+	WORD $0x4e21cd34 // fmla v20.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R14), (F8, F9)
+	WORD $0x4e20cd15 // fmla v21.4s, v8.4s, v0.4s
+	WORD $0x4e21cd35 // fmla v21.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R15), (F8, F9)
+	WORD $0x4e20cd16 // fmla v22.4s, v8.4s, v0.4s
+	WORD $0x4e21cd36 // fmla v22.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R16), (F8, F9)
+	WORD $0x4e20cd17 // fmla v23.4s, v8.4s, v0.4s
+	WORD $0x4e21cd37 // fmla v23.4s, v9.4s, v1.4s
+	FMOVD 8(R17), F0
+	WORD $0x4e2e1c00 // and v0.16b, v0.16b, v14.16b
+	WORD $0x6e2f8400 // sub v0.16b, v0.16b, v15.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd30 // fmla v16.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd11 // fmla v17.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R11), (F8, F9)
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	WORD $0x4e21cd32 // fmla v18.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R12), (F8, F9)
+	WORD $0x4e20cd13 // fmla v19.4s, v8.4s, v0.4s
+	WORD $0x4e21cd33 // fmla v19.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R13), (F8, F9)
+	WORD $0x4e20cd14 // fmla v20.4s, v8.4s, v0.4s
+	WORD $0x4e21cd34 // fmla v20.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R14), (F8, F9)
+	WORD $0x4e20cd15 // fmla v21.4s, v8.4s, v0.4s
+	WORD $0x4e21cd35 // fmla v21.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R15), (F8, F9)
+	WORD $0x4e20cd16 // fmla v22.4s, v8.4s, v0.4s
+	WORD $0x4e21cd36 // fmla v22.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R16), (F8, F9)
+	WORD $0x4e20cd17 // fmla v23.4s, v8.4s, v0.4s
+	WORD $0x4e21cd37 // fmla v23.4s, v9.4s, v1.4s
+	FMOVD 0(R17), F0
+	WORD $0x6f0c0400 // ushr v0.16b, v0.16b, #4
+	WORD $0x6e2f8400 // sub v0.16b, v0.16b, v15.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd30 // fmla v16.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd11 // fmla v17.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R11), (F8, F9)
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	WORD $0x4e21cd32 // fmla v18.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R12), (F8, F9)
+	WORD $0x4e20cd13 // fmla v19.4s, v8.4s, v0.4s
+	WORD $0x4e21cd33 // fmla v19.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R13), (F8, F9)
+	WORD $0x4e20cd14 // fmla v20.4s, v8.4s, v0.4s
+	WORD $0x4e21cd34 // fmla v20.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R14), (F8, F9)
+	WORD $0x4e20cd15 // fmla v21.4s, v8.4s, v0.4s
+	WORD $0x4e21cd35 // fmla v21.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R15), (F8, F9)
+	WORD $0x4e20cd16 // fmla v22.4s, v8.4s, v0.4s
+	WORD $0x4e21cd36 // fmla v22.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R16), (F8, F9)
+	WORD $0x4e20cd17 // fmla v23.4s, v8.4s, v0.4s
+	WORD $0x4e21cd37 // fmla v23.4s, v9.4s, v1.4s
+	FMOVD 8(R17), F0
+	WORD $0x6f0c0400 // ushr v0.16b, v0.16b, #4
+	WORD $0x6e2f8400 // sub v0.16b, v0.16b, v15.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd30 // fmla v16.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd11 // fmla v17.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R11), (F8, F9)
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	WORD $0x4e21cd32 // fmla v18.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R12), (F8, F9)
+	WORD $0x4e20cd13 // fmla v19.4s, v8.4s, v0.4s
+	WORD $0x4e21cd33 // fmla v19.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R13), (F8, F9)
+	WORD $0x4e20cd14 // fmla v20.4s, v8.4s, v0.4s
+	WORD $0x4e21cd34 // fmla v20.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R14), (F8, F9)
+	WORD $0x4e20cd15 // fmla v21.4s, v8.4s, v0.4s
+	WORD $0x4e21cd35 // fmla v21.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R15), (F8, F9)
+	WORD $0x4e20cd16 // fmla v22.4s, v8.4s, v0.4s
+	WORD $0x4e21cd36 // fmla v22.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R16), (F8, F9)
+	WORD $0x4e20cd17 // fmla v23.4s, v8.4s, v0.4s
+	WORD $0x4e21cd37 // fmla v23.4s, v9.4s, v1.4s
+	ADD $16, R17
+	SUBS $1, R7, R7
+	BNE restBlock
+	MOVD R0, R22
+	WORD $0x6e30d610 // faddp v16.4s, v16.4s, v16.4s
+	WORD $0x7e30da10 // faddp s16, v16.2s
+	FMOVS F16, (R22)
+	ADD R1, R22
+	WORD $0x6e31d631 // faddp v17.4s, v17.4s, v17.4s
+	WORD $0x7e30da31 // faddp s17, v17.2s
+	FMOVS F17, (R22)
+	ADD R1, R22
+	WORD $0x6e32d652 // faddp v18.4s, v18.4s, v18.4s
+	WORD $0x7e30da52 // faddp s18, v18.2s
+	FMOVS F18, (R22)
+	ADD R1, R22
+	WORD $0x6e33d673 // faddp v19.4s, v19.4s, v19.4s
+	WORD $0x7e30da73 // faddp s19, v19.2s
+	FMOVS F19, (R22)
+	ADD R1, R22
+	WORD $0x6e34d694 // faddp v20.4s, v20.4s, v20.4s
+	WORD $0x7e30da94 // faddp s20, v20.2s
+	FMOVS F20, (R22)
+	ADD R1, R22
+	WORD $0x6e35d6b5 // faddp v21.4s, v21.4s, v21.4s
+	WORD $0x7e30dab5 // faddp s21, v21.2s
+	FMOVS F21, (R22)
+	ADD R1, R22
+	WORD $0x6e36d6d6 // faddp v22.4s, v22.4s, v22.4s
+	WORD $0x7e30dad6 // faddp s22, v22.2s
+	FMOVS F22, (R22)
+	ADD R1, R22
+	WORD $0x6e37d6f7 // faddp v23.4s, v23.4s, v23.4s
+	WORD $0x7e30daf7 // faddp s23, v23.2s
+	FMOVS F23, (R22)
+	ADD $4, R0
+	ADD R4, R3
+	SUB $1, R5
+	B rest
+restEnd:
+	RET
+
+// accumQ4M1NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 1, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds.
+TEXT ·accumQ4M1NEON(SB), NOSPLIT|NOFRAME, $0-112
+	MOVD o_base+0(FP), R0
+	MOVD ldo+24(FP), R1
+	LSL $2, R1
+	MOVD p_base+32(FP), R2
+	MOVD ldp+56(FP), R3
+	LSL $2, R3
+	MOVD v_base+64(FP), R4
+	MOVD ldv+88(FP), R5
+	MOVD n+96(FP), R6
+	MOVD d+104(FP), R7
+	WORD $0x4f00e5ee // movi v14.16b, #0xf
+	WORD $0x4f00e50f // movi v15.16b, #0x8
+	MOVD R2, R9
+	MOVD R4, R10
+block:
+	MOVD $32, R11
+	CMP R11, R6
+	CSEL LT, R6, R11, R11
+	MOVD R7, R12
+	MOVD ZR, R13
+	MOVD ZR, R14
+	LSR $5, R7, R12
+q4Block:
+	ADD R13, R0, R16
+	FLDPQ 0(R16), (F16, F17)
+	FLDPQ 32(R16), (F18, F19)
+	FLDPQ 64(R16), (F20, F21)
+	FLDPQ 96(R16), (F22, F23)
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+c0K4:
+	CMP $4, R19
+	BLT c0K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD $16, R15
+	MOVHU (R17), R20
+	FMOVS R20, F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	FMOVQ 2(R17), F6
+	WORD $0x4e2e1cc2 // and v2.16b, v6.16b, v14.16b
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x6e2f84c6 // sub v6.16b, v6.16b, v15.16b
+	WORD $0x0f08a440 // sshll v0.8h, v2.8b, #0
+	WORD $0x4f08a442 // sshll2 v2.8h, v2.16b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f899000 // fmul v0.4s, v0.4s, v9.s[0]
+	WORD $0x4f899021 // fmul v1.4s, v1.4s, v9.s[0]
+	WORD $0x4f899042 // fmul v2.4s, v2.4s, v9.s[0]
+	WORD $0x4f899063 // fmul v3.4s, v3.4s, v9.s[0]
+	WORD $0x0f08a4c4 // sshll v4.8h, v6.8b, #0
+	WORD $0x4f08a4c6 // sshll2 v6.8h, v6.16b, #0
+	WORD $0x4f10a485 // sshll2 v5.4s, v4.8h, #0
+	WORD $0x0f10a484 // sshll v4.4s, v4.4h, #0
+	WORD $0x4f10a4c7 // sshll2 v7.4s, v6.8h, #0
+	WORD $0x0f10a4c6 // sshll v6.4s, v6.4h, #0
+	WORD $0x4e21d884 // scvtf v4.4s, v4.4s
+	WORD $0x4e21d8a5 // scvtf v5.4s, v5.4s
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x4f899084 // fmul v4.4s, v4.4s, v9.s[0]
+	WORD $0x4f8990a5 // fmul v5.4s, v5.4s, v9.s[0]
+	WORD $0x4f8990c6 // fmul v6.4s, v6.4s, v9.s[0]
+	WORD $0x4f8990e7 // fmul v7.4s, v7.4s, v9.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f881052 // fmla v18.4s, v2.4s, v8.s[0]
+	WORD $0x4f881073 // fmla v19.4s, v3.4s, v8.s[0]
+	WORD $0x4f881094 // fmla v20.4s, v4.4s, v8.s[0]
+	WORD $0x4f8810b5 // fmla v21.4s, v5.4s, v8.s[0]
+	WORD $0x4f8810d6 // fmla v22.4s, v6.4s, v8.s[0]
+	WORD $0x4f8810f7 // fmla v23.4s, v7.4s, v8.s[0]
+	MOVHU (R17), R20
+	FMOVS R20, F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	FMOVQ 2(R17), F6
+	WORD $0x4e2e1cc2 // and v2.16b, v6.16b, v14.16b
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x6e2f84c6 // sub v6.16b, v6.16b, v15.16b
+	WORD $0x0f08a440 // sshll v0.8h, v2.8b, #0
+	WORD $0x4f08a442 // sshll2 v2.8h, v2.16b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f899000 // fmul v0.4s, v0.4s, v9.s[0]
+	WORD $0x4f899021 // fmul v1.4s, v1.4s, v9.s[0]
+	WORD $0x4f899042 // fmul v2.4s, v2.4s, v9.s[0]
+	WORD $0x4f899063 // fmul v3.4s, v3.4s, v9.s[0]
+	WORD $0x0f08a4c4 // sshll v4.8h, v6.8b, #0
+	WORD $0x4f08a4c6 // sshll2 v6.8h, v6.16b, #0
+	WORD $0x4f10a485 // sshll2 v5.4s, v4.8h, #0
+	WORD $0x0f10a484 // sshll v4.4s, v4.4h, #0
+	WORD $0x4f10a4c7 // sshll2 v7.4s, v6.8h, #0
+	WORD $0x0f10a4c6 // sshll v6.4s, v6.4h, #0
+	WORD $0x4e21d884 // scvtf v4.4s, v4.4s
+	WORD $0x4e21d8a5 // scvtf v5.4s, v5.4s
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x4f899084 // fmul v4.4s, v4.4s, v9.s[0]
+	WORD $0x4f8990a5 // fmul v5.4s, v5.4s, v9.s[0]
+	WORD $0x4f8990c6 // fmul v6.4s, v6.4s, v9.s[0]
+	WORD $0x4f8990e7 // fmul v7.4s, v7.4s, v9.s[0]
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	WORD $0x4fa81031 // fmla v17.4s, v1.4s, v8.s[1]
+	WORD $0x4fa81052 // fmla v18.4s, v2.4s, v8.s[1]
+	WORD $0x4fa81073 // fmla v19.4s, v3.4s, v8.s[1]
+	WORD $0x4fa81094 // fmla v20.4s, v4.4s, v8.s[1]
+	WORD $0x4fa810b5 // fmla v21.4s, v5.4s, v8.s[1]
+	WORD $0x4fa810d6 // fmla v22.4s, v6.4s, v8.s[1]
+	WORD $0x4fa810f7 // fmla v23.4s, v7.4s, v8.s[1]
+	MOVHU (R17), R20
+	FMOVS R20, F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	FMOVQ 2(R17), F6
+	WORD $0x4e2e1cc2 // and v2.16b, v6.16b, v14.16b
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x6e2f84c6 // sub v6.16b, v6.16b, v15.16b
+	WORD $0x0f08a440 // sshll v0.8h, v2.8b, #0
+	WORD $0x4f08a442 // sshll2 v2.8h, v2.16b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f899000 // fmul v0.4s, v0.4s, v9.s[0]
+	WORD $0x4f899021 // fmul v1.4s, v1.4s, v9.s[0]
+	WORD $0x4f899042 // fmul v2.4s, v2.4s, v9.s[0]
+	WORD $0x4f899063 // fmul v3.4s, v3.4s, v9.s[0]
+	WORD $0x0f08a4c4 // sshll v4.8h, v6.8b, #0
+	WORD $0x4f08a4c6 // sshll2 v6.8h, v6.16b, #0
+	WORD $0x4f10a485 // sshll2 v5.4s, v4.8h, #0
+	WORD $0x0f10a484 // sshll v4.4s, v4.4h, #0
+	WORD $0x4f10a4c7 // sshll2 v7.4s, v6.8h, #0
+	WORD $0x0f10a4c6 // sshll v6.4s, v6.4h, #0
+	WORD $0x4e21d884 // scvtf v4.4s, v4.4s
+	WORD $0x4e21d8a5 // scvtf v5.4s, v5.4s
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x4f899084 // fmul v4.4s, v4.4s, v9.s[0]
+	WORD $0x4f8990a5 // fmul v5.4s, v5.4s, v9.s[0]
+	WORD $0x4f8990c6 // fmul v6.4s, v6.4s, v9.s[0]
+	WORD $0x4f8990e7 // fmul v7.4s, v7.4s, v9.s[0]
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	WORD $0x4f881831 // fmla v17.4s, v1.4s, v8.s[2]
+	WORD $0x4f881852 // fmla v18.4s, v2.4s, v8.s[2]
+	WORD $0x4f881873 // fmla v19.4s, v3.4s, v8.s[2]
+	WORD $0x4f881894 // fmla v20.4s, v4.4s, v8.s[2]
+	WORD $0x4f8818b5 // fmla v21.4s, v5.4s, v8.s[2]
+	WORD $0x4f8818d6 // fmla v22.4s, v6.4s, v8.s[2]
+	WORD $0x4f8818f7 // fmla v23.4s, v7.4s, v8.s[2]
+	MOVHU (R17), R20
+	FMOVS R20, F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	FMOVQ 2(R17), F6
+	WORD $0x4e2e1cc2 // and v2.16b, v6.16b, v14.16b
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x6e2f84c6 // sub v6.16b, v6.16b, v15.16b
+	WORD $0x0f08a440 // sshll v0.8h, v2.8b, #0
+	WORD $0x4f08a442 // sshll2 v2.8h, v2.16b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f899000 // fmul v0.4s, v0.4s, v9.s[0]
+	WORD $0x4f899021 // fmul v1.4s, v1.4s, v9.s[0]
+	WORD $0x4f899042 // fmul v2.4s, v2.4s, v9.s[0]
+	WORD $0x4f899063 // fmul v3.4s, v3.4s, v9.s[0]
+	WORD $0x0f08a4c4 // sshll v4.8h, v6.8b, #0
+	WORD $0x4f08a4c6 // sshll2 v6.8h, v6.16b, #0
+	WORD $0x4f10a485 // sshll2 v5.4s, v4.8h, #0
+	WORD $0x0f10a484 // sshll v4.4s, v4.4h, #0
+	WORD $0x4f10a4c7 // sshll2 v7.4s, v6.8h, #0
+	WORD $0x0f10a4c6 // sshll v6.4s, v6.4h, #0
+	WORD $0x4e21d884 // scvtf v4.4s, v4.4s
+	WORD $0x4e21d8a5 // scvtf v5.4s, v5.4s
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x4f899084 // fmul v4.4s, v4.4s, v9.s[0]
+	WORD $0x4f8990a5 // fmul v5.4s, v5.4s, v9.s[0]
+	WORD $0x4f8990c6 // fmul v6.4s, v6.4s, v9.s[0]
+	WORD $0x4f8990e7 // fmul v7.4s, v7.4s, v9.s[0]
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	WORD $0x4fa81831 // fmla v17.4s, v1.4s, v8.s[3]
+	WORD $0x4fa81852 // fmla v18.4s, v2.4s, v8.s[3]
+	WORD $0x4fa81873 // fmla v19.4s, v3.4s, v8.s[3]
+	WORD $0x4fa81894 // fmla v20.4s, v4.4s, v8.s[3]
+	WORD $0x4fa818b5 // fmla v21.4s, v5.4s, v8.s[3]
+	WORD $0x4fa818d6 // fmla v22.4s, v6.4s, v8.s[3]
+	WORD $0x4fa818f7 // fmla v23.4s, v7.4s, v8.s[3]
+	SUB $4, R19
+	B c0K4
+c0K1:
+	CBZ R19, c0Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD $4, R15
+	MOVHU (R17), R20
+	FMOVS R20, F9
+	WORD $0x0e217929 // fcvtl v9.4s, v9.4h
+	FMOVQ 2(R17), F6
+	WORD $0x4e2e1cc2 // and v2.16b, v6.16b, v14.16b
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x6e2f84c6 // sub v6.16b, v6.16b, v15.16b
+	WORD $0x0f08a440 // sshll v0.8h, v2.8b, #0
+	WORD $0x4f08a442 // sshll2 v2.8h, v2.16b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f899000 // fmul v0.4s, v0.4s, v9.s[0]
+	WORD $0x4f899021 // fmul v1.4s, v1.4s, v9.s[0]
+	WORD $0x4f899042 // fmul v2.4s, v2.4s, v9.s[0]
+	WORD $0x4f899063 // fmul v3.4s, v3.4s, v9.s[0]
+	WORD $0x0f08a4c4 // sshll v4.8h, v6.8b, #0
+	WORD $0x4f08a4c6 // sshll2 v6.8h, v6.16b, #0
+	WORD $0x4f10a485 // sshll2 v5.4s, v4.8h, #0
+	WORD $0x0f10a484 // sshll v4.4s, v4.4h, #0
+	WORD $0x4f10a4c7 // sshll2 v7.4s, v6.8h, #0
+	WORD $0x0f10a4c6 // sshll v6.4s, v6.4h, #0
+	WORD $0x4e21d884 // scvtf v4.4s, v4.4s
+	WORD $0x4e21d8a5 // scvtf v5.4s, v5.4s
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x4f899084 // fmul v4.4s, v4.4s, v9.s[0]
+	WORD $0x4f8990a5 // fmul v5.4s, v5.4s, v9.s[0]
+	WORD $0x4f8990c6 // fmul v6.4s, v6.4s, v9.s[0]
+	WORD $0x4f8990e7 // fmul v7.4s, v7.4s, v9.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f881052 // fmla v18.4s, v2.4s, v8.s[0]
+	WORD $0x4f881073 // fmla v19.4s, v3.4s, v8.s[0]
+	WORD $0x4f881094 // fmla v20.4s, v4.4s, v8.s[0]
+	WORD $0x4f8810b5 // fmla v21.4s, v5.4s, v8.s[0]
+	WORD $0x4f8810d6 // fmla v22.4s, v6.4s, v8.s[0]
+	WORD $0x4f8810f7 // fmla v23.4s, v7.4s, v8.s[0]
+	SUB $1, R19
+	B c0K1
+c0Store:
+	ADD R13, R0, R16
+	FSTPQ (F16, F17), 0(R16)
+	FSTPQ (F18, F19), 32(R16)
+	FSTPQ (F20, F21), 64(R16)
+	FSTPQ (F22, F23), 96(R16)
+	ADD $128, R13
+	ADD $18, R14
+	SUBS $1, R12, R12
+	BNE q4Block
+blockNext:
+	ADD R11<<2, R9, R9
+	MUL R11, R5, R16
+	ADD R16, R10
+	SUBS R11, R6, R6
+	BNE block
+	RET
+
+// accumQ4M2NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 2, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds.
+TEXT ·accumQ4M2NEON(SB), NOSPLIT|NOFRAME, $0-112
+	MOVD o_base+0(FP), R0
+	MOVD ldo+24(FP), R1
+	LSL $2, R1
+	MOVD p_base+32(FP), R2
+	MOVD ldp+56(FP), R3
+	LSL $2, R3
+	MOVD v_base+64(FP), R4
+	MOVD ldv+88(FP), R5
+	MOVD n+96(FP), R6
+	MOVD d+104(FP), R7
+	WORD $0x4f00e5ee // movi v14.16b, #0xf
+	WORD $0x4f00e50f // movi v15.16b, #0x8
+	MOVD R2, R9
+	MOVD R4, R10
+block:
+	MOVD $32, R11
+	CMP R11, R6
+	CSEL LT, R6, R11, R11
+	MOVD R7, R12
+	MOVD ZR, R13
+	MOVD ZR, R14
+	LSR $5, R7, R12
+q4Block:
+	ADD R13, R0, R16
+	FLDPQ 0(R16), (F16, F17)
+	FLDPQ 32(R16), (F18, F19)
+	FLDPQ 64(R16), (F20, F21)
+	FLDPQ 96(R16), (F22, F23)
+	ADD R1, R16
+	FLDPQ 0(R16), (F24, F25)
+	FLDPQ 32(R16), (F26, F27)
+	FLDPQ 64(R16), (F28, F29)
+	FLDPQ 96(R16), (F30, F31)
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+c0K4:
+	CMP $4, R19
+	BLT c0K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD R3, R16
+	FMOVQ (R16), F9
+	ADD $16, R15
+	MOVHU (R17), R20
+	FMOVS R20, F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVQ 2(R17), F6
+	WORD $0x4e2e1cc2 // and v2.16b, v6.16b, v14.16b
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x6e2f84c6 // sub v6.16b, v6.16b, v15.16b
+	WORD $0x0f08a440 // sshll v0.8h, v2.8b, #0
+	WORD $0x4f08a442 // sshll2 v2.8h, v2.16b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	WORD $0x4f8a9042 // fmul v2.4s, v2.4s, v10.s[0]
+	WORD $0x4f8a9063 // fmul v3.4s, v3.4s, v10.s[0]
+	WORD $0x0f08a4c4 // sshll v4.8h, v6.8b, #0
+	WORD $0x4f08a4c6 // sshll2 v6.8h, v6.16b, #0
+	WORD $0x4f10a485 // sshll2 v5.4s, v4.8h, #0
+	WORD $0x0f10a484 // sshll v4.4s, v4.4h, #0
+	WORD $0x4f10a4c7 // sshll2 v7.4s, v6.8h, #0
+	WORD $0x0f10a4c6 // sshll v6.4s, v6.4h, #0
+	WORD $0x4e21d884 // scvtf v4.4s, v4.4s
+	WORD $0x4e21d8a5 // scvtf v5.4s, v5.4s
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x4f8a9084 // fmul v4.4s, v4.4s, v10.s[0]
+	WORD $0x4f8a90a5 // fmul v5.4s, v5.4s, v10.s[0]
+	WORD $0x4f8a90c6 // fmul v6.4s, v6.4s, v10.s[0]
+	WORD $0x4f8a90e7 // fmul v7.4s, v7.4s, v10.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891018 // fmla v24.4s, v0.4s, v9.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891039 // fmla v25.4s, v1.4s, v9.s[0]
+	WORD $0x4f881052 // fmla v18.4s, v2.4s, v8.s[0]
+	WORD $0x4f89105a // fmla v26.4s, v2.4s, v9.s[0]
+	WORD $0x4f881073 // fmla v19.4s, v3.4s, v8.s[0]
+	WORD $0x4f89107b // fmla v27.4s, v3.4s, v9.s[0]
+	WORD $0x4f881094 // fmla v20.4s, v4.4s, v8.s[0]
+	WORD $0x4f89109c // fmla v28.4s, v4.4s, v9.s[0]
+	WORD $0x4f8810b5 // fmla v21.4s, v5.4s, v8.s[0]
+	WORD $0x4f8910bd // fmla v29.4s, v5.4s, v9.s[0]
+	WORD $0x4f8810d6 // fmla v22.4s, v6.4s, v8.s[0]
+	WORD $0x4f8910de // fmla v30.4s, v6.4s, v9.s[0]
+	WORD $0x4f8810f7 // fmla v23.4s, v7.4s, v8.s[0]
+	WORD $0x4f8910ff // fmla v31.4s, v7.4s, v9.s[0]
+	MOVHU (R17), R20
+	FMOVS R20, F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVQ 2(R17), F6
+	WORD $0x4e2e1cc2 // and v2.16b, v6.16b, v14.16b
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x6e2f84c6 // sub v6.16b, v6.16b, v15.16b
+	WORD $0x0f08a440 // sshll v0.8h, v2.8b, #0
+	WORD $0x4f08a442 // sshll2 v2.8h, v2.16b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	WORD $0x4f8a9042 // fmul v2.4s, v2.4s, v10.s[0]
+	WORD $0x4f8a9063 // fmul v3.4s, v3.4s, v10.s[0]
+	WORD $0x0f08a4c4 // sshll v4.8h, v6.8b, #0
+	WORD $0x4f08a4c6 // sshll2 v6.8h, v6.16b, #0
+	WORD $0x4f10a485 // sshll2 v5.4s, v4.8h, #0
+	WORD $0x0f10a484 // sshll v4.4s, v4.4h, #0
+	WORD $0x4f10a4c7 // sshll2 v7.4s, v6.8h, #0
+	WORD $0x0f10a4c6 // sshll v6.4s, v6.4h, #0
+	WORD $0x4e21d884 // scvtf v4.4s, v4.4s
+	WORD $0x4e21d8a5 // scvtf v5.4s, v5.4s
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x4f8a9084 // fmul v4.4s, v4.4s, v10.s[0]
+	WORD $0x4f8a90a5 // fmul v5.4s, v5.4s, v10.s[0]
+	WORD $0x4f8a90c6 // fmul v6.4s, v6.4s, v10.s[0]
+	WORD $0x4f8a90e7 // fmul v7.4s, v7.4s, v10.s[0]
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	WORD $0x4fa91018 // fmla v24.4s, v0.4s, v9.s[1]
+	WORD $0x4fa81031 // fmla v17.4s, v1.4s, v8.s[1]
+	WORD $0x4fa91039 // fmla v25.4s, v1.4s, v9.s[1]
+	WORD $0x4fa81052 // fmla v18.4s, v2.4s, v8.s[1]
+	WORD $0x4fa9105a // fmla v26.4s, v2.4s, v9.s[1]
+	WORD $0x4fa81073 // fmla v19.4s, v3.4s, v8.s[1]
+	WORD $0x4fa9107b // fmla v27.4s, v3.4s, v9.s[1]
+	WORD $0x4fa81094 // fmla v20.4s, v4.4s, v8.s[1]
+	WORD $0x4fa9109c // fmla v28.4s, v4.4s, v9.s[1]
+	WORD $0x4fa810b5 // fmla v21.4s, v5.4s, v8.s[1]
+	WORD $0x4fa910bd // fmla v29.4s, v5.4s, v9.s[1]
+	WORD $0x4fa810d6 // fmla v22.4s, v6.4s, v8.s[1]
+	WORD $0x4fa910de // fmla v30.4s, v6.4s, v9.s[1]
+	WORD $0x4fa810f7 // fmla v23.4s, v7.4s, v8.s[1]
+	WORD $0x4fa910ff // fmla v31.4s, v7.4s, v9.s[1]
+	MOVHU (R17), R20
+	FMOVS R20, F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVQ 2(R17), F6
+	WORD $0x4e2e1cc2 // and v2.16b, v6.16b, v14.16b
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x6e2f84c6 // sub v6.16b, v6.16b, v15.16b
+	WORD $0x0f08a440 // sshll v0.8h, v2.8b, #0
+	WORD $0x4f08a442 // sshll2 v2.8h, v2.16b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	WORD $0x4f8a9042 // fmul v2.4s, v2.4s, v10.s[0]
+	WORD $0x4f8a9063 // fmul v3.4s, v3.4s, v10.s[0]
+	WORD $0x0f08a4c4 // sshll v4.8h, v6.8b, #0
+	WORD $0x4f08a4c6 // sshll2 v6.8h, v6.16b, #0
+	WORD $0x4f10a485 // sshll2 v5.4s, v4.8h, #0
+	WORD $0x0f10a484 // sshll v4.4s, v4.4h, #0
+	WORD $0x4f10a4c7 // sshll2 v7.4s, v6.8h, #0
+	WORD $0x0f10a4c6 // sshll v6.4s, v6.4h, #0
+	WORD $0x4e21d884 // scvtf v4.4s, v4.4s
+	WORD $0x4e21d8a5 // scvtf v5.4s, v5.4s
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x4f8a9084 // fmul v4.4s, v4.4s, v10.s[0]
+	WORD $0x4f8a90a5 // fmul v5.4s, v5.4s, v10.s[0]
+	WORD $0x4f8a90c6 // fmul v6.4s, v6.4s, v10.s[0]
+	WORD $0x4f8a90e7 // fmul v7.4s, v7.4s, v10.s[0]
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	WORD $0x4f891818 // fmla v24.4s, v0.4s, v9.s[2]
+	WORD $0x4f881831 // fmla v17.4s, v1.4s, v8.s[2]
+	WORD $0x4f891839 // fmla v25.4s, v1.4s, v9.s[2]
+	WORD $0x4f881852 // fmla v18.4s, v2.4s, v8.s[2]
+	WORD $0x4f89185a // fmla v26.4s, v2.4s, v9.s[2]
+	WORD $0x4f881873 // fmla v19.4s, v3.4s, v8.s[2]
+	WORD $0x4f89187b // fmla v27.4s, v3.4s, v9.s[2]
+	WORD $0x4f881894 // fmla v20.4s, v4.4s, v8.s[2]
+	WORD $0x4f89189c // fmla v28.4s, v4.4s, v9.s[2]
+	WORD $0x4f8818b5 // fmla v21.4s, v5.4s, v8.s[2]
+	WORD $0x4f8918bd // fmla v29.4s, v5.4s, v9.s[2]
+	WORD $0x4f8818d6 // fmla v22.4s, v6.4s, v8.s[2]
+	WORD $0x4f8918de // fmla v30.4s, v6.4s, v9.s[2]
+	WORD $0x4f8818f7 // fmla v23.4s, v7.4s, v8.s[2]
+	WORD $0x4f8918ff // fmla v31.4s, v7.4s, v9.s[2]
+	MOVHU (R17), R20
+	FMOVS R20, F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVQ 2(R17), F6
+	WORD $0x4e2e1cc2 // and v2.16b, v6.16b, v14.16b
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x6e2f84c6 // sub v6.16b, v6.16b, v15.16b
+	WORD $0x0f08a440 // sshll v0.8h, v2.8b, #0
+	WORD $0x4f08a442 // sshll2 v2.8h, v2.16b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	WORD $0x4f8a9042 // fmul v2.4s, v2.4s, v10.s[0]
+	WORD $0x4f8a9063 // fmul v3.4s, v3.4s, v10.s[0]
+	WORD $0x0f08a4c4 // sshll v4.8h, v6.8b, #0
+	WORD $0x4f08a4c6 // sshll2 v6.8h, v6.16b, #0
+	WORD $0x4f10a485 // sshll2 v5.4s, v4.8h, #0
+	WORD $0x0f10a484 // sshll v4.4s, v4.4h, #0
+	WORD $0x4f10a4c7 // sshll2 v7.4s, v6.8h, #0
+	WORD $0x0f10a4c6 // sshll v6.4s, v6.4h, #0
+	WORD $0x4e21d884 // scvtf v4.4s, v4.4s
+	WORD $0x4e21d8a5 // scvtf v5.4s, v5.4s
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x4f8a9084 // fmul v4.4s, v4.4s, v10.s[0]
+	WORD $0x4f8a90a5 // fmul v5.4s, v5.4s, v10.s[0]
+	WORD $0x4f8a90c6 // fmul v6.4s, v6.4s, v10.s[0]
+	WORD $0x4f8a90e7 // fmul v7.4s, v7.4s, v10.s[0]
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	WORD $0x4fa91818 // fmla v24.4s, v0.4s, v9.s[3]
+	WORD $0x4fa81831 // fmla v17.4s, v1.4s, v8.s[3]
+	WORD $0x4fa91839 // fmla v25.4s, v1.4s, v9.s[3]
+	WORD $0x4fa81852 // fmla v18.4s, v2.4s, v8.s[3]
+	WORD $0x4fa9185a // fmla v26.4s, v2.4s, v9.s[3]
+	WORD $0x4fa81873 // fmla v19.4s, v3.4s, v8.s[3]
+	WORD $0x4fa9187b // fmla v27.4s, v3.4s, v9.s[3]
+	WORD $0x4fa81894 // fmla v20.4s, v4.4s, v8.s[3]
+	WORD $0x4fa9189c // fmla v28.4s, v4.4s, v9.s[3]
+	WORD $0x4fa818b5 // fmla v21.4s, v5.4s, v8.s[3]
+	WORD $0x4fa918bd // fmla v29.4s, v5.4s, v9.s[3]
+	WORD $0x4fa818d6 // fmla v22.4s, v6.4s, v8.s[3]
+	WORD $0x4fa918de // fmla v30.4s, v6.4s, v9.s[3]
+	WORD $0x4fa818f7 // fmla v23.4s, v7.4s, v8.s[3]
+	WORD $0x4fa918ff // fmla v31.4s, v7.4s, v9.s[3]
+	SUB $4, R19
+	B c0K4
+c0K1:
+	CBZ R19, c0Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD R3, R16
+	FMOVS (R16), F9
+	ADD $4, R15
+	MOVHU (R17), R20
+	FMOVS R20, F10
+	WORD $0x0e21794a // fcvtl v10.4s, v10.4h
+	FMOVQ 2(R17), F6
+	WORD $0x4e2e1cc2 // and v2.16b, v6.16b, v14.16b
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x6f0c04c6 // ushr v6.16b, v6.16b, #4
+	WORD $0x6e2f84c6 // sub v6.16b, v6.16b, v15.16b
+	WORD $0x0f08a440 // sshll v0.8h, v2.8b, #0
+	WORD $0x4f08a442 // sshll2 v2.8h, v2.16b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f8a9000 // fmul v0.4s, v0.4s, v10.s[0]
+	WORD $0x4f8a9021 // fmul v1.4s, v1.4s, v10.s[0]
+	WORD $0x4f8a9042 // fmul v2.4s, v2.4s, v10.s[0]
+	WORD $0x4f8a9063 // fmul v3.4s, v3.4s, v10.s[0]
+	WORD $0x0f08a4c4 // sshll v4.8h, v6.8b, #0
+	WORD $0x4f08a4c6 // sshll2 v6.8h, v6.16b, #0
+	WORD $0x4f10a485 // sshll2 v5.4s, v4.8h, #0
+	WORD $0x0f10a484 // sshll v4.4s, v4.4h, #0
+	WORD $0x4f10a4c7 // sshll2 v7.4s, v6.8h, #0
+	WORD $0x0f10a4c6 // sshll v6.4s, v6.4h, #0
+	WORD $0x4e21d884 // scvtf v4.4s, v4.4s
+	WORD $0x4e21d8a5 // scvtf v5.4s, v5.4s
+	WORD $0x4e21d8c6 // scvtf v6.4s, v6.4s
+	WORD $0x4e21d8e7 // scvtf v7.4s, v7.4s
+	WORD $0x4f8a9084 // fmul v4.4s, v4.4s, v10.s[0]
+	WORD $0x4f8a90a5 // fmul v5.4s, v5.4s, v10.s[0]
+	WORD $0x4f8a90c6 // fmul v6.4s, v6.4s, v10.s[0]
+	WORD $0x4f8a90e7 // fmul v7.4s, v7.4s, v10.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891018 // fmla v24.4s, v0.4s, v9.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891039 // fmla v25.4s, v1.4s, v9.s[0]
+	WORD $0x4f881052 // fmla v18.4s, v2.4s, v8.s[0]
+	WORD $0x4f89105a // fmla v26.4s, v2.4s, v9.s[0]
+	WORD $0x4f881073 // fmla v19.4s, v3.4s, v8.s[0]
+	WORD $0x4f89107b // fmla v27.4s, v3.4s, v9.s[0]
+	WORD $0x4f881094 // fmla v20.4s, v4.4s, v8.s[0]
+	WORD $0x4f89109c // fmla v28.4s, v4.4s, v9.s[0]
+	WORD $0x4f8810b5 // fmla v21.4s, v5.4s, v8.s[0]
+	WORD $0x4f8910bd // fmla v29.4s, v5.4s, v9.s[0]
+	WORD $0x4f8810d6 // fmla v22.4s, v6.4s, v8.s[0]
+	WORD $0x4f8910de // fmla v30.4s, v6.4s, v9.s[0]
+	WORD $0x4f8810f7 // fmla v23.4s, v7.4s, v8.s[0]
+	WORD $0x4f8910ff // fmla v31.4s, v7.4s, v9.s[0]
+	SUB $1, R19
+	B c0K1
+c0Store:
+	ADD R13, R0, R16
+	FSTPQ (F16, F17), 0(R16)
+	FSTPQ (F18, F19), 32(R16)
+	FSTPQ (F20, F21), 64(R16)
+	FSTPQ (F22, F23), 96(R16)
+	ADD R1, R16
+	FSTPQ (F24, F25), 0(R16)
+	FSTPQ (F26, F27), 32(R16)
+	FSTPQ (F28, F29), 64(R16)
+	FSTPQ (F30, F31), 96(R16)
+	ADD $128, R13
+	ADD $18, R14
+	SUBS $1, R12, R12
+	BNE q4Block
+blockNext:
+	ADD R11<<2, R9, R9
+	MUL R11, R5, R16
+	ADD R16, R10
+	SUBS R11, R6, R6
+	BNE block
+	RET
+
+// accumQ4M4NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 4, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds.
+TEXT ·accumQ4M4NEON(SB), NOSPLIT|NOFRAME, $0-112
+	MOVD o_base+0(FP), R0
+	MOVD ldo+24(FP), R1
+	LSL $2, R1
+	MOVD p_base+32(FP), R2
+	MOVD ldp+56(FP), R3
+	LSL $2, R3
+	MOVD v_base+64(FP), R4
+	MOVD ldv+88(FP), R5
+	MOVD n+96(FP), R6
+	MOVD d+104(FP), R7
+	WORD $0x4f00e5ee // movi v14.16b, #0xf
+	WORD $0x4f00e50f // movi v15.16b, #0x8
+	MOVD R2, R9
+	MOVD R4, R10
+block:
+	MOVD $32, R11
+	CMP R11, R6
+	CSEL LT, R6, R11, R11
+	MOVD R7, R12
+	MOVD ZR, R13
+	MOVD ZR, R14
+	LSR $5, R7, R12
+q4Block:
+	ADD R13, R0, R16
+	FLDPQ 0(R16), (F16, F17)
+	FLDPQ 32(R16), (F18, F19)
+	ADD R1, R16
+	FLDPQ 0(R16), (F20, F21)
+	FLDPQ 32(R16), (F22, F23)
+	ADD R1, R16
+	FLDPQ 0(R16), (F24, F25)
+	FLDPQ 32(R16), (F26, F27)
+	ADD R1, R16
+	FLDPQ 0(R16), (F28, F29)
+	FLDPQ 32(R16), (F30, F31)
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+c0K4:
+	CMP $4, R19
+	BLT c0K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD R3, R16
+	FMOVQ (R16), F9
+	ADD R3, R16
+	FMOVQ (R16), F10
+	ADD R3, R16
+	FMOVQ (R16), F11
+	ADD $16, R15
+	MOVHU (R17), R20
+	FMOVS R20, F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	FMOVQ 2(R17), F2
+	WORD $0x4e2e1c42 // and v2.16b, v2.16b, v14.16b
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x0f08a440 // sshll v0.8h, v2.8b, #0
+	WORD $0x4f08a442 // sshll2 v2.8h, v2.16b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f8c9000 // fmul v0.4s, v0.4s, v12.s[0]
+	WORD $0x4f8c9021 // fmul v1.4s, v1.4s, v12.s[0]
+	WORD $0x4f8c9042 // fmul v2.4s, v2.4s, v12.s[0]
+	WORD $0x4f8c9063 // fmul v3.4s, v3.4s, v12.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891014 // fmla v20.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1018 // fmla v24.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b101c // fmla v28.4s, v0.4s, v11.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891035 // fmla v21.4s, v1.4s, v9.s[0]
+	WORD $0x4f8a1039 // fmla v25.4s, v1.4s, v10.s[0]
+	WORD $0x4f8b103d // fmla v29.4s, v1.4s, v11.s[0]
+	WORD $0x4f881052 // fmla v18.4s, v2.4s, v8.s[0]
+	WORD $0x4f891056 // fmla v22.4s, v2.4s, v9.s[0]
+	WORD $0x4f8a105a // fmla v26.4s, v2.4s, v10.s[0]
+	WORD $0x4f8b105e // fmla v30.4s, v2.4s, v11.s[0]
+	WORD $0x4f881073 // fmla v19.4s, v3.4s, v8.s[0]
+	WORD $0x4f891077 // fmla v23.4s, v3.4s, v9.s[0]
+	WORD $0x4f8a107b // fmla v27.4s, v3.4s, v10.s[0]
+	WORD $0x4f8b107f // fmla v31.4s, v3.4s, v11.s[0]
+	MOVHU (R17), R20
+	FMOVS R20, F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	FMOVQ 2(R17), F2
+	WORD $0x4e2e1c42 // and v2.16b, v2.16b, v14.16b
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x0f08a440 // sshll v0.8h, v2.8b, #0
+	WORD $0x4f08a442 // sshll2 v2.8h, v2.16b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f8c9000 // fmul v0.4s, v0.4s, v12.s[0]
+	WORD $0x4f8c9021 // fmul v1.4s, v1.4s, v12.s[0]
+	WORD $0x4f8c9042 // fmul v2.4s, v2.4s, v12.s[0]
+	WORD $0x4f8c9063 // fmul v3.4s, v3.4s, v12.s[0]
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	WORD $0x4fa91014 // fmla v20.4s, v0.4s, v9.s[1]
+	WORD $0x4faa1018 // fmla v24.4s, v0.4s, v10.s[1]
+	WORD $0x4fab101c // fmla v28.4s, v0.4s, v11.s[1]
+	WORD $0x4fa81031 // fmla v17.4s, v1.4s, v8.s[1]
+	WORD $0x4fa91035 // fmla v21.4s, v1.4s, v9.s[1]
+	WORD $0x4faa1039 // fmla v25.4s, v1.4s, v10.s[1]
+	WORD $0x4fab103d // fmla v29.4s, v1.4s, v11.s[1]
+	WORD $0x4fa81052 // fmla v18.4s, v2.4s, v8.s[1]
+	WORD $0x4fa91056 // fmla v22.4s, v2.4s, v9.s[1]
+	WORD $0x4faa105a // fmla v26.4s, v2.4s, v10.s[1]
+	WORD $0x4fab105e // fmla v30.4s, v2.4s, v11.s[1]
+	WORD $0x4fa81073 // fmla v19.4s, v3.4s, v8.s[1]
+	WORD $0x4fa91077 // fmla v23.4s, v3.4s, v9.s[1]
+	WORD $0x4faa107b // fmla v27.4s, v3.4s, v10.s[1]
+	WORD $0x4fab107f // fmla v31.4s, v3.4s, v11.s[1]
+	MOVHU (R17), R20
+	FMOVS R20, F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	FMOVQ 2(R17), F2
+	WORD $0x4e2e1c42 // and v2.16b, v2.16b, v14.16b
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x0f08a440 // sshll v0.8h, v2.8b, #0
+	WORD $0x4f08a442 // sshll2 v2.8h, v2.16b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f8c9000 // fmul v0.4s, v0.4s, v12.s[0]
+	WORD $0x4f8c9021 // fmul v1.4s, v1.4s, v12.s[0]
+	WORD $0x4f8c9042 // fmul v2.4s, v2.4s, v12.s[0]
+	WORD $0x4f8c9063 // fmul v3.4s, v3.4s, v12.s[0]
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	WORD $0x4f891814 // fmla v20.4s, v0.4s, v9.s[2]
+	WORD $0x4f8a1818 // fmla v24.4s, v0.4s, v10.s[2]
+	WORD $0x4f8b181c // fmla v28.4s, v0.4s, v11.s[2]
+	WORD $0x4f881831 // fmla v17.4s, v1.4s, v8.s[2]
+	WORD $0x4f891835 // fmla v21.4s, v1.4s, v9.s[2]
+	WORD $0x4f8a1839 // fmla v25.4s, v1.4s, v10.s[2]
+	WORD $0x4f8b183d // fmla v29.4s, v1.4s, v11.s[2]
+	WORD $0x4f881852 // fmla v18.4s, v2.4s, v8.s[2]
+	WORD $0x4f891856 // fmla v22.4s, v2.4s, v9.s[2]
+	WORD $0x4f8a185a // fmla v26.4s, v2.4s, v10.s[2]
+	WORD $0x4f8b185e // fmla v30.4s, v2.4s, v11.s[2]
+	WORD $0x4f881873 // fmla v19.4s, v3.4s, v8.s[2]
+	WORD $0x4f891877 // fmla v23.4s, v3.4s, v9.s[2]
+	WORD $0x4f8a187b // fmla v27.4s, v3.4s, v10.s[2]
+	WORD $0x4f8b187f // fmla v31.4s, v3.4s, v11.s[2]
+	MOVHU (R17), R20
+	FMOVS R20, F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	FMOVQ 2(R17), F2
+	WORD $0x4e2e1c42 // and v2.16b, v2.16b, v14.16b
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x0f08a440 // sshll v0.8h, v2.8b, #0
+	WORD $0x4f08a442 // sshll2 v2.8h, v2.16b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f8c9000 // fmul v0.4s, v0.4s, v12.s[0]
+	WORD $0x4f8c9021 // fmul v1.4s, v1.4s, v12.s[0]
+	WORD $0x4f8c9042 // fmul v2.4s, v2.4s, v12.s[0]
+	WORD $0x4f8c9063 // fmul v3.4s, v3.4s, v12.s[0]
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	WORD $0x4fa91814 // fmla v20.4s, v0.4s, v9.s[3]
+	WORD $0x4faa1818 // fmla v24.4s, v0.4s, v10.s[3]
+	WORD $0x4fab181c // fmla v28.4s, v0.4s, v11.s[3]
+	WORD $0x4fa81831 // fmla v17.4s, v1.4s, v8.s[3]
+	WORD $0x4fa91835 // fmla v21.4s, v1.4s, v9.s[3]
+	WORD $0x4faa1839 // fmla v25.4s, v1.4s, v10.s[3]
+	WORD $0x4fab183d // fmla v29.4s, v1.4s, v11.s[3]
+	WORD $0x4fa81852 // fmla v18.4s, v2.4s, v8.s[3]
+	WORD $0x4fa91856 // fmla v22.4s, v2.4s, v9.s[3]
+	WORD $0x4faa185a // fmla v26.4s, v2.4s, v10.s[3]
+	WORD $0x4fab185e // fmla v30.4s, v2.4s, v11.s[3]
+	WORD $0x4fa81873 // fmla v19.4s, v3.4s, v8.s[3]
+	WORD $0x4fa91877 // fmla v23.4s, v3.4s, v9.s[3]
+	WORD $0x4faa187b // fmla v27.4s, v3.4s, v10.s[3]
+	WORD $0x4fab187f // fmla v31.4s, v3.4s, v11.s[3]
+	SUB $4, R19
+	B c0K4
+c0K1:
+	CBZ R19, c0Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD R3, R16
+	FMOVS (R16), F9
+	ADD R3, R16
+	FMOVS (R16), F10
+	ADD R3, R16
+	FMOVS (R16), F11
+	ADD $4, R15
+	MOVHU (R17), R20
+	FMOVS R20, F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	FMOVQ 2(R17), F2
+	WORD $0x4e2e1c42 // and v2.16b, v2.16b, v14.16b
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x0f08a440 // sshll v0.8h, v2.8b, #0
+	WORD $0x4f08a442 // sshll2 v2.8h, v2.16b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f8c9000 // fmul v0.4s, v0.4s, v12.s[0]
+	WORD $0x4f8c9021 // fmul v1.4s, v1.4s, v12.s[0]
+	WORD $0x4f8c9042 // fmul v2.4s, v2.4s, v12.s[0]
+	WORD $0x4f8c9063 // fmul v3.4s, v3.4s, v12.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891014 // fmla v20.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1018 // fmla v24.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b101c // fmla v28.4s, v0.4s, v11.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891035 // fmla v21.4s, v1.4s, v9.s[0]
+	WORD $0x4f8a1039 // fmla v25.4s, v1.4s, v10.s[0]
+	WORD $0x4f8b103d // fmla v29.4s, v1.4s, v11.s[0]
+	WORD $0x4f881052 // fmla v18.4s, v2.4s, v8.s[0]
+	WORD $0x4f891056 // fmla v22.4s, v2.4s, v9.s[0]
+	WORD $0x4f8a105a // fmla v26.4s, v2.4s, v10.s[0]
+	WORD $0x4f8b105e // fmla v30.4s, v2.4s, v11.s[0]
+	WORD $0x4f881073 // fmla v19.4s, v3.4s, v8.s[0]
+	WORD $0x4f891077 // fmla v23.4s, v3.4s, v9.s[0]
+	WORD $0x4f8a107b // fmla v27.4s, v3.4s, v10.s[0]
+	WORD $0x4f8b107f // fmla v31.4s, v3.4s, v11.s[0]
+	SUB $1, R19
+	B c0K1
+c0Store:
+	ADD R13, R0, R16
+	FSTPQ (F16, F17), 0(R16)
+	FSTPQ (F18, F19), 32(R16)
+	ADD R1, R16
+	FSTPQ (F20, F21), 0(R16)
+	FSTPQ (F22, F23), 32(R16)
+	ADD R1, R16
+	FSTPQ (F24, F25), 0(R16)
+	FSTPQ (F26, F27), 32(R16)
+	ADD R1, R16
+	FSTPQ (F28, F29), 0(R16)
+	FSTPQ (F30, F31), 32(R16)
+	ADD $64, R13
+	ADD R13, R0, R16
+	FLDPQ 0(R16), (F16, F17)
+	FLDPQ 32(R16), (F18, F19)
+	ADD R1, R16
+	FLDPQ 0(R16), (F20, F21)
+	FLDPQ 32(R16), (F22, F23)
+	ADD R1, R16
+	FLDPQ 0(R16), (F24, F25)
+	FLDPQ 32(R16), (F26, F27)
+	ADD R1, R16
+	FLDPQ 0(R16), (F28, F29)
+	FLDPQ 32(R16), (F30, F31)
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+c1K4:
+	CMP $4, R19
+	BLT c1K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD R3, R16
+	FMOVQ (R16), F9
+	ADD R3, R16
+	FMOVQ (R16), F10
+	ADD R3, R16
+	FMOVQ (R16), F11
+	ADD $16, R15
+	MOVHU (R17), R20
+	FMOVS R20, F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	FMOVQ 2(R17), F2
+	WORD $0x6f0c0442 // ushr v2.16b, v2.16b, #4
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x0f08a440 // sshll v0.8h, v2.8b, #0
+	WORD $0x4f08a442 // sshll2 v2.8h, v2.16b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f8c9000 // fmul v0.4s, v0.4s, v12.s[0]
+	WORD $0x4f8c9021 // fmul v1.4s, v1.4s, v12.s[0]
+	WORD $0x4f8c9042 // fmul v2.4s, v2.4s, v12.s[0]
+	WORD $0x4f8c9063 // fmul v3.4s, v3.4s, v12.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891014 // fmla v20.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1018 // fmla v24.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b101c // fmla v28.4s, v0.4s, v11.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891035 // fmla v21.4s, v1.4s, v9.s[0]
+	WORD $0x4f8a1039 // fmla v25.4s, v1.4s, v10.s[0]
+	WORD $0x4f8b103d // fmla v29.4s, v1.4s, v11.s[0]
+	WORD $0x4f881052 // fmla v18.4s, v2.4s, v8.s[0]
+	WORD $0x4f891056 // fmla v22.4s, v2.4s, v9.s[0]
+	WORD $0x4f8a105a // fmla v26.4s, v2.4s, v10.s[0]
+	WORD $0x4f8b105e // fmla v30.4s, v2.4s, v11.s[0]
+	WORD $0x4f881073 // fmla v19.4s, v3.4s, v8.s[0]
+	WORD $0x4f891077 // fmla v23.4s, v3.4s, v9.s[0]
+	WORD $0x4f8a107b // fmla v27.4s, v3.4s, v10.s[0]
+	WORD $0x4f8b107f // fmla v31.4s, v3.4s, v11.s[0]
+	MOVHU (R17), R20
+	FMOVS R20, F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	FMOVQ 2(R17), F2
+	WORD $0x6f0c0442 // ushr v2.16b, v2.16b, #4
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x0f08a440 // sshll v0.8h, v2.8b, #0
+	WORD $0x4f08a442 // sshll2 v2.8h, v2.16b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f8c9000 // fmul v0.4s, v0.4s, v12.s[0]
+	WORD $0x4f8c9021 // fmul v1.4s, v1.4s, v12.s[0]
+	WORD $0x4f8c9042 // fmul v2.4s, v2.4s, v12.s[0]
+	WORD $0x4f8c9063 // fmul v3.4s, v3.4s, v12.s[0]
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	WORD $0x4fa91014 // fmla v20.4s, v0.4s, v9.s[1]
+	WORD $0x4faa1018 // fmla v24.4s, v0.4s, v10.s[1]
+	WORD $0x4fab101c // fmla v28.4s, v0.4s, v11.s[1]
+	WORD $0x4fa81031 // fmla v17.4s, v1.4s, v8.s[1]
+	WORD $0x4fa91035 // fmla v21.4s, v1.4s, v9.s[1]
+	WORD $0x4faa1039 // fmla v25.4s, v1.4s, v10.s[1]
+	WORD $0x4fab103d // fmla v29.4s, v1.4s, v11.s[1]
+	WORD $0x4fa81052 // fmla v18.4s, v2.4s, v8.s[1]
+	WORD $0x4fa91056 // fmla v22.4s, v2.4s, v9.s[1]
+	WORD $0x4faa105a // fmla v26.4s, v2.4s, v10.s[1]
+	WORD $0x4fab105e // fmla v30.4s, v2.4s, v11.s[1]
+	WORD $0x4fa81073 // fmla v19.4s, v3.4s, v8.s[1]
+	WORD $0x4fa91077 // fmla v23.4s, v3.4s, v9.s[1]
+	WORD $0x4faa107b // fmla v27.4s, v3.4s, v10.s[1]
+	WORD $0x4fab107f // fmla v31.4s, v3.4s, v11.s[1]
+	MOVHU (R17), R20
+	FMOVS R20, F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	FMOVQ 2(R17), F2
+	WORD $0x6f0c0442 // ushr v2.16b, v2.16b, #4
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x0f08a440 // sshll v0.8h, v2.8b, #0
+	WORD $0x4f08a442 // sshll2 v2.8h, v2.16b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f8c9000 // fmul v0.4s, v0.4s, v12.s[0]
+	WORD $0x4f8c9021 // fmul v1.4s, v1.4s, v12.s[0]
+	WORD $0x4f8c9042 // fmul v2.4s, v2.4s, v12.s[0]
+	WORD $0x4f8c9063 // fmul v3.4s, v3.4s, v12.s[0]
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	WORD $0x4f891814 // fmla v20.4s, v0.4s, v9.s[2]
+	WORD $0x4f8a1818 // fmla v24.4s, v0.4s, v10.s[2]
+	WORD $0x4f8b181c // fmla v28.4s, v0.4s, v11.s[2]
+	WORD $0x4f881831 // fmla v17.4s, v1.4s, v8.s[2]
+	WORD $0x4f891835 // fmla v21.4s, v1.4s, v9.s[2]
+	WORD $0x4f8a1839 // fmla v25.4s, v1.4s, v10.s[2]
+	WORD $0x4f8b183d // fmla v29.4s, v1.4s, v11.s[2]
+	WORD $0x4f881852 // fmla v18.4s, v2.4s, v8.s[2]
+	WORD $0x4f891856 // fmla v22.4s, v2.4s, v9.s[2]
+	WORD $0x4f8a185a // fmla v26.4s, v2.4s, v10.s[2]
+	WORD $0x4f8b185e // fmla v30.4s, v2.4s, v11.s[2]
+	WORD $0x4f881873 // fmla v19.4s, v3.4s, v8.s[2]
+	WORD $0x4f891877 // fmla v23.4s, v3.4s, v9.s[2]
+	WORD $0x4f8a187b // fmla v27.4s, v3.4s, v10.s[2]
+	WORD $0x4f8b187f // fmla v31.4s, v3.4s, v11.s[2]
+	MOVHU (R17), R20
+	FMOVS R20, F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	FMOVQ 2(R17), F2
+	WORD $0x6f0c0442 // ushr v2.16b, v2.16b, #4
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x0f08a440 // sshll v0.8h, v2.8b, #0
+	WORD $0x4f08a442 // sshll2 v2.8h, v2.16b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f8c9000 // fmul v0.4s, v0.4s, v12.s[0]
+	WORD $0x4f8c9021 // fmul v1.4s, v1.4s, v12.s[0]
+	WORD $0x4f8c9042 // fmul v2.4s, v2.4s, v12.s[0]
+	WORD $0x4f8c9063 // fmul v3.4s, v3.4s, v12.s[0]
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	WORD $0x4fa91814 // fmla v20.4s, v0.4s, v9.s[3]
+	WORD $0x4faa1818 // fmla v24.4s, v0.4s, v10.s[3]
+	WORD $0x4fab181c // fmla v28.4s, v0.4s, v11.s[3]
+	WORD $0x4fa81831 // fmla v17.4s, v1.4s, v8.s[3]
+	WORD $0x4fa91835 // fmla v21.4s, v1.4s, v9.s[3]
+	WORD $0x4faa1839 // fmla v25.4s, v1.4s, v10.s[3]
+	WORD $0x4fab183d // fmla v29.4s, v1.4s, v11.s[3]
+	WORD $0x4fa81852 // fmla v18.4s, v2.4s, v8.s[3]
+	WORD $0x4fa91856 // fmla v22.4s, v2.4s, v9.s[3]
+	WORD $0x4faa185a // fmla v26.4s, v2.4s, v10.s[3]
+	WORD $0x4fab185e // fmla v30.4s, v2.4s, v11.s[3]
+	WORD $0x4fa81873 // fmla v19.4s, v3.4s, v8.s[3]
+	WORD $0x4fa91877 // fmla v23.4s, v3.4s, v9.s[3]
+	WORD $0x4faa187b // fmla v27.4s, v3.4s, v10.s[3]
+	WORD $0x4fab187f // fmla v31.4s, v3.4s, v11.s[3]
+	SUB $4, R19
+	B c1K4
+c1K1:
+	CBZ R19, c1Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD R3, R16
+	FMOVS (R16), F9
+	ADD R3, R16
+	FMOVS (R16), F10
+	ADD R3, R16
+	FMOVS (R16), F11
+	ADD $4, R15
+	MOVHU (R17), R20
+	FMOVS R20, F12
+	WORD $0x0e21798c // fcvtl v12.4s, v12.4h
+	FMOVQ 2(R17), F2
+	WORD $0x6f0c0442 // ushr v2.16b, v2.16b, #4
+	WORD $0x6e2f8442 // sub v2.16b, v2.16b, v15.16b
+	WORD $0x0f08a440 // sshll v0.8h, v2.8b, #0
+	WORD $0x4f08a442 // sshll2 v2.8h, v2.16b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4f10a443 // sshll2 v3.4s, v2.8h, #0
+	WORD $0x0f10a442 // sshll v2.4s, v2.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4e21d842 // scvtf v2.4s, v2.4s
+	WORD $0x4e21d863 // scvtf v3.4s, v3.4s
+	WORD $0x4f8c9000 // fmul v0.4s, v0.4s, v12.s[0]
+	WORD $0x4f8c9021 // fmul v1.4s, v1.4s, v12.s[0]
+	WORD $0x4f8c9042 // fmul v2.4s, v2.4s, v12.s[0]
+	WORD $0x4f8c9063 // fmul v3.4s, v3.4s, v12.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891014 // fmla v20.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1018 // fmla v24.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b101c // fmla v28.4s, v0.4s, v11.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891035 // fmla v21.4s, v1.4s, v9.s[0]
+	WORD $0x4f8a1039 // fmla v25.4s, v1.4s, v10.s[0]
+	WORD $0x4f8b103d // fmla v29.4s, v1.4s, v11.s[0]
+	WORD $0x4f881052 // fmla v18.4s, v2.4s, v8.s[0]
+	WORD $0x4f891056 // fmla v22.4s, v2.4s, v9.s[0]
+	WORD $0x4f8a105a // fmla v26.4s, v2.4s, v10.s[0]
+	WORD $0x4f8b105e // fmla v30.4s, v2.4s, v11.s[0]
+	WORD $0x4f881073 // fmla v19.4s, v3.4s, v8.s[0]
+	WORD $0x4f891077 // fmla v23.4s, v3.4s, v9.s[0]
+	WORD $0x4f8a107b // fmla v27.4s, v3.4s, v10.s[0]
+	WORD $0x4f8b107f // fmla v31.4s, v3.4s, v11.s[0]
+	SUB $1, R19
+	B c1K1
+c1Store:
+	ADD R13, R0, R16
+	FSTPQ (F16, F17), 0(R16)
+	FSTPQ (F18, F19), 32(R16)
+	ADD R1, R16
+	FSTPQ (F20, F21), 0(R16)
+	FSTPQ (F22, F23), 32(R16)
+	ADD R1, R16
+	FSTPQ (F24, F25), 0(R16)
+	FSTPQ (F26, F27), 32(R16)
+	ADD R1, R16
+	FSTPQ (F28, F29), 0(R16)
+	FSTPQ (F30, F31), 32(R16)
+	ADD $64, R13
+	ADD $18, R14
+	SUBS $1, R12, R12
+	BNE q4Block
+blockNext:
+	ADD R11<<2, R9, R9
+	MUL R11, R5, R16
+	ADD R16, R10
+	SUBS R11, R6, R6
+	BNE block
+	RET
+
+// accumQ4M8NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 8, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds.
+TEXT ·accumQ4M8NEON(SB), NOSPLIT|NOFRAME, $0-112
+	MOVD o_base+0(FP), R0
+	MOVD ldo+24(FP), R1
+	LSL $2, R1
+	MOVD p_base+32(FP), R2
+	MOVD ldp+56(FP), R3
+	LSL $2, R3
+	MOVD v_base+64(FP), R4
+	MOVD ldv+88(FP), R5
+	MOVD n+96(FP), R6
+	MOVD d+104(FP), R7
+	WORD $0x4f00e5e6 // movi v6.16b, #0xf
+	WORD $0x4f00e507 // movi v7.16b, #0x8
+	MOVD R2, R9
+	MOVD R4, R10
+block:
+	MOVD $32, R11
+	CMP R11, R6
+	CSEL LT, R6, R11, R11
+	MOVD R7, R12
+	MOVD ZR, R13
+	MOVD ZR, R14
+	LSR $5, R7, R12
+q4Block:
+	ADD R13, R0, R16
+	FLDPQ 0(R16), (F16, F17)
+	ADD R1, R16
+	FLDPQ 0(R16), (F18, F19)
+	ADD R1, R16
+	FLDPQ 0(R16), (F20, F21)
+	ADD R1, R16
+	FLDPQ 0(R16), (F22, F23)
+	ADD R1, R16
+	FLDPQ 0(R16), (F24, F25)
+	ADD R1, R16
+	FLDPQ 0(R16), (F26, F27)
+	ADD R1, R16
+	FLDPQ 0(R16), (F28, F29)
+	ADD R1, R16
+	FLDPQ 0(R16), (F30, F31)
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+c0K4:
+	CMP $4, R19
+	BLT c0K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD R3, R16
+	FMOVQ (R16), F9
+	ADD R3, R16
+	FMOVQ (R16), F10
+	ADD R3, R16
+	FMOVQ (R16), F11
+	ADD R3, R16
+	FMOVQ (R16), F12
+	ADD R3, R16
+	FMOVQ (R16), F13
+	ADD R3, R16
+	FMOVQ (R16), F14
+	ADD R3, R16
+	FMOVQ (R16), F15
+	ADD $16, R15
+	MOVHU (R17), R20
+	FMOVS R20, F2
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVD 2(R17), F0
+	WORD $0x4e261c00 // and v0.16b, v0.16b, v6.16b
+	WORD $0x6e278400 // sub v0.16b, v0.16b, v7.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f829000 // fmul v0.4s, v0.4s, v2.s[0]
+	WORD $0x4f829021 // fmul v1.4s, v1.4s, v2.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891012 // fmla v18.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1014 // fmla v20.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b1016 // fmla v22.4s, v0.4s, v11.s[0]
+	WORD $0x4f8c1018 // fmla v24.4s, v0.4s, v12.s[0]
+	WORD $0x4f8d101a // fmla v26.4s, v0.4s, v13.s[0]
+	WORD $0x4f8e101c // fmla v28.4s, v0.4s, v14.s[0]
+	WORD $0x4f8f101e // fmla v30.4s, v0.4s, v15.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891033 // fmla v19.4s, v1.4s, v9.s[0]
+	WORD $0x4f8a1035 // fmla v21.4s, v1.4s, v10.s[0]
+	WORD $0x4f8b1037 // fmla v23.4s, v1.4s, v11.s[0]
+	WORD $0x4f8c1039 // fmla v25.4s, v1.4s, v12.s[0]
+	WORD $0x4f8d103b // fmla v27.4s, v1.4s, v13.s[0]
+	WORD $0x4f8e103d // fmla v29.4s, v1.4s, v14.s[0]
+	WORD $0x4f8f103f // fmla v31.4s, v1.4s, v15.s[0]
+	MOVHU (R17), R20
+	FMOVS R20, F2
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVD 2(R17), F0
+	WORD $0x4e261c00 // and v0.16b, v0.16b, v6.16b
+	WORD $0x6e278400 // sub v0.16b, v0.16b, v7.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f829000 // fmul v0.4s, v0.4s, v2.s[0]
+	WORD $0x4f829021 // fmul v1.4s, v1.4s, v2.s[0]
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	WORD $0x4fa91012 // fmla v18.4s, v0.4s, v9.s[1]
+	WORD $0x4faa1014 // fmla v20.4s, v0.4s, v10.s[1]
+	WORD $0x4fab1016 // fmla v22.4s, v0.4s, v11.s[1]
+	WORD $0x4fac1018 // fmla v24.4s, v0.4s, v12.s[1]
+	WORD $0x4fad101a // fmla v26.4s, v0.4s, v13.s[1]
+	WORD $0x4fae101c // fmla v28.4s, v0.4s, v14.s[1]
+	WORD $0x4faf101e // fmla v30.4s, v0.4s, v15.s[1]
+	WORD $0x4fa81031 // fmla v17.4s, v1.4s, v8.s[1]
+	WORD $0x4fa91033 // fmla v19.4s, v1.4s, v9.s[1]
+	WORD $0x4faa1035 // fmla v21.4s, v1.4s, v10.s[1]
+	WORD $0x4fab1037 // fmla v23.4s, v1.4s, v11.s[1]
+	WORD $0x4fac1039 // fmla v25.4s, v1.4s, v12.s[1]
+	WORD $0x4fad103b // fmla v27.4s, v1.4s, v13.s[1]
+	WORD $0x4fae103d // fmla v29.4s, v1.4s, v14.s[1]
+	WORD $0x4faf103f // fmla v31.4s, v1.4s, v15.s[1]
+	MOVHU (R17), R20
+	FMOVS R20, F2
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVD 2(R17), F0
+	WORD $0x4e261c00 // and v0.16b, v0.16b, v6.16b
+	WORD $0x6e278400 // sub v0.16b, v0.16b, v7.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f829000 // fmul v0.4s, v0.4s, v2.s[0]
+	WORD $0x4f829021 // fmul v1.4s, v1.4s, v2.s[0]
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	WORD $0x4f891812 // fmla v18.4s, v0.4s, v9.s[2]
+	WORD $0x4f8a1814 // fmla v20.4s, v0.4s, v10.s[2]
+	WORD $0x4f8b1816 // fmla v22.4s, v0.4s, v11.s[2]
+	WORD $0x4f8c1818 // fmla v24.4s, v0.4s, v12.s[2]
+	WORD $0x4f8d181a // fmla v26.4s, v0.4s, v13.s[2]
+	WORD $0x4f8e181c // fmla v28.4s, v0.4s, v14.s[2]
+	WORD $0x4f8f181e // fmla v30.4s, v0.4s, v15.s[2]
+	WORD $0x4f881831 // fmla v17.4s, v1.4s, v8.s[2]
+	WORD $0x4f891833 // fmla v19.4s, v1.4s, v9.s[2]
+	WORD $0x4f8a1835 // fmla v21.4s, v1.4s, v10.s[2]
+	WORD $0x4f8b1837 // fmla v23.4s, v1.4s, v11.s[2]
+	WORD $0x4f8c1839 // fmla v25.4s, v1.4s, v12.s[2]
+	WORD $0x4f8d183b // fmla v27.4s, v1.4s, v13.s[2]
+	WORD $0x4f8e183d // fmla v29.4s, v1.4s, v14.s[2]
+	WORD $0x4f8f183f // fmla v31.4s, v1.4s, v15.s[2]
+	MOVHU (R17), R20
+	FMOVS R20, F2
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVD 2(R17), F0
+	WORD $0x4e261c00 // and v0.16b, v0.16b, v6.16b
+	WORD $0x6e278400 // sub v0.16b, v0.16b, v7.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f829000 // fmul v0.4s, v0.4s, v2.s[0]
+	WORD $0x4f829021 // fmul v1.4s, v1.4s, v2.s[0]
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	WORD $0x4fa91812 // fmla v18.4s, v0.4s, v9.s[3]
+	WORD $0x4faa1814 // fmla v20.4s, v0.4s, v10.s[3]
+	WORD $0x4fab1816 // fmla v22.4s, v0.4s, v11.s[3]
+	WORD $0x4fac1818 // fmla v24.4s, v0.4s, v12.s[3]
+	WORD $0x4fad181a // fmla v26.4s, v0.4s, v13.s[3]
+	WORD $0x4fae181c // fmla v28.4s, v0.4s, v14.s[3]
+	WORD $0x4faf181e // fmla v30.4s, v0.4s, v15.s[3]
+	WORD $0x4fa81831 // fmla v17.4s, v1.4s, v8.s[3]
+	WORD $0x4fa91833 // fmla v19.4s, v1.4s, v9.s[3]
+	WORD $0x4faa1835 // fmla v21.4s, v1.4s, v10.s[3]
+	WORD $0x4fab1837 // fmla v23.4s, v1.4s, v11.s[3]
+	WORD $0x4fac1839 // fmla v25.4s, v1.4s, v12.s[3]
+	WORD $0x4fad183b // fmla v27.4s, v1.4s, v13.s[3]
+	WORD $0x4fae183d // fmla v29.4s, v1.4s, v14.s[3]
+	WORD $0x4faf183f // fmla v31.4s, v1.4s, v15.s[3]
+	SUB $4, R19
+	B c0K4
+c0K1:
+	CBZ R19, c0Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD R3, R16
+	FMOVS (R16), F9
+	ADD R3, R16
+	FMOVS (R16), F10
+	ADD R3, R16
+	FMOVS (R16), F11
+	ADD R3, R16
+	FMOVS (R16), F12
+	ADD R3, R16
+	FMOVS (R16), F13
+	ADD R3, R16
+	FMOVS (R16), F14
+	ADD R3, R16
+	FMOVS (R16), F15
+	ADD $4, R15
+	MOVHU (R17), R20
+	FMOVS R20, F2
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVD 2(R17), F0
+	WORD $0x4e261c00 // and v0.16b, v0.16b, v6.16b
+	WORD $0x6e278400 // sub v0.16b, v0.16b, v7.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f829000 // fmul v0.4s, v0.4s, v2.s[0]
+	WORD $0x4f829021 // fmul v1.4s, v1.4s, v2.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891012 // fmla v18.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1014 // fmla v20.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b1016 // fmla v22.4s, v0.4s, v11.s[0]
+	WORD $0x4f8c1018 // fmla v24.4s, v0.4s, v12.s[0]
+	WORD $0x4f8d101a // fmla v26.4s, v0.4s, v13.s[0]
+	WORD $0x4f8e101c // fmla v28.4s, v0.4s, v14.s[0]
+	WORD $0x4f8f101e // fmla v30.4s, v0.4s, v15.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891033 // fmla v19.4s, v1.4s, v9.s[0]
+	WORD $0x4f8a1035 // fmla v21.4s, v1.4s, v10.s[0]
+	WORD $0x4f8b1037 // fmla v23.4s, v1.4s, v11.s[0]
+	WORD $0x4f8c1039 // fmla v25.4s, v1.4s, v12.s[0]
+	WORD $0x4f8d103b // fmla v27.4s, v1.4s, v13.s[0]
+	WORD $0x4f8e103d // fmla v29.4s, v1.4s, v14.s[0]
+	WORD $0x4f8f103f // fmla v31.4s, v1.4s, v15.s[0]
+	SUB $1, R19
+	B c0K1
+c0Store:
+	ADD R13, R0, R16
+	FSTPQ (F16, F17), 0(R16)
+	ADD R1, R16
+	FSTPQ (F18, F19), 0(R16)
+	ADD R1, R16
+	FSTPQ (F20, F21), 0(R16)
+	ADD R1, R16
+	FSTPQ (F22, F23), 0(R16)
+	ADD R1, R16
+	FSTPQ (F24, F25), 0(R16)
+	ADD R1, R16
+	FSTPQ (F26, F27), 0(R16)
+	ADD R1, R16
+	FSTPQ (F28, F29), 0(R16)
+	ADD R1, R16
+	FSTPQ (F30, F31), 0(R16)
+	ADD $32, R13
+	ADD R13, R0, R16
+	FLDPQ 0(R16), (F16, F17)
+	ADD R1, R16
+	FLDPQ 0(R16), (F18, F19)
+	ADD R1, R16
+	FLDPQ 0(R16), (F20, F21)
+	ADD R1, R16
+	FLDPQ 0(R16), (F22, F23)
+	ADD R1, R16
+	FLDPQ 0(R16), (F24, F25)
+	ADD R1, R16
+	FLDPQ 0(R16), (F26, F27)
+	ADD R1, R16
+	FLDPQ 0(R16), (F28, F29)
+	ADD R1, R16
+	FLDPQ 0(R16), (F30, F31)
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+c1K4:
+	CMP $4, R19
+	BLT c1K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD R3, R16
+	FMOVQ (R16), F9
+	ADD R3, R16
+	FMOVQ (R16), F10
+	ADD R3, R16
+	FMOVQ (R16), F11
+	ADD R3, R16
+	FMOVQ (R16), F12
+	ADD R3, R16
+	FMOVQ (R16), F13
+	ADD R3, R16
+	FMOVQ (R16), F14
+	ADD R3, R16
+	FMOVQ (R16), F15
+	ADD $16, R15
+	MOVHU (R17), R20
+	FMOVS R20, F2
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVD 10(R17), F0
+	WORD $0x4e261c00 // and v0.16b, v0.16b, v6.16b
+	WORD $0x6e278400 // sub v0.16b, v0.16b, v7.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f829000 // fmul v0.4s, v0.4s, v2.s[0]
+	WORD $0x4f829021 // fmul v1.4s, v1.4s, v2.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891012 // fmla v18.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1014 // fmla v20.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b1016 // fmla v22.4s, v0.4s, v11.s[0]
+	WORD $0x4f8c1018 // fmla v24.4s, v0.4s, v12.s[0]
+	WORD $0x4f8d101a // fmla v26.4s, v0.4s, v13.s[0]
+	WORD $0x4f8e101c // fmla v28.4s, v0.4s, v14.s[0]
+	WORD $0x4f8f101e // fmla v30.4s, v0.4s, v15.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891033 // fmla v19.4s, v1.4s, v9.s[0]
+	WORD $0x4f8a1035 // fmla v21.4s, v1.4s, v10.s[0]
+	WORD $0x4f8b1037 // fmla v23.4s, v1.4s, v11.s[0]
+	WORD $0x4f8c1039 // fmla v25.4s, v1.4s, v12.s[0]
+	WORD $0x4f8d103b // fmla v27.4s, v1.4s, v13.s[0]
+	WORD $0x4f8e103d // fmla v29.4s, v1.4s, v14.s[0]
+	WORD $0x4f8f103f // fmla v31.4s, v1.4s, v15.s[0]
+	MOVHU (R17), R20
+	FMOVS R20, F2
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVD 10(R17), F0
+	WORD $0x4e261c00 // and v0.16b, v0.16b, v6.16b
+	WORD $0x6e278400 // sub v0.16b, v0.16b, v7.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f829000 // fmul v0.4s, v0.4s, v2.s[0]
+	WORD $0x4f829021 // fmul v1.4s, v1.4s, v2.s[0]
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	WORD $0x4fa91012 // fmla v18.4s, v0.4s, v9.s[1]
+	WORD $0x4faa1014 // fmla v20.4s, v0.4s, v10.s[1]
+	WORD $0x4fab1016 // fmla v22.4s, v0.4s, v11.s[1]
+	WORD $0x4fac1018 // fmla v24.4s, v0.4s, v12.s[1]
+	WORD $0x4fad101a // fmla v26.4s, v0.4s, v13.s[1]
+	WORD $0x4fae101c // fmla v28.4s, v0.4s, v14.s[1]
+	WORD $0x4faf101e // fmla v30.4s, v0.4s, v15.s[1]
+	WORD $0x4fa81031 // fmla v17.4s, v1.4s, v8.s[1]
+	WORD $0x4fa91033 // fmla v19.4s, v1.4s, v9.s[1]
+	WORD $0x4faa1035 // fmla v21.4s, v1.4s, v10.s[1]
+	WORD $0x4fab1037 // fmla v23.4s, v1.4s, v11.s[1]
+	WORD $0x4fac1039 // fmla v25.4s, v1.4s, v12.s[1]
+	WORD $0x4fad103b // fmla v27.4s, v1.4s, v13.s[1]
+	WORD $0x4fae103d // fmla v29.4s, v1.4s, v14.s[1]
+	WORD $0x4faf103f // fmla v31.4s, v1.4s, v15.s[1]
+	MOVHU (R17), R20
+	FMOVS R20, F2
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVD 10(R17), F0
+	WORD $0x4e261c00 // and v0.16b, v0.16b, v6.16b
+	WORD $0x6e278400 // sub v0.16b, v0.16b, v7.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f829000 // fmul v0.4s, v0.4s, v2.s[0]
+	WORD $0x4f829021 // fmul v1.4s, v1.4s, v2.s[0]
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	WORD $0x4f891812 // fmla v18.4s, v0.4s, v9.s[2]
+	WORD $0x4f8a1814 // fmla v20.4s, v0.4s, v10.s[2]
+	WORD $0x4f8b1816 // fmla v22.4s, v0.4s, v11.s[2]
+	WORD $0x4f8c1818 // fmla v24.4s, v0.4s, v12.s[2]
+	WORD $0x4f8d181a // fmla v26.4s, v0.4s, v13.s[2]
+	WORD $0x4f8e181c // fmla v28.4s, v0.4s, v14.s[2]
+	WORD $0x4f8f181e // fmla v30.4s, v0.4s, v15.s[2]
+	WORD $0x4f881831 // fmla v17.4s, v1.4s, v8.s[2]
+	WORD $0x4f891833 // fmla v19.4s, v1.4s, v9.s[2]
+	WORD $0x4f8a1835 // fmla v21.4s, v1.4s, v10.s[2]
+	WORD $0x4f8b1837 // fmla v23.4s, v1.4s, v11.s[2]
+	WORD $0x4f8c1839 // fmla v25.4s, v1.4s, v12.s[2]
+	WORD $0x4f8d183b // fmla v27.4s, v1.4s, v13.s[2]
+	WORD $0x4f8e183d // fmla v29.4s, v1.4s, v14.s[2]
+	WORD $0x4f8f183f // fmla v31.4s, v1.4s, v15.s[2]
+	MOVHU (R17), R20
+	FMOVS R20, F2
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVD 10(R17), F0
+	WORD $0x4e261c00 // and v0.16b, v0.16b, v6.16b
+	WORD $0x6e278400 // sub v0.16b, v0.16b, v7.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f829000 // fmul v0.4s, v0.4s, v2.s[0]
+	WORD $0x4f829021 // fmul v1.4s, v1.4s, v2.s[0]
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	WORD $0x4fa91812 // fmla v18.4s, v0.4s, v9.s[3]
+	WORD $0x4faa1814 // fmla v20.4s, v0.4s, v10.s[3]
+	WORD $0x4fab1816 // fmla v22.4s, v0.4s, v11.s[3]
+	WORD $0x4fac1818 // fmla v24.4s, v0.4s, v12.s[3]
+	WORD $0x4fad181a // fmla v26.4s, v0.4s, v13.s[3]
+	WORD $0x4fae181c // fmla v28.4s, v0.4s, v14.s[3]
+	WORD $0x4faf181e // fmla v30.4s, v0.4s, v15.s[3]
+	WORD $0x4fa81831 // fmla v17.4s, v1.4s, v8.s[3]
+	WORD $0x4fa91833 // fmla v19.4s, v1.4s, v9.s[3]
+	WORD $0x4faa1835 // fmla v21.4s, v1.4s, v10.s[3]
+	WORD $0x4fab1837 // fmla v23.4s, v1.4s, v11.s[3]
+	WORD $0x4fac1839 // fmla v25.4s, v1.4s, v12.s[3]
+	WORD $0x4fad183b // fmla v27.4s, v1.4s, v13.s[3]
+	WORD $0x4fae183d // fmla v29.4s, v1.4s, v14.s[3]
+	WORD $0x4faf183f // fmla v31.4s, v1.4s, v15.s[3]
+	SUB $4, R19
+	B c1K4
+c1K1:
+	CBZ R19, c1Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD R3, R16
+	FMOVS (R16), F9
+	ADD R3, R16
+	FMOVS (R16), F10
+	ADD R3, R16
+	FMOVS (R16), F11
+	ADD R3, R16
+	FMOVS (R16), F12
+	ADD R3, R16
+	FMOVS (R16), F13
+	ADD R3, R16
+	FMOVS (R16), F14
+	ADD R3, R16
+	FMOVS (R16), F15
+	ADD $4, R15
+	MOVHU (R17), R20
+	FMOVS R20, F2
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVD 10(R17), F0
+	WORD $0x4e261c00 // and v0.16b, v0.16b, v6.16b
+	WORD $0x6e278400 // sub v0.16b, v0.16b, v7.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f829000 // fmul v0.4s, v0.4s, v2.s[0]
+	WORD $0x4f829021 // fmul v1.4s, v1.4s, v2.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891012 // fmla v18.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1014 // fmla v20.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b1016 // fmla v22.4s, v0.4s, v11.s[0]
+	WORD $0x4f8c1018 // fmla v24.4s, v0.4s, v12.s[0]
+	WORD $0x4f8d101a // fmla v26.4s, v0.4s, v13.s[0]
+	WORD $0x4f8e101c // fmla v28.4s, v0.4s, v14.s[0]
+	WORD $0x4f8f101e // fmla v30.4s, v0.4s, v15.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891033 // fmla v19.4s, v1.4s, v9.s[0]
+	WORD $0x4f8a1035 // fmla v21.4s, v1.4s, v10.s[0]
+	WORD $0x4f8b1037 // fmla v23.4s, v1.4s, v11.s[0]
+	WORD $0x4f8c1039 // fmla v25.4s, v1.4s, v12.s[0]
+	WORD $0x4f8d103b // fmla v27.4s, v1.4s, v13.s[0]
+	WORD $0x4f8e103d // fmla v29.4s, v1.4s, v14.s[0]
+	WORD $0x4f8f103f // fmla v31.4s, v1.4s, v15.s[0]
+	SUB $1, R19
+	B c1K1
+c1Store:
+	ADD R13, R0, R16
+	FSTPQ (F16, F17), 0(R16)
+	ADD R1, R16
+	FSTPQ (F18, F19), 0(R16)
+	ADD R1, R16
+	FSTPQ (F20, F21), 0(R16)
+	ADD R1, R16
+	FSTPQ (F22, F23), 0(R16)
+	ADD R1, R16
+	FSTPQ (F24, F25), 0(R16)
+	ADD R1, R16
+	FSTPQ (F26, F27), 0(R16)
+	ADD R1, R16
+	FSTPQ (F28, F29), 0(R16)
+	ADD R1, R16
+	FSTPQ (F30, F31), 0(R16)
+	ADD $32, R13
+	ADD R13, R0, R16
+	FLDPQ 0(R16), (F16, F17)
+	ADD R1, R16
+	FLDPQ 0(R16), (F18, F19)
+	ADD R1, R16
+	FLDPQ 0(R16), (F20, F21)
+	ADD R1, R16
+	FLDPQ 0(R16), (F22, F23)
+	ADD R1, R16
+	FLDPQ 0(R16), (F24, F25)
+	ADD R1, R16
+	FLDPQ 0(R16), (F26, F27)
+	ADD R1, R16
+	FLDPQ 0(R16), (F28, F29)
+	ADD R1, R16
+	FLDPQ 0(R16), (F30, F31)
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+c2K4:
+	CMP $4, R19
+	BLT c2K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD R3, R16
+	FMOVQ (R16), F9
+	ADD R3, R16
+	FMOVQ (R16), F10
+	ADD R3, R16
+	FMOVQ (R16), F11
+	ADD R3, R16
+	FMOVQ (R16), F12
+	ADD R3, R16
+	FMOVQ (R16), F13
+	ADD R3, R16
+	FMOVQ (R16), F14
+	ADD R3, R16
+	FMOVQ (R16), F15
+	ADD $16, R15
+	MOVHU (R17), R20
+	FMOVS R20, F2
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVD 2(R17), F0
+	WORD $0x6f0c0400 // ushr v0.16b, v0.16b, #4
+	WORD $0x6e278400 // sub v0.16b, v0.16b, v7.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f829000 // fmul v0.4s, v0.4s, v2.s[0]
+	WORD $0x4f829021 // fmul v1.4s, v1.4s, v2.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891012 // fmla v18.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1014 // fmla v20.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b1016 // fmla v22.4s, v0.4s, v11.s[0]
+	WORD $0x4f8c1018 // fmla v24.4s, v0.4s, v12.s[0]
+	WORD $0x4f8d101a // fmla v26.4s, v0.4s, v13.s[0]
+	WORD $0x4f8e101c // fmla v28.4s, v0.4s, v14.s[0]
+	WORD $0x4f8f101e // fmla v30.4s, v0.4s, v15.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891033 // fmla v19.4s, v1.4s, v9.s[0]
+	WORD $0x4f8a1035 // fmla v21.4s, v1.4s, v10.s[0]
+	WORD $0x4f8b1037 // fmla v23.4s, v1.4s, v11.s[0]
+	WORD $0x4f8c1039 // fmla v25.4s, v1.4s, v12.s[0]
+	WORD $0x4f8d103b // fmla v27.4s, v1.4s, v13.s[0]
+	WORD $0x4f8e103d // fmla v29.4s, v1.4s, v14.s[0]
+	WORD $0x4f8f103f // fmla v31.4s, v1.4s, v15.s[0]
+	MOVHU (R17), R20
+	FMOVS R20, F2
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVD 2(R17), F0
+	WORD $0x6f0c0400 // ushr v0.16b, v0.16b, #4
+	WORD $0x6e278400 // sub v0.16b, v0.16b, v7.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f829000 // fmul v0.4s, v0.4s, v2.s[0]
+	WORD $0x4f829021 // fmul v1.4s, v1.4s, v2.s[0]
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	WORD $0x4fa91012 // fmla v18.4s, v0.4s, v9.s[1]
+	WORD $0x4faa1014 // fmla v20.4s, v0.4s, v10.s[1]
+	WORD $0x4fab1016 // fmla v22.4s, v0.4s, v11.s[1]
+	WORD $0x4fac1018 // fmla v24.4s, v0.4s, v12.s[1]
+	WORD $0x4fad101a // fmla v26.4s, v0.4s, v13.s[1]
+	WORD $0x4fae101c // fmla v28.4s, v0.4s, v14.s[1]
+	WORD $0x4faf101e // fmla v30.4s, v0.4s, v15.s[1]
+	WORD $0x4fa81031 // fmla v17.4s, v1.4s, v8.s[1]
+	WORD $0x4fa91033 // fmla v19.4s, v1.4s, v9.s[1]
+	WORD $0x4faa1035 // fmla v21.4s, v1.4s, v10.s[1]
+	WORD $0x4fab1037 // fmla v23.4s, v1.4s, v11.s[1]
+	WORD $0x4fac1039 // fmla v25.4s, v1.4s, v12.s[1]
+	WORD $0x4fad103b // fmla v27.4s, v1.4s, v13.s[1]
+	WORD $0x4fae103d // fmla v29.4s, v1.4s, v14.s[1]
+	WORD $0x4faf103f // fmla v31.4s, v1.4s, v15.s[1]
+	MOVHU (R17), R20
+	FMOVS R20, F2
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVD 2(R17), F0
+	WORD $0x6f0c0400 // ushr v0.16b, v0.16b, #4
+	WORD $0x6e278400 // sub v0.16b, v0.16b, v7.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f829000 // fmul v0.4s, v0.4s, v2.s[0]
+	WORD $0x4f829021 // fmul v1.4s, v1.4s, v2.s[0]
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	WORD $0x4f891812 // fmla v18.4s, v0.4s, v9.s[2]
+	WORD $0x4f8a1814 // fmla v20.4s, v0.4s, v10.s[2]
+	WORD $0x4f8b1816 // fmla v22.4s, v0.4s, v11.s[2]
+	WORD $0x4f8c1818 // fmla v24.4s, v0.4s, v12.s[2]
+	WORD $0x4f8d181a // fmla v26.4s, v0.4s, v13.s[2]
+	WORD $0x4f8e181c // fmla v28.4s, v0.4s, v14.s[2]
+	WORD $0x4f8f181e // fmla v30.4s, v0.4s, v15.s[2]
+	WORD $0x4f881831 // fmla v17.4s, v1.4s, v8.s[2]
+	WORD $0x4f891833 // fmla v19.4s, v1.4s, v9.s[2]
+	WORD $0x4f8a1835 // fmla v21.4s, v1.4s, v10.s[2]
+	WORD $0x4f8b1837 // fmla v23.4s, v1.4s, v11.s[2]
+	WORD $0x4f8c1839 // fmla v25.4s, v1.4s, v12.s[2]
+	WORD $0x4f8d183b // fmla v27.4s, v1.4s, v13.s[2]
+	WORD $0x4f8e183d // fmla v29.4s, v1.4s, v14.s[2]
+	WORD $0x4f8f183f // fmla v31.4s, v1.4s, v15.s[2]
+	MOVHU (R17), R20
+	FMOVS R20, F2
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVD 2(R17), F0
+	WORD $0x6f0c0400 // ushr v0.16b, v0.16b, #4
+	WORD $0x6e278400 // sub v0.16b, v0.16b, v7.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f829000 // fmul v0.4s, v0.4s, v2.s[0]
+	WORD $0x4f829021 // fmul v1.4s, v1.4s, v2.s[0]
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	WORD $0x4fa91812 // fmla v18.4s, v0.4s, v9.s[3]
+	WORD $0x4faa1814 // fmla v20.4s, v0.4s, v10.s[3]
+	WORD $0x4fab1816 // fmla v22.4s, v0.4s, v11.s[3]
+	WORD $0x4fac1818 // fmla v24.4s, v0.4s, v12.s[3]
+	WORD $0x4fad181a // fmla v26.4s, v0.4s, v13.s[3]
+	WORD $0x4fae181c // fmla v28.4s, v0.4s, v14.s[3]
+	WORD $0x4faf181e // fmla v30.4s, v0.4s, v15.s[3]
+	WORD $0x4fa81831 // fmla v17.4s, v1.4s, v8.s[3]
+	WORD $0x4fa91833 // fmla v19.4s, v1.4s, v9.s[3]
+	WORD $0x4faa1835 // fmla v21.4s, v1.4s, v10.s[3]
+	WORD $0x4fab1837 // fmla v23.4s, v1.4s, v11.s[3]
+	WORD $0x4fac1839 // fmla v25.4s, v1.4s, v12.s[3]
+	WORD $0x4fad183b // fmla v27.4s, v1.4s, v13.s[3]
+	WORD $0x4fae183d // fmla v29.4s, v1.4s, v14.s[3]
+	WORD $0x4faf183f // fmla v31.4s, v1.4s, v15.s[3]
+	SUB $4, R19
+	B c2K4
+c2K1:
+	CBZ R19, c2Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD R3, R16
+	FMOVS (R16), F9
+	ADD R3, R16
+	FMOVS (R16), F10
+	ADD R3, R16
+	FMOVS (R16), F11
+	ADD R3, R16
+	FMOVS (R16), F12
+	ADD R3, R16
+	FMOVS (R16), F13
+	ADD R3, R16
+	FMOVS (R16), F14
+	ADD R3, R16
+	FMOVS (R16), F15
+	ADD $4, R15
+	MOVHU (R17), R20
+	FMOVS R20, F2
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVD 2(R17), F0
+	WORD $0x6f0c0400 // ushr v0.16b, v0.16b, #4
+	WORD $0x6e278400 // sub v0.16b, v0.16b, v7.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f829000 // fmul v0.4s, v0.4s, v2.s[0]
+	WORD $0x4f829021 // fmul v1.4s, v1.4s, v2.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891012 // fmla v18.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1014 // fmla v20.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b1016 // fmla v22.4s, v0.4s, v11.s[0]
+	WORD $0x4f8c1018 // fmla v24.4s, v0.4s, v12.s[0]
+	WORD $0x4f8d101a // fmla v26.4s, v0.4s, v13.s[0]
+	WORD $0x4f8e101c // fmla v28.4s, v0.4s, v14.s[0]
+	WORD $0x4f8f101e // fmla v30.4s, v0.4s, v15.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891033 // fmla v19.4s, v1.4s, v9.s[0]
+	WORD $0x4f8a1035 // fmla v21.4s, v1.4s, v10.s[0]
+	WORD $0x4f8b1037 // fmla v23.4s, v1.4s, v11.s[0]
+	WORD $0x4f8c1039 // fmla v25.4s, v1.4s, v12.s[0]
+	WORD $0x4f8d103b // fmla v27.4s, v1.4s, v13.s[0]
+	WORD $0x4f8e103d // fmla v29.4s, v1.4s, v14.s[0]
+	WORD $0x4f8f103f // fmla v31.4s, v1.4s, v15.s[0]
+	SUB $1, R19
+	B c2K1
+c2Store:
+	ADD R13, R0, R16
+	FSTPQ (F16, F17), 0(R16)
+	ADD R1, R16
+	FSTPQ (F18, F19), 0(R16)
+	ADD R1, R16
+	FSTPQ (F20, F21), 0(R16)
+	ADD R1, R16
+	FSTPQ (F22, F23), 0(R16)
+	ADD R1, R16
+	FSTPQ (F24, F25), 0(R16)
+	ADD R1, R16
+	FSTPQ (F26, F27), 0(R16)
+	ADD R1, R16
+	FSTPQ (F28, F29), 0(R16)
+	ADD R1, R16
+	FSTPQ (F30, F31), 0(R16)
+	ADD $32, R13
+	ADD R13, R0, R16
+	FLDPQ 0(R16), (F16, F17)
+	ADD R1, R16
+	FLDPQ 0(R16), (F18, F19)
+	ADD R1, R16
+	FLDPQ 0(R16), (F20, F21)
+	ADD R1, R16
+	FLDPQ 0(R16), (F22, F23)
+	ADD R1, R16
+	FLDPQ 0(R16), (F24, F25)
+	ADD R1, R16
+	FLDPQ 0(R16), (F26, F27)
+	ADD R1, R16
+	FLDPQ 0(R16), (F28, F29)
+	ADD R1, R16
+	FLDPQ 0(R16), (F30, F31)
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+c3K4:
+	CMP $4, R19
+	BLT c3K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD R3, R16
+	FMOVQ (R16), F9
+	ADD R3, R16
+	FMOVQ (R16), F10
+	ADD R3, R16
+	FMOVQ (R16), F11
+	ADD R3, R16
+	FMOVQ (R16), F12
+	ADD R3, R16
+	FMOVQ (R16), F13
+	ADD R3, R16
+	FMOVQ (R16), F14
+	ADD R3, R16
+	FMOVQ (R16), F15
+	ADD $16, R15
+	MOVHU (R17), R20
+	FMOVS R20, F2
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVD 10(R17), F0
+	WORD $0x6f0c0400 // ushr v0.16b, v0.16b, #4
+	WORD $0x6e278400 // sub v0.16b, v0.16b, v7.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f829000 // fmul v0.4s, v0.4s, v2.s[0]
+	WORD $0x4f829021 // fmul v1.4s, v1.4s, v2.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891012 // fmla v18.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1014 // fmla v20.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b1016 // fmla v22.4s, v0.4s, v11.s[0]
+	WORD $0x4f8c1018 // fmla v24.4s, v0.4s, v12.s[0]
+	WORD $0x4f8d101a // fmla v26.4s, v0.4s, v13.s[0]
+	WORD $0x4f8e101c // fmla v28.4s, v0.4s, v14.s[0]
+	WORD $0x4f8f101e // fmla v30.4s, v0.4s, v15.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891033 // fmla v19.4s, v1.4s, v9.s[0]
+	WORD $0x4f8a1035 // fmla v21.4s, v1.4s, v10.s[0]
+	WORD $0x4f8b1037 // fmla v23.4s, v1.4s, v11.s[0]
+	WORD $0x4f8c1039 // fmla v25.4s, v1.4s, v12.s[0]
+	WORD $0x4f8d103b // fmla v27.4s, v1.4s, v13.s[0]
+	WORD $0x4f8e103d // fmla v29.4s, v1.4s, v14.s[0]
+	WORD $0x4f8f103f // fmla v31.4s, v1.4s, v15.s[0]
+	MOVHU (R17), R20
+	FMOVS R20, F2
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVD 10(R17), F0
+	WORD $0x6f0c0400 // ushr v0.16b, v0.16b, #4
+	WORD $0x6e278400 // sub v0.16b, v0.16b, v7.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f829000 // fmul v0.4s, v0.4s, v2.s[0]
+	WORD $0x4f829021 // fmul v1.4s, v1.4s, v2.s[0]
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	WORD $0x4fa91012 // fmla v18.4s, v0.4s, v9.s[1]
+	WORD $0x4faa1014 // fmla v20.4s, v0.4s, v10.s[1]
+	WORD $0x4fab1016 // fmla v22.4s, v0.4s, v11.s[1]
+	WORD $0x4fac1018 // fmla v24.4s, v0.4s, v12.s[1]
+	WORD $0x4fad101a // fmla v26.4s, v0.4s, v13.s[1]
+	WORD $0x4fae101c // fmla v28.4s, v0.4s, v14.s[1]
+	WORD $0x4faf101e // fmla v30.4s, v0.4s, v15.s[1]
+	WORD $0x4fa81031 // fmla v17.4s, v1.4s, v8.s[1]
+	WORD $0x4fa91033 // fmla v19.4s, v1.4s, v9.s[1]
+	WORD $0x4faa1035 // fmla v21.4s, v1.4s, v10.s[1]
+	WORD $0x4fab1037 // fmla v23.4s, v1.4s, v11.s[1]
+	WORD $0x4fac1039 // fmla v25.4s, v1.4s, v12.s[1]
+	WORD $0x4fad103b // fmla v27.4s, v1.4s, v13.s[1]
+	WORD $0x4fae103d // fmla v29.4s, v1.4s, v14.s[1]
+	WORD $0x4faf103f // fmla v31.4s, v1.4s, v15.s[1]
+	MOVHU (R17), R20
+	FMOVS R20, F2
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVD 10(R17), F0
+	WORD $0x6f0c0400 // ushr v0.16b, v0.16b, #4
+	WORD $0x6e278400 // sub v0.16b, v0.16b, v7.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f829000 // fmul v0.4s, v0.4s, v2.s[0]
+	WORD $0x4f829021 // fmul v1.4s, v1.4s, v2.s[0]
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	WORD $0x4f891812 // fmla v18.4s, v0.4s, v9.s[2]
+	WORD $0x4f8a1814 // fmla v20.4s, v0.4s, v10.s[2]
+	WORD $0x4f8b1816 // fmla v22.4s, v0.4s, v11.s[2]
+	WORD $0x4f8c1818 // fmla v24.4s, v0.4s, v12.s[2]
+	WORD $0x4f8d181a // fmla v26.4s, v0.4s, v13.s[2]
+	WORD $0x4f8e181c // fmla v28.4s, v0.4s, v14.s[2]
+	WORD $0x4f8f181e // fmla v30.4s, v0.4s, v15.s[2]
+	WORD $0x4f881831 // fmla v17.4s, v1.4s, v8.s[2]
+	WORD $0x4f891833 // fmla v19.4s, v1.4s, v9.s[2]
+	WORD $0x4f8a1835 // fmla v21.4s, v1.4s, v10.s[2]
+	WORD $0x4f8b1837 // fmla v23.4s, v1.4s, v11.s[2]
+	WORD $0x4f8c1839 // fmla v25.4s, v1.4s, v12.s[2]
+	WORD $0x4f8d183b // fmla v27.4s, v1.4s, v13.s[2]
+	WORD $0x4f8e183d // fmla v29.4s, v1.4s, v14.s[2]
+	WORD $0x4f8f183f // fmla v31.4s, v1.4s, v15.s[2]
+	MOVHU (R17), R20
+	FMOVS R20, F2
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVD 10(R17), F0
+	WORD $0x6f0c0400 // ushr v0.16b, v0.16b, #4
+	WORD $0x6e278400 // sub v0.16b, v0.16b, v7.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f829000 // fmul v0.4s, v0.4s, v2.s[0]
+	WORD $0x4f829021 // fmul v1.4s, v1.4s, v2.s[0]
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	WORD $0x4fa91812 // fmla v18.4s, v0.4s, v9.s[3]
+	WORD $0x4faa1814 // fmla v20.4s, v0.4s, v10.s[3]
+	WORD $0x4fab1816 // fmla v22.4s, v0.4s, v11.s[3]
+	WORD $0x4fac1818 // fmla v24.4s, v0.4s, v12.s[3]
+	WORD $0x4fad181a // fmla v26.4s, v0.4s, v13.s[3]
+	WORD $0x4fae181c // fmla v28.4s, v0.4s, v14.s[3]
+	WORD $0x4faf181e // fmla v30.4s, v0.4s, v15.s[3]
+	WORD $0x4fa81831 // fmla v17.4s, v1.4s, v8.s[3]
+	WORD $0x4fa91833 // fmla v19.4s, v1.4s, v9.s[3]
+	WORD $0x4faa1835 // fmla v21.4s, v1.4s, v10.s[3]
+	WORD $0x4fab1837 // fmla v23.4s, v1.4s, v11.s[3]
+	WORD $0x4fac1839 // fmla v25.4s, v1.4s, v12.s[3]
+	WORD $0x4fad183b // fmla v27.4s, v1.4s, v13.s[3]
+	WORD $0x4fae183d // fmla v29.4s, v1.4s, v14.s[3]
+	WORD $0x4faf183f // fmla v31.4s, v1.4s, v15.s[3]
+	SUB $4, R19
+	B c3K4
+c3K1:
+	CBZ R19, c3Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD R3, R16
+	FMOVS (R16), F9
+	ADD R3, R16
+	FMOVS (R16), F10
+	ADD R3, R16
+	FMOVS (R16), F11
+	ADD R3, R16
+	FMOVS (R16), F12
+	ADD R3, R16
+	FMOVS (R16), F13
+	ADD R3, R16
+	FMOVS (R16), F14
+	ADD R3, R16
+	FMOVS (R16), F15
+	ADD $4, R15
+	MOVHU (R17), R20
+	FMOVS R20, F2
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVD 10(R17), F0
+	WORD $0x6f0c0400 // ushr v0.16b, v0.16b, #4
+	WORD $0x6e278400 // sub v0.16b, v0.16b, v7.16b
+	WORD $0x0f08a400 // sshll v0.8h, v0.8b, #0
+	WORD $0x4f10a401 // sshll2 v1.4s, v0.8h, #0
+	WORD $0x0f10a400 // sshll v0.4s, v0.4h, #0
+	WORD $0x4e21d800 // scvtf v0.4s, v0.4s
+	WORD $0x4e21d821 // scvtf v1.4s, v1.4s
+	WORD $0x4f829000 // fmul v0.4s, v0.4s, v2.s[0]
+	WORD $0x4f829021 // fmul v1.4s, v1.4s, v2.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891012 // fmla v18.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1014 // fmla v20.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b1016 // fmla v22.4s, v0.4s, v11.s[0]
+	WORD $0x4f8c1018 // fmla v24.4s, v0.4s, v12.s[0]
+	WORD $0x4f8d101a // fmla v26.4s, v0.4s, v13.s[0]
+	WORD $0x4f8e101c // fmla v28.4s, v0.4s, v14.s[0]
+	WORD $0x4f8f101e // fmla v30.4s, v0.4s, v15.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891033 // fmla v19.4s, v1.4s, v9.s[0]
+	WORD $0x4f8a1035 // fmla v21.4s, v1.4s, v10.s[0]
+	WORD $0x4f8b1037 // fmla v23.4s, v1.4s, v11.s[0]
+	WORD $0x4f8c1039 // fmla v25.4s, v1.4s, v12.s[0]
+	WORD $0x4f8d103b // fmla v27.4s, v1.4s, v13.s[0]
+	WORD $0x4f8e103d // fmla v29.4s, v1.4s, v14.s[0]
+	WORD $0x4f8f103f // fmla v31.4s, v1.4s, v15.s[0]
+	SUB $1, R19
+	B c3K1
+c3Store:
+	ADD R13, R0, R16
+	FSTPQ (F16, F17), 0(R16)
+	ADD R1, R16
+	FSTPQ (F18, F19), 0(R16)
+	ADD R1, R16
+	FSTPQ (F20, F21), 0(R16)
+	ADD R1, R16
+	FSTPQ (F22, F23), 0(R16)
+	ADD R1, R16
+	FSTPQ (F24, F25), 0(R16)
+	ADD R1, R16
+	FSTPQ (F26, F27), 0(R16)
+	ADD R1, R16
+	FSTPQ (F28, F29), 0(R16)
+	ADD R1, R16
+	FSTPQ (F30, F31), 0(R16)
+	ADD $32, R13
+	ADD $18, R14
+	SUBS $1, R12, R12
+	BNE q4Block
+blockNext:
+	ADD R11<<2, R9, R9
+	MUL R11, R5, R16
+	ADD R16, R10
+	SUBS R11, R6, R6
+	BNE block
+	RET
+
 // readSumNEON returns the wrapping sum of the little-endian uint32 words of b;
 // len(b) is a positive multiple of 256.
 TEXT ·readSumNEON(SB), NOSPLIT|NOFRAME, $0-28
@@ -13661,7 +17566,9 @@ block:
 
 // mulABtNEON sets C = A·Bᵀ (see Impl.MulABt); bt is packed by PackBt.
 // n%16 == 0, m, n >= 1; all accesses are in bounds.
-// Inner loop, per 4 k of a 6×16 tile: 6 LDR Q + 8 LDP Q + 96 FMLA (24 chains).
+// Inner loop, per 4 k of a 5×16 tile: 5 LDR Q + 8 LDP Q + 80 FMUL + 80 FADD (20 chains):
+// each product rounded, then added in the order of k (no FMLA), bit for bit mulABtGeneric;
+// half the FMA peak (two FP instructions per multiply-add).
 TEXT ·mulABtNEON(SB), NOSPLIT|NOFRAME, $0-112
 	MOVD bt_base+64(FP), R1
 	MOVD c_base+0(FP), R0
@@ -13672,7 +17579,7 @@ TEXT ·mulABtNEON(SB), NOSPLIT|NOFRAME, $0-112
 	MOVD lda+56(FP), R7
 	LSL $2, R7
 	LSL $6, R9, R8
-	MOVD $6, R23
+	MOVD $5, R23
 	MUL R23, R7, R19
 	MUL R23, R6, R20
 cols:
@@ -13680,232 +17587,8 @@ cols:
 	MOVD R0, R4
 	MOVD m+88(FP), R5
 rows:
-	CMP $6, R5
-	BLT rowsTail
-	// Tile: 6 rows × 16 columns, 24 accumulators.
-	WORD $0x6f00e408 // movi v8.2d, #0
-	WORD $0x6f00e409 // movi v9.2d, #0
-	WORD $0x6f00e40a // movi v10.2d, #0
-	WORD $0x6f00e40b // movi v11.2d, #0
-	WORD $0x6f00e40c // movi v12.2d, #0
-	WORD $0x6f00e40d // movi v13.2d, #0
-	WORD $0x6f00e40e // movi v14.2d, #0
-	WORD $0x6f00e40f // movi v15.2d, #0
-	WORD $0x6f00e410 // movi v16.2d, #0
-	WORD $0x6f00e411 // movi v17.2d, #0
-	WORD $0x6f00e412 // movi v18.2d, #0
-	WORD $0x6f00e413 // movi v19.2d, #0
-	WORD $0x6f00e414 // movi v20.2d, #0
-	WORD $0x6f00e415 // movi v21.2d, #0
-	WORD $0x6f00e416 // movi v22.2d, #0
-	WORD $0x6f00e417 // movi v23.2d, #0
-	WORD $0x6f00e418 // movi v24.2d, #0
-	WORD $0x6f00e419 // movi v25.2d, #0
-	WORD $0x6f00e41a // movi v26.2d, #0
-	WORD $0x6f00e41b // movi v27.2d, #0
-	WORD $0x6f00e41c // movi v28.2d, #0
-	WORD $0x6f00e41d // movi v29.2d, #0
-	WORD $0x6f00e41e // movi v30.2d, #0
-	WORD $0x6f00e41f // movi v31.2d, #0
-	MOVD R1, R16
-	MOVD R9, R17
-	MOVD R3, R10
-	ADD R7, R10, R11
-	ADD R7, R11, R12
-	ADD R7, R12, R13
-	ADD R7, R13, R14
-	ADD R7, R14, R15
-	CMP $4, R17
-	BLT r6tail
-r6loop4:
-	FMOVQ.P 16(R10), F2
-	FMOVQ.P 16(R11), F3
-	FMOVQ.P 16(R12), F4
-	FMOVQ.P 16(R13), F5
-	FMOVQ.P 16(R14), F6
-	FMOVQ.P 16(R15), F7
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
-	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
-	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
-	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
-	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
-	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
-	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
-	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
-	WORD $0x4f87101c // fmla v28.4s, v0.4s, v7.s[0]
-	WORD $0x4f87103d // fmla v29.4s, v1.4s, v7.s[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
-	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
-	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
-	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
-	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
-	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
-	WORD $0x4f86101a // fmla v26.4s, v0.4s, v6.s[0]
-	WORD $0x4f86103b // fmla v27.4s, v1.4s, v6.s[0]
-	WORD $0x4f87101e // fmla v30.4s, v0.4s, v7.s[0]
-	WORD $0x4f87103f // fmla v31.4s, v1.4s, v7.s[0]
-	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
-	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3100c // fmla v12.4s, v0.4s, v3.s[1]
-	WORD $0x4fa3102d // fmla v13.4s, v1.4s, v3.s[1]
-	WORD $0x4fa41010 // fmla v16.4s, v0.4s, v4.s[1]
-	WORD $0x4fa41031 // fmla v17.4s, v1.4s, v4.s[1]
-	WORD $0x4fa51014 // fmla v20.4s, v0.4s, v5.s[1]
-	WORD $0x4fa51035 // fmla v21.4s, v1.4s, v5.s[1]
-	WORD $0x4fa61018 // fmla v24.4s, v0.4s, v6.s[1]
-	WORD $0x4fa61039 // fmla v25.4s, v1.4s, v6.s[1]
-	WORD $0x4fa7101c // fmla v28.4s, v0.4s, v7.s[1]
-	WORD $0x4fa7103d // fmla v29.4s, v1.4s, v7.s[1]
-	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
-	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3100e // fmla v14.4s, v0.4s, v3.s[1]
-	WORD $0x4fa3102f // fmla v15.4s, v1.4s, v3.s[1]
-	WORD $0x4fa41012 // fmla v18.4s, v0.4s, v4.s[1]
-	WORD $0x4fa41033 // fmla v19.4s, v1.4s, v4.s[1]
-	WORD $0x4fa51016 // fmla v22.4s, v0.4s, v5.s[1]
-	WORD $0x4fa51037 // fmla v23.4s, v1.4s, v5.s[1]
-	WORD $0x4fa6101a // fmla v26.4s, v0.4s, v6.s[1]
-	WORD $0x4fa6103b // fmla v27.4s, v1.4s, v6.s[1]
-	WORD $0x4fa7101e // fmla v30.4s, v0.4s, v7.s[1]
-	WORD $0x4fa7103f // fmla v31.4s, v1.4s, v7.s[1]
-	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
-	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
-	WORD $0x4f83180c // fmla v12.4s, v0.4s, v3.s[2]
-	WORD $0x4f83182d // fmla v13.4s, v1.4s, v3.s[2]
-	WORD $0x4f841810 // fmla v16.4s, v0.4s, v4.s[2]
-	WORD $0x4f841831 // fmla v17.4s, v1.4s, v4.s[2]
-	WORD $0x4f851814 // fmla v20.4s, v0.4s, v5.s[2]
-	WORD $0x4f851835 // fmla v21.4s, v1.4s, v5.s[2]
-	WORD $0x4f861818 // fmla v24.4s, v0.4s, v6.s[2]
-	WORD $0x4f861839 // fmla v25.4s, v1.4s, v6.s[2]
-	WORD $0x4f87181c // fmla v28.4s, v0.4s, v7.s[2]
-	WORD $0x4f87183d // fmla v29.4s, v1.4s, v7.s[2]
-	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
-	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
-	WORD $0x4f83180e // fmla v14.4s, v0.4s, v3.s[2]
-	WORD $0x4f83182f // fmla v15.4s, v1.4s, v3.s[2]
-	WORD $0x4f841812 // fmla v18.4s, v0.4s, v4.s[2]
-	WORD $0x4f841833 // fmla v19.4s, v1.4s, v4.s[2]
-	WORD $0x4f851816 // fmla v22.4s, v0.4s, v5.s[2]
-	WORD $0x4f851837 // fmla v23.4s, v1.4s, v5.s[2]
-	WORD $0x4f86181a // fmla v26.4s, v0.4s, v6.s[2]
-	WORD $0x4f86183b // fmla v27.4s, v1.4s, v6.s[2]
-	WORD $0x4f87181e // fmla v30.4s, v0.4s, v7.s[2]
-	WORD $0x4f87183f // fmla v31.4s, v1.4s, v7.s[2]
-	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
-	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3180c // fmla v12.4s, v0.4s, v3.s[3]
-	WORD $0x4fa3182d // fmla v13.4s, v1.4s, v3.s[3]
-	WORD $0x4fa41810 // fmla v16.4s, v0.4s, v4.s[3]
-	WORD $0x4fa41831 // fmla v17.4s, v1.4s, v4.s[3]
-	WORD $0x4fa51814 // fmla v20.4s, v0.4s, v5.s[3]
-	WORD $0x4fa51835 // fmla v21.4s, v1.4s, v5.s[3]
-	WORD $0x4fa61818 // fmla v24.4s, v0.4s, v6.s[3]
-	WORD $0x4fa61839 // fmla v25.4s, v1.4s, v6.s[3]
-	WORD $0x4fa7181c // fmla v28.4s, v0.4s, v7.s[3]
-	WORD $0x4fa7183d // fmla v29.4s, v1.4s, v7.s[3]
-	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
-	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3180e // fmla v14.4s, v0.4s, v3.s[3]
-	WORD $0x4fa3182f // fmla v15.4s, v1.4s, v3.s[3]
-	WORD $0x4fa41812 // fmla v18.4s, v0.4s, v4.s[3]
-	WORD $0x4fa41833 // fmla v19.4s, v1.4s, v4.s[3]
-	WORD $0x4fa51816 // fmla v22.4s, v0.4s, v5.s[3]
-	WORD $0x4fa51837 // fmla v23.4s, v1.4s, v5.s[3]
-	WORD $0x4fa6181a // fmla v26.4s, v0.4s, v6.s[3]
-	WORD $0x4fa6183b // fmla v27.4s, v1.4s, v6.s[3]
-	WORD $0x4fa7181e // fmla v30.4s, v0.4s, v7.s[3]
-	WORD $0x4fa7183f // fmla v31.4s, v1.4s, v7.s[3]
-	ADD $256, R16
-	SUB $4, R17
-	CMP $4, R17
-	BGE r6loop4
-r6tail:
-	CBZ R17, r6store
-r6loop1:
-	FMOVS.P 4(R10), F2
-	FMOVS.P 4(R11), F3
-	FMOVS.P 4(R12), F4
-	FMOVS.P 4(R13), F5
-	FMOVS.P 4(R14), F6
-	FMOVS.P 4(R15), F7
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
-	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
-	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
-	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
-	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
-	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
-	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
-	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
-	WORD $0x4f87101c // fmla v28.4s, v0.4s, v7.s[0]
-	WORD $0x4f87103d // fmla v29.4s, v1.4s, v7.s[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
-	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
-	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
-	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
-	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
-	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
-	WORD $0x4f86101a // fmla v26.4s, v0.4s, v6.s[0]
-	WORD $0x4f86103b // fmla v27.4s, v1.4s, v6.s[0]
-	WORD $0x4f87101e // fmla v30.4s, v0.4s, v7.s[0]
-	WORD $0x4f87103f // fmla v31.4s, v1.4s, v7.s[0]
-	ADD $64, R16
-	SUBS $1, R17, R17
-	BNE r6loop1
-r6store:
-	MOVD R4, R22
-	FSTPQ (F8, F9), (R22)
-	FSTPQ (F10, F11), 32(R22)
-	ADD R6, R22
-	FSTPQ (F12, F13), (R22)
-	FSTPQ (F14, F15), 32(R22)
-	ADD R6, R22
-	FSTPQ (F16, F17), (R22)
-	FSTPQ (F18, F19), 32(R22)
-	ADD R6, R22
-	FSTPQ (F20, F21), (R22)
-	FSTPQ (F22, F23), 32(R22)
-	ADD R6, R22
-	FSTPQ (F24, F25), (R22)
-	FSTPQ (F26, F27), 32(R22)
-	ADD R6, R22
-	FSTPQ (F28, F29), (R22)
-	FSTPQ (F30, F31), 32(R22)
-	ADD R19, R3
-	ADD R20, R4
-	SUB $6, R5
-	B rows
-rowsTail:
 	CMP $5, R5
-	BEQ tile5
-	CMP $4, R5
-	BEQ tile4
-	CMP $3, R5
-	BEQ tile3
-	CMP $2, R5
-	BEQ tile2
-	CMP $1, R5
-	BEQ tile1
-	B colNext
-tile5:
+	BLT rowsTail
 	// Tile: 5 rows × 16 columns, 20 accumulators.
 	WORD $0x6f00e408 // movi v8.2d, #0
 	WORD $0x6f00e409 // movi v9.2d, #0
@@ -13943,93 +17626,173 @@ r5loop4:
 	FMOVQ.P 16(R13), F5
 	FMOVQ.P 16(R14), F6
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
-	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
-	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
-	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
-	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
-	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
-	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
-	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
+	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
+	WORD $0x4f85901e // fmul v30.4s, v0.4s, v5.s[0]
+	WORD $0x4f86901f // fmul v31.4s, v0.4s, v6.s[0]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
+	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
+	WORD $0x4e3fd718 // fadd v24.4s, v24.4s, v31.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
+	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
+	WORD $0x4f85903e // fmul v30.4s, v1.4s, v5.s[0]
+	WORD $0x4f86903f // fmul v31.4s, v1.4s, v6.s[0]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
+	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
+	WORD $0x4e3fd739 // fadd v25.4s, v25.4s, v31.4s
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
-	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
-	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
-	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
-	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
-	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
-	WORD $0x4f86101a // fmla v26.4s, v0.4s, v6.s[0]
-	WORD $0x4f86103b // fmla v27.4s, v1.4s, v6.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
+	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
+	WORD $0x4f85901e // fmul v30.4s, v0.4s, v5.s[0]
+	WORD $0x4f86901f // fmul v31.4s, v0.4s, v6.s[0]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
+	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
+	WORD $0x4e3fd75a // fadd v26.4s, v26.4s, v31.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
+	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
+	WORD $0x4f85903e // fmul v30.4s, v1.4s, v5.s[0]
+	WORD $0x4f86903f // fmul v31.4s, v1.4s, v6.s[0]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
+	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
+	WORD $0x4e3fd77b // fadd v27.4s, v27.4s, v31.4s
 	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
-	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3100c // fmla v12.4s, v0.4s, v3.s[1]
-	WORD $0x4fa3102d // fmla v13.4s, v1.4s, v3.s[1]
-	WORD $0x4fa41010 // fmla v16.4s, v0.4s, v4.s[1]
-	WORD $0x4fa41031 // fmla v17.4s, v1.4s, v4.s[1]
-	WORD $0x4fa51014 // fmla v20.4s, v0.4s, v5.s[1]
-	WORD $0x4fa51035 // fmla v21.4s, v1.4s, v5.s[1]
-	WORD $0x4fa61018 // fmla v24.4s, v0.4s, v6.s[1]
-	WORD $0x4fa61039 // fmla v25.4s, v1.4s, v6.s[1]
+	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
+	WORD $0x4fa3901c // fmul v28.4s, v0.4s, v3.s[1]
+	WORD $0x4fa4901d // fmul v29.4s, v0.4s, v4.s[1]
+	WORD $0x4fa5901e // fmul v30.4s, v0.4s, v5.s[1]
+	WORD $0x4fa6901f // fmul v31.4s, v0.4s, v6.s[1]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
+	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
+	WORD $0x4e3fd718 // fadd v24.4s, v24.4s, v31.4s
+	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3903c // fmul v28.4s, v1.4s, v3.s[1]
+	WORD $0x4fa4903d // fmul v29.4s, v1.4s, v4.s[1]
+	WORD $0x4fa5903e // fmul v30.4s, v1.4s, v5.s[1]
+	WORD $0x4fa6903f // fmul v31.4s, v1.4s, v6.s[1]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
+	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
+	WORD $0x4e3fd739 // fadd v25.4s, v25.4s, v31.4s
 	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
-	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3100e // fmla v14.4s, v0.4s, v3.s[1]
-	WORD $0x4fa3102f // fmla v15.4s, v1.4s, v3.s[1]
-	WORD $0x4fa41012 // fmla v18.4s, v0.4s, v4.s[1]
-	WORD $0x4fa41033 // fmla v19.4s, v1.4s, v4.s[1]
-	WORD $0x4fa51016 // fmla v22.4s, v0.4s, v5.s[1]
-	WORD $0x4fa51037 // fmla v23.4s, v1.4s, v5.s[1]
-	WORD $0x4fa6101a // fmla v26.4s, v0.4s, v6.s[1]
-	WORD $0x4fa6103b // fmla v27.4s, v1.4s, v6.s[1]
+	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
+	WORD $0x4fa3901c // fmul v28.4s, v0.4s, v3.s[1]
+	WORD $0x4fa4901d // fmul v29.4s, v0.4s, v4.s[1]
+	WORD $0x4fa5901e // fmul v30.4s, v0.4s, v5.s[1]
+	WORD $0x4fa6901f // fmul v31.4s, v0.4s, v6.s[1]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
+	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
+	WORD $0x4e3fd75a // fadd v26.4s, v26.4s, v31.4s
+	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3903c // fmul v28.4s, v1.4s, v3.s[1]
+	WORD $0x4fa4903d // fmul v29.4s, v1.4s, v4.s[1]
+	WORD $0x4fa5903e // fmul v30.4s, v1.4s, v5.s[1]
+	WORD $0x4fa6903f // fmul v31.4s, v1.4s, v6.s[1]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
+	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
+	WORD $0x4e3fd77b // fadd v27.4s, v27.4s, v31.4s
 	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
-	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
-	WORD $0x4f83180c // fmla v12.4s, v0.4s, v3.s[2]
-	WORD $0x4f83182d // fmla v13.4s, v1.4s, v3.s[2]
-	WORD $0x4f841810 // fmla v16.4s, v0.4s, v4.s[2]
-	WORD $0x4f841831 // fmla v17.4s, v1.4s, v4.s[2]
-	WORD $0x4f851814 // fmla v20.4s, v0.4s, v5.s[2]
-	WORD $0x4f851835 // fmla v21.4s, v1.4s, v5.s[2]
-	WORD $0x4f861818 // fmla v24.4s, v0.4s, v6.s[2]
-	WORD $0x4f861839 // fmla v25.4s, v1.4s, v6.s[2]
+	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
+	WORD $0x4f83981c // fmul v28.4s, v0.4s, v3.s[2]
+	WORD $0x4f84981d // fmul v29.4s, v0.4s, v4.s[2]
+	WORD $0x4f85981e // fmul v30.4s, v0.4s, v5.s[2]
+	WORD $0x4f86981f // fmul v31.4s, v0.4s, v6.s[2]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
+	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
+	WORD $0x4e3fd718 // fadd v24.4s, v24.4s, v31.4s
+	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
+	WORD $0x4f83983c // fmul v28.4s, v1.4s, v3.s[2]
+	WORD $0x4f84983d // fmul v29.4s, v1.4s, v4.s[2]
+	WORD $0x4f85983e // fmul v30.4s, v1.4s, v5.s[2]
+	WORD $0x4f86983f // fmul v31.4s, v1.4s, v6.s[2]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
+	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
+	WORD $0x4e3fd739 // fadd v25.4s, v25.4s, v31.4s
 	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
-	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
-	WORD $0x4f83180e // fmla v14.4s, v0.4s, v3.s[2]
-	WORD $0x4f83182f // fmla v15.4s, v1.4s, v3.s[2]
-	WORD $0x4f841812 // fmla v18.4s, v0.4s, v4.s[2]
-	WORD $0x4f841833 // fmla v19.4s, v1.4s, v4.s[2]
-	WORD $0x4f851816 // fmla v22.4s, v0.4s, v5.s[2]
-	WORD $0x4f851837 // fmla v23.4s, v1.4s, v5.s[2]
-	WORD $0x4f86181a // fmla v26.4s, v0.4s, v6.s[2]
-	WORD $0x4f86183b // fmla v27.4s, v1.4s, v6.s[2]
+	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
+	WORD $0x4f83981c // fmul v28.4s, v0.4s, v3.s[2]
+	WORD $0x4f84981d // fmul v29.4s, v0.4s, v4.s[2]
+	WORD $0x4f85981e // fmul v30.4s, v0.4s, v5.s[2]
+	WORD $0x4f86981f // fmul v31.4s, v0.4s, v6.s[2]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
+	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
+	WORD $0x4e3fd75a // fadd v26.4s, v26.4s, v31.4s
+	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
+	WORD $0x4f83983c // fmul v28.4s, v1.4s, v3.s[2]
+	WORD $0x4f84983d // fmul v29.4s, v1.4s, v4.s[2]
+	WORD $0x4f85983e // fmul v30.4s, v1.4s, v5.s[2]
+	WORD $0x4f86983f // fmul v31.4s, v1.4s, v6.s[2]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
+	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
+	WORD $0x4e3fd77b // fadd v27.4s, v27.4s, v31.4s
 	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
-	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3180c // fmla v12.4s, v0.4s, v3.s[3]
-	WORD $0x4fa3182d // fmla v13.4s, v1.4s, v3.s[3]
-	WORD $0x4fa41810 // fmla v16.4s, v0.4s, v4.s[3]
-	WORD $0x4fa41831 // fmla v17.4s, v1.4s, v4.s[3]
-	WORD $0x4fa51814 // fmla v20.4s, v0.4s, v5.s[3]
-	WORD $0x4fa51835 // fmla v21.4s, v1.4s, v5.s[3]
-	WORD $0x4fa61818 // fmla v24.4s, v0.4s, v6.s[3]
-	WORD $0x4fa61839 // fmla v25.4s, v1.4s, v6.s[3]
+	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
+	WORD $0x4fa3981c // fmul v28.4s, v0.4s, v3.s[3]
+	WORD $0x4fa4981d // fmul v29.4s, v0.4s, v4.s[3]
+	WORD $0x4fa5981e // fmul v30.4s, v0.4s, v5.s[3]
+	WORD $0x4fa6981f // fmul v31.4s, v0.4s, v6.s[3]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
+	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
+	WORD $0x4e3fd718 // fadd v24.4s, v24.4s, v31.4s
+	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3983c // fmul v28.4s, v1.4s, v3.s[3]
+	WORD $0x4fa4983d // fmul v29.4s, v1.4s, v4.s[3]
+	WORD $0x4fa5983e // fmul v30.4s, v1.4s, v5.s[3]
+	WORD $0x4fa6983f // fmul v31.4s, v1.4s, v6.s[3]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
+	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
+	WORD $0x4e3fd739 // fadd v25.4s, v25.4s, v31.4s
 	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
-	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3180e // fmla v14.4s, v0.4s, v3.s[3]
-	WORD $0x4fa3182f // fmla v15.4s, v1.4s, v3.s[3]
-	WORD $0x4fa41812 // fmla v18.4s, v0.4s, v4.s[3]
-	WORD $0x4fa41833 // fmla v19.4s, v1.4s, v4.s[3]
-	WORD $0x4fa51816 // fmla v22.4s, v0.4s, v5.s[3]
-	WORD $0x4fa51837 // fmla v23.4s, v1.4s, v5.s[3]
-	WORD $0x4fa6181a // fmla v26.4s, v0.4s, v6.s[3]
-	WORD $0x4fa6183b // fmla v27.4s, v1.4s, v6.s[3]
+	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
+	WORD $0x4fa3981c // fmul v28.4s, v0.4s, v3.s[3]
+	WORD $0x4fa4981d // fmul v29.4s, v0.4s, v4.s[3]
+	WORD $0x4fa5981e // fmul v30.4s, v0.4s, v5.s[3]
+	WORD $0x4fa6981f // fmul v31.4s, v0.4s, v6.s[3]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
+	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
+	WORD $0x4e3fd75a // fadd v26.4s, v26.4s, v31.4s
+	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3983c // fmul v28.4s, v1.4s, v3.s[3]
+	WORD $0x4fa4983d // fmul v29.4s, v1.4s, v4.s[3]
+	WORD $0x4fa5983e // fmul v30.4s, v1.4s, v5.s[3]
+	WORD $0x4fa6983f // fmul v31.4s, v1.4s, v6.s[3]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
+	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
+	WORD $0x4e3fd77b // fadd v27.4s, v27.4s, v31.4s
 	ADD $256, R16
 	SUB $4, R17
 	CMP $4, R17
@@ -14043,27 +17806,47 @@ r5loop1:
 	FMOVS.P 4(R13), F5
 	FMOVS.P 4(R14), F6
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
-	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
-	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
-	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
-	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
-	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
-	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
-	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
+	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
+	WORD $0x4f85901e // fmul v30.4s, v0.4s, v5.s[0]
+	WORD $0x4f86901f // fmul v31.4s, v0.4s, v6.s[0]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
+	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
+	WORD $0x4e3fd718 // fadd v24.4s, v24.4s, v31.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
+	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
+	WORD $0x4f85903e // fmul v30.4s, v1.4s, v5.s[0]
+	WORD $0x4f86903f // fmul v31.4s, v1.4s, v6.s[0]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
+	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
+	WORD $0x4e3fd739 // fadd v25.4s, v25.4s, v31.4s
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
-	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
-	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
-	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
-	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
-	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
-	WORD $0x4f86101a // fmla v26.4s, v0.4s, v6.s[0]
-	WORD $0x4f86103b // fmla v27.4s, v1.4s, v6.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
+	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
+	WORD $0x4f85901e // fmul v30.4s, v0.4s, v5.s[0]
+	WORD $0x4f86901f // fmul v31.4s, v0.4s, v6.s[0]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
+	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
+	WORD $0x4e3fd75a // fadd v26.4s, v26.4s, v31.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
+	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
+	WORD $0x4f85903e // fmul v30.4s, v1.4s, v5.s[0]
+	WORD $0x4f86903f // fmul v31.4s, v1.4s, v6.s[0]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
+	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
+	WORD $0x4e3fd77b // fadd v27.4s, v27.4s, v31.4s
 	ADD $64, R16
 	SUBS $1, R17, R17
 	BNE r5loop1
@@ -14083,6 +17866,19 @@ r5store:
 	ADD R6, R22
 	FSTPQ (F24, F25), (R22)
 	FSTPQ (F26, F27), 32(R22)
+	ADD R19, R3
+	ADD R20, R4
+	SUB $5, R5
+	B rows
+rowsTail:
+	CMP $4, R5
+	BEQ tile4
+	CMP $3, R5
+	BEQ tile3
+	CMP $2, R5
+	BEQ tile2
+	CMP $1, R5
+	BEQ tile1
 	B colNext
 tile4:
 	// Tile: 4 rows × 16 columns, 16 accumulators.
@@ -14116,77 +17912,141 @@ r4loop4:
 	FMOVQ.P 16(R12), F4
 	FMOVQ.P 16(R13), F5
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
-	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
-	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
-	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
-	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
-	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
+	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
+	WORD $0x4f85901e // fmul v30.4s, v0.4s, v5.s[0]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
+	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
+	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
+	WORD $0x4f85903e // fmul v30.4s, v1.4s, v5.s[0]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
+	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
-	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
-	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
-	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
-	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
-	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
+	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
+	WORD $0x4f85901e // fmul v30.4s, v0.4s, v5.s[0]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
+	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
+	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
+	WORD $0x4f85903e // fmul v30.4s, v1.4s, v5.s[0]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
+	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
 	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
-	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3100c // fmla v12.4s, v0.4s, v3.s[1]
-	WORD $0x4fa3102d // fmla v13.4s, v1.4s, v3.s[1]
-	WORD $0x4fa41010 // fmla v16.4s, v0.4s, v4.s[1]
-	WORD $0x4fa41031 // fmla v17.4s, v1.4s, v4.s[1]
-	WORD $0x4fa51014 // fmla v20.4s, v0.4s, v5.s[1]
-	WORD $0x4fa51035 // fmla v21.4s, v1.4s, v5.s[1]
+	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
+	WORD $0x4fa3901c // fmul v28.4s, v0.4s, v3.s[1]
+	WORD $0x4fa4901d // fmul v29.4s, v0.4s, v4.s[1]
+	WORD $0x4fa5901e // fmul v30.4s, v0.4s, v5.s[1]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
+	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
+	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3903c // fmul v28.4s, v1.4s, v3.s[1]
+	WORD $0x4fa4903d // fmul v29.4s, v1.4s, v4.s[1]
+	WORD $0x4fa5903e // fmul v30.4s, v1.4s, v5.s[1]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
+	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
 	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
-	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3100e // fmla v14.4s, v0.4s, v3.s[1]
-	WORD $0x4fa3102f // fmla v15.4s, v1.4s, v3.s[1]
-	WORD $0x4fa41012 // fmla v18.4s, v0.4s, v4.s[1]
-	WORD $0x4fa41033 // fmla v19.4s, v1.4s, v4.s[1]
-	WORD $0x4fa51016 // fmla v22.4s, v0.4s, v5.s[1]
-	WORD $0x4fa51037 // fmla v23.4s, v1.4s, v5.s[1]
+	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
+	WORD $0x4fa3901c // fmul v28.4s, v0.4s, v3.s[1]
+	WORD $0x4fa4901d // fmul v29.4s, v0.4s, v4.s[1]
+	WORD $0x4fa5901e // fmul v30.4s, v0.4s, v5.s[1]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
+	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
+	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3903c // fmul v28.4s, v1.4s, v3.s[1]
+	WORD $0x4fa4903d // fmul v29.4s, v1.4s, v4.s[1]
+	WORD $0x4fa5903e // fmul v30.4s, v1.4s, v5.s[1]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
+	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
 	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
-	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
-	WORD $0x4f83180c // fmla v12.4s, v0.4s, v3.s[2]
-	WORD $0x4f83182d // fmla v13.4s, v1.4s, v3.s[2]
-	WORD $0x4f841810 // fmla v16.4s, v0.4s, v4.s[2]
-	WORD $0x4f841831 // fmla v17.4s, v1.4s, v4.s[2]
-	WORD $0x4f851814 // fmla v20.4s, v0.4s, v5.s[2]
-	WORD $0x4f851835 // fmla v21.4s, v1.4s, v5.s[2]
+	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
+	WORD $0x4f83981c // fmul v28.4s, v0.4s, v3.s[2]
+	WORD $0x4f84981d // fmul v29.4s, v0.4s, v4.s[2]
+	WORD $0x4f85981e // fmul v30.4s, v0.4s, v5.s[2]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
+	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
+	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
+	WORD $0x4f83983c // fmul v28.4s, v1.4s, v3.s[2]
+	WORD $0x4f84983d // fmul v29.4s, v1.4s, v4.s[2]
+	WORD $0x4f85983e // fmul v30.4s, v1.4s, v5.s[2]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
+	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
 	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
-	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
-	WORD $0x4f83180e // fmla v14.4s, v0.4s, v3.s[2]
-	WORD $0x4f83182f // fmla v15.4s, v1.4s, v3.s[2]
-	WORD $0x4f841812 // fmla v18.4s, v0.4s, v4.s[2]
-	WORD $0x4f841833 // fmla v19.4s, v1.4s, v4.s[2]
-	WORD $0x4f851816 // fmla v22.4s, v0.4s, v5.s[2]
-	WORD $0x4f851837 // fmla v23.4s, v1.4s, v5.s[2]
+	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
+	WORD $0x4f83981c // fmul v28.4s, v0.4s, v3.s[2]
+	WORD $0x4f84981d // fmul v29.4s, v0.4s, v4.s[2]
+	WORD $0x4f85981e // fmul v30.4s, v0.4s, v5.s[2]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
+	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
+	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
+	WORD $0x4f83983c // fmul v28.4s, v1.4s, v3.s[2]
+	WORD $0x4f84983d // fmul v29.4s, v1.4s, v4.s[2]
+	WORD $0x4f85983e // fmul v30.4s, v1.4s, v5.s[2]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
+	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
 	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
-	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3180c // fmla v12.4s, v0.4s, v3.s[3]
-	WORD $0x4fa3182d // fmla v13.4s, v1.4s, v3.s[3]
-	WORD $0x4fa41810 // fmla v16.4s, v0.4s, v4.s[3]
-	WORD $0x4fa41831 // fmla v17.4s, v1.4s, v4.s[3]
-	WORD $0x4fa51814 // fmla v20.4s, v0.4s, v5.s[3]
-	WORD $0x4fa51835 // fmla v21.4s, v1.4s, v5.s[3]
+	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
+	WORD $0x4fa3981c // fmul v28.4s, v0.4s, v3.s[3]
+	WORD $0x4fa4981d // fmul v29.4s, v0.4s, v4.s[3]
+	WORD $0x4fa5981e // fmul v30.4s, v0.4s, v5.s[3]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
+	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
+	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3983c // fmul v28.4s, v1.4s, v3.s[3]
+	WORD $0x4fa4983d // fmul v29.4s, v1.4s, v4.s[3]
+	WORD $0x4fa5983e // fmul v30.4s, v1.4s, v5.s[3]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
+	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
 	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
-	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3180e // fmla v14.4s, v0.4s, v3.s[3]
-	WORD $0x4fa3182f // fmla v15.4s, v1.4s, v3.s[3]
-	WORD $0x4fa41812 // fmla v18.4s, v0.4s, v4.s[3]
-	WORD $0x4fa41833 // fmla v19.4s, v1.4s, v4.s[3]
-	WORD $0x4fa51816 // fmla v22.4s, v0.4s, v5.s[3]
-	WORD $0x4fa51837 // fmla v23.4s, v1.4s, v5.s[3]
+	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
+	WORD $0x4fa3981c // fmul v28.4s, v0.4s, v3.s[3]
+	WORD $0x4fa4981d // fmul v29.4s, v0.4s, v4.s[3]
+	WORD $0x4fa5981e // fmul v30.4s, v0.4s, v5.s[3]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
+	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
+	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3983c // fmul v28.4s, v1.4s, v3.s[3]
+	WORD $0x4fa4983d // fmul v29.4s, v1.4s, v4.s[3]
+	WORD $0x4fa5983e // fmul v30.4s, v1.4s, v5.s[3]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
+	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
 	ADD $256, R16
 	SUB $4, R17
 	CMP $4, R17
@@ -14199,23 +18059,39 @@ r4loop1:
 	FMOVS.P 4(R12), F4
 	FMOVS.P 4(R13), F5
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
-	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
-	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
-	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
-	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
-	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
+	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
+	WORD $0x4f85901e // fmul v30.4s, v0.4s, v5.s[0]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
+	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
+	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
+	WORD $0x4f85903e // fmul v30.4s, v1.4s, v5.s[0]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
+	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
-	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
-	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
-	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
-	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
-	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
+	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
+	WORD $0x4f85901e // fmul v30.4s, v0.4s, v5.s[0]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
+	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
+	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
+	WORD $0x4f85903e // fmul v30.4s, v1.4s, v5.s[0]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
+	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
 	ADD $64, R16
 	SUBS $1, R17, R17
 	BNE r4loop1
@@ -14259,61 +18135,109 @@ r3loop4:
 	FMOVQ.P 16(R11), F3
 	FMOVQ.P 16(R12), F4
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
-	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
-	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
-	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
+	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
+	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
-	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
-	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
-	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
+	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
+	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
 	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
-	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3100c // fmla v12.4s, v0.4s, v3.s[1]
-	WORD $0x4fa3102d // fmla v13.4s, v1.4s, v3.s[1]
-	WORD $0x4fa41010 // fmla v16.4s, v0.4s, v4.s[1]
-	WORD $0x4fa41031 // fmla v17.4s, v1.4s, v4.s[1]
+	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
+	WORD $0x4fa3901c // fmul v28.4s, v0.4s, v3.s[1]
+	WORD $0x4fa4901d // fmul v29.4s, v0.4s, v4.s[1]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
+	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3903c // fmul v28.4s, v1.4s, v3.s[1]
+	WORD $0x4fa4903d // fmul v29.4s, v1.4s, v4.s[1]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
 	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
-	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3100e // fmla v14.4s, v0.4s, v3.s[1]
-	WORD $0x4fa3102f // fmla v15.4s, v1.4s, v3.s[1]
-	WORD $0x4fa41012 // fmla v18.4s, v0.4s, v4.s[1]
-	WORD $0x4fa41033 // fmla v19.4s, v1.4s, v4.s[1]
+	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
+	WORD $0x4fa3901c // fmul v28.4s, v0.4s, v3.s[1]
+	WORD $0x4fa4901d // fmul v29.4s, v0.4s, v4.s[1]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
+	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3903c // fmul v28.4s, v1.4s, v3.s[1]
+	WORD $0x4fa4903d // fmul v29.4s, v1.4s, v4.s[1]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
 	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
-	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
-	WORD $0x4f83180c // fmla v12.4s, v0.4s, v3.s[2]
-	WORD $0x4f83182d // fmla v13.4s, v1.4s, v3.s[2]
-	WORD $0x4f841810 // fmla v16.4s, v0.4s, v4.s[2]
-	WORD $0x4f841831 // fmla v17.4s, v1.4s, v4.s[2]
+	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
+	WORD $0x4f83981c // fmul v28.4s, v0.4s, v3.s[2]
+	WORD $0x4f84981d // fmul v29.4s, v0.4s, v4.s[2]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
+	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
+	WORD $0x4f83983c // fmul v28.4s, v1.4s, v3.s[2]
+	WORD $0x4f84983d // fmul v29.4s, v1.4s, v4.s[2]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
 	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
-	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
-	WORD $0x4f83180e // fmla v14.4s, v0.4s, v3.s[2]
-	WORD $0x4f83182f // fmla v15.4s, v1.4s, v3.s[2]
-	WORD $0x4f841812 // fmla v18.4s, v0.4s, v4.s[2]
-	WORD $0x4f841833 // fmla v19.4s, v1.4s, v4.s[2]
+	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
+	WORD $0x4f83981c // fmul v28.4s, v0.4s, v3.s[2]
+	WORD $0x4f84981d // fmul v29.4s, v0.4s, v4.s[2]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
+	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
+	WORD $0x4f83983c // fmul v28.4s, v1.4s, v3.s[2]
+	WORD $0x4f84983d // fmul v29.4s, v1.4s, v4.s[2]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
 	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
-	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3180c // fmla v12.4s, v0.4s, v3.s[3]
-	WORD $0x4fa3182d // fmla v13.4s, v1.4s, v3.s[3]
-	WORD $0x4fa41810 // fmla v16.4s, v0.4s, v4.s[3]
-	WORD $0x4fa41831 // fmla v17.4s, v1.4s, v4.s[3]
+	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
+	WORD $0x4fa3981c // fmul v28.4s, v0.4s, v3.s[3]
+	WORD $0x4fa4981d // fmul v29.4s, v0.4s, v4.s[3]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
+	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3983c // fmul v28.4s, v1.4s, v3.s[3]
+	WORD $0x4fa4983d // fmul v29.4s, v1.4s, v4.s[3]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
 	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
-	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3180e // fmla v14.4s, v0.4s, v3.s[3]
-	WORD $0x4fa3182f // fmla v15.4s, v1.4s, v3.s[3]
-	WORD $0x4fa41812 // fmla v18.4s, v0.4s, v4.s[3]
-	WORD $0x4fa41833 // fmla v19.4s, v1.4s, v4.s[3]
+	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
+	WORD $0x4fa3981c // fmul v28.4s, v0.4s, v3.s[3]
+	WORD $0x4fa4981d // fmul v29.4s, v0.4s, v4.s[3]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
+	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3983c // fmul v28.4s, v1.4s, v3.s[3]
+	WORD $0x4fa4983d // fmul v29.4s, v1.4s, v4.s[3]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
 	ADD $256, R16
 	SUB $4, R17
 	CMP $4, R17
@@ -14325,19 +18249,31 @@ r3loop1:
 	FMOVS.P 4(R11), F3
 	FMOVS.P 4(R12), F4
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
-	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
-	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
-	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
+	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
+	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
-	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
-	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
-	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
+	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
+	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
 	ADD $64, R16
 	SUBS $1, R17, R17
 	BNE r3loop1
@@ -14372,45 +18308,77 @@ r2loop4:
 	FMOVQ.P 16(R10), F2
 	FMOVQ.P 16(R11), F3
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
-	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
-	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
 	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
-	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3100c // fmla v12.4s, v0.4s, v3.s[1]
-	WORD $0x4fa3102d // fmla v13.4s, v1.4s, v3.s[1]
+	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
+	WORD $0x4fa3901c // fmul v28.4s, v0.4s, v3.s[1]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3903c // fmul v28.4s, v1.4s, v3.s[1]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
 	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
-	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3100e // fmla v14.4s, v0.4s, v3.s[1]
-	WORD $0x4fa3102f // fmla v15.4s, v1.4s, v3.s[1]
+	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
+	WORD $0x4fa3901c // fmul v28.4s, v0.4s, v3.s[1]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3903c // fmul v28.4s, v1.4s, v3.s[1]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
 	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
-	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
-	WORD $0x4f83180c // fmla v12.4s, v0.4s, v3.s[2]
-	WORD $0x4f83182d // fmla v13.4s, v1.4s, v3.s[2]
+	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
+	WORD $0x4f83981c // fmul v28.4s, v0.4s, v3.s[2]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
+	WORD $0x4f83983c // fmul v28.4s, v1.4s, v3.s[2]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
 	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
-	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
-	WORD $0x4f83180e // fmla v14.4s, v0.4s, v3.s[2]
-	WORD $0x4f83182f // fmla v15.4s, v1.4s, v3.s[2]
+	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
+	WORD $0x4f83981c // fmul v28.4s, v0.4s, v3.s[2]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
+	WORD $0x4f83983c // fmul v28.4s, v1.4s, v3.s[2]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
 	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
-	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3180c // fmla v12.4s, v0.4s, v3.s[3]
-	WORD $0x4fa3182d // fmla v13.4s, v1.4s, v3.s[3]
+	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
+	WORD $0x4fa3981c // fmul v28.4s, v0.4s, v3.s[3]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3983c // fmul v28.4s, v1.4s, v3.s[3]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
 	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
-	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3180e // fmla v14.4s, v0.4s, v3.s[3]
-	WORD $0x4fa3182f // fmla v15.4s, v1.4s, v3.s[3]
+	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
+	WORD $0x4fa3981c // fmul v28.4s, v0.4s, v3.s[3]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3983c // fmul v28.4s, v1.4s, v3.s[3]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
 	ADD $256, R16
 	SUB $4, R17
 	CMP $4, R17
@@ -14421,15 +18389,23 @@ r2loop1:
 	FMOVS.P 4(R10), F2
 	FMOVS.P 4(R11), F3
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
-	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
-	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
-	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
-	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
 	ADD $64, R16
 	SUBS $1, R17, R17
 	BNE r2loop1
@@ -14455,29 +18431,45 @@ tile1:
 r1loop4:
 	FMOVQ.P 16(R10), F2
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
-	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
-	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
 	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
-	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
+	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
 	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
-	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
+	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
 	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
-	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
+	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
 	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
-	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
+	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
 	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
-	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
+	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
 	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
-	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
+	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
 	ADD $256, R16
 	SUB $4, R17
 	CMP $4, R17
@@ -14487,11 +18479,15 @@ r1tail:
 r1loop1:
 	FMOVS.P 4(R10), F2
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
-	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
-	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
+	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
+	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
+	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
 	ADD $64, R16
 	SUBS $1, R17, R17
 	BNE r1loop1

@@ -26,19 +26,14 @@ func dsFromDpNEON(dp, p []float32, d float32)
 //go:noescape
 func maxNEON(x []float32) float32
 
-// dotNEON returns Σ a[i]·b[i], i < len(a), accumulated in index order with fused
-// multiply-adds (see Impl.Dot); len(b) >= len(a).
-//
-//go:noescape
-func dotNEON(a, b []float32) float32
-
-// alibiNEON sets x[j] −= slope·|pos − j| (see Impl.ALiBi); len(x) is a multiple of 16.
+// alibiNEON sets x[j] −= float32(slope·|pos − j|) (see Impl.ALiBi): the product rounded,
+// then subtracted, bit for bit alibiGeneric; len(x) is a multiple of 16.
 //
 //go:noescape
 func alibiNEON(x []float32, slope, pos float32)
 
-// expSumNEON sets x[j] = exp(scale·x[j] − sub) and returns their sum (see
-// Impl.ExpSum); len(x) is a multiple of 16.
+// expSumNEON sets x[j] = exp(t), t = float32(scale·x[j]) − sub (the product rounded,
+// then sub subtracted), and returns their sum (see Impl.ExpSum); len(x) is a multiple of 16.
 //
 //go:noescape
 func expSumNEON(x []float32, scale, sub float32) float32
@@ -280,6 +275,54 @@ func accumQ8M4NEON(o []float32, ldo int, p []float32, ldp int, v []byte, ldv, n,
 //go:noescape
 func accumQ8M8NEON(o []float32, ldo int, p []float32, ldp int, v []byte, ldv, n, d int)
 
+// scoresQ4M1NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 1, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func scoresQ4M1NEON(s []float32, lds int, q []float32, k []byte, ldk, n, d int)
+
+// scoresQ4M2NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 2, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func scoresQ4M2NEON(s []float32, lds int, q []float32, k []byte, ldk, n, d int)
+
+// scoresQ4M4NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 4, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func scoresQ4M4NEON(s []float32, lds int, q []float32, k []byte, ldk, n, d int)
+
+// scoresQ4M8NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 8, j < n, p < d;
+// ldk is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func scoresQ4M8NEON(s []float32, lds int, q []float32, k []byte, ldk, n, d int)
+
+// accumQ4M1NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 1, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func accumQ4M1NEON(o []float32, ldo int, p []float32, ldp int, v []byte, ldv, n, d int)
+
+// accumQ4M2NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 2, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func accumQ4M2NEON(o []float32, ldo int, p []float32, ldp int, v []byte, ldv, n, d int)
+
+// accumQ4M4NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 4, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func accumQ4M4NEON(o []float32, ldo int, p []float32, ldp int, v []byte, ldv, n, d int)
+
+// accumQ4M8NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 8, c < d, j < n;
+// ldv is the value row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func accumQ4M8NEON(o []float32, ldo int, p []float32, ldp int, v []byte, ldv, n, d int)
+
 // readSumNEON returns the wrapping sum of the little-endian uint32 words of b;
 // len(b) is a positive multiple of 256.
 //
@@ -336,7 +379,9 @@ func packT16NEON(dst []uint16, ldb int, src []uint16, ld, strips, k8 int)
 
 // mulABtNEON sets C = A·Bᵀ (see Impl.MulABt); bt is packed by PackBt.
 // n%16 == 0, m, n >= 1; all accesses are in bounds.
-// Inner loop, per 4 k of a 6×16 tile: 6 LDR Q + 8 LDP Q + 96 FMLA (24 chains).
+// Inner loop, per 4 k of a 5×16 tile: 5 LDR Q + 8 LDP Q + 80 FMUL + 80 FADD (20 chains):
+// each product rounded, then added in the order of k (no FMLA), bit for bit mulABtGeneric;
+// half the FMA peak (two FP instructions per multiply-add).
 //
 //go:noescape
 func mulABtNEON(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int)

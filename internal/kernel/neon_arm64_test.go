@@ -46,8 +46,9 @@ func TestNEONIsSelected(t *testing.T) {
 }
 
 // TestNEONDotMatchesMulABt: Impl.Dot promises the arithmetic of one
-// element of MulABt; on NEON both are one chain of fused multiply-adds in
-// the order of k, so they agree bit for bit (on every k tail).
+// element of MulABt; on NEON Dot is dotGeneric and mulABtNEON rounds each
+// product before adding it in the order of k, so they agree bit for bit
+// (on every k tail of the 4-k loop and every row tail of the 5-row tile).
 func TestNEONDotMatchesMulABt(t *testing.T) {
 	im, err := Lookup("neon")
 	if err != nil {
@@ -160,14 +161,48 @@ func TestNEONSelfCheckRejects(t *testing.T) {
 		t.Fatalf("the NEON decode kernels fail their self-check: %v", err)
 	}
 	wrong := dk
-	wrong.AccumF16 = wrapAccum("AccumF16", elemRow, accumBF16M1NEON, accumBF16M2NEON, accumBF16M4NEON, accumBF16M8NEON)
+	wrong.AccumF16 = wrapAccum("AccumF16", formatElem, accumBF16M1NEON, accumBF16M2NEON, accumBF16M4NEON, accumBF16M8NEON)
 	if err := selfCheckDecode(wrong); err == nil {
 		t.Error("selfCheckDecode accepted fp16 values widened as bfloat16")
 	}
 	wrong = dk
-	wrong.ScoresQ8 = wrapScores("ScoresQ8", Q8RowBytes, scoresQ8M1NEON, scoresQ8M1NEON, scoresQ8M1NEON, scoresQ8M1NEON)
+	wrong.ScoresQ8 = wrapScores("ScoresQ8", formatQ8, scoresQ8M1NEON, scoresQ8M1NEON, scoresQ8M1NEON, scoresQ8M1NEON)
 	if err := selfCheckDecode(wrong); err == nil {
 		t.Error("selfCheckDecode accepted q8 score tiles that do one row of 2, 4 or 8")
+	}
+	// q4_0: the real kernels on codes with their nibbles swapped compute
+	// what a kernel that took the nibbles apart the wrong way round (USHR
+	// for values 0-15, AND for 16-31) would; and accum tiles of one row
+	// where there are 2, 4 or 8.
+	wrong = dk
+	wrong.ScoresQ4 = func(s []float32, lds int, q []float32, m int, k []byte, ldk, n, d int) {
+		sw := append([]byte(nil), k...)
+		for j := 0; j < n; j++ {
+			for b := 0; b < d/Q4Block; b++ {
+				codes := sw[j*ldk+b*Q4BlockBytes+2 : j*ldk+(b+1)*Q4BlockBytes]
+				for i, c := range codes {
+					codes[i] = c<<4 | c>>4
+				}
+			}
+		}
+		dk.ScoresQ4(s, lds, q, m, sw, ldk, n, d)
+	}
+	if err := selfCheckDecode(wrong); err == nil {
+		t.Error("selfCheckDecode accepted q4 scores with the nibbles of the codes swapped")
+	}
+	wrong = dk
+	wrong.AccumQ4 = wrapAccum("AccumQ4", formatQ4, accumQ4M1NEON, accumQ4M1NEON, accumQ4M1NEON, accumQ4M1NEON)
+	if err := selfCheckDecode(wrong); err == nil {
+		t.Error("selfCheckDecode accepted q4 accum tiles that do one row of 2, 4 or 8")
+	}
+	// The multi-head entries against the one-head kernels: heads that
+	// skip the head stride (every head reads head 0's rows).
+	wrong = dk
+	wrong.ScoresQ4Heads = func(s []float32, lds int, q []float32, heads int, k []byte, ldk, hs, n, d int) {
+		dk.ScoresQ4Heads(s, lds, q, heads, k, ldk, 0, n, d)
+	}
+	if err := selfCheckDecode(wrong); err == nil {
+		t.Error("selfCheckDecode accepted ScoresQ4Heads that read head 0 for every head")
 	}
 
 	for _, h := range append(archHalf(BF16), archHalf(F16)...) {
@@ -184,40 +219,4 @@ func TestNEONSelfCheckRejects(t *testing.T) {
 			t.Errorf("selfCheckHalf accepted %s ignoring the strip stride", h.Name)
 		}
 	}
-}
-
-// TestNEONExpSumLargeArguments: the NEON ExpSum forms scale·x − sub with
-// one fused multiply-add, so where scale·x and sub are large and close
-// (scores far above zero, minus their running maximum) the argument keeps
-// its accuracy that a rounded product would lose (an ulp of 1000 is 6e-5):
-// within 2 ulp of exp of the exact argument here. (The generic path
-// rounds the product on amd64; on arm64 the Go compiler fuses it too.)
-func TestNEONExpSumLargeArguments(t *testing.T) {
-	im, err := Lookup("neon")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := rand.New(rand.NewPCG(55, 56))
-	x := make([]float32, 1024)
-	for i := range x {
-		x[i] = 9990 + r.Float32()*20
-	}
-	const scale, sub = float32(0.1), float32(1000)
-	y := append([]float32(nil), x...)
-	im.ExpSum(y, scale, sub)
-	worst := int64(0)
-	for i, v := range x {
-		want := float32(math.Exp(float64(v)*float64(scale) - float64(sub)))
-		worst = max(worst, ulps(y[i], want))
-	}
-	if worst > 2 {
-		t.Errorf("exp(scale·x − sub) with scale·x ≈ sub ≈ 1000: %d ulp from the exact argument's exp", worst)
-	}
-	g := append([]float32(nil), x...)
-	Generic.ExpSum(g, scale, sub)
-	gw := int64(0)
-	for i, v := range x {
-		gw = max(gw, ulps(g[i], float32(math.Exp(float64(v)*float64(scale)-float64(sub)))))
-	}
-	t.Logf("worst error: neon %d ulp, generic %d ulp", worst, gw)
 }

@@ -9,9 +9,13 @@ import "fmt"
 //	accum<T>M<mr>NEON   O[r][c] += Σ_j P[r][j]·V[j][c]    r < mr, c < d
 //	readSumNEON         the wrapping sum of the uint32 words of a buffer
 //
-// T is F32, BF16 and F16 (widened in registers by SHLL #16 and FCVTL) or
-// Q8 (q8_0 blocks: an fp16 scale then 32 int8, widened by SSHLL twice and
-// SCVTF and multiplied by the scale, exactly). mr is 1, 2, 4 or 8; the Go
+// T is F32, BF16 and F16 (widened in registers by SHLL #16 and FCVTL), Q8
+// (q8_0 blocks: an fp16 scale then 32 int8, widened by SSHLL twice and
+// SCVTF and multiplied by the scale, exactly) or Q4 (q4_0 blocks: an fp16
+// scale then 16 bytes of two 4-bit codes, value j in the low nibble of
+// byte j and value j+16 in the high one: the nibbles taken apart by AND
+// 0x0f or USHR #4, 8 subtracted from all 16 bytes at once by SUB, then
+// widened as q8_0's int8: (code − 8)·scale, exactly). mr is 1, 2, 4 or 8; the Go
 // wrappers (decode_arm64.go) split other row counts into these tiles and
 // check every precondition. No kernel reads outside the rows it is given:
 // the head dimension's tail (d mod 8) is read four elements, then one
@@ -24,7 +28,7 @@ import "fmt"
 // that every tile has 16 independent chains except mr = 1, which has 8),
 // folded by FADDP trees at the end of the group into [S[r][j0..j0+w)].
 // Per step of a 4-row tile: 4 key loads (+8 widening instructions for
-// 16-bit caches, +28 for q8), 4 Q loads, 32 FMLA.
+// 16-bit caches, +28 for q8_0, +36 for q4_0), 4 Q loads, 32 FMLA.
 //
 // accum: keys in blocks of 32; for each block, O's columns in chunks of cw
 // vectors (8 for mr <= 2, 4 for mr = 4, 2 for mr = 8; then halves, then
@@ -39,7 +43,11 @@ import "fmt"
 // FMLA per 4 cached values, far above DRAM speed); from 4 rows on the
 // float32 kernels are FMA-bound at ≈ 0.8 of the peak (16 chains, one load
 // per two FMLA), the 16-bit ones ≈ 0.7 (one widening instruction per FMLA
-// pair), q8_0 ≈ 0.4 (int8 to float32 costs 3.5 instructions per vector).
+// pair), q8_0 ≈ 0.4 (int8 to float32 costs 3.5 instructions per vector),
+// q4_0 a little less in the scores kernels (4.5 per vector: two more per 8
+// values) and as much in the accum ones with 8 columns a chunk (the
+// nibbles of 32 values apart by 4 instructions); it reads 4.5 bits per
+// value against 8.5, which helps one row, the memory-bound case.
 //
 // This file holds what both families share (element types, widening
 // loads) and readSumNEON; the kernels are in decode_scores.go and
@@ -48,23 +56,29 @@ import "fmt"
 type delem struct {
 	name   string
 	goType string
-	size   int // bytes per element; 0 for q8_0
+	size   int // bytes per element; 0 for the block formats
 	bf16   bool
+	bits   int // bits per code of a block format (q8_0: 8, q4_0: 4); 0 otherwise
 }
 
 var delems = []delem{
-	{"F32", "float32", 4, false},
-	{"BF16", "uint16", 2, true},
-	{"F16", "uint16", 2, false},
-	{"Q8", "byte", 0, false},
+	{"F32", "float32", 4, false, 0},
+	{"BF16", "uint16", 2, true, 0},
+	{"F16", "uint16", 2, false, 0},
+	{"Q8", "byte", 0, false, 8},
+	{"Q4", "byte", 0, false, 4},
 }
 
-func (e delem) q8() bool { return e.size == 0 }
+// quant reports a block format (q8_0 or q4_0): rows of blocks of 32
+// values, each an fp16 scale and the codes.
+func (e delem) quant() bool { return e.bits != 0 }
 
-const (
-	q8Values = 32
-	q8Bytes  = 34
-)
+// blockBytes is the size of a block of a block format: 34 (q8_0) or 18
+// (q4_0).
+func (e delem) blockBytes() int { return 2 + qValues*e.bits/8 }
+
+// qValues is the number of values in a block of either block format.
+const qValues = 32
 
 // widen16 widens the 16-bit values in the low (upper: high) four lanes of
 // n into d as float32.
@@ -143,7 +157,26 @@ func (f *file) widenQ8(dst []V, cnt int, sc V) {
 	}
 }
 
-// loadQ8Scale loads the fp16 scale at addr into lane 0 of sc as float32.
+// q4Codes turns the 16 bytes of n into the signed codes − 8 (−8..7) of
+// one nibble each, into d: the low nibbles (high: the high ones). mask
+// holds 0x0f and eight 8 in every byte. widenQ8 then takes them as int8.
+func (f *file) q4Codes(d, n V, high bool, mask, eight V) {
+	if high {
+		f.w(ushr(b16, d, n, 4))
+	} else {
+		f.w(vand(d, n, mask))
+	}
+	f.w(vsub(b16, d, d, eight))
+}
+
+// q4Consts sets the registers of q4Codes' constants.
+func (f *file) q4Consts(mask, eight V) {
+	f.w(moviB(mask, 0x0f))
+	f.w(moviB(eight, 8))
+}
+
+// loadQ8Scale loads the fp16 scale at addr into lane 0 of sc as float32
+// (the scale of a q8_0 or q4_0 block).
 func (f *file) loadQ8Scale(sc V, mem, tmp string) {
 	f.i("MOVHU %s, %s", mem, tmp)
 	f.i("FMOVS %s, F%d", tmp, sc)
@@ -152,8 +185,8 @@ func (f *file) loadQ8Scale(sc V, mem, tmp string) {
 
 // cacheDoc is the second doc line of a scores or accum kernel.
 func cacheDoc(e delem, ld, row string) string {
-	if e.q8() {
-		return ld + " is the " + row + " row stride in bytes (rows of d/32 blocks of 34 bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds."
+	if e.quant() {
+		return fmt.Sprintf("%s is the %s row stride in bytes (rows of d/32 blocks of %d bytes); d is a positive multiple of 32, n >= 1; all accesses are in bounds.", ld, row, e.blockBytes())
 	}
 	return ld + " is the " + row + " row stride in elements; d, n >= 1; all accesses are in bounds."
 }

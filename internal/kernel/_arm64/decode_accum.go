@@ -22,9 +22,9 @@ const (
 	acPBlk = "R9"  // P at the key block's first key
 	acVBlk = "R10" // the key block's first V row
 	acNB   = "R11" // keys in the block
-	acCols = "R12" // columns (q8: blocks of 32 columns) left in the block's sweep
+	acCols = "R12" // columns (q8_0, q4_0: blocks of 32 columns) left in the block's sweep
 	acOOff = "R13" // byte offset of the chunk's columns in O's rows
-	acVOff = "R14" // byte offset of the chunk's columns (q8: block) in V's rows
+	acVOff = "R14" // byte offset of the chunk's columns (q8_0, q4_0: block) in V's rows
 	acPCur = "R15" // P at the current key
 	acT    = "R16" // scratch: O's or P's row; the block's bytes of V
 	acVp   = "R17" // the current key's V row
@@ -51,8 +51,8 @@ func genAccum(f *file, e delem, mr int) {
 	a := accumKernel{f: f, e: e, mr: mr, cwMain: accumCols(mr)}
 	a.entry()
 	a.blockStart()
-	if e.q8() {
-		a.q8Chunks()
+	if e.quant() {
+		a.qChunks()
 	} else {
 		a.elemChunks()
 	}
@@ -72,13 +72,23 @@ type accumKernel struct {
 // pr holds P[r][j..j+4) (or P[r][j] in lane 0).
 func (a accumKernel) pr(r int) V { return V(8 + r) }
 
-// sc holds the q8 scale of the current V row: past the P rows, or for
-// mr = 8 past the values of the main chunk.
+// sc holds the block scale of the current V row (q8_0, q4_0): past the P
+// rows, or for mr = 8 past the values of the main chunk.
 func (a accumKernel) sc() V {
 	if a.mr == 8 {
 		return V(a.cwMain)
 	}
 	return V(8 + a.mr)
+}
+
+// q4Regs are the registers of q4Codes' constants: v14, v15 (free for mr
+// <= 4: the P rows and the scale end at v12), or v6, v7 for mr = 8 (the
+// P rows fill v8-v15; its chunks use v0-v2).
+func (a accumKernel) q4Regs() (mask, eight V) {
+	if a.mr == 8 {
+		return 6, 7
+	}
+	return 14, 15
 }
 
 // entry starts the kernel: its signature and doc, the arguments in their
@@ -102,6 +112,9 @@ func (a accumKernel) entry() {
 	}
 	f.ld(acN, "n", "")
 	f.ld(acD, "d", "")
+	if e.bits == 4 {
+		f.q4Consts(a.q4Regs())
+	}
 	f.i("MOVD %s, %s", acP, acPBlk)
 	f.i("MOVD %s, %s", acV, acVBlk)
 }
@@ -119,20 +132,21 @@ func (a accumKernel) blockStart() {
 	f.i("MOVD ZR, %s", acVOff)
 }
 
-// q8Chunks sweeps a q8_0 cache's columns block by block (32 columns,
-// 34 bytes), each block in 32/(4·cwMain) chunks.
-func (a accumKernel) q8Chunks() {
+// qChunks sweeps a q8_0 or q4_0 cache's columns block by block (32
+// columns; 34 or 18 bytes), each block in 32/(4·cwMain) chunks.
+func (a accumKernel) qChunks() {
 	f := a.f
+	label := map[int]string{8: "q8Block", 4: "q4Block"}[a.e.bits]
 	f.i("LSR $5, %s, %s", acD, acCols) // blocks
-	f.label("q8Block")
-	subs := q8Values / (4 * a.cwMain)
+	f.label(label)
+	subs := qValues / (4 * a.cwMain)
 	for h := 0; h < subs; h++ {
-		a.chunk(a.cwMain, 2+4*a.cwMain*h, fmt.Sprintf("c%d", h)).emit()
+		a.chunk(a.cwMain, 4*a.cwMain*h, fmt.Sprintf("c%d", h)).emit()
 		f.i("ADD $%d, %s", 16*a.cwMain, acOOff)
 	}
-	f.i("ADD $%d, %s", q8Bytes, acVOff)
+	f.i("ADD $%d, %s", a.e.blockBytes(), acVOff)
 	f.i("SUBS $1, %s, %s", acCols, acCols)
-	f.i("BNE q8Block")
+	f.i("BNE %s", label)
 }
 
 // elemChunks sweeps a float32 or 16-bit cache's columns: chunks of
@@ -176,20 +190,20 @@ func (a accumKernel) blockNext() {
 
 // accumChunk is one pass over the block's keys for cw vectors of O's
 // columns (cw 0: one column) at O byte offset acOOff and cache offset
-// acVOff + voff (q8: the block at acVOff, values from voff), its labels
-// prefixed by tag. Its vector registers: the V row's values in v0-v7,
-// P in v8.., the accumulators from v16.
+// acVOff (q8_0, q4_0: the block at acVOff, from its value vi on), its
+// labels prefixed by tag. Its vector registers: the V row's values in
+// v0-v7, P in v8.., the accumulators from v16.
 type accumChunk struct {
 	accumKernel
 	cw, nv int // nv = max(cw, 1) vectors per row
-	voff   int
+	vi     int
 	tag    string
 }
 
 // chunk is the pass for cw vectors of columns (0: one column) whose values
-// start at byte voff of a q8 block, its labels prefixed by tag.
-func (a accumKernel) chunk(cw, voff int, tag string) accumChunk {
-	return accumChunk{a, cw, max(cw, 1), voff, tag}
+// start at value vi of a q8_0 or q4_0 block, its labels prefixed by tag.
+func (a accumKernel) chunk(cw, vi int, tag string) accumChunk {
+	return accumChunk{a, cw, max(cw, 1), vi, tag}
 }
 
 // acc is the accumulator of row r, column vector v.
@@ -312,8 +326,10 @@ func (c accumChunk) pLoad(cnt int) {
 // dv(0..nv) and advances acVp to the next row.
 func (c accumChunk) value() {
 	switch {
-	case c.e.q8():
+	case c.e.bits == 8:
 		c.valueQ8()
+	case c.e.bits == 4:
+		c.valueQ4()
 	case c.cw == 0:
 		c.f.loadElems(c.e, []V{c.dv(0)}, acVp, 0, 0, 1, acT2)
 	case c.e.size == 4:
@@ -324,22 +340,51 @@ func (c accumChunk) value() {
 	c.f.i("ADD %s, %s", acLdv, acVp)
 }
 
-// valueQ8 loads nv·4 int8 values from byte voff of the row's block,
+// valueQ8 loads nv·4 int8 values from value vi of the row's block,
 // widened and multiplied by the block's scale.
 func (c accumChunk) valueQ8() {
 	f, sc := c.f, c.sc()
+	voff := 2 + c.vi
 	f.loadQ8Scale(sc, fmt.Sprintf("(%s)", acVp), acT2)
 	switch c.nv {
 	case 8:
-		f.i("FMOVQ %d(%s), F%d", c.voff, acVp, c.dv(2))
-		f.i("FMOVQ %d(%s), F%d", c.voff+16, acVp, c.dv(6))
+		f.i("FMOVQ %d(%s), F%d", voff, acVp, c.dv(2))
+		f.i("FMOVQ %d(%s), F%d", voff+16, acVp, c.dv(6))
 		f.widenQ8([]V{0, 1, 2, 3}, 4, sc)
 		f.widenQ8([]V{4, 5, 6, 7}, 4, sc)
 	case 4:
-		f.i("FMOVQ %d(%s), F%d", c.voff, acVp, c.dv(2))
+		f.i("FMOVQ %d(%s), F%d", voff, acVp, c.dv(2))
 		f.widenQ8([]V{0, 1, 2, 3}, 4, sc)
 	case 2:
-		f.i("FMOVD %d(%s), F%d", c.voff, acVp, c.dv(0))
+		f.i("FMOVD %d(%s), F%d", voff, acVp, c.dv(0))
+		f.widenQ8([]V{0, 1}, 2, sc)
+	}
+}
+
+// valueQ4 loads the nv·4 values from value vi of the row's q4_0 block:
+// value j < 16 is the low nibble of code byte j, value j+16 its high
+// nibble. All 32 (nv = 8): the 16 code bytes once, low nibbles into v2
+// and high ones into v6. 16 (nv = 4): the 16 bytes, one nibble. 8 (nv =
+// 2): 8 of the bytes (0-7 or 8-15), one nibble. Then as q8_0's int8.
+func (c accumChunk) valueQ4() {
+	f, sc := c.f, c.sc()
+	mask, eight := c.q4Regs()
+	f.loadQ8Scale(sc, fmt.Sprintf("(%s)", acVp), acT2)
+	high := c.vi >= 16
+	switch c.nv {
+	case 8:
+		f.i("FMOVQ 2(%s), F%d", acVp, c.dv(6))
+		f.q4Codes(c.dv(2), c.dv(6), false, mask, eight)
+		f.q4Codes(c.dv(6), c.dv(6), true, mask, eight)
+		f.widenQ8([]V{0, 1, 2, 3}, 4, sc)
+		f.widenQ8([]V{4, 5, 6, 7}, 4, sc)
+	case 4:
+		f.i("FMOVQ 2(%s), F%d", acVp, c.dv(2))
+		f.q4Codes(c.dv(2), c.dv(2), high, mask, eight)
+		f.widenQ8([]V{0, 1, 2, 3}, 4, sc)
+	case 2:
+		f.i("FMOVD %d(%s), F%d", 2+c.vi%16, acVp, c.dv(0))
+		f.q4Codes(c.dv(0), c.dv(0), high, mask, eight)
 		f.widenQ8([]V{0, 1}, 2, sc)
 	}
 }

@@ -29,6 +29,10 @@ var (
 // Q's values at one step: v8 (and v9 for eight elements).
 const scVQ0, scVQ1 V = 8, 9
 
+// The constants of q4Codes in the scores kernels (v14, v15: past the
+// scales, below the accumulators).
+const scQ4Mask, scQ4Eight V = 14, 15
+
 // scoresKeys is the number of keys a scores kernel for mr rows reads side
 // by side (w).
 func scoresKeys(mr int) int {
@@ -71,12 +75,16 @@ func scoresEntry(f *file, e delem, mr int) {
 	}
 	f.ld(scN, "n", "")
 	f.ld(scD, "d", "")
+	if e.bits == 4 {
+		f.q4Consts(scQ4Mask, scQ4Eight)
+	}
 }
 
 // scoresGroup is the loop over groups of w keys of a scores kernel for mr
 // query rows, its labels prefixed by tag. Its vector registers: the keys'
-// values in v0-v7 (two per key), Q's in v8, v9, the q8 scales from v10
-// and the accumulators from v16, hs per row and key.
+// values in v0-v7 (two per key), Q's in v8, v9, the block scales from
+// v10, q4_0's constants in v14, v15 and the accumulators from v16, hs per
+// row and key.
 type scoresGroup struct {
 	f   *file
 	e   delem
@@ -92,7 +100,7 @@ func (g scoresGroup) acc(r, j, h int) V { return V(16 + (r*g.w+j)*g.hs + h%g.hs)
 // kr is half h (elements 4h..4h+3 of a step) of key j's values.
 func (g scoresGroup) kr(j, h int) V { return V(2*j + h) }
 
-// sc is the q8 scale of key j's current block.
+// sc is the scale of key j's current block (q8_0, q4_0).
 func (g scoresGroup) sc(j int) V { return V(10 + j) }
 
 // emit emits the loop: while at least w keys are left, zero the
@@ -106,8 +114,8 @@ func (g scoresGroup) emit() {
 	f.i("BLT %s", next)
 	g.zero()
 	g.rowPointers()
-	if g.e.q8() {
-		g.q8Blocks()
+	if g.e.quant() {
+		g.qBlocks()
 	} else {
 		g.elemSteps()
 	}
@@ -165,10 +173,14 @@ func (g scoresGroup) step(cnt int, load func(j int)) {
 	}
 }
 
-// q8Blocks emits the loop along d of a q8_0 cache: per block of 32, each
-// key's scale, then four steps of 8 values widened and scaled.
-func (g scoresGroup) q8Blocks() {
-	f := g.f
+// qBlocks emits the loop along d of a q8_0 or q4_0 cache: per block of
+// 32, each key's scale, then four steps of 8 values widened and scaled.
+// q8_0 reads the step's 8 int8 (one LDR D, post-indexed); q4_0 reads 8
+// code bytes, bytes 0-7 then 8-15 of the block twice (low nibbles: values
+// 0-15, then high nibbles: values 16-31), two more instructions per step
+// (q4Codes) than q8_0.
+func (g scoresGroup) qBlocks() {
+	f, e := g.f, g.e
 	f.i("LSR $5, %s, %s", scD, scPc)
 	f.label(g.tag + "Block")
 	for j := 0; j < g.w; j++ {
@@ -177,9 +189,20 @@ func (g scoresGroup) q8Blocks() {
 	}
 	for sub := 0; sub < 4; sub++ {
 		g.step(8, func(j int) {
-			f.i("FMOVD.P 8(%s), F%d", scKRows[j], g.kr(j, 0))
-			f.widenQ8([]V{g.kr(j, 0), g.kr(j, 1)}, 2, g.sc(j))
+			k := g.kr(j, 0)
+			if e.bits == 4 {
+				f.i("FMOVD %d(%s), F%d", 8*(sub%2), scKRows[j], k)
+				f.q4Codes(k, k, sub >= 2, scQ4Mask, scQ4Eight)
+			} else {
+				f.i("FMOVD.P 8(%s), F%d", scKRows[j], k)
+			}
+			f.widenQ8([]V{k, g.kr(j, 1)}, 2, g.sc(j))
 		})
+	}
+	if e.bits == 4 {
+		for j := 0; j < g.w; j++ {
+			f.i("ADD $16, %s", scKRows[j])
+		}
 	}
 	f.i("SUBS $1, %s, %s", scPc, scPc)
 	f.i("BNE %sBlock", g.tag)

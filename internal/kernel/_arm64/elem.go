@@ -208,51 +208,17 @@ func genMax(f *file) {
 	f.ret()
 }
 
-// genDot emits dotNEON: Σ a[i]·b[i] as one chain of scalar FMADD in index
-// order, from +0: exactly the arithmetic of one element of mulABtNEON
-// (whose FMLA lanes are the same fused multiply-adds in the same order),
-// which is what Impl.Dot promises. It is latency-bound (4 cycles per
-// element) by that contract; it runs once per row of a tile.
-func genDot(f *file) {
-	f.text("dotNEON", "func(a, b []float32) float32",
-		"dotNEON returns Σ a[i]·b[i], i < len(a), accumulated in index order with fused",
-		"multiply-adds (see Impl.Dot); len(b) >= len(a).")
-	f.ld("R0", "a", "base")
-	f.ld("R1", "a", "len")
-	f.ld("R2", "b", "base")
-	f.w(movi0(0))
-	f.i("CMP $4, R1")
-	f.i("BLT tail")
-	f.label("loop4")
-	for j := 0; j < 4; j++ {
-		f.i("FMOVS.P 4(R0), F%d", 1+j)
-		f.i("FMOVS.P 4(R2), F%d", 5+j)
-	}
-	for j := V(0); j < 4; j++ {
-		f.w(fmaddS(0, 1+j, 5+j, 0))
-	}
-	f.i("SUB $4, R1")
-	f.i("CMP $4, R1")
-	f.i("BGE loop4")
-	f.label("tail")
-	f.i("CBZ R1, done")
-	f.i("FMOVS.P 4(R0), F1")
-	f.i("FMOVS.P 4(R2), F5")
-	f.w(fmaddS(0, 1, 5, 0))
-	f.i("SUB $1, R1")
-	f.i("B tail")
-	f.label("done")
-	f.i("FMOVS F0, %s", f.arg("ret", ""))
-	f.ret()
-}
-
-// genALiBi emits alibiNEON: x[j] −= slope·|pos − j| with j carried as four
-// float vectors {0..3}+16·step … {12..15}+16·step (exact below 2^24), the
-// distance by FABD (|pos − j| rounded once, as the generic code's
-// subtraction and absolute value) and a fused FMLS.
+// genALiBi emits alibiNEON: x[j] −= float32(slope·|pos − j|) with j
+// carried as four float vectors {0..3}+16·step … {12..15}+16·step (exact
+// below 2^24), the distance by FABD (|pos − j| rounded once, as the
+// generic code's subtraction and absolute value), the product by FMUL and
+// the subtraction by FSUB: rounded twice, as alibiGeneric and the plain
+// algorithm do (Impl.ALiBi: bit for bit), not one fused FMLS. One vector
+// instruction more per 4 values than the fused form.
 func genALiBi(f *file) {
 	f.text("alibiNEON", "func(x []float32, slope, pos float32)",
-		"alibiNEON sets x[j] −= slope·|pos − j| (see Impl.ALiBi); len(x) is a multiple of 16.")
+		"alibiNEON sets x[j] −= float32(slope·|pos − j|) (see Impl.ALiBi): the product rounded,",
+		"then subtracted, bit for bit alibiGeneric; len(x) is a multiple of 16.")
 	f.ld("R0", "x", "base")
 	f.ld("R1", "x", "len")
 	f.i("FMOVS %s, F31", f.arg("slope", ""))
@@ -266,7 +232,8 @@ func genALiBi(f *file) {
 	f.elem16("R1", []string{"R0"}, [][4]V{{0, 1, 2, 3}}, func() {
 		for v := V(0); v < 4; v++ {
 			f.w(fabd(v+4, 30, v+8))
-			f.w(fmlsE(v, v+4, 31, 0))
+			f.w(fmulE(v+4, v+4, 31, 0)) // slope·|pos − j|, rounded
+			f.w(fsub(v, v, v+4))
 			f.w(fadd(v+8, v+8, 29))
 		}
 	}, true)
@@ -333,16 +300,19 @@ func (f *file) expCore(k expRegs, cs, ns, ps, qs []V) {
 }
 
 // genExpSum emits expSumNEON. Per step of four vectors (16 floats): the
-// argument scale·x − sub by one fused FMLA, clamped to [ExpMin, ExpMax],
-// expCore, then the lanes below ExpMin (−Inf included) set to 0 and those
+// argument t = round(scale·x) − sub by an FMUL then an FADD of −sub (the
+// product rounded before the subtraction, as the plain algorithm rounds
+// the score before subtracting the row maximum; see Impl.ExpSum: t is
+// Generic's float32 exactly; as many instructions as the fused form's
+// MOV + FMLA had), clamped to [ExpMin, ExpMax], expCore, then the lanes below ExpMin (−Inf included) set to 0 and those
 // above ExpMax to +Inf (NaN compares false and stays NaN), stored and
 // summed into two accumulators. About 30 vector instructions per vector of
 // 4 results, all independent across the four vectors of a step: bound by
 // the 4 vector pipes at ≈ 8 cycles per 16 results.
 func genExpSum(f *file) {
 	f.text("expSumNEON", "func(x []float32, scale, sub float32) float32",
-		"expSumNEON sets x[j] = exp(scale·x[j] − sub) and returns their sum (see",
-		"Impl.ExpSum); len(x) is a multiple of 16.")
+		"expSumNEON sets x[j] = exp(t), t = float32(scale·x[j]) − sub (the product rounded,",
+		"then sub subtracted), and returns their sum (see Impl.ExpSum); len(x) is a multiple of 16.")
 	f.ld("R0", "x", "base")
 	f.ld("R1", "x", "len")
 	expSumInvariants(f)
@@ -390,8 +360,8 @@ func expSumStep(f *file) {
 	ps := []V{12, 13, 14, 15}
 	qs := []V{16, 17, 18, 19}
 	each := func(g func(i int)) { eachV(xs, g) }
-	each(func(i int) { f.w(vmov(ts[i], esNegSub)) })
-	each(func(i int) { f.w(fmlaE(ts[i], xs[i], esScale, 0)) }) // t = x·scale − sub
+	each(func(i int) { f.w(fmulE(ts[i], xs[i], esScale, 0)) }) // round(x·scale)
+	each(func(i int) { f.w(fadd(ts[i], ts[i], esNegSub)) })    // t = round(x·scale) − sub
 	each(func(i int) { f.w(fmin(xs[i], ts[i], esMax)) })
 	each(func(i int) { f.w(fmax(xs[i], xs[i], esMin)) })
 	f.expCore(expSumExp, xs, ns, ps, qs)

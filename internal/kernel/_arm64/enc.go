@@ -298,6 +298,12 @@ func movi(a arr, d V, imm8, lsl int) inst {
 	return inst{t, 0x0f000400 | a.q<<30 | abc<<16 | cmode<<12 | defgh<<5 | d.chk()}
 }
 
+// moviB sets every byte of d to imm8 (movi vd.16b, #imm8).
+func moviB(d V, imm8 int) inst {
+	abc, defgh := uint32(imm8)>>5&7, uint32(imm8)&31
+	return inst{fmt.Sprintf("movi v%d.16b, #0x%x", d, imm8), 0x4f00e400 | abc<<16 | defgh<<5 | d.chk()}
+}
+
 // dupE: every lane of d = n.s[i].
 func dupE(d, n V, i int) inst {
 	return inst{fmt.Sprintf("dup v%d.4s, v%d.s[%d]", d, n, i), 0x4e000400 | uint32(i<<3|4)<<16 | n.chk()<<5 | d.chk()}

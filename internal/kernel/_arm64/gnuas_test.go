@@ -92,7 +92,10 @@ func sampleInsts() []inst {
 		}
 		ins = append(ins, sshll(b8, d, n, 0), sshll2(b16, d, n, 0), shl(d2, d, n, 32), ushr(d2, d, n, 32), ushll(s2, d, n, 0))
 		ins = append(ins, movi0(d), movi(s4, d, 0x7f, 0), movi(s4, d, 0xc3, 8), movi(s4, d, 0x40, 16), movi(s4, d, 0x01, 24),
-			movi(h8, d, 0x40, 0), movi(h8, d, 0xff, 8), dupW(d, int(n)%30))
+			movi(h8, d, 0x40, 0), movi(h8, d, 0xff, 8), moviB(d, 0x0f), moviB(d, 0xa5), dupW(d, int(n)%30))
+		for _, s := range []int{1, 4, 7} {
+			ins = append(ins, ushr(b16, d, n, s), ushr(b8, d, n, s))
+		}
 	}
 	return ins
 }

@@ -51,7 +51,6 @@ func generate() *file {
 	genScale(f)
 	genDsFromDp(f)
 	genMax(f)
-	genDot(f)
 	genALiBi(f)
 	genExpSum(f)
 	genSoftcap(f)
