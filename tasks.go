@@ -79,7 +79,11 @@ func (t *tiling) forwardTasks(blocks *[]rowBlock, tasks *[]fwdTask) (list []fwdT
 			continue
 		}
 		rows := t.blockQ
-		if t.packs(s) { // packed K/V: super-blocks (two-level tiling)
+		if t.packs(s) && t.kvBytes(s) > t.cacheBytes/2 {
+			// Packed K/V that do not fit in the cache: super-blocks
+			// (two-level tiling), whose microtiles share each K/V tile
+			// while it is in the cache. K/V that fit are read from the
+			// cache by every row block anyway.
 			rows = t.superQ
 		}
 		bs = t.appendQueryBlocks(bs, si, rows)
@@ -224,4 +228,9 @@ func (t *tiling) dqTasks(tasks *[]rowBlock) []rowBlock {
 	}
 	*tasks = list
 	return list
+}
+
+// kvBytes is the size of a sequence's packed K and V of one KV head.
+func (t *tiling) kvBytes(s *sequence) int {
+	return 4 * s.nk * (t.dimPad + t.dimVPad)
 }

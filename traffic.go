@@ -227,8 +227,14 @@ func (tc *trafficCount) forward(t *TrafficByOperand) {
 				break
 			}
 			seen = true
-			// One K/V tile per KV head of the block's query heads.
+			// One K/V tile per KV head of the block's query heads, from
+			// memory unless the sequence's packed K and V fit in half the
+			// cache (then they stay there once packed: the loops use
+			// super-blocks only where they do not).
 			for hk := tk.h0 / p.group; hk <= (tk.h0+tk.nh-1)/p.group; hk++ {
+				if packed(s) && p.kvBytes(s) <= p.cacheBytes/2 {
+					continue
+				}
 				if packed(s) { // Kᵀ strips padded to whole strips, V rows padded to dimPad
 					t.K.Read += floats(kernel.Pad(j1-j0) * d)
 					t.V.Read += floats((j1 - j0) * dpad)
