@@ -65,6 +65,8 @@ type Traffic struct {
 	// SuperBlockQ is the query rows of a forward super-block: the rows
 	// whose tiles of BlockQ rows all use each K/V tile while it is in the
 	// cache (two-level tiling), so K and V are read once per super-block.
+	// Only sequences whose packed K and V (one KV head) exceed half the
+	// cache are walked in super-blocks; the others in tiles of BlockQ rows.
 	SuperBlockQ int
 	// ForwardTileBytes and BackwardTileBytes are the bytes that the inner
 	// loops hold in the cache while they run: the forward's super-block of
@@ -92,8 +94,8 @@ type Traffic struct {
 
 // TileCacheBytes returns the cache size, in bytes, that Forward and
 // Backward size their tiles for on this machine when Options.BlockQ and
-// Options.BlockK are 0: the L2 cache of CPU 0 as Linux reports it, or
-// 1 MiB when it is unknown.
+// Options.BlockK are 0: the L2 cache of CPU 0 as Linux reports it, else
+// as the CPU reports it (CPUID on amd64), else 1 MiB.
 func TileCacheBytes() int {
 	_, l2 := cacheSizes()
 	return l2

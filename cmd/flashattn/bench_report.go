@@ -88,7 +88,10 @@ type benchResult struct {
 	PlainSkipped      string  `json:"plain_skipped,omitempty"`
 
 	ExtraBytes uint64 `json:"extra_bytes"`
-	PlainBytes uint64 `json:"plain_extra_bytes,omitempty"`
+
+	// Plan is what the library chose on this machine: caches and tiles.
+	Plan       benchPlan `json:"plan"`
+	PlainBytes uint64    `json:"plain_extra_bytes,omitempty"`
 
 	// Decode: the bytes the cache stores for the keys and values one call
 	// reads (per DType: 4, 2, or 34/32 per value for q8_0); bytes of K
