@@ -299,6 +299,11 @@ func TestWorkersBitIdentical(t *testing.T) {
 		// passes (KV, then dQ) for more; the bits must not change.
 		{b: 2, sq: 150, sk: 170, h: 4, hk: 2, d: 24, causal: true, softcap: 2, dropout: 0.1, alibi: 2},
 		{b: 2, sq: 90, sk: 90, h: 2, hk: 2, d: 16, mods: modCases[12]},
+		// Packed K and V of 1.1 MB per KV head, beyond half of any L2 up
+		// to 2 MiB: the forward walks query super-blocks, split across
+		// workers differently for every count.
+		{b: 1, sq: 700, sk: 1100, h: 2, hk: 1, d: 128, causal: true},
+		{b: 1, sq: 333, sk: 1100, h: 2, hk: 1, d: 128},
 	} {
 		cd := makeCase(c, 3)
 		q, k, v := Dense(cd.q, c.b, c.sq, c.h, c.d), Dense(cd.k, c.b, c.sk, c.hk, c.d), Dense(cd.v, c.b, c.sk, c.hk, c.d)
