@@ -97,6 +97,9 @@ func TestHalfGrid(t *testing.T) {
 		tcase{b: 1, sq: 2, sk: 500, h: 8, hk: 2, d: 64},
 		tcase{b: 1, sq: 61, sk: 45, h: 4, hk: 2, d: 20, causal: true, mods: modCases[0]},
 		tcase{b: 1, sq: 70, sk: 70, h: 4, hk: 2, d: 20, mods: modCases[11]},
+		// Query super-blocks (two-level tiling; see TestSuperBlocks).
+		tcase{b: 1, sq: 333, sk: 300, h: 2, hk: 1, d: 64, cache: 256 << 10},
+		tcase{b: 1, sq: 250, sk: 400, h: 4, hk: 2, d: 24, causal: true, cache: 128 << 10},
 	)
 	for _, dt := range []DType{BFloat16, Float16} {
 		t.Run(dt.String(), func(t *testing.T) {

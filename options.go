@@ -112,6 +112,14 @@ type Options struct {
 	// BlockQ and BlockK override the tile sizes (rows of Q, rows of K/V per
 	// tile); 0 derives them from the CPU's cache sizes.
 	BlockQ, BlockK int
+
+	// CacheBytes sizes the tiles, and the forward's query super-blocks,
+	// for a cache of this many bytes instead of this machine's L2
+	// (TileCacheBytes): to tune for another CPU, or to run what
+	// CountTraffic counted for that cache. 0 means TileCacheBytes(); at
+	// most 1 TiB. Like BlockQ and BlockK it may change the rounding of the
+	// results (the tiles set the order of the sums).
+	CacheBytes int
 }
 
 // Offsets places a call's query rows and keys in a longer sequence; see
@@ -222,6 +230,8 @@ func (o *Options) validate() error {
 		return argErr("Options.Workers", "Workers %d must be ≥ 0", o.Workers)
 	case o.BlockQ < 0 || o.BlockK < 0 || o.BlockQ > 4096 || o.BlockK > 4096:
 		return argErr("Options.BlockQ", "BlockQ %d and BlockK %d must be in [0, 4096]", o.BlockQ, o.BlockK)
+	case o.CacheBytes < 0 || int64(o.CacheBytes) > 1<<40:
+		return argErr("Options.CacheBytes", "CacheBytes %d must be in [0, 1 TiB]", o.CacheBytes)
 	}
 	if w := o.Window; w != nil && (w.Left < -1 || w.Right < -1) {
 		return argErr("Options.Window", "Window {%d, %d}: each side must be ≥ 0 or -1 (unbounded)", w.Left, w.Right)

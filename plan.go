@@ -74,7 +74,10 @@ func newPlan(p *plan, q, k, v Tensor, o *Options) error {
 		n.native = n.halfMul.Name != "f32"
 	}
 	s := shapeOf(q, k, v)
-	_, l2 := cacheSizes()
+	l2 := o.CacheBytes
+	if l2 == 0 {
+		_, l2 = cacheSizes()
+	}
 	if err := p.tiling.build(s, o, tileParams{cacheBytes: l2, native: n.native, fitBackward: true}); err != nil {
 		return err
 	}

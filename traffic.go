@@ -106,6 +106,8 @@ func TileCacheBytes() int {
 // given shape and options, with the tiles sized for that cache as the
 // library sizes them for its own cache (TileCacheBytes), or as
 // opts.BlockQ/BlockK set them; and the bytes the standard algorithm moves.
+// (opts.CacheBytes is not read: the count is that of a call made with
+// CacheBytes = cacheBytes.)
 //
 // The count follows the library's loops: the forward's row-block tasks
 // (and key splits), each walking the key tiles its masks leave visible

@@ -13,9 +13,9 @@ import (
 //
 // The GPU kernels implement Scale, Causal, Window and Softcap (masks
 // aligned to the bottom-right corner), GQA/MQA, and VarLen with
-// CuSeqlensQ, CuSeqlensK and SeqUsedK. Workers, BlockQ and BlockK tune the
-// CPU kernels and have no effect here (their values are still checked),
-// nor has Seed without Dropout. Every other option — TopLeft, Offsets,
+// CuSeqlensQ, CuSeqlensK and SeqUsedK. Workers, BlockQ, BlockK and
+// CacheBytes tune the CPU kernels and have no effect here (their values
+// are still checked), nor has Seed without Dropout. Every other option — TopLeft, Offsets,
 // Sinks, ALiBi, Dropout, KVCache, BlockMask, Mask, ScoreMod and
 // VarLen.SeqUsedQ — is refused with an *ArgError naming it ("Options.ALiBi"),
 // never ignored.

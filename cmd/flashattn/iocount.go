@@ -28,18 +28,23 @@ type ioFlags struct {
 // ioResult is the output of "flashattn io": the counts of
 // flashattn.CountTraffic for one problem and cache size.
 type ioResult struct {
-	Seqlen         int     `json:"seqlen"`
-	Headdim        int     `json:"headdim"`
-	Batch          int     `json:"batch"`
-	Heads          int     `json:"heads"`
-	KVHeads        int     `json:"kv_heads"`
-	Causal         bool    `json:"causal"`
-	Density        float64 `json:"density"` // fraction of visible 128×128 blocks (1: dense)
-	Mode           string  `json:"mode"`
-	CacheBytes     int     `json:"cache_bytes"`
-	BlockQ         int     `json:"block_q"`
-	BlockK         int     `json:"block_k"`
-	BackwardBlockK int     `json:"backward_block_k"`
+	Seqlen     int     `json:"seqlen"`
+	Headdim    int     `json:"headdim"`
+	Batch      int     `json:"batch"`
+	Heads      int     `json:"heads"`
+	KVHeads    int     `json:"kv_heads"`
+	Causal     bool    `json:"causal"`
+	Density    float64 `json:"density"` // fraction of visible 128×128 blocks (1: dense)
+	Mode       string  `json:"mode"`
+	CacheBytes int     `json:"cache_bytes"`
+	BlockQ     int     `json:"block_q"`
+	BlockK     int     `json:"block_k"`
+	// SuperBlockQ is the forward's query super-block (two-level tiling):
+	// sequences whose packed K and V exceed half the cache are walked in
+	// super-blocks of this many rows, each K/V tile read once per
+	// super-block; BlockQ where none is used.
+	SuperBlockQ    int `json:"super_block_q"`
+	BackwardBlockK int `json:"backward_block_k"`
 	// The bytes of the tiles the inner loops hold: the count assumes they
 	// fit in the cache.
 	ForwardTileBytes  int     `json:"forward_tile_bytes"`
@@ -98,7 +103,7 @@ func runIO(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&f.blockQ, "block-q", 0, "query rows per tile, as Options.BlockQ (0: the tile rule for the cache)")
 	fs.IntVar(&f.blockK, "block-k", 0, "keys per tile, as Options.BlockK (0: the tile rule for the cache)")
 	fs.IntVar(&f.runCalls, "run-calls", 0, "also run the pass(es) this many times on random data, one worker, with the counted tiles "+
-		"fixed by Options.BlockQ/BlockK (and counted so): to check the count with a cache simulator")
+		"(Options.CacheBytes = -cache-bytes, key tiles fixed by Options.BlockK, and counted so): to check the count with a cache simulator")
 	fs.Var(f.maxMem, "max-memory", "refuse a run whose estimated peak memory exceeds this `size` (default: the memory available now)")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
@@ -115,9 +120,9 @@ func runIO(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, string(b))
 		return nil
 	}
-	fmt.Fprintf(stdout, "%s N=%d d=%d B=%d H=%d%s, cache %s: tiles %d rows × %d keys (backward KV block %d); "+
+	fmt.Fprintf(stdout, "%s N=%d d=%d B=%d H=%d%s, cache %s: tiles %d rows × %d keys, super-blocks of %d rows (backward KV block %d); "+
 		"flashattn %s, standard %s (%.3f×)%s\n", r.Mode, r.Seqlen, r.Headdim, r.Batch, r.Heads, maskText(r), bytesString(uint64(r.CacheBytes)),
-		r.BlockQ, r.BlockK, r.BackwardBlockK, bytesString(uint64(r.FlashBytes)), bytesString(uint64(r.StandardBytes)), r.Ratio, fitText(r))
+		r.BlockQ, r.BlockK, r.SuperBlockQ, r.BackwardBlockK, bytesString(uint64(r.FlashBytes)), bytesString(uint64(r.StandardBytes)), r.Ratio, fitText(r))
 	return nil
 }
 
@@ -221,8 +226,11 @@ func (f *ioFlags) count() (ioResult, error) {
 	cache := int(f.cacheBytes)
 	t, err := flashattn.CountTraffic(shape, opts, cache, pass)
 	if err == nil && f.runCalls > 0 {
-		// Fix the tiles so that the run uses exactly the counted ones.
-		opts.BlockQ, opts.BlockK = t.BlockQ, t.BlockK
+		// Run exactly the counted tiles: sized for M (CacheBytes, query
+		// super-blocks included) with the key tiles fixed, as the count
+		// has them (a call's backward otherwise halves its KV block
+		// when it has few), and counted again so.
+		opts.CacheBytes, opts.BlockK = cache, t.BlockK
 		if t, err = flashattn.CountTraffic(shape, opts, cache, pass); err == nil {
 			err = runCalls(s, opts, pass, f.runCalls, f.seed)
 		}
@@ -232,6 +240,7 @@ func (f *ioFlags) count() (ioResult, error) {
 	}
 	r := ioResult{Seqlen: s.N, Headdim: s.D, Batch: s.B, Heads: s.H, KVHeads: s.Hk, Causal: s.Causal, Density: density,
 		Mode: f.mode, CacheBytes: cache, BlockQ: t.BlockQ, BlockK: t.BlockK, BackwardBlockK: t.BackwardBlockK,
+		SuperBlockQ:      t.SuperBlockQ,
 		ForwardTileBytes: t.ForwardTileBytes, BackwardTileBytes: t.BackwardTileBytes,
 		FlashBytes: t.Flash.Total(), StandardBytes: t.Standard.Total(), Flash: partsOf(t.Flash), Standard: partsOf(t.Standard),
 		CallsRun: f.runCalls}

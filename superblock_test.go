@@ -1,0 +1,59 @@
+package flashattn
+
+import (
+	"errors"
+	"math"
+	"testing"
+)
+
+// TestSuperBlocks runs the forward's two-level tiling (query super-blocks
+// whose microtiles share each K/V tile) on every kernel against the
+// reference, on shapes that are not multiples of any tile. A small
+// Options.CacheBytes makes small calls take it: each case first checks
+// that its tiling has super-blocks of several row blocks and K/V beyond
+// half the cache, the condition for using them.
+func TestSuperBlocks(t *testing.T) {
+	cases := []tcase{
+		{b: 1, sq: 333, sk: 300, h: 2, hk: 1, d: 64, cache: 256 << 10},
+		{b: 2, sq: 301, sk: 290, h: 2, hk: 2, d: 64, causal: true, cache: 256 << 10},
+		{b: 1, sq: 250, sk: 400, h: 4, hk: 2, d: 24, cache: 128 << 10, window: &Window{Left: 70, Right: 9}},
+		{b: 1, sq: 260, sk: 260, h: 2, hk: 1, d: 40, cache: 160 << 10, softcap: 3, alibi: 1, causal: true},
+		{b: 1, sq: 420, sk: 450, h: 2, hk: 2, d: 128, cache: 768 << 10, dropout: 0.2},
+	}
+	for _, c := range cases {
+		tr, err := CountTraffic(Shape{Batch: c.b, Heads: c.h, KVHeads: c.hk, SeqQ: c.sq, SeqK: c.sk, Dim: c.d},
+			&Options{Causal: c.causal, Window: c.window}, c.cache, PassForward)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pad := (c.d + 15) / 16 * 16
+		if tr.SuperBlockQ < 2*tr.BlockQ || tr.SuperBlockQ >= c.sq || 4*c.sk*2*pad <= c.cache/2 {
+			t.Fatalf("%v: super-blocks of %d rows, tiles of %d, K/V %d bytes: the case does not walk several super-blocks",
+				c, tr.SuperBlockQ, tr.BlockQ, 4*c.sk*2*pad)
+		}
+	}
+	forEachKernel(t, func(t *testing.T) {
+		for _, c := range cases {
+			t.Run(c.String(), func(t *testing.T) { checkCase(t, c) })
+		}
+	})
+}
+
+// Options.CacheBytes is checked like every option.
+func TestCacheBytesOption(t *testing.T) {
+	q := NewTensor(1, 4, 1, 8)
+	bad := []int{-1}
+	if int64(math.MaxInt) > 1<<40 {
+		bad = append(bad, math.MaxInt) // beyond 1 TiB where int has 64 bits
+	}
+	for _, n := range bad {
+		_, _, err := Forward(q, q, q, &Options{CacheBytes: n})
+		var ae *ArgError
+		if !errors.As(err, &ae) || ae.Arg != "Options.CacheBytes" {
+			t.Errorf("CacheBytes %d: %v, want an *ArgError for Options.CacheBytes", n, err)
+		}
+	}
+	if _, _, err := Forward(q, q, q, &Options{CacheBytes: 1}); err != nil {
+		t.Errorf("CacheBytes 1: %v", err)
+	}
+}
