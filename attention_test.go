@@ -22,6 +22,7 @@ type tcase struct {
 	strided             bool
 	bq, bk              int
 	cache               int     // Options.CacheBytes
+	workers             int     // Options.Workers
 	mods                modCase // block mask, element mask, score mod
 }
 
@@ -50,6 +51,9 @@ func (c tcase) String() string {
 	}
 	if c.cache > 0 {
 		s += fmt.Sprintf("_cache%d", c.cache)
+	}
+	if c.workers > 0 {
+		s += fmt.Sprintf("_w%d", c.workers)
 	}
 	if c.mods.name != "" {
 		s += "_" + c.mods.name
@@ -157,7 +161,7 @@ func makeCase(c tcase, seed uint64) caseData {
 		v:  randSlice(r, c.b*c.sk*c.hk*c.d),
 		do: randSlice(r, c.b*c.sq*c.h*c.d),
 	}
-	cd.opt = Options{Causal: c.causal, Window: c.window, Softcap: c.softcap, Dropout: c.dropout, Seed: seed, BlockQ: c.bq, BlockK: c.bk, CacheBytes: c.cache}
+	cd.opt = Options{Causal: c.causal, Window: c.window, Softcap: c.softcap, Dropout: c.dropout, Seed: seed, BlockQ: c.bq, BlockK: c.bk, CacheBytes: c.cache, Workers: c.workers}
 	cd.par = reference.Params{Batch: c.b, SeqQ: c.sq, SeqK: c.sk, Heads: c.h, KVHeads: c.hk, HeadDim: c.d,
 		Causal: c.causal, Softcap: float64(c.softcap), Dropout: float64(c.dropout), Seed: seed}
 	if c.window != nil {

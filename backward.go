@@ -18,7 +18,9 @@ import "github.com/flashattn/flashattn/internal/kernel"
 // KV task takes all the blocks of one pair, in order, and also sums dQ (one
 // pass, FA2's form). With fewer, a KV task is one block, so there are
 // enough of them however few pairs there are, and dQ comes from the dQ pass
-// (FA2's alternative: 2 more of the 7 tile products, no dQ partial sums).
+// (FA2's alternative: 2 more of the 7 tile products, no dQ partial sums),
+// whose query blocks are super-blocks of microtiles where K and V do not
+// fit in the cache (tiling.dqTasks).
 // Both forms add the same products in the same order — dQ of a row is the
 // sum over KV blocks in ascending order of dS·K — so the results are
 // bit-identical whichever runs, for any number of workers.

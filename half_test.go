@@ -100,6 +100,7 @@ func TestHalfGrid(t *testing.T) {
 		// Query super-blocks (two-level tiling; see TestSuperBlocks).
 		tcase{b: 1, sq: 333, sk: 300, h: 2, hk: 1, d: 64, cache: 256 << 10},
 		tcase{b: 1, sq: 250, sk: 400, h: 4, hk: 2, d: 24, causal: true, cache: 128 << 10},
+		tcase{b: 1, sq: 333, sk: 300, h: 2, hk: 1, d: 64, cache: 256 << 10, workers: 1}, // and the dQ pass's
 	)
 	for _, dt := range []DType{BFloat16, Float16} {
 		t.Run(dt.String(), func(t *testing.T) {

@@ -316,7 +316,7 @@ func TestTaskCounts(t *testing.T) {
 				kvTasks, withDQ := c.plan.backwardTasks(&bt, c.plan.workers)
 				dq := 0
 				if !withDQ {
-					dq = len(c.plan.dqTasks(&qt))
+					dq = len(c.plan.dqTasks(&qt, c.plan.workers))
 				}
 				want := unitsPerWorker * workers
 				if len(fwd) < want || len(kvTasks) < want || !withDQ && dq < want {

@@ -6,12 +6,14 @@ import (
 	"testing"
 )
 
-// TestSuperBlocks runs the forward's two-level tiling (query super-blocks
-// whose microtiles share each K/V tile) on every kernel against the
-// reference, on shapes that are not multiples of any tile. A small
-// Options.CacheBytes makes small calls take it: each case first checks
-// that its tiling has super-blocks of several row blocks and K/V beyond
-// half the cache, the condition for using them.
+// TestSuperBlocks runs the two-level tiling (query super-blocks whose
+// microtiles share each K/V tile: the forward's, and the backward's dQ pass
+// with one worker) on every kernel against the reference, on shapes that
+// are not multiples of any tile. A small Options.CacheBytes makes small
+// calls take it: each case first checks that its tiling has super-blocks
+// of several row blocks and K/V beyond half the cache, the condition for
+// using them, and the one-worker cases that the dQ pass has blocks of
+// several microtiles.
 func TestSuperBlocks(t *testing.T) {
 	cases := []tcase{
 		{b: 1, sq: 333, sk: 300, h: 2, hk: 1, d: 64, cache: 256 << 10},
@@ -19,6 +21,8 @@ func TestSuperBlocks(t *testing.T) {
 		{b: 1, sq: 250, sk: 400, h: 4, hk: 2, d: 24, cache: 128 << 10, window: &Window{Left: 70, Right: 9}},
 		{b: 1, sq: 260, sk: 260, h: 2, hk: 1, d: 40, cache: 160 << 10, softcap: 3, alibi: 1, causal: true},
 		{b: 1, sq: 420, sk: 450, h: 2, hk: 2, d: 128, cache: 768 << 10, dropout: 0.2},
+		{b: 1, sq: 450, sk: 300, h: 1, hk: 1, d: 64, cache: 256 << 10, workers: 1},
+		{b: 2, sq: 301, sk: 290, h: 2, hk: 1, d: 40, causal: true, cache: 160 << 10, softcap: 3, workers: 1},
 	}
 	for _, c := range cases {
 		tr, err := CountTraffic(Shape{Batch: c.b, Heads: c.h, KVHeads: c.hk, SeqQ: c.sq, SeqK: c.sk, Dim: c.d},
@@ -30,6 +34,26 @@ func TestSuperBlocks(t *testing.T) {
 		if tr.SuperBlockQ < 2*tr.BlockQ || tr.SuperBlockQ >= c.sq || 4*c.sk*2*pad <= c.cache/2 {
 			t.Fatalf("%v: super-blocks of %d rows, tiles of %d, K/V %d bytes: the case does not walk several super-blocks",
 				c, tr.SuperBlockQ, tr.BlockQ, 4*c.sk*2*pad)
+		}
+		if c.workers != 1 {
+			continue
+		}
+		// The dQ pass (one worker, fewer than unitsPerWorker KV heads).
+		q, kv := NewTensor(c.b, c.sq, c.h, c.d), NewTensor(c.b, c.sk, c.hk, c.d)
+		call, err := newCall(q, kv, kv, &Options{Causal: c.causal, CacheBytes: c.cache, Workers: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var bt []bwdTask
+		var dq []rowBlock
+		_, withDQ := call.plan.backwardTasks(&bt, 1)
+		tallest := 0
+		for _, rb := range call.plan.dqTasks(&dq, 1) {
+			tallest = max(tallest, rb.i1-rb.i0)
+		}
+		call.release()
+		if withDQ || tallest < 2*tr.BlockQ {
+			t.Fatalf("%v: KV pass sums dQ %v, tallest dQ block %d rows: the dQ pass walks no super-block", c, withDQ, tallest)
 		}
 	}
 	forEachKernel(t, func(t *testing.T) {

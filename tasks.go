@@ -217,17 +217,42 @@ func (t *tiling) headTasks(tasks *[]rowBlock) []rowBlock {
 	return list
 }
 
-// dqTasks lists into *tasks the dQ pass's query blocks: blockQ rows of one
-// head of one sequence that has keys.
-func (t *tiling) dqTasks(tasks *[]rowBlock) []rowBlock {
+// dqTasks lists into *tasks the dQ pass's query blocks, rows of one head of
+// one sequence that has keys: blockQ rows, or, where the sequence's packed
+// backward K and V do not fit in half the cache, super-blocks of up to
+// superQ rows whose microtiles share each KV block while it is in the cache
+// (as the forward's do) — but not so large that fewer than unitsPerWorker
+// blocks per worker remain. Each dQ row sums its KV blocks in ascending
+// order whatever block it is in, so the result does not depend on them.
+func (t *tiling) dqTasks(tasks *[]rowBlock, workers int) []rowBlock {
+	rows := 0
+	for _, s := range t.seqs {
+		if s.nk > 0 {
+			rows += s.nq * t.heads
+		}
+	}
+	perTask := rows / (unitsPerWorker * max(workers, 1)) / t.blockQ * t.blockQ
 	list := (*tasks)[:0]
 	for si := range t.seqs {
-		if t.seqs[si].nk > 0 {
-			list = t.appendQueryBlocks(list, si, t.blockQ)
+		s := &t.seqs[si]
+		if s.nk == 0 {
+			continue
 		}
+		n := t.blockQ
+		if t.bwdKVBytes(s) > t.cacheBytes/2 {
+			n = max(t.blockQ, min(t.superQ, perTask))
+		}
+		list = t.appendQueryBlocks(list, si, n)
 	}
 	*tasks = list
 	return list
+}
+
+// bwdKVBytes is the size of a sequence's K and V of one KV head as the
+// backward packs them in float32: Kᵀ, K rows and Vᵀ (native 16-bit
+// products pack half of it; the same rule serves both).
+func (t *tiling) bwdKVBytes(s *sequence) int {
+	return 4 * s.nk * (2*t.dimPad + t.dimVPad)
 }
 
 // kvBytes is the size of a sequence's packed K and V of one KV head.

@@ -328,7 +328,7 @@ func (tc *trafficCount) backward(t *TrafficByOperand) {
 		return
 	}
 	var dqList []rowBlock
-	for _, rb := range p.dqTasks(&dqList) {
+	for _, rb := range p.dqTasks(&dqList, tc.workers) { // blocks of microtiles
 		s := &p.seqs[rb.seq]
 		m := rb.i1 - rb.i0
 		t.Q.Read += floats(m * dpad)
@@ -339,7 +339,7 @@ func (tc *trafficCount) backward(t *TrafficByOperand) {
 			if s.vis.tile(rb, j0, j0+n) == BlockEmpty {
 				continue
 			}
-			t.K.Read += floats(kernel.Pad(n)*d + n*dpad) // Kᵀ and K
+			t.K.Read += floats(kernel.Pad(n)*d + n*dpad) // Kᵀ and K, once per block
 			t.V.Read += floats(kernel.Pad(n) * d)        // Vᵀ
 		}
 		t.DQ.Write += floats(m * d)

@@ -199,8 +199,8 @@ func TestTrafficTileBytes(t *testing.T) {
 // packed and D; the LSE scan; K and V packed once (Kᵀ, K rows, Vᵀ); the KV
 // pass per KV block reads Kᵀ and Vᵀ, every query tile's Q, dO, LSE and D,
 // and adds the block's dK, dV (read and written); the dQ pass per query
-// block reads Q, dO, LSE, D, the packed Kᵀ, K and Vᵀ of every KV block, and
-// writes dQ.
+// block of bq rows (a super-block of microtiles, see tiling.dqTasks) reads
+// Q, dO, LSE, D, the packed Kᵀ, K and Vᵀ of every KV block, and writes dQ.
 func bwdDense(h, n, d, bc, bq int) int64 {
 	dp := kernel.Pad(d)
 	tc := ceilDiv(n, bc)
@@ -221,7 +221,12 @@ func TestTrafficBackwardClosedForm(t *testing.T) {
 	}{{4096, 64, 1 << 20}, {1000, 64, 64 << 10}, {300, 40, 32 << 10}, {2048, 128, 256 << 10}} {
 		s := TrafficShape{Batch: 1, Heads: 1, SeqQ: c.n, SeqK: c.n, Dim: c.d}
 		tr := mustCount(t, s, nil, c.m, PassBackward)
-		want := bwdDense(1, c.n, c.d, tr.BackwardBlockK, tr.BlockQ)
+		rows := tr.BlockQ // the dQ pass's query blocks
+		if dp := kernel.Pad(c.d); 4*c.n*3*dp > c.m/2 {
+			perTask := c.n / (unitsPerWorker * (&Options{}).workers()) / tr.BlockQ * tr.BlockQ
+			rows = max(tr.BlockQ, min(tr.SuperBlockQ, perTask))
+		}
+		want := bwdDense(1, c.n, c.d, tr.BackwardBlockK, rows)
 		if got := tr.Flash.Total(); got != want {
 			t.Errorf("N %d d %d M %d (B_c %d): backward %d bytes, want %d", c.n, c.d, c.m, tr.BackwardBlockK, got, want)
 		}

@@ -23,7 +23,7 @@ func TestIOCommand(t *testing.T) {
 		{[]string{"-seqlen", "1000", "-headdim", "40", "-cache-bytes", "100000", "-causal", "-mode", "fwdbwd", "-heads", "4", "-kv-heads", "2", "-batch", "2"},
 			flashattn.TrafficShape{Batch: 2, Heads: 4, KVHeads: 2, SeqQ: 1000, SeqK: 1000, Dim: 40}, &flashattn.Options{Causal: true}, 100000, flashattn.PassForwardBackward},
 		{[]string{"-seqlen", "1500", "-cache-bytes", "1M", "-mode", "bwd", "-run-calls", "2"},
-			flashattn.TrafficShape{Batch: 1, Heads: 1, SeqQ: 1500, SeqK: 1500, Dim: 64}, &flashattn.Options{BlockQ: 48, BlockK: 512}, 1 << 20, flashattn.PassBackward},
+			flashattn.TrafficShape{Batch: 1, Heads: 1, SeqQ: 1500, SeqK: 1500, Dim: 64}, &flashattn.Options{BlockK: 512}, 1 << 20, flashattn.PassBackward},
 	} {
 		code, stdout, stderr := atRun(append([]string{"io", "-json"}, c.args...)...)
 		if code != 0 || stderr != "" {
@@ -43,7 +43,7 @@ func TestIOCommand(t *testing.T) {
 			t.Fatal(err)
 		}
 		if r.FlashBytes != want.Flash.Total() || r.StandardBytes != want.Standard.Total() || r.BlockQ != want.BlockQ ||
-			r.BlockK != want.BlockK || r.BackwardBlockK != want.BackwardBlockK || r.Flash != partsOf(want.Flash) || r.CacheBytes != c.cache {
+			r.BlockK != want.BlockK || r.SuperBlockQ != want.SuperBlockQ || r.BackwardBlockK != want.BackwardBlockK || r.Flash != partsOf(want.Flash) || r.CacheBytes != c.cache {
 			t.Errorf("%v: %+v, want the counts %+v", c.args, r, want)
 		}
 		for _, key := range []string{`"flash_bytes":`, `"standard_bytes":`, `"block_q":`} {
@@ -56,16 +56,18 @@ func TestIOCommand(t *testing.T) {
 			t.Errorf("%v: text output %q", c.args, stdout)
 		}
 	}
-	// -density: a random block mask; the forward reads a quarter of the
-	// K/V tiles (the backward's KV blocks shrink to the mask's 128 keys,
-	// so its query-side traffic stays that of dense 512-key blocks).
-	_, dense, _ := atRun("io", "-json", "-seqlen", "4096", "-mode", "fwdbwd")
-	_, sparse, _ := atRun("io", "-json", "-seqlen", "4096", "-mode", "fwdbwd", "-density", "0.25")
+	// -density: a random block mask; the forward reads about a quarter of
+	// the K/V tiles that it reads without a mask with the same tiles (a
+	// block mask's query tiles are its blocks' divisors, 64 rows here, and
+	// it walks no super-blocks).
+	_, dense, _ := atRun("io", "-json", "-seqlen", "4096", "-mode", "fwd", "-block-q", "64")
+	_, sparse, _ := atRun("io", "-json", "-seqlen", "4096", "-mode", "fwd", "-density", "0.25")
 	var rd, rs ioResult
 	if json.Unmarshal([]byte(dense), &rd) != nil || json.Unmarshal([]byte(sparse), &rs) != nil {
 		t.Fatalf("outputs %q %q", dense, sparse)
 	}
-	if rs.Density != 0.25 || rd.Density != 1 || rs.Flash.K.Read >= rd.Flash.K.Read/3 || rs.StandardBytes != rd.StandardBytes {
+	if rs.Density != 0.25 || rd.Density != 1 || rs.BlockQ != rd.BlockQ || rs.SuperBlockQ != rd.SuperBlockQ ||
+		rs.Flash.K.Read >= rd.Flash.K.Read/3 || rs.StandardBytes != rd.StandardBytes {
 		t.Errorf("density 0.25: %+v; dense %+v", rs, rd)
 	}
 }
