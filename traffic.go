@@ -190,7 +190,8 @@ func (tc *trafficCount) tileBytes() (fwd, bwd int) {
 	if tc.curved {
 		mats++
 	}
-	bwd = 2*kernel.Pad(bkb)*d + 3*bkb*dpad + mats*bq*kernel.Pad(bkb) + 3*bq*dpad + 2*bq
+	dv, dvpad := p.dimV, p.dimVPad // V's head dim: Vᵀ, dV, dO rows
+	bwd = kernel.Pad(bkb)*(d+dv) + bkb*(2*dpad+dvpad) + mats*bq*kernel.Pad(bkb) + bq*(2*dpad+dvpad) + 2*bq
 	return 4 * fwd, 4 * bwd
 }
 
@@ -204,7 +205,7 @@ func (tc *trafficCount) forward(t *TrafficByOperand) {
 	var blocks []rowBlock
 	var list []fwdTask
 	tasks, splits, _ := p.forwardTasks(&blocks, &list)
-	d, dpad := p.dim, p.dimPad
+	d, dv, dvpad := p.dim, p.dimV, p.dimVPad
 	packed := p.packs // the forward's kvRoute fromPacked
 	for si := range p.seqs {
 		s := &p.seqs[si]
@@ -213,9 +214,9 @@ func (tc *trafficCount) forward(t *TrafficByOperand) {
 				continue
 			}
 			t.K.Read += floats(s.nk * d)
-			t.V.Read += floats(s.nk * d)
+			t.V.Read += floats(s.nk * dv)
 			t.K.Write += floats(kernel.Pad(s.nk) * d)
-			t.V.Write += floats(s.nk * dpad)
+			t.V.Write += floats(s.nk * dvpad)
 		}
 	}
 	empty := map[int]bool{} // key-split slots that saw no key
@@ -241,21 +242,21 @@ func (tc *trafficCount) forward(t *TrafficByOperand) {
 				}
 				if packed(s) { // Kᵀ strips padded to whole strips, V rows padded to dimPad
 					t.K.Read += floats(kernel.Pad(j1-j0) * d)
-					t.V.Read += floats((j1 - j0) * dpad)
+					t.V.Read += floats((j1 - j0) * dvpad)
 				} else { // read in place
 					t.K.Read += floats((j1 - j0) * d)
-					t.V.Read += floats((j1 - j0) * d)
+					t.V.Read += floats((j1 - j0) * dv)
 				}
 			}
 			j = j1
 		}
 		if tk.slot >= 0 {
-			t.O.Write += floats(m * dpad)
+			t.O.Write += floats(m * dvpad)
 			t.LSE.Write += floats(2 * m)
 			empty[tk.slot] = !seen
 			continue
 		}
-		t.O.Write += floats(m * d)
+		t.O.Write += floats(m * dv)
 		t.LSE.Write += floats(m)
 	}
 	// The merge reads each split's running max, and the sum and output
@@ -269,10 +270,10 @@ func (tc *trafficCount) forward(t *TrafficByOperand) {
 			t.LSE.Read += floats(m)
 			if !empty[tk.slot+sp] {
 				t.LSE.Read += floats(m)
-				t.O.Read += floats(m * d)
+				t.O.Read += floats(m * dv)
 			}
 		}
-		t.O.Write += floats(m * d)
+		t.O.Write += floats(m * dv)
 		t.LSE.Write += floats(m)
 	}
 }
@@ -282,17 +283,17 @@ func (tc *trafficCount) forward(t *TrafficByOperand) {
 // and V, the KV pass and, when it does not sum dQ, the dQ pass.
 func (tc *trafficCount) backward(t *TrafficByOperand) {
 	p := tc.t
-	d, dpad := p.dim, p.dimPad
-	kvRows := floats(p.kvBatch * p.kvRows * p.kvHeads * d)
-	t.DK.Write += kvRows
-	t.DV.Write += kvRows
+	d, dpad, dv, dvpad := p.dim, p.dimPad, p.dimV, p.dimVPad
+	kvRows := p.kvBatch * p.kvRows * p.kvHeads
+	t.DK.Write += floats(kvRows * d)
+	t.DV.Write += floats(kvRows * dv)
 	for _, s := range p.seqs { // the rows pass, per (sequence, head)
 		n := s.nq * p.heads
-		t.O.Read += floats(n * d)
-		t.DO.Read += floats(2 * n * d)
+		t.O.Read += floats(n * dv)
+		t.DO.Read += floats(2 * n * dv)
 		t.Q.Read += floats(n * d)
 		t.Q.Write += floats(n * dpad)
-		t.DO.Write += floats(n * dpad)
+		t.DO.Write += floats(n * dvpad)
 		t.LSE.Write += floats(n) // D
 	}
 	t.LSE.Read += floats(p.lseLen) // looking for rows that need the LSE correction
@@ -301,9 +302,9 @@ func (tc *trafficCount) backward(t *TrafficByOperand) {
 			continue
 		}
 		t.K.Read += floats(p.kvHeads * s.nk * d)
-		t.V.Read += floats(p.kvHeads * s.nk * d)
+		t.V.Read += floats(p.kvHeads * s.nk * dv)
 		t.K.Write += floats(p.kvHeads * (kernel.Pad(s.nk)*d + s.nk*dpad))
-		t.V.Write += floats(p.kvHeads * kernel.Pad(s.nk) * d)
+		t.V.Write += floats(p.kvHeads * kernel.Pad(s.nk) * dv)
 	}
 	var list []bwdTask
 	tasks, withDQ := p.backwardTasks(&list, tc.workers)
@@ -332,7 +333,7 @@ func (tc *trafficCount) backward(t *TrafficByOperand) {
 		s := &p.seqs[rb.seq]
 		m := rb.i1 - rb.i0
 		t.Q.Read += floats(m * dpad)
-		t.DO.Read += floats(m * dpad)
+		t.DO.Read += floats(m * dvpad)
 		t.LSE.Read += floats(2 * m) // LSE and D
 		for j0 := 0; j0 < s.nk; j0 += p.bwdBlockK {
 			n := min(p.bwdBlockK, s.nk-j0)
@@ -340,7 +341,7 @@ func (tc *trafficCount) backward(t *TrafficByOperand) {
 				continue
 			}
 			t.K.Read += floats(kernel.Pad(n)*d + n*dpad) // Kᵀ and K, once per block
-			t.V.Read += floats(kernel.Pad(n) * d)        // Vᵀ
+			t.V.Read += floats(kernel.Pad(n) * dv)       // Vᵀ
 		}
 		t.DQ.Write += floats(m * d)
 	}
@@ -360,7 +361,7 @@ func (tc *trafficCount) keyBlock(t *TrafficByOperand, s *sequence, h, j0, n int,
 	}
 	qlo -= qlo % p.alignQ
 	t.K.Read += floats(kernel.Pad(n) * d)
-	t.V.Read += floats(kernel.Pad(n) * d)
+	t.V.Read += floats(kernel.Pad(n) * p.dimV)
 	if withDQ {
 		t.K.Read += floats(n * dpad)
 	}
@@ -371,26 +372,27 @@ func (tc *trafficCount) keyBlock(t *TrafficByOperand, s *sequence, h, j0, n int,
 		}
 		m := i1 - i0
 		t.Q.Read += floats(m * dpad)
-		t.DO.Read += floats(m * dpad)
+		t.DO.Read += floats(m * p.dimVPad)
 		t.LSE.Read += floats(2 * m)
 		if withDQ {
 			t.DQ.Read += floats(m * dpad)
 			t.DQ.Write += floats(m * dpad)
 		}
 	}
-	for _, g := range []*IOBytes{&t.DK, &t.DV} {
-		g.Read += floats(n * d)
-		g.Write += floats(n * d)
-	}
+	t.DK.Read += floats(n * d)
+	t.DK.Write += floats(n * d)
+	t.DV.Read += floats(n * p.dimV)
+	t.DV.Write += floats(n * p.dimV)
 }
 
 // countStandard adds the standard algorithm's traffic, per sequence and
 // query head.
 func (p *tiling) countStandard(t *TrafficByOperand, pass Pass) {
-	d := p.dim
+	d, dv := int64(p.dim), int64(p.dimV)
 	for _, s := range p.seqs {
 		nq, nk, h := int64(s.nq), int64(s.nk), int64(p.heads)
-		qd, kd, qk := 4*nq*int64(d)*h, 4*nk*int64(d)*h, 4*nq*nk*h
+		qd, kd, qk := 4*nq*d*h, 4*nk*d*h, 4*nq*nk*h
+		qv, kv := 4*nq*dv*h, 4*nk*dv*h // V's head dim: V, O, dO, dV
 		if pass&PassForward != 0 {
 			t.Q.Read += qd       // S = QKᵀ
 			t.K.Read += kd       //
@@ -398,15 +400,15 @@ func (p *tiling) countStandard(t *TrafficByOperand, pass Pass) {
 			t.Scores.Read += qk  // P = softmax(S)
 			t.Scores.Write += qk // P
 			t.Scores.Read += qk  // O = PV
-			t.V.Read += kd
-			t.O.Write += qd
+			t.V.Read += kv
+			t.O.Write += qv
 		}
 		if pass&PassBackward != 0 {
 			t.Scores.Read += qk // dV = PᵀdO
-			t.DO.Read += qd
-			t.DV.Write += kd
-			t.DO.Read += qd // dP = dO·Vᵀ
-			t.V.Read += kd
+			t.DO.Read += qv
+			t.DV.Write += kv
+			t.DO.Read += qv // dP = dO·Vᵀ
+			t.V.Read += kv
 			t.Scores.Write += qk
 			t.Scores.Read += 2 * qk // dS = P∘(dP − rowsum(P∘dP)) from P and dP
 			t.Scores.Write += qk

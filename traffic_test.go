@@ -403,3 +403,43 @@ func TestTrafficErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestTrafficDimV: V, O, dO and dV bytes follow V's head dim (MLA), Q, K, dQ
+// and dK bytes Q's and K's. With the tiles fixed by options, halving DimV
+// halves exactly the first group and leaves the second unchanged.
+func TestTrafficDimV(t *testing.T) {
+	for _, pass := range []Pass{PassForward, PassBackward, PassForwardBackward} {
+		for _, causal := range []bool{false, true} {
+			opts := &Options{BlockQ: 48, BlockK: 128, Causal: causal}
+			count := func(dv int) Traffic {
+				s := TrafficShape{Batch: 2, Heads: 4, KVHeads: 2, SeqQ: 700, SeqK: 900, Dim: 64, DimV: dv}
+				return mustCount(t, s, opts, 256<<10, pass)
+			}
+			full, half := count(64), count(32)
+			for _, c := range []struct {
+				name        string
+				full, half  IOBytes
+				scalesWithV bool
+			}{
+				{"v", full.Flash.V, half.Flash.V, true}, {"o", full.Flash.O, half.Flash.O, true},
+				{"dout", full.Flash.DO, half.Flash.DO, true}, {"dv", full.Flash.DV, half.Flash.DV, true},
+				{"q", full.Flash.Q, half.Flash.Q, false}, {"k", full.Flash.K, half.Flash.K, false},
+				{"dq", full.Flash.DQ, half.Flash.DQ, false}, {"dk", full.Flash.DK, half.Flash.DK, false},
+				{"standard v", full.Standard.V, half.Standard.V, true}, {"standard o", full.Standard.O, half.Standard.O, true},
+				{"standard dout", full.Standard.DO, half.Standard.DO, true}, {"standard dv", full.Standard.DV, half.Standard.DV, true},
+				{"standard k", full.Standard.K, half.Standard.K, false},
+			} {
+				want := c.full
+				if c.scalesWithV {
+					want = IOBytes{Read: c.full.Read / 2, Write: c.full.Write / 2}
+				}
+				if c.half != want {
+					t.Errorf("pass %v causal %v: %s with DimV 32 %+v, want %+v (DimV 64: %+v)", pass, causal, c.name, c.half, want, c.full)
+				}
+			}
+			if full.BackwardTileBytes <= half.BackwardTileBytes {
+				t.Errorf("pass %v: backward tiles %d with DimV 64, %d with 32", pass, full.BackwardTileBytes, half.BackwardTileBytes)
+			}
+		}
+	}
+}
