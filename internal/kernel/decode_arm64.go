@@ -58,34 +58,6 @@ func archDecode() []Decode {
 	return []Decode{d}
 }
 
-// tileRows is the number of rows of the next tile when left rows remain:
-// the largest power of two up to min(left, maxRows).
-func tileRows(left, maxRows int) int {
-	return min(maxRows, 1<<(bits.Len(uint(left))-1))
-}
-
-// decodeBlockBytes is the size of the block of cache rows that all row
-// tiles share before the next block is read (well inside L2).
-const decodeBlockBytes = 64 << 10
-
-// keysPerBlock is the number of cache rows of rowBytes bytes per block: a
-// multiple of 16, at least 16.
-func keysPerBlock(rowBytes int) int {
-	return max(16, decodeBlockBytes/max(rowBytes, 1)&^15)
-}
-
-// elemSize is the size in bytes of one unit of a cache slice's length.
-func elemSize[T any]() int {
-	var z T
-	switch any(z).(type) {
-	case float32:
-		return 4
-	case uint16:
-		return 2
-	}
-	return 1
-}
-
 func wrapScores[T any](name string, f cacheFormat, kern ...scoresKern[T]) func(s []float32, lds int, q []float32, m int, k []T, ldk, n, d int) {
 	rowLen := f.rowLen
 	return func(s []float32, lds int, q []float32, m int, k []T, ldk, n, d int) {

@@ -77,12 +77,15 @@
 // per kernel family, and "go generate ." reproduces the committed files,
 // which CI checks. The
 // constant tables it emits are compared by TestAsmTables with the Go
-// twins' constants. The Go wrappers (wrap_amd64.go, convert_amd64.go,
-// pack_amd64.go, decode_amd64.go, half_amd64.go) check every precondition
-// before the assembly, which trusts its arguments, touches memory.
+// twins' constants. The Go wrappers (wrap_asm.go for both architectures'
+// products and row kernels; wrap_amd64.go, convert_amd64.go,
+// pack_amd64.go, decode_amd64.go, half_amd64.go and their arm64
+// counterparts) check every precondition before the assembly, which trusts
+// its arguments, touches memory.
 //
 // Every file that declares or calls assembly is built with
-// "amd64 && !purego" or "arm64 && !purego": with -tags purego (Go's convention) the package has
+// "amd64 && !purego", "arm64 && !purego" or, for wrap_asm.go,
+// "(amd64 || arm64) && !purego": with -tags purego (Go's convention) the package has
 // no assembly, and only the pure-Go implementations are registered.
 //
 // An architecture registers its assembly through six hooks, defined for
