@@ -21,7 +21,7 @@ func (ks packKernels[T]) run(conv func(T) uint16, dst []uint16, ldb, p0 int, src
 	if ks.whole {
 		pack512(ks, dst, ldb, p0, src, ld, k, n, transposed)
 	} else {
-		pack2(ks, conv, dst, ldb, p0, src, ld, k, n, transposed)
+		packFullBlocks(ks.t, ks.n, 16, conv, dst, ldb, p0, src, ld, k, n, transposed)
 	}
 }
 
@@ -35,38 +35,6 @@ func pack512[T float32 | uint16](ks packKernels[T], dst []uint16, ldb, p0 int, s
 		ks.t(d, ldb, src, ld, n, k)
 	} else {
 		ks.n(d, ldb, src, ld, k, n)
-	}
-}
-
-// pack2 runs the AVX2 kernels on the full blocks of checked arguments and
-// conv (the scalar conversion) on the rest.
-func pack2[T float32 | uint16](ks packKernels[T], conv func(T) uint16, dst []uint16, ldb, p0 int, src []T, ld, k, n int, transposed bool) {
-	if k == 0 || n == 0 {
-		return
-	}
-	d := dst[W*p0:]
-	strips := n / W
-	if transposed {
-		k16 := k &^ 15
-		if strips > 0 && k16 > 0 {
-			ks.t(d, ldb, src, ld, strips, k16)
-		}
-		if strips > 0 && k16 < k {
-			packVNNIGo(d, ldb, k16, src[k16:], ld, k-k16, strips*W, true, conv)
-		}
-		if n > strips*W {
-			packVNNIGo(d[strips*ldb:], ldb, 0, src[strips*W*ld:], ld, k, n-strips*W, true, conv)
-		}
-		return
-	}
-	if pairs := k / 2; pairs > 0 && strips > 0 {
-		ks.n(d, ldb, src, ld, pairs, strips)
-	}
-	if k%2 == 1 && strips > 0 {
-		packVNNIGo(d, ldb, k-1, src[(k-1)*ld:], ld, 1, strips*W, false, conv)
-	}
-	if n > strips*W {
-		packVNNIGo(d[strips*ldb:], ldb, 0, src[strips*W:], ld, k, n-strips*W, false, conv)
 	}
 }
 

@@ -18,33 +18,7 @@ type neonPack[T float32 | uint16] struct {
 // run packs checked arguments, conv (the scalar conversion) packing what
 // the kernels leave.
 func (ks neonPack[T]) run(conv func(T) uint16, dst []uint16, ldb, p0 int, src []T, ld, k, n int, transposed bool) {
-	if k == 0 || n == 0 {
-		return
-	}
-	d := dst[W*p0:]
-	strips := n / W
-	if transposed {
-		k8 := k &^ 7
-		if strips > 0 && k8 > 0 {
-			ks.t(d, ldb, src, ld, strips, k8)
-		}
-		if strips > 0 && k8 < k {
-			packVNNIGo(d, ldb, k8, src[k8:], ld, k-k8, strips*W, true, conv)
-		}
-		if n > strips*W {
-			packVNNIGo(d[strips*ldb:], ldb, 0, src[strips*W*ld:], ld, k, n-strips*W, true, conv)
-		}
-		return
-	}
-	if pairs := k / 2; pairs > 0 && strips > 0 {
-		ks.n(d, ldb, src, ld, pairs, strips)
-	}
-	if k%2 == 1 && strips > 0 {
-		packVNNIGo(d, ldb, k-1, src[(k-1)*ld:], ld, 1, strips*W, false, conv)
-	}
-	if n > strips*W {
-		packVNNIGo(d[strips*ldb:], ldb, 0, src[strips*W:], ld, k, n-strips*W, false, conv)
-	}
+	packFullBlocks(ks.t, ks.n, 8, conv, dst, ldb, p0, src, ld, k, n, transposed)
 }
 
 var (

@@ -97,3 +97,40 @@ func wrapDot4T(f func(c []float32, ldc int, a, b []float32, ldb, n, k int)) func
 		f(c, ldc, a, b, ldb, n, k)
 	}
 }
+
+// packFullBlocks packs checked arguments with block packers that take only
+// full blocks — kt from the rows of Bᵀ (full strips, k a multiple of kStep),
+// kn from the rows of B (pairs of rows, full strips) — and packs the edges
+// with the reference packer (conv the scalar conversion), so the result
+// equals the reference bit for bit. The AVX2 packers (kStep 16) and the NEON
+// ones (kStep 8) run through it.
+func packFullBlocks[T float32 | uint16](kt, kn func(dst []uint16, ldb int, src []T, ld, a, b int), kStep int,
+	conv func(T) uint16, dst []uint16, ldb, p0 int, src []T, ld, k, n int, transposed bool) {
+	if k == 0 || n == 0 {
+		return
+	}
+	d := dst[W*p0:]
+	strips := n / W
+	if transposed {
+		kFull := k / kStep * kStep
+		if strips > 0 && kFull > 0 {
+			kt(d, ldb, src, ld, strips, kFull)
+		}
+		if strips > 0 && kFull < k {
+			packVNNIGo(d, ldb, kFull, src[kFull:], ld, k-kFull, strips*W, true, conv)
+		}
+		if n > strips*W {
+			packVNNIGo(d[strips*ldb:], ldb, 0, src[strips*W*ld:], ld, k, n-strips*W, true, conv)
+		}
+		return
+	}
+	if pairs := k / 2; pairs > 0 && strips > 0 {
+		kn(d, ldb, src, ld, pairs, strips)
+	}
+	if k%2 == 1 && strips > 0 {
+		packVNNIGo(d, ldb, k-1, src[(k-1)*ld:], ld, 1, strips*W, false, conv)
+	}
+	if n > strips*W {
+		packVNNIGo(d[strips*ldb:], ldb, 0, src[strips*W:], ld, k, n-strips*W, false, conv)
+	}
+}
