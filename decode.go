@@ -10,8 +10,10 @@ import "github.com/flashattn/flashattn/internal/kernel"
 // once.
 
 // subBlock is the part of a row block that reads one KV head: rows
-// r0..r0+m-1, the query heads of KV head hk.
-type subBlock struct{ hk, r0, m int }
+// r0..r0+m-1 of the block's Q, softmax state and output accumulators, the
+// query heads of KV head hk, whose scores are rows s0..s0+m-1 of the S tile
+// (s0 = r0, except for a super-block's microtiles, whose S rows start at 0).
+type subBlock struct{ hk, r0, m, s0 int }
 
 // decodeStep is the key tile of a staged block over nkv KV heads: K and V of
 // the tile for all of them take about half of L2.
@@ -54,12 +56,12 @@ func (p *plan) cacheRuns(v view, s *sequence, hk, j0, n int, f func(j, m, off in
 	}
 }
 
-// decodeScores sets rows sb.r0.. of the S tile (stride np) to Q·Kᵀ for
+// decodeScores sets rows sb.s0.. of the S tile (stride np) to Q·Kᵀ for
 // keys j0..j0+n-1 read in place.
 func (p *plan) decodeScores(ws *workspace, s *sequence, sb subBlock, j0, n, np int) {
 	dec, d, qRows, k := &p.dec, p.dim, ws.fwd.q[sb.r0*p.dim:], p.k
 	p.cacheRuns(k, s, sb.hk, j0, n, func(j, m, o int) {
-		out := ws.fwd.s[sb.r0*np+j-j0:]
+		out := ws.fwd.s[sb.s0*np+j-j0:]
 		switch k.dt {
 		case Float32:
 			dec.ScoresF32(out, np, qRows, sb.m, k.data[o:], k.ss, m, d)
@@ -75,13 +77,13 @@ func (p *plan) decodeScores(ws *workspace, s *sequence, sb subBlock, j0, n, np i
 	})
 }
 
-// decodeAccum adds P·V (rows sb.r0.. of the P tile, stride np) to the
+// decodeAccum adds P·V (rows sb.s0.. of the P tile, stride np) to the
 // sub-block's output rows, for keys j0..j0+n-1 read in place.
 func (p *plan) decodeAccum(ws *workspace, s *sequence, sb subBlock, j0, n, np int) {
 	dec, d, dpad, v := &p.dec, p.dimV, p.dimVPad, p.v
 	o := ws.fwd.acc[sb.r0*dpad:]
 	p.cacheRuns(v, s, sb.hk, j0, n, func(j, m, off int) {
-		pr := ws.fwd.s[sb.r0*np+j-j0:]
+		pr := ws.fwd.s[sb.s0*np+j-j0:]
 		switch v.dt {
 		case Float32:
 			dec.AccumF32(o, dpad, pr, np, sb.m, v.data[off:], v.ss, m, d)

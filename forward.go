@@ -76,7 +76,8 @@ func (f *forwardPass) runTask(ws *workspace, t int) { f.task(ws, &f.tasks[t]) }
 // then O /= l and LSE = m + log l (finish). A block that stacks several KV
 // heads' query heads (decoding) visits, for each key tile, every KV head in
 // turn (its sub-blocks), so K and V are read in memory order. Where the
-// tiles come from is the sequence's route (kvsource.go).
+// tiles come from is the sequence's route (kvsource.go). A block of one
+// head taller than blockQ is a super-block (superTask).
 func (f *forwardPass) task(ws *workspace, t *fwdTask) {
 	p := f.p
 	s := &p.seqs[t.seq]
@@ -97,37 +98,42 @@ func (f *forwardPass) task(ws *workspace, t *fwdTask) {
 		if p.stopped() {
 			return
 		}
-		n, np := j1-j0, kernel.Pad(j1-j0)
 		if s.route.from == fromStaged {
-			p.stageKV(ws, s, ws.fwd.subs, j0, n, step)
+			p.stageKV(ws, s, ws.fwd.subs, j0, j1-j0, step)
 		}
 		if s.route.from == fromCacheInPlace && oneRowPerHead(ws.fwd.subs) {
-			// Multi-head decoding: the heads of each key are read side by
-			// side, in address order, by one call per run of keys.
-			subs := ws.fwd.subs
-			p.decodeScoresHeads(ws, s, subs, j0, n, np)
-			for _, sb := range subs {
-				f.softmax(ws, &st, t, sb, kind, j0, n)
+			f.tileHeads(ws, &st, t, kind, j0, j1-j0)
+		} else {
+			for si, sb := range ws.fwd.subs {
+				f.tile(ws, &st, t, si, sb, kind, j0, j1-j0, step)
 			}
-			p.decodeAccumHeads(ws, s, subs, j0, n, np)
-			j = j1
-			continue
-		}
-		for si, sb := range ws.fwd.subs {
-			if s.route.from == fromCacheInPlace {
-				p.decodeScores(ws, s, sb, j0, n, np)
-				f.softmax(ws, &st, t, sb, kind, j0, n)
-				p.decodeAccum(ws, s, sb, j0, n, np)
-				continue
-			}
-			kv := f.keyTile(ws, t.seq, si, sb, j0, n, step)
-			f.scores(ws, s, sb, si, kv, n)
-			f.softmax(ws, &st, t, sb, kind, j0, n)
-			f.accumulate(ws, s, sb, kv, j0, n)
 		}
 		j = j1
 	}
 	f.finish(ws, &st, t)
+}
+
+// tile is Algorithm 1's inner step for sub-block sb (the si-th of the
+// block) and keys j0..j0+n-1: scores, online softmax, accumulate.
+func (f *forwardPass) tile(ws *workspace, st *rowState, t *fwdTask, si int, sb subBlock, kind BlockKind, j0, n, step int) {
+	kv := f.keyTile(ws, t.seq, si, sb, j0, n, step)
+	f.scores(ws, sb, si, kv, j0, n)
+	f.softmax(ws, st, t, sb, kv, kind, j0, n)
+	f.accumulate(ws, sb, kv, j0, n)
+}
+
+// tileHeads is tile for every sub-block of a oneRowPerHead block at once
+// (multi-head decoding): the heads of each key are read side by side, in
+// address order, by one decode-kernel call per run of keys.
+func (f *forwardPass) tileHeads(ws *workspace, st *rowState, t *fwdTask, kind BlockKind, j0, n int) {
+	p := f.p
+	s := &p.seqs[t.seq]
+	subs, np := ws.fwd.subs, kernel.Pad(n)
+	p.decodeScoresHeads(ws, s, subs, j0, n, np)
+	for _, sb := range subs {
+		f.softmax(ws, st, t, sb, kvTile{inPlace: true}, kind, j0, n)
+	}
+	p.decodeAccumHeads(ws, s, subs, j0, n, np)
 }
 
 // superTask is Algorithm 1 with two-level tiling, for a super-block of
@@ -135,7 +141,7 @@ func (f *forwardPass) task(ws *workspace, t *fwdTask) {
 // blockQ rows all visit each key tile of up to blockK keys in turn, while
 // the tile is in L2, and their Q rows, softmax states and output
 // accumulators stay in L2 for the whole task. Per microtile and key tile it
-// is the same three steps as task:
+// is the same step as task's (tile), on the microtile's rows:
 //
 //	for each key tile [J, J+B_c) of the super-block's keys:
 //	    for each microtile (B_r rows) that sees some of it:
@@ -158,73 +164,20 @@ func (f *forwardPass) superTask(ws *workspace, t *fwdTask) {
 		}
 		for i0 := t.i0; i0 < t.i1; i0 += p.blockQ {
 			mt := rowBlock{seq: t.seq, h0: t.h0, nh: 1, i0: i0, i1: min(i0+p.blockQ, t.i1)}
-			sb := subBlock{hk: hk, r0: i0 - t.i0, m: mt.i1 - mt.i0}
+			// The microtile's rows of Q, state and O start at row i0−t.i0
+			// of the super-block's; its S rows at row 0 of the S tile.
+			sb := subBlock{hk: hk, r0: i0 - t.i0, m: mt.i1 - mt.i0, s0: 0}
 			for j := J; ; {
 				j0, j1, kind := nextTile(s.vis, mt, j, jEnd, step)
 				if j0 >= jEnd {
 					break
 				}
-				n := j1 - j0
-				kv := f.keyTile(ws, t.seq, 0, sb, j0, n, step)
-				f.microScores(ws, sb, kv, n)
-				f.microSoftmax(ws, &st, s, mt, sb.r0, kind, j0, n)
-				f.microAccumulate(ws, sb, kv, n)
+				f.tile(ws, &st, t, 0, sb, kind, j0, j1-j0, step)
 				j = j1
 			}
 		}
 	}
 	f.finish(ws, &st, t)
-}
-
-// microScores computes the S tile of a microtile (rows sb.r0.. of the
-// super-block's Q) into the first sb.m rows of ws.fwd.s, against packed K.
-func (f *forwardPass) microScores(ws *workspace, sb subBlock, kv kvTile, n int) {
-	p, fw := f.p, &ws.fwd
-	d, np := p.dim, kernel.Pad(n)
-	if kv.kh != nil {
-		de := even(d)
-		p.halfMul.Mul(fw.s, np, fw.qh[sb.r0*de:], de, kv.kh, kernel.W*de, sb.m, np, de)
-		return
-	}
-	p.kern.MulABt(fw.s, np, fw.q[sb.r0*d:], d, kv.kt, sb.m, np, d)
-}
-
-// microSoftmax turns the microtile's S rows (rows of ws.fwd.s) into P,
-// updating the super-block's softmax state from row st0.
-func (f *forwardPass) microSoftmax(ws *workspace, st *rowState, s *sequence, mt rowBlock, st0 int, kind BlockKind, j0, n int) {
-	p := f.p
-	np := kernel.Pad(n)
-	h := mt.h0
-	for r := 0; r < mt.i1-mt.i0; r++ {
-		row := ws.fwd.s[r*np : (r+1)*np]
-		i := mt.i0 + r
-		fac := p.scoreRow(&ws.row, row, nil, scoreAt{s, h, i, j0, n, kind})
-		st.update(&p.kern, st0+r, row, fac)
-		if p.dropOn {
-			p.drop.ApplyRow(row[:n], s.b, h, i+s.qpos, j0+s.kpos)
-		}
-		if p.ct != Float32 && !p.native {
-			// P in the inputs' type before P·V (the native products
-			// convert P to the type themselves, with the same rounding).
-			roundTo(row[:n], p.ct, &p.kern)
-		}
-	}
-}
-
-// microAccumulate adds the microtile's P·V to its output rows.
-func (f *forwardPass) microAccumulate(ws *workspace, sb subBlock, kv kvTile, n int) {
-	p, fw := f.p, &ws.fwd
-	np, dvp := kernel.Pad(n), p.dimVPad
-	if kv.vh != nil {
-		ne := even(n)
-		ph := grow(&fw.ph, sb.m*ne)
-		for r := 0; r < sb.m; r++ {
-			toHalf(&p.kern, p.ct, ph[r*ne:(r+1)*ne], fw.s[r*np:r*np+ne])
-		}
-		p.halfMul.MulAdd(fw.acc[sb.r0*dvp:], dvp, ph, ne, kv.vh, kv.ldbV, sb.m, dvp, ne)
-		return
-	}
-	p.kern.MulAddAB(fw.acc[sb.r0*dvp:], dvp, fw.s, np, kv.v, kv.ldv, sb.m, dvp, n)
 }
 
 // start loads the block's rows of Q into ws.fwd.q, splits the block into
@@ -263,7 +216,8 @@ func (f *forwardPass) start(ws *workspace, t *fwdTask) rowState {
 	for h := t.h0; h < t.h0+t.nh; {
 		hk := h / p.group
 		he := min(t.h0+t.nh, (hk+1)*p.group)
-		subs = append(subs, subBlock{hk, (h - t.h0) * nr, (he - h) * nr})
+		r0 := (h - t.h0) * nr
+		subs = append(subs, subBlock{hk: hk, r0: r0, m: (he - h) * nr, s0: r0})
 		h = he
 	}
 	fw.subs = subs
@@ -285,21 +239,23 @@ func (f *forwardPass) start(ws *workspace, t *fwdTask) rowState {
 	return st
 }
 
-// scores computes the S tile of sub-block sb: rows sb.r0.. of ws.fwd.s, n
-// keys (padded to a multiple of kernel.W).
-func (f *forwardPass) scores(ws *workspace, s *sequence, sb subBlock, si int, kv kvTile, n int) {
+// scores computes the S tile of sub-block sb: rows sb.s0.. of ws.fwd.s, n
+// keys from j0 (padded to a multiple of kernel.W), from its Q rows sb.r0..
+func (f *forwardPass) scores(ws *workspace, sb subBlock, si int, kv kvTile, j0, n int) {
 	p, fw := f.p, &ws.fwd
 	kern, d := &p.kern, p.dim
 	np := kernel.Pad(n)
-	sTile := fw.s[sb.r0*np:]
+	sTile := fw.s[sb.s0*np:]
 	qRows := fw.q[sb.r0*d:]
 	switch {
+	case kv.inPlace:
+		p.decodeScores(ws, kv.seq, sb, j0, n, np)
 	case kv.kh != nil:
 		de := even(d)
 		p.halfMul.Mul(sTile, np, fw.qh[sb.r0*de:], de, kv.kh, kernel.W*de, sb.m, np, de)
 	case kv.kt != nil:
 		kern.MulABt(sTile, np, qRows, d, kv.kt, sb.m, np, d)
-	case s.route.sT:
+	case kv.sT:
 		// Few rows: Sᵀ = K·Qᵀ reads K where it lies, instead of
 		// transposing a K tile used only once. Dot4T (KV caches only)
 		// sums in another order than the backward's products; the
@@ -325,48 +281,58 @@ func (f *forwardPass) scores(ws *workspace, s *sequence, sb subBlock, si int, kv
 }
 
 // softmax turns the S rows of sub-block sb into P: score modifiers, the
-// mask (partial tiles only), the online-softmax update, dropout.
-func (f *forwardPass) softmax(ws *workspace, st *rowState, t *fwdTask, sb subBlock, kind BlockKind, j0, n int) {
+// mask (partial tiles only), the online-softmax update of its state rows
+// sb.r0.., dropout, and P rounded to the inputs' type before P·V unless the
+// native 16-bit products convert it themselves (kv.vh, with the same
+// rounding).
+func (f *forwardPass) softmax(ws *workspace, st *rowState, t *fwdTask, sb subBlock, kv kvTile, kind BlockKind, j0, n int) {
 	p := f.p
 	s := &p.seqs[t.seq]
 	np := kernel.Pad(n)
-	for r := sb.r0; r < sb.r0+sb.m; r++ {
-		row := ws.fwd.s[r*np : (r+1)*np]
-		h, i := t.at(r)
-		f := p.scoreRow(&ws.row, row, nil, scoreAt{s, h, i, j0, n, kind})
-		st.update(&p.kern, r, row, f)
+	roundP := p.ct != Float32 && kv.vh == nil
+	for r := 0; r < sb.m; r++ {
+		row := ws.fwd.s[(sb.s0+r)*np : (sb.s0+r+1)*np]
+		h, i := t.at(sb.r0 + r)
+		fac := p.scoreRow(&ws.row, row, nil, scoreAt{s, h, i, j0, n, kind})
+		st.update(&p.kern, sb.r0+r, row, fac)
 		if p.dropOn {
 			p.drop.ApplyRow(row[:n], s.b, h, i+s.qpos, j0+s.kpos)
 		}
-		if p.ct != Float32 {
-			roundTo(row[:n], p.ct, &p.kern) // P in the inputs' type before P·V
+		if roundP {
+			roundTo(row[:n], p.ct, &p.kern)
 		}
 	}
 }
 
-// accumulate adds P·V of sub-block sb to its output rows.
-func (f *forwardPass) accumulate(ws *workspace, s *sequence, sb subBlock, kv kvTile, j0, n int) {
+// accumulate adds P·V of sub-block sb (its S rows sb.s0..) to its output
+// rows sb.r0...
+func (f *forwardPass) accumulate(ws *workspace, sb subBlock, kv kvTile, j0, n int) {
 	p, fw := f.p, &ws.fwd
-	np := kernel.Pad(n)
-	if kv.vh != nil {
+	np, dvp := kernel.Pad(n), p.dimVPad
+	pTile := fw.s[sb.s0*np:]
+	switch {
+	case kv.inPlace:
+		p.decodeAccum(ws, kv.seq, sb, j0, n, np)
+	case kv.vh != nil:
 		// P in the type, rows of even(n) (the pad column is 0).
 		ne := even(n)
 		ph := grow(&fw.ph, sb.m*ne)
 		for r := 0; r < sb.m; r++ {
-			toHalf(&p.kern, p.ct, ph[r*ne:(r+1)*ne], fw.s[(sb.r0+r)*np:(sb.r0+r)*np+ne])
+			toHalf(&p.kern, p.ct, ph[r*ne:(r+1)*ne], pTile[r*np:r*np+ne])
 		}
-		p.halfMul.MulAdd(fw.acc[sb.r0*p.dimVPad:], p.dimVPad, ph, ne, kv.vh, kv.ldbV, sb.m, p.dimVPad, ne)
-		return
+		p.halfMul.MulAdd(fw.acc[sb.r0*dvp:], dvp, ph, ne, kv.vh, kv.ldbV, sb.m, dvp, ne)
+	default:
+		if kv.v == nil {
+			// V rows copied even when they need no padding: in place,
+			// rows kilobytes apart share a few L1 sets, and the kernel's
+			// column passes would go back to L2 (measured: the copy is
+			// faster).
+			vr, ld := p.vRows(&ws.conv.in2, kv.seq, j0, sb.hk, n)
+			kernel.PackRows(fw.vp, vr, ld, n, p.dimV)
+			kv.v, kv.ldv = fw.vp, dvp
+		}
+		p.kern.MulAddAB(fw.acc[sb.r0*dvp:], dvp, pTile, np, kv.v, kv.ldv, sb.m, dvp, n)
 	}
-	if kv.v == nil {
-		// V rows copied even when they need no padding: in place, rows
-		// kilobytes apart share a few L1 sets, and the kernel's column
-		// passes would go back to L2 (measured: the copy is faster).
-		vr, ld := p.vRows(&ws.conv.in2, s, j0, sb.hk, n)
-		kernel.PackRows(fw.vp, vr, ld, n, p.dimV)
-		kv.v, kv.ldv = fw.vp, p.dimVPad
-	}
-	p.kern.MulAddAB(fw.acc[sb.r0*p.dimVPad:], p.dimVPad, fw.s[sb.r0*np:], np, kv.v, kv.ldv, sb.m, p.dimVPad, n)
 }
 
 // finish writes the block's normalised rows of O and their LSE, or, for a

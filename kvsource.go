@@ -79,11 +79,15 @@ func (p *plan) dot4T() bool { return p.fromCache && p.dim%8 == 0 }
 // packed Kᵀ strips (kt), or K rows read in place or staged (k, ldk); V rows
 // padded to dimVPad (v, ldv), or nil if they are to be copied on demand.
 type kvTile struct {
-	kt  []float32
-	k   []float32
-	ldk int
-	v   []float32
-	ldv int
+	seq *sequence
+	// inPlace: the decode kernels read the tile from the KV cache where it
+	// lies (fromCacheInPlace); sT: S is computed transposed (kvRoute.sT).
+	inPlace, sT bool
+	kt          []float32
+	k           []float32
+	ldk         int
+	v           []float32
+	ldv         int
 	// Native 16-bit products: Kᵀ and V packed in the VNNI layout.
 	kh, vh []uint16
 	ldbV   int
@@ -94,8 +98,10 @@ type kvTile struct {
 func (f *forwardPass) keyTile(ws *workspace, seq, si int, sb subBlock, j0, n, step int) kvTile {
 	p := f.p
 	s := &p.seqs[seq]
-	var t kvTile
+	t := kvTile{seq: s, sT: s.route.sT}
 	switch s.route.from {
+	case fromCacheInPlace:
+		t.inPlace = true
 	case fromPacked:
 		if p.native {
 			t.kh, t.vh, t.ldbV = f.kv.tileNative(seq, sb.hk, j0)
