@@ -166,6 +166,10 @@ type VarLen struct {
 // LeftPad[b]) are the ones the masks and ALiBi see; Rotary, as in
 // flash-attn, rotates at the absolute cache position j (LeftPad included).
 //
+// A 16-bit cache (bfloat16, float16) rounds a float32 q to its type before
+// the products; a q8_0 or q4_0 cache does not (see "Mixed element types"
+// on DType).
+//
 // The call copies the slices it reads before it starts, so the caller may
 // change them as soon as it returns (not while it runs); k and v must not
 // be used by anything else while it runs.
