@@ -405,6 +405,9 @@ func TestSteadyStateAllocs(t *testing.T) {
 	for _, c := range []tcase{
 		{b: 1, sq: 300, sk: 300, h: 4, hk: 2, d: 64, causal: true},
 		{b: 1, sq: 1, sk: 2000, h: 8, hk: 2, d: 64}, // decoding: stacked heads, key splits
+		{b: 2, sq: 100, sk: 130, h: 4, hk: 2, d: 64, causal: true},
+		{b: 32, sq: 20, sk: 40, h: 4, hk: 1, d: 32},
+		{b: 2, sq: 1, sk: 700, h: 8, hk: 2, d: 64},
 	} {
 		cd := makeCase(c, 1)
 		q, k, v := Dense(cd.q, c.b, c.sq, c.h, c.d), Dense(cd.k, c.b, c.sk, c.hk, c.d), Dense(cd.v, c.b, c.sk, c.hk, c.d)
@@ -414,6 +417,49 @@ func TestSteadyStateAllocs(t *testing.T) {
 		opts := &Options{Causal: c.causal, Workers: 2}
 		testAllocs(t, func() error { return ForwardInto(out, lse, q, k, v, opts) }, c.String()+": ForwardInto")
 		testAllocs(t, func() error { return BackwardInto(dq, dk, dv, q, k, v, out, do, lse, opts) }, c.String()+": BackwardInto")
+	}
+	// Varlen: three packed sequences, GQA.
+	{
+		const total, h, hk, d = 150, 4, 2, 32
+		r := rand.New(rand.NewPCG(10, 1))
+		q, k, v := Dense(randSlice(r, total*h*d), 1, total, h, d), Dense(randSlice(r, total*hk*d), 1, total, hk, d), Dense(randSlice(r, total*hk*d), 1, total, hk, d)
+		do := Dense(randSlice(r, total*h*d), 1, total, h, d)
+		out, lse := NewTensor(1, total, h, d), make([]float32, h*total)
+		dq, dk, dv := NewTensor(1, total, h, d), NewTensor(1, total, hk, d), NewTensor(1, total, hk, d)
+		cu := []int32{0, 40, 41, 150}
+		opts := &Options{Causal: true, Workers: 2, VarLen: &VarLen{CuSeqlensQ: cu, CuSeqlensK: cu}}
+		testAllocs(t, func() error { return ForwardInto(out, lse, q, k, v, opts) }, "varlen: ForwardInto")
+		testAllocs(t, func() error { return BackwardInto(dq, dk, dv, q, k, v, out, do, lse, opts) }, "varlen: BackwardInto")
+	}
+	// A decode step (new keys appended, rotated) from every cache type,
+	// contiguous and paged, batch 2, GQA.
+	for _, dt := range []DType{Float32, BFloat16, Float16, Q8_0, Q4_0} {
+		for _, block := range []int{0, 32} {
+			const b, h, hk, d, capacity = 2, 8, 2, 64, 256
+			r := rand.New(rand.NewPCG(11, uint64(dt)))
+			rows, seq := b, capacity
+			c := &KVCache{SeqLens: []int32{200, 77}, LeftPad: []int32{3, 0}, Rotary: ropeTables(capacity+1, d)}
+			if block > 0 {
+				rows, seq = b*capacity/block, block
+				c.BlocksPerSeq = capacity / block
+				c.BlockTable = make([]int32, b*c.BlocksPerSeq)
+				for i, p := range r.Perm(rows) {
+					c.BlockTable[i] = int32(p)
+				}
+			}
+			kc, vc := NewTensorOf(dt, rows, seq, hk, d), NewTensorOf(dt, rows, seq, hk, d)
+			if err := Convert(kc, Dense(randSlice(r, rows*seq*hk*d), rows, seq, hk, d)); err != nil {
+				t.Fatal(err)
+			}
+			if err := Convert(vc, Dense(randSlice(r, rows*seq*hk*d), rows, seq, hk, d)); err != nil {
+				t.Fatal(err)
+			}
+			c.KNew, c.VNew = Dense(randSlice(r, b*hk*d), b, 1, hk, d), Dense(randSlice(r, b*hk*d), b, 1, hk, d)
+			q := Dense(randSlice(r, b*h*d), b, 1, h, d)
+			out, lse := NewTensor(b, 1, h, d), make([]float32, b*h)
+			opts := &Options{Workers: 2, KVCache: c}
+			testAllocs(t, func() error { return ForwardInto(out, lse, q, kc, vc, opts) }, fmt.Sprintf("decode %v cache, block %d: ForwardInto", dt, block))
+		}
 	}
 }
 

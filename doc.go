@@ -27,7 +27,9 @@
 // elements (package half). With 16-bit inputs, products take 16-bit
 // operands and accumulate in float32 (S, the softmax state, O, dQ, dK, dV);
 // P is rounded to the type before P·V and dS before the gradient products,
-// as flash-attn does; LSE is float32.
+// as flash-attn does; LSE is float32. With mixed types a float32 q (or k,
+// v) is rounded to the 16-bit type of the others before the products, a
+// quantised cache leaves them float32 (see "Mixed element types" on DType).
 //
 // Results are checked against the plain algorithm of package reference, in
 // float64, by the error rule of flash-attn's test suite: at most twice the

@@ -8,6 +8,25 @@ import (
 )
 
 // DType is the element type of a Tensor.
+//
+// # Mixed element types
+//
+// A call's products run in one compute type: the 16-bit type of q, k or v
+// if any of them is bfloat16 or float16 (all 16-bit operands must share
+// it), else float32. Every operand is rounded to nearest even to the
+// compute type before it takes part in a product: a float32 q with a
+// bfloat16 k and v (a bfloat16 KV cache, say) is rounded to bfloat16 (after
+// Rotary, which rotates in float32), and so is P before P·V. The reason is
+// the native 16-bit products (AVX512_BF16, AMX): they take both operands
+// in the 16-bit type and accumulate in float32, as flash-attn's tensor-core
+// products do; every kernel path rounds the same way. q8_0 and q4_0 values
+// are exact in float32, so a quantised cache leaves the compute type
+// float32 and a float32 q is not rounded: with a float32 q, a q8_0 cache
+// gives float32 products while a bfloat16 cache gives bfloat16 ones. With
+// a 16-bit q, a quantised cache's values are rounded to q's type. New keys
+// and values (KVCache.KNew, VNew) are stored in the cache's type. O is
+// written in out's type (q's for Forward), LSE in float32. To keep float32
+// queries with a 16-bit cache, Convert the cache to float32.
 type DType uint8
 
 const (

@@ -160,7 +160,7 @@ func checkKVCase(t *testing.T, tc kvCase) {
 			for hk := 0; hk < tc.hk; hk++ {
 				kr := append([]float32(nil), knew[((b*tc.snew+i)*tc.hk+hk)*tc.d:][:tc.d]...)
 				if rot != nil {
-					rope64(kr, rot, end-pad+i)
+					rope64(kr, rot, end+i) // flash-attn's absolute cache position
 				}
 				ek = append(ek, kr...)
 				ev = append(ev, vnew[((b*tc.snew+i)*tc.hk+hk)*tc.d:][:tc.d]...)
@@ -169,7 +169,7 @@ func checkKVCase(t *testing.T, tc kvCase) {
 		qb := append([]float32(nil), q[b*tc.sq*tc.hq*tc.d:(b+1)*tc.sq*tc.hq*tc.d]...)
 		if rot != nil {
 			for i := 0; i < tc.sq; i++ {
-				pos := end - pad
+				pos := end
 				if tc.causal || tc.window != nil {
 					pos += i
 				}

@@ -49,7 +49,7 @@ func (p *plan) appendRows(ws *workspace, write bool) error {
 			for hk := 0; hk < p.kvHeads; hk++ {
 				p.knew.rowTo(row[:p.dim], b, i, hk, Float32, &p.kern)
 				if cs.rotary != nil {
-					cs.rotary.rotate(row, first+i)
+					cs.rotary.rotate(row, int(cs.end[b])+i) // the absolute cache position, as flash-attn
 				}
 				if err := store(p.k, tb, r, hk); err != nil {
 					return argErr("Options.KVCache.KNew", "KVCache.KNew[%d, %d, %d] cannot be stored in the %v cache: %v", b, i, hk, p.k.dt, err)

@@ -106,7 +106,7 @@ func (t *tiling) cacheSequences(o *Options, s Shape) error {
 		}
 		sq.nk = int(end) + cs.snew - sq.k0
 		if r := cs.rotary; r != nil {
-			if err := checkRotaryRows(r, b, int(end)-sq.k0, int(end)-sq.k0+max(cs.snew, sq.nq)); err != nil {
+			if err := checkRotaryRows(r, b, int(end), int(end)+max(cs.snew, sq.nq)); err != nil {
 				return err
 			}
 		}

@@ -163,7 +163,12 @@ type VarLen struct {
 // first, if set) — the cache tensors are modified in place — and attention
 // covers positions LeftPad[b] ≤ j < SeqLens[b]+Snew. The caller advances
 // SeqLens afterwards. Positions relative to the first valid one (j −
-// LeftPad[b]) are the ones the masks, ALiBi and Rotary see.
+// LeftPad[b]) are the ones the masks and ALiBi see; Rotary, as in
+// flash-attn, rotates at the absolute cache position j (LeftPad included).
+//
+// A 16-bit cache (bfloat16, float16) rounds a float32 q to its type before
+// the products; a q8_0 or q4_0 cache does not (see "Mixed element types"
+// on DType).
 //
 // The call copies the slices it reads before it starts, so the caller may
 // change them as soon as it returns (not while it runs); k and v must not
@@ -200,9 +205,11 @@ type KVCache struct {
 //
 //	x' = x·cos[pos][t] − y·sin[pos][t],   y' = x·sin[pos][t] + y·cos[pos][t]
 //
-// New key i of sequence b sits at position SeqLens[b] − LeftPad[b] + i; with
-// a causal or window mask query row i does too, otherwise every query row
-// sits at SeqLens[b] − LeftPad[b].
+// New key i of sequence b is rotated at its cache position SeqLens[b] + i
+// (flash-attn's positions: LeftPad does not shift them, so Cos and Sin need
+// SeqLens[b] + max(Snew, query rows) positions); with a causal or window
+// mask query row i is too, otherwise every query row is rotated at
+// SeqLens[b].
 type Rotary struct {
 	Cos, Sin    []float32
 	Dim         int // rotary_dim: even, at most the head dim

@@ -19,9 +19,11 @@ func (r *Rotary) rotate(x []float32, pos int) {
 	}
 }
 
-// queryPos is the rotary position of query row i of sequence s.
+// queryPos is the rotary position of query row i of sequence s: its
+// absolute cache position, SeqLens (+ i), LeftPad included, as flash-attn
+// rotates.
 func (p *plan) queryPos(s *sequence, i int) int {
-	pos := int(p.cache.end[s.b]) - s.k0
+	pos := int(p.cache.end[s.b])
 	if p.cache.ropeCausal {
 		pos += i
 	}

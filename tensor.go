@@ -21,6 +21,10 @@ import (
 // dim] layouts. Any strides are accepted as long as no two elements of the
 // view share memory.
 //
+// q, k and v may have different types; a 16-bit one makes the products
+// 16-bit and rounds the float32 operands to it (see "Mixed element types"
+// on DType).
+//
 // For variable-length batches (Options.VarLen) the packed layout
 // [total, Heads, Dim] is a Tensor with Batch = 1 and Seq = total.
 type Tensor struct {

@@ -26,17 +26,19 @@ func (t *tiling) varlenSequences(vl *VarLen, batch, totalQ, totalK int) error {
 		cu    []int32
 		total int
 	}{{"CuSeqlensQ", cq, totalQ}, {"CuSeqlensK", ck, totalK}} {
-		arg := "Options.VarLen." + c.name
+		// The argument's name is built only on an error: a call allocates
+		// nothing in steady state.
+		bad := func(format string, a ...any) error { return argErr("Options.VarLen."+c.name, format, a...) }
 		if c.cu[0] != 0 {
-			return argErr(arg, "VarLen.%s[0] is %d, want 0", c.name, c.cu[0])
+			return bad("VarLen.%s[0] is %d, want 0", c.name, c.cu[0])
 		}
 		for i := 1; i < len(c.cu); i++ {
 			if c.cu[i] < c.cu[i-1] {
-				return argErr(arg, "VarLen.%s decreases at index %d (%d < %d)", c.name, i, c.cu[i], c.cu[i-1])
+				return bad("VarLen.%s decreases at index %d (%d < %d)", c.name, i, c.cu[i], c.cu[i-1])
 			}
 		}
 		if int(c.cu[nb]) != c.total {
-			return argErr(arg, "VarLen.%s ends at %d, but the packed tensor has %d rows", c.name, c.cu[nb], c.total)
+			return bad("VarLen.%s ends at %d, but the packed tensor has %d rows", c.name, c.cu[nb], c.total)
 		}
 	}
 	t.seqs = grow(&t.mem.seqs, nb)

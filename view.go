@@ -95,9 +95,9 @@ func (t Tensor) check(name string, output bool, batch, seq, heads, dim int) (vie
 		}
 	}
 	// Nesting: sort the axes that have more than one index by stride.
-	ax := v.axes()
-	order := ax[:0:0]
-	for _, a := range ax {
+	var buf [3]axis // on the stack: order must not allocate
+	order := buf[:0]
+	for _, a := range v.axes() {
 		if a.n > 1 {
 			order = append(order, a)
 		}

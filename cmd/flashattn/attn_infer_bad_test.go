@@ -111,7 +111,7 @@ func TestAttnKVCacheBad(t *testing.T) {
 	w32("cos_short.npy", 12, 8)
 	w32("sin_79.npy", 79, 8)
 	cos, _ := atRopeTables(80, 16)
-	cos[9*8+5] = float32(math.NaN()) // position 9: sequence 0's (cache_seqlens 10 − cache_leftpad 1)
+	cos[10*8+5] = float32(math.NaN()) // position 10: sequence 0's (cache_seqlens 10; cache_leftpad 1 does not shift it, as in flash-attn)
 	atWriteF32(t, p("cos_nan.npy"), cos, 80, 8)
 	atWriteI32(t, p("lens_full.npy"), []int32{64, 3}, 2)
 	atWriteI32(t, p("idx_3.npy"), []int32{3, 0}, 2)
@@ -190,7 +190,7 @@ func TestAttnKVCacheBad(t *testing.T) {
 		{"cos 1-D", replace("-rotary-cos", p("cos_1d.npy")), "cos_1d.npy", 1},
 		{"cos wider than the head", replace("-rotary-cos", p("cos_wide.npy")), "cos_wide.npy", 1},
 		{"sin shape", replace("-rotary-sin", p("sin_79.npy")), "sin_79.npy", 1},
-		{"cos NaN", replace("-rotary-cos", p("cos_nan.npy")), "cos_nan.npy: KVCache.Rotary table entry [9, 5] is NaN", 1},
+		{"cos NaN", replace("-rotary-cos", p("cos_nan.npy")), "cos_nan.npy: KVCache.Rotary table entry [10, 5] is NaN", 1},
 		{"cos too few positions", replace("-rotary-sin", p("cos_short.npy")), "cos_short.npy", 1},
 		{"batch-idx out of range", replace("-cache-batch-idx", p("idx_3.npy")), "idx_3.npy: KVCache.BatchIdx[0] is 3", 1},
 		{"batch-idx negative", replace("-cache-batch-idx", p("idx_neg.npy")), "idx_neg.npy", 1},

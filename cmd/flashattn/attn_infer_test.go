@@ -233,16 +233,13 @@ func checkKVCLICase(t *testing.T, c kvCLICase) {
 		gk = atReadTyped(t, p("out/k_cache.npy"), descr[c.kvDtype], kshape...)
 		gv = atReadTyped(t, p("out/v_cache.npy"), descr[c.kvDtype], kshape...)
 		for b := 0; b < c.b; b++ {
-			end, pad := int(c.ends[b]), 0
-			if c.pads != nil {
-				pad = int(c.pads[b])
-			}
+			end := int(c.ends[b])
 			for i := 0; i < c.snew; i++ {
 				for h := 0; h < c.hk; h++ {
 					src := ((b*c.snew+i)*c.hk + h) * c.d
 					kr := slices.Clone(knew[src : src+c.d])
 					if cos != nil {
-						atRope(kr, cos, sin, c.rotary, c.interleaved, end-pad+i)
+						atRope(kr, cos, sin, c.rotary, c.interleaved, end+i) // flash-attn: the absolute cache position
 					}
 					o := at(b, end+i) + h*c.d
 					copy(wk[o:o+c.d], atStored(t, kr, c.d, c.kvDtype))
@@ -313,7 +310,7 @@ func checkKVCLICase(t *testing.T, c kvCLICase) {
 		qb := atStored(t, q[b*c.sq*c.hq*c.d:(b+1)*c.sq*c.hq*c.d], c.d, c.dtype)
 		if cos != nil {
 			for i := 0; i < c.sq; i++ {
-				pos := end - pad
+				pos := end
 				if c.causal || c.window != nil {
 					pos += i
 				}

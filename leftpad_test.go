@@ -1,0 +1,156 @@
+package flashattn
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/flashattn/flashattn/reference"
+)
+
+// TestKVCacheLeftPadRotaryPositions: with LeftPad, Rotary rotates the new
+// keys and the queries at flash-attn's absolute cache positions (SeqLens[b]
+// + i, not SeqLens[b] − LeftPad[b] + i), for every cache type, contiguous
+// and paged. The written keys are checked against a float64 rotation at
+// those positions (within one step of the cache type), and O and LSE
+// against the float64 attention over the cache as it now holds it, with
+// the queries rotated in float64 at those positions (rounded to the cache's
+// 16-bit type for a 16-bit cache, the rule of KVCache).
+func TestKVCacheLeftPadRotaryPositions(t *testing.T) {
+	for _, dt := range []DType{Float32, BFloat16, Float16, Q8_0, Q4_0} {
+		for _, paged := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%v/paged=%v", dt, paged), func(t *testing.T) { checkLeftPadRotary(t, dt, paged) })
+		}
+	}
+}
+
+// cacheStep bounds how far one stored value of dt may be from the value
+// x written, where blockMax is the largest magnitude in x's 32-value block.
+func cacheStep(dt DType, x, blockMax float64) float64 {
+	switch dt {
+	case BFloat16:
+		return math.Abs(x)*0x1p-8 + 1e-6
+	case Float16:
+		return math.Abs(x)*0x1p-11 + 1e-6
+	case Q8_0:
+		return blockMax/127 + 1e-6
+	case Q4_0:
+		return blockMax/7 + 1e-6
+	}
+	return 1e-6
+}
+
+func checkLeftPadRotary(t *testing.T, dt DType, paged bool) {
+	const B, Hq, Hk, D, capacity, block, snew = 2, 4, 2, 64, 128, 32, 3
+	ends, pads := []int32{70, 100}, []int32{23, 9}
+	r := rand.New(rand.NewPCG(uint64(dt)+7, 25))
+	rows, seqs := B, capacity
+	var table []int32
+	if paged {
+		rows, seqs = 2*capacity/block+1, block
+		table = make([]int32, B*capacity/block)
+		for i, p := range r.Perm(rows)[:len(table)] {
+			table[i] = int32(p)
+		}
+	}
+	kc, vc := NewTensorOf(dt, rows, seqs, Hk, D), NewTensorOf(dt, rows, seqs, Hk, D)
+	if err := Convert(kc, Dense(randSlice(r, rows*seqs*Hk*D), rows, seqs, Hk, D)); err != nil {
+		t.Fatal(err)
+	}
+	if err := Convert(vc, Dense(randSlice(r, rows*seqs*Hk*D), rows, seqs, Hk, D)); err != nil {
+		t.Fatal(err)
+	}
+	q, knew, vnew := randSlice(r, B*snew*Hq*D), randSlice(r, B*snew*Hk*D), randSlice(r, B*snew*Hk*D)
+	rot := ropeTables(capacity+snew, D)
+	c := &KVCache{SeqLens: ends, LeftPad: pads, BlockTable: table, BlocksPerSeq: len(table) / B,
+		KNew: Dense(append([]float32(nil), knew...), B, snew, Hk, D), VNew: Dense(vnew, B, snew, Hk, D), Rotary: rot}
+	out, lse, err := Forward(Dense(q, B, snew, Hq, D), kc, vc, &Options{Causal: true, KVCache: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kf, vf := NewTensor(rows, seqs, Hk, D), NewTensor(rows, seqs, Hk, D)
+	if err := Convert(kf, kc); err != nil {
+		t.Fatal(err)
+	}
+	if err := Convert(vf, vc); err != nil {
+		t.Fatal(err)
+	}
+	// at is cache position j of sequence b, head hk, as the cache holds it.
+	at := func(x Tensor, b, j, hk int) []float32 {
+		row, pos := b, j
+		if paged {
+			row, pos = int(table[b*capacity/block+j/block]), j%block
+		}
+		off := ((row*seqs+pos)*Hk + hk) * D
+		return x.Data[off : off+D]
+	}
+	for b := range B {
+		end, pad := int(ends[b]), int(pads[b])
+		// The new keys, rotated in float64 at flash-attn's positions end+i.
+		bad := ""
+		for i := range snew {
+			for hk := range Hk {
+				want := make([]float64, D)
+				w32 := append([]float32(nil), knew[((b*snew+i)*Hk+hk)*D:][:D]...)
+				half := D / 2
+				for tt := range half {
+					cs, sn := float64(rot.Cos[(end+i)*half+tt]), float64(rot.Sin[(end+i)*half+tt])
+					a, bb := float64(w32[tt]), float64(w32[tt+half])
+					want[tt], want[tt+half] = a*cs-bb*sn, a*sn+bb*cs
+				}
+				got := at(kf, b, end+i, hk)
+				for blk := 0; blk < D; blk += 32 {
+					bm := 0.0
+					for _, x := range want[blk : blk+32] {
+						bm = max(bm, math.Abs(x))
+					}
+					for dd := blk; dd < blk+32; dd++ {
+						if e := math.Abs(float64(got[dd]) - want[dd]); !(e <= cacheStep(dt, want[dd], bm)) && bad == "" {
+							bad = fmt.Sprintf("cache position %d head %d dim %d holds %v, want %v (rotated at position %d)", end+i, hk, dd, got[dd], want[dd], end+i)
+						}
+					}
+				}
+			}
+		}
+		if bad != "" {
+			t.Errorf("sequence %d: %s", b, bad)
+		}
+		// Attention over positions pad..end+snew-1 as the cache holds them.
+		nk := end + snew - pad
+		ek, ev := make([]float32, 0, nk*Hk*D), make([]float32, 0, nk*Hk*D)
+		for j := pad; j < end+snew; j++ {
+			for hk := range Hk {
+				ek, ev = append(ek, at(kf, b, j, hk)...), append(ev, at(vf, b, j, hk)...)
+			}
+		}
+		qb := append([]float32(nil), q[b*snew*Hq*D:(b+1)*snew*Hq*D]...)
+		for i := range snew {
+			for h := range Hq {
+				rope64(qb[(i*Hq+h)*D:][:D], rot, end+i)
+			}
+		}
+		par := reference.Params{Batch: 1, SeqQ: snew, SeqK: nk, Heads: Hq, KVHeads: Hk, HeadDim: D, Causal: true}
+		gotO, gotL := out.Data[b*snew*Hq*D:(b+1)*snew*Hq*D], lse[b*Hq*snew:(b+1)*Hq*snew]
+		if f, ok := dt.Format(); ok {
+			qb = f.RoundSlice(qb)
+			o64, l64 := reference.Forward64(par, to64(qb), to64(ek), to64(ev))
+			oh, lh := reference.ForwardHalf(par, f, qb, ek, ev)
+			if err := reference.CheckHalf("O", f, gotO, oh, o64); err != nil {
+				t.Errorf("sequence %d: %v", b, err)
+			}
+			if err := reference.CheckHalf("LSE", f, gotL, lh, l64); err != nil {
+				t.Errorf("sequence %d: %v", b, err)
+			}
+			continue
+		}
+		o64, l64 := reference.Forward64(par, to64(qb), to64(ek), to64(ev))
+		o32, l32 := reference.Forward32(par, qb, ek, ev)
+		if err := reference.Check("O", gotO, o32, o64); err != nil {
+			t.Errorf("sequence %d: %v", b, err)
+		}
+		if err := reference.Check("LSE", gotL, l32, l64); err != nil {
+			t.Errorf("sequence %d: %v", b, err)
+		}
+	}
+}
