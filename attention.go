@@ -32,6 +32,9 @@ func ForwardContext(ctx context.Context, q, k, v Tensor, opts *Options) (out Ten
 	out = NewTensorOf(q.DType(), q.Batch, q.Seq, q.Heads, v.Dim)
 	lse = make([]float32, c.plan.lseLen)
 	ov, _ := out.check("out", true, -1, -1, -1, -1) // its own dense shape: cannot fail
+	if err := c.checkForwardOperands(opts, ov, lse); err != nil {
+		return Tensor{}, nil, err // a KV-cache append into an option's slice
+	}
 	if err := c.run(ctx, func() error { return c.forward(ov, lse) }); err != nil {
 		return Tensor{}, nil, err
 	}
@@ -71,7 +74,7 @@ func ForwardIntoContext(ctx context.Context, out Tensor, lse []float32, q, k, v 
 	if lse != nil && len(lse) < c.plan.lseLen {
 		return argErr("lse", "lse has %d elements, want %d", len(lse), c.plan.lseLen)
 	}
-	if err := c.checkForwardOutputs(ov, lse); err != nil {
+	if err := c.checkForwardOperands(opts, ov, lse); err != nil {
 		return err
 	}
 	return c.run(ctx, func() error { return c.forward(ov, lse) })
@@ -204,7 +207,7 @@ func BackwardGrads(ctx context.Context, g Grads, q, k, v, out, dout Tensor, lse,
 	if opts != nil {
 		gv.sinks = opts.Sinks
 	}
-	if err := c.checkBackwardOutputs(); err != nil {
+	if err := c.checkBackwardOperands(opts, &g); err != nil {
 		return err
 	}
 	return c.run(ctx, c.backward)

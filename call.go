@@ -46,14 +46,12 @@ func (c *call) release() {
 	calls.put(c)
 }
 
-// checkForwardOutputs refuses an out or lse that shares memory with an
-// input or with each other (out may be q itself).
-func (c *call) checkForwardOutputs(out view, lse []float32) error {
+// checkForwardOperands refuses an out, lse or KV-cache append that shares
+// memory with another operand of the call (out may be q itself).
+func (c *call) checkForwardOperands(o *Options, out view, lse []float32) error {
 	p := &c.plan
-	outs := []named{namedView("out", "q", out), namedSlice("lse", nil)}
 	if lse != nil {
-		outs[1] = namedSlice("lse", lse[:p.lseLen])
+		lse = lse[:p.lseLen]
 	}
-	ins := []named{namedView("q", "", p.q), namedView("k", "", p.k), namedView("v", "", p.v)}
-	return checkOutputs(outs, ins)
+	return checkOperands(callOperands(&p.operands, o, p.cache.snew > 0, &forwardOutputs{out: out, lse: lse}, nil, nil))
 }
