@@ -37,7 +37,8 @@ type gradViews struct {
 // checkBackwardOperands refuses gradients that share memory with another
 // operand of the call.
 func (c *call) checkBackwardOperands(o *Options, g *Grads) error {
-	return checkOperands(callOperands(&c.plan.operands, o, false, nil, &c.bwd.grads, g))
+	c.ops = callOperands(c.ops[:0], &c.plan.operands, o, false, nil, &c.bwd.grads, g)
+	return checkOperands(c.ops)
 }
 
 // backwardPass is the KV pass; its fields are shared by the other two.

@@ -14,6 +14,7 @@ type call struct {
 	bwd    backwardPass
 	lseFix lseFixPass
 	dq     dqPass
+	ops    []named // the operands' list (callOperands), kept from call to call
 }
 
 var calls freeList[call]
@@ -33,6 +34,7 @@ func newCall(q, k, v Tensor, o *Options) (*call, error) {
 func (c *call) release() {
 	tm := c.plan.mem
 	clear(tm.seqs[:cap(tm.seqs)]) // they hold the caller's masks
+	clear(c.ops[:cap(c.ops)])     // and these its tensors
 	*c = call{
 		plan:   plan{tiling: tiling{mem: tm}},
 		pack:   packPass{mem: c.pack.mem},
@@ -42,6 +44,7 @@ func (c *call) release() {
 		bwd:    backwardPass{mem: c.bwd.mem},
 		lseFix: lseFixPass{mem: c.lseFix.mem},
 		dq:     dqPass{mem: c.dq.mem},
+		ops:    c.ops[:0],
 	}
 	calls.put(c)
 }
@@ -53,5 +56,6 @@ func (c *call) checkForwardOperands(o *Options, out view, lse []float32) error {
 	if lse != nil {
 		lse = lse[:p.lseLen]
 	}
-	return checkOperands(callOperands(&p.operands, o, p.cache.snew > 0, &forwardOutputs{out: out, lse: lse}, nil, nil))
+	c.ops = callOperands(c.ops[:0], &p.operands, o, p.cache.snew > 0, &forwardOutputs{out: out, lse: lse}, nil, nil)
+	return checkOperands(c.ops)
 }

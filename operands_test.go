@@ -68,6 +68,13 @@ func TestOverlapEveryOperand(t *testing.T) {
 			o.Dim = d
 			return ForwardInto(o, nil, q, k, v, bias(o.Data[:s*s]))
 		}},
+		{"Sinks in a cache being appended to", func() error {
+			kc, vc := NewTensor(1, 32, 1, d), NewTensor(1, 32, 1, d)
+			copy(kc.Data[len(kc.Data)-1:], sinks)
+			cache := &KVCache{SeqLens: []int32{4}, KNew: NewTensor(1, 1, 1, d), VNew: NewTensor(1, 1, 1, d)}
+			_, _, err := Forward(NewTensor(1, 1, 1, d), kc, vc, &Options{KVCache: cache, Sinks: kc.Data[len(kc.Data)-1:]})
+			return err
+		}},
 		{"DSinks in out", func() error {
 			return bwd(Grads{DQ: grad(), DK: grad(), DV: grad(), DSinks: out.Data[:h]}, nil, &Options{Sinks: sinks})
 		}},
@@ -145,7 +152,7 @@ func TestOperandsListEveryField(t *testing.T) {
 		knew: view(o.KVCache.KNew), vnew: view(o.KVCache.VNew)}
 	gv := gradViews{o: view(tensor()), do: view(tensor()), dq: view(g.DQ), dk: view(g.DK), dv: view(g.DV),
 		lse: make([]float32, 2), dlse: make([]float32, 2)}
-	list := callOperands(&ops, &o, false, nil, &gv, &g)
+	list := callOperands(nil, &ops, &o, false, nil, &gv, &g)
 	names := map[string]bool{}
 	bases := map[uintptr]bool{}
 	for _, n := range list {

@@ -126,14 +126,15 @@ func (n named) written(inPlace string) named {
 	return n
 }
 
-// callOperands lists every tensor and slice a call reads or writes, each
-// once: the one list the overlap rule (checkOperands) reads. ops holds the
+// callOperands appends to list every tensor and slice a call reads or
+// writes, each once: the one list the overlap rule (checkOperands) reads.
+// ops holds the
 // checked views of q, k, v and a KV cache's new keys; fwd is the forward's
 // out and lse (nil for a backward); bwd the backward's views and slices
 // (nil for a forward). A test walks the fields of Options and Grads and
 // fails if one of slice or Tensor type is missing here.
-func callOperands(ops *operands, o *Options, appending bool, fwd *forwardOutputs, bwd *gradViews, g *Grads) []named {
-	list := []named{namedView("q", ops.q)}
+func callOperands(list []named, ops *operands, o *Options, appending bool, fwd *forwardOutputs, bwd *gradViews, g *Grads) []named {
+	list = append(list, namedView("q", ops.q))
 	switch {
 	case appending && columnsOf(ops.v, ops.k):
 		// An MLA latent cache: v is k's first columns, written with it.
