@@ -44,7 +44,8 @@ func ForwardContext(ctx context.Context, q, k, v Tensor, opts *Options) (out Ten
 // ForwardInto is Forward writing into caller-owned buffers: out must have
 // q's shape with V's head dim (any non-overlapping strides) and lse, unless
 // nil, at least batch·heads·seqlen_q elements. out and lse must not share
-// memory with the inputs or with each other, except that out may be q
+// memory with the inputs (the tensors and every slice of opts) or with each
+// other, except that out may be q
 // itself (the very same view: O then overwrites Q). Repeated calls
 // allocate nothing (the workspaces and packed K/V buffers are pooled), so
 // it suits hot loops.
@@ -119,7 +120,8 @@ func Backward(q, k, v, out, dout Tensor, lse []float32, opts *Options) (dq, dk, 
 
 // BackwardInto is Backward writing into caller-owned gradients dq (shaped
 // like q), dk (shaped like k) and dv (shaped like v). The gradients must
-// not share memory with any input or with each other; they may be
+// not share memory with any input (the tensors, lse, dlse and every slice
+// of opts) or with each other; they may be
 // interleaved views of one buffer (PackedQKV of a gradient buffer).
 // Repeated calls allocate nothing.
 func BackwardInto(dq, dk, dv Tensor, q, k, v, out, dout Tensor, lse []float32, opts *Options) error {
