@@ -32,6 +32,9 @@ func ForwardContext(ctx context.Context, q, k, v Tensor, opts *Options) (out Ten
 	out = NewTensorOf(q.DType(), q.Batch, q.Seq, q.Heads, v.Dim)
 	lse = make([]float32, c.plan.lseLen)
 	ov, _ := out.check("out", true, -1, -1, -1, -1) // its own dense shape: cannot fail
+	if err := c.checkForwardOperands(opts, ov, lse); err != nil {
+		return Tensor{}, nil, err // a KV-cache append into an option's slice
+	}
 	if err := c.run(ctx, func() error { return c.forward(ov, lse) }); err != nil {
 		return Tensor{}, nil, err
 	}
@@ -41,7 +44,8 @@ func ForwardContext(ctx context.Context, q, k, v Tensor, opts *Options) (out Ten
 // ForwardInto is Forward writing into caller-owned buffers: out must have
 // q's shape with V's head dim (any non-overlapping strides) and lse, unless
 // nil, at least batch·heads·seqlen_q elements. out and lse must not share
-// memory with the inputs or with each other, except that out may be q
+// memory with the inputs (the tensors and every slice of opts) or with each
+// other, except that out may be q
 // itself (the very same view: O then overwrites Q). Repeated calls
 // allocate nothing (the workspaces and packed K/V buffers are pooled), so
 // it suits hot loops.
@@ -71,7 +75,7 @@ func ForwardIntoContext(ctx context.Context, out Tensor, lse []float32, q, k, v 
 	if lse != nil && len(lse) < c.plan.lseLen {
 		return argErr("lse", "lse has %d elements, want %d", len(lse), c.plan.lseLen)
 	}
-	if err := c.checkForwardOutputs(ov, lse); err != nil {
+	if err := c.checkForwardOperands(opts, ov, lse); err != nil {
 		return err
 	}
 	return c.run(ctx, func() error { return c.forward(ov, lse) })
@@ -116,7 +120,8 @@ func Backward(q, k, v, out, dout Tensor, lse []float32, opts *Options) (dq, dk, 
 
 // BackwardInto is Backward writing into caller-owned gradients dq (shaped
 // like q), dk (shaped like k) and dv (shaped like v). The gradients must
-// not share memory with any input or with each other; they may be
+// not share memory with any input (the tensors, lse, dlse and every slice
+// of opts) or with each other; they may be
 // interleaved views of one buffer (PackedQKV of a gradient buffer).
 // Repeated calls allocate nothing.
 func BackwardInto(dq, dk, dv Tensor, q, k, v, out, dout Tensor, lse []float32, opts *Options) error {
@@ -204,7 +209,7 @@ func BackwardGrads(ctx context.Context, g Grads, q, k, v, out, dout Tensor, lse,
 	if opts != nil {
 		gv.sinks = opts.Sinks
 	}
-	if err := c.checkBackwardOutputs(); err != nil {
+	if err := c.checkBackwardOperands(opts, &g); err != nil {
 		return err
 	}
 	return c.run(ctx, c.backward)

@@ -34,12 +34,11 @@ type gradViews struct {
 	accumulate        bool      // add to dq, dk, dv, dsinks
 }
 
-func (c *call) checkBackwardOutputs() error {
-	p, g := &c.plan, &c.bwd.grads
-	outs := []named{namedView("dq", "", g.dq), namedView("dk", "", g.dk), namedView("dv", "", g.dv)}
-	ins := []named{namedView("q", "", p.q), namedView("k", "", p.k), namedView("v", "", p.v),
-		namedView("out", "", g.o), namedView("dout", "", g.do), namedSlice("lse", g.lse[:p.lseLen])}
-	return checkOutputs(outs, ins)
+// checkBackwardOperands refuses gradients that share memory with another
+// operand of the call.
+func (c *call) checkBackwardOperands(o *Options, g *Grads) error {
+	c.ops = callOperands(c.ops[:0], &c.plan.operands, o, false, nil, &c.bwd.grads, g)
+	return checkOperands(c.ops)
 }
 
 // backwardPass is the KV pass; its fields are shared by the other two.

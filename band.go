@@ -7,6 +7,13 @@ import "math"
 // platforms too.
 const unbounded = math.MaxInt >> 2
 
+// MaxPosition bounds the positions a call places its rows and keys at with
+// Options.Offsets: Offsets.Query plus seqlen_q, and Offsets.Key plus
+// seqlen_k, must be at most MaxPosition (2^60 − 1 on 64-bit platforms,
+// 2^28 − 1 on 32-bit ones). It is half the value that stands for "no
+// window limit", so that no position can be taken for it.
+const MaxPosition = unbounded >> 1
+
 var negInf = float32(math.Inf(-1))
 
 // band is the causal mask and the sliding window of one sequence (and, with

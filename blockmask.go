@@ -1,7 +1,6 @@
 package flashattn
 
 import (
-	"fmt"
 	"sync"
 	"sync/atomic"
 )
@@ -174,37 +173,39 @@ func NewBlockMask(shape BlockShape, mask Mask) (*BlockMask, error) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var fault atomic.Pointer[error]
+	// classify classifies rows until none is left; a panic of the user's
+	// mask or classifier becomes its error.
+	classify := func() (err error) {
+		defer recoverCallback(&err, "NewBlockMask: a mask")
+		keep := make([]bool, min(s.BlockK, evalChunk))
+		for {
+			r := int(next.Add(1) - 1)
+			if r >= rows {
+				return nil
+			}
+			b, h, qb := r/(s.Heads*m.nqb), r/m.nqb%s.Heads, r%m.nqb
+			q0 := qb * s.BlockQ
+			q1 := q0 + min(s.BlockQ, s.SeqQ-q0)
+			for kb := 0; kb < m.nkb; kb++ {
+				k0, k1 := kb*s.BlockK, min(kb*s.BlockK+min(s.BlockK, s.SeqK-kb*s.BlockK), s.SeqK)
+				kind := BlockPartial
+				if cls != nil {
+					kind = cls.Classify(b, h, q0, q1, k0, k1)
+				}
+				if kind == BlockPartial {
+					kind = evalBlock(mask, keep, b, h, q0, q1, k0, k1)
+				}
+				m.kinds[r*m.nkb+kb] = kind
+			}
+		}
+	}
 	for range max(1, min(rows, workersDefault())) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer func() {
-				if v := recover(); v != nil { // the user's mask or classifier panicked
-					err := fmt.Errorf("%w: NewBlockMask: a mask panicked%s: %v", ErrInternal, panicSite(), v)
-					fault.CompareAndSwap(nil, &err)
-					next.Store(int64(rows)) // the others stop after their row
-				}
-			}()
-			keep := make([]bool, min(s.BlockK, evalChunk))
-			for {
-				r := int(next.Add(1) - 1)
-				if r >= rows {
-					return
-				}
-				b, h, qb := r/(s.Heads*m.nqb), r/m.nqb%s.Heads, r%m.nqb
-				q0 := qb * s.BlockQ
-				q1 := q0 + min(s.BlockQ, s.SeqQ-q0)
-				for kb := 0; kb < m.nkb; kb++ {
-					k0, k1 := kb*s.BlockK, min(kb*s.BlockK+min(s.BlockK, s.SeqK-kb*s.BlockK), s.SeqK)
-					kind := BlockPartial
-					if cls != nil {
-						kind = cls.Classify(b, h, q0, q1, k0, k1)
-					}
-					if kind == BlockPartial {
-						kind = evalBlock(mask, keep, b, h, q0, q1, k0, k1)
-					}
-					m.kinds[r*m.nkb+kb] = kind
-				}
+			if err := classify(); err != nil {
+				fault.CompareAndSwap(nil, &err)
+				next.Store(int64(rows)) // the others stop after their row
 			}
 		}()
 	}
@@ -253,8 +254,10 @@ func evalBlock(mask Mask, keep []bool, b, h, q0, q1, k0, k1 int) BlockKind {
 type BlockFunc func(b, h, qb, kb int) bool
 
 // BlockMaskFromFunc builds a block-granular mask: block (qb, kb) of (b, h)
-// is full where visible returns true and empty elsewhere.
-func BlockMaskFromFunc(shape BlockShape, visible BlockFunc) (*BlockMask, error) {
+// is full where visible returns true and empty elsewhere. A panic of
+// visible is an error wrapping ErrInternal.
+func BlockMaskFromFunc(shape BlockShape, visible BlockFunc) (_ *BlockMask, err error) {
+	defer recoverCallback(&err, "BlockMaskFromFunc: visible")
 	if visible == nil {
 		return nil, argErr("visible", "BlockMaskFromFunc: visible is nil")
 	}

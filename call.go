@@ -14,6 +14,7 @@ type call struct {
 	bwd    backwardPass
 	lseFix lseFixPass
 	dq     dqPass
+	ops    []named // the operands' list (callOperands), kept from call to call
 }
 
 var calls freeList[call]
@@ -33,6 +34,7 @@ func newCall(q, k, v Tensor, o *Options) (*call, error) {
 func (c *call) release() {
 	tm := c.plan.mem
 	clear(tm.seqs[:cap(tm.seqs)]) // they hold the caller's masks
+	clear(c.ops[:cap(c.ops)])     // and these its tensors
 	*c = call{
 		plan:   plan{tiling: tiling{mem: tm}},
 		pack:   packPass{mem: c.pack.mem},
@@ -42,18 +44,18 @@ func (c *call) release() {
 		bwd:    backwardPass{mem: c.bwd.mem},
 		lseFix: lseFixPass{mem: c.lseFix.mem},
 		dq:     dqPass{mem: c.dq.mem},
+		ops:    c.ops[:0],
 	}
 	calls.put(c)
 }
 
-// checkForwardOutputs refuses an out or lse that shares memory with an
-// input or with each other (out may be q itself).
-func (c *call) checkForwardOutputs(out view, lse []float32) error {
+// checkForwardOperands refuses an out, lse or KV-cache append that shares
+// memory with another operand of the call (out may be q itself).
+func (c *call) checkForwardOperands(o *Options, out view, lse []float32) error {
 	p := &c.plan
-	outs := []named{namedView("out", "q", out), namedSlice("lse", nil)}
 	if lse != nil {
-		outs[1] = namedSlice("lse", lse[:p.lseLen])
+		lse = lse[:p.lseLen]
 	}
-	ins := []named{namedView("q", "", p.q), namedView("k", "", p.k), namedView("v", "", p.v)}
-	return checkOutputs(outs, ins)
+	c.ops = callOperands(c.ops[:0], &p.operands, o, p.cache.snew > 0, &forwardOutputs{out: out, lse: lse}, nil, nil)
+	return checkOperands(c.ops)
 }

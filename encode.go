@@ -95,7 +95,7 @@ func (t *Tensor) UnmarshalBinary(data []byte) error {
 // data are aligned for their type, the tensor's slice is data itself (no
 // copy: it changes when data does); otherwise the elements are copied.
 func DecodeTensor(data []byte) (t Tensor, rest []byte, err error) {
-	if len(data) < tensorHead || string(data[:4]) != tensorMagic || data[5] != 0 || data[6] != 0 || data[7] != 0 {
+	if !hasHeader(data, tensorMagic, tensorHead, 1) {
 		return Tensor{}, data, argErr("data", "not an encoded tensor (want the %q header)", tensorMagic)
 	}
 	dt := DType(data[4])
@@ -168,15 +168,31 @@ func AppendLSE(b []byte, lse []float32) []byte {
 // DecodeLSE decodes the LSE slice at the start of data and returns it with
 // the bytes that follow; like DecodeTensor it aliases data where it can.
 func DecodeLSE(data []byte) (lse []float32, rest []byte, err error) {
-	if len(data) < lseHead || string(data[:4]) != lseMagic {
+	if !hasHeader(data, lseMagic, lseHead, 0) {
 		return nil, data, argErr("data", "not an encoded LSE (want the %q header)", lseMagic)
 	}
 	n := binary.LittleEndian.Uint64(data[8:])
 	if n > uint64(len(data)-lseHead)/4 {
-		return nil, data, argErr("data", "encoded LSE of %d values needs %d bytes, has %d", n, 4*n, len(data)-lseHead)
+		// 4·n may overflow: say it in values.
+		return nil, data, argErr("data", "encoded LSE needs %d values, has bytes for %d", n, (len(data)-lseHead)/4)
 	}
 	body := data[lseHead : lseHead+4*int(n)]
 	return float32s(body, int(n)), data[lseHead+4*int(n):], nil
+}
+
+// hasHeader reports whether data starts with a header of head bytes: magic,
+// then the fields bytes that follow it (a tensor's dtype), then zeros up to
+// byte 8 (reserved).
+func hasHeader(data []byte, magic string, head, fields int) bool {
+	if len(data) < head || string(data[:4]) != magic {
+		return false
+	}
+	for _, b := range data[4+fields : 8] {
+		if b != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // littleEndian reports whether this machine stores numbers little-endian.

@@ -2,7 +2,13 @@ package flashattn
 
 import (
 	"bytes"
+	"encoding/binary"
+	"errors"
+	"math/big"
+	"regexp"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"unsafe"
 )
@@ -87,4 +93,38 @@ func FuzzDecodeTensor(f *testing.F) {
 			t.Fatalf("decoded an invalid tensor: %v", err)
 		}
 	})
+}
+
+// DecodeLSE checks its reserved header bytes as DecodeTensor does, and a
+// count too large for the bytes is reported as such (a count ≥ 2^62 used to
+// say "needs 0 bytes": 4·count overflowed).
+func TestDecodeLSEHeader(t *testing.T) {
+	good := AppendLSE(nil, []float32{1, 2, 3})
+	if lse, rest, err := DecodeLSE(good); err != nil || len(lse) != 3 || len(rest) != 0 {
+		t.Fatalf("DecodeLSE(AppendLSE) = %v, %d bytes left, %v", lse, len(rest), err)
+	}
+	for i := 4; i < 8; i++ {
+		bad := slices.Clone(good)
+		bad[i] = 1
+		if _, _, err := DecodeLSE(bad); err == nil {
+			t.Errorf("reserved header byte %d set to 1: accepted", i)
+		}
+	}
+	for _, n := range []uint64{4, 1 << 62, 1<<62 + 1, 1<<64 - 1} {
+		bad := slices.Clone(good)
+		binary.LittleEndian.PutUint64(bad[8:], n)
+		_, _, err := DecodeLSE(bad)
+		var ae *ArgError
+		if !errors.As(err, &ae) || !strings.Contains(err.Error(), strconv.FormatUint(n, 10)) {
+			t.Errorf("count %d: error %v, want an *ArgError saying the %d values do not fit the 12 bytes", n, err, n)
+			continue
+		}
+		// A byte count the message states must be 4·n, without overflow.
+		want := new(big.Int).Mul(new(big.Int).SetUint64(n), big.NewInt(4))
+		for _, m := range regexp.MustCompile(`needs (\d+) bytes`).FindAllStringSubmatch(err.Error(), -1) {
+			if got, _ := new(big.Int).SetString(m[1], 10); got.Cmp(want) != 0 {
+				t.Errorf("count %d: error %q states %s bytes, want %v", n, err, m[1], want)
+			}
+		}
+	}
 }

@@ -80,13 +80,26 @@ func TestMaskCoverage(t *testing.T) {
 	wantArgErr(t, "NewBlockMask beyond the ids", err, "mask")
 }
 
-// A panicking user mask or classifier is an error wrapping ErrInternal.
+// A panicking user mask, classifier or block function is an error
+// wrapping ErrInternal.
 func TestUserPanics(t *testing.T) {
 	boom := fa.MaskFunc(func(b, h, q, kv int) bool { panic("user mask") })
 	noPanic(t, "NewBlockMask", func() {
 		_, err := fa.NewBlockMask(fa.BlockShape{Batch: 1, Heads: 1, SeqQ: 256, SeqK: 256, BlockQ: 64, BlockK: 64}, boom)
 		if !errors.Is(err, fa.ErrInternal) {
 			t.Errorf("NewBlockMask with a panicking mask: %v, want ErrInternal", err)
+		}
+	})
+	noPanic(t, "BlockMaskFromFunc", func() {
+		m, err := fa.BlockMaskFromFunc(fa.BlockShape{Batch: 1, Heads: 2, SeqQ: 256, SeqK: 256, BlockQ: 64, BlockK: 64},
+			func(b, h, qb, kb int) bool {
+				if h == 1 && kb == 2 {
+					panic("user block function")
+				}
+				return true
+			})
+		if !errors.Is(err, fa.ErrInternal) || m != nil {
+			t.Errorf("BlockMaskFromFunc with a panicking function: %v, %v, want ErrInternal and no mask", m, err)
 		}
 	})
 	r := rand.New(rand.NewPCG(3, 4))

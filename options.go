@@ -42,7 +42,8 @@ type Options struct {
 	// row i is at position Offsets.Query+i and key j at Offsets.Key+j, and
 	// Causal, Window, ALiBi, dropout, Mask, BlockMask and ScoreMod all see
 	// those positions, top-left aligned (key position p is visible to query
-	// position p' when p <= p', causally). Not with KVCache.
+	// position p' when p <= p', causally). Positions end at MaxPosition:
+	// larger offsets are refused. Not with KVCache.
 	Offsets *Offsets
 
 	// Sinks, if not nil, holds one learnable attention-sink logit per query
@@ -123,7 +124,8 @@ type Options struct {
 }
 
 // Offsets places a call's query rows and keys in a longer sequence; see
-// Options.Offsets. Both are ≥ 0.
+// Options.Offsets. Both are ≥ 0, and Query + seqlen_q and Key + seqlen_k are
+// at most MaxPosition.
 type Offsets struct {
 	Query, Key int
 }
@@ -256,6 +258,9 @@ func (o *Options) validate() error {
 	if f, ok := o.ScoreMod.(ScoreFunc); ok && f == nil {
 		return argErr("Options.ScoreMod", "Options.ScoreMod is a nil ScoreFunc")
 	}
+	if b, ok := o.ScoreMod.(*Bias); ok && b == nil {
+		return argErr("Options.ScoreMod", "Options.ScoreMod is a nil *Bias")
+	}
 	for i, s := range o.Sinks {
 		if bad(s) {
 			return argErr("Options.Sinks", "Sinks[%d] is %v, want a finite number", i, s)
@@ -263,8 +268,8 @@ func (o *Options) validate() error {
 	}
 	if f := o.Offsets; f != nil {
 		switch {
-		case f.Query < 0 || f.Key < 0 || f.Query > unbounded || f.Key > unbounded:
-			return argErr("Options.Offsets", "Offsets {%d, %d}: each must be in 0..%d", f.Query, f.Key, unbounded)
+		case f.Query < 0 || f.Key < 0 || f.Query > MaxPosition || f.Key > MaxPosition:
+			return argErr("Options.Offsets", "Offsets {%d, %d}: each must be in 0..%d (MaxPosition)", f.Query, f.Key, MaxPosition)
 		case o.KVCache != nil:
 			return argErr("Options.Offsets", "Offsets cannot be combined with KVCache (a cache places its queries and keys itself)")
 		}

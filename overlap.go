@@ -41,9 +41,12 @@ func viewRegion(v view) region {
 	return r
 }
 
-func sliceRegion(s []float32) region {
+// sliceRegion is the memory of a slice (of float32, or of int32 offsets
+// and lengths), as one row.
+func sliceRegion[T any](s []T) region {
 	base := uintptr(unsafe.Pointer(unsafe.SliceData(s)))
-	return region{base: base, rowLen: len(s), size: 4 * 32, last: base + uintptr(len(s))*4}
+	size := unsafe.Sizeof(*new(T))
+	return region{base: base, rowLen: len(s), size: size * 32, last: base + uintptr(len(s))*size}
 }
 
 // rowWalk walks the row offsets of a region in increasing address order (the
@@ -102,30 +105,98 @@ func sameView(a, b view) bool {
 		(a.shape[0] == 1 || a.bs == b.bs) && (a.shape[1] == 1 || a.ss == b.ss) && (a.shape[2] == 1 || a.hs == b.hs)
 }
 
-// named is a tensor view or an LSE slice, with the name errors give it.
+// named is one operand of a call, a tensor view or a slice, with the name
+// errors give it.
 type named struct {
 	name    string
+	output  bool   // the call writes it
 	inPlace string // for an output: the input it may be the very same view of
 	r       region
 	v       view // zero for a slice
 }
 
-func namedView(name, inPlace string, v view) named {
-	return named{name: name, inPlace: inPlace, v: v, r: viewRegion(v)}
+func namedView(name string, v view) named { return named{name: name, v: v, r: viewRegion(v)} }
+
+func namedSlice[T any](name string, s []T) named { return named{name: name, r: sliceRegion(s)} }
+
+// written marks n as an output (that may be the very same view as the
+// input named inPlace, if not "").
+func (n named) written(inPlace string) named {
+	n.output, n.inPlace = true, inPlace
+	return n
 }
 
-func namedSlice(name string, s []float32) named {
-	return named{name: name, r: sliceRegion(s)}
+// callOperands appends to list every tensor and slice a call reads or
+// writes, each once: the one list the overlap rule (checkOperands) reads.
+// ops holds the
+// checked views of q, k, v and a KV cache's new keys; fwd is the forward's
+// out and lse (nil for a backward); bwd the backward's views and slices
+// (nil for a forward). A test walks the fields of Options and Grads and
+// fails if one of slice or Tensor type is missing here.
+func callOperands(list []named, ops *operands, o *Options, appending bool, fwd *forwardOutputs, bwd *gradViews, g *Grads) []named {
+	list = append(list, namedView("q", ops.q))
+	switch {
+	case appending && columnsOf(ops.v, ops.k):
+		// An MLA latent cache: v is k's first columns, written with it.
+		list = append(list, namedView("k", ops.k).written(""))
+	case appending:
+		list = append(list, namedView("k", ops.k).written(""), namedView("v", ops.v).written(""))
+	default:
+		list = append(list, namedView("k", ops.k), namedView("v", ops.v))
+	}
+	if fwd != nil {
+		list = append(list, namedView("out", fwd.out).written("q"), namedSlice("lse", fwd.lse).written(""))
+	}
+	if bwd != nil {
+		list = append(list, namedView("out", bwd.o), namedView("dout", bwd.do), namedSlice("lse", bwd.lse), namedSlice("dlse", bwd.dlse),
+			namedView("dq", bwd.dq).written(""), namedView("dk", bwd.dk).written(""), namedView("dv", bwd.dv).written(""))
+	}
+	if g != nil {
+		list = append(list, namedSlice("DSinks", g.DSinks).written(""))
+	}
+	if o == nil {
+		return list
+	}
+	list = append(list, namedSlice("Options.Sinks", o.Sinks), namedSlice("Options.ALiBi", o.ALiBi))
+	if b, ok := o.ScoreMod.(*Bias); ok && b != nil {
+		list = append(list, namedSlice("Options.ScoreMod", b.data))
+	}
+	if l := o.VarLen; l != nil {
+		list = append(list, namedSlice("Options.VarLen.CuSeqlensQ", l.CuSeqlensQ), namedSlice("Options.VarLen.CuSeqlensK", l.CuSeqlensK),
+			namedSlice("Options.VarLen.SeqUsedK", l.SeqUsedK), namedSlice("Options.VarLen.SeqUsedQ", l.SeqUsedQ))
+	}
+	if c := o.KVCache; c != nil {
+		list = append(list, namedSlice("Options.KVCache.SeqLens", c.SeqLens), namedSlice("Options.KVCache.BlockTable", c.BlockTable),
+			namedSlice("Options.KVCache.BatchIdx", c.BatchIdx), namedSlice("Options.KVCache.LeftPad", c.LeftPad),
+			namedView("Options.KVCache.KNew", ops.knew), namedView("Options.KVCache.VNew", ops.vnew))
+		if r := c.Rotary; r != nil {
+			list = append(list, namedSlice("Options.KVCache.Rotary.Cos", r.Cos), namedSlice("Options.KVCache.Rotary.Sin", r.Sin))
+		}
+	}
+	return list
 }
 
-// checkOutputs refuses outputs that share memory with an input or with
-// another output. An output may be the very same view as the input named by
+// forwardOutputs are what a forward call writes besides a KV cache.
+type forwardOutputs struct {
+	out view
+	lse []float32 // nil, or cut to the call's LSE length
+}
+
+// checkOperands refuses outputs that share memory with another operand,
+// input or output. Inputs may share memory with each other (reading twice
+// is safe), and an output may be the very same view as the input named by
 // its inPlace field (a use documented as safe).
-func checkOutputs(outs, ins []named) error {
-	for i := range outs {
-		o := &outs[i]
-		for j := range ins {
-			in := &ins[j]
+func checkOperands(list []named) error {
+	for i := range list {
+		o := &list[i]
+		if !o.output {
+			continue
+		}
+		for j := range list {
+			in := &list[j]
+			if in.output {
+				continue
+			}
 			if o.inPlace == in.name && o.v.shape[3] > 0 && in.v.shape[3] > 0 && sameView(o.v, in.v) {
 				continue
 			}
@@ -133,8 +204,8 @@ func checkOutputs(outs, ins []named) error {
 				return argErr(o.name, "output %s shares memory with input %s", o.name, in.name)
 			}
 		}
-		for j := range outs[:i] {
-			if o2 := &outs[j]; overlaps(o.r, o2.r) {
+		for j := range list[:i] {
+			if o2 := &list[j]; o2.output && overlaps(o.r, o2.r) {
 				return argErr(o.name, "outputs %s and %s share memory", o2.name, o.name)
 			}
 		}

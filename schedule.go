@@ -125,6 +125,16 @@ func recoverPanic(err *error) {
 	}
 }
 
+// recoverCallback, deferred around code that calls a user's callback
+// outside a call (a mask, classifier or block function while a BlockMask
+// is built), turns its panic into an error wrapping ErrInternal in *err;
+// what names the callback ("NewBlockMask: a mask").
+func recoverCallback(err *error, what string) {
+	if v := recover(); v != nil {
+		*err = fmt.Errorf("%w: %s panicked%s: %v", ErrInternal, what, panicSite(), v)
+	}
+}
+
 // panicSite returns " at FILE:LINE" of the innermost frame of this module
 // below the recovering defer, for the error of a recovered panic.
 func panicSite() string {

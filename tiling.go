@@ -88,9 +88,13 @@ func (t *tiling) build(s Shape, o *Options, tp tileParams) error {
 		sq.nqAll = max(sq.nqAll, sq.nq)
 		if f := o.Offsets; f != nil {
 			sq.qpos, sq.kpos = f.Query, f.Key
+			// Positions reaching unbounded would read as "no window limit".
+			if f.Query+sq.nqAll > MaxPosition || f.Key+sq.nk > MaxPosition {
+				return argErr("Options.Offsets", "Offsets {%d, %d} place rows or keys of sequence %d beyond MaxPosition (%d)", f.Query, f.Key, i, MaxPosition)
+			}
 		}
 	}
-	if n := len(o.Sinks); n != 0 && n != H {
+	if n := len(o.Sinks); o.Sinks != nil && n != H {
 		return argErr("Options.Sinks", "Sinks has %d logits, want %d (one per query head)", n, H)
 	}
 	if n := len(o.ALiBi); n != 0 && n != H && n != len(t.seqs)*H {
