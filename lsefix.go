@@ -12,9 +12,10 @@ import (
 // and that error multiplies a whole row of P: 2⁻²⁴·|LSE| relatively, 1e-4 at
 // LSE ≈ 3000 (large logits), where the plain algorithm's P is exact to a few
 // ulps. For the rows whose |LSE| reaches lseExactFrom, a pass over their key
-// tiles recomputes c = Σ_j exp(S_j − LSE) with the backward's own kernels and
-// a float64 sum; the backward then uses P/c, which sums to 1 exactly as the
-// plain algorithm's does. Below lseExactFrom the LSE's rounding contributes
+// tiles recomputes c = Σ_j exp(S_j − LSE) + exp(sink − LSE) (the last term
+// with Options.Sinks: every term of the row's denominator) with the
+// backward's own kernels and a float64 sum; the backward then uses P/c,
+// which sums to 1 with the sink's P as the plain algorithm's does. Below lseExactFrom the LSE's rounding contributes
 // at most 2⁻²⁰ (about 1e-6) relative error to P, and the pass costs nothing.
 
 // lseExactFrom is the |LSE| from which a row's probabilities are corrected.
@@ -95,6 +96,15 @@ func (f *lseFixPass) runTask(ws *workspace, t int) {
 	qt := b.queryTile(&hr, rb.i0, rb.i1) // the packed Q rows the KV pass reads
 	sums := grow(&bw.sums, m)
 	clear(sums)
+	if p.sinks != nil {
+		// The sink is a key of value 0 and logit sink_h: its term of c
+		// (in the flagged rows only; the others keep a sum of 0, factor 1).
+		for r := range sums {
+			if l := f.lse[s.lse0+h*s.lseH+rb.i0+r]; lseFlagged(l) {
+				sums[r] = math.Exp(float64(p.sinks[h]) - float64(l))
+			}
+		}
+	}
 	lo, hi := s.vis.keySpan(rb)
 	for j := lo / p.bwdBlockK * p.bwdBlockK; j < hi; j += p.bwdBlockK {
 		// The backward's KV blocks, their kind and its products on its
