@@ -183,6 +183,158 @@ func TestSinksLargeLSE(t *testing.T) {
 	}
 }
 
+// TestSinksWorkers: dSinks (and dQ) are bit for bit the same whether the
+// KV pass sums dQ and the sink gradient's Σ P·dP (one worker: 4 pairs per
+// worker) or the dQ pass does (7 workers), with sinks past lseExactFrom.
+func TestSinksWorkers(t *testing.T) {
+	const b, sq, sk, h, hk, d = 2, 45, 77, 4, 2, 16
+	for _, dt := range []DType{Float32, BFloat16, Float16} {
+		t.Run(dt.String(), func(t *testing.T) {
+			r := newRand(7)
+			prec := reference.BF16
+			if dt == Float16 {
+				prec = reference.F16
+			}
+			x := func(n int) []float32 {
+				v := randSlice(r, n)
+				if dt != Float32 {
+					v = prec.RoundSlice(v)
+				}
+				return v
+			}
+			q, k, v, do := toType(x(b*sq*h*d), dt, b, sq, h, d), toType(x(b*sk*hk*d), dt, b, sk, hk, d), toType(x(b*sk*hk*d), dt, b, sk, hk, d), toType(x(b*sq*h*d), dt, b, sq, h, d)
+			var ref, refDQ []float32
+			for _, w := range []int{1, 7} {
+				opts := &Options{Causal: true, Sinks: []float32{0.5, 20, -3, 30}, Workers: w}
+				out, lse, err := Forward(q, k, v, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				dq, dk, dv := NewTensorOf(dt, b, sq, h, d), NewTensorOf(dt, b, sk, hk, d), NewTensorOf(dt, b, sk, hk, d)
+				ds := make([]float32, h)
+				if err := BackwardGrads(context.Background(), Grads{DQ: dq, DK: dk, DV: dv, DSinks: ds}, q, k, v, out, do, lse, nil, opts); err != nil {
+					t.Fatal(err)
+				}
+				if ref == nil {
+					ref, refDQ = ds, gather(dq)
+					continue
+				}
+				if !slices.Equal(ds, ref) || !slices.Equal(gather(dq), refDQ) {
+					t.Errorf("workers %d: dSinks %v, want %v (1 worker), or dQ differs", w, ds, ref)
+				}
+			}
+		})
+	}
+}
+
+// TestSinksKeyShards: the backward run per key shard with the whole
+// call's O and LSE (as MergeStates gives them), accumulating, DSinks in the
+// first shard's call only (each row's sink term once), with sinks that put
+// |LSE| past lseExactFrom: no pass may renormalise a row over a shard's
+// keys, and the sink gradient must come from the whole row's D. float32
+// dSinks meets the rule, dQ, dK and dV the rule plus what the LSE's
+// rounding leaves; bf16 and fp16 dSinks meet it plus the error of D formed
+// from the 16-bit O, Σ_i P_sink,i·u·‖dO_i‖‖O_i‖.
+func TestSinksKeyShards(t *testing.T) {
+	const b, sq, sk, h, d = 1, 30, 80, 2, 16
+	cut := []int{0, 37, sk}
+	for _, dt := range []DType{Float32, BFloat16, Float16} {
+		t.Run(dt.String(), func(t *testing.T) {
+			forEachKernel(t, func(t *testing.T) {
+				r := newRand(11)
+				q, k, v, do := randSlice(r, b*sq*h*d), randSlice(r, b*sk*h*d), randSlice(r, b*sk*h*d), randSlice(r, b*sq*h*d)
+				for _, x := range [][]float32{q, k} {
+					for i := range x {
+						x[i] *= 2.5 // scores of σ ≈ 6: LSE past 16 with mass in both shards
+					}
+				}
+				u := 0.0
+				if dt != Float32 {
+					prec := precisionOf(dt)
+					q, k, v, do = prec.RoundSlice(q), prec.RoundSlice(k), prec.RoundSlice(v), prec.RoundSlice(do)
+					u = 0x1p-8
+					if dt == Float16 {
+						u = 0x1p-11
+					}
+				}
+				sinks := []float32{1.5, 20}
+				opts := &Options{Sinks: sinks}
+				qt, dot := toType(q, dt, b, sq, h, d), toType(do, dt, b, sq, h, d)
+				out, lse, err := Forward(qt, toType(k, dt, b, sk, h, d), toType(v, dt, b, sk, h, d), opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if slices.Max(lse) < lseExactFrom {
+					t.Fatal("no row reaches lseExactFrom")
+				}
+				dq, dk, dv := NewTensorOf(dt, b, sq, h, d), make([]float32, b*sk*h*d), make([]float32, b*sk*h*d)
+				dsinks := make([]float32, h)
+				for s := 0; s+1 < len(cut); s++ {
+					n := cut[s+1] - cut[s]
+					ks, vs := k[cut[s]*h*d:cut[s+1]*h*d], v[cut[s]*h*d:cut[s+1]*h*d]
+					g := Grads{DQ: dq, DK: NewTensorOf(dt, b, n, h, d), DV: NewTensorOf(dt, b, n, h, d), Accumulate: true}
+					if s == 0 {
+						g.DSinks = dsinks
+					}
+					if err := BackwardGrads(context.Background(), g, qt, toType(ks, dt, b, n, h, d), toType(vs, dt, b, n, h, d), out, dot, lse, nil, opts); err != nil {
+						t.Fatal(err)
+					}
+					copy(dk[cut[s]*h*d:], gather(g.DK))
+					copy(dv[cut[s]*h*d:], gather(g.DV))
+				}
+				par := reference.Params{Batch: b, SeqQ: sq, SeqK: sk, Heads: h, KVHeads: h, HeadDim: d, Sinks: to64(sinks)}
+				dq64, dk64, dv64, ds64 := reference.BackwardGrads64(par, to64(q), to64(k), to64(v), to64(do), nil)
+				_, _, _, ds32 := reference.BackwardGrads32(par, q, k, v, do, nil)
+				if dt == Float32 {
+					dq32, dk32, dv32, _ := reference.BackwardGrads32(par, q, k, v, do, nil)
+					for _, g := range []struct {
+						name    string
+						got, pl []float32
+						ref     []float64
+					}{{"dQ", gather(dq), dq32, dq64}, {"dK", dk, dk32, dk64}, {"dV", dv, dv32, dv64}, {"dSinks", dsinks, ds32, ds64}} {
+						// A key shard cannot correct the LSE's float32 rounding
+						// (the row's other keys are elsewhere): its P keeps
+						// 2⁻²⁴·|LSE| relative error, which dQ, dK and dV carry.
+						var extra float64
+						if g.name != "dSinks" {
+							var big, lmax float64
+							for _, x := range g.ref {
+								big = max(big, math.Abs(x))
+							}
+							for _, l := range lse {
+								lmax = max(lmax, math.Abs(float64(l)))
+							}
+							extra = 0x1p-22 * lmax * big
+						}
+						e, pl := reference.MaxAbsDiff32vs64(g.got, g.ref), reference.MaxAbsDiff32vs64(g.pl, g.ref)
+						if lim := 2*pl + 1e-6 + extra; e > lim {
+							t.Errorf("%s error %.3g exceeds 2×%.3g + 1e-6 + %.3g", g.name, e, pl, extra)
+						}
+					}
+					return
+				}
+				og := gather(out)
+				var bound float64
+				for i := 0; i < sq; i++ {
+					for hh := 0; hh < h; hh++ {
+						var a, c float64
+						for x := 0; x < d; x++ {
+							a += float64(do[(i*h+hh)*d+x]) * float64(do[(i*h+hh)*d+x])
+							c += float64(og[(i*h+hh)*d+x]) * float64(og[(i*h+hh)*d+x])
+						}
+						bound += math.Exp(float64(sinks[hh])-float64(lse[hh*sq+i])) * u * math.Sqrt(a*c)
+					}
+				}
+				_, _, _, dsh := reference.BackwardHalfGrads(par, precisionOf(dt), q, k, v, do, nil)
+				e, pl := reference.MaxAbsDiff32vs64(dsinks, ds64), reference.MaxAbsDiff32vs64(dsh, ds64)
+				if lim := 2*pl + reference.Slack(precisionOf(dt)) + bound; e > lim {
+					t.Errorf("dSinks error %.3g exceeds 2×%.3g + slack + bound %.3g", e, pl, bound)
+				}
+			})
+		})
+	}
+}
+
 // TestSinksDecodeCache: sinks when decoding from a paged bf16 KV cache with
 // split-K (NumSplits), against the float64 reference.
 func TestSinksDecodeCache(t *testing.T) {

@@ -15,7 +15,9 @@ import (
 // tiles recomputes c = Σ_j exp(S_j − LSE) + exp(sink − LSE) (the last term
 // with Options.Sinks: every term of the row's denominator) with the
 // backward's own kernels and a float64 sum; the backward then uses P/c,
-// which sums to 1 with the sink's P as the plain algorithm's does. Below lseExactFrom the LSE's rounding contributes
+// which sums to 1 with the sink's P as the plain algorithm's does. A row
+// whose c is further from 1 than the LSE's rounding explains holds only some
+// of its keys (see lseFixMax) and is left as it is. Below lseExactFrom the LSE's rounding contributes
 // at most 2⁻²⁰ (about 1e-6) relative error to P, and the pass costs nothing.
 
 // lseExactFrom is the |LSE| from which a row's probabilities are corrected.
@@ -37,6 +39,14 @@ type lseFixMem struct {
 	corr  []float32
 	tasks []rowBlock
 }
+
+// lseFixMax is the largest |c − 1| the pass corrects in a row of LSE l:
+// 16 times the 2⁻²⁴·|l| that rounding the LSE to float32 puts into c. A c
+// further from 1 is not the LSE's rounding: the call holds only some of the
+// row's keys, with the LSE of all of them (a key shard with the merged LSE,
+// ring attention), and renormalising over its keys would be wrong; such a
+// row keeps P = exp(S − LSE).
+func lseFixMax(l float32) float64 { return 0x1p-20 * math.Abs(float64(l)) }
 
 // lseFlagged reports whether a row of LSE l is corrected: it sees some key
 // and |l| reaches lseExactFrom.
@@ -135,8 +145,9 @@ func (f *lseFixPass) runTask(ws *workspace, t int) {
 		}
 	}
 	for r, sum := range sums {
-		if sum > 0 && !math.IsInf(sum, 0) {
-			f.corr[s.lse0+h*s.lseH+rb.i0+r] = float32(1 / sum)
+		e := s.lse0 + h*s.lseH + rb.i0 + r
+		if sum > 0 && !math.IsInf(sum, 0) && math.Abs(sum-1) <= lseFixMax(f.lse[e]) {
+			f.corr[e] = float32(1 / sum)
 		}
 	}
 }
