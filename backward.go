@@ -51,6 +51,7 @@ type backwardPass struct {
 	qPack  *queryPack
 	delta  []float32 // D = rowsum(dO∘O) per LSE entry
 	corr   []float32 // per LSE entry: the factor that makes the row's P exact (nil: all 1)
+	sinkD  []sinkRow // per LSE entry: the sink gradient's D (nil: not wanted; sinkgrad.go)
 	// dkAcc and dvAcc are where dK and dV accumulate: the outputs
 	// themselves when float32, else float32 buffers rounded at the end.
 	dkAcc, dvAcc view
@@ -61,6 +62,7 @@ type backwardPass struct {
 type bwdMem struct {
 	tasks  []bwdTask
 	delta  []float32
+	sinkD  []sinkRow
 	dkvAcc []float32
 }
 
@@ -81,6 +83,7 @@ func (c *call) backward() error {
 		b.clearKV()
 	}
 	b.delta = grow(&b.mem.delta, p.lseLen)
+	b.sinkD = b.sinkRows()
 	if err := c.rows.run(b); err != nil {
 		return err
 	}
@@ -105,7 +108,7 @@ func (c *call) backward() error {
 	if !b.grads.accumulate {
 		b.clearUnwrittenDQ()
 	}
-	c.rows.storeSinks()
+	b.storeSinks()
 	return nil
 }
 
@@ -201,6 +204,8 @@ func (b *backwardPass) task(ws *workspace, u *bwdTask) {
 		if b.withDQ {
 			hr.dq = grow(&ws.bwd.dq, s.nq*dpad)
 			clear(hr.dq)
+		} else {
+			hr.sinkD = nil // the dQ pass sums Σ P·dP, a query block per task
 		}
 		for kb := u.kb0; kb < u.kb1; kb++ {
 			j0 := kb * p.bwdBlockK
@@ -241,6 +246,7 @@ type headRows struct {
 	delta, lse, dq []float32
 	dlse           []float32 // nil, or the loss's gradient with respect to LSE
 	corr           []float32 // nil, or the LSE correction factors (see lsefix.go)
+	sinkD          []sinkRow // nil, or where the pass that sums dQ adds Σ P·dP and Σ P (sinkgrad.go)
 	base, unit     int       // the head's first row in the packed Q and dO; its seq·heads+h
 }
 
@@ -251,6 +257,9 @@ func (b *backwardPass) headRows(si, h int) headRows {
 	r := headRows{delta: b.delta[lo:hi], lse: b.grads.lse[lo:hi], base: lo, unit: si*b.p.heads + h}
 	if b.corr != nil {
 		r.corr = b.corr[lo:hi]
+	}
+	if b.sinkD != nil && b.grads.o.dt != Float32 {
+		r.sinkD = b.sinkD[lo:hi]
 	}
 	if b.grads.dlse != nil {
 		r.dlse = b.grads.dlse[lo:hi]
@@ -378,6 +387,7 @@ func (b *backwardPass) gradRow(ws *workspace, at scoreAt, r int, hr *headRows) {
 			dpRow[c] *= x
 		}
 	}
+	hr.addSinkD(i, row[:n], dpRow[:n])
 	kern.DsFromDp(dpRow, row, hr.delta[i])
 	if sum >= 1 {
 		// Where P rounds to exactly 1 the other probabilities of the row

@@ -1,29 +1,23 @@
 package flashattn
 
-import (
-	"math"
-
-	"github.com/flashattn/flashattn/internal/kernel"
-)
+import "github.com/flashattn/flashattn/internal/kernel"
 
 // rowsPass prepares every query row of one (sequence, head) per task: it
 // packs Q and dO once for all the KV blocks that read them (float32 rows
 // padded to dimPad, or the native products' 16-bit operands), and computes
 // D = rowsum(dO∘O) in float64, rounded once, from dO in the compute type —
-// minus dLSE, when the loss has one — and, with sinks, the task's part of
-// the sink gradient Σ_i exp(sink_h − LSE_i)·(dLSE_i − D_i).
+// minus dLSE, when the loss has one; with a sink gradient it also keeps
+// dO·O for it (sinkgrad.go).
 type rowsPass struct {
 	b     *backwardPass
 	tasks []rowBlock
 	pack  queryPack
-	sinks []float64 // per task: its part of dSinks
 	mem   rowsMem
 }
 
 // rowsMem is what the rows pass keeps from call to call.
 type rowsMem struct {
 	tasks        []rowBlock
-	sinks        []float64
 	q, do        []float32
 	qh, doh      []uint16
 	qv, dov      []uint16
@@ -50,9 +44,6 @@ func (r *rowsPass) run(b *backwardPass) error {
 	*r = rowsPass{b: b, mem: r.mem}
 	p, m, qp := b.p, &r.mem, &r.pack
 	r.tasks = p.headTasks(&m.tasks)
-	if b.grads.dsinks != nil && b.grads.sinks != nil {
-		r.sinks = grow(&m.sinks, len(r.tasks))
-	}
 	if !p.native {
 		qp.q, qp.do = grow(&m.q, p.lseLen*p.dimPad), grow(&m.do, p.lseLen*p.dimVPad)
 	} else {
@@ -80,7 +71,6 @@ func (r *rowsPass) runTask(ws *workspace, t int) {
 	s := &p.seqs[rb.seq]
 	h, base := rb.h0, s.lse0+rb.h0*s.lseH
 	o, do := grow(&ws.conv.out, p.dimV), grow(&ws.conv.in2, p.dimV)
-	var sinkSum float64
 	for i := 0; i < s.nq; i++ {
 		g.o.rowTo(o, s.tb, s.q0+i, h, Float32, &p.kern)
 		g.do.rowTo(do, s.tb, s.q0+i, h, p.ct, &p.kern)
@@ -90,13 +80,9 @@ func (r *rowsPass) runTask(ws *workspace, t int) {
 			dl = g.dlse[base+i]
 		}
 		b.delta[base+i] = d - dl
-		if r.sinks != nil {
-			// The sink is a key of value 0: dsink = P_sink·(dLSE − D).
-			sinkSum += math.Exp(float64(g.sinks[h])-float64(g.lse[base+i])) * (float64(dl) - float64(d))
+		if b.sinkD != nil {
+			b.sinkD[base+i] = sinkRow{o: float64(d)}
 		}
-	}
-	if r.sinks != nil {
-		r.sinks[t] = sinkSum
 	}
 	if !p.native {
 		for _, x := range []struct {
@@ -170,29 +156,4 @@ func dot64(a, b []float32) float32 {
 		s += float64(x) * float64(b[i])
 	}
 	return float32(s)
-}
-
-// storeSinks adds the tasks' parts of the sink gradient, head by head in
-// task order (so the sum does not depend on the workers), into the
-// caller's DSinks: overwriting it, or adding to it (Grads.Accumulate).
-func (r *rowsPass) storeSinks() {
-	g := &r.b.grads
-	if r.sinks == nil {
-		if g.dsinks != nil && !g.accumulate {
-			clear(g.dsinks) // no sinks: their gradient is 0
-		}
-		return
-	}
-	for h := range g.dsinks {
-		var sum float64
-		for t, rb := range r.tasks {
-			if rb.h0 == h {
-				sum += r.sinks[t]
-			}
-		}
-		if g.accumulate {
-			sum += float64(g.dsinks[h])
-		}
-		g.dsinks[h] = float32(sum)
-	}
 }

@@ -12,9 +12,12 @@ import (
 // and that error multiplies a whole row of P: 2⁻²⁴·|LSE| relatively, 1e-4 at
 // LSE ≈ 3000 (large logits), where the plain algorithm's P is exact to a few
 // ulps. For the rows whose |LSE| reaches lseExactFrom, a pass over their key
-// tiles recomputes c = Σ_j exp(S_j − LSE) with the backward's own kernels and
-// a float64 sum; the backward then uses P/c, which sums to 1 exactly as the
-// plain algorithm's does. Below lseExactFrom the LSE's rounding contributes
+// tiles recomputes c = Σ_j exp(S_j − LSE) + exp(sink − LSE) (the last term
+// with Options.Sinks: every term of the row's denominator) with the
+// backward's own kernels and a float64 sum; the backward then uses P/c,
+// which sums to 1 with the sink's P as the plain algorithm's does. A row
+// whose c is further from 1 than the LSE's rounding explains holds only some
+// of its keys (see lseFixMax) and is left as it is. Below lseExactFrom the LSE's rounding contributes
 // at most 2⁻²⁰ (about 1e-6) relative error to P, and the pass costs nothing.
 
 // lseExactFrom is the |LSE| from which a row's probabilities are corrected.
@@ -36,6 +39,14 @@ type lseFixMem struct {
 	corr  []float32
 	tasks []rowBlock
 }
+
+// lseFixMax is the largest |c − 1| the pass corrects in a row of LSE l:
+// 16 times the 2⁻²⁴·|l| that rounding the LSE to float32 puts into c. A c
+// further from 1 is not the LSE's rounding: the call holds only some of the
+// row's keys, with the LSE of all of them (a key shard with the merged LSE,
+// ring attention), and renormalising over its keys would be wrong; such a
+// row keeps P = exp(S − LSE).
+func lseFixMax(l float32) float64 { return 0x1p-20 * math.Abs(float64(l)) }
 
 // lseFlagged reports whether a row of LSE l is corrected: it sees some key
 // and |l| reaches lseExactFrom.
@@ -95,6 +106,15 @@ func (f *lseFixPass) runTask(ws *workspace, t int) {
 	qt := b.queryTile(&hr, rb.i0, rb.i1) // the packed Q rows the KV pass reads
 	sums := grow(&bw.sums, m)
 	clear(sums)
+	if p.sinks != nil {
+		// The sink is a key of value 0 and logit sink_h: its term of c
+		// (in the flagged rows only; the others keep a sum of 0, factor 1).
+		for r := range sums {
+			if l := f.lse[s.lse0+h*s.lseH+rb.i0+r]; lseFlagged(l) {
+				sums[r] = math.Exp(float64(p.sinks[h]) - float64(l))
+			}
+		}
+	}
 	lo, hi := s.vis.keySpan(rb)
 	for j := lo / p.bwdBlockK * p.bwdBlockK; j < hi; j += p.bwdBlockK {
 		// The backward's KV blocks, their kind and its products on its
@@ -125,8 +145,9 @@ func (f *lseFixPass) runTask(ws *workspace, t int) {
 		}
 	}
 	for r, sum := range sums {
-		if sum > 0 && !math.IsInf(sum, 0) {
-			f.corr[s.lse0+h*s.lseH+rb.i0+r] = float32(1 / sum)
+		e := s.lse0 + h*s.lseH + rb.i0 + r
+		if sum > 0 && !math.IsInf(sum, 0) && math.Abs(sum-1) <= lseFixMax(f.lse[e]) {
+			f.corr[e] = float32(1 / sum)
 		}
 	}
 }
