@@ -151,9 +151,10 @@ type Grads struct {
 // which is what differentiating through MergeStates, ring attention's
 // merges or a loss on the LSE needs. Rows that see no key take no part.
 //
-// When ctx is done the call stops between tiles and returns ctx.Err(); the
-// gradients then hold unspecified values (with Accumulate, some of the
-// sums have been added).
+// BackwardGrads takes a context (as ForwardContext does; it has no Context
+// suffix because there is no variant without one): when ctx is done the
+// call stops between tiles and returns ctx.Err(); the gradients then hold
+// unspecified values (with Accumulate, some of the sums have been added).
 func BackwardGrads(ctx context.Context, g Grads, q, k, v, out, dout Tensor, lse, dlse []float32, opts *Options) (err error) {
 	defer recoverPanic(&err)
 	if opts != nil && opts.KVCache != nil {

@@ -15,7 +15,7 @@ import "math"
 // the ScoreMod sees (from each sequence's start, plus Options.Offsets), and
 // a call whose sequences reach beyond the bias is refused.
 type Bias struct {
-	data                     []float32
+	values                   []float32
 	batch, heads, seqQ, seqK int
 }
 
@@ -35,7 +35,7 @@ func NewBias(data []float32, batch, heads, seqQ, seqK int) (*Bias, error) {
 	if !ok || len(data) != n {
 		return nil, argErr("data", "NewBias: data has %d elements, want %d×%d×%d×%d", len(data), batch, heads, seqQ, seqK)
 	}
-	return &Bias{data: data, batch: batch, heads: heads, seqQ: seqQ, seqK: seqK}, nil
+	return &Bias{values: data, batch: batch, heads: heads, seqQ: seqQ, seqK: seqK}, nil
 }
 
 // Apply implements ScoreMod.
@@ -46,7 +46,7 @@ func (b *Bias) Apply(bi, h, q, kv0 int, x, dx []float32) {
 	if b.heads == 1 {
 		h = 0
 	}
-	row := b.data[((bi*b.heads+h)*b.seqQ+q)*b.seqK+kv0:][:len(x)]
+	row := b.values[((bi*b.heads+h)*b.seqQ+q)*b.seqK+kv0:][:len(x)]
 	for c, v := range row {
 		x[c] += v
 	}
@@ -64,3 +64,6 @@ func (b *Bias) Covers() (batch, seqQ, seqK int) {
 	}
 	return batch, b.seqQ, b.seqK
 }
+
+func (b *Bias) data() []float32 { return b.values }
+func (b *Bias) dataHeads() int  { return b.heads }

@@ -80,15 +80,15 @@ func checkMask(arg string, m Mask) error {
 	switch m := m.(type) {
 	case nil:
 		return argErr(arg, "%s is nil", arg)
-	case MaskFunc:
-		if m == nil {
-			return argErr(arg, "%s is a nil MaskFunc", arg)
-		}
 	case andMask:
 		for i, x := range m {
 			if err := checkMask(arg, x); err != nil {
 				return argErr(arg, "%s: And's mask %d: %s", arg, i, err.(*ArgError).Msg)
 			}
+		}
+	default:
+		if isNil(m) {
+			return argErr(arg, "%s is a nil %T", arg, m)
 		}
 	}
 	return nil

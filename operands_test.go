@@ -139,7 +139,7 @@ func TestOperandsListEveryField(t *testing.T) {
 		t.Fatal(err)
 	}
 	o.ScoreMod = bias
-	want["Options.ScoreMod"] = uintptr(unsafe.Pointer(&bias.data[0]))
+	want["Options.ScoreMod"] = uintptr(unsafe.Pointer(&bias.values[0]))
 
 	view := func(x Tensor) view {
 		v, err := x.check("x", false, -1, -1, -1, -1)

@@ -1,12 +1,17 @@
 package flashattn
 
-import "math"
+import (
+	"math"
+	"reflect"
+)
 
 // Options selects what attention computes and how it is run. The zero value
 // is plain, non-causal softmax attention with scale 1/sqrt(headdim), run on
-// GOMAXPROCS workers. Every field has the meaning of the same option in
-// flash-attn's Python API; BlockMask, Mask and ScoreMod are those of
-// PyTorch's FlexAttention.
+// GOMAXPROCS workers. The fields that say what is computed have the
+// meaning of the same option in flash-attn's Python API (BlockMask, Mask and
+// ScoreMod: of PyTorch's FlexAttention); Workers, BlockQ, BlockK and
+// CacheBytes only tune how it is run (the tile sizes may change the
+// rounding, never the function).
 //
 // The score of query row i against key j goes through these steps, in order:
 //
@@ -255,11 +260,8 @@ func (o *Options) validate() error {
 			return err
 		}
 	}
-	if f, ok := o.ScoreMod.(ScoreFunc); ok && f == nil {
-		return argErr("Options.ScoreMod", "Options.ScoreMod is a nil ScoreFunc")
-	}
-	if b, ok := o.ScoreMod.(*Bias); ok && b == nil {
-		return argErr("Options.ScoreMod", "Options.ScoreMod is a nil *Bias")
+	if o.ScoreMod != nil && isNil(o.ScoreMod) {
+		return argErr("Options.ScoreMod", "Options.ScoreMod is a nil %T", o.ScoreMod)
 	}
 	for i, s := range o.Sinks {
 		if bad(s) {
@@ -275,4 +277,16 @@ func (o *Options) validate() error {
 		}
 	}
 	return nil
+}
+
+// isNil reports whether x, a non-nil interface value, holds a nil pointer
+// or func (a nil *Bias or ScoreFunc as Options.ScoreMod), which a call
+// could only dereference or call into a panic.
+func isNil(x any) bool {
+	v := reflect.ValueOf(x)
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Func:
+		return v.IsNil()
+	}
+	return false
 }

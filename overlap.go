@@ -158,8 +158,11 @@ func callOperands(list []named, ops *operands, o *Options, appending bool, fwd *
 		return list
 	}
 	list = append(list, namedSlice("Options.Sinks", o.Sinks), namedSlice("Options.ALiBi", o.ALiBi))
-	if b, ok := o.ScoreMod.(*Bias); ok && b != nil {
-		list = append(list, namedSlice("Options.ScoreMod", b.data))
+	if d, ok := o.ScoreMod.(callerData); ok {
+		list = append(list, namedSlice("Options.ScoreMod", d.data()))
+	}
+	if d, ok := o.Mask.(callerData); ok {
+		list = append(list, namedSlice("Options.Mask", d.data()))
 	}
 	if l := o.VarLen; l != nil {
 		list = append(list, namedSlice("Options.VarLen.CuSeqlensQ", l.CuSeqlensQ), namedSlice("Options.VarLen.CuSeqlensK", l.CuSeqlensK),

@@ -18,6 +18,8 @@ type Shape struct {
 }
 
 // TrafficShape is the Shape whose traffic CountTraffic counts.
+//
+// Deprecated: TrafficShape is an alias of Shape; use Shape.
 type TrafficShape = Shape
 
 // resolved returns s with KVHeads and KVBatch filled in.

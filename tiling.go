@@ -42,8 +42,10 @@ type tileParams struct {
 	fitBackward bool // halve the backward's KV block when there are few of them (fitKVBlocks)
 }
 
-// build validates shape s (resolved) against the options and sets the
-// tiling. Option values must have been validated (Options.validate).
+// build validates shape s (resolved) against the options that shape the
+// sequences (VarLen, KVCache) and sets the tiling; the other options are
+// checked against the sequences by Options.checkSequences. Option values
+// must have been validated (Options.validate).
 func (t *tiling) build(s Shape, o *Options, tp tileParams) error {
 	mem := t.mem
 	B, Sq, H, D, Sk, Hk := s.Batch, s.SeqQ, s.Heads, s.Dim, s.SeqK, s.KVHeads
@@ -88,37 +90,10 @@ func (t *tiling) build(s Shape, o *Options, tp tileParams) error {
 		sq.nqAll = max(sq.nqAll, sq.nq)
 		if f := o.Offsets; f != nil {
 			sq.qpos, sq.kpos = f.Query, f.Key
-			// Positions reaching unbounded would read as "no window limit".
-			if f.Query+sq.nqAll > MaxPosition || f.Key+sq.nk > MaxPosition {
-				return argErr("Options.Offsets", "Offsets {%d, %d} place rows or keys of sequence %d beyond MaxPosition (%d)", f.Query, f.Key, i, MaxPosition)
-			}
 		}
 	}
-	if n := len(o.Sinks); o.Sinks != nil && n != H {
-		return argErr("Options.Sinks", "Sinks has %d logits, want %d (one per query head)", n, H)
-	}
-	if n := len(o.ALiBi); n != 0 && n != H && n != len(t.seqs)*H {
-		return argErr("Options.ALiBi", "ALiBi has %d slopes, want %d ([heads]) or %d ([batch, heads])", n, H, len(t.seqs)*H)
-	}
-	if m := o.BlockMask; m != nil {
-		if err := checkBlockMask(m, t.seqs, H); err != nil {
-			return err
-		}
-	}
-	if o.Mask != nil || o.ScoreMod != nil {
-		nq, nk := 0, 0
-		for _, sq := range t.seqs {
-			nq, nk = max(nq, sq.qpos+sq.nq), max(nk, sq.kpos+sq.nk)
-		}
-		if err := checkCovers("Options.Mask", o.Mask, len(t.seqs), nq, nk); err != nil {
-			return err
-		}
-		if err := checkCovers("Options.ScoreMod", o.ScoreMod, len(t.seqs), nq, nk); err != nil {
-			return err
-		}
-		if b, ok := o.ScoreMod.(*Bias); ok && b.heads != 1 && b.heads != H {
-			return argErr("Options.ScoreMod", "the Bias has %d heads, want 1 or %d", b.heads, H)
-		}
+	if err := o.checkSequences(t.seqs, H); err != nil {
+		return err
 	}
 	for i := range t.seqs {
 		t.seqs[i].setVisibility(o)
@@ -173,23 +148,6 @@ func (t *tiling) fitKVBlocks() {
 	}
 }
 
-// checkBlockMask checks that m covers every sequence and head.
-func checkBlockMask(m *BlockMask, seqs []sequence, heads int) error {
-	s := m.shape
-	switch {
-	case s.Batch != 1 && s.Batch != len(seqs):
-		return argErr("Options.BlockMask", "BlockMask has batch %d, want 1 or %d", s.Batch, len(seqs))
-	case s.Heads != 1 && s.Heads != heads:
-		return argErr("Options.BlockMask", "BlockMask has %d heads, want 1 or %d", s.Heads, heads)
-	}
-	for b, sq := range seqs {
-		if sq.qpos+sq.nq > s.SeqQ || sq.kpos+sq.nk > s.SeqK {
-			return argErr("Options.BlockMask", "BlockMask covers %d × %d positions, but sequence %d reaches query position %d and key position %d", s.SeqQ, s.SeqK, b, sq.qpos+sq.nq, sq.kpos+sq.nk)
-		}
-	}
-	return nil
-}
-
 // keyAt returns the batch index and row of k and v that hold key j of
 // sequence s: through the page table when the cache is paged.
 func (t *tiling) keyAt(s *sequence, j int) (tb, row int) {
@@ -241,16 +199,3 @@ func (t *tiling) packs(s *sequence) bool {
 	}
 	return t.readers(s) >= 2
 }
-
-// grow returns (*buf)[:n], reallocating if it is too small. The contents
-// are unspecified.
-func grow[T any](buf *[]T, n int) []T {
-	if cap(*buf) < n {
-		*buf = make([]T, n)
-	}
-	*buf = (*buf)[:n]
-	return *buf
-}
-
-// even rounds n up to an even number (the pairs of the VNNI layout).
-func even(n int) int { return n + n%2 }

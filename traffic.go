@@ -125,7 +125,7 @@ func TileCacheBytes() int {
 // opts may be nil; a KVCache (decoding) is not counted. The count reads
 // no tensor: it builds the call's tiling from the shape and options alone,
 // and allocates only its task lists.
-func CountTraffic(shape TrafficShape, opts *Options, cacheBytes int, pass Pass) (_ Traffic, err error) {
+func CountTraffic(shape Shape, opts *Options, cacheBytes int, pass Pass) (_ Traffic, err error) {
 	defer recoverPanic(&err)
 	if opts == nil {
 		opts = &Options{}
@@ -146,7 +146,7 @@ func CountTraffic(shape TrafficShape, opts *Options, cacheBytes int, pass Pass) 
 	// The counts are int64: bound the largest, about B·H·Sq·Sk·(D+16)·4·7.
 	big := float64(s.Batch) * float64(s.Heads) * float64(s.SeqQ) * float64(s.SeqK) * (float64(s.Dim) + 16) * 64
 	if big > 1<<62 {
-		return Traffic{}, argErr("shape", "TrafficShape %+v is too large to count", shape)
+		return Traffic{}, argErr("shape", "Shape %+v is too large to count", shape)
 	}
 	if err := opts.validate(); err != nil {
 		return Traffic{}, err

@@ -113,3 +113,16 @@ func (w *workspace) outRow(out view, b, s, h, dim int) []float32 {
 	}
 	return grow(&w.conv.out, dim)
 }
+
+// grow returns (*buf)[:n], reallocating if it is too small. The contents
+// are unspecified.
+func grow[T any](buf *[]T, n int) []T {
+	if cap(*buf) < n {
+		*buf = make([]T, n)
+	}
+	*buf = (*buf)[:n]
+	return *buf
+}
+
+// even rounds n up to an even number (the pairs of the VNNI layout).
+func even(n int) int { return n + n%2 }
