@@ -276,6 +276,9 @@ func TestConstructorArgErrors(t *testing.T) {
 		{"And(nil)", fa.Options{Mask: fa.And(nil)}, "Options.Mask"},
 		{"And(nil MaskFunc)", fa.Options{Mask: fa.And(fa.PrefixLM(2), nilMask)}, "Options.Mask"},
 		{"nil ScoreFunc", fa.Options{ScoreMod: nilScore}, "Options.ScoreMod"},
+		{"nil *Bias", fa.Options{ScoreMod: (*fa.Bias)(nil)}, "Options.ScoreMod"},
+		{"nil pointer mask", fa.Options{Mask: (*ptrMask)(nil)}, "Options.Mask"},
+		{"And(nil pointer mask)", fa.Options{Mask: fa.And(fa.PrefixLM(2), (*ptrMask)(nil))}, "Options.Mask"},
 	} {
 		_, _, err := fa.Forward(q, q, q, &c.o)
 		wantArgErr(t, c.name, err, c.arg)
@@ -315,5 +318,14 @@ func TestScoreModMaskedDerivative(t *testing.T) {
 				break
 			}
 		}
+	}
+}
+
+// ptrMask is a user's mask with a pointer receiver: a nil one is refused.
+type ptrMask struct{ n int }
+
+func (m *ptrMask) Hide(b, h, q, kv0 int, keep []bool) {
+	for c := range keep {
+		keep[c] = kv0+c < m.n
 	}
 }
