@@ -120,6 +120,9 @@ func TestFakeDriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if fi, err := c.FuncInfo(f); err != nil || fi != (FuncInfo{Registers: 104, LocalBytes: 103, StaticSmem: 101, MaxThreads: 168, PTXVersion: 105, BinaryArch: 106}) {
+		t.Errorf("FuncInfo = %+v, %v", fi, err)
+	}
 	var v int32
 	if a := attr(&v); a != funcAttrMaxDynSmem || v != 100000 {
 		t.Errorf("cuFuncSetAttribute got attribute %d value %d", a, v)
@@ -200,5 +203,50 @@ func TestLoadReleasesLibrary(t *testing.T) {
 	}
 	if strings.Contains(string(maps), lib) {
 		t.Errorf("%s is still mapped after the failed Load (dlopen handle leaked)", lib)
+	}
+}
+
+// The driver library is loaded once per process: after cuInit it is never
+// unloaded (unloading and reloading libcuda has crashed other projects), so
+// closing the Driver and loading again gives the same Driver, without a
+// second cuInit, and the library stays mapped.
+func TestLoadOncePerProcess(t *testing.T) {
+	lib := buildFake(t, "libfakecuda_once.so")
+	d, err := Load(lib)
+	if err != nil {
+		t.Fatalf("Load(fake): %v", err)
+	}
+	c, err := d.Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(maps), lib) {
+		t.Fatalf("%s was unloaded by Driver.Close after cuInit", lib)
+	}
+	d2, err := Load(lib)
+	if err != nil {
+		t.Fatalf("second Load: %v", err)
+	}
+	if d2 != d {
+		t.Error("a second Load of the same library gave a new Driver")
+	}
+	h, err := purego.Dlopen(lib, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inits func() int32
+	purego.RegisterLibFunc(&inits, h, "fake_inits")
+	if n := inits(); n != 1 {
+		t.Errorf("cuInit ran %d times, want once", n)
 	}
 }
