@@ -1,0 +1,85 @@
+package gpu
+
+import (
+	"fmt"
+	"regexp"
+	"testing"
+
+	"github.com/flashattn/flashattn/gpu/internal/cuda"
+)
+
+// The tests that only mean something on a real GPU (they skip without
+// libcuda): the split-KV cases, and what the driver's JIT compiler made of
+// every kernel. TestAttentionGPU and TestStreamsGPU are beside their
+// simulator twins.
+
+// TestSplitGPU runs the split-KV cases (forced split counts, every mask
+// and layout feature) on the GPU against the float64 reference.
+func TestSplitGPU(t *testing.T) {
+	d := openOrSkip(t)
+	for i, c := range decodeCases {
+		for _, dt := range []DType{BF16, F16} {
+			t.Run(fmt.Sprintf("%s/%v", c.name, dt), func(t *testing.T) {
+				for _, err := range c.check(d, dt, uint64(100+i)) {
+					t.Error(err)
+				}
+			})
+		}
+	}
+}
+
+// entryRE finds the kernels of a PTX text.
+var entryRE = regexp.MustCompile(`\.entry\s+([A-Za-z_][A-Za-z0-9_]*)`)
+
+// TestKernelResourcesGPU JIT-compiles every embedded PTX module and logs,
+// per kernel, the registers per thread and the local memory (spills) the
+// driver's compiler gave it: one "kernel ..." line each, for the device
+// check's report.
+func TestKernelResourcesGPU(t *testing.T) {
+	d := openOrSkip(t)
+	c, ok := d.ctx.backend.(*cuda.Context)
+	if !ok {
+		t.Fatalf("backend is %T, not the driver's context", d.ctx.backend)
+	}
+	files, err := ptxFiles.ReadDir("ptx")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("embedded PTX: %d files, %v", len(files), err)
+	}
+	n := 0
+	for _, f := range files {
+		text, err := ptxFiles.ReadFile("ptx/" + f.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := c.LoadModule(text)
+		if err != nil {
+			t.Errorf("%s: %v", f.Name(), err)
+			continue
+		}
+		for _, e := range entryRE.FindAllSubmatch(text, -1) {
+			name := string(e[1])
+			fn, err := c.Function(m, name, 0)
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
+				continue
+			}
+			fi, err := c.FuncInfo(fn)
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
+				continue
+			}
+			spill := ""
+			if fi.LocalBytes > 0 {
+				spill = " SPILLS"
+			}
+			t.Logf("kernel %-28s %3d registers, %5d B local%s, %6d B static smem, max %4d threads, sm_%d (%s)", name, fi.Registers, fi.LocalBytes, spill, fi.StaticSmem, fi.MaxThreads, fi.BinaryArch, f.Name())
+			n++
+		}
+		if err := c.Unload(m); err != nil {
+			t.Error(err)
+		}
+	}
+	if n == 0 {
+		t.Error("no kernel found in the embedded PTX")
+	}
+}
