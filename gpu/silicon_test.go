@@ -83,3 +83,34 @@ func TestKernelResourcesGPU(t *testing.T) {
 		t.Error("no kernel found in the embedded PTX")
 	}
 }
+
+// mmaFlopsPerClock is the dense 16-bit tensor-core rate (float32
+// accumulation) per SM per clock of compute capability major.minor, from
+// NVIDIA's data sheets (A100: 312 TFLOP/s = 108 SMs × 1.41 GHz × 2048;
+// H100 SXM: 989 = 132 × 1.83 × 4096), or 0 when unknown.
+func mmaFlopsPerClock(major, minor int) float64 {
+	switch {
+	case major == 8 && minor == 0:
+		return 2048
+	case major == 8:
+		return 1024 // sm_86, sm_89
+	case major == 9:
+		return 4096
+	}
+	return 0
+}
+
+// TestYardstickGPU logs the device's estimated dense bf16/fp16 tensor
+// peak: SMs × the driver's maximum SM clock × the per-SM rate of its
+// architecture. It is an ESTIMATE, not a measurement: the device check
+// divides the benchmarks' TFLOP/s by it for a same-run ratio.
+func TestYardstickGPU(t *testing.T) {
+	info := openOrSkip(t).Info()
+	rate := mmaFlopsPerClock(info.Major, info.Minor)
+	if rate == 0 {
+		t.Skipf("no per-SM tensor rate known for compute capability %d.%d", info.Major, info.Minor)
+	}
+	peak := float64(info.SMs) * info.ClockHz * rate / 1e12
+	t.Logf("yardstick ESTIMATE (not measured): %s, %d SMs × %.0f MHz max SM clock × %.0f FLOP/clock/SM = %.0f TFLOP/s dense 16-bit tensor peak",
+		info.Name, info.SMs, info.ClockHz/1e6, rate, peak)
+}
