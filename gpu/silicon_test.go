@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/flashattn/flashattn/gpu/internal/cuda"
 )
@@ -100,17 +101,47 @@ func mmaFlopsPerClock(major, minor int) float64 {
 	return 0
 }
 
-// TestYardstickGPU logs the device's estimated dense bf16/fp16 tensor
-// peak: SMs × the driver's maximum SM clock × the per-SM rate of its
-// architecture. It is an ESTIMATE, not a measurement: the device check
-// divides the benchmarks' TFLOP/s by it for a same-run ratio.
+// TestYardstickGPU logs the same-run yardsticks: the device's dense
+// bf16/fp16 tensor peak, an ESTIMATE (SMs × the driver's maximum SM clock ×
+// the per-SM rate of its architecture), and the device-memory bandwidth,
+// MEASURED with device-to-device copies (bytes read + written per second,
+// the best of a few 1 GiB copies). The device check divides the
+// benchmarks' TFLOP/s by the estimate.
 func TestYardstickGPU(t *testing.T) {
-	info := openOrSkip(t).Info()
-	rate := mmaFlopsPerClock(info.Major, info.Minor)
-	if rate == 0 {
-		t.Skipf("no per-SM tensor rate known for compute capability %d.%d", info.Major, info.Minor)
+	d := openOrSkip(t)
+	info := d.Info()
+	if rate := mmaFlopsPerClock(info.Major, info.Minor); rate > 0 {
+		peak := float64(info.SMs) * info.ClockHz * rate / 1e12
+		t.Logf("yardstick ESTIMATE (not measured): %s, %d SMs × %.0f MHz max SM clock × %.0f FLOP/clock/SM = %.0f TFLOP/s dense 16-bit tensor peak",
+			info.Name, info.SMs, info.ClockHz/1e6, rate, peak)
+	} else {
+		t.Logf("no per-SM tensor rate known for compute capability %d.%d: no peak estimate", info.Major, info.Minor)
 	}
-	peak := float64(info.SMs) * info.ClockHz * rate / 1e12
-	t.Logf("yardstick ESTIMATE (not measured): %s, %d SMs × %.0f MHz max SM clock × %.0f FLOP/clock/SM = %.0f TFLOP/s dense 16-bit tensor peak",
-		info.Name, info.SMs, info.ClockHz/1e6, rate, peak)
+	c, ok := d.ctx.backend.(*cuda.Context)
+	if !ok {
+		t.Fatalf("backend is %T, not the driver's context", d.ctx.backend)
+	}
+	n := int(min(1<<30, info.MemoryBytes/8))
+	src, err := d.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := d.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var best time.Duration
+	for i := range 6 { // the first warms up
+		t0 := time.Now()
+		if err := c.CopyDevice(dst.ptr, src.ptr, n); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		if el := time.Since(t0); i == 1 || i > 1 && el < best {
+			best = el
+		}
+	}
+	t.Logf("yardstick MEASURED: device-memory copy of %d MiB: %.0f GB/s (read + write)", n>>20, 2*float64(n)/best.Seconds()/1e9)
 }

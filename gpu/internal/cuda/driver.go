@@ -39,6 +39,7 @@ type Driver struct {
 	cuMemcpyHtoD              func(dst uint64, src unsafe.Pointer, n uint64) Result
 	cuMemcpyDtoH              func(dst unsafe.Pointer, src uint64, n uint64) Result
 	cuMemsetD8                func(dst uint64, v uint8, n uint64) Result
+	cuMemcpyDtoD              func(dst uint64, src uint64, n uint64) Result
 	cuLaunchKernel            func(f uintptr, gx, gy, gz, bx, by, bz, smem uint32, stream uintptr, params uintptr, extra uintptr) Result
 	cuGetErrorName            func(r Result, s **byte) Result
 	cuGetErrorString          func(r Result, s **byte) Result
@@ -73,6 +74,7 @@ func (d *Driver) symbols() map[string]any {
 		"cuMemcpyHtoD_v2":              &d.cuMemcpyHtoD,
 		"cuMemcpyDtoH_v2":              &d.cuMemcpyDtoH,
 		"cuMemsetD8_v2":                &d.cuMemsetD8,
+		"cuMemcpyDtoD_v2":              &d.cuMemcpyDtoD,
 		"cuLaunchKernel":               &d.cuLaunchKernel,
 		"cuGetErrorName":               &d.cuGetErrorName,
 		"cuGetErrorString":             &d.cuGetErrorString,
@@ -274,6 +276,15 @@ func (c *Context) CopyOut(dst unsafe.Pointer, src Ptr, n int) error {
 		return nil
 	}
 	return c.Do(func() error { return c.d.check("cuMemcpyDtoH", c.d.cuMemcpyDtoH(dst, uint64(src), uint64(n))) })
+}
+
+// CopyDevice queues a copy of n bytes from device address src to dst (the
+// driver does not wait for it: Synchronize does).
+func (c *Context) CopyDevice(dst, src Ptr, n int) error {
+	if n == 0 {
+		return nil
+	}
+	return c.Do(func() error { return c.d.check("cuMemcpyDtoD", c.d.cuMemcpyDtoD(uint64(dst), uint64(src), uint64(n))) })
 }
 
 // Zero sets n bytes at p to 0.

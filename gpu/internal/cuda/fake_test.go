@@ -88,6 +88,15 @@ func TestFakeDriver(t *testing.T) {
 	if err := c.CopyOut(unsafe.Pointer(&dst[0]), p, 16); err != nil || dst[3] != float32(math.Pi) || dst[0] != 1 {
 		t.Errorf("round trip: %v %v", dst, err)
 	}
+	p2, err := c.Alloc(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := make([]float32, 4)
+	if err := c.CopyDevice(p2, p, 16); err != nil || c.CopyOut(unsafe.Pointer(&cp[0]), p2, 16) != nil || cp[3] != float32(math.Pi) || cp[1] != 2 {
+		t.Errorf("CopyDevice: %v %v", cp, err)
+	}
+	c.Free(p2)
 	if err := c.Zero(p, 8); err != nil {
 		t.Fatal(err)
 	}

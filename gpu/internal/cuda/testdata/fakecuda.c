@@ -63,6 +63,7 @@ CUresult cuMemAlloc_v2(uint64_t *p, uint64_t n) {
 CUresult cuMemFree_v2(uint64_t p) { NEED_CTX; free((void *)(uintptr_t)p); return OK; }
 CUresult cuMemcpyHtoD_v2(uint64_t dst, const void *src, uint64_t n) { NEED_CTX; memcpy((void *)(uintptr_t)dst, src, n); return OK; }
 CUresult cuMemcpyDtoH_v2(void *dst, uint64_t src, uint64_t n) { NEED_CTX; memcpy(dst, (void *)(uintptr_t)src, n); return OK; }
+CUresult cuMemcpyDtoD_v2(uint64_t dst, uint64_t src, uint64_t n) { NEED_CTX; memmove((void *)(uintptr_t)dst, (void *)(uintptr_t)src, n); return OK; }
 CUresult cuMemsetD8_v2(uint64_t dst, unsigned char v, uint64_t n) { NEED_CTX; memset((void *)(uintptr_t)dst, v, n); return OK; }
 static uintptr_t lastStream;
 CUresult cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, uint64_t n, uintptr_t s) { NEED_CTX; lastStream = s; memcpy((void *)(uintptr_t)dst, src, n); return OK; }
