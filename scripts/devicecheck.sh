@@ -165,7 +165,7 @@ run() {
 	# f16=amx: internal/kernel's registry), against the float32 path of the
 	# same dtype (bf16=f32) and float32 itself.
 	local kn="-test.count=1 -test.run 'AMX|Half|CPUID|SelfCheck'"
-	local rn="-test.count=1 -test.run 'Half|Precision|Tensor'"
+	local rn="-test.count=1 -test.short -test.run 'Half|Precision|Tensor'"
 	[ "$dry" = 1 ] && kn="-test.count=1 -test.short -test.run 'AMXConfig|CPUID|HalfSelection'" && rn="-test.count=1 -test.short -test.run 'HalfGrid'"
 	local amx="FLASHATTN_KERNEL=bf16=amx,f16=amx"
 	step "kernel tests, $amx" 60 "cd internal/kernel && $amx $bin/kernel.test $kn -test.v 2>&1 | grep -E '^(---|ok|PASS|FAIL|panic)|amx|AMX'"
