@@ -50,28 +50,34 @@ func (s *Stream) forward(q, k, v, out Tensor, lse *Buffer, opts *Options, wait b
 	if err := sameDevice(d, ins, outs); err != nil {
 		return err
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := s.begin(); err != nil {
-		return err
-	}
-	cu, err := s.uploadCu(p)
-	if err != nil {
-		return err
-	}
-	qp, kp, vp, op, lp := uint64(q.Buf.ptr), uint64(k.Buf.ptr), uint64(v.Buf.ptr), uint64(out.Buf.ptr), uint64(lse.ptr)
-	if n := p.splits(d.info.SMs); n > 1 {
-		err = s.splitForward(p, qp, kp, vp, op, lp, cu, n)
-	} else {
+	return s.queue(wait, func() error {
+		cu, err := s.uploadCu(p)
+		if err != nil {
+			return err
+		}
+		qp, kp, vp, op, lp := uint64(q.Buf.ptr), uint64(k.Buf.ptr), uint64(v.Buf.ptr), uint64(out.Buf.ptr), uint64(lse.ptr)
+		if n := p.splits(d.info.SMs); n > 1 {
+			return s.splitForward(p, qp, kp, vp, op, lp, cu, n)
+		}
 		c := tile.FwdConfig(p.d)
 		x, y, z := tile.Grid(p.maxSq, c.Br(), p.heads, p.batch)
-		err = d.launch(s, p.dt, p.d, c.Name(ptxName(p.dt)), tile.FwdParams, p.fwdArgs(qp, kp, vp, op, lp, cu), [3]int{x, y, z}, c.Threads())
+		return d.launch(s, p.dt, p.d, c.Name(ptxName(p.dt)), tile.FwdParams, p.fwdArgs(qp, kp, vp, op, lp, cu), [3]int{x, y, z}, c.Threads())
+	})
+}
+
+// queue runs f, which queues a call's kernels on s, with the device lock
+// held; then, if wait, it waits for the stream without the lock, so that
+// other calls (on this stream or others) queue their work meanwhile.
+func (s *Stream) queue(wait bool, f func() error) error {
+	d := s.d
+	d.mu.Lock()
+	err := s.begin()
+	if err == nil {
+		err = f()
 	}
-	if err != nil {
+	d.mu.Unlock()
+	if err != nil || !wait {
 		return err
-	}
-	if !wait {
-		return nil
 	}
 	return d.ctx.SyncStream(s.s)
 }
@@ -120,23 +126,14 @@ func (s *Stream) backward(q, k, v, out, dout Tensor, lse *Buffer, dq, dk, dv Ten
 	if err := sameDevice(d, ins, outs); err != nil {
 		return err
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := s.begin(); err != nil {
-		return err
-	}
-	cu, err := s.uploadCu(p)
-	if err != nil {
-		return err
-	}
-	b := bwdCall{s: s, p: p, cu: cu, q: q.Buf.ptr, k: k.Buf.ptr, v: v.Buf.ptr, out: out.Buf.ptr, dout: dout.Buf.ptr, lse: lse.ptr}
-	if err := b.run(dq.Buf.ptr, dk.Buf.ptr, dv.Buf.ptr); err != nil {
-		return err
-	}
-	if !wait {
-		return nil
-	}
-	return d.ctx.SyncStream(s.s)
+	return s.queue(wait, func() error {
+		cu, err := s.uploadCu(p)
+		if err != nil {
+			return err
+		}
+		b := bwdCall{s: s, p: p, cu: cu, q: q.Buf.ptr, k: k.Buf.ptr, v: v.Buf.ptr, out: out.Buf.ptr, dout: dout.Buf.ptr, lse: lse.ptr}
+		return b.run(dq.Buf.ptr, dk.Buf.ptr, dv.Buf.ptr)
+	})
 }
 
 // bwdCall is one backward call's kernels on a stream.

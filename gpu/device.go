@@ -4,7 +4,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io"
 	"sync"
 	"unsafe"
 
@@ -30,10 +29,10 @@ var ptxFiles embed.FS
 
 // Device is an open GPU: a retained CUDA context, the kernels compiled so
 // far and scratch memory reused across calls. Its methods are safe for
-// concurrent use; calls that run kernels are serialised.
+// concurrent use; calls queue their kernels one at a time, and wait for
+// them (Forward, Backward) without holding the device.
 type Device struct {
 	ctx  *guard
-	drv  io.Closer // the driver library (nil on the simulator)
 	info Info
 
 	mu      sync.Mutex
@@ -85,8 +84,9 @@ type Info struct {
 // Open opens GPU number ordinal (0 for the first). Without a driver or a
 // device the error wraps ErrNoDevice. Devices older than compute capability
 // 8.0 are refused (the kernels need sm_80's bf16 tensor cores and cp.async).
-// A failed Open releases everything it acquired (the driver library
-// included).
+// A failed Open releases the context it retained. The driver library
+// (libcuda) is loaded at the first Open and stays loaded for the life of
+// the process: unloading it after cuInit is not safe.
 func Open(ordinal int) (*Device, error) {
 	drv, err := cuda.Load("")
 	if err != nil {
@@ -94,19 +94,15 @@ func Open(ordinal int) (*Device, error) {
 	}
 	ctx, err := drv.Open(ordinal)
 	if err != nil {
-		drv.Close()
 		return nil, err
 	}
 	if ctx.Major < 8 {
 		ctx.Close()
-		drv.Close()
 		return nil, fmt.Errorf("gpu: %s has compute capability %d.%d; the kernels need 8.0 or newer", ctx.Name, ctx.Major, ctx.Minor)
 	}
 	info := Info{Name: ctx.Name, Major: ctx.Major, Minor: ctx.Minor, SMs: ctx.SMs, MemoryBytes: ctx.Memory,
 		MaxSharedPerBlock: ctx.MaxSmem, ClockHz: ctx.ClockHz, DriverCUDAVersion: drv.Version()}
-	d := newDevice(ctx, info)
-	d.drv = drv
-	return d, nil
+	return newDevice(ctx, info), nil
 }
 
 func newDevice(b backend, info Info) *Device {
@@ -121,8 +117,9 @@ func (d *Device) Info() Info { return d.info }
 // Close waits for the device's work, frees every Buffer still allocated
 // (Buffers from Alloc and NewTensor included: they become unusable, and
 // freeing them again does nothing), closes the Streams, unloads the
-// kernels and releases the context and the driver library. After a kernel
-// fault (ErrDeviceLost) it only releases the context and the library.
+// kernels and releases the context; the driver library stays loaded (see
+// Open), so a later Open in the process reuses it. After a kernel fault
+// (ErrDeviceLost) it only releases the context.
 func (d *Device) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -146,9 +143,6 @@ func (d *Device) Close() error {
 		}
 	}
 	errs = append(errs, d.ctx.backend.Close())
-	if d.drv != nil {
-		errs = append(errs, d.drv.Close())
-	}
 	return errors.Join(errs...)
 }
 

@@ -174,8 +174,26 @@ func sameType(dt DType, name string, got, plain []float32, ref []float64) error 
 	return fmt.Errorf("%s: max abs error %.3g exceeds 2×%.3g (same-type plain) + %g", name, eg, ep, atol)
 }
 
+// TestAttentionGPU runs every case twice on the GPU: with NumSplits 1, the
+// ordinary forward kernels, and with NumSplits 0, the automatic rule, which
+// on a GPU of 100+ SMs sends most of these small grids through split-KV.
 func TestAttentionGPU(t *testing.T) {
-	runCases(t, openOrSkip(t), gpuCases, BF16, F16)
+	d := openOrSkip(t)
+	for _, m := range []struct {
+		name   string
+		splits int
+	}{{"unsplit", 1}, {"auto", 0}} {
+		t.Run(m.name, func(t *testing.T) { runCases(t, d, withSplits(gpuCases, m.splits), BF16, F16) })
+	}
+}
+
+// withSplits returns the cases with Options.NumSplits set to n.
+func withSplits(cases []gpuCase, n int) []gpuCase {
+	out := append([]gpuCase(nil), cases...)
+	for i := range out {
+		out[i].splits = n
+	}
+	return out
 }
 
 // runCases checks forward and backward of each case and type against the

@@ -4,10 +4,13 @@ import (
 	"errors"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/flashattn/flashattn"
 	"github.com/flashattn/flashattn/gpu/internal/cuda"
+	"github.com/flashattn/flashattn/gpu/internal/ptxsim"
 )
 
 // Close frees the buffers still allocated (the user's and the scratch
@@ -89,6 +92,17 @@ func TestStickyError(t *testing.T) {
 func TestStreams(t *testing.T) {
 	d := newSimDevice()
 	defer d.Close()
+	streams(t, d)
+}
+
+// TestStreamsGPU is TestStreams on the GPU, where the streams' kernels
+// really run asynchronously.
+func TestStreamsGPU(t *testing.T) { streams(t, openOrSkip(t)) }
+
+// streams checks two streams' queued calls against the default stream's
+// and, on the simulator, that closing a stream frees its scratch memory.
+func streams(t *testing.T, d *Device) {
+	sm, _ := d.ctx.backend.(*sim)
 	const B, N, H, D = 1, 50, 2, 64
 	rng := rand.New(rand.NewPCG(3, 3))
 	mk := func() Tensor {
@@ -140,12 +154,18 @@ func TestStreams(t *testing.T) {
 				}
 			}
 		}
-		before := d.ctx.backend.(*sim).m.Allocations()
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if after := d.ctx.backend.(*sim).m.Allocations(); after >= before {
-			t.Errorf("stream %d: Close freed no scratch (%d → %d allocations)", i, before, after)
+		if sm == nil {
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			before := sm.m.Allocations()
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if after := sm.m.Allocations(); after >= before {
+				t.Errorf("stream %d: Close freed no scratch (%d → %d allocations)", i, before, after)
+			}
 		}
 		if err := s.Forward(q, k, v, o, l, opts); err == nil {
 			t.Error("Forward on a closed stream")
@@ -164,4 +184,87 @@ func downloadAll(t *testing.T, ts ...Tensor) [][]float32 {
 		out = append(out, v)
 	}
 	return out
+}
+
+// waitSim is the simulator with a SyncStream that, once armed, reports
+// each waiter on arrived and blocks until release is closed: a stream whose
+// kernels take as long as the test wants.
+type waitSim struct {
+	*sim
+	armed   atomic.Bool
+	arrived chan struct{}
+	release chan struct{}
+}
+
+func (w *waitSim) SyncStream(s cuda.Stream) error {
+	if w.armed.Load() {
+		w.arrived <- struct{}{}
+		<-w.release
+	}
+	return nil
+}
+
+// Device.Forward does not hold the device while it waits for its stream:
+// a second Forward on the same Device queues its kernels (and reaches its
+// own wait) while the first still waits, and both give the serial result.
+// Before, the second call blocked on the device lock until the first's
+// stream finished.
+func TestForwardWaitsUnlocked(t *testing.T) {
+	w := &waitSim{sim: &sim{m: ptxsim.New()}, arrived: make(chan struct{}, 2), release: make(chan struct{})}
+	d := newDevice(w, newSimDevice().info)
+	defer d.Close()
+	const B, N, H, D = 1, 40, 2, 64
+	rng := rand.New(rand.NewPCG(5, 5))
+	mk := func() Tensor {
+		x, err := d.NewTensor(BF16, B, N, H, D)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := x.Upload(randRounded(rng, BF16, x.Len(), 1)); err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	lse := func() *Buffer {
+		b, err := d.Alloc(4 * B * H * N)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	q, k, v := mk(), mk(), mk()
+	outs := []Tensor{mk(), mk(), mk()}
+	lses := []*Buffer{lse(), lse(), lse()}
+	opts := &Options{Options: flashattn.Options{Causal: true}}
+	if err := d.Forward(q, k, v, outs[2], lses[2], opts); err != nil { // the serial result
+		t.Fatal(err)
+	}
+	w.armed.Store(true)
+	errs := make(chan error, 2)
+	for i := range 2 {
+		go func() { errs <- d.Forward(q, k, v, outs[i], lses[i], opts) }()
+	}
+	for i := range 2 {
+		select {
+		case <-w.arrived:
+		case <-time.After(20 * time.Second):
+			close(w.release)
+			t.Fatalf("only %d of 2 concurrent Forward calls reached their stream wait: the other is blocked behind the device lock", i)
+		}
+	}
+	close(w.release)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.armed.Store(false)
+	want := downloadAll(t, outs[2])[0]
+	for i, got := range downloadAll(t, outs[0], outs[1]) {
+		for e := range got {
+			if got[e] != want[e] {
+				t.Fatalf("concurrent call %d, element %d: %v, serial %v", i, e, got[e], want[e])
+			}
+		}
+	}
 }

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -315,12 +314,9 @@ func (c gpuCase) measure(d *gpu.Device, dt gpu.DType, det bool, minDur time.Dura
 		}
 	}
 	q, k, v, o, do, dq, dk, dv := t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]
-	rng := rand.New(rand.NewPCG(7, 7))
-	for _, x := range []gpu.Tensor{q, k, v, do} {
+	for i, x := range []gpu.Tensor{q, k, v, do} {
 		data := make([]float32, x.Len())
-		for i := range data {
-			data[i] = float32(rng.NormFloat64())
-		}
+		fillNormal(data, 7+uint64(i))
 		if err := x.Upload(data); err != nil {
 			return r, err
 		}

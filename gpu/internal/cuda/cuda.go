@@ -122,6 +122,12 @@ const (
 	AttrComputeMajor      = 75
 	AttrComputeMinor      = 76
 	AttrMaxSmemOptin      = 97
+	funcAttrMaxThreads    = 0 // CUfunction_attribute values
+	funcAttrSharedBytes   = 1
+	funcAttrLocalBytes    = 3
+	funcAttrNumRegs       = 4
+	funcAttrPTXVersion    = 5
+	funcAttrBinaryVersion = 6
 	funcAttrMaxDynSmem    = 8
 	jitInfoLogBuffer      = 3
 	jitInfoLogBufferSize  = 4

@@ -12,7 +12,6 @@ import (
 // Driver is the loaded libcuda: the driver functions flashattn uses.
 type Driver struct {
 	version int
-	close   func() error // dlcloses the library (set by Load)
 
 	cuInit                    func(flags uint32) Result
 	cuDriverGetVersion        func(v *int32) Result
@@ -34,11 +33,13 @@ type Driver struct {
 	cuModuleUnload            func(mod uintptr) Result
 	cuModuleGetFunction       func(f *uintptr, mod uintptr, name *byte) Result
 	cuFuncSetAttribute        func(f uintptr, attr int32, v int32) Result
+	cuFuncGetAttribute        func(v *int32, attr int32, f uintptr) Result
 	cuMemAlloc                func(p *uint64, n uint64) Result
 	cuMemFree                 func(p uint64) Result
 	cuMemcpyHtoD              func(dst uint64, src unsafe.Pointer, n uint64) Result
 	cuMemcpyDtoH              func(dst unsafe.Pointer, src uint64, n uint64) Result
 	cuMemsetD8                func(dst uint64, v uint8, n uint64) Result
+	cuMemcpyDtoD              func(dst uint64, src uint64, n uint64) Result
 	cuLaunchKernel            func(f uintptr, gx, gy, gz, bx, by, bz, smem uint32, stream uintptr, params uintptr, extra uintptr) Result
 	cuGetErrorName            func(r Result, s **byte) Result
 	cuGetErrorString          func(r Result, s **byte) Result
@@ -67,11 +68,13 @@ func (d *Driver) symbols() map[string]any {
 		"cuModuleUnload":               &d.cuModuleUnload,
 		"cuModuleGetFunction":          &d.cuModuleGetFunction,
 		"cuFuncSetAttribute":           &d.cuFuncSetAttribute,
+		"cuFuncGetAttribute":           &d.cuFuncGetAttribute,
 		"cuMemAlloc_v2":                &d.cuMemAlloc,
 		"cuMemFree_v2":                 &d.cuMemFree,
 		"cuMemcpyHtoD_v2":              &d.cuMemcpyHtoD,
 		"cuMemcpyDtoH_v2":              &d.cuMemcpyDtoH,
 		"cuMemsetD8_v2":                &d.cuMemsetD8,
+		"cuMemcpyDtoD_v2":              &d.cuMemcpyDtoD,
 		"cuLaunchKernel":               &d.cuLaunchKernel,
 		"cuGetErrorName":               &d.cuGetErrorName,
 		"cuGetErrorString":             &d.cuGetErrorString,
@@ -81,16 +84,10 @@ func (d *Driver) symbols() map[string]any {
 // Version returns the driver's CUDA version (e.g. 13000 for 13.0).
 func (d *Driver) Version() int { return d.version }
 
-// Close releases the driver library (dlclose). The Driver and its
-// Contexts must not be used afterwards; Close the Contexts first.
-func (d *Driver) Close() error {
-	if d.close == nil {
-		return nil
-	}
-	f := d.close
-	d.close = nil
-	return f()
-}
+// Close does nothing: the driver library stays loaded for the life of the
+// process (see Load), and Load returns this Driver again. Contexts are
+// released by Context.Close.
+func (d *Driver) Close() error { return nil }
 
 // check turns a result into an error naming the call.
 func (d *Driver) check(op string, r Result) error {
@@ -281,6 +278,15 @@ func (c *Context) CopyOut(dst unsafe.Pointer, src Ptr, n int) error {
 	return c.Do(func() error { return c.d.check("cuMemcpyDtoH", c.d.cuMemcpyDtoH(dst, uint64(src), uint64(n))) })
 }
 
+// CopyDevice queues a copy of n bytes from device address src to dst (the
+// driver does not wait for it: Synchronize does).
+func (c *Context) CopyDevice(dst, src Ptr, n int) error {
+	if n == 0 {
+		return nil
+	}
+	return c.Do(func() error { return c.d.check("cuMemcpyDtoD", c.d.cuMemcpyDtoD(uint64(dst), uint64(src), uint64(n))) })
+}
+
 // Zero sets n bytes at p to 0.
 func (c *Context) Zero(p Ptr, n int) error {
 	if n == 0 {
@@ -398,6 +404,38 @@ func (c *Context) Function(m Module, name string, maxSmem int) (Function, error)
 		return nil
 	})
 	return Function(f), err
+}
+
+// FuncInfo is what the JIT compiler gave a kernel
+// (cuFuncGetAttribute).
+type FuncInfo struct {
+	Registers  int // registers per thread (CU_FUNC_ATTRIBUTE_NUM_REGS)
+	LocalBytes int // local memory per thread, spills included (CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)
+	StaticSmem int // static shared memory per block, bytes (CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
+	MaxThreads int // the most threads per block it can be launched with (CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
+	PTXVersion int // e.g. 80 for PTX ISA 8.0 (CU_FUNC_ATTRIBUTE_PTX_VERSION)
+	BinaryArch int // the SASS's compute capability, e.g. 90 (CU_FUNC_ATTRIBUTE_BINARY_VERSION)
+}
+
+// FuncInfo returns the kernel's register count, local-memory (spill) size
+// and the other figures of FuncInfo.
+func (c *Context) FuncInfo(f Function) (FuncInfo, error) {
+	var fi FuncInfo
+	err := c.Do(func() error {
+		for _, a := range []struct {
+			dst  *int
+			attr int32
+		}{{&fi.MaxThreads, funcAttrMaxThreads}, {&fi.StaticSmem, funcAttrSharedBytes}, {&fi.LocalBytes, funcAttrLocalBytes},
+			{&fi.Registers, funcAttrNumRegs}, {&fi.PTXVersion, funcAttrPTXVersion}, {&fi.BinaryArch, funcAttrBinaryVersion}} {
+			var v int32
+			if err := c.d.check("cuFuncGetAttribute", c.d.cuFuncGetAttribute(&v, a.attr, uintptr(f))); err != nil {
+				return err
+			}
+			*a.dst = int(v)
+		}
+		return nil
+	})
+	return fi, err
 }
 
 // Arg is one kernel argument: its value's bits and size (4 or 8 bytes).

@@ -88,6 +88,15 @@ func TestFakeDriver(t *testing.T) {
 	if err := c.CopyOut(unsafe.Pointer(&dst[0]), p, 16); err != nil || dst[3] != float32(math.Pi) || dst[0] != 1 {
 		t.Errorf("round trip: %v %v", dst, err)
 	}
+	p2, err := c.Alloc(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := make([]float32, 4)
+	if err := c.CopyDevice(p2, p, 16); err != nil || c.CopyOut(unsafe.Pointer(&cp[0]), p2, 16) != nil || cp[3] != float32(math.Pi) || cp[1] != 2 {
+		t.Errorf("CopyDevice: %v %v", cp, err)
+	}
+	c.Free(p2)
 	if err := c.Zero(p, 8); err != nil {
 		t.Fatal(err)
 	}
@@ -119,6 +128,9 @@ func TestFakeDriver(t *testing.T) {
 	f, err := c.Function(m, "kern", 100000)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if fi, err := c.FuncInfo(f); err != nil || fi != (FuncInfo{Registers: 104, LocalBytes: 103, StaticSmem: 101, MaxThreads: 168, PTXVersion: 105, BinaryArch: 106}) {
+		t.Errorf("FuncInfo = %+v, %v", fi, err)
 	}
 	var v int32
 	if a := attr(&v); a != funcAttrMaxDynSmem || v != 100000 {
@@ -200,5 +212,50 @@ func TestLoadReleasesLibrary(t *testing.T) {
 	}
 	if strings.Contains(string(maps), lib) {
 		t.Errorf("%s is still mapped after the failed Load (dlopen handle leaked)", lib)
+	}
+}
+
+// The driver library is loaded once per process: after cuInit it is never
+// unloaded (unloading and reloading libcuda has crashed other projects), so
+// closing the Driver and loading again gives the same Driver, without a
+// second cuInit, and the library stays mapped.
+func TestLoadOncePerProcess(t *testing.T) {
+	lib := buildFake(t, "libfakecuda_once.so")
+	d, err := Load(lib)
+	if err != nil {
+		t.Fatalf("Load(fake): %v", err)
+	}
+	c, err := d.Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(maps), lib) {
+		t.Fatalf("%s was unloaded by Driver.Close after cuInit", lib)
+	}
+	d2, err := Load(lib)
+	if err != nil {
+		t.Fatalf("second Load: %v", err)
+	}
+	if d2 != d {
+		t.Error("a second Load of the same library gave a new Driver")
+	}
+	h, err := purego.Dlopen(lib, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inits func() int32
+	purego.RegisterLibFunc(&inits, h, "fake_inits")
+	if n := inits(); n != 1 {
+		t.Errorf("cuInit ran %d times, want once", n)
 	}
 }

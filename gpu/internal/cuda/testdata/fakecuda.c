@@ -10,9 +10,9 @@ typedef int CUresult;
 enum { OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, INVALID_IMAGE = 200, INVALID_CONTEXT = 201, NOT_FOUND = 500 };
 
 static int inited, current;
-static int retained;
+static int retained, inits;
 
-CUresult cuInit(unsigned flags) { inited = flags == 0; return inited ? OK : INVALID_VALUE; }
+CUresult cuInit(unsigned flags) { inits++; inited = flags == 0; return inited ? OK : INVALID_VALUE; }
 CUresult cuDriverGetVersion(int *v) { *v = 12080; return OK; }
 CUresult cuDeviceGetCount(int *n) { *n = inited ? 1 : 0; return OK; }
 CUresult cuDeviceGet(int *dev, int ordinal) { if (ordinal != 0) return INVALID_VALUE; *dev = 7; return OK; }
@@ -63,6 +63,7 @@ CUresult cuMemAlloc_v2(uint64_t *p, uint64_t n) {
 CUresult cuMemFree_v2(uint64_t p) { NEED_CTX; free((void *)(uintptr_t)p); return OK; }
 CUresult cuMemcpyHtoD_v2(uint64_t dst, const void *src, uint64_t n) { NEED_CTX; memcpy((void *)(uintptr_t)dst, src, n); return OK; }
 CUresult cuMemcpyDtoH_v2(void *dst, uint64_t src, uint64_t n) { NEED_CTX; memcpy(dst, (void *)(uintptr_t)src, n); return OK; }
+CUresult cuMemcpyDtoD_v2(uint64_t dst, uint64_t src, uint64_t n) { NEED_CTX; memmove((void *)(uintptr_t)dst, (void *)(uintptr_t)src, n); return OK; }
 CUresult cuMemsetD8_v2(uint64_t dst, unsigned char v, uint64_t n) { NEED_CTX; memset((void *)(uintptr_t)dst, v, n); return OK; }
 static uintptr_t lastStream;
 CUresult cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, uint64_t n, uintptr_t s) { NEED_CTX; lastStream = s; memcpy((void *)(uintptr_t)dst, src, n); return OK; }
@@ -98,6 +99,14 @@ CUresult cuModuleGetFunction(uintptr_t *f, uintptr_t mod, const char *name) {
 }
 static int attrSet, attrVal;
 CUresult cuFuncSetAttribute(uintptr_t f, int attr, int v) { NEED_CTX; attrSet = attr; attrVal = v; return OK; }
+// A kernel's attributes: attribute a of every kernel is 100 + a (168 for
+// max threads, 0: distinct from the others).
+CUresult cuFuncGetAttribute(int *v, int attr, uintptr_t f) {
+	NEED_CTX;
+	if (f == 0 || attr < 0 || attr > 9) return INVALID_VALUE;
+	*v = attr == 0 ? 168 : 100 + attr;
+	return OK;
+}
 
 // The last launch: grid, block, shared memory and the first 16 argument
 // slots (8 bytes each, read through the kernelParams pointers).
@@ -130,5 +139,6 @@ CUresult cuGetErrorString(CUresult r, const char **s) {
 void fake_last_launch(unsigned *dims, uint64_t *args) { memcpy(dims, lastDims, sizeof lastDims); memcpy(args, lastArgs, sizeof lastArgs); }
 int fake_attr(int *v) { *v = attrVal; return attrSet; }
 int fake_retained(void) { return retained; }
+int fake_inits(void) { return inits; }
 int fake_streams(void) { return streams; }
 uintptr_t fake_last_stream(void) { return lastStream; }
