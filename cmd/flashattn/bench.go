@@ -388,12 +388,12 @@ func (c benchCase) sq() int {
 // table at the end, and draws the figure.
 func (f *benchFlags) measureAll(cases []benchCase, bwSize memlimit.Size, cache llc, stdout, stderr io.Writer) error {
 	minDur := time.Duration(f.minMillis) * time.Millisecond
-	isa := kernel.Select().Name
+	isa := kernel.Active().Impl.Name
 	target := min(max(minDur/4, 2*time.Millisecond), 50*time.Millisecond)
 	meter := newPeakMeter(isa, f.workers, target)
 	var halfMeter *peakMeter
 	if is16(f.dt) {
-		h := kernel.HalfPath(elemOf(f.dt))
+		h := kernel.Active().Half(elemOf(f.dt))
 		halfMeter = newLoopMeter(h.Name, h.Peak, f.workers, target)
 	}
 	var bw *bandwidth
