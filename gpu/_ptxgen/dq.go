@@ -46,15 +46,10 @@ func dqKernelGen(dt dtype, c tile.DQ) *Kernel {
 	f.rowStats()
 	f.dq = f.acc4(c.D / 8)
 	f.S, f.dP = f.regs4(c.Bc/8), f.regs4(c.Bc/8)
-	epi := k.newLabel("epilogue")
-	empty := k.pOp("setp.ge.s32", f.nlo, f.nhi)
-	k.op("@%s bra %s", empty, epi)
-	f.prologue()
-	f.loop()
-	k.label(epi)
-	f.epilogue()
-	k.label(done)
-	k.op("ret")
+	f.finish(f.nlo, f.nhi, done, func() {
+		f.prologue()
+		f.loop()
+	}, f.epilogue)
 	return k
 }
 
@@ -63,12 +58,7 @@ func dqKernelGen(dt dtype, c tile.DQ) *Kernel {
 func (f *dqKernel) setup(done string) {
 	k, c := f.k, f.c
 	mb := f.blockIndex(true)
-	f.h = k.rOp("mov.u32", "%ctaid.y")
-	f.b = k.rOp("mov.u32", "%ctaid.z")
-	f.s = f.seq(f.b)
-	f.m0 = k.rOp("mul.lo.u32", mb, imm(c.Br()))
-	out := k.pOp("setp.ge.u32", f.m0, f.s.sq)
-	k.op("@%s bra %s", out, done)
+	f.h, f.b, f.s, f.m0 = f.blockStart(mb, c.Br(), false, done)
 	qRS := f.ld(".u32", "q_rs")
 	f.qRB = k.rOp("shl.b32", qRS, "1")
 	f.dqBase = f.rowBase("dq", f.b, "q_bs", f.s.qStart, qRS, f.h, c.D, 2)
