@@ -184,21 +184,19 @@ func (f *bwdKernel) issueQ(m, stage string) {
 func (f *bwdKernel) scores(sb string, q0 int) {
 	c, rc := f.c, f.c.RowChunks()
 	f.k.comment("S^T = K Q^T, dP^T = V dO^T")
-	for ks := range c.D / 16 {
-		var ka, va [4]string
+	f.scorePair(c.D, c.QSub, [2][][4]string{f.ST, f.dPT}, func(ks int) (ka, va [4]string) {
 		if f.kf != nil {
-			ka, va = f.kf[ks], f.vf[ks]
-		} else {
-			ka = f.ldsm(f.kW, c.KOff(), rc, tile.PatternRowMajor, 0, ks*16, false)
-			va = f.ldsm(f.kW, c.VOff(), rc, tile.PatternRowMajor, 0, ks*16, false)
+			return f.kf[ks], f.vf[ks]
 		}
-		for j := range c.QSub / 16 {
-			qb := f.ldsm(sb, c.QOff(0), rc, tile.PatternColMajor, q0+j*16, ks*16, false)
-			f.mma16(f.ST[2*j:], ka, qb, ks == 0)
-			ob := f.ldsm(sb, c.DOOff(0), rc, tile.PatternColMajor, q0+j*16, ks*16, false)
-			f.mma16(f.dPT[2*j:], va, ob, ks == 0)
+		return f.ldsm(f.kW, c.KOff(), rc, tile.PatternRowMajor, 0, ks*16, false),
+			f.ldsm(f.kW, c.VOff(), rc, tile.PatternRowMajor, 0, ks*16, false)
+	}, func(dO bool, ks, j int) [4]string {
+		off := c.QOff(0)
+		if dO {
+			off = c.DOOff(0)
 		}
-	}
+		return f.ldsm(sb, off, rc, tile.PatternColMajor, q0+j*16, ks*16, false)
+	})
 }
 
 // probGrad turns Sᵀ and dPᵀ into P and dS with the per-query (column) LSE

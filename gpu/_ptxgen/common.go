@@ -358,6 +358,21 @@ func (g *gen) reloadBlock() (h, b, qStart, sq string) {
 	return h, b, qStart, sq
 }
 
+// scorePair emits the backward's two products of a tile, one 16-wide
+// slice s of the head dim d at a time: acc[0][2j:] += a0(s)·b(false, s, j)
+// and acc[1][2j:] += a1(s)·b(true, s, j) for the n/16 column blocks j, the
+// first slice starting the sums (S and dP in the dQ kernel, Sᵀ and dPᵀ in
+// the dK/dV kernel). a returns both left operands of slice s.
+func (g *gen) scorePair(d, n int, acc [2][][4]string, a func(s int) (a0, a1 [4]string), b func(second bool, s, j int) [4]string) {
+	for s := range d / 16 {
+		a0, a1 := a(s)
+		for j := range n / 16 {
+			g.mma16(acc[0][2*j:], a0, b(false, s, j), s == 0)
+			g.mma16(acc[1][2*j:], a1, b(true, s, j), s == 0)
+		}
+	}
+}
+
 // blockStart reads the block's head (ctaid.y), batch element (ctaid.z)
 // and sequence geometry, and returns the first row of block idx of n rows
 // (of keys with keys, else of queries); it branches to done when that row

@@ -172,21 +172,18 @@ func (f *dqKernel) prefetch(more string, issue func()) {
 func (f *dqKernel) scores(ks string) {
 	c, rc := f.c, f.c.RowChunks()
 	f.k.comment("S = Q K^T, dP = dO V^T")
-	for s := range c.D / 16 {
-		var qa, oa [4]string
+	f.scorePair(c.D, c.Bc, [2][][4]string{f.S, f.dP}, func(s int) (qa, oa [4]string) {
 		if f.qf != nil {
-			qa, oa = f.qf[s], f.of[s]
-		} else {
-			qa = f.ldsm(f.qW, c.QOff(), rc, tile.PatternRowMajor, 0, s*16, false)
-			oa = f.ldsm(f.qW, c.DOOff(), rc, tile.PatternRowMajor, 0, s*16, false)
+			return f.qf[s], f.of[s]
 		}
-		for j := range c.Bc / 16 {
-			kb := f.ldsm(ks, c.KOff(0), rc, tile.PatternColMajor, j*16, s*16, false)
-			f.mma16(f.S[2*j:], qa, kb, s == 0)
-			vb := f.ldsm(f.smem, c.VOff(), rc, tile.PatternColMajor, j*16, s*16, false)
-			f.mma16(f.dP[2*j:], oa, vb, s == 0)
+		return f.ldsm(f.qW, c.QOff(), rc, tile.PatternRowMajor, 0, s*16, false),
+			f.ldsm(f.qW, c.DOOff(), rc, tile.PatternRowMajor, 0, s*16, false)
+	}, func(v bool, s, j int) [4]string {
+		if v {
+			return f.ldsm(f.smem, c.VOff(), rc, tile.PatternColMajor, j*16, s*16, false)
 		}
-	}
+		return f.ldsm(ks, c.KOff(0), rc, tile.PatternColMajor, j*16, s*16, false)
+	})
 }
 
 // maskDS zeroes dS of hidden pairs, in the tiles that may hold one.
