@@ -22,8 +22,9 @@ type Shape struct {
 // Deprecated: TrafficShape is an alias of Shape; use Shape.
 type TrafficShape = Shape
 
-// resolved returns s with KVHeads and KVBatch filled in.
-func (s Shape) resolved() Shape {
+// Resolved returns s with its defaults filled in: KVHeads 0 becomes Heads,
+// KVBatch 0 Batch and DimV 0 Dim. Package gpu resolves its shapes with it.
+func (s Shape) Resolved() Shape {
 	if s.KVHeads == 0 {
 		s.KVHeads = s.Heads
 	}
@@ -42,7 +43,7 @@ func (s Shape) check() error {
 	if s.Batch < 1 || s.Heads < 1 || s.KVHeads < 0 || s.KVBatch < 0 || s.DimV < 0 || s.SeqQ < 1 || s.SeqK < 1 || s.Dim < 1 {
 		return argErr("shape", "shape %+v: Batch, Heads, SeqQ, SeqK and Dim must be ≥ 1 (KVHeads, KVBatch, DimV ≥ 0)", s)
 	}
-	r := s.resolved()
+	r := s.Resolved()
 	for _, t := range [][4]int{{r.Batch, r.SeqQ, r.Heads, max(r.Dim, r.DimV)}, {r.KVBatch, r.SeqK, r.KVHeads, max(r.Dim, r.DimV)}} {
 		n, ok := mulAdd(t[0], t[1], 0)
 		if ok {
@@ -84,5 +85,5 @@ func ValidateShape(s Shape, opts *Options) error {
 		return err
 	}
 	var t tiling
-	return t.build(s.resolved(), opts, tileParams{cacheBytes: TileCacheBytes(), fitBackward: true})
+	return t.build(s.Resolved(), opts, tileParams{cacheBytes: TileCacheBytes(), fitBackward: true})
 }

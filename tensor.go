@@ -64,6 +64,17 @@ func PackedQKV[T Element](data []T, batch, seq, heads, dim int) (q, k, v Tensor)
 	return view(0), view(hd), view(2 * hd)
 }
 
+// Validate reports whether t is a well-formed tensor, as Forward checks its
+// inputs, and returns the *ArgError that names it name otherwise: exactly
+// one element slice set, every dimension ≥ 1, strides ≥ 0 (0 meaning dense)
+// whose axes do not make elements overlap, head dim and strides multiples
+// of 32 for q8_0 and q4_0, and enough elements for the shape and strides.
+// Package gpu checks its host tensors with it.
+func (t Tensor) Validate(name string) error {
+	_, err := t.check(name, false, -1, -1, -1, -1)
+	return err
+}
+
 // strides returns the effective strides, filling in dense defaults.
 func (t Tensor) strides() (bs, ss, hs int) {
 	hs, ss, bs = t.HeadStride, t.SeqStride, t.BatchStride

@@ -135,7 +135,7 @@ func TestValidateShape(t *testing.T) {
 			continue
 		}
 		// Forward on tensors of that shape says the same.
-		r := c.s.resolved()
+		r := c.s.Resolved()
 		q, k := NewTensor(r.Batch, r.SeqQ, r.Heads, r.Dim), NewTensor(r.KVBatch, r.SeqK, r.KVHeads, r.Dim)
 		if _, _, ferr := Forward(q, k, k, c.o); ferr == nil || ferr.Error() != err.Error() {
 			t.Errorf("case %d: Forward: %v, ValidateShape: %v", i, ferr, err)

@@ -142,7 +142,7 @@ func CountTraffic(shape Shape, opts *Options, cacheBytes int, pass Pass) (_ Traf
 	if err := shape.check(); err != nil {
 		return Traffic{}, err
 	}
-	s := shape.resolved()
+	s := shape.Resolved()
 	// The counts are int64: bound the largest, about B·H·Sq·Sk·(D+16)·4·7.
 	big := float64(s.Batch) * float64(s.Heads) * float64(s.SeqQ) * float64(s.SeqK) * (float64(s.Dim) + 16) * 64
 	if big > 1<<62 {

@@ -144,3 +144,16 @@ func FuzzValidation(f *testing.F) {
 		}
 	})
 }
+
+// TestShapeResolved: Resolved fills in KVHeads, KVBatch and DimV from
+// Heads, Batch and Dim when they are 0, and keeps them otherwise.
+func TestShapeResolved(t *testing.T) {
+	for _, c := range []struct{ s, want Shape }{
+		{Shape{Batch: 2, Heads: 8, SeqQ: 3, SeqK: 5, Dim: 64}, Shape{Batch: 2, Heads: 8, KVHeads: 8, SeqQ: 3, SeqK: 5, Dim: 64, KVBatch: 2, DimV: 64}},
+		{Shape{Batch: 2, Heads: 8, KVHeads: 2, SeqQ: 3, SeqK: 5, Dim: 576, KVBatch: 7, DimV: 512}, Shape{Batch: 2, Heads: 8, KVHeads: 2, SeqQ: 3, SeqK: 5, Dim: 576, KVBatch: 7, DimV: 512}},
+	} {
+		if got := c.s.Resolved(); got != c.want {
+			t.Errorf("%+v.Resolved() = %+v, want %+v", c.s, got, c.want)
+		}
+	}
+}

@@ -43,6 +43,24 @@ func (s *Stream) forward(q, k, v, out Tensor, lse *Buffer, opts *Options, wait b
 	}
 	outs := []arg{{"out", out.Buf}, {"lse", lse}}
 	ins := []arg{{"q", q.Buf}, {"k", k.Buf}, {"v", v.Buf}}
+	return s.queue(p, outs, ins, wait, func(cu uint64) error {
+		qp, kp, vp, op, lp := uint64(q.Buf.ptr), uint64(k.Buf.ptr), uint64(v.Buf.ptr), uint64(out.Buf.ptr), uint64(lse.ptr)
+		if n := p.splits(s.d.info.SMs); n > 1 {
+			return s.splitForward(p, qp, kp, vp, op, lp, cu, n)
+		}
+		c := tile.FwdConfig(p.d)
+		x, y, z := tile.Grid(p.maxSq, c.Br(), p.heads, p.batch)
+		return s.d.launch(s, p.dt, p.d, c.Name(ptxName(p.dt)), tile.FwdParams, p.fwdArgs(qp, kp, vp, op, lp, cu), [3]int{x, y, z}, c.Threads())
+	})
+}
+
+// queue checks a call's buffers (each output distinct from every other
+// buffer, all on the stream's device) and then, holding the device's
+// lock, starts the stream, uploads p's cu_seqlens and queues body's
+// kernels (cu is their device address, 0 if dense); with wait it then
+// waits for the stream without the lock, so that other calls (on this
+// stream or others) queue their work meanwhile.
+func (s *Stream) queue(p *problem, outs, ins []arg, wait bool, body func(cu uint64) error) error {
 	if err := distinct(outs, ins); err != nil {
 		return err
 	}
@@ -50,32 +68,18 @@ func (s *Stream) forward(q, k, v, out Tensor, lse *Buffer, opts *Options, wait b
 	if err := sameDevice(d, ins, outs); err != nil {
 		return err
 	}
-	return s.queue(wait, func() error {
+	err := func() error {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if err := s.begin(); err != nil {
+			return err
+		}
 		cu, err := s.uploadCu(p)
 		if err != nil {
 			return err
 		}
-		qp, kp, vp, op, lp := uint64(q.Buf.ptr), uint64(k.Buf.ptr), uint64(v.Buf.ptr), uint64(out.Buf.ptr), uint64(lse.ptr)
-		if n := p.splits(d.info.SMs); n > 1 {
-			return s.splitForward(p, qp, kp, vp, op, lp, cu, n)
-		}
-		c := tile.FwdConfig(p.d)
-		x, y, z := tile.Grid(p.maxSq, c.Br(), p.heads, p.batch)
-		return d.launch(s, p.dt, p.d, c.Name(ptxName(p.dt)), tile.FwdParams, p.fwdArgs(qp, kp, vp, op, lp, cu), [3]int{x, y, z}, c.Threads())
-	})
-}
-
-// queue runs f, which queues a call's kernels on s, with the device lock
-// held; then, if wait, it waits for the stream without the lock, so that
-// other calls (on this stream or others) queue their work meanwhile.
-func (s *Stream) queue(wait bool, f func() error) error {
-	d := s.d
-	d.mu.Lock()
-	err := s.begin()
-	if err == nil {
-		err = f()
-	}
-	d.mu.Unlock()
+		return body(cu)
+	}()
 	if err != nil || !wait {
 		return err
 	}
@@ -119,18 +123,7 @@ func (s *Stream) backward(q, k, v, out, dout Tensor, lse *Buffer, dq, dk, dv Ten
 	}
 	outs := []arg{{"dq", dq.Buf}, {"dk", dk.Buf}, {"dv", dv.Buf}}
 	ins := []arg{{"q", q.Buf}, {"k", k.Buf}, {"v", v.Buf}, {"out", out.Buf}, {"dout", dout.Buf}, {"lse", lse}}
-	if err := distinct(outs, ins); err != nil {
-		return err
-	}
-	d := s.d
-	if err := sameDevice(d, ins, outs); err != nil {
-		return err
-	}
-	return s.queue(wait, func() error {
-		cu, err := s.uploadCu(p)
-		if err != nil {
-			return err
-		}
+	return s.queue(p, outs, ins, wait, func(cu uint64) error {
 		b := bwdCall{s: s, p: p, cu: cu, q: q.Buf.ptr, k: k.Buf.ptr, v: v.Buf.ptr, out: out.Buf.ptr, dout: dout.Buf.ptr, lse: lse.ptr}
 		return b.run(dq.Buf.ptr, dk.Buf.ptr, dv.Buf.ptr)
 	})

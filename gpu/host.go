@@ -237,46 +237,21 @@ func (ts *tensors) upload(d *Device, dt DType, in []hostInput) ([]Tensor, error)
 }
 
 // gather returns t's elements in dense row-major order, or an error if t is
-// not a float32 tensor, has a dimension below 1 or a negative stride, or
-// its data is too short for its shape and strides.
+// not a float32 tensor, if flashattn's Tensor.Validate refuses it, or if it
+// is too large for the host functions.
 func gather(t flashattn.Tensor, name string) ([]float32, error) {
 	if dt := t.DType(); dt != flashattn.Float32 {
 		return nil, argErr(name, "%s is %v; the host functions of package gpu take float32 tensors", name, dt)
 	}
-	if t.Data == nil {
-		return nil, argErr(name, "%s is nil", name)
-	}
-	if t.Batch < 1 || t.Seq < 1 || t.Heads < 1 || t.Dim < 1 {
-		return nil, argErr(name, "%s has shape [%d %d %d %d]; every dimension must be ≥ 1", name, t.Batch, t.Seq, t.Heads, t.Dim)
-	}
-	hs, ss, bs := t.HeadStride, t.SeqStride, t.BatchStride
-	if hs == 0 {
-		hs = t.Dim
-	}
-	if ss == 0 {
-		ss = t.Heads * hs
-	}
-	if bs == 0 {
-		bs = t.Seq * ss
-	}
-	if hs < 0 || ss < 0 || bs < 0 {
-		return nil, argErr(name, "%s has a negative stride (batch %d, seq %d, head %d)", name, bs, ss, hs)
-	}
-	last := int64(t.Batch-1)*int64(bs) + int64(t.Seq-1)*int64(ss) + int64(t.Heads-1)*int64(hs) + int64(t.Dim)
-	if last > int64(len(t.Data)) {
-		return nil, argErr(name, "%s needs %d elements for shape [%d %d %d %d] with its strides, has %d", name, last, t.Batch, t.Seq, t.Heads, t.Dim, len(t.Data))
+	if err := t.Validate(name); err != nil {
+		return nil, err
 	}
 	if int64(t.Batch)*int64(t.Seq)*int64(t.Heads)*int64(t.Dim) > math.MaxInt32*4 {
 		return nil, argErr(name, "%s of shape [%d %d %d %d] is too large for package gpu's host functions", name, t.Batch, t.Seq, t.Heads, t.Dim)
 	}
-	out := make([]float32, 0, t.Batch*t.Seq*t.Heads*t.Dim)
-	for b := 0; b < t.Batch; b++ {
-		for s := 0; s < t.Seq; s++ {
-			for h := 0; h < t.Heads; h++ {
-				o := b*bs + s*ss + h*hs
-				out = append(out, t.Data[o:o+t.Dim]...)
-			}
-		}
+	dense := flashattn.NewTensor(t.Batch, t.Seq, t.Heads, t.Dim)
+	if err := flashattn.Convert(dense, t); err != nil {
+		return nil, err
 	}
-	return out, nil
+	return dense.Data, nil
 }

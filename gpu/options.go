@@ -1,6 +1,9 @@
 package gpu
 
 import (
+	"reflect"
+	"strings"
+
 	"github.com/flashattn/flashattn"
 	"github.com/flashattn/flashattn/gpu/internal/tile"
 )
@@ -15,10 +18,11 @@ import (
 // aligned to the bottom-right corner), GQA/MQA, and VarLen with
 // CuSeqlensQ, CuSeqlensK and SeqUsedK. Workers, BlockQ, BlockK and
 // CacheBytes tune the CPU kernels and have no effect here (their values
-// are still checked), nor has Seed without Dropout. Every other option — TopLeft, Offsets,
-// Sinks, ALiBi, Dropout, KVCache, BlockMask, Mask, ScoreMod and
-// VarLen.SeqUsedQ — is refused with an *ArgError naming it ("Options.ALiBi"),
-// never ignored.
+// are still checked), nor has Seed without Dropout. These fields are an
+// allow-list: every other option set — TopLeft, Offsets, Sinks, ALiBi,
+// Dropout, KVCache, BlockMask, Mask, ScoreMod, VarLen.SeqUsedQ, and any
+// field flashattn.Options gains later — is refused with an *ArgError naming
+// it ("Options.ALiBi"), never ignored.
 type Options struct {
 	flashattn.Options
 
@@ -50,33 +54,69 @@ func (o *Options) checkSplits() error {
 	return nil
 }
 
-// unsupported refuses the first option the GPU kernels do not implement.
+// supportedOptions is the allow-list of the flashattn.Options fields
+// package gpu accepts, each with how it honours it. A field set to a
+// non-zero value and not listed here — a field added to flashattn.Options
+// later too — is refused with an *flashattn.ArgError naming it, never
+// ignored. A listed struct field with listed sub-fields ("VarLen.SeqUsedK")
+// accepts only those sub-fields.
+var supportedOptions = map[string]string{
+	"Scale":             "the kernels' scale_log2 (0: 1/sqrt(dim), problem.setScores)",
+	"Causal":            "right window side 0, bottom-right aligned (problem.setWindow)",
+	"Window":            "the kernels' left and right sides, bottom-right aligned (problem.setWindow)",
+	"Window.Left":       "the kernels' left side",
+	"Window.Right":      "the kernels' right side",
+	"Softcap":           "the kernels' cap_scale and cap_log2 (problem.setScores)",
+	"VarLen":            "packed sequences (problem.setGeometry)",
+	"VarLen.CuSeqlensQ": "the kernels' cu_q",
+	"VarLen.CuSeqlensK": "the kernels' cu_k",
+	"VarLen.SeqUsedK":   "the kernels' used_k",
+	"Seed":              "seeds dropout, which package gpu refuses: checked, no effect",
+	"Workers":           "tunes the CPU kernels: checked, no effect",
+	"BlockQ":            "tunes the CPU kernels: checked, no effect",
+	"BlockK":            "tunes the CPU kernels: checked, no effect",
+	"CacheBytes":        "tunes the CPU kernels: checked, no effect",
+}
+
+// unsupported refuses the first option (in field order) that is set and
+// that supportedOptions does not list.
 func (o *Options) unsupported() error {
-	f := &o.Options
-	var name string
-	switch {
-	case f.TopLeft:
-		name = "TopLeft"
-	case f.Offsets != nil:
-		name = "Offsets"
-	case len(f.Sinks) != 0:
-		name = "Sinks"
-	case len(f.ALiBi) != 0:
-		name = "ALiBi"
-	case f.Dropout != 0:
-		name = "Dropout"
-	case f.KVCache != nil:
-		name = "KVCache"
-	case f.BlockMask != nil:
-		name = "BlockMask"
-	case f.Mask != nil:
-		name = "Mask"
-	case f.ScoreMod != nil:
-		name = "ScoreMod"
-	case f.VarLen != nil && f.VarLen.SeqUsedQ != nil:
-		name = "VarLen.SeqUsedQ"
-	default:
-		return nil
+	if name := unlisted("", reflect.ValueOf(o.Options)); name != "" {
+		return argErr("Options."+name, "Options.%s is not supported by package gpu", name)
 	}
-	return argErr("Options."+name, "Options.%s is not supported by package gpu", name)
+	return nil
+}
+
+// unlisted returns the path of the first field of struct v (a
+// flashattn.Options or one it points to, at path prefix) that is set and
+// that supportedOptions does not list, or "". A field is set when it is
+// not its zero value; an empty slice is unset, as package flashattn reads
+// it (Sinks: []float32{} is no sinks).
+func unlisted(prefix string, v reflect.Value) string {
+	for _, f := range reflect.VisibleFields(v.Type()) {
+		x := v.FieldByIndex(f.Index)
+		if f.Anonymous || x.IsZero() || x.Kind() == reflect.Slice && x.Len() == 0 {
+			continue
+		}
+		path := prefix + f.Name
+		if _, ok := supportedOptions[path]; !ok {
+			return path
+		}
+		if x.Kind() == reflect.Pointer && x.Elem().Kind() == reflect.Struct && hasSubFields(path) {
+			if name := unlisted(path+".", x.Elem()); name != "" {
+				return name
+			}
+		}
+	}
+	return ""
+}
+
+// hasSubFields reports whether supportedOptions lists sub-fields of path.
+func hasSubFields(path string) bool {
+	for k := range supportedOptions {
+		if strings.HasPrefix(k, path+".") {
+			return true
+		}
+	}
+	return false
 }

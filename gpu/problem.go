@@ -89,7 +89,7 @@ func newProblem(s flashattn.Shape, opts *Options) (*problem, error) {
 	if err := flashattn.ValidateShape(s, o); err != nil {
 		return nil, err
 	}
-	s = withDefaults(s)
+	s = s.Resolved()
 	if err := checkKernelShape(s); err != nil {
 		return nil, err
 	}
@@ -102,21 +102,6 @@ func newProblem(s flashattn.Shape, opts *Options) (*problem, error) {
 	}
 	p.setWindow(o)
 	return p, nil
-}
-
-// withDefaults fills in the defaults of a valid shape: KVHeads, KVBatch
-// and DimV 0 mean Heads, Batch and Dim.
-func withDefaults(s flashattn.Shape) flashattn.Shape {
-	if s.KVHeads == 0 {
-		s.KVHeads = s.Heads
-	}
-	if s.KVBatch == 0 {
-		s.KVBatch = s.Batch
-	}
-	if s.DimV == 0 {
-		s.DimV = s.Dim
-	}
-	return s
 }
 
 // checkKernelShape refuses head dims and head counts the kernels lack.

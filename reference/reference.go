@@ -515,44 +515,44 @@ func (r *bwdRef[T]) gradScores(b, h, kh int) {
 
 // gradQ sets dQ_i = s·Σ_j dS_ij·K_j.
 func (r *bwdRef[T]) gradQ(b, h, kh int) {
-	p, Sk, D := r.p, r.p.SeqK, r.p.HeadDim
-	for i := 0; i < p.SeqQ; i++ {
-		clear(r.acc)
-		for j := 0; j < Sk; j++ {
-			g := r.dS[i*Sk+j]
-			if g == 0 {
-				continue
-			}
-			kj := r.k[kIdx(p, b, j, kh):][:D]
-			for d := range r.acc {
-				r.acc[d] += T(g * kj[d])
-			}
-		}
-		dqi := r.dq[qIdx(p, b, i, h):][:D]
-		for d := range dqi {
-			dqi[d] = T(r.s * r.acc[d])
-		}
-	}
+	p := r.p
+	r.gradRows(p.SeqQ, p.SeqK, p.SeqK, 1, false,
+		func(j int) []T { return r.k[kIdx(p, b, j, kh):] },
+		func(i int) []T { return r.dq[qIdx(p, b, i, h):] })
 }
 
 // gradK adds dK_j += s·Σ_i dS_ij·Q_i.
 func (r *bwdRef[T]) gradK(b, h, kh int) {
-	p, Sk, D := r.p, r.p.SeqK, r.p.HeadDim
-	for j := 0; j < Sk; j++ {
+	p := r.p
+	r.gradRows(p.SeqK, p.SeqQ, 1, p.SeqK, true,
+		func(i int) []T { return r.q[qIdx(p, b, i, h):] },
+		func(j int) []T { return r.dk[kIdx(p, b, j, kh):] })
+}
+
+// gradRows sets (or, with add, adds to) out(x) = s·Σ_y dS[x·sx + y·sy]·in(y)
+// for the nx output rows x, summing over y < ny in order and skipping
+// zero entries of dS: gradQ with x = i, y = j; gradK with x = j, y = i.
+func (r *bwdRef[T]) gradRows(nx, ny, sx, sy int, add bool, in, out func(int) []T) {
+	D := r.p.HeadDim
+	for x := 0; x < nx; x++ {
 		clear(r.acc)
-		for i := 0; i < p.SeqQ; i++ {
-			g := r.dS[i*Sk+j]
+		for y := 0; y < ny; y++ {
+			g := r.dS[x*sx+y*sy]
 			if g == 0 {
 				continue
 			}
-			qi := r.q[qIdx(p, b, i, h):][:D]
+			row := in(y)[:D]
 			for d := range r.acc {
-				r.acc[d] += T(g * qi[d])
+				r.acc[d] += T(g * row[d])
 			}
 		}
-		dkj := r.dk[kIdx(p, b, j, kh):][:D]
-		for d := range dkj {
-			dkj[d] += T(r.s * r.acc[d])
+		o := out(x)[:D]
+		for d := range o {
+			if add {
+				o[d] += T(r.s * r.acc[d])
+			} else {
+				o[d] = T(r.s * r.acc[d])
+			}
 		}
 	}
 }

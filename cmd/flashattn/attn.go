@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -89,11 +88,10 @@ func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 	fs.Var(f.maxMem, "max-memory", "refuse a run whose estimated peak memory exceeds this `size` (e.g. 512M, 4G; default: the memory available now)")
 	f.gpu = addGPUFlags(fs, "element `type` of the computation: f32, bf16 or f16 (default f32; with -device gpu bf16 or f16, default bf16); "+
 		"inputs are rounded to it, products accumulate in float32", false)
-	if err := parse(fs, args, stderr); err != nil {
+	var err error
+	if f.set, err = parseSet(fs, args, stderr); err != nil {
 		return err
 	}
-	f.set = map[string]bool{}
-	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
 	if err := npy.Recover(f.out); err != nil { // a write into -o that was killed
 		return err
 	}

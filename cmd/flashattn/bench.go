@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -109,11 +108,10 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	fs.Var(&f.bwSize, "bw-size", "`size` of each of the two bandwidth buffers for decode (default: 4× the last-level cache, at least 256M)")
 	f.gpu = addGPUFlags(fs, "element `type` of flashattn's tensors: f32, bf16, f16, or q8_0 or q4_0 as the cache type of -mode decode "+
 		"(default f32; with -device gpu bf16 or f16, default bf16); the plain algorithm stays float32", true)
-	if err := parse(fs, args, stderr); err != nil {
+	var err error
+	if f.set, err = parseSet(fs, args, stderr); err != nil {
 		return err
 	}
-	f.set = map[string]bool{}
-	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
 	if err := f.validate(); err != nil {
 		return err
 	}
@@ -388,12 +386,12 @@ func (c benchCase) sq() int {
 // table at the end, and draws the figure.
 func (f *benchFlags) measureAll(cases []benchCase, bwSize memlimit.Size, cache llc, stdout, stderr io.Writer) error {
 	minDur := time.Duration(f.minMillis) * time.Millisecond
-	isa := kernel.Select().Name
+	isa := kernel.Active().Impl.Name
 	target := min(max(minDur/4, 2*time.Millisecond), 50*time.Millisecond)
 	meter := newPeakMeter(isa, f.workers, target)
 	var halfMeter *peakMeter
 	if is16(f.dt) {
-		h := kernel.HalfPath(elemOf(f.dt))
+		h := kernel.Active().Half(elemOf(f.dt))
 		halfMeter = newLoopMeter(h.Name, h.Peak, f.workers, target)
 	}
 	var bw *bandwidth

@@ -52,7 +52,7 @@ func TestBenchDType(t *testing.T) {
 				}
 				defer restore()
 			}
-			return benchJSON(t, append([]string{"-dtype", c.dtype}, c.args...)...), kernel.HalfPath(c.elem).Name
+			return benchJSON(t, append([]string{"-dtype", c.dtype}, c.args...)...), kernel.Active().Half(c.elem).Name
 		}()
 		if c.force != "" && path != c.force {
 			t.Fatalf("%s=%s: the library uses %s", c.elem, c.force, path)

@@ -268,7 +268,7 @@ func (m *measurer) measure(c benchCase) (benchResult, error) {
 	calls := callsFor(run, m.minDur)
 
 	r := benchResult{Mode: c.Mode, Variant: c.Variant, DType: dtypeName(c.DType), Batch: c.B, Heads: c.H, KVHeads: c.Hk, SeqlenQ: sq, SeqlenK: c.N,
-		Headdim: c.D, HeaddimV: c.dv(), Latent: c.latent(), Causal: c.Causal, Kernel: kernel.Select().Name, Workers: m.workers, Reps: m.reps,
+		Headdim: c.D, HeaddimV: c.dv(), Latent: c.latent(), Causal: c.Causal, Kernel: kernel.Active().Impl.Name, Workers: m.workers, Reps: m.reps,
 		Calls: calls, PlainSkipped: c.plainSkip, PeakISA: m.peak.isa, ExtraBytes: extra, Plan: c.plan(opts)}
 	if c.mask != nil {
 		r.Density = c.mask.Density()

@@ -150,7 +150,7 @@ func runDemo(args []string, stdout, stderr io.Writer) error {
 		mask = "causal"
 	}
 	fmt.Fprintf(stdout, "flashattn demo: batch %d, heads %d (kv %d), seqlen %d, headdim %d, %s; kernel %s, %d workers\n\n",
-		s.B, s.H, s.Hk, s.N, s.D, mask, kernel.Select().Name, workers)
+		s.B, s.H, s.Hk, s.N, s.D, mask, kernel.Active().Impl.Name, workers)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "pass\talgorithm\ttime\tGFLOP/s\tspeedup\textra memory\tmax err (O/dQ)\tmax err (LSE)\t")
 	for i, l := range lines {

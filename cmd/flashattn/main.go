@@ -130,6 +130,17 @@ func parse(fs *flag.FlagSet, args []string, stderr io.Writer) error {
 	return nil
 }
 
+// parseSet is parse that also returns the names of the flags set on the
+// command line.
+func parseSet(fs *flag.FlagSet, args []string, stderr io.Writer) (map[string]bool, error) {
+	if err := parse(fs, args, stderr); err != nil {
+		return nil, err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	return set, nil
+}
+
 // parseArgs parses args, flags followed by arguments (left in fs.Args());
 // a bad flag gives one line on stderr and errUsage.
 func parseArgs(fs *flag.FlagSet, args []string, stderr io.Writer) error {

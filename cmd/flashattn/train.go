@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -110,11 +109,10 @@ func parseTrainFlags(args []string, stderr io.Writer) (trainFlags, error) {
 	fs.StringVar(&f.svg, "svg", "", "with -compare or -sweep-context, draw the figure to `FILE` (.svg, else .png)")
 	fs.Var(f.maxMem, "max-memory", "refuse a run whose estimated peak memory exceeds this `size` (e.g. 512M, 4G; default: the memory available now; "+
 		"with -sweep-context, each point's)")
-	if err := parse(fs, args, stderr); err != nil {
+	var err error
+	if f.set, err = parseSet(fs, args, stderr); err != nil {
 		return f, err
 	}
-	f.set = map[string]bool{}
-	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
 	f.cfg.Dropout = float32(dropout)
 	return f, f.check(dropout)
 }

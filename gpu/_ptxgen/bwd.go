@@ -59,44 +59,34 @@ func backward(dt dtype, c tile.Bwd, atomicDQ bool) *Kernel {
 	done := k.newLabel("done")
 	f.setup(done)
 	f.state()
-	epi := k.newLabel("epilogue")
-	none := k.pOp("setp.ge.s32", f.mlo, f.mhi)
-	k.op("@%s bra %s", none, epi)
-	f.prologue()
-	f.top(f.loop, f.mhi, f.issueQ)
-	sb := k.rOp("add.u32", f.smem, f.loop.stage)
-	m0 := k.rOp("shl.b32", f.loop.n, imm(log2(c.Br)))
-	for q0 := 0; q0 < c.Br; q0 += c.QSub {
-		f.scores(sb, q0)
-		f.probGrad(sb, q0)
-		f.maskGrads(m0, q0)
-		f.gradKV(sb, q0)
-		if atomicDQ {
-			f.stageDS(q0)
+	f.finish(f.mlo, f.mhi, done, func() {
+		f.prologue()
+		f.top(f.loop, f.mhi, f.issueQ)
+		sb := k.rOp("add.u32", f.smem, f.loop.stage)
+		m0 := k.rOp("shl.b32", f.loop.n, imm(log2(c.Br)))
+		for q0 := 0; q0 < c.Br; q0 += c.QSub {
+			f.scores(sb, q0)
+			f.probGrad(sb, q0)
+			f.maskGrads(m0, q0)
+			f.gradKV(sb, q0)
+			if atomicDQ {
+				f.stageDS(q0)
+			}
 		}
-	}
-	if atomicDQ {
-		f.accumulateDQ(m0)
-	}
-	f.bottom(f.loop)
-	k.label(epi)
-	f.epilogue()
-	k.label(done)
-	k.op("ret")
+		if atomicDQ {
+			f.accumulateDQ(m0)
+		}
+		f.bottom(f.loop)
+	}, f.epilogue)
 	return k
 }
 
 // setup reads the block's coordinates, geometry and parameters, and leaves
 // through done when the block has no key.
 func (f *bwdKernel) setup(done string) {
-	k, c := f.k, f.c
-	nb := k.rOp("mov.u32", "%ctaid.x")
-	f.h = k.rOp("mov.u32", "%ctaid.y")
-	f.b = k.rOp("mov.u32", "%ctaid.z")
-	f.s = f.seq(f.b)
-	f.n0 = k.rOp("mul.lo.u32", nb, imm(c.Bc()))
-	out := k.pOp("setp.ge.u32", f.n0, f.s.sk)
-	k.op("@%s bra %s", out, done)
+	c := f.c
+	nb := f.blockIndex(false)
+	f.h, f.b, f.s, f.n0 = f.blockStart(nb, c.Bc(), true, done)
 	f.mask = f.loadMask()
 	f.mlo, f.mhi = f.queryBlocks(f.mask, f.s, f.n0, c.Bc(), c.Br)
 	f.above, f.below = f.queryTileThresholds(f.mask, f.s, f.n0, c.Br, c.Bc())
@@ -194,21 +184,19 @@ func (f *bwdKernel) issueQ(m, stage string) {
 func (f *bwdKernel) scores(sb string, q0 int) {
 	c, rc := f.c, f.c.RowChunks()
 	f.k.comment("S^T = K Q^T, dP^T = V dO^T")
-	for ks := range c.D / 16 {
-		var ka, va [4]string
+	f.scorePair(c.D, c.QSub, [2][][4]string{f.ST, f.dPT}, func(ks int) (ka, va [4]string) {
 		if f.kf != nil {
-			ka, va = f.kf[ks], f.vf[ks]
-		} else {
-			ka = f.ldsm(f.kW, c.KOff(), rc, tile.PatternRowMajor, 0, ks*16, false)
-			va = f.ldsm(f.kW, c.VOff(), rc, tile.PatternRowMajor, 0, ks*16, false)
+			return f.kf[ks], f.vf[ks]
 		}
-		for j := range c.QSub / 16 {
-			qb := f.ldsm(sb, c.QOff(0), rc, tile.PatternColMajor, q0+j*16, ks*16, false)
-			f.mma16(f.ST[2*j:], ka, qb, ks == 0)
-			ob := f.ldsm(sb, c.DOOff(0), rc, tile.PatternColMajor, q0+j*16, ks*16, false)
-			f.mma16(f.dPT[2*j:], va, ob, ks == 0)
+		return f.ldsm(f.kW, c.KOff(), rc, tile.PatternRowMajor, 0, ks*16, false),
+			f.ldsm(f.kW, c.VOff(), rc, tile.PatternRowMajor, 0, ks*16, false)
+	}, func(dO bool, ks, j int) [4]string {
+		off := c.QOff(0)
+		if dO {
+			off = c.DOOff(0)
 		}
-	}
+		return f.ldsm(sb, off, rc, tile.PatternColMajor, q0+j*16, ks*16, false)
+	})
 }
 
 // probGrad turns Sᵀ and dPᵀ into P and dS with the per-query (column) LSE

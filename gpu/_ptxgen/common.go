@@ -358,6 +358,55 @@ func (g *gen) reloadBlock() (h, b, qStart, sq string) {
 	return h, b, qStart, sq
 }
 
+// scorePair emits the backward's two products of a tile, one 16-wide
+// slice s of the head dim d at a time: acc[0][2j:] += a0(s)·b(false, s, j)
+// and acc[1][2j:] += a1(s)·b(true, s, j) for the n/16 column blocks j, the
+// first slice starting the sums (S and dP in the dQ kernel, Sᵀ and dPᵀ in
+// the dK/dV kernel). a returns both left operands of slice s.
+func (g *gen) scorePair(d, n int, acc [2][][4]string, a func(s int) (a0, a1 [4]string), b func(second bool, s, j int) [4]string) {
+	for s := range d / 16 {
+		a0, a1 := a(s)
+		for j := range n / 16 {
+			g.mma16(acc[0][2*j:], a0, b(false, s, j), s == 0)
+			g.mma16(acc[1][2*j:], a1, b(true, s, j), s == 0)
+		}
+	}
+}
+
+// blockStart reads the block's head (ctaid.y), batch element (ctaid.z)
+// and sequence geometry, and returns the first row of block idx of n rows
+// (of keys with keys, else of queries); it branches to done when that row
+// is past the sequence.
+func (g *gen) blockStart(idx string, n int, keys bool, done string) (h, b string, s seqInfo, first string) {
+	k := g.k
+	h = k.rOp("mov.u32", "%ctaid.y")
+	b = k.rOp("mov.u32", "%ctaid.z")
+	s = g.seq(b)
+	first = k.rOp("mul.lo.u32", idx, imm(n))
+	rows := s.sq
+	if keys {
+		rows = s.sk
+	}
+	out := k.pOp("setp.ge.u32", first, rows)
+	k.op("@%s bra %s", out, done)
+	return h, b, s, first
+}
+
+// finish emits main, skipped when the block has no tile to visit
+// (lo ≥ hi), then epilogue, then the done label that setup branches to and
+// the kernel's return.
+func (g *gen) finish(lo, hi, done string, main, epilogue func()) {
+	k := g.k
+	epi := k.newLabel("epilogue")
+	empty := k.pOp("setp.ge.s32", lo, hi)
+	k.op("@%s bra %s", empty, epi)
+	main()
+	k.label(epi)
+	epilogue()
+	k.label(done)
+	k.op("ret")
+}
+
 // blockIndex returns the block's row-block index along x, the heaviest
 // first when reversed (tile.Grid).
 func (g *gen) blockIndex(reversed bool) string {

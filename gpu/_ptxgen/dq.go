@@ -46,15 +46,10 @@ func dqKernelGen(dt dtype, c tile.DQ) *Kernel {
 	f.rowStats()
 	f.dq = f.acc4(c.D / 8)
 	f.S, f.dP = f.regs4(c.Bc/8), f.regs4(c.Bc/8)
-	epi := k.newLabel("epilogue")
-	empty := k.pOp("setp.ge.s32", f.nlo, f.nhi)
-	k.op("@%s bra %s", empty, epi)
-	f.prologue()
-	f.loop()
-	k.label(epi)
-	f.epilogue()
-	k.label(done)
-	k.op("ret")
+	f.finish(f.nlo, f.nhi, done, func() {
+		f.prologue()
+		f.loop()
+	}, f.epilogue)
 	return k
 }
 
@@ -63,12 +58,7 @@ func dqKernelGen(dt dtype, c tile.DQ) *Kernel {
 func (f *dqKernel) setup(done string) {
 	k, c := f.k, f.c
 	mb := f.blockIndex(true)
-	f.h = k.rOp("mov.u32", "%ctaid.y")
-	f.b = k.rOp("mov.u32", "%ctaid.z")
-	f.s = f.seq(f.b)
-	f.m0 = k.rOp("mul.lo.u32", mb, imm(c.Br()))
-	out := k.pOp("setp.ge.u32", f.m0, f.s.sq)
-	k.op("@%s bra %s", out, done)
+	f.h, f.b, f.s, f.m0 = f.blockStart(mb, c.Br(), false, done)
 	qRS := f.ld(".u32", "q_rs")
 	f.qRB = k.rOp("shl.b32", qRS, "1")
 	f.dqBase = f.rowBase("dq", f.b, "q_bs", f.s.qStart, qRS, f.h, c.D, 2)
@@ -182,21 +172,18 @@ func (f *dqKernel) prefetch(more string, issue func()) {
 func (f *dqKernel) scores(ks string) {
 	c, rc := f.c, f.c.RowChunks()
 	f.k.comment("S = Q K^T, dP = dO V^T")
-	for s := range c.D / 16 {
-		var qa, oa [4]string
+	f.scorePair(c.D, c.Bc, [2][][4]string{f.S, f.dP}, func(s int) (qa, oa [4]string) {
 		if f.qf != nil {
-			qa, oa = f.qf[s], f.of[s]
-		} else {
-			qa = f.ldsm(f.qW, c.QOff(), rc, tile.PatternRowMajor, 0, s*16, false)
-			oa = f.ldsm(f.qW, c.DOOff(), rc, tile.PatternRowMajor, 0, s*16, false)
+			return f.qf[s], f.of[s]
 		}
-		for j := range c.Bc / 16 {
-			kb := f.ldsm(ks, c.KOff(0), rc, tile.PatternColMajor, j*16, s*16, false)
-			f.mma16(f.S[2*j:], qa, kb, s == 0)
-			vb := f.ldsm(f.smem, c.VOff(), rc, tile.PatternColMajor, j*16, s*16, false)
-			f.mma16(f.dP[2*j:], oa, vb, s == 0)
+		return f.ldsm(f.qW, c.QOff(), rc, tile.PatternRowMajor, 0, s*16, false),
+			f.ldsm(f.qW, c.DOOff(), rc, tile.PatternRowMajor, 0, s*16, false)
+	}, func(v bool, s, j int) [4]string {
+		if v {
+			return f.ldsm(f.smem, c.VOff(), rc, tile.PatternColMajor, j*16, s*16, false)
 		}
-	}
+		return f.ldsm(ks, c.KOff(0), rc, tile.PatternColMajor, j*16, s*16, false)
+	})
 }
 
 // maskDS zeroes dS of hidden pairs, in the tiles that may hold one.

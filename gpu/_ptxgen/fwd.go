@@ -52,19 +52,14 @@ func forward(dt dtype, c tile.Fwd) *Kernel {
 	done := k.newLabel("done")
 	f.setup(done)
 	f.state()
-	epi := k.newLabel("epilogue")
-	empty := k.pOp("setp.ge.s32", f.nlo, f.nhi)
-	k.op("@%s bra %s", empty, epi)
-	f.prologue()
-	f.loop()
-	k.label(epi)
+	epilogue := f.epilogue
 	if c.Split {
-		f.splitEpilogue()
-	} else {
-		f.epilogue()
+		epilogue = f.splitEpilogue
 	}
-	k.label(done)
-	k.op("ret")
+	f.finish(f.nlo, f.nhi, done, func() {
+		f.prologue()
+		f.loop()
+	}, epilogue)
 	return k
 }
 
@@ -79,12 +74,7 @@ func (f *fwdKernel) setup(done string) {
 	} else {
 		mb = f.blockIndex(true)
 	}
-	f.h = k.rOp("mov.u32", "%ctaid.y")
-	f.b = k.rOp("mov.u32", "%ctaid.z")
-	f.s = f.seq(f.b)
-	f.m0 = k.rOp("mul.lo.u32", mb, imm(c.Br()))
-	out := k.pOp("setp.ge.u32", f.m0, f.s.sq)
-	k.op("@%s bra %s", out, done)
+	f.h, f.b, f.s, f.m0 = f.blockStart(mb, c.Br(), false, done)
 
 	kh := k.rOp("div.u32", f.h, f.ld(".u32", "group"))
 	qRS, kRS := f.ld(".u32", "q_rs"), f.ld(".u32", "k_rs")

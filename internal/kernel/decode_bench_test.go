@@ -46,7 +46,7 @@ func BenchmarkDecode(b *testing.B) {
 		}
 	}
 	interleaved := os.Getenv("FLASHATTN_DECODE_LAYOUT") == "interleaved"
-	dk := SelectDecode()
+	dk := Active().Decode
 	for _, typ := range cacheTypes {
 		n := keys
 		if n == 0 {

@@ -10,7 +10,7 @@ import (
 // of the FMA peak.
 func BenchmarkDecodeL2(b *testing.B) {
 	const keys, dim = 256, 128
-	dk := SelectDecode()
+	dk := Active().Decode
 	for _, typ := range cacheTypes {
 		c := newBenchCache(typ, 1, keys, dim, false)
 		for _, m := range []int{1, 2, 4, 8, 16} {

@@ -388,7 +388,7 @@ func TestDecodeNoAllocs(t *testing.T) {
 }
 
 func TestDecodePreconditions(t *testing.T) {
-	dk := SelectDecode()
+	dk := Active().Decode
 	k := make([]float32, 64*10)
 	k8 := make([]byte, 34*10)
 	k4 := make([]byte, 18*10)

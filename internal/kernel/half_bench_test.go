@@ -21,7 +21,7 @@ import (
 // 4096-row V.
 func BenchmarkHalfVsF32(b *testing.B) {
 	r := rand.New(rand.NewPCG(5, 6))
-	im := Select()
+	im := Active().Impl
 	for _, sh := range []struct {
 		name    string
 		m, n, k int

@@ -21,7 +21,7 @@ func randHalf(r *rand.Rand, e Elem, n int) []uint16 {
 // passed its start-up self-check (so that a failing one is tested, and its
 // failure reported, rather than silently dropped).
 func testedHalf(e Elem) []Half {
-	return append(archHalf(e), f32Half(e, Select()), GenericHalf(e))
+	return append(archHalf(e), f32Half(e, Active().Impl), GenericHalf(e))
 }
 
 // vnniIndex is the position of element (p, j) in the packed layout.

@@ -22,11 +22,11 @@ func TestNEONIsSelected(t *testing.T) {
 		t.Errorf("DecodeAvailable()[0] is %q, want neon", got)
 	}
 	if os.Getenv("FLASHATTN_KERNEL") == "" {
-		if got := Select().Name; got != "neon" {
-			t.Errorf("Select() is %q, want neon", got)
+		if got := Active().Impl.Name; got != "neon" {
+			t.Errorf("Active().Impl is %q, want neon", got)
 		}
-		if got := SelectDecode().Name; got != "neon" {
-			t.Errorf("SelectDecode() is %q, want neon", got)
+		if got := Active().Decode.Name; got != "neon" {
+			t.Errorf("Active().Decode is %q, want neon", got)
 		}
 	}
 	for _, c := range []struct {

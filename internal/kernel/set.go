@@ -207,17 +207,3 @@ func Force(spec string) (restore func(), err error) {
 	active.Store(s)
 	return func() { active.Store(prev) }, nil
 }
-
-// Select returns the float32 kernels of the active set, Active().Impl.
-// It reads no environment (Active did, once).
-func Select() Impl { return Active().Impl }
-
-// SelectDecode returns the decode kernels of the active set,
-// Active().Decode.
-func SelectDecode() Decode { return Active().Decode }
-
-// HalfPath returns the half-precision path of the active set for e,
-// Active().Half(e): the one FLASHATTN_KERNEL named, else the fastest
-// measured at the first call of Active. Its "f32" path widens the inputs
-// to float32 and runs the set's float32 kernels.
-func HalfPath(e Elem) Half { return Active().Half(e) }

@@ -111,7 +111,7 @@ func TestEnvReadOnce(t *testing.T) {
 	if os.Getenv("KERNEL_TEST_ENV_CHILD") == "1" {
 		s := Active().String()
 		os.Setenv("FLASHATTN_KERNEL", "f32=no-such-kernel,bf16=f32,f16=f32")
-		os.Stdout.WriteString("\nset " + s + " then " + Active().String() + " " + Select().Name + " " + HalfPath(F16).Name + "\n")
+		os.Stdout.WriteString("\nset " + s + " then " + Active().String() + " " + Active().Impl.Name + " " + Active().Half(F16).Name + "\n")
 		return
 	}
 	if testing.Short() {
@@ -148,8 +148,8 @@ func TestForce(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := Active()
-		if s.Impl.Name != im.Name || Select().Name != im.Name || s.Decode.Name != orig.Decode.Name || SelectDecode().Name != orig.Decode.Name ||
-			HalfPath(BF16).Name != "f32" || HalfPath(F16).Name != orig.F16.Name {
+		if s.Impl.Name != im.Name || Active().Impl.Name != im.Name || s.Decode.Name != orig.Decode.Name || Active().Decode.Name != orig.Decode.Name ||
+			Active().Half(BF16).Name != "f32" || Active().Half(F16).Name != orig.F16.Name {
 			t.Errorf("forced f32=%s,bf16=f32: %v", im.Name, s)
 		}
 		// Nested: generic everywhere, then back.

@@ -92,7 +92,7 @@ func (p *Problem) softmax(im *kernel.Impl, s []float32, ld int, lse []float32) {
 
 // Forward returns O and LSE ([B,H,Sq]).
 func (p *Problem) Forward(q, k, v []float32) (o, lse []float32) {
-	im := kernel.Select()
+	im := kernel.Active().Impl
 	D, dp, skp := p.D, kernel.Pad(p.D), kernel.Pad(p.Sk)
 	o = make([]float32, p.B*p.Sq*p.H*D)
 	lse = make([]float32, p.B*p.H*p.Sq)
@@ -129,7 +129,7 @@ func (p *Problem) Forward(q, k, v []float32) (o, lse []float32) {
 
 // Backward returns dQ, dK, dV, materialising P and dP (Sq × Sk each).
 func (p *Problem) Backward(q, k, v, o, do []float32) (dq, dk, dv []float32) {
-	im := kernel.Select()
+	im := kernel.Active().Impl
 	D, dp, skp := p.D, kernel.Pad(p.D), kernel.Pad(p.Sk)
 	scale := float32(1 / math.Sqrt(float64(D)))
 	dq = make([]float32, len(q))

@@ -316,19 +316,36 @@ func (c DQ) Check() error {
 	return checkSmem(c.SmemBytes())
 }
 
+// kernelConfig is what SmemBytes and Threads read of an attention
+// kernel's configuration (Fwd, Bwd or DQ).
+type kernelConfig interface {
+	SmemBytes() int
+	Threads() int
+}
+
+// configOf returns the configuration of the attention kernel called name
+// (from Fwd.Name, Bwd.Name or DQ.Name) for head dimension d, or false for
+// the small kernels.
+func configOf(name string, d int) (kernelConfig, bool) {
+	switch {
+	case strings.HasPrefix(name, "fwd_"):
+		return FwdConfig(d), true
+	case strings.HasPrefix(name, "fwdsplit_"):
+		return FwdSplitConfig(d), true
+	case strings.HasPrefix(name, "bwddq_"):
+		return DQConfig(d), true
+	case strings.HasPrefix(name, "bwd_"), strings.HasPrefix(name, "bwdkv_"):
+		return BwdConfig(d), true
+	}
+	return nil, false
+}
+
 // SmemBytes returns the dynamic shared memory of the attention kernel
 // called name (from Fwd.Name, Bwd.Name or DQ.Name) for head dimension d; 0
 // for the small kernels, which use none.
 func SmemBytes(name string, d int) int {
-	switch {
-	case strings.HasPrefix(name, "fwd_"):
-		return FwdConfig(d).SmemBytes()
-	case strings.HasPrefix(name, "fwdsplit_"):
-		return FwdSplitConfig(d).SmemBytes()
-	case strings.HasPrefix(name, "bwddq_"):
-		return DQConfig(d).SmemBytes()
-	case strings.HasPrefix(name, "bwd_"), strings.HasPrefix(name, "bwdkv_"):
-		return BwdConfig(d).SmemBytes()
+	if c, ok := configOf(name, d); ok {
+		return c.SmemBytes()
 	}
 	return 0
 }
@@ -336,15 +353,8 @@ func SmemBytes(name string, d int) int {
 // Threads returns the block size of the kernel called name for head
 // dimension d (ElemThreads for the small kernels).
 func Threads(name string, d int) int {
-	switch {
-	case strings.HasPrefix(name, "fwd_"):
-		return FwdConfig(d).Threads()
-	case strings.HasPrefix(name, "fwdsplit_"):
-		return FwdSplitConfig(d).Threads()
-	case strings.HasPrefix(name, "bwddq_"):
-		return DQConfig(d).Threads()
-	case strings.HasPrefix(name, "bwd_"), strings.HasPrefix(name, "bwdkv_"):
-		return BwdConfig(d).Threads()
+	if c, ok := configOf(name, d); ok {
+		return c.Threads()
 	}
 	return ElemThreads
 }

@@ -35,13 +35,13 @@ type Engine struct {
 	scratch sync.Pool // *[]float32 for transposes and padded tails
 }
 
-// New returns an Engine using kernel.Select() on the given number of
+// New returns an Engine using kernel.Active().Impl on the given number of
 // workers (0 or less: GOMAXPROCS).
 func New(workers int) *Engine {
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	return &Engine{im: kernel.Select(), workers: workers}
+	return &Engine{im: kernel.Active().Impl, workers: workers}
 }
 
 // Kernel returns the name of the kernel implementation in use.

@@ -17,7 +17,7 @@ func geluRef(u float64) float64 {
 // that covers both saturated tails, on a length that is not a multiple of
 // any chunk.
 func TestGELU(t *testing.T) {
-	e, im := gemm.New(2), kernel.Select()
+	e, im := gemm.New(2), kernel.Active().Impl
 	const n = 3*geluChunk*rowBlock + 37
 	u := make([]float32, n)
 	for i := range u {
@@ -53,7 +53,7 @@ func TestGELU(t *testing.T) {
 
 // TestLayerNormAndCrossEntropy compares both with float64 on ragged shapes.
 func TestLayerNormAndCrossEntropy(t *testing.T) {
-	e, im := gemm.New(2), kernel.Select()
+	e, im := gemm.New(2), kernel.Active().Impl
 	r := rand.New(rand.NewPCG(1, 2))
 	n, d, v := 70, 19, 23
 	x, g, b := make([]float32, n*d), make([]float32, d), make([]float32, d)

@@ -42,7 +42,7 @@ func New(c Config, attn Attention, seed uint64, workers int) (*Model, error) {
 func newModel(c Config, p *Params, attn Attention, workers int) *Model {
 	return &Model{
 		Config: c, Params: p, Grads: NewParams(c),
-		attn: attn, eng: gemm.New(workers), im: kernel.Select(), ws: map[[2]int]*workspace{},
+		attn: attn, eng: gemm.New(workers), im: kernel.Active().Impl, ws: map[[2]int]*workspace{},
 	}
 }
 
