@@ -105,7 +105,7 @@ func TestHalfGrid(t *testing.T) {
 	)
 	for _, dt := range []DType{BFloat16, Float16} {
 		t.Run(dt.String(), func(t *testing.T) {
-			rot := halfRotation(dt) // under -race each case on one path
+			rot := newGridRotation(halfPaths(dt) * kernelPaths()) // under -race each case on one path
 			forEachHalf(t, dt, func(t *testing.T) {
 				forEachKernel(t, func(t *testing.T) {
 					for _, c := range gridShare(rot, cases) {

@@ -77,7 +77,7 @@ func TestPrecisionEdgeCases(t *testing.T) {
 			runs = append(runs, run{pc, seed})
 		}
 	}
-	rot := kernelRotation()
+	rot := newGridRotation(kernelPaths())
 	forEachKernel(t, func(t *testing.T) {
 		for _, it := range gridShare(rot, runs) {
 			pc, seed, c := it.pc, it.seed, it.pc.c

@@ -27,16 +27,11 @@ func newGridRotation(paths int) *gridRotation {
 	return &gridRotation{paths: max(paths, 1)}
 }
 
-// kernelRotation is the rotation of a loop over forEachKernel.
-func kernelRotation() *gridRotation {
-	return newGridRotation(len(kernel.Available()))
-}
+// kernelPaths is the number of kernel paths forEachKernel visits.
+func kernelPaths() int { return len(kernel.Available()) }
 
-// halfRotation is the rotation of a loop over forEachHalf of dt, each
-// visit a loop over forEachKernel.
-func halfRotation(dt DType) *gridRotation {
-	return newGridRotation(len(kernel.HalfAvailable(dt.elem())) * len(kernel.Available()))
-}
+// halfPaths is the number of 16-bit product paths forEachHalf visits for dt.
+func halfPaths(dt DType) int { return len(kernel.HalfAvailable(dt.elem())) }
 
 // gridShare returns the cases of g's next visit.
 func gridShare[T any](g *gridRotation, cases []T) []T {
