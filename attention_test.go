@@ -289,8 +289,9 @@ func TestAgainstReferenceGrid(t *testing.T) {
 		tcase{b: 1, sq: 3, sk: 333, h: 12, hk: 3, d: 1, causal: true},  // stacked, D = 1
 		tcase{b: 1, sq: 1, sk: 777, h: 40, hk: 8, d: 48},               // 40 stacked rows, group 5 (Dot4T in two quads)
 	)
+	rot := newGridRotation(kernelPaths()) // under -race each case on one path: see gridRotation
 	forEachKernel(t, func(t *testing.T) {
-		for _, c := range cases {
+		for _, c := range gridShare(rot, cases) {
 			t.Run(c.String(), func(t *testing.T) { checkCase(t, c) })
 		}
 	})

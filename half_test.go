@@ -83,7 +83,8 @@ func checkHalfCase(t *testing.T, c tcase, dt DType) {
 
 // TestHalfGrid: bf16 and fp16 across head dims 1…256, odd lengths, GQA,
 // masks, softcap, ALiBi, dropout and block masks, under the same-type rule,
-// on every float32 kernel path.
+// on every float32 kernel path (under -race, a share of the cases on each:
+// see gridRotation).
 func TestHalfGrid(t *testing.T) {
 	var cases []tcase
 	for _, d := range []int{1, 8, 40, 64, 72, 128, 256} {
@@ -104,9 +105,10 @@ func TestHalfGrid(t *testing.T) {
 	)
 	for _, dt := range []DType{BFloat16, Float16} {
 		t.Run(dt.String(), func(t *testing.T) {
+			rot := newGridRotation(halfPaths(dt) * kernelPaths()) // under -race each case on one path
 			forEachHalf(t, dt, func(t *testing.T) {
 				forEachKernel(t, func(t *testing.T) {
-					for _, c := range cases {
+					for _, c := range gridShare(rot, cases) {
 						t.Run(c.String(), func(t *testing.T) { checkHalfCase(t, c, dt) })
 					}
 				})

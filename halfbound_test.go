@@ -78,8 +78,9 @@ func probs64(par reference.Params, q, k []float64) [][]float64 {
 }
 
 // TestHalfLargeLogits sweeps Q and K scaled ×1…×100, causal or not, one
-// key tile and many, on every 16-bit path: O, LSE and dV meet the
-// same-type rule; dQ and dK meet it plus halfDBound.
+// key tile and many, on every 16-bit path (under -race, each case and
+// factor on one path: see gridRotation): O, LSE and dV meet the same-type
+// rule; dQ and dK meet it plus halfDBound.
 func TestHalfLargeLogits(t *testing.T) {
 	if testing.Short() {
 		t.Skip("large-logit sweep: not in -short")
@@ -87,15 +88,24 @@ func TestHalfLargeLogits(t *testing.T) {
 	for _, dt := range []DType{BFloat16, Float16} {
 		prec := precisionOf(dt)
 		t.Run(dt.String(), func(t *testing.T) {
+			type run struct {
+				c   tcase
+				mul float32
+			}
+			var runs []run
+			for _, c := range []tcase{
+				{b: 1, sq: 40, sk: 64, h: 2, hk: 2, d: 64, causal: true},
+				{b: 1, sq: 40, sk: 64, h: 2, hk: 2, d: 64},
+				{b: 1, sq: 70, sk: 300, h: 2, hk: 2, d: 32, causal: true},
+			} {
+				for _, mul := range []float32{1, 3, 10, 30, 100} {
+					runs = append(runs, run{c, mul})
+				}
+			}
+			rot := newGridRotation(halfPaths(dt)) // under -race each run on one path
 			forEachHalf(t, dt, func(t *testing.T) {
-				for _, c := range []tcase{
-					{b: 1, sq: 40, sk: 64, h: 2, hk: 2, d: 64, causal: true},
-					{b: 1, sq: 40, sk: 64, h: 2, hk: 2, d: 64},
-					{b: 1, sq: 70, sk: 300, h: 2, hk: 2, d: 32, causal: true},
-				} {
-					for _, mul := range []float32{1, 3, 10, 30, 100} {
-						checkHalfLargeLogits(t, c, dt, prec, mul)
-					}
+				for _, r := range gridShare(rot, runs) {
+					checkHalfLargeLogits(t, r.c, dt, prec, r.mul)
 				}
 			})
 		})

@@ -198,7 +198,8 @@ var modCases = []modCase{
 // TestMasksAgainstReference: every mask pattern and score modifier, alone
 // and with causal, window, GQA, softcap, ALiBi and dropout, on shapes that
 // are not multiples of any block, forward and gradients against the float64
-// reference with the masks expanded to dense.
+// reference with the masks expanded to dense (under -race, each case on one
+// kernel path: see gridRotation).
 func TestMasksAgainstReference(t *testing.T) {
 	var cases []tcase
 	for i, mc := range modCases {
@@ -217,8 +218,9 @@ func TestMasksAgainstReference(t *testing.T) {
 		}
 		cases = append(cases, v)
 	}
+	rot := newGridRotation(kernelPaths())
 	forEachKernel(t, func(t *testing.T) {
-		for _, c := range cases {
+		for _, c := range gridShare(rot, cases) {
 			t.Run(c.String(), func(t *testing.T) { checkCase(t, c) })
 		}
 	})

@@ -9,7 +9,8 @@ import (
 )
 
 // TestOptionsGrid covers every option alone and in combination with the
-// others, causal, GQA and Sq ≠ Sk, forward and gradients.
+// others, causal, GQA and Sq ≠ Sk, forward and gradients (under -race, each
+// case on one kernel path: see gridRotation).
 func TestOptionsGrid(t *testing.T) {
 	windows := []*Window{nil, {Left: 5, Right: 3}, {Left: 0, Right: 0}, {Left: -1, Right: 7}, {Left: 9, Right: -1}}
 	var cases []tcase
@@ -44,8 +45,9 @@ func TestOptionsGrid(t *testing.T) {
 		tcase{b: 1, sq: 64, sk: 64, h: 2, hk: 1, d: 64, softcap: 1},
 		tcase{b: 1, sq: 64, sk: 64, h: 2, hk: 1, d: 64, dropout: 0.9},
 	)
+	rot := newGridRotation(kernelPaths())
 	forEachKernel(t, func(t *testing.T) {
-		for _, c := range cases {
+		for _, c := range gridShare(rot, cases) {
 			t.Run(c.String(), func(t *testing.T) { checkCase(t, c) })
 		}
 	})
