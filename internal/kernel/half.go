@@ -85,7 +85,9 @@ type Half struct {
 	// (ldb ≥ 16·k; b holds at least (n/16−1)·ldb + 16·k elements).
 	Mul func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)
 
-	// MulAdd adds A·B to C (arguments as for Mul).
+	// MulAdd adds A·B to C (arguments as for Mul): the product summed
+	// from zero, as Mul computes it, then added to C once (see
+	// Impl.MulAddAB).
 	MulAdd func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)
 
 	// Peak runs iters iterations of the path's register-only throughput
@@ -123,11 +125,26 @@ func ftz(x float32) float32 {
 // as long as no product falls below the float32 normal range. For fp16 the
 // same order is used without flushing (fp16 products, 11-bit significands,
 // are exact and normal in float32 too).
+//
+// MulAdd (accumulate) sums A·B from zero, as Mul does, then adds the sum
+// to C once (see Impl.MulAddAB).
 func halfGeneric(e Elem, accumulate bool, c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) {
-	if !accumulate {
-		for i := 0; i < m; i++ {
-			clear(c[i*ldc : i*ldc+n])
+	if accumulate {
+		if m == 0 || k == 0 {
+			return
 		}
+		t := make([]float32, m*n)
+		halfGeneric(e, false, t, n, a, lda, b, ldb, m, n, k)
+		for i := 0; i < m; i++ {
+			crow := c[i*ldc : i*ldc+n]
+			for j, x := range t[i*n : (i+1)*n] {
+				crow[j] += x
+			}
+		}
+		return
+	}
+	for i := 0; i < m; i++ {
+		clear(c[i*ldc : i*ldc+n])
 	}
 	if k == 0 {
 		return

@@ -160,10 +160,20 @@ type Impl struct {
 
 	// MulAddAB adds A·B to C: c[i*ldc+j] += Σ_{p<k} a[i*lda+p] * b[p*ldb+j]
 	// for i < m, j < n. n is a multiple of W.
+	//
+	// Every implementation (and Half.MulAdd) sums each element's Σ from
+	// zero, in its own order, and adds the sum to C once: C is not a
+	// term of the chain. The backward adds one tile's products per call
+	// into dK and dV, which gather every query row of every query head
+	// of their KV head; starting each call from C would make each of
+	// their elements one float32 chain over all those terms, 2.5-5× the
+	// error of the plain algorithm as a BLAS sums it (blocks of k from
+	// zero) where the rule allows 2× (TestLongChainGradients).
 	MulAddAB func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int)
 
 	// MulAddAtB adds Aᵀ·B to C: c[i*ldc+j] += Σ_{p<k} a[p*lda+i] * b[p*ldb+j]
-	// for i < m, j < n. n is a multiple of W.
+	// for i < m, j < n. n is a multiple of W. The sum starts from zero and
+	// is added to C once, as in MulAddAB.
 	MulAddAtB func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int)
 
 	// ExpSum sets x[j] = exp(t) with t = float32(scale*x[j]) - sub and

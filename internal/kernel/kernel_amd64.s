@@ -903,37 +903,29 @@ rowsv2:
 	JL   rowsv2Tail
 
 	// Microkernel: 6 rows × 32 columns, 12 accumulators.
-	MOVQ    ldc+24(FP), R8
-	SHLQ    $0x02, R8
-	MOVQ    SI, R9
-	VMOVUPS (R9), Z0
-	VMOVUPS 64(R9), Z1
-	ADDQ    R8, R9
-	VMOVUPS (R9), Z2
-	VMOVUPS 64(R9), Z3
-	ADDQ    R8, R9
-	VMOVUPS (R9), Z4
-	VMOVUPS 64(R9), Z5
-	ADDQ    R8, R9
-	VMOVUPS (R9), Z6
-	VMOVUPS 64(R9), Z7
-	ADDQ    R8, R9
-	VMOVUPS (R9), Z8
-	VMOVUPS 64(R9), Z9
-	ADDQ    R8, R9
-	VMOVUPS (R9), Z10
-	VMOVUPS 64(R9), Z11
-	MOVQ    lda+56(FP), R8
-	SHLQ    $0x02, R8
-	MOVQ    BX, R9
-	LEAQ    (R9)(R8*2), R10
-	ADDQ    R8, R10
-	MOVQ    CX, R11
-	MOVQ    ldb+88(FP), R12
-	SHLQ    $0x02, R12
-	MOVQ    k+112(FP), R13
-	TESTQ   R13, R13
-	JE      r6v2store
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	MOVQ   lda+56(FP), R8
+	SHLQ   $0x02, R8
+	MOVQ   BX, R9
+	LEAQ   (R9)(R8*2), R10
+	ADDQ   R8, R10
+	MOVQ   CX, R11
+	MOVQ   ldb+88(FP), R12
+	SHLQ   $0x02, R12
+	MOVQ   k+112(FP), R13
+	TESTQ  R13, R13
+	JE     r6v2store
 
 r6v2loop:
 	VMOVUPS      (R11), Z12
@@ -966,22 +958,34 @@ r6v2store:
 	MOVQ    ldc+24(FP), R8
 	SHLQ    $0x02, R8
 	MOVQ    SI, R9
+	VADDPS  (R9), Z0, Z0
 	VMOVUPS Z0, (R9)
+	VADDPS  64(R9), Z1, Z1
 	VMOVUPS Z1, 64(R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Z2, Z2
 	VMOVUPS Z2, (R9)
+	VADDPS  64(R9), Z3, Z3
 	VMOVUPS Z3, 64(R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Z4, Z4
 	VMOVUPS Z4, (R9)
+	VADDPS  64(R9), Z5, Z5
 	VMOVUPS Z5, 64(R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Z6, Z6
 	VMOVUPS Z6, (R9)
+	VADDPS  64(R9), Z7, Z7
 	VMOVUPS Z7, 64(R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Z8, Z8
 	VMOVUPS Z8, (R9)
+	VADDPS  64(R9), Z9, Z9
 	VMOVUPS Z9, 64(R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Z10, Z10
 	VMOVUPS Z10, (R9)
+	VADDPS  64(R9), Z11, Z11
 	VMOVUPS Z11, 64(R9)
 	MOVQ    lda+56(FP), R8
 	IMUL3Q  $0x18, R8, R8
@@ -997,33 +1001,26 @@ rowsv2Tail:
 	JNE  rowsv2Tail5
 
 	// Microkernel: 5 rows × 32 columns, 10 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, R8
-	VMOVUPS (R8), Z0
-	VMOVUPS 64(R8), Z1
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z2
-	VMOVUPS 64(R8), Z3
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z4
-	VMOVUPS 64(R8), Z5
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z6
-	VMOVUPS 64(R8), Z7
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z8
-	VMOVUPS 64(R8), Z9
-	MOVQ    lda+56(FP), DI
-	SHLQ    $0x02, DI
-	LEAQ    (BX)(DI*2), R8
-	ADDQ    DI, R8
-	MOVQ    CX, R9
-	MOVQ    ldb+88(FP), R10
-	SHLQ    $0x02, R10
-	MOVQ    k+112(FP), R11
-	TESTQ   R11, R11
-	JE      r5v2store
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	LEAQ   (BX)(DI*2), R8
+	ADDQ   DI, R8
+	MOVQ   CX, R9
+	MOVQ   ldb+88(FP), R10
+	SHLQ   $0x02, R10
+	MOVQ   k+112(FP), R11
+	TESTQ  R11, R11
+	JE     r5v2store
 
 r5v2loop:
 	VMOVUPS      (R9), Z10
@@ -1052,19 +1049,29 @@ r5v2loop:
 r5v2store:
 	MOVQ    ldc+24(FP), BX
 	SHLQ    $0x02, BX
+	VADDPS  (SI), Z0, Z0
 	VMOVUPS Z0, (SI)
+	VADDPS  64(SI), Z1, Z1
 	VMOVUPS Z1, 64(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z2, Z2
 	VMOVUPS Z2, (SI)
+	VADDPS  64(SI), Z3, Z3
 	VMOVUPS Z3, 64(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z4, Z4
 	VMOVUPS Z4, (SI)
+	VADDPS  64(SI), Z5, Z5
 	VMOVUPS Z5, 64(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z6, Z6
 	VMOVUPS Z6, (SI)
+	VADDPS  64(SI), Z7, Z7
 	VMOVUPS Z7, 64(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z8, Z8
 	VMOVUPS Z8, (SI)
+	VADDPS  64(SI), Z9, Z9
 	VMOVUPS Z9, 64(SI)
 	JMP     rowsv2Done
 
@@ -1073,30 +1080,24 @@ rowsv2Tail5:
 	JNE  rowsv2Tail4
 
 	// Microkernel: 4 rows × 32 columns, 8 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, R8
-	VMOVUPS (R8), Z0
-	VMOVUPS 64(R8), Z1
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z2
-	VMOVUPS 64(R8), Z3
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z4
-	VMOVUPS 64(R8), Z5
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z6
-	VMOVUPS 64(R8), Z7
-	MOVQ    lda+56(FP), DI
-	SHLQ    $0x02, DI
-	LEAQ    (BX)(DI*2), R8
-	ADDQ    DI, R8
-	MOVQ    CX, R9
-	MOVQ    ldb+88(FP), R10
-	SHLQ    $0x02, R10
-	MOVQ    k+112(FP), R11
-	TESTQ   R11, R11
-	JE      r4v2store
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	LEAQ   (BX)(DI*2), R8
+	ADDQ   DI, R8
+	MOVQ   CX, R9
+	MOVQ   ldb+88(FP), R10
+	SHLQ   $0x02, R10
+	MOVQ   k+112(FP), R11
+	TESTQ  R11, R11
+	JE     r4v2store
 
 r4v2loop:
 	VMOVUPS      (R9), Z8
@@ -1122,16 +1123,24 @@ r4v2loop:
 r4v2store:
 	MOVQ    ldc+24(FP), BX
 	SHLQ    $0x02, BX
+	VADDPS  (SI), Z0, Z0
 	VMOVUPS Z0, (SI)
+	VADDPS  64(SI), Z1, Z1
 	VMOVUPS Z1, 64(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z2, Z2
 	VMOVUPS Z2, (SI)
+	VADDPS  64(SI), Z3, Z3
 	VMOVUPS Z3, 64(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z4, Z4
 	VMOVUPS Z4, (SI)
+	VADDPS  64(SI), Z5, Z5
 	VMOVUPS Z5, 64(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z6, Z6
 	VMOVUPS Z6, (SI)
+	VADDPS  64(SI), Z7, Z7
 	VMOVUPS Z7, 64(SI)
 	JMP     rowsv2Done
 
@@ -1140,25 +1149,20 @@ rowsv2Tail4:
 	JNE  rowsv2Tail3
 
 	// Microkernel: 3 rows × 32 columns, 6 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, R8
-	VMOVUPS (R8), Z0
-	VMOVUPS 64(R8), Z1
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z2
-	VMOVUPS 64(R8), Z3
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z4
-	VMOVUPS 64(R8), Z5
-	MOVQ    lda+56(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    CX, R8
-	MOVQ    ldb+88(FP), R9
-	SHLQ    $0x02, R9
-	MOVQ    k+112(FP), R10
-	TESTQ   R10, R10
-	JE      r3v2store
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   CX, R8
+	MOVQ   ldb+88(FP), R9
+	SHLQ   $0x02, R9
+	MOVQ   k+112(FP), R10
+	TESTQ  R10, R10
+	JE     r3v2store
 
 r3v2loop:
 	VMOVUPS      (R8), Z6
@@ -1180,13 +1184,19 @@ r3v2loop:
 r3v2store:
 	MOVQ    ldc+24(FP), BX
 	SHLQ    $0x02, BX
+	VADDPS  (SI), Z0, Z0
 	VMOVUPS Z0, (SI)
+	VADDPS  64(SI), Z1, Z1
 	VMOVUPS Z1, 64(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z2, Z2
 	VMOVUPS Z2, (SI)
+	VADDPS  64(SI), Z3, Z3
 	VMOVUPS Z3, 64(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z4, Z4
 	VMOVUPS Z4, (SI)
+	VADDPS  64(SI), Z5, Z5
 	VMOVUPS Z5, 64(SI)
 	JMP     rowsv2Done
 
@@ -1195,22 +1205,18 @@ rowsv2Tail3:
 	JNE  rowsv2Tail2
 
 	// Microkernel: 2 rows × 32 columns, 4 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, R8
-	VMOVUPS (R8), Z0
-	VMOVUPS 64(R8), Z1
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z2
-	VMOVUPS 64(R8), Z3
-	MOVQ    lda+56(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    CX, R8
-	MOVQ    ldb+88(FP), R9
-	SHLQ    $0x02, R9
-	MOVQ    k+112(FP), R10
-	TESTQ   R10, R10
-	JE      r2v2store
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   CX, R8
+	MOVQ   ldb+88(FP), R9
+	SHLQ   $0x02, R9
+	MOVQ   k+112(FP), R10
+	TESTQ  R10, R10
+	JE     r2v2store
 
 r2v2loop:
 	VMOVUPS      (R8), Z4
@@ -1229,10 +1235,14 @@ r2v2loop:
 r2v2store:
 	MOVQ    ldc+24(FP), BX
 	SHLQ    $0x02, BX
+	VADDPS  (SI), Z0, Z0
 	VMOVUPS Z0, (SI)
+	VADDPS  64(SI), Z1, Z1
 	VMOVUPS Z1, 64(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z2, Z2
 	VMOVUPS Z2, (SI)
+	VADDPS  64(SI), Z3, Z3
 	VMOVUPS Z3, 64(SI)
 	JMP     rowsv2Done
 
@@ -1241,19 +1251,16 @@ rowsv2Tail2:
 	JNE  rowsv2Tail1
 
 	// Microkernel: 1 rows × 32 columns, 2 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, DI
-	VMOVUPS (DI), Z0
-	VMOVUPS 64(DI), Z1
-	MOVQ    lda+56(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    CX, DI
-	MOVQ    ldb+88(FP), R8
-	SHLQ    $0x02, R8
-	MOVQ    k+112(FP), R9
-	TESTQ   R9, R9
-	JE      r1v2store
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   CX, DI
+	MOVQ   ldb+88(FP), R8
+	SHLQ   $0x02, R8
+	MOVQ   k+112(FP), R9
+	TESTQ  R9, R9
+	JE     r1v2store
 
 r1v2loop:
 	VMOVUPS      (DI), Z2
@@ -1270,7 +1277,9 @@ r1v2store:
 	MOVQ    ldc+24(FP), BX
 	SHLQ    $0x02, BX
 	MOVQ    SI, BX
+	VADDPS  (BX), Z0, Z0
 	VMOVUPS Z0, (BX)
+	VADDPS  64(BX), Z1, Z1
 	VMOVUPS Z1, 64(BX)
 	JMP     rowsv2Done
 
@@ -1294,31 +1303,23 @@ rowsv1:
 	JL   rowsv1Tail
 
 	// Microkernel: 6 rows × 16 columns, 6 accumulators.
-	MOVQ    ldc+24(FP), R8
-	SHLQ    $0x02, R8
-	MOVQ    SI, R9
-	VMOVUPS (R9), Z0
-	ADDQ    R8, R9
-	VMOVUPS (R9), Z1
-	ADDQ    R8, R9
-	VMOVUPS (R9), Z2
-	ADDQ    R8, R9
-	VMOVUPS (R9), Z3
-	ADDQ    R8, R9
-	VMOVUPS (R9), Z4
-	ADDQ    R8, R9
-	VMOVUPS (R9), Z5
-	MOVQ    lda+56(FP), R8
-	SHLQ    $0x02, R8
-	MOVQ    BX, R9
-	LEAQ    (R9)(R8*2), R10
-	ADDQ    R8, R10
-	MOVQ    CX, R11
-	MOVQ    ldb+88(FP), R12
-	SHLQ    $0x02, R12
-	MOVQ    k+112(FP), R13
-	TESTQ   R13, R13
-	JE      r6v1store
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	MOVQ   lda+56(FP), R8
+	SHLQ   $0x02, R8
+	MOVQ   BX, R9
+	LEAQ   (R9)(R8*2), R10
+	ADDQ   R8, R10
+	MOVQ   CX, R11
+	MOVQ   ldb+88(FP), R12
+	SHLQ   $0x02, R12
+	MOVQ   k+112(FP), R13
+	TESTQ  R13, R13
+	JE     r6v1store
 
 r6v1loop:
 	VMOVUPS      (R11), Z6
@@ -1344,16 +1345,22 @@ r6v1store:
 	MOVQ    ldc+24(FP), R8
 	SHLQ    $0x02, R8
 	MOVQ    SI, R9
+	VADDPS  (R9), Z0, Z0
 	VMOVUPS Z0, (R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Z1, Z1
 	VMOVUPS Z1, (R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Z2, Z2
 	VMOVUPS Z2, (R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Z3, Z3
 	VMOVUPS Z3, (R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Z4, Z4
 	VMOVUPS Z4, (R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Z5, Z5
 	VMOVUPS Z5, (R9)
 	MOVQ    lda+56(FP), R8
 	IMUL3Q  $0x18, R8, R8
@@ -1369,28 +1376,21 @@ rowsv1Tail:
 	JNE  rowsv1Tail5
 
 	// Microkernel: 5 rows × 16 columns, 5 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, R8
-	VMOVUPS (R8), Z0
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z1
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z2
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z3
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z4
-	MOVQ    lda+56(FP), DI
-	SHLQ    $0x02, DI
-	LEAQ    (BX)(DI*2), R8
-	ADDQ    DI, R8
-	MOVQ    CX, R9
-	MOVQ    ldb+88(FP), R10
-	SHLQ    $0x02, R10
-	MOVQ    k+112(FP), R11
-	TESTQ   R11, R11
-	JE      r5v1store
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	LEAQ   (BX)(DI*2), R8
+	ADDQ   DI, R8
+	MOVQ   CX, R9
+	MOVQ   ldb+88(FP), R10
+	SHLQ   $0x02, R10
+	MOVQ   k+112(FP), R11
+	TESTQ  R11, R11
+	JE     r5v1store
 
 r5v1loop:
 	VMOVUPS      (R9), Z5
@@ -1413,14 +1413,19 @@ r5v1loop:
 r5v1store:
 	MOVQ    ldc+24(FP), BX
 	SHLQ    $0x02, BX
+	VADDPS  (SI), Z0, Z0
 	VMOVUPS Z0, (SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z1, Z1
 	VMOVUPS Z1, (SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z2, Z2
 	VMOVUPS Z2, (SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z3, Z3
 	VMOVUPS Z3, (SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z4, Z4
 	VMOVUPS Z4, (SI)
 	JMP     rowsv1Done
 
@@ -1429,26 +1434,20 @@ rowsv1Tail5:
 	JNE  rowsv1Tail4
 
 	// Microkernel: 4 rows × 16 columns, 4 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, R8
-	VMOVUPS (R8), Z0
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z1
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z2
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z3
-	MOVQ    lda+56(FP), DI
-	SHLQ    $0x02, DI
-	LEAQ    (BX)(DI*2), R8
-	ADDQ    DI, R8
-	MOVQ    CX, R9
-	MOVQ    ldb+88(FP), R10
-	SHLQ    $0x02, R10
-	MOVQ    k+112(FP), R11
-	TESTQ   R11, R11
-	JE      r4v1store
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	LEAQ   (BX)(DI*2), R8
+	ADDQ   DI, R8
+	MOVQ   CX, R9
+	MOVQ   ldb+88(FP), R10
+	SHLQ   $0x02, R10
+	MOVQ   k+112(FP), R11
+	TESTQ  R11, R11
+	JE     r4v1store
 
 r4v1loop:
 	VMOVUPS      (R9), Z4
@@ -1469,12 +1468,16 @@ r4v1loop:
 r4v1store:
 	MOVQ    ldc+24(FP), BX
 	SHLQ    $0x02, BX
+	VADDPS  (SI), Z0, Z0
 	VMOVUPS Z0, (SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z1, Z1
 	VMOVUPS Z1, (SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z2, Z2
 	VMOVUPS Z2, (SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z3, Z3
 	VMOVUPS Z3, (SI)
 	JMP     rowsv1Done
 
@@ -1483,22 +1486,17 @@ rowsv1Tail4:
 	JNE  rowsv1Tail3
 
 	// Microkernel: 3 rows × 16 columns, 3 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, R8
-	VMOVUPS (R8), Z0
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z1
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z2
-	MOVQ    lda+56(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    CX, R8
-	MOVQ    ldb+88(FP), R9
-	SHLQ    $0x02, R9
-	MOVQ    k+112(FP), R10
-	TESTQ   R10, R10
-	JE      r3v1store
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   CX, R8
+	MOVQ   ldb+88(FP), R9
+	SHLQ   $0x02, R9
+	MOVQ   k+112(FP), R10
+	TESTQ  R10, R10
+	JE     r3v1store
 
 r3v1loop:
 	VMOVUPS      (R8), Z3
@@ -1516,10 +1514,13 @@ r3v1loop:
 r3v1store:
 	MOVQ    ldc+24(FP), BX
 	SHLQ    $0x02, BX
+	VADDPS  (SI), Z0, Z0
 	VMOVUPS Z0, (SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z1, Z1
 	VMOVUPS Z1, (SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z2, Z2
 	VMOVUPS Z2, (SI)
 	JMP     rowsv1Done
 
@@ -1528,20 +1529,16 @@ rowsv1Tail3:
 	JNE  rowsv1Tail2
 
 	// Microkernel: 2 rows × 16 columns, 2 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, R8
-	VMOVUPS (R8), Z0
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z1
-	MOVQ    lda+56(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    CX, R8
-	MOVQ    ldb+88(FP), R9
-	SHLQ    $0x02, R9
-	MOVQ    k+112(FP), R10
-	TESTQ   R10, R10
-	JE      r2v1store
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   CX, R8
+	MOVQ   ldb+88(FP), R9
+	SHLQ   $0x02, R9
+	MOVQ   k+112(FP), R10
+	TESTQ  R10, R10
+	JE     r2v1store
 
 r2v1loop:
 	VMOVUPS      (R8), Z2
@@ -1557,8 +1554,10 @@ r2v1loop:
 r2v1store:
 	MOVQ    ldc+24(FP), BX
 	SHLQ    $0x02, BX
+	VADDPS  (SI), Z0, Z0
 	VMOVUPS Z0, (SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z1, Z1
 	VMOVUPS Z1, (SI)
 	JMP     rowsv1Done
 
@@ -1567,18 +1566,15 @@ rowsv1Tail2:
 	JNE  rowsv1Tail1
 
 	// Microkernel: 1 rows × 16 columns, 1 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, DI
-	VMOVUPS (DI), Z0
-	MOVQ    lda+56(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    CX, DI
-	MOVQ    ldb+88(FP), R8
-	SHLQ    $0x02, R8
-	MOVQ    k+112(FP), R9
-	TESTQ   R9, R9
-	JE      r1v1store
+	VPSUBD Z0, Z0, Z0
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   CX, DI
+	MOVQ   ldb+88(FP), R8
+	SHLQ   $0x02, R8
+	MOVQ   k+112(FP), R9
+	TESTQ  R9, R9
+	JE     r1v1store
 
 r1v1loop:
 	VMOVUPS      (DI), Z1
@@ -1593,6 +1589,7 @@ r1v1store:
 	MOVQ    ldc+24(FP), BX
 	SHLQ    $0x02, BX
 	MOVQ    SI, BX
+	VADDPS  (BX), Z0, Z0
 	VMOVUPS Z0, (BX)
 	JMP     rowsv1Done
 
@@ -1626,35 +1623,27 @@ rowsv2:
 	JL   rowsv2Tail
 
 	// Microkernel: 6 rows × 32 columns, 12 accumulators.
-	MOVQ    ldc+24(FP), R8
-	SHLQ    $0x02, R8
-	MOVQ    SI, R9
-	VMOVUPS (R9), Z0
-	VMOVUPS 64(R9), Z1
-	ADDQ    R8, R9
-	VMOVUPS (R9), Z2
-	VMOVUPS 64(R9), Z3
-	ADDQ    R8, R9
-	VMOVUPS (R9), Z4
-	VMOVUPS 64(R9), Z5
-	ADDQ    R8, R9
-	VMOVUPS (R9), Z6
-	VMOVUPS 64(R9), Z7
-	ADDQ    R8, R9
-	VMOVUPS (R9), Z8
-	VMOVUPS 64(R9), Z9
-	ADDQ    R8, R9
-	VMOVUPS (R9), Z10
-	VMOVUPS 64(R9), Z11
-	MOVQ    lda+56(FP), R8
-	SHLQ    $0x02, R8
-	MOVQ    BX, R9
-	MOVQ    CX, R10
-	MOVQ    ldb+88(FP), R11
-	SHLQ    $0x02, R11
-	MOVQ    k+112(FP), R12
-	TESTQ   R12, R12
-	JE      r6v2store
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	MOVQ   lda+56(FP), R8
+	SHLQ   $0x02, R8
+	MOVQ   BX, R9
+	MOVQ   CX, R10
+	MOVQ   ldb+88(FP), R11
+	SHLQ   $0x02, R11
+	MOVQ   k+112(FP), R12
+	TESTQ  R12, R12
+	JE     r6v2store
 
 r6v2loop:
 	VMOVUPS      (R10), Z12
@@ -1686,22 +1675,34 @@ r6v2store:
 	MOVQ    ldc+24(FP), R8
 	SHLQ    $0x02, R8
 	MOVQ    SI, R9
+	VADDPS  (R9), Z0, Z0
 	VMOVUPS Z0, (R9)
+	VADDPS  64(R9), Z1, Z1
 	VMOVUPS Z1, 64(R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Z2, Z2
 	VMOVUPS Z2, (R9)
+	VADDPS  64(R9), Z3, Z3
 	VMOVUPS Z3, 64(R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Z4, Z4
 	VMOVUPS Z4, (R9)
+	VADDPS  64(R9), Z5, Z5
 	VMOVUPS Z5, 64(R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Z6, Z6
 	VMOVUPS Z6, (R9)
+	VADDPS  64(R9), Z7, Z7
 	VMOVUPS Z7, 64(R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Z8, Z8
 	VMOVUPS Z8, (R9)
+	VADDPS  64(R9), Z9, Z9
 	VMOVUPS Z9, 64(R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Z10, Z10
 	VMOVUPS Z10, (R9)
+	VADDPS  64(R9), Z11, Z11
 	VMOVUPS Z11, 64(R9)
 	ADDQ    $0x18, BX
 	MOVQ    ldc+24(FP), R8
@@ -1715,31 +1716,24 @@ rowsv2Tail:
 	JNE  rowsv2Tail5
 
 	// Microkernel: 5 rows × 32 columns, 10 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, R8
-	VMOVUPS (R8), Z0
-	VMOVUPS 64(R8), Z1
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z2
-	VMOVUPS 64(R8), Z3
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z4
-	VMOVUPS 64(R8), Z5
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z6
-	VMOVUPS 64(R8), Z7
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z8
-	VMOVUPS 64(R8), Z9
-	MOVQ    lda+56(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    CX, R8
-	MOVQ    ldb+88(FP), R9
-	SHLQ    $0x02, R9
-	MOVQ    k+112(FP), R10
-	TESTQ   R10, R10
-	JE      r5v2store
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   CX, R8
+	MOVQ   ldb+88(FP), R9
+	SHLQ   $0x02, R9
+	MOVQ   k+112(FP), R10
+	TESTQ  R10, R10
+	JE     r5v2store
 
 r5v2loop:
 	VMOVUPS      (R8), Z10
@@ -1767,19 +1761,29 @@ r5v2loop:
 r5v2store:
 	MOVQ    ldc+24(FP), BX
 	SHLQ    $0x02, BX
+	VADDPS  (SI), Z0, Z0
 	VMOVUPS Z0, (SI)
+	VADDPS  64(SI), Z1, Z1
 	VMOVUPS Z1, 64(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z2, Z2
 	VMOVUPS Z2, (SI)
+	VADDPS  64(SI), Z3, Z3
 	VMOVUPS Z3, 64(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z4, Z4
 	VMOVUPS Z4, (SI)
+	VADDPS  64(SI), Z5, Z5
 	VMOVUPS Z5, 64(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z6, Z6
 	VMOVUPS Z6, (SI)
+	VADDPS  64(SI), Z7, Z7
 	VMOVUPS Z7, 64(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z8, Z8
 	VMOVUPS Z8, (SI)
+	VADDPS  64(SI), Z9, Z9
 	VMOVUPS Z9, 64(SI)
 	JMP     rowsv2Done
 
@@ -1788,28 +1792,22 @@ rowsv2Tail5:
 	JNE  rowsv2Tail4
 
 	// Microkernel: 4 rows × 32 columns, 8 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, R8
-	VMOVUPS (R8), Z0
-	VMOVUPS 64(R8), Z1
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z2
-	VMOVUPS 64(R8), Z3
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z4
-	VMOVUPS 64(R8), Z5
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z6
-	VMOVUPS 64(R8), Z7
-	MOVQ    lda+56(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    CX, R8
-	MOVQ    ldb+88(FP), R9
-	SHLQ    $0x02, R9
-	MOVQ    k+112(FP), R10
-	TESTQ   R10, R10
-	JE      r4v2store
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   CX, R8
+	MOVQ   ldb+88(FP), R9
+	SHLQ   $0x02, R9
+	MOVQ   k+112(FP), R10
+	TESTQ  R10, R10
+	JE     r4v2store
 
 r4v2loop:
 	VMOVUPS      (R8), Z8
@@ -1834,16 +1832,24 @@ r4v2loop:
 r4v2store:
 	MOVQ    ldc+24(FP), BX
 	SHLQ    $0x02, BX
+	VADDPS  (SI), Z0, Z0
 	VMOVUPS Z0, (SI)
+	VADDPS  64(SI), Z1, Z1
 	VMOVUPS Z1, 64(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z2, Z2
 	VMOVUPS Z2, (SI)
+	VADDPS  64(SI), Z3, Z3
 	VMOVUPS Z3, 64(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z4, Z4
 	VMOVUPS Z4, (SI)
+	VADDPS  64(SI), Z5, Z5
 	VMOVUPS Z5, 64(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z6, Z6
 	VMOVUPS Z6, (SI)
+	VADDPS  64(SI), Z7, Z7
 	VMOVUPS Z7, 64(SI)
 	JMP     rowsv2Done
 
@@ -1852,25 +1858,20 @@ rowsv2Tail4:
 	JNE  rowsv2Tail3
 
 	// Microkernel: 3 rows × 32 columns, 6 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, R8
-	VMOVUPS (R8), Z0
-	VMOVUPS 64(R8), Z1
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z2
-	VMOVUPS 64(R8), Z3
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z4
-	VMOVUPS 64(R8), Z5
-	MOVQ    lda+56(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    CX, R8
-	MOVQ    ldb+88(FP), R9
-	SHLQ    $0x02, R9
-	MOVQ    k+112(FP), R10
-	TESTQ   R10, R10
-	JE      r3v2store
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   CX, R8
+	MOVQ   ldb+88(FP), R9
+	SHLQ   $0x02, R9
+	MOVQ   k+112(FP), R10
+	TESTQ  R10, R10
+	JE     r3v2store
 
 r3v2loop:
 	VMOVUPS      (R8), Z6
@@ -1892,13 +1893,19 @@ r3v2loop:
 r3v2store:
 	MOVQ    ldc+24(FP), BX
 	SHLQ    $0x02, BX
+	VADDPS  (SI), Z0, Z0
 	VMOVUPS Z0, (SI)
+	VADDPS  64(SI), Z1, Z1
 	VMOVUPS Z1, 64(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z2, Z2
 	VMOVUPS Z2, (SI)
+	VADDPS  64(SI), Z3, Z3
 	VMOVUPS Z3, 64(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z4, Z4
 	VMOVUPS Z4, (SI)
+	VADDPS  64(SI), Z5, Z5
 	VMOVUPS Z5, 64(SI)
 	JMP     rowsv2Done
 
@@ -1907,22 +1914,18 @@ rowsv2Tail3:
 	JNE  rowsv2Tail2
 
 	// Microkernel: 2 rows × 32 columns, 4 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, R8
-	VMOVUPS (R8), Z0
-	VMOVUPS 64(R8), Z1
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z2
-	VMOVUPS 64(R8), Z3
-	MOVQ    lda+56(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    CX, R8
-	MOVQ    ldb+88(FP), R9
-	SHLQ    $0x02, R9
-	MOVQ    k+112(FP), R10
-	TESTQ   R10, R10
-	JE      r2v2store
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   CX, R8
+	MOVQ   ldb+88(FP), R9
+	SHLQ   $0x02, R9
+	MOVQ   k+112(FP), R10
+	TESTQ  R10, R10
+	JE     r2v2store
 
 r2v2loop:
 	VMOVUPS      (R8), Z4
@@ -1941,10 +1944,14 @@ r2v2loop:
 r2v2store:
 	MOVQ    ldc+24(FP), BX
 	SHLQ    $0x02, BX
+	VADDPS  (SI), Z0, Z0
 	VMOVUPS Z0, (SI)
+	VADDPS  64(SI), Z1, Z1
 	VMOVUPS Z1, 64(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z2, Z2
 	VMOVUPS Z2, (SI)
+	VADDPS  64(SI), Z3, Z3
 	VMOVUPS Z3, 64(SI)
 	JMP     rowsv2Done
 
@@ -1953,19 +1960,16 @@ rowsv2Tail2:
 	JNE  rowsv2Tail1
 
 	// Microkernel: 1 rows × 32 columns, 2 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, DI
-	VMOVUPS (DI), Z0
-	VMOVUPS 64(DI), Z1
-	MOVQ    lda+56(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    CX, R8
-	MOVQ    ldb+88(FP), R9
-	SHLQ    $0x02, R9
-	MOVQ    k+112(FP), R10
-	TESTQ   R10, R10
-	JE      r1v2store
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   CX, R8
+	MOVQ   ldb+88(FP), R9
+	SHLQ   $0x02, R9
+	MOVQ   k+112(FP), R10
+	TESTQ  R10, R10
+	JE     r1v2store
 
 r1v2loop:
 	VMOVUPS      (R8), Z2
@@ -1982,7 +1986,9 @@ r1v2store:
 	MOVQ    ldc+24(FP), BX
 	SHLQ    $0x02, BX
 	MOVQ    SI, BX
+	VADDPS  (BX), Z0, Z0
 	VMOVUPS Z0, (BX)
+	VADDPS  64(BX), Z1, Z1
 	VMOVUPS Z1, 64(BX)
 	JMP     rowsv2Done
 
@@ -2006,29 +2012,21 @@ rowsv1:
 	JL   rowsv1Tail
 
 	// Microkernel: 6 rows × 16 columns, 6 accumulators.
-	MOVQ    ldc+24(FP), R8
-	SHLQ    $0x02, R8
-	MOVQ    SI, R9
-	VMOVUPS (R9), Z0
-	ADDQ    R8, R9
-	VMOVUPS (R9), Z1
-	ADDQ    R8, R9
-	VMOVUPS (R9), Z2
-	ADDQ    R8, R9
-	VMOVUPS (R9), Z3
-	ADDQ    R8, R9
-	VMOVUPS (R9), Z4
-	ADDQ    R8, R9
-	VMOVUPS (R9), Z5
-	MOVQ    lda+56(FP), R8
-	SHLQ    $0x02, R8
-	MOVQ    BX, R9
-	MOVQ    CX, R10
-	MOVQ    ldb+88(FP), R11
-	SHLQ    $0x02, R11
-	MOVQ    k+112(FP), R12
-	TESTQ   R12, R12
-	JE      r6v1store
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	MOVQ   lda+56(FP), R8
+	SHLQ   $0x02, R8
+	MOVQ   BX, R9
+	MOVQ   CX, R10
+	MOVQ   ldb+88(FP), R11
+	SHLQ   $0x02, R11
+	MOVQ   k+112(FP), R12
+	TESTQ  R12, R12
+	JE     r6v1store
 
 r6v1loop:
 	VMOVUPS      (R10), Z6
@@ -2053,16 +2051,22 @@ r6v1store:
 	MOVQ    ldc+24(FP), R8
 	SHLQ    $0x02, R8
 	MOVQ    SI, R9
+	VADDPS  (R9), Z0, Z0
 	VMOVUPS Z0, (R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Z1, Z1
 	VMOVUPS Z1, (R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Z2, Z2
 	VMOVUPS Z2, (R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Z3, Z3
 	VMOVUPS Z3, (R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Z4, Z4
 	VMOVUPS Z4, (R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Z5, Z5
 	VMOVUPS Z5, (R9)
 	ADDQ    $0x18, BX
 	MOVQ    ldc+24(FP), R8
@@ -2076,26 +2080,19 @@ rowsv1Tail:
 	JNE  rowsv1Tail5
 
 	// Microkernel: 5 rows × 16 columns, 5 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, R8
-	VMOVUPS (R8), Z0
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z1
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z2
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z3
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z4
-	MOVQ    lda+56(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    CX, R8
-	MOVQ    ldb+88(FP), R9
-	SHLQ    $0x02, R9
-	MOVQ    k+112(FP), R10
-	TESTQ   R10, R10
-	JE      r5v1store
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   CX, R8
+	MOVQ   ldb+88(FP), R9
+	SHLQ   $0x02, R9
+	MOVQ   k+112(FP), R10
+	TESTQ  R10, R10
+	JE     r5v1store
 
 r5v1loop:
 	VMOVUPS      (R8), Z5
@@ -2117,14 +2114,19 @@ r5v1loop:
 r5v1store:
 	MOVQ    ldc+24(FP), BX
 	SHLQ    $0x02, BX
+	VADDPS  (SI), Z0, Z0
 	VMOVUPS Z0, (SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z1, Z1
 	VMOVUPS Z1, (SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z2, Z2
 	VMOVUPS Z2, (SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z3, Z3
 	VMOVUPS Z3, (SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z4, Z4
 	VMOVUPS Z4, (SI)
 	JMP     rowsv1Done
 
@@ -2133,24 +2135,18 @@ rowsv1Tail5:
 	JNE  rowsv1Tail4
 
 	// Microkernel: 4 rows × 16 columns, 4 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, R8
-	VMOVUPS (R8), Z0
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z1
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z2
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z3
-	MOVQ    lda+56(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    CX, R8
-	MOVQ    ldb+88(FP), R9
-	SHLQ    $0x02, R9
-	MOVQ    k+112(FP), R10
-	TESTQ   R10, R10
-	JE      r4v1store
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   CX, R8
+	MOVQ   ldb+88(FP), R9
+	SHLQ   $0x02, R9
+	MOVQ   k+112(FP), R10
+	TESTQ  R10, R10
+	JE     r4v1store
 
 r4v1loop:
 	VMOVUPS      (R8), Z4
@@ -2170,12 +2166,16 @@ r4v1loop:
 r4v1store:
 	MOVQ    ldc+24(FP), BX
 	SHLQ    $0x02, BX
+	VADDPS  (SI), Z0, Z0
 	VMOVUPS Z0, (SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z1, Z1
 	VMOVUPS Z1, (SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z2, Z2
 	VMOVUPS Z2, (SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z3, Z3
 	VMOVUPS Z3, (SI)
 	JMP     rowsv1Done
 
@@ -2184,22 +2184,17 @@ rowsv1Tail4:
 	JNE  rowsv1Tail3
 
 	// Microkernel: 3 rows × 16 columns, 3 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, R8
-	VMOVUPS (R8), Z0
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z1
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z2
-	MOVQ    lda+56(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    CX, R8
-	MOVQ    ldb+88(FP), R9
-	SHLQ    $0x02, R9
-	MOVQ    k+112(FP), R10
-	TESTQ   R10, R10
-	JE      r3v1store
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   CX, R8
+	MOVQ   ldb+88(FP), R9
+	SHLQ   $0x02, R9
+	MOVQ   k+112(FP), R10
+	TESTQ  R10, R10
+	JE     r3v1store
 
 r3v1loop:
 	VMOVUPS      (R8), Z3
@@ -2217,10 +2212,13 @@ r3v1loop:
 r3v1store:
 	MOVQ    ldc+24(FP), BX
 	SHLQ    $0x02, BX
+	VADDPS  (SI), Z0, Z0
 	VMOVUPS Z0, (SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z1, Z1
 	VMOVUPS Z1, (SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z2, Z2
 	VMOVUPS Z2, (SI)
 	JMP     rowsv1Done
 
@@ -2229,20 +2227,16 @@ rowsv1Tail3:
 	JNE  rowsv1Tail2
 
 	// Microkernel: 2 rows × 16 columns, 2 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, R8
-	VMOVUPS (R8), Z0
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z1
-	MOVQ    lda+56(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    CX, R8
-	MOVQ    ldb+88(FP), R9
-	SHLQ    $0x02, R9
-	MOVQ    k+112(FP), R10
-	TESTQ   R10, R10
-	JE      r2v1store
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   CX, R8
+	MOVQ   ldb+88(FP), R9
+	SHLQ   $0x02, R9
+	MOVQ   k+112(FP), R10
+	TESTQ  R10, R10
+	JE     r2v1store
 
 r2v1loop:
 	VMOVUPS      (R8), Z2
@@ -2258,8 +2252,10 @@ r2v1loop:
 r2v1store:
 	MOVQ    ldc+24(FP), BX
 	SHLQ    $0x02, BX
+	VADDPS  (SI), Z0, Z0
 	VMOVUPS Z0, (SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Z1, Z1
 	VMOVUPS Z1, (SI)
 	JMP     rowsv1Done
 
@@ -2268,18 +2264,15 @@ rowsv1Tail2:
 	JNE  rowsv1Tail1
 
 	// Microkernel: 1 rows × 16 columns, 1 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, DI
-	VMOVUPS (DI), Z0
-	MOVQ    lda+56(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    CX, R8
-	MOVQ    ldb+88(FP), R9
-	SHLQ    $0x02, R9
-	MOVQ    k+112(FP), R10
-	TESTQ   R10, R10
-	JE      r1v1store
+	VPSUBD Z0, Z0, Z0
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   CX, R8
+	MOVQ   ldb+88(FP), R9
+	SHLQ   $0x02, R9
+	MOVQ   k+112(FP), R10
+	TESTQ  R10, R10
+	JE     r1v1store
 
 r1v1loop:
 	VMOVUPS      (R8), Z1
@@ -2294,6 +2287,7 @@ r1v1store:
 	MOVQ    ldc+24(FP), BX
 	SHLQ    $0x02, BX
 	MOVQ    SI, BX
+	VADDPS  (BX), Z0, Z0
 	VMOVUPS Z0, (BX)
 	JMP     rowsv1Done
 
@@ -3018,37 +3012,29 @@ rowsv2:
 	JL   rowsv2Tail
 
 	// Microkernel: 6 rows × 16 columns, 12 accumulators.
-	MOVQ    ldc+24(FP), R8
-	SHLQ    $0x02, R8
-	MOVQ    SI, R9
-	VMOVUPS (R9), Y0
-	VMOVUPS 32(R9), Y1
-	ADDQ    R8, R9
-	VMOVUPS (R9), Y2
-	VMOVUPS 32(R9), Y3
-	ADDQ    R8, R9
-	VMOVUPS (R9), Y4
-	VMOVUPS 32(R9), Y5
-	ADDQ    R8, R9
-	VMOVUPS (R9), Y6
-	VMOVUPS 32(R9), Y7
-	ADDQ    R8, R9
-	VMOVUPS (R9), Y8
-	VMOVUPS 32(R9), Y9
-	ADDQ    R8, R9
-	VMOVUPS (R9), Y10
-	VMOVUPS 32(R9), Y11
-	MOVQ    lda+56(FP), R8
-	SHLQ    $0x02, R8
-	MOVQ    BX, R9
-	LEAQ    (R9)(R8*2), R10
-	ADDQ    R8, R10
-	MOVQ    CX, R11
-	MOVQ    ldb+88(FP), R12
-	SHLQ    $0x02, R12
-	MOVQ    k+112(FP), R13
-	TESTQ   R13, R13
-	JE      r6v2store
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ   lda+56(FP), R8
+	SHLQ   $0x02, R8
+	MOVQ   BX, R9
+	LEAQ   (R9)(R8*2), R10
+	ADDQ   R8, R10
+	MOVQ   CX, R11
+	MOVQ   ldb+88(FP), R12
+	SHLQ   $0x02, R12
+	MOVQ   k+112(FP), R13
+	TESTQ  R13, R13
+	JE     r6v2store
 
 r6v2loop:
 	VMOVUPS      (R11), Y12
@@ -3081,22 +3067,34 @@ r6v2store:
 	MOVQ    ldc+24(FP), R8
 	SHLQ    $0x02, R8
 	MOVQ    SI, R9
+	VADDPS  (R9), Y0, Y0
 	VMOVUPS Y0, (R9)
+	VADDPS  32(R9), Y1, Y1
 	VMOVUPS Y1, 32(R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Y2, Y2
 	VMOVUPS Y2, (R9)
+	VADDPS  32(R9), Y3, Y3
 	VMOVUPS Y3, 32(R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Y4, Y4
 	VMOVUPS Y4, (R9)
+	VADDPS  32(R9), Y5, Y5
 	VMOVUPS Y5, 32(R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Y6, Y6
 	VMOVUPS Y6, (R9)
+	VADDPS  32(R9), Y7, Y7
 	VMOVUPS Y7, 32(R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Y8, Y8
 	VMOVUPS Y8, (R9)
+	VADDPS  32(R9), Y9, Y9
 	VMOVUPS Y9, 32(R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Y10, Y10
 	VMOVUPS Y10, (R9)
+	VADDPS  32(R9), Y11, Y11
 	VMOVUPS Y11, 32(R9)
 	MOVQ    lda+56(FP), R8
 	IMUL3Q  $0x18, R8, R8
@@ -3112,33 +3110,26 @@ rowsv2Tail:
 	JNE  rowsv2Tail5
 
 	// Microkernel: 5 rows × 16 columns, 10 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, R8
-	VMOVUPS (R8), Y0
-	VMOVUPS 32(R8), Y1
-	ADDQ    DI, R8
-	VMOVUPS (R8), Y2
-	VMOVUPS 32(R8), Y3
-	ADDQ    DI, R8
-	VMOVUPS (R8), Y4
-	VMOVUPS 32(R8), Y5
-	ADDQ    DI, R8
-	VMOVUPS (R8), Y6
-	VMOVUPS 32(R8), Y7
-	ADDQ    DI, R8
-	VMOVUPS (R8), Y8
-	VMOVUPS 32(R8), Y9
-	MOVQ    lda+56(FP), DI
-	SHLQ    $0x02, DI
-	LEAQ    (BX)(DI*2), R8
-	ADDQ    DI, R8
-	MOVQ    CX, R9
-	MOVQ    ldb+88(FP), R10
-	SHLQ    $0x02, R10
-	MOVQ    k+112(FP), R11
-	TESTQ   R11, R11
-	JE      r5v2store
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	LEAQ   (BX)(DI*2), R8
+	ADDQ   DI, R8
+	MOVQ   CX, R9
+	MOVQ   ldb+88(FP), R10
+	SHLQ   $0x02, R10
+	MOVQ   k+112(FP), R11
+	TESTQ  R11, R11
+	JE     r5v2store
 
 r5v2loop:
 	VMOVUPS      (R9), Y10
@@ -3167,19 +3158,29 @@ r5v2loop:
 r5v2store:
 	MOVQ    ldc+24(FP), BX
 	SHLQ    $0x02, BX
+	VADDPS  (SI), Y0, Y0
 	VMOVUPS Y0, (SI)
+	VADDPS  32(SI), Y1, Y1
 	VMOVUPS Y1, 32(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Y2, Y2
 	VMOVUPS Y2, (SI)
+	VADDPS  32(SI), Y3, Y3
 	VMOVUPS Y3, 32(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Y4, Y4
 	VMOVUPS Y4, (SI)
+	VADDPS  32(SI), Y5, Y5
 	VMOVUPS Y5, 32(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Y6, Y6
 	VMOVUPS Y6, (SI)
+	VADDPS  32(SI), Y7, Y7
 	VMOVUPS Y7, 32(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Y8, Y8
 	VMOVUPS Y8, (SI)
+	VADDPS  32(SI), Y9, Y9
 	VMOVUPS Y9, 32(SI)
 	JMP     rowsv2Done
 
@@ -3188,30 +3189,24 @@ rowsv2Tail5:
 	JNE  rowsv2Tail4
 
 	// Microkernel: 4 rows × 16 columns, 8 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, R8
-	VMOVUPS (R8), Y0
-	VMOVUPS 32(R8), Y1
-	ADDQ    DI, R8
-	VMOVUPS (R8), Y2
-	VMOVUPS 32(R8), Y3
-	ADDQ    DI, R8
-	VMOVUPS (R8), Y4
-	VMOVUPS 32(R8), Y5
-	ADDQ    DI, R8
-	VMOVUPS (R8), Y6
-	VMOVUPS 32(R8), Y7
-	MOVQ    lda+56(FP), DI
-	SHLQ    $0x02, DI
-	LEAQ    (BX)(DI*2), R8
-	ADDQ    DI, R8
-	MOVQ    CX, R9
-	MOVQ    ldb+88(FP), R10
-	SHLQ    $0x02, R10
-	MOVQ    k+112(FP), R11
-	TESTQ   R11, R11
-	JE      r4v2store
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	LEAQ   (BX)(DI*2), R8
+	ADDQ   DI, R8
+	MOVQ   CX, R9
+	MOVQ   ldb+88(FP), R10
+	SHLQ   $0x02, R10
+	MOVQ   k+112(FP), R11
+	TESTQ  R11, R11
+	JE     r4v2store
 
 r4v2loop:
 	VMOVUPS      (R9), Y8
@@ -3237,16 +3232,24 @@ r4v2loop:
 r4v2store:
 	MOVQ    ldc+24(FP), BX
 	SHLQ    $0x02, BX
+	VADDPS  (SI), Y0, Y0
 	VMOVUPS Y0, (SI)
+	VADDPS  32(SI), Y1, Y1
 	VMOVUPS Y1, 32(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Y2, Y2
 	VMOVUPS Y2, (SI)
+	VADDPS  32(SI), Y3, Y3
 	VMOVUPS Y3, 32(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Y4, Y4
 	VMOVUPS Y4, (SI)
+	VADDPS  32(SI), Y5, Y5
 	VMOVUPS Y5, 32(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Y6, Y6
 	VMOVUPS Y6, (SI)
+	VADDPS  32(SI), Y7, Y7
 	VMOVUPS Y7, 32(SI)
 	JMP     rowsv2Done
 
@@ -3255,25 +3258,20 @@ rowsv2Tail4:
 	JNE  rowsv2Tail3
 
 	// Microkernel: 3 rows × 16 columns, 6 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, R8
-	VMOVUPS (R8), Y0
-	VMOVUPS 32(R8), Y1
-	ADDQ    DI, R8
-	VMOVUPS (R8), Y2
-	VMOVUPS 32(R8), Y3
-	ADDQ    DI, R8
-	VMOVUPS (R8), Y4
-	VMOVUPS 32(R8), Y5
-	MOVQ    lda+56(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    CX, R8
-	MOVQ    ldb+88(FP), R9
-	SHLQ    $0x02, R9
-	MOVQ    k+112(FP), R10
-	TESTQ   R10, R10
-	JE      r3v2store
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   CX, R8
+	MOVQ   ldb+88(FP), R9
+	SHLQ   $0x02, R9
+	MOVQ   k+112(FP), R10
+	TESTQ  R10, R10
+	JE     r3v2store
 
 r3v2loop:
 	VMOVUPS      (R8), Y6
@@ -3295,13 +3293,19 @@ r3v2loop:
 r3v2store:
 	MOVQ    ldc+24(FP), BX
 	SHLQ    $0x02, BX
+	VADDPS  (SI), Y0, Y0
 	VMOVUPS Y0, (SI)
+	VADDPS  32(SI), Y1, Y1
 	VMOVUPS Y1, 32(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Y2, Y2
 	VMOVUPS Y2, (SI)
+	VADDPS  32(SI), Y3, Y3
 	VMOVUPS Y3, 32(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Y4, Y4
 	VMOVUPS Y4, (SI)
+	VADDPS  32(SI), Y5, Y5
 	VMOVUPS Y5, 32(SI)
 	JMP     rowsv2Done
 
@@ -3310,22 +3314,18 @@ rowsv2Tail3:
 	JNE  rowsv2Tail2
 
 	// Microkernel: 2 rows × 16 columns, 4 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, R8
-	VMOVUPS (R8), Y0
-	VMOVUPS 32(R8), Y1
-	ADDQ    DI, R8
-	VMOVUPS (R8), Y2
-	VMOVUPS 32(R8), Y3
-	MOVQ    lda+56(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    CX, R8
-	MOVQ    ldb+88(FP), R9
-	SHLQ    $0x02, R9
-	MOVQ    k+112(FP), R10
-	TESTQ   R10, R10
-	JE      r2v2store
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   CX, R8
+	MOVQ   ldb+88(FP), R9
+	SHLQ   $0x02, R9
+	MOVQ   k+112(FP), R10
+	TESTQ  R10, R10
+	JE     r2v2store
 
 r2v2loop:
 	VMOVUPS      (R8), Y4
@@ -3344,10 +3344,14 @@ r2v2loop:
 r2v2store:
 	MOVQ    ldc+24(FP), BX
 	SHLQ    $0x02, BX
+	VADDPS  (SI), Y0, Y0
 	VMOVUPS Y0, (SI)
+	VADDPS  32(SI), Y1, Y1
 	VMOVUPS Y1, 32(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Y2, Y2
 	VMOVUPS Y2, (SI)
+	VADDPS  32(SI), Y3, Y3
 	VMOVUPS Y3, 32(SI)
 	JMP     rowsv2Done
 
@@ -3356,19 +3360,16 @@ rowsv2Tail2:
 	JNE  rowsv2Tail1
 
 	// Microkernel: 1 rows × 16 columns, 2 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, DI
-	VMOVUPS (DI), Y0
-	VMOVUPS 32(DI), Y1
-	MOVQ    lda+56(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    CX, DI
-	MOVQ    ldb+88(FP), R8
-	SHLQ    $0x02, R8
-	MOVQ    k+112(FP), R9
-	TESTQ   R9, R9
-	JE      r1v2store
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   CX, DI
+	MOVQ   ldb+88(FP), R8
+	SHLQ   $0x02, R8
+	MOVQ   k+112(FP), R9
+	TESTQ  R9, R9
+	JE     r1v2store
 
 r1v2loop:
 	VMOVUPS      (DI), Y2
@@ -3385,7 +3386,9 @@ r1v2store:
 	MOVQ    ldc+24(FP), BX
 	SHLQ    $0x02, BX
 	MOVQ    SI, BX
+	VADDPS  (BX), Y0, Y0
 	VMOVUPS Y0, (BX)
+	VADDPS  32(BX), Y1, Y1
 	VMOVUPS Y1, 32(BX)
 	JMP     rowsv2Done
 
@@ -3419,35 +3422,27 @@ rowsv2:
 	JL   rowsv2Tail
 
 	// Microkernel: 6 rows × 16 columns, 12 accumulators.
-	MOVQ    ldc+24(FP), R8
-	SHLQ    $0x02, R8
-	MOVQ    SI, R9
-	VMOVUPS (R9), Y0
-	VMOVUPS 32(R9), Y1
-	ADDQ    R8, R9
-	VMOVUPS (R9), Y2
-	VMOVUPS 32(R9), Y3
-	ADDQ    R8, R9
-	VMOVUPS (R9), Y4
-	VMOVUPS 32(R9), Y5
-	ADDQ    R8, R9
-	VMOVUPS (R9), Y6
-	VMOVUPS 32(R9), Y7
-	ADDQ    R8, R9
-	VMOVUPS (R9), Y8
-	VMOVUPS 32(R9), Y9
-	ADDQ    R8, R9
-	VMOVUPS (R9), Y10
-	VMOVUPS 32(R9), Y11
-	MOVQ    lda+56(FP), R8
-	SHLQ    $0x02, R8
-	MOVQ    BX, R9
-	MOVQ    CX, R10
-	MOVQ    ldb+88(FP), R11
-	SHLQ    $0x02, R11
-	MOVQ    k+112(FP), R12
-	TESTQ   R12, R12
-	JE      r6v2store
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ   lda+56(FP), R8
+	SHLQ   $0x02, R8
+	MOVQ   BX, R9
+	MOVQ   CX, R10
+	MOVQ   ldb+88(FP), R11
+	SHLQ   $0x02, R11
+	MOVQ   k+112(FP), R12
+	TESTQ  R12, R12
+	JE     r6v2store
 
 r6v2loop:
 	VMOVUPS      (R10), Y12
@@ -3479,22 +3474,34 @@ r6v2store:
 	MOVQ    ldc+24(FP), R8
 	SHLQ    $0x02, R8
 	MOVQ    SI, R9
+	VADDPS  (R9), Y0, Y0
 	VMOVUPS Y0, (R9)
+	VADDPS  32(R9), Y1, Y1
 	VMOVUPS Y1, 32(R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Y2, Y2
 	VMOVUPS Y2, (R9)
+	VADDPS  32(R9), Y3, Y3
 	VMOVUPS Y3, 32(R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Y4, Y4
 	VMOVUPS Y4, (R9)
+	VADDPS  32(R9), Y5, Y5
 	VMOVUPS Y5, 32(R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Y6, Y6
 	VMOVUPS Y6, (R9)
+	VADDPS  32(R9), Y7, Y7
 	VMOVUPS Y7, 32(R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Y8, Y8
 	VMOVUPS Y8, (R9)
+	VADDPS  32(R9), Y9, Y9
 	VMOVUPS Y9, 32(R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Y10, Y10
 	VMOVUPS Y10, (R9)
+	VADDPS  32(R9), Y11, Y11
 	VMOVUPS Y11, 32(R9)
 	ADDQ    $0x18, BX
 	MOVQ    ldc+24(FP), R8
@@ -3508,31 +3515,24 @@ rowsv2Tail:
 	JNE  rowsv2Tail5
 
 	// Microkernel: 5 rows × 16 columns, 10 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, R8
-	VMOVUPS (R8), Y0
-	VMOVUPS 32(R8), Y1
-	ADDQ    DI, R8
-	VMOVUPS (R8), Y2
-	VMOVUPS 32(R8), Y3
-	ADDQ    DI, R8
-	VMOVUPS (R8), Y4
-	VMOVUPS 32(R8), Y5
-	ADDQ    DI, R8
-	VMOVUPS (R8), Y6
-	VMOVUPS 32(R8), Y7
-	ADDQ    DI, R8
-	VMOVUPS (R8), Y8
-	VMOVUPS 32(R8), Y9
-	MOVQ    lda+56(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    CX, R8
-	MOVQ    ldb+88(FP), R9
-	SHLQ    $0x02, R9
-	MOVQ    k+112(FP), R10
-	TESTQ   R10, R10
-	JE      r5v2store
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   CX, R8
+	MOVQ   ldb+88(FP), R9
+	SHLQ   $0x02, R9
+	MOVQ   k+112(FP), R10
+	TESTQ  R10, R10
+	JE     r5v2store
 
 r5v2loop:
 	VMOVUPS      (R8), Y10
@@ -3560,19 +3560,29 @@ r5v2loop:
 r5v2store:
 	MOVQ    ldc+24(FP), BX
 	SHLQ    $0x02, BX
+	VADDPS  (SI), Y0, Y0
 	VMOVUPS Y0, (SI)
+	VADDPS  32(SI), Y1, Y1
 	VMOVUPS Y1, 32(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Y2, Y2
 	VMOVUPS Y2, (SI)
+	VADDPS  32(SI), Y3, Y3
 	VMOVUPS Y3, 32(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Y4, Y4
 	VMOVUPS Y4, (SI)
+	VADDPS  32(SI), Y5, Y5
 	VMOVUPS Y5, 32(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Y6, Y6
 	VMOVUPS Y6, (SI)
+	VADDPS  32(SI), Y7, Y7
 	VMOVUPS Y7, 32(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Y8, Y8
 	VMOVUPS Y8, (SI)
+	VADDPS  32(SI), Y9, Y9
 	VMOVUPS Y9, 32(SI)
 	JMP     rowsv2Done
 
@@ -3581,28 +3591,22 @@ rowsv2Tail5:
 	JNE  rowsv2Tail4
 
 	// Microkernel: 4 rows × 16 columns, 8 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, R8
-	VMOVUPS (R8), Y0
-	VMOVUPS 32(R8), Y1
-	ADDQ    DI, R8
-	VMOVUPS (R8), Y2
-	VMOVUPS 32(R8), Y3
-	ADDQ    DI, R8
-	VMOVUPS (R8), Y4
-	VMOVUPS 32(R8), Y5
-	ADDQ    DI, R8
-	VMOVUPS (R8), Y6
-	VMOVUPS 32(R8), Y7
-	MOVQ    lda+56(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    CX, R8
-	MOVQ    ldb+88(FP), R9
-	SHLQ    $0x02, R9
-	MOVQ    k+112(FP), R10
-	TESTQ   R10, R10
-	JE      r4v2store
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   CX, R8
+	MOVQ   ldb+88(FP), R9
+	SHLQ   $0x02, R9
+	MOVQ   k+112(FP), R10
+	TESTQ  R10, R10
+	JE     r4v2store
 
 r4v2loop:
 	VMOVUPS      (R8), Y8
@@ -3627,16 +3631,24 @@ r4v2loop:
 r4v2store:
 	MOVQ    ldc+24(FP), BX
 	SHLQ    $0x02, BX
+	VADDPS  (SI), Y0, Y0
 	VMOVUPS Y0, (SI)
+	VADDPS  32(SI), Y1, Y1
 	VMOVUPS Y1, 32(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Y2, Y2
 	VMOVUPS Y2, (SI)
+	VADDPS  32(SI), Y3, Y3
 	VMOVUPS Y3, 32(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Y4, Y4
 	VMOVUPS Y4, (SI)
+	VADDPS  32(SI), Y5, Y5
 	VMOVUPS Y5, 32(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Y6, Y6
 	VMOVUPS Y6, (SI)
+	VADDPS  32(SI), Y7, Y7
 	VMOVUPS Y7, 32(SI)
 	JMP     rowsv2Done
 
@@ -3645,25 +3657,20 @@ rowsv2Tail4:
 	JNE  rowsv2Tail3
 
 	// Microkernel: 3 rows × 16 columns, 6 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, R8
-	VMOVUPS (R8), Y0
-	VMOVUPS 32(R8), Y1
-	ADDQ    DI, R8
-	VMOVUPS (R8), Y2
-	VMOVUPS 32(R8), Y3
-	ADDQ    DI, R8
-	VMOVUPS (R8), Y4
-	VMOVUPS 32(R8), Y5
-	MOVQ    lda+56(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    CX, R8
-	MOVQ    ldb+88(FP), R9
-	SHLQ    $0x02, R9
-	MOVQ    k+112(FP), R10
-	TESTQ   R10, R10
-	JE      r3v2store
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   CX, R8
+	MOVQ   ldb+88(FP), R9
+	SHLQ   $0x02, R9
+	MOVQ   k+112(FP), R10
+	TESTQ  R10, R10
+	JE     r3v2store
 
 r3v2loop:
 	VMOVUPS      (R8), Y6
@@ -3685,13 +3692,19 @@ r3v2loop:
 r3v2store:
 	MOVQ    ldc+24(FP), BX
 	SHLQ    $0x02, BX
+	VADDPS  (SI), Y0, Y0
 	VMOVUPS Y0, (SI)
+	VADDPS  32(SI), Y1, Y1
 	VMOVUPS Y1, 32(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Y2, Y2
 	VMOVUPS Y2, (SI)
+	VADDPS  32(SI), Y3, Y3
 	VMOVUPS Y3, 32(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Y4, Y4
 	VMOVUPS Y4, (SI)
+	VADDPS  32(SI), Y5, Y5
 	VMOVUPS Y5, 32(SI)
 	JMP     rowsv2Done
 
@@ -3700,22 +3713,18 @@ rowsv2Tail3:
 	JNE  rowsv2Tail2
 
 	// Microkernel: 2 rows × 16 columns, 4 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, R8
-	VMOVUPS (R8), Y0
-	VMOVUPS 32(R8), Y1
-	ADDQ    DI, R8
-	VMOVUPS (R8), Y2
-	VMOVUPS 32(R8), Y3
-	MOVQ    lda+56(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    CX, R8
-	MOVQ    ldb+88(FP), R9
-	SHLQ    $0x02, R9
-	MOVQ    k+112(FP), R10
-	TESTQ   R10, R10
-	JE      r2v2store
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   CX, R8
+	MOVQ   ldb+88(FP), R9
+	SHLQ   $0x02, R9
+	MOVQ   k+112(FP), R10
+	TESTQ  R10, R10
+	JE     r2v2store
 
 r2v2loop:
 	VMOVUPS      (R8), Y4
@@ -3734,10 +3743,14 @@ r2v2loop:
 r2v2store:
 	MOVQ    ldc+24(FP), BX
 	SHLQ    $0x02, BX
+	VADDPS  (SI), Y0, Y0
 	VMOVUPS Y0, (SI)
+	VADDPS  32(SI), Y1, Y1
 	VMOVUPS Y1, 32(SI)
 	ADDQ    BX, SI
+	VADDPS  (SI), Y2, Y2
 	VMOVUPS Y2, (SI)
+	VADDPS  32(SI), Y3, Y3
 	VMOVUPS Y3, 32(SI)
 	JMP     rowsv2Done
 
@@ -3746,19 +3759,16 @@ rowsv2Tail2:
 	JNE  rowsv2Tail1
 
 	// Microkernel: 1 rows × 16 columns, 2 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, DI
-	VMOVUPS (DI), Y0
-	VMOVUPS 32(DI), Y1
-	MOVQ    lda+56(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    CX, R8
-	MOVQ    ldb+88(FP), R9
-	SHLQ    $0x02, R9
-	MOVQ    k+112(FP), R10
-	TESTQ   R10, R10
-	JE      r1v2store
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   CX, R8
+	MOVQ   ldb+88(FP), R9
+	SHLQ   $0x02, R9
+	MOVQ   k+112(FP), R10
+	TESTQ  R10, R10
+	JE     r1v2store
 
 r1v2loop:
 	VMOVUPS      (R8), Y2
@@ -3775,7 +3785,9 @@ r1v2store:
 	MOVQ    ldc+24(FP), BX
 	SHLQ    $0x02, BX
 	MOVQ    SI, BX
+	VADDPS  (BX), Y0, Y0
 	VMOVUPS Y0, (BX)
+	VADDPS  32(BX), Y1, Y1
 	VMOVUPS Y1, 32(BX)
 	JMP     rowsv2Done
 
@@ -6260,37 +6272,31 @@ rowsv2:
 	JL   rowsv2Tail
 
 	// Microkernel: 6 rows × 32 columns, 12 accumulators.
-	MOVQ    ldc+24(FP), R8
-	SHLQ    $0x02, R8
-	MOVQ    SI, R9
-	VMOVUPS (R9), Z0
-	VMOVUPS 64(R9), Z1
-	ADDQ    R8, R9
-	VMOVUPS (R9), Z2
-	VMOVUPS 64(R9), Z3
-	ADDQ    R8, R9
-	VMOVUPS (R9), Z4
-	VMOVUPS 64(R9), Z5
-	ADDQ    R8, R9
-	VMOVUPS (R9), Z6
-	VMOVUPS 64(R9), Z7
-	ADDQ    R8, R9
-	VMOVUPS (R9), Z8
-	VMOVUPS 64(R9), Z9
-	ADDQ    R8, R9
-	VMOVUPS (R9), Z10
-	VMOVUPS 64(R9), Z11
-	MOVQ    lda+56(FP), R9
-	SHLQ    $0x01, R9
-	MOVQ    BX, R10
-	LEAQ    (R10)(R9*2), R11
-	ADDQ    R9, R11
-	MOVQ    CX, R12
-	MOVQ    ldb+88(FP), R13
-	SHLQ    $0x01, R13
-	MOVQ    k+112(FP), R14
-	SHRQ    $0x01, R14
-	JE      r6v2store
+	MOVQ   ldc+24(FP), R8
+	SHLQ   $0x02, R8
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	MOVQ   lda+56(FP), R9
+	SHLQ   $0x01, R9
+	MOVQ   BX, R10
+	LEAQ   (R10)(R9*2), R11
+	ADDQ   R9, R11
+	MOVQ   CX, R12
+	MOVQ   ldb+88(FP), R13
+	SHLQ   $0x01, R13
+	MOVQ   k+112(FP), R14
+	SHRQ   $0x01, R14
+	JE     r6v2store
 
 r6v2loop:
 	VMOVUPS      (R12), Z12
@@ -6405,22 +6411,34 @@ r6v2loop:
 
 r6v2store:
 	MOVQ    SI, R9
+	VADDPS  (R9), Z0, Z0
 	VMOVUPS Z0, (R9)
+	VADDPS  64(R9), Z1, Z1
 	VMOVUPS Z1, 64(R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Z2, Z2
 	VMOVUPS Z2, (R9)
+	VADDPS  64(R9), Z3, Z3
 	VMOVUPS Z3, 64(R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Z4, Z4
 	VMOVUPS Z4, (R9)
+	VADDPS  64(R9), Z5, Z5
 	VMOVUPS Z5, 64(R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Z6, Z6
 	VMOVUPS Z6, (R9)
+	VADDPS  64(R9), Z7, Z7
 	VMOVUPS Z7, 64(R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Z8, Z8
 	VMOVUPS Z8, (R9)
+	VADDPS  64(R9), Z9, Z9
 	VMOVUPS Z9, 64(R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Z10, Z10
 	VMOVUPS Z10, (R9)
+	VADDPS  64(R9), Z11, Z11
 	VMOVUPS Z11, 64(R9)
 	MOVQ    lda+56(FP), R8
 	IMUL3Q  $0x0c, R8, R8
@@ -6436,33 +6454,28 @@ rowsv2Tail:
 	JNE  rowsv2Tail5
 
 	// Microkernel: 5 rows × 32 columns, 10 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, R8
-	VMOVUPS (R8), Z0
-	VMOVUPS 64(R8), Z1
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z2
-	VMOVUPS 64(R8), Z3
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z4
-	VMOVUPS 64(R8), Z5
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z6
-	VMOVUPS 64(R8), Z7
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z8
-	VMOVUPS 64(R8), Z9
-	MOVQ    lda+56(FP), R8
-	SHLQ    $0x01, R8
-	LEAQ    (BX)(R8*2), R9
-	ADDQ    R8, R9
-	MOVQ    CX, R10
-	MOVQ    ldb+88(FP), R11
-	SHLQ    $0x01, R11
-	MOVQ    k+112(FP), R12
-	SHRQ    $0x01, R12
-	JE      r5v2store
+	MOVQ   ldc+24(FP), DI
+	SHLQ   $0x02, DI
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	MOVQ   lda+56(FP), R8
+	SHLQ   $0x01, R8
+	LEAQ   (BX)(R8*2), R9
+	ADDQ   R8, R9
+	MOVQ   CX, R10
+	MOVQ   ldb+88(FP), R11
+	SHLQ   $0x01, R11
+	MOVQ   k+112(FP), R12
+	SHRQ   $0x01, R12
+	JE     r5v2store
 
 r5v2loop:
 	VMOVUPS      (R10), Z12
@@ -6560,19 +6573,29 @@ r5v2loop:
 
 r5v2store:
 	MOVQ    SI, BX
+	VADDPS  (BX), Z0, Z0
 	VMOVUPS Z0, (BX)
+	VADDPS  64(BX), Z1, Z1
 	VMOVUPS Z1, 64(BX)
 	ADDQ    DI, BX
+	VADDPS  (BX), Z2, Z2
 	VMOVUPS Z2, (BX)
+	VADDPS  64(BX), Z3, Z3
 	VMOVUPS Z3, 64(BX)
 	ADDQ    DI, BX
+	VADDPS  (BX), Z4, Z4
 	VMOVUPS Z4, (BX)
+	VADDPS  64(BX), Z5, Z5
 	VMOVUPS Z5, 64(BX)
 	ADDQ    DI, BX
+	VADDPS  (BX), Z6, Z6
 	VMOVUPS Z6, (BX)
+	VADDPS  64(BX), Z7, Z7
 	VMOVUPS Z7, 64(BX)
 	ADDQ    DI, BX
+	VADDPS  (BX), Z8, Z8
 	VMOVUPS Z8, (BX)
+	VADDPS  64(BX), Z9, Z9
 	VMOVUPS Z9, 64(BX)
 	JMP     rowsv2Done
 
@@ -6581,30 +6604,26 @@ rowsv2Tail5:
 	JNE  rowsv2Tail4
 
 	// Microkernel: 4 rows × 32 columns, 8 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, R8
-	VMOVUPS (R8), Z0
-	VMOVUPS 64(R8), Z1
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z2
-	VMOVUPS 64(R8), Z3
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z4
-	VMOVUPS 64(R8), Z5
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z6
-	VMOVUPS 64(R8), Z7
-	MOVQ    lda+56(FP), R8
-	SHLQ    $0x01, R8
-	LEAQ    (BX)(R8*2), R9
-	ADDQ    R8, R9
-	MOVQ    CX, R10
-	MOVQ    ldb+88(FP), R11
-	SHLQ    $0x01, R11
-	MOVQ    k+112(FP), R12
-	SHRQ    $0x01, R12
-	JE      r4v2store
+	MOVQ   ldc+24(FP), DI
+	SHLQ   $0x02, DI
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	MOVQ   lda+56(FP), R8
+	SHLQ   $0x01, R8
+	LEAQ   (BX)(R8*2), R9
+	ADDQ   R8, R9
+	MOVQ   CX, R10
+	MOVQ   ldb+88(FP), R11
+	SHLQ   $0x01, R11
+	MOVQ   k+112(FP), R12
+	SHRQ   $0x01, R12
+	JE     r4v2store
 
 r4v2loop:
 	VMOVUPS      (R10), Z12
@@ -6685,16 +6704,24 @@ r4v2loop:
 
 r4v2store:
 	MOVQ    SI, BX
+	VADDPS  (BX), Z0, Z0
 	VMOVUPS Z0, (BX)
+	VADDPS  64(BX), Z1, Z1
 	VMOVUPS Z1, 64(BX)
 	ADDQ    DI, BX
+	VADDPS  (BX), Z2, Z2
 	VMOVUPS Z2, (BX)
+	VADDPS  64(BX), Z3, Z3
 	VMOVUPS Z3, 64(BX)
 	ADDQ    DI, BX
+	VADDPS  (BX), Z4, Z4
 	VMOVUPS Z4, (BX)
+	VADDPS  64(BX), Z5, Z5
 	VMOVUPS Z5, 64(BX)
 	ADDQ    DI, BX
+	VADDPS  (BX), Z6, Z6
 	VMOVUPS Z6, (BX)
+	VADDPS  64(BX), Z7, Z7
 	VMOVUPS Z7, 64(BX)
 	JMP     rowsv2Done
 
@@ -6703,25 +6730,22 @@ rowsv2Tail4:
 	JNE  rowsv2Tail3
 
 	// Microkernel: 3 rows × 32 columns, 6 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, R8
-	VMOVUPS (R8), Z0
-	VMOVUPS 64(R8), Z1
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z2
-	VMOVUPS 64(R8), Z3
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z4
-	VMOVUPS 64(R8), Z5
-	MOVQ    lda+56(FP), R8
-	SHLQ    $0x01, R8
-	MOVQ    CX, R9
-	MOVQ    ldb+88(FP), R10
-	SHLQ    $0x01, R10
-	MOVQ    k+112(FP), R11
-	SHRQ    $0x01, R11
-	JE      r3v2store
+	MOVQ   ldc+24(FP), DI
+	SHLQ   $0x02, DI
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	MOVQ   lda+56(FP), R8
+	SHLQ   $0x01, R8
+	MOVQ   CX, R9
+	MOVQ   ldb+88(FP), R10
+	SHLQ   $0x01, R10
+	MOVQ   k+112(FP), R11
+	SHRQ   $0x01, R11
+	JE     r3v2store
 
 r3v2loop:
 	VMOVUPS      (R9), Z12
@@ -6784,13 +6808,19 @@ r3v2loop:
 
 r3v2store:
 	MOVQ    SI, BX
+	VADDPS  (BX), Z0, Z0
 	VMOVUPS Z0, (BX)
+	VADDPS  64(BX), Z1, Z1
 	VMOVUPS Z1, 64(BX)
 	ADDQ    DI, BX
+	VADDPS  (BX), Z2, Z2
 	VMOVUPS Z2, (BX)
+	VADDPS  64(BX), Z3, Z3
 	VMOVUPS Z3, 64(BX)
 	ADDQ    DI, BX
+	VADDPS  (BX), Z4, Z4
 	VMOVUPS Z4, (BX)
+	VADDPS  64(BX), Z5, Z5
 	VMOVUPS Z5, 64(BX)
 	JMP     rowsv2Done
 
@@ -6799,22 +6829,20 @@ rowsv2Tail3:
 	JNE  rowsv2Tail2
 
 	// Microkernel: 2 rows × 32 columns, 4 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, R8
-	VMOVUPS (R8), Z0
-	VMOVUPS 64(R8), Z1
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z2
-	VMOVUPS 64(R8), Z3
-	MOVQ    lda+56(FP), R8
-	SHLQ    $0x01, R8
-	MOVQ    CX, R9
-	MOVQ    ldb+88(FP), R10
-	SHLQ    $0x01, R10
-	MOVQ    k+112(FP), R11
-	SHRQ    $0x01, R11
-	JE      r2v2store
+	MOVQ   ldc+24(FP), DI
+	SHLQ   $0x02, DI
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	MOVQ   lda+56(FP), R8
+	SHLQ   $0x01, R8
+	MOVQ   CX, R9
+	MOVQ   ldb+88(FP), R10
+	SHLQ   $0x01, R10
+	MOVQ   k+112(FP), R11
+	SHRQ   $0x01, R11
+	JE     r2v2store
 
 r2v2loop:
 	VMOVUPS      (R9), Z12
@@ -6860,10 +6888,14 @@ r2v2loop:
 
 r2v2store:
 	MOVQ    SI, BX
+	VADDPS  (BX), Z0, Z0
 	VMOVUPS Z0, (BX)
+	VADDPS  64(BX), Z1, Z1
 	VMOVUPS Z1, 64(BX)
 	ADDQ    DI, BX
+	VADDPS  (BX), Z2, Z2
 	VMOVUPS Z2, (BX)
+	VADDPS  64(BX), Z3, Z3
 	VMOVUPS Z3, 64(BX)
 	JMP     rowsv2Done
 
@@ -6872,19 +6904,18 @@ rowsv2Tail2:
 	JNE  rowsv2Tail1
 
 	// Microkernel: 1 rows × 32 columns, 2 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, DI
-	VMOVUPS (DI), Z0
-	VMOVUPS 64(DI), Z1
-	MOVQ    lda+56(FP), DI
-	SHLQ    $0x01, DI
-	MOVQ    CX, DI
-	MOVQ    ldb+88(FP), R8
-	SHLQ    $0x01, R8
-	MOVQ    k+112(FP), R9
-	SHRQ    $0x01, R9
-	JE      r1v2store
+	MOVQ   ldc+24(FP), DI
+	SHLQ   $0x02, DI
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x01, DI
+	MOVQ   CX, DI
+	MOVQ   ldb+88(FP), R8
+	SHLQ   $0x01, R8
+	MOVQ   k+112(FP), R9
+	SHRQ   $0x01, R9
+	JE     r1v2store
 
 r1v2loop:
 	VMOVUPS      (DI), Z12
@@ -6913,7 +6944,9 @@ r1v2loop:
 
 r1v2store:
 	MOVQ    SI, BX
+	VADDPS  (BX), Z0, Z0
 	VMOVUPS Z0, (BX)
+	VADDPS  64(BX), Z1, Z1
 	VMOVUPS Z1, 64(BX)
 	JMP     rowsv2Done
 
@@ -6939,29 +6972,23 @@ rowsv1:
 	JL   rowsv1Tail
 
 	// Microkernel: 6 rows × 16 columns, 6 accumulators.
-	MOVQ    ldc+24(FP), R8
-	SHLQ    $0x02, R8
-	MOVQ    SI, R9
-	VMOVUPS (R9), Z0
-	ADDQ    R8, R9
-	VMOVUPS (R9), Z2
-	ADDQ    R8, R9
-	VMOVUPS (R9), Z4
-	ADDQ    R8, R9
-	VMOVUPS (R9), Z6
-	ADDQ    R8, R9
-	VMOVUPS (R9), Z8
-	ADDQ    R8, R9
-	VMOVUPS (R9), Z10
-	MOVQ    lda+56(FP), R9
-	SHLQ    $0x01, R9
-	MOVQ    BX, R10
-	LEAQ    (R10)(R9*2), R11
-	ADDQ    R9, R11
-	MOVQ    CX, R12
-	MOVQ    k+112(FP), R13
-	SHRQ    $0x01, R13
-	JE      r6v1store
+	MOVQ   ldc+24(FP), R8
+	SHLQ   $0x02, R8
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z10, Z10, Z10
+	MOVQ   lda+56(FP), R9
+	SHLQ   $0x01, R9
+	MOVQ   BX, R10
+	LEAQ   (R10)(R9*2), R11
+	ADDQ   R9, R11
+	MOVQ   CX, R12
+	MOVQ   k+112(FP), R13
+	SHRQ   $0x01, R13
+	JE     r6v1store
 
 r6v1loop:
 	VMOVUPS      (R12), Z12
@@ -7027,16 +7054,22 @@ r6v1loop:
 
 r6v1store:
 	MOVQ    SI, R9
+	VADDPS  (R9), Z0, Z0
 	VMOVUPS Z0, (R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Z2, Z2
 	VMOVUPS Z2, (R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Z4, Z4
 	VMOVUPS Z4, (R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Z6, Z6
 	VMOVUPS Z6, (R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Z8, Z8
 	VMOVUPS Z8, (R9)
 	ADDQ    R8, R9
+	VADDPS  (R9), Z10, Z10
 	VMOVUPS Z10, (R9)
 	MOVQ    lda+56(FP), R8
 	IMUL3Q  $0x0c, R8, R8
@@ -7052,26 +7085,21 @@ rowsv1Tail:
 	JNE  rowsv1Tail5
 
 	// Microkernel: 5 rows × 16 columns, 5 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, R8
-	VMOVUPS (R8), Z0
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z2
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z4
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z6
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z8
-	MOVQ    lda+56(FP), R8
-	SHLQ    $0x01, R8
-	LEAQ    (BX)(R8*2), R9
-	ADDQ    R8, R9
-	MOVQ    CX, R10
-	MOVQ    k+112(FP), R11
-	SHRQ    $0x01, R11
-	JE      r5v1store
+	MOVQ   ldc+24(FP), DI
+	SHLQ   $0x02, DI
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z8, Z8, Z8
+	MOVQ   lda+56(FP), R8
+	SHLQ   $0x01, R8
+	LEAQ   (BX)(R8*2), R9
+	ADDQ   R8, R9
+	MOVQ   CX, R10
+	MOVQ   k+112(FP), R11
+	SHRQ   $0x01, R11
+	JE     r5v1store
 
 r5v1loop:
 	VMOVUPS      (R10), Z12
@@ -7128,14 +7156,19 @@ r5v1loop:
 
 r5v1store:
 	MOVQ    SI, BX
+	VADDPS  (BX), Z0, Z0
 	VMOVUPS Z0, (BX)
 	ADDQ    DI, BX
+	VADDPS  (BX), Z2, Z2
 	VMOVUPS Z2, (BX)
 	ADDQ    DI, BX
+	VADDPS  (BX), Z4, Z4
 	VMOVUPS Z4, (BX)
 	ADDQ    DI, BX
+	VADDPS  (BX), Z6, Z6
 	VMOVUPS Z6, (BX)
 	ADDQ    DI, BX
+	VADDPS  (BX), Z8, Z8
 	VMOVUPS Z8, (BX)
 	JMP     rowsv1Done
 
@@ -7144,24 +7177,20 @@ rowsv1Tail5:
 	JNE  rowsv1Tail4
 
 	// Microkernel: 4 rows × 16 columns, 4 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, R8
-	VMOVUPS (R8), Z0
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z2
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z4
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z6
-	MOVQ    lda+56(FP), R8
-	SHLQ    $0x01, R8
-	LEAQ    (BX)(R8*2), R9
-	ADDQ    R8, R9
-	MOVQ    CX, R10
-	MOVQ    k+112(FP), R11
-	SHRQ    $0x01, R11
-	JE      r4v1store
+	MOVQ   ldc+24(FP), DI
+	SHLQ   $0x02, DI
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z6, Z6, Z6
+	MOVQ   lda+56(FP), R8
+	SHLQ   $0x01, R8
+	LEAQ   (BX)(R8*2), R9
+	ADDQ   R8, R9
+	MOVQ   CX, R10
+	MOVQ   k+112(FP), R11
+	SHRQ   $0x01, R11
+	JE     r4v1store
 
 r4v1loop:
 	VMOVUPS      (R10), Z12
@@ -7209,12 +7238,16 @@ r4v1loop:
 
 r4v1store:
 	MOVQ    SI, BX
+	VADDPS  (BX), Z0, Z0
 	VMOVUPS Z0, (BX)
 	ADDQ    DI, BX
+	VADDPS  (BX), Z2, Z2
 	VMOVUPS Z2, (BX)
 	ADDQ    DI, BX
+	VADDPS  (BX), Z4, Z4
 	VMOVUPS Z4, (BX)
 	ADDQ    DI, BX
+	VADDPS  (BX), Z6, Z6
 	VMOVUPS Z6, (BX)
 	JMP     rowsv1Done
 
@@ -7223,20 +7256,17 @@ rowsv1Tail4:
 	JNE  rowsv1Tail3
 
 	// Microkernel: 3 rows × 16 columns, 3 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, R8
-	VMOVUPS (R8), Z0
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z2
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z4
-	MOVQ    lda+56(FP), R8
-	SHLQ    $0x01, R8
-	MOVQ    CX, R9
-	MOVQ    k+112(FP), R10
-	SHRQ    $0x01, R10
-	JE      r3v1store
+	MOVQ   ldc+24(FP), DI
+	SHLQ   $0x02, DI
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z4, Z4, Z4
+	MOVQ   lda+56(FP), R8
+	SHLQ   $0x01, R8
+	MOVQ   CX, R9
+	MOVQ   k+112(FP), R10
+	SHRQ   $0x01, R10
+	JE     r3v1store
 
 r3v1loop:
 	VMOVUPS      (R9), Z12
@@ -7274,10 +7304,13 @@ r3v1loop:
 
 r3v1store:
 	MOVQ    SI, BX
+	VADDPS  (BX), Z0, Z0
 	VMOVUPS Z0, (BX)
 	ADDQ    DI, BX
+	VADDPS  (BX), Z2, Z2
 	VMOVUPS Z2, (BX)
 	ADDQ    DI, BX
+	VADDPS  (BX), Z4, Z4
 	VMOVUPS Z4, (BX)
 	JMP     rowsv1Done
 
@@ -7286,18 +7319,16 @@ rowsv1Tail3:
 	JNE  rowsv1Tail2
 
 	// Microkernel: 2 rows × 16 columns, 2 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, R8
-	VMOVUPS (R8), Z0
-	ADDQ    DI, R8
-	VMOVUPS (R8), Z2
-	MOVQ    lda+56(FP), R8
-	SHLQ    $0x01, R8
-	MOVQ    CX, R9
-	MOVQ    k+112(FP), R10
-	SHRQ    $0x01, R10
-	JE      r2v1store
+	MOVQ   ldc+24(FP), DI
+	SHLQ   $0x02, DI
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z2, Z2, Z2
+	MOVQ   lda+56(FP), R8
+	SHLQ   $0x01, R8
+	MOVQ   CX, R9
+	MOVQ   k+112(FP), R10
+	SHRQ   $0x01, R10
+	JE     r2v1store
 
 r2v1loop:
 	VMOVUPS      (R9), Z12
@@ -7326,8 +7357,10 @@ r2v1loop:
 
 r2v1store:
 	MOVQ    SI, BX
+	VADDPS  (BX), Z0, Z0
 	VMOVUPS Z0, (BX)
 	ADDQ    DI, BX
+	VADDPS  (BX), Z2, Z2
 	VMOVUPS Z2, (BX)
 	JMP     rowsv1Done
 
@@ -7336,16 +7369,15 @@ rowsv1Tail2:
 	JNE  rowsv1Tail1
 
 	// Microkernel: 1 rows × 16 columns, 1 accumulators.
-	MOVQ    ldc+24(FP), DI
-	SHLQ    $0x02, DI
-	MOVQ    SI, DI
-	VMOVUPS (DI), Z0
-	MOVQ    lda+56(FP), DI
-	SHLQ    $0x01, DI
-	MOVQ    CX, DI
-	MOVQ    k+112(FP), R8
-	SHRQ    $0x01, R8
-	JE      r1v1store
+	MOVQ   ldc+24(FP), DI
+	SHLQ   $0x02, DI
+	VPSUBD Z0, Z0, Z0
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x01, DI
+	MOVQ   CX, DI
+	MOVQ   k+112(FP), R8
+	SHRQ   $0x01, R8
+	JE     r1v1store
 
 r1v1loop:
 	VMOVUPS      (DI), Z12
@@ -7365,6 +7397,7 @@ r1v1loop:
 
 r1v1store:
 	MOVQ    SI, BX
+	VADDPS  (BX), Z0, Z0
 	VMOVUPS Z0, (BX)
 	JMP     rowsv1Done
 

@@ -18528,24 +18528,30 @@ rows:
 	CMP $6, R5
 	BLT rowsTail
 	// Tile: 6 rows × 16 columns, 24 accumulators.
-	MOVD R4, R22
-	FLDPQ (R22), (F8, F9)
-	FLDPQ 32(R22), (F10, F11)
-	ADD R6, R22
-	FLDPQ (R22), (F12, F13)
-	FLDPQ 32(R22), (F14, F15)
-	ADD R6, R22
-	FLDPQ (R22), (F16, F17)
-	FLDPQ 32(R22), (F18, F19)
-	ADD R6, R22
-	FLDPQ (R22), (F20, F21)
-	FLDPQ 32(R22), (F22, F23)
-	ADD R6, R22
-	FLDPQ (R22), (F24, F25)
-	FLDPQ 32(R22), (F26, F27)
-	ADD R6, R22
-	FLDPQ (R22), (F28, F29)
-	FLDPQ 32(R22), (F30, F31)
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
+	WORD $0x6f00e41c // movi v28.2d, #0
+	WORD $0x6f00e41d // movi v29.2d, #0
+	WORD $0x6f00e41e // movi v30.2d, #0
+	WORD $0x6f00e41f // movi v31.2d, #0
 	MOVD R1, R16
 	MOVD R9, R17
 	MOVD R3, R10
@@ -18710,21 +18716,57 @@ r6loop1:
 	BNE r6loop1
 r6store:
 	MOVD R4, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d508 // fadd v8.4s, v8.4s, v0.4s
+	WORD $0x4e21d529 // fadd v9.4s, v9.4s, v1.4s
+	WORD $0x4e22d54a // fadd v10.4s, v10.4s, v2.4s
+	WORD $0x4e23d56b // fadd v11.4s, v11.4s, v3.4s
 	FSTPQ (F8, F9), (R22)
 	FSTPQ (F10, F11), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d58c // fadd v12.4s, v12.4s, v0.4s
+	WORD $0x4e21d5ad // fadd v13.4s, v13.4s, v1.4s
+	WORD $0x4e22d5ce // fadd v14.4s, v14.4s, v2.4s
+	WORD $0x4e23d5ef // fadd v15.4s, v15.4s, v3.4s
 	FSTPQ (F12, F13), (R22)
 	FSTPQ (F14, F15), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d610 // fadd v16.4s, v16.4s, v0.4s
+	WORD $0x4e21d631 // fadd v17.4s, v17.4s, v1.4s
+	WORD $0x4e22d652 // fadd v18.4s, v18.4s, v2.4s
+	WORD $0x4e23d673 // fadd v19.4s, v19.4s, v3.4s
 	FSTPQ (F16, F17), (R22)
 	FSTPQ (F18, F19), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d694 // fadd v20.4s, v20.4s, v0.4s
+	WORD $0x4e21d6b5 // fadd v21.4s, v21.4s, v1.4s
+	WORD $0x4e22d6d6 // fadd v22.4s, v22.4s, v2.4s
+	WORD $0x4e23d6f7 // fadd v23.4s, v23.4s, v3.4s
 	FSTPQ (F20, F21), (R22)
 	FSTPQ (F22, F23), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d718 // fadd v24.4s, v24.4s, v0.4s
+	WORD $0x4e21d739 // fadd v25.4s, v25.4s, v1.4s
+	WORD $0x4e22d75a // fadd v26.4s, v26.4s, v2.4s
+	WORD $0x4e23d77b // fadd v27.4s, v27.4s, v3.4s
 	FSTPQ (F24, F25), (R22)
 	FSTPQ (F26, F27), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d79c // fadd v28.4s, v28.4s, v0.4s
+	WORD $0x4e21d7bd // fadd v29.4s, v29.4s, v1.4s
+	WORD $0x4e22d7de // fadd v30.4s, v30.4s, v2.4s
+	WORD $0x4e23d7ff // fadd v31.4s, v31.4s, v3.4s
 	FSTPQ (F28, F29), (R22)
 	FSTPQ (F30, F31), 32(R22)
 	ADD R19, R3
@@ -18745,21 +18787,26 @@ rowsTail:
 	B colNext
 tile5:
 	// Tile: 5 rows × 16 columns, 20 accumulators.
-	MOVD R4, R22
-	FLDPQ (R22), (F8, F9)
-	FLDPQ 32(R22), (F10, F11)
-	ADD R6, R22
-	FLDPQ (R22), (F12, F13)
-	FLDPQ 32(R22), (F14, F15)
-	ADD R6, R22
-	FLDPQ (R22), (F16, F17)
-	FLDPQ 32(R22), (F18, F19)
-	ADD R6, R22
-	FLDPQ (R22), (F20, F21)
-	FLDPQ 32(R22), (F22, F23)
-	ADD R6, R22
-	FLDPQ (R22), (F24, F25)
-	FLDPQ 32(R22), (F26, F27)
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
 	MOVD R1, R16
 	MOVD R9, R17
 	MOVD R3, R10
@@ -18901,35 +18948,69 @@ r5loop1:
 	BNE r5loop1
 r5store:
 	MOVD R4, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d508 // fadd v8.4s, v8.4s, v0.4s
+	WORD $0x4e21d529 // fadd v9.4s, v9.4s, v1.4s
+	WORD $0x4e22d54a // fadd v10.4s, v10.4s, v2.4s
+	WORD $0x4e23d56b // fadd v11.4s, v11.4s, v3.4s
 	FSTPQ (F8, F9), (R22)
 	FSTPQ (F10, F11), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d58c // fadd v12.4s, v12.4s, v0.4s
+	WORD $0x4e21d5ad // fadd v13.4s, v13.4s, v1.4s
+	WORD $0x4e22d5ce // fadd v14.4s, v14.4s, v2.4s
+	WORD $0x4e23d5ef // fadd v15.4s, v15.4s, v3.4s
 	FSTPQ (F12, F13), (R22)
 	FSTPQ (F14, F15), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d610 // fadd v16.4s, v16.4s, v0.4s
+	WORD $0x4e21d631 // fadd v17.4s, v17.4s, v1.4s
+	WORD $0x4e22d652 // fadd v18.4s, v18.4s, v2.4s
+	WORD $0x4e23d673 // fadd v19.4s, v19.4s, v3.4s
 	FSTPQ (F16, F17), (R22)
 	FSTPQ (F18, F19), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d694 // fadd v20.4s, v20.4s, v0.4s
+	WORD $0x4e21d6b5 // fadd v21.4s, v21.4s, v1.4s
+	WORD $0x4e22d6d6 // fadd v22.4s, v22.4s, v2.4s
+	WORD $0x4e23d6f7 // fadd v23.4s, v23.4s, v3.4s
 	FSTPQ (F20, F21), (R22)
 	FSTPQ (F22, F23), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d718 // fadd v24.4s, v24.4s, v0.4s
+	WORD $0x4e21d739 // fadd v25.4s, v25.4s, v1.4s
+	WORD $0x4e22d75a // fadd v26.4s, v26.4s, v2.4s
+	WORD $0x4e23d77b // fadd v27.4s, v27.4s, v3.4s
 	FSTPQ (F24, F25), (R22)
 	FSTPQ (F26, F27), 32(R22)
 	B colNext
 tile4:
 	// Tile: 4 rows × 16 columns, 16 accumulators.
-	MOVD R4, R22
-	FLDPQ (R22), (F8, F9)
-	FLDPQ 32(R22), (F10, F11)
-	ADD R6, R22
-	FLDPQ (R22), (F12, F13)
-	FLDPQ 32(R22), (F14, F15)
-	ADD R6, R22
-	FLDPQ (R22), (F16, F17)
-	FLDPQ 32(R22), (F18, F19)
-	ADD R6, R22
-	FLDPQ (R22), (F20, F21)
-	FLDPQ 32(R22), (F22, F23)
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
 	MOVD R1, R16
 	MOVD R9, R17
 	MOVD R3, R10
@@ -19048,29 +19129,56 @@ r4loop1:
 	BNE r4loop1
 r4store:
 	MOVD R4, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d508 // fadd v8.4s, v8.4s, v0.4s
+	WORD $0x4e21d529 // fadd v9.4s, v9.4s, v1.4s
+	WORD $0x4e22d54a // fadd v10.4s, v10.4s, v2.4s
+	WORD $0x4e23d56b // fadd v11.4s, v11.4s, v3.4s
 	FSTPQ (F8, F9), (R22)
 	FSTPQ (F10, F11), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d58c // fadd v12.4s, v12.4s, v0.4s
+	WORD $0x4e21d5ad // fadd v13.4s, v13.4s, v1.4s
+	WORD $0x4e22d5ce // fadd v14.4s, v14.4s, v2.4s
+	WORD $0x4e23d5ef // fadd v15.4s, v15.4s, v3.4s
 	FSTPQ (F12, F13), (R22)
 	FSTPQ (F14, F15), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d610 // fadd v16.4s, v16.4s, v0.4s
+	WORD $0x4e21d631 // fadd v17.4s, v17.4s, v1.4s
+	WORD $0x4e22d652 // fadd v18.4s, v18.4s, v2.4s
+	WORD $0x4e23d673 // fadd v19.4s, v19.4s, v3.4s
 	FSTPQ (F16, F17), (R22)
 	FSTPQ (F18, F19), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d694 // fadd v20.4s, v20.4s, v0.4s
+	WORD $0x4e21d6b5 // fadd v21.4s, v21.4s, v1.4s
+	WORD $0x4e22d6d6 // fadd v22.4s, v22.4s, v2.4s
+	WORD $0x4e23d6f7 // fadd v23.4s, v23.4s, v3.4s
 	FSTPQ (F20, F21), (R22)
 	FSTPQ (F22, F23), 32(R22)
 	B colNext
 tile3:
 	// Tile: 3 rows × 16 columns, 12 accumulators.
-	MOVD R4, R22
-	FLDPQ (R22), (F8, F9)
-	FLDPQ 32(R22), (F10, F11)
-	ADD R6, R22
-	FLDPQ (R22), (F12, F13)
-	FLDPQ 32(R22), (F14, F15)
-	ADD R6, R22
-	FLDPQ (R22), (F16, F17)
-	FLDPQ 32(R22), (F18, F19)
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
 	MOVD R1, R16
 	MOVD R9, R17
 	MOVD R3, R10
@@ -19166,23 +19274,43 @@ r3loop1:
 	BNE r3loop1
 r3store:
 	MOVD R4, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d508 // fadd v8.4s, v8.4s, v0.4s
+	WORD $0x4e21d529 // fadd v9.4s, v9.4s, v1.4s
+	WORD $0x4e22d54a // fadd v10.4s, v10.4s, v2.4s
+	WORD $0x4e23d56b // fadd v11.4s, v11.4s, v3.4s
 	FSTPQ (F8, F9), (R22)
 	FSTPQ (F10, F11), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d58c // fadd v12.4s, v12.4s, v0.4s
+	WORD $0x4e21d5ad // fadd v13.4s, v13.4s, v1.4s
+	WORD $0x4e22d5ce // fadd v14.4s, v14.4s, v2.4s
+	WORD $0x4e23d5ef // fadd v15.4s, v15.4s, v3.4s
 	FSTPQ (F12, F13), (R22)
 	FSTPQ (F14, F15), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d610 // fadd v16.4s, v16.4s, v0.4s
+	WORD $0x4e21d631 // fadd v17.4s, v17.4s, v1.4s
+	WORD $0x4e22d652 // fadd v18.4s, v18.4s, v2.4s
+	WORD $0x4e23d673 // fadd v19.4s, v19.4s, v3.4s
 	FSTPQ (F16, F17), (R22)
 	FSTPQ (F18, F19), 32(R22)
 	B colNext
 tile2:
 	// Tile: 2 rows × 16 columns, 8 accumulators.
-	MOVD R4, R22
-	FLDPQ (R22), (F8, F9)
-	FLDPQ 32(R22), (F10, F11)
-	ADD R6, R22
-	FLDPQ (R22), (F12, F13)
-	FLDPQ 32(R22), (F14, F15)
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
 	MOVD R1, R16
 	MOVD R9, R17
 	MOVD R3, R10
@@ -19255,17 +19383,30 @@ r2loop1:
 	BNE r2loop1
 r2store:
 	MOVD R4, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d508 // fadd v8.4s, v8.4s, v0.4s
+	WORD $0x4e21d529 // fadd v9.4s, v9.4s, v1.4s
+	WORD $0x4e22d54a // fadd v10.4s, v10.4s, v2.4s
+	WORD $0x4e23d56b // fadd v11.4s, v11.4s, v3.4s
 	FSTPQ (F8, F9), (R22)
 	FSTPQ (F10, F11), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d58c // fadd v12.4s, v12.4s, v0.4s
+	WORD $0x4e21d5ad // fadd v13.4s, v13.4s, v1.4s
+	WORD $0x4e22d5ce // fadd v14.4s, v14.4s, v2.4s
+	WORD $0x4e23d5ef // fadd v15.4s, v15.4s, v3.4s
 	FSTPQ (F12, F13), (R22)
 	FSTPQ (F14, F15), 32(R22)
 	B colNext
 tile1:
 	// Tile: 1 rows × 16 columns, 4 accumulators.
-	MOVD R4, R22
-	FLDPQ (R22), (F8, F9)
-	FLDPQ 32(R22), (F10, F11)
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
 	MOVD R1, R16
 	MOVD R9, R17
 	MOVD R3, R10
@@ -19315,6 +19456,12 @@ r1loop1:
 	BNE r1loop1
 r1store:
 	MOVD R4, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d508 // fadd v8.4s, v8.4s, v0.4s
+	WORD $0x4e21d529 // fadd v9.4s, v9.4s, v1.4s
+	WORD $0x4e22d54a // fadd v10.4s, v10.4s, v2.4s
+	WORD $0x4e23d56b // fadd v11.4s, v11.4s, v3.4s
 	FSTPQ (F8, F9), (R22)
 	FSTPQ (F10, F11), 32(R22)
 	B colNext
@@ -19350,24 +19497,30 @@ rows:
 	CMP $6, R5
 	BLT rowsTail
 	// Tile: 6 rows × 16 columns, 24 accumulators.
-	MOVD R4, R22
-	FLDPQ (R22), (F8, F9)
-	FLDPQ 32(R22), (F10, F11)
-	ADD R6, R22
-	FLDPQ (R22), (F12, F13)
-	FLDPQ 32(R22), (F14, F15)
-	ADD R6, R22
-	FLDPQ (R22), (F16, F17)
-	FLDPQ 32(R22), (F18, F19)
-	ADD R6, R22
-	FLDPQ (R22), (F20, F21)
-	FLDPQ 32(R22), (F22, F23)
-	ADD R6, R22
-	FLDPQ (R22), (F24, F25)
-	FLDPQ 32(R22), (F26, F27)
-	ADD R6, R22
-	FLDPQ (R22), (F28, F29)
-	FLDPQ 32(R22), (F30, F31)
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
+	WORD $0x6f00e41c // movi v28.2d, #0
+	WORD $0x6f00e41d // movi v29.2d, #0
+	WORD $0x6f00e41e // movi v30.2d, #0
+	WORD $0x6f00e41f // movi v31.2d, #0
 	MOVD R1, R16
 	MOVD R9, R17
 	MOVD R3, R10
@@ -19403,21 +19556,57 @@ r6loop:
 	BNE r6loop
 r6store:
 	MOVD R4, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d508 // fadd v8.4s, v8.4s, v0.4s
+	WORD $0x4e21d529 // fadd v9.4s, v9.4s, v1.4s
+	WORD $0x4e22d54a // fadd v10.4s, v10.4s, v2.4s
+	WORD $0x4e23d56b // fadd v11.4s, v11.4s, v3.4s
 	FSTPQ (F8, F9), (R22)
 	FSTPQ (F10, F11), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d58c // fadd v12.4s, v12.4s, v0.4s
+	WORD $0x4e21d5ad // fadd v13.4s, v13.4s, v1.4s
+	WORD $0x4e22d5ce // fadd v14.4s, v14.4s, v2.4s
+	WORD $0x4e23d5ef // fadd v15.4s, v15.4s, v3.4s
 	FSTPQ (F12, F13), (R22)
 	FSTPQ (F14, F15), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d610 // fadd v16.4s, v16.4s, v0.4s
+	WORD $0x4e21d631 // fadd v17.4s, v17.4s, v1.4s
+	WORD $0x4e22d652 // fadd v18.4s, v18.4s, v2.4s
+	WORD $0x4e23d673 // fadd v19.4s, v19.4s, v3.4s
 	FSTPQ (F16, F17), (R22)
 	FSTPQ (F18, F19), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d694 // fadd v20.4s, v20.4s, v0.4s
+	WORD $0x4e21d6b5 // fadd v21.4s, v21.4s, v1.4s
+	WORD $0x4e22d6d6 // fadd v22.4s, v22.4s, v2.4s
+	WORD $0x4e23d6f7 // fadd v23.4s, v23.4s, v3.4s
 	FSTPQ (F20, F21), (R22)
 	FSTPQ (F22, F23), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d718 // fadd v24.4s, v24.4s, v0.4s
+	WORD $0x4e21d739 // fadd v25.4s, v25.4s, v1.4s
+	WORD $0x4e22d75a // fadd v26.4s, v26.4s, v2.4s
+	WORD $0x4e23d77b // fadd v27.4s, v27.4s, v3.4s
 	FSTPQ (F24, F25), (R22)
 	FSTPQ (F26, F27), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d79c // fadd v28.4s, v28.4s, v0.4s
+	WORD $0x4e21d7bd // fadd v29.4s, v29.4s, v1.4s
+	WORD $0x4e22d7de // fadd v30.4s, v30.4s, v2.4s
+	WORD $0x4e23d7ff // fadd v31.4s, v31.4s, v3.4s
 	FSTPQ (F28, F29), (R22)
 	FSTPQ (F30, F31), 32(R22)
 	ADD $24, R3
@@ -19438,21 +19627,26 @@ rowsTail:
 	B colNext
 tile5:
 	// Tile: 5 rows × 16 columns, 20 accumulators.
-	MOVD R4, R22
-	FLDPQ (R22), (F8, F9)
-	FLDPQ 32(R22), (F10, F11)
-	ADD R6, R22
-	FLDPQ (R22), (F12, F13)
-	FLDPQ 32(R22), (F14, F15)
-	ADD R6, R22
-	FLDPQ (R22), (F16, F17)
-	FLDPQ 32(R22), (F18, F19)
-	ADD R6, R22
-	FLDPQ (R22), (F20, F21)
-	FLDPQ 32(R22), (F22, F23)
-	ADD R6, R22
-	FLDPQ (R22), (F24, F25)
-	FLDPQ 32(R22), (F26, F27)
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
 	MOVD R1, R16
 	MOVD R9, R17
 	MOVD R3, R10
@@ -19484,35 +19678,69 @@ r5loop:
 	BNE r5loop
 r5store:
 	MOVD R4, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d508 // fadd v8.4s, v8.4s, v0.4s
+	WORD $0x4e21d529 // fadd v9.4s, v9.4s, v1.4s
+	WORD $0x4e22d54a // fadd v10.4s, v10.4s, v2.4s
+	WORD $0x4e23d56b // fadd v11.4s, v11.4s, v3.4s
 	FSTPQ (F8, F9), (R22)
 	FSTPQ (F10, F11), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d58c // fadd v12.4s, v12.4s, v0.4s
+	WORD $0x4e21d5ad // fadd v13.4s, v13.4s, v1.4s
+	WORD $0x4e22d5ce // fadd v14.4s, v14.4s, v2.4s
+	WORD $0x4e23d5ef // fadd v15.4s, v15.4s, v3.4s
 	FSTPQ (F12, F13), (R22)
 	FSTPQ (F14, F15), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d610 // fadd v16.4s, v16.4s, v0.4s
+	WORD $0x4e21d631 // fadd v17.4s, v17.4s, v1.4s
+	WORD $0x4e22d652 // fadd v18.4s, v18.4s, v2.4s
+	WORD $0x4e23d673 // fadd v19.4s, v19.4s, v3.4s
 	FSTPQ (F16, F17), (R22)
 	FSTPQ (F18, F19), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d694 // fadd v20.4s, v20.4s, v0.4s
+	WORD $0x4e21d6b5 // fadd v21.4s, v21.4s, v1.4s
+	WORD $0x4e22d6d6 // fadd v22.4s, v22.4s, v2.4s
+	WORD $0x4e23d6f7 // fadd v23.4s, v23.4s, v3.4s
 	FSTPQ (F20, F21), (R22)
 	FSTPQ (F22, F23), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d718 // fadd v24.4s, v24.4s, v0.4s
+	WORD $0x4e21d739 // fadd v25.4s, v25.4s, v1.4s
+	WORD $0x4e22d75a // fadd v26.4s, v26.4s, v2.4s
+	WORD $0x4e23d77b // fadd v27.4s, v27.4s, v3.4s
 	FSTPQ (F24, F25), (R22)
 	FSTPQ (F26, F27), 32(R22)
 	B colNext
 tile4:
 	// Tile: 4 rows × 16 columns, 16 accumulators.
-	MOVD R4, R22
-	FLDPQ (R22), (F8, F9)
-	FLDPQ 32(R22), (F10, F11)
-	ADD R6, R22
-	FLDPQ (R22), (F12, F13)
-	FLDPQ 32(R22), (F14, F15)
-	ADD R6, R22
-	FLDPQ (R22), (F16, F17)
-	FLDPQ 32(R22), (F18, F19)
-	ADD R6, R22
-	FLDPQ (R22), (F20, F21)
-	FLDPQ 32(R22), (F22, F23)
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
 	MOVD R1, R16
 	MOVD R9, R17
 	MOVD R3, R10
@@ -19539,29 +19767,56 @@ r4loop:
 	BNE r4loop
 r4store:
 	MOVD R4, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d508 // fadd v8.4s, v8.4s, v0.4s
+	WORD $0x4e21d529 // fadd v9.4s, v9.4s, v1.4s
+	WORD $0x4e22d54a // fadd v10.4s, v10.4s, v2.4s
+	WORD $0x4e23d56b // fadd v11.4s, v11.4s, v3.4s
 	FSTPQ (F8, F9), (R22)
 	FSTPQ (F10, F11), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d58c // fadd v12.4s, v12.4s, v0.4s
+	WORD $0x4e21d5ad // fadd v13.4s, v13.4s, v1.4s
+	WORD $0x4e22d5ce // fadd v14.4s, v14.4s, v2.4s
+	WORD $0x4e23d5ef // fadd v15.4s, v15.4s, v3.4s
 	FSTPQ (F12, F13), (R22)
 	FSTPQ (F14, F15), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d610 // fadd v16.4s, v16.4s, v0.4s
+	WORD $0x4e21d631 // fadd v17.4s, v17.4s, v1.4s
+	WORD $0x4e22d652 // fadd v18.4s, v18.4s, v2.4s
+	WORD $0x4e23d673 // fadd v19.4s, v19.4s, v3.4s
 	FSTPQ (F16, F17), (R22)
 	FSTPQ (F18, F19), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d694 // fadd v20.4s, v20.4s, v0.4s
+	WORD $0x4e21d6b5 // fadd v21.4s, v21.4s, v1.4s
+	WORD $0x4e22d6d6 // fadd v22.4s, v22.4s, v2.4s
+	WORD $0x4e23d6f7 // fadd v23.4s, v23.4s, v3.4s
 	FSTPQ (F20, F21), (R22)
 	FSTPQ (F22, F23), 32(R22)
 	B colNext
 tile3:
 	// Tile: 3 rows × 16 columns, 12 accumulators.
-	MOVD R4, R22
-	FLDPQ (R22), (F8, F9)
-	FLDPQ 32(R22), (F10, F11)
-	ADD R6, R22
-	FLDPQ (R22), (F12, F13)
-	FLDPQ 32(R22), (F14, F15)
-	ADD R6, R22
-	FLDPQ (R22), (F16, F17)
-	FLDPQ 32(R22), (F18, F19)
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
 	MOVD R1, R16
 	MOVD R9, R17
 	MOVD R3, R10
@@ -19586,23 +19841,43 @@ r3loop:
 	BNE r3loop
 r3store:
 	MOVD R4, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d508 // fadd v8.4s, v8.4s, v0.4s
+	WORD $0x4e21d529 // fadd v9.4s, v9.4s, v1.4s
+	WORD $0x4e22d54a // fadd v10.4s, v10.4s, v2.4s
+	WORD $0x4e23d56b // fadd v11.4s, v11.4s, v3.4s
 	FSTPQ (F8, F9), (R22)
 	FSTPQ (F10, F11), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d58c // fadd v12.4s, v12.4s, v0.4s
+	WORD $0x4e21d5ad // fadd v13.4s, v13.4s, v1.4s
+	WORD $0x4e22d5ce // fadd v14.4s, v14.4s, v2.4s
+	WORD $0x4e23d5ef // fadd v15.4s, v15.4s, v3.4s
 	FSTPQ (F12, F13), (R22)
 	FSTPQ (F14, F15), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d610 // fadd v16.4s, v16.4s, v0.4s
+	WORD $0x4e21d631 // fadd v17.4s, v17.4s, v1.4s
+	WORD $0x4e22d652 // fadd v18.4s, v18.4s, v2.4s
+	WORD $0x4e23d673 // fadd v19.4s, v19.4s, v3.4s
 	FSTPQ (F16, F17), (R22)
 	FSTPQ (F18, F19), 32(R22)
 	B colNext
 tile2:
 	// Tile: 2 rows × 16 columns, 8 accumulators.
-	MOVD R4, R22
-	FLDPQ (R22), (F8, F9)
-	FLDPQ 32(R22), (F10, F11)
-	ADD R6, R22
-	FLDPQ (R22), (F12, F13)
-	FLDPQ 32(R22), (F14, F15)
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
 	MOVD R1, R16
 	MOVD R9, R17
 	MOVD R3, R10
@@ -19622,17 +19897,30 @@ r2loop:
 	BNE r2loop
 r2store:
 	MOVD R4, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d508 // fadd v8.4s, v8.4s, v0.4s
+	WORD $0x4e21d529 // fadd v9.4s, v9.4s, v1.4s
+	WORD $0x4e22d54a // fadd v10.4s, v10.4s, v2.4s
+	WORD $0x4e23d56b // fadd v11.4s, v11.4s, v3.4s
 	FSTPQ (F8, F9), (R22)
 	FSTPQ (F10, F11), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d58c // fadd v12.4s, v12.4s, v0.4s
+	WORD $0x4e21d5ad // fadd v13.4s, v13.4s, v1.4s
+	WORD $0x4e22d5ce // fadd v14.4s, v14.4s, v2.4s
+	WORD $0x4e23d5ef // fadd v15.4s, v15.4s, v3.4s
 	FSTPQ (F12, F13), (R22)
 	FSTPQ (F14, F15), 32(R22)
 	B colNext
 tile1:
 	// Tile: 1 rows × 16 columns, 4 accumulators.
-	MOVD R4, R22
-	FLDPQ (R22), (F8, F9)
-	FLDPQ 32(R22), (F10, F11)
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
 	MOVD R1, R16
 	MOVD R9, R17
 	MOVD R3, R10
@@ -19648,6 +19936,12 @@ r1loop:
 	BNE r1loop
 r1store:
 	MOVD R4, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d508 // fadd v8.4s, v8.4s, v0.4s
+	WORD $0x4e21d529 // fadd v9.4s, v9.4s, v1.4s
+	WORD $0x4e22d54a // fadd v10.4s, v10.4s, v2.4s
+	WORD $0x4e23d56b // fadd v11.4s, v11.4s, v3.4s
 	FSTPQ (F8, F9), (R22)
 	FSTPQ (F10, F11), 32(R22)
 	B colNext
@@ -20534,24 +20828,30 @@ rows:
 	CMP $6, R5
 	BLT rowsTail
 	// Tile: 6 rows × 16 columns, 24 accumulators.
-	MOVD R4, R22
-	FLDPQ (R22), (F8, F9)
-	FLDPQ 32(R22), (F10, F11)
-	ADD R6, R22
-	FLDPQ (R22), (F12, F13)
-	FLDPQ 32(R22), (F14, F15)
-	ADD R6, R22
-	FLDPQ (R22), (F16, F17)
-	FLDPQ 32(R22), (F18, F19)
-	ADD R6, R22
-	FLDPQ (R22), (F20, F21)
-	FLDPQ 32(R22), (F22, F23)
-	ADD R6, R22
-	FLDPQ (R22), (F24, F25)
-	FLDPQ 32(R22), (F26, F27)
-	ADD R6, R22
-	FLDPQ (R22), (F28, F29)
-	FLDPQ 32(R22), (F30, F31)
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
+	WORD $0x6f00e41c // movi v28.2d, #0
+	WORD $0x6f00e41d // movi v29.2d, #0
+	WORD $0x6f00e41e // movi v30.2d, #0
+	WORD $0x6f00e41f // movi v31.2d, #0
 	MOVD R1, R16
 	MOVD R9, R17
 	MOVD R3, R10
@@ -20717,21 +21017,57 @@ r6loop1:
 	BNE r6loop1
 r6store:
 	MOVD R4, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d508 // fadd v8.4s, v8.4s, v0.4s
+	WORD $0x4e21d529 // fadd v9.4s, v9.4s, v1.4s
+	WORD $0x4e22d54a // fadd v10.4s, v10.4s, v2.4s
+	WORD $0x4e23d56b // fadd v11.4s, v11.4s, v3.4s
 	FSTPQ (F8, F9), (R22)
 	FSTPQ (F10, F11), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d58c // fadd v12.4s, v12.4s, v0.4s
+	WORD $0x4e21d5ad // fadd v13.4s, v13.4s, v1.4s
+	WORD $0x4e22d5ce // fadd v14.4s, v14.4s, v2.4s
+	WORD $0x4e23d5ef // fadd v15.4s, v15.4s, v3.4s
 	FSTPQ (F12, F13), (R22)
 	FSTPQ (F14, F15), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d610 // fadd v16.4s, v16.4s, v0.4s
+	WORD $0x4e21d631 // fadd v17.4s, v17.4s, v1.4s
+	WORD $0x4e22d652 // fadd v18.4s, v18.4s, v2.4s
+	WORD $0x4e23d673 // fadd v19.4s, v19.4s, v3.4s
 	FSTPQ (F16, F17), (R22)
 	FSTPQ (F18, F19), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d694 // fadd v20.4s, v20.4s, v0.4s
+	WORD $0x4e21d6b5 // fadd v21.4s, v21.4s, v1.4s
+	WORD $0x4e22d6d6 // fadd v22.4s, v22.4s, v2.4s
+	WORD $0x4e23d6f7 // fadd v23.4s, v23.4s, v3.4s
 	FSTPQ (F20, F21), (R22)
 	FSTPQ (F22, F23), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d718 // fadd v24.4s, v24.4s, v0.4s
+	WORD $0x4e21d739 // fadd v25.4s, v25.4s, v1.4s
+	WORD $0x4e22d75a // fadd v26.4s, v26.4s, v2.4s
+	WORD $0x4e23d77b // fadd v27.4s, v27.4s, v3.4s
 	FSTPQ (F24, F25), (R22)
 	FSTPQ (F26, F27), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d79c // fadd v28.4s, v28.4s, v0.4s
+	WORD $0x4e21d7bd // fadd v29.4s, v29.4s, v1.4s
+	WORD $0x4e22d7de // fadd v30.4s, v30.4s, v2.4s
+	WORD $0x4e23d7ff // fadd v31.4s, v31.4s, v3.4s
 	FSTPQ (F28, F29), (R22)
 	FSTPQ (F30, F31), 32(R22)
 	ADD R19, R3
@@ -20752,21 +21088,26 @@ rowsTail:
 	B colNext
 tile5:
 	// Tile: 5 rows × 16 columns, 20 accumulators.
-	MOVD R4, R22
-	FLDPQ (R22), (F8, F9)
-	FLDPQ 32(R22), (F10, F11)
-	ADD R6, R22
-	FLDPQ (R22), (F12, F13)
-	FLDPQ 32(R22), (F14, F15)
-	ADD R6, R22
-	FLDPQ (R22), (F16, F17)
-	FLDPQ 32(R22), (F18, F19)
-	ADD R6, R22
-	FLDPQ (R22), (F20, F21)
-	FLDPQ 32(R22), (F22, F23)
-	ADD R6, R22
-	FLDPQ (R22), (F24, F25)
-	FLDPQ 32(R22), (F26, F27)
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
 	MOVD R1, R16
 	MOVD R9, R17
 	MOVD R3, R10
@@ -20909,35 +21250,69 @@ r5loop1:
 	BNE r5loop1
 r5store:
 	MOVD R4, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d508 // fadd v8.4s, v8.4s, v0.4s
+	WORD $0x4e21d529 // fadd v9.4s, v9.4s, v1.4s
+	WORD $0x4e22d54a // fadd v10.4s, v10.4s, v2.4s
+	WORD $0x4e23d56b // fadd v11.4s, v11.4s, v3.4s
 	FSTPQ (F8, F9), (R22)
 	FSTPQ (F10, F11), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d58c // fadd v12.4s, v12.4s, v0.4s
+	WORD $0x4e21d5ad // fadd v13.4s, v13.4s, v1.4s
+	WORD $0x4e22d5ce // fadd v14.4s, v14.4s, v2.4s
+	WORD $0x4e23d5ef // fadd v15.4s, v15.4s, v3.4s
 	FSTPQ (F12, F13), (R22)
 	FSTPQ (F14, F15), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d610 // fadd v16.4s, v16.4s, v0.4s
+	WORD $0x4e21d631 // fadd v17.4s, v17.4s, v1.4s
+	WORD $0x4e22d652 // fadd v18.4s, v18.4s, v2.4s
+	WORD $0x4e23d673 // fadd v19.4s, v19.4s, v3.4s
 	FSTPQ (F16, F17), (R22)
 	FSTPQ (F18, F19), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d694 // fadd v20.4s, v20.4s, v0.4s
+	WORD $0x4e21d6b5 // fadd v21.4s, v21.4s, v1.4s
+	WORD $0x4e22d6d6 // fadd v22.4s, v22.4s, v2.4s
+	WORD $0x4e23d6f7 // fadd v23.4s, v23.4s, v3.4s
 	FSTPQ (F20, F21), (R22)
 	FSTPQ (F22, F23), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d718 // fadd v24.4s, v24.4s, v0.4s
+	WORD $0x4e21d739 // fadd v25.4s, v25.4s, v1.4s
+	WORD $0x4e22d75a // fadd v26.4s, v26.4s, v2.4s
+	WORD $0x4e23d77b // fadd v27.4s, v27.4s, v3.4s
 	FSTPQ (F24, F25), (R22)
 	FSTPQ (F26, F27), 32(R22)
 	B colNext
 tile4:
 	// Tile: 4 rows × 16 columns, 16 accumulators.
-	MOVD R4, R22
-	FLDPQ (R22), (F8, F9)
-	FLDPQ 32(R22), (F10, F11)
-	ADD R6, R22
-	FLDPQ (R22), (F12, F13)
-	FLDPQ 32(R22), (F14, F15)
-	ADD R6, R22
-	FLDPQ (R22), (F16, F17)
-	FLDPQ 32(R22), (F18, F19)
-	ADD R6, R22
-	FLDPQ (R22), (F20, F21)
-	FLDPQ 32(R22), (F22, F23)
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
 	MOVD R1, R16
 	MOVD R9, R17
 	MOVD R3, R10
@@ -21057,29 +21432,56 @@ r4loop1:
 	BNE r4loop1
 r4store:
 	MOVD R4, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d508 // fadd v8.4s, v8.4s, v0.4s
+	WORD $0x4e21d529 // fadd v9.4s, v9.4s, v1.4s
+	WORD $0x4e22d54a // fadd v10.4s, v10.4s, v2.4s
+	WORD $0x4e23d56b // fadd v11.4s, v11.4s, v3.4s
 	FSTPQ (F8, F9), (R22)
 	FSTPQ (F10, F11), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d58c // fadd v12.4s, v12.4s, v0.4s
+	WORD $0x4e21d5ad // fadd v13.4s, v13.4s, v1.4s
+	WORD $0x4e22d5ce // fadd v14.4s, v14.4s, v2.4s
+	WORD $0x4e23d5ef // fadd v15.4s, v15.4s, v3.4s
 	FSTPQ (F12, F13), (R22)
 	FSTPQ (F14, F15), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d610 // fadd v16.4s, v16.4s, v0.4s
+	WORD $0x4e21d631 // fadd v17.4s, v17.4s, v1.4s
+	WORD $0x4e22d652 // fadd v18.4s, v18.4s, v2.4s
+	WORD $0x4e23d673 // fadd v19.4s, v19.4s, v3.4s
 	FSTPQ (F16, F17), (R22)
 	FSTPQ (F18, F19), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d694 // fadd v20.4s, v20.4s, v0.4s
+	WORD $0x4e21d6b5 // fadd v21.4s, v21.4s, v1.4s
+	WORD $0x4e22d6d6 // fadd v22.4s, v22.4s, v2.4s
+	WORD $0x4e23d6f7 // fadd v23.4s, v23.4s, v3.4s
 	FSTPQ (F20, F21), (R22)
 	FSTPQ (F22, F23), 32(R22)
 	B colNext
 tile3:
 	// Tile: 3 rows × 16 columns, 12 accumulators.
-	MOVD R4, R22
-	FLDPQ (R22), (F8, F9)
-	FLDPQ 32(R22), (F10, F11)
-	ADD R6, R22
-	FLDPQ (R22), (F12, F13)
-	FLDPQ 32(R22), (F14, F15)
-	ADD R6, R22
-	FLDPQ (R22), (F16, F17)
-	FLDPQ 32(R22), (F18, F19)
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
 	MOVD R1, R16
 	MOVD R9, R17
 	MOVD R3, R10
@@ -21176,23 +21578,43 @@ r3loop1:
 	BNE r3loop1
 r3store:
 	MOVD R4, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d508 // fadd v8.4s, v8.4s, v0.4s
+	WORD $0x4e21d529 // fadd v9.4s, v9.4s, v1.4s
+	WORD $0x4e22d54a // fadd v10.4s, v10.4s, v2.4s
+	WORD $0x4e23d56b // fadd v11.4s, v11.4s, v3.4s
 	FSTPQ (F8, F9), (R22)
 	FSTPQ (F10, F11), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d58c // fadd v12.4s, v12.4s, v0.4s
+	WORD $0x4e21d5ad // fadd v13.4s, v13.4s, v1.4s
+	WORD $0x4e22d5ce // fadd v14.4s, v14.4s, v2.4s
+	WORD $0x4e23d5ef // fadd v15.4s, v15.4s, v3.4s
 	FSTPQ (F12, F13), (R22)
 	FSTPQ (F14, F15), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d610 // fadd v16.4s, v16.4s, v0.4s
+	WORD $0x4e21d631 // fadd v17.4s, v17.4s, v1.4s
+	WORD $0x4e22d652 // fadd v18.4s, v18.4s, v2.4s
+	WORD $0x4e23d673 // fadd v19.4s, v19.4s, v3.4s
 	FSTPQ (F16, F17), (R22)
 	FSTPQ (F18, F19), 32(R22)
 	B colNext
 tile2:
 	// Tile: 2 rows × 16 columns, 8 accumulators.
-	MOVD R4, R22
-	FLDPQ (R22), (F8, F9)
-	FLDPQ 32(R22), (F10, F11)
-	ADD R6, R22
-	FLDPQ (R22), (F12, F13)
-	FLDPQ 32(R22), (F14, F15)
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
 	MOVD R1, R16
 	MOVD R9, R17
 	MOVD R3, R10
@@ -21266,17 +21688,30 @@ r2loop1:
 	BNE r2loop1
 r2store:
 	MOVD R4, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d508 // fadd v8.4s, v8.4s, v0.4s
+	WORD $0x4e21d529 // fadd v9.4s, v9.4s, v1.4s
+	WORD $0x4e22d54a // fadd v10.4s, v10.4s, v2.4s
+	WORD $0x4e23d56b // fadd v11.4s, v11.4s, v3.4s
 	FSTPQ (F8, F9), (R22)
 	FSTPQ (F10, F11), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d58c // fadd v12.4s, v12.4s, v0.4s
+	WORD $0x4e21d5ad // fadd v13.4s, v13.4s, v1.4s
+	WORD $0x4e22d5ce // fadd v14.4s, v14.4s, v2.4s
+	WORD $0x4e23d5ef // fadd v15.4s, v15.4s, v3.4s
 	FSTPQ (F12, F13), (R22)
 	FSTPQ (F14, F15), 32(R22)
 	B colNext
 tile1:
 	// Tile: 1 rows × 16 columns, 4 accumulators.
-	MOVD R4, R22
-	FLDPQ (R22), (F8, F9)
-	FLDPQ 32(R22), (F10, F11)
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
 	MOVD R1, R16
 	MOVD R9, R17
 	MOVD R3, R10
@@ -21327,6 +21762,12 @@ r1loop1:
 	BNE r1loop1
 r1store:
 	MOVD R4, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d508 // fadd v8.4s, v8.4s, v0.4s
+	WORD $0x4e21d529 // fadd v9.4s, v9.4s, v1.4s
+	WORD $0x4e22d54a // fadd v10.4s, v10.4s, v2.4s
+	WORD $0x4e23d56b // fadd v11.4s, v11.4s, v3.4s
 	FSTPQ (F8, F9), (R22)
 	FSTPQ (F10, F11), 32(R22)
 	B colNext
@@ -22402,21 +22843,26 @@ rows:
 	CMP $5, R5
 	BLT rowsTail
 	// Tile: 5 rows × 16 columns, 20 accumulators.
-	MOVD R4, R22
-	FLDPQ (R22), (F8, F9)
-	FLDPQ 32(R22), (F10, F11)
-	ADD R6, R22
-	FLDPQ (R22), (F12, F13)
-	FLDPQ 32(R22), (F14, F15)
-	ADD R6, R22
-	FLDPQ (R22), (F16, F17)
-	FLDPQ 32(R22), (F18, F19)
-	ADD R6, R22
-	FLDPQ (R22), (F20, F21)
-	FLDPQ 32(R22), (F22, F23)
-	ADD R6, R22
-	FLDPQ (R22), (F24, F25)
-	FLDPQ 32(R22), (F26, F27)
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
 	MOVD R1, R16
 	MOVD R9, R17
 	MOVD R3, R10
@@ -22679,18 +23125,48 @@ r5loop1:
 	BNE r5loop1
 r5store:
 	MOVD R4, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d508 // fadd v8.4s, v8.4s, v0.4s
+	WORD $0x4e21d529 // fadd v9.4s, v9.4s, v1.4s
+	WORD $0x4e22d54a // fadd v10.4s, v10.4s, v2.4s
+	WORD $0x4e23d56b // fadd v11.4s, v11.4s, v3.4s
 	FSTPQ (F8, F9), (R22)
 	FSTPQ (F10, F11), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d58c // fadd v12.4s, v12.4s, v0.4s
+	WORD $0x4e21d5ad // fadd v13.4s, v13.4s, v1.4s
+	WORD $0x4e22d5ce // fadd v14.4s, v14.4s, v2.4s
+	WORD $0x4e23d5ef // fadd v15.4s, v15.4s, v3.4s
 	FSTPQ (F12, F13), (R22)
 	FSTPQ (F14, F15), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d610 // fadd v16.4s, v16.4s, v0.4s
+	WORD $0x4e21d631 // fadd v17.4s, v17.4s, v1.4s
+	WORD $0x4e22d652 // fadd v18.4s, v18.4s, v2.4s
+	WORD $0x4e23d673 // fadd v19.4s, v19.4s, v3.4s
 	FSTPQ (F16, F17), (R22)
 	FSTPQ (F18, F19), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d694 // fadd v20.4s, v20.4s, v0.4s
+	WORD $0x4e21d6b5 // fadd v21.4s, v21.4s, v1.4s
+	WORD $0x4e22d6d6 // fadd v22.4s, v22.4s, v2.4s
+	WORD $0x4e23d6f7 // fadd v23.4s, v23.4s, v3.4s
 	FSTPQ (F20, F21), (R22)
 	FSTPQ (F22, F23), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d718 // fadd v24.4s, v24.4s, v0.4s
+	WORD $0x4e21d739 // fadd v25.4s, v25.4s, v1.4s
+	WORD $0x4e22d75a // fadd v26.4s, v26.4s, v2.4s
+	WORD $0x4e23d77b // fadd v27.4s, v27.4s, v3.4s
 	FSTPQ (F24, F25), (R22)
 	FSTPQ (F26, F27), 32(R22)
 	ADD R19, R3
@@ -22709,18 +23185,22 @@ rowsTail:
 	B colNext
 tile4:
 	// Tile: 4 rows × 16 columns, 16 accumulators.
-	MOVD R4, R22
-	FLDPQ (R22), (F8, F9)
-	FLDPQ 32(R22), (F10, F11)
-	ADD R6, R22
-	FLDPQ (R22), (F12, F13)
-	FLDPQ 32(R22), (F14, F15)
-	ADD R6, R22
-	FLDPQ (R22), (F16, F17)
-	FLDPQ 32(R22), (F18, F19)
-	ADD R6, R22
-	FLDPQ (R22), (F20, F21)
-	FLDPQ 32(R22), (F22, F23)
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
 	MOVD R1, R16
 	MOVD R9, R17
 	MOVD R3, R10
@@ -22940,29 +23420,56 @@ r4loop1:
 	BNE r4loop1
 r4store:
 	MOVD R4, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d508 // fadd v8.4s, v8.4s, v0.4s
+	WORD $0x4e21d529 // fadd v9.4s, v9.4s, v1.4s
+	WORD $0x4e22d54a // fadd v10.4s, v10.4s, v2.4s
+	WORD $0x4e23d56b // fadd v11.4s, v11.4s, v3.4s
 	FSTPQ (F8, F9), (R22)
 	FSTPQ (F10, F11), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d58c // fadd v12.4s, v12.4s, v0.4s
+	WORD $0x4e21d5ad // fadd v13.4s, v13.4s, v1.4s
+	WORD $0x4e22d5ce // fadd v14.4s, v14.4s, v2.4s
+	WORD $0x4e23d5ef // fadd v15.4s, v15.4s, v3.4s
 	FSTPQ (F12, F13), (R22)
 	FSTPQ (F14, F15), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d610 // fadd v16.4s, v16.4s, v0.4s
+	WORD $0x4e21d631 // fadd v17.4s, v17.4s, v1.4s
+	WORD $0x4e22d652 // fadd v18.4s, v18.4s, v2.4s
+	WORD $0x4e23d673 // fadd v19.4s, v19.4s, v3.4s
 	FSTPQ (F16, F17), (R22)
 	FSTPQ (F18, F19), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d694 // fadd v20.4s, v20.4s, v0.4s
+	WORD $0x4e21d6b5 // fadd v21.4s, v21.4s, v1.4s
+	WORD $0x4e22d6d6 // fadd v22.4s, v22.4s, v2.4s
+	WORD $0x4e23d6f7 // fadd v23.4s, v23.4s, v3.4s
 	FSTPQ (F20, F21), (R22)
 	FSTPQ (F22, F23), 32(R22)
 	B colNext
 tile3:
 	// Tile: 3 rows × 16 columns, 12 accumulators.
-	MOVD R4, R22
-	FLDPQ (R22), (F8, F9)
-	FLDPQ 32(R22), (F10, F11)
-	ADD R6, R22
-	FLDPQ (R22), (F12, F13)
-	FLDPQ 32(R22), (F14, F15)
-	ADD R6, R22
-	FLDPQ (R22), (F16, F17)
-	FLDPQ 32(R22), (F18, F19)
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
 	MOVD R1, R16
 	MOVD R9, R17
 	MOVD R3, R10
@@ -23139,23 +23646,43 @@ r3loop1:
 	BNE r3loop1
 r3store:
 	MOVD R4, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d508 // fadd v8.4s, v8.4s, v0.4s
+	WORD $0x4e21d529 // fadd v9.4s, v9.4s, v1.4s
+	WORD $0x4e22d54a // fadd v10.4s, v10.4s, v2.4s
+	WORD $0x4e23d56b // fadd v11.4s, v11.4s, v3.4s
 	FSTPQ (F8, F9), (R22)
 	FSTPQ (F10, F11), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d58c // fadd v12.4s, v12.4s, v0.4s
+	WORD $0x4e21d5ad // fadd v13.4s, v13.4s, v1.4s
+	WORD $0x4e22d5ce // fadd v14.4s, v14.4s, v2.4s
+	WORD $0x4e23d5ef // fadd v15.4s, v15.4s, v3.4s
 	FSTPQ (F12, F13), (R22)
 	FSTPQ (F14, F15), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d610 // fadd v16.4s, v16.4s, v0.4s
+	WORD $0x4e21d631 // fadd v17.4s, v17.4s, v1.4s
+	WORD $0x4e22d652 // fadd v18.4s, v18.4s, v2.4s
+	WORD $0x4e23d673 // fadd v19.4s, v19.4s, v3.4s
 	FSTPQ (F16, F17), (R22)
 	FSTPQ (F18, F19), 32(R22)
 	B colNext
 tile2:
 	// Tile: 2 rows × 16 columns, 8 accumulators.
-	MOVD R4, R22
-	FLDPQ (R22), (F8, F9)
-	FLDPQ 32(R22), (F10, F11)
-	ADD R6, R22
-	FLDPQ (R22), (F12, F13)
-	FLDPQ 32(R22), (F14, F15)
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
 	MOVD R1, R16
 	MOVD R9, R17
 	MOVD R3, R10
@@ -23289,17 +23816,30 @@ r2loop1:
 	BNE r2loop1
 r2store:
 	MOVD R4, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d508 // fadd v8.4s, v8.4s, v0.4s
+	WORD $0x4e21d529 // fadd v9.4s, v9.4s, v1.4s
+	WORD $0x4e22d54a // fadd v10.4s, v10.4s, v2.4s
+	WORD $0x4e23d56b // fadd v11.4s, v11.4s, v3.4s
 	FSTPQ (F8, F9), (R22)
 	FSTPQ (F10, F11), 32(R22)
 	ADD R6, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d58c // fadd v12.4s, v12.4s, v0.4s
+	WORD $0x4e21d5ad // fadd v13.4s, v13.4s, v1.4s
+	WORD $0x4e22d5ce // fadd v14.4s, v14.4s, v2.4s
+	WORD $0x4e23d5ef // fadd v15.4s, v15.4s, v3.4s
 	FSTPQ (F12, F13), (R22)
 	FSTPQ (F14, F15), 32(R22)
 	B colNext
 tile1:
 	// Tile: 1 rows × 16 columns, 4 accumulators.
-	MOVD R4, R22
-	FLDPQ (R22), (F8, F9)
-	FLDPQ 32(R22), (F10, F11)
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
 	MOVD R1, R16
 	MOVD R9, R17
 	MOVD R3, R10
@@ -23390,6 +23930,12 @@ r1loop1:
 	BNE r1loop1
 r1store:
 	MOVD R4, R22
+	FLDPQ (R22), (F0, F1)
+	FLDPQ 32(R22), (F2, F3)
+	WORD $0x4e20d508 // fadd v8.4s, v8.4s, v0.4s
+	WORD $0x4e21d529 // fadd v9.4s, v9.4s, v1.4s
+	WORD $0x4e22d54a // fadd v10.4s, v10.4s, v2.4s
+	WORD $0x4e23d56b // fadd v11.4s, v11.4s, v3.4s
 	FSTPQ (F8, F9), (R22)
 	FSTPQ (F10, F11), 32(R22)
 	B colNext

@@ -306,20 +306,11 @@ func atRows(r int) (reg func(i int) (V, int), loads []struct{ width, off int }) 
 func gemmTile(f *file, kind gemmKind, accumulate bool, r int) {
 	tag := fmt.Sprintf("r%d", r)
 	f.comment("Tile: %d rows × 16 columns, %d accumulators.", r, 4*r)
-	if !accumulate {
-		for i := 0; i < r; i++ {
-			for v := 0; v < 4; v++ {
-				f.w(movi0(accReg(i, v)))
-			}
-		}
-	} else {
-		f.i("MOVD %s, %s", gCRow, gCp)
-		for i := 0; i < r; i++ {
-			f.i("FLDPQ (%s), (F%d, F%d)", gCp, accReg(i, 0), accReg(i, 1))
-			f.i("FLDPQ 32(%s), (F%d, F%d)", gCp, accReg(i, 2), accReg(i, 3))
-			if i < r-1 {
-				f.i("ADD %s, %s", gLdc, gCp)
-			}
+	// Every product sums from zero; accumulating ones add the tile's sum
+	// to C once, at the store (see Impl.MulAddAB).
+	for i := 0; i < r; i++ {
+		for v := 0; v < 4; v++ {
+			f.w(movi0(accReg(i, v)))
 		}
 	}
 	f.i("MOVD %s, %s", gB, gBp)
@@ -332,6 +323,13 @@ func gemmTile(f *file, kind gemmKind, accumulate bool, r int) {
 	f.label(tag + "store")
 	f.i("MOVD %s, %s", gCRow, gCp)
 	for i := 0; i < r; i++ {
+		if accumulate { // C in v0-v3, free after the k loop
+			f.i("FLDPQ (%s), (F0, F1)", gCp)
+			f.i("FLDPQ 32(%s), (F2, F3)", gCp)
+			for v := 0; v < 4; v++ {
+				f.w(fadd(accReg(i, v), accReg(i, v), V(v)))
+			}
+		}
 		f.i("FSTPQ (F%d, F%d), (%s)", accReg(i, 0), accReg(i, 1), gCp)
 		f.i("FSTPQ (F%d, F%d), 32(%s)", accReg(i, 2), accReg(i, 3), gCp)
 		if i < r-1 {

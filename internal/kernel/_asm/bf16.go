@@ -104,23 +104,12 @@ func (g *bfGemm) tile(r, nv int) {
 
 	ldc := Load(Param("ldc"), GP64())
 	SHLQ(Imm(2), ldc)
-	if g.acc {
-		cp := GP64()
-		MOVQ(g.cRow, cp)
-		for i := 0; i < r; i++ {
-			for v := 0; v < nv; v++ {
-				VMOVUPS(Mem{Base: cp, Disp: 64 * v}, zmm(acc(i, v)))
-			}
-			if i < r-1 {
-				ADDQ(ldc, cp)
-			}
-		}
-	} else {
-		for i := 0; i < r; i++ {
-			for v := 0; v < nv; v++ {
-				z := zmm(acc(i, v))
-				VPSUBD(z, z, z)
-			}
+	// The sum starts from zero; MulAdd adds it to C once, at the store
+	// (see Impl.MulAddAB).
+	for i := 0; i < r; i++ {
+		for v := 0; v < nv; v++ {
+			z := zmm(acc(i, v))
+			VPSUBD(z, z, z)
 		}
 	}
 
@@ -179,7 +168,11 @@ func (g *bfGemm) tile(r, nv int) {
 	MOVQ(g.cRow, cp)
 	for i := 0; i < r; i++ {
 		for v := 0; v < nv; v++ {
-			VMOVUPS(zmm(acc(i, v)), Mem{Base: cp, Disp: 64 * v})
+			c := Mem{Base: cp, Disp: 64 * v}
+			if g.acc {
+				VADDPS(c, zmm(acc(i, v)), zmm(acc(i, v)))
+			}
+			VMOVUPS(zmm(acc(i, v)), c)
 		}
 		if i < r-1 {
 			ADDQ(ldc, cp)

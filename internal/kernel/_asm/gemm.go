@@ -27,8 +27,8 @@ type gemmKind int
 
 const (
 	kindABt gemmKind = iota // C = A·Bᵀ, Bᵀ packed in strips of 16 columns
-	kindAB                  // C += A·B
-	kindAtB                 // C += Aᵀ·B
+	kindAB                  // C += A·B, A·B summed from zero then added
+	kindAtB                 // C += Aᵀ·B, likewise
 )
 
 // gemm holds the state of one matrix-product function being generated.
@@ -177,26 +177,11 @@ func (g *gemm) tile(r, nv int) {
 			acc[i][v] = s.Vec()
 		}
 	}
-	if g.kind == kindABt {
-		// C is overwritten: start from zero.
-		for i := range acc {
-			for v := range acc[i] {
-				zero(s, acc[i][v])
-			}
-		}
-	} else {
-		// C is accumulated into: start from the current values.
-		ldc := Load(Param("ldc"), GP64())
-		SHLQ(Imm(2), ldc)
-		cp := GP64()
-		MOVQ(g.cRow, cp)
-		for i := range acc {
-			for v := range acc[i] {
-				VMOVUPS(Mem{Base: cp, Disp: v * s.Bytes()}, acc[i][v])
-			}
-			if i < r-1 {
-				ADDQ(ldc, cp)
-			}
+	// Every kind sums from zero: A·Bᵀ overwrites C; A·B and Aᵀ·B add the
+	// tile's sum to C once, at the store (see Impl.MulAddAB).
+	for i := range acc {
+		for v := range acc[i] {
+			zero(s, acc[i][v])
 		}
 	}
 
@@ -297,7 +282,11 @@ func (g *gemm) tile(r, nv int) {
 	MOVQ(g.cRow, cp)
 	for i := range acc {
 		for v := range acc[i] {
-			VMOVUPS(acc[i][v], Mem{Base: cp, Disp: v * s.Bytes()})
+			c := Mem{Base: cp, Disp: v * s.Bytes()}
+			if g.kind != kindABt {
+				VADDPS(c, acc[i][v], acc[i][v])
+			}
+			VMOVUPS(acc[i][v], c)
 		}
 		if i < r-1 {
 			ADDQ(ldc, cp)
