@@ -400,3 +400,50 @@ func TestDBiasHalfInputs(t *testing.T) {
 		})
 	}
 }
+
+// TestDBiasOffsets: with Options.Offsets the call's rows and keys read the
+// bias from positions (Query, Key) on (Key not a multiple of a backward
+// block, so a block straddles two of the gradient's slabs); DBias is 0
+// where no score reads the bias.
+func TestDBiasOffsets(t *testing.T) {
+	const B, Sq, Sk, H, D, oq, ok = 2, 13, 90, 2, 16, 5, 70
+	c, q, k, v, do := newBiasCase(11, biasCase{b: B, sq: Sq, sk: Sk, h: H, hk: H, d: D, shape: [4]int{1, H, oq + Sq, ok + Sk + 3}})
+	s := c.shape
+	bias, err := NewBias(c.data, s[0], s[1], s[2], s[3])
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, dbias := runBias(t, c, bias, q, k, v, do, Options{Offsets: &Offsets{Query: oq, Key: ok}, Workers: 3})
+	// The reference's call: the bias seen from the offsets.
+	sub := make([]float32, H*Sq*Sk)
+	for h := range H {
+		for i := range Sq {
+			for j := range Sk {
+				sub[(h*Sq+i)*Sk+j] = c.data[(h*s[2]+oq+i)*s[3]+ok+j]
+			}
+		}
+	}
+	rc := c
+	rc.shape, rc.data = [4]int{1, H, Sq, Sk}, sub
+	par := rc.params(to64(sub))
+	db64 := reduceBias(rc, reference.ScoreGrads64(par, to64(q), to64(k), to64(v), to64(do), nil))
+	db32 := reduceBias(rc, reference.ScoreGrads32(par, q, k, v, do, nil))
+	got := make([]float32, len(sub))
+	for h := range H {
+		for i := range s[2] {
+			for j := range s[3] {
+				x := dbias[(h*s[2]+i)*s[3]+j]
+				if i < oq || j < ok || j >= ok+Sk {
+					if x != 0 {
+						t.Fatalf("DBias[%d, %d, %d] = %g where no score reads the bias", h, i, j, x)
+					}
+					continue
+				}
+				got[(h*Sq+i-oq)*Sk+j-ok] = x
+			}
+		}
+	}
+	if err := reference.Check("DBias", got, db32, db64); err != nil {
+		t.Error(err)
+	}
+}
