@@ -137,7 +137,16 @@ type Grads struct {
 	// DSinks, if not nil, receives the gradient with respect to
 	// Options.Sinks ([heads]), summed over the batch and the rows.
 	DSinks []float32
-	// Accumulate adds the gradients to what DQ, DK, DV and DSinks hold
+	// DBias, if not nil, receives the gradient with respect to the values
+	// of the Bias that Options.ScoreMod must then be: the Bias's shape
+	// (Bias.Shape, its broadcast dimensions of size 1), the score
+	// gradients dS at the biased scores summed over the broadcast
+	// dimensions (and over the rows and keys that read one value). The sums
+	// are the same bit for bit for any number of workers. Computing it
+	// costs a pass that recomputes two of the backward's five tile
+	// products.
+	DBias []float32
+	// Accumulate adds the gradients to what DQ, DK, DV, DSinks and DBias hold
 	// instead of overwriting it (16-bit gradients are read, summed in
 	// float32 and rounded once): for a loss computed in parts — the shards
 	// of a sequence across calls or machines, gradient accumulation.
@@ -209,6 +218,19 @@ func BackwardGrads(ctx context.Context, g Grads, q, k, v, out, dout Tensor, lse,
 	gv.dsinks, gv.accumulate = g.DSinks, g.Accumulate
 	if opts != nil {
 		gv.sinks = opts.Sinks
+	}
+	if g.DBias != nil {
+		var bias *Bias
+		if opts != nil {
+			bias, _ = opts.ScoreMod.(*Bias)
+		}
+		if bias == nil {
+			return argErr("DBias", "DBias is the gradient of a Bias, but Options.ScoreMod is not a *Bias")
+		}
+		if len(g.DBias) != bias.len() {
+			return argErr("DBias", "DBias has %d elements, want %d (the Bias's %d×%d×%d×%d)", len(g.DBias), bias.len(), bias.batch, bias.heads, bias.seqQ, bias.seqK)
+		}
+		gv.bias, gv.dbias = bias, g.DBias
 	}
 	if err := c.checkBackwardOperands(opts, &g); err != nil {
 		return err

@@ -31,7 +31,9 @@ type gradViews struct {
 	lse               []float32
 	dlse              []float32 // nil, or the loss's gradient with respect to LSE
 	sinks, dsinks     []float32 // Options.Sinks, and where their gradient goes (nil: not wanted)
-	accumulate        bool      // add to dq, dk, dv, dsinks
+	bias              *Bias     // Options.ScoreMod when DBias is wanted
+	dbias             []float32 // where the bias's gradient goes (nil: not wanted)
+	accumulate        bool      // add to dq, dk, dv, dsinks, dbias
 }
 
 // checkBackwardOperands refuses gradients that share memory with another
@@ -49,9 +51,10 @@ type backwardPass struct {
 	withDQ bool
 	kv     *packedKV
 	qPack  *queryPack
-	delta  []float32 // D = rowsum(dO∘O) per LSE entry
-	corr   []float32 // per LSE entry: the factor that makes the row's P exact (nil: all 1)
-	sinkD  []sinkRow // per LSE entry: the sink gradient's D (nil: not wanted; sinkgrad.go)
+	delta  []float32   // D = rowsum(dO∘O) per LSE entry
+	corr   []float32   // per LSE entry: the factor that makes the row's P exact (nil: all 1)
+	sinkD  []sinkRow   // per LSE entry: the sink gradient's D (nil: not wanted; sinkgrad.go)
+	dbiasT []dbiasTask // the bias gradient's pass (dbias.go)
 	// dkAcc and dvAcc are where dK and dV accumulate: the outputs
 	// themselves when float32, else float32 buffers rounded at the end.
 	dkAcc, dvAcc view
@@ -64,6 +67,7 @@ type bwdMem struct {
 	delta  []float32
 	sinkD  []sinkRow
 	dkvAcc []float32
+	dbiasT []dbiasTask
 }
 
 func (c *call) backward() error {
@@ -109,7 +113,7 @@ func (c *call) backward() error {
 		b.clearUnwrittenDQ()
 	}
 	b.storeSinks()
-	return nil
+	return b.storeBias()
 }
 
 // loadKV fills 16-bit outputs' float32 accumulators with the gradients the
@@ -350,14 +354,44 @@ func (b *backwardPass) gradTile(ws *workspace, blk *bwdTile, qt *qTile, at tileA
 }
 
 // gradRow turns row r of the S and dP tiles (the score row at) into P (in
-// ws.bwd.s, and P̃ in ws.bwd.pDrop with dropout) and dS (in ws.bwd.dP).
+// ws.bwd.s, and P̃ in ws.bwd.pDrop with dropout) and dS (in ws.bwd.dP):
+// scoreGrad's dS times the modifiers' derivative, rounded to the compute
+// type.
 func (b *backwardPass) gradRow(ws *workspace, at scoreAt, r int, hr *headRows) {
+	p, bw := b.p, &ws.bwd
+	n, np := at.n, kernel.Pad(at.n)
+	grad := b.scoreGrad(ws, at, r, hr)
+	dpRow := bw.dP[r*np : (r+1)*np]
+	for c, x := range grad[:min(len(grad), n)] {
+		// Where P is 0 (hidden, or a score the modifiers sent to −Inf) dS
+		// is 0 whatever the modifiers' derivative there, NaN or Inf
+		// included: those positions take no part in the chain rule.
+		if d := dpRow[c]; d != 0 {
+			dpRow[c] = d * x
+		}
+	}
+	if p.ct != Float32 {
+		// P̃ and dS in the inputs' type before they multiply.
+		pr := bw.s[r*np : r*np+n]
+		if p.dropOn {
+			pr = bw.pDrop[r*np : r*np+n]
+		}
+		roundTo(pr, p.ct, &p.kern)
+		roundTo(dpRow[:n], p.ct, &p.kern)
+	}
+}
+
+// scoreGrad turns row r of the S and dP tiles (the score row at) into P (in
+// ws.bwd.s, and P̃ in ws.bwd.pDrop with dropout) and the gradient with
+// respect to the modified scores, dS = P∘(dP − D) (in ws.bwd.dP; the
+// gradient of a Bias, which is added last), and returns the modifiers'
+// derivative for the row (nil when it is 1).
+func (b *backwardPass) scoreGrad(ws *workspace, at scoreAt, r int, hr *headRows) (grad []float32) {
 	p, bw := b.p, &ws.bwd
 	kern := &p.kern
 	i, n := at.i, at.n
 	np := kernel.Pad(n)
 	row := bw.s[r*np : (r+1)*np]
-	var grad []float32
 	if p.mods.curved() {
 		grad = bw.grad[r*np : (r+1)*np]
 	}
@@ -406,21 +440,5 @@ func (b *backwardPass) gradRow(ws *workspace, at scoreAt, r int, hr *headRows) {
 			}
 		}
 	}
-	for c, x := range grad[:min(len(grad), n)] {
-		// Where P is 0 (hidden, or a score the modifiers sent to −Inf) dS
-		// is 0 whatever the modifiers' derivative there, NaN or Inf
-		// included: those positions take no part in the chain rule.
-		if d := dpRow[c]; d != 0 {
-			dpRow[c] = d * x
-		}
-	}
-	if p.ct != Float32 {
-		// P̃ and dS in the inputs' type before they multiply.
-		pr := row[:n]
-		if p.dropOn {
-			pr = bw.pDrop[r*np : r*np+n]
-		}
-		roundTo(pr, p.ct, kern)
-		roundTo(dpRow[:n], p.ct, kern)
-	}
+	return grad
 }

@@ -54,8 +54,8 @@ func (o *Options) checkSequences(seqs []sequence, heads int) error {
 // caller's memory during a call (Bias): the overlap rule checks that memory
 // against the call's outputs, and its heads against the call's.
 type callerData interface {
-	// data is the caller memory read during a call.
-	data() []float32
+	// dataRegion is the caller memory read during a call.
+	dataRegion() region
 	// dataHeads is the number of heads the data holds (1 broadcasts).
 	dataHeads() int
 }

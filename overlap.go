@@ -152,17 +152,17 @@ func callOperands(list []named, ops *operands, o *Options, appending bool, fwd *
 			namedView("dq", bwd.dq).written(""), namedView("dk", bwd.dk).written(""), namedView("dv", bwd.dv).written(""))
 	}
 	if g != nil {
-		list = append(list, namedSlice("DSinks", g.DSinks).written(""))
+		list = append(list, namedSlice("DSinks", g.DSinks).written(""), namedSlice("DBias", g.DBias).written(""))
 	}
 	if o == nil {
 		return list
 	}
 	list = append(list, namedSlice("Options.Sinks", o.Sinks), namedSlice("Options.ALiBi", o.ALiBi))
 	if d, ok := o.ScoreMod.(callerData); ok {
-		list = append(list, namedSlice("Options.ScoreMod", d.data()))
+		list = append(list, named{name: "Options.ScoreMod", r: d.dataRegion()})
 	}
 	if d, ok := o.Mask.(callerData); ok {
-		list = append(list, namedSlice("Options.Mask", d.data()))
+		list = append(list, named{name: "Options.Mask", r: d.dataRegion()})
 	}
 	if l := o.VarLen; l != nil {
 		list = append(list, namedSlice("Options.VarLen.CuSeqlensQ", l.CuSeqlensQ), namedSlice("Options.VarLen.CuSeqlensK", l.CuSeqlensK),

@@ -37,10 +37,11 @@ type sinkRow struct {
 
 // sinkRows returns the per-row records of the sink gradient (one per LSE
 // entry, zeroed), or nil when the caller wants no sink gradient or there
-// are no sinks.
+// are no sinks. The bias gradient (dbias.go) uses them too, with a 16-bit
+// output: its dS = P∘(dP − D) takes D as the sink gradient does.
 func (b *backwardPass) sinkRows() []sinkRow {
 	g := &b.grads
-	if g.dsinks == nil || g.sinks == nil {
+	if (g.dsinks == nil || g.sinks == nil) && (g.dbias == nil || g.o.dt == Float32) {
 		return nil
 	}
 	d := grow(&b.mem.sinkD, b.p.lseLen)
@@ -71,13 +72,12 @@ func (b *backwardPass) storeSinks() {
 	if g.dsinks == nil {
 		return
 	}
-	if b.sinkD == nil {
+	if g.sinks == nil {
 		if !g.accumulate {
 			clear(g.dsinks) // no sinks: their gradient is 0
 		}
 		return
 	}
-	half := g.o.dt != Float32
 	for h := range g.dsinks {
 		var sum float64
 		for si := range p.seqs {
@@ -88,15 +88,8 @@ func (b *backwardPass) storeSinks() {
 				if math.IsInf(lse, -1) {
 					continue // no key and no sink: nothing to differentiate
 				}
-				ps := math.Exp(float64(g.sinks[h]) - lse)
-				if b.corr != nil {
-					ps *= float64(b.corr[e])
-				}
-				r := b.sinkD[e]
-				d := r.o
-				if half && math.Abs(r.mass+ps-1) <= sinkWholeRow {
-					d = r.dot
-				}
+				ps := b.sinkProb(h, e)
+				d := b.rowD(e, ps)
 				var dl float64
 				if g.dlse != nil {
 					dl = float64(g.dlse[e])
@@ -109,4 +102,28 @@ func (b *backwardPass) storeSinks() {
 		}
 		g.dsinks[h] = float32(sum)
 	}
+}
+
+// sinkProb returns P_sink of LSE entry e of head h (0 without sinks).
+func (b *backwardPass) sinkProb(h, e int) float64 {
+	g := &b.grads
+	if g.sinks == nil {
+		return 0
+	}
+	ps := math.Exp(float64(g.sinks[h]) - float64(g.lse[e]))
+	if b.corr != nil {
+		ps *= float64(b.corr[e])
+	}
+	return ps
+}
+
+// rowD returns D of LSE entry e, whose sink probability is ps: dO·O from
+// the output as given, or with a 16-bit output, where the call holds the
+// whole row, the call's Σ_j P_j·dP_j.
+func (b *backwardPass) rowD(e int, ps float64) float64 {
+	r := b.sinkD[e]
+	if b.grads.o.dt != Float32 && math.Abs(r.mass+ps-1) <= sinkWholeRow {
+		return r.dot
+	}
+	return r.o
 }

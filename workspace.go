@@ -45,6 +45,7 @@ type bwdScratch struct {
 	dsT    []uint16  // native products: dSᵀ
 	dsH    []uint16  // native products: dS rows
 	sums   []float64 // LSE correction: Σ exp(S − LSE) of the rows of a block
+	dbias  []float64 // the bias gradient's slab of a task, seqQ × columns (dbias.go)
 }
 
 // rowScratch helps with one score row.

@@ -74,3 +74,11 @@ func BackwardHalfGrads(p Params, t Precision, q, k, v, dout, dlse []float32) (dq
 	validate(t)
 	return backwardGrads(p, t.RoundSlice(q), t.RoundSlice(k), t.RoundSlice(v), t.RoundSlice(dout), dlse, t.Round)
 }
+
+// ScoreGradsHalf is ScoreGrads64's same-type algorithm of t (see
+// BackwardHalf): the score gradients from the rounded inputs and dO,
+// computed in float32, before they are rounded for the gradient products.
+func ScoreGradsHalf(p Params, t Precision, q, k, v, dout, dlse []float32) []float32 {
+	validate(t)
+	return runBackward(p, t.RoundSlice(q), t.RoundSlice(k), t.RoundSlice(v), t.RoundSlice(dout), dlse, t.Round, true).dy
+}

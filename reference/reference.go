@@ -370,11 +370,22 @@ func backward[T float](p Params, q, k, v, dout []T, rnd func(T) T) (dq, dk, dv [
 }
 
 func backwardGrads[T float](p Params, q, k, v, dout, dlse []T, rnd func(T) T) (dq, dk, dv, dsinks []T) {
+	r := runBackward(p, q, k, v, dout, dlse, rnd, false)
+	return r.dq, r.dk, r.dv, r.dsinks
+}
+
+// runBackward runs the plain backward and returns its state: the
+// gradients, and with scoreGrads the gradient of every score as the
+// ScoreMod returns it (r.dy).
+func runBackward[T float](p Params, q, k, v, dout, dlse []T, rnd func(T) T, scoreGrads bool) *bwdRef[T] {
 	p.validate(len(q), len(k), len(v), len(dout))
 	if dlse != nil && len(dlse) != p.Batch*p.Heads*p.SeqQ {
 		panic(fmt.Sprintf("reference: len(dlse)=%d, want Batch*Heads*SeqQ=%d", len(dlse), p.Batch*p.Heads*p.SeqQ))
 	}
 	r := newBwdRef(&p, q, k, v, dout, dlse, rnd)
+	if scoreGrads {
+		r.dy = make([]T, p.Batch*p.Heads*p.SeqQ*p.SeqK)
+	}
 	group := p.Heads / p.KVHeads
 	for b := 0; b < p.Batch; b++ {
 		for h := 0; h < p.Heads; h++ {
@@ -389,7 +400,7 @@ func backwardGrads[T float](p Params, q, k, v, dout, dlse []T, rnd func(T) T) (d
 	roundAll(r.dq, rnd)
 	roundAll(r.dk, rnd)
 	roundAll(r.dv, rnd)
-	return r.dq, r.dk, r.dv, r.dsinks
+	return r
 }
 
 // bwdRef is the plain backward's state for one call: inputs, outputs and
@@ -401,6 +412,7 @@ type bwdRef[T float] struct {
 	rnd              func(T) T
 	dq, dk, dv       []T
 	dsinks           []T
+	dy               []T // nil, or [Batch, Heads, SeqQ, SeqK]: the gradient of the ScoreMod's output
 	mask             dropout.Mask
 	ds, s            T   // 1/(1-p) of dropout; the score scale
 	P, TH, SM, Z, dS []T // probabilities, tanh(x/softcap), the ScoreMod's derivative, z/(1-p), score gradients
@@ -498,6 +510,9 @@ func (r *bwdRef[T]) gradScores(b, h, kh int) {
 		}
 		for j := 0; j < Sk; j++ {
 			g := T(P[i*Sk+j] * T(T(dS[i*Sk+j]-rowDot)+dl))
+			if r.dy != nil {
+				r.dy[((b*p.Heads+h)*Sq+i)*Sk+j] = g
+			}
 			if p.ScoreMod != nil && g != 0 {
 				g = T(g * r.SM[i*Sk+j])
 			}
@@ -574,6 +589,21 @@ func Backward64(p Params, q, k, v, dout []float64) (dq, dk, dv []float64) {
 // the gradient with respect to the sink logits, summed over batch and rows.
 func BackwardGrads64(p Params, q, k, v, dout, dlse []float64) (dq, dk, dv, dsinks []float64) {
 	return backwardGrads(p, q, k, v, dout, dlse, nil)
+}
+
+// ScoreGrads64 is the gradient, in float64 arithmetic, of the loss of
+// BackwardGrads64 with respect to every score as Params.ScoreMod returns it
+// (the last modifier; the score the masks and the softmax take), [Batch,
+// Heads, SeqQ, SeqK]: dS = P·(dP − rowsum(dP·P) + dLSE), 0 where P is 0. It
+// is the gradient of an additive bias that the ScoreMod adds, before any
+// sum over the bias's broadcast dimensions.
+func ScoreGrads64(p Params, q, k, v, dout, dlse []float64) []float64 {
+	return runBackward(p, q, k, v, dout, dlse, nil, true).dy
+}
+
+// ScoreGrads32 is ScoreGrads64 in float32 arithmetic.
+func ScoreGrads32(p Params, q, k, v, dout, dlse []float32) []float32 {
+	return runBackward(p, q, k, v, dout, dlse, nil, true).dy
 }
 
 // BackwardGrads32 is BackwardGrads64 in float32 arithmetic.

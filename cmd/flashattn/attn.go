@@ -20,13 +20,14 @@ import (
 // attnFlags are the flags of "flashattn attn": the input files (NumPy
 // '<f4' or '<f2' arrays, '<i4' for index files), the options, and OUTDIR,
 // which receives out.npy and lse.npy (and dq, dk, dv.npy with -dout, and
-// dsinks.npy with -sinks and -dout). A bad file or value is one line on
+// dsinks.npy with -sinks and -dout, dbias.npy with -bias and -dout). A bad file or value is one line on
 // stderr naming the file or flag. v may have another head dim than q and k
 // (MLA): out, dout and dv have v's.
 type attnFlags struct {
 	q, k, v, out, dout        string
 	causal, topLeft           bool
 	sinks, dlse, seqUsedQ     string
+	bias                      string
 	scale, softcap, dropout   float64
 	windowLeft, windowRight   int
 	alibi, cuQ, cuK, seqUsedK string
@@ -49,7 +50,7 @@ func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 	f := attnFlags{maxMem: memlimit.NewFlag("-max-memory")}
 	fs := newFlags("attn", stderr, "-q q.npy -k k.npy -v v.npy -o OUTDIR [options]\n\n"+
 		"Writes OUTDIR/out.npy and OUTDIR/lse.npy; with -dout also OUTDIR/dq.npy, dk.npy, dv.npy (and\n"+
-		"dsinks.npy with -sinks); with -k-new also OUTDIR/k_cache.npy and v_cache.npy. Dense arrays are\n"+
+		"dsinks.npy with -sinks, dbias.npy with -bias); with -k-new also OUTDIR/k_cache.npy and v_cache.npy. Dense arrays are\n"+
 		"[batch, seqlen, heads, headdim]; with -cu-seqlens-q/-k they are packed [total, heads, headdim].\n"+
 		"v may have another head dim than q and k (MLA): out, dout and dv then have v's. Inputs are float32 ('<f4') or\n"+
 		"float16 ('<f2') and are converted to -dtype; out, dq, dk, dv are written as '<f2' for f16 and as\n"+
@@ -67,6 +68,9 @@ func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 		"(PyTorch's is_causal when seqlen_q ≠ seqlen_k)")
 	fs.StringVar(&f.sinks, "sinks", "", "learnable attention sinks: float32 `sinks.npy` [heads], one logit per query head that every row's softmax "+
 		"also sums (gpt-oss); with -dout also writes OUTDIR/dsinks.npy [heads], float32, the gradient summed over batch and rows")
+	fs.StringVar(&f.bias, "bias", "", "additive attention bias: float32 `bias.npy` [batch|1, heads|1, seqlen_q|1, seqlen_k|1] added to the scaled scores "+
+		"(after -softcap and -alibi; -Inf hides a position), a dimension of size 1 broadcasting (PyTorch's attn_mask rule: [batch, 1, 1, seqlen_k] "+
+		"is a key-padding mask); with -dout also writes OUTDIR/dbias.npy, float32 of the bias's shape, the gradient summed over the broadcast dimensions")
 	fs.StringVar(&f.dlse, "dlse", "", "with -dout: the loss's gradient with respect to lse, float32 `dlse.npy` in lse's layout ([batch, heads, seqlen_q]; "+
 		"[heads, total_q] with -cu-seqlens-q/-k): the backward differentiates sum(out·dout) + sum(lse·dlse)")
 	fs.Float64Var(&f.scale, "scale", 0, "softmax scale (0: 1/sqrt(headdim))")
@@ -134,11 +138,11 @@ func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 	}
 	if f.dout != "" {
 		var dq, dk, dv flashattn.Tensor
-		var dsinks []float32
-		if f.gpu.on() { // -sinks and -dlse were refused (gpuUnsupported)
+		var dsinks, dbias []float32
+		if f.gpu.on() { // -sinks, -bias and -dlse were refused (gpuUnsupported)
 			dq, dk, dv, err = backward(q, k, v, out, dout, lse, opts)
 		} else {
-			dq, dk, dv, dsinks, err = backwardGrads(q, k, v, out, dout, lse, f.dlseVals, opts)
+			dq, dk, dv, dsinks, dbias, err = backwardGrads(q, k, v, out, dout, lse, f.dlseVals, opts)
 		}
 		if err != nil {
 			return f.callErr(err, q, v)
@@ -153,6 +157,10 @@ func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 		}
 		if dsinks != nil {
 			files[filepath.Join(f.out, "dsinks.npy")] = npy.Array{Shape: []int{len(dsinks)}, F32: dsinks}
+		}
+		if dbias != nil {
+			b, h, sq, sk := opts.ScoreMod.(*flashattn.Bias).Shape()
+			files[filepath.Join(f.out, "dbias.npy")] = npy.Array{Shape: []int{b, h, sq, sk}, F32: dbias}
 		}
 	}
 	if f.cache.kNew != "" { // the caches, updated in place
@@ -170,8 +178,9 @@ func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 
 // backwardGrads is the CPU's backward pass: flashattn.BackwardGrads with
 // the gradients in the types of q, k and v (as flashattn.Backward returns
-// them), dlse (nil: none) and, with sinks, their gradient.
-func backwardGrads(q, k, v, out, dout flashattn.Tensor, lse, dlse []float32, o *flashattn.Options) (dq, dk, dv flashattn.Tensor, dsinks []float32, err error) {
+// them), dlse (nil: none) and, with sinks, their gradient, with a bias
+// (-bias: a *flashattn.Bias as the ScoreMod), its gradient.
+func backwardGrads(q, k, v, out, dout flashattn.Tensor, lse, dlse []float32, o *flashattn.Options) (dq, dk, dv flashattn.Tensor, dsinks, dbias []float32, err error) {
 	g := flashattn.Grads{
 		DQ: flashattn.NewTensorOf(q.DType(), q.Batch, q.Seq, q.Heads, q.Dim),
 		DK: flashattn.NewTensorOf(k.DType(), k.Batch, k.Seq, k.Heads, k.Dim),
@@ -180,10 +189,14 @@ func backwardGrads(q, k, v, out, dout flashattn.Tensor, lse, dlse []float32, o *
 	if o.Sinks != nil {
 		g.DSinks = make([]float32, len(o.Sinks))
 	}
-	if err := flashattn.BackwardGrads(context.Background(), g, q, k, v, out, dout, lse, dlse, o); err != nil {
-		return dq, dk, dv, nil, err
+	if b, ok := o.ScoreMod.(*flashattn.Bias); ok {
+		nb, h, sq, sk := b.Shape()
+		g.DBias = make([]float32, nb*h*sq*sk)
 	}
-	return g.DQ, g.DK, g.DV, g.DSinks, nil
+	if err := flashattn.BackwardGrads(context.Background(), g, q, k, v, out, dout, lse, dlse, o); err != nil {
+		return dq, dk, dv, nil, nil, err
+	}
+	return g.DQ, g.DK, g.DV, g.DSinks, g.DBias, nil
 }
 
 // callErr is the error of a forward or backward call, naming the file or
@@ -290,7 +303,7 @@ func (f *attnFlags) options() (*flashattn.Options, error) {
 
 // gpuUnsupported refuses, with -device gpu, the flags whose options the
 // GPU's kernels do not implement and gpu.Options has no field for (the
-// conversion to gpu.Options would drop them silently): -sinks, -dlse,
+// conversion to gpu.Options would drop them silently): -sinks, -bias, -dlse,
 // -top-left and -seqused-q. (-alibi, -dropout and -cache-seqlens are
 // refused by the conversion itself; a v with another head dim by the GPU,
 // see callErr.)
@@ -301,7 +314,7 @@ func (f *attnFlags) gpuUnsupported() error {
 	for _, x := range []struct {
 		name string
 		set  bool
-	}{{"-sinks", f.sinks != ""}, {"-dlse", f.dlse != ""}, {"-top-left", f.topLeft}, {"-seqused-q", f.seqUsedQ != ""}} {
+	}{{"-sinks", f.sinks != ""}, {"-bias", f.bias != ""}, {"-dlse", f.dlse != ""}, {"-top-left", f.topLeft}, {"-seqused-q", f.seqUsedQ != ""}} {
 		if x.set {
 			return fmt.Errorf("%s is not supported with -device gpu", x.name)
 		}
@@ -499,6 +512,11 @@ func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, 
 			return
 		}
 	}
+	if f.bias != "" {
+		if o.ScoreMod, err = f.loadBias(); err != nil {
+			return
+		}
+	}
 	if f.dlse != "" {
 		var shape []int
 		if f.dlseVals, shape, err = f.rd.ReadFloat32(f.dlse); err != nil {
@@ -594,7 +612,7 @@ func (f *attnFlags) checkMemory(limit memlimit.Limit) error {
 	var n need
 	infos := map[string]npy.Info{}
 	biggest := ""
-	inputs := append([]string{f.q, f.k, f.v, f.dout, f.alibi, f.cuQ, f.cuK, f.seqUsedK, f.seqUsedQ, f.sinks, f.dlse, f.cacheSeqlens, f.blockTable}, f.masks.inputs()...)
+	inputs := append([]string{f.q, f.k, f.v, f.dout, f.alibi, f.cuQ, f.cuK, f.seqUsedK, f.seqUsedQ, f.sinks, f.bias, f.dlse, f.cacheSeqlens, f.blockTable}, f.masks.inputs()...)
 	for _, p := range append(inputs, f.cache.inputs()...) {
 		if p == "" {
 			continue
@@ -647,6 +665,9 @@ func (f *attnFlags) checkMemory(limit memlimit.Limit) error {
 			n.add("outputs", typedBytes(f.kvdt, ks[0], sk, hk, d))
 			n.add("outputs", typedBytes(f.kvdt, ks[0], sk, hk, dv))
 			n.floats("outputs", h) // dsinks
+			if info, ok := infos[f.bias]; ok {
+				n.add("outputs", info.Bytes()) // dbias, the bias's shape
+			}
 			if wide {
 				n.floats("outputs", b, sq, h, d)
 				n.floats("outputs", ks[0], sk, hk, d)
@@ -683,4 +704,22 @@ func fileDescr(dt flashattn.DType) string {
 		return "<f2"
 	}
 	return ""
+}
+
+// loadBias reads -bias, float32 [batch|1, heads|1, seqlen_q|1,
+// seqlen_k|1], as a Bias. The call checks it against the sequences and
+// heads (an error it names the file in, see argFile).
+func (f *attnFlags) loadBias() (*flashattn.Bias, error) {
+	data, shape, err := f.rd.ReadFloat32(f.bias)
+	if err != nil {
+		return nil, err
+	}
+	if len(shape) != 4 {
+		return nil, fmt.Errorf("%s: shape %v, want 4 dimensions [batch|1, heads|1, seqlen_q|1, seqlen_k|1]", f.bias, shape)
+	}
+	b, err := flashattn.NewBias(data, shape[0], shape[1], shape[2], shape[3])
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", f.bias, cleanErr(err))
+	}
+	return b, nil
 }

@@ -150,7 +150,7 @@ func (f *attnFlags) argFile(err error) error {
 		"q": f.q, "k": f.k, "v": f.v, "dout": f.dout,
 		"Options.ALiBi": f.alibi, "Options.VarLen.CuSeqlensQ": f.cuQ, "Options.VarLen.CuSeqlensK": f.cuK,
 		"Options.VarLen.SeqUsedK": f.seqUsedK, "Options.VarLen.SeqUsedQ": f.seqUsedQ, "Options.KVCache.SeqLens": f.cacheSeqlens,
-		"Options.Sinks": f.sinks, "dlse": f.dlse,
+		"Options.Sinks": f.sinks, "Options.ScoreMod": f.bias, "dlse": f.dlse,
 		"Options.KVCache.BlockTable": f.blockTable, "Options.KVCache.BlocksPerSeq": f.blockTable,
 		"Options.BlockMask": f.masks.blockMask, "Options.Mask": f.masks.segQ,
 		"Options.Scale": "-scale", "Options.Softcap": "-softcap", "Options.Dropout": "-dropout",
