@@ -307,28 +307,21 @@ func (t tileAt) row(r int) scoreAt { return scoreAt{t.s, t.h, t.i0 + r, t.j0, t.
 // when it is written).
 func (b *backwardPass) keyBlock(ws *workspace, kb keyBlockAt, hr *headRows) {
 	p, s := b.p, kb.s
-	qlo, qhi := s.vis.querySpan(kb.h, kb.j0, kb.j0+kb.n)
-	if qlo >= qhi {
+	tiles := p.queryTiles(kb.s, kb.h, kb.j0, kb.n)
+	if tiles.empty() {
 		return
 	}
-	qlo -= qlo % p.alignQ
 	d, dv, dpad, dvpad := p.dim, p.dimV, p.dimPad, p.dimVPad
 	blk := b.kv.backwardTile(kb.seq, kb.hk, kb.j0, kb.n)
 	dK, dV := ws.bwd.dk[:kb.n*dpad], ws.bwd.dv[:kb.n*dvpad]
 	clear(dK)
 	clear(dV)
-	for i0 := qlo; i0 < qhi; i0 += p.blockQ {
-		i1 := min(i0+p.blockQ, qhi)
-		kind := s.vis.tile(rowBlock{h0: kb.h, nh: 1, i0: i0, i1: i1}, kb.j0, kb.j0+kb.n)
-		if kind == BlockEmpty {
-			continue
-		}
-		at := tileAt{s, kb.h, i0, i1, kb.j0, kb.n, kind}
-		qt := b.queryTile(hr, i0, i1)
+	for at, ok := tiles.next(); ok; at, ok = tiles.next() {
+		qt := b.queryTile(hr, at.i0, at.i1)
 		b.gradTile(ws, &blk, &qt, at, hr)
 		var dq []float32
 		if hr.dq != nil {
-			dq = hr.dq[i0*dpad:]
+			dq = hr.dq[at.i0*dpad:]
 		}
 		b.tileGrads(ws, &blk, &qt, at, dV, dK, dq)
 	}

@@ -124,28 +124,21 @@ func (d dbiasPass) runTask(ws *workspace, t int) {
 // every query tile that sees the block.
 func (d dbiasPass) keyBlock(ws *workspace, kb keyBlockAt, hr *headRows, ca, cb int, u dbiasTask, acc []float64) {
 	b := d.b
-	p, s, bs := b.p, kb.s, b.grads.bias
-	qlo, qhi := s.vis.querySpan(kb.h, kb.j0, kb.j0+kb.n)
-	if qlo >= qhi || ca >= cb {
+	s, bs := kb.s, b.grads.bias
+	tiles := b.p.queryTiles(kb.s, kb.h, kb.j0, kb.n)
+	if tiles.empty() || ca >= cb {
 		return
 	}
-	qlo -= qlo % p.alignQ
 	w, np := u.c1-u.c0, kernel.Pad(kb.n)
 	blk := b.kv.backwardTile(kb.seq, kb.hk, kb.j0, kb.n)
-	for i0 := qlo; i0 < qhi; i0 += p.blockQ {
-		i1 := min(i0+p.blockQ, qhi)
-		kind := s.vis.tile(rowBlock{h0: kb.h, nh: 1, i0: i0, i1: i1}, kb.j0, kb.j0+kb.n)
-		if kind == BlockEmpty {
-			continue
-		}
-		at := tileAt{s, kb.h, i0, i1, kb.j0, kb.n, kind}
-		qt := b.queryTile(hr, i0, i1)
+	for at, ok := tiles.next(); ok; at, ok = tiles.next() {
+		qt := b.queryTile(hr, at.i0, at.i1)
 		b.tileScores(ws, &blk, &qt, at.rows(), at.n)
 		for r := range at.rows() {
 			b.scoreGrad(ws, at.row(r), r, hr)
 			i := 0
 			if bs.seqQ != 1 {
-				i = i0 + r + s.qpos
+				i = at.i0 + r + s.qpos
 			}
 			row := acc[i*w : (i+1)*w]
 			ds := ws.bwd.dP[r*np:]

@@ -259,3 +259,39 @@ func (t *tiling) bwdKVBytes(s *sequence) int {
 func (t *tiling) kvBytes(s *sequence) int {
 	return 4 * s.nk * (t.dimPad + t.dimVPad)
 }
+
+// queryTileWalk walks the query tiles of head h that see the backward's KV
+// block [j0, j0+n) of a sequence: tiles of blockQ rows from a multiple of
+// alignQ through the rows the block is visible to, the empty ones skipped.
+// The backward's passes and CountTraffic walk the same tiles.
+type queryTileWalk struct {
+	s               *sequence
+	h, j0, n        int
+	i0, qhi, blockQ int
+}
+
+// queryTiles returns the walk over the query tiles of head h that see keys
+// [j0, j0+n) of sequence s.
+func (t *tiling) queryTiles(s *sequence, h, j0, n int) queryTileWalk {
+	qlo, qhi := s.vis.querySpan(h, j0, j0+n)
+	if qlo < qhi {
+		qlo -= qlo % t.alignQ
+	}
+	return queryTileWalk{s: s, h: h, j0: j0, n: n, i0: qlo, qhi: qhi, blockQ: t.blockQ}
+}
+
+// empty reports whether no query row sees the block.
+func (w *queryTileWalk) empty() bool { return w.i0 >= w.qhi }
+
+// next returns the next tile that is not empty, or false at the end.
+func (w *queryTileWalk) next() (tileAt, bool) {
+	for w.i0 < w.qhi {
+		i0, i1 := w.i0, min(w.i0+w.blockQ, w.qhi)
+		w.i0 = i1
+		kind := w.s.vis.tile(rowBlock{h0: w.h, nh: 1, i0: i0, i1: i1}, w.j0, w.j0+w.n)
+		if kind != BlockEmpty {
+			return tileAt{w.s, w.h, i0, i1, w.j0, w.n, kind}, true
+		}
+	}
+	return tileAt{}, false
+}

@@ -355,22 +355,17 @@ func (tc *trafficCount) backward(t *TrafficByOperand) {
 func (tc *trafficCount) keyBlock(t *TrafficByOperand, s *sequence, h, j0, n int, withDQ bool) {
 	p := tc.t
 	d, dpad := p.dim, p.dimPad
-	qlo, qhi := s.vis.querySpan(h, j0, j0+n)
-	if qlo >= qhi {
+	tiles := p.queryTiles(s, h, j0, n)
+	if tiles.empty() {
 		return
 	}
-	qlo -= qlo % p.alignQ
 	t.K.Read += floats(kernel.Pad(n) * d)
 	t.V.Read += floats(kernel.Pad(n) * p.dimV)
 	if withDQ {
 		t.K.Read += floats(n * dpad)
 	}
-	for i0 := qlo; i0 < qhi; i0 += p.blockQ {
-		i1 := min(i0+p.blockQ, qhi)
-		if s.vis.tile(rowBlock{h0: h, nh: 1, i0: i0, i1: i1}, j0, j0+n) == BlockEmpty {
-			continue
-		}
-		m := i1 - i0
+	for at, ok := tiles.next(); ok; at, ok = tiles.next() {
+		m := at.rows()
 		t.Q.Read += floats(m * dpad)
 		t.DO.Read += floats(m * p.dimVPad)
 		t.LSE.Read += floats(2 * m)
