@@ -143,6 +143,8 @@ type Window struct {
 // VarLen describes a variable-length batch (flash-attn's varlen functions).
 // Sequence b's queries are rows CuSeqlensQ[b]..CuSeqlensQ[b+1]-1 of the
 // packed Q, and its keys rows CuSeqlensK[b]..CuSeqlensK[b+1]-1 of K and V.
+// With a KVCache (continuous batching, see KVCache) the keys are the
+// cache's: CuSeqlensK and SeqUsedK must be nil.
 type VarLen struct {
 	CuSeqlensQ, CuSeqlensK []int32
 	// SeqUsedK, if not nil, limits sequence b to its first SeqUsedK[b] keys
