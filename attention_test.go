@@ -462,6 +462,20 @@ func TestSteadyStateAllocs(t *testing.T) {
 			testAllocs(t, func() error { return ForwardInto(out, lse, q, kc, vc, opts) }, fmt.Sprintf("decode %v cache, block %d: ForwardInto", dt, block))
 		}
 	}
+	// A continuous-batching step (VarLen over a paged cache): batch 1, 2
+	// and 32 sequences of decode rows, prompt chunks and spec-decode rows.
+	for _, nb := range []int{1, 2, 32} {
+		seqs := make([]serveSeq, nb)
+		for b := range seqs {
+			seqs[b] = mixedStep[b%len(mixedStep)]
+		}
+		for _, dt := range []DType{Float32, BFloat16, Q8_0} {
+			s := newServeCall(t, serveCase{dt: dt, block: 32, hq: 8, hk: 2, d: 64, seqs: seqs, rotary: true, causal: true}, 2)
+			out, lse := NewTensor(1, s.q.Seq, 8, 64), make([]float32, 8*s.q.Seq)
+			s.opts.Workers = 2
+			testAllocs(t, func() error { return ForwardInto(out, lse, s.q, s.k, s.v, s.opts) }, fmt.Sprintf("continuous batching, %d sequences, %v cache: ForwardInto", nb, dt))
+		}
+	}
 }
 
 // testAllocs checks that f allocates nothing in steady state: after a few

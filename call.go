@@ -56,6 +56,6 @@ func (c *call) checkForwardOperands(o *Options, out view, lse []float32) error {
 	if lse != nil {
 		lse = lse[:p.lseLen]
 	}
-	c.ops = callOperands(c.ops[:0], &p.operands, o, p.cache.snew > 0, &forwardOutputs{out: out, lse: lse}, nil, nil)
+	c.ops = callOperands(c.ops[:0], &p.operands, o, p.cache.newRows > 0, &forwardOutputs{out: out, lse: lse}, nil, nil)
 	return checkOperands(c.ops)
 }

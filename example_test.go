@@ -127,6 +127,48 @@ func ExampleKVCache() {
 	// Output: 2.9957 2.9957 | 1.6094 1.6094
 }
 
+// One step of continuous batching (as vLLM's scheduler runs it): a
+// decode row, a 3-token prompt chunk over a cached prefix and a sequence
+// with nothing to do this step, in one call on a paged cache. The packed
+// new keys and values are appended at each sequence's SeqLens, then each
+// sequence's queries attend over its cached and new keys (causal,
+// bottom-right per sequence).
+func ExampleKVCache_continuousBatching() {
+	const H, Hk, D, block = 4, 2, 8, 16
+	q := flashattn.NewTensor(1, 4, H, D)                                               // packed: 1 + 3 + 0 query rows
+	k, v := flashattn.NewTensor(6, block, Hk, D), flashattn.NewTensor(6, block, Hk, D) // 6 cache blocks
+	kNew, vNew := flashattn.NewTensor(1, 4, Hk, D), flashattn.NewTensor(1, 4, Hk, D)   // packed: 1 + 3 + 0 new keys
+	for i := range vNew.Data {
+		vNew.Data[i] = 1 // the new values are 1, the cached ones 0
+	}
+	cu := []int32{0, 1, 4, 4}
+	seqLens := []int32{20, 5, 9}
+	opts := &flashattn.Options{Causal: true,
+		VarLen: &flashattn.VarLen{CuSeqlensQ: cu},
+		KVCache: &flashattn.KVCache{
+			SeqLens:      seqLens,
+			BlockTable:   []int32{3, 0, 4, 1, 2, 5}, // two blocks per sequence
+			BlocksPerSeq: 2,
+			KNew:         kNew, VNew: vNew, CuSeqlensKNew: cu,
+		}}
+	out, lse, err := flashattn.Forward(q, k, v, opts)
+	if err != nil {
+		panic(err)
+	}
+	for b := range seqLens {
+		seqLens[b] += cu[b+1] - cu[b] // the caller advances SeqLens
+	}
+	// Equal scores: row i of the chunk sees 5+i+1 keys, the decode row 21;
+	// out is the mean of the values it sees (the new ones are 1).
+	fmt.Printf("decode: lse %.4f = log 21, out %.4f = 1/21\n", lse[0], out.At(0, 0, 0, 0))
+	fmt.Printf("chunk:  lse %.4f %.4f %.4f = log 6, 7, 8\n", lse[1], lse[2], lse[3])
+	fmt.Println("SeqLens now", seqLens, "; v block 4 row 5 (sequence 1, position 5) holds", v.At(4, 5, 0, 0))
+	// Output:
+	// decode: lse 3.0445 = log 21, out 0.0476 = 1/21
+	// chunk:  lse 1.7918 1.9459 2.0794 = log 6, 7, 8
+	// SeqLens now [21 8 9] ; v block 4 row 5 (sequence 1, position 5) holds 1
+}
+
 // Block-sparse attention: a BigBird layout (local + global + random blocks)
 // of 64 × 64 blocks; empty blocks are never computed, forward or backward.
 func ExampleBigBird() {

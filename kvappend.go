@@ -7,12 +7,13 @@ import (
 )
 
 // appendKV writes the new keys (rotated) and values of every sequence into
-// the cache at positions SeqLens[b]... A q8_0 cache is written only once
+// the cache at positions SeqLens[b]... (each sequence's own count of them,
+// see newKeys). A q8_0 cache is written only once
 // every new row has been quantised without error (also q4_0): a failing row leaves the
 // cache as it was.
 func (c *call) appendKV() error {
 	p := &c.plan
-	if p.cache.snew == 0 {
+	if p.cache.newRows == 0 {
 		return nil
 	}
 	ws := workspaces.get()
@@ -42,12 +43,12 @@ func (p *plan) appendRows(ws *workspace, write bool) error {
 		return nil
 	}
 	for b := range p.seqs {
-		s := &p.seqs[b]
+		s, nw := &p.seqs[b], cs.news[b]
 		first := int(cs.end[b]) - s.k0 // key index of the first new key
-		for i := 0; i < cs.snew; i++ {
+		for i := 0; i < nw.n; i++ {
 			tb, r := p.keyAt(s, first+i)
 			for hk := 0; hk < p.kvHeads; hk++ {
-				p.knew.rowTo(row[:p.dim], b, i, hk, Float32, &p.kern)
+				p.knew.rowTo(row[:p.dim], nw.tb, nw.i0+i, hk, Float32, &p.kern)
 				if cs.rotary != nil {
 					cs.rotary.rotate(row, int(cs.end[b])+i) // the absolute cache position, as flash-attn
 				}
@@ -57,7 +58,7 @@ func (p *plan) appendRows(ws *workspace, write bool) error {
 				if p.vnew.shape[3] == 0 {
 					continue // an MLA latent cache: v is k's first columns
 				}
-				p.vnew.rowTo(row[:p.dimV], b, i, hk, Float32, &p.kern)
+				p.vnew.rowTo(row[:p.dimV], nw.tb, nw.i0+i, hk, Float32, &p.kern)
 				if err := store(p.v, tb, r, hk); err != nil {
 					return argErr("Options.KVCache.VNew", "KVCache.VNew[%d, %d, %d] cannot be stored in the %v cache: %v", b, i, hk, p.v.dt, err)
 				}
@@ -74,7 +75,7 @@ func (p *plan) appendRows(ws *workspace, write bool) error {
 // a slot written twice or written by one sequence and read by another (or
 // read by the same sequence at another position).
 func (p *plan) checkAppend() error {
-	if p.cache.snew == 0 {
+	if p.cache.newRows == 0 {
 		return nil
 	}
 	kr, vr := viewRegion(p.k), viewRegion(p.v)
@@ -112,7 +113,8 @@ func (p *plan) checkAppend() error {
 	if p.pages.blockSize == 0 {
 		for b := range p.seqs {
 			for b2 := range b {
-				if p.seqs[b].kvb == p.seqs[b2].kvb {
+				appends := p.cache.news[b].n > 0 || p.cache.news[b2].n > 0
+				if appends && p.seqs[b].kvb == p.seqs[b2].kvb {
 					return argErr("Options.KVCache.BatchIdx", "sequences %d and %d both append to cache row %d", b2, b, p.seqs[b].kvb)
 				}
 			}
@@ -132,7 +134,7 @@ func (p *plan) checkPagedAppend() error {
 	for b := range p.seqs {
 		s := &p.seqs[b]
 		first := int(p.cache.end[b]) - s.k0
-		for i := 0; i < p.cache.snew; i++ {
+		for i := 0; i < p.cache.news[b].n; i++ {
 			tb, r := p.keyAt(s, first+i)
 			writes = append(writes, slotWrite{tb*bs + r, b, first + i})
 		}

@@ -19,12 +19,19 @@ type pages struct {
 // cacheAt is what a KV-cache call does besides attending: the new keys and
 // values to append, the rotary embedding, the split override.
 type cacheAt struct {
-	snew       int     // new keys per sequence
-	end        []int32 // per sequence: SeqLens, where the new keys go
+	newRows    int       // new keys of all sequences (0: nothing to append)
+	news       []newKeys // per sequence: its new keys in KNew and VNew
+	end        []int32   // per sequence: SeqLens, where the new keys go
 	rotary     *Rotary
 	ropeCausal bool // query rows at increasing positions (causal or window)
 	numSplits  int
 }
+
+// newKeys is where one sequence's new keys and values are in KNew and
+// VNew: rows i0..i0+n-1 of their batch element tb. A dense call's are the
+// Snew rows of batch element b, a VarLen call's the rows CuSeqlensKNew[b]..
+// of the packed tensors (batch 0): one mechanism for both.
+type newKeys struct{ tb, i0, n int }
 
 // maxNumSplits bounds KVCache.NumSplits (flash-attn's cap): the partial
 // results it needs grow with it.
@@ -74,22 +81,29 @@ func (t *tiling) cacheSequences(o *Options, s Shape) error {
 	if c.NumSplits < 0 || c.NumSplits > maxNumSplits {
 		return argErr("Options.KVCache.NumSplits", "KVCache.NumSplits %d must be in 0..%d", c.NumSplits, maxNumSplits)
 	}
+	if c.CuSeqlensKNew != nil && o.VarLen == nil {
+		return argErr("Options.KVCache.CuSeqlensKNew", "KVCache.CuSeqlensKNew packs the new keys of a VarLen call: set Options.VarLen, or leave it nil (KNew is then [batch, Snew, kv_heads, dim])")
+	}
 	knew, _, err := newKeyViews(c, s)
 	if err != nil {
 		return err
 	}
-	if knew.data != nil || knew.h != nil || knew.q != nil {
-		cs.snew = knew.shape[1]
+	if err := t.newKeySpans(c, knew, o.VarLen != nil); err != nil {
+		return err
+	}
+	if knew.shape[1] > 0 {
 		cs.rotary = c.Rotary
 	}
 	cs.end = grow(&t.mem.cacheE, B)
 	for b := range t.seqs {
 		sq := &t.seqs[b]
+		n := cs.news[b].n
 		end := c.SeqLens[b] // each read once: the caller's slices may change
 		cs.end[b] = end
-		if end < 0 || int(end)+cs.snew > capacity {
-			return argErr("Options.KVCache.SeqLens", "KVCache.SeqLens[%d] is %d: with %d new keys, want 0..%d (the cache's capacity)", b, end, cs.snew, capacity-cs.snew)
+		if end < 0 || int(end)+n > capacity {
+			return argErr("Options.KVCache.SeqLens", "KVCache.SeqLens[%d] is %d: with %d new keys, want 0..%d (the cache's capacity)", b, end, n, capacity-n)
 		}
+		sq.kvb = b // VarLen's sequences are all batch 0 of q
 		if c.BatchIdx != nil {
 			r := c.BatchIdx[b]
 			if r < 0 || int(r) >= s.KVBatch {
@@ -104,12 +118,54 @@ func (t *tiling) cacheSequences(o *Options, s Shape) error {
 			}
 			sq.k0 = int(l)
 		}
-		sq.nk = int(end) + cs.snew - sq.k0
+		sq.nk = int(end) + n - sq.k0
 		if r := cs.rotary; r != nil {
-			if err := checkRotaryRows(r, b, int(end), int(end)+max(cs.snew, sq.nq)); err != nil {
+			if err := checkRotaryRows(r, b, int(end), int(end)+max(n, sq.nq)); err != nil {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// newKeySpans sets where each sequence's new keys are in KNew and VNew
+// (cacheAt.news, cacheAt.newRows): the Snew rows of its batch element, or,
+// with VarLen, rows CuSeqlensKNew[b]..CuSeqlensKNew[b+1]-1 of the packed
+// KNew (batch 1), checked as VarLen's cu_seqlens are (from a copy: the
+// caller's slice may change).
+func (t *tiling) newKeySpans(c *KVCache, knew view, varlen bool) error {
+	cs := &t.cache
+	news := grow(&t.mem.news, len(t.seqs))
+	cs.news = news
+	has := knew.shape[1] > 0
+	cu := c.CuSeqlensKNew
+	const arg = "Options.KVCache.CuSeqlensKNew"
+	switch {
+	case cu != nil && !has:
+		return argErr(arg, "KVCache.CuSeqlensKNew is set, but KNew and VNew are not")
+	case cu == nil && varlen && has:
+		return argErr(arg, "with VarLen, KVCache.KNew and VNew are packed [1, total_new, kv_heads, dim]: CuSeqlensKNew must say which rows are each sequence's")
+	case cu != nil && len(cu) != len(news)+1:
+		return argErr(arg, "KVCache.CuSeqlensKNew has %d entries, want %d (sequences+1, as VarLen.CuSeqlensQ)", len(cu), len(news)+1)
+	}
+	if cu != nil {
+		cu = append(t.mem.cuNew[:0], cu...)
+		t.mem.cuNew = cu
+		if err := checkCuSeqlens("KVCache.CuSeqlensKNew", cu, knew.shape[1]); err != nil {
+			return err
+		}
+	}
+	cs.newRows = 0
+	for b := range news {
+		switch {
+		case cu != nil:
+			news[b] = newKeys{tb: 0, i0: int(cu[b]), n: int(cu[b+1] - cu[b])}
+		case has:
+			news[b] = newKeys{tb: b, i0: 0, n: knew.shape[1]}
+		default:
+			news[b] = newKeys{}
+		}
+		cs.newRows += news[b].n
 	}
 	return nil
 }

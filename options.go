@@ -143,6 +143,8 @@ type Window struct {
 // VarLen describes a variable-length batch (flash-attn's varlen functions).
 // Sequence b's queries are rows CuSeqlensQ[b]..CuSeqlensQ[b+1]-1 of the
 // packed Q, and its keys rows CuSeqlensK[b]..CuSeqlensK[b+1]-1 of K and V.
+// With a KVCache (continuous batching, see KVCache) the keys are the
+// cache's: CuSeqlensK and SeqUsedK must be nil.
 type VarLen struct {
 	CuSeqlensQ, CuSeqlensK []int32
 	// SeqUsedK, if not nil, limits sequence b to its first SeqUsedK[b] keys
@@ -177,6 +179,15 @@ type VarLen struct {
 // the products; a q8_0 or q4_0 cache does not (see "Mixed element types"
 // on DType).
 //
+// With VarLen (continuous batching, as vLLM's scheduler runs a step), q is
+// packed [1, total_q, heads, dim] with VarLen.CuSeqlensQ, the new keys and
+// values packed with CuSeqlensKNew, and sequence b (cache row b, or its
+// BatchIdx or BlockTable row) appends its new keys at SeqLens[b] and
+// attends over its cache as for a dense call: the mask is aligned to the
+// bottom-right corner of each sequence's queries and keys; O is packed
+// like q and the LSE is [heads, total_q]. VarLen.CuSeqlensK and SeqUsedK
+// are not used with a cache and must be nil.
+//
 // The call copies the slices it reads before it starts, so the caller may
 // change them as soon as it returns (not while it runs); k and v must not
 // be used by anything else while it runs.
@@ -193,8 +204,17 @@ type KVCache struct {
 	LeftPad []int32
 
 	// KNew and VNew, if set (both or neither), are the new keys and values
-	// [batch, Snew, kv_heads, dim] to append before attending.
+	// [batch, Snew, kv_heads, dim] to append before attending; with VarLen,
+	// packed [1, total_new, kv_heads, dim] (see CuSeqlensKNew).
 	KNew, VNew Tensor
+	// CuSeqlensKNew (FA3's cu_seqlens_k_new), with VarLen and KNew only,
+	// says which rows of the packed KNew and VNew are each sequence's new
+	// keys: rows CuSeqlensKNew[b]..CuSeqlensKNew[b+1]-1, appended at
+	// SeqLens[b].. (batch+1 entries from 0, never decreasing, ending at
+	// total_new; a sequence may have none). Continuous batching: decode
+	// rows, prompt chunks and speculative tokens of many sequences in one
+	// call.
+	CuSeqlensKNew []int32
 	// Rotary, if not nil, rotates the queries and the new keys (rotary
 	// position embedding, as flash-attn applies it); it needs KNew.
 	Rotary *Rotary

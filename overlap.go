@@ -171,6 +171,7 @@ func callOperands(list []named, ops *operands, o *Options, appending bool, fwd *
 	if c := o.KVCache; c != nil {
 		list = append(list, namedSlice("Options.KVCache.SeqLens", c.SeqLens), namedSlice("Options.KVCache.BlockTable", c.BlockTable),
 			namedSlice("Options.KVCache.BatchIdx", c.BatchIdx), namedSlice("Options.KVCache.LeftPad", c.LeftPad),
+			namedSlice("Options.KVCache.CuSeqlensKNew", c.CuSeqlensKNew),
 			namedView("Options.KVCache.KNew", ops.knew), namedView("Options.KVCache.VNew", ops.vnew))
 		if r := c.Rotary; r != nil {
 			list = append(list, namedSlice("Options.KVCache.Rotary.Cos", r.Cos), namedSlice("Options.KVCache.Rotary.Sin", r.Sin))

@@ -32,6 +32,8 @@ type tiling struct {
 type tilingMem struct {
 	seqs              []sequence
 	pageTable, cacheE []int32
+	cuNew             []int32     // a copy of KVCache.CuSeqlensKNew
+	news              []newKeys   // cacheAt.news
 	appends           []slotWrite // checkPagedAppend's scratch
 }
 
@@ -53,7 +55,9 @@ func (t *tiling) build(s Shape, o *Options, tp tileParams) error {
 		return argErr("k", "q has %d heads, not a multiple of the %d heads of k and v", H, Hk)
 	}
 	cached := o.KVCache != nil
-	if c := o.KVCache; s.KVBatch != B && !(cached && (c.BlockTable != nil || c.BatchIdx != nil)) {
+	// A cache row per sequence: q's batch, or with VarLen its sequences.
+	rowPerSeq := !cached || o.KVCache.BlockTable == nil && o.KVCache.BatchIdx == nil
+	if rowPerSeq && !(cached && o.VarLen != nil) && s.KVBatch != B {
 		return argErr("k", "k has batch %d, want %d (q's)", s.KVBatch, B)
 	}
 	*t = tiling{
@@ -67,11 +71,12 @@ func (t *tiling) build(s Shape, o *Options, tp tileParams) error {
 	}
 	t.setTiles(tp.cacheBytes, Sk, o, tp.native)
 	switch {
-	case o.VarLen != nil && cached:
-		return argErr("Options.KVCache", "KVCache and VarLen cannot be combined")
 	case o.VarLen != nil:
-		if err := t.varlenSequences(o.VarLen, B, Sq, Sk); err != nil {
+		if err := t.varlenSequences(o.VarLen, B, Sq, Sk, cached); err != nil {
 			return err
+		}
+		if n := len(t.seqs); cached && rowPerSeq && s.KVBatch != n {
+			return argErr("k", "the KV cache k has batch %d, want %d (one row per sequence of VarLen)", s.KVBatch, n)
 		}
 	default:
 		t.seqs = grow(&t.mem.seqs, B)

@@ -51,7 +51,8 @@ func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 	fs := newFlags("attn", stderr, "-q q.npy -k k.npy -v v.npy -o OUTDIR [options]\n\n"+
 		"Writes OUTDIR/out.npy and OUTDIR/lse.npy; with -dout also OUTDIR/dq.npy, dk.npy, dv.npy (and\n"+
 		"dsinks.npy with -sinks, dbias.npy with -bias); with -k-new also OUTDIR/k_cache.npy and v_cache.npy. Dense arrays are\n"+
-		"[batch, seqlen, heads, headdim]; with -cu-seqlens-q/-k they are packed [total, heads, headdim].\n"+
+		"[batch, seqlen, heads, headdim]; with -cu-seqlens-q/-k they are packed [total, heads, headdim]\n"+
+		"(with -cache-seqlens and -cu-seqlens-q, q, out, -k-new and -v-new are packed, k and v stay the cache).\n"+
 		"v may have another head dim than q and k (MLA): out, dout and dv then have v's. Inputs are float32 ('<f4') or\n"+
 		"float16 ('<f2') and are converted to -dtype; out, dq, dk, dv are written as '<f2' for f16 and as\n"+
 		"'<f4' holding the exact bf16 values for bf16 (NumPy has no bfloat16); lse is always '<f4'.\n"+
@@ -78,7 +79,8 @@ func runAttn(args []string, stdout, stderr io.Writer, sm seams) error {
 	fs.IntVar(&f.windowRight, "window-right", -1, "sliding window: keys visible to the right (-1: unbounded)")
 	fs.Float64Var(&f.softcap, "softcap", 0, "soft-cap the scores: softcap*tanh(x/softcap) (0: off)")
 	fs.StringVar(&f.alibi, "alibi", "", "ALiBi slopes `slopes.npy`, float32 [heads] or [batch, heads]")
-	fs.StringVar(&f.cuQ, "cu-seqlens-q", "", "varlen: int32 `cu_q.npy` [batch+1] of sequence starts in packed q")
+	fs.StringVar(&f.cuQ, "cu-seqlens-q", "", "varlen: int32 `cu_q.npy` [batch+1] of sequence starts in packed q "+
+		"(with -cache-seqlens, continuous batching: q, out and dout packed, k and v the cache; see -cu-seqlens-k-new)")
 	fs.StringVar(&f.cuK, "cu-seqlens-k", "", "varlen: int32 `cu_k.npy` [batch+1] of sequence starts in packed k, v")
 	fs.StringVar(&f.seqUsedK, "seqused-k", "", "varlen: int32 `used_k.npy` [batch], keys used per sequence (optional)")
 	fs.StringVar(&f.seqUsedQ, "seqused-q", "", "varlen: int32 `used_q.npy` [batch], query rows used per sequence (optional; the others get out 0, lse -Inf, dq 0)")
@@ -251,9 +253,11 @@ func (f *attnFlags) options() (*flashattn.Options, error) {
 	// *ArgError that argFile maps back to the flag); here only the flag
 	// combinations that decide how the files are read.
 	switch {
-	case (f.cuQ == "") != (f.cuK == ""):
+	case f.cacheSeqlens != "" && f.cuK != "":
+		return nil, fmt.Errorf("-cu-seqlens-k cannot be combined with -cache-seqlens: the keys are the cache's (packed queries take -cu-seqlens-q, packed new keys -cu-seqlens-k-new)")
+	case (f.cuQ == "") != (f.cuK == "") && f.cacheSeqlens == "":
 		return nil, fmt.Errorf("-cu-seqlens-q and -cu-seqlens-k must be given together")
-	case f.seqUsedK != "" && f.cuQ == "":
+	case f.seqUsedK != "" && f.cuK == "":
 		return nil, fmt.Errorf("-seqused-k needs -cu-seqlens-q and -cu-seqlens-k")
 	case f.seqUsedQ != "" && f.cuQ == "":
 		return nil, fmt.Errorf("-seqused-q needs -cu-seqlens-q and -cu-seqlens-k")
@@ -261,8 +265,8 @@ func (f *attnFlags) options() (*flashattn.Options, error) {
 		return nil, fmt.Errorf("-dlse needs -dout (it is part of the backward pass's loss)")
 	case f.blockTable != "" && f.cacheSeqlens == "":
 		return nil, fmt.Errorf("-block-table needs -cache-seqlens")
-	case f.cacheSeqlens != "" && f.cuQ != "":
-		return nil, fmt.Errorf("-cache-seqlens cannot be combined with -cu-seqlens-q/-k")
+	case f.cacheSeqlens != "" && f.cuQ != "" && slices.ContainsFunc(f.masks.inputs(), func(p string) bool { return p != "" }):
+		return nil, fmt.Errorf("-block-mask and -segment-ids-q/-k cannot be combined with -cache-seqlens and -cu-seqlens-q")
 	case f.cacheSeqlens != "" && f.dout != "":
 		return nil, fmt.Errorf("-dout cannot be combined with -cache-seqlens: decoding from a KV cache is forward only")
 	}
@@ -359,11 +363,15 @@ func (f *attnFlags) types() error {
 // naming the file that does not.
 func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, err error) {
 	varlen := f.cuQ != ""
-	rank := 4
+	packedKV := varlen && f.cacheSeqlens == "" // with a cache, k and v are the cache, not packed
+	rank, rankKV := 4, 4
 	if varlen {
 		rank = 3
 	}
-	read := func(path string) (npy.Array, []int, error) {
+	if packedKV {
+		rankKV = 3
+	}
+	read := func(path string, rank int) (npy.Array, []int, error) {
 		a, err := f.rd.ReadFloat(path)
 		if err != nil {
 			return a, nil, err
@@ -371,12 +379,12 @@ func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, 
 		shape := a.Shape
 		if len(shape) != rank {
 			what := "[batch, seqlen, heads, headdim]"
-			if varlen {
+			if rank == 3 {
 				what = "[total, heads, headdim] (varlen)"
 			}
 			return a, nil, fmt.Errorf("%s: shape %v, want %d dimensions %s", path, shape, rank, what)
 		}
-		if varlen {
+		if rank == 3 {
 			shape = append([]int{1}, shape...)
 		}
 		for _, d := range shape {
@@ -388,16 +396,17 @@ func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, 
 	}
 	var qa, ka, va, da npy.Array
 	var qs, ks, vs []int
-	if qa, qs, err = read(f.q); err != nil {
+	if qa, qs, err = read(f.q, rank); err != nil {
 		return
 	}
-	if ka, ks, err = read(f.k); err != nil {
+	if ka, ks, err = read(f.k, rankKV); err != nil {
 		return
 	}
-	if va, vs, err = read(f.v); err != nil {
+	if va, vs, err = read(f.v, rankKV); err != nil {
 		return
 	}
 	show := func(s []int) []int { return s[4-rank:] }
+	showKV := func(s []int) []int { return s[4-rankKV:] }
 	ownBatch := f.blockTable != "" || f.cache.batchIdx != "" // k's batch is num_blocks or cache rows
 	switch {
 	case ks[0] != qs[0] && !varlen && !ownBatch:
@@ -408,7 +417,7 @@ func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, 
 		err = fmt.Errorf("%s: %d heads do not divide %s's %d query heads (GQA needs heads %% kv_heads == 0)", f.k, ks[2], f.q, qs[2])
 	case fmt.Sprint(vs[:3]) != fmt.Sprint(ks[:3]):
 		// v's head dim may differ from k's (MLA); the rest is k's shape.
-		err = fmt.Errorf("%s: shape %v, want the shape of %s %v (the head dim may differ)", f.v, show(vs), f.k, show(ks))
+		err = fmt.Errorf("%s: shape %v, want the shape of %s %v (the head dim may differ)", f.v, showKV(vs), f.k, showKV(ks))
 	}
 	if err != nil {
 		return
@@ -417,7 +426,7 @@ func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, 
 	outShape := [4]int{qs[0], qs[1], qs[2], vs[3]}
 	if f.dout != "" {
 		var ds []int
-		if da, ds, err = read(f.dout); err != nil {
+		if da, ds, err = read(f.dout, rank); err != nil {
 			return
 		}
 		if fmt.Sprint(ds) != fmt.Sprint(outShape[:]) {
@@ -455,21 +464,23 @@ func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, 
 		}
 	}
 	nb := qs[0]
-	if f.cacheSeqlens != "" {
-		if o.KVCache, err = f.readCache(nb, ks); err != nil {
-			return
-		}
-	}
 	if varlen {
 		vl := &flashattn.VarLen{}
 		if vl.CuSeqlensQ, err = f.readCu(f.cuQ); err != nil {
 			return
 		}
-		if vl.CuSeqlensK, err = f.readCu(f.cuK); err != nil {
+		o.VarLen = vl
+		if !packedKV && !partition(vl.CuSeqlensQ, qs[1]) {
+			// The per-sequence cache files are laid out along it.
+			err = fmt.Errorf("%s: %v does not cut the %d rows of %s into sequences (want 0, …, %d, never decreasing)", f.cuQ, vl.CuSeqlensQ, qs[1], f.q, qs[1])
 			return
 		}
-		o.VarLen = vl
-		if !partitions(vl.CuSeqlensQ, vl.CuSeqlensK, qs[1], ks[1]) {
+		if packedKV {
+			if vl.CuSeqlensK, err = f.readCu(f.cuK); err != nil {
+				return
+			}
+		}
+		if packedKV && !partitions(vl.CuSeqlensQ, vl.CuSeqlensK, qs[1], ks[1]) {
 			// The library refuses these cu_seqlens with an error naming
 			// the file (argFile). The files read per sequence cannot be
 			// laid out without them: stop here and let the call report it.
@@ -486,6 +497,11 @@ func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, 
 			if vl.SeqUsedQ, err = f.readPerSeq(f.seqUsedQ, nb); err != nil {
 				return
 			}
+		}
+	}
+	if f.cacheSeqlens != "" {
+		if o.KVCache, err = f.readCache(nb, ks); err != nil {
+			return
 		}
 	}
 	if err = f.masks.load(f, o, f.maskGeometry(o, qs, ks, nb)); err != nil {
@@ -540,7 +556,7 @@ func (f *attnFlags) maskGeometry(o *flashattn.Options, qs, ks []int, nb int) mas
 	if c := o.KVCache; c != nil && c.BlockTable != nil {
 		g.seqK = c.BlocksPerSeq * ks[1] // checked against 2^31 by readCache
 	}
-	if vl := o.VarLen; vl != nil {
+	if vl := o.VarLen; vl != nil && vl.CuSeqlensK != nil { // no masks with packed queries on a cache (options)
 		g.varlen = true
 		g.seqQ, g.seqK = 1, 1
 		for b := 0; b < nb; b++ {
@@ -569,20 +585,18 @@ func (f *attnFlags) readCu(path string) ([]int32, error) {
 // packed lengths totalQ and totalK into sequences (from 0, non-decreasing,
 // to the total): whether the per-sequence files can be laid out along them.
 func partitions(cuQ, cuK []int32, totalQ, totalK int) bool {
-	if len(cuQ) < 2 || len(cuQ) != len(cuK) {
+	return len(cuQ) == len(cuK) && partition(cuQ, totalQ) && partition(cuK, totalK)
+}
+
+// partition reports whether cu, of length ≥ 2, cuts the packed length
+// total into sequences: from 0, non-decreasing, to total.
+func partition(cu []int32, total int) bool {
+	if len(cu) < 2 || cu[0] != 0 || int(cu[len(cu)-1]) != total {
 		return false
 	}
-	for _, c := range []struct {
-		cu    []int32
-		total int
-	}{{cuQ, totalQ}, {cuK, totalK}} {
-		if c.cu[0] != 0 || int(c.cu[len(c.cu)-1]) != c.total {
+	for i := 1; i < len(cu); i++ {
+		if cu[i] < cu[i-1] {
 			return false
-		}
-		for i := 1; i < len(c.cu); i++ {
-			if c.cu[i] < c.cu[i-1] {
-				return false
-			}
 		}
 	}
 	return true
@@ -646,7 +660,10 @@ func (f *attnFlags) checkMemory(limit memlimit.Limit) error {
 	}
 	qs, ks, vs := infos[f.q].Shape, infos[f.k].Shape, infos[f.v].Shape
 	if f.cuQ != "" {
-		qs, ks, vs = append([]int{1}, qs...), append([]int{1}, ks...), append([]int{1}, vs...)
+		qs = append([]int{1}, qs...)
+	}
+	if f.cuK != "" {
+		ks, vs = append([]int{1}, ks...), append([]int{1}, vs...)
 	}
 	if len(qs) == 4 && len(ks) == 4 && len(vs) == 4 {
 		b, sq, h, d, dv := qs[0], qs[1], qs[2], qs[3], vs[3]

@@ -12,6 +12,7 @@ import (
 // -cache-seqlens and -block-table (flash-attn's flash_attn_with_kvcache).
 type cacheFlags struct {
 	kNew, vNew       string
+	cuKNew           string
 	rotCos, rotSin   string
 	rotInterleaved   bool
 	batchIdx, leftPd string
@@ -26,6 +27,8 @@ func (c *cacheFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.kNew, "k-new", "", "KV cache: new keys `k_new.npy` [batch, seqlen_new, kv_heads, headdim], appended in place at each sequence's cache_seqlens "+
 		"(rotated first with -rotary-cos); the updated caches are written to OUTDIR/k_cache.npy and v_cache.npy, in the cache's type "+
 		"('<f4' for f32, bf16, q8_0 and q4_0 — the dequantised values —, '<f2' for f16)")
+	fs.StringVar(&c.cuKNew, "cu-seqlens-k-new", "", "KV cache with -cu-seqlens-q (continuous batching): int32 `cu_k_new.npy` [batch+1] of sequence starts in "+
+		"-k-new and -v-new, then packed [total_new, kv_heads, headdim]; sequence b's new keys are appended at its cache_seqlens (a sequence may have none)")
 	fs.StringVar(&c.vNew, "v-new", "", "KV cache: new values `v_new.npy`, shaped like -k-new with the v cache's head dim (which may differ from k's, as in MLA)")
 	fs.StringVar(&c.rotCos, "rotary-cos", "", "KV cache: rotary embedding cosines `cos.npy` [max_pos, rotary_dim/2], applied to q and -k-new at their positions (needs -k-new)")
 	fs.StringVar(&c.rotSin, "rotary-sin", "", "KV cache: rotary embedding sines `sin.npy`, shaped like -rotary-cos")
@@ -44,7 +47,7 @@ func (c *cacheFlags) validate(f *attnFlags) error {
 		name string
 		set  bool
 	}{
-		{"-k-new", c.kNew != ""}, {"-v-new", c.vNew != ""}, {"-rotary-cos", c.rotCos != ""}, {"-rotary-sin", c.rotSin != ""},
+		{"-k-new", c.kNew != ""}, {"-v-new", c.vNew != ""}, {"-cu-seqlens-k-new", c.cuKNew != ""}, {"-rotary-cos", c.rotCos != ""}, {"-rotary-sin", c.rotSin != ""},
 		{"-cache-batch-idx", c.batchIdx != ""}, {"-cache-leftpad", c.leftPd != ""}, {"-kv-dtype", c.kvDtype != ""},
 		{"-num-splits", f.set["num-splits"]}, {"-rotary-interleaved", f.set["rotary-interleaved"]},
 	} {
@@ -63,6 +66,10 @@ func (c *cacheFlags) validate(f *attnFlags) error {
 		return fmt.Errorf("-rotary-interleaved needs -rotary-cos and -rotary-sin")
 	case c.batchIdx != "" && f.blockTable != "":
 		return fmt.Errorf("-cache-batch-idx cannot be combined with -block-table")
+	case c.cuKNew != "" && (c.kNew == "" || f.cuQ == ""):
+		return fmt.Errorf("-cu-seqlens-k-new needs -k-new, -v-new and -cu-seqlens-q (packed new keys of packed queries)")
+	case c.kNew != "" && f.cuQ != "" && c.cuKNew == "":
+		return fmt.Errorf("-k-new with -cu-seqlens-q needs -cu-seqlens-k-new (which rows of the packed new keys are each sequence's)")
 	}
 	// -num-splits's range is the library's to check.
 	return nil
@@ -70,7 +77,7 @@ func (c *cacheFlags) validate(f *attnFlags) error {
 
 // inputs lists the files the flags name.
 func (c *cacheFlags) inputs() []string {
-	return []string{c.kNew, c.vNew, c.rotCos, c.rotSin, c.batchIdx, c.leftPd}
+	return []string{c.kNew, c.vNew, c.cuKNew, c.rotCos, c.rotSin, c.batchIdx, c.leftPd}
 }
 
 // readCache reads the KV-cache files and checks their shapes against the
@@ -135,18 +142,33 @@ func (f *attnFlags) readPerSeq(path string, nb int) ([]int32, error) {
 	return x, nil
 }
 
-// readNew reads -k-new and -v-new ([batch, snew, kv_heads, headdim], in
-// -dtype) into c; the library checks their shapes against q and the cache.
+// readNew reads -k-new and -v-new ([batch, snew, kv_heads, headdim], or
+// packed [total_new, kv_heads, headdim] with -cu-seqlens-k-new, in -dtype)
+// into c; the library checks their shapes against q and the cache, and
+// the cu_seqlens.
 func (f *attnFlags) readNew(c *flashattn.KVCache) error {
+	packed := f.cache.cuKNew != ""
+	if packed {
+		var err error
+		if c.CuSeqlensKNew, err = f.readCu(f.cache.cuKNew); err != nil {
+			return err
+		}
+	}
 	for i, path := range []string{f.cache.kNew, f.cache.vNew} {
 		a, err := f.rd.ReadFloat(path)
 		if err != nil {
 			return err
 		}
-		if len(a.Shape) != 4 {
+		shape := a.Shape
+		switch {
+		case packed && len(shape) != 3:
+			return fmt.Errorf("%s: shape %v, want 3 dimensions [total_new, kv_heads, headdim] (packed, -cu-seqlens-k-new)", path, a.Shape)
+		case packed:
+			shape = append([]int{1}, shape...)
+		case len(shape) != 4:
 			return fmt.Errorf("%s: shape %v, want 4 dimensions [batch, seqlen_new, kv_heads, headdim]", path, a.Shape)
 		}
-		t, err := arrayTensor(path, a, [4]int(a.Shape), f.dt)
+		t, err := arrayTensor(path, a, [4]int(shape), f.dt)
 		if err != nil {
 			return err
 		}

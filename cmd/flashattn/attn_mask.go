@@ -157,7 +157,7 @@ func (f *attnFlags) argFile(err error) error {
 		"Options.Window": "-window-left/-window-right", "Options.Workers": "-workers",
 		"Options.KVCache.KNew": f.cache.kNew, "Options.KVCache.VNew": f.cache.vNew, "Options.KVCache.Rotary": f.cache.rotCos,
 		"Options.KVCache.BatchIdx": f.cache.batchIdx, "Options.KVCache.LeftPad": f.cache.leftPd, "Options.KVCache.NumSplits": "-num-splits",
-		"Options.KVCache": "-cache-seqlens",
+		"Options.KVCache": "-cache-seqlens", "Options.KVCache.CuSeqlensKNew": f.cache.cuKNew,
 	}
 	if name := names[ae.Arg]; name != "" {
 		// The one message about both cu_seqlens (their lengths differ)

@@ -45,6 +45,7 @@ type benchFlags struct {
 	maxMem                          *memlimit.Flag
 	bwSize                          sizeValue
 	gpu                             *gpuFlags
+	serve                           serveFlags
 	dt                              flashattn.DType
 	set                             map[string]bool // flags given on the command line
 }
@@ -96,11 +97,12 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&f.s.DV, "v-headdim", 0, "V's head dimension, also O's and dO's (0: -headdim); with -mode decode and less than -headdim, "+
 		"an MLA latent cache whose first -v-headdim columns are V")
 	fs.BoolVar(&f.causal, "causal", false, "causal mask")
-	fs.StringVar(&f.mode, "mode", "fwd", "fwd, bwd, fwdbwd or decode")
+	fs.StringVar(&f.mode, "mode", "fwd", "fwd, bwd, fwdbwd, decode or serve (one continuous-batching step: see -serve-*)")
 	fs.StringVar(&f.variant, "variant", "", "window, softcap, alibi, dropout or block-sparse")
 	fs.IntVar(&f.window, "window", 256, "window size for -variant window")
 	fs.Float64Var(&f.density, "density", 0.1, "block density `S` for -variant block-sparse: non-causal, 128×128 blocks, per head a random mask "+
 		"holding the diagonal block and round(S × blocks per row) − 1 others in every row of blocks (without -seqlen: selects the sweep's density)")
+	f.serve.register(fs)
 	fs.IntVar(&f.workers, "workers", 0, "worker goroutines (0: GOMAXPROCS)")
 	fs.IntVar(&f.reps, "reps", 5, "repetitions of every measurement, interleaved with the peak; medians and ranges are reported")
 	fs.IntVar(&f.minMillis, "min-ms", 200, "time each repetition of a measurement for at least this many milliseconds")
@@ -122,6 +124,9 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	}
 	if f.workers == 0 {
 		f.workers = runtime.GOMAXPROCS(0)
+	}
+	if f.mode == "serve" {
+		return f.runServe(stdout, stderr)
 	}
 	cases := f.cases()
 	if len(cases) == 0 {
@@ -150,8 +155,15 @@ func (f *benchFlags) validate() error {
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	switch f.mode {
 	case "fwd", "bwd", "fwdbwd", "decode":
+	case "serve":
+		f.serve.validate(bad)
+		for _, name := range []string{"seqlen", "batch", "v-headdim", "variant", "causal", "svg", "quick", "no-plain", "no-f32"} {
+			if f.set[name] {
+				bad("-%s is not used with -mode serve", name)
+			}
+		}
 	default:
-		bad("-mode %q: want fwd, bwd, fwdbwd or decode", f.mode)
+		bad("-mode %q: want fwd, bwd, fwdbwd, decode or serve", f.mode)
 	}
 	switch f.variant {
 	case "", "window", "softcap", "alibi", "dropout", "block-sparse":
@@ -175,8 +187,8 @@ func (f *benchFlags) validate() error {
 		dt, err := f.gpu.cpuType()
 		switch {
 		case err != nil: // reported by check
-		case quantized(dt) && f.mode != "decode":
-			bad("-dtype %s is a KV-cache type: it needs -mode decode", dtypeName(dt))
+		case quantized(dt) && f.mode != "decode" && f.mode != "serve":
+			bad("-dtype %s is a KV-cache type: it needs -mode decode or serve", dtypeName(dt))
 		case quantized(dt) && f.s.D%32 != 0 && (f.s.N > 0 || f.set["headdim"]):
 			bad("-dtype %s needs a -headdim that is a multiple of 32 (it quantises blocks of 32 values), not %d", dtypeName(dt), f.s.D)
 		}
@@ -221,8 +233,8 @@ func (f *benchFlags) validate() error {
 				bad("-%s is not used with -device gpu", name)
 			}
 		}
-		if f.mode == "decode" {
-			bad("-mode decode is not measured with -device gpu (want fwd, bwd or fwdbwd)")
+		if f.mode == "decode" || f.mode == "serve" {
+			bad("-mode %s is not measured with -device gpu (want fwd, bwd or fwdbwd)", f.mode)
 		}
 	}
 	return errors.Join(errs...)
