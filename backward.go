@@ -118,17 +118,30 @@ func (c *call) backward() error {
 
 // loadKV fills 16-bit outputs' float32 accumulators with the gradients the
 // outputs hold (Grads.Accumulate); float32 outputs accumulate in place.
-func (b *backwardPass) loadKV() {
+func (b *backwardPass) loadKV() { b.copyKV(false) }
+
+// storeKV rounds the float32 dK and dV accumulators into 16-bit outputs.
+func (b *backwardPass) storeKV() { b.copyKV(true) }
+
+// copyKV copies every row between the float32 dK and dV accumulators and
+// the 16-bit outputs they stand for: into the outputs (rounding) if store,
+// else from them. Float32 outputs are their own accumulators.
+func (b *backwardPass) copyKV(store bool) {
 	p := b.p
 	for _, pair := range [2][2]view{{b.dkAcc, b.grads.dk}, {b.dvAcc, b.grads.dv}} {
-		acc, src := pair[0], pair[1]
-		if src.dt == Float32 {
+		acc, out := pair[0], pair[1]
+		if out.dt == Float32 {
 			continue
 		}
 		for tb := 0; tb < p.kvBatch; tb++ {
 			for j := 0; j < p.kvRows; j++ {
 				for h := 0; h < p.kvHeads; h++ {
-					src.rowTo(acc.row(tb, j, h)[:acc.shape[3]], tb, j, h, Float32, &p.kern)
+					row := acc.row(tb, j, h)[:acc.shape[3]]
+					if store {
+						out.storeRow(row, tb, j, h, &p.kern)
+					} else {
+						out.rowTo(row, tb, j, h, Float32, &p.kern)
+					}
 				}
 			}
 		}
@@ -167,24 +180,6 @@ func (b *backwardPass) clearKV() {
 			for j := 0; j < p.kvRows; j++ {
 				for h := 0; h < p.kvHeads; h++ {
 					clear(dst.row(tb, j, h)[:dst.shape[3]])
-				}
-			}
-		}
-	}
-}
-
-// storeKV rounds the float32 dK and dV accumulators into 16-bit outputs.
-func (b *backwardPass) storeKV() {
-	p := b.p
-	for _, pair := range [2][2]view{{b.dkAcc, b.grads.dk}, {b.dvAcc, b.grads.dv}} {
-		acc, dst := pair[0], pair[1]
-		if dst.dt == Float32 {
-			continue
-		}
-		for tb := 0; tb < p.kvBatch; tb++ {
-			for j := 0; j < p.kvRows; j++ {
-				for h := 0; h < p.kvHeads; h++ {
-					dst.storeRow(acc.row(tb, j, h)[:acc.shape[3]], tb, j, h, &p.kern)
 				}
 			}
 		}
