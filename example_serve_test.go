@@ -42,3 +42,27 @@ func ExampleReserve() {
 	// Output:
 	// <nil>
 }
+
+// A padded dense batch: two sequences of 3 and 5 tokens stored
+// [2, 5, heads, dim], the first padded with 2 positions. KeyPadding hides
+// the padding keys; the padded query rows' outputs are ignored.
+func ExampleKeyPadding() {
+	const B, S, H, D = 2, 5, 2, 8
+	lens := []int{3, 5}
+	q, k, v := flashattn.NewTensor(B, S, H, D), flashattn.NewTensor(B, S, H, D), flashattn.NewTensor(B, S, H, D)
+	for i := range v.Data {
+		q.Data[i] = float32(i%7) / 7
+		k.Data[i] = float32(i%5) / 5
+		v.Data[i] = float32(i / (S * H * D)) // 0 in sequence 0, 1 in sequence 1
+	}
+	for i := 3 * H * D; i < S*H*D; i++ {
+		v.Data[i] = 1000 // sequence 0's padding: must not be seen
+	}
+	out, _, err := flashattn.Forward(q, k, v, &flashattn.Options{Mask: flashattn.KeyPadding(lens...)})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("%.4g %.4g\n", out.At(0, 2, 0, 0), out.At(1, 4, 1, 7))
+	// Output:
+	// 0 1
+}
