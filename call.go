@@ -15,6 +15,9 @@ type call struct {
 	lseFix lseFixPass
 	dq     dqPass
 	ops    []named // the operands' list (callOperands), kept from call to call
+	// reserving: the call is Reserve's warm-up, which does not append to
+	// the KV cache.
+	reserving bool
 }
 
 var calls freeList[call]

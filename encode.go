@@ -10,17 +10,8 @@ import (
 
 // encode.go encodes tensors and LSE slices to bytes and back, so that a
 // transport (a gRPC stream, a raw TCP connection) can carry the shards of
-// sharded attention. The format is little-endian throughout:
-//
-//	tensor: "FAT1", dtype (1 byte: 0 float32, 1 bfloat16, 2 float16,
-//	        3 q8_0, 4 q4_0), 3 zero bytes, then batch, seq, heads, dim as
-//	        uint64, then the elements of the logical shape in row-major
-//	        order (float32 as IEEE bits, 16-bit as their bits, q8_0 and
-//	        q4_0 as their 34- and 18-byte blocks)
-//	lse:    "FAL1", 4 zero bytes, the count as uint64, then the float32s
-//
-// Headers are 40 and 16 bytes, multiples of 8, so elements that follow an
-// aligned header are aligned.
+// sharded attention. The formats are in the doc comments of AppendBinary
+// (tensors) and AppendLSE, where go doc shows them.
 
 const (
 	tensorMagic = "FAT1"
@@ -29,9 +20,25 @@ const (
 	lseHead     = 16
 )
 
-// AppendBinary appends the encoding of t (its logical shape, densely, see
-// the format above) to b and returns the extended slice. It implements
-// encoding.BinaryAppender.
+// AppendBinary appends the encoding of t (its logical shape, densely) to b
+// and returns the extended slice. It implements encoding.BinaryAppender.
+// DecodeTensor and UnmarshalBinary read it back; the README has a numpy
+// decoder. The format, little-endian throughout, is a 40-byte header
+// followed by the elements:
+//
+//	bytes 0-3    "FAT1"
+//	byte  4      the element type, t.DType(): 0 float32, 1 bfloat16,
+//	             2 float16, 3 q8_0, 4 q4_0
+//	bytes 5-7    zero (reserved)
+//	bytes 8-39   batch, seq, heads, dim: four uint64, each ≥ 1
+//	bytes 40-    the batch·seq·heads·dim elements in row-major order
+//	             (dim fastest): float32 as their IEEE 754 bits (4 bytes),
+//	             bfloat16 and float16 as their bits (2 bytes), q8_0 and
+//	             q4_0 as llama.cpp's blocks of 32 values (34 and 18 bytes:
+//	             a float16 scale, then 32 int8 or 16 bytes of 4-bit codes)
+//
+// The header's size is a multiple of 8, so elements that follow an aligned
+// header are aligned (and DecodeTensor can alias them).
 func (t Tensor) AppendBinary(b []byte) ([]byte, error) {
 	v, err := t.check("t", false, -1, -1, -1, -1)
 	if err != nil {
@@ -90,8 +97,8 @@ func (t *Tensor) UnmarshalBinary(data []byte) error {
 	return nil
 }
 
-// DecodeTensor decodes the tensor at the start of data and returns it with
-// the bytes that follow. On a little-endian machine, when the elements in
+// DecodeTensor decodes the tensor at the start of data (in the format of
+// AppendBinary) and returns it with the bytes that follow. On a little-endian machine, when the elements in
 // data are aligned for their type, the tensor's slice is data itself (no
 // copy: it changes when data does); otherwise the elements are copied.
 func DecodeTensor(data []byte) (t Tensor, rest []byte, err error) {
@@ -154,7 +161,14 @@ func DecodeTensor(data []byte) (t Tensor, rest []byte, err error) {
 	return t, rest, nil
 }
 
-// AppendLSE appends the encoding of lse to b (the format above).
+// AppendLSE appends the encoding of lse to b and returns the extended
+// slice; DecodeLSE reads it back. The format, little-endian, is a 16-byte
+// header followed by the values:
+//
+//	bytes 0-3    "FAL1"
+//	bytes 4-7    zero (reserved)
+//	bytes 8-15   the count n as a uint64
+//	bytes 16-    n float32s as their IEEE 754 bits (4 bytes each)
 func AppendLSE(b []byte, lse []float32) []byte {
 	b = append(b, lseMagic...)
 	b = append(b, 0, 0, 0, 0)

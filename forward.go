@@ -7,8 +7,9 @@ import "github.com/flashattn/flashattn/internal/kernel"
 // through the online softmax (softmax.go).
 
 // partials holds the unnormalised results of key-split tasks until they are
-// merged: per slot, maxRows output rows (stride dimVPad), their running max
-// and sum.
+// merged: per split task, its block's rows from its first partial-result
+// row (fwdTask.slot): output rows (stride dimVPad), their running max and
+// sum.
 type partials struct {
 	o, m, l []float32
 }
@@ -34,21 +35,25 @@ type fwdMem struct {
 
 func (c *call) forward(out view, lse []float32) error {
 	p := &c.plan
-	if err := c.appendKV(); err != nil {
+	appendKV := c.appendKV
+	if c.reserving {
+		appendKV = c.checkAppendKV // Reserve leaves the cache as it is
+	}
+	if err := appendKV(); err != nil {
 		return err
 	}
 	f := &c.fwd
 	*f = forwardPass{p: p, out: out, lse: lse, kv: &c.pack.kv, mem: f.mem}
-	tasks, splits, slots := p.forwardTasks(&f.mem.blocks, &f.mem.tasks)
+	tasks, rows := p.forwardTasks(&f.mem.blocks, &f.mem.tasks)
 	f.tasks = tasks
 	if err := c.pack.run(p, false); err != nil {
 		return err
 	}
-	if slots > 0 {
+	if rows > 0 {
 		f.part = partials{
-			o: grow(&f.mem.partO, slots*p.maxRows*p.dimVPad),
-			m: grow(&f.mem.partM, slots*p.maxRows),
-			l: grow(&f.mem.partL, slots*p.maxRows),
+			o: grow(&f.mem.partO, rows*p.dimVPad),
+			m: grow(&f.mem.partM, rows),
+			l: grow(&f.mem.partL, rows),
 		}
 		for i := range f.part.m {
 			f.part.m[i] = negInf
@@ -58,10 +63,10 @@ func (c *call) forward(out view, lse []float32) error {
 	if err := p.parallel(len(tasks), f); err != nil {
 		return err
 	}
-	if slots == 0 {
+	if rows == 0 {
 		return nil
 	}
-	return c.mergeSplits(splits)
+	return c.mergeSplits()
 }
 
 func (f *forwardPass) runTask(ws *workspace, t int) { f.task(ws, &f.tasks[t]) }
@@ -191,9 +196,9 @@ func (f *forwardPass) start(ws *workspace, t *fwdTask) rowState {
 	st := rowState{m: fw.m, l: fw.l, o: fw.o, dimPad: p.dimVPad}
 	if t.slot >= 0 {
 		// A key split accumulates in its partial-result slot directly.
-		mr := p.maxRows
-		st.m, st.l = f.part.m[t.slot*mr:(t.slot+1)*mr], f.part.l[t.slot*mr:(t.slot+1)*mr]
-		st.o = f.part.o[t.slot*mr*p.dimVPad : (t.slot+1)*mr*p.dimVPad]
+		r0, r1 := t.slot, t.slot+m
+		st.m, st.l = f.part.m[r0:r1], f.part.l[r0:r1]
+		st.o = f.part.o[r0*p.dimVPad : r1*p.dimVPad]
 	}
 	fw.acc = st.o
 	st.reset(m)

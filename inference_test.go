@@ -1,6 +1,7 @@
 package flashattn
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -9,8 +10,10 @@ import (
 	"github.com/flashattn/flashattn/reference"
 )
 
-// rope64 rotates row x (in place, float64 arithmetic) as Rotary documents.
+// rope64 rotates row x (in place, float64 arithmetic) as Rotary documents:
+// r.Dim channels from channel r.Offset.
 func rope64(x []float32, r *Rotary, pos int) {
+	x = x[r.Offset:]
 	half := r.Dim / 2
 	for t := 0; t < half; t++ {
 		i, j := t, t+half
@@ -34,6 +37,12 @@ func ropeTables(maxPos, dim int) *Rotary {
 	return r
 }
 
+// withOffset sets r.Offset and returns r.
+func withOffset(r *Rotary, offset int) *Rotary {
+	r.Offset = offset
+	return r
+}
+
 // kvCase is one flash_attn_with_kvcache call.
 type kvCase struct {
 	name        string
@@ -44,6 +53,7 @@ type kvCase struct {
 	snew, sq    int
 	paged       int // block size (0: contiguous)
 	rotary      int // rotary dim (0: none)
+	rotOffset   int // Rotary.Offset
 	interleaved bool
 	causal      bool
 	window      *Window
@@ -67,6 +77,10 @@ func TestKVCacheAppendRotary(t *testing.T) {
 		{name: "window+softcap+alibi", b: 2, hq: 4, hk: 2, d: 32, capacity: 200, ends: []int32{80, 150}, snew: 6, sq: 6, rotary: 32, causal: true, window: &Window{Left: 40, Right: 0}, softcap: 5, alibi: true},
 		{name: "no-new-keys", b: 2, hq: 4, hk: 2, d: 32, capacity: 100, ends: []int32{40, 99}, sq: 1},
 		{name: "splits", b: 1, hq: 8, hk: 2, d: 64, capacity: 1000, ends: []int32{999}, snew: 1, sq: 1, rotary: 64, splits: 7},
+		// Rotary.Offset: MLA rotates the last channels; a middle range.
+		{name: "offset-last", b: 2, hq: 8, hk: 1, d: 96, capacity: 128, ends: []int32{20, 90}, snew: 2, sq: 2, rotary: 32, rotOffset: 64, causal: true},
+		{name: "offset-last-interleaved", b: 2, hq: 4, hk: 2, d: 48, capacity: 96, ends: []int32{0, 50}, snew: 1, sq: 1, rotary: 16, rotOffset: 32, interleaved: true},
+		{name: "offset-middle-paged", b: 2, hq: 4, hk: 2, d: 64, capacity: 128, ends: []int32{30, 77}, snew: 3, sq: 3, paged: 32, rotary: 24, rotOffset: 10, causal: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) { checkKVCase(t, tc) })
 	}
@@ -130,7 +144,7 @@ func checkKVCase(t *testing.T, tc kvCase) {
 	var rot *Rotary
 	if tc.rotary > 0 {
 		rot = ropeTables(tc.capacity+tc.sq, tc.rotary)
-		rot.Interleaved = tc.interleaved
+		rot.Interleaved, rot.Offset = tc.interleaved, tc.rotOffset
 		c.Rotary = rot
 	}
 	var slopes []float32
@@ -318,7 +332,11 @@ func TestKVCacheErrors(t *testing.T) {
 		{SeqLens: []int32{3, 3}, KNew: nw},                   // KNew without VNew (v is not a view of k)
 		{SeqLens: []int32{3, 3}, Rotary: ropeTables(100, 8)}, // rotary without new keys
 		{SeqLens: []int32{3, 3}, KNew: nw, VNew: nw, Rotary: &Rotary{Dim: 3, Cos: make([]float32, 9), Sin: make([]float32, 9)}},
-		{SeqLens: []int32{60, 3}, KNew: nw, VNew: nw, Rotary: ropeTables(10, 8)}, // positions past the table
+		{SeqLens: []int32{60, 3}, KNew: nw, VNew: nw, Rotary: ropeTables(10, 8)},                 // positions past the table
+		{SeqLens: []int32{3, 3}, KNew: nw, VNew: nw, Rotary: withOffset(ropeTables(100, 8), 10)}, // channels past the head dim
+		{SeqLens: []int32{3, 3}, KNew: nw, VNew: nw, Rotary: withOffset(ropeTables(100, 8), 3)},  // odd offset
+		{SeqLens: []int32{3, 3}, KNew: nw, VNew: nw, Rotary: withOffset(ropeTables(100, 8), -2)}, // negative offset
+		{SeqLens: []int32{3, 3}, KNew: nw, VNew: nw, Rotary: withOffset(ropeTables(100, 8), 16)}, // offset at the head dim
 		{SeqLens: []int32{3, 3}, NumSplits: -1},
 		{SeqLens: []int32{3, 3}, NumSplits: 129},
 		{SeqLens: []int32{3, 3}, KNew: nw, VNew: nw, Rotary: func() *Rotary {
@@ -327,8 +345,9 @@ func TestKVCacheErrors(t *testing.T) {
 			return r
 		}()}, // a NaN in a row the call uses
 	} {
-		if _, _, err := Forward(q, k, v, &Options{KVCache: c}); err == nil {
-			t.Errorf("%+v accepted", c)
+		var ae *ArgError
+		if _, _, err := Forward(q, k, v, &Options{KVCache: c}); !errors.As(err, &ae) {
+			t.Errorf("%+v: %v, want an *ArgError", c, err)
 		}
 	}
 }

@@ -212,8 +212,10 @@ func newKeyViews(c *KVCache, s Shape) (knew, vnew view, err error) {
 	}
 	if r := c.Rotary; r != nil {
 		switch {
-		case r.Dim <= 0 || r.Dim%2 != 0 || r.Dim > s.Dim:
-			return view{}, view{}, argErr("Options.KVCache.Rotary", "Rotary.Dim %d must be even, in 2..%d (the head dim)", r.Dim, s.Dim)
+		case r.Offset < 0 || r.Offset%2 != 0 || r.Offset >= s.Dim:
+			return view{}, view{}, argErr("Options.KVCache.Rotary", "Rotary.Offset %d must be even, in 0..%d (below the head dim)", r.Offset, s.Dim-1)
+		case r.Dim <= 0 || r.Dim%2 != 0 || r.Dim > s.Dim-r.Offset:
+			return view{}, view{}, argErr("Options.KVCache.Rotary", "Rotary.Dim %d must be even, in 2..%d (the head dim %d less Offset %d)", r.Dim, s.Dim-r.Offset, s.Dim, r.Offset)
 		case len(r.Cos) != len(r.Sin) || len(r.Cos) == 0 || len(r.Cos)%(r.Dim/2) != 0:
 			return view{}, view{}, argErr("Options.KVCache.Rotary", "Rotary.Cos and Sin have %d and %d entries, want equal multiples of Dim/2 = %d ([max_pos, Dim/2])", len(r.Cos), len(r.Sin), r.Dim/2)
 		}

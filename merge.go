@@ -8,42 +8,41 @@ type mergePass struct {
 	out    view
 	lse    []float32
 	part   *partials
-	splits int
 	blocks []fwdTask // the first split of each split row block
 	mem    []fwdTask // blocks' memory, kept from call to call
 }
 
-func (c *call) mergeSplits(splits int) error {
+func (c *call) mergeSplits() error {
 	f, mp := &c.fwd, &c.merge
 	blocks := mp.mem[:0]
 	for _, t := range f.tasks {
-		if t.slot >= 0 && t.slot%splits == 0 {
+		if t.slot >= 0 && t.split == 0 {
 			blocks = append(blocks, t)
 		}
 	}
-	*mp = mergePass{p: &c.plan, out: f.out, lse: f.lse, part: &f.part, splits: splits, blocks: blocks, mem: blocks}
+	*mp = mergePass{p: &c.plan, out: f.out, lse: f.lse, part: &f.part, blocks: blocks, mem: blocks}
 	return c.plan.parallel(len(blocks), mp)
 }
 
 func (mp *mergePass) runTask(ws *workspace, t int) {
 	p, part, b := mp.p, mp.part, &mp.blocks[t]
 	s := &p.seqs[b.seq]
-	first := b.slot - b.slot%mp.splits
+	first, m := b.slot, b.height() // the block's splits' rows: first + split·m + r
 	lm := &ws.merge
-	lm.reset(mp.splits, p.dimV)
-	dvp, stride := p.dimVPad, p.maxRows*p.dimVPad // a row's splits lie stride apart
+	lm.reset(b.parts, p.dimV)
+	dvp, stride := p.dimVPad, m*p.dimVPad // a row's splits lie stride apart
 	row := grow(&ws.conv.out, dvp)
-	for r := 0; r < b.height(); r++ {
+	for r := 0; r < m; r++ {
 		h, i := b.at(r)
-		for sp := range mp.splits {
-			slot := (first+sp)*p.maxRows + r
+		for sp := range b.parts {
+			slot := first + sp*m + r
 			lm.a[sp], lm.l[sp] = float64(part.m[slot]), float64(part.l[slot])
 		}
 		lm.sink, lm.hasSink = 0, p.sinks != nil
 		if lm.hasSink {
 			lm.sink = float64(p.sinks[h])
 		}
-		lv := lm.rowStrided(&p.kern, row, part.o[(first*p.maxRows+r)*dvp:], stride, dvp)
+		lv := lm.rowStrided(&p.kern, row, part.o[(first+r)*dvp:], stride, dvp)
 		p.dimVRow(mp.out, row, s.tb, s.q0+i, h)
 		if mp.lse != nil {
 			mp.lse[s.lse0+h*s.lseH+i] = lv

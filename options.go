@@ -226,9 +226,10 @@ type KVCache struct {
 }
 
 // Rotary is a rotary position embedding (RoPE) as flash-attn applies it in
-// decoding. Cos and Sin are [max_pos, Dim/2] tables; the first Dim channels
-// of each row rotate, in pairs (2t, 2t+1) when Interleaved (GPT-J) or
-// (t, t+Dim/2) otherwise (GPT-NeoX):
+// decoding. Cos and Sin are [max_pos, Dim/2] tables; Dim channels of each
+// row rotate, from channel Offset (0: the first Dim), in pairs (2t, 2t+1)
+// when Interleaved (GPT-J) or (t, t+Dim/2) otherwise (GPT-NeoX), t counted
+// from Offset:
 //
 //	x' = x·cos[pos][t] − y·sin[pos][t],   y' = x·sin[pos][t] + y·cos[pos][t]
 //
@@ -239,8 +240,13 @@ type KVCache struct {
 // SeqLens[b].
 type Rotary struct {
 	Cos, Sin    []float32
-	Dim         int // rotary_dim: even, at most the head dim
+	Dim         int // rotary_dim: even, Offset+Dim at most the head dim
 	Interleaved bool
+	// Offset is the first rotated channel: the channels Offset..Offset+Dim-1
+	// rotate, the others pass through. 0 rotates the first Dim channels
+	// (flash-attn); MLA (DeepSeek) rotates the last 64 of its 576 (Offset
+	// 512, Dim 64). Even.
+	Offset int
 }
 
 func (o *Options) workers() int {

@@ -3,9 +3,10 @@ package flashattn
 // rotary.go applies the rotary position embedding of a KV-cache call (see
 // Rotary).
 
-// rotate rotates the first r.Dim channels of row x to position pos, in
-// float32, as flash-attn does.
+// rotate rotates the r.Dim channels of row x from channel r.Offset to
+// position pos, in float32, as flash-attn does.
 func (r *Rotary) rotate(x []float32, pos int) {
+	x = x[r.Offset:]
 	half := r.Dim / 2
 	cos, sin := r.Cos[pos*half:(pos+1)*half], r.Sin[pos*half:(pos+1)*half]
 	for t := range half {

@@ -50,7 +50,9 @@ func (t *tiling) appendQueryBlocks(blocks []rowBlock, si, rows int) []rowBlock {
 type fwdTask struct {
 	rowBlock
 	j0, j1 int
-	slot   int // -1: write the output; else the partial-result slot
+	slot   int // -1: write the output; else its first partial-result row
+	split  int // the task's index among its row block's key splits
+	parts  int // the number of key splits of its row block (1: none)
 	cost   int
 }
 
@@ -64,9 +66,11 @@ const (
 )
 
 // forwardTasks lists the forward's tasks, heaviest first, into *tasks (and
-// the row blocks into *blocks), and returns them with the number of key
-// splits per row block and of partial-result slots the splits need.
-func (t *tiling) forwardTasks(blocks *[]rowBlock, tasks *[]fwdTask) (list []fwdTask, splits, slots int) {
+// the row blocks into *blocks), and returns them with the number of
+// partial-result rows the key splits need: each split task's block height,
+// the splits of a row block one after another (so the buffers hold the
+// splits and rows used, not maxSplits slots of maxRows per block).
+func (t *tiling) forwardTasks(blocks *[]rowBlock, tasks *[]fwdTask) (list []fwdTask, partRows int) {
 	bs, list := (*blocks)[:0], (*tasks)[:0]
 	defer func() { *blocks, *tasks = bs, list }()
 	for si := range t.seqs {
@@ -94,7 +98,7 @@ func (t *tiling) forwardTasks(blocks *[]rowBlock, tasks *[]fwdTask) (list []fwdT
 	// at least minUnits whole key tiles (one for super-blocks, whose tiles
 	// are large; two otherwise), or, when forced, exactly numSplits parts
 	// of 16-key groups.
-	splits = 1
+	splits := 1
 	unit := t.blockK
 	tiles := func(rb rowBlock) (lo, hi, nu int) { // the block's key span and its key tiles
 		lo, hi = t.seqs[rb.seq].vis.keySpan(rb)
@@ -113,7 +117,7 @@ func (t *tiling) forwardTasks(blocks *[]rowBlock, tasks *[]fwdTask) (list []fwdT
 	case len(bs) < splitTarget:
 		splits = maxSplits
 	}
-	for bi, rb := range bs {
+	for _, rb := range bs {
 		s := &t.seqs[rb.seq]
 		lo, hi, nu := tiles(rb)
 		u, ns := unit, 1
@@ -131,18 +135,18 @@ func (t *tiling) forwardTasks(blocks *[]rowBlock, tasks *[]fwdTask) (list []fwdT
 			ns = max(1, min(splits, share, nu/minUnits))
 		}
 		if ns == 1 {
-			list = append(list, fwdTask{rb, lo, hi, -1, rb.height() * t.visibleKeys(s, rb, lo, hi)})
+			list = append(list, fwdTask{rb, lo, hi, -1, 0, 1, rb.height() * t.visibleKeys(s, rb, lo, hi)})
 			continue
 		}
 		for sp := 0; sp < ns; sp++ {
 			j0 := lo + sp*nu/ns*u
 			j1 := min(hi, lo+(sp+1)*nu/ns*u)
-			list = append(list, fwdTask{rb, j0, j1, bi*splits + sp, rb.height() * t.visibleKeys(s, rb, j0, j1)})
+			list = append(list, fwdTask{rb, j0, j1, partRows + sp*rb.height(), sp, ns, rb.height() * t.visibleKeys(s, rb, j0, j1)})
 		}
-		slots = len(bs) * splits
+		partRows += ns * rb.height()
 	}
 	slices.SortStableFunc(list, func(a, b fwdTask) int { return b.cost - a.cost })
-	return list, splits, slots
+	return list, partRows
 }
 
 // visibleKeys counts the keys of [lo, hi) in tiles that rows rb compute.

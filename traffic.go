@@ -204,7 +204,7 @@ func (tc *trafficCount) forward(t *TrafficByOperand) {
 	p := tc.t
 	var blocks []rowBlock
 	var list []fwdTask
-	tasks, splits, _ := p.forwardTasks(&blocks, &list)
+	tasks, _ := p.forwardTasks(&blocks, &list)
 	d, dv, dvpad := p.dim, p.dimV, p.dimVPad
 	packed := p.packs // the forward's kvRoute fromPacked
 	for si := range p.seqs {
@@ -262,11 +262,11 @@ func (tc *trafficCount) forward(t *TrafficByOperand) {
 	// The merge reads each split's running max, and the sum and output
 	// rows of the splits that saw a key.
 	for _, tk := range tasks {
-		if tk.slot < 0 || tk.slot%splits != 0 {
+		if tk.slot < 0 || tk.split != 0 {
 			continue
 		}
 		m := tk.height()
-		for sp := 0; sp < splits; sp++ {
+		for sp := 0; sp < tk.parts; sp++ {
 			t.LSE.Read += floats(m)
 			if !empty[tk.slot+sp] {
 				t.LSE.Read += floats(m)
