@@ -35,11 +35,7 @@ type fwdMem struct {
 
 func (c *call) forward(out view, lse []float32) error {
 	p := &c.plan
-	appendKV := c.appendKV
-	if c.reserving {
-		appendKV = c.checkAppendKV // Reserve leaves the cache as it is
-	}
-	if err := appendKV(); err != nil {
+	if err := c.appendKV(); err != nil {
 		return err
 	}
 	f := &c.fwd

@@ -10,7 +10,9 @@ import (
 // the cache at positions SeqLens[b]... (each sequence's own count of them,
 // see newKeys). A q8_0 cache is written only once
 // every new row has been quantised without error (also q4_0): a failing row leaves the
-// cache as it was.
+// cache as it was. While the call is Reserve's (c.reserving) the rows are
+// only converted and checked, in a workspace that grows as the append
+// needs, and the cache is left as it is.
 func (c *call) appendKV() error {
 	p := &c.plan
 	if p.cache.newRows == 0 {
@@ -18,8 +20,8 @@ func (c *call) appendKV() error {
 	}
 	ws := workspaces.get()
 	defer workspaces.put(ws)
-	if p.k.dt.quantized() || p.v.dt.quantized() {
-		if err := p.appendRows(ws, false); err != nil {
+	if p.k.dt.quantized() || p.v.dt.quantized() || c.reserving {
+		if err := p.appendRows(ws, false); err != nil || c.reserving {
 			return err
 		}
 	}

@@ -59,16 +59,3 @@ func (c *call) reserveWorkspaces(out view) error {
 	}
 	return nil
 }
-
-// checkAppendKV is appendKV without the writes (Reserve's): the new keys
-// are converted (and quantised, to check them) in a workspace, which grows
-// as the call's append needs.
-func (c *call) checkAppendKV() error {
-	p := &c.plan
-	if p.cache.snew == 0 {
-		return nil
-	}
-	ws := workspaces.get()
-	defer workspaces.put(ws)
-	return p.appendRows(ws, false)
-}
