@@ -78,7 +78,7 @@ func (t *tiling) cacheSequences(o *Options, s Shape) error {
 	if err != nil {
 		return err
 	}
-	if knew.data != nil || knew.h != nil || knew.q != nil {
+	if knew.raw != nil {
 		cs.snew = knew.shape[1]
 		cs.rotary = c.Rotary
 	}
