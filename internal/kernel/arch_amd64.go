@@ -65,6 +65,8 @@ func archDecode() []Decode {
 			FormatF16:  kernelsOf([]scoresKern[uint16]{scoresF16M1AVX512, scoresF16M2AVX512, scoresF16M4AVX512, scoresF16M8AVX512, scoresF16M16AVX512}, []accumKern[uint16]{accumF16M1AVX512, accumF16M2AVX512, accumF16M4AVX512, accumF16M8AVX512, accumF16M16AVX512}, scoresHeadsF16AVX512, accumHeadsF16AVX512),
 			FormatQ8:   kernelsOf([]scoresKern[byte]{scoresQ8M1AVX512, scoresQ8M2AVX512, scoresQ8M4AVX512, scoresQ8M8AVX512, scoresQ8M16AVX512}, []accumKern[byte]{accumQ8M1AVX512, accumQ8M2AVX512, accumQ8M4AVX512, accumQ8M8AVX512, accumQ8M16AVX512}, scoresHeadsQ8AVX512, accumHeadsQ8AVX512),
 			FormatQ4:   kernelsOf([]scoresKern[byte]{scoresQ4M1AVX512, scoresQ4M2AVX512, scoresQ4M4AVX512, scoresQ4M8AVX512, scoresQ4M16AVX512}, []accumKern[byte]{accumQ4M1AVX512, accumQ4M2AVX512, accumQ4M4AVX512, accumQ4M8AVX512, accumQ4M16AVX512}, scoresHeadsQ4AVX512, accumHeadsQ4AVX512),
+			FormatE4M3: kernelsOf([]scoresKern[byte]{scoresE4M3M1AVX512, scoresE4M3M2AVX512, scoresE4M3M4AVX512, scoresE4M3M8AVX512, scoresE4M3M16AVX512}, []accumKern[byte]{accumE4M3M1AVX512, accumE4M3M2AVX512, accumE4M3M4AVX512, accumE4M3M8AVX512, accumE4M3M16AVX512}, scoresHeadsE4M3AVX512, accumHeadsE4M3AVX512),
+			FormatE5M2: kernelsOf([]scoresKern[byte]{scoresE5M2M1AVX512, scoresE5M2M2AVX512, scoresE5M2M4AVX512, scoresE5M2M8AVX512, scoresE5M2M16AVX512}, []accumKern[byte]{accumE5M2M1AVX512, accumE5M2M2AVX512, accumE5M2M4AVX512, accumE5M2M8AVX512, accumE5M2M16AVX512}, scoresHeadsE5M2AVX512, accumHeadsE5M2AVX512),
 		}, readSumAVX512))
 	}
 	if hasAVX2 && hasF16C {
@@ -74,6 +76,8 @@ func archDecode() []Decode {
 			FormatF16:  kernelsOf([]scoresKern[uint16]{scoresF16M1AVX2, scoresF16M2AVX2, scoresF16M4AVX2, scoresF16M8AVX2}, []accumKern[uint16]{accumF16M1AVX2, accumF16M2AVX2, accumF16M4AVX2, accumF16M8AVX2}, scoresHeadsF16AVX2, accumHeadsF16AVX2),
 			FormatQ8:   kernelsOf([]scoresKern[byte]{scoresQ8M1AVX2, scoresQ8M2AVX2, scoresQ8M4AVX2, scoresQ8M8AVX2}, []accumKern[byte]{accumQ8M1AVX2, accumQ8M2AVX2, accumQ8M4AVX2, accumQ8M8AVX2}, scoresHeadsQ8AVX2, accumHeadsQ8AVX2),
 			FormatQ4:   kernelsOf([]scoresKern[byte]{scoresQ4M1AVX2, scoresQ4M2AVX2, scoresQ4M4AVX2, scoresQ4M8AVX2}, []accumKern[byte]{accumQ4M1AVX2, accumQ4M2AVX2, accumQ4M4AVX2, accumQ4M8AVX2}, scoresHeadsQ4AVX2, accumHeadsQ4AVX2),
+			FormatE4M3: kernelsOf([]scoresKern[byte]{scoresE4M3M1AVX2, scoresE4M3M2AVX2, scoresE4M3M4AVX2, scoresE4M3M8AVX2}, []accumKern[byte]{accumE4M3M1AVX2, accumE4M3M2AVX2, accumE4M3M4AVX2, accumE4M3M8AVX2}, scoresHeadsE4M3AVX2, accumHeadsE4M3AVX2),
+			FormatE5M2: kernelsOf([]scoresKern[byte]{scoresE5M2M1AVX2, scoresE5M2M2AVX2, scoresE5M2M4AVX2, scoresE5M2M8AVX2}, []accumKern[byte]{accumE5M2M1AVX2, accumE5M2M2AVX2, accumE5M2M4AVX2, accumE5M2M8AVX2}, scoresHeadsE5M2AVX2, accumHeadsE5M2AVX2),
 		}, readSumAVX2))
 	}
 	return ds

@@ -390,7 +390,7 @@ func TestDecodeAVX2Registers(t *testing.T) {
 	if evex < 1000 { // the pattern must recognise the AVX-512 kernels' code
 		t.Errorf("only %d lines of the AVX-512 kernels match the AVX-512 pattern", evex)
 	}
-	if want := 5*(4*2+2) + 1; funcs != want { // 5 types × (4 row tiles × scores, accum + the two multi-head kernels), readSum
+	if want := int(NumFormats)*(4*2+2) + 1; funcs != want { // every format × (4 row tiles × scores, accum + the two multi-head kernels), readSum
 		t.Errorf("found %d AVX2 functions, want %d", funcs, want)
 	}
 }
