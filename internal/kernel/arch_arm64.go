@@ -50,6 +50,8 @@ func archDecode() []Decode {
 		FormatF16:  kernelsOf([]scoresKern[uint16]{scoresF16M1NEON, scoresF16M2NEON, scoresF16M4NEON, scoresF16M8NEON}, []accumKern[uint16]{accumF16M1NEON, accumF16M2NEON, accumF16M4NEON, accumF16M8NEON}, nil, nil),
 		FormatQ8:   kernelsOf([]scoresKern[byte]{scoresQ8M1NEON, scoresQ8M2NEON, scoresQ8M4NEON, scoresQ8M8NEON}, []accumKern[byte]{accumQ8M1NEON, accumQ8M2NEON, accumQ8M4NEON, accumQ8M8NEON}, nil, nil),
 		FormatQ4:   kernelsOf([]scoresKern[byte]{scoresQ4M1NEON, scoresQ4M2NEON, scoresQ4M4NEON, scoresQ4M8NEON}, []accumKern[byte]{accumQ4M1NEON, accumQ4M2NEON, accumQ4M4NEON, accumQ4M8NEON}, nil, nil),
+		FormatE4M3: kernelsOf([]scoresKern[byte]{scoresE4M3M1NEON, scoresE4M3M2NEON, scoresE4M3M4NEON, scoresE4M3M8NEON}, []accumKern[byte]{accumE4M3M1NEON, accumE4M3M2NEON, accumE4M3M4NEON, accumE4M3M8NEON}, nil, nil),
+		FormatE5M2: kernelsOf([]scoresKern[byte]{scoresE5M2M1NEON, scoresE5M2M2NEON, scoresE5M2M4NEON, scoresE5M2M8NEON}, []accumKern[byte]{accumE5M2M1NEON, accumE5M2M2NEON, accumE5M2M4NEON, accumE5M2M8NEON}, nil, nil),
 	}, readSumNEON)}
 }
 
