@@ -90,6 +90,9 @@ func (t Tensor) Len() int { return t.Batch * t.Seq * t.Heads * t.Dim }
 func (t Tensor) At(b, s, h, d int) float32 {
 	bs, ss, hs := t.strides()
 	i := b*bs + s*ss + h*hs + d
+	if t.Data != nil {
+		return t.Data[i]
+	}
 	f := &formats[t.DType()]
 	raw, _ := f.raw(&t)
 	blk := f.kf.Block()

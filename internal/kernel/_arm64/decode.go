@@ -17,7 +17,7 @@ import "fmt"
 // byte j and value j+16 in the high one: the nibbles taken apart by AND
 // 0x0f or USHR #4, 8 subtracted from all 16 bytes at once by SUB, then
 // widened as q8_0's int8: (code − 8)·scale, exactly). mr is 1, 2, 4 or 8; the Go
-// wrappers (decode_arm64.go) split other row counts into these tiles and
+// wrappers (decode_asm.go) split other row counts into these tiles and
 // check every precondition. No kernel reads outside the rows it is given:
 // the head dimension's tail (d mod 8) is read four elements, then one
 // element at a time.

@@ -23,7 +23,7 @@ import (
 // scale, which is exact) or Q4 (llama.cpp's q4_0: blocks of 32 values, an
 // fp16 scale then 16 bytes of 4-bit codes; see quantBlock.vec), E4M3 and
 // E5M2 (OCP fp8 bytes, widened through fp16; see widenFP8). Cache rows are read where they lie; Q, P and O
-// are float32. The Go wrappers (decode_amd64.go) split any number of rows
+// are float32. The Go wrappers (decode_asm.go) split any number of rows
 // into these tiles and check every length precondition; the assembly
 // trusts its arguments.
 //
