@@ -107,15 +107,14 @@ func NewTensorOf(dt DType, batch, seq, heads, dim int) Tensor {
 	}
 	f := &formats[dt]
 	n := batch * seq * heads * dim
-	f.wrap(&t, make([]byte, f.bytes(n+f.kf.Block()-1)))
-	return t
+	return f.wrap(t, make([]byte, f.bytes(n+f.kf.Block()-1)))
 }
 
 // DType returns the element type of t: the type of its one data field
 // that is set (Float32 when none is).
 func (t Tensor) DType() DType {
 	for dt := BFloat16; dt < numDTypes; dt++ {
-		if _, ok := formats[dt].raw(&t); ok {
+		if _, ok := formats[dt].raw(t); ok {
 			return dt
 		}
 	}
@@ -125,7 +124,7 @@ func (t Tensor) DType() DType {
 // fields counts the data fields that are set.
 func (t Tensor) fields() (n int) {
 	for dt := range numDTypes {
-		if _, ok := formats[dt].raw(&t); ok {
+		if _, ok := formats[dt].raw(t); ok {
 			n++
 		}
 	}
@@ -135,7 +134,7 @@ func (t Tensor) fields() (n int) {
 // bits returns the 16-bit data of t as uint16s (nil for the other types).
 func (t Tensor) bits() []uint16 {
 	if dt := t.DType(); dt == BFloat16 || dt == Float16 {
-		b, _ := formats[dt].raw(&t)
+		b, _ := formats[dt].raw(t)
 		return castSlice[uint16](b)
 	}
 	return nil
@@ -144,7 +143,7 @@ func (t Tensor) bits() []uint16 {
 // dataLen is the number of elements of t's data.
 func (t Tensor) dataLen() int {
 	f := &formats[t.DType()]
-	b, _ := f.raw(&t)
+	b, _ := f.raw(t)
 	return len(b) / f.bytes(f.kf.Block()) * f.kf.Block()
 }
 

@@ -76,8 +76,8 @@ func (t *Tensor) UnmarshalBinary(data []byte) error {
 	}
 	dt := d.DType()
 	c := NewTensorOf(dt, d.Batch, d.Seq, d.Heads, d.Dim)
-	dst, _ := formats[dt].raw(&c)
-	src, _ := formats[dt].raw(&d)
+	dst, _ := formats[dt].raw(c)
+	src, _ := formats[dt].raw(d)
 	copy(dst, src)
 	c.Scale = d.Scale
 	*t = c
@@ -135,7 +135,7 @@ func DecodeTensor(data []byte) (t Tensor, rest []byte, err error) {
 	size := f.bytes(n)
 	body, rest = body[:size:size], body[size:]
 	t = Tensor{Batch: shape[0], Seq: shape[1], Heads: shape[2], Dim: shape[3], Scale: scale}
-	f.wrap(&t, fromLE(body, f.wireUnit()))
+	t = f.wrap(t, fromLE(body, f.wireUnit()))
 	return t, rest, nil
 }
 

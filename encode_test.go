@@ -94,7 +94,7 @@ func FuzzDecodeTensor(f *testing.F) {
 // gives those of q8_0 only).
 func storedBytes(t Tensor) []byte {
 	if t.DType().cacheOnly() {
-		b, _ := formats[t.DType()].raw(&t)
+		b, _ := formats[t.DType()].raw(t)
 		return slices.Clone(b)
 	}
 	return tensorBytes(t)

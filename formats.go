@@ -21,11 +21,13 @@ type dtypeFormat struct {
 	is16      bool // a 16-bit type: rows are already in the compute type
 	scaled    bool // uses Tensor.Scale (fp8)
 	// raw returns the stored bytes of t's field of this type and whether
-	// that field is set (a non-nil empty slice is set).
-	raw func(t *Tensor) ([]byte, bool)
-	// wrap sets t's field of this type to b's memory (b aligned for the
-	// field's elements; at least one byte unless the tensor is empty).
-	wrap func(t *Tensor, b []byte)
+	// that field is set (a non-nil empty slice is set). It and wrap take
+	// and return the Tensor by value: a pointer passed to a function
+	// value escapes, and would allocate a Tensor per call.
+	raw func(t Tensor) ([]byte, bool)
+	// wrap returns t with its field of this type set to b's memory (b
+	// aligned for the field's elements).
+	wrap func(t Tensor, b []byte) Tensor
 	// load sets dst from the row src (dst's values), with the per-tensor
 	// scale; store stores src into the row dst, failing only where the
 	// type cannot hold a value (q8_0, q4_0). k may be nil (generic
@@ -62,10 +64,11 @@ func asBytes[T any](s []T) []byte {
 	return []byte{}
 }
 
-// field returns the raw and wrap functions of a Tensor field of T.
-func field[T any](p func(t *Tensor) *[]T) (func(t *Tensor) ([]byte, bool), func(t *Tensor, b []byte)) {
-	return func(t *Tensor) ([]byte, bool) { s := *p(t); return asBytes(s), s != nil },
-		func(t *Tensor, b []byte) { *p(t) = castSlice[T](b) }
+// field returns the raw and wrap functions of the Tensor field of T
+// that get reads and set writes.
+func field[T any](get func(t Tensor) []T, set func(t *Tensor, s []T)) (func(t Tensor) ([]byte, bool), func(t Tensor, b []byte) Tensor) {
+	return func(t Tensor) ([]byte, bool) { s := get(t); return asBytes(s), s != nil },
+		func(t Tensor, b []byte) Tensor { set(&t, castSlice[T](b)); return t }
 }
 
 // kernLoad and kernStore are the conversions of a type without assembly
@@ -97,35 +100,36 @@ var formats = func() (fs [numDTypes]dtypeFormat) {
 			copy(castSlice[float32](dst), src)
 			return nil
 		}}
-	fs[Float32].raw, fs[Float32].wrap = field(func(t *Tensor) *[]float32 { return &t.Data })
+	fs[Float32].raw, fs[Float32].wrap = field(func(t Tensor) []float32 { return t.Data }, func(t *Tensor, s []float32) { t.Data = s })
 	fs[BFloat16] = dtypeFormat{name: "bfloat16", kf: kernel.FormatBF16, is16: true,
 		load: func(k *kernel.Impl, dst []float32, src []byte, _ float32) { k.BF16ToF32(dst, castSlice[uint16](src)) },
 		store: func(k *kernel.Impl, dst []byte, src []float32, _ float32) error {
 			k.F32ToBF16(castSlice[uint16](dst), src)
 			return nil
 		}}
-	fs[BFloat16].raw, fs[BFloat16].wrap = field(func(t *Tensor) *[]half.BF16 { return &t.BF16 })
+	fs[BFloat16].raw, fs[BFloat16].wrap = field(func(t Tensor) []half.BF16 { return t.BF16 }, func(t *Tensor, s []half.BF16) { t.BF16 = s })
 	fs[Float16] = dtypeFormat{name: "float16", kf: kernel.FormatF16, is16: true,
 		load: func(k *kernel.Impl, dst []float32, src []byte, _ float32) { k.F16ToF32(dst, castSlice[uint16](src)) },
 		store: func(k *kernel.Impl, dst []byte, src []float32, _ float32) error {
 			k.F32ToF16(castSlice[uint16](dst), src)
 			return nil
 		}}
-	fs[Float16].raw, fs[Float16].wrap = field(func(t *Tensor) *[]half.F16 { return &t.F16 })
+	fs[Float16].raw, fs[Float16].wrap = field(func(t Tensor) []half.F16 { return t.F16 }, func(t *Tensor, s []half.F16) { t.F16 = s })
 	for _, c := range []struct {
 		dt     DType
 		name   string
 		kf     kernel.Format
 		scaled bool
-		p      func(t *Tensor) *[]byte
+		get    func(t Tensor) []byte
+		set    func(t *Tensor, s []byte)
 	}{
-		{Q8_0, "q8_0", kernel.FormatQ8, false, func(t *Tensor) *[]byte { return &t.Q8 }},
-		{Q4_0, "q4_0", kernel.FormatQ4, false, func(t *Tensor) *[]byte { return &t.Q4 }},
-		{FP8E4M3, "fp8_e4m3", kernel.FormatE4M3, true, func(t *Tensor) *[]byte { return &t.E4M3 }},
-		{FP8E5M2, "fp8_e5m2", kernel.FormatE5M2, true, func(t *Tensor) *[]byte { return &t.E5M2 }},
+		{Q8_0, "q8_0", kernel.FormatQ8, false, func(t Tensor) []byte { return t.Q8 }, func(t *Tensor, s []byte) { t.Q8 = s }},
+		{Q4_0, "q4_0", kernel.FormatQ4, false, func(t Tensor) []byte { return t.Q4 }, func(t *Tensor, s []byte) { t.Q4 = s }},
+		{FP8E4M3, "fp8_e4m3", kernel.FormatE4M3, true, func(t Tensor) []byte { return t.E4M3 }, func(t *Tensor, s []byte) { t.E4M3 = s }},
+		{FP8E5M2, "fp8_e5m2", kernel.FormatE5M2, true, func(t Tensor) []byte { return t.E5M2 }, func(t *Tensor, s []byte) { t.E5M2 = s }},
 	} {
 		fs[c.dt] = dtypeFormat{name: c.name, kf: c.kf, cacheOnly: true, scaled: c.scaled, load: kernLoad(c.kf), store: kernStore(c.kf)}
-		fs[c.dt].raw, fs[c.dt].wrap = field(c.p)
+		fs[c.dt].raw, fs[c.dt].wrap = field(c.get, c.set)
 	}
 	return fs
 }()

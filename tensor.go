@@ -94,7 +94,7 @@ func (t Tensor) At(b, s, h, d int) float32 {
 		return t.Data[i]
 	}
 	f := &formats[t.DType()]
-	raw, _ := f.raw(&t)
+	raw, _ := f.raw(t)
 	blk := f.kf.Block()
 	var x [32]float32 // the block holding element i
 	o := f.bytes(i / blk * blk)

@@ -86,7 +86,7 @@ func (t Tensor) check(name string, output bool, batch, seq, heads, dim int) (vie
 	}
 	v := view{data: t.Data, h: t.bits(), dt: t.DType(), bs: bs, ss: ss, hs: hs, shape: got}
 	f := &formats[v.dt]
-	v.raw, _ = f.raw(&t)
+	v.raw, _ = f.raw(t)
 	if blk := f.kf.Block(); blk > 1 {
 		for _, x := range []int{t.Dim, bs, ss, hs} {
 			if x%blk != 0 {
