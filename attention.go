@@ -69,7 +69,7 @@ func ForwardIntoContext(ctx context.Context, out Tensor, lse []float32, q, k, v 
 	if err != nil {
 		return err
 	}
-	if ov.dt.quantized() {
+	if ov.dt.cacheOnly() {
 		return argErr("out", "out cannot be %v (a cache format)", ov.dt)
 	}
 	if lse != nil && len(lse) < c.plan.lseLen {
@@ -207,7 +207,7 @@ func BackwardGrads(ctx context.Context, g Grads, q, k, v, out, dout Tensor, lse,
 		v    view
 		name string
 	}{{gv.dq, "dq"}, {gv.dk, "dk"}, {gv.dv, "dv"}, {gv.o, "out"}, {gv.do, "dout"}} {
-		if x.v.dt.quantized() {
+		if x.v.dt.cacheOnly() {
 			return argErr(x.name, "%s cannot be %v (a cache format)", x.name, x.v.dt)
 		}
 	}

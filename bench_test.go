@@ -102,23 +102,15 @@ func BenchmarkDecode(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 1))
 	q := Dense(randSlice(r, h*d), 1, 1, h, d)
 	kf, vf := Dense(randSlice(r, n*hk*d), 1, n, hk, d), Dense(randSlice(r, n*hk*d), 1, n, hk, d)
-	for _, dt := range []DType{Float32, BFloat16, Float16, Q8_0, Q4_0} {
-		k, v := NewTensorOf(dt, 1, n, hk, d), NewTensorOf(dt, 1, n, hk, d)
+	for _, dt := range []DType{Float32, BFloat16, Float16, Q8_0, Q4_0, FP8E4M3, FP8E5M2} {
+		k, v := newCache(dt, 1, n, hk, d), newCache(dt, 1, n, hk, d)
 		if err := Convert(k, kf); err != nil {
 			b.Fatal(err)
 		}
 		if err := Convert(v, vf); err != nil {
 			b.Fatal(err)
 		}
-		bytes := 2 * n * hk * d * 4
-		switch dt {
-		case BFloat16, Float16:
-			bytes /= 2
-		case Q8_0:
-			bytes = 2 * n * hk * d / 32 * 34
-		case Q4_0:
-			bytes = 2 * n * hk * d / 32 * 18
-		}
+		bytes := quantBytes(dt, 2*n*hk*d)
 		b.Run(dt.String(), func(b *testing.B) {
 			out, lse := NewTensor(1, 1, h, d), make([]float32, h)
 			opts := &Options{KVCache: &KVCache{SeqLens: []int32{n}}}

@@ -7,7 +7,8 @@ import "github.com/flashattn/flashattn/internal/kernel"
 // float16, quantising each block of 32 values for q8_0 and q4_0 (as
 // llama.cpp's quantize_row_q8_0 and quantize_row_q4_0 do; NaN, Inf and
 // values too large for the fp16 scale
-// are an error). Use it to fill a compact KV cache.
+// are an error), rounding x/dst.Scale to nearest even for fp8 (saturating;
+// see FP8E4M3). Use it to fill a compact KV cache.
 func Convert(dst, src Tensor) error {
 	sv, err := src.check("src", false, -1, -1, -1, -1)
 	if err != nil {

@@ -1,11 +1,10 @@
 package flashattn
 
-import "github.com/flashattn/flashattn/internal/kernel"
-
 // decode.go holds what the forward pass does differently when a sequence has
 // few query rows (decoding): its row block is cut into sub-blocks by KV head,
-// and, by the sequence's route (kvsource.go), the decode kernels compute S
-// and P·V from a KV cache where it lies (converting 16-bit, q8_0 and q4_0 caches in
+// and, by the sequence's route (kvsource.go), the decode kernels of the
+// cache's format (formats.go, kernel.Decode's tables) compute S and P·V from
+// a KV cache where it lies (converting 16-bit, q8_0, q4_0 and fp8 caches in
 // registers), or each key tile of K and V is staged for every KV head at
 // once.
 
@@ -57,46 +56,48 @@ func (p *plan) cacheRuns(v view, s *sequence, hk, j0, n int, f func(j, m, off in
 }
 
 // decodeScores sets rows sb.s0.. of the S tile (stride np) to Q·Kᵀ for
-// keys j0..j0+n-1 read in place.
+// keys j0..j0+n-1 read in place, by the decode kernel of the cache's
+// format; an fp8 cache's scale multiplies the scores (k_scale folded into
+// S).
 func (p *plan) decodeScores(ws *workspace, s *sequence, sb subBlock, j0, n, np int) {
-	dec, d, qRows, k := &p.dec, p.dim, ws.fwd.q[sb.r0*p.dim:], p.k
+	d, qRows, k := p.dim, ws.fwd.q[sb.r0*p.dim:], p.k
+	f := &formats[k.dt]
+	scores, ldk := p.dec.Scores[f.kf], f.bytes(k.ss)
 	p.cacheRuns(k, s, sb.hk, j0, n, func(j, m, o int) {
 		out := ws.fwd.s[sb.s0*np+j-j0:]
-		switch k.dt {
-		case Float32:
-			dec.ScoresF32(out, np, qRows, sb.m, k.data[o:], k.ss, m, d)
-		case BFloat16:
-			dec.ScoresBF16(out, np, qRows, sb.m, k.h[o:], k.ss, m, d)
-		case Float16:
-			dec.ScoresF16(out, np, qRows, sb.m, k.h[o:], k.ss, m, d)
-		case Q8_0:
-			dec.ScoresQ8(out, np, qRows, sb.m, k.q[kernel.Q8RowBytes(o):], kernel.Q8RowBytes(k.ss), m, d)
-		case Q4_0:
-			dec.ScoresQ4(out, np, qRows, sb.m, k.q[kernel.Q4RowBytes(o):], kernel.Q4RowBytes(k.ss), m, d)
-		}
+		scores(out, np, qRows, sb.m, k.raw[f.bytes(o):], ldk, m, d)
+		p.scaleRows(out, np, sb.m, m, k.scale)
 	})
 }
 
 // decodeAccum adds P·V (rows sb.s0.. of the P tile, stride np) to the
-// sub-block's output rows, for keys j0..j0+n-1 read in place.
+// sub-block's output rows, for keys j0..j0+n-1 read in place; an fp8
+// cache's scale multiplies P first (v_scale folded into P, which is not
+// read again).
 func (p *plan) decodeAccum(ws *workspace, s *sequence, sb subBlock, j0, n, np int) {
-	dec, d, dpad, v := &p.dec, p.dimV, p.dimVPad, p.v
+	d, dpad, v := p.dimV, p.dimVPad, p.v
+	f := &formats[v.dt]
+	accum, ldv := p.dec.Accum[f.kf], f.bytes(v.ss)
 	o := ws.fwd.acc[sb.r0*dpad:]
 	p.cacheRuns(v, s, sb.hk, j0, n, func(j, m, off int) {
 		pr := ws.fwd.s[sb.s0*np+j-j0:]
-		switch v.dt {
-		case Float32:
-			dec.AccumF32(o, dpad, pr, np, sb.m, v.data[off:], v.ss, m, d)
-		case BFloat16:
-			dec.AccumBF16(o, dpad, pr, np, sb.m, v.h[off:], v.ss, m, d)
-		case Float16:
-			dec.AccumF16(o, dpad, pr, np, sb.m, v.h[off:], v.ss, m, d)
-		case Q8_0:
-			dec.AccumQ8(o, dpad, pr, np, sb.m, v.q[kernel.Q8RowBytes(off):], kernel.Q8RowBytes(v.ss), m, d)
-		case Q4_0:
-			dec.AccumQ4(o, dpad, pr, np, sb.m, v.q[kernel.Q4RowBytes(off):], kernel.Q4RowBytes(v.ss), m, d)
-		}
+		p.scaleRows(pr, np, sb.m, m, v.scale)
+		accum(o, dpad, pr, np, sb.m, v.raw[f.bytes(off):], ldv, m, d)
 	})
+}
+
+// scaleRows multiplies the first n values of rows rows of x (stride ld)
+// by an fp8 cache's scale c (nothing for 0 or 1).
+func (p *plan) scaleRows(x []float32, ld, rows, n int, c float32) {
+	if c == 0 || c == 1 {
+		return
+	}
+	for r := 0; r < rows; r++ {
+		row := x[r*ld : r*ld+n]
+		for i := range row {
+			row[i] *= c
+		}
+	}
 }
 
 // oneRowPerHead reports whether the sub-blocks are one query row each, of
@@ -117,42 +118,26 @@ func oneRowPerHead(subs []subBlock) bool {
 // decodeScoresHeads is decodeScores for all the sub-blocks of
 // oneRowPerHead at once: rows 0..len(subs)-1 of the S tile.
 func (p *plan) decodeScoresHeads(ws *workspace, s *sequence, subs []subBlock, j0, n, np int) {
-	dec, d, qRows, k, nh := &p.dec, p.dim, ws.fwd.q, p.k, len(subs)
+	d, qRows, k, nh := p.dim, ws.fwd.q, p.k, len(subs)
+	f := &formats[k.dt]
+	scores, ldk, hs := p.dec.ScoresHeads[f.kf], f.bytes(k.ss), f.bytes(k.hs)
 	p.cacheRuns(k, s, subs[0].hk, j0, n, func(j, m, o int) {
 		out := ws.fwd.s[j-j0:]
-		switch k.dt {
-		case Float32:
-			dec.ScoresF32Heads(out, np, qRows, nh, k.data[o:], k.ss, k.hs, m, d)
-		case BFloat16:
-			dec.ScoresBF16Heads(out, np, qRows, nh, k.h[o:], k.ss, k.hs, m, d)
-		case Float16:
-			dec.ScoresF16Heads(out, np, qRows, nh, k.h[o:], k.ss, k.hs, m, d)
-		case Q8_0:
-			dec.ScoresQ8Heads(out, np, qRows, nh, k.q[kernel.Q8RowBytes(o):], kernel.Q8RowBytes(k.ss), kernel.Q8RowBytes(k.hs), m, d)
-		case Q4_0:
-			dec.ScoresQ4Heads(out, np, qRows, nh, k.q[kernel.Q4RowBytes(o):], kernel.Q4RowBytes(k.ss), kernel.Q4RowBytes(k.hs), m, d)
-		}
+		scores(out, np, qRows, nh, k.raw[f.bytes(o):], ldk, hs, m, d)
+		p.scaleRows(out, np, nh, m, k.scale)
 	})
 }
 
 // decodeAccumHeads is decodeAccum for all the sub-blocks of oneRowPerHead
 // at once.
 func (p *plan) decodeAccumHeads(ws *workspace, s *sequence, subs []subBlock, j0, n, np int) {
-	dec, d, dpad, v, nh := &p.dec, p.dimV, p.dimVPad, p.v, len(subs)
+	d, dpad, v, nh := p.dimV, p.dimVPad, p.v, len(subs)
+	f := &formats[v.dt]
+	accum, ldv, hs := p.dec.AccumHeads[f.kf], f.bytes(v.ss), f.bytes(v.hs)
 	o := ws.fwd.acc
 	p.cacheRuns(v, s, subs[0].hk, j0, n, func(j, m, off int) {
 		pr := ws.fwd.s[j-j0:]
-		switch v.dt {
-		case Float32:
-			dec.AccumF32Heads(o, dpad, pr, np, nh, v.data[off:], v.ss, v.hs, m, d)
-		case BFloat16:
-			dec.AccumBF16Heads(o, dpad, pr, np, nh, v.h[off:], v.ss, v.hs, m, d)
-		case Float16:
-			dec.AccumF16Heads(o, dpad, pr, np, nh, v.h[off:], v.ss, v.hs, m, d)
-		case Q8_0:
-			dec.AccumQ8Heads(o, dpad, pr, np, nh, v.q[kernel.Q8RowBytes(off):], kernel.Q8RowBytes(v.ss), kernel.Q8RowBytes(v.hs), m, d)
-		case Q4_0:
-			dec.AccumQ4Heads(o, dpad, pr, np, nh, v.q[kernel.Q4RowBytes(off):], kernel.Q4RowBytes(v.ss), kernel.Q4RowBytes(v.hs), m, d)
-		}
+		p.scaleRows(pr, np, nh, m, v.scale)
+		accum(o, dpad, pr, np, nh, v.raw[f.bytes(off):], ldv, hs, m, d)
 	})
 }

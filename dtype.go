@@ -1,8 +1,6 @@
 package flashattn
 
 import (
-	"unsafe"
-
 	"github.com/flashattn/flashattn/half"
 	"github.com/flashattn/flashattn/internal/kernel"
 )
@@ -49,20 +47,28 @@ const (
 	// (c − 8)·d; byte j holds value j in its low nibble and value j+16 in
 	// its high one. Dim and the strides (in values) must be multiples of 32.
 	Q4_0
+	// FP8E4M3 is OCP fp8 e4m3fn (Tensor.E4M3), vLLM's kv_cache_dtype
+	// fp8_e4m3, for the k and v of a KV cache: one byte per value, sign,
+	// 4 exponent bits (bias 7) and 3 mantissa bits, no infinities,
+	// S.1111.111 NaN, largest finite value 448. With the tensor's
+	// per-tensor Scale s (0 means 1), value = stored·s; writes store
+	// fp8(x/s), rounded to nearest even and saturating at ±448 (±Inf
+	// too), NaN staying NaN.
+	FP8E4M3
+	// FP8E5M2 is OCP fp8 e5m2 (Tensor.E5M2), vLLM's fp8_e5m2: one byte,
+	// sign, 5 exponent bits (bias 15), 2 mantissa bits, IEEE-like
+	// infinities and NaNs, largest finite value 57344; Scale, rounding
+	// and saturation as for FP8E4M3.
+	FP8E5M2
+
+	numDTypes // the number of element types
 )
 
+// String is the type's name: float32, bfloat16, float16, q8_0, q4_0,
+// fp8_e4m3 or fp8_e5m2.
 func (d DType) String() string {
-	switch d {
-	case Float32:
-		return "float32"
-	case BFloat16:
-		return "bfloat16"
-	case Float16:
-		return "float16"
-	case Q8_0:
-		return "q8_0"
-	case Q4_0:
-		return "q4_0"
+	if d < numDTypes {
+		return formats[d].name
 	}
 	return "DType(?)"
 }
@@ -111,75 +117,53 @@ func (t *Tensor) setData(data any) {
 }
 
 // NewTensorOf allocates a dense zeroed tensor of the given element type
-// and shape. Like make, it panics if a dimension is negative. (For Q8_0,
-// dim must be a multiple of 32 for the tensor to be usable.)
+// and shape. Like make, it panics if a dimension is negative. (For Q8_0
+// and Q4_0, dim must be a multiple of 32 for the tensor to be usable.)
 func NewTensorOf(dt DType, batch, seq, heads, dim int) Tensor {
-	n := batch * seq * heads * dim
 	t := Tensor{Batch: batch, Seq: seq, Heads: heads, Dim: dim}
-	switch dt {
-	case BFloat16:
-		t.BF16 = make([]half.BF16, n)
-	case Float16:
-		t.F16 = make([]half.F16, n)
-	case Q8_0:
-		t.Q8 = make([]byte, kernel.Q8RowBytes(n+kernel.Q8Block-1))
-	case Q4_0:
-		t.Q4 = make([]byte, kernel.Q4RowBytes(n+kernel.Q4Block-1))
-	default:
-		t.Data = make([]float32, n)
+	if dt >= numDTypes {
+		dt = Float32
 	}
-	return t
+	f := &formats[dt]
+	n := batch * seq * heads * dim
+	return f.wrap(t, make([]byte, f.bytes(n+f.kf.Block()-1)))
 }
 
 // DType returns the element type of t: the type of its one data field
 // that is set (Float32 when none is).
 func (t Tensor) DType() DType {
-	switch {
-	case t.BF16 != nil:
-		return BFloat16
-	case t.F16 != nil:
-		return Float16
-	case t.Q8 != nil:
-		return Q8_0
-	case t.Q4 != nil:
-		return Q4_0
+	for dt := BFloat16; dt < numDTypes; dt++ {
+		if _, ok := formats[dt].raw(t); ok {
+			return dt
+		}
 	}
 	return Float32
 }
 
 // fields counts the data fields that are set.
 func (t Tensor) fields() (n int) {
-	for _, set := range []bool{t.Data != nil, t.BF16 != nil, t.F16 != nil, t.Q8 != nil, t.Q4 != nil} {
-		if set {
+	for dt := range numDTypes {
+		if _, ok := formats[dt].raw(t); ok {
 			n++
 		}
 	}
 	return n
 }
 
-// bits returns the 16-bit data of t as uint16s (nil for float32).
+// bits returns the 16-bit data of t as uint16s (nil for the other types).
 func (t Tensor) bits() []uint16 {
-	switch {
-	case t.BF16 != nil:
-		return unsafe.Slice((*uint16)(unsafe.SliceData(t.BF16)), len(t.BF16))
-	case t.F16 != nil:
-		return unsafe.Slice((*uint16)(unsafe.SliceData(t.F16)), len(t.F16))
+	if dt := t.DType(); dt == BFloat16 || dt == Float16 {
+		b, _ := formats[dt].raw(t)
+		return castSlice[uint16](b)
 	}
 	return nil
 }
 
 // dataLen is the number of elements of t's data.
 func (t Tensor) dataLen() int {
-	if b := t.bits(); b != nil {
-		return len(b)
-	}
-	if t.Q8 != nil {
-		return len(t.Q8) / kernel.Q8BlockBytes * kernel.Q8Block
-	}
-	if t.Q4 != nil {
-		return len(t.Q4) / kernel.Q4BlockBytes * kernel.Q4Block
-	}
-	return len(t.Data)
+	f := &formats[t.DType()]
+	b, _ := f.raw(t)
+	return len(b) / f.bytes(f.kf.Block()) * f.kf.Block()
 }
 
 // computeType is the type the products round to: the 16-bit type of any
@@ -188,7 +172,7 @@ func computeType(ts ...Tensor) (DType, error) {
 	ct := Float32
 	for _, t := range ts {
 		dt := t.DType()
-		if dt == Float32 || dt.quantized() { // q8_0 and q4_0 values are exact in float32
+		if dt == Float32 || dt.cacheOnly() { // q8_0, q4_0 and fp8 values are exact in float32
 			continue
 		}
 		if ct != Float32 && ct != dt {
@@ -200,32 +184,19 @@ func computeType(ts ...Tensor) (DType, error) {
 }
 
 // quantized reports whether d is a block-quantised cache format (q8_0,
-// q4_0), accepted only as the k and v of a KV cache.
-func (d DType) quantized() bool { return d == Q8_0 || d == Q4_0 }
+// q4_0), whose writes can fail.
+func (d DType) quantized() bool { return formats[d].kf.Block() > 1 }
 
-// quantBytes is the size in bytes of n values (a multiple of 32) of the
-// quantised format d.
-func quantBytes(d DType, n int) int {
-	if d == Q4_0 {
-		return kernel.Q4RowBytes(n)
-	}
-	return kernel.Q8RowBytes(n)
-}
+// cacheOnly reports whether d is accepted only as the k and v of a KV
+// cache (q8_0, q4_0 and the fp8 formats).
+func (d DType) cacheOnly() bool { return formats[d].cacheOnly }
 
-// quantize stores src (a multiple of 32 values) into dst in the quantised
-// format d.
-func quantize(d DType, dst []byte, src []float32) error {
-	if d == Q4_0 {
-		return kernel.QuantizeQ4(dst, src)
-	}
-	return kernel.QuantizeQ8(dst, src)
-}
+// quantBytes is the size in bytes of n values (a multiple of d's block)
+// of type d.
+func quantBytes(d DType, n int) int { return formats[d].bytes(n) }
 
-// dequantize sets dst (a multiple of 32 values) from src in the quantised
-// format d.
-func dequantize(d DType, dst []float32, src []byte) error {
-	if d == Q4_0 {
-		return kernel.DequantizeQ4(dst, src)
-	}
-	return kernel.DequantizeQ8(dst, src)
+// quantize stores src (a multiple of d's block of values) into dst in the
+// type d, fp8 with the per-tensor scale (0 means 1).
+func quantize(d DType, dst []byte, src []float32, scale float32) error {
+	return formats[d].store(nil, dst, src, scale)
 }

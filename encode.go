@@ -4,8 +4,6 @@ import (
 	"encoding/binary"
 	"math"
 	"unsafe"
-
-	"github.com/flashattn/flashattn/half"
 )
 
 // encode.go encodes tensors and LSE slices to bytes and back, so that a
@@ -28,17 +26,20 @@ const (
 //
 //	bytes 0-3    "FAT1"
 //	byte  4      the element type, t.DType(): 0 float32, 1 bfloat16,
-//	             2 float16, 3 q8_0, 4 q4_0
+//	             2 float16, 3 q8_0, 4 q4_0, 5 fp8_e4m3, 6 fp8_e5m2
 //	bytes 5-7    zero (reserved)
 //	bytes 8-39   batch, seq, heads, dim: four uint64, each ≥ 1
-//	bytes 40-    the batch·seq·heads·dim elements in row-major order
+//	bytes 40-47  fp8 only: the float32 Scale's bits, then 4 zero bytes
+//	then         the batch·seq·heads·dim elements in row-major order
 //	             (dim fastest): float32 as their IEEE 754 bits (4 bytes),
 //	             bfloat16 and float16 as their bits (2 bytes), q8_0 and
 //	             q4_0 as llama.cpp's blocks of 32 values (34 and 18 bytes:
-//	             a float16 scale, then 32 int8 or 16 bytes of 4-bit codes)
+//	             a float16 scale, then 32 int8 or 16 bytes of 4-bit codes),
+//	             fp8 as one byte each
 //
-// The header's size is a multiple of 8, so elements that follow an aligned
-// header are aligned (and DecodeTensor can alias them).
+// The header's size (40 bytes, 48 for fp8) is a multiple of 8, so elements
+// that follow an aligned header are aligned (and DecodeTensor can alias
+// them).
 func (t Tensor) AppendBinary(b []byte) ([]byte, error) {
 	v, err := t.check("t", false, -1, -1, -1, -1)
 	if err != nil {
@@ -49,23 +50,17 @@ func (t Tensor) AppendBinary(b []byte) ([]byte, error) {
 	for _, x := range v.shape {
 		b = binary.LittleEndian.AppendUint64(b, uint64(x))
 	}
+	f := &formats[v.dt]
+	if f.scaled {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v.scale))
+		b = append(b, 0, 0, 0, 0)
+	}
 	B, S, H, D := v.shape[0], v.shape[1], v.shape[2], v.shape[3]
 	for bi := 0; bi < B; bi++ {
 		for s := 0; s < S; s++ {
 			for h := 0; h < H; h++ {
 				o := v.off(bi, s, h)
-				switch v.dt {
-				case Float32:
-					for _, x := range v.data[o : o+D] {
-						b = binary.LittleEndian.AppendUint32(b, math.Float32bits(x))
-					}
-				case BFloat16, Float16:
-					for _, x := range v.h[o : o+D] {
-						b = binary.LittleEndian.AppendUint16(b, x)
-					}
-				case Q8_0, Q4_0:
-					b = append(b, v.q[quantBytes(v.dt, o):quantBytes(v.dt, o+D)]...)
-				}
+				b = appendLE(b, v.raw[f.bytes(o):f.bytes(o+D)], f.wireUnit())
 			}
 		}
 	}
@@ -88,11 +83,12 @@ func (t *Tensor) UnmarshalBinary(data []byte) error {
 	if len(rest) != 0 {
 		return argErr("data", "%d bytes after the tensor", len(rest))
 	}
-	c := NewTensorOf(d.DType(), d.Batch, d.Seq, d.Heads, d.Dim)
-	copy(c.Data, d.Data)
-	copy(c.bits(), d.bits())
-	copy(c.Q8, d.Q8)
-	copy(c.Q4, d.Q4)
+	dt := d.DType()
+	c := NewTensorOf(dt, d.Batch, d.Seq, d.Heads, d.Dim)
+	dst, _ := formats[dt].raw(c)
+	src, _ := formats[dt].raw(d)
+	copy(dst, src)
+	c.Scale = d.Scale
 	*t = c
 	return nil
 }
@@ -119,46 +115,79 @@ func DecodeTensor(data []byte) (t Tensor, rest []byte, err error) {
 			return Tensor{}, data, argErr("data", "encoded tensor shape %v overflows int", shape)
 		}
 	}
-	body := data[tensorHead:]
-	var size int
-	switch dt {
-	case Float32:
-		if n > len(body)/4 {
-			return Tensor{}, data, argErr("data", "encoded tensor %v needs %d values, has bytes for %d", shape, n, len(body)/4)
-		}
-		size = 4 * n
-	case BFloat16, Float16:
-		if n > len(body)/2 {
-			return Tensor{}, data, argErr("data", "encoded tensor %v needs %d values, has bytes for %d", shape, n, len(body)/2)
-		}
-		size = 2 * n
-	case Q8_0, Q4_0:
-		if shape[3]%32 != 0 {
-			return Tensor{}, data, argErr("data", "encoded %v tensor has head dim %d, not a multiple of 32", dt, shape[3])
-		}
-		bb := quantBytes(dt, 32)
-		if n/32 > len(body)/bb {
-			return Tensor{}, data, argErr("data", "encoded tensor %v needs %d %v blocks, has bytes for %d", shape, n/32, dt, len(body)/bb)
-		}
-		size = quantBytes(dt, n)
-	default:
+	if dt >= numDTypes {
 		return Tensor{}, data, argErr("data", "encoded tensor has element type %d", data[4])
 	}
-	body, rest = body[:size:size], body[size:]
-	t = Tensor{Batch: shape[0], Seq: shape[1], Heads: shape[2], Dim: shape[3]}
-	switch dt {
-	case Float32:
-		t.Data = float32s(body, n)
-	case BFloat16:
-		t.BF16 = halves[half.BF16](body, n)
-	case Float16:
-		t.F16 = halves[half.F16](body, n)
-	case Q8_0:
-		t.Q8 = body
-	case Q4_0:
-		t.Q4 = body
+	f := &formats[dt]
+	body := data[tensorHead:]
+	var scale float32
+	if f.scaled {
+		if len(body) < 8 {
+			return Tensor{}, data, argErr("data", "encoded %v tensor has no scale", dt)
+		}
+		scale = math.Float32frombits(binary.LittleEndian.Uint32(body))
+		if !(scale >= 0) || math.IsInf(float64(scale), 1) {
+			return Tensor{}, data, argErr("data", "encoded %v tensor has scale %v", dt, scale)
+		}
+		body = body[8:]
 	}
+	blk := f.kf.Block()
+	if shape[3]%blk != 0 {
+		return Tensor{}, data, argErr("data", "encoded %v tensor has head dim %d, not a multiple of %d", dt, shape[3], blk)
+	}
+	if bb := f.bytes(blk); n/blk > len(body)/bb {
+		if blk > 1 {
+			return Tensor{}, data, argErr("data", "encoded tensor %v needs %d %v blocks, has bytes for %d", shape, n/blk, dt, len(body)/bb)
+		}
+		return Tensor{}, data, argErr("data", "encoded tensor %v needs %d values, has bytes for %d", shape, n, len(body)/bb)
+	}
+	size := f.bytes(n)
+	body, rest = body[:size:size], body[size:]
+	t = Tensor{Batch: shape[0], Seq: shape[1], Heads: shape[2], Dim: shape[3], Scale: scale}
+	t = f.wrap(t, fromLE(body, f.wireUnit()))
 	return t, rest, nil
+}
+
+// wireUnit is the size of the little-endian words of the type's encoding:
+// 4 (float32), 2 (16-bit) or 1 (bytes, block formats).
+func (f *dtypeFormat) wireUnit() int {
+	if f.kf.Block() > 1 {
+		return 1
+	}
+	return f.bytes(1)
+}
+
+// appendLE appends the words of unit bytes in raw (native order) to b,
+// little-endian.
+func appendLE(b, raw []byte, unit int) []byte {
+	if littleEndian || unit == 1 {
+		return append(b, raw...)
+	}
+	for i := 0; i < len(raw); i += unit {
+		for j := unit - 1; j >= 0; j-- {
+			b = append(b, raw[i+j])
+		}
+	}
+	return b
+}
+
+// fromLE returns the little-endian words of unit bytes in b in native
+// order, aligned for their type: b itself when it can (no copy).
+func fromLE(b []byte, unit int) []byte {
+	if unit == 1 || littleEndian && uintptr(unsafe.Pointer(unsafe.SliceData(b)))%uintptr(unit) == 0 {
+		return b
+	}
+	out := asBytes(make([]uint64, (len(b)+7)/8))[:len(b)]
+	for i := 0; i < len(b); i += unit {
+		for j := 0; j < unit; j++ {
+			if littleEndian {
+				out[i+j] = b[i+j]
+			} else {
+				out[i+j] = b[i+unit-1-j]
+			}
+		}
+	}
+	return out
 }
 
 // AppendLSE appends the encoding of lse to b and returns the extended
@@ -223,19 +252,6 @@ func float32s(b []byte, n int) []float32 {
 	out := make([]float32, n)
 	for i := range out {
 		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return out
-}
-
-// halves returns the n little-endian 16-bit values in b: b itself when it
-// can.
-func halves[T half.BF16 | half.F16](b []byte, n int) []T {
-	if littleEndian && uintptr(unsafe.Pointer(&b[0]))%2 == 0 {
-		return unsafe.Slice((*T)(unsafe.Pointer(&b[0])), n)
-	}
-	out := make([]T, n)
-	for i := range out {
-		out[i] = T(binary.LittleEndian.Uint16(b[2*i:]))
 	}
 	return out
 }

@@ -735,11 +735,11 @@ func TestBias(t *testing.T) {
 
 // TestMHADecodeHeads: decoding one token of multi-head attention (one query
 // row per KV head: the multi-head decode kernels read each key's heads side
-// by side) from f32, bf16, fp16, q8_0 and q4_0 caches, contiguous and paged,
+// by side) from f32, bf16, fp16, q8_0, q4_0 and fp8 caches, contiguous and paged,
 // against the float64 reference of the cache as stored.
 func TestMHADecodeHeads(t *testing.T) {
 	const B, H, D, block = 2, 8, 64, 16
-	for _, dt := range []DType{Float32, BFloat16, Float16, Q8_0, Q4_0} {
+	for _, dt := range []DType{Float32, BFloat16, Float16, Q8_0, Q4_0, FP8E4M3, FP8E5M2} {
 		for _, paged := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%v/paged=%v", dt, paged), func(t *testing.T) {
 				forEachKernel(t, func(t *testing.T) {
@@ -754,7 +754,7 @@ func TestMHADecodeHeads(t *testing.T) {
 							c.BlockTable[i] = int32((i*11 + 2) % nb)
 						}
 					}
-					k, v := NewTensorOf(dt, nb, rows, H, D), NewTensorOf(dt, nb, rows, H, D)
+					k, v := newCache(dt, nb, rows, H, D), newCache(dt, nb, rows, H, D)
 					if err := Convert(k, Dense(randSlice(r, nb*rows*H*D), nb, rows, H, D)); err != nil {
 						t.Fatal(err)
 					}

@@ -213,14 +213,12 @@ func precisionOrSelf(dt DType, x float32) float32 {
 	return precisionOf(dt).Round(x)
 }
 
-// TestQ8Cache: decoding from a q8_0 KV cache (with
-// new keys appended and quantised in place) against the reference on the
-// dequantised cache.
-// TestQuantizedCache: q8_0 and q4_0 KV caches (llama.cpp's block formats),
-// appended to in place and read in place by the decode kernels, against
-// the float64 reference of the dequantised cache.
+// TestQuantizedCache: q8_0 and q4_0 KV caches (llama.cpp's block formats)
+// and fp8 e4m3fn and e5m2 caches with a per-tensor scale (vLLM's), appended
+// to in place and read in place by the decode kernels, against the float64
+// reference of the dequantised cache.
 func TestQuantizedCache(t *testing.T) {
-	for _, dt := range []DType{Q8_0, Q4_0} {
+	for _, dt := range cacheDTypes {
 		t.Run(dt.String(), func(t *testing.T) {
 			forEachKernel(t, func(t *testing.T) { checkQuantizedCache(t, dt) })
 		})
@@ -231,7 +229,8 @@ func checkQuantizedCache(t *testing.T, dt DType) {
 	const b, hq, hk, d, capacity = 2, 8, 2, 64, 256
 	r := rand.New(rand.NewPCG(6, 6))
 	kf, vf := randSlice(r, b*capacity*hk*d), randSlice(r, b*capacity*hk*d)
-	k, v := NewTensorOf(dt, b, capacity, hk, d), NewTensorOf(dt, b, capacity, hk, d)
+	k, v := newCache(dt, b, capacity, hk, d), newCache(dt, b, capacity, hk, d)
+	v.Scale *= 3 // k_scale and v_scale differ
 	if err := Convert(k, Dense(kf, b, capacity, hk, d)); err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +256,7 @@ func checkQuantizedCache(t *testing.T, dt DType) {
 		if rows == 2 {
 			// The appended rows are the new keys, quantised exactly as
 			// Convert quantises them.
-			want := NewTensorOf(dt, b, 2, hk, d)
+			want := newCache(dt, b, 2, hk, d)
 			if err := Convert(want, Dense(knew, b, 2, hk, d)); err != nil {
 				t.Fatal(err)
 			}
@@ -290,9 +289,34 @@ func checkQuantizedCache(t *testing.T, dt DType) {
 	if _, _, err := Forward(Dense(q[:hq*d], 1, 1, hq, d), k, v, nil); err == nil {
 		t.Errorf("%v k and v without a KVCache were accepted", dt)
 	}
-	if err := Convert(NewTensorOf(dt, 1, 1, 1, 32), Dense(append([]float32{float32(math.Inf(1))}, make([]float32, 31)...), 1, 1, 1, 32)); err == nil {
-		t.Errorf("Convert quantised an Inf into %v", dt)
+	inf := Dense(append([]float32{float32(math.Inf(1)), -1e9}, make([]float32, 30)...), 1, 1, 1, 32)
+	c := newCache(dt, 1, 1, 1, 32)
+	err := Convert(c, inf)
+	if dt.quantized() {
+		if err == nil {
+			t.Errorf("Convert quantised an Inf into %v", dt)
+		}
+		return
 	}
+	// fp8 saturates: ±Inf and values beyond the largest finite value
+	// store ±max (448 or 57344, times the scale).
+	max := map[DType]float32{FP8E4M3: 448, FP8E5M2: 57344}[dt] * c.Scale
+	if err != nil || c.At(0, 0, 0, 0) != max || c.At(0, 0, 0, 1) != -max {
+		t.Errorf("%v: Convert of Inf, -1e9 read back %v, %v (%v), want ±%v", dt, c.At(0, 0, 0, 0), c.At(0, 0, 0, 1), err, max)
+	}
+}
+
+// cacheDTypes are the KV-cache-only types.
+var cacheDTypes = []DType{Q8_0, Q4_0, FP8E4M3, FP8E5M2}
+
+// newCache is NewTensorOf with, for fp8, a per-tensor scale that is not 1
+// (nor a power of two), so that the tests exercise it.
+func newCache(dt DType, b, s, h, d int) Tensor {
+	t := NewTensorOf(dt, b, s, h, d)
+	if dt == FP8E4M3 || dt == FP8E5M2 {
+		t.Scale = 0.0123
+	}
+	return t
 }
 
 // The 16-bit type has one numbering: DType, half.Format (reference's

@@ -40,7 +40,7 @@ func (p *plan) appendRows(ws *workspace, write bool) error {
 		}
 		if dst.dt.quantized() {
 			q := grow(&ws.conv.q8, quantBytes(dst.dt, dst.shape[3]))
-			return quantize(dst.dt, q, row[:dst.shape[3]])
+			return quantize(dst.dt, q, row[:dst.shape[3]], dst.scale)
 		}
 		return nil
 	}
@@ -175,7 +175,7 @@ type slotWrite struct{ slot, seq, pos int }
 // same memory, strides and outer shape, with a head dim at most k's (an
 // MLA latent cache, whose values are the keys' first columns).
 func columnsOf(v, k view) bool {
-	sameData := unsafe.SliceData(v.data) == unsafe.SliceData(k.data) && unsafe.SliceData(v.h) == unsafe.SliceData(k.h) && unsafe.SliceData(v.q) == unsafe.SliceData(k.q)
-	return sameData && v.dt == k.dt && v.bs == k.bs && v.ss == k.ss && v.hs == k.hs &&
+	sameData := unsafe.SliceData(v.raw) == unsafe.SliceData(k.raw)
+	return sameData && v.dt == k.dt && v.scale == k.scale && v.bs == k.bs && v.ss == k.ss && v.hs == k.hs &&
 		v.shape[0] == k.shape[0] && v.shape[1] == k.shape[1] && v.shape[2] == k.shape[2] && v.shape[3] <= k.shape[3]
 }

@@ -30,7 +30,7 @@ func MergeStates(out Tensor, lse []float32, parts []Tensor, lses [][]float32) er
 	if err != nil {
 		return err
 	}
-	if ov.dt.quantized() {
+	if ov.dt.cacheOnly() {
 		return argErr("out", "out cannot be %v (a cache format)", ov.dt)
 	}
 	B, S, H, D := out.Batch, out.Seq, out.Heads, out.Dim

@@ -92,7 +92,7 @@ func checkMLA(t *testing.T, sq, sk, h, hk, d, dv int, causal bool, dt DType) {
 // not, against the float64 reference of the same keys.
 func TestMLALatentCache(t *testing.T) {
 	const B, H, D, DV, capacity, sq = 2, 16, 576, 512, 96, 1
-	for _, dt := range []DType{Float32, BFloat16, Float16, Q8_0} {
+	for _, dt := range []DType{Float32, BFloat16, Float16, Q8_0, FP8E4M3} {
 		for _, paged := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%v/paged=%v", dt, paged), func(t *testing.T) {
 				r := newRand(5)
@@ -106,7 +106,7 @@ func TestMLALatentCache(t *testing.T) {
 						c.BlockTable[i] = int32((i*5 + 1) % nb)
 					}
 				}
-				lat := NewTensorOf(dt, nb, rows, 1, D)
+				lat := newCache(dt, nb, rows, 1, D)
 				if err := Convert(lat, Dense(randSlice(r, nb*rows*D), nb, rows, 1, D)); err != nil {
 					t.Fatal(err)
 				}
@@ -139,14 +139,8 @@ func TestMLALatentCache(t *testing.T) {
 						copy(vals[j*DV:(j+1)*DV], keys[j*D:j*D+DV])
 					}
 					qb := q.Data[b*sq*H*D : (b+1)*sq*H*D]
-					if dt != Float32 {
-						prec := reference.BF16
-						if dt == Float16 {
-							prec = reference.F16
-						}
-						if dt != Q8_0 {
-							qb = prec.RoundSlice(qb)
-						}
+					if dt == BFloat16 || dt == Float16 {
+						qb = precisionOf(dt).RoundSlice(qb)
 					}
 					par := reference.Params{Batch: 1, SeqQ: sq, SeqK: n, Heads: H, KVHeads: 1, HeadDim: D, HeadDimV: DV}
 					o64, l64 := reference.Forward64(par, to64(qb), to64(keys), to64(vals))

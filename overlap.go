@@ -16,18 +16,12 @@ type region struct {
 	axes   [3]axis // the first n: outer axes with more than one index, largest stride first
 	n      int
 	rowLen int
-	size   uintptr // bytes per element, times 32 (q8_0: 34 bytes per 32 values, q4_0: 18)
+	size   uintptr // bytes per 32 elements (float32: 128, q8_0: 34, fp8: 32)
 	last   uintptr // one past the last byte
 }
 
 func viewRegion(v view) region {
-	r := region{base: uintptr(unsafe.Pointer(unsafe.SliceData(v.data))), rowLen: v.shape[3], size: 4 * 32}
-	switch {
-	case v.h != nil:
-		r.base, r.size = uintptr(unsafe.Pointer(unsafe.SliceData(v.h))), 2*32
-	case v.q != nil:
-		r.base, r.size = uintptr(unsafe.Pointer(unsafe.SliceData(v.q))), uintptr(quantBytes(v.dt, 32))
-	}
+	r := region{base: uintptr(unsafe.Pointer(unsafe.SliceData(v.raw))), rowLen: v.shape[3], size: uintptr(quantBytes(v.dt, 32))}
 	span := v.shape[3]
 	for _, a := range v.axes() {
 		if a.n > 1 {
@@ -101,7 +95,7 @@ func overlaps(a, b region) bool {
 // sameView reports whether two views are the same elements with the same
 // layout (an in-place call).
 func sameView(a, b view) bool {
-	return unsafe.SliceData(a.data) == unsafe.SliceData(b.data) && unsafe.SliceData(a.h) == unsafe.SliceData(b.h) && a.dt == b.dt && a.shape == b.shape &&
+	return unsafe.SliceData(a.raw) == unsafe.SliceData(b.raw) && a.dt == b.dt && a.shape == b.shape &&
 		(a.shape[0] == 1 || a.bs == b.bs) && (a.shape[1] == 1 || a.ss == b.ss) && (a.shape[2] == 1 || a.hs == b.hs)
 }
 

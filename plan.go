@@ -63,8 +63,8 @@ func newPlan(p *plan, q, k, v Tensor, o *Options) error {
 	if err != nil {
 		return err
 	}
-	if q.DType().quantized() || o.KVCache == nil && (k.DType().quantized() || v.DType().quantized()) {
-		return argErr("k", "q8_0 and q4_0 tensors are only accepted as the k and v of a KVCache call (a quantised cache)")
+	if q.DType().cacheOnly() || o.KVCache == nil && (k.DType().cacheOnly() || v.DType().cacheOnly()) {
+		return argErr("k", "q8_0, q4_0 and fp8 tensors are only accepted as the k and v of a KVCache call (a quantised cache)")
 	}
 	n := &p.numerics
 	ks := kernel.Active() // the kernels of this process, chosen once

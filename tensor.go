@@ -2,12 +2,13 @@ package flashattn
 
 import (
 	"github.com/flashattn/flashattn/half"
+	"github.com/flashattn/flashattn/internal/kernel"
 )
 
 // Tensor is a view of a tensor in flash-attn's layout [Batch, Seq, Heads,
-// Dim], of float32, bfloat16 or float16 elements (or q8_0 or q4_0 blocks for
-// a KV cache, see Q8_0 and Q4_0): exactly one of Data, BF16, F16, Q8 and Q4
-// is set, and
+// Dim], of float32, bfloat16 or float16 elements (or, for a KV cache, q8_0
+// or q4_0 blocks or fp8 bytes, see Q8_0, Q4_0, FP8E4M3 and FP8E5M2):
+// exactly one of Data, BF16, F16, Q8, Q4, E4M3 and E5M2 is set, and
 // element (b, s, h, d) is at
 //
 //	Data[b*BatchStride + s*SeqStride + h*HeadStride + d]
@@ -33,8 +34,14 @@ type Tensor struct {
 	F16                                []half.F16
 	Q8                                 []byte // q8_0 blocks (see Q8_0)
 	Q4                                 []byte // q4_0 blocks (see Q4_0)
+	E4M3                               []byte // fp8 e4m3fn values (see FP8E4M3)
+	E5M2                               []byte // fp8 e5m2 values (see FP8E5M2)
 	Batch, Seq, Heads, Dim             int
 	BatchStride, SeqStride, HeadStride int
+	// Scale is the per-tensor scale of the fp8 types (vLLM's k_scale and
+	// v_scale): value = stored·Scale, and writes store x/Scale; 0 means 1.
+	// It must be finite and not negative, and 0 for the other types.
+	Scale float32
 }
 
 // NewTensor allocates a dense zeroed tensor of the given shape. Like make,
@@ -98,22 +105,15 @@ func (t Tensor) Len() int { return t.Batch * t.Seq * t.Heads * t.Dim }
 func (t Tensor) At(b, s, h, d int) float32 {
 	bs, ss, hs := t.strides()
 	i := b*bs + s*ss + h*hs + d
-	switch {
-	case t.BF16 != nil:
-		return t.BF16[i].Float32()
-	case t.F16 != nil:
-		return t.F16[i].Float32()
-	case t.Q8 != nil, t.Q4 != nil:
-		dt, q := t.DType(), t.Q8
-		if q == nil {
-			q = t.Q4
-		}
-		var blk [32]float32
-		o := quantBytes(dt, i/32*32)
-		if err := dequantize(dt, blk[:], q[o:o+quantBytes(dt, 32)]); err != nil {
-			panic(err)
-		}
-		return blk[i%32]
+	if t.Data != nil {
+		return t.Data[i]
 	}
-	return t.Data[i]
+	f := &formats[t.DType()]
+	raw, _ := f.raw(t)
+	blk := f.kf.Block()
+	var x [32]float32 // the block holding element i
+	o := f.bytes(i / blk * blk)
+	kern := kernel.Active().Impl
+	f.load(&kern, x[:blk], raw[o:o+f.bytes(blk)], t.Scale)
+	return x[i%blk]
 }

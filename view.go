@@ -8,12 +8,14 @@ import (
 )
 
 // view is a checked tensor: strides resolved and bounds verified, so the
-// kernels can index it freely. Its elements are in data (float32) or in h
-// (16-bit, of type dt).
+// kernels can index it freely. Its stored bytes are raw, whatever its type
+// dt (formats[dt] says how to read them); data (float32) and h (16-bit)
+// are the same memory as typed slices, for the paths that take them.
 type view struct {
 	data       []float32
 	h          []uint16
-	q          []byte // q8_0 or q4_0 blocks (dt says which)
+	raw        []byte
+	scale      float32 // the fp8 per-tensor scale (0 means 1)
 	dt         DType
 	bs, ss, hs int
 	shape      [4]int // batch, seq, heads, dim
@@ -51,7 +53,7 @@ func (t Tensor) check(name string, output bool, batch, seq, heads, dim int) (vie
 		return view{}, argErr(name, "%s is nil", name)
 	case 1:
 	default:
-		return view{}, argErr(name, "%s has more than one of Data, BF16 and F16 set", name)
+		return view{}, argErr(name, "%s has more than one of Data, BF16, F16, Q8, Q4, E4M3 and E5M2 set", name)
 	}
 	if t.Batch <= 0 || t.Seq <= 0 || t.Heads <= 0 || t.Dim <= 0 {
 		return view{}, argErr(name, "%s has shape [%d %d %d %d]; every dimension must be ≥ 1", name, t.Batch, t.Seq, t.Heads, t.Dim)
@@ -83,17 +85,19 @@ func (t Tensor) check(name string, output bool, batch, seq, heads, dim int) (vie
 		return view{}, argErr(name, "%s shape [%d %d %d %d] is too large: its size overflows int", name, t.Batch, t.Seq, t.Heads, t.Dim)
 	}
 	v := view{data: t.Data, h: t.bits(), dt: t.DType(), bs: bs, ss: ss, hs: hs, shape: got}
-	if v.dt.quantized() {
-		v.q = t.Q8
-		if v.q == nil {
-			v.q = t.Q4
-		}
+	f := &formats[v.dt]
+	v.raw, _ = f.raw(t)
+	if blk := f.kf.Block(); blk > 1 {
 		for _, x := range []int{t.Dim, bs, ss, hs} {
-			if x%32 != 0 {
-				return view{}, argErr(name, "%s is %v: its head dim and strides (dim %d; batch %d, seq %d, head %d) must be multiples of 32", name, v.dt, t.Dim, bs, ss, hs)
+			if x%blk != 0 {
+				return view{}, argErr(name, "%s is %v: its head dim and strides (dim %d; batch %d, seq %d, head %d) must be multiples of %d", name, v.dt, t.Dim, bs, ss, hs, blk)
 			}
 		}
 	}
+	if t.Scale != 0 && !f.scaled || kernel.CheckFP8Scale(t.Scale) != nil {
+		return view{}, argErr(name, "%s has Scale %v: the fp8 types take a finite scale >= 0 (0 means 1), the others 0", name, t.Scale)
+	}
+	v.scale = t.Scale
 	// Nesting: sort the axes that have more than one index by stride.
 	var buf [3]axis // on the stack: order must not allocate
 	order := buf[:0]
@@ -133,25 +137,15 @@ func (t Tensor) check(name string, output bool, batch, seq, heads, dim int) (vie
 func (v view) off(b, s, h int) int { return b*v.bs + s*v.ss + v.hs*h }
 
 // rowTo writes row (b, s, h) of v into dst (len(dst) elements, at most the
-// head dim) as float32, rounded to ct when v is float32 and ct is not.
+// head dim; whole blocks of a block format: checked tensors have dim and
+// strides of whole blocks) as float32, rounded to ct when v is not 16-bit
+// (16-bit inputs are of the compute type) and ct is not float32.
 func (v view) rowTo(dst []float32, b, s, h int, ct DType, k *kernel.Impl) {
 	o := v.off(b, s, h)
-	switch v.dt {
-	case Float32:
-		copy(dst, v.data[o:o+len(dst)])
-		if ct != Float32 {
-			roundTo(dst, ct, k)
-		}
-	case BFloat16:
-		k.BF16ToF32(dst, v.h[o:o+len(dst)])
-	case Float16:
-		k.F16ToF32(dst, v.h[o:o+len(dst)])
-	case Q8_0, Q4_0:
-		// Whole rows only: checked tensors have dim and strides of 32s.
-		dequantize(v.dt, dst, v.q[quantBytes(v.dt, o):quantBytes(v.dt, o+len(dst))])
-		if ct != Float32 {
-			roundTo(dst, ct, k)
-		}
+	f := &formats[v.dt]
+	f.load(k, dst, v.raw[f.bytes(o):f.bytes(o+len(dst))], v.scale)
+	if ct != Float32 && !f.is16 {
+		roundTo(dst, ct, k)
 	}
 }
 
@@ -171,21 +165,12 @@ func (v view) matrix(scratch *[]float32, b, s, h, n int, ct DType, k *kernel.Imp
 }
 
 // storeRow writes src (the head dim's elements) to row (b, s, h) of v,
-// rounding to v's type. Only a Q8_0 or Q4_0 row can fail (NaN, Inf or values beyond
-// what its fp16 scale holds).
+// rounding to v's type (fp8: src/scale, saturating). Only a Q8_0 or Q4_0
+// row can fail (NaN, Inf or values beyond what its fp16 scale holds).
 func (v view) storeRow(src []float32, b, s, h int, k *kernel.Impl) error {
 	o := v.off(b, s, h)
-	switch v.dt {
-	case Q8_0, Q4_0:
-		return quantize(v.dt, v.q[quantBytes(v.dt, o):quantBytes(v.dt, o+len(src))], src)
-	case Float32:
-		copy(v.data[o:o+len(src)], src)
-	case BFloat16:
-		k.F32ToBF16(v.h[o:o+len(src)], src)
-	case Float16:
-		k.F32ToF16(v.h[o:o+len(src)], src)
-	}
-	return nil
+	f := &formats[v.dt]
+	return f.store(k, v.raw[f.bytes(o):f.bytes(o+len(src))], src, v.scale)
 }
 
 // roundTo rounds x in place to the values of type ct (to nearest even).
@@ -203,7 +188,7 @@ func (v view) commit(row []float32, b, s, h int, k *kernel.Impl) {
 func denseView(buf []float32, shape [4]int) view {
 	hs := shape[3]
 	ss := shape[2] * hs
-	return view{data: buf, dt: Float32, bs: shape[1] * ss, ss: ss, hs: hs, shape: shape}
+	return view{data: buf, raw: asBytes(buf), dt: Float32, bs: shape[1] * ss, ss: ss, hs: hs, shape: shape}
 }
 
 // rows16 returns row (b, s, h) of a 16-bit view and the seq stride, for

@@ -438,28 +438,28 @@ func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, 
 			return
 		}
 	}
-	if f.kvdt == flashattn.Q8_0 || f.kvdt == flashattn.Q4_0 {
+	if blk := dtypeBlock(f.kvdt); blk > 1 {
 		for _, x := range []struct {
 			path string
 			d    int
 		}{{f.k, ks[3]}, {f.v, vs[3]}} {
-			if x.d%32 != 0 {
-				err = fmt.Errorf("-kv-dtype %s: the headdim %d of %s is not a multiple of 32 (%s quantises blocks of 32 values of a row)", dtypeName(f.kvdt), x.d, x.path, dtypeName(f.kvdt))
+			if x.d%blk != 0 {
+				err = fmt.Errorf("-kv-dtype %s: the headdim %d of %s is not a multiple of %d (%s quantises blocks of %[4]d values of a row)", dtypeName(f.kvdt), x.d, x.path, blk, dtypeName(f.kvdt))
 				return
 			}
 		}
 	}
-	if q, err = arrayTensor(f.q, qa, [4]int(qs), f.dt); err != nil {
+	if q, err = arrayTensor(f.q, qa, [4]int(qs), f.dt, 0); err != nil {
 		return
 	}
-	if k, err = arrayTensor(f.k, ka, [4]int(ks), f.kvdt); err != nil {
+	if k, err = arrayTensor(f.k, ka, [4]int(ks), f.kvdt, float32(f.cache.kScale)); err != nil {
 		return
 	}
-	if v, err = arrayTensor(f.v, va, [4]int(vs), f.kvdt); err != nil {
+	if v, err = arrayTensor(f.v, va, [4]int(vs), f.kvdt, float32(f.cache.vScale)); err != nil {
 		return
 	}
 	if f.dout != "" {
-		if dout, err = arrayTensor(f.dout, da, outShape, f.dt); err != nil {
+		if dout, err = arrayTensor(f.dout, da, outShape, f.dt, 0); err != nil {
 			return
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/flashattn/flashattn"
 )
@@ -17,6 +18,7 @@ type cacheFlags struct {
 	rotInterleaved   bool
 	batchIdx, leftPd string
 	kvDtype          string
+	kScale, vScale   float64 // -k-scale, -v-scale: the fp8 caches' per-tensor scales
 	numSplits        int
 }
 
@@ -26,7 +28,7 @@ const maxNumSplits = 128
 func (c *cacheFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.kNew, "k-new", "", "KV cache: new keys `k_new.npy` [batch, seqlen_new, kv_heads, headdim], appended in place at each sequence's cache_seqlens "+
 		"(rotated first with -rotary-cos); the updated caches are written to OUTDIR/k_cache.npy and v_cache.npy, in the cache's type "+
-		"('<f4' for f32, bf16, q8_0 and q4_0 — the dequantised values —, '<f2' for f16)")
+		"('<f4' for f32, bf16, q8_0, q4_0 and fp8 — the dequantised values, times -k-scale and -v-scale —, '<f2' for f16)")
 	fs.StringVar(&c.cuKNew, "cu-seqlens-k-new", "", "KV cache with -cu-seqlens-q (continuous batching): int32 `cu_k_new.npy` [batch+1] of sequence starts in "+
 		"-k-new and -v-new, then packed [total_new, kv_heads, headdim]; sequence b's new keys are appended at its cache_seqlens (a sequence may have none)")
 	fs.StringVar(&c.vNew, "v-new", "", "KV cache: new values `v_new.npy`, shaped like -k-new with the v cache's head dim (which may differ from k's, as in MLA)")
@@ -36,7 +38,10 @@ func (c *cacheFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.batchIdx, "cache-batch-idx", "", "KV cache: int32 `idx.npy` [batch], the cache row of each sequence (not with -block-table)")
 	fs.StringVar(&c.leftPd, "cache-leftpad", "", "KV cache: int32 `pad.npy` [batch], the first valid cache position of each sequence")
 	fs.StringVar(&c.kvDtype, "kv-dtype", "", "KV cache: element `type` the cache k, v are converted to before the call: f32, bf16, f16, q8_0 or q4_0 "+
-		"(llama.cpp's blocks of 32 int8 with an fp16 scale; headdim a multiple of 32) (default: -dtype); a 16-bit cache makes the products 16-bit")
+		"(llama.cpp's blocks of 32 int8 with an fp16 scale; headdim a multiple of 32), fp8_e4m3 or fp8_e5m2 (vLLM's fp8 caches, OCP e4m3fn and e5m2, "+
+		"with -k-scale and -v-scale) (default: -dtype); a 16-bit cache makes the products 16-bit")
+	fs.Float64Var(&c.kScale, "k-scale", 1, "KV cache: the fp8 k cache's per-tensor `scale` (vLLM's k_scale): it stores k/scale, reads stored·scale")
+	fs.Float64Var(&c.vScale, "v-scale", 1, "KV cache: the fp8 v cache's per-tensor `scale` (v_scale)")
 	fs.IntVar(&c.numSplits, "num-splits", 0, fmt.Sprintf("KV cache: split each sequence's keys into `N` parts merged by their LSE (0: chosen; at most %d)", maxNumSplits))
 }
 
@@ -50,9 +55,21 @@ func (c *cacheFlags) validate(f *attnFlags) error {
 		{"-k-new", c.kNew != ""}, {"-v-new", c.vNew != ""}, {"-cu-seqlens-k-new", c.cuKNew != ""}, {"-rotary-cos", c.rotCos != ""}, {"-rotary-sin", c.rotSin != ""},
 		{"-cache-batch-idx", c.batchIdx != ""}, {"-cache-leftpad", c.leftPd != ""}, {"-kv-dtype", c.kvDtype != ""},
 		{"-num-splits", f.set["num-splits"]}, {"-rotary-interleaved", f.set["rotary-interleaved"]},
+		{"-k-scale", f.set["k-scale"]}, {"-v-scale", f.set["v-scale"]},
 	} {
 		if x.set && !cache {
 			return fmt.Errorf("%s needs -cache-seqlens", x.name)
+		}
+	}
+	for _, x := range []struct {
+		name  string
+		scale float64
+	}{{"-k-scale", c.kScale}, {"-v-scale", c.vScale}} {
+		switch {
+		case f.set[x.name[1:]] && !strings.HasPrefix(c.kvDtype, "fp8_"):
+			return fmt.Errorf("%s needs -kv-dtype fp8_e4m3 or fp8_e5m2", x.name)
+		case !(x.scale > 0) || x.scale > math.MaxFloat32:
+			return fmt.Errorf("%s %v: want a finite scale > 0", x.name, x.scale)
 		}
 	}
 	switch {
@@ -168,7 +185,7 @@ func (f *attnFlags) readNew(c *flashattn.KVCache) error {
 		case len(shape) != 4:
 			return fmt.Errorf("%s: shape %v, want 4 dimensions [batch, seqlen_new, kv_heads, headdim]", path, a.Shape)
 		}
-		t, err := arrayTensor(path, a, [4]int(shape), f.dt)
+		t, err := arrayTensor(path, a, [4]int(shape), f.dt, 0)
 		if err != nil {
 			return err
 		}

@@ -43,13 +43,14 @@ func atRopeTables(maxPos, rd int) (cos, sin []float32) {
 
 // atStored returns x as a cache of type dt stores it ([n, d] rows; q8_0
 // quantises each row's blocks of 32).
-func atStored(t testing.TB, x []float32, d int, dt flashattn.DType) []float32 {
+func atStored(t testing.TB, x []float32, d int, dt flashattn.DType, scale float32) []float32 {
 	t.Helper()
 	if dt == flashattn.Float32 {
 		return slices.Clone(x)
 	}
 	src := flashattn.Dense(x, 1, len(x)/d, 1, d)
 	c := flashattn.NewTensorOf(dt, 1, len(x)/d, 1, d)
+	c.Scale = scale
 	if err := flashattn.Convert(c, src); err != nil {
 		t.Fatal(err)
 	}
@@ -74,6 +75,7 @@ type kvCLICase struct {
 	causal            bool
 	window            []int
 	splits            int
+	kScale, vScale    float32 // fp8: -k-scale, -v-scale (0: not given)
 	dtype, kvDtype    flashattn.DType
 	f2New             bool // -k-new, -v-new written as '<f2'
 }
@@ -87,7 +89,7 @@ type kvCLICase struct {
 // splits, and f32, bf16, f16 and q8_0 caches under f32, bf16 and f16
 // queries.
 func TestAttnKVCacheDecoding(t *testing.T) {
-	f32, bf16, f16, q8 := flashattn.Float32, flashattn.BFloat16, flashattn.Float16, flashattn.Q8_0
+	f32, bf16, f16, q8, e4m3, e5m2 := flashattn.Float32, flashattn.BFloat16, flashattn.Float16, flashattn.Q8_0, flashattn.FP8E4M3, flashattn.FP8E5M2
 	for _, c := range []kvCLICase{
 		{name: "contig-gptj-batchidx", b: 3, hq: 8, hk: 2, d: 64, cap: 90, cacheRows: 5, batchIdx: []int32{4, 0, 2}, ends: []int32{0, 37, 80},
 			snew: 1, sq: 1, rotary: 32, interleaved: true, causal: true, dtype: f32, kvDtype: f32},
@@ -101,6 +103,9 @@ func TestAttnKVCacheDecoding(t *testing.T) {
 			snew: 2, sq: 2, rotary: 64, causal: true, dtype: f32, kvDtype: q8},
 		{name: "bf16-no-new-keys-splits", b: 2, hq: 4, hk: 1, d: 32, cap: 100, ends: []int32{99, 1}, sq: 1, splits: 7, dtype: bf16, kvDtype: bf16},
 		{name: "q8-bf16-queries", b: 1, hq: 2, hk: 2, d: 32, cap: 50, ends: []int32{41}, pads: []int32{9}, sq: 2, causal: true, dtype: bf16, kvDtype: q8},
+		{name: "fp8-e4m3-paged-scales", b: 2, hq: 4, hk: 2, d: 64, cap: 128, paged: 32, ends: []int32{77, 20}, pads: []int32{5, 20},
+			snew: 2, sq: 2, rotary: 64, causal: true, dtype: f32, kvDtype: e4m3, kScale: 0.0123, vScale: 0.004},
+		{name: "fp8-e5m2-splits", b: 2, hq: 4, hk: 2, d: 40, cap: 90, ends: []int32{60, 9}, snew: 1, sq: 1, splits: 3, dtype: f32, kvDtype: e5m2},
 	} {
 		t.Run(c.name, func(t *testing.T) { checkKVCLICase(t, c) })
 	}
@@ -168,6 +173,9 @@ func checkKVCLICase(t *testing.T, c kvCLICase) {
 	atWriteI32(t, p("lens.npy"), c.ends, c.b)
 	args := []string{"attn", "-q", p("q.npy"), "-k", p("k.npy"), "-v", p("v.npy"), "-o", p("out"), "-cache-seqlens", p("lens.npy"),
 		"-dtype", dtypeName(c.dtype), "-kv-dtype", dtypeName(c.kvDtype)}
+	if c.kScale != 0 {
+		args = append(args, "-k-scale", strconv.FormatFloat(float64(c.kScale), 'g', -1, 32), "-v-scale", strconv.FormatFloat(float64(c.vScale), 'g', -1, 32))
+	}
 	if table != nil {
 		args = append(args, "-block-table", p("table.npy"))
 	}
@@ -191,7 +199,7 @@ func checkKVCLICase(t *testing.T, c kvCLICase) {
 			atWriteF32(t, p("vnew.npy"), vnew, c.b, c.snew, c.hk, c.d)
 		}
 		// New keys and values reach the cache in -dtype first.
-		knew, vnew = atStored(t, knew, c.d, c.dtype), atStored(t, vnew, c.d, c.dtype)
+		knew, vnew = atStored(t, knew, c.d, c.dtype, 0), atStored(t, vnew, c.d, c.dtype, 0)
 		args = append(args, "-k-new", p("knew.npy"), "-v-new", p("vnew.npy"))
 	}
 	var cos, sin []float32
@@ -219,7 +227,7 @@ func checkKVCLICase(t *testing.T, c kvCLICase) {
 
 	// The caches the run wrote: in their type's file format, the input as
 	// that type stores it except where the new keys went.
-	descr := map[flashattn.DType]string{flashattn.Float32: "<f4", flashattn.BFloat16: "<f4", flashattn.Float16: "<f2", flashattn.Q8_0: "<f4"}
+	descr := map[flashattn.DType]string{flashattn.Float32: "<f4", flashattn.BFloat16: "<f4", flashattn.Float16: "<f2", flashattn.Q8_0: "<f4", flashattn.FP8E4M3: "<f4", flashattn.FP8E5M2: "<f4"}
 	want := []string{"lse.npy", "out.npy"}
 	if c.snew > 0 {
 		want = []string{"k_cache.npy", "lse.npy", "out.npy", "v_cache.npy"}
@@ -227,7 +235,7 @@ func checkKVCLICase(t *testing.T, c kvCLICase) {
 	if names := atDirNames(t, p("out")); !slices.Equal(names, want) {
 		t.Fatalf("out dir holds %v, want %v", names, want)
 	}
-	gk, gv := atStored(t, kd, c.d, c.kvDtype), atStored(t, vd, c.d, c.kvDtype)
+	gk, gv := atStored(t, kd, c.d, c.kvDtype, c.kScale), atStored(t, vd, c.d, c.kvDtype, c.vScale)
 	if c.snew > 0 {
 		wk, wv := slices.Clone(gk), slices.Clone(gv)
 		gk = atReadTyped(t, p("out/k_cache.npy"), descr[c.kvDtype], kshape...)
@@ -242,8 +250,8 @@ func checkKVCLICase(t *testing.T, c kvCLICase) {
 						atRope(kr, cos, sin, c.rotary, c.interleaved, end+i) // flash-attn: the absolute cache position
 					}
 					o := at(b, end+i) + h*c.d
-					copy(wk[o:o+c.d], atStored(t, kr, c.d, c.kvDtype))
-					copy(wv[o:o+c.d], atStored(t, vnew[src:src+c.d], c.d, c.kvDtype))
+					copy(wk[o:o+c.d], atStored(t, kr, c.d, c.kvDtype, c.kScale))
+					copy(wv[o:o+c.d], atStored(t, vnew[src:src+c.d], c.d, c.kvDtype, c.vScale))
 					// A rotated key may round differently after float32
 					// and float64 rotation: allow one step of the type.
 					step := 1e-6
@@ -252,6 +260,8 @@ func checkKVCLICase(t *testing.T, c kvCLICase) {
 						step = 1.0 / 128
 					case flashattn.Float16:
 						step = 1.0 / 1024
+					case flashattn.FP8E4M3, flashattn.FP8E5M2:
+						step = 0.25 // e5m2's relative step (flashattn.FP8E4M3's is 1/8), subnormals' times the scale
 					case flashattn.Q8_0:
 						step = 0
 						for _, x := range kr {
@@ -260,8 +270,11 @@ func checkKVCLICase(t *testing.T, c kvCLICase) {
 					}
 					for dd := 0; dd < c.d; dd++ {
 						tol := step
-						if c.kvDtype == flashattn.BFloat16 || c.kvDtype == flashattn.Float16 {
+						switch c.kvDtype {
+						case flashattn.BFloat16, flashattn.Float16:
 							tol *= max(1, math.Abs(float64(kr[dd])))
+						case flashattn.FP8E4M3, flashattn.FP8E5M2:
+							tol *= max(float64(c.kScale), 1e-3, math.Abs(float64(kr[dd])))
 						}
 						if d := math.Abs(float64(gk[o+dd] - wk[o+dd])); !(d <= tol) {
 							t.Fatalf("sequence %d new key %d head %d dim %d: k_cache holds %v, want %v", b, i, h, dd, gk[o+dd], wk[o+dd])
@@ -307,7 +320,7 @@ func checkKVCLICase(t *testing.T, c kvCLICase) {
 			ek, ev = append(ek, gk[o:o+rowLen]...), append(ev, gv[o:o+rowLen]...)
 		}
 		// The queries as loaded (in -dtype), then rotated.
-		qb := atStored(t, q[b*c.sq*c.hq*c.d:(b+1)*c.sq*c.hq*c.d], c.d, c.dtype)
+		qb := atStored(t, q[b*c.sq*c.hq*c.d:(b+1)*c.sq*c.hq*c.d], c.d, c.dtype, 0)
 		if cos != nil {
 			for i := 0; i < c.sq; i++ {
 				pos := end

@@ -108,7 +108,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&f.minMillis, "min-ms", 200, "time each repetition of a measurement for at least this many milliseconds")
 	fs.Var(f.maxMem, "max-memory", "refuse cases whose estimated peak memory exceeds this `size` (e.g. 512M, 4G; default: the memory available now)")
 	fs.Var(&f.bwSize, "bw-size", "`size` of each of the two bandwidth buffers for decode (default: 4× the last-level cache, at least 256M)")
-	f.gpu = addGPUFlags(fs, "element `type` of flashattn's tensors: f32, bf16, f16, or q8_0 or q4_0 as the cache type of -mode decode "+
+	f.gpu = addGPUFlags(fs, "element `type` of flashattn's tensors: f32, bf16, f16, or q8_0, q4_0, fp8_e4m3 or fp8_e5m2 as the cache type of -mode decode "+
 		"(default f32; with -device gpu bf16 or f16, default bf16); the plain algorithm stays float32", true)
 	var err error
 	if f.set, err = parseSet(fs, args, stderr); err != nil {
@@ -189,11 +189,11 @@ func (f *benchFlags) validate() error {
 		case err != nil: // reported by check
 		case quantized(dt) && f.mode != "decode" && f.mode != "serve":
 			bad("-dtype %s is a KV-cache type: it needs -mode decode or serve", dtypeName(dt))
-		case quantized(dt) && f.s.D%32 != 0 && (f.s.N > 0 || f.set["headdim"]):
-			bad("-dtype %s needs a -headdim that is a multiple of 32 (it quantises blocks of 32 values), not %d", dtypeName(dt), f.s.D)
+		case f.s.D%dtypeBlock(dt) != 0 && (f.s.N > 0 || f.set["headdim"]):
+			bad("-dtype %s needs a -headdim that is a multiple of %d (it quantises blocks of %[2]d values), not %d", dtypeName(dt), dtypeBlock(dt), f.s.D)
 		}
-		if quantized(dt) && f.mode == "decode" && f.s.DV%32 != 0 && f.s.DV > 0 {
-			bad("-dtype %s needs a -v-headdim that is a multiple of 32 (it quantises blocks of 32 values), not %d", dtypeName(dt), f.s.DV)
+		if quantized(dt) && f.mode == "decode" && f.s.DV%dtypeBlock(dt) != 0 && f.s.DV > 0 {
+			bad("-dtype %s needs a -v-headdim that is a multiple of %d (it quantises blocks of %[2]d values), not %d", dtypeName(dt), dtypeBlock(dt), f.s.DV)
 		}
 		f.dt = dt
 	}

@@ -91,7 +91,7 @@ func TestBenchDType(t *testing.T) {
 // 32 values for q8_0) and float32 decode runs beside the others.
 func TestBenchDecodeDType(t *testing.T) {
 	const b, n, hk, d = 1, 96, 2, 32
-	for dt, per := range map[string]float64{"f32": 4, "bf16": 2, "f16": 2, "q8_0": 34.0 / 32} {
+	for dt, per := range map[string]float64{"f32": 4, "bf16": 2, "f16": 2, "q8_0": 34.0 / 32, "fp8_e4m3": 1, "fp8_e5m2": 1} {
 		r := benchJSON(t, "-mode", "decode", "-dtype", dt)
 		want := uint64(2 * b * n * hk * d * per)
 		kv := spread{r.KVGBpsMedian, r.KVGBpsMin, r.KVGBpsMax}
@@ -141,7 +141,7 @@ func TestBenchDTypeErrors(t *testing.T) {
 	}{
 		{[]string{"-dtype", "q8_0", "-seqlen", "64"}, "-dtype q8_0 is a KV-cache type: it needs -mode decode"},
 		{[]string{"-dtype", "q8_0", "-mode", "decode", "-seqlen", "64", "-headdim", "48"}, "-dtype q8_0 needs a -headdim that is a multiple of 32"},
-		{[]string{"-dtype", "int8"}, `-dtype "int8": want f32, bf16, f16, q8_0 or q4_0`},
+		{[]string{"-dtype", "int8"}, `-dtype "int8": want f32, bf16, f16, q8_0, q4_0, fp8_e4m3 or fp8_e5m2`},
 		{[]string{"-dtype", "f32", "-device", "gpu"}, `-dtype "f32": want bf16 or f16 with -device gpu`},
 	} {
 		code, stdout, stderr := atRun(append([]string{"bench"}, c.args...)...)

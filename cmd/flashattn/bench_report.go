@@ -234,7 +234,7 @@ func printTable(w io.Writer, rs []benchResult, workers, reps int) {
 	fmt.Fprintln(w, ".")
 	if dt != "f32" {
 		fmt.Fprintf(w, "flashattn's tensors are %s", dt)
-		if dt == "q8_0" || dt == "q4_0" {
+		if r, ok := dtypeFlagNamed(dt); ok && r.cache {
 			fmt.Fprint(w, " (the cache; queries float32)")
 		}
 		fmt.Fprint(w, "; the plain algorithm is float32")

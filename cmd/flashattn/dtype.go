@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/flashattn/flashattn"
 	"github.com/flashattn/flashattn/cmd/flashattn/internal/memlimit"
@@ -11,71 +12,84 @@ import (
 )
 
 // The element types of the command line: -dtype f32|bf16|f16 for the
-// computation (and -kv-dtype or bench's decode -dtype also q8_0 or q4_0 for a KV
-// cache). Files hold float32 ('<f4') or float16 ('<f2'); NumPy has no
-// bfloat16, so bf16 results are written as '<f4' holding exact bf16 values.
+// computation (and -kv-dtype or bench's decode -dtype also q8_0, q4_0,
+// fp8_e4m3 or fp8_e5m2 for a KV cache). Files hold float32 ('<f4') or
+// float16 ('<f2'); NumPy has no bfloat16, so bf16 results are written as
+// '<f4' holding exact bf16 values.
+
+// dtypeFlag is a row of dtypeFlags: a type's flag spelling (and another
+// accepted one), whether it is a KV-cache type (read with float32
+// queries), the block its head dims must be a multiple of, and the bytes
+// one element takes in a tensor.
+type dtypeFlag struct {
+	name, alias string
+	dt          flashattn.DType
+	cache       bool
+	block       int
+	bytes       float64
+}
+
+// dtypeFlags are the types of the command line, computation types first.
+var dtypeFlags = []dtypeFlag{
+	{"f32", "", flashattn.Float32, false, 1, 4},
+	{"bf16", "", flashattn.BFloat16, false, 1, 2},
+	{"f16", "fp16", flashattn.Float16, false, 1, 2},
+	{"q8_0", "", flashattn.Q8_0, true, 32, 34.0 / 32}, // a 2-byte scale per block of 32 one-byte values
+	{"q4_0", "", flashattn.Q4_0, true, 32, 18.0 / 32}, // a 2-byte scale per block of 32 half-byte values
+	{"fp8_e4m3", "", flashattn.FP8E4M3, true, 1, 1},
+	{"fp8_e5m2", "", flashattn.FP8E5M2, true, 1, 1},
+}
+
+// dtypeFlagOf is the row of dt (f32's for an unknown one).
+func dtypeFlagOf(dt flashattn.DType) dtypeFlag {
+	for _, f := range dtypeFlags {
+		if f.dt == dt {
+			return f
+		}
+	}
+	return dtypeFlags[0]
+}
+
+// dtypeFlagNamed is the row of the flag spelling name.
+func dtypeFlagNamed(name string) (dtypeFlag, bool) {
+	for _, f := range dtypeFlags {
+		if f.name == name {
+			return f, true
+		}
+	}
+	return dtypeFlag{}, false
+}
 
 // parseDType reads the value s of flag name: f32, bf16, f16 (or fp16), and
-// the cache types q8_0 and q4_0 when q8 is set.
+// the cache types q8_0, q4_0, fp8_e4m3 and fp8_e5m2 when q8 is set.
 func parseDType(name, s string, q8 bool) (flashattn.DType, error) {
-	switch s {
-	case "f32":
-		return flashattn.Float32, nil
-	case "bf16":
-		return flashattn.BFloat16, nil
-	case "f16", "fp16":
-		return flashattn.Float16, nil
-	case "q8_0":
-		if q8 {
-			return flashattn.Q8_0, nil
+	var names []string
+	for _, f := range dtypeFlags {
+		if f.cache && !q8 {
+			continue
 		}
-	case "q4_0":
-		if q8 {
-			return flashattn.Q4_0, nil
+		if s == f.name || s == f.alias && s != "" {
+			return f.dt, nil
 		}
+		names = append(names, f.name)
 	}
-	want := "f32, bf16 or f16"
-	if q8 {
-		want = "f32, bf16, f16, q8_0 or q4_0"
-	}
+	want := strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 	return 0, fmt.Errorf("%s %q: want %s", name, s, want)
 }
 
 // dtypeName is the flag spelling of dt.
-func dtypeName(dt flashattn.DType) string {
-	switch dt {
-	case flashattn.BFloat16:
-		return "bf16"
-	case flashattn.Float16:
-		return "f16"
-	case flashattn.Q8_0:
-		return "q8_0"
-	case flashattn.Q4_0:
-		return "q4_0"
-	}
-	return "f32"
-}
+func dtypeName(dt flashattn.DType) string { return dtypeFlagOf(dt).name }
 
 // is16 reports whether dt is a 16-bit floating-point type.
 func is16(dt flashattn.DType) bool { return dt == flashattn.BFloat16 || dt == flashattn.Float16 }
 
-// storedBytes is the memory one element of dt takes in a tensor: 4, 2, or
-// 34/32 for q8_0 (a 2-byte scale per block of 32 one-byte values), 18/32
-// for q4_0 (a 2-byte scale per block of 32 half-byte values).
-func storedBytes(dt flashattn.DType) float64 {
-	switch dt {
-	case flashattn.BFloat16, flashattn.Float16:
-		return 2
-	case flashattn.Q8_0:
-		return 34.0 / 32
-	case flashattn.Q4_0:
-		return 18.0 / 32
-	}
-	return 4
-}
+// storedBytes is the memory one element of dt takes in a tensor: 4, 2,
+// 34/32 for q8_0, 18/32 for q4_0, 1 for fp8.
+func storedBytes(dt flashattn.DType) float64 { return dtypeFlagOf(dt).bytes }
 
 // typedBytes is the memory an array of dt with the given dimensions
-// takes, rounded up (an upper bound that saturates like memlimit.Mul).
+// takes, rounded up (an upper bound that saturates like memlimit.Mul:
+// every type but float32 takes at most 2 bytes a value).
 func typedBytes(dt flashattn.DType, dims ...int) memlimit.Size {
 	n := memlimit.Mul(dims...)
 	if dt == flashattn.Float32 {
@@ -87,8 +101,9 @@ func typedBytes(dt flashattn.DType, dims ...int) memlimit.Size {
 // arrayTensor wraps a float array read from path (F32 or F16 set) as a
 // dense tensor of the given shape and converts it to dt: exactly for
 // wider types, rounding to nearest even for narrower ones, quantising for
-// q8_0 (which fails, naming path, on values it cannot hold).
-func arrayTensor(path string, a npy.Array, shape [4]int, dt flashattn.DType) (flashattn.Tensor, error) {
+// q8_0 and q4_0 (which fails, naming path, on values it cannot hold), fp8
+// with the per-tensor scale (0 or 1 for the other types: none).
+func arrayTensor(path string, a npy.Array, shape [4]int, dt flashattn.DType, scale float32) (flashattn.Tensor, error) {
 	var src flashattn.Tensor
 	if a.F16 != nil {
 		src = flashattn.DenseOf(a.F16, shape[0], shape[1], shape[2], shape[3])
@@ -99,6 +114,9 @@ func arrayTensor(path string, a npy.Array, shape [4]int, dt flashattn.DType) (fl
 		return src, nil
 	}
 	dst := flashattn.NewTensorOf(dt, shape[0], shape[1], shape[2], shape[3])
+	if dt == flashattn.FP8E4M3 || dt == flashattn.FP8E5M2 {
+		dst.Scale = scale
+	}
 	if err := flashattn.Convert(dst, src); err != nil {
 		var ae *flashattn.ArgError
 		if errors.As(err, &ae) {
@@ -144,6 +162,10 @@ func outArray(t flashattn.Tensor, shape []int, f16 bool) (npy.Array, error) {
 	return npy.Array{Shape: shape, F32: w.Data}, nil
 }
 
-// quantized reports whether dt is a block-quantised KV-cache type (q8_0,
-// q4_0), read with float32 queries.
-func quantized(dt flashattn.DType) bool { return dt == flashattn.Q8_0 || dt == flashattn.Q4_0 }
+// quantized reports whether dt is a KV-cache-only type (q8_0, q4_0, fp8),
+// read with float32 queries.
+func quantized(dt flashattn.DType) bool { return dtypeFlagOf(dt).cache }
+
+// dtypeBlock is the number of values dt stores per block: head dims must
+// be multiples of it (32 for q8_0 and q4_0, else 1).
+func dtypeBlock(dt flashattn.DType) int { return dtypeFlagOf(dt).block }

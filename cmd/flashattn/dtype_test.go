@@ -20,7 +20,8 @@ func TestParseDType(t *testing.T) {
 	}{
 		{"f32", false, flashattn.Float32, ""}, {"bf16", false, flashattn.BFloat16, ""}, {"f16", false, flashattn.Float16, ""},
 		{"fp16", false, flashattn.Float16, ""}, {"q8_0", true, flashattn.Q8_0, ""},
-		{"q8_0", false, 0, `-x "q8_0": want f32, bf16 or f16`}, {"", true, 0, `-x "": want f32, bf16, f16, q8_0 or q4_0`},
+		{"q8_0", false, 0, `-x "q8_0": want f32, bf16 or f16`}, {"", true, 0, `-x "": want f32, bf16, f16, q8_0, q4_0, fp8_e4m3 or fp8_e5m2`},
+		{"fp8_e4m3", true, flashattn.FP8E4M3, ""}, {"fp8_e5m2", true, flashattn.FP8E5M2, ""}, {"fp8_e4m3", false, 0, `want f32, bf16 or f16`},
 		{"F32", false, 0, `-x "F32"`}, {"float32", false, 0, `-x "float32"`},
 	} {
 		dt, err := parseDType("-x", c.s, c.q8)
@@ -94,15 +95,15 @@ func TestOutArray(t *testing.T) {
 	// arrayTensor names the file when q8_0 cannot hold a value.
 	big := slices.Clone(vals)
 	big[3] = 1e30
-	if _, err := arrayTensor("x.npy", npy.Array{Shape: shape, F32: big}, [4]int{1, 1, 1, 32}, flashattn.Q8_0); err == nil || !strings.HasPrefix(err.Error(), "x.npy: cannot convert to q8_0: ") {
+	if _, err := arrayTensor("x.npy", npy.Array{Shape: shape, F32: big}, [4]int{1, 1, 1, 32}, flashattn.Q8_0, 0); err == nil || !strings.HasPrefix(err.Error(), "x.npy: cannot convert to q8_0: ") {
 		t.Errorf("q8_0 overflow: %v", err)
 	}
 	// '<f2' files widen exactly to float32 and round to bfloat16.
-	tt, err := arrayTensor("h.npy", npy.Array{Shape: shape, F16: f16}, [4]int{1, 1, 1, 32}, flashattn.Float32)
+	tt, err := arrayTensor("h.npy", npy.Array{Shape: shape, F16: f16}, [4]int{1, 1, 1, 32}, flashattn.Float32, 0)
 	if err != nil || !slices.Equal(tt.Data, f16v) {
 		t.Errorf("f16 to f32: %v", err)
 	}
-	tt, err = arrayTensor("h.npy", npy.Array{Shape: shape, F16: f16}, [4]int{1, 1, 1, 32}, flashattn.BFloat16)
+	tt, err = arrayTensor("h.npy", npy.Array{Shape: shape, F16: f16}, [4]int{1, 1, 1, 32}, flashattn.BFloat16, 0)
 	for i := range f16v {
 		if err != nil || tt.BF16[i] != half.NewBF16(f16v[i]) {
 			t.Fatalf("f16 to bf16 element %d: %v", i, err)

@@ -54,64 +54,33 @@ func archImpls() []Impl {
 }
 
 // archDecode returns the assembly decode kernel sets this CPU supports,
-// best first (before the self-check).
+// best first (before the self-check): per format the row tiles of
+// decode_amd64.s and its multi-head kernels.
 func archDecode() []Decode {
 	var ds []Decode
 	if hasAVX512BW {
-		isa := decodeISA{name: "avx512", minD: 1}
-		ds = append(ds, Decode{
-			Name:       isa.name,
-			ScoresF32:  wrapScores(isa, "ScoresF32", formatElem, GenericDecode.ScoresF32, scoresF32M1AVX512, scoresF32M2AVX512, scoresF32M4AVX512, scoresF32M8AVX512, scoresF32M16AVX512),
-			ScoresBF16: wrapScores(isa, "ScoresBF16", formatElem, GenericDecode.ScoresBF16, scoresBF16M1AVX512, scoresBF16M2AVX512, scoresBF16M4AVX512, scoresBF16M8AVX512, scoresBF16M16AVX512),
-			ScoresF16:  wrapScores(isa, "ScoresF16", formatElem, GenericDecode.ScoresF16, scoresF16M1AVX512, scoresF16M2AVX512, scoresF16M4AVX512, scoresF16M8AVX512, scoresF16M16AVX512),
-			ScoresQ8:   wrapScores(isa, "ScoresQ8", formatQ8, GenericDecode.ScoresQ8, scoresQ8M1AVX512, scoresQ8M2AVX512, scoresQ8M4AVX512, scoresQ8M8AVX512, scoresQ8M16AVX512),
-			ScoresQ4:   wrapScores(isa, "ScoresQ4", formatQ4, GenericDecode.ScoresQ4, scoresQ4M1AVX512, scoresQ4M2AVX512, scoresQ4M4AVX512, scoresQ4M8AVX512, scoresQ4M16AVX512),
-			AccumF32:   wrapAccum(isa, "AccumF32", formatElem, GenericDecode.AccumF32, accumF32M1AVX512, accumF32M2AVX512, accumF32M4AVX512, accumF32M8AVX512, accumF32M16AVX512),
-			AccumBF16:  wrapAccum(isa, "AccumBF16", formatElem, GenericDecode.AccumBF16, accumBF16M1AVX512, accumBF16M2AVX512, accumBF16M4AVX512, accumBF16M8AVX512, accumBF16M16AVX512),
-			AccumF16:   wrapAccum(isa, "AccumF16", formatElem, GenericDecode.AccumF16, accumF16M1AVX512, accumF16M2AVX512, accumF16M4AVX512, accumF16M8AVX512, accumF16M16AVX512),
-			AccumQ8:    wrapAccum(isa, "AccumQ8", formatQ8, GenericDecode.AccumQ8, accumQ8M1AVX512, accumQ8M2AVX512, accumQ8M4AVX512, accumQ8M8AVX512, accumQ8M16AVX512),
-			AccumQ4:    wrapAccum(isa, "AccumQ4", formatQ4, GenericDecode.AccumQ4, accumQ4M1AVX512, accumQ4M2AVX512, accumQ4M4AVX512, accumQ4M8AVX512, accumQ4M16AVX512),
-			ReadSum:    wrapReadSum(readSumAVX512),
-		})
-		setHeads(&ds[len(ds)-1], isa, [5]any{scoresHeadsF32AVX512, scoresHeadsBF16AVX512, scoresHeadsF16AVX512, scoresHeadsQ8AVX512, scoresHeadsQ4AVX512},
-			[5]any{accumHeadsF32AVX512, accumHeadsBF16AVX512, accumHeadsF16AVX512, accumHeadsQ8AVX512, accumHeadsQ4AVX512})
+		ds = append(ds, newDecode(decodeISA{name: "avx512", minD: 1}, &[NumFormats]decodeKernels{
+			FormatF32:  kernelsOf([]scoresKern[float32]{scoresF32M1AVX512, scoresF32M2AVX512, scoresF32M4AVX512, scoresF32M8AVX512, scoresF32M16AVX512}, []accumKern[float32]{accumF32M1AVX512, accumF32M2AVX512, accumF32M4AVX512, accumF32M8AVX512, accumF32M16AVX512}, scoresHeadsF32AVX512, accumHeadsF32AVX512),
+			FormatBF16: kernelsOf([]scoresKern[uint16]{scoresBF16M1AVX512, scoresBF16M2AVX512, scoresBF16M4AVX512, scoresBF16M8AVX512, scoresBF16M16AVX512}, []accumKern[uint16]{accumBF16M1AVX512, accumBF16M2AVX512, accumBF16M4AVX512, accumBF16M8AVX512, accumBF16M16AVX512}, scoresHeadsBF16AVX512, accumHeadsBF16AVX512),
+			FormatF16:  kernelsOf([]scoresKern[uint16]{scoresF16M1AVX512, scoresF16M2AVX512, scoresF16M4AVX512, scoresF16M8AVX512, scoresF16M16AVX512}, []accumKern[uint16]{accumF16M1AVX512, accumF16M2AVX512, accumF16M4AVX512, accumF16M8AVX512, accumF16M16AVX512}, scoresHeadsF16AVX512, accumHeadsF16AVX512),
+			FormatQ8:   kernelsOf([]scoresKern[byte]{scoresQ8M1AVX512, scoresQ8M2AVX512, scoresQ8M4AVX512, scoresQ8M8AVX512, scoresQ8M16AVX512}, []accumKern[byte]{accumQ8M1AVX512, accumQ8M2AVX512, accumQ8M4AVX512, accumQ8M8AVX512, accumQ8M16AVX512}, scoresHeadsQ8AVX512, accumHeadsQ8AVX512),
+			FormatQ4:   kernelsOf([]scoresKern[byte]{scoresQ4M1AVX512, scoresQ4M2AVX512, scoresQ4M4AVX512, scoresQ4M8AVX512, scoresQ4M16AVX512}, []accumKern[byte]{accumQ4M1AVX512, accumQ4M2AVX512, accumQ4M4AVX512, accumQ4M8AVX512, accumQ4M16AVX512}, scoresHeadsQ4AVX512, accumHeadsQ4AVX512),
+			FormatE4M3: kernelsOf([]scoresKern[byte]{scoresE4M3M1AVX512, scoresE4M3M2AVX512, scoresE4M3M4AVX512, scoresE4M3M8AVX512, scoresE4M3M16AVX512}, []accumKern[byte]{accumE4M3M1AVX512, accumE4M3M2AVX512, accumE4M3M4AVX512, accumE4M3M8AVX512, accumE4M3M16AVX512}, scoresHeadsE4M3AVX512, accumHeadsE4M3AVX512),
+			FormatE5M2: kernelsOf([]scoresKern[byte]{scoresE5M2M1AVX512, scoresE5M2M2AVX512, scoresE5M2M4AVX512, scoresE5M2M8AVX512, scoresE5M2M16AVX512}, []accumKern[byte]{accumE5M2M1AVX512, accumE5M2M2AVX512, accumE5M2M4AVX512, accumE5M2M8AVX512, accumE5M2M16AVX512}, scoresHeadsE5M2AVX512, accumHeadsE5M2AVX512),
+		}, readSumAVX512))
 	}
 	if hasAVX2 && hasF16C {
-		isa := decodeISA{name: "avx2", minD: 8}
-		ds = append(ds, Decode{
-			Name:       isa.name,
-			ScoresF32:  wrapScores(isa, "ScoresF32", formatElem, GenericDecode.ScoresF32, scoresF32M1AVX2, scoresF32M2AVX2, scoresF32M4AVX2, scoresF32M8AVX2),
-			ScoresBF16: wrapScores(isa, "ScoresBF16", formatElem, GenericDecode.ScoresBF16, scoresBF16M1AVX2, scoresBF16M2AVX2, scoresBF16M4AVX2, scoresBF16M8AVX2),
-			ScoresF16:  wrapScores(isa, "ScoresF16", formatElem, GenericDecode.ScoresF16, scoresF16M1AVX2, scoresF16M2AVX2, scoresF16M4AVX2, scoresF16M8AVX2),
-			ScoresQ8:   wrapScores(isa, "ScoresQ8", formatQ8, GenericDecode.ScoresQ8, scoresQ8M1AVX2, scoresQ8M2AVX2, scoresQ8M4AVX2, scoresQ8M8AVX2),
-			ScoresQ4:   wrapScores(isa, "ScoresQ4", formatQ4, GenericDecode.ScoresQ4, scoresQ4M1AVX2, scoresQ4M2AVX2, scoresQ4M4AVX2, scoresQ4M8AVX2),
-			AccumF32:   wrapAccum(isa, "AccumF32", formatElem, GenericDecode.AccumF32, accumF32M1AVX2, accumF32M2AVX2, accumF32M4AVX2, accumF32M8AVX2),
-			AccumBF16:  wrapAccum(isa, "AccumBF16", formatElem, GenericDecode.AccumBF16, accumBF16M1AVX2, accumBF16M2AVX2, accumBF16M4AVX2, accumBF16M8AVX2),
-			AccumF16:   wrapAccum(isa, "AccumF16", formatElem, GenericDecode.AccumF16, accumF16M1AVX2, accumF16M2AVX2, accumF16M4AVX2, accumF16M8AVX2),
-			AccumQ8:    wrapAccum(isa, "AccumQ8", formatQ8, GenericDecode.AccumQ8, accumQ8M1AVX2, accumQ8M2AVX2, accumQ8M4AVX2, accumQ8M8AVX2),
-			AccumQ4:    wrapAccum(isa, "AccumQ4", formatQ4, GenericDecode.AccumQ4, accumQ4M1AVX2, accumQ4M2AVX2, accumQ4M4AVX2, accumQ4M8AVX2),
-			ReadSum:    wrapReadSum(readSumAVX2),
-		})
-		setHeads(&ds[len(ds)-1], isa, [5]any{scoresHeadsF32AVX2, scoresHeadsBF16AVX2, scoresHeadsF16AVX2, scoresHeadsQ8AVX2, scoresHeadsQ4AVX2},
-			[5]any{accumHeadsF32AVX2, accumHeadsBF16AVX2, accumHeadsF16AVX2, accumHeadsQ8AVX2, accumHeadsQ4AVX2})
+		ds = append(ds, newDecode(decodeISA{name: "avx2", minD: 8}, &[NumFormats]decodeKernels{
+			FormatF32:  kernelsOf([]scoresKern[float32]{scoresF32M1AVX2, scoresF32M2AVX2, scoresF32M4AVX2, scoresF32M8AVX2}, []accumKern[float32]{accumF32M1AVX2, accumF32M2AVX2, accumF32M4AVX2, accumF32M8AVX2}, scoresHeadsF32AVX2, accumHeadsF32AVX2),
+			FormatBF16: kernelsOf([]scoresKern[uint16]{scoresBF16M1AVX2, scoresBF16M2AVX2, scoresBF16M4AVX2, scoresBF16M8AVX2}, []accumKern[uint16]{accumBF16M1AVX2, accumBF16M2AVX2, accumBF16M4AVX2, accumBF16M8AVX2}, scoresHeadsBF16AVX2, accumHeadsBF16AVX2),
+			FormatF16:  kernelsOf([]scoresKern[uint16]{scoresF16M1AVX2, scoresF16M2AVX2, scoresF16M4AVX2, scoresF16M8AVX2}, []accumKern[uint16]{accumF16M1AVX2, accumF16M2AVX2, accumF16M4AVX2, accumF16M8AVX2}, scoresHeadsF16AVX2, accumHeadsF16AVX2),
+			FormatQ8:   kernelsOf([]scoresKern[byte]{scoresQ8M1AVX2, scoresQ8M2AVX2, scoresQ8M4AVX2, scoresQ8M8AVX2}, []accumKern[byte]{accumQ8M1AVX2, accumQ8M2AVX2, accumQ8M4AVX2, accumQ8M8AVX2}, scoresHeadsQ8AVX2, accumHeadsQ8AVX2),
+			FormatQ4:   kernelsOf([]scoresKern[byte]{scoresQ4M1AVX2, scoresQ4M2AVX2, scoresQ4M4AVX2, scoresQ4M8AVX2}, []accumKern[byte]{accumQ4M1AVX2, accumQ4M2AVX2, accumQ4M4AVX2, accumQ4M8AVX2}, scoresHeadsQ4AVX2, accumHeadsQ4AVX2),
+			FormatE4M3: kernelsOf([]scoresKern[byte]{scoresE4M3M1AVX2, scoresE4M3M2AVX2, scoresE4M3M4AVX2, scoresE4M3M8AVX2}, []accumKern[byte]{accumE4M3M1AVX2, accumE4M3M2AVX2, accumE4M3M4AVX2, accumE4M3M8AVX2}, scoresHeadsE4M3AVX2, accumHeadsE4M3AVX2),
+			FormatE5M2: kernelsOf([]scoresKern[byte]{scoresE5M2M1AVX2, scoresE5M2M2AVX2, scoresE5M2M4AVX2, scoresE5M2M8AVX2}, []accumKern[byte]{accumE5M2M1AVX2, accumE5M2M2AVX2, accumE5M2M4AVX2, accumE5M2M8AVX2}, scoresHeadsE5M2AVX2, accumHeadsE5M2AVX2),
+		}, readSumAVX2))
 	}
 	return ds
-}
-
-// setHeads sets the multi-head kernels of dk from the assembly ones of
-// the types f32, bf16, f16, q8_0, q4_0 (in that order), falling back to
-// dk's one-head kernels where the layout does not suit them.
-func setHeads(dk *Decode, isa decodeISA, scores, accum [5]any) {
-	dk.ScoresF32Heads = wrapScoresHeads(isa, "ScoresF32Heads", formatElem, dk.ScoresF32, scores[0].(func(s []float32, lds int, q []float32, heads int, k []float32, hs, n, d int)))
-	dk.ScoresBF16Heads = wrapScoresHeads(isa, "ScoresBF16Heads", formatElem, dk.ScoresBF16, scores[1].(func(s []float32, lds int, q []float32, heads int, k []uint16, hs, n, d int)))
-	dk.ScoresF16Heads = wrapScoresHeads(isa, "ScoresF16Heads", formatElem, dk.ScoresF16, scores[2].(func(s []float32, lds int, q []float32, heads int, k []uint16, hs, n, d int)))
-	dk.ScoresQ8Heads = wrapScoresHeads(isa, "ScoresQ8Heads", formatQ8, dk.ScoresQ8, scores[3].(func(s []float32, lds int, q []float32, heads int, k []byte, hs, n, d int)))
-	dk.ScoresQ4Heads = wrapScoresHeads(isa, "ScoresQ4Heads", formatQ4, dk.ScoresQ4, scores[4].(func(s []float32, lds int, q []float32, heads int, k []byte, hs, n, d int)))
-	dk.AccumF32Heads = wrapAccumHeads(isa, "AccumF32Heads", formatElem, dk.AccumF32, accum[0].(func(o []float32, ldo int, p []float32, ldp, heads int, v []float32, hs, n, d int)))
-	dk.AccumBF16Heads = wrapAccumHeads(isa, "AccumBF16Heads", formatElem, dk.AccumBF16, accum[1].(func(o []float32, ldo int, p []float32, ldp, heads int, v []uint16, hs, n, d int)))
-	dk.AccumF16Heads = wrapAccumHeads(isa, "AccumF16Heads", formatElem, dk.AccumF16, accum[2].(func(o []float32, ldo int, p []float32, ldp, heads int, v []uint16, hs, n, d int)))
-	dk.AccumQ8Heads = wrapAccumHeads(isa, "AccumQ8Heads", formatQ8, dk.AccumQ8, accum[3].(func(o []float32, ldo int, p []float32, ldp, heads int, v []byte, hs, n, d int)))
-	dk.AccumQ4Heads = wrapAccumHeads(isa, "AccumQ4Heads", formatQ4, dk.AccumQ4, accum[4].(func(o []float32, ldo int, p []float32, ldp, heads int, v []byte, hs, n, d int)))
 }
 
 // archHalf returns the assembly half-precision paths this CPU supports for

@@ -152,6 +152,14 @@ func TestAsmTables(t *testing.T) {
 		mask16.u16(1<<l - 1)
 	}
 
+	fp8 := new(tableBuilder)
+	for _, w := range []uint16{0xbfff, 0x7f00, 0xffff} {
+		for range 16 {
+			fp8.u16(w)
+		}
+	}
+	fp8.f32(16, fp8E4M3Table[0x48]/fp8E4M3Table[0x08]) // codes E = 9 over E = 1: 2⁸, fp16's bias 15 minus e4m3's 7
+
 	for _, c := range []struct {
 		file, name string
 		want       []byte
@@ -170,6 +178,10 @@ func TestAsmTables(t *testing.T) {
 		// decodeq4tab: the 16 values code − 8 of q4_0 (q4.go), then eight
 		// −8 and eight dwords 15 (the nibble mask).
 		{"decode_amd64.s", "decodeq4tab", new(tableBuilder).f32(1, q4Codes...).f32(8, -8).u32(8, 15).b},
+		// decodefp8tab: the e4m3fn widening's masks (fp8.go: bit 14 of the
+		// shifted word cleared, the NaN codes' shifted word, an fp16 NaN)
+		// as 16 words each, then 16 float32 2⁸ (the bias difference).
+		{"decode_amd64.s", "decodefp8tab", fp8.b},
 	} {
 		got, ok := asmTables(t, c.file)[c.name]
 		switch {
@@ -181,7 +193,7 @@ func TestAsmTables(t *testing.T) {
 	}
 	// Every table is checked.
 	for _, file := range []string{"kernel_amd64.s", "decode_amd64.s"} {
-		if n := len(asmTables(t, file)); file == "kernel_amd64.s" && n != 7 || file == "decode_amd64.s" && n != 3 {
+		if n := len(asmTables(t, file)); file == "kernel_amd64.s" && n != 7 || file == "decode_amd64.s" && n != 4 {
 			t.Errorf("%s: %d tables; a new one needs a check here", file, n)
 		}
 	}

@@ -1,21 +1,18 @@
 package kernel
 
-import "fmt"
-
 // Decode holds the kernels of attention decoding: products of a few query
 // rows with a KV cache read in place, in the cache's storage type, so that
 // each cache byte is read from memory once and widened to float32 in
 // registers. Every function panics if its arguments break the
 // preconditions below (a bug in the caller, not bad user input).
 //
-// Scores<T>(s, lds, q, m, k, ldk, n, d) sets
+// Scores[f](s, lds, q, m, k, ldk, n, d) sets
 //
 //	s[r*lds+j] = Σ_{p<d} q[r*d+p]·K[j][p]    for r < m, j < n
 //
-// Q is m×d float32, contiguous; key j is the row of d values at k[j*ldk:],
-// ldk >= d elements (for q8_0 and q4_0, whose rows are bytes: d/32 blocks
-// at k[j*ldk:], ldk >= Q8RowBytes(d) = d/32·34, resp. Q4RowBytes(d) =
-// d/32·18, bytes); S is m×n float32 with row stride lds >= n. Accum<T>(o, ldo, p,
+// Q is m×d float32, contiguous; key j is the row of d values of format f
+// at byte j*ldk of k, ldk >= f.RowBytes(d) (4d for float32, d/32·34 for
+// q8_0, d for fp8); S is m×n float32 with row stride lds >= n. Accum[f](o, ldo, p,
 // ldp, m, v, ldv, n, d) adds
 //
 //	o[r*ldo+c] += Σ_{j<n} p[r*ldp+j]·V[j][c]  for r < m, c < d
@@ -52,60 +49,59 @@ import "fmt"
 // (its bytes beyond a multiple of 4 ignored): a plain read of b at full
 // vector width, the yardstick of the kernels' memory bandwidth.
 type Decode struct {
-	// Name is "avx512", "avx2" or "generic" (the names of the family
-	// "decode" in FLASHATTN_KERNEL).
+	// Name is "avx512", "avx2", "neon" or "generic" (the names of the
+	// family "decode" in FLASHATTN_KERNEL).
 	Name string
 
-	// ScoresF32 … ScoresQ4 compute S = Q·Kᵀ for a float32, bfloat16
-	// (uint16 words), fp16 (uint16 words), q8_0 (bytes, q8.go) or q4_0
-	// (bytes, q4.go) key cache.
-	ScoresF32  func(s []float32, lds int, q []float32, m int, k []float32, ldk, n, d int)
-	ScoresBF16 func(s []float32, lds int, q []float32, m int, k []uint16, ldk, n, d int)
-	ScoresF16  func(s []float32, lds int, q []float32, m int, k []uint16, ldk, n, d int)
-	ScoresQ8   func(s []float32, lds int, q []float32, m int, k []byte, ldk, n, d int)
-	ScoresQ4   func(s []float32, lds int, q []float32, m int, k []byte, ldk, n, d int)
+	// Scores[f] computes S = Q·Kᵀ for a key cache of format f, Accum[f]
+	// adds P·V to O for a value cache of format f (see Format: float32,
+	// bfloat16, fp16, q8_0, q4_0, fp8 e4m3fn and e5m2). The cache is
+	// bytes, ldk and ldv in bytes (whole units of the format: multiples
+	// of 4 for float32, 2 for the 16-bit formats), rows of
+	// f.RowBytes(d) bytes, d a multiple of f.Block(). The fp8 kernels
+	// read the stored values (no per-tensor scale: the caller folds it
+	// into S and P).
+	Scores [NumFormats]ScoresFunc
+	Accum  [NumFormats]AccumFunc
 
-	// AccumF32 … AccumQ4 add P·V to O for a value cache of the same types.
-	AccumF32  func(o []float32, ldo int, p []float32, ldp, m int, v []float32, ldv, n, d int)
-	AccumBF16 func(o []float32, ldo int, p []float32, ldp, m int, v []uint16, ldv, n, d int)
-	AccumF16  func(o []float32, ldo int, p []float32, ldp, m int, v []uint16, ldv, n, d int)
-	AccumQ8   func(o []float32, ldo int, p []float32, ldp, m int, v []byte, ldv, n, d int)
-	AccumQ4   func(o []float32, ldo int, p []float32, ldp, m int, v []byte, ldv, n, d int)
-
-	// ScoresF32Heads … ScoresQ4Heads and AccumF32Heads … AccumQ4Heads
-	// are the multi-head forms of Scores<T> and Accum<T> for one query
-	// row per KV head (multi-head attention decoding): for h < heads,
+	// ScoresHeads[f] and AccumHeads[f] are the multi-head forms of
+	// Scores[f] and Accum[f] for one query row per KV head (multi-head
+	// attention decoding): for h < heads,
 	//
 	//	s[h*lds+j] = Σ_{p<d} q[h*d+p]·K_h[j][p]              j < n
 	//	o[h*ldo+c] += Σ_{j<n} p[h*ldp+j]·V_h[j][c]           c < d
 	//
-	// where K_h[j] (V_h[j]) is the row of d values at k[j*ldk+h*hs:]
-	// (v[j*ldv+h*hs:]): hs is the head stride, in the units of ldk
-	// (elements; bytes for q8_0 and q4_0). The results are bit for bit
-	// those of Scores<T>(s[h*lds:], lds, q[h*d:], 1, k[h*hs:], ldk, n, d)
-	// and Accum<T>(o[h*ldo:], ldo, p[h*ldp:], ldp, 1, v[h*hs:], ldv, n, d)
-	// for each h. When the heads of a key lie side by side (ldk ==
-	// heads·hs, the [seq, heads, dim] layout) and d is a multiple of 16,
-	// the assembly reads the cache once in address order, every head of a
-	// key before the next key, instead of one strided pass per head, which
-	// reads a fraction of every DRAM page at a time (measured on Zen 4, 8
-	// heads of d = 64 in float32: 0.66 of ReadSum's bandwidth by head,
-	// about 1 with the heads' rows contiguous). Otherwise they call the
-	// one-head kernels head by head. They allocate nothing.
-	ScoresF32Heads  func(s []float32, lds int, q []float32, heads int, k []float32, ldk, hs, n, d int)
-	ScoresBF16Heads func(s []float32, lds int, q []float32, heads int, k []uint16, ldk, hs, n, d int)
-	ScoresF16Heads  func(s []float32, lds int, q []float32, heads int, k []uint16, ldk, hs, n, d int)
-	ScoresQ8Heads   func(s []float32, lds int, q []float32, heads int, k []byte, ldk, hs, n, d int)
-	ScoresQ4Heads   func(s []float32, lds int, q []float32, heads int, k []byte, ldk, hs, n, d int)
-	AccumF32Heads   func(o []float32, ldo int, p []float32, ldp, heads int, v []float32, ldv, hs, n, d int)
-	AccumBF16Heads  func(o []float32, ldo int, p []float32, ldp, heads int, v []uint16, ldv, hs, n, d int)
-	AccumF16Heads   func(o []float32, ldo int, p []float32, ldp, heads int, v []uint16, ldv, hs, n, d int)
-	AccumQ8Heads    func(o []float32, ldo int, p []float32, ldp, heads int, v []byte, ldv, hs, n, d int)
-	AccumQ4Heads    func(o []float32, ldo int, p []float32, ldp, heads int, v []byte, ldv, hs, n, d int)
+	// where K_h[j] (V_h[j]) is the row of d values at byte j*ldk+h*hs of
+	// k (j*ldv+h*hs of v): hs is the head stride in bytes. The results
+	// are bit for bit those of Scores[f](s[h*lds:], lds, q[h*d:], 1,
+	// k[h*hs:], ldk, n, d) and Accum[f](o[h*ldo:], ldo, p[h*ldp:], ldp,
+	// 1, v[h*hs:], ldv, n, d) for each h. When the heads of a key lie side
+	// by side (ldk == heads·hs, the [seq, heads, dim] layout) and d is a
+	// multiple of 16, the amd64 assembly reads the cache once in address
+	// order, every head of a key before the next key, instead of one
+	// strided pass per head, which reads a fraction of every DRAM page at
+	// a time (measured on Zen 4, 8 heads of d = 64 in float32: 0.66 of
+	// ReadSum's bandwidth by head, about 1 with the heads' rows
+	// contiguous). Otherwise they call the one-head kernels head by head.
+	// They allocate nothing.
+	ScoresHeads [NumFormats]ScoresHeadsFunc
+	AccumHeads  [NumFormats]AccumHeadsFunc
 
 	// ReadSum is the read-bandwidth yardstick (see above).
 	ReadSum func(b []byte) uint32
 }
+
+// ScoresFunc is the signature of Decode.Scores (see Decode).
+type ScoresFunc func(s []float32, lds int, q []float32, m int, k []byte, ldk, n, d int)
+
+// AccumFunc is the signature of Decode.Accum.
+type AccumFunc func(o []float32, ldo int, p []float32, ldp, m int, v []byte, ldv, n, d int)
+
+// ScoresHeadsFunc is the signature of Decode.ScoresHeads.
+type ScoresHeadsFunc func(s []float32, lds int, q []float32, heads int, k []byte, ldk, hs, n, d int)
+
+// AccumHeadsFunc is the signature of Decode.AccumHeads.
+type AccumHeadsFunc func(o []float32, ldo int, p []float32, ldp, heads int, v []byte, ldv, hs, n, d int)
 
 // checkHeads panics unless the arguments of a multi-head call are
 // consistent: out is heads×outCols with stride ldOut, in heads×inCols
@@ -145,26 +141,4 @@ func checkScores(name string, s []float32, lds int, q []float32, m, cacheLen, ld
 
 func checkAccum(name string, o []float32, ldo int, p []float32, ldp, m, cacheLen, ldv, n, d, rowLen int) {
 	checkDecode(name, m, n, d, o, d, ldo, p, n, ldp, cacheLen, rowLen, ldv)
-}
-
-// cacheFormat describes how a cache type stores a row of d values: rows
-// of rowLen(d) units of its slice (elements, or bytes for the block
-// formats), d a multiple of block.
-type cacheFormat struct {
-	name   string // "", "q8_0" or "q4_0"
-	block  int    // 1, or Q8Block = Q4Block
-	rowLen func(d int) int
-}
-
-var (
-	formatElem = cacheFormat{block: 1, rowLen: func(d int) int { return d }}
-	formatQ8   = cacheFormat{name: "q8_0", block: Q8Block, rowLen: Q8RowBytes}
-	formatQ4   = cacheFormat{name: "q4_0", block: Q4Block, rowLen: Q4RowBytes}
-)
-
-// checkDim panics unless d is a multiple of the format's block.
-func (f cacheFormat) checkDim(name string, d int) {
-	if d%f.block != 0 {
-		bad(fmt.Sprintf("%s: %s head dimension not a multiple of %d", name, f.name, f.block))
-	}
 }

@@ -83,6 +83,72 @@ DATA decodeq4tab<>+120(SB)/4, $0x0000000f
 DATA decodeq4tab<>+124(SB)/4, $0x0000000f
 GLOBL decodeq4tab<>(SB), RODATA|NOPTR, $128
 
+DATA decodefp8tab<>+0(SB)/2, $0xbfff
+DATA decodefp8tab<>+2(SB)/2, $0xbfff
+DATA decodefp8tab<>+4(SB)/2, $0xbfff
+DATA decodefp8tab<>+6(SB)/2, $0xbfff
+DATA decodefp8tab<>+8(SB)/2, $0xbfff
+DATA decodefp8tab<>+10(SB)/2, $0xbfff
+DATA decodefp8tab<>+12(SB)/2, $0xbfff
+DATA decodefp8tab<>+14(SB)/2, $0xbfff
+DATA decodefp8tab<>+16(SB)/2, $0xbfff
+DATA decodefp8tab<>+18(SB)/2, $0xbfff
+DATA decodefp8tab<>+20(SB)/2, $0xbfff
+DATA decodefp8tab<>+22(SB)/2, $0xbfff
+DATA decodefp8tab<>+24(SB)/2, $0xbfff
+DATA decodefp8tab<>+26(SB)/2, $0xbfff
+DATA decodefp8tab<>+28(SB)/2, $0xbfff
+DATA decodefp8tab<>+30(SB)/2, $0xbfff
+DATA decodefp8tab<>+32(SB)/2, $0x7f00
+DATA decodefp8tab<>+34(SB)/2, $0x7f00
+DATA decodefp8tab<>+36(SB)/2, $0x7f00
+DATA decodefp8tab<>+38(SB)/2, $0x7f00
+DATA decodefp8tab<>+40(SB)/2, $0x7f00
+DATA decodefp8tab<>+42(SB)/2, $0x7f00
+DATA decodefp8tab<>+44(SB)/2, $0x7f00
+DATA decodefp8tab<>+46(SB)/2, $0x7f00
+DATA decodefp8tab<>+48(SB)/2, $0x7f00
+DATA decodefp8tab<>+50(SB)/2, $0x7f00
+DATA decodefp8tab<>+52(SB)/2, $0x7f00
+DATA decodefp8tab<>+54(SB)/2, $0x7f00
+DATA decodefp8tab<>+56(SB)/2, $0x7f00
+DATA decodefp8tab<>+58(SB)/2, $0x7f00
+DATA decodefp8tab<>+60(SB)/2, $0x7f00
+DATA decodefp8tab<>+62(SB)/2, $0x7f00
+DATA decodefp8tab<>+64(SB)/2, $0xffff
+DATA decodefp8tab<>+66(SB)/2, $0xffff
+DATA decodefp8tab<>+68(SB)/2, $0xffff
+DATA decodefp8tab<>+70(SB)/2, $0xffff
+DATA decodefp8tab<>+72(SB)/2, $0xffff
+DATA decodefp8tab<>+74(SB)/2, $0xffff
+DATA decodefp8tab<>+76(SB)/2, $0xffff
+DATA decodefp8tab<>+78(SB)/2, $0xffff
+DATA decodefp8tab<>+80(SB)/2, $0xffff
+DATA decodefp8tab<>+82(SB)/2, $0xffff
+DATA decodefp8tab<>+84(SB)/2, $0xffff
+DATA decodefp8tab<>+86(SB)/2, $0xffff
+DATA decodefp8tab<>+88(SB)/2, $0xffff
+DATA decodefp8tab<>+90(SB)/2, $0xffff
+DATA decodefp8tab<>+92(SB)/2, $0xffff
+DATA decodefp8tab<>+94(SB)/2, $0xffff
+DATA decodefp8tab<>+96(SB)/4, $0x43800000
+DATA decodefp8tab<>+100(SB)/4, $0x43800000
+DATA decodefp8tab<>+104(SB)/4, $0x43800000
+DATA decodefp8tab<>+108(SB)/4, $0x43800000
+DATA decodefp8tab<>+112(SB)/4, $0x43800000
+DATA decodefp8tab<>+116(SB)/4, $0x43800000
+DATA decodefp8tab<>+120(SB)/4, $0x43800000
+DATA decodefp8tab<>+124(SB)/4, $0x43800000
+DATA decodefp8tab<>+128(SB)/4, $0x43800000
+DATA decodefp8tab<>+132(SB)/4, $0x43800000
+DATA decodefp8tab<>+136(SB)/4, $0x43800000
+DATA decodefp8tab<>+140(SB)/4, $0x43800000
+DATA decodefp8tab<>+144(SB)/4, $0x43800000
+DATA decodefp8tab<>+148(SB)/4, $0x43800000
+DATA decodefp8tab<>+152(SB)/4, $0x43800000
+DATA decodefp8tab<>+156(SB)/4, $0x43800000
+GLOBL decodefp8tab<>(SB), RODATA|NOPTR, $160
+
 // func scoresF32M1AVX512(s []float32, lds int, q []float32, k []float32, ldk int, n int, d int)
 // Requires: AVX, AVX512DQ, AVX512F, MMX+
 TEXT ·scoresF32M1AVX512(SB), NOSPLIT, $32-104
@@ -21484,6 +21550,10185 @@ store:
 	VZEROUPPER
 	RET
 
+// func scoresE4M3M1AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, MMX+
+TEXT ·scoresE4M3M1AVX512(SB), NOSPLIT, $32-104
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  k_base+56(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  n+88(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  d+96(FP), AX
+	MOVQ  AX, CX
+	SHRQ  $0x04, CX
+	MOVQ  CX, 24(SP)
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+main:
+	CMPQ   16(SP), $0x00000010
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   ldk+80(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   8(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	LEAQ   (BX)(AX*4), SI
+	LEAQ   (SI)(AX*4), DI
+	MOVQ   q_base+32(FP), R8
+	LEAQ   (DX), R9
+	MOVQ   ldk+80(FP), R10
+	SHLQ   $0x06, R10
+	MOVQ   24(SP), R11
+	TESTQ  R11, R11
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R9)(R10*1)
+	VPMOVSXBW   (R9), Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS (R8), Z16, Z0
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000010, R9
+	DECQ        R11
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVDQU8.Z  (R9), K1, X17
+	VPMOVSXBW   X17, Y17
+	VPSLLW      $0x07, Y17, Y17
+	VPANDD      decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW      $0x01, Y17, Y18
+	VPCMPEQW    decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS   Y17, Z17
+	VMULPS.BCST decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS Z16, Z17, Z0
+
+mainK0Done:
+	MOVQ  q_base+32(FP), R8
+	LEAQ  (DX)(AX*1), R9
+	MOVQ  ldk+80(FP), R10
+	SHLQ  $0x06, R10
+	MOVQ  24(SP), R11
+	TESTQ R11, R11
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (R9)(R10*1)
+	VPMOVSXBW   (R9), Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS (R8), Z16, Z1
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000010, R9
+	DECQ        R11
+	JNZ         mainK1Step
+
+mainK1Tail:
+	KORTESTW    K1, K1
+	JZ          mainK1Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVDQU8.Z  (R9), K1, X17
+	VPMOVSXBW   X17, Y17
+	VPSLLW      $0x07, Y17, Y17
+	VPANDD      decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW      $0x01, Y17, Y18
+	VPCMPEQW    decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS   Y17, Z17
+	VMULPS.BCST decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS Z16, Z17, Z1
+
+mainK1Done:
+	MOVQ  q_base+32(FP), R8
+	LEAQ  (DX)(AX*2), R9
+	MOVQ  ldk+80(FP), R10
+	SHLQ  $0x06, R10
+	MOVQ  24(SP), R11
+	TESTQ R11, R11
+	JZ    mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (R9)(R10*1)
+	VPMOVSXBW   (R9), Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS (R8), Z16, Z2
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000010, R9
+	DECQ        R11
+	JNZ         mainK2Step
+
+mainK2Tail:
+	KORTESTW    K1, K1
+	JZ          mainK2Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVDQU8.Z  (R9), K1, X17
+	VPMOVSXBW   X17, Y17
+	VPSLLW      $0x07, Y17, Y17
+	VPANDD      decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW      $0x01, Y17, Y18
+	VPCMPEQW    decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS   Y17, Z17
+	VMULPS.BCST decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS Z16, Z17, Z2
+
+mainK2Done:
+	MOVQ  q_base+32(FP), R8
+	LEAQ  (DX)(CX*1), DX
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (DX)(R9*1)
+	VPMOVSXBW   (DX), Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS (R8), Z16, Z3
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000010, DX
+	DECQ        R10
+	JNZ         mainK3Step
+
+mainK3Tail:
+	KORTESTW    K1, K1
+	JZ          mainK3Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVDQU8.Z  (DX), K1, X17
+	VPMOVSXBW   X17, Y17
+	VPSLLW      $0x07, Y17, Y17
+	VPANDD      decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW      $0x01, Y17, Y18
+	VPCMPEQW    decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS   Y17, Z17
+	VMULPS.BCST decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS Z16, Z17, Z3
+
+mainK3Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (R8)(R9*1)
+	VPMOVSXBW   (R8), Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS (DX), Z16, Z4
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, R8
+	DECQ        R10
+	JNZ         mainK4Step
+
+mainK4Tail:
+	KORTESTW    K1, K1
+	JZ          mainK4Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (R8), K1, X17
+	VPMOVSXBW   X17, Y17
+	VPSLLW      $0x07, Y17, Y17
+	VPANDD      decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW      $0x01, Y17, Y18
+	VPCMPEQW    decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS   Y17, Z17
+	VMULPS.BCST decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS Z16, Z17, Z4
+
+mainK4Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(AX*1), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK5Tail
+
+mainK5Step:
+	PREFETCHT1  (R8)(R9*1)
+	VPMOVSXBW   (R8), Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS (DX), Z16, Z5
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, R8
+	DECQ        R10
+	JNZ         mainK5Step
+
+mainK5Tail:
+	KORTESTW    K1, K1
+	JZ          mainK5Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (R8), K1, X17
+	VPMOVSXBW   X17, Y17
+	VPSLLW      $0x07, Y17, Y17
+	VPANDD      decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW      $0x01, Y17, Y18
+	VPCMPEQW    decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS   Y17, Z17
+	VMULPS.BCST decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS Z16, Z17, Z5
+
+mainK5Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(AX*2), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK6Tail
+
+mainK6Step:
+	PREFETCHT1  (R8)(R9*1)
+	VPMOVSXBW   (R8), Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS (DX), Z16, Z6
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, R8
+	DECQ        R10
+	JNZ         mainK6Step
+
+mainK6Tail:
+	KORTESTW    K1, K1
+	JZ          mainK6Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (R8), K1, X17
+	VPMOVSXBW   X17, Y17
+	VPSLLW      $0x07, Y17, Y17
+	VPANDD      decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW      $0x01, Y17, Y18
+	VPCMPEQW    decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS   Y17, Z17
+	VMULPS.BCST decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS Z16, Z17, Z6
+
+mainK6Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(CX*1), BX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK7Tail
+
+mainK7Step:
+	PREFETCHT1  (BX)(R8*1)
+	VPMOVSXBW   (BX), Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS (DX), Z16, Z7
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, BX
+	DECQ        R9
+	JNZ         mainK7Step
+
+mainK7Tail:
+	KORTESTW    K1, K1
+	JZ          mainK7Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (BX), K1, X17
+	VPMOVSXBW   X17, Y17
+	VPSLLW      $0x07, Y17, Y17
+	VPANDD      decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW      $0x01, Y17, Y18
+	VPCMPEQW    decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS   Y17, Z17
+	VMULPS.BCST decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS Z16, Z17, Z7
+
+mainK7Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (SI), BX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK8Tail
+
+mainK8Step:
+	PREFETCHT1  (BX)(R8*1)
+	VPMOVSXBW   (BX), Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS (DX), Z16, Z8
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, BX
+	DECQ        R9
+	JNZ         mainK8Step
+
+mainK8Tail:
+	KORTESTW    K1, K1
+	JZ          mainK8Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (BX), K1, X17
+	VPMOVSXBW   X17, Y17
+	VPSLLW      $0x07, Y17, Y17
+	VPANDD      decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW      $0x01, Y17, Y18
+	VPCMPEQW    decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS   Y17, Z17
+	VMULPS.BCST decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS Z16, Z17, Z8
+
+mainK8Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (SI)(AX*1), BX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK9Tail
+
+mainK9Step:
+	PREFETCHT1  (BX)(R8*1)
+	VPMOVSXBW   (BX), Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS (DX), Z16, Z9
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, BX
+	DECQ        R9
+	JNZ         mainK9Step
+
+mainK9Tail:
+	KORTESTW    K1, K1
+	JZ          mainK9Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (BX), K1, X17
+	VPMOVSXBW   X17, Y17
+	VPSLLW      $0x07, Y17, Y17
+	VPANDD      decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW      $0x01, Y17, Y18
+	VPCMPEQW    decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS   Y17, Z17
+	VMULPS.BCST decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS Z16, Z17, Z9
+
+mainK9Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (SI)(AX*2), BX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK10Tail
+
+mainK10Step:
+	PREFETCHT1  (BX)(R8*1)
+	VPMOVSXBW   (BX), Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS (DX), Z16, Z10
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, BX
+	DECQ        R9
+	JNZ         mainK10Step
+
+mainK10Tail:
+	KORTESTW    K1, K1
+	JZ          mainK10Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (BX), K1, X17
+	VPMOVSXBW   X17, Y17
+	VPSLLW      $0x07, Y17, Y17
+	VPANDD      decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW      $0x01, Y17, Y18
+	VPCMPEQW    decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS   Y17, Z17
+	VMULPS.BCST decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS Z16, Z17, Z10
+
+mainK10Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (SI)(CX*1), BX
+	MOVQ  ldk+80(FP), SI
+	SHLQ  $0x06, SI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK11Tail
+
+mainK11Step:
+	PREFETCHT1  (BX)(SI*1)
+	VPMOVSXBW   (BX), Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS (DX), Z16, Z11
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, BX
+	DECQ        R8
+	JNZ         mainK11Step
+
+mainK11Tail:
+	KORTESTW    K1, K1
+	JZ          mainK11Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (BX), K1, X17
+	VPMOVSXBW   X17, Y17
+	VPSLLW      $0x07, Y17, Y17
+	VPANDD      decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW      $0x01, Y17, Y18
+	VPCMPEQW    decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS   Y17, Z17
+	VMULPS.BCST decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS Z16, Z17, Z11
+
+mainK11Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (DI), BX
+	MOVQ  ldk+80(FP), SI
+	SHLQ  $0x06, SI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK12Tail
+
+mainK12Step:
+	PREFETCHT1  (BX)(SI*1)
+	VPMOVSXBW   (BX), Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS (DX), Z16, Z12
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, BX
+	DECQ        R8
+	JNZ         mainK12Step
+
+mainK12Tail:
+	KORTESTW    K1, K1
+	JZ          mainK12Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (BX), K1, X17
+	VPMOVSXBW   X17, Y17
+	VPSLLW      $0x07, Y17, Y17
+	VPANDD      decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW      $0x01, Y17, Y18
+	VPCMPEQW    decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS   Y17, Z17
+	VMULPS.BCST decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS Z16, Z17, Z12
+
+mainK12Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (DI)(AX*1), BX
+	MOVQ  ldk+80(FP), SI
+	SHLQ  $0x06, SI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK13Tail
+
+mainK13Step:
+	PREFETCHT1  (BX)(SI*1)
+	VPMOVSXBW   (BX), Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS (DX), Z16, Z13
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, BX
+	DECQ        R8
+	JNZ         mainK13Step
+
+mainK13Tail:
+	KORTESTW    K1, K1
+	JZ          mainK13Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (BX), K1, X17
+	VPMOVSXBW   X17, Y17
+	VPSLLW      $0x07, Y17, Y17
+	VPANDD      decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW      $0x01, Y17, Y18
+	VPCMPEQW    decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS   Y17, Z17
+	VMULPS.BCST decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS Z16, Z17, Z13
+
+mainK13Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (DI)(AX*2), AX
+	MOVQ  ldk+80(FP), BX
+	SHLQ  $0x06, BX
+	MOVQ  24(SP), SI
+	TESTQ SI, SI
+	JZ    mainK14Tail
+
+mainK14Step:
+	PREFETCHT1  (AX)(BX*1)
+	VPMOVSXBW   (AX), Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS (DX), Z16, Z14
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, AX
+	DECQ        SI
+	JNZ         mainK14Step
+
+mainK14Tail:
+	KORTESTW    K1, K1
+	JZ          mainK14Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (AX), K1, X17
+	VPMOVSXBW   X17, Y17
+	VPSLLW      $0x07, Y17, Y17
+	VPANDD      decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW      $0x01, Y17, Y18
+	VPCMPEQW    decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS   Y17, Z17
+	VMULPS.BCST decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS Z16, Z17, Z14
+
+mainK14Done:
+	MOVQ  q_base+32(FP), AX
+	LEAQ  (DI)(CX*1), CX
+	MOVQ  ldk+80(FP), DX
+	SHLQ  $0x06, DX
+	MOVQ  24(SP), BX
+	TESTQ BX, BX
+	JZ    mainK15Tail
+
+mainK15Step:
+	PREFETCHT1  (CX)(DX*1)
+	VPMOVSXBW   (CX), Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS (AX), Z16, Z15
+	ADDQ        $0x00000040, AX
+	ADDQ        $0x00000010, CX
+	DECQ        BX
+	JNZ         mainK15Step
+
+mainK15Tail:
+	KORTESTW    K1, K1
+	JZ          mainK15Done
+	VMOVUPS.Z   (AX), K1, Z16
+	VMOVDQU8.Z  (CX), K1, X17
+	VPMOVSXBW   X17, Y17
+	VPSLLW      $0x07, Y17, Y17
+	VPANDD      decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW      $0x01, Y17, Y18
+	VPCMPEQW    decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS   Y17, Z17
+	VMULPS.BCST decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS Z16, Z17, Z15
+
+mainK15Done:
+	VSHUFF32X4 $0x44, Z4, Z0, Z16
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z16, Z16
+	VSHUFF32X4 $0x44, Z12, Z8, Z0
+	VSHUFF32X4 $0xee, Z12, Z8, Z4
+	VADDPS     Z4, Z0, Z0
+	VSHUFF32X4 $0x44, Z5, Z1, Z4
+	VSHUFF32X4 $0xee, Z5, Z1, Z1
+	VADDPS     Z1, Z4, Z4
+	VSHUFF32X4 $0x44, Z13, Z9, Z1
+	VSHUFF32X4 $0xee, Z13, Z9, Z5
+	VADDPS     Z5, Z1, Z1
+	VSHUFF32X4 $0x44, Z6, Z2, Z5
+	VSHUFF32X4 $0xee, Z6, Z2, Z2
+	VADDPS     Z2, Z5, Z5
+	VSHUFF32X4 $0x44, Z14, Z10, Z2
+	VSHUFF32X4 $0xee, Z14, Z10, Z6
+	VADDPS     Z6, Z2, Z2
+	VSHUFF32X4 $0x44, Z7, Z3, Z6
+	VSHUFF32X4 $0xee, Z7, Z3, Z3
+	VADDPS     Z3, Z6, Z6
+	VSHUFF32X4 $0x44, Z15, Z11, Z3
+	VSHUFF32X4 $0xee, Z15, Z11, Z7
+	VADDPS     Z7, Z3, Z3
+	VSHUFF32X4 $0x88, Z0, Z16, Z7
+	VSHUFF32X4 $0xdd, Z0, Z16, Z0
+	VADDPS     Z0, Z7, Z7
+	VSHUFF32X4 $0x88, Z1, Z4, Z0
+	VSHUFF32X4 $0xdd, Z1, Z4, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z5, Z1
+	VSHUFF32X4 $0xdd, Z2, Z5, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x88, Z3, Z6, Z2
+	VSHUFF32X4 $0xdd, Z3, Z6, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z0, Z7, Z3
+	VSHUFPS    $0xee, Z0, Z7, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z2, Z1, Z0
+	VSHUFPS    $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z0, Z3, Z1
+	VSHUFPS    $0xdd, Z0, Z3, Z0
+	VADDPS     Z0, Z1, Z1
+	MOVQ       (SP), AX
+	VMOVUPS    Z1, (AX)
+	ADDQ       $0x00000040, (SP)
+	MOVQ       8(SP), AX
+	MOVQ       ldk+80(FP), CX
+	SHLQ       $0x04, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 8(SP)
+	SUBQ       $0x00000010, 16(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	MOVQ   8(SP), AX
+	MOVQ   q_base+32(FP), CX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   24(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(DX*1)
+	VPMOVSXBW   (AX), Y1
+	VPSLLW      $0x07, Y1, Y1
+	VPANDD      decodefp8tab<>+0(SB), Y1, Y1
+	VPSLLW      $0x01, Y1, Y2
+	VPCMPEQW    decodefp8tab<>+32(SB), Y2, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y1
+	VCVTPH2PS   Y1, Z1
+	VMULPS.BCST decodefp8tab<>+96(SB), Z1, Z1
+	VFMADD231PS (CX), Z1, Z0
+	ADDQ        $0x00000040, CX
+	ADDQ        $0x00000010, AX
+	DECQ        BX
+	JNZ         restK0Step
+
+restK0Tail:
+	KORTESTW    K1, K1
+	JZ          restK0Done
+	VMOVUPS.Z   (CX), K1, Z1
+	VMOVDQU8.Z  (AX), K1, X2
+	VPMOVSXBW   X2, Y2
+	VPSLLW      $0x07, Y2, Y2
+	VPANDD      decodefp8tab<>+0(SB), Y2, Y2
+	VPSLLW      $0x01, Y2, Y3
+	VPCMPEQW    decodefp8tab<>+32(SB), Y3, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y2
+	VCVTPH2PS   Y2, Z2
+	VMULPS.BCST decodefp8tab<>+96(SB), Z2, Z2
+	VFMADD231PS Z1, Z2, Z0
+
+restK0Done:
+	VXORPS     Z1, Z1, Z1
+	VSHUFF32X4 $0x44, Z1, Z0, Z2
+	VSHUFF32X4 $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z2, Z2
+	VSHUFF32X4 $0x88, Z1, Z2, Z0
+	VSHUFF32X4 $0xdd, Z1, Z2, Z2
+	VADDPS     Z2, Z0, Z0
+	VSHUFPS    $0x44, Z1, Z0, Z2
+	VSHUFPS    $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z2, Z2
+	VSHUFPS    $0x88, Z1, Z2, Z0
+	VSHUFPS    $0xdd, Z1, Z2, Z1
+	VADDPS     Z1, Z0, Z0
+	MOVQ       (SP), AX
+	VMOVSS     X0, (AX)
+	ADDQ       $0x00000004, (SP)
+	MOVQ       8(SP), AX
+	MOVQ       ldk+80(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 8(SP)
+	SUBQ       $0x00000001, 16(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresE4M3M2AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, MMX+
+TEXT ·scoresE4M3M2AVX512(SB), NOSPLIT, $32-104
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  k_base+56(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  n+88(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  d+96(FP), AX
+	MOVQ  AX, CX
+	SHRQ  $0x04, CX
+	MOVQ  CX, 24(SP)
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+main:
+	CMPQ   16(SP), $0x00000008
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   ldk+80(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   8(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   d+96(FP), SI
+	SHLQ   $0x02, SI
+	MOVQ   q_base+32(FP), DI
+	LEAQ   (DX), R8
+	LEAQ   (DX)(AX*1), R9
+	LEAQ   (DX)(AX*2), R10
+	LEAQ   (DX)(CX*1), DX
+	MOVQ   ldk+80(FP), R11
+	SHLQ   $0x06, R11
+	MOVQ   24(SP), R12
+	TESTQ  R12, R12
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R8)(R11*1)
+	PREFETCHT1  (R9)(R11*1)
+	PREFETCHT1  (R10)(R11*1)
+	PREFETCHT1  (DX)(R11*1)
+	VMOVUPS     (DI), Z16
+	VMOVUPS     (DI)(SI*1), Z17
+	VPMOVSXBW   (R8), Y18
+	VPSLLW      $0x07, Y18, Y18
+	VPANDD      decodefp8tab<>+0(SB), Y18, Y18
+	VPSLLW      $0x01, Y18, Y19
+	VPCMPEQW    decodefp8tab<>+32(SB), Y19, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y18
+	VCVTPH2PS   Y18, Z18
+	VMULPS.BCST decodefp8tab<>+96(SB), Z18, Z18
+	VFMADD231PS Z16, Z18, Z0
+	VFMADD231PS Z17, Z18, Z8
+	VPMOVSXBW   (R9), Y18
+	VPSLLW      $0x07, Y18, Y18
+	VPANDD      decodefp8tab<>+0(SB), Y18, Y18
+	VPSLLW      $0x01, Y18, Y19
+	VPCMPEQW    decodefp8tab<>+32(SB), Y19, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y18
+	VCVTPH2PS   Y18, Z18
+	VMULPS.BCST decodefp8tab<>+96(SB), Z18, Z18
+	VFMADD231PS Z16, Z18, Z1
+	VFMADD231PS Z17, Z18, Z9
+	VPMOVSXBW   (R10), Y18
+	VPSLLW      $0x07, Y18, Y18
+	VPANDD      decodefp8tab<>+0(SB), Y18, Y18
+	VPSLLW      $0x01, Y18, Y19
+	VPCMPEQW    decodefp8tab<>+32(SB), Y19, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y18
+	VCVTPH2PS   Y18, Z18
+	VMULPS.BCST decodefp8tab<>+96(SB), Z18, Z18
+	VFMADD231PS Z16, Z18, Z2
+	VFMADD231PS Z17, Z18, Z10
+	VPMOVSXBW   (DX), Y18
+	VPSLLW      $0x07, Y18, Y18
+	VPANDD      decodefp8tab<>+0(SB), Y18, Y18
+	VPSLLW      $0x01, Y18, Y19
+	VPCMPEQW    decodefp8tab<>+32(SB), Y19, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y18
+	VCVTPH2PS   Y18, Z18
+	VMULPS.BCST decodefp8tab<>+96(SB), Z18, Z18
+	VFMADD231PS Z16, Z18, Z3
+	VFMADD231PS Z17, Z18, Z11
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000010, R8
+	ADDQ        $0x00000010, R9
+	ADDQ        $0x00000010, R10
+	ADDQ        $0x00000010, DX
+	DECQ        R12
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVUPS.Z   (DI), K1, Z16
+	VMOVUPS.Z   (DI)(SI*1), K1, Z17
+	VMOVDQU8.Z  (R8), K1, X18
+	VPMOVSXBW   X18, Y18
+	VPSLLW      $0x07, Y18, Y18
+	VPANDD      decodefp8tab<>+0(SB), Y18, Y18
+	VPSLLW      $0x01, Y18, Y19
+	VPCMPEQW    decodefp8tab<>+32(SB), Y19, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y18
+	VCVTPH2PS   Y18, Z18
+	VMULPS.BCST decodefp8tab<>+96(SB), Z18, Z18
+	VFMADD231PS Z16, Z18, Z0
+	VFMADD231PS Z17, Z18, Z8
+	VMOVDQU8.Z  (R9), K1, X18
+	VPMOVSXBW   X18, Y18
+	VPSLLW      $0x07, Y18, Y18
+	VPANDD      decodefp8tab<>+0(SB), Y18, Y18
+	VPSLLW      $0x01, Y18, Y19
+	VPCMPEQW    decodefp8tab<>+32(SB), Y19, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y18
+	VCVTPH2PS   Y18, Z18
+	VMULPS.BCST decodefp8tab<>+96(SB), Z18, Z18
+	VFMADD231PS Z16, Z18, Z1
+	VFMADD231PS Z17, Z18, Z9
+	VMOVDQU8.Z  (R10), K1, X18
+	VPMOVSXBW   X18, Y18
+	VPSLLW      $0x07, Y18, Y18
+	VPANDD      decodefp8tab<>+0(SB), Y18, Y18
+	VPSLLW      $0x01, Y18, Y19
+	VPCMPEQW    decodefp8tab<>+32(SB), Y19, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y18
+	VCVTPH2PS   Y18, Z18
+	VMULPS.BCST decodefp8tab<>+96(SB), Z18, Z18
+	VFMADD231PS Z16, Z18, Z2
+	VFMADD231PS Z17, Z18, Z10
+	VMOVDQU8.Z  (DX), K1, X18
+	VPMOVSXBW   X18, Y18
+	VPSLLW      $0x07, Y18, Y18
+	VPANDD      decodefp8tab<>+0(SB), Y18, Y18
+	VPSLLW      $0x01, Y18, Y19
+	VPCMPEQW    decodefp8tab<>+32(SB), Y19, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y18
+	VCVTPH2PS   Y18, Z18
+	VMULPS.BCST decodefp8tab<>+96(SB), Z18, Z18
+	VFMADD231PS Z16, Z18, Z3
+	VFMADD231PS Z17, Z18, Z11
+
+mainK0Done:
+	MOVQ  d+96(FP), DX
+	SHLQ  $0x02, DX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (BX), DI
+	LEAQ  (BX)(AX*1), R8
+	LEAQ  (BX)(AX*2), AX
+	LEAQ  (BX)(CX*1), CX
+	MOVQ  ldk+80(FP), BX
+	SHLQ  $0x06, BX
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (DI)(BX*1)
+	PREFETCHT1  (R8)(BX*1)
+	PREFETCHT1  (AX)(BX*1)
+	PREFETCHT1  (CX)(BX*1)
+	VMOVUPS     (SI), Z16
+	VMOVUPS     (SI)(DX*1), Z17
+	VPMOVSXBW   (DI), Y18
+	VPSLLW      $0x07, Y18, Y18
+	VPANDD      decodefp8tab<>+0(SB), Y18, Y18
+	VPSLLW      $0x01, Y18, Y19
+	VPCMPEQW    decodefp8tab<>+32(SB), Y19, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y18
+	VCVTPH2PS   Y18, Z18
+	VMULPS.BCST decodefp8tab<>+96(SB), Z18, Z18
+	VFMADD231PS Z16, Z18, Z4
+	VFMADD231PS Z17, Z18, Z12
+	VPMOVSXBW   (R8), Y18
+	VPSLLW      $0x07, Y18, Y18
+	VPANDD      decodefp8tab<>+0(SB), Y18, Y18
+	VPSLLW      $0x01, Y18, Y19
+	VPCMPEQW    decodefp8tab<>+32(SB), Y19, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y18
+	VCVTPH2PS   Y18, Z18
+	VMULPS.BCST decodefp8tab<>+96(SB), Z18, Z18
+	VFMADD231PS Z16, Z18, Z5
+	VFMADD231PS Z17, Z18, Z13
+	VPMOVSXBW   (AX), Y18
+	VPSLLW      $0x07, Y18, Y18
+	VPANDD      decodefp8tab<>+0(SB), Y18, Y18
+	VPSLLW      $0x01, Y18, Y19
+	VPCMPEQW    decodefp8tab<>+32(SB), Y19, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y18
+	VCVTPH2PS   Y18, Z18
+	VMULPS.BCST decodefp8tab<>+96(SB), Z18, Z18
+	VFMADD231PS Z16, Z18, Z6
+	VFMADD231PS Z17, Z18, Z14
+	VPMOVSXBW   (CX), Y18
+	VPSLLW      $0x07, Y18, Y18
+	VPANDD      decodefp8tab<>+0(SB), Y18, Y18
+	VPSLLW      $0x01, Y18, Y19
+	VPCMPEQW    decodefp8tab<>+32(SB), Y19, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y18
+	VCVTPH2PS   Y18, Z18
+	VMULPS.BCST decodefp8tab<>+96(SB), Z18, Z18
+	VFMADD231PS Z16, Z18, Z7
+	VFMADD231PS Z17, Z18, Z15
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000010, DI
+	ADDQ        $0x00000010, R8
+	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, CX
+	DECQ        R9
+	JNZ         mainK4Step
+
+mainK4Tail:
+	KORTESTW    K1, K1
+	JZ          mainK4Done
+	VMOVUPS.Z   (SI), K1, Z16
+	VMOVUPS.Z   (SI)(DX*1), K1, Z17
+	VMOVDQU8.Z  (DI), K1, X18
+	VPMOVSXBW   X18, Y18
+	VPSLLW      $0x07, Y18, Y18
+	VPANDD      decodefp8tab<>+0(SB), Y18, Y18
+	VPSLLW      $0x01, Y18, Y19
+	VPCMPEQW    decodefp8tab<>+32(SB), Y19, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y18
+	VCVTPH2PS   Y18, Z18
+	VMULPS.BCST decodefp8tab<>+96(SB), Z18, Z18
+	VFMADD231PS Z16, Z18, Z4
+	VFMADD231PS Z17, Z18, Z12
+	VMOVDQU8.Z  (R8), K1, X18
+	VPMOVSXBW   X18, Y18
+	VPSLLW      $0x07, Y18, Y18
+	VPANDD      decodefp8tab<>+0(SB), Y18, Y18
+	VPSLLW      $0x01, Y18, Y19
+	VPCMPEQW    decodefp8tab<>+32(SB), Y19, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y18
+	VCVTPH2PS   Y18, Z18
+	VMULPS.BCST decodefp8tab<>+96(SB), Z18, Z18
+	VFMADD231PS Z16, Z18, Z5
+	VFMADD231PS Z17, Z18, Z13
+	VMOVDQU8.Z  (AX), K1, X18
+	VPMOVSXBW   X18, Y18
+	VPSLLW      $0x07, Y18, Y18
+	VPANDD      decodefp8tab<>+0(SB), Y18, Y18
+	VPSLLW      $0x01, Y18, Y19
+	VPCMPEQW    decodefp8tab<>+32(SB), Y19, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y18
+	VCVTPH2PS   Y18, Z18
+	VMULPS.BCST decodefp8tab<>+96(SB), Z18, Z18
+	VFMADD231PS Z16, Z18, Z6
+	VFMADD231PS Z17, Z18, Z14
+	VMOVDQU8.Z  (CX), K1, X18
+	VPMOVSXBW   X18, Y18
+	VPSLLW      $0x07, Y18, Y18
+	VPANDD      decodefp8tab<>+0(SB), Y18, Y18
+	VPSLLW      $0x01, Y18, Y19
+	VPCMPEQW    decodefp8tab<>+32(SB), Y19, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y18
+	VCVTPH2PS   Y18, Z18
+	VMULPS.BCST decodefp8tab<>+96(SB), Z18, Z18
+	VFMADD231PS Z16, Z18, Z7
+	VFMADD231PS Z17, Z18, Z15
+
+mainK4Done:
+	VSHUFF32X4    $0x44, Z4, Z0, Z16
+	VSHUFF32X4    $0xee, Z4, Z0, Z0
+	VADDPS        Z0, Z16, Z16
+	VSHUFF32X4    $0x44, Z12, Z8, Z0
+	VSHUFF32X4    $0xee, Z12, Z8, Z4
+	VADDPS        Z4, Z0, Z0
+	VSHUFF32X4    $0x44, Z5, Z1, Z4
+	VSHUFF32X4    $0xee, Z5, Z1, Z1
+	VADDPS        Z1, Z4, Z4
+	VSHUFF32X4    $0x44, Z13, Z9, Z1
+	VSHUFF32X4    $0xee, Z13, Z9, Z5
+	VADDPS        Z5, Z1, Z1
+	VSHUFF32X4    $0x44, Z6, Z2, Z5
+	VSHUFF32X4    $0xee, Z6, Z2, Z2
+	VADDPS        Z2, Z5, Z5
+	VSHUFF32X4    $0x44, Z14, Z10, Z2
+	VSHUFF32X4    $0xee, Z14, Z10, Z6
+	VADDPS        Z6, Z2, Z2
+	VSHUFF32X4    $0x44, Z7, Z3, Z6
+	VSHUFF32X4    $0xee, Z7, Z3, Z3
+	VADDPS        Z3, Z6, Z6
+	VSHUFF32X4    $0x44, Z15, Z11, Z3
+	VSHUFF32X4    $0xee, Z15, Z11, Z7
+	VADDPS        Z7, Z3, Z3
+	VSHUFF32X4    $0x88, Z0, Z16, Z7
+	VSHUFF32X4    $0xdd, Z0, Z16, Z0
+	VADDPS        Z0, Z7, Z7
+	VSHUFF32X4    $0x88, Z1, Z4, Z0
+	VSHUFF32X4    $0xdd, Z1, Z4, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFF32X4    $0x88, Z2, Z5, Z1
+	VSHUFF32X4    $0xdd, Z2, Z5, Z2
+	VADDPS        Z2, Z1, Z1
+	VSHUFF32X4    $0x88, Z3, Z6, Z2
+	VSHUFF32X4    $0xdd, Z3, Z6, Z3
+	VADDPS        Z3, Z2, Z2
+	VSHUFPS       $0x44, Z0, Z7, Z3
+	VSHUFPS       $0xee, Z0, Z7, Z0
+	VADDPS        Z0, Z3, Z3
+	VSHUFPS       $0x44, Z2, Z1, Z0
+	VSHUFPS       $0xee, Z2, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z3, Z1
+	VSHUFPS       $0xdd, Z0, Z3, Z0
+	VADDPS        Z0, Z1, Z1
+	MOVQ          (SP), AX
+	MOVQ          lds+24(FP), CX
+	SHLQ          $0x02, CX
+	VMOVUPS       Y1, (AX)
+	VEXTRACTF64X4 $0x01, Z1, (AX)(CX*1)
+	ADDQ          $0x00000020, (SP)
+	MOVQ          8(SP), AX
+	MOVQ          ldk+80(FP), CX
+	SHLQ          $0x03, CX
+	ADDQ          CX, AX
+	MOVQ          AX, 8(SP)
+	SUBQ          $0x00000008, 16(SP)
+	JMP           main
+
+mainEnd:
+rest:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	MOVQ   q_base+32(FP), DX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), BX
+	SHLQ   $0x06, BX
+	MOVQ   24(SP), SI
+	TESTQ  SI, SI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(BX*1)
+	VPMOVSXBW   (AX), Y2
+	VPSLLW      $0x07, Y2, Y2
+	VPANDD      decodefp8tab<>+0(SB), Y2, Y2
+	VPSLLW      $0x01, Y2, Y3
+	VPCMPEQW    decodefp8tab<>+32(SB), Y3, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y2
+	VCVTPH2PS   Y2, Z2
+	VMULPS.BCST decodefp8tab<>+96(SB), Z2, Z2
+	VFMADD231PS (DX), Z2, Z0
+	VFMADD231PS (DX)(CX*1), Z2, Z1
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, AX
+	DECQ        SI
+	JNZ         restK0Step
+
+restK0Tail:
+	KORTESTW    K1, K1
+	JZ          restK0Done
+	VMOVUPS.Z   (DX), K1, Z2
+	VMOVUPS.Z   (DX)(CX*1), K1, Z3
+	VMOVDQU8.Z  (AX), K1, X4
+	VPMOVSXBW   X4, Y4
+	VPSLLW      $0x07, Y4, Y4
+	VPANDD      decodefp8tab<>+0(SB), Y4, Y4
+	VPSLLW      $0x01, Y4, Y5
+	VPCMPEQW    decodefp8tab<>+32(SB), Y5, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y4
+	VCVTPH2PS   Y4, Z4
+	VMULPS.BCST decodefp8tab<>+96(SB), Z4, Z4
+	VFMADD231PS Z2, Z4, Z0
+	VFMADD231PS Z3, Z4, Z1
+
+restK0Done:
+	VXORPS     Z2, Z2, Z2
+	VSHUFF32X4 $0x44, Z2, Z0, Z3
+	VSHUFF32X4 $0xee, Z2, Z0, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFF32X4 $0x44, Z2, Z1, Z0
+	VSHUFF32X4 $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z3, Z1
+	VSHUFF32X4 $0xdd, Z2, Z3, Z3
+	VADDPS     Z3, Z1, Z1
+	VSHUFF32X4 $0x88, Z2, Z0, Z3
+	VSHUFF32X4 $0xdd, Z2, Z0, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z3, Z1, Z0
+	VSHUFPS    $0xee, Z3, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z2, Z0, Z1
+	VSHUFPS    $0xdd, Z2, Z0, Z0
+	VADDPS     Z0, Z1, Z1
+	MOVQ       (SP), AX
+	MOVQ       lds+24(FP), CX
+	SHLQ       $0x02, CX
+	VMOVSS     X1, (AX)
+	VEXTRACTPS $0x01, X1, (AX)(CX*1)
+	ADDQ       $0x00000004, (SP)
+	MOVQ       8(SP), AX
+	MOVQ       ldk+80(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 8(SP)
+	SUBQ       $0x00000001, 16(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresE4M3M4AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, MMX+
+TEXT ·scoresE4M3M4AVX512(SB), NOSPLIT, $32-104
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  k_base+56(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  n+88(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  d+96(FP), AX
+	MOVQ  AX, CX
+	SHRQ  $0x04, CX
+	MOVQ  CX, 24(SP)
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+main:
+	CMPQ   16(SP), $0x00000004
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   ldk+80(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   8(SP), DX
+	MOVQ   d+96(FP), BX
+	SHLQ   $0x02, BX
+	LEAQ   (BX)(BX*2), SI
+	MOVQ   q_base+32(FP), DI
+	LEAQ   (DX), R8
+	LEAQ   (DX)(AX*1), R9
+	LEAQ   (DX)(AX*2), AX
+	LEAQ   (DX)(CX*1), CX
+	MOVQ   ldk+80(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   24(SP), R10
+	TESTQ  R10, R10
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R8)(DX*1)
+	PREFETCHT1  (R9)(DX*1)
+	PREFETCHT1  (AX)(DX*1)
+	PREFETCHT1  (CX)(DX*1)
+	VMOVUPS     (DI), Z16
+	VMOVUPS     (DI)(BX*1), Z17
+	VMOVUPS     (DI)(BX*2), Z18
+	VMOVUPS     (DI)(SI*1), Z19
+	VPMOVSXBW   (R8), Y20
+	VPSLLW      $0x07, Y20, Y20
+	VPANDD      decodefp8tab<>+0(SB), Y20, Y20
+	VPSLLW      $0x01, Y20, Y21
+	VPCMPEQW    decodefp8tab<>+32(SB), Y21, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y20
+	VCVTPH2PS   Y20, Z20
+	VMULPS.BCST decodefp8tab<>+96(SB), Z20, Z20
+	VFMADD231PS Z16, Z20, Z0
+	VFMADD231PS Z17, Z20, Z4
+	VFMADD231PS Z18, Z20, Z8
+	VFMADD231PS Z19, Z20, Z12
+	VPMOVSXBW   (R9), Y20
+	VPSLLW      $0x07, Y20, Y20
+	VPANDD      decodefp8tab<>+0(SB), Y20, Y20
+	VPSLLW      $0x01, Y20, Y21
+	VPCMPEQW    decodefp8tab<>+32(SB), Y21, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y20
+	VCVTPH2PS   Y20, Z20
+	VMULPS.BCST decodefp8tab<>+96(SB), Z20, Z20
+	VFMADD231PS Z16, Z20, Z1
+	VFMADD231PS Z17, Z20, Z5
+	VFMADD231PS Z18, Z20, Z9
+	VFMADD231PS Z19, Z20, Z13
+	VPMOVSXBW   (AX), Y20
+	VPSLLW      $0x07, Y20, Y20
+	VPANDD      decodefp8tab<>+0(SB), Y20, Y20
+	VPSLLW      $0x01, Y20, Y21
+	VPCMPEQW    decodefp8tab<>+32(SB), Y21, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y20
+	VCVTPH2PS   Y20, Z20
+	VMULPS.BCST decodefp8tab<>+96(SB), Z20, Z20
+	VFMADD231PS Z16, Z20, Z2
+	VFMADD231PS Z17, Z20, Z6
+	VFMADD231PS Z18, Z20, Z10
+	VFMADD231PS Z19, Z20, Z14
+	VPMOVSXBW   (CX), Y20
+	VPSLLW      $0x07, Y20, Y20
+	VPANDD      decodefp8tab<>+0(SB), Y20, Y20
+	VPSLLW      $0x01, Y20, Y21
+	VPCMPEQW    decodefp8tab<>+32(SB), Y21, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y20
+	VCVTPH2PS   Y20, Z20
+	VMULPS.BCST decodefp8tab<>+96(SB), Z20, Z20
+	VFMADD231PS Z16, Z20, Z3
+	VFMADD231PS Z17, Z20, Z7
+	VFMADD231PS Z18, Z20, Z11
+	VFMADD231PS Z19, Z20, Z15
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000010, R8
+	ADDQ        $0x00000010, R9
+	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, CX
+	DECQ        R10
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVUPS.Z   (DI), K1, Z16
+	VMOVUPS.Z   (DI)(BX*1), K1, Z17
+	VMOVUPS.Z   (DI)(BX*2), K1, Z18
+	VMOVUPS.Z   (DI)(SI*1), K1, Z19
+	VMOVDQU8.Z  (R8), K1, X20
+	VPMOVSXBW   X20, Y20
+	VPSLLW      $0x07, Y20, Y20
+	VPANDD      decodefp8tab<>+0(SB), Y20, Y20
+	VPSLLW      $0x01, Y20, Y21
+	VPCMPEQW    decodefp8tab<>+32(SB), Y21, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y20
+	VCVTPH2PS   Y20, Z20
+	VMULPS.BCST decodefp8tab<>+96(SB), Z20, Z20
+	VFMADD231PS Z16, Z20, Z0
+	VFMADD231PS Z17, Z20, Z4
+	VFMADD231PS Z18, Z20, Z8
+	VFMADD231PS Z19, Z20, Z12
+	VMOVDQU8.Z  (R9), K1, X20
+	VPMOVSXBW   X20, Y20
+	VPSLLW      $0x07, Y20, Y20
+	VPANDD      decodefp8tab<>+0(SB), Y20, Y20
+	VPSLLW      $0x01, Y20, Y21
+	VPCMPEQW    decodefp8tab<>+32(SB), Y21, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y20
+	VCVTPH2PS   Y20, Z20
+	VMULPS.BCST decodefp8tab<>+96(SB), Z20, Z20
+	VFMADD231PS Z16, Z20, Z1
+	VFMADD231PS Z17, Z20, Z5
+	VFMADD231PS Z18, Z20, Z9
+	VFMADD231PS Z19, Z20, Z13
+	VMOVDQU8.Z  (AX), K1, X20
+	VPMOVSXBW   X20, Y20
+	VPSLLW      $0x07, Y20, Y20
+	VPANDD      decodefp8tab<>+0(SB), Y20, Y20
+	VPSLLW      $0x01, Y20, Y21
+	VPCMPEQW    decodefp8tab<>+32(SB), Y21, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y20
+	VCVTPH2PS   Y20, Z20
+	VMULPS.BCST decodefp8tab<>+96(SB), Z20, Z20
+	VFMADD231PS Z16, Z20, Z2
+	VFMADD231PS Z17, Z20, Z6
+	VFMADD231PS Z18, Z20, Z10
+	VFMADD231PS Z19, Z20, Z14
+	VMOVDQU8.Z  (CX), K1, X20
+	VPMOVSXBW   X20, Y20
+	VPSLLW      $0x07, Y20, Y20
+	VPANDD      decodefp8tab<>+0(SB), Y20, Y20
+	VPSLLW      $0x01, Y20, Y21
+	VPCMPEQW    decodefp8tab<>+32(SB), Y21, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y20
+	VCVTPH2PS   Y20, Z20
+	VMULPS.BCST decodefp8tab<>+96(SB), Z20, Z20
+	VFMADD231PS Z16, Z20, Z3
+	VFMADD231PS Z17, Z20, Z7
+	VFMADD231PS Z18, Z20, Z11
+	VFMADD231PS Z19, Z20, Z15
+
+mainK0Done:
+	VSHUFF32X4    $0x44, Z4, Z0, Z16
+	VSHUFF32X4    $0xee, Z4, Z0, Z0
+	VADDPS        Z0, Z16, Z16
+	VSHUFF32X4    $0x44, Z12, Z8, Z0
+	VSHUFF32X4    $0xee, Z12, Z8, Z4
+	VADDPS        Z4, Z0, Z0
+	VSHUFF32X4    $0x44, Z5, Z1, Z4
+	VSHUFF32X4    $0xee, Z5, Z1, Z1
+	VADDPS        Z1, Z4, Z4
+	VSHUFF32X4    $0x44, Z13, Z9, Z1
+	VSHUFF32X4    $0xee, Z13, Z9, Z5
+	VADDPS        Z5, Z1, Z1
+	VSHUFF32X4    $0x44, Z6, Z2, Z5
+	VSHUFF32X4    $0xee, Z6, Z2, Z2
+	VADDPS        Z2, Z5, Z5
+	VSHUFF32X4    $0x44, Z14, Z10, Z2
+	VSHUFF32X4    $0xee, Z14, Z10, Z6
+	VADDPS        Z6, Z2, Z2
+	VSHUFF32X4    $0x44, Z7, Z3, Z6
+	VSHUFF32X4    $0xee, Z7, Z3, Z3
+	VADDPS        Z3, Z6, Z6
+	VSHUFF32X4    $0x44, Z15, Z11, Z3
+	VSHUFF32X4    $0xee, Z15, Z11, Z7
+	VADDPS        Z7, Z3, Z3
+	VSHUFF32X4    $0x88, Z0, Z16, Z7
+	VSHUFF32X4    $0xdd, Z0, Z16, Z0
+	VADDPS        Z0, Z7, Z7
+	VSHUFF32X4    $0x88, Z1, Z4, Z0
+	VSHUFF32X4    $0xdd, Z1, Z4, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFF32X4    $0x88, Z2, Z5, Z1
+	VSHUFF32X4    $0xdd, Z2, Z5, Z2
+	VADDPS        Z2, Z1, Z1
+	VSHUFF32X4    $0x88, Z3, Z6, Z2
+	VSHUFF32X4    $0xdd, Z3, Z6, Z3
+	VADDPS        Z3, Z2, Z2
+	VSHUFPS       $0x44, Z0, Z7, Z3
+	VSHUFPS       $0xee, Z0, Z7, Z0
+	VADDPS        Z0, Z3, Z3
+	VSHUFPS       $0x44, Z2, Z1, Z0
+	VSHUFPS       $0xee, Z2, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z3, Z1
+	VSHUFPS       $0xdd, Z0, Z3, Z0
+	VADDPS        Z0, Z1, Z1
+	MOVQ          (SP), AX
+	MOVQ          lds+24(FP), CX
+	SHLQ          $0x02, CX
+	VMOVUPS       X1, (AX)
+	VEXTRACTF32X4 $0x01, Z1, X0
+	VMOVUPS       X0, (AX)(CX*1)
+	VEXTRACTF32X4 $0x02, Z1, X0
+	VMOVUPS       X0, (AX)(CX*2)
+	VEXTRACTF32X4 $0x03, Z1, X0
+	LEAQ          (AX)(CX*2), AX
+	VMOVUPS       X0, (AX)(CX*1)
+	ADDQ          $0x00000010, (SP)
+	MOVQ          8(SP), AX
+	MOVQ          ldk+80(FP), CX
+	SHLQ          $0x02, CX
+	ADDQ          CX, AX
+	MOVQ          AX, 8(SP)
+	SUBQ          $0x00000004, 16(SP)
+	JMP           main
+
+mainEnd:
+rest:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), SI
+	SHLQ   $0x06, SI
+	MOVQ   24(SP), DI
+	TESTQ  DI, DI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(SI*1)
+	VPMOVSXBW   (AX), Y4
+	VPSLLW      $0x07, Y4, Y4
+	VPANDD      decodefp8tab<>+0(SB), Y4, Y4
+	VPSLLW      $0x01, Y4, Y5
+	VPCMPEQW    decodefp8tab<>+32(SB), Y5, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y4
+	VCVTPH2PS   Y4, Z4
+	VMULPS.BCST decodefp8tab<>+96(SB), Z4, Z4
+	VFMADD231PS (BX), Z4, Z0
+	VFMADD231PS (BX)(CX*1), Z4, Z1
+	VFMADD231PS (BX)(CX*2), Z4, Z2
+	VFMADD231PS (BX)(DX*1), Z4, Z3
+	ADDQ        $0x00000040, BX
+	ADDQ        $0x00000010, AX
+	DECQ        DI
+	JNZ         restK0Step
+
+restK0Tail:
+	KORTESTW    K1, K1
+	JZ          restK0Done
+	VMOVUPS.Z   (BX), K1, Z4
+	VMOVUPS.Z   (BX)(CX*1), K1, Z5
+	VMOVUPS.Z   (BX)(CX*2), K1, Z6
+	VMOVUPS.Z   (BX)(DX*1), K1, Z7
+	VMOVDQU8.Z  (AX), K1, X8
+	VPMOVSXBW   X8, Y8
+	VPSLLW      $0x07, Y8, Y8
+	VPANDD      decodefp8tab<>+0(SB), Y8, Y8
+	VPSLLW      $0x01, Y8, Y9
+	VPCMPEQW    decodefp8tab<>+32(SB), Y9, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y8
+	VCVTPH2PS   Y8, Z8
+	VMULPS.BCST decodefp8tab<>+96(SB), Z8, Z8
+	VFMADD231PS Z4, Z8, Z0
+	VFMADD231PS Z5, Z8, Z1
+	VFMADD231PS Z6, Z8, Z2
+	VFMADD231PS Z7, Z8, Z3
+
+restK0Done:
+	VXORPS     Z4, Z4, Z4
+	VSHUFF32X4 $0x44, Z4, Z0, Z5
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z5, Z5
+	VSHUFF32X4 $0x44, Z4, Z1, Z0
+	VSHUFF32X4 $0xee, Z4, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x44, Z4, Z2, Z1
+	VSHUFF32X4 $0xee, Z4, Z2, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x44, Z4, Z3, Z2
+	VSHUFF32X4 $0xee, Z4, Z3, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFF32X4 $0x88, Z4, Z5, Z3
+	VSHUFF32X4 $0xdd, Z4, Z5, Z5
+	VADDPS     Z5, Z3, Z3
+	VSHUFF32X4 $0x88, Z4, Z0, Z5
+	VSHUFF32X4 $0xdd, Z4, Z0, Z0
+	VADDPS     Z0, Z5, Z5
+	VSHUFF32X4 $0x88, Z4, Z1, Z0
+	VSHUFF32X4 $0xdd, Z4, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z4, Z2, Z1
+	VSHUFF32X4 $0xdd, Z4, Z2, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFPS    $0x44, Z5, Z3, Z2
+	VSHUFPS    $0xee, Z5, Z3, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z1, Z0, Z3
+	VSHUFPS    $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x88, Z3, Z2, Z0
+	VSHUFPS    $0xdd, Z3, Z2, Z1
+	VADDPS     Z1, Z0, Z0
+	MOVQ       (SP), AX
+	MOVQ       lds+24(FP), CX
+	SHLQ       $0x02, CX
+	VMOVSS     X0, (AX)
+	VEXTRACTPS $0x01, X0, (AX)(CX*1)
+	VEXTRACTPS $0x02, X0, (AX)(CX*2)
+	LEAQ       (AX)(CX*2), AX
+	VEXTRACTPS $0x03, X0, (AX)(CX*1)
+	ADDQ       $0x00000004, (SP)
+	MOVQ       8(SP), AX
+	MOVQ       ldk+80(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 8(SP)
+	SUBQ       $0x00000001, 16(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresE4M3M8AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, MMX+
+TEXT ·scoresE4M3M8AVX512(SB), NOSPLIT, $32-104
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  k_base+56(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  n+88(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  d+96(FP), AX
+	MOVQ  AX, CX
+	SHRQ  $0x04, CX
+	MOVQ  CX, 24(SP)
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+main:
+	CMPQ   16(SP), $0x00000002
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   ldk+80(FP), AX
+	MOVQ   8(SP), CX
+	MOVQ   d+96(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	MOVQ   q_base+32(FP), SI
+	LEAQ   (SI)(DX*4), DI
+	LEAQ   (CX), R8
+	LEAQ   (CX)(AX*1), AX
+	MOVQ   ldk+80(FP), CX
+	SHLQ   $0x06, CX
+	MOVQ   24(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R8)(CX*1)
+	PREFETCHT1  (AX)(CX*1)
+	VMOVUPS     (SI), Z16
+	VMOVUPS     (SI)(DX*1), Z17
+	VMOVUPS     (SI)(DX*2), Z18
+	VMOVUPS     (SI)(BX*1), Z19
+	VMOVUPS     (DI), Z20
+	VMOVUPS     (DI)(DX*1), Z21
+	VMOVUPS     (DI)(DX*2), Z22
+	VMOVUPS     (DI)(BX*1), Z23
+	VPMOVSXBW   (R8), Y24
+	VPSLLW      $0x07, Y24, Y24
+	VPANDD      decodefp8tab<>+0(SB), Y24, Y24
+	VPSLLW      $0x01, Y24, Y25
+	VPCMPEQW    decodefp8tab<>+32(SB), Y25, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y24
+	VCVTPH2PS   Y24, Z24
+	VMULPS.BCST decodefp8tab<>+96(SB), Z24, Z24
+	VFMADD231PS Z16, Z24, Z0
+	VFMADD231PS Z17, Z24, Z2
+	VFMADD231PS Z18, Z24, Z4
+	VFMADD231PS Z19, Z24, Z6
+	VFMADD231PS Z20, Z24, Z8
+	VFMADD231PS Z21, Z24, Z10
+	VFMADD231PS Z22, Z24, Z12
+	VFMADD231PS Z23, Z24, Z14
+	VPMOVSXBW   (AX), Y24
+	VPSLLW      $0x07, Y24, Y24
+	VPANDD      decodefp8tab<>+0(SB), Y24, Y24
+	VPSLLW      $0x01, Y24, Y25
+	VPCMPEQW    decodefp8tab<>+32(SB), Y25, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y24
+	VCVTPH2PS   Y24, Z24
+	VMULPS.BCST decodefp8tab<>+96(SB), Z24, Z24
+	VFMADD231PS Z16, Z24, Z1
+	VFMADD231PS Z17, Z24, Z3
+	VFMADD231PS Z18, Z24, Z5
+	VFMADD231PS Z19, Z24, Z7
+	VFMADD231PS Z20, Z24, Z9
+	VFMADD231PS Z21, Z24, Z11
+	VFMADD231PS Z22, Z24, Z13
+	VFMADD231PS Z23, Z24, Z15
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000010, R8
+	ADDQ        $0x00000010, AX
+	DECQ        R9
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVUPS.Z   (SI), K1, Z16
+	VMOVUPS.Z   (SI)(DX*1), K1, Z17
+	VMOVUPS.Z   (SI)(DX*2), K1, Z18
+	VMOVUPS.Z   (SI)(BX*1), K1, Z19
+	VMOVUPS.Z   (DI), K1, Z20
+	VMOVUPS.Z   (DI)(DX*1), K1, Z21
+	VMOVUPS.Z   (DI)(DX*2), K1, Z22
+	VMOVUPS.Z   (DI)(BX*1), K1, Z23
+	VMOVDQU8.Z  (R8), K1, X24
+	VPMOVSXBW   X24, Y24
+	VPSLLW      $0x07, Y24, Y24
+	VPANDD      decodefp8tab<>+0(SB), Y24, Y24
+	VPSLLW      $0x01, Y24, Y25
+	VPCMPEQW    decodefp8tab<>+32(SB), Y25, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y24
+	VCVTPH2PS   Y24, Z24
+	VMULPS.BCST decodefp8tab<>+96(SB), Z24, Z24
+	VFMADD231PS Z16, Z24, Z0
+	VFMADD231PS Z17, Z24, Z2
+	VFMADD231PS Z18, Z24, Z4
+	VFMADD231PS Z19, Z24, Z6
+	VFMADD231PS Z20, Z24, Z8
+	VFMADD231PS Z21, Z24, Z10
+	VFMADD231PS Z22, Z24, Z12
+	VFMADD231PS Z23, Z24, Z14
+	VMOVDQU8.Z  (AX), K1, X24
+	VPMOVSXBW   X24, Y24
+	VPSLLW      $0x07, Y24, Y24
+	VPANDD      decodefp8tab<>+0(SB), Y24, Y24
+	VPSLLW      $0x01, Y24, Y25
+	VPCMPEQW    decodefp8tab<>+32(SB), Y25, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y24
+	VCVTPH2PS   Y24, Z24
+	VMULPS.BCST decodefp8tab<>+96(SB), Z24, Z24
+	VFMADD231PS Z16, Z24, Z1
+	VFMADD231PS Z17, Z24, Z3
+	VFMADD231PS Z18, Z24, Z5
+	VFMADD231PS Z19, Z24, Z7
+	VFMADD231PS Z20, Z24, Z9
+	VFMADD231PS Z21, Z24, Z11
+	VFMADD231PS Z22, Z24, Z13
+	VFMADD231PS Z23, Z24, Z15
+
+mainK0Done:
+	VSHUFF32X4    $0x44, Z4, Z0, Z16
+	VSHUFF32X4    $0xee, Z4, Z0, Z0
+	VADDPS        Z0, Z16, Z16
+	VSHUFF32X4    $0x44, Z12, Z8, Z0
+	VSHUFF32X4    $0xee, Z12, Z8, Z4
+	VADDPS        Z4, Z0, Z0
+	VSHUFF32X4    $0x44, Z5, Z1, Z4
+	VSHUFF32X4    $0xee, Z5, Z1, Z1
+	VADDPS        Z1, Z4, Z4
+	VSHUFF32X4    $0x44, Z13, Z9, Z1
+	VSHUFF32X4    $0xee, Z13, Z9, Z5
+	VADDPS        Z5, Z1, Z1
+	VSHUFF32X4    $0x44, Z6, Z2, Z5
+	VSHUFF32X4    $0xee, Z6, Z2, Z2
+	VADDPS        Z2, Z5, Z5
+	VSHUFF32X4    $0x44, Z14, Z10, Z2
+	VSHUFF32X4    $0xee, Z14, Z10, Z6
+	VADDPS        Z6, Z2, Z2
+	VSHUFF32X4    $0x44, Z7, Z3, Z6
+	VSHUFF32X4    $0xee, Z7, Z3, Z3
+	VADDPS        Z3, Z6, Z6
+	VSHUFF32X4    $0x44, Z15, Z11, Z3
+	VSHUFF32X4    $0xee, Z15, Z11, Z7
+	VADDPS        Z7, Z3, Z3
+	VSHUFF32X4    $0x88, Z0, Z16, Z7
+	VSHUFF32X4    $0xdd, Z0, Z16, Z0
+	VADDPS        Z0, Z7, Z7
+	VSHUFF32X4    $0x88, Z1, Z4, Z0
+	VSHUFF32X4    $0xdd, Z1, Z4, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFF32X4    $0x88, Z2, Z5, Z1
+	VSHUFF32X4    $0xdd, Z2, Z5, Z2
+	VADDPS        Z2, Z1, Z1
+	VSHUFF32X4    $0x88, Z3, Z6, Z2
+	VSHUFF32X4    $0xdd, Z3, Z6, Z3
+	VADDPS        Z3, Z2, Z2
+	VSHUFPS       $0x44, Z0, Z7, Z3
+	VSHUFPS       $0xee, Z0, Z7, Z0
+	VADDPS        Z0, Z3, Z3
+	VSHUFPS       $0x44, Z2, Z1, Z0
+	VSHUFPS       $0xee, Z2, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z3, Z1
+	VSHUFPS       $0xdd, Z0, Z3, Z0
+	VADDPS        Z0, Z1, Z1
+	MOVQ          (SP), AX
+	MOVQ          lds+24(FP), CX
+	SHLQ          $0x02, CX
+	VMOVLPS       X1, (AX)
+	VMOVHPS       X1, (AX)(CX*1)
+	VEXTRACTF32X4 $0x01, Z1, X0
+	VMOVLPS       X0, (AX)(CX*2)
+	LEAQ          (AX)(CX*2), DX
+	VMOVHPS       X0, (DX)(CX*1)
+	VEXTRACTF32X4 $0x02, Z1, X0
+	LEAQ          (AX)(CX*4), AX
+	VMOVLPS       X0, (AX)
+	VMOVHPS       X0, (AX)(CX*1)
+	VEXTRACTF32X4 $0x03, Z1, X0
+	VMOVLPS       X0, (AX)(CX*2)
+	LEAQ          (AX)(CX*2), AX
+	VMOVHPS       X0, (AX)(CX*1)
+	ADDQ          $0x00000008, (SP)
+	MOVQ          8(SP), AX
+	MOVQ          ldk+80(FP), CX
+	SHLQ          $0x01, CX
+	ADDQ          CX, AX
+	MOVQ          AX, 8(SP)
+	SUBQ          $0x00000002, 16(SP)
+	JMP           main
+
+mainEnd:
+rest:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (BX)(CX*4), SI
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), DI
+	SHLQ   $0x06, DI
+	MOVQ   24(SP), R8
+	TESTQ  R8, R8
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(DI*1)
+	VPMOVSXBW   (AX), Y8
+	VPSLLW      $0x07, Y8, Y8
+	VPANDD      decodefp8tab<>+0(SB), Y8, Y8
+	VPSLLW      $0x01, Y8, Y9
+	VPCMPEQW    decodefp8tab<>+32(SB), Y9, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y8
+	VCVTPH2PS   Y8, Z8
+	VMULPS.BCST decodefp8tab<>+96(SB), Z8, Z8
+	VFMADD231PS (BX), Z8, Z0
+	VFMADD231PS (BX)(CX*1), Z8, Z1
+	VFMADD231PS (BX)(CX*2), Z8, Z2
+	VFMADD231PS (BX)(DX*1), Z8, Z3
+	VFMADD231PS (SI), Z8, Z4
+	VFMADD231PS (SI)(CX*1), Z8, Z5
+	VFMADD231PS (SI)(CX*2), Z8, Z6
+	VFMADD231PS (SI)(DX*1), Z8, Z7
+	ADDQ        $0x00000040, BX
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000010, AX
+	DECQ        R8
+	JNZ         restK0Step
+
+restK0Tail:
+	KORTESTW    K1, K1
+	JZ          restK0Done
+	VMOVUPS.Z   (BX), K1, Z8
+	VMOVUPS.Z   (BX)(CX*1), K1, Z9
+	VMOVUPS.Z   (BX)(CX*2), K1, Z10
+	VMOVUPS.Z   (BX)(DX*1), K1, Z11
+	VMOVUPS.Z   (SI), K1, Z12
+	VMOVUPS.Z   (SI)(CX*1), K1, Z13
+	VMOVUPS.Z   (SI)(CX*2), K1, Z14
+	VMOVUPS.Z   (SI)(DX*1), K1, Z15
+	VMOVDQU8.Z  (AX), K1, X16
+	VPMOVSXBW   X16, Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS Z8, Z16, Z0
+	VFMADD231PS Z9, Z16, Z1
+	VFMADD231PS Z10, Z16, Z2
+	VFMADD231PS Z11, Z16, Z3
+	VFMADD231PS Z12, Z16, Z4
+	VFMADD231PS Z13, Z16, Z5
+	VFMADD231PS Z14, Z16, Z6
+	VFMADD231PS Z15, Z16, Z7
+
+restK0Done:
+	VSHUFF32X4    $0x44, Z4, Z0, Z8
+	VSHUFF32X4    $0xee, Z4, Z0, Z0
+	VADDPS        Z0, Z8, Z8
+	VSHUFF32X4    $0x44, Z5, Z1, Z0
+	VSHUFF32X4    $0xee, Z5, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFF32X4    $0x44, Z6, Z2, Z1
+	VSHUFF32X4    $0xee, Z6, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VSHUFF32X4    $0x44, Z7, Z3, Z2
+	VSHUFF32X4    $0xee, Z7, Z3, Z3
+	VADDPS        Z3, Z2, Z2
+	VXORPS        Z3, Z3, Z3
+	VSHUFF32X4    $0x88, Z3, Z8, Z4
+	VSHUFF32X4    $0xdd, Z3, Z8, Z5
+	VADDPS        Z5, Z4, Z4
+	VSHUFF32X4    $0x88, Z3, Z0, Z5
+	VSHUFF32X4    $0xdd, Z3, Z0, Z0
+	VADDPS        Z0, Z5, Z5
+	VSHUFF32X4    $0x88, Z3, Z1, Z0
+	VSHUFF32X4    $0xdd, Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFF32X4    $0x88, Z3, Z2, Z1
+	VSHUFF32X4    $0xdd, Z3, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VSHUFPS       $0x44, Z5, Z4, Z2
+	VSHUFPS       $0xee, Z5, Z4, Z3
+	VADDPS        Z3, Z2, Z2
+	VSHUFPS       $0x44, Z1, Z0, Z3
+	VSHUFPS       $0xee, Z1, Z0, Z0
+	VADDPS        Z0, Z3, Z3
+	VSHUFPS       $0x88, Z3, Z2, Z0
+	VSHUFPS       $0xdd, Z3, Z2, Z1
+	VADDPS        Z1, Z0, Z0
+	MOVQ          (SP), AX
+	MOVQ          lds+24(FP), CX
+	SHLQ          $0x02, CX
+	VMOVSS        X0, (AX)
+	VEXTRACTPS    $0x01, X0, (AX)(CX*1)
+	VEXTRACTPS    $0x02, X0, (AX)(CX*2)
+	LEAQ          (AX)(CX*2), DX
+	VEXTRACTPS    $0x03, X0, (DX)(CX*1)
+	VEXTRACTF32X4 $0x01, Z0, X0
+	LEAQ          (AX)(CX*4), AX
+	VMOVSS        X0, (AX)
+	VEXTRACTPS    $0x01, X0, (AX)(CX*1)
+	VEXTRACTPS    $0x02, X0, (AX)(CX*2)
+	LEAQ          (AX)(CX*2), AX
+	VEXTRACTPS    $0x03, X0, (AX)(CX*1)
+	ADDQ          $0x00000004, (SP)
+	MOVQ          8(SP), AX
+	MOVQ          ldk+80(FP), CX
+	SHLQ          $0x00, CX
+	ADDQ          CX, AX
+	MOVQ          AX, 8(SP)
+	SUBQ          $0x00000001, 16(SP)
+	JMP           rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresE4M3M16AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, MMX+
+TEXT ·scoresE4M3M16AVX512(SB), NOSPLIT, $32-104
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  k_base+56(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  n+88(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  d+96(FP), AX
+	MOVQ  AX, CX
+	SHRQ  $0x04, CX
+	MOVQ  CX, 24(SP)
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+main:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (BX)(CX*4), SI
+	LEAQ   (SI)(CX*4), DI
+	LEAQ   (DI)(CX*4), R8
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), R9
+	SHLQ   $0x06, R9
+	MOVQ   24(SP), R10
+	TESTQ  R10, R10
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (AX)(R9*1)
+	VPMOVSXBW   (AX), Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS (BX), Z16, Z0
+	VFMADD231PS (BX)(CX*1), Z16, Z1
+	VFMADD231PS (BX)(CX*2), Z16, Z2
+	VFMADD231PS (BX)(DX*1), Z16, Z3
+	VFMADD231PS (SI), Z16, Z4
+	VFMADD231PS (SI)(CX*1), Z16, Z5
+	VFMADD231PS (SI)(CX*2), Z16, Z6
+	VFMADD231PS (SI)(DX*1), Z16, Z7
+	VFMADD231PS (DI), Z16, Z8
+	VFMADD231PS (DI)(CX*1), Z16, Z9
+	VFMADD231PS (DI)(CX*2), Z16, Z10
+	VFMADD231PS (DI)(DX*1), Z16, Z11
+	VFMADD231PS (R8), Z16, Z12
+	VFMADD231PS (R8)(CX*1), Z16, Z13
+	VFMADD231PS (R8)(CX*2), Z16, Z14
+	VFMADD231PS (R8)(DX*1), Z16, Z15
+	ADDQ        $0x00000040, BX
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000010, AX
+	DECQ        R10
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVDQU8.Z  (AX), K1, X16
+	VPMOVSXBW   X16, Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VMOVUPS.Z   (BX), K1, Z17
+	VFMADD231PS Z17, Z16, Z0
+	VMOVUPS.Z   (BX)(CX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z1
+	VMOVUPS.Z   (BX)(CX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z2
+	VMOVUPS.Z   (BX)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z3
+	VMOVUPS.Z   (SI), K1, Z17
+	VFMADD231PS Z17, Z16, Z4
+	VMOVUPS.Z   (SI)(CX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z5
+	VMOVUPS.Z   (SI)(CX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z6
+	VMOVUPS.Z   (SI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z7
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z8
+	VMOVUPS.Z   (DI)(CX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z9
+	VMOVUPS.Z   (DI)(CX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z10
+	VMOVUPS.Z   (DI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z11
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z12
+	VMOVUPS.Z   (R8)(CX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z13
+	VMOVUPS.Z   (R8)(CX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z14
+	VMOVUPS.Z   (R8)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z15
+
+mainK0Done:
+	VSHUFF32X4    $0x44, Z4, Z0, Z16
+	VSHUFF32X4    $0xee, Z4, Z0, Z0
+	VADDPS        Z0, Z16, Z16
+	VSHUFF32X4    $0x44, Z12, Z8, Z0
+	VSHUFF32X4    $0xee, Z12, Z8, Z4
+	VADDPS        Z4, Z0, Z0
+	VSHUFF32X4    $0x44, Z5, Z1, Z4
+	VSHUFF32X4    $0xee, Z5, Z1, Z1
+	VADDPS        Z1, Z4, Z4
+	VSHUFF32X4    $0x44, Z13, Z9, Z1
+	VSHUFF32X4    $0xee, Z13, Z9, Z5
+	VADDPS        Z5, Z1, Z1
+	VSHUFF32X4    $0x44, Z6, Z2, Z5
+	VSHUFF32X4    $0xee, Z6, Z2, Z2
+	VADDPS        Z2, Z5, Z5
+	VSHUFF32X4    $0x44, Z14, Z10, Z2
+	VSHUFF32X4    $0xee, Z14, Z10, Z6
+	VADDPS        Z6, Z2, Z2
+	VSHUFF32X4    $0x44, Z7, Z3, Z6
+	VSHUFF32X4    $0xee, Z7, Z3, Z3
+	VADDPS        Z3, Z6, Z6
+	VSHUFF32X4    $0x44, Z15, Z11, Z3
+	VSHUFF32X4    $0xee, Z15, Z11, Z7
+	VADDPS        Z7, Z3, Z3
+	VSHUFF32X4    $0x88, Z0, Z16, Z7
+	VSHUFF32X4    $0xdd, Z0, Z16, Z0
+	VADDPS        Z0, Z7, Z7
+	VSHUFF32X4    $0x88, Z1, Z4, Z0
+	VSHUFF32X4    $0xdd, Z1, Z4, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFF32X4    $0x88, Z2, Z5, Z1
+	VSHUFF32X4    $0xdd, Z2, Z5, Z2
+	VADDPS        Z2, Z1, Z1
+	VSHUFF32X4    $0x88, Z3, Z6, Z2
+	VSHUFF32X4    $0xdd, Z3, Z6, Z3
+	VADDPS        Z3, Z2, Z2
+	VSHUFPS       $0x44, Z0, Z7, Z3
+	VSHUFPS       $0xee, Z0, Z7, Z0
+	VADDPS        Z0, Z3, Z3
+	VSHUFPS       $0x44, Z2, Z1, Z0
+	VSHUFPS       $0xee, Z2, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z3, Z1
+	VSHUFPS       $0xdd, Z0, Z3, Z0
+	VADDPS        Z0, Z1, Z1
+	MOVQ          (SP), AX
+	MOVQ          lds+24(FP), CX
+	SHLQ          $0x02, CX
+	VMOVSS        X1, (AX)
+	VEXTRACTPS    $0x01, X1, (AX)(CX*1)
+	VEXTRACTPS    $0x02, X1, (AX)(CX*2)
+	LEAQ          (AX)(CX*2), DX
+	VEXTRACTPS    $0x03, X1, (DX)(CX*1)
+	VEXTRACTF32X4 $0x01, Z1, X0
+	LEAQ          (AX)(CX*4), AX
+	VMOVSS        X0, (AX)
+	VEXTRACTPS    $0x01, X0, (AX)(CX*1)
+	VEXTRACTPS    $0x02, X0, (AX)(CX*2)
+	LEAQ          (AX)(CX*2), DX
+	VEXTRACTPS    $0x03, X0, (DX)(CX*1)
+	VEXTRACTF32X4 $0x02, Z1, X0
+	LEAQ          (AX)(CX*4), AX
+	VMOVSS        X0, (AX)
+	VEXTRACTPS    $0x01, X0, (AX)(CX*1)
+	VEXTRACTPS    $0x02, X0, (AX)(CX*2)
+	LEAQ          (AX)(CX*2), DX
+	VEXTRACTPS    $0x03, X0, (DX)(CX*1)
+	VEXTRACTF32X4 $0x03, Z1, X0
+	LEAQ          (AX)(CX*4), AX
+	VMOVSS        X0, (AX)
+	VEXTRACTPS    $0x01, X0, (AX)(CX*1)
+	VEXTRACTPS    $0x02, X0, (AX)(CX*2)
+	LEAQ          (AX)(CX*2), AX
+	VEXTRACTPS    $0x03, X0, (AX)(CX*1)
+	ADDQ          $0x00000004, (SP)
+	MOVQ          8(SP), AX
+	MOVQ          ldk+80(FP), CX
+	SHLQ          $0x00, CX
+	ADDQ          CX, AX
+	MOVQ          AX, 8(SP)
+	SUBQ          $0x00000001, 16(SP)
+	JMP           main
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumE4M3M1AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·accumE4M3M1AVX512(SB), $184-112
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  v_base+64(FP), AX
+	MOVQ  AX, 24(SP)
+	MOVQ  n+96(FP), AX
+	MOVQ  AX, 40(SP)
+	MOVQ  d+104(FP), AX
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+block:
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, DX
+	SUBQ      $0x00000000, DX
+	XORQ      BX, BX
+	CMPQ      DX, BX
+	CMOVQLT   BX, DX
+	MOVQ      $0x00000010, BX
+	CMPQ      DX, BX
+	CMOVQGT   BX, DX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(DX*2), K2
+	SUBQ      $0x00000010, AX
+	XORQ      DX, DX
+	CMPQ      AX, DX
+	CMOVQLT   DX, AX
+	MOVQ      $0x00000010, DX
+	CMPQ      AX, DX
+	CMOVQGT   DX, AX
+	LEAQ      decodemask16<>+0(SB), DX
+	KMOVW     (DX)(AX*2), K3
+	VMOVUPS.Z (CX), K2, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K3, Z0
+	VMOVUPS   Z0, 120(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000010
+	JL      chunk8
+	MOVQ    (SP), AX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS 128(AX), Z2
+	VMOVUPS 192(AX), Z3
+	VMOVUPS 256(AX), Z4
+	VMOVUPS 320(AX), Z5
+	VMOVUPS 384(AX), Z6
+	VMOVUPS 448(AX), Z7
+	VMOVUPS 512(AX), Z8
+	VMOVUPS 576(AX), Z9
+	VMOVUPS 640(AX), Z10
+	VMOVUPS 704(AX), Z11
+	VMOVUPS 768(AX), Z12
+	VMOVUPS 832(AX), Z13
+	VMOVUPS 896(AX), Z14
+	VMOVUPS 960(AX), Z15
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	PREFETCHT1   128(CX)(BX*1)
+	PREFETCHT1   192(CX)(BX*1)
+	VBROADCASTSS (AX), Z16
+	VPMOVSXBW    (CX), Y17
+	VPSLLW       $0x07, Y17, Y17
+	VPANDD       decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW       $0x01, Y17, Y18
+	VPCMPEQW     decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS    Y17, Z17
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS  Z16, Z17, Z0
+	VPMOVSXBW    16(CX), Y17
+	VPSLLW       $0x07, Y17, Y17
+	VPANDD       decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW       $0x01, Y17, Y18
+	VPCMPEQW     decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS    Y17, Z17
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS  Z16, Z17, Z1
+	VPMOVSXBW    32(CX), Y17
+	VPSLLW       $0x07, Y17, Y17
+	VPANDD       decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW       $0x01, Y17, Y18
+	VPCMPEQW     decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS    Y17, Z17
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS  Z16, Z17, Z2
+	VPMOVSXBW    48(CX), Y17
+	VPSLLW       $0x07, Y17, Y17
+	VPANDD       decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW       $0x01, Y17, Y18
+	VPCMPEQW     decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS    Y17, Z17
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS  Z16, Z17, Z3
+	VPMOVSXBW    64(CX), Y17
+	VPSLLW       $0x07, Y17, Y17
+	VPANDD       decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW       $0x01, Y17, Y18
+	VPCMPEQW     decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS    Y17, Z17
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS  Z16, Z17, Z4
+	VPMOVSXBW    80(CX), Y17
+	VPSLLW       $0x07, Y17, Y17
+	VPANDD       decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW       $0x01, Y17, Y18
+	VPCMPEQW     decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS    Y17, Z17
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS  Z16, Z17, Z5
+	VPMOVSXBW    96(CX), Y17
+	VPSLLW       $0x07, Y17, Y17
+	VPANDD       decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW       $0x01, Y17, Y18
+	VPCMPEQW     decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS    Y17, Z17
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS  Z16, Z17, Z6
+	VPMOVSXBW    112(CX), Y17
+	VPSLLW       $0x07, Y17, Y17
+	VPANDD       decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW       $0x01, Y17, Y18
+	VPCMPEQW     decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS    Y17, Z17
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS  Z16, Z17, Z7
+	VPMOVSXBW    128(CX), Y17
+	VPSLLW       $0x07, Y17, Y17
+	VPANDD       decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW       $0x01, Y17, Y18
+	VPCMPEQW     decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS    Y17, Z17
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS  Z16, Z17, Z8
+	VPMOVSXBW    144(CX), Y17
+	VPSLLW       $0x07, Y17, Y17
+	VPANDD       decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW       $0x01, Y17, Y18
+	VPCMPEQW     decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS    Y17, Z17
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS  Z16, Z17, Z9
+	VPMOVSXBW    160(CX), Y17
+	VPSLLW       $0x07, Y17, Y17
+	VPANDD       decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW       $0x01, Y17, Y18
+	VPCMPEQW     decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS    Y17, Z17
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS  Z16, Z17, Z10
+	VPMOVSXBW    176(CX), Y17
+	VPSLLW       $0x07, Y17, Y17
+	VPANDD       decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW       $0x01, Y17, Y18
+	VPCMPEQW     decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS    Y17, Z17
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS  Z16, Z17, Z11
+	VPMOVSXBW    192(CX), Y17
+	VPSLLW       $0x07, Y17, Y17
+	VPANDD       decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW       $0x01, Y17, Y18
+	VPCMPEQW     decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS    Y17, Z17
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS  Z16, Z17, Z12
+	VPMOVSXBW    208(CX), Y17
+	VPSLLW       $0x07, Y17, Y17
+	VPANDD       decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW       $0x01, Y17, Y18
+	VPCMPEQW     decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS    Y17, Z17
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS  Z16, Z17, Z13
+	VPMOVSXBW    224(CX), Y17
+	VPSLLW       $0x07, Y17, Y17
+	VPANDD       decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW       $0x01, Y17, Y18
+	VPCMPEQW     decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS    Y17, Z17
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS  Z16, Z17, Z14
+	VPMOVSXBW    240(CX), Y17
+	VPSLLW       $0x07, Y17, Y17
+	VPANDD       decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW       $0x01, Y17, Y18
+	VPCMPEQW     decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS    Y17, Z17
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS  Z16, Z17, Z15
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys1
+	MOVQ         (SP), AX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, 64(AX)
+	VMOVUPS      Z2, 128(AX)
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      Z4, 256(AX)
+	VMOVUPS      Z5, 320(AX)
+	VMOVUPS      Z6, 384(AX)
+	VMOVUPS      Z7, 448(AX)
+	VMOVUPS      Z8, 512(AX)
+	VMOVUPS      Z9, 576(AX)
+	VMOVUPS      Z10, 640(AX)
+	VMOVUPS      Z11, 704(AX)
+	VMOVUPS      Z12, 768(AX)
+	VMOVUPS      Z13, 832(AX)
+	VMOVUPS      Z14, 896(AX)
+	VMOVUPS      Z15, 960(AX)
+	ADDQ         $0x00000400, (SP)
+	ADDQ         $0x00000100, 8(SP)
+	SUBQ         $0x00000010, 48(SP)
+	JMP          full
+
+chunk8:
+	CMPQ    48(SP), $0x00000008
+	JL      chunk4
+	MOVQ    (SP), AX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS 128(AX), Z2
+	VMOVUPS 192(AX), Z3
+	VMOVUPS 256(AX), Z4
+	VMOVUPS 320(AX), Z5
+	VMOVUPS 384(AX), Z6
+	VMOVUPS 448(AX), Z7
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys2:
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	VBROADCASTSS (AX), Z8
+	VPMOVSXBW    (CX), Y9
+	VPSLLW       $0x07, Y9, Y9
+	VPANDD       decodefp8tab<>+0(SB), Y9, Y9
+	VPSLLW       $0x01, Y9, Y10
+	VPCMPEQW     decodefp8tab<>+32(SB), Y10, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y9
+	VCVTPH2PS    Y9, Z9
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z9, Z9
+	VFMADD231PS  Z8, Z9, Z0
+	VPMOVSXBW    16(CX), Y9
+	VPSLLW       $0x07, Y9, Y9
+	VPANDD       decodefp8tab<>+0(SB), Y9, Y9
+	VPSLLW       $0x01, Y9, Y10
+	VPCMPEQW     decodefp8tab<>+32(SB), Y10, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y9
+	VCVTPH2PS    Y9, Z9
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z9, Z9
+	VFMADD231PS  Z8, Z9, Z1
+	VPMOVSXBW    32(CX), Y9
+	VPSLLW       $0x07, Y9, Y9
+	VPANDD       decodefp8tab<>+0(SB), Y9, Y9
+	VPSLLW       $0x01, Y9, Y10
+	VPCMPEQW     decodefp8tab<>+32(SB), Y10, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y9
+	VCVTPH2PS    Y9, Z9
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z9, Z9
+	VFMADD231PS  Z8, Z9, Z2
+	VPMOVSXBW    48(CX), Y9
+	VPSLLW       $0x07, Y9, Y9
+	VPANDD       decodefp8tab<>+0(SB), Y9, Y9
+	VPSLLW       $0x01, Y9, Y10
+	VPCMPEQW     decodefp8tab<>+32(SB), Y10, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y9
+	VCVTPH2PS    Y9, Z9
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z9, Z9
+	VFMADD231PS  Z8, Z9, Z3
+	VPMOVSXBW    64(CX), Y9
+	VPSLLW       $0x07, Y9, Y9
+	VPANDD       decodefp8tab<>+0(SB), Y9, Y9
+	VPSLLW       $0x01, Y9, Y10
+	VPCMPEQW     decodefp8tab<>+32(SB), Y10, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y9
+	VCVTPH2PS    Y9, Z9
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z9, Z9
+	VFMADD231PS  Z8, Z9, Z4
+	VPMOVSXBW    80(CX), Y9
+	VPSLLW       $0x07, Y9, Y9
+	VPANDD       decodefp8tab<>+0(SB), Y9, Y9
+	VPSLLW       $0x01, Y9, Y10
+	VPCMPEQW     decodefp8tab<>+32(SB), Y10, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y9
+	VCVTPH2PS    Y9, Z9
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z9, Z9
+	VFMADD231PS  Z8, Z9, Z5
+	VPMOVSXBW    96(CX), Y9
+	VPSLLW       $0x07, Y9, Y9
+	VPANDD       decodefp8tab<>+0(SB), Y9, Y9
+	VPSLLW       $0x01, Y9, Y10
+	VPCMPEQW     decodefp8tab<>+32(SB), Y10, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y9
+	VCVTPH2PS    Y9, Z9
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z9, Z9
+	VFMADD231PS  Z8, Z9, Z6
+	VPMOVSXBW    112(CX), Y9
+	VPSLLW       $0x07, Y9, Y9
+	VPANDD       decodefp8tab<>+0(SB), Y9, Y9
+	VPSLLW       $0x01, Y9, Y10
+	VPCMPEQW     decodefp8tab<>+32(SB), Y10, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y9
+	VCVTPH2PS    Y9, Z9
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z9, Z9
+	VFMADD231PS  Z8, Z9, Z7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys2
+	MOVQ         (SP), AX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, 64(AX)
+	VMOVUPS      Z2, 128(AX)
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      Z4, 256(AX)
+	VMOVUPS      Z5, 320(AX)
+	VMOVUPS      Z6, 384(AX)
+	VMOVUPS      Z7, 448(AX)
+	ADDQ         $0x00000200, (SP)
+	ADDQ         $0x00000080, 8(SP)
+	SUBQ         $0x00000008, 48(SP)
+
+chunk4:
+	CMPQ    48(SP), $0x00000004
+	JL      chunk2
+	MOVQ    (SP), AX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS 128(AX), Z2
+	VMOVUPS 192(AX), Z3
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys3:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z4
+	VPMOVSXBW    (CX), Y5
+	VPSLLW       $0x07, Y5, Y5
+	VPANDD       decodefp8tab<>+0(SB), Y5, Y5
+	VPSLLW       $0x01, Y5, Y6
+	VPCMPEQW     decodefp8tab<>+32(SB), Y6, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y5
+	VCVTPH2PS    Y5, Z5
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z5, Z5
+	VFMADD231PS  Z4, Z5, Z0
+	VPMOVSXBW    16(CX), Y5
+	VPSLLW       $0x07, Y5, Y5
+	VPANDD       decodefp8tab<>+0(SB), Y5, Y5
+	VPSLLW       $0x01, Y5, Y6
+	VPCMPEQW     decodefp8tab<>+32(SB), Y6, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y5
+	VCVTPH2PS    Y5, Z5
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z5, Z5
+	VFMADD231PS  Z4, Z5, Z1
+	VPMOVSXBW    32(CX), Y5
+	VPSLLW       $0x07, Y5, Y5
+	VPANDD       decodefp8tab<>+0(SB), Y5, Y5
+	VPSLLW       $0x01, Y5, Y6
+	VPCMPEQW     decodefp8tab<>+32(SB), Y6, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y5
+	VCVTPH2PS    Y5, Z5
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z5, Z5
+	VFMADD231PS  Z4, Z5, Z2
+	VPMOVSXBW    48(CX), Y5
+	VPSLLW       $0x07, Y5, Y5
+	VPANDD       decodefp8tab<>+0(SB), Y5, Y5
+	VPSLLW       $0x01, Y5, Y6
+	VPCMPEQW     decodefp8tab<>+32(SB), Y6, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y5
+	VCVTPH2PS    Y5, Z5
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z5, Z5
+	VFMADD231PS  Z4, Z5, Z3
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys3
+	MOVQ         (SP), AX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, 64(AX)
+	VMOVUPS      Z2, 128(AX)
+	VMOVUPS      Z3, 192(AX)
+	ADDQ         $0x00000100, (SP)
+	ADDQ         $0x00000040, 8(SP)
+	SUBQ         $0x00000004, 48(SP)
+
+chunk2:
+	CMPQ    48(SP), $0x00000002
+	JL      chunk1
+	MOVQ    (SP), AX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys4:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z2
+	VPMOVSXBW    (CX), Y3
+	VPSLLW       $0x07, Y3, Y3
+	VPANDD       decodefp8tab<>+0(SB), Y3, Y3
+	VPSLLW       $0x01, Y3, Y4
+	VPCMPEQW     decodefp8tab<>+32(SB), Y4, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y3
+	VCVTPH2PS    Y3, Z3
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z3, Z3
+	VFMADD231PS  Z2, Z3, Z0
+	VPMOVSXBW    16(CX), Y3
+	VPSLLW       $0x07, Y3, Y3
+	VPANDD       decodefp8tab<>+0(SB), Y3, Y3
+	VPSLLW       $0x01, Y3, Y4
+	VPCMPEQW     decodefp8tab<>+32(SB), Y4, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y3
+	VCVTPH2PS    Y3, Z3
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z3, Z3
+	VFMADD231PS  Z2, Z3, Z1
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys4
+	MOVQ         (SP), AX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, 64(AX)
+	ADDQ         $0x00000080, (SP)
+	ADDQ         $0x00000020, 8(SP)
+	SUBQ         $0x00000002, 48(SP)
+
+chunk1:
+	CMPQ    48(SP), $0x00000001
+	JL      chunk0
+	MOVQ    (SP), AX
+	VMOVUPS (AX), Z0
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys5:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z1
+	VPMOVSXBW    (CX), Y2
+	VPSLLW       $0x07, Y2, Y2
+	VPANDD       decodefp8tab<>+0(SB), Y2, Y2
+	VPSLLW       $0x01, Y2, Y3
+	VPCMPEQW     decodefp8tab<>+32(SB), Y3, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y2
+	VCVTPH2PS    Y2, Z2
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z2, Z2
+	VFMADD231PS  Z1, Z2, Z0
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys5
+	MOVQ         (SP), AX
+	VMOVUPS      Z0, (AX)
+	ADDQ         $0x00000040, (SP)
+	ADDQ         $0x00000010, 8(SP)
+	SUBQ         $0x00000001, 48(SP)
+
+chunk0:
+	MOVQ      d+104(FP), AX
+	ANDQ      $0x0f, AX
+	JZ        next
+	MOVQ      (SP), AX
+	VMOVUPS.Z (AX), K1, Z0
+	LEAQ      56(SP), AX
+	MOVQ      8(SP), CX
+	MOVQ      ldv+88(FP), DX
+	MOVQ      DX, BX
+	SHLQ      $0x05, BX
+	MOVQ      32(SP), SI
+
+keys6:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z1
+	VMOVDQU8.Z   (CX), K1, X2
+	VPMOVSXBW    X2, Y2
+	VPSLLW       $0x07, Y2, Y2
+	VPANDD       decodefp8tab<>+0(SB), Y2, Y2
+	VPSLLW       $0x01, Y2, Y3
+	VPCMPEQW     decodefp8tab<>+32(SB), Y3, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y2
+	VCVTPH2PS    Y2, Z2
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z2, Z2
+	VFMADD231PS  Z1, Z2, Z0
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys6
+	MOVQ         (SP), AX
+	VMOVUPS      Z0, K1, (AX)
+
+next:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumE4M3M2AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·accumE4M3M2AVX512(SB), $312-112
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  v_base+64(FP), AX
+	MOVQ  AX, 24(SP)
+	MOVQ  n+96(FP), AX
+	MOVQ  AX, 40(SP)
+	MOVQ  d+104(FP), AX
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+block:
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, BX
+	SUBQ      $0x00000000, BX
+	XORQ      SI, SI
+	CMPQ      BX, SI
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, SI
+	CMOVQGT   SI, BX
+	LEAQ      decodemask16<>+0(SB), SI
+	KMOVW     (SI)(BX*2), K2
+	SUBQ      $0x00000010, AX
+	XORQ      BX, BX
+	CMPQ      AX, BX
+	CMOVQLT   BX, AX
+	MOVQ      $0x00000010, BX
+	CMPQ      AX, BX
+	CMOVQGT   BX, AX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(AX*2), K3
+	VMOVUPS.Z (CX), K2, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K3, Z0
+	VMOVUPS   Z0, 120(SP)
+	VMOVUPS.Z (CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 184(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 248(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000008
+	JL      chunk4
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS 128(AX), Z2
+	VMOVUPS 192(AX), Z3
+	VMOVUPS 256(AX), Z4
+	VMOVUPS 320(AX), Z5
+	VMOVUPS 384(AX), Z6
+	VMOVUPS 448(AX), Z7
+	VMOVUPS (AX)(CX*1), Z8
+	VMOVUPS 64(AX)(CX*1), Z9
+	VMOVUPS 128(AX)(CX*1), Z10
+	VMOVUPS 192(AX)(CX*1), Z11
+	VMOVUPS 256(AX)(CX*1), Z12
+	VMOVUPS 320(AX)(CX*1), Z13
+	VMOVUPS 384(AX)(CX*1), Z14
+	VMOVUPS 448(AX)(CX*1), Z15
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	VBROADCASTSS (AX), Z16
+	VBROADCASTSS 128(AX), Z17
+	VPMOVSXBW    (CX), Y18
+	VPSLLW       $0x07, Y18, Y18
+	VPANDD       decodefp8tab<>+0(SB), Y18, Y18
+	VPSLLW       $0x01, Y18, Y19
+	VPCMPEQW     decodefp8tab<>+32(SB), Y19, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y18
+	VCVTPH2PS    Y18, Z18
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z18, Z18
+	VFMADD231PS  Z16, Z18, Z0
+	VFMADD231PS  Z17, Z18, Z8
+	VPMOVSXBW    16(CX), Y18
+	VPSLLW       $0x07, Y18, Y18
+	VPANDD       decodefp8tab<>+0(SB), Y18, Y18
+	VPSLLW       $0x01, Y18, Y19
+	VPCMPEQW     decodefp8tab<>+32(SB), Y19, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y18
+	VCVTPH2PS    Y18, Z18
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z18, Z18
+	VFMADD231PS  Z16, Z18, Z1
+	VFMADD231PS  Z17, Z18, Z9
+	VPMOVSXBW    32(CX), Y18
+	VPSLLW       $0x07, Y18, Y18
+	VPANDD       decodefp8tab<>+0(SB), Y18, Y18
+	VPSLLW       $0x01, Y18, Y19
+	VPCMPEQW     decodefp8tab<>+32(SB), Y19, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y18
+	VCVTPH2PS    Y18, Z18
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z18, Z18
+	VFMADD231PS  Z16, Z18, Z2
+	VFMADD231PS  Z17, Z18, Z10
+	VPMOVSXBW    48(CX), Y18
+	VPSLLW       $0x07, Y18, Y18
+	VPANDD       decodefp8tab<>+0(SB), Y18, Y18
+	VPSLLW       $0x01, Y18, Y19
+	VPCMPEQW     decodefp8tab<>+32(SB), Y19, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y18
+	VCVTPH2PS    Y18, Z18
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z18, Z18
+	VFMADD231PS  Z16, Z18, Z3
+	VFMADD231PS  Z17, Z18, Z11
+	VPMOVSXBW    64(CX), Y18
+	VPSLLW       $0x07, Y18, Y18
+	VPANDD       decodefp8tab<>+0(SB), Y18, Y18
+	VPSLLW       $0x01, Y18, Y19
+	VPCMPEQW     decodefp8tab<>+32(SB), Y19, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y18
+	VCVTPH2PS    Y18, Z18
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z18, Z18
+	VFMADD231PS  Z16, Z18, Z4
+	VFMADD231PS  Z17, Z18, Z12
+	VPMOVSXBW    80(CX), Y18
+	VPSLLW       $0x07, Y18, Y18
+	VPANDD       decodefp8tab<>+0(SB), Y18, Y18
+	VPSLLW       $0x01, Y18, Y19
+	VPCMPEQW     decodefp8tab<>+32(SB), Y19, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y18
+	VCVTPH2PS    Y18, Z18
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z18, Z18
+	VFMADD231PS  Z16, Z18, Z5
+	VFMADD231PS  Z17, Z18, Z13
+	VPMOVSXBW    96(CX), Y18
+	VPSLLW       $0x07, Y18, Y18
+	VPANDD       decodefp8tab<>+0(SB), Y18, Y18
+	VPSLLW       $0x01, Y18, Y19
+	VPCMPEQW     decodefp8tab<>+32(SB), Y19, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y18
+	VCVTPH2PS    Y18, Z18
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z18, Z18
+	VFMADD231PS  Z16, Z18, Z6
+	VFMADD231PS  Z17, Z18, Z14
+	VPMOVSXBW    112(CX), Y18
+	VPSLLW       $0x07, Y18, Y18
+	VPANDD       decodefp8tab<>+0(SB), Y18, Y18
+	VPSLLW       $0x01, Y18, Y19
+	VPCMPEQW     decodefp8tab<>+32(SB), Y19, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y18
+	VCVTPH2PS    Y18, Z18
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z18, Z18
+	VFMADD231PS  Z16, Z18, Z7
+	VFMADD231PS  Z17, Z18, Z15
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys1
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, 64(AX)
+	VMOVUPS      Z2, 128(AX)
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      Z4, 256(AX)
+	VMOVUPS      Z5, 320(AX)
+	VMOVUPS      Z6, 384(AX)
+	VMOVUPS      Z7, 448(AX)
+	VMOVUPS      Z8, (AX)(CX*1)
+	VMOVUPS      Z9, 64(AX)(CX*1)
+	VMOVUPS      Z10, 128(AX)(CX*1)
+	VMOVUPS      Z11, 192(AX)(CX*1)
+	VMOVUPS      Z12, 256(AX)(CX*1)
+	VMOVUPS      Z13, 320(AX)(CX*1)
+	VMOVUPS      Z14, 384(AX)(CX*1)
+	VMOVUPS      Z15, 448(AX)(CX*1)
+	ADDQ         $0x00000200, (SP)
+	ADDQ         $0x00000080, 8(SP)
+	SUBQ         $0x00000008, 48(SP)
+	JMP          full
+
+chunk4:
+	CMPQ    48(SP), $0x00000004
+	JL      chunk2
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS 128(AX), Z2
+	VMOVUPS 192(AX), Z3
+	VMOVUPS (AX)(CX*1), Z4
+	VMOVUPS 64(AX)(CX*1), Z5
+	VMOVUPS 128(AX)(CX*1), Z6
+	VMOVUPS 192(AX)(CX*1), Z7
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys2:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z8
+	VBROADCASTSS 128(AX), Z9
+	VPMOVSXBW    (CX), Y10
+	VPSLLW       $0x07, Y10, Y10
+	VPANDD       decodefp8tab<>+0(SB), Y10, Y10
+	VPSLLW       $0x01, Y10, Y11
+	VPCMPEQW     decodefp8tab<>+32(SB), Y11, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y10
+	VCVTPH2PS    Y10, Z10
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z10, Z10
+	VFMADD231PS  Z8, Z10, Z0
+	VFMADD231PS  Z9, Z10, Z4
+	VPMOVSXBW    16(CX), Y10
+	VPSLLW       $0x07, Y10, Y10
+	VPANDD       decodefp8tab<>+0(SB), Y10, Y10
+	VPSLLW       $0x01, Y10, Y11
+	VPCMPEQW     decodefp8tab<>+32(SB), Y11, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y10
+	VCVTPH2PS    Y10, Z10
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z10, Z10
+	VFMADD231PS  Z8, Z10, Z1
+	VFMADD231PS  Z9, Z10, Z5
+	VPMOVSXBW    32(CX), Y10
+	VPSLLW       $0x07, Y10, Y10
+	VPANDD       decodefp8tab<>+0(SB), Y10, Y10
+	VPSLLW       $0x01, Y10, Y11
+	VPCMPEQW     decodefp8tab<>+32(SB), Y11, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y10
+	VCVTPH2PS    Y10, Z10
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z10, Z10
+	VFMADD231PS  Z8, Z10, Z2
+	VFMADD231PS  Z9, Z10, Z6
+	VPMOVSXBW    48(CX), Y10
+	VPSLLW       $0x07, Y10, Y10
+	VPANDD       decodefp8tab<>+0(SB), Y10, Y10
+	VPSLLW       $0x01, Y10, Y11
+	VPCMPEQW     decodefp8tab<>+32(SB), Y11, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y10
+	VCVTPH2PS    Y10, Z10
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z10, Z10
+	VFMADD231PS  Z8, Z10, Z3
+	VFMADD231PS  Z9, Z10, Z7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys2
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, 64(AX)
+	VMOVUPS      Z2, 128(AX)
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      Z4, (AX)(CX*1)
+	VMOVUPS      Z5, 64(AX)(CX*1)
+	VMOVUPS      Z6, 128(AX)(CX*1)
+	VMOVUPS      Z7, 192(AX)(CX*1)
+	ADDQ         $0x00000100, (SP)
+	ADDQ         $0x00000040, 8(SP)
+	SUBQ         $0x00000004, 48(SP)
+
+chunk2:
+	CMPQ    48(SP), $0x00000002
+	JL      chunk1
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS (AX)(CX*1), Z2
+	VMOVUPS 64(AX)(CX*1), Z3
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys3:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z4
+	VBROADCASTSS 128(AX), Z5
+	VPMOVSXBW    (CX), Y6
+	VPSLLW       $0x07, Y6, Y6
+	VPANDD       decodefp8tab<>+0(SB), Y6, Y6
+	VPSLLW       $0x01, Y6, Y7
+	VPCMPEQW     decodefp8tab<>+32(SB), Y7, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y6
+	VCVTPH2PS    Y6, Z6
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z6, Z6
+	VFMADD231PS  Z4, Z6, Z0
+	VFMADD231PS  Z5, Z6, Z2
+	VPMOVSXBW    16(CX), Y6
+	VPSLLW       $0x07, Y6, Y6
+	VPANDD       decodefp8tab<>+0(SB), Y6, Y6
+	VPSLLW       $0x01, Y6, Y7
+	VPCMPEQW     decodefp8tab<>+32(SB), Y7, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y6
+	VCVTPH2PS    Y6, Z6
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z6, Z6
+	VFMADD231PS  Z4, Z6, Z1
+	VFMADD231PS  Z5, Z6, Z3
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys3
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, 64(AX)
+	VMOVUPS      Z2, (AX)(CX*1)
+	VMOVUPS      Z3, 64(AX)(CX*1)
+	ADDQ         $0x00000080, (SP)
+	ADDQ         $0x00000020, 8(SP)
+	SUBQ         $0x00000002, 48(SP)
+
+chunk1:
+	CMPQ    48(SP), $0x00000001
+	JL      chunk0
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z0
+	VMOVUPS (AX)(CX*1), Z1
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys4:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z2
+	VBROADCASTSS 128(AX), Z3
+	VPMOVSXBW    (CX), Y4
+	VPSLLW       $0x07, Y4, Y4
+	VPANDD       decodefp8tab<>+0(SB), Y4, Y4
+	VPSLLW       $0x01, Y4, Y5
+	VPCMPEQW     decodefp8tab<>+32(SB), Y5, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y4
+	VCVTPH2PS    Y4, Z4
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z4, Z4
+	VFMADD231PS  Z2, Z4, Z0
+	VFMADD231PS  Z3, Z4, Z1
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys4
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, (AX)(CX*1)
+	ADDQ         $0x00000040, (SP)
+	ADDQ         $0x00000010, 8(SP)
+	SUBQ         $0x00000001, 48(SP)
+
+chunk0:
+	MOVQ      d+104(FP), AX
+	ANDQ      $0x0f, AX
+	JZ        next
+	MOVQ      (SP), AX
+	MOVQ      ldo+24(FP), CX
+	SHLQ      $0x02, CX
+	VMOVUPS.Z (AX), K1, Z0
+	VMOVUPS.Z (AX)(CX*1), K1, Z1
+	LEAQ      56(SP), AX
+	MOVQ      8(SP), CX
+	MOVQ      ldv+88(FP), DX
+	MOVQ      DX, BX
+	SHLQ      $0x05, BX
+	MOVQ      32(SP), SI
+
+keys5:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z2
+	VBROADCASTSS 128(AX), Z3
+	VMOVDQU8.Z   (CX), K1, X4
+	VPMOVSXBW    X4, Y4
+	VPSLLW       $0x07, Y4, Y4
+	VPANDD       decodefp8tab<>+0(SB), Y4, Y4
+	VPSLLW       $0x01, Y4, Y5
+	VPCMPEQW     decodefp8tab<>+32(SB), Y5, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y4
+	VCVTPH2PS    Y4, Z4
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z4, Z4
+	VFMADD231PS  Z2, Z4, Z0
+	VFMADD231PS  Z3, Z4, Z1
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys5
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z0, K1, (AX)
+	VMOVUPS      Z1, K1, (AX)(CX*1)
+
+next:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumE4M3M4AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·accumE4M3M4AVX512(SB), $568-112
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  v_base+64(FP), AX
+	MOVQ  AX, 24(SP)
+	MOVQ  n+96(FP), AX
+	MOVQ  AX, 40(SP)
+	MOVQ  d+104(FP), AX
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+block:
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, BX
+	SUBQ      $0x00000000, BX
+	XORQ      SI, SI
+	CMPQ      BX, SI
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, SI
+	CMOVQGT   SI, BX
+	LEAQ      decodemask16<>+0(SB), SI
+	KMOVW     (SI)(BX*2), K2
+	SUBQ      $0x00000010, AX
+	XORQ      BX, BX
+	CMPQ      AX, BX
+	CMOVQLT   BX, AX
+	MOVQ      $0x00000010, BX
+	CMPQ      AX, BX
+	CMOVQGT   BX, AX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(AX*2), K3
+	VMOVUPS.Z (CX), K2, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K3, Z0
+	VMOVUPS   Z0, 120(SP)
+	VMOVUPS.Z (CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 184(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 248(SP)
+	VMOVUPS.Z (CX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 312(SP)
+	VMOVUPS.Z 64(CX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 376(SP)
+	LEAQ      (CX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 440(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 504(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000004
+	JL      chunk2
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS 128(AX), Z2
+	VMOVUPS 192(AX), Z3
+	VMOVUPS (AX)(CX*1), Z4
+	VMOVUPS 64(AX)(CX*1), Z5
+	VMOVUPS 128(AX)(CX*1), Z6
+	VMOVUPS 192(AX)(CX*1), Z7
+	VMOVUPS (AX)(CX*2), Z8
+	VMOVUPS 64(AX)(CX*2), Z9
+	VMOVUPS 128(AX)(CX*2), Z10
+	VMOVUPS 192(AX)(CX*2), Z11
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS (AX)(CX*1), Z12
+	VMOVUPS 64(AX)(CX*1), Z13
+	VMOVUPS 128(AX)(CX*1), Z14
+	VMOVUPS 192(AX)(CX*1), Z15
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z16
+	VBROADCASTSS 128(AX), Z17
+	VBROADCASTSS 256(AX), Z18
+	VBROADCASTSS 384(AX), Z19
+	VPMOVSXBW    (CX), Y20
+	VPSLLW       $0x07, Y20, Y20
+	VPANDD       decodefp8tab<>+0(SB), Y20, Y20
+	VPSLLW       $0x01, Y20, Y21
+	VPCMPEQW     decodefp8tab<>+32(SB), Y21, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y20
+	VCVTPH2PS    Y20, Z20
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z20, Z20
+	VFMADD231PS  Z16, Z20, Z0
+	VFMADD231PS  Z17, Z20, Z4
+	VFMADD231PS  Z18, Z20, Z8
+	VFMADD231PS  Z19, Z20, Z12
+	VPMOVSXBW    16(CX), Y20
+	VPSLLW       $0x07, Y20, Y20
+	VPANDD       decodefp8tab<>+0(SB), Y20, Y20
+	VPSLLW       $0x01, Y20, Y21
+	VPCMPEQW     decodefp8tab<>+32(SB), Y21, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y20
+	VCVTPH2PS    Y20, Z20
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z20, Z20
+	VFMADD231PS  Z16, Z20, Z1
+	VFMADD231PS  Z17, Z20, Z5
+	VFMADD231PS  Z18, Z20, Z9
+	VFMADD231PS  Z19, Z20, Z13
+	VPMOVSXBW    32(CX), Y20
+	VPSLLW       $0x07, Y20, Y20
+	VPANDD       decodefp8tab<>+0(SB), Y20, Y20
+	VPSLLW       $0x01, Y20, Y21
+	VPCMPEQW     decodefp8tab<>+32(SB), Y21, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y20
+	VCVTPH2PS    Y20, Z20
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z20, Z20
+	VFMADD231PS  Z16, Z20, Z2
+	VFMADD231PS  Z17, Z20, Z6
+	VFMADD231PS  Z18, Z20, Z10
+	VFMADD231PS  Z19, Z20, Z14
+	VPMOVSXBW    48(CX), Y20
+	VPSLLW       $0x07, Y20, Y20
+	VPANDD       decodefp8tab<>+0(SB), Y20, Y20
+	VPSLLW       $0x01, Y20, Y21
+	VPCMPEQW     decodefp8tab<>+32(SB), Y21, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y20
+	VCVTPH2PS    Y20, Z20
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z20, Z20
+	VFMADD231PS  Z16, Z20, Z3
+	VFMADD231PS  Z17, Z20, Z7
+	VFMADD231PS  Z18, Z20, Z11
+	VFMADD231PS  Z19, Z20, Z15
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys1
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, 64(AX)
+	VMOVUPS      Z2, 128(AX)
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      Z4, (AX)(CX*1)
+	VMOVUPS      Z5, 64(AX)(CX*1)
+	VMOVUPS      Z6, 128(AX)(CX*1)
+	VMOVUPS      Z7, 192(AX)(CX*1)
+	VMOVUPS      Z8, (AX)(CX*2)
+	VMOVUPS      Z9, 64(AX)(CX*2)
+	VMOVUPS      Z10, 128(AX)(CX*2)
+	VMOVUPS      Z11, 192(AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Z12, (AX)(CX*1)
+	VMOVUPS      Z13, 64(AX)(CX*1)
+	VMOVUPS      Z14, 128(AX)(CX*1)
+	VMOVUPS      Z15, 192(AX)(CX*1)
+	ADDQ         $0x00000100, (SP)
+	ADDQ         $0x00000040, 8(SP)
+	SUBQ         $0x00000004, 48(SP)
+	JMP          full
+
+chunk2:
+	CMPQ    48(SP), $0x00000002
+	JL      chunk1
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS (AX)(CX*1), Z2
+	VMOVUPS 64(AX)(CX*1), Z3
+	VMOVUPS (AX)(CX*2), Z4
+	VMOVUPS 64(AX)(CX*2), Z5
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS (AX)(CX*1), Z6
+	VMOVUPS 64(AX)(CX*1), Z7
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys2:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z8
+	VBROADCASTSS 128(AX), Z9
+	VBROADCASTSS 256(AX), Z10
+	VBROADCASTSS 384(AX), Z11
+	VPMOVSXBW    (CX), Y12
+	VPSLLW       $0x07, Y12, Y12
+	VPANDD       decodefp8tab<>+0(SB), Y12, Y12
+	VPSLLW       $0x01, Y12, Y13
+	VPCMPEQW     decodefp8tab<>+32(SB), Y13, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y12
+	VCVTPH2PS    Y12, Z12
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z12, Z12
+	VFMADD231PS  Z8, Z12, Z0
+	VFMADD231PS  Z9, Z12, Z2
+	VFMADD231PS  Z10, Z12, Z4
+	VFMADD231PS  Z11, Z12, Z6
+	VPMOVSXBW    16(CX), Y12
+	VPSLLW       $0x07, Y12, Y12
+	VPANDD       decodefp8tab<>+0(SB), Y12, Y12
+	VPSLLW       $0x01, Y12, Y13
+	VPCMPEQW     decodefp8tab<>+32(SB), Y13, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y12
+	VCVTPH2PS    Y12, Z12
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z12, Z12
+	VFMADD231PS  Z8, Z12, Z1
+	VFMADD231PS  Z9, Z12, Z3
+	VFMADD231PS  Z10, Z12, Z5
+	VFMADD231PS  Z11, Z12, Z7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys2
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, 64(AX)
+	VMOVUPS      Z2, (AX)(CX*1)
+	VMOVUPS      Z3, 64(AX)(CX*1)
+	VMOVUPS      Z4, (AX)(CX*2)
+	VMOVUPS      Z5, 64(AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Z6, (AX)(CX*1)
+	VMOVUPS      Z7, 64(AX)(CX*1)
+	ADDQ         $0x00000080, (SP)
+	ADDQ         $0x00000020, 8(SP)
+	SUBQ         $0x00000002, 48(SP)
+
+chunk1:
+	CMPQ    48(SP), $0x00000001
+	JL      chunk0
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z0
+	VMOVUPS (AX)(CX*1), Z1
+	VMOVUPS (AX)(CX*2), Z2
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS (AX)(CX*1), Z3
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys3:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z4
+	VBROADCASTSS 128(AX), Z5
+	VBROADCASTSS 256(AX), Z6
+	VBROADCASTSS 384(AX), Z7
+	VPMOVSXBW    (CX), Y8
+	VPSLLW       $0x07, Y8, Y8
+	VPANDD       decodefp8tab<>+0(SB), Y8, Y8
+	VPSLLW       $0x01, Y8, Y9
+	VPCMPEQW     decodefp8tab<>+32(SB), Y9, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y8
+	VCVTPH2PS    Y8, Z8
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z8, Z8
+	VFMADD231PS  Z4, Z8, Z0
+	VFMADD231PS  Z5, Z8, Z1
+	VFMADD231PS  Z6, Z8, Z2
+	VFMADD231PS  Z7, Z8, Z3
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys3
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, (AX)(CX*1)
+	VMOVUPS      Z2, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Z3, (AX)(CX*1)
+	ADDQ         $0x00000040, (SP)
+	ADDQ         $0x00000010, 8(SP)
+	SUBQ         $0x00000001, 48(SP)
+
+chunk0:
+	MOVQ      d+104(FP), AX
+	ANDQ      $0x0f, AX
+	JZ        next
+	MOVQ      (SP), AX
+	MOVQ      ldo+24(FP), CX
+	SHLQ      $0x02, CX
+	VMOVUPS.Z (AX), K1, Z0
+	VMOVUPS.Z (AX)(CX*1), K1, Z1
+	VMOVUPS.Z (AX)(CX*2), K1, Z2
+	LEAQ      (AX)(CX*2), AX
+	VMOVUPS.Z (AX)(CX*1), K1, Z3
+	LEAQ      56(SP), AX
+	MOVQ      8(SP), CX
+	MOVQ      ldv+88(FP), DX
+	MOVQ      DX, BX
+	SHLQ      $0x05, BX
+	MOVQ      32(SP), SI
+
+keys4:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z4
+	VBROADCASTSS 128(AX), Z5
+	VBROADCASTSS 256(AX), Z6
+	VBROADCASTSS 384(AX), Z7
+	VMOVDQU8.Z   (CX), K1, X8
+	VPMOVSXBW    X8, Y8
+	VPSLLW       $0x07, Y8, Y8
+	VPANDD       decodefp8tab<>+0(SB), Y8, Y8
+	VPSLLW       $0x01, Y8, Y9
+	VPCMPEQW     decodefp8tab<>+32(SB), Y9, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y8
+	VCVTPH2PS    Y8, Z8
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z8, Z8
+	VFMADD231PS  Z4, Z8, Z0
+	VFMADD231PS  Z5, Z8, Z1
+	VFMADD231PS  Z6, Z8, Z2
+	VFMADD231PS  Z7, Z8, Z3
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys4
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z0, K1, (AX)
+	VMOVUPS      Z1, K1, (AX)(CX*1)
+	VMOVUPS      Z2, K1, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Z3, K1, (AX)(CX*1)
+
+next:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumE4M3M8AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·accumE4M3M8AVX512(SB), $1080-112
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  v_base+64(FP), AX
+	MOVQ  AX, 24(SP)
+	MOVQ  n+96(FP), AX
+	MOVQ  AX, 40(SP)
+	MOVQ  d+104(FP), AX
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+block:
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, BX
+	SUBQ      $0x00000000, BX
+	XORQ      SI, SI
+	CMPQ      BX, SI
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, SI
+	CMOVQGT   SI, BX
+	LEAQ      decodemask16<>+0(SB), SI
+	KMOVW     (SI)(BX*2), K2
+	SUBQ      $0x00000010, AX
+	XORQ      BX, BX
+	CMPQ      AX, BX
+	CMOVQLT   BX, AX
+	MOVQ      $0x00000010, BX
+	CMPQ      AX, BX
+	CMOVQGT   BX, AX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(AX*2), K3
+	VMOVUPS.Z (CX), K2, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K3, Z0
+	VMOVUPS   Z0, 120(SP)
+	VMOVUPS.Z (CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 184(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 248(SP)
+	VMOVUPS.Z (CX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 312(SP)
+	VMOVUPS.Z 64(CX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 376(SP)
+	LEAQ      (CX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 440(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 504(SP)
+	LEAQ      (CX)(DX*4), AX
+	VMOVUPS.Z (AX), K2, Z0
+	VMOVUPS   Z0, 568(SP)
+	VMOVUPS.Z 64(AX), K3, Z0
+	VMOVUPS   Z0, 632(SP)
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 696(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 760(SP)
+	VMOVUPS.Z (AX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 824(SP)
+	VMOVUPS.Z 64(AX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 888(SP)
+	LEAQ      (AX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 952(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 1016(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000002
+	JL      chunk1
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS (AX)(CX*1), Z2
+	VMOVUPS 64(AX)(CX*1), Z3
+	VMOVUPS (AX)(CX*2), Z4
+	VMOVUPS 64(AX)(CX*2), Z5
+	LEAQ    (AX)(CX*2), DX
+	VMOVUPS (DX)(CX*1), Z6
+	VMOVUPS 64(DX)(CX*1), Z7
+	LEAQ    (AX)(CX*4), AX
+	VMOVUPS (AX), Z8
+	VMOVUPS 64(AX), Z9
+	VMOVUPS (AX)(CX*1), Z10
+	VMOVUPS 64(AX)(CX*1), Z11
+	VMOVUPS (AX)(CX*2), Z12
+	VMOVUPS 64(AX)(CX*2), Z13
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS (AX)(CX*1), Z14
+	VMOVUPS 64(AX)(CX*1), Z15
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z16
+	VBROADCASTSS 128(AX), Z17
+	VBROADCASTSS 256(AX), Z18
+	VBROADCASTSS 384(AX), Z19
+	VBROADCASTSS 512(AX), Z20
+	VBROADCASTSS 640(AX), Z21
+	VBROADCASTSS 768(AX), Z22
+	VBROADCASTSS 896(AX), Z23
+	VPMOVSXBW    (CX), Y24
+	VPSLLW       $0x07, Y24, Y24
+	VPANDD       decodefp8tab<>+0(SB), Y24, Y24
+	VPSLLW       $0x01, Y24, Y25
+	VPCMPEQW     decodefp8tab<>+32(SB), Y25, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y24
+	VCVTPH2PS    Y24, Z24
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z24, Z24
+	VFMADD231PS  Z16, Z24, Z0
+	VFMADD231PS  Z17, Z24, Z2
+	VFMADD231PS  Z18, Z24, Z4
+	VFMADD231PS  Z19, Z24, Z6
+	VFMADD231PS  Z20, Z24, Z8
+	VFMADD231PS  Z21, Z24, Z10
+	VFMADD231PS  Z22, Z24, Z12
+	VFMADD231PS  Z23, Z24, Z14
+	VPMOVSXBW    16(CX), Y24
+	VPSLLW       $0x07, Y24, Y24
+	VPANDD       decodefp8tab<>+0(SB), Y24, Y24
+	VPSLLW       $0x01, Y24, Y25
+	VPCMPEQW     decodefp8tab<>+32(SB), Y25, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y24
+	VCVTPH2PS    Y24, Z24
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z24, Z24
+	VFMADD231PS  Z16, Z24, Z1
+	VFMADD231PS  Z17, Z24, Z3
+	VFMADD231PS  Z18, Z24, Z5
+	VFMADD231PS  Z19, Z24, Z7
+	VFMADD231PS  Z20, Z24, Z9
+	VFMADD231PS  Z21, Z24, Z11
+	VFMADD231PS  Z22, Z24, Z13
+	VFMADD231PS  Z23, Z24, Z15
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys1
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, 64(AX)
+	VMOVUPS      Z2, (AX)(CX*1)
+	VMOVUPS      Z3, 64(AX)(CX*1)
+	VMOVUPS      Z4, (AX)(CX*2)
+	VMOVUPS      Z5, 64(AX)(CX*2)
+	LEAQ         (AX)(CX*2), DX
+	VMOVUPS      Z6, (DX)(CX*1)
+	VMOVUPS      Z7, 64(DX)(CX*1)
+	LEAQ         (AX)(CX*4), AX
+	VMOVUPS      Z8, (AX)
+	VMOVUPS      Z9, 64(AX)
+	VMOVUPS      Z10, (AX)(CX*1)
+	VMOVUPS      Z11, 64(AX)(CX*1)
+	VMOVUPS      Z12, (AX)(CX*2)
+	VMOVUPS      Z13, 64(AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Z14, (AX)(CX*1)
+	VMOVUPS      Z15, 64(AX)(CX*1)
+	ADDQ         $0x00000080, (SP)
+	ADDQ         $0x00000020, 8(SP)
+	SUBQ         $0x00000002, 48(SP)
+	JMP          full
+
+chunk1:
+	CMPQ    48(SP), $0x00000001
+	JL      chunk0
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z0
+	VMOVUPS (AX)(CX*1), Z1
+	VMOVUPS (AX)(CX*2), Z2
+	LEAQ    (AX)(CX*2), DX
+	VMOVUPS (DX)(CX*1), Z3
+	LEAQ    (AX)(CX*4), AX
+	VMOVUPS (AX), Z4
+	VMOVUPS (AX)(CX*1), Z5
+	VMOVUPS (AX)(CX*2), Z6
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS (AX)(CX*1), Z7
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys2:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z8
+	VBROADCASTSS 128(AX), Z9
+	VBROADCASTSS 256(AX), Z10
+	VBROADCASTSS 384(AX), Z11
+	VBROADCASTSS 512(AX), Z12
+	VBROADCASTSS 640(AX), Z13
+	VBROADCASTSS 768(AX), Z14
+	VBROADCASTSS 896(AX), Z15
+	VPMOVSXBW    (CX), Y16
+	VPSLLW       $0x07, Y16, Y16
+	VPANDD       decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW       $0x01, Y16, Y17
+	VPCMPEQW     decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS    Y16, Z16
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS  Z8, Z16, Z0
+	VFMADD231PS  Z9, Z16, Z1
+	VFMADD231PS  Z10, Z16, Z2
+	VFMADD231PS  Z11, Z16, Z3
+	VFMADD231PS  Z12, Z16, Z4
+	VFMADD231PS  Z13, Z16, Z5
+	VFMADD231PS  Z14, Z16, Z6
+	VFMADD231PS  Z15, Z16, Z7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys2
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, (AX)(CX*1)
+	VMOVUPS      Z2, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), DX
+	VMOVUPS      Z3, (DX)(CX*1)
+	LEAQ         (AX)(CX*4), AX
+	VMOVUPS      Z4, (AX)
+	VMOVUPS      Z5, (AX)(CX*1)
+	VMOVUPS      Z6, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Z7, (AX)(CX*1)
+	ADDQ         $0x00000040, (SP)
+	ADDQ         $0x00000010, 8(SP)
+	SUBQ         $0x00000001, 48(SP)
+
+chunk0:
+	MOVQ      d+104(FP), AX
+	ANDQ      $0x0f, AX
+	JZ        next
+	MOVQ      (SP), AX
+	MOVQ      ldo+24(FP), CX
+	SHLQ      $0x02, CX
+	VMOVUPS.Z (AX), K1, Z0
+	VMOVUPS.Z (AX)(CX*1), K1, Z1
+	VMOVUPS.Z (AX)(CX*2), K1, Z2
+	LEAQ      (AX)(CX*2), DX
+	VMOVUPS.Z (DX)(CX*1), K1, Z3
+	LEAQ      (AX)(CX*4), AX
+	VMOVUPS.Z (AX), K1, Z4
+	VMOVUPS.Z (AX)(CX*1), K1, Z5
+	VMOVUPS.Z (AX)(CX*2), K1, Z6
+	LEAQ      (AX)(CX*2), AX
+	VMOVUPS.Z (AX)(CX*1), K1, Z7
+	LEAQ      56(SP), AX
+	MOVQ      8(SP), CX
+	MOVQ      ldv+88(FP), DX
+	MOVQ      DX, BX
+	SHLQ      $0x05, BX
+	MOVQ      32(SP), SI
+
+keys3:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z8
+	VBROADCASTSS 128(AX), Z9
+	VBROADCASTSS 256(AX), Z10
+	VBROADCASTSS 384(AX), Z11
+	VBROADCASTSS 512(AX), Z12
+	VBROADCASTSS 640(AX), Z13
+	VBROADCASTSS 768(AX), Z14
+	VBROADCASTSS 896(AX), Z15
+	VMOVDQU8.Z   (CX), K1, X16
+	VPMOVSXBW    X16, Y16
+	VPSLLW       $0x07, Y16, Y16
+	VPANDD       decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW       $0x01, Y16, Y17
+	VPCMPEQW     decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16    decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS    Y16, Z16
+	VMULPS.BCST  decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS  Z8, Z16, Z0
+	VFMADD231PS  Z9, Z16, Z1
+	VFMADD231PS  Z10, Z16, Z2
+	VFMADD231PS  Z11, Z16, Z3
+	VFMADD231PS  Z12, Z16, Z4
+	VFMADD231PS  Z13, Z16, Z5
+	VFMADD231PS  Z14, Z16, Z6
+	VFMADD231PS  Z15, Z16, Z7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys3
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z0, K1, (AX)
+	VMOVUPS      Z1, K1, (AX)(CX*1)
+	VMOVUPS      Z2, K1, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), DX
+	VMOVUPS      Z3, K1, (DX)(CX*1)
+	LEAQ         (AX)(CX*4), AX
+	VMOVUPS      Z4, K1, (AX)
+	VMOVUPS      Z5, K1, (AX)(CX*1)
+	VMOVUPS      Z6, K1, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Z7, K1, (AX)(CX*1)
+
+next:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumE4M3M16AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·accumE4M3M16AVX512(SB), $2104-112
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  v_base+64(FP), AX
+	MOVQ  AX, 24(SP)
+	MOVQ  n+96(FP), AX
+	MOVQ  AX, 40(SP)
+	MOVQ  d+104(FP), AX
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+block:
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, BX
+	SUBQ      $0x00000000, BX
+	XORQ      SI, SI
+	CMPQ      BX, SI
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, SI
+	CMOVQGT   SI, BX
+	LEAQ      decodemask16<>+0(SB), SI
+	KMOVW     (SI)(BX*2), K2
+	SUBQ      $0x00000010, AX
+	XORQ      BX, BX
+	CMPQ      AX, BX
+	CMOVQLT   BX, AX
+	MOVQ      $0x00000010, BX
+	CMPQ      AX, BX
+	CMOVQGT   BX, AX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(AX*2), K3
+	VMOVUPS.Z (CX), K2, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K3, Z0
+	VMOVUPS   Z0, 120(SP)
+	VMOVUPS.Z (CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 184(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 248(SP)
+	VMOVUPS.Z (CX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 312(SP)
+	VMOVUPS.Z 64(CX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 376(SP)
+	LEAQ      (CX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 440(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 504(SP)
+	LEAQ      (CX)(DX*4), AX
+	VMOVUPS.Z (AX), K2, Z0
+	VMOVUPS   Z0, 568(SP)
+	VMOVUPS.Z 64(AX), K3, Z0
+	VMOVUPS   Z0, 632(SP)
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 696(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 760(SP)
+	VMOVUPS.Z (AX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 824(SP)
+	VMOVUPS.Z 64(AX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 888(SP)
+	LEAQ      (AX)(DX*2), CX
+	VMOVUPS.Z (CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 952(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 1016(SP)
+	LEAQ      (AX)(DX*4), AX
+	VMOVUPS.Z (AX), K2, Z0
+	VMOVUPS   Z0, 1080(SP)
+	VMOVUPS.Z 64(AX), K3, Z0
+	VMOVUPS   Z0, 1144(SP)
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 1208(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 1272(SP)
+	VMOVUPS.Z (AX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 1336(SP)
+	VMOVUPS.Z 64(AX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 1400(SP)
+	LEAQ      (AX)(DX*2), CX
+	VMOVUPS.Z (CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 1464(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 1528(SP)
+	LEAQ      (AX)(DX*4), AX
+	VMOVUPS.Z (AX), K2, Z0
+	VMOVUPS   Z0, 1592(SP)
+	VMOVUPS.Z 64(AX), K3, Z0
+	VMOVUPS   Z0, 1656(SP)
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 1720(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 1784(SP)
+	VMOVUPS.Z (AX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 1848(SP)
+	VMOVUPS.Z 64(AX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 1912(SP)
+	LEAQ      (AX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 1976(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 2040(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000001
+	JL      chunk0
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z0
+	VMOVUPS (AX)(CX*1), Z1
+	VMOVUPS (AX)(CX*2), Z2
+	LEAQ    (AX)(CX*2), DX
+	VMOVUPS (DX)(CX*1), Z3
+	LEAQ    (AX)(CX*4), AX
+	VMOVUPS (AX), Z4
+	VMOVUPS (AX)(CX*1), Z5
+	VMOVUPS (AX)(CX*2), Z6
+	LEAQ    (AX)(CX*2), DX
+	VMOVUPS (DX)(CX*1), Z7
+	LEAQ    (AX)(CX*4), AX
+	VMOVUPS (AX), Z8
+	VMOVUPS (AX)(CX*1), Z9
+	VMOVUPS (AX)(CX*2), Z10
+	LEAQ    (AX)(CX*2), DX
+	VMOVUPS (DX)(CX*1), Z11
+	LEAQ    (AX)(CX*4), AX
+	VMOVUPS (AX), Z12
+	VMOVUPS (AX)(CX*1), Z13
+	VMOVUPS (AX)(CX*2), Z14
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS (AX)(CX*1), Z15
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1       (CX)(BX*1)
+	VPMOVSXBW        (CX), Y16
+	VPSLLW           $0x07, Y16, Y16
+	VPANDD           decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW           $0x01, Y16, Y17
+	VPCMPEQW         decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16        decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS        Y16, Z16
+	VMULPS.BCST      decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS.BCST (AX), Z16, Z0
+	VFMADD231PS.BCST 128(AX), Z16, Z1
+	VFMADD231PS.BCST 256(AX), Z16, Z2
+	VFMADD231PS.BCST 384(AX), Z16, Z3
+	VFMADD231PS.BCST 512(AX), Z16, Z4
+	VFMADD231PS.BCST 640(AX), Z16, Z5
+	VFMADD231PS.BCST 768(AX), Z16, Z6
+	VFMADD231PS.BCST 896(AX), Z16, Z7
+	VFMADD231PS.BCST 1024(AX), Z16, Z8
+	VFMADD231PS.BCST 1152(AX), Z16, Z9
+	VFMADD231PS.BCST 1280(AX), Z16, Z10
+	VFMADD231PS.BCST 1408(AX), Z16, Z11
+	VFMADD231PS.BCST 1536(AX), Z16, Z12
+	VFMADD231PS.BCST 1664(AX), Z16, Z13
+	VFMADD231PS.BCST 1792(AX), Z16, Z14
+	VFMADD231PS.BCST 1920(AX), Z16, Z15
+	ADDQ             $0x00000004, AX
+	ADDQ             DX, CX
+	DECQ             SI
+	JNZ              keys1
+	MOVQ             (SP), AX
+	MOVQ             ldo+24(FP), CX
+	SHLQ             $0x02, CX
+	VMOVUPS          Z0, (AX)
+	VMOVUPS          Z1, (AX)(CX*1)
+	VMOVUPS          Z2, (AX)(CX*2)
+	LEAQ             (AX)(CX*2), DX
+	VMOVUPS          Z3, (DX)(CX*1)
+	LEAQ             (AX)(CX*4), AX
+	VMOVUPS          Z4, (AX)
+	VMOVUPS          Z5, (AX)(CX*1)
+	VMOVUPS          Z6, (AX)(CX*2)
+	LEAQ             (AX)(CX*2), DX
+	VMOVUPS          Z7, (DX)(CX*1)
+	LEAQ             (AX)(CX*4), AX
+	VMOVUPS          Z8, (AX)
+	VMOVUPS          Z9, (AX)(CX*1)
+	VMOVUPS          Z10, (AX)(CX*2)
+	LEAQ             (AX)(CX*2), DX
+	VMOVUPS          Z11, (DX)(CX*1)
+	LEAQ             (AX)(CX*4), AX
+	VMOVUPS          Z12, (AX)
+	VMOVUPS          Z13, (AX)(CX*1)
+	VMOVUPS          Z14, (AX)(CX*2)
+	LEAQ             (AX)(CX*2), AX
+	VMOVUPS          Z15, (AX)(CX*1)
+	ADDQ             $0x00000040, (SP)
+	ADDQ             $0x00000010, 8(SP)
+	SUBQ             $0x00000001, 48(SP)
+	JMP              full
+
+chunk0:
+	MOVQ      d+104(FP), AX
+	ANDQ      $0x0f, AX
+	JZ        next
+	MOVQ      (SP), AX
+	MOVQ      ldo+24(FP), CX
+	SHLQ      $0x02, CX
+	VMOVUPS.Z (AX), K1, Z0
+	VMOVUPS.Z (AX)(CX*1), K1, Z1
+	VMOVUPS.Z (AX)(CX*2), K1, Z2
+	LEAQ      (AX)(CX*2), DX
+	VMOVUPS.Z (DX)(CX*1), K1, Z3
+	LEAQ      (AX)(CX*4), AX
+	VMOVUPS.Z (AX), K1, Z4
+	VMOVUPS.Z (AX)(CX*1), K1, Z5
+	VMOVUPS.Z (AX)(CX*2), K1, Z6
+	LEAQ      (AX)(CX*2), DX
+	VMOVUPS.Z (DX)(CX*1), K1, Z7
+	LEAQ      (AX)(CX*4), AX
+	VMOVUPS.Z (AX), K1, Z8
+	VMOVUPS.Z (AX)(CX*1), K1, Z9
+	VMOVUPS.Z (AX)(CX*2), K1, Z10
+	LEAQ      (AX)(CX*2), DX
+	VMOVUPS.Z (DX)(CX*1), K1, Z11
+	LEAQ      (AX)(CX*4), AX
+	VMOVUPS.Z (AX), K1, Z12
+	VMOVUPS.Z (AX)(CX*1), K1, Z13
+	VMOVUPS.Z (AX)(CX*2), K1, Z14
+	LEAQ      (AX)(CX*2), AX
+	VMOVUPS.Z (AX)(CX*1), K1, Z15
+	LEAQ      56(SP), AX
+	MOVQ      8(SP), CX
+	MOVQ      ldv+88(FP), DX
+	MOVQ      DX, BX
+	SHLQ      $0x05, BX
+	MOVQ      32(SP), SI
+
+keys2:
+	PREFETCHT1       (CX)(BX*1)
+	VMOVDQU8.Z       (CX), K1, X16
+	VPMOVSXBW        X16, Y16
+	VPSLLW           $0x07, Y16, Y16
+	VPANDD           decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW           $0x01, Y16, Y17
+	VPCMPEQW         decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16        decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS        Y16, Z16
+	VMULPS.BCST      decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS.BCST (AX), Z16, Z0
+	VFMADD231PS.BCST 128(AX), Z16, Z1
+	VFMADD231PS.BCST 256(AX), Z16, Z2
+	VFMADD231PS.BCST 384(AX), Z16, Z3
+	VFMADD231PS.BCST 512(AX), Z16, Z4
+	VFMADD231PS.BCST 640(AX), Z16, Z5
+	VFMADD231PS.BCST 768(AX), Z16, Z6
+	VFMADD231PS.BCST 896(AX), Z16, Z7
+	VFMADD231PS.BCST 1024(AX), Z16, Z8
+	VFMADD231PS.BCST 1152(AX), Z16, Z9
+	VFMADD231PS.BCST 1280(AX), Z16, Z10
+	VFMADD231PS.BCST 1408(AX), Z16, Z11
+	VFMADD231PS.BCST 1536(AX), Z16, Z12
+	VFMADD231PS.BCST 1664(AX), Z16, Z13
+	VFMADD231PS.BCST 1792(AX), Z16, Z14
+	VFMADD231PS.BCST 1920(AX), Z16, Z15
+	ADDQ             $0x00000004, AX
+	ADDQ             DX, CX
+	DECQ             SI
+	JNZ              keys2
+	MOVQ             (SP), AX
+	MOVQ             ldo+24(FP), CX
+	SHLQ             $0x02, CX
+	VMOVUPS          Z0, K1, (AX)
+	VMOVUPS          Z1, K1, (AX)(CX*1)
+	VMOVUPS          Z2, K1, (AX)(CX*2)
+	LEAQ             (AX)(CX*2), DX
+	VMOVUPS          Z3, K1, (DX)(CX*1)
+	LEAQ             (AX)(CX*4), AX
+	VMOVUPS          Z4, K1, (AX)
+	VMOVUPS          Z5, K1, (AX)(CX*1)
+	VMOVUPS          Z6, K1, (AX)(CX*2)
+	LEAQ             (AX)(CX*2), DX
+	VMOVUPS          Z7, K1, (DX)(CX*1)
+	LEAQ             (AX)(CX*4), AX
+	VMOVUPS          Z8, K1, (AX)
+	VMOVUPS          Z9, K1, (AX)(CX*1)
+	VMOVUPS          Z10, K1, (AX)(CX*2)
+	LEAQ             (AX)(CX*2), DX
+	VMOVUPS          Z11, K1, (DX)(CX*1)
+	LEAQ             (AX)(CX*4), AX
+	VMOVUPS          Z12, K1, (AX)
+	VMOVUPS          Z13, K1, (AX)(CX*1)
+	VMOVUPS          Z14, K1, (AX)(CX*2)
+	LEAQ             (AX)(CX*2), AX
+	VMOVUPS          Z15, K1, (AX)(CX*1)
+
+next:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresHeadsE4M3AVX512(s []float32, lds int, q []float32, heads int, k []byte, hs int, n int, d int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·scoresHeadsE4M3AVX512(SB), NOSPLIT, $136-112
+	MOVQ  q_base+32(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 32(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 8(SP)
+	MOVQ  AX, 24(SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 104(SP)
+	MOVQ  k_base+64(FP), AX
+	MOVQ  AX, 112(SP)
+	MOVQ  n+96(FP), AX
+	MOVQ  AX, 120(SP)
+	MOVQ  d+104(FP), AX
+	MOVQ  AX, CX
+	SHRQ  $0x04, CX
+	MOVQ  CX, 128(SP)
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+main:
+	CMPQ   120(SP), $0x00000010
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   hs+88(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	LEAQ   (BX)(AX*4), SI
+	LEAQ   (SI)(AX*4), DI
+	MOVQ   (SP), R8
+	LEAQ   (DX), R9
+	MOVQ   hs+88(FP), R10
+	SHLQ   $0x06, R10
+	MOVQ   128(SP), R11
+	TESTQ  R11, R11
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R9)(R10*1)
+	VPMOVSXBW   (R9), Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS (R8), Z16, Z0
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000010, R9
+	DECQ        R11
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVDQU8.Z  (R9), K1, X17
+	VPMOVSXBW   X17, Y17
+	VPSLLW      $0x07, Y17, Y17
+	VPANDD      decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW      $0x01, Y17, Y18
+	VPCMPEQW    decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS   Y17, Z17
+	VMULPS.BCST decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS Z16, Z17, Z0
+
+mainK0Done:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(AX*1), R9
+	MOVQ    hs+88(FP), R10
+	SHLQ    $0x06, R10
+	MOVQ    128(SP), R11
+	TESTQ   R11, R11
+	JZ      mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (R9)(R10*1)
+	VPMOVSXBW   (R9), Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS (R8), Z16, Z1
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000010, R9
+	DECQ        R11
+	JNZ         mainK1Step
+
+mainK1Tail:
+	KORTESTW    K1, K1
+	JZ          mainK1Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVDQU8.Z  (R9), K1, X17
+	VPMOVSXBW   X17, Y17
+	VPSLLW      $0x07, Y17, Y17
+	VPANDD      decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW      $0x01, Y17, Y18
+	VPCMPEQW    decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS   Y17, Z17
+	VMULPS.BCST decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS Z16, Z17, Z1
+
+mainK1Done:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(AX*2), R9
+	MOVQ    hs+88(FP), R10
+	SHLQ    $0x06, R10
+	MOVQ    128(SP), R11
+	TESTQ   R11, R11
+	JZ      mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (R9)(R10*1)
+	VPMOVSXBW   (R9), Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS (R8), Z16, Z2
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000010, R9
+	DECQ        R11
+	JNZ         mainK2Step
+
+mainK2Tail:
+	KORTESTW    K1, K1
+	JZ          mainK2Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVDQU8.Z  (R9), K1, X17
+	VPMOVSXBW   X17, Y17
+	VPSLLW      $0x07, Y17, Y17
+	VPANDD      decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW      $0x01, Y17, Y18
+	VPCMPEQW    decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS   Y17, Z17
+	VMULPS.BCST decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS Z16, Z17, Z2
+
+mainK2Done:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(CX*1), DX
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (DX)(R9*1)
+	VPMOVSXBW   (DX), Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS (R8), Z16, Z3
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000010, DX
+	DECQ        R10
+	JNZ         mainK3Step
+
+mainK3Tail:
+	KORTESTW    K1, K1
+	JZ          mainK3Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVDQU8.Z  (DX), K1, X17
+	VPMOVSXBW   X17, Y17
+	VPSLLW      $0x07, Y17, Y17
+	VPANDD      decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW      $0x01, Y17, Y18
+	VPCMPEQW    decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS   Y17, Z17
+	VMULPS.BCST decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS Z16, Z17, Z3
+
+mainK3Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (R8)(R9*1)
+	VPMOVSXBW   (R8), Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS (DX), Z16, Z4
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, R8
+	DECQ        R10
+	JNZ         mainK4Step
+
+mainK4Tail:
+	KORTESTW    K1, K1
+	JZ          mainK4Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (R8), K1, X17
+	VPMOVSXBW   X17, Y17
+	VPSLLW      $0x07, Y17, Y17
+	VPANDD      decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW      $0x01, Y17, Y18
+	VPCMPEQW    decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS   Y17, Z17
+	VMULPS.BCST decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS Z16, Z17, Z4
+
+mainK4Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*1), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK5Tail
+
+mainK5Step:
+	PREFETCHT1  (R8)(R9*1)
+	VPMOVSXBW   (R8), Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS (DX), Z16, Z5
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, R8
+	DECQ        R10
+	JNZ         mainK5Step
+
+mainK5Tail:
+	KORTESTW    K1, K1
+	JZ          mainK5Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (R8), K1, X17
+	VPMOVSXBW   X17, Y17
+	VPSLLW      $0x07, Y17, Y17
+	VPANDD      decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW      $0x01, Y17, Y18
+	VPCMPEQW    decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS   Y17, Z17
+	VMULPS.BCST decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS Z16, Z17, Z5
+
+mainK5Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*2), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK6Tail
+
+mainK6Step:
+	PREFETCHT1  (R8)(R9*1)
+	VPMOVSXBW   (R8), Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS (DX), Z16, Z6
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, R8
+	DECQ        R10
+	JNZ         mainK6Step
+
+mainK6Tail:
+	KORTESTW    K1, K1
+	JZ          mainK6Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (R8), K1, X17
+	VPMOVSXBW   X17, Y17
+	VPSLLW      $0x07, Y17, Y17
+	VPANDD      decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW      $0x01, Y17, Y18
+	VPCMPEQW    decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS   Y17, Z17
+	VMULPS.BCST decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS Z16, Z17, Z6
+
+mainK6Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(CX*1), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK7Tail
+
+mainK7Step:
+	PREFETCHT1  (BX)(R8*1)
+	VPMOVSXBW   (BX), Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS (DX), Z16, Z7
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, BX
+	DECQ        R9
+	JNZ         mainK7Step
+
+mainK7Tail:
+	KORTESTW    K1, K1
+	JZ          mainK7Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (BX), K1, X17
+	VPMOVSXBW   X17, Y17
+	VPSLLW      $0x07, Y17, Y17
+	VPANDD      decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW      $0x01, Y17, Y18
+	VPCMPEQW    decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS   Y17, Z17
+	VMULPS.BCST decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS Z16, Z17, Z7
+
+mainK7Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK8Tail
+
+mainK8Step:
+	PREFETCHT1  (BX)(R8*1)
+	VPMOVSXBW   (BX), Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS (DX), Z16, Z8
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, BX
+	DECQ        R9
+	JNZ         mainK8Step
+
+mainK8Tail:
+	KORTESTW    K1, K1
+	JZ          mainK8Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (BX), K1, X17
+	VPMOVSXBW   X17, Y17
+	VPSLLW      $0x07, Y17, Y17
+	VPANDD      decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW      $0x01, Y17, Y18
+	VPCMPEQW    decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS   Y17, Z17
+	VMULPS.BCST decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS Z16, Z17, Z8
+
+mainK8Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(AX*1), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK9Tail
+
+mainK9Step:
+	PREFETCHT1  (BX)(R8*1)
+	VPMOVSXBW   (BX), Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS (DX), Z16, Z9
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, BX
+	DECQ        R9
+	JNZ         mainK9Step
+
+mainK9Tail:
+	KORTESTW    K1, K1
+	JZ          mainK9Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (BX), K1, X17
+	VPMOVSXBW   X17, Y17
+	VPSLLW      $0x07, Y17, Y17
+	VPANDD      decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW      $0x01, Y17, Y18
+	VPCMPEQW    decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS   Y17, Z17
+	VMULPS.BCST decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS Z16, Z17, Z9
+
+mainK9Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(AX*2), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK10Tail
+
+mainK10Step:
+	PREFETCHT1  (BX)(R8*1)
+	VPMOVSXBW   (BX), Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS (DX), Z16, Z10
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, BX
+	DECQ        R9
+	JNZ         mainK10Step
+
+mainK10Tail:
+	KORTESTW    K1, K1
+	JZ          mainK10Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (BX), K1, X17
+	VPMOVSXBW   X17, Y17
+	VPSLLW      $0x07, Y17, Y17
+	VPANDD      decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW      $0x01, Y17, Y18
+	VPCMPEQW    decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS   Y17, Z17
+	VMULPS.BCST decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS Z16, Z17, Z10
+
+mainK10Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(CX*1), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK11Tail
+
+mainK11Step:
+	PREFETCHT1  (BX)(SI*1)
+	VPMOVSXBW   (BX), Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS (DX), Z16, Z11
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, BX
+	DECQ        R8
+	JNZ         mainK11Step
+
+mainK11Tail:
+	KORTESTW    K1, K1
+	JZ          mainK11Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (BX), K1, X17
+	VPMOVSXBW   X17, Y17
+	VPSLLW      $0x07, Y17, Y17
+	VPANDD      decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW      $0x01, Y17, Y18
+	VPCMPEQW    decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS   Y17, Z17
+	VMULPS.BCST decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS Z16, Z17, Z11
+
+mainK11Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK12Tail
+
+mainK12Step:
+	PREFETCHT1  (BX)(SI*1)
+	VPMOVSXBW   (BX), Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS (DX), Z16, Z12
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, BX
+	DECQ        R8
+	JNZ         mainK12Step
+
+mainK12Tail:
+	KORTESTW    K1, K1
+	JZ          mainK12Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (BX), K1, X17
+	VPMOVSXBW   X17, Y17
+	VPSLLW      $0x07, Y17, Y17
+	VPANDD      decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW      $0x01, Y17, Y18
+	VPCMPEQW    decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS   Y17, Z17
+	VMULPS.BCST decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS Z16, Z17, Z12
+
+mainK12Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI)(AX*1), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK13Tail
+
+mainK13Step:
+	PREFETCHT1  (BX)(SI*1)
+	VPMOVSXBW   (BX), Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS (DX), Z16, Z13
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, BX
+	DECQ        R8
+	JNZ         mainK13Step
+
+mainK13Tail:
+	KORTESTW    K1, K1
+	JZ          mainK13Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (BX), K1, X17
+	VPMOVSXBW   X17, Y17
+	VPSLLW      $0x07, Y17, Y17
+	VPANDD      decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW      $0x01, Y17, Y18
+	VPCMPEQW    decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS   Y17, Z17
+	VMULPS.BCST decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS Z16, Z17, Z13
+
+mainK13Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI)(AX*2), AX
+	MOVQ    hs+88(FP), BX
+	SHLQ    $0x06, BX
+	MOVQ    128(SP), SI
+	TESTQ   SI, SI
+	JZ      mainK14Tail
+
+mainK14Step:
+	PREFETCHT1  (AX)(BX*1)
+	VPMOVSXBW   (AX), Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS (DX), Z16, Z14
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, AX
+	DECQ        SI
+	JNZ         mainK14Step
+
+mainK14Tail:
+	KORTESTW    K1, K1
+	JZ          mainK14Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (AX), K1, X17
+	VPMOVSXBW   X17, Y17
+	VPSLLW      $0x07, Y17, Y17
+	VPANDD      decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW      $0x01, Y17, Y18
+	VPCMPEQW    decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS   Y17, Z17
+	VMULPS.BCST decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS Z16, Z17, Z14
+
+mainK14Done:
+	MOVQ    (SP), AX
+	MOVQ    8(SP), DX
+	MOVQ    d+104(FP), BX
+	LEAQ    (AX)(BX*4), AX
+	INCQ    DX
+	MOVQ    q_base+32(FP), BX
+	XORQ    SI, SI
+	CMPQ    DX, heads+56(FP)
+	CMOVQEQ BX, AX
+	CMOVQEQ SI, DX
+	MOVQ    AX, (SP)
+	MOVQ    DX, 8(SP)
+	MOVQ    (SP), AX
+	LEAQ    (DI)(CX*1), CX
+	MOVQ    hs+88(FP), DX
+	SHLQ    $0x06, DX
+	MOVQ    128(SP), BX
+	TESTQ   BX, BX
+	JZ      mainK15Tail
+
+mainK15Step:
+	PREFETCHT1  (CX)(DX*1)
+	VPMOVSXBW   (CX), Y16
+	VPSLLW      $0x07, Y16, Y16
+	VPANDD      decodefp8tab<>+0(SB), Y16, Y16
+	VPSLLW      $0x01, Y16, Y17
+	VPCMPEQW    decodefp8tab<>+32(SB), Y17, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y16
+	VCVTPH2PS   Y16, Z16
+	VMULPS.BCST decodefp8tab<>+96(SB), Z16, Z16
+	VFMADD231PS (AX), Z16, Z15
+	ADDQ        $0x00000040, AX
+	ADDQ        $0x00000010, CX
+	DECQ        BX
+	JNZ         mainK15Step
+
+mainK15Tail:
+	KORTESTW    K1, K1
+	JZ          mainK15Done
+	VMOVUPS.Z   (AX), K1, Z16
+	VMOVDQU8.Z  (CX), K1, X17
+	VPMOVSXBW   X17, Y17
+	VPSLLW      $0x07, Y17, Y17
+	VPANDD      decodefp8tab<>+0(SB), Y17, Y17
+	VPSLLW      $0x01, Y17, Y18
+	VPCMPEQW    decodefp8tab<>+32(SB), Y18, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y17
+	VCVTPH2PS   Y17, Z17
+	VMULPS.BCST decodefp8tab<>+96(SB), Z17, Z17
+	VFMADD231PS Z16, Z17, Z15
+
+mainK15Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VSHUFF32X4 $0x44, Z4, Z0, Z16
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z16, Z16
+	VSHUFF32X4 $0x44, Z12, Z8, Z0
+	VSHUFF32X4 $0xee, Z12, Z8, Z4
+	VADDPS     Z4, Z0, Z0
+	VSHUFF32X4 $0x44, Z5, Z1, Z4
+	VSHUFF32X4 $0xee, Z5, Z1, Z1
+	VADDPS     Z1, Z4, Z4
+	VSHUFF32X4 $0x44, Z13, Z9, Z1
+	VSHUFF32X4 $0xee, Z13, Z9, Z5
+	VADDPS     Z5, Z1, Z1
+	VSHUFF32X4 $0x44, Z6, Z2, Z5
+	VSHUFF32X4 $0xee, Z6, Z2, Z2
+	VADDPS     Z2, Z5, Z5
+	VSHUFF32X4 $0x44, Z14, Z10, Z2
+	VSHUFF32X4 $0xee, Z14, Z10, Z6
+	VADDPS     Z6, Z2, Z2
+	VSHUFF32X4 $0x44, Z7, Z3, Z6
+	VSHUFF32X4 $0xee, Z7, Z3, Z3
+	VADDPS     Z3, Z6, Z6
+	VSHUFF32X4 $0x44, Z15, Z11, Z3
+	VSHUFF32X4 $0xee, Z15, Z11, Z7
+	VADDPS     Z7, Z3, Z3
+	VSHUFF32X4 $0x88, Z0, Z16, Z7
+	VSHUFF32X4 $0xdd, Z0, Z16, Z0
+	VADDPS     Z0, Z7, Z7
+	VSHUFF32X4 $0x88, Z1, Z4, Z0
+	VSHUFF32X4 $0xdd, Z1, Z4, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z5, Z1
+	VSHUFF32X4 $0xdd, Z2, Z5, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x88, Z3, Z6, Z2
+	VSHUFF32X4 $0xdd, Z3, Z6, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z0, Z7, Z3
+	VSHUFPS    $0xee, Z0, Z7, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z2, Z1, Z0
+	VSHUFPS    $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z0, Z3, Z1
+	VSHUFPS    $0xdd, Z0, Z3, Z0
+	VADDPS     Z0, Z1, Z1
+	VMOVUPS    Z1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       44(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       48(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       52(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       56(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       60(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       64(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       68(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       72(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       76(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       80(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       84(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       88(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       92(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       96(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       100(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x04, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000010, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	MOVQ   112(SP), AX
+	MOVQ   (SP), CX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   128(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(DX*1)
+	VPMOVSXBW   (AX), Y1
+	VPSLLW      $0x07, Y1, Y1
+	VPANDD      decodefp8tab<>+0(SB), Y1, Y1
+	VPSLLW      $0x01, Y1, Y2
+	VPCMPEQW    decodefp8tab<>+32(SB), Y2, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y1
+	VCVTPH2PS   Y1, Z1
+	VMULPS.BCST decodefp8tab<>+96(SB), Z1, Z1
+	VFMADD231PS (CX), Z1, Z0
+	ADDQ        $0x00000040, CX
+	ADDQ        $0x00000010, AX
+	DECQ        BX
+	JNZ         restK0Step
+
+restK0Tail:
+	KORTESTW    K1, K1
+	JZ          restK0Done
+	VMOVUPS.Z   (CX), K1, Z1
+	VMOVDQU8.Z  (AX), K1, X2
+	VPMOVSXBW   X2, Y2
+	VPSLLW      $0x07, Y2, Y2
+	VPANDD      decodefp8tab<>+0(SB), Y2, Y2
+	VPSLLW      $0x01, Y2, Y3
+	VPCMPEQW    decodefp8tab<>+32(SB), Y3, K2
+	VMOVDQU16   decodefp8tab<>+64(SB), K2, Y2
+	VCVTPH2PS   Y2, Z2
+	VMULPS.BCST decodefp8tab<>+96(SB), Z2, Z2
+	VFMADD231PS Z1, Z2, Z0
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Z1, Z1, Z1
+	VSHUFF32X4 $0x44, Z1, Z0, Z2
+	VSHUFF32X4 $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z2, Z2
+	VSHUFF32X4 $0x88, Z1, Z2, Z0
+	VSHUFF32X4 $0xdd, Z1, Z2, Z2
+	VADDPS     Z2, Z0, Z0
+	VSHUFPS    $0x44, Z1, Z0, Z2
+	VSHUFPS    $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z2, Z2
+	VSHUFPS    $0x88, Z1, Z2, Z0
+	VSHUFPS    $0xdd, Z1, Z2, Z1
+	VADDPS     Z1, Z0, Z0
+	VMOVSS     X0, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumHeadsE4M3AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []byte, hs int, n int, d int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, MMX+
+TEXT ·accumHeadsE4M3AVX512(SB), NOSPLIT, $40-120
+	MOVQ n+104(FP), AX
+	MOVQ AX, (SP)
+	MOVQ o_base+0(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ AX, 24(SP)
+	XORQ AX, AX
+	MOVQ AX, 32(SP)
+	MOVQ v_base+72(FP), AX
+	MOVQ hs+96(FP), CX
+	MOVQ CX, DX
+	SHLQ $0x06, DX
+
+row:
+	MOVQ         16(SP), BX
+	VBROADCASTSS (BX), Z0
+	MOVQ         8(SP), BX
+	MOVQ         d+112(FP), SI
+	SHRQ         $0x04, SI
+	MOVQ         AX, DI
+
+step:
+	PREFETCHT1  (DI)(DX*1)
+	VMOVUPS     (BX), Z1
+	VPMOVSXBW   (DI), Y2
+	VPSLLW      $0x07, Y2, Y2
+	VPANDD      decodefp8tab<>+0(SB), Y2, Y2
+	VPSLLW      $0x01, Y2, Y3
+	VPCMPEQW    decodefp8tab<>+32(SB), Y3, K1
+	VMOVDQU16   decodefp8tab<>+64(SB), K1, Y2
+	VCVTPH2PS   Y2, Z2
+	VMULPS.BCST decodefp8tab<>+96(SB), Z2, Z2
+	VFMADD231PS Z0, Z2, Z1
+	VMOVUPS     Z1, (BX)
+	ADDQ        $0x00000010, DI
+	ADDQ        $0x00000040, BX
+	DECQ        SI
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        32(SP), BX
+	MOVQ        8(SP), SI
+	MOVQ        16(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	LEAQ        (SI)(R8*4), SI
+	MOVQ        ldp+56(FP), R8
+	LEAQ        (DI)(R8*4), DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        24(SP), DI
+	ADDQ        $0x04, DI
+	MOVQ        DI, 24(SP)
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
+// func scoresE5M2M1AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, MMX+
+TEXT ·scoresE5M2M1AVX512(SB), NOSPLIT, $32-104
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  k_base+56(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  n+88(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  d+96(FP), AX
+	MOVQ  AX, CX
+	SHRQ  $0x04, CX
+	MOVQ  CX, 24(SP)
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+main:
+	CMPQ   16(SP), $0x00000010
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   ldk+80(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   8(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	LEAQ   (BX)(AX*4), SI
+	LEAQ   (SI)(AX*4), DI
+	MOVQ   q_base+32(FP), R8
+	LEAQ   (DX), R9
+	MOVQ   ldk+80(FP), R10
+	SHLQ   $0x06, R10
+	MOVQ   24(SP), R11
+	TESTQ  R11, R11
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R9)(R10*1)
+	VPMOVZXBW   (R9), Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS (R8), Z16, Z0
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000010, R9
+	DECQ        R11
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVDQU8.Z  (R9), K1, X17
+	VPMOVZXBW   X17, Y17
+	VPSLLW      $0x08, Y17, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z0
+
+mainK0Done:
+	MOVQ  q_base+32(FP), R8
+	LEAQ  (DX)(AX*1), R9
+	MOVQ  ldk+80(FP), R10
+	SHLQ  $0x06, R10
+	MOVQ  24(SP), R11
+	TESTQ R11, R11
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (R9)(R10*1)
+	VPMOVZXBW   (R9), Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS (R8), Z16, Z1
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000010, R9
+	DECQ        R11
+	JNZ         mainK1Step
+
+mainK1Tail:
+	KORTESTW    K1, K1
+	JZ          mainK1Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVDQU8.Z  (R9), K1, X17
+	VPMOVZXBW   X17, Y17
+	VPSLLW      $0x08, Y17, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z1
+
+mainK1Done:
+	MOVQ  q_base+32(FP), R8
+	LEAQ  (DX)(AX*2), R9
+	MOVQ  ldk+80(FP), R10
+	SHLQ  $0x06, R10
+	MOVQ  24(SP), R11
+	TESTQ R11, R11
+	JZ    mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (R9)(R10*1)
+	VPMOVZXBW   (R9), Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS (R8), Z16, Z2
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000010, R9
+	DECQ        R11
+	JNZ         mainK2Step
+
+mainK2Tail:
+	KORTESTW    K1, K1
+	JZ          mainK2Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVDQU8.Z  (R9), K1, X17
+	VPMOVZXBW   X17, Y17
+	VPSLLW      $0x08, Y17, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z2
+
+mainK2Done:
+	MOVQ  q_base+32(FP), R8
+	LEAQ  (DX)(CX*1), DX
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (DX)(R9*1)
+	VPMOVZXBW   (DX), Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS (R8), Z16, Z3
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000010, DX
+	DECQ        R10
+	JNZ         mainK3Step
+
+mainK3Tail:
+	KORTESTW    K1, K1
+	JZ          mainK3Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVDQU8.Z  (DX), K1, X17
+	VPMOVZXBW   X17, Y17
+	VPSLLW      $0x08, Y17, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z3
+
+mainK3Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (R8)(R9*1)
+	VPMOVZXBW   (R8), Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS (DX), Z16, Z4
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, R8
+	DECQ        R10
+	JNZ         mainK4Step
+
+mainK4Tail:
+	KORTESTW    K1, K1
+	JZ          mainK4Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (R8), K1, X17
+	VPMOVZXBW   X17, Y17
+	VPSLLW      $0x08, Y17, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z4
+
+mainK4Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(AX*1), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK5Tail
+
+mainK5Step:
+	PREFETCHT1  (R8)(R9*1)
+	VPMOVZXBW   (R8), Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS (DX), Z16, Z5
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, R8
+	DECQ        R10
+	JNZ         mainK5Step
+
+mainK5Tail:
+	KORTESTW    K1, K1
+	JZ          mainK5Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (R8), K1, X17
+	VPMOVZXBW   X17, Y17
+	VPSLLW      $0x08, Y17, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z5
+
+mainK5Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(AX*2), R8
+	MOVQ  ldk+80(FP), R9
+	SHLQ  $0x06, R9
+	MOVQ  24(SP), R10
+	TESTQ R10, R10
+	JZ    mainK6Tail
+
+mainK6Step:
+	PREFETCHT1  (R8)(R9*1)
+	VPMOVZXBW   (R8), Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS (DX), Z16, Z6
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, R8
+	DECQ        R10
+	JNZ         mainK6Step
+
+mainK6Tail:
+	KORTESTW    K1, K1
+	JZ          mainK6Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (R8), K1, X17
+	VPMOVZXBW   X17, Y17
+	VPSLLW      $0x08, Y17, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z6
+
+mainK6Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(CX*1), BX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK7Tail
+
+mainK7Step:
+	PREFETCHT1  (BX)(R8*1)
+	VPMOVZXBW   (BX), Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS (DX), Z16, Z7
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, BX
+	DECQ        R9
+	JNZ         mainK7Step
+
+mainK7Tail:
+	KORTESTW    K1, K1
+	JZ          mainK7Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (BX), K1, X17
+	VPMOVZXBW   X17, Y17
+	VPSLLW      $0x08, Y17, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z7
+
+mainK7Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (SI), BX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK8Tail
+
+mainK8Step:
+	PREFETCHT1  (BX)(R8*1)
+	VPMOVZXBW   (BX), Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS (DX), Z16, Z8
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, BX
+	DECQ        R9
+	JNZ         mainK8Step
+
+mainK8Tail:
+	KORTESTW    K1, K1
+	JZ          mainK8Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (BX), K1, X17
+	VPMOVZXBW   X17, Y17
+	VPSLLW      $0x08, Y17, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z8
+
+mainK8Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (SI)(AX*1), BX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK9Tail
+
+mainK9Step:
+	PREFETCHT1  (BX)(R8*1)
+	VPMOVZXBW   (BX), Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS (DX), Z16, Z9
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, BX
+	DECQ        R9
+	JNZ         mainK9Step
+
+mainK9Tail:
+	KORTESTW    K1, K1
+	JZ          mainK9Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (BX), K1, X17
+	VPMOVZXBW   X17, Y17
+	VPSLLW      $0x08, Y17, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z9
+
+mainK9Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (SI)(AX*2), BX
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK10Tail
+
+mainK10Step:
+	PREFETCHT1  (BX)(R8*1)
+	VPMOVZXBW   (BX), Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS (DX), Z16, Z10
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, BX
+	DECQ        R9
+	JNZ         mainK10Step
+
+mainK10Tail:
+	KORTESTW    K1, K1
+	JZ          mainK10Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (BX), K1, X17
+	VPMOVZXBW   X17, Y17
+	VPSLLW      $0x08, Y17, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z10
+
+mainK10Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (SI)(CX*1), BX
+	MOVQ  ldk+80(FP), SI
+	SHLQ  $0x06, SI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK11Tail
+
+mainK11Step:
+	PREFETCHT1  (BX)(SI*1)
+	VPMOVZXBW   (BX), Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS (DX), Z16, Z11
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, BX
+	DECQ        R8
+	JNZ         mainK11Step
+
+mainK11Tail:
+	KORTESTW    K1, K1
+	JZ          mainK11Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (BX), K1, X17
+	VPMOVZXBW   X17, Y17
+	VPSLLW      $0x08, Y17, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z11
+
+mainK11Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (DI), BX
+	MOVQ  ldk+80(FP), SI
+	SHLQ  $0x06, SI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK12Tail
+
+mainK12Step:
+	PREFETCHT1  (BX)(SI*1)
+	VPMOVZXBW   (BX), Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS (DX), Z16, Z12
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, BX
+	DECQ        R8
+	JNZ         mainK12Step
+
+mainK12Tail:
+	KORTESTW    K1, K1
+	JZ          mainK12Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (BX), K1, X17
+	VPMOVZXBW   X17, Y17
+	VPSLLW      $0x08, Y17, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z12
+
+mainK12Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (DI)(AX*1), BX
+	MOVQ  ldk+80(FP), SI
+	SHLQ  $0x06, SI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK13Tail
+
+mainK13Step:
+	PREFETCHT1  (BX)(SI*1)
+	VPMOVZXBW   (BX), Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS (DX), Z16, Z13
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, BX
+	DECQ        R8
+	JNZ         mainK13Step
+
+mainK13Tail:
+	KORTESTW    K1, K1
+	JZ          mainK13Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (BX), K1, X17
+	VPMOVZXBW   X17, Y17
+	VPSLLW      $0x08, Y17, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z13
+
+mainK13Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (DI)(AX*2), AX
+	MOVQ  ldk+80(FP), BX
+	SHLQ  $0x06, BX
+	MOVQ  24(SP), SI
+	TESTQ SI, SI
+	JZ    mainK14Tail
+
+mainK14Step:
+	PREFETCHT1  (AX)(BX*1)
+	VPMOVZXBW   (AX), Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS (DX), Z16, Z14
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, AX
+	DECQ        SI
+	JNZ         mainK14Step
+
+mainK14Tail:
+	KORTESTW    K1, K1
+	JZ          mainK14Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (AX), K1, X17
+	VPMOVZXBW   X17, Y17
+	VPSLLW      $0x08, Y17, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z14
+
+mainK14Done:
+	MOVQ  q_base+32(FP), AX
+	LEAQ  (DI)(CX*1), CX
+	MOVQ  ldk+80(FP), DX
+	SHLQ  $0x06, DX
+	MOVQ  24(SP), BX
+	TESTQ BX, BX
+	JZ    mainK15Tail
+
+mainK15Step:
+	PREFETCHT1  (CX)(DX*1)
+	VPMOVZXBW   (CX), Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS (AX), Z16, Z15
+	ADDQ        $0x00000040, AX
+	ADDQ        $0x00000010, CX
+	DECQ        BX
+	JNZ         mainK15Step
+
+mainK15Tail:
+	KORTESTW    K1, K1
+	JZ          mainK15Done
+	VMOVUPS.Z   (AX), K1, Z16
+	VMOVDQU8.Z  (CX), K1, X17
+	VPMOVZXBW   X17, Y17
+	VPSLLW      $0x08, Y17, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z15
+
+mainK15Done:
+	VSHUFF32X4 $0x44, Z4, Z0, Z16
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z16, Z16
+	VSHUFF32X4 $0x44, Z12, Z8, Z0
+	VSHUFF32X4 $0xee, Z12, Z8, Z4
+	VADDPS     Z4, Z0, Z0
+	VSHUFF32X4 $0x44, Z5, Z1, Z4
+	VSHUFF32X4 $0xee, Z5, Z1, Z1
+	VADDPS     Z1, Z4, Z4
+	VSHUFF32X4 $0x44, Z13, Z9, Z1
+	VSHUFF32X4 $0xee, Z13, Z9, Z5
+	VADDPS     Z5, Z1, Z1
+	VSHUFF32X4 $0x44, Z6, Z2, Z5
+	VSHUFF32X4 $0xee, Z6, Z2, Z2
+	VADDPS     Z2, Z5, Z5
+	VSHUFF32X4 $0x44, Z14, Z10, Z2
+	VSHUFF32X4 $0xee, Z14, Z10, Z6
+	VADDPS     Z6, Z2, Z2
+	VSHUFF32X4 $0x44, Z7, Z3, Z6
+	VSHUFF32X4 $0xee, Z7, Z3, Z3
+	VADDPS     Z3, Z6, Z6
+	VSHUFF32X4 $0x44, Z15, Z11, Z3
+	VSHUFF32X4 $0xee, Z15, Z11, Z7
+	VADDPS     Z7, Z3, Z3
+	VSHUFF32X4 $0x88, Z0, Z16, Z7
+	VSHUFF32X4 $0xdd, Z0, Z16, Z0
+	VADDPS     Z0, Z7, Z7
+	VSHUFF32X4 $0x88, Z1, Z4, Z0
+	VSHUFF32X4 $0xdd, Z1, Z4, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z5, Z1
+	VSHUFF32X4 $0xdd, Z2, Z5, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x88, Z3, Z6, Z2
+	VSHUFF32X4 $0xdd, Z3, Z6, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z0, Z7, Z3
+	VSHUFPS    $0xee, Z0, Z7, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z2, Z1, Z0
+	VSHUFPS    $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z0, Z3, Z1
+	VSHUFPS    $0xdd, Z0, Z3, Z0
+	VADDPS     Z0, Z1, Z1
+	MOVQ       (SP), AX
+	VMOVUPS    Z1, (AX)
+	ADDQ       $0x00000040, (SP)
+	MOVQ       8(SP), AX
+	MOVQ       ldk+80(FP), CX
+	SHLQ       $0x04, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 8(SP)
+	SUBQ       $0x00000010, 16(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	MOVQ   8(SP), AX
+	MOVQ   q_base+32(FP), CX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   24(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(DX*1)
+	VPMOVZXBW   (AX), Y1
+	VPSLLW      $0x08, Y1, Y1
+	VCVTPH2PS   Y1, Z1
+	VFMADD231PS (CX), Z1, Z0
+	ADDQ        $0x00000040, CX
+	ADDQ        $0x00000010, AX
+	DECQ        BX
+	JNZ         restK0Step
+
+restK0Tail:
+	KORTESTW    K1, K1
+	JZ          restK0Done
+	VMOVUPS.Z   (CX), K1, Z1
+	VMOVDQU8.Z  (AX), K1, X2
+	VPMOVZXBW   X2, Y2
+	VPSLLW      $0x08, Y2, Y2
+	VCVTPH2PS   Y2, Z2
+	VFMADD231PS Z1, Z2, Z0
+
+restK0Done:
+	VXORPS     Z1, Z1, Z1
+	VSHUFF32X4 $0x44, Z1, Z0, Z2
+	VSHUFF32X4 $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z2, Z2
+	VSHUFF32X4 $0x88, Z1, Z2, Z0
+	VSHUFF32X4 $0xdd, Z1, Z2, Z2
+	VADDPS     Z2, Z0, Z0
+	VSHUFPS    $0x44, Z1, Z0, Z2
+	VSHUFPS    $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z2, Z2
+	VSHUFPS    $0x88, Z1, Z2, Z0
+	VSHUFPS    $0xdd, Z1, Z2, Z1
+	VADDPS     Z1, Z0, Z0
+	MOVQ       (SP), AX
+	VMOVSS     X0, (AX)
+	ADDQ       $0x00000004, (SP)
+	MOVQ       8(SP), AX
+	MOVQ       ldk+80(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 8(SP)
+	SUBQ       $0x00000001, 16(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresE5M2M2AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, MMX+
+TEXT ·scoresE5M2M2AVX512(SB), NOSPLIT, $32-104
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  k_base+56(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  n+88(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  d+96(FP), AX
+	MOVQ  AX, CX
+	SHRQ  $0x04, CX
+	MOVQ  CX, 24(SP)
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+main:
+	CMPQ   16(SP), $0x00000008
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   ldk+80(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   8(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   d+96(FP), SI
+	SHLQ   $0x02, SI
+	MOVQ   q_base+32(FP), DI
+	LEAQ   (DX), R8
+	LEAQ   (DX)(AX*1), R9
+	LEAQ   (DX)(AX*2), R10
+	LEAQ   (DX)(CX*1), DX
+	MOVQ   ldk+80(FP), R11
+	SHLQ   $0x06, R11
+	MOVQ   24(SP), R12
+	TESTQ  R12, R12
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R8)(R11*1)
+	PREFETCHT1  (R9)(R11*1)
+	PREFETCHT1  (R10)(R11*1)
+	PREFETCHT1  (DX)(R11*1)
+	VMOVUPS     (DI), Z16
+	VMOVUPS     (DI)(SI*1), Z17
+	VPMOVZXBW   (R8), Y18
+	VPSLLW      $0x08, Y18, Y18
+	VCVTPH2PS   Y18, Z18
+	VFMADD231PS Z16, Z18, Z0
+	VFMADD231PS Z17, Z18, Z8
+	VPMOVZXBW   (R9), Y18
+	VPSLLW      $0x08, Y18, Y18
+	VCVTPH2PS   Y18, Z18
+	VFMADD231PS Z16, Z18, Z1
+	VFMADD231PS Z17, Z18, Z9
+	VPMOVZXBW   (R10), Y18
+	VPSLLW      $0x08, Y18, Y18
+	VCVTPH2PS   Y18, Z18
+	VFMADD231PS Z16, Z18, Z2
+	VFMADD231PS Z17, Z18, Z10
+	VPMOVZXBW   (DX), Y18
+	VPSLLW      $0x08, Y18, Y18
+	VCVTPH2PS   Y18, Z18
+	VFMADD231PS Z16, Z18, Z3
+	VFMADD231PS Z17, Z18, Z11
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000010, R8
+	ADDQ        $0x00000010, R9
+	ADDQ        $0x00000010, R10
+	ADDQ        $0x00000010, DX
+	DECQ        R12
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVUPS.Z   (DI), K1, Z16
+	VMOVUPS.Z   (DI)(SI*1), K1, Z17
+	VMOVDQU8.Z  (R8), K1, X18
+	VPMOVZXBW   X18, Y18
+	VPSLLW      $0x08, Y18, Y18
+	VCVTPH2PS   Y18, Z18
+	VFMADD231PS Z16, Z18, Z0
+	VFMADD231PS Z17, Z18, Z8
+	VMOVDQU8.Z  (R9), K1, X18
+	VPMOVZXBW   X18, Y18
+	VPSLLW      $0x08, Y18, Y18
+	VCVTPH2PS   Y18, Z18
+	VFMADD231PS Z16, Z18, Z1
+	VFMADD231PS Z17, Z18, Z9
+	VMOVDQU8.Z  (R10), K1, X18
+	VPMOVZXBW   X18, Y18
+	VPSLLW      $0x08, Y18, Y18
+	VCVTPH2PS   Y18, Z18
+	VFMADD231PS Z16, Z18, Z2
+	VFMADD231PS Z17, Z18, Z10
+	VMOVDQU8.Z  (DX), K1, X18
+	VPMOVZXBW   X18, Y18
+	VPSLLW      $0x08, Y18, Y18
+	VCVTPH2PS   Y18, Z18
+	VFMADD231PS Z16, Z18, Z3
+	VFMADD231PS Z17, Z18, Z11
+
+mainK0Done:
+	MOVQ  d+96(FP), DX
+	SHLQ  $0x02, DX
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (BX), DI
+	LEAQ  (BX)(AX*1), R8
+	LEAQ  (BX)(AX*2), AX
+	LEAQ  (BX)(CX*1), CX
+	MOVQ  ldk+80(FP), BX
+	SHLQ  $0x06, BX
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (DI)(BX*1)
+	PREFETCHT1  (R8)(BX*1)
+	PREFETCHT1  (AX)(BX*1)
+	PREFETCHT1  (CX)(BX*1)
+	VMOVUPS     (SI), Z16
+	VMOVUPS     (SI)(DX*1), Z17
+	VPMOVZXBW   (DI), Y18
+	VPSLLW      $0x08, Y18, Y18
+	VCVTPH2PS   Y18, Z18
+	VFMADD231PS Z16, Z18, Z4
+	VFMADD231PS Z17, Z18, Z12
+	VPMOVZXBW   (R8), Y18
+	VPSLLW      $0x08, Y18, Y18
+	VCVTPH2PS   Y18, Z18
+	VFMADD231PS Z16, Z18, Z5
+	VFMADD231PS Z17, Z18, Z13
+	VPMOVZXBW   (AX), Y18
+	VPSLLW      $0x08, Y18, Y18
+	VCVTPH2PS   Y18, Z18
+	VFMADD231PS Z16, Z18, Z6
+	VFMADD231PS Z17, Z18, Z14
+	VPMOVZXBW   (CX), Y18
+	VPSLLW      $0x08, Y18, Y18
+	VCVTPH2PS   Y18, Z18
+	VFMADD231PS Z16, Z18, Z7
+	VFMADD231PS Z17, Z18, Z15
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000010, DI
+	ADDQ        $0x00000010, R8
+	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, CX
+	DECQ        R9
+	JNZ         mainK4Step
+
+mainK4Tail:
+	KORTESTW    K1, K1
+	JZ          mainK4Done
+	VMOVUPS.Z   (SI), K1, Z16
+	VMOVUPS.Z   (SI)(DX*1), K1, Z17
+	VMOVDQU8.Z  (DI), K1, X18
+	VPMOVZXBW   X18, Y18
+	VPSLLW      $0x08, Y18, Y18
+	VCVTPH2PS   Y18, Z18
+	VFMADD231PS Z16, Z18, Z4
+	VFMADD231PS Z17, Z18, Z12
+	VMOVDQU8.Z  (R8), K1, X18
+	VPMOVZXBW   X18, Y18
+	VPSLLW      $0x08, Y18, Y18
+	VCVTPH2PS   Y18, Z18
+	VFMADD231PS Z16, Z18, Z5
+	VFMADD231PS Z17, Z18, Z13
+	VMOVDQU8.Z  (AX), K1, X18
+	VPMOVZXBW   X18, Y18
+	VPSLLW      $0x08, Y18, Y18
+	VCVTPH2PS   Y18, Z18
+	VFMADD231PS Z16, Z18, Z6
+	VFMADD231PS Z17, Z18, Z14
+	VMOVDQU8.Z  (CX), K1, X18
+	VPMOVZXBW   X18, Y18
+	VPSLLW      $0x08, Y18, Y18
+	VCVTPH2PS   Y18, Z18
+	VFMADD231PS Z16, Z18, Z7
+	VFMADD231PS Z17, Z18, Z15
+
+mainK4Done:
+	VSHUFF32X4    $0x44, Z4, Z0, Z16
+	VSHUFF32X4    $0xee, Z4, Z0, Z0
+	VADDPS        Z0, Z16, Z16
+	VSHUFF32X4    $0x44, Z12, Z8, Z0
+	VSHUFF32X4    $0xee, Z12, Z8, Z4
+	VADDPS        Z4, Z0, Z0
+	VSHUFF32X4    $0x44, Z5, Z1, Z4
+	VSHUFF32X4    $0xee, Z5, Z1, Z1
+	VADDPS        Z1, Z4, Z4
+	VSHUFF32X4    $0x44, Z13, Z9, Z1
+	VSHUFF32X4    $0xee, Z13, Z9, Z5
+	VADDPS        Z5, Z1, Z1
+	VSHUFF32X4    $0x44, Z6, Z2, Z5
+	VSHUFF32X4    $0xee, Z6, Z2, Z2
+	VADDPS        Z2, Z5, Z5
+	VSHUFF32X4    $0x44, Z14, Z10, Z2
+	VSHUFF32X4    $0xee, Z14, Z10, Z6
+	VADDPS        Z6, Z2, Z2
+	VSHUFF32X4    $0x44, Z7, Z3, Z6
+	VSHUFF32X4    $0xee, Z7, Z3, Z3
+	VADDPS        Z3, Z6, Z6
+	VSHUFF32X4    $0x44, Z15, Z11, Z3
+	VSHUFF32X4    $0xee, Z15, Z11, Z7
+	VADDPS        Z7, Z3, Z3
+	VSHUFF32X4    $0x88, Z0, Z16, Z7
+	VSHUFF32X4    $0xdd, Z0, Z16, Z0
+	VADDPS        Z0, Z7, Z7
+	VSHUFF32X4    $0x88, Z1, Z4, Z0
+	VSHUFF32X4    $0xdd, Z1, Z4, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFF32X4    $0x88, Z2, Z5, Z1
+	VSHUFF32X4    $0xdd, Z2, Z5, Z2
+	VADDPS        Z2, Z1, Z1
+	VSHUFF32X4    $0x88, Z3, Z6, Z2
+	VSHUFF32X4    $0xdd, Z3, Z6, Z3
+	VADDPS        Z3, Z2, Z2
+	VSHUFPS       $0x44, Z0, Z7, Z3
+	VSHUFPS       $0xee, Z0, Z7, Z0
+	VADDPS        Z0, Z3, Z3
+	VSHUFPS       $0x44, Z2, Z1, Z0
+	VSHUFPS       $0xee, Z2, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z3, Z1
+	VSHUFPS       $0xdd, Z0, Z3, Z0
+	VADDPS        Z0, Z1, Z1
+	MOVQ          (SP), AX
+	MOVQ          lds+24(FP), CX
+	SHLQ          $0x02, CX
+	VMOVUPS       Y1, (AX)
+	VEXTRACTF64X4 $0x01, Z1, (AX)(CX*1)
+	ADDQ          $0x00000020, (SP)
+	MOVQ          8(SP), AX
+	MOVQ          ldk+80(FP), CX
+	SHLQ          $0x03, CX
+	ADDQ          CX, AX
+	MOVQ          AX, 8(SP)
+	SUBQ          $0x00000008, 16(SP)
+	JMP           main
+
+mainEnd:
+rest:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	MOVQ   q_base+32(FP), DX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), BX
+	SHLQ   $0x06, BX
+	MOVQ   24(SP), SI
+	TESTQ  SI, SI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(BX*1)
+	VPMOVZXBW   (AX), Y2
+	VPSLLW      $0x08, Y2, Y2
+	VCVTPH2PS   Y2, Z2
+	VFMADD231PS (DX), Z2, Z0
+	VFMADD231PS (DX)(CX*1), Z2, Z1
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, AX
+	DECQ        SI
+	JNZ         restK0Step
+
+restK0Tail:
+	KORTESTW    K1, K1
+	JZ          restK0Done
+	VMOVUPS.Z   (DX), K1, Z2
+	VMOVUPS.Z   (DX)(CX*1), K1, Z3
+	VMOVDQU8.Z  (AX), K1, X4
+	VPMOVZXBW   X4, Y4
+	VPSLLW      $0x08, Y4, Y4
+	VCVTPH2PS   Y4, Z4
+	VFMADD231PS Z2, Z4, Z0
+	VFMADD231PS Z3, Z4, Z1
+
+restK0Done:
+	VXORPS     Z2, Z2, Z2
+	VSHUFF32X4 $0x44, Z2, Z0, Z3
+	VSHUFF32X4 $0xee, Z2, Z0, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFF32X4 $0x44, Z2, Z1, Z0
+	VSHUFF32X4 $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z3, Z1
+	VSHUFF32X4 $0xdd, Z2, Z3, Z3
+	VADDPS     Z3, Z1, Z1
+	VSHUFF32X4 $0x88, Z2, Z0, Z3
+	VSHUFF32X4 $0xdd, Z2, Z0, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z3, Z1, Z0
+	VSHUFPS    $0xee, Z3, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z2, Z0, Z1
+	VSHUFPS    $0xdd, Z2, Z0, Z0
+	VADDPS     Z0, Z1, Z1
+	MOVQ       (SP), AX
+	MOVQ       lds+24(FP), CX
+	SHLQ       $0x02, CX
+	VMOVSS     X1, (AX)
+	VEXTRACTPS $0x01, X1, (AX)(CX*1)
+	ADDQ       $0x00000004, (SP)
+	MOVQ       8(SP), AX
+	MOVQ       ldk+80(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 8(SP)
+	SUBQ       $0x00000001, 16(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresE5M2M4AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, MMX+
+TEXT ·scoresE5M2M4AVX512(SB), NOSPLIT, $32-104
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  k_base+56(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  n+88(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  d+96(FP), AX
+	MOVQ  AX, CX
+	SHRQ  $0x04, CX
+	MOVQ  CX, 24(SP)
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+main:
+	CMPQ   16(SP), $0x00000004
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   ldk+80(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   8(SP), DX
+	MOVQ   d+96(FP), BX
+	SHLQ   $0x02, BX
+	LEAQ   (BX)(BX*2), SI
+	MOVQ   q_base+32(FP), DI
+	LEAQ   (DX), R8
+	LEAQ   (DX)(AX*1), R9
+	LEAQ   (DX)(AX*2), AX
+	LEAQ   (DX)(CX*1), CX
+	MOVQ   ldk+80(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   24(SP), R10
+	TESTQ  R10, R10
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R8)(DX*1)
+	PREFETCHT1  (R9)(DX*1)
+	PREFETCHT1  (AX)(DX*1)
+	PREFETCHT1  (CX)(DX*1)
+	VMOVUPS     (DI), Z16
+	VMOVUPS     (DI)(BX*1), Z17
+	VMOVUPS     (DI)(BX*2), Z18
+	VMOVUPS     (DI)(SI*1), Z19
+	VPMOVZXBW   (R8), Y20
+	VPSLLW      $0x08, Y20, Y20
+	VCVTPH2PS   Y20, Z20
+	VFMADD231PS Z16, Z20, Z0
+	VFMADD231PS Z17, Z20, Z4
+	VFMADD231PS Z18, Z20, Z8
+	VFMADD231PS Z19, Z20, Z12
+	VPMOVZXBW   (R9), Y20
+	VPSLLW      $0x08, Y20, Y20
+	VCVTPH2PS   Y20, Z20
+	VFMADD231PS Z16, Z20, Z1
+	VFMADD231PS Z17, Z20, Z5
+	VFMADD231PS Z18, Z20, Z9
+	VFMADD231PS Z19, Z20, Z13
+	VPMOVZXBW   (AX), Y20
+	VPSLLW      $0x08, Y20, Y20
+	VCVTPH2PS   Y20, Z20
+	VFMADD231PS Z16, Z20, Z2
+	VFMADD231PS Z17, Z20, Z6
+	VFMADD231PS Z18, Z20, Z10
+	VFMADD231PS Z19, Z20, Z14
+	VPMOVZXBW   (CX), Y20
+	VPSLLW      $0x08, Y20, Y20
+	VCVTPH2PS   Y20, Z20
+	VFMADD231PS Z16, Z20, Z3
+	VFMADD231PS Z17, Z20, Z7
+	VFMADD231PS Z18, Z20, Z11
+	VFMADD231PS Z19, Z20, Z15
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000010, R8
+	ADDQ        $0x00000010, R9
+	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, CX
+	DECQ        R10
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVUPS.Z   (DI), K1, Z16
+	VMOVUPS.Z   (DI)(BX*1), K1, Z17
+	VMOVUPS.Z   (DI)(BX*2), K1, Z18
+	VMOVUPS.Z   (DI)(SI*1), K1, Z19
+	VMOVDQU8.Z  (R8), K1, X20
+	VPMOVZXBW   X20, Y20
+	VPSLLW      $0x08, Y20, Y20
+	VCVTPH2PS   Y20, Z20
+	VFMADD231PS Z16, Z20, Z0
+	VFMADD231PS Z17, Z20, Z4
+	VFMADD231PS Z18, Z20, Z8
+	VFMADD231PS Z19, Z20, Z12
+	VMOVDQU8.Z  (R9), K1, X20
+	VPMOVZXBW   X20, Y20
+	VPSLLW      $0x08, Y20, Y20
+	VCVTPH2PS   Y20, Z20
+	VFMADD231PS Z16, Z20, Z1
+	VFMADD231PS Z17, Z20, Z5
+	VFMADD231PS Z18, Z20, Z9
+	VFMADD231PS Z19, Z20, Z13
+	VMOVDQU8.Z  (AX), K1, X20
+	VPMOVZXBW   X20, Y20
+	VPSLLW      $0x08, Y20, Y20
+	VCVTPH2PS   Y20, Z20
+	VFMADD231PS Z16, Z20, Z2
+	VFMADD231PS Z17, Z20, Z6
+	VFMADD231PS Z18, Z20, Z10
+	VFMADD231PS Z19, Z20, Z14
+	VMOVDQU8.Z  (CX), K1, X20
+	VPMOVZXBW   X20, Y20
+	VPSLLW      $0x08, Y20, Y20
+	VCVTPH2PS   Y20, Z20
+	VFMADD231PS Z16, Z20, Z3
+	VFMADD231PS Z17, Z20, Z7
+	VFMADD231PS Z18, Z20, Z11
+	VFMADD231PS Z19, Z20, Z15
+
+mainK0Done:
+	VSHUFF32X4    $0x44, Z4, Z0, Z16
+	VSHUFF32X4    $0xee, Z4, Z0, Z0
+	VADDPS        Z0, Z16, Z16
+	VSHUFF32X4    $0x44, Z12, Z8, Z0
+	VSHUFF32X4    $0xee, Z12, Z8, Z4
+	VADDPS        Z4, Z0, Z0
+	VSHUFF32X4    $0x44, Z5, Z1, Z4
+	VSHUFF32X4    $0xee, Z5, Z1, Z1
+	VADDPS        Z1, Z4, Z4
+	VSHUFF32X4    $0x44, Z13, Z9, Z1
+	VSHUFF32X4    $0xee, Z13, Z9, Z5
+	VADDPS        Z5, Z1, Z1
+	VSHUFF32X4    $0x44, Z6, Z2, Z5
+	VSHUFF32X4    $0xee, Z6, Z2, Z2
+	VADDPS        Z2, Z5, Z5
+	VSHUFF32X4    $0x44, Z14, Z10, Z2
+	VSHUFF32X4    $0xee, Z14, Z10, Z6
+	VADDPS        Z6, Z2, Z2
+	VSHUFF32X4    $0x44, Z7, Z3, Z6
+	VSHUFF32X4    $0xee, Z7, Z3, Z3
+	VADDPS        Z3, Z6, Z6
+	VSHUFF32X4    $0x44, Z15, Z11, Z3
+	VSHUFF32X4    $0xee, Z15, Z11, Z7
+	VADDPS        Z7, Z3, Z3
+	VSHUFF32X4    $0x88, Z0, Z16, Z7
+	VSHUFF32X4    $0xdd, Z0, Z16, Z0
+	VADDPS        Z0, Z7, Z7
+	VSHUFF32X4    $0x88, Z1, Z4, Z0
+	VSHUFF32X4    $0xdd, Z1, Z4, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFF32X4    $0x88, Z2, Z5, Z1
+	VSHUFF32X4    $0xdd, Z2, Z5, Z2
+	VADDPS        Z2, Z1, Z1
+	VSHUFF32X4    $0x88, Z3, Z6, Z2
+	VSHUFF32X4    $0xdd, Z3, Z6, Z3
+	VADDPS        Z3, Z2, Z2
+	VSHUFPS       $0x44, Z0, Z7, Z3
+	VSHUFPS       $0xee, Z0, Z7, Z0
+	VADDPS        Z0, Z3, Z3
+	VSHUFPS       $0x44, Z2, Z1, Z0
+	VSHUFPS       $0xee, Z2, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z3, Z1
+	VSHUFPS       $0xdd, Z0, Z3, Z0
+	VADDPS        Z0, Z1, Z1
+	MOVQ          (SP), AX
+	MOVQ          lds+24(FP), CX
+	SHLQ          $0x02, CX
+	VMOVUPS       X1, (AX)
+	VEXTRACTF32X4 $0x01, Z1, X0
+	VMOVUPS       X0, (AX)(CX*1)
+	VEXTRACTF32X4 $0x02, Z1, X0
+	VMOVUPS       X0, (AX)(CX*2)
+	VEXTRACTF32X4 $0x03, Z1, X0
+	LEAQ          (AX)(CX*2), AX
+	VMOVUPS       X0, (AX)(CX*1)
+	ADDQ          $0x00000010, (SP)
+	MOVQ          8(SP), AX
+	MOVQ          ldk+80(FP), CX
+	SHLQ          $0x02, CX
+	ADDQ          CX, AX
+	MOVQ          AX, 8(SP)
+	SUBQ          $0x00000004, 16(SP)
+	JMP           main
+
+mainEnd:
+rest:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), SI
+	SHLQ   $0x06, SI
+	MOVQ   24(SP), DI
+	TESTQ  DI, DI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(SI*1)
+	VPMOVZXBW   (AX), Y4
+	VPSLLW      $0x08, Y4, Y4
+	VCVTPH2PS   Y4, Z4
+	VFMADD231PS (BX), Z4, Z0
+	VFMADD231PS (BX)(CX*1), Z4, Z1
+	VFMADD231PS (BX)(CX*2), Z4, Z2
+	VFMADD231PS (BX)(DX*1), Z4, Z3
+	ADDQ        $0x00000040, BX
+	ADDQ        $0x00000010, AX
+	DECQ        DI
+	JNZ         restK0Step
+
+restK0Tail:
+	KORTESTW    K1, K1
+	JZ          restK0Done
+	VMOVUPS.Z   (BX), K1, Z4
+	VMOVUPS.Z   (BX)(CX*1), K1, Z5
+	VMOVUPS.Z   (BX)(CX*2), K1, Z6
+	VMOVUPS.Z   (BX)(DX*1), K1, Z7
+	VMOVDQU8.Z  (AX), K1, X8
+	VPMOVZXBW   X8, Y8
+	VPSLLW      $0x08, Y8, Y8
+	VCVTPH2PS   Y8, Z8
+	VFMADD231PS Z4, Z8, Z0
+	VFMADD231PS Z5, Z8, Z1
+	VFMADD231PS Z6, Z8, Z2
+	VFMADD231PS Z7, Z8, Z3
+
+restK0Done:
+	VXORPS     Z4, Z4, Z4
+	VSHUFF32X4 $0x44, Z4, Z0, Z5
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z5, Z5
+	VSHUFF32X4 $0x44, Z4, Z1, Z0
+	VSHUFF32X4 $0xee, Z4, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x44, Z4, Z2, Z1
+	VSHUFF32X4 $0xee, Z4, Z2, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x44, Z4, Z3, Z2
+	VSHUFF32X4 $0xee, Z4, Z3, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFF32X4 $0x88, Z4, Z5, Z3
+	VSHUFF32X4 $0xdd, Z4, Z5, Z5
+	VADDPS     Z5, Z3, Z3
+	VSHUFF32X4 $0x88, Z4, Z0, Z5
+	VSHUFF32X4 $0xdd, Z4, Z0, Z0
+	VADDPS     Z0, Z5, Z5
+	VSHUFF32X4 $0x88, Z4, Z1, Z0
+	VSHUFF32X4 $0xdd, Z4, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z4, Z2, Z1
+	VSHUFF32X4 $0xdd, Z4, Z2, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFPS    $0x44, Z5, Z3, Z2
+	VSHUFPS    $0xee, Z5, Z3, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z1, Z0, Z3
+	VSHUFPS    $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x88, Z3, Z2, Z0
+	VSHUFPS    $0xdd, Z3, Z2, Z1
+	VADDPS     Z1, Z0, Z0
+	MOVQ       (SP), AX
+	MOVQ       lds+24(FP), CX
+	SHLQ       $0x02, CX
+	VMOVSS     X0, (AX)
+	VEXTRACTPS $0x01, X0, (AX)(CX*1)
+	VEXTRACTPS $0x02, X0, (AX)(CX*2)
+	LEAQ       (AX)(CX*2), AX
+	VEXTRACTPS $0x03, X0, (AX)(CX*1)
+	ADDQ       $0x00000004, (SP)
+	MOVQ       8(SP), AX
+	MOVQ       ldk+80(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 8(SP)
+	SUBQ       $0x00000001, 16(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresE5M2M8AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, MMX+
+TEXT ·scoresE5M2M8AVX512(SB), NOSPLIT, $32-104
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  k_base+56(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  n+88(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  d+96(FP), AX
+	MOVQ  AX, CX
+	SHRQ  $0x04, CX
+	MOVQ  CX, 24(SP)
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+main:
+	CMPQ   16(SP), $0x00000002
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   ldk+80(FP), AX
+	MOVQ   8(SP), CX
+	MOVQ   d+96(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	MOVQ   q_base+32(FP), SI
+	LEAQ   (SI)(DX*4), DI
+	LEAQ   (CX), R8
+	LEAQ   (CX)(AX*1), AX
+	MOVQ   ldk+80(FP), CX
+	SHLQ   $0x06, CX
+	MOVQ   24(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R8)(CX*1)
+	PREFETCHT1  (AX)(CX*1)
+	VMOVUPS     (SI), Z16
+	VMOVUPS     (SI)(DX*1), Z17
+	VMOVUPS     (SI)(DX*2), Z18
+	VMOVUPS     (SI)(BX*1), Z19
+	VMOVUPS     (DI), Z20
+	VMOVUPS     (DI)(DX*1), Z21
+	VMOVUPS     (DI)(DX*2), Z22
+	VMOVUPS     (DI)(BX*1), Z23
+	VPMOVZXBW   (R8), Y24
+	VPSLLW      $0x08, Y24, Y24
+	VCVTPH2PS   Y24, Z24
+	VFMADD231PS Z16, Z24, Z0
+	VFMADD231PS Z17, Z24, Z2
+	VFMADD231PS Z18, Z24, Z4
+	VFMADD231PS Z19, Z24, Z6
+	VFMADD231PS Z20, Z24, Z8
+	VFMADD231PS Z21, Z24, Z10
+	VFMADD231PS Z22, Z24, Z12
+	VFMADD231PS Z23, Z24, Z14
+	VPMOVZXBW   (AX), Y24
+	VPSLLW      $0x08, Y24, Y24
+	VCVTPH2PS   Y24, Z24
+	VFMADD231PS Z16, Z24, Z1
+	VFMADD231PS Z17, Z24, Z3
+	VFMADD231PS Z18, Z24, Z5
+	VFMADD231PS Z19, Z24, Z7
+	VFMADD231PS Z20, Z24, Z9
+	VFMADD231PS Z21, Z24, Z11
+	VFMADD231PS Z22, Z24, Z13
+	VFMADD231PS Z23, Z24, Z15
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000010, R8
+	ADDQ        $0x00000010, AX
+	DECQ        R9
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVUPS.Z   (SI), K1, Z16
+	VMOVUPS.Z   (SI)(DX*1), K1, Z17
+	VMOVUPS.Z   (SI)(DX*2), K1, Z18
+	VMOVUPS.Z   (SI)(BX*1), K1, Z19
+	VMOVUPS.Z   (DI), K1, Z20
+	VMOVUPS.Z   (DI)(DX*1), K1, Z21
+	VMOVUPS.Z   (DI)(DX*2), K1, Z22
+	VMOVUPS.Z   (DI)(BX*1), K1, Z23
+	VMOVDQU8.Z  (R8), K1, X24
+	VPMOVZXBW   X24, Y24
+	VPSLLW      $0x08, Y24, Y24
+	VCVTPH2PS   Y24, Z24
+	VFMADD231PS Z16, Z24, Z0
+	VFMADD231PS Z17, Z24, Z2
+	VFMADD231PS Z18, Z24, Z4
+	VFMADD231PS Z19, Z24, Z6
+	VFMADD231PS Z20, Z24, Z8
+	VFMADD231PS Z21, Z24, Z10
+	VFMADD231PS Z22, Z24, Z12
+	VFMADD231PS Z23, Z24, Z14
+	VMOVDQU8.Z  (AX), K1, X24
+	VPMOVZXBW   X24, Y24
+	VPSLLW      $0x08, Y24, Y24
+	VCVTPH2PS   Y24, Z24
+	VFMADD231PS Z16, Z24, Z1
+	VFMADD231PS Z17, Z24, Z3
+	VFMADD231PS Z18, Z24, Z5
+	VFMADD231PS Z19, Z24, Z7
+	VFMADD231PS Z20, Z24, Z9
+	VFMADD231PS Z21, Z24, Z11
+	VFMADD231PS Z22, Z24, Z13
+	VFMADD231PS Z23, Z24, Z15
+
+mainK0Done:
+	VSHUFF32X4    $0x44, Z4, Z0, Z16
+	VSHUFF32X4    $0xee, Z4, Z0, Z0
+	VADDPS        Z0, Z16, Z16
+	VSHUFF32X4    $0x44, Z12, Z8, Z0
+	VSHUFF32X4    $0xee, Z12, Z8, Z4
+	VADDPS        Z4, Z0, Z0
+	VSHUFF32X4    $0x44, Z5, Z1, Z4
+	VSHUFF32X4    $0xee, Z5, Z1, Z1
+	VADDPS        Z1, Z4, Z4
+	VSHUFF32X4    $0x44, Z13, Z9, Z1
+	VSHUFF32X4    $0xee, Z13, Z9, Z5
+	VADDPS        Z5, Z1, Z1
+	VSHUFF32X4    $0x44, Z6, Z2, Z5
+	VSHUFF32X4    $0xee, Z6, Z2, Z2
+	VADDPS        Z2, Z5, Z5
+	VSHUFF32X4    $0x44, Z14, Z10, Z2
+	VSHUFF32X4    $0xee, Z14, Z10, Z6
+	VADDPS        Z6, Z2, Z2
+	VSHUFF32X4    $0x44, Z7, Z3, Z6
+	VSHUFF32X4    $0xee, Z7, Z3, Z3
+	VADDPS        Z3, Z6, Z6
+	VSHUFF32X4    $0x44, Z15, Z11, Z3
+	VSHUFF32X4    $0xee, Z15, Z11, Z7
+	VADDPS        Z7, Z3, Z3
+	VSHUFF32X4    $0x88, Z0, Z16, Z7
+	VSHUFF32X4    $0xdd, Z0, Z16, Z0
+	VADDPS        Z0, Z7, Z7
+	VSHUFF32X4    $0x88, Z1, Z4, Z0
+	VSHUFF32X4    $0xdd, Z1, Z4, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFF32X4    $0x88, Z2, Z5, Z1
+	VSHUFF32X4    $0xdd, Z2, Z5, Z2
+	VADDPS        Z2, Z1, Z1
+	VSHUFF32X4    $0x88, Z3, Z6, Z2
+	VSHUFF32X4    $0xdd, Z3, Z6, Z3
+	VADDPS        Z3, Z2, Z2
+	VSHUFPS       $0x44, Z0, Z7, Z3
+	VSHUFPS       $0xee, Z0, Z7, Z0
+	VADDPS        Z0, Z3, Z3
+	VSHUFPS       $0x44, Z2, Z1, Z0
+	VSHUFPS       $0xee, Z2, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z3, Z1
+	VSHUFPS       $0xdd, Z0, Z3, Z0
+	VADDPS        Z0, Z1, Z1
+	MOVQ          (SP), AX
+	MOVQ          lds+24(FP), CX
+	SHLQ          $0x02, CX
+	VMOVLPS       X1, (AX)
+	VMOVHPS       X1, (AX)(CX*1)
+	VEXTRACTF32X4 $0x01, Z1, X0
+	VMOVLPS       X0, (AX)(CX*2)
+	LEAQ          (AX)(CX*2), DX
+	VMOVHPS       X0, (DX)(CX*1)
+	VEXTRACTF32X4 $0x02, Z1, X0
+	LEAQ          (AX)(CX*4), AX
+	VMOVLPS       X0, (AX)
+	VMOVHPS       X0, (AX)(CX*1)
+	VEXTRACTF32X4 $0x03, Z1, X0
+	VMOVLPS       X0, (AX)(CX*2)
+	LEAQ          (AX)(CX*2), AX
+	VMOVHPS       X0, (AX)(CX*1)
+	ADDQ          $0x00000008, (SP)
+	MOVQ          8(SP), AX
+	MOVQ          ldk+80(FP), CX
+	SHLQ          $0x01, CX
+	ADDQ          CX, AX
+	MOVQ          AX, 8(SP)
+	SUBQ          $0x00000002, 16(SP)
+	JMP           main
+
+mainEnd:
+rest:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (BX)(CX*4), SI
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), DI
+	SHLQ   $0x06, DI
+	MOVQ   24(SP), R8
+	TESTQ  R8, R8
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(DI*1)
+	VPMOVZXBW   (AX), Y8
+	VPSLLW      $0x08, Y8, Y8
+	VCVTPH2PS   Y8, Z8
+	VFMADD231PS (BX), Z8, Z0
+	VFMADD231PS (BX)(CX*1), Z8, Z1
+	VFMADD231PS (BX)(CX*2), Z8, Z2
+	VFMADD231PS (BX)(DX*1), Z8, Z3
+	VFMADD231PS (SI), Z8, Z4
+	VFMADD231PS (SI)(CX*1), Z8, Z5
+	VFMADD231PS (SI)(CX*2), Z8, Z6
+	VFMADD231PS (SI)(DX*1), Z8, Z7
+	ADDQ        $0x00000040, BX
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000010, AX
+	DECQ        R8
+	JNZ         restK0Step
+
+restK0Tail:
+	KORTESTW    K1, K1
+	JZ          restK0Done
+	VMOVUPS.Z   (BX), K1, Z8
+	VMOVUPS.Z   (BX)(CX*1), K1, Z9
+	VMOVUPS.Z   (BX)(CX*2), K1, Z10
+	VMOVUPS.Z   (BX)(DX*1), K1, Z11
+	VMOVUPS.Z   (SI), K1, Z12
+	VMOVUPS.Z   (SI)(CX*1), K1, Z13
+	VMOVUPS.Z   (SI)(CX*2), K1, Z14
+	VMOVUPS.Z   (SI)(DX*1), K1, Z15
+	VMOVDQU8.Z  (AX), K1, X16
+	VPMOVZXBW   X16, Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS Z8, Z16, Z0
+	VFMADD231PS Z9, Z16, Z1
+	VFMADD231PS Z10, Z16, Z2
+	VFMADD231PS Z11, Z16, Z3
+	VFMADD231PS Z12, Z16, Z4
+	VFMADD231PS Z13, Z16, Z5
+	VFMADD231PS Z14, Z16, Z6
+	VFMADD231PS Z15, Z16, Z7
+
+restK0Done:
+	VSHUFF32X4    $0x44, Z4, Z0, Z8
+	VSHUFF32X4    $0xee, Z4, Z0, Z0
+	VADDPS        Z0, Z8, Z8
+	VSHUFF32X4    $0x44, Z5, Z1, Z0
+	VSHUFF32X4    $0xee, Z5, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFF32X4    $0x44, Z6, Z2, Z1
+	VSHUFF32X4    $0xee, Z6, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VSHUFF32X4    $0x44, Z7, Z3, Z2
+	VSHUFF32X4    $0xee, Z7, Z3, Z3
+	VADDPS        Z3, Z2, Z2
+	VXORPS        Z3, Z3, Z3
+	VSHUFF32X4    $0x88, Z3, Z8, Z4
+	VSHUFF32X4    $0xdd, Z3, Z8, Z5
+	VADDPS        Z5, Z4, Z4
+	VSHUFF32X4    $0x88, Z3, Z0, Z5
+	VSHUFF32X4    $0xdd, Z3, Z0, Z0
+	VADDPS        Z0, Z5, Z5
+	VSHUFF32X4    $0x88, Z3, Z1, Z0
+	VSHUFF32X4    $0xdd, Z3, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFF32X4    $0x88, Z3, Z2, Z1
+	VSHUFF32X4    $0xdd, Z3, Z2, Z2
+	VADDPS        Z2, Z1, Z1
+	VSHUFPS       $0x44, Z5, Z4, Z2
+	VSHUFPS       $0xee, Z5, Z4, Z3
+	VADDPS        Z3, Z2, Z2
+	VSHUFPS       $0x44, Z1, Z0, Z3
+	VSHUFPS       $0xee, Z1, Z0, Z0
+	VADDPS        Z0, Z3, Z3
+	VSHUFPS       $0x88, Z3, Z2, Z0
+	VSHUFPS       $0xdd, Z3, Z2, Z1
+	VADDPS        Z1, Z0, Z0
+	MOVQ          (SP), AX
+	MOVQ          lds+24(FP), CX
+	SHLQ          $0x02, CX
+	VMOVSS        X0, (AX)
+	VEXTRACTPS    $0x01, X0, (AX)(CX*1)
+	VEXTRACTPS    $0x02, X0, (AX)(CX*2)
+	LEAQ          (AX)(CX*2), DX
+	VEXTRACTPS    $0x03, X0, (DX)(CX*1)
+	VEXTRACTF32X4 $0x01, Z0, X0
+	LEAQ          (AX)(CX*4), AX
+	VMOVSS        X0, (AX)
+	VEXTRACTPS    $0x01, X0, (AX)(CX*1)
+	VEXTRACTPS    $0x02, X0, (AX)(CX*2)
+	LEAQ          (AX)(CX*2), AX
+	VEXTRACTPS    $0x03, X0, (AX)(CX*1)
+	ADDQ          $0x00000004, (SP)
+	MOVQ          8(SP), AX
+	MOVQ          ldk+80(FP), CX
+	SHLQ          $0x00, CX
+	ADDQ          CX, AX
+	MOVQ          AX, 8(SP)
+	SUBQ          $0x00000001, 16(SP)
+	JMP           rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresE5M2M16AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, MMX+
+TEXT ·scoresE5M2M16AVX512(SB), NOSPLIT, $32-104
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  k_base+56(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  n+88(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  d+96(FP), AX
+	MOVQ  AX, CX
+	SHRQ  $0x04, CX
+	MOVQ  CX, 24(SP)
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+main:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (BX)(CX*4), SI
+	LEAQ   (SI)(CX*4), DI
+	LEAQ   (DI)(CX*4), R8
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), R9
+	SHLQ   $0x06, R9
+	MOVQ   24(SP), R10
+	TESTQ  R10, R10
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (AX)(R9*1)
+	VPMOVZXBW   (AX), Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS (BX), Z16, Z0
+	VFMADD231PS (BX)(CX*1), Z16, Z1
+	VFMADD231PS (BX)(CX*2), Z16, Z2
+	VFMADD231PS (BX)(DX*1), Z16, Z3
+	VFMADD231PS (SI), Z16, Z4
+	VFMADD231PS (SI)(CX*1), Z16, Z5
+	VFMADD231PS (SI)(CX*2), Z16, Z6
+	VFMADD231PS (SI)(DX*1), Z16, Z7
+	VFMADD231PS (DI), Z16, Z8
+	VFMADD231PS (DI)(CX*1), Z16, Z9
+	VFMADD231PS (DI)(CX*2), Z16, Z10
+	VFMADD231PS (DI)(DX*1), Z16, Z11
+	VFMADD231PS (R8), Z16, Z12
+	VFMADD231PS (R8)(CX*1), Z16, Z13
+	VFMADD231PS (R8)(CX*2), Z16, Z14
+	VFMADD231PS (R8)(DX*1), Z16, Z15
+	ADDQ        $0x00000040, BX
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000010, AX
+	DECQ        R10
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVDQU8.Z  (AX), K1, X16
+	VPMOVZXBW   X16, Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (BX), K1, Z17
+	VFMADD231PS Z17, Z16, Z0
+	VMOVUPS.Z   (BX)(CX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z1
+	VMOVUPS.Z   (BX)(CX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z2
+	VMOVUPS.Z   (BX)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z3
+	VMOVUPS.Z   (SI), K1, Z17
+	VFMADD231PS Z17, Z16, Z4
+	VMOVUPS.Z   (SI)(CX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z5
+	VMOVUPS.Z   (SI)(CX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z6
+	VMOVUPS.Z   (SI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z7
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z8
+	VMOVUPS.Z   (DI)(CX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z9
+	VMOVUPS.Z   (DI)(CX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z10
+	VMOVUPS.Z   (DI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z11
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z12
+	VMOVUPS.Z   (R8)(CX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z13
+	VMOVUPS.Z   (R8)(CX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z14
+	VMOVUPS.Z   (R8)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z15
+
+mainK0Done:
+	VSHUFF32X4    $0x44, Z4, Z0, Z16
+	VSHUFF32X4    $0xee, Z4, Z0, Z0
+	VADDPS        Z0, Z16, Z16
+	VSHUFF32X4    $0x44, Z12, Z8, Z0
+	VSHUFF32X4    $0xee, Z12, Z8, Z4
+	VADDPS        Z4, Z0, Z0
+	VSHUFF32X4    $0x44, Z5, Z1, Z4
+	VSHUFF32X4    $0xee, Z5, Z1, Z1
+	VADDPS        Z1, Z4, Z4
+	VSHUFF32X4    $0x44, Z13, Z9, Z1
+	VSHUFF32X4    $0xee, Z13, Z9, Z5
+	VADDPS        Z5, Z1, Z1
+	VSHUFF32X4    $0x44, Z6, Z2, Z5
+	VSHUFF32X4    $0xee, Z6, Z2, Z2
+	VADDPS        Z2, Z5, Z5
+	VSHUFF32X4    $0x44, Z14, Z10, Z2
+	VSHUFF32X4    $0xee, Z14, Z10, Z6
+	VADDPS        Z6, Z2, Z2
+	VSHUFF32X4    $0x44, Z7, Z3, Z6
+	VSHUFF32X4    $0xee, Z7, Z3, Z3
+	VADDPS        Z3, Z6, Z6
+	VSHUFF32X4    $0x44, Z15, Z11, Z3
+	VSHUFF32X4    $0xee, Z15, Z11, Z7
+	VADDPS        Z7, Z3, Z3
+	VSHUFF32X4    $0x88, Z0, Z16, Z7
+	VSHUFF32X4    $0xdd, Z0, Z16, Z0
+	VADDPS        Z0, Z7, Z7
+	VSHUFF32X4    $0x88, Z1, Z4, Z0
+	VSHUFF32X4    $0xdd, Z1, Z4, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFF32X4    $0x88, Z2, Z5, Z1
+	VSHUFF32X4    $0xdd, Z2, Z5, Z2
+	VADDPS        Z2, Z1, Z1
+	VSHUFF32X4    $0x88, Z3, Z6, Z2
+	VSHUFF32X4    $0xdd, Z3, Z6, Z3
+	VADDPS        Z3, Z2, Z2
+	VSHUFPS       $0x44, Z0, Z7, Z3
+	VSHUFPS       $0xee, Z0, Z7, Z0
+	VADDPS        Z0, Z3, Z3
+	VSHUFPS       $0x44, Z2, Z1, Z0
+	VSHUFPS       $0xee, Z2, Z1, Z1
+	VADDPS        Z1, Z0, Z0
+	VSHUFPS       $0x88, Z0, Z3, Z1
+	VSHUFPS       $0xdd, Z0, Z3, Z0
+	VADDPS        Z0, Z1, Z1
+	MOVQ          (SP), AX
+	MOVQ          lds+24(FP), CX
+	SHLQ          $0x02, CX
+	VMOVSS        X1, (AX)
+	VEXTRACTPS    $0x01, X1, (AX)(CX*1)
+	VEXTRACTPS    $0x02, X1, (AX)(CX*2)
+	LEAQ          (AX)(CX*2), DX
+	VEXTRACTPS    $0x03, X1, (DX)(CX*1)
+	VEXTRACTF32X4 $0x01, Z1, X0
+	LEAQ          (AX)(CX*4), AX
+	VMOVSS        X0, (AX)
+	VEXTRACTPS    $0x01, X0, (AX)(CX*1)
+	VEXTRACTPS    $0x02, X0, (AX)(CX*2)
+	LEAQ          (AX)(CX*2), DX
+	VEXTRACTPS    $0x03, X0, (DX)(CX*1)
+	VEXTRACTF32X4 $0x02, Z1, X0
+	LEAQ          (AX)(CX*4), AX
+	VMOVSS        X0, (AX)
+	VEXTRACTPS    $0x01, X0, (AX)(CX*1)
+	VEXTRACTPS    $0x02, X0, (AX)(CX*2)
+	LEAQ          (AX)(CX*2), DX
+	VEXTRACTPS    $0x03, X0, (DX)(CX*1)
+	VEXTRACTF32X4 $0x03, Z1, X0
+	LEAQ          (AX)(CX*4), AX
+	VMOVSS        X0, (AX)
+	VEXTRACTPS    $0x01, X0, (AX)(CX*1)
+	VEXTRACTPS    $0x02, X0, (AX)(CX*2)
+	LEAQ          (AX)(CX*2), AX
+	VEXTRACTPS    $0x03, X0, (AX)(CX*1)
+	ADDQ          $0x00000004, (SP)
+	MOVQ          8(SP), AX
+	MOVQ          ldk+80(FP), CX
+	SHLQ          $0x00, CX
+	ADDQ          CX, AX
+	MOVQ          AX, 8(SP)
+	SUBQ          $0x00000001, 16(SP)
+	JMP           main
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumE5M2M1AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·accumE5M2M1AVX512(SB), $184-112
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  v_base+64(FP), AX
+	MOVQ  AX, 24(SP)
+	MOVQ  n+96(FP), AX
+	MOVQ  AX, 40(SP)
+	MOVQ  d+104(FP), AX
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+block:
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, DX
+	SUBQ      $0x00000000, DX
+	XORQ      BX, BX
+	CMPQ      DX, BX
+	CMOVQLT   BX, DX
+	MOVQ      $0x00000010, BX
+	CMPQ      DX, BX
+	CMOVQGT   BX, DX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(DX*2), K2
+	SUBQ      $0x00000010, AX
+	XORQ      DX, DX
+	CMPQ      AX, DX
+	CMOVQLT   DX, AX
+	MOVQ      $0x00000010, DX
+	CMPQ      AX, DX
+	CMOVQGT   DX, AX
+	LEAQ      decodemask16<>+0(SB), DX
+	KMOVW     (DX)(AX*2), K3
+	VMOVUPS.Z (CX), K2, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K3, Z0
+	VMOVUPS   Z0, 120(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000010
+	JL      chunk8
+	MOVQ    (SP), AX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS 128(AX), Z2
+	VMOVUPS 192(AX), Z3
+	VMOVUPS 256(AX), Z4
+	VMOVUPS 320(AX), Z5
+	VMOVUPS 384(AX), Z6
+	VMOVUPS 448(AX), Z7
+	VMOVUPS 512(AX), Z8
+	VMOVUPS 576(AX), Z9
+	VMOVUPS 640(AX), Z10
+	VMOVUPS 704(AX), Z11
+	VMOVUPS 768(AX), Z12
+	VMOVUPS 832(AX), Z13
+	VMOVUPS 896(AX), Z14
+	VMOVUPS 960(AX), Z15
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	PREFETCHT1   128(CX)(BX*1)
+	PREFETCHT1   192(CX)(BX*1)
+	VBROADCASTSS (AX), Z16
+	VPMOVZXBW    (CX), Y17
+	VPSLLW       $0x08, Y17, Y17
+	VCVTPH2PS    Y17, Z17
+	VFMADD231PS  Z16, Z17, Z0
+	VPMOVZXBW    16(CX), Y17
+	VPSLLW       $0x08, Y17, Y17
+	VCVTPH2PS    Y17, Z17
+	VFMADD231PS  Z16, Z17, Z1
+	VPMOVZXBW    32(CX), Y17
+	VPSLLW       $0x08, Y17, Y17
+	VCVTPH2PS    Y17, Z17
+	VFMADD231PS  Z16, Z17, Z2
+	VPMOVZXBW    48(CX), Y17
+	VPSLLW       $0x08, Y17, Y17
+	VCVTPH2PS    Y17, Z17
+	VFMADD231PS  Z16, Z17, Z3
+	VPMOVZXBW    64(CX), Y17
+	VPSLLW       $0x08, Y17, Y17
+	VCVTPH2PS    Y17, Z17
+	VFMADD231PS  Z16, Z17, Z4
+	VPMOVZXBW    80(CX), Y17
+	VPSLLW       $0x08, Y17, Y17
+	VCVTPH2PS    Y17, Z17
+	VFMADD231PS  Z16, Z17, Z5
+	VPMOVZXBW    96(CX), Y17
+	VPSLLW       $0x08, Y17, Y17
+	VCVTPH2PS    Y17, Z17
+	VFMADD231PS  Z16, Z17, Z6
+	VPMOVZXBW    112(CX), Y17
+	VPSLLW       $0x08, Y17, Y17
+	VCVTPH2PS    Y17, Z17
+	VFMADD231PS  Z16, Z17, Z7
+	VPMOVZXBW    128(CX), Y17
+	VPSLLW       $0x08, Y17, Y17
+	VCVTPH2PS    Y17, Z17
+	VFMADD231PS  Z16, Z17, Z8
+	VPMOVZXBW    144(CX), Y17
+	VPSLLW       $0x08, Y17, Y17
+	VCVTPH2PS    Y17, Z17
+	VFMADD231PS  Z16, Z17, Z9
+	VPMOVZXBW    160(CX), Y17
+	VPSLLW       $0x08, Y17, Y17
+	VCVTPH2PS    Y17, Z17
+	VFMADD231PS  Z16, Z17, Z10
+	VPMOVZXBW    176(CX), Y17
+	VPSLLW       $0x08, Y17, Y17
+	VCVTPH2PS    Y17, Z17
+	VFMADD231PS  Z16, Z17, Z11
+	VPMOVZXBW    192(CX), Y17
+	VPSLLW       $0x08, Y17, Y17
+	VCVTPH2PS    Y17, Z17
+	VFMADD231PS  Z16, Z17, Z12
+	VPMOVZXBW    208(CX), Y17
+	VPSLLW       $0x08, Y17, Y17
+	VCVTPH2PS    Y17, Z17
+	VFMADD231PS  Z16, Z17, Z13
+	VPMOVZXBW    224(CX), Y17
+	VPSLLW       $0x08, Y17, Y17
+	VCVTPH2PS    Y17, Z17
+	VFMADD231PS  Z16, Z17, Z14
+	VPMOVZXBW    240(CX), Y17
+	VPSLLW       $0x08, Y17, Y17
+	VCVTPH2PS    Y17, Z17
+	VFMADD231PS  Z16, Z17, Z15
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys1
+	MOVQ         (SP), AX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, 64(AX)
+	VMOVUPS      Z2, 128(AX)
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      Z4, 256(AX)
+	VMOVUPS      Z5, 320(AX)
+	VMOVUPS      Z6, 384(AX)
+	VMOVUPS      Z7, 448(AX)
+	VMOVUPS      Z8, 512(AX)
+	VMOVUPS      Z9, 576(AX)
+	VMOVUPS      Z10, 640(AX)
+	VMOVUPS      Z11, 704(AX)
+	VMOVUPS      Z12, 768(AX)
+	VMOVUPS      Z13, 832(AX)
+	VMOVUPS      Z14, 896(AX)
+	VMOVUPS      Z15, 960(AX)
+	ADDQ         $0x00000400, (SP)
+	ADDQ         $0x00000100, 8(SP)
+	SUBQ         $0x00000010, 48(SP)
+	JMP          full
+
+chunk8:
+	CMPQ    48(SP), $0x00000008
+	JL      chunk4
+	MOVQ    (SP), AX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS 128(AX), Z2
+	VMOVUPS 192(AX), Z3
+	VMOVUPS 256(AX), Z4
+	VMOVUPS 320(AX), Z5
+	VMOVUPS 384(AX), Z6
+	VMOVUPS 448(AX), Z7
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys2:
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	VBROADCASTSS (AX), Z8
+	VPMOVZXBW    (CX), Y9
+	VPSLLW       $0x08, Y9, Y9
+	VCVTPH2PS    Y9, Z9
+	VFMADD231PS  Z8, Z9, Z0
+	VPMOVZXBW    16(CX), Y9
+	VPSLLW       $0x08, Y9, Y9
+	VCVTPH2PS    Y9, Z9
+	VFMADD231PS  Z8, Z9, Z1
+	VPMOVZXBW    32(CX), Y9
+	VPSLLW       $0x08, Y9, Y9
+	VCVTPH2PS    Y9, Z9
+	VFMADD231PS  Z8, Z9, Z2
+	VPMOVZXBW    48(CX), Y9
+	VPSLLW       $0x08, Y9, Y9
+	VCVTPH2PS    Y9, Z9
+	VFMADD231PS  Z8, Z9, Z3
+	VPMOVZXBW    64(CX), Y9
+	VPSLLW       $0x08, Y9, Y9
+	VCVTPH2PS    Y9, Z9
+	VFMADD231PS  Z8, Z9, Z4
+	VPMOVZXBW    80(CX), Y9
+	VPSLLW       $0x08, Y9, Y9
+	VCVTPH2PS    Y9, Z9
+	VFMADD231PS  Z8, Z9, Z5
+	VPMOVZXBW    96(CX), Y9
+	VPSLLW       $0x08, Y9, Y9
+	VCVTPH2PS    Y9, Z9
+	VFMADD231PS  Z8, Z9, Z6
+	VPMOVZXBW    112(CX), Y9
+	VPSLLW       $0x08, Y9, Y9
+	VCVTPH2PS    Y9, Z9
+	VFMADD231PS  Z8, Z9, Z7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys2
+	MOVQ         (SP), AX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, 64(AX)
+	VMOVUPS      Z2, 128(AX)
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      Z4, 256(AX)
+	VMOVUPS      Z5, 320(AX)
+	VMOVUPS      Z6, 384(AX)
+	VMOVUPS      Z7, 448(AX)
+	ADDQ         $0x00000200, (SP)
+	ADDQ         $0x00000080, 8(SP)
+	SUBQ         $0x00000008, 48(SP)
+
+chunk4:
+	CMPQ    48(SP), $0x00000004
+	JL      chunk2
+	MOVQ    (SP), AX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS 128(AX), Z2
+	VMOVUPS 192(AX), Z3
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys3:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z4
+	VPMOVZXBW    (CX), Y5
+	VPSLLW       $0x08, Y5, Y5
+	VCVTPH2PS    Y5, Z5
+	VFMADD231PS  Z4, Z5, Z0
+	VPMOVZXBW    16(CX), Y5
+	VPSLLW       $0x08, Y5, Y5
+	VCVTPH2PS    Y5, Z5
+	VFMADD231PS  Z4, Z5, Z1
+	VPMOVZXBW    32(CX), Y5
+	VPSLLW       $0x08, Y5, Y5
+	VCVTPH2PS    Y5, Z5
+	VFMADD231PS  Z4, Z5, Z2
+	VPMOVZXBW    48(CX), Y5
+	VPSLLW       $0x08, Y5, Y5
+	VCVTPH2PS    Y5, Z5
+	VFMADD231PS  Z4, Z5, Z3
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys3
+	MOVQ         (SP), AX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, 64(AX)
+	VMOVUPS      Z2, 128(AX)
+	VMOVUPS      Z3, 192(AX)
+	ADDQ         $0x00000100, (SP)
+	ADDQ         $0x00000040, 8(SP)
+	SUBQ         $0x00000004, 48(SP)
+
+chunk2:
+	CMPQ    48(SP), $0x00000002
+	JL      chunk1
+	MOVQ    (SP), AX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys4:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z2
+	VPMOVZXBW    (CX), Y3
+	VPSLLW       $0x08, Y3, Y3
+	VCVTPH2PS    Y3, Z3
+	VFMADD231PS  Z2, Z3, Z0
+	VPMOVZXBW    16(CX), Y3
+	VPSLLW       $0x08, Y3, Y3
+	VCVTPH2PS    Y3, Z3
+	VFMADD231PS  Z2, Z3, Z1
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys4
+	MOVQ         (SP), AX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, 64(AX)
+	ADDQ         $0x00000080, (SP)
+	ADDQ         $0x00000020, 8(SP)
+	SUBQ         $0x00000002, 48(SP)
+
+chunk1:
+	CMPQ    48(SP), $0x00000001
+	JL      chunk0
+	MOVQ    (SP), AX
+	VMOVUPS (AX), Z0
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys5:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z1
+	VPMOVZXBW    (CX), Y2
+	VPSLLW       $0x08, Y2, Y2
+	VCVTPH2PS    Y2, Z2
+	VFMADD231PS  Z1, Z2, Z0
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys5
+	MOVQ         (SP), AX
+	VMOVUPS      Z0, (AX)
+	ADDQ         $0x00000040, (SP)
+	ADDQ         $0x00000010, 8(SP)
+	SUBQ         $0x00000001, 48(SP)
+
+chunk0:
+	MOVQ      d+104(FP), AX
+	ANDQ      $0x0f, AX
+	JZ        next
+	MOVQ      (SP), AX
+	VMOVUPS.Z (AX), K1, Z0
+	LEAQ      56(SP), AX
+	MOVQ      8(SP), CX
+	MOVQ      ldv+88(FP), DX
+	MOVQ      DX, BX
+	SHLQ      $0x05, BX
+	MOVQ      32(SP), SI
+
+keys6:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z1
+	VMOVDQU8.Z   (CX), K1, X2
+	VPMOVZXBW    X2, Y2
+	VPSLLW       $0x08, Y2, Y2
+	VCVTPH2PS    Y2, Z2
+	VFMADD231PS  Z1, Z2, Z0
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys6
+	MOVQ         (SP), AX
+	VMOVUPS      Z0, K1, (AX)
+
+next:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumE5M2M2AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·accumE5M2M2AVX512(SB), $312-112
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  v_base+64(FP), AX
+	MOVQ  AX, 24(SP)
+	MOVQ  n+96(FP), AX
+	MOVQ  AX, 40(SP)
+	MOVQ  d+104(FP), AX
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+block:
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, BX
+	SUBQ      $0x00000000, BX
+	XORQ      SI, SI
+	CMPQ      BX, SI
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, SI
+	CMOVQGT   SI, BX
+	LEAQ      decodemask16<>+0(SB), SI
+	KMOVW     (SI)(BX*2), K2
+	SUBQ      $0x00000010, AX
+	XORQ      BX, BX
+	CMPQ      AX, BX
+	CMOVQLT   BX, AX
+	MOVQ      $0x00000010, BX
+	CMPQ      AX, BX
+	CMOVQGT   BX, AX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(AX*2), K3
+	VMOVUPS.Z (CX), K2, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K3, Z0
+	VMOVUPS   Z0, 120(SP)
+	VMOVUPS.Z (CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 184(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 248(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000008
+	JL      chunk4
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS 128(AX), Z2
+	VMOVUPS 192(AX), Z3
+	VMOVUPS 256(AX), Z4
+	VMOVUPS 320(AX), Z5
+	VMOVUPS 384(AX), Z6
+	VMOVUPS 448(AX), Z7
+	VMOVUPS (AX)(CX*1), Z8
+	VMOVUPS 64(AX)(CX*1), Z9
+	VMOVUPS 128(AX)(CX*1), Z10
+	VMOVUPS 192(AX)(CX*1), Z11
+	VMOVUPS 256(AX)(CX*1), Z12
+	VMOVUPS 320(AX)(CX*1), Z13
+	VMOVUPS 384(AX)(CX*1), Z14
+	VMOVUPS 448(AX)(CX*1), Z15
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1   (CX)(BX*1)
+	PREFETCHT1   64(CX)(BX*1)
+	VBROADCASTSS (AX), Z16
+	VBROADCASTSS 128(AX), Z17
+	VPMOVZXBW    (CX), Y18
+	VPSLLW       $0x08, Y18, Y18
+	VCVTPH2PS    Y18, Z18
+	VFMADD231PS  Z16, Z18, Z0
+	VFMADD231PS  Z17, Z18, Z8
+	VPMOVZXBW    16(CX), Y18
+	VPSLLW       $0x08, Y18, Y18
+	VCVTPH2PS    Y18, Z18
+	VFMADD231PS  Z16, Z18, Z1
+	VFMADD231PS  Z17, Z18, Z9
+	VPMOVZXBW    32(CX), Y18
+	VPSLLW       $0x08, Y18, Y18
+	VCVTPH2PS    Y18, Z18
+	VFMADD231PS  Z16, Z18, Z2
+	VFMADD231PS  Z17, Z18, Z10
+	VPMOVZXBW    48(CX), Y18
+	VPSLLW       $0x08, Y18, Y18
+	VCVTPH2PS    Y18, Z18
+	VFMADD231PS  Z16, Z18, Z3
+	VFMADD231PS  Z17, Z18, Z11
+	VPMOVZXBW    64(CX), Y18
+	VPSLLW       $0x08, Y18, Y18
+	VCVTPH2PS    Y18, Z18
+	VFMADD231PS  Z16, Z18, Z4
+	VFMADD231PS  Z17, Z18, Z12
+	VPMOVZXBW    80(CX), Y18
+	VPSLLW       $0x08, Y18, Y18
+	VCVTPH2PS    Y18, Z18
+	VFMADD231PS  Z16, Z18, Z5
+	VFMADD231PS  Z17, Z18, Z13
+	VPMOVZXBW    96(CX), Y18
+	VPSLLW       $0x08, Y18, Y18
+	VCVTPH2PS    Y18, Z18
+	VFMADD231PS  Z16, Z18, Z6
+	VFMADD231PS  Z17, Z18, Z14
+	VPMOVZXBW    112(CX), Y18
+	VPSLLW       $0x08, Y18, Y18
+	VCVTPH2PS    Y18, Z18
+	VFMADD231PS  Z16, Z18, Z7
+	VFMADD231PS  Z17, Z18, Z15
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys1
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, 64(AX)
+	VMOVUPS      Z2, 128(AX)
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      Z4, 256(AX)
+	VMOVUPS      Z5, 320(AX)
+	VMOVUPS      Z6, 384(AX)
+	VMOVUPS      Z7, 448(AX)
+	VMOVUPS      Z8, (AX)(CX*1)
+	VMOVUPS      Z9, 64(AX)(CX*1)
+	VMOVUPS      Z10, 128(AX)(CX*1)
+	VMOVUPS      Z11, 192(AX)(CX*1)
+	VMOVUPS      Z12, 256(AX)(CX*1)
+	VMOVUPS      Z13, 320(AX)(CX*1)
+	VMOVUPS      Z14, 384(AX)(CX*1)
+	VMOVUPS      Z15, 448(AX)(CX*1)
+	ADDQ         $0x00000200, (SP)
+	ADDQ         $0x00000080, 8(SP)
+	SUBQ         $0x00000008, 48(SP)
+	JMP          full
+
+chunk4:
+	CMPQ    48(SP), $0x00000004
+	JL      chunk2
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS 128(AX), Z2
+	VMOVUPS 192(AX), Z3
+	VMOVUPS (AX)(CX*1), Z4
+	VMOVUPS 64(AX)(CX*1), Z5
+	VMOVUPS 128(AX)(CX*1), Z6
+	VMOVUPS 192(AX)(CX*1), Z7
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys2:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z8
+	VBROADCASTSS 128(AX), Z9
+	VPMOVZXBW    (CX), Y10
+	VPSLLW       $0x08, Y10, Y10
+	VCVTPH2PS    Y10, Z10
+	VFMADD231PS  Z8, Z10, Z0
+	VFMADD231PS  Z9, Z10, Z4
+	VPMOVZXBW    16(CX), Y10
+	VPSLLW       $0x08, Y10, Y10
+	VCVTPH2PS    Y10, Z10
+	VFMADD231PS  Z8, Z10, Z1
+	VFMADD231PS  Z9, Z10, Z5
+	VPMOVZXBW    32(CX), Y10
+	VPSLLW       $0x08, Y10, Y10
+	VCVTPH2PS    Y10, Z10
+	VFMADD231PS  Z8, Z10, Z2
+	VFMADD231PS  Z9, Z10, Z6
+	VPMOVZXBW    48(CX), Y10
+	VPSLLW       $0x08, Y10, Y10
+	VCVTPH2PS    Y10, Z10
+	VFMADD231PS  Z8, Z10, Z3
+	VFMADD231PS  Z9, Z10, Z7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys2
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, 64(AX)
+	VMOVUPS      Z2, 128(AX)
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      Z4, (AX)(CX*1)
+	VMOVUPS      Z5, 64(AX)(CX*1)
+	VMOVUPS      Z6, 128(AX)(CX*1)
+	VMOVUPS      Z7, 192(AX)(CX*1)
+	ADDQ         $0x00000100, (SP)
+	ADDQ         $0x00000040, 8(SP)
+	SUBQ         $0x00000004, 48(SP)
+
+chunk2:
+	CMPQ    48(SP), $0x00000002
+	JL      chunk1
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS (AX)(CX*1), Z2
+	VMOVUPS 64(AX)(CX*1), Z3
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys3:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z4
+	VBROADCASTSS 128(AX), Z5
+	VPMOVZXBW    (CX), Y6
+	VPSLLW       $0x08, Y6, Y6
+	VCVTPH2PS    Y6, Z6
+	VFMADD231PS  Z4, Z6, Z0
+	VFMADD231PS  Z5, Z6, Z2
+	VPMOVZXBW    16(CX), Y6
+	VPSLLW       $0x08, Y6, Y6
+	VCVTPH2PS    Y6, Z6
+	VFMADD231PS  Z4, Z6, Z1
+	VFMADD231PS  Z5, Z6, Z3
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys3
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, 64(AX)
+	VMOVUPS      Z2, (AX)(CX*1)
+	VMOVUPS      Z3, 64(AX)(CX*1)
+	ADDQ         $0x00000080, (SP)
+	ADDQ         $0x00000020, 8(SP)
+	SUBQ         $0x00000002, 48(SP)
+
+chunk1:
+	CMPQ    48(SP), $0x00000001
+	JL      chunk0
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z0
+	VMOVUPS (AX)(CX*1), Z1
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys4:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z2
+	VBROADCASTSS 128(AX), Z3
+	VPMOVZXBW    (CX), Y4
+	VPSLLW       $0x08, Y4, Y4
+	VCVTPH2PS    Y4, Z4
+	VFMADD231PS  Z2, Z4, Z0
+	VFMADD231PS  Z3, Z4, Z1
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys4
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, (AX)(CX*1)
+	ADDQ         $0x00000040, (SP)
+	ADDQ         $0x00000010, 8(SP)
+	SUBQ         $0x00000001, 48(SP)
+
+chunk0:
+	MOVQ      d+104(FP), AX
+	ANDQ      $0x0f, AX
+	JZ        next
+	MOVQ      (SP), AX
+	MOVQ      ldo+24(FP), CX
+	SHLQ      $0x02, CX
+	VMOVUPS.Z (AX), K1, Z0
+	VMOVUPS.Z (AX)(CX*1), K1, Z1
+	LEAQ      56(SP), AX
+	MOVQ      8(SP), CX
+	MOVQ      ldv+88(FP), DX
+	MOVQ      DX, BX
+	SHLQ      $0x05, BX
+	MOVQ      32(SP), SI
+
+keys5:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z2
+	VBROADCASTSS 128(AX), Z3
+	VMOVDQU8.Z   (CX), K1, X4
+	VPMOVZXBW    X4, Y4
+	VPSLLW       $0x08, Y4, Y4
+	VCVTPH2PS    Y4, Z4
+	VFMADD231PS  Z2, Z4, Z0
+	VFMADD231PS  Z3, Z4, Z1
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys5
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z0, K1, (AX)
+	VMOVUPS      Z1, K1, (AX)(CX*1)
+
+next:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumE5M2M4AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·accumE5M2M4AVX512(SB), $568-112
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  v_base+64(FP), AX
+	MOVQ  AX, 24(SP)
+	MOVQ  n+96(FP), AX
+	MOVQ  AX, 40(SP)
+	MOVQ  d+104(FP), AX
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+block:
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, BX
+	SUBQ      $0x00000000, BX
+	XORQ      SI, SI
+	CMPQ      BX, SI
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, SI
+	CMOVQGT   SI, BX
+	LEAQ      decodemask16<>+0(SB), SI
+	KMOVW     (SI)(BX*2), K2
+	SUBQ      $0x00000010, AX
+	XORQ      BX, BX
+	CMPQ      AX, BX
+	CMOVQLT   BX, AX
+	MOVQ      $0x00000010, BX
+	CMPQ      AX, BX
+	CMOVQGT   BX, AX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(AX*2), K3
+	VMOVUPS.Z (CX), K2, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K3, Z0
+	VMOVUPS   Z0, 120(SP)
+	VMOVUPS.Z (CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 184(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 248(SP)
+	VMOVUPS.Z (CX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 312(SP)
+	VMOVUPS.Z 64(CX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 376(SP)
+	LEAQ      (CX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 440(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 504(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000004
+	JL      chunk2
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS 128(AX), Z2
+	VMOVUPS 192(AX), Z3
+	VMOVUPS (AX)(CX*1), Z4
+	VMOVUPS 64(AX)(CX*1), Z5
+	VMOVUPS 128(AX)(CX*1), Z6
+	VMOVUPS 192(AX)(CX*1), Z7
+	VMOVUPS (AX)(CX*2), Z8
+	VMOVUPS 64(AX)(CX*2), Z9
+	VMOVUPS 128(AX)(CX*2), Z10
+	VMOVUPS 192(AX)(CX*2), Z11
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS (AX)(CX*1), Z12
+	VMOVUPS 64(AX)(CX*1), Z13
+	VMOVUPS 128(AX)(CX*1), Z14
+	VMOVUPS 192(AX)(CX*1), Z15
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z16
+	VBROADCASTSS 128(AX), Z17
+	VBROADCASTSS 256(AX), Z18
+	VBROADCASTSS 384(AX), Z19
+	VPMOVZXBW    (CX), Y20
+	VPSLLW       $0x08, Y20, Y20
+	VCVTPH2PS    Y20, Z20
+	VFMADD231PS  Z16, Z20, Z0
+	VFMADD231PS  Z17, Z20, Z4
+	VFMADD231PS  Z18, Z20, Z8
+	VFMADD231PS  Z19, Z20, Z12
+	VPMOVZXBW    16(CX), Y20
+	VPSLLW       $0x08, Y20, Y20
+	VCVTPH2PS    Y20, Z20
+	VFMADD231PS  Z16, Z20, Z1
+	VFMADD231PS  Z17, Z20, Z5
+	VFMADD231PS  Z18, Z20, Z9
+	VFMADD231PS  Z19, Z20, Z13
+	VPMOVZXBW    32(CX), Y20
+	VPSLLW       $0x08, Y20, Y20
+	VCVTPH2PS    Y20, Z20
+	VFMADD231PS  Z16, Z20, Z2
+	VFMADD231PS  Z17, Z20, Z6
+	VFMADD231PS  Z18, Z20, Z10
+	VFMADD231PS  Z19, Z20, Z14
+	VPMOVZXBW    48(CX), Y20
+	VPSLLW       $0x08, Y20, Y20
+	VCVTPH2PS    Y20, Z20
+	VFMADD231PS  Z16, Z20, Z3
+	VFMADD231PS  Z17, Z20, Z7
+	VFMADD231PS  Z18, Z20, Z11
+	VFMADD231PS  Z19, Z20, Z15
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys1
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, 64(AX)
+	VMOVUPS      Z2, 128(AX)
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      Z4, (AX)(CX*1)
+	VMOVUPS      Z5, 64(AX)(CX*1)
+	VMOVUPS      Z6, 128(AX)(CX*1)
+	VMOVUPS      Z7, 192(AX)(CX*1)
+	VMOVUPS      Z8, (AX)(CX*2)
+	VMOVUPS      Z9, 64(AX)(CX*2)
+	VMOVUPS      Z10, 128(AX)(CX*2)
+	VMOVUPS      Z11, 192(AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Z12, (AX)(CX*1)
+	VMOVUPS      Z13, 64(AX)(CX*1)
+	VMOVUPS      Z14, 128(AX)(CX*1)
+	VMOVUPS      Z15, 192(AX)(CX*1)
+	ADDQ         $0x00000100, (SP)
+	ADDQ         $0x00000040, 8(SP)
+	SUBQ         $0x00000004, 48(SP)
+	JMP          full
+
+chunk2:
+	CMPQ    48(SP), $0x00000002
+	JL      chunk1
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS (AX)(CX*1), Z2
+	VMOVUPS 64(AX)(CX*1), Z3
+	VMOVUPS (AX)(CX*2), Z4
+	VMOVUPS 64(AX)(CX*2), Z5
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS (AX)(CX*1), Z6
+	VMOVUPS 64(AX)(CX*1), Z7
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys2:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z8
+	VBROADCASTSS 128(AX), Z9
+	VBROADCASTSS 256(AX), Z10
+	VBROADCASTSS 384(AX), Z11
+	VPMOVZXBW    (CX), Y12
+	VPSLLW       $0x08, Y12, Y12
+	VCVTPH2PS    Y12, Z12
+	VFMADD231PS  Z8, Z12, Z0
+	VFMADD231PS  Z9, Z12, Z2
+	VFMADD231PS  Z10, Z12, Z4
+	VFMADD231PS  Z11, Z12, Z6
+	VPMOVZXBW    16(CX), Y12
+	VPSLLW       $0x08, Y12, Y12
+	VCVTPH2PS    Y12, Z12
+	VFMADD231PS  Z8, Z12, Z1
+	VFMADD231PS  Z9, Z12, Z3
+	VFMADD231PS  Z10, Z12, Z5
+	VFMADD231PS  Z11, Z12, Z7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys2
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, 64(AX)
+	VMOVUPS      Z2, (AX)(CX*1)
+	VMOVUPS      Z3, 64(AX)(CX*1)
+	VMOVUPS      Z4, (AX)(CX*2)
+	VMOVUPS      Z5, 64(AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Z6, (AX)(CX*1)
+	VMOVUPS      Z7, 64(AX)(CX*1)
+	ADDQ         $0x00000080, (SP)
+	ADDQ         $0x00000020, 8(SP)
+	SUBQ         $0x00000002, 48(SP)
+
+chunk1:
+	CMPQ    48(SP), $0x00000001
+	JL      chunk0
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z0
+	VMOVUPS (AX)(CX*1), Z1
+	VMOVUPS (AX)(CX*2), Z2
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS (AX)(CX*1), Z3
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys3:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z4
+	VBROADCASTSS 128(AX), Z5
+	VBROADCASTSS 256(AX), Z6
+	VBROADCASTSS 384(AX), Z7
+	VPMOVZXBW    (CX), Y8
+	VPSLLW       $0x08, Y8, Y8
+	VCVTPH2PS    Y8, Z8
+	VFMADD231PS  Z4, Z8, Z0
+	VFMADD231PS  Z5, Z8, Z1
+	VFMADD231PS  Z6, Z8, Z2
+	VFMADD231PS  Z7, Z8, Z3
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys3
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, (AX)(CX*1)
+	VMOVUPS      Z2, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Z3, (AX)(CX*1)
+	ADDQ         $0x00000040, (SP)
+	ADDQ         $0x00000010, 8(SP)
+	SUBQ         $0x00000001, 48(SP)
+
+chunk0:
+	MOVQ      d+104(FP), AX
+	ANDQ      $0x0f, AX
+	JZ        next
+	MOVQ      (SP), AX
+	MOVQ      ldo+24(FP), CX
+	SHLQ      $0x02, CX
+	VMOVUPS.Z (AX), K1, Z0
+	VMOVUPS.Z (AX)(CX*1), K1, Z1
+	VMOVUPS.Z (AX)(CX*2), K1, Z2
+	LEAQ      (AX)(CX*2), AX
+	VMOVUPS.Z (AX)(CX*1), K1, Z3
+	LEAQ      56(SP), AX
+	MOVQ      8(SP), CX
+	MOVQ      ldv+88(FP), DX
+	MOVQ      DX, BX
+	SHLQ      $0x05, BX
+	MOVQ      32(SP), SI
+
+keys4:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z4
+	VBROADCASTSS 128(AX), Z5
+	VBROADCASTSS 256(AX), Z6
+	VBROADCASTSS 384(AX), Z7
+	VMOVDQU8.Z   (CX), K1, X8
+	VPMOVZXBW    X8, Y8
+	VPSLLW       $0x08, Y8, Y8
+	VCVTPH2PS    Y8, Z8
+	VFMADD231PS  Z4, Z8, Z0
+	VFMADD231PS  Z5, Z8, Z1
+	VFMADD231PS  Z6, Z8, Z2
+	VFMADD231PS  Z7, Z8, Z3
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys4
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z0, K1, (AX)
+	VMOVUPS      Z1, K1, (AX)(CX*1)
+	VMOVUPS      Z2, K1, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Z3, K1, (AX)(CX*1)
+
+next:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumE5M2M8AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·accumE5M2M8AVX512(SB), $1080-112
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  v_base+64(FP), AX
+	MOVQ  AX, 24(SP)
+	MOVQ  n+96(FP), AX
+	MOVQ  AX, 40(SP)
+	MOVQ  d+104(FP), AX
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+block:
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, BX
+	SUBQ      $0x00000000, BX
+	XORQ      SI, SI
+	CMPQ      BX, SI
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, SI
+	CMOVQGT   SI, BX
+	LEAQ      decodemask16<>+0(SB), SI
+	KMOVW     (SI)(BX*2), K2
+	SUBQ      $0x00000010, AX
+	XORQ      BX, BX
+	CMPQ      AX, BX
+	CMOVQLT   BX, AX
+	MOVQ      $0x00000010, BX
+	CMPQ      AX, BX
+	CMOVQGT   BX, AX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(AX*2), K3
+	VMOVUPS.Z (CX), K2, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K3, Z0
+	VMOVUPS   Z0, 120(SP)
+	VMOVUPS.Z (CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 184(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 248(SP)
+	VMOVUPS.Z (CX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 312(SP)
+	VMOVUPS.Z 64(CX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 376(SP)
+	LEAQ      (CX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 440(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 504(SP)
+	LEAQ      (CX)(DX*4), AX
+	VMOVUPS.Z (AX), K2, Z0
+	VMOVUPS   Z0, 568(SP)
+	VMOVUPS.Z 64(AX), K3, Z0
+	VMOVUPS   Z0, 632(SP)
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 696(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 760(SP)
+	VMOVUPS.Z (AX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 824(SP)
+	VMOVUPS.Z 64(AX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 888(SP)
+	LEAQ      (AX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 952(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 1016(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000002
+	JL      chunk1
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS (AX)(CX*1), Z2
+	VMOVUPS 64(AX)(CX*1), Z3
+	VMOVUPS (AX)(CX*2), Z4
+	VMOVUPS 64(AX)(CX*2), Z5
+	LEAQ    (AX)(CX*2), DX
+	VMOVUPS (DX)(CX*1), Z6
+	VMOVUPS 64(DX)(CX*1), Z7
+	LEAQ    (AX)(CX*4), AX
+	VMOVUPS (AX), Z8
+	VMOVUPS 64(AX), Z9
+	VMOVUPS (AX)(CX*1), Z10
+	VMOVUPS 64(AX)(CX*1), Z11
+	VMOVUPS (AX)(CX*2), Z12
+	VMOVUPS 64(AX)(CX*2), Z13
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS (AX)(CX*1), Z14
+	VMOVUPS 64(AX)(CX*1), Z15
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z16
+	VBROADCASTSS 128(AX), Z17
+	VBROADCASTSS 256(AX), Z18
+	VBROADCASTSS 384(AX), Z19
+	VBROADCASTSS 512(AX), Z20
+	VBROADCASTSS 640(AX), Z21
+	VBROADCASTSS 768(AX), Z22
+	VBROADCASTSS 896(AX), Z23
+	VPMOVZXBW    (CX), Y24
+	VPSLLW       $0x08, Y24, Y24
+	VCVTPH2PS    Y24, Z24
+	VFMADD231PS  Z16, Z24, Z0
+	VFMADD231PS  Z17, Z24, Z2
+	VFMADD231PS  Z18, Z24, Z4
+	VFMADD231PS  Z19, Z24, Z6
+	VFMADD231PS  Z20, Z24, Z8
+	VFMADD231PS  Z21, Z24, Z10
+	VFMADD231PS  Z22, Z24, Z12
+	VFMADD231PS  Z23, Z24, Z14
+	VPMOVZXBW    16(CX), Y24
+	VPSLLW       $0x08, Y24, Y24
+	VCVTPH2PS    Y24, Z24
+	VFMADD231PS  Z16, Z24, Z1
+	VFMADD231PS  Z17, Z24, Z3
+	VFMADD231PS  Z18, Z24, Z5
+	VFMADD231PS  Z19, Z24, Z7
+	VFMADD231PS  Z20, Z24, Z9
+	VFMADD231PS  Z21, Z24, Z11
+	VFMADD231PS  Z22, Z24, Z13
+	VFMADD231PS  Z23, Z24, Z15
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys1
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, 64(AX)
+	VMOVUPS      Z2, (AX)(CX*1)
+	VMOVUPS      Z3, 64(AX)(CX*1)
+	VMOVUPS      Z4, (AX)(CX*2)
+	VMOVUPS      Z5, 64(AX)(CX*2)
+	LEAQ         (AX)(CX*2), DX
+	VMOVUPS      Z6, (DX)(CX*1)
+	VMOVUPS      Z7, 64(DX)(CX*1)
+	LEAQ         (AX)(CX*4), AX
+	VMOVUPS      Z8, (AX)
+	VMOVUPS      Z9, 64(AX)
+	VMOVUPS      Z10, (AX)(CX*1)
+	VMOVUPS      Z11, 64(AX)(CX*1)
+	VMOVUPS      Z12, (AX)(CX*2)
+	VMOVUPS      Z13, 64(AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Z14, (AX)(CX*1)
+	VMOVUPS      Z15, 64(AX)(CX*1)
+	ADDQ         $0x00000080, (SP)
+	ADDQ         $0x00000020, 8(SP)
+	SUBQ         $0x00000002, 48(SP)
+	JMP          full
+
+chunk1:
+	CMPQ    48(SP), $0x00000001
+	JL      chunk0
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z0
+	VMOVUPS (AX)(CX*1), Z1
+	VMOVUPS (AX)(CX*2), Z2
+	LEAQ    (AX)(CX*2), DX
+	VMOVUPS (DX)(CX*1), Z3
+	LEAQ    (AX)(CX*4), AX
+	VMOVUPS (AX), Z4
+	VMOVUPS (AX)(CX*1), Z5
+	VMOVUPS (AX)(CX*2), Z6
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS (AX)(CX*1), Z7
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys2:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z8
+	VBROADCASTSS 128(AX), Z9
+	VBROADCASTSS 256(AX), Z10
+	VBROADCASTSS 384(AX), Z11
+	VBROADCASTSS 512(AX), Z12
+	VBROADCASTSS 640(AX), Z13
+	VBROADCASTSS 768(AX), Z14
+	VBROADCASTSS 896(AX), Z15
+	VPMOVZXBW    (CX), Y16
+	VPSLLW       $0x08, Y16, Y16
+	VCVTPH2PS    Y16, Z16
+	VFMADD231PS  Z8, Z16, Z0
+	VFMADD231PS  Z9, Z16, Z1
+	VFMADD231PS  Z10, Z16, Z2
+	VFMADD231PS  Z11, Z16, Z3
+	VFMADD231PS  Z12, Z16, Z4
+	VFMADD231PS  Z13, Z16, Z5
+	VFMADD231PS  Z14, Z16, Z6
+	VFMADD231PS  Z15, Z16, Z7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys2
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z0, (AX)
+	VMOVUPS      Z1, (AX)(CX*1)
+	VMOVUPS      Z2, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), DX
+	VMOVUPS      Z3, (DX)(CX*1)
+	LEAQ         (AX)(CX*4), AX
+	VMOVUPS      Z4, (AX)
+	VMOVUPS      Z5, (AX)(CX*1)
+	VMOVUPS      Z6, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Z7, (AX)(CX*1)
+	ADDQ         $0x00000040, (SP)
+	ADDQ         $0x00000010, 8(SP)
+	SUBQ         $0x00000001, 48(SP)
+
+chunk0:
+	MOVQ      d+104(FP), AX
+	ANDQ      $0x0f, AX
+	JZ        next
+	MOVQ      (SP), AX
+	MOVQ      ldo+24(FP), CX
+	SHLQ      $0x02, CX
+	VMOVUPS.Z (AX), K1, Z0
+	VMOVUPS.Z (AX)(CX*1), K1, Z1
+	VMOVUPS.Z (AX)(CX*2), K1, Z2
+	LEAQ      (AX)(CX*2), DX
+	VMOVUPS.Z (DX)(CX*1), K1, Z3
+	LEAQ      (AX)(CX*4), AX
+	VMOVUPS.Z (AX), K1, Z4
+	VMOVUPS.Z (AX)(CX*1), K1, Z5
+	VMOVUPS.Z (AX)(CX*2), K1, Z6
+	LEAQ      (AX)(CX*2), AX
+	VMOVUPS.Z (AX)(CX*1), K1, Z7
+	LEAQ      56(SP), AX
+	MOVQ      8(SP), CX
+	MOVQ      ldv+88(FP), DX
+	MOVQ      DX, BX
+	SHLQ      $0x05, BX
+	MOVQ      32(SP), SI
+
+keys3:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Z8
+	VBROADCASTSS 128(AX), Z9
+	VBROADCASTSS 256(AX), Z10
+	VBROADCASTSS 384(AX), Z11
+	VBROADCASTSS 512(AX), Z12
+	VBROADCASTSS 640(AX), Z13
+	VBROADCASTSS 768(AX), Z14
+	VBROADCASTSS 896(AX), Z15
+	VMOVDQU8.Z   (CX), K1, X16
+	VPMOVZXBW    X16, Y16
+	VPSLLW       $0x08, Y16, Y16
+	VCVTPH2PS    Y16, Z16
+	VFMADD231PS  Z8, Z16, Z0
+	VFMADD231PS  Z9, Z16, Z1
+	VFMADD231PS  Z10, Z16, Z2
+	VFMADD231PS  Z11, Z16, Z3
+	VFMADD231PS  Z12, Z16, Z4
+	VFMADD231PS  Z13, Z16, Z5
+	VFMADD231PS  Z14, Z16, Z6
+	VFMADD231PS  Z15, Z16, Z7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys3
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Z0, K1, (AX)
+	VMOVUPS      Z1, K1, (AX)(CX*1)
+	VMOVUPS      Z2, K1, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), DX
+	VMOVUPS      Z3, K1, (DX)(CX*1)
+	LEAQ         (AX)(CX*4), AX
+	VMOVUPS      Z4, K1, (AX)
+	VMOVUPS      Z5, K1, (AX)(CX*1)
+	VMOVUPS      Z6, K1, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Z7, K1, (AX)(CX*1)
+
+next:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumE5M2M16AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·accumE5M2M16AVX512(SB), $2104-112
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  v_base+64(FP), AX
+	MOVQ  AX, 24(SP)
+	MOVQ  n+96(FP), AX
+	MOVQ  AX, 40(SP)
+	MOVQ  d+104(FP), AX
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+block:
+	MOVQ      40(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000020, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 32(SP)
+	MOVQ      16(SP), CX
+	MOVQ      ldp+56(FP), DX
+	SHLQ      $0x02, DX
+	MOVQ      AX, BX
+	SUBQ      $0x00000000, BX
+	XORQ      SI, SI
+	CMPQ      BX, SI
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, SI
+	CMOVQGT   SI, BX
+	LEAQ      decodemask16<>+0(SB), SI
+	KMOVW     (SI)(BX*2), K2
+	SUBQ      $0x00000010, AX
+	XORQ      BX, BX
+	CMPQ      AX, BX
+	CMOVQLT   BX, AX
+	MOVQ      $0x00000010, BX
+	CMPQ      AX, BX
+	CMOVQGT   BX, AX
+	LEAQ      decodemask16<>+0(SB), BX
+	KMOVW     (BX)(AX*2), K3
+	VMOVUPS.Z (CX), K2, Z0
+	VMOVUPS   Z0, 56(SP)
+	VMOVUPS.Z 64(CX), K3, Z0
+	VMOVUPS   Z0, 120(SP)
+	VMOVUPS.Z (CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 184(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 248(SP)
+	VMOVUPS.Z (CX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 312(SP)
+	VMOVUPS.Z 64(CX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 376(SP)
+	LEAQ      (CX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 440(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 504(SP)
+	LEAQ      (CX)(DX*4), AX
+	VMOVUPS.Z (AX), K2, Z0
+	VMOVUPS   Z0, 568(SP)
+	VMOVUPS.Z 64(AX), K3, Z0
+	VMOVUPS   Z0, 632(SP)
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 696(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 760(SP)
+	VMOVUPS.Z (AX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 824(SP)
+	VMOVUPS.Z 64(AX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 888(SP)
+	LEAQ      (AX)(DX*2), CX
+	VMOVUPS.Z (CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 952(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 1016(SP)
+	LEAQ      (AX)(DX*4), AX
+	VMOVUPS.Z (AX), K2, Z0
+	VMOVUPS   Z0, 1080(SP)
+	VMOVUPS.Z 64(AX), K3, Z0
+	VMOVUPS   Z0, 1144(SP)
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 1208(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 1272(SP)
+	VMOVUPS.Z (AX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 1336(SP)
+	VMOVUPS.Z 64(AX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 1400(SP)
+	LEAQ      (AX)(DX*2), CX
+	VMOVUPS.Z (CX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 1464(SP)
+	VMOVUPS.Z 64(CX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 1528(SP)
+	LEAQ      (AX)(DX*4), AX
+	VMOVUPS.Z (AX), K2, Z0
+	VMOVUPS   Z0, 1592(SP)
+	VMOVUPS.Z 64(AX), K3, Z0
+	VMOVUPS   Z0, 1656(SP)
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 1720(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 1784(SP)
+	VMOVUPS.Z (AX)(DX*2), K2, Z0
+	VMOVUPS   Z0, 1848(SP)
+	VMOVUPS.Z 64(AX)(DX*2), K3, Z0
+	VMOVUPS   Z0, 1912(SP)
+	LEAQ      (AX)(DX*2), AX
+	VMOVUPS.Z (AX)(DX*1), K2, Z0
+	VMOVUPS   Z0, 1976(SP)
+	VMOVUPS.Z 64(AX)(DX*1), K3, Z0
+	VMOVUPS   Z0, 2040(SP)
+	MOVQ      o_base+0(FP), AX
+	MOVQ      AX, (SP)
+	MOVQ      24(SP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      d+104(FP), AX
+	SHRQ      $0x04, AX
+	MOVQ      AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000001
+	JL      chunk0
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Z0
+	VMOVUPS (AX)(CX*1), Z1
+	VMOVUPS (AX)(CX*2), Z2
+	LEAQ    (AX)(CX*2), DX
+	VMOVUPS (DX)(CX*1), Z3
+	LEAQ    (AX)(CX*4), AX
+	VMOVUPS (AX), Z4
+	VMOVUPS (AX)(CX*1), Z5
+	VMOVUPS (AX)(CX*2), Z6
+	LEAQ    (AX)(CX*2), DX
+	VMOVUPS (DX)(CX*1), Z7
+	LEAQ    (AX)(CX*4), AX
+	VMOVUPS (AX), Z8
+	VMOVUPS (AX)(CX*1), Z9
+	VMOVUPS (AX)(CX*2), Z10
+	LEAQ    (AX)(CX*2), DX
+	VMOVUPS (DX)(CX*1), Z11
+	LEAQ    (AX)(CX*4), AX
+	VMOVUPS (AX), Z12
+	VMOVUPS (AX)(CX*1), Z13
+	VMOVUPS (AX)(CX*2), Z14
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS (AX)(CX*1), Z15
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1       (CX)(BX*1)
+	VPMOVZXBW        (CX), Y16
+	VPSLLW           $0x08, Y16, Y16
+	VCVTPH2PS        Y16, Z16
+	VFMADD231PS.BCST (AX), Z16, Z0
+	VFMADD231PS.BCST 128(AX), Z16, Z1
+	VFMADD231PS.BCST 256(AX), Z16, Z2
+	VFMADD231PS.BCST 384(AX), Z16, Z3
+	VFMADD231PS.BCST 512(AX), Z16, Z4
+	VFMADD231PS.BCST 640(AX), Z16, Z5
+	VFMADD231PS.BCST 768(AX), Z16, Z6
+	VFMADD231PS.BCST 896(AX), Z16, Z7
+	VFMADD231PS.BCST 1024(AX), Z16, Z8
+	VFMADD231PS.BCST 1152(AX), Z16, Z9
+	VFMADD231PS.BCST 1280(AX), Z16, Z10
+	VFMADD231PS.BCST 1408(AX), Z16, Z11
+	VFMADD231PS.BCST 1536(AX), Z16, Z12
+	VFMADD231PS.BCST 1664(AX), Z16, Z13
+	VFMADD231PS.BCST 1792(AX), Z16, Z14
+	VFMADD231PS.BCST 1920(AX), Z16, Z15
+	ADDQ             $0x00000004, AX
+	ADDQ             DX, CX
+	DECQ             SI
+	JNZ              keys1
+	MOVQ             (SP), AX
+	MOVQ             ldo+24(FP), CX
+	SHLQ             $0x02, CX
+	VMOVUPS          Z0, (AX)
+	VMOVUPS          Z1, (AX)(CX*1)
+	VMOVUPS          Z2, (AX)(CX*2)
+	LEAQ             (AX)(CX*2), DX
+	VMOVUPS          Z3, (DX)(CX*1)
+	LEAQ             (AX)(CX*4), AX
+	VMOVUPS          Z4, (AX)
+	VMOVUPS          Z5, (AX)(CX*1)
+	VMOVUPS          Z6, (AX)(CX*2)
+	LEAQ             (AX)(CX*2), DX
+	VMOVUPS          Z7, (DX)(CX*1)
+	LEAQ             (AX)(CX*4), AX
+	VMOVUPS          Z8, (AX)
+	VMOVUPS          Z9, (AX)(CX*1)
+	VMOVUPS          Z10, (AX)(CX*2)
+	LEAQ             (AX)(CX*2), DX
+	VMOVUPS          Z11, (DX)(CX*1)
+	LEAQ             (AX)(CX*4), AX
+	VMOVUPS          Z12, (AX)
+	VMOVUPS          Z13, (AX)(CX*1)
+	VMOVUPS          Z14, (AX)(CX*2)
+	LEAQ             (AX)(CX*2), AX
+	VMOVUPS          Z15, (AX)(CX*1)
+	ADDQ             $0x00000040, (SP)
+	ADDQ             $0x00000010, 8(SP)
+	SUBQ             $0x00000001, 48(SP)
+	JMP              full
+
+chunk0:
+	MOVQ      d+104(FP), AX
+	ANDQ      $0x0f, AX
+	JZ        next
+	MOVQ      (SP), AX
+	MOVQ      ldo+24(FP), CX
+	SHLQ      $0x02, CX
+	VMOVUPS.Z (AX), K1, Z0
+	VMOVUPS.Z (AX)(CX*1), K1, Z1
+	VMOVUPS.Z (AX)(CX*2), K1, Z2
+	LEAQ      (AX)(CX*2), DX
+	VMOVUPS.Z (DX)(CX*1), K1, Z3
+	LEAQ      (AX)(CX*4), AX
+	VMOVUPS.Z (AX), K1, Z4
+	VMOVUPS.Z (AX)(CX*1), K1, Z5
+	VMOVUPS.Z (AX)(CX*2), K1, Z6
+	LEAQ      (AX)(CX*2), DX
+	VMOVUPS.Z (DX)(CX*1), K1, Z7
+	LEAQ      (AX)(CX*4), AX
+	VMOVUPS.Z (AX), K1, Z8
+	VMOVUPS.Z (AX)(CX*1), K1, Z9
+	VMOVUPS.Z (AX)(CX*2), K1, Z10
+	LEAQ      (AX)(CX*2), DX
+	VMOVUPS.Z (DX)(CX*1), K1, Z11
+	LEAQ      (AX)(CX*4), AX
+	VMOVUPS.Z (AX), K1, Z12
+	VMOVUPS.Z (AX)(CX*1), K1, Z13
+	VMOVUPS.Z (AX)(CX*2), K1, Z14
+	LEAQ      (AX)(CX*2), AX
+	VMOVUPS.Z (AX)(CX*1), K1, Z15
+	LEAQ      56(SP), AX
+	MOVQ      8(SP), CX
+	MOVQ      ldv+88(FP), DX
+	MOVQ      DX, BX
+	SHLQ      $0x05, BX
+	MOVQ      32(SP), SI
+
+keys2:
+	PREFETCHT1       (CX)(BX*1)
+	VMOVDQU8.Z       (CX), K1, X16
+	VPMOVZXBW        X16, Y16
+	VPSLLW           $0x08, Y16, Y16
+	VCVTPH2PS        Y16, Z16
+	VFMADD231PS.BCST (AX), Z16, Z0
+	VFMADD231PS.BCST 128(AX), Z16, Z1
+	VFMADD231PS.BCST 256(AX), Z16, Z2
+	VFMADD231PS.BCST 384(AX), Z16, Z3
+	VFMADD231PS.BCST 512(AX), Z16, Z4
+	VFMADD231PS.BCST 640(AX), Z16, Z5
+	VFMADD231PS.BCST 768(AX), Z16, Z6
+	VFMADD231PS.BCST 896(AX), Z16, Z7
+	VFMADD231PS.BCST 1024(AX), Z16, Z8
+	VFMADD231PS.BCST 1152(AX), Z16, Z9
+	VFMADD231PS.BCST 1280(AX), Z16, Z10
+	VFMADD231PS.BCST 1408(AX), Z16, Z11
+	VFMADD231PS.BCST 1536(AX), Z16, Z12
+	VFMADD231PS.BCST 1664(AX), Z16, Z13
+	VFMADD231PS.BCST 1792(AX), Z16, Z14
+	VFMADD231PS.BCST 1920(AX), Z16, Z15
+	ADDQ             $0x00000004, AX
+	ADDQ             DX, CX
+	DECQ             SI
+	JNZ              keys2
+	MOVQ             (SP), AX
+	MOVQ             ldo+24(FP), CX
+	SHLQ             $0x02, CX
+	VMOVUPS          Z0, K1, (AX)
+	VMOVUPS          Z1, K1, (AX)(CX*1)
+	VMOVUPS          Z2, K1, (AX)(CX*2)
+	LEAQ             (AX)(CX*2), DX
+	VMOVUPS          Z3, K1, (DX)(CX*1)
+	LEAQ             (AX)(CX*4), AX
+	VMOVUPS          Z4, K1, (AX)
+	VMOVUPS          Z5, K1, (AX)(CX*1)
+	VMOVUPS          Z6, K1, (AX)(CX*2)
+	LEAQ             (AX)(CX*2), DX
+	VMOVUPS          Z7, K1, (DX)(CX*1)
+	LEAQ             (AX)(CX*4), AX
+	VMOVUPS          Z8, K1, (AX)
+	VMOVUPS          Z9, K1, (AX)(CX*1)
+	VMOVUPS          Z10, K1, (AX)(CX*2)
+	LEAQ             (AX)(CX*2), DX
+	VMOVUPS          Z11, K1, (DX)(CX*1)
+	LEAQ             (AX)(CX*4), AX
+	VMOVUPS          Z12, K1, (AX)
+	VMOVUPS          Z13, K1, (AX)(CX*1)
+	VMOVUPS          Z14, K1, (AX)(CX*2)
+	LEAQ             (AX)(CX*2), AX
+	VMOVUPS          Z15, K1, (AX)(CX*1)
+
+next:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresHeadsE5M2AVX512(s []float32, lds int, q []float32, heads int, k []byte, hs int, n int, d int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·scoresHeadsE5M2AVX512(SB), NOSPLIT, $136-112
+	MOVQ  q_base+32(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 32(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 8(SP)
+	MOVQ  AX, 24(SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 104(SP)
+	MOVQ  k_base+64(FP), AX
+	MOVQ  AX, 112(SP)
+	MOVQ  n+96(FP), AX
+	MOVQ  AX, 120(SP)
+	MOVQ  d+104(FP), AX
+	MOVQ  AX, CX
+	SHRQ  $0x04, CX
+	MOVQ  CX, 128(SP)
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+main:
+	CMPQ   120(SP), $0x00000010
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   hs+88(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	LEAQ   (BX)(AX*4), SI
+	LEAQ   (SI)(AX*4), DI
+	MOVQ   (SP), R8
+	LEAQ   (DX), R9
+	MOVQ   hs+88(FP), R10
+	SHLQ   $0x06, R10
+	MOVQ   128(SP), R11
+	TESTQ  R11, R11
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R9)(R10*1)
+	VPMOVZXBW   (R9), Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS (R8), Z16, Z0
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000010, R9
+	DECQ        R11
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVDQU8.Z  (R9), K1, X17
+	VPMOVZXBW   X17, Y17
+	VPSLLW      $0x08, Y17, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z0
+
+mainK0Done:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(AX*1), R9
+	MOVQ    hs+88(FP), R10
+	SHLQ    $0x06, R10
+	MOVQ    128(SP), R11
+	TESTQ   R11, R11
+	JZ      mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (R9)(R10*1)
+	VPMOVZXBW   (R9), Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS (R8), Z16, Z1
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000010, R9
+	DECQ        R11
+	JNZ         mainK1Step
+
+mainK1Tail:
+	KORTESTW    K1, K1
+	JZ          mainK1Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVDQU8.Z  (R9), K1, X17
+	VPMOVZXBW   X17, Y17
+	VPSLLW      $0x08, Y17, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z1
+
+mainK1Done:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(AX*2), R9
+	MOVQ    hs+88(FP), R10
+	SHLQ    $0x06, R10
+	MOVQ    128(SP), R11
+	TESTQ   R11, R11
+	JZ      mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (R9)(R10*1)
+	VPMOVZXBW   (R9), Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS (R8), Z16, Z2
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000010, R9
+	DECQ        R11
+	JNZ         mainK2Step
+
+mainK2Tail:
+	KORTESTW    K1, K1
+	JZ          mainK2Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVDQU8.Z  (R9), K1, X17
+	VPMOVZXBW   X17, Y17
+	VPSLLW      $0x08, Y17, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z2
+
+mainK2Done:
+	MOVQ    (SP), R8
+	MOVQ    8(SP), R9
+	MOVQ    d+104(FP), R10
+	LEAQ    (R8)(R10*4), R8
+	INCQ    R9
+	MOVQ    q_base+32(FP), R10
+	XORQ    R11, R11
+	CMPQ    R9, heads+56(FP)
+	CMOVQEQ R10, R8
+	CMOVQEQ R11, R9
+	MOVQ    R8, (SP)
+	MOVQ    R9, 8(SP)
+	MOVQ    (SP), R8
+	LEAQ    (DX)(CX*1), DX
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (DX)(R9*1)
+	VPMOVZXBW   (DX), Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS (R8), Z16, Z3
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000010, DX
+	DECQ        R10
+	JNZ         mainK3Step
+
+mainK3Tail:
+	KORTESTW    K1, K1
+	JZ          mainK3Done
+	VMOVUPS.Z   (R8), K1, Z16
+	VMOVDQU8.Z  (DX), K1, X17
+	VPMOVZXBW   X17, Y17
+	VPSLLW      $0x08, Y17, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z3
+
+mainK3Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (R8)(R9*1)
+	VPMOVZXBW   (R8), Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS (DX), Z16, Z4
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, R8
+	DECQ        R10
+	JNZ         mainK4Step
+
+mainK4Tail:
+	KORTESTW    K1, K1
+	JZ          mainK4Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (R8), K1, X17
+	VPMOVZXBW   X17, Y17
+	VPSLLW      $0x08, Y17, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z4
+
+mainK4Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*1), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK5Tail
+
+mainK5Step:
+	PREFETCHT1  (R8)(R9*1)
+	VPMOVZXBW   (R8), Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS (DX), Z16, Z5
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, R8
+	DECQ        R10
+	JNZ         mainK5Step
+
+mainK5Tail:
+	KORTESTW    K1, K1
+	JZ          mainK5Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (R8), K1, X17
+	VPMOVZXBW   X17, Y17
+	VPSLLW      $0x08, Y17, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z5
+
+mainK5Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*2), R8
+	MOVQ    hs+88(FP), R9
+	SHLQ    $0x06, R9
+	MOVQ    128(SP), R10
+	TESTQ   R10, R10
+	JZ      mainK6Tail
+
+mainK6Step:
+	PREFETCHT1  (R8)(R9*1)
+	VPMOVZXBW   (R8), Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS (DX), Z16, Z6
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, R8
+	DECQ        R10
+	JNZ         mainK6Step
+
+mainK6Tail:
+	KORTESTW    K1, K1
+	JZ          mainK6Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (R8), K1, X17
+	VPMOVZXBW   X17, Y17
+	VPSLLW      $0x08, Y17, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z6
+
+mainK6Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), R8
+	MOVQ    d+104(FP), R9
+	LEAQ    (DX)(R9*4), DX
+	INCQ    R8
+	MOVQ    q_base+32(FP), R9
+	XORQ    R10, R10
+	CMPQ    R8, heads+56(FP)
+	CMOVQEQ R9, DX
+	CMOVQEQ R10, R8
+	MOVQ    DX, (SP)
+	MOVQ    R8, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(CX*1), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK7Tail
+
+mainK7Step:
+	PREFETCHT1  (BX)(R8*1)
+	VPMOVZXBW   (BX), Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS (DX), Z16, Z7
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, BX
+	DECQ        R9
+	JNZ         mainK7Step
+
+mainK7Tail:
+	KORTESTW    K1, K1
+	JZ          mainK7Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (BX), K1, X17
+	VPMOVZXBW   X17, Y17
+	VPSLLW      $0x08, Y17, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z7
+
+mainK7Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK8Tail
+
+mainK8Step:
+	PREFETCHT1  (BX)(R8*1)
+	VPMOVZXBW   (BX), Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS (DX), Z16, Z8
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, BX
+	DECQ        R9
+	JNZ         mainK8Step
+
+mainK8Tail:
+	KORTESTW    K1, K1
+	JZ          mainK8Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (BX), K1, X17
+	VPMOVZXBW   X17, Y17
+	VPSLLW      $0x08, Y17, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z8
+
+mainK8Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(AX*1), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK9Tail
+
+mainK9Step:
+	PREFETCHT1  (BX)(R8*1)
+	VPMOVZXBW   (BX), Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS (DX), Z16, Z9
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, BX
+	DECQ        R9
+	JNZ         mainK9Step
+
+mainK9Tail:
+	KORTESTW    K1, K1
+	JZ          mainK9Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (BX), K1, X17
+	VPMOVZXBW   X17, Y17
+	VPSLLW      $0x08, Y17, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z9
+
+mainK9Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(AX*2), BX
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK10Tail
+
+mainK10Step:
+	PREFETCHT1  (BX)(R8*1)
+	VPMOVZXBW   (BX), Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS (DX), Z16, Z10
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, BX
+	DECQ        R9
+	JNZ         mainK10Step
+
+mainK10Tail:
+	KORTESTW    K1, K1
+	JZ          mainK10Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (BX), K1, X17
+	VPMOVZXBW   X17, Y17
+	VPSLLW      $0x08, Y17, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z10
+
+mainK10Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), R8
+	LEAQ    (DX)(R8*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ R8, DX
+	CMOVQEQ R9, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (SI)(CX*1), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK11Tail
+
+mainK11Step:
+	PREFETCHT1  (BX)(SI*1)
+	VPMOVZXBW   (BX), Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS (DX), Z16, Z11
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, BX
+	DECQ        R8
+	JNZ         mainK11Step
+
+mainK11Tail:
+	KORTESTW    K1, K1
+	JZ          mainK11Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (BX), K1, X17
+	VPMOVZXBW   X17, Y17
+	VPSLLW      $0x08, Y17, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z11
+
+mainK11Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK12Tail
+
+mainK12Step:
+	PREFETCHT1  (BX)(SI*1)
+	VPMOVZXBW   (BX), Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS (DX), Z16, Z12
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, BX
+	DECQ        R8
+	JNZ         mainK12Step
+
+mainK12Tail:
+	KORTESTW    K1, K1
+	JZ          mainK12Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (BX), K1, X17
+	VPMOVZXBW   X17, Y17
+	VPSLLW      $0x08, Y17, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z12
+
+mainK12Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI)(AX*1), BX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK13Tail
+
+mainK13Step:
+	PREFETCHT1  (BX)(SI*1)
+	VPMOVZXBW   (BX), Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS (DX), Z16, Z13
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, BX
+	DECQ        R8
+	JNZ         mainK13Step
+
+mainK13Tail:
+	KORTESTW    K1, K1
+	JZ          mainK13Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (BX), K1, X17
+	VPMOVZXBW   X17, Y17
+	VPSLLW      $0x08, Y17, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z13
+
+mainK13Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), BX
+	MOVQ    d+104(FP), SI
+	LEAQ    (DX)(SI*4), DX
+	INCQ    BX
+	MOVQ    q_base+32(FP), SI
+	XORQ    R8, R8
+	CMPQ    BX, heads+56(FP)
+	CMOVQEQ SI, DX
+	CMOVQEQ R8, BX
+	MOVQ    DX, (SP)
+	MOVQ    BX, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (DI)(AX*2), AX
+	MOVQ    hs+88(FP), BX
+	SHLQ    $0x06, BX
+	MOVQ    128(SP), SI
+	TESTQ   SI, SI
+	JZ      mainK14Tail
+
+mainK14Step:
+	PREFETCHT1  (AX)(BX*1)
+	VPMOVZXBW   (AX), Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS (DX), Z16, Z14
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000010, AX
+	DECQ        SI
+	JNZ         mainK14Step
+
+mainK14Tail:
+	KORTESTW    K1, K1
+	JZ          mainK14Done
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVDQU8.Z  (AX), K1, X17
+	VPMOVZXBW   X17, Y17
+	VPSLLW      $0x08, Y17, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z14
+
+mainK14Done:
+	MOVQ    (SP), AX
+	MOVQ    8(SP), DX
+	MOVQ    d+104(FP), BX
+	LEAQ    (AX)(BX*4), AX
+	INCQ    DX
+	MOVQ    q_base+32(FP), BX
+	XORQ    SI, SI
+	CMPQ    DX, heads+56(FP)
+	CMOVQEQ BX, AX
+	CMOVQEQ SI, DX
+	MOVQ    AX, (SP)
+	MOVQ    DX, 8(SP)
+	MOVQ    (SP), AX
+	LEAQ    (DI)(CX*1), CX
+	MOVQ    hs+88(FP), DX
+	SHLQ    $0x06, DX
+	MOVQ    128(SP), BX
+	TESTQ   BX, BX
+	JZ      mainK15Tail
+
+mainK15Step:
+	PREFETCHT1  (CX)(DX*1)
+	VPMOVZXBW   (CX), Y16
+	VPSLLW      $0x08, Y16, Y16
+	VCVTPH2PS   Y16, Z16
+	VFMADD231PS (AX), Z16, Z15
+	ADDQ        $0x00000040, AX
+	ADDQ        $0x00000010, CX
+	DECQ        BX
+	JNZ         mainK15Step
+
+mainK15Tail:
+	KORTESTW    K1, K1
+	JZ          mainK15Done
+	VMOVUPS.Z   (AX), K1, Z16
+	VMOVDQU8.Z  (CX), K1, X17
+	VPMOVZXBW   X17, Y17
+	VPSLLW      $0x08, Y17, Y17
+	VCVTPH2PS   Y17, Z17
+	VFMADD231PS Z16, Z17, Z15
+
+mainK15Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VSHUFF32X4 $0x44, Z4, Z0, Z16
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z16, Z16
+	VSHUFF32X4 $0x44, Z12, Z8, Z0
+	VSHUFF32X4 $0xee, Z12, Z8, Z4
+	VADDPS     Z4, Z0, Z0
+	VSHUFF32X4 $0x44, Z5, Z1, Z4
+	VSHUFF32X4 $0xee, Z5, Z1, Z1
+	VADDPS     Z1, Z4, Z4
+	VSHUFF32X4 $0x44, Z13, Z9, Z1
+	VSHUFF32X4 $0xee, Z13, Z9, Z5
+	VADDPS     Z5, Z1, Z1
+	VSHUFF32X4 $0x44, Z6, Z2, Z5
+	VSHUFF32X4 $0xee, Z6, Z2, Z2
+	VADDPS     Z2, Z5, Z5
+	VSHUFF32X4 $0x44, Z14, Z10, Z2
+	VSHUFF32X4 $0xee, Z14, Z10, Z6
+	VADDPS     Z6, Z2, Z2
+	VSHUFF32X4 $0x44, Z7, Z3, Z6
+	VSHUFF32X4 $0xee, Z7, Z3, Z3
+	VADDPS     Z3, Z6, Z6
+	VSHUFF32X4 $0x44, Z15, Z11, Z3
+	VSHUFF32X4 $0xee, Z15, Z11, Z7
+	VADDPS     Z7, Z3, Z3
+	VSHUFF32X4 $0x88, Z0, Z16, Z7
+	VSHUFF32X4 $0xdd, Z0, Z16, Z0
+	VADDPS     Z0, Z7, Z7
+	VSHUFF32X4 $0x88, Z1, Z4, Z0
+	VSHUFF32X4 $0xdd, Z1, Z4, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z5, Z1
+	VSHUFF32X4 $0xdd, Z2, Z5, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x88, Z3, Z6, Z2
+	VSHUFF32X4 $0xdd, Z3, Z6, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z0, Z7, Z3
+	VSHUFPS    $0xee, Z0, Z7, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z2, Z1, Z0
+	VSHUFPS    $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z0, Z3, Z1
+	VSHUFPS    $0xdd, Z0, Z3, Z0
+	VADDPS     Z0, Z1, Z1
+	VMOVUPS    Z1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       44(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       48(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       52(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       56(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       60(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       64(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       68(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       72(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       76(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       80(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       84(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       88(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       92(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       96(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       100(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x04, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000010, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	MOVQ   112(SP), AX
+	MOVQ   (SP), CX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   128(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(DX*1)
+	VPMOVZXBW   (AX), Y1
+	VPSLLW      $0x08, Y1, Y1
+	VCVTPH2PS   Y1, Z1
+	VFMADD231PS (CX), Z1, Z0
+	ADDQ        $0x00000040, CX
+	ADDQ        $0x00000010, AX
+	DECQ        BX
+	JNZ         restK0Step
+
+restK0Tail:
+	KORTESTW    K1, K1
+	JZ          restK0Done
+	VMOVUPS.Z   (CX), K1, Z1
+	VMOVDQU8.Z  (AX), K1, X2
+	VPMOVZXBW   X2, Y2
+	VPSLLW      $0x08, Y2, Y2
+	VCVTPH2PS   Y2, Z2
+	VFMADD231PS Z1, Z2, Z0
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Z1, Z1, Z1
+	VSHUFF32X4 $0x44, Z1, Z0, Z2
+	VSHUFF32X4 $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z2, Z2
+	VSHUFF32X4 $0x88, Z1, Z2, Z0
+	VSHUFF32X4 $0xdd, Z1, Z2, Z2
+	VADDPS     Z2, Z0, Z0
+	VSHUFPS    $0x44, Z1, Z0, Z2
+	VSHUFPS    $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z2, Z2
+	VSHUFPS    $0x88, Z1, Z2, Z0
+	VSHUFPS    $0xdd, Z1, Z2, Z1
+	VADDPS     Z1, Z0, Z0
+	VMOVSS     X0, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumHeadsE5M2AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []byte, hs int, n int, d int)
+// Requires: AVX, AVX2, AVX512F, MMX+
+TEXT ·accumHeadsE5M2AVX512(SB), NOSPLIT, $40-120
+	MOVQ n+104(FP), AX
+	MOVQ AX, (SP)
+	MOVQ o_base+0(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ AX, 24(SP)
+	XORQ AX, AX
+	MOVQ AX, 32(SP)
+	MOVQ v_base+72(FP), AX
+	MOVQ hs+96(FP), CX
+	MOVQ CX, DX
+	SHLQ $0x06, DX
+
+row:
+	MOVQ         16(SP), BX
+	VBROADCASTSS (BX), Z0
+	MOVQ         8(SP), BX
+	MOVQ         d+112(FP), SI
+	SHRQ         $0x04, SI
+	MOVQ         AX, DI
+
+step:
+	PREFETCHT1  (DI)(DX*1)
+	VMOVUPS     (BX), Z1
+	VPMOVZXBW   (DI), Y2
+	VPSLLW      $0x08, Y2, Y2
+	VCVTPH2PS   Y2, Z2
+	VFMADD231PS Z0, Z2, Z1
+	VMOVUPS     Z1, (BX)
+	ADDQ        $0x00000010, DI
+	ADDQ        $0x00000040, BX
+	DECQ        SI
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        32(SP), BX
+	MOVQ        8(SP), SI
+	MOVQ        16(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	LEAQ        (SI)(R8*4), SI
+	MOVQ        ldp+56(FP), R8
+	LEAQ        (DI)(R8*4), DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        24(SP), DI
+	ADDQ        $0x04, DI
+	MOVQ        DI, 24(SP)
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
 // func readSumAVX512(b []byte) uint32
 // Requires: AVX, AVX2, AVX512F, AVX512VL
 TEXT ·readSumAVX512(SB), NOSPLIT, $0-28
@@ -35817,6 +46062,6409 @@ step:
 	MOVQ         24(SP), DI
 	ADDQ         $0x04, DI
 	MOVQ         DI, 24(SP)
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
+// func scoresE4M3M1AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·scoresE4M3M1AVX2(SB), NOSPLIT, $48-104
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    k_base+56(FP), AX
+	MOVQ    AX, 8(SP)
+	MOVQ    n+88(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    d+96(FP), AX
+	MOVQ    AX, CX
+	SHRQ    $0x03, CX
+	MOVQ    CX, 24(SP)
+	ANDQ    $0x07, AX
+	LEAQ    decodemask8<>+0(SB), CX
+	VMOVUPS 32(CX)(AX*4), Y0
+	MOVQ    $0x00000008, CX
+	SUBQ    AX, CX
+	ANDQ    $0x07, CX
+	MOVQ    CX, AX
+	SHLQ    $0x00, AX
+	MOVQ    AX, 32(SP)
+	SHLQ    $0x02, CX
+	MOVQ    CX, 40(SP)
+
+main:
+	CMPQ   16(SP), $0x00000008
+	JL     mainEnd
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   ldk+80(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   8(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   q_base+32(FP), SI
+	LEAQ   (DX), DI
+	MOVQ   ldk+80(FP), R8
+	SHLQ   $0x06, R8
+	MOVQ   24(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (DI)(R8*1)
+	VPMOVSXBW   (DI), X9
+	VPSLLW      $0x07, X9, X9
+	VPAND       decodefp8tab<>+0(SB), X9, X9
+	VPSLLW      $0x01, X9, X10
+	VPCMPEQW    decodefp8tab<>+32(SB), X10, X10
+	VPOR        X10, X9, X9
+	VCVTPH2PS   X9, Y9
+	VMULPS      decodefp8tab<>+96(SB), Y9, Y9
+	VFMADD231PS (SI), Y9, Y1
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000008, DI
+	DECQ        R9
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ        32(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK0Done
+	SUBQ        R8, DI
+	SUBQ        40(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VPMOVSXBW   (DI), X10
+	VPSLLW      $0x07, X10, X10
+	VPAND       decodefp8tab<>+0(SB), X10, X10
+	VPSLLW      $0x01, X10, X11
+	VPCMPEQW    decodefp8tab<>+32(SB), X11, X11
+	VPOR        X11, X10, X10
+	VCVTPH2PS   X10, Y10
+	VMULPS      decodefp8tab<>+96(SB), Y10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y1
+
+mainK0Done:
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(AX*1), DI
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (DI)(R8*1)
+	VPMOVSXBW   (DI), X9
+	VPSLLW      $0x07, X9, X9
+	VPAND       decodefp8tab<>+0(SB), X9, X9
+	VPSLLW      $0x01, X9, X10
+	VPCMPEQW    decodefp8tab<>+32(SB), X10, X10
+	VPOR        X10, X9, X9
+	VCVTPH2PS   X9, Y9
+	VMULPS      decodefp8tab<>+96(SB), Y9, Y9
+	VFMADD231PS (SI), Y9, Y2
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000008, DI
+	DECQ        R9
+	JNZ         mainK1Step
+
+mainK1Tail:
+	MOVQ        32(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK1Done
+	SUBQ        R8, DI
+	SUBQ        40(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VPMOVSXBW   (DI), X10
+	VPSLLW      $0x07, X10, X10
+	VPAND       decodefp8tab<>+0(SB), X10, X10
+	VPSLLW      $0x01, X10, X11
+	VPCMPEQW    decodefp8tab<>+32(SB), X11, X11
+	VPOR        X11, X10, X10
+	VCVTPH2PS   X10, Y10
+	VMULPS      decodefp8tab<>+96(SB), Y10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y2
+
+mainK1Done:
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(AX*2), DI
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (DI)(R8*1)
+	VPMOVSXBW   (DI), X9
+	VPSLLW      $0x07, X9, X9
+	VPAND       decodefp8tab<>+0(SB), X9, X9
+	VPSLLW      $0x01, X9, X10
+	VPCMPEQW    decodefp8tab<>+32(SB), X10, X10
+	VPOR        X10, X9, X9
+	VCVTPH2PS   X9, Y9
+	VMULPS      decodefp8tab<>+96(SB), Y9, Y9
+	VFMADD231PS (SI), Y9, Y3
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000008, DI
+	DECQ        R9
+	JNZ         mainK2Step
+
+mainK2Tail:
+	MOVQ        32(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK2Done
+	SUBQ        R8, DI
+	SUBQ        40(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VPMOVSXBW   (DI), X10
+	VPSLLW      $0x07, X10, X10
+	VPAND       decodefp8tab<>+0(SB), X10, X10
+	VPSLLW      $0x01, X10, X11
+	VPCMPEQW    decodefp8tab<>+32(SB), X11, X11
+	VPOR        X11, X10, X10
+	VCVTPH2PS   X10, Y10
+	VMULPS      decodefp8tab<>+96(SB), Y10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y3
+
+mainK2Done:
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(CX*1), DX
+	MOVQ  ldk+80(FP), DI
+	SHLQ  $0x06, DI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (DX)(DI*1)
+	VPMOVSXBW   (DX), X9
+	VPSLLW      $0x07, X9, X9
+	VPAND       decodefp8tab<>+0(SB), X9, X9
+	VPSLLW      $0x01, X9, X10
+	VPCMPEQW    decodefp8tab<>+32(SB), X10, X10
+	VPOR        X10, X9, X9
+	VCVTPH2PS   X9, Y9
+	VMULPS      decodefp8tab<>+96(SB), Y9, Y9
+	VFMADD231PS (SI), Y9, Y4
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000008, DX
+	DECQ        R8
+	JNZ         mainK3Step
+
+mainK3Tail:
+	MOVQ        32(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK3Done
+	SUBQ        DI, DX
+	SUBQ        40(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VPMOVSXBW   (DX), X10
+	VPSLLW      $0x07, X10, X10
+	VPAND       decodefp8tab<>+0(SB), X10, X10
+	VPSLLW      $0x01, X10, X11
+	VPCMPEQW    decodefp8tab<>+32(SB), X11, X11
+	VPOR        X11, X10, X10
+	VCVTPH2PS   X10, Y10
+	VMULPS      decodefp8tab<>+96(SB), Y10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y4
+
+mainK3Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX), SI
+	MOVQ  ldk+80(FP), DI
+	SHLQ  $0x06, DI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (SI)(DI*1)
+	VPMOVSXBW   (SI), X9
+	VPSLLW      $0x07, X9, X9
+	VPAND       decodefp8tab<>+0(SB), X9, X9
+	VPSLLW      $0x01, X9, X10
+	VPCMPEQW    decodefp8tab<>+32(SB), X10, X10
+	VPOR        X10, X9, X9
+	VCVTPH2PS   X9, Y9
+	VMULPS      decodefp8tab<>+96(SB), Y9, Y9
+	VFMADD231PS (DX), Y9, Y5
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000008, SI
+	DECQ        R8
+	JNZ         mainK4Step
+
+mainK4Tail:
+	MOVQ        32(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK4Done
+	SUBQ        DI, SI
+	SUBQ        40(SP), DX
+	VMASKMOVPS  (DX), Y0, Y9
+	VPMOVSXBW   (SI), X10
+	VPSLLW      $0x07, X10, X10
+	VPAND       decodefp8tab<>+0(SB), X10, X10
+	VPSLLW      $0x01, X10, X11
+	VPCMPEQW    decodefp8tab<>+32(SB), X11, X11
+	VPOR        X11, X10, X10
+	VCVTPH2PS   X10, Y10
+	VMULPS      decodefp8tab<>+96(SB), Y10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y5
+
+mainK4Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(AX*1), SI
+	MOVQ  ldk+80(FP), DI
+	SHLQ  $0x06, DI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK5Tail
+
+mainK5Step:
+	PREFETCHT1  (SI)(DI*1)
+	VPMOVSXBW   (SI), X9
+	VPSLLW      $0x07, X9, X9
+	VPAND       decodefp8tab<>+0(SB), X9, X9
+	VPSLLW      $0x01, X9, X10
+	VPCMPEQW    decodefp8tab<>+32(SB), X10, X10
+	VPOR        X10, X9, X9
+	VCVTPH2PS   X9, Y9
+	VMULPS      decodefp8tab<>+96(SB), Y9, Y9
+	VFMADD231PS (DX), Y9, Y6
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000008, SI
+	DECQ        R8
+	JNZ         mainK5Step
+
+mainK5Tail:
+	MOVQ        32(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK5Done
+	SUBQ        DI, SI
+	SUBQ        40(SP), DX
+	VMASKMOVPS  (DX), Y0, Y9
+	VPMOVSXBW   (SI), X10
+	VPSLLW      $0x07, X10, X10
+	VPAND       decodefp8tab<>+0(SB), X10, X10
+	VPSLLW      $0x01, X10, X11
+	VPCMPEQW    decodefp8tab<>+32(SB), X11, X11
+	VPOR        X11, X10, X10
+	VCVTPH2PS   X10, Y10
+	VMULPS      decodefp8tab<>+96(SB), Y10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y6
+
+mainK5Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(AX*2), AX
+	MOVQ  ldk+80(FP), SI
+	SHLQ  $0x06, SI
+	MOVQ  24(SP), DI
+	TESTQ DI, DI
+	JZ    mainK6Tail
+
+mainK6Step:
+	PREFETCHT1  (AX)(SI*1)
+	VPMOVSXBW   (AX), X9
+	VPSLLW      $0x07, X9, X9
+	VPAND       decodefp8tab<>+0(SB), X9, X9
+	VPSLLW      $0x01, X9, X10
+	VPCMPEQW    decodefp8tab<>+32(SB), X10, X10
+	VPOR        X10, X9, X9
+	VCVTPH2PS   X9, Y9
+	VMULPS      decodefp8tab<>+96(SB), Y9, Y9
+	VFMADD231PS (DX), Y9, Y7
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000008, AX
+	DECQ        DI
+	JNZ         mainK6Step
+
+mainK6Tail:
+	MOVQ        32(SP), SI
+	TESTQ       SI, SI
+	JZ          mainK6Done
+	SUBQ        SI, AX
+	SUBQ        40(SP), DX
+	VMASKMOVPS  (DX), Y0, Y9
+	VPMOVSXBW   (AX), X10
+	VPSLLW      $0x07, X10, X10
+	VPAND       decodefp8tab<>+0(SB), X10, X10
+	VPSLLW      $0x01, X10, X11
+	VPCMPEQW    decodefp8tab<>+32(SB), X11, X11
+	VPOR        X11, X10, X10
+	VCVTPH2PS   X10, Y10
+	VMULPS      decodefp8tab<>+96(SB), Y10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y7
+
+mainK6Done:
+	MOVQ  q_base+32(FP), AX
+	LEAQ  (BX)(CX*1), CX
+	MOVQ  ldk+80(FP), DX
+	SHLQ  $0x06, DX
+	MOVQ  24(SP), BX
+	TESTQ BX, BX
+	JZ    mainK7Tail
+
+mainK7Step:
+	PREFETCHT1  (CX)(DX*1)
+	VPMOVSXBW   (CX), X9
+	VPSLLW      $0x07, X9, X9
+	VPAND       decodefp8tab<>+0(SB), X9, X9
+	VPSLLW      $0x01, X9, X10
+	VPCMPEQW    decodefp8tab<>+32(SB), X10, X10
+	VPOR        X10, X9, X9
+	VCVTPH2PS   X9, Y9
+	VMULPS      decodefp8tab<>+96(SB), Y9, Y9
+	VFMADD231PS (AX), Y9, Y8
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000008, CX
+	DECQ        BX
+	JNZ         mainK7Step
+
+mainK7Tail:
+	MOVQ        32(SP), DX
+	TESTQ       DX, DX
+	JZ          mainK7Done
+	SUBQ        DX, CX
+	SUBQ        40(SP), AX
+	VMASKMOVPS  (AX), Y0, Y9
+	VPMOVSXBW   (CX), X10
+	VPSLLW      $0x07, X10, X10
+	VPAND       decodefp8tab<>+0(SB), X10, X10
+	VPSLLW      $0x01, X10, X11
+	VPCMPEQW    decodefp8tab<>+32(SB), X11, X11
+	VPOR        X11, X10, X10
+	VCVTPH2PS   X10, Y10
+	VMULPS      decodefp8tab<>+96(SB), Y10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y8
+
+mainK7Done:
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y9, Y9
+	VPERM2F128 $0x20, Y6, Y2, Y1
+	VPERM2F128 $0x31, Y6, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y7, Y3, Y2
+	VPERM2F128 $0x31, Y7, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VPERM2F128 $0x20, Y8, Y4, Y3
+	VPERM2F128 $0x31, Y8, Y4, Y4
+	VADDPS     Y4, Y3, Y3
+	VSHUFPS    $0x44, Y1, Y9, Y4
+	VSHUFPS    $0xee, Y1, Y9, Y1
+	VADDPS     Y1, Y4, Y4
+	VSHUFPS    $0x44, Y3, Y2, Y1
+	VSHUFPS    $0xee, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x88, Y1, Y4, Y2
+	VSHUFPS    $0xdd, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	MOVQ       (SP), AX
+	VMOVUPS    Y2, (AX)
+	ADDQ       $0x00000020, (SP)
+	MOVQ       8(SP), AX
+	MOVQ       ldk+80(FP), CX
+	SHLQ       $0x03, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 8(SP)
+	SUBQ       $0x00000008, 16(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VXORPS Y1, Y1, Y1
+	MOVQ   8(SP), AX
+	MOVQ   q_base+32(FP), CX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   24(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(DX*1)
+	VPMOVSXBW   (AX), X2
+	VPSLLW      $0x07, X2, X2
+	VPAND       decodefp8tab<>+0(SB), X2, X2
+	VPSLLW      $0x01, X2, X3
+	VPCMPEQW    decodefp8tab<>+32(SB), X3, X3
+	VPOR        X3, X2, X2
+	VCVTPH2PS   X2, Y2
+	VMULPS      decodefp8tab<>+96(SB), Y2, Y2
+	VFMADD231PS (CX), Y2, Y1
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000008, AX
+	DECQ        BX
+	JNZ         restK0Step
+
+restK0Tail:
+	MOVQ        32(SP), DX
+	TESTQ       DX, DX
+	JZ          restK0Done
+	SUBQ        DX, AX
+	SUBQ        40(SP), CX
+	VMASKMOVPS  (CX), Y0, Y2
+	VPMOVSXBW   (AX), X3
+	VPSLLW      $0x07, X3, X3
+	VPAND       decodefp8tab<>+0(SB), X3, X3
+	VPSLLW      $0x01, X3, X4
+	VPCMPEQW    decodefp8tab<>+32(SB), X4, X4
+	VPOR        X4, X3, X3
+	VCVTPH2PS   X3, Y3
+	VMULPS      decodefp8tab<>+96(SB), Y3, Y3
+	VANDPS      Y0, Y3, Y3
+	VFMADD231PS Y2, Y3, Y1
+
+restK0Done:
+	VXORPS     Y2, Y2, Y2
+	VPERM2F128 $0x20, Y2, Y1, Y3
+	VPERM2F128 $0x31, Y2, Y1, Y1
+	VADDPS     Y1, Y3, Y3
+	VSHUFPS    $0x44, Y2, Y3, Y1
+	VSHUFPS    $0xee, Y2, Y3, Y3
+	VADDPS     Y3, Y1, Y1
+	VSHUFPS    $0x88, Y2, Y1, Y3
+	VSHUFPS    $0xdd, Y2, Y1, Y1
+	VADDPS     Y1, Y3, Y3
+	MOVQ       (SP), AX
+	VMOVSS     X3, (AX)
+	ADDQ       $0x00000004, (SP)
+	MOVQ       8(SP), AX
+	MOVQ       ldk+80(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 8(SP)
+	SUBQ       $0x00000001, 16(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresE4M3M2AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·scoresE4M3M2AVX2(SB), NOSPLIT, $48-104
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    k_base+56(FP), AX
+	MOVQ    AX, 8(SP)
+	MOVQ    n+88(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    d+96(FP), AX
+	MOVQ    AX, CX
+	SHRQ    $0x03, CX
+	MOVQ    CX, 24(SP)
+	ANDQ    $0x07, AX
+	LEAQ    decodemask8<>+0(SB), CX
+	VMOVUPS 32(CX)(AX*4), Y0
+	MOVQ    $0x00000008, CX
+	SUBQ    AX, CX
+	ANDQ    $0x07, CX
+	MOVQ    CX, AX
+	SHLQ    $0x00, AX
+	MOVQ    AX, 32(SP)
+	SHLQ    $0x02, CX
+	MOVQ    CX, 40(SP)
+
+main:
+	CMPQ   16(SP), $0x00000004
+	JL     mainEnd
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   ldk+80(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   8(SP), DX
+	MOVQ   d+96(FP), BX
+	SHLQ   $0x02, BX
+	MOVQ   q_base+32(FP), SI
+	LEAQ   (DX), DI
+	LEAQ   (DX)(AX*1), R8
+	LEAQ   (DX)(AX*2), AX
+	LEAQ   (DX)(CX*1), CX
+	MOVQ   ldk+80(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   24(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (DI)(DX*1)
+	PREFETCHT1  (R8)(DX*1)
+	PREFETCHT1  (AX)(DX*1)
+	PREFETCHT1  (CX)(DX*1)
+	VMOVUPS     (SI), Y9
+	VMOVUPS     (SI)(BX*1), Y10
+	VPMOVSXBW   (DI), X11
+	VPSLLW      $0x07, X11, X11
+	VPAND       decodefp8tab<>+0(SB), X11, X11
+	VPSLLW      $0x01, X11, X12
+	VPCMPEQW    decodefp8tab<>+32(SB), X12, X12
+	VPOR        X12, X11, X11
+	VCVTPH2PS   X11, Y11
+	VMULPS      decodefp8tab<>+96(SB), Y11, Y11
+	VFMADD231PS Y9, Y11, Y1
+	VFMADD231PS Y10, Y11, Y5
+	VPMOVSXBW   (R8), X11
+	VPSLLW      $0x07, X11, X11
+	VPAND       decodefp8tab<>+0(SB), X11, X11
+	VPSLLW      $0x01, X11, X12
+	VPCMPEQW    decodefp8tab<>+32(SB), X12, X12
+	VPOR        X12, X11, X11
+	VCVTPH2PS   X11, Y11
+	VMULPS      decodefp8tab<>+96(SB), Y11, Y11
+	VFMADD231PS Y9, Y11, Y2
+	VFMADD231PS Y10, Y11, Y6
+	VPMOVSXBW   (AX), X11
+	VPSLLW      $0x07, X11, X11
+	VPAND       decodefp8tab<>+0(SB), X11, X11
+	VPSLLW      $0x01, X11, X12
+	VPCMPEQW    decodefp8tab<>+32(SB), X12, X12
+	VPOR        X12, X11, X11
+	VCVTPH2PS   X11, Y11
+	VMULPS      decodefp8tab<>+96(SB), Y11, Y11
+	VFMADD231PS Y9, Y11, Y3
+	VFMADD231PS Y10, Y11, Y7
+	VPMOVSXBW   (CX), X11
+	VPSLLW      $0x07, X11, X11
+	VPAND       decodefp8tab<>+0(SB), X11, X11
+	VPSLLW      $0x01, X11, X12
+	VPCMPEQW    decodefp8tab<>+32(SB), X12, X12
+	VPOR        X12, X11, X11
+	VCVTPH2PS   X11, Y11
+	VMULPS      decodefp8tab<>+96(SB), Y11, Y11
+	VFMADD231PS Y9, Y11, Y4
+	VFMADD231PS Y10, Y11, Y8
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000008, DI
+	ADDQ        $0x00000008, R8
+	ADDQ        $0x00000008, AX
+	ADDQ        $0x00000008, CX
+	DECQ        R9
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ        32(SP), DX
+	TESTQ       DX, DX
+	JZ          mainK0Done
+	SUBQ        DX, DI
+	SUBQ        DX, R8
+	SUBQ        DX, AX
+	SUBQ        DX, CX
+	SUBQ        40(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VMASKMOVPS  (SI)(BX*1), Y0, Y10
+	VPMOVSXBW   (DI), X11
+	VPSLLW      $0x07, X11, X11
+	VPAND       decodefp8tab<>+0(SB), X11, X11
+	VPSLLW      $0x01, X11, X12
+	VPCMPEQW    decodefp8tab<>+32(SB), X12, X12
+	VPOR        X12, X11, X11
+	VCVTPH2PS   X11, Y11
+	VMULPS      decodefp8tab<>+96(SB), Y11, Y11
+	VANDPS      Y0, Y11, Y11
+	VFMADD231PS Y9, Y11, Y1
+	VFMADD231PS Y10, Y11, Y5
+	VPMOVSXBW   (R8), X11
+	VPSLLW      $0x07, X11, X11
+	VPAND       decodefp8tab<>+0(SB), X11, X11
+	VPSLLW      $0x01, X11, X12
+	VPCMPEQW    decodefp8tab<>+32(SB), X12, X12
+	VPOR        X12, X11, X11
+	VCVTPH2PS   X11, Y11
+	VMULPS      decodefp8tab<>+96(SB), Y11, Y11
+	VANDPS      Y0, Y11, Y11
+	VFMADD231PS Y9, Y11, Y2
+	VFMADD231PS Y10, Y11, Y6
+	VPMOVSXBW   (AX), X11
+	VPSLLW      $0x07, X11, X11
+	VPAND       decodefp8tab<>+0(SB), X11, X11
+	VPSLLW      $0x01, X11, X12
+	VPCMPEQW    decodefp8tab<>+32(SB), X12, X12
+	VPOR        X12, X11, X11
+	VCVTPH2PS   X11, Y11
+	VMULPS      decodefp8tab<>+96(SB), Y11, Y11
+	VANDPS      Y0, Y11, Y11
+	VFMADD231PS Y9, Y11, Y3
+	VFMADD231PS Y10, Y11, Y7
+	VPMOVSXBW   (CX), X11
+	VPSLLW      $0x07, X11, X11
+	VPAND       decodefp8tab<>+0(SB), X11, X11
+	VPSLLW      $0x01, X11, X12
+	VPCMPEQW    decodefp8tab<>+32(SB), X12, X12
+	VPOR        X12, X11, X11
+	VCVTPH2PS   X11, Y11
+	VMULPS      decodefp8tab<>+96(SB), Y11, Y11
+	VANDPS      Y0, Y11, Y11
+	VFMADD231PS Y9, Y11, Y4
+	VFMADD231PS Y10, Y11, Y8
+
+mainK0Done:
+	VPERM2F128   $0x20, Y5, Y1, Y9
+	VPERM2F128   $0x31, Y5, Y1, Y1
+	VADDPS       Y1, Y9, Y9
+	VPERM2F128   $0x20, Y6, Y2, Y1
+	VPERM2F128   $0x31, Y6, Y2, Y2
+	VADDPS       Y2, Y1, Y1
+	VPERM2F128   $0x20, Y7, Y3, Y2
+	VPERM2F128   $0x31, Y7, Y3, Y3
+	VADDPS       Y3, Y2, Y2
+	VPERM2F128   $0x20, Y8, Y4, Y3
+	VPERM2F128   $0x31, Y8, Y4, Y4
+	VADDPS       Y4, Y3, Y3
+	VSHUFPS      $0x44, Y1, Y9, Y4
+	VSHUFPS      $0xee, Y1, Y9, Y1
+	VADDPS       Y1, Y4, Y4
+	VSHUFPS      $0x44, Y3, Y2, Y1
+	VSHUFPS      $0xee, Y3, Y2, Y2
+	VADDPS       Y2, Y1, Y1
+	VSHUFPS      $0x88, Y1, Y4, Y2
+	VSHUFPS      $0xdd, Y1, Y4, Y1
+	VADDPS       Y1, Y2, Y2
+	MOVQ         (SP), AX
+	MOVQ         lds+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      X2, (AX)
+	VEXTRACTF128 $0x01, Y2, (AX)(CX*1)
+	ADDQ         $0x00000010, (SP)
+	MOVQ         8(SP), AX
+	MOVQ         ldk+80(FP), CX
+	SHLQ         $0x02, CX
+	ADDQ         CX, AX
+	MOVQ         AX, 8(SP)
+	SUBQ         $0x00000004, 16(SP)
+	JMP          main
+
+mainEnd:
+rest:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	MOVQ   q_base+32(FP), DX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), BX
+	SHLQ   $0x06, BX
+	MOVQ   24(SP), SI
+	TESTQ  SI, SI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(BX*1)
+	VPMOVSXBW   (AX), X3
+	VPSLLW      $0x07, X3, X3
+	VPAND       decodefp8tab<>+0(SB), X3, X3
+	VPSLLW      $0x01, X3, X4
+	VPCMPEQW    decodefp8tab<>+32(SB), X4, X4
+	VPOR        X4, X3, X3
+	VCVTPH2PS   X3, Y3
+	VMULPS      decodefp8tab<>+96(SB), Y3, Y3
+	VFMADD231PS (DX), Y3, Y1
+	VFMADD231PS (DX)(CX*1), Y3, Y2
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000008, AX
+	DECQ        SI
+	JNZ         restK0Step
+
+restK0Tail:
+	MOVQ        32(SP), BX
+	TESTQ       BX, BX
+	JZ          restK0Done
+	SUBQ        BX, AX
+	SUBQ        40(SP), DX
+	VMASKMOVPS  (DX), Y0, Y3
+	VMASKMOVPS  (DX)(CX*1), Y0, Y4
+	VPMOVSXBW   (AX), X5
+	VPSLLW      $0x07, X5, X5
+	VPAND       decodefp8tab<>+0(SB), X5, X5
+	VPSLLW      $0x01, X5, X6
+	VPCMPEQW    decodefp8tab<>+32(SB), X6, X6
+	VPOR        X6, X5, X5
+	VCVTPH2PS   X5, Y5
+	VMULPS      decodefp8tab<>+96(SB), Y5, Y5
+	VANDPS      Y0, Y5, Y5
+	VFMADD231PS Y3, Y5, Y1
+	VFMADD231PS Y4, Y5, Y2
+
+restK0Done:
+	VXORPS     Y3, Y3, Y3
+	VPERM2F128 $0x20, Y3, Y1, Y4
+	VPERM2F128 $0x31, Y3, Y1, Y1
+	VADDPS     Y1, Y4, Y4
+	VPERM2F128 $0x20, Y3, Y2, Y1
+	VPERM2F128 $0x31, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x44, Y1, Y4, Y2
+	VSHUFPS    $0xee, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VSHUFPS    $0x88, Y3, Y2, Y1
+	VSHUFPS    $0xdd, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	MOVQ       (SP), AX
+	MOVQ       lds+24(FP), CX
+	SHLQ       $0x02, CX
+	VMOVSS     X1, (AX)
+	VEXTRACTPS $0x01, X1, (AX)(CX*1)
+	ADDQ       $0x00000004, (SP)
+	MOVQ       8(SP), AX
+	MOVQ       ldk+80(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 8(SP)
+	SUBQ       $0x00000001, 16(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresE4M3M4AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·scoresE4M3M4AVX2(SB), NOSPLIT, $48-104
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    k_base+56(FP), AX
+	MOVQ    AX, 8(SP)
+	MOVQ    n+88(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    d+96(FP), AX
+	MOVQ    AX, CX
+	SHRQ    $0x03, CX
+	MOVQ    CX, 24(SP)
+	ANDQ    $0x07, AX
+	LEAQ    decodemask8<>+0(SB), CX
+	VMOVUPS 32(CX)(AX*4), Y0
+	MOVQ    $0x00000008, CX
+	SUBQ    AX, CX
+	ANDQ    $0x07, CX
+	MOVQ    CX, AX
+	SHLQ    $0x00, AX
+	MOVQ    AX, 32(SP)
+	SHLQ    $0x02, CX
+	MOVQ    CX, 40(SP)
+
+main:
+	CMPQ   16(SP), $0x00000002
+	JL     mainEnd
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   ldk+80(FP), AX
+	MOVQ   8(SP), CX
+	MOVQ   d+96(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	MOVQ   q_base+32(FP), SI
+	LEAQ   (CX), DI
+	LEAQ   (CX)(AX*1), AX
+	MOVQ   ldk+80(FP), CX
+	SHLQ   $0x06, CX
+	MOVQ   24(SP), R8
+	TESTQ  R8, R8
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (DI)(CX*1)
+	PREFETCHT1  (AX)(CX*1)
+	VMOVUPS     (SI), Y9
+	VMOVUPS     (SI)(DX*1), Y10
+	VMOVUPS     (SI)(DX*2), Y11
+	VMOVUPS     (SI)(BX*1), Y12
+	VPMOVSXBW   (DI), X13
+	VPSLLW      $0x07, X13, X13
+	VPAND       decodefp8tab<>+0(SB), X13, X13
+	VPSLLW      $0x01, X13, X14
+	VPCMPEQW    decodefp8tab<>+32(SB), X14, X14
+	VPOR        X14, X13, X13
+	VCVTPH2PS   X13, Y13
+	VMULPS      decodefp8tab<>+96(SB), Y13, Y13
+	VFMADD231PS Y9, Y13, Y1
+	VFMADD231PS Y10, Y13, Y3
+	VFMADD231PS Y11, Y13, Y5
+	VFMADD231PS Y12, Y13, Y7
+	VPMOVSXBW   (AX), X13
+	VPSLLW      $0x07, X13, X13
+	VPAND       decodefp8tab<>+0(SB), X13, X13
+	VPSLLW      $0x01, X13, X14
+	VPCMPEQW    decodefp8tab<>+32(SB), X14, X14
+	VPOR        X14, X13, X13
+	VCVTPH2PS   X13, Y13
+	VMULPS      decodefp8tab<>+96(SB), Y13, Y13
+	VFMADD231PS Y9, Y13, Y2
+	VFMADD231PS Y10, Y13, Y4
+	VFMADD231PS Y11, Y13, Y6
+	VFMADD231PS Y12, Y13, Y8
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000008, DI
+	ADDQ        $0x00000008, AX
+	DECQ        R8
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ        32(SP), CX
+	TESTQ       CX, CX
+	JZ          mainK0Done
+	SUBQ        CX, DI
+	SUBQ        CX, AX
+	SUBQ        40(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VMASKMOVPS  (SI)(DX*1), Y0, Y10
+	VMASKMOVPS  (SI)(DX*2), Y0, Y11
+	VMASKMOVPS  (SI)(BX*1), Y0, Y12
+	VPMOVSXBW   (DI), X13
+	VPSLLW      $0x07, X13, X13
+	VPAND       decodefp8tab<>+0(SB), X13, X13
+	VPSLLW      $0x01, X13, X14
+	VPCMPEQW    decodefp8tab<>+32(SB), X14, X14
+	VPOR        X14, X13, X13
+	VCVTPH2PS   X13, Y13
+	VMULPS      decodefp8tab<>+96(SB), Y13, Y13
+	VANDPS      Y0, Y13, Y13
+	VFMADD231PS Y9, Y13, Y1
+	VFMADD231PS Y10, Y13, Y3
+	VFMADD231PS Y11, Y13, Y5
+	VFMADD231PS Y12, Y13, Y7
+	VPMOVSXBW   (AX), X13
+	VPSLLW      $0x07, X13, X13
+	VPAND       decodefp8tab<>+0(SB), X13, X13
+	VPSLLW      $0x01, X13, X14
+	VPCMPEQW    decodefp8tab<>+32(SB), X14, X14
+	VPOR        X14, X13, X13
+	VCVTPH2PS   X13, Y13
+	VMULPS      decodefp8tab<>+96(SB), Y13, Y13
+	VANDPS      Y0, Y13, Y13
+	VFMADD231PS Y9, Y13, Y2
+	VFMADD231PS Y10, Y13, Y4
+	VFMADD231PS Y11, Y13, Y6
+	VFMADD231PS Y12, Y13, Y8
+
+mainK0Done:
+	VPERM2F128   $0x20, Y5, Y1, Y9
+	VPERM2F128   $0x31, Y5, Y1, Y1
+	VADDPS       Y1, Y9, Y9
+	VPERM2F128   $0x20, Y6, Y2, Y1
+	VPERM2F128   $0x31, Y6, Y2, Y2
+	VADDPS       Y2, Y1, Y1
+	VPERM2F128   $0x20, Y7, Y3, Y2
+	VPERM2F128   $0x31, Y7, Y3, Y3
+	VADDPS       Y3, Y2, Y2
+	VPERM2F128   $0x20, Y8, Y4, Y3
+	VPERM2F128   $0x31, Y8, Y4, Y4
+	VADDPS       Y4, Y3, Y3
+	VSHUFPS      $0x44, Y1, Y9, Y4
+	VSHUFPS      $0xee, Y1, Y9, Y1
+	VADDPS       Y1, Y4, Y4
+	VSHUFPS      $0x44, Y3, Y2, Y1
+	VSHUFPS      $0xee, Y3, Y2, Y2
+	VADDPS       Y2, Y1, Y1
+	VSHUFPS      $0x88, Y1, Y4, Y2
+	VSHUFPS      $0xdd, Y1, Y4, Y1
+	VADDPS       Y1, Y2, Y2
+	MOVQ         (SP), AX
+	MOVQ         lds+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVLPS      X2, (AX)
+	VMOVHPS      X2, (AX)(CX*1)
+	VEXTRACTF128 $0x01, Y2, X1
+	VMOVLPS      X1, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVHPS      X1, (AX)(CX*1)
+	ADDQ         $0x00000008, (SP)
+	MOVQ         8(SP), AX
+	MOVQ         ldk+80(FP), CX
+	SHLQ         $0x01, CX
+	ADDQ         CX, AX
+	MOVQ         AX, 8(SP)
+	SUBQ         $0x00000002, 16(SP)
+	JMP          main
+
+mainEnd:
+rest:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), SI
+	SHLQ   $0x06, SI
+	MOVQ   24(SP), DI
+	TESTQ  DI, DI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(SI*1)
+	VPMOVSXBW   (AX), X5
+	VPSLLW      $0x07, X5, X5
+	VPAND       decodefp8tab<>+0(SB), X5, X5
+	VPSLLW      $0x01, X5, X6
+	VPCMPEQW    decodefp8tab<>+32(SB), X6, X6
+	VPOR        X6, X5, X5
+	VCVTPH2PS   X5, Y5
+	VMULPS      decodefp8tab<>+96(SB), Y5, Y5
+	VFMADD231PS (BX), Y5, Y1
+	VFMADD231PS (BX)(CX*1), Y5, Y2
+	VFMADD231PS (BX)(CX*2), Y5, Y3
+	VFMADD231PS (BX)(DX*1), Y5, Y4
+	ADDQ        $0x00000020, BX
+	ADDQ        $0x00000008, AX
+	DECQ        DI
+	JNZ         restK0Step
+
+restK0Tail:
+	MOVQ        32(SP), SI
+	TESTQ       SI, SI
+	JZ          restK0Done
+	SUBQ        SI, AX
+	SUBQ        40(SP), BX
+	VMASKMOVPS  (BX), Y0, Y5
+	VMASKMOVPS  (BX)(CX*1), Y0, Y6
+	VMASKMOVPS  (BX)(CX*2), Y0, Y7
+	VMASKMOVPS  (BX)(DX*1), Y0, Y8
+	VPMOVSXBW   (AX), X9
+	VPSLLW      $0x07, X9, X9
+	VPAND       decodefp8tab<>+0(SB), X9, X9
+	VPSLLW      $0x01, X9, X10
+	VPCMPEQW    decodefp8tab<>+32(SB), X10, X10
+	VPOR        X10, X9, X9
+	VCVTPH2PS   X9, Y9
+	VMULPS      decodefp8tab<>+96(SB), Y9, Y9
+	VANDPS      Y0, Y9, Y9
+	VFMADD231PS Y5, Y9, Y1
+	VFMADD231PS Y6, Y9, Y2
+	VFMADD231PS Y7, Y9, Y3
+	VFMADD231PS Y8, Y9, Y4
+
+restK0Done:
+	VXORPS     Y5, Y5, Y5
+	VPERM2F128 $0x20, Y5, Y1, Y6
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y6, Y6
+	VPERM2F128 $0x20, Y5, Y2, Y1
+	VPERM2F128 $0x31, Y5, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y5, Y3, Y2
+	VPERM2F128 $0x31, Y5, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VPERM2F128 $0x20, Y5, Y4, Y3
+	VPERM2F128 $0x31, Y5, Y4, Y4
+	VADDPS     Y4, Y3, Y3
+	VSHUFPS    $0x44, Y1, Y6, Y4
+	VSHUFPS    $0xee, Y1, Y6, Y1
+	VADDPS     Y1, Y4, Y4
+	VSHUFPS    $0x44, Y3, Y2, Y1
+	VSHUFPS    $0xee, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x88, Y1, Y4, Y2
+	VSHUFPS    $0xdd, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	MOVQ       (SP), AX
+	MOVQ       lds+24(FP), CX
+	SHLQ       $0x02, CX
+	VMOVSS     X2, (AX)
+	VEXTRACTPS $0x01, X2, (AX)(CX*1)
+	VEXTRACTPS $0x02, X2, (AX)(CX*2)
+	LEAQ       (AX)(CX*2), AX
+	VEXTRACTPS $0x03, X2, (AX)(CX*1)
+	ADDQ       $0x00000004, (SP)
+	MOVQ       8(SP), AX
+	MOVQ       ldk+80(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 8(SP)
+	SUBQ       $0x00000001, 16(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresE4M3M8AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·scoresE4M3M8AVX2(SB), NOSPLIT, $48-104
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    k_base+56(FP), AX
+	MOVQ    AX, 8(SP)
+	MOVQ    n+88(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    d+96(FP), AX
+	MOVQ    AX, CX
+	SHRQ    $0x03, CX
+	MOVQ    CX, 24(SP)
+	ANDQ    $0x07, AX
+	LEAQ    decodemask8<>+0(SB), CX
+	VMOVUPS 32(CX)(AX*4), Y0
+	MOVQ    $0x00000008, CX
+	SUBQ    AX, CX
+	ANDQ    $0x07, CX
+	MOVQ    CX, AX
+	SHLQ    $0x00, AX
+	MOVQ    AX, 32(SP)
+	SHLQ    $0x02, CX
+	MOVQ    CX, 40(SP)
+
+main:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (BX)(CX*4), SI
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), DI
+	SHLQ   $0x06, DI
+	MOVQ   24(SP), R8
+	TESTQ  R8, R8
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (AX)(DI*1)
+	VPMOVSXBW   (AX), X9
+	VPSLLW      $0x07, X9, X9
+	VPAND       decodefp8tab<>+0(SB), X9, X9
+	VPSLLW      $0x01, X9, X10
+	VPCMPEQW    decodefp8tab<>+32(SB), X10, X10
+	VPOR        X10, X9, X9
+	VCVTPH2PS   X9, Y9
+	VMULPS      decodefp8tab<>+96(SB), Y9, Y9
+	VFMADD231PS (BX), Y9, Y1
+	VFMADD231PS (BX)(CX*1), Y9, Y2
+	VFMADD231PS (BX)(CX*2), Y9, Y3
+	VFMADD231PS (BX)(DX*1), Y9, Y4
+	VFMADD231PS (SI), Y9, Y5
+	VFMADD231PS (SI)(CX*1), Y9, Y6
+	VFMADD231PS (SI)(CX*2), Y9, Y7
+	VFMADD231PS (SI)(DX*1), Y9, Y8
+	ADDQ        $0x00000020, BX
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000008, AX
+	DECQ        R8
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ        32(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK0Done
+	SUBQ        DI, AX
+	SUBQ        40(SP), BX
+	SUBQ        40(SP), SI
+	VPMOVSXBW   (AX), X9
+	VPSLLW      $0x07, X9, X9
+	VPAND       decodefp8tab<>+0(SB), X9, X9
+	VPSLLW      $0x01, X9, X10
+	VPCMPEQW    decodefp8tab<>+32(SB), X10, X10
+	VPOR        X10, X9, X9
+	VCVTPH2PS   X9, Y9
+	VMULPS      decodefp8tab<>+96(SB), Y9, Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (BX), Y0, Y10
+	VFMADD231PS Y10, Y9, Y1
+	VMASKMOVPS  (BX)(CX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y2
+	VMASKMOVPS  (BX)(CX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y3
+	VMASKMOVPS  (BX)(DX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y4
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y5
+	VMASKMOVPS  (SI)(CX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y6
+	VMASKMOVPS  (SI)(CX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y7
+	VMASKMOVPS  (SI)(DX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y8
+
+mainK0Done:
+	VPERM2F128   $0x20, Y5, Y1, Y9
+	VPERM2F128   $0x31, Y5, Y1, Y1
+	VADDPS       Y1, Y9, Y9
+	VPERM2F128   $0x20, Y6, Y2, Y1
+	VPERM2F128   $0x31, Y6, Y2, Y2
+	VADDPS       Y2, Y1, Y1
+	VPERM2F128   $0x20, Y7, Y3, Y2
+	VPERM2F128   $0x31, Y7, Y3, Y3
+	VADDPS       Y3, Y2, Y2
+	VPERM2F128   $0x20, Y8, Y4, Y3
+	VPERM2F128   $0x31, Y8, Y4, Y4
+	VADDPS       Y4, Y3, Y3
+	VSHUFPS      $0x44, Y1, Y9, Y4
+	VSHUFPS      $0xee, Y1, Y9, Y1
+	VADDPS       Y1, Y4, Y4
+	VSHUFPS      $0x44, Y3, Y2, Y1
+	VSHUFPS      $0xee, Y3, Y2, Y2
+	VADDPS       Y2, Y1, Y1
+	VSHUFPS      $0x88, Y1, Y4, Y2
+	VSHUFPS      $0xdd, Y1, Y4, Y1
+	VADDPS       Y1, Y2, Y2
+	MOVQ         (SP), AX
+	MOVQ         lds+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVSS       X2, (AX)
+	VEXTRACTPS   $0x01, X2, (AX)(CX*1)
+	VEXTRACTPS   $0x02, X2, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), DX
+	VEXTRACTPS   $0x03, X2, (DX)(CX*1)
+	VEXTRACTF128 $0x01, Y2, X1
+	LEAQ         (AX)(CX*4), AX
+	VMOVSS       X1, (AX)
+	VEXTRACTPS   $0x01, X1, (AX)(CX*1)
+	VEXTRACTPS   $0x02, X1, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VEXTRACTPS   $0x03, X1, (AX)(CX*1)
+	ADDQ         $0x00000004, (SP)
+	MOVQ         8(SP), AX
+	MOVQ         ldk+80(FP), CX
+	SHLQ         $0x00, CX
+	ADDQ         CX, AX
+	MOVQ         AX, 8(SP)
+	SUBQ         $0x00000001, 16(SP)
+	JMP          main
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumE4M3M1AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, CMOV, F16C, FMA3, MMX+
+TEXT ·accumE4M3M1AVX2(SB), $184-112
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ v_base+64(FP), AX
+	MOVQ AX, 24(SP)
+	MOVQ n+96(FP), AX
+	MOVQ AX, 40(SP)
+
+block:
+	MOVQ       40(SP), AX
+	TESTQ      AX, AX
+	JZ         done
+	MOVQ       $0x00000020, CX
+	CMPQ       AX, CX
+	CMOVQGT    CX, AX
+	MOVQ       AX, 32(SP)
+	MOVQ       16(SP), CX
+	MOVQ       ldp+56(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       AX, DX
+	SUBQ       $0x00000000, DX
+	XORQ       BX, BX
+	CMPQ       DX, BX
+	CMOVQLT    BX, DX
+	MOVQ       $0x00000008, BX
+	CMPQ       DX, BX
+	CMOVQGT    BX, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	LEAQ       decodemask8<>+0(SB), DX
+	VMOVUPS    (DX)(BX*4), Y0
+	MOVQ       AX, DX
+	SUBQ       $0x00000008, DX
+	XORQ       BX, BX
+	CMPQ       DX, BX
+	CMOVQLT    BX, DX
+	MOVQ       $0x00000008, BX
+	CMPQ       DX, BX
+	CMOVQGT    BX, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	LEAQ       decodemask8<>+0(SB), DX
+	VMOVUPS    (DX)(BX*4), Y1
+	MOVQ       AX, DX
+	SUBQ       $0x00000010, DX
+	XORQ       BX, BX
+	CMPQ       DX, BX
+	CMOVQLT    BX, DX
+	MOVQ       $0x00000008, BX
+	CMPQ       DX, BX
+	CMOVQGT    BX, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	LEAQ       decodemask8<>+0(SB), DX
+	VMOVUPS    (DX)(BX*4), Y2
+	SUBQ       $0x00000018, AX
+	XORQ       DX, DX
+	CMPQ       AX, DX
+	CMOVQLT    DX, AX
+	MOVQ       $0x00000008, DX
+	CMPQ       AX, DX
+	CMOVQGT    DX, AX
+	MOVQ       $0x00000008, DX
+	SUBQ       AX, DX
+	LEAQ       decodemask8<>+0(SB), AX
+	VMOVUPS    (AX)(DX*4), Y3
+	VMASKMOVPS (CX), Y0, Y0
+	VMOVUPS    Y0, 56(SP)
+	VMASKMOVPS 32(CX), Y1, Y0
+	VMOVUPS    Y0, 88(SP)
+	VMASKMOVPS 64(CX), Y2, Y0
+	VMOVUPS    Y0, 120(SP)
+	VMASKMOVPS 96(CX), Y3, Y0
+	VMOVUPS    Y0, 152(SP)
+	MOVQ       o_base+0(FP), AX
+	MOVQ       AX, (SP)
+	MOVQ       24(SP), AX
+	MOVQ       AX, 8(SP)
+	MOVQ       d+104(FP), AX
+	SHRQ       $0x03, AX
+	MOVQ       AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000008
+	JL      chunk4
+	MOVQ    (SP), AX
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VMOVUPS 64(AX), Y2
+	VMOVUPS 96(AX), Y3
+	VMOVUPS 128(AX), Y4
+	VMOVUPS 160(AX), Y5
+	VMOVUPS 192(AX), Y6
+	VMOVUPS 224(AX), Y7
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y8
+	VPMOVSXBW    (CX), X9
+	VPSLLW       $0x07, X9, X9
+	VPAND        decodefp8tab<>+0(SB), X9, X9
+	VPSLLW       $0x01, X9, X10
+	VPCMPEQW     decodefp8tab<>+32(SB), X10, X10
+	VPOR         X10, X9, X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodefp8tab<>+96(SB), Y9, Y9
+	VFMADD231PS  Y8, Y9, Y0
+	VPMOVSXBW    8(CX), X9
+	VPSLLW       $0x07, X9, X9
+	VPAND        decodefp8tab<>+0(SB), X9, X9
+	VPSLLW       $0x01, X9, X10
+	VPCMPEQW     decodefp8tab<>+32(SB), X10, X10
+	VPOR         X10, X9, X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodefp8tab<>+96(SB), Y9, Y9
+	VFMADD231PS  Y8, Y9, Y1
+	VPMOVSXBW    16(CX), X9
+	VPSLLW       $0x07, X9, X9
+	VPAND        decodefp8tab<>+0(SB), X9, X9
+	VPSLLW       $0x01, X9, X10
+	VPCMPEQW     decodefp8tab<>+32(SB), X10, X10
+	VPOR         X10, X9, X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodefp8tab<>+96(SB), Y9, Y9
+	VFMADD231PS  Y8, Y9, Y2
+	VPMOVSXBW    24(CX), X9
+	VPSLLW       $0x07, X9, X9
+	VPAND        decodefp8tab<>+0(SB), X9, X9
+	VPSLLW       $0x01, X9, X10
+	VPCMPEQW     decodefp8tab<>+32(SB), X10, X10
+	VPOR         X10, X9, X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodefp8tab<>+96(SB), Y9, Y9
+	VFMADD231PS  Y8, Y9, Y3
+	VPMOVSXBW    32(CX), X9
+	VPSLLW       $0x07, X9, X9
+	VPAND        decodefp8tab<>+0(SB), X9, X9
+	VPSLLW       $0x01, X9, X10
+	VPCMPEQW     decodefp8tab<>+32(SB), X10, X10
+	VPOR         X10, X9, X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodefp8tab<>+96(SB), Y9, Y9
+	VFMADD231PS  Y8, Y9, Y4
+	VPMOVSXBW    40(CX), X9
+	VPSLLW       $0x07, X9, X9
+	VPAND        decodefp8tab<>+0(SB), X9, X9
+	VPSLLW       $0x01, X9, X10
+	VPCMPEQW     decodefp8tab<>+32(SB), X10, X10
+	VPOR         X10, X9, X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodefp8tab<>+96(SB), Y9, Y9
+	VFMADD231PS  Y8, Y9, Y5
+	VPMOVSXBW    48(CX), X9
+	VPSLLW       $0x07, X9, X9
+	VPAND        decodefp8tab<>+0(SB), X9, X9
+	VPSLLW       $0x01, X9, X10
+	VPCMPEQW     decodefp8tab<>+32(SB), X10, X10
+	VPOR         X10, X9, X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodefp8tab<>+96(SB), Y9, Y9
+	VFMADD231PS  Y8, Y9, Y6
+	VPMOVSXBW    56(CX), X9
+	VPSLLW       $0x07, X9, X9
+	VPAND        decodefp8tab<>+0(SB), X9, X9
+	VPSLLW       $0x01, X9, X10
+	VPCMPEQW     decodefp8tab<>+32(SB), X10, X10
+	VPOR         X10, X9, X9
+	VCVTPH2PS    X9, Y9
+	VMULPS       decodefp8tab<>+96(SB), Y9, Y9
+	VFMADD231PS  Y8, Y9, Y7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys1
+	MOVQ         (SP), AX
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y1, 32(AX)
+	VMOVUPS      Y2, 64(AX)
+	VMOVUPS      Y3, 96(AX)
+	VMOVUPS      Y4, 128(AX)
+	VMOVUPS      Y5, 160(AX)
+	VMOVUPS      Y6, 192(AX)
+	VMOVUPS      Y7, 224(AX)
+	ADDQ         $0x00000100, (SP)
+	ADDQ         $0x00000040, 8(SP)
+	SUBQ         $0x00000008, 48(SP)
+	JMP          full
+
+chunk4:
+	CMPQ    48(SP), $0x00000004
+	JL      chunk2
+	MOVQ    (SP), AX
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VMOVUPS 64(AX), Y2
+	VMOVUPS 96(AX), Y3
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys2:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y4
+	VPMOVSXBW    (CX), X5
+	VPSLLW       $0x07, X5, X5
+	VPAND        decodefp8tab<>+0(SB), X5, X5
+	VPSLLW       $0x01, X5, X6
+	VPCMPEQW     decodefp8tab<>+32(SB), X6, X6
+	VPOR         X6, X5, X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       decodefp8tab<>+96(SB), Y5, Y5
+	VFMADD231PS  Y4, Y5, Y0
+	VPMOVSXBW    8(CX), X5
+	VPSLLW       $0x07, X5, X5
+	VPAND        decodefp8tab<>+0(SB), X5, X5
+	VPSLLW       $0x01, X5, X6
+	VPCMPEQW     decodefp8tab<>+32(SB), X6, X6
+	VPOR         X6, X5, X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       decodefp8tab<>+96(SB), Y5, Y5
+	VFMADD231PS  Y4, Y5, Y1
+	VPMOVSXBW    16(CX), X5
+	VPSLLW       $0x07, X5, X5
+	VPAND        decodefp8tab<>+0(SB), X5, X5
+	VPSLLW       $0x01, X5, X6
+	VPCMPEQW     decodefp8tab<>+32(SB), X6, X6
+	VPOR         X6, X5, X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       decodefp8tab<>+96(SB), Y5, Y5
+	VFMADD231PS  Y4, Y5, Y2
+	VPMOVSXBW    24(CX), X5
+	VPSLLW       $0x07, X5, X5
+	VPAND        decodefp8tab<>+0(SB), X5, X5
+	VPSLLW       $0x01, X5, X6
+	VPCMPEQW     decodefp8tab<>+32(SB), X6, X6
+	VPOR         X6, X5, X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       decodefp8tab<>+96(SB), Y5, Y5
+	VFMADD231PS  Y4, Y5, Y3
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys2
+	MOVQ         (SP), AX
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y1, 32(AX)
+	VMOVUPS      Y2, 64(AX)
+	VMOVUPS      Y3, 96(AX)
+	ADDQ         $0x00000080, (SP)
+	ADDQ         $0x00000020, 8(SP)
+	SUBQ         $0x00000004, 48(SP)
+
+chunk2:
+	CMPQ    48(SP), $0x00000002
+	JL      chunk1
+	MOVQ    (SP), AX
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys3:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y2
+	VPMOVSXBW    (CX), X3
+	VPSLLW       $0x07, X3, X3
+	VPAND        decodefp8tab<>+0(SB), X3, X3
+	VPSLLW       $0x01, X3, X4
+	VPCMPEQW     decodefp8tab<>+32(SB), X4, X4
+	VPOR         X4, X3, X3
+	VCVTPH2PS    X3, Y3
+	VMULPS       decodefp8tab<>+96(SB), Y3, Y3
+	VFMADD231PS  Y2, Y3, Y0
+	VPMOVSXBW    8(CX), X3
+	VPSLLW       $0x07, X3, X3
+	VPAND        decodefp8tab<>+0(SB), X3, X3
+	VPSLLW       $0x01, X3, X4
+	VPCMPEQW     decodefp8tab<>+32(SB), X4, X4
+	VPOR         X4, X3, X3
+	VCVTPH2PS    X3, Y3
+	VMULPS       decodefp8tab<>+96(SB), Y3, Y3
+	VFMADD231PS  Y2, Y3, Y1
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys3
+	MOVQ         (SP), AX
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y1, 32(AX)
+	ADDQ         $0x00000040, (SP)
+	ADDQ         $0x00000010, 8(SP)
+	SUBQ         $0x00000002, 48(SP)
+
+chunk1:
+	CMPQ    48(SP), $0x00000001
+	JL      chunk0
+	MOVQ    (SP), AX
+	VMOVUPS (AX), Y0
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys4:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y1
+	VPMOVSXBW    (CX), X2
+	VPSLLW       $0x07, X2, X2
+	VPAND        decodefp8tab<>+0(SB), X2, X2
+	VPSLLW       $0x01, X2, X3
+	VPCMPEQW     decodefp8tab<>+32(SB), X3, X3
+	VPOR         X3, X2, X2
+	VCVTPH2PS    X2, Y2
+	VMULPS       decodefp8tab<>+96(SB), Y2, Y2
+	VFMADD231PS  Y1, Y2, Y0
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys4
+	MOVQ         (SP), AX
+	VMOVUPS      Y0, (AX)
+	ADDQ         $0x00000020, (SP)
+	ADDQ         $0x00000008, 8(SP)
+	SUBQ         $0x00000001, 48(SP)
+
+chunk0:
+	MOVQ       d+104(FP), AX
+	ANDQ       $0x07, AX
+	JZ         next
+	MOVQ       d+104(FP), AX
+	ANDQ       $0x07, AX
+	LEAQ       decodemask8<>+0(SB), CX
+	VMOVUPS    32(CX)(AX*4), Y0
+	MOVQ       (SP), AX
+	MOVQ       d+104(FP), CX
+	ANDQ       $0x07, CX
+	MOVQ       $0x00000008, DX
+	SUBQ       CX, DX
+	ANDQ       $0x07, DX
+	SHLQ       $0x02, DX
+	SUBQ       DX, AX
+	VMASKMOVPS (AX), Y0, Y0
+	LEAQ       56(SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	ANDQ       $0x07, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	ANDQ       $0x07, BX
+	SHLQ       $0x00, BX
+	SUBQ       BX, CX
+	MOVQ       ldv+88(FP), DX
+	MOVQ       DX, BX
+	SHLQ       $0x05, BX
+	MOVQ       32(SP), SI
+
+keys5:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y1
+	VPMOVSXBW    (CX), X2
+	VPSLLW       $0x07, X2, X2
+	VPAND        decodefp8tab<>+0(SB), X2, X2
+	VPSLLW       $0x01, X2, X3
+	VPCMPEQW     decodefp8tab<>+32(SB), X3, X3
+	VPOR         X3, X2, X2
+	VCVTPH2PS    X2, Y2
+	VMULPS       decodefp8tab<>+96(SB), Y2, Y2
+	VFMADD231PS  Y1, Y2, Y0
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys5
+	MOVQ         d+104(FP), AX
+	ANDQ         $0x07, AX
+	LEAQ         decodemask8<>+0(SB), CX
+	VMOVUPS      32(CX)(AX*4), Y1
+	MOVQ         (SP), AX
+	MOVQ         d+104(FP), CX
+	ANDQ         $0x07, CX
+	MOVQ         $0x00000008, DX
+	SUBQ         CX, DX
+	ANDQ         $0x07, DX
+	SHLQ         $0x02, DX
+	SUBQ         DX, AX
+	VMASKMOVPS   Y0, Y1, (AX)
+
+next:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumE4M3M2AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, CMOV, F16C, FMA3, MMX+
+TEXT ·accumE4M3M2AVX2(SB), $312-112
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ v_base+64(FP), AX
+	MOVQ AX, 24(SP)
+	MOVQ n+96(FP), AX
+	MOVQ AX, 40(SP)
+
+block:
+	MOVQ       40(SP), AX
+	TESTQ      AX, AX
+	JZ         done
+	MOVQ       $0x00000020, CX
+	CMPQ       AX, CX
+	CMOVQGT    CX, AX
+	MOVQ       AX, 32(SP)
+	MOVQ       16(SP), CX
+	MOVQ       ldp+56(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       AX, BX
+	SUBQ       $0x00000000, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y0
+	MOVQ       AX, BX
+	SUBQ       $0x00000008, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y1
+	MOVQ       AX, BX
+	SUBQ       $0x00000010, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y2
+	SUBQ       $0x00000018, AX
+	XORQ       BX, BX
+	CMPQ       AX, BX
+	CMOVQLT    BX, AX
+	MOVQ       $0x00000008, BX
+	CMPQ       AX, BX
+	CMOVQGT    BX, AX
+	MOVQ       $0x00000008, BX
+	SUBQ       AX, BX
+	LEAQ       decodemask8<>+0(SB), AX
+	VMOVUPS    (AX)(BX*4), Y3
+	VMASKMOVPS (CX), Y0, Y4
+	VMOVUPS    Y4, 56(SP)
+	VMASKMOVPS 32(CX), Y1, Y4
+	VMOVUPS    Y4, 88(SP)
+	VMASKMOVPS 64(CX), Y2, Y4
+	VMOVUPS    Y4, 120(SP)
+	VMASKMOVPS 96(CX), Y3, Y4
+	VMOVUPS    Y4, 152(SP)
+	VMASKMOVPS (CX)(DX*1), Y0, Y0
+	VMOVUPS    Y0, 184(SP)
+	VMASKMOVPS 32(CX)(DX*1), Y1, Y0
+	VMOVUPS    Y0, 216(SP)
+	VMASKMOVPS 64(CX)(DX*1), Y2, Y0
+	VMOVUPS    Y0, 248(SP)
+	VMASKMOVPS 96(CX)(DX*1), Y3, Y0
+	VMOVUPS    Y0, 280(SP)
+	MOVQ       o_base+0(FP), AX
+	MOVQ       AX, (SP)
+	MOVQ       24(SP), AX
+	MOVQ       AX, 8(SP)
+	MOVQ       d+104(FP), AX
+	SHRQ       $0x03, AX
+	MOVQ       AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000004
+	JL      chunk2
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VMOVUPS 64(AX), Y2
+	VMOVUPS 96(AX), Y3
+	VMOVUPS (AX)(CX*1), Y4
+	VMOVUPS 32(AX)(CX*1), Y5
+	VMOVUPS 64(AX)(CX*1), Y6
+	VMOVUPS 96(AX)(CX*1), Y7
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y8
+	VBROADCASTSS 128(AX), Y9
+	VPMOVSXBW    (CX), X10
+	VPSLLW       $0x07, X10, X10
+	VPAND        decodefp8tab<>+0(SB), X10, X10
+	VPSLLW       $0x01, X10, X11
+	VPCMPEQW     decodefp8tab<>+32(SB), X11, X11
+	VPOR         X11, X10, X10
+	VCVTPH2PS    X10, Y10
+	VMULPS       decodefp8tab<>+96(SB), Y10, Y10
+	VFMADD231PS  Y8, Y10, Y0
+	VFMADD231PS  Y9, Y10, Y4
+	VPMOVSXBW    8(CX), X10
+	VPSLLW       $0x07, X10, X10
+	VPAND        decodefp8tab<>+0(SB), X10, X10
+	VPSLLW       $0x01, X10, X11
+	VPCMPEQW     decodefp8tab<>+32(SB), X11, X11
+	VPOR         X11, X10, X10
+	VCVTPH2PS    X10, Y10
+	VMULPS       decodefp8tab<>+96(SB), Y10, Y10
+	VFMADD231PS  Y8, Y10, Y1
+	VFMADD231PS  Y9, Y10, Y5
+	VPMOVSXBW    16(CX), X10
+	VPSLLW       $0x07, X10, X10
+	VPAND        decodefp8tab<>+0(SB), X10, X10
+	VPSLLW       $0x01, X10, X11
+	VPCMPEQW     decodefp8tab<>+32(SB), X11, X11
+	VPOR         X11, X10, X10
+	VCVTPH2PS    X10, Y10
+	VMULPS       decodefp8tab<>+96(SB), Y10, Y10
+	VFMADD231PS  Y8, Y10, Y2
+	VFMADD231PS  Y9, Y10, Y6
+	VPMOVSXBW    24(CX), X10
+	VPSLLW       $0x07, X10, X10
+	VPAND        decodefp8tab<>+0(SB), X10, X10
+	VPSLLW       $0x01, X10, X11
+	VPCMPEQW     decodefp8tab<>+32(SB), X11, X11
+	VPOR         X11, X10, X10
+	VCVTPH2PS    X10, Y10
+	VMULPS       decodefp8tab<>+96(SB), Y10, Y10
+	VFMADD231PS  Y8, Y10, Y3
+	VFMADD231PS  Y9, Y10, Y7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys1
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y1, 32(AX)
+	VMOVUPS      Y2, 64(AX)
+	VMOVUPS      Y3, 96(AX)
+	VMOVUPS      Y4, (AX)(CX*1)
+	VMOVUPS      Y5, 32(AX)(CX*1)
+	VMOVUPS      Y6, 64(AX)(CX*1)
+	VMOVUPS      Y7, 96(AX)(CX*1)
+	ADDQ         $0x00000080, (SP)
+	ADDQ         $0x00000020, 8(SP)
+	SUBQ         $0x00000004, 48(SP)
+	JMP          full
+
+chunk2:
+	CMPQ    48(SP), $0x00000002
+	JL      chunk1
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VMOVUPS (AX)(CX*1), Y2
+	VMOVUPS 32(AX)(CX*1), Y3
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys2:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y4
+	VBROADCASTSS 128(AX), Y5
+	VPMOVSXBW    (CX), X6
+	VPSLLW       $0x07, X6, X6
+	VPAND        decodefp8tab<>+0(SB), X6, X6
+	VPSLLW       $0x01, X6, X7
+	VPCMPEQW     decodefp8tab<>+32(SB), X7, X7
+	VPOR         X7, X6, X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       decodefp8tab<>+96(SB), Y6, Y6
+	VFMADD231PS  Y4, Y6, Y0
+	VFMADD231PS  Y5, Y6, Y2
+	VPMOVSXBW    8(CX), X6
+	VPSLLW       $0x07, X6, X6
+	VPAND        decodefp8tab<>+0(SB), X6, X6
+	VPSLLW       $0x01, X6, X7
+	VPCMPEQW     decodefp8tab<>+32(SB), X7, X7
+	VPOR         X7, X6, X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       decodefp8tab<>+96(SB), Y6, Y6
+	VFMADD231PS  Y4, Y6, Y1
+	VFMADD231PS  Y5, Y6, Y3
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys2
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y1, 32(AX)
+	VMOVUPS      Y2, (AX)(CX*1)
+	VMOVUPS      Y3, 32(AX)(CX*1)
+	ADDQ         $0x00000040, (SP)
+	ADDQ         $0x00000010, 8(SP)
+	SUBQ         $0x00000002, 48(SP)
+
+chunk1:
+	CMPQ    48(SP), $0x00000001
+	JL      chunk0
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Y0
+	VMOVUPS (AX)(CX*1), Y1
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys3:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y2
+	VBROADCASTSS 128(AX), Y3
+	VPMOVSXBW    (CX), X4
+	VPSLLW       $0x07, X4, X4
+	VPAND        decodefp8tab<>+0(SB), X4, X4
+	VPSLLW       $0x01, X4, X5
+	VPCMPEQW     decodefp8tab<>+32(SB), X5, X5
+	VPOR         X5, X4, X4
+	VCVTPH2PS    X4, Y4
+	VMULPS       decodefp8tab<>+96(SB), Y4, Y4
+	VFMADD231PS  Y2, Y4, Y0
+	VFMADD231PS  Y3, Y4, Y1
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys3
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y1, (AX)(CX*1)
+	ADDQ         $0x00000020, (SP)
+	ADDQ         $0x00000008, 8(SP)
+	SUBQ         $0x00000001, 48(SP)
+
+chunk0:
+	MOVQ       d+104(FP), AX
+	ANDQ       $0x07, AX
+	JZ         next
+	MOVQ       d+104(FP), AX
+	ANDQ       $0x07, AX
+	LEAQ       decodemask8<>+0(SB), CX
+	VMOVUPS    32(CX)(AX*4), Y0
+	MOVQ       (SP), AX
+	MOVQ       d+104(FP), CX
+	ANDQ       $0x07, CX
+	MOVQ       $0x00000008, DX
+	SUBQ       CX, DX
+	ANDQ       $0x07, DX
+	SHLQ       $0x02, DX
+	SUBQ       DX, AX
+	MOVQ       ldo+24(FP), CX
+	SHLQ       $0x02, CX
+	VMASKMOVPS (AX), Y0, Y1
+	VMASKMOVPS (AX)(CX*1), Y0, Y0
+	LEAQ       56(SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	ANDQ       $0x07, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	ANDQ       $0x07, BX
+	SHLQ       $0x00, BX
+	SUBQ       BX, CX
+	MOVQ       ldv+88(FP), DX
+	MOVQ       DX, BX
+	SHLQ       $0x05, BX
+	MOVQ       32(SP), SI
+
+keys4:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y2
+	VBROADCASTSS 128(AX), Y3
+	VPMOVSXBW    (CX), X4
+	VPSLLW       $0x07, X4, X4
+	VPAND        decodefp8tab<>+0(SB), X4, X4
+	VPSLLW       $0x01, X4, X5
+	VPCMPEQW     decodefp8tab<>+32(SB), X5, X5
+	VPOR         X5, X4, X4
+	VCVTPH2PS    X4, Y4
+	VMULPS       decodefp8tab<>+96(SB), Y4, Y4
+	VFMADD231PS  Y2, Y4, Y1
+	VFMADD231PS  Y3, Y4, Y0
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys4
+	MOVQ         d+104(FP), AX
+	ANDQ         $0x07, AX
+	LEAQ         decodemask8<>+0(SB), CX
+	VMOVUPS      32(CX)(AX*4), Y2
+	MOVQ         (SP), AX
+	MOVQ         d+104(FP), CX
+	ANDQ         $0x07, CX
+	MOVQ         $0x00000008, DX
+	SUBQ         CX, DX
+	ANDQ         $0x07, DX
+	SHLQ         $0x02, DX
+	SUBQ         DX, AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMASKMOVPS   Y1, Y2, (AX)
+	VMASKMOVPS   Y0, Y2, (AX)(CX*1)
+
+next:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumE4M3M4AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, CMOV, F16C, FMA3, MMX+
+TEXT ·accumE4M3M4AVX2(SB), $568-112
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ v_base+64(FP), AX
+	MOVQ AX, 24(SP)
+	MOVQ n+96(FP), AX
+	MOVQ AX, 40(SP)
+
+block:
+	MOVQ       40(SP), AX
+	TESTQ      AX, AX
+	JZ         done
+	MOVQ       $0x00000020, CX
+	CMPQ       AX, CX
+	CMOVQGT    CX, AX
+	MOVQ       AX, 32(SP)
+	MOVQ       16(SP), CX
+	MOVQ       ldp+56(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       AX, BX
+	SUBQ       $0x00000000, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y0
+	MOVQ       AX, BX
+	SUBQ       $0x00000008, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y1
+	MOVQ       AX, BX
+	SUBQ       $0x00000010, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y2
+	SUBQ       $0x00000018, AX
+	XORQ       BX, BX
+	CMPQ       AX, BX
+	CMOVQLT    BX, AX
+	MOVQ       $0x00000008, BX
+	CMPQ       AX, BX
+	CMOVQGT    BX, AX
+	MOVQ       $0x00000008, BX
+	SUBQ       AX, BX
+	LEAQ       decodemask8<>+0(SB), AX
+	VMOVUPS    (AX)(BX*4), Y3
+	VMASKMOVPS (CX), Y0, Y4
+	VMOVUPS    Y4, 56(SP)
+	VMASKMOVPS 32(CX), Y1, Y4
+	VMOVUPS    Y4, 88(SP)
+	VMASKMOVPS 64(CX), Y2, Y4
+	VMOVUPS    Y4, 120(SP)
+	VMASKMOVPS 96(CX), Y3, Y4
+	VMOVUPS    Y4, 152(SP)
+	VMASKMOVPS (CX)(DX*1), Y0, Y4
+	VMOVUPS    Y4, 184(SP)
+	VMASKMOVPS 32(CX)(DX*1), Y1, Y4
+	VMOVUPS    Y4, 216(SP)
+	VMASKMOVPS 64(CX)(DX*1), Y2, Y4
+	VMOVUPS    Y4, 248(SP)
+	VMASKMOVPS 96(CX)(DX*1), Y3, Y4
+	VMOVUPS    Y4, 280(SP)
+	VMASKMOVPS (CX)(DX*2), Y0, Y4
+	VMOVUPS    Y4, 312(SP)
+	VMASKMOVPS 32(CX)(DX*2), Y1, Y4
+	VMOVUPS    Y4, 344(SP)
+	VMASKMOVPS 64(CX)(DX*2), Y2, Y4
+	VMOVUPS    Y4, 376(SP)
+	VMASKMOVPS 96(CX)(DX*2), Y3, Y4
+	VMOVUPS    Y4, 408(SP)
+	LEAQ       (CX)(DX*2), AX
+	VMASKMOVPS (AX)(DX*1), Y0, Y0
+	VMOVUPS    Y0, 440(SP)
+	VMASKMOVPS 32(AX)(DX*1), Y1, Y0
+	VMOVUPS    Y0, 472(SP)
+	VMASKMOVPS 64(AX)(DX*1), Y2, Y0
+	VMOVUPS    Y0, 504(SP)
+	VMASKMOVPS 96(AX)(DX*1), Y3, Y0
+	VMOVUPS    Y0, 536(SP)
+	MOVQ       o_base+0(FP), AX
+	MOVQ       AX, (SP)
+	MOVQ       24(SP), AX
+	MOVQ       AX, 8(SP)
+	MOVQ       d+104(FP), AX
+	SHRQ       $0x03, AX
+	MOVQ       AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000002
+	JL      chunk1
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VMOVUPS (AX)(CX*1), Y2
+	VMOVUPS 32(AX)(CX*1), Y3
+	VMOVUPS (AX)(CX*2), Y4
+	VMOVUPS 32(AX)(CX*2), Y5
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS (AX)(CX*1), Y6
+	VMOVUPS 32(AX)(CX*1), Y7
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y8
+	VBROADCASTSS 128(AX), Y9
+	VBROADCASTSS 256(AX), Y10
+	VBROADCASTSS 384(AX), Y11
+	VPMOVSXBW    (CX), X12
+	VPSLLW       $0x07, X12, X12
+	VPAND        decodefp8tab<>+0(SB), X12, X12
+	VPSLLW       $0x01, X12, X13
+	VPCMPEQW     decodefp8tab<>+32(SB), X13, X13
+	VPOR         X13, X12, X12
+	VCVTPH2PS    X12, Y12
+	VMULPS       decodefp8tab<>+96(SB), Y12, Y12
+	VFMADD231PS  Y8, Y12, Y0
+	VFMADD231PS  Y9, Y12, Y2
+	VFMADD231PS  Y10, Y12, Y4
+	VFMADD231PS  Y11, Y12, Y6
+	VPMOVSXBW    8(CX), X12
+	VPSLLW       $0x07, X12, X12
+	VPAND        decodefp8tab<>+0(SB), X12, X12
+	VPSLLW       $0x01, X12, X13
+	VPCMPEQW     decodefp8tab<>+32(SB), X13, X13
+	VPOR         X13, X12, X12
+	VCVTPH2PS    X12, Y12
+	VMULPS       decodefp8tab<>+96(SB), Y12, Y12
+	VFMADD231PS  Y8, Y12, Y1
+	VFMADD231PS  Y9, Y12, Y3
+	VFMADD231PS  Y10, Y12, Y5
+	VFMADD231PS  Y11, Y12, Y7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys1
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y1, 32(AX)
+	VMOVUPS      Y2, (AX)(CX*1)
+	VMOVUPS      Y3, 32(AX)(CX*1)
+	VMOVUPS      Y4, (AX)(CX*2)
+	VMOVUPS      Y5, 32(AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Y6, (AX)(CX*1)
+	VMOVUPS      Y7, 32(AX)(CX*1)
+	ADDQ         $0x00000040, (SP)
+	ADDQ         $0x00000010, 8(SP)
+	SUBQ         $0x00000002, 48(SP)
+	JMP          full
+
+chunk1:
+	CMPQ    48(SP), $0x00000001
+	JL      chunk0
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Y0
+	VMOVUPS (AX)(CX*1), Y1
+	VMOVUPS (AX)(CX*2), Y2
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS (AX)(CX*1), Y3
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys2:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y4
+	VBROADCASTSS 128(AX), Y5
+	VBROADCASTSS 256(AX), Y6
+	VBROADCASTSS 384(AX), Y7
+	VPMOVSXBW    (CX), X8
+	VPSLLW       $0x07, X8, X8
+	VPAND        decodefp8tab<>+0(SB), X8, X8
+	VPSLLW       $0x01, X8, X9
+	VPCMPEQW     decodefp8tab<>+32(SB), X9, X9
+	VPOR         X9, X8, X8
+	VCVTPH2PS    X8, Y8
+	VMULPS       decodefp8tab<>+96(SB), Y8, Y8
+	VFMADD231PS  Y4, Y8, Y0
+	VFMADD231PS  Y5, Y8, Y1
+	VFMADD231PS  Y6, Y8, Y2
+	VFMADD231PS  Y7, Y8, Y3
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys2
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y1, (AX)(CX*1)
+	VMOVUPS      Y2, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Y3, (AX)(CX*1)
+	ADDQ         $0x00000020, (SP)
+	ADDQ         $0x00000008, 8(SP)
+	SUBQ         $0x00000001, 48(SP)
+
+chunk0:
+	MOVQ       d+104(FP), AX
+	ANDQ       $0x07, AX
+	JZ         next
+	MOVQ       d+104(FP), AX
+	ANDQ       $0x07, AX
+	LEAQ       decodemask8<>+0(SB), CX
+	VMOVUPS    32(CX)(AX*4), Y0
+	MOVQ       (SP), AX
+	MOVQ       d+104(FP), CX
+	ANDQ       $0x07, CX
+	MOVQ       $0x00000008, DX
+	SUBQ       CX, DX
+	ANDQ       $0x07, DX
+	SHLQ       $0x02, DX
+	SUBQ       DX, AX
+	MOVQ       ldo+24(FP), CX
+	SHLQ       $0x02, CX
+	VMASKMOVPS (AX), Y0, Y1
+	VMASKMOVPS (AX)(CX*1), Y0, Y2
+	VMASKMOVPS (AX)(CX*2), Y0, Y3
+	LEAQ       (AX)(CX*2), AX
+	VMASKMOVPS (AX)(CX*1), Y0, Y0
+	LEAQ       56(SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	ANDQ       $0x07, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	ANDQ       $0x07, BX
+	SHLQ       $0x00, BX
+	SUBQ       BX, CX
+	MOVQ       ldv+88(FP), DX
+	MOVQ       DX, BX
+	SHLQ       $0x05, BX
+	MOVQ       32(SP), SI
+
+keys3:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y4
+	VBROADCASTSS 128(AX), Y5
+	VBROADCASTSS 256(AX), Y6
+	VBROADCASTSS 384(AX), Y7
+	VPMOVSXBW    (CX), X8
+	VPSLLW       $0x07, X8, X8
+	VPAND        decodefp8tab<>+0(SB), X8, X8
+	VPSLLW       $0x01, X8, X9
+	VPCMPEQW     decodefp8tab<>+32(SB), X9, X9
+	VPOR         X9, X8, X8
+	VCVTPH2PS    X8, Y8
+	VMULPS       decodefp8tab<>+96(SB), Y8, Y8
+	VFMADD231PS  Y4, Y8, Y1
+	VFMADD231PS  Y5, Y8, Y2
+	VFMADD231PS  Y6, Y8, Y3
+	VFMADD231PS  Y7, Y8, Y0
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys3
+	MOVQ         d+104(FP), AX
+	ANDQ         $0x07, AX
+	LEAQ         decodemask8<>+0(SB), CX
+	VMOVUPS      32(CX)(AX*4), Y4
+	MOVQ         (SP), AX
+	MOVQ         d+104(FP), CX
+	ANDQ         $0x07, CX
+	MOVQ         $0x00000008, DX
+	SUBQ         CX, DX
+	ANDQ         $0x07, DX
+	SHLQ         $0x02, DX
+	SUBQ         DX, AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMASKMOVPS   Y1, Y4, (AX)
+	VMASKMOVPS   Y2, Y4, (AX)(CX*1)
+	VMASKMOVPS   Y3, Y4, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMASKMOVPS   Y0, Y4, (AX)(CX*1)
+
+next:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumE4M3M8AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, CMOV, F16C, FMA3, MMX+
+TEXT ·accumE4M3M8AVX2(SB), $1080-112
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ v_base+64(FP), AX
+	MOVQ AX, 24(SP)
+	MOVQ n+96(FP), AX
+	MOVQ AX, 40(SP)
+
+block:
+	MOVQ       40(SP), AX
+	TESTQ      AX, AX
+	JZ         done
+	MOVQ       $0x00000020, CX
+	CMPQ       AX, CX
+	CMOVQGT    CX, AX
+	MOVQ       AX, 32(SP)
+	MOVQ       16(SP), CX
+	MOVQ       ldp+56(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       AX, BX
+	SUBQ       $0x00000000, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y0
+	MOVQ       AX, BX
+	SUBQ       $0x00000008, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y1
+	MOVQ       AX, BX
+	SUBQ       $0x00000010, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y2
+	SUBQ       $0x00000018, AX
+	XORQ       BX, BX
+	CMPQ       AX, BX
+	CMOVQLT    BX, AX
+	MOVQ       $0x00000008, BX
+	CMPQ       AX, BX
+	CMOVQGT    BX, AX
+	MOVQ       $0x00000008, BX
+	SUBQ       AX, BX
+	LEAQ       decodemask8<>+0(SB), AX
+	VMOVUPS    (AX)(BX*4), Y3
+	VMASKMOVPS (CX), Y0, Y4
+	VMOVUPS    Y4, 56(SP)
+	VMASKMOVPS 32(CX), Y1, Y4
+	VMOVUPS    Y4, 88(SP)
+	VMASKMOVPS 64(CX), Y2, Y4
+	VMOVUPS    Y4, 120(SP)
+	VMASKMOVPS 96(CX), Y3, Y4
+	VMOVUPS    Y4, 152(SP)
+	VMASKMOVPS (CX)(DX*1), Y0, Y4
+	VMOVUPS    Y4, 184(SP)
+	VMASKMOVPS 32(CX)(DX*1), Y1, Y4
+	VMOVUPS    Y4, 216(SP)
+	VMASKMOVPS 64(CX)(DX*1), Y2, Y4
+	VMOVUPS    Y4, 248(SP)
+	VMASKMOVPS 96(CX)(DX*1), Y3, Y4
+	VMOVUPS    Y4, 280(SP)
+	VMASKMOVPS (CX)(DX*2), Y0, Y4
+	VMOVUPS    Y4, 312(SP)
+	VMASKMOVPS 32(CX)(DX*2), Y1, Y4
+	VMOVUPS    Y4, 344(SP)
+	VMASKMOVPS 64(CX)(DX*2), Y2, Y4
+	VMOVUPS    Y4, 376(SP)
+	VMASKMOVPS 96(CX)(DX*2), Y3, Y4
+	VMOVUPS    Y4, 408(SP)
+	LEAQ       (CX)(DX*2), AX
+	VMASKMOVPS (AX)(DX*1), Y0, Y4
+	VMOVUPS    Y4, 440(SP)
+	VMASKMOVPS 32(AX)(DX*1), Y1, Y4
+	VMOVUPS    Y4, 472(SP)
+	VMASKMOVPS 64(AX)(DX*1), Y2, Y4
+	VMOVUPS    Y4, 504(SP)
+	VMASKMOVPS 96(AX)(DX*1), Y3, Y4
+	VMOVUPS    Y4, 536(SP)
+	LEAQ       (CX)(DX*4), AX
+	VMASKMOVPS (AX), Y0, Y4
+	VMOVUPS    Y4, 568(SP)
+	VMASKMOVPS 32(AX), Y1, Y4
+	VMOVUPS    Y4, 600(SP)
+	VMASKMOVPS 64(AX), Y2, Y4
+	VMOVUPS    Y4, 632(SP)
+	VMASKMOVPS 96(AX), Y3, Y4
+	VMOVUPS    Y4, 664(SP)
+	VMASKMOVPS (AX)(DX*1), Y0, Y4
+	VMOVUPS    Y4, 696(SP)
+	VMASKMOVPS 32(AX)(DX*1), Y1, Y4
+	VMOVUPS    Y4, 728(SP)
+	VMASKMOVPS 64(AX)(DX*1), Y2, Y4
+	VMOVUPS    Y4, 760(SP)
+	VMASKMOVPS 96(AX)(DX*1), Y3, Y4
+	VMOVUPS    Y4, 792(SP)
+	VMASKMOVPS (AX)(DX*2), Y0, Y4
+	VMOVUPS    Y4, 824(SP)
+	VMASKMOVPS 32(AX)(DX*2), Y1, Y4
+	VMOVUPS    Y4, 856(SP)
+	VMASKMOVPS 64(AX)(DX*2), Y2, Y4
+	VMOVUPS    Y4, 888(SP)
+	VMASKMOVPS 96(AX)(DX*2), Y3, Y4
+	VMOVUPS    Y4, 920(SP)
+	LEAQ       (AX)(DX*2), AX
+	VMASKMOVPS (AX)(DX*1), Y0, Y0
+	VMOVUPS    Y0, 952(SP)
+	VMASKMOVPS 32(AX)(DX*1), Y1, Y0
+	VMOVUPS    Y0, 984(SP)
+	VMASKMOVPS 64(AX)(DX*1), Y2, Y0
+	VMOVUPS    Y0, 1016(SP)
+	VMASKMOVPS 96(AX)(DX*1), Y3, Y0
+	VMOVUPS    Y0, 1048(SP)
+	MOVQ       o_base+0(FP), AX
+	MOVQ       AX, (SP)
+	MOVQ       24(SP), AX
+	MOVQ       AX, 8(SP)
+	MOVQ       d+104(FP), AX
+	SHRQ       $0x03, AX
+	MOVQ       AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000001
+	JL      chunk0
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Y0
+	VMOVUPS (AX)(CX*1), Y1
+	VMOVUPS (AX)(CX*2), Y2
+	LEAQ    (AX)(CX*2), DX
+	VMOVUPS (DX)(CX*1), Y3
+	LEAQ    (AX)(CX*4), AX
+	VMOVUPS (AX), Y4
+	VMOVUPS (AX)(CX*1), Y5
+	VMOVUPS (AX)(CX*2), Y6
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS (AX)(CX*1), Y7
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1   (CX)(BX*1)
+	VPMOVSXBW    (CX), X8
+	VPSLLW       $0x07, X8, X8
+	VPAND        decodefp8tab<>+0(SB), X8, X8
+	VPSLLW       $0x01, X8, X9
+	VPCMPEQW     decodefp8tab<>+32(SB), X9, X9
+	VPOR         X9, X8, X8
+	VCVTPH2PS    X8, Y8
+	VMULPS       decodefp8tab<>+96(SB), Y8, Y8
+	VBROADCASTSS (AX), Y9
+	VFMADD231PS  Y9, Y8, Y0
+	VBROADCASTSS 128(AX), Y9
+	VFMADD231PS  Y9, Y8, Y1
+	VBROADCASTSS 256(AX), Y9
+	VFMADD231PS  Y9, Y8, Y2
+	VBROADCASTSS 384(AX), Y9
+	VFMADD231PS  Y9, Y8, Y3
+	VBROADCASTSS 512(AX), Y9
+	VFMADD231PS  Y9, Y8, Y4
+	VBROADCASTSS 640(AX), Y9
+	VFMADD231PS  Y9, Y8, Y5
+	VBROADCASTSS 768(AX), Y9
+	VFMADD231PS  Y9, Y8, Y6
+	VBROADCASTSS 896(AX), Y9
+	VFMADD231PS  Y9, Y8, Y7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys1
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y1, (AX)(CX*1)
+	VMOVUPS      Y2, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), DX
+	VMOVUPS      Y3, (DX)(CX*1)
+	LEAQ         (AX)(CX*4), AX
+	VMOVUPS      Y4, (AX)
+	VMOVUPS      Y5, (AX)(CX*1)
+	VMOVUPS      Y6, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Y7, (AX)(CX*1)
+	ADDQ         $0x00000020, (SP)
+	ADDQ         $0x00000008, 8(SP)
+	SUBQ         $0x00000001, 48(SP)
+	JMP          full
+
+chunk0:
+	MOVQ       d+104(FP), AX
+	ANDQ       $0x07, AX
+	JZ         next
+	MOVQ       d+104(FP), AX
+	ANDQ       $0x07, AX
+	LEAQ       decodemask8<>+0(SB), CX
+	VMOVUPS    32(CX)(AX*4), Y0
+	MOVQ       (SP), AX
+	MOVQ       d+104(FP), CX
+	ANDQ       $0x07, CX
+	MOVQ       $0x00000008, DX
+	SUBQ       CX, DX
+	ANDQ       $0x07, DX
+	SHLQ       $0x02, DX
+	SUBQ       DX, AX
+	MOVQ       ldo+24(FP), CX
+	SHLQ       $0x02, CX
+	VMASKMOVPS (AX), Y0, Y1
+	VMASKMOVPS (AX)(CX*1), Y0, Y2
+	VMASKMOVPS (AX)(CX*2), Y0, Y3
+	LEAQ       (AX)(CX*2), DX
+	VMASKMOVPS (DX)(CX*1), Y0, Y4
+	LEAQ       (AX)(CX*4), AX
+	VMASKMOVPS (AX), Y0, Y5
+	VMASKMOVPS (AX)(CX*1), Y0, Y6
+	VMASKMOVPS (AX)(CX*2), Y0, Y7
+	LEAQ       (AX)(CX*2), AX
+	VMASKMOVPS (AX)(CX*1), Y0, Y0
+	LEAQ       56(SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	ANDQ       $0x07, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	ANDQ       $0x07, BX
+	SHLQ       $0x00, BX
+	SUBQ       BX, CX
+	MOVQ       ldv+88(FP), DX
+	MOVQ       DX, BX
+	SHLQ       $0x05, BX
+	MOVQ       32(SP), SI
+
+keys2:
+	PREFETCHT1   (CX)(BX*1)
+	VPMOVSXBW    (CX), X8
+	VPSLLW       $0x07, X8, X8
+	VPAND        decodefp8tab<>+0(SB), X8, X8
+	VPSLLW       $0x01, X8, X9
+	VPCMPEQW     decodefp8tab<>+32(SB), X9, X9
+	VPOR         X9, X8, X8
+	VCVTPH2PS    X8, Y8
+	VMULPS       decodefp8tab<>+96(SB), Y8, Y8
+	VBROADCASTSS (AX), Y9
+	VFMADD231PS  Y9, Y8, Y1
+	VBROADCASTSS 128(AX), Y9
+	VFMADD231PS  Y9, Y8, Y2
+	VBROADCASTSS 256(AX), Y9
+	VFMADD231PS  Y9, Y8, Y3
+	VBROADCASTSS 384(AX), Y9
+	VFMADD231PS  Y9, Y8, Y4
+	VBROADCASTSS 512(AX), Y9
+	VFMADD231PS  Y9, Y8, Y5
+	VBROADCASTSS 640(AX), Y9
+	VFMADD231PS  Y9, Y8, Y6
+	VBROADCASTSS 768(AX), Y9
+	VFMADD231PS  Y9, Y8, Y7
+	VBROADCASTSS 896(AX), Y9
+	VFMADD231PS  Y9, Y8, Y0
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys2
+	MOVQ         d+104(FP), AX
+	ANDQ         $0x07, AX
+	LEAQ         decodemask8<>+0(SB), CX
+	VMOVUPS      32(CX)(AX*4), Y8
+	MOVQ         (SP), AX
+	MOVQ         d+104(FP), CX
+	ANDQ         $0x07, CX
+	MOVQ         $0x00000008, DX
+	SUBQ         CX, DX
+	ANDQ         $0x07, DX
+	SHLQ         $0x02, DX
+	SUBQ         DX, AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMASKMOVPS   Y1, Y8, (AX)
+	VMASKMOVPS   Y2, Y8, (AX)(CX*1)
+	VMASKMOVPS   Y3, Y8, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), DX
+	VMASKMOVPS   Y4, Y8, (DX)(CX*1)
+	LEAQ         (AX)(CX*4), AX
+	VMASKMOVPS   Y5, Y8, (AX)
+	VMASKMOVPS   Y6, Y8, (AX)(CX*1)
+	VMASKMOVPS   Y7, Y8, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMASKMOVPS   Y0, Y8, (AX)(CX*1)
+
+next:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresHeadsE4M3AVX2(s []float32, lds int, q []float32, heads int, k []byte, hs int, n int, d int)
+// Requires: AVX, CMOV, F16C, FMA3, MMX+
+TEXT ·scoresHeadsE4M3AVX2(SB), NOSPLIT, $152-112
+	MOVQ    q_base+32(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    AX, 32(SP)
+	XORQ    AX, AX
+	MOVQ    AX, 8(SP)
+	MOVQ    AX, 24(SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 104(SP)
+	MOVQ    k_base+64(FP), AX
+	MOVQ    AX, 112(SP)
+	MOVQ    n+96(FP), AX
+	MOVQ    AX, 120(SP)
+	MOVQ    d+104(FP), AX
+	MOVQ    AX, CX
+	SHRQ    $0x03, CX
+	MOVQ    CX, 128(SP)
+	ANDQ    $0x07, AX
+	LEAQ    decodemask8<>+0(SB), CX
+	VMOVUPS 32(CX)(AX*4), Y0
+	MOVQ    $0x00000008, CX
+	SUBQ    AX, CX
+	ANDQ    $0x07, CX
+	MOVQ    CX, AX
+	SHLQ    $0x00, AX
+	MOVQ    AX, 136(SP)
+	SHLQ    $0x02, CX
+	MOVQ    CX, 144(SP)
+
+main:
+	CMPQ   120(SP), $0x00000008
+	JL     mainEnd
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   hs+88(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   (SP), SI
+	LEAQ   (DX), DI
+	MOVQ   hs+88(FP), R8
+	SHLQ   $0x06, R8
+	MOVQ   128(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (DI)(R8*1)
+	VPMOVSXBW   (DI), X9
+	VPSLLW      $0x07, X9, X9
+	VPAND       decodefp8tab<>+0(SB), X9, X9
+	VPSLLW      $0x01, X9, X10
+	VPCMPEQW    decodefp8tab<>+32(SB), X10, X10
+	VPOR        X10, X9, X9
+	VCVTPH2PS   X9, Y9
+	VMULPS      decodefp8tab<>+96(SB), Y9, Y9
+	VFMADD231PS (SI), Y9, Y1
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000008, DI
+	DECQ        R9
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ        136(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK0Done
+	SUBQ        R8, DI
+	SUBQ        144(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VPMOVSXBW   (DI), X10
+	VPSLLW      $0x07, X10, X10
+	VPAND       decodefp8tab<>+0(SB), X10, X10
+	VPSLLW      $0x01, X10, X11
+	VPCMPEQW    decodefp8tab<>+32(SB), X11, X11
+	VPOR        X11, X10, X10
+	VCVTPH2PS   X10, Y10
+	VMULPS      decodefp8tab<>+96(SB), Y10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y1
+
+mainK0Done:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(AX*1), DI
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (DI)(R8*1)
+	VPMOVSXBW   (DI), X9
+	VPSLLW      $0x07, X9, X9
+	VPAND       decodefp8tab<>+0(SB), X9, X9
+	VPSLLW      $0x01, X9, X10
+	VPCMPEQW    decodefp8tab<>+32(SB), X10, X10
+	VPOR        X10, X9, X9
+	VCVTPH2PS   X9, Y9
+	VMULPS      decodefp8tab<>+96(SB), Y9, Y9
+	VFMADD231PS (SI), Y9, Y2
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000008, DI
+	DECQ        R9
+	JNZ         mainK1Step
+
+mainK1Tail:
+	MOVQ        136(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK1Done
+	SUBQ        R8, DI
+	SUBQ        144(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VPMOVSXBW   (DI), X10
+	VPSLLW      $0x07, X10, X10
+	VPAND       decodefp8tab<>+0(SB), X10, X10
+	VPSLLW      $0x01, X10, X11
+	VPCMPEQW    decodefp8tab<>+32(SB), X11, X11
+	VPOR        X11, X10, X10
+	VCVTPH2PS   X10, Y10
+	VMULPS      decodefp8tab<>+96(SB), Y10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y2
+
+mainK1Done:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(AX*2), DI
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (DI)(R8*1)
+	VPMOVSXBW   (DI), X9
+	VPSLLW      $0x07, X9, X9
+	VPAND       decodefp8tab<>+0(SB), X9, X9
+	VPSLLW      $0x01, X9, X10
+	VPCMPEQW    decodefp8tab<>+32(SB), X10, X10
+	VPOR        X10, X9, X9
+	VCVTPH2PS   X9, Y9
+	VMULPS      decodefp8tab<>+96(SB), Y9, Y9
+	VFMADD231PS (SI), Y9, Y3
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000008, DI
+	DECQ        R9
+	JNZ         mainK2Step
+
+mainK2Tail:
+	MOVQ        136(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK2Done
+	SUBQ        R8, DI
+	SUBQ        144(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VPMOVSXBW   (DI), X10
+	VPSLLW      $0x07, X10, X10
+	VPAND       decodefp8tab<>+0(SB), X10, X10
+	VPSLLW      $0x01, X10, X11
+	VPCMPEQW    decodefp8tab<>+32(SB), X11, X11
+	VPOR        X11, X10, X10
+	VCVTPH2PS   X10, Y10
+	VMULPS      decodefp8tab<>+96(SB), Y10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y3
+
+mainK2Done:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(CX*1), DX
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x06, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (DX)(DI*1)
+	VPMOVSXBW   (DX), X9
+	VPSLLW      $0x07, X9, X9
+	VPAND       decodefp8tab<>+0(SB), X9, X9
+	VPSLLW      $0x01, X9, X10
+	VPCMPEQW    decodefp8tab<>+32(SB), X10, X10
+	VPOR        X10, X9, X9
+	VCVTPH2PS   X9, Y9
+	VMULPS      decodefp8tab<>+96(SB), Y9, Y9
+	VFMADD231PS (SI), Y9, Y4
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000008, DX
+	DECQ        R8
+	JNZ         mainK3Step
+
+mainK3Tail:
+	MOVQ        136(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK3Done
+	SUBQ        DI, DX
+	SUBQ        144(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VPMOVSXBW   (DX), X10
+	VPSLLW      $0x07, X10, X10
+	VPAND       decodefp8tab<>+0(SB), X10, X10
+	VPSLLW      $0x01, X10, X11
+	VPCMPEQW    decodefp8tab<>+32(SB), X11, X11
+	VPOR        X11, X10, X10
+	VCVTPH2PS   X10, Y10
+	VMULPS      decodefp8tab<>+96(SB), Y10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y4
+
+mainK3Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX), SI
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x06, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (SI)(DI*1)
+	VPMOVSXBW   (SI), X9
+	VPSLLW      $0x07, X9, X9
+	VPAND       decodefp8tab<>+0(SB), X9, X9
+	VPSLLW      $0x01, X9, X10
+	VPCMPEQW    decodefp8tab<>+32(SB), X10, X10
+	VPOR        X10, X9, X9
+	VCVTPH2PS   X9, Y9
+	VMULPS      decodefp8tab<>+96(SB), Y9, Y9
+	VFMADD231PS (DX), Y9, Y5
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000008, SI
+	DECQ        R8
+	JNZ         mainK4Step
+
+mainK4Tail:
+	MOVQ        136(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK4Done
+	SUBQ        DI, SI
+	SUBQ        144(SP), DX
+	VMASKMOVPS  (DX), Y0, Y9
+	VPMOVSXBW   (SI), X10
+	VPSLLW      $0x07, X10, X10
+	VPAND       decodefp8tab<>+0(SB), X10, X10
+	VPSLLW      $0x01, X10, X11
+	VPCMPEQW    decodefp8tab<>+32(SB), X11, X11
+	VPOR        X11, X10, X10
+	VCVTPH2PS   X10, Y10
+	VMULPS      decodefp8tab<>+96(SB), Y10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y5
+
+mainK4Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*1), SI
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x06, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK5Tail
+
+mainK5Step:
+	PREFETCHT1  (SI)(DI*1)
+	VPMOVSXBW   (SI), X9
+	VPSLLW      $0x07, X9, X9
+	VPAND       decodefp8tab<>+0(SB), X9, X9
+	VPSLLW      $0x01, X9, X10
+	VPCMPEQW    decodefp8tab<>+32(SB), X10, X10
+	VPOR        X10, X9, X9
+	VCVTPH2PS   X9, Y9
+	VMULPS      decodefp8tab<>+96(SB), Y9, Y9
+	VFMADD231PS (DX), Y9, Y6
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000008, SI
+	DECQ        R8
+	JNZ         mainK5Step
+
+mainK5Tail:
+	MOVQ        136(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK5Done
+	SUBQ        DI, SI
+	SUBQ        144(SP), DX
+	VMASKMOVPS  (DX), Y0, Y9
+	VPMOVSXBW   (SI), X10
+	VPSLLW      $0x07, X10, X10
+	VPAND       decodefp8tab<>+0(SB), X10, X10
+	VPSLLW      $0x01, X10, X11
+	VPCMPEQW    decodefp8tab<>+32(SB), X11, X11
+	VPOR        X11, X10, X10
+	VCVTPH2PS   X10, Y10
+	VMULPS      decodefp8tab<>+96(SB), Y10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y6
+
+mainK5Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*2), AX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), DI
+	TESTQ   DI, DI
+	JZ      mainK6Tail
+
+mainK6Step:
+	PREFETCHT1  (AX)(SI*1)
+	VPMOVSXBW   (AX), X9
+	VPSLLW      $0x07, X9, X9
+	VPAND       decodefp8tab<>+0(SB), X9, X9
+	VPSLLW      $0x01, X9, X10
+	VPCMPEQW    decodefp8tab<>+32(SB), X10, X10
+	VPOR        X10, X9, X9
+	VCVTPH2PS   X9, Y9
+	VMULPS      decodefp8tab<>+96(SB), Y9, Y9
+	VFMADD231PS (DX), Y9, Y7
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000008, AX
+	DECQ        DI
+	JNZ         mainK6Step
+
+mainK6Tail:
+	MOVQ        136(SP), SI
+	TESTQ       SI, SI
+	JZ          mainK6Done
+	SUBQ        SI, AX
+	SUBQ        144(SP), DX
+	VMASKMOVPS  (DX), Y0, Y9
+	VPMOVSXBW   (AX), X10
+	VPSLLW      $0x07, X10, X10
+	VPAND       decodefp8tab<>+0(SB), X10, X10
+	VPSLLW      $0x01, X10, X11
+	VPCMPEQW    decodefp8tab<>+32(SB), X11, X11
+	VPOR        X11, X10, X10
+	VCVTPH2PS   X10, Y10
+	VMULPS      decodefp8tab<>+96(SB), Y10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y7
+
+mainK6Done:
+	MOVQ    (SP), AX
+	MOVQ    8(SP), DX
+	MOVQ    d+104(FP), SI
+	LEAQ    (AX)(SI*4), AX
+	INCQ    DX
+	MOVQ    q_base+32(FP), SI
+	XORQ    DI, DI
+	CMPQ    DX, heads+56(FP)
+	CMOVQEQ SI, AX
+	CMOVQEQ DI, DX
+	MOVQ    AX, (SP)
+	MOVQ    DX, 8(SP)
+	MOVQ    (SP), AX
+	LEAQ    (BX)(CX*1), CX
+	MOVQ    hs+88(FP), DX
+	SHLQ    $0x06, DX
+	MOVQ    128(SP), BX
+	TESTQ   BX, BX
+	JZ      mainK7Tail
+
+mainK7Step:
+	PREFETCHT1  (CX)(DX*1)
+	VPMOVSXBW   (CX), X9
+	VPSLLW      $0x07, X9, X9
+	VPAND       decodefp8tab<>+0(SB), X9, X9
+	VPSLLW      $0x01, X9, X10
+	VPCMPEQW    decodefp8tab<>+32(SB), X10, X10
+	VPOR        X10, X9, X9
+	VCVTPH2PS   X9, Y9
+	VMULPS      decodefp8tab<>+96(SB), Y9, Y9
+	VFMADD231PS (AX), Y9, Y8
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000008, CX
+	DECQ        BX
+	JNZ         mainK7Step
+
+mainK7Tail:
+	MOVQ        136(SP), DX
+	TESTQ       DX, DX
+	JZ          mainK7Done
+	SUBQ        DX, CX
+	SUBQ        144(SP), AX
+	VMASKMOVPS  (AX), Y0, Y9
+	VPMOVSXBW   (CX), X10
+	VPSLLW      $0x07, X10, X10
+	VPAND       decodefp8tab<>+0(SB), X10, X10
+	VPSLLW      $0x01, X10, X11
+	VPCMPEQW    decodefp8tab<>+32(SB), X11, X11
+	VPOR        X11, X10, X10
+	VCVTPH2PS   X10, Y10
+	VMULPS      decodefp8tab<>+96(SB), Y10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y8
+
+mainK7Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y9, Y9
+	VPERM2F128 $0x20, Y6, Y2, Y1
+	VPERM2F128 $0x31, Y6, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y7, Y3, Y2
+	VPERM2F128 $0x31, Y7, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VPERM2F128 $0x20, Y8, Y4, Y3
+	VPERM2F128 $0x31, Y8, Y4, Y4
+	VADDPS     Y4, Y3, Y3
+	VSHUFPS    $0x44, Y1, Y9, Y4
+	VSHUFPS    $0xee, Y1, Y9, Y1
+	VADDPS     Y1, Y4, Y4
+	VSHUFPS    $0x44, Y3, Y2, Y1
+	VSHUFPS    $0xee, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x88, Y1, Y4, Y2
+	VSHUFPS    $0xdd, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VMOVUPS    Y2, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       44(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       48(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       52(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       56(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       60(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       64(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       68(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x03, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000008, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VXORPS Y1, Y1, Y1
+	MOVQ   112(SP), AX
+	MOVQ   (SP), CX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   128(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(DX*1)
+	VPMOVSXBW   (AX), X2
+	VPSLLW      $0x07, X2, X2
+	VPAND       decodefp8tab<>+0(SB), X2, X2
+	VPSLLW      $0x01, X2, X3
+	VPCMPEQW    decodefp8tab<>+32(SB), X3, X3
+	VPOR        X3, X2, X2
+	VCVTPH2PS   X2, Y2
+	VMULPS      decodefp8tab<>+96(SB), Y2, Y2
+	VFMADD231PS (CX), Y2, Y1
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000008, AX
+	DECQ        BX
+	JNZ         restK0Step
+
+restK0Tail:
+	MOVQ        136(SP), DX
+	TESTQ       DX, DX
+	JZ          restK0Done
+	SUBQ        DX, AX
+	SUBQ        144(SP), CX
+	VMASKMOVPS  (CX), Y0, Y2
+	VPMOVSXBW   (AX), X3
+	VPSLLW      $0x07, X3, X3
+	VPAND       decodefp8tab<>+0(SB), X3, X3
+	VPSLLW      $0x01, X3, X4
+	VPCMPEQW    decodefp8tab<>+32(SB), X4, X4
+	VPOR        X4, X3, X3
+	VCVTPH2PS   X3, Y3
+	VMULPS      decodefp8tab<>+96(SB), Y3, Y3
+	VANDPS      Y0, Y3, Y3
+	VFMADD231PS Y2, Y3, Y1
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Y2, Y2, Y2
+	VPERM2F128 $0x20, Y2, Y1, Y3
+	VPERM2F128 $0x31, Y2, Y1, Y1
+	VADDPS     Y1, Y3, Y3
+	VSHUFPS    $0x44, Y2, Y3, Y1
+	VSHUFPS    $0xee, Y2, Y3, Y3
+	VADDPS     Y3, Y1, Y1
+	VSHUFPS    $0x88, Y2, Y1, Y3
+	VSHUFPS    $0xdd, Y2, Y1, Y1
+	VADDPS     Y1, Y3, Y3
+	VMOVSS     X3, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumHeadsE4M3AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []byte, hs int, n int, d int)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·accumHeadsE4M3AVX2(SB), NOSPLIT, $40-120
+	MOVQ n+104(FP), AX
+	MOVQ AX, (SP)
+	MOVQ o_base+0(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ AX, 24(SP)
+	XORQ AX, AX
+	MOVQ AX, 32(SP)
+	MOVQ v_base+72(FP), AX
+	MOVQ hs+96(FP), CX
+	MOVQ CX, DX
+	SHLQ $0x06, DX
+
+row:
+	MOVQ         16(SP), BX
+	VBROADCASTSS (BX), Y0
+	MOVQ         8(SP), BX
+	MOVQ         d+112(FP), SI
+	SHRQ         $0x03, SI
+	MOVQ         AX, DI
+
+step:
+	PREFETCHT1  (DI)(DX*1)
+	VMOVUPS     (BX), Y1
+	VPMOVSXBW   (DI), X2
+	VPSLLW      $0x07, X2, X2
+	VPAND       decodefp8tab<>+0(SB), X2, X2
+	VPSLLW      $0x01, X2, X3
+	VPCMPEQW    decodefp8tab<>+32(SB), X3, X3
+	VPOR        X3, X2, X2
+	VCVTPH2PS   X2, Y2
+	VMULPS      decodefp8tab<>+96(SB), Y2, Y2
+	VFMADD231PS Y0, Y2, Y1
+	VMOVUPS     Y1, (BX)
+	ADDQ        $0x00000008, DI
+	ADDQ        $0x00000020, BX
+	DECQ        SI
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        32(SP), BX
+	MOVQ        8(SP), SI
+	MOVQ        16(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	LEAQ        (SI)(R8*4), SI
+	MOVQ        ldp+56(FP), R8
+	LEAQ        (DI)(R8*4), DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        24(SP), DI
+	ADDQ        $0x04, DI
+	MOVQ        DI, 24(SP)
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
+// func scoresE5M2M1AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·scoresE5M2M1AVX2(SB), NOSPLIT, $48-104
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    k_base+56(FP), AX
+	MOVQ    AX, 8(SP)
+	MOVQ    n+88(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    d+96(FP), AX
+	MOVQ    AX, CX
+	SHRQ    $0x03, CX
+	MOVQ    CX, 24(SP)
+	ANDQ    $0x07, AX
+	LEAQ    decodemask8<>+0(SB), CX
+	VMOVUPS 32(CX)(AX*4), Y0
+	MOVQ    $0x00000008, CX
+	SUBQ    AX, CX
+	ANDQ    $0x07, CX
+	MOVQ    CX, AX
+	SHLQ    $0x00, AX
+	MOVQ    AX, 32(SP)
+	SHLQ    $0x02, CX
+	MOVQ    CX, 40(SP)
+
+main:
+	CMPQ   16(SP), $0x00000008
+	JL     mainEnd
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   ldk+80(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   8(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   q_base+32(FP), SI
+	LEAQ   (DX), DI
+	MOVQ   ldk+80(FP), R8
+	SHLQ   $0x06, R8
+	MOVQ   24(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (DI)(R8*1)
+	VPMOVZXBW   (DI), X9
+	VPSLLW      $0x08, X9, X9
+	VCVTPH2PS   X9, Y9
+	VFMADD231PS (SI), Y9, Y1
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000008, DI
+	DECQ        R9
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ        32(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK0Done
+	SUBQ        R8, DI
+	SUBQ        40(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VPMOVZXBW   (DI), X10
+	VPSLLW      $0x08, X10, X10
+	VCVTPH2PS   X10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y1
+
+mainK0Done:
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(AX*1), DI
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (DI)(R8*1)
+	VPMOVZXBW   (DI), X9
+	VPSLLW      $0x08, X9, X9
+	VCVTPH2PS   X9, Y9
+	VFMADD231PS (SI), Y9, Y2
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000008, DI
+	DECQ        R9
+	JNZ         mainK1Step
+
+mainK1Tail:
+	MOVQ        32(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK1Done
+	SUBQ        R8, DI
+	SUBQ        40(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VPMOVZXBW   (DI), X10
+	VPSLLW      $0x08, X10, X10
+	VCVTPH2PS   X10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y2
+
+mainK1Done:
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(AX*2), DI
+	MOVQ  ldk+80(FP), R8
+	SHLQ  $0x06, R8
+	MOVQ  24(SP), R9
+	TESTQ R9, R9
+	JZ    mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (DI)(R8*1)
+	VPMOVZXBW   (DI), X9
+	VPSLLW      $0x08, X9, X9
+	VCVTPH2PS   X9, Y9
+	VFMADD231PS (SI), Y9, Y3
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000008, DI
+	DECQ        R9
+	JNZ         mainK2Step
+
+mainK2Tail:
+	MOVQ        32(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK2Done
+	SUBQ        R8, DI
+	SUBQ        40(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VPMOVZXBW   (DI), X10
+	VPSLLW      $0x08, X10, X10
+	VCVTPH2PS   X10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y3
+
+mainK2Done:
+	MOVQ  q_base+32(FP), SI
+	LEAQ  (DX)(CX*1), DX
+	MOVQ  ldk+80(FP), DI
+	SHLQ  $0x06, DI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (DX)(DI*1)
+	VPMOVZXBW   (DX), X9
+	VPSLLW      $0x08, X9, X9
+	VCVTPH2PS   X9, Y9
+	VFMADD231PS (SI), Y9, Y4
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000008, DX
+	DECQ        R8
+	JNZ         mainK3Step
+
+mainK3Tail:
+	MOVQ        32(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK3Done
+	SUBQ        DI, DX
+	SUBQ        40(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VPMOVZXBW   (DX), X10
+	VPSLLW      $0x08, X10, X10
+	VCVTPH2PS   X10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y4
+
+mainK3Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX), SI
+	MOVQ  ldk+80(FP), DI
+	SHLQ  $0x06, DI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (SI)(DI*1)
+	VPMOVZXBW   (SI), X9
+	VPSLLW      $0x08, X9, X9
+	VCVTPH2PS   X9, Y9
+	VFMADD231PS (DX), Y9, Y5
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000008, SI
+	DECQ        R8
+	JNZ         mainK4Step
+
+mainK4Tail:
+	MOVQ        32(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK4Done
+	SUBQ        DI, SI
+	SUBQ        40(SP), DX
+	VMASKMOVPS  (DX), Y0, Y9
+	VPMOVZXBW   (SI), X10
+	VPSLLW      $0x08, X10, X10
+	VCVTPH2PS   X10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y5
+
+mainK4Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(AX*1), SI
+	MOVQ  ldk+80(FP), DI
+	SHLQ  $0x06, DI
+	MOVQ  24(SP), R8
+	TESTQ R8, R8
+	JZ    mainK5Tail
+
+mainK5Step:
+	PREFETCHT1  (SI)(DI*1)
+	VPMOVZXBW   (SI), X9
+	VPSLLW      $0x08, X9, X9
+	VCVTPH2PS   X9, Y9
+	VFMADD231PS (DX), Y9, Y6
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000008, SI
+	DECQ        R8
+	JNZ         mainK5Step
+
+mainK5Tail:
+	MOVQ        32(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK5Done
+	SUBQ        DI, SI
+	SUBQ        40(SP), DX
+	VMASKMOVPS  (DX), Y0, Y9
+	VPMOVZXBW   (SI), X10
+	VPSLLW      $0x08, X10, X10
+	VCVTPH2PS   X10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y6
+
+mainK5Done:
+	MOVQ  q_base+32(FP), DX
+	LEAQ  (BX)(AX*2), AX
+	MOVQ  ldk+80(FP), SI
+	SHLQ  $0x06, SI
+	MOVQ  24(SP), DI
+	TESTQ DI, DI
+	JZ    mainK6Tail
+
+mainK6Step:
+	PREFETCHT1  (AX)(SI*1)
+	VPMOVZXBW   (AX), X9
+	VPSLLW      $0x08, X9, X9
+	VCVTPH2PS   X9, Y9
+	VFMADD231PS (DX), Y9, Y7
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000008, AX
+	DECQ        DI
+	JNZ         mainK6Step
+
+mainK6Tail:
+	MOVQ        32(SP), SI
+	TESTQ       SI, SI
+	JZ          mainK6Done
+	SUBQ        SI, AX
+	SUBQ        40(SP), DX
+	VMASKMOVPS  (DX), Y0, Y9
+	VPMOVZXBW   (AX), X10
+	VPSLLW      $0x08, X10, X10
+	VCVTPH2PS   X10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y7
+
+mainK6Done:
+	MOVQ  q_base+32(FP), AX
+	LEAQ  (BX)(CX*1), CX
+	MOVQ  ldk+80(FP), DX
+	SHLQ  $0x06, DX
+	MOVQ  24(SP), BX
+	TESTQ BX, BX
+	JZ    mainK7Tail
+
+mainK7Step:
+	PREFETCHT1  (CX)(DX*1)
+	VPMOVZXBW   (CX), X9
+	VPSLLW      $0x08, X9, X9
+	VCVTPH2PS   X9, Y9
+	VFMADD231PS (AX), Y9, Y8
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000008, CX
+	DECQ        BX
+	JNZ         mainK7Step
+
+mainK7Tail:
+	MOVQ        32(SP), DX
+	TESTQ       DX, DX
+	JZ          mainK7Done
+	SUBQ        DX, CX
+	SUBQ        40(SP), AX
+	VMASKMOVPS  (AX), Y0, Y9
+	VPMOVZXBW   (CX), X10
+	VPSLLW      $0x08, X10, X10
+	VCVTPH2PS   X10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y8
+
+mainK7Done:
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y9, Y9
+	VPERM2F128 $0x20, Y6, Y2, Y1
+	VPERM2F128 $0x31, Y6, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y7, Y3, Y2
+	VPERM2F128 $0x31, Y7, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VPERM2F128 $0x20, Y8, Y4, Y3
+	VPERM2F128 $0x31, Y8, Y4, Y4
+	VADDPS     Y4, Y3, Y3
+	VSHUFPS    $0x44, Y1, Y9, Y4
+	VSHUFPS    $0xee, Y1, Y9, Y1
+	VADDPS     Y1, Y4, Y4
+	VSHUFPS    $0x44, Y3, Y2, Y1
+	VSHUFPS    $0xee, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x88, Y1, Y4, Y2
+	VSHUFPS    $0xdd, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	MOVQ       (SP), AX
+	VMOVUPS    Y2, (AX)
+	ADDQ       $0x00000020, (SP)
+	MOVQ       8(SP), AX
+	MOVQ       ldk+80(FP), CX
+	SHLQ       $0x03, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 8(SP)
+	SUBQ       $0x00000008, 16(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VXORPS Y1, Y1, Y1
+	MOVQ   8(SP), AX
+	MOVQ   q_base+32(FP), CX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   24(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(DX*1)
+	VPMOVZXBW   (AX), X2
+	VPSLLW      $0x08, X2, X2
+	VCVTPH2PS   X2, Y2
+	VFMADD231PS (CX), Y2, Y1
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000008, AX
+	DECQ        BX
+	JNZ         restK0Step
+
+restK0Tail:
+	MOVQ        32(SP), DX
+	TESTQ       DX, DX
+	JZ          restK0Done
+	SUBQ        DX, AX
+	SUBQ        40(SP), CX
+	VMASKMOVPS  (CX), Y0, Y2
+	VPMOVZXBW   (AX), X3
+	VPSLLW      $0x08, X3, X3
+	VCVTPH2PS   X3, Y3
+	VANDPS      Y0, Y3, Y3
+	VFMADD231PS Y2, Y3, Y1
+
+restK0Done:
+	VXORPS     Y2, Y2, Y2
+	VPERM2F128 $0x20, Y2, Y1, Y3
+	VPERM2F128 $0x31, Y2, Y1, Y1
+	VADDPS     Y1, Y3, Y3
+	VSHUFPS    $0x44, Y2, Y3, Y1
+	VSHUFPS    $0xee, Y2, Y3, Y3
+	VADDPS     Y3, Y1, Y1
+	VSHUFPS    $0x88, Y2, Y1, Y3
+	VSHUFPS    $0xdd, Y2, Y1, Y1
+	VADDPS     Y1, Y3, Y3
+	MOVQ       (SP), AX
+	VMOVSS     X3, (AX)
+	ADDQ       $0x00000004, (SP)
+	MOVQ       8(SP), AX
+	MOVQ       ldk+80(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 8(SP)
+	SUBQ       $0x00000001, 16(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresE5M2M2AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·scoresE5M2M2AVX2(SB), NOSPLIT, $48-104
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    k_base+56(FP), AX
+	MOVQ    AX, 8(SP)
+	MOVQ    n+88(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    d+96(FP), AX
+	MOVQ    AX, CX
+	SHRQ    $0x03, CX
+	MOVQ    CX, 24(SP)
+	ANDQ    $0x07, AX
+	LEAQ    decodemask8<>+0(SB), CX
+	VMOVUPS 32(CX)(AX*4), Y0
+	MOVQ    $0x00000008, CX
+	SUBQ    AX, CX
+	ANDQ    $0x07, CX
+	MOVQ    CX, AX
+	SHLQ    $0x00, AX
+	MOVQ    AX, 32(SP)
+	SHLQ    $0x02, CX
+	MOVQ    CX, 40(SP)
+
+main:
+	CMPQ   16(SP), $0x00000004
+	JL     mainEnd
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   ldk+80(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   8(SP), DX
+	MOVQ   d+96(FP), BX
+	SHLQ   $0x02, BX
+	MOVQ   q_base+32(FP), SI
+	LEAQ   (DX), DI
+	LEAQ   (DX)(AX*1), R8
+	LEAQ   (DX)(AX*2), AX
+	LEAQ   (DX)(CX*1), CX
+	MOVQ   ldk+80(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   24(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (DI)(DX*1)
+	PREFETCHT1  (R8)(DX*1)
+	PREFETCHT1  (AX)(DX*1)
+	PREFETCHT1  (CX)(DX*1)
+	VMOVUPS     (SI), Y9
+	VMOVUPS     (SI)(BX*1), Y10
+	VPMOVZXBW   (DI), X11
+	VPSLLW      $0x08, X11, X11
+	VCVTPH2PS   X11, Y11
+	VFMADD231PS Y9, Y11, Y1
+	VFMADD231PS Y10, Y11, Y5
+	VPMOVZXBW   (R8), X11
+	VPSLLW      $0x08, X11, X11
+	VCVTPH2PS   X11, Y11
+	VFMADD231PS Y9, Y11, Y2
+	VFMADD231PS Y10, Y11, Y6
+	VPMOVZXBW   (AX), X11
+	VPSLLW      $0x08, X11, X11
+	VCVTPH2PS   X11, Y11
+	VFMADD231PS Y9, Y11, Y3
+	VFMADD231PS Y10, Y11, Y7
+	VPMOVZXBW   (CX), X11
+	VPSLLW      $0x08, X11, X11
+	VCVTPH2PS   X11, Y11
+	VFMADD231PS Y9, Y11, Y4
+	VFMADD231PS Y10, Y11, Y8
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000008, DI
+	ADDQ        $0x00000008, R8
+	ADDQ        $0x00000008, AX
+	ADDQ        $0x00000008, CX
+	DECQ        R9
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ        32(SP), DX
+	TESTQ       DX, DX
+	JZ          mainK0Done
+	SUBQ        DX, DI
+	SUBQ        DX, R8
+	SUBQ        DX, AX
+	SUBQ        DX, CX
+	SUBQ        40(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VMASKMOVPS  (SI)(BX*1), Y0, Y10
+	VPMOVZXBW   (DI), X11
+	VPSLLW      $0x08, X11, X11
+	VCVTPH2PS   X11, Y11
+	VANDPS      Y0, Y11, Y11
+	VFMADD231PS Y9, Y11, Y1
+	VFMADD231PS Y10, Y11, Y5
+	VPMOVZXBW   (R8), X11
+	VPSLLW      $0x08, X11, X11
+	VCVTPH2PS   X11, Y11
+	VANDPS      Y0, Y11, Y11
+	VFMADD231PS Y9, Y11, Y2
+	VFMADD231PS Y10, Y11, Y6
+	VPMOVZXBW   (AX), X11
+	VPSLLW      $0x08, X11, X11
+	VCVTPH2PS   X11, Y11
+	VANDPS      Y0, Y11, Y11
+	VFMADD231PS Y9, Y11, Y3
+	VFMADD231PS Y10, Y11, Y7
+	VPMOVZXBW   (CX), X11
+	VPSLLW      $0x08, X11, X11
+	VCVTPH2PS   X11, Y11
+	VANDPS      Y0, Y11, Y11
+	VFMADD231PS Y9, Y11, Y4
+	VFMADD231PS Y10, Y11, Y8
+
+mainK0Done:
+	VPERM2F128   $0x20, Y5, Y1, Y9
+	VPERM2F128   $0x31, Y5, Y1, Y1
+	VADDPS       Y1, Y9, Y9
+	VPERM2F128   $0x20, Y6, Y2, Y1
+	VPERM2F128   $0x31, Y6, Y2, Y2
+	VADDPS       Y2, Y1, Y1
+	VPERM2F128   $0x20, Y7, Y3, Y2
+	VPERM2F128   $0x31, Y7, Y3, Y3
+	VADDPS       Y3, Y2, Y2
+	VPERM2F128   $0x20, Y8, Y4, Y3
+	VPERM2F128   $0x31, Y8, Y4, Y4
+	VADDPS       Y4, Y3, Y3
+	VSHUFPS      $0x44, Y1, Y9, Y4
+	VSHUFPS      $0xee, Y1, Y9, Y1
+	VADDPS       Y1, Y4, Y4
+	VSHUFPS      $0x44, Y3, Y2, Y1
+	VSHUFPS      $0xee, Y3, Y2, Y2
+	VADDPS       Y2, Y1, Y1
+	VSHUFPS      $0x88, Y1, Y4, Y2
+	VSHUFPS      $0xdd, Y1, Y4, Y1
+	VADDPS       Y1, Y2, Y2
+	MOVQ         (SP), AX
+	MOVQ         lds+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      X2, (AX)
+	VEXTRACTF128 $0x01, Y2, (AX)(CX*1)
+	ADDQ         $0x00000010, (SP)
+	MOVQ         8(SP), AX
+	MOVQ         ldk+80(FP), CX
+	SHLQ         $0x02, CX
+	ADDQ         CX, AX
+	MOVQ         AX, 8(SP)
+	SUBQ         $0x00000004, 16(SP)
+	JMP          main
+
+mainEnd:
+rest:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	MOVQ   q_base+32(FP), DX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), BX
+	SHLQ   $0x06, BX
+	MOVQ   24(SP), SI
+	TESTQ  SI, SI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(BX*1)
+	VPMOVZXBW   (AX), X3
+	VPSLLW      $0x08, X3, X3
+	VCVTPH2PS   X3, Y3
+	VFMADD231PS (DX), Y3, Y1
+	VFMADD231PS (DX)(CX*1), Y3, Y2
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000008, AX
+	DECQ        SI
+	JNZ         restK0Step
+
+restK0Tail:
+	MOVQ        32(SP), BX
+	TESTQ       BX, BX
+	JZ          restK0Done
+	SUBQ        BX, AX
+	SUBQ        40(SP), DX
+	VMASKMOVPS  (DX), Y0, Y3
+	VMASKMOVPS  (DX)(CX*1), Y0, Y4
+	VPMOVZXBW   (AX), X5
+	VPSLLW      $0x08, X5, X5
+	VCVTPH2PS   X5, Y5
+	VANDPS      Y0, Y5, Y5
+	VFMADD231PS Y3, Y5, Y1
+	VFMADD231PS Y4, Y5, Y2
+
+restK0Done:
+	VXORPS     Y3, Y3, Y3
+	VPERM2F128 $0x20, Y3, Y1, Y4
+	VPERM2F128 $0x31, Y3, Y1, Y1
+	VADDPS     Y1, Y4, Y4
+	VPERM2F128 $0x20, Y3, Y2, Y1
+	VPERM2F128 $0x31, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x44, Y1, Y4, Y2
+	VSHUFPS    $0xee, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VSHUFPS    $0x88, Y3, Y2, Y1
+	VSHUFPS    $0xdd, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	MOVQ       (SP), AX
+	MOVQ       lds+24(FP), CX
+	SHLQ       $0x02, CX
+	VMOVSS     X1, (AX)
+	VEXTRACTPS $0x01, X1, (AX)(CX*1)
+	ADDQ       $0x00000004, (SP)
+	MOVQ       8(SP), AX
+	MOVQ       ldk+80(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 8(SP)
+	SUBQ       $0x00000001, 16(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresE5M2M4AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·scoresE5M2M4AVX2(SB), NOSPLIT, $48-104
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    k_base+56(FP), AX
+	MOVQ    AX, 8(SP)
+	MOVQ    n+88(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    d+96(FP), AX
+	MOVQ    AX, CX
+	SHRQ    $0x03, CX
+	MOVQ    CX, 24(SP)
+	ANDQ    $0x07, AX
+	LEAQ    decodemask8<>+0(SB), CX
+	VMOVUPS 32(CX)(AX*4), Y0
+	MOVQ    $0x00000008, CX
+	SUBQ    AX, CX
+	ANDQ    $0x07, CX
+	MOVQ    CX, AX
+	SHLQ    $0x00, AX
+	MOVQ    AX, 32(SP)
+	SHLQ    $0x02, CX
+	MOVQ    CX, 40(SP)
+
+main:
+	CMPQ   16(SP), $0x00000002
+	JL     mainEnd
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   ldk+80(FP), AX
+	MOVQ   8(SP), CX
+	MOVQ   d+96(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	MOVQ   q_base+32(FP), SI
+	LEAQ   (CX), DI
+	LEAQ   (CX)(AX*1), AX
+	MOVQ   ldk+80(FP), CX
+	SHLQ   $0x06, CX
+	MOVQ   24(SP), R8
+	TESTQ  R8, R8
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (DI)(CX*1)
+	PREFETCHT1  (AX)(CX*1)
+	VMOVUPS     (SI), Y9
+	VMOVUPS     (SI)(DX*1), Y10
+	VMOVUPS     (SI)(DX*2), Y11
+	VMOVUPS     (SI)(BX*1), Y12
+	VPMOVZXBW   (DI), X13
+	VPSLLW      $0x08, X13, X13
+	VCVTPH2PS   X13, Y13
+	VFMADD231PS Y9, Y13, Y1
+	VFMADD231PS Y10, Y13, Y3
+	VFMADD231PS Y11, Y13, Y5
+	VFMADD231PS Y12, Y13, Y7
+	VPMOVZXBW   (AX), X13
+	VPSLLW      $0x08, X13, X13
+	VCVTPH2PS   X13, Y13
+	VFMADD231PS Y9, Y13, Y2
+	VFMADD231PS Y10, Y13, Y4
+	VFMADD231PS Y11, Y13, Y6
+	VFMADD231PS Y12, Y13, Y8
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000008, DI
+	ADDQ        $0x00000008, AX
+	DECQ        R8
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ        32(SP), CX
+	TESTQ       CX, CX
+	JZ          mainK0Done
+	SUBQ        CX, DI
+	SUBQ        CX, AX
+	SUBQ        40(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VMASKMOVPS  (SI)(DX*1), Y0, Y10
+	VMASKMOVPS  (SI)(DX*2), Y0, Y11
+	VMASKMOVPS  (SI)(BX*1), Y0, Y12
+	VPMOVZXBW   (DI), X13
+	VPSLLW      $0x08, X13, X13
+	VCVTPH2PS   X13, Y13
+	VANDPS      Y0, Y13, Y13
+	VFMADD231PS Y9, Y13, Y1
+	VFMADD231PS Y10, Y13, Y3
+	VFMADD231PS Y11, Y13, Y5
+	VFMADD231PS Y12, Y13, Y7
+	VPMOVZXBW   (AX), X13
+	VPSLLW      $0x08, X13, X13
+	VCVTPH2PS   X13, Y13
+	VANDPS      Y0, Y13, Y13
+	VFMADD231PS Y9, Y13, Y2
+	VFMADD231PS Y10, Y13, Y4
+	VFMADD231PS Y11, Y13, Y6
+	VFMADD231PS Y12, Y13, Y8
+
+mainK0Done:
+	VPERM2F128   $0x20, Y5, Y1, Y9
+	VPERM2F128   $0x31, Y5, Y1, Y1
+	VADDPS       Y1, Y9, Y9
+	VPERM2F128   $0x20, Y6, Y2, Y1
+	VPERM2F128   $0x31, Y6, Y2, Y2
+	VADDPS       Y2, Y1, Y1
+	VPERM2F128   $0x20, Y7, Y3, Y2
+	VPERM2F128   $0x31, Y7, Y3, Y3
+	VADDPS       Y3, Y2, Y2
+	VPERM2F128   $0x20, Y8, Y4, Y3
+	VPERM2F128   $0x31, Y8, Y4, Y4
+	VADDPS       Y4, Y3, Y3
+	VSHUFPS      $0x44, Y1, Y9, Y4
+	VSHUFPS      $0xee, Y1, Y9, Y1
+	VADDPS       Y1, Y4, Y4
+	VSHUFPS      $0x44, Y3, Y2, Y1
+	VSHUFPS      $0xee, Y3, Y2, Y2
+	VADDPS       Y2, Y1, Y1
+	VSHUFPS      $0x88, Y1, Y4, Y2
+	VSHUFPS      $0xdd, Y1, Y4, Y1
+	VADDPS       Y1, Y2, Y2
+	MOVQ         (SP), AX
+	MOVQ         lds+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVLPS      X2, (AX)
+	VMOVHPS      X2, (AX)(CX*1)
+	VEXTRACTF128 $0x01, Y2, X1
+	VMOVLPS      X1, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVHPS      X1, (AX)(CX*1)
+	ADDQ         $0x00000008, (SP)
+	MOVQ         8(SP), AX
+	MOVQ         ldk+80(FP), CX
+	SHLQ         $0x01, CX
+	ADDQ         CX, AX
+	MOVQ         AX, 8(SP)
+	SUBQ         $0x00000002, 16(SP)
+	JMP          main
+
+mainEnd:
+rest:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), SI
+	SHLQ   $0x06, SI
+	MOVQ   24(SP), DI
+	TESTQ  DI, DI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(SI*1)
+	VPMOVZXBW   (AX), X5
+	VPSLLW      $0x08, X5, X5
+	VCVTPH2PS   X5, Y5
+	VFMADD231PS (BX), Y5, Y1
+	VFMADD231PS (BX)(CX*1), Y5, Y2
+	VFMADD231PS (BX)(CX*2), Y5, Y3
+	VFMADD231PS (BX)(DX*1), Y5, Y4
+	ADDQ        $0x00000020, BX
+	ADDQ        $0x00000008, AX
+	DECQ        DI
+	JNZ         restK0Step
+
+restK0Tail:
+	MOVQ        32(SP), SI
+	TESTQ       SI, SI
+	JZ          restK0Done
+	SUBQ        SI, AX
+	SUBQ        40(SP), BX
+	VMASKMOVPS  (BX), Y0, Y5
+	VMASKMOVPS  (BX)(CX*1), Y0, Y6
+	VMASKMOVPS  (BX)(CX*2), Y0, Y7
+	VMASKMOVPS  (BX)(DX*1), Y0, Y8
+	VPMOVZXBW   (AX), X9
+	VPSLLW      $0x08, X9, X9
+	VCVTPH2PS   X9, Y9
+	VANDPS      Y0, Y9, Y9
+	VFMADD231PS Y5, Y9, Y1
+	VFMADD231PS Y6, Y9, Y2
+	VFMADD231PS Y7, Y9, Y3
+	VFMADD231PS Y8, Y9, Y4
+
+restK0Done:
+	VXORPS     Y5, Y5, Y5
+	VPERM2F128 $0x20, Y5, Y1, Y6
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y6, Y6
+	VPERM2F128 $0x20, Y5, Y2, Y1
+	VPERM2F128 $0x31, Y5, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y5, Y3, Y2
+	VPERM2F128 $0x31, Y5, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VPERM2F128 $0x20, Y5, Y4, Y3
+	VPERM2F128 $0x31, Y5, Y4, Y4
+	VADDPS     Y4, Y3, Y3
+	VSHUFPS    $0x44, Y1, Y6, Y4
+	VSHUFPS    $0xee, Y1, Y6, Y1
+	VADDPS     Y1, Y4, Y4
+	VSHUFPS    $0x44, Y3, Y2, Y1
+	VSHUFPS    $0xee, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x88, Y1, Y4, Y2
+	VSHUFPS    $0xdd, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	MOVQ       (SP), AX
+	MOVQ       lds+24(FP), CX
+	SHLQ       $0x02, CX
+	VMOVSS     X2, (AX)
+	VEXTRACTPS $0x01, X2, (AX)(CX*1)
+	VEXTRACTPS $0x02, X2, (AX)(CX*2)
+	LEAQ       (AX)(CX*2), AX
+	VEXTRACTPS $0x03, X2, (AX)(CX*1)
+	ADDQ       $0x00000004, (SP)
+	MOVQ       8(SP), AX
+	MOVQ       ldk+80(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 8(SP)
+	SUBQ       $0x00000001, 16(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresE5M2M8AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·scoresE5M2M8AVX2(SB), NOSPLIT, $48-104
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    k_base+56(FP), AX
+	MOVQ    AX, 8(SP)
+	MOVQ    n+88(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    d+96(FP), AX
+	MOVQ    AX, CX
+	SHRQ    $0x03, CX
+	MOVQ    CX, 24(SP)
+	ANDQ    $0x07, AX
+	LEAQ    decodemask8<>+0(SB), CX
+	VMOVUPS 32(CX)(AX*4), Y0
+	MOVQ    $0x00000008, CX
+	SUBQ    AX, CX
+	ANDQ    $0x07, CX
+	MOVQ    CX, AX
+	SHLQ    $0x00, AX
+	MOVQ    AX, 32(SP)
+	SHLQ    $0x02, CX
+	MOVQ    CX, 40(SP)
+
+main:
+	CMPQ   16(SP), $0x00000001
+	JL     done
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   8(SP), AX
+	MOVQ   d+96(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   q_base+32(FP), BX
+	LEAQ   (BX)(CX*4), SI
+	LEAQ   (AX), AX
+	MOVQ   ldk+80(FP), DI
+	SHLQ   $0x06, DI
+	MOVQ   24(SP), R8
+	TESTQ  R8, R8
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (AX)(DI*1)
+	VPMOVZXBW   (AX), X9
+	VPSLLW      $0x08, X9, X9
+	VCVTPH2PS   X9, Y9
+	VFMADD231PS (BX), Y9, Y1
+	VFMADD231PS (BX)(CX*1), Y9, Y2
+	VFMADD231PS (BX)(CX*2), Y9, Y3
+	VFMADD231PS (BX)(DX*1), Y9, Y4
+	VFMADD231PS (SI), Y9, Y5
+	VFMADD231PS (SI)(CX*1), Y9, Y6
+	VFMADD231PS (SI)(CX*2), Y9, Y7
+	VFMADD231PS (SI)(DX*1), Y9, Y8
+	ADDQ        $0x00000020, BX
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000008, AX
+	DECQ        R8
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ        32(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK0Done
+	SUBQ        DI, AX
+	SUBQ        40(SP), BX
+	SUBQ        40(SP), SI
+	VPMOVZXBW   (AX), X9
+	VPSLLW      $0x08, X9, X9
+	VCVTPH2PS   X9, Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (BX), Y0, Y10
+	VFMADD231PS Y10, Y9, Y1
+	VMASKMOVPS  (BX)(CX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y2
+	VMASKMOVPS  (BX)(CX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y3
+	VMASKMOVPS  (BX)(DX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y4
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y5
+	VMASKMOVPS  (SI)(CX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y6
+	VMASKMOVPS  (SI)(CX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y7
+	VMASKMOVPS  (SI)(DX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y8
+
+mainK0Done:
+	VPERM2F128   $0x20, Y5, Y1, Y9
+	VPERM2F128   $0x31, Y5, Y1, Y1
+	VADDPS       Y1, Y9, Y9
+	VPERM2F128   $0x20, Y6, Y2, Y1
+	VPERM2F128   $0x31, Y6, Y2, Y2
+	VADDPS       Y2, Y1, Y1
+	VPERM2F128   $0x20, Y7, Y3, Y2
+	VPERM2F128   $0x31, Y7, Y3, Y3
+	VADDPS       Y3, Y2, Y2
+	VPERM2F128   $0x20, Y8, Y4, Y3
+	VPERM2F128   $0x31, Y8, Y4, Y4
+	VADDPS       Y4, Y3, Y3
+	VSHUFPS      $0x44, Y1, Y9, Y4
+	VSHUFPS      $0xee, Y1, Y9, Y1
+	VADDPS       Y1, Y4, Y4
+	VSHUFPS      $0x44, Y3, Y2, Y1
+	VSHUFPS      $0xee, Y3, Y2, Y2
+	VADDPS       Y2, Y1, Y1
+	VSHUFPS      $0x88, Y1, Y4, Y2
+	VSHUFPS      $0xdd, Y1, Y4, Y1
+	VADDPS       Y1, Y2, Y2
+	MOVQ         (SP), AX
+	MOVQ         lds+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVSS       X2, (AX)
+	VEXTRACTPS   $0x01, X2, (AX)(CX*1)
+	VEXTRACTPS   $0x02, X2, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), DX
+	VEXTRACTPS   $0x03, X2, (DX)(CX*1)
+	VEXTRACTF128 $0x01, Y2, X1
+	LEAQ         (AX)(CX*4), AX
+	VMOVSS       X1, (AX)
+	VEXTRACTPS   $0x01, X1, (AX)(CX*1)
+	VEXTRACTPS   $0x02, X1, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VEXTRACTPS   $0x03, X1, (AX)(CX*1)
+	ADDQ         $0x00000004, (SP)
+	MOVQ         8(SP), AX
+	MOVQ         ldk+80(FP), CX
+	SHLQ         $0x00, CX
+	ADDQ         CX, AX
+	MOVQ         AX, 8(SP)
+	SUBQ         $0x00000001, 16(SP)
+	JMP          main
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumE5M2M1AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, CMOV, F16C, FMA3, MMX+
+TEXT ·accumE5M2M1AVX2(SB), $184-112
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ v_base+64(FP), AX
+	MOVQ AX, 24(SP)
+	MOVQ n+96(FP), AX
+	MOVQ AX, 40(SP)
+
+block:
+	MOVQ       40(SP), AX
+	TESTQ      AX, AX
+	JZ         done
+	MOVQ       $0x00000020, CX
+	CMPQ       AX, CX
+	CMOVQGT    CX, AX
+	MOVQ       AX, 32(SP)
+	MOVQ       16(SP), CX
+	MOVQ       ldp+56(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       AX, DX
+	SUBQ       $0x00000000, DX
+	XORQ       BX, BX
+	CMPQ       DX, BX
+	CMOVQLT    BX, DX
+	MOVQ       $0x00000008, BX
+	CMPQ       DX, BX
+	CMOVQGT    BX, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	LEAQ       decodemask8<>+0(SB), DX
+	VMOVUPS    (DX)(BX*4), Y0
+	MOVQ       AX, DX
+	SUBQ       $0x00000008, DX
+	XORQ       BX, BX
+	CMPQ       DX, BX
+	CMOVQLT    BX, DX
+	MOVQ       $0x00000008, BX
+	CMPQ       DX, BX
+	CMOVQGT    BX, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	LEAQ       decodemask8<>+0(SB), DX
+	VMOVUPS    (DX)(BX*4), Y1
+	MOVQ       AX, DX
+	SUBQ       $0x00000010, DX
+	XORQ       BX, BX
+	CMPQ       DX, BX
+	CMOVQLT    BX, DX
+	MOVQ       $0x00000008, BX
+	CMPQ       DX, BX
+	CMOVQGT    BX, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	LEAQ       decodemask8<>+0(SB), DX
+	VMOVUPS    (DX)(BX*4), Y2
+	SUBQ       $0x00000018, AX
+	XORQ       DX, DX
+	CMPQ       AX, DX
+	CMOVQLT    DX, AX
+	MOVQ       $0x00000008, DX
+	CMPQ       AX, DX
+	CMOVQGT    DX, AX
+	MOVQ       $0x00000008, DX
+	SUBQ       AX, DX
+	LEAQ       decodemask8<>+0(SB), AX
+	VMOVUPS    (AX)(DX*4), Y3
+	VMASKMOVPS (CX), Y0, Y0
+	VMOVUPS    Y0, 56(SP)
+	VMASKMOVPS 32(CX), Y1, Y0
+	VMOVUPS    Y0, 88(SP)
+	VMASKMOVPS 64(CX), Y2, Y0
+	VMOVUPS    Y0, 120(SP)
+	VMASKMOVPS 96(CX), Y3, Y0
+	VMOVUPS    Y0, 152(SP)
+	MOVQ       o_base+0(FP), AX
+	MOVQ       AX, (SP)
+	MOVQ       24(SP), AX
+	MOVQ       AX, 8(SP)
+	MOVQ       d+104(FP), AX
+	SHRQ       $0x03, AX
+	MOVQ       AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000008
+	JL      chunk4
+	MOVQ    (SP), AX
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VMOVUPS 64(AX), Y2
+	VMOVUPS 96(AX), Y3
+	VMOVUPS 128(AX), Y4
+	VMOVUPS 160(AX), Y5
+	VMOVUPS 192(AX), Y6
+	VMOVUPS 224(AX), Y7
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y8
+	VPMOVZXBW    (CX), X9
+	VPSLLW       $0x08, X9, X9
+	VCVTPH2PS    X9, Y9
+	VFMADD231PS  Y8, Y9, Y0
+	VPMOVZXBW    8(CX), X9
+	VPSLLW       $0x08, X9, X9
+	VCVTPH2PS    X9, Y9
+	VFMADD231PS  Y8, Y9, Y1
+	VPMOVZXBW    16(CX), X9
+	VPSLLW       $0x08, X9, X9
+	VCVTPH2PS    X9, Y9
+	VFMADD231PS  Y8, Y9, Y2
+	VPMOVZXBW    24(CX), X9
+	VPSLLW       $0x08, X9, X9
+	VCVTPH2PS    X9, Y9
+	VFMADD231PS  Y8, Y9, Y3
+	VPMOVZXBW    32(CX), X9
+	VPSLLW       $0x08, X9, X9
+	VCVTPH2PS    X9, Y9
+	VFMADD231PS  Y8, Y9, Y4
+	VPMOVZXBW    40(CX), X9
+	VPSLLW       $0x08, X9, X9
+	VCVTPH2PS    X9, Y9
+	VFMADD231PS  Y8, Y9, Y5
+	VPMOVZXBW    48(CX), X9
+	VPSLLW       $0x08, X9, X9
+	VCVTPH2PS    X9, Y9
+	VFMADD231PS  Y8, Y9, Y6
+	VPMOVZXBW    56(CX), X9
+	VPSLLW       $0x08, X9, X9
+	VCVTPH2PS    X9, Y9
+	VFMADD231PS  Y8, Y9, Y7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys1
+	MOVQ         (SP), AX
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y1, 32(AX)
+	VMOVUPS      Y2, 64(AX)
+	VMOVUPS      Y3, 96(AX)
+	VMOVUPS      Y4, 128(AX)
+	VMOVUPS      Y5, 160(AX)
+	VMOVUPS      Y6, 192(AX)
+	VMOVUPS      Y7, 224(AX)
+	ADDQ         $0x00000100, (SP)
+	ADDQ         $0x00000040, 8(SP)
+	SUBQ         $0x00000008, 48(SP)
+	JMP          full
+
+chunk4:
+	CMPQ    48(SP), $0x00000004
+	JL      chunk2
+	MOVQ    (SP), AX
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VMOVUPS 64(AX), Y2
+	VMOVUPS 96(AX), Y3
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys2:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y4
+	VPMOVZXBW    (CX), X5
+	VPSLLW       $0x08, X5, X5
+	VCVTPH2PS    X5, Y5
+	VFMADD231PS  Y4, Y5, Y0
+	VPMOVZXBW    8(CX), X5
+	VPSLLW       $0x08, X5, X5
+	VCVTPH2PS    X5, Y5
+	VFMADD231PS  Y4, Y5, Y1
+	VPMOVZXBW    16(CX), X5
+	VPSLLW       $0x08, X5, X5
+	VCVTPH2PS    X5, Y5
+	VFMADD231PS  Y4, Y5, Y2
+	VPMOVZXBW    24(CX), X5
+	VPSLLW       $0x08, X5, X5
+	VCVTPH2PS    X5, Y5
+	VFMADD231PS  Y4, Y5, Y3
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys2
+	MOVQ         (SP), AX
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y1, 32(AX)
+	VMOVUPS      Y2, 64(AX)
+	VMOVUPS      Y3, 96(AX)
+	ADDQ         $0x00000080, (SP)
+	ADDQ         $0x00000020, 8(SP)
+	SUBQ         $0x00000004, 48(SP)
+
+chunk2:
+	CMPQ    48(SP), $0x00000002
+	JL      chunk1
+	MOVQ    (SP), AX
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys3:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y2
+	VPMOVZXBW    (CX), X3
+	VPSLLW       $0x08, X3, X3
+	VCVTPH2PS    X3, Y3
+	VFMADD231PS  Y2, Y3, Y0
+	VPMOVZXBW    8(CX), X3
+	VPSLLW       $0x08, X3, X3
+	VCVTPH2PS    X3, Y3
+	VFMADD231PS  Y2, Y3, Y1
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys3
+	MOVQ         (SP), AX
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y1, 32(AX)
+	ADDQ         $0x00000040, (SP)
+	ADDQ         $0x00000010, 8(SP)
+	SUBQ         $0x00000002, 48(SP)
+
+chunk1:
+	CMPQ    48(SP), $0x00000001
+	JL      chunk0
+	MOVQ    (SP), AX
+	VMOVUPS (AX), Y0
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys4:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y1
+	VPMOVZXBW    (CX), X2
+	VPSLLW       $0x08, X2, X2
+	VCVTPH2PS    X2, Y2
+	VFMADD231PS  Y1, Y2, Y0
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys4
+	MOVQ         (SP), AX
+	VMOVUPS      Y0, (AX)
+	ADDQ         $0x00000020, (SP)
+	ADDQ         $0x00000008, 8(SP)
+	SUBQ         $0x00000001, 48(SP)
+
+chunk0:
+	MOVQ       d+104(FP), AX
+	ANDQ       $0x07, AX
+	JZ         next
+	MOVQ       d+104(FP), AX
+	ANDQ       $0x07, AX
+	LEAQ       decodemask8<>+0(SB), CX
+	VMOVUPS    32(CX)(AX*4), Y0
+	MOVQ       (SP), AX
+	MOVQ       d+104(FP), CX
+	ANDQ       $0x07, CX
+	MOVQ       $0x00000008, DX
+	SUBQ       CX, DX
+	ANDQ       $0x07, DX
+	SHLQ       $0x02, DX
+	SUBQ       DX, AX
+	VMASKMOVPS (AX), Y0, Y0
+	LEAQ       56(SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	ANDQ       $0x07, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	ANDQ       $0x07, BX
+	SHLQ       $0x00, BX
+	SUBQ       BX, CX
+	MOVQ       ldv+88(FP), DX
+	MOVQ       DX, BX
+	SHLQ       $0x05, BX
+	MOVQ       32(SP), SI
+
+keys5:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y1
+	VPMOVZXBW    (CX), X2
+	VPSLLW       $0x08, X2, X2
+	VCVTPH2PS    X2, Y2
+	VFMADD231PS  Y1, Y2, Y0
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys5
+	MOVQ         d+104(FP), AX
+	ANDQ         $0x07, AX
+	LEAQ         decodemask8<>+0(SB), CX
+	VMOVUPS      32(CX)(AX*4), Y1
+	MOVQ         (SP), AX
+	MOVQ         d+104(FP), CX
+	ANDQ         $0x07, CX
+	MOVQ         $0x00000008, DX
+	SUBQ         CX, DX
+	ANDQ         $0x07, DX
+	SHLQ         $0x02, DX
+	SUBQ         DX, AX
+	VMASKMOVPS   Y0, Y1, (AX)
+
+next:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumE5M2M2AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, CMOV, F16C, FMA3, MMX+
+TEXT ·accumE5M2M2AVX2(SB), $312-112
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ v_base+64(FP), AX
+	MOVQ AX, 24(SP)
+	MOVQ n+96(FP), AX
+	MOVQ AX, 40(SP)
+
+block:
+	MOVQ       40(SP), AX
+	TESTQ      AX, AX
+	JZ         done
+	MOVQ       $0x00000020, CX
+	CMPQ       AX, CX
+	CMOVQGT    CX, AX
+	MOVQ       AX, 32(SP)
+	MOVQ       16(SP), CX
+	MOVQ       ldp+56(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       AX, BX
+	SUBQ       $0x00000000, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y0
+	MOVQ       AX, BX
+	SUBQ       $0x00000008, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y1
+	MOVQ       AX, BX
+	SUBQ       $0x00000010, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y2
+	SUBQ       $0x00000018, AX
+	XORQ       BX, BX
+	CMPQ       AX, BX
+	CMOVQLT    BX, AX
+	MOVQ       $0x00000008, BX
+	CMPQ       AX, BX
+	CMOVQGT    BX, AX
+	MOVQ       $0x00000008, BX
+	SUBQ       AX, BX
+	LEAQ       decodemask8<>+0(SB), AX
+	VMOVUPS    (AX)(BX*4), Y3
+	VMASKMOVPS (CX), Y0, Y4
+	VMOVUPS    Y4, 56(SP)
+	VMASKMOVPS 32(CX), Y1, Y4
+	VMOVUPS    Y4, 88(SP)
+	VMASKMOVPS 64(CX), Y2, Y4
+	VMOVUPS    Y4, 120(SP)
+	VMASKMOVPS 96(CX), Y3, Y4
+	VMOVUPS    Y4, 152(SP)
+	VMASKMOVPS (CX)(DX*1), Y0, Y0
+	VMOVUPS    Y0, 184(SP)
+	VMASKMOVPS 32(CX)(DX*1), Y1, Y0
+	VMOVUPS    Y0, 216(SP)
+	VMASKMOVPS 64(CX)(DX*1), Y2, Y0
+	VMOVUPS    Y0, 248(SP)
+	VMASKMOVPS 96(CX)(DX*1), Y3, Y0
+	VMOVUPS    Y0, 280(SP)
+	MOVQ       o_base+0(FP), AX
+	MOVQ       AX, (SP)
+	MOVQ       24(SP), AX
+	MOVQ       AX, 8(SP)
+	MOVQ       d+104(FP), AX
+	SHRQ       $0x03, AX
+	MOVQ       AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000004
+	JL      chunk2
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VMOVUPS 64(AX), Y2
+	VMOVUPS 96(AX), Y3
+	VMOVUPS (AX)(CX*1), Y4
+	VMOVUPS 32(AX)(CX*1), Y5
+	VMOVUPS 64(AX)(CX*1), Y6
+	VMOVUPS 96(AX)(CX*1), Y7
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y8
+	VBROADCASTSS 128(AX), Y9
+	VPMOVZXBW    (CX), X10
+	VPSLLW       $0x08, X10, X10
+	VCVTPH2PS    X10, Y10
+	VFMADD231PS  Y8, Y10, Y0
+	VFMADD231PS  Y9, Y10, Y4
+	VPMOVZXBW    8(CX), X10
+	VPSLLW       $0x08, X10, X10
+	VCVTPH2PS    X10, Y10
+	VFMADD231PS  Y8, Y10, Y1
+	VFMADD231PS  Y9, Y10, Y5
+	VPMOVZXBW    16(CX), X10
+	VPSLLW       $0x08, X10, X10
+	VCVTPH2PS    X10, Y10
+	VFMADD231PS  Y8, Y10, Y2
+	VFMADD231PS  Y9, Y10, Y6
+	VPMOVZXBW    24(CX), X10
+	VPSLLW       $0x08, X10, X10
+	VCVTPH2PS    X10, Y10
+	VFMADD231PS  Y8, Y10, Y3
+	VFMADD231PS  Y9, Y10, Y7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys1
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y1, 32(AX)
+	VMOVUPS      Y2, 64(AX)
+	VMOVUPS      Y3, 96(AX)
+	VMOVUPS      Y4, (AX)(CX*1)
+	VMOVUPS      Y5, 32(AX)(CX*1)
+	VMOVUPS      Y6, 64(AX)(CX*1)
+	VMOVUPS      Y7, 96(AX)(CX*1)
+	ADDQ         $0x00000080, (SP)
+	ADDQ         $0x00000020, 8(SP)
+	SUBQ         $0x00000004, 48(SP)
+	JMP          full
+
+chunk2:
+	CMPQ    48(SP), $0x00000002
+	JL      chunk1
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VMOVUPS (AX)(CX*1), Y2
+	VMOVUPS 32(AX)(CX*1), Y3
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys2:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y4
+	VBROADCASTSS 128(AX), Y5
+	VPMOVZXBW    (CX), X6
+	VPSLLW       $0x08, X6, X6
+	VCVTPH2PS    X6, Y6
+	VFMADD231PS  Y4, Y6, Y0
+	VFMADD231PS  Y5, Y6, Y2
+	VPMOVZXBW    8(CX), X6
+	VPSLLW       $0x08, X6, X6
+	VCVTPH2PS    X6, Y6
+	VFMADD231PS  Y4, Y6, Y1
+	VFMADD231PS  Y5, Y6, Y3
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys2
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y1, 32(AX)
+	VMOVUPS      Y2, (AX)(CX*1)
+	VMOVUPS      Y3, 32(AX)(CX*1)
+	ADDQ         $0x00000040, (SP)
+	ADDQ         $0x00000010, 8(SP)
+	SUBQ         $0x00000002, 48(SP)
+
+chunk1:
+	CMPQ    48(SP), $0x00000001
+	JL      chunk0
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Y0
+	VMOVUPS (AX)(CX*1), Y1
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys3:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y2
+	VBROADCASTSS 128(AX), Y3
+	VPMOVZXBW    (CX), X4
+	VPSLLW       $0x08, X4, X4
+	VCVTPH2PS    X4, Y4
+	VFMADD231PS  Y2, Y4, Y0
+	VFMADD231PS  Y3, Y4, Y1
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys3
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y1, (AX)(CX*1)
+	ADDQ         $0x00000020, (SP)
+	ADDQ         $0x00000008, 8(SP)
+	SUBQ         $0x00000001, 48(SP)
+
+chunk0:
+	MOVQ       d+104(FP), AX
+	ANDQ       $0x07, AX
+	JZ         next
+	MOVQ       d+104(FP), AX
+	ANDQ       $0x07, AX
+	LEAQ       decodemask8<>+0(SB), CX
+	VMOVUPS    32(CX)(AX*4), Y0
+	MOVQ       (SP), AX
+	MOVQ       d+104(FP), CX
+	ANDQ       $0x07, CX
+	MOVQ       $0x00000008, DX
+	SUBQ       CX, DX
+	ANDQ       $0x07, DX
+	SHLQ       $0x02, DX
+	SUBQ       DX, AX
+	MOVQ       ldo+24(FP), CX
+	SHLQ       $0x02, CX
+	VMASKMOVPS (AX), Y0, Y1
+	VMASKMOVPS (AX)(CX*1), Y0, Y0
+	LEAQ       56(SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	ANDQ       $0x07, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	ANDQ       $0x07, BX
+	SHLQ       $0x00, BX
+	SUBQ       BX, CX
+	MOVQ       ldv+88(FP), DX
+	MOVQ       DX, BX
+	SHLQ       $0x05, BX
+	MOVQ       32(SP), SI
+
+keys4:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y2
+	VBROADCASTSS 128(AX), Y3
+	VPMOVZXBW    (CX), X4
+	VPSLLW       $0x08, X4, X4
+	VCVTPH2PS    X4, Y4
+	VFMADD231PS  Y2, Y4, Y1
+	VFMADD231PS  Y3, Y4, Y0
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys4
+	MOVQ         d+104(FP), AX
+	ANDQ         $0x07, AX
+	LEAQ         decodemask8<>+0(SB), CX
+	VMOVUPS      32(CX)(AX*4), Y2
+	MOVQ         (SP), AX
+	MOVQ         d+104(FP), CX
+	ANDQ         $0x07, CX
+	MOVQ         $0x00000008, DX
+	SUBQ         CX, DX
+	ANDQ         $0x07, DX
+	SHLQ         $0x02, DX
+	SUBQ         DX, AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMASKMOVPS   Y1, Y2, (AX)
+	VMASKMOVPS   Y0, Y2, (AX)(CX*1)
+
+next:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumE5M2M4AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, CMOV, F16C, FMA3, MMX+
+TEXT ·accumE5M2M4AVX2(SB), $568-112
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ v_base+64(FP), AX
+	MOVQ AX, 24(SP)
+	MOVQ n+96(FP), AX
+	MOVQ AX, 40(SP)
+
+block:
+	MOVQ       40(SP), AX
+	TESTQ      AX, AX
+	JZ         done
+	MOVQ       $0x00000020, CX
+	CMPQ       AX, CX
+	CMOVQGT    CX, AX
+	MOVQ       AX, 32(SP)
+	MOVQ       16(SP), CX
+	MOVQ       ldp+56(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       AX, BX
+	SUBQ       $0x00000000, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y0
+	MOVQ       AX, BX
+	SUBQ       $0x00000008, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y1
+	MOVQ       AX, BX
+	SUBQ       $0x00000010, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y2
+	SUBQ       $0x00000018, AX
+	XORQ       BX, BX
+	CMPQ       AX, BX
+	CMOVQLT    BX, AX
+	MOVQ       $0x00000008, BX
+	CMPQ       AX, BX
+	CMOVQGT    BX, AX
+	MOVQ       $0x00000008, BX
+	SUBQ       AX, BX
+	LEAQ       decodemask8<>+0(SB), AX
+	VMOVUPS    (AX)(BX*4), Y3
+	VMASKMOVPS (CX), Y0, Y4
+	VMOVUPS    Y4, 56(SP)
+	VMASKMOVPS 32(CX), Y1, Y4
+	VMOVUPS    Y4, 88(SP)
+	VMASKMOVPS 64(CX), Y2, Y4
+	VMOVUPS    Y4, 120(SP)
+	VMASKMOVPS 96(CX), Y3, Y4
+	VMOVUPS    Y4, 152(SP)
+	VMASKMOVPS (CX)(DX*1), Y0, Y4
+	VMOVUPS    Y4, 184(SP)
+	VMASKMOVPS 32(CX)(DX*1), Y1, Y4
+	VMOVUPS    Y4, 216(SP)
+	VMASKMOVPS 64(CX)(DX*1), Y2, Y4
+	VMOVUPS    Y4, 248(SP)
+	VMASKMOVPS 96(CX)(DX*1), Y3, Y4
+	VMOVUPS    Y4, 280(SP)
+	VMASKMOVPS (CX)(DX*2), Y0, Y4
+	VMOVUPS    Y4, 312(SP)
+	VMASKMOVPS 32(CX)(DX*2), Y1, Y4
+	VMOVUPS    Y4, 344(SP)
+	VMASKMOVPS 64(CX)(DX*2), Y2, Y4
+	VMOVUPS    Y4, 376(SP)
+	VMASKMOVPS 96(CX)(DX*2), Y3, Y4
+	VMOVUPS    Y4, 408(SP)
+	LEAQ       (CX)(DX*2), AX
+	VMASKMOVPS (AX)(DX*1), Y0, Y0
+	VMOVUPS    Y0, 440(SP)
+	VMASKMOVPS 32(AX)(DX*1), Y1, Y0
+	VMOVUPS    Y0, 472(SP)
+	VMASKMOVPS 64(AX)(DX*1), Y2, Y0
+	VMOVUPS    Y0, 504(SP)
+	VMASKMOVPS 96(AX)(DX*1), Y3, Y0
+	VMOVUPS    Y0, 536(SP)
+	MOVQ       o_base+0(FP), AX
+	MOVQ       AX, (SP)
+	MOVQ       24(SP), AX
+	MOVQ       AX, 8(SP)
+	MOVQ       d+104(FP), AX
+	SHRQ       $0x03, AX
+	MOVQ       AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000002
+	JL      chunk1
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VMOVUPS (AX)(CX*1), Y2
+	VMOVUPS 32(AX)(CX*1), Y3
+	VMOVUPS (AX)(CX*2), Y4
+	VMOVUPS 32(AX)(CX*2), Y5
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS (AX)(CX*1), Y6
+	VMOVUPS 32(AX)(CX*1), Y7
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y8
+	VBROADCASTSS 128(AX), Y9
+	VBROADCASTSS 256(AX), Y10
+	VBROADCASTSS 384(AX), Y11
+	VPMOVZXBW    (CX), X12
+	VPSLLW       $0x08, X12, X12
+	VCVTPH2PS    X12, Y12
+	VFMADD231PS  Y8, Y12, Y0
+	VFMADD231PS  Y9, Y12, Y2
+	VFMADD231PS  Y10, Y12, Y4
+	VFMADD231PS  Y11, Y12, Y6
+	VPMOVZXBW    8(CX), X12
+	VPSLLW       $0x08, X12, X12
+	VCVTPH2PS    X12, Y12
+	VFMADD231PS  Y8, Y12, Y1
+	VFMADD231PS  Y9, Y12, Y3
+	VFMADD231PS  Y10, Y12, Y5
+	VFMADD231PS  Y11, Y12, Y7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys1
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y1, 32(AX)
+	VMOVUPS      Y2, (AX)(CX*1)
+	VMOVUPS      Y3, 32(AX)(CX*1)
+	VMOVUPS      Y4, (AX)(CX*2)
+	VMOVUPS      Y5, 32(AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Y6, (AX)(CX*1)
+	VMOVUPS      Y7, 32(AX)(CX*1)
+	ADDQ         $0x00000040, (SP)
+	ADDQ         $0x00000010, 8(SP)
+	SUBQ         $0x00000002, 48(SP)
+	JMP          full
+
+chunk1:
+	CMPQ    48(SP), $0x00000001
+	JL      chunk0
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Y0
+	VMOVUPS (AX)(CX*1), Y1
+	VMOVUPS (AX)(CX*2), Y2
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS (AX)(CX*1), Y3
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys2:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y4
+	VBROADCASTSS 128(AX), Y5
+	VBROADCASTSS 256(AX), Y6
+	VBROADCASTSS 384(AX), Y7
+	VPMOVZXBW    (CX), X8
+	VPSLLW       $0x08, X8, X8
+	VCVTPH2PS    X8, Y8
+	VFMADD231PS  Y4, Y8, Y0
+	VFMADD231PS  Y5, Y8, Y1
+	VFMADD231PS  Y6, Y8, Y2
+	VFMADD231PS  Y7, Y8, Y3
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys2
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y1, (AX)(CX*1)
+	VMOVUPS      Y2, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Y3, (AX)(CX*1)
+	ADDQ         $0x00000020, (SP)
+	ADDQ         $0x00000008, 8(SP)
+	SUBQ         $0x00000001, 48(SP)
+
+chunk0:
+	MOVQ       d+104(FP), AX
+	ANDQ       $0x07, AX
+	JZ         next
+	MOVQ       d+104(FP), AX
+	ANDQ       $0x07, AX
+	LEAQ       decodemask8<>+0(SB), CX
+	VMOVUPS    32(CX)(AX*4), Y0
+	MOVQ       (SP), AX
+	MOVQ       d+104(FP), CX
+	ANDQ       $0x07, CX
+	MOVQ       $0x00000008, DX
+	SUBQ       CX, DX
+	ANDQ       $0x07, DX
+	SHLQ       $0x02, DX
+	SUBQ       DX, AX
+	MOVQ       ldo+24(FP), CX
+	SHLQ       $0x02, CX
+	VMASKMOVPS (AX), Y0, Y1
+	VMASKMOVPS (AX)(CX*1), Y0, Y2
+	VMASKMOVPS (AX)(CX*2), Y0, Y3
+	LEAQ       (AX)(CX*2), AX
+	VMASKMOVPS (AX)(CX*1), Y0, Y0
+	LEAQ       56(SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	ANDQ       $0x07, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	ANDQ       $0x07, BX
+	SHLQ       $0x00, BX
+	SUBQ       BX, CX
+	MOVQ       ldv+88(FP), DX
+	MOVQ       DX, BX
+	SHLQ       $0x05, BX
+	MOVQ       32(SP), SI
+
+keys3:
+	PREFETCHT1   (CX)(BX*1)
+	VBROADCASTSS (AX), Y4
+	VBROADCASTSS 128(AX), Y5
+	VBROADCASTSS 256(AX), Y6
+	VBROADCASTSS 384(AX), Y7
+	VPMOVZXBW    (CX), X8
+	VPSLLW       $0x08, X8, X8
+	VCVTPH2PS    X8, Y8
+	VFMADD231PS  Y4, Y8, Y1
+	VFMADD231PS  Y5, Y8, Y2
+	VFMADD231PS  Y6, Y8, Y3
+	VFMADD231PS  Y7, Y8, Y0
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys3
+	MOVQ         d+104(FP), AX
+	ANDQ         $0x07, AX
+	LEAQ         decodemask8<>+0(SB), CX
+	VMOVUPS      32(CX)(AX*4), Y4
+	MOVQ         (SP), AX
+	MOVQ         d+104(FP), CX
+	ANDQ         $0x07, CX
+	MOVQ         $0x00000008, DX
+	SUBQ         CX, DX
+	ANDQ         $0x07, DX
+	SHLQ         $0x02, DX
+	SUBQ         DX, AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMASKMOVPS   Y1, Y4, (AX)
+	VMASKMOVPS   Y2, Y4, (AX)(CX*1)
+	VMASKMOVPS   Y3, Y4, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMASKMOVPS   Y0, Y4, (AX)(CX*1)
+
+next:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumE5M2M8AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+// Requires: AVX, CMOV, F16C, FMA3, MMX+
+TEXT ·accumE5M2M8AVX2(SB), $1080-112
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ v_base+64(FP), AX
+	MOVQ AX, 24(SP)
+	MOVQ n+96(FP), AX
+	MOVQ AX, 40(SP)
+
+block:
+	MOVQ       40(SP), AX
+	TESTQ      AX, AX
+	JZ         done
+	MOVQ       $0x00000020, CX
+	CMPQ       AX, CX
+	CMOVQGT    CX, AX
+	MOVQ       AX, 32(SP)
+	MOVQ       16(SP), CX
+	MOVQ       ldp+56(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       AX, BX
+	SUBQ       $0x00000000, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y0
+	MOVQ       AX, BX
+	SUBQ       $0x00000008, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y1
+	MOVQ       AX, BX
+	SUBQ       $0x00000010, BX
+	XORQ       SI, SI
+	CMPQ       BX, SI
+	CMOVQLT    SI, BX
+	MOVQ       $0x00000008, SI
+	CMPQ       BX, SI
+	CMOVQGT    SI, BX
+	MOVQ       $0x00000008, SI
+	SUBQ       BX, SI
+	LEAQ       decodemask8<>+0(SB), BX
+	VMOVUPS    (BX)(SI*4), Y2
+	SUBQ       $0x00000018, AX
+	XORQ       BX, BX
+	CMPQ       AX, BX
+	CMOVQLT    BX, AX
+	MOVQ       $0x00000008, BX
+	CMPQ       AX, BX
+	CMOVQGT    BX, AX
+	MOVQ       $0x00000008, BX
+	SUBQ       AX, BX
+	LEAQ       decodemask8<>+0(SB), AX
+	VMOVUPS    (AX)(BX*4), Y3
+	VMASKMOVPS (CX), Y0, Y4
+	VMOVUPS    Y4, 56(SP)
+	VMASKMOVPS 32(CX), Y1, Y4
+	VMOVUPS    Y4, 88(SP)
+	VMASKMOVPS 64(CX), Y2, Y4
+	VMOVUPS    Y4, 120(SP)
+	VMASKMOVPS 96(CX), Y3, Y4
+	VMOVUPS    Y4, 152(SP)
+	VMASKMOVPS (CX)(DX*1), Y0, Y4
+	VMOVUPS    Y4, 184(SP)
+	VMASKMOVPS 32(CX)(DX*1), Y1, Y4
+	VMOVUPS    Y4, 216(SP)
+	VMASKMOVPS 64(CX)(DX*1), Y2, Y4
+	VMOVUPS    Y4, 248(SP)
+	VMASKMOVPS 96(CX)(DX*1), Y3, Y4
+	VMOVUPS    Y4, 280(SP)
+	VMASKMOVPS (CX)(DX*2), Y0, Y4
+	VMOVUPS    Y4, 312(SP)
+	VMASKMOVPS 32(CX)(DX*2), Y1, Y4
+	VMOVUPS    Y4, 344(SP)
+	VMASKMOVPS 64(CX)(DX*2), Y2, Y4
+	VMOVUPS    Y4, 376(SP)
+	VMASKMOVPS 96(CX)(DX*2), Y3, Y4
+	VMOVUPS    Y4, 408(SP)
+	LEAQ       (CX)(DX*2), AX
+	VMASKMOVPS (AX)(DX*1), Y0, Y4
+	VMOVUPS    Y4, 440(SP)
+	VMASKMOVPS 32(AX)(DX*1), Y1, Y4
+	VMOVUPS    Y4, 472(SP)
+	VMASKMOVPS 64(AX)(DX*1), Y2, Y4
+	VMOVUPS    Y4, 504(SP)
+	VMASKMOVPS 96(AX)(DX*1), Y3, Y4
+	VMOVUPS    Y4, 536(SP)
+	LEAQ       (CX)(DX*4), AX
+	VMASKMOVPS (AX), Y0, Y4
+	VMOVUPS    Y4, 568(SP)
+	VMASKMOVPS 32(AX), Y1, Y4
+	VMOVUPS    Y4, 600(SP)
+	VMASKMOVPS 64(AX), Y2, Y4
+	VMOVUPS    Y4, 632(SP)
+	VMASKMOVPS 96(AX), Y3, Y4
+	VMOVUPS    Y4, 664(SP)
+	VMASKMOVPS (AX)(DX*1), Y0, Y4
+	VMOVUPS    Y4, 696(SP)
+	VMASKMOVPS 32(AX)(DX*1), Y1, Y4
+	VMOVUPS    Y4, 728(SP)
+	VMASKMOVPS 64(AX)(DX*1), Y2, Y4
+	VMOVUPS    Y4, 760(SP)
+	VMASKMOVPS 96(AX)(DX*1), Y3, Y4
+	VMOVUPS    Y4, 792(SP)
+	VMASKMOVPS (AX)(DX*2), Y0, Y4
+	VMOVUPS    Y4, 824(SP)
+	VMASKMOVPS 32(AX)(DX*2), Y1, Y4
+	VMOVUPS    Y4, 856(SP)
+	VMASKMOVPS 64(AX)(DX*2), Y2, Y4
+	VMOVUPS    Y4, 888(SP)
+	VMASKMOVPS 96(AX)(DX*2), Y3, Y4
+	VMOVUPS    Y4, 920(SP)
+	LEAQ       (AX)(DX*2), AX
+	VMASKMOVPS (AX)(DX*1), Y0, Y0
+	VMOVUPS    Y0, 952(SP)
+	VMASKMOVPS 32(AX)(DX*1), Y1, Y0
+	VMOVUPS    Y0, 984(SP)
+	VMASKMOVPS 64(AX)(DX*1), Y2, Y0
+	VMOVUPS    Y0, 1016(SP)
+	VMASKMOVPS 96(AX)(DX*1), Y3, Y0
+	VMOVUPS    Y0, 1048(SP)
+	MOVQ       o_base+0(FP), AX
+	MOVQ       AX, (SP)
+	MOVQ       24(SP), AX
+	MOVQ       AX, 8(SP)
+	MOVQ       d+104(FP), AX
+	SHRQ       $0x03, AX
+	MOVQ       AX, 48(SP)
+
+full:
+	CMPQ    48(SP), $0x00000001
+	JL      chunk0
+	MOVQ    (SP), AX
+	MOVQ    ldo+24(FP), CX
+	SHLQ    $0x02, CX
+	VMOVUPS (AX), Y0
+	VMOVUPS (AX)(CX*1), Y1
+	VMOVUPS (AX)(CX*2), Y2
+	LEAQ    (AX)(CX*2), DX
+	VMOVUPS (DX)(CX*1), Y3
+	LEAQ    (AX)(CX*4), AX
+	VMOVUPS (AX), Y4
+	VMOVUPS (AX)(CX*1), Y5
+	VMOVUPS (AX)(CX*2), Y6
+	LEAQ    (AX)(CX*2), AX
+	VMOVUPS (AX)(CX*1), Y7
+	LEAQ    56(SP), AX
+	MOVQ    8(SP), CX
+	MOVQ    ldv+88(FP), DX
+	MOVQ    DX, BX
+	SHLQ    $0x05, BX
+	MOVQ    32(SP), SI
+
+keys1:
+	PREFETCHT1   (CX)(BX*1)
+	VPMOVZXBW    (CX), X8
+	VPSLLW       $0x08, X8, X8
+	VCVTPH2PS    X8, Y8
+	VBROADCASTSS (AX), Y9
+	VFMADD231PS  Y9, Y8, Y0
+	VBROADCASTSS 128(AX), Y9
+	VFMADD231PS  Y9, Y8, Y1
+	VBROADCASTSS 256(AX), Y9
+	VFMADD231PS  Y9, Y8, Y2
+	VBROADCASTSS 384(AX), Y9
+	VFMADD231PS  Y9, Y8, Y3
+	VBROADCASTSS 512(AX), Y9
+	VFMADD231PS  Y9, Y8, Y4
+	VBROADCASTSS 640(AX), Y9
+	VFMADD231PS  Y9, Y8, Y5
+	VBROADCASTSS 768(AX), Y9
+	VFMADD231PS  Y9, Y8, Y6
+	VBROADCASTSS 896(AX), Y9
+	VFMADD231PS  Y9, Y8, Y7
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys1
+	MOVQ         (SP), AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y1, (AX)(CX*1)
+	VMOVUPS      Y2, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), DX
+	VMOVUPS      Y3, (DX)(CX*1)
+	LEAQ         (AX)(CX*4), AX
+	VMOVUPS      Y4, (AX)
+	VMOVUPS      Y5, (AX)(CX*1)
+	VMOVUPS      Y6, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMOVUPS      Y7, (AX)(CX*1)
+	ADDQ         $0x00000020, (SP)
+	ADDQ         $0x00000008, 8(SP)
+	SUBQ         $0x00000001, 48(SP)
+	JMP          full
+
+chunk0:
+	MOVQ       d+104(FP), AX
+	ANDQ       $0x07, AX
+	JZ         next
+	MOVQ       d+104(FP), AX
+	ANDQ       $0x07, AX
+	LEAQ       decodemask8<>+0(SB), CX
+	VMOVUPS    32(CX)(AX*4), Y0
+	MOVQ       (SP), AX
+	MOVQ       d+104(FP), CX
+	ANDQ       $0x07, CX
+	MOVQ       $0x00000008, DX
+	SUBQ       CX, DX
+	ANDQ       $0x07, DX
+	SHLQ       $0x02, DX
+	SUBQ       DX, AX
+	MOVQ       ldo+24(FP), CX
+	SHLQ       $0x02, CX
+	VMASKMOVPS (AX), Y0, Y1
+	VMASKMOVPS (AX)(CX*1), Y0, Y2
+	VMASKMOVPS (AX)(CX*2), Y0, Y3
+	LEAQ       (AX)(CX*2), DX
+	VMASKMOVPS (DX)(CX*1), Y0, Y4
+	LEAQ       (AX)(CX*4), AX
+	VMASKMOVPS (AX), Y0, Y5
+	VMASKMOVPS (AX)(CX*1), Y0, Y6
+	VMASKMOVPS (AX)(CX*2), Y0, Y7
+	LEAQ       (AX)(CX*2), AX
+	VMASKMOVPS (AX)(CX*1), Y0, Y0
+	LEAQ       56(SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	ANDQ       $0x07, DX
+	MOVQ       $0x00000008, BX
+	SUBQ       DX, BX
+	ANDQ       $0x07, BX
+	SHLQ       $0x00, BX
+	SUBQ       BX, CX
+	MOVQ       ldv+88(FP), DX
+	MOVQ       DX, BX
+	SHLQ       $0x05, BX
+	MOVQ       32(SP), SI
+
+keys2:
+	PREFETCHT1   (CX)(BX*1)
+	VPMOVZXBW    (CX), X8
+	VPSLLW       $0x08, X8, X8
+	VCVTPH2PS    X8, Y8
+	VBROADCASTSS (AX), Y9
+	VFMADD231PS  Y9, Y8, Y1
+	VBROADCASTSS 128(AX), Y9
+	VFMADD231PS  Y9, Y8, Y2
+	VBROADCASTSS 256(AX), Y9
+	VFMADD231PS  Y9, Y8, Y3
+	VBROADCASTSS 384(AX), Y9
+	VFMADD231PS  Y9, Y8, Y4
+	VBROADCASTSS 512(AX), Y9
+	VFMADD231PS  Y9, Y8, Y5
+	VBROADCASTSS 640(AX), Y9
+	VFMADD231PS  Y9, Y8, Y6
+	VBROADCASTSS 768(AX), Y9
+	VFMADD231PS  Y9, Y8, Y7
+	VBROADCASTSS 896(AX), Y9
+	VFMADD231PS  Y9, Y8, Y0
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	DECQ         SI
+	JNZ          keys2
+	MOVQ         d+104(FP), AX
+	ANDQ         $0x07, AX
+	LEAQ         decodemask8<>+0(SB), CX
+	VMOVUPS      32(CX)(AX*4), Y8
+	MOVQ         (SP), AX
+	MOVQ         d+104(FP), CX
+	ANDQ         $0x07, CX
+	MOVQ         $0x00000008, DX
+	SUBQ         CX, DX
+	ANDQ         $0x07, DX
+	SHLQ         $0x02, DX
+	SUBQ         DX, AX
+	MOVQ         ldo+24(FP), CX
+	SHLQ         $0x02, CX
+	VMASKMOVPS   Y1, Y8, (AX)
+	VMASKMOVPS   Y2, Y8, (AX)(CX*1)
+	VMASKMOVPS   Y3, Y8, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), DX
+	VMASKMOVPS   Y4, Y8, (DX)(CX*1)
+	LEAQ         (AX)(CX*4), AX
+	VMASKMOVPS   Y5, Y8, (AX)
+	VMASKMOVPS   Y6, Y8, (AX)(CX*1)
+	VMASKMOVPS   Y7, Y8, (AX)(CX*2)
+	LEAQ         (AX)(CX*2), AX
+	VMASKMOVPS   Y0, Y8, (AX)(CX*1)
+
+next:
+	MOVQ  32(SP), AX
+	SUBQ  AX, 40(SP)
+	MOVQ  16(SP), CX
+	LEAQ  (CX)(AX*4), CX
+	MOVQ  CX, 16(SP)
+	MOVQ  ldv+88(FP), CX
+	IMULQ AX, CX
+	ADDQ  CX, 24(SP)
+	JMP   block
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresHeadsE5M2AVX2(s []float32, lds int, q []float32, heads int, k []byte, hs int, n int, d int)
+// Requires: AVX, CMOV, F16C, FMA3, MMX+
+TEXT ·scoresHeadsE5M2AVX2(SB), NOSPLIT, $152-112
+	MOVQ    q_base+32(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    AX, 32(SP)
+	XORQ    AX, AX
+	MOVQ    AX, 8(SP)
+	MOVQ    AX, 24(SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 104(SP)
+	MOVQ    k_base+64(FP), AX
+	MOVQ    AX, 112(SP)
+	MOVQ    n+96(FP), AX
+	MOVQ    AX, 120(SP)
+	MOVQ    d+104(FP), AX
+	MOVQ    AX, CX
+	SHRQ    $0x03, CX
+	MOVQ    CX, 128(SP)
+	ANDQ    $0x07, AX
+	LEAQ    decodemask8<>+0(SB), CX
+	VMOVUPS 32(CX)(AX*4), Y0
+	MOVQ    $0x00000008, CX
+	SUBQ    AX, CX
+	ANDQ    $0x07, CX
+	MOVQ    CX, AX
+	SHLQ    $0x00, AX
+	MOVQ    AX, 136(SP)
+	SHLQ    $0x02, CX
+	MOVQ    CX, 144(SP)
+
+main:
+	CMPQ   120(SP), $0x00000008
+	JL     mainEnd
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   hs+88(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   (SP), SI
+	LEAQ   (DX), DI
+	MOVQ   hs+88(FP), R8
+	SHLQ   $0x06, R8
+	MOVQ   128(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (DI)(R8*1)
+	VPMOVZXBW   (DI), X9
+	VPSLLW      $0x08, X9, X9
+	VCVTPH2PS   X9, Y9
+	VFMADD231PS (SI), Y9, Y1
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000008, DI
+	DECQ        R9
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ        136(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK0Done
+	SUBQ        R8, DI
+	SUBQ        144(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VPMOVZXBW   (DI), X10
+	VPSLLW      $0x08, X10, X10
+	VCVTPH2PS   X10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y1
+
+mainK0Done:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(AX*1), DI
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK1Tail
+
+mainK1Step:
+	PREFETCHT1  (DI)(R8*1)
+	VPMOVZXBW   (DI), X9
+	VPSLLW      $0x08, X9, X9
+	VCVTPH2PS   X9, Y9
+	VFMADD231PS (SI), Y9, Y2
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000008, DI
+	DECQ        R9
+	JNZ         mainK1Step
+
+mainK1Tail:
+	MOVQ        136(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK1Done
+	SUBQ        R8, DI
+	SUBQ        144(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VPMOVZXBW   (DI), X10
+	VPSLLW      $0x08, X10, X10
+	VCVTPH2PS   X10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y2
+
+mainK1Done:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(AX*2), DI
+	MOVQ    hs+88(FP), R8
+	SHLQ    $0x06, R8
+	MOVQ    128(SP), R9
+	TESTQ   R9, R9
+	JZ      mainK2Tail
+
+mainK2Step:
+	PREFETCHT1  (DI)(R8*1)
+	VPMOVZXBW   (DI), X9
+	VPSLLW      $0x08, X9, X9
+	VCVTPH2PS   X9, Y9
+	VFMADD231PS (SI), Y9, Y3
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000008, DI
+	DECQ        R9
+	JNZ         mainK2Step
+
+mainK2Tail:
+	MOVQ        136(SP), R8
+	TESTQ       R8, R8
+	JZ          mainK2Done
+	SUBQ        R8, DI
+	SUBQ        144(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VPMOVZXBW   (DI), X10
+	VPSLLW      $0x08, X10, X10
+	VCVTPH2PS   X10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y3
+
+mainK2Done:
+	MOVQ    (SP), SI
+	MOVQ    8(SP), DI
+	MOVQ    d+104(FP), R8
+	LEAQ    (SI)(R8*4), SI
+	INCQ    DI
+	MOVQ    q_base+32(FP), R8
+	XORQ    R9, R9
+	CMPQ    DI, heads+56(FP)
+	CMOVQEQ R8, SI
+	CMOVQEQ R9, DI
+	MOVQ    SI, (SP)
+	MOVQ    DI, 8(SP)
+	MOVQ    (SP), SI
+	LEAQ    (DX)(CX*1), DX
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x06, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK3Tail
+
+mainK3Step:
+	PREFETCHT1  (DX)(DI*1)
+	VPMOVZXBW   (DX), X9
+	VPSLLW      $0x08, X9, X9
+	VCVTPH2PS   X9, Y9
+	VFMADD231PS (SI), Y9, Y4
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000008, DX
+	DECQ        R8
+	JNZ         mainK3Step
+
+mainK3Tail:
+	MOVQ        136(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK3Done
+	SUBQ        DI, DX
+	SUBQ        144(SP), SI
+	VMASKMOVPS  (SI), Y0, Y9
+	VPMOVZXBW   (DX), X10
+	VPSLLW      $0x08, X10, X10
+	VCVTPH2PS   X10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y4
+
+mainK3Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX), SI
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x06, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (SI)(DI*1)
+	VPMOVZXBW   (SI), X9
+	VPSLLW      $0x08, X9, X9
+	VCVTPH2PS   X9, Y9
+	VFMADD231PS (DX), Y9, Y5
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000008, SI
+	DECQ        R8
+	JNZ         mainK4Step
+
+mainK4Tail:
+	MOVQ        136(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK4Done
+	SUBQ        DI, SI
+	SUBQ        144(SP), DX
+	VMASKMOVPS  (DX), Y0, Y9
+	VPMOVZXBW   (SI), X10
+	VPSLLW      $0x08, X10, X10
+	VCVTPH2PS   X10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y5
+
+mainK4Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*1), SI
+	MOVQ    hs+88(FP), DI
+	SHLQ    $0x06, DI
+	MOVQ    128(SP), R8
+	TESTQ   R8, R8
+	JZ      mainK5Tail
+
+mainK5Step:
+	PREFETCHT1  (SI)(DI*1)
+	VPMOVZXBW   (SI), X9
+	VPSLLW      $0x08, X9, X9
+	VCVTPH2PS   X9, Y9
+	VFMADD231PS (DX), Y9, Y6
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000008, SI
+	DECQ        R8
+	JNZ         mainK5Step
+
+mainK5Tail:
+	MOVQ        136(SP), DI
+	TESTQ       DI, DI
+	JZ          mainK5Done
+	SUBQ        DI, SI
+	SUBQ        144(SP), DX
+	VMASKMOVPS  (DX), Y0, Y9
+	VPMOVZXBW   (SI), X10
+	VPSLLW      $0x08, X10, X10
+	VCVTPH2PS   X10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y6
+
+mainK5Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	LEAQ    (DX)(DI*4), DX
+	INCQ    SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    (SP), DX
+	LEAQ    (BX)(AX*2), AX
+	MOVQ    hs+88(FP), SI
+	SHLQ    $0x06, SI
+	MOVQ    128(SP), DI
+	TESTQ   DI, DI
+	JZ      mainK6Tail
+
+mainK6Step:
+	PREFETCHT1  (AX)(SI*1)
+	VPMOVZXBW   (AX), X9
+	VPSLLW      $0x08, X9, X9
+	VCVTPH2PS   X9, Y9
+	VFMADD231PS (DX), Y9, Y7
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000008, AX
+	DECQ        DI
+	JNZ         mainK6Step
+
+mainK6Tail:
+	MOVQ        136(SP), SI
+	TESTQ       SI, SI
+	JZ          mainK6Done
+	SUBQ        SI, AX
+	SUBQ        144(SP), DX
+	VMASKMOVPS  (DX), Y0, Y9
+	VPMOVZXBW   (AX), X10
+	VPSLLW      $0x08, X10, X10
+	VCVTPH2PS   X10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y7
+
+mainK6Done:
+	MOVQ    (SP), AX
+	MOVQ    8(SP), DX
+	MOVQ    d+104(FP), SI
+	LEAQ    (AX)(SI*4), AX
+	INCQ    DX
+	MOVQ    q_base+32(FP), SI
+	XORQ    DI, DI
+	CMPQ    DX, heads+56(FP)
+	CMOVQEQ SI, AX
+	CMOVQEQ DI, DX
+	MOVQ    AX, (SP)
+	MOVQ    DX, 8(SP)
+	MOVQ    (SP), AX
+	LEAQ    (BX)(CX*1), CX
+	MOVQ    hs+88(FP), DX
+	SHLQ    $0x06, DX
+	MOVQ    128(SP), BX
+	TESTQ   BX, BX
+	JZ      mainK7Tail
+
+mainK7Step:
+	PREFETCHT1  (CX)(DX*1)
+	VPMOVZXBW   (CX), X9
+	VPSLLW      $0x08, X9, X9
+	VCVTPH2PS   X9, Y9
+	VFMADD231PS (AX), Y9, Y8
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000008, CX
+	DECQ        BX
+	JNZ         mainK7Step
+
+mainK7Tail:
+	MOVQ        136(SP), DX
+	TESTQ       DX, DX
+	JZ          mainK7Done
+	SUBQ        DX, CX
+	SUBQ        144(SP), AX
+	VMASKMOVPS  (AX), Y0, Y9
+	VPMOVZXBW   (CX), X10
+	VPSLLW      $0x08, X10, X10
+	VCVTPH2PS   X10, Y10
+	VANDPS      Y0, Y10, Y10
+	VFMADD231PS Y9, Y10, Y8
+
+mainK7Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y9, Y9
+	VPERM2F128 $0x20, Y6, Y2, Y1
+	VPERM2F128 $0x31, Y6, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y7, Y3, Y2
+	VPERM2F128 $0x31, Y7, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VPERM2F128 $0x20, Y8, Y4, Y3
+	VPERM2F128 $0x31, Y8, Y4, Y4
+	VADDPS     Y4, Y3, Y3
+	VSHUFPS    $0x44, Y1, Y9, Y4
+	VSHUFPS    $0xee, Y1, Y9, Y1
+	VADDPS     Y1, Y4, Y4
+	VSHUFPS    $0x44, Y3, Y2, Y1
+	VSHUFPS    $0xee, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x88, Y1, Y4, Y2
+	VSHUFPS    $0xdd, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VMOVUPS    Y2, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       44(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       48(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       52(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       56(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       60(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       64(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), DI
+	XORQ       R8, R8
+	CMPQ       CX, SI
+	CMOVQEQ    DI, DX
+	CMOVQEQ    DI, AX
+	CMOVQEQ    R8, CX
+	MOVL       68(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x03, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000008, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VXORPS Y1, Y1, Y1
+	MOVQ   112(SP), AX
+	MOVQ   (SP), CX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   128(SP), BX
+	TESTQ  BX, BX
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(DX*1)
+	VPMOVZXBW   (AX), X2
+	VPSLLW      $0x08, X2, X2
+	VCVTPH2PS   X2, Y2
+	VFMADD231PS (CX), Y2, Y1
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000008, AX
+	DECQ        BX
+	JNZ         restK0Step
+
+restK0Tail:
+	MOVQ        136(SP), DX
+	TESTQ       DX, DX
+	JZ          restK0Done
+	SUBQ        DX, AX
+	SUBQ        144(SP), CX
+	VMASKMOVPS  (CX), Y0, Y2
+	VPMOVZXBW   (AX), X3
+	VPSLLW      $0x08, X3, X3
+	VCVTPH2PS   X3, Y3
+	VANDPS      Y0, Y3, Y3
+	VFMADD231PS Y2, Y3, Y1
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	LEAQ       (AX)(DX*4), AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Y2, Y2, Y2
+	VPERM2F128 $0x20, Y2, Y1, Y3
+	VPERM2F128 $0x31, Y2, Y1, Y1
+	VADDPS     Y1, Y3, Y3
+	VSHUFPS    $0x44, Y2, Y3, Y1
+	VSHUFPS    $0xee, Y2, Y3, Y3
+	VADDPS     Y3, Y1, Y1
+	VSHUFPS    $0x88, Y2, Y1, Y3
+	VSHUFPS    $0xdd, Y2, Y1, Y1
+	VADDPS     Y1, Y3, Y3
+	VMOVSS     X3, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	MOVQ       heads+56(FP), SI
+	MOVL       40(SP), DI
+	MOVL       DI, (AX)
+	LEAQ       (AX)(BX*4), AX
+	INCQ       CX
+	LEAQ       4(DX), BX
+	XORQ       DI, DI
+	CMPQ       CX, SI
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    DI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumHeadsE5M2AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []byte, hs int, n int, d int)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·accumHeadsE5M2AVX2(SB), NOSPLIT, $40-120
+	MOVQ n+104(FP), AX
+	MOVQ AX, (SP)
+	MOVQ o_base+0(FP), AX
+	MOVQ AX, 8(SP)
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ AX, 24(SP)
+	XORQ AX, AX
+	MOVQ AX, 32(SP)
+	MOVQ v_base+72(FP), AX
+	MOVQ hs+96(FP), CX
+	MOVQ CX, DX
+	SHLQ $0x06, DX
+
+row:
+	MOVQ         16(SP), BX
+	VBROADCASTSS (BX), Y0
+	MOVQ         8(SP), BX
+	MOVQ         d+112(FP), SI
+	SHRQ         $0x03, SI
+	MOVQ         AX, DI
+
+step:
+	PREFETCHT1  (DI)(DX*1)
+	VMOVUPS     (BX), Y1
+	VPMOVZXBW   (DI), X2
+	VPSLLW      $0x08, X2, X2
+	VCVTPH2PS   X2, Y2
+	VFMADD231PS Y0, Y2, Y1
+	VMOVUPS     Y1, (BX)
+	ADDQ        $0x00000008, DI
+	ADDQ        $0x00000020, BX
+	DECQ        SI
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        32(SP), BX
+	MOVQ        8(SP), SI
+	MOVQ        16(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	LEAQ        (SI)(R8*4), SI
+	MOVQ        ldp+56(FP), R8
+	LEAQ        (DI)(R8*4), DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        24(SP), DI
+	ADDQ        $0x04, DI
+	MOVQ        DI, 24(SP)
 
 store:
 	MOVQ BX, 32(SP)

@@ -364,6 +364,150 @@ func scoresHeadsQ4AVX512(s []float32, lds int, q []float32, heads int, k []byte,
 //go:noescape
 func accumHeadsQ4AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []byte, hs int, n int, d int)
 
+// scoresE4M3M1AVX512 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 1, j < n, p < d;
+// ldk is the key row stride in elements; d >= 1, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresE4M3M1AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// scoresE4M3M2AVX512 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 2, j < n, p < d;
+// ldk is the key row stride in elements; d >= 1, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresE4M3M2AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// scoresE4M3M4AVX512 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 4, j < n, p < d;
+// ldk is the key row stride in elements; d >= 1, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresE4M3M4AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// scoresE4M3M8AVX512 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 8, j < n, p < d;
+// ldk is the key row stride in elements; d >= 1, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresE4M3M8AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// scoresE4M3M16AVX512 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 16, j < n, p < d;
+// ldk is the key row stride in elements; d >= 1, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresE4M3M16AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// accumE4M3M1AVX512 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 1, c < d, j < n;
+// ldv is the value row stride in elements; d >= 1, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumE4M3M1AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// accumE4M3M2AVX512 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 2, c < d, j < n;
+// ldv is the value row stride in elements; d >= 1, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumE4M3M2AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// accumE4M3M4AVX512 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 4, c < d, j < n;
+// ldv is the value row stride in elements; d >= 1, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumE4M3M4AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// accumE4M3M8AVX512 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 8, c < d, j < n;
+// ldv is the value row stride in elements; d >= 1, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumE4M3M8AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// accumE4M3M16AVX512 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 16, c < d, j < n;
+// ldv is the value row stride in elements; d >= 1, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumE4M3M16AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// scoresHeadsE4M3AVX512 sets s[(v%heads)*lds+v/heads] = Σ_p q[(v%heads)*d+p]·k[v*hs+p] for v < n, p < d, bit for bit as scoresE4M3M1AVX512;
+// hs is the key row stride in elements; d >= 1, n >= 1, and all accesses are in bounds. heads >= 1.
+//
+//go:noescape
+func scoresHeadsE4M3AVX512(s []float32, lds int, q []float32, heads int, k []byte, hs int, n int, d int)
+
+// accumHeadsE4M3AVX512 adds p[h*ldp+r/heads]·v[r*hs+c] to o[h*ldo+c], h = r%heads, for r < n, c < d, bit for bit as accumE4M3M1AVX512;
+// hs is the value row stride in elements; d is a positive multiple of 16, n >= 1, heads >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumHeadsE4M3AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []byte, hs int, n int, d int)
+
+// scoresE5M2M1AVX512 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 1, j < n, p < d;
+// ldk is the key row stride in elements; d >= 1, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresE5M2M1AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// scoresE5M2M2AVX512 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 2, j < n, p < d;
+// ldk is the key row stride in elements; d >= 1, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresE5M2M2AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// scoresE5M2M4AVX512 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 4, j < n, p < d;
+// ldk is the key row stride in elements; d >= 1, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresE5M2M4AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// scoresE5M2M8AVX512 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 8, j < n, p < d;
+// ldk is the key row stride in elements; d >= 1, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresE5M2M8AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// scoresE5M2M16AVX512 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 16, j < n, p < d;
+// ldk is the key row stride in elements; d >= 1, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresE5M2M16AVX512(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// accumE5M2M1AVX512 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 1, c < d, j < n;
+// ldv is the value row stride in elements; d >= 1, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumE5M2M1AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// accumE5M2M2AVX512 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 2, c < d, j < n;
+// ldv is the value row stride in elements; d >= 1, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumE5M2M2AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// accumE5M2M4AVX512 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 4, c < d, j < n;
+// ldv is the value row stride in elements; d >= 1, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumE5M2M4AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// accumE5M2M8AVX512 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 8, c < d, j < n;
+// ldv is the value row stride in elements; d >= 1, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumE5M2M8AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// accumE5M2M16AVX512 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 16, c < d, j < n;
+// ldv is the value row stride in elements; d >= 1, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumE5M2M16AVX512(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// scoresHeadsE5M2AVX512 sets s[(v%heads)*lds+v/heads] = Σ_p q[(v%heads)*d+p]·k[v*hs+p] for v < n, p < d, bit for bit as scoresE5M2M1AVX512;
+// hs is the key row stride in elements; d >= 1, n >= 1, and all accesses are in bounds. heads >= 1.
+//
+//go:noescape
+func scoresHeadsE5M2AVX512(s []float32, lds int, q []float32, heads int, k []byte, hs int, n int, d int)
+
+// accumHeadsE5M2AVX512 adds p[h*ldp+r/heads]·v[r*hs+c] to o[h*ldo+c], h = r%heads, for r < n, c < d, bit for bit as accumE5M2M1AVX512;
+// hs is the value row stride in elements; d is a positive multiple of 16, n >= 1, heads >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumHeadsE5M2AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []byte, hs int, n int, d int)
+
 // readSumAVX512 returns the wrapping sum of the little-endian uint32 words of b;
 // len(b) is a multiple of 256.
 //
@@ -669,6 +813,126 @@ func scoresHeadsQ4AVX2(s []float32, lds int, q []float32, heads int, k []byte, h
 //
 //go:noescape
 func accumHeadsQ4AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []byte, hs int, n int, d int)
+
+// scoresE4M3M1AVX2 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 1, j < n, p < d;
+// ldk is the key row stride in elements; d >= 8, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresE4M3M1AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// scoresE4M3M2AVX2 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 2, j < n, p < d;
+// ldk is the key row stride in elements; d >= 8, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresE4M3M2AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// scoresE4M3M4AVX2 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 4, j < n, p < d;
+// ldk is the key row stride in elements; d >= 8, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresE4M3M4AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// scoresE4M3M8AVX2 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 8, j < n, p < d;
+// ldk is the key row stride in elements; d >= 8, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresE4M3M8AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// accumE4M3M1AVX2 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 1, c < d, j < n;
+// ldv is the value row stride in elements; d >= 8, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumE4M3M1AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// accumE4M3M2AVX2 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 2, c < d, j < n;
+// ldv is the value row stride in elements; d >= 8, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumE4M3M2AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// accumE4M3M4AVX2 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 4, c < d, j < n;
+// ldv is the value row stride in elements; d >= 8, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumE4M3M4AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// accumE4M3M8AVX2 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 8, c < d, j < n;
+// ldv is the value row stride in elements; d >= 8, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumE4M3M8AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// scoresHeadsE4M3AVX2 sets s[(v%heads)*lds+v/heads] = Σ_p q[(v%heads)*d+p]·k[v*hs+p] for v < n, p < d, bit for bit as scoresE4M3M1AVX2;
+// hs is the key row stride in elements; d >= 8, n >= 1, and all accesses are in bounds. heads >= 1.
+//
+//go:noescape
+func scoresHeadsE4M3AVX2(s []float32, lds int, q []float32, heads int, k []byte, hs int, n int, d int)
+
+// accumHeadsE4M3AVX2 adds p[h*ldp+r/heads]·v[r*hs+c] to o[h*ldo+c], h = r%heads, for r < n, c < d, bit for bit as accumE4M3M1AVX2;
+// hs is the value row stride in elements; d is a positive multiple of 16, n >= 1, heads >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumHeadsE4M3AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []byte, hs int, n int, d int)
+
+// scoresE5M2M1AVX2 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 1, j < n, p < d;
+// ldk is the key row stride in elements; d >= 8, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresE5M2M1AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// scoresE5M2M2AVX2 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 2, j < n, p < d;
+// ldk is the key row stride in elements; d >= 8, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresE5M2M2AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// scoresE5M2M4AVX2 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 4, j < n, p < d;
+// ldk is the key row stride in elements; d >= 8, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresE5M2M4AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// scoresE5M2M8AVX2 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 8, j < n, p < d;
+// ldk is the key row stride in elements; d >= 8, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func scoresE5M2M8AVX2(s []float32, lds int, q []float32, k []byte, ldk int, n int, d int)
+
+// accumE5M2M1AVX2 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 1, c < d, j < n;
+// ldv is the value row stride in elements; d >= 8, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumE5M2M1AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// accumE5M2M2AVX2 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 2, c < d, j < n;
+// ldv is the value row stride in elements; d >= 8, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumE5M2M2AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// accumE5M2M4AVX2 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 4, c < d, j < n;
+// ldv is the value row stride in elements; d >= 8, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumE5M2M4AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// accumE5M2M8AVX2 adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 8, c < d, j < n;
+// ldv is the value row stride in elements; d >= 8, n >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumE5M2M8AVX2(o []float32, ldo int, p []float32, ldp int, v []byte, ldv int, n int, d int)
+
+// scoresHeadsE5M2AVX2 sets s[(v%heads)*lds+v/heads] = Σ_p q[(v%heads)*d+p]·k[v*hs+p] for v < n, p < d, bit for bit as scoresE5M2M1AVX2;
+// hs is the key row stride in elements; d >= 8, n >= 1, and all accesses are in bounds. heads >= 1.
+//
+//go:noescape
+func scoresHeadsE5M2AVX2(s []float32, lds int, q []float32, heads int, k []byte, hs int, n int, d int)
+
+// accumHeadsE5M2AVX2 adds p[h*ldp+r/heads]·v[r*hs+c] to o[h*ldo+c], h = r%heads, for r < n, c < d, bit for bit as accumE5M2M1AVX2;
+// hs is the value row stride in elements; d is a positive multiple of 16, n >= 1, heads >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumHeadsE5M2AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []byte, hs int, n int, d int)
 
 // readSumAVX2 returns the wrapping sum of the little-endian uint32 words of b;
 // len(b) is a multiple of 256.

@@ -8,13 +8,12 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unsafe"
 )
 
 // BenchmarkDecode measures the decode kernels on a KV cache much larger
 // than the last-level cache (by default 4 KV heads of 128 dims and as many
 // keys as make 128 MiB of K and as much of V: 65536 keys in float32,
-// 131072 in bf16/fp16, 245760 in q8_0, 465920 in q4_0) against a plain read of the same
+// 131072 in bf16/fp16, 245760 in q8_0, 465920 in q4_0, 262144 in fp8) against a plain read of the same
 // bytes (ReadSum), the two timed alternately within each iteration so
 // that both see the same machine load. It reports
 //
@@ -29,7 +28,7 @@ import (
 // query rows per KV head and 1 or 2 goroutines. S and P rows are n+16
 // floats apart. With the interleaved layout and m = 1 the heads-scores,
 // heads-accum and heads-step runs do the same with the multi-head kernels
-// (ScoresF32Heads …), one call for every head of a block of keys.
+// (ScoresHeads …), one call for every head of a block of keys.
 // Environment:
 //
 //	FLASHATTN_DECODE_BENCH=heads,keys,dim  the cache shape
@@ -50,18 +49,15 @@ func BenchmarkDecode(b *testing.B) {
 	for _, typ := range cacheTypes {
 		n := keys
 		if n == 0 {
-			row := 4 * dim
-			switch typ {
-			case cacheBF16, cacheF16:
-				row = 2 * dim
-			case cacheQ8:
-				row = Q8RowBytes(dim)
-			case cacheQ4:
-				row = Q4RowBytes(dim)
-			}
-			n = (128 << 20) / heads / row &^ 1023
+			n = (128 << 20) / heads / typ.RowBytes(dim) &^ 1023
 		}
-		c := newBenchCache(typ, heads, n, dim, interleaved)
+		var c *benchCache // built by the first run of the type that the -bench pattern selects
+		cache := func() *benchCache {
+			if c == nil {
+				c = newBenchCache(typ, heads, n, dim, interleaved)
+			}
+			return c
+		}
 		for _, m := range []int{1, 4, 8, 16} {
 			for _, threads := range []int{1, 2} {
 				ops := []string{"scores", "accum", "step"}
@@ -70,7 +66,7 @@ func BenchmarkDecode(b *testing.B) {
 				}
 				for _, op := range ops {
 					name := fmt.Sprintf("%s/%s/m=%d/t=%d/%s", dk.Name, typ, m, threads, op)
-					b.Run(name, func(b *testing.B) { c.run(b, dk, m, threads, op) })
+					b.Run(name, func(b *testing.B) { cache().run(b, dk, m, threads, op) })
 				}
 			}
 		}
@@ -82,62 +78,34 @@ type benchCache struct {
 	typ              cacheType
 	heads, keys, dim int
 	interleaved      bool
-	k, v             any    // []float32, []uint16 or []byte (q8_0, q4_0)
-	kb, vb           []byte // the same memory as bytes
-	unit             int    // bytes per element of the slices
-	row              int    // row length in elements of the slices
+	kb, vb           []byte // the caches' bytes
+	row              int    // row length in bytes
 }
 
 func newBenchCache(typ cacheType, heads, keys, dim int, interleaved bool) *benchCache {
-	c := &benchCache{typ: typ, heads: heads, keys: keys, dim: dim, interleaved: interleaved}
+	c := &benchCache{typ: typ, heads: heads, keys: keys, dim: dim, interleaved: interleaved, row: typ.RowBytes(dim)}
 	r := rand.New(rand.NewPCG(1, 2))
 	n := heads * keys
 	x := make([]float32, dim)
-	fill := func() (any, []byte) {
-		switch typ {
-		case cacheF32:
-			s := make([]float32, n*dim)
-			for i := range s {
-				s[i] = r.Float32() - 0.5
-			}
-			c.unit, c.row = 4, dim
-			return s, unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), 4*len(s))
-		case cacheBF16, cacheF16:
-			e := BF16
-			if typ == cacheF16 {
-				e = F16
-			}
-			s := make([]uint16, n*dim)
-			for i := range s {
-				s[i] = e.FromF32(r.Float32() - 0.5)
-			}
-			c.unit, c.row = 2, dim
-			return s, unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), 2*len(s))
-		}
-		rowBytes, quantize := Q8RowBytes, QuantizeQ8
-		if typ == cacheQ4 {
-			rowBytes, quantize = Q4RowBytes, QuantizeQ4
-		}
-		rb := rowBytes(dim)
-		s := make([]byte, n*rb)
+	fill := func() []byte {
+		rb := c.row
+		s := Bytes(make([]float32, (n*rb+3)/4))[:n*rb] // aligned for float32
 		for j := 0; j < n; j++ {
 			for i := range x {
 				x[i] = r.Float32() - 0.5
 			}
-			if err := quantize(s[j*rb:(j+1)*rb], x); err != nil {
+			if err := typ.Quantize(s[j*rb:(j+1)*rb], x); err != nil {
 				panic(err)
 			}
 		}
-		c.unit, c.row = 1, rb
-		return s, s
+		return s
 	}
-	c.k, c.kb = fill()
-	c.v, c.vb = fill()
+	c.kb = fill()
+	c.vb = fill()
 	return c
 }
 
-// head returns the offset (in slice elements) of head h's first row and
-// the row stride.
+// head returns the byte offset of head h's first row and the row stride.
 func (c *benchCache) head(h int) (off, ld int) {
 	if c.interleaved {
 		return h * c.row, c.heads * c.row
@@ -282,77 +250,17 @@ func (c *benchCache) run(b *testing.B, dk Decode, m, threads int, op string) {
 }
 
 func (c *benchCache) scores(dk Decode, s []float32, lds int, q []float32, m, off, ld, n, d int) {
-	switch k := c.k.(type) {
-	case []float32:
-		dk.ScoresF32(s, lds, q, m, k[off:], ld, n, d)
-	case []uint16:
-		if c.typ == cacheBF16 {
-			dk.ScoresBF16(s, lds, q, m, k[off:], ld, n, d)
-		} else {
-			dk.ScoresF16(s, lds, q, m, k[off:], ld, n, d)
-		}
-	case []byte:
-		if c.typ == cacheQ4 {
-			dk.ScoresQ4(s, lds, q, m, k[off:], ld, n, d)
-		} else {
-			dk.ScoresQ8(s, lds, q, m, k[off:], ld, n, d)
-		}
-	}
+	dk.Scores[c.typ](s, lds, q, m, c.kb[off:], ld, n, d)
 }
 
 func (c *benchCache) scoresHeads(dk Decode, s []float32, lds int, q []float32, heads, off, ld, hs, n, d int) {
-	switch k := c.k.(type) {
-	case []float32:
-		dk.ScoresF32Heads(s, lds, q, heads, k[off:], ld, hs, n, d)
-	case []uint16:
-		if c.typ == cacheBF16 {
-			dk.ScoresBF16Heads(s, lds, q, heads, k[off:], ld, hs, n, d)
-		} else {
-			dk.ScoresF16Heads(s, lds, q, heads, k[off:], ld, hs, n, d)
-		}
-	case []byte:
-		if c.typ == cacheQ4 {
-			dk.ScoresQ4Heads(s, lds, q, heads, k[off:], ld, hs, n, d)
-		} else {
-			dk.ScoresQ8Heads(s, lds, q, heads, k[off:], ld, hs, n, d)
-		}
-	}
+	dk.ScoresHeads[c.typ](s, lds, q, heads, c.kb[off:], ld, hs, n, d)
 }
 
 func (c *benchCache) accumHeads(dk Decode, o []float32, ldo int, p []float32, ldp, heads, off, ld, hs, n, d int) {
-	switch v := c.v.(type) {
-	case []float32:
-		dk.AccumF32Heads(o, ldo, p, ldp, heads, v[off:], ld, hs, n, d)
-	case []uint16:
-		if c.typ == cacheBF16 {
-			dk.AccumBF16Heads(o, ldo, p, ldp, heads, v[off:], ld, hs, n, d)
-		} else {
-			dk.AccumF16Heads(o, ldo, p, ldp, heads, v[off:], ld, hs, n, d)
-		}
-	case []byte:
-		if c.typ == cacheQ4 {
-			dk.AccumQ4Heads(o, ldo, p, ldp, heads, v[off:], ld, hs, n, d)
-		} else {
-			dk.AccumQ8Heads(o, ldo, p, ldp, heads, v[off:], ld, hs, n, d)
-		}
-	}
+	dk.AccumHeads[c.typ](o, ldo, p, ldp, heads, c.vb[off:], ld, hs, n, d)
 }
 
 func (c *benchCache) accum(dk Decode, o []float32, ldo int, p []float32, ldp, m, off, ld, n, d int) {
-	switch v := c.v.(type) {
-	case []float32:
-		dk.AccumF32(o, ldo, p, ldp, m, v[off:], ld, n, d)
-	case []uint16:
-		if c.typ == cacheBF16 {
-			dk.AccumBF16(o, ldo, p, ldp, m, v[off:], ld, n, d)
-		} else {
-			dk.AccumF16(o, ldo, p, ldp, m, v[off:], ld, n, d)
-		}
-	case []byte:
-		if c.typ == cacheQ4 {
-			dk.AccumQ4(o, ldo, p, ldp, m, v[off:], ld, n, d)
-		} else {
-			dk.AccumQ8(o, ldo, p, ldp, m, v[off:], ld, n, d)
-		}
-	}
+	dk.Accum[c.typ](o, ldo, p, ldp, m, c.vb[off:], ld, n, d)
 }

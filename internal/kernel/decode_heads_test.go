@@ -8,47 +8,18 @@ import (
 )
 
 // scoresHeads and accumHeads call the multi-head kernel of dk for the
-// cache's type.
+// cache's format.
 func (c testCache) scoresHeads(dk Decode, s []float32, lds int, q []float32, heads, ldk, hs, n, d int) {
-	switch c.typ {
-	case cacheF32:
-		dk.ScoresF32Heads(s, lds, q, heads, c.data.([]float32), ldk, hs, n, d)
-	case cacheBF16:
-		dk.ScoresBF16Heads(s, lds, q, heads, c.data.([]uint16), ldk, hs, n, d)
-	case cacheF16:
-		dk.ScoresF16Heads(s, lds, q, heads, c.data.([]uint16), ldk, hs, n, d)
-	case cacheQ8:
-		dk.ScoresQ8Heads(s, lds, q, heads, c.data.([]byte), ldk, hs, n, d)
-	case cacheQ4:
-		dk.ScoresQ4Heads(s, lds, q, heads, c.data.([]byte), ldk, hs, n, d)
-	}
+	dk.ScoresHeads[c.typ](s, lds, q, heads, c.data, ldk, hs, n, d)
 }
 
 func (c testCache) accumHeads(dk Decode, o []float32, ldo int, p []float32, ldp, heads, ldv, hs, n, d int) {
-	switch c.typ {
-	case cacheF32:
-		dk.AccumF32Heads(o, ldo, p, ldp, heads, c.data.([]float32), ldv, hs, n, d)
-	case cacheBF16:
-		dk.AccumBF16Heads(o, ldo, p, ldp, heads, c.data.([]uint16), ldv, hs, n, d)
-	case cacheF16:
-		dk.AccumF16Heads(o, ldo, p, ldp, heads, c.data.([]uint16), ldv, hs, n, d)
-	case cacheQ8:
-		dk.AccumQ8Heads(o, ldo, p, ldp, heads, c.data.([]byte), ldv, hs, n, d)
-	case cacheQ4:
-		dk.AccumQ4Heads(o, ldo, p, ldp, heads, c.data.([]byte), ldv, hs, n, d)
-	}
+	dk.AccumHeads[c.typ](o, ldo, p, ldp, heads, c.data, ldv, hs, n, d)
 }
 
-// sub returns the cache data from element (byte) off on.
+// sub returns the cache data from byte off on.
 func (c testCache) sub(off int) testCache {
-	switch x := c.data.(type) {
-	case []float32:
-		c.data = x[off:]
-	case []uint16:
-		c.data = x[off:]
-	case []byte:
-		c.data = x[off:]
-	}
+	c.data = c.data[off:]
 	return c
 }
 
@@ -66,7 +37,7 @@ func TestDecodeHeads(t *testing.T) {
 	for _, dk := range decodeSets() {
 		for _, typ := range cacheTypes {
 			ds := shapes
-			if !typ.quant() {
+			if !quant(typ) {
 				ds = append(ds, shape{3, 21, 24}, shape{8, 50, 8}, shape{2, 9, 45})
 			}
 			for _, sh := range ds {
@@ -89,24 +60,24 @@ func checkHeadsCase(t *testing.T, r *rand.Rand, dk Decode, typ cacheType, heads,
 		}
 	}()
 	// The cache: rows = heads·n rows of d values, stride ld (row length +
-	// pad) in units of the slice.
+	// pad units) in bytes.
 	pad := 0
 	if layout == "side-padded" {
 		pad = 3
 	}
 	rows := heads * n
 	if layout == "strided" {
-		rows = heads*n + 5*max(n-1, 0) // room for ldk = heads·hs + 5
+		rows = heads*n + 5*max(n-1, 0) // room for ldk = heads·hs + 5 units
 	}
 	c := newTestCache(t, r, typ, max(rows, 1), d, pad, after)
 	hs, ldk := c.ld, heads*c.ld
 	switch layout {
 	case "strided":
-		ldk += 5
+		ldk += 5 * formatTable[typ].unit
 	case "headwise": // head h's rows one after the other: key j of head h is row h·n + j
 		hs, ldk = n*c.ld, c.ld
 	}
-	if n > 0 && (n-1)*ldk+(heads-1)*hs+rowUnits(typ, d) > cacheLen(c) {
+	if n > 0 && (n-1)*ldk+(heads-1)*hs+typ.RowBytes(d) > len(c.data) {
 		t.Fatalf("%s: test setup: cache too short", name)
 	}
 	q := make([]float32, heads*d)
@@ -163,46 +134,24 @@ func oneAccum(dk Decode, c testCache, o []float32, ldo int, p []float32, ldp, ld
 	c.accum(dk, o, ldo, p, ldp, 1, n, d)
 }
 
-// rowUnits is the length of a row of d values in units of the cache
-// slice; cacheLen the length of the slice.
-func rowUnits(typ cacheType, d int) int {
-	switch typ {
-	case cacheQ8:
-		return Q8RowBytes(d)
-	case cacheQ4:
-		return Q4RowBytes(d)
-	}
-	return d
-}
-
-func cacheLen(c testCache) int {
-	switch x := c.data.(type) {
-	case []float32:
-		return len(x)
-	case []uint16:
-		return len(x)
-	case []byte:
-		return len(x)
-	}
-	return 0
-}
-
 // TestDecodeHeadsPreconditions: the multi-head kernels refuse a cache too
 // short for the last head, and negative counts.
 func TestDecodeHeadsPreconditions(t *testing.T) {
 	for _, dk := range decodeSets() {
-		k := make([]float32, 4*64*10)
+		k := make([]byte, 4*4*64*10)
+		f32s, f32a := dk.ScoresHeads[FormatF32], dk.AccumHeads[FormatF32]
 		s, q := make([]float32, 4*10), make([]float32, 4*64)
 		for _, c := range []struct {
 			name string
 			call func()
 		}{
-			{"negative heads", func() { dk.ScoresF32Heads(s, 10, q, -1, k, 256, 64, 10, 64) }},
-			{"negative hs", func() { dk.ScoresF32Heads(s, 10, q, 4, k, 256, -64, 10, 64) }},
-			{"cache short by one element", func() { dk.ScoresF32Heads(s, 10, q, 4, k[:len(k)-1], 256, 64, 10, 64) }},
-			{"last head beyond the cache", func() { dk.AccumF32Heads(q, 64, s, 10, 4, k[:100], 256, 64, 1, 64) }},
-			{"S too short", func() { dk.ScoresF32Heads(s[:39], 10, q, 4, k, 256, 64, 10, 64) }},
-			{"q4 d not a multiple of 32", func() { dk.ScoresQ4Heads(s, 10, q, 2, make([]byte, 1000), 36, 18, 10, 16) }},
+			{"negative heads", func() { f32s(s, 10, q, -1, k, 1024, 256, 10, 64) }},
+			{"negative hs", func() { f32s(s, 10, q, 4, k, 1024, -256, 10, 64) }},
+			{"cache short by one element", func() { f32s(s, 10, q, 4, k[:len(k)-4], 1024, 256, 10, 64) }},
+			{"last head beyond the cache", func() { f32a(q, 64, s, 10, 4, k[:400], 1024, 256, 1, 64) }},
+			{"head stride not whole float32s", func() { f32s(s, 10, q, 4, k, 1024, 254, 10, 64) }},
+			{"S too short", func() { f32s(s[:39], 10, q, 4, k, 1024, 256, 10, 64) }},
+			{"q4 d not a multiple of 32", func() { dk.ScoresHeads[FormatQ4](s, 10, q, 2, make([]byte, 1000), 36, 18, 10, 16) }},
 		} {
 			func() {
 				defer func() {

@@ -10,40 +10,36 @@ import (
 	"testing"
 )
 
-// The cache element types of the decode kernels.
-type cacheType int
+// cacheType is a cache format under test (every Format).
+type cacheType = Format
 
-const (
-	cacheF32 cacheType = iota
-	cacheBF16
-	cacheF16
-	cacheQ8
-	cacheQ4
-)
-
-var cacheTypes = []cacheType{cacheF32, cacheBF16, cacheF16, cacheQ8, cacheQ4}
+var cacheTypes = func() (fs []Format) {
+	for f := range NumFormats {
+		fs = append(fs, f)
+	}
+	return fs
+}()
 
 // quant reports whether c is a block format (q8_0, q4_0).
-func (c cacheType) quant() bool { return c == cacheQ8 || c == cacheQ4 }
+func quant(c Format) bool { return c.Block() > 1 }
 
 // decodeSets are the kernel sets under test: every assembly set this CPU
 // supports, whether or not it passed the self-check (so that a failure
 // shows here in detail), and the generic one.
 func decodeSets() []Decode { return append(archDecode(), GenericDecode) }
 
-func (c cacheType) String() string { return [...]string{"f32", "bf16", "f16", "q8_0", "q4_0"}[c] }
-
 // canaryF32 marks float32 positions a kernel must not write.
 var canaryF32 = math.Float32frombits(0x7fa5a5a5)
 
-// testCache is a cache of n rows in its storage type, in a guarded slice
-// that ends (or starts) exactly at the last (first) byte of the rows, with
-// the gaps between rows (stride ld > row length) poisoned with NaN (0xff
-// bytes for q8_0 and q4_0), and its values as float64 for the reference.
+// testCache is a cache of n rows in its storage format, in a guarded
+// slice that ends (or starts) exactly at the last (first) byte of the
+// rows, with the gaps between rows (stride ld > row length) poisoned with
+// NaN (0xff bytes: a NaN in every format but q8_0 and q4_0), and its
+// values as float64 for the reference.
 type testCache struct {
 	typ  cacheType
-	data any // []float32, []uint16 or []byte
-	ld   int // row stride in elements (q8_0, q4_0: bytes)
+	data []byte
+	ld   int // row stride in bytes
 	vals []float64
 }
 
@@ -56,94 +52,34 @@ func newTestCache(t *testing.T, r *rand.Rand, typ cacheType, n, d, pad int, afte
 			x[i] *= 100 // a spread of magnitudes
 		}
 	}
-	size := func(row int) int { return max(0, (n-1)*c.ld+row) }
-	switch typ {
-	case cacheF32:
-		c.ld = d + pad
-		k := guarded[float32](t, size(d), after)
-		for i := range k {
-			k[i] = float32(math.NaN())
-		}
-		for j := 0; j < n; j++ {
-			for p := 0; p < d; p++ {
-				k[j*c.ld+p] = x[j*d+p]
-				c.vals[j*d+p] = float64(x[j*d+p])
-			}
-		}
-		c.data = k
-	case cacheBF16, cacheF16:
-		e := BF16
-		if typ == cacheF16 {
-			e = F16
-		}
-		c.ld = d + pad
-		k := guarded[uint16](t, size(d), after)
-		for i := range k {
-			k[i] = 0x7fc1 // a NaN in both formats
-		}
-		for j := 0; j < n; j++ {
-			for p := 0; p < d; p++ {
-				k[j*c.ld+p] = e.FromF32(x[j*d+p])
-				c.vals[j*d+p] = float64(e.ToF32(k[j*c.ld+p]))
-			}
-		}
-		c.data = k
-	case cacheQ8, cacheQ4:
-		rowBytes, quantize, dequantize := Q8RowBytes, QuantizeQ8, DequantizeQ8
-		if typ == cacheQ4 {
-			rowBytes, quantize, dequantize = Q4RowBytes, QuantizeQ4, DequantizeQ4
-		}
-		rb := rowBytes(d)
-		c.ld = rb + pad
-		k := guarded[byte](t, size(rb), after)
-		for i := range k {
-			k[i] = 0xff
-		}
-		row := make([]float32, d)
-		for j := 0; j < n; j++ {
-			if err := quantize(k[j*c.ld:j*c.ld+rb], x[j*d:(j+1)*d]); err != nil {
-				t.Fatal(err)
-			}
-			if err := dequantize(row, k[j*c.ld:j*c.ld+rb]); err != nil {
-				t.Fatal(err)
-			}
-			for p, v := range row {
-				c.vals[j*d+p] = float64(v)
-			}
-		}
-		c.data = k
+	rb := typ.RowBytes(d)
+	c.ld = rb + pad*formatTable[typ].unit
+	k := guarded[byte](t, max(0, (n-1)*c.ld+rb), after)
+	for i := range k {
+		k[i] = 0xff
 	}
+	row := make([]float32, d)
+	for j := 0; j < n; j++ {
+		if err := typ.Quantize(k[j*c.ld:j*c.ld+rb], x[j*d:(j+1)*d]); err != nil {
+			t.Fatal(err)
+		}
+		if err := typ.Dequantize(row, k[j*c.ld:j*c.ld+rb]); err != nil {
+			t.Fatal(err)
+		}
+		for p, v := range row {
+			c.vals[j*d+p] = float64(v)
+		}
+	}
+	c.data = k
 	return c
 }
 
 func (c testCache) scores(dk Decode, s []float32, lds int, q []float32, m, n, d int) {
-	switch c.typ {
-	case cacheF32:
-		dk.ScoresF32(s, lds, q, m, c.data.([]float32), c.ld, n, d)
-	case cacheBF16:
-		dk.ScoresBF16(s, lds, q, m, c.data.([]uint16), c.ld, n, d)
-	case cacheF16:
-		dk.ScoresF16(s, lds, q, m, c.data.([]uint16), c.ld, n, d)
-	case cacheQ8:
-		dk.ScoresQ8(s, lds, q, m, c.data.([]byte), c.ld, n, d)
-	case cacheQ4:
-		dk.ScoresQ4(s, lds, q, m, c.data.([]byte), c.ld, n, d)
-	}
+	dk.Scores[c.typ](s, lds, q, m, c.data, c.ld, n, d)
 }
 
 func (c testCache) accum(dk Decode, o []float32, ldo int, p []float32, ldp, m, n, d int) {
-	switch c.typ {
-	case cacheF32:
-		dk.AccumF32(o, ldo, p, ldp, m, c.data.([]float32), c.ld, n, d)
-	case cacheBF16:
-		dk.AccumBF16(o, ldo, p, ldp, m, c.data.([]uint16), c.ld, n, d)
-	case cacheF16:
-		dk.AccumF16(o, ldo, p, ldp, m, c.data.([]uint16), c.ld, n, d)
-	case cacheQ8:
-		dk.AccumQ8(o, ldo, p, ldp, m, c.data.([]byte), c.ld, n, d)
-	case cacheQ4:
-		dk.AccumQ4(o, ldo, p, ldp, m, c.data.([]byte), c.ld, n, d)
-	}
+	dk.Accum[c.typ](o, ldo, p, ldp, m, c.data, c.ld, n, d)
 }
 
 // decodeShape is one problem: m query rows, n cache rows of d values, the
@@ -196,8 +132,8 @@ func forDecodeCases(t *testing.T, seed1, seed2 uint64, check func(t *testing.T, 
 		t.Run(dk.Name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed1, seed2))
 			for _, typ := range cacheTypes {
-				for i, sh := range decodeShapes(typ.quant()) {
-					if sh.d == 0 && typ.quant() {
+				for i, sh := range decodeShapes(quant(typ)) {
+					if sh.d == 0 && quant(typ) {
 						continue
 					}
 					for _, after := range []bool{true, false} {
@@ -297,19 +233,17 @@ func checkAccumCase(t *testing.T, r *rand.Rand, dk Decode, typ cacheType, sh dec
 func TestDecodeSpecialValues(t *testing.T) {
 	const m, n, d = 3, 5, 21
 	for _, dk := range decodeSets() {
-		for _, typ := range []cacheType{cacheF32, cacheBF16, cacheF16} {
+		for _, typ := range []cacheType{FormatF32, FormatBF16, FormatF16, FormatE5M2} { // the formats with infinities
 			r := rand.New(rand.NewPCG(9, 10))
 			c := newTestCache(t, r, typ, n, d, 3, true)
 			inf := float32(math.Inf(1))
-			switch k := c.data.(type) {
-			case []float32:
-				k[2*c.ld+d-1] = inf // key 2, last element
-			case []uint16:
-				e := BF16
-				if typ == cacheF16 {
-					e = F16
-				}
-				k[2*c.ld+d-1] = e.FromF32(inf)
+			rb := typ.RowBytes(d)
+			last := c.data[2*c.ld+rb-formatTable[typ].unit : 2*c.ld+rb] // key 2, last element
+			if err := typ.Quantize(last, []float32{inf}); err != nil {
+				t.Fatal(err)
+			}
+			if typ == FormatE5M2 {
+				last[0] = 0x7c // +Inf (Quantize saturates)
 			}
 			q := make([]float32, m*d)
 			for i := range q {
@@ -367,21 +301,21 @@ func TestDecodeNoAllocs(t *testing.T) {
 	for _, dk := range decodeSets() {
 		for _, m := range []int{1, 3, 12, 31} {
 			s, q, o := make([]float32, m*n), make([]float32, m*d), make([]float32, m*d)
-			k := make([]uint16, n*d)
-			if a := testing.AllocsPerRun(10, func() { dk.ScoresBF16(s, n, q, m, k, d, n, d) }); a != 0 {
-				t.Errorf("%s: ScoresBF16 with m = %d allocates %v times per call", dk.Name, m, a)
+			k := make([]byte, 2*n*d)
+			if a := testing.AllocsPerRun(10, func() { dk.Scores[FormatBF16](s, n, q, m, k, 2*d, n, d) }); a != 0 {
+				t.Errorf("%s: Scores bf16 with m = %d allocates %v times per call", dk.Name, m, a)
 			}
-			if a := testing.AllocsPerRun(10, func() { dk.AccumBF16(o, d, s, n, m, k, d, n, d) }); a != 0 {
-				t.Errorf("%s: AccumBF16 with m = %d allocates %v times per call", dk.Name, m, a)
+			if a := testing.AllocsPerRun(10, func() { dk.Accum[FormatBF16](o, d, s, n, m, k, 2*d, n, d) }); a != 0 {
+				t.Errorf("%s: Accum bf16 with m = %d allocates %v times per call", dk.Name, m, a)
 			}
 			// The multi-head kernels, m heads side by side (the stack chunk
 			// of the scores).
-			kh := make([]uint16, n*m*d)
-			if a := testing.AllocsPerRun(10, func() { dk.ScoresBF16Heads(s, n, q, m, kh, m*d, d, n, d) }); a != 0 {
-				t.Errorf("%s: ScoresBF16Heads with %d heads allocates %v times per call", dk.Name, m, a)
+			kh := make([]byte, 2*n*m*d)
+			if a := testing.AllocsPerRun(10, func() { dk.ScoresHeads[FormatBF16](s, n, q, m, kh, 2*m*d, 2*d, n, d) }); a != 0 {
+				t.Errorf("%s: ScoresHeads bf16 with %d heads allocates %v times per call", dk.Name, m, a)
 			}
-			if a := testing.AllocsPerRun(10, func() { dk.AccumBF16Heads(o, d, s, n, m, kh, m*d, d, n, d) }); a != 0 {
-				t.Errorf("%s: AccumBF16Heads with %d heads allocates %v times per call", dk.Name, m, a)
+			if a := testing.AllocsPerRun(10, func() { dk.AccumHeads[FormatBF16](o, d, s, n, m, kh, 2*m*d, 2*d, n, d) }); a != 0 {
+				t.Errorf("%s: AccumHeads bf16 with %d heads allocates %v times per call", dk.Name, m, a)
 			}
 		}
 	}
@@ -389,27 +323,31 @@ func TestDecodeNoAllocs(t *testing.T) {
 
 func TestDecodePreconditions(t *testing.T) {
 	dk := Active().Decode
-	k := make([]float32, 64*10)
+	k := make([]byte, 4*64*10)
 	k8 := make([]byte, 34*10)
 	k4 := make([]byte, 18*10)
 	s, q := make([]float32, 100), make([]float32, 100)
+	f32, q8, q4 := dk.Scores[FormatF32], dk.Scores[FormatQ8], dk.Scores[FormatQ4]
 	for _, c := range []struct {
 		name string
 		call func()
 	}{
-		{"negative m", func() { dk.ScoresF32(s, 10, q, -1, k, 64, 10, 8) }},
-		{"lds < n", func() { dk.ScoresF32(s, 9, q, 2, k, 64, 10, 8) }},
-		{"S too short", func() { dk.ScoresF32(s[:15], 10, q, 2, k, 64, 10, 8) }},
-		{"Q too short", func() { dk.ScoresF32(s, 10, q[:15], 2, k, 64, 10, 8) }},
-		{"ldk < d", func() { dk.ScoresF32(s, 10, q, 2, k, 7, 10, 8) }},
-		{"cache too short", func() { dk.ScoresF32(s, 10, q, 2, k[:64*9+7], 64, 10, 8) }},
-		{"q8 d not a multiple of 32", func() { dk.ScoresQ8(s, 10, q, 2, k8, 34, 10, 16) }},
-		{"q8 ldk below the row bytes", func() { dk.AccumQ8(s, 32, q, 10, 2, k8, 33, 10, 32) }},
-		{"q4 d not a multiple of 32", func() { dk.AccumQ4(s, 48, q, 10, 2, k4, 18, 10, 48) }},
-		{"q4 ldk below the row bytes", func() { dk.ScoresQ4(s, 10, q, 2, k4, 17, 10, 32) }},
-		{"q4 cache too short", func() { dk.ScoresQ4(s, 10, q, 2, k4[:18*9+17], 18, 10, 32) }},
-		{"ldo < d", func() { dk.AccumF32(s, 7, q, 10, 2, k, 64, 10, 8) }},
-		{"P too short", func() { dk.AccumF32(s, 8, q[:19], 10, 2, k, 64, 10, 8) }},
+		{"negative m", func() { f32(s, 10, q, -1, k, 256, 10, 8) }},
+		{"lds < n", func() { f32(s, 9, q, 2, k, 256, 10, 8) }},
+		{"S too short", func() { f32(s[:15], 10, q, 2, k, 256, 10, 8) }},
+		{"Q too short", func() { f32(s, 10, q[:15], 2, k, 256, 10, 8) }},
+		{"ldk < d", func() { f32(s, 10, q, 2, k, 28, 10, 8) }},
+		{"ldk not whole float32s", func() { f32(s, 10, q, 2, k, 254, 10, 8) }},
+		{"bf16 ldk not whole elements", func() { dk.Accum[FormatBF16](s, 8, q, 10, 2, k, 17, 10, 8) }},
+		{"cache too short", func() { f32(s, 10, q, 2, k[:4*(64*9+7)], 256, 10, 8) }},
+		{"q8 d not a multiple of 32", func() { q8(s, 10, q, 2, k8, 34, 10, 16) }},
+		{"q8 ldk below the row bytes", func() { dk.Accum[FormatQ8](s, 32, q, 10, 2, k8, 33, 10, 32) }},
+		{"q4 d not a multiple of 32", func() { dk.Accum[FormatQ4](s, 48, q, 10, 2, k4, 18, 10, 48) }},
+		{"q4 ldk below the row bytes", func() { q4(s, 10, q, 2, k4, 17, 10, 32) }},
+		{"q4 cache too short", func() { q4(s, 10, q, 2, k4[:18*9+17], 18, 10, 32) }},
+		{"fp8 ldk below the row bytes", func() { dk.Scores[FormatE4M3](s, 10, q, 2, k8, 7, 10, 8) }},
+		{"ldo < d", func() { dk.Accum[FormatF32](s, 7, q, 10, 2, k, 256, 10, 8) }},
+		{"P too short", func() { dk.Accum[FormatF32](s, 8, q[:19], 10, 2, k, 256, 10, 8) }},
 	} {
 		func() {
 			defer func() {
@@ -452,7 +390,7 @@ func TestDecodeAVX2Registers(t *testing.T) {
 	if evex < 1000 { // the pattern must recognise the AVX-512 kernels' code
 		t.Errorf("only %d lines of the AVX-512 kernels match the AVX-512 pattern", evex)
 	}
-	if want := 5*(4*2+2) + 1; funcs != want { // 5 types × (4 row tiles × scores, accum + the two multi-head kernels), readSum
+	if want := int(NumFormats)*(4*2+2) + 1; funcs != want { // every format × (4 row tiles × scores, accum + the two multi-head kernels), readSum
 		t.Errorf("found %d AVX2 functions, want %d", funcs, want)
 	}
 }

@@ -30,27 +30,3 @@ var (
 	hasBF16 = detectBF16()
 	hasFHM  = detectFHM()
 )
-
-// archHalf returns the NEON 16-bit paths this CPU supports for e (before
-// the self-check).
-func archHalf(e Elem) []Half {
-	switch {
-	case e == BF16 && hasBF16:
-		return []Half{{
-			Name:   "neonbf16",
-			Elem:   BF16,
-			Mul:    wrapHalf("neonbf16 Mul", mulBF16NEON),
-			MulAdd: wrapHalf("neonbf16 MulAdd", mulAddBF16NEON),
-			Peak:   func(iters int) int { FMAPeakBF16NEON(iters); return 24 * 4 * 2 * 2 },
-		}}
-	case e == F16 && hasFHM:
-		return []Half{{
-			Name:   "neonfp16",
-			Elem:   F16,
-			Mul:    wrapHalf("neonfp16 Mul", mulF16NEON),
-			MulAdd: wrapHalf("neonfp16 MulAdd", mulAddF16NEON),
-			Peak:   func(iters int) int { FMAPeakF16NEON(iters); return 24 * 4 * 2 },
-		}}
-	}
-	return nil
-}

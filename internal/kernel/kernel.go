@@ -78,10 +78,10 @@
 // which CI checks. The
 // constant tables it emits are compared by TestAsmTables with the Go
 // twins' constants. The Go wrappers (wrap_asm.go for both architectures'
-// products and row kernels; wrap_amd64.go, convert_amd64.go,
-// pack_amd64.go, decode_amd64.go, half_amd64.go and their arm64
-// counterparts) check every precondition before the assembly, which trusts
-// its arguments, touches memory.
+// products and row kernels, decode_asm.go for both architectures' decode
+// kernels; wrap_amd64.go, convert_amd64.go, pack_amd64.go, half_amd64.go
+// and their arm64 counterparts) check every precondition before the
+// assembly, which trusts its arguments, touches memory.
 //
 // Every file that declares or calls assembly is built with
 // "amd64 && !purego", "arm64 && !purego" or, for wrap_asm.go,
@@ -89,8 +89,7 @@
 // no assembly, and only the pure-Go implementations are registered.
 //
 // An architecture registers its assembly through six hooks, defined for
-// amd64 in arch_amd64.go, for arm64 in impl_arm64.go, decode_arm64.go,
-// half_arm64.go, peak_arm64.go and philox_arm64.go, and as pure Go in
+// amd64 in arch_amd64.go, for arm64 in arch_arm64.go, and as pure Go in
 // arch_other.go (built with "purego || (!amd64 && !arm64)"):
 //
 //	archImpls() []Impl        f32 candidates this CPU supports, best first

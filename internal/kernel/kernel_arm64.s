@@ -16449,6 +16449,6868 @@ blockNext:
 	BNE block
 	RET
 
+// scoresE4M3M1NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 1, j < n, p < d;
+// ldk is the key row stride in elements; d, n >= 1; all accesses are in bounds.
+TEXT ·scoresE4M3M1NEON(SB), NOSPLIT|NOFRAME, $0-104
+	MOVD s_base+0(FP), R0
+	MOVD lds+24(FP), R1
+	LSL $2, R1
+	MOVD q_base+32(FP), R2
+	MOVD k_base+56(FP), R3
+	MOVD ldk+80(FP), R4
+	MOVD n+88(FP), R5
+	MOVD d+96(FP), R6
+	WORD $0x4f03a7ee // movi v14.8h, #0x7f, lsl #8
+	WORD $0x4f02646f // movi v15.4s, #0x43, lsl #24
+	WORD $0x4e2fd5ef // fadd v15.4s, v15.4s, v15.4s
+main:
+	CMP $4, R5
+	BLT mainEnd
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	MOVD R2, R9
+	MOVD R3, R17
+	ADD R4, R17, R19
+	ADD R4, R19, R20
+	ADD R4, R20, R21
+	LSR $3, R6, R7
+	CBZ R7, mainHalf
+mainStep:
+	FMOVD.P 8(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVD.P 8(R19), F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f11544a // shl v10.8h, v2.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c42 // orr v2.16b, v2.16b, v10.16b
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9063 // fmul v3.4s, v3.4s, v15.s[0]
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	FMOVD.P 8(R20), F4
+	WORD $0x0f0fa484 // sshll v4.8h, v4.8b, #7
+	WORD $0x6f02b404 // bic v4.8h, #0x40, lsl #8
+	WORD $0x4f11548a // shl v10.8h, v4.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c84 // orr v4.16b, v4.16b, v10.16b
+	WORD $0x4e217885 // fcvtl2 v5.4s, v4.8h
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	WORD $0x4f8f90a5 // fmul v5.4s, v5.4s, v15.s[0]
+	WORD $0x4f8f9084 // fmul v4.4s, v4.4s, v15.s[0]
+	FMOVD.P 8(R21), F6
+	WORD $0x0f0fa4c6 // sshll v6.8h, v6.8b, #7
+	WORD $0x6f02b406 // bic v6.8h, #0x40, lsl #8
+	WORD $0x4f1154ca // shl v10.8h, v6.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1cc6 // orr v6.16b, v6.16b, v10.16b
+	WORD $0x4e2178c7 // fcvtl2 v7.4s, v6.8h
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	WORD $0x4f8f90e7 // fmul v7.4s, v7.4s, v15.s[0]
+	WORD $0x4f8f90c6 // fmul v6.4s, v6.4s, v15.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	WORD $0x4e22cd12 // fmla v18.4s, v8.4s, v2.4s
+	WORD $0x4e23cd33 // fmla v19.4s, v9.4s, v3.4s
+	WORD $0x4e24cd14 // fmla v20.4s, v8.4s, v4.4s
+	WORD $0x4e25cd35 // fmla v21.4s, v9.4s, v5.4s
+	WORD $0x4e26cd16 // fmla v22.4s, v8.4s, v6.4s
+	WORD $0x4e27cd37 // fmla v23.4s, v9.4s, v7.4s
+	SUBS $1, R7, R7
+	BNE mainStep
+mainHalf:
+	TBZ $2, R6, mainOne
+	FMOVS.P 4(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVS.P 4(R19), F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f11544a // shl v10.8h, v2.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c42 // orr v2.16b, v2.16b, v10.16b
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	FMOVS.P 4(R20), F4
+	WORD $0x0f0fa484 // sshll v4.8h, v4.8b, #7
+	WORD $0x6f02b404 // bic v4.8h, #0x40, lsl #8
+	WORD $0x4f11548a // shl v10.8h, v4.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c84 // orr v4.16b, v4.16b, v10.16b
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	WORD $0x4f8f9084 // fmul v4.4s, v4.4s, v15.s[0]
+	FMOVS.P 4(R21), F6
+	WORD $0x0f0fa4c6 // sshll v6.8h, v6.8b, #7
+	WORD $0x6f02b406 // bic v6.8h, #0x40, lsl #8
+	WORD $0x4f1154ca // shl v10.8h, v6.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1cc6 // orr v6.16b, v6.16b, v10.16b
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	WORD $0x4f8f90c6 // fmul v6.4s, v6.4s, v15.s[0]
+	FMOVQ.P 16(R9), F8
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e22cd12 // fmla v18.4s, v8.4s, v2.4s
+	WORD $0x4e24cd14 // fmla v20.4s, v8.4s, v4.4s
+	WORD $0x4e26cd16 // fmla v22.4s, v8.4s, v6.4s
+mainOne:
+	AND $3, R6, R7
+	CBZ R7, mainFold
+mainOneLoop:
+	MOVBU.P 1(R17), R8
+	FMOVS R8, F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	MOVBU.P 1(R19), R8
+	FMOVS R8, F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f11544a // shl v10.8h, v2.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c42 // orr v2.16b, v2.16b, v10.16b
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	MOVBU.P 1(R20), R8
+	FMOVS R8, F4
+	WORD $0x0f0fa484 // sshll v4.8h, v4.8b, #7
+	WORD $0x6f02b404 // bic v4.8h, #0x40, lsl #8
+	WORD $0x4f11548a // shl v10.8h, v4.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c84 // orr v4.16b, v4.16b, v10.16b
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	WORD $0x4f8f9084 // fmul v4.4s, v4.4s, v15.s[0]
+	MOVBU.P 1(R21), R8
+	FMOVS R8, F6
+	WORD $0x0f0fa4c6 // sshll v6.8h, v6.8b, #7
+	WORD $0x6f02b406 // bic v6.8h, #0x40, lsl #8
+	WORD $0x4f1154ca // shl v10.8h, v6.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1cc6 // orr v6.16b, v6.16b, v10.16b
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	WORD $0x4f8f90c6 // fmul v6.4s, v6.4s, v15.s[0]
+	FMOVS.P 4(R9), F8
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e22cd12 // fmla v18.4s, v8.4s, v2.4s
+	WORD $0x4e24cd14 // fmla v20.4s, v8.4s, v4.4s
+	WORD $0x4e26cd16 // fmla v22.4s, v8.4s, v6.4s
+	SUBS $1, R7, R7
+	BNE mainOneLoop
+mainFold:
+	MOVD R0, R22
+	WORD $0x4e31d610 // fadd v16.4s, v16.4s, v17.4s
+	WORD $0x4e33d652 // fadd v18.4s, v18.4s, v19.4s
+	WORD $0x4e35d694 // fadd v20.4s, v20.4s, v21.4s
+	WORD $0x4e37d6d6 // fadd v22.4s, v22.4s, v23.4s
+	WORD $0x6e32d610 // faddp v16.4s, v16.4s, v18.4s
+	WORD $0x6e36d694 // faddp v20.4s, v20.4s, v22.4s
+	WORD $0x6e34d610 // faddp v16.4s, v16.4s, v20.4s
+	FMOVQ F16, (R22)
+	ADD $16, R0
+	ADD R4<<2, R3, R3
+	SUB $4, R5
+	B main
+mainEnd:
+rest:
+	CMP $1, R5
+	BLT restEnd
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	MOVD R2, R9
+	MOVD R3, R17
+	LSR $3, R6, R7
+	CBZ R7, restHalf
+restStep:
+	FMOVD.P 8(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	SUBS $1, R7, R7
+	BNE restStep
+restHalf:
+	TBZ $2, R6, restOne
+	FMOVS.P 4(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVQ.P 16(R9), F8
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+restOne:
+	AND $3, R6, R7
+	CBZ R7, restFold
+restOneLoop:
+	MOVBU.P 1(R17), R8
+	FMOVS R8, F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVS.P 4(R9), F8
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	SUBS $1, R7, R7
+	BNE restOneLoop
+restFold:
+	MOVD R0, R22
+	WORD $0x4e31d610 // fadd v16.4s, v16.4s, v17.4s
+	WORD $0x6e30d610 // faddp v16.4s, v16.4s, v16.4s
+	WORD $0x7e30da10 // faddp s16, v16.2s
+	FMOVS F16, (R22)
+	ADD $4, R0
+	ADD R4, R3
+	SUB $1, R5
+	B rest
+restEnd:
+	RET
+
+// scoresE4M3M2NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 2, j < n, p < d;
+// ldk is the key row stride in elements; d, n >= 1; all accesses are in bounds.
+TEXT ·scoresE4M3M2NEON(SB), NOSPLIT|NOFRAME, $0-104
+	MOVD s_base+0(FP), R0
+	MOVD lds+24(FP), R1
+	LSL $2, R1
+	MOVD q_base+32(FP), R2
+	MOVD k_base+56(FP), R3
+	MOVD ldk+80(FP), R4
+	MOVD n+88(FP), R5
+	MOVD d+96(FP), R6
+	WORD $0x4f03a7ee // movi v14.8h, #0x7f, lsl #8
+	WORD $0x4f02646f // movi v15.4s, #0x43, lsl #24
+	WORD $0x4e2fd5ef // fadd v15.4s, v15.4s, v15.4s
+main:
+	CMP $4, R5
+	BLT mainEnd
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
+	WORD $0x6f00e41c // movi v28.2d, #0
+	WORD $0x6f00e41d // movi v29.2d, #0
+	WORD $0x6f00e41e // movi v30.2d, #0
+	WORD $0x6f00e41f // movi v31.2d, #0
+	MOVD R2, R9
+	ADD R6<<2, R9, R10
+	MOVD R3, R17
+	ADD R4, R17, R19
+	ADD R4, R19, R20
+	ADD R4, R20, R21
+	LSR $3, R6, R7
+	CBZ R7, mainHalf
+mainStep:
+	FMOVD.P 8(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVD.P 8(R19), F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f11544a // shl v10.8h, v2.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c42 // orr v2.16b, v2.16b, v10.16b
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9063 // fmul v3.4s, v3.4s, v15.s[0]
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	FMOVD.P 8(R20), F4
+	WORD $0x0f0fa484 // sshll v4.8h, v4.8b, #7
+	WORD $0x6f02b404 // bic v4.8h, #0x40, lsl #8
+	WORD $0x4f11548a // shl v10.8h, v4.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c84 // orr v4.16b, v4.16b, v10.16b
+	WORD $0x4e217885 // fcvtl2 v5.4s, v4.8h
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	WORD $0x4f8f90a5 // fmul v5.4s, v5.4s, v15.s[0]
+	WORD $0x4f8f9084 // fmul v4.4s, v4.4s, v15.s[0]
+	FMOVD.P 8(R21), F6
+	WORD $0x0f0fa4c6 // sshll v6.8h, v6.8b, #7
+	WORD $0x6f02b406 // bic v6.8h, #0x40, lsl #8
+	WORD $0x4f1154ca // shl v10.8h, v6.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1cc6 // orr v6.16b, v6.16b, v10.16b
+	WORD $0x4e2178c7 // fcvtl2 v7.4s, v6.8h
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	WORD $0x4f8f90e7 // fmul v7.4s, v7.4s, v15.s[0]
+	WORD $0x4f8f90c6 // fmul v6.4s, v6.4s, v15.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	WORD $0x4e22cd12 // fmla v18.4s, v8.4s, v2.4s
+	WORD $0x4e23cd33 // fmla v19.4s, v9.4s, v3.4s
+	WORD $0x4e24cd14 // fmla v20.4s, v8.4s, v4.4s
+	WORD $0x4e25cd35 // fmla v21.4s, v9.4s, v5.4s
+	WORD $0x4e26cd16 // fmla v22.4s, v8.4s, v6.4s
+	WORD $0x4e27cd37 // fmla v23.4s, v9.4s, v7.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd18 // fmla v24.4s, v8.4s, v0.4s
+	WORD $0x4e21cd39 // fmla v25.4s, v9.4s, v1.4s
+	WORD $0x4e22cd1a // fmla v26.4s, v8.4s, v2.4s
+	WORD $0x4e23cd3b // fmla v27.4s, v9.4s, v3.4s
+	WORD $0x4e24cd1c // fmla v28.4s, v8.4s, v4.4s
+	WORD $0x4e25cd3d // fmla v29.4s, v9.4s, v5.4s
+	WORD $0x4e26cd1e // fmla v30.4s, v8.4s, v6.4s
+	WORD $0x4e27cd3f // fmla v31.4s, v9.4s, v7.4s
+	SUBS $1, R7, R7
+	BNE mainStep
+mainHalf:
+	TBZ $2, R6, mainOne
+	FMOVS.P 4(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVS.P 4(R19), F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f11544a // shl v10.8h, v2.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c42 // orr v2.16b, v2.16b, v10.16b
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	FMOVS.P 4(R20), F4
+	WORD $0x0f0fa484 // sshll v4.8h, v4.8b, #7
+	WORD $0x6f02b404 // bic v4.8h, #0x40, lsl #8
+	WORD $0x4f11548a // shl v10.8h, v4.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c84 // orr v4.16b, v4.16b, v10.16b
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	WORD $0x4f8f9084 // fmul v4.4s, v4.4s, v15.s[0]
+	FMOVS.P 4(R21), F6
+	WORD $0x0f0fa4c6 // sshll v6.8h, v6.8b, #7
+	WORD $0x6f02b406 // bic v6.8h, #0x40, lsl #8
+	WORD $0x4f1154ca // shl v10.8h, v6.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1cc6 // orr v6.16b, v6.16b, v10.16b
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	WORD $0x4f8f90c6 // fmul v6.4s, v6.4s, v15.s[0]
+	FMOVQ.P 16(R9), F8
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e22cd12 // fmla v18.4s, v8.4s, v2.4s
+	WORD $0x4e24cd14 // fmla v20.4s, v8.4s, v4.4s
+	WORD $0x4e26cd16 // fmla v22.4s, v8.4s, v6.4s
+	FMOVQ.P 16(R10), F8
+	WORD $0x4e20cd18 // fmla v24.4s, v8.4s, v0.4s
+	WORD $0x4e22cd1a // fmla v26.4s, v8.4s, v2.4s
+	WORD $0x4e24cd1c // fmla v28.4s, v8.4s, v4.4s
+	WORD $0x4e26cd1e // fmla v30.4s, v8.4s, v6.4s
+mainOne:
+	AND $3, R6, R7
+	CBZ R7, mainFold
+mainOneLoop:
+	MOVBU.P 1(R17), R8
+	FMOVS R8, F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	MOVBU.P 1(R19), R8
+	FMOVS R8, F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f11544a // shl v10.8h, v2.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c42 // orr v2.16b, v2.16b, v10.16b
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	MOVBU.P 1(R20), R8
+	FMOVS R8, F4
+	WORD $0x0f0fa484 // sshll v4.8h, v4.8b, #7
+	WORD $0x6f02b404 // bic v4.8h, #0x40, lsl #8
+	WORD $0x4f11548a // shl v10.8h, v4.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c84 // orr v4.16b, v4.16b, v10.16b
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	WORD $0x4f8f9084 // fmul v4.4s, v4.4s, v15.s[0]
+	MOVBU.P 1(R21), R8
+	FMOVS R8, F6
+	WORD $0x0f0fa4c6 // sshll v6.8h, v6.8b, #7
+	WORD $0x6f02b406 // bic v6.8h, #0x40, lsl #8
+	WORD $0x4f1154ca // shl v10.8h, v6.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1cc6 // orr v6.16b, v6.16b, v10.16b
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	WORD $0x4f8f90c6 // fmul v6.4s, v6.4s, v15.s[0]
+	FMOVS.P 4(R9), F8
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e22cd12 // fmla v18.4s, v8.4s, v2.4s
+	WORD $0x4e24cd14 // fmla v20.4s, v8.4s, v4.4s
+	WORD $0x4e26cd16 // fmla v22.4s, v8.4s, v6.4s
+	FMOVS.P 4(R10), F8
+	WORD $0x4e20cd18 // fmla v24.4s, v8.4s, v0.4s
+	WORD $0x4e22cd1a // fmla v26.4s, v8.4s, v2.4s
+	WORD $0x4e24cd1c // fmla v28.4s, v8.4s, v4.4s
+	WORD $0x4e26cd1e // fmla v30.4s, v8.4s, v6.4s
+	SUBS $1, R7, R7
+	BNE mainOneLoop
+mainFold:
+	MOVD R0, R22
+	WORD $0x4e31d610 // fadd v16.4s, v16.4s, v17.4s
+	WORD $0x4e33d652 // fadd v18.4s, v18.4s, v19.4s
+	WORD $0x4e35d694 // fadd v20.4s, v20.4s, v21.4s
+	WORD $0x4e37d6d6 // fadd v22.4s, v22.4s, v23.4s
+	WORD $0x6e32d610 // faddp v16.4s, v16.4s, v18.4s
+	WORD $0x6e36d694 // faddp v20.4s, v20.4s, v22.4s
+	WORD $0x6e34d610 // faddp v16.4s, v16.4s, v20.4s
+	FMOVQ F16, (R22)
+	ADD R1, R22
+	WORD $0x4e39d718 // fadd v24.4s, v24.4s, v25.4s
+	WORD $0x4e3bd75a // fadd v26.4s, v26.4s, v27.4s
+	WORD $0x4e3dd79c // fadd v28.4s, v28.4s, v29.4s
+	WORD $0x4e3fd7de // fadd v30.4s, v30.4s, v31.4s
+	WORD $0x6e3ad718 // faddp v24.4s, v24.4s, v26.4s
+	WORD $0x6e3ed79c // faddp v28.4s, v28.4s, v30.4s
+	WORD $0x6e3cd718 // faddp v24.4s, v24.4s, v28.4s
+	FMOVQ F24, (R22)
+	ADD $16, R0
+	ADD R4<<2, R3, R3
+	SUB $4, R5
+	B main
+mainEnd:
+rest:
+	CMP $1, R5
+	BLT restEnd
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	MOVD R2, R9
+	ADD R6<<2, R9, R10
+	MOVD R3, R17
+	LSR $3, R6, R7
+	CBZ R7, restHalf
+restStep:
+	FMOVD.P 8(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	WORD $0x4e21cd33 // fmla v19.4s, v9.4s, v1.4s
+	SUBS $1, R7, R7
+	BNE restStep
+restHalf:
+	TBZ $2, R6, restOne
+	FMOVS.P 4(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVQ.P 16(R9), F8
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	FMOVQ.P 16(R10), F8
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+restOne:
+	AND $3, R6, R7
+	CBZ R7, restFold
+restOneLoop:
+	MOVBU.P 1(R17), R8
+	FMOVS R8, F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVS.P 4(R9), F8
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	FMOVS.P 4(R10), F8
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	SUBS $1, R7, R7
+	BNE restOneLoop
+restFold:
+	MOVD R0, R22
+	WORD $0x4e31d610 // fadd v16.4s, v16.4s, v17.4s
+	WORD $0x6e30d610 // faddp v16.4s, v16.4s, v16.4s
+	WORD $0x7e30da10 // faddp s16, v16.2s
+	FMOVS F16, (R22)
+	ADD R1, R22
+	WORD $0x4e33d652 // fadd v18.4s, v18.4s, v19.4s
+	WORD $0x6e32d652 // faddp v18.4s, v18.4s, v18.4s
+	WORD $0x7e30da52 // faddp s18, v18.2s
+	FMOVS F18, (R22)
+	ADD $4, R0
+	ADD R4, R3
+	SUB $1, R5
+	B rest
+restEnd:
+	RET
+
+// scoresE4M3M4NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 4, j < n, p < d;
+// ldk is the key row stride in elements; d, n >= 1; all accesses are in bounds.
+TEXT ·scoresE4M3M4NEON(SB), NOSPLIT|NOFRAME, $0-104
+	MOVD s_base+0(FP), R0
+	MOVD lds+24(FP), R1
+	LSL $2, R1
+	MOVD q_base+32(FP), R2
+	MOVD k_base+56(FP), R3
+	MOVD ldk+80(FP), R4
+	MOVD n+88(FP), R5
+	MOVD d+96(FP), R6
+	WORD $0x4f03a7ee // movi v14.8h, #0x7f, lsl #8
+	WORD $0x4f02646f // movi v15.4s, #0x43, lsl #24
+	WORD $0x4e2fd5ef // fadd v15.4s, v15.4s, v15.4s
+main:
+	CMP $4, R5
+	BLT mainEnd
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
+	WORD $0x6f00e41c // movi v28.2d, #0
+	WORD $0x6f00e41d // movi v29.2d, #0
+	WORD $0x6f00e41e // movi v30.2d, #0
+	WORD $0x6f00e41f // movi v31.2d, #0
+	MOVD R2, R9
+	ADD R6<<2, R9, R10
+	ADD R6<<2, R10, R11
+	ADD R6<<2, R11, R12
+	MOVD R3, R17
+	ADD R4, R17, R19
+	ADD R4, R19, R20
+	ADD R4, R20, R21
+	LSR $3, R6, R7
+	CBZ R7, mainHalf
+mainStep:
+	FMOVD.P 8(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVD.P 8(R19), F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f11544a // shl v10.8h, v2.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c42 // orr v2.16b, v2.16b, v10.16b
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9063 // fmul v3.4s, v3.4s, v15.s[0]
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	FMOVD.P 8(R20), F4
+	WORD $0x0f0fa484 // sshll v4.8h, v4.8b, #7
+	WORD $0x6f02b404 // bic v4.8h, #0x40, lsl #8
+	WORD $0x4f11548a // shl v10.8h, v4.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c84 // orr v4.16b, v4.16b, v10.16b
+	WORD $0x4e217885 // fcvtl2 v5.4s, v4.8h
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	WORD $0x4f8f90a5 // fmul v5.4s, v5.4s, v15.s[0]
+	WORD $0x4f8f9084 // fmul v4.4s, v4.4s, v15.s[0]
+	FMOVD.P 8(R21), F6
+	WORD $0x0f0fa4c6 // sshll v6.8h, v6.8b, #7
+	WORD $0x6f02b406 // bic v6.8h, #0x40, lsl #8
+	WORD $0x4f1154ca // shl v10.8h, v6.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1cc6 // orr v6.16b, v6.16b, v10.16b
+	WORD $0x4e2178c7 // fcvtl2 v7.4s, v6.8h
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	WORD $0x4f8f90e7 // fmul v7.4s, v7.4s, v15.s[0]
+	WORD $0x4f8f90c6 // fmul v6.4s, v6.4s, v15.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd30 // fmla v16.4s, v9.4s, v1.4s
+	WORD $0x4e22cd11 // fmla v17.4s, v8.4s, v2.4s
+	WORD $0x4e23cd31 // fmla v17.4s, v9.4s, v3.4s
+	WORD $0x4e24cd12 // fmla v18.4s, v8.4s, v4.4s
+	WORD $0x4e25cd32 // fmla v18.4s, v9.4s, v5.4s
+	WORD $0x4e26cd13 // fmla v19.4s, v8.4s, v6.4s
+	WORD $0x4e27cd33 // fmla v19.4s, v9.4s, v7.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd14 // fmla v20.4s, v8.4s, v0.4s
+	WORD $0x4e21cd34 // fmla v20.4s, v9.4s, v1.4s
+	WORD $0x4e22cd15 // fmla v21.4s, v8.4s, v2.4s
+	WORD $0x4e23cd35 // fmla v21.4s, v9.4s, v3.4s
+	WORD $0x4e24cd16 // fmla v22.4s, v8.4s, v4.4s
+	WORD $0x4e25cd36 // fmla v22.4s, v9.4s, v5.4s
+	WORD $0x4e26cd17 // fmla v23.4s, v8.4s, v6.4s
+	WORD $0x4e27cd37 // fmla v23.4s, v9.4s, v7.4s
+	FLDPQ.P 32(R11), (F8, F9)
+	WORD $0x4e20cd18 // fmla v24.4s, v8.4s, v0.4s
+	WORD $0x4e21cd38 // fmla v24.4s, v9.4s, v1.4s
+	WORD $0x4e22cd19 // fmla v25.4s, v8.4s, v2.4s
+	WORD $0x4e23cd39 // fmla v25.4s, v9.4s, v3.4s
+	WORD $0x4e24cd1a // fmla v26.4s, v8.4s, v4.4s
+	WORD $0x4e25cd3a // fmla v26.4s, v9.4s, v5.4s
+	WORD $0x4e26cd1b // fmla v27.4s, v8.4s, v6.4s
+	WORD $0x4e27cd3b // fmla v27.4s, v9.4s, v7.4s
+	FLDPQ.P 32(R12), (F8, F9)
+	WORD $0x4e20cd1c // fmla v28.4s, v8.4s, v0.4s
+	WORD $0x4e21cd3c // fmla v28.4s, v9.4s, v1.4s
+	WORD $0x4e22cd1d // fmla v29.4s, v8.4s, v2.4s
+	WORD $0x4e23cd3d // fmla v29.4s, v9.4s, v3.4s
+	WORD $0x4e24cd1e // fmla v30.4s, v8.4s, v4.4s
+	WORD $0x4e25cd3e // fmla v30.4s, v9.4s, v5.4s
+	WORD $0x4e26cd1f // fmla v31.4s, v8.4s, v6.4s
+	WORD $0x4e27cd3f // fmla v31.4s, v9.4s, v7.4s
+	SUBS $1, R7, R7
+	BNE mainStep
+mainHalf:
+	TBZ $2, R6, mainOne
+	FMOVS.P 4(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVS.P 4(R19), F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f11544a // shl v10.8h, v2.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c42 // orr v2.16b, v2.16b, v10.16b
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	FMOVS.P 4(R20), F4
+	WORD $0x0f0fa484 // sshll v4.8h, v4.8b, #7
+	WORD $0x6f02b404 // bic v4.8h, #0x40, lsl #8
+	WORD $0x4f11548a // shl v10.8h, v4.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c84 // orr v4.16b, v4.16b, v10.16b
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	WORD $0x4f8f9084 // fmul v4.4s, v4.4s, v15.s[0]
+	FMOVS.P 4(R21), F6
+	WORD $0x0f0fa4c6 // sshll v6.8h, v6.8b, #7
+	WORD $0x6f02b406 // bic v6.8h, #0x40, lsl #8
+	WORD $0x4f1154ca // shl v10.8h, v6.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1cc6 // orr v6.16b, v6.16b, v10.16b
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	WORD $0x4f8f90c6 // fmul v6.4s, v6.4s, v15.s[0]
+	FMOVQ.P 16(R9), F8
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e22cd11 // fmla v17.4s, v8.4s, v2.4s
+	WORD $0x4e24cd12 // fmla v18.4s, v8.4s, v4.4s
+	WORD $0x4e26cd13 // fmla v19.4s, v8.4s, v6.4s
+	FMOVQ.P 16(R10), F8
+	WORD $0x4e20cd14 // fmla v20.4s, v8.4s, v0.4s
+	WORD $0x4e22cd15 // fmla v21.4s, v8.4s, v2.4s
+	WORD $0x4e24cd16 // fmla v22.4s, v8.4s, v4.4s
+	WORD $0x4e26cd17 // fmla v23.4s, v8.4s, v6.4s
+	FMOVQ.P 16(R11), F8
+	WORD $0x4e20cd18 // fmla v24.4s, v8.4s, v0.4s
+	WORD $0x4e22cd19 // fmla v25.4s, v8.4s, v2.4s
+	WORD $0x4e24cd1a // fmla v26.4s, v8.4s, v4.4s
+	WORD $0x4e26cd1b // fmla v27.4s, v8.4s, v6.4s
+	FMOVQ.P 16(R12), F8
+	WORD $0x4e20cd1c // fmla v28.4s, v8.4s, v0.4s
+	WORD $0x4e22cd1d // fmla v29.4s, v8.4s, v2.4s
+	WORD $0x4e24cd1e // fmla v30.4s, v8.4s, v4.4s
+	WORD $0x4e26cd1f // fmla v31.4s, v8.4s, v6.4s
+mainOne:
+	AND $3, R6, R7
+	CBZ R7, mainFold
+mainOneLoop:
+	MOVBU.P 1(R17), R8
+	FMOVS R8, F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	MOVBU.P 1(R19), R8
+	FMOVS R8, F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f11544a // shl v10.8h, v2.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c42 // orr v2.16b, v2.16b, v10.16b
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	MOVBU.P 1(R20), R8
+	FMOVS R8, F4
+	WORD $0x0f0fa484 // sshll v4.8h, v4.8b, #7
+	WORD $0x6f02b404 // bic v4.8h, #0x40, lsl #8
+	WORD $0x4f11548a // shl v10.8h, v4.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c84 // orr v4.16b, v4.16b, v10.16b
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	WORD $0x4f8f9084 // fmul v4.4s, v4.4s, v15.s[0]
+	MOVBU.P 1(R21), R8
+	FMOVS R8, F6
+	WORD $0x0f0fa4c6 // sshll v6.8h, v6.8b, #7
+	WORD $0x6f02b406 // bic v6.8h, #0x40, lsl #8
+	WORD $0x4f1154ca // shl v10.8h, v6.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1cc6 // orr v6.16b, v6.16b, v10.16b
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	WORD $0x4f8f90c6 // fmul v6.4s, v6.4s, v15.s[0]
+	FMOVS.P 4(R9), F8
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e22cd11 // fmla v17.4s, v8.4s, v2.4s
+	WORD $0x4e24cd12 // fmla v18.4s, v8.4s, v4.4s
+	WORD $0x4e26cd13 // fmla v19.4s, v8.4s, v6.4s
+	FMOVS.P 4(R10), F8
+	WORD $0x4e20cd14 // fmla v20.4s, v8.4s, v0.4s
+	WORD $0x4e22cd15 // fmla v21.4s, v8.4s, v2.4s
+	WORD $0x4e24cd16 // fmla v22.4s, v8.4s, v4.4s
+	WORD $0x4e26cd17 // fmla v23.4s, v8.4s, v6.4s
+	FMOVS.P 4(R11), F8
+	WORD $0x4e20cd18 // fmla v24.4s, v8.4s, v0.4s
+	WORD $0x4e22cd19 // fmla v25.4s, v8.4s, v2.4s
+	WORD $0x4e24cd1a // fmla v26.4s, v8.4s, v4.4s
+	WORD $0x4e26cd1b // fmla v27.4s, v8.4s, v6.4s
+	FMOVS.P 4(R12), F8
+	WORD $0x4e20cd1c // fmla v28.4s, v8.4s, v0.4s
+	WORD $0x4e22cd1d // fmla v29.4s, v8.4s, v2.4s
+	WORD $0x4e24cd1e // fmla v30.4s, v8.4s, v4.4s
+	WORD $0x4e26cd1f // fmla v31.4s, v8.4s, v6.4s
+	SUBS $1, R7, R7
+	BNE mainOneLoop
+mainFold:
+	MOVD R0, R22
+	WORD $0x6e31d610 // faddp v16.4s, v16.4s, v17.4s
+	WORD $0x6e33d652 // faddp v18.4s, v18.4s, v19.4s
+	WORD $0x6e32d610 // faddp v16.4s, v16.4s, v18.4s
+	FMOVQ F16, (R22)
+	ADD R1, R22
+	WORD $0x6e35d694 // faddp v20.4s, v20.4s, v21.4s
+	WORD $0x6e37d6d6 // faddp v22.4s, v22.4s, v23.4s
+	WORD $0x6e36d694 // faddp v20.4s, v20.4s, v22.4s
+	FMOVQ F20, (R22)
+	ADD R1, R22
+	WORD $0x6e39d718 // faddp v24.4s, v24.4s, v25.4s
+	WORD $0x6e3bd75a // faddp v26.4s, v26.4s, v27.4s
+	WORD $0x6e3ad718 // faddp v24.4s, v24.4s, v26.4s
+	FMOVQ F24, (R22)
+	ADD R1, R22
+	WORD $0x6e3dd79c // faddp v28.4s, v28.4s, v29.4s
+	WORD $0x6e3fd7de // faddp v30.4s, v30.4s, v31.4s
+	WORD $0x6e3ed79c // faddp v28.4s, v28.4s, v30.4s
+	FMOVQ F28, (R22)
+	ADD $16, R0
+	ADD R4<<2, R3, R3
+	SUB $4, R5
+	B main
+mainEnd:
+rest:
+	CMP $1, R5
+	BLT restEnd
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	MOVD R2, R9
+	ADD R6<<2, R9, R10
+	ADD R6<<2, R10, R11
+	ADD R6<<2, R11, R12
+	MOVD R3, R17
+	LSR $3, R6, R7
+	CBZ R7, restHalf
+restStep:
+	FMOVD.P 8(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd30 // fmla v16.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd11 // fmla v17.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R11), (F8, F9)
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	WORD $0x4e21cd32 // fmla v18.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R12), (F8, F9)
+	WORD $0x4e20cd13 // fmla v19.4s, v8.4s, v0.4s
+	WORD $0x4e21cd33 // fmla v19.4s, v9.4s, v1.4s
+	SUBS $1, R7, R7
+	BNE restStep
+restHalf:
+	TBZ $2, R6, restOne
+	FMOVS.P 4(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVQ.P 16(R9), F8
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	FMOVQ.P 16(R10), F8
+	WORD $0x4e20cd11 // fmla v17.4s, v8.4s, v0.4s
+	FMOVQ.P 16(R11), F8
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	FMOVQ.P 16(R12), F8
+	WORD $0x4e20cd13 // fmla v19.4s, v8.4s, v0.4s
+restOne:
+	AND $3, R6, R7
+	CBZ R7, restFold
+restOneLoop:
+	MOVBU.P 1(R17), R8
+	FMOVS R8, F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVS.P 4(R9), F8
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	FMOVS.P 4(R10), F8
+	WORD $0x4e20cd11 // fmla v17.4s, v8.4s, v0.4s
+	FMOVS.P 4(R11), F8
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	FMOVS.P 4(R12), F8
+	WORD $0x4e20cd13 // fmla v19.4s, v8.4s, v0.4s
+	SUBS $1, R7, R7
+	BNE restOneLoop
+restFold:
+	MOVD R0, R22
+	WORD $0x6e30d610 // faddp v16.4s, v16.4s, v16.4s
+	WORD $0x7e30da10 // faddp s16, v16.2s
+	FMOVS F16, (R22)
+	ADD R1, R22
+	WORD $0x6e31d631 // faddp v17.4s, v17.4s, v17.4s
+	WORD $0x7e30da31 // faddp s17, v17.2s
+	FMOVS F17, (R22)
+	ADD R1, R22
+	WORD $0x6e32d652 // faddp v18.4s, v18.4s, v18.4s
+	WORD $0x7e30da52 // faddp s18, v18.2s
+	FMOVS F18, (R22)
+	ADD R1, R22
+	WORD $0x6e33d673 // faddp v19.4s, v19.4s, v19.4s
+	WORD $0x7e30da73 // faddp s19, v19.2s
+	FMOVS F19, (R22)
+	ADD $4, R0
+	ADD R4, R3
+	SUB $1, R5
+	B rest
+restEnd:
+	RET
+
+// scoresE4M3M8NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 8, j < n, p < d;
+// ldk is the key row stride in elements; d, n >= 1; all accesses are in bounds.
+TEXT ·scoresE4M3M8NEON(SB), NOSPLIT|NOFRAME, $0-104
+	MOVD s_base+0(FP), R0
+	MOVD lds+24(FP), R1
+	LSL $2, R1
+	MOVD q_base+32(FP), R2
+	MOVD k_base+56(FP), R3
+	MOVD ldk+80(FP), R4
+	MOVD n+88(FP), R5
+	MOVD d+96(FP), R6
+	WORD $0x4f03a7ee // movi v14.8h, #0x7f, lsl #8
+	WORD $0x4f02646f // movi v15.4s, #0x43, lsl #24
+	WORD $0x4e2fd5ef // fadd v15.4s, v15.4s, v15.4s
+main:
+	CMP $2, R5
+	BLT mainEnd
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
+	WORD $0x6f00e41c // movi v28.2d, #0
+	WORD $0x6f00e41d // movi v29.2d, #0
+	WORD $0x6f00e41e // movi v30.2d, #0
+	WORD $0x6f00e41f // movi v31.2d, #0
+	MOVD R2, R9
+	ADD R6<<2, R9, R10
+	ADD R6<<2, R10, R11
+	ADD R6<<2, R11, R12
+	ADD R6<<2, R12, R13
+	ADD R6<<2, R13, R14
+	ADD R6<<2, R14, R15
+	ADD R6<<2, R15, R16
+	MOVD R3, R17
+	ADD R4, R17, R19
+	LSR $3, R6, R7
+	CBZ R7, mainHalf
+mainStep:
+	FMOVD.P 8(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVD.P 8(R19), F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f11544a // shl v10.8h, v2.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c42 // orr v2.16b, v2.16b, v10.16b
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9063 // fmul v3.4s, v3.4s, v15.s[0]
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd30 // fmla v16.4s, v9.4s, v1.4s
+	WORD $0x4e22cd11 // fmla v17.4s, v8.4s, v2.4s
+	WORD $0x4e23cd31 // fmla v17.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	WORD $0x4e21cd32 // fmla v18.4s, v9.4s, v1.4s
+	WORD $0x4e22cd13 // fmla v19.4s, v8.4s, v2.4s
+	WORD $0x4e23cd33 // fmla v19.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R11), (F8, F9)
+	WORD $0x4e20cd14 // fmla v20.4s, v8.4s, v0.4s
+	WORD $0x4e21cd34 // fmla v20.4s, v9.4s, v1.4s
+	WORD $0x4e22cd15 // fmla v21.4s, v8.4s, v2.4s
+	WORD $0x4e23cd35 // fmla v21.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R12), (F8, F9)
+	WORD $0x4e20cd16 // fmla v22.4s, v8.4s, v0.4s
+	WORD $0x4e21cd36 // fmla v22.4s, v9.4s, v1.4s
+	WORD $0x4e22cd17 // fmla v23.4s, v8.4s, v2.4s
+	WORD $0x4e23cd37 // fmla v23.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R13), (F8, F9)
+	WORD $0x4e20cd18 // fmla v24.4s, v8.4s, v0.4s
+	WORD $0x4e21cd38 // fmla v24.4s, v9.4s, v1.4s
+	WORD $0x4e22cd19 // fmla v25.4s, v8.4s, v2.4s
+	WORD $0x4e23cd39 // fmla v25.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R14), (F8, F9)
+	WORD $0x4e20cd1a // fmla v26.4s, v8.4s, v0.4s
+	WORD $0x4e21cd3a // fmla v26.4s, v9.4s, v1.4s
+	WORD $0x4e22cd1b // fmla v27.4s, v8.4s, v2.4s
+	WORD $0x4e23cd3b // fmla v27.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R15), (F8, F9)
+	WORD $0x4e20cd1c // fmla v28.4s, v8.4s, v0.4s
+	WORD $0x4e21cd3c // fmla v28.4s, v9.4s, v1.4s
+	WORD $0x4e22cd1d // fmla v29.4s, v8.4s, v2.4s
+	WORD $0x4e23cd3d // fmla v29.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R16), (F8, F9)
+	WORD $0x4e20cd1e // fmla v30.4s, v8.4s, v0.4s
+	WORD $0x4e21cd3e // fmla v30.4s, v9.4s, v1.4s
+	WORD $0x4e22cd1f // fmla v31.4s, v8.4s, v2.4s
+	WORD $0x4e23cd3f // fmla v31.4s, v9.4s, v3.4s
+	SUBS $1, R7, R7
+	BNE mainStep
+mainHalf:
+	TBZ $2, R6, mainOne
+	FMOVS.P 4(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVS.P 4(R19), F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f11544a // shl v10.8h, v2.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c42 // orr v2.16b, v2.16b, v10.16b
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	FMOVQ.P 16(R9), F8
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e22cd11 // fmla v17.4s, v8.4s, v2.4s
+	FMOVQ.P 16(R10), F8
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	WORD $0x4e22cd13 // fmla v19.4s, v8.4s, v2.4s
+	FMOVQ.P 16(R11), F8
+	WORD $0x4e20cd14 // fmla v20.4s, v8.4s, v0.4s
+	WORD $0x4e22cd15 // fmla v21.4s, v8.4s, v2.4s
+	FMOVQ.P 16(R12), F8
+	WORD $0x4e20cd16 // fmla v22.4s, v8.4s, v0.4s
+	WORD $0x4e22cd17 // fmla v23.4s, v8.4s, v2.4s
+	FMOVQ.P 16(R13), F8
+	WORD $0x4e20cd18 // fmla v24.4s, v8.4s, v0.4s
+	WORD $0x4e22cd19 // fmla v25.4s, v8.4s, v2.4s
+	FMOVQ.P 16(R14), F8
+	WORD $0x4e20cd1a // fmla v26.4s, v8.4s, v0.4s
+	WORD $0x4e22cd1b // fmla v27.4s, v8.4s, v2.4s
+	FMOVQ.P 16(R15), F8
+	WORD $0x4e20cd1c // fmla v28.4s, v8.4s, v0.4s
+	WORD $0x4e22cd1d // fmla v29.4s, v8.4s, v2.4s
+	FMOVQ.P 16(R16), F8
+	WORD $0x4e20cd1e // fmla v30.4s, v8.4s, v0.4s
+	WORD $0x4e22cd1f // fmla v31.4s, v8.4s, v2.4s
+mainOne:
+	AND $3, R6, R7
+	CBZ R7, mainFold
+mainOneLoop:
+	MOVBU.P 1(R17), R8
+	FMOVS R8, F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	MOVBU.P 1(R19), R8
+	FMOVS R8, F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f11544a // shl v10.8h, v2.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c42 // orr v2.16b, v2.16b, v10.16b
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	FMOVS.P 4(R9), F8
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e22cd11 // fmla v17.4s, v8.4s, v2.4s
+	FMOVS.P 4(R10), F8
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	WORD $0x4e22cd13 // fmla v19.4s, v8.4s, v2.4s
+	FMOVS.P 4(R11), F8
+	WORD $0x4e20cd14 // fmla v20.4s, v8.4s, v0.4s
+	WORD $0x4e22cd15 // fmla v21.4s, v8.4s, v2.4s
+	FMOVS.P 4(R12), F8
+	WORD $0x4e20cd16 // fmla v22.4s, v8.4s, v0.4s
+	WORD $0x4e22cd17 // fmla v23.4s, v8.4s, v2.4s
+	FMOVS.P 4(R13), F8
+	WORD $0x4e20cd18 // fmla v24.4s, v8.4s, v0.4s
+	WORD $0x4e22cd19 // fmla v25.4s, v8.4s, v2.4s
+	FMOVS.P 4(R14), F8
+	WORD $0x4e20cd1a // fmla v26.4s, v8.4s, v0.4s
+	WORD $0x4e22cd1b // fmla v27.4s, v8.4s, v2.4s
+	FMOVS.P 4(R15), F8
+	WORD $0x4e20cd1c // fmla v28.4s, v8.4s, v0.4s
+	WORD $0x4e22cd1d // fmla v29.4s, v8.4s, v2.4s
+	FMOVS.P 4(R16), F8
+	WORD $0x4e20cd1e // fmla v30.4s, v8.4s, v0.4s
+	WORD $0x4e22cd1f // fmla v31.4s, v8.4s, v2.4s
+	SUBS $1, R7, R7
+	BNE mainOneLoop
+mainFold:
+	MOVD R0, R22
+	WORD $0x6e31d610 // faddp v16.4s, v16.4s, v17.4s
+	WORD $0x6e30d610 // faddp v16.4s, v16.4s, v16.4s
+	FMOVD F16, (R22)
+	ADD R1, R22
+	WORD $0x6e33d652 // faddp v18.4s, v18.4s, v19.4s
+	WORD $0x6e32d652 // faddp v18.4s, v18.4s, v18.4s
+	FMOVD F18, (R22)
+	ADD R1, R22
+	WORD $0x6e35d694 // faddp v20.4s, v20.4s, v21.4s
+	WORD $0x6e34d694 // faddp v20.4s, v20.4s, v20.4s
+	FMOVD F20, (R22)
+	ADD R1, R22
+	WORD $0x6e37d6d6 // faddp v22.4s, v22.4s, v23.4s
+	WORD $0x6e36d6d6 // faddp v22.4s, v22.4s, v22.4s
+	FMOVD F22, (R22)
+	ADD R1, R22
+	WORD $0x6e39d718 // faddp v24.4s, v24.4s, v25.4s
+	WORD $0x6e38d718 // faddp v24.4s, v24.4s, v24.4s
+	FMOVD F24, (R22)
+	ADD R1, R22
+	WORD $0x6e3bd75a // faddp v26.4s, v26.4s, v27.4s
+	WORD $0x6e3ad75a // faddp v26.4s, v26.4s, v26.4s
+	FMOVD F26, (R22)
+	ADD R1, R22
+	WORD $0x6e3dd79c // faddp v28.4s, v28.4s, v29.4s
+	WORD $0x6e3cd79c // faddp v28.4s, v28.4s, v28.4s
+	FMOVD F28, (R22)
+	ADD R1, R22
+	WORD $0x6e3fd7de // faddp v30.4s, v30.4s, v31.4s
+	WORD $0x6e3ed7de // faddp v30.4s, v30.4s, v30.4s
+	FMOVD F30, (R22)
+	ADD $8, R0
+	ADD R4<<1, R3, R3
+	SUB $2, R5
+	B main
+mainEnd:
+rest:
+	CMP $1, R5
+	BLT restEnd
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	MOVD R2, R9
+	ADD R6<<2, R9, R10
+	ADD R6<<2, R10, R11
+	ADD R6<<2, R11, R12
+	ADD R6<<2, R12, R13
+	ADD R6<<2, R13, R14
+	ADD R6<<2, R14, R15
+	ADD R6<<2, R15, R16
+	MOVD R3, R17
+	LSR $3, R6, R7
+	CBZ R7, restHalf
+restStep:
+	FMOVD.P 8(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd30 // fmla v16.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd11 // fmla v17.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R11), (F8, F9)
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	WORD $0x4e21cd32 // fmla v18.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R12), (F8, F9)
+	WORD $0x4e20cd13 // fmla v19.4s, v8.4s, v0.4s
+	WORD $0x4e21cd33 // fmla v19.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R13), (F8, F9)
+	WORD $0x4e20cd14 // fmla v20.4s, v8.4s, v0.4s
+	WORD $0x4e21cd34 // fmla v20.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R14), (F8, F9)
+	WORD $0x4e20cd15 // fmla v21.4s, v8.4s, v0.4s
+	WORD $0x4e21cd35 // fmla v21.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R15), (F8, F9)
+	WORD $0x4e20cd16 // fmla v22.4s, v8.4s, v0.4s
+	WORD $0x4e21cd36 // fmla v22.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R16), (F8, F9)
+	WORD $0x4e20cd17 // fmla v23.4s, v8.4s, v0.4s
+	WORD $0x4e21cd37 // fmla v23.4s, v9.4s, v1.4s
+	SUBS $1, R7, R7
+	BNE restStep
+restHalf:
+	TBZ $2, R6, restOne
+	FMOVS.P 4(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVQ.P 16(R9), F8
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	FMOVQ.P 16(R10), F8
+	WORD $0x4e20cd11 // fmla v17.4s, v8.4s, v0.4s
+	FMOVQ.P 16(R11), F8
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	FMOVQ.P 16(R12), F8
+	WORD $0x4e20cd13 // fmla v19.4s, v8.4s, v0.4s
+	FMOVQ.P 16(R13), F8
+	WORD $0x4e20cd14 // fmla v20.4s, v8.4s, v0.4s
+	FMOVQ.P 16(R14), F8
+	WORD $0x4e20cd15 // fmla v21.4s, v8.4s, v0.4s
+	FMOVQ.P 16(R15), F8
+	WORD $0x4e20cd16 // fmla v22.4s, v8.4s, v0.4s
+	FMOVQ.P 16(R16), F8
+	WORD $0x4e20cd17 // fmla v23.4s, v8.4s, v0.4s
+restOne:
+	AND $3, R6, R7
+	CBZ R7, restFold
+restOneLoop:
+	MOVBU.P 1(R17), R8
+	FMOVS R8, F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVS.P 4(R9), F8
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	FMOVS.P 4(R10), F8
+	WORD $0x4e20cd11 // fmla v17.4s, v8.4s, v0.4s
+	FMOVS.P 4(R11), F8
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	FMOVS.P 4(R12), F8
+	WORD $0x4e20cd13 // fmla v19.4s, v8.4s, v0.4s
+	FMOVS.P 4(R13), F8
+	WORD $0x4e20cd14 // fmla v20.4s, v8.4s, v0.4s
+	FMOVS.P 4(R14), F8
+	WORD $0x4e20cd15 // fmla v21.4s, v8.4s, v0.4s
+	FMOVS.P 4(R15), F8
+	WORD $0x4e20cd16 // fmla v22.4s, v8.4s, v0.4s
+	FMOVS.P 4(R16), F8
+	WORD $0x4e20cd17 // fmla v23.4s, v8.4s, v0.4s
+	SUBS $1, R7, R7
+	BNE restOneLoop
+restFold:
+	MOVD R0, R22
+	WORD $0x6e30d610 // faddp v16.4s, v16.4s, v16.4s
+	WORD $0x7e30da10 // faddp s16, v16.2s
+	FMOVS F16, (R22)
+	ADD R1, R22
+	WORD $0x6e31d631 // faddp v17.4s, v17.4s, v17.4s
+	WORD $0x7e30da31 // faddp s17, v17.2s
+	FMOVS F17, (R22)
+	ADD R1, R22
+	WORD $0x6e32d652 // faddp v18.4s, v18.4s, v18.4s
+	WORD $0x7e30da52 // faddp s18, v18.2s
+	FMOVS F18, (R22)
+	ADD R1, R22
+	WORD $0x6e33d673 // faddp v19.4s, v19.4s, v19.4s
+	WORD $0x7e30da73 // faddp s19, v19.2s
+	FMOVS F19, (R22)
+	ADD R1, R22
+	WORD $0x6e34d694 // faddp v20.4s, v20.4s, v20.4s
+	WORD $0x7e30da94 // faddp s20, v20.2s
+	FMOVS F20, (R22)
+	ADD R1, R22
+	WORD $0x6e35d6b5 // faddp v21.4s, v21.4s, v21.4s
+	WORD $0x7e30dab5 // faddp s21, v21.2s
+	FMOVS F21, (R22)
+	ADD R1, R22
+	WORD $0x6e36d6d6 // faddp v22.4s, v22.4s, v22.4s
+	WORD $0x7e30dad6 // faddp s22, v22.2s
+	FMOVS F22, (R22)
+	ADD R1, R22
+	WORD $0x6e37d6f7 // faddp v23.4s, v23.4s, v23.4s
+	WORD $0x7e30daf7 // faddp s23, v23.2s
+	FMOVS F23, (R22)
+	ADD $4, R0
+	ADD R4, R3
+	SUB $1, R5
+	B rest
+restEnd:
+	RET
+
+// accumE4M3M1NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 1, c < d, j < n;
+// ldv is the value row stride in elements; d, n >= 1; all accesses are in bounds.
+TEXT ·accumE4M3M1NEON(SB), NOSPLIT|NOFRAME, $0-112
+	MOVD o_base+0(FP), R0
+	MOVD ldo+24(FP), R1
+	LSL $2, R1
+	MOVD p_base+32(FP), R2
+	MOVD ldp+56(FP), R3
+	LSL $2, R3
+	MOVD v_base+64(FP), R4
+	MOVD ldv+88(FP), R5
+	MOVD n+96(FP), R6
+	MOVD d+104(FP), R7
+	WORD $0x4f03a7ee // movi v14.8h, #0x7f, lsl #8
+	WORD $0x4f02646f // movi v15.4s, #0x43, lsl #24
+	WORD $0x4e2fd5ef // fadd v15.4s, v15.4s, v15.4s
+	MOVD R2, R9
+	MOVD R4, R10
+block:
+	MOVD $32, R11
+	CMP R11, R6
+	CSEL LT, R6, R11, R11
+	MOVD R7, R12
+	MOVD ZR, R13
+	MOVD ZR, R14
+w8Chunk:
+	CMP $32, R12
+	BLT w8Done
+	ADD R13, R0, R16
+	FLDPQ 0(R16), (F16, F17)
+	FLDPQ 32(R16), (F18, F19)
+	FLDPQ 64(R16), (F20, F21)
+	FLDPQ 96(R16), (F22, F23)
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+w8K4:
+	CMP $4, R19
+	BLT w8K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD $16, R15
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f115409 // shl v9.8h, v0.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c00 // orr v0.16b, v0.16b, v9.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVD 8(R17), F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f115449 // shl v9.8h, v2.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c42 // orr v2.16b, v2.16b, v9.16b
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9063 // fmul v3.4s, v3.4s, v15.s[0]
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	FMOVD 16(R17), F4
+	WORD $0x0f0fa484 // sshll v4.8h, v4.8b, #7
+	WORD $0x6f02b404 // bic v4.8h, #0x40, lsl #8
+	WORD $0x4f115489 // shl v9.8h, v4.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c84 // orr v4.16b, v4.16b, v9.16b
+	WORD $0x4e217885 // fcvtl2 v5.4s, v4.8h
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	WORD $0x4f8f90a5 // fmul v5.4s, v5.4s, v15.s[0]
+	WORD $0x4f8f9084 // fmul v4.4s, v4.4s, v15.s[0]
+	FMOVD 24(R17), F6
+	WORD $0x0f0fa4c6 // sshll v6.8h, v6.8b, #7
+	WORD $0x6f02b406 // bic v6.8h, #0x40, lsl #8
+	WORD $0x4f1154c9 // shl v9.8h, v6.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91cc6 // orr v6.16b, v6.16b, v9.16b
+	WORD $0x4e2178c7 // fcvtl2 v7.4s, v6.8h
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	WORD $0x4f8f90e7 // fmul v7.4s, v7.4s, v15.s[0]
+	WORD $0x4f8f90c6 // fmul v6.4s, v6.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f881052 // fmla v18.4s, v2.4s, v8.s[0]
+	WORD $0x4f881073 // fmla v19.4s, v3.4s, v8.s[0]
+	WORD $0x4f881094 // fmla v20.4s, v4.4s, v8.s[0]
+	WORD $0x4f8810b5 // fmla v21.4s, v5.4s, v8.s[0]
+	WORD $0x4f8810d6 // fmla v22.4s, v6.4s, v8.s[0]
+	WORD $0x4f8810f7 // fmla v23.4s, v7.4s, v8.s[0]
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f115409 // shl v9.8h, v0.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c00 // orr v0.16b, v0.16b, v9.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVD 8(R17), F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f115449 // shl v9.8h, v2.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c42 // orr v2.16b, v2.16b, v9.16b
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9063 // fmul v3.4s, v3.4s, v15.s[0]
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	FMOVD 16(R17), F4
+	WORD $0x0f0fa484 // sshll v4.8h, v4.8b, #7
+	WORD $0x6f02b404 // bic v4.8h, #0x40, lsl #8
+	WORD $0x4f115489 // shl v9.8h, v4.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c84 // orr v4.16b, v4.16b, v9.16b
+	WORD $0x4e217885 // fcvtl2 v5.4s, v4.8h
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	WORD $0x4f8f90a5 // fmul v5.4s, v5.4s, v15.s[0]
+	WORD $0x4f8f9084 // fmul v4.4s, v4.4s, v15.s[0]
+	FMOVD 24(R17), F6
+	WORD $0x0f0fa4c6 // sshll v6.8h, v6.8b, #7
+	WORD $0x6f02b406 // bic v6.8h, #0x40, lsl #8
+	WORD $0x4f1154c9 // shl v9.8h, v6.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91cc6 // orr v6.16b, v6.16b, v9.16b
+	WORD $0x4e2178c7 // fcvtl2 v7.4s, v6.8h
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	WORD $0x4f8f90e7 // fmul v7.4s, v7.4s, v15.s[0]
+	WORD $0x4f8f90c6 // fmul v6.4s, v6.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	WORD $0x4fa81031 // fmla v17.4s, v1.4s, v8.s[1]
+	WORD $0x4fa81052 // fmla v18.4s, v2.4s, v8.s[1]
+	WORD $0x4fa81073 // fmla v19.4s, v3.4s, v8.s[1]
+	WORD $0x4fa81094 // fmla v20.4s, v4.4s, v8.s[1]
+	WORD $0x4fa810b5 // fmla v21.4s, v5.4s, v8.s[1]
+	WORD $0x4fa810d6 // fmla v22.4s, v6.4s, v8.s[1]
+	WORD $0x4fa810f7 // fmla v23.4s, v7.4s, v8.s[1]
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f115409 // shl v9.8h, v0.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c00 // orr v0.16b, v0.16b, v9.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVD 8(R17), F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f115449 // shl v9.8h, v2.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c42 // orr v2.16b, v2.16b, v9.16b
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9063 // fmul v3.4s, v3.4s, v15.s[0]
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	FMOVD 16(R17), F4
+	WORD $0x0f0fa484 // sshll v4.8h, v4.8b, #7
+	WORD $0x6f02b404 // bic v4.8h, #0x40, lsl #8
+	WORD $0x4f115489 // shl v9.8h, v4.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c84 // orr v4.16b, v4.16b, v9.16b
+	WORD $0x4e217885 // fcvtl2 v5.4s, v4.8h
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	WORD $0x4f8f90a5 // fmul v5.4s, v5.4s, v15.s[0]
+	WORD $0x4f8f9084 // fmul v4.4s, v4.4s, v15.s[0]
+	FMOVD 24(R17), F6
+	WORD $0x0f0fa4c6 // sshll v6.8h, v6.8b, #7
+	WORD $0x6f02b406 // bic v6.8h, #0x40, lsl #8
+	WORD $0x4f1154c9 // shl v9.8h, v6.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91cc6 // orr v6.16b, v6.16b, v9.16b
+	WORD $0x4e2178c7 // fcvtl2 v7.4s, v6.8h
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	WORD $0x4f8f90e7 // fmul v7.4s, v7.4s, v15.s[0]
+	WORD $0x4f8f90c6 // fmul v6.4s, v6.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	WORD $0x4f881831 // fmla v17.4s, v1.4s, v8.s[2]
+	WORD $0x4f881852 // fmla v18.4s, v2.4s, v8.s[2]
+	WORD $0x4f881873 // fmla v19.4s, v3.4s, v8.s[2]
+	WORD $0x4f881894 // fmla v20.4s, v4.4s, v8.s[2]
+	WORD $0x4f8818b5 // fmla v21.4s, v5.4s, v8.s[2]
+	WORD $0x4f8818d6 // fmla v22.4s, v6.4s, v8.s[2]
+	WORD $0x4f8818f7 // fmla v23.4s, v7.4s, v8.s[2]
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f115409 // shl v9.8h, v0.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c00 // orr v0.16b, v0.16b, v9.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVD 8(R17), F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f115449 // shl v9.8h, v2.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c42 // orr v2.16b, v2.16b, v9.16b
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9063 // fmul v3.4s, v3.4s, v15.s[0]
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	FMOVD 16(R17), F4
+	WORD $0x0f0fa484 // sshll v4.8h, v4.8b, #7
+	WORD $0x6f02b404 // bic v4.8h, #0x40, lsl #8
+	WORD $0x4f115489 // shl v9.8h, v4.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c84 // orr v4.16b, v4.16b, v9.16b
+	WORD $0x4e217885 // fcvtl2 v5.4s, v4.8h
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	WORD $0x4f8f90a5 // fmul v5.4s, v5.4s, v15.s[0]
+	WORD $0x4f8f9084 // fmul v4.4s, v4.4s, v15.s[0]
+	FMOVD 24(R17), F6
+	WORD $0x0f0fa4c6 // sshll v6.8h, v6.8b, #7
+	WORD $0x6f02b406 // bic v6.8h, #0x40, lsl #8
+	WORD $0x4f1154c9 // shl v9.8h, v6.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91cc6 // orr v6.16b, v6.16b, v9.16b
+	WORD $0x4e2178c7 // fcvtl2 v7.4s, v6.8h
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	WORD $0x4f8f90e7 // fmul v7.4s, v7.4s, v15.s[0]
+	WORD $0x4f8f90c6 // fmul v6.4s, v6.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	WORD $0x4fa81831 // fmla v17.4s, v1.4s, v8.s[3]
+	WORD $0x4fa81852 // fmla v18.4s, v2.4s, v8.s[3]
+	WORD $0x4fa81873 // fmla v19.4s, v3.4s, v8.s[3]
+	WORD $0x4fa81894 // fmla v20.4s, v4.4s, v8.s[3]
+	WORD $0x4fa818b5 // fmla v21.4s, v5.4s, v8.s[3]
+	WORD $0x4fa818d6 // fmla v22.4s, v6.4s, v8.s[3]
+	WORD $0x4fa818f7 // fmla v23.4s, v7.4s, v8.s[3]
+	SUB $4, R19
+	B w8K4
+w8K1:
+	CBZ R19, w8Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD $4, R15
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f115409 // shl v9.8h, v0.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c00 // orr v0.16b, v0.16b, v9.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVD 8(R17), F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f115449 // shl v9.8h, v2.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c42 // orr v2.16b, v2.16b, v9.16b
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9063 // fmul v3.4s, v3.4s, v15.s[0]
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	FMOVD 16(R17), F4
+	WORD $0x0f0fa484 // sshll v4.8h, v4.8b, #7
+	WORD $0x6f02b404 // bic v4.8h, #0x40, lsl #8
+	WORD $0x4f115489 // shl v9.8h, v4.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c84 // orr v4.16b, v4.16b, v9.16b
+	WORD $0x4e217885 // fcvtl2 v5.4s, v4.8h
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	WORD $0x4f8f90a5 // fmul v5.4s, v5.4s, v15.s[0]
+	WORD $0x4f8f9084 // fmul v4.4s, v4.4s, v15.s[0]
+	FMOVD 24(R17), F6
+	WORD $0x0f0fa4c6 // sshll v6.8h, v6.8b, #7
+	WORD $0x6f02b406 // bic v6.8h, #0x40, lsl #8
+	WORD $0x4f1154c9 // shl v9.8h, v6.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91cc6 // orr v6.16b, v6.16b, v9.16b
+	WORD $0x4e2178c7 // fcvtl2 v7.4s, v6.8h
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	WORD $0x4f8f90e7 // fmul v7.4s, v7.4s, v15.s[0]
+	WORD $0x4f8f90c6 // fmul v6.4s, v6.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f881052 // fmla v18.4s, v2.4s, v8.s[0]
+	WORD $0x4f881073 // fmla v19.4s, v3.4s, v8.s[0]
+	WORD $0x4f881094 // fmla v20.4s, v4.4s, v8.s[0]
+	WORD $0x4f8810b5 // fmla v21.4s, v5.4s, v8.s[0]
+	WORD $0x4f8810d6 // fmla v22.4s, v6.4s, v8.s[0]
+	WORD $0x4f8810f7 // fmla v23.4s, v7.4s, v8.s[0]
+	SUB $1, R19
+	B w8K1
+w8Store:
+	ADD R13, R0, R16
+	FSTPQ (F16, F17), 0(R16)
+	FSTPQ (F18, F19), 32(R16)
+	FSTPQ (F20, F21), 64(R16)
+	FSTPQ (F22, F23), 96(R16)
+	ADD $128, R13
+	ADD $32, R14
+	SUB $32, R12
+	B w8Chunk
+w8Done:
+w4Chunk:
+	CMP $16, R12
+	BLT w4Done
+	ADD R13, R0, R16
+	FLDPQ 0(R16), (F16, F17)
+	FLDPQ 32(R16), (F18, F19)
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+w4K4:
+	CMP $4, R19
+	BLT w4K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD $16, R15
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f115409 // shl v9.8h, v0.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c00 // orr v0.16b, v0.16b, v9.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVD 8(R17), F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f115449 // shl v9.8h, v2.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c42 // orr v2.16b, v2.16b, v9.16b
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9063 // fmul v3.4s, v3.4s, v15.s[0]
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f881052 // fmla v18.4s, v2.4s, v8.s[0]
+	WORD $0x4f881073 // fmla v19.4s, v3.4s, v8.s[0]
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f115409 // shl v9.8h, v0.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c00 // orr v0.16b, v0.16b, v9.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVD 8(R17), F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f115449 // shl v9.8h, v2.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c42 // orr v2.16b, v2.16b, v9.16b
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9063 // fmul v3.4s, v3.4s, v15.s[0]
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	WORD $0x4fa81031 // fmla v17.4s, v1.4s, v8.s[1]
+	WORD $0x4fa81052 // fmla v18.4s, v2.4s, v8.s[1]
+	WORD $0x4fa81073 // fmla v19.4s, v3.4s, v8.s[1]
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f115409 // shl v9.8h, v0.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c00 // orr v0.16b, v0.16b, v9.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVD 8(R17), F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f115449 // shl v9.8h, v2.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c42 // orr v2.16b, v2.16b, v9.16b
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9063 // fmul v3.4s, v3.4s, v15.s[0]
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	WORD $0x4f881831 // fmla v17.4s, v1.4s, v8.s[2]
+	WORD $0x4f881852 // fmla v18.4s, v2.4s, v8.s[2]
+	WORD $0x4f881873 // fmla v19.4s, v3.4s, v8.s[2]
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f115409 // shl v9.8h, v0.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c00 // orr v0.16b, v0.16b, v9.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVD 8(R17), F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f115449 // shl v9.8h, v2.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c42 // orr v2.16b, v2.16b, v9.16b
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9063 // fmul v3.4s, v3.4s, v15.s[0]
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	WORD $0x4fa81831 // fmla v17.4s, v1.4s, v8.s[3]
+	WORD $0x4fa81852 // fmla v18.4s, v2.4s, v8.s[3]
+	WORD $0x4fa81873 // fmla v19.4s, v3.4s, v8.s[3]
+	SUB $4, R19
+	B w4K4
+w4K1:
+	CBZ R19, w4Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD $4, R15
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f115409 // shl v9.8h, v0.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c00 // orr v0.16b, v0.16b, v9.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVD 8(R17), F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f115449 // shl v9.8h, v2.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c42 // orr v2.16b, v2.16b, v9.16b
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9063 // fmul v3.4s, v3.4s, v15.s[0]
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f881052 // fmla v18.4s, v2.4s, v8.s[0]
+	WORD $0x4f881073 // fmla v19.4s, v3.4s, v8.s[0]
+	SUB $1, R19
+	B w4K1
+w4Store:
+	ADD R13, R0, R16
+	FSTPQ (F16, F17), 0(R16)
+	FSTPQ (F18, F19), 32(R16)
+	ADD $64, R13
+	ADD $16, R14
+	SUB $16, R12
+w4Done:
+w2Chunk:
+	CMP $8, R12
+	BLT w2Done
+	ADD R13, R0, R16
+	FLDPQ 0(R16), (F16, F17)
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+w2K4:
+	CMP $4, R19
+	BLT w2K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD $16, R15
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f115409 // shl v9.8h, v0.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c00 // orr v0.16b, v0.16b, v9.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f115409 // shl v9.8h, v0.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c00 // orr v0.16b, v0.16b, v9.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	WORD $0x4fa81031 // fmla v17.4s, v1.4s, v8.s[1]
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f115409 // shl v9.8h, v0.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c00 // orr v0.16b, v0.16b, v9.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	WORD $0x4f881831 // fmla v17.4s, v1.4s, v8.s[2]
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f115409 // shl v9.8h, v0.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c00 // orr v0.16b, v0.16b, v9.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	WORD $0x4fa81831 // fmla v17.4s, v1.4s, v8.s[3]
+	SUB $4, R19
+	B w2K4
+w2K1:
+	CBZ R19, w2Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD $4, R15
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f115409 // shl v9.8h, v0.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c00 // orr v0.16b, v0.16b, v9.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	SUB $1, R19
+	B w2K1
+w2Store:
+	ADD R13, R0, R16
+	FSTPQ (F16, F17), 0(R16)
+	ADD $32, R13
+	ADD $8, R14
+	SUB $8, R12
+w2Done:
+w1Chunk:
+	CMP $4, R12
+	BLT w1Done
+	ADD R13, R0, R16
+	FMOVQ 0(R16), F16
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+w1K4:
+	CMP $4, R19
+	BLT w1K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD $16, R15
+	FMOVS (R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f115409 // shl v9.8h, v0.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c00 // orr v0.16b, v0.16b, v9.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	FMOVS (R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f115409 // shl v9.8h, v0.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c00 // orr v0.16b, v0.16b, v9.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	FMOVS (R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f115409 // shl v9.8h, v0.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c00 // orr v0.16b, v0.16b, v9.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	FMOVS (R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f115409 // shl v9.8h, v0.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c00 // orr v0.16b, v0.16b, v9.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	SUB $4, R19
+	B w1K4
+w1K1:
+	CBZ R19, w1Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD $4, R15
+	FMOVS (R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f115409 // shl v9.8h, v0.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c00 // orr v0.16b, v0.16b, v9.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	SUB $1, R19
+	B w1K1
+w1Store:
+	ADD R13, R0, R16
+	FMOVQ F16, 0(R16)
+	ADD $16, R13
+	ADD $4, R14
+	SUB $4, R12
+w1Done:
+colOne:
+	CBZ R12, blockNext
+	ADD R13, R0, R16
+	FMOVS (R16), F16
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+oneK1:
+	CBZ R19, oneStore
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD $4, R15
+	MOVBU 0(R17), R20
+	FMOVS R20, F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f115409 // shl v9.8h, v0.8h, #1
+	WORD $0x6e6e8d29 // cmeq v9.8h, v9.8h, v14.8h
+	WORD $0x4ea91c00 // orr v0.16b, v0.16b, v9.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	SUB $1, R19
+	B oneK1
+oneStore:
+	ADD R13, R0, R16
+	FMOVS F16, (R16)
+	ADD $4, R13
+	ADD $1, R14
+	SUB $1, R12
+	B colOne
+blockNext:
+	ADD R11<<2, R9, R9
+	MUL R11, R5, R16
+	ADD R16, R10
+	SUBS R11, R6, R6
+	BNE block
+	RET
+
+// accumE4M3M2NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 2, c < d, j < n;
+// ldv is the value row stride in elements; d, n >= 1; all accesses are in bounds.
+TEXT ·accumE4M3M2NEON(SB), NOSPLIT|NOFRAME, $0-112
+	MOVD o_base+0(FP), R0
+	MOVD ldo+24(FP), R1
+	LSL $2, R1
+	MOVD p_base+32(FP), R2
+	MOVD ldp+56(FP), R3
+	LSL $2, R3
+	MOVD v_base+64(FP), R4
+	MOVD ldv+88(FP), R5
+	MOVD n+96(FP), R6
+	MOVD d+104(FP), R7
+	WORD $0x4f03a7ee // movi v14.8h, #0x7f, lsl #8
+	WORD $0x4f02646f // movi v15.4s, #0x43, lsl #24
+	WORD $0x4e2fd5ef // fadd v15.4s, v15.4s, v15.4s
+	MOVD R2, R9
+	MOVD R4, R10
+block:
+	MOVD $32, R11
+	CMP R11, R6
+	CSEL LT, R6, R11, R11
+	MOVD R7, R12
+	MOVD ZR, R13
+	MOVD ZR, R14
+w8Chunk:
+	CMP $32, R12
+	BLT w8Done
+	ADD R13, R0, R16
+	FLDPQ 0(R16), (F16, F17)
+	FLDPQ 32(R16), (F18, F19)
+	FLDPQ 64(R16), (F20, F21)
+	FLDPQ 96(R16), (F22, F23)
+	ADD R1, R16
+	FLDPQ 0(R16), (F24, F25)
+	FLDPQ 32(R16), (F26, F27)
+	FLDPQ 64(R16), (F28, F29)
+	FLDPQ 96(R16), (F30, F31)
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+w8K4:
+	CMP $4, R19
+	BLT w8K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD R3, R16
+	FMOVQ (R16), F9
+	ADD $16, R15
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVD 8(R17), F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f11544a // shl v10.8h, v2.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c42 // orr v2.16b, v2.16b, v10.16b
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9063 // fmul v3.4s, v3.4s, v15.s[0]
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	FMOVD 16(R17), F4
+	WORD $0x0f0fa484 // sshll v4.8h, v4.8b, #7
+	WORD $0x6f02b404 // bic v4.8h, #0x40, lsl #8
+	WORD $0x4f11548a // shl v10.8h, v4.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c84 // orr v4.16b, v4.16b, v10.16b
+	WORD $0x4e217885 // fcvtl2 v5.4s, v4.8h
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	WORD $0x4f8f90a5 // fmul v5.4s, v5.4s, v15.s[0]
+	WORD $0x4f8f9084 // fmul v4.4s, v4.4s, v15.s[0]
+	FMOVD 24(R17), F6
+	WORD $0x0f0fa4c6 // sshll v6.8h, v6.8b, #7
+	WORD $0x6f02b406 // bic v6.8h, #0x40, lsl #8
+	WORD $0x4f1154ca // shl v10.8h, v6.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1cc6 // orr v6.16b, v6.16b, v10.16b
+	WORD $0x4e2178c7 // fcvtl2 v7.4s, v6.8h
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	WORD $0x4f8f90e7 // fmul v7.4s, v7.4s, v15.s[0]
+	WORD $0x4f8f90c6 // fmul v6.4s, v6.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891018 // fmla v24.4s, v0.4s, v9.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891039 // fmla v25.4s, v1.4s, v9.s[0]
+	WORD $0x4f881052 // fmla v18.4s, v2.4s, v8.s[0]
+	WORD $0x4f89105a // fmla v26.4s, v2.4s, v9.s[0]
+	WORD $0x4f881073 // fmla v19.4s, v3.4s, v8.s[0]
+	WORD $0x4f89107b // fmla v27.4s, v3.4s, v9.s[0]
+	WORD $0x4f881094 // fmla v20.4s, v4.4s, v8.s[0]
+	WORD $0x4f89109c // fmla v28.4s, v4.4s, v9.s[0]
+	WORD $0x4f8810b5 // fmla v21.4s, v5.4s, v8.s[0]
+	WORD $0x4f8910bd // fmla v29.4s, v5.4s, v9.s[0]
+	WORD $0x4f8810d6 // fmla v22.4s, v6.4s, v8.s[0]
+	WORD $0x4f8910de // fmla v30.4s, v6.4s, v9.s[0]
+	WORD $0x4f8810f7 // fmla v23.4s, v7.4s, v8.s[0]
+	WORD $0x4f8910ff // fmla v31.4s, v7.4s, v9.s[0]
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVD 8(R17), F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f11544a // shl v10.8h, v2.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c42 // orr v2.16b, v2.16b, v10.16b
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9063 // fmul v3.4s, v3.4s, v15.s[0]
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	FMOVD 16(R17), F4
+	WORD $0x0f0fa484 // sshll v4.8h, v4.8b, #7
+	WORD $0x6f02b404 // bic v4.8h, #0x40, lsl #8
+	WORD $0x4f11548a // shl v10.8h, v4.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c84 // orr v4.16b, v4.16b, v10.16b
+	WORD $0x4e217885 // fcvtl2 v5.4s, v4.8h
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	WORD $0x4f8f90a5 // fmul v5.4s, v5.4s, v15.s[0]
+	WORD $0x4f8f9084 // fmul v4.4s, v4.4s, v15.s[0]
+	FMOVD 24(R17), F6
+	WORD $0x0f0fa4c6 // sshll v6.8h, v6.8b, #7
+	WORD $0x6f02b406 // bic v6.8h, #0x40, lsl #8
+	WORD $0x4f1154ca // shl v10.8h, v6.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1cc6 // orr v6.16b, v6.16b, v10.16b
+	WORD $0x4e2178c7 // fcvtl2 v7.4s, v6.8h
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	WORD $0x4f8f90e7 // fmul v7.4s, v7.4s, v15.s[0]
+	WORD $0x4f8f90c6 // fmul v6.4s, v6.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	WORD $0x4fa91018 // fmla v24.4s, v0.4s, v9.s[1]
+	WORD $0x4fa81031 // fmla v17.4s, v1.4s, v8.s[1]
+	WORD $0x4fa91039 // fmla v25.4s, v1.4s, v9.s[1]
+	WORD $0x4fa81052 // fmla v18.4s, v2.4s, v8.s[1]
+	WORD $0x4fa9105a // fmla v26.4s, v2.4s, v9.s[1]
+	WORD $0x4fa81073 // fmla v19.4s, v3.4s, v8.s[1]
+	WORD $0x4fa9107b // fmla v27.4s, v3.4s, v9.s[1]
+	WORD $0x4fa81094 // fmla v20.4s, v4.4s, v8.s[1]
+	WORD $0x4fa9109c // fmla v28.4s, v4.4s, v9.s[1]
+	WORD $0x4fa810b5 // fmla v21.4s, v5.4s, v8.s[1]
+	WORD $0x4fa910bd // fmla v29.4s, v5.4s, v9.s[1]
+	WORD $0x4fa810d6 // fmla v22.4s, v6.4s, v8.s[1]
+	WORD $0x4fa910de // fmla v30.4s, v6.4s, v9.s[1]
+	WORD $0x4fa810f7 // fmla v23.4s, v7.4s, v8.s[1]
+	WORD $0x4fa910ff // fmla v31.4s, v7.4s, v9.s[1]
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVD 8(R17), F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f11544a // shl v10.8h, v2.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c42 // orr v2.16b, v2.16b, v10.16b
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9063 // fmul v3.4s, v3.4s, v15.s[0]
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	FMOVD 16(R17), F4
+	WORD $0x0f0fa484 // sshll v4.8h, v4.8b, #7
+	WORD $0x6f02b404 // bic v4.8h, #0x40, lsl #8
+	WORD $0x4f11548a // shl v10.8h, v4.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c84 // orr v4.16b, v4.16b, v10.16b
+	WORD $0x4e217885 // fcvtl2 v5.4s, v4.8h
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	WORD $0x4f8f90a5 // fmul v5.4s, v5.4s, v15.s[0]
+	WORD $0x4f8f9084 // fmul v4.4s, v4.4s, v15.s[0]
+	FMOVD 24(R17), F6
+	WORD $0x0f0fa4c6 // sshll v6.8h, v6.8b, #7
+	WORD $0x6f02b406 // bic v6.8h, #0x40, lsl #8
+	WORD $0x4f1154ca // shl v10.8h, v6.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1cc6 // orr v6.16b, v6.16b, v10.16b
+	WORD $0x4e2178c7 // fcvtl2 v7.4s, v6.8h
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	WORD $0x4f8f90e7 // fmul v7.4s, v7.4s, v15.s[0]
+	WORD $0x4f8f90c6 // fmul v6.4s, v6.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	WORD $0x4f891818 // fmla v24.4s, v0.4s, v9.s[2]
+	WORD $0x4f881831 // fmla v17.4s, v1.4s, v8.s[2]
+	WORD $0x4f891839 // fmla v25.4s, v1.4s, v9.s[2]
+	WORD $0x4f881852 // fmla v18.4s, v2.4s, v8.s[2]
+	WORD $0x4f89185a // fmla v26.4s, v2.4s, v9.s[2]
+	WORD $0x4f881873 // fmla v19.4s, v3.4s, v8.s[2]
+	WORD $0x4f89187b // fmla v27.4s, v3.4s, v9.s[2]
+	WORD $0x4f881894 // fmla v20.4s, v4.4s, v8.s[2]
+	WORD $0x4f89189c // fmla v28.4s, v4.4s, v9.s[2]
+	WORD $0x4f8818b5 // fmla v21.4s, v5.4s, v8.s[2]
+	WORD $0x4f8918bd // fmla v29.4s, v5.4s, v9.s[2]
+	WORD $0x4f8818d6 // fmla v22.4s, v6.4s, v8.s[2]
+	WORD $0x4f8918de // fmla v30.4s, v6.4s, v9.s[2]
+	WORD $0x4f8818f7 // fmla v23.4s, v7.4s, v8.s[2]
+	WORD $0x4f8918ff // fmla v31.4s, v7.4s, v9.s[2]
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVD 8(R17), F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f11544a // shl v10.8h, v2.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c42 // orr v2.16b, v2.16b, v10.16b
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9063 // fmul v3.4s, v3.4s, v15.s[0]
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	FMOVD 16(R17), F4
+	WORD $0x0f0fa484 // sshll v4.8h, v4.8b, #7
+	WORD $0x6f02b404 // bic v4.8h, #0x40, lsl #8
+	WORD $0x4f11548a // shl v10.8h, v4.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c84 // orr v4.16b, v4.16b, v10.16b
+	WORD $0x4e217885 // fcvtl2 v5.4s, v4.8h
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	WORD $0x4f8f90a5 // fmul v5.4s, v5.4s, v15.s[0]
+	WORD $0x4f8f9084 // fmul v4.4s, v4.4s, v15.s[0]
+	FMOVD 24(R17), F6
+	WORD $0x0f0fa4c6 // sshll v6.8h, v6.8b, #7
+	WORD $0x6f02b406 // bic v6.8h, #0x40, lsl #8
+	WORD $0x4f1154ca // shl v10.8h, v6.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1cc6 // orr v6.16b, v6.16b, v10.16b
+	WORD $0x4e2178c7 // fcvtl2 v7.4s, v6.8h
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	WORD $0x4f8f90e7 // fmul v7.4s, v7.4s, v15.s[0]
+	WORD $0x4f8f90c6 // fmul v6.4s, v6.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	WORD $0x4fa91818 // fmla v24.4s, v0.4s, v9.s[3]
+	WORD $0x4fa81831 // fmla v17.4s, v1.4s, v8.s[3]
+	WORD $0x4fa91839 // fmla v25.4s, v1.4s, v9.s[3]
+	WORD $0x4fa81852 // fmla v18.4s, v2.4s, v8.s[3]
+	WORD $0x4fa9185a // fmla v26.4s, v2.4s, v9.s[3]
+	WORD $0x4fa81873 // fmla v19.4s, v3.4s, v8.s[3]
+	WORD $0x4fa9187b // fmla v27.4s, v3.4s, v9.s[3]
+	WORD $0x4fa81894 // fmla v20.4s, v4.4s, v8.s[3]
+	WORD $0x4fa9189c // fmla v28.4s, v4.4s, v9.s[3]
+	WORD $0x4fa818b5 // fmla v21.4s, v5.4s, v8.s[3]
+	WORD $0x4fa918bd // fmla v29.4s, v5.4s, v9.s[3]
+	WORD $0x4fa818d6 // fmla v22.4s, v6.4s, v8.s[3]
+	WORD $0x4fa918de // fmla v30.4s, v6.4s, v9.s[3]
+	WORD $0x4fa818f7 // fmla v23.4s, v7.4s, v8.s[3]
+	WORD $0x4fa918ff // fmla v31.4s, v7.4s, v9.s[3]
+	SUB $4, R19
+	B w8K4
+w8K1:
+	CBZ R19, w8Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD R3, R16
+	FMOVS (R16), F9
+	ADD $4, R15
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVD 8(R17), F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f11544a // shl v10.8h, v2.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c42 // orr v2.16b, v2.16b, v10.16b
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9063 // fmul v3.4s, v3.4s, v15.s[0]
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	FMOVD 16(R17), F4
+	WORD $0x0f0fa484 // sshll v4.8h, v4.8b, #7
+	WORD $0x6f02b404 // bic v4.8h, #0x40, lsl #8
+	WORD $0x4f11548a // shl v10.8h, v4.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c84 // orr v4.16b, v4.16b, v10.16b
+	WORD $0x4e217885 // fcvtl2 v5.4s, v4.8h
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	WORD $0x4f8f90a5 // fmul v5.4s, v5.4s, v15.s[0]
+	WORD $0x4f8f9084 // fmul v4.4s, v4.4s, v15.s[0]
+	FMOVD 24(R17), F6
+	WORD $0x0f0fa4c6 // sshll v6.8h, v6.8b, #7
+	WORD $0x6f02b406 // bic v6.8h, #0x40, lsl #8
+	WORD $0x4f1154ca // shl v10.8h, v6.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1cc6 // orr v6.16b, v6.16b, v10.16b
+	WORD $0x4e2178c7 // fcvtl2 v7.4s, v6.8h
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	WORD $0x4f8f90e7 // fmul v7.4s, v7.4s, v15.s[0]
+	WORD $0x4f8f90c6 // fmul v6.4s, v6.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891018 // fmla v24.4s, v0.4s, v9.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891039 // fmla v25.4s, v1.4s, v9.s[0]
+	WORD $0x4f881052 // fmla v18.4s, v2.4s, v8.s[0]
+	WORD $0x4f89105a // fmla v26.4s, v2.4s, v9.s[0]
+	WORD $0x4f881073 // fmla v19.4s, v3.4s, v8.s[0]
+	WORD $0x4f89107b // fmla v27.4s, v3.4s, v9.s[0]
+	WORD $0x4f881094 // fmla v20.4s, v4.4s, v8.s[0]
+	WORD $0x4f89109c // fmla v28.4s, v4.4s, v9.s[0]
+	WORD $0x4f8810b5 // fmla v21.4s, v5.4s, v8.s[0]
+	WORD $0x4f8910bd // fmla v29.4s, v5.4s, v9.s[0]
+	WORD $0x4f8810d6 // fmla v22.4s, v6.4s, v8.s[0]
+	WORD $0x4f8910de // fmla v30.4s, v6.4s, v9.s[0]
+	WORD $0x4f8810f7 // fmla v23.4s, v7.4s, v8.s[0]
+	WORD $0x4f8910ff // fmla v31.4s, v7.4s, v9.s[0]
+	SUB $1, R19
+	B w8K1
+w8Store:
+	ADD R13, R0, R16
+	FSTPQ (F16, F17), 0(R16)
+	FSTPQ (F18, F19), 32(R16)
+	FSTPQ (F20, F21), 64(R16)
+	FSTPQ (F22, F23), 96(R16)
+	ADD R1, R16
+	FSTPQ (F24, F25), 0(R16)
+	FSTPQ (F26, F27), 32(R16)
+	FSTPQ (F28, F29), 64(R16)
+	FSTPQ (F30, F31), 96(R16)
+	ADD $128, R13
+	ADD $32, R14
+	SUB $32, R12
+	B w8Chunk
+w8Done:
+w4Chunk:
+	CMP $16, R12
+	BLT w4Done
+	ADD R13, R0, R16
+	FLDPQ 0(R16), (F16, F17)
+	FLDPQ 32(R16), (F18, F19)
+	ADD R1, R16
+	FLDPQ 0(R16), (F20, F21)
+	FLDPQ 32(R16), (F22, F23)
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+w4K4:
+	CMP $4, R19
+	BLT w4K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD R3, R16
+	FMOVQ (R16), F9
+	ADD $16, R15
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVD 8(R17), F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f11544a // shl v10.8h, v2.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c42 // orr v2.16b, v2.16b, v10.16b
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9063 // fmul v3.4s, v3.4s, v15.s[0]
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891014 // fmla v20.4s, v0.4s, v9.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891035 // fmla v21.4s, v1.4s, v9.s[0]
+	WORD $0x4f881052 // fmla v18.4s, v2.4s, v8.s[0]
+	WORD $0x4f891056 // fmla v22.4s, v2.4s, v9.s[0]
+	WORD $0x4f881073 // fmla v19.4s, v3.4s, v8.s[0]
+	WORD $0x4f891077 // fmla v23.4s, v3.4s, v9.s[0]
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVD 8(R17), F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f11544a // shl v10.8h, v2.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c42 // orr v2.16b, v2.16b, v10.16b
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9063 // fmul v3.4s, v3.4s, v15.s[0]
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	WORD $0x4fa91014 // fmla v20.4s, v0.4s, v9.s[1]
+	WORD $0x4fa81031 // fmla v17.4s, v1.4s, v8.s[1]
+	WORD $0x4fa91035 // fmla v21.4s, v1.4s, v9.s[1]
+	WORD $0x4fa81052 // fmla v18.4s, v2.4s, v8.s[1]
+	WORD $0x4fa91056 // fmla v22.4s, v2.4s, v9.s[1]
+	WORD $0x4fa81073 // fmla v19.4s, v3.4s, v8.s[1]
+	WORD $0x4fa91077 // fmla v23.4s, v3.4s, v9.s[1]
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVD 8(R17), F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f11544a // shl v10.8h, v2.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c42 // orr v2.16b, v2.16b, v10.16b
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9063 // fmul v3.4s, v3.4s, v15.s[0]
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	WORD $0x4f891814 // fmla v20.4s, v0.4s, v9.s[2]
+	WORD $0x4f881831 // fmla v17.4s, v1.4s, v8.s[2]
+	WORD $0x4f891835 // fmla v21.4s, v1.4s, v9.s[2]
+	WORD $0x4f881852 // fmla v18.4s, v2.4s, v8.s[2]
+	WORD $0x4f891856 // fmla v22.4s, v2.4s, v9.s[2]
+	WORD $0x4f881873 // fmla v19.4s, v3.4s, v8.s[2]
+	WORD $0x4f891877 // fmla v23.4s, v3.4s, v9.s[2]
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVD 8(R17), F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f11544a // shl v10.8h, v2.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c42 // orr v2.16b, v2.16b, v10.16b
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9063 // fmul v3.4s, v3.4s, v15.s[0]
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	WORD $0x4fa91814 // fmla v20.4s, v0.4s, v9.s[3]
+	WORD $0x4fa81831 // fmla v17.4s, v1.4s, v8.s[3]
+	WORD $0x4fa91835 // fmla v21.4s, v1.4s, v9.s[3]
+	WORD $0x4fa81852 // fmla v18.4s, v2.4s, v8.s[3]
+	WORD $0x4fa91856 // fmla v22.4s, v2.4s, v9.s[3]
+	WORD $0x4fa81873 // fmla v19.4s, v3.4s, v8.s[3]
+	WORD $0x4fa91877 // fmla v23.4s, v3.4s, v9.s[3]
+	SUB $4, R19
+	B w4K4
+w4K1:
+	CBZ R19, w4Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD R3, R16
+	FMOVS (R16), F9
+	ADD $4, R15
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVD 8(R17), F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f11544a // shl v10.8h, v2.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c42 // orr v2.16b, v2.16b, v10.16b
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9063 // fmul v3.4s, v3.4s, v15.s[0]
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891014 // fmla v20.4s, v0.4s, v9.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891035 // fmla v21.4s, v1.4s, v9.s[0]
+	WORD $0x4f881052 // fmla v18.4s, v2.4s, v8.s[0]
+	WORD $0x4f891056 // fmla v22.4s, v2.4s, v9.s[0]
+	WORD $0x4f881073 // fmla v19.4s, v3.4s, v8.s[0]
+	WORD $0x4f891077 // fmla v23.4s, v3.4s, v9.s[0]
+	SUB $1, R19
+	B w4K1
+w4Store:
+	ADD R13, R0, R16
+	FSTPQ (F16, F17), 0(R16)
+	FSTPQ (F18, F19), 32(R16)
+	ADD R1, R16
+	FSTPQ (F20, F21), 0(R16)
+	FSTPQ (F22, F23), 32(R16)
+	ADD $64, R13
+	ADD $16, R14
+	SUB $16, R12
+w4Done:
+w2Chunk:
+	CMP $8, R12
+	BLT w2Done
+	ADD R13, R0, R16
+	FLDPQ 0(R16), (F16, F17)
+	ADD R1, R16
+	FLDPQ 0(R16), (F18, F19)
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+w2K4:
+	CMP $4, R19
+	BLT w2K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD R3, R16
+	FMOVQ (R16), F9
+	ADD $16, R15
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891012 // fmla v18.4s, v0.4s, v9.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891033 // fmla v19.4s, v1.4s, v9.s[0]
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	WORD $0x4fa91012 // fmla v18.4s, v0.4s, v9.s[1]
+	WORD $0x4fa81031 // fmla v17.4s, v1.4s, v8.s[1]
+	WORD $0x4fa91033 // fmla v19.4s, v1.4s, v9.s[1]
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	WORD $0x4f891812 // fmla v18.4s, v0.4s, v9.s[2]
+	WORD $0x4f881831 // fmla v17.4s, v1.4s, v8.s[2]
+	WORD $0x4f891833 // fmla v19.4s, v1.4s, v9.s[2]
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	WORD $0x4fa91812 // fmla v18.4s, v0.4s, v9.s[3]
+	WORD $0x4fa81831 // fmla v17.4s, v1.4s, v8.s[3]
+	WORD $0x4fa91833 // fmla v19.4s, v1.4s, v9.s[3]
+	SUB $4, R19
+	B w2K4
+w2K1:
+	CBZ R19, w2Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD R3, R16
+	FMOVS (R16), F9
+	ADD $4, R15
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891012 // fmla v18.4s, v0.4s, v9.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891033 // fmla v19.4s, v1.4s, v9.s[0]
+	SUB $1, R19
+	B w2K1
+w2Store:
+	ADD R13, R0, R16
+	FSTPQ (F16, F17), 0(R16)
+	ADD R1, R16
+	FSTPQ (F18, F19), 0(R16)
+	ADD $32, R13
+	ADD $8, R14
+	SUB $8, R12
+w2Done:
+w1Chunk:
+	CMP $4, R12
+	BLT w1Done
+	ADD R13, R0, R16
+	FMOVQ 0(R16), F16
+	ADD R1, R16
+	FMOVQ 0(R16), F17
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+w1K4:
+	CMP $4, R19
+	BLT w1K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD R3, R16
+	FMOVQ (R16), F9
+	ADD $16, R15
+	FMOVS (R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891011 // fmla v17.4s, v0.4s, v9.s[0]
+	FMOVS (R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	WORD $0x4fa91011 // fmla v17.4s, v0.4s, v9.s[1]
+	FMOVS (R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	WORD $0x4f891811 // fmla v17.4s, v0.4s, v9.s[2]
+	FMOVS (R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	WORD $0x4fa91811 // fmla v17.4s, v0.4s, v9.s[3]
+	SUB $4, R19
+	B w1K4
+w1K1:
+	CBZ R19, w1Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD R3, R16
+	FMOVS (R16), F9
+	ADD $4, R15
+	FMOVS (R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891011 // fmla v17.4s, v0.4s, v9.s[0]
+	SUB $1, R19
+	B w1K1
+w1Store:
+	ADD R13, R0, R16
+	FMOVQ F16, 0(R16)
+	ADD R1, R16
+	FMOVQ F17, 0(R16)
+	ADD $16, R13
+	ADD $4, R14
+	SUB $4, R12
+w1Done:
+colOne:
+	CBZ R12, blockNext
+	ADD R13, R0, R16
+	FMOVS (R16), F16
+	ADD R1, R16
+	FMOVS (R16), F17
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+oneK1:
+	CBZ R19, oneStore
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD R3, R16
+	FMOVS (R16), F9
+	ADD $4, R15
+	MOVBU 0(R17), R20
+	FMOVS R20, F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540a // shl v10.8h, v0.8h, #1
+	WORD $0x6e6e8d4a // cmeq v10.8h, v10.8h, v14.8h
+	WORD $0x4eaa1c00 // orr v0.16b, v0.16b, v10.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891011 // fmla v17.4s, v0.4s, v9.s[0]
+	SUB $1, R19
+	B oneK1
+oneStore:
+	ADD R13, R0, R16
+	FMOVS F16, (R16)
+	ADD R1, R16
+	FMOVS F17, (R16)
+	ADD $4, R13
+	ADD $1, R14
+	SUB $1, R12
+	B colOne
+blockNext:
+	ADD R11<<2, R9, R9
+	MUL R11, R5, R16
+	ADD R16, R10
+	SUBS R11, R6, R6
+	BNE block
+	RET
+
+// accumE4M3M4NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 4, c < d, j < n;
+// ldv is the value row stride in elements; d, n >= 1; all accesses are in bounds.
+TEXT ·accumE4M3M4NEON(SB), NOSPLIT|NOFRAME, $0-112
+	MOVD o_base+0(FP), R0
+	MOVD ldo+24(FP), R1
+	LSL $2, R1
+	MOVD p_base+32(FP), R2
+	MOVD ldp+56(FP), R3
+	LSL $2, R3
+	MOVD v_base+64(FP), R4
+	MOVD ldv+88(FP), R5
+	MOVD n+96(FP), R6
+	MOVD d+104(FP), R7
+	WORD $0x4f03a7ee // movi v14.8h, #0x7f, lsl #8
+	WORD $0x4f02646f // movi v15.4s, #0x43, lsl #24
+	WORD $0x4e2fd5ef // fadd v15.4s, v15.4s, v15.4s
+	MOVD R2, R9
+	MOVD R4, R10
+block:
+	MOVD $32, R11
+	CMP R11, R6
+	CSEL LT, R6, R11, R11
+	MOVD R7, R12
+	MOVD ZR, R13
+	MOVD ZR, R14
+w4Chunk:
+	CMP $16, R12
+	BLT w4Done
+	ADD R13, R0, R16
+	FLDPQ 0(R16), (F16, F17)
+	FLDPQ 32(R16), (F18, F19)
+	ADD R1, R16
+	FLDPQ 0(R16), (F20, F21)
+	FLDPQ 32(R16), (F22, F23)
+	ADD R1, R16
+	FLDPQ 0(R16), (F24, F25)
+	FLDPQ 32(R16), (F26, F27)
+	ADD R1, R16
+	FLDPQ 0(R16), (F28, F29)
+	FLDPQ 32(R16), (F30, F31)
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+w4K4:
+	CMP $4, R19
+	BLT w4K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD R3, R16
+	FMOVQ (R16), F9
+	ADD R3, R16
+	FMOVQ (R16), F10
+	ADD R3, R16
+	FMOVQ (R16), F11
+	ADD $16, R15
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540c // shl v12.8h, v0.8h, #1
+	WORD $0x6e6e8d8c // cmeq v12.8h, v12.8h, v14.8h
+	WORD $0x4eac1c00 // orr v0.16b, v0.16b, v12.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVD 8(R17), F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f11544c // shl v12.8h, v2.8h, #1
+	WORD $0x6e6e8d8c // cmeq v12.8h, v12.8h, v14.8h
+	WORD $0x4eac1c42 // orr v2.16b, v2.16b, v12.16b
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9063 // fmul v3.4s, v3.4s, v15.s[0]
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891014 // fmla v20.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1018 // fmla v24.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b101c // fmla v28.4s, v0.4s, v11.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891035 // fmla v21.4s, v1.4s, v9.s[0]
+	WORD $0x4f8a1039 // fmla v25.4s, v1.4s, v10.s[0]
+	WORD $0x4f8b103d // fmla v29.4s, v1.4s, v11.s[0]
+	WORD $0x4f881052 // fmla v18.4s, v2.4s, v8.s[0]
+	WORD $0x4f891056 // fmla v22.4s, v2.4s, v9.s[0]
+	WORD $0x4f8a105a // fmla v26.4s, v2.4s, v10.s[0]
+	WORD $0x4f8b105e // fmla v30.4s, v2.4s, v11.s[0]
+	WORD $0x4f881073 // fmla v19.4s, v3.4s, v8.s[0]
+	WORD $0x4f891077 // fmla v23.4s, v3.4s, v9.s[0]
+	WORD $0x4f8a107b // fmla v27.4s, v3.4s, v10.s[0]
+	WORD $0x4f8b107f // fmla v31.4s, v3.4s, v11.s[0]
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540c // shl v12.8h, v0.8h, #1
+	WORD $0x6e6e8d8c // cmeq v12.8h, v12.8h, v14.8h
+	WORD $0x4eac1c00 // orr v0.16b, v0.16b, v12.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVD 8(R17), F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f11544c // shl v12.8h, v2.8h, #1
+	WORD $0x6e6e8d8c // cmeq v12.8h, v12.8h, v14.8h
+	WORD $0x4eac1c42 // orr v2.16b, v2.16b, v12.16b
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9063 // fmul v3.4s, v3.4s, v15.s[0]
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	WORD $0x4fa91014 // fmla v20.4s, v0.4s, v9.s[1]
+	WORD $0x4faa1018 // fmla v24.4s, v0.4s, v10.s[1]
+	WORD $0x4fab101c // fmla v28.4s, v0.4s, v11.s[1]
+	WORD $0x4fa81031 // fmla v17.4s, v1.4s, v8.s[1]
+	WORD $0x4fa91035 // fmla v21.4s, v1.4s, v9.s[1]
+	WORD $0x4faa1039 // fmla v25.4s, v1.4s, v10.s[1]
+	WORD $0x4fab103d // fmla v29.4s, v1.4s, v11.s[1]
+	WORD $0x4fa81052 // fmla v18.4s, v2.4s, v8.s[1]
+	WORD $0x4fa91056 // fmla v22.4s, v2.4s, v9.s[1]
+	WORD $0x4faa105a // fmla v26.4s, v2.4s, v10.s[1]
+	WORD $0x4fab105e // fmla v30.4s, v2.4s, v11.s[1]
+	WORD $0x4fa81073 // fmla v19.4s, v3.4s, v8.s[1]
+	WORD $0x4fa91077 // fmla v23.4s, v3.4s, v9.s[1]
+	WORD $0x4faa107b // fmla v27.4s, v3.4s, v10.s[1]
+	WORD $0x4fab107f // fmla v31.4s, v3.4s, v11.s[1]
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540c // shl v12.8h, v0.8h, #1
+	WORD $0x6e6e8d8c // cmeq v12.8h, v12.8h, v14.8h
+	WORD $0x4eac1c00 // orr v0.16b, v0.16b, v12.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVD 8(R17), F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f11544c // shl v12.8h, v2.8h, #1
+	WORD $0x6e6e8d8c // cmeq v12.8h, v12.8h, v14.8h
+	WORD $0x4eac1c42 // orr v2.16b, v2.16b, v12.16b
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9063 // fmul v3.4s, v3.4s, v15.s[0]
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	WORD $0x4f891814 // fmla v20.4s, v0.4s, v9.s[2]
+	WORD $0x4f8a1818 // fmla v24.4s, v0.4s, v10.s[2]
+	WORD $0x4f8b181c // fmla v28.4s, v0.4s, v11.s[2]
+	WORD $0x4f881831 // fmla v17.4s, v1.4s, v8.s[2]
+	WORD $0x4f891835 // fmla v21.4s, v1.4s, v9.s[2]
+	WORD $0x4f8a1839 // fmla v25.4s, v1.4s, v10.s[2]
+	WORD $0x4f8b183d // fmla v29.4s, v1.4s, v11.s[2]
+	WORD $0x4f881852 // fmla v18.4s, v2.4s, v8.s[2]
+	WORD $0x4f891856 // fmla v22.4s, v2.4s, v9.s[2]
+	WORD $0x4f8a185a // fmla v26.4s, v2.4s, v10.s[2]
+	WORD $0x4f8b185e // fmla v30.4s, v2.4s, v11.s[2]
+	WORD $0x4f881873 // fmla v19.4s, v3.4s, v8.s[2]
+	WORD $0x4f891877 // fmla v23.4s, v3.4s, v9.s[2]
+	WORD $0x4f8a187b // fmla v27.4s, v3.4s, v10.s[2]
+	WORD $0x4f8b187f // fmla v31.4s, v3.4s, v11.s[2]
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540c // shl v12.8h, v0.8h, #1
+	WORD $0x6e6e8d8c // cmeq v12.8h, v12.8h, v14.8h
+	WORD $0x4eac1c00 // orr v0.16b, v0.16b, v12.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVD 8(R17), F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f11544c // shl v12.8h, v2.8h, #1
+	WORD $0x6e6e8d8c // cmeq v12.8h, v12.8h, v14.8h
+	WORD $0x4eac1c42 // orr v2.16b, v2.16b, v12.16b
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9063 // fmul v3.4s, v3.4s, v15.s[0]
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	WORD $0x4fa91814 // fmla v20.4s, v0.4s, v9.s[3]
+	WORD $0x4faa1818 // fmla v24.4s, v0.4s, v10.s[3]
+	WORD $0x4fab181c // fmla v28.4s, v0.4s, v11.s[3]
+	WORD $0x4fa81831 // fmla v17.4s, v1.4s, v8.s[3]
+	WORD $0x4fa91835 // fmla v21.4s, v1.4s, v9.s[3]
+	WORD $0x4faa1839 // fmla v25.4s, v1.4s, v10.s[3]
+	WORD $0x4fab183d // fmla v29.4s, v1.4s, v11.s[3]
+	WORD $0x4fa81852 // fmla v18.4s, v2.4s, v8.s[3]
+	WORD $0x4fa91856 // fmla v22.4s, v2.4s, v9.s[3]
+	WORD $0x4faa185a // fmla v26.4s, v2.4s, v10.s[3]
+	WORD $0x4fab185e // fmla v30.4s, v2.4s, v11.s[3]
+	WORD $0x4fa81873 // fmla v19.4s, v3.4s, v8.s[3]
+	WORD $0x4fa91877 // fmla v23.4s, v3.4s, v9.s[3]
+	WORD $0x4faa187b // fmla v27.4s, v3.4s, v10.s[3]
+	WORD $0x4fab187f // fmla v31.4s, v3.4s, v11.s[3]
+	SUB $4, R19
+	B w4K4
+w4K1:
+	CBZ R19, w4Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD R3, R16
+	FMOVS (R16), F9
+	ADD R3, R16
+	FMOVS (R16), F10
+	ADD R3, R16
+	FMOVS (R16), F11
+	ADD $4, R15
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540c // shl v12.8h, v0.8h, #1
+	WORD $0x6e6e8d8c // cmeq v12.8h, v12.8h, v14.8h
+	WORD $0x4eac1c00 // orr v0.16b, v0.16b, v12.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	FMOVD 8(R17), F2
+	WORD $0x0f0fa442 // sshll v2.8h, v2.8b, #7
+	WORD $0x6f02b402 // bic v2.8h, #0x40, lsl #8
+	WORD $0x4f11544c // shl v12.8h, v2.8h, #1
+	WORD $0x6e6e8d8c // cmeq v12.8h, v12.8h, v14.8h
+	WORD $0x4eac1c42 // orr v2.16b, v2.16b, v12.16b
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	WORD $0x4f8f9063 // fmul v3.4s, v3.4s, v15.s[0]
+	WORD $0x4f8f9042 // fmul v2.4s, v2.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891014 // fmla v20.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1018 // fmla v24.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b101c // fmla v28.4s, v0.4s, v11.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891035 // fmla v21.4s, v1.4s, v9.s[0]
+	WORD $0x4f8a1039 // fmla v25.4s, v1.4s, v10.s[0]
+	WORD $0x4f8b103d // fmla v29.4s, v1.4s, v11.s[0]
+	WORD $0x4f881052 // fmla v18.4s, v2.4s, v8.s[0]
+	WORD $0x4f891056 // fmla v22.4s, v2.4s, v9.s[0]
+	WORD $0x4f8a105a // fmla v26.4s, v2.4s, v10.s[0]
+	WORD $0x4f8b105e // fmla v30.4s, v2.4s, v11.s[0]
+	WORD $0x4f881073 // fmla v19.4s, v3.4s, v8.s[0]
+	WORD $0x4f891077 // fmla v23.4s, v3.4s, v9.s[0]
+	WORD $0x4f8a107b // fmla v27.4s, v3.4s, v10.s[0]
+	WORD $0x4f8b107f // fmla v31.4s, v3.4s, v11.s[0]
+	SUB $1, R19
+	B w4K1
+w4Store:
+	ADD R13, R0, R16
+	FSTPQ (F16, F17), 0(R16)
+	FSTPQ (F18, F19), 32(R16)
+	ADD R1, R16
+	FSTPQ (F20, F21), 0(R16)
+	FSTPQ (F22, F23), 32(R16)
+	ADD R1, R16
+	FSTPQ (F24, F25), 0(R16)
+	FSTPQ (F26, F27), 32(R16)
+	ADD R1, R16
+	FSTPQ (F28, F29), 0(R16)
+	FSTPQ (F30, F31), 32(R16)
+	ADD $64, R13
+	ADD $16, R14
+	SUB $16, R12
+	B w4Chunk
+w4Done:
+w2Chunk:
+	CMP $8, R12
+	BLT w2Done
+	ADD R13, R0, R16
+	FLDPQ 0(R16), (F16, F17)
+	ADD R1, R16
+	FLDPQ 0(R16), (F18, F19)
+	ADD R1, R16
+	FLDPQ 0(R16), (F20, F21)
+	ADD R1, R16
+	FLDPQ 0(R16), (F22, F23)
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+w2K4:
+	CMP $4, R19
+	BLT w2K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD R3, R16
+	FMOVQ (R16), F9
+	ADD R3, R16
+	FMOVQ (R16), F10
+	ADD R3, R16
+	FMOVQ (R16), F11
+	ADD $16, R15
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540c // shl v12.8h, v0.8h, #1
+	WORD $0x6e6e8d8c // cmeq v12.8h, v12.8h, v14.8h
+	WORD $0x4eac1c00 // orr v0.16b, v0.16b, v12.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891012 // fmla v18.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1014 // fmla v20.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b1016 // fmla v22.4s, v0.4s, v11.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891033 // fmla v19.4s, v1.4s, v9.s[0]
+	WORD $0x4f8a1035 // fmla v21.4s, v1.4s, v10.s[0]
+	WORD $0x4f8b1037 // fmla v23.4s, v1.4s, v11.s[0]
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540c // shl v12.8h, v0.8h, #1
+	WORD $0x6e6e8d8c // cmeq v12.8h, v12.8h, v14.8h
+	WORD $0x4eac1c00 // orr v0.16b, v0.16b, v12.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	WORD $0x4fa91012 // fmla v18.4s, v0.4s, v9.s[1]
+	WORD $0x4faa1014 // fmla v20.4s, v0.4s, v10.s[1]
+	WORD $0x4fab1016 // fmla v22.4s, v0.4s, v11.s[1]
+	WORD $0x4fa81031 // fmla v17.4s, v1.4s, v8.s[1]
+	WORD $0x4fa91033 // fmla v19.4s, v1.4s, v9.s[1]
+	WORD $0x4faa1035 // fmla v21.4s, v1.4s, v10.s[1]
+	WORD $0x4fab1037 // fmla v23.4s, v1.4s, v11.s[1]
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540c // shl v12.8h, v0.8h, #1
+	WORD $0x6e6e8d8c // cmeq v12.8h, v12.8h, v14.8h
+	WORD $0x4eac1c00 // orr v0.16b, v0.16b, v12.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	WORD $0x4f891812 // fmla v18.4s, v0.4s, v9.s[2]
+	WORD $0x4f8a1814 // fmla v20.4s, v0.4s, v10.s[2]
+	WORD $0x4f8b1816 // fmla v22.4s, v0.4s, v11.s[2]
+	WORD $0x4f881831 // fmla v17.4s, v1.4s, v8.s[2]
+	WORD $0x4f891833 // fmla v19.4s, v1.4s, v9.s[2]
+	WORD $0x4f8a1835 // fmla v21.4s, v1.4s, v10.s[2]
+	WORD $0x4f8b1837 // fmla v23.4s, v1.4s, v11.s[2]
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540c // shl v12.8h, v0.8h, #1
+	WORD $0x6e6e8d8c // cmeq v12.8h, v12.8h, v14.8h
+	WORD $0x4eac1c00 // orr v0.16b, v0.16b, v12.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	WORD $0x4fa91812 // fmla v18.4s, v0.4s, v9.s[3]
+	WORD $0x4faa1814 // fmla v20.4s, v0.4s, v10.s[3]
+	WORD $0x4fab1816 // fmla v22.4s, v0.4s, v11.s[3]
+	WORD $0x4fa81831 // fmla v17.4s, v1.4s, v8.s[3]
+	WORD $0x4fa91833 // fmla v19.4s, v1.4s, v9.s[3]
+	WORD $0x4faa1835 // fmla v21.4s, v1.4s, v10.s[3]
+	WORD $0x4fab1837 // fmla v23.4s, v1.4s, v11.s[3]
+	SUB $4, R19
+	B w2K4
+w2K1:
+	CBZ R19, w2Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD R3, R16
+	FMOVS (R16), F9
+	ADD R3, R16
+	FMOVS (R16), F10
+	ADD R3, R16
+	FMOVS (R16), F11
+	ADD $4, R15
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540c // shl v12.8h, v0.8h, #1
+	WORD $0x6e6e8d8c // cmeq v12.8h, v12.8h, v14.8h
+	WORD $0x4eac1c00 // orr v0.16b, v0.16b, v12.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9021 // fmul v1.4s, v1.4s, v15.s[0]
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891012 // fmla v18.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1014 // fmla v20.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b1016 // fmla v22.4s, v0.4s, v11.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891033 // fmla v19.4s, v1.4s, v9.s[0]
+	WORD $0x4f8a1035 // fmla v21.4s, v1.4s, v10.s[0]
+	WORD $0x4f8b1037 // fmla v23.4s, v1.4s, v11.s[0]
+	SUB $1, R19
+	B w2K1
+w2Store:
+	ADD R13, R0, R16
+	FSTPQ (F16, F17), 0(R16)
+	ADD R1, R16
+	FSTPQ (F18, F19), 0(R16)
+	ADD R1, R16
+	FSTPQ (F20, F21), 0(R16)
+	ADD R1, R16
+	FSTPQ (F22, F23), 0(R16)
+	ADD $32, R13
+	ADD $8, R14
+	SUB $8, R12
+w2Done:
+w1Chunk:
+	CMP $4, R12
+	BLT w1Done
+	ADD R13, R0, R16
+	FMOVQ 0(R16), F16
+	ADD R1, R16
+	FMOVQ 0(R16), F17
+	ADD R1, R16
+	FMOVQ 0(R16), F18
+	ADD R1, R16
+	FMOVQ 0(R16), F19
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+w1K4:
+	CMP $4, R19
+	BLT w1K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD R3, R16
+	FMOVQ (R16), F9
+	ADD R3, R16
+	FMOVQ (R16), F10
+	ADD R3, R16
+	FMOVQ (R16), F11
+	ADD $16, R15
+	FMOVS (R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540c // shl v12.8h, v0.8h, #1
+	WORD $0x6e6e8d8c // cmeq v12.8h, v12.8h, v14.8h
+	WORD $0x4eac1c00 // orr v0.16b, v0.16b, v12.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891011 // fmla v17.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1012 // fmla v18.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b1013 // fmla v19.4s, v0.4s, v11.s[0]
+	FMOVS (R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540c // shl v12.8h, v0.8h, #1
+	WORD $0x6e6e8d8c // cmeq v12.8h, v12.8h, v14.8h
+	WORD $0x4eac1c00 // orr v0.16b, v0.16b, v12.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	WORD $0x4fa91011 // fmla v17.4s, v0.4s, v9.s[1]
+	WORD $0x4faa1012 // fmla v18.4s, v0.4s, v10.s[1]
+	WORD $0x4fab1013 // fmla v19.4s, v0.4s, v11.s[1]
+	FMOVS (R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540c // shl v12.8h, v0.8h, #1
+	WORD $0x6e6e8d8c // cmeq v12.8h, v12.8h, v14.8h
+	WORD $0x4eac1c00 // orr v0.16b, v0.16b, v12.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	WORD $0x4f891811 // fmla v17.4s, v0.4s, v9.s[2]
+	WORD $0x4f8a1812 // fmla v18.4s, v0.4s, v10.s[2]
+	WORD $0x4f8b1813 // fmla v19.4s, v0.4s, v11.s[2]
+	FMOVS (R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540c // shl v12.8h, v0.8h, #1
+	WORD $0x6e6e8d8c // cmeq v12.8h, v12.8h, v14.8h
+	WORD $0x4eac1c00 // orr v0.16b, v0.16b, v12.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	WORD $0x4fa91811 // fmla v17.4s, v0.4s, v9.s[3]
+	WORD $0x4faa1812 // fmla v18.4s, v0.4s, v10.s[3]
+	WORD $0x4fab1813 // fmla v19.4s, v0.4s, v11.s[3]
+	SUB $4, R19
+	B w1K4
+w1K1:
+	CBZ R19, w1Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD R3, R16
+	FMOVS (R16), F9
+	ADD R3, R16
+	FMOVS (R16), F10
+	ADD R3, R16
+	FMOVS (R16), F11
+	ADD $4, R15
+	FMOVS (R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540c // shl v12.8h, v0.8h, #1
+	WORD $0x6e6e8d8c // cmeq v12.8h, v12.8h, v14.8h
+	WORD $0x4eac1c00 // orr v0.16b, v0.16b, v12.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891011 // fmla v17.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1012 // fmla v18.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b1013 // fmla v19.4s, v0.4s, v11.s[0]
+	SUB $1, R19
+	B w1K1
+w1Store:
+	ADD R13, R0, R16
+	FMOVQ F16, 0(R16)
+	ADD R1, R16
+	FMOVQ F17, 0(R16)
+	ADD R1, R16
+	FMOVQ F18, 0(R16)
+	ADD R1, R16
+	FMOVQ F19, 0(R16)
+	ADD $16, R13
+	ADD $4, R14
+	SUB $4, R12
+w1Done:
+colOne:
+	CBZ R12, blockNext
+	ADD R13, R0, R16
+	FMOVS (R16), F16
+	ADD R1, R16
+	FMOVS (R16), F17
+	ADD R1, R16
+	FMOVS (R16), F18
+	ADD R1, R16
+	FMOVS (R16), F19
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+oneK1:
+	CBZ R19, oneStore
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD R3, R16
+	FMOVS (R16), F9
+	ADD R3, R16
+	FMOVS (R16), F10
+	ADD R3, R16
+	FMOVS (R16), F11
+	ADD $4, R15
+	MOVBU 0(R17), R20
+	FMOVS R20, F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f11540c // shl v12.8h, v0.8h, #1
+	WORD $0x6e6e8d8c // cmeq v12.8h, v12.8h, v14.8h
+	WORD $0x4eac1c00 // orr v0.16b, v0.16b, v12.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f8f9000 // fmul v0.4s, v0.4s, v15.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891011 // fmla v17.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1012 // fmla v18.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b1013 // fmla v19.4s, v0.4s, v11.s[0]
+	SUB $1, R19
+	B oneK1
+oneStore:
+	ADD R13, R0, R16
+	FMOVS F16, (R16)
+	ADD R1, R16
+	FMOVS F17, (R16)
+	ADD R1, R16
+	FMOVS F18, (R16)
+	ADD R1, R16
+	FMOVS F19, (R16)
+	ADD $4, R13
+	ADD $1, R14
+	SUB $1, R12
+	B colOne
+blockNext:
+	ADD R11<<2, R9, R9
+	MUL R11, R5, R16
+	ADD R16, R10
+	SUBS R11, R6, R6
+	BNE block
+	RET
+
+// accumE4M3M8NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 8, c < d, j < n;
+// ldv is the value row stride in elements; d, n >= 1; all accesses are in bounds.
+TEXT ·accumE4M3M8NEON(SB), NOSPLIT|NOFRAME, $0-112
+	MOVD o_base+0(FP), R0
+	MOVD ldo+24(FP), R1
+	LSL $2, R1
+	MOVD p_base+32(FP), R2
+	MOVD ldp+56(FP), R3
+	LSL $2, R3
+	MOVD v_base+64(FP), R4
+	MOVD ldv+88(FP), R5
+	MOVD n+96(FP), R6
+	MOVD d+104(FP), R7
+	WORD $0x4f03a7e6 // movi v6.8h, #0x7f, lsl #8
+	WORD $0x4f026467 // movi v7.4s, #0x43, lsl #24
+	WORD $0x4e27d4e7 // fadd v7.4s, v7.4s, v7.4s
+	MOVD R2, R9
+	MOVD R4, R10
+block:
+	MOVD $32, R11
+	CMP R11, R6
+	CSEL LT, R6, R11, R11
+	MOVD R7, R12
+	MOVD ZR, R13
+	MOVD ZR, R14
+w2Chunk:
+	CMP $8, R12
+	BLT w2Done
+	ADD R13, R0, R16
+	FLDPQ 0(R16), (F16, F17)
+	ADD R1, R16
+	FLDPQ 0(R16), (F18, F19)
+	ADD R1, R16
+	FLDPQ 0(R16), (F20, F21)
+	ADD R1, R16
+	FLDPQ 0(R16), (F22, F23)
+	ADD R1, R16
+	FLDPQ 0(R16), (F24, F25)
+	ADD R1, R16
+	FLDPQ 0(R16), (F26, F27)
+	ADD R1, R16
+	FLDPQ 0(R16), (F28, F29)
+	ADD R1, R16
+	FLDPQ 0(R16), (F30, F31)
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+w2K4:
+	CMP $4, R19
+	BLT w2K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD R3, R16
+	FMOVQ (R16), F9
+	ADD R3, R16
+	FMOVQ (R16), F10
+	ADD R3, R16
+	FMOVQ (R16), F11
+	ADD R3, R16
+	FMOVQ (R16), F12
+	ADD R3, R16
+	FMOVQ (R16), F13
+	ADD R3, R16
+	FMOVQ (R16), F14
+	ADD R3, R16
+	FMOVQ (R16), F15
+	ADD $16, R15
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f115402 // shl v2.8h, v0.8h, #1
+	WORD $0x6e668c42 // cmeq v2.8h, v2.8h, v6.8h
+	WORD $0x4ea21c00 // orr v0.16b, v0.16b, v2.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f879021 // fmul v1.4s, v1.4s, v7.s[0]
+	WORD $0x4f879000 // fmul v0.4s, v0.4s, v7.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891012 // fmla v18.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1014 // fmla v20.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b1016 // fmla v22.4s, v0.4s, v11.s[0]
+	WORD $0x4f8c1018 // fmla v24.4s, v0.4s, v12.s[0]
+	WORD $0x4f8d101a // fmla v26.4s, v0.4s, v13.s[0]
+	WORD $0x4f8e101c // fmla v28.4s, v0.4s, v14.s[0]
+	WORD $0x4f8f101e // fmla v30.4s, v0.4s, v15.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891033 // fmla v19.4s, v1.4s, v9.s[0]
+	WORD $0x4f8a1035 // fmla v21.4s, v1.4s, v10.s[0]
+	WORD $0x4f8b1037 // fmla v23.4s, v1.4s, v11.s[0]
+	WORD $0x4f8c1039 // fmla v25.4s, v1.4s, v12.s[0]
+	WORD $0x4f8d103b // fmla v27.4s, v1.4s, v13.s[0]
+	WORD $0x4f8e103d // fmla v29.4s, v1.4s, v14.s[0]
+	WORD $0x4f8f103f // fmla v31.4s, v1.4s, v15.s[0]
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f115402 // shl v2.8h, v0.8h, #1
+	WORD $0x6e668c42 // cmeq v2.8h, v2.8h, v6.8h
+	WORD $0x4ea21c00 // orr v0.16b, v0.16b, v2.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f879021 // fmul v1.4s, v1.4s, v7.s[0]
+	WORD $0x4f879000 // fmul v0.4s, v0.4s, v7.s[0]
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	WORD $0x4fa91012 // fmla v18.4s, v0.4s, v9.s[1]
+	WORD $0x4faa1014 // fmla v20.4s, v0.4s, v10.s[1]
+	WORD $0x4fab1016 // fmla v22.4s, v0.4s, v11.s[1]
+	WORD $0x4fac1018 // fmla v24.4s, v0.4s, v12.s[1]
+	WORD $0x4fad101a // fmla v26.4s, v0.4s, v13.s[1]
+	WORD $0x4fae101c // fmla v28.4s, v0.4s, v14.s[1]
+	WORD $0x4faf101e // fmla v30.4s, v0.4s, v15.s[1]
+	WORD $0x4fa81031 // fmla v17.4s, v1.4s, v8.s[1]
+	WORD $0x4fa91033 // fmla v19.4s, v1.4s, v9.s[1]
+	WORD $0x4faa1035 // fmla v21.4s, v1.4s, v10.s[1]
+	WORD $0x4fab1037 // fmla v23.4s, v1.4s, v11.s[1]
+	WORD $0x4fac1039 // fmla v25.4s, v1.4s, v12.s[1]
+	WORD $0x4fad103b // fmla v27.4s, v1.4s, v13.s[1]
+	WORD $0x4fae103d // fmla v29.4s, v1.4s, v14.s[1]
+	WORD $0x4faf103f // fmla v31.4s, v1.4s, v15.s[1]
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f115402 // shl v2.8h, v0.8h, #1
+	WORD $0x6e668c42 // cmeq v2.8h, v2.8h, v6.8h
+	WORD $0x4ea21c00 // orr v0.16b, v0.16b, v2.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f879021 // fmul v1.4s, v1.4s, v7.s[0]
+	WORD $0x4f879000 // fmul v0.4s, v0.4s, v7.s[0]
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	WORD $0x4f891812 // fmla v18.4s, v0.4s, v9.s[2]
+	WORD $0x4f8a1814 // fmla v20.4s, v0.4s, v10.s[2]
+	WORD $0x4f8b1816 // fmla v22.4s, v0.4s, v11.s[2]
+	WORD $0x4f8c1818 // fmla v24.4s, v0.4s, v12.s[2]
+	WORD $0x4f8d181a // fmla v26.4s, v0.4s, v13.s[2]
+	WORD $0x4f8e181c // fmla v28.4s, v0.4s, v14.s[2]
+	WORD $0x4f8f181e // fmla v30.4s, v0.4s, v15.s[2]
+	WORD $0x4f881831 // fmla v17.4s, v1.4s, v8.s[2]
+	WORD $0x4f891833 // fmla v19.4s, v1.4s, v9.s[2]
+	WORD $0x4f8a1835 // fmla v21.4s, v1.4s, v10.s[2]
+	WORD $0x4f8b1837 // fmla v23.4s, v1.4s, v11.s[2]
+	WORD $0x4f8c1839 // fmla v25.4s, v1.4s, v12.s[2]
+	WORD $0x4f8d183b // fmla v27.4s, v1.4s, v13.s[2]
+	WORD $0x4f8e183d // fmla v29.4s, v1.4s, v14.s[2]
+	WORD $0x4f8f183f // fmla v31.4s, v1.4s, v15.s[2]
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f115402 // shl v2.8h, v0.8h, #1
+	WORD $0x6e668c42 // cmeq v2.8h, v2.8h, v6.8h
+	WORD $0x4ea21c00 // orr v0.16b, v0.16b, v2.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f879021 // fmul v1.4s, v1.4s, v7.s[0]
+	WORD $0x4f879000 // fmul v0.4s, v0.4s, v7.s[0]
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	WORD $0x4fa91812 // fmla v18.4s, v0.4s, v9.s[3]
+	WORD $0x4faa1814 // fmla v20.4s, v0.4s, v10.s[3]
+	WORD $0x4fab1816 // fmla v22.4s, v0.4s, v11.s[3]
+	WORD $0x4fac1818 // fmla v24.4s, v0.4s, v12.s[3]
+	WORD $0x4fad181a // fmla v26.4s, v0.4s, v13.s[3]
+	WORD $0x4fae181c // fmla v28.4s, v0.4s, v14.s[3]
+	WORD $0x4faf181e // fmla v30.4s, v0.4s, v15.s[3]
+	WORD $0x4fa81831 // fmla v17.4s, v1.4s, v8.s[3]
+	WORD $0x4fa91833 // fmla v19.4s, v1.4s, v9.s[3]
+	WORD $0x4faa1835 // fmla v21.4s, v1.4s, v10.s[3]
+	WORD $0x4fab1837 // fmla v23.4s, v1.4s, v11.s[3]
+	WORD $0x4fac1839 // fmla v25.4s, v1.4s, v12.s[3]
+	WORD $0x4fad183b // fmla v27.4s, v1.4s, v13.s[3]
+	WORD $0x4fae183d // fmla v29.4s, v1.4s, v14.s[3]
+	WORD $0x4faf183f // fmla v31.4s, v1.4s, v15.s[3]
+	SUB $4, R19
+	B w2K4
+w2K1:
+	CBZ R19, w2Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD R3, R16
+	FMOVS (R16), F9
+	ADD R3, R16
+	FMOVS (R16), F10
+	ADD R3, R16
+	FMOVS (R16), F11
+	ADD R3, R16
+	FMOVS (R16), F12
+	ADD R3, R16
+	FMOVS (R16), F13
+	ADD R3, R16
+	FMOVS (R16), F14
+	ADD R3, R16
+	FMOVS (R16), F15
+	ADD $4, R15
+	FMOVD 0(R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f115402 // shl v2.8h, v0.8h, #1
+	WORD $0x6e668c42 // cmeq v2.8h, v2.8h, v6.8h
+	WORD $0x4ea21c00 // orr v0.16b, v0.16b, v2.16b
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f879021 // fmul v1.4s, v1.4s, v7.s[0]
+	WORD $0x4f879000 // fmul v0.4s, v0.4s, v7.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891012 // fmla v18.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1014 // fmla v20.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b1016 // fmla v22.4s, v0.4s, v11.s[0]
+	WORD $0x4f8c1018 // fmla v24.4s, v0.4s, v12.s[0]
+	WORD $0x4f8d101a // fmla v26.4s, v0.4s, v13.s[0]
+	WORD $0x4f8e101c // fmla v28.4s, v0.4s, v14.s[0]
+	WORD $0x4f8f101e // fmla v30.4s, v0.4s, v15.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891033 // fmla v19.4s, v1.4s, v9.s[0]
+	WORD $0x4f8a1035 // fmla v21.4s, v1.4s, v10.s[0]
+	WORD $0x4f8b1037 // fmla v23.4s, v1.4s, v11.s[0]
+	WORD $0x4f8c1039 // fmla v25.4s, v1.4s, v12.s[0]
+	WORD $0x4f8d103b // fmla v27.4s, v1.4s, v13.s[0]
+	WORD $0x4f8e103d // fmla v29.4s, v1.4s, v14.s[0]
+	WORD $0x4f8f103f // fmla v31.4s, v1.4s, v15.s[0]
+	SUB $1, R19
+	B w2K1
+w2Store:
+	ADD R13, R0, R16
+	FSTPQ (F16, F17), 0(R16)
+	ADD R1, R16
+	FSTPQ (F18, F19), 0(R16)
+	ADD R1, R16
+	FSTPQ (F20, F21), 0(R16)
+	ADD R1, R16
+	FSTPQ (F22, F23), 0(R16)
+	ADD R1, R16
+	FSTPQ (F24, F25), 0(R16)
+	ADD R1, R16
+	FSTPQ (F26, F27), 0(R16)
+	ADD R1, R16
+	FSTPQ (F28, F29), 0(R16)
+	ADD R1, R16
+	FSTPQ (F30, F31), 0(R16)
+	ADD $32, R13
+	ADD $8, R14
+	SUB $8, R12
+	B w2Chunk
+w2Done:
+w1Chunk:
+	CMP $4, R12
+	BLT w1Done
+	ADD R13, R0, R16
+	FMOVQ 0(R16), F16
+	ADD R1, R16
+	FMOVQ 0(R16), F17
+	ADD R1, R16
+	FMOVQ 0(R16), F18
+	ADD R1, R16
+	FMOVQ 0(R16), F19
+	ADD R1, R16
+	FMOVQ 0(R16), F20
+	ADD R1, R16
+	FMOVQ 0(R16), F21
+	ADD R1, R16
+	FMOVQ 0(R16), F22
+	ADD R1, R16
+	FMOVQ 0(R16), F23
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+w1K4:
+	CMP $4, R19
+	BLT w1K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD R3, R16
+	FMOVQ (R16), F9
+	ADD R3, R16
+	FMOVQ (R16), F10
+	ADD R3, R16
+	FMOVQ (R16), F11
+	ADD R3, R16
+	FMOVQ (R16), F12
+	ADD R3, R16
+	FMOVQ (R16), F13
+	ADD R3, R16
+	FMOVQ (R16), F14
+	ADD R3, R16
+	FMOVQ (R16), F15
+	ADD $16, R15
+	FMOVS (R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f115402 // shl v2.8h, v0.8h, #1
+	WORD $0x6e668c42 // cmeq v2.8h, v2.8h, v6.8h
+	WORD $0x4ea21c00 // orr v0.16b, v0.16b, v2.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f879000 // fmul v0.4s, v0.4s, v7.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891011 // fmla v17.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1012 // fmla v18.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b1013 // fmla v19.4s, v0.4s, v11.s[0]
+	WORD $0x4f8c1014 // fmla v20.4s, v0.4s, v12.s[0]
+	WORD $0x4f8d1015 // fmla v21.4s, v0.4s, v13.s[0]
+	WORD $0x4f8e1016 // fmla v22.4s, v0.4s, v14.s[0]
+	WORD $0x4f8f1017 // fmla v23.4s, v0.4s, v15.s[0]
+	FMOVS (R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f115402 // shl v2.8h, v0.8h, #1
+	WORD $0x6e668c42 // cmeq v2.8h, v2.8h, v6.8h
+	WORD $0x4ea21c00 // orr v0.16b, v0.16b, v2.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f879000 // fmul v0.4s, v0.4s, v7.s[0]
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	WORD $0x4fa91011 // fmla v17.4s, v0.4s, v9.s[1]
+	WORD $0x4faa1012 // fmla v18.4s, v0.4s, v10.s[1]
+	WORD $0x4fab1013 // fmla v19.4s, v0.4s, v11.s[1]
+	WORD $0x4fac1014 // fmla v20.4s, v0.4s, v12.s[1]
+	WORD $0x4fad1015 // fmla v21.4s, v0.4s, v13.s[1]
+	WORD $0x4fae1016 // fmla v22.4s, v0.4s, v14.s[1]
+	WORD $0x4faf1017 // fmla v23.4s, v0.4s, v15.s[1]
+	FMOVS (R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f115402 // shl v2.8h, v0.8h, #1
+	WORD $0x6e668c42 // cmeq v2.8h, v2.8h, v6.8h
+	WORD $0x4ea21c00 // orr v0.16b, v0.16b, v2.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f879000 // fmul v0.4s, v0.4s, v7.s[0]
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	WORD $0x4f891811 // fmla v17.4s, v0.4s, v9.s[2]
+	WORD $0x4f8a1812 // fmla v18.4s, v0.4s, v10.s[2]
+	WORD $0x4f8b1813 // fmla v19.4s, v0.4s, v11.s[2]
+	WORD $0x4f8c1814 // fmla v20.4s, v0.4s, v12.s[2]
+	WORD $0x4f8d1815 // fmla v21.4s, v0.4s, v13.s[2]
+	WORD $0x4f8e1816 // fmla v22.4s, v0.4s, v14.s[2]
+	WORD $0x4f8f1817 // fmla v23.4s, v0.4s, v15.s[2]
+	FMOVS (R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f115402 // shl v2.8h, v0.8h, #1
+	WORD $0x6e668c42 // cmeq v2.8h, v2.8h, v6.8h
+	WORD $0x4ea21c00 // orr v0.16b, v0.16b, v2.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f879000 // fmul v0.4s, v0.4s, v7.s[0]
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	WORD $0x4fa91811 // fmla v17.4s, v0.4s, v9.s[3]
+	WORD $0x4faa1812 // fmla v18.4s, v0.4s, v10.s[3]
+	WORD $0x4fab1813 // fmla v19.4s, v0.4s, v11.s[3]
+	WORD $0x4fac1814 // fmla v20.4s, v0.4s, v12.s[3]
+	WORD $0x4fad1815 // fmla v21.4s, v0.4s, v13.s[3]
+	WORD $0x4fae1816 // fmla v22.4s, v0.4s, v14.s[3]
+	WORD $0x4faf1817 // fmla v23.4s, v0.4s, v15.s[3]
+	SUB $4, R19
+	B w1K4
+w1K1:
+	CBZ R19, w1Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD R3, R16
+	FMOVS (R16), F9
+	ADD R3, R16
+	FMOVS (R16), F10
+	ADD R3, R16
+	FMOVS (R16), F11
+	ADD R3, R16
+	FMOVS (R16), F12
+	ADD R3, R16
+	FMOVS (R16), F13
+	ADD R3, R16
+	FMOVS (R16), F14
+	ADD R3, R16
+	FMOVS (R16), F15
+	ADD $4, R15
+	FMOVS (R17), F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f115402 // shl v2.8h, v0.8h, #1
+	WORD $0x6e668c42 // cmeq v2.8h, v2.8h, v6.8h
+	WORD $0x4ea21c00 // orr v0.16b, v0.16b, v2.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f879000 // fmul v0.4s, v0.4s, v7.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891011 // fmla v17.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1012 // fmla v18.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b1013 // fmla v19.4s, v0.4s, v11.s[0]
+	WORD $0x4f8c1014 // fmla v20.4s, v0.4s, v12.s[0]
+	WORD $0x4f8d1015 // fmla v21.4s, v0.4s, v13.s[0]
+	WORD $0x4f8e1016 // fmla v22.4s, v0.4s, v14.s[0]
+	WORD $0x4f8f1017 // fmla v23.4s, v0.4s, v15.s[0]
+	SUB $1, R19
+	B w1K1
+w1Store:
+	ADD R13, R0, R16
+	FMOVQ F16, 0(R16)
+	ADD R1, R16
+	FMOVQ F17, 0(R16)
+	ADD R1, R16
+	FMOVQ F18, 0(R16)
+	ADD R1, R16
+	FMOVQ F19, 0(R16)
+	ADD R1, R16
+	FMOVQ F20, 0(R16)
+	ADD R1, R16
+	FMOVQ F21, 0(R16)
+	ADD R1, R16
+	FMOVQ F22, 0(R16)
+	ADD R1, R16
+	FMOVQ F23, 0(R16)
+	ADD $16, R13
+	ADD $4, R14
+	SUB $4, R12
+w1Done:
+colOne:
+	CBZ R12, blockNext
+	ADD R13, R0, R16
+	FMOVS (R16), F16
+	ADD R1, R16
+	FMOVS (R16), F17
+	ADD R1, R16
+	FMOVS (R16), F18
+	ADD R1, R16
+	FMOVS (R16), F19
+	ADD R1, R16
+	FMOVS (R16), F20
+	ADD R1, R16
+	FMOVS (R16), F21
+	ADD R1, R16
+	FMOVS (R16), F22
+	ADD R1, R16
+	FMOVS (R16), F23
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+oneK1:
+	CBZ R19, oneStore
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD R3, R16
+	FMOVS (R16), F9
+	ADD R3, R16
+	FMOVS (R16), F10
+	ADD R3, R16
+	FMOVS (R16), F11
+	ADD R3, R16
+	FMOVS (R16), F12
+	ADD R3, R16
+	FMOVS (R16), F13
+	ADD R3, R16
+	FMOVS (R16), F14
+	ADD R3, R16
+	FMOVS (R16), F15
+	ADD $4, R15
+	MOVBU 0(R17), R20
+	FMOVS R20, F0
+	WORD $0x0f0fa400 // sshll v0.8h, v0.8b, #7
+	WORD $0x6f02b400 // bic v0.8h, #0x40, lsl #8
+	WORD $0x4f115402 // shl v2.8h, v0.8h, #1
+	WORD $0x6e668c42 // cmeq v2.8h, v2.8h, v6.8h
+	WORD $0x4ea21c00 // orr v0.16b, v0.16b, v2.16b
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	WORD $0x4f879000 // fmul v0.4s, v0.4s, v7.s[0]
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891011 // fmla v17.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1012 // fmla v18.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b1013 // fmla v19.4s, v0.4s, v11.s[0]
+	WORD $0x4f8c1014 // fmla v20.4s, v0.4s, v12.s[0]
+	WORD $0x4f8d1015 // fmla v21.4s, v0.4s, v13.s[0]
+	WORD $0x4f8e1016 // fmla v22.4s, v0.4s, v14.s[0]
+	WORD $0x4f8f1017 // fmla v23.4s, v0.4s, v15.s[0]
+	SUB $1, R19
+	B oneK1
+oneStore:
+	ADD R13, R0, R16
+	FMOVS F16, (R16)
+	ADD R1, R16
+	FMOVS F17, (R16)
+	ADD R1, R16
+	FMOVS F18, (R16)
+	ADD R1, R16
+	FMOVS F19, (R16)
+	ADD R1, R16
+	FMOVS F20, (R16)
+	ADD R1, R16
+	FMOVS F21, (R16)
+	ADD R1, R16
+	FMOVS F22, (R16)
+	ADD R1, R16
+	FMOVS F23, (R16)
+	ADD $4, R13
+	ADD $1, R14
+	SUB $1, R12
+	B colOne
+blockNext:
+	ADD R11<<2, R9, R9
+	MUL R11, R5, R16
+	ADD R16, R10
+	SUBS R11, R6, R6
+	BNE block
+	RET
+
+// scoresE5M2M1NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 1, j < n, p < d;
+// ldk is the key row stride in elements; d, n >= 1; all accesses are in bounds.
+TEXT ·scoresE5M2M1NEON(SB), NOSPLIT|NOFRAME, $0-104
+	MOVD s_base+0(FP), R0
+	MOVD lds+24(FP), R1
+	LSL $2, R1
+	MOVD q_base+32(FP), R2
+	MOVD k_base+56(FP), R3
+	MOVD ldk+80(FP), R4
+	MOVD n+88(FP), R5
+	MOVD d+96(FP), R6
+	WORD $0x4f03a7ee // movi v14.8h, #0x7f, lsl #8
+	WORD $0x4f02646f // movi v15.4s, #0x43, lsl #24
+	WORD $0x4e2fd5ef // fadd v15.4s, v15.4s, v15.4s
+main:
+	CMP $4, R5
+	BLT mainEnd
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	MOVD R2, R9
+	MOVD R3, R17
+	ADD R4, R17, R19
+	ADD R4, R19, R20
+	ADD R4, R20, R21
+	LSR $3, R6, R7
+	CBZ R7, mainHalf
+mainStep:
+	FMOVD.P 8(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVD.P 8(R19), F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVD.P 8(R20), F4
+	WORD $0x2e213884 // shll v4.8h, v4.8b, #8
+	WORD $0x4e217885 // fcvtl2 v5.4s, v4.8h
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	FMOVD.P 8(R21), F6
+	WORD $0x2e2138c6 // shll v6.8h, v6.8b, #8
+	WORD $0x4e2178c7 // fcvtl2 v7.4s, v6.8h
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	WORD $0x4e22cd12 // fmla v18.4s, v8.4s, v2.4s
+	WORD $0x4e23cd33 // fmla v19.4s, v9.4s, v3.4s
+	WORD $0x4e24cd14 // fmla v20.4s, v8.4s, v4.4s
+	WORD $0x4e25cd35 // fmla v21.4s, v9.4s, v5.4s
+	WORD $0x4e26cd16 // fmla v22.4s, v8.4s, v6.4s
+	WORD $0x4e27cd37 // fmla v23.4s, v9.4s, v7.4s
+	SUBS $1, R7, R7
+	BNE mainStep
+mainHalf:
+	TBZ $2, R6, mainOne
+	FMOVS.P 4(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVS.P 4(R19), F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVS.P 4(R20), F4
+	WORD $0x2e213884 // shll v4.8h, v4.8b, #8
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	FMOVS.P 4(R21), F6
+	WORD $0x2e2138c6 // shll v6.8h, v6.8b, #8
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	FMOVQ.P 16(R9), F8
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e22cd12 // fmla v18.4s, v8.4s, v2.4s
+	WORD $0x4e24cd14 // fmla v20.4s, v8.4s, v4.4s
+	WORD $0x4e26cd16 // fmla v22.4s, v8.4s, v6.4s
+mainOne:
+	AND $3, R6, R7
+	CBZ R7, mainFold
+mainOneLoop:
+	MOVBU.P 1(R17), R8
+	FMOVS R8, F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	MOVBU.P 1(R19), R8
+	FMOVS R8, F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	MOVBU.P 1(R20), R8
+	FMOVS R8, F4
+	WORD $0x2e213884 // shll v4.8h, v4.8b, #8
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	MOVBU.P 1(R21), R8
+	FMOVS R8, F6
+	WORD $0x2e2138c6 // shll v6.8h, v6.8b, #8
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	FMOVS.P 4(R9), F8
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e22cd12 // fmla v18.4s, v8.4s, v2.4s
+	WORD $0x4e24cd14 // fmla v20.4s, v8.4s, v4.4s
+	WORD $0x4e26cd16 // fmla v22.4s, v8.4s, v6.4s
+	SUBS $1, R7, R7
+	BNE mainOneLoop
+mainFold:
+	MOVD R0, R22
+	WORD $0x4e31d610 // fadd v16.4s, v16.4s, v17.4s
+	WORD $0x4e33d652 // fadd v18.4s, v18.4s, v19.4s
+	WORD $0x4e35d694 // fadd v20.4s, v20.4s, v21.4s
+	WORD $0x4e37d6d6 // fadd v22.4s, v22.4s, v23.4s
+	WORD $0x6e32d610 // faddp v16.4s, v16.4s, v18.4s
+	WORD $0x6e36d694 // faddp v20.4s, v20.4s, v22.4s
+	WORD $0x6e34d610 // faddp v16.4s, v16.4s, v20.4s
+	FMOVQ F16, (R22)
+	ADD $16, R0
+	ADD R4<<2, R3, R3
+	SUB $4, R5
+	B main
+mainEnd:
+rest:
+	CMP $1, R5
+	BLT restEnd
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	MOVD R2, R9
+	MOVD R3, R17
+	LSR $3, R6, R7
+	CBZ R7, restHalf
+restStep:
+	FMOVD.P 8(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	SUBS $1, R7, R7
+	BNE restStep
+restHalf:
+	TBZ $2, R6, restOne
+	FMOVS.P 4(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVQ.P 16(R9), F8
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+restOne:
+	AND $3, R6, R7
+	CBZ R7, restFold
+restOneLoop:
+	MOVBU.P 1(R17), R8
+	FMOVS R8, F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVS.P 4(R9), F8
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	SUBS $1, R7, R7
+	BNE restOneLoop
+restFold:
+	MOVD R0, R22
+	WORD $0x4e31d610 // fadd v16.4s, v16.4s, v17.4s
+	WORD $0x6e30d610 // faddp v16.4s, v16.4s, v16.4s
+	WORD $0x7e30da10 // faddp s16, v16.2s
+	FMOVS F16, (R22)
+	ADD $4, R0
+	ADD R4, R3
+	SUB $1, R5
+	B rest
+restEnd:
+	RET
+
+// scoresE5M2M2NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 2, j < n, p < d;
+// ldk is the key row stride in elements; d, n >= 1; all accesses are in bounds.
+TEXT ·scoresE5M2M2NEON(SB), NOSPLIT|NOFRAME, $0-104
+	MOVD s_base+0(FP), R0
+	MOVD lds+24(FP), R1
+	LSL $2, R1
+	MOVD q_base+32(FP), R2
+	MOVD k_base+56(FP), R3
+	MOVD ldk+80(FP), R4
+	MOVD n+88(FP), R5
+	MOVD d+96(FP), R6
+	WORD $0x4f03a7ee // movi v14.8h, #0x7f, lsl #8
+	WORD $0x4f02646f // movi v15.4s, #0x43, lsl #24
+	WORD $0x4e2fd5ef // fadd v15.4s, v15.4s, v15.4s
+main:
+	CMP $4, R5
+	BLT mainEnd
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
+	WORD $0x6f00e41c // movi v28.2d, #0
+	WORD $0x6f00e41d // movi v29.2d, #0
+	WORD $0x6f00e41e // movi v30.2d, #0
+	WORD $0x6f00e41f // movi v31.2d, #0
+	MOVD R2, R9
+	ADD R6<<2, R9, R10
+	MOVD R3, R17
+	ADD R4, R17, R19
+	ADD R4, R19, R20
+	ADD R4, R20, R21
+	LSR $3, R6, R7
+	CBZ R7, mainHalf
+mainStep:
+	FMOVD.P 8(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVD.P 8(R19), F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVD.P 8(R20), F4
+	WORD $0x2e213884 // shll v4.8h, v4.8b, #8
+	WORD $0x4e217885 // fcvtl2 v5.4s, v4.8h
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	FMOVD.P 8(R21), F6
+	WORD $0x2e2138c6 // shll v6.8h, v6.8b, #8
+	WORD $0x4e2178c7 // fcvtl2 v7.4s, v6.8h
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	WORD $0x4e22cd12 // fmla v18.4s, v8.4s, v2.4s
+	WORD $0x4e23cd33 // fmla v19.4s, v9.4s, v3.4s
+	WORD $0x4e24cd14 // fmla v20.4s, v8.4s, v4.4s
+	WORD $0x4e25cd35 // fmla v21.4s, v9.4s, v5.4s
+	WORD $0x4e26cd16 // fmla v22.4s, v8.4s, v6.4s
+	WORD $0x4e27cd37 // fmla v23.4s, v9.4s, v7.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd18 // fmla v24.4s, v8.4s, v0.4s
+	WORD $0x4e21cd39 // fmla v25.4s, v9.4s, v1.4s
+	WORD $0x4e22cd1a // fmla v26.4s, v8.4s, v2.4s
+	WORD $0x4e23cd3b // fmla v27.4s, v9.4s, v3.4s
+	WORD $0x4e24cd1c // fmla v28.4s, v8.4s, v4.4s
+	WORD $0x4e25cd3d // fmla v29.4s, v9.4s, v5.4s
+	WORD $0x4e26cd1e // fmla v30.4s, v8.4s, v6.4s
+	WORD $0x4e27cd3f // fmla v31.4s, v9.4s, v7.4s
+	SUBS $1, R7, R7
+	BNE mainStep
+mainHalf:
+	TBZ $2, R6, mainOne
+	FMOVS.P 4(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVS.P 4(R19), F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVS.P 4(R20), F4
+	WORD $0x2e213884 // shll v4.8h, v4.8b, #8
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	FMOVS.P 4(R21), F6
+	WORD $0x2e2138c6 // shll v6.8h, v6.8b, #8
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	FMOVQ.P 16(R9), F8
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e22cd12 // fmla v18.4s, v8.4s, v2.4s
+	WORD $0x4e24cd14 // fmla v20.4s, v8.4s, v4.4s
+	WORD $0x4e26cd16 // fmla v22.4s, v8.4s, v6.4s
+	FMOVQ.P 16(R10), F8
+	WORD $0x4e20cd18 // fmla v24.4s, v8.4s, v0.4s
+	WORD $0x4e22cd1a // fmla v26.4s, v8.4s, v2.4s
+	WORD $0x4e24cd1c // fmla v28.4s, v8.4s, v4.4s
+	WORD $0x4e26cd1e // fmla v30.4s, v8.4s, v6.4s
+mainOne:
+	AND $3, R6, R7
+	CBZ R7, mainFold
+mainOneLoop:
+	MOVBU.P 1(R17), R8
+	FMOVS R8, F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	MOVBU.P 1(R19), R8
+	FMOVS R8, F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	MOVBU.P 1(R20), R8
+	FMOVS R8, F4
+	WORD $0x2e213884 // shll v4.8h, v4.8b, #8
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	MOVBU.P 1(R21), R8
+	FMOVS R8, F6
+	WORD $0x2e2138c6 // shll v6.8h, v6.8b, #8
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	FMOVS.P 4(R9), F8
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e22cd12 // fmla v18.4s, v8.4s, v2.4s
+	WORD $0x4e24cd14 // fmla v20.4s, v8.4s, v4.4s
+	WORD $0x4e26cd16 // fmla v22.4s, v8.4s, v6.4s
+	FMOVS.P 4(R10), F8
+	WORD $0x4e20cd18 // fmla v24.4s, v8.4s, v0.4s
+	WORD $0x4e22cd1a // fmla v26.4s, v8.4s, v2.4s
+	WORD $0x4e24cd1c // fmla v28.4s, v8.4s, v4.4s
+	WORD $0x4e26cd1e // fmla v30.4s, v8.4s, v6.4s
+	SUBS $1, R7, R7
+	BNE mainOneLoop
+mainFold:
+	MOVD R0, R22
+	WORD $0x4e31d610 // fadd v16.4s, v16.4s, v17.4s
+	WORD $0x4e33d652 // fadd v18.4s, v18.4s, v19.4s
+	WORD $0x4e35d694 // fadd v20.4s, v20.4s, v21.4s
+	WORD $0x4e37d6d6 // fadd v22.4s, v22.4s, v23.4s
+	WORD $0x6e32d610 // faddp v16.4s, v16.4s, v18.4s
+	WORD $0x6e36d694 // faddp v20.4s, v20.4s, v22.4s
+	WORD $0x6e34d610 // faddp v16.4s, v16.4s, v20.4s
+	FMOVQ F16, (R22)
+	ADD R1, R22
+	WORD $0x4e39d718 // fadd v24.4s, v24.4s, v25.4s
+	WORD $0x4e3bd75a // fadd v26.4s, v26.4s, v27.4s
+	WORD $0x4e3dd79c // fadd v28.4s, v28.4s, v29.4s
+	WORD $0x4e3fd7de // fadd v30.4s, v30.4s, v31.4s
+	WORD $0x6e3ad718 // faddp v24.4s, v24.4s, v26.4s
+	WORD $0x6e3ed79c // faddp v28.4s, v28.4s, v30.4s
+	WORD $0x6e3cd718 // faddp v24.4s, v24.4s, v28.4s
+	FMOVQ F24, (R22)
+	ADD $16, R0
+	ADD R4<<2, R3, R3
+	SUB $4, R5
+	B main
+mainEnd:
+rest:
+	CMP $1, R5
+	BLT restEnd
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	MOVD R2, R9
+	ADD R6<<2, R9, R10
+	MOVD R3, R17
+	LSR $3, R6, R7
+	CBZ R7, restHalf
+restStep:
+	FMOVD.P 8(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	WORD $0x4e21cd33 // fmla v19.4s, v9.4s, v1.4s
+	SUBS $1, R7, R7
+	BNE restStep
+restHalf:
+	TBZ $2, R6, restOne
+	FMOVS.P 4(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVQ.P 16(R9), F8
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	FMOVQ.P 16(R10), F8
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+restOne:
+	AND $3, R6, R7
+	CBZ R7, restFold
+restOneLoop:
+	MOVBU.P 1(R17), R8
+	FMOVS R8, F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVS.P 4(R9), F8
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	FMOVS.P 4(R10), F8
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	SUBS $1, R7, R7
+	BNE restOneLoop
+restFold:
+	MOVD R0, R22
+	WORD $0x4e31d610 // fadd v16.4s, v16.4s, v17.4s
+	WORD $0x6e30d610 // faddp v16.4s, v16.4s, v16.4s
+	WORD $0x7e30da10 // faddp s16, v16.2s
+	FMOVS F16, (R22)
+	ADD R1, R22
+	WORD $0x4e33d652 // fadd v18.4s, v18.4s, v19.4s
+	WORD $0x6e32d652 // faddp v18.4s, v18.4s, v18.4s
+	WORD $0x7e30da52 // faddp s18, v18.2s
+	FMOVS F18, (R22)
+	ADD $4, R0
+	ADD R4, R3
+	SUB $1, R5
+	B rest
+restEnd:
+	RET
+
+// scoresE5M2M4NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 4, j < n, p < d;
+// ldk is the key row stride in elements; d, n >= 1; all accesses are in bounds.
+TEXT ·scoresE5M2M4NEON(SB), NOSPLIT|NOFRAME, $0-104
+	MOVD s_base+0(FP), R0
+	MOVD lds+24(FP), R1
+	LSL $2, R1
+	MOVD q_base+32(FP), R2
+	MOVD k_base+56(FP), R3
+	MOVD ldk+80(FP), R4
+	MOVD n+88(FP), R5
+	MOVD d+96(FP), R6
+	WORD $0x4f03a7ee // movi v14.8h, #0x7f, lsl #8
+	WORD $0x4f02646f // movi v15.4s, #0x43, lsl #24
+	WORD $0x4e2fd5ef // fadd v15.4s, v15.4s, v15.4s
+main:
+	CMP $4, R5
+	BLT mainEnd
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
+	WORD $0x6f00e41c // movi v28.2d, #0
+	WORD $0x6f00e41d // movi v29.2d, #0
+	WORD $0x6f00e41e // movi v30.2d, #0
+	WORD $0x6f00e41f // movi v31.2d, #0
+	MOVD R2, R9
+	ADD R6<<2, R9, R10
+	ADD R6<<2, R10, R11
+	ADD R6<<2, R11, R12
+	MOVD R3, R17
+	ADD R4, R17, R19
+	ADD R4, R19, R20
+	ADD R4, R20, R21
+	LSR $3, R6, R7
+	CBZ R7, mainHalf
+mainStep:
+	FMOVD.P 8(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVD.P 8(R19), F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVD.P 8(R20), F4
+	WORD $0x2e213884 // shll v4.8h, v4.8b, #8
+	WORD $0x4e217885 // fcvtl2 v5.4s, v4.8h
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	FMOVD.P 8(R21), F6
+	WORD $0x2e2138c6 // shll v6.8h, v6.8b, #8
+	WORD $0x4e2178c7 // fcvtl2 v7.4s, v6.8h
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd30 // fmla v16.4s, v9.4s, v1.4s
+	WORD $0x4e22cd11 // fmla v17.4s, v8.4s, v2.4s
+	WORD $0x4e23cd31 // fmla v17.4s, v9.4s, v3.4s
+	WORD $0x4e24cd12 // fmla v18.4s, v8.4s, v4.4s
+	WORD $0x4e25cd32 // fmla v18.4s, v9.4s, v5.4s
+	WORD $0x4e26cd13 // fmla v19.4s, v8.4s, v6.4s
+	WORD $0x4e27cd33 // fmla v19.4s, v9.4s, v7.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd14 // fmla v20.4s, v8.4s, v0.4s
+	WORD $0x4e21cd34 // fmla v20.4s, v9.4s, v1.4s
+	WORD $0x4e22cd15 // fmla v21.4s, v8.4s, v2.4s
+	WORD $0x4e23cd35 // fmla v21.4s, v9.4s, v3.4s
+	WORD $0x4e24cd16 // fmla v22.4s, v8.4s, v4.4s
+	WORD $0x4e25cd36 // fmla v22.4s, v9.4s, v5.4s
+	WORD $0x4e26cd17 // fmla v23.4s, v8.4s, v6.4s
+	WORD $0x4e27cd37 // fmla v23.4s, v9.4s, v7.4s
+	FLDPQ.P 32(R11), (F8, F9)
+	WORD $0x4e20cd18 // fmla v24.4s, v8.4s, v0.4s
+	WORD $0x4e21cd38 // fmla v24.4s, v9.4s, v1.4s
+	WORD $0x4e22cd19 // fmla v25.4s, v8.4s, v2.4s
+	WORD $0x4e23cd39 // fmla v25.4s, v9.4s, v3.4s
+	WORD $0x4e24cd1a // fmla v26.4s, v8.4s, v4.4s
+	WORD $0x4e25cd3a // fmla v26.4s, v9.4s, v5.4s
+	WORD $0x4e26cd1b // fmla v27.4s, v8.4s, v6.4s
+	WORD $0x4e27cd3b // fmla v27.4s, v9.4s, v7.4s
+	FLDPQ.P 32(R12), (F8, F9)
+	WORD $0x4e20cd1c // fmla v28.4s, v8.4s, v0.4s
+	WORD $0x4e21cd3c // fmla v28.4s, v9.4s, v1.4s
+	WORD $0x4e22cd1d // fmla v29.4s, v8.4s, v2.4s
+	WORD $0x4e23cd3d // fmla v29.4s, v9.4s, v3.4s
+	WORD $0x4e24cd1e // fmla v30.4s, v8.4s, v4.4s
+	WORD $0x4e25cd3e // fmla v30.4s, v9.4s, v5.4s
+	WORD $0x4e26cd1f // fmla v31.4s, v8.4s, v6.4s
+	WORD $0x4e27cd3f // fmla v31.4s, v9.4s, v7.4s
+	SUBS $1, R7, R7
+	BNE mainStep
+mainHalf:
+	TBZ $2, R6, mainOne
+	FMOVS.P 4(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVS.P 4(R19), F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVS.P 4(R20), F4
+	WORD $0x2e213884 // shll v4.8h, v4.8b, #8
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	FMOVS.P 4(R21), F6
+	WORD $0x2e2138c6 // shll v6.8h, v6.8b, #8
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	FMOVQ.P 16(R9), F8
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e22cd11 // fmla v17.4s, v8.4s, v2.4s
+	WORD $0x4e24cd12 // fmla v18.4s, v8.4s, v4.4s
+	WORD $0x4e26cd13 // fmla v19.4s, v8.4s, v6.4s
+	FMOVQ.P 16(R10), F8
+	WORD $0x4e20cd14 // fmla v20.4s, v8.4s, v0.4s
+	WORD $0x4e22cd15 // fmla v21.4s, v8.4s, v2.4s
+	WORD $0x4e24cd16 // fmla v22.4s, v8.4s, v4.4s
+	WORD $0x4e26cd17 // fmla v23.4s, v8.4s, v6.4s
+	FMOVQ.P 16(R11), F8
+	WORD $0x4e20cd18 // fmla v24.4s, v8.4s, v0.4s
+	WORD $0x4e22cd19 // fmla v25.4s, v8.4s, v2.4s
+	WORD $0x4e24cd1a // fmla v26.4s, v8.4s, v4.4s
+	WORD $0x4e26cd1b // fmla v27.4s, v8.4s, v6.4s
+	FMOVQ.P 16(R12), F8
+	WORD $0x4e20cd1c // fmla v28.4s, v8.4s, v0.4s
+	WORD $0x4e22cd1d // fmla v29.4s, v8.4s, v2.4s
+	WORD $0x4e24cd1e // fmla v30.4s, v8.4s, v4.4s
+	WORD $0x4e26cd1f // fmla v31.4s, v8.4s, v6.4s
+mainOne:
+	AND $3, R6, R7
+	CBZ R7, mainFold
+mainOneLoop:
+	MOVBU.P 1(R17), R8
+	FMOVS R8, F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	MOVBU.P 1(R19), R8
+	FMOVS R8, F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	MOVBU.P 1(R20), R8
+	FMOVS R8, F4
+	WORD $0x2e213884 // shll v4.8h, v4.8b, #8
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	MOVBU.P 1(R21), R8
+	FMOVS R8, F6
+	WORD $0x2e2138c6 // shll v6.8h, v6.8b, #8
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	FMOVS.P 4(R9), F8
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e22cd11 // fmla v17.4s, v8.4s, v2.4s
+	WORD $0x4e24cd12 // fmla v18.4s, v8.4s, v4.4s
+	WORD $0x4e26cd13 // fmla v19.4s, v8.4s, v6.4s
+	FMOVS.P 4(R10), F8
+	WORD $0x4e20cd14 // fmla v20.4s, v8.4s, v0.4s
+	WORD $0x4e22cd15 // fmla v21.4s, v8.4s, v2.4s
+	WORD $0x4e24cd16 // fmla v22.4s, v8.4s, v4.4s
+	WORD $0x4e26cd17 // fmla v23.4s, v8.4s, v6.4s
+	FMOVS.P 4(R11), F8
+	WORD $0x4e20cd18 // fmla v24.4s, v8.4s, v0.4s
+	WORD $0x4e22cd19 // fmla v25.4s, v8.4s, v2.4s
+	WORD $0x4e24cd1a // fmla v26.4s, v8.4s, v4.4s
+	WORD $0x4e26cd1b // fmla v27.4s, v8.4s, v6.4s
+	FMOVS.P 4(R12), F8
+	WORD $0x4e20cd1c // fmla v28.4s, v8.4s, v0.4s
+	WORD $0x4e22cd1d // fmla v29.4s, v8.4s, v2.4s
+	WORD $0x4e24cd1e // fmla v30.4s, v8.4s, v4.4s
+	WORD $0x4e26cd1f // fmla v31.4s, v8.4s, v6.4s
+	SUBS $1, R7, R7
+	BNE mainOneLoop
+mainFold:
+	MOVD R0, R22
+	WORD $0x6e31d610 // faddp v16.4s, v16.4s, v17.4s
+	WORD $0x6e33d652 // faddp v18.4s, v18.4s, v19.4s
+	WORD $0x6e32d610 // faddp v16.4s, v16.4s, v18.4s
+	FMOVQ F16, (R22)
+	ADD R1, R22
+	WORD $0x6e35d694 // faddp v20.4s, v20.4s, v21.4s
+	WORD $0x6e37d6d6 // faddp v22.4s, v22.4s, v23.4s
+	WORD $0x6e36d694 // faddp v20.4s, v20.4s, v22.4s
+	FMOVQ F20, (R22)
+	ADD R1, R22
+	WORD $0x6e39d718 // faddp v24.4s, v24.4s, v25.4s
+	WORD $0x6e3bd75a // faddp v26.4s, v26.4s, v27.4s
+	WORD $0x6e3ad718 // faddp v24.4s, v24.4s, v26.4s
+	FMOVQ F24, (R22)
+	ADD R1, R22
+	WORD $0x6e3dd79c // faddp v28.4s, v28.4s, v29.4s
+	WORD $0x6e3fd7de // faddp v30.4s, v30.4s, v31.4s
+	WORD $0x6e3ed79c // faddp v28.4s, v28.4s, v30.4s
+	FMOVQ F28, (R22)
+	ADD $16, R0
+	ADD R4<<2, R3, R3
+	SUB $4, R5
+	B main
+mainEnd:
+rest:
+	CMP $1, R5
+	BLT restEnd
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	MOVD R2, R9
+	ADD R6<<2, R9, R10
+	ADD R6<<2, R10, R11
+	ADD R6<<2, R11, R12
+	MOVD R3, R17
+	LSR $3, R6, R7
+	CBZ R7, restHalf
+restStep:
+	FMOVD.P 8(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd30 // fmla v16.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd11 // fmla v17.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R11), (F8, F9)
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	WORD $0x4e21cd32 // fmla v18.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R12), (F8, F9)
+	WORD $0x4e20cd13 // fmla v19.4s, v8.4s, v0.4s
+	WORD $0x4e21cd33 // fmla v19.4s, v9.4s, v1.4s
+	SUBS $1, R7, R7
+	BNE restStep
+restHalf:
+	TBZ $2, R6, restOne
+	FMOVS.P 4(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVQ.P 16(R9), F8
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	FMOVQ.P 16(R10), F8
+	WORD $0x4e20cd11 // fmla v17.4s, v8.4s, v0.4s
+	FMOVQ.P 16(R11), F8
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	FMOVQ.P 16(R12), F8
+	WORD $0x4e20cd13 // fmla v19.4s, v8.4s, v0.4s
+restOne:
+	AND $3, R6, R7
+	CBZ R7, restFold
+restOneLoop:
+	MOVBU.P 1(R17), R8
+	FMOVS R8, F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVS.P 4(R9), F8
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	FMOVS.P 4(R10), F8
+	WORD $0x4e20cd11 // fmla v17.4s, v8.4s, v0.4s
+	FMOVS.P 4(R11), F8
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	FMOVS.P 4(R12), F8
+	WORD $0x4e20cd13 // fmla v19.4s, v8.4s, v0.4s
+	SUBS $1, R7, R7
+	BNE restOneLoop
+restFold:
+	MOVD R0, R22
+	WORD $0x6e30d610 // faddp v16.4s, v16.4s, v16.4s
+	WORD $0x7e30da10 // faddp s16, v16.2s
+	FMOVS F16, (R22)
+	ADD R1, R22
+	WORD $0x6e31d631 // faddp v17.4s, v17.4s, v17.4s
+	WORD $0x7e30da31 // faddp s17, v17.2s
+	FMOVS F17, (R22)
+	ADD R1, R22
+	WORD $0x6e32d652 // faddp v18.4s, v18.4s, v18.4s
+	WORD $0x7e30da52 // faddp s18, v18.2s
+	FMOVS F18, (R22)
+	ADD R1, R22
+	WORD $0x6e33d673 // faddp v19.4s, v19.4s, v19.4s
+	WORD $0x7e30da73 // faddp s19, v19.2s
+	FMOVS F19, (R22)
+	ADD $4, R0
+	ADD R4, R3
+	SUB $1, R5
+	B rest
+restEnd:
+	RET
+
+// scoresE5M2M8NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 8, j < n, p < d;
+// ldk is the key row stride in elements; d, n >= 1; all accesses are in bounds.
+TEXT ·scoresE5M2M8NEON(SB), NOSPLIT|NOFRAME, $0-104
+	MOVD s_base+0(FP), R0
+	MOVD lds+24(FP), R1
+	LSL $2, R1
+	MOVD q_base+32(FP), R2
+	MOVD k_base+56(FP), R3
+	MOVD ldk+80(FP), R4
+	MOVD n+88(FP), R5
+	MOVD d+96(FP), R6
+	WORD $0x4f03a7ee // movi v14.8h, #0x7f, lsl #8
+	WORD $0x4f02646f // movi v15.4s, #0x43, lsl #24
+	WORD $0x4e2fd5ef // fadd v15.4s, v15.4s, v15.4s
+main:
+	CMP $2, R5
+	BLT mainEnd
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
+	WORD $0x6f00e41c // movi v28.2d, #0
+	WORD $0x6f00e41d // movi v29.2d, #0
+	WORD $0x6f00e41e // movi v30.2d, #0
+	WORD $0x6f00e41f // movi v31.2d, #0
+	MOVD R2, R9
+	ADD R6<<2, R9, R10
+	ADD R6<<2, R10, R11
+	ADD R6<<2, R11, R12
+	ADD R6<<2, R12, R13
+	ADD R6<<2, R13, R14
+	ADD R6<<2, R14, R15
+	ADD R6<<2, R15, R16
+	MOVD R3, R17
+	ADD R4, R17, R19
+	LSR $3, R6, R7
+	CBZ R7, mainHalf
+mainStep:
+	FMOVD.P 8(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVD.P 8(R19), F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd30 // fmla v16.4s, v9.4s, v1.4s
+	WORD $0x4e22cd11 // fmla v17.4s, v8.4s, v2.4s
+	WORD $0x4e23cd31 // fmla v17.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	WORD $0x4e21cd32 // fmla v18.4s, v9.4s, v1.4s
+	WORD $0x4e22cd13 // fmla v19.4s, v8.4s, v2.4s
+	WORD $0x4e23cd33 // fmla v19.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R11), (F8, F9)
+	WORD $0x4e20cd14 // fmla v20.4s, v8.4s, v0.4s
+	WORD $0x4e21cd34 // fmla v20.4s, v9.4s, v1.4s
+	WORD $0x4e22cd15 // fmla v21.4s, v8.4s, v2.4s
+	WORD $0x4e23cd35 // fmla v21.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R12), (F8, F9)
+	WORD $0x4e20cd16 // fmla v22.4s, v8.4s, v0.4s
+	WORD $0x4e21cd36 // fmla v22.4s, v9.4s, v1.4s
+	WORD $0x4e22cd17 // fmla v23.4s, v8.4s, v2.4s
+	WORD $0x4e23cd37 // fmla v23.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R13), (F8, F9)
+	WORD $0x4e20cd18 // fmla v24.4s, v8.4s, v0.4s
+	WORD $0x4e21cd38 // fmla v24.4s, v9.4s, v1.4s
+	WORD $0x4e22cd19 // fmla v25.4s, v8.4s, v2.4s
+	WORD $0x4e23cd39 // fmla v25.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R14), (F8, F9)
+	WORD $0x4e20cd1a // fmla v26.4s, v8.4s, v0.4s
+	WORD $0x4e21cd3a // fmla v26.4s, v9.4s, v1.4s
+	WORD $0x4e22cd1b // fmla v27.4s, v8.4s, v2.4s
+	WORD $0x4e23cd3b // fmla v27.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R15), (F8, F9)
+	WORD $0x4e20cd1c // fmla v28.4s, v8.4s, v0.4s
+	WORD $0x4e21cd3c // fmla v28.4s, v9.4s, v1.4s
+	WORD $0x4e22cd1d // fmla v29.4s, v8.4s, v2.4s
+	WORD $0x4e23cd3d // fmla v29.4s, v9.4s, v3.4s
+	FLDPQ.P 32(R16), (F8, F9)
+	WORD $0x4e20cd1e // fmla v30.4s, v8.4s, v0.4s
+	WORD $0x4e21cd3e // fmla v30.4s, v9.4s, v1.4s
+	WORD $0x4e22cd1f // fmla v31.4s, v8.4s, v2.4s
+	WORD $0x4e23cd3f // fmla v31.4s, v9.4s, v3.4s
+	SUBS $1, R7, R7
+	BNE mainStep
+mainHalf:
+	TBZ $2, R6, mainOne
+	FMOVS.P 4(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVS.P 4(R19), F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVQ.P 16(R9), F8
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e22cd11 // fmla v17.4s, v8.4s, v2.4s
+	FMOVQ.P 16(R10), F8
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	WORD $0x4e22cd13 // fmla v19.4s, v8.4s, v2.4s
+	FMOVQ.P 16(R11), F8
+	WORD $0x4e20cd14 // fmla v20.4s, v8.4s, v0.4s
+	WORD $0x4e22cd15 // fmla v21.4s, v8.4s, v2.4s
+	FMOVQ.P 16(R12), F8
+	WORD $0x4e20cd16 // fmla v22.4s, v8.4s, v0.4s
+	WORD $0x4e22cd17 // fmla v23.4s, v8.4s, v2.4s
+	FMOVQ.P 16(R13), F8
+	WORD $0x4e20cd18 // fmla v24.4s, v8.4s, v0.4s
+	WORD $0x4e22cd19 // fmla v25.4s, v8.4s, v2.4s
+	FMOVQ.P 16(R14), F8
+	WORD $0x4e20cd1a // fmla v26.4s, v8.4s, v0.4s
+	WORD $0x4e22cd1b // fmla v27.4s, v8.4s, v2.4s
+	FMOVQ.P 16(R15), F8
+	WORD $0x4e20cd1c // fmla v28.4s, v8.4s, v0.4s
+	WORD $0x4e22cd1d // fmla v29.4s, v8.4s, v2.4s
+	FMOVQ.P 16(R16), F8
+	WORD $0x4e20cd1e // fmla v30.4s, v8.4s, v0.4s
+	WORD $0x4e22cd1f // fmla v31.4s, v8.4s, v2.4s
+mainOne:
+	AND $3, R6, R7
+	CBZ R7, mainFold
+mainOneLoop:
+	MOVBU.P 1(R17), R8
+	FMOVS R8, F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	MOVBU.P 1(R19), R8
+	FMOVS R8, F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVS.P 4(R9), F8
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e22cd11 // fmla v17.4s, v8.4s, v2.4s
+	FMOVS.P 4(R10), F8
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	WORD $0x4e22cd13 // fmla v19.4s, v8.4s, v2.4s
+	FMOVS.P 4(R11), F8
+	WORD $0x4e20cd14 // fmla v20.4s, v8.4s, v0.4s
+	WORD $0x4e22cd15 // fmla v21.4s, v8.4s, v2.4s
+	FMOVS.P 4(R12), F8
+	WORD $0x4e20cd16 // fmla v22.4s, v8.4s, v0.4s
+	WORD $0x4e22cd17 // fmla v23.4s, v8.4s, v2.4s
+	FMOVS.P 4(R13), F8
+	WORD $0x4e20cd18 // fmla v24.4s, v8.4s, v0.4s
+	WORD $0x4e22cd19 // fmla v25.4s, v8.4s, v2.4s
+	FMOVS.P 4(R14), F8
+	WORD $0x4e20cd1a // fmla v26.4s, v8.4s, v0.4s
+	WORD $0x4e22cd1b // fmla v27.4s, v8.4s, v2.4s
+	FMOVS.P 4(R15), F8
+	WORD $0x4e20cd1c // fmla v28.4s, v8.4s, v0.4s
+	WORD $0x4e22cd1d // fmla v29.4s, v8.4s, v2.4s
+	FMOVS.P 4(R16), F8
+	WORD $0x4e20cd1e // fmla v30.4s, v8.4s, v0.4s
+	WORD $0x4e22cd1f // fmla v31.4s, v8.4s, v2.4s
+	SUBS $1, R7, R7
+	BNE mainOneLoop
+mainFold:
+	MOVD R0, R22
+	WORD $0x6e31d610 // faddp v16.4s, v16.4s, v17.4s
+	WORD $0x6e30d610 // faddp v16.4s, v16.4s, v16.4s
+	FMOVD F16, (R22)
+	ADD R1, R22
+	WORD $0x6e33d652 // faddp v18.4s, v18.4s, v19.4s
+	WORD $0x6e32d652 // faddp v18.4s, v18.4s, v18.4s
+	FMOVD F18, (R22)
+	ADD R1, R22
+	WORD $0x6e35d694 // faddp v20.4s, v20.4s, v21.4s
+	WORD $0x6e34d694 // faddp v20.4s, v20.4s, v20.4s
+	FMOVD F20, (R22)
+	ADD R1, R22
+	WORD $0x6e37d6d6 // faddp v22.4s, v22.4s, v23.4s
+	WORD $0x6e36d6d6 // faddp v22.4s, v22.4s, v22.4s
+	FMOVD F22, (R22)
+	ADD R1, R22
+	WORD $0x6e39d718 // faddp v24.4s, v24.4s, v25.4s
+	WORD $0x6e38d718 // faddp v24.4s, v24.4s, v24.4s
+	FMOVD F24, (R22)
+	ADD R1, R22
+	WORD $0x6e3bd75a // faddp v26.4s, v26.4s, v27.4s
+	WORD $0x6e3ad75a // faddp v26.4s, v26.4s, v26.4s
+	FMOVD F26, (R22)
+	ADD R1, R22
+	WORD $0x6e3dd79c // faddp v28.4s, v28.4s, v29.4s
+	WORD $0x6e3cd79c // faddp v28.4s, v28.4s, v28.4s
+	FMOVD F28, (R22)
+	ADD R1, R22
+	WORD $0x6e3fd7de // faddp v30.4s, v30.4s, v31.4s
+	WORD $0x6e3ed7de // faddp v30.4s, v30.4s, v30.4s
+	FMOVD F30, (R22)
+	ADD $8, R0
+	ADD R4<<1, R3, R3
+	SUB $2, R5
+	B main
+mainEnd:
+rest:
+	CMP $1, R5
+	BLT restEnd
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	MOVD R2, R9
+	ADD R6<<2, R9, R10
+	ADD R6<<2, R10, R11
+	ADD R6<<2, R11, R12
+	ADD R6<<2, R12, R13
+	ADD R6<<2, R13, R14
+	ADD R6<<2, R14, R15
+	ADD R6<<2, R15, R16
+	MOVD R3, R17
+	LSR $3, R6, R7
+	CBZ R7, restHalf
+restStep:
+	FMOVD.P 8(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FLDPQ.P 32(R9), (F8, F9)
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	WORD $0x4e21cd30 // fmla v16.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R10), (F8, F9)
+	WORD $0x4e20cd11 // fmla v17.4s, v8.4s, v0.4s
+	WORD $0x4e21cd31 // fmla v17.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R11), (F8, F9)
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	WORD $0x4e21cd32 // fmla v18.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R12), (F8, F9)
+	WORD $0x4e20cd13 // fmla v19.4s, v8.4s, v0.4s
+	WORD $0x4e21cd33 // fmla v19.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R13), (F8, F9)
+	WORD $0x4e20cd14 // fmla v20.4s, v8.4s, v0.4s
+	WORD $0x4e21cd34 // fmla v20.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R14), (F8, F9)
+	WORD $0x4e20cd15 // fmla v21.4s, v8.4s, v0.4s
+	WORD $0x4e21cd35 // fmla v21.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R15), (F8, F9)
+	WORD $0x4e20cd16 // fmla v22.4s, v8.4s, v0.4s
+	WORD $0x4e21cd36 // fmla v22.4s, v9.4s, v1.4s
+	FLDPQ.P 32(R16), (F8, F9)
+	WORD $0x4e20cd17 // fmla v23.4s, v8.4s, v0.4s
+	WORD $0x4e21cd37 // fmla v23.4s, v9.4s, v1.4s
+	SUBS $1, R7, R7
+	BNE restStep
+restHalf:
+	TBZ $2, R6, restOne
+	FMOVS.P 4(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVQ.P 16(R9), F8
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	FMOVQ.P 16(R10), F8
+	WORD $0x4e20cd11 // fmla v17.4s, v8.4s, v0.4s
+	FMOVQ.P 16(R11), F8
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	FMOVQ.P 16(R12), F8
+	WORD $0x4e20cd13 // fmla v19.4s, v8.4s, v0.4s
+	FMOVQ.P 16(R13), F8
+	WORD $0x4e20cd14 // fmla v20.4s, v8.4s, v0.4s
+	FMOVQ.P 16(R14), F8
+	WORD $0x4e20cd15 // fmla v21.4s, v8.4s, v0.4s
+	FMOVQ.P 16(R15), F8
+	WORD $0x4e20cd16 // fmla v22.4s, v8.4s, v0.4s
+	FMOVQ.P 16(R16), F8
+	WORD $0x4e20cd17 // fmla v23.4s, v8.4s, v0.4s
+restOne:
+	AND $3, R6, R7
+	CBZ R7, restFold
+restOneLoop:
+	MOVBU.P 1(R17), R8
+	FMOVS R8, F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVS.P 4(R9), F8
+	WORD $0x4e20cd10 // fmla v16.4s, v8.4s, v0.4s
+	FMOVS.P 4(R10), F8
+	WORD $0x4e20cd11 // fmla v17.4s, v8.4s, v0.4s
+	FMOVS.P 4(R11), F8
+	WORD $0x4e20cd12 // fmla v18.4s, v8.4s, v0.4s
+	FMOVS.P 4(R12), F8
+	WORD $0x4e20cd13 // fmla v19.4s, v8.4s, v0.4s
+	FMOVS.P 4(R13), F8
+	WORD $0x4e20cd14 // fmla v20.4s, v8.4s, v0.4s
+	FMOVS.P 4(R14), F8
+	WORD $0x4e20cd15 // fmla v21.4s, v8.4s, v0.4s
+	FMOVS.P 4(R15), F8
+	WORD $0x4e20cd16 // fmla v22.4s, v8.4s, v0.4s
+	FMOVS.P 4(R16), F8
+	WORD $0x4e20cd17 // fmla v23.4s, v8.4s, v0.4s
+	SUBS $1, R7, R7
+	BNE restOneLoop
+restFold:
+	MOVD R0, R22
+	WORD $0x6e30d610 // faddp v16.4s, v16.4s, v16.4s
+	WORD $0x7e30da10 // faddp s16, v16.2s
+	FMOVS F16, (R22)
+	ADD R1, R22
+	WORD $0x6e31d631 // faddp v17.4s, v17.4s, v17.4s
+	WORD $0x7e30da31 // faddp s17, v17.2s
+	FMOVS F17, (R22)
+	ADD R1, R22
+	WORD $0x6e32d652 // faddp v18.4s, v18.4s, v18.4s
+	WORD $0x7e30da52 // faddp s18, v18.2s
+	FMOVS F18, (R22)
+	ADD R1, R22
+	WORD $0x6e33d673 // faddp v19.4s, v19.4s, v19.4s
+	WORD $0x7e30da73 // faddp s19, v19.2s
+	FMOVS F19, (R22)
+	ADD R1, R22
+	WORD $0x6e34d694 // faddp v20.4s, v20.4s, v20.4s
+	WORD $0x7e30da94 // faddp s20, v20.2s
+	FMOVS F20, (R22)
+	ADD R1, R22
+	WORD $0x6e35d6b5 // faddp v21.4s, v21.4s, v21.4s
+	WORD $0x7e30dab5 // faddp s21, v21.2s
+	FMOVS F21, (R22)
+	ADD R1, R22
+	WORD $0x6e36d6d6 // faddp v22.4s, v22.4s, v22.4s
+	WORD $0x7e30dad6 // faddp s22, v22.2s
+	FMOVS F22, (R22)
+	ADD R1, R22
+	WORD $0x6e37d6f7 // faddp v23.4s, v23.4s, v23.4s
+	WORD $0x7e30daf7 // faddp s23, v23.2s
+	FMOVS F23, (R22)
+	ADD $4, R0
+	ADD R4, R3
+	SUB $1, R5
+	B rest
+restEnd:
+	RET
+
+// accumE5M2M1NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 1, c < d, j < n;
+// ldv is the value row stride in elements; d, n >= 1; all accesses are in bounds.
+TEXT ·accumE5M2M1NEON(SB), NOSPLIT|NOFRAME, $0-112
+	MOVD o_base+0(FP), R0
+	MOVD ldo+24(FP), R1
+	LSL $2, R1
+	MOVD p_base+32(FP), R2
+	MOVD ldp+56(FP), R3
+	LSL $2, R3
+	MOVD v_base+64(FP), R4
+	MOVD ldv+88(FP), R5
+	MOVD n+96(FP), R6
+	MOVD d+104(FP), R7
+	WORD $0x4f03a7ee // movi v14.8h, #0x7f, lsl #8
+	WORD $0x4f02646f // movi v15.4s, #0x43, lsl #24
+	WORD $0x4e2fd5ef // fadd v15.4s, v15.4s, v15.4s
+	MOVD R2, R9
+	MOVD R4, R10
+block:
+	MOVD $32, R11
+	CMP R11, R6
+	CSEL LT, R6, R11, R11
+	MOVD R7, R12
+	MOVD ZR, R13
+	MOVD ZR, R14
+w8Chunk:
+	CMP $32, R12
+	BLT w8Done
+	ADD R13, R0, R16
+	FLDPQ 0(R16), (F16, F17)
+	FLDPQ 32(R16), (F18, F19)
+	FLDPQ 64(R16), (F20, F21)
+	FLDPQ 96(R16), (F22, F23)
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+w8K4:
+	CMP $4, R19
+	BLT w8K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD $16, R15
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVD 8(R17), F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVD 16(R17), F4
+	WORD $0x2e213884 // shll v4.8h, v4.8b, #8
+	WORD $0x4e217885 // fcvtl2 v5.4s, v4.8h
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	FMOVD 24(R17), F6
+	WORD $0x2e2138c6 // shll v6.8h, v6.8b, #8
+	WORD $0x4e2178c7 // fcvtl2 v7.4s, v6.8h
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f881052 // fmla v18.4s, v2.4s, v8.s[0]
+	WORD $0x4f881073 // fmla v19.4s, v3.4s, v8.s[0]
+	WORD $0x4f881094 // fmla v20.4s, v4.4s, v8.s[0]
+	WORD $0x4f8810b5 // fmla v21.4s, v5.4s, v8.s[0]
+	WORD $0x4f8810d6 // fmla v22.4s, v6.4s, v8.s[0]
+	WORD $0x4f8810f7 // fmla v23.4s, v7.4s, v8.s[0]
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVD 8(R17), F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVD 16(R17), F4
+	WORD $0x2e213884 // shll v4.8h, v4.8b, #8
+	WORD $0x4e217885 // fcvtl2 v5.4s, v4.8h
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	FMOVD 24(R17), F6
+	WORD $0x2e2138c6 // shll v6.8h, v6.8b, #8
+	WORD $0x4e2178c7 // fcvtl2 v7.4s, v6.8h
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	WORD $0x4fa81031 // fmla v17.4s, v1.4s, v8.s[1]
+	WORD $0x4fa81052 // fmla v18.4s, v2.4s, v8.s[1]
+	WORD $0x4fa81073 // fmla v19.4s, v3.4s, v8.s[1]
+	WORD $0x4fa81094 // fmla v20.4s, v4.4s, v8.s[1]
+	WORD $0x4fa810b5 // fmla v21.4s, v5.4s, v8.s[1]
+	WORD $0x4fa810d6 // fmla v22.4s, v6.4s, v8.s[1]
+	WORD $0x4fa810f7 // fmla v23.4s, v7.4s, v8.s[1]
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVD 8(R17), F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVD 16(R17), F4
+	WORD $0x2e213884 // shll v4.8h, v4.8b, #8
+	WORD $0x4e217885 // fcvtl2 v5.4s, v4.8h
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	FMOVD 24(R17), F6
+	WORD $0x2e2138c6 // shll v6.8h, v6.8b, #8
+	WORD $0x4e2178c7 // fcvtl2 v7.4s, v6.8h
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	WORD $0x4f881831 // fmla v17.4s, v1.4s, v8.s[2]
+	WORD $0x4f881852 // fmla v18.4s, v2.4s, v8.s[2]
+	WORD $0x4f881873 // fmla v19.4s, v3.4s, v8.s[2]
+	WORD $0x4f881894 // fmla v20.4s, v4.4s, v8.s[2]
+	WORD $0x4f8818b5 // fmla v21.4s, v5.4s, v8.s[2]
+	WORD $0x4f8818d6 // fmla v22.4s, v6.4s, v8.s[2]
+	WORD $0x4f8818f7 // fmla v23.4s, v7.4s, v8.s[2]
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVD 8(R17), F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVD 16(R17), F4
+	WORD $0x2e213884 // shll v4.8h, v4.8b, #8
+	WORD $0x4e217885 // fcvtl2 v5.4s, v4.8h
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	FMOVD 24(R17), F6
+	WORD $0x2e2138c6 // shll v6.8h, v6.8b, #8
+	WORD $0x4e2178c7 // fcvtl2 v7.4s, v6.8h
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	WORD $0x4fa81831 // fmla v17.4s, v1.4s, v8.s[3]
+	WORD $0x4fa81852 // fmla v18.4s, v2.4s, v8.s[3]
+	WORD $0x4fa81873 // fmla v19.4s, v3.4s, v8.s[3]
+	WORD $0x4fa81894 // fmla v20.4s, v4.4s, v8.s[3]
+	WORD $0x4fa818b5 // fmla v21.4s, v5.4s, v8.s[3]
+	WORD $0x4fa818d6 // fmla v22.4s, v6.4s, v8.s[3]
+	WORD $0x4fa818f7 // fmla v23.4s, v7.4s, v8.s[3]
+	SUB $4, R19
+	B w8K4
+w8K1:
+	CBZ R19, w8Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD $4, R15
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVD 8(R17), F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVD 16(R17), F4
+	WORD $0x2e213884 // shll v4.8h, v4.8b, #8
+	WORD $0x4e217885 // fcvtl2 v5.4s, v4.8h
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	FMOVD 24(R17), F6
+	WORD $0x2e2138c6 // shll v6.8h, v6.8b, #8
+	WORD $0x4e2178c7 // fcvtl2 v7.4s, v6.8h
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f881052 // fmla v18.4s, v2.4s, v8.s[0]
+	WORD $0x4f881073 // fmla v19.4s, v3.4s, v8.s[0]
+	WORD $0x4f881094 // fmla v20.4s, v4.4s, v8.s[0]
+	WORD $0x4f8810b5 // fmla v21.4s, v5.4s, v8.s[0]
+	WORD $0x4f8810d6 // fmla v22.4s, v6.4s, v8.s[0]
+	WORD $0x4f8810f7 // fmla v23.4s, v7.4s, v8.s[0]
+	SUB $1, R19
+	B w8K1
+w8Store:
+	ADD R13, R0, R16
+	FSTPQ (F16, F17), 0(R16)
+	FSTPQ (F18, F19), 32(R16)
+	FSTPQ (F20, F21), 64(R16)
+	FSTPQ (F22, F23), 96(R16)
+	ADD $128, R13
+	ADD $32, R14
+	SUB $32, R12
+	B w8Chunk
+w8Done:
+w4Chunk:
+	CMP $16, R12
+	BLT w4Done
+	ADD R13, R0, R16
+	FLDPQ 0(R16), (F16, F17)
+	FLDPQ 32(R16), (F18, F19)
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+w4K4:
+	CMP $4, R19
+	BLT w4K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD $16, R15
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVD 8(R17), F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f881052 // fmla v18.4s, v2.4s, v8.s[0]
+	WORD $0x4f881073 // fmla v19.4s, v3.4s, v8.s[0]
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVD 8(R17), F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	WORD $0x4fa81031 // fmla v17.4s, v1.4s, v8.s[1]
+	WORD $0x4fa81052 // fmla v18.4s, v2.4s, v8.s[1]
+	WORD $0x4fa81073 // fmla v19.4s, v3.4s, v8.s[1]
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVD 8(R17), F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	WORD $0x4f881831 // fmla v17.4s, v1.4s, v8.s[2]
+	WORD $0x4f881852 // fmla v18.4s, v2.4s, v8.s[2]
+	WORD $0x4f881873 // fmla v19.4s, v3.4s, v8.s[2]
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVD 8(R17), F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	WORD $0x4fa81831 // fmla v17.4s, v1.4s, v8.s[3]
+	WORD $0x4fa81852 // fmla v18.4s, v2.4s, v8.s[3]
+	WORD $0x4fa81873 // fmla v19.4s, v3.4s, v8.s[3]
+	SUB $4, R19
+	B w4K4
+w4K1:
+	CBZ R19, w4Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD $4, R15
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVD 8(R17), F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f881052 // fmla v18.4s, v2.4s, v8.s[0]
+	WORD $0x4f881073 // fmla v19.4s, v3.4s, v8.s[0]
+	SUB $1, R19
+	B w4K1
+w4Store:
+	ADD R13, R0, R16
+	FSTPQ (F16, F17), 0(R16)
+	FSTPQ (F18, F19), 32(R16)
+	ADD $64, R13
+	ADD $16, R14
+	SUB $16, R12
+w4Done:
+w2Chunk:
+	CMP $8, R12
+	BLT w2Done
+	ADD R13, R0, R16
+	FLDPQ 0(R16), (F16, F17)
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+w2K4:
+	CMP $4, R19
+	BLT w2K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD $16, R15
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	WORD $0x4fa81031 // fmla v17.4s, v1.4s, v8.s[1]
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	WORD $0x4f881831 // fmla v17.4s, v1.4s, v8.s[2]
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	WORD $0x4fa81831 // fmla v17.4s, v1.4s, v8.s[3]
+	SUB $4, R19
+	B w2K4
+w2K1:
+	CBZ R19, w2Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD $4, R15
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	SUB $1, R19
+	B w2K1
+w2Store:
+	ADD R13, R0, R16
+	FSTPQ (F16, F17), 0(R16)
+	ADD $32, R13
+	ADD $8, R14
+	SUB $8, R12
+w2Done:
+w1Chunk:
+	CMP $4, R12
+	BLT w1Done
+	ADD R13, R0, R16
+	FMOVQ 0(R16), F16
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+w1K4:
+	CMP $4, R19
+	BLT w1K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD $16, R15
+	FMOVS (R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	FMOVS (R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	FMOVS (R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	FMOVS (R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	SUB $4, R19
+	B w1K4
+w1K1:
+	CBZ R19, w1Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD $4, R15
+	FMOVS (R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	SUB $1, R19
+	B w1K1
+w1Store:
+	ADD R13, R0, R16
+	FMOVQ F16, 0(R16)
+	ADD $16, R13
+	ADD $4, R14
+	SUB $4, R12
+w1Done:
+colOne:
+	CBZ R12, blockNext
+	ADD R13, R0, R16
+	FMOVS (R16), F16
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+oneK1:
+	CBZ R19, oneStore
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD $4, R15
+	MOVBU 0(R17), R20
+	FMOVS R20, F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	SUB $1, R19
+	B oneK1
+oneStore:
+	ADD R13, R0, R16
+	FMOVS F16, (R16)
+	ADD $4, R13
+	ADD $1, R14
+	SUB $1, R12
+	B colOne
+blockNext:
+	ADD R11<<2, R9, R9
+	MUL R11, R5, R16
+	ADD R16, R10
+	SUBS R11, R6, R6
+	BNE block
+	RET
+
+// accumE5M2M2NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 2, c < d, j < n;
+// ldv is the value row stride in elements; d, n >= 1; all accesses are in bounds.
+TEXT ·accumE5M2M2NEON(SB), NOSPLIT|NOFRAME, $0-112
+	MOVD o_base+0(FP), R0
+	MOVD ldo+24(FP), R1
+	LSL $2, R1
+	MOVD p_base+32(FP), R2
+	MOVD ldp+56(FP), R3
+	LSL $2, R3
+	MOVD v_base+64(FP), R4
+	MOVD ldv+88(FP), R5
+	MOVD n+96(FP), R6
+	MOVD d+104(FP), R7
+	WORD $0x4f03a7ee // movi v14.8h, #0x7f, lsl #8
+	WORD $0x4f02646f // movi v15.4s, #0x43, lsl #24
+	WORD $0x4e2fd5ef // fadd v15.4s, v15.4s, v15.4s
+	MOVD R2, R9
+	MOVD R4, R10
+block:
+	MOVD $32, R11
+	CMP R11, R6
+	CSEL LT, R6, R11, R11
+	MOVD R7, R12
+	MOVD ZR, R13
+	MOVD ZR, R14
+w8Chunk:
+	CMP $32, R12
+	BLT w8Done
+	ADD R13, R0, R16
+	FLDPQ 0(R16), (F16, F17)
+	FLDPQ 32(R16), (F18, F19)
+	FLDPQ 64(R16), (F20, F21)
+	FLDPQ 96(R16), (F22, F23)
+	ADD R1, R16
+	FLDPQ 0(R16), (F24, F25)
+	FLDPQ 32(R16), (F26, F27)
+	FLDPQ 64(R16), (F28, F29)
+	FLDPQ 96(R16), (F30, F31)
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+w8K4:
+	CMP $4, R19
+	BLT w8K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD R3, R16
+	FMOVQ (R16), F9
+	ADD $16, R15
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVD 8(R17), F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVD 16(R17), F4
+	WORD $0x2e213884 // shll v4.8h, v4.8b, #8
+	WORD $0x4e217885 // fcvtl2 v5.4s, v4.8h
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	FMOVD 24(R17), F6
+	WORD $0x2e2138c6 // shll v6.8h, v6.8b, #8
+	WORD $0x4e2178c7 // fcvtl2 v7.4s, v6.8h
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891018 // fmla v24.4s, v0.4s, v9.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891039 // fmla v25.4s, v1.4s, v9.s[0]
+	WORD $0x4f881052 // fmla v18.4s, v2.4s, v8.s[0]
+	WORD $0x4f89105a // fmla v26.4s, v2.4s, v9.s[0]
+	WORD $0x4f881073 // fmla v19.4s, v3.4s, v8.s[0]
+	WORD $0x4f89107b // fmla v27.4s, v3.4s, v9.s[0]
+	WORD $0x4f881094 // fmla v20.4s, v4.4s, v8.s[0]
+	WORD $0x4f89109c // fmla v28.4s, v4.4s, v9.s[0]
+	WORD $0x4f8810b5 // fmla v21.4s, v5.4s, v8.s[0]
+	WORD $0x4f8910bd // fmla v29.4s, v5.4s, v9.s[0]
+	WORD $0x4f8810d6 // fmla v22.4s, v6.4s, v8.s[0]
+	WORD $0x4f8910de // fmla v30.4s, v6.4s, v9.s[0]
+	WORD $0x4f8810f7 // fmla v23.4s, v7.4s, v8.s[0]
+	WORD $0x4f8910ff // fmla v31.4s, v7.4s, v9.s[0]
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVD 8(R17), F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVD 16(R17), F4
+	WORD $0x2e213884 // shll v4.8h, v4.8b, #8
+	WORD $0x4e217885 // fcvtl2 v5.4s, v4.8h
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	FMOVD 24(R17), F6
+	WORD $0x2e2138c6 // shll v6.8h, v6.8b, #8
+	WORD $0x4e2178c7 // fcvtl2 v7.4s, v6.8h
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	WORD $0x4fa91018 // fmla v24.4s, v0.4s, v9.s[1]
+	WORD $0x4fa81031 // fmla v17.4s, v1.4s, v8.s[1]
+	WORD $0x4fa91039 // fmla v25.4s, v1.4s, v9.s[1]
+	WORD $0x4fa81052 // fmla v18.4s, v2.4s, v8.s[1]
+	WORD $0x4fa9105a // fmla v26.4s, v2.4s, v9.s[1]
+	WORD $0x4fa81073 // fmla v19.4s, v3.4s, v8.s[1]
+	WORD $0x4fa9107b // fmla v27.4s, v3.4s, v9.s[1]
+	WORD $0x4fa81094 // fmla v20.4s, v4.4s, v8.s[1]
+	WORD $0x4fa9109c // fmla v28.4s, v4.4s, v9.s[1]
+	WORD $0x4fa810b5 // fmla v21.4s, v5.4s, v8.s[1]
+	WORD $0x4fa910bd // fmla v29.4s, v5.4s, v9.s[1]
+	WORD $0x4fa810d6 // fmla v22.4s, v6.4s, v8.s[1]
+	WORD $0x4fa910de // fmla v30.4s, v6.4s, v9.s[1]
+	WORD $0x4fa810f7 // fmla v23.4s, v7.4s, v8.s[1]
+	WORD $0x4fa910ff // fmla v31.4s, v7.4s, v9.s[1]
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVD 8(R17), F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVD 16(R17), F4
+	WORD $0x2e213884 // shll v4.8h, v4.8b, #8
+	WORD $0x4e217885 // fcvtl2 v5.4s, v4.8h
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	FMOVD 24(R17), F6
+	WORD $0x2e2138c6 // shll v6.8h, v6.8b, #8
+	WORD $0x4e2178c7 // fcvtl2 v7.4s, v6.8h
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	WORD $0x4f891818 // fmla v24.4s, v0.4s, v9.s[2]
+	WORD $0x4f881831 // fmla v17.4s, v1.4s, v8.s[2]
+	WORD $0x4f891839 // fmla v25.4s, v1.4s, v9.s[2]
+	WORD $0x4f881852 // fmla v18.4s, v2.4s, v8.s[2]
+	WORD $0x4f89185a // fmla v26.4s, v2.4s, v9.s[2]
+	WORD $0x4f881873 // fmla v19.4s, v3.4s, v8.s[2]
+	WORD $0x4f89187b // fmla v27.4s, v3.4s, v9.s[2]
+	WORD $0x4f881894 // fmla v20.4s, v4.4s, v8.s[2]
+	WORD $0x4f89189c // fmla v28.4s, v4.4s, v9.s[2]
+	WORD $0x4f8818b5 // fmla v21.4s, v5.4s, v8.s[2]
+	WORD $0x4f8918bd // fmla v29.4s, v5.4s, v9.s[2]
+	WORD $0x4f8818d6 // fmla v22.4s, v6.4s, v8.s[2]
+	WORD $0x4f8918de // fmla v30.4s, v6.4s, v9.s[2]
+	WORD $0x4f8818f7 // fmla v23.4s, v7.4s, v8.s[2]
+	WORD $0x4f8918ff // fmla v31.4s, v7.4s, v9.s[2]
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVD 8(R17), F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVD 16(R17), F4
+	WORD $0x2e213884 // shll v4.8h, v4.8b, #8
+	WORD $0x4e217885 // fcvtl2 v5.4s, v4.8h
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	FMOVD 24(R17), F6
+	WORD $0x2e2138c6 // shll v6.8h, v6.8b, #8
+	WORD $0x4e2178c7 // fcvtl2 v7.4s, v6.8h
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	WORD $0x4fa91818 // fmla v24.4s, v0.4s, v9.s[3]
+	WORD $0x4fa81831 // fmla v17.4s, v1.4s, v8.s[3]
+	WORD $0x4fa91839 // fmla v25.4s, v1.4s, v9.s[3]
+	WORD $0x4fa81852 // fmla v18.4s, v2.4s, v8.s[3]
+	WORD $0x4fa9185a // fmla v26.4s, v2.4s, v9.s[3]
+	WORD $0x4fa81873 // fmla v19.4s, v3.4s, v8.s[3]
+	WORD $0x4fa9187b // fmla v27.4s, v3.4s, v9.s[3]
+	WORD $0x4fa81894 // fmla v20.4s, v4.4s, v8.s[3]
+	WORD $0x4fa9189c // fmla v28.4s, v4.4s, v9.s[3]
+	WORD $0x4fa818b5 // fmla v21.4s, v5.4s, v8.s[3]
+	WORD $0x4fa918bd // fmla v29.4s, v5.4s, v9.s[3]
+	WORD $0x4fa818d6 // fmla v22.4s, v6.4s, v8.s[3]
+	WORD $0x4fa918de // fmla v30.4s, v6.4s, v9.s[3]
+	WORD $0x4fa818f7 // fmla v23.4s, v7.4s, v8.s[3]
+	WORD $0x4fa918ff // fmla v31.4s, v7.4s, v9.s[3]
+	SUB $4, R19
+	B w8K4
+w8K1:
+	CBZ R19, w8Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD R3, R16
+	FMOVS (R16), F9
+	ADD $4, R15
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVD 8(R17), F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	FMOVD 16(R17), F4
+	WORD $0x2e213884 // shll v4.8h, v4.8b, #8
+	WORD $0x4e217885 // fcvtl2 v5.4s, v4.8h
+	WORD $0x0e217884 // fcvtl v4.4s, v4.4h
+	FMOVD 24(R17), F6
+	WORD $0x2e2138c6 // shll v6.8h, v6.8b, #8
+	WORD $0x4e2178c7 // fcvtl2 v7.4s, v6.8h
+	WORD $0x0e2178c6 // fcvtl v6.4s, v6.4h
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891018 // fmla v24.4s, v0.4s, v9.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891039 // fmla v25.4s, v1.4s, v9.s[0]
+	WORD $0x4f881052 // fmla v18.4s, v2.4s, v8.s[0]
+	WORD $0x4f89105a // fmla v26.4s, v2.4s, v9.s[0]
+	WORD $0x4f881073 // fmla v19.4s, v3.4s, v8.s[0]
+	WORD $0x4f89107b // fmla v27.4s, v3.4s, v9.s[0]
+	WORD $0x4f881094 // fmla v20.4s, v4.4s, v8.s[0]
+	WORD $0x4f89109c // fmla v28.4s, v4.4s, v9.s[0]
+	WORD $0x4f8810b5 // fmla v21.4s, v5.4s, v8.s[0]
+	WORD $0x4f8910bd // fmla v29.4s, v5.4s, v9.s[0]
+	WORD $0x4f8810d6 // fmla v22.4s, v6.4s, v8.s[0]
+	WORD $0x4f8910de // fmla v30.4s, v6.4s, v9.s[0]
+	WORD $0x4f8810f7 // fmla v23.4s, v7.4s, v8.s[0]
+	WORD $0x4f8910ff // fmla v31.4s, v7.4s, v9.s[0]
+	SUB $1, R19
+	B w8K1
+w8Store:
+	ADD R13, R0, R16
+	FSTPQ (F16, F17), 0(R16)
+	FSTPQ (F18, F19), 32(R16)
+	FSTPQ (F20, F21), 64(R16)
+	FSTPQ (F22, F23), 96(R16)
+	ADD R1, R16
+	FSTPQ (F24, F25), 0(R16)
+	FSTPQ (F26, F27), 32(R16)
+	FSTPQ (F28, F29), 64(R16)
+	FSTPQ (F30, F31), 96(R16)
+	ADD $128, R13
+	ADD $32, R14
+	SUB $32, R12
+	B w8Chunk
+w8Done:
+w4Chunk:
+	CMP $16, R12
+	BLT w4Done
+	ADD R13, R0, R16
+	FLDPQ 0(R16), (F16, F17)
+	FLDPQ 32(R16), (F18, F19)
+	ADD R1, R16
+	FLDPQ 0(R16), (F20, F21)
+	FLDPQ 32(R16), (F22, F23)
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+w4K4:
+	CMP $4, R19
+	BLT w4K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD R3, R16
+	FMOVQ (R16), F9
+	ADD $16, R15
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVD 8(R17), F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891014 // fmla v20.4s, v0.4s, v9.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891035 // fmla v21.4s, v1.4s, v9.s[0]
+	WORD $0x4f881052 // fmla v18.4s, v2.4s, v8.s[0]
+	WORD $0x4f891056 // fmla v22.4s, v2.4s, v9.s[0]
+	WORD $0x4f881073 // fmla v19.4s, v3.4s, v8.s[0]
+	WORD $0x4f891077 // fmla v23.4s, v3.4s, v9.s[0]
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVD 8(R17), F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	WORD $0x4fa91014 // fmla v20.4s, v0.4s, v9.s[1]
+	WORD $0x4fa81031 // fmla v17.4s, v1.4s, v8.s[1]
+	WORD $0x4fa91035 // fmla v21.4s, v1.4s, v9.s[1]
+	WORD $0x4fa81052 // fmla v18.4s, v2.4s, v8.s[1]
+	WORD $0x4fa91056 // fmla v22.4s, v2.4s, v9.s[1]
+	WORD $0x4fa81073 // fmla v19.4s, v3.4s, v8.s[1]
+	WORD $0x4fa91077 // fmla v23.4s, v3.4s, v9.s[1]
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVD 8(R17), F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	WORD $0x4f891814 // fmla v20.4s, v0.4s, v9.s[2]
+	WORD $0x4f881831 // fmla v17.4s, v1.4s, v8.s[2]
+	WORD $0x4f891835 // fmla v21.4s, v1.4s, v9.s[2]
+	WORD $0x4f881852 // fmla v18.4s, v2.4s, v8.s[2]
+	WORD $0x4f891856 // fmla v22.4s, v2.4s, v9.s[2]
+	WORD $0x4f881873 // fmla v19.4s, v3.4s, v8.s[2]
+	WORD $0x4f891877 // fmla v23.4s, v3.4s, v9.s[2]
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVD 8(R17), F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	WORD $0x4fa91814 // fmla v20.4s, v0.4s, v9.s[3]
+	WORD $0x4fa81831 // fmla v17.4s, v1.4s, v8.s[3]
+	WORD $0x4fa91835 // fmla v21.4s, v1.4s, v9.s[3]
+	WORD $0x4fa81852 // fmla v18.4s, v2.4s, v8.s[3]
+	WORD $0x4fa91856 // fmla v22.4s, v2.4s, v9.s[3]
+	WORD $0x4fa81873 // fmla v19.4s, v3.4s, v8.s[3]
+	WORD $0x4fa91877 // fmla v23.4s, v3.4s, v9.s[3]
+	SUB $4, R19
+	B w4K4
+w4K1:
+	CBZ R19, w4Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD R3, R16
+	FMOVS (R16), F9
+	ADD $4, R15
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVD 8(R17), F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891014 // fmla v20.4s, v0.4s, v9.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891035 // fmla v21.4s, v1.4s, v9.s[0]
+	WORD $0x4f881052 // fmla v18.4s, v2.4s, v8.s[0]
+	WORD $0x4f891056 // fmla v22.4s, v2.4s, v9.s[0]
+	WORD $0x4f881073 // fmla v19.4s, v3.4s, v8.s[0]
+	WORD $0x4f891077 // fmla v23.4s, v3.4s, v9.s[0]
+	SUB $1, R19
+	B w4K1
+w4Store:
+	ADD R13, R0, R16
+	FSTPQ (F16, F17), 0(R16)
+	FSTPQ (F18, F19), 32(R16)
+	ADD R1, R16
+	FSTPQ (F20, F21), 0(R16)
+	FSTPQ (F22, F23), 32(R16)
+	ADD $64, R13
+	ADD $16, R14
+	SUB $16, R12
+w4Done:
+w2Chunk:
+	CMP $8, R12
+	BLT w2Done
+	ADD R13, R0, R16
+	FLDPQ 0(R16), (F16, F17)
+	ADD R1, R16
+	FLDPQ 0(R16), (F18, F19)
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+w2K4:
+	CMP $4, R19
+	BLT w2K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD R3, R16
+	FMOVQ (R16), F9
+	ADD $16, R15
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891012 // fmla v18.4s, v0.4s, v9.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891033 // fmla v19.4s, v1.4s, v9.s[0]
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	WORD $0x4fa91012 // fmla v18.4s, v0.4s, v9.s[1]
+	WORD $0x4fa81031 // fmla v17.4s, v1.4s, v8.s[1]
+	WORD $0x4fa91033 // fmla v19.4s, v1.4s, v9.s[1]
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	WORD $0x4f891812 // fmla v18.4s, v0.4s, v9.s[2]
+	WORD $0x4f881831 // fmla v17.4s, v1.4s, v8.s[2]
+	WORD $0x4f891833 // fmla v19.4s, v1.4s, v9.s[2]
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	WORD $0x4fa91812 // fmla v18.4s, v0.4s, v9.s[3]
+	WORD $0x4fa81831 // fmla v17.4s, v1.4s, v8.s[3]
+	WORD $0x4fa91833 // fmla v19.4s, v1.4s, v9.s[3]
+	SUB $4, R19
+	B w2K4
+w2K1:
+	CBZ R19, w2Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD R3, R16
+	FMOVS (R16), F9
+	ADD $4, R15
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891012 // fmla v18.4s, v0.4s, v9.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891033 // fmla v19.4s, v1.4s, v9.s[0]
+	SUB $1, R19
+	B w2K1
+w2Store:
+	ADD R13, R0, R16
+	FSTPQ (F16, F17), 0(R16)
+	ADD R1, R16
+	FSTPQ (F18, F19), 0(R16)
+	ADD $32, R13
+	ADD $8, R14
+	SUB $8, R12
+w2Done:
+w1Chunk:
+	CMP $4, R12
+	BLT w1Done
+	ADD R13, R0, R16
+	FMOVQ 0(R16), F16
+	ADD R1, R16
+	FMOVQ 0(R16), F17
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+w1K4:
+	CMP $4, R19
+	BLT w1K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD R3, R16
+	FMOVQ (R16), F9
+	ADD $16, R15
+	FMOVS (R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891011 // fmla v17.4s, v0.4s, v9.s[0]
+	FMOVS (R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	WORD $0x4fa91011 // fmla v17.4s, v0.4s, v9.s[1]
+	FMOVS (R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	WORD $0x4f891811 // fmla v17.4s, v0.4s, v9.s[2]
+	FMOVS (R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	WORD $0x4fa91811 // fmla v17.4s, v0.4s, v9.s[3]
+	SUB $4, R19
+	B w1K4
+w1K1:
+	CBZ R19, w1Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD R3, R16
+	FMOVS (R16), F9
+	ADD $4, R15
+	FMOVS (R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891011 // fmla v17.4s, v0.4s, v9.s[0]
+	SUB $1, R19
+	B w1K1
+w1Store:
+	ADD R13, R0, R16
+	FMOVQ F16, 0(R16)
+	ADD R1, R16
+	FMOVQ F17, 0(R16)
+	ADD $16, R13
+	ADD $4, R14
+	SUB $4, R12
+w1Done:
+colOne:
+	CBZ R12, blockNext
+	ADD R13, R0, R16
+	FMOVS (R16), F16
+	ADD R1, R16
+	FMOVS (R16), F17
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+oneK1:
+	CBZ R19, oneStore
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD R3, R16
+	FMOVS (R16), F9
+	ADD $4, R15
+	MOVBU 0(R17), R20
+	FMOVS R20, F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891011 // fmla v17.4s, v0.4s, v9.s[0]
+	SUB $1, R19
+	B oneK1
+oneStore:
+	ADD R13, R0, R16
+	FMOVS F16, (R16)
+	ADD R1, R16
+	FMOVS F17, (R16)
+	ADD $4, R13
+	ADD $1, R14
+	SUB $1, R12
+	B colOne
+blockNext:
+	ADD R11<<2, R9, R9
+	MUL R11, R5, R16
+	ADD R16, R10
+	SUBS R11, R6, R6
+	BNE block
+	RET
+
+// accumE5M2M4NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 4, c < d, j < n;
+// ldv is the value row stride in elements; d, n >= 1; all accesses are in bounds.
+TEXT ·accumE5M2M4NEON(SB), NOSPLIT|NOFRAME, $0-112
+	MOVD o_base+0(FP), R0
+	MOVD ldo+24(FP), R1
+	LSL $2, R1
+	MOVD p_base+32(FP), R2
+	MOVD ldp+56(FP), R3
+	LSL $2, R3
+	MOVD v_base+64(FP), R4
+	MOVD ldv+88(FP), R5
+	MOVD n+96(FP), R6
+	MOVD d+104(FP), R7
+	WORD $0x4f03a7ee // movi v14.8h, #0x7f, lsl #8
+	WORD $0x4f02646f // movi v15.4s, #0x43, lsl #24
+	WORD $0x4e2fd5ef // fadd v15.4s, v15.4s, v15.4s
+	MOVD R2, R9
+	MOVD R4, R10
+block:
+	MOVD $32, R11
+	CMP R11, R6
+	CSEL LT, R6, R11, R11
+	MOVD R7, R12
+	MOVD ZR, R13
+	MOVD ZR, R14
+w4Chunk:
+	CMP $16, R12
+	BLT w4Done
+	ADD R13, R0, R16
+	FLDPQ 0(R16), (F16, F17)
+	FLDPQ 32(R16), (F18, F19)
+	ADD R1, R16
+	FLDPQ 0(R16), (F20, F21)
+	FLDPQ 32(R16), (F22, F23)
+	ADD R1, R16
+	FLDPQ 0(R16), (F24, F25)
+	FLDPQ 32(R16), (F26, F27)
+	ADD R1, R16
+	FLDPQ 0(R16), (F28, F29)
+	FLDPQ 32(R16), (F30, F31)
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+w4K4:
+	CMP $4, R19
+	BLT w4K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD R3, R16
+	FMOVQ (R16), F9
+	ADD R3, R16
+	FMOVQ (R16), F10
+	ADD R3, R16
+	FMOVQ (R16), F11
+	ADD $16, R15
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVD 8(R17), F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891014 // fmla v20.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1018 // fmla v24.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b101c // fmla v28.4s, v0.4s, v11.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891035 // fmla v21.4s, v1.4s, v9.s[0]
+	WORD $0x4f8a1039 // fmla v25.4s, v1.4s, v10.s[0]
+	WORD $0x4f8b103d // fmla v29.4s, v1.4s, v11.s[0]
+	WORD $0x4f881052 // fmla v18.4s, v2.4s, v8.s[0]
+	WORD $0x4f891056 // fmla v22.4s, v2.4s, v9.s[0]
+	WORD $0x4f8a105a // fmla v26.4s, v2.4s, v10.s[0]
+	WORD $0x4f8b105e // fmla v30.4s, v2.4s, v11.s[0]
+	WORD $0x4f881073 // fmla v19.4s, v3.4s, v8.s[0]
+	WORD $0x4f891077 // fmla v23.4s, v3.4s, v9.s[0]
+	WORD $0x4f8a107b // fmla v27.4s, v3.4s, v10.s[0]
+	WORD $0x4f8b107f // fmla v31.4s, v3.4s, v11.s[0]
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVD 8(R17), F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	WORD $0x4fa91014 // fmla v20.4s, v0.4s, v9.s[1]
+	WORD $0x4faa1018 // fmla v24.4s, v0.4s, v10.s[1]
+	WORD $0x4fab101c // fmla v28.4s, v0.4s, v11.s[1]
+	WORD $0x4fa81031 // fmla v17.4s, v1.4s, v8.s[1]
+	WORD $0x4fa91035 // fmla v21.4s, v1.4s, v9.s[1]
+	WORD $0x4faa1039 // fmla v25.4s, v1.4s, v10.s[1]
+	WORD $0x4fab103d // fmla v29.4s, v1.4s, v11.s[1]
+	WORD $0x4fa81052 // fmla v18.4s, v2.4s, v8.s[1]
+	WORD $0x4fa91056 // fmla v22.4s, v2.4s, v9.s[1]
+	WORD $0x4faa105a // fmla v26.4s, v2.4s, v10.s[1]
+	WORD $0x4fab105e // fmla v30.4s, v2.4s, v11.s[1]
+	WORD $0x4fa81073 // fmla v19.4s, v3.4s, v8.s[1]
+	WORD $0x4fa91077 // fmla v23.4s, v3.4s, v9.s[1]
+	WORD $0x4faa107b // fmla v27.4s, v3.4s, v10.s[1]
+	WORD $0x4fab107f // fmla v31.4s, v3.4s, v11.s[1]
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVD 8(R17), F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	WORD $0x4f891814 // fmla v20.4s, v0.4s, v9.s[2]
+	WORD $0x4f8a1818 // fmla v24.4s, v0.4s, v10.s[2]
+	WORD $0x4f8b181c // fmla v28.4s, v0.4s, v11.s[2]
+	WORD $0x4f881831 // fmla v17.4s, v1.4s, v8.s[2]
+	WORD $0x4f891835 // fmla v21.4s, v1.4s, v9.s[2]
+	WORD $0x4f8a1839 // fmla v25.4s, v1.4s, v10.s[2]
+	WORD $0x4f8b183d // fmla v29.4s, v1.4s, v11.s[2]
+	WORD $0x4f881852 // fmla v18.4s, v2.4s, v8.s[2]
+	WORD $0x4f891856 // fmla v22.4s, v2.4s, v9.s[2]
+	WORD $0x4f8a185a // fmla v26.4s, v2.4s, v10.s[2]
+	WORD $0x4f8b185e // fmla v30.4s, v2.4s, v11.s[2]
+	WORD $0x4f881873 // fmla v19.4s, v3.4s, v8.s[2]
+	WORD $0x4f891877 // fmla v23.4s, v3.4s, v9.s[2]
+	WORD $0x4f8a187b // fmla v27.4s, v3.4s, v10.s[2]
+	WORD $0x4f8b187f // fmla v31.4s, v3.4s, v11.s[2]
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVD 8(R17), F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	WORD $0x4fa91814 // fmla v20.4s, v0.4s, v9.s[3]
+	WORD $0x4faa1818 // fmla v24.4s, v0.4s, v10.s[3]
+	WORD $0x4fab181c // fmla v28.4s, v0.4s, v11.s[3]
+	WORD $0x4fa81831 // fmla v17.4s, v1.4s, v8.s[3]
+	WORD $0x4fa91835 // fmla v21.4s, v1.4s, v9.s[3]
+	WORD $0x4faa1839 // fmla v25.4s, v1.4s, v10.s[3]
+	WORD $0x4fab183d // fmla v29.4s, v1.4s, v11.s[3]
+	WORD $0x4fa81852 // fmla v18.4s, v2.4s, v8.s[3]
+	WORD $0x4fa91856 // fmla v22.4s, v2.4s, v9.s[3]
+	WORD $0x4faa185a // fmla v26.4s, v2.4s, v10.s[3]
+	WORD $0x4fab185e // fmla v30.4s, v2.4s, v11.s[3]
+	WORD $0x4fa81873 // fmla v19.4s, v3.4s, v8.s[3]
+	WORD $0x4fa91877 // fmla v23.4s, v3.4s, v9.s[3]
+	WORD $0x4faa187b // fmla v27.4s, v3.4s, v10.s[3]
+	WORD $0x4fab187f // fmla v31.4s, v3.4s, v11.s[3]
+	SUB $4, R19
+	B w4K4
+w4K1:
+	CBZ R19, w4Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD R3, R16
+	FMOVS (R16), F9
+	ADD R3, R16
+	FMOVS (R16), F10
+	ADD R3, R16
+	FMOVS (R16), F11
+	ADD $4, R15
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	FMOVD 8(R17), F2
+	WORD $0x2e213842 // shll v2.8h, v2.8b, #8
+	WORD $0x4e217843 // fcvtl2 v3.4s, v2.8h
+	WORD $0x0e217842 // fcvtl v2.4s, v2.4h
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891014 // fmla v20.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1018 // fmla v24.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b101c // fmla v28.4s, v0.4s, v11.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891035 // fmla v21.4s, v1.4s, v9.s[0]
+	WORD $0x4f8a1039 // fmla v25.4s, v1.4s, v10.s[0]
+	WORD $0x4f8b103d // fmla v29.4s, v1.4s, v11.s[0]
+	WORD $0x4f881052 // fmla v18.4s, v2.4s, v8.s[0]
+	WORD $0x4f891056 // fmla v22.4s, v2.4s, v9.s[0]
+	WORD $0x4f8a105a // fmla v26.4s, v2.4s, v10.s[0]
+	WORD $0x4f8b105e // fmla v30.4s, v2.4s, v11.s[0]
+	WORD $0x4f881073 // fmla v19.4s, v3.4s, v8.s[0]
+	WORD $0x4f891077 // fmla v23.4s, v3.4s, v9.s[0]
+	WORD $0x4f8a107b // fmla v27.4s, v3.4s, v10.s[0]
+	WORD $0x4f8b107f // fmla v31.4s, v3.4s, v11.s[0]
+	SUB $1, R19
+	B w4K1
+w4Store:
+	ADD R13, R0, R16
+	FSTPQ (F16, F17), 0(R16)
+	FSTPQ (F18, F19), 32(R16)
+	ADD R1, R16
+	FSTPQ (F20, F21), 0(R16)
+	FSTPQ (F22, F23), 32(R16)
+	ADD R1, R16
+	FSTPQ (F24, F25), 0(R16)
+	FSTPQ (F26, F27), 32(R16)
+	ADD R1, R16
+	FSTPQ (F28, F29), 0(R16)
+	FSTPQ (F30, F31), 32(R16)
+	ADD $64, R13
+	ADD $16, R14
+	SUB $16, R12
+	B w4Chunk
+w4Done:
+w2Chunk:
+	CMP $8, R12
+	BLT w2Done
+	ADD R13, R0, R16
+	FLDPQ 0(R16), (F16, F17)
+	ADD R1, R16
+	FLDPQ 0(R16), (F18, F19)
+	ADD R1, R16
+	FLDPQ 0(R16), (F20, F21)
+	ADD R1, R16
+	FLDPQ 0(R16), (F22, F23)
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+w2K4:
+	CMP $4, R19
+	BLT w2K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD R3, R16
+	FMOVQ (R16), F9
+	ADD R3, R16
+	FMOVQ (R16), F10
+	ADD R3, R16
+	FMOVQ (R16), F11
+	ADD $16, R15
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891012 // fmla v18.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1014 // fmla v20.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b1016 // fmla v22.4s, v0.4s, v11.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891033 // fmla v19.4s, v1.4s, v9.s[0]
+	WORD $0x4f8a1035 // fmla v21.4s, v1.4s, v10.s[0]
+	WORD $0x4f8b1037 // fmla v23.4s, v1.4s, v11.s[0]
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	WORD $0x4fa91012 // fmla v18.4s, v0.4s, v9.s[1]
+	WORD $0x4faa1014 // fmla v20.4s, v0.4s, v10.s[1]
+	WORD $0x4fab1016 // fmla v22.4s, v0.4s, v11.s[1]
+	WORD $0x4fa81031 // fmla v17.4s, v1.4s, v8.s[1]
+	WORD $0x4fa91033 // fmla v19.4s, v1.4s, v9.s[1]
+	WORD $0x4faa1035 // fmla v21.4s, v1.4s, v10.s[1]
+	WORD $0x4fab1037 // fmla v23.4s, v1.4s, v11.s[1]
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	WORD $0x4f891812 // fmla v18.4s, v0.4s, v9.s[2]
+	WORD $0x4f8a1814 // fmla v20.4s, v0.4s, v10.s[2]
+	WORD $0x4f8b1816 // fmla v22.4s, v0.4s, v11.s[2]
+	WORD $0x4f881831 // fmla v17.4s, v1.4s, v8.s[2]
+	WORD $0x4f891833 // fmla v19.4s, v1.4s, v9.s[2]
+	WORD $0x4f8a1835 // fmla v21.4s, v1.4s, v10.s[2]
+	WORD $0x4f8b1837 // fmla v23.4s, v1.4s, v11.s[2]
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	WORD $0x4fa91812 // fmla v18.4s, v0.4s, v9.s[3]
+	WORD $0x4faa1814 // fmla v20.4s, v0.4s, v10.s[3]
+	WORD $0x4fab1816 // fmla v22.4s, v0.4s, v11.s[3]
+	WORD $0x4fa81831 // fmla v17.4s, v1.4s, v8.s[3]
+	WORD $0x4fa91833 // fmla v19.4s, v1.4s, v9.s[3]
+	WORD $0x4faa1835 // fmla v21.4s, v1.4s, v10.s[3]
+	WORD $0x4fab1837 // fmla v23.4s, v1.4s, v11.s[3]
+	SUB $4, R19
+	B w2K4
+w2K1:
+	CBZ R19, w2Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD R3, R16
+	FMOVS (R16), F9
+	ADD R3, R16
+	FMOVS (R16), F10
+	ADD R3, R16
+	FMOVS (R16), F11
+	ADD $4, R15
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891012 // fmla v18.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1014 // fmla v20.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b1016 // fmla v22.4s, v0.4s, v11.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891033 // fmla v19.4s, v1.4s, v9.s[0]
+	WORD $0x4f8a1035 // fmla v21.4s, v1.4s, v10.s[0]
+	WORD $0x4f8b1037 // fmla v23.4s, v1.4s, v11.s[0]
+	SUB $1, R19
+	B w2K1
+w2Store:
+	ADD R13, R0, R16
+	FSTPQ (F16, F17), 0(R16)
+	ADD R1, R16
+	FSTPQ (F18, F19), 0(R16)
+	ADD R1, R16
+	FSTPQ (F20, F21), 0(R16)
+	ADD R1, R16
+	FSTPQ (F22, F23), 0(R16)
+	ADD $32, R13
+	ADD $8, R14
+	SUB $8, R12
+w2Done:
+w1Chunk:
+	CMP $4, R12
+	BLT w1Done
+	ADD R13, R0, R16
+	FMOVQ 0(R16), F16
+	ADD R1, R16
+	FMOVQ 0(R16), F17
+	ADD R1, R16
+	FMOVQ 0(R16), F18
+	ADD R1, R16
+	FMOVQ 0(R16), F19
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+w1K4:
+	CMP $4, R19
+	BLT w1K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD R3, R16
+	FMOVQ (R16), F9
+	ADD R3, R16
+	FMOVQ (R16), F10
+	ADD R3, R16
+	FMOVQ (R16), F11
+	ADD $16, R15
+	FMOVS (R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891011 // fmla v17.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1012 // fmla v18.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b1013 // fmla v19.4s, v0.4s, v11.s[0]
+	FMOVS (R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	WORD $0x4fa91011 // fmla v17.4s, v0.4s, v9.s[1]
+	WORD $0x4faa1012 // fmla v18.4s, v0.4s, v10.s[1]
+	WORD $0x4fab1013 // fmla v19.4s, v0.4s, v11.s[1]
+	FMOVS (R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	WORD $0x4f891811 // fmla v17.4s, v0.4s, v9.s[2]
+	WORD $0x4f8a1812 // fmla v18.4s, v0.4s, v10.s[2]
+	WORD $0x4f8b1813 // fmla v19.4s, v0.4s, v11.s[2]
+	FMOVS (R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	WORD $0x4fa91811 // fmla v17.4s, v0.4s, v9.s[3]
+	WORD $0x4faa1812 // fmla v18.4s, v0.4s, v10.s[3]
+	WORD $0x4fab1813 // fmla v19.4s, v0.4s, v11.s[3]
+	SUB $4, R19
+	B w1K4
+w1K1:
+	CBZ R19, w1Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD R3, R16
+	FMOVS (R16), F9
+	ADD R3, R16
+	FMOVS (R16), F10
+	ADD R3, R16
+	FMOVS (R16), F11
+	ADD $4, R15
+	FMOVS (R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891011 // fmla v17.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1012 // fmla v18.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b1013 // fmla v19.4s, v0.4s, v11.s[0]
+	SUB $1, R19
+	B w1K1
+w1Store:
+	ADD R13, R0, R16
+	FMOVQ F16, 0(R16)
+	ADD R1, R16
+	FMOVQ F17, 0(R16)
+	ADD R1, R16
+	FMOVQ F18, 0(R16)
+	ADD R1, R16
+	FMOVQ F19, 0(R16)
+	ADD $16, R13
+	ADD $4, R14
+	SUB $4, R12
+w1Done:
+colOne:
+	CBZ R12, blockNext
+	ADD R13, R0, R16
+	FMOVS (R16), F16
+	ADD R1, R16
+	FMOVS (R16), F17
+	ADD R1, R16
+	FMOVS (R16), F18
+	ADD R1, R16
+	FMOVS (R16), F19
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+oneK1:
+	CBZ R19, oneStore
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD R3, R16
+	FMOVS (R16), F9
+	ADD R3, R16
+	FMOVS (R16), F10
+	ADD R3, R16
+	FMOVS (R16), F11
+	ADD $4, R15
+	MOVBU 0(R17), R20
+	FMOVS R20, F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891011 // fmla v17.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1012 // fmla v18.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b1013 // fmla v19.4s, v0.4s, v11.s[0]
+	SUB $1, R19
+	B oneK1
+oneStore:
+	ADD R13, R0, R16
+	FMOVS F16, (R16)
+	ADD R1, R16
+	FMOVS F17, (R16)
+	ADD R1, R16
+	FMOVS F18, (R16)
+	ADD R1, R16
+	FMOVS F19, (R16)
+	ADD $4, R13
+	ADD $1, R14
+	SUB $1, R12
+	B colOne
+blockNext:
+	ADD R11<<2, R9, R9
+	MUL R11, R5, R16
+	ADD R16, R10
+	SUBS R11, R6, R6
+	BNE block
+	RET
+
+// accumE5M2M8NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 8, c < d, j < n;
+// ldv is the value row stride in elements; d, n >= 1; all accesses are in bounds.
+TEXT ·accumE5M2M8NEON(SB), NOSPLIT|NOFRAME, $0-112
+	MOVD o_base+0(FP), R0
+	MOVD ldo+24(FP), R1
+	LSL $2, R1
+	MOVD p_base+32(FP), R2
+	MOVD ldp+56(FP), R3
+	LSL $2, R3
+	MOVD v_base+64(FP), R4
+	MOVD ldv+88(FP), R5
+	MOVD n+96(FP), R6
+	MOVD d+104(FP), R7
+	WORD $0x4f03a7e6 // movi v6.8h, #0x7f, lsl #8
+	WORD $0x4f026467 // movi v7.4s, #0x43, lsl #24
+	WORD $0x4e27d4e7 // fadd v7.4s, v7.4s, v7.4s
+	MOVD R2, R9
+	MOVD R4, R10
+block:
+	MOVD $32, R11
+	CMP R11, R6
+	CSEL LT, R6, R11, R11
+	MOVD R7, R12
+	MOVD ZR, R13
+	MOVD ZR, R14
+w2Chunk:
+	CMP $8, R12
+	BLT w2Done
+	ADD R13, R0, R16
+	FLDPQ 0(R16), (F16, F17)
+	ADD R1, R16
+	FLDPQ 0(R16), (F18, F19)
+	ADD R1, R16
+	FLDPQ 0(R16), (F20, F21)
+	ADD R1, R16
+	FLDPQ 0(R16), (F22, F23)
+	ADD R1, R16
+	FLDPQ 0(R16), (F24, F25)
+	ADD R1, R16
+	FLDPQ 0(R16), (F26, F27)
+	ADD R1, R16
+	FLDPQ 0(R16), (F28, F29)
+	ADD R1, R16
+	FLDPQ 0(R16), (F30, F31)
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+w2K4:
+	CMP $4, R19
+	BLT w2K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD R3, R16
+	FMOVQ (R16), F9
+	ADD R3, R16
+	FMOVQ (R16), F10
+	ADD R3, R16
+	FMOVQ (R16), F11
+	ADD R3, R16
+	FMOVQ (R16), F12
+	ADD R3, R16
+	FMOVQ (R16), F13
+	ADD R3, R16
+	FMOVQ (R16), F14
+	ADD R3, R16
+	FMOVQ (R16), F15
+	ADD $16, R15
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891012 // fmla v18.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1014 // fmla v20.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b1016 // fmla v22.4s, v0.4s, v11.s[0]
+	WORD $0x4f8c1018 // fmla v24.4s, v0.4s, v12.s[0]
+	WORD $0x4f8d101a // fmla v26.4s, v0.4s, v13.s[0]
+	WORD $0x4f8e101c // fmla v28.4s, v0.4s, v14.s[0]
+	WORD $0x4f8f101e // fmla v30.4s, v0.4s, v15.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891033 // fmla v19.4s, v1.4s, v9.s[0]
+	WORD $0x4f8a1035 // fmla v21.4s, v1.4s, v10.s[0]
+	WORD $0x4f8b1037 // fmla v23.4s, v1.4s, v11.s[0]
+	WORD $0x4f8c1039 // fmla v25.4s, v1.4s, v12.s[0]
+	WORD $0x4f8d103b // fmla v27.4s, v1.4s, v13.s[0]
+	WORD $0x4f8e103d // fmla v29.4s, v1.4s, v14.s[0]
+	WORD $0x4f8f103f // fmla v31.4s, v1.4s, v15.s[0]
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	WORD $0x4fa91012 // fmla v18.4s, v0.4s, v9.s[1]
+	WORD $0x4faa1014 // fmla v20.4s, v0.4s, v10.s[1]
+	WORD $0x4fab1016 // fmla v22.4s, v0.4s, v11.s[1]
+	WORD $0x4fac1018 // fmla v24.4s, v0.4s, v12.s[1]
+	WORD $0x4fad101a // fmla v26.4s, v0.4s, v13.s[1]
+	WORD $0x4fae101c // fmla v28.4s, v0.4s, v14.s[1]
+	WORD $0x4faf101e // fmla v30.4s, v0.4s, v15.s[1]
+	WORD $0x4fa81031 // fmla v17.4s, v1.4s, v8.s[1]
+	WORD $0x4fa91033 // fmla v19.4s, v1.4s, v9.s[1]
+	WORD $0x4faa1035 // fmla v21.4s, v1.4s, v10.s[1]
+	WORD $0x4fab1037 // fmla v23.4s, v1.4s, v11.s[1]
+	WORD $0x4fac1039 // fmla v25.4s, v1.4s, v12.s[1]
+	WORD $0x4fad103b // fmla v27.4s, v1.4s, v13.s[1]
+	WORD $0x4fae103d // fmla v29.4s, v1.4s, v14.s[1]
+	WORD $0x4faf103f // fmla v31.4s, v1.4s, v15.s[1]
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	WORD $0x4f891812 // fmla v18.4s, v0.4s, v9.s[2]
+	WORD $0x4f8a1814 // fmla v20.4s, v0.4s, v10.s[2]
+	WORD $0x4f8b1816 // fmla v22.4s, v0.4s, v11.s[2]
+	WORD $0x4f8c1818 // fmla v24.4s, v0.4s, v12.s[2]
+	WORD $0x4f8d181a // fmla v26.4s, v0.4s, v13.s[2]
+	WORD $0x4f8e181c // fmla v28.4s, v0.4s, v14.s[2]
+	WORD $0x4f8f181e // fmla v30.4s, v0.4s, v15.s[2]
+	WORD $0x4f881831 // fmla v17.4s, v1.4s, v8.s[2]
+	WORD $0x4f891833 // fmla v19.4s, v1.4s, v9.s[2]
+	WORD $0x4f8a1835 // fmla v21.4s, v1.4s, v10.s[2]
+	WORD $0x4f8b1837 // fmla v23.4s, v1.4s, v11.s[2]
+	WORD $0x4f8c1839 // fmla v25.4s, v1.4s, v12.s[2]
+	WORD $0x4f8d183b // fmla v27.4s, v1.4s, v13.s[2]
+	WORD $0x4f8e183d // fmla v29.4s, v1.4s, v14.s[2]
+	WORD $0x4f8f183f // fmla v31.4s, v1.4s, v15.s[2]
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	WORD $0x4fa91812 // fmla v18.4s, v0.4s, v9.s[3]
+	WORD $0x4faa1814 // fmla v20.4s, v0.4s, v10.s[3]
+	WORD $0x4fab1816 // fmla v22.4s, v0.4s, v11.s[3]
+	WORD $0x4fac1818 // fmla v24.4s, v0.4s, v12.s[3]
+	WORD $0x4fad181a // fmla v26.4s, v0.4s, v13.s[3]
+	WORD $0x4fae181c // fmla v28.4s, v0.4s, v14.s[3]
+	WORD $0x4faf181e // fmla v30.4s, v0.4s, v15.s[3]
+	WORD $0x4fa81831 // fmla v17.4s, v1.4s, v8.s[3]
+	WORD $0x4fa91833 // fmla v19.4s, v1.4s, v9.s[3]
+	WORD $0x4faa1835 // fmla v21.4s, v1.4s, v10.s[3]
+	WORD $0x4fab1837 // fmla v23.4s, v1.4s, v11.s[3]
+	WORD $0x4fac1839 // fmla v25.4s, v1.4s, v12.s[3]
+	WORD $0x4fad183b // fmla v27.4s, v1.4s, v13.s[3]
+	WORD $0x4fae183d // fmla v29.4s, v1.4s, v14.s[3]
+	WORD $0x4faf183f // fmla v31.4s, v1.4s, v15.s[3]
+	SUB $4, R19
+	B w2K4
+w2K1:
+	CBZ R19, w2Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD R3, R16
+	FMOVS (R16), F9
+	ADD R3, R16
+	FMOVS (R16), F10
+	ADD R3, R16
+	FMOVS (R16), F11
+	ADD R3, R16
+	FMOVS (R16), F12
+	ADD R3, R16
+	FMOVS (R16), F13
+	ADD R3, R16
+	FMOVS (R16), F14
+	ADD R3, R16
+	FMOVS (R16), F15
+	ADD $4, R15
+	FMOVD 0(R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x4e217801 // fcvtl2 v1.4s, v0.8h
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891012 // fmla v18.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1014 // fmla v20.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b1016 // fmla v22.4s, v0.4s, v11.s[0]
+	WORD $0x4f8c1018 // fmla v24.4s, v0.4s, v12.s[0]
+	WORD $0x4f8d101a // fmla v26.4s, v0.4s, v13.s[0]
+	WORD $0x4f8e101c // fmla v28.4s, v0.4s, v14.s[0]
+	WORD $0x4f8f101e // fmla v30.4s, v0.4s, v15.s[0]
+	WORD $0x4f881031 // fmla v17.4s, v1.4s, v8.s[0]
+	WORD $0x4f891033 // fmla v19.4s, v1.4s, v9.s[0]
+	WORD $0x4f8a1035 // fmla v21.4s, v1.4s, v10.s[0]
+	WORD $0x4f8b1037 // fmla v23.4s, v1.4s, v11.s[0]
+	WORD $0x4f8c1039 // fmla v25.4s, v1.4s, v12.s[0]
+	WORD $0x4f8d103b // fmla v27.4s, v1.4s, v13.s[0]
+	WORD $0x4f8e103d // fmla v29.4s, v1.4s, v14.s[0]
+	WORD $0x4f8f103f // fmla v31.4s, v1.4s, v15.s[0]
+	SUB $1, R19
+	B w2K1
+w2Store:
+	ADD R13, R0, R16
+	FSTPQ (F16, F17), 0(R16)
+	ADD R1, R16
+	FSTPQ (F18, F19), 0(R16)
+	ADD R1, R16
+	FSTPQ (F20, F21), 0(R16)
+	ADD R1, R16
+	FSTPQ (F22, F23), 0(R16)
+	ADD R1, R16
+	FSTPQ (F24, F25), 0(R16)
+	ADD R1, R16
+	FSTPQ (F26, F27), 0(R16)
+	ADD R1, R16
+	FSTPQ (F28, F29), 0(R16)
+	ADD R1, R16
+	FSTPQ (F30, F31), 0(R16)
+	ADD $32, R13
+	ADD $8, R14
+	SUB $8, R12
+	B w2Chunk
+w2Done:
+w1Chunk:
+	CMP $4, R12
+	BLT w1Done
+	ADD R13, R0, R16
+	FMOVQ 0(R16), F16
+	ADD R1, R16
+	FMOVQ 0(R16), F17
+	ADD R1, R16
+	FMOVQ 0(R16), F18
+	ADD R1, R16
+	FMOVQ 0(R16), F19
+	ADD R1, R16
+	FMOVQ 0(R16), F20
+	ADD R1, R16
+	FMOVQ 0(R16), F21
+	ADD R1, R16
+	FMOVQ 0(R16), F22
+	ADD R1, R16
+	FMOVQ 0(R16), F23
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+w1K4:
+	CMP $4, R19
+	BLT w1K1
+	MOVD R15, R16
+	FMOVQ (R16), F8
+	ADD R3, R16
+	FMOVQ (R16), F9
+	ADD R3, R16
+	FMOVQ (R16), F10
+	ADD R3, R16
+	FMOVQ (R16), F11
+	ADD R3, R16
+	FMOVQ (R16), F12
+	ADD R3, R16
+	FMOVQ (R16), F13
+	ADD R3, R16
+	FMOVQ (R16), F14
+	ADD R3, R16
+	FMOVQ (R16), F15
+	ADD $16, R15
+	FMOVS (R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891011 // fmla v17.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1012 // fmla v18.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b1013 // fmla v19.4s, v0.4s, v11.s[0]
+	WORD $0x4f8c1014 // fmla v20.4s, v0.4s, v12.s[0]
+	WORD $0x4f8d1015 // fmla v21.4s, v0.4s, v13.s[0]
+	WORD $0x4f8e1016 // fmla v22.4s, v0.4s, v14.s[0]
+	WORD $0x4f8f1017 // fmla v23.4s, v0.4s, v15.s[0]
+	FMOVS (R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4fa81010 // fmla v16.4s, v0.4s, v8.s[1]
+	WORD $0x4fa91011 // fmla v17.4s, v0.4s, v9.s[1]
+	WORD $0x4faa1012 // fmla v18.4s, v0.4s, v10.s[1]
+	WORD $0x4fab1013 // fmla v19.4s, v0.4s, v11.s[1]
+	WORD $0x4fac1014 // fmla v20.4s, v0.4s, v12.s[1]
+	WORD $0x4fad1015 // fmla v21.4s, v0.4s, v13.s[1]
+	WORD $0x4fae1016 // fmla v22.4s, v0.4s, v14.s[1]
+	WORD $0x4faf1017 // fmla v23.4s, v0.4s, v15.s[1]
+	FMOVS (R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4f881810 // fmla v16.4s, v0.4s, v8.s[2]
+	WORD $0x4f891811 // fmla v17.4s, v0.4s, v9.s[2]
+	WORD $0x4f8a1812 // fmla v18.4s, v0.4s, v10.s[2]
+	WORD $0x4f8b1813 // fmla v19.4s, v0.4s, v11.s[2]
+	WORD $0x4f8c1814 // fmla v20.4s, v0.4s, v12.s[2]
+	WORD $0x4f8d1815 // fmla v21.4s, v0.4s, v13.s[2]
+	WORD $0x4f8e1816 // fmla v22.4s, v0.4s, v14.s[2]
+	WORD $0x4f8f1817 // fmla v23.4s, v0.4s, v15.s[2]
+	FMOVS (R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4fa81810 // fmla v16.4s, v0.4s, v8.s[3]
+	WORD $0x4fa91811 // fmla v17.4s, v0.4s, v9.s[3]
+	WORD $0x4faa1812 // fmla v18.4s, v0.4s, v10.s[3]
+	WORD $0x4fab1813 // fmla v19.4s, v0.4s, v11.s[3]
+	WORD $0x4fac1814 // fmla v20.4s, v0.4s, v12.s[3]
+	WORD $0x4fad1815 // fmla v21.4s, v0.4s, v13.s[3]
+	WORD $0x4fae1816 // fmla v22.4s, v0.4s, v14.s[3]
+	WORD $0x4faf1817 // fmla v23.4s, v0.4s, v15.s[3]
+	SUB $4, R19
+	B w1K4
+w1K1:
+	CBZ R19, w1Store
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD R3, R16
+	FMOVS (R16), F9
+	ADD R3, R16
+	FMOVS (R16), F10
+	ADD R3, R16
+	FMOVS (R16), F11
+	ADD R3, R16
+	FMOVS (R16), F12
+	ADD R3, R16
+	FMOVS (R16), F13
+	ADD R3, R16
+	FMOVS (R16), F14
+	ADD R3, R16
+	FMOVS (R16), F15
+	ADD $4, R15
+	FMOVS (R17), F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891011 // fmla v17.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1012 // fmla v18.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b1013 // fmla v19.4s, v0.4s, v11.s[0]
+	WORD $0x4f8c1014 // fmla v20.4s, v0.4s, v12.s[0]
+	WORD $0x4f8d1015 // fmla v21.4s, v0.4s, v13.s[0]
+	WORD $0x4f8e1016 // fmla v22.4s, v0.4s, v14.s[0]
+	WORD $0x4f8f1017 // fmla v23.4s, v0.4s, v15.s[0]
+	SUB $1, R19
+	B w1K1
+w1Store:
+	ADD R13, R0, R16
+	FMOVQ F16, 0(R16)
+	ADD R1, R16
+	FMOVQ F17, 0(R16)
+	ADD R1, R16
+	FMOVQ F18, 0(R16)
+	ADD R1, R16
+	FMOVQ F19, 0(R16)
+	ADD R1, R16
+	FMOVQ F20, 0(R16)
+	ADD R1, R16
+	FMOVQ F21, 0(R16)
+	ADD R1, R16
+	FMOVQ F22, 0(R16)
+	ADD R1, R16
+	FMOVQ F23, 0(R16)
+	ADD $16, R13
+	ADD $4, R14
+	SUB $4, R12
+w1Done:
+colOne:
+	CBZ R12, blockNext
+	ADD R13, R0, R16
+	FMOVS (R16), F16
+	ADD R1, R16
+	FMOVS (R16), F17
+	ADD R1, R16
+	FMOVS (R16), F18
+	ADD R1, R16
+	FMOVS (R16), F19
+	ADD R1, R16
+	FMOVS (R16), F20
+	ADD R1, R16
+	FMOVS (R16), F21
+	ADD R1, R16
+	FMOVS (R16), F22
+	ADD R1, R16
+	FMOVS (R16), F23
+	MOVD R9, R15
+	ADD R14, R10, R17
+	MOVD R11, R19
+oneK1:
+	CBZ R19, oneStore
+	MOVD R15, R16
+	FMOVS (R16), F8
+	ADD R3, R16
+	FMOVS (R16), F9
+	ADD R3, R16
+	FMOVS (R16), F10
+	ADD R3, R16
+	FMOVS (R16), F11
+	ADD R3, R16
+	FMOVS (R16), F12
+	ADD R3, R16
+	FMOVS (R16), F13
+	ADD R3, R16
+	FMOVS (R16), F14
+	ADD R3, R16
+	FMOVS (R16), F15
+	ADD $4, R15
+	MOVBU 0(R17), R20
+	FMOVS R20, F0
+	WORD $0x2e213800 // shll v0.8h, v0.8b, #8
+	WORD $0x0e217800 // fcvtl v0.4s, v0.4h
+	ADD R5, R17
+	WORD $0x4f881010 // fmla v16.4s, v0.4s, v8.s[0]
+	WORD $0x4f891011 // fmla v17.4s, v0.4s, v9.s[0]
+	WORD $0x4f8a1012 // fmla v18.4s, v0.4s, v10.s[0]
+	WORD $0x4f8b1013 // fmla v19.4s, v0.4s, v11.s[0]
+	WORD $0x4f8c1014 // fmla v20.4s, v0.4s, v12.s[0]
+	WORD $0x4f8d1015 // fmla v21.4s, v0.4s, v13.s[0]
+	WORD $0x4f8e1016 // fmla v22.4s, v0.4s, v14.s[0]
+	WORD $0x4f8f1017 // fmla v23.4s, v0.4s, v15.s[0]
+	SUB $1, R19
+	B oneK1
+oneStore:
+	ADD R13, R0, R16
+	FMOVS F16, (R16)
+	ADD R1, R16
+	FMOVS F17, (R16)
+	ADD R1, R16
+	FMOVS F18, (R16)
+	ADD R1, R16
+	FMOVS F19, (R16)
+	ADD R1, R16
+	FMOVS F20, (R16)
+	ADD R1, R16
+	FMOVS F21, (R16)
+	ADD R1, R16
+	FMOVS F22, (R16)
+	ADD R1, R16
+	FMOVS F23, (R16)
+	ADD $4, R13
+	ADD $1, R14
+	SUB $1, R12
+	B colOne
+blockNext:
+	ADD R11<<2, R9, R9
+	MUL R11, R5, R16
+	ADD R16, R10
+	SUBS R11, R6, R6
+	BNE block
+	RET
+
 // readSumNEON returns the wrapping sum of the little-endian uint32 words of b;
 // len(b) is a positive multiple of 256.
 TEXT ·readSumNEON(SB), NOSPLIT|NOFRAME, $0-28

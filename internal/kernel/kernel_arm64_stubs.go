@@ -323,6 +323,102 @@ func accumQ4M4NEON(o []float32, ldo int, p []float32, ldp int, v []byte, ldv, n,
 //go:noescape
 func accumQ4M8NEON(o []float32, ldo int, p []float32, ldp int, v []byte, ldv, n, d int)
 
+// scoresE4M3M1NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 1, j < n, p < d;
+// ldk is the key row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func scoresE4M3M1NEON(s []float32, lds int, q []float32, k []byte, ldk, n, d int)
+
+// scoresE4M3M2NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 2, j < n, p < d;
+// ldk is the key row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func scoresE4M3M2NEON(s []float32, lds int, q []float32, k []byte, ldk, n, d int)
+
+// scoresE4M3M4NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 4, j < n, p < d;
+// ldk is the key row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func scoresE4M3M4NEON(s []float32, lds int, q []float32, k []byte, ldk, n, d int)
+
+// scoresE4M3M8NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 8, j < n, p < d;
+// ldk is the key row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func scoresE4M3M8NEON(s []float32, lds int, q []float32, k []byte, ldk, n, d int)
+
+// accumE4M3M1NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 1, c < d, j < n;
+// ldv is the value row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func accumE4M3M1NEON(o []float32, ldo int, p []float32, ldp int, v []byte, ldv, n, d int)
+
+// accumE4M3M2NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 2, c < d, j < n;
+// ldv is the value row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func accumE4M3M2NEON(o []float32, ldo int, p []float32, ldp int, v []byte, ldv, n, d int)
+
+// accumE4M3M4NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 4, c < d, j < n;
+// ldv is the value row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func accumE4M3M4NEON(o []float32, ldo int, p []float32, ldp int, v []byte, ldv, n, d int)
+
+// accumE4M3M8NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 8, c < d, j < n;
+// ldv is the value row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func accumE4M3M8NEON(o []float32, ldo int, p []float32, ldp int, v []byte, ldv, n, d int)
+
+// scoresE5M2M1NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 1, j < n, p < d;
+// ldk is the key row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func scoresE5M2M1NEON(s []float32, lds int, q []float32, k []byte, ldk, n, d int)
+
+// scoresE5M2M2NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 2, j < n, p < d;
+// ldk is the key row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func scoresE5M2M2NEON(s []float32, lds int, q []float32, k []byte, ldk, n, d int)
+
+// scoresE5M2M4NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 4, j < n, p < d;
+// ldk is the key row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func scoresE5M2M4NEON(s []float32, lds int, q []float32, k []byte, ldk, n, d int)
+
+// scoresE5M2M8NEON sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 8, j < n, p < d;
+// ldk is the key row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func scoresE5M2M8NEON(s []float32, lds int, q []float32, k []byte, ldk, n, d int)
+
+// accumE5M2M1NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 1, c < d, j < n;
+// ldv is the value row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func accumE5M2M1NEON(o []float32, ldo int, p []float32, ldp int, v []byte, ldv, n, d int)
+
+// accumE5M2M2NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 2, c < d, j < n;
+// ldv is the value row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func accumE5M2M2NEON(o []float32, ldo int, p []float32, ldp int, v []byte, ldv, n, d int)
+
+// accumE5M2M4NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 4, c < d, j < n;
+// ldv is the value row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func accumE5M2M4NEON(o []float32, ldo int, p []float32, ldp int, v []byte, ldv, n, d int)
+
+// accumE5M2M8NEON adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < 8, c < d, j < n;
+// ldv is the value row stride in elements; d, n >= 1; all accesses are in bounds.
+//
+//go:noescape
+func accumE5M2M8NEON(o []float32, ldo int, p []float32, ldp int, v []byte, ldv, n, d int)
+
 // readSumNEON returns the wrapping sum of the little-endian uint32 words of b;
 // len(b) is a positive multiple of 256.
 //

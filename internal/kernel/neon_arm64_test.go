@@ -161,12 +161,13 @@ func TestNEONSelfCheckRejects(t *testing.T) {
 		t.Fatalf("the NEON decode kernels fail their self-check: %v", err)
 	}
 	wrong := dk
-	wrong.AccumF16 = wrapAccum("AccumF16", formatElem, accumBF16M1NEON, accumBF16M2NEON, accumBF16M4NEON, accumBF16M8NEON)
+	neon := decodeISA{name: "neon", minD: 1}
+	wrong.Accum[FormatF16] = wrapAccum(neon, FormatF16, GenericDecode.Accum[FormatF16], kernelsOf(nil, []accumKern[uint16]{accumBF16M1NEON, accumBF16M2NEON, accumBF16M4NEON, accumBF16M8NEON}, nil, nil).accum)
 	if err := selfCheckDecode(wrong); err == nil {
 		t.Error("selfCheckDecode accepted fp16 values widened as bfloat16")
 	}
 	wrong = dk
-	wrong.ScoresQ8 = wrapScores("ScoresQ8", formatQ8, scoresQ8M1NEON, scoresQ8M1NEON, scoresQ8M1NEON, scoresQ8M1NEON)
+	wrong.Scores[FormatQ8] = wrapScores(neon, FormatQ8, GenericDecode.Scores[FormatQ8], kernelsOf([]scoresKern[byte]{scoresQ8M1NEON, scoresQ8M1NEON, scoresQ8M1NEON, scoresQ8M1NEON}, nil, nil, nil).scores)
 	if err := selfCheckDecode(wrong); err == nil {
 		t.Error("selfCheckDecode accepted q8 score tiles that do one row of 2, 4 or 8")
 	}
@@ -175,7 +176,7 @@ func TestNEONSelfCheckRejects(t *testing.T) {
 	// for values 0-15, AND for 16-31) would; and accum tiles of one row
 	// where there are 2, 4 or 8.
 	wrong = dk
-	wrong.ScoresQ4 = func(s []float32, lds int, q []float32, m int, k []byte, ldk, n, d int) {
+	wrong.Scores[FormatQ4] = func(s []float32, lds int, q []float32, m int, k []byte, ldk, n, d int) {
 		sw := append([]byte(nil), k...)
 		for j := 0; j < n; j++ {
 			for b := 0; b < d/Q4Block; b++ {
@@ -185,24 +186,24 @@ func TestNEONSelfCheckRejects(t *testing.T) {
 				}
 			}
 		}
-		dk.ScoresQ4(s, lds, q, m, sw, ldk, n, d)
+		dk.Scores[FormatQ4](s, lds, q, m, sw, ldk, n, d)
 	}
 	if err := selfCheckDecode(wrong); err == nil {
 		t.Error("selfCheckDecode accepted q4 scores with the nibbles of the codes swapped")
 	}
 	wrong = dk
-	wrong.AccumQ4 = wrapAccum("AccumQ4", formatQ4, accumQ4M1NEON, accumQ4M1NEON, accumQ4M1NEON, accumQ4M1NEON)
+	wrong.Accum[FormatQ4] = wrapAccum(neon, FormatQ4, GenericDecode.Accum[FormatQ4], kernelsOf(nil, []accumKern[byte]{accumQ4M1NEON, accumQ4M1NEON, accumQ4M1NEON, accumQ4M1NEON}, nil, nil).accum)
 	if err := selfCheckDecode(wrong); err == nil {
 		t.Error("selfCheckDecode accepted q4 accum tiles that do one row of 2, 4 or 8")
 	}
 	// The multi-head entries against the one-head kernels: heads that
 	// skip the head stride (every head reads head 0's rows).
 	wrong = dk
-	wrong.ScoresQ4Heads = func(s []float32, lds int, q []float32, heads int, k []byte, ldk, hs, n, d int) {
-		dk.ScoresQ4Heads(s, lds, q, heads, k, ldk, 0, n, d)
+	wrong.ScoresHeads[FormatQ4] = func(s []float32, lds int, q []float32, heads int, k []byte, ldk, hs, n, d int) {
+		dk.ScoresHeads[FormatQ4](s, lds, q, heads, k, ldk, 0, n, d)
 	}
 	if err := selfCheckDecode(wrong); err == nil {
-		t.Error("selfCheckDecode accepted ScoresQ4Heads that read head 0 for every head")
+		t.Error("selfCheckDecode accepted ScoresHeads q4_0 that read head 0 for every head")
 	}
 
 	for _, h := range append(archHalf(BF16), archHalf(F16)...) {

@@ -264,51 +264,51 @@ func TestSelfCheckDecodeRejectsBroken(t *testing.T) {
 		bug    string
 		inject func(dk *Decode)
 	}{
-		{"Scoresf32", "reads one key short", func(dk *Decode) {
-			dk.ScoresF32 = func(s []float32, lds int, q []float32, m int, k []float32, ldk, n, d int) {
-				g.ScoresF32(s, lds, q, m, k, ldk, n-1, d)
+		{"Scores f32", "reads one key short", func(dk *Decode) {
+			dk.Scores[FormatF32] = func(s []float32, lds int, q []float32, m int, k []byte, ldk, n, d int) {
+				g.Scores[FormatF32](s, lds, q, m, k, ldk, n-1, d)
 			}
 		}},
-		{"Scoresf16", "reads one element of each key short", func(dk *Decode) {
-			dk.ScoresF16 = func(s []float32, lds int, q []float32, m int, k []uint16, ldk, n, d int) {
+		{"Scores f16", "reads one element of each key short", func(dk *Decode) {
+			dk.Scores[FormatF16] = func(s []float32, lds int, q []float32, m int, k []byte, ldk, n, d int) {
 				qs := make([]float32, m*(d-1))
 				for r := 0; r < m; r++ {
 					copy(qs[r*(d-1):], q[r*d:r*d+d-1])
 				}
-				g.ScoresF16(s, lds, qs, m, k, ldk, n, d-1)
+				g.Scores[FormatF16](s, lds, qs, m, k, ldk, n, d-1)
 			}
 		}},
-		{"Scoresbf16", "leaves the rows beyond 16", func(dk *Decode) {
-			dk.ScoresBF16 = func(s []float32, lds int, q []float32, m int, k []uint16, ldk, n, d int) {
-				g.ScoresBF16(s, lds, q, min(m, 16), k, ldk, n, d)
+		{"Scores bf16", "leaves the rows beyond 16", func(dk *Decode) {
+			dk.Scores[FormatBF16] = func(s []float32, lds int, q []float32, m int, k []byte, ldk, n, d int) {
+				g.Scores[FormatBF16](s, lds, q, min(m, 16), k, ldk, n, d)
 			}
 		}},
-		{"Accumbf16", "misses the last key", func(dk *Decode) {
-			dk.AccumBF16 = func(o []float32, ldo int, p []float32, ldp, m int, v []uint16, ldv, n, d int) {
-				g.AccumBF16(o, ldo, p, ldp, m, v, ldv, n-1, d)
+		{"Accum bf16", "misses the last key", func(dk *Decode) {
+			dk.Accum[FormatBF16] = func(o []float32, ldo int, p []float32, ldp, m int, v []byte, ldv, n, d int) {
+				g.Accum[FormatBF16](o, ldo, p, ldp, m, v, ldv, n-1, d)
 			}
 		}},
-		{"Accumf32", "writes the column after d", func(dk *Decode) {
-			dk.AccumF32 = func(o []float32, ldo int, p []float32, ldp, m int, v []float32, ldv, n, d int) {
-				g.AccumF32(o, ldo, p, ldp, m, v, ldv, n, d)
+		{"Accum f32", "writes the column after d", func(dk *Decode) {
+			dk.Accum[FormatF32] = func(o []float32, ldo int, p []float32, ldp, m int, v []byte, ldv, n, d int) {
+				g.Accum[FormatF32](o, ldo, p, ldp, m, v, ldv, n, d)
 				for r := 0; r < m; r++ {
 					o[r*ldo+d]++
 				}
 			}
 		}},
-		{"Accumq8", "ignores the block scales", func(dk *Decode) {
-			dk.AccumQ8 = func(o []float32, ldo int, p []float32, ldp, m int, v []byte, ldv, n, d int) {
+		{"Accum q8_0", "ignores the block scales", func(dk *Decode) {
+			dk.Accum[FormatQ8] = func(o []float32, ldo int, p []float32, ldp, m int, v []byte, ldv, n, d int) {
 				one := append([]byte(nil), v...)
 				for j := 0; j < n; j++ {
 					for b := 0; b < d/Q8Block; b++ {
 						one[j*ldv+b*Q8BlockBytes], one[j*ldv+b*Q8BlockBytes+1] = 0x00, 0x3c // fp16 1.0
 					}
 				}
-				g.AccumQ8(o, ldo, p, ldp, m, one, ldv, n, d)
+				g.Accum[FormatQ8](o, ldo, p, ldp, m, one, ldv, n, d)
 			}
 		}},
-		{"Scoresq4", "swaps the nibbles of the codes", func(dk *Decode) {
-			dk.ScoresQ4 = func(s []float32, lds int, q []float32, m int, k []byte, ldk, n, d int) {
+		{"Scores q4_0", "swaps the nibbles of the codes", func(dk *Decode) {
+			dk.Scores[FormatQ4] = func(s []float32, lds int, q []float32, m int, k []byte, ldk, n, d int) {
 				sw := append([]byte(nil), k...)
 				for j := 0; j < n; j++ {
 					for b := 0; b < d/Q4Block; b++ {
@@ -318,11 +318,11 @@ func TestSelfCheckDecodeRejectsBroken(t *testing.T) {
 						}
 					}
 				}
-				g.ScoresQ4(s, lds, q, m, sw, ldk, n, d)
+				g.Scores[FormatQ4](s, lds, q, m, sw, ldk, n, d)
 			}
 		}},
-		{"Accumq4", "forgets the offset 8 of the codes", func(dk *Decode) {
-			dk.AccumQ4 = func(o []float32, ldo int, p []float32, ldp, m int, v []byte, ldv, n, d int) {
+		{"Accum q4_0", "forgets the offset 8 of the codes", func(dk *Decode) {
+			dk.Accum[FormatQ4] = func(o []float32, ldo int, p []float32, ldp, m int, v []byte, ldv, n, d int) {
 				row := make([]float32, d)
 				for j := 0; j < n; j++ {
 					widenQ4(row, v[j*ldv:])
@@ -338,23 +338,35 @@ func TestSelfCheckDecodeRejectsBroken(t *testing.T) {
 				}
 			}
 		}},
-		{"ScoresQ8Heads", "swaps the last two heads", func(dk *Decode) {
-			dk.ScoresQ8Heads = func(s []float32, lds int, q []float32, heads int, k []byte, ldk, hs, n, d int) {
-				g.ScoresQ8Heads(s, lds, q, heads, k, ldk, hs, n, d)
+		{"ScoresHeads q8_0", "swaps the last two heads", func(dk *Decode) {
+			dk.ScoresHeads[FormatQ8] = func(s []float32, lds int, q []float32, heads int, k []byte, ldk, hs, n, d int) {
+				g.ScoresHeads[FormatQ8](s, lds, q, heads, k, ldk, hs, n, d)
 				a, b := s[(heads-2)*lds:(heads-2)*lds+n], s[(heads-1)*lds:(heads-1)*lds+n]
 				for j := range a {
 					a[j], b[j] = b[j], a[j]
 				}
 			}
 		}},
-		{"AccumF16Heads", "skips the last key of the first head", func(dk *Decode) {
-			dk.AccumF16Heads = func(o []float32, ldo int, p []float32, ldp, heads int, v []uint16, ldv, hs, n, d int) {
-				g.AccumF16(o, ldo, p, ldp, 1, v, ldv, n-1, d)
-				g.AccumF16Heads(o[ldo:], ldo, p[ldp:], ldp, heads-1, v[hs:], ldv, hs, n, d)
+		{"AccumHeads f16", "skips the last key of the first head", func(dk *Decode) {
+			dk.AccumHeads[FormatF16] = func(o []float32, ldo int, p []float32, ldp, heads int, v []byte, ldv, hs, n, d int) {
+				g.Accum[FormatF16](o, ldo, p, ldp, 1, v, ldv, n-1, d)
+				g.AccumHeads[FormatF16](o[ldo:], ldo, p[ldp:], ldp, heads-1, v[hs:], ldv, hs, n, d)
 			}
 		}},
 		{"boom", "panics", func(dk *Decode) {
-			dk.ScoresQ8 = func(s []float32, lds int, q []float32, m int, k []byte, ldk, n, d int) { panic("boom") }
+			dk.Scores[FormatQ8] = func(s []float32, lds int, q []float32, m int, k []byte, ldk, n, d int) { panic("boom") }
+		}},
+		{"Scores fp8_e4m3", "reads the codes as e5m2", func(dk *Decode) {
+			dk.Scores[FormatE4M3] = g.Scores[FormatE5M2]
+		}},
+		{"Accum fp8_e5m2", "drops the sign", func(dk *Decode) {
+			dk.Accum[FormatE5M2] = func(o []float32, ldo int, p []float32, ldp, m int, v []byte, ldv, n, d int) {
+				abs := append([]byte(nil), v...)
+				for i := range abs {
+					abs[i] &= 0x7f
+				}
+				g.Accum[FormatE5M2](o, ldo, p, ldp, m, abs, ldv, n, d)
+			}
 		}},
 		{"ReadSum", "skips the last byte", func(dk *Decode) {
 			dk.ReadSum = func(b []byte) uint32 { return g.ReadSum(b[:len(b)-1]) }

@@ -21,6 +21,7 @@ type file struct {
 	words map[string]uint32 // GNU text → encoding, every WORD emitted
 	data  strings.Builder   // DATA/GLOBL blocks, written at the end
 	fn    *fnState
+	fp8   fp8Regs // the registers of widenFP8 in the kernel being generated
 }
 
 // fnState is the function being generated.

@@ -9,14 +9,15 @@ import "fmt"
 //	accum<T>M<mr>NEON   O[r][c] += Σ_j P[r][j]·V[j][c]    r < mr, c < d
 //	readSumNEON         the wrapping sum of the uint32 words of a buffer
 //
-// T is F32, BF16 and F16 (widened in registers by SHLL #16 and FCVTL), Q8
+// T is F32, BF16 and F16 (widened in registers by SHLL #16 and FCVTL), E4M3
+// and E5M2 (OCP fp8 bytes, widened through fp16: see widenFP8), Q8
 // (q8_0 blocks: an fp16 scale then 32 int8, widened by SSHLL twice and
 // SCVTF and multiplied by the scale, exactly) or Q4 (q4_0 blocks: an fp16
 // scale then 16 bytes of two 4-bit codes, value j in the low nibble of
 // byte j and value j+16 in the high one: the nibbles taken apart by AND
 // 0x0f or USHR #4, 8 subtracted from all 16 bytes at once by SUB, then
 // widened as q8_0's int8: (code − 8)·scale, exactly). mr is 1, 2, 4 or 8; the Go
-// wrappers (decode_arm64.go) split other row counts into these tiles and
+// wrappers (decode_asm.go) split other row counts into these tiles and
 // check every precondition. No kernel reads outside the rows it is given:
 // the head dimension's tail (d mod 8) is read four elements, then one
 // element at a time.
@@ -59,14 +60,61 @@ type delem struct {
 	size   int // bytes per element; 0 for the block formats
 	bf16   bool
 	bits   int // bits per code of a block format (q8_0: 8, q4_0: 4); 0 otherwise
+	e5m2   bool
 }
 
 var delems = []delem{
-	{"F32", "float32", 4, false, 0},
-	{"BF16", "uint16", 2, true, 0},
-	{"F16", "uint16", 2, false, 0},
-	{"Q8", "byte", 0, false, 8},
-	{"Q4", "byte", 0, false, 4},
+	{"F32", "float32", 4, false, 0, false},
+	{"BF16", "uint16", 2, true, 0, false},
+	{"F16", "uint16", 2, false, 0, false},
+	{"Q8", "byte", 0, false, 8, false},
+	{"Q4", "byte", 0, false, 4, false},
+	{"E4M3", "byte", 1, false, 0, false},
+	{"E5M2", "byte", 1, false, 0, true},
+}
+
+// fp8Regs are the registers widenFP8 uses besides its destinations: a
+// scratch register t and the constants of e4m3fn (fp8Consts).
+type fp8Regs struct{ t, nan, k256 V }
+
+// fp8Consts sets the constants of e4m3fn's widening: 0x7f00 in every
+// 16-bit lane of nan, 256.0 (128 + 128) in every lane of k256.
+func (f *file) fp8Consts(r fp8Regs) {
+	f.w(movi(h8, r.nan, 0x7f, 8))
+	f.w(movi(s4, r.k256, 0x43, 24))
+	f.w(fadd(r.k256, r.k256, r.k256))
+}
+
+// widenFP8 widens the fp8 bytes in the low cnt (4 or 8) bytes of dst[0]
+// into float32 lanes of dst[0] (and, for 8, dst[1]), through fp16:
+//
+//	e5m2:   the byte is the top byte of an fp16 of the same value: SHLL #8.
+//	e4m3fn: S.EEEE.MMM becomes the fp16 S.0EEEE.MMM0000000, the value over
+//	        2⁸ (subnormals too): SSHLL #7 (the sign in bits 15 and 14),
+//	        BIC bit 14; the NaN codes S.1111.111 (which would read ±480),
+//	        whose lanes shifted left by one are 0x7f00, set to all ones (an
+//	        fp16 NaN) by SHL, CMEQ and ORR; after FCVTL, FMUL by 256.
+func (f *file) widenFP8(e delem, dst []V, cnt int) {
+	r, d := f.fp8, dst[0]
+	if e.e5m2 {
+		f.w(shllB(d, d))
+	} else {
+		f.w(sshll(b8, d, d, 7))
+		f.w(bicH(d, 0x40, 8))
+		f.w(shl(h8, r.t, d, 1))
+		f.w(cmeq(h8, r.t, r.t, r.nan))
+		f.w(vorr(d, d, r.t))
+	}
+	if cnt == 8 {
+		f.w(fcvtl2(dst[1], d))
+	}
+	f.w(fcvtl(d, d))
+	if !e.e5m2 {
+		if cnt == 8 {
+			f.w(fmulE(dst[1], dst[1], r.k256, 0))
+		}
+		f.w(fmulE(d, d, r.k256, 0))
+	}
 }
 
 // quant reports a block format (q8_0 or q4_0): rows of blocks of 32
@@ -95,8 +143,8 @@ func (f *file) widen16(e delem, d, n V, upper bool) {
 	}
 }
 
-// loadElems loads cnt (1, 4 or 8) consecutive elements of a float32 or
-// 16-bit row at addr (a Go memory operand; post is the post-increment in
+// loadElems loads cnt (1, 4 or 8) consecutive elements of a float32,
+// 16-bit or fp8 row at addr (a Go memory operand; post is the post-increment in
 // bytes or 0) as float32 into dst[0] (and dst[1] for 8). One element
 // leaves lanes 1-3 zero. tmp is a scratch general register.
 func (f *file) loadElems(e delem, dst []V, base string, off, post int, cnt int, tmp string) {
@@ -113,6 +161,16 @@ func (f *file) loadElems(e delem, dst []V, base string, off, post int, cnt int, 
 		f.i("FMOVQ%s %s, F%d", suffix, mem, dst[0])
 	case e.size == 4:
 		f.i("FMOVS%s %s, F%d", suffix, mem, dst[0])
+	case e.size == 1 && cnt == 8:
+		f.i("FMOVD%s %s, F%d", suffix, mem, dst[0])
+		f.widenFP8(e, dst, 8)
+	case e.size == 1 && cnt == 4:
+		f.i("FMOVS%s %s, F%d", suffix, mem, dst[0])
+		f.widenFP8(e, dst, 4)
+	case e.size == 1:
+		f.i("MOVBU%s %s, %s", suffix, mem, tmp)
+		f.i("FMOVS %s, F%d", tmp, dst[0])
+		f.widenFP8(e, dst, 4)
 	case cnt == 8:
 		f.i("FMOVQ%s %s, F%d", suffix, mem, dst[0])
 		f.widen16(e, dst[1], dst[0], true)

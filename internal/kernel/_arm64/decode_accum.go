@@ -115,6 +115,13 @@ func (a accumKernel) entry() {
 	if e.bits == 4 {
 		f.q4Consts(a.q4Regs())
 	}
+	if e.size == 1 {
+		// fp8: the scratch in the scale's register, the constants in
+		// q4_0's (both unused by a format without blocks).
+		nan, k256 := a.q4Regs()
+		f.fp8 = fp8Regs{t: a.sc(), nan: nan, k256: k256}
+		f.fp8Consts(f.fp8)
+	}
 	f.i("MOVD %s, %s", acP, acPBlk)
 	f.i("MOVD %s, %s", acV, acVBlk)
 }
@@ -334,6 +341,8 @@ func (c accumChunk) value() {
 		c.f.loadElems(c.e, []V{c.dv(0)}, acVp, 0, 0, 1, acT2)
 	case c.e.size == 4:
 		c.valueF32()
+	case c.e.size == 1:
+		c.value8()
 	default:
 		c.value16()
 	}
@@ -397,6 +406,21 @@ func (c accumChunk) valueF32() {
 		} else {
 			c.f.i("FMOVQ %d(%s), F%d", 16*v, acVp, c.dv(v))
 		}
+	}
+}
+
+// value8 loads nv·4 fp8 values, 8 bytes into each even register (4 for
+// nv = 1), widened into it and the next.
+func (c accumChunk) value8() {
+	f, dv := c.f, c.dv
+	if c.nv == 1 {
+		f.i("FMOVS (%s), F%d", acVp, dv(0))
+		f.widenFP8(c.e, []V{dv(0)}, 4)
+		return
+	}
+	for v := 0; v < c.nv; v += 2 {
+		f.i("FMOVD %d(%s), F%d", 4*v, acVp, dv(v))
+		f.widenFP8(c.e, []V{dv(v), dv(v + 1)}, 8)
 	}
 }
 

@@ -78,6 +78,12 @@ func scoresEntry(f *file, e delem, mr int) {
 	if e.bits == 4 {
 		f.q4Consts(scQ4Mask, scQ4Eight)
 	}
+	if e.size == 1 {
+		// fp8: the scratch in v10 (the scales' registers, unused), the
+		// constants in q4_0's.
+		f.fp8 = fp8Regs{t: 10, nan: scQ4Mask, k256: scQ4Eight}
+		f.fp8Consts(f.fp8)
+	}
 }
 
 // scoresGroup is the loop over groups of w keys of a scores kernel for mr

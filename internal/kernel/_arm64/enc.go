@@ -83,6 +83,7 @@ func int3(op string, base uint32) func(a arr, d, n, m V) inst {
 var (
 	vadd = int3("add", 0x0e208400)
 	vsub = int3("sub", 0x2e208400)
+	cmeq = int3("cmeq", 0x2e208c00) // d = n == m ? all ones : 0, per lane
 	zip1 = int3("zip1", 0x0e003800)
 	zip2 = int3("zip2", 0x0e007800)
 	uzp1 = int3("uzp1", 0x0e001800)
@@ -267,6 +268,23 @@ func shll(d, n V) inst {
 
 func shll2(d, n V) inst {
 	return inst{fmt.Sprintf("shll2 v%d.4s, v%d.8h, #16", d, n), rrr(0x6e613800, d, n, 0)}
+}
+
+// shllB widens the bytes 0-7 of n to 16 bits shifted left by 8 (fp8 e5m2
+// to fp16).
+func shllB(d, n V) inst {
+	return inst{fmt.Sprintf("shll v%d.8h, v%d.8b, #8", d, n), rrr(0x2e213800, d, n, 0)}
+}
+
+// bicH clears, in every 16-bit lane of d, the bits of imm8 << lsl (lsl 0
+// or 8): bic vd.8h, #imm8, lsl #lsl.
+func bicH(d V, imm8, lsl int) inst {
+	abc, defgh := uint32(imm8)>>5&7, uint32(imm8)&31
+	t := fmt.Sprintf("bic v%d.8h, #0x%x", d, imm8)
+	if lsl > 0 {
+		t += fmt.Sprintf(", lsl #%d", lsl)
+	}
+	return inst{t, 0x6f009400 | abc<<16 | uint32(lsl/8)<<13 | defgh<<5 | d.chk()}
 }
 
 // shrn narrows: d.4h = n.4s >> s (shrn2: into the upper half of d.8h).

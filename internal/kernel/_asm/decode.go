@@ -21,8 +21,9 @@ import (
 // VCVTPH2PS), Q8 (llama.cpp's q8_0: blocks of 32 values, an fp16 scale
 // then 32 int8, widened by VPMOVSXBD and VCVTDQ2PS and multiplied by the
 // scale, which is exact) or Q4 (llama.cpp's q4_0: blocks of 32 values, an
-// fp16 scale then 16 bytes of 4-bit codes; see quantBlock.vec). Cache rows are read where they lie; Q, P and O
-// are float32. The Go wrappers (decode_amd64.go) split any number of rows
+// fp16 scale then 16 bytes of 4-bit codes; see quantBlock.vec), E4M3 and
+// E5M2 (OCP fp8 bytes, widened through fp16; see widenFP8). Cache rows are read where they lie; Q, P and O
+// are float32. The Go wrappers (decode_asm.go) split any number of rows
 // into these tiles and check every length precondition; the assembly
 // trusts its arguments.
 //
@@ -53,11 +54,12 @@ import (
 
 // decodeElem is a cache element type.
 type decodeElem struct {
-	Name   string // in the function names: F32, BF16, F16, Q8, Q4
+	Name   string // in the function names: F32, BF16, F16, Q8, Q4, E4M3, E5M2
 	GoType string // element type of the cache slice
 	Size   int    // bytes per element; 0 for the block formats q8_0 and q4_0
 	BF16   bool   // bfloat16 (else fp16) when Size == 2
 	Bits   int    // q8_0: 8, q4_0: 4 (Size == 0)
+	E5M2   bool   // fp8 e5m2 (else e4m3fn) when Size == 1
 }
 
 var decodeElems = []decodeElem{
@@ -66,6 +68,8 @@ var decodeElems = []decodeElem{
 	{Name: "F16", GoType: "uint16", Size: 2},
 	{Name: "Q8", GoType: "byte", Bits: 8},
 	{Name: "Q4", GoType: "byte", Bits: 4},
+	{Name: "E4M3", GoType: "byte", Size: 1},
+	{Name: "E5M2", GoType: "byte", Size: 1, E5M2: true},
 }
 
 // quant reports whether e is a block format (llama.cpp's q8_0 or q4_0):
@@ -139,6 +143,7 @@ func genDecode() {
 		DATA(4*i, U32(v))
 	}
 	genQ4Table()
+	genFP8Table()
 	for _, s := range []isa{isaAVX512, isaAVX2} {
 		for _, e := range decodeElems {
 			for mr := 1; mr <= s.Lanes; mr *= 2 {
@@ -275,6 +280,8 @@ func half(s isa, v VecVirtual) Register {
 func widen(s isa, e decodeElem, m Mem, k Register) VecVirtual {
 	v := s.Vec()
 	switch {
+	case e.Size == 1:
+		widenFP8(s, e, m, k, v)
 	case e.Size == 4 && k != nil:
 		VMOVUPS_Z(m, k, v)
 	case e.Size == 4:
@@ -569,4 +576,78 @@ func genReadSum(s isa) {
 	Store(r, ReturnIndex(0))
 	VZEROUPPER()
 	RET()
+}
+
+// fp8Tab is the table of the fp8 kernels (decodefp8tab): at fp8Clear14
+// sixteen words 0xbfff, at fp8NaNWord sixteen words 0x7f00, at fp8Ones
+// sixteen words 0xffff, at fp8Times256 sixteen float32 256.
+var fp8Tab Mem
+
+const (
+	fp8Clear14  = 0
+	fp8NaNWord  = 32
+	fp8Ones     = 64
+	fp8Times256 = 96
+)
+
+func genFP8Table() {
+	fp8Tab = GLOBL("decodefp8tab", RODATA|NOPTR)
+	for _, w := range []struct {
+		off int
+		v   uint16
+	}{{fp8Clear14, 0xbfff}, {fp8NaNWord, 0x7f00}, {fp8Ones, 0xffff}} { // in address order, as the assembler wants
+		for i := 0; i < 16; i++ {
+			DATA(w.off+2*i, U16(w.v))
+		}
+	}
+	for i := 0; i < 16; i++ {
+		DATA(fp8Times256+4*i, U32(math.Float32bits(256)))
+	}
+}
+
+// widenFP8 loads s.Lanes fp8 bytes at m (with k: masked, AVX-512) into v
+// as float32, through fp16 words in the lower half of v:
+//
+//	e5m2:   the byte is the top byte of an fp16 of the same value:
+//	        VPMOVZXBW, VPSLLW 8, VCVTPH2PS.
+//	e4m3fn: S.EEEE.MMM becomes the fp16 S.0EEEE.MMM0000000, the value
+//	        over 2⁸ (fp16's exponent bias is 8 more; subnormals map to
+//	        subnormals): VPMOVSXBW (the sign fills the high byte), VPSLLW 7
+//	        (sign in bits 15 and 14), a VPAND clearing bit 14; the NaN codes
+//	        S.1111.111 (which would read ±480) are the words whose low 15
+//	        bits shifted left by one are 0x7f00, set to 0xffff (an fp16
+//	        NaN) by a compare and an OR (AVX-512: an opmask and a merging
+//	        move); VCVTPH2PS, then VMULPS by 256 (exact).
+func widenFP8(s isa, e decodeElem, m Mem, k Register, v VecVirtual) {
+	x := half(s, v)
+	var src Op = m
+	if k != nil {
+		VMOVDQU8_Z(m, k, v.AsX())
+		src = v.AsX()
+	}
+	if e.E5M2 {
+		VPMOVZXBW(src, x)
+		VPSLLW(Imm(8), x, x)
+		VCVTPH2PS(x, v)
+		return
+	}
+	VPMOVSXBW(src, x)
+	VPSLLW(Imm(7), x, x)
+	t := half(s, s.Vec())
+	if s.EVEX {
+		VPANDD(fp8Tab.Offset(fp8Clear14), x, x)
+		VPSLLW(Imm(1), x, t)
+		nan := K()
+		VPCMPEQW(fp8Tab.Offset(fp8NaNWord), t, nan)
+		VMOVDQU16(fp8Tab.Offset(fp8Ones), nan, x)
+		VCVTPH2PS(x, v)
+		VMULPS_BCST(fp8Tab.Offset(fp8Times256), v, v)
+		return
+	}
+	VPAND(fp8Tab.Offset(fp8Clear14), x, x)
+	VPSLLW(Imm(1), x, t)
+	VPCMPEQW(fp8Tab.Offset(fp8NaNWord), t, t)
+	VPOR(t, x, x)
+	VCVTPH2PS(x, v)
+	VMULPS(fp8Tab.Offset(fp8Times256), v, v)
 }
