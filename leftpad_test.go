@@ -18,7 +18,7 @@ import (
 // the queries rotated in float64 at those positions (rounded to the cache's
 // 16-bit type for a 16-bit cache, the rule of KVCache).
 func TestKVCacheLeftPadRotaryPositions(t *testing.T) {
-	for _, dt := range []DType{Float32, BFloat16, Float16, Q8_0, Q4_0} {
+	for _, dt := range []DType{Float32, BFloat16, Float16, Q8_0, Q4_0, FP8E4M3, FP8E5M2} {
 		for _, paged := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%v/paged=%v", dt, paged), func(t *testing.T) { checkLeftPadRotary(t, dt, paged) })
 		}
@@ -37,6 +37,10 @@ func cacheStep(dt DType, x, blockMax float64) float64 {
 		return blockMax/127 + 1e-6
 	case Q4_0:
 		return blockMax/7 + 1e-6
+	case FP8E4M3: // 3 significand bits; subnormals step 2⁻⁹ (scale 1)
+		return math.Abs(x)*0x1p-4 + 0x1p-10
+	case FP8E5M2: // 2 significand bits; subnormals step 2⁻¹⁶
+		return math.Abs(x)*0x1p-3 + 0x1p-17
 	}
 	return 1e-6
 }

@@ -17,9 +17,9 @@ import (
 // result differs from the rounded q's and meets the float32 rule). For a
 // KV cache (contiguous and paged, new keys appended) and a plain call.
 func TestMixedTypesRounding(t *testing.T) {
-	for _, dt := range []DType{BFloat16, Float16, Q8_0, Q4_0} {
+	for _, dt := range []DType{BFloat16, Float16, Q8_0, Q4_0, FP8E4M3, FP8E5M2} {
 		for _, mode := range []string{"plain", "cache", "paged"} {
-			if mode == "plain" && dt.quantized() {
+			if mode == "plain" && dt.cacheOnly() {
 				continue // q8_0 and q4_0 are KV-cache types only
 			}
 			t.Run(fmt.Sprintf("%v/%s", dt, mode), func(t *testing.T) { checkMixedTypes(t, dt, mode) })

@@ -60,7 +60,7 @@ func (c serveCase) String() string {
 // holds the appended rows and nothing else changed.
 func TestContinuousBatching(t *testing.T) {
 	var cases []serveCase
-	for _, dt := range []DType{Float32, BFloat16, Float16, Q8_0, Q4_0} {
+	for _, dt := range []DType{Float32, BFloat16, Float16, Q8_0, Q4_0, FP8E4M3, FP8E5M2} {
 		for _, block := range []int{0, 32} {
 			cases = append(cases,
 				serveCase{dt: dt, block: block, hq: 8, hk: 2, d: 64, seqs: mixedStep, rotary: true, causal: true},
@@ -368,7 +368,7 @@ func TestContinuousBatchingErrors(t *testing.T) {
 			s.opts.KVCache.KNew.Data[(int(s.cuNew[last+1])-1)*s.c.hk*s.c.d] = float32(math.Inf(1))
 		}},
 	} {
-		for _, dt := range []DType{Float32, BFloat16, Q8_0, Q4_0} {
+		for _, dt := range []DType{Float32, BFloat16, Q8_0, Q4_0, FP8E4M3} {
 			for _, block := range []int{0, 32} {
 				if tc.paged && block == 0 || tc.quant && !dt.quantized() || tc.name == "cache rows" && block > 0 {
 					continue
