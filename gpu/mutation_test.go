@@ -28,7 +28,7 @@ var kernelMutations = []kernelMutation{
 	{name: "no barrier after the K wait", kernel: "fwd_bf16_d64",
 		re: regexp.MustCompile(`(\$L_loop_\d+:\n\tcp\.async\.wait_group 0;\n)\tbar\.sync 0;\n`), repl: "$1"},
 	{name: "cp.async.wait_group 1 before reading V", kernel: "fwd_bf16_d64", first: true,
-		re: regexp.MustCompile(`(// online softmax[^$]*?)cp\.async\.wait_group 0;`), repl: "${1}cp.async.wait_group 1;"},
+		re: regexp.MustCompile(`(?s)(// online softmax.*?)cp\.async\.wait_group 0;`), repl: "${1}cp.async.wait_group 1;"},
 	{name: "cvt operands swapped", kernel: "fwd_bf16_d64",
 		re: regexp.MustCompile(`(cvt\.rn\.bf16x2\.f32 %r\d+), (%f\d+), (%f\d+);`), repl: "$1, $3, $2;"},
 	{name: "ldmatrix of V without .trans", kernel: "fwd_bf16_d64",

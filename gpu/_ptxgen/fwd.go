@@ -43,6 +43,7 @@ type fwdKernel struct {
 // splitEpilogue instead.
 func forward(dt dtype, c tile.Fwd) *Kernel {
 	k := newKernel(c.Name(dt.name), c.Threads())
+	k.minBlocks = c.BlocksPerSM()
 	f := &fwdKernel{gen: newGen(k, dt), c: c}
 	if c.Split {
 		f.declare(tile.FwdSplitParams)
@@ -228,10 +229,18 @@ func (f *fwdKernel) maskScores(n0 string) {
 // softmax is the online softmax of the tile, per row: the row max of the
 // raw scores (a tree, then across the quad), the new running max in log2
 // units, P = 2^(s·mul - m) by one FMA and ex2 per score, the row sum (a
-// tree), and the rescaling of l and O by 2^(m_old - m_new).
+// tree), and the rescaling of l and O by α = 2^(m_old - m_new).
+//
+// The O rescale (D/4 multiplies per row and thread) runs only when some
+// row of the warp got a new max: a warp-uniform branch on vote.all of
+// "m_new == m_old" skips it otherwise. Skipping is exact: with an unchanged
+// finite max α = 2^0 = 1, and a max still -Inf means every score so far
+// was -Inf or NaN, so O holds only zeros (α = 0 leaves them) or NaNs.
 func (f *fwdKernel) softmax(mul string) {
 	k, c := f.k, f.c
 	k.comment("online softmax")
+	alphas := make([][2]string, c.MT)
+	var same string // every row of this thread kept its max
 	for mt := range c.MT {
 		for rh := range 2 {
 			var xs []string
@@ -244,6 +253,12 @@ func (f *fwdKernel) softmax(mul string) {
 			isInf := k.pOp("setp.eq.f32", mnew, negInf)
 			muse := k.fOp("selp.f32", zeroF, mnew, isInf)
 			alpha := k.fOp("ex2.approx.ftz.f32", k.fOp("sub.f32", m, muse))
+			kept := k.pOp("setp.eq.f32", mnew, m)
+			if same == "" {
+				same = kept
+			} else {
+				k.op("and.pred %s, %s, %s", same, same, kept)
+			}
 			k.op("mov.f32 %s, %s", m, mnew)
 			negm := k.fOp("neg.f32", muse)
 			for _, v := range xs {
@@ -252,14 +267,24 @@ func (f *fwdKernel) softmax(mul string) {
 			}
 			l := f.lrow[mt][rh]
 			k.op("fma.rn.f32 %s, %s, %s, %s", l, l, alpha, f.tree("add.f32", xs))
+			alphas[mt][rh] = alpha
+		}
+	}
+	k.comment("O *= alpha unless no row of the warp got a new max")
+	skip := k.newLabel("rescaled")
+	k.op("vote.sync.all.pred %s, %s, -1", same, same)
+	k.op("@%s bra.uni %s", same, skip)
+	for mt := range c.MT {
+		for rh := range 2 {
 			for j := range c.D / 8 {
 				for e := range 2 {
 					v := f.o[mt][j][2*rh+e]
-					k.op("mul.f32 %s, %s, %s", v, v, alpha)
+					k.op("mul.f32 %s, %s, %s", v, v, alphas[mt][rh])
 				}
 			}
 		}
 	}
+	k.label(skip)
 }
 
 // pv accumulates O += P·V with P from the S accumulators.
