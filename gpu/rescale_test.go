@@ -15,31 +15,6 @@ import (
 // rescale; deleting it makes every key tile rescale O, as before the skip.
 var rescaleBranch = regexp.MustCompile(`\t@%p\d+ bra\.uni \$L_rescaled_\d+;\n`)
 
-// rescaleRun runs one bf16 forward on a fresh interpreter device and
-// returns O, LSE and the lane executions of mul.f32; with always, the
-// kernels lose their rescale-skip branch (an error if none had one).
-func rescaleRun(q, k, v flashattn.Tensor, opts *Options, always bool) (out, lse []float32, muls int64, err error) {
-	d := newSimDevice()
-	defer d.Close()
-	s := d.ctx.backend.(*sim)
-	s.m.Counts = map[string]int64{}
-	removed := 0
-	if always {
-		s.mutate = func(text string) string {
-			removed += len(rescaleBranch.FindAllString(text, -1))
-			return rescaleBranch.ReplaceAllString(text, "")
-		}
-	}
-	o, l, err := d.ForwardHost(BF16, q, k, v, opts)
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	if always && removed == 0 {
-		return nil, nil, 0, fmt.Errorf("no rescale-skip branch in the forward kernels")
-	}
-	return o.Data, l, s.m.Counts["mul.f32"], nil
-}
-
 // sameBits reports the first element where a and b differ in any bit.
 func sameBits(name string, a, b []float32) error {
 	for i := range a {
@@ -83,19 +58,20 @@ func TestRescaleSkipSim(t *testing.T) {
 		v := randRounded(rng, BF16, sk*dim, 1)
 		Q, V := flashattn.Dense(q, 1, sq, 1, dim), flashattn.Dense(v, 1, sk, 1, dim)
 		t.Run(fmt.Sprintf("d%d", dim), func(t *testing.T) {
-			o, l, settled, err := rescaleRun(Q, flashattn.Dense(kSettled, 1, sk, 1, dim), V, unsplit, false)
+			o, l, cs, err := simForward(Q, flashattn.Dense(kSettled, 1, sk, 1, dim), V, unsplit, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, _, grow, err := rescaleRun(Q, flashattn.Dense(kGrow, 1, sk, 1, dim), V, unsplit, false)
+			_, _, cg, err := simForward(Q, flashattn.Dense(kGrow, 1, sk, 1, dim), V, unsplit, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
+			settled, grow := cs["mul.f32"], cg["mul.f32"]
 			want := int64(3 * c.Threads() * c.MT * dim / 2)
 			if grow-settled != want {
 				t.Errorf("mul.f32 executed: %d with keys that grow, %d with the max in key 0: %d fewer, want %d (three tiles' O rescale skipped)", grow, settled, grow-settled, want)
 			}
-			o2, l2, _, err := rescaleRun(Q, flashattn.Dense(kSettled, 1, sk, 1, dim), V, unsplit, true)
+			o2, l2, _, err := simForward(Q, flashattn.Dense(kSettled, 1, sk, 1, dim), V, unsplit, rescaleBranch)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -112,11 +88,11 @@ func TestRescaleSkipSim(t *testing.T) {
 				q := flashattn.Dense(randRounded(rng, BF16, rows*2*dim, 1), 1, rows, 2, dim)
 				k := flashattn.Dense(randRounded(rng, BF16, keys*dim, 1), 1, keys, 1, dim)
 				v := flashattn.Dense(randRounded(rng, BF16, keys*dim, 1), 1, keys, 1, dim)
-				o, l, _, err := rescaleRun(q, k, v, opts, false)
+				o, l, _, err := simForward(q, k, v, opts, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
-				o2, l2, _, err := rescaleRun(q, k, v, opts, true)
+				o2, l2, _, err := simForward(q, k, v, opts, rescaleBranch)
 				if err != nil {
 					t.Fatal(err)
 				}
