@@ -121,7 +121,7 @@ var fa2Kernels = map[string]fa2{
 	"fwd_bf16_d128": {warps: 4, gemms: []warpGemm{{32, 64, 128, true}, {32, 128, 64, false}},
 		measured: [][2]float64{{368, 370}, {319, 335}}, target: 0.9},
 	"bwd_bf16_d128": {warps: 8, gemms: []warpGemm{{32, 32, 128, true}, {32, 32, 128, true}, {32, 64, 64, true}, {32, 64, 64, true}, {32, 32, 128, true}},
-		measured: [][2]float64{{310, 322}}},
+		measured: [][2]float64{{310, 322}}, target: 0.85},
 }
 
 // counts returns the mma and ldmatrix.x4 per warp and iteration of the

@@ -128,31 +128,32 @@ const MaxSmem = 163 * 1024
 
 // Bwd is the backward dK/dV kernel's configuration: one thread block of
 // Warps warps per (key block of Bc = 16·Warps keys, query head, batch
-// element); each warp owns 16 keys and accumulates their dK and dV rows in
-// registers while the block walks the query blocks of Br rows that see it
-// (Q, dO, LSE and dsum double-buffered). With the atomic dQ variant the
-// block also adds dQ = dS·K for each query block to a float32 accumulator,
-// its warps splitting the Br×D product into (Br/16) row groups × the rest
-// column groups. 128-key blocks of 8 warps halve the dQ atomics per FLOP of
-// 64-key blocks (flash-attn 2's sm_80 backward has 128-key blocks of 8 warps
-// too).
+// element) that walks the query blocks of Br rows that see it (Q, dO, LSE
+// and dsum double-buffered), with flash-attn 2's warp layouts (its sm_80
+// d128 backward: 64 queries × 128 keys, 8 warps). The warps form a grid of
+// KeyGroups × 2 for each product, per query block:
+//
+//	Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ: warp (kg, qh) the 32 keys of key group kg ×
+//	    the Br/2 queries of half qh; P and dS (as Pᵀ, dSᵀ) go to shared
+//	    memory;
+//	dV += Pᵀ·dO, dK += dSᵀ·Q: warp (kg, dh) the 32 keys × the D/2 columns
+//	    of half dh, its dK and dV accumulators kept in registers for the
+//	    whole block;
+//
+// and with the atomic dQ variant, dQ = dS·K: warp w the 32 query rows
+// 32·(w % DQRowGroups) × the DQCols columns from (w / DQRowGroups)·DQCols,
+// added to a float32 accumulator. Each warp loads its operands' shares
+// only: 144 ldmatrix per 320 mma at d128 (the former layout, a warp per 16
+// keys with all queries, needed 200). 128-key blocks halve the dQ atomics
+// per FLOP of 64-key blocks.
 type Bwd struct {
 	D     int
 	Br    int
 	Warps int
-	QSub  int // queries per sub-tile of Sᵀ, dPᵀ and the dK/dV products
 }
 
-// BwdConfig returns the dK/dV configuration for head dimension d. At d128
-// the warps walk each query block in two 32-query halves (Sᵀ and dPᵀ take
-// 32 registers instead of 64 beside dK and dV's 128), so that ptxas does
-// not spill; K and V fragments are then loaded twice per query block.
-func BwdConfig(d int) Bwd {
-	if d > 64 {
-		return Bwd{D: d, Br: 64, Warps: 8, QSub: 32}
-	}
-	return Bwd{D: d, Br: 64, Warps: 8, QSub: 64}
-}
+// BwdConfig returns the dK/dV configuration for head dimension d.
+func BwdConfig(d int) Bwd { return Bwd{D: d, Br: 64, Warps: 8} }
 
 // Threads is the block size.
 func (c Bwd) Threads() int { return WarpThreads * c.Warps }
@@ -160,16 +161,14 @@ func (c Bwd) Threads() int { return WarpThreads * c.Warps }
 // Bc is the number of keys per thread block.
 func (c Bwd) Bc() int { return c.Warps * 16 }
 
-// KVInRegs reports whether each warp keeps its K and V rows as mma
-// fragments in registers for the whole block (d64: 32 registers); at d128
-// they would take 64 of the registers dK, dV, Sᵀ and dPᵀ need (192), so
-// they are reloaded from shared memory per query block, as flash-attn does.
-func (c Bwd) KVInRegs() bool { return c.D <= 64 }
+// KeyGroups is the number of 32-key groups of the block; warp w is in key
+// group w % KeyGroups and query (or column) half w / KeyGroups.
+func (c Bwd) KeyGroups() int { return c.Bc() / 32 }
 
 // DQRowGroups and DQColGroups split the atomic variant's dQ product (Br
-// query rows × D) over the warps: warp w computes rows 16·(w % DQRowGroups)
-// and columns [(w / DQRowGroups)·DQCols, +DQCols).
-func (c Bwd) DQRowGroups() int { return c.Br / 16 }
+// query rows × D) over the warps: warp w computes rows 32·(w % DQRowGroups)
+// (two m-tiles) and columns [(w / DQRowGroups)·DQCols, +DQCols).
+func (c Bwd) DQRowGroups() int { return c.Br / 32 }
 
 // DQColGroups is the number of column groups of the dQ product.
 func (c Bwd) DQColGroups() int { return c.Warps / c.DQRowGroups() }
@@ -177,10 +176,10 @@ func (c Bwd) DQColGroups() int { return c.Warps / c.DQRowGroups() }
 // DQCols is the number of dQ columns a warp computes.
 func (c Bwd) DQCols() int { return c.D / c.DQColGroups() }
 
-// Smem layout (bytes): K [Bc][D], V [Bc][D], dS [Bc][Br] (stored
-// transposed: a row per key), then two stages, each Q [Br][D], dO [Br][D]
-// and the float32 rows LSE [Br] and dsum [Br] in one contiguous region, so
-// that one register offset selects the stage.
+// Smem layout (bytes): K [Bc][D], V [Bc][D], dSᵀ [Bc][Br] and Pᵀ [Bc][Br]
+// (a row per key), then two stages, each Q [Br][D], dO [Br][D] and the
+// float32 rows LSE [Br] and dsum [Br] in one contiguous region, so that one
+// register offset selects the stage.
 
 // KOff is the byte offset of the K tile.
 func (c Bwd) KOff() int { return 0 }
@@ -194,8 +193,11 @@ func (c Bwd) DSOff() int { return 2 * c.Bc() * c.D * 2 }
 // StageBytes is the size of one stage (Q, dO, LSE, dsum).
 func (c Bwd) StageBytes() int { return 2*c.Br*c.D*2 + 2*c.Br*4 }
 
+// PTOff is the byte offset of the Pᵀ tile.
+func (c Bwd) PTOff() int { return c.DSOff() + c.Bc()*c.Br*2 }
+
 // QOff is the byte offset of stage s's Q tile.
-func (c Bwd) QOff(s int) int { return c.DSOff() + c.Bc()*c.Br*2 + s*c.StageBytes() }
+func (c Bwd) QOff(s int) int { return c.PTOff() + c.Bc()*c.Br*2 + s*c.StageBytes() }
 
 // DOOff is the byte offset of stage s's dO tile.
 func (c Bwd) DOOff(s int) int { return c.QOff(s) + c.Br*c.D*2 }
@@ -236,10 +238,10 @@ func (c Bwd) Check() error {
 		return fmt.Errorf("tile: backward head dim %d must be 64 or 128", c.D)
 	case c.Br != 64:
 		return fmt.Errorf("tile: backward Br %d must be 64 (the dS tile is %d keys × 64 queries)", c.Br, c.Bc())
-	case c.QSub%16 != 0 || c.QSub <= 0 || c.Br%c.QSub != 0:
-		return fmt.Errorf("tile: query sub-tile %d does not divide Br %d in multiples of 16", c.QSub, c.Br)
+	case c.Warps%2 != 0 || c.Br != 2*32 || c.D%32 != 0:
+		return fmt.Errorf("tile: %d warps cannot form the 2-wide warp grids over %d queries and head dim %d", c.Warps, c.Br, c.D)
 	case c.Warps%c.DQRowGroups() != 0 || c.DQCols()%16 != 0:
-		return fmt.Errorf("tile: %d warps do not split dQ (%d×%d) into 16-row, 16-column multiples", c.Warps, c.Br, c.D)
+		return fmt.Errorf("tile: %d warps do not split dQ (%d×%d) into 32-row, 16-column multiples", c.Warps, c.Br, c.D)
 	}
 	if err := checkCopy(c.Threads(), c.RowChunks(), c.Br, c.Bc()); err != nil {
 		return err
