@@ -27,8 +27,10 @@ type kernelMutation struct {
 var kernelMutations = []kernelMutation{
 	{name: "no barrier after the K wait", kernel: "fwd_bf16_d64",
 		re: regexp.MustCompile(`(\$L_loop_\d+:\n\tcp\.async\.wait_group 0;\n)\tbar\.sync 0;\n`), repl: "$1"},
-	{name: "cp.async.wait_group 1 before reading V", kernel: "fwd_bf16_d64", first: true,
-		re: regexp.MustCompile(`(?s)(// online softmax.*?)cp\.async\.wait_group 0;`), repl: "${1}cp.async.wait_group 1;"},
+	{name: "cp.async.wait_group 1 before reading K and V", kernel: "fwd_bf16_d64",
+		re: regexp.MustCompile(`(\$L_loop_\d+:\n\tcp\.async\.)wait_group 0;`), repl: "${1}wait_group 1;"},
+	{name: "next K and V copied into the buffer being read", kernel: "fwd_bf16_d64", first: true,
+		re: regexp.MustCompile(`xor\.b32 (%r\d+), (%r\d+), 16384;`), repl: "xor.b32 $1, $2, 0;"},
 	{name: "cvt operands swapped", kernel: "fwd_bf16_d64",
 		re: regexp.MustCompile(`(cvt\.rn\.bf16x2\.f32 %r\d+), (%f\d+), (%f\d+);`), repl: "$1, $3, $2;"},
 	{name: "ldmatrix of V without .trans", kernel: "fwd_bf16_d64",

@@ -117,8 +117,9 @@ func (f *fwdKernel) state() {
 	f.colOff = k.rOp("shl.b32", f.t, "1")
 }
 
-// prologue copies Q (one group) and K of block nlo (another), and loads the
-// Q fragments when they live in registers.
+// prologue copies Q (one group) and K of block nlo (another; with
+// KVDouble, V of block nlo too), and loads the Q fragments when they live
+// in registers.
 func (f *fwdKernel) prologue() {
 	k, c, rc := f.k, f.c, f.c.RowChunks()
 	qc := f.newTileCopy(c.Br(), rc, f.qRB, f.s.sq)
@@ -129,6 +130,9 @@ func (f *fwdKernel) prologue() {
 	f.kSrc = f.newSrc(f.kv, f.kBase, n0)
 	f.vSrc = f.newSrc(f.kv, f.vBase, n0)
 	f.copyTile(f.kv, f.kSrc, n0, f.kv.soff, c.KOff())
+	if c.KVDouble {
+		f.copyTile(f.kv, f.vSrc, n0, f.kv.soff, c.VOff())
+	}
 	k.op("cp.async.commit_group")
 	if !c.QInRegs() {
 		return
@@ -151,9 +155,14 @@ func (f *fwdKernel) prologue() {
 //	O += P·V(n)
 //
 // The first barrier also tells every warp is done with V(n-1) before V(n)
-// overwrites it, the second that every warp is done with K(n).
+// overwrites it, the second that every warp is done with K(n). With
+// KVDouble it is loopDouble.
 func (f *fwdKernel) loop() {
 	k, c := f.k, f.c
+	if c.KVDouble {
+		f.loopDouble()
+		return
+	}
 	n := k.rOp("mov.u32", f.nlo)
 	loopL := k.newLabel("loop")
 	k.label(loopL)
@@ -162,11 +171,7 @@ func (f *fwdKernel) loop() {
 	n0 := k.rOp("shl.b32", n, imm(log2(c.Bc)))
 	f.copyTile(f.kv, f.vSrc, n0, f.kv.soff, c.VOff())
 	k.op("cp.async.commit_group")
-	f.scores()
-	sc := f.loadScore() // parameters read where used: no registers held across the loop
-	f.scoreTransform(sc, flat(f.S))
-	f.maskScores(n0)
-	f.softmax(sc.mul)
+	f.tile(n0, f.smem)
 	k.op("cp.async.wait_group 0")
 	k.op("bar.sync 0")
 	next := k.rOp("add.u32", n, "1")
@@ -176,13 +181,62 @@ func (f *fwdKernel) loop() {
 	f.copyTile(f.kv, f.kSrc, k.rOp("add.u32", n0, imm(c.Bc)), f.kv.soff, c.KOff())
 	k.op("cp.async.commit_group")
 	k.label(skip)
-	f.pv()
+	f.pv(f.smem)
 	k.op("mov.u32 %s, %s", n, next)
 	k.op("@%s bra %s", more, loopL)
 }
 
-// scores computes S = Q·Kᵀ for the warp's rows and the tile's Bc keys.
-func (f *fwdKernel) scores() {
+// loopDouble is the main loop with K and V double-buffered: block n's tiles
+// are in buffer n&1 (at byte offset stage), and block n+1's are copied
+// into the other buffer while block n runs:
+//
+//	wait for K(n), V(n); barrier; copy K(n+1), V(n+1) if any
+//	S = Q·K(n)ᵀ, softcap, mask, online softmax
+//	O += P·V(n)
+//
+// The barrier also tells every warp is done with block n-1's buffer before
+// block n+1's copies overwrite it.
+func (f *fwdKernel) loopDouble() {
+	k, c := f.k, f.c
+	n := k.rOp("mov.u32", f.nlo)
+	stage := k.rOp("mov.u32", "0")
+	loopL := k.newLabel("loop")
+	k.label(loopL)
+	k.op("cp.async.wait_group 0")
+	k.op("bar.sync 0")
+	n0 := k.rOp("shl.b32", n, imm(log2(c.Bc)))
+	next := k.rOp("add.u32", n, "1")
+	more := k.pOp("setp.lt.s32", next, f.nhi)
+	skip := k.newLabel("nextk")
+	k.op("@!%s bra %s", more, skip)
+	n1 := k.rOp("add.u32", n0, imm(c.Bc))
+	other := k.rOp("xor.b32", stage, imm(c.KVStageBytes()))
+	other = k.rOp("add.u32", f.kv.soff, other)
+	f.copyTile(f.kv, f.kSrc, n1, other, c.KOff())
+	f.copyTile(f.kv, f.vSrc, n1, other, c.VOff())
+	k.op("cp.async.commit_group")
+	k.label(skip)
+	kvb := k.rOp("add.u32", f.smem, stage)
+	f.tile(n0, kvb)
+	f.pv(kvb)
+	k.op("xor.b32 %s, %s, %d", stage, stage, c.KVStageBytes())
+	k.op("mov.u32 %s, %s", n, next)
+	k.op("@%s bra %s", more, loopL)
+}
+
+// tile computes S = Q·K(n)ᵀ with K at kvb + KOff, then the softcap, the
+// mask and the online softmax.
+func (f *fwdKernel) tile(n0, kvb string) {
+	f.scores(kvb)
+	sc := f.loadScore() // parameters read where used: no registers held across the loop
+	f.scoreTransform(sc, flat(f.S))
+	f.maskScores(n0)
+	f.softmax(sc.mul)
+}
+
+// scores computes S = Q·Kᵀ for the warp's rows and the tile's Bc keys, K
+// at shared address kvb + KOff.
+func (f *fwdKernel) scores(kvb string) {
 	c, rc := f.c, f.c.RowChunks()
 	f.k.comment("S = Q K^T")
 	for ks := range c.D / 16 {
@@ -195,7 +249,7 @@ func (f *fwdKernel) scores() {
 			}
 		}
 		for j := range c.Bc / 16 {
-			kb := f.ldsm(f.smem, c.KOff(), rc, tile.PatternColMajor, j*16, ks*16, false)
+			kb := f.ldsm(kvb, c.KOff(), rc, tile.PatternColMajor, j*16, ks*16, false)
 			for mt := range c.MT {
 				f.mma16(f.S[mt][2*j:], a[mt], kb, ks == 0)
 			}
@@ -287,8 +341,9 @@ func (f *fwdKernel) softmax(mul string) {
 	k.label(skip)
 }
 
-// pv accumulates O += P·V with P from the S accumulators.
-func (f *fwdKernel) pv() {
+// pv accumulates O += P·V with P from the S accumulators and V at shared
+// address kvb + VOff.
+func (f *fwdKernel) pv(kvb string) {
 	c, rc := f.c, f.c.RowChunks()
 	f.k.comment("O += P V")
 	for kk := range c.Bc / 16 {
@@ -297,7 +352,7 @@ func (f *fwdKernel) pv() {
 			pa[mt] = f.aFromC(f.S[mt], kk)
 		}
 		for j := range c.D / 16 {
-			vb := f.ldsm(f.smem, c.VOff(), rc, tile.PatternRowMajor, kk*16, j*16, true)
+			vb := f.ldsm(kvb, c.VOff(), rc, tile.PatternRowMajor, kk*16, j*16, true)
 			for mt := range c.MT {
 				f.mma16(f.o[mt][2*j:], pa[mt], vb, false)
 			}

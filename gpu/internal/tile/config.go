@@ -19,17 +19,20 @@ var HeadDims = []int{64, 128, 256}
 // owns query rows [16·MT·w, 16·MT·(w+1)). K and V tiles of Bc rows each have
 // one shared-memory buffer and are loaded staggered, as flash-attn does: V
 // of block n is copied while S = Q·Kᵀ and the softmax of block n run, and K
-// of block n+1 while O += P·V of block n runs.
+// of block n+1 while O += P·V of block n runs. With KVDouble they have two
+// buffers each: K and V of block n+1 are copied while the whole of block n
+// runs, one barrier per block instead of two.
 //
 // With Split set it is the split-KV (flash-decoding) variant, FwdSplitConfig:
 // the same main loop over a part of the block's key tiles, writing float32
 // partial results that a combine kernel merges.
 type Fwd struct {
-	D     int  // head dimension
-	Bc    int  // keys per tile
-	MT    int  // 16-row m-tiles per warp
-	Warps int  // warps per block
-	Split bool // the split-KV variant (see FwdSplitConfig)
+	D        int  // head dimension
+	Bc       int  // keys per tile
+	MT       int  // 16-row m-tiles per warp
+	Warps    int  // warps per block
+	Split    bool // the split-KV variant (see FwdSplitConfig)
+	KVDouble bool // K and V double-buffered
 }
 
 // FwdConfig returns the forward configuration for head dimension d:
@@ -37,10 +40,14 @@ type Fwd struct {
 // sm_80/sm_90: d64 and d128: 4 warps of 32 rows (at d128 the O (128) and
 // S (64) accumulators take 192 of the 255 registers; ptxas 11.8 fits the
 // rest without spilling); d256: 8 warps of 16 rows, 128 KiB of shared
-// memory.
+// memory. Registers allow two blocks per SM at d64 and d128; K and V are
+// double-buffered where two blocks' shared memory still fits an A100's 164
+// KiB (d64: 48 KiB; d128 would need 96).
 func FwdConfig(d int) Fwd {
 	switch d {
-	case 64, 128:
+	case 64:
+		return Fwd{D: d, Bc: 64, MT: 2, Warps: 4, KVDouble: true}
+	case 128:
 		return Fwd{D: d, Bc: 64, MT: 2, Warps: 4}
 	default:
 		return Fwd{D: d, Bc: 64, MT: 1, Warps: 8}
@@ -57,8 +64,9 @@ func (c Fwd) Br() int { return c.Warps * 16 * c.MT }
 // the whole block (otherwise they reload them from shared memory per tile).
 func (c Fwd) QInRegs() bool { return c.D*c.MT <= 128 }
 
-// Smem layout (bytes): Q [Br][D], K [Bc][D], V [Bc][D]. The epilogue stages
-// each warp's O rows in its own rows of the Q tile.
+// Smem layout (bytes): Q [Br][D], K [Bc][D], V [Bc][D], and with KVDouble
+// the second K and V. The epilogue stages each warp's O rows in its own
+// rows of the Q tile.
 
 // QOff is the byte offset of the Q tile.
 func (c Fwd) QOff() int { return 0 }
@@ -69,8 +77,18 @@ func (c Fwd) KOff() int { return c.Br() * c.D * 2 }
 // VOff is the byte offset of the V tile.
 func (c Fwd) VOff() int { return c.KOff() + c.Bc*c.D*2 }
 
+// KVStageBytes is the offset of the second K and V buffers from the first
+// (KVDouble).
+func (c Fwd) KVStageBytes() int { return 2 * c.Bc * c.D * 2 }
+
 // SmemBytes is the dynamic shared memory a block uses.
-func (c Fwd) SmemBytes() int { return c.VOff() + c.Bc*c.D*2 }
+func (c Fwd) SmemBytes() int {
+	n := c.VOff() + c.Bc*c.D*2
+	if c.KVDouble {
+		n += c.KVStageBytes()
+	}
+	return n
+}
 
 // RowChunks is the number of 16-byte chunks in a tile row (D elements).
 func (c Fwd) RowChunks() int { return c.D / 8 }
