@@ -31,12 +31,12 @@ type fwdKernel struct {
 
 // forward generates the FlashAttention-2 forward kernel: one block per
 // (query block, head, batch element), heaviest first; the block's warps
-// split the query rows; K and V tiles are single-buffered and loaded
-// staggered with cp.async; S = Q·Kᵀ and O += P·V run on the tensor cores;
-// the online softmax stays in registers in log2 units with the scale folded
-// into its exp2's FMA; O is divided by the row sum once at the end, staged
-// in shared memory and written with 16-byte stores; LSE is written in
-// natural-log units.
+// split the query rows; K and V tiles are loaded with cp.async,
+// single-buffered and staggered or double-buffered (c.KVDouble); S = Q·Kᵀ
+// and O += P·V run on the tensor cores; the online softmax stays in
+// registers in log2 units with the scale folded into its exp2's FMA; O is
+// divided by the row sum once at the end, staged in shared memory and
+// written with 16-byte stores; LSE is written in natural-log units.
 //
 // The split-KV variant (c.Split, tile.FwdSplitConfig) runs the same code
 // over its part of the block's key tiles (tile.SplitRange) and ends with
