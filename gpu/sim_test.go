@@ -2,7 +2,10 @@ package gpu
 
 import (
 	"fmt"
+	"regexp"
 	"unsafe"
+
+	"github.com/flashattn/flashattn"
 
 	"github.com/flashattn/flashattn/gpu/internal/cuda"
 	"github.com/flashattn/flashattn/gpu/internal/ptxsim"
@@ -91,3 +94,29 @@ func (s *sim) DestroyStream(cuda.Stream) error { return nil }
 func (s *sim) SyncStream(cuda.Stream) error    { return nil }
 func (s *sim) Synchronize() error              { return nil }
 func (s *sim) Close() error                    { return nil }
+
+// simForward runs one bf16 forward on a fresh interpreter device and
+// returns O, LSE and the lane executions per opcode (ptxsim's Counts).
+// With del set, every match of it is deleted from the modules' text first;
+// it is an error if del matches nothing.
+func simForward(q, k, v flashattn.Tensor, opts *Options, del *regexp.Regexp) (out, lse []float32, counts map[string]int64, err error) {
+	d := newSimDevice()
+	defer d.Close()
+	s := d.ctx.backend.(*sim)
+	s.m.Counts = map[string]int64{}
+	removed := 0
+	if del != nil {
+		s.mutate = func(text string) string {
+			removed += len(del.FindAllString(text, -1))
+			return del.ReplaceAllString(text, "")
+		}
+	}
+	o, l, err := d.ForwardHost(BF16, q, k, v, opts)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if del != nil && removed == 0 {
+		return nil, nil, nil, fmt.Errorf("%v matches nothing in the modules", del)
+	}
+	return o.Data, l, s.m.Counts, nil
+}

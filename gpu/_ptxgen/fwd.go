@@ -31,18 +31,19 @@ type fwdKernel struct {
 
 // forward generates the FlashAttention-2 forward kernel: one block per
 // (query block, head, batch element), heaviest first; the block's warps
-// split the query rows; K and V tiles are single-buffered and loaded
-// staggered with cp.async; S = Q·Kᵀ and O += P·V run on the tensor cores;
-// the online softmax stays in registers in log2 units with the scale folded
-// into its exp2's FMA; O is divided by the row sum once at the end, staged
-// in shared memory and written with 16-byte stores; LSE is written in
-// natural-log units.
+// split the query rows; K and V tiles are loaded with cp.async,
+// single-buffered and staggered or double-buffered (c.KVDouble); S = Q·Kᵀ
+// and O += P·V run on the tensor cores; the online softmax stays in
+// registers in log2 units with the scale folded into its exp2's FMA; O is
+// divided by the row sum once at the end, staged in shared memory and
+// written with 16-byte stores; LSE is written in natural-log units.
 //
 // The split-KV variant (c.Split, tile.FwdSplitConfig) runs the same code
 // over its part of the block's key tiles (tile.SplitRange) and ends with
 // splitEpilogue instead.
 func forward(dt dtype, c tile.Fwd) *Kernel {
 	k := newKernel(c.Name(dt.name), c.Threads())
+	k.minBlocks = c.BlocksPerSM()
 	f := &fwdKernel{gen: newGen(k, dt), c: c}
 	if c.Split {
 		f.declare(tile.FwdSplitParams)
@@ -116,8 +117,9 @@ func (f *fwdKernel) state() {
 	f.colOff = k.rOp("shl.b32", f.t, "1")
 }
 
-// prologue copies Q (one group) and K of block nlo (another), and loads the
-// Q fragments when they live in registers.
+// prologue copies Q (one group) and K of block nlo (another; with
+// KVDouble, V of block nlo too), and loads the Q fragments when they live
+// in registers.
 func (f *fwdKernel) prologue() {
 	k, c, rc := f.k, f.c, f.c.RowChunks()
 	qc := f.newTileCopy(c.Br(), rc, f.qRB, f.s.sq)
@@ -128,6 +130,9 @@ func (f *fwdKernel) prologue() {
 	f.kSrc = f.newSrc(f.kv, f.kBase, n0)
 	f.vSrc = f.newSrc(f.kv, f.vBase, n0)
 	f.copyTile(f.kv, f.kSrc, n0, f.kv.soff, c.KOff())
+	if c.KVDouble {
+		f.copyTile(f.kv, f.vSrc, n0, f.kv.soff, c.VOff())
+	}
 	k.op("cp.async.commit_group")
 	if !c.QInRegs() {
 		return
@@ -150,9 +155,14 @@ func (f *fwdKernel) prologue() {
 //	O += P·V(n)
 //
 // The first barrier also tells every warp is done with V(n-1) before V(n)
-// overwrites it, the second that every warp is done with K(n).
+// overwrites it, the second that every warp is done with K(n). With
+// KVDouble it is loopDouble.
 func (f *fwdKernel) loop() {
 	k, c := f.k, f.c
+	if c.KVDouble {
+		f.loopDouble()
+		return
+	}
 	n := k.rOp("mov.u32", f.nlo)
 	loopL := k.newLabel("loop")
 	k.label(loopL)
@@ -161,11 +171,7 @@ func (f *fwdKernel) loop() {
 	n0 := k.rOp("shl.b32", n, imm(log2(c.Bc)))
 	f.copyTile(f.kv, f.vSrc, n0, f.kv.soff, c.VOff())
 	k.op("cp.async.commit_group")
-	f.scores()
-	sc := f.loadScore() // parameters read where used: no registers held across the loop
-	f.scoreTransform(sc, flat(f.S))
-	f.maskScores(n0)
-	f.softmax(sc.mul)
+	f.tile(n0, f.smem)
 	k.op("cp.async.wait_group 0")
 	k.op("bar.sync 0")
 	next := k.rOp("add.u32", n, "1")
@@ -175,13 +181,62 @@ func (f *fwdKernel) loop() {
 	f.copyTile(f.kv, f.kSrc, k.rOp("add.u32", n0, imm(c.Bc)), f.kv.soff, c.KOff())
 	k.op("cp.async.commit_group")
 	k.label(skip)
-	f.pv()
+	f.pv(f.smem)
 	k.op("mov.u32 %s, %s", n, next)
 	k.op("@%s bra %s", more, loopL)
 }
 
-// scores computes S = Q·Kᵀ for the warp's rows and the tile's Bc keys.
-func (f *fwdKernel) scores() {
+// loopDouble is the main loop with K and V double-buffered: block n's tiles
+// are in buffer n&1 (at byte offset stage), and block n+1's are copied
+// into the other buffer while block n runs:
+//
+//	wait for K(n), V(n); barrier; copy K(n+1), V(n+1) if any
+//	S = Q·K(n)ᵀ, softcap, mask, online softmax
+//	O += P·V(n)
+//
+// The barrier also tells every warp is done with block n-1's buffer before
+// block n+1's copies overwrite it.
+func (f *fwdKernel) loopDouble() {
+	k, c := f.k, f.c
+	n := k.rOp("mov.u32", f.nlo)
+	stage := k.rOp("mov.u32", "0")
+	loopL := k.newLabel("loop")
+	k.label(loopL)
+	k.op("cp.async.wait_group 0")
+	k.op("bar.sync 0")
+	n0 := k.rOp("shl.b32", n, imm(log2(c.Bc)))
+	next := k.rOp("add.u32", n, "1")
+	more := k.pOp("setp.lt.s32", next, f.nhi)
+	skip := k.newLabel("nextk")
+	k.op("@!%s bra %s", more, skip)
+	n1 := k.rOp("add.u32", n0, imm(c.Bc))
+	other := k.rOp("xor.b32", stage, imm(c.KVStageBytes()))
+	other = k.rOp("add.u32", f.kv.soff, other)
+	f.copyTile(f.kv, f.kSrc, n1, other, c.KOff())
+	f.copyTile(f.kv, f.vSrc, n1, other, c.VOff())
+	k.op("cp.async.commit_group")
+	k.label(skip)
+	kvb := k.rOp("add.u32", f.smem, stage)
+	f.tile(n0, kvb)
+	f.pv(kvb)
+	k.op("xor.b32 %s, %s, %d", stage, stage, c.KVStageBytes())
+	k.op("mov.u32 %s, %s", n, next)
+	k.op("@%s bra %s", more, loopL)
+}
+
+// tile computes S = Q·K(n)ᵀ with K at kvb + KOff, then the softcap, the
+// mask and the online softmax.
+func (f *fwdKernel) tile(n0, kvb string) {
+	f.scores(kvb)
+	sc := f.loadScore() // parameters read where used: no registers held across the loop
+	f.scoreTransform(sc, flat(f.S))
+	f.maskScores(n0)
+	f.softmax(sc.mul)
+}
+
+// scores computes S = Q·Kᵀ for the warp's rows and the tile's Bc keys, K
+// at shared address kvb + KOff.
+func (f *fwdKernel) scores(kvb string) {
 	c, rc := f.c, f.c.RowChunks()
 	f.k.comment("S = Q K^T")
 	for ks := range c.D / 16 {
@@ -194,7 +249,7 @@ func (f *fwdKernel) scores() {
 			}
 		}
 		for j := range c.Bc / 16 {
-			kb := f.ldsm(f.smem, c.KOff(), rc, tile.PatternColMajor, j*16, ks*16, false)
+			kb := f.ldsm(kvb, c.KOff(), rc, tile.PatternColMajor, j*16, ks*16, false)
 			for mt := range c.MT {
 				f.mma16(f.S[mt][2*j:], a[mt], kb, ks == 0)
 			}
@@ -228,10 +283,18 @@ func (f *fwdKernel) maskScores(n0 string) {
 // softmax is the online softmax of the tile, per row: the row max of the
 // raw scores (a tree, then across the quad), the new running max in log2
 // units, P = 2^(s·mul - m) by one FMA and ex2 per score, the row sum (a
-// tree), and the rescaling of l and O by 2^(m_old - m_new).
+// tree), and the rescaling of l and O by α = 2^(m_old - m_new).
+//
+// The O rescale (D/4 multiplies per row and thread) runs only when some
+// row of the warp got a new max: a warp-uniform branch on vote.all of
+// "m_new == m_old" skips it otherwise. Skipping is exact: with an unchanged
+// finite max α = 2^0 = 1, and a max still -Inf means every score so far
+// was -Inf or NaN, so O holds only zeros (α = 0 leaves them) or NaNs.
 func (f *fwdKernel) softmax(mul string) {
 	k, c := f.k, f.c
 	k.comment("online softmax")
+	alphas := make([][2]string, c.MT)
+	var same string // every row of this thread kept its max
 	for mt := range c.MT {
 		for rh := range 2 {
 			var xs []string
@@ -244,6 +307,12 @@ func (f *fwdKernel) softmax(mul string) {
 			isInf := k.pOp("setp.eq.f32", mnew, negInf)
 			muse := k.fOp("selp.f32", zeroF, mnew, isInf)
 			alpha := k.fOp("ex2.approx.ftz.f32", k.fOp("sub.f32", m, muse))
+			kept := k.pOp("setp.eq.f32", mnew, m)
+			if same == "" {
+				same = kept
+			} else {
+				k.op("and.pred %s, %s, %s", same, same, kept)
+			}
 			k.op("mov.f32 %s, %s", m, mnew)
 			negm := k.fOp("neg.f32", muse)
 			for _, v := range xs {
@@ -252,18 +321,29 @@ func (f *fwdKernel) softmax(mul string) {
 			}
 			l := f.lrow[mt][rh]
 			k.op("fma.rn.f32 %s, %s, %s, %s", l, l, alpha, f.tree("add.f32", xs))
+			alphas[mt][rh] = alpha
+		}
+	}
+	k.comment("O *= alpha unless no row of the warp got a new max")
+	skip := k.newLabel("rescaled")
+	k.op("vote.sync.all.pred %s, %s, -1", same, same)
+	k.op("@%s bra.uni %s", same, skip)
+	for mt := range c.MT {
+		for rh := range 2 {
 			for j := range c.D / 8 {
 				for e := range 2 {
 					v := f.o[mt][j][2*rh+e]
-					k.op("mul.f32 %s, %s, %s", v, v, alpha)
+					k.op("mul.f32 %s, %s, %s", v, v, alphas[mt][rh])
 				}
 			}
 		}
 	}
+	k.label(skip)
 }
 
-// pv accumulates O += P·V with P from the S accumulators.
-func (f *fwdKernel) pv() {
+// pv accumulates O += P·V with P from the S accumulators and V at shared
+// address kvb + VOff.
+func (f *fwdKernel) pv(kvb string) {
 	c, rc := f.c, f.c.RowChunks()
 	f.k.comment("O += P V")
 	for kk := range c.Bc / 16 {
@@ -272,7 +352,7 @@ func (f *fwdKernel) pv() {
 			pa[mt] = f.aFromC(f.S[mt], kk)
 		}
 		for j := range c.D / 16 {
-			vb := f.ldsm(f.smem, c.VOff(), rc, tile.PatternRowMajor, kk*16, j*16, true)
+			vb := f.ldsm(kvb, c.VOff(), rc, tile.PatternRowMajor, kk*16, j*16, true)
 			for mt := range c.MT {
 				f.mma16(f.o[mt][2*j:], pa[mt], vb, false)
 			}

@@ -36,7 +36,7 @@ func TestInstructionMix(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, k := range loopMixes(string(text)) {
+		for _, k := range loopMixes(string(text), false) {
 			mixes[k.name] = k.mix
 			small := strings.HasPrefix(k.name, "conv") || strings.HasPrefix(k.name, "bwdpre") || strings.HasPrefix(k.name, "fwdcombine")
 			if k.mix == nil && !small {
@@ -93,8 +93,10 @@ var (
 
 // loopMixes counts, per kernel, the instructions between its first loop
 // label and the branch back to it, leaving out the blocks that uniform
-// branches skip on the common path (mask, softcap, partial copies).
-func loopMixes(text string) []kernelMix {
+// branches skip on the common path (mask, softcap, partial copies); with
+// skipRescale, also the forward's O rescale (the path of a key tile where no
+// row of the warp got a new max).
+func loopMixes(text string, skipRescale bool) []kernelMix {
 	var out []kernelMix
 	lines := strings.Split(text, "\n")
 	for i := 0; i < len(lines); i++ {
@@ -106,7 +108,7 @@ func loopMixes(text string) []kernelMix {
 		j := i
 		for ; j < len(lines) && lines[j] != "}"; j++ {
 			if l := loopLabel.FindStringSubmatch(lines[j]); l != nil {
-				k.mix = countLoop(lines[j+1:], l[1])
+				k.mix = countLoop(lines[j+1:], l[1], skipRescale)
 				break
 			}
 		}
@@ -117,7 +119,12 @@ func loopMixes(text string) []kernelMix {
 	return out
 }
 
-func countLoop(lines []string, label string) map[string]int {
+// countLoop counts the instructions of lines up to the branch back to
+// label: per kind (mix keys "mma", "ldmatrix", "cp.async", "bar.sync",
+// "red", "st.global", "total") and, for the estimates, "mufu" (ex2, lg2,
+// rcp: the special-function unit), "copy" (cp.async copies, without
+// commits and waits) and "smem bytes" (per lane, of ld/st.shared).
+func countLoop(lines []string, label string, skipRescale bool) map[string]int {
 	mix := map[string]int{}
 	skipTo := "" // inside a skipped block: until this label
 	for _, l := range lines {
@@ -145,7 +152,8 @@ func countLoop(lines []string, label string) map[string]int {
 			// copy path: the common path takes the skip (a whole tile,
 			// no softcap) and the unconditional branch over the partial
 			// path; the prefetch branch is taken only on the last block.
-			if strings.Contains(target, "nomask") || strings.Contains(target, "scored") || strings.Contains(target, "copied") || strings.Contains(target, "pgdone") {
+			if strings.Contains(target, "nomask") || strings.Contains(target, "scored") || strings.Contains(target, "copied") || strings.Contains(target, "pgdone") ||
+				skipRescale && strings.Contains(target, "rescaled") {
 				skipTo = target
 			}
 			mix["total"]++
@@ -157,6 +165,32 @@ func countLoop(lines []string, label string) map[string]int {
 				mix[kind]++
 			}
 		}
+		switch {
+		case strings.HasPrefix(op, "ex2") || strings.HasPrefix(op, "lg2") || strings.HasPrefix(op, "rcp"):
+			mix["mufu"]++
+		case strings.HasPrefix(op, "cp.async.c"):
+			mix["copy"]++
+		case strings.HasPrefix(op, "ld.shared") || strings.HasPrefix(op, "st.shared"):
+			mix["smem bytes"] += sharedBytes(op)
+		}
 	}
 	return nil
+}
+
+// sharedBytes is the bytes per lane of an ld/st.shared opcode
+// (st.shared.v2.f32: 8).
+func sharedBytes(op string) int {
+	n := 4
+	if strings.HasSuffix(op, "16") {
+		n = 2
+	} else if strings.HasSuffix(op, "64") {
+		n = 8
+	}
+	switch {
+	case strings.Contains(op, ".v2."):
+		n *= 2
+	case strings.Contains(op, ".v4."):
+		n *= 4
+	}
+	return n
 }

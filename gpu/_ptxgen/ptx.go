@@ -17,6 +17,11 @@ type Kernel struct {
 	count   map[string]int // register prefix → registers allocated
 	labels  int
 	threads int // block size the kernel is written for (.maxntid)
+	// minBlocks, when > 0, is the kernel's .minnctapersm: the blocks per SM
+	// ptxas must allow for. Without it ptxas 11.8 may pick a register
+	// target of its own: it held fwdsplit_*_d64 to 128 registers on sm_90
+	// and spilled.
+	minBlocks int
 }
 
 // regTypes maps a register prefix to its PTX declaration type.
@@ -94,7 +99,11 @@ func fimm(v float32) string { return fmt.Sprintf("0f%08X", math.Float32bits(v)) 
 // String renders the .entry.
 func (k *Kernel) String() string {
 	var s strings.Builder
-	fmt.Fprintf(&s, ".visible .entry %s(\n%s\n)\n.maxntid %d, 1, 1\n{\n", k.name, strings.Join(k.params, ",\n"), k.threads)
+	fmt.Fprintf(&s, ".visible .entry %s(\n%s\n)\n.maxntid %d, 1, 1\n", k.name, strings.Join(k.params, ",\n"), k.threads)
+	if k.minBlocks > 0 {
+		fmt.Fprintf(&s, ".minnctapersm %d\n", k.minBlocks)
+	}
+	s.WriteString("{\n")
 	prefixes := make([]string, 0, len(k.count))
 	for p := range k.count {
 		prefixes = append(prefixes, p)

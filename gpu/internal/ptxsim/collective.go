@@ -113,6 +113,33 @@ func (k *Kernel) decodeLdmatrix(in *inst, parts, ops []string) (*inst, error) {
 	return in, nil
 }
 
+// decodeVote decodes vote.sync.all.pred d, {!}a, -1: d is true in every
+// lane iff a is true in every lane of the (whole) warp.
+func (k *Kernel) decodeVote(in *inst, op string, ops []string) (*inst, error) {
+	if op != "vote.sync.all.pred" || len(ops) != 3 || ops[2] != "-1" {
+		return nil, errors.New("only vote.sync.all.pred d, a, -1 is supported")
+	}
+	d, err := k.reg(ops[0])
+	if err != nil {
+		return nil, err
+	}
+	a, err := k.pred(ops[1])
+	if err != nil {
+		return nil, err
+	}
+	in.warp = func(c *cta, lanes []*thread) error {
+		all := uint64(1)
+		for _, t := range lanes {
+			all &= a(c, t)
+		}
+		for _, t := range lanes {
+			t.r[d] = all
+		}
+		return nil
+	}
+	return in, nil
+}
+
 func (k *Kernel) decodeShfl(in *inst, op string, ops []string) (*inst, error) {
 	if op != "shfl.sync.bfly.b32" || len(ops) != 5 || ops[3] != "31" || ops[4] != "-1" {
 		return nil, errors.New("only shfl.sync.bfly.b32 d, a, lanemask, 31, -1 is supported")

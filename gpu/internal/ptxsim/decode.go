@@ -130,6 +130,7 @@ func (k *Kernel) decode(text string) (*inst, error) {
 	if op == "" {
 		return nil, errors.New("no instruction")
 	}
+	in.op = op
 	return k.decodeOp(in, op, strings.Split(op, "."), splitOperands(rest))
 }
 
@@ -182,6 +183,8 @@ func (k *Kernel) decodeOp(in *inst, op string, parts, ops []string) (*inst, erro
 		return k.decodeLdmatrix(in, parts, ops)
 	case "shfl":
 		return k.decodeShfl(in, op, ops)
+	case "vote":
+		return k.decodeVote(in, op, ops)
 	}
 	switch parts[len(parts)-1] {
 	case "pred":
@@ -212,7 +215,7 @@ func (k *Kernel) decodeControl(in *inst, op, family string, ops []string) (*inst
 		if !ok {
 			return nil, fmt.Errorf("unknown label %q", ops[0])
 		}
-		in.kind, in.target = kBranch, target
+		in.kind, in.target, in.uni = kBranch, target, op == "bra.uni"
 	case family == "ret":
 		in.kind = kRet
 	case op == "bar.warp.sync" && len(ops) == 1 && ops[0] == "-1":

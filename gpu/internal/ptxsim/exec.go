@@ -53,6 +53,8 @@ type inst struct {
 	warp   func(c *cta, lanes []*thread) error // warp-collective semantics (all 32 lanes)
 	kind   int
 	target int
+	uni    bool   // bra.uni: every live lane of the warp must take the same way
+	op     string // the opcode (add.u32), for Machine.Counts
 	text   string
 	line   int
 }
@@ -173,6 +175,20 @@ func (c *cta) runWarp(lanes []*thread) error {
 
 // step executes in for the lanes in group.
 func (c *cta) step(in *inst, lanes, group []*thread) error {
+	if in.uni {
+		if err := uniform(c, in, lanes, group); err != nil {
+			return err
+		}
+	}
+	if c.m.Counts != nil {
+		n := 0
+		for _, t := range group {
+			if c.guard(in, t) {
+				n++
+			}
+		}
+		c.m.Counts[in.op] += int64(n)
+	}
 	if in.warp != nil {
 		active := 0
 		for _, t := range lanes {
@@ -214,6 +230,27 @@ func (c *cta) step(in *inst, lanes, group []*thread) error {
 			}
 			t.pc++
 		}
+	}
+	return nil
+}
+
+// uniform reports a bra.uni that the warp's live lanes do not reach
+// together or do not all take (or all fall through).
+func uniform(c *cta, in *inst, lanes, group []*thread) error {
+	live := 0
+	for _, t := range lanes {
+		if t.state != exited {
+			live++
+		}
+	}
+	taken := 0
+	for _, t := range group {
+		if c.guard(in, t) {
+			taken++
+		}
+	}
+	if len(group) != live || (taken != 0 && taken != live) {
+		return fmt.Errorf("bra.uni taken by %d of %d lanes here, %d live (divergence)", taken, len(group), live)
 	}
 	return nil
 }

@@ -10,6 +10,12 @@ import (
 type Machine struct {
 	allocs []*alloc // sorted by base
 	next   uint64
+
+	// Counts, when not nil, receives per opcode (as written: "mul.f32",
+	// "bra.uni") the number of lane executions of Launch's kernels: each
+	// lane whose guard predicate held counts once, a warp-collective
+	// instruction 32 times.
+	Counts map[string]int64
 }
 
 type alloc struct {

@@ -200,6 +200,10 @@ func TestHazards(t *testing.T) {
 		{"global out of bounds", "mul.wide.u32 %rd1, %r0, 64;\n add.s64 %rd1, %rd0, %rd1;\n ld.global.f32 %f0, [%rd1];", "outside every allocation"},
 		{"divergent shuffle", "setp.lt.u32 %p0, %r0, 16;\n @%p0 bra $L_x;\n shfl.sync.bfly.b32 %r5, %r0, 1, 31, -1;\n$L_x:", "divergence"},
 		{"division by zero", "div.u32 %r6, %r0, 0;", "division by zero"},
+		{"divergent bra.uni", "setp.lt.u32 %p0, %r0, 16;\n @%p0 bra.uni $L_x;\n$L_x:", "bra.uni taken by 16 of 32"},
+		{"vote.all true skips", "setp.lt.u32 %p0, %r0, 64;\n vote.sync.all.pred %p1, %p0, -1;\n @%p1 bra.uni $L_x;\n div.u32 %r6, %r0, 0;\n$L_x:", ""},
+		{"vote.all false falls through", "setp.ne.u32 %p0, %r0, 40;\n vote.sync.all.pred %p1, %p0, -1;\n @%p1 bra.uni $L_x;\n div.u32 %r6, %r0, 0;\n$L_x:", "warp 1: line"},
+		{"vote.all of a negated predicate", "setp.ne.u32 %p0, %r0, 40;\n vote.sync.all.pred %p1, !%p0, -1;\n @!%p1 bra.uni $L_x;\n div.u32 %r6, %r0, 0;\n$L_x:", ""},
 		{"smem overflow", "st.shared.b32 [%r2+4096], %r0;", "past the block"},
 	}
 	for _, c := range cases {
@@ -245,6 +249,7 @@ func TestDecodeRefuses(t *testing.T) {
 		{"@%p0 ;", "no instruction"},
 		{"@%p0;", "no instruction after the guard"},
 		{"add.u32 %r3, %r0, %q1;", "undeclared register class"},
+		{"vote.sync.any.pred %p1, %p0, -1;", "only vote.sync.all.pred"},
 	}
 	for _, c := range cases {
 		_, err := Parse(kernelText(c.line))

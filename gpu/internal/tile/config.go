@@ -19,31 +19,36 @@ var HeadDims = []int{64, 128, 256}
 // owns query rows [16·MT·w, 16·MT·(w+1)). K and V tiles of Bc rows each have
 // one shared-memory buffer and are loaded staggered, as flash-attn does: V
 // of block n is copied while S = Q·Kᵀ and the softmax of block n run, and K
-// of block n+1 while O += P·V of block n runs.
+// of block n+1 while O += P·V of block n runs. With KVDouble they have two
+// buffers each: K and V of block n+1 are copied while the whole of block n
+// runs, one barrier per block instead of two.
 //
 // With Split set it is the split-KV (flash-decoding) variant, FwdSplitConfig:
 // the same main loop over a part of the block's key tiles, writing float32
 // partial results that a combine kernel merges.
 type Fwd struct {
-	D     int  // head dimension
-	Bc    int  // keys per tile
-	MT    int  // 16-row m-tiles per warp
-	Warps int  // warps per block
-	Split bool // the split-KV variant (see FwdSplitConfig)
+	D        int  // head dimension
+	Bc       int  // keys per tile
+	MT       int  // 16-row m-tiles per warp
+	Warps    int  // warps per block
+	Split    bool // the split-KV variant (see FwdSplitConfig)
+	KVDouble bool // K and V double-buffered
 }
 
 // FwdConfig returns the forward configuration for head dimension d:
-// 128-row query blocks everywhere, as flash-attn 2 has on sm_80/sm_90:
-// d64: 4 warps of 32 rows, 128×64 tiles; d128: 4 warps of 32 rows, 128×32
-// tiles (flash-attn's sm_86 choice: with 64-key tiles the O (128) and S
-// (64) accumulators leave ptxas too few of the 255 registers and it spills);
-// d256: 8 warps of 16 rows, 128×64 tiles, 128 KiB of shared memory.
+// 128-row query blocks and 64-key tiles everywhere, as flash-attn 2 has on
+// sm_80/sm_90: d64 and d128: 4 warps of 32 rows (at d128 the O (128) and
+// S (64) accumulators take 192 of the 255 registers; ptxas 11.8 fits the
+// rest without spilling); d256: 8 warps of 16 rows, 128 KiB of shared
+// memory. Registers allow two blocks per SM at d64 and d128; K and V are
+// double-buffered where two blocks' shared memory still fits an A100's 164
+// KiB (d64: 48 KiB; d128 would need 96).
 func FwdConfig(d int) Fwd {
 	switch d {
 	case 64:
-		return Fwd{D: d, Bc: 64, MT: 2, Warps: 4}
+		return Fwd{D: d, Bc: 64, MT: 2, Warps: 4, KVDouble: true}
 	case 128:
-		return Fwd{D: d, Bc: 32, MT: 2, Warps: 4}
+		return Fwd{D: d, Bc: 64, MT: 2, Warps: 4}
 	default:
 		return Fwd{D: d, Bc: 64, MT: 1, Warps: 8}
 	}
@@ -59,8 +64,9 @@ func (c Fwd) Br() int { return c.Warps * 16 * c.MT }
 // the whole block (otherwise they reload them from shared memory per tile).
 func (c Fwd) QInRegs() bool { return c.D*c.MT <= 128 }
 
-// Smem layout (bytes): Q [Br][D], K [Bc][D], V [Bc][D]. The epilogue stages
-// each warp's O rows in its own rows of the Q tile.
+// Smem layout (bytes): Q [Br][D], K [Bc][D], V [Bc][D], and with KVDouble
+// the second K and V. The epilogue stages each warp's O rows in its own
+// rows of the Q tile.
 
 // QOff is the byte offset of the Q tile.
 func (c Fwd) QOff() int { return 0 }
@@ -71,8 +77,18 @@ func (c Fwd) KOff() int { return c.Br() * c.D * 2 }
 // VOff is the byte offset of the V tile.
 func (c Fwd) VOff() int { return c.KOff() + c.Bc*c.D*2 }
 
+// KVStageBytes is the offset of the second K and V buffers from the first
+// (KVDouble).
+func (c Fwd) KVStageBytes() int { return 2 * c.Bc * c.D * 2 }
+
 // SmemBytes is the dynamic shared memory a block uses.
-func (c Fwd) SmemBytes() int { return c.VOff() + c.Bc*c.D*2 }
+func (c Fwd) SmemBytes() int {
+	n := c.VOff() + c.Bc*c.D*2
+	if c.KVDouble {
+		n += c.KVStageBytes()
+	}
+	return n
+}
 
 // RowChunks is the number of 16-byte chunks in a tile row (D elements).
 func (c Fwd) RowChunks() int { return c.D / 8 }
@@ -130,31 +146,32 @@ const MaxSmem = 163 * 1024
 
 // Bwd is the backward dK/dV kernel's configuration: one thread block of
 // Warps warps per (key block of Bc = 16·Warps keys, query head, batch
-// element); each warp owns 16 keys and accumulates their dK and dV rows in
-// registers while the block walks the query blocks of Br rows that see it
-// (Q, dO, LSE and dsum double-buffered). With the atomic dQ variant the
-// block also adds dQ = dS·K for each query block to a float32 accumulator,
-// its warps splitting the Br×D product into (Br/16) row groups × the rest
-// column groups. 128-key blocks of 8 warps halve the dQ atomics per FLOP of
-// 64-key blocks (flash-attn 2's sm_80 backward has 128-key blocks of 8 warps
-// too).
+// element) that walks the query blocks of Br rows that see it (Q, dO, LSE
+// and dsum double-buffered), with flash-attn 2's warp layouts (its sm_80
+// d128 backward: 64 queries × 128 keys, 8 warps). The warps form a grid of
+// KeyGroups × 2 for each product, per query block:
+//
+//	Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ: warp (kg, qh) the 32 keys of key group kg ×
+//	    the Br/2 queries of half qh; P and dS (as Pᵀ, dSᵀ) go to shared
+//	    memory;
+//	dV += Pᵀ·dO, dK += dSᵀ·Q: warp (kg, dh) the 32 keys × the D/2 columns
+//	    of half dh, its dK and dV accumulators kept in registers for the
+//	    whole block;
+//
+// and with the atomic dQ variant, dQ = dS·K: warp w the 32 query rows
+// 32·(w % DQRowGroups) × the DQCols columns from (w / DQRowGroups)·DQCols,
+// added to a float32 accumulator. Each warp loads its operands' shares
+// only: 144 ldmatrix per 320 mma at d128 (the former layout, a warp per 16
+// keys with all queries, needed 200). 128-key blocks halve the dQ atomics
+// per FLOP of 64-key blocks.
 type Bwd struct {
 	D     int
 	Br    int
 	Warps int
-	QSub  int // queries per sub-tile of Sᵀ, dPᵀ and the dK/dV products
 }
 
-// BwdConfig returns the dK/dV configuration for head dimension d. At d128
-// the warps walk each query block in two 32-query halves (Sᵀ and dPᵀ take
-// 32 registers instead of 64 beside dK and dV's 128), so that ptxas does
-// not spill; K and V fragments are then loaded twice per query block.
-func BwdConfig(d int) Bwd {
-	if d > 64 {
-		return Bwd{D: d, Br: 64, Warps: 8, QSub: 32}
-	}
-	return Bwd{D: d, Br: 64, Warps: 8, QSub: 64}
-}
+// BwdConfig returns the dK/dV configuration for head dimension d.
+func BwdConfig(d int) Bwd { return Bwd{D: d, Br: 64, Warps: 8} }
 
 // Threads is the block size.
 func (c Bwd) Threads() int { return WarpThreads * c.Warps }
@@ -162,16 +179,14 @@ func (c Bwd) Threads() int { return WarpThreads * c.Warps }
 // Bc is the number of keys per thread block.
 func (c Bwd) Bc() int { return c.Warps * 16 }
 
-// KVInRegs reports whether each warp keeps its K and V rows as mma
-// fragments in registers for the whole block (d64: 32 registers); at d128
-// they would take 64 of the registers dK, dV, Sᵀ and dPᵀ need (192), so
-// they are reloaded from shared memory per query block, as flash-attn does.
-func (c Bwd) KVInRegs() bool { return c.D <= 64 }
+// KeyGroups is the number of 32-key groups of the block; warp w is in key
+// group w % KeyGroups and query (or column) half w / KeyGroups.
+func (c Bwd) KeyGroups() int { return c.Bc() / 32 }
 
 // DQRowGroups and DQColGroups split the atomic variant's dQ product (Br
-// query rows × D) over the warps: warp w computes rows 16·(w % DQRowGroups)
-// and columns [(w / DQRowGroups)·DQCols, +DQCols).
-func (c Bwd) DQRowGroups() int { return c.Br / 16 }
+// query rows × D) over the warps: warp w computes rows 32·(w % DQRowGroups)
+// (two m-tiles) and columns [(w / DQRowGroups)·DQCols, +DQCols).
+func (c Bwd) DQRowGroups() int { return c.Br / 32 }
 
 // DQColGroups is the number of column groups of the dQ product.
 func (c Bwd) DQColGroups() int { return c.Warps / c.DQRowGroups() }
@@ -179,10 +194,10 @@ func (c Bwd) DQColGroups() int { return c.Warps / c.DQRowGroups() }
 // DQCols is the number of dQ columns a warp computes.
 func (c Bwd) DQCols() int { return c.D / c.DQColGroups() }
 
-// Smem layout (bytes): K [Bc][D], V [Bc][D], dS [Bc][Br] (stored
-// transposed: a row per key), then two stages, each Q [Br][D], dO [Br][D]
-// and the float32 rows LSE [Br] and dsum [Br] in one contiguous region, so
-// that one register offset selects the stage.
+// Smem layout (bytes): K [Bc][D], V [Bc][D], dSᵀ [Bc][Br] and Pᵀ [Bc][Br]
+// (a row per key), then two stages, each Q [Br][D], dO [Br][D] and the
+// float32 rows LSE [Br] and dsum [Br] in one contiguous region, so that one
+// register offset selects the stage.
 
 // KOff is the byte offset of the K tile.
 func (c Bwd) KOff() int { return 0 }
@@ -196,8 +211,11 @@ func (c Bwd) DSOff() int { return 2 * c.Bc() * c.D * 2 }
 // StageBytes is the size of one stage (Q, dO, LSE, dsum).
 func (c Bwd) StageBytes() int { return 2*c.Br*c.D*2 + 2*c.Br*4 }
 
+// PTOff is the byte offset of the Pᵀ tile.
+func (c Bwd) PTOff() int { return c.DSOff() + c.Bc()*c.Br*2 }
+
 // QOff is the byte offset of stage s's Q tile.
-func (c Bwd) QOff(s int) int { return c.DSOff() + c.Bc()*c.Br*2 + s*c.StageBytes() }
+func (c Bwd) QOff(s int) int { return c.PTOff() + c.Bc()*c.Br*2 + s*c.StageBytes() }
 
 // DOOff is the byte offset of stage s's dO tile.
 func (c Bwd) DOOff(s int) int { return c.QOff(s) + c.Br*c.D*2 }
@@ -238,10 +256,10 @@ func (c Bwd) Check() error {
 		return fmt.Errorf("tile: backward head dim %d must be 64 or 128", c.D)
 	case c.Br != 64:
 		return fmt.Errorf("tile: backward Br %d must be 64 (the dS tile is %d keys × 64 queries)", c.Br, c.Bc())
-	case c.QSub%16 != 0 || c.QSub <= 0 || c.Br%c.QSub != 0:
-		return fmt.Errorf("tile: query sub-tile %d does not divide Br %d in multiples of 16", c.QSub, c.Br)
+	case c.Warps%2 != 0 || c.Br != 2*32 || c.D%32 != 0:
+		return fmt.Errorf("tile: %d warps cannot form the 2-wide warp grids over %d queries and head dim %d", c.Warps, c.Br, c.D)
 	case c.Warps%c.DQRowGroups() != 0 || c.DQCols()%16 != 0:
-		return fmt.Errorf("tile: %d warps do not split dQ (%d×%d) into 16-row, 16-column multiples", c.Warps, c.Br, c.D)
+		return fmt.Errorf("tile: %d warps do not split dQ (%d×%d) into 32-row, 16-column multiples", c.Warps, c.Br, c.D)
 	}
 	if err := checkCopy(c.Threads(), c.RowChunks(), c.Br, c.Bc()); err != nil {
 		return err

@@ -303,13 +303,18 @@ func TestForwardFragments(t *testing.T) {
 	}
 }
 
-// The backward dK/dV kernel: warp w owns keys [16w, 16w+16).
+// The backward dK/dV kernel, flash-attn 2's warp layouts (Bwd): warp
+// (kg, h) = (w % KeyGroups, w / KeyGroups) computes, per 16-key m-tile of
+// its 32 keys r0 = 32kg + 16mt,
 //
-//	Sᵀ = K·Qᵀ (LaneA on K, LaneB on Q), dV = Pᵀ·dO (CToA, LaneBTrans on dO),
-//	dPᵀ = V·dOᵀ (LaneA on V, LaneB on dO), dK = dSᵀ·Q (CToA, LaneBTrans on Q),
-//	dSᵀ stored to shared memory from the accumulators, and
-//	dQ = dS·K with dS through LaneATrans and K through LaneBTrans, the block's
-//	warps splitting the query rows.
+//	Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ over the queries of half h (LaneA on K and V,
+//	LaneB on Q and dO), stored to the Pᵀ and dSᵀ tiles from the
+//	accumulators;
+//	dV = Pᵀ·dO and dK = dSᵀ·Q over the D/2 columns of half h (LaneA on the
+//	stored Pᵀ and dSᵀ, LaneBTrans on dO and Q);
+//
+// and dQ = dS·K with dS through LaneATrans and K through LaneBTrans, warp w
+// computing rows 32·(w % DQRowGroups) and DQCols columns.
 func TestBackwardFragments(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, d := range []int{64, 128} {
@@ -329,49 +334,67 @@ func TestBackwardFragments(t *testing.T) {
 		dPT := matmulNT(v, do)             // [bc][br]
 		dKw := matmulNT(dPT, transpose(q)) // dPᵀ·Q with dPᵀ as the stand-in for dSᵀ
 		dQw := matmulNT(transpose(dPT), transpose(k))
-		for w := 0; w < c.Warps; w++ {
-			r0 := 16 * w
-			st := warpGemmNT(s, c.KOff(), rc, r0, c.QOff(1), rc, br, d)
-			checkAcc(t, "Sᵀ", st, ST, r0)
-			dv := warpGemmNN(s, func(kk int) [32][4][2]float64 { return aFromC(st, kk) }, c.DOOff(1), rc, d, br)
-			checkAcc(t, "dV", dv, dVw, r0)
-			dpt := warpGemmNT(s, c.VOff(), rc, r0, c.DOOff(1), rc, br, d)
-			checkAcc(t, "dPᵀ", dpt, dPT, r0)
-			dk := warpGemmNN(s, func(kk int) [32][4][2]float64 { return aFromC(dpt, kk) }, c.QOff(1), rc, d, br)
-			checkAcc(t, "dK", dk, dKw, r0)
-			// Store this warp's dSᵀ rows (keys r0..r0+15) as the kernel does:
-			// element pairs (i, i+1) of each accumulator as one 32-bit store.
-			for nt := range dpt {
+		store := func(off, r0, c0 int, acc [][32][4]float64) {
+			for nt := range acc {
 				for l := 0; l < 32; l++ {
 					for i := 0; i < 4; i += 2 {
 						row, col := MmaC(l, i)
-						off := c.DSOff() + ElemOffset(r0+row, 8*nt+col, br/8)
-						s[off/2], s[off/2+1] = dpt[nt][l][i], dpt[nt][l][i+1]
+						o := off + ElemOffset(r0+row, c0+8*nt+col, br/8)
+						s[o/2], s[o/2+1] = acc[nt][l][i], acc[nt][l][i+1]
 					}
 				}
 			}
 		}
-		// dQ: warp w computes rows 16·(w % DQRowGroups) and columns
-		// (w / DQRowGroups)·DQCols of dS·K: A = dS (queries × keys) from
-		// the stored dSᵀ through LaneATrans, B = K through LaneBTrans.
 		for w := 0; w < c.Warps; w++ {
-			m0, c0 := 16*(w%c.DQRowGroups()), (w/c.DQRowGroups())*c.DQCols()
-			afrag := func(kk int) [32][4][2]float64 {
-				return s.ldmatrix(lanes(c.DSOff(), br/8, func(l int) (int, int) { return LaneATrans(l, kk*16, m0) }), true)
+			kg, h := w%c.KeyGroups(), w/c.KeyGroups()
+			q0 := h * br / 2
+			for mt := range 2 {
+				r0 := 32*kg + 16*mt
+				st := warpGemmNT(s, c.KOff(), rc, r0, c.QOff(1)+q0*rc*ChunkBytes, rc, br/2, d)
+				checkAcc(t, "Sᵀ", st, cols(ST, q0), r0)
+				dpt := warpGemmNT(s, c.VOff(), rc, r0, c.DOOff(1)+q0*rc*ChunkBytes, rc, br/2, d)
+				checkAcc(t, "dPᵀ", dpt, cols(dPT, q0), r0)
+				store(c.PTOff(), r0, q0, st)
+				store(c.DSOff(), r0, q0, dpt)
 			}
-			dq := warpGemmNNCols(s, afrag, c.KOff(), rc, c0, c.DQCols(), bc)
-			for nt := range dq {
-				for l := 0; l < 32; l++ {
-					for i := 0; i < 4; i++ {
-						row, col := MmaC(l, i)
-						if g, w := dq[nt][l][i], dQw[m0+row][c0+8*nt+col]; g != w {
-							t.Fatalf("dQ: row %d col %d: got %v, want %v", m0+row, c0+8*nt+col, g, w)
-						}
+		}
+		for w := 0; w < c.Warps; w++ {
+			kg, h := w%c.KeyGroups(), w/c.KeyGroups()
+			c0 := h * d / 2
+			for mt := range 2 {
+				r0 := 32*kg + 16*mt
+				afrag := func(off int) func(kk int) [32][4][2]float64 {
+					return func(kk int) [32][4][2]float64 {
+						return s.ldmatrix(lanes(off, br/8, func(l int) (int, int) { return LaneA(l, r0, kk*16) }), false)
 					}
 				}
+				dv := warpGemmNNCols(s, afrag(c.PTOff()), c.DOOff(1), rc, c0, d/2, br)
+				checkAcc(t, "dV", dv, cols(dVw, c0), r0)
+				dk := warpGemmNNCols(s, afrag(c.DSOff()), c.QOff(1), rc, c0, d/2, br)
+				checkAcc(t, "dK", dk, cols(dKw, c0), r0)
+			}
+		}
+		for w := 0; w < c.Warps; w++ {
+			c0 := (w / c.DQRowGroups()) * c.DQCols()
+			for mt := range 2 {
+				m0 := 32*(w%c.DQRowGroups()) + 16*mt
+				afrag := func(kk int) [32][4][2]float64 {
+					return s.ldmatrix(lanes(c.DSOff(), br/8, func(l int) (int, int) { return LaneATrans(l, kk*16, m0) }), true)
+				}
+				dq := warpGemmNNCols(s, afrag, c.KOff(), rc, c0, c.DQCols(), bc)
+				checkAcc(t, "dQ", dq, cols(dQw, c0), m0)
 			}
 		}
 	}
+}
+
+// cols returns m's columns from c0 on.
+func cols(m [][]float64, c0 int) [][]float64 {
+	out := make([][]float64, len(m))
+	for i, r := range m {
+		out[i] = r[c0:]
+	}
+	return out
 }
 
 // The deterministic dQ kernel: S = Q·Kᵀ and dP = dO·Vᵀ (LaneA, LaneB), then

@@ -25,14 +25,16 @@ import (
 // dimension d: 64-row query blocks of 4 warps with 64-key tiles at d64 and
 // d128 (flash-attn 2's split kernel has 64-row blocks too: at decode shapes
 // the rows past seqlen_q are wasted tensor-core work, half as much as with
-// the 128-row blocks of FwdConfig), and d256's forward configuration.
+// the 128-row blocks of FwdConfig), K and V double-buffered (d64: 40 KiB,
+// three blocks per SM; d128: 80 KiB, two), and d256's forward
+// configuration.
 func FwdSplitConfig(d int) Fwd {
 	if d > 128 {
 		c := FwdConfig(d)
 		c.Split = true
 		return c
 	}
-	return Fwd{D: d, Bc: 64, MT: 1, Warps: 4, Split: true}
+	return Fwd{D: d, Bc: 64, MT: 1, Warps: 4, Split: true, KVDouble: true}
 }
 
 // BlocksPerSM is the number of the configuration's thread blocks resident
