@@ -69,7 +69,7 @@ func checkPacked(t *testing.T, c gpuCase) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range []error{sameBits("O", o, o2), sameBits("LSE", l, l2)} {
+	for _, e := range []error{sameBits("O", "packed", "unpacked", o, o2), sameBits("LSE", "packed", "unpacked", l, l2)} {
 		if e != nil {
 			t.Error(e)
 		}
