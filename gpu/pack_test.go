@@ -109,3 +109,27 @@ func TestPackGQATrafficSim(t *testing.T) {
 		}
 	}
 }
+
+// Packed varlen decode: sequences of 3, 1, 0 and 1 query rows packed with
+// the longest (3) as the head stride, so that the shorter ones leave empty
+// rows (which must write nothing: the last sequence's would land past its
+// end), causal, unsplit and split, against the float64 reference; the
+// launches have one block per KV head.
+func TestPackGQAVarLenSim(t *testing.T) {
+	for _, splits := range []int{1, 2} {
+		c := gpuCase{name: "varlen", h: 8, hk: 2, dim: 64, causal: true, noBwd: true, splits: splits,
+			cuQ: []int32{0, 3, 4, 4, 5}, cuK: []int32{0, 100, 300, 301, 500}}
+		t.Run(fmt.Sprintf("splits=%d", splits), func(t *testing.T) {
+			d := newSimDevice()
+			defer d.Close()
+			for _, err := range c.check(d, BF16, 13) {
+				t.Error(err)
+			}
+			log := d.ctx.backend.(*sim).log
+			checkForwardLaunches(t, log, c, BF16, splits)
+			if g := log[0].grid; g[1] != c.hk {
+				t.Errorf("forward grid %v: %d heads, want %d (one block per KV head)", g, g[1], c.hk)
+			}
+		})
+	}
+}
