@@ -49,7 +49,8 @@ func (s *Stream) forward(q, k, v, out Tensor, lse *Buffer, opts *Options, wait b
 			return s.splitForward(p, qp, kp, vp, op, lp, cu, n)
 		}
 		c := tile.FwdConfig(p.d)
-		x, y, z := tile.Grid(p.maxSq, c.Br(), p.heads, p.batch)
+		rows, heads := p.packedRows()
+		x, y, z := tile.Grid(rows, c.Br(), heads, p.batch)
 		return s.d.launch(s, p.dt, p.d, c.Name(ptxName(p.dt)), tile.FwdParams, p.fwdArgs(qp, kp, vp, op, lp, cu), [3]int{x, y, z}, c.Threads())
 	})
 }

@@ -51,5 +51,8 @@
 // several thread blocks (split-KV, "flash-decoding"), which write float32
 // partial results that a combine kernel merges by their log-sum-exp. The
 // number of splits depends on the shape and the device's SM count only;
-// Options.NumSplits sets it.
+// Options.NumSplits sets it. With GQA/MQA, when the query rows of the heads
+// that share a KV head fit one query block (decoding), the forward packs
+// them into one block, which then reads each K/V tile once for all of
+// them (Options.NoPackGQA turns it off).
 package gpu

@@ -58,7 +58,8 @@ type gpuCase struct {
 	softcap              float32
 	cuQ, cuK, used       []int32 // varlen when cuQ != nil
 	deterministic, noBwd bool
-	splits               int // Options.NumSplits
+	splits               int  // Options.NumSplits
+	noPack               bool // Options.NoPackGQA
 }
 
 var gpuCases = []gpuCase{
@@ -224,7 +225,7 @@ func (c gpuCase) check(d *Device, dt DType, seed uint64) []error {
 	k := randRounded(rng, dt, rowsK*c.hk*c.dim, 1)
 	v := randRounded(rng, dt, rowsK*c.hk*c.dim, 1)
 	dout := randRounded(rng, dt, rowsQ*c.h*c.dim, 1)
-	opts := &Options{Options: flashattn.Options{Causal: c.causal, Window: c.window, Softcap: c.softcap}, Deterministic: c.deterministic, NumSplits: c.splits}
+	opts := &Options{Options: flashattn.Options{Causal: c.causal, Window: c.window, Softcap: c.softcap}, Deterministic: c.deterministic, NumSplits: c.splits, NoPackGQA: c.noPack}
 	if c.cuQ != nil {
 		opts.VarLen = &flashattn.VarLen{CuSeqlensQ: c.cuQ, CuSeqlensK: c.cuK, SeqUsedK: c.used}
 	}

@@ -10,7 +10,8 @@ import (
 
 // Options selects what attention computes: flashattn.Options, with the
 // meaning and the validation rules package flashattn gives them (the same
-// *flashattn.ArgError for a bad value), Deterministic and NumSplits. A nil
+// *flashattn.ArgError for a bad value), Deterministic, NumSplits and
+// NoPackGQA. A nil
 // *Options is the zero value: plain, non-causal attention with scale
 // 1/sqrt(headdim).
 //
@@ -44,6 +45,14 @@ type Options struct {
 	// Split and unsplit results differ by rounding only. Backward
 	// ignores it.
 	NumSplits int
+
+	// NoPackGQA turns off the forward pass's packing of the query heads
+	// that share a KV head (GQA/MQA) into the rows of one query block,
+	// which it does when the group's query rows fit one (decoding: H/Hk·Sq
+	// ≤ 64 at head dims 64 and 128, ≤ 128 at 256), so that each K/V tile
+	// is read once per KV head instead of once per query head. Packed and
+	// unpacked results differ by rounding at most. Backward ignores it.
+	NoPackGQA bool
 }
 
 // checkSplits refuses a NumSplits outside [0, tile.MaxSplits].

@@ -23,7 +23,8 @@ type problem struct {
 	capScale, capLog2      float32
 	left, right            int32
 	deterministic, softcap bool
-	wantSplits             int // Options.NumSplits
+	wantSplits             int  // Options.NumSplits
+	noPack                 bool // Options.NoPackGQA
 }
 
 // maxSeq bounds sequence lengths so that the kernels' 32-bit position
@@ -93,7 +94,7 @@ func newProblem(s flashattn.Shape, opts *Options) (*problem, error) {
 	if err := checkKernelShape(s); err != nil {
 		return nil, err
 	}
-	p := &problem{d: s.Dim, heads: s.Heads, kvHeads: s.KVHeads, deterministic: opts.Deterministic, wantSplits: opts.NumSplits}
+	p := &problem{d: s.Dim, heads: s.Heads, kvHeads: s.KVHeads, deterministic: opts.Deterministic, wantSplits: opts.NumSplits, noPack: opts.NoPackGQA}
 	if err := p.setGeometry(s, o.VarLen); err != nil {
 		return nil, err
 	}
@@ -343,6 +344,7 @@ func (p *problem) fwdArgs(q, k, v, o, lse, cu uint64) args {
 	a["o_bs"], a["o_rs"] = p.rowStrides(p.heads, p.maxSq)
 	a["k_bs"], a["k_rs"] = p.rowStrides(p.kvHeads, p.maxSk)
 	a["lse_bs"], a["lse_hs"] = p.lseStrides()
+	p.packArgs(a)
 	p.seqArgs(a, cu)
 	return a
 }

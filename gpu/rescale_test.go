@@ -15,11 +15,12 @@ import (
 // rescale; deleting it makes every key tile rescale O, as before the skip.
 var rescaleBranch = regexp.MustCompile(`\t@%p\d+ bra\.uni \$L_rescaled_\d+;\n`)
 
-// sameBits reports the first element where a and b differ in any bit.
-func sameBits(name string, a, b []float32) error {
+// sameBits reports the first element where a and b (the results "with"
+// and "without" something) differ in any bit.
+func sameBits(name, with, without string, a, b []float32) error {
 	for i := range a {
 		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return fmt.Errorf("%s[%d]: %v with the skip, %v without", name, i, a[i], b[i])
+			return fmt.Errorf("%s[%d]: %v %s, %v %s", name, i, a[i], with, b[i], without)
 		}
 	}
 	return nil
@@ -75,7 +76,7 @@ func TestRescaleSkipSim(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, e := range []error{sameBits("O", o, o2), sameBits("LSE", l, l2)} {
+			for _, e := range []error{sameBits("O", "with the skip", "without", o, o2), sameBits("LSE", "with the skip", "without", l, l2)} {
 				if e != nil {
 					t.Error(e)
 				}
@@ -96,7 +97,7 @@ func TestRescaleSkipSim(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				for _, e := range []error{sameBits("O", o, o2), sameBits("LSE", l, l2)} {
+				for _, e := range []error{sameBits("O", "with the skip", "without", o, o2), sameBits("LSE", "with the skip", "without", l, l2)} {
 					if e != nil {
 						t.Error(e)
 					}

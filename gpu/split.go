@@ -22,10 +22,11 @@ func (p *problem) splits(sms int) int {
 		return max(1, min(p.wantSplits, (p.maxSk+c.Bc-1)/c.Bc))
 	}
 	f := tile.FwdConfig(p.d)
-	if 10*p.batch*p.heads*ceilDiv(p.maxSq, f.Br()) >= 8*sms*f.BlocksPerSM() {
+	rows, heads := p.packedRows()
+	if 10*p.batch*heads*ceilDiv(rows, f.Br()) >= 8*sms*f.BlocksPerSM() {
 		return 1
 	}
-	blocks := p.batch * p.heads * ceilDiv(p.maxSq, c.Br())
+	blocks := p.batch * heads * ceilDiv(rows, c.Br())
 	return tile.NumSplits(blocks, sms*c.BlocksPerSM(), p.splitTiles(c), tile.MaxSplits)
 }
 
@@ -61,7 +62,8 @@ func (s *Stream) splitForward(p *problem, q, k, v, out, lse, cu uint64, n int) e
 	}
 	c := tile.FwdSplitConfig(p.d)
 	a := p.fwdSplitArgs(q, k, v, uint64(oacc.ptr), uint64(lacc.ptr), cu, n)
-	x, y, z := tile.SplitGrid(p.maxSq, c.Br(), p.heads, p.batch, n)
+	rows, heads := p.packedRows()
+	x, y, z := tile.SplitGrid(rows, c.Br(), heads, p.batch, n)
 	if err := d.launch(s, p.dt, p.d, c.Name(name), tile.FwdSplitParams, a, [3]int{x, y, z}, c.Threads()); err != nil {
 		return err
 	}
@@ -79,6 +81,7 @@ func (p *problem) fwdSplitArgs(q, k, v, oacc, lseacc, cu uint64, n int) args {
 	a["k_bs"], a["k_rs"] = p.rowStrides(p.kvHeads, p.maxSk)
 	a["lse_bs"], a["lse_hs"] = p.lseStrides()
 	a["splits"], a["split_rows"] = uint64(n), uint64(p.lseLen())
+	p.packArgs(a)
 	p.seqArgs(a, cu)
 	return a
 }

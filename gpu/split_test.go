@@ -77,7 +77,11 @@ func checkForwardLaunches(t *testing.T, log []launch, c gpuCase, dt DType, want 
 		return
 	}
 	sc := tile.FwdSplitConfig(c.dim)
-	x, y, z := tile.SplitGrid(maxSq, sc.Br(), c.h, batch, want)
+	rows, heads := maxSq, c.h
+	if g := c.h / c.hk; g > 1 && !c.noPack && g*maxSq <= sc.Br() { // GQA packed: one block per KV head
+		rows, heads = g*maxSq, c.hk
+	}
+	x, y, z := tile.SplitGrid(rows, sc.Br(), heads, batch, want)
 	wantLog := []launch{
 		{sc.Name(n), [3]int{x, y, z}},
 		{tile.CombineName(n, c.dim), [3]int{ceilDiv(maxSq, tile.CombineRows), c.h, batch}},
@@ -112,12 +116,19 @@ func TestSplitsRule(t *testing.T) {
 		window                    *flashattn.Window
 		splits, sms, want         int
 		cuQ, cuK                  []int32
+		noPack                    bool
 	}{
-		// The README's example: B=1, H=32, Sq=1, Sk=32k, d128 on an H100:
-		// 32 blocks, 264 slots, 512 tiles; 74 splits fill 99.7% of their
-		// last wave, and 7 (224 blocks, 84.8%) is the fewest within 85%.
-		{name: "llama-decode-h100", batch: 1, sq: 1, sk: 32768, h: 32, hk: 8, dim: 128, sms: 132, want: 7},
-		{name: "same-on-a100", batch: 1, sq: 1, sk: 32768, h: 32, hk: 8, dim: 128, sms: 108, want: 6},
+		// The README's example: B=1, H=32, Hk=8, Sq=1, Sk=32k, d128 on an
+		// H100, each KV head's 4 query heads packed into one block: 8
+		// blocks, 264 slots, 512 tiles; 33 splits fill their last wave, and
+		// 29 (232 blocks, 87.9%; 28 would fill 84.8%) is the fewest within
+		// 85%.
+		{name: "llama-decode-h100", batch: 1, sq: 1, sk: 32768, h: 32, hk: 8, dim: 128, sms: 132, want: 29},
+		{name: "same-on-a100", batch: 1, sq: 1, sk: 32768, h: 32, hk: 8, dim: 128, sms: 108, want: 23},
+		// Unpacked, 32 blocks: 74 splits fill 99.7% of their last wave,
+		// and 7 (224 blocks, 84.8%) is the fewest within 85%.
+		{name: "llama-decode-h100-unpacked", batch: 1, sq: 1, sk: 32768, h: 32, hk: 8, dim: 128, sms: 132, want: 7, noPack: true},
+		{name: "unpacked-on-a100", batch: 1, sq: 1, sk: 32768, h: 32, hk: 8, dim: 128, sms: 108, want: 6, noPack: true},
 		// 32 blocks, 396 slots, 64 tiles: the best eligible fill is 88.9%
 		// (11 or 22 splits; 12 and 23 would fill more but give as many
 		// tiles per split as 11 and 22), and 10 (80.8%) is the fewest
@@ -139,7 +150,7 @@ func TestSplitsRule(t *testing.T) {
 			if c.cuQ != nil {
 				b, o.VarLen = 1, &flashattn.VarLen{CuSeqlensQ: c.cuQ, CuSeqlensK: c.cuK}
 			}
-			p, err := newProblem(flashattn.Shape{Batch: b, SeqQ: sq, SeqK: sk, Heads: c.h, KVHeads: c.hk, Dim: c.dim}, &Options{Options: o, NumSplits: c.splits})
+			p, err := newProblem(flashattn.Shape{Batch: b, SeqQ: sq, SeqK: sk, Heads: c.h, KVHeads: c.hk, Dim: c.dim}, &Options{Options: o, NumSplits: c.splits, NoPackGQA: c.noPack})
 			if err != nil {
 				t.Fatal(err)
 			}

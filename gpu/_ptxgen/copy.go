@@ -198,13 +198,25 @@ func (g *gen) stageRowOffset(rc int) string {
 	return k.rOp("mad.lo.u32", g.g, imm(rc*tile.ChunkBytes), t4)
 }
 
+// packedRows places the staged rows of a forward block that may be packed
+// (pack.go): tile row r is block row first + r, at rowAddr (row 0 of the
+// block's first head) + (its head offset)·headBytes + (its
+// position)·rowBytes, stored when it exists (validRow).
+type packedRows struct {
+	p         packing
+	seqSq     string // .u32: the sequence's query rows
+	first     string // .u32
+	headBytes int
+}
+
 // storeStaged copies 16 staged rows (rc chunks each) of a warp from the
 // swizzled tile at base + off to global memory with 16-byte stores: lane l
 // takes chunk l % rc of rows l / rc + i·(32/rc); row r goes to
 // rowAddr + r·rowBytes (+ chunk·16) when r < rows (a .s32 count of the
-// valid rows from the tile's first). The warp's lanes wrote the tile, so
-// bar.warp.sync orders those writes before these reads.
-func (g *gen) storeStaged(base string, off, rc int, rowAddr, rowBytes, rows string) {
+// valid rows from the tile's first), or where pr places it when pr is not
+// nil (rows unused). The warp's lanes wrote the tile, so bar.warp.sync
+// orders those writes before these reads.
+func (g *gen) storeStaged(base string, off, rc int, rowAddr, rowBytes, rows string, pr *packedRows) {
 	k := g.k
 	k.op("bar.warp.sync -1")
 	per := tile.WarpThreads / rc
@@ -227,9 +239,21 @@ func (g *gen) storeStaged(base string, off, rc int, rowAddr, rowBytes, rows stri
 			v[e] = k.R()
 		}
 		k.op("ld.shared.v4.b32 {%s, %s, %s, %s}, [%s+%d]", v[0], v[1], v[2], v[3], sa, off)
-		ok := k.pOp("setp.lt.s32", r, rows)
-		if i > 0 {
+		var ok string
+		switch {
+		case pr != nil:
+			br := k.rOp("add.u32", pr.first, r)
+			hoff, pos := g.unpackRow(pr.p, br)
+			ok = g.validRow(pr.p, br, pos, pr.seqSq)
+			ga = k.rdOp("mul.wide.u32", hoff, imm(pr.headBytes))
+			ga = k.rdOp("add.s64", ga, rowAddr)
+			k.op("mad.wide.u32 %s, %s, %s, %s", ga, pos, rowBytes, ga)
+			ga = k.rdOp("add.s64", ga, col)
+		case i > 0:
 			ga = k.rdOp("add.s64", ga, stepB)
+			fallthrough
+		default:
+			ok = k.pOp("setp.lt.s32", r, rows)
 		}
 		k.op("@%s st.global.v4.b32 [%s], {%s, %s, %s, %s}", ok, ga, v[0], v[1], v[2], v[3])
 	}

@@ -228,5 +228,5 @@ func (f *dqKernel) epilogue() {
 	valid := k.rOp("sub.s32", f.s.sq, first)
 	rowAddr := k.RD()
 	k.op("mad.wide.u32 %s, %s, %s, %s", rowAddr, first, f.qRB, f.dqBase)
-	f.storeStaged(f.qW, c.QOff(), rc, rowAddr, f.qRB, valid)
+	f.storeStaged(f.qW, c.QOff(), rc, rowAddr, f.qRB, valid, nil)
 }

@@ -76,6 +76,7 @@ func (f *fwdKernel) setup(done string) {
 		mb = f.blockIndex(true)
 	}
 	f.h, f.b, f.s, f.m0 = f.blockStart(mb, c.Br(), false, done)
+	f.h = f.firstHead(f.h) // packed (pack.go): m0 = 0, the key range of rows [0, Br) covers every position
 
 	kh := k.rOp("div.u32", f.h, f.ld(".u32", "group"))
 	qRS, kRS := f.ld(".u32", "q_rs"), f.ld(".u32", "k_rs")
@@ -117,13 +118,19 @@ func (f *fwdKernel) state() {
 	f.colOff = k.rOp("shl.b32", f.t, "1")
 }
 
-// prologue copies Q (one group) and K of block nlo (another; with
-// KVDouble, V of block nlo too), and loads the Q fragments when they live
-// in registers.
+// prologue copies Q (one group; a packed block's rows from their heads,
+// copyPackedQ) and K of block nlo (another; with KVDouble, V of block nlo
+// too), and loads the Q fragments when they live in registers.
 func (f *fwdKernel) prologue() {
 	k, c, rc := f.k, f.c, f.c.RowChunks()
 	qc := f.newTileCopy(c.Br(), rc, f.qRB, f.s.sq)
+	plain, copied := k.newLabel("qplain"), k.newLabel("qcopied")
+	k.op("@%s bra.uni %s", k.pOp("setp.lt.u32", f.ld(".u32", "pack"), "2"), plain)
+	f.copyPackedQ(qc, f.loadPacking(), f.s.sq, f.qBase, c.D, c.QOff())
+	k.op("bra.uni %s", copied)
+	k.label(plain)
 	f.copyTile(qc, f.newSrc(qc, f.qBase, f.m0), f.m0, qc.soff, c.QOff())
+	k.label(copied)
 	k.op("cp.async.commit_group")
 	f.kv = f.newTileCopy(c.Bc, rc, f.kRB, f.s.sk)
 	n0 := k.rOp("shl.b32", f.nlo, imm(log2(c.Bc)))
@@ -258,7 +265,8 @@ func (f *fwdKernel) scores(kvb string) {
 }
 
 // maskScores sets hidden scores to -Inf, in the tiles that may hold one
-// (a uniform branch around it otherwise).
+// (a uniform branch around it otherwise). A packed block's row is masked
+// as its position (pack.go).
 func (f *fwdKernel) maskScores(n0 string) {
 	k, c := f.k, f.c
 	need := f.needsMask(n0, f.above, f.below)
@@ -266,9 +274,10 @@ func (f *fwdKernel) maskScores(n0 string) {
 	k.op("@!%s bra.uni %s", need, nomask)
 	k.comment("mask")
 	colBase := k.rOp("add.u32", n0, f.colOff)
+	pk := f.loadPacking()
 	for mt := range c.MT {
 		for rh := range 2 {
-			row := k.rOp("add.u32", f.rowG, imm(mt*16+8*rh))
+			_, row := f.unpackRow(pk, k.rOp("add.u32", f.rowG, imm(mt*16+8*rh))) // its position
 			lo, hi := f.rowBounds(f.mask, f.s, row, colBase)
 			for j := range c.Bc / 8 {
 				for e := range 2 {
@@ -362,15 +371,19 @@ func (f *fwdKernel) pv(kvb string) {
 
 // epilogue normalises O by the row sums, writes LSE = (m + log2 l)·ln 2
 // (rows with no visible key: O = 0, LSE = -Inf), then stages each m-tile of
-// O in the warp's own rows of the Q tile and writes it with 16-byte stores.
+// O in the warp's own rows of the Q tile and writes it with 16-byte stores,
+// each row to its own head and position when the block is packed.
 func (f *fwdKernel) epilogue() {
 	k, c, rc := f.k, f.c, f.c.RowChunks()
 	k.comment("epilogue")
 	h, b, qStart, sq := f.reloadBlock()
+	h = f.firstHead(h)
+	pk := f.loadPacking()
 	rowG := k.rOp("mul.lo.u32", f.blockIndex(true), imm(c.Br()))
 	rowG = k.rOp("mad.lo.u32", f.warp, imm(c.MT*16), rowG)
 	rowG = k.rOp("add.u32", rowG, f.g)
 	lseRow, _ := f.statRows(b, h, qStart, false)
+	lseHS := f.ld(".u32", "lse_hs")
 	oRS := f.ld(".u32", "o_rs")
 	oBase := f.rowBase("o", b, "o_bs", qStart, oRS, h, c.D, 2)
 	oRB := k.rOp("shl.b32", oRS, "1")
@@ -379,22 +392,21 @@ func (f *fwdKernel) epilogue() {
 	for mt := range c.MT {
 		for rh := range 2 {
 			row := k.rOp("add.u32", rowG, imm(mt*16+8*rh))
-			f.finishRow(mt, rh, row, sq, lseRow, t0)
+			elem, ok := f.rowElem(pk, row, lseHS, sq)
+			f.finishRow(mt, rh, ok, elem, lseRow, t0)
 		}
 		off := c.QOff() + mt*16*rc*tile.ChunkBytes
 		f.stageRows(f.o[mt], 0, xg, f.qW, off, rc)
 		first := k.rOp("sub.u32", rowG, f.g)
 		first = k.rOp("add.u32", first, imm(mt*16))
-		valid := k.rOp("sub.s32", sq, first)
-		rowAddr := k.RD()
-		k.op("mad.wide.u32 %s, %s, %s, %s", rowAddr, first, oRB, oBase)
-		f.storeStaged(f.qW, off, rc, rowAddr, oRB, valid)
+		f.storeStaged(f.qW, off, rc, oBase, oRB, "", &packedRows{pk, sq, first, c.D * 2})
 	}
 }
 
 // finishRow scales row half rh of m-tile mt of O by 1/l and writes the
-// row's LSE (thread t = 0 of the quad).
-func (f *fwdKernel) finishRow(mt, rh int, row, sq, lseRow, t0 string) {
+// row's LSE (thread t = 0 of the quad) to element elem (.u64, rowElem) of
+// lseRow when the row exists (ok).
+func (f *fwdKernel) finishRow(mt, rh int, ok, elem, lseRow, t0 string) {
 	k, c := f.k, f.c
 	l := f.shflReduce(f.lrow[mt][rh], "add.f32", 1, 2)
 	zero := k.pOp("setp.eq.f32", l, zeroF)
@@ -411,11 +423,10 @@ func (f *fwdKernel) finishRow(mt, rh int, row, sq, lseRow, t0 string) {
 			k.op("mul.f32 %s, %s, %s", v, v, inv)
 		}
 	}
-	ok := k.pOp("setp.lt.u32", row, sq)
-	k.op("and.pred %s, %s, %s", ok, ok, t0)
-	la := k.RD()
-	k.op("mad.wide.u32 %s, %s, 4, %s", la, row, lseRow)
-	k.op("@%s st.global.f32 [%s], %s", ok, la, lse)
+	st := k.pOp("and.pred", ok, t0)
+	la := k.rdOp("shl.b64", elem, "2")
+	la = k.rdOp("add.s64", la, lseRow)
+	k.op("@%s st.global.f32 [%s], %s", st, la, lse)
 }
 
 // flat lists the accumulators of all m-tiles.

@@ -40,10 +40,15 @@ func (g *gen) splitRange(nlo, nhi, split string) (lo, hi string) {
 // for a row that sees no key of the split), written as float32 to the
 // split's copy of the partial results (tile.FwdSplitParams), straight from
 // the accumulators: a quad writes 32 contiguous bytes of a row per n-tile.
+// A packed block's rows go to their own heads and positions (rowElem), the
+// layout the combine kernel reads.
 func (f *fwdKernel) splitEpilogue() {
 	k, c := f.k, f.c
 	k.comment("epilogue: this split's float32 O and LSE")
 	h, b, qStart, sq := f.reloadBlock()
+	h = f.firstHead(h)
+	pk := f.loadPacking()
+	lseHS := f.ld(".u32", "lse_hs")
 	mb, split := f.splitIndex()
 	rowG := k.rOp("mul.lo.u32", mb, imm(c.Br()))
 	rowG = k.rOp("mad.lo.u32", f.warp, imm(c.MT*16), rowG)
@@ -52,7 +57,7 @@ func (f *fwdKernel) splitEpilogue() {
 	// + b·lse_bs + h·lse_hs + qStart.
 	li := k.rdOp("mul.wide.u32", split, f.ld(".u32", "split_rows"))
 	li = k.rdOp("add.s64", li, k.rdOp("mul.lo.u64", k.rdOp("cvt.u64.u32", b), f.ld(".u64", "lse_bs")))
-	li = k.rdOp("add.s64", li, k.rdOp("mul.wide.u32", h, f.ld(".u32", "lse_hs")))
+	li = k.rdOp("add.s64", li, k.rdOp("mul.wide.u32", h, lseHS))
 	li = k.rdOp("add.s64", li, k.rdOp("cvt.u64.u32", qStart))
 	lseRow := k.rdOp("add.s64", k.rdOp("cvta.to.global.u64", f.ld(".u64", "lse_acc")), k.rdOp("shl.b64", li, "2"))
 	oRow := k.rdOp("shl.b64", li, imm(log2(c.D*4)))
@@ -62,10 +67,10 @@ func (f *fwdKernel) splitEpilogue() {
 	for mt := range c.MT {
 		for rh := range 2 {
 			row := k.rOp("add.u32", rowG, imm(mt*16+8*rh))
-			f.finishRow(mt, rh, row, sq, lseRow, t0)
-			ok := k.pOp("setp.lt.u32", row, sq)
-			a := k.RD()
-			k.op("mad.wide.u32 %s, %s, %d, %s", a, row, c.D*4, oRow)
+			elem, ok := f.rowElem(pk, row, lseHS, sq)
+			f.finishRow(mt, rh, ok, elem, lseRow, t0)
+			a := k.rdOp("shl.b64", elem, imm(log2(c.D*4)))
+			a = k.rdOp("add.s64", a, oRow)
 			for j := range c.D / 8 {
 				k.op("@%s st.global.v2.f32 [%s+%d], {%s, %s}", ok, a, 32*j, f.o[mt][j][2*rh], f.o[mt][j][2*rh+1])
 			}

@@ -31,6 +31,23 @@ var scoreParams = []Param{
 	{"left", ".s32"}, {"right", ".s32"}, {"group", ".u32"},
 }
 
+// packParams are the forward kernels' GQA packing ("pack_gqa"): with
+// pack > 1 the block of grid index y serves the pack query heads
+// h0 = y·pack … h0+pack-1 (which share KV head h0/group) as the rows of one
+// query block, row r being head h0 + r/sq at position r%sq (sq the sq
+// parameter: the longest sequence; with varlen, positions past a shorter
+// sequence's end are rows that do not exist), so that each K/V tile is read
+// once for all of them. The kernels divide by sq as (r·pack_div) >> 16 with
+// pack_div = PackDiv(sq), exact for the rows of a packed block: the host
+// packs only when pack·sq fits one query block (which then starts at row
+// 0). pack = 1 with pack_div = 0 is the unpacked layout, y the head.
+var packParams = []Param{{"pack", ".u32"}, {"pack_div", ".u32"}}
+
+// PackDiv returns the pack_div parameter of a packed call with sq query
+// rows per sequence: ceil(2^16/sq), for which (r·pack_div) >> 16 = r/sq
+// whenever r·sq < 2^16.
+func PackDiv(sq int) int { return (1<<16 + sq - 1) / sq }
+
 func cat(lists ...[]Param) []Param {
 	var out []Param
 	for _, l := range lists {
@@ -43,12 +60,13 @@ func cat(lists ...[]Param) []Param {
 // addresses; *_bs are batch strides and *_rs row strides in elements
 // (the head stride is D); LSE element (b, h, row) is at
 // lse[b*lse_bs + h*lse_hs + qStart + row] with qStart the sequence's first
-// packed row.
+// packed row. With pack > 1 (packParams) the grid's y runs over groups of
+// pack heads, and a block's row r is row r%sq of head y·pack + r/sq.
 var FwdParams = cat([]Param{
 	{"q", ".u64"}, {"k", ".u64"}, {"v", ".u64"}, {"o", ".u64"}, {"lse", ".u64"},
 	{"q_bs", ".u64"}, {"k_bs", ".u64"}, {"o_bs", ".u64"}, {"lse_bs", ".u64"},
 	{"q_rs", ".u32"}, {"k_rs", ".u32"}, {"o_rs", ".u32"}, {"lse_hs", ".u32"},
-}, seqParams, scoreParams)
+}, seqParams, scoreParams, packParams)
 
 // BwdParams are the dK/dV kernel's parameters (both variants). dq_acc is
 // the float32 dQ accumulator ([.., H, D] rows of dq_rs elements, atomic

@@ -112,13 +112,15 @@ func ceilDiv(a, b int) int { return (a + b - 1) / b }
 // o_acc and lse_acc, the number of splits and split_rows, the elements of
 // one split's LSE. Split s's LSE of (b, h, row i of the sequence) is
 // lse_acc[s·split_rows + b·lse_bs + h·lse_hs + qStart + i] (LSE's layout,
-// one copy per split), and its O row the D float32 at o_acc + that index·D.
+// one copy per split), and its O row the D float32 at o_acc + that index·D;
+// with pack > 1 (packParams) a block's row r is written at its own head
+// and position, so that the combine kernel reads the unpacked layout.
 var FwdSplitParams = cat([]Param{
 	{"q", ".u64"}, {"k", ".u64"}, {"v", ".u64"}, {"o_acc", ".u64"}, {"lse_acc", ".u64"},
 	{"q_bs", ".u64"}, {"k_bs", ".u64"}, {"lse_bs", ".u64"},
 	{"q_rs", ".u32"}, {"k_rs", ".u32"}, {"lse_hs", ".u32"},
 	{"splits", ".u32"}, {"split_rows", ".u32"},
-}, seqParams, scoreParams)
+}, seqParams, scoreParams, packParams)
 
 // CombineParams are the combine kernel's parameters: the partial results
 // as FwdSplitParams lays them out, and O (in the input type, the layout of
