@@ -767,6 +767,7 @@ func TestMHADecodeHeads(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
+					kf, vf := asFloat32(t, k), asFloat32(t, v) // the cache's values
 					for b := 0; b < B; b++ {
 						n := int(c.SeqLens[b])
 						keys, vals := make([]float32, n*H*D), make([]float32, n*H*D)
@@ -775,11 +776,9 @@ func TestMHADecodeHeads(t *testing.T) {
 							if paged {
 								tb, row = int(c.BlockTable[b*c.BlocksPerSeq+j/block]), j%block
 							}
-							for h := 0; h < H; h++ {
-								for x := 0; x < D; x++ {
-									keys[(j*H+h)*D+x], vals[(j*H+h)*D+x] = k.At(tb, row, h, x), v.At(tb, row, h, x)
-								}
-							}
+							off := (tb*rows + row) * H * D
+							copy(keys[j*H*D:(j+1)*H*D], kf.Data[off:off+H*D])
+							copy(vals[j*H*D:(j+1)*H*D], vf.Data[off:off+H*D])
 						}
 						qb := q[b*H*D : (b+1)*H*D]
 						par := reference.Params{Batch: 1, SeqQ: 1, SeqK: n, Heads: H, KVHeads: H, HeadDim: D}

@@ -327,7 +327,7 @@ func checkOverCache(dt DType, par reference.Params, qb, ek, ev, gotO, gotL []flo
 // when the bad part is the last sequence's (no room, a new key a q8_0 or
 // q4_0 cache cannot hold).
 func TestContinuousBatchingErrors(t *testing.T) {
-	last := len(mixedStep) - 1
+	last, rot := len(mixedStep)-1, newGridRotation(3)
 	for _, tc := range []struct {
 		name  string
 		arg   string
@@ -368,7 +368,9 @@ func TestContinuousBatchingErrors(t *testing.T) {
 			s.opts.KVCache.KNew.Data[(int(s.cuNew[last+1])-1)*s.c.hk*s.c.d] = float32(math.Inf(1))
 		}},
 	} {
-		for _, dt := range []DType{Float32, BFloat16, Q8_0, Q4_0, FP8E4M3} {
+		// Under -race each case runs on a rotating share of the types
+		// (gridShare): every type still meets some of the cases.
+		for _, dt := range gridShare(rot, []DType{Float32, BFloat16, Q8_0, Q4_0, FP8E4M3}) {
 			for _, block := range []int{0, 32} {
 				if tc.paged && block == 0 || tc.quant && !dt.quantized() || tc.name == "cache rows" && block > 0 {
 					continue
