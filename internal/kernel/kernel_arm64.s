@@ -17566,9 +17566,9 @@ block:
 
 // mulABtNEON sets C = A·Bᵀ (see Impl.MulABt); bt is packed by PackBt.
 // n%16 == 0, m, n >= 1; all accesses are in bounds.
-// Inner loop, per 4 k of a 5×16 tile: 5 LDR Q + 8 LDP Q + 80 FMUL + 80 FADD (20 chains):
-// each product rounded, then added in the order of k (no FMLA), bit for bit mulABtGeneric;
-// half the FMA peak (two FP instructions per multiply-add).
+// Inner loop, per 4 k of a 6×16 tile: 6 LDR Q + 8 LDP Q + 96 FMLA (24 chains):
+// fused multiply-adds in the order of k from zero, bit for bit mulABtFused
+// (Impl.FusedScores).
 TEXT ·mulABtNEON(SB), NOSPLIT|NOFRAME, $0-112
 	MOVD bt_base+64(FP), R1
 	MOVD c_base+0(FP), R0
@@ -17579,7 +17579,7 @@ TEXT ·mulABtNEON(SB), NOSPLIT|NOFRAME, $0-112
 	MOVD lda+56(FP), R7
 	LSL $2, R7
 	LSL $6, R9, R8
-	MOVD $5, R23
+	MOVD $6, R23
 	MUL R23, R7, R19
 	MUL R23, R6, R20
 cols:
@@ -17587,8 +17587,232 @@ cols:
 	MOVD R0, R4
 	MOVD m+88(FP), R5
 rows:
-	CMP $5, R5
+	CMP $6, R5
 	BLT rowsTail
+	// Tile: 6 rows × 16 columns, 24 accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
+	WORD $0x6f00e41c // movi v28.2d, #0
+	WORD $0x6f00e41d // movi v29.2d, #0
+	WORD $0x6f00e41e // movi v30.2d, #0
+	WORD $0x6f00e41f // movi v31.2d, #0
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	ADD R7, R12, R13
+	ADD R7, R13, R14
+	ADD R7, R14, R15
+	CMP $4, R17
+	BLT r6tail
+r6loop4:
+	FMOVQ.P 16(R10), F2
+	FMOVQ.P 16(R11), F3
+	FMOVQ.P 16(R12), F4
+	FMOVQ.P 16(R13), F5
+	FMOVQ.P 16(R14), F6
+	FMOVQ.P 16(R15), F7
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
+	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	WORD $0x4f87101c // fmla v28.4s, v0.4s, v7.s[0]
+	WORD $0x4f87103d // fmla v29.4s, v1.4s, v7.s[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
+	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
+	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
+	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
+	WORD $0x4f86101a // fmla v26.4s, v0.4s, v6.s[0]
+	WORD $0x4f86103b // fmla v27.4s, v1.4s, v6.s[0]
+	WORD $0x4f87101e // fmla v30.4s, v0.4s, v7.s[0]
+	WORD $0x4f87103f // fmla v31.4s, v1.4s, v7.s[0]
+	FLDPQ 64(R16), (F0, F1)
+	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
+	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100c // fmla v12.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102d // fmla v13.4s, v1.4s, v3.s[1]
+	WORD $0x4fa41010 // fmla v16.4s, v0.4s, v4.s[1]
+	WORD $0x4fa41031 // fmla v17.4s, v1.4s, v4.s[1]
+	WORD $0x4fa51014 // fmla v20.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51035 // fmla v21.4s, v1.4s, v5.s[1]
+	WORD $0x4fa61018 // fmla v24.4s, v0.4s, v6.s[1]
+	WORD $0x4fa61039 // fmla v25.4s, v1.4s, v6.s[1]
+	WORD $0x4fa7101c // fmla v28.4s, v0.4s, v7.s[1]
+	WORD $0x4fa7103d // fmla v29.4s, v1.4s, v7.s[1]
+	FLDPQ 96(R16), (F0, F1)
+	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
+	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100e // fmla v14.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102f // fmla v15.4s, v1.4s, v3.s[1]
+	WORD $0x4fa41012 // fmla v18.4s, v0.4s, v4.s[1]
+	WORD $0x4fa41033 // fmla v19.4s, v1.4s, v4.s[1]
+	WORD $0x4fa51016 // fmla v22.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51037 // fmla v23.4s, v1.4s, v5.s[1]
+	WORD $0x4fa6101a // fmla v26.4s, v0.4s, v6.s[1]
+	WORD $0x4fa6103b // fmla v27.4s, v1.4s, v6.s[1]
+	WORD $0x4fa7101e // fmla v30.4s, v0.4s, v7.s[1]
+	WORD $0x4fa7103f // fmla v31.4s, v1.4s, v7.s[1]
+	FLDPQ 128(R16), (F0, F1)
+	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
+	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180c // fmla v12.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182d // fmla v13.4s, v1.4s, v3.s[2]
+	WORD $0x4f841810 // fmla v16.4s, v0.4s, v4.s[2]
+	WORD $0x4f841831 // fmla v17.4s, v1.4s, v4.s[2]
+	WORD $0x4f851814 // fmla v20.4s, v0.4s, v5.s[2]
+	WORD $0x4f851835 // fmla v21.4s, v1.4s, v5.s[2]
+	WORD $0x4f861818 // fmla v24.4s, v0.4s, v6.s[2]
+	WORD $0x4f861839 // fmla v25.4s, v1.4s, v6.s[2]
+	WORD $0x4f87181c // fmla v28.4s, v0.4s, v7.s[2]
+	WORD $0x4f87183d // fmla v29.4s, v1.4s, v7.s[2]
+	FLDPQ 160(R16), (F0, F1)
+	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
+	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180e // fmla v14.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182f // fmla v15.4s, v1.4s, v3.s[2]
+	WORD $0x4f841812 // fmla v18.4s, v0.4s, v4.s[2]
+	WORD $0x4f841833 // fmla v19.4s, v1.4s, v4.s[2]
+	WORD $0x4f851816 // fmla v22.4s, v0.4s, v5.s[2]
+	WORD $0x4f851837 // fmla v23.4s, v1.4s, v5.s[2]
+	WORD $0x4f86181a // fmla v26.4s, v0.4s, v6.s[2]
+	WORD $0x4f86183b // fmla v27.4s, v1.4s, v6.s[2]
+	WORD $0x4f87181e // fmla v30.4s, v0.4s, v7.s[2]
+	WORD $0x4f87183f // fmla v31.4s, v1.4s, v7.s[2]
+	FLDPQ 192(R16), (F0, F1)
+	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
+	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180c // fmla v12.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182d // fmla v13.4s, v1.4s, v3.s[3]
+	WORD $0x4fa41810 // fmla v16.4s, v0.4s, v4.s[3]
+	WORD $0x4fa41831 // fmla v17.4s, v1.4s, v4.s[3]
+	WORD $0x4fa51814 // fmla v20.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51835 // fmla v21.4s, v1.4s, v5.s[3]
+	WORD $0x4fa61818 // fmla v24.4s, v0.4s, v6.s[3]
+	WORD $0x4fa61839 // fmla v25.4s, v1.4s, v6.s[3]
+	WORD $0x4fa7181c // fmla v28.4s, v0.4s, v7.s[3]
+	WORD $0x4fa7183d // fmla v29.4s, v1.4s, v7.s[3]
+	FLDPQ 224(R16), (F0, F1)
+	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
+	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180e // fmla v14.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182f // fmla v15.4s, v1.4s, v3.s[3]
+	WORD $0x4fa41812 // fmla v18.4s, v0.4s, v4.s[3]
+	WORD $0x4fa41833 // fmla v19.4s, v1.4s, v4.s[3]
+	WORD $0x4fa51816 // fmla v22.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51837 // fmla v23.4s, v1.4s, v5.s[3]
+	WORD $0x4fa6181a // fmla v26.4s, v0.4s, v6.s[3]
+	WORD $0x4fa6183b // fmla v27.4s, v1.4s, v6.s[3]
+	WORD $0x4fa7181e // fmla v30.4s, v0.4s, v7.s[3]
+	WORD $0x4fa7183f // fmla v31.4s, v1.4s, v7.s[3]
+	ADD $256, R16
+	SUB $4, R17
+	CMP $4, R17
+	BGE r6loop4
+r6tail:
+	CBZ R17, r6store
+r6loop1:
+	FMOVS.P 4(R10), F2
+	FMOVS.P 4(R11), F3
+	FMOVS.P 4(R12), F4
+	FMOVS.P 4(R13), F5
+	FMOVS.P 4(R14), F6
+	FMOVS.P 4(R15), F7
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
+	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	WORD $0x4f87101c // fmla v28.4s, v0.4s, v7.s[0]
+	WORD $0x4f87103d // fmla v29.4s, v1.4s, v7.s[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
+	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
+	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
+	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
+	WORD $0x4f86101a // fmla v26.4s, v0.4s, v6.s[0]
+	WORD $0x4f86103b // fmla v27.4s, v1.4s, v6.s[0]
+	WORD $0x4f87101e // fmla v30.4s, v0.4s, v7.s[0]
+	WORD $0x4f87103f // fmla v31.4s, v1.4s, v7.s[0]
+	ADD $64, R16
+	SUBS $1, R17, R17
+	BNE r6loop1
+r6store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	ADD R6, R22
+	FSTPQ (F16, F17), (R22)
+	FSTPQ (F18, F19), 32(R22)
+	ADD R6, R22
+	FSTPQ (F20, F21), (R22)
+	FSTPQ (F22, F23), 32(R22)
+	ADD R6, R22
+	FSTPQ (F24, F25), (R22)
+	FSTPQ (F26, F27), 32(R22)
+	ADD R6, R22
+	FSTPQ (F28, F29), (R22)
+	FSTPQ (F30, F31), 32(R22)
+	ADD R19, R3
+	ADD R20, R4
+	SUB $6, R5
+	B rows
+rowsTail:
+	CMP $5, R5
+	BEQ tile5
+	CMP $4, R5
+	BEQ tile4
+	CMP $3, R5
+	BEQ tile3
+	CMP $2, R5
+	BEQ tile2
+	CMP $1, R5
+	BEQ tile1
+	B colNext
+tile5:
 	// Tile: 5 rows × 16 columns, 20 accumulators.
 	WORD $0x6f00e408 // movi v8.2d, #0
 	WORD $0x6f00e409 // movi v9.2d, #0
@@ -17626,173 +17850,93 @@ r5loop4:
 	FMOVQ.P 16(R13), F5
 	FMOVQ.P 16(R14), F6
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
-	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
-	WORD $0x4f85901e // fmul v30.4s, v0.4s, v5.s[0]
-	WORD $0x4f86901f // fmul v31.4s, v0.4s, v6.s[0]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
-	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
-	WORD $0x4e3fd718 // fadd v24.4s, v24.4s, v31.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
-	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
-	WORD $0x4f85903e // fmul v30.4s, v1.4s, v5.s[0]
-	WORD $0x4f86903f // fmul v31.4s, v1.4s, v6.s[0]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
-	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
-	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
-	WORD $0x4e3fd739 // fadd v25.4s, v25.4s, v31.4s
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
+	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
-	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
-	WORD $0x4f85901e // fmul v30.4s, v0.4s, v5.s[0]
-	WORD $0x4f86901f // fmul v31.4s, v0.4s, v6.s[0]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
-	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
-	WORD $0x4e3fd75a // fadd v26.4s, v26.4s, v31.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
-	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
-	WORD $0x4f85903e // fmul v30.4s, v1.4s, v5.s[0]
-	WORD $0x4f86903f // fmul v31.4s, v1.4s, v6.s[0]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
-	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
-	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
-	WORD $0x4e3fd77b // fadd v27.4s, v27.4s, v31.4s
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
+	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
+	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
+	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
+	WORD $0x4f86101a // fmla v26.4s, v0.4s, v6.s[0]
+	WORD $0x4f86103b // fmla v27.4s, v1.4s, v6.s[0]
 	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
-	WORD $0x4fa3901c // fmul v28.4s, v0.4s, v3.s[1]
-	WORD $0x4fa4901d // fmul v29.4s, v0.4s, v4.s[1]
-	WORD $0x4fa5901e // fmul v30.4s, v0.4s, v5.s[1]
-	WORD $0x4fa6901f // fmul v31.4s, v0.4s, v6.s[1]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
-	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
-	WORD $0x4e3fd718 // fadd v24.4s, v24.4s, v31.4s
-	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3903c // fmul v28.4s, v1.4s, v3.s[1]
-	WORD $0x4fa4903d // fmul v29.4s, v1.4s, v4.s[1]
-	WORD $0x4fa5903e // fmul v30.4s, v1.4s, v5.s[1]
-	WORD $0x4fa6903f // fmul v31.4s, v1.4s, v6.s[1]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
-	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
-	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
-	WORD $0x4e3fd739 // fadd v25.4s, v25.4s, v31.4s
+	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
+	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100c // fmla v12.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102d // fmla v13.4s, v1.4s, v3.s[1]
+	WORD $0x4fa41010 // fmla v16.4s, v0.4s, v4.s[1]
+	WORD $0x4fa41031 // fmla v17.4s, v1.4s, v4.s[1]
+	WORD $0x4fa51014 // fmla v20.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51035 // fmla v21.4s, v1.4s, v5.s[1]
+	WORD $0x4fa61018 // fmla v24.4s, v0.4s, v6.s[1]
+	WORD $0x4fa61039 // fmla v25.4s, v1.4s, v6.s[1]
 	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
-	WORD $0x4fa3901c // fmul v28.4s, v0.4s, v3.s[1]
-	WORD $0x4fa4901d // fmul v29.4s, v0.4s, v4.s[1]
-	WORD $0x4fa5901e // fmul v30.4s, v0.4s, v5.s[1]
-	WORD $0x4fa6901f // fmul v31.4s, v0.4s, v6.s[1]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
-	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
-	WORD $0x4e3fd75a // fadd v26.4s, v26.4s, v31.4s
-	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3903c // fmul v28.4s, v1.4s, v3.s[1]
-	WORD $0x4fa4903d // fmul v29.4s, v1.4s, v4.s[1]
-	WORD $0x4fa5903e // fmul v30.4s, v1.4s, v5.s[1]
-	WORD $0x4fa6903f // fmul v31.4s, v1.4s, v6.s[1]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
-	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
-	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
-	WORD $0x4e3fd77b // fadd v27.4s, v27.4s, v31.4s
+	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
+	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100e // fmla v14.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102f // fmla v15.4s, v1.4s, v3.s[1]
+	WORD $0x4fa41012 // fmla v18.4s, v0.4s, v4.s[1]
+	WORD $0x4fa41033 // fmla v19.4s, v1.4s, v4.s[1]
+	WORD $0x4fa51016 // fmla v22.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51037 // fmla v23.4s, v1.4s, v5.s[1]
+	WORD $0x4fa6101a // fmla v26.4s, v0.4s, v6.s[1]
+	WORD $0x4fa6103b // fmla v27.4s, v1.4s, v6.s[1]
 	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
-	WORD $0x4f83981c // fmul v28.4s, v0.4s, v3.s[2]
-	WORD $0x4f84981d // fmul v29.4s, v0.4s, v4.s[2]
-	WORD $0x4f85981e // fmul v30.4s, v0.4s, v5.s[2]
-	WORD $0x4f86981f // fmul v31.4s, v0.4s, v6.s[2]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
-	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
-	WORD $0x4e3fd718 // fadd v24.4s, v24.4s, v31.4s
-	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
-	WORD $0x4f83983c // fmul v28.4s, v1.4s, v3.s[2]
-	WORD $0x4f84983d // fmul v29.4s, v1.4s, v4.s[2]
-	WORD $0x4f85983e // fmul v30.4s, v1.4s, v5.s[2]
-	WORD $0x4f86983f // fmul v31.4s, v1.4s, v6.s[2]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
-	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
-	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
-	WORD $0x4e3fd739 // fadd v25.4s, v25.4s, v31.4s
+	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
+	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180c // fmla v12.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182d // fmla v13.4s, v1.4s, v3.s[2]
+	WORD $0x4f841810 // fmla v16.4s, v0.4s, v4.s[2]
+	WORD $0x4f841831 // fmla v17.4s, v1.4s, v4.s[2]
+	WORD $0x4f851814 // fmla v20.4s, v0.4s, v5.s[2]
+	WORD $0x4f851835 // fmla v21.4s, v1.4s, v5.s[2]
+	WORD $0x4f861818 // fmla v24.4s, v0.4s, v6.s[2]
+	WORD $0x4f861839 // fmla v25.4s, v1.4s, v6.s[2]
 	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
-	WORD $0x4f83981c // fmul v28.4s, v0.4s, v3.s[2]
-	WORD $0x4f84981d // fmul v29.4s, v0.4s, v4.s[2]
-	WORD $0x4f85981e // fmul v30.4s, v0.4s, v5.s[2]
-	WORD $0x4f86981f // fmul v31.4s, v0.4s, v6.s[2]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
-	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
-	WORD $0x4e3fd75a // fadd v26.4s, v26.4s, v31.4s
-	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
-	WORD $0x4f83983c // fmul v28.4s, v1.4s, v3.s[2]
-	WORD $0x4f84983d // fmul v29.4s, v1.4s, v4.s[2]
-	WORD $0x4f85983e // fmul v30.4s, v1.4s, v5.s[2]
-	WORD $0x4f86983f // fmul v31.4s, v1.4s, v6.s[2]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
-	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
-	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
-	WORD $0x4e3fd77b // fadd v27.4s, v27.4s, v31.4s
+	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
+	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180e // fmla v14.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182f // fmla v15.4s, v1.4s, v3.s[2]
+	WORD $0x4f841812 // fmla v18.4s, v0.4s, v4.s[2]
+	WORD $0x4f841833 // fmla v19.4s, v1.4s, v4.s[2]
+	WORD $0x4f851816 // fmla v22.4s, v0.4s, v5.s[2]
+	WORD $0x4f851837 // fmla v23.4s, v1.4s, v5.s[2]
+	WORD $0x4f86181a // fmla v26.4s, v0.4s, v6.s[2]
+	WORD $0x4f86183b // fmla v27.4s, v1.4s, v6.s[2]
 	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
-	WORD $0x4fa3981c // fmul v28.4s, v0.4s, v3.s[3]
-	WORD $0x4fa4981d // fmul v29.4s, v0.4s, v4.s[3]
-	WORD $0x4fa5981e // fmul v30.4s, v0.4s, v5.s[3]
-	WORD $0x4fa6981f // fmul v31.4s, v0.4s, v6.s[3]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
-	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
-	WORD $0x4e3fd718 // fadd v24.4s, v24.4s, v31.4s
-	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3983c // fmul v28.4s, v1.4s, v3.s[3]
-	WORD $0x4fa4983d // fmul v29.4s, v1.4s, v4.s[3]
-	WORD $0x4fa5983e // fmul v30.4s, v1.4s, v5.s[3]
-	WORD $0x4fa6983f // fmul v31.4s, v1.4s, v6.s[3]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
-	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
-	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
-	WORD $0x4e3fd739 // fadd v25.4s, v25.4s, v31.4s
+	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
+	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180c // fmla v12.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182d // fmla v13.4s, v1.4s, v3.s[3]
+	WORD $0x4fa41810 // fmla v16.4s, v0.4s, v4.s[3]
+	WORD $0x4fa41831 // fmla v17.4s, v1.4s, v4.s[3]
+	WORD $0x4fa51814 // fmla v20.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51835 // fmla v21.4s, v1.4s, v5.s[3]
+	WORD $0x4fa61818 // fmla v24.4s, v0.4s, v6.s[3]
+	WORD $0x4fa61839 // fmla v25.4s, v1.4s, v6.s[3]
 	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
-	WORD $0x4fa3981c // fmul v28.4s, v0.4s, v3.s[3]
-	WORD $0x4fa4981d // fmul v29.4s, v0.4s, v4.s[3]
-	WORD $0x4fa5981e // fmul v30.4s, v0.4s, v5.s[3]
-	WORD $0x4fa6981f // fmul v31.4s, v0.4s, v6.s[3]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
-	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
-	WORD $0x4e3fd75a // fadd v26.4s, v26.4s, v31.4s
-	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3983c // fmul v28.4s, v1.4s, v3.s[3]
-	WORD $0x4fa4983d // fmul v29.4s, v1.4s, v4.s[3]
-	WORD $0x4fa5983e // fmul v30.4s, v1.4s, v5.s[3]
-	WORD $0x4fa6983f // fmul v31.4s, v1.4s, v6.s[3]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
-	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
-	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
-	WORD $0x4e3fd77b // fadd v27.4s, v27.4s, v31.4s
+	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
+	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180e // fmla v14.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182f // fmla v15.4s, v1.4s, v3.s[3]
+	WORD $0x4fa41812 // fmla v18.4s, v0.4s, v4.s[3]
+	WORD $0x4fa41833 // fmla v19.4s, v1.4s, v4.s[3]
+	WORD $0x4fa51816 // fmla v22.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51837 // fmla v23.4s, v1.4s, v5.s[3]
+	WORD $0x4fa6181a // fmla v26.4s, v0.4s, v6.s[3]
+	WORD $0x4fa6183b // fmla v27.4s, v1.4s, v6.s[3]
 	ADD $256, R16
 	SUB $4, R17
 	CMP $4, R17
@@ -17806,47 +17950,27 @@ r5loop1:
 	FMOVS.P 4(R13), F5
 	FMOVS.P 4(R14), F6
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
-	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
-	WORD $0x4f85901e // fmul v30.4s, v0.4s, v5.s[0]
-	WORD $0x4f86901f // fmul v31.4s, v0.4s, v6.s[0]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
-	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
-	WORD $0x4e3fd718 // fadd v24.4s, v24.4s, v31.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
-	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
-	WORD $0x4f85903e // fmul v30.4s, v1.4s, v5.s[0]
-	WORD $0x4f86903f // fmul v31.4s, v1.4s, v6.s[0]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
-	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
-	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
-	WORD $0x4e3fd739 // fadd v25.4s, v25.4s, v31.4s
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
+	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
-	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
-	WORD $0x4f85901e // fmul v30.4s, v0.4s, v5.s[0]
-	WORD $0x4f86901f // fmul v31.4s, v0.4s, v6.s[0]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
-	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
-	WORD $0x4e3fd75a // fadd v26.4s, v26.4s, v31.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
-	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
-	WORD $0x4f85903e // fmul v30.4s, v1.4s, v5.s[0]
-	WORD $0x4f86903f // fmul v31.4s, v1.4s, v6.s[0]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
-	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
-	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
-	WORD $0x4e3fd77b // fadd v27.4s, v27.4s, v31.4s
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
+	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
+	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
+	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
+	WORD $0x4f86101a // fmla v26.4s, v0.4s, v6.s[0]
+	WORD $0x4f86103b // fmla v27.4s, v1.4s, v6.s[0]
 	ADD $64, R16
 	SUBS $1, R17, R17
 	BNE r5loop1
@@ -17866,19 +17990,6 @@ r5store:
 	ADD R6, R22
 	FSTPQ (F24, F25), (R22)
 	FSTPQ (F26, F27), 32(R22)
-	ADD R19, R3
-	ADD R20, R4
-	SUB $5, R5
-	B rows
-rowsTail:
-	CMP $4, R5
-	BEQ tile4
-	CMP $3, R5
-	BEQ tile3
-	CMP $2, R5
-	BEQ tile2
-	CMP $1, R5
-	BEQ tile1
 	B colNext
 tile4:
 	// Tile: 4 rows × 16 columns, 16 accumulators.
@@ -17912,141 +18023,77 @@ r4loop4:
 	FMOVQ.P 16(R12), F4
 	FMOVQ.P 16(R13), F5
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
-	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
-	WORD $0x4f85901e // fmul v30.4s, v0.4s, v5.s[0]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
-	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
-	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
-	WORD $0x4f85903e // fmul v30.4s, v1.4s, v5.s[0]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
-	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
-	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
+	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
-	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
-	WORD $0x4f85901e // fmul v30.4s, v0.4s, v5.s[0]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
-	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
-	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
-	WORD $0x4f85903e // fmul v30.4s, v1.4s, v5.s[0]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
-	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
-	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
+	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
+	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
+	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
 	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
-	WORD $0x4fa3901c // fmul v28.4s, v0.4s, v3.s[1]
-	WORD $0x4fa4901d // fmul v29.4s, v0.4s, v4.s[1]
-	WORD $0x4fa5901e // fmul v30.4s, v0.4s, v5.s[1]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
-	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
-	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3903c // fmul v28.4s, v1.4s, v3.s[1]
-	WORD $0x4fa4903d // fmul v29.4s, v1.4s, v4.s[1]
-	WORD $0x4fa5903e // fmul v30.4s, v1.4s, v5.s[1]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
-	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
-	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
+	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
+	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100c // fmla v12.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102d // fmla v13.4s, v1.4s, v3.s[1]
+	WORD $0x4fa41010 // fmla v16.4s, v0.4s, v4.s[1]
+	WORD $0x4fa41031 // fmla v17.4s, v1.4s, v4.s[1]
+	WORD $0x4fa51014 // fmla v20.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51035 // fmla v21.4s, v1.4s, v5.s[1]
 	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
-	WORD $0x4fa3901c // fmul v28.4s, v0.4s, v3.s[1]
-	WORD $0x4fa4901d // fmul v29.4s, v0.4s, v4.s[1]
-	WORD $0x4fa5901e // fmul v30.4s, v0.4s, v5.s[1]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
-	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
-	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3903c // fmul v28.4s, v1.4s, v3.s[1]
-	WORD $0x4fa4903d // fmul v29.4s, v1.4s, v4.s[1]
-	WORD $0x4fa5903e // fmul v30.4s, v1.4s, v5.s[1]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
-	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
-	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
+	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
+	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100e // fmla v14.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102f // fmla v15.4s, v1.4s, v3.s[1]
+	WORD $0x4fa41012 // fmla v18.4s, v0.4s, v4.s[1]
+	WORD $0x4fa41033 // fmla v19.4s, v1.4s, v4.s[1]
+	WORD $0x4fa51016 // fmla v22.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51037 // fmla v23.4s, v1.4s, v5.s[1]
 	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
-	WORD $0x4f83981c // fmul v28.4s, v0.4s, v3.s[2]
-	WORD $0x4f84981d // fmul v29.4s, v0.4s, v4.s[2]
-	WORD $0x4f85981e // fmul v30.4s, v0.4s, v5.s[2]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
-	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
-	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
-	WORD $0x4f83983c // fmul v28.4s, v1.4s, v3.s[2]
-	WORD $0x4f84983d // fmul v29.4s, v1.4s, v4.s[2]
-	WORD $0x4f85983e // fmul v30.4s, v1.4s, v5.s[2]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
-	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
-	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
+	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
+	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180c // fmla v12.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182d // fmla v13.4s, v1.4s, v3.s[2]
+	WORD $0x4f841810 // fmla v16.4s, v0.4s, v4.s[2]
+	WORD $0x4f841831 // fmla v17.4s, v1.4s, v4.s[2]
+	WORD $0x4f851814 // fmla v20.4s, v0.4s, v5.s[2]
+	WORD $0x4f851835 // fmla v21.4s, v1.4s, v5.s[2]
 	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
-	WORD $0x4f83981c // fmul v28.4s, v0.4s, v3.s[2]
-	WORD $0x4f84981d // fmul v29.4s, v0.4s, v4.s[2]
-	WORD $0x4f85981e // fmul v30.4s, v0.4s, v5.s[2]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
-	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
-	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
-	WORD $0x4f83983c // fmul v28.4s, v1.4s, v3.s[2]
-	WORD $0x4f84983d // fmul v29.4s, v1.4s, v4.s[2]
-	WORD $0x4f85983e // fmul v30.4s, v1.4s, v5.s[2]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
-	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
-	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
+	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
+	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180e // fmla v14.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182f // fmla v15.4s, v1.4s, v3.s[2]
+	WORD $0x4f841812 // fmla v18.4s, v0.4s, v4.s[2]
+	WORD $0x4f841833 // fmla v19.4s, v1.4s, v4.s[2]
+	WORD $0x4f851816 // fmla v22.4s, v0.4s, v5.s[2]
+	WORD $0x4f851837 // fmla v23.4s, v1.4s, v5.s[2]
 	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
-	WORD $0x4fa3981c // fmul v28.4s, v0.4s, v3.s[3]
-	WORD $0x4fa4981d // fmul v29.4s, v0.4s, v4.s[3]
-	WORD $0x4fa5981e // fmul v30.4s, v0.4s, v5.s[3]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
-	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
-	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3983c // fmul v28.4s, v1.4s, v3.s[3]
-	WORD $0x4fa4983d // fmul v29.4s, v1.4s, v4.s[3]
-	WORD $0x4fa5983e // fmul v30.4s, v1.4s, v5.s[3]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
-	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
-	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
+	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
+	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180c // fmla v12.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182d // fmla v13.4s, v1.4s, v3.s[3]
+	WORD $0x4fa41810 // fmla v16.4s, v0.4s, v4.s[3]
+	WORD $0x4fa41831 // fmla v17.4s, v1.4s, v4.s[3]
+	WORD $0x4fa51814 // fmla v20.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51835 // fmla v21.4s, v1.4s, v5.s[3]
 	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
-	WORD $0x4fa3981c // fmul v28.4s, v0.4s, v3.s[3]
-	WORD $0x4fa4981d // fmul v29.4s, v0.4s, v4.s[3]
-	WORD $0x4fa5981e // fmul v30.4s, v0.4s, v5.s[3]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
-	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
-	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3983c // fmul v28.4s, v1.4s, v3.s[3]
-	WORD $0x4fa4983d // fmul v29.4s, v1.4s, v4.s[3]
-	WORD $0x4fa5983e // fmul v30.4s, v1.4s, v5.s[3]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
-	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
-	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
+	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
+	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180e // fmla v14.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182f // fmla v15.4s, v1.4s, v3.s[3]
+	WORD $0x4fa41812 // fmla v18.4s, v0.4s, v4.s[3]
+	WORD $0x4fa41833 // fmla v19.4s, v1.4s, v4.s[3]
+	WORD $0x4fa51816 // fmla v22.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51837 // fmla v23.4s, v1.4s, v5.s[3]
 	ADD $256, R16
 	SUB $4, R17
 	CMP $4, R17
@@ -18059,39 +18106,23 @@ r4loop1:
 	FMOVS.P 4(R12), F4
 	FMOVS.P 4(R13), F5
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
-	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
-	WORD $0x4f85901e // fmul v30.4s, v0.4s, v5.s[0]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
-	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
-	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
-	WORD $0x4f85903e // fmul v30.4s, v1.4s, v5.s[0]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
-	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
-	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
+	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
-	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
-	WORD $0x4f85901e // fmul v30.4s, v0.4s, v5.s[0]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
-	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
-	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
-	WORD $0x4f85903e // fmul v30.4s, v1.4s, v5.s[0]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
-	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
-	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
+	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
+	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
+	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
 	ADD $64, R16
 	SUBS $1, R17, R17
 	BNE r4loop1
@@ -18135,109 +18166,61 @@ r3loop4:
 	FMOVQ.P 16(R11), F3
 	FMOVQ.P 16(R12), F4
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
-	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
-	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
-	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
+	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
-	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
-	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
-	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
+	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
 	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
-	WORD $0x4fa3901c // fmul v28.4s, v0.4s, v3.s[1]
-	WORD $0x4fa4901d // fmul v29.4s, v0.4s, v4.s[1]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
-	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3903c // fmul v28.4s, v1.4s, v3.s[1]
-	WORD $0x4fa4903d // fmul v29.4s, v1.4s, v4.s[1]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
-	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
+	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
+	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100c // fmla v12.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102d // fmla v13.4s, v1.4s, v3.s[1]
+	WORD $0x4fa41010 // fmla v16.4s, v0.4s, v4.s[1]
+	WORD $0x4fa41031 // fmla v17.4s, v1.4s, v4.s[1]
 	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
-	WORD $0x4fa3901c // fmul v28.4s, v0.4s, v3.s[1]
-	WORD $0x4fa4901d // fmul v29.4s, v0.4s, v4.s[1]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
-	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3903c // fmul v28.4s, v1.4s, v3.s[1]
-	WORD $0x4fa4903d // fmul v29.4s, v1.4s, v4.s[1]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
-	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
+	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
+	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100e // fmla v14.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102f // fmla v15.4s, v1.4s, v3.s[1]
+	WORD $0x4fa41012 // fmla v18.4s, v0.4s, v4.s[1]
+	WORD $0x4fa41033 // fmla v19.4s, v1.4s, v4.s[1]
 	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
-	WORD $0x4f83981c // fmul v28.4s, v0.4s, v3.s[2]
-	WORD $0x4f84981d // fmul v29.4s, v0.4s, v4.s[2]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
-	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
-	WORD $0x4f83983c // fmul v28.4s, v1.4s, v3.s[2]
-	WORD $0x4f84983d // fmul v29.4s, v1.4s, v4.s[2]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
-	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
+	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
+	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180c // fmla v12.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182d // fmla v13.4s, v1.4s, v3.s[2]
+	WORD $0x4f841810 // fmla v16.4s, v0.4s, v4.s[2]
+	WORD $0x4f841831 // fmla v17.4s, v1.4s, v4.s[2]
 	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
-	WORD $0x4f83981c // fmul v28.4s, v0.4s, v3.s[2]
-	WORD $0x4f84981d // fmul v29.4s, v0.4s, v4.s[2]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
-	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
-	WORD $0x4f83983c // fmul v28.4s, v1.4s, v3.s[2]
-	WORD $0x4f84983d // fmul v29.4s, v1.4s, v4.s[2]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
-	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
+	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
+	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180e // fmla v14.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182f // fmla v15.4s, v1.4s, v3.s[2]
+	WORD $0x4f841812 // fmla v18.4s, v0.4s, v4.s[2]
+	WORD $0x4f841833 // fmla v19.4s, v1.4s, v4.s[2]
 	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
-	WORD $0x4fa3981c // fmul v28.4s, v0.4s, v3.s[3]
-	WORD $0x4fa4981d // fmul v29.4s, v0.4s, v4.s[3]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
-	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3983c // fmul v28.4s, v1.4s, v3.s[3]
-	WORD $0x4fa4983d // fmul v29.4s, v1.4s, v4.s[3]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
-	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
+	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
+	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180c // fmla v12.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182d // fmla v13.4s, v1.4s, v3.s[3]
+	WORD $0x4fa41810 // fmla v16.4s, v0.4s, v4.s[3]
+	WORD $0x4fa41831 // fmla v17.4s, v1.4s, v4.s[3]
 	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
-	WORD $0x4fa3981c // fmul v28.4s, v0.4s, v3.s[3]
-	WORD $0x4fa4981d // fmul v29.4s, v0.4s, v4.s[3]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
-	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3983c // fmul v28.4s, v1.4s, v3.s[3]
-	WORD $0x4fa4983d // fmul v29.4s, v1.4s, v4.s[3]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
-	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
+	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
+	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180e // fmla v14.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182f // fmla v15.4s, v1.4s, v3.s[3]
+	WORD $0x4fa41812 // fmla v18.4s, v0.4s, v4.s[3]
+	WORD $0x4fa41833 // fmla v19.4s, v1.4s, v4.s[3]
 	ADD $256, R16
 	SUB $4, R17
 	CMP $4, R17
@@ -18249,31 +18232,19 @@ r3loop1:
 	FMOVS.P 4(R11), F3
 	FMOVS.P 4(R12), F4
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
-	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
-	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
-	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
+	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
-	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
-	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
-	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
+	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
 	ADD $64, R16
 	SUBS $1, R17, R17
 	BNE r3loop1
@@ -18308,77 +18279,45 @@ r2loop4:
 	FMOVQ.P 16(R10), F2
 	FMOVQ.P 16(R11), F3
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
 	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
-	WORD $0x4fa3901c // fmul v28.4s, v0.4s, v3.s[1]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3903c // fmul v28.4s, v1.4s, v3.s[1]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
+	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100c // fmla v12.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102d // fmla v13.4s, v1.4s, v3.s[1]
 	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
-	WORD $0x4fa3901c // fmul v28.4s, v0.4s, v3.s[1]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3903c // fmul v28.4s, v1.4s, v3.s[1]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
+	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100e // fmla v14.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102f // fmla v15.4s, v1.4s, v3.s[1]
 	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
-	WORD $0x4f83981c // fmul v28.4s, v0.4s, v3.s[2]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
-	WORD $0x4f83983c // fmul v28.4s, v1.4s, v3.s[2]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
+	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180c // fmla v12.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182d // fmla v13.4s, v1.4s, v3.s[2]
 	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
-	WORD $0x4f83981c // fmul v28.4s, v0.4s, v3.s[2]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
-	WORD $0x4f83983c // fmul v28.4s, v1.4s, v3.s[2]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
+	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180e // fmla v14.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182f // fmla v15.4s, v1.4s, v3.s[2]
 	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
-	WORD $0x4fa3981c // fmul v28.4s, v0.4s, v3.s[3]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3983c // fmul v28.4s, v1.4s, v3.s[3]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
+	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180c // fmla v12.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182d // fmla v13.4s, v1.4s, v3.s[3]
 	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
-	WORD $0x4fa3981c // fmul v28.4s, v0.4s, v3.s[3]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3983c // fmul v28.4s, v1.4s, v3.s[3]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
+	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180e // fmla v14.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182f // fmla v15.4s, v1.4s, v3.s[3]
 	ADD $256, R16
 	SUB $4, R17
 	CMP $4, R17
@@ -18389,23 +18328,15 @@ r2loop1:
 	FMOVS.P 4(R10), F2
 	FMOVS.P 4(R11), F3
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
 	ADD $64, R16
 	SUBS $1, R17, R17
 	BNE r2loop1
@@ -18431,45 +18362,29 @@ tile1:
 r1loop4:
 	FMOVQ.P 16(R10), F2
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
 	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
+	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
 	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
+	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
 	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
+	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
 	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
+	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
 	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
+	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
 	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
+	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
 	ADD $256, R16
 	SUB $4, R17
 	CMP $4, R17
@@ -18479,15 +18394,11 @@ r1tail:
 r1loop1:
 	FMOVS.P 4(R10), F2
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
 	ADD $64, R16
 	SUBS $1, R17, R17
 	BNE r1loop1
