@@ -28,13 +28,20 @@ import "fmt"
 // cycles per 4 k of a full tile against 7.3 cycles of loads, issuing ≈
 // 4.8 instructions per cycle; each accumulator is updated every 6 cycles
 // (24 chains ≥ the 16 that cover latency × pipes). So their inner loop
-// can run at the FMA peak; with the C loads and stores of a tile and the
-// k tail it is ≈ 0.9 of it at k = 64 (estimated, not measured). A·Bᵀ is
-// the same loop with LDP Q for B: FMA-bound alike. It rounded each product
-// before adding it (FMUL then FADD, both on the FP pipes: half the FMA
-// peak, and Q·Kᵀ was 57% of the forward's cycles on Neoverse V2) until the
-// rule of SPEC §4 admitted fused scores measured against the plain
-// algorithm fused the same way: the rounding of large logits (|S| ~ 1e4),
+// can run at the FMA peak. A·Bᵀ is the same loop with LDP Q for B:
+// FMA-bound alike. Whole calls at the forward's tile shapes, predicted by
+// llvm-mca 19 (the mca-kit's predict_call.py: k loops, tails, the code
+// around them; not measured), in % of the FP32 FMA peak:
+//
+//	                        Neoverse V2   N2    N1
+//	A·Bᵀ 48×512×64 (d 64)       96%      96%   96%   (49% unfused)
+//	A·Bᵀ 48×512×128 (d 128)     98%      98%   98%   (49-50% unfused)
+//	A·B  48×64×512, 48×128×512  99%      99%   99%
+//
+// A·Bᵀ rounded each product before adding it (FMUL then FADD, both on the
+// FP pipes: half the FMA peak, and Q·Kᵀ was 57% of the forward's cycles on
+// Neoverse V2) until the rule of SPEC §4 admitted fused scores measured
+// against the plain algorithm fused the same way: the rounding of large logits (|S| ~ 1e4),
 // which the softmax amplifies, is then the baseline's own (the 40× failure
 // of the reliability report's finding 9, TestRowsMeetTheRule, came from
 // fused scores measured against the unfused baseline). The amd64 kernels
