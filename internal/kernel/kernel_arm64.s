@@ -152,11 +152,11 @@ TEXT ·alibiNEON(SB), NOSPLIT|NOFRAME, $0-32
 	FMOVS pos+28(FP), F30
 	WORD $0x4e0407de // dup v30.4s, v30.s[0]
 	MOVD $neonconsts<>(SB), R9
-	FMOVQ 208(R9), F8
-	FMOVQ 224(R9), F9
-	FMOVQ 240(R9), F10
-	FMOVQ 256(R9), F11
-	FMOVQ 272(R9), F29
+	FMOVQ 224(R9), F8
+	FMOVQ 240(R9), F9
+	FMOVQ 256(R9), F10
+	FMOVQ 272(R9), F11
+	FMOVQ 288(R9), F29
 	CBZ R1, done
 loop:
 	FLDPQ (R0), (F0, F1)
@@ -195,9 +195,10 @@ TEXT ·expSumNEON(SB), NOSPLIT|NOFRAME, $0-36
 	FMOVQ 16(R9), F30
 	FMOVQ 32(R9), F29
 	FMOVQ 48(R9), F28
-	FMOVQ 64(R9), F27
-	FMOVQ 80(R9), F26
-	FMOVQ 96(R9), F25
+	FMOVQ 64(R9), F20
+	FMOVQ 80(R9), F27
+	FMOVQ 96(R9), F26
+	FMOVQ 112(R9), F25
 	FMOVS sub+28(FP), F24
 	WORD $0x6ea0fb18 // fneg v24.4s, v24.4s
 	WORD $0x4e040718 // dup v24.4s, v24.s[0]
@@ -220,26 +221,26 @@ loop:
 	WORD $0x4ebaf4a1 // fmin v1.4s, v5.4s, v26.4s
 	WORD $0x4ebaf4c2 // fmin v2.4s, v6.4s, v26.4s
 	WORD $0x4ebaf4e3 // fmin v3.4s, v7.4s, v26.4s
-	WORD $0x4e3bf400 // fmax v0.4s, v0.4s, v27.4s
-	WORD $0x4e3bf421 // fmax v1.4s, v1.4s, v27.4s
-	WORD $0x4e3bf442 // fmax v2.4s, v2.4s, v27.4s
-	WORD $0x4e3bf463 // fmax v3.4s, v3.4s, v27.4s
 	WORD $0x4f9f9008 // fmul v8.4s, v0.4s, v31.s[0]
 	WORD $0x4f9f9029 // fmul v9.4s, v1.4s, v31.s[0]
 	WORD $0x4f9f904a // fmul v10.4s, v2.4s, v31.s[0]
 	WORD $0x4f9f906b // fmul v11.4s, v3.4s, v31.s[0]
-	WORD $0x4e218908 // frintn v8.4s, v8.4s
-	WORD $0x4e218929 // frintn v9.4s, v9.4s
-	WORD $0x4e21894a // frintn v10.4s, v10.4s
-	WORD $0x4e21896b // frintn v11.4s, v11.4s
-	WORD $0x4fbf5100 // fmls v0.4s, v8.4s, v31.s[1]
-	WORD $0x4fbf5121 // fmls v1.4s, v9.4s, v31.s[1]
-	WORD $0x4fbf5142 // fmls v2.4s, v10.4s, v31.s[1]
-	WORD $0x4fbf5163 // fmls v3.4s, v11.4s, v31.s[1]
-	WORD $0x4f9f5900 // fmls v0.4s, v8.4s, v31.s[2]
-	WORD $0x4f9f5921 // fmls v1.4s, v9.4s, v31.s[2]
-	WORD $0x4f9f5942 // fmls v2.4s, v10.4s, v31.s[2]
-	WORD $0x4f9f5963 // fmls v3.4s, v11.4s, v31.s[2]
+	WORD $0x4e34d508 // fadd v8.4s, v8.4s, v20.4s
+	WORD $0x4e34d529 // fadd v9.4s, v9.4s, v20.4s
+	WORD $0x4e34d54a // fadd v10.4s, v10.4s, v20.4s
+	WORD $0x4e34d56b // fadd v11.4s, v11.4s, v20.4s
+	WORD $0x4eb4d510 // fsub v16.4s, v8.4s, v20.4s
+	WORD $0x4eb4d531 // fsub v17.4s, v9.4s, v20.4s
+	WORD $0x4eb4d552 // fsub v18.4s, v10.4s, v20.4s
+	WORD $0x4eb4d573 // fsub v19.4s, v11.4s, v20.4s
+	WORD $0x4fbf5200 // fmls v0.4s, v16.4s, v31.s[1]
+	WORD $0x4fbf5221 // fmls v1.4s, v17.4s, v31.s[1]
+	WORD $0x4fbf5242 // fmls v2.4s, v18.4s, v31.s[1]
+	WORD $0x4fbf5263 // fmls v3.4s, v19.4s, v31.s[1]
+	WORD $0x4f9f5a00 // fmls v0.4s, v16.4s, v31.s[2]
+	WORD $0x4f9f5a21 // fmls v1.4s, v17.4s, v31.s[2]
+	WORD $0x4f9f5a42 // fmls v2.4s, v18.4s, v31.s[2]
+	WORD $0x4f9f5a63 // fmls v3.4s, v19.4s, v31.s[2]
 	WORD $0x4e0407cc // dup v12.4s, v30.s[0]
 	WORD $0x4e0407cd // dup v13.4s, v30.s[0]
 	WORD $0x4e0407ce // dup v14.4s, v30.s[0]
@@ -292,18 +293,10 @@ loop:
 	WORD $0x4e3cd421 // fadd v1.4s, v1.4s, v28.4s
 	WORD $0x4e3cd442 // fadd v2.4s, v2.4s, v28.4s
 	WORD $0x4e3cd463 // fadd v3.4s, v3.4s, v28.4s
-	WORD $0x4ea1b908 // fcvtzs v8.4s, v8.4s
-	WORD $0x4ea1b929 // fcvtzs v9.4s, v9.4s
-	WORD $0x4ea1b94a // fcvtzs v10.4s, v10.4s
-	WORD $0x4ea1b96b // fcvtzs v11.4s, v11.4s
 	WORD $0x4f375508 // shl v8.4s, v8.4s, #23
 	WORD $0x4f375529 // shl v9.4s, v9.4s, #23
 	WORD $0x4f37554a // shl v10.4s, v10.4s, #23
 	WORD $0x4f37556b // shl v11.4s, v11.4s, #23
-	WORD $0x4ebc8508 // add v8.4s, v8.4s, v28.4s
-	WORD $0x4ebc8529 // add v9.4s, v9.4s, v28.4s
-	WORD $0x4ebc854a // add v10.4s, v10.4s, v28.4s
-	WORD $0x4ebc856b // add v11.4s, v11.4s, v28.4s
 	WORD $0x6e28dc00 // fmul v0.4s, v0.4s, v8.4s
 	WORD $0x6e29dc21 // fmul v1.4s, v1.4s, v9.4s
 	WORD $0x6e2adc42 // fmul v2.4s, v2.4s, v10.4s
@@ -352,12 +345,13 @@ TEXT ·softcapNEON(SB), NOSPLIT|NOFRAME, $0-52
 	FMOVQ 16(R9), F30
 	FMOVQ 32(R9), F29
 	FMOVQ 48(R9), F28
-	FMOVQ 144(R9), F25
-	FMOVQ 160(R9), F24
-	FMOVQ 176(R9), F23
-	FMOVQ 192(R9), F22
-	FMOVQ 112(R9), F21
-	FMOVQ 128(R9), F20
+	FMOVQ 64(R9), F16
+	FMOVQ 160(R9), F25
+	FMOVQ 176(R9), F24
+	FMOVQ 192(R9), F23
+	FMOVQ 208(R9), F22
+	FMOVQ 128(R9), F21
+	FMOVQ 144(R9), F20
 	FMOVS c+48(FP), F27
 	WORD $0x4e04077b // dup v27.4s, v27.s[0]
 	WORD $0x6e3bff9a // fdiv v26.4s, v28.4s, v27.4s
@@ -375,12 +369,14 @@ withG:
 	WORD $0x4eb8f4a5 // fmin v5.4s, v5.4s, v24.4s
 	WORD $0x4f9f9086 // fmul v6.4s, v4.4s, v31.s[0]
 	WORD $0x4f9f90a7 // fmul v7.4s, v5.4s, v31.s[0]
-	WORD $0x4e2188c6 // frintn v6.4s, v6.4s
-	WORD $0x4e2188e7 // frintn v7.4s, v7.4s
-	WORD $0x4fbf50c4 // fmls v4.4s, v6.4s, v31.s[1]
-	WORD $0x4fbf50e5 // fmls v5.4s, v7.4s, v31.s[1]
-	WORD $0x4f9f58c4 // fmls v4.4s, v6.4s, v31.s[2]
-	WORD $0x4f9f58e5 // fmls v5.4s, v7.4s, v31.s[2]
+	WORD $0x4e30d4c6 // fadd v6.4s, v6.4s, v16.4s
+	WORD $0x4e30d4e7 // fadd v7.4s, v7.4s, v16.4s
+	WORD $0x4eb0d4ca // fsub v10.4s, v6.4s, v16.4s
+	WORD $0x4eb0d4eb // fsub v11.4s, v7.4s, v16.4s
+	WORD $0x4fbf5144 // fmls v4.4s, v10.4s, v31.s[1]
+	WORD $0x4fbf5165 // fmls v5.4s, v11.4s, v31.s[1]
+	WORD $0x4f9f5944 // fmls v4.4s, v10.4s, v31.s[2]
+	WORD $0x4f9f5965 // fmls v5.4s, v11.4s, v31.s[2]
 	WORD $0x4e0407c8 // dup v8.4s, v30.s[0]
 	WORD $0x4e0407c9 // dup v9.4s, v30.s[0]
 	WORD $0x4fbf1888 // fmla v8.4s, v4.4s, v31.s[3]
@@ -407,12 +403,8 @@ withG:
 	WORD $0x4e2bcd25 // fmla v5.4s, v9.4s, v11.4s
 	WORD $0x4e3cd484 // fadd v4.4s, v4.4s, v28.4s
 	WORD $0x4e3cd4a5 // fadd v5.4s, v5.4s, v28.4s
-	WORD $0x4ea1b8c6 // fcvtzs v6.4s, v6.4s
-	WORD $0x4ea1b8e7 // fcvtzs v7.4s, v7.4s
 	WORD $0x4f3754c6 // shl v6.4s, v6.4s, #23
 	WORD $0x4f3754e7 // shl v7.4s, v7.4s, #23
-	WORD $0x4ebc84c6 // add v6.4s, v6.4s, v28.4s
-	WORD $0x4ebc84e7 // add v7.4s, v7.4s, v28.4s
 	WORD $0x6e26dc84 // fmul v4.4s, v4.4s, v6.4s
 	WORD $0x6e27dca5 // fmul v5.4s, v5.4s, v7.4s
 	WORD $0x4e3cd484 // fadd v4.4s, v4.4s, v28.4s
@@ -478,12 +470,14 @@ noG:
 	WORD $0x4eb8f4a5 // fmin v5.4s, v5.4s, v24.4s
 	WORD $0x4f9f9086 // fmul v6.4s, v4.4s, v31.s[0]
 	WORD $0x4f9f90a7 // fmul v7.4s, v5.4s, v31.s[0]
-	WORD $0x4e2188c6 // frintn v6.4s, v6.4s
-	WORD $0x4e2188e7 // frintn v7.4s, v7.4s
-	WORD $0x4fbf50c4 // fmls v4.4s, v6.4s, v31.s[1]
-	WORD $0x4fbf50e5 // fmls v5.4s, v7.4s, v31.s[1]
-	WORD $0x4f9f58c4 // fmls v4.4s, v6.4s, v31.s[2]
-	WORD $0x4f9f58e5 // fmls v5.4s, v7.4s, v31.s[2]
+	WORD $0x4e30d4c6 // fadd v6.4s, v6.4s, v16.4s
+	WORD $0x4e30d4e7 // fadd v7.4s, v7.4s, v16.4s
+	WORD $0x4eb0d4ca // fsub v10.4s, v6.4s, v16.4s
+	WORD $0x4eb0d4eb // fsub v11.4s, v7.4s, v16.4s
+	WORD $0x4fbf5144 // fmls v4.4s, v10.4s, v31.s[1]
+	WORD $0x4fbf5165 // fmls v5.4s, v11.4s, v31.s[1]
+	WORD $0x4f9f5944 // fmls v4.4s, v10.4s, v31.s[2]
+	WORD $0x4f9f5965 // fmls v5.4s, v11.4s, v31.s[2]
 	WORD $0x4e0407c8 // dup v8.4s, v30.s[0]
 	WORD $0x4e0407c9 // dup v9.4s, v30.s[0]
 	WORD $0x4fbf1888 // fmla v8.4s, v4.4s, v31.s[3]
@@ -510,12 +504,8 @@ noG:
 	WORD $0x4e2bcd25 // fmla v5.4s, v9.4s, v11.4s
 	WORD $0x4e3cd484 // fadd v4.4s, v4.4s, v28.4s
 	WORD $0x4e3cd4a5 // fadd v5.4s, v5.4s, v28.4s
-	WORD $0x4ea1b8c6 // fcvtzs v6.4s, v6.4s
-	WORD $0x4ea1b8e7 // fcvtzs v7.4s, v7.4s
 	WORD $0x4f3754c6 // shl v6.4s, v6.4s, #23
 	WORD $0x4f3754e7 // shl v7.4s, v7.4s, #23
-	WORD $0x4ebc84c6 // add v6.4s, v6.4s, v28.4s
-	WORD $0x4ebc84e7 // add v7.4s, v7.4s, v28.4s
 	WORD $0x6e26dc84 // fmul v4.4s, v4.4s, v6.4s
 	WORD $0x6e27dca5 // fmul v5.4s, v5.4s, v7.4s
 	WORD $0x4e3cd484 // fadd v4.4s, v4.4s, v28.4s
@@ -627,9 +617,9 @@ TEXT ·f32ToBF16NEON(SB), NOSPLIT|NOFRAME, $0-48
 	MOVD src_base+24(FP), R1
 	MOVD src_len+32(FP), R2
 	MOVD $neonconsts<>(SB), R9
-	FMOVQ 288(R9), F31
-	FMOVQ 304(R9), F30
-	FMOVQ 320(R9), F29
+	FMOVQ 304(R9), F31
+	FMOVQ 320(R9), F30
+	FMOVQ 336(R9), F29
 	CBZ R2, done
 loop:
 	FLDPQ.P 32(R1), (F0, F1)
@@ -676,10 +666,10 @@ TEXT ·roundBF16NEON(SB), NOSPLIT|NOFRAME, $0-24
 	MOVD x_base+0(FP), R0
 	MOVD x_len+8(FP), R1
 	MOVD $neonconsts<>(SB), R9
-	FMOVQ 288(R9), F31
-	FMOVQ 304(R9), F30
-	FMOVQ 336(R9), F29
-	FMOVQ 352(R9), F28
+	FMOVQ 304(R9), F31
+	FMOVQ 320(R9), F30
+	FMOVQ 352(R9), F29
+	FMOVQ 368(R9), F28
 	CBZ R1, done
 loop:
 	FLDPQ (R0), (F0, F1)
@@ -16498,9 +16488,9 @@ TEXT ·packNBF16NEON(SB), NOSPLIT|NOFRAME, $0-80
 	LSL $2, R3
 	MOVD pairs+64(FP), R4
 	MOVD $neonconsts<>(SB), R10
-	FMOVQ 288(R10), F31
-	FMOVQ 304(R10), F30
-	FMOVQ 320(R10), F29
+	FMOVQ 304(R10), F31
+	FMOVQ 320(R10), F30
+	FMOVQ 336(R10), F29
 pair:
 	MOVD R2, R6
 	ADD R3, R2, R9
@@ -16595,9 +16585,9 @@ TEXT ·packTBF16NEON(SB), NOSPLIT|NOFRAME, $0-80
 	MOVD strips+64(FP), R4
 	MOVD k8+72(FP), R5
 	MOVD $neonconsts<>(SB), R10
-	FMOVQ 288(R10), F31
-	FMOVQ 304(R10), F30
-	FMOVQ 320(R10), F29
+	FMOVQ 304(R10), F31
+	FMOVQ 320(R10), F30
+	FMOVQ 336(R10), F29
 strip:
 	MOVD R2, R6
 	MOVD R0, R7
@@ -16946,9 +16936,9 @@ TEXT ·transposeRoundBF16NEON(SB), NOSPLIT|NOFRAME, $0-80
 	MOVD rows8+64(FP), R4
 	MOVD cols8+72(FP), R5
 	MOVD $neonconsts<>(SB), R10
-	FMOVQ 288(R10), F31
-	FMOVQ 304(R10), F30
-	FMOVQ 320(R10), F29
+	FMOVQ 304(R10), F31
+	FMOVQ 320(R10), F30
+	FMOVQ 336(R10), F29
 band:
 	MOVD R2, R6
 	MOVD R0, R7
@@ -17151,9 +17141,9 @@ TEXT ·packNF16NEON(SB), NOSPLIT|NOFRAME, $0-80
 	LSL $2, R3
 	MOVD pairs+64(FP), R4
 	MOVD $neonconsts<>(SB), R10
-	FMOVQ 288(R10), F31
-	FMOVQ 304(R10), F30
-	FMOVQ 320(R10), F29
+	FMOVQ 304(R10), F31
+	FMOVQ 320(R10), F30
+	FMOVQ 336(R10), F29
 pair:
 	MOVD R2, R6
 	ADD R3, R2, R9
@@ -17196,9 +17186,9 @@ TEXT ·packTF16NEON(SB), NOSPLIT|NOFRAME, $0-80
 	MOVD strips+64(FP), R4
 	MOVD k8+72(FP), R5
 	MOVD $neonconsts<>(SB), R10
-	FMOVQ 288(R10), F31
-	FMOVQ 304(R10), F30
-	FMOVQ 320(R10), F29
+	FMOVQ 304(R10), F31
+	FMOVQ 320(R10), F30
+	FMOVQ 336(R10), F29
 strip:
 	MOVD R2, R6
 	MOVD R0, R7
@@ -23998,9 +23988,9 @@ TEXT ·philox8NEON(SB), NOSPLIT|NOFRAME, $0-32
 	WORD $0x4e040c26 // dup v6.4s, w1
 	WORD $0x4ea61cc7 // mov v7.16b, v6.16b
 	MOVD $neonconsts<>(SB), R2
-	FMOVQ 368(R2), F14
-	WORD $0x4eae8400 // add v0.4s, v0.4s, v14.4s
 	FMOVQ 384(R2), F14
+	WORD $0x4eae8400 // add v0.4s, v0.4s, v14.4s
+	FMOVQ 400(R2), F14
 	WORD $0x4eae8421 // add v1.4s, v1.4s, v14.4s
 	MOVWU k0+24(FP), R1
 	WORD $0x4e040c28 // dup v8.4s, w1
@@ -24324,89 +24314,93 @@ DATA neonconsts<>+48(SB)/4, $0x3f800000
 DATA neonconsts<>+52(SB)/4, $0x3f800000
 DATA neonconsts<>+56(SB)/4, $0x3f800000
 DATA neonconsts<>+60(SB)/4, $0x3f800000
-DATA neonconsts<>+64(SB)/4, $0xc2aeac4f
-DATA neonconsts<>+68(SB)/4, $0xc2aeac4f
-DATA neonconsts<>+72(SB)/4, $0xc2aeac4f
-DATA neonconsts<>+76(SB)/4, $0xc2aeac4f
-DATA neonconsts<>+80(SB)/4, $0x42b0c0a5
-DATA neonconsts<>+84(SB)/4, $0x42b0c0a5
-DATA neonconsts<>+88(SB)/4, $0x42b0c0a5
-DATA neonconsts<>+92(SB)/4, $0x42b0c0a5
-DATA neonconsts<>+96(SB)/4, $0x7f800000
-DATA neonconsts<>+100(SB)/4, $0x7f800000
-DATA neonconsts<>+104(SB)/4, $0x7f800000
-DATA neonconsts<>+108(SB)/4, $0x7f800000
-DATA neonconsts<>+112(SB)/4, $0xbbbaf0ea
-DATA neonconsts<>+116(SB)/4, $0x3ca9134e
-DATA neonconsts<>+120(SB)/4, $0xbd5c1e2d
-DATA neonconsts<>+124(SB)/4, $0x3e088393
-DATA neonconsts<>+128(SB)/4, $0xbeaaaa99
-DATA neonconsts<>+132(SB)/4, $0x00000000
-DATA neonconsts<>+136(SB)/4, $0x00000000
-DATA neonconsts<>+140(SB)/4, $0x00000000
-DATA neonconsts<>+144(SB)/4, $0x40000000
-DATA neonconsts<>+148(SB)/4, $0x40000000
-DATA neonconsts<>+152(SB)/4, $0x40000000
-DATA neonconsts<>+156(SB)/4, $0x40000000
-DATA neonconsts<>+160(SB)/4, $0x42b00000
-DATA neonconsts<>+164(SB)/4, $0x42b00000
-DATA neonconsts<>+168(SB)/4, $0x42b00000
-DATA neonconsts<>+172(SB)/4, $0x42b00000
-DATA neonconsts<>+176(SB)/4, $0x3f200000
-DATA neonconsts<>+180(SB)/4, $0x3f200000
-DATA neonconsts<>+184(SB)/4, $0x3f200000
-DATA neonconsts<>+188(SB)/4, $0x3f200000
-DATA neonconsts<>+192(SB)/4, $0x80000000
-DATA neonconsts<>+196(SB)/4, $0x80000000
-DATA neonconsts<>+200(SB)/4, $0x80000000
-DATA neonconsts<>+204(SB)/4, $0x80000000
-DATA neonconsts<>+208(SB)/4, $0x00000000
-DATA neonconsts<>+212(SB)/4, $0x3f800000
-DATA neonconsts<>+216(SB)/4, $0x40000000
-DATA neonconsts<>+220(SB)/4, $0x40400000
-DATA neonconsts<>+224(SB)/4, $0x40800000
-DATA neonconsts<>+228(SB)/4, $0x40a00000
-DATA neonconsts<>+232(SB)/4, $0x40c00000
-DATA neonconsts<>+236(SB)/4, $0x40e00000
-DATA neonconsts<>+240(SB)/4, $0x41000000
-DATA neonconsts<>+244(SB)/4, $0x41100000
-DATA neonconsts<>+248(SB)/4, $0x41200000
-DATA neonconsts<>+252(SB)/4, $0x41300000
-DATA neonconsts<>+256(SB)/4, $0x41400000
-DATA neonconsts<>+260(SB)/4, $0x41500000
-DATA neonconsts<>+264(SB)/4, $0x41600000
-DATA neonconsts<>+268(SB)/4, $0x41700000
-DATA neonconsts<>+272(SB)/4, $0x41800000
-DATA neonconsts<>+276(SB)/4, $0x41800000
-DATA neonconsts<>+280(SB)/4, $0x41800000
-DATA neonconsts<>+284(SB)/4, $0x41800000
-DATA neonconsts<>+288(SB)/4, $0x00007fff
-DATA neonconsts<>+292(SB)/4, $0x00007fff
-DATA neonconsts<>+296(SB)/4, $0x00007fff
-DATA neonconsts<>+300(SB)/4, $0x00007fff
-DATA neonconsts<>+304(SB)/4, $0x00000001
-DATA neonconsts<>+308(SB)/4, $0x00000001
-DATA neonconsts<>+312(SB)/4, $0x00000001
-DATA neonconsts<>+316(SB)/4, $0x00000001
-DATA neonconsts<>+320(SB)/4, $0x00400040
-DATA neonconsts<>+324(SB)/4, $0x00400040
-DATA neonconsts<>+328(SB)/4, $0x00400040
-DATA neonconsts<>+332(SB)/4, $0x00400040
-DATA neonconsts<>+336(SB)/4, $0x00400000
-DATA neonconsts<>+340(SB)/4, $0x00400000
-DATA neonconsts<>+344(SB)/4, $0x00400000
-DATA neonconsts<>+348(SB)/4, $0x00400000
-DATA neonconsts<>+352(SB)/4, $0xffff0000
-DATA neonconsts<>+356(SB)/4, $0xffff0000
-DATA neonconsts<>+360(SB)/4, $0xffff0000
-DATA neonconsts<>+364(SB)/4, $0xffff0000
-DATA neonconsts<>+368(SB)/4, $0x00000000
-DATA neonconsts<>+372(SB)/4, $0x00000001
-DATA neonconsts<>+376(SB)/4, $0x00000002
-DATA neonconsts<>+380(SB)/4, $0x00000003
-DATA neonconsts<>+384(SB)/4, $0x00000004
-DATA neonconsts<>+388(SB)/4, $0x00000005
-DATA neonconsts<>+392(SB)/4, $0x00000006
-DATA neonconsts<>+396(SB)/4, $0x00000007
-GLOBL neonconsts<>(SB), RODATA|NOPTR, $400
+DATA neonconsts<>+64(SB)/4, $0x4b40007f
+DATA neonconsts<>+68(SB)/4, $0x4b40007f
+DATA neonconsts<>+72(SB)/4, $0x4b40007f
+DATA neonconsts<>+76(SB)/4, $0x4b40007f
+DATA neonconsts<>+80(SB)/4, $0xc2aeac4f
+DATA neonconsts<>+84(SB)/4, $0xc2aeac4f
+DATA neonconsts<>+88(SB)/4, $0xc2aeac4f
+DATA neonconsts<>+92(SB)/4, $0xc2aeac4f
+DATA neonconsts<>+96(SB)/4, $0x42b0c0a5
+DATA neonconsts<>+100(SB)/4, $0x42b0c0a5
+DATA neonconsts<>+104(SB)/4, $0x42b0c0a5
+DATA neonconsts<>+108(SB)/4, $0x42b0c0a5
+DATA neonconsts<>+112(SB)/4, $0x7f800000
+DATA neonconsts<>+116(SB)/4, $0x7f800000
+DATA neonconsts<>+120(SB)/4, $0x7f800000
+DATA neonconsts<>+124(SB)/4, $0x7f800000
+DATA neonconsts<>+128(SB)/4, $0xbbbaf0ea
+DATA neonconsts<>+132(SB)/4, $0x3ca9134e
+DATA neonconsts<>+136(SB)/4, $0xbd5c1e2d
+DATA neonconsts<>+140(SB)/4, $0x3e088393
+DATA neonconsts<>+144(SB)/4, $0xbeaaaa99
+DATA neonconsts<>+148(SB)/4, $0x00000000
+DATA neonconsts<>+152(SB)/4, $0x00000000
+DATA neonconsts<>+156(SB)/4, $0x00000000
+DATA neonconsts<>+160(SB)/4, $0x40000000
+DATA neonconsts<>+164(SB)/4, $0x40000000
+DATA neonconsts<>+168(SB)/4, $0x40000000
+DATA neonconsts<>+172(SB)/4, $0x40000000
+DATA neonconsts<>+176(SB)/4, $0x42b00000
+DATA neonconsts<>+180(SB)/4, $0x42b00000
+DATA neonconsts<>+184(SB)/4, $0x42b00000
+DATA neonconsts<>+188(SB)/4, $0x42b00000
+DATA neonconsts<>+192(SB)/4, $0x3f200000
+DATA neonconsts<>+196(SB)/4, $0x3f200000
+DATA neonconsts<>+200(SB)/4, $0x3f200000
+DATA neonconsts<>+204(SB)/4, $0x3f200000
+DATA neonconsts<>+208(SB)/4, $0x80000000
+DATA neonconsts<>+212(SB)/4, $0x80000000
+DATA neonconsts<>+216(SB)/4, $0x80000000
+DATA neonconsts<>+220(SB)/4, $0x80000000
+DATA neonconsts<>+224(SB)/4, $0x00000000
+DATA neonconsts<>+228(SB)/4, $0x3f800000
+DATA neonconsts<>+232(SB)/4, $0x40000000
+DATA neonconsts<>+236(SB)/4, $0x40400000
+DATA neonconsts<>+240(SB)/4, $0x40800000
+DATA neonconsts<>+244(SB)/4, $0x40a00000
+DATA neonconsts<>+248(SB)/4, $0x40c00000
+DATA neonconsts<>+252(SB)/4, $0x40e00000
+DATA neonconsts<>+256(SB)/4, $0x41000000
+DATA neonconsts<>+260(SB)/4, $0x41100000
+DATA neonconsts<>+264(SB)/4, $0x41200000
+DATA neonconsts<>+268(SB)/4, $0x41300000
+DATA neonconsts<>+272(SB)/4, $0x41400000
+DATA neonconsts<>+276(SB)/4, $0x41500000
+DATA neonconsts<>+280(SB)/4, $0x41600000
+DATA neonconsts<>+284(SB)/4, $0x41700000
+DATA neonconsts<>+288(SB)/4, $0x41800000
+DATA neonconsts<>+292(SB)/4, $0x41800000
+DATA neonconsts<>+296(SB)/4, $0x41800000
+DATA neonconsts<>+300(SB)/4, $0x41800000
+DATA neonconsts<>+304(SB)/4, $0x00007fff
+DATA neonconsts<>+308(SB)/4, $0x00007fff
+DATA neonconsts<>+312(SB)/4, $0x00007fff
+DATA neonconsts<>+316(SB)/4, $0x00007fff
+DATA neonconsts<>+320(SB)/4, $0x00000001
+DATA neonconsts<>+324(SB)/4, $0x00000001
+DATA neonconsts<>+328(SB)/4, $0x00000001
+DATA neonconsts<>+332(SB)/4, $0x00000001
+DATA neonconsts<>+336(SB)/4, $0x00400040
+DATA neonconsts<>+340(SB)/4, $0x00400040
+DATA neonconsts<>+344(SB)/4, $0x00400040
+DATA neonconsts<>+348(SB)/4, $0x00400040
+DATA neonconsts<>+352(SB)/4, $0x00400000
+DATA neonconsts<>+356(SB)/4, $0x00400000
+DATA neonconsts<>+360(SB)/4, $0x00400000
+DATA neonconsts<>+364(SB)/4, $0x00400000
+DATA neonconsts<>+368(SB)/4, $0xffff0000
+DATA neonconsts<>+372(SB)/4, $0xffff0000
+DATA neonconsts<>+376(SB)/4, $0xffff0000
+DATA neonconsts<>+380(SB)/4, $0xffff0000
+DATA neonconsts<>+384(SB)/4, $0x00000000
+DATA neonconsts<>+388(SB)/4, $0x00000001
+DATA neonconsts<>+392(SB)/4, $0x00000002
+DATA neonconsts<>+396(SB)/4, $0x00000003
+DATA neonconsts<>+400(SB)/4, $0x00000004
+DATA neonconsts<>+404(SB)/4, $0x00000005
+DATA neonconsts<>+408(SB)/4, $0x00000006
+DATA neonconsts<>+412(SB)/4, $0x00000007
+GLOBL neonconsts<>(SB), RODATA|NOPTR, $416
 
