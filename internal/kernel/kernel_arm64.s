@@ -23971,6 +23971,68 @@ loop:
 done:
 	RET
 
+// FMAPeakBFMMLANEON runs iters iterations of 24 independent register-only BFMMLA chains:
+// 768 float32 FLOPs per iteration (no path uses BFMMLA yet).
+TEXT ·FMAPeakBFMMLANEON(SB), NOSPLIT|NOFRAME, $0-8
+	MOVD iters+0(FP), R0
+	WORD $0x6f00e400 // movi v0.2d, #0
+	WORD $0x6f00e401 // movi v1.2d, #0
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
+	WORD $0x6f00e41c // movi v28.2d, #0
+	WORD $0x6f00e41d // movi v29.2d, #0
+	WORD $0x6f00e41e // movi v30.2d, #0
+	WORD $0x6f00e41f // movi v31.2d, #0
+	CMP $0, R0
+	BLE done
+loop:
+	WORD $0x6e41ec08 // bfmmla v8.4s, v0.8h, v1.8h
+	WORD $0x6e41ec09 // bfmmla v9.4s, v0.8h, v1.8h
+	WORD $0x6e41ec0a // bfmmla v10.4s, v0.8h, v1.8h
+	WORD $0x6e41ec0b // bfmmla v11.4s, v0.8h, v1.8h
+	WORD $0x6e41ec0c // bfmmla v12.4s, v0.8h, v1.8h
+	WORD $0x6e41ec0d // bfmmla v13.4s, v0.8h, v1.8h
+	WORD $0x6e41ec0e // bfmmla v14.4s, v0.8h, v1.8h
+	WORD $0x6e41ec0f // bfmmla v15.4s, v0.8h, v1.8h
+	WORD $0x6e41ec10 // bfmmla v16.4s, v0.8h, v1.8h
+	WORD $0x6e41ec11 // bfmmla v17.4s, v0.8h, v1.8h
+	WORD $0x6e41ec12 // bfmmla v18.4s, v0.8h, v1.8h
+	WORD $0x6e41ec13 // bfmmla v19.4s, v0.8h, v1.8h
+	WORD $0x6e41ec14 // bfmmla v20.4s, v0.8h, v1.8h
+	WORD $0x6e41ec15 // bfmmla v21.4s, v0.8h, v1.8h
+	WORD $0x6e41ec16 // bfmmla v22.4s, v0.8h, v1.8h
+	WORD $0x6e41ec17 // bfmmla v23.4s, v0.8h, v1.8h
+	WORD $0x6e41ec18 // bfmmla v24.4s, v0.8h, v1.8h
+	WORD $0x6e41ec19 // bfmmla v25.4s, v0.8h, v1.8h
+	WORD $0x6e41ec1a // bfmmla v26.4s, v0.8h, v1.8h
+	WORD $0x6e41ec1b // bfmmla v27.4s, v0.8h, v1.8h
+	WORD $0x6e41ec1c // bfmmla v28.4s, v0.8h, v1.8h
+	WORD $0x6e41ec1d // bfmmla v29.4s, v0.8h, v1.8h
+	WORD $0x6e41ec1e // bfmmla v30.4s, v0.8h, v1.8h
+	WORD $0x6e41ec1f // bfmmla v31.4s, v0.8h, v1.8h
+	SUBS $1, R0, R0
+	BNE loop
+done:
+	RET
+
 // philox8NEON computes Philox-4x32-10 for the counters (c0+g, c1, c2, c3), g < 8,
 // under key (k0, k1): out[4g+r] is word r of counter g.
 TEXT ·philox8NEON(SB), NOSPLIT|NOFRAME, $0-32

@@ -440,6 +440,12 @@ func FMAPeakBF16NEON(iters int)
 //go:noescape
 func FMAPeakF16NEON(iters int)
 
+// FMAPeakBFMMLANEON runs iters iterations of 24 independent register-only BFMMLA chains:
+// 768 float32 FLOPs per iteration (no path uses BFMMLA yet).
+//
+//go:noescape
+func FMAPeakBFMMLANEON(iters int)
+
 // philox8NEON computes Philox-4x32-10 for the counters (c0+g, c1, c2, c3), g < 8,
 // under key (k0, k1): out[4g+r] is word r of counter g.
 //

@@ -393,19 +393,23 @@ func expSumStep(f *file) {
 
 // genHalfPeaks emits the peak loops of the 16-bit paths, shaped like
 // FMAPeakNEON: FMAPeakBF16NEON (24 chains of BFDOT: 24·4·2·2 = 384 FLOPs
-// per iteration) and FMAPeakF16NEON (24 chains of FMLAL: 192 FLOPs).
+// per iteration) and FMAPeakF16NEON (24 chains of FMLAL: 192 FLOPs), and
+// FMAPeakBFMMLANEON (24 chains of BFMMLA, 2×2 outputs of 4 products each:
+// 24·2·2·4·2 = 768 FLOPs), the rate a BFMMLA path would be bounded by,
+// for measuring it beside BFDOT (BenchmarkBFMMLAPeak).
 func genHalfPeaks(f *file) {
 	for _, p := range []struct {
-		name, what string
-		flops      int
-		op         func(d, n, m V, i int) inst
+		name, what, of string
+		flops          int
+		op             func(d, n, m V, i int) inst
 	}{
-		{"FMAPeakBF16NEON", "BFDOT", 384, bfdotE},
-		{"FMAPeakF16NEON", "FMLAL", 192, fmlalE},
+		{"FMAPeakBF16NEON", "BFDOT", "the peak of the 16-bit path", 384, bfdotE},
+		{"FMAPeakF16NEON", "FMLAL", "the peak of the 16-bit path", 192, fmlalE},
+		{"FMAPeakBFMMLANEON", "BFMMLA", "no path uses BFMMLA yet", 768, func(d, n, m V, _ int) inst { return bfmmla(d, n, m) }},
 	} {
 		f.text(p.name, "func(iters int)",
 			fmt.Sprintf("%s runs iters iterations of 24 independent register-only %s chains:", p.name, p.what),
-			fmt.Sprintf("%d float32 FLOPs per iteration (the peak of the 16-bit path).", p.flops))
+			fmt.Sprintf("%d float32 FLOPs per iteration (%s).", p.flops, p.of))
 		f.ld("R0", "iters", "")
 		for v := V(0); v < 32; v++ {
 			if v < 2 || v >= 8 {
