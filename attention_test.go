@@ -87,13 +87,13 @@ func checkVarLenSeq(t *testing.T, b int, par reference.Params, q, k, v, do []flo
 	qr, kr := func(x []float32) []float32 { return x[q0*h*d : (q0+nq)*h*d] }, func(x []float32) []float32 { return x[k0*hk*d : (k0+nk)*hk*d] }
 	sq, sk, sv, sdo := qr(q), kr(k), kr(v), qr(do)
 	o64, lse64 := reference.Forward64(par, to64(sq), to64(sk), to64(sv))
-	o32, lse32 := reference.Forward32(par, sq, sk, sv)
+	o32, lse32 := reference.Forward32(plainPar(par), sq, sk, sv)
 	gotLSE := make([]float32, h*nq)
 	for hh := 0; hh < h; hh++ {
 		copy(gotLSE[hh*nq:], lse[hh*tq+q0:][:nq])
 	}
 	dq64, dk64, dv64 := reference.Backward64(par, to64(sq), to64(sk), to64(sv), to64(sdo))
-	dq32, dk32, dv32 := reference.Backward32(par, sq, sk, sv, sdo)
+	dq32, dk32, dv32 := reference.Backward32(plainPar(par), sq, sk, sv, sdo)
 	for _, g := range []struct {
 		name    string
 		got, pl []float32
@@ -210,7 +210,7 @@ func checkCase(t *testing.T, c tcase) {
 		t.Fatal(err)
 	}
 	dq64, dk64, dv64 := reference.Backward64(cd.par, to64(cd.q), to64(cd.k), to64(cd.v), to64(cd.do))
-	dq32, dk32, dv32 := reference.Backward32(cd.par, cd.q, cd.k, cd.v, cd.do)
+	dq32, dk32, dv32 := reference.Backward32(plainPar(cd.par), cd.q, cd.k, cd.v, cd.do)
 	for _, g := range []struct {
 		name    string
 		got, pl []float32
@@ -226,7 +226,7 @@ func checkCase(t *testing.T, c tcase) {
 func checkForward(t *testing.T, cd caseData, out, lse []float32) {
 	t.Helper()
 	o64, lse64 := reference.Forward64(cd.par, to64(cd.q), to64(cd.k), to64(cd.v))
-	o32, lse32 := reference.Forward32(cd.par, cd.q, cd.k, cd.v)
+	o32, lse32 := reference.Forward32(plainPar(cd.par), cd.q, cd.k, cd.v)
 	if err := reference.Check("O", out, o32, o64); err != nil {
 		t.Error(err)
 	}

@@ -103,9 +103,9 @@ func checkBias(t *testing.T, c biasCase, q, k, v, do, o, lse, dbias []float32) {
 	t.Helper()
 	par := c.params(to64(c.data))
 	o64, l64 := reference.Forward64(par, to64(q), to64(k), to64(v))
-	o32, l32 := reference.Forward32(par, q, k, v)
+	o32, l32 := reference.Forward32(plainPar(par), q, k, v)
 	db64 := reduceBias(c, reference.ScoreGrads64(par, to64(q), to64(k), to64(v), to64(do), nil))
-	db32 := reduceBias(c, reference.ScoreGrads32(par, q, k, v, do, nil))
+	db32 := reduceBias(c, reference.ScoreGrads32(plainPar(par), q, k, v, do, nil))
 	for _, g := range []struct {
 		name    string
 		got, pl []float32
@@ -218,7 +218,7 @@ func TestDBiasFiniteDifferences(t *testing.T) {
 					t.Errorf("reference score gradient %d: %g, finite differences %g", i, ref[i], fd[i])
 				}
 			}
-			pl := reduceBias(c, reference.ScoreGrads32(par, q, k, v, do, nil))
+			pl := reduceBias(c, reference.ScoreGrads32(plainPar(par), q, k, v, do, nil))
 			if err := reference.Check("DBias vs finite differences", dbias, pl, fd); err != nil {
 				t.Error(err)
 			}
@@ -427,7 +427,7 @@ func TestDBiasOffsets(t *testing.T) {
 	rc.shape, rc.data = [4]int{1, H, Sq, Sk}, sub
 	par := rc.params(to64(sub))
 	db64 := reduceBias(rc, reference.ScoreGrads64(par, to64(q), to64(k), to64(v), to64(do), nil))
-	db32 := reduceBias(rc, reference.ScoreGrads32(par, q, k, v, do, nil))
+	db32 := reduceBias(rc, reference.ScoreGrads32(plainPar(par), q, k, v, do, nil))
 	got := make([]float32, len(sub))
 	for h := range H {
 		for i := range s[2] {

@@ -125,8 +125,8 @@ func checkSinks(t *testing.T, c sinkCase) {
 		o32, l32 = reference.ForwardHalf(par, precisionOf(dt), q, k, v)
 		dq32, dk32, dv32, ds32 = reference.BackwardHalfGrads(par, precisionOf(dt), q, k, v, do, dlse)
 	} else {
-		o32, l32 = reference.Forward32(par, q, k, v)
-		dq32, dk32, dv32, ds32 = reference.BackwardGrads32(par, q, k, v, do, dlse)
+		o32, l32 = reference.Forward32(plainPar(par), q, k, v)
+		dq32, dk32, dv32, ds32 = reference.BackwardGrads32(plainPar(par), q, k, v, do, dlse)
 	}
 	for _, g := range []struct {
 		name    string
@@ -284,9 +284,9 @@ func TestSinksKeyShards(t *testing.T) {
 				}
 				par := reference.Params{Batch: b, SeqQ: sq, SeqK: sk, Heads: h, KVHeads: h, HeadDim: d, Sinks: to64(sinks)}
 				dq64, dk64, dv64, ds64 := reference.BackwardGrads64(par, to64(q), to64(k), to64(v), to64(do), nil)
-				_, _, _, ds32 := reference.BackwardGrads32(par, q, k, v, do, nil)
+				_, _, _, ds32 := reference.BackwardGrads32(plainPar(par), q, k, v, do, nil)
 				if dt == Float32 {
-					dq32, dk32, dv32, _ := reference.BackwardGrads32(par, q, k, v, do, nil)
+					dq32, dk32, dv32, _ := reference.BackwardGrads32(plainPar(par), q, k, v, do, nil)
 					for _, g := range []struct {
 						name    string
 						got, pl []float32
@@ -485,7 +485,7 @@ func TestShardsWithOffsets(t *testing.T) {
 	}
 	par := reference.Params{Batch: 1, SeqQ: N, SeqK: N, Heads: H, KVHeads: H, HeadDim: D, Causal: true, Sinks: to64(sinks), ALiBi: to64(base.ALiBi)}
 	o64, l64 := reference.Forward64(par, to64(q), to64(k), to64(v))
-	o32, l32 := reference.Forward32(par, q, k, v)
+	o32, l32 := reference.Forward32(plainPar(par), q, k, v)
 	var gotO, gotL []float32
 	for s := 0; s < shards; s++ {
 		gotO = append(gotO, outs[s].Data...)
@@ -499,7 +499,7 @@ func TestShardsWithOffsets(t *testing.T) {
 		}
 	}
 	dq64, dk64, dv64, ds64 := reference.BackwardGrads64(par, to64(q), to64(k), to64(v), to64(do), nil)
-	dq32, dk32, dv32, ds32 := reference.BackwardGrads32(par, q, k, v, do, nil)
+	dq32, dk32, dv32, ds32 := reference.BackwardGrads32(plainPar(par), q, k, v, do, nil)
 	for _, g := range []struct {
 		name    string
 		got, pl []float32
@@ -534,9 +534,9 @@ func TestTopLeftAndSeqUsedQ(t *testing.T) {
 			t.Fatal(err)
 		}
 		o64, l64 := reference.Forward64(par, to64(q), to64(k), to64(v))
-		o32, l32 := reference.Forward32(par, q, k, v)
+		o32, l32 := reference.Forward32(plainPar(par), q, k, v)
 		dq64, dk64, dv64 := reference.Backward64(par, to64(q), to64(k), to64(v), to64(do))
-		dq32, dk32, dv32 := reference.Backward32(par, q, k, v, do)
+		dq32, dk32, dv32 := reference.Backward32(plainPar(par), q, k, v, do)
 		for _, g := range []struct {
 			name    string
 			got, pl []float32
@@ -711,9 +711,9 @@ func TestBias(t *testing.T) {
 	par := reference.Params{Batch: B, SeqQ: N, SeqK: N, Heads: H, KVHeads: H, HeadDim: D, Causal: true,
 		ScoreMod: func(b, h, i, j int, x float64) (float64, float64) { return x + float64(bias[(h*N+i)*N+j]), 1 }}
 	o64, l64 := reference.Forward64(par, to64(q), to64(k), to64(v))
-	o32, l32 := reference.Forward32(par, q, k, v)
+	o32, l32 := reference.Forward32(plainPar(par), q, k, v)
 	dq64, dk64, dv64 := reference.Backward64(par, to64(q), to64(k), to64(v), to64(do))
-	dq32, dk32, dv32 := reference.Backward32(par, q, k, v, do)
+	dq32, dk32, dv32 := reference.Backward32(plainPar(par), q, k, v, do)
 	for _, g := range []struct {
 		name    string
 		got, pl []float32
@@ -796,7 +796,7 @@ func TestMHADecodeHeads(t *testing.T) {
 							continue
 						}
 						o64, l64 := reference.Forward64(par, to64(qb), to64(keys), to64(vals))
-						o32, l32 := reference.Forward32(par, qb, keys, vals)
+						o32, l32 := reference.Forward32(plainPar(par), qb, keys, vals)
 						if err := reference.Check("O", out.Data[b*H*D:(b+1)*H*D], o32, o64); err != nil {
 							t.Errorf("seq %d: %v", b, err)
 						}

@@ -81,7 +81,7 @@ func perHeadGrads32(c tcase, cd caseData) (dk, dv []float32) {
 			}
 			one := cd.par
 			one.Heads, one.KVHeads, one.SeqQ, one.SeqK = 1, 1, i1-i0, nk
-			_, dkh, dvh := reference.Backward32(one, pick(cd.q, i0, i1, c.h, h), pick(cd.k, 0, nk, c.hk, kh),
+			_, dkh, dvh := reference.Backward32(plainPar(one), pick(cd.q, i0, i1, c.h, h), pick(cd.k, 0, nk, c.hk, kh),
 				pick(cd.v, 0, nk, c.hk, kh), pick(cd.do, i0, i1, c.h, h))
 			for j := 0; j < nk; j++ {
 				for e := 0; e < c.d; e++ {

@@ -60,8 +60,8 @@ func checkMLA(t *testing.T, sq, sk, h, hk, d, dv int, causal bool, dt DType) {
 	var o32, l32 []float32
 	var g32 [3][]float32
 	if dt == Float32 {
-		o32, l32 = reference.Forward32(par, q, k, v)
-		a, b, c := reference.Backward32(par, q, k, v, do)
+		o32, l32 = reference.Forward32(plainPar(par), q, k, v)
+		a, b, c := reference.Backward32(plainPar(par), q, k, v, do)
 		g32 = [3][]float32{a, b, c}
 	} else {
 		o32, l32 = reference.ForwardHalf(par, precisionOf(dt), q, k, v)
@@ -144,7 +144,7 @@ func TestMLALatentCache(t *testing.T) {
 					}
 					par := reference.Params{Batch: 1, SeqQ: sq, SeqK: n, Heads: H, KVHeads: 1, HeadDim: D, HeadDimV: DV}
 					o64, l64 := reference.Forward64(par, to64(qb), to64(keys), to64(vals))
-					o32, l32 := reference.Forward32(par, qb, keys, vals)
+					o32, l32 := reference.Forward32(plainPar(par), qb, keys, vals)
 					got := gather(out)[b*sq*H*DV : (b+1)*sq*H*DV]
 					if dt == BFloat16 || dt == Float16 {
 						// 16-bit cache: the products are in the type; allow its rule.

@@ -39,6 +39,7 @@ import (
 	"math"
 
 	"github.com/flashattn/flashattn/internal/dropout"
+	"github.com/flashattn/flashattn/internal/kernel"
 )
 
 // Params describes one attention call.
@@ -80,6 +81,17 @@ type Params struct {
 	// ScoreMod, if not nil, maps each score after Softcap and ALiBi and
 	// before the masks, returning the new score and its derivative.
 	ScoreMod func(b, h, i, j int, x float64) (y, dy float64)
+	// FusedScores makes the float32 functions (Forward32, Backward32, …)
+	// sum the dot products q·k of the scores, and dO·v of the backward's
+	// dP, as chains of fused multiply-adds, s = fma(x[d], y[d], s) from
+	// zero in the order of d, rounded once per step, instead of rounding
+	// each product before adding it: the baseline of a kernel that
+	// computes those products with fused multiply-adds (SPEC §4; in
+	// flashattn the NEON kernels, internal/kernel.Impl.FusedScores). The
+	// float64 functions compute the same with math.FMA. With the 16-bit
+	// functions it changes nothing: the products of bfloat16 and fp16
+	// values are exact in float32.
+	FusedScores bool
 }
 
 // Visible reports whether key j is visible from query row i under the causal
@@ -200,7 +212,8 @@ func dropScale[T float](p float64) T {
 // It returns the row maximum (-Inf if no key is visible).
 //
 // All arithmetic is done in T; the explicit T(...) conversions keep products
-// rounded to T (no fused multiply-add), so float32 results are reproducible.
+// rounded to T (no fused multiply-add, except in q·k with FusedScores, by
+// dotOf), so float32 results are reproducible.
 func rowScores[T float](p *Params, q, k []T, b, h, i int, x, th, sm []T) T {
 	D := p.HeadDim
 	kh := h / (p.Heads / p.KVHeads)
@@ -220,11 +233,7 @@ func rowScores[T float](p *Params, q, k []T, b, h, i int, x, th, sm []T) T {
 			}
 			continue
 		}
-		kj := k[kIdx(p, b, j, kh):][:D]
-		var dot T
-		for d := range qi {
-			dot += T(qi[d] * kj[d])
-		}
+		dot := dotOf(p.FusedScores, qi, k[kIdx(p, b, j, kh):][:D])
 		xv := T(s * dot)
 		if p.Softcap > 0 {
 			t := T(math.Tanh(float64(T(xv / c))))
@@ -253,6 +262,38 @@ func rowScores[T float](p *Params, q, k []T, b, h, i int, x, th, sm []T) T {
 		}
 	}
 	return m
+}
+
+// dotOf returns Σ x[d]·y[d] in T, summed from zero in the order of d:
+// each product rounded to T before it is added, or, if fused, the chain of
+// fused multiply-adds s = fma(x[d], y[d], s) (Params.FusedScores).
+func dotOf[T float](fused bool, x, y []T) T {
+	y = y[:len(x)]
+	var s T
+	switch xs := any(x).(type) {
+	case []float32:
+		if fused {
+			ys := any(y).([]float32)
+			var f float32
+			for d, v := range xs {
+				f = kernel.FMA32(v, ys[d], f)
+			}
+			return T(f)
+		}
+	case []float64:
+		if fused {
+			ys := any(y).([]float64)
+			var f float64
+			for d, v := range xs {
+				f = math.FMA(v, ys[d], f)
+			}
+			return T(f)
+		}
+	}
+	for d := range x {
+		s += T(x[d] * y[d])
+	}
+	return s
 }
 
 // softmaxRow turns the scores x (with maximum m) into probabilities in place
@@ -490,10 +531,7 @@ func (r *bwdRef[T]) gradScores(b, h, kh int) {
 		for j := 0; j < Sk; j++ {
 			var dp T
 			if P[i*Sk+j] != 0 && r.Z[i*Sk+j] != 0 {
-				vj := r.v[vIdx(p, b, j, kh):][:DV]
-				for d := range doi {
-					dp += T(doi[d] * vj[d])
-				}
+				dp = dotOf(p.FusedScores, doi, r.v[vIdx(p, b, j, kh):][:DV])
 				dp = T(dp * r.Z[i*Sk+j])
 			}
 			dS[i*Sk+j] = dp

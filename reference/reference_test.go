@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/flashattn/flashattn/internal/dropout"
+	"github.com/flashattn/flashattn/internal/kernel"
 )
 
 func randSlice(r *rand.Rand, n int, amp float64) []float64 {
@@ -429,5 +430,46 @@ func TestValidatePanics(t *testing.T) {
 			}()
 			Forward64(tc.p, tc.q, tc.k, tc.k)
 		}()
+	}
+}
+
+// TestFusedScores: with Params.FusedScores the score q·k of Forward32 is
+// the chain of fused multiply-adds s = fma(q[d], k[d], s) from zero (the
+// baseline of kernels that fuse, SPEC §4), and without it the chain of
+// rounded products; with one key LSE is that score. Forward64 fuses with
+// math.FMA. Large operands make the two arithmetics differ.
+func TestFusedScores(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	const d = 64
+	differ := 0
+	for range 50 {
+		q, k := to32(randSlice(r, d, 100)), to32(randSlice(r, d, 100))
+		v := to32(randSlice(r, d, 1))
+		var fused, plain float32
+		var fused64 float64
+		for i := range q {
+			fused = kernel.FMA32(q[i], k[i], fused)
+			plain += float32(q[i] * k[i])
+			fused64 = math.FMA(float64(q[i]), float64(k[i]), fused64)
+		}
+		for _, c := range []struct {
+			fused bool
+			want  float32
+		}{{true, fused}, {false, plain}} {
+			p := Params{Batch: 1, SeqQ: 1, SeqK: 1, Heads: 1, KVHeads: 1, HeadDim: d, Scale: 1, FusedScores: c.fused}
+			if _, lse := Forward32(p, q, k, v); math.Float32bits(lse[0]) != math.Float32bits(c.want) {
+				t.Fatalf("FusedScores %v: LSE %v, want the score %v", c.fused, lse[0], c.want)
+			}
+		}
+		p := Params{Batch: 1, SeqQ: 1, SeqK: 1, Heads: 1, KVHeads: 1, HeadDim: d, Scale: 1, FusedScores: true}
+		if _, lse := Forward64(p, to64(q), to64(k), to64(v)); lse[0] != fused64 {
+			t.Fatalf("Forward64 FusedScores: LSE %v, want %v", lse[0], fused64)
+		}
+		if fused != plain {
+			differ++
+		}
+	}
+	if differ == 0 {
+		t.Fatal("the fused and rounded scores never differ: the test tells nothing")
 	}
 }

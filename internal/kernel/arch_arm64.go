@@ -14,18 +14,19 @@ package kernel
 // archImpls returns the assembly implementations of this CPU, best first.
 func archImpls() []Impl {
 	im := Impl{
-		Name:      "neon",
-		MulABt:    wrapMulABt(mulABtNEON),
-		MulAddAB:  wrapMulAddAB(mulAddABNEON),
-		MulAddAtB: wrapMulAddAtB(mulAddAtBNEON),
-		ExpSum:    wrapExpSum(expSumNEON),
-		Max:       wrapMax(maxNEON),
-		Scale:     wrapScale(scaleNEON),
-		DsFromDp:  wrapDsFromDp(dsFromDpNEON),
-		Dot:       dotGeneric, // one element of MulABt's arithmetic, as on amd64
-		Dot4T:     wrapDot4T(dot4TNEON),
-		Softcap:   wrapSoftcap,
-		ALiBi:     wrapALiBi,
+		Name:        "neon",
+		MulABt:      wrapMulABt(mulABtNEON), // FMLA: at the FMA rate
+		FusedScores: true,
+		MulAddAB:    wrapMulAddAB(mulAddABNEON),
+		MulAddAtB:   wrapMulAddAtB(mulAddAtBNEON),
+		ExpSum:      wrapExpSum(expSumNEON),
+		Max:         wrapMax(maxNEON),
+		Scale:       wrapScale(scaleNEON),
+		DsFromDp:    wrapDsFromDp(dsFromDpNEON),
+		Dot:         dotFused, // one element of MulABt's fused arithmetic
+		Dot4T:       wrapDot4T(dot4TNEON),
+		Softcap:     wrapSoftcap,
+		ALiBi:       wrapALiBi,
 	}
 	setConvertersNEON(&im)
 	setPackersNEON(&im)

@@ -90,6 +90,32 @@ func mulABtGeneric(c []float32, ldc int, a []float32, lda int, bt []float32, m, 
 	}
 }
 
+// mulABtFused is MulABt in the fused arithmetic (Impl.FusedScores): each
+// element is the chain s = FMA32(a[i*lda+p], B[j][p], s), p = 0, 1, …, from
+// s = 0, one dotFused per element. It is the twin of the fused assembly
+// (mulABtNEON) in the self-check and the tests, not a kernel to run.
+func mulABtFused(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int) {
+	col := make([]float32, k)
+	for j := 0; j < n; j++ {
+		strip := bt[j/W*k*W : (j/W+1)*k*W]
+		for p := range col {
+			col[p] = strip[p*W+j%W]
+		}
+		for i := 0; i < m; i++ {
+			c[i*ldc+j] = dotFused(a[i*lda:i*lda+k], col)
+		}
+	}
+}
+
+// scoresTwin returns the pure-Go MulABt and Dot with the arithmetic of
+// im's (Impl.FusedScores): what im's are compared with bit for bit.
+func scoresTwin(im Impl) (mulABt func(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int), dot func(a, b []float32) float32) {
+	if im.FusedScores {
+		return mulABtFused, dotFused
+	}
+	return Generic.MulABt, Generic.Dot
+}
+
 func store4(c []float32, x0, x1, x2, x3 float32) {
 	c = c[:4]
 	c[0], c[1], c[2], c[3] = x0, x1, x2, x3

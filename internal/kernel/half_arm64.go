@@ -16,10 +16,15 @@ package kernel
 //     of each pair, one fused rounding per product: exactly the generic
 //     fp16 twin's arithmetic, so the two agree bit for bit.
 //
-// BFMMLA (two 2×4·4×2 products per instruction) is not used: its operands
-// are 2×4 blocks, which the pair layout would have to be shuffled into
-// (one ZIP per instruction for B, two per two rows of A) and its results
-// out of, for at most the same multiply rate as BFDOT on Neoverse V1/V2.
+// BFMMLA (a 2×4·4×2 product per instruction) is not used yet: its
+// operands are 2×4 blocks, which the pair layout would have to be shuffled
+// into (a ZIP per two B operands, two per two rows of A) and its results
+// out of. Arm's tables give it at most BFDOT's multiply rate on Neoverse
+// V1/V2; llvm-mca 19 predicts twice it (4× the float32 FMA peak on V1, V2
+// and N2), and, for a 4×16 tile, 2.46× the float32 peak on the pair layout
+// and 3.55× on a layout of 2×4 blocks, against BFDOT's 2.0×.
+// FMAPeakBFMMLANEON (its peak loop) and BenchmarkBFMMLAPeak measure which
+// holds on a given CPU.
 // FMLA on .8h (FEAT_FP16) is not used either: it accumulates in fp16,
 // which would break the float32 sums Half promises.
 //

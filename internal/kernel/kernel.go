@@ -146,16 +146,29 @@ type Impl struct {
 	// i < m, j < n. n is a multiple of W; bt holds Bᵀ packed by PackBt with
 	// depth k. C is overwritten.
 	//
-	// Every implementation sums each element in the order p = 0, 1, …,
-	// rounding each product to float32 before adding it (no fused
-	// multiply-add): the arithmetic of the plain algorithm, so the results
-	// are the same bit for bit on every implementation. The scores S = Q·Kᵀ
-	// come from here, and at large logits (|S| ~ 1e4) their rounding is the
+	// Every implementation sums each element from zero in the order
+	// p = 0, 1, …, in one of two arithmetics, which FusedScores tells:
+	// each product rounded to float32 before it is added (the plain
+	// algorithm's unfused arithmetic, mulABtGeneric), or fused
+	// multiply-adds, s = fma(a[i*lda+p], B[j][p], s) (FMA32,
+	// mulABtFused). Within one arithmetic the results are the same bit
+	// for bit on every implementation. The scores S = Q·Kᵀ come from
+	// here, and at large logits (|S| ~ 1e4) their rounding is the
 	// dominant error, which the softmax amplifies: computed in any other
-	// way it is as large as the plain algorithm's but independent of it,
-	// and the error rule (at most twice the plain algorithm's error) fails
-	// on O and the gradients.
+	// way than the baseline it is measured against it is as large as the
+	// plain algorithm's but independent of it, and the error rule (at
+	// most twice the plain algorithm's error) fails on O and the
+	// gradients. So the baseline of a fused implementation is the plain
+	// algorithm with fused products in the same order (SPEC §4;
+	// reference.Params.FusedScores).
 	MulABt func(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int)
+
+	// FusedScores reports that MulABt and Dot sum fused multiply-adds
+	// (the NEON kernels, whose FMLA runs at twice the rate of an FMUL
+	// and an FADD on the same pipes) rather than rounded products (every
+	// other implementation: the x86 cores add on separate pipes, so
+	// fusing gains them nothing).
+	FusedScores bool
 
 	// MulAddAB adds A·B to C: c[i*ldc+j] += Σ_{p<k} a[i*lda+p] * b[p*ldb+j]
 	// for i < m, j < n. n is a multiple of W.
@@ -199,8 +212,9 @@ type Impl struct {
 
 	// Dot returns Σ a[i]*b[i] (len(b) >= len(a)) accumulated in index order
 	// with the same arithmetic as one element of MulABt (each product
-	// rounded, then added), so that dot(dO, O) cancels exactly against an
-	// element of dO·Vᵀ when P is one-hot.
+	// rounded, then added; fused multiply-adds if FusedScores), so that
+	// dot(dO, O) cancels exactly against an element of dO·Vᵀ when P is
+	// one-hot.
 	Dot func(a, b []float32) float32
 
 	// Dot4T computes Sᵀ for four rows of A against n rows of B read in

@@ -152,11 +152,11 @@ TEXT ·alibiNEON(SB), NOSPLIT|NOFRAME, $0-32
 	FMOVS pos+28(FP), F30
 	WORD $0x4e0407de // dup v30.4s, v30.s[0]
 	MOVD $neonconsts<>(SB), R9
-	FMOVQ 208(R9), F8
-	FMOVQ 224(R9), F9
-	FMOVQ 240(R9), F10
-	FMOVQ 256(R9), F11
-	FMOVQ 272(R9), F29
+	FMOVQ 224(R9), F8
+	FMOVQ 240(R9), F9
+	FMOVQ 256(R9), F10
+	FMOVQ 272(R9), F11
+	FMOVQ 288(R9), F29
 	CBZ R1, done
 loop:
 	FLDPQ (R0), (F0, F1)
@@ -195,9 +195,10 @@ TEXT ·expSumNEON(SB), NOSPLIT|NOFRAME, $0-36
 	FMOVQ 16(R9), F30
 	FMOVQ 32(R9), F29
 	FMOVQ 48(R9), F28
-	FMOVQ 64(R9), F27
-	FMOVQ 80(R9), F26
-	FMOVQ 96(R9), F25
+	FMOVQ 64(R9), F20
+	FMOVQ 80(R9), F27
+	FMOVQ 96(R9), F26
+	FMOVQ 112(R9), F25
 	FMOVS sub+28(FP), F24
 	WORD $0x6ea0fb18 // fneg v24.4s, v24.4s
 	WORD $0x4e040718 // dup v24.4s, v24.s[0]
@@ -220,26 +221,26 @@ loop:
 	WORD $0x4ebaf4a1 // fmin v1.4s, v5.4s, v26.4s
 	WORD $0x4ebaf4c2 // fmin v2.4s, v6.4s, v26.4s
 	WORD $0x4ebaf4e3 // fmin v3.4s, v7.4s, v26.4s
-	WORD $0x4e3bf400 // fmax v0.4s, v0.4s, v27.4s
-	WORD $0x4e3bf421 // fmax v1.4s, v1.4s, v27.4s
-	WORD $0x4e3bf442 // fmax v2.4s, v2.4s, v27.4s
-	WORD $0x4e3bf463 // fmax v3.4s, v3.4s, v27.4s
 	WORD $0x4f9f9008 // fmul v8.4s, v0.4s, v31.s[0]
 	WORD $0x4f9f9029 // fmul v9.4s, v1.4s, v31.s[0]
 	WORD $0x4f9f904a // fmul v10.4s, v2.4s, v31.s[0]
 	WORD $0x4f9f906b // fmul v11.4s, v3.4s, v31.s[0]
-	WORD $0x4e218908 // frintn v8.4s, v8.4s
-	WORD $0x4e218929 // frintn v9.4s, v9.4s
-	WORD $0x4e21894a // frintn v10.4s, v10.4s
-	WORD $0x4e21896b // frintn v11.4s, v11.4s
-	WORD $0x4fbf5100 // fmls v0.4s, v8.4s, v31.s[1]
-	WORD $0x4fbf5121 // fmls v1.4s, v9.4s, v31.s[1]
-	WORD $0x4fbf5142 // fmls v2.4s, v10.4s, v31.s[1]
-	WORD $0x4fbf5163 // fmls v3.4s, v11.4s, v31.s[1]
-	WORD $0x4f9f5900 // fmls v0.4s, v8.4s, v31.s[2]
-	WORD $0x4f9f5921 // fmls v1.4s, v9.4s, v31.s[2]
-	WORD $0x4f9f5942 // fmls v2.4s, v10.4s, v31.s[2]
-	WORD $0x4f9f5963 // fmls v3.4s, v11.4s, v31.s[2]
+	WORD $0x4e34d508 // fadd v8.4s, v8.4s, v20.4s
+	WORD $0x4e34d529 // fadd v9.4s, v9.4s, v20.4s
+	WORD $0x4e34d54a // fadd v10.4s, v10.4s, v20.4s
+	WORD $0x4e34d56b // fadd v11.4s, v11.4s, v20.4s
+	WORD $0x4eb4d510 // fsub v16.4s, v8.4s, v20.4s
+	WORD $0x4eb4d531 // fsub v17.4s, v9.4s, v20.4s
+	WORD $0x4eb4d552 // fsub v18.4s, v10.4s, v20.4s
+	WORD $0x4eb4d573 // fsub v19.4s, v11.4s, v20.4s
+	WORD $0x4fbf5200 // fmls v0.4s, v16.4s, v31.s[1]
+	WORD $0x4fbf5221 // fmls v1.4s, v17.4s, v31.s[1]
+	WORD $0x4fbf5242 // fmls v2.4s, v18.4s, v31.s[1]
+	WORD $0x4fbf5263 // fmls v3.4s, v19.4s, v31.s[1]
+	WORD $0x4f9f5a00 // fmls v0.4s, v16.4s, v31.s[2]
+	WORD $0x4f9f5a21 // fmls v1.4s, v17.4s, v31.s[2]
+	WORD $0x4f9f5a42 // fmls v2.4s, v18.4s, v31.s[2]
+	WORD $0x4f9f5a63 // fmls v3.4s, v19.4s, v31.s[2]
 	WORD $0x4e0407cc // dup v12.4s, v30.s[0]
 	WORD $0x4e0407cd // dup v13.4s, v30.s[0]
 	WORD $0x4e0407ce // dup v14.4s, v30.s[0]
@@ -292,18 +293,10 @@ loop:
 	WORD $0x4e3cd421 // fadd v1.4s, v1.4s, v28.4s
 	WORD $0x4e3cd442 // fadd v2.4s, v2.4s, v28.4s
 	WORD $0x4e3cd463 // fadd v3.4s, v3.4s, v28.4s
-	WORD $0x4ea1b908 // fcvtzs v8.4s, v8.4s
-	WORD $0x4ea1b929 // fcvtzs v9.4s, v9.4s
-	WORD $0x4ea1b94a // fcvtzs v10.4s, v10.4s
-	WORD $0x4ea1b96b // fcvtzs v11.4s, v11.4s
 	WORD $0x4f375508 // shl v8.4s, v8.4s, #23
 	WORD $0x4f375529 // shl v9.4s, v9.4s, #23
 	WORD $0x4f37554a // shl v10.4s, v10.4s, #23
 	WORD $0x4f37556b // shl v11.4s, v11.4s, #23
-	WORD $0x4ebc8508 // add v8.4s, v8.4s, v28.4s
-	WORD $0x4ebc8529 // add v9.4s, v9.4s, v28.4s
-	WORD $0x4ebc854a // add v10.4s, v10.4s, v28.4s
-	WORD $0x4ebc856b // add v11.4s, v11.4s, v28.4s
 	WORD $0x6e28dc00 // fmul v0.4s, v0.4s, v8.4s
 	WORD $0x6e29dc21 // fmul v1.4s, v1.4s, v9.4s
 	WORD $0x6e2adc42 // fmul v2.4s, v2.4s, v10.4s
@@ -352,12 +345,13 @@ TEXT ·softcapNEON(SB), NOSPLIT|NOFRAME, $0-52
 	FMOVQ 16(R9), F30
 	FMOVQ 32(R9), F29
 	FMOVQ 48(R9), F28
-	FMOVQ 144(R9), F25
-	FMOVQ 160(R9), F24
-	FMOVQ 176(R9), F23
-	FMOVQ 192(R9), F22
-	FMOVQ 112(R9), F21
-	FMOVQ 128(R9), F20
+	FMOVQ 64(R9), F16
+	FMOVQ 160(R9), F25
+	FMOVQ 176(R9), F24
+	FMOVQ 192(R9), F23
+	FMOVQ 208(R9), F22
+	FMOVQ 128(R9), F21
+	FMOVQ 144(R9), F20
 	FMOVS c+48(FP), F27
 	WORD $0x4e04077b // dup v27.4s, v27.s[0]
 	WORD $0x6e3bff9a // fdiv v26.4s, v28.4s, v27.4s
@@ -375,12 +369,14 @@ withG:
 	WORD $0x4eb8f4a5 // fmin v5.4s, v5.4s, v24.4s
 	WORD $0x4f9f9086 // fmul v6.4s, v4.4s, v31.s[0]
 	WORD $0x4f9f90a7 // fmul v7.4s, v5.4s, v31.s[0]
-	WORD $0x4e2188c6 // frintn v6.4s, v6.4s
-	WORD $0x4e2188e7 // frintn v7.4s, v7.4s
-	WORD $0x4fbf50c4 // fmls v4.4s, v6.4s, v31.s[1]
-	WORD $0x4fbf50e5 // fmls v5.4s, v7.4s, v31.s[1]
-	WORD $0x4f9f58c4 // fmls v4.4s, v6.4s, v31.s[2]
-	WORD $0x4f9f58e5 // fmls v5.4s, v7.4s, v31.s[2]
+	WORD $0x4e30d4c6 // fadd v6.4s, v6.4s, v16.4s
+	WORD $0x4e30d4e7 // fadd v7.4s, v7.4s, v16.4s
+	WORD $0x4eb0d4ca // fsub v10.4s, v6.4s, v16.4s
+	WORD $0x4eb0d4eb // fsub v11.4s, v7.4s, v16.4s
+	WORD $0x4fbf5144 // fmls v4.4s, v10.4s, v31.s[1]
+	WORD $0x4fbf5165 // fmls v5.4s, v11.4s, v31.s[1]
+	WORD $0x4f9f5944 // fmls v4.4s, v10.4s, v31.s[2]
+	WORD $0x4f9f5965 // fmls v5.4s, v11.4s, v31.s[2]
 	WORD $0x4e0407c8 // dup v8.4s, v30.s[0]
 	WORD $0x4e0407c9 // dup v9.4s, v30.s[0]
 	WORD $0x4fbf1888 // fmla v8.4s, v4.4s, v31.s[3]
@@ -407,12 +403,8 @@ withG:
 	WORD $0x4e2bcd25 // fmla v5.4s, v9.4s, v11.4s
 	WORD $0x4e3cd484 // fadd v4.4s, v4.4s, v28.4s
 	WORD $0x4e3cd4a5 // fadd v5.4s, v5.4s, v28.4s
-	WORD $0x4ea1b8c6 // fcvtzs v6.4s, v6.4s
-	WORD $0x4ea1b8e7 // fcvtzs v7.4s, v7.4s
 	WORD $0x4f3754c6 // shl v6.4s, v6.4s, #23
 	WORD $0x4f3754e7 // shl v7.4s, v7.4s, #23
-	WORD $0x4ebc84c6 // add v6.4s, v6.4s, v28.4s
-	WORD $0x4ebc84e7 // add v7.4s, v7.4s, v28.4s
 	WORD $0x6e26dc84 // fmul v4.4s, v4.4s, v6.4s
 	WORD $0x6e27dca5 // fmul v5.4s, v5.4s, v7.4s
 	WORD $0x4e3cd484 // fadd v4.4s, v4.4s, v28.4s
@@ -478,12 +470,14 @@ noG:
 	WORD $0x4eb8f4a5 // fmin v5.4s, v5.4s, v24.4s
 	WORD $0x4f9f9086 // fmul v6.4s, v4.4s, v31.s[0]
 	WORD $0x4f9f90a7 // fmul v7.4s, v5.4s, v31.s[0]
-	WORD $0x4e2188c6 // frintn v6.4s, v6.4s
-	WORD $0x4e2188e7 // frintn v7.4s, v7.4s
-	WORD $0x4fbf50c4 // fmls v4.4s, v6.4s, v31.s[1]
-	WORD $0x4fbf50e5 // fmls v5.4s, v7.4s, v31.s[1]
-	WORD $0x4f9f58c4 // fmls v4.4s, v6.4s, v31.s[2]
-	WORD $0x4f9f58e5 // fmls v5.4s, v7.4s, v31.s[2]
+	WORD $0x4e30d4c6 // fadd v6.4s, v6.4s, v16.4s
+	WORD $0x4e30d4e7 // fadd v7.4s, v7.4s, v16.4s
+	WORD $0x4eb0d4ca // fsub v10.4s, v6.4s, v16.4s
+	WORD $0x4eb0d4eb // fsub v11.4s, v7.4s, v16.4s
+	WORD $0x4fbf5144 // fmls v4.4s, v10.4s, v31.s[1]
+	WORD $0x4fbf5165 // fmls v5.4s, v11.4s, v31.s[1]
+	WORD $0x4f9f5944 // fmls v4.4s, v10.4s, v31.s[2]
+	WORD $0x4f9f5965 // fmls v5.4s, v11.4s, v31.s[2]
 	WORD $0x4e0407c8 // dup v8.4s, v30.s[0]
 	WORD $0x4e0407c9 // dup v9.4s, v30.s[0]
 	WORD $0x4fbf1888 // fmla v8.4s, v4.4s, v31.s[3]
@@ -510,12 +504,8 @@ noG:
 	WORD $0x4e2bcd25 // fmla v5.4s, v9.4s, v11.4s
 	WORD $0x4e3cd484 // fadd v4.4s, v4.4s, v28.4s
 	WORD $0x4e3cd4a5 // fadd v5.4s, v5.4s, v28.4s
-	WORD $0x4ea1b8c6 // fcvtzs v6.4s, v6.4s
-	WORD $0x4ea1b8e7 // fcvtzs v7.4s, v7.4s
 	WORD $0x4f3754c6 // shl v6.4s, v6.4s, #23
 	WORD $0x4f3754e7 // shl v7.4s, v7.4s, #23
-	WORD $0x4ebc84c6 // add v6.4s, v6.4s, v28.4s
-	WORD $0x4ebc84e7 // add v7.4s, v7.4s, v28.4s
 	WORD $0x6e26dc84 // fmul v4.4s, v4.4s, v6.4s
 	WORD $0x6e27dca5 // fmul v5.4s, v5.4s, v7.4s
 	WORD $0x4e3cd484 // fadd v4.4s, v4.4s, v28.4s
@@ -627,9 +617,9 @@ TEXT ·f32ToBF16NEON(SB), NOSPLIT|NOFRAME, $0-48
 	MOVD src_base+24(FP), R1
 	MOVD src_len+32(FP), R2
 	MOVD $neonconsts<>(SB), R9
-	FMOVQ 288(R9), F31
-	FMOVQ 304(R9), F30
-	FMOVQ 320(R9), F29
+	FMOVQ 304(R9), F31
+	FMOVQ 320(R9), F30
+	FMOVQ 336(R9), F29
 	CBZ R2, done
 loop:
 	FLDPQ.P 32(R1), (F0, F1)
@@ -676,10 +666,10 @@ TEXT ·roundBF16NEON(SB), NOSPLIT|NOFRAME, $0-24
 	MOVD x_base+0(FP), R0
 	MOVD x_len+8(FP), R1
 	MOVD $neonconsts<>(SB), R9
-	FMOVQ 288(R9), F31
-	FMOVQ 304(R9), F30
-	FMOVQ 336(R9), F29
-	FMOVQ 352(R9), F28
+	FMOVQ 304(R9), F31
+	FMOVQ 320(R9), F30
+	FMOVQ 352(R9), F29
+	FMOVQ 368(R9), F28
 	CBZ R1, done
 loop:
 	FLDPQ (R0), (F0, F1)
@@ -23360,9 +23350,9 @@ TEXT ·packNBF16NEON(SB), NOSPLIT|NOFRAME, $0-80
 	LSL $2, R3
 	MOVD pairs+64(FP), R4
 	MOVD $neonconsts<>(SB), R10
-	FMOVQ 288(R10), F31
-	FMOVQ 304(R10), F30
-	FMOVQ 320(R10), F29
+	FMOVQ 304(R10), F31
+	FMOVQ 320(R10), F30
+	FMOVQ 336(R10), F29
 pair:
 	MOVD R2, R6
 	ADD R3, R2, R9
@@ -23457,9 +23447,9 @@ TEXT ·packTBF16NEON(SB), NOSPLIT|NOFRAME, $0-80
 	MOVD strips+64(FP), R4
 	MOVD k8+72(FP), R5
 	MOVD $neonconsts<>(SB), R10
-	FMOVQ 288(R10), F31
-	FMOVQ 304(R10), F30
-	FMOVQ 320(R10), F29
+	FMOVQ 304(R10), F31
+	FMOVQ 320(R10), F30
+	FMOVQ 336(R10), F29
 strip:
 	MOVD R2, R6
 	MOVD R0, R7
@@ -23808,9 +23798,9 @@ TEXT ·transposeRoundBF16NEON(SB), NOSPLIT|NOFRAME, $0-80
 	MOVD rows8+64(FP), R4
 	MOVD cols8+72(FP), R5
 	MOVD $neonconsts<>(SB), R10
-	FMOVQ 288(R10), F31
-	FMOVQ 304(R10), F30
-	FMOVQ 320(R10), F29
+	FMOVQ 304(R10), F31
+	FMOVQ 320(R10), F30
+	FMOVQ 336(R10), F29
 band:
 	MOVD R2, R6
 	MOVD R0, R7
@@ -24013,9 +24003,9 @@ TEXT ·packNF16NEON(SB), NOSPLIT|NOFRAME, $0-80
 	LSL $2, R3
 	MOVD pairs+64(FP), R4
 	MOVD $neonconsts<>(SB), R10
-	FMOVQ 288(R10), F31
-	FMOVQ 304(R10), F30
-	FMOVQ 320(R10), F29
+	FMOVQ 304(R10), F31
+	FMOVQ 320(R10), F30
+	FMOVQ 336(R10), F29
 pair:
 	MOVD R2, R6
 	ADD R3, R2, R9
@@ -24058,9 +24048,9 @@ TEXT ·packTF16NEON(SB), NOSPLIT|NOFRAME, $0-80
 	MOVD strips+64(FP), R4
 	MOVD k8+72(FP), R5
 	MOVD $neonconsts<>(SB), R10
-	FMOVQ 288(R10), F31
-	FMOVQ 304(R10), F30
-	FMOVQ 320(R10), F29
+	FMOVQ 304(R10), F31
+	FMOVQ 320(R10), F30
+	FMOVQ 336(R10), F29
 strip:
 	MOVD R2, R6
 	MOVD R0, R7
@@ -24428,9 +24418,9 @@ block:
 
 // mulABtNEON sets C = A·Bᵀ (see Impl.MulABt); bt is packed by PackBt.
 // n%16 == 0, m, n >= 1; all accesses are in bounds.
-// Inner loop, per 4 k of a 5×16 tile: 5 LDR Q + 8 LDP Q + 80 FMUL + 80 FADD (20 chains):
-// each product rounded, then added in the order of k (no FMLA), bit for bit mulABtGeneric;
-// half the FMA peak (two FP instructions per multiply-add).
+// Inner loop, per 4 k of a 6×16 tile: 6 LDR Q + 8 LDP Q + 96 FMLA (24 chains):
+// fused multiply-adds in the order of k from zero, bit for bit mulABtFused
+// (Impl.FusedScores).
 TEXT ·mulABtNEON(SB), NOSPLIT|NOFRAME, $0-112
 	MOVD bt_base+64(FP), R1
 	MOVD c_base+0(FP), R0
@@ -24441,7 +24431,7 @@ TEXT ·mulABtNEON(SB), NOSPLIT|NOFRAME, $0-112
 	MOVD lda+56(FP), R7
 	LSL $2, R7
 	LSL $6, R9, R8
-	MOVD $5, R23
+	MOVD $6, R23
 	MUL R23, R7, R19
 	MUL R23, R6, R20
 cols:
@@ -24449,8 +24439,232 @@ cols:
 	MOVD R0, R4
 	MOVD m+88(FP), R5
 rows:
-	CMP $5, R5
+	CMP $6, R5
 	BLT rowsTail
+	// Tile: 6 rows × 16 columns, 24 accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
+	WORD $0x6f00e41c // movi v28.2d, #0
+	WORD $0x6f00e41d // movi v29.2d, #0
+	WORD $0x6f00e41e // movi v30.2d, #0
+	WORD $0x6f00e41f // movi v31.2d, #0
+	MOVD R1, R16
+	MOVD R9, R17
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	ADD R7, R12, R13
+	ADD R7, R13, R14
+	ADD R7, R14, R15
+	CMP $4, R17
+	BLT r6tail
+r6loop4:
+	FMOVQ.P 16(R10), F2
+	FMOVQ.P 16(R11), F3
+	FMOVQ.P 16(R12), F4
+	FMOVQ.P 16(R13), F5
+	FMOVQ.P 16(R14), F6
+	FMOVQ.P 16(R15), F7
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
+	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	WORD $0x4f87101c // fmla v28.4s, v0.4s, v7.s[0]
+	WORD $0x4f87103d // fmla v29.4s, v1.4s, v7.s[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
+	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
+	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
+	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
+	WORD $0x4f86101a // fmla v26.4s, v0.4s, v6.s[0]
+	WORD $0x4f86103b // fmla v27.4s, v1.4s, v6.s[0]
+	WORD $0x4f87101e // fmla v30.4s, v0.4s, v7.s[0]
+	WORD $0x4f87103f // fmla v31.4s, v1.4s, v7.s[0]
+	FLDPQ 64(R16), (F0, F1)
+	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
+	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100c // fmla v12.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102d // fmla v13.4s, v1.4s, v3.s[1]
+	WORD $0x4fa41010 // fmla v16.4s, v0.4s, v4.s[1]
+	WORD $0x4fa41031 // fmla v17.4s, v1.4s, v4.s[1]
+	WORD $0x4fa51014 // fmla v20.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51035 // fmla v21.4s, v1.4s, v5.s[1]
+	WORD $0x4fa61018 // fmla v24.4s, v0.4s, v6.s[1]
+	WORD $0x4fa61039 // fmla v25.4s, v1.4s, v6.s[1]
+	WORD $0x4fa7101c // fmla v28.4s, v0.4s, v7.s[1]
+	WORD $0x4fa7103d // fmla v29.4s, v1.4s, v7.s[1]
+	FLDPQ 96(R16), (F0, F1)
+	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
+	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100e // fmla v14.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102f // fmla v15.4s, v1.4s, v3.s[1]
+	WORD $0x4fa41012 // fmla v18.4s, v0.4s, v4.s[1]
+	WORD $0x4fa41033 // fmla v19.4s, v1.4s, v4.s[1]
+	WORD $0x4fa51016 // fmla v22.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51037 // fmla v23.4s, v1.4s, v5.s[1]
+	WORD $0x4fa6101a // fmla v26.4s, v0.4s, v6.s[1]
+	WORD $0x4fa6103b // fmla v27.4s, v1.4s, v6.s[1]
+	WORD $0x4fa7101e // fmla v30.4s, v0.4s, v7.s[1]
+	WORD $0x4fa7103f // fmla v31.4s, v1.4s, v7.s[1]
+	FLDPQ 128(R16), (F0, F1)
+	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
+	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180c // fmla v12.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182d // fmla v13.4s, v1.4s, v3.s[2]
+	WORD $0x4f841810 // fmla v16.4s, v0.4s, v4.s[2]
+	WORD $0x4f841831 // fmla v17.4s, v1.4s, v4.s[2]
+	WORD $0x4f851814 // fmla v20.4s, v0.4s, v5.s[2]
+	WORD $0x4f851835 // fmla v21.4s, v1.4s, v5.s[2]
+	WORD $0x4f861818 // fmla v24.4s, v0.4s, v6.s[2]
+	WORD $0x4f861839 // fmla v25.4s, v1.4s, v6.s[2]
+	WORD $0x4f87181c // fmla v28.4s, v0.4s, v7.s[2]
+	WORD $0x4f87183d // fmla v29.4s, v1.4s, v7.s[2]
+	FLDPQ 160(R16), (F0, F1)
+	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
+	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180e // fmla v14.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182f // fmla v15.4s, v1.4s, v3.s[2]
+	WORD $0x4f841812 // fmla v18.4s, v0.4s, v4.s[2]
+	WORD $0x4f841833 // fmla v19.4s, v1.4s, v4.s[2]
+	WORD $0x4f851816 // fmla v22.4s, v0.4s, v5.s[2]
+	WORD $0x4f851837 // fmla v23.4s, v1.4s, v5.s[2]
+	WORD $0x4f86181a // fmla v26.4s, v0.4s, v6.s[2]
+	WORD $0x4f86183b // fmla v27.4s, v1.4s, v6.s[2]
+	WORD $0x4f87181e // fmla v30.4s, v0.4s, v7.s[2]
+	WORD $0x4f87183f // fmla v31.4s, v1.4s, v7.s[2]
+	FLDPQ 192(R16), (F0, F1)
+	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
+	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180c // fmla v12.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182d // fmla v13.4s, v1.4s, v3.s[3]
+	WORD $0x4fa41810 // fmla v16.4s, v0.4s, v4.s[3]
+	WORD $0x4fa41831 // fmla v17.4s, v1.4s, v4.s[3]
+	WORD $0x4fa51814 // fmla v20.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51835 // fmla v21.4s, v1.4s, v5.s[3]
+	WORD $0x4fa61818 // fmla v24.4s, v0.4s, v6.s[3]
+	WORD $0x4fa61839 // fmla v25.4s, v1.4s, v6.s[3]
+	WORD $0x4fa7181c // fmla v28.4s, v0.4s, v7.s[3]
+	WORD $0x4fa7183d // fmla v29.4s, v1.4s, v7.s[3]
+	FLDPQ 224(R16), (F0, F1)
+	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
+	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180e // fmla v14.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182f // fmla v15.4s, v1.4s, v3.s[3]
+	WORD $0x4fa41812 // fmla v18.4s, v0.4s, v4.s[3]
+	WORD $0x4fa41833 // fmla v19.4s, v1.4s, v4.s[3]
+	WORD $0x4fa51816 // fmla v22.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51837 // fmla v23.4s, v1.4s, v5.s[3]
+	WORD $0x4fa6181a // fmla v26.4s, v0.4s, v6.s[3]
+	WORD $0x4fa6183b // fmla v27.4s, v1.4s, v6.s[3]
+	WORD $0x4fa7181e // fmla v30.4s, v0.4s, v7.s[3]
+	WORD $0x4fa7183f // fmla v31.4s, v1.4s, v7.s[3]
+	ADD $256, R16
+	SUB $4, R17
+	CMP $4, R17
+	BGE r6loop4
+r6tail:
+	CBZ R17, r6store
+r6loop1:
+	FMOVS.P 4(R10), F2
+	FMOVS.P 4(R11), F3
+	FMOVS.P 4(R12), F4
+	FMOVS.P 4(R13), F5
+	FMOVS.P 4(R14), F6
+	FMOVS.P 4(R15), F7
+	FLDPQ 0(R16), (F0, F1)
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
+	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
+	WORD $0x4f87101c // fmla v28.4s, v0.4s, v7.s[0]
+	WORD $0x4f87103d // fmla v29.4s, v1.4s, v7.s[0]
+	FLDPQ 32(R16), (F0, F1)
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
+	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
+	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
+	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
+	WORD $0x4f86101a // fmla v26.4s, v0.4s, v6.s[0]
+	WORD $0x4f86103b // fmla v27.4s, v1.4s, v6.s[0]
+	WORD $0x4f87101e // fmla v30.4s, v0.4s, v7.s[0]
+	WORD $0x4f87103f // fmla v31.4s, v1.4s, v7.s[0]
+	ADD $64, R16
+	SUBS $1, R17, R17
+	BNE r6loop1
+r6store:
+	MOVD R4, R22
+	FSTPQ (F8, F9), (R22)
+	FSTPQ (F10, F11), 32(R22)
+	ADD R6, R22
+	FSTPQ (F12, F13), (R22)
+	FSTPQ (F14, F15), 32(R22)
+	ADD R6, R22
+	FSTPQ (F16, F17), (R22)
+	FSTPQ (F18, F19), 32(R22)
+	ADD R6, R22
+	FSTPQ (F20, F21), (R22)
+	FSTPQ (F22, F23), 32(R22)
+	ADD R6, R22
+	FSTPQ (F24, F25), (R22)
+	FSTPQ (F26, F27), 32(R22)
+	ADD R6, R22
+	FSTPQ (F28, F29), (R22)
+	FSTPQ (F30, F31), 32(R22)
+	ADD R19, R3
+	ADD R20, R4
+	SUB $6, R5
+	B rows
+rowsTail:
+	CMP $5, R5
+	BEQ tile5
+	CMP $4, R5
+	BEQ tile4
+	CMP $3, R5
+	BEQ tile3
+	CMP $2, R5
+	BEQ tile2
+	CMP $1, R5
+	BEQ tile1
+	B colNext
+tile5:
 	// Tile: 5 rows × 16 columns, 20 accumulators.
 	WORD $0x6f00e408 // movi v8.2d, #0
 	WORD $0x6f00e409 // movi v9.2d, #0
@@ -24488,173 +24702,93 @@ r5loop4:
 	FMOVQ.P 16(R13), F5
 	FMOVQ.P 16(R14), F6
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
-	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
-	WORD $0x4f85901e // fmul v30.4s, v0.4s, v5.s[0]
-	WORD $0x4f86901f // fmul v31.4s, v0.4s, v6.s[0]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
-	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
-	WORD $0x4e3fd718 // fadd v24.4s, v24.4s, v31.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
-	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
-	WORD $0x4f85903e // fmul v30.4s, v1.4s, v5.s[0]
-	WORD $0x4f86903f // fmul v31.4s, v1.4s, v6.s[0]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
-	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
-	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
-	WORD $0x4e3fd739 // fadd v25.4s, v25.4s, v31.4s
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
+	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
-	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
-	WORD $0x4f85901e // fmul v30.4s, v0.4s, v5.s[0]
-	WORD $0x4f86901f // fmul v31.4s, v0.4s, v6.s[0]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
-	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
-	WORD $0x4e3fd75a // fadd v26.4s, v26.4s, v31.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
-	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
-	WORD $0x4f85903e // fmul v30.4s, v1.4s, v5.s[0]
-	WORD $0x4f86903f // fmul v31.4s, v1.4s, v6.s[0]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
-	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
-	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
-	WORD $0x4e3fd77b // fadd v27.4s, v27.4s, v31.4s
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
+	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
+	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
+	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
+	WORD $0x4f86101a // fmla v26.4s, v0.4s, v6.s[0]
+	WORD $0x4f86103b // fmla v27.4s, v1.4s, v6.s[0]
 	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
-	WORD $0x4fa3901c // fmul v28.4s, v0.4s, v3.s[1]
-	WORD $0x4fa4901d // fmul v29.4s, v0.4s, v4.s[1]
-	WORD $0x4fa5901e // fmul v30.4s, v0.4s, v5.s[1]
-	WORD $0x4fa6901f // fmul v31.4s, v0.4s, v6.s[1]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
-	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
-	WORD $0x4e3fd718 // fadd v24.4s, v24.4s, v31.4s
-	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3903c // fmul v28.4s, v1.4s, v3.s[1]
-	WORD $0x4fa4903d // fmul v29.4s, v1.4s, v4.s[1]
-	WORD $0x4fa5903e // fmul v30.4s, v1.4s, v5.s[1]
-	WORD $0x4fa6903f // fmul v31.4s, v1.4s, v6.s[1]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
-	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
-	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
-	WORD $0x4e3fd739 // fadd v25.4s, v25.4s, v31.4s
+	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
+	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100c // fmla v12.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102d // fmla v13.4s, v1.4s, v3.s[1]
+	WORD $0x4fa41010 // fmla v16.4s, v0.4s, v4.s[1]
+	WORD $0x4fa41031 // fmla v17.4s, v1.4s, v4.s[1]
+	WORD $0x4fa51014 // fmla v20.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51035 // fmla v21.4s, v1.4s, v5.s[1]
+	WORD $0x4fa61018 // fmla v24.4s, v0.4s, v6.s[1]
+	WORD $0x4fa61039 // fmla v25.4s, v1.4s, v6.s[1]
 	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
-	WORD $0x4fa3901c // fmul v28.4s, v0.4s, v3.s[1]
-	WORD $0x4fa4901d // fmul v29.4s, v0.4s, v4.s[1]
-	WORD $0x4fa5901e // fmul v30.4s, v0.4s, v5.s[1]
-	WORD $0x4fa6901f // fmul v31.4s, v0.4s, v6.s[1]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
-	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
-	WORD $0x4e3fd75a // fadd v26.4s, v26.4s, v31.4s
-	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3903c // fmul v28.4s, v1.4s, v3.s[1]
-	WORD $0x4fa4903d // fmul v29.4s, v1.4s, v4.s[1]
-	WORD $0x4fa5903e // fmul v30.4s, v1.4s, v5.s[1]
-	WORD $0x4fa6903f // fmul v31.4s, v1.4s, v6.s[1]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
-	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
-	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
-	WORD $0x4e3fd77b // fadd v27.4s, v27.4s, v31.4s
+	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
+	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100e // fmla v14.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102f // fmla v15.4s, v1.4s, v3.s[1]
+	WORD $0x4fa41012 // fmla v18.4s, v0.4s, v4.s[1]
+	WORD $0x4fa41033 // fmla v19.4s, v1.4s, v4.s[1]
+	WORD $0x4fa51016 // fmla v22.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51037 // fmla v23.4s, v1.4s, v5.s[1]
+	WORD $0x4fa6101a // fmla v26.4s, v0.4s, v6.s[1]
+	WORD $0x4fa6103b // fmla v27.4s, v1.4s, v6.s[1]
 	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
-	WORD $0x4f83981c // fmul v28.4s, v0.4s, v3.s[2]
-	WORD $0x4f84981d // fmul v29.4s, v0.4s, v4.s[2]
-	WORD $0x4f85981e // fmul v30.4s, v0.4s, v5.s[2]
-	WORD $0x4f86981f // fmul v31.4s, v0.4s, v6.s[2]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
-	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
-	WORD $0x4e3fd718 // fadd v24.4s, v24.4s, v31.4s
-	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
-	WORD $0x4f83983c // fmul v28.4s, v1.4s, v3.s[2]
-	WORD $0x4f84983d // fmul v29.4s, v1.4s, v4.s[2]
-	WORD $0x4f85983e // fmul v30.4s, v1.4s, v5.s[2]
-	WORD $0x4f86983f // fmul v31.4s, v1.4s, v6.s[2]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
-	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
-	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
-	WORD $0x4e3fd739 // fadd v25.4s, v25.4s, v31.4s
+	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
+	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180c // fmla v12.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182d // fmla v13.4s, v1.4s, v3.s[2]
+	WORD $0x4f841810 // fmla v16.4s, v0.4s, v4.s[2]
+	WORD $0x4f841831 // fmla v17.4s, v1.4s, v4.s[2]
+	WORD $0x4f851814 // fmla v20.4s, v0.4s, v5.s[2]
+	WORD $0x4f851835 // fmla v21.4s, v1.4s, v5.s[2]
+	WORD $0x4f861818 // fmla v24.4s, v0.4s, v6.s[2]
+	WORD $0x4f861839 // fmla v25.4s, v1.4s, v6.s[2]
 	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
-	WORD $0x4f83981c // fmul v28.4s, v0.4s, v3.s[2]
-	WORD $0x4f84981d // fmul v29.4s, v0.4s, v4.s[2]
-	WORD $0x4f85981e // fmul v30.4s, v0.4s, v5.s[2]
-	WORD $0x4f86981f // fmul v31.4s, v0.4s, v6.s[2]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
-	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
-	WORD $0x4e3fd75a // fadd v26.4s, v26.4s, v31.4s
-	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
-	WORD $0x4f83983c // fmul v28.4s, v1.4s, v3.s[2]
-	WORD $0x4f84983d // fmul v29.4s, v1.4s, v4.s[2]
-	WORD $0x4f85983e // fmul v30.4s, v1.4s, v5.s[2]
-	WORD $0x4f86983f // fmul v31.4s, v1.4s, v6.s[2]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
-	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
-	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
-	WORD $0x4e3fd77b // fadd v27.4s, v27.4s, v31.4s
+	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
+	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180e // fmla v14.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182f // fmla v15.4s, v1.4s, v3.s[2]
+	WORD $0x4f841812 // fmla v18.4s, v0.4s, v4.s[2]
+	WORD $0x4f841833 // fmla v19.4s, v1.4s, v4.s[2]
+	WORD $0x4f851816 // fmla v22.4s, v0.4s, v5.s[2]
+	WORD $0x4f851837 // fmla v23.4s, v1.4s, v5.s[2]
+	WORD $0x4f86181a // fmla v26.4s, v0.4s, v6.s[2]
+	WORD $0x4f86183b // fmla v27.4s, v1.4s, v6.s[2]
 	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
-	WORD $0x4fa3981c // fmul v28.4s, v0.4s, v3.s[3]
-	WORD $0x4fa4981d // fmul v29.4s, v0.4s, v4.s[3]
-	WORD $0x4fa5981e // fmul v30.4s, v0.4s, v5.s[3]
-	WORD $0x4fa6981f // fmul v31.4s, v0.4s, v6.s[3]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
-	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
-	WORD $0x4e3fd718 // fadd v24.4s, v24.4s, v31.4s
-	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3983c // fmul v28.4s, v1.4s, v3.s[3]
-	WORD $0x4fa4983d // fmul v29.4s, v1.4s, v4.s[3]
-	WORD $0x4fa5983e // fmul v30.4s, v1.4s, v5.s[3]
-	WORD $0x4fa6983f // fmul v31.4s, v1.4s, v6.s[3]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
-	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
-	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
-	WORD $0x4e3fd739 // fadd v25.4s, v25.4s, v31.4s
+	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
+	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180c // fmla v12.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182d // fmla v13.4s, v1.4s, v3.s[3]
+	WORD $0x4fa41810 // fmla v16.4s, v0.4s, v4.s[3]
+	WORD $0x4fa41831 // fmla v17.4s, v1.4s, v4.s[3]
+	WORD $0x4fa51814 // fmla v20.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51835 // fmla v21.4s, v1.4s, v5.s[3]
+	WORD $0x4fa61818 // fmla v24.4s, v0.4s, v6.s[3]
+	WORD $0x4fa61839 // fmla v25.4s, v1.4s, v6.s[3]
 	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
-	WORD $0x4fa3981c // fmul v28.4s, v0.4s, v3.s[3]
-	WORD $0x4fa4981d // fmul v29.4s, v0.4s, v4.s[3]
-	WORD $0x4fa5981e // fmul v30.4s, v0.4s, v5.s[3]
-	WORD $0x4fa6981f // fmul v31.4s, v0.4s, v6.s[3]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
-	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
-	WORD $0x4e3fd75a // fadd v26.4s, v26.4s, v31.4s
-	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3983c // fmul v28.4s, v1.4s, v3.s[3]
-	WORD $0x4fa4983d // fmul v29.4s, v1.4s, v4.s[3]
-	WORD $0x4fa5983e // fmul v30.4s, v1.4s, v5.s[3]
-	WORD $0x4fa6983f // fmul v31.4s, v1.4s, v6.s[3]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
-	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
-	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
-	WORD $0x4e3fd77b // fadd v27.4s, v27.4s, v31.4s
+	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
+	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180e // fmla v14.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182f // fmla v15.4s, v1.4s, v3.s[3]
+	WORD $0x4fa41812 // fmla v18.4s, v0.4s, v4.s[3]
+	WORD $0x4fa41833 // fmla v19.4s, v1.4s, v4.s[3]
+	WORD $0x4fa51816 // fmla v22.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51837 // fmla v23.4s, v1.4s, v5.s[3]
+	WORD $0x4fa6181a // fmla v26.4s, v0.4s, v6.s[3]
+	WORD $0x4fa6183b // fmla v27.4s, v1.4s, v6.s[3]
 	ADD $256, R16
 	SUB $4, R17
 	CMP $4, R17
@@ -24668,47 +24802,27 @@ r5loop1:
 	FMOVS.P 4(R13), F5
 	FMOVS.P 4(R14), F6
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
-	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
-	WORD $0x4f85901e // fmul v30.4s, v0.4s, v5.s[0]
-	WORD $0x4f86901f // fmul v31.4s, v0.4s, v6.s[0]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
-	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
-	WORD $0x4e3fd718 // fadd v24.4s, v24.4s, v31.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
-	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
-	WORD $0x4f85903e // fmul v30.4s, v1.4s, v5.s[0]
-	WORD $0x4f86903f // fmul v31.4s, v1.4s, v6.s[0]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
-	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
-	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
-	WORD $0x4e3fd739 // fadd v25.4s, v25.4s, v31.4s
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
+	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
+	WORD $0x4f861018 // fmla v24.4s, v0.4s, v6.s[0]
+	WORD $0x4f861039 // fmla v25.4s, v1.4s, v6.s[0]
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
-	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
-	WORD $0x4f85901e // fmul v30.4s, v0.4s, v5.s[0]
-	WORD $0x4f86901f // fmul v31.4s, v0.4s, v6.s[0]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
-	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
-	WORD $0x4e3fd75a // fadd v26.4s, v26.4s, v31.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
-	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
-	WORD $0x4f85903e // fmul v30.4s, v1.4s, v5.s[0]
-	WORD $0x4f86903f // fmul v31.4s, v1.4s, v6.s[0]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
-	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
-	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
-	WORD $0x4e3fd77b // fadd v27.4s, v27.4s, v31.4s
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
+	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
+	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
+	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
+	WORD $0x4f86101a // fmla v26.4s, v0.4s, v6.s[0]
+	WORD $0x4f86103b // fmla v27.4s, v1.4s, v6.s[0]
 	ADD $64, R16
 	SUBS $1, R17, R17
 	BNE r5loop1
@@ -24728,19 +24842,6 @@ r5store:
 	ADD R6, R22
 	FSTPQ (F24, F25), (R22)
 	FSTPQ (F26, F27), 32(R22)
-	ADD R19, R3
-	ADD R20, R4
-	SUB $5, R5
-	B rows
-rowsTail:
-	CMP $4, R5
-	BEQ tile4
-	CMP $3, R5
-	BEQ tile3
-	CMP $2, R5
-	BEQ tile2
-	CMP $1, R5
-	BEQ tile1
 	B colNext
 tile4:
 	// Tile: 4 rows × 16 columns, 16 accumulators.
@@ -24774,141 +24875,77 @@ r4loop4:
 	FMOVQ.P 16(R12), F4
 	FMOVQ.P 16(R13), F5
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
-	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
-	WORD $0x4f85901e // fmul v30.4s, v0.4s, v5.s[0]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
-	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
-	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
-	WORD $0x4f85903e // fmul v30.4s, v1.4s, v5.s[0]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
-	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
-	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
+	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
-	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
-	WORD $0x4f85901e // fmul v30.4s, v0.4s, v5.s[0]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
-	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
-	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
-	WORD $0x4f85903e // fmul v30.4s, v1.4s, v5.s[0]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
-	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
-	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
+	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
+	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
+	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
 	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
-	WORD $0x4fa3901c // fmul v28.4s, v0.4s, v3.s[1]
-	WORD $0x4fa4901d // fmul v29.4s, v0.4s, v4.s[1]
-	WORD $0x4fa5901e // fmul v30.4s, v0.4s, v5.s[1]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
-	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
-	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3903c // fmul v28.4s, v1.4s, v3.s[1]
-	WORD $0x4fa4903d // fmul v29.4s, v1.4s, v4.s[1]
-	WORD $0x4fa5903e // fmul v30.4s, v1.4s, v5.s[1]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
-	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
-	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
+	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
+	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100c // fmla v12.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102d // fmla v13.4s, v1.4s, v3.s[1]
+	WORD $0x4fa41010 // fmla v16.4s, v0.4s, v4.s[1]
+	WORD $0x4fa41031 // fmla v17.4s, v1.4s, v4.s[1]
+	WORD $0x4fa51014 // fmla v20.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51035 // fmla v21.4s, v1.4s, v5.s[1]
 	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
-	WORD $0x4fa3901c // fmul v28.4s, v0.4s, v3.s[1]
-	WORD $0x4fa4901d // fmul v29.4s, v0.4s, v4.s[1]
-	WORD $0x4fa5901e // fmul v30.4s, v0.4s, v5.s[1]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
-	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
-	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3903c // fmul v28.4s, v1.4s, v3.s[1]
-	WORD $0x4fa4903d // fmul v29.4s, v1.4s, v4.s[1]
-	WORD $0x4fa5903e // fmul v30.4s, v1.4s, v5.s[1]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
-	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
-	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
+	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
+	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100e // fmla v14.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102f // fmla v15.4s, v1.4s, v3.s[1]
+	WORD $0x4fa41012 // fmla v18.4s, v0.4s, v4.s[1]
+	WORD $0x4fa41033 // fmla v19.4s, v1.4s, v4.s[1]
+	WORD $0x4fa51016 // fmla v22.4s, v0.4s, v5.s[1]
+	WORD $0x4fa51037 // fmla v23.4s, v1.4s, v5.s[1]
 	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
-	WORD $0x4f83981c // fmul v28.4s, v0.4s, v3.s[2]
-	WORD $0x4f84981d // fmul v29.4s, v0.4s, v4.s[2]
-	WORD $0x4f85981e // fmul v30.4s, v0.4s, v5.s[2]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
-	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
-	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
-	WORD $0x4f83983c // fmul v28.4s, v1.4s, v3.s[2]
-	WORD $0x4f84983d // fmul v29.4s, v1.4s, v4.s[2]
-	WORD $0x4f85983e // fmul v30.4s, v1.4s, v5.s[2]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
-	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
-	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
+	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
+	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180c // fmla v12.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182d // fmla v13.4s, v1.4s, v3.s[2]
+	WORD $0x4f841810 // fmla v16.4s, v0.4s, v4.s[2]
+	WORD $0x4f841831 // fmla v17.4s, v1.4s, v4.s[2]
+	WORD $0x4f851814 // fmla v20.4s, v0.4s, v5.s[2]
+	WORD $0x4f851835 // fmla v21.4s, v1.4s, v5.s[2]
 	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
-	WORD $0x4f83981c // fmul v28.4s, v0.4s, v3.s[2]
-	WORD $0x4f84981d // fmul v29.4s, v0.4s, v4.s[2]
-	WORD $0x4f85981e // fmul v30.4s, v0.4s, v5.s[2]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
-	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
-	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
-	WORD $0x4f83983c // fmul v28.4s, v1.4s, v3.s[2]
-	WORD $0x4f84983d // fmul v29.4s, v1.4s, v4.s[2]
-	WORD $0x4f85983e // fmul v30.4s, v1.4s, v5.s[2]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
-	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
-	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
+	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
+	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180e // fmla v14.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182f // fmla v15.4s, v1.4s, v3.s[2]
+	WORD $0x4f841812 // fmla v18.4s, v0.4s, v4.s[2]
+	WORD $0x4f841833 // fmla v19.4s, v1.4s, v4.s[2]
+	WORD $0x4f851816 // fmla v22.4s, v0.4s, v5.s[2]
+	WORD $0x4f851837 // fmla v23.4s, v1.4s, v5.s[2]
 	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
-	WORD $0x4fa3981c // fmul v28.4s, v0.4s, v3.s[3]
-	WORD $0x4fa4981d // fmul v29.4s, v0.4s, v4.s[3]
-	WORD $0x4fa5981e // fmul v30.4s, v0.4s, v5.s[3]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
-	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
-	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3983c // fmul v28.4s, v1.4s, v3.s[3]
-	WORD $0x4fa4983d // fmul v29.4s, v1.4s, v4.s[3]
-	WORD $0x4fa5983e // fmul v30.4s, v1.4s, v5.s[3]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
-	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
-	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
+	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
+	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180c // fmla v12.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182d // fmla v13.4s, v1.4s, v3.s[3]
+	WORD $0x4fa41810 // fmla v16.4s, v0.4s, v4.s[3]
+	WORD $0x4fa41831 // fmla v17.4s, v1.4s, v4.s[3]
+	WORD $0x4fa51814 // fmla v20.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51835 // fmla v21.4s, v1.4s, v5.s[3]
 	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
-	WORD $0x4fa3981c // fmul v28.4s, v0.4s, v3.s[3]
-	WORD $0x4fa4981d // fmul v29.4s, v0.4s, v4.s[3]
-	WORD $0x4fa5981e // fmul v30.4s, v0.4s, v5.s[3]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
-	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
-	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3983c // fmul v28.4s, v1.4s, v3.s[3]
-	WORD $0x4fa4983d // fmul v29.4s, v1.4s, v4.s[3]
-	WORD $0x4fa5983e // fmul v30.4s, v1.4s, v5.s[3]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
-	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
-	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
+	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
+	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180e // fmla v14.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182f // fmla v15.4s, v1.4s, v3.s[3]
+	WORD $0x4fa41812 // fmla v18.4s, v0.4s, v4.s[3]
+	WORD $0x4fa41833 // fmla v19.4s, v1.4s, v4.s[3]
+	WORD $0x4fa51816 // fmla v22.4s, v0.4s, v5.s[3]
+	WORD $0x4fa51837 // fmla v23.4s, v1.4s, v5.s[3]
 	ADD $256, R16
 	SUB $4, R17
 	CMP $4, R17
@@ -24921,39 +24958,23 @@ r4loop1:
 	FMOVS.P 4(R12), F4
 	FMOVS.P 4(R13), F5
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
-	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
-	WORD $0x4f85901e // fmul v30.4s, v0.4s, v5.s[0]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
-	WORD $0x4e3ed694 // fadd v20.4s, v20.4s, v30.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
-	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
-	WORD $0x4f85903e // fmul v30.4s, v1.4s, v5.s[0]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
-	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
-	WORD $0x4e3ed6b5 // fadd v21.4s, v21.4s, v30.4s
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
+	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
+	WORD $0x4f851014 // fmla v20.4s, v0.4s, v5.s[0]
+	WORD $0x4f851035 // fmla v21.4s, v1.4s, v5.s[0]
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
-	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
-	WORD $0x4f85901e // fmul v30.4s, v0.4s, v5.s[0]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
-	WORD $0x4e3ed6d6 // fadd v22.4s, v22.4s, v30.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
-	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
-	WORD $0x4f85903e // fmul v30.4s, v1.4s, v5.s[0]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
-	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
-	WORD $0x4e3ed6f7 // fadd v23.4s, v23.4s, v30.4s
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
+	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
+	WORD $0x4f851016 // fmla v22.4s, v0.4s, v5.s[0]
+	WORD $0x4f851037 // fmla v23.4s, v1.4s, v5.s[0]
 	ADD $64, R16
 	SUBS $1, R17, R17
 	BNE r4loop1
@@ -24997,109 +25018,61 @@ r3loop4:
 	FMOVQ.P 16(R11), F3
 	FMOVQ.P 16(R12), F4
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
-	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
-	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
-	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
+	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
-	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
-	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
-	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
+	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
 	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
-	WORD $0x4fa3901c // fmul v28.4s, v0.4s, v3.s[1]
-	WORD $0x4fa4901d // fmul v29.4s, v0.4s, v4.s[1]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
-	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3903c // fmul v28.4s, v1.4s, v3.s[1]
-	WORD $0x4fa4903d // fmul v29.4s, v1.4s, v4.s[1]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
-	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
+	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
+	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100c // fmla v12.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102d // fmla v13.4s, v1.4s, v3.s[1]
+	WORD $0x4fa41010 // fmla v16.4s, v0.4s, v4.s[1]
+	WORD $0x4fa41031 // fmla v17.4s, v1.4s, v4.s[1]
 	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
-	WORD $0x4fa3901c // fmul v28.4s, v0.4s, v3.s[1]
-	WORD $0x4fa4901d // fmul v29.4s, v0.4s, v4.s[1]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
-	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3903c // fmul v28.4s, v1.4s, v3.s[1]
-	WORD $0x4fa4903d // fmul v29.4s, v1.4s, v4.s[1]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
-	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
+	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
+	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100e // fmla v14.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102f // fmla v15.4s, v1.4s, v3.s[1]
+	WORD $0x4fa41012 // fmla v18.4s, v0.4s, v4.s[1]
+	WORD $0x4fa41033 // fmla v19.4s, v1.4s, v4.s[1]
 	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
-	WORD $0x4f83981c // fmul v28.4s, v0.4s, v3.s[2]
-	WORD $0x4f84981d // fmul v29.4s, v0.4s, v4.s[2]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
-	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
-	WORD $0x4f83983c // fmul v28.4s, v1.4s, v3.s[2]
-	WORD $0x4f84983d // fmul v29.4s, v1.4s, v4.s[2]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
-	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
+	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
+	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180c // fmla v12.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182d // fmla v13.4s, v1.4s, v3.s[2]
+	WORD $0x4f841810 // fmla v16.4s, v0.4s, v4.s[2]
+	WORD $0x4f841831 // fmla v17.4s, v1.4s, v4.s[2]
 	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
-	WORD $0x4f83981c // fmul v28.4s, v0.4s, v3.s[2]
-	WORD $0x4f84981d // fmul v29.4s, v0.4s, v4.s[2]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
-	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
-	WORD $0x4f83983c // fmul v28.4s, v1.4s, v3.s[2]
-	WORD $0x4f84983d // fmul v29.4s, v1.4s, v4.s[2]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
-	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
+	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
+	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180e // fmla v14.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182f // fmla v15.4s, v1.4s, v3.s[2]
+	WORD $0x4f841812 // fmla v18.4s, v0.4s, v4.s[2]
+	WORD $0x4f841833 // fmla v19.4s, v1.4s, v4.s[2]
 	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
-	WORD $0x4fa3981c // fmul v28.4s, v0.4s, v3.s[3]
-	WORD $0x4fa4981d // fmul v29.4s, v0.4s, v4.s[3]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
-	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3983c // fmul v28.4s, v1.4s, v3.s[3]
-	WORD $0x4fa4983d // fmul v29.4s, v1.4s, v4.s[3]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
-	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
+	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
+	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180c // fmla v12.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182d // fmla v13.4s, v1.4s, v3.s[3]
+	WORD $0x4fa41810 // fmla v16.4s, v0.4s, v4.s[3]
+	WORD $0x4fa41831 // fmla v17.4s, v1.4s, v4.s[3]
 	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
-	WORD $0x4fa3981c // fmul v28.4s, v0.4s, v3.s[3]
-	WORD $0x4fa4981d // fmul v29.4s, v0.4s, v4.s[3]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
-	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3983c // fmul v28.4s, v1.4s, v3.s[3]
-	WORD $0x4fa4983d // fmul v29.4s, v1.4s, v4.s[3]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
-	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
+	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
+	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180e // fmla v14.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182f // fmla v15.4s, v1.4s, v3.s[3]
+	WORD $0x4fa41812 // fmla v18.4s, v0.4s, v4.s[3]
+	WORD $0x4fa41833 // fmla v19.4s, v1.4s, v4.s[3]
 	ADD $256, R16
 	SUB $4, R17
 	CMP $4, R17
@@ -25111,31 +25084,19 @@ r3loop1:
 	FMOVS.P 4(R11), F3
 	FMOVS.P 4(R12), F4
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
-	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4e3dd610 // fadd v16.4s, v16.4s, v29.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
-	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
-	WORD $0x4e3dd631 // fadd v17.4s, v17.4s, v29.4s
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
+	WORD $0x4f841010 // fmla v16.4s, v0.4s, v4.s[0]
+	WORD $0x4f841031 // fmla v17.4s, v1.4s, v4.s[0]
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
-	WORD $0x4f84901d // fmul v29.4s, v0.4s, v4.s[0]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4e3dd652 // fadd v18.4s, v18.4s, v29.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
-	WORD $0x4f84903d // fmul v29.4s, v1.4s, v4.s[0]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
-	WORD $0x4e3dd673 // fadd v19.4s, v19.4s, v29.4s
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
+	WORD $0x4f841012 // fmla v18.4s, v0.4s, v4.s[0]
+	WORD $0x4f841033 // fmla v19.4s, v1.4s, v4.s[0]
 	ADD $64, R16
 	SUBS $1, R17, R17
 	BNE r3loop1
@@ -25170,77 +25131,45 @@ r2loop4:
 	FMOVQ.P 16(R10), F2
 	FMOVQ.P 16(R11), F3
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
 	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
-	WORD $0x4fa3901c // fmul v28.4s, v0.4s, v3.s[1]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3903c // fmul v28.4s, v1.4s, v3.s[1]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
+	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100c // fmla v12.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102d // fmla v13.4s, v1.4s, v3.s[1]
 	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
-	WORD $0x4fa3901c // fmul v28.4s, v0.4s, v3.s[1]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
-	WORD $0x4fa3903c // fmul v28.4s, v1.4s, v3.s[1]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
+	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
+	WORD $0x4fa3100e // fmla v14.4s, v0.4s, v3.s[1]
+	WORD $0x4fa3102f // fmla v15.4s, v1.4s, v3.s[1]
 	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
-	WORD $0x4f83981c // fmul v28.4s, v0.4s, v3.s[2]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
-	WORD $0x4f83983c // fmul v28.4s, v1.4s, v3.s[2]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
+	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180c // fmla v12.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182d // fmla v13.4s, v1.4s, v3.s[2]
 	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
-	WORD $0x4f83981c // fmul v28.4s, v0.4s, v3.s[2]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
-	WORD $0x4f83983c // fmul v28.4s, v1.4s, v3.s[2]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
+	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
+	WORD $0x4f83180e // fmla v14.4s, v0.4s, v3.s[2]
+	WORD $0x4f83182f // fmla v15.4s, v1.4s, v3.s[2]
 	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
-	WORD $0x4fa3981c // fmul v28.4s, v0.4s, v3.s[3]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3983c // fmul v28.4s, v1.4s, v3.s[3]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
+	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180c // fmla v12.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182d // fmla v13.4s, v1.4s, v3.s[3]
 	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
-	WORD $0x4fa3981c // fmul v28.4s, v0.4s, v3.s[3]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
-	WORD $0x4fa3983c // fmul v28.4s, v1.4s, v3.s[3]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
+	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
+	WORD $0x4fa3180e // fmla v14.4s, v0.4s, v3.s[3]
+	WORD $0x4fa3182f // fmla v15.4s, v1.4s, v3.s[3]
 	ADD $256, R16
 	SUB $4, R17
 	CMP $4, R17
@@ -25251,23 +25180,15 @@ r2loop1:
 	FMOVS.P 4(R10), F2
 	FMOVS.P 4(R11), F3
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4e3cd58c // fadd v12.4s, v12.4s, v28.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
-	WORD $0x4e3cd5ad // fadd v13.4s, v13.4s, v28.4s
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100c // fmla v12.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102d // fmla v13.4s, v1.4s, v3.s[0]
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4f83901c // fmul v28.4s, v0.4s, v3.s[0]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4e3cd5ce // fadd v14.4s, v14.4s, v28.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4f83903c // fmul v28.4s, v1.4s, v3.s[0]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
-	WORD $0x4e3cd5ef // fadd v15.4s, v15.4s, v28.4s
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
+	WORD $0x4f83100e // fmla v14.4s, v0.4s, v3.s[0]
+	WORD $0x4f83102f // fmla v15.4s, v1.4s, v3.s[0]
 	ADD $64, R16
 	SUBS $1, R17, R17
 	BNE r2loop1
@@ -25293,45 +25214,29 @@ tile1:
 r1loop4:
 	FMOVQ.P 16(R10), F2
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
 	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4fa21008 // fmla v8.4s, v0.4s, v2.s[1]
+	WORD $0x4fa21029 // fmla v9.4s, v1.4s, v2.s[1]
 	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4fa29007 // fmul v7.4s, v0.4s, v2.s[1]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4fa29027 // fmul v7.4s, v1.4s, v2.s[1]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4fa2100a // fmla v10.4s, v0.4s, v2.s[1]
+	WORD $0x4fa2102b // fmla v11.4s, v1.4s, v2.s[1]
 	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4f821808 // fmla v8.4s, v0.4s, v2.s[2]
+	WORD $0x4f821829 // fmla v9.4s, v1.4s, v2.s[2]
 	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4f829807 // fmul v7.4s, v0.4s, v2.s[2]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4f829827 // fmul v7.4s, v1.4s, v2.s[2]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4f82180a // fmla v10.4s, v0.4s, v2.s[2]
+	WORD $0x4f82182b // fmla v11.4s, v1.4s, v2.s[2]
 	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4fa21808 // fmla v8.4s, v0.4s, v2.s[3]
+	WORD $0x4fa21829 // fmla v9.4s, v1.4s, v2.s[3]
 	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4fa29807 // fmul v7.4s, v0.4s, v2.s[3]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4fa29827 // fmul v7.4s, v1.4s, v2.s[3]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4fa2180a // fmla v10.4s, v0.4s, v2.s[3]
+	WORD $0x4fa2182b // fmla v11.4s, v1.4s, v2.s[3]
 	ADD $256, R16
 	SUB $4, R17
 	CMP $4, R17
@@ -25341,15 +25246,11 @@ r1tail:
 r1loop1:
 	FMOVS.P 4(R10), F2
 	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4e27d508 // fadd v8.4s, v8.4s, v7.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4e27d529 // fadd v9.4s, v9.4s, v7.4s
+	WORD $0x4f821008 // fmla v8.4s, v0.4s, v2.s[0]
+	WORD $0x4f821029 // fmla v9.4s, v1.4s, v2.s[0]
 	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4f829007 // fmul v7.4s, v0.4s, v2.s[0]
-	WORD $0x4e27d54a // fadd v10.4s, v10.4s, v7.4s
-	WORD $0x4f829027 // fmul v7.4s, v1.4s, v2.s[0]
-	WORD $0x4e27d56b // fadd v11.4s, v11.4s, v7.4s
+	WORD $0x4f82100a // fmla v10.4s, v0.4s, v2.s[0]
+	WORD $0x4f82102b // fmla v11.4s, v1.4s, v2.s[0]
 	ADD $64, R16
 	SUBS $1, R17, R17
 	BNE r1loop1
@@ -30932,6 +30833,68 @@ loop:
 done:
 	RET
 
+// FMAPeakBFMMLANEON runs iters iterations of 24 independent register-only BFMMLA chains:
+// 768 float32 FLOPs per iteration (no path uses BFMMLA yet).
+TEXT ·FMAPeakBFMMLANEON(SB), NOSPLIT|NOFRAME, $0-8
+	MOVD iters+0(FP), R0
+	WORD $0x6f00e400 // movi v0.2d, #0
+	WORD $0x6f00e401 // movi v1.2d, #0
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
+	WORD $0x6f00e41c // movi v28.2d, #0
+	WORD $0x6f00e41d // movi v29.2d, #0
+	WORD $0x6f00e41e // movi v30.2d, #0
+	WORD $0x6f00e41f // movi v31.2d, #0
+	CMP $0, R0
+	BLE done
+loop:
+	WORD $0x6e41ec08 // bfmmla v8.4s, v0.8h, v1.8h
+	WORD $0x6e41ec09 // bfmmla v9.4s, v0.8h, v1.8h
+	WORD $0x6e41ec0a // bfmmla v10.4s, v0.8h, v1.8h
+	WORD $0x6e41ec0b // bfmmla v11.4s, v0.8h, v1.8h
+	WORD $0x6e41ec0c // bfmmla v12.4s, v0.8h, v1.8h
+	WORD $0x6e41ec0d // bfmmla v13.4s, v0.8h, v1.8h
+	WORD $0x6e41ec0e // bfmmla v14.4s, v0.8h, v1.8h
+	WORD $0x6e41ec0f // bfmmla v15.4s, v0.8h, v1.8h
+	WORD $0x6e41ec10 // bfmmla v16.4s, v0.8h, v1.8h
+	WORD $0x6e41ec11 // bfmmla v17.4s, v0.8h, v1.8h
+	WORD $0x6e41ec12 // bfmmla v18.4s, v0.8h, v1.8h
+	WORD $0x6e41ec13 // bfmmla v19.4s, v0.8h, v1.8h
+	WORD $0x6e41ec14 // bfmmla v20.4s, v0.8h, v1.8h
+	WORD $0x6e41ec15 // bfmmla v21.4s, v0.8h, v1.8h
+	WORD $0x6e41ec16 // bfmmla v22.4s, v0.8h, v1.8h
+	WORD $0x6e41ec17 // bfmmla v23.4s, v0.8h, v1.8h
+	WORD $0x6e41ec18 // bfmmla v24.4s, v0.8h, v1.8h
+	WORD $0x6e41ec19 // bfmmla v25.4s, v0.8h, v1.8h
+	WORD $0x6e41ec1a // bfmmla v26.4s, v0.8h, v1.8h
+	WORD $0x6e41ec1b // bfmmla v27.4s, v0.8h, v1.8h
+	WORD $0x6e41ec1c // bfmmla v28.4s, v0.8h, v1.8h
+	WORD $0x6e41ec1d // bfmmla v29.4s, v0.8h, v1.8h
+	WORD $0x6e41ec1e // bfmmla v30.4s, v0.8h, v1.8h
+	WORD $0x6e41ec1f // bfmmla v31.4s, v0.8h, v1.8h
+	SUBS $1, R0, R0
+	BNE loop
+done:
+	RET
+
 // philox8NEON computes Philox-4x32-10 for the counters (c0+g, c1, c2, c3), g < 8,
 // under key (k0, k1): out[4g+r] is word r of counter g.
 TEXT ·philox8NEON(SB), NOSPLIT|NOFRAME, $0-32
@@ -30949,9 +30912,9 @@ TEXT ·philox8NEON(SB), NOSPLIT|NOFRAME, $0-32
 	WORD $0x4e040c26 // dup v6.4s, w1
 	WORD $0x4ea61cc7 // mov v7.16b, v6.16b
 	MOVD $neonconsts<>(SB), R2
-	FMOVQ 368(R2), F14
-	WORD $0x4eae8400 // add v0.4s, v0.4s, v14.4s
 	FMOVQ 384(R2), F14
+	WORD $0x4eae8400 // add v0.4s, v0.4s, v14.4s
+	FMOVQ 400(R2), F14
 	WORD $0x4eae8421 // add v1.4s, v1.4s, v14.4s
 	MOVWU k0+24(FP), R1
 	WORD $0x4e040c28 // dup v8.4s, w1
@@ -31275,89 +31238,93 @@ DATA neonconsts<>+48(SB)/4, $0x3f800000
 DATA neonconsts<>+52(SB)/4, $0x3f800000
 DATA neonconsts<>+56(SB)/4, $0x3f800000
 DATA neonconsts<>+60(SB)/4, $0x3f800000
-DATA neonconsts<>+64(SB)/4, $0xc2aeac4f
-DATA neonconsts<>+68(SB)/4, $0xc2aeac4f
-DATA neonconsts<>+72(SB)/4, $0xc2aeac4f
-DATA neonconsts<>+76(SB)/4, $0xc2aeac4f
-DATA neonconsts<>+80(SB)/4, $0x42b0c0a5
-DATA neonconsts<>+84(SB)/4, $0x42b0c0a5
-DATA neonconsts<>+88(SB)/4, $0x42b0c0a5
-DATA neonconsts<>+92(SB)/4, $0x42b0c0a5
-DATA neonconsts<>+96(SB)/4, $0x7f800000
-DATA neonconsts<>+100(SB)/4, $0x7f800000
-DATA neonconsts<>+104(SB)/4, $0x7f800000
-DATA neonconsts<>+108(SB)/4, $0x7f800000
-DATA neonconsts<>+112(SB)/4, $0xbbbaf0ea
-DATA neonconsts<>+116(SB)/4, $0x3ca9134e
-DATA neonconsts<>+120(SB)/4, $0xbd5c1e2d
-DATA neonconsts<>+124(SB)/4, $0x3e088393
-DATA neonconsts<>+128(SB)/4, $0xbeaaaa99
-DATA neonconsts<>+132(SB)/4, $0x00000000
-DATA neonconsts<>+136(SB)/4, $0x00000000
-DATA neonconsts<>+140(SB)/4, $0x00000000
-DATA neonconsts<>+144(SB)/4, $0x40000000
-DATA neonconsts<>+148(SB)/4, $0x40000000
-DATA neonconsts<>+152(SB)/4, $0x40000000
-DATA neonconsts<>+156(SB)/4, $0x40000000
-DATA neonconsts<>+160(SB)/4, $0x42b00000
-DATA neonconsts<>+164(SB)/4, $0x42b00000
-DATA neonconsts<>+168(SB)/4, $0x42b00000
-DATA neonconsts<>+172(SB)/4, $0x42b00000
-DATA neonconsts<>+176(SB)/4, $0x3f200000
-DATA neonconsts<>+180(SB)/4, $0x3f200000
-DATA neonconsts<>+184(SB)/4, $0x3f200000
-DATA neonconsts<>+188(SB)/4, $0x3f200000
-DATA neonconsts<>+192(SB)/4, $0x80000000
-DATA neonconsts<>+196(SB)/4, $0x80000000
-DATA neonconsts<>+200(SB)/4, $0x80000000
-DATA neonconsts<>+204(SB)/4, $0x80000000
-DATA neonconsts<>+208(SB)/4, $0x00000000
-DATA neonconsts<>+212(SB)/4, $0x3f800000
-DATA neonconsts<>+216(SB)/4, $0x40000000
-DATA neonconsts<>+220(SB)/4, $0x40400000
-DATA neonconsts<>+224(SB)/4, $0x40800000
-DATA neonconsts<>+228(SB)/4, $0x40a00000
-DATA neonconsts<>+232(SB)/4, $0x40c00000
-DATA neonconsts<>+236(SB)/4, $0x40e00000
-DATA neonconsts<>+240(SB)/4, $0x41000000
-DATA neonconsts<>+244(SB)/4, $0x41100000
-DATA neonconsts<>+248(SB)/4, $0x41200000
-DATA neonconsts<>+252(SB)/4, $0x41300000
-DATA neonconsts<>+256(SB)/4, $0x41400000
-DATA neonconsts<>+260(SB)/4, $0x41500000
-DATA neonconsts<>+264(SB)/4, $0x41600000
-DATA neonconsts<>+268(SB)/4, $0x41700000
-DATA neonconsts<>+272(SB)/4, $0x41800000
-DATA neonconsts<>+276(SB)/4, $0x41800000
-DATA neonconsts<>+280(SB)/4, $0x41800000
-DATA neonconsts<>+284(SB)/4, $0x41800000
-DATA neonconsts<>+288(SB)/4, $0x00007fff
-DATA neonconsts<>+292(SB)/4, $0x00007fff
-DATA neonconsts<>+296(SB)/4, $0x00007fff
-DATA neonconsts<>+300(SB)/4, $0x00007fff
-DATA neonconsts<>+304(SB)/4, $0x00000001
-DATA neonconsts<>+308(SB)/4, $0x00000001
-DATA neonconsts<>+312(SB)/4, $0x00000001
-DATA neonconsts<>+316(SB)/4, $0x00000001
-DATA neonconsts<>+320(SB)/4, $0x00400040
-DATA neonconsts<>+324(SB)/4, $0x00400040
-DATA neonconsts<>+328(SB)/4, $0x00400040
-DATA neonconsts<>+332(SB)/4, $0x00400040
-DATA neonconsts<>+336(SB)/4, $0x00400000
-DATA neonconsts<>+340(SB)/4, $0x00400000
-DATA neonconsts<>+344(SB)/4, $0x00400000
-DATA neonconsts<>+348(SB)/4, $0x00400000
-DATA neonconsts<>+352(SB)/4, $0xffff0000
-DATA neonconsts<>+356(SB)/4, $0xffff0000
-DATA neonconsts<>+360(SB)/4, $0xffff0000
-DATA neonconsts<>+364(SB)/4, $0xffff0000
-DATA neonconsts<>+368(SB)/4, $0x00000000
-DATA neonconsts<>+372(SB)/4, $0x00000001
-DATA neonconsts<>+376(SB)/4, $0x00000002
-DATA neonconsts<>+380(SB)/4, $0x00000003
-DATA neonconsts<>+384(SB)/4, $0x00000004
-DATA neonconsts<>+388(SB)/4, $0x00000005
-DATA neonconsts<>+392(SB)/4, $0x00000006
-DATA neonconsts<>+396(SB)/4, $0x00000007
-GLOBL neonconsts<>(SB), RODATA|NOPTR, $400
+DATA neonconsts<>+64(SB)/4, $0x4b40007f
+DATA neonconsts<>+68(SB)/4, $0x4b40007f
+DATA neonconsts<>+72(SB)/4, $0x4b40007f
+DATA neonconsts<>+76(SB)/4, $0x4b40007f
+DATA neonconsts<>+80(SB)/4, $0xc2aeac4f
+DATA neonconsts<>+84(SB)/4, $0xc2aeac4f
+DATA neonconsts<>+88(SB)/4, $0xc2aeac4f
+DATA neonconsts<>+92(SB)/4, $0xc2aeac4f
+DATA neonconsts<>+96(SB)/4, $0x42b0c0a5
+DATA neonconsts<>+100(SB)/4, $0x42b0c0a5
+DATA neonconsts<>+104(SB)/4, $0x42b0c0a5
+DATA neonconsts<>+108(SB)/4, $0x42b0c0a5
+DATA neonconsts<>+112(SB)/4, $0x7f800000
+DATA neonconsts<>+116(SB)/4, $0x7f800000
+DATA neonconsts<>+120(SB)/4, $0x7f800000
+DATA neonconsts<>+124(SB)/4, $0x7f800000
+DATA neonconsts<>+128(SB)/4, $0xbbbaf0ea
+DATA neonconsts<>+132(SB)/4, $0x3ca9134e
+DATA neonconsts<>+136(SB)/4, $0xbd5c1e2d
+DATA neonconsts<>+140(SB)/4, $0x3e088393
+DATA neonconsts<>+144(SB)/4, $0xbeaaaa99
+DATA neonconsts<>+148(SB)/4, $0x00000000
+DATA neonconsts<>+152(SB)/4, $0x00000000
+DATA neonconsts<>+156(SB)/4, $0x00000000
+DATA neonconsts<>+160(SB)/4, $0x40000000
+DATA neonconsts<>+164(SB)/4, $0x40000000
+DATA neonconsts<>+168(SB)/4, $0x40000000
+DATA neonconsts<>+172(SB)/4, $0x40000000
+DATA neonconsts<>+176(SB)/4, $0x42b00000
+DATA neonconsts<>+180(SB)/4, $0x42b00000
+DATA neonconsts<>+184(SB)/4, $0x42b00000
+DATA neonconsts<>+188(SB)/4, $0x42b00000
+DATA neonconsts<>+192(SB)/4, $0x3f200000
+DATA neonconsts<>+196(SB)/4, $0x3f200000
+DATA neonconsts<>+200(SB)/4, $0x3f200000
+DATA neonconsts<>+204(SB)/4, $0x3f200000
+DATA neonconsts<>+208(SB)/4, $0x80000000
+DATA neonconsts<>+212(SB)/4, $0x80000000
+DATA neonconsts<>+216(SB)/4, $0x80000000
+DATA neonconsts<>+220(SB)/4, $0x80000000
+DATA neonconsts<>+224(SB)/4, $0x00000000
+DATA neonconsts<>+228(SB)/4, $0x3f800000
+DATA neonconsts<>+232(SB)/4, $0x40000000
+DATA neonconsts<>+236(SB)/4, $0x40400000
+DATA neonconsts<>+240(SB)/4, $0x40800000
+DATA neonconsts<>+244(SB)/4, $0x40a00000
+DATA neonconsts<>+248(SB)/4, $0x40c00000
+DATA neonconsts<>+252(SB)/4, $0x40e00000
+DATA neonconsts<>+256(SB)/4, $0x41000000
+DATA neonconsts<>+260(SB)/4, $0x41100000
+DATA neonconsts<>+264(SB)/4, $0x41200000
+DATA neonconsts<>+268(SB)/4, $0x41300000
+DATA neonconsts<>+272(SB)/4, $0x41400000
+DATA neonconsts<>+276(SB)/4, $0x41500000
+DATA neonconsts<>+280(SB)/4, $0x41600000
+DATA neonconsts<>+284(SB)/4, $0x41700000
+DATA neonconsts<>+288(SB)/4, $0x41800000
+DATA neonconsts<>+292(SB)/4, $0x41800000
+DATA neonconsts<>+296(SB)/4, $0x41800000
+DATA neonconsts<>+300(SB)/4, $0x41800000
+DATA neonconsts<>+304(SB)/4, $0x00007fff
+DATA neonconsts<>+308(SB)/4, $0x00007fff
+DATA neonconsts<>+312(SB)/4, $0x00007fff
+DATA neonconsts<>+316(SB)/4, $0x00007fff
+DATA neonconsts<>+320(SB)/4, $0x00000001
+DATA neonconsts<>+324(SB)/4, $0x00000001
+DATA neonconsts<>+328(SB)/4, $0x00000001
+DATA neonconsts<>+332(SB)/4, $0x00000001
+DATA neonconsts<>+336(SB)/4, $0x00400040
+DATA neonconsts<>+340(SB)/4, $0x00400040
+DATA neonconsts<>+344(SB)/4, $0x00400040
+DATA neonconsts<>+348(SB)/4, $0x00400040
+DATA neonconsts<>+352(SB)/4, $0x00400000
+DATA neonconsts<>+356(SB)/4, $0x00400000
+DATA neonconsts<>+360(SB)/4, $0x00400000
+DATA neonconsts<>+364(SB)/4, $0x00400000
+DATA neonconsts<>+368(SB)/4, $0xffff0000
+DATA neonconsts<>+372(SB)/4, $0xffff0000
+DATA neonconsts<>+376(SB)/4, $0xffff0000
+DATA neonconsts<>+380(SB)/4, $0xffff0000
+DATA neonconsts<>+384(SB)/4, $0x00000000
+DATA neonconsts<>+388(SB)/4, $0x00000001
+DATA neonconsts<>+392(SB)/4, $0x00000002
+DATA neonconsts<>+396(SB)/4, $0x00000003
+DATA neonconsts<>+400(SB)/4, $0x00000004
+DATA neonconsts<>+404(SB)/4, $0x00000005
+DATA neonconsts<>+408(SB)/4, $0x00000006
+DATA neonconsts<>+412(SB)/4, $0x00000007
+GLOBL neonconsts<>(SB), RODATA|NOPTR, $416
 

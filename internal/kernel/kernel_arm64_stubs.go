@@ -475,9 +475,9 @@ func packT16NEON(dst []uint16, ldb int, src []uint16, ld, strips, k8 int)
 
 // mulABtNEON sets C = A·Bᵀ (see Impl.MulABt); bt is packed by PackBt.
 // n%16 == 0, m, n >= 1; all accesses are in bounds.
-// Inner loop, per 4 k of a 5×16 tile: 5 LDR Q + 8 LDP Q + 80 FMUL + 80 FADD (20 chains):
-// each product rounded, then added in the order of k (no FMLA), bit for bit mulABtGeneric;
-// half the FMA peak (two FP instructions per multiply-add).
+// Inner loop, per 4 k of a 6×16 tile: 6 LDR Q + 8 LDP Q + 96 FMLA (24 chains):
+// fused multiply-adds in the order of k from zero, bit for bit mulABtFused
+// (Impl.FusedScores).
 //
 //go:noescape
 func mulABtNEON(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int)
@@ -535,6 +535,12 @@ func FMAPeakBF16NEON(iters int)
 //
 //go:noescape
 func FMAPeakF16NEON(iters int)
+
+// FMAPeakBFMMLANEON runs iters iterations of 24 independent register-only BFMMLA chains:
+// 768 float32 FLOPs per iteration (no path uses BFMMLA yet).
+//
+//go:noescape
+func FMAPeakBFMMLANEON(iters int)
 
 // philox8NEON computes Philox-4x32-10 for the counters (c0+g, c1, c2, c3), g < 8,
 // under key (k0, k1): out[4g+r] is word r of counter g.

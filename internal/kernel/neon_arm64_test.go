@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"testing"
+	"time"
 )
 
 // TestNEONIsSelected: on arm64 the NEON kernels are what runs (they
@@ -46,9 +47,9 @@ func TestNEONIsSelected(t *testing.T) {
 }
 
 // TestNEONDotMatchesMulABt: Impl.Dot promises the arithmetic of one
-// element of MulABt; on NEON Dot is dotGeneric and mulABtNEON rounds each
-// product before adding it in the order of k, so they agree bit for bit
-// (on every k tail of the 4-k loop and every row tail of the 5-row tile).
+// element of MulABt; on NEON Dot is dotFused and mulABtNEON chains fused
+// multiply-adds in the order of k from zero, so they agree bit for bit
+// (on every k tail of the 4-k loop and every row tail of the 6-row tile).
 func TestNEONDotMatchesMulABt(t *testing.T) {
 	im, err := Lookup("neon")
 	if err != nil {
@@ -70,6 +71,57 @@ func TestNEONDotMatchesMulABt(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestNEONScoresFused: the NEON MulABt is the fused one (FusedScores,
+// FMLA at the FMA rate): bit for bit the FMA32 chain of mulABtFused at
+// large logits (inputs ×100, |S| ~ 1e4), on every row tail of the 6-row
+// tile and k tail of the 4-k loop, where it differs from the rounded
+// products of Generic.
+func TestNEONScoresFused(t *testing.T) {
+	im, err := Lookup("neon")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !im.FusedScores {
+		t.Errorf("neon: FusedScores false")
+	}
+	r := rand.New(rand.NewPCG(55, 56))
+	differ, bad := 0, 0
+	for _, m := range []int{1, 2, 5, 6, 7, 13} {
+		for _, k := range []int{1, 3, 4, 7, 64, 130} {
+			const n = 32
+			a, b := randSlice(r, m*k), randSlice(r, n*k)
+			for i := range a {
+				a[i] *= 100
+			}
+			for i := range b {
+				b[i] *= 100
+			}
+			bt := make([]float32, n*k)
+			PackBt(bt, b, k, n, k)
+			got, fused, plain := make([]float32, m*n), make([]float32, m*n), make([]float32, m*n)
+			im.MulABt(got, n, a, k, bt, m, n, k)
+			mulABtFused(fused, n, a, k, bt, m, n, k)
+			Generic.MulABt(plain, n, a, k, bt, m, n, k)
+			for i := range got {
+				if math.Float32bits(got[i]) != math.Float32bits(fused[i]) {
+					if bad++; bad <= 3 {
+						t.Errorf("m=%d k=%d: c[%d] = %v, fused chain %v (rounded products %v)", m, k, i, got[i], fused[i], plain[i])
+					}
+				}
+				if fused[i] != plain[i] {
+					differ++
+				}
+			}
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d elements differ from the fused chain", bad)
+	}
+	if differ == 0 {
+		t.Fatal("fused and rounded products never differ: the test tells nothing")
 	}
 }
 
@@ -220,4 +272,47 @@ func TestNEONSelfCheckRejects(t *testing.T) {
 			t.Errorf("selfCheckHalf accepted %s ignoring the strip stride", h.Name)
 		}
 	}
+}
+
+// TestNEONBFMMLAPeak runs FMAPeakBFMMLANEON where FEAT_BF16 (which has
+// BFMMLA) is detected: its WORDs are checked against GNU as by the
+// generator's tests; this test checks that the CPU (or qemu -cpu max)
+// executes them (an undefined instruction would kill the process).
+func TestNEONBFMMLAPeak(t *testing.T) {
+	if !hasBF16 {
+		t.Skip("no FEAT_BF16")
+	}
+	FMAPeakBFMMLANEON(1000)
+	FMAPeakBFMMLANEON(0)
+}
+
+// BenchmarkBFMMLAPeak times the BFMMLA peak loop interleaved with the BFDOT
+// one (FMAPeakBF16NEON, the neonbf16 path's bound) and the float32 FMLA one,
+// and reports BFMMLA's GFLOP/s and its ratios to both: whether a BFMMLA
+// path could beat BFDOT on this CPU (llvm-mca 19 predicts 2× on Neoverse
+// V1, V2 and N2; Arm's tables give less).
+func BenchmarkBFMMLAPeak(b *testing.B) {
+	if !hasBF16 {
+		b.Skip("no FEAT_BF16")
+	}
+	const iters = 1 << 14
+	var tm, td, tf time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		FMAPeakBFMMLANEON(iters)
+		t1 := time.Now()
+		FMAPeakBF16NEON(iters)
+		t2 := time.Now()
+		FMAPeakNEON(iters)
+		tm += t1.Sub(t0)
+		td += t2.Sub(t1)
+		tf += time.Since(t2)
+	}
+	rate := func(flops int, d time.Duration) float64 {
+		return float64(flops) * iters * float64(b.N) / d.Seconds() / 1e9
+	}
+	gm, gd, gf := rate(24*2*2*4*2, tm), rate(24*4*2*2, td), rate(24*4*2, tf)
+	b.ReportMetric(gm, "GFLOP/s")
+	b.ReportMetric(gm/gd, "x-bfdot")
+	b.ReportMetric(gm/gf, "x-f32")
 }

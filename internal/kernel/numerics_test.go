@@ -8,13 +8,16 @@ import (
 
 // The arithmetic the error rule relies on (see Impl.MulABt, ExpSum, Dot
 // and ALiBi; rule_test.go checks the rule itself): every implementation
-// rounds the scores as the plain algorithm does.
+// rounds the scores as its baseline does: the plain algorithm, with fused
+// products where Impl.FusedScores.
 
 // TestScoresBitForBit: MulABt, Dot and ALiBi of every implementation give
-// Generic's results bit for bit, on large and ragged operands.
+// Generic's results bit for bit, on large and ragged operands (MulABt and
+// Dot those of the fused twin, mulABtFused, where Impl.FusedScores).
 func TestScoresBitForBit(t *testing.T) {
 	r := rand.New(rand.NewPCG(21, 22))
 	for _, im := range Available() {
+		mulABt, _ := scoresTwin(im) // Generic's, or the fused twin
 		for _, m := range []int{1, 3, 6, 7, 13} {
 			for _, n := range []int{16, 48, 64} {
 				for _, k := range []int{1, 5, 32, 64, 129} {
@@ -33,10 +36,10 @@ func TestScoresBitForBit(t *testing.T) {
 					PackBt(bt, b, k, n, k)
 					got, want := make([]float32, m*n), make([]float32, m*n)
 					im.MulABt(got, n, a, k, bt, m, n, k)
-					Generic.MulABt(want, n, a, k, bt, m, n, k)
+					mulABt(want, n, a, k, bt, m, n, k)
 					for i := range got {
 						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-							t.Fatalf("%s MulABt m=%d n=%d k=%d: c[%d] = %v, generic %v", im.Name, m, n, k, i, got[i], want[i])
+							t.Fatalf("%s MulABt m=%d n=%d k=%d: c[%d] = %v, twin %v (fused %v)", im.Name, m, n, k, i, got[i], want[i], im.FusedScores)
 						}
 					}
 					// Dot is one element of MulABt.

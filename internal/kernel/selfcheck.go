@@ -6,7 +6,8 @@ import (
 )
 
 // selfCheck runs every kernel of im once on a small ragged problem and
-// compares it with Generic. It is a guard for CPUs the assembly was never
+// compares it with Generic (MulABt and Dot with their pure-Go twins in im's
+// arithmetic, scoresTwin). It is a guard for CPUs the assembly was never
 // run on in development (an assembly kernel that disagrees is not used);
 // the kernel tests check far more thoroughly.
 func selfCheck(im Impl) (err error) {
@@ -33,6 +34,7 @@ func selfCheck(im Impl) (err error) {
 		}
 		return nil
 	}
+	mulABt, dot := scoresTwin(im) // fused or not, as im's
 	type mm func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int)
 	for _, f := range []struct {
 		name     string
@@ -41,7 +43,7 @@ func selfCheck(im Impl) (err error) {
 		{"MulABt", func(c []float32, ldc int, a []float32, lda int, b []float32, _ int, m, n, k int) {
 			im.MulABt(c, ldc, a, lda, bt, m, n, k)
 		}, func(c []float32, ldc int, a []float32, lda int, b []float32, _ int, m, n, k int) {
-			Generic.MulABt(c, ldc, a, lda, bt, m, n, k)
+			mulABt(c, ldc, a, lda, bt, m, n, k)
 		}},
 		{"MulAddAB", im.MulAddAB, Generic.MulAddAB},
 		{"MulAddAtB", im.MulAddAtB, Generic.MulAddAtB},
@@ -79,7 +81,7 @@ func selfCheck(im Impl) (err error) {
 	if err := near("Scale/DsFromDp", x1, x2); err != nil {
 		return err
 	}
-	if err := near("Dot", []float32{im.Dot(a[:k], b[:k])}, []float32{Generic.Dot(a[:k], b[:k])}); err != nil {
+	if err := near("Dot", []float32{im.Dot(a[:k], b[:k])}, []float32{dot(a[:k], b[:k])}); err != nil {
 		return err
 	}
 	d1, d2 := make([]float32, 5*6), make([]float32, 5*6)

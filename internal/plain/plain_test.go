@@ -34,7 +34,10 @@ func TestPlainAgainstReference(t *testing.T) {
 			k, k64 := gen(p.B * p.Sk * p.Hk * p.D)
 			v, v64 := gen(p.B * p.Sk * p.Hk * p.D)
 			do, do64 := gen(p.B * p.Sq * p.H * p.D)
-			par := reference.Params{Batch: p.B, SeqQ: p.Sq, SeqK: p.Sk, Heads: p.H, KVHeads: p.Hk, HeadDim: p.D, Causal: p.Causal}
+			// The float32 baseline fuses the scores' products where the
+			// kernels do (kernel.Impl.FusedScores, SPEC §4).
+			par := reference.Params{Batch: p.B, SeqQ: p.Sq, SeqK: p.Sk, Heads: p.H, KVHeads: p.Hk, HeadDim: p.D, Causal: p.Causal,
+				FusedScores: im.FusedScores}
 			o, lse := p.Forward(q, k, v)
 			o64, l64 := reference.Forward64(par, q64, k64, v64)
 			o32, l32 := reference.Forward32(par, q, k, v)

@@ -46,7 +46,8 @@ var constRows = []struct {
 	{"expA", [4]uint32{f32(expLog2e), f32(expLn2Hi), f32(expLn2Lo), f32(expP0)}},
 	{"expB", [4]uint32{f32(expP1), f32(expP2), f32(expP3), f32(expP4)}},
 	{"expC", [4]uint32{f32(expP5), f32(0.625), 0, 0}},
-	{"one", splat(f32(1))}, // also the bits 127<<23: 2^0's exponent in place
+	{"one", splat(f32(1))},
+	{"expShift", splat(f32(expShift))},
 	{"expMin", splat(f32(expMin))},
 	{"expMax", splat(f32(expMax))},
 	{"inf", splat(f32(math.Inf(1)))},
@@ -246,8 +247,18 @@ func genALiBi(f *file) {
 // expRegs are the loop-invariant registers of the exponential.
 type expRegs struct {
 	ka, kb, kc V // lanes: [log2e ln2hi ln2lo P0] [P1 P2 P3 P4] [P5 …]
-	one        V // 1.0 in every lane (also the integer 127<<23)
+	one        V // 1.0 in every lane
+	shift      V // expShift in every lane
 }
+
+// expShift is 0x1.8p23 + 127: added to v = c·log2 e (|v| < 2^22) it gives
+// a float32 in [2^23, 2^24), whose unit is 1, so the addition rounds v to
+// an integer n (to nearest; at a tie to even shift + n, so odd n, where
+// FRINTN gave even n: |r| = ln2/2 either way) and the low bits of
+// the sum are 0x40007f + n, in two's complement: the sum minus expShift is
+// n exactly, and the sum shifted left by 23 is (n + 127) << 23, the bits
+// of 2^n (the 0x4b4 above them leave the word).
+const expShift = 0x1.8p23 + 127
 
 // eachV calls g(i) for each index i of vs: one step emitted for each of
 // several vectors before the next step, so that their chains interleave.
@@ -258,23 +269,28 @@ func eachV(vs []V, g func(i int)) {
 }
 
 // expCore emits e^c for the vectors cs (in [ExpMin, ExpMax]; NaN gives
-// NaN), each with two scratch registers ns and ps and a third qs. The
+// NaN; below ExpMin, anything: the callers replace those lanes), each with two scratch registers ns and ps and a third qs. The
 // result replaces c. The steps of all vectors are interleaved.
 //
-//	n = round(c·log2 e) (FRINTN: to nearest even)
+//	z = c·log2 e + expShift        (FMUL, FADD: rounds c·log2 e to n)
+//	n = z − expShift               (FSUB, exact)
 //	r = c − n·ln2hi − n·ln2lo      (two fused FMLS: n·ln2hi is exact)
 //	p = ((((P0·r + P1)·r + P2)·r + P3)·r + P4)·r + P5   (fused, Horner)
-//	e^r = p·r² + r + 1, times 2^n built from its exponent bits
+//	e^r = p·r² + r + 1, times 2^n = the bits z << 23 (SHL)
 //
 // the generic Exp's reduction and polynomial with fused multiply-adds, so
 // at least as accurate (TestExpULP: within 2 ulp of the correctly rounded
-// value over the whole range).
+// value over the whole range). The shift (expShift) takes the place of a
+// FRINTN, an FCVTZS and the ADD of 2^n's exponent bias: one instruction
+// fewer per vector, and none of the conversions, which issue on two of
+// the four vector pipes of a Neoverse V2.
 func (f *file) expCore(k expRegs, cs, ns, ps, qs []V) {
 	each := func(g func(i int)) { eachV(cs, g) }
 	each(func(i int) { f.w(fmulE(ns[i], cs[i], k.ka, 0)) })
-	each(func(i int) { f.w(frintn(ns[i], ns[i])) })
-	each(func(i int) { f.w(fmlsE(cs[i], ns[i], k.ka, 1)) })
-	each(func(i int) { f.w(fmlsE(cs[i], ns[i], k.ka, 2)) }) // c = r
+	each(func(i int) { f.w(fadd(ns[i], ns[i], k.shift)) }) // z
+	each(func(i int) { f.w(fsub(qs[i], ns[i], k.shift)) }) // n
+	each(func(i int) { f.w(fmlsE(cs[i], qs[i], k.ka, 1)) })
+	each(func(i int) { f.w(fmlsE(cs[i], qs[i], k.ka, 2)) }) // c = r
 	each(func(i int) { f.w(dupE(ps[i], k.kb, 0)) })
 	each(func(i int) { f.w(fmlaE(ps[i], cs[i], k.ka, 3)) }) // P1 + r·P0
 	steps := []struct {
@@ -293,9 +309,7 @@ func (f *file) expCore(k expRegs, cs, ns, ps, qs []V) {
 	each(func(i int) { f.w(fmul(qs[i], cs[i], cs[i])) }) // r²
 	each(func(i int) { f.w(fmla(cs[i], ps[i], qs[i])) }) // r + p·r²
 	each(func(i int) { f.w(fadd(cs[i], cs[i], k.one)) })
-	each(func(i int) { f.w(fcvtzs(ns[i], ns[i])) })
-	each(func(i int) { f.w(shl(s4, ns[i], ns[i], 23)) })
-	each(func(i int) { f.w(vadd(s4, ns[i], ns[i], k.one)) }) // 2^n
+	each(func(i int) { f.w(shl(s4, ns[i], ns[i], 23)) }) // 2^n
 	each(func(i int) { f.w(fmul(cs[i], cs[i], ns[i])) })
 }
 
@@ -304,11 +318,16 @@ func (f *file) expCore(k expRegs, cs, ns, ps, qs []V) {
 // product rounded before the subtraction, as the plain algorithm rounds
 // the score before subtracting the row maximum; see Impl.ExpSum: t is
 // Generic's float32 exactly; as many instructions as the fused form's
-// MOV + FMLA had), clamped to [ExpMin, ExpMax], expCore, then the lanes below ExpMin (−Inf included) set to 0 and those
-// above ExpMax to +Inf (NaN compares false and stays NaN), stored and
-// summed into two accumulators. About 30 vector instructions per vector of
-// 4 results, all independent across the four vectors of a step: bound by
-// the 4 vector pipes at ≈ 8 cycles per 16 results.
+// MOV + FMLA had), clamped to at most ExpMax, expCore, then the lanes
+// below ExpMin (−Inf included) set to 0 and those above ExpMax to +Inf
+// (NaN compares false and stays NaN), stored and summed into two
+// accumulators. The lanes below ExpMin are not clamped: expCore makes
+// garbage of them (2^n out of range, or NaN from −Inf), which the mask
+// clears; the others are what a clamp to [ExpMin, ExpMax] gave, bit for
+// bit. 28 vector instructions per vector of 4 results, all independent
+// across the four vectors of a step: bound by the vector pipes (llvm-mca,
+// Neoverse V2: ≈ 29 cycles per 16 results; 33 with a FRINTN, an FCVTZS,
+// the bias ADD and the lower clamp).
 func genExpSum(f *file) {
 	f.text("expSumNEON", "func(x []float32, scale, sub float32) float32",
 		"expSumNEON sets x[j] = exp(t), t = float32(scale·x[j]) − sub (the product rounded,",
@@ -325,9 +344,9 @@ func genExpSum(f *file) {
 }
 
 // The loop-invariant registers of expSumNEON: v31-v29 the exponential's
-// lanes and v28 1.0 (expSumExp), the bounds, +Inf, −sub (all lanes) and
+// lanes, v28 1.0 and v20 expShift (expSumExp), the bounds, +Inf, −sub (all lanes) and
 // scale (lane 0); v22/v21 are the sums.
-var expSumExp = expRegs{ka: 31, kb: 30, kc: 29, one: 28}
+var expSumExp = expRegs{ka: 31, kb: 30, kc: 29, one: 28, shift: 20}
 
 const esMin, esMax, esInf, esNegSub, esScale V = 27, 26, 25, 24, 23
 
@@ -339,6 +358,7 @@ func expSumInvariants(f *file) {
 	f.constQ(k.kb, "R9", "expB")
 	f.constQ(k.kc, "R9", "expC")
 	f.constQ(k.one, "R9", "one")
+	f.constQ(k.shift, "R9", "expShift")
 	f.constQ(esMin, "R9", "expMin")
 	f.constQ(esMax, "R9", "expMax")
 	f.constQ(esInf, "R9", "inf")
@@ -354,7 +374,7 @@ func expSumInvariants(f *file) {
 // the argument, clamped, its exponential, the out-of-range lanes fixed,
 // and the sums.
 func expSumStep(f *file) {
-	xs := []V{0, 1, 2, 3}   // loaded x, then the clamped argument c
+	xs := []V{0, 1, 2, 3}   // loaded x, then the argument c = min(t, ExpMax)
 	ts := []V{4, 5, 6, 7}   // the argument t
 	ns := []V{8, 9, 10, 11} // n, 2^n, masks
 	ps := []V{12, 13, 14, 15}
@@ -362,8 +382,7 @@ func expSumStep(f *file) {
 	each := func(g func(i int)) { eachV(xs, g) }
 	each(func(i int) { f.w(fmulE(ts[i], xs[i], esScale, 0)) }) // round(x·scale)
 	each(func(i int) { f.w(fadd(ts[i], ts[i], esNegSub)) })    // t = round(x·scale) − sub
-	each(func(i int) { f.w(fmin(xs[i], ts[i], esMax)) })
-	each(func(i int) { f.w(fmax(xs[i], xs[i], esMin)) })
+	each(func(i int) { f.w(fmin(xs[i], ts[i], esMax)) })       // c; below ExpMin the mask clears
 	f.expCore(expSumExp, xs, ns, ps, qs)
 	each(func(i int) { f.w(fcmgt(ns[i], esMin, ts[i])) }) // t < ExpMin
 	each(func(i int) { f.w(vbic(xs[i], xs[i], ns[i])) })
@@ -374,19 +393,23 @@ func expSumStep(f *file) {
 
 // genHalfPeaks emits the peak loops of the 16-bit paths, shaped like
 // FMAPeakNEON: FMAPeakBF16NEON (24 chains of BFDOT: 24·4·2·2 = 384 FLOPs
-// per iteration) and FMAPeakF16NEON (24 chains of FMLAL: 192 FLOPs).
+// per iteration) and FMAPeakF16NEON (24 chains of FMLAL: 192 FLOPs), and
+// FMAPeakBFMMLANEON (24 chains of BFMMLA, 2×2 outputs of 4 products each:
+// 24·2·2·4·2 = 768 FLOPs), the rate a BFMMLA path would be bounded by,
+// for measuring it beside BFDOT (BenchmarkBFMMLAPeak).
 func genHalfPeaks(f *file) {
 	for _, p := range []struct {
-		name, what string
-		flops      int
-		op         func(d, n, m V, i int) inst
+		name, what, of string
+		flops          int
+		op             func(d, n, m V, i int) inst
 	}{
-		{"FMAPeakBF16NEON", "BFDOT", 384, bfdotE},
-		{"FMAPeakF16NEON", "FMLAL", 192, fmlalE},
+		{"FMAPeakBF16NEON", "BFDOT", "the peak of the 16-bit path", 384, bfdotE},
+		{"FMAPeakF16NEON", "FMLAL", "the peak of the 16-bit path", 192, fmlalE},
+		{"FMAPeakBFMMLANEON", "BFMMLA", "no path uses BFMMLA yet", 768, func(d, n, m V, _ int) inst { return bfmmla(d, n, m) }},
 	} {
 		f.text(p.name, "func(iters int)",
 			fmt.Sprintf("%s runs iters iterations of 24 independent register-only %s chains:", p.name, p.what),
-			fmt.Sprintf("%d float32 FLOPs per iteration (the peak of the 16-bit path).", p.flops))
+			fmt.Sprintf("%d float32 FLOPs per iteration (%s).", p.flops, p.of))
 		f.ld("R0", "iters", "")
 		for v := V(0); v < 32; v++ {
 			if v < 2 || v >= 8 {

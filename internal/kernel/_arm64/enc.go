@@ -152,6 +152,12 @@ func bfdot(d, n, m V) inst {
 	return inst{fmt.Sprintf("bfdot v%d.4s, v%d.8h, v%d.8h", d, n, m), rrr(0x6e40fc00, d, n, m)}
 }
 
+// bfmmla: d (2×2, row-major) += n (2×4 bfloat16, row-major) · m (2×4,
+// one row per column of the product)ᵀ (FEAT_BF16).
+func bfmmla(d, n, m V) inst {
+	return inst{fmt.Sprintf("bfmmla v%d.4s, v%d.8h, v%d.8h", d, n, m), rrr(0x6e40ec00, d, n, m)}
+}
+
 // elemH encodes a by-element index of 16-bit elements (H:L:M; m is v0-v15).
 func elemH(base uint32, d, n, m V, i int) uint32 {
 	if i < 0 || i > 7 || m > 15 {

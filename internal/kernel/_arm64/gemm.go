@@ -12,14 +12,11 @@ import "fmt"
 //	two pairs of vectors and every accumulator gets one FMLA by element
 //	(lane = k). Per 4 k: 6 LDR Q + 8 LD1 (22 loads of 128 bits) + 96
 //	FMLA + 4-7 pointer and loop instructions.
-//	A·Bᵀ (mr = 5): the same loop on the packed Bᵀ (LDP Q), but each
-//	product is an FMUL by element into a scratch register (v7, v28-v31:
-//	one per row) then an FADD into the accumulator, not an FMLA: every
-//	product is rounded to float32 before it is added, in the order of
-//	k, which is the arithmetic of mulABtGeneric and of the plain
-//	algorithm (see Impl.MulABt), so the results are Generic's bit for
-//	bit. The scratch registers take the sixth row's place. Per 4 k:
-//	5 LDR Q + 8 LDP Q + 80 FMUL + 80 FADD.
+//	A·Bᵀ (mr = 6): the same loop on the packed Bᵀ (LDP Q), FMLA by
+//	element too: each element is the chain of fused multiply-adds
+//	s = fma(a[p], b[p], s) from zero in the order of k, the arithmetic
+//	of mulABtFused (Impl.FusedScores; bit for bit its results). Per 4 k:
+//	6 LDR Q + 8 LDP Q + 96 FMLA.
 //	Aᵀ·B (mr = 6): the tile's 6 rows of Aᵀ at one k are consecutive in
 //	memory: one LD1 (rows 0-3, post-incremented by lda) and one LDR D
 //	(rows 4-5) into v2, v3, and B's row as one LD1 of four vectors
@@ -31,22 +28,26 @@ import "fmt"
 // cycles per 4 k of a full tile against 7.3 cycles of loads, issuing ≈
 // 4.8 instructions per cycle; each accumulator is updated every 6 cycles
 // (24 chains ≥ the 16 that cover latency × pipes). So their inner loop
-// can run at the FMA peak; with the C loads and stores of a tile and the
-// k tail it is ≈ 0.9 of it at k = 64 (estimated, not measured). A·Bᵀ
-// issues two FP instructions per multiply-add, so its ceiling is half the
-// FMA peak: 40 cycles per 4 k of a 5×16 tile for 640 FLOPs (16 FLOPs per
-// cycle against 32), every accumulator updated every 10 cycles (FADD
-// latency 2-3: no chain is the bound). The same holds on Neoverse N1/N2
-// with two FP pipes: half of their peak. That is the price of scores
-// rounded as the plain algorithm rounds them: with fused multiply-adds
-// the scores of large logits (|S| ~ 1e4) round differently from the plain
-// algorithm's, by as much but independently, the softmax amplifies it,
-// and O and the gradients fail the error rule by up to 40× (the
-// reliability report's finding 9; TestRowsMeetTheRule). The amd64 kernels
-// pay the same way (VMULPS + VADDPS); A·B and Aᵀ·B, whose rounding the
-// softmax does not amplify, keep fused multiply-adds there and here. Row
-// tails (m mod mr rows) use the same code with fewer rows: 4r chains,
-// latency-bound below 4 rows for the fused products.
+// can run at the FMA peak. A·Bᵀ is the same loop with LDP Q for B:
+// FMA-bound alike. Whole calls at the forward's tile shapes, predicted by
+// llvm-mca 19 (the mca-kit's predict_call.py: k loops, tails, the code
+// around them; not measured), in % of the FP32 FMA peak:
+//
+//	                        Neoverse V2   N2    N1
+//	A·Bᵀ 48×512×64 (d 64)       96%      96%   96%   (49% unfused)
+//	A·Bᵀ 48×512×128 (d 128)     98%      98%   98%   (49-50% unfused)
+//	A·B  48×64×512, 48×128×512  99%      99%   99%
+//
+// A·Bᵀ rounded each product before adding it (FMUL then FADD, both on the
+// FP pipes: half the FMA peak, and Q·Kᵀ was 57% of the forward's cycles on
+// Neoverse V2) until the rule of SPEC §4 admitted fused scores measured
+// against the plain algorithm fused the same way: the rounding of large logits (|S| ~ 1e4),
+// which the softmax amplifies, is then the baseline's own (the 40× failure
+// of the reliability report's finding 9, TestRowsMeetTheRule, came from
+// fused scores measured against the unfused baseline). The amd64 kernels
+// keep VMULPS + VADDPS: the x86 cores add on separate pipes, so fusing
+// gains them nothing. Row tails (m mod mr rows) use the same code with
+// fewer rows: 4r chains, latency-bound below 4 rows.
 //
 // The 16-bit products (Half) use the A·B loop on the pair layout, one
 // k step being a pair of k:
@@ -66,7 +67,7 @@ import "fmt"
 //
 // Each accumulator of A·Bᵀ is updated in the order of k, from zero: one
 // element of mulABtNEON is exactly Impl.Dot of its row and column (the
-// Go dotGeneric, products rounded then added in index order).
+// Go dotFused, a chain of FMA32 in index order).
 
 const gemmMR = 6
 
@@ -89,22 +90,12 @@ func (k gemmKind) half() bool { return k == kindBF16 || k == kindF16 }
 
 // mr is the number of rows of a full tile: fp16 keeps its A rows in
 // v3-v7 (FMLAL by element reads v0-v15 only) and needs a third B
-// register, and A·Bᵀ needs scratch registers for its rounded products
-// (abtScratch), so both have 5 rows (20 accumulators).
+// register, so it has 5 rows (20 accumulators).
 func (k gemmKind) mr() int {
-	if k == kindF16 || k == kindABt {
+	if k == kindF16 {
 		return 5
 	}
 	return gemmMR
-}
-
-// abtScratch is the register of row i's rounded product in A·Bᵀ (i < 5):
-// v7, then v28-v31, the registers a sixth row would take.
-func abtScratch(i int) V {
-	if i == 0 {
-		return 7
-	}
-	return V(27 + i)
 }
 
 // aReg is the register of row i's A values.
@@ -168,9 +159,9 @@ func gemmEntry(f *file, kind gemmKind, accumulate bool) {
 		f.text("mulABtNEON", "func(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int)",
 			"mulABtNEON sets C = A·Bᵀ (see Impl.MulABt); bt is packed by PackBt.",
 			"n%16 == 0, m, n >= 1; all accesses are in bounds.",
-			"Inner loop, per 4 k of a 5×16 tile: 5 LDR Q + 8 LDP Q + 80 FMUL + 80 FADD (20 chains):",
-			"each product rounded, then added in the order of k (no FMLA), bit for bit mulABtGeneric;",
-			"half the FMA peak (two FP instructions per multiply-add).")
+			"Inner loop, per 4 k of a 6×16 tile: 6 LDR Q + 8 LDP Q + 96 FMLA (24 chains):",
+			"fused multiply-adds in the order of k from zero, bit for bit mulABtFused",
+			"(Impl.FusedScores).")
 	case kindAB:
 		f.text("mulAddABNEON", "func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int)",
 			"mulAddABNEON adds A·B to C (see Impl.MulAddAB).",
@@ -399,17 +390,6 @@ func gemmBRow(f *file, kind gemmKind, r, l, off int) {
 			for i := 0; i < r; i++ {
 				f.w(bfdotE(accReg(i, 2*half), 0, kind.aReg(i), l))
 				f.w(bfdotE(accReg(i, 2*half+1), 1, kind.aReg(i), l))
-			}
-		case kindABt:
-			// acc += round(B·A[i][l]): the product rounded, then added.
-			for b := V(0); b < 2; b++ {
-				for i := 0; i < r; i++ {
-					f.w(fmulE(abtScratch(i), b, kind.aReg(i), l))
-				}
-				for i := 0; i < r; i++ {
-					acc := accReg(i, 2*half+int(b))
-					f.w(fadd(acc, acc, abtScratch(i)))
-				}
 			}
 		default:
 			for i := 0; i < r; i++ {

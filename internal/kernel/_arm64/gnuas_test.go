@@ -62,7 +62,7 @@ func sampleInsts() []inst {
 	for _, r := range regs {
 		d, n, m := r[0], r[1], r[2]
 		for _, f := range []func(d, n, m V) inst{fadd, fsub, fmul, fdiv, fmax, fmin, fmaxnm, fmla, fmls, fcmeq, fcmgt, fcmge, fabd, faddp, fmaxnmp,
-			vand, vbic, vorr, veor, vbsl, vbit, vbif, bfdot, fmlal, umull, umull2} {
+			vand, vbic, vorr, veor, vbsl, vbit, vbif, bfdot, bfmmla, fmlal, umull, umull2} {
 			ins = append(ins, f(d, n, m))
 		}
 		for _, a := range []arr{s4, h8, b16, d2, s2, h4, b8} {

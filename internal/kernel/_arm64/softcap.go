@@ -8,7 +8,7 @@ package main
 // g.
 
 // softcapExp are the exponential's constants in softcapNEON.
-var softcapExp = expRegs{ka: 31, kb: 30, kc: 29, one: 28}
+var softcapExp = expRegs{ka: 31, kb: 30, kc: 29, one: 28, shift: 16}
 
 // The other loop-invariant registers of softcapNEON.
 const (
@@ -48,6 +48,7 @@ func softcapEntry(f *file) {
 	f.constQ(k.kb, "R9", "expB")
 	f.constQ(k.kc, "R9", "expC")
 	f.constQ(k.one, "R9", "one")
+	f.constQ(k.shift, "R9", "expShift")
 	f.constQ(capTwo, "R9", "two")
 	f.constQ(cap88, "R9", "c88")
 	f.constQ(cap0625, "R9", "c0625")
