@@ -180,8 +180,10 @@ func (f *forwardPass) superTask(ws *workspace, t *fwdTask) {
 	f.finish(ws, &st, t)
 }
 
-// start loads the block's rows of Q into ws.fwd.q, splits the block into
-// sub-blocks by KV head (ws.fwd.subs) and returns the reset softmax state.
+// start loads the block's rows of Q into ws.fwd.q (or points ws.fwd.qa at
+// them in place, see qInPlace; 16-bit rows for the native products go to
+// ws.fwd.qh), splits the block into sub-blocks by KV head (ws.fwd.subs) and
+// returns the reset softmax state.
 func (f *forwardPass) start(ws *workspace, t *fwdTask) rowState {
 	p := f.p
 	s := &p.seqs[t.seq]
@@ -278,9 +280,9 @@ func (f *forwardPass) qInPlace(t *fwdTask) bool {
 // are Q's own bits, copied as they are, rather than Q converted to float32
 // and back (the same bits: both conversions are exact, but for a
 // signalling NaN, which the round trip quiets and a product turns into a
-// NaN score either way): a Q in
-// the compute type, used as it is (no rotary embedding), by packed K and V,
-// whose tiles the native products read (so no float32 Q row is needed).
+// NaN score either way): a Q in the compute type, used as it is (no rotary
+// embedding), with packed K and V, whose tiles the native products read
+// (so no float32 Q row is needed).
 func (f *forwardPass) qHalfBits(t *fwdTask) bool {
 	p := f.p
 	return p.native && p.q.dt == p.ct && p.cache.rotary == nil && p.seqs[t.seq].route.from == fromPacked
