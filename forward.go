@@ -181,8 +181,10 @@ func (f *forwardPass) superTask(ws *workspace, t *fwdTask) {
 	f.finish(ws, &st, t)
 }
 
-// start loads the block's rows of Q into ws.fwd.q, splits the block into
-// sub-blocks by KV head (ws.fwd.subs) and returns the reset softmax state.
+// start loads the block's rows of Q into ws.fwd.q (or points ws.fwd.qa at
+// them in place, see qInPlace; 16-bit rows for the native products go to
+// ws.fwd.qh), splits the block into sub-blocks by KV head (ws.fwd.subs) and
+// returns the reset softmax state.
 func (f *forwardPass) start(ws *workspace, t *fwdTask) rowState {
 	p := f.p
 	s := &p.seqs[t.seq]
@@ -199,18 +201,14 @@ func (f *forwardPass) start(ws *workspace, t *fwdTask) rowState {
 	fw.acc = st.o
 	st.reset(m)
 	qRows := fw.q[:(m+3)*d] // 3 spare rows: Dot4T reads rows in fours
-	for r := 0; r < m; r++ {
-		h, i := t.at(r)
-		row := qRows[r*d : (r+1)*d]
-		if p.cache.rotary == nil {
-			p.q.rowTo(row, s.tb, s.q0+i, h, p.ct, &p.kern)
-			continue
-		}
-		p.q.rowTo(row, s.tb, s.q0+i, h, Float32, &p.kern)
-		p.cache.rotary.rotate(row, p.queryPos(s, i))
-		if p.ct != Float32 {
-			roundTo(row, p.ct, &p.kern)
-		}
+	fw.qa, fw.ldq = qRows, d
+	halfBits := f.qHalfBits(t)
+	switch {
+	case f.qInPlace(t):
+		// The products read the block's rows of Q where they lie.
+		fw.qa, fw.ldq = p.q.matrix(nil, s.tb, s.q0+t.i0, t.h0, m, p.ct, &p.kern)
+	case !halfBits:
+		f.loadQ(qRows, t)
 	}
 	nr := t.i1 - t.i0 // rows per head
 	subs := fw.subs[:0]
@@ -228,6 +226,12 @@ func (f *forwardPass) start(ws *workspace, t *fwdTask) rowState {
 		qh := grow(&fw.qh, m*de)
 		for r := 0; r < m; r++ {
 			qh[r*de+de-1] = 0
+			if halfBits {
+				h, i := t.at(r)
+				row, _ := p.q.rows16(s.tb, s.q0+i, h)
+				copy(qh[r*de:r*de+d], row[:d])
+				continue
+			}
 			toHalf(&p.kern, p.ct, qh[r*de:r*de+d], qRows[r*d:(r+1)*d])
 		}
 	}
@@ -240,6 +244,51 @@ func (f *forwardPass) start(ws *workspace, t *fwdTask) rowState {
 	return st
 }
 
+// loadQ writes task t's rows of Q, in the compute type (rotated when the
+// cache has a rotary embedding), to qRows (rows of the head dim).
+func (f *forwardPass) loadQ(qRows []float32, t *fwdTask) {
+	p := f.p
+	s := &p.seqs[t.seq]
+	d := p.dim
+	for r := 0; r < t.height(); r++ {
+		h, i := t.at(r)
+		row := qRows[r*d : (r+1)*d]
+		if p.cache.rotary == nil {
+			p.q.rowTo(row, s.tb, s.q0+i, h, p.ct, &p.kern)
+			continue
+		}
+		p.q.rowTo(row, s.tb, s.q0+i, h, Float32, &p.kern)
+		p.cache.rotary.rotate(row, p.queryPos(s, i))
+		if p.ct != Float32 {
+			roundTo(row, p.ct, &p.kern)
+		}
+	}
+}
+
+// qInPlace reports whether task t's products read its rows of Q in place
+// (fwdScratch.qa) rather than from a copy: the rows of one head of a
+// float32 Q, used as they are (no rotary embedding, no rounding, no 16-bit
+// products), by a route whose S tiles are MulABt products (packed K, or K
+// rows without the transposed form).
+func (f *forwardPass) qInPlace(t *fwdTask) bool {
+	p := f.p
+	r := p.seqs[t.seq].route
+	return t.nh == 1 && p.q.dt == Float32 && p.ct == Float32 && !p.native && p.cache.rotary == nil &&
+		(r.from == fromPacked || r.from == fromRows && !r.sT)
+}
+
+// qHalfBits reports whether task t's 16-bit Q rows for the native products
+// are Q's own bits, copied as they are, rather than Q converted to float32
+// and back (the same bits: both conversions are exact, but for a
+// signalling NaN, which the round trip quiets and a product turns into a
+// NaN score either way): a Q in the compute type, used as it is (no rotary
+// embedding), with packed K and V, whose tiles the native products read
+// (so no float32 Q row is needed).
+func (f *forwardPass) qHalfBits(t *fwdTask) bool {
+	p := f.p
+	return p.native && p.q.dt == p.ct && p.cache.rotary == nil && p.seqs[t.seq].route.from == fromPacked
+}
+
 // scores computes the S tile of sub-block sb: rows sb.s0.. of ws.fwd.s, n
 // keys from j0 (padded to a multiple of kernel.W), from its Q rows sb.r0..
 func (f *forwardPass) scores(ws *workspace, sb subBlock, si int, kv kvTile, j0, n int) {
@@ -247,7 +296,7 @@ func (f *forwardPass) scores(ws *workspace, sb subBlock, si int, kv kvTile, j0, 
 	kern, d := &p.kern, p.dim
 	np := kernel.Pad(n)
 	sTile := fw.s[sb.s0*np:]
-	qRows := fw.q[sb.r0*d:]
+	qRows, qa := fw.q[sb.r0*d:], fw.qa[sb.r0*fw.ldq:]
 	switch {
 	case kv.inPlace:
 		p.decodeScores(ws, kv.seq, sb, j0, n, np)
@@ -255,7 +304,7 @@ func (f *forwardPass) scores(ws *workspace, sb subBlock, si int, kv kvTile, j0, 
 		de := even(d)
 		p.halfMul.Mul(sTile, np, fw.qh[sb.r0*de:], de, kv.kh, kernel.W*de, sb.m, np, de)
 	case kv.kt != nil:
-		kern.MulABt(sTile, np, qRows, d, kv.kt, sb.m, np, d)
+		kern.MulABt(sTile, np, qa, fw.ldq, kv.kt, sb.m, np, d)
 	case kv.sT:
 		// Few rows: Sᵀ = K·Qᵀ reads K where it lies, instead of
 		// transposing a K tile used only once. Dot4T (KV caches only)
@@ -277,7 +326,7 @@ func (f *forwardPass) scores(ws *workspace, sb subBlock, si int, kv kvTile, j0, 
 		}
 	default:
 		kernel.PackBt(fw.kt, kv.k, kv.ldk, n, d)
-		kern.MulABt(sTile, np, qRows, d, fw.kt, sb.m, np, d)
+		kern.MulABt(sTile, np, qa, fw.ldq, fw.kt, sb.m, np, d)
 	}
 }
 
@@ -315,11 +364,17 @@ func (f *forwardPass) accumulate(ws *workspace, sb subBlock, kv kvTile, j0, n in
 	case kv.inPlace:
 		p.decodeAccum(ws, kv.seq, sb, j0, n, np)
 	case kv.vh != nil:
-		// P in the type, rows of even(n) (the pad column is 0).
+		// P in the type, rows of even(n) (the pad column is 0): one
+		// conversion for the whole tile when its rows are that long
+		// already (n a multiple of W), else one per row.
 		ne := even(n)
 		ph := grow(&fw.ph, sb.m*ne)
-		for r := 0; r < sb.m; r++ {
-			toHalf(&p.kern, p.ct, ph[r*ne:(r+1)*ne], pTile[r*np:r*np+ne])
+		if ne == np {
+			toHalf(&p.kern, p.ct, ph, pTile[:sb.m*np])
+		} else {
+			for r := 0; r < sb.m; r++ {
+				toHalf(&p.kern, p.ct, ph[r*ne:(r+1)*ne], pTile[r*np:r*np+ne])
+			}
 		}
 		p.halfMul.MulAdd(fw.acc[sb.r0*dvp:], dvp, ph, ne, kv.vh, kv.ldbV, sb.m, dvp, ne)
 	default:
@@ -350,9 +405,9 @@ func (f *forwardPass) finish(ws *workspace, st *rowState, t *fwdTask) {
 		o := ws.outRow(f.out, s.tb, s.q0+i, h, p.dimV)
 		var v float32
 		if p.sinks != nil {
-			v = st.finishSink(r, o, p.dimV, p.sinks[h])
+			v = st.finishSink(&p.kern, r, o, p.dimV, p.sinks[h])
 		} else {
-			v = st.finish(r, o, p.dimV)
+			v = st.finish(&p.kern, r, o, p.dimV)
 		}
 		f.out.commit(o, s.tb, s.q0+i, h, &p.kern)
 		if f.lse != nil {

@@ -21,6 +21,8 @@ type fwdScratch struct {
 	kt     []float32 // a Kᵀ tile packed in strips, pad(bk) × dim
 	vp     []float32 // V rows padded to dimVPad, bk × dimVPad
 	q      []float32 // the block's Q rows, (maxRows+3) × dim
+	qa     []float32 // the Q rows the products read (q, or Q in place) ...
+	ldq    int       // ... and their leading dimension
 	o      []float32 // the output accumulator, maxRows × dimVPad
 	acc    []float32 // the task's accumulator: o, or a key split's partial-result slot
 	m, l   []float32 // running max and sum, maxRows

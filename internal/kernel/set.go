@@ -181,6 +181,16 @@ func Active() *Set {
 	return active.Load()
 }
 
+// ForceSet makes s the active set and returns a function that makes the
+// previous one active again, with Force's rules. It is for tests that run a
+// set of their own making (Active's kernels wrapped, to count the work a
+// call gives them); s must not be modified while it is active.
+func ForceSet(s *Set) (restore func()) {
+	prev := Active()
+	active.Store(s)
+	return func() { active.Store(prev) }
+}
+
 // Force makes Active().With(spec) the active set and returns a function
 // that makes the previous one active again: how tests run every
 // implementation in one process (as crypto/internal/impl.Select does), as

@@ -1,0 +1,83 @@
+package flashattn
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/flashattn/flashattn/internal/kernel"
+)
+
+// nonproduct_test.go counts the work outside the matrix products that one
+// Forward gives the kernels (conversions, vector scaling), by running it on
+// the active kernel set with those kernels wrapped: the work that caps the
+// fraction of peak on cores whose products run twice as fast.
+
+// kernelWork is what countingSet's wrappers count.
+type kernelWork struct {
+	bf16ToF32, f32ToBF16 int // elements converted
+	f32ToBF16Calls       int
+	scaleCalls           int
+}
+
+// countingSet forces the active set with its BF16ToF32, F32ToBF16 and Scale
+// wrapped to count into w.
+func countingSet(t *testing.T, w *kernelWork) {
+	t.Helper()
+	s := *kernel.Active()
+	im := s.Impl
+	s.Impl.BF16ToF32 = func(dst []float32, src []uint16) { w.bf16ToF32 += len(src); im.BF16ToF32(dst, src) }
+	s.Impl.F32ToBF16 = func(dst []uint16, src []float32) {
+		w.f32ToBF16 += len(src)
+		w.f32ToBF16Calls++
+		im.F32ToBF16(dst, src)
+	}
+	s.Impl.Scale = func(x []float32, a float32) { w.scaleCalls++; im.Scale(x, a) }
+	t.Cleanup(kernel.ForceSet(&s))
+}
+
+// TestForwardNonProductWork: with one key tile per row (no online rescale)
+// and packed K/V, a Forward normalises each output row with the vector
+// kernel (one Scale per row, not an element loop), converts P to bfloat16 a
+// tile at a time (not a row at a time), and converts no element of a
+// bfloat16 Q to float32 (its bits feed the bfloat16 products as they are;
+// the last two where the bfloat16 products are native, not the "f32" path).
+// One worker, so that the counters need no lock.
+func TestForwardNonProductWork(t *testing.T) {
+	const b, n, h, d, bq = 1, 256, 2, 64, 32
+	rows := b * n * h
+	for _, tc := range []struct {
+		dt     DType
+		causal bool
+	}{{Float32, false}, {Float32, true}, {BFloat16, false}, {BFloat16, true}} {
+		t.Run(tc.dt.String()+map[bool]string{false: "", true: "/causal"}[tc.causal], func(t *testing.T) {
+			r := rand.New(rand.NewPCG(7, 7))
+			mk := func() Tensor { return toType(randSlice(r, b*n*h*d), tc.dt, b, n, h, d) }
+			q, k, v := mk(), mk(), mk()
+			opts := &Options{Causal: tc.causal, BlockQ: bq, BlockK: n, Workers: 1}
+			var w kernelWork
+			countingSet(t, &w)
+			if _, _, err := Forward(q, k, v, opts); err != nil {
+				t.Fatal(err)
+			}
+			if w.scaleCalls < rows {
+				t.Errorf("Scale called %d times for %d output rows: the rows are not normalised by the vector kernel", w.scaleCalls, rows)
+			}
+			if tc.dt != BFloat16 || kernel.Active().BF16.Name == "f32" {
+				return // no 16-bit products: float32 Q and P are what they use
+			}
+			if w.bf16ToF32 != 0 {
+				t.Errorf("%d elements converted from bfloat16 to float32 (Q has %d): Q makes a round trip through float32", w.bf16ToF32, rows*d)
+			}
+			// The output's rows take one conversion each; P one per tile of
+			// bq rows (all n keys; under the causal mask, the keys left of
+			// the diagonal block and the diagonal block), not one per row.
+			tiles := rows / bq
+			if tc.causal {
+				tiles *= 2
+			}
+			if pCalls := w.f32ToBF16Calls - rows; pCalls > tiles {
+				t.Errorf("%d conversions of P for %d tiles of %d rows: P is converted a row at a time", pCalls, tiles, bq)
+			}
+		})
+	}
+}
