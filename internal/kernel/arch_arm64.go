@@ -16,16 +16,16 @@ func archImpls() []Impl {
 	im := Impl{
 		Name:      "neon",
 		MulABt:    wrapMulABt(mulABtNEON),
-		MulAddAB:  wrapMulAddAB(mulAddABNEON),
-		MulAddAtB: wrapMulAddAtB(mulAddAtBNEON),
+		MulAddAB:  wrapMulAdd(false, mulAddABNEON),
+		MulAddAtB: wrapMulAdd(true, mulAddAtBNEON),
 		ExpSum:    wrapExpSum(expSumNEON),
 		Max:       wrapMax(maxNEON),
 		Scale:     wrapScale(scaleNEON),
 		DsFromDp:  wrapDsFromDp(dsFromDpNEON),
 		Dot:       dotGeneric, // one element of MulABt's arithmetic, as on amd64
 		Dot4T:     wrapDot4T(dot4TNEON),
-		Softcap:   wrapSoftcap,
-		ALiBi:     wrapALiBi,
+		Softcap:   wrapSoftcap(softcapNEON),
+		ALiBi:     wrapALiBi(alibiNEON),
 	}
 	setConvertersNEON(&im)
 	setPackersNEON(&im)

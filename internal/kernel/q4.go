@@ -60,19 +60,8 @@ func Q4RowBytes(d int) int { return d / Q4Block * Q4BlockBytes }
 // (max|x| ≥ 65520·8 = 524160): llama.cpp would store a block that
 // dequantizes to Inf or NaN.
 func QuantizeQ4(dst []byte, src []float32) error {
-	if len(src)%Q4Block != 0 {
-		return fmt.Errorf("QuantizeQ4: %d values is not a multiple of %d", len(src), Q4Block)
-	}
-	if want := Q4RowBytes(len(src)); len(dst) != want {
-		return fmt.Errorf("QuantizeQ4: %d values need %d bytes, dst has %d", len(src), want, len(dst))
-	}
-	for i, x := range src {
-		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-			return fmt.Errorf("QuantizeQ4: value %d is %v", i, x)
-		}
-		if math.Abs(float64(x)) >= q4MaxAbs {
-			return fmt.Errorf("QuantizeQ4: value %d (%v) is too large for a q4_0 scale (|x| < %g)", i, x, float64(q4MaxAbs))
-		}
+	if err := checkQuantize("QuantizeQ4", "q4_0", dst, Q4RowBytes(len(src)), src, Q4Block, q4MaxAbs); err != nil {
+		return err
 	}
 	for b := 0; b < len(src)/Q4Block; b++ {
 		quantizeQ4Block((*[Q4BlockBytes]byte)(dst[b*Q4BlockBytes:]), (*[Q4Block]float32)(src[b*Q4Block:]))

@@ -50,19 +50,8 @@ func Q8RowBytes(d int) int { return d / Q8Block * Q8BlockBytes }
 // (max|x| ≥ 65520·127 ≈ 8.3e6): llama.cpp would store a block that
 // dequantizes to Inf or NaN.
 func QuantizeQ8(dst []byte, src []float32) error {
-	if len(src)%Q8Block != 0 {
-		return fmt.Errorf("QuantizeQ8: %d values is not a multiple of %d", len(src), Q8Block)
-	}
-	if want := Q8RowBytes(len(src)); len(dst) != want {
-		return fmt.Errorf("QuantizeQ8: %d values need %d bytes, dst has %d", len(src), want, len(dst))
-	}
-	for i, x := range src {
-		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-			return fmt.Errorf("QuantizeQ8: value %d is %v", i, x)
-		}
-		if math.Abs(float64(x)) >= q8MaxAbs {
-			return fmt.Errorf("QuantizeQ8: value %d (%v) is too large for a q8_0 scale (|x| < %g)", i, x, float64(q8MaxAbs))
-		}
+	if err := checkQuantize("QuantizeQ8", "q8_0", dst, Q8RowBytes(len(src)), src, Q8Block, q8MaxAbs); err != nil {
+		return err
 	}
 	for b := 0; b < len(src)/Q8Block; b++ {
 		quantizeQ8Block((*[Q8BlockBytes]byte)(dst[b*Q8BlockBytes:]), (*[Q8Block]float32)(src[b*Q8Block:]))
@@ -114,4 +103,26 @@ func DequantizeQ8(dst []float32, src []byte) error {
 // q8Scale returns the scale of the block that starts at blk[0].
 func q8Scale(blk []byte) float32 {
 	return F16ToF32(binary.LittleEndian.Uint16(blk))
+}
+
+// checkQuantize is the argument check of QuantizeQ8 and QuantizeQ4 (name,
+// for the format named format): src holds a multiple of block values, dst
+// exactly rowBytes bytes, and every value is finite and below maxAbs in
+// magnitude, the smallest block maximum whose scale overflows fp16.
+func checkQuantize(name, format string, dst []byte, rowBytes int, src []float32, block int, maxAbs float64) error {
+	if len(src)%block != 0 {
+		return fmt.Errorf("%s: %d values is not a multiple of %d", name, len(src), block)
+	}
+	if len(dst) != rowBytes {
+		return fmt.Errorf("%s: %d values need %d bytes, dst has %d", name, len(src), rowBytes, len(dst))
+	}
+	for i, x := range src {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			return fmt.Errorf("%s: value %d is %v", name, i, x)
+		}
+		if math.Abs(float64(x)) >= maxAbs {
+			return fmt.Errorf("%s: value %d (%v) is too large for a %s scale (|x| < %g)", name, i, x, format, maxAbs)
+		}
+	}
+	return nil
 }
