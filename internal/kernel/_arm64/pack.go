@@ -73,11 +73,18 @@ func (f *file) loadRow8(s packSrc, d, x0, x1 V, t [4]V, p string, off int) {
 // src (bases), ldb (uint16s) and ld (elements of s), the strides in bytes.
 func (f *file) packArgs(s packSrc, dst, ldb, src, ld string) {
 	f.ld(dst, "dst", "base")
-	f.ld(ldb, "ldb", "")
-	f.i("LSL $1, %s", ldb)
+	f.ldStride(ldb, "ldb", 2)
 	f.ld(src, "src", "base")
-	f.ld(ld, "ld", "")
-	f.i("LSL $%d, %s", map[int]int{2: 1, 4: 2}[s.size()], ld)
+	f.ldStride(ld, "ld", s.size())
+}
+
+// ldStride loads the stride argument name, counted in elements of size
+// bytes (1, 2 or 4), into register r in bytes.
+func (f *file) ldStride(r, name string, size int) {
+	f.ld(r, name, "")
+	if size > 1 {
+		f.i("LSL $%d, %s", map[int]int{2: 1, 4: 2}[size], r)
+	}
 }
 
 func genPackN(f *file, s packSrc) {
@@ -234,11 +241,9 @@ func transposeRoundEntry(f *file, s packSrc) {
 		name+" sets dst[j*ldd+i] to src[i*lds+j] rounded to "+map[bool]string{true: "bfloat16", false: "fp16"}[s.bf16]+" for",
 		"i < rows8, j < cols8 (positive multiples of 8).")
 	f.ld(trDst, "dst", "base")
-	f.ld(trLdd, "ldd", "")
-	f.i("LSL $1, %s", trLdd)
+	f.ldStride(trLdd, "ldd", 2)
 	f.ld(trSrc, "src", "base")
-	f.ld(trLds, "lds", "")
-	f.i("LSL $2, %s", trLds)
+	f.ldStride(trLds, "lds", 4)
 	f.ld(trRows, "rows8", "")
 	f.ld(trCols, "cols8", "")
 	if s.bf16 {
