@@ -251,28 +251,7 @@ func (g *accumGen) pass(first, c int, tail bool) {
 
 	// Load the O tile.
 	acc := make([][]VecVirtual, mr)
-	{
-		var wm VecVirtual
-		if window {
-			wm = windowMaskD()
-		}
-		row := g.oRows(window)
-		for r := range acc {
-			m := row(r)
-			for i := 0; i < c; i++ {
-				a := s.Vec()
-				switch {
-				case window:
-					VMASKMOVPS(m, wm, a)
-				case tail:
-					VMOVUPS_Z(m, g.kmask, a)
-				default:
-					VMOVUPS(m.Offset((first+i)*L*4), a)
-				}
-				acc[r] = append(acc[r], a)
-			}
-		}
-	}
+	g.oTile(acc, first, c, tail, window, true)
 
 	// The keys.
 	pl := GP64()
@@ -354,6 +333,16 @@ func (g *accumGen) pass(first, c int, tail bool) {
 	JNZ(LabelRef(lbl))
 
 	// Store the O tile.
+	g.oTile(acc, first, c, tail, window, false)
+}
+
+// oTile loads (load: into new registers appended to acc) or stores the O
+// tile of pass: len(acc) rows of c vectors from vector first on, through
+// the window mask (window: the AVX2 tail), g.kmask (the EVEX tail) or
+// whole.
+func (g *accumGen) oTile(acc [][]VecVirtual, first, c int, tail, window, load bool) {
+	s := g.s
+	L := s.Lanes
 	var wm VecVirtual
 	if window {
 		wm = windowMaskD()
@@ -362,13 +351,23 @@ func (g *accumGen) pass(first, c int, tail bool) {
 	for r := range acc {
 		m := row(r)
 		for i := 0; i < c; i++ {
+			if load {
+				acc[r] = append(acc[r], s.Vec())
+			}
+			a := acc[r][i]
 			switch {
+			case window && load:
+				VMASKMOVPS(m, wm, a)
 			case window:
-				VMASKMOVPS(acc[r][i], wm, m)
+				VMASKMOVPS(a, wm, m)
+			case tail && load:
+				VMOVUPS_Z(m, g.kmask, a)
 			case tail:
-				VMOVUPS(acc[r][i], g.kmask, m)
+				VMOVUPS(a, g.kmask, m)
+			case load:
+				VMOVUPS(m.Offset((first+i)*L*4), a)
 			default:
-				VMOVUPS(acc[r][i], m.Offset((first+i)*L*4))
+				VMOVUPS(a, m.Offset((first+i)*L*4))
 			}
 		}
 	}
