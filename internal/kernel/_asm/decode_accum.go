@@ -36,8 +36,7 @@ type accumGen struct {
 func (g *accumGen) copyP(jn Register) {
 	s := g.s
 	pb := ldMem(g.pBlk)
-	ldp := Load(Param("ldp"), GP64())
-	SHLQ(Imm(2), ldp)
+	ldp := loadStride("ldp", 4)
 	row := rowMems(pb, ldp)
 	if g.mr == 1 {
 		row = func(int) Mem { return Mem{Base: pb} }
@@ -144,10 +143,7 @@ func genAccum(s isa, e decodeElem, mr int) {
 		MOVQ(g.pBlk, pb)
 		LEAQ(Mem{Base: pb, Index: jn, Scale: 4}, pb)
 		MOVQ(pb, g.pBlk)
-		ldv := Load(Param("ldv"), GP64())
-		if e.Size > 1 {
-			SHLQ(Imm(uint64(log2(e.Size))), ldv)
-		}
+		ldv := loadStride("ldv", e.Size)
 		IMULQ(jn, ldv)
 		ADDQ(ldv, g.vBlk)
 	}
@@ -214,8 +210,7 @@ func (g *accumGen) oRows(window bool) func(r int) Mem {
 	if g.mr == 1 {
 		return func(int) Mem { return Mem{Base: op} }
 	}
-	ldo := Load(Param("ldo"), GP64())
-	SHLQ(Imm(2), ldo)
+	ldo := loadStride("ldo", 4)
 	return rowMems(op, ldo)
 }
 
@@ -260,10 +255,7 @@ func (g *accumGen) pass(first, c int, tail bool) {
 	if window {
 		SUBQ(windowRewindD(e.Size), vr)
 	}
-	ldv := Load(Param("ldv"), GP64())
-	if e.Size > 1 {
-		SHLQ(Imm(uint64(log2(e.Size))), ldv)
-	}
+	ldv := loadStride("ldv", e.Size)
 	pfd := GP64() // bytes from a value row to the one in the next block
 	MOVQ(ldv, pfd)
 	SHLQ(Imm(uint64(log2(accumKeyBlock))), pfd)
