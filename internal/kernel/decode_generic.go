@@ -62,7 +62,7 @@ func headsAccum(f Format, one AccumFunc) AccumHeadsFunc {
 func widenQ8(dst []float32, src []byte) {
 	for b := 0; b < len(dst)/Q8Block; b++ {
 		blk := src[b*Q8BlockBytes : (b+1)*Q8BlockBytes]
-		d := q8Scale(blk)
+		d := blockScale(blk)
 		out := dst[b*Q8Block : (b+1)*Q8Block]
 		for i := range out {
 			out[i] = float32(int8(blk[2+i])) * d

@@ -1,10 +1,6 @@
 package kernel
 
-import (
-	"encoding/binary"
-	"fmt"
-	"math"
-)
+import "math"
 
 // The q4_0 format of llama.cpp (GGML_TYPE_Q4_0), used for 4-bit KV caches.
 //
@@ -77,12 +73,7 @@ func quantizeQ4Block(dst *[Q4BlockBytes]byte, x *[Q4Block]float32) {
 			amax, mx = a, v
 		}
 	}
-	d := mx / -8
-	var id float32
-	if d != 0 {
-		id = 1 / d
-	}
-	binary.LittleEndian.PutUint16(dst[0:], F32ToF16(d))
+	id := putBlockScale(dst[:], mx/-8)
 	for j := 0; j < Q4Block/2; j++ {
 		dst[2+j] = q4Code(x[j]*id) | q4Code(x[j+Q4Block/2]*id)<<4
 	}
@@ -105,11 +96,8 @@ func q4Code(x float32) byte {
 // must be a multiple of 18 and len(dst) exactly 32 values per block. Every
 // value is exact ((code − 8)·d in float32).
 func DequantizeQ4(dst []float32, src []byte) error {
-	if len(src)%Q4BlockBytes != 0 {
-		return fmt.Errorf("DequantizeQ4: %d bytes is not a multiple of %d", len(src), Q4BlockBytes)
-	}
-	if want := len(src) / Q4BlockBytes * Q4Block; len(dst) != want {
-		return fmt.Errorf("DequantizeQ4: %d bytes hold %d values, dst has %d", len(src), want, len(dst))
+	if err := checkDequantize("DequantizeQ4", dst, src, Q4Block, Q4BlockBytes); err != nil {
+		return err
 	}
 	widenQ4(dst, src)
 	return nil
@@ -119,7 +107,7 @@ func DequantizeQ4(dst []float32, src []byte) error {
 func widenQ4(dst []float32, src []byte) {
 	for b := 0; b < len(dst)/Q4Block; b++ {
 		blk := src[b*Q4BlockBytes : (b+1)*Q4BlockBytes]
-		d := F16ToF32(binary.LittleEndian.Uint16(blk))
+		d := blockScale(blk)
 		out := dst[b*Q4Block : (b+1)*Q4Block]
 		for j, c := range blk[2:Q4BlockBytes] {
 			out[j] = float32(int(c&15)-8) * d
