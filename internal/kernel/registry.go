@@ -70,11 +70,11 @@ func find[T any](xs []T, nameOf func(T) string, name string) (T, bool) {
 }
 
 // lookup is find for the Lookup functions: the element of xs named name,
-// or an error that names what was asked for (what: "kernel", ...).
-func lookup[T any](xs []T, nameOf func(T) string, name, what string) (T, error) {
+// or the error notFound (a format of one %q, given name).
+func lookup[T any](xs []T, nameOf func(T) string, name, notFound string) (T, error) {
 	x, ok := find(xs, nameOf, name)
 	if !ok {
-		return x, fmt.Errorf("%s %q is not available on this CPU", what, name)
+		return x, fmt.Errorf(notFound, name)
 	}
 	return x, nil
 }
@@ -91,7 +91,7 @@ func Available() []Impl {
 
 // Lookup returns the available float32 implementation with the given name.
 func Lookup(name string) (Impl, error) {
-	return lookup(registered().impls, implName, name, "kernel")
+	return lookup(registered().impls, implName, name, "kernel %q is not available on this CPU")
 }
 
 // DecodeAvailable lists the decode kernel sets this CPU runs (the family
@@ -102,7 +102,7 @@ func DecodeAvailable() []Decode {
 
 // LookupDecode returns the available decode kernel set with the given name.
 func LookupDecode(name string) (Decode, error) {
-	return lookup(registered().decodes, decodeName, name, "decode kernel set")
+	return lookup(registered().decodes, decodeName, name, "decode kernels %q are not available on this CPU")
 }
 
 // HalfAvailable lists the half-precision paths for e that this CPU runs
@@ -118,5 +118,5 @@ func HalfAvailable(e Elem) []Half {
 // LookupHalf returns the available path for e with the given name.
 func LookupHalf(e Elem, name string) (Half, error) {
 	checkElem(e)
-	return lookup(registered().halves[e-1], halfName, name, e.String()+" path")
+	return lookup(registered().halves[e-1], halfName, name, e.String()+" path %q is not available on this CPU")
 }
