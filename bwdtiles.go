@@ -12,27 +12,28 @@ import "github.com/flashattn/flashattn/internal/kernel"
 // the m query rows of qt against the KV block blk of n keys.
 func (b *backwardPass) tileScores(ws *workspace, blk *bwdTile, qt *qTile, m, n int) {
 	b.tileS(ws, blk, qt, m, n)
-	p, bw := b.p, &ws.bwd
-	np := kernel.Pad(n)
-	if !p.native {
-		p.kern.MulABt(bw.dP, np, qt.do, p.dimVPad, blk.vt, m, np, p.dimV)
-		return
-	}
-	deV := even(p.dimV)
-	p.halfMul.Mul(bw.dP, np, qt.doh, deV, blk.vtH, kernel.W*deV, m, np, deV)
+	b.tileABt(ws.bwd.dP, qt.do, qt.doh, blk.vt, blk.vtH, b.p.dimVPad, b.p.dimV, m, n)
 }
 
 // tileS computes S = Q·Kᵀ (ws.bwd.s) for the m query rows of qt against the
 // KV block blk of n keys.
 func (b *backwardPass) tileS(ws *workspace, blk *bwdTile, qt *qTile, m, n int) {
-	p, bw := b.p, &ws.bwd
+	b.tileABt(ws.bwd.s, qt.q, qt.qh, blk.kt, blk.ktH, b.p.dimPad, b.p.dim, m, n)
+}
+
+// tileABt computes dst = A·Bᵀ (stride Pad(n)) for m rows of A of dim values
+// against the n rows of B of the block: in float32 from a (stride dimPad)
+// and the packed bt, or on the native half path from ah (stride even(dim))
+// and the packed bth.
+func (b *backwardPass) tileABt(dst, a []float32, ah []uint16, bt []float32, bth []uint16, dimPad, dim, m, n int) {
+	p := b.p
 	np := kernel.Pad(n)
 	if !p.native {
-		p.kern.MulABt(bw.s, np, qt.q, p.dimPad, blk.kt, m, np, p.dim)
+		p.kern.MulABt(dst, np, a, dimPad, bt, m, np, dim)
 		return
 	}
-	de := even(p.dim)
-	p.halfMul.Mul(bw.s, np, qt.qh, de, blk.ktH, kernel.W*de, m, np, de)
+	de := even(dim)
+	p.halfMul.Mul(dst, np, ah, de, bth, kernel.W*de, m, np, de)
 }
 
 // tileGrads adds the products of the tile at: dV += P̃ᵀ·dO and

@@ -52,25 +52,27 @@ func bits[T BF16 | F16](s []T) []uint16 {
 }
 
 // EncodeBF16 sets dst[i] = NewBF16(src[i]) for i < min(len(dst), len(src)).
-func EncodeBF16(dst []BF16, src []float32) {
-	n := min(len(dst), len(src))
-	converters().F32ToBF16(bits(dst[:n]), src[:n])
-}
+func EncodeBF16(dst []BF16, src []float32) { encode(dst, src, converters().F32ToBF16) }
 
 // DecodeBF16 sets dst[i] = src[i].Float32() for i < min(len(dst), len(src)).
-func DecodeBF16(dst []float32, src []BF16) {
-	n := min(len(dst), len(src))
-	converters().BF16ToF32(dst[:n], bits(src[:n]))
-}
+func DecodeBF16(dst []float32, src []BF16) { decode(dst, src, converters().BF16ToF32) }
 
 // EncodeF16 sets dst[i] = NewF16(src[i]) for i < min(len(dst), len(src)).
-func EncodeF16(dst []F16, src []float32) {
-	n := min(len(dst), len(src))
-	converters().F32ToF16(bits(dst[:n]), src[:n])
-}
+func EncodeF16(dst []F16, src []float32) { encode(dst, src, converters().F32ToF16) }
 
 // DecodeF16 sets dst[i] = src[i].Float32() for i < min(len(dst), len(src)).
-func DecodeF16(dst []float32, src []F16) {
+func DecodeF16(dst []float32, src []F16) { decode(dst, src, converters().F16ToF32) }
+
+// encode runs the bulk converter conv on the first min(len(dst), len(src))
+// elements, dst seen as its bits.
+func encode[T BF16 | F16](dst []T, src []float32, conv func(dst []uint16, src []float32)) {
 	n := min(len(dst), len(src))
-	converters().F16ToF32(dst[:n], bits(src[:n]))
+	conv(bits(dst[:n]), src[:n])
+}
+
+// decode runs the bulk converter conv on the first min(len(dst), len(src))
+// elements, src seen as its bits.
+func decode[T BF16 | F16](dst []float32, src []T, conv func(dst []float32, src []uint16)) {
+	n := min(len(dst), len(src))
+	conv(dst[:n], bits(src[:n]))
 }

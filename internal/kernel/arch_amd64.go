@@ -16,16 +16,16 @@ func archImpls() []Impl {
 		im := Impl{
 			Name:      "avx512",
 			MulABt:    wrapMulABt(mulABtAVX512),
-			MulAddAB:  wrapMulAddAB(mulAddABAVX512),
-			MulAddAtB: wrapMulAddAtB(mulAddAtBAVX512),
+			MulAddAB:  wrapMulAdd(false, mulAddABAVX512),
+			MulAddAtB: wrapMulAdd(true, mulAddAtBAVX512),
 			ExpSum:    wrapExpSum(expSumAVX512),
 			Max:       wrapMax(maxAVX512),
 			Scale:     wrapScale(scaleAVX512),
 			DsFromDp:  wrapDsFromDp(dsFromDpAVX512),
 			Dot:       dotGeneric,
 			Dot4T:     wrapDot4T(dot4TAVX2),
-			Softcap:   wrapSoftcap,
-			ALiBi:     wrapALiBi,
+			Softcap:   wrapSoftcap(softcapAVX2),
+			ALiBi:     wrapALiBi(alibiAVX2),
 		}
 		setConverters(&im, true)
 		setPackers(&im, true)
@@ -35,16 +35,16 @@ func archImpls() []Impl {
 		im := Impl{
 			Name:      "avx2",
 			MulABt:    wrapMulABt(mulABtAVX2),
-			MulAddAB:  wrapMulAddAB(mulAddABAVX2),
-			MulAddAtB: wrapMulAddAtB(mulAddAtBAVX2),
+			MulAddAB:  wrapMulAdd(false, mulAddABAVX2),
+			MulAddAtB: wrapMulAdd(true, mulAddAtBAVX2),
 			ExpSum:    wrapExpSum(expSumAVX2),
 			Max:       wrapMax(maxAVX2),
 			Scale:     wrapScale(scaleAVX2),
 			DsFromDp:  wrapDsFromDp(dsFromDpAVX2),
 			Dot:       dotGeneric,
 			Dot4T:     wrapDot4T(dot4TAVX2),
-			Softcap:   wrapSoftcap,
-			ALiBi:     wrapALiBi,
+			Softcap:   wrapSoftcap(softcapAVX2),
+			ALiBi:     wrapALiBi(alibiAVX2),
 		}
 		setConverters(&im, false)
 		setPackers(&im, false)

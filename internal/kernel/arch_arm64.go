@@ -17,16 +17,16 @@ func archImpls() []Impl {
 		Name:        "neon",
 		MulABt:      wrapMulABt(mulABtNEON), // FMLA: at the FMA rate
 		FusedScores: true,
-		MulAddAB:    wrapMulAddAB(mulAddABNEON),
-		MulAddAtB:   wrapMulAddAtB(mulAddAtBNEON),
+		MulAddAB:    wrapMulAdd(false, mulAddABNEON),
+		MulAddAtB:   wrapMulAdd(true, mulAddAtBNEON),
 		ExpSum:      wrapExpSum(expSumNEON),
 		Max:         wrapMax(maxNEON),
 		Scale:       wrapScale(scaleNEON),
 		DsFromDp:    wrapDsFromDp(dsFromDpNEON),
 		Dot:         dotFused, // one element of MulABt's fused arithmetic
 		Dot4T:       wrapDot4T(dot4TNEON),
-		Softcap:     wrapSoftcap,
-		ALiBi:       wrapALiBi,
+		Softcap:     wrapSoftcap(softcapNEON),
+		ALiBi:       wrapALiBi(alibiNEON),
 	}
 	setConvertersNEON(&im)
 	setPackersNEON(&im)

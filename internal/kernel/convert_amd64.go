@@ -2,25 +2,10 @@
 
 package kernel
 
-// Wrappers of the assembly converters (see the generator's convert.go):
-// the assembly converts the largest multiple of 16 elements, Go the tail,
-// so nothing outside the slices is ever read or written.
-
-// wrapConv returns a converter that checks that dst is at least as long as
-// src, then runs f on the largest multiple of 16 elements and tail on the
-// rest.
-func wrapConv[D, S any](f, tail func(dst []D, src []S)) func(dst []D, src []S) {
-	return func(dst []D, src []S) {
-		if len(dst) < len(src) {
-			bad("conversion: dst shorter than src")
-		}
-		n := len(src) &^ 15
-		if n > 0 {
-			f(dst[:n], src[:n])
-		}
-		tail(dst[n:], src[n:])
-	}
-}
+// The assembly converters (see the generator's convert.go) behind
+// wrapConv (wrap_asm.go): the assembly converts the largest multiple of 16
+// elements, Go the tail, so nothing outside the slices is ever read or
+// written.
 
 // setConverters fills the conversion kernels of im with the best assembly
 // for its ISA ("avx512" or "avx2") that this CPU runs, Go otherwise.

@@ -62,7 +62,7 @@ func headsAccum(f Format, one AccumFunc) AccumHeadsFunc {
 func widenQ8(dst []float32, src []byte) {
 	for b := 0; b < len(dst)/Q8Block; b++ {
 		blk := src[b*Q8BlockBytes : (b+1)*Q8BlockBytes]
-		d := q8Scale(blk)
+		d := blockScale(blk)
 		out := dst[b*Q8Block : (b+1)*Q8Block]
 		for i := range out {
 			out[i] = float32(int8(blk[2+i])) * d
@@ -94,11 +94,7 @@ func scoresGeneric(f Format) ScoresFunc {
 		f.checkLd(name, ldk)
 		rb := f.RowBytes(d)
 		checkScores(name, s, lds, q, m, len(k), ldk, n, d, rb)
-		buf := rowBuf(d)
-		defer rowBufs.Put(buf)
-		kr := *buf
-		for j := 0; j < n; j++ {
-			widen(kr, k[j*ldk:j*ldk+rb])
+		widenRows(widen, k, ldk, n, d, rb, func(j int, kr []float32) {
 			for r := 0; r < m; r++ {
 				qr := q[r*d : r*d+d]
 				var sum float32
@@ -107,7 +103,7 @@ func scoresGeneric(f Format) ScoresFunc {
 				}
 				s[r*lds+j] = sum
 			}
-		}
+		})
 	}
 }
 
@@ -118,11 +114,7 @@ func accumGeneric(f Format) AccumFunc {
 		f.checkLd(name, ldv)
 		rb := f.RowBytes(d)
 		checkAccum(name, o, ldo, p, ldp, m, len(v), ldv, n, d, rb)
-		buf := rowBuf(d)
-		defer rowBufs.Put(buf)
-		vr := *buf
-		for j := 0; j < n; j++ {
-			widen(vr, v[j*ldv:j*ldv+rb])
+		widenRows(widen, v, ldv, n, d, rb, func(j int, vr []float32) {
 			for r := 0; r < m; r++ {
 				pj := p[r*ldp+j]
 				or := o[r*ldo : r*ldo+d]
@@ -130,7 +122,20 @@ func accumGeneric(f Format) AccumFunc {
 					or[c] += pj * x
 				}
 			}
-		}
+		})
+	}
+}
+
+// widenRows widens the n cache rows of c (rb bytes of d values each, ld
+// bytes apart) one at a time into a buffer from rowBufs and calls
+// use(j, row) with row j: the row loop of the generic Scores and Accum.
+func widenRows(widen func(dst []float32, src []byte), c []byte, ld, n, d, rb int, use func(j int, row []float32)) {
+	buf := rowBuf(d)
+	defer rowBufs.Put(buf)
+	row := *buf
+	for j := 0; j < n; j++ {
+		widen(row, c[j*ld:j*ld+rb])
+		use(j, row)
 	}
 }
 

@@ -98,30 +98,16 @@ func F16ToF32(h uint16) float32 {
 
 // The pure-Go bulk converters; dst is at least as long as src.
 
-func bf16ToF32Generic(dst []float32, src []uint16) {
-	dst = dst[:len(src)]
-	for i, h := range src {
-		dst[i] = BF16ToF32(h)
-	}
-}
+func bf16ToF32Generic(dst []float32, src []uint16) { convertEach(dst, src, BF16ToF32) }
+func f16ToF32Generic(dst []float32, src []uint16)  { convertEach(dst, src, F16ToF32) }
+func f32ToBF16Generic(dst []uint16, src []float32) { convertEach(dst, src, F32ToBF16) }
+func f32ToF16Generic(dst []uint16, src []float32)  { convertEach(dst, src, F32ToF16) }
 
-func f16ToF32Generic(dst []float32, src []uint16) {
+// convertEach sets dst[i] = conv(src[i]) for every i of src; dst is at
+// least as long as src.
+func convertEach[D, S any](dst []D, src []S, conv func(S) D) {
 	dst = dst[:len(src)]
-	for i, h := range src {
-		dst[i] = F16ToF32(h)
-	}
-}
-
-func f32ToBF16Generic(dst []uint16, src []float32) {
-	dst = dst[:len(src)]
-	for i, f := range src {
-		dst[i] = F32ToBF16(f)
-	}
-}
-
-func f32ToF16Generic(dst []uint16, src []float32) {
-	dst = dst[:len(src)]
-	for i, f := range src {
-		dst[i] = F32ToF16(f)
+	for i, x := range src {
+		dst[i] = conv(x)
 	}
 }

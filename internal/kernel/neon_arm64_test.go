@@ -175,7 +175,7 @@ func TestNEONSelfCheckRejects(t *testing.T) {
 			return b
 		},
 		"MulAddAtB one row short": func(b Impl) Impl {
-			b.MulAddAtB = wrapMulAddAtB(func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int) {
+			b.MulAddAtB = wrapMulAdd(true, func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int) {
 				mulAddAtBNEON(c, ldc, a, lda, b, ldb, m-1, n, k)
 			})
 			return b
@@ -193,7 +193,7 @@ func TestNEONSelfCheckRejects(t *testing.T) {
 			return b
 		},
 		"F32ToBF16 by the fp16 kernel": func(b Impl) Impl {
-			b.F32ToBF16 = wrapConvNEON(f32ToF16NEON, f32ToBF16Generic)
+			b.F32ToBF16 = wrapConv(f32ToF16NEON, f32ToBF16Generic)
 			return b
 		},
 		"PackVNNI16Into without the pair interleave": func(b Impl) Impl {

@@ -1,10 +1,6 @@
 package kernel
 
-import (
-	"encoding/binary"
-	"fmt"
-	"math"
-)
+import "math"
 
 // The q4_0 format of llama.cpp (GGML_TYPE_Q4_0), used for 4-bit KV caches.
 //
@@ -60,19 +56,8 @@ func Q4RowBytes(d int) int { return d / Q4Block * Q4BlockBytes }
 // (max|x| ≥ 65520·8 = 524160): llama.cpp would store a block that
 // dequantizes to Inf or NaN.
 func QuantizeQ4(dst []byte, src []float32) error {
-	if len(src)%Q4Block != 0 {
-		return fmt.Errorf("QuantizeQ4: %d values is not a multiple of %d", len(src), Q4Block)
-	}
-	if want := Q4RowBytes(len(src)); len(dst) != want {
-		return fmt.Errorf("QuantizeQ4: %d values need %d bytes, dst has %d", len(src), want, len(dst))
-	}
-	for i, x := range src {
-		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-			return fmt.Errorf("QuantizeQ4: value %d is %v", i, x)
-		}
-		if math.Abs(float64(x)) >= q4MaxAbs {
-			return fmt.Errorf("QuantizeQ4: value %d (%v) is too large for a q4_0 scale (|x| < %g)", i, x, float64(q4MaxAbs))
-		}
+	if err := checkQuantize("QuantizeQ4", "q4_0", dst, Q4RowBytes(len(src)), src, Q4Block, q4MaxAbs); err != nil {
+		return err
 	}
 	for b := 0; b < len(src)/Q4Block; b++ {
 		quantizeQ4Block((*[Q4BlockBytes]byte)(dst[b*Q4BlockBytes:]), (*[Q4Block]float32)(src[b*Q4Block:]))
@@ -88,12 +73,7 @@ func quantizeQ4Block(dst *[Q4BlockBytes]byte, x *[Q4Block]float32) {
 			amax, mx = a, v
 		}
 	}
-	d := mx / -8
-	var id float32
-	if d != 0 {
-		id = 1 / d
-	}
-	binary.LittleEndian.PutUint16(dst[0:], F32ToF16(d))
+	id := putBlockScale(dst[:], mx/-8)
 	for j := 0; j < Q4Block/2; j++ {
 		dst[2+j] = q4Code(x[j]*id) | q4Code(x[j+Q4Block/2]*id)<<4
 	}
@@ -116,11 +96,8 @@ func q4Code(x float32) byte {
 // must be a multiple of 18 and len(dst) exactly 32 values per block. Every
 // value is exact ((code − 8)·d in float32).
 func DequantizeQ4(dst []float32, src []byte) error {
-	if len(src)%Q4BlockBytes != 0 {
-		return fmt.Errorf("DequantizeQ4: %d bytes is not a multiple of %d", len(src), Q4BlockBytes)
-	}
-	if want := len(src) / Q4BlockBytes * Q4Block; len(dst) != want {
-		return fmt.Errorf("DequantizeQ4: %d bytes hold %d values, dst has %d", len(src), want, len(dst))
+	if err := checkDequantize("DequantizeQ4", dst, src, Q4Block, Q4BlockBytes); err != nil {
+		return err
 	}
 	widenQ4(dst, src)
 	return nil
@@ -130,7 +107,7 @@ func DequantizeQ4(dst []float32, src []byte) error {
 func widenQ4(dst []float32, src []byte) {
 	for b := 0; b < len(dst)/Q4Block; b++ {
 		blk := src[b*Q4BlockBytes : (b+1)*Q4BlockBytes]
-		d := F16ToF32(binary.LittleEndian.Uint16(blk))
+		d := blockScale(blk)
 		out := dst[b*Q4Block : (b+1)*Q4Block]
 		for j, c := range blk[2:Q4BlockBytes] {
 			out[j] = float32(int(c&15)-8) * d

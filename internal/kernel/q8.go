@@ -50,19 +50,8 @@ func Q8RowBytes(d int) int { return d / Q8Block * Q8BlockBytes }
 // (max|x| ≥ 65520·127 ≈ 8.3e6): llama.cpp would store a block that
 // dequantizes to Inf or NaN.
 func QuantizeQ8(dst []byte, src []float32) error {
-	if len(src)%Q8Block != 0 {
-		return fmt.Errorf("QuantizeQ8: %d values is not a multiple of %d", len(src), Q8Block)
-	}
-	if want := Q8RowBytes(len(src)); len(dst) != want {
-		return fmt.Errorf("QuantizeQ8: %d values need %d bytes, dst has %d", len(src), want, len(dst))
-	}
-	for i, x := range src {
-		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-			return fmt.Errorf("QuantizeQ8: value %d is %v", i, x)
-		}
-		if math.Abs(float64(x)) >= q8MaxAbs {
-			return fmt.Errorf("QuantizeQ8: value %d (%v) is too large for a q8_0 scale (|x| < %g)", i, x, float64(q8MaxAbs))
-		}
+	if err := checkQuantize("QuantizeQ8", "q8_0", dst, Q8RowBytes(len(src)), src, Q8Block, q8MaxAbs); err != nil {
+		return err
 	}
 	for b := 0; b < len(src)/Q8Block; b++ {
 		quantizeQ8Block((*[Q8BlockBytes]byte)(dst[b*Q8BlockBytes:]), (*[Q8Block]float32)(src[b*Q8Block:]))
@@ -76,12 +65,7 @@ func quantizeQ8Block(dst *[Q8BlockBytes]byte, x *[Q8Block]float32) {
 	for _, v := range x {
 		amax = max(amax, float32(math.Abs(float64(v))))
 	}
-	d := amax / 127
-	var id float32
-	if d != 0 {
-		id = 1 / d
-	}
-	binary.LittleEndian.PutUint16(dst[0:], F32ToF16(d))
+	id := putBlockScale(dst[:], amax/127)
 	for i, v := range x {
 		dst[2+i] = byte(int8(roundQ8(v * id)))
 	}
@@ -101,17 +85,61 @@ func roundQ8(x float32) int32 {
 // must be a multiple of 34 and len(dst) exactly 32 values per block. Every
 // value is exact (q·d in float32).
 func DequantizeQ8(dst []float32, src []byte) error {
-	if len(src)%Q8BlockBytes != 0 {
-		return fmt.Errorf("DequantizeQ8: %d bytes is not a multiple of %d", len(src), Q8BlockBytes)
-	}
-	if want := len(src) / Q8BlockBytes * Q8Block; len(dst) != want {
-		return fmt.Errorf("DequantizeQ8: %d bytes hold %d values, dst has %d", len(src), want, len(dst))
+	if err := checkDequantize("DequantizeQ8", dst, src, Q8Block, Q8BlockBytes); err != nil {
+		return err
 	}
 	widenQ8(dst, src)
 	return nil
 }
 
-// q8Scale returns the scale of the block that starts at blk[0].
-func q8Scale(blk []byte) float32 {
+// blockScale returns the scale d of the q8_0 or q4_0 block that starts at
+// blk[0] (an fp16, little-endian).
+func blockScale(blk []byte) float32 {
 	return F16ToF32(binary.LittleEndian.Uint16(blk))
+}
+
+// putBlockScale stores the block scale d, rounded to fp16, at blk[0:2]
+// and returns id = 1/d (0 if d is 0) in float32, from the unrounded d, as
+// llama.cpp's q8_0 and q4_0 quantizers do.
+func putBlockScale(blk []byte, d float32) (id float32) {
+	binary.LittleEndian.PutUint16(blk, F32ToF16(d))
+	if d != 0 {
+		id = 1 / d
+	}
+	return id
+}
+
+// checkDequantize is the argument check of DequantizeQ8 and DequantizeQ4
+// (name): src holds whole blocks of blockBytes bytes and dst exactly
+// block values per block.
+func checkDequantize(name string, dst []float32, src []byte, block, blockBytes int) error {
+	if len(src)%blockBytes != 0 {
+		return fmt.Errorf("%s: %d bytes is not a multiple of %d", name, len(src), blockBytes)
+	}
+	if want := len(src) / blockBytes * block; len(dst) != want {
+		return fmt.Errorf("%s: %d bytes hold %d values, dst has %d", name, len(src), want, len(dst))
+	}
+	return nil
+}
+
+// checkQuantize is the argument check of QuantizeQ8 and QuantizeQ4 (name,
+// for the format named format): src holds a multiple of block values, dst
+// exactly rowBytes bytes, and every value is finite and below maxAbs in
+// magnitude, the smallest block maximum whose scale overflows fp16.
+func checkQuantize(name, format string, dst []byte, rowBytes int, src []float32, block int, maxAbs float64) error {
+	if len(src)%block != 0 {
+		return fmt.Errorf("%s: %d values is not a multiple of %d", name, len(src), block)
+	}
+	if len(dst) != rowBytes {
+		return fmt.Errorf("%s: %d values need %d bytes, dst has %d", name, len(src), rowBytes, len(dst))
+	}
+	for i, x := range src {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			return fmt.Errorf("%s: value %d is %v", name, i, x)
+		}
+		if math.Abs(float64(x)) >= maxAbs {
+			return fmt.Errorf("%s: value %d (%v) is too large for a %s scale (|x| < %g)", name, i, x, format, maxAbs)
+		}
+	}
+	return nil
 }

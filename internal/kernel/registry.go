@@ -35,35 +35,28 @@ type registry struct {
 // registered returns the registry, built at the first call.
 var registered = sync.OnceValue(func() *registry {
 	r := &registry{}
-	for _, im := range archImpls() {
-		if err := selfCheck(im); err != nil {
-			r.rejected = append(r.rejected, err)
-			continue
-		}
-		r.impls = append(r.impls, im)
-	}
-	r.impls = append(r.impls, Generic)
-	for _, dk := range archDecode() {
-		if err := selfCheckDecode(dk); err != nil {
-			r.rejected = append(r.rejected, err)
-			continue
-		}
-		r.decodes = append(r.decodes, dk)
-	}
-	r.decodes = append(r.decodes, GenericDecode)
+	r.impls = append(passing(r, archImpls(), selfCheck), Generic)
+	r.decodes = append(passing(r, archDecode(), selfCheckDecode), GenericDecode)
 	for _, e := range []Elem{BF16, F16} {
-		var hs []Half
-		for _, h := range archHalf(e) {
-			if err := selfCheckHalf(h); err != nil {
-				r.rejected = append(r.rejected, err)
-				continue
-			}
-			hs = append(hs, h)
-		}
+		hs := passing(r, archHalf(e), selfCheckHalf)
 		r.halves[e-1] = append(hs, f32Half(e, r.impls[0]), GenericHalf(e))
 	}
 	return r
 })
+
+// passing returns the candidates that pass their self-check, in order,
+// adding the failures to r.rejected.
+func passing[T any](r *registry, candidates []T, check func(T) error) []T {
+	var ok []T
+	for _, c := range candidates {
+		if err := check(c); err != nil {
+			r.rejected = append(r.rejected, err)
+			continue
+		}
+		ok = append(ok, c)
+	}
+	return ok
+}
 
 // find returns the element of xs whose name is name.
 func find[T any](xs []T, nameOf func(T) string, name string) (T, bool) {
@@ -74,6 +67,16 @@ func find[T any](xs []T, nameOf func(T) string, name string) (T, bool) {
 	}
 	var zero T
 	return zero, false
+}
+
+// lookup is find for the Lookup functions: the element of xs named name,
+// or the error notFound (a format of one %q, given name).
+func lookup[T any](xs []T, nameOf func(T) string, name, notFound string) (T, error) {
+	x, ok := find(xs, nameOf, name)
+	if !ok {
+		return x, fmt.Errorf(notFound, name)
+	}
+	return x, nil
 }
 
 func implName(im Impl) string     { return im.Name }
@@ -88,10 +91,7 @@ func Available() []Impl {
 
 // Lookup returns the available float32 implementation with the given name.
 func Lookup(name string) (Impl, error) {
-	if im, ok := find(registered().impls, implName, name); ok {
-		return im, nil
-	}
-	return Impl{}, fmt.Errorf("kernel %q is not available on this CPU", name)
+	return lookup(registered().impls, implName, name, "kernel %q is not available on this CPU")
 }
 
 // DecodeAvailable lists the decode kernel sets this CPU runs (the family
@@ -102,10 +102,7 @@ func DecodeAvailable() []Decode {
 
 // LookupDecode returns the available decode kernel set with the given name.
 func LookupDecode(name string) (Decode, error) {
-	if dk, ok := find(registered().decodes, decodeName, name); ok {
-		return dk, nil
-	}
-	return Decode{}, fmt.Errorf("decode kernels %q are not available on this CPU", name)
+	return lookup(registered().decodes, decodeName, name, "decode kernels %q are not available on this CPU")
 }
 
 // HalfAvailable lists the half-precision paths for e that this CPU runs
@@ -121,8 +118,5 @@ func HalfAvailable(e Elem) []Half {
 // LookupHalf returns the available path for e with the given name.
 func LookupHalf(e Elem, name string) (Half, error) {
 	checkElem(e)
-	if h, ok := find(registered().halves[e-1], halfName, name); ok {
-		return h, nil
-	}
-	return Half{}, fmt.Errorf("%s path %q is not available on this CPU", e, name)
+	return lookup(registered().halves[e-1], halfName, name, e.String()+" path %q is not available on this CPU")
 }

@@ -11,11 +11,7 @@ import (
 // run on in development (an assembly kernel that disagrees is not used);
 // the kernel tests check far more thoroughly.
 func selfCheck(im Impl) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("kernel %s: %v", im.Name, r)
-		}
-	}()
+	defer recoverAs(&err, "kernel "+im.Name)
 	const m, n, k, ld = 7, 32, 19, 37
 	a, b := make([]float32, ld*ld), make([]float32, ld*ld)
 	for i := range a {
@@ -188,11 +184,7 @@ func selfCheckConvert(im Impl, x []float32) error {
 // of float32 additions: |Δ| ≤ 1e-5·(Σ|A·B| + |C₀|) per element, about 40
 // times the worst rounding drift of k = 38 float32 additions.
 func selfCheckHalf(h Half) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("%s path %s: %v", h.Elem, h.Name, r)
-		}
-	}()
+	defer recoverAs(&err, h.Elem.String()+" path "+h.Name)
 	const m, n, k, lda, ldc = 19, 48, 38, 41, 53
 	e := h.Elem
 	a := make([]uint16, m*lda)
@@ -248,4 +240,13 @@ func selfCheckHalf(h Half) (err error) {
 		}
 	}
 	return nil
+}
+
+// recoverAs, deferred by a self-check, turns a panic of the kernel under
+// check (a violated precondition in a wrapper) into *err, prefixed by what
+// names the kernel.
+func recoverAs(err *error, what string) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("%s: %v", what, r)
+	}
 }

@@ -14,11 +14,7 @@ import (
 // per element, which two float32 sums of at most 45 terms in any order
 // always meet (each is within 45·2⁻²⁴·Σ|terms| of the exact sum).
 func selfCheckDecode(dk Decode) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("decode kernels %s: %v", dk.Name, r)
-		}
-	}()
+	defer recoverAs(&err, "decode kernels "+dk.Name)
 	const m, n, ldx = 31, 37, 41 // ldx: stride of S (>= n) and of P
 	g := GenericDecode
 	for f := range NumFormats {

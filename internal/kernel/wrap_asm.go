@@ -21,25 +21,23 @@ func wrapMulABt(f func(c []float32, ldc int, a []float32, lda int, bt []float32,
 	}
 }
 
-func wrapMulAddAB(f func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int)) func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int) {
-	return func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int) {
-		checkWidth(n)
-		checkMatrix("MulAddAB C", len(c), m, n, ldc)
-		checkMatrix("MulAddAB A", len(a), m, k, lda)
-		checkMatrix("MulAddAB B", len(b), k, n, ldb)
-		if m == 0 || n == 0 || k == 0 {
-			return
-		}
-		f(c, ldc, a, lda, b, ldb, m, n, k)
+// wrapMulAdd wraps a MulAddAB (transA false: A is m×k) or MulAddAtB
+// (transA true: A is stored k×m) kernel; both multiply into C (m×n) with
+// B (k×n), and only A's stored shape differs.
+func wrapMulAdd(transA bool, f func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int)) func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int) {
+	name := "MulAddAB"
+	if transA {
+		name = "MulAddAtB"
 	}
-}
-
-func wrapMulAddAtB(f func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int)) func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int) {
 	return func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int) {
 		checkWidth(n)
-		checkMatrix("MulAddAtB C", len(c), m, n, ldc)
-		checkMatrix("MulAddAtB A", len(a), k, m, lda)
-		checkMatrix("MulAddAtB B", len(b), k, n, ldb)
+		checkMatrix(name+" C", len(c), m, n, ldc)
+		rowsA, colsA := m, k
+		if transA {
+			rowsA, colsA = k, m
+		}
+		checkMatrix(name+" A", len(a), rowsA, colsA, lda)
+		checkMatrix(name+" B", len(b), k, n, ldb)
 		if m == 0 || n == 0 || k == 0 {
 			return
 		}
@@ -81,6 +79,23 @@ func wrapDsFromDp(f func(dp, p []float32, d float32)) func(dp, p []float32, d fl
 	}
 }
 
+func wrapSoftcap(f func(x, g []float32, c float32)) func(x, g []float32, c float32) {
+	return func(x, g []float32, c float32) {
+		checkWidth(len(x))
+		if g != nil && len(g) != len(x) {
+			bad("Softcap: g and x differ in length")
+		}
+		f(x, g, c)
+	}
+}
+
+func wrapALiBi(f func(x []float32, slope, pos float32)) func(x []float32, slope, pos float32) {
+	return func(x []float32, slope, pos float32) {
+		checkWidth(len(x))
+		f(x, slope, pos)
+	}
+}
+
 func wrapDot4T(f func(c []float32, ldc int, a, b []float32, ldb, n, k int)) func(c []float32, ldc int, a, b []float32, ldb, n, k int) {
 	return func(c []float32, ldc int, a, b []float32, ldb, n, k int) {
 		if k <= 0 || k%8 != 0 || ldc < 4 || n < 0 {
@@ -95,6 +110,22 @@ func wrapDot4T(f func(c []float32, ldc int, a, b []float32, ldb, n, k int)) func
 			return
 		}
 		f(c, ldc, a, b, ldb, n, k)
+	}
+}
+
+// wrapConv returns a converter that checks that dst is at least as long as
+// src, then runs f on the largest multiple of 16 elements and tail on the
+// rest.
+func wrapConv[D, S any](f, tail func(dst []D, src []S)) func(dst []D, src []S) {
+	return func(dst []D, src []S) {
+		if len(dst) < len(src) {
+			bad("conversion: dst shorter than src")
+		}
+		n := len(src) &^ 15
+		if n > 0 {
+			f(dst[:n], src[:n])
+		}
+		tail(dst[n:], src[n:])
 	}
 }
 

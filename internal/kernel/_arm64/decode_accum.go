@@ -100,16 +100,11 @@ func (a accumKernel) entry() {
 		fmt.Sprintf("%s adds Σ_j p[r*ldp+j]·v[j*ldv+c] to o[r*ldo+c] for r < %d, c < d, j < n;", name, a.mr),
 		cacheDoc(e, "ldv", "value"))
 	f.ld(acO, "o", "base")
-	f.ld(acLdo, "ldo", "")
-	f.i("LSL $2, %s", acLdo)
+	f.ldStride(acLdo, "ldo", 4)
 	f.ld(acP, "p", "base")
-	f.ld(acLdp, "ldp", "")
-	f.i("LSL $2, %s", acLdp)
+	f.ldStride(acLdp, "ldp", 4)
 	f.ld(acV, "v", "base")
-	f.ld(acLdv, "ldv", "")
-	if e.size > 1 {
-		f.i("LSL $%d, %s", map[int]int{2: 1, 4: 2}[e.size], acLdv)
-	}
+	f.ldStride(acLdv, "ldv", e.size)
 	f.ld(acN, "n", "")
 	f.ld(acD, "d", "")
 	if e.bits == 4 {

@@ -65,14 +65,10 @@ func scoresEntry(f *file, e delem, mr int) {
 		fmt.Sprintf("%s sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < %d, j < n, p < d;", name, mr),
 		cacheDoc(e, "ldk", "key"))
 	f.ld(scS, "s", "base")
-	f.ld(scLds, "lds", "")
-	f.i("LSL $2, %s", scLds)
+	f.ldStride(scLds, "lds", 4)
 	f.ld(scQ, "q", "base")
 	f.ld(scK, "k", "base")
-	f.ld(scLdk, "ldk", "")
-	if e.size > 1 {
-		f.i("LSL $%d, %s", map[int]int{2: 1, 4: 2}[e.size], scLdk)
-	}
+	f.ldStride(scLdk, "ldk", e.size)
 	f.ld(scN, "n", "")
 	f.ld(scD, "d", "")
 	if e.bits == 4 {

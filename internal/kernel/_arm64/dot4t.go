@@ -59,12 +59,10 @@ func dot4TEntry(f *file) {
 		"dot4TNEON sets c[j*ldc+r] = Σ_p a[r*k+p]·b[j*ldb+p] for r < 4, j < n (see Impl.Dot4T).",
 		"k is a positive multiple of 8, n >= 1, ldc >= 4; all accesses are in bounds.")
 	f.ld(d4C, "c", "base")
-	f.ld(d4Ldc, "ldc", "")
-	f.i("LSL $2, %s", d4Ldc)
+	f.ldStride(d4Ldc, "ldc", 4)
 	f.ld(d4A, "a", "base")
 	f.ld(d4B, "b", "base")
-	f.ld(d4Ldb, "ldb", "")
-	f.i("LSL $2, %s", d4Ldb)
+	f.ldStride(d4Ldb, "ldb", 4)
 	f.ld(d4N, "n", "")
 	f.ld(d4K, "k", "")
 }

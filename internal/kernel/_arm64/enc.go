@@ -127,30 +127,33 @@ func elemS(base uint32, d, n, m V, i int) uint32 {
 	return base | uint32(i&1)<<21 | m.chk()<<16 | uint32(i>>1)<<11 | n.chk()<<5 | d.chk()
 }
 
-// fmlaE: d += n·m[i] (single precision, by element).
-func fmlaE(d, n, m V, i int) inst {
-	return inst{fmt.Sprintf("fmla v%d.4s, v%d.4s, v%d.s[%d]", d, n, m, i), elemS(0x4f801000, d, n, m, i)}
+// byElem is a by-element instruction of fixed arrangements: text is its
+// GNU form with the verbs of d, n, m and the lane i, enc its index field
+// encoder (elemS or elemH).
+func byElem(text string, base uint32, enc func(base uint32, d, n, m V, i int) uint32) func(d, n, m V, i int) inst {
+	return func(d, n, m V, i int) inst { return inst{fmt.Sprintf(text, d, n, m, i), enc(base, d, n, m, i)} }
 }
 
-// fmlsE: d -= n·m[i].
-func fmlsE(d, n, m V, i int) inst {
-	return inst{fmt.Sprintf("fmls v%d.4s, v%d.4s, v%d.s[%d]", d, n, m, i), elemS(0x4f805000, d, n, m, i)}
+// fixed2 and fixed3 are two- and three-register instructions of fixed
+// arrangements (rrr encodings): text is the GNU form with the verbs of d,
+// n (and m).
+func fixed2(text string, base uint32) func(d, n V) inst {
+	return func(d, n V) inst { return inst{fmt.Sprintf(text, d, n), rrr(base, d, n, 0)} }
 }
 
-// fmulE: d = n·m[i].
-func fmulE(d, n, m V, i int) inst {
-	return inst{fmt.Sprintf("fmul v%d.4s, v%d.4s, v%d.s[%d]", d, n, m, i), elemS(0x4f809000, d, n, m, i)}
+func fixed3(text string, base uint32) func(d, n, m V) inst {
+	return func(d, n, m V) inst { return inst{fmt.Sprintf(text, d, n, m), rrr(base, d, n, m)} }
 }
 
-// bfdotE: d[l] += n.h[2l]·m.h[2i] + n.h[2l+1]·m.h[2i+1] (FEAT_BF16).
-func bfdotE(d, n, m V, i int) inst {
-	return inst{fmt.Sprintf("bfdot v%d.4s, v%d.8h, v%d.2h[%d]", d, n, m, i), elemS(0x4f40f000, d, n, m, i)}
-}
-
-// bfdot: the vector form (pairs of m lane by lane).
-func bfdot(d, n, m V) inst {
-	return inst{fmt.Sprintf("bfdot v%d.4s, v%d.8h, v%d.8h", d, n, m), rrr(0x6e40fc00, d, n, m)}
-}
+var (
+	fmlaE = byElem("fmla v%d.4s, v%d.4s, v%d.s[%d]", 0x4f801000, elemS) // d += n·m[i] (single precision, by element)
+	fmlsE = byElem("fmls v%d.4s, v%d.4s, v%d.s[%d]", 0x4f805000, elemS) // d -= n·m[i]
+	fmulE = byElem("fmul v%d.4s, v%d.4s, v%d.s[%d]", 0x4f809000, elemS) // d = n·m[i]
+	// bfdotE: d[l] += n.h[2l]·m.h[2i] + n.h[2l+1]·m.h[2i+1] (FEAT_BF16).
+	bfdotE = byElem("bfdot v%d.4s, v%d.8h, v%d.2h[%d]", 0x4f40f000, elemS)
+	// bfdot: the vector form (pairs of m lane by lane).
+	bfdot = fixed3("bfdot v%d.4s, v%d.8h, v%d.8h", 0x6e40fc00)
+)
 
 // bfmmla: d (2×2, row-major) += n (2×4 bfloat16, row-major) · m (2×4,
 // one row per column of the product)ᵀ (FEAT_BF16).
@@ -166,20 +169,14 @@ func elemH(base uint32, d, n, m V, i int) uint32 {
 	return base | uint32(i&2>>1)<<21 | uint32(i&1)<<20 | m.chk()<<16 | uint32(i>>2)<<11 | n.chk()<<5 | d.chk()
 }
 
-// fmlalE: d[l] += widen(n.h[l])·widen(m.h[i]), l < 4 (FEAT_FHM);
-// fmlal2E uses n.h[4+l].
-func fmlalE(d, n, m V, i int) inst {
-	return inst{fmt.Sprintf("fmlal v%d.4s, v%d.4h, v%d.h[%d]", d, n, m, i), elemH(0x4f800000, d, n, m, i)}
-}
-
-func fmlal2E(d, n, m V, i int) inst {
-	return inst{fmt.Sprintf("fmlal2 v%d.4s, v%d.4h, v%d.h[%d]", d, n, m, i), elemH(0x6f808000, d, n, m, i)}
-}
-
-// fmlal: the vector form (lanes 0-3 of n and m).
-func fmlal(d, n, m V) inst {
-	return inst{fmt.Sprintf("fmlal v%d.4s, v%d.4h, v%d.4h", d, n, m), rrr(0x4e20ec00, d, n, m)}
-}
+var (
+	// fmlalE: d[l] += widen(n.h[l])·widen(m.h[i]), l < 4 (FEAT_FHM);
+	// fmlal2E uses n.h[4+l].
+	fmlalE  = byElem("fmlal v%d.4s, v%d.4h, v%d.h[%d]", 0x4f800000, elemH)
+	fmlal2E = byElem("fmlal2 v%d.4s, v%d.4h, v%d.h[%d]", 0x6f808000, elemH)
+	// fmlal: the vector form (lanes 0-3 of n and m).
+	fmlal = fixed3("fmlal v%d.4s, v%d.4h, v%d.4h", 0x4e20ec00)
+)
 
 // Two-register miscellaneous, four single-precision lanes.
 func fp2(op string, base uint32) func(d, n V) inst {
@@ -196,24 +193,15 @@ var (
 	fneg   = fp2("fneg", 0x6ea0f800)
 )
 
-// fcvtl widens the four fp16 lanes 0-3 of n; fcvtl2 lanes 4-7.
-func fcvtl(d, n V) inst {
-	return inst{fmt.Sprintf("fcvtl v%d.4s, v%d.4h", d, n), rrr(0x0e217800, d, n, 0)}
-}
-
-func fcvtl2(d, n V) inst {
-	return inst{fmt.Sprintf("fcvtl2 v%d.4s, v%d.8h", d, n), rrr(0x4e217800, d, n, 0)}
-}
-
-// fcvtn rounds n to fp16 into lanes 0-3 of d (zeroing the rest); fcvtn2
-// into lanes 4-7, keeping 0-3.
-func fcvtn(d, n V) inst {
-	return inst{fmt.Sprintf("fcvtn v%d.4h, v%d.4s", d, n), rrr(0x0e216800, d, n, 0)}
-}
-
-func fcvtn2(d, n V) inst {
-	return inst{fmt.Sprintf("fcvtn2 v%d.8h, v%d.4s", d, n), rrr(0x4e216800, d, n, 0)}
-}
+var (
+	// fcvtl widens the four fp16 lanes 0-3 of n; fcvtl2 lanes 4-7.
+	fcvtl  = fixed2("fcvtl v%d.4s, v%d.4h", 0x0e217800)
+	fcvtl2 = fixed2("fcvtl2 v%d.4s, v%d.8h", 0x4e217800)
+	// fcvtn rounds n to fp16 into lanes 0-3 of d (zeroing the rest);
+	// fcvtn2 into lanes 4-7, keeping 0-3.
+	fcvtn  = fixed2("fcvtn v%d.4h, v%d.4s", 0x0e216800)
+	fcvtn2 = fixed2("fcvtn2 v%d.8h, v%d.4s", 0x4e216800)
+)
 
 // Shifts by an immediate. immhb is the 7-bit immh:immb field.
 func shiftImm(base uint32, d, n V, immhb int) uint32 {
@@ -229,22 +217,19 @@ func shl(a arr, d, n V, s int) inst {
 		shiftImm(0x0f005400|a.q<<30, d, n, esize(a)+s)}
 }
 
-// ushr and sshr: d = n >> s (logical, arithmetic).
-func ushr(a arr, d, n V, s int) inst {
-	return inst{fmt.Sprintf("ushr v%d.%s, v%d.%s, #%d", d, a.name, n, a.name, s),
-		shiftImm(0x2f000400|a.q<<30, d, n, 2*esize(a)-s)}
+// Right shifts by an immediate s, 1 … esize(a).
+func shiftRight(op string, base uint32) func(a arr, d, n V, s int) inst {
+	return func(a arr, d, n V, s int) inst {
+		return inst{fmt.Sprintf("%s v%d.%s, v%d.%s, #%d", op, d, a.name, n, a.name, s),
+			shiftImm(base|a.q<<30, d, n, 2*esize(a)-s)}
+	}
 }
 
-func sshr(a arr, d, n V, s int) inst {
-	return inst{fmt.Sprintf("sshr v%d.%s, v%d.%s, #%d", d, a.name, n, a.name, s),
-		shiftImm(0x0f000400|a.q<<30, d, n, 2*esize(a)-s)}
-}
-
-// usra: d += n >> s (logical).
-func usra(a arr, d, n V, s int) inst {
-	return inst{fmt.Sprintf("usra v%d.%s, v%d.%s, #%d", d, a.name, n, a.name, s),
-		shiftImm(0x2f001400|a.q<<30, d, n, 2*esize(a)-s)}
-}
+var (
+	ushr = shiftRight("ushr", 0x2f000400) // d = n >> s (logical)
+	sshr = shiftRight("sshr", 0x0f000400) // d = n >> s (arithmetic)
+	usra = shiftRight("usra", 0x2f001400) // d += n >> s (logical)
+)
 
 // Widening shifts: from the narrow arrangement src (lower half; upper
 // with the 2 forms) to elements twice as wide.
@@ -266,21 +251,15 @@ var (
 	sshll2 = widenShift("sshll2", 0x0f00a400, true)
 )
 
-// shll widens the 16-bit lanes 0-3 of n to 32 bits shifted left by 16
-// (bfloat16 to float32); shll2 lanes 4-7.
-func shll(d, n V) inst {
-	return inst{fmt.Sprintf("shll v%d.4s, v%d.4h, #16", d, n), rrr(0x2e613800, d, n, 0)}
-}
-
-func shll2(d, n V) inst {
-	return inst{fmt.Sprintf("shll2 v%d.4s, v%d.8h, #16", d, n), rrr(0x6e613800, d, n, 0)}
-}
-
-// shllB widens the bytes 0-7 of n to 16 bits shifted left by 8 (fp8 e5m2
-// to fp16).
-func shllB(d, n V) inst {
-	return inst{fmt.Sprintf("shll v%d.8h, v%d.8b, #8", d, n), rrr(0x2e213800, d, n, 0)}
-}
+var (
+	// shll widens the 16-bit lanes 0-3 of n to 32 bits shifted left by 16
+	// (bfloat16 to float32); shll2 lanes 4-7.
+	shll  = fixed2("shll v%d.4s, v%d.4h, #16", 0x2e613800)
+	shll2 = fixed2("shll2 v%d.4s, v%d.8h, #16", 0x6e613800)
+	// shllB widens the bytes 0-7 of n to 16 bits shifted left by 8 (fp8
+	// e5m2 to fp16).
+	shllB = fixed2("shll v%d.8h, v%d.8b, #8", 0x2e213800)
+)
 
 // bicH clears, in every 16-bit lane of d, the bits of imm8 << lsl (lsl 0
 // or 8): bic vd.8h, #imm8, lsl #lsl.
@@ -338,39 +317,25 @@ func dupW(d V, r int) inst {
 	return inst{fmt.Sprintf("dup v%d.4s, w%d", d, r), 0x4e040c00 | uint32(r)<<5 | d.chk()}
 }
 
-// Reductions across the four lanes of n into lane 0 (scalar s register) of d.
-func fmaxnmv(d, n V) inst {
-	return inst{fmt.Sprintf("fmaxnmv s%d, v%d.4s", d, n), rrr(0x6e30c800, d, n, 0)}
-}
-
-func addv(d, n V) inst {
-	return inst{fmt.Sprintf("addv s%d, v%d.4s", d, n), rrr(0x4eb1b800, d, n, 0)}
-}
-
-// faddpS adds the two lanes 0 and 1 of n into scalar d.
-func faddpS(d, n V) inst {
-	return inst{fmt.Sprintf("faddp s%d, v%d.2s", d, n), rrr(0x7e30d800, d, n, 0)}
-}
+var (
+	// Reductions across the four lanes of n into lane 0 (scalar s
+	// register) of d.
+	fmaxnmv = fixed2("fmaxnmv s%d, v%d.4s", 0x6e30c800)
+	addv    = fixed2("addv s%d, v%d.4s", 0x4eb1b800)
+	// faddpS adds the two lanes 0 and 1 of n into scalar d.
+	faddpS = fixed2("faddp s%d, v%d.2s", 0x7e30d800)
+)
 
 // Scalar single precision.
 func fmaddS(d, n, m, a V) inst {
 	return inst{fmt.Sprintf("fmadd s%d, s%d, s%d, s%d", d, n, m, a), 0x1f000000 | m.chk()<<16 | a.chk()<<10 | n.chk()<<5 | d.chk()}
 }
 
-func faddS(d, n, m V) inst {
-	return inst{fmt.Sprintf("fadd s%d, s%d, s%d", d, n, m), rrr(0x1e202800, d, n, m)}
-}
-
-func fmaxnmS(d, n, m V) inst {
-	return inst{fmt.Sprintf("fmaxnm s%d, s%d, s%d", d, n, m), rrr(0x1e206800, d, n, m)}
-}
-
-// umull: d.2d = n.2s × m.2s (lanes 0, 1, unsigned 64-bit products);
-// umull2 the same of lanes 2, 3.
-func umull(d, n, m V) inst {
-	return inst{fmt.Sprintf("umull v%d.2d, v%d.2s, v%d.2s", d, n, m), rrr(0x2ea0c000, d, n, m)}
-}
-
-func umull2(d, n, m V) inst {
-	return inst{fmt.Sprintf("umull2 v%d.2d, v%d.4s, v%d.4s", d, n, m), rrr(0x6ea0c000, d, n, m)}
-}
+var (
+	faddS   = fixed3("fadd s%d, s%d, s%d", 0x1e202800)
+	fmaxnmS = fixed3("fmaxnm s%d, s%d, s%d", 0x1e206800)
+	// umull: d.2d = n.2s × m.2s (lanes 0, 1, unsigned 64-bit products);
+	// umull2 the same of lanes 2, 3.
+	umull  = fixed3("umull v%d.2d, v%d.2s, v%d.2s", 0x2ea0c000)
+	umull2 = fixed3("umull2 v%d.2d, v%d.4s, v%d.4s", 0x6ea0c000)
+)

@@ -30,6 +30,14 @@ type packSrc struct {
 
 var packSrcs = []packSrc{{"BF16", true, true}, {"F16", true, false}, {"16", false, false}}
 
+// size returns the bytes of one element of s.
+func (s packSrc) size() int {
+	if s.f32 {
+		return 4
+	}
+	return 2
+}
+
 func (s packSrc) goType() string {
 	if s.f32 {
 		return "float32"
@@ -61,6 +69,24 @@ func (f *file) loadRow8(s packSrc, d, x0, x1 V, t [4]V, p string, off int) {
 	f.narrow8(s, packBF16Regs, d, x0, x1, t)
 }
 
+// packArgs loads the arguments every packer over s starts with: dst and
+// src (bases), ldb (uint16s) and ld (elements of s), the strides in bytes.
+func (f *file) packArgs(s packSrc, dst, ldb, src, ld string) {
+	f.ld(dst, "dst", "base")
+	f.ldStride(ldb, "ldb", 2)
+	f.ld(src, "src", "base")
+	f.ldStride(ld, "ld", s.size())
+}
+
+// ldStride loads the stride argument name, counted in elements of size
+// bytes (1, 2 or 4), into register r in bytes.
+func (f *file) ldStride(r, name string, size int) {
+	f.ld(r, name, "")
+	if size > 1 {
+		f.i("LSL $%d, %s", map[int]int{2: 1, 4: 2}[size], r)
+	}
+}
+
 func genPackN(f *file, s packSrc) {
 	name := "packN" + s.name + "NEON"
 	f.text(name, fmt.Sprintf("func(dst []uint16, ldb int, src []%s, ld, pairs, strips int)", s.goType()),
@@ -70,16 +96,7 @@ func genPackN(f *file, s packSrc) {
 		gDst, gLdb, gSrc, gLd, gPairs, gStrips = "R0", "R1", "R2", "R3", "R4", "R5"
 		gS, gD, gCnt, gS1                      = "R6", "R7", "R8", "R9"
 	)
-	sz := 2
-	if s.f32 {
-		sz = 4
-	}
-	f.ld(gDst, "dst", "base")
-	f.ld(gLdb, "ldb", "")
-	f.i("LSL $1, %s", gLdb)
-	f.ld(gSrc, "src", "base")
-	f.ld(gLd, "ld", "")
-	f.i("LSL $%d, %s", map[int]int{2: 1, 4: 2}[sz], gLd)
+	f.packArgs(s, gDst, gLdb, gSrc, gLd)
 	f.ld(gPairs, "pairs", "")
 	if s.f32 {
 		f.constBase("R10")
@@ -139,16 +156,7 @@ func genPackT(f *file, s packSrc) {
 		gDst, gLdb, gSrc, gLd, gStrips, gK8 = "R0", "R1", "R2", "R3", "R4", "R5"
 		gSB, gDB, gCnt, gRp                 = "R6", "R7", "R8", "R9"
 	)
-	sz := 2
-	if s.f32 {
-		sz = 4
-	}
-	f.ld(gDst, "dst", "base")
-	f.ld(gLdb, "ldb", "")
-	f.i("LSL $1, %s", gLdb)
-	f.ld(gSrc, "src", "base")
-	f.ld(gLd, "ld", "")
-	f.i("LSL $%d, %s", map[int]int{2: 1, 4: 2}[sz], gLd)
+	f.packArgs(s, gDst, gLdb, gSrc, gLd)
 	f.ld(gStrips, "strips", "")
 	f.ld(gK8, "k8", "")
 	if s.f32 {
@@ -175,7 +183,7 @@ func genPackT(f *file, s packSrc) {
 			f.i("FMOVQ F%d, %d(%s)", o[q], 64*q+16*g, gDB)
 		}
 	}
-	f.i("ADD $%d, %s", 8*sz, gSB)
+	f.i("ADD $%d, %s", 8*s.size(), gSB)
 	f.i("ADD $256, %s", gDB)
 	f.i("SUBS $1, %s, %s", gCnt, gCnt)
 	f.i("BNE block")
@@ -233,11 +241,9 @@ func transposeRoundEntry(f *file, s packSrc) {
 		name+" sets dst[j*ldd+i] to src[i*lds+j] rounded to "+map[bool]string{true: "bfloat16", false: "fp16"}[s.bf16]+" for",
 		"i < rows8, j < cols8 (positive multiples of 8).")
 	f.ld(trDst, "dst", "base")
-	f.ld(trLdd, "ldd", "")
-	f.i("LSL $1, %s", trLdd)
+	f.ldStride(trLdd, "ldd", 2)
 	f.ld(trSrc, "src", "base")
-	f.ld(trLds, "lds", "")
-	f.i("LSL $2, %s", trLds)
+	f.ldStride(trLds, "lds", 4)
 	f.ld(trRows, "rows8", "")
 	f.ld(trCols, "cols8", "")
 	if s.bf16 {

@@ -102,8 +102,7 @@ func (g *bfGemm) tile(r, nv int) {
 	Commentf("Microkernel: %d rows × %d columns, %d accumulators.", r, 16*nv, r*nv)
 	acc := func(i, v int) int { return bfAcc + 2*i + v }
 
-	ldc := Load(Param("ldc"), GP64())
-	SHLQ(Imm(2), ldc)
+	ldc := loadStride("ldc", 4)
 	// The sum starts from zero; MulAdd adds it to C once, at the store
 	// (see Impl.MulAddAB).
 	for i := 0; i < r; i++ {
@@ -113,8 +112,7 @@ func (g *bfGemm) tile(r, nv int) {
 		}
 	}
 
-	lda := Load(Param("lda"), GP64())
-	SHLQ(Imm(1), lda)
+	lda := loadStride("lda", 2)
 	ap := GP64()
 	MOVQ(g.aRow, ap)
 	var a3 GPVirtual
@@ -127,8 +125,7 @@ func (g *bfGemm) tile(r, nv int) {
 	MOVQ(g.bCol, bp)
 	var bs GPVirtual // bytes from one packed strip to the next: 2·ldb
 	if nv == 2 {
-		bs = Load(Param("ldb"), GP64()).(GPVirtual)
-		SHLQ(Imm(1), bs)
+		bs = loadStride("ldb", 2).(GPVirtual)
 	}
 	aAddr := func(i int) Mem {
 		base := Register(ap)

@@ -36,8 +36,7 @@ type accumGen struct {
 func (g *accumGen) copyP(jn Register) {
 	s := g.s
 	pb := ldMem(g.pBlk)
-	ldp := Load(Param("ldp"), GP64())
-	SHLQ(Imm(2), ldp)
+	ldp := loadStride("ldp", 4)
 	row := rowMems(pb, ldp)
 	if g.mr == 1 {
 		row = func(int) Mem { return Mem{Base: pb} }
@@ -144,10 +143,7 @@ func genAccum(s isa, e decodeElem, mr int) {
 		MOVQ(g.pBlk, pb)
 		LEAQ(Mem{Base: pb, Index: jn, Scale: 4}, pb)
 		MOVQ(pb, g.pBlk)
-		ldv := Load(Param("ldv"), GP64())
-		if e.Size > 1 {
-			SHLQ(Imm(uint64(log2(e.Size))), ldv)
-		}
+		ldv := loadStride("ldv", e.Size)
 		IMULQ(jn, ldv)
 		ADDQ(ldv, g.vBlk)
 	}
@@ -214,8 +210,7 @@ func (g *accumGen) oRows(window bool) func(r int) Mem {
 	if g.mr == 1 {
 		return func(int) Mem { return Mem{Base: op} }
 	}
-	ldo := Load(Param("ldo"), GP64())
-	SHLQ(Imm(2), ldo)
+	ldo := loadStride("ldo", 4)
 	return rowMems(op, ldo)
 }
 
@@ -251,28 +246,7 @@ func (g *accumGen) pass(first, c int, tail bool) {
 
 	// Load the O tile.
 	acc := make([][]VecVirtual, mr)
-	{
-		var wm VecVirtual
-		if window {
-			wm = windowMaskD()
-		}
-		row := g.oRows(window)
-		for r := range acc {
-			m := row(r)
-			for i := 0; i < c; i++ {
-				a := s.Vec()
-				switch {
-				case window:
-					VMASKMOVPS(m, wm, a)
-				case tail:
-					VMOVUPS_Z(m, g.kmask, a)
-				default:
-					VMOVUPS(m.Offset((first+i)*L*4), a)
-				}
-				acc[r] = append(acc[r], a)
-			}
-		}
-	}
+	g.oTile(acc, first, c, tail, window, true)
 
 	// The keys.
 	pl := GP64()
@@ -281,10 +255,7 @@ func (g *accumGen) pass(first, c int, tail bool) {
 	if window {
 		SUBQ(windowRewindD(e.Size), vr)
 	}
-	ldv := Load(Param("ldv"), GP64())
-	if e.Size > 1 {
-		SHLQ(Imm(uint64(log2(e.Size))), ldv)
-	}
+	ldv := loadStride("ldv", e.Size)
 	pfd := GP64() // bytes from a value row to the one in the next block
 	MOVQ(ldv, pfd)
 	SHLQ(Imm(uint64(log2(accumKeyBlock))), pfd)
@@ -354,6 +325,16 @@ func (g *accumGen) pass(first, c int, tail bool) {
 	JNZ(LabelRef(lbl))
 
 	// Store the O tile.
+	g.oTile(acc, first, c, tail, window, false)
+}
+
+// oTile loads (load: into new registers appended to acc) or stores the O
+// tile of pass: len(acc) rows of c vectors from vector first on, through
+// the window mask (window: the AVX2 tail), g.kmask (the EVEX tail) or
+// whole.
+func (g *accumGen) oTile(acc [][]VecVirtual, first, c int, tail, window, load bool) {
+	s := g.s
+	L := s.Lanes
 	var wm VecVirtual
 	if window {
 		wm = windowMaskD()
@@ -362,13 +343,23 @@ func (g *accumGen) pass(first, c int, tail bool) {
 	for r := range acc {
 		m := row(r)
 		for i := 0; i < c; i++ {
+			if load {
+				acc[r] = append(acc[r], s.Vec())
+			}
+			a := acc[r][i]
 			switch {
+			case window && load:
+				VMASKMOVPS(m, wm, a)
 			case window:
-				VMASKMOVPS(acc[r][i], wm, m)
+				VMASKMOVPS(a, wm, m)
+			case tail && load:
+				VMOVUPS_Z(m, g.kmask, a)
 			case tail:
-				VMOVUPS(acc[r][i], g.kmask, m)
+				VMOVUPS(a, g.kmask, m)
+			case load:
+				VMOVUPS(m.Offset((first+i)*L*4), a)
 			default:
-				VMOVUPS(acc[r][i], m.Offset((first+i)*L*4))
+				VMOVUPS(a, m.Offset((first+i)*L*4))
 			}
 		}
 	}

@@ -109,8 +109,7 @@ func genPackT512(sk srcKind) {
 		perm = ZMM()
 		VMOVDQU64(packTab.Offset(ptCompact), perm)
 	}
-	ld := Load(Param("ld"), GP64())
-	SHLQ(Imm(uint64(log2(eb))), ld)
+	ld := loadStride("ld", eb)
 	dStrip := Load(Param("dst").Base(), GP64())
 	sStrip := Load(Param("src").Base(), GP64())
 	nLeft := Load(Param("n"), GP64())
@@ -211,10 +210,8 @@ func genPackN512(sk srcKind) {
 			VMOVDQU64(packTab.Offset(ptHi), hi)
 		}
 	}
-	ld := Load(Param("ld"), GP64())
-	SHLQ(Imm(uint64(log2(eb))), ld)
-	ldb := Load(Param("ldb"), GP64())
-	SHLQ(Imm(1), ldb)
+	ld := loadStride("ld", eb)
+	ldb := loadStride("ldb", 2)
 	r0 := Load(Param("src").Base(), GP64()) // row 2q
 	r1 := GP64()                            // row 2q+1
 	LEAQ(Mem{Base: r0, Index: ld, Scale: 1}, r1)
@@ -309,8 +306,7 @@ func genPackT2(sk srcKind) {
 		"fp16); the caller guarantees that all accesses are in bounds.")
 	s := isaAVX2
 	eb := sk.bytes()
-	ld := Load(Param("ld"), GP64())
-	SHLQ(Imm(uint64(log2(eb))), ld)
+	ld := loadStride("ld", eb)
 	dStrip := Load(Param("dst").Base(), GP64())
 	sStrip := Load(Param("src").Base(), GP64())
 	sLeft := Load(Param("strips"), GP64())
@@ -391,10 +387,8 @@ func genPackN2(sk srcKind) {
 	if sk == srcBF16 {
 		c = halfConsts(s, hcBias, hcOne, hcQuiet, hcAbs, hcInf)
 	}
-	ld := Load(Param("ld"), GP64())
-	SHLQ(Imm(uint64(log2(eb))), ld)
-	ldb := Load(Param("ldb"), GP64())
-	SHLQ(Imm(1), ldb)
+	ld := loadStride("ld", eb)
+	ldb := loadStride("ldb", 2)
 	r0 := Load(Param("src").Base(), GP64())
 	r1 := GP64()
 	LEAQ(Mem{Base: r0, Index: ld, Scale: 1}, r1)
@@ -472,9 +466,17 @@ func nextStrip(ld, sStrip, dStrip Register) {
 	MOVQ(ld, t)
 	SHLQ(Imm(4), t)
 	ADDQ(t, sStrip)
-	sb := Load(Param("ldb"), GP64())
-	SHLQ(Imm(1), sb)
-	ADDQ(sb, dStrip)
+	ADDQ(loadStride("ldb", 2), dStrip)
+}
+
+// loadStride loads the stride argument name, counted in elements of size
+// bytes, into a new register in bytes.
+func loadStride(name string, size int) Register {
+	r := Load(Param(name), GP64())
+	if size > 1 {
+		SHLQ(Imm(uint64(log2(size))), r)
+	}
+	return r
 }
 
 // nextPairRow moves the N packers on to the next pair row: the source rows

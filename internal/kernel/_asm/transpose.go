@@ -133,10 +133,8 @@ func genTransposeRound(f16 bool) {
 	if !f16 {
 		c = halfConsts(s, hcBias, hcOne, hcQuiet, hcAbs, hcInf)
 	}
-	lds := Load(Param("lds"), GP64())
-	SHLQ(Imm(2), lds)
-	ldd := Load(Param("ldd"), GP64())
-	SHLQ(Imm(1), ldd)
+	lds := loadStride("lds", 4)
+	ldd := loadStride("ldd", 2)
 	sRow := Load(Param("src").Base(), GP64())
 	dCol := Load(Param("dst").Base(), GP64())
 	iLeft := Load(Param("rows"), GP64())
