@@ -58,18 +58,47 @@ type fwdTask struct {
 
 // maxSplits bounds the split of one row block along the keys
 // (flash-decoding) and splitTarget is the number of tasks below which
-// splitting starts. Both are fixed, not tied to the worker count, so that
-// results do not depend on it.
+// every row block splits; longTask is how many times a call's mean task
+// (its estimated work over splitTarget) a row block's work must exceed to
+// split when there are more row blocks than that. All are fixed, not tied
+// to the worker count, so that results do not depend on it.
 const (
 	splitTarget = 256
 	maxSplits   = 16
+	longTask    = 4
 )
 
-// forwardTasks lists the forward's tasks, heaviest first, into *tasks (and
-// the row blocks into *blocks), and returns them with the number of
-// partial-result rows the key splits need: each split task's block height,
-// the splits of a row block one after another (so the buffers hold the
-// splits and rows used, not maxSplits slots of maxRows per block).
+// streamCost is the work, in query-row·key products, of reading one key
+// of K and V of one KV head from memory rather than from the cache: a
+// core's products run at about 4 FLOP per byte it streams (Zen 4: ~100
+// GFLOP/s of float32 FMAs against its share, 10–25 GB/s, of the memory
+// bandwidth), a product is 2·(D+DV) FLOP and the key's rows 4·(D+DV)
+// bytes as float32, so about 8 products. A decoding block (few rows, its
+// cache read in place) is dominated by it; a prompt's block by its
+// products.
+const streamCost = 8
+
+// taskCost is the estimated work of row block rb against keys [lo, hi) of
+// sequence s: its products (rows × the keys its mask leaves visible), plus
+// streamCost per key and KV head that it reads from memory — all of them
+// when its K and V are not packed (read from the cache in place, staged
+// or as rows), once per super-block when the packed K and V do not fit in
+// half the cache, none when they stay there.
+func (t *tiling) taskCost(s *sequence, rb rowBlock, lo, hi int) int {
+	cost := rb.height() * t.visibleKeys(s, rb, lo, hi)
+	if !t.packs(s) || t.kvBytes(s) > t.cacheBytes/2 {
+		nkv := (rb.h0+rb.nh-1)/t.group - rb.h0/t.group + 1
+		cost += streamCost * nkv * (hi - lo)
+	}
+	return cost
+}
+
+// forwardTasks lists the forward's tasks, heaviest first (by taskCost),
+// into *tasks (and the row blocks into *blocks), and returns them with the
+// number of partial-result rows the key splits need: each split task's
+// block height, the splits of a row block one after another (so the
+// buffers hold the splits and rows used, not maxSplits slots of maxRows
+// per block).
 func (t *tiling) forwardTasks(blocks *[]rowBlock, tasks *[]fwdTask) (list []fwdTask, partRows int) {
 	bs, list := (*blocks)[:0], (*tasks)[:0]
 	defer func() { *blocks, *tasks = bs, list }()
@@ -92,13 +121,15 @@ func (t *tiling) forwardTasks(blocks *[]rowBlock, tasks *[]fwdTask) (list []fwdT
 		}
 		bs = t.appendQueryBlocks(bs, si, rows)
 	}
-	// Key splits (flash-decoding) when there are fewer than splitTarget
-	// row blocks: the blocks share splitTarget tasks in proportion to their
-	// key tiles (so causal blocks with more keys split more), a split being
-	// at least minUnits whole key tiles (one for super-blocks, whose tiles
-	// are large; two otherwise), or, when forced, exactly numSplits parts
-	// of 16-key groups.
-	splits := 1
+	// Key splits (flash-decoding), decided per row block from the shape
+	// alone: with mean = the call's estimated work over splitTarget, a
+	// block splits into ⌈work/mean⌉ tasks (at most maxSplits, each at least
+	// minUnits whole key tiles: one for super-blocks, whose tiles are
+	// large; two otherwise) when the call has fewer than splitTarget row
+	// blocks, or when its work exceeds longTask·mean — a long decoding row
+	// beside a prompt's many blocks (continuous batching) — so that no task
+	// holds a worker much past the others. When forced, every block splits
+	// into exactly numSplits parts of 16-key groups.
 	unit := t.blockK
 	tiles := func(rb rowBlock) (lo, hi, nu int) { // the block's key span and its key tiles
 		lo, hi = t.seqs[rb.seq].vis.keySpan(rb)
@@ -107,46 +138,56 @@ func (t *tiling) forwardTasks(blocks *[]rowBlock, tasks *[]fwdTask) (list []fwdT
 	}
 	total := 0
 	for _, rb := range bs {
-		_, _, nu := tiles(rb)
-		total += nu
+		lo, hi, _ := tiles(rb)
+		total += t.taskCost(&t.seqs[rb.seq], rb, lo, hi)
 	}
+	mean := max(1, total/splitTarget)
 	forced := t.cache.numSplits > 0
-	switch {
-	case forced:
-		splits = t.cache.numSplits
-	case len(bs) < splitTarget:
-		splits = maxSplits
-	}
 	for _, rb := range bs {
 		s := &t.seqs[rb.seq]
 		lo, hi, nu := tiles(rb)
 		u, ns := unit, 1
-		switch {
+		switch work := t.taskCost(s, rb, lo, hi); {
 		case forced:
 			u = kernel.W
 			nu = (hi - lo + u - 1) / u
-			ns = min(splits, max(1, nu))
-		case splits > 1:
+			ns = min(t.cache.numSplits, max(1, nu))
+		case len(bs) < splitTarget || work > longTask*mean:
 			minUnits := 2
 			if rb.nh == 1 && rb.i1-rb.i0 > t.blockQ {
 				minUnits = 1
 			}
-			share := (nu*splitTarget + total - 1) / max(total, 1) // ⌈nu·target/total⌉
-			ns = max(1, min(splits, share, nu/minUnits))
+			ns = max(1, min(maxSplits, (work+mean-1)/mean, nu/minUnits))
 		}
 		if ns == 1 {
-			list = append(list, fwdTask{rb, lo, hi, -1, 0, 1, rb.height() * t.visibleKeys(s, rb, lo, hi)})
+			list = append(list, fwdTask{rb, lo, hi, -1, 0, 1, t.taskCost(s, rb, lo, hi)})
 			continue
 		}
 		for sp := 0; sp < ns; sp++ {
 			j0 := lo + sp*nu/ns*u
 			j1 := min(hi, lo+(sp+1)*nu/ns*u)
-			list = append(list, fwdTask{rb, j0, j1, partRows + sp*rb.height(), sp, ns, rb.height() * t.visibleKeys(s, rb, j0, j1)})
+			list = append(list, fwdTask{rb, j0, j1, partRows + sp*rb.height(), sp, ns, t.taskCost(s, rb, j0, j1)})
 		}
 		partRows += ns * rb.height()
 	}
 	slices.SortStableFunc(list, func(a, b fwdTask) int { return b.cost - a.cost })
 	return list, partRows
+}
+
+// forwardBalance returns the number of the forward's tasks and the
+// largest one's share of their total cost (see Traffic.ForwardLargestTask).
+func (t *tiling) forwardBalance() (tasks int, largest float64) {
+	var blocks []rowBlock
+	var list []fwdTask
+	list, _ = t.forwardTasks(&blocks, &list)
+	total := 0
+	for _, tk := range list {
+		total += tk.cost
+	}
+	if len(list) == 0 || total == 0 {
+		return len(list), 0
+	}
+	return len(list), float64(list[0].cost) / float64(total) // heaviest first
 }
 
 // visibleKeys counts the keys of [lo, hi) in tiles that rows rb compute.

@@ -77,6 +77,15 @@ type Traffic struct {
 	// query tile's Q, dO, dQ, LSE and D. The count assumes they fit in the
 	// cache; where they do not, the loops move more than counted.
 	ForwardTileBytes, BackwardTileBytes int
+	// ForwardTasks is the number of the forward's tasks (row blocks and
+	// their key splits), and ForwardLargestTask the largest one's share of
+	// the forward's work as its scheduler estimates it (query-row·key
+	// products, plus the keys of K and V a task streams from memory): the
+	// forward's parallel pass on W workers lasts at least
+	// max(1/W, ForwardLargestTask) of its time on one. 0 without
+	// PassForward.
+	ForwardTasks       int
+	ForwardLargestTask float64
 
 	// Flash is flashattn's traffic: every load and store of a tile or row
 	// of an operand, counted each time its loop brings it in from memory
@@ -161,6 +170,7 @@ func CountTraffic(shape Shape, opts *Options, cacheBytes int, pass Pass) (_ Traf
 	t.ForwardTileBytes, t.BackwardTileBytes = tc.tileBytes()
 	if pass&PassForward != 0 {
 		tc.forward(&t.Flash)
+		t.ForwardTasks, t.ForwardLargestTask = tl.forwardBalance()
 	}
 	if pass&PassBackward != 0 {
 		tc.backward(&t.Flash)

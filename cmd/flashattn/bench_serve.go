@@ -111,6 +111,7 @@ type serveResult struct {
 	RooflineSeconds                float64 // CacheBytes at ReadGBs plus PrefillFlops at PeakGFlops (medians)
 	PeakPath                       string
 	Runs                           []serveRun
+	Order                          [][]int // the runs (indexes of Runs) in the order each repetition timed them, after the meters
 }
 
 // serveRun is one way to run the step.
@@ -205,9 +206,12 @@ func (f *benchFlags) runServe(stdout, stderr io.Writer) error {
 	}
 	secs := make([][]float64, len(sb.runs))
 	var peaks, reads []float64
-	for range f.reps {
+	var order [][]int
+	for rep := range f.reps {
 		peaks, reads = append(peaks, meter.measure()), append(reads, bw.read())
-		for i, run := range sb.runs {
+		order = append(order, runOrder(rep, len(sb.runs)))
+		for _, i := range order[rep] {
+			run := sb.runs[i]
 			var callErr error
 			secs[i] = append(secs[i], timeCalls(func() { callErr = errors.Join(callErr, run()) }, sb.calls[i]))
 			if callErr != nil {
@@ -217,7 +221,7 @@ func (f *benchFlags) runServe(stdout, stderr io.Writer) error {
 	}
 	r := serveResult{Mode: "serve", DType: dtypeName(f.dt), Kernel: isa, CPU: cpuName(), Heads: s.H, KVHeads: s.Hk, Headdim: s.D, Block: sf.block,
 		Workers: f.workers, Reps: f.reps, Decode: sf.decode, CtxMin: sf.ctxMin, CtxMax: sf.ctxMax, Chunk: sf.chunk, Prefix: sf.prefix,
-		Spec: sf.spec, SpecToks: sf.specToks, Tokens: tokens, PeakPath: meter.isa,
+		Spec: sf.spec, SpecToks: sf.specToks, Tokens: tokens, PeakPath: meter.isa, Order: order,
 		ReadGBs: summarize(reads), PeakGFlops: summarize(peaks)}
 	for _, q := range seqs {
 		r.CacheBytes += float64(q.ctx+q.new) * float64(s.Hk) * float64(2*s.D) * storedBytes(f.dt)
@@ -243,6 +247,18 @@ func (f *benchFlags) runServe(stdout, stderr io.Writer) error {
 	}
 	printServe(stdout, r)
 	return nil
+}
+
+// runOrder is the order of the runs in repetition rep: rotated by one
+// each repetition, so that every run follows the peak and bandwidth meters
+// (which leave the caches full of their buffers and the cores hot) as
+// often as the others, rather than the mixed call always.
+func runOrder(rep, n int) []int {
+	order := make([]int, n)
+	for k := range order {
+		order[k] = (rep + k) % n
+	}
+	return order
 }
 
 // stepCalls is the number of attention calls run i makes per step.

@@ -38,6 +38,18 @@ func TestBenchServe(t *testing.T) {
 		if want := float64(keys) * 2 * 2 * 32 * storedBytes(r.parseDType(t)); r.CacheBytes != want {
 			t.Errorf("%s: cache bytes %v, want %v", dt, r.CacheBytes, want)
 		}
+		// Every run is timed first after the meters in one repetition of
+		// the three (the mixed call always was).
+		firsts := map[int]int{}
+		for _, o := range r.Order {
+			if len(o) != 3 {
+				t.Fatalf("%s: order %v", dt, r.Order)
+			}
+			firsts[o[0]]++
+		}
+		if len(r.Order) != 3 || firsts[0] != 1 || firsts[1] != 1 || firsts[2] != 1 {
+			t.Errorf("%s: the runs were timed in the order %v, want each first once", dt, r.Order)
+		}
 		for i, x := range r.Runs {
 			if want := []int{1, 3, 8}[i]; x.Calls != want || !in(x.Seconds) || x.TokensSec <= 0 || !(x.Roofline > 0) {
 				t.Errorf("%s: run %+v, want %d calls and positive figures", dt, x, want)
