@@ -56,43 +56,24 @@ func genBF16Gemm(accumulate bool) {
 }
 
 type bfGemm struct {
-	acc               bool
-	cCol, bCol, nLeft GPVirtual
-	aRow, cRow, mLeft GPVirtual
+	acc bool
+	blocks
 }
 
 // columnLoop emits: for nLeft >= 16·nv { all rows of C[:, j0:j0+16nv]; advance }.
 func (g *bfGemm) columnLoop(nv int) {
-	width := 16 * nv
-	top, done := fmt.Sprintf("cols%d", width), fmt.Sprintf("cols%dDone", width)
-	Label(top)
-	CMPQ(g.nLeft, U32(width))
-	JL(LabelRef(done))
-	g.rowPass(nv)
-	ADDQ(U32(4*width), g.cCol)
-	t := Load(Param("ldb"), GP64()) // nv strips of ldb words = 2nv·ldb bytes
-	SHLQ(Imm(uint64(log2(2*nv))), t)
-	ADDQ(t, g.bCol)
-	SUBQ(U32(width), g.nLeft)
-	JMP(LabelRef(top))
-	Label(done)
+	g.blocks.columnLoop(16*nv, func() { g.rowPass(nv) }, func() {
+		t := Load(Param("ldb"), GP64()) // nv strips of ldb words = 2nv·ldb bytes
+		SHLQ(Imm(uint64(log2(2*nv))), t)
+		ADDQ(t, g.bCol)
+	})
 }
 
 // rowPass emits the row loop over one column block of nv strips (see
 // rowLoop).
 func (g *bfGemm) rowPass(nv int) {
-	g.aRow = Load(Param("a").Base(), GP64()).(GPVirtual)
-	g.cRow = GP64()
-	MOVQ(g.cCol, g.cRow)
-	g.mLeft = Load(Param("m"), GP64()).(GPVirtual)
-
-	rowLoop(fmt.Sprintf("v%d", nv), g.mLeft, func(r int) { g.tile(r, nv) }, func() {
-		t := Load(Param("lda"), GP64())
-		IMUL3Q(Imm(2*mr), t, t)
-		ADDQ(t, g.aRow)
-		t = Load(Param("ldc"), GP64())
-		IMUL3Q(Imm(4*mr), t, t)
-		ADDQ(t, g.cRow)
+	g.blocks.rowPass(fmt.Sprintf("v%d", nv), func(r int) { g.tile(r, nv) }, func() {
+		addScaled(g.aRow, "lda", 2*mr)
 	})
 }
 

@@ -36,16 +36,7 @@ type gemm struct {
 	s    isa
 	kind gemmKind
 	name string
-
-	// Live across the whole function.
-	cCol  GPVirtual // &C[0, j0] of the current column block
-	bCol  GPVirtual // start of B for column j0 (packed strip or &B[0, j0])
-	nLeft GPVirtual // columns still to do
-
-	// Live across one pass over the rows of a column block.
-	aRow  GPVirtual // &A[i0, 0] (&A[0, i0] for Aᵀ·B)
-	cRow  GPVirtual // &C[i0, j0]
-	mLeft GPVirtual // rows still to do
+	blocks
 }
 
 func genGemm(s isa, kind gemmKind) {
@@ -90,49 +81,28 @@ func genGemm(s isa, kind gemmKind) {
 
 // columnLoop emits: for nLeft >= width { all rows of C[:, j0:j0+width]; advance }.
 func (g *gemm) columnLoop(nv, width int) {
-	top := fmt.Sprintf("cols%d", width)
-	done := fmt.Sprintf("cols%dDone", width)
-	Label(top)
-	CMPQ(g.nLeft, U32(width))
-	JL(LabelRef(done))
-
-	g.rowPass(nv)
-
-	// Advance C and B to the next column block.
-	ADDQ(U32(4*width), g.cCol)
-	if g.kind == kindABt {
-		// width/16 packed strips of k·16 floats each.
-		t := Load(Param("k"), GP64())
-		SHLQ(Imm(uint64(log2(4*16*width/16))), t)
-		ADDQ(t, g.bCol)
-	} else {
-		ADDQ(U32(4*width), g.bCol)
-	}
-	SUBQ(U32(width), g.nLeft)
-	JMP(LabelRef(top))
-	Label(done)
+	g.blocks.columnLoop(width, func() { g.rowPass(nv) }, func() {
+		if g.kind == kindABt {
+			// width/16 packed strips of k·16 floats each.
+			t := Load(Param("k"), GP64())
+			SHLQ(Imm(uint64(log2(4*16*width/16))), t)
+			ADDQ(t, g.bCol)
+		} else {
+			ADDQ(U32(4*width), g.bCol)
+		}
+	})
 }
 
 // rowPass emits the row loop over one column block of nv vectors: full
 // tiles of mr rows, then one tile of the remaining m%mr rows.
 func (g *gemm) rowPass(nv int) {
-	g.aRow = Load(Param("a").Base(), GP64()).(GPVirtual)
-	g.cRow = GP64()
-	MOVQ(g.cCol, g.cRow)
-	g.mLeft = Load(Param("m"), GP64()).(GPVirtual)
-
-	rowLoop(fmt.Sprintf("v%d", nv), g.mLeft, func(r int) { g.tile(r, nv) }, func() {
-		// Advance A and C by mr rows.
+	g.blocks.rowPass(fmt.Sprintf("v%d", nv), func(r int) { g.tile(r, nv) }, func() {
+		// Advance A by mr rows.
 		if g.kind == kindAtB {
 			ADDQ(Imm(4*mr), g.aRow) // row i of Aᵀ is column i of A
 		} else {
-			t := Load(Param("lda"), GP64())
-			IMUL3Q(Imm(4*mr), t, t)
-			ADDQ(t, g.aRow)
+			addScaled(g.aRow, "lda", 4*mr)
 		}
-		t := Load(Param("ldc"), GP64())
-		IMUL3Q(Imm(4*mr), t, t)
-		ADDQ(t, g.cRow)
 	})
 }
 
