@@ -340,62 +340,61 @@ func genDot4T() {
 		VMOVUPS(x, dst)
 	}
 
+	// dot emits the loop over k of the dot products of the four rows with
+	// the key rows at keys, and returns the accumulators acc[key*4 + row].
+	// One key reads the rows as FMA memory operands; more keys load each
+	// row once and share it.
+	dot := func(label string, keys ...Register) []VecVirtual {
+		acc := make([]VecVirtual, 4*len(keys))
+		for i := range acc {
+			acc[i] = YMM()
+			VXORPS(acc[i], acc[i], acc[i])
+		}
+		off := GP64()
+		XORQ(off, off)
+		Label(label)
+		bv := make([]VecVirtual, len(keys))
+		for j := range bv {
+			bv[j] = YMM()
+		}
+		for j, key := range keys {
+			VMOVUPS(Mem{Base: key, Index: off, Scale: 1}, bv[j])
+		}
+		for r, ar := range rows {
+			if len(keys) == 1 {
+				VFMADD231PS(Mem{Base: ar, Index: off, Scale: 1}, bv[0], acc[r])
+				continue
+			}
+			av := YMM()
+			VMOVUPS(Mem{Base: ar, Index: off, Scale: 1}, av)
+			for j := range bv {
+				VFMADD231PS(av, bv[j], acc[4*j+r])
+			}
+		}
+		ADDQ(Imm(32), off)
+		CMPQ(off, kb)
+		JL(LabelRef(label))
+		return acc
+	}
+
 	b1 := GP64()
 	Label("pair")
 	CMPQ(n, Imm(2))
 	JL(LabelRef("single"))
-	{
-		MOVQ(bp, b1)
-		ADDQ(ldb, b1)
-		acc := make([]VecVirtual, 8) // acc[key*4 + row]
-		for i := range acc {
-			acc[i] = YMM()
-			VXORPS(acc[i], acc[i], acc[i])
-		}
-		off := GP64()
-		XORQ(off, off)
-		Label("pairDot")
-		bv0, bv1 := YMM(), YMM()
-		VMOVUPS(Mem{Base: bp, Index: off, Scale: 1}, bv0)
-		VMOVUPS(Mem{Base: b1, Index: off, Scale: 1}, bv1)
-		for r, ar := range rows {
-			av := YMM()
-			VMOVUPS(Mem{Base: ar, Index: off, Scale: 1}, av)
-			VFMADD231PS(av, bv0, acc[r])
-			VFMADD231PS(av, bv1, acc[4+r])
-		}
-		ADDQ(Imm(32), off)
-		CMPQ(off, kb)
-		JL(LabelRef("pairDot"))
-		store4(acc[:4], Mem{Base: cp})
-		store4(acc[4:], Mem{Base: cp, Index: ldc, Scale: 1})
-		LEAQ(Mem{Base: cp, Index: ldc, Scale: 2}, cp)
-		LEAQ(Mem{Base: bp, Index: ldb, Scale: 2}, bp)
-		SUBQ(Imm(2), n)
-		JMP(LabelRef("pair"))
-	}
+	MOVQ(bp, b1)
+	ADDQ(ldb, b1)
+	acc := dot("pairDot", bp, b1)
+	store4(acc[:4], Mem{Base: cp})
+	store4(acc[4:], Mem{Base: cp, Index: ldc, Scale: 1})
+	LEAQ(Mem{Base: cp, Index: ldc, Scale: 2}, cp)
+	LEAQ(Mem{Base: bp, Index: ldb, Scale: 2}, bp)
+	SUBQ(Imm(2), n)
+	JMP(LabelRef("pair"))
+
 	Label("single")
 	CMPQ(n, Imm(0))
 	JE(LabelRef("done"))
-	{
-		acc := make([]VecVirtual, 4)
-		for i := range acc {
-			acc[i] = YMM()
-			VXORPS(acc[i], acc[i], acc[i])
-		}
-		off := GP64()
-		XORQ(off, off)
-		Label("singleDot")
-		bv := YMM()
-		VMOVUPS(Mem{Base: bp, Index: off, Scale: 1}, bv)
-		for r, ar := range rows {
-			VFMADD231PS(Mem{Base: ar, Index: off, Scale: 1}, bv, acc[r])
-		}
-		ADDQ(Imm(32), off)
-		CMPQ(off, kb)
-		JL(LabelRef("singleDot"))
-		store4(acc, Mem{Base: cp})
-	}
+	store4(dot("singleDot", bp), Mem{Base: cp})
 	Label("done")
 	VZEROUPPER()
 	RET()
