@@ -107,6 +107,13 @@ func genPeak(f *file) {
 	f.text("FMAPeakNEON", "func(iters int)",
 		"FMAPeakNEON runs iters iterations of 24 independent register-only FMLA",
 		"chains on 4-lane vectors: 192 float32 FLOPs per iteration (the peak).")
+	peakLoop(f, func(d V) inst { return fmla(d, 0, 1) })
+}
+
+// peakLoop emits the body of a peak loop func(iters int): v0, v1 and the
+// chains v8-v31 zeroed, then iters iterations of op(d) for each chain d
+// (op reads v0 and v1).
+func peakLoop(f *file, op func(d V) inst) {
 	f.ld("R0", "iters", "")
 	for v := V(0); v < 32; v++ {
 		if v < 2 || v >= 8 {
@@ -117,7 +124,7 @@ func genPeak(f *file) {
 	f.i("BLE done")
 	f.label("loop")
 	for v := V(8); v < 32; v++ {
-		f.w(fmla(v, 0, 1))
+		f.w(op(v))
 	}
 	f.i("SUBS $1, R0, R0")
 	f.i("BNE loop")
@@ -251,6 +258,17 @@ type expRegs struct {
 	shift      V // expShift in every lane
 }
 
+// load points R9 at the constant table (constBase) and loads the
+// exponential's registers from it.
+func (k expRegs) load(f *file) {
+	f.constBase("R9")
+	f.constQ(k.ka, "R9", "expA")
+	f.constQ(k.kb, "R9", "expB")
+	f.constQ(k.kc, "R9", "expC")
+	f.constQ(k.one, "R9", "one")
+	f.constQ(k.shift, "R9", "expShift")
+}
+
 // expShift is 0x1.8p23 + 127: added to v = c·log2 e (|v| < 2^22) it gives
 // a float32 in [2^23, 2^24), whose unit is 1, so the addition rounds v to
 // an integer n (to nearest; at a tie to even shift + n, so odd n, where
@@ -352,13 +370,7 @@ const esMin, esMax, esInf, esNegSub, esScale V = 27, 26, 25, 24, 23
 
 // expSumInvariants loads the loop-invariant registers and zeroes the sums.
 func expSumInvariants(f *file) {
-	k := expSumExp
-	f.constBase("R9")
-	f.constQ(k.ka, "R9", "expA")
-	f.constQ(k.kb, "R9", "expB")
-	f.constQ(k.kc, "R9", "expC")
-	f.constQ(k.one, "R9", "one")
-	f.constQ(k.shift, "R9", "expShift")
+	expSumExp.load(f)
 	f.constQ(esMin, "R9", "expMin")
 	f.constQ(esMax, "R9", "expMax")
 	f.constQ(esInf, "R9", "inf")
@@ -410,21 +422,6 @@ func genHalfPeaks(f *file) {
 		f.text(p.name, "func(iters int)",
 			fmt.Sprintf("%s runs iters iterations of 24 independent register-only %s chains:", p.name, p.what),
 			fmt.Sprintf("%d float32 FLOPs per iteration (%s).", p.flops, p.of))
-		f.ld("R0", "iters", "")
-		for v := V(0); v < 32; v++ {
-			if v < 2 || v >= 8 {
-				f.w(movi0(v))
-			}
-		}
-		f.i("CMP $0, R0")
-		f.i("BLE done")
-		f.label("loop")
-		for v := V(8); v < 32; v++ {
-			f.w(p.op(v, 0, 1, 0))
-		}
-		f.i("SUBS $1, R0, R0")
-		f.i("BNE loop")
-		f.label("done")
-		f.ret()
+		peakLoop(f, func(d V) inst { return p.op(d, 0, 1, 0) })
 	}
 }
