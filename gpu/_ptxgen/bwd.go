@@ -232,9 +232,7 @@ func (f *bwdKernel) probGrad(sb string) {
 // maskGrads zeroes P and dS of hidden pairs, in the tiles that may hold one.
 func (f *bwdKernel) maskGrads(m0 string) {
 	k, c := f.k, f.c
-	need := f.needsMask(m0, f.above, f.below)
-	nomask := k.newLabel("nomask")
-	k.op("@!%s bra.uni %s", need, nomask)
+	nomask := f.skipUnlessMasked(m0, f.above, f.below)
 	colBase := k.rOp("add.u32", m0, f.colOff)
 	colBase = k.rOp("mad.lo.u32", f.half, imm(c.Br/2), colBase)
 	for mt := range 2 {

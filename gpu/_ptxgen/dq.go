@@ -189,9 +189,7 @@ func (f *dqKernel) scores(ks string) {
 // maskDS zeroes dS of hidden pairs, in the tiles that may hold one.
 func (f *dqKernel) maskDS(n0 string) {
 	k, c := f.k, f.c
-	need := f.needsMask(n0, f.above, f.below)
-	nomask := k.newLabel("nomask")
-	k.op("@!%s bra.uni %s", need, nomask)
+	nomask := f.skipUnlessMasked(n0, f.above, f.below)
 	colBase := k.rOp("add.u32", n0, f.colOff)
 	for rh := range 2 {
 		row := k.rOp("add.u32", f.rowG, imm(8*rh))

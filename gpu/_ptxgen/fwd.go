@@ -269,9 +269,7 @@ func (f *fwdKernel) scores(kvb string) {
 // as its position (pack.go).
 func (f *fwdKernel) maskScores(n0 string) {
 	k, c := f.k, f.c
-	need := f.needsMask(n0, f.above, f.below)
-	nomask := k.newLabel("nomask")
-	k.op("@!%s bra.uni %s", need, nomask)
+	nomask := f.skipUnlessMasked(n0, f.above, f.below)
 	k.comment("mask")
 	colBase := k.rOp("add.u32", n0, f.colOff)
 	pk := f.loadPacking()

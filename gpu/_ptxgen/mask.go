@@ -131,7 +131,7 @@ func (g *gen) queryBlocks(m maskParams, s seqInfo, n0 string, bc, br int) (mlo, 
 //
 // With one of m0, n0 fixed for the whole block, this is x > above || x <
 // below for the other, x, and two thresholds computed once: the loops test
-// it with two compares (needsMask).
+// it with two compares (skipUnlessMasked).
 
 // keyTileThresholds returns the thresholds for key tiles (x = n0) of the
 // rows [m0, m0+rows):
@@ -171,12 +171,16 @@ func (g *gen) queryTileThresholds(m maskParams, s seqInfo, n0 string, rows, cols
 	return above, below
 }
 
-// needsMask returns the predicate x > above || x < below.
-func (g *gen) needsMask(x, above, below string) string {
+// skipUnlessMasked emits the test of the tile at x, x > above || x < below
+// (it may hold a hidden pair), and a jump past the masking code unless it
+// holds; it returns the label the caller places after that code.
+func (g *gen) skipUnlessMasked(x, above, below string) (nomask string) {
 	k := g.k
 	p := k.pOp("setp.gt.s32", x, above)
 	k.op("setp.lt.or.s32 %s, %s, %s, %s", p, x, below, p)
-	return p
+	nomask = k.newLabel("nomask")
+	k.op("@!%s bra.uni %s", p, nomask)
+	return nomask
 }
 
 // scoreParams are the constants of the score transform, in log2 units:
