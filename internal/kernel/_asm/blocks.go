@@ -65,3 +65,63 @@ func addScaled(dst GPVirtual, param string, scale int) {
 	IMUL3Q(Imm(uint64(scale)), t, t)
 	ADDQ(t, dst)
 }
+
+// aTile addresses the rows of an r-row tile of a row-major A whose rows
+// are lda bytes apart: rows 0-2 from ap (index scales 1 and 2), rows 3-5
+// from a3 = ap + 3·lda (a scale of 3 or 5 does not exist).
+type aTile struct {
+	ap, a3 GPVirtual // a3 is nil unless split
+	lda    Register
+}
+
+// newATile emits ap = aRow and, if split, a3 = ap + 3·lda.
+func newATile(aRow GPVirtual, lda Register, split bool) aTile {
+	t := aTile{ap: GP64(), lda: lda}
+	MOVQ(aRow, t.ap)
+	if split {
+		t.a3 = GP64()
+		LEAQ(Mem{Base: t.ap, Index: lda, Scale: 2}, t.a3)
+		ADDQ(lda, t.a3)
+	}
+	return t
+}
+
+// addr is the address of the current element of row i.
+func (t aTile) addr(i int) Mem {
+	base := Register(t.ap)
+	if i >= 3 {
+		base, i = t.a3, i-3
+	}
+	if i == 0 {
+		return Mem{Base: base}
+	}
+	return Mem{Base: base, Index: t.lda, Scale: uint8(i)}
+}
+
+// step emits: move every row pointer on by bytes.
+func (t aTile) step(bytes int) {
+	ADDQ(Imm(uint64(bytes)), t.ap)
+	if t.a3 != nil {
+		ADDQ(Imm(uint64(bytes)), t.a3)
+	}
+}
+
+// storeAcc emits the store of the r × nv accumulators acc(i, v) to the
+// tile of C at cRow, rows ldc bytes apart, vectors vbytes apart: C = acc,
+// or with add C += acc.
+func storeAcc(cRow GPVirtual, ldc Register, r, nv, vbytes int, add bool, acc func(i, v int) Op) {
+	cp := GP64()
+	MOVQ(cRow, cp)
+	for i := 0; i < r; i++ {
+		for v := 0; v < nv; v++ {
+			c := Mem{Base: cp, Disp: v * vbytes}
+			if add {
+				VADDPS(c, acc(i, v), acc(i, v))
+			}
+			VMOVUPS(acc(i, v), c)
+		}
+		if i < r-1 {
+			ADDQ(ldc, cp)
+		}
+	}
+}

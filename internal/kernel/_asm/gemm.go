@@ -158,14 +158,8 @@ func (g *gemm) tile(r, nv int) {
 	// Pointers that walk along k.
 	lda := Load(Param("lda"), GP64())
 	SHLQ(Imm(2), lda)
-	ap := GP64() // A[i0, p] (A[p, i0] for Aᵀ·B)
-	MOVQ(g.aRow, ap)
-	var a3 GPVirtual // A[i0+3, p]: rows 3..5 are addressed from here
-	if g.kind != kindAtB && r > 3 {
-		a3 = GP64()
-		LEAQ(Mem{Base: ap, Index: lda, Scale: 2}, a3)
-		ADDQ(lda, a3)
-	}
+	// A[i0+i, p] (A[p, i0] for Aᵀ·B); rows 3..5 addressed from a.a3.
+	a := newATile(g.aRow, lda, g.kind != kindAtB && r > 3)
 	bp := GP64() // B[p, j0]
 	MOVQ(g.bCol, bp)
 	var bs GPVirtual // ABt: bytes per packed strip; AB/AtB: bytes per row of B
@@ -181,16 +175,9 @@ func (g *gemm) tile(r, nv int) {
 	// aAddr(i) is the address of the scalar A[i0+i, p].
 	aAddr := func(i int) Mem {
 		if g.kind == kindAtB {
-			return Mem{Base: ap, Disp: 4 * i}
+			return Mem{Base: a.ap, Disp: 4 * i}
 		}
-		base := Register(ap)
-		if i >= 3 {
-			base, i = a3, i-3
-		}
-		if i == 0 {
-			return Mem{Base: base}
-		}
-		return Mem{Base: base, Index: lda, Scale: uint8(i)}
+		return a.addr(i)
 	}
 	// bAddr(v) is the address of the vector B[p, j0+v·Lanes : +Lanes].
 	bAddr := func(v int) Mem {
@@ -235,12 +222,9 @@ func (g *gemm) tile(r, nv int) {
 		ADDQ(bs, bp)
 	}
 	if g.kind == kindAtB {
-		ADDQ(lda, ap)
+		ADDQ(lda, a.ap)
 	} else {
-		ADDQ(Imm(4), ap)
-		if a3 != nil {
-			ADDQ(Imm(4), a3)
-		}
+		a.step(4)
 	}
 	DECQ(pc)
 	JNE(LabelRef(tag + "loop"))
@@ -248,20 +232,7 @@ func (g *gemm) tile(r, nv int) {
 	Label(tag + "store")
 	ldc := Load(Param("ldc"), GP64())
 	SHLQ(Imm(2), ldc)
-	cp := GP64()
-	MOVQ(g.cRow, cp)
-	for i := range acc {
-		for v := range acc[i] {
-			c := Mem{Base: cp, Disp: v * s.Bytes()}
-			if g.kind != kindABt {
-				VADDPS(c, acc[i][v], acc[i][v])
-			}
-			VMOVUPS(acc[i][v], c)
-		}
-		if i < r-1 {
-			ADDQ(ldc, cp)
-		}
-	}
+	storeAcc(g.cRow, ldc, r, nv, s.Bytes(), g.kind != kindABt, func(i, v int) Op { return acc[i][v] })
 }
 
 // mulAddRounded emits acc[v] += round(A[i0+i, p]·bv[v]) for the scalar of
