@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"math"
+
+	"github.com/flashattn/flashattn/internal/kernel/_kconst"
 )
 
 // ---------------------------------------------------------------------------
@@ -10,32 +12,15 @@ import (
 // all four lanes (a vector operand) or four different values (the lanes
 // of a by-element operand).
 
-// Constants of the float32 exponential; must equal those of generic.go.
-const (
-	expLog2e = 1.44269504088896341
-	expLn2Hi = 0.693359375
-	expLn2Lo = -2.12194440e-4
-	expMin   = -87.33654
-	expMax   = 88.37626
-	expP0    = 1.9875691500e-4
-	expP1    = 1.3981999507e-3
-	expP2    = 8.3334519073e-3
-	expP3    = 4.1665795894e-2
-	expP4    = 1.6666665459e-1
-	expP5    = 5.0000001201e-1
-)
-
-// Cephes' tanhf polynomial for |y| <= 0.625: tanh y = y + y·z·T(z), z = y²
-// (the constants of the amd64 softcap).
-const (
-	tanhT0 = -5.70498872745e-3
-	tanhT1 = 2.06390887954e-2
-	tanhT2 = -5.37397155531e-2
-	tanhT3 = 1.33314422036e-1
-	tanhT4 = -3.33332819422e-1
-)
+// generic holds package kernel's constants (generic.go): the exponential's
+// Exp… and tanh's polynomial tanhT0 … tanhT4 (Cephes' tanhf for
+// |y| <= 0.625: tanh y = y + y·z·T(z), z = y²), the values of the table.
+var generic = kconst.MustRead("../generic.go")
 
 func f32(x float64) uint32 { return math.Float32bits(float32(x)) }
+
+// gf32 is f32 of generic's constant name.
+func gf32(name string) uint32 { return f32(generic.F64(name)) }
 
 func splat(x uint32) [4]uint32 { return [4]uint32{x, x, x, x} }
 
@@ -43,16 +28,16 @@ var constRows = []struct {
 	name string
 	v    [4]uint32
 }{
-	{"expA", [4]uint32{f32(expLog2e), f32(expLn2Hi), f32(expLn2Lo), f32(expP0)}},
-	{"expB", [4]uint32{f32(expP1), f32(expP2), f32(expP3), f32(expP4)}},
-	{"expC", [4]uint32{f32(expP5), f32(0.625), 0, 0}},
+	{"expA", [4]uint32{gf32("ExpLog2e"), gf32("ExpLn2Hi"), gf32("ExpLn2Lo"), gf32("ExpP0")}},
+	{"expB", [4]uint32{gf32("ExpP1"), gf32("ExpP2"), gf32("ExpP3"), gf32("ExpP4")}},
+	{"expC", [4]uint32{gf32("ExpP5"), f32(0.625), 0, 0}},
 	{"one", splat(f32(1))},
 	{"expShift", splat(f32(expShift))},
-	{"expMin", splat(f32(expMin))},
-	{"expMax", splat(f32(expMax))},
+	{"expMin", splat(gf32("ExpMin"))},
+	{"expMax", splat(gf32("ExpMax"))},
 	{"inf", splat(f32(math.Inf(1)))},
-	{"tanhA", [4]uint32{f32(tanhT0), f32(tanhT1), f32(tanhT2), f32(tanhT3)}},
-	{"tanhB", [4]uint32{f32(tanhT4), 0, 0, 0}},
+	{"tanhA", [4]uint32{gf32("tanhT0"), gf32("tanhT1"), gf32("tanhT2"), gf32("tanhT3")}},
+	{"tanhB", [4]uint32{gf32("tanhT4"), 0, 0, 0}},
 	{"two", splat(f32(2))},
 	{"c88", splat(f32(88))},
 	{"c0625", splat(f32(0.625))},
