@@ -258,3 +258,22 @@ func (g *gen) storeStaged(base string, off, rc int, rowAddr, rowBytes, rows stri
 		k.op("@%s st.global.v4.b32 [%s], {%s, %s, %s, %s}", ok, ga, v[0], v[1], v[2], v[3])
 	}
 }
+
+// kvCopies are the copies of the K and V tiles of the key blocks that a
+// kernel walks (fwd, dq): one tileCopy and a source for each tensor.
+type kvCopies struct {
+	kv         *tileCopy
+	kSrc, vSrc copySrc
+}
+
+// startKV sets up kc for tiles of bc keys of rc chunks, rows rowBytes
+// apart, valid of them existing, K and V rows at kBase and vBase; then it
+// issues the copy of the K tile of block nlo to shared offset kOff (not
+// committed) and returns that block's first key n0 = nlo·bc.
+func (g *gen) startKV(kc *kvCopies, bc, rc int, rowBytes, valid, nlo, kBase, vBase string, kOff int) (n0 string) {
+	kc.kv = g.newTileCopy(bc, rc, rowBytes, valid)
+	n0 = g.k.rOp("shl.b32", nlo, imm(log2(bc)))
+	kc.kSrc, kc.vSrc = g.newSrc(kc.kv, kBase, n0), g.newSrc(kc.kv, vBase, n0)
+	g.copyTile(kc.kv, kc.kSrc, n0, kc.kv.soff, kOff)
+	return n0
+}

@@ -7,24 +7,23 @@ import (
 // dqKernel is the state of the deterministic dQ kernel's generation.
 type dqKernel struct {
 	*gen
-	c          tile.DQ
-	s          seqInfo
-	mask       maskParams
-	b, h, m0   string
-	nlo, nhi   string
-	above      string // a key tile at n0 needs the mask iff n0 > above || n0 < below
-	below      string
-	dqBase     string
-	qRB        string
-	nl, dsum   [2]string // -LSE·log2 e and dsum of rows g, g+8
-	dq         [][4]string
-	S, dP      [][4]string
-	qf, of     [][4]string // Q and dO fragments, when in registers
-	qW         string      // shared address of the warp's first Q row
-	rowG       string      // m0 + 16w + g
-	colOff     string
-	kv         *tileCopy
-	kSrc, vSrc copySrc
+	c        tile.DQ
+	s        seqInfo
+	mask     maskParams
+	b, h, m0 string
+	nlo, nhi string
+	above    string // a key tile at n0 needs the mask iff n0 > above || n0 < below
+	below    string
+	dqBase   string
+	qRB      string
+	nl, dsum [2]string // -LSE·log2 e and dsum of rows g, g+8
+	dq       [][4]string
+	S, dP    [][4]string
+	qf, of   [][4]string // Q and dO fragments, when in registers
+	qW       string      // shared address of the warp's first Q row
+	rowG     string      // m0 + 16w + g
+	colOff   string
+	kvCopies
 }
 
 // dqKernelGen generates the deterministic dQ kernel: one block per (query
@@ -104,10 +103,7 @@ func (f *dqKernel) prologue() {
 	f.copyTile(qc, f.newSrc(qc, qBase, f.m0), f.m0, qc.soff, c.QOff())
 	f.copyTile(qc, f.newSrc(qc, doBase, f.m0), f.m0, qc.soff, c.DOOff())
 	k.op("cp.async.commit_group")
-	f.kv = f.newTileCopy(c.Bc, rc, k.rOp("shl.b32", kRS, "1"), f.s.sk)
-	n0 := k.rOp("shl.b32", f.nlo, imm(log2(c.Bc)))
-	f.kSrc, f.vSrc = f.newSrc(f.kv, kBase, n0), f.newSrc(f.kv, vBase, n0)
-	f.copyTile(f.kv, f.kSrc, n0, f.kv.soff, c.KOff(0))
+	n0 := f.startKV(&f.kvCopies, c.Bc, rc, k.rOp("shl.b32", kRS, "1"), f.s.sk, f.nlo, kBase, vBase, c.KOff(0))
 	k.op("cp.async.commit_group")
 	f.copyTile(f.kv, f.vSrc, n0, f.kv.soff, c.VOff())
 	k.op("cp.async.commit_group")

@@ -7,19 +7,18 @@ import (
 // fwdKernel is the state of the forward kernel's generation.
 type fwdKernel struct {
 	*gen
-	c          tile.Fwd
-	s          seqInfo
-	mask       maskParams
-	b, h, m0   string // batch element, head, first query row of the block
-	nlo, nhi   string // key blocks [nlo, nhi) the block's rows see
-	above      string // a key tile at n0 needs the mask iff n0 > above || n0 < below
-	below      string
-	qBase      string // global address of the sequence's Q row 0 (this head)
-	kBase      string
-	vBase      string
-	qRB, kRB   string // row strides in bytes
-	kv         *tileCopy
-	kSrc, vSrc copySrc
+	c        tile.Fwd
+	s        seqInfo
+	mask     maskParams
+	b, h, m0 string // batch element, head, first query row of the block
+	nlo, nhi string // key blocks [nlo, nhi) the block's rows see
+	above    string // a key tile at n0 needs the mask iff n0 > above || n0 < below
+	below    string
+	qBase    string // global address of the sequence's Q row 0 (this head)
+	kBase    string
+	vBase    string
+	qRB, kRB string // row strides in bytes
+	kvCopies
 	o          [][][4]string // [mt][n-tile] O accumulators
 	mrow, lrow [][2]string   // [mt][row half]: running max (log2 units), partial row sum
 	S          [][][4]string // [mt][n-tile] scores, then P
@@ -132,11 +131,7 @@ func (f *fwdKernel) prologue() {
 	f.copyTile(qc, f.newSrc(qc, f.qBase, f.m0), f.m0, qc.soff, c.QOff())
 	k.label(copied)
 	k.op("cp.async.commit_group")
-	f.kv = f.newTileCopy(c.Bc, rc, f.kRB, f.s.sk)
-	n0 := k.rOp("shl.b32", f.nlo, imm(log2(c.Bc)))
-	f.kSrc = f.newSrc(f.kv, f.kBase, n0)
-	f.vSrc = f.newSrc(f.kv, f.vBase, n0)
-	f.copyTile(f.kv, f.kSrc, n0, f.kv.soff, c.KOff())
+	n0 := f.startKV(&f.kvCopies, c.Bc, rc, f.kRB, f.s.sk, f.nlo, f.kBase, f.vBase, c.KOff())
 	if c.KVDouble {
 		f.copyTile(f.kv, f.vSrc, n0, f.kv.soff, c.VOff())
 	}
