@@ -110,8 +110,7 @@ func (f *dqKernel) prologue() {
 	if !c.QInRegs() {
 		return
 	}
-	k.op("cp.async.wait_group 2")
-	k.op("bar.sync 0")
+	f.waitCopies(2)
 	for ks := range c.D / 16 {
 		f.qf = append(f.qf, f.ldsm(f.qW, c.QOff(), rc, tile.PatternRowMajor, 0, ks*16, false))
 		f.of = append(f.of, f.ldsm(f.qW, c.DOOff(), rc, tile.PatternRowMajor, 0, ks*16, false))
@@ -125,13 +124,7 @@ func (f *dqKernel) loop() {
 	n := k.rOp("mov.u32", f.nlo)
 	kb := k.rOp("mov.u32", "0")
 	kBytes := c.KOff(1) - c.KOff(0)
-	loopL := k.newLabel("loop")
-	k.label(loopL)
-	k.op("cp.async.wait_group 0")
-	k.op("bar.sync 0")
-	n0 := k.rOp("shl.b32", n, imm(log2(c.Bc)))
-	next := k.rOp("add.u32", n, "1")
-	more := k.pOp("setp.lt.s32", next, f.nhi)
+	loopL, n0, next, more := f.keyLoopTop(n, f.nhi, c.Bc)
 	n1 := k.rOp("add.u32", n0, imm(c.Bc))
 	f.prefetch(more, func() {
 		other := k.rOp("add.u32", f.kv.soff, k.rOp("xor.b32", kb, imm(kBytes)))

@@ -139,8 +139,7 @@ func (f *fwdKernel) prologue() {
 	if !c.QInRegs() {
 		return
 	}
-	k.op("cp.async.wait_group 1")
-	k.op("bar.sync 0")
+	f.waitCopies(1)
 	f.qf = make([][][4]string, c.MT)
 	for mt := range c.MT {
 		for ks := range c.D / 16 {
@@ -168,14 +167,12 @@ func (f *fwdKernel) loop() {
 	n := k.rOp("mov.u32", f.nlo)
 	loopL := k.newLabel("loop")
 	k.label(loopL)
-	k.op("cp.async.wait_group 0")
-	k.op("bar.sync 0")
+	f.waitCopies(0)
 	n0 := k.rOp("shl.b32", n, imm(log2(c.Bc)))
 	f.copyTile(f.kv, f.vSrc, n0, f.kv.soff, c.VOff())
 	k.op("cp.async.commit_group")
 	f.tile(n0, f.smem)
-	k.op("cp.async.wait_group 0")
-	k.op("bar.sync 0")
+	f.waitCopies(0)
 	next := k.rOp("add.u32", n, "1")
 	more := k.pOp("setp.lt.s32", next, f.nhi)
 	skip := k.newLabel("nextk")
@@ -202,13 +199,7 @@ func (f *fwdKernel) loopDouble() {
 	k, c := f.k, f.c
 	n := k.rOp("mov.u32", f.nlo)
 	stage := k.rOp("mov.u32", "0")
-	loopL := k.newLabel("loop")
-	k.label(loopL)
-	k.op("cp.async.wait_group 0")
-	k.op("bar.sync 0")
-	n0 := k.rOp("shl.b32", n, imm(log2(c.Bc)))
-	next := k.rOp("add.u32", n, "1")
-	more := k.pOp("setp.lt.s32", next, f.nhi)
+	loopL, n0, next, more := f.keyLoopTop(n, f.nhi, c.Bc)
 	skip := k.newLabel("nextk")
 	k.op("@!%s bra %s", more, skip)
 	n1 := k.rOp("add.u32", n0, imm(c.Bc))
