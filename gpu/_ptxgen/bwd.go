@@ -57,9 +57,8 @@ type statCopy struct {
 // to the padded float32 accumulator with red.global.add.f32, no bounds
 // predicate. dK and dV are written in float32 per query head.
 func backward(dt dtype, c tile.Bwd, atomicDQ bool) *Kernel {
-	k := newKernel(c.Name(dt.name, atomicDQ), c.Threads())
-	f := &bwdKernel{gen: newGen(k, dt), c: c, atomic: atomicDQ}
-	f.declare(tile.BwdParams)
+	f := &bwdKernel{gen: newKernelGen(c.Name(dt.name, atomicDQ), c.Threads(), dt, tile.BwdParams), c: c, atomic: atomicDQ}
+	k := f.k
 	done := k.newLabel("done")
 	f.setup(done)
 	f.state()

@@ -47,6 +47,21 @@ type ldBase struct {
 	pattern, rc int
 }
 
+// newKernelGen starts kernel name of threads threads: its generator
+// (newGen) for dt, with the parameters ps declared.
+func newKernelGen(name string, threads int, dt dtype, ps []tile.Param) *gen {
+	g := newGen(newKernel(name, threads), dt)
+	g.declare(ps)
+	return g
+}
+
+// exitPast emits the branch to done (the kernel's end) of the threads
+// whose x is at or past n (unsigned).
+func (g *gen) exitPast(x, n, done string) {
+	out := g.k.pOp("setp.ge.u32", x, n)
+	g.k.op("@%s bra %s", out, done)
+}
+
 func newGen(k *Kernel, dt dtype) *gen {
 	g := &gen{k: k, dt: dt, threads: k.threads, laneOffs: map[[3]int]string{}, ldBases: map[ldBase]string{}}
 	g.tid = k.rOp("mov.u32", "%tid.x")
@@ -387,8 +402,7 @@ func (g *gen) blockStart(idx string, n int, keys bool, done string) (h, b string
 	if keys {
 		rows = s.sk
 	}
-	out := k.pOp("setp.ge.u32", first, rows)
-	k.op("@%s bra %s", out, done)
+	g.exitPast(first, rows, done)
 	return h, b, s, first
 }
 

@@ -37,9 +37,8 @@ type dqKernel struct {
 //	S = Q·K(n)ᵀ, dP = dO·V(n)ᵀ; barrier; copy V(n+1)
 //	P, dS; dQ += dS·K(n)
 func dqKernelGen(dt dtype, c tile.DQ) *Kernel {
-	k := newKernel(c.Name(dt.name), c.Threads())
-	f := &dqKernel{gen: newGen(k, dt), c: c}
-	f.declare(tile.DQParams)
+	f := &dqKernel{gen: newKernelGen(c.Name(dt.name), c.Threads(), dt, tile.DQParams), c: c}
+	k := f.k
 	done := k.newLabel("done")
 	f.setup(done)
 	f.rowStats()
