@@ -199,6 +199,26 @@ func (g *gen) mma16(c [][4]string, a, b [4]string, first bool) {
 	g.mma(c[1], a, b[2], b[3], first)
 }
 
+// product emits acc[mt] += A_mt·B for the warp's m-tiles mt < len(acc),
+// nk steps of 16 along k and nj n-tiles of 16: per step kk the A fragments
+// a(mt, kk) of every m-tile, then per n-tile j one B fragment b(kk, j)
+// that the m-tiles' MMAs into acc[mt][2j:] share; with zero the sums start
+// from 0 at kk = 0.
+func (g *gen) product(nk, nj int, acc [][][4]string, a func(mt, kk int) [4]string, b func(kk, j int) [4]string, zero bool) {
+	for kk := range nk {
+		as := make([][4]string, len(acc))
+		for mt := range as {
+			as[mt] = a(mt, kk)
+		}
+		for j := range nj {
+			bf := b(kk, j)
+			for mt := range as {
+				g.mma16(acc[mt][2*j:], as[mt], bf, zero && kk == 0)
+			}
+		}
+	}
+}
+
 // pack returns a .b32 with lo in the low and hi in the high 16 bits.
 func (g *gen) pack(lo, hi string) string {
 	return g.k.rOp(g.dt.cvt, hi, lo)

@@ -232,22 +232,14 @@ func (f *fwdKernel) tile(n0, kvb string) {
 func (f *fwdKernel) scores(kvb string) {
 	c, rc := f.c, f.c.RowChunks()
 	f.k.comment("S = Q K^T")
-	for ks := range c.D / 16 {
-		a := make([][4]string, c.MT)
-		for mt := range c.MT {
-			if f.qf != nil {
-				a[mt] = f.qf[mt][ks]
-			} else {
-				a[mt] = f.ldsm(f.qW, c.QOff(), rc, tile.PatternRowMajor, mt*16, ks*16, false)
-			}
+	f.product(c.D/16, c.Bc/16, f.S, func(mt, ks int) [4]string {
+		if f.qf != nil {
+			return f.qf[mt][ks]
 		}
-		for j := range c.Bc / 16 {
-			kb := f.ldsm(kvb, c.KOff(), rc, tile.PatternColMajor, j*16, ks*16, false)
-			for mt := range c.MT {
-				f.mma16(f.S[mt][2*j:], a[mt], kb, ks == 0)
-			}
-		}
-	}
+		return f.ldsm(f.qW, c.QOff(), rc, tile.PatternRowMajor, mt*16, ks*16, false)
+	}, func(ks, j int) [4]string {
+		return f.ldsm(kvb, c.KOff(), rc, tile.PatternColMajor, j*16, ks*16, false)
+	}, true)
 }
 
 // maskScores sets hidden scores to -Inf, in the tiles that may hold one
@@ -339,18 +331,11 @@ func (f *fwdKernel) softmax(mul string) {
 func (f *fwdKernel) pv(kvb string) {
 	c, rc := f.c, f.c.RowChunks()
 	f.k.comment("O += P V")
-	for kk := range c.Bc / 16 {
-		pa := make([][4]string, c.MT)
-		for mt := range c.MT {
-			pa[mt] = f.aFromC(f.S[mt], kk)
-		}
-		for j := range c.D / 16 {
-			vb := f.ldsm(kvb, c.VOff(), rc, tile.PatternRowMajor, kk*16, j*16, true)
-			for mt := range c.MT {
-				f.mma16(f.o[mt][2*j:], pa[mt], vb, false)
-			}
-		}
-	}
+	f.product(c.Bc/16, c.D/16, f.o, func(mt, kk int) [4]string {
+		return f.aFromC(f.S[mt], kk)
+	}, func(kk, j int) [4]string {
+		return f.ldsm(kvb, c.VOff(), rc, tile.PatternRowMajor, kk*16, j*16, true)
+	}, false)
 }
 
 // epilogue normalises O by the row sums, writes LSE = (m + log2 l)·ln 2
