@@ -68,31 +68,27 @@ func (m *Machine) span(p uint64, n int) ([]byte, error) {
 
 // Write copies b to device address p.
 func (m *Machine) Write(p uint64, b []byte) error {
-	s, err := m.span(p, len(b))
-	if err != nil {
-		return fmt.Errorf("ptxsim: %w", err)
-	}
-	copy(s, b)
-	return nil
+	return m.host(p, len(b), func(s []byte) { copy(s, b) })
 }
 
 // Read copies device memory at p into b.
 func (m *Machine) Read(p uint64, b []byte) error {
-	s, err := m.span(p, len(b))
-	if err != nil {
-		return fmt.Errorf("ptxsim: %w", err)
-	}
-	copy(b, s)
-	return nil
+	return m.host(p, len(b), func(s []byte) { copy(b, s) })
 }
 
 // Zero clears n bytes at p.
 func (m *Machine) Zero(p uint64, n int) error {
+	return m.host(p, n, func(s []byte) { clear(s) })
+}
+
+// host calls f with the n bytes at device address p, for the host-side
+// accessors (Write, Read, Zero): their errors carry the package's prefix.
+func (m *Machine) host(p uint64, n int, f func(s []byte)) error {
 	s, err := m.span(p, n)
 	if err != nil {
 		return fmt.Errorf("ptxsim: %w", err)
 	}
-	clear(s)
+	f(s)
 	return nil
 }
 
