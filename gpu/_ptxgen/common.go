@@ -437,8 +437,15 @@ func (g *gen) finish(lo, hi, done string, main, epilogue func()) {
 	main()
 	k.label(epi)
 	epilogue()
-	k.label(done)
-	k.op("ret")
+	g.end(done)
+}
+
+// end emits the done label, where the threads and blocks with nothing (more)
+// to do branch, and the kernel's return; it returns the kernel.
+func (g *gen) end(done string) *Kernel {
+	g.k.label(done)
+	g.k.op("ret")
+	return g.k
 }
 
 // blockIndex returns the block's row-block index along x, the heaviest

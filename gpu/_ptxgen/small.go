@@ -69,9 +69,7 @@ func preprocess(dt dtype) *Kernel {
 	sa := k.rdOp("add.s64", k.rdOp("cvta.to.global.u64", g.ld(".u64", "dsum")), li)
 	l0 := k.pOp("setp.eq.u32", g.lane, "0")
 	k.op("@%s st.global.f32 [%s], %s", l0, sa, sum)
-	k.label(done)
-	k.op("ret")
-	return k
+	return g.end(done)
 }
 
 // convert generates the conversion kernel: out[row, j, :] = Σ_{g<group}
@@ -117,9 +115,7 @@ func convert(dt dtype) *Kernel {
 		o = k.rdOp("shl.b64", o, "1")
 		k.op("st.global.b32 [%s], %s", k.rdOp("add.s64", outP, o), g.pack(s0, s1))
 	})
-	k.label(done)
-	k.op("ret")
-	return k
+	return g.end(done)
 }
 
 // convertDQ generates the kernel that converts the padded float32 dQ
@@ -149,9 +145,7 @@ func convertDQ(dt dtype) *Kernel {
 		o = k.rdOp("shl.b64", k.rdOp("add.s64", o, e64), "1")
 		k.op("st.global.b32 [%s], %s", k.rdOp("add.s64", outP, o), g.pack(x0, x1))
 	})
-	k.label(done)
-	k.op("ret")
-	return k
+	return g.end(done)
 }
 
 // elemIndex returns the first of the two elements of a row this thread

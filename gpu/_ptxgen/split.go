@@ -109,9 +109,7 @@ func combine(dt dtype, d int) *Kernel {
 	cb.maxLSE()
 	cb.merge()
 	cb.store()
-	k.label(done)
-	k.op("ret")
-	return k
+	return cb.end(done)
 }
 
 // setup finds the warp's row and leaves through done past the sequence's
