@@ -57,9 +57,8 @@ type statCopy struct {
 // to the padded float32 accumulator with red.global.add.f32, no bounds
 // predicate. dK and dV are written in float32 per query head.
 func backward(dt dtype, c tile.Bwd, atomicDQ bool) *Kernel {
-	k := newKernel(c.Name(dt.name, atomicDQ), c.Threads())
-	f := &bwdKernel{gen: newGen(k, dt), c: c, atomic: atomicDQ}
-	f.declare(tile.BwdParams)
+	f := &bwdKernel{gen: newKernelGen(c.Name(dt.name, atomicDQ), c.Threads(), dt, tile.BwdParams), c: c, atomic: atomicDQ}
+	k := f.k
 	done := k.newLabel("done")
 	f.setup(done)
 	f.state()
@@ -232,9 +231,7 @@ func (f *bwdKernel) probGrad(sb string) {
 // maskGrads zeroes P and dS of hidden pairs, in the tiles that may hold one.
 func (f *bwdKernel) maskGrads(m0 string) {
 	k, c := f.k, f.c
-	need := f.needsMask(m0, f.above, f.below)
-	nomask := k.newLabel("nomask")
-	k.op("@!%s bra.uni %s", need, nomask)
+	nomask := f.skipUnlessMasked(m0, f.above, f.below)
 	colBase := k.rOp("add.u32", m0, f.colOff)
 	colBase = k.rOp("mad.lo.u32", f.half, imm(c.Br/2), colBase)
 	for mt := range 2 {

@@ -47,6 +47,21 @@ type ldBase struct {
 	pattern, rc int
 }
 
+// newKernelGen starts kernel name of threads threads: its generator
+// (newGen) for dt, with the parameters ps declared.
+func newKernelGen(name string, threads int, dt dtype, ps []tile.Param) *gen {
+	g := newGen(newKernel(name, threads), dt)
+	g.declare(ps)
+	return g
+}
+
+// exitPast emits the branch to done (the kernel's end) of the threads
+// whose x is at or past n (unsigned).
+func (g *gen) exitPast(x, n, done string) {
+	out := g.k.pOp("setp.ge.u32", x, n)
+	g.k.op("@%s bra %s", out, done)
+}
+
 func newGen(k *Kernel, dt dtype) *gen {
 	g := &gen{k: k, dt: dt, threads: k.threads, laneOffs: map[[3]int]string{}, ldBases: map[ldBase]string{}}
 	g.tid = k.rOp("mov.u32", "%tid.x")
@@ -182,6 +197,26 @@ func (g *gen) mma(c [4]string, a [4]string, b0, b1 string, first bool) {
 func (g *gen) mma16(c [][4]string, a, b [4]string, first bool) {
 	g.mma(c[0], a, b[0], b[1], first)
 	g.mma(c[1], a, b[2], b[3], first)
+}
+
+// product emits acc[mt] += A_mt·B for the warp's m-tiles mt < len(acc),
+// nk steps of 16 along k and nj n-tiles of 16: per step kk the A fragments
+// a(mt, kk) of every m-tile, then per n-tile j one B fragment b(kk, j)
+// that the m-tiles' MMAs into acc[mt][2j:] share; with zero the sums start
+// from 0 at kk = 0.
+func (g *gen) product(nk, nj int, acc [][][4]string, a func(mt, kk int) [4]string, b func(kk, j int) [4]string, zero bool) {
+	for kk := range nk {
+		as := make([][4]string, len(acc))
+		for mt := range as {
+			as[mt] = a(mt, kk)
+		}
+		for j := range nj {
+			bf := b(kk, j)
+			for mt := range as {
+				g.mma16(acc[mt][2*j:], as[mt], bf, zero && kk == 0)
+			}
+		}
+	}
 }
 
 // pack returns a .b32 with lo in the low and hi in the high 16 bits.
@@ -387,8 +422,7 @@ func (g *gen) blockStart(idx string, n int, keys bool, done string) (h, b string
 	if keys {
 		rows = s.sk
 	}
-	out := k.pOp("setp.ge.u32", first, rows)
-	k.op("@%s bra %s", out, done)
+	g.exitPast(first, rows, done)
 	return h, b, s, first
 }
 
@@ -403,8 +437,15 @@ func (g *gen) finish(lo, hi, done string, main, epilogue func()) {
 	main()
 	k.label(epi)
 	epilogue()
-	k.label(done)
-	k.op("ret")
+	g.end(done)
+}
+
+// end emits the done label, where the threads and blocks with nothing (more)
+// to do branch, and the kernel's return; it returns the kernel.
+func (g *gen) end(done string) *Kernel {
+	g.k.label(done)
+	g.k.op("ret")
+	return g.k
 }
 
 // blockIndex returns the block's row-block index along x, the heaviest

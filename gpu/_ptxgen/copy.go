@@ -135,8 +135,7 @@ func (g *gen) top(l *stagedLoop, end string, load func(n, stage string)) {
 	load(l.next, k.rOp("xor.b32", l.stage, imm(l.bytes)))
 	k.label(skip)
 	k.op("cp.async.commit_group")
-	k.op("cp.async.wait_group 1")
-	k.op("bar.sync 0")
+	g.waitCopies(1)
 }
 
 // bottom closes an iteration: once every warp is done with the stage, it
@@ -257,4 +256,46 @@ func (g *gen) storeStaged(base string, off, rc int, rowAddr, rowBytes, rows stri
 		}
 		k.op("@%s st.global.v4.b32 [%s], {%s, %s, %s, %s}", ok, ga, v[0], v[1], v[2], v[3])
 	}
+}
+
+// kvCopies are the copies of the K and V tiles of the key blocks that a
+// kernel walks (fwd, dq): one tileCopy and a source for each tensor.
+type kvCopies struct {
+	kv         *tileCopy
+	kSrc, vSrc copySrc
+}
+
+// startKV sets up kc for tiles of bc keys of rc chunks, rows rowBytes
+// apart, valid of them existing, K and V rows at kBase and vBase; then it
+// issues the copy of the K tile of block nlo to shared offset kOff (not
+// committed) and returns that block's first key n0 = nlo·bc.
+func (g *gen) startKV(kc *kvCopies, bc, rc int, rowBytes, valid, nlo, kBase, vBase string, kOff int) (n0 string) {
+	kc.kv = g.newTileCopy(bc, rc, rowBytes, valid)
+	n0 = g.k.rOp("shl.b32", nlo, imm(log2(bc)))
+	kc.kSrc, kc.vSrc = g.newSrc(kc.kv, kBase, n0), g.newSrc(kc.kv, vBase, n0)
+	g.copyTile(kc.kv, kc.kSrc, n0, kc.kv.soff, kOff)
+	return n0
+}
+
+// waitCopies emits the wait until at most pending cp.async groups (the
+// youngest) are in flight, then a barrier: the data of the older groups is
+// in shared memory for every warp.
+func (g *gen) waitCopies(pending int) {
+	g.k.op("cp.async.wait_group %d", pending)
+	g.k.op("bar.sync 0")
+}
+
+// keyLoopTop emits the head of a loop over key blocks n < nhi of bc keys,
+// their copies committed one iteration earlier (or by the prologue): its
+// label, then the wait for those copies (waitCopies(0)). It returns the
+// label, block n's first key n0 = n·bc, next = n+1 and more = next < nhi.
+func (g *gen) keyLoopTop(n, nhi string, bc int) (label, n0, next, more string) {
+	k := g.k
+	label = k.newLabel("loop")
+	k.label(label)
+	g.waitCopies(0)
+	n0 = k.rOp("shl.b32", n, imm(log2(bc)))
+	next = k.rOp("add.u32", n, "1")
+	more = k.pOp("setp.lt.s32", next, nhi)
+	return label, n0, next, more
 }

@@ -7,24 +7,23 @@ import (
 // dqKernel is the state of the deterministic dQ kernel's generation.
 type dqKernel struct {
 	*gen
-	c          tile.DQ
-	s          seqInfo
-	mask       maskParams
-	b, h, m0   string
-	nlo, nhi   string
-	above      string // a key tile at n0 needs the mask iff n0 > above || n0 < below
-	below      string
-	dqBase     string
-	qRB        string
-	nl, dsum   [2]string // -LSE·log2 e and dsum of rows g, g+8
-	dq         [][4]string
-	S, dP      [][4]string
-	qf, of     [][4]string // Q and dO fragments, when in registers
-	qW         string      // shared address of the warp's first Q row
-	rowG       string      // m0 + 16w + g
-	colOff     string
-	kv         *tileCopy
-	kSrc, vSrc copySrc
+	c        tile.DQ
+	s        seqInfo
+	mask     maskParams
+	b, h, m0 string
+	nlo, nhi string
+	above    string // a key tile at n0 needs the mask iff n0 > above || n0 < below
+	below    string
+	dqBase   string
+	qRB      string
+	nl, dsum [2]string // -LSE·log2 e and dsum of rows g, g+8
+	dq       [][4]string
+	S, dP    [][4]string
+	qf, of   [][4]string // Q and dO fragments, when in registers
+	qW       string      // shared address of the warp's first Q row
+	rowG     string      // m0 + 16w + g
+	colOff   string
+	kvCopies
 }
 
 // dqKernelGen generates the deterministic dQ kernel: one block per (query
@@ -38,9 +37,8 @@ type dqKernel struct {
 //	S = Q·K(n)ᵀ, dP = dO·V(n)ᵀ; barrier; copy V(n+1)
 //	P, dS; dQ += dS·K(n)
 func dqKernelGen(dt dtype, c tile.DQ) *Kernel {
-	k := newKernel(c.Name(dt.name), c.Threads())
-	f := &dqKernel{gen: newGen(k, dt), c: c}
-	f.declare(tile.DQParams)
+	f := &dqKernel{gen: newKernelGen(c.Name(dt.name), c.Threads(), dt, tile.DQParams), c: c}
+	k := f.k
 	done := k.newLabel("done")
 	f.setup(done)
 	f.rowStats()
@@ -104,18 +102,14 @@ func (f *dqKernel) prologue() {
 	f.copyTile(qc, f.newSrc(qc, qBase, f.m0), f.m0, qc.soff, c.QOff())
 	f.copyTile(qc, f.newSrc(qc, doBase, f.m0), f.m0, qc.soff, c.DOOff())
 	k.op("cp.async.commit_group")
-	f.kv = f.newTileCopy(c.Bc, rc, k.rOp("shl.b32", kRS, "1"), f.s.sk)
-	n0 := k.rOp("shl.b32", f.nlo, imm(log2(c.Bc)))
-	f.kSrc, f.vSrc = f.newSrc(f.kv, kBase, n0), f.newSrc(f.kv, vBase, n0)
-	f.copyTile(f.kv, f.kSrc, n0, f.kv.soff, c.KOff(0))
+	n0 := f.startKV(&f.kvCopies, c.Bc, rc, k.rOp("shl.b32", kRS, "1"), f.s.sk, f.nlo, kBase, vBase, c.KOff(0))
 	k.op("cp.async.commit_group")
 	f.copyTile(f.kv, f.vSrc, n0, f.kv.soff, c.VOff())
 	k.op("cp.async.commit_group")
 	if !c.QInRegs() {
 		return
 	}
-	k.op("cp.async.wait_group 2")
-	k.op("bar.sync 0")
+	f.waitCopies(2)
 	for ks := range c.D / 16 {
 		f.qf = append(f.qf, f.ldsm(f.qW, c.QOff(), rc, tile.PatternRowMajor, 0, ks*16, false))
 		f.of = append(f.of, f.ldsm(f.qW, c.DOOff(), rc, tile.PatternRowMajor, 0, ks*16, false))
@@ -129,13 +123,7 @@ func (f *dqKernel) loop() {
 	n := k.rOp("mov.u32", f.nlo)
 	kb := k.rOp("mov.u32", "0")
 	kBytes := c.KOff(1) - c.KOff(0)
-	loopL := k.newLabel("loop")
-	k.label(loopL)
-	k.op("cp.async.wait_group 0")
-	k.op("bar.sync 0")
-	n0 := k.rOp("shl.b32", n, imm(log2(c.Bc)))
-	next := k.rOp("add.u32", n, "1")
-	more := k.pOp("setp.lt.s32", next, f.nhi)
+	loopL, n0, next, more := f.keyLoopTop(n, f.nhi, c.Bc)
 	n1 := k.rOp("add.u32", n0, imm(c.Bc))
 	f.prefetch(more, func() {
 		other := k.rOp("add.u32", f.kv.soff, k.rOp("xor.b32", kb, imm(kBytes)))
@@ -189,9 +177,7 @@ func (f *dqKernel) scores(ks string) {
 // maskDS zeroes dS of hidden pairs, in the tiles that may hold one.
 func (f *dqKernel) maskDS(n0 string) {
 	k, c := f.k, f.c
-	need := f.needsMask(n0, f.above, f.below)
-	nomask := k.newLabel("nomask")
-	k.op("@!%s bra.uni %s", need, nomask)
+	nomask := f.skipUnlessMasked(n0, f.above, f.below)
 	colBase := k.rOp("add.u32", n0, f.colOff)
 	for rh := range 2 {
 		row := k.rOp("add.u32", f.rowG, imm(8*rh))

@@ -7,19 +7,18 @@ import (
 // fwdKernel is the state of the forward kernel's generation.
 type fwdKernel struct {
 	*gen
-	c          tile.Fwd
-	s          seqInfo
-	mask       maskParams
-	b, h, m0   string // batch element, head, first query row of the block
-	nlo, nhi   string // key blocks [nlo, nhi) the block's rows see
-	above      string // a key tile at n0 needs the mask iff n0 > above || n0 < below
-	below      string
-	qBase      string // global address of the sequence's Q row 0 (this head)
-	kBase      string
-	vBase      string
-	qRB, kRB   string // row strides in bytes
-	kv         *tileCopy
-	kSrc, vSrc copySrc
+	c        tile.Fwd
+	s        seqInfo
+	mask     maskParams
+	b, h, m0 string // batch element, head, first query row of the block
+	nlo, nhi string // key blocks [nlo, nhi) the block's rows see
+	above    string // a key tile at n0 needs the mask iff n0 > above || n0 < below
+	below    string
+	qBase    string // global address of the sequence's Q row 0 (this head)
+	kBase    string
+	vBase    string
+	qRB, kRB string // row strides in bytes
+	kvCopies
 	o          [][][4]string // [mt][n-tile] O accumulators
 	mrow, lrow [][2]string   // [mt][row half]: running max (log2 units), partial row sum
 	S          [][][4]string // [mt][n-tile] scores, then P
@@ -132,11 +131,7 @@ func (f *fwdKernel) prologue() {
 	f.copyTile(qc, f.newSrc(qc, f.qBase, f.m0), f.m0, qc.soff, c.QOff())
 	k.label(copied)
 	k.op("cp.async.commit_group")
-	f.kv = f.newTileCopy(c.Bc, rc, f.kRB, f.s.sk)
-	n0 := k.rOp("shl.b32", f.nlo, imm(log2(c.Bc)))
-	f.kSrc = f.newSrc(f.kv, f.kBase, n0)
-	f.vSrc = f.newSrc(f.kv, f.vBase, n0)
-	f.copyTile(f.kv, f.kSrc, n0, f.kv.soff, c.KOff())
+	n0 := f.startKV(&f.kvCopies, c.Bc, rc, f.kRB, f.s.sk, f.nlo, f.kBase, f.vBase, c.KOff())
 	if c.KVDouble {
 		f.copyTile(f.kv, f.vSrc, n0, f.kv.soff, c.VOff())
 	}
@@ -144,8 +139,7 @@ func (f *fwdKernel) prologue() {
 	if !c.QInRegs() {
 		return
 	}
-	k.op("cp.async.wait_group 1")
-	k.op("bar.sync 0")
+	f.waitCopies(1)
 	f.qf = make([][][4]string, c.MT)
 	for mt := range c.MT {
 		for ks := range c.D / 16 {
@@ -173,14 +167,12 @@ func (f *fwdKernel) loop() {
 	n := k.rOp("mov.u32", f.nlo)
 	loopL := k.newLabel("loop")
 	k.label(loopL)
-	k.op("cp.async.wait_group 0")
-	k.op("bar.sync 0")
+	f.waitCopies(0)
 	n0 := k.rOp("shl.b32", n, imm(log2(c.Bc)))
 	f.copyTile(f.kv, f.vSrc, n0, f.kv.soff, c.VOff())
 	k.op("cp.async.commit_group")
 	f.tile(n0, f.smem)
-	k.op("cp.async.wait_group 0")
-	k.op("bar.sync 0")
+	f.waitCopies(0)
 	next := k.rOp("add.u32", n, "1")
 	more := k.pOp("setp.lt.s32", next, f.nhi)
 	skip := k.newLabel("nextk")
@@ -207,13 +199,7 @@ func (f *fwdKernel) loopDouble() {
 	k, c := f.k, f.c
 	n := k.rOp("mov.u32", f.nlo)
 	stage := k.rOp("mov.u32", "0")
-	loopL := k.newLabel("loop")
-	k.label(loopL)
-	k.op("cp.async.wait_group 0")
-	k.op("bar.sync 0")
-	n0 := k.rOp("shl.b32", n, imm(log2(c.Bc)))
-	next := k.rOp("add.u32", n, "1")
-	more := k.pOp("setp.lt.s32", next, f.nhi)
+	loopL, n0, next, more := f.keyLoopTop(n, f.nhi, c.Bc)
 	skip := k.newLabel("nextk")
 	k.op("@!%s bra %s", more, skip)
 	n1 := k.rOp("add.u32", n0, imm(c.Bc))
@@ -246,22 +232,14 @@ func (f *fwdKernel) tile(n0, kvb string) {
 func (f *fwdKernel) scores(kvb string) {
 	c, rc := f.c, f.c.RowChunks()
 	f.k.comment("S = Q K^T")
-	for ks := range c.D / 16 {
-		a := make([][4]string, c.MT)
-		for mt := range c.MT {
-			if f.qf != nil {
-				a[mt] = f.qf[mt][ks]
-			} else {
-				a[mt] = f.ldsm(f.qW, c.QOff(), rc, tile.PatternRowMajor, mt*16, ks*16, false)
-			}
+	f.product(c.D/16, c.Bc/16, f.S, func(mt, ks int) [4]string {
+		if f.qf != nil {
+			return f.qf[mt][ks]
 		}
-		for j := range c.Bc / 16 {
-			kb := f.ldsm(kvb, c.KOff(), rc, tile.PatternColMajor, j*16, ks*16, false)
-			for mt := range c.MT {
-				f.mma16(f.S[mt][2*j:], a[mt], kb, ks == 0)
-			}
-		}
-	}
+		return f.ldsm(f.qW, c.QOff(), rc, tile.PatternRowMajor, mt*16, ks*16, false)
+	}, func(ks, j int) [4]string {
+		return f.ldsm(kvb, c.KOff(), rc, tile.PatternColMajor, j*16, ks*16, false)
+	}, true)
 }
 
 // maskScores sets hidden scores to -Inf, in the tiles that may hold one
@@ -269,9 +247,7 @@ func (f *fwdKernel) scores(kvb string) {
 // as its position (pack.go).
 func (f *fwdKernel) maskScores(n0 string) {
 	k, c := f.k, f.c
-	need := f.needsMask(n0, f.above, f.below)
-	nomask := k.newLabel("nomask")
-	k.op("@!%s bra.uni %s", need, nomask)
+	nomask := f.skipUnlessMasked(n0, f.above, f.below)
 	k.comment("mask")
 	colBase := k.rOp("add.u32", n0, f.colOff)
 	pk := f.loadPacking()
@@ -355,18 +331,11 @@ func (f *fwdKernel) softmax(mul string) {
 func (f *fwdKernel) pv(kvb string) {
 	c, rc := f.c, f.c.RowChunks()
 	f.k.comment("O += P V")
-	for kk := range c.Bc / 16 {
-		pa := make([][4]string, c.MT)
-		for mt := range c.MT {
-			pa[mt] = f.aFromC(f.S[mt], kk)
-		}
-		for j := range c.D / 16 {
-			vb := f.ldsm(kvb, c.VOff(), rc, tile.PatternRowMajor, kk*16, j*16, true)
-			for mt := range c.MT {
-				f.mma16(f.o[mt][2*j:], pa[mt], vb, false)
-			}
-		}
-	}
+	f.product(c.Bc/16, c.D/16, f.o, func(mt, kk int) [4]string {
+		return f.aFromC(f.S[mt], kk)
+	}, func(kk, j int) [4]string {
+		return f.ldsm(kvb, c.VOff(), rc, tile.PatternRowMajor, kk*16, j*16, true)
+	}, false)
 }
 
 // epilogue normalises O by the row sums, writes LSE = (m + log2 l)·ln 2

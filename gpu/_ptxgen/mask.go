@@ -81,23 +81,9 @@ func (g *gen) zeroWhere(p string, regs ...string) {
 // (tile.Mask.KeyBlocks); nhi <= nlo when none.
 func (g *gen) keyBlocks(m maskParams, s seqInfo, m0 string, rows, bc int) (nlo, nhi string) {
 	k := g.k
-	lg := log2(bc)
-	jlo := k.rOp("add.s32", m0, s.off)
-	jlo = k.rOp("sub.s32", jlo, m.left)
-	jlo = k.rOp("max.s32", jlo, "0")
-	jlo = k.rOp("selp.b32", "0", jlo, m.leftInf)
-	jhi := k.rOp("add.s32", m0, s.off)
-	jhi = k.rOp("add.s32", jhi, m.right)
-	jhi = k.rOp("add.s32", jhi, imm(rows))
-	jhi = k.rOp("min.s32", jhi, s.sk)
-	jhi = k.rOp("selp.b32", s.sk, jhi, m.rightInf)
-	nlo = k.rOp("shr.u32", jlo, imm(lg))
-	nhi = k.rOp("max.s32", jhi, "0")
-	nhi = k.rOp("add.s32", nhi, imm(bc-1))
-	nhi = k.rOp("shr.u32", nhi, imm(lg))
-	empty := k.pOp("setp.le.s32", jhi, jlo)
-	k.op("selp.b32 %s, %s, %s, %s", nhi, nlo, nhi, empty)
-	return nlo, nhi
+	jlo := g.windowBound("sub.s32", k.rOp("add.s32", m0, s.off), m.left, 0, "max.s32", "0", m.leftInf)
+	jhi := g.windowBound("add.s32", k.rOp("add.s32", m0, s.off), m.right, rows, "min.s32", s.sk, m.rightInf)
+	return g.blockRange(jlo, jhi, bc)
 }
 
 // queryBlocks returns the query blocks [mlo, mhi) of br rows that see some
@@ -106,21 +92,23 @@ func (g *gen) queryBlocks(m maskParams, s seqInfo, n0 string, bc, br int) (mlo, 
 	k := g.k
 	n1 := k.rOp("add.u32", n0, imm(bc))
 	n1 = k.rOp("min.u32", n1, s.sk)
-	ilo := k.rOp("sub.s32", n0, s.off)
-	ilo = k.rOp("sub.s32", ilo, m.right)
-	ilo = k.rOp("max.s32", ilo, "0")
-	ilo = k.rOp("selp.b32", "0", ilo, m.rightInf)
-	ihi := k.rOp("sub.s32", n1, s.off)
-	ihi = k.rOp("add.s32", ihi, m.left)
-	ihi = k.rOp("min.s32", ihi, s.sq)
-	ihi = k.rOp("selp.b32", s.sq, ihi, m.leftInf)
-	mlo = k.rOp("shr.u32", ilo, imm(log2(br)))
-	mhi = k.rOp("max.s32", ihi, "0")
-	mhi = k.rOp("add.s32", mhi, imm(br-1))
-	mhi = k.rOp("shr.u32", mhi, imm(log2(br)))
-	empty := k.pOp("setp.le.s32", ihi, ilo)
-	k.op("selp.b32 %s, %s, %s, %s", mhi, mlo, mhi, empty)
-	return mlo, mhi
+	ilo := g.windowBound("sub.s32", k.rOp("sub.s32", n0, s.off), m.right, 0, "max.s32", "0", m.rightInf)
+	ihi := g.windowBound("add.s32", k.rOp("sub.s32", n1, s.off), m.left, 0, "min.s32", s.sq, m.leftInf)
+	return g.blockRange(ilo, ihi, br)
+}
+
+// blockRange returns the blocks [blo, bhi) of b elements that cover the
+// elements [lo, hi), 0 <= lo: blo = lo/b, bhi = ceil(max(hi, 0)/b), and
+// bhi = blo when hi <= lo (none).
+func (g *gen) blockRange(lo, hi string, b int) (blo, bhi string) {
+	k := g.k
+	blo = k.rOp("shr.u32", lo, imm(log2(b)))
+	bhi = k.rOp("max.s32", hi, "0")
+	bhi = k.rOp("add.s32", bhi, imm(b-1))
+	bhi = k.rOp("shr.u32", bhi, imm(log2(b)))
+	empty := k.pOp("setp.le.s32", hi, lo)
+	k.op("selp.b32 %s, %s, %s, %s", bhi, blo, bhi, empty)
+	return blo, bhi
 }
 
 // A tile of rows [m0, m0+rows) × keys [n0, n0+cols) may hold a hidden
@@ -131,7 +119,7 @@ func (g *gen) queryBlocks(m maskParams, s seqInfo, n0 string, bc, br int) (mlo, 
 //
 // With one of m0, n0 fixed for the whole block, this is x > above || x <
 // below for the other, x, and two thresholds computed once: the loops test
-// it with two compares (needsMask).
+// it with two compares (skipUnlessMasked).
 
 // keyTileThresholds returns the thresholds for key tiles (x = n0) of the
 // rows [m0, m0+rows):
@@ -141,13 +129,9 @@ func (g *gen) queryBlocks(m maskParams, s seqInfo, n0 string, bc, br int) (mlo, 
 func (g *gen) keyTileThresholds(m maskParams, s seqInfo, m0 string, rows, cols int) (above, below string) {
 	k := g.k
 	mo := k.rOp("add.s32", m0, s.off)
-	above = k.rOp("add.s32", mo, m.right)
-	above = k.rOp("add.s32", above, imm(1-cols))
-	above = k.rOp("selp.b32", imm(big), above, m.rightInf)
+	above = g.windowBound("add.s32", mo, m.right, 1-cols, "", imm(big), m.rightInf)
 	above = k.rOp("min.s32", above, k.rOp("sub.s32", s.sk, imm(cols)))
-	below = k.rOp("sub.s32", mo, m.left)
-	below = k.rOp("add.s32", below, imm(rows-1))
-	below = k.rOp("selp.b32", imm(-big), below, m.leftInf)
+	below = g.windowBound("sub.s32", mo, m.left, rows-1, "", imm(-big), m.leftInf)
 	return above, below
 }
 
@@ -159,24 +143,40 @@ func (g *gen) keyTileThresholds(m maskParams, s seqInfo, m0 string, rows, cols i
 func (g *gen) queryTileThresholds(m maskParams, s seqInfo, n0 string, rows, cols int) (above, below string) {
 	k := g.k
 	no := k.rOp("sub.s32", n0, s.off)
-	above = k.rOp("add.s32", no, m.left)
-	above = k.rOp("add.s32", above, imm(1-rows))
-	above = k.rOp("selp.b32", imm(big), above, m.leftInf)
+	above = g.windowBound("add.s32", no, m.left, 1-rows, "", imm(big), m.leftInf)
 	e := k.rOp("add.s32", n0, imm(cols-1))
-	below = k.rOp("sub.s32", no, m.right)
-	below = k.rOp("add.s32", below, imm(cols-1))
-	below = k.rOp("selp.b32", imm(-big), below, m.rightInf)
+	below = g.windowBound("sub.s32", no, m.right, cols-1, "", imm(-big), m.rightInf)
 	past := k.pOp("setp.ge.s32", e, s.sk)
 	k.op("selp.b32 %s, %s, %s, %s", below, imm(big), below, past)
 	return above, below
 }
 
-// needsMask returns the predicate x > above || x < below.
-func (g *gen) needsMask(x, above, below string) string {
+// windowBound returns the bound x op w + c (op add.s32 or sub.s32, w a
+// side of the window; no add when c is 0), clamped by clamp (max.s32,
+// min.s32; "" for none) against limit, and limit itself where that side
+// of the window is unbounded (inf).
+func (g *gen) windowBound(op, x, w string, c int, clamp, limit, inf string) string {
+	k := g.k
+	v := k.rOp(op, x, w)
+	if c != 0 {
+		v = k.rOp("add.s32", v, imm(c))
+	}
+	if clamp != "" {
+		v = k.rOp(clamp, v, limit)
+	}
+	return k.rOp("selp.b32", limit, v, inf)
+}
+
+// skipUnlessMasked emits the test of the tile at x, x > above || x < below
+// (it may hold a hidden pair), and a jump past the masking code unless it
+// holds; it returns the label the caller places after that code.
+func (g *gen) skipUnlessMasked(x, above, below string) (nomask string) {
 	k := g.k
 	p := k.pOp("setp.gt.s32", x, above)
 	k.op("setp.lt.or.s32 %s, %s, %s, %s", p, x, below, p)
-	return p
+	nomask = k.newLabel("nomask")
+	k.op("@!%s bra.uni %s", p, nomask)
+	return nomask
 }
 
 // scoreParams are the constants of the score transform, in log2 units:

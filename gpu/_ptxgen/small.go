@@ -21,17 +21,15 @@ func (g *gen) unpack(r string) (lo, hi string) {
 // Σ_d dO[b,row,h,d]·O[b,row,h,d] in float32, one warp per (row, head),
 // tile.PreRows rows per block; grid (ceil(maxSq/PreRows), H, B).
 func preprocess(dt dtype) *Kernel {
-	k := newKernel(tile.PreName(dt.name), tile.ElemThreads)
-	g := newGen(k, dt)
-	g.declare(tile.PreParams)
+	g := newKernelGen(tile.PreName(dt.name), tile.ElemThreads, dt, tile.PreParams)
+	k := g.k
 	h := k.rOp("mov.u32", "%ctaid.y")
 	b := k.rOp("mov.u32", "%ctaid.z")
 	row := k.rOp("mov.u32", "%ctaid.x")
 	row = k.rOp("mad.lo.u32", row, imm(tile.PreRows), g.warp)
 	qStart, sq := g.seqQ(b)
 	done := k.newLabel("done")
-	out := k.pOp("setp.ge.u32", row, sq)
-	k.op("@%s bra %s", out, done)
+	g.exitPast(row, sq, done)
 
 	d := g.ld(".u32", "d")
 	qRS := g.ld(".u32", "q_rs")
@@ -71,9 +69,7 @@ func preprocess(dt dtype) *Kernel {
 	sa := k.rdOp("add.s64", k.rdOp("cvta.to.global.u64", g.ld(".u64", "dsum")), li)
 	l0 := k.pOp("setp.eq.u32", g.lane, "0")
 	k.op("@%s st.global.f32 [%s], %s", l0, sa, sum)
-	k.label(done)
-	k.op("ret")
-	return k
+	return g.end(done)
 }
 
 // convert generates the conversion kernel: out[row, j, :] = Σ_{g<group}
@@ -81,16 +77,14 @@ func preprocess(dt dtype) *Kernel {
 // thread; grid (ceil(heads·d/2/ElemThreads), min(rows, 65535)), rows walked
 // with a stride of the grid's y size.
 func convert(dt dtype) *Kernel {
-	k := newKernel(tile.ConvertName(dt.name), tile.ElemThreads)
-	g := newGen(k, dt)
-	g.declare(tile.ConvertParams)
+	g := newKernelGen(tile.ConvertName(dt.name), tile.ElemThreads, dt, tile.ConvertParams)
+	k := g.k
 	heads, group, d := g.ld(".u32", "heads"), g.ld(".u32", "group"), g.ld(".u32", "d")
 	rows := g.ld(".u32", "rows")
 	e := g.elemIndex()
 	width := k.rOp("mul.lo.u32", heads, d)
 	done := k.newLabel("done")
-	out := k.pOp("setp.ge.u32", e, width)
-	k.op("@%s bra %s", out, done)
+	g.exitPast(e, width, done)
 	j := k.rOp("div.u32", e, d)
 	col := k.rOp("rem.u32", e, d)
 	gd := k.rOp("mul.lo.u32", group, d)      // elements per group of input heads
@@ -121,23 +115,19 @@ func convert(dt dtype) *Kernel {
 		o = k.rdOp("shl.b64", o, "1")
 		k.op("st.global.b32 [%s], %s", k.rdOp("add.s64", outP, o), g.pack(s0, s1))
 	})
-	k.label(done)
-	k.op("ret")
-	return k
+	return g.end(done)
 }
 
 // convertDQ generates the kernel that converts the padded float32 dQ
 // accumulator (tile.ConvertDQParams) to the input type, two elements per
 // thread; grid (ceil(width/2/ElemThreads), min(maxSq, 65535), batch).
 func convertDQ(dt dtype) *Kernel {
-	k := newKernel(tile.ConvertDQName(dt.name), tile.ElemThreads)
-	g := newGen(k, dt)
-	g.declare(tile.ConvertDQParams)
+	g := newKernelGen(tile.ConvertDQName(dt.name), tile.ElemThreads, dt, tile.ConvertDQParams)
+	k := g.k
 	width := g.ld(".u32", "width")
 	e := g.elemIndex()
 	done := k.newLabel("done")
-	out := k.pOp("setp.ge.u32", e, width)
-	k.op("@%s bra %s", out, done)
+	g.exitPast(e, width, done)
 	b := k.rOp("mov.u32", "%ctaid.z")
 	qStart, sq := g.seqQ(b)
 	// Rows b·bs + qStart + i of in and out, elements e, e+1 of each.
@@ -155,9 +145,7 @@ func convertDQ(dt dtype) *Kernel {
 		o = k.rdOp("shl.b64", k.rdOp("add.s64", o, e64), "1")
 		k.op("st.global.b32 [%s], %s", k.rdOp("add.s64", outP, o), g.pack(x0, x1))
 	})
-	k.label(done)
-	k.op("ret")
-	return k
+	return g.end(done)
 }
 
 // elemIndex returns the first of the two elements of a row this thread

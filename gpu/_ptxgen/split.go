@@ -101,17 +101,15 @@ type combineKernel struct {
 // taken in order. A NaN LSE_s (a NaN in the row's scores) makes O and LSE
 // NaN.
 func combine(dt dtype, d int) *Kernel {
-	k := newKernel(tile.CombineName(dt.name, d), tile.ElemThreads)
-	cb := &combineKernel{gen: newGen(k, dt), d: d, per: d / tile.WarpThreads}
-	cb.declare(tile.CombineParams)
+	cb := &combineKernel{gen: newKernelGen(tile.CombineName(dt.name, d), tile.ElemThreads, dt, tile.CombineParams),
+		d: d, per: d / tile.WarpThreads}
+	k := cb.k
 	done := k.newLabel("done")
 	cb.setup(done)
 	cb.maxLSE()
 	cb.merge()
 	cb.store()
-	k.label(done)
-	k.op("ret")
-	return k
+	return cb.end(done)
 }
 
 // setup finds the warp's row and leaves through done past the sequence's
@@ -124,8 +122,7 @@ func (cb *combineKernel) setup(done string) {
 	cb.row = k.rOp("mad.lo.u32", cb.row, imm(tile.CombineRows), cb.warp)
 	var sq string
 	cb.qStart, sq = cb.seqQ(cb.b)
-	out := k.pOp("setp.ge.u32", cb.row, sq)
-	k.op("@%s bra %s", out, done)
+	cb.exitPast(cb.row, sq, done)
 	cb.n = cb.ld(".u32", "splits")
 	li := k.rdOp("mul.lo.u64", k.rdOp("cvt.u64.u32", cb.b), cb.ld(".u64", "lse_bs"))
 	li = k.rdOp("add.s64", li, k.rdOp("mul.wide.u32", cb.h, cb.ld(".u32", "lse_hs")))

@@ -194,6 +194,8 @@ func mulAddStrided(c []float32, ldc int, a []float32, ri, rp int, b []float32, l
 // Constants of the float32 exponential shared by every implementation:
 // exp(x) = 2^n · exp(r) with n = round(x·log2 e), r = x − n·ln 2 (ln 2 split
 // in two for exactness) and exp(r) a degree-6 polynomial on |r| ≤ ln2/2.
+// The assembly generators read these (and tanhT0 …) from this file
+// (internal/kernel/_kconst): literal values only.
 const (
 	ExpLog2e = 1.44269504088896341
 	ExpLn2Hi = 0.693359375

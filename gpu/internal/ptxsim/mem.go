@@ -68,31 +68,27 @@ func (m *Machine) span(p uint64, n int) ([]byte, error) {
 
 // Write copies b to device address p.
 func (m *Machine) Write(p uint64, b []byte) error {
-	s, err := m.span(p, len(b))
-	if err != nil {
-		return fmt.Errorf("ptxsim: %w", err)
-	}
-	copy(s, b)
-	return nil
+	return m.host(p, len(b), func(s []byte) { copy(s, b) })
 }
 
 // Read copies device memory at p into b.
 func (m *Machine) Read(p uint64, b []byte) error {
-	s, err := m.span(p, len(b))
-	if err != nil {
-		return fmt.Errorf("ptxsim: %w", err)
-	}
-	copy(b, s)
-	return nil
+	return m.host(p, len(b), func(s []byte) { copy(b, s) })
 }
 
 // Zero clears n bytes at p.
 func (m *Machine) Zero(p uint64, n int) error {
+	return m.host(p, n, func(s []byte) { clear(s) })
+}
+
+// host calls f with the n bytes at device address p, for the host-side
+// accessors (Write, Read, Zero): their errors carry the package's prefix.
+func (m *Machine) host(p uint64, n int, f func(s []byte)) error {
 	s, err := m.span(p, n)
 	if err != nil {
 		return fmt.Errorf("ptxsim: %w", err)
 	}
-	clear(s)
+	f(s)
 	return nil
 }
 
@@ -154,59 +150,76 @@ func (s *shared) check(addr uint64, n int) error {
 	return nil
 }
 
-// read records a read by warp w in epoch e and reports races.
-func (s *shared) read(addr uint64, n, w int, e int32) error {
+// words checks the access [addr, addr+n) and calls f for each of its
+// 4-byte words i, up to f's first error.
+func (s *shared) words(addr uint64, n int, f func(i uint64) error) error {
 	if err := s.check(addr, n); err != nil {
 		return err
 	}
 	for i := addr / 4; i < (addr+uint64(n))/4; i++ {
+		if err := f(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readByOther reports whether a warp other than w read word i in epoch e
+// (since the last barrier).
+func (s *shared) readByOther(i uint64, w int, e int32) bool {
+	return s.rEpoch[i] == e && s.rMask[i]&^(1<<w) != 0
+}
+
+// writtenByOther reports whether a warp other than w wrote word i in epoch
+// e (since the last barrier).
+func (s *shared) writtenByOther(i uint64, w int, e int32) bool {
+	return s.wEpoch[i] == e && s.wWarp[i] != 0 && int(s.wWarp[i]) != w+1
+}
+
+// read records a read by warp w in epoch e and reports races.
+func (s *shared) read(addr uint64, n, w int, e int32) error {
+	return s.words(addr, n, func(i uint64) error {
 		if s.pending[i] > 0 {
 			return fmt.Errorf("shared read at %#x of data a cp.async copy has not completed (missing cp.async.wait_group?)", 4*i)
 		}
-		if s.wEpoch[i] == e && s.wWarp[i] != 0 && int(s.wWarp[i]) != w+1 {
+		if s.writtenByOther(i, w, e) {
 			return fmt.Errorf("race: warp %d reads shared %#x written by warp %d since the last barrier", w, 4*i, s.wWarp[i]-1)
 		}
 		if s.rEpoch[i] != e {
 			s.rEpoch[i], s.rMask[i] = e, 0
 		}
 		s.rMask[i] |= 1 << w
-	}
-	return nil
+		return nil
+	})
 }
 
 // write records a write by warp w in epoch e and reports races.
 func (s *shared) write(addr uint64, n, w int, e int32) error {
-	if err := s.check(addr, n); err != nil {
-		return err
-	}
-	for i := addr / 4; i < (addr+uint64(n))/4; i++ {
-		if s.rEpoch[i] == e && s.rMask[i]&^(1<<w) != 0 {
+	return s.words(addr, n, func(i uint64) error {
+		if s.readByOther(i, w, e) {
 			return fmt.Errorf("race: warp %d writes shared %#x read by another warp (mask %#x) since the last barrier", w, 4*i, s.rMask[i])
 		}
-		if s.wEpoch[i] == e && s.wWarp[i] != 0 && int(s.wWarp[i]) != w+1 {
+		if s.writtenByOther(i, w, e) {
 			return fmt.Errorf("race: warps %d and %d write shared %#x since the last barrier", w, s.wWarp[i]-1, 4*i)
 		}
 		s.wWarp[i], s.wEpoch[i] = int8(w+1), e
-	}
-	return nil
+		return nil
+	})
 }
 
 // asyncIssue records a cp.async copy by warp w in epoch e into
 // [addr, addr+n): the bytes may change from now on.
 func (s *shared) asyncIssue(addr uint64, n, w int, e int32) error {
-	if err := s.check(addr, n); err != nil {
-		return err
-	}
-	for i := addr / 4; i < (addr+uint64(n))/4; i++ {
-		if s.rEpoch[i] == e && s.rMask[i]&^(1<<w) != 0 {
+	return s.words(addr, n, func(i uint64) error {
+		if s.readByOther(i, w, e) {
 			return fmt.Errorf("race: warp %d starts a cp.async into shared %#x read by another warp since the last barrier", w, 4*i)
 		}
 		if s.pending[i] > 0 {
 			return fmt.Errorf("two cp.async copies in flight into shared %#x", 4*i)
 		}
 		s.pending[i]++
-	}
-	return nil
+		return nil
+	})
 }
 
 // asyncDone completes a copy: the data lands, written by warp w in epoch e.

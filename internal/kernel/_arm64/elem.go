@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"math"
+
+	"github.com/flashattn/flashattn/internal/kernel/_kconst"
 )
 
 // ---------------------------------------------------------------------------
@@ -10,32 +12,15 @@ import (
 // all four lanes (a vector operand) or four different values (the lanes
 // of a by-element operand).
 
-// Constants of the float32 exponential; must equal those of generic.go.
-const (
-	expLog2e = 1.44269504088896341
-	expLn2Hi = 0.693359375
-	expLn2Lo = -2.12194440e-4
-	expMin   = -87.33654
-	expMax   = 88.37626
-	expP0    = 1.9875691500e-4
-	expP1    = 1.3981999507e-3
-	expP2    = 8.3334519073e-3
-	expP3    = 4.1665795894e-2
-	expP4    = 1.6666665459e-1
-	expP5    = 5.0000001201e-1
-)
-
-// Cephes' tanhf polynomial for |y| <= 0.625: tanh y = y + y·z·T(z), z = y²
-// (the constants of the amd64 softcap).
-const (
-	tanhT0 = -5.70498872745e-3
-	tanhT1 = 2.06390887954e-2
-	tanhT2 = -5.37397155531e-2
-	tanhT3 = 1.33314422036e-1
-	tanhT4 = -3.33332819422e-1
-)
+// generic holds package kernel's constants (generic.go): the exponential's
+// Exp… and tanh's polynomial tanhT0 … tanhT4 (Cephes' tanhf for
+// |y| <= 0.625: tanh y = y + y·z·T(z), z = y²), the values of the table.
+var generic = kconst.MustRead("../generic.go")
 
 func f32(x float64) uint32 { return math.Float32bits(float32(x)) }
+
+// gf32 is f32 of generic's constant name.
+func gf32(name string) uint32 { return f32(generic.F64(name)) }
 
 func splat(x uint32) [4]uint32 { return [4]uint32{x, x, x, x} }
 
@@ -43,16 +28,16 @@ var constRows = []struct {
 	name string
 	v    [4]uint32
 }{
-	{"expA", [4]uint32{f32(expLog2e), f32(expLn2Hi), f32(expLn2Lo), f32(expP0)}},
-	{"expB", [4]uint32{f32(expP1), f32(expP2), f32(expP3), f32(expP4)}},
-	{"expC", [4]uint32{f32(expP5), f32(0.625), 0, 0}},
+	{"expA", [4]uint32{gf32("ExpLog2e"), gf32("ExpLn2Hi"), gf32("ExpLn2Lo"), gf32("ExpP0")}},
+	{"expB", [4]uint32{gf32("ExpP1"), gf32("ExpP2"), gf32("ExpP3"), gf32("ExpP4")}},
+	{"expC", [4]uint32{gf32("ExpP5"), f32(0.625), 0, 0}},
 	{"one", splat(f32(1))},
 	{"expShift", splat(f32(expShift))},
-	{"expMin", splat(f32(expMin))},
-	{"expMax", splat(f32(expMax))},
+	{"expMin", splat(gf32("ExpMin"))},
+	{"expMax", splat(gf32("ExpMax"))},
 	{"inf", splat(f32(math.Inf(1)))},
-	{"tanhA", [4]uint32{f32(tanhT0), f32(tanhT1), f32(tanhT2), f32(tanhT3)}},
-	{"tanhB", [4]uint32{f32(tanhT4), 0, 0, 0}},
+	{"tanhA", [4]uint32{gf32("tanhT0"), gf32("tanhT1"), gf32("tanhT2"), gf32("tanhT3")}},
+	{"tanhB", [4]uint32{gf32("tanhT4"), 0, 0, 0}},
 	{"two", splat(f32(2))},
 	{"c88", splat(f32(88))},
 	{"c0625", splat(f32(0.625))},
@@ -107,6 +92,13 @@ func genPeak(f *file) {
 	f.text("FMAPeakNEON", "func(iters int)",
 		"FMAPeakNEON runs iters iterations of 24 independent register-only FMLA",
 		"chains on 4-lane vectors: 192 float32 FLOPs per iteration (the peak).")
+	peakLoop(f, func(d V) inst { return fmla(d, 0, 1) })
+}
+
+// peakLoop emits the body of a peak loop func(iters int): v0, v1 and the
+// chains v8-v31 zeroed, then iters iterations of op(d) for each chain d
+// (op reads v0 and v1).
+func peakLoop(f *file, op func(d V) inst) {
 	f.ld("R0", "iters", "")
 	for v := V(0); v < 32; v++ {
 		if v < 2 || v >= 8 {
@@ -117,7 +109,7 @@ func genPeak(f *file) {
 	f.i("BLE done")
 	f.label("loop")
 	for v := V(8); v < 32; v++ {
-		f.w(fmla(v, 0, 1))
+		f.w(op(v))
 	}
 	f.i("SUBS $1, R0, R0")
 	f.i("BNE loop")
@@ -251,6 +243,17 @@ type expRegs struct {
 	shift      V // expShift in every lane
 }
 
+// load points R9 at the constant table (constBase) and loads the
+// exponential's registers from it.
+func (k expRegs) load(f *file) {
+	f.constBase("R9")
+	f.constQ(k.ka, "R9", "expA")
+	f.constQ(k.kb, "R9", "expB")
+	f.constQ(k.kc, "R9", "expC")
+	f.constQ(k.one, "R9", "one")
+	f.constQ(k.shift, "R9", "expShift")
+}
+
 // expShift is 0x1.8p23 + 127: added to v = c·log2 e (|v| < 2^22) it gives
 // a float32 in [2^23, 2^24), whose unit is 1, so the addition rounds v to
 // an integer n (to nearest; at a tie to even shift + n, so odd n, where
@@ -352,13 +355,7 @@ const esMin, esMax, esInf, esNegSub, esScale V = 27, 26, 25, 24, 23
 
 // expSumInvariants loads the loop-invariant registers and zeroes the sums.
 func expSumInvariants(f *file) {
-	k := expSumExp
-	f.constBase("R9")
-	f.constQ(k.ka, "R9", "expA")
-	f.constQ(k.kb, "R9", "expB")
-	f.constQ(k.kc, "R9", "expC")
-	f.constQ(k.one, "R9", "one")
-	f.constQ(k.shift, "R9", "expShift")
+	expSumExp.load(f)
 	f.constQ(esMin, "R9", "expMin")
 	f.constQ(esMax, "R9", "expMax")
 	f.constQ(esInf, "R9", "inf")
@@ -410,21 +407,6 @@ func genHalfPeaks(f *file) {
 		f.text(p.name, "func(iters int)",
 			fmt.Sprintf("%s runs iters iterations of 24 independent register-only %s chains:", p.name, p.what),
 			fmt.Sprintf("%d float32 FLOPs per iteration (%s).", p.flops, p.of))
-		f.ld("R0", "iters", "")
-		for v := V(0); v < 32; v++ {
-			if v < 2 || v >= 8 {
-				f.w(movi0(v))
-			}
-		}
-		f.i("CMP $0, R0")
-		f.i("BLE done")
-		f.label("loop")
-		for v := V(8); v < 32; v++ {
-			f.w(p.op(v, 0, 1, 0))
-		}
-		f.i("SUBS $1, R0, R0")
-		f.i("BNE loop")
-		f.label("done")
-		f.ret()
+		peakLoop(f, func(d V) inst { return p.op(d, 0, 1, 0) })
 	}
 }

@@ -43,12 +43,7 @@ func softcapEntry(f *file) {
 	f.ld("R2", "g", "base")
 	f.ld("R3", "g", "len")
 	k := softcapExp
-	f.constBase("R9")
-	f.constQ(k.ka, "R9", "expA")
-	f.constQ(k.kb, "R9", "expB")
-	f.constQ(k.kc, "R9", "expC")
-	f.constQ(k.one, "R9", "one")
-	f.constQ(k.shift, "R9", "expShift")
+	k.load(f)
 	f.constQ(capTwo, "R9", "two")
 	f.constQ(cap88, "R9", "c88")
 	f.constQ(cap0625, "R9", "c0625")

@@ -56,43 +56,24 @@ func genBF16Gemm(accumulate bool) {
 }
 
 type bfGemm struct {
-	acc               bool
-	cCol, bCol, nLeft GPVirtual
-	aRow, cRow, mLeft GPVirtual
+	acc bool
+	blocks
 }
 
 // columnLoop emits: for nLeft >= 16·nv { all rows of C[:, j0:j0+16nv]; advance }.
 func (g *bfGemm) columnLoop(nv int) {
-	width := 16 * nv
-	top, done := fmt.Sprintf("cols%d", width), fmt.Sprintf("cols%dDone", width)
-	Label(top)
-	CMPQ(g.nLeft, U32(width))
-	JL(LabelRef(done))
-	g.rowPass(nv)
-	ADDQ(U32(4*width), g.cCol)
-	t := Load(Param("ldb"), GP64()) // nv strips of ldb words = 2nv·ldb bytes
-	SHLQ(Imm(uint64(log2(2*nv))), t)
-	ADDQ(t, g.bCol)
-	SUBQ(U32(width), g.nLeft)
-	JMP(LabelRef(top))
-	Label(done)
+	g.blocks.columnLoop(16*nv, func() { g.rowPass(nv) }, func() {
+		t := Load(Param("ldb"), GP64()) // nv strips of ldb words = 2nv·ldb bytes
+		SHLQ(Imm(uint64(log2(2*nv))), t)
+		ADDQ(t, g.bCol)
+	})
 }
 
 // rowPass emits the row loop over one column block of nv strips (see
 // rowLoop).
 func (g *bfGemm) rowPass(nv int) {
-	g.aRow = Load(Param("a").Base(), GP64()).(GPVirtual)
-	g.cRow = GP64()
-	MOVQ(g.cCol, g.cRow)
-	g.mLeft = Load(Param("m"), GP64()).(GPVirtual)
-
-	rowLoop(fmt.Sprintf("v%d", nv), g.mLeft, func(r int) { g.tile(r, nv) }, func() {
-		t := Load(Param("lda"), GP64())
-		IMUL3Q(Imm(2*mr), t, t)
-		ADDQ(t, g.aRow)
-		t = Load(Param("ldc"), GP64())
-		IMUL3Q(Imm(4*mr), t, t)
-		ADDQ(t, g.cRow)
+	g.blocks.rowPass(fmt.Sprintf("v%d", nv), func(r int) { g.tile(r, nv) }, func() {
+		addScaled(g.aRow, "lda", 2*mr)
 	})
 }
 
@@ -113,29 +94,12 @@ func (g *bfGemm) tile(r, nv int) {
 	}
 
 	lda := loadStride("lda", 2)
-	ap := GP64()
-	MOVQ(g.aRow, ap)
-	var a3 GPVirtual
-	if r > 3 {
-		a3 = GP64()
-		LEAQ(Mem{Base: ap, Index: lda, Scale: 2}, a3)
-		ADDQ(lda, a3)
-	}
+	a := newATile(g.aRow, lda, r > 3)
 	bp := GP64()
 	MOVQ(g.bCol, bp)
 	var bs GPVirtual // bytes from one packed strip to the next: 2·ldb
 	if nv == 2 {
 		bs = loadStride("ldb", 2).(GPVirtual)
-	}
-	aAddr := func(i int) Mem {
-		base := Register(ap)
-		if i >= 3 {
-			base, i = a3, i-3
-		}
-		if i == 0 {
-			return Mem{Base: base}
-		}
-		return Mem{Base: base, Index: lda, Scale: uint8(i)}
 	}
 
 	pc := Load(Param("k"), GP64())
@@ -147,34 +111,18 @@ func (g *bfGemm) tile(r, nv int) {
 		VMOVUPS(Mem{Base: bp, Index: bs, Scale: 1}, zmm(bfB+1))
 	}
 	for i := 0; i < r; i++ {
-		VPBROADCASTD(aAddr(i), zmm(bfBcast+i))
+		VPBROADCASTD(a.addr(i), zmm(bfBcast+i))
 		for v := 0; v < nv; v++ {
 			vdpbf16ps(acc(i, v), bfBcast+i, bfB+v)
 		}
 	}
 	ADDQ(Imm(64), bp)
-	ADDQ(Imm(4), ap)
-	if a3 != nil {
-		ADDQ(Imm(4), a3)
-	}
+	a.step(4)
 	DECQ(pc)
 	JNE(LabelRef(tag + "loop"))
 
 	Label(tag + "store")
-	cp := GP64()
-	MOVQ(g.cRow, cp)
-	for i := 0; i < r; i++ {
-		for v := 0; v < nv; v++ {
-			c := Mem{Base: cp, Disp: 64 * v}
-			if g.acc {
-				VADDPS(c, zmm(acc(i, v)), zmm(acc(i, v)))
-			}
-			VMOVUPS(zmm(acc(i, v)), c)
-		}
-		if i < r-1 {
-			ADDQ(ldc, cp)
-		}
-	}
+	storeAcc(g.cRow, ldc, r, nv, 64, g.acc, func(i, v int) Op { return zmm(acc(i, v)) })
 }
 
 // genBF16Peak generates FMAPeakBF16AVX512: 12 independent VDPBF16PS chains.

@@ -80,15 +80,11 @@ func genDsFromDp(s isa) {
 // ---------------------------------------------------------------------------
 // Softcap: x = c·tanh(x/c), and its derivative factor 1 - tanh².
 
-// Cephes' tanhf polynomial for |y| <= 0.625: tanh y = y + y·z·T(z), z = y²
-// (tanhT0 … of package kernel's generic.go).
-const (
-	tanhT0 = -5.70498872745e-3
-	tanhT1 = 2.06390887954e-2
-	tanhT2 = -5.37397155531e-2
-	tanhT3 = 1.33314422036e-1
-	tanhT4 = -3.33332819422e-1
-)
+// tanhT is Cephes' tanhf polynomial for |y| <= 0.625: tanh y = y +
+// y·z·T(z), z = y², T(z) = (((T0·z + T1)·z + T2)·z + T3)·z + T4, package
+// kernel's tanhT0 … tanhT4 (generic.go).
+var tanhT = []float32{generic.F32("tanhT0"), generic.F32("tanhT1"), generic.F32("tanhT2"),
+	generic.F32("tanhT3"), generic.F32("tanhT4")}
 
 // genSoftcap generates softcapAVX2 (see Impl.Softcap). Both branches of
 // tanh are computed for every lane and blended: the polynomial for
@@ -134,8 +130,8 @@ func genSoftcap() {
 	// Small branch: t = y + y·z·T(z).
 	z, ts := YMM(), YMM()
 	VMULPS(y, y, z)
-	VMOVUPS(k(tanhT0), ts)
-	for _, c := range []float32{tanhT1, tanhT2, tanhT3, tanhT4} {
+	VMOVUPS(k(tanhT[0]), ts)
+	for _, c := range tanhT[1:] {
 		VFMADD213PS(k(c), z, ts)
 	}
 	VMULPS(z, ts, ts)
@@ -165,7 +161,7 @@ func genSoftcap() {
 
 // softcapTab holds the constants of genSoftcap (softcapVals), each in the
 // 8 lanes of a 32-byte entry. Package kernel's tests compare it with the
-// Go constants of the same values (tanhT0 … in generic.go).
+// Go constants of the same values (tanhT0 … in generic.go, tanhT here).
 var (
 	softcapTab  Mem
 	softcapVals []float32
@@ -181,8 +177,8 @@ func softcapConst(v float32) Op {
 }
 
 func genSoftcapTable() {
-	softcapVals = []float32{math.Float32frombits(0x7fffffff), 88, 2, math.Float32frombits(0x80000000),
-		tanhT0, tanhT1, tanhT2, tanhT3, tanhT4, 0.625}
+	softcapVals = append([]float32{math.Float32frombits(0x7fffffff), 88, 2, math.Float32frombits(0x80000000)}, tanhT...)
+	softcapVals = append(softcapVals, 0.625)
 	softcapTab = GLOBL("softcapconsts", RODATA|NOPTR)
 	for i, v := range softcapVals {
 		for l := 0; l < 8; l++ {

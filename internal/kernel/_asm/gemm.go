@@ -36,16 +36,7 @@ type gemm struct {
 	s    isa
 	kind gemmKind
 	name string
-
-	// Live across the whole function.
-	cCol  GPVirtual // &C[0, j0] of the current column block
-	bCol  GPVirtual // start of B for column j0 (packed strip or &B[0, j0])
-	nLeft GPVirtual // columns still to do
-
-	// Live across one pass over the rows of a column block.
-	aRow  GPVirtual // &A[i0, 0] (&A[0, i0] for Aᵀ·B)
-	cRow  GPVirtual // &C[i0, j0]
-	mLeft GPVirtual // rows still to do
+	blocks
 }
 
 func genGemm(s isa, kind gemmKind) {
@@ -90,49 +81,28 @@ func genGemm(s isa, kind gemmKind) {
 
 // columnLoop emits: for nLeft >= width { all rows of C[:, j0:j0+width]; advance }.
 func (g *gemm) columnLoop(nv, width int) {
-	top := fmt.Sprintf("cols%d", width)
-	done := fmt.Sprintf("cols%dDone", width)
-	Label(top)
-	CMPQ(g.nLeft, U32(width))
-	JL(LabelRef(done))
-
-	g.rowPass(nv)
-
-	// Advance C and B to the next column block.
-	ADDQ(U32(4*width), g.cCol)
-	if g.kind == kindABt {
-		// width/16 packed strips of k·16 floats each.
-		t := Load(Param("k"), GP64())
-		SHLQ(Imm(uint64(log2(4*16*width/16))), t)
-		ADDQ(t, g.bCol)
-	} else {
-		ADDQ(U32(4*width), g.bCol)
-	}
-	SUBQ(U32(width), g.nLeft)
-	JMP(LabelRef(top))
-	Label(done)
+	g.blocks.columnLoop(width, func() { g.rowPass(nv) }, func() {
+		if g.kind == kindABt {
+			// width/16 packed strips of k·16 floats each.
+			t := Load(Param("k"), GP64())
+			SHLQ(Imm(uint64(log2(4*16*width/16))), t)
+			ADDQ(t, g.bCol)
+		} else {
+			ADDQ(U32(4*width), g.bCol)
+		}
+	})
 }
 
 // rowPass emits the row loop over one column block of nv vectors: full
 // tiles of mr rows, then one tile of the remaining m%mr rows.
 func (g *gemm) rowPass(nv int) {
-	g.aRow = Load(Param("a").Base(), GP64()).(GPVirtual)
-	g.cRow = GP64()
-	MOVQ(g.cCol, g.cRow)
-	g.mLeft = Load(Param("m"), GP64()).(GPVirtual)
-
-	rowLoop(fmt.Sprintf("v%d", nv), g.mLeft, func(r int) { g.tile(r, nv) }, func() {
-		// Advance A and C by mr rows.
+	g.blocks.rowPass(fmt.Sprintf("v%d", nv), func(r int) { g.tile(r, nv) }, func() {
+		// Advance A by mr rows.
 		if g.kind == kindAtB {
 			ADDQ(Imm(4*mr), g.aRow) // row i of Aᵀ is column i of A
 		} else {
-			t := Load(Param("lda"), GP64())
-			IMUL3Q(Imm(4*mr), t, t)
-			ADDQ(t, g.aRow)
+			addScaled(g.aRow, "lda", 4*mr)
 		}
-		t := Load(Param("ldc"), GP64())
-		IMUL3Q(Imm(4*mr), t, t)
-		ADDQ(t, g.cRow)
 	})
 }
 
@@ -188,14 +158,8 @@ func (g *gemm) tile(r, nv int) {
 	// Pointers that walk along k.
 	lda := Load(Param("lda"), GP64())
 	SHLQ(Imm(2), lda)
-	ap := GP64() // A[i0, p] (A[p, i0] for Aᵀ·B)
-	MOVQ(g.aRow, ap)
-	var a3 GPVirtual // A[i0+3, p]: rows 3..5 are addressed from here
-	if g.kind != kindAtB && r > 3 {
-		a3 = GP64()
-		LEAQ(Mem{Base: ap, Index: lda, Scale: 2}, a3)
-		ADDQ(lda, a3)
-	}
+	// A[i0+i, p] (A[p, i0] for Aᵀ·B); rows 3..5 addressed from a.a3.
+	a := newATile(g.aRow, lda, g.kind != kindAtB && r > 3)
 	bp := GP64() // B[p, j0]
 	MOVQ(g.bCol, bp)
 	var bs GPVirtual // ABt: bytes per packed strip; AB/AtB: bytes per row of B
@@ -211,16 +175,9 @@ func (g *gemm) tile(r, nv int) {
 	// aAddr(i) is the address of the scalar A[i0+i, p].
 	aAddr := func(i int) Mem {
 		if g.kind == kindAtB {
-			return Mem{Base: ap, Disp: 4 * i}
+			return Mem{Base: a.ap, Disp: 4 * i}
 		}
-		base := Register(ap)
-		if i >= 3 {
-			base, i = a3, i-3
-		}
-		if i == 0 {
-			return Mem{Base: base}
-		}
-		return Mem{Base: base, Index: lda, Scale: uint8(i)}
+		return a.addr(i)
 	}
 	// bAddr(v) is the address of the vector B[p, j0+v·Lanes : +Lanes].
 	bAddr := func(v int) Mem {
@@ -265,12 +222,9 @@ func (g *gemm) tile(r, nv int) {
 		ADDQ(bs, bp)
 	}
 	if g.kind == kindAtB {
-		ADDQ(lda, ap)
+		ADDQ(lda, a.ap)
 	} else {
-		ADDQ(Imm(4), ap)
-		if a3 != nil {
-			ADDQ(Imm(4), a3)
-		}
+		a.step(4)
 	}
 	DECQ(pc)
 	JNE(LabelRef(tag + "loop"))
@@ -278,20 +232,7 @@ func (g *gemm) tile(r, nv int) {
 	Label(tag + "store")
 	ldc := Load(Param("ldc"), GP64())
 	SHLQ(Imm(2), ldc)
-	cp := GP64()
-	MOVQ(g.cRow, cp)
-	for i := range acc {
-		for v := range acc[i] {
-			c := Mem{Base: cp, Disp: v * s.Bytes()}
-			if g.kind != kindABt {
-				VADDPS(c, acc[i][v], acc[i][v])
-			}
-			VMOVUPS(acc[i][v], c)
-		}
-		if i < r-1 {
-			ADDQ(ldc, cp)
-		}
-	}
+	storeAcc(g.cRow, ldc, r, nv, s.Bytes(), g.kind != kindABt, func(i, v int) Op { return acc[i][v] })
 }
 
 // mulAddRounded emits acc[v] += round(A[i0+i, p]·bv[v]) for the scalar of
@@ -370,62 +311,61 @@ func genDot4T() {
 		VMOVUPS(x, dst)
 	}
 
+	// dot emits the loop over k of the dot products of the four rows with
+	// the key rows at keys, and returns the accumulators acc[key*4 + row].
+	// One key reads the rows as FMA memory operands; more keys load each
+	// row once and share it.
+	dot := func(label string, keys ...Register) []VecVirtual {
+		acc := make([]VecVirtual, 4*len(keys))
+		for i := range acc {
+			acc[i] = YMM()
+			VXORPS(acc[i], acc[i], acc[i])
+		}
+		off := GP64()
+		XORQ(off, off)
+		Label(label)
+		bv := make([]VecVirtual, len(keys))
+		for j := range bv {
+			bv[j] = YMM()
+		}
+		for j, key := range keys {
+			VMOVUPS(Mem{Base: key, Index: off, Scale: 1}, bv[j])
+		}
+		for r, ar := range rows {
+			if len(keys) == 1 {
+				VFMADD231PS(Mem{Base: ar, Index: off, Scale: 1}, bv[0], acc[r])
+				continue
+			}
+			av := YMM()
+			VMOVUPS(Mem{Base: ar, Index: off, Scale: 1}, av)
+			for j := range bv {
+				VFMADD231PS(av, bv[j], acc[4*j+r])
+			}
+		}
+		ADDQ(Imm(32), off)
+		CMPQ(off, kb)
+		JL(LabelRef(label))
+		return acc
+	}
+
 	b1 := GP64()
 	Label("pair")
 	CMPQ(n, Imm(2))
 	JL(LabelRef("single"))
-	{
-		MOVQ(bp, b1)
-		ADDQ(ldb, b1)
-		acc := make([]VecVirtual, 8) // acc[key*4 + row]
-		for i := range acc {
-			acc[i] = YMM()
-			VXORPS(acc[i], acc[i], acc[i])
-		}
-		off := GP64()
-		XORQ(off, off)
-		Label("pairDot")
-		bv0, bv1 := YMM(), YMM()
-		VMOVUPS(Mem{Base: bp, Index: off, Scale: 1}, bv0)
-		VMOVUPS(Mem{Base: b1, Index: off, Scale: 1}, bv1)
-		for r, ar := range rows {
-			av := YMM()
-			VMOVUPS(Mem{Base: ar, Index: off, Scale: 1}, av)
-			VFMADD231PS(av, bv0, acc[r])
-			VFMADD231PS(av, bv1, acc[4+r])
-		}
-		ADDQ(Imm(32), off)
-		CMPQ(off, kb)
-		JL(LabelRef("pairDot"))
-		store4(acc[:4], Mem{Base: cp})
-		store4(acc[4:], Mem{Base: cp, Index: ldc, Scale: 1})
-		LEAQ(Mem{Base: cp, Index: ldc, Scale: 2}, cp)
-		LEAQ(Mem{Base: bp, Index: ldb, Scale: 2}, bp)
-		SUBQ(Imm(2), n)
-		JMP(LabelRef("pair"))
-	}
+	MOVQ(bp, b1)
+	ADDQ(ldb, b1)
+	acc := dot("pairDot", bp, b1)
+	store4(acc[:4], Mem{Base: cp})
+	store4(acc[4:], Mem{Base: cp, Index: ldc, Scale: 1})
+	LEAQ(Mem{Base: cp, Index: ldc, Scale: 2}, cp)
+	LEAQ(Mem{Base: bp, Index: ldb, Scale: 2}, bp)
+	SUBQ(Imm(2), n)
+	JMP(LabelRef("pair"))
+
 	Label("single")
 	CMPQ(n, Imm(0))
 	JE(LabelRef("done"))
-	{
-		acc := make([]VecVirtual, 4)
-		for i := range acc {
-			acc[i] = YMM()
-			VXORPS(acc[i], acc[i], acc[i])
-		}
-		off := GP64()
-		XORQ(off, off)
-		Label("singleDot")
-		bv := YMM()
-		VMOVUPS(Mem{Base: bp, Index: off, Scale: 1}, bv)
-		for r, ar := range rows {
-			VFMADD231PS(Mem{Base: ar, Index: off, Scale: 1}, bv, acc[r])
-		}
-		ADDQ(Imm(32), off)
-		CMPQ(off, kb)
-		JL(LabelRef("singleDot"))
-		store4(acc, Mem{Base: cp})
-	}
+	store4(dot("singleDot", bp), Mem{Base: cp})
 	Label("done")
 	VZEROUPPER()
 	RET()

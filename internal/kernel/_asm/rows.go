@@ -3,6 +3,7 @@ package main
 import (
 	"math"
 
+	"github.com/flashattn/flashattn/internal/kernel/_kconst"
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	. "github.com/mmcloughlin/avo/reg"
@@ -14,21 +15,10 @@ import (
 // ---------------------------------------------------------------------------
 // Exponential.
 
-// Constants of the float32 exponential, those of generic.go (Exp…):
-// package kernel's TestAsmTables compares the table (expconsts) with them.
-const (
-	expLog2e = 1.44269504088896341
-	expLn2Hi = 0.693359375
-	expLn2Lo = -2.12194440e-4
-	expMin   = -87.33654
-	expMax   = 88.37626
-	expP0    = 1.9875691500e-4
-	expP1    = 1.3981999507e-3
-	expP2    = 8.3334519073e-3
-	expP3    = 4.1665795894e-2
-	expP4    = 1.6666665459e-1
-	expP5    = 5.0000001201e-1
-)
+// generic holds package kernel's constants (generic.go): the float32
+// exponential's Exp… and tanh's polynomial tanhT0 … tanhT4, the values of
+// the tables; package kernel's TestAsmTables reads the tables back.
+var generic = kconst.MustRead("../generic.go")
 
 // Indexes into the constant table; each entry is one value repeated in
 // all 16 lanes (64 bytes), so either ISA can use it as a vector operand.
@@ -53,9 +43,12 @@ var expTab Mem
 
 func genExpTable() {
 	vals := [numConsts]float32{
-		cLog2e: expLog2e, cLn2Hi: expLn2Hi, cLn2Lo: expLn2Lo,
-		cP0: expP0, cP1: expP1, cP2: expP2, cP3: expP3, cP4: expP4, cP5: expP5,
-		cOne: 1, cMin: expMin, cMax: expMax, cInf: float32(math.Inf(1)),
+		cOne: 1, cInf: float32(math.Inf(1)),
+	}
+	for i, name := range map[int]string{cLog2e: "ExpLog2e", cLn2Hi: "ExpLn2Hi", cLn2Lo: "ExpLn2Lo",
+		cP0: "ExpP0", cP1: "ExpP1", cP2: "ExpP2", cP3: "ExpP3", cP4: "ExpP4", cP5: "ExpP5",
+		cMin: "ExpMin", cMax: "ExpMax"} {
+		vals[i] = generic.F32(name)
 	}
 	expTab = GLOBL("expconsts", RODATA|NOPTR)
 	for i, v := range vals {
