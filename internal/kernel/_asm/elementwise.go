@@ -118,7 +118,7 @@ func genSoftcap() {
 	u := YMM()
 	VADDPS(a, a, u)
 	VMINPS(k(88), u, u)
-	q := expCoreAVX2(u, func(i int) Op { return expTab.Offset(64 * i) }) // e^{2|y|}
+	q := expCoreAVX2([]VecVirtual{u}, func(i int) Op { return expTab.Offset(64 * i) })[0] // e^{2|y|}
 	VADDPS(one, q, q)
 	tl := YMM()
 	VMOVUPS(k(2), tl)

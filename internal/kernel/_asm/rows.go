@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/flashattn/flashattn/internal/kernel/_kconst"
@@ -71,15 +72,16 @@ func genExpSum(s isa) {
 	sub := broadcastParam(s, "sub")
 
 	// c(i) is constant i as the memory-or-register operand of an
-	// instruction. AVX-512 has registers to spare and keeps every constant
-	// in one. AVX2 has 16 registers: it keeps the constants used most
+	// instruction. AVX2 has 16 registers: it keeps the constants used most
 	// (and those that must be registers) and reads the polynomial's from
 	// the table; with every constant in memory the loop was bound by loads
-	// (16 per vector), at a third of the speed.
+	// (16 per vector), at a third of the speed. AVX-512 keeps all but the
+	// two that are only loaded (P0, +Inf), which leaves registers for the
+	// four vectors it computes side by side.
 	var creg [numConsts]VecVirtual
 	inReg := func(i int) bool {
 		if s.EVEX {
-			return true
+			return i != cP0 && i != cInf
 		}
 		switch i {
 		case cLog2e, cLn2Hi, cOne, cMin, cMax:
@@ -100,82 +102,102 @@ func genExpSum(s isa) {
 		return expTab.Offset(64 * i)
 	}
 
-	// exp computes one vector at byte offset off of xp in place and adds the
-	// result to acc.
-	exp := func(off int, acc VecVirtual) {
+	// exp computes the vectors at byte offsets offs of xp in place and adds
+	// vector j to acc[j%len(acc)]: the same sums, in the same order, as
+	// one vector at a time. The vectors' instructions are interleaved, one
+	// step for all vectors before the next, so that each step finds
+	// independent work while the previous one's latency runs: one vector's
+	// exponential is a chain of about 50 cycles, and the scheduler does
+	// not hold enough of the loop to overlap successive vectors.
+	exp := func(offs []int, acc []VecVirtual) {
 		if !s.EVEX {
-			expAVX2(s, xp, off, acc, scale, sub, c)
+			expAVX2(s, xp, offs, acc, scale, sub, c)
 			return
 		}
+		u := len(offs)
+		each := func(f func(j int)) {
+			for j := 0; j < u; j++ {
+				f(j)
+			}
+		}
+		t, n, p, r2 := vecs(s, u), vecs(s, u), vecs(s, u), vecs(s, u)
 		// t = round(scale·x) − sub: the product rounded, not fused (see
 		// Impl.ExpSum).
-		t := s.Vec()
-		VMULPS(Mem{Base: xp, Disp: off}, scale, t)
-		VSUBPS(sub, t, t)
-		r, n, p, r2 := s.Vec(), s.Vec(), s.Vec(), s.Vec()
-		// r = t clamped so that 2^n stays finite. VMINPS returns its first
-		// (Go-order) operand when either is NaN, so NaN survives.
-		VMINPS(t, c(cMax), r)
-		// n = round(r·log2 e), to nearest even.
-		VMULPS(c(cLog2e), r, n)
-		VRNDSCALEPS(Imm(0), n, n)
-		// r -= n·ln2, in two steps (ln2hi has few bits so n·ln2hi is exact).
-		VFNMADD231PS(c(cLn2Hi), n, r)
-		VFNMADD231PS(c(cLn2Lo), n, r)
+		each(func(j int) { VMULPS(Mem{Base: xp, Disp: offs[j]}, scale, t[j]) })
+		each(func(j int) { VSUBPS(sub, t[j], t[j]) })
+		// n = round(t·log2 e), to nearest even. t is not clamped first:
+		// the lanes where t > ExpMax are +Inf and those where t < ExpMin
+		// are 0 at the end whatever p is, and a NaN propagates.
+		each(func(j int) { VMULPS(c(cLog2e), t[j], n[j]) })
+		each(func(j int) { VRNDSCALEPS(Imm(0), n[j], n[j]) })
+		// r = t − n·ln2, in two steps (ln2hi has few bits so n·ln2hi is
+		// exact); r2 holds r.
+		each(func(j int) { VMOVAPS(t[j], r2[j]) })
+		each(func(j int) { VFNMADD231PS(c(cLn2Hi), n[j], r2[j]) })
+		each(func(j int) { VFNMADD231PS(c(cLn2Lo), n[j], r2[j]) })
 		// p = ((((P0·r + P1)·r + P2)·r + P3)·r + P4)·r + P5, Horner's rule.
-		VMOVUPS(c(cP0), p)
+		each(func(j int) { VMOVUPS(c(cP0), p[j]) })
 		for _, k := range []int{cP1, cP2, cP3, cP4, cP5} {
-			VFMADD213PS(c(k), r, p) // p = p*r + Pk
+			each(func(j int) { VFMADD213PS(c(k), r2[j], p[j]) }) // p = p*r + Pk
 		}
-		// p = p·r² + r + 1 ≈ exp(r).
-		VMULPS(r, r, r2)
-		VFMADD213PS(r, r2, p)
-		VADDPS(c(cOne), p, p)
-		// p·2^n, forced to 0 where t < ExpMin (true also for -Inf; false
-		// for NaN, which propagates through p).
-		k1 := K()
-		VCMPPS(Imm(0x15), c(cMin), t, k1) // NLT_UQ: !(t < ExpMin)
-		VSCALEFPS_Z(n, p, k1, p)
-		// +Inf where t > ExpMax.
-		k2 := K()
-		VCMPPS(Imm(0x1e), c(cMax), t, k2) // GT_OQ
-		VMOVAPS(c(cInf), k2, p)
-		VMOVUPS(p, Mem{Base: xp, Disp: off})
-		VADDPS(p, acc, acc)
+		// p = p·r² + r + 1 ≈ exp(r); t is free for r² once r is copied.
+		r := t
+		each(func(j int) {
+			// Masks first, while t is still the argument: k1 is
+			// !(t < ExpMin) (NLT_UQ; true also for NaN, which propagates
+			// through p), k2 is t > ExpMax (GT_OQ).
+			k1, k2 := K(), K()
+			VCMPPS(Imm(0x15), c(cMin), t[j], k1)
+			VCMPPS(Imm(0x1e), c(cMax), t[j], k2)
+			VMULPS(r2[j], r2[j], r[j])
+			VFMADD213PS(r2[j], r[j], p[j])
+			VADDPS(c(cOne), p[j], p[j])
+			// p·2^n, forced to 0 where t < ExpMin (true also for -Inf),
+			// then +Inf where t > ExpMax.
+			VSCALEFPS_Z(n[j], p[j], k1, p[j])
+			VMOVUPS(c(cInf), k2, p[j]) // a masked load: VMOVAPS would need 64-byte alignment
+		})
+		each(func(j int) {
+			VMOVUPS(p[j], Mem{Base: xp, Disp: offs[j]})
+			VADDPS(p[j], acc[j%len(acc)], acc[j%len(acc)])
+		})
 	}
 
-	// AVX-512: two vectors per iteration into two accumulators; AVX2 has
-	// no registers for a second chain. Out-of-order execution overlaps the
-	// long dependency chains of successive iterations either way.
-	u := 1
+	// The accumulators fix the order of the sums, hence the result's bits:
+	// AVX-512 has two, acc[0] summing vectors 0, 2, 4, … of x and acc[1]
+	// vectors 1, 3, 5, …, then the odd last vector is added after acc[1];
+	// AVX2 has one. AVX-512 computes four vectors per iteration, then a
+	// last pair; AVX2 one: two side by side need more than its 16
+	// registers (VBLENDVPS cannot use Y16-Y31).
+	groups, acc := []int{1}, vecs(s, 1)
 	if s.EVEX {
-		u = 2
+		groups, acc = []int{4, 2}, vecs(s, 2)
 	}
-	acc := make([]VecVirtual, u)
-	for i := range acc {
-		acc[i] = s.Vec()
-		zero(s, acc[i])
+	for _, a := range acc {
+		zero(s, a)
 	}
-	Label("loop")
-	CMPQ(nl, U32(u*s.Lanes))
-	JL(LabelRef("tail"))
-	for i := range acc {
-		exp(i*s.Bytes(), acc[i])
+	for _, u := range groups {
+		loop := fmt.Sprintf("loop%d", u)
+		Label(loop)
+		CMPQ(nl, U32(u*s.Lanes))
+		JL(LabelRef(fmt.Sprintf("after%d", u)))
+		offs := make([]int, u)
+		for j := range offs {
+			offs[j] = j * s.Bytes()
+		}
+		exp(offs, acc)
+		ADDQ(U32(u*s.Bytes()), xp)
+		SUBQ(U32(u*s.Lanes), nl)
+		JMP(LabelRef(loop))
+		Label(fmt.Sprintf("after%d", u))
 	}
-	ADDQ(U32(u*s.Bytes()), xp)
-	SUBQ(U32(u*s.Lanes), nl)
-	JMP(LabelRef("loop"))
-	Label("tail")
-	for i := 1; i < u; i++ {
-		VADDPS(acc[i], acc[0], acc[0])
+	for _, a := range acc[1:] {
+		VADDPS(a, acc[0], acc[0])
 	}
-	Label("tailLoop")
+	// At most one vector is left.
 	CMPQ(nl, U32(s.Lanes))
 	JL(LabelRef("done"))
-	exp(0, acc[0])
-	ADDQ(U32(s.Bytes()), xp)
-	SUBQ(U32(s.Lanes), nl)
-	JMP(LabelRef("tailLoop"))
+	exp([]int{0}, acc[:1])
 	Label("done")
 	x := reduce(s, acc[0], VADDPS)
 	VADDSS(x.shuf, x.v, x.v)
@@ -184,61 +206,88 @@ func genExpSum(s isa) {
 	RET()
 }
 
-// expAVX2 computes exp of the vector at byte offset off of xp in place and
-// adds it to acc. The loop it sits in is bound by the latency of this chain
-// (the FP scheduler holds only two or three iterations), so the chain is
-// kept short: no clamping in front (lanes outside [ExpMin, ExpMax] are
-// fixed at the end, off the chain) and the polynomial by Estrin's scheme.
-func expAVX2(s isa, xp Register, off int, acc, scale, sub VecVirtual, c func(int) Op) {
-	t := s.Vec()
-	VMULPS(Mem{Base: xp, Disp: off}, scale, t)
-	VSUBPS(sub, t, t) // t = round(scale·x) − sub, as in genExpSum
-	q := expCoreAVX2(t, c)
-	r2 := s.Vec()
-	// 0 where t < ExpMin (incl. -Inf).
-	VCMPPS(Imm(0x11), c(cMin), t, r2) // LT_OQ
-	VANDNPS(q, r2, q)
-	// t+Inf (= +Inf, or NaN for NaN) where t > ExpMax or t is NaN.
-	VCMPPS(Imm(0x16), c(cMax), t, r2) // NLE_UQ
-	VADDPS(c(cInf), t, t)
-	VBLENDVPS(r2, t, q, q) // q = r2 ? t : q
-	VMOVUPS(q, Mem{Base: xp, Disp: off})
-	VADDPS(q, acc, acc)
+// vecs returns u new vector registers.
+func vecs(s isa, u int) []VecVirtual {
+	v := make([]VecVirtual, u)
+	for i := range v {
+		v[i] = s.Vec()
+	}
+	return v
 }
 
-// expCoreAVX2 returns e^t for the lanes of t in [ExpMin, ExpMax] (others
-// are garbage, to be fixed by the caller): n = round(t·log2 e), r = t − n·ln2
-// in two steps (ln2hi has few bits so n·ln2hi is exact), e^r by a degree-6
-// polynomial evaluated by Estrin's scheme (short dependency chain), and 2^n
-// built from its exponent bits. c gives the constants of expTab.
-func expCoreAVX2(t VecVirtual, c func(int) Op) VecVirtual {
-	n := YMM()
-	VMULPS(c(cLog2e), t, n)
-	VROUNDPS(Imm(8), n, n)
-	r := YMM()
-	VMOVAPS(t, r)
-	VFNMADD231PS(c(cLn2Hi), n, r)
-	VFNMADD231PS(c(cLn2Lo), n, r)
+// expAVX2 computes exp of the vectors at byte offsets offs of xp in place
+// and adds vector j to acc[j%len(acc)], their instructions interleaved (see
+// genExpSum). The chain is kept short: no clamping in front (lanes outside
+// [ExpMin, ExpMax] are fixed at the end, off the chain) and the polynomial
+// by Estrin's scheme.
+func expAVX2(s isa, xp Register, offs []int, acc []VecVirtual, scale, sub VecVirtual, c func(int) Op) {
+	t := vecs(s, len(offs))
+	for j, off := range offs {
+		VMULPS(Mem{Base: xp, Disp: off}, scale, t[j])
+	}
+	for j := range offs {
+		VSUBPS(sub, t[j], t[j]) // t = round(scale·x) − sub, as in genExpSum
+	}
+	q := expCoreAVX2(t, c)
+	for j, off := range offs {
+		r2 := s.Vec()
+		// 0 where t < ExpMin (incl. -Inf).
+		VCMPPS(Imm(0x11), c(cMin), t[j], r2) // LT_OQ
+		VANDNPS(q[j], r2, q[j])
+		// t+Inf (= +Inf, or NaN for NaN) where t > ExpMax or t is NaN.
+		VCMPPS(Imm(0x16), c(cMax), t[j], r2) // NLE_UQ
+		VADDPS(c(cInf), t[j], t[j])
+		VBLENDVPS(r2, t[j], q[j], q[j]) // q = r2 ? t : q
+		VMOVUPS(q[j], Mem{Base: xp, Disp: off})
+		VADDPS(q[j], acc[j%len(acc)], acc[j%len(acc)])
+	}
+}
+
+// expCoreAVX2 returns e^t for the lanes of the vectors t in [ExpMin,
+// ExpMax] (others are garbage, to be fixed by the caller), the vectors'
+// instructions interleaved: n = round(t·log2 e), r = t − n·ln2 in two steps
+// (ln2hi has few bits so n·ln2hi is exact), e^r by a degree-6 polynomial
+// evaluated by Estrin's scheme (short dependency chain), and 2^n built
+// from its exponent bits. c gives the constants of expTab.
+func expCoreAVX2(t []VecVirtual, c func(int) Op) []VecVirtual {
+	u := len(t)
+	each := func(f func(j int)) {
+		for j := 0; j < u; j++ {
+			f(j)
+		}
+	}
+	n, r := vecs(isaAVX2, u), vecs(isaAVX2, u)
+	each(func(j int) { VMULPS(c(cLog2e), t[j], n[j]) })
+	each(func(j int) { VROUNDPS(Imm(8), n[j], n[j]) })
+	each(func(j int) { VMOVAPS(t[j], r[j]) })
+	each(func(j int) { VFNMADD231PS(c(cLn2Hi), n[j], r[j]) })
+	each(func(j int) { VFNMADD231PS(c(cLn2Lo), n[j], r[j]) })
 	// q = P5 + P4·r + P3·r² + P2·r³ + P1·r⁴ + P0·r⁵
 	//   = (P4·r + P5) + r²·((P2·r + P3) + r²·(P0·r + P1))
-	a, b, q, r2 := YMM(), YMM(), YMM(), YMM()
-	VMULPS(r, r, r2)
-	VMOVUPS(c(cP4), a)
-	VFMADD213PS(c(cP5), r, a)
-	VMOVUPS(c(cP2), b)
-	VFMADD213PS(c(cP3), r, b)
-	VMOVUPS(c(cP0), q)
-	VFMADD213PS(c(cP1), r, q)
-	VFMADD213PS(b, r2, q) // q = q·r² + b
-	VFMADD213PS(a, r2, q) // q = q·r² + a
+	a, b, q, r2 := vecs(isaAVX2, u), vecs(isaAVX2, u), vecs(isaAVX2, u), vecs(isaAVX2, u)
+	each(func(j int) { VMULPS(r[j], r[j], r2[j]) })
+	each(func(j int) {
+		VMOVUPS(c(cP4), a[j])
+		VFMADD213PS(c(cP5), r[j], a[j])
+	})
+	each(func(j int) {
+		VMOVUPS(c(cP2), b[j])
+		VFMADD213PS(c(cP3), r[j], b[j])
+	})
+	each(func(j int) {
+		VMOVUPS(c(cP0), q[j])
+		VFMADD213PS(c(cP1), r[j], q[j])
+	})
+	each(func(j int) { VFMADD213PS(b[j], r2[j], q[j]) }) // q = q·r² + b
+	each(func(j int) { VFMADD213PS(a[j], r2[j], q[j]) }) // q = q·r² + a
 	// e^r ≈ q·r² + r + 1.
-	VFMADD213PS(r, r2, q)
-	VADDPS(c(cOne), q, q)
+	each(func(j int) { VFMADD213PS(r[j], r2[j], q[j]) })
+	each(func(j int) { VADDPS(c(cOne), q[j], q[j]) })
 	// 2^n = float32 bits (n+127)<<23, valid for n in [-126, 127].
-	VCVTPS2DQ(n, n)
-	VPSLLD(Imm(23), n, n)
-	VPADDD(c(cOne), n, n)
-	VMULPS(n, q, q)
+	each(func(j int) { VCVTPS2DQ(n[j], n[j]) })
+	each(func(j int) { VPSLLD(Imm(23), n[j], n[j]) })
+	each(func(j int) { VPADDD(c(cOne), n[j], n[j]) })
+	each(func(j int) { VMULPS(n[j], q[j], q[j]) })
 	return q
 }
 
