@@ -3944,39 +3944,6 @@ loop1:
 	JMP          loop1
 
 after1:
-	CMPQ         CX, $0x00000008
-	JL           done
-	VMULPS       (AX), Y0, Y0
-	VSUBPS       Y1, Y0, Y0
-	VMULPS       Y2, Y0, Y1
-	VROUNDPS     $0x08, Y1, Y1
-	VMOVAPS      Y0, Y2
-	VFNMADD231PS Y3, Y1, Y2
-	VFNMADD231PS expconsts<>+128(SB), Y1, Y2
-	VMULPS       Y2, Y2, Y10
-	VMOVUPS      expconsts<>+448(SB), Y3
-	VFMADD213PS  expconsts<>+512(SB), Y2, Y3
-	VMOVUPS      expconsts<>+320(SB), Y8
-	VFMADD213PS  expconsts<>+384(SB), Y2, Y8
-	VMOVUPS      expconsts<>+192(SB), Y9
-	VFMADD213PS  expconsts<>+256(SB), Y2, Y9
-	VFMADD213PS  Y8, Y10, Y9
-	VFMADD213PS  Y3, Y10, Y9
-	VFMADD213PS  Y2, Y10, Y9
-	VADDPS       Y4, Y9, Y9
-	VCVTPS2DQ    Y1, Y1
-	VPSLLD       $0x17, Y1, Y1
-	VPADDD       Y4, Y1, Y1
-	VMULPS       Y1, Y9, Y9
-	VCMPPS       $0x11, Y5, Y0, Y1
-	VANDNPS      Y9, Y1, Y9
-	VCMPPS       $0x16, Y6, Y0, Y1
-	VADDPS       expconsts<>+768(SB), Y0, Y0
-	VBLENDVPS    Y1, Y0, Y9, Y9
-	VMOVUPS      Y9, (AX)
-	VADDPS       Y9, Y7, Y7
-
-done:
 	VEXTRACTF128 $0x01, Y7, X0
 	VADDPS       X0, X7, X0
 	VPERMILPS    $0x4e, X0, X1

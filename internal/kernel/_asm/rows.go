@@ -194,11 +194,13 @@ func genExpSum(s isa) {
 	for _, a := range acc[1:] {
 		VADDPS(a, acc[0], acc[0])
 	}
-	// At most one vector is left.
-	CMPQ(nl, U32(s.Lanes))
-	JL(LabelRef("done"))
-	exp([]int{0}, acc[:1])
-	Label("done")
+	if groups[len(groups)-1] > 1 {
+		// At most one vector is left.
+		CMPQ(nl, U32(s.Lanes))
+		JL(LabelRef("done"))
+		exp([]int{0}, acc[:1])
+		Label("done")
+	}
 	x := reduce(s, acc[0], VADDPS)
 	VADDSS(x.shuf, x.v, x.v)
 	Store(x.v, ReturnIndex(0))
