@@ -497,3 +497,33 @@ func testAllocs(t *testing.T, f func() error, name string) {
 		t.Errorf("%s allocates %v times per call", name, a)
 	}
 }
+
+// TestSteadyStateAllocsHalfPaths: zero allocations per steady-state call
+// on every 16-bit product path (TestSteadyStateAllocs runs the default one),
+// forward and backward, prefill and decoding. The generic path's MulAdd
+// once allocated its partial sums per call.
+func TestSteadyStateAllocsHalfPaths(t *testing.T) {
+	if raceEnabled {
+		t.Skip("under -race escape analysis changes and calls allocate; counted by the plain test run")
+	}
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	for _, dt := range []DType{BFloat16, Float16} {
+		t.Run(dt.String(), func(t *testing.T) {
+			forEachHalf(t, dt, func(t *testing.T) {
+				for _, c := range []tcase{
+					{b: 2, sq: 100, sk: 130, h: 4, hk: 2, d: 64, causal: true},
+					{b: 2, sq: 1, sk: 700, h: 8, hk: 2, d: 64},
+				} {
+					cd := makeCase(c, 1)
+					q, k, v := toType(cd.q, dt, c.b, c.sq, c.h, c.d), toType(cd.k, dt, c.b, c.sk, c.hk, c.d), toType(cd.v, dt, c.b, c.sk, c.hk, c.d)
+					do := toType(cd.do, dt, c.b, c.sq, c.h, c.d)
+					out, lse := NewTensorOf(dt, c.b, c.sq, c.h, c.d), make([]float32, c.b*c.h*c.sq)
+					dq, dk, dv := NewTensorOf(dt, c.b, c.sq, c.h, c.d), NewTensorOf(dt, c.b, c.sk, c.hk, c.d), NewTensorOf(dt, c.b, c.sk, c.hk, c.d)
+					opts := &Options{Causal: c.causal, Workers: 2}
+					testAllocs(t, func() error { return ForwardInto(out, lse, q, k, v, opts) }, c.String()+": ForwardInto")
+					testAllocs(t, func() error { return BackwardInto(dq, dk, dv, q, k, v, out, do, lse, opts) }, c.String()+": BackwardInto")
+				}
+			})
+		})
+	}
+}

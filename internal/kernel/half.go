@@ -133,12 +133,18 @@ func halfGeneric(e Elem, accumulate bool, c []float32, ldc int, a []uint16, lda 
 		if m == 0 || k == 0 {
 			return
 		}
-		t := make([]float32, m*n)
-		halfGeneric(e, false, t, n, a, lda, b, ldb, m, n, k)
+		// One row and one strip at a time into a buffer on the stack
+		// (no allocation): each output's sum is computed on its own, so
+		// the order of the outputs does not change a bit.
+		var t [W]float32
 		for i := 0; i < m; i++ {
-			crow := c[i*ldc : i*ldc+n]
-			for j, x := range t[i*n : (i+1)*n] {
-				crow[j] += x
+			for s := 0; s < n; s += W {
+				w := min(W, n-s)
+				halfGeneric(e, false, t[:], W, a[i*lda:], lda, b[s/W*ldb:], ldb, 1, w, k)
+				crow := c[i*ldc+s : i*ldc+s+w]
+				for j, x := range t[:w] {
+					crow[j] += x
+				}
 			}
 		}
 		return
