@@ -166,14 +166,29 @@ type Grads struct {
 // unspecified values (with Accumulate, some of the sums have been added).
 func BackwardGrads(ctx context.Context, g Grads, q, k, v, out, dout Tensor, lse, dlse []float32, opts *Options) (err error) {
 	defer recoverPanic(&err)
-	if opts != nil && opts.KVCache != nil {
-		return argErr("Options.KVCache", "Backward does not take a KVCache (decoding is inference only)")
-	}
-	c, err := newCall(q, k, v, opts)
+	c, err := newBackwardCall(g, q, k, v, out, dout, lse, dlse, opts)
 	if err != nil {
 		return err
 	}
 	defer c.release()
+	return c.run(ctx, c.backward)
+}
+
+// newBackwardCall validates BackwardGrads's arguments and returns a pooled
+// call ready to run the backward (c.backward).
+func newBackwardCall(g Grads, q, k, v, out, dout Tensor, lse, dlse []float32, opts *Options) (c *call, err error) {
+	if opts != nil && opts.KVCache != nil {
+		return nil, argErr("Options.KVCache", "Backward does not take a KVCache (decoding is inference only)")
+	}
+	if c, err = newCall(q, k, v, opts); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			c.release()
+			c = nil
+		}
+	}()
 	gv := &c.bwd.grads
 	B, Sq, H, D, DV, Sk, Hk := q.Batch, q.Seq, q.Heads, q.Dim, v.Dim, k.Seq, k.Heads
 	for _, t := range []struct {
@@ -190,25 +205,25 @@ func BackwardGrads(ctx context.Context, g Grads, q, k, v, out, dout Tensor, lse,
 		{&gv.dv, g.DV, "dv", true, B, Sk, Hk, DV},
 	} {
 		if *t.dst, err = t.t.check(t.name, t.output, t.b, t.s, t.h, t.d); err != nil {
-			return err
+			return c, err
 		}
 	}
 	n := c.plan.lseLen
 	if len(lse) < n {
-		return argErr("lse", "lse has %d elements, want %d", len(lse), n)
+		return c, argErr("lse", "lse has %d elements, want %d", len(lse), n)
 	}
 	if dlse != nil && len(dlse) < n {
-		return argErr("dlse", "dlse has %d elements, want %d (LSE's layout)", len(dlse), n)
+		return c, argErr("dlse", "dlse has %d elements, want %d (LSE's layout)", len(dlse), n)
 	}
 	if g.DSinks != nil && len(g.DSinks) != H {
-		return argErr("DSinks", "DSinks has %d elements, want %d (one per query head)", len(g.DSinks), H)
+		return c, argErr("DSinks", "DSinks has %d elements, want %d (one per query head)", len(g.DSinks), H)
 	}
 	for _, x := range []struct {
 		v    view
 		name string
 	}{{gv.dq, "dq"}, {gv.dk, "dk"}, {gv.dv, "dv"}, {gv.o, "out"}, {gv.do, "dout"}} {
 		if x.v.dt.cacheOnly() {
-			return argErr(x.name, "%s cannot be %v (a cache format)", x.name, x.v.dt)
+			return c, argErr(x.name, "%s cannot be %v (a cache format)", x.name, x.v.dt)
 		}
 	}
 	gv.lse = lse[:n]
@@ -225,15 +240,12 @@ func BackwardGrads(ctx context.Context, g Grads, q, k, v, out, dout Tensor, lse,
 			bias, _ = opts.ScoreMod.(*Bias)
 		}
 		if bias == nil {
-			return argErr("DBias", "DBias is the gradient of a Bias, but Options.ScoreMod is not a *Bias")
+			return c, argErr("DBias", "DBias is the gradient of a Bias, but Options.ScoreMod is not a *Bias")
 		}
 		if len(g.DBias) != bias.len() {
-			return argErr("DBias", "DBias has %d elements, want %d (the Bias's %d×%d×%d×%d)", len(g.DBias), bias.len(), bias.batch, bias.heads, bias.seqQ, bias.seqK)
+			return c, argErr("DBias", "DBias has %d elements, want %d (the Bias's %d×%d×%d×%d)", len(g.DBias), bias.len(), bias.batch, bias.heads, bias.seqQ, bias.seqK)
 		}
 		gv.bias, gv.dbias = bias, g.DBias
 	}
-	if err := c.checkBackwardOperands(opts, &g); err != nil {
-		return err
-	}
-	return c.run(ctx, c.backward)
+	return c, c.checkBackwardOperands(opts, &g)
 }

@@ -43,6 +43,30 @@ func ExampleReserve() {
 	// <nil>
 }
 
+// A training step's memory reserved ahead: Reserve for the forward,
+// ReserveBackward for the backward, then the step's ForwardInto and
+// BackwardInto allocate nothing.
+func ExampleReserveBackward() {
+	const B, S, H, Hk, D = 2, 256, 8, 2, 64
+	q := flashattn.NewTensor(B, S, H, D)
+	k, v := flashattn.NewTensor(B, S, Hk, D), flashattn.NewTensor(B, S, Hk, D)
+	opts := &flashattn.Options{Causal: true, Workers: 2}
+	if err := flashattn.Reserve(q, k, v, opts); err != nil {
+		panic(err)
+	}
+	if err := flashattn.ReserveBackward(q, k, v, opts); err != nil {
+		panic(err)
+	}
+	out, lse := flashattn.NewTensor(B, S, H, D), make([]float32, B*H*S)
+	dout := flashattn.NewTensor(B, S, H, D) // the loss's gradient
+	dq, dk, dv := flashattn.NewTensor(B, S, H, D), flashattn.NewTensor(B, S, Hk, D), flashattn.NewTensor(B, S, Hk, D)
+	fmt.Println(flashattn.ForwardInto(out, lse, q, k, v, opts))
+	fmt.Println(flashattn.BackwardInto(dq, dk, dv, q, k, v, out, dout, lse, opts))
+	// Output:
+	// <nil>
+	// <nil>
+}
+
 // A padded dense batch: two sequences of 3 and 5 tokens stored
 // [2, 5, heads, dim], the first padded with 2 positions. KeyPadding hides
 // the padding keys; the padded query rows' outputs are ignored.

@@ -76,6 +76,10 @@ func TestKVCacheAppendRotary(t *testing.T) {
 		{name: "paged-leftpad", b: 2, hq: 4, hk: 4, d: 32, capacity: 192, ends: []int32{70, 130}, pads: []int32{33, 5}, snew: 4, sq: 4, paged: 16, rotary: 32},
 		{name: "window+softcap+alibi", b: 2, hq: 4, hk: 2, d: 32, capacity: 200, ends: []int32{80, 150}, snew: 6, sq: 6, rotary: 32, causal: true, window: &Window{Left: 40, Right: 0}, softcap: 5, alibi: true},
 		{name: "no-new-keys", b: 2, hq: 4, hk: 2, d: 32, capacity: 100, ends: []int32{40, 99}, sq: 1},
+		// Rotary without new keys (a verification step): the queries still
+		// rotate, at SeqLens (+ i when causal), LeftPad included.
+		{name: "no-new-keys-rotary", b: 2, hq: 4, hk: 2, d: 32, capacity: 100, ends: []int32{40, 95}, sq: 3, rotary: 32, causal: true},
+		{name: "no-new-keys-rotary-noncausal-paged", b: 2, hq: 4, hk: 2, d: 32, capacity: 128, ends: []int32{40, 99}, pads: []int32{5, 0}, sq: 2, paged: 16, rotary: 16, rotOffset: 8},
 		{name: "splits", b: 1, hq: 8, hk: 2, d: 64, capacity: 1000, ends: []int32{999}, snew: 1, sq: 1, rotary: 64, splits: 7},
 		// Rotary.Offset: MLA rotates the last channels; a middle range.
 		{name: "offset-last", b: 2, hq: 8, hk: 1, d: 96, capacity: 128, ends: []int32{20, 90}, snew: 2, sq: 2, rotary: 32, rotOffset: 64, causal: true},
@@ -326,11 +330,12 @@ func TestKVCacheErrors(t *testing.T) {
 	q := NewTensor(2, 1, 4, 16)
 	nw := NewTensor(2, 1, 2, 16)
 	for _, c := range []*KVCache{
-		{SeqLens: []int32{64, 3}, KNew: nw, VNew: nw},        // no room for the new key
-		{SeqLens: []int32{3, 3}, LeftPad: []int32{4, 0}},     // pad past the end
-		{SeqLens: []int32{3, 3}, BatchIdx: []int32{0, 2}},    // no cache row 2
-		{SeqLens: []int32{3, 3}, KNew: nw},                   // KNew without VNew (v is not a view of k)
-		{SeqLens: []int32{3, 3}, Rotary: ropeTables(100, 8)}, // rotary without new keys
+		{SeqLens: []int32{64, 3}, KNew: nw, VNew: nw},                       // no room for the new key
+		{SeqLens: []int32{3, 3}, LeftPad: []int32{4, 0}},                    // pad past the end
+		{SeqLens: []int32{3, 3}, BatchIdx: []int32{0, 2}},                   // no cache row 2
+		{SeqLens: []int32{3, 3}, KNew: nw},                                  // KNew without VNew (v is not a view of k)
+		{SeqLens: []int32{60, 3}, Rotary: ropeTables(10, 8)},                // query positions past the table, no new keys
+		{SeqLens: []int32{3, 3}, Rotary: withOffset(ropeTables(100, 8), 3)}, // odd offset, no new keys
 		{SeqLens: []int32{3, 3}, KNew: nw, VNew: nw, Rotary: &Rotary{Dim: 3, Cos: make([]float32, 9), Sin: make([]float32, 9)}},
 		{SeqLens: []int32{60, 3}, KNew: nw, VNew: nw, Rotary: ropeTables(10, 8)},                 // positions past the table
 		{SeqLens: []int32{3, 3}, KNew: nw, VNew: nw, Rotary: withOffset(ropeTables(100, 8), 10)}, // channels past the head dim

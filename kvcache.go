@@ -91,9 +91,7 @@ func (t *tiling) cacheSequences(o *Options, s Shape) error {
 	if err := t.newKeySpans(c, knew, o.VarLen != nil); err != nil {
 		return err
 	}
-	if knew.shape[1] > 0 {
-		cs.rotary = c.Rotary
-	}
+	cs.rotary = c.Rotary // the queries rotate with or without new keys, as in flash-attn
 	cs.end = grow(&t.mem.cacheE, B)
 	for b := range t.seqs {
 		sq := &t.seqs[b]
@@ -193,10 +191,7 @@ func checkRotaryRows(r *Rotary, b, first, last int) error {
 func newKeyViews(c *KVCache, s Shape) (knew, vnew view, err error) {
 	switch nk, nv := c.KNew.fields(), c.VNew.fields(); {
 	case nk == 0 && nv == 0:
-		if c.Rotary != nil {
-			return view{}, view{}, argErr("Options.KVCache.Rotary", "KVCache.Rotary needs KNew and VNew (flash-attn rotates the new keys and the queries)")
-		}
-		return view{}, view{}, nil
+		return view{}, view{}, checkRotary(c.Rotary, s) // no new keys: the queries still rotate
 	case nk == 0:
 		return view{}, view{}, argErr("Options.KVCache.KNew", "KVCache.KNew and VNew must be given together")
 	case nv == 0 && s.DimV > s.Dim:
@@ -210,15 +205,24 @@ func newKeyViews(c *KVCache, s Shape) (knew, vnew view, err error) {
 			return view{}, view{}, err
 		}
 	}
-	if r := c.Rotary; r != nil {
-		switch {
-		case r.Offset < 0 || r.Offset%2 != 0 || r.Offset >= s.Dim:
-			return view{}, view{}, argErr("Options.KVCache.Rotary", "Rotary.Offset %d must be even, in 0..%d (below the head dim)", r.Offset, s.Dim-1)
-		case r.Dim <= 0 || r.Dim%2 != 0 || r.Dim > s.Dim-r.Offset:
-			return view{}, view{}, argErr("Options.KVCache.Rotary", "Rotary.Dim %d must be even, in 2..%d (the head dim %d less Offset %d)", r.Dim, s.Dim-r.Offset, s.Dim, r.Offset)
-		case len(r.Cos) != len(r.Sin) || len(r.Cos) == 0 || len(r.Cos)%(r.Dim/2) != 0:
-			return view{}, view{}, argErr("Options.KVCache.Rotary", "Rotary.Cos and Sin have %d and %d entries, want equal multiples of Dim/2 = %d ([max_pos, Dim/2])", len(r.Cos), len(r.Sin), r.Dim/2)
-		}
+	if err := checkRotary(c.Rotary, s); err != nil {
+		return view{}, view{}, err
 	}
 	return knew, vnew, nil
+}
+
+// checkRotary checks rotary embedding r (nil: none) against the call's
+// shape s: its channel range and the shape of its tables.
+func checkRotary(r *Rotary, s Shape) error {
+	switch {
+	case r == nil:
+		return nil
+	case r.Offset < 0 || r.Offset%2 != 0 || r.Offset >= s.Dim:
+		return argErr("Options.KVCache.Rotary", "Rotary.Offset %d must be even, in 0..%d (below the head dim)", r.Offset, s.Dim-1)
+	case r.Dim <= 0 || r.Dim%2 != 0 || r.Dim > s.Dim-r.Offset:
+		return argErr("Options.KVCache.Rotary", "Rotary.Dim %d must be even, in 2..%d (the head dim %d less Offset %d)", r.Dim, s.Dim-r.Offset, s.Dim, r.Offset)
+	case len(r.Cos) != len(r.Sin) || len(r.Cos) == 0 || len(r.Cos)%(r.Dim/2) != 0:
+		return argErr("Options.KVCache.Rotary", "Rotary.Cos and Sin have %d and %d entries, want equal multiples of Dim/2 = %d ([max_pos, Dim/2])", len(r.Cos), len(r.Sin), r.Dim/2)
+	}
+	return nil
 }

@@ -216,7 +216,9 @@ type KVCache struct {
 	// call.
 	CuSeqlensKNew []int32
 	// Rotary, if not nil, rotates the queries and the new keys (rotary
-	// position embedding, as flash-attn applies it); it needs KNew.
+	// position embedding, as flash-attn applies it); without new keys (no
+	// KNew, or a sequence whose CuSeqlensKNew span is empty: a verification
+	// step) the queries still rotate at their positions.
 	Rotary *Rotary
 
 	// NumSplits, if > 0, splits each sequence's keys into this many parts

@@ -40,6 +40,10 @@ type numerics struct {
 	drop    dropout.Mask
 	workers int
 	stop    *atomic.Bool // set once the call's context is done; nil without one
+	// serial runs every pass's tasks on the calling goroutine (Reserve
+	// sizing one worker's workspace at a time); the tasks stay those of
+	// workers.
+	serial bool
 }
 
 // newPlan validates q, k, v and the options and builds the plan in p,

@@ -30,29 +30,84 @@ func Reserve(q, k, v Tensor, opts *Options) (err error) {
 		return err
 	}
 	c.reserving = true
-	if err := c.reserveWorkspaces(ov); err != nil {
-		return err
-	}
-	return c.forward(ov, nil) // on the workers: their pool starts now
+	return c.reserveWorkspaces(func() error { return c.forward(ov, nil) })
 }
 
-// reserveWorkspaces runs the forward on one goroutine once per worker of
-// the call, holding each run's workspace so that the next run sizes
-// another: every workspace a worker of the call may pick is then sized for
-// every task (the tasks do not depend on the worker count).
-func (c *call) reserveWorkspaces(out view) error {
-	workers := c.plan.workers
-	n := min(workers, maxFree)
-	c.plan.workers = 1
-	defer func() { c.plan.workers = workers }()
+// ReserveBackward is Reserve for the backward of a training step: it
+// prepares the pooled memory that a BackwardInto or BackwardGrads call
+// with these q, k, v and options uses (the backward's task lists, the
+// packed Q, dO, K and V, D = rowsum(dO∘O), the float32 accumulators of
+// 16-bit gradients, the dQ pass and the workers' workspaces), so that the
+// first such call allocates (nearly) nothing. With Options.Sinks it
+// reserves for Grads.DSinks too, and with a *Bias ScoreMod for
+// Grads.DBias.
+//
+// Like Reserve it validates the arguments (its error is Backward's for
+// them) and runs the call to scratch tensors it drops: a Forward for out
+// and lse, then the backward once per worker on one goroutine and once on
+// the workers (about Options.Workers+2 times one backward's CPU time). Call
+// Reserve as well for the forward's memory. The rows whose LSE is far
+// from 0 (|LSE| ≳ 3000, see SPEC §4) take an extra pass with memory of its
+// own, reserved only if the q, k and v given have such rows.
+func ReserveBackward(q, k, v Tensor, opts *Options) (err error) {
+	defer recoverPanic(&err)
+	if opts != nil && opts.KVCache != nil {
+		return argErr("Options.KVCache", "Backward does not take a KVCache (decoding is inference only)")
+	}
+	out, lse, err := Forward(q, k, v, opts)
+	if err != nil {
+		return err
+	}
+	dout := NewTensorOf(out.DType(), out.Batch, out.Seq, out.Heads, out.Dim)
+	g := Grads{
+		DQ: NewTensorOf(q.DType(), q.Batch, q.Seq, q.Heads, q.Dim),
+		DK: NewTensorOf(k.DType(), k.Batch, k.Seq, k.Heads, k.Dim),
+		DV: NewTensorOf(v.DType(), v.Batch, v.Seq, v.Heads, v.Dim),
+	}
+	if opts != nil && opts.Sinks != nil {
+		g.DSinks = make([]float32, q.Heads)
+	}
+	if opts != nil {
+		if b, ok := opts.ScoreMod.(*Bias); ok && b != nil {
+			g.DBias = make([]float32, b.len())
+		}
+	}
+	c, err := newBackwardCall(g, q, k, v, out, dout, lse, nil, opts)
+	if err != nil {
+		return err
+	}
+	defer c.release()
+	return c.reserveWorkspaces(c.backward)
+}
+
+// reserveWorkspaces runs pass (the call's forward or backward) on one
+// goroutine once per worker of the call, holding each run's workspace so
+// that the next run sizes another: every workspace a worker of the call
+// may pick is then sized for every task (the tasks stay those of the
+// call's worker count). It then runs pass once more on the workers: their
+// pool starts now.
+func (c *call) reserveWorkspaces(pass func() error) error {
+	if err := c.serialRuns(pass); err != nil {
+		return err
+	}
+	return pass()
+}
+
+// serialRuns runs pass on the calling goroutine once per worker of the
+// call (at most maxFree times), each on a fresh workspace: the runs hold
+// their workspaces until the last has run.
+func (c *call) serialRuns(pass func() error) error {
+	n := min(c.plan.workers, maxFree)
 	held := make([]*workspace, 0, n)
+	c.plan.serial = true
 	defer func() {
+		c.plan.serial = false
 		for _, ws := range held {
 			workspaces.put(ws)
 		}
 	}()
 	for range n {
-		if err := c.forward(out, nil); err != nil {
+		if err := pass(); err != nil {
 			return err
 		}
 		held = append(held, workspaces.get()) // the run's: on top of the free list

@@ -1,6 +1,7 @@
 package flashattn
 
 import (
+	"context"
 	"errors"
 	"math/rand/v2"
 	"runtime"
@@ -121,5 +122,88 @@ func TestReserve(t *testing.T) {
 	var ae *ArgError
 	if err := Reserve(NewTensor(1, 4, 2, 8), NewTensor(1, 4, 2, 16), NewTensor(1, 4, 2, 8), nil); !errors.As(err, &ae) {
 		t.Errorf("Reserve with mismatched head dims: %v, want an *ArgError", err)
+	}
+}
+
+// TestReserveBackward: after ReserveBackward (and Reserve, for the
+// training step's forward), the first BackwardGrads with the same
+// arguments allocates (nearly) nothing — the one-pass backward (many
+// sequence × KV-head pairs), the dQ pass (one pair), 16-bit gradients with
+// DSinks and a broadcast Bias's DBias — and computes what it computes
+// without them.
+func TestReserveBackward(t *testing.T) {
+	if raceEnabled {
+		t.Skip("under -race calls allocate; counted by the plain test run")
+	}
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	r := rand.New(rand.NewPCG(27, 3))
+	typed := func(dt DType, b, s, h, d int) Tensor {
+		x := NewTensorOf(dt, b, s, h, d)
+		if err := Convert(x, Dense(randSlice(r, b*s*h*d), b, s, h, d)); err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	bias, err := NewBias(randSlice(r, 2*1*1*150), 2, 1, 1, 150) // a key-padding-like [b, 1, 1, sk] bias
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name           string
+		dt             DType
+		b, s, h, hk, d int
+		opts           *Options
+		sinks, dbias   bool
+	}{
+		{"one pass", Float32, 4, 200, 8, 4, 64, &Options{Causal: true, Workers: 2}, false, false},
+		{"dq pass", Float32, 1, 600, 4, 1, 64, &Options{Causal: true, Workers: 2}, false, false},
+		{"bf16, sinks, bias", BFloat16, 2, 150, 4, 2, 32, &Options{Workers: 2, Sinks: randSlice(r, 4), ScoreMod: bias}, true, true},
+	} {
+		q, k, v := typed(c.dt, c.b, c.s, c.h, c.d), typed(c.dt, c.b, c.s, c.hk, c.d), typed(c.dt, c.b, c.s, c.hk, c.d)
+		dout := typed(c.dt, c.b, c.s, c.h, c.d)
+		if err := Reserve(q, k, v, c.opts); err != nil {
+			t.Fatalf("%s: Reserve: %v", c.name, err)
+		}
+		if err := ReserveBackward(q, k, v, c.opts); err != nil {
+			t.Fatalf("%s: ReserveBackward: %v", c.name, err)
+		}
+		out := NewTensorOf(c.dt, c.b, c.s, c.h, c.d)
+		lse := make([]float32, c.b*c.h*c.s)
+		if bytes, objects := allocated(t, func() error { return ForwardInto(out, lse, q, k, v, c.opts) }); bytes > 512 || objects > 4 {
+			t.Errorf("%s: the first ForwardInto after Reserve allocates %d bytes in %d objects", c.name, bytes, objects)
+		}
+		g := Grads{DQ: NewTensorOf(c.dt, c.b, c.s, c.h, c.d), DK: NewTensorOf(c.dt, c.b, c.s, c.hk, c.d), DV: NewTensorOf(c.dt, c.b, c.s, c.hk, c.d)}
+		if c.sinks {
+			g.DSinks = make([]float32, c.h)
+		}
+		if c.dbias {
+			g.DBias = make([]float32, bias.len())
+		}
+		bytes, objects := allocated(t, func() error { return BackwardGrads(context.Background(), g, q, k, v, out, dout, lse, nil, c.opts) })
+		t.Logf("%s: the first backward after ReserveBackward allocates %d bytes in %d objects", c.name, bytes, objects)
+		if bytes > 512 || objects > 4 {
+			t.Errorf("%s: the first BackwardGrads after ReserveBackward allocates %d bytes in %d objects", c.name, bytes, objects)
+		}
+		want := Grads{DQ: NewTensorOf(c.dt, c.b, c.s, c.h, c.d), DK: NewTensorOf(c.dt, c.b, c.s, c.hk, c.d), DV: NewTensorOf(c.dt, c.b, c.s, c.hk, c.d),
+			DSinks: slices.Clone(g.DSinks), DBias: slices.Clone(g.DBias)}
+		if err := BackwardGrads(context.Background(), want, q, k, v, out, dout, lse, nil, c.opts); err != nil {
+			t.Fatal(err)
+		}
+		for i, x := range [][2]Tensor{{g.DQ, want.DQ}, {g.DK, want.DK}, {g.DV, want.DV}} {
+			if !slices.Equal(x[0].BF16, x[1].BF16) || !slices.Equal(x[0].Data, x[1].Data) {
+				t.Errorf("%s: gradient %d after ReserveBackward differs from a later call's", c.name, i)
+			}
+		}
+		if !slices.Equal(g.DSinks, want.DSinks) || !slices.Equal(g.DBias, want.DBias) {
+			t.Errorf("%s: DSinks or DBias after ReserveBackward differ from a later call's", c.name)
+		}
+	}
+	var ae *ArgError
+	if err := ReserveBackward(NewTensor(1, 4, 2, 8), NewTensor(1, 4, 2, 16), NewTensor(1, 4, 2, 8), nil); !errors.As(err, &ae) {
+		t.Errorf("ReserveBackward with mismatched head dims: %v, want an *ArgError", err)
+	}
+	kc := NewTensor(1, 16, 2, 8)
+	if err := ReserveBackward(NewTensor(1, 1, 2, 8), kc, kc, &Options{KVCache: &KVCache{SeqLens: []int32{4}}}); !errors.As(err, &ae) {
+		t.Errorf("ReserveBackward with a KVCache: %v, want an *ArgError", err)
 	}
 }

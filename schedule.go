@@ -110,7 +110,12 @@ func parallelStop(workers, n int, r runner, stop *atomic.Bool) error {
 
 // parallel runs one pass of the call's tasks on its workers, stopping at a
 // task boundary once the call is cancelled.
-func (p *plan) parallel(n int, r runner) error { return parallelStop(p.workers, n, r, p.stop) }
+func (p *plan) parallel(n int, r runner) error {
+	if p.serial {
+		return parallelStop(1, n, r, p.stop)
+	}
+	return parallelStop(p.workers, n, r, p.stop)
+}
 
 // stopped reports whether the call's context is done: tasks check it
 // between tiles and return early.

@@ -69,12 +69,20 @@ func TestContinuousBatching(t *testing.T) {
 		}
 	}
 	short := mixedStep[:4]
+	// Sequences verifying tokens with no new keys (an empty CuSeqlensKNew
+	// span), and a step with no new keys at all (no KNew): with Rotary the
+	// queries still rotate at their positions.
+	noNew := []serveSeq{{end: 90, nq: 3}, {end: 40, nnew: 2, nq: 2}, {end: 120, pad: 7, nq: 1}}
+	noneNew := []serveSeq{{end: 90, nq: 3}, {end: 120, pad: 7, nq: 1}, {end: 5}}
 	cases = append(cases,
 		serveCase{dt: Float32, hq: 4, hk: 4, d: 32, seqs: mixedStep, causal: true, softcap: 5, alibi: true},
 		serveCase{dt: Float32, block: 16, hq: 4, hk: 2, d: 40, seqs: short, rotary: true},                 // not causal: queries at SeqLens
 		serveCase{dt: BFloat16, block: 32, hq: 8, hk: 2, d: 64, seqs: mixedStep, splits: 5, causal: true}, // split-K for every row
 		serveCase{dt: Float32, hq: 16, hk: 1, d: 96, dv: 64, seqs: short, causal: true},                   // MLA latent
 		serveCase{dt: BFloat16, block: 16, hq: 16, hk: 1, d: 96, dv: 64, seqs: short, causal: true},
+		serveCase{dt: Float32, block: 32, hq: 8, hk: 2, d: 64, seqs: noNew, rotary: true, causal: true},
+		serveCase{dt: BFloat16, hq: 8, hk: 2, d: 64, seqs: noneNew, rotary: true, causal: true},
+		serveCase{dt: Float32, block: 16, hq: 4, hk: 2, d: 64, seqs: noneNew, rotary: true, interleaved: true},
 	)
 	for _, c := range cases {
 		t.Run(c.String(), func(t *testing.T) { checkServe(t, c) })
@@ -138,10 +146,12 @@ func newServeCall(t testing.TB, c serveCase, seed uint64) *serveCall {
 	totalQ, totalNew := int(s.cuQ[nb]), int(s.cuNew[nb])
 	s.q = Dense(randSlice(r, totalQ*c.hq*c.d), 1, totalQ, c.hq, c.d)
 	s.knew, s.vnew = randSlice(r, totalNew*c.hk*c.d), randSlice(r, totalNew*c.hk*dv)
-	kc := &KVCache{SeqLens: ends, LeftPad: pads, BlockTable: s.table, BlocksPerSeq: len(s.table) / nb, NumSplits: c.splits,
-		KNew: Dense(append([]float32(nil), s.knew...), 1, totalNew, c.hk, c.d), CuSeqlensKNew: s.cuNew}
-	if c.dv == 0 {
-		kc.VNew = Dense(append([]float32(nil), s.vnew...), 1, totalNew, c.hk, dv)
+	kc := &KVCache{SeqLens: ends, LeftPad: pads, BlockTable: s.table, BlocksPerSeq: len(s.table) / nb, NumSplits: c.splits}
+	if totalNew > 0 { // otherwise a step without new keys: no KNew at all
+		kc.KNew, kc.CuSeqlensKNew = Dense(append([]float32(nil), s.knew...), 1, totalNew, c.hk, c.d), s.cuNew
+		if c.dv == 0 {
+			kc.VNew = Dense(append([]float32(nil), s.vnew...), 1, totalNew, c.hk, dv)
+		}
 	}
 	if c.rotary {
 		kc.Rotary = ropeTables(capacity+8, c.d)

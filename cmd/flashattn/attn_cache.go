@@ -16,6 +16,7 @@ type cacheFlags struct {
 	cuKNew           string
 	rotCos, rotSin   string
 	rotInterleaved   bool
+	rotOffset        int // -rotary-offset: the first rotated channel
 	batchIdx, leftPd string
 	kvDtype          string
 	kScale, vScale   float64 // -k-scale, -v-scale: the fp8 caches' per-tensor scales
@@ -32,9 +33,10 @@ func (c *cacheFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.cuKNew, "cu-seqlens-k-new", "", "KV cache with -cu-seqlens-q (continuous batching): int32 `cu_k_new.npy` [batch+1] of sequence starts in "+
 		"-k-new and -v-new, then packed [total_new, kv_heads, headdim]; sequence b's new keys are appended at its cache_seqlens (a sequence may have none)")
 	fs.StringVar(&c.vNew, "v-new", "", "KV cache: new values `v_new.npy`, shaped like -k-new with the v cache's head dim (which may differ from k's, as in MLA)")
-	fs.StringVar(&c.rotCos, "rotary-cos", "", "KV cache: rotary embedding cosines `cos.npy` [max_pos, rotary_dim/2], applied to q and -k-new at their positions (needs -k-new)")
+	fs.StringVar(&c.rotCos, "rotary-cos", "", "KV cache: rotary embedding cosines `cos.npy` [max_pos, rotary_dim/2], applied to q and -k-new at their positions (q also without -k-new)")
 	fs.StringVar(&c.rotSin, "rotary-sin", "", "KV cache: rotary embedding sines `sin.npy`, shaped like -rotary-cos")
 	fs.BoolVar(&c.rotInterleaved, "rotary-interleaved", false, "rotate channel pairs (0,1), (2,3)… (GPT-J) instead of (i, i+rotary_dim/2) (GPT-NeoX)")
+	fs.IntVar(&c.rotOffset, "rotary-offset", 0, "rotate the rotary_dim channels from channel `N` (even; 0: the first ones; MLA's last 64 of 576: 512), the others pass through")
 	fs.StringVar(&c.batchIdx, "cache-batch-idx", "", "KV cache: int32 `idx.npy` [batch], the cache row of each sequence (not with -block-table)")
 	fs.StringVar(&c.leftPd, "cache-leftpad", "", "KV cache: int32 `pad.npy` [batch], the first valid cache position of each sequence")
 	fs.StringVar(&c.kvDtype, "kv-dtype", "", "KV cache: element `type` the cache k, v are converted to before the call: f32, bf16, f16, q8_0 or q4_0 "+
@@ -54,7 +56,7 @@ func (c *cacheFlags) validate(f *attnFlags) error {
 	}{
 		{"-k-new", c.kNew != ""}, {"-v-new", c.vNew != ""}, {"-cu-seqlens-k-new", c.cuKNew != ""}, {"-rotary-cos", c.rotCos != ""}, {"-rotary-sin", c.rotSin != ""},
 		{"-cache-batch-idx", c.batchIdx != ""}, {"-cache-leftpad", c.leftPd != ""}, {"-kv-dtype", c.kvDtype != ""},
-		{"-num-splits", f.set["num-splits"]}, {"-rotary-interleaved", f.set["rotary-interleaved"]},
+		{"-num-splits", f.set["num-splits"]}, {"-rotary-interleaved", f.set["rotary-interleaved"]}, {"-rotary-offset", f.set["rotary-offset"]},
 		{"-k-scale", f.set["k-scale"]}, {"-v-scale", f.set["v-scale"]},
 	} {
 		if x.set && !cache {
@@ -77,10 +79,12 @@ func (c *cacheFlags) validate(f *attnFlags) error {
 		return fmt.Errorf("-k-new and -v-new must be given together")
 	case (c.rotCos == "") != (c.rotSin == ""):
 		return fmt.Errorf("-rotary-cos and -rotary-sin must be given together")
-	case c.rotCos != "" && c.kNew == "":
-		return fmt.Errorf("-rotary-cos needs -k-new and -v-new (the new keys and the queries are rotated)")
 	case f.set["rotary-interleaved"] && c.rotCos == "":
 		return fmt.Errorf("-rotary-interleaved needs -rotary-cos and -rotary-sin")
+	case f.set["rotary-offset"] && c.rotCos == "":
+		return fmt.Errorf("-rotary-offset needs -rotary-cos and -rotary-sin")
+	case c.rotOffset < 0 || c.rotOffset%2 != 0:
+		return fmt.Errorf("-rotary-offset %d: want an even channel ≥ 0", c.rotOffset)
 	case c.batchIdx != "" && f.blockTable != "":
 		return fmt.Errorf("-cache-batch-idx cannot be combined with -block-table")
 	case c.cuKNew != "" && (c.kNew == "" || f.cuQ == ""):
@@ -88,7 +92,8 @@ func (c *cacheFlags) validate(f *attnFlags) error {
 	case c.kNew != "" && f.cuQ != "" && c.cuKNew == "":
 		return fmt.Errorf("-k-new with -cu-seqlens-q needs -cu-seqlens-k-new (which rows of the packed new keys are each sequence's)")
 	}
-	// -num-splits's range is the library's to check.
+	// -num-splits's range and -rotary-offset's against the head dim are
+	// the library's to check.
 	return nil
 }
 
@@ -218,5 +223,5 @@ func (f *attnFlags) readRotary() (*flashattn.Rotary, error) {
 		shape = a.Shape
 		tables[i] = floats32(a)
 	}
-	return &flashattn.Rotary{Cos: tables[0], Sin: tables[1], Dim: 2 * shape[1], Interleaved: f.cache.rotInterleaved}, nil
+	return &flashattn.Rotary{Cos: tables[0], Sin: tables[1], Dim: 2 * shape[1], Interleaved: f.cache.rotInterleaved, Offset: f.cache.rotOffset}, nil
 }

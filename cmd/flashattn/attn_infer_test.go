@@ -71,6 +71,7 @@ type kvCLICase struct {
 	snew, sq          int
 	paged             int // block size (0: contiguous)
 	rotary            int // rotary dim (0: none)
+	rotOffset         int // -rotary-offset: the first rotated channel
 	interleaved       bool
 	causal            bool
 	window            []int
@@ -106,6 +107,14 @@ func TestAttnKVCacheDecoding(t *testing.T) {
 		{name: "fp8-e4m3-paged-scales", b: 2, hq: 4, hk: 2, d: 64, cap: 128, paged: 32, ends: []int32{77, 20}, pads: []int32{5, 20},
 			snew: 2, sq: 2, rotary: 64, causal: true, dtype: f32, kvDtype: e4m3, kScale: 0.0123, vScale: 0.004},
 		{name: "fp8-e5m2-splits", b: 2, hq: 4, hk: 2, d: 40, cap: 90, ends: []int32{60, 9}, snew: 1, sq: 1, splits: 3, dtype: f32, kvDtype: e5m2},
+		// -rotary-offset: MLA rotates its last channels; a middle range.
+		{name: "rotary-offset-last-paged", b: 2, hq: 8, hk: 1, d: 96, cap: 64, paged: 16, ends: []int32{20, 50}, snew: 2, sq: 2,
+			rotary: 32, rotOffset: 64, causal: true, dtype: f32, kvDtype: f32},
+		{name: "rotary-offset-middle-interleaved-bf16", b: 2, hq: 4, hk: 2, d: 48, cap: 60, ends: []int32{0, 33}, snew: 1, sq: 1,
+			rotary: 16, rotOffset: 10, interleaved: true, dtype: f32, kvDtype: bf16},
+		// Rotary without new keys (a verification step): the queries rotate.
+		{name: "rotary-no-new-keys", b: 2, hq: 4, hk: 2, d: 32, cap: 80, ends: []int32{40, 77}, pads: []int32{3, 0}, sq: 3,
+			rotary: 16, rotOffset: 16, causal: true, dtype: f32, kvDtype: f32},
 	} {
 		t.Run(c.name, func(t *testing.T) { checkKVCLICase(t, c) })
 	}
@@ -211,6 +220,9 @@ func checkKVCLICase(t *testing.T, c kvCLICase) {
 		if c.interleaved {
 			args = append(args, "-rotary-interleaved")
 		}
+		if c.rotOffset != 0 {
+			args = append(args, "-rotary-offset", strconv.Itoa(c.rotOffset))
+		}
 	}
 	if c.causal {
 		args = append(args, "-causal")
@@ -247,7 +259,7 @@ func checkKVCLICase(t *testing.T, c kvCLICase) {
 					src := ((b*c.snew+i)*c.hk + h) * c.d
 					kr := slices.Clone(knew[src : src+c.d])
 					if cos != nil {
-						atRope(kr, cos, sin, c.rotary, c.interleaved, end+i) // flash-attn: the absolute cache position
+						atRope(kr[c.rotOffset:], cos, sin, c.rotary, c.interleaved, end+i) // flash-attn: the absolute cache position
 					}
 					o := at(b, end+i) + h*c.d
 					copy(wk[o:o+c.d], atStored(t, kr, c.d, c.kvDtype, c.kScale))
@@ -328,7 +340,7 @@ func checkKVCLICase(t *testing.T, c kvCLICase) {
 					pos += i
 				}
 				for h := 0; h < c.hq; h++ {
-					atRope(qb[(i*c.hq+h)*c.d:][:c.d], cos, sin, c.rotary, c.interleaved, pos)
+					atRope(qb[(i*c.hq+h)*c.d+c.rotOffset:][:c.d-c.rotOffset], cos, sin, c.rotary, c.interleaved, pos)
 				}
 			}
 		}

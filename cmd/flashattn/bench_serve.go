@@ -110,8 +110,17 @@ type serveResult struct {
 	ReadGBs, PeakGFlops            spread  // measured beside the calls
 	RooflineSeconds                float64 // CacheBytes at ReadGBs plus PrefillFlops at PeakGFlops (medians)
 	PeakPath                       string
-	Runs                           []serveRun
-	Order                          [][]int // the runs (indexes of Runs) in the order each repetition timed them, after the meters
+	// ComputeRooflineSeconds is the compute-aware roofline: per sequence
+	// the larger of its cache bytes at ReadGBs and its FLOPs (every
+	// visible product, the decode rows' too) at PeakGFlops, summed. Decode
+	// rows with many query heads per KV head do more FLOPs per cache byte
+	// than the machine's balance (PeakGFlops/ReadGBs): RooflineSeconds
+	// is then out of reach, this one is not.
+	ComputeRooflineSeconds float64
+	Balance                float64     // PeakGFlops/ReadGBs (medians): FLOPs per byte read at which a part turns compute-bound
+	Parts                  []servePart // per kind of sequence, what bounds it
+	Runs                   []serveRun
+	Order                  [][]int // the runs (indexes of Runs) in the order each repetition timed them, after the meters
 }
 
 // serveRun is one way to run the step.
@@ -122,7 +131,24 @@ type serveRun struct {
 	TokensSec float64
 	Roofline  float64 // fraction of the roofline (median)
 	VsMixed   float64 // time over the mixed call's (median)
+	// ComputeRoofline is the fraction of the compute-aware roofline
+	// (ComputeRooflineSeconds over the median time).
+	ComputeRoofline float64
 }
+
+// servePart is one kind of sequence of the step and what bounds it.
+type servePart struct {
+	Kind            string
+	Seqs            int
+	CacheBytes      float64 // its sequences' cache bytes (as CacheBytes)
+	Flops           float64 // their visible products, 2·(D+DV) per query head and pair
+	Intensity       float64 // Flops/CacheBytes, FLOPs per byte
+	RooflineSeconds float64 // their share of ComputeRooflineSeconds
+	ComputeBound    int     // sequences whose FLOPs at the peak take longer than their bytes at the read bandwidth
+}
+
+// serveKinds names the kinds of sequence in the report.
+var serveKinds = [...]string{serveDecode: "decode rows", servePrefill: "prompt chunk", serveSpec: "speculative rows"}
 
 // serveBench holds the step's tensors and the three ways to run it.
 type serveBench struct {
@@ -223,22 +249,12 @@ func (f *benchFlags) runServe(stdout, stderr io.Writer) error {
 		Workers: f.workers, Reps: f.reps, Decode: sf.decode, CtxMin: sf.ctxMin, CtxMax: sf.ctxMax, Chunk: sf.chunk, Prefix: sf.prefix,
 		Spec: sf.spec, SpecToks: sf.specToks, Tokens: tokens, PeakPath: meter.isa, Order: order,
 		ReadGBs: summarize(reads), PeakGFlops: summarize(peaks)}
-	for _, q := range seqs {
-		r.CacheBytes += float64(q.ctx+q.new) * float64(s.Hk) * float64(2*s.D) * storedBytes(f.dt)
-		if q.kind == servePrefill {
-			pairs := float64(q.new)*float64(q.ctx) + float64(q.new)*float64(q.new+1)/2 // causal, bottom-right
-			r.PrefillFlops += 2 * float64(2*s.D) * float64(s.H) * pairs
-		}
-	}
-	r.RooflineSeconds = r.CacheBytes / (r.ReadGBs.Median * 1e9)
-	if r.PeakGFlops.Median > 0 {
-		r.RooflineSeconds += r.PrefillFlops / (r.PeakGFlops.Median * 1e9)
-	}
+	r.rooflines(seqs, s, f.dt)
 	mixed := summarize(secs[0]).Median
 	for i := range sb.runs {
 		sp := summarize(secs[i])
 		r.Runs = append(r.Runs, serveRun{Name: sb.names[i], Calls: sb.stepCalls(i, seqs), Seconds: sp, TokensSec: float64(tokens) / sp.Median,
-			Roofline: r.RooflineSeconds / sp.Median, VsMixed: sp.Median / mixed})
+			Roofline: r.RooflineSeconds / sp.Median, VsMixed: sp.Median / mixed, ComputeRoofline: r.ComputeRooflineSeconds / sp.Median})
 	}
 	if f.jsonOut {
 		b, _ := json.Marshal(r)
@@ -247,6 +263,52 @@ func (f *benchFlags) runServe(stdout, stderr io.Writer) error {
 	}
 	printServe(stdout, r)
 	return nil
+}
+
+// rooflines sets the step's cache bytes, prefill FLOPs and both
+// rooflines from the measured read bandwidth and peak (medians), and the
+// parts: per kind of sequence, its bytes, FLOPs and what bounds it. A
+// sequence's FLOPs are 2·(D+DV) per query head and visible (query, key)
+// pair, causal from the bottom-right: new·ctx + new·(new+1)/2 pairs.
+func (r *serveResult) rooflines(seqs []serveSeq, s shape, dt flashattn.DType) {
+	bw, peak := r.ReadGBs.Median*1e9, r.PeakGFlops.Median*1e9
+	if peak > 0 {
+		r.Balance = peak / bw
+	}
+	at := map[int]int{} // kind -> index in r.Parts
+	for _, q := range seqs {
+		bytes := float64(q.ctx+q.new) * float64(s.Hk) * float64(2*s.D) * storedBytes(dt)
+		pairs := float64(q.new)*float64(q.ctx) + float64(q.new)*float64(q.new+1)/2
+		flops := 2 * float64(2*s.D) * float64(s.H) * pairs
+		r.CacheBytes += bytes
+		if q.kind == servePrefill {
+			r.PrefillFlops += flops
+		}
+		i, ok := at[q.kind]
+		if !ok {
+			i = len(r.Parts)
+			at[q.kind] = i
+			r.Parts = append(r.Parts, servePart{Kind: serveKinds[q.kind]})
+		}
+		p := &r.Parts[i]
+		p.Seqs++
+		p.CacheBytes += bytes
+		p.Flops += flops
+		secs := bytes / bw
+		if peak > 0 && flops/peak > secs {
+			secs = flops / peak
+			p.ComputeBound++
+		}
+		p.RooflineSeconds += secs
+		r.ComputeRooflineSeconds += secs
+	}
+	for i := range r.Parts {
+		r.Parts[i].Intensity = r.Parts[i].Flops / r.Parts[i].CacheBytes
+	}
+	r.RooflineSeconds = r.CacheBytes / bw
+	if peak > 0 {
+		r.RooflineSeconds += r.PrefillFlops / peak
+	}
 }
 
 // runOrder is the order of the runs in repetition rep: rotated by one
@@ -392,9 +454,23 @@ func printServe(w io.Writer, r serveResult) {
 		r.Heads, r.KVHeads, r.Headdim, r.DType, r.Block, r.CacheBytes/1e6, r.PrefillFlops/1e9, r.Tokens)
 	fmt.Fprintf(w, "roofline %.2f ms: the cache at the read bandwidth %s GB/s + the prefill at the %s peak %s GFLOP/s\n",
 		r.RooflineSeconds*1e3, r.ReadGBs.format("%.1f", 1, ""), r.PeakPath, r.PeakGFlops.format("%.0f", 1, ""))
-	fmt.Fprintf(w, "%-36s %6s  %-28s %12s %9s %9s\n", "run", "calls", "ms per step", "tokens/s", "roofline", "vs mixed")
+	fmt.Fprintf(w, "compute-aware roofline %.2f ms: per sequence the larger of its cache at the read bandwidth and its FLOPs at the peak, summed (balance %.1f FLOP/byte)\n",
+		r.ComputeRooflineSeconds*1e3, r.Balance)
+	for _, p := range r.Parts {
+		bound := "memory-bound"
+		switch {
+		case p.ComputeBound == p.Seqs:
+			bound = "compute-bound"
+		case p.ComputeBound > 0:
+			bound = fmt.Sprintf("%d of %d compute-bound", p.ComputeBound, p.Seqs)
+		}
+		fmt.Fprintf(w, "  %-17s %4d: %9.1f MB, %8.2f GFLOP, %5.1f FLOP/byte: %s, %.2f ms\n",
+			p.Kind, p.Seqs, p.CacheBytes/1e6, p.Flops/1e9, p.Intensity, bound, p.RooflineSeconds*1e3)
+	}
+	fmt.Fprintf(w, "%-36s %6s  %-28s %12s %9s %11s %9s\n", "run", "calls", "ms per step", "tokens/s", "roofline", "compute rf", "vs mixed")
 	for _, x := range r.Runs {
-		fmt.Fprintf(w, "%-36s %6d  %-28s %12.0f %8.0f%% %8.2f×\n", x.Name, x.Calls, x.Seconds.format("%.2f", 1e3, ""), x.TokensSec, 100*x.Roofline, x.VsMixed)
+		fmt.Fprintf(w, "%-36s %6d  %-28s %12.0f %8.0f%% %10.0f%% %8.2f×\n", x.Name, x.Calls, x.Seconds.format("%.2f", 1e3, ""), x.TokensSec,
+			100*x.Roofline, 100*x.ComputeRoofline, x.VsMixed)
 	}
 }
 
