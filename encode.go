@@ -129,6 +129,9 @@ func DecodeTensor(data []byte) (t Tensor, rest []byte, err error) {
 		if !(scale >= 0) || math.IsInf(float64(scale), 1) {
 			return Tensor{}, data, argErr("data", "encoded %v tensor has scale %v", dt, scale)
 		}
+		if binary.LittleEndian.Uint32(body[4:]) != 0 {
+			return Tensor{}, data, argErr("data", "encoded %v tensor: the 4 bytes after its scale are %x, want zero (reserved)", dt, body[4:8])
+		}
 		body = body[8:]
 	}
 	blk := f.kf.Block()

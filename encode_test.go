@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"math"
 	"math/big"
 	"regexp"
 	"slices"
@@ -84,15 +85,69 @@ func TestTensorEncoding(t *testing.T) {
 func FuzzDecodeTensor(f *testing.F) {
 	enc, _ := Dense(make([]float32, 64), 1, 2, 1, 32).MarshalBinary()
 	f.Add(enc)
+	e4 := NewTensorOf(FP8E4M3, 1, 1, 2, 32)
+	e4.Scale = 0.5
+	for _, x := range []Tensor{e4, NewTensorOf(Q4_0, 1, 2, 1, 32), NewTensorOf(BFloat16, 2, 1, 1, 3)} {
+		enc, _ := x.MarshalBinary()
+		f.Add(enc)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		tt, _, err := DecodeTensor(data)
+		tt, rest, err := DecodeTensor(data)
 		if err != nil {
 			return
 		}
 		if _, err := tt.check("t", false, -1, -1, -1, -1); err != nil {
 			t.Fatalf("decoded an invalid tensor: %v", err)
 		}
+		// What was accepted is exactly what encoding the tensor writes:
+		// no field, reserved byte or element is read loosely.
+		used := data[:len(data)-len(rest)]
+		if re, err := tt.AppendBinary(nil); err != nil || !bytes.Equal(re, used) {
+			t.Fatalf("re-encoding the decoded tensor gives %d bytes (%v), not the %d decoded", len(re), err, len(used))
+		}
 	})
+}
+
+// FuzzDecodeLSE: DecodeLSE never panics, and what it accepts re-encodes
+// to the bytes it consumed.
+func FuzzDecodeLSE(f *testing.F) {
+	f.Add(AppendLSE(nil, []float32{1, float32(math.Inf(-1)), 3}))
+	f.Add(AppendLSE(nil, nil))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		lse, rest, err := DecodeLSE(data)
+		if err != nil {
+			return
+		}
+		if re := AppendLSE(nil, lse); !bytes.Equal(re, data[:len(data)-len(rest)]) {
+			t.Fatalf("re-encoding the decoded LSE gives %d bytes, not the %d decoded", len(re), len(data)-len(rest))
+		}
+	})
+}
+
+// TestDecodeTensorScalePadding: the 4 bytes after an fp8 tensor's scale
+// are reserved (zero) and refused otherwise, as the header's are; a
+// garbage or newer encoding is not read as this one.
+func TestDecodeTensorScalePadding(t *testing.T) {
+	for _, dt := range []DType{FP8E4M3, FP8E5M2} {
+		x := NewTensorOf(dt, 1, 1, 1, 32)
+		x.Scale = 2
+		good, err := x.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := DecodeTensor(good); err != nil {
+			t.Fatalf("%v: %v", dt, err)
+		}
+		for i := tensorHead + 4; i < tensorHead+8; i++ {
+			bad := slices.Clone(good)
+			bad[i] = 0x30
+			_, _, err := DecodeTensor(bad)
+			var ae *ArgError
+			if !errors.As(err, &ae) {
+				t.Errorf("%v: byte %d (after the scale) set: error %v, want an *ArgError", dt, i, err)
+			}
+		}
+	}
 }
 
 // DecodeLSE checks its reserved header bytes as DecodeTensor does, and a
