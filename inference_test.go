@@ -79,6 +79,7 @@ func TestKVCacheAppendRotary(t *testing.T) {
 		// Rotary without new keys (a verification step): the queries still
 		// rotate, at SeqLens (+ i when causal), LeftPad included.
 		{name: "no-new-keys-rotary", b: 2, hq: 4, hk: 2, d: 32, capacity: 100, ends: []int32{40, 95}, sq: 3, rotary: 32, causal: true},
+		{name: "no-new-keys-rotary-leftpad-causal", b: 3, hq: 4, hk: 2, d: 32, capacity: 100, ends: []int32{40, 95, 12}, pads: []int32{9, 0, 12}, sq: 4, rotary: 16, rotOffset: 16, interleaved: true, causal: true},
 		{name: "no-new-keys-rotary-noncausal-paged", b: 2, hq: 4, hk: 2, d: 32, capacity: 128, ends: []int32{40, 99}, pads: []int32{5, 0}, sq: 2, paged: 16, rotary: 16, rotOffset: 8},
 		{name: "splits", b: 1, hq: 8, hk: 2, d: 64, capacity: 1000, ends: []int32{999}, snew: 1, sq: 1, rotary: 64, splits: 7},
 		// Rotary.Offset: MLA rotates the last channels; a middle range.
