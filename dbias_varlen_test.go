@@ -13,15 +13,16 @@ import (
 // sk], a relative-position bias [1, H, sq, sk] shared by the sequences,
 // one value per sequence and head), against the float64 reference run
 // sequence by sequence and summed over the broadcast dimensions; causal
-// (bottom-right per sequence) and not, with GQA.
+// (bottom-right per sequence), a sliding window and neither, with GQA.
 func TestDBiasVarLen(t *testing.T) {
 	const H, Hk, D = 4, 2, 16
 	lq, lk := []int{5, 17, 9}, []int{30, 17, 70}
 	maxQ, maxK := 17, 70
 	nb := len(lq)
 	for _, shape := range [][4]int{{nb, 1, 1, maxK}, {1, H, maxQ, maxK}, {nb, H, 1, 1}, {1, 1, maxQ, 1}} {
-		for _, causal := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%v/causal=%v", shape, causal), func(t *testing.T) {
+		for _, mode := range []string{"full", "causal", "window"} {
+			causal, window := mode == "causal", mode == "window"
+			t.Run(fmt.Sprintf("%v/%s", shape, mode), func(t *testing.T) {
 				r := newRand(uint64(shape[0] + 7*shape[1]))
 				cuQ, cuK := []int32{0}, []int32{0}
 				for b := range nb {
@@ -35,6 +36,9 @@ func TestDBiasVarLen(t *testing.T) {
 					t.Fatal(err)
 				}
 				opts := &Options{VarLen: &VarLen{CuSeqlensQ: cuQ, CuSeqlensK: cuK}, ScoreMod: bias, Causal: causal}
+				if window {
+					opts.Window = &Window{Left: 5, Right: 3}
+				}
 				qt, kt, vt := Dense(q, 1, tq, H, D), Dense(k, 1, tk, Hk, D), Dense(v, 1, tk, Hk, D)
 				out, lse, err := Forward(qt, kt, vt, opts)
 				if err != nil {
@@ -47,6 +51,7 @@ func TestDBiasVarLen(t *testing.T) {
 				want64, want32 := make([]float64, len(data)), make([]float32, len(data))
 				for b := range nb {
 					par := reference.Params{Batch: 1, SeqQ: lq[b], SeqK: lk[b], Heads: H, KVHeads: Hk, HeadDim: D, Causal: causal,
+						Window: window, WindowLeft: 5, WindowRight: 3,
 						ScoreMod: func(_, h, i, j int, x float64) (float64, float64) {
 							return x + float64(data[biasIndex(shape, b, h, i, j)]), 1
 						}}
