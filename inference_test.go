@@ -26,6 +26,13 @@ func rope64(x []float32, r *Rotary, pos int) {
 	}
 }
 
+// flashRopeAdvances reports whether a KV-cache call with these options rotates
+// its query row i at SeqLens + i rather than at SeqLens: flash-attn's rule,
+// "causal or local", local meaning a window other than (-1, -1).
+func flashRopeAdvances(causal bool, w *Window) bool {
+	return causal || w != nil && (w.Left >= 0 || w.Right >= 0)
+}
+
 func ropeTables(maxPos, dim int) *Rotary {
 	r := &Rotary{Dim: dim, Cos: make([]float32, maxPos*dim/2), Sin: make([]float32, maxPos*dim/2)}
 	for p := 0; p < maxPos; p++ {
@@ -85,6 +92,12 @@ func TestKVCacheAppendRotary(t *testing.T) {
 		// Rotary.Offset: MLA rotates the last channels; a middle range.
 		{name: "offset-last", b: 2, hq: 8, hk: 1, d: 96, capacity: 128, ends: []int32{20, 90}, snew: 2, sq: 2, rotary: 32, rotOffset: 64, causal: true},
 		{name: "offset-last-interleaved", b: 2, hq: 4, hk: 2, d: 48, capacity: 96, ends: []int32{0, 50}, snew: 1, sq: 1, rotary: 16, rotOffset: 32, interleaved: true},
+		// Window{-1, -1} hides nothing and is not local (flash-attn's
+		// window_size (-1, -1)): the queries rotate at SeqLens, as without
+		// a window; a window bounded on one side is local.
+		{name: "window-unbounded-rotary", b: 2, hq: 4, hk: 2, d: 32, capacity: 96, ends: []int32{20, 60}, snew: 3, sq: 3, rotary: 32, window: &Window{Left: -1, Right: -1}},
+		{name: "window-unbounded-rotary-no-new-keys", b: 2, hq: 4, hk: 2, d: 32, capacity: 96, ends: []int32{20, 60}, pads: []int32{3, 0}, sq: 4, rotary: 16, window: &Window{Left: -1, Right: -1}},
+		{name: "window-left-only-rotary", b: 2, hq: 4, hk: 2, d: 32, capacity: 96, ends: []int32{20, 60}, snew: 3, sq: 3, rotary: 32, window: &Window{Left: -1, Right: 1}},
 		{name: "offset-middle-paged", b: 2, hq: 4, hk: 2, d: 64, capacity: 128, ends: []int32{30, 77}, snew: 3, sq: 3, paged: 32, rotary: 24, rotOffset: 10, causal: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) { checkKVCase(t, tc) })
@@ -189,7 +202,7 @@ func checkKVCase(t *testing.T, tc kvCase) {
 		if rot != nil {
 			for i := 0; i < tc.sq; i++ {
 				pos := end
-				if tc.causal || tc.window != nil {
+				if flashRopeAdvances(tc.causal, tc.window) {
 					pos += i
 				}
 				for h := 0; h < tc.hq; h++ {

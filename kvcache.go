@@ -23,7 +23,7 @@ type cacheAt struct {
 	news       []newKeys // per sequence: its new keys in KNew and VNew
 	end        []int32   // per sequence: SeqLens, where the new keys go
 	rotary     *Rotary
-	ropeCausal bool // query rows at increasing positions (causal or window)
+	ropeCausal bool // query rows at increasing positions (causal or local, see ropeAdvances)
 	numSplits  int
 }
 
@@ -77,7 +77,7 @@ func (t *tiling) cacheSequences(o *Options, s Shape) error {
 		}
 	}
 	cs := &t.cache
-	*cs = cacheAt{numSplits: c.NumSplits, ropeCausal: o.Causal || o.Window != nil}
+	*cs = cacheAt{numSplits: c.NumSplits, ropeCausal: ropeAdvances(o)}
 	if c.NumSplits < 0 || c.NumSplits > maxNumSplits {
 		return argErr("Options.KVCache.NumSplits", "KVCache.NumSplits %d must be in 0..%d", c.NumSplits, maxNumSplits)
 	}
@@ -124,6 +124,15 @@ func (t *tiling) cacheSequences(o *Options, s Shape) error {
 		}
 	}
 	return nil
+}
+
+// ropeAdvances reports whether a KV-cache call rotates query row i at
+// SeqLens + i (otherwise every row at SeqLens): flash-attn's rule, "causal
+// or local", a window being local unless both sides are unbounded (its
+// window_size (-1, -1), which hides nothing).
+func ropeAdvances(o *Options) bool {
+	w := o.Window
+	return o.Causal || w != nil && (w.Left >= 0 || w.Right >= 0)
 }
 
 // newKeySpans sets where each sequence's new keys are in KNew and VNew

@@ -238,8 +238,9 @@ type KVCache struct {
 // New key i of sequence b is rotated at its cache position SeqLens[b] + i
 // (flash-attn's positions: LeftPad does not shift them, so Cos and Sin need
 // SeqLens[b] + max(Snew, query rows) positions); with a causal or window
-// mask query row i is too, otherwise every query row is rotated at
-// SeqLens[b].
+// mask query row i is too, otherwise (also with Window{-1, -1}, which
+// hides nothing: flash-attn's window_size (-1, -1) is not local) every
+// query row is rotated at SeqLens[b].
 type Rotary struct {
 	Cos, Sin    []float32
 	Dim         int // rotary_dim: even, Offset+Dim at most the head dim

@@ -76,9 +76,10 @@ func TestContinuousBatching(t *testing.T) {
 	noneNew := []serveSeq{{end: 90, nq: 3}, {end: 120, pad: 7, nq: 1}, {end: 5}}
 	cases = append(cases,
 		serveCase{dt: Float32, hq: 4, hk: 4, d: 32, seqs: mixedStep, causal: true, softcap: 5, alibi: true},
-		serveCase{dt: Float32, block: 16, hq: 4, hk: 2, d: 40, seqs: short, rotary: true},                 // not causal: queries at SeqLens
-		serveCase{dt: BFloat16, block: 32, hq: 8, hk: 2, d: 64, seqs: mixedStep, splits: 5, causal: true}, // split-K for every row
-		serveCase{dt: Float32, hq: 16, hk: 1, d: 96, dv: 64, seqs: short, causal: true},                   // MLA latent
+		serveCase{dt: Float32, block: 16, hq: 4, hk: 2, d: 40, seqs: short, rotary: true},                             // not causal: queries at SeqLens
+		serveCase{dt: BFloat16, hq: 4, hk: 2, d: 40, seqs: short, rotary: true, window: &Window{Left: -1, Right: -1}}, // an unbounded window is not local: queries at SeqLens
+		serveCase{dt: BFloat16, block: 32, hq: 8, hk: 2, d: 64, seqs: mixedStep, splits: 5, causal: true},             // split-K for every row
+		serveCase{dt: Float32, hq: 16, hk: 1, d: 96, dv: 64, seqs: short, causal: true},                               // MLA latent
 		serveCase{dt: BFloat16, block: 16, hq: 16, hk: 1, d: 96, dv: 64, seqs: short, causal: true},
 		serveCase{dt: Float32, block: 32, hq: 8, hk: 2, d: 64, seqs: noNew, rotary: true, causal: true},
 		serveCase{dt: BFloat16, hq: 8, hk: 2, d: 64, seqs: noneNew, rotary: true, causal: true},
@@ -257,7 +258,7 @@ func checkServe(t *testing.T, c serveCase) {
 		if rot != nil {
 			for i := range sq.nq {
 				pos := sq.end
-				if c.causal || c.window != nil {
+				if flashRopeAdvances(c.causal, c.window) {
 					pos += i
 				}
 				for h := range hq {
