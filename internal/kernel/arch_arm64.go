@@ -67,6 +67,12 @@ func archHalf(e Elem) []Half {
 			Mul:    wrapHalf("neonbf16 Mul", mulBF16NEON),
 			MulAdd: wrapHalf("neonbf16 MulAdd", mulAddBF16NEON),
 			Peak:   func(iters int) int { FMAPeakBF16NEON(iters); return 24 * 4 * 2 * 2 },
+		}, {
+			Name:   "neonbfmmla",
+			Elem:   BF16,
+			Mul:    wrapHalf("neonbfmmla Mul", mulBF16MMLANEON),
+			MulAdd: wrapHalf("neonbfmmla MulAdd", mulAddBF16MMLANEON),
+			Peak:   func(iters int) int { FMAPeakBFMMLANEON(iters); return 24 * 2 * 2 * 4 * 2 },
 		}}
 	case e == F16 && hasFHM:
 		return []Half{{

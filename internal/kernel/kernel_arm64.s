@@ -30709,6 +30709,1760 @@ colNext:
 	BNE cols
 	RET
 
+// mulBF16MMLANEON sets C = A·B (see Half.Mul) by BFMMLA: A m×k BF16MMLA, B in the pair layout
+// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.
+// Inner loop, per 2 pairs of a 6×16 tile: 6 LDR D + 8 LDR Q + 11 ZIP + 24 BFMMLA (24 chains).
+TEXT ·mulBF16MMLANEON(SB), NOSPLIT|NOFRAME, $0-120
+	MOVD b_base+64(FP), R1
+	MOVD c_base+0(FP), R0
+	MOVD n+104(FP), R2
+	MOVD k+112(FP), R9
+	MOVD ldc+24(FP), R6
+	LSL $2, R6
+	MOVD lda+56(FP), R7
+	LSL $1, R7
+	MOVD ldb+88(FP), R8
+	LSL $1, R8
+	LSR $1, R9
+	MOVD $6, R23
+	MUL R23, R7, R19
+	MUL R23, R6, R20
+cols:
+	MOVD a_base+32(FP), R3
+	MOVD R0, R4
+	MOVD m+96(FP), R5
+rows:
+	CMP $6, R5
+	BLT rowsTail
+	// Tile: 6 rows × 16 columns, 24 BFMMLA accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
+	WORD $0x6f00e41c // movi v28.2d, #0
+	WORD $0x6f00e41d // movi v29.2d, #0
+	WORD $0x6f00e41e // movi v30.2d, #0
+	WORD $0x6f00e41f // movi v31.2d, #0
+	MOVD R1, R16
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	ADD R7, R12, R13
+	ADD R7, R13, R14
+	ADD R7, R14, R15
+	LSR $1, R9, R17
+	CBZ R17, r6tail
+r6loop:
+	FMOVD.P 8(R10), F0
+	FMOVD.P 8(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVD.P 8(R12), F1
+	FMOVD.P 8(R13), F3
+	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
+	FMOVD.P 8(R14), F2
+	FMOVD.P 8(R15), F3
+	WORD $0x4ec33842 // zip1 v2.2d, v2.2d, v3.2d
+	FMOVQ 0(R16), F4
+	FMOVQ 64(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
+	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
+	WORD $0x6e46ec30 // bfmmla v16.4s, v1.8h, v6.8h
+	WORD $0x6e47ec31 // bfmmla v17.4s, v1.8h, v7.8h
+	WORD $0x6e46ec58 // bfmmla v24.4s, v2.8h, v6.8h
+	WORD $0x6e47ec59 // bfmmla v25.4s, v2.8h, v7.8h
+	FMOVQ 16(R16), F4
+	FMOVQ 80(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
+	WORD $0x6e46ec5a // bfmmla v26.4s, v2.8h, v6.8h
+	WORD $0x6e47ec5b // bfmmla v27.4s, v2.8h, v7.8h
+	FMOVQ 32(R16), F4
+	FMOVQ 96(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
+	WORD $0x6e46ec34 // bfmmla v20.4s, v1.8h, v6.8h
+	WORD $0x6e47ec35 // bfmmla v21.4s, v1.8h, v7.8h
+	WORD $0x6e46ec5c // bfmmla v28.4s, v2.8h, v6.8h
+	WORD $0x6e47ec5d // bfmmla v29.4s, v2.8h, v7.8h
+	FMOVQ 48(R16), F4
+	FMOVQ 112(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
+	WORD $0x6e46ec5e // bfmmla v30.4s, v2.8h, v6.8h
+	WORD $0x6e47ec5f // bfmmla v31.4s, v2.8h, v7.8h
+	ADD $128, R16
+	SUBS $1, R17, R17
+	BNE r6loop
+r6tail:
+	TBZ $0, R9, r6store
+	FMOVS.P 4(R10), F0
+	FMOVS.P 4(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVS.P 4(R12), F1
+	FMOVS.P 4(R13), F3
+	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
+	FMOVS.P 4(R14), F2
+	FMOVS.P 4(R15), F3
+	WORD $0x4ec33842 // zip1 v2.2d, v2.2d, v3.2d
+	WORD $0x6f00e405 // movi v5.2d, #0
+	FMOVQ 0(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
+	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
+	WORD $0x6e46ec30 // bfmmla v16.4s, v1.8h, v6.8h
+	WORD $0x6e47ec31 // bfmmla v17.4s, v1.8h, v7.8h
+	WORD $0x6e46ec58 // bfmmla v24.4s, v2.8h, v6.8h
+	WORD $0x6e47ec59 // bfmmla v25.4s, v2.8h, v7.8h
+	FMOVQ 16(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
+	WORD $0x6e46ec5a // bfmmla v26.4s, v2.8h, v6.8h
+	WORD $0x6e47ec5b // bfmmla v27.4s, v2.8h, v7.8h
+	FMOVQ 32(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
+	WORD $0x6e46ec34 // bfmmla v20.4s, v1.8h, v6.8h
+	WORD $0x6e47ec35 // bfmmla v21.4s, v1.8h, v7.8h
+	WORD $0x6e46ec5c // bfmmla v28.4s, v2.8h, v6.8h
+	WORD $0x6e47ec5d // bfmmla v29.4s, v2.8h, v7.8h
+	FMOVQ 48(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
+	WORD $0x6e46ec5e // bfmmla v30.4s, v2.8h, v6.8h
+	WORD $0x6e47ec5f // bfmmla v31.4s, v2.8h, v7.8h
+r6store:
+	MOVD R4, R22
+	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
+	WORD $0x4ec97904 // zip2 v4.2d, v8.2d, v9.2d
+	WORD $0x4ecb3941 // zip1 v1.2d, v10.2d, v11.2d
+	WORD $0x4ecb7945 // zip2 v5.2d, v10.2d, v11.2d
+	WORD $0x4ecd3982 // zip1 v2.2d, v12.2d, v13.2d
+	WORD $0x4ecd7986 // zip2 v6.2d, v12.2d, v13.2d
+	WORD $0x4ecf39c3 // zip1 v3.2d, v14.2d, v15.2d
+	WORD $0x4ecf79c7 // zip2 v7.2d, v14.2d, v15.2d
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	ADD R6, R22
+	WORD $0x4ed13a00 // zip1 v0.2d, v16.2d, v17.2d
+	WORD $0x4ed17a04 // zip2 v4.2d, v16.2d, v17.2d
+	WORD $0x4ed33a41 // zip1 v1.2d, v18.2d, v19.2d
+	WORD $0x4ed37a45 // zip2 v5.2d, v18.2d, v19.2d
+	WORD $0x4ed53a82 // zip1 v2.2d, v20.2d, v21.2d
+	WORD $0x4ed57a86 // zip2 v6.2d, v20.2d, v21.2d
+	WORD $0x4ed73ac3 // zip1 v3.2d, v22.2d, v23.2d
+	WORD $0x4ed77ac7 // zip2 v7.2d, v22.2d, v23.2d
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	ADD R6, R22
+	WORD $0x4ed93b00 // zip1 v0.2d, v24.2d, v25.2d
+	WORD $0x4ed97b04 // zip2 v4.2d, v24.2d, v25.2d
+	WORD $0x4edb3b41 // zip1 v1.2d, v26.2d, v27.2d
+	WORD $0x4edb7b45 // zip2 v5.2d, v26.2d, v27.2d
+	WORD $0x4edd3b82 // zip1 v2.2d, v28.2d, v29.2d
+	WORD $0x4edd7b86 // zip2 v6.2d, v28.2d, v29.2d
+	WORD $0x4edf3bc3 // zip1 v3.2d, v30.2d, v31.2d
+	WORD $0x4edf7bc7 // zip2 v7.2d, v30.2d, v31.2d
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	ADD R19, R3
+	ADD R20, R4
+	SUB $6, R5
+	B rows
+rowsTail:
+	CMP $5, R5
+	BEQ tile5
+	CMP $4, R5
+	BEQ tile4
+	CMP $3, R5
+	BEQ tile3
+	CMP $2, R5
+	BEQ tile2
+	CMP $1, R5
+	BEQ tile1
+	B colNext
+tile5:
+	// Tile: 5 rows × 16 columns, 24 BFMMLA accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
+	WORD $0x6f00e41c // movi v28.2d, #0
+	WORD $0x6f00e41d // movi v29.2d, #0
+	WORD $0x6f00e41e // movi v30.2d, #0
+	WORD $0x6f00e41f // movi v31.2d, #0
+	MOVD R1, R16
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	ADD R7, R12, R13
+	ADD R7, R13, R14
+	LSR $1, R9, R17
+	CBZ R17, r5tail
+r5loop:
+	FMOVD.P 8(R10), F0
+	FMOVD.P 8(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVD.P 8(R12), F1
+	FMOVD.P 8(R13), F3
+	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
+	FMOVD.P 8(R14), F2
+	FMOVQ 0(R16), F4
+	FMOVQ 64(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
+	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
+	WORD $0x6e46ec30 // bfmmla v16.4s, v1.8h, v6.8h
+	WORD $0x6e47ec31 // bfmmla v17.4s, v1.8h, v7.8h
+	WORD $0x6e46ec58 // bfmmla v24.4s, v2.8h, v6.8h
+	WORD $0x6e47ec59 // bfmmla v25.4s, v2.8h, v7.8h
+	FMOVQ 16(R16), F4
+	FMOVQ 80(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
+	WORD $0x6e46ec5a // bfmmla v26.4s, v2.8h, v6.8h
+	WORD $0x6e47ec5b // bfmmla v27.4s, v2.8h, v7.8h
+	FMOVQ 32(R16), F4
+	FMOVQ 96(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
+	WORD $0x6e46ec34 // bfmmla v20.4s, v1.8h, v6.8h
+	WORD $0x6e47ec35 // bfmmla v21.4s, v1.8h, v7.8h
+	WORD $0x6e46ec5c // bfmmla v28.4s, v2.8h, v6.8h
+	WORD $0x6e47ec5d // bfmmla v29.4s, v2.8h, v7.8h
+	FMOVQ 48(R16), F4
+	FMOVQ 112(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
+	WORD $0x6e46ec5e // bfmmla v30.4s, v2.8h, v6.8h
+	WORD $0x6e47ec5f // bfmmla v31.4s, v2.8h, v7.8h
+	ADD $128, R16
+	SUBS $1, R17, R17
+	BNE r5loop
+r5tail:
+	TBZ $0, R9, r5store
+	FMOVS.P 4(R10), F0
+	FMOVS.P 4(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVS.P 4(R12), F1
+	FMOVS.P 4(R13), F3
+	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
+	FMOVS.P 4(R14), F2
+	WORD $0x6f00e405 // movi v5.2d, #0
+	FMOVQ 0(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
+	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
+	WORD $0x6e46ec30 // bfmmla v16.4s, v1.8h, v6.8h
+	WORD $0x6e47ec31 // bfmmla v17.4s, v1.8h, v7.8h
+	WORD $0x6e46ec58 // bfmmla v24.4s, v2.8h, v6.8h
+	WORD $0x6e47ec59 // bfmmla v25.4s, v2.8h, v7.8h
+	FMOVQ 16(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
+	WORD $0x6e46ec5a // bfmmla v26.4s, v2.8h, v6.8h
+	WORD $0x6e47ec5b // bfmmla v27.4s, v2.8h, v7.8h
+	FMOVQ 32(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
+	WORD $0x6e46ec34 // bfmmla v20.4s, v1.8h, v6.8h
+	WORD $0x6e47ec35 // bfmmla v21.4s, v1.8h, v7.8h
+	WORD $0x6e46ec5c // bfmmla v28.4s, v2.8h, v6.8h
+	WORD $0x6e47ec5d // bfmmla v29.4s, v2.8h, v7.8h
+	FMOVQ 48(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
+	WORD $0x6e46ec5e // bfmmla v30.4s, v2.8h, v6.8h
+	WORD $0x6e47ec5f // bfmmla v31.4s, v2.8h, v7.8h
+r5store:
+	MOVD R4, R22
+	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
+	WORD $0x4ec97904 // zip2 v4.2d, v8.2d, v9.2d
+	WORD $0x4ecb3941 // zip1 v1.2d, v10.2d, v11.2d
+	WORD $0x4ecb7945 // zip2 v5.2d, v10.2d, v11.2d
+	WORD $0x4ecd3982 // zip1 v2.2d, v12.2d, v13.2d
+	WORD $0x4ecd7986 // zip2 v6.2d, v12.2d, v13.2d
+	WORD $0x4ecf39c3 // zip1 v3.2d, v14.2d, v15.2d
+	WORD $0x4ecf79c7 // zip2 v7.2d, v14.2d, v15.2d
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	ADD R6, R22
+	WORD $0x4ed13a00 // zip1 v0.2d, v16.2d, v17.2d
+	WORD $0x4ed17a04 // zip2 v4.2d, v16.2d, v17.2d
+	WORD $0x4ed33a41 // zip1 v1.2d, v18.2d, v19.2d
+	WORD $0x4ed37a45 // zip2 v5.2d, v18.2d, v19.2d
+	WORD $0x4ed53a82 // zip1 v2.2d, v20.2d, v21.2d
+	WORD $0x4ed57a86 // zip2 v6.2d, v20.2d, v21.2d
+	WORD $0x4ed73ac3 // zip1 v3.2d, v22.2d, v23.2d
+	WORD $0x4ed77ac7 // zip2 v7.2d, v22.2d, v23.2d
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	ADD R6, R22
+	WORD $0x4ed93b00 // zip1 v0.2d, v24.2d, v25.2d
+	WORD $0x4edb3b41 // zip1 v1.2d, v26.2d, v27.2d
+	WORD $0x4edd3b82 // zip1 v2.2d, v28.2d, v29.2d
+	WORD $0x4edf3bc3 // zip1 v3.2d, v30.2d, v31.2d
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	B colNext
+tile4:
+	// Tile: 4 rows × 16 columns, 16 BFMMLA accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	MOVD R1, R16
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	ADD R7, R12, R13
+	LSR $1, R9, R17
+	CBZ R17, r4tail
+r4loop:
+	FMOVD.P 8(R10), F0
+	FMOVD.P 8(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVD.P 8(R12), F1
+	FMOVD.P 8(R13), F3
+	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
+	FMOVQ 0(R16), F4
+	FMOVQ 64(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
+	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
+	WORD $0x6e46ec30 // bfmmla v16.4s, v1.8h, v6.8h
+	WORD $0x6e47ec31 // bfmmla v17.4s, v1.8h, v7.8h
+	FMOVQ 16(R16), F4
+	FMOVQ 80(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
+	FMOVQ 32(R16), F4
+	FMOVQ 96(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
+	WORD $0x6e46ec34 // bfmmla v20.4s, v1.8h, v6.8h
+	WORD $0x6e47ec35 // bfmmla v21.4s, v1.8h, v7.8h
+	FMOVQ 48(R16), F4
+	FMOVQ 112(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
+	ADD $128, R16
+	SUBS $1, R17, R17
+	BNE r4loop
+r4tail:
+	TBZ $0, R9, r4store
+	FMOVS.P 4(R10), F0
+	FMOVS.P 4(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVS.P 4(R12), F1
+	FMOVS.P 4(R13), F3
+	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
+	WORD $0x6f00e405 // movi v5.2d, #0
+	FMOVQ 0(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
+	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
+	WORD $0x6e46ec30 // bfmmla v16.4s, v1.8h, v6.8h
+	WORD $0x6e47ec31 // bfmmla v17.4s, v1.8h, v7.8h
+	FMOVQ 16(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
+	FMOVQ 32(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
+	WORD $0x6e46ec34 // bfmmla v20.4s, v1.8h, v6.8h
+	WORD $0x6e47ec35 // bfmmla v21.4s, v1.8h, v7.8h
+	FMOVQ 48(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
+r4store:
+	MOVD R4, R22
+	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
+	WORD $0x4ec97904 // zip2 v4.2d, v8.2d, v9.2d
+	WORD $0x4ecb3941 // zip1 v1.2d, v10.2d, v11.2d
+	WORD $0x4ecb7945 // zip2 v5.2d, v10.2d, v11.2d
+	WORD $0x4ecd3982 // zip1 v2.2d, v12.2d, v13.2d
+	WORD $0x4ecd7986 // zip2 v6.2d, v12.2d, v13.2d
+	WORD $0x4ecf39c3 // zip1 v3.2d, v14.2d, v15.2d
+	WORD $0x4ecf79c7 // zip2 v7.2d, v14.2d, v15.2d
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	ADD R6, R22
+	WORD $0x4ed13a00 // zip1 v0.2d, v16.2d, v17.2d
+	WORD $0x4ed17a04 // zip2 v4.2d, v16.2d, v17.2d
+	WORD $0x4ed33a41 // zip1 v1.2d, v18.2d, v19.2d
+	WORD $0x4ed37a45 // zip2 v5.2d, v18.2d, v19.2d
+	WORD $0x4ed53a82 // zip1 v2.2d, v20.2d, v21.2d
+	WORD $0x4ed57a86 // zip2 v6.2d, v20.2d, v21.2d
+	WORD $0x4ed73ac3 // zip1 v3.2d, v22.2d, v23.2d
+	WORD $0x4ed77ac7 // zip2 v7.2d, v22.2d, v23.2d
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	B colNext
+tile3:
+	// Tile: 3 rows × 16 columns, 16 BFMMLA accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	MOVD R1, R16
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	LSR $1, R9, R17
+	CBZ R17, r3tail
+r3loop:
+	FMOVD.P 8(R10), F0
+	FMOVD.P 8(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVD.P 8(R12), F1
+	FMOVQ 0(R16), F4
+	FMOVQ 64(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
+	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
+	WORD $0x6e46ec30 // bfmmla v16.4s, v1.8h, v6.8h
+	WORD $0x6e47ec31 // bfmmla v17.4s, v1.8h, v7.8h
+	FMOVQ 16(R16), F4
+	FMOVQ 80(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
+	FMOVQ 32(R16), F4
+	FMOVQ 96(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
+	WORD $0x6e46ec34 // bfmmla v20.4s, v1.8h, v6.8h
+	WORD $0x6e47ec35 // bfmmla v21.4s, v1.8h, v7.8h
+	FMOVQ 48(R16), F4
+	FMOVQ 112(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
+	ADD $128, R16
+	SUBS $1, R17, R17
+	BNE r3loop
+r3tail:
+	TBZ $0, R9, r3store
+	FMOVS.P 4(R10), F0
+	FMOVS.P 4(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVS.P 4(R12), F1
+	WORD $0x6f00e405 // movi v5.2d, #0
+	FMOVQ 0(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
+	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
+	WORD $0x6e46ec30 // bfmmla v16.4s, v1.8h, v6.8h
+	WORD $0x6e47ec31 // bfmmla v17.4s, v1.8h, v7.8h
+	FMOVQ 16(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
+	FMOVQ 32(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
+	WORD $0x6e46ec34 // bfmmla v20.4s, v1.8h, v6.8h
+	WORD $0x6e47ec35 // bfmmla v21.4s, v1.8h, v7.8h
+	FMOVQ 48(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
+r3store:
+	MOVD R4, R22
+	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
+	WORD $0x4ec97904 // zip2 v4.2d, v8.2d, v9.2d
+	WORD $0x4ecb3941 // zip1 v1.2d, v10.2d, v11.2d
+	WORD $0x4ecb7945 // zip2 v5.2d, v10.2d, v11.2d
+	WORD $0x4ecd3982 // zip1 v2.2d, v12.2d, v13.2d
+	WORD $0x4ecd7986 // zip2 v6.2d, v12.2d, v13.2d
+	WORD $0x4ecf39c3 // zip1 v3.2d, v14.2d, v15.2d
+	WORD $0x4ecf79c7 // zip2 v7.2d, v14.2d, v15.2d
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	ADD R6, R22
+	WORD $0x4ed13a00 // zip1 v0.2d, v16.2d, v17.2d
+	WORD $0x4ed33a41 // zip1 v1.2d, v18.2d, v19.2d
+	WORD $0x4ed53a82 // zip1 v2.2d, v20.2d, v21.2d
+	WORD $0x4ed73ac3 // zip1 v3.2d, v22.2d, v23.2d
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	B colNext
+tile2:
+	// Tile: 2 rows × 16 columns, 8 BFMMLA accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	MOVD R1, R16
+	MOVD R3, R10
+	ADD R7, R10, R11
+	LSR $1, R9, R17
+	CBZ R17, r2tail
+r2loop:
+	FMOVD.P 8(R10), F0
+	FMOVD.P 8(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVQ 0(R16), F4
+	FMOVQ 64(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
+	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
+	FMOVQ 16(R16), F4
+	FMOVQ 80(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	FMOVQ 32(R16), F4
+	FMOVQ 96(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
+	FMOVQ 48(R16), F4
+	FMOVQ 112(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	ADD $128, R16
+	SUBS $1, R17, R17
+	BNE r2loop
+r2tail:
+	TBZ $0, R9, r2store
+	FMOVS.P 4(R10), F0
+	FMOVS.P 4(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	WORD $0x6f00e405 // movi v5.2d, #0
+	FMOVQ 0(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
+	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
+	FMOVQ 16(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	FMOVQ 32(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
+	FMOVQ 48(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+r2store:
+	MOVD R4, R22
+	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
+	WORD $0x4ec97904 // zip2 v4.2d, v8.2d, v9.2d
+	WORD $0x4ecb3941 // zip1 v1.2d, v10.2d, v11.2d
+	WORD $0x4ecb7945 // zip2 v5.2d, v10.2d, v11.2d
+	WORD $0x4ecd3982 // zip1 v2.2d, v12.2d, v13.2d
+	WORD $0x4ecd7986 // zip2 v6.2d, v12.2d, v13.2d
+	WORD $0x4ecf39c3 // zip1 v3.2d, v14.2d, v15.2d
+	WORD $0x4ecf79c7 // zip2 v7.2d, v14.2d, v15.2d
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	B colNext
+tile1:
+	// Tile: 1 rows × 16 columns, 8 BFMMLA accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	MOVD R1, R16
+	MOVD R3, R10
+	LSR $1, R9, R17
+	CBZ R17, r1tail
+r1loop:
+	FMOVD.P 8(R10), F0
+	FMOVQ 0(R16), F4
+	FMOVQ 64(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
+	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
+	FMOVQ 16(R16), F4
+	FMOVQ 80(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	FMOVQ 32(R16), F4
+	FMOVQ 96(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
+	FMOVQ 48(R16), F4
+	FMOVQ 112(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	ADD $128, R16
+	SUBS $1, R17, R17
+	BNE r1loop
+r1tail:
+	TBZ $0, R9, r1store
+	FMOVS.P 4(R10), F0
+	WORD $0x6f00e405 // movi v5.2d, #0
+	FMOVQ 0(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
+	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
+	FMOVQ 16(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	FMOVQ 32(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
+	FMOVQ 48(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+r1store:
+	MOVD R4, R22
+	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
+	WORD $0x4ecb3941 // zip1 v1.2d, v10.2d, v11.2d
+	WORD $0x4ecd3982 // zip1 v2.2d, v12.2d, v13.2d
+	WORD $0x4ecf39c3 // zip1 v3.2d, v14.2d, v15.2d
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	B colNext
+colNext:
+	ADD $64, R0
+	ADD R8, R1
+	SUBS $16, R2, R2
+	BNE cols
+	RET
+
+// mulAddBF16MMLANEON adds A·B to C (see Half.Mul) by BFMMLA: A m×k BF16MMLA, B in the pair layout
+// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.
+// Inner loop, per 2 pairs of a 6×16 tile: 6 LDR D + 8 LDR Q + 11 ZIP + 24 BFMMLA (24 chains).
+TEXT ·mulAddBF16MMLANEON(SB), NOSPLIT|NOFRAME, $0-120
+	MOVD b_base+64(FP), R1
+	MOVD c_base+0(FP), R0
+	MOVD n+104(FP), R2
+	MOVD k+112(FP), R9
+	MOVD ldc+24(FP), R6
+	LSL $2, R6
+	MOVD lda+56(FP), R7
+	LSL $1, R7
+	MOVD ldb+88(FP), R8
+	LSL $1, R8
+	LSR $1, R9
+	MOVD $6, R23
+	MUL R23, R7, R19
+	MUL R23, R6, R20
+cols:
+	MOVD a_base+32(FP), R3
+	MOVD R0, R4
+	MOVD m+96(FP), R5
+rows:
+	CMP $6, R5
+	BLT rowsTail
+	// Tile: 6 rows × 16 columns, 24 BFMMLA accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
+	WORD $0x6f00e41c // movi v28.2d, #0
+	WORD $0x6f00e41d // movi v29.2d, #0
+	WORD $0x6f00e41e // movi v30.2d, #0
+	WORD $0x6f00e41f // movi v31.2d, #0
+	MOVD R1, R16
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	ADD R7, R12, R13
+	ADD R7, R13, R14
+	ADD R7, R14, R15
+	LSR $1, R9, R17
+	CBZ R17, r6tail
+r6loop:
+	FMOVD.P 8(R10), F0
+	FMOVD.P 8(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVD.P 8(R12), F1
+	FMOVD.P 8(R13), F3
+	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
+	FMOVD.P 8(R14), F2
+	FMOVD.P 8(R15), F3
+	WORD $0x4ec33842 // zip1 v2.2d, v2.2d, v3.2d
+	FMOVQ 0(R16), F4
+	FMOVQ 64(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
+	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
+	WORD $0x6e46ec30 // bfmmla v16.4s, v1.8h, v6.8h
+	WORD $0x6e47ec31 // bfmmla v17.4s, v1.8h, v7.8h
+	WORD $0x6e46ec58 // bfmmla v24.4s, v2.8h, v6.8h
+	WORD $0x6e47ec59 // bfmmla v25.4s, v2.8h, v7.8h
+	FMOVQ 16(R16), F4
+	FMOVQ 80(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
+	WORD $0x6e46ec5a // bfmmla v26.4s, v2.8h, v6.8h
+	WORD $0x6e47ec5b // bfmmla v27.4s, v2.8h, v7.8h
+	FMOVQ 32(R16), F4
+	FMOVQ 96(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
+	WORD $0x6e46ec34 // bfmmla v20.4s, v1.8h, v6.8h
+	WORD $0x6e47ec35 // bfmmla v21.4s, v1.8h, v7.8h
+	WORD $0x6e46ec5c // bfmmla v28.4s, v2.8h, v6.8h
+	WORD $0x6e47ec5d // bfmmla v29.4s, v2.8h, v7.8h
+	FMOVQ 48(R16), F4
+	FMOVQ 112(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
+	WORD $0x6e46ec5e // bfmmla v30.4s, v2.8h, v6.8h
+	WORD $0x6e47ec5f // bfmmla v31.4s, v2.8h, v7.8h
+	ADD $128, R16
+	SUBS $1, R17, R17
+	BNE r6loop
+r6tail:
+	TBZ $0, R9, r6store
+	FMOVS.P 4(R10), F0
+	FMOVS.P 4(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVS.P 4(R12), F1
+	FMOVS.P 4(R13), F3
+	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
+	FMOVS.P 4(R14), F2
+	FMOVS.P 4(R15), F3
+	WORD $0x4ec33842 // zip1 v2.2d, v2.2d, v3.2d
+	WORD $0x6f00e405 // movi v5.2d, #0
+	FMOVQ 0(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
+	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
+	WORD $0x6e46ec30 // bfmmla v16.4s, v1.8h, v6.8h
+	WORD $0x6e47ec31 // bfmmla v17.4s, v1.8h, v7.8h
+	WORD $0x6e46ec58 // bfmmla v24.4s, v2.8h, v6.8h
+	WORD $0x6e47ec59 // bfmmla v25.4s, v2.8h, v7.8h
+	FMOVQ 16(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
+	WORD $0x6e46ec5a // bfmmla v26.4s, v2.8h, v6.8h
+	WORD $0x6e47ec5b // bfmmla v27.4s, v2.8h, v7.8h
+	FMOVQ 32(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
+	WORD $0x6e46ec34 // bfmmla v20.4s, v1.8h, v6.8h
+	WORD $0x6e47ec35 // bfmmla v21.4s, v1.8h, v7.8h
+	WORD $0x6e46ec5c // bfmmla v28.4s, v2.8h, v6.8h
+	WORD $0x6e47ec5d // bfmmla v29.4s, v2.8h, v7.8h
+	FMOVQ 48(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
+	WORD $0x6e46ec5e // bfmmla v30.4s, v2.8h, v6.8h
+	WORD $0x6e47ec5f // bfmmla v31.4s, v2.8h, v7.8h
+r6store:
+	MOVD R4, R22
+	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
+	WORD $0x4ec97904 // zip2 v4.2d, v8.2d, v9.2d
+	WORD $0x4ecb3941 // zip1 v1.2d, v10.2d, v11.2d
+	WORD $0x4ecb7945 // zip2 v5.2d, v10.2d, v11.2d
+	WORD $0x4ecd3982 // zip1 v2.2d, v12.2d, v13.2d
+	WORD $0x4ecd7986 // zip2 v6.2d, v12.2d, v13.2d
+	WORD $0x4ecf39c3 // zip1 v3.2d, v14.2d, v15.2d
+	WORD $0x4ecf79c7 // zip2 v7.2d, v14.2d, v15.2d
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	WORD $0x4e28d400 // fadd v0.4s, v0.4s, v8.4s
+	WORD $0x4e29d421 // fadd v1.4s, v1.4s, v9.4s
+	WORD $0x4e2ad442 // fadd v2.4s, v2.4s, v10.4s
+	WORD $0x4e2bd463 // fadd v3.4s, v3.4s, v11.4s
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	WORD $0x4e28d484 // fadd v4.4s, v4.4s, v8.4s
+	WORD $0x4e29d4a5 // fadd v5.4s, v5.4s, v9.4s
+	WORD $0x4e2ad4c6 // fadd v6.4s, v6.4s, v10.4s
+	WORD $0x4e2bd4e7 // fadd v7.4s, v7.4s, v11.4s
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	ADD R6, R22
+	WORD $0x4ed13a00 // zip1 v0.2d, v16.2d, v17.2d
+	WORD $0x4ed17a04 // zip2 v4.2d, v16.2d, v17.2d
+	WORD $0x4ed33a41 // zip1 v1.2d, v18.2d, v19.2d
+	WORD $0x4ed37a45 // zip2 v5.2d, v18.2d, v19.2d
+	WORD $0x4ed53a82 // zip1 v2.2d, v20.2d, v21.2d
+	WORD $0x4ed57a86 // zip2 v6.2d, v20.2d, v21.2d
+	WORD $0x4ed73ac3 // zip1 v3.2d, v22.2d, v23.2d
+	WORD $0x4ed77ac7 // zip2 v7.2d, v22.2d, v23.2d
+	FLDPQ (R22), (F16, F17)
+	FLDPQ 32(R22), (F18, F19)
+	WORD $0x4e30d400 // fadd v0.4s, v0.4s, v16.4s
+	WORD $0x4e31d421 // fadd v1.4s, v1.4s, v17.4s
+	WORD $0x4e32d442 // fadd v2.4s, v2.4s, v18.4s
+	WORD $0x4e33d463 // fadd v3.4s, v3.4s, v19.4s
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FLDPQ (R22), (F16, F17)
+	FLDPQ 32(R22), (F18, F19)
+	WORD $0x4e30d484 // fadd v4.4s, v4.4s, v16.4s
+	WORD $0x4e31d4a5 // fadd v5.4s, v5.4s, v17.4s
+	WORD $0x4e32d4c6 // fadd v6.4s, v6.4s, v18.4s
+	WORD $0x4e33d4e7 // fadd v7.4s, v7.4s, v19.4s
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	ADD R6, R22
+	WORD $0x4ed93b00 // zip1 v0.2d, v24.2d, v25.2d
+	WORD $0x4ed97b04 // zip2 v4.2d, v24.2d, v25.2d
+	WORD $0x4edb3b41 // zip1 v1.2d, v26.2d, v27.2d
+	WORD $0x4edb7b45 // zip2 v5.2d, v26.2d, v27.2d
+	WORD $0x4edd3b82 // zip1 v2.2d, v28.2d, v29.2d
+	WORD $0x4edd7b86 // zip2 v6.2d, v28.2d, v29.2d
+	WORD $0x4edf3bc3 // zip1 v3.2d, v30.2d, v31.2d
+	WORD $0x4edf7bc7 // zip2 v7.2d, v30.2d, v31.2d
+	FLDPQ (R22), (F24, F25)
+	FLDPQ 32(R22), (F26, F27)
+	WORD $0x4e38d400 // fadd v0.4s, v0.4s, v24.4s
+	WORD $0x4e39d421 // fadd v1.4s, v1.4s, v25.4s
+	WORD $0x4e3ad442 // fadd v2.4s, v2.4s, v26.4s
+	WORD $0x4e3bd463 // fadd v3.4s, v3.4s, v27.4s
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FLDPQ (R22), (F24, F25)
+	FLDPQ 32(R22), (F26, F27)
+	WORD $0x4e38d484 // fadd v4.4s, v4.4s, v24.4s
+	WORD $0x4e39d4a5 // fadd v5.4s, v5.4s, v25.4s
+	WORD $0x4e3ad4c6 // fadd v6.4s, v6.4s, v26.4s
+	WORD $0x4e3bd4e7 // fadd v7.4s, v7.4s, v27.4s
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	ADD R19, R3
+	ADD R20, R4
+	SUB $6, R5
+	B rows
+rowsTail:
+	CMP $5, R5
+	BEQ tile5
+	CMP $4, R5
+	BEQ tile4
+	CMP $3, R5
+	BEQ tile3
+	CMP $2, R5
+	BEQ tile2
+	CMP $1, R5
+	BEQ tile1
+	B colNext
+tile5:
+	// Tile: 5 rows × 16 columns, 24 BFMMLA accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
+	WORD $0x6f00e41c // movi v28.2d, #0
+	WORD $0x6f00e41d // movi v29.2d, #0
+	WORD $0x6f00e41e // movi v30.2d, #0
+	WORD $0x6f00e41f // movi v31.2d, #0
+	MOVD R1, R16
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	ADD R7, R12, R13
+	ADD R7, R13, R14
+	LSR $1, R9, R17
+	CBZ R17, r5tail
+r5loop:
+	FMOVD.P 8(R10), F0
+	FMOVD.P 8(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVD.P 8(R12), F1
+	FMOVD.P 8(R13), F3
+	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
+	FMOVD.P 8(R14), F2
+	FMOVQ 0(R16), F4
+	FMOVQ 64(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
+	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
+	WORD $0x6e46ec30 // bfmmla v16.4s, v1.8h, v6.8h
+	WORD $0x6e47ec31 // bfmmla v17.4s, v1.8h, v7.8h
+	WORD $0x6e46ec58 // bfmmla v24.4s, v2.8h, v6.8h
+	WORD $0x6e47ec59 // bfmmla v25.4s, v2.8h, v7.8h
+	FMOVQ 16(R16), F4
+	FMOVQ 80(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
+	WORD $0x6e46ec5a // bfmmla v26.4s, v2.8h, v6.8h
+	WORD $0x6e47ec5b // bfmmla v27.4s, v2.8h, v7.8h
+	FMOVQ 32(R16), F4
+	FMOVQ 96(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
+	WORD $0x6e46ec34 // bfmmla v20.4s, v1.8h, v6.8h
+	WORD $0x6e47ec35 // bfmmla v21.4s, v1.8h, v7.8h
+	WORD $0x6e46ec5c // bfmmla v28.4s, v2.8h, v6.8h
+	WORD $0x6e47ec5d // bfmmla v29.4s, v2.8h, v7.8h
+	FMOVQ 48(R16), F4
+	FMOVQ 112(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
+	WORD $0x6e46ec5e // bfmmla v30.4s, v2.8h, v6.8h
+	WORD $0x6e47ec5f // bfmmla v31.4s, v2.8h, v7.8h
+	ADD $128, R16
+	SUBS $1, R17, R17
+	BNE r5loop
+r5tail:
+	TBZ $0, R9, r5store
+	FMOVS.P 4(R10), F0
+	FMOVS.P 4(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVS.P 4(R12), F1
+	FMOVS.P 4(R13), F3
+	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
+	FMOVS.P 4(R14), F2
+	WORD $0x6f00e405 // movi v5.2d, #0
+	FMOVQ 0(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
+	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
+	WORD $0x6e46ec30 // bfmmla v16.4s, v1.8h, v6.8h
+	WORD $0x6e47ec31 // bfmmla v17.4s, v1.8h, v7.8h
+	WORD $0x6e46ec58 // bfmmla v24.4s, v2.8h, v6.8h
+	WORD $0x6e47ec59 // bfmmla v25.4s, v2.8h, v7.8h
+	FMOVQ 16(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
+	WORD $0x6e46ec5a // bfmmla v26.4s, v2.8h, v6.8h
+	WORD $0x6e47ec5b // bfmmla v27.4s, v2.8h, v7.8h
+	FMOVQ 32(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
+	WORD $0x6e46ec34 // bfmmla v20.4s, v1.8h, v6.8h
+	WORD $0x6e47ec35 // bfmmla v21.4s, v1.8h, v7.8h
+	WORD $0x6e46ec5c // bfmmla v28.4s, v2.8h, v6.8h
+	WORD $0x6e47ec5d // bfmmla v29.4s, v2.8h, v7.8h
+	FMOVQ 48(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
+	WORD $0x6e46ec5e // bfmmla v30.4s, v2.8h, v6.8h
+	WORD $0x6e47ec5f // bfmmla v31.4s, v2.8h, v7.8h
+r5store:
+	MOVD R4, R22
+	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
+	WORD $0x4ec97904 // zip2 v4.2d, v8.2d, v9.2d
+	WORD $0x4ecb3941 // zip1 v1.2d, v10.2d, v11.2d
+	WORD $0x4ecb7945 // zip2 v5.2d, v10.2d, v11.2d
+	WORD $0x4ecd3982 // zip1 v2.2d, v12.2d, v13.2d
+	WORD $0x4ecd7986 // zip2 v6.2d, v12.2d, v13.2d
+	WORD $0x4ecf39c3 // zip1 v3.2d, v14.2d, v15.2d
+	WORD $0x4ecf79c7 // zip2 v7.2d, v14.2d, v15.2d
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	WORD $0x4e28d400 // fadd v0.4s, v0.4s, v8.4s
+	WORD $0x4e29d421 // fadd v1.4s, v1.4s, v9.4s
+	WORD $0x4e2ad442 // fadd v2.4s, v2.4s, v10.4s
+	WORD $0x4e2bd463 // fadd v3.4s, v3.4s, v11.4s
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	WORD $0x4e28d484 // fadd v4.4s, v4.4s, v8.4s
+	WORD $0x4e29d4a5 // fadd v5.4s, v5.4s, v9.4s
+	WORD $0x4e2ad4c6 // fadd v6.4s, v6.4s, v10.4s
+	WORD $0x4e2bd4e7 // fadd v7.4s, v7.4s, v11.4s
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	ADD R6, R22
+	WORD $0x4ed13a00 // zip1 v0.2d, v16.2d, v17.2d
+	WORD $0x4ed17a04 // zip2 v4.2d, v16.2d, v17.2d
+	WORD $0x4ed33a41 // zip1 v1.2d, v18.2d, v19.2d
+	WORD $0x4ed37a45 // zip2 v5.2d, v18.2d, v19.2d
+	WORD $0x4ed53a82 // zip1 v2.2d, v20.2d, v21.2d
+	WORD $0x4ed57a86 // zip2 v6.2d, v20.2d, v21.2d
+	WORD $0x4ed73ac3 // zip1 v3.2d, v22.2d, v23.2d
+	WORD $0x4ed77ac7 // zip2 v7.2d, v22.2d, v23.2d
+	FLDPQ (R22), (F16, F17)
+	FLDPQ 32(R22), (F18, F19)
+	WORD $0x4e30d400 // fadd v0.4s, v0.4s, v16.4s
+	WORD $0x4e31d421 // fadd v1.4s, v1.4s, v17.4s
+	WORD $0x4e32d442 // fadd v2.4s, v2.4s, v18.4s
+	WORD $0x4e33d463 // fadd v3.4s, v3.4s, v19.4s
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FLDPQ (R22), (F16, F17)
+	FLDPQ 32(R22), (F18, F19)
+	WORD $0x4e30d484 // fadd v4.4s, v4.4s, v16.4s
+	WORD $0x4e31d4a5 // fadd v5.4s, v5.4s, v17.4s
+	WORD $0x4e32d4c6 // fadd v6.4s, v6.4s, v18.4s
+	WORD $0x4e33d4e7 // fadd v7.4s, v7.4s, v19.4s
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	ADD R6, R22
+	WORD $0x4ed93b00 // zip1 v0.2d, v24.2d, v25.2d
+	WORD $0x4edb3b41 // zip1 v1.2d, v26.2d, v27.2d
+	WORD $0x4edd3b82 // zip1 v2.2d, v28.2d, v29.2d
+	WORD $0x4edf3bc3 // zip1 v3.2d, v30.2d, v31.2d
+	FLDPQ (R22), (F24, F25)
+	FLDPQ 32(R22), (F26, F27)
+	WORD $0x4e38d400 // fadd v0.4s, v0.4s, v24.4s
+	WORD $0x4e39d421 // fadd v1.4s, v1.4s, v25.4s
+	WORD $0x4e3ad442 // fadd v2.4s, v2.4s, v26.4s
+	WORD $0x4e3bd463 // fadd v3.4s, v3.4s, v27.4s
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	B colNext
+tile4:
+	// Tile: 4 rows × 16 columns, 16 BFMMLA accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	MOVD R1, R16
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	ADD R7, R12, R13
+	LSR $1, R9, R17
+	CBZ R17, r4tail
+r4loop:
+	FMOVD.P 8(R10), F0
+	FMOVD.P 8(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVD.P 8(R12), F1
+	FMOVD.P 8(R13), F3
+	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
+	FMOVQ 0(R16), F4
+	FMOVQ 64(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
+	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
+	WORD $0x6e46ec30 // bfmmla v16.4s, v1.8h, v6.8h
+	WORD $0x6e47ec31 // bfmmla v17.4s, v1.8h, v7.8h
+	FMOVQ 16(R16), F4
+	FMOVQ 80(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
+	FMOVQ 32(R16), F4
+	FMOVQ 96(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
+	WORD $0x6e46ec34 // bfmmla v20.4s, v1.8h, v6.8h
+	WORD $0x6e47ec35 // bfmmla v21.4s, v1.8h, v7.8h
+	FMOVQ 48(R16), F4
+	FMOVQ 112(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
+	ADD $128, R16
+	SUBS $1, R17, R17
+	BNE r4loop
+r4tail:
+	TBZ $0, R9, r4store
+	FMOVS.P 4(R10), F0
+	FMOVS.P 4(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVS.P 4(R12), F1
+	FMOVS.P 4(R13), F3
+	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
+	WORD $0x6f00e405 // movi v5.2d, #0
+	FMOVQ 0(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
+	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
+	WORD $0x6e46ec30 // bfmmla v16.4s, v1.8h, v6.8h
+	WORD $0x6e47ec31 // bfmmla v17.4s, v1.8h, v7.8h
+	FMOVQ 16(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
+	FMOVQ 32(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
+	WORD $0x6e46ec34 // bfmmla v20.4s, v1.8h, v6.8h
+	WORD $0x6e47ec35 // bfmmla v21.4s, v1.8h, v7.8h
+	FMOVQ 48(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
+r4store:
+	MOVD R4, R22
+	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
+	WORD $0x4ec97904 // zip2 v4.2d, v8.2d, v9.2d
+	WORD $0x4ecb3941 // zip1 v1.2d, v10.2d, v11.2d
+	WORD $0x4ecb7945 // zip2 v5.2d, v10.2d, v11.2d
+	WORD $0x4ecd3982 // zip1 v2.2d, v12.2d, v13.2d
+	WORD $0x4ecd7986 // zip2 v6.2d, v12.2d, v13.2d
+	WORD $0x4ecf39c3 // zip1 v3.2d, v14.2d, v15.2d
+	WORD $0x4ecf79c7 // zip2 v7.2d, v14.2d, v15.2d
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	WORD $0x4e28d400 // fadd v0.4s, v0.4s, v8.4s
+	WORD $0x4e29d421 // fadd v1.4s, v1.4s, v9.4s
+	WORD $0x4e2ad442 // fadd v2.4s, v2.4s, v10.4s
+	WORD $0x4e2bd463 // fadd v3.4s, v3.4s, v11.4s
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	WORD $0x4e28d484 // fadd v4.4s, v4.4s, v8.4s
+	WORD $0x4e29d4a5 // fadd v5.4s, v5.4s, v9.4s
+	WORD $0x4e2ad4c6 // fadd v6.4s, v6.4s, v10.4s
+	WORD $0x4e2bd4e7 // fadd v7.4s, v7.4s, v11.4s
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	ADD R6, R22
+	WORD $0x4ed13a00 // zip1 v0.2d, v16.2d, v17.2d
+	WORD $0x4ed17a04 // zip2 v4.2d, v16.2d, v17.2d
+	WORD $0x4ed33a41 // zip1 v1.2d, v18.2d, v19.2d
+	WORD $0x4ed37a45 // zip2 v5.2d, v18.2d, v19.2d
+	WORD $0x4ed53a82 // zip1 v2.2d, v20.2d, v21.2d
+	WORD $0x4ed57a86 // zip2 v6.2d, v20.2d, v21.2d
+	WORD $0x4ed73ac3 // zip1 v3.2d, v22.2d, v23.2d
+	WORD $0x4ed77ac7 // zip2 v7.2d, v22.2d, v23.2d
+	FLDPQ (R22), (F16, F17)
+	FLDPQ 32(R22), (F18, F19)
+	WORD $0x4e30d400 // fadd v0.4s, v0.4s, v16.4s
+	WORD $0x4e31d421 // fadd v1.4s, v1.4s, v17.4s
+	WORD $0x4e32d442 // fadd v2.4s, v2.4s, v18.4s
+	WORD $0x4e33d463 // fadd v3.4s, v3.4s, v19.4s
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FLDPQ (R22), (F16, F17)
+	FLDPQ 32(R22), (F18, F19)
+	WORD $0x4e30d484 // fadd v4.4s, v4.4s, v16.4s
+	WORD $0x4e31d4a5 // fadd v5.4s, v5.4s, v17.4s
+	WORD $0x4e32d4c6 // fadd v6.4s, v6.4s, v18.4s
+	WORD $0x4e33d4e7 // fadd v7.4s, v7.4s, v19.4s
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	B colNext
+tile3:
+	// Tile: 3 rows × 16 columns, 16 BFMMLA accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	MOVD R1, R16
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	LSR $1, R9, R17
+	CBZ R17, r3tail
+r3loop:
+	FMOVD.P 8(R10), F0
+	FMOVD.P 8(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVD.P 8(R12), F1
+	FMOVQ 0(R16), F4
+	FMOVQ 64(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
+	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
+	WORD $0x6e46ec30 // bfmmla v16.4s, v1.8h, v6.8h
+	WORD $0x6e47ec31 // bfmmla v17.4s, v1.8h, v7.8h
+	FMOVQ 16(R16), F4
+	FMOVQ 80(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
+	FMOVQ 32(R16), F4
+	FMOVQ 96(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
+	WORD $0x6e46ec34 // bfmmla v20.4s, v1.8h, v6.8h
+	WORD $0x6e47ec35 // bfmmla v21.4s, v1.8h, v7.8h
+	FMOVQ 48(R16), F4
+	FMOVQ 112(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
+	ADD $128, R16
+	SUBS $1, R17, R17
+	BNE r3loop
+r3tail:
+	TBZ $0, R9, r3store
+	FMOVS.P 4(R10), F0
+	FMOVS.P 4(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVS.P 4(R12), F1
+	WORD $0x6f00e405 // movi v5.2d, #0
+	FMOVQ 0(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
+	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
+	WORD $0x6e46ec30 // bfmmla v16.4s, v1.8h, v6.8h
+	WORD $0x6e47ec31 // bfmmla v17.4s, v1.8h, v7.8h
+	FMOVQ 16(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
+	FMOVQ 32(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
+	WORD $0x6e46ec34 // bfmmla v20.4s, v1.8h, v6.8h
+	WORD $0x6e47ec35 // bfmmla v21.4s, v1.8h, v7.8h
+	FMOVQ 48(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
+r3store:
+	MOVD R4, R22
+	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
+	WORD $0x4ec97904 // zip2 v4.2d, v8.2d, v9.2d
+	WORD $0x4ecb3941 // zip1 v1.2d, v10.2d, v11.2d
+	WORD $0x4ecb7945 // zip2 v5.2d, v10.2d, v11.2d
+	WORD $0x4ecd3982 // zip1 v2.2d, v12.2d, v13.2d
+	WORD $0x4ecd7986 // zip2 v6.2d, v12.2d, v13.2d
+	WORD $0x4ecf39c3 // zip1 v3.2d, v14.2d, v15.2d
+	WORD $0x4ecf79c7 // zip2 v7.2d, v14.2d, v15.2d
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	WORD $0x4e28d400 // fadd v0.4s, v0.4s, v8.4s
+	WORD $0x4e29d421 // fadd v1.4s, v1.4s, v9.4s
+	WORD $0x4e2ad442 // fadd v2.4s, v2.4s, v10.4s
+	WORD $0x4e2bd463 // fadd v3.4s, v3.4s, v11.4s
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	WORD $0x4e28d484 // fadd v4.4s, v4.4s, v8.4s
+	WORD $0x4e29d4a5 // fadd v5.4s, v5.4s, v9.4s
+	WORD $0x4e2ad4c6 // fadd v6.4s, v6.4s, v10.4s
+	WORD $0x4e2bd4e7 // fadd v7.4s, v7.4s, v11.4s
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	ADD R6, R22
+	WORD $0x4ed13a00 // zip1 v0.2d, v16.2d, v17.2d
+	WORD $0x4ed33a41 // zip1 v1.2d, v18.2d, v19.2d
+	WORD $0x4ed53a82 // zip1 v2.2d, v20.2d, v21.2d
+	WORD $0x4ed73ac3 // zip1 v3.2d, v22.2d, v23.2d
+	FLDPQ (R22), (F16, F17)
+	FLDPQ 32(R22), (F18, F19)
+	WORD $0x4e30d400 // fadd v0.4s, v0.4s, v16.4s
+	WORD $0x4e31d421 // fadd v1.4s, v1.4s, v17.4s
+	WORD $0x4e32d442 // fadd v2.4s, v2.4s, v18.4s
+	WORD $0x4e33d463 // fadd v3.4s, v3.4s, v19.4s
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	B colNext
+tile2:
+	// Tile: 2 rows × 16 columns, 8 BFMMLA accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	MOVD R1, R16
+	MOVD R3, R10
+	ADD R7, R10, R11
+	LSR $1, R9, R17
+	CBZ R17, r2tail
+r2loop:
+	FMOVD.P 8(R10), F0
+	FMOVD.P 8(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVQ 0(R16), F4
+	FMOVQ 64(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
+	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
+	FMOVQ 16(R16), F4
+	FMOVQ 80(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	FMOVQ 32(R16), F4
+	FMOVQ 96(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
+	FMOVQ 48(R16), F4
+	FMOVQ 112(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	ADD $128, R16
+	SUBS $1, R17, R17
+	BNE r2loop
+r2tail:
+	TBZ $0, R9, r2store
+	FMOVS.P 4(R10), F0
+	FMOVS.P 4(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	WORD $0x6f00e405 // movi v5.2d, #0
+	FMOVQ 0(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
+	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
+	FMOVQ 16(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	FMOVQ 32(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
+	FMOVQ 48(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+r2store:
+	MOVD R4, R22
+	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
+	WORD $0x4ec97904 // zip2 v4.2d, v8.2d, v9.2d
+	WORD $0x4ecb3941 // zip1 v1.2d, v10.2d, v11.2d
+	WORD $0x4ecb7945 // zip2 v5.2d, v10.2d, v11.2d
+	WORD $0x4ecd3982 // zip1 v2.2d, v12.2d, v13.2d
+	WORD $0x4ecd7986 // zip2 v6.2d, v12.2d, v13.2d
+	WORD $0x4ecf39c3 // zip1 v3.2d, v14.2d, v15.2d
+	WORD $0x4ecf79c7 // zip2 v7.2d, v14.2d, v15.2d
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	WORD $0x4e28d400 // fadd v0.4s, v0.4s, v8.4s
+	WORD $0x4e29d421 // fadd v1.4s, v1.4s, v9.4s
+	WORD $0x4e2ad442 // fadd v2.4s, v2.4s, v10.4s
+	WORD $0x4e2bd463 // fadd v3.4s, v3.4s, v11.4s
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	WORD $0x4e28d484 // fadd v4.4s, v4.4s, v8.4s
+	WORD $0x4e29d4a5 // fadd v5.4s, v5.4s, v9.4s
+	WORD $0x4e2ad4c6 // fadd v6.4s, v6.4s, v10.4s
+	WORD $0x4e2bd4e7 // fadd v7.4s, v7.4s, v11.4s
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	B colNext
+tile1:
+	// Tile: 1 rows × 16 columns, 8 BFMMLA accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	MOVD R1, R16
+	MOVD R3, R10
+	LSR $1, R9, R17
+	CBZ R17, r1tail
+r1loop:
+	FMOVD.P 8(R10), F0
+	FMOVQ 0(R16), F4
+	FMOVQ 64(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
+	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
+	FMOVQ 16(R16), F4
+	FMOVQ 80(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	FMOVQ 32(R16), F4
+	FMOVQ 96(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
+	FMOVQ 48(R16), F4
+	FMOVQ 112(R16), F5
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	ADD $128, R16
+	SUBS $1, R17, R17
+	BNE r1loop
+r1tail:
+	TBZ $0, R9, r1store
+	FMOVS.P 4(R10), F0
+	WORD $0x6f00e405 // movi v5.2d, #0
+	FMOVQ 0(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
+	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
+	FMOVQ 16(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	FMOVQ 32(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
+	FMOVQ 48(R16), F4
+	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
+	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+r1store:
+	MOVD R4, R22
+	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
+	WORD $0x4ecb3941 // zip1 v1.2d, v10.2d, v11.2d
+	WORD $0x4ecd3982 // zip1 v2.2d, v12.2d, v13.2d
+	WORD $0x4ecf39c3 // zip1 v3.2d, v14.2d, v15.2d
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	WORD $0x4e28d400 // fadd v0.4s, v0.4s, v8.4s
+	WORD $0x4e29d421 // fadd v1.4s, v1.4s, v9.4s
+	WORD $0x4e2ad442 // fadd v2.4s, v2.4s, v10.4s
+	WORD $0x4e2bd463 // fadd v3.4s, v3.4s, v11.4s
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	B colNext
+colNext:
+	ADD $64, R0
+	ADD R8, R1
+	SUBS $16, R2, R2
+	BNE cols
+	RET
+
 // FMAPeakBF16NEON runs iters iterations of 24 independent register-only BFDOT chains:
 // 384 float32 FLOPs per iteration (the peak of the 16-bit path).
 TEXT ·FMAPeakBF16NEON(SB), NOSPLIT|NOFRAME, $0-8
@@ -30834,7 +32588,7 @@ done:
 	RET
 
 // FMAPeakBFMMLANEON runs iters iterations of 24 independent register-only BFMMLA chains:
-// 768 float32 FLOPs per iteration (no path uses BFMMLA yet).
+// 768 float32 FLOPs per iteration (the peak of the neonbfmmla path).
 TEXT ·FMAPeakBFMMLANEON(SB), NOSPLIT|NOFRAME, $0-8
 	MOVD iters+0(FP), R0
 	WORD $0x6f00e400 // movi v0.2d, #0

@@ -524,6 +524,20 @@ func mulF16NEON(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, 
 //go:noescape
 func mulAddF16NEON(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)
 
+// mulBF16MMLANEON sets C = A·B (see Half.Mul) by BFMMLA: A m×k BF16MMLA, B in the pair layout
+// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.
+// Inner loop, per 2 pairs of a 6×16 tile: 6 LDR D + 8 LDR Q + 11 ZIP + 24 BFMMLA (24 chains).
+//
+//go:noescape
+func mulBF16MMLANEON(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)
+
+// mulAddBF16MMLANEON adds A·B to C (see Half.Mul) by BFMMLA: A m×k BF16MMLA, B in the pair layout
+// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.
+// Inner loop, per 2 pairs of a 6×16 tile: 6 LDR D + 8 LDR Q + 11 ZIP + 24 BFMMLA (24 chains).
+//
+//go:noescape
+func mulAddBF16MMLANEON(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)
+
 // FMAPeakBF16NEON runs iters iterations of 24 independent register-only BFDOT chains:
 // 384 float32 FLOPs per iteration (the peak of the 16-bit path).
 //
@@ -537,7 +551,7 @@ func FMAPeakBF16NEON(iters int)
 func FMAPeakF16NEON(iters int)
 
 // FMAPeakBFMMLANEON runs iters iterations of 24 independent register-only BFMMLA chains:
-// 768 float32 FLOPs per iteration (no path uses BFMMLA yet).
+// 768 float32 FLOPs per iteration (the peak of the neonbfmmla path).
 //
 //go:noescape
 func FMAPeakBFMMLANEON(iters int)

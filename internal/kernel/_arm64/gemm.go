@@ -74,19 +74,20 @@ const gemmMR = 6
 type gemmKind int
 
 const (
-	kindABt  gemmKind = iota // C = A·Bᵀ, Bᵀ packed in strips of 16 columns
-	kindAB                   // C += A·B
-	kindAtB                  // C += Aᵀ·B
-	kindBF16                 // Half: C (+)= A·B, bfloat16 in the pair layout (BFDOT)
-	kindF16                  // Half: C (+)= A·B, fp16 in the pair layout (FMLAL)
+	kindABt      gemmKind = iota // C = A·Bᵀ, Bᵀ packed in strips of 16 columns
+	kindAB                       // C += A·B
+	kindAtB                      // C += Aᵀ·B
+	kindBF16                     // Half: C (+)= A·B, bfloat16 in the pair layout (BFDOT)
+	kindF16                      // Half: C (+)= A·B, fp16 in the pair layout (FMLAL)
+	kindBF16MMLA                 // Half: C (+)= A·B, bfloat16 in the pair layout (BFMMLA, mmla.go)
 )
 
 // packed reports whether B is read as 16-column strips with a fixed step
 // per k (A·Bᵀ: 16 floats; the pair layout: one pair row, 32 values).
-func (k gemmKind) packed() bool { return k == kindABt || k == kindBF16 || k == kindF16 }
+func (k gemmKind) packed() bool { return k == kindABt || k.half() }
 
 // half reports a 16-bit product (a k step is a pair of k).
-func (k gemmKind) half() bool { return k == kindBF16 || k == kindF16 }
+func (k gemmKind) half() bool { return k == kindBF16 || k == kindF16 || k == kindBF16MMLA }
 
 // mr is the number of rows of a full tile: fp16 keeps its A rows in
 // v3-v7 (FMLAL by element reads v0-v15 only) and needs a third B
@@ -172,7 +173,7 @@ func gemmEntry(f *file, kind gemmKind, accumulate bool) {
 			"mulAddAtBNEON adds Aᵀ·B to C (see Impl.MulAddAtB).",
 			"n%16 == 0, m, n, k >= 1; all accesses are in bounds.",
 			"Inner loop, per k of a 6×16 tile: LD1 + LDR D (A) + LD1 (4 regs, B) + 24 FMLA (24 chains).")
-	case kindBF16, kindF16:
+	case kindBF16, kindF16, kindBF16MMLA:
 		gemmHalfText(f, kind, accumulate)
 	}
 	if kind == kindABt {
@@ -186,8 +187,11 @@ func gemmEntry(f *file, kind gemmKind, accumulate bool) {
 // when accumulating.
 func gemmHalfText(f *file, kind gemmKind, accumulate bool) {
 	e, ins := "BF16", "BFDOT"
-	if kind == kindF16 {
+	switch kind {
+	case kindF16:
 		e, ins = "F16", "FMLAL/FMLAL2"
+	case kindBF16MMLA:
+		e, ins = "BF16MMLA", "BFMMLA"
 	}
 	name := "mul" + e + "NEON"
 	what := "sets C = A·B"
@@ -198,8 +202,9 @@ func gemmHalfText(f *file, kind gemmKind, accumulate bool) {
 		fmt.Sprintf("%s %s (see Half.Mul) by %s: A m×k %s, B in the pair layout", name, what, ins, e),
 		"with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.",
 		map[gemmKind]string{
-			kindBF16: "Inner loop, per 4 pairs of a 6×16 tile: 6 LDR Q + 8 LDP Q + 96 BFDOT (24 chains).",
-			kindF16:  "Inner loop, per pair of a 5×16 tile: 2 LDP Q + 4 UZP + 40 FMLAL/FMLAL2 (20 chains)."}[kind])
+			kindBF16:     "Inner loop, per 4 pairs of a 6×16 tile: 6 LDR Q + 8 LDP Q + 96 BFDOT (24 chains).",
+			kindF16:      "Inner loop, per pair of a 5×16 tile: 2 LDP Q + 4 UZP + 40 FMLAL/FMLAL2 (20 chains).",
+			kindBF16MMLA: "Inner loop, per 2 pairs of a 6×16 tile: 6 LDR D + 8 LDR Q + 11 ZIP + 24 BFMMLA (24 chains)."}[kind])
 }
 
 // gemmArgs loads the other arguments: strides in bytes (A·Bᵀ: the packed
@@ -295,6 +300,10 @@ func atRows(r int) (reg func(i int) (V, int), loads []struct{ width, off int }) 
 
 // gemmTile emits the microkernel for r rows at gCRow, A at gARow, B at gB.
 func gemmTile(f *file, kind gemmKind, accumulate bool, r int) {
+	if kind == kindBF16MMLA {
+		mmlaTile(f, accumulate, r)
+		return
+	}
 	tag := fmt.Sprintf("r%d", r)
 	f.comment("Tile: %d rows × 16 columns, %d accumulators.", r, 4*r)
 	// Every product sums from zero; accumulating ones add the tile's sum
