@@ -57,6 +57,10 @@ import "fmt"
 //	each, twice the work of an FMLA per instruction. If BFDOT issues
 //	like FMLA (4 per cycle on Neoverse V2, latency 4-5: an assumption,
 //	not a measurement), the loop runs at 2× the float32 FLOP peak.
+//	bfloat16 by BFMMLA (FEAT_BF16): 6×16 tiles of 2×2 blocks, 24
+//	accumulators; the 2×4 operands are built from the pair layout with
+//	ZIP (mmla.go): per 2 pairs (4 k), 6 LDR D + 8 LDR Q + 11 ZIP + 24
+//	BFMMLA of 16 multiply-adds each.
 //	fp16 (FMLAL/FMLAL2 by element, FEAT_FHM): 5×16 tiles, 20
 //	accumulators (A must sit in v0-v15 for a 16-bit element index, and
 //	the pairs need a third B register); per pair: 2 LDP Q + 4 UZP (even
