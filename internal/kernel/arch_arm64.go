@@ -70,8 +70,8 @@ func archHalf(e Elem) []Half {
 		}, {
 			Name:   "neonbfmmla",
 			Elem:   BF16,
-			Mul:    wrapHalf("neonbfmmla Mul", mulBF16MMLANEON),
-			MulAdd: wrapHalf("neonbfmmla MulAdd", mulAddBF16MMLANEON),
+			Mul:    wrapHalf("neonbfmmla Mul", withMMLABuf(mulBF16MMLANEON)),
+			MulAdd: wrapHalf("neonbfmmla MulAdd", withMMLABuf(mulAddBF16MMLANEON)),
 			Peak:   func(iters int) int { FMAPeakBFMMLANEON(iters); return 24 * 2 * 2 * 4 * 2 },
 		}}
 	case e == F16 && hasFHM:

@@ -2,6 +2,8 @@
 
 package kernel
 
+import "sync"
+
 // The 16-bit product paths of arm64 (see the generator's gemm.go):
 //
 //   - "neonbf16" (FEAT_BF16): BFDOT by element, 6×16 tiles like the
@@ -16,26 +18,28 @@ package kernel
 //     of each pair, one fused rounding per product: exactly the generic
 //     fp16 twin's arithmetic, so the two agree bit for bit.
 //   - "neonbfmmla" (FEAT_BF16, which has BFMMLA): 2×4·4×2 blocks per
-//     instruction, 6×16 tiles of 2×2 blocks on the same pair layout, the
-//     2×4 operands built in registers (ZIP1 .2D of two A rows, ZIP1/ZIP2
-//     .4S of two pair rows of B; see the generator's mmla.go). Each
-//     output sums the pairs of k in order from zero; under Arm's original
-//     definition of BFMMLA (each pair by BFDOT's rule), which qemu
-//     implements, its results equal neonbf16's bit for bit (checked under
-//     qemu -cpu max for k = 2 … 512); Arm now leaves BFMMLA's
-//     intermediate rounding implementation-defined, so on hardware it is
-//     held to TestHalfMul's float32 bound and the self-check like "f32".
-//     Predicted by llvm-mca 19 (the mca-kit; not measured), whole calls
-//     at the forward's shapes (48×512×64 … 48×128×512): 2.33-2.68× the
-//     float32 FMA peak on Neoverse V2 and 2.27-2.67× on N2, against
-//     BFDOT's 1.85-1.98×; the loop runs at 68% of the BFMMLA peak (8.8
-//     cycles per 24 BFMMLA against 6.0), the 11 ZIPs per 24 BFMMLA
-//     sharing its vector pipes. A layout of 2×4 blocks (B's column
-//     pairs, A's row pairs packed) would drop the ZIPs: ≈ 3.5× predicted,
-//     but it is a second packed layout through the attention core.
-//     Arm's tables give BFMMLA at most BFDOT's multiply rate on Neoverse
-//     V1/V2, so which path is faster is measured (the default set takes
-//     the fastest); FMAPeakBFMMLANEON and BenchmarkBFMMLAPeak measure its
+//     instruction, 6×16 tiles of 2×2 blocks. It takes the pair layout
+//     too: each strip of B is repacked into 2×4 blocks (ZIP1/ZIP2 .4S of
+//     two pair rows) once, into a buffer from a pool (withMMLABuf), for
+//     all its row tiles; A's row pairs are built in the loop (ZIP1 .2D
+//     of two rows; see the generator's mmla.go). Each output sums the
+//     pairs of k in order from zero; under Arm's original definition of
+//     BFMMLA (each pair by BFDOT's rule), which qemu implements, its
+//     results equal neonbf16's bit for bit (checked under qemu -cpu max
+//     for k = 2 … 512). Arm now leaves BFMMLA's intermediate rounding
+//     implementation-defined, so on hardware it is held to TestHalfMul's
+//     float32 bound, the self-check and the attention rule tests (which
+//     run every path). Predicted by llvm-mca 19 (the mca-kit; not
+//     measured): the loop at 88% of the BFMMLA peak on Neoverse V2 and
+//     N2 (6.8 cycles per 24 BFMMLA against 6.0; 3.55× the float32 FMA
+//     peak), whole calls at the forward's shapes, with the repacking
+//     and the code around the loop, 2.76× (48×512×64), 3.00×
+//     (48×512×128) and 3.22× (48×64×512, 48×128×512) the float32 FMA
+//     peak on V2 (2.69-3.21× on N2), against BFDOT's 1.85-1.98×;
+//     building B's blocks in every tile instead gave 2.33-2.68×. Arm's
+//     tables give BFMMLA at most BFDOT's multiply rate on Neoverse V1/V2,
+//     so which path is faster is measured (the default set takes the
+//     fastest); FMAPeakBFMMLANEON and BenchmarkBFMMLAPeak measure its
 //     bound.
 //
 // FMLA on .8h (FEAT_FP16) is not used: it accumulates in fp16,
@@ -48,3 +52,22 @@ var (
 	hasBF16 = detectBF16()
 	hasFHM  = detectFHM()
 )
+
+// mmlaBufs holds the strip buffers of the BFMMLA kernels (*[]uint16), one
+// per call in flight.
+var mmlaBufs sync.Pool
+
+// withMMLABuf gives a BFMMLA kernel its strip buffer: 16 elements per k
+// rounded up to 4 (the strip's 2×4 blocks of B), from mmlaBufs.
+func withMMLABuf(kern func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int, buf []uint16)) func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) {
+	return func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) {
+		need := W * (k + k%4)
+		bp, _ := mmlaBufs.Get().(*[]uint16)
+		if bp == nil || cap(*bp) < need {
+			s := make([]uint16, need)
+			bp = &s
+		}
+		kern(c, ldc, a, lda, b, ldb, m, n, k, (*bp)[:need])
+		mmlaBufs.Put(bp)
+	}
+}

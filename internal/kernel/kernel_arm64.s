@@ -30710,9 +30710,9 @@ colNext:
 	RET
 
 // mulBF16MMLANEON sets C = A·B (see Half.Mul) by BFMMLA: A m×k BF16MMLA, B in the pair layout
-// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.
-// Inner loop, per 2 pairs of a 6×16 tile: 6 LDR D + 8 LDR Q + 11 ZIP + 24 BFMMLA (24 chains).
-TEXT ·mulBF16MMLANEON(SB), NOSPLIT|NOFRAME, $0-120
+// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds. buf holds 16·(k rounded up to 4) elements.
+// Inner loop, per 2 pairs of a 6×16 tile: 6 LDR D + 4 LDP Q + 3 ZIP + 24 BFMMLA (24 chains).
+TEXT ·mulBF16MMLANEON(SB), NOSPLIT|NOFRAME, $0-144
 	MOVD b_base+64(FP), R1
 	MOVD c_base+0(FP), R0
 	MOVD n+104(FP), R2
@@ -30727,7 +30727,55 @@ TEXT ·mulBF16MMLANEON(SB), NOSPLIT|NOFRAME, $0-120
 	MOVD $6, R23
 	MUL R23, R7, R19
 	MUL R23, R6, R20
+	MOVD buf_base+120(FP), R23
 cols:
+	// The strip's 2×4 blocks of B into buf.
+	MOVD R1, R26
+	MOVD R23, R24
+	LSR $1, R9, R25
+	CBZ R25, packTail
+packLoop:
+	FLDPQ 0(R26), (F0, F1)
+	FLDPQ 32(R26), (F2, F3)
+	FLDPQ 64(R26), (F4, F5)
+	FLDPQ 96(R26), (F6, F7)
+	WORD $0x4e843810 // zip1 v16.4s, v0.4s, v4.4s
+	WORD $0x4e847811 // zip2 v17.4s, v0.4s, v4.4s
+	WORD $0x4e853832 // zip1 v18.4s, v1.4s, v5.4s
+	WORD $0x4e857833 // zip2 v19.4s, v1.4s, v5.4s
+	WORD $0x4e863854 // zip1 v20.4s, v2.4s, v6.4s
+	WORD $0x4e867855 // zip2 v21.4s, v2.4s, v6.4s
+	WORD $0x4e873876 // zip1 v22.4s, v3.4s, v7.4s
+	WORD $0x4e877877 // zip2 v23.4s, v3.4s, v7.4s
+	FSTPQ (F16, F17), 0(R24)
+	FSTPQ (F18, F19), 32(R24)
+	FSTPQ (F20, F21), 64(R24)
+	FSTPQ (F22, F23), 96(R24)
+	ADD $128, R26
+	ADD $128, R24
+	SUBS $1, R25, R25
+	BNE packLoop
+packTail:
+	TBZ $0, R9, packDone
+	FLDPQ (R26), (F0, F1)
+	FLDPQ 32(R26), (F2, F3)
+	WORD $0x6f00e404 // movi v4.2d, #0
+	WORD $0x6f00e405 // movi v5.2d, #0
+	WORD $0x6f00e406 // movi v6.2d, #0
+	WORD $0x6f00e407 // movi v7.2d, #0
+	WORD $0x4e843810 // zip1 v16.4s, v0.4s, v4.4s
+	WORD $0x4e847811 // zip2 v17.4s, v0.4s, v4.4s
+	WORD $0x4e853832 // zip1 v18.4s, v1.4s, v5.4s
+	WORD $0x4e857833 // zip2 v19.4s, v1.4s, v5.4s
+	WORD $0x4e863854 // zip1 v20.4s, v2.4s, v6.4s
+	WORD $0x4e867855 // zip2 v21.4s, v2.4s, v6.4s
+	WORD $0x4e873876 // zip1 v22.4s, v3.4s, v7.4s
+	WORD $0x4e877877 // zip2 v23.4s, v3.4s, v7.4s
+	FSTPQ (F16, F17), 0(R24)
+	FSTPQ (F18, F19), 32(R24)
+	FSTPQ (F20, F21), 64(R24)
+	FSTPQ (F22, F23), 96(R24)
+packDone:
 	MOVD a_base+32(FP), R3
 	MOVD R0, R4
 	MOVD m+96(FP), R5
@@ -30759,7 +30807,7 @@ rows:
 	WORD $0x6f00e41d // movi v29.2d, #0
 	WORD $0x6f00e41e // movi v30.2d, #0
 	WORD $0x6f00e41f // movi v31.2d, #0
-	MOVD R1, R16
+	MOVD R23, R16
 	MOVD R3, R10
 	ADD R7, R10, R11
 	ADD R7, R11, R12
@@ -30778,45 +30826,33 @@ r6loop:
 	FMOVD.P 8(R14), F2
 	FMOVD.P 8(R15), F3
 	WORD $0x4ec33842 // zip1 v2.2d, v2.2d, v3.2d
-	FMOVQ 0(R16), F4
-	FMOVQ 64(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
-	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
-	WORD $0x6e46ec30 // bfmmla v16.4s, v1.8h, v6.8h
-	WORD $0x6e47ec31 // bfmmla v17.4s, v1.8h, v7.8h
-	WORD $0x6e46ec58 // bfmmla v24.4s, v2.8h, v6.8h
-	WORD $0x6e47ec59 // bfmmla v25.4s, v2.8h, v7.8h
-	FMOVQ 16(R16), F4
-	FMOVQ 80(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
+	WORD $0x6e44ec58 // bfmmla v24.4s, v2.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
+	WORD $0x6e45ec59 // bfmmla v25.4s, v2.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
 	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
 	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
-	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
 	WORD $0x6e46ec5a // bfmmla v26.4s, v2.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
 	WORD $0x6e47ec5b // bfmmla v27.4s, v2.8h, v7.8h
-	FMOVQ 32(R16), F4
-	FMOVQ 96(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
-	WORD $0x6e46ec34 // bfmmla v20.4s, v1.8h, v6.8h
-	WORD $0x6e47ec35 // bfmmla v21.4s, v1.8h, v7.8h
-	WORD $0x6e46ec5c // bfmmla v28.4s, v2.8h, v6.8h
-	WORD $0x6e47ec5d // bfmmla v29.4s, v2.8h, v7.8h
-	FMOVQ 48(R16), F4
-	FMOVQ 112(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
+	WORD $0x6e44ec5c // bfmmla v28.4s, v2.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
+	WORD $0x6e45ec5d // bfmmla v29.4s, v2.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
 	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
-	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
 	WORD $0x6e46ec5e // bfmmla v30.4s, v2.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
 	WORD $0x6e47ec5f // bfmmla v31.4s, v2.8h, v7.8h
 	ADD $128, R16
 	SUBS $1, R17, R17
@@ -30832,42 +30868,33 @@ r6tail:
 	FMOVS.P 4(R14), F2
 	FMOVS.P 4(R15), F3
 	WORD $0x4ec33842 // zip1 v2.2d, v2.2d, v3.2d
-	WORD $0x6f00e405 // movi v5.2d, #0
-	FMOVQ 0(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
-	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
-	WORD $0x6e46ec30 // bfmmla v16.4s, v1.8h, v6.8h
-	WORD $0x6e47ec31 // bfmmla v17.4s, v1.8h, v7.8h
-	WORD $0x6e46ec58 // bfmmla v24.4s, v2.8h, v6.8h
-	WORD $0x6e47ec59 // bfmmla v25.4s, v2.8h, v7.8h
-	FMOVQ 16(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
+	WORD $0x6e44ec58 // bfmmla v24.4s, v2.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
+	WORD $0x6e45ec59 // bfmmla v25.4s, v2.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
 	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
 	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
-	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
 	WORD $0x6e46ec5a // bfmmla v26.4s, v2.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
 	WORD $0x6e47ec5b // bfmmla v27.4s, v2.8h, v7.8h
-	FMOVQ 32(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
-	WORD $0x6e46ec34 // bfmmla v20.4s, v1.8h, v6.8h
-	WORD $0x6e47ec35 // bfmmla v21.4s, v1.8h, v7.8h
-	WORD $0x6e46ec5c // bfmmla v28.4s, v2.8h, v6.8h
-	WORD $0x6e47ec5d // bfmmla v29.4s, v2.8h, v7.8h
-	FMOVQ 48(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
+	WORD $0x6e44ec5c // bfmmla v28.4s, v2.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
+	WORD $0x6e45ec5d // bfmmla v29.4s, v2.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
 	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
-	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
 	WORD $0x6e46ec5e // bfmmla v30.4s, v2.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
 	WORD $0x6e47ec5f // bfmmla v31.4s, v2.8h, v7.8h
 r6store:
 	MOVD R4, R22
@@ -30954,7 +30981,7 @@ tile5:
 	WORD $0x6f00e41d // movi v29.2d, #0
 	WORD $0x6f00e41e // movi v30.2d, #0
 	WORD $0x6f00e41f // movi v31.2d, #0
-	MOVD R1, R16
+	MOVD R23, R16
 	MOVD R3, R10
 	ADD R7, R10, R11
 	ADD R7, R11, R12
@@ -30970,45 +30997,33 @@ r5loop:
 	FMOVD.P 8(R13), F3
 	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
 	FMOVD.P 8(R14), F2
-	FMOVQ 0(R16), F4
-	FMOVQ 64(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
-	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
-	WORD $0x6e46ec30 // bfmmla v16.4s, v1.8h, v6.8h
-	WORD $0x6e47ec31 // bfmmla v17.4s, v1.8h, v7.8h
-	WORD $0x6e46ec58 // bfmmla v24.4s, v2.8h, v6.8h
-	WORD $0x6e47ec59 // bfmmla v25.4s, v2.8h, v7.8h
-	FMOVQ 16(R16), F4
-	FMOVQ 80(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
+	WORD $0x6e44ec58 // bfmmla v24.4s, v2.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
+	WORD $0x6e45ec59 // bfmmla v25.4s, v2.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
 	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
 	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
-	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
 	WORD $0x6e46ec5a // bfmmla v26.4s, v2.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
 	WORD $0x6e47ec5b // bfmmla v27.4s, v2.8h, v7.8h
-	FMOVQ 32(R16), F4
-	FMOVQ 96(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
-	WORD $0x6e46ec34 // bfmmla v20.4s, v1.8h, v6.8h
-	WORD $0x6e47ec35 // bfmmla v21.4s, v1.8h, v7.8h
-	WORD $0x6e46ec5c // bfmmla v28.4s, v2.8h, v6.8h
-	WORD $0x6e47ec5d // bfmmla v29.4s, v2.8h, v7.8h
-	FMOVQ 48(R16), F4
-	FMOVQ 112(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
+	WORD $0x6e44ec5c // bfmmla v28.4s, v2.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
+	WORD $0x6e45ec5d // bfmmla v29.4s, v2.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
 	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
-	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
 	WORD $0x6e46ec5e // bfmmla v30.4s, v2.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
 	WORD $0x6e47ec5f // bfmmla v31.4s, v2.8h, v7.8h
 	ADD $128, R16
 	SUBS $1, R17, R17
@@ -31022,42 +31037,33 @@ r5tail:
 	FMOVS.P 4(R13), F3
 	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
 	FMOVS.P 4(R14), F2
-	WORD $0x6f00e405 // movi v5.2d, #0
-	FMOVQ 0(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
-	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
-	WORD $0x6e46ec30 // bfmmla v16.4s, v1.8h, v6.8h
-	WORD $0x6e47ec31 // bfmmla v17.4s, v1.8h, v7.8h
-	WORD $0x6e46ec58 // bfmmla v24.4s, v2.8h, v6.8h
-	WORD $0x6e47ec59 // bfmmla v25.4s, v2.8h, v7.8h
-	FMOVQ 16(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
+	WORD $0x6e44ec58 // bfmmla v24.4s, v2.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
+	WORD $0x6e45ec59 // bfmmla v25.4s, v2.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
 	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
 	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
-	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
 	WORD $0x6e46ec5a // bfmmla v26.4s, v2.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
 	WORD $0x6e47ec5b // bfmmla v27.4s, v2.8h, v7.8h
-	FMOVQ 32(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
-	WORD $0x6e46ec34 // bfmmla v20.4s, v1.8h, v6.8h
-	WORD $0x6e47ec35 // bfmmla v21.4s, v1.8h, v7.8h
-	WORD $0x6e46ec5c // bfmmla v28.4s, v2.8h, v6.8h
-	WORD $0x6e47ec5d // bfmmla v29.4s, v2.8h, v7.8h
-	FMOVQ 48(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
+	WORD $0x6e44ec5c // bfmmla v28.4s, v2.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
+	WORD $0x6e45ec5d // bfmmla v29.4s, v2.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
 	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
-	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
 	WORD $0x6e46ec5e // bfmmla v30.4s, v2.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
 	WORD $0x6e47ec5f // bfmmla v31.4s, v2.8h, v7.8h
 r5store:
 	MOVD R4, R22
@@ -31114,7 +31120,7 @@ tile4:
 	WORD $0x6f00e415 // movi v21.2d, #0
 	WORD $0x6f00e416 // movi v22.2d, #0
 	WORD $0x6f00e417 // movi v23.2d, #0
-	MOVD R1, R16
+	MOVD R23, R16
 	MOVD R3, R10
 	ADD R7, R10, R11
 	ADD R7, R11, R12
@@ -31128,37 +31134,25 @@ r4loop:
 	FMOVD.P 8(R12), F1
 	FMOVD.P 8(R13), F3
 	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
-	FMOVQ 0(R16), F4
-	FMOVQ 64(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
-	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
-	WORD $0x6e46ec30 // bfmmla v16.4s, v1.8h, v6.8h
-	WORD $0x6e47ec31 // bfmmla v17.4s, v1.8h, v7.8h
-	FMOVQ 16(R16), F4
-	FMOVQ 80(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
 	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
 	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
 	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
-	FMOVQ 32(R16), F4
-	FMOVQ 96(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
-	WORD $0x6e46ec34 // bfmmla v20.4s, v1.8h, v6.8h
-	WORD $0x6e47ec35 // bfmmla v21.4s, v1.8h, v7.8h
-	FMOVQ 48(R16), F4
-	FMOVQ 112(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
 	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
 	ADD $128, R16
 	SUBS $1, R17, R17
@@ -31171,34 +31165,25 @@ r4tail:
 	FMOVS.P 4(R12), F1
 	FMOVS.P 4(R13), F3
 	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
-	WORD $0x6f00e405 // movi v5.2d, #0
-	FMOVQ 0(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
-	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
-	WORD $0x6e46ec30 // bfmmla v16.4s, v1.8h, v6.8h
-	WORD $0x6e47ec31 // bfmmla v17.4s, v1.8h, v7.8h
-	FMOVQ 16(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
 	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
 	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
 	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
-	FMOVQ 32(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
-	WORD $0x6e46ec34 // bfmmla v20.4s, v1.8h, v6.8h
-	WORD $0x6e47ec35 // bfmmla v21.4s, v1.8h, v7.8h
-	FMOVQ 48(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
 	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
 r4store:
 	MOVD R4, R22
@@ -31248,7 +31233,7 @@ tile3:
 	WORD $0x6f00e415 // movi v21.2d, #0
 	WORD $0x6f00e416 // movi v22.2d, #0
 	WORD $0x6f00e417 // movi v23.2d, #0
-	MOVD R1, R16
+	MOVD R23, R16
 	MOVD R3, R10
 	ADD R7, R10, R11
 	ADD R7, R11, R12
@@ -31259,37 +31244,25 @@ r3loop:
 	FMOVD.P 8(R11), F3
 	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
 	FMOVD.P 8(R12), F1
-	FMOVQ 0(R16), F4
-	FMOVQ 64(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
-	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
-	WORD $0x6e46ec30 // bfmmla v16.4s, v1.8h, v6.8h
-	WORD $0x6e47ec31 // bfmmla v17.4s, v1.8h, v7.8h
-	FMOVQ 16(R16), F4
-	FMOVQ 80(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
 	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
 	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
 	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
-	FMOVQ 32(R16), F4
-	FMOVQ 96(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
-	WORD $0x6e46ec34 // bfmmla v20.4s, v1.8h, v6.8h
-	WORD $0x6e47ec35 // bfmmla v21.4s, v1.8h, v7.8h
-	FMOVQ 48(R16), F4
-	FMOVQ 112(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
 	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
 	ADD $128, R16
 	SUBS $1, R17, R17
@@ -31300,34 +31273,25 @@ r3tail:
 	FMOVS.P 4(R11), F3
 	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
 	FMOVS.P 4(R12), F1
-	WORD $0x6f00e405 // movi v5.2d, #0
-	FMOVQ 0(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
-	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
-	WORD $0x6e46ec30 // bfmmla v16.4s, v1.8h, v6.8h
-	WORD $0x6e47ec31 // bfmmla v17.4s, v1.8h, v7.8h
-	FMOVQ 16(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
 	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
 	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
 	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
-	FMOVQ 32(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
-	WORD $0x6e46ec34 // bfmmla v20.4s, v1.8h, v6.8h
-	WORD $0x6e47ec35 // bfmmla v21.4s, v1.8h, v7.8h
-	FMOVQ 48(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
 	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
 r3store:
 	MOVD R4, R22
@@ -31362,7 +31326,7 @@ tile2:
 	WORD $0x6f00e40d // movi v13.2d, #0
 	WORD $0x6f00e40e // movi v14.2d, #0
 	WORD $0x6f00e40f // movi v15.2d, #0
-	MOVD R1, R16
+	MOVD R23, R16
 	MOVD R3, R10
 	ADD R7, R10, R11
 	LSR $1, R9, R17
@@ -31371,28 +31335,16 @@ r2loop:
 	FMOVD.P 8(R10), F0
 	FMOVD.P 8(R11), F3
 	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
-	FMOVQ 0(R16), F4
-	FMOVQ 64(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
-	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
-	FMOVQ 16(R16), F4
-	FMOVQ 80(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
 	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
 	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
-	FMOVQ 32(R16), F4
-	FMOVQ 96(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
-	FMOVQ 48(R16), F4
-	FMOVQ 112(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
 	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
 	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 	ADD $128, R16
@@ -31403,25 +31355,16 @@ r2tail:
 	FMOVS.P 4(R10), F0
 	FMOVS.P 4(R11), F3
 	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
-	WORD $0x6f00e405 // movi v5.2d, #0
-	FMOVQ 0(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
-	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
-	FMOVQ 16(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
 	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
 	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
-	FMOVQ 32(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
-	FMOVQ 48(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
 	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
 	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 r2store:
@@ -31450,34 +31393,22 @@ tile1:
 	WORD $0x6f00e40d // movi v13.2d, #0
 	WORD $0x6f00e40e // movi v14.2d, #0
 	WORD $0x6f00e40f // movi v15.2d, #0
-	MOVD R1, R16
+	MOVD R23, R16
 	MOVD R3, R10
 	LSR $1, R9, R17
 	CBZ R17, r1tail
 r1loop:
 	FMOVD.P 8(R10), F0
-	FMOVQ 0(R16), F4
-	FMOVQ 64(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
-	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
-	FMOVQ 16(R16), F4
-	FMOVQ 80(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
 	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
 	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
-	FMOVQ 32(R16), F4
-	FMOVQ 96(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
-	FMOVQ 48(R16), F4
-	FMOVQ 112(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
 	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
 	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 	ADD $128, R16
@@ -31486,25 +31417,16 @@ r1loop:
 r1tail:
 	TBZ $0, R9, r1store
 	FMOVS.P 4(R10), F0
-	WORD $0x6f00e405 // movi v5.2d, #0
-	FMOVQ 0(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
-	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
-	FMOVQ 16(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
 	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
 	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
-	FMOVQ 32(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
-	FMOVQ 48(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
 	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
 	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 r1store:
@@ -31524,9 +31446,9 @@ colNext:
 	RET
 
 // mulAddBF16MMLANEON adds A·B to C (see Half.Mul) by BFMMLA: A m×k BF16MMLA, B in the pair layout
-// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.
-// Inner loop, per 2 pairs of a 6×16 tile: 6 LDR D + 8 LDR Q + 11 ZIP + 24 BFMMLA (24 chains).
-TEXT ·mulAddBF16MMLANEON(SB), NOSPLIT|NOFRAME, $0-120
+// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds. buf holds 16·(k rounded up to 4) elements.
+// Inner loop, per 2 pairs of a 6×16 tile: 6 LDR D + 4 LDP Q + 3 ZIP + 24 BFMMLA (24 chains).
+TEXT ·mulAddBF16MMLANEON(SB), NOSPLIT|NOFRAME, $0-144
 	MOVD b_base+64(FP), R1
 	MOVD c_base+0(FP), R0
 	MOVD n+104(FP), R2
@@ -31541,7 +31463,55 @@ TEXT ·mulAddBF16MMLANEON(SB), NOSPLIT|NOFRAME, $0-120
 	MOVD $6, R23
 	MUL R23, R7, R19
 	MUL R23, R6, R20
+	MOVD buf_base+120(FP), R23
 cols:
+	// The strip's 2×4 blocks of B into buf.
+	MOVD R1, R26
+	MOVD R23, R24
+	LSR $1, R9, R25
+	CBZ R25, packTail
+packLoop:
+	FLDPQ 0(R26), (F0, F1)
+	FLDPQ 32(R26), (F2, F3)
+	FLDPQ 64(R26), (F4, F5)
+	FLDPQ 96(R26), (F6, F7)
+	WORD $0x4e843810 // zip1 v16.4s, v0.4s, v4.4s
+	WORD $0x4e847811 // zip2 v17.4s, v0.4s, v4.4s
+	WORD $0x4e853832 // zip1 v18.4s, v1.4s, v5.4s
+	WORD $0x4e857833 // zip2 v19.4s, v1.4s, v5.4s
+	WORD $0x4e863854 // zip1 v20.4s, v2.4s, v6.4s
+	WORD $0x4e867855 // zip2 v21.4s, v2.4s, v6.4s
+	WORD $0x4e873876 // zip1 v22.4s, v3.4s, v7.4s
+	WORD $0x4e877877 // zip2 v23.4s, v3.4s, v7.4s
+	FSTPQ (F16, F17), 0(R24)
+	FSTPQ (F18, F19), 32(R24)
+	FSTPQ (F20, F21), 64(R24)
+	FSTPQ (F22, F23), 96(R24)
+	ADD $128, R26
+	ADD $128, R24
+	SUBS $1, R25, R25
+	BNE packLoop
+packTail:
+	TBZ $0, R9, packDone
+	FLDPQ (R26), (F0, F1)
+	FLDPQ 32(R26), (F2, F3)
+	WORD $0x6f00e404 // movi v4.2d, #0
+	WORD $0x6f00e405 // movi v5.2d, #0
+	WORD $0x6f00e406 // movi v6.2d, #0
+	WORD $0x6f00e407 // movi v7.2d, #0
+	WORD $0x4e843810 // zip1 v16.4s, v0.4s, v4.4s
+	WORD $0x4e847811 // zip2 v17.4s, v0.4s, v4.4s
+	WORD $0x4e853832 // zip1 v18.4s, v1.4s, v5.4s
+	WORD $0x4e857833 // zip2 v19.4s, v1.4s, v5.4s
+	WORD $0x4e863854 // zip1 v20.4s, v2.4s, v6.4s
+	WORD $0x4e867855 // zip2 v21.4s, v2.4s, v6.4s
+	WORD $0x4e873876 // zip1 v22.4s, v3.4s, v7.4s
+	WORD $0x4e877877 // zip2 v23.4s, v3.4s, v7.4s
+	FSTPQ (F16, F17), 0(R24)
+	FSTPQ (F18, F19), 32(R24)
+	FSTPQ (F20, F21), 64(R24)
+	FSTPQ (F22, F23), 96(R24)
+packDone:
 	MOVD a_base+32(FP), R3
 	MOVD R0, R4
 	MOVD m+96(FP), R5
@@ -31573,7 +31543,7 @@ rows:
 	WORD $0x6f00e41d // movi v29.2d, #0
 	WORD $0x6f00e41e // movi v30.2d, #0
 	WORD $0x6f00e41f // movi v31.2d, #0
-	MOVD R1, R16
+	MOVD R23, R16
 	MOVD R3, R10
 	ADD R7, R10, R11
 	ADD R7, R11, R12
@@ -31592,45 +31562,33 @@ r6loop:
 	FMOVD.P 8(R14), F2
 	FMOVD.P 8(R15), F3
 	WORD $0x4ec33842 // zip1 v2.2d, v2.2d, v3.2d
-	FMOVQ 0(R16), F4
-	FMOVQ 64(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
-	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
-	WORD $0x6e46ec30 // bfmmla v16.4s, v1.8h, v6.8h
-	WORD $0x6e47ec31 // bfmmla v17.4s, v1.8h, v7.8h
-	WORD $0x6e46ec58 // bfmmla v24.4s, v2.8h, v6.8h
-	WORD $0x6e47ec59 // bfmmla v25.4s, v2.8h, v7.8h
-	FMOVQ 16(R16), F4
-	FMOVQ 80(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
+	WORD $0x6e44ec58 // bfmmla v24.4s, v2.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
+	WORD $0x6e45ec59 // bfmmla v25.4s, v2.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
 	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
 	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
-	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
 	WORD $0x6e46ec5a // bfmmla v26.4s, v2.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
 	WORD $0x6e47ec5b // bfmmla v27.4s, v2.8h, v7.8h
-	FMOVQ 32(R16), F4
-	FMOVQ 96(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
-	WORD $0x6e46ec34 // bfmmla v20.4s, v1.8h, v6.8h
-	WORD $0x6e47ec35 // bfmmla v21.4s, v1.8h, v7.8h
-	WORD $0x6e46ec5c // bfmmla v28.4s, v2.8h, v6.8h
-	WORD $0x6e47ec5d // bfmmla v29.4s, v2.8h, v7.8h
-	FMOVQ 48(R16), F4
-	FMOVQ 112(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
+	WORD $0x6e44ec5c // bfmmla v28.4s, v2.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
+	WORD $0x6e45ec5d // bfmmla v29.4s, v2.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
 	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
-	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
 	WORD $0x6e46ec5e // bfmmla v30.4s, v2.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
 	WORD $0x6e47ec5f // bfmmla v31.4s, v2.8h, v7.8h
 	ADD $128, R16
 	SUBS $1, R17, R17
@@ -31646,42 +31604,33 @@ r6tail:
 	FMOVS.P 4(R14), F2
 	FMOVS.P 4(R15), F3
 	WORD $0x4ec33842 // zip1 v2.2d, v2.2d, v3.2d
-	WORD $0x6f00e405 // movi v5.2d, #0
-	FMOVQ 0(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
-	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
-	WORD $0x6e46ec30 // bfmmla v16.4s, v1.8h, v6.8h
-	WORD $0x6e47ec31 // bfmmla v17.4s, v1.8h, v7.8h
-	WORD $0x6e46ec58 // bfmmla v24.4s, v2.8h, v6.8h
-	WORD $0x6e47ec59 // bfmmla v25.4s, v2.8h, v7.8h
-	FMOVQ 16(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
+	WORD $0x6e44ec58 // bfmmla v24.4s, v2.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
+	WORD $0x6e45ec59 // bfmmla v25.4s, v2.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
 	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
 	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
-	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
 	WORD $0x6e46ec5a // bfmmla v26.4s, v2.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
 	WORD $0x6e47ec5b // bfmmla v27.4s, v2.8h, v7.8h
-	FMOVQ 32(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
-	WORD $0x6e46ec34 // bfmmla v20.4s, v1.8h, v6.8h
-	WORD $0x6e47ec35 // bfmmla v21.4s, v1.8h, v7.8h
-	WORD $0x6e46ec5c // bfmmla v28.4s, v2.8h, v6.8h
-	WORD $0x6e47ec5d // bfmmla v29.4s, v2.8h, v7.8h
-	FMOVQ 48(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
+	WORD $0x6e44ec5c // bfmmla v28.4s, v2.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
+	WORD $0x6e45ec5d // bfmmla v29.4s, v2.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
 	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
-	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
 	WORD $0x6e46ec5e // bfmmla v30.4s, v2.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
 	WORD $0x6e47ec5f // bfmmla v31.4s, v2.8h, v7.8h
 r6store:
 	MOVD R4, R22
@@ -31804,7 +31753,7 @@ tile5:
 	WORD $0x6f00e41d // movi v29.2d, #0
 	WORD $0x6f00e41e // movi v30.2d, #0
 	WORD $0x6f00e41f // movi v31.2d, #0
-	MOVD R1, R16
+	MOVD R23, R16
 	MOVD R3, R10
 	ADD R7, R10, R11
 	ADD R7, R11, R12
@@ -31820,45 +31769,33 @@ r5loop:
 	FMOVD.P 8(R13), F3
 	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
 	FMOVD.P 8(R14), F2
-	FMOVQ 0(R16), F4
-	FMOVQ 64(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
-	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
-	WORD $0x6e46ec30 // bfmmla v16.4s, v1.8h, v6.8h
-	WORD $0x6e47ec31 // bfmmla v17.4s, v1.8h, v7.8h
-	WORD $0x6e46ec58 // bfmmla v24.4s, v2.8h, v6.8h
-	WORD $0x6e47ec59 // bfmmla v25.4s, v2.8h, v7.8h
-	FMOVQ 16(R16), F4
-	FMOVQ 80(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
+	WORD $0x6e44ec58 // bfmmla v24.4s, v2.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
+	WORD $0x6e45ec59 // bfmmla v25.4s, v2.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
 	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
 	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
-	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
 	WORD $0x6e46ec5a // bfmmla v26.4s, v2.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
 	WORD $0x6e47ec5b // bfmmla v27.4s, v2.8h, v7.8h
-	FMOVQ 32(R16), F4
-	FMOVQ 96(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
-	WORD $0x6e46ec34 // bfmmla v20.4s, v1.8h, v6.8h
-	WORD $0x6e47ec35 // bfmmla v21.4s, v1.8h, v7.8h
-	WORD $0x6e46ec5c // bfmmla v28.4s, v2.8h, v6.8h
-	WORD $0x6e47ec5d // bfmmla v29.4s, v2.8h, v7.8h
-	FMOVQ 48(R16), F4
-	FMOVQ 112(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
+	WORD $0x6e44ec5c // bfmmla v28.4s, v2.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
+	WORD $0x6e45ec5d // bfmmla v29.4s, v2.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
 	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
-	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
 	WORD $0x6e46ec5e // bfmmla v30.4s, v2.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
 	WORD $0x6e47ec5f // bfmmla v31.4s, v2.8h, v7.8h
 	ADD $128, R16
 	SUBS $1, R17, R17
@@ -31872,42 +31809,33 @@ r5tail:
 	FMOVS.P 4(R13), F3
 	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
 	FMOVS.P 4(R14), F2
-	WORD $0x6f00e405 // movi v5.2d, #0
-	FMOVQ 0(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
-	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
-	WORD $0x6e46ec30 // bfmmla v16.4s, v1.8h, v6.8h
-	WORD $0x6e47ec31 // bfmmla v17.4s, v1.8h, v7.8h
-	WORD $0x6e46ec58 // bfmmla v24.4s, v2.8h, v6.8h
-	WORD $0x6e47ec59 // bfmmla v25.4s, v2.8h, v7.8h
-	FMOVQ 16(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
+	WORD $0x6e44ec58 // bfmmla v24.4s, v2.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
+	WORD $0x6e45ec59 // bfmmla v25.4s, v2.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
 	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
 	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
-	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
 	WORD $0x6e46ec5a // bfmmla v26.4s, v2.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
 	WORD $0x6e47ec5b // bfmmla v27.4s, v2.8h, v7.8h
-	FMOVQ 32(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
-	WORD $0x6e46ec34 // bfmmla v20.4s, v1.8h, v6.8h
-	WORD $0x6e47ec35 // bfmmla v21.4s, v1.8h, v7.8h
-	WORD $0x6e46ec5c // bfmmla v28.4s, v2.8h, v6.8h
-	WORD $0x6e47ec5d // bfmmla v29.4s, v2.8h, v7.8h
-	FMOVQ 48(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
+	WORD $0x6e44ec5c // bfmmla v28.4s, v2.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
+	WORD $0x6e45ec5d // bfmmla v29.4s, v2.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
 	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
-	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
 	WORD $0x6e46ec5e // bfmmla v30.4s, v2.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
 	WORD $0x6e47ec5f // bfmmla v31.4s, v2.8h, v7.8h
 r5store:
 	MOVD R4, R22
@@ -31994,7 +31922,7 @@ tile4:
 	WORD $0x6f00e415 // movi v21.2d, #0
 	WORD $0x6f00e416 // movi v22.2d, #0
 	WORD $0x6f00e417 // movi v23.2d, #0
-	MOVD R1, R16
+	MOVD R23, R16
 	MOVD R3, R10
 	ADD R7, R10, R11
 	ADD R7, R11, R12
@@ -32008,37 +31936,25 @@ r4loop:
 	FMOVD.P 8(R12), F1
 	FMOVD.P 8(R13), F3
 	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
-	FMOVQ 0(R16), F4
-	FMOVQ 64(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
-	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
-	WORD $0x6e46ec30 // bfmmla v16.4s, v1.8h, v6.8h
-	WORD $0x6e47ec31 // bfmmla v17.4s, v1.8h, v7.8h
-	FMOVQ 16(R16), F4
-	FMOVQ 80(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
 	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
 	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
 	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
-	FMOVQ 32(R16), F4
-	FMOVQ 96(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
-	WORD $0x6e46ec34 // bfmmla v20.4s, v1.8h, v6.8h
-	WORD $0x6e47ec35 // bfmmla v21.4s, v1.8h, v7.8h
-	FMOVQ 48(R16), F4
-	FMOVQ 112(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
 	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
 	ADD $128, R16
 	SUBS $1, R17, R17
@@ -32051,34 +31967,25 @@ r4tail:
 	FMOVS.P 4(R12), F1
 	FMOVS.P 4(R13), F3
 	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
-	WORD $0x6f00e405 // movi v5.2d, #0
-	FMOVQ 0(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
-	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
-	WORD $0x6e46ec30 // bfmmla v16.4s, v1.8h, v6.8h
-	WORD $0x6e47ec31 // bfmmla v17.4s, v1.8h, v7.8h
-	FMOVQ 16(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
 	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
 	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
 	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
-	FMOVQ 32(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
-	WORD $0x6e46ec34 // bfmmla v20.4s, v1.8h, v6.8h
-	WORD $0x6e47ec35 // bfmmla v21.4s, v1.8h, v7.8h
-	FMOVQ 48(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
 	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
 r4store:
 	MOVD R4, R22
@@ -32152,7 +32059,7 @@ tile3:
 	WORD $0x6f00e415 // movi v21.2d, #0
 	WORD $0x6f00e416 // movi v22.2d, #0
 	WORD $0x6f00e417 // movi v23.2d, #0
-	MOVD R1, R16
+	MOVD R23, R16
 	MOVD R3, R10
 	ADD R7, R10, R11
 	ADD R7, R11, R12
@@ -32163,37 +32070,25 @@ r3loop:
 	FMOVD.P 8(R11), F3
 	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
 	FMOVD.P 8(R12), F1
-	FMOVQ 0(R16), F4
-	FMOVQ 64(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
-	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
-	WORD $0x6e46ec30 // bfmmla v16.4s, v1.8h, v6.8h
-	WORD $0x6e47ec31 // bfmmla v17.4s, v1.8h, v7.8h
-	FMOVQ 16(R16), F4
-	FMOVQ 80(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
 	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
 	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
 	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
-	FMOVQ 32(R16), F4
-	FMOVQ 96(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
-	WORD $0x6e46ec34 // bfmmla v20.4s, v1.8h, v6.8h
-	WORD $0x6e47ec35 // bfmmla v21.4s, v1.8h, v7.8h
-	FMOVQ 48(R16), F4
-	FMOVQ 112(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
 	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
 	ADD $128, R16
 	SUBS $1, R17, R17
@@ -32204,34 +32099,25 @@ r3tail:
 	FMOVS.P 4(R11), F3
 	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
 	FMOVS.P 4(R12), F1
-	WORD $0x6f00e405 // movi v5.2d, #0
-	FMOVQ 0(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
-	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
-	WORD $0x6e46ec30 // bfmmla v16.4s, v1.8h, v6.8h
-	WORD $0x6e47ec31 // bfmmla v17.4s, v1.8h, v7.8h
-	FMOVQ 16(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
 	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
 	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
 	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
-	FMOVQ 32(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
-	WORD $0x6e46ec34 // bfmmla v20.4s, v1.8h, v6.8h
-	WORD $0x6e47ec35 // bfmmla v21.4s, v1.8h, v7.8h
-	FMOVQ 48(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
 	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
 r3store:
 	MOVD R4, R22
@@ -32284,7 +32170,7 @@ tile2:
 	WORD $0x6f00e40d // movi v13.2d, #0
 	WORD $0x6f00e40e // movi v14.2d, #0
 	WORD $0x6f00e40f // movi v15.2d, #0
-	MOVD R1, R16
+	MOVD R23, R16
 	MOVD R3, R10
 	ADD R7, R10, R11
 	LSR $1, R9, R17
@@ -32293,28 +32179,16 @@ r2loop:
 	FMOVD.P 8(R10), F0
 	FMOVD.P 8(R11), F3
 	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
-	FMOVQ 0(R16), F4
-	FMOVQ 64(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
-	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
-	FMOVQ 16(R16), F4
-	FMOVQ 80(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
 	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
 	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
-	FMOVQ 32(R16), F4
-	FMOVQ 96(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
-	FMOVQ 48(R16), F4
-	FMOVQ 112(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
 	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
 	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 	ADD $128, R16
@@ -32325,25 +32199,16 @@ r2tail:
 	FMOVS.P 4(R10), F0
 	FMOVS.P 4(R11), F3
 	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
-	WORD $0x6f00e405 // movi v5.2d, #0
-	FMOVQ 0(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
-	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
-	FMOVQ 16(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
 	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
 	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
-	FMOVQ 32(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
-	FMOVQ 48(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
 	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
 	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 r2store:
@@ -32384,34 +32249,22 @@ tile1:
 	WORD $0x6f00e40d // movi v13.2d, #0
 	WORD $0x6f00e40e // movi v14.2d, #0
 	WORD $0x6f00e40f // movi v15.2d, #0
-	MOVD R1, R16
+	MOVD R23, R16
 	MOVD R3, R10
 	LSR $1, R9, R17
 	CBZ R17, r1tail
 r1loop:
 	FMOVD.P 8(R10), F0
-	FMOVQ 0(R16), F4
-	FMOVQ 64(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
-	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
-	FMOVQ 16(R16), F4
-	FMOVQ 80(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
 	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
 	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
-	FMOVQ 32(R16), F4
-	FMOVQ 96(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
-	FMOVQ 48(R16), F4
-	FMOVQ 112(R16), F5
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
 	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
 	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 	ADD $128, R16
@@ -32420,25 +32273,16 @@ r1loop:
 r1tail:
 	TBZ $0, R9, r1store
 	FMOVS.P 4(R10), F0
-	WORD $0x6f00e405 // movi v5.2d, #0
-	FMOVQ 0(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec08 // bfmmla v8.4s, v0.8h, v6.8h
-	WORD $0x6e47ec09 // bfmmla v9.4s, v0.8h, v7.8h
-	FMOVQ 16(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
 	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
 	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
-	FMOVQ 32(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
-	WORD $0x6e46ec0c // bfmmla v12.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0d // bfmmla v13.4s, v0.8h, v7.8h
-	FMOVQ 48(R16), F4
-	WORD $0x4e853886 // zip1 v6.4s, v4.4s, v5.4s
-	WORD $0x4e857887 // zip2 v7.4s, v4.4s, v5.4s
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
 	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
 	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 r1store:

@@ -525,18 +525,18 @@ func mulF16NEON(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, 
 func mulAddF16NEON(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)
 
 // mulBF16MMLANEON sets C = A·B (see Half.Mul) by BFMMLA: A m×k BF16MMLA, B in the pair layout
-// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.
-// Inner loop, per 2 pairs of a 6×16 tile: 6 LDR D + 8 LDR Q + 11 ZIP + 24 BFMMLA (24 chains).
+// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds. buf holds 16·(k rounded up to 4) elements.
+// Inner loop, per 2 pairs of a 6×16 tile: 6 LDR D + 4 LDP Q + 3 ZIP + 24 BFMMLA (24 chains).
 //
 //go:noescape
-func mulBF16MMLANEON(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)
+func mulBF16MMLANEON(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int, buf []uint16)
 
 // mulAddBF16MMLANEON adds A·B to C (see Half.Mul) by BFMMLA: A m×k BF16MMLA, B in the pair layout
-// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.
-// Inner loop, per 2 pairs of a 6×16 tile: 6 LDR D + 8 LDR Q + 11 ZIP + 24 BFMMLA (24 chains).
+// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds. buf holds 16·(k rounded up to 4) elements.
+// Inner loop, per 2 pairs of a 6×16 tile: 6 LDR D + 4 LDP Q + 3 ZIP + 24 BFMMLA (24 chains).
 //
 //go:noescape
-func mulAddBF16MMLANEON(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)
+func mulAddBF16MMLANEON(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int, buf []uint16)
 
 // FMAPeakBF16NEON runs iters iterations of 24 independent register-only BFDOT chains:
 // 384 float32 FLOPs per iteration (the peak of the 16-bit path).

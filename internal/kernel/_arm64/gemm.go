@@ -1,6 +1,9 @@
 package main
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Matrix products. The microkernel keeps a tile of mr rows × 16 columns
 // of C in 4·mr accumulators (v8-v31: row i, columns 4v..4v+3 in
@@ -59,8 +62,8 @@ import "fmt"
 //	not a measurement), the loop runs at 2× the float32 FLOP peak.
 //	bfloat16 by BFMMLA (FEAT_BF16): 6×16 tiles of 2×2 blocks, 24
 //	accumulators; the 2×4 operands are built from the pair layout with
-//	ZIP (mmla.go): per 2 pairs (4 k), 6 LDR D + 8 LDR Q + 11 ZIP + 24
-//	BFMMLA of 16 multiply-adds each.
+//	ZIP (mmla.go; B once per strip, into buf): per 2 pairs (4 k), 6 LDR
+//	D + 4 LDP Q + 3 ZIP + 24 BFMMLA of 16 multiply-adds each.
 //	fp16 (FMLAL/FMLAL2 by element, FEAT_FHM): 5×16 tiles, 20
 //	accumulators (A must sit in v0-v15 for a 16-bit element index, and
 //	the pairs need a third B register); per pair: 2 LDP Q + 4 UZP (even
@@ -142,7 +145,13 @@ func genGemm(f *file, kind gemmKind, accumulate bool) {
 	mr := kind.mr()
 	gemmEntry(f, kind, accumulate)
 	gemmArgs(f, kind, mr)
+	if kind == kindBF16MMLA {
+		f.ld(gBuf, "buf", "base")
+	}
 	f.label("cols")
+	if kind == kindBF16MMLA {
+		mmlaPackStrip(f)
+	}
 	gemmRows(f, kind, accumulate, mr)
 	gemmRowTail(f, kind, accumulate, mr)
 	f.label("colNext")
@@ -202,13 +211,17 @@ func gemmHalfText(f *file, kind gemmKind, accumulate bool) {
 	if accumulate {
 		name, what = "mulAdd"+e+"NEON", "adds A·B to C"
 	}
-	f.text(name, "func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)",
+	sig, bounds := "func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)", ""
+	if kind == kindBF16MMLA {
+		sig, bounds = strings.TrimSuffix(sig, ")")+", buf []uint16)", " buf holds 16·(k rounded up to 4) elements."
+	}
+	f.text(name, sig,
 		fmt.Sprintf("%s %s (see Half.Mul) by %s: A m×k %s, B in the pair layout", name, what, ins, e),
-		"with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.",
+		"with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds."+bounds,
 		map[gemmKind]string{
 			kindBF16:     "Inner loop, per 4 pairs of a 6×16 tile: 6 LDR Q + 8 LDP Q + 96 BFDOT (24 chains).",
 			kindF16:      "Inner loop, per pair of a 5×16 tile: 2 LDP Q + 4 UZP + 40 FMLAL/FMLAL2 (20 chains).",
-			kindBF16MMLA: "Inner loop, per 2 pairs of a 6×16 tile: 6 LDR D + 8 LDR Q + 11 ZIP + 24 BFMMLA (24 chains)."}[kind])
+			kindBF16MMLA: "Inner loop, per 2 pairs of a 6×16 tile: 6 LDR D + 4 LDP Q + 3 ZIP + 24 BFMMLA (24 chains)."}[kind])
 }
 
 // gemmArgs loads the other arguments: strides in bytes (A·Bᵀ: the packed

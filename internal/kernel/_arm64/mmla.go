@@ -8,23 +8,26 @@ import "fmt"
 // c(i+1,j+1)]. Its operands are two 4-k runs side by side: A's rows 2p,
 // 2p+1 at one group of four k, and B's columns 2c, 2c+1 at it.
 //
-// This kernel reads the operands of Half as they are (A row-major, B in
-// the pair layout) and builds the 2×4 blocks in registers:
+// This kernel takes the operands of Half as they are (A row-major, B in
+// the pair layout) and builds the 2×4 blocks:
 //
-//	A, rows 2p and 2p+1, k = 4g … 4g+3: two LDR D (each zeroes the upper
-//	half), ZIP1 .2D: [A[2p, 4g:4g+4], A[2p+1, 4g:4g+4]].
-//	B, columns 4c … 4c+3: pair rows 2g and 2g+1 (LDR Q of 4 pairs each,
-//	64 bytes apart), ZIP1 / ZIP2 .4S: [pair(2g, j), pair(2g+1, j)] for
-//	j = 4c, 4c+1 and for 4c+2, 4c+3 — column j's four k in order.
+//	B, once per strip of 16 columns, into buf (mmlaPackStrip): pair rows
+//	2g and 2g+1 (64 bytes apart) ZIP1 / ZIP2 .4S, giving for each column
+//	pair (j, j+1) the block [pair(2g, j), pair(2g+1, j), pair(2g, j+1),
+//	pair(2g+1, j+1)]: column j's four k in order, then column j+1's.
+//	Group g of buf is 128 bytes, column pair c at byte 16·c; a k ending
+//	in one pair (k mod 4 = 2) gets a last group whose second pair is 0.
+//	A, rows 2p and 2p+1, k = 4g … 4g+3, in the loop: two LDR D (each
+//	zeroes the upper half), ZIP1 .2D: [A[2p, 4g:4g+4], A[2p+1, 4g:4g+4]].
 //
 // A 6×16 tile keeps 3×8 accumulators (v8 + 8p + c: rows 2p, 2p+1, columns
-// 2c, 2c+1); per 4 k: 6 LDR D + 8 LDR Q + 3 + 8 ZIP + 24 BFMMLA. The
-// shuffles share the vector pipes with BFMMLA, so the loop issues at most
-// 24/35 of the BFMMLA rate (a layout of 2×4 blocks would need no ZIP: see
-// half_arm64.go). An odd last row has a zero second A row (LDR D only);
-// a k ending in one pair (k mod 4 = 2) is a last step with the missing
-// pair zero (LDR S for A, ZIP with a zero register for B), whose products
-// add +0.
+// 2c, 2c+1); per 4 k: 6 LDR D + 4 LDP Q + 3 ZIP + 24 BFMMLA. The strip's
+// repacking (8 ZIP per 4 k) is shared by all its row tiles; building B's
+// blocks in every tile instead cost 8 more ZIPs per 24 BFMMLA, on the
+// vector pipes BFMMLA issues on (the loop at 68% of the BFMMLA peak on
+// Neoverse V2 against 88% now, llvm-mca 19). An odd last row has a zero
+// second A row (LDR D only); the half last group loads A with LDR S, so
+// its missing pair's products are 0 and add +0.
 //
 // Arithmetic: each output is summed from zero over the k groups in order,
 // by BFMMLA's rule for the two pairs of a group (in Arm's original
@@ -33,11 +36,14 @@ import "fmt"
 // the intermediate rounding implementation-defined). The store
 // un-interleaves the 2×2 blocks with ZIP1/ZIP2 .2D.
 
+// gBuf holds buf: the blocks of B's current strip.
+const gBuf = "R23"
+
 // mmlaAcc is the accumulator of row pair p, column pair c.
 func mmlaAcc(p, c int) V { return V(8 + 8*p + c) }
 
 // mmlaTile emits the BFMMLA tile of r rows (1 … 6) at gCRow, A at gARow,
-// B at gB; gPc holds k in pairs.
+// B's blocks at gBuf; gK holds k in pairs.
 func mmlaTile(f *file, accumulate bool, r int) {
 	tag := fmt.Sprintf("r%d", r)
 	np := (r + 1) / 2
@@ -47,7 +53,7 @@ func mmlaTile(f *file, accumulate bool, r int) {
 			f.w(movi0(mmlaAcc(p, c)))
 		}
 	}
-	f.i("MOVD %s, %s", gB, gBp)
+	f.i("MOVD %s, %s", gBuf, gBp)
 	f.i("MOVD %s, %s", gARow, aRowReg(0))
 	for i := 1; i < r; i++ {
 		f.i("ADD %s, %s, %s", gLda, aRowReg(i-1), aRowReg(i))
@@ -66,9 +72,9 @@ func mmlaTile(f *file, accumulate bool, r int) {
 	mmlaStore(f, accumulate, r)
 }
 
-// mmlaStep emits the products of one group of four k (half: one pair, the
-// other zero) for r rows: A's blocks in v0-v2 (v3 a temporary), B's in v6,
-// v7 from the pair rows loaded in v4, v5 (half: v5 zero).
+// mmlaStep emits the products of one group of four k (half: its second
+// pair zero) for r rows: A's blocks in v0-v2 (v3 a temporary), B's from
+// buf in v4-v7.
 func mmlaStep(f *file, r int, half bool) {
 	ld := "FMOVD.P 8"
 	if half {
@@ -82,20 +88,56 @@ func mmlaStep(f *file, r int, half bool) {
 			f.w(zip1(d2, V(p), V(p), 3))
 		}
 	}
-	if half {
-		f.w(movi0(5))
+	for c2 := 0; c2 < 4; c2++ {
+		b := V(4 + c2%2*2)
+		f.i("FLDPQ %d(%s), (F%d, F%d)", 32*c2, gBp, b, b+1)
+		for h := V(0); h < 2; h++ {
+			for p := 0; p < np; p++ {
+				f.w(bfmmla(mmlaAcc(p, 2*c2+int(h)), V(p), b+h))
+			}
+		}
 	}
-	for c4 := 0; c4 < 4; c4++ {
-		f.i("FMOVQ %d(%s), F4", 16*c4, gBp)
-		if !half {
-			f.i("FMOVQ %d(%s), F5", 64+16*c4, gBp)
-		}
-		f.w(zip1(s4, 6, 4, 5))
-		f.w(zip2(s4, 7, 4, 5))
-		for p := 0; p < np; p++ {
-			f.w(bfmmla(mmlaAcc(p, 2*c4), V(p), 6))
-			f.w(bfmmla(mmlaAcc(p, 2*c4+1), V(p), 7))
-		}
+}
+
+// mmlaPackStrip writes the blocks of B's strip at gB into buf (see the
+// top of the file), using v0-v7 and v16-v23 (no tile is live).
+func mmlaPackStrip(f *file) {
+	src, dst, cnt := "R26", "R24", "R25"
+	f.comment("The strip's 2×4 blocks of B into buf.")
+	f.i("MOVD %s, %s", gB, src)
+	f.i("MOVD %s, %s", gBuf, dst)
+	f.i("LSR $1, %s, %s", gK, cnt)
+	f.i("CBZ %s, packTail", cnt)
+	f.label("packLoop")
+	for l := V(0); l < 8; l += 2 {
+		f.i("FLDPQ %d(%s), (F%d, F%d)", 16*l, src, l, l+1)
+	}
+	mmlaZipStore(f, dst, 4)
+	f.i("ADD $128, %s", src)
+	f.i("ADD $128, %s", dst)
+	f.i("SUBS $1, %s, %s", cnt, cnt)
+	f.i("BNE packLoop")
+	f.label("packTail")
+	f.i("TBZ $0, %s, packDone", gK)
+	f.i("FLDPQ (%s), (F0, F1)", src)
+	f.i("FLDPQ 32(%s), (F2, F3)", src)
+	for v := V(4); v < 8; v++ {
+		f.w(movi0(v))
+	}
+	mmlaZipStore(f, dst, 4)
+	f.label("packDone")
+}
+
+// mmlaZipStore interleaves pair rows v0-v3 (columns 4c … 4c+3 in v(c))
+// with v(off) … v(off+3) (the next pair row) and stores the 8 blocks at
+// dst: column pairs 2c, 2c+1 at byte 32·c.
+func mmlaZipStore(f *file, dst string, off V) {
+	for c := V(0); c < 4; c++ {
+		f.w(zip1(s4, 16+2*c, c, off+c))
+		f.w(zip2(s4, 17+2*c, c, off+c))
+	}
+	for c := V(0); c < 4; c++ {
+		f.i("FSTPQ (F%d, F%d), %d(%s)", 16+2*c, 17+2*c, 32*c, dst)
 	}
 }
 
