@@ -28542,9 +28542,9 @@ colNext:
 	RET
 
 // mulF16NEON sets C = A·B (see Half.Mul) by FMLAL/FMLAL2: A m×k F16, B in the pair layout
-// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.
-// Inner loop, per pair of a 5×16 tile: 2 LDP Q + 4 UZP + 40 FMLAL/FMLAL2 (20 chains).
-TEXT ·mulF16NEON(SB), NOSPLIT|NOFRAME, $0-120
+// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds. buf holds 16·(k rounded up to 4) elements.
+// Inner loop, per pair of a 5×16 tile: 2 LDP Q + 40 FMLAL/FMLAL2 (20 chains).
+TEXT ·mulF16NEON(SB), NOSPLIT|NOFRAME, $0-144
 	MOVD b_base+64(FP), R1
 	MOVD c_base+0(FP), R0
 	MOVD n+104(FP), R2
@@ -28559,7 +28559,28 @@ TEXT ·mulF16NEON(SB), NOSPLIT|NOFRAME, $0-120
 	MOVD $5, R23
 	MUL R23, R7, R19
 	MUL R23, R6, R20
+	MOVD buf_base+120(FP), R23
 cols:
+	// The strip of B repacked into buf.
+	MOVD R1, R26
+	MOVD R23, R24
+	LSR $0, R9, R25
+	CBZ R25, packTail
+packLoop:
+	FLDPQ 0(R26), (F0, F1)
+	FLDPQ 32(R26), (F2, F3)
+	WORD $0x4e411810 // uzp1 v16.8h, v0.8h, v1.8h
+	WORD $0x4e415811 // uzp2 v17.8h, v0.8h, v1.8h
+	WORD $0x4e431852 // uzp1 v18.8h, v2.8h, v3.8h
+	WORD $0x4e435853 // uzp2 v19.8h, v2.8h, v3.8h
+	FSTPQ (F16, F17), 0(R24)
+	FSTPQ (F18, F19), 32(R24)
+	ADD $64, R26
+	ADD $64, R24
+	SUBS $1, R25, R25
+	BNE packLoop
+packTail:
+packDone:
 	MOVD a_base+32(FP), R3
 	MOVD R0, R4
 	MOVD m+96(FP), R5
@@ -28587,7 +28608,7 @@ rows:
 	WORD $0x6f00e419 // movi v25.2d, #0
 	WORD $0x6f00e41a // movi v26.2d, #0
 	WORD $0x6f00e41b // movi v27.2d, #0
-	MOVD R1, R16
+	MOVD R23, R16
 	MOVD R9, R17
 	MOVD R3, R10
 	ADD R7, R10, R11
@@ -28602,9 +28623,7 @@ r5loop4:
 	FMOVQ.P 16(R12), F5
 	FMOVQ.P 16(R13), F6
 	FMOVQ.P 16(R14), F7
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
@@ -28625,9 +28644,7 @@ r5loop4:
 	WORD $0x6f868055 // fmlal2 v21.4s, v2.4h, v6.h[0]
 	WORD $0x4f870058 // fmlal v24.4s, v2.4h, v7.h[0]
 	WORD $0x6f878059 // fmlal2 v25.4s, v2.4h, v7.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
@@ -28648,9 +28665,7 @@ r5loop4:
 	WORD $0x6f868057 // fmlal2 v23.4s, v2.4h, v6.h[0]
 	WORD $0x4f87005a // fmlal v26.4s, v2.4h, v7.h[0]
 	WORD $0x6f87805b // fmlal2 v27.4s, v2.4h, v7.h[0]
-	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 64(R16), (F2, F1)
 	WORD $0x4fb30028 // fmlal v8.4s, v1.4h, v3.h[3]
 	WORD $0x6fb38029 // fmlal2 v9.4s, v1.4h, v3.h[3]
 	WORD $0x4fb4002c // fmlal v12.4s, v1.4h, v4.h[3]
@@ -28671,9 +28686,7 @@ r5loop4:
 	WORD $0x6fa68055 // fmlal2 v21.4s, v2.4h, v6.h[2]
 	WORD $0x4fa70058 // fmlal v24.4s, v2.4h, v7.h[2]
 	WORD $0x6fa78059 // fmlal2 v25.4s, v2.4h, v7.h[2]
-	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 96(R16), (F2, F1)
 	WORD $0x4fb3002a // fmlal v10.4s, v1.4h, v3.h[3]
 	WORD $0x6fb3802b // fmlal2 v11.4s, v1.4h, v3.h[3]
 	WORD $0x4fb4002e // fmlal v14.4s, v1.4h, v4.h[3]
@@ -28694,9 +28707,7 @@ r5loop4:
 	WORD $0x6fa68057 // fmlal2 v23.4s, v2.4h, v6.h[2]
 	WORD $0x4fa7005a // fmlal v26.4s, v2.4h, v7.h[2]
 	WORD $0x6fa7805b // fmlal2 v27.4s, v2.4h, v7.h[2]
-	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 128(R16), (F2, F1)
 	WORD $0x4f930828 // fmlal v8.4s, v1.4h, v3.h[5]
 	WORD $0x6f938829 // fmlal2 v9.4s, v1.4h, v3.h[5]
 	WORD $0x4f94082c // fmlal v12.4s, v1.4h, v4.h[5]
@@ -28717,9 +28728,7 @@ r5loop4:
 	WORD $0x6f868855 // fmlal2 v21.4s, v2.4h, v6.h[4]
 	WORD $0x4f870858 // fmlal v24.4s, v2.4h, v7.h[4]
 	WORD $0x6f878859 // fmlal2 v25.4s, v2.4h, v7.h[4]
-	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 160(R16), (F2, F1)
 	WORD $0x4f93082a // fmlal v10.4s, v1.4h, v3.h[5]
 	WORD $0x6f93882b // fmlal2 v11.4s, v1.4h, v3.h[5]
 	WORD $0x4f94082e // fmlal v14.4s, v1.4h, v4.h[5]
@@ -28740,9 +28749,7 @@ r5loop4:
 	WORD $0x6f868857 // fmlal2 v23.4s, v2.4h, v6.h[4]
 	WORD $0x4f87085a // fmlal v26.4s, v2.4h, v7.h[4]
 	WORD $0x6f87885b // fmlal2 v27.4s, v2.4h, v7.h[4]
-	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 192(R16), (F2, F1)
 	WORD $0x4fb30828 // fmlal v8.4s, v1.4h, v3.h[7]
 	WORD $0x6fb38829 // fmlal2 v9.4s, v1.4h, v3.h[7]
 	WORD $0x4fb4082c // fmlal v12.4s, v1.4h, v4.h[7]
@@ -28763,9 +28770,7 @@ r5loop4:
 	WORD $0x6fa68855 // fmlal2 v21.4s, v2.4h, v6.h[6]
 	WORD $0x4fa70858 // fmlal v24.4s, v2.4h, v7.h[6]
 	WORD $0x6fa78859 // fmlal2 v25.4s, v2.4h, v7.h[6]
-	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 224(R16), (F2, F1)
 	WORD $0x4fb3082a // fmlal v10.4s, v1.4h, v3.h[7]
 	WORD $0x6fb3882b // fmlal2 v11.4s, v1.4h, v3.h[7]
 	WORD $0x4fb4082e // fmlal v14.4s, v1.4h, v4.h[7]
@@ -28798,9 +28803,7 @@ r5loop1:
 	FMOVS.P 4(R12), F5
 	FMOVS.P 4(R13), F6
 	FMOVS.P 4(R14), F7
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
@@ -28821,9 +28824,7 @@ r5loop1:
 	WORD $0x6f868055 // fmlal2 v21.4s, v2.4h, v6.h[0]
 	WORD $0x4f870058 // fmlal v24.4s, v2.4h, v7.h[0]
 	WORD $0x6f878059 // fmlal2 v25.4s, v2.4h, v7.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
@@ -28895,7 +28896,7 @@ tile4:
 	WORD $0x6f00e415 // movi v21.2d, #0
 	WORD $0x6f00e416 // movi v22.2d, #0
 	WORD $0x6f00e417 // movi v23.2d, #0
-	MOVD R1, R16
+	MOVD R23, R16
 	MOVD R9, R17
 	MOVD R3, R10
 	ADD R7, R10, R11
@@ -28908,9 +28909,7 @@ r4loop4:
 	FMOVQ.P 16(R11), F4
 	FMOVQ.P 16(R12), F5
 	FMOVQ.P 16(R13), F6
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
@@ -28927,9 +28926,7 @@ r4loop4:
 	WORD $0x6f858051 // fmlal2 v17.4s, v2.4h, v5.h[0]
 	WORD $0x4f860054 // fmlal v20.4s, v2.4h, v6.h[0]
 	WORD $0x6f868055 // fmlal2 v21.4s, v2.4h, v6.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
@@ -28946,9 +28943,7 @@ r4loop4:
 	WORD $0x6f858053 // fmlal2 v19.4s, v2.4h, v5.h[0]
 	WORD $0x4f860056 // fmlal v22.4s, v2.4h, v6.h[0]
 	WORD $0x6f868057 // fmlal2 v23.4s, v2.4h, v6.h[0]
-	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 64(R16), (F2, F1)
 	WORD $0x4fb30028 // fmlal v8.4s, v1.4h, v3.h[3]
 	WORD $0x6fb38029 // fmlal2 v9.4s, v1.4h, v3.h[3]
 	WORD $0x4fb4002c // fmlal v12.4s, v1.4h, v4.h[3]
@@ -28965,9 +28960,7 @@ r4loop4:
 	WORD $0x6fa58051 // fmlal2 v17.4s, v2.4h, v5.h[2]
 	WORD $0x4fa60054 // fmlal v20.4s, v2.4h, v6.h[2]
 	WORD $0x6fa68055 // fmlal2 v21.4s, v2.4h, v6.h[2]
-	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 96(R16), (F2, F1)
 	WORD $0x4fb3002a // fmlal v10.4s, v1.4h, v3.h[3]
 	WORD $0x6fb3802b // fmlal2 v11.4s, v1.4h, v3.h[3]
 	WORD $0x4fb4002e // fmlal v14.4s, v1.4h, v4.h[3]
@@ -28984,9 +28977,7 @@ r4loop4:
 	WORD $0x6fa58053 // fmlal2 v19.4s, v2.4h, v5.h[2]
 	WORD $0x4fa60056 // fmlal v22.4s, v2.4h, v6.h[2]
 	WORD $0x6fa68057 // fmlal2 v23.4s, v2.4h, v6.h[2]
-	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 128(R16), (F2, F1)
 	WORD $0x4f930828 // fmlal v8.4s, v1.4h, v3.h[5]
 	WORD $0x6f938829 // fmlal2 v9.4s, v1.4h, v3.h[5]
 	WORD $0x4f94082c // fmlal v12.4s, v1.4h, v4.h[5]
@@ -29003,9 +28994,7 @@ r4loop4:
 	WORD $0x6f858851 // fmlal2 v17.4s, v2.4h, v5.h[4]
 	WORD $0x4f860854 // fmlal v20.4s, v2.4h, v6.h[4]
 	WORD $0x6f868855 // fmlal2 v21.4s, v2.4h, v6.h[4]
-	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 160(R16), (F2, F1)
 	WORD $0x4f93082a // fmlal v10.4s, v1.4h, v3.h[5]
 	WORD $0x6f93882b // fmlal2 v11.4s, v1.4h, v3.h[5]
 	WORD $0x4f94082e // fmlal v14.4s, v1.4h, v4.h[5]
@@ -29022,9 +29011,7 @@ r4loop4:
 	WORD $0x6f858853 // fmlal2 v19.4s, v2.4h, v5.h[4]
 	WORD $0x4f860856 // fmlal v22.4s, v2.4h, v6.h[4]
 	WORD $0x6f868857 // fmlal2 v23.4s, v2.4h, v6.h[4]
-	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 192(R16), (F2, F1)
 	WORD $0x4fb30828 // fmlal v8.4s, v1.4h, v3.h[7]
 	WORD $0x6fb38829 // fmlal2 v9.4s, v1.4h, v3.h[7]
 	WORD $0x4fb4082c // fmlal v12.4s, v1.4h, v4.h[7]
@@ -29041,9 +29028,7 @@ r4loop4:
 	WORD $0x6fa58851 // fmlal2 v17.4s, v2.4h, v5.h[6]
 	WORD $0x4fa60854 // fmlal v20.4s, v2.4h, v6.h[6]
 	WORD $0x6fa68855 // fmlal2 v21.4s, v2.4h, v6.h[6]
-	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 224(R16), (F2, F1)
 	WORD $0x4fb3082a // fmlal v10.4s, v1.4h, v3.h[7]
 	WORD $0x6fb3882b // fmlal2 v11.4s, v1.4h, v3.h[7]
 	WORD $0x4fb4082e // fmlal v14.4s, v1.4h, v4.h[7]
@@ -29071,9 +29056,7 @@ r4loop1:
 	FMOVS.P 4(R11), F4
 	FMOVS.P 4(R12), F5
 	FMOVS.P 4(R13), F6
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
@@ -29090,9 +29073,7 @@ r4loop1:
 	WORD $0x6f858051 // fmlal2 v17.4s, v2.4h, v5.h[0]
 	WORD $0x4f860054 // fmlal v20.4s, v2.4h, v6.h[0]
 	WORD $0x6f868055 // fmlal2 v21.4s, v2.4h, v6.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
@@ -29140,7 +29121,7 @@ tile3:
 	WORD $0x6f00e411 // movi v17.2d, #0
 	WORD $0x6f00e412 // movi v18.2d, #0
 	WORD $0x6f00e413 // movi v19.2d, #0
-	MOVD R1, R16
+	MOVD R23, R16
 	MOVD R9, R17
 	MOVD R3, R10
 	ADD R7, R10, R11
@@ -29151,9 +29132,7 @@ r3loop4:
 	FMOVQ.P 16(R10), F3
 	FMOVQ.P 16(R11), F4
 	FMOVQ.P 16(R12), F5
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
@@ -29166,9 +29145,7 @@ r3loop4:
 	WORD $0x6f84804d // fmlal2 v13.4s, v2.4h, v4.h[0]
 	WORD $0x4f850050 // fmlal v16.4s, v2.4h, v5.h[0]
 	WORD $0x6f858051 // fmlal2 v17.4s, v2.4h, v5.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
@@ -29181,9 +29158,7 @@ r3loop4:
 	WORD $0x6f84804f // fmlal2 v15.4s, v2.4h, v4.h[0]
 	WORD $0x4f850052 // fmlal v18.4s, v2.4h, v5.h[0]
 	WORD $0x6f858053 // fmlal2 v19.4s, v2.4h, v5.h[0]
-	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 64(R16), (F2, F1)
 	WORD $0x4fb30028 // fmlal v8.4s, v1.4h, v3.h[3]
 	WORD $0x6fb38029 // fmlal2 v9.4s, v1.4h, v3.h[3]
 	WORD $0x4fb4002c // fmlal v12.4s, v1.4h, v4.h[3]
@@ -29196,9 +29171,7 @@ r3loop4:
 	WORD $0x6fa4804d // fmlal2 v13.4s, v2.4h, v4.h[2]
 	WORD $0x4fa50050 // fmlal v16.4s, v2.4h, v5.h[2]
 	WORD $0x6fa58051 // fmlal2 v17.4s, v2.4h, v5.h[2]
-	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 96(R16), (F2, F1)
 	WORD $0x4fb3002a // fmlal v10.4s, v1.4h, v3.h[3]
 	WORD $0x6fb3802b // fmlal2 v11.4s, v1.4h, v3.h[3]
 	WORD $0x4fb4002e // fmlal v14.4s, v1.4h, v4.h[3]
@@ -29211,9 +29184,7 @@ r3loop4:
 	WORD $0x6fa4804f // fmlal2 v15.4s, v2.4h, v4.h[2]
 	WORD $0x4fa50052 // fmlal v18.4s, v2.4h, v5.h[2]
 	WORD $0x6fa58053 // fmlal2 v19.4s, v2.4h, v5.h[2]
-	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 128(R16), (F2, F1)
 	WORD $0x4f930828 // fmlal v8.4s, v1.4h, v3.h[5]
 	WORD $0x6f938829 // fmlal2 v9.4s, v1.4h, v3.h[5]
 	WORD $0x4f94082c // fmlal v12.4s, v1.4h, v4.h[5]
@@ -29226,9 +29197,7 @@ r3loop4:
 	WORD $0x6f84884d // fmlal2 v13.4s, v2.4h, v4.h[4]
 	WORD $0x4f850850 // fmlal v16.4s, v2.4h, v5.h[4]
 	WORD $0x6f858851 // fmlal2 v17.4s, v2.4h, v5.h[4]
-	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 160(R16), (F2, F1)
 	WORD $0x4f93082a // fmlal v10.4s, v1.4h, v3.h[5]
 	WORD $0x6f93882b // fmlal2 v11.4s, v1.4h, v3.h[5]
 	WORD $0x4f94082e // fmlal v14.4s, v1.4h, v4.h[5]
@@ -29241,9 +29210,7 @@ r3loop4:
 	WORD $0x6f84884f // fmlal2 v15.4s, v2.4h, v4.h[4]
 	WORD $0x4f850852 // fmlal v18.4s, v2.4h, v5.h[4]
 	WORD $0x6f858853 // fmlal2 v19.4s, v2.4h, v5.h[4]
-	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 192(R16), (F2, F1)
 	WORD $0x4fb30828 // fmlal v8.4s, v1.4h, v3.h[7]
 	WORD $0x6fb38829 // fmlal2 v9.4s, v1.4h, v3.h[7]
 	WORD $0x4fb4082c // fmlal v12.4s, v1.4h, v4.h[7]
@@ -29256,9 +29223,7 @@ r3loop4:
 	WORD $0x6fa4884d // fmlal2 v13.4s, v2.4h, v4.h[6]
 	WORD $0x4fa50850 // fmlal v16.4s, v2.4h, v5.h[6]
 	WORD $0x6fa58851 // fmlal2 v17.4s, v2.4h, v5.h[6]
-	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 224(R16), (F2, F1)
 	WORD $0x4fb3082a // fmlal v10.4s, v1.4h, v3.h[7]
 	WORD $0x6fb3882b // fmlal2 v11.4s, v1.4h, v3.h[7]
 	WORD $0x4fb4082e // fmlal v14.4s, v1.4h, v4.h[7]
@@ -29281,9 +29246,7 @@ r3loop1:
 	FMOVS.P 4(R10), F3
 	FMOVS.P 4(R11), F4
 	FMOVS.P 4(R12), F5
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
@@ -29296,9 +29259,7 @@ r3loop1:
 	WORD $0x6f84804d // fmlal2 v13.4s, v2.4h, v4.h[0]
 	WORD $0x4f850050 // fmlal v16.4s, v2.4h, v5.h[0]
 	WORD $0x6f858051 // fmlal2 v17.4s, v2.4h, v5.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
@@ -29335,7 +29296,7 @@ tile2:
 	WORD $0x6f00e40d // movi v13.2d, #0
 	WORD $0x6f00e40e // movi v14.2d, #0
 	WORD $0x6f00e40f // movi v15.2d, #0
-	MOVD R1, R16
+	MOVD R23, R16
 	MOVD R9, R17
 	MOVD R3, R10
 	ADD R7, R10, R11
@@ -29344,9 +29305,7 @@ tile2:
 r2loop4:
 	FMOVQ.P 16(R10), F3
 	FMOVQ.P 16(R11), F4
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
@@ -29355,9 +29314,7 @@ r2loop4:
 	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
 	WORD $0x4f84004c // fmlal v12.4s, v2.4h, v4.h[0]
 	WORD $0x6f84804d // fmlal2 v13.4s, v2.4h, v4.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
@@ -29366,9 +29323,7 @@ r2loop4:
 	WORD $0x6f83804b // fmlal2 v11.4s, v2.4h, v3.h[0]
 	WORD $0x4f84004e // fmlal v14.4s, v2.4h, v4.h[0]
 	WORD $0x6f84804f // fmlal2 v15.4s, v2.4h, v4.h[0]
-	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 64(R16), (F2, F1)
 	WORD $0x4fb30028 // fmlal v8.4s, v1.4h, v3.h[3]
 	WORD $0x6fb38029 // fmlal2 v9.4s, v1.4h, v3.h[3]
 	WORD $0x4fb4002c // fmlal v12.4s, v1.4h, v4.h[3]
@@ -29377,9 +29332,7 @@ r2loop4:
 	WORD $0x6fa38049 // fmlal2 v9.4s, v2.4h, v3.h[2]
 	WORD $0x4fa4004c // fmlal v12.4s, v2.4h, v4.h[2]
 	WORD $0x6fa4804d // fmlal2 v13.4s, v2.4h, v4.h[2]
-	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 96(R16), (F2, F1)
 	WORD $0x4fb3002a // fmlal v10.4s, v1.4h, v3.h[3]
 	WORD $0x6fb3802b // fmlal2 v11.4s, v1.4h, v3.h[3]
 	WORD $0x4fb4002e // fmlal v14.4s, v1.4h, v4.h[3]
@@ -29388,9 +29341,7 @@ r2loop4:
 	WORD $0x6fa3804b // fmlal2 v11.4s, v2.4h, v3.h[2]
 	WORD $0x4fa4004e // fmlal v14.4s, v2.4h, v4.h[2]
 	WORD $0x6fa4804f // fmlal2 v15.4s, v2.4h, v4.h[2]
-	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 128(R16), (F2, F1)
 	WORD $0x4f930828 // fmlal v8.4s, v1.4h, v3.h[5]
 	WORD $0x6f938829 // fmlal2 v9.4s, v1.4h, v3.h[5]
 	WORD $0x4f94082c // fmlal v12.4s, v1.4h, v4.h[5]
@@ -29399,9 +29350,7 @@ r2loop4:
 	WORD $0x6f838849 // fmlal2 v9.4s, v2.4h, v3.h[4]
 	WORD $0x4f84084c // fmlal v12.4s, v2.4h, v4.h[4]
 	WORD $0x6f84884d // fmlal2 v13.4s, v2.4h, v4.h[4]
-	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 160(R16), (F2, F1)
 	WORD $0x4f93082a // fmlal v10.4s, v1.4h, v3.h[5]
 	WORD $0x6f93882b // fmlal2 v11.4s, v1.4h, v3.h[5]
 	WORD $0x4f94082e // fmlal v14.4s, v1.4h, v4.h[5]
@@ -29410,9 +29359,7 @@ r2loop4:
 	WORD $0x6f83884b // fmlal2 v11.4s, v2.4h, v3.h[4]
 	WORD $0x4f84084e // fmlal v14.4s, v2.4h, v4.h[4]
 	WORD $0x6f84884f // fmlal2 v15.4s, v2.4h, v4.h[4]
-	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 192(R16), (F2, F1)
 	WORD $0x4fb30828 // fmlal v8.4s, v1.4h, v3.h[7]
 	WORD $0x6fb38829 // fmlal2 v9.4s, v1.4h, v3.h[7]
 	WORD $0x4fb4082c // fmlal v12.4s, v1.4h, v4.h[7]
@@ -29421,9 +29368,7 @@ r2loop4:
 	WORD $0x6fa38849 // fmlal2 v9.4s, v2.4h, v3.h[6]
 	WORD $0x4fa4084c // fmlal v12.4s, v2.4h, v4.h[6]
 	WORD $0x6fa4884d // fmlal2 v13.4s, v2.4h, v4.h[6]
-	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 224(R16), (F2, F1)
 	WORD $0x4fb3082a // fmlal v10.4s, v1.4h, v3.h[7]
 	WORD $0x6fb3882b // fmlal2 v11.4s, v1.4h, v3.h[7]
 	WORD $0x4fb4082e // fmlal v14.4s, v1.4h, v4.h[7]
@@ -29441,9 +29386,7 @@ r2tail:
 r2loop1:
 	FMOVS.P 4(R10), F3
 	FMOVS.P 4(R11), F4
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
@@ -29452,9 +29395,7 @@ r2loop1:
 	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
 	WORD $0x4f84004c // fmlal v12.4s, v2.4h, v4.h[0]
 	WORD $0x6f84804d // fmlal2 v13.4s, v2.4h, v4.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
@@ -29480,65 +29421,49 @@ tile1:
 	WORD $0x6f00e409 // movi v9.2d, #0
 	WORD $0x6f00e40a // movi v10.2d, #0
 	WORD $0x6f00e40b // movi v11.2d, #0
-	MOVD R1, R16
+	MOVD R23, R16
 	MOVD R9, R17
 	MOVD R3, R10
 	CMP $4, R17
 	BLT r1tail
 r1loop4:
 	FMOVQ.P 16(R10), F3
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f830048 // fmlal v8.4s, v2.4h, v3.h[0]
 	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f83004a // fmlal v10.4s, v2.4h, v3.h[0]
 	WORD $0x6f83804b // fmlal2 v11.4s, v2.4h, v3.h[0]
-	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 64(R16), (F2, F1)
 	WORD $0x4fb30028 // fmlal v8.4s, v1.4h, v3.h[3]
 	WORD $0x6fb38029 // fmlal2 v9.4s, v1.4h, v3.h[3]
 	WORD $0x4fa30048 // fmlal v8.4s, v2.4h, v3.h[2]
 	WORD $0x6fa38049 // fmlal2 v9.4s, v2.4h, v3.h[2]
-	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 96(R16), (F2, F1)
 	WORD $0x4fb3002a // fmlal v10.4s, v1.4h, v3.h[3]
 	WORD $0x6fb3802b // fmlal2 v11.4s, v1.4h, v3.h[3]
 	WORD $0x4fa3004a // fmlal v10.4s, v2.4h, v3.h[2]
 	WORD $0x6fa3804b // fmlal2 v11.4s, v2.4h, v3.h[2]
-	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 128(R16), (F2, F1)
 	WORD $0x4f930828 // fmlal v8.4s, v1.4h, v3.h[5]
 	WORD $0x6f938829 // fmlal2 v9.4s, v1.4h, v3.h[5]
 	WORD $0x4f830848 // fmlal v8.4s, v2.4h, v3.h[4]
 	WORD $0x6f838849 // fmlal2 v9.4s, v2.4h, v3.h[4]
-	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 160(R16), (F2, F1)
 	WORD $0x4f93082a // fmlal v10.4s, v1.4h, v3.h[5]
 	WORD $0x6f93882b // fmlal2 v11.4s, v1.4h, v3.h[5]
 	WORD $0x4f83084a // fmlal v10.4s, v2.4h, v3.h[4]
 	WORD $0x6f83884b // fmlal2 v11.4s, v2.4h, v3.h[4]
-	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 192(R16), (F2, F1)
 	WORD $0x4fb30828 // fmlal v8.4s, v1.4h, v3.h[7]
 	WORD $0x6fb38829 // fmlal2 v9.4s, v1.4h, v3.h[7]
 	WORD $0x4fa30848 // fmlal v8.4s, v2.4h, v3.h[6]
 	WORD $0x6fa38849 // fmlal2 v9.4s, v2.4h, v3.h[6]
-	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 224(R16), (F2, F1)
 	WORD $0x4fb3082a // fmlal v10.4s, v1.4h, v3.h[7]
 	WORD $0x6fb3882b // fmlal2 v11.4s, v1.4h, v3.h[7]
 	WORD $0x4fa3084a // fmlal v10.4s, v2.4h, v3.h[6]
@@ -29551,16 +29476,12 @@ r1tail:
 	CBZ R17, r1store
 r1loop1:
 	FMOVS.P 4(R10), F3
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f830048 // fmlal v8.4s, v2.4h, v3.h[0]
 	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f83004a // fmlal v10.4s, v2.4h, v3.h[0]
@@ -29581,9 +29502,9 @@ colNext:
 	RET
 
 // mulAddF16NEON adds A·B to C (see Half.Mul) by FMLAL/FMLAL2: A m×k F16, B in the pair layout
-// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.
-// Inner loop, per pair of a 5×16 tile: 2 LDP Q + 4 UZP + 40 FMLAL/FMLAL2 (20 chains).
-TEXT ·mulAddF16NEON(SB), NOSPLIT|NOFRAME, $0-120
+// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds. buf holds 16·(k rounded up to 4) elements.
+// Inner loop, per pair of a 5×16 tile: 2 LDP Q + 40 FMLAL/FMLAL2 (20 chains).
+TEXT ·mulAddF16NEON(SB), NOSPLIT|NOFRAME, $0-144
 	MOVD b_base+64(FP), R1
 	MOVD c_base+0(FP), R0
 	MOVD n+104(FP), R2
@@ -29598,7 +29519,28 @@ TEXT ·mulAddF16NEON(SB), NOSPLIT|NOFRAME, $0-120
 	MOVD $5, R23
 	MUL R23, R7, R19
 	MUL R23, R6, R20
+	MOVD buf_base+120(FP), R23
 cols:
+	// The strip of B repacked into buf.
+	MOVD R1, R26
+	MOVD R23, R24
+	LSR $0, R9, R25
+	CBZ R25, packTail
+packLoop:
+	FLDPQ 0(R26), (F0, F1)
+	FLDPQ 32(R26), (F2, F3)
+	WORD $0x4e411810 // uzp1 v16.8h, v0.8h, v1.8h
+	WORD $0x4e415811 // uzp2 v17.8h, v0.8h, v1.8h
+	WORD $0x4e431852 // uzp1 v18.8h, v2.8h, v3.8h
+	WORD $0x4e435853 // uzp2 v19.8h, v2.8h, v3.8h
+	FSTPQ (F16, F17), 0(R24)
+	FSTPQ (F18, F19), 32(R24)
+	ADD $64, R26
+	ADD $64, R24
+	SUBS $1, R25, R25
+	BNE packLoop
+packTail:
+packDone:
 	MOVD a_base+32(FP), R3
 	MOVD R0, R4
 	MOVD m+96(FP), R5
@@ -29626,7 +29568,7 @@ rows:
 	WORD $0x6f00e419 // movi v25.2d, #0
 	WORD $0x6f00e41a // movi v26.2d, #0
 	WORD $0x6f00e41b // movi v27.2d, #0
-	MOVD R1, R16
+	MOVD R23, R16
 	MOVD R9, R17
 	MOVD R3, R10
 	ADD R7, R10, R11
@@ -29641,9 +29583,7 @@ r5loop4:
 	FMOVQ.P 16(R12), F5
 	FMOVQ.P 16(R13), F6
 	FMOVQ.P 16(R14), F7
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
@@ -29664,9 +29604,7 @@ r5loop4:
 	WORD $0x6f868055 // fmlal2 v21.4s, v2.4h, v6.h[0]
 	WORD $0x4f870058 // fmlal v24.4s, v2.4h, v7.h[0]
 	WORD $0x6f878059 // fmlal2 v25.4s, v2.4h, v7.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
@@ -29687,9 +29625,7 @@ r5loop4:
 	WORD $0x6f868057 // fmlal2 v23.4s, v2.4h, v6.h[0]
 	WORD $0x4f87005a // fmlal v26.4s, v2.4h, v7.h[0]
 	WORD $0x6f87805b // fmlal2 v27.4s, v2.4h, v7.h[0]
-	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 64(R16), (F2, F1)
 	WORD $0x4fb30028 // fmlal v8.4s, v1.4h, v3.h[3]
 	WORD $0x6fb38029 // fmlal2 v9.4s, v1.4h, v3.h[3]
 	WORD $0x4fb4002c // fmlal v12.4s, v1.4h, v4.h[3]
@@ -29710,9 +29646,7 @@ r5loop4:
 	WORD $0x6fa68055 // fmlal2 v21.4s, v2.4h, v6.h[2]
 	WORD $0x4fa70058 // fmlal v24.4s, v2.4h, v7.h[2]
 	WORD $0x6fa78059 // fmlal2 v25.4s, v2.4h, v7.h[2]
-	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 96(R16), (F2, F1)
 	WORD $0x4fb3002a // fmlal v10.4s, v1.4h, v3.h[3]
 	WORD $0x6fb3802b // fmlal2 v11.4s, v1.4h, v3.h[3]
 	WORD $0x4fb4002e // fmlal v14.4s, v1.4h, v4.h[3]
@@ -29733,9 +29667,7 @@ r5loop4:
 	WORD $0x6fa68057 // fmlal2 v23.4s, v2.4h, v6.h[2]
 	WORD $0x4fa7005a // fmlal v26.4s, v2.4h, v7.h[2]
 	WORD $0x6fa7805b // fmlal2 v27.4s, v2.4h, v7.h[2]
-	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 128(R16), (F2, F1)
 	WORD $0x4f930828 // fmlal v8.4s, v1.4h, v3.h[5]
 	WORD $0x6f938829 // fmlal2 v9.4s, v1.4h, v3.h[5]
 	WORD $0x4f94082c // fmlal v12.4s, v1.4h, v4.h[5]
@@ -29756,9 +29688,7 @@ r5loop4:
 	WORD $0x6f868855 // fmlal2 v21.4s, v2.4h, v6.h[4]
 	WORD $0x4f870858 // fmlal v24.4s, v2.4h, v7.h[4]
 	WORD $0x6f878859 // fmlal2 v25.4s, v2.4h, v7.h[4]
-	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 160(R16), (F2, F1)
 	WORD $0x4f93082a // fmlal v10.4s, v1.4h, v3.h[5]
 	WORD $0x6f93882b // fmlal2 v11.4s, v1.4h, v3.h[5]
 	WORD $0x4f94082e // fmlal v14.4s, v1.4h, v4.h[5]
@@ -29779,9 +29709,7 @@ r5loop4:
 	WORD $0x6f868857 // fmlal2 v23.4s, v2.4h, v6.h[4]
 	WORD $0x4f87085a // fmlal v26.4s, v2.4h, v7.h[4]
 	WORD $0x6f87885b // fmlal2 v27.4s, v2.4h, v7.h[4]
-	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 192(R16), (F2, F1)
 	WORD $0x4fb30828 // fmlal v8.4s, v1.4h, v3.h[7]
 	WORD $0x6fb38829 // fmlal2 v9.4s, v1.4h, v3.h[7]
 	WORD $0x4fb4082c // fmlal v12.4s, v1.4h, v4.h[7]
@@ -29802,9 +29730,7 @@ r5loop4:
 	WORD $0x6fa68855 // fmlal2 v21.4s, v2.4h, v6.h[6]
 	WORD $0x4fa70858 // fmlal v24.4s, v2.4h, v7.h[6]
 	WORD $0x6fa78859 // fmlal2 v25.4s, v2.4h, v7.h[6]
-	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 224(R16), (F2, F1)
 	WORD $0x4fb3082a // fmlal v10.4s, v1.4h, v3.h[7]
 	WORD $0x6fb3882b // fmlal2 v11.4s, v1.4h, v3.h[7]
 	WORD $0x4fb4082e // fmlal v14.4s, v1.4h, v4.h[7]
@@ -29837,9 +29763,7 @@ r5loop1:
 	FMOVS.P 4(R12), F5
 	FMOVS.P 4(R13), F6
 	FMOVS.P 4(R14), F7
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
@@ -29860,9 +29784,7 @@ r5loop1:
 	WORD $0x6f868055 // fmlal2 v21.4s, v2.4h, v6.h[0]
 	WORD $0x4f870058 // fmlal v24.4s, v2.4h, v7.h[0]
 	WORD $0x6f878059 // fmlal2 v25.4s, v2.4h, v7.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
@@ -29964,7 +29886,7 @@ tile4:
 	WORD $0x6f00e415 // movi v21.2d, #0
 	WORD $0x6f00e416 // movi v22.2d, #0
 	WORD $0x6f00e417 // movi v23.2d, #0
-	MOVD R1, R16
+	MOVD R23, R16
 	MOVD R9, R17
 	MOVD R3, R10
 	ADD R7, R10, R11
@@ -29977,9 +29899,7 @@ r4loop4:
 	FMOVQ.P 16(R11), F4
 	FMOVQ.P 16(R12), F5
 	FMOVQ.P 16(R13), F6
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
@@ -29996,9 +29916,7 @@ r4loop4:
 	WORD $0x6f858051 // fmlal2 v17.4s, v2.4h, v5.h[0]
 	WORD $0x4f860054 // fmlal v20.4s, v2.4h, v6.h[0]
 	WORD $0x6f868055 // fmlal2 v21.4s, v2.4h, v6.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
@@ -30015,9 +29933,7 @@ r4loop4:
 	WORD $0x6f858053 // fmlal2 v19.4s, v2.4h, v5.h[0]
 	WORD $0x4f860056 // fmlal v22.4s, v2.4h, v6.h[0]
 	WORD $0x6f868057 // fmlal2 v23.4s, v2.4h, v6.h[0]
-	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 64(R16), (F2, F1)
 	WORD $0x4fb30028 // fmlal v8.4s, v1.4h, v3.h[3]
 	WORD $0x6fb38029 // fmlal2 v9.4s, v1.4h, v3.h[3]
 	WORD $0x4fb4002c // fmlal v12.4s, v1.4h, v4.h[3]
@@ -30034,9 +29950,7 @@ r4loop4:
 	WORD $0x6fa58051 // fmlal2 v17.4s, v2.4h, v5.h[2]
 	WORD $0x4fa60054 // fmlal v20.4s, v2.4h, v6.h[2]
 	WORD $0x6fa68055 // fmlal2 v21.4s, v2.4h, v6.h[2]
-	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 96(R16), (F2, F1)
 	WORD $0x4fb3002a // fmlal v10.4s, v1.4h, v3.h[3]
 	WORD $0x6fb3802b // fmlal2 v11.4s, v1.4h, v3.h[3]
 	WORD $0x4fb4002e // fmlal v14.4s, v1.4h, v4.h[3]
@@ -30053,9 +29967,7 @@ r4loop4:
 	WORD $0x6fa58053 // fmlal2 v19.4s, v2.4h, v5.h[2]
 	WORD $0x4fa60056 // fmlal v22.4s, v2.4h, v6.h[2]
 	WORD $0x6fa68057 // fmlal2 v23.4s, v2.4h, v6.h[2]
-	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 128(R16), (F2, F1)
 	WORD $0x4f930828 // fmlal v8.4s, v1.4h, v3.h[5]
 	WORD $0x6f938829 // fmlal2 v9.4s, v1.4h, v3.h[5]
 	WORD $0x4f94082c // fmlal v12.4s, v1.4h, v4.h[5]
@@ -30072,9 +29984,7 @@ r4loop4:
 	WORD $0x6f858851 // fmlal2 v17.4s, v2.4h, v5.h[4]
 	WORD $0x4f860854 // fmlal v20.4s, v2.4h, v6.h[4]
 	WORD $0x6f868855 // fmlal2 v21.4s, v2.4h, v6.h[4]
-	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 160(R16), (F2, F1)
 	WORD $0x4f93082a // fmlal v10.4s, v1.4h, v3.h[5]
 	WORD $0x6f93882b // fmlal2 v11.4s, v1.4h, v3.h[5]
 	WORD $0x4f94082e // fmlal v14.4s, v1.4h, v4.h[5]
@@ -30091,9 +30001,7 @@ r4loop4:
 	WORD $0x6f858853 // fmlal2 v19.4s, v2.4h, v5.h[4]
 	WORD $0x4f860856 // fmlal v22.4s, v2.4h, v6.h[4]
 	WORD $0x6f868857 // fmlal2 v23.4s, v2.4h, v6.h[4]
-	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 192(R16), (F2, F1)
 	WORD $0x4fb30828 // fmlal v8.4s, v1.4h, v3.h[7]
 	WORD $0x6fb38829 // fmlal2 v9.4s, v1.4h, v3.h[7]
 	WORD $0x4fb4082c // fmlal v12.4s, v1.4h, v4.h[7]
@@ -30110,9 +30018,7 @@ r4loop4:
 	WORD $0x6fa58851 // fmlal2 v17.4s, v2.4h, v5.h[6]
 	WORD $0x4fa60854 // fmlal v20.4s, v2.4h, v6.h[6]
 	WORD $0x6fa68855 // fmlal2 v21.4s, v2.4h, v6.h[6]
-	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 224(R16), (F2, F1)
 	WORD $0x4fb3082a // fmlal v10.4s, v1.4h, v3.h[7]
 	WORD $0x6fb3882b // fmlal2 v11.4s, v1.4h, v3.h[7]
 	WORD $0x4fb4082e // fmlal v14.4s, v1.4h, v4.h[7]
@@ -30140,9 +30046,7 @@ r4loop1:
 	FMOVS.P 4(R11), F4
 	FMOVS.P 4(R12), F5
 	FMOVS.P 4(R13), F6
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
@@ -30159,9 +30063,7 @@ r4loop1:
 	WORD $0x6f858051 // fmlal2 v17.4s, v2.4h, v5.h[0]
 	WORD $0x4f860054 // fmlal v20.4s, v2.4h, v6.h[0]
 	WORD $0x6f868055 // fmlal2 v21.4s, v2.4h, v6.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
@@ -30233,7 +30135,7 @@ tile3:
 	WORD $0x6f00e411 // movi v17.2d, #0
 	WORD $0x6f00e412 // movi v18.2d, #0
 	WORD $0x6f00e413 // movi v19.2d, #0
-	MOVD R1, R16
+	MOVD R23, R16
 	MOVD R9, R17
 	MOVD R3, R10
 	ADD R7, R10, R11
@@ -30244,9 +30146,7 @@ r3loop4:
 	FMOVQ.P 16(R10), F3
 	FMOVQ.P 16(R11), F4
 	FMOVQ.P 16(R12), F5
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
@@ -30259,9 +30159,7 @@ r3loop4:
 	WORD $0x6f84804d // fmlal2 v13.4s, v2.4h, v4.h[0]
 	WORD $0x4f850050 // fmlal v16.4s, v2.4h, v5.h[0]
 	WORD $0x6f858051 // fmlal2 v17.4s, v2.4h, v5.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
@@ -30274,9 +30172,7 @@ r3loop4:
 	WORD $0x6f84804f // fmlal2 v15.4s, v2.4h, v4.h[0]
 	WORD $0x4f850052 // fmlal v18.4s, v2.4h, v5.h[0]
 	WORD $0x6f858053 // fmlal2 v19.4s, v2.4h, v5.h[0]
-	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 64(R16), (F2, F1)
 	WORD $0x4fb30028 // fmlal v8.4s, v1.4h, v3.h[3]
 	WORD $0x6fb38029 // fmlal2 v9.4s, v1.4h, v3.h[3]
 	WORD $0x4fb4002c // fmlal v12.4s, v1.4h, v4.h[3]
@@ -30289,9 +30185,7 @@ r3loop4:
 	WORD $0x6fa4804d // fmlal2 v13.4s, v2.4h, v4.h[2]
 	WORD $0x4fa50050 // fmlal v16.4s, v2.4h, v5.h[2]
 	WORD $0x6fa58051 // fmlal2 v17.4s, v2.4h, v5.h[2]
-	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 96(R16), (F2, F1)
 	WORD $0x4fb3002a // fmlal v10.4s, v1.4h, v3.h[3]
 	WORD $0x6fb3802b // fmlal2 v11.4s, v1.4h, v3.h[3]
 	WORD $0x4fb4002e // fmlal v14.4s, v1.4h, v4.h[3]
@@ -30304,9 +30198,7 @@ r3loop4:
 	WORD $0x6fa4804f // fmlal2 v15.4s, v2.4h, v4.h[2]
 	WORD $0x4fa50052 // fmlal v18.4s, v2.4h, v5.h[2]
 	WORD $0x6fa58053 // fmlal2 v19.4s, v2.4h, v5.h[2]
-	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 128(R16), (F2, F1)
 	WORD $0x4f930828 // fmlal v8.4s, v1.4h, v3.h[5]
 	WORD $0x6f938829 // fmlal2 v9.4s, v1.4h, v3.h[5]
 	WORD $0x4f94082c // fmlal v12.4s, v1.4h, v4.h[5]
@@ -30319,9 +30211,7 @@ r3loop4:
 	WORD $0x6f84884d // fmlal2 v13.4s, v2.4h, v4.h[4]
 	WORD $0x4f850850 // fmlal v16.4s, v2.4h, v5.h[4]
 	WORD $0x6f858851 // fmlal2 v17.4s, v2.4h, v5.h[4]
-	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 160(R16), (F2, F1)
 	WORD $0x4f93082a // fmlal v10.4s, v1.4h, v3.h[5]
 	WORD $0x6f93882b // fmlal2 v11.4s, v1.4h, v3.h[5]
 	WORD $0x4f94082e // fmlal v14.4s, v1.4h, v4.h[5]
@@ -30334,9 +30224,7 @@ r3loop4:
 	WORD $0x6f84884f // fmlal2 v15.4s, v2.4h, v4.h[4]
 	WORD $0x4f850852 // fmlal v18.4s, v2.4h, v5.h[4]
 	WORD $0x6f858853 // fmlal2 v19.4s, v2.4h, v5.h[4]
-	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 192(R16), (F2, F1)
 	WORD $0x4fb30828 // fmlal v8.4s, v1.4h, v3.h[7]
 	WORD $0x6fb38829 // fmlal2 v9.4s, v1.4h, v3.h[7]
 	WORD $0x4fb4082c // fmlal v12.4s, v1.4h, v4.h[7]
@@ -30349,9 +30237,7 @@ r3loop4:
 	WORD $0x6fa4884d // fmlal2 v13.4s, v2.4h, v4.h[6]
 	WORD $0x4fa50850 // fmlal v16.4s, v2.4h, v5.h[6]
 	WORD $0x6fa58851 // fmlal2 v17.4s, v2.4h, v5.h[6]
-	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 224(R16), (F2, F1)
 	WORD $0x4fb3082a // fmlal v10.4s, v1.4h, v3.h[7]
 	WORD $0x6fb3882b // fmlal2 v11.4s, v1.4h, v3.h[7]
 	WORD $0x4fb4082e // fmlal v14.4s, v1.4h, v4.h[7]
@@ -30374,9 +30260,7 @@ r3loop1:
 	FMOVS.P 4(R10), F3
 	FMOVS.P 4(R11), F4
 	FMOVS.P 4(R12), F5
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
@@ -30389,9 +30273,7 @@ r3loop1:
 	WORD $0x6f84804d // fmlal2 v13.4s, v2.4h, v4.h[0]
 	WORD $0x4f850050 // fmlal v16.4s, v2.4h, v5.h[0]
 	WORD $0x6f858051 // fmlal2 v17.4s, v2.4h, v5.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
@@ -30446,7 +30328,7 @@ tile2:
 	WORD $0x6f00e40d // movi v13.2d, #0
 	WORD $0x6f00e40e // movi v14.2d, #0
 	WORD $0x6f00e40f // movi v15.2d, #0
-	MOVD R1, R16
+	MOVD R23, R16
 	MOVD R9, R17
 	MOVD R3, R10
 	ADD R7, R10, R11
@@ -30455,9 +30337,7 @@ tile2:
 r2loop4:
 	FMOVQ.P 16(R10), F3
 	FMOVQ.P 16(R11), F4
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
@@ -30466,9 +30346,7 @@ r2loop4:
 	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
 	WORD $0x4f84004c // fmlal v12.4s, v2.4h, v4.h[0]
 	WORD $0x6f84804d // fmlal2 v13.4s, v2.4h, v4.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
@@ -30477,9 +30355,7 @@ r2loop4:
 	WORD $0x6f83804b // fmlal2 v11.4s, v2.4h, v3.h[0]
 	WORD $0x4f84004e // fmlal v14.4s, v2.4h, v4.h[0]
 	WORD $0x6f84804f // fmlal2 v15.4s, v2.4h, v4.h[0]
-	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 64(R16), (F2, F1)
 	WORD $0x4fb30028 // fmlal v8.4s, v1.4h, v3.h[3]
 	WORD $0x6fb38029 // fmlal2 v9.4s, v1.4h, v3.h[3]
 	WORD $0x4fb4002c // fmlal v12.4s, v1.4h, v4.h[3]
@@ -30488,9 +30364,7 @@ r2loop4:
 	WORD $0x6fa38049 // fmlal2 v9.4s, v2.4h, v3.h[2]
 	WORD $0x4fa4004c // fmlal v12.4s, v2.4h, v4.h[2]
 	WORD $0x6fa4804d // fmlal2 v13.4s, v2.4h, v4.h[2]
-	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 96(R16), (F2, F1)
 	WORD $0x4fb3002a // fmlal v10.4s, v1.4h, v3.h[3]
 	WORD $0x6fb3802b // fmlal2 v11.4s, v1.4h, v3.h[3]
 	WORD $0x4fb4002e // fmlal v14.4s, v1.4h, v4.h[3]
@@ -30499,9 +30373,7 @@ r2loop4:
 	WORD $0x6fa3804b // fmlal2 v11.4s, v2.4h, v3.h[2]
 	WORD $0x4fa4004e // fmlal v14.4s, v2.4h, v4.h[2]
 	WORD $0x6fa4804f // fmlal2 v15.4s, v2.4h, v4.h[2]
-	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 128(R16), (F2, F1)
 	WORD $0x4f930828 // fmlal v8.4s, v1.4h, v3.h[5]
 	WORD $0x6f938829 // fmlal2 v9.4s, v1.4h, v3.h[5]
 	WORD $0x4f94082c // fmlal v12.4s, v1.4h, v4.h[5]
@@ -30510,9 +30382,7 @@ r2loop4:
 	WORD $0x6f838849 // fmlal2 v9.4s, v2.4h, v3.h[4]
 	WORD $0x4f84084c // fmlal v12.4s, v2.4h, v4.h[4]
 	WORD $0x6f84884d // fmlal2 v13.4s, v2.4h, v4.h[4]
-	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 160(R16), (F2, F1)
 	WORD $0x4f93082a // fmlal v10.4s, v1.4h, v3.h[5]
 	WORD $0x6f93882b // fmlal2 v11.4s, v1.4h, v3.h[5]
 	WORD $0x4f94082e // fmlal v14.4s, v1.4h, v4.h[5]
@@ -30521,9 +30391,7 @@ r2loop4:
 	WORD $0x6f83884b // fmlal2 v11.4s, v2.4h, v3.h[4]
 	WORD $0x4f84084e // fmlal v14.4s, v2.4h, v4.h[4]
 	WORD $0x6f84884f // fmlal2 v15.4s, v2.4h, v4.h[4]
-	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 192(R16), (F2, F1)
 	WORD $0x4fb30828 // fmlal v8.4s, v1.4h, v3.h[7]
 	WORD $0x6fb38829 // fmlal2 v9.4s, v1.4h, v3.h[7]
 	WORD $0x4fb4082c // fmlal v12.4s, v1.4h, v4.h[7]
@@ -30532,9 +30400,7 @@ r2loop4:
 	WORD $0x6fa38849 // fmlal2 v9.4s, v2.4h, v3.h[6]
 	WORD $0x4fa4084c // fmlal v12.4s, v2.4h, v4.h[6]
 	WORD $0x6fa4884d // fmlal2 v13.4s, v2.4h, v4.h[6]
-	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 224(R16), (F2, F1)
 	WORD $0x4fb3082a // fmlal v10.4s, v1.4h, v3.h[7]
 	WORD $0x6fb3882b // fmlal2 v11.4s, v1.4h, v3.h[7]
 	WORD $0x4fb4082e // fmlal v14.4s, v1.4h, v4.h[7]
@@ -30552,9 +30418,7 @@ r2tail:
 r2loop1:
 	FMOVS.P 4(R10), F3
 	FMOVS.P 4(R11), F4
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
@@ -30563,9 +30427,7 @@ r2loop1:
 	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
 	WORD $0x4f84004c // fmlal v12.4s, v2.4h, v4.h[0]
 	WORD $0x6f84804d // fmlal2 v13.4s, v2.4h, v4.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
@@ -30603,65 +30465,49 @@ tile1:
 	WORD $0x6f00e409 // movi v9.2d, #0
 	WORD $0x6f00e40a // movi v10.2d, #0
 	WORD $0x6f00e40b // movi v11.2d, #0
-	MOVD R1, R16
+	MOVD R23, R16
 	MOVD R9, R17
 	MOVD R3, R10
 	CMP $4, R17
 	BLT r1tail
 r1loop4:
 	FMOVQ.P 16(R10), F3
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f830048 // fmlal v8.4s, v2.4h, v3.h[0]
 	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f83004a // fmlal v10.4s, v2.4h, v3.h[0]
 	WORD $0x6f83804b // fmlal2 v11.4s, v2.4h, v3.h[0]
-	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 64(R16), (F2, F1)
 	WORD $0x4fb30028 // fmlal v8.4s, v1.4h, v3.h[3]
 	WORD $0x6fb38029 // fmlal2 v9.4s, v1.4h, v3.h[3]
 	WORD $0x4fa30048 // fmlal v8.4s, v2.4h, v3.h[2]
 	WORD $0x6fa38049 // fmlal2 v9.4s, v2.4h, v3.h[2]
-	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 96(R16), (F2, F1)
 	WORD $0x4fb3002a // fmlal v10.4s, v1.4h, v3.h[3]
 	WORD $0x6fb3802b // fmlal2 v11.4s, v1.4h, v3.h[3]
 	WORD $0x4fa3004a // fmlal v10.4s, v2.4h, v3.h[2]
 	WORD $0x6fa3804b // fmlal2 v11.4s, v2.4h, v3.h[2]
-	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 128(R16), (F2, F1)
 	WORD $0x4f930828 // fmlal v8.4s, v1.4h, v3.h[5]
 	WORD $0x6f938829 // fmlal2 v9.4s, v1.4h, v3.h[5]
 	WORD $0x4f830848 // fmlal v8.4s, v2.4h, v3.h[4]
 	WORD $0x6f838849 // fmlal2 v9.4s, v2.4h, v3.h[4]
-	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 160(R16), (F2, F1)
 	WORD $0x4f93082a // fmlal v10.4s, v1.4h, v3.h[5]
 	WORD $0x6f93882b // fmlal2 v11.4s, v1.4h, v3.h[5]
 	WORD $0x4f83084a // fmlal v10.4s, v2.4h, v3.h[4]
 	WORD $0x6f83884b // fmlal2 v11.4s, v2.4h, v3.h[4]
-	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 192(R16), (F2, F1)
 	WORD $0x4fb30828 // fmlal v8.4s, v1.4h, v3.h[7]
 	WORD $0x6fb38829 // fmlal2 v9.4s, v1.4h, v3.h[7]
 	WORD $0x4fa30848 // fmlal v8.4s, v2.4h, v3.h[6]
 	WORD $0x6fa38849 // fmlal2 v9.4s, v2.4h, v3.h[6]
-	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 224(R16), (F2, F1)
 	WORD $0x4fb3082a // fmlal v10.4s, v1.4h, v3.h[7]
 	WORD $0x6fb3882b // fmlal2 v11.4s, v1.4h, v3.h[7]
 	WORD $0x4fa3084a // fmlal v10.4s, v2.4h, v3.h[6]
@@ -30674,16 +30520,12 @@ r1tail:
 	CBZ R17, r1store
 r1loop1:
 	FMOVS.P 4(R10), F3
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f830048 // fmlal v8.4s, v2.4h, v3.h[0]
 	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f83004a // fmlal v10.4s, v2.4h, v3.h[0]
@@ -30729,7 +30571,7 @@ TEXT ·mulBF16MMLANEON(SB), NOSPLIT|NOFRAME, $0-144
 	MUL R23, R6, R20
 	MOVD buf_base+120(FP), R23
 cols:
-	// The strip's 2×4 blocks of B into buf.
+	// The strip of B repacked into buf.
 	MOVD R1, R26
 	MOVD R23, R24
 	LSR $1, R9, R25
@@ -31465,7 +31307,7 @@ TEXT ·mulAddBF16MMLANEON(SB), NOSPLIT|NOFRAME, $0-144
 	MUL R23, R6, R20
 	MOVD buf_base+120(FP), R23
 cols:
-	// The strip's 2×4 blocks of B into buf.
+	// The strip of B repacked into buf.
 	MOVD R1, R26
 	MOVD R23, R24
 	LSR $1, R9, R25

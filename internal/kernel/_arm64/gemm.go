@@ -66,9 +66,10 @@ import (
 //	D + 4 LDP Q + 3 ZIP + 24 BFMMLA of 16 multiply-adds each.
 //	fp16 (FMLAL/FMLAL2 by element, FEAT_FHM): 5×16 tiles, 20
 //	accumulators (A must sit in v0-v15 for a 16-bit element index, and
-//	the pairs need a third B register); per pair: 2 LDP Q + 4 UZP (even
-//	and odd k apart) + 40 FMLAL(2) of 4 multiply-adds; 44 vector
-//	instructions per 40 FMLAL, so ≈ 0.9 of the FMLAL rate, which is the
+//	the pairs need a third B register); each strip of B is first
+//	repacked into buf with even and odd k apart (4 UZP per pair, once
+//	per strip instead of in every row tile), then per pair: 2 LDP Q +
+//	40 FMLAL(2) of 4 multiply-adds, at most the FMLAL rate, which is the
 //	float32 FMA rate: the gain over widening to float32 is the halved
 //	reads and the skipped conversions, not the arithmetic.
 //
@@ -95,6 +96,11 @@ func (k gemmKind) packed() bool { return k == kindABt || k.half() }
 
 // half reports a 16-bit product (a k step is a pair of k).
 func (k gemmKind) half() bool { return k == kindBF16 || k == kindF16 || k == kindBF16MMLA }
+
+// stripBuf reports a 16-bit product that repacks each strip of B into
+// buf (an argument) before its row tiles: BFMMLA's 2×4 blocks, FMLAL's
+// even and odd k apart.
+func (k gemmKind) stripBuf() bool { return k == kindF16 || k == kindBF16MMLA }
 
 // mr is the number of rows of a full tile: fp16 keeps its A rows in
 // v3-v7 (FMLAL by element reads v0-v15 only) and needs a third B
@@ -145,12 +151,15 @@ func genGemm(f *file, kind gemmKind, accumulate bool) {
 	mr := kind.mr()
 	gemmEntry(f, kind, accumulate)
 	gemmArgs(f, kind, mr)
-	if kind == kindBF16MMLA {
+	if kind.stripBuf() {
 		f.ld(gBuf, "buf", "base")
 	}
 	f.label("cols")
-	if kind == kindBF16MMLA {
-		mmlaPackStrip(f)
+	switch kind {
+	case kindBF16MMLA:
+		packStrip(f, 2, mmlaZipStore)
+	case kindF16:
+		packStrip(f, 1, f16UzpStore)
 	}
 	gemmRows(f, kind, accumulate, mr)
 	gemmRowTail(f, kind, accumulate, mr)
@@ -212,7 +221,7 @@ func gemmHalfText(f *file, kind gemmKind, accumulate bool) {
 		name, what = "mulAdd"+e+"NEON", "adds A·B to C"
 	}
 	sig, bounds := "func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)", ""
-	if kind == kindBF16MMLA {
+	if kind.stripBuf() {
 		sig, bounds = strings.TrimSuffix(sig, ")")+", buf []uint16)", " buf holds 16·(k rounded up to 4) elements."
 	}
 	f.text(name, sig,
@@ -220,7 +229,7 @@ func gemmHalfText(f *file, kind gemmKind, accumulate bool) {
 		"with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds."+bounds,
 		map[gemmKind]string{
 			kindBF16:     "Inner loop, per 4 pairs of a 6×16 tile: 6 LDR Q + 8 LDP Q + 96 BFDOT (24 chains).",
-			kindF16:      "Inner loop, per pair of a 5×16 tile: 2 LDP Q + 4 UZP + 40 FMLAL/FMLAL2 (20 chains).",
+			kindF16:      "Inner loop, per pair of a 5×16 tile: 2 LDP Q + 40 FMLAL/FMLAL2 (20 chains).",
 			kindBF16MMLA: "Inner loop, per 2 pairs of a 6×16 tile: 6 LDR D + 4 LDP Q + 3 ZIP + 24 BFMMLA (24 chains)."}[kind])
 }
 
@@ -330,7 +339,11 @@ func gemmTile(f *file, kind gemmKind, accumulate bool, r int) {
 			f.w(movi0(accReg(i, v)))
 		}
 	}
-	f.i("MOVD %s, %s", gB, gBp)
+	if kind.stripBuf() {
+		f.i("MOVD %s, %s", gBuf, gBp)
+	} else {
+		f.i("MOVD %s, %s", gB, gBp)
+	}
 	f.i("MOVD %s, %s", gK, gPc)
 	if kind == kindAtB {
 		gemmTileAtB(f, r, tag)
@@ -406,6 +419,8 @@ func gemmBRow(f *file, kind gemmKind, r, l, off int) {
 				p = gBp2
 			}
 			f.i("VLD1.P (%s)(%s), [V0.S4, V1.S4]", p, gLdb)
+		} else if kind == kindF16 { // even k in v2, odd in v1 (f16UzpStore)
+			f.i("FLDPQ %d(%s), (F2, F1)", off+32*half, gBp)
 		} else {
 			f.i("FLDPQ %d(%s), (F0, F1)", off+32*half, gBp)
 		}
@@ -427,12 +442,10 @@ func gemmBRow(f *file, kind gemmKind, r, l, off int) {
 }
 
 // gemmF16Half emits the fp16 products of one pair step (pair l of the A
-// registers) with half (8 columns) of B's pair row, loaded in v0, v1.
+// registers) with half (8 columns) of B's pair row, its even (k = 2q)
+// values in v2 and odd (k = 2q+1) ones in v1, as the strip's repacking
+// left them in buf. Odd then even, as the generic fp16 twin adds them.
 func gemmF16Half(f *file, r, l, half int) {
-	// v2 gets the even (k = 2q) and v1 the odd (k = 2q+1) values of the
-	// 8 columns. Odd then even, as the generic fp16 twin adds them.
-	f.w(uzp1(h8, 2, 0, 1))
-	f.w(uzp2(h8, 1, 0, 1))
 	for _, src := range []V{1, 2} {
 		idx := 2*l + 1
 		if src == 2 {

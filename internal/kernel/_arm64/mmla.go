@@ -11,7 +11,7 @@ import "fmt"
 // This kernel takes the operands of Half as they are (A row-major, B in
 // the pair layout) and builds the 2×4 blocks:
 //
-//	B, once per strip of 16 columns, into buf (mmlaPackStrip): pair rows
+//	B, once per strip of 16 columns, into buf (packStrip with mmlaZipStore): pair rows
 //	2g and 2g+1 (64 bytes apart) ZIP1 / ZIP2 .4S, giving for each column
 //	pair (j, j+1) the block [pair(2g, j), pair(2g+1, j), pair(2g, j+1),
 //	pair(2g+1, j+1)]: column j's four k in order, then column j+1's.
@@ -99,39 +99,57 @@ func mmlaStep(f *file, r int, half bool) {
 	}
 }
 
-// mmlaPackStrip writes the blocks of B's strip at gB into buf (see the
-// top of the file), using v0-v7 and v16-v23 (no tile is live).
-func mmlaPackStrip(f *file) {
+// packStrip writes the strip of B at gB into buf, pairRows pair rows at
+// a time (2: BFMMLA's blocks, mmlaZipStore; 1: f16UzpStore), a last
+// single pair row (2, k mod 4 = 2) with a zero second one (v4-v7). It
+// uses v0-v7 and v16-v23 (no tile is live).
+func packStrip(f *file, pairRows int, store func(f *file, dst string)) {
 	src, dst, cnt := "R26", "R24", "R25"
-	f.comment("The strip's 2×4 blocks of B into buf.")
+	f.comment("The strip of B repacked into buf.")
 	f.i("MOVD %s, %s", gB, src)
 	f.i("MOVD %s, %s", gBuf, dst)
-	f.i("LSR $1, %s, %s", gK, cnt)
+	f.i("LSR $%d, %s, %s", pairRows-1, gK, cnt)
 	f.i("CBZ %s, packTail", cnt)
 	f.label("packLoop")
-	for l := V(0); l < 8; l += 2 {
+	for l := V(0); l < V(4*pairRows); l += 2 {
 		f.i("FLDPQ %d(%s), (F%d, F%d)", 16*l, src, l, l+1)
 	}
-	mmlaZipStore(f, dst, 4)
-	f.i("ADD $128, %s", src)
-	f.i("ADD $128, %s", dst)
+	store(f, dst)
+	f.i("ADD $%d, %s", 64*pairRows, src)
+	f.i("ADD $%d, %s", 64*pairRows, dst)
 	f.i("SUBS $1, %s, %s", cnt, cnt)
 	f.i("BNE packLoop")
 	f.label("packTail")
-	f.i("TBZ $0, %s, packDone", gK)
-	f.i("FLDPQ (%s), (F0, F1)", src)
-	f.i("FLDPQ 32(%s), (F2, F3)", src)
-	for v := V(4); v < 8; v++ {
-		f.w(movi0(v))
+	if pairRows == 2 {
+		f.i("TBZ $0, %s, packDone", gK)
+		f.i("FLDPQ (%s), (F0, F1)", src)
+		f.i("FLDPQ 32(%s), (F2, F3)", src)
+		for v := V(4); v < 8; v++ {
+			f.w(movi0(v))
+		}
+		store(f, dst)
 	}
-	mmlaZipStore(f, dst, 4)
 	f.label("packDone")
 }
 
+// f16UzpStore splits the pair row in v0-v3 (columns 0-3, 4-7, 8-11,
+// 12-15, as pairs) into even and odd k and stores each half of 8 columns
+// at dst + 32·half: 8 even values, then 8 odd ones.
+func f16UzpStore(f *file, dst string) {
+	for h := V(0); h < 2; h++ {
+		f.w(uzp1(h8, 16+2*h, 2*h, 2*h+1))
+		f.w(uzp2(h8, 17+2*h, 2*h, 2*h+1))
+	}
+	for h := V(0); h < 2; h++ {
+		f.i("FSTPQ (F%d, F%d), %d(%s)", 16+2*h, 17+2*h, 32*h, dst)
+	}
+}
+
 // mmlaZipStore interleaves pair rows v0-v3 (columns 4c … 4c+3 in v(c))
-// with v(off) … v(off+3) (the next pair row) and stores the 8 blocks at
-// dst: column pairs 2c, 2c+1 at byte 32·c.
-func mmlaZipStore(f *file, dst string, off V) {
+// with v4-v7 (the next pair row) and stores the 8 blocks at dst: column
+// pairs 2c, 2c+1 at byte 32·c.
+func mmlaZipStore(f *file, dst string) {
+	const off = 4
 	for c := V(0); c < 4; c++ {
 		f.w(zip1(s4, 16+2*c, c, off+c))
 		f.w(zip2(s4, 17+2*c, c, off+c))
