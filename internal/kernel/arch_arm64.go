@@ -67,13 +67,19 @@ func archHalf(e Elem) []Half {
 			Mul:    wrapHalf("neonbf16 Mul", mulBF16NEON),
 			MulAdd: wrapHalf("neonbf16 MulAdd", mulAddBF16NEON),
 			Peak:   func(iters int) int { FMAPeakBF16NEON(iters); return 24 * 4 * 2 * 2 },
+		}, {
+			Name:   "neonbfmmla",
+			Elem:   BF16,
+			Mul:    wrapHalf("neonbfmmla Mul", withStripBuf(mulBF16MMLANEON)),
+			MulAdd: wrapHalf("neonbfmmla MulAdd", withStripBuf(mulAddBF16MMLANEON)),
+			Peak:   func(iters int) int { FMAPeakBFMMLANEON(iters); return 24 * 2 * 2 * 4 * 2 },
 		}}
 	case e == F16 && hasFHM:
 		return []Half{{
 			Name:   "neonfp16",
 			Elem:   F16,
-			Mul:    wrapHalf("neonfp16 Mul", mulF16NEON),
-			MulAdd: wrapHalf("neonfp16 MulAdd", mulAddF16NEON),
+			Mul:    wrapHalf("neonfp16 Mul", withStripBuf(mulF16NEON)),
+			MulAdd: wrapHalf("neonfp16 MulAdd", withStripBuf(mulAddF16NEON)),
 			Peak:   func(iters int) int { FMAPeakF16NEON(iters); return 24 * 4 * 2 },
 		}}
 	}

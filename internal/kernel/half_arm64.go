@@ -2,6 +2,8 @@
 
 package kernel
 
+import "sync"
+
 // The 16-bit product paths of arm64 (see the generator's gemm.go):
 //
 //   - "neonbf16" (FEAT_BF16): BFDOT by element, 6×16 tiles like the
@@ -14,18 +16,39 @@ package kernel
 //   - "neonfp16" (FEAT_FHM): FMLAL/FMLAL2 by element, widening fp16
 //     products into float32 accumulators in 5×16 tiles, odd then even k
 //     of each pair, one fused rounding per product: exactly the generic
-//     fp16 twin's arithmetic, so the two agree bit for bit.
+//     fp16 twin's arithmetic, so the two agree bit for bit. Each strip
+//     of B is first repacked into a pooled buffer (withStripBuf) with
+//     the even and odd k of each pair row apart (UZP1/UZP2 once per
+//     strip), so the loop is 2 LDP Q + 40 FMLAL(2) per pair with no
+//     unzip: predicted (llvm-mca 19, not measured) 94-97% of the float32
+//     FMA peak on Neoverse V2 and N2 at the forward's shapes, against
+//     87-90% with 4 UZP per pair in every row tile.
+//   - "neonbfmmla" (FEAT_BF16, which has BFMMLA): 2×4·4×2 blocks per
+//     instruction, 6×16 tiles of 2×2 blocks. It takes the pair layout
+//     too: each strip of B is repacked into 2×4 blocks (ZIP1/ZIP2 .4S of
+//     two pair rows) once, into a buffer from a pool (withStripBuf), for
+//     all its row tiles; A's row pairs are built in the loop (ZIP1 .2D
+//     of two rows; see the generator's mmla.go). Each output sums the
+//     pairs of k in order from zero; under Arm's original definition of
+//     BFMMLA (each pair by BFDOT's rule), which qemu implements, its
+//     results equal neonbf16's bit for bit (checked under qemu -cpu max
+//     for k = 2 … 512). Arm now leaves BFMMLA's intermediate rounding
+//     implementation-defined, so on hardware it is held to TestHalfMul's
+//     float32 bound, the self-check and the attention rule tests (which
+//     run every path). Predicted by llvm-mca 19 (the mca-kit; not
+//     measured): the loop at 88% of the BFMMLA peak on Neoverse V2 and
+//     N2 (6.8 cycles per 24 BFMMLA against 6.0; 3.55× the float32 FMA
+//     peak), whole calls at the forward's shapes, with the repacking
+//     and the code around the loop, 2.76× (48×512×64), 3.00×
+//     (48×512×128) and 3.22× (48×64×512, 48×128×512) the float32 FMA
+//     peak on V2 (2.69-3.21× on N2), against BFDOT's 1.85-1.98×;
+//     building B's blocks in every tile instead gave 2.33-2.68×. Arm's
+//     tables give BFMMLA at most BFDOT's multiply rate on Neoverse V1/V2,
+//     so which path is faster is measured (the default set takes the
+//     fastest); FMAPeakBFMMLANEON and BenchmarkBFMMLAPeak measure its
+//     bound.
 //
-// BFMMLA (a 2×4·4×2 product per instruction) is not used yet: its
-// operands are 2×4 blocks, which the pair layout would have to be shuffled
-// into (a ZIP per two B operands, two per two rows of A) and its results
-// out of. Arm's tables give it at most BFDOT's multiply rate on Neoverse
-// V1/V2; llvm-mca 19 predicts twice it (4× the float32 FMA peak on V1, V2
-// and N2), and, for a 4×16 tile, 2.46× the float32 peak on the pair layout
-// and 3.55× on a layout of 2×4 blocks, against BFDOT's 2.0×.
-// FMAPeakBFMMLANEON (its peak loop) and BenchmarkBFMMLAPeak measure which
-// holds on a given CPU.
-// FMLA on .8h (FEAT_FP16) is not used either: it accumulates in fp16,
+// FMLA on .8h (FEAT_FP16) is not used: it accumulates in fp16,
 // which would break the float32 sums Half promises.
 //
 // A feature that is not detected means the path is not offered (the
@@ -35,3 +58,23 @@ var (
 	hasBF16 = detectBF16()
 	hasFHM  = detectFHM()
 )
+
+// stripBufs holds the strip buffers of the BFMMLA and FMLAL kernels
+// (*[]uint16), one per call in flight.
+var stripBufs sync.Pool
+
+// withStripBuf gives a kernel that repacks each strip of B (BFMMLA's 2×4
+// blocks, FMLAL's even and odd k apart) its buffer: 16 elements per k
+// rounded up to 4, from stripBufs.
+func withStripBuf(kern func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int, buf []uint16)) func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) {
+	return func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) {
+		need := W * (k + k%4)
+		bp, _ := stripBufs.Get().(*[]uint16)
+		if bp == nil || cap(*bp) < need {
+			s := make([]uint16, need)
+			bp = &s
+		}
+		kern(c, ldc, a, lda, b, ldb, m, n, k, (*bp)[:need])
+		stripBufs.Put(bp)
+	}
+}

@@ -6,7 +6,7 @@ package kernel
 func expectedHalfPaths() []string {
 	var names []string
 	if hasBF16 {
-		names = append(names, "neonbf16")
+		names = append(names, "neonbf16", "neonbfmmla")
 	}
 	return names
 }

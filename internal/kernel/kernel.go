@@ -11,11 +11,11 @@
 // the reference the others are tested against, and may have assembly
 // ones, every implementation registered by name (registry.go):
 //
-//	family  type    amd64                                  arm64                          doc
-//	f32     Impl    "avx512", "avx2", "generic"            "neon", "generic"              Impl, generic.go
-//	decode  Decode  "avx512", "avx2", "generic"            "neon", "generic"              Decode, decode_generic.go
-//	bf16    Half    "amx", "avx512bf16", "f32", "generic"  "neonbf16", "f32", "generic"   Half, half.go
-//	f16     Half    "amx", "f32", "generic"                "neonfp16", "f32", "generic"   Half, half.go
+//	family  type    amd64                                  arm64                                        doc
+//	f32     Impl    "avx512", "avx2", "generic"            "neon", "generic"                            Impl, generic.go
+//	decode  Decode  "avx512", "avx2", "generic"            "neon", "generic"                            Decode, decode_generic.go
+//	bf16    Half    "amx", "avx512bf16", "f32", "generic"  "neonbf16", "neonbfmmla", "f32", "generic"   Half, half.go
+//	f16     Half    "amx", "f32", "generic"                "neonfp16", "f32", "generic"                 Half, half.go
 //
 // Other architectures, and any with -tags purego, have the "generic"
 // implementations (and "f32" for the 16-bit families) only.

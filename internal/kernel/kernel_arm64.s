@@ -28542,9 +28542,9 @@ colNext:
 	RET
 
 // mulF16NEON sets C = A·B (see Half.Mul) by FMLAL/FMLAL2: A m×k F16, B in the pair layout
-// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.
-// Inner loop, per pair of a 5×16 tile: 2 LDP Q + 4 UZP + 40 FMLAL/FMLAL2 (20 chains).
-TEXT ·mulF16NEON(SB), NOSPLIT|NOFRAME, $0-120
+// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds. buf holds 16·(k rounded up to 4) elements.
+// Inner loop, per pair of a 5×16 tile: 2 LDP Q + 40 FMLAL/FMLAL2 (20 chains).
+TEXT ·mulF16NEON(SB), NOSPLIT|NOFRAME, $0-144
 	MOVD b_base+64(FP), R1
 	MOVD c_base+0(FP), R0
 	MOVD n+104(FP), R2
@@ -28559,7 +28559,28 @@ TEXT ·mulF16NEON(SB), NOSPLIT|NOFRAME, $0-120
 	MOVD $5, R23
 	MUL R23, R7, R19
 	MUL R23, R6, R20
+	MOVD buf_base+120(FP), R23
 cols:
+	// The strip of B repacked into buf.
+	MOVD R1, R26
+	MOVD R23, R24
+	LSR $0, R9, R25
+	CBZ R25, packTail
+packLoop:
+	FLDPQ 0(R26), (F0, F1)
+	FLDPQ 32(R26), (F2, F3)
+	WORD $0x4e411810 // uzp1 v16.8h, v0.8h, v1.8h
+	WORD $0x4e415811 // uzp2 v17.8h, v0.8h, v1.8h
+	WORD $0x4e431852 // uzp1 v18.8h, v2.8h, v3.8h
+	WORD $0x4e435853 // uzp2 v19.8h, v2.8h, v3.8h
+	FSTPQ (F16, F17), 0(R24)
+	FSTPQ (F18, F19), 32(R24)
+	ADD $64, R26
+	ADD $64, R24
+	SUBS $1, R25, R25
+	BNE packLoop
+packTail:
+packDone:
 	MOVD a_base+32(FP), R3
 	MOVD R0, R4
 	MOVD m+96(FP), R5
@@ -28587,7 +28608,7 @@ rows:
 	WORD $0x6f00e419 // movi v25.2d, #0
 	WORD $0x6f00e41a // movi v26.2d, #0
 	WORD $0x6f00e41b // movi v27.2d, #0
-	MOVD R1, R16
+	MOVD R23, R16
 	MOVD R9, R17
 	MOVD R3, R10
 	ADD R7, R10, R11
@@ -28602,9 +28623,7 @@ r5loop4:
 	FMOVQ.P 16(R12), F5
 	FMOVQ.P 16(R13), F6
 	FMOVQ.P 16(R14), F7
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
@@ -28625,9 +28644,7 @@ r5loop4:
 	WORD $0x6f868055 // fmlal2 v21.4s, v2.4h, v6.h[0]
 	WORD $0x4f870058 // fmlal v24.4s, v2.4h, v7.h[0]
 	WORD $0x6f878059 // fmlal2 v25.4s, v2.4h, v7.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
@@ -28648,9 +28665,7 @@ r5loop4:
 	WORD $0x6f868057 // fmlal2 v23.4s, v2.4h, v6.h[0]
 	WORD $0x4f87005a // fmlal v26.4s, v2.4h, v7.h[0]
 	WORD $0x6f87805b // fmlal2 v27.4s, v2.4h, v7.h[0]
-	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 64(R16), (F2, F1)
 	WORD $0x4fb30028 // fmlal v8.4s, v1.4h, v3.h[3]
 	WORD $0x6fb38029 // fmlal2 v9.4s, v1.4h, v3.h[3]
 	WORD $0x4fb4002c // fmlal v12.4s, v1.4h, v4.h[3]
@@ -28671,9 +28686,7 @@ r5loop4:
 	WORD $0x6fa68055 // fmlal2 v21.4s, v2.4h, v6.h[2]
 	WORD $0x4fa70058 // fmlal v24.4s, v2.4h, v7.h[2]
 	WORD $0x6fa78059 // fmlal2 v25.4s, v2.4h, v7.h[2]
-	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 96(R16), (F2, F1)
 	WORD $0x4fb3002a // fmlal v10.4s, v1.4h, v3.h[3]
 	WORD $0x6fb3802b // fmlal2 v11.4s, v1.4h, v3.h[3]
 	WORD $0x4fb4002e // fmlal v14.4s, v1.4h, v4.h[3]
@@ -28694,9 +28707,7 @@ r5loop4:
 	WORD $0x6fa68057 // fmlal2 v23.4s, v2.4h, v6.h[2]
 	WORD $0x4fa7005a // fmlal v26.4s, v2.4h, v7.h[2]
 	WORD $0x6fa7805b // fmlal2 v27.4s, v2.4h, v7.h[2]
-	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 128(R16), (F2, F1)
 	WORD $0x4f930828 // fmlal v8.4s, v1.4h, v3.h[5]
 	WORD $0x6f938829 // fmlal2 v9.4s, v1.4h, v3.h[5]
 	WORD $0x4f94082c // fmlal v12.4s, v1.4h, v4.h[5]
@@ -28717,9 +28728,7 @@ r5loop4:
 	WORD $0x6f868855 // fmlal2 v21.4s, v2.4h, v6.h[4]
 	WORD $0x4f870858 // fmlal v24.4s, v2.4h, v7.h[4]
 	WORD $0x6f878859 // fmlal2 v25.4s, v2.4h, v7.h[4]
-	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 160(R16), (F2, F1)
 	WORD $0x4f93082a // fmlal v10.4s, v1.4h, v3.h[5]
 	WORD $0x6f93882b // fmlal2 v11.4s, v1.4h, v3.h[5]
 	WORD $0x4f94082e // fmlal v14.4s, v1.4h, v4.h[5]
@@ -28740,9 +28749,7 @@ r5loop4:
 	WORD $0x6f868857 // fmlal2 v23.4s, v2.4h, v6.h[4]
 	WORD $0x4f87085a // fmlal v26.4s, v2.4h, v7.h[4]
 	WORD $0x6f87885b // fmlal2 v27.4s, v2.4h, v7.h[4]
-	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 192(R16), (F2, F1)
 	WORD $0x4fb30828 // fmlal v8.4s, v1.4h, v3.h[7]
 	WORD $0x6fb38829 // fmlal2 v9.4s, v1.4h, v3.h[7]
 	WORD $0x4fb4082c // fmlal v12.4s, v1.4h, v4.h[7]
@@ -28763,9 +28770,7 @@ r5loop4:
 	WORD $0x6fa68855 // fmlal2 v21.4s, v2.4h, v6.h[6]
 	WORD $0x4fa70858 // fmlal v24.4s, v2.4h, v7.h[6]
 	WORD $0x6fa78859 // fmlal2 v25.4s, v2.4h, v7.h[6]
-	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 224(R16), (F2, F1)
 	WORD $0x4fb3082a // fmlal v10.4s, v1.4h, v3.h[7]
 	WORD $0x6fb3882b // fmlal2 v11.4s, v1.4h, v3.h[7]
 	WORD $0x4fb4082e // fmlal v14.4s, v1.4h, v4.h[7]
@@ -28798,9 +28803,7 @@ r5loop1:
 	FMOVS.P 4(R12), F5
 	FMOVS.P 4(R13), F6
 	FMOVS.P 4(R14), F7
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
@@ -28821,9 +28824,7 @@ r5loop1:
 	WORD $0x6f868055 // fmlal2 v21.4s, v2.4h, v6.h[0]
 	WORD $0x4f870058 // fmlal v24.4s, v2.4h, v7.h[0]
 	WORD $0x6f878059 // fmlal2 v25.4s, v2.4h, v7.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
@@ -28895,7 +28896,7 @@ tile4:
 	WORD $0x6f00e415 // movi v21.2d, #0
 	WORD $0x6f00e416 // movi v22.2d, #0
 	WORD $0x6f00e417 // movi v23.2d, #0
-	MOVD R1, R16
+	MOVD R23, R16
 	MOVD R9, R17
 	MOVD R3, R10
 	ADD R7, R10, R11
@@ -28908,9 +28909,7 @@ r4loop4:
 	FMOVQ.P 16(R11), F4
 	FMOVQ.P 16(R12), F5
 	FMOVQ.P 16(R13), F6
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
@@ -28927,9 +28926,7 @@ r4loop4:
 	WORD $0x6f858051 // fmlal2 v17.4s, v2.4h, v5.h[0]
 	WORD $0x4f860054 // fmlal v20.4s, v2.4h, v6.h[0]
 	WORD $0x6f868055 // fmlal2 v21.4s, v2.4h, v6.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
@@ -28946,9 +28943,7 @@ r4loop4:
 	WORD $0x6f858053 // fmlal2 v19.4s, v2.4h, v5.h[0]
 	WORD $0x4f860056 // fmlal v22.4s, v2.4h, v6.h[0]
 	WORD $0x6f868057 // fmlal2 v23.4s, v2.4h, v6.h[0]
-	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 64(R16), (F2, F1)
 	WORD $0x4fb30028 // fmlal v8.4s, v1.4h, v3.h[3]
 	WORD $0x6fb38029 // fmlal2 v9.4s, v1.4h, v3.h[3]
 	WORD $0x4fb4002c // fmlal v12.4s, v1.4h, v4.h[3]
@@ -28965,9 +28960,7 @@ r4loop4:
 	WORD $0x6fa58051 // fmlal2 v17.4s, v2.4h, v5.h[2]
 	WORD $0x4fa60054 // fmlal v20.4s, v2.4h, v6.h[2]
 	WORD $0x6fa68055 // fmlal2 v21.4s, v2.4h, v6.h[2]
-	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 96(R16), (F2, F1)
 	WORD $0x4fb3002a // fmlal v10.4s, v1.4h, v3.h[3]
 	WORD $0x6fb3802b // fmlal2 v11.4s, v1.4h, v3.h[3]
 	WORD $0x4fb4002e // fmlal v14.4s, v1.4h, v4.h[3]
@@ -28984,9 +28977,7 @@ r4loop4:
 	WORD $0x6fa58053 // fmlal2 v19.4s, v2.4h, v5.h[2]
 	WORD $0x4fa60056 // fmlal v22.4s, v2.4h, v6.h[2]
 	WORD $0x6fa68057 // fmlal2 v23.4s, v2.4h, v6.h[2]
-	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 128(R16), (F2, F1)
 	WORD $0x4f930828 // fmlal v8.4s, v1.4h, v3.h[5]
 	WORD $0x6f938829 // fmlal2 v9.4s, v1.4h, v3.h[5]
 	WORD $0x4f94082c // fmlal v12.4s, v1.4h, v4.h[5]
@@ -29003,9 +28994,7 @@ r4loop4:
 	WORD $0x6f858851 // fmlal2 v17.4s, v2.4h, v5.h[4]
 	WORD $0x4f860854 // fmlal v20.4s, v2.4h, v6.h[4]
 	WORD $0x6f868855 // fmlal2 v21.4s, v2.4h, v6.h[4]
-	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 160(R16), (F2, F1)
 	WORD $0x4f93082a // fmlal v10.4s, v1.4h, v3.h[5]
 	WORD $0x6f93882b // fmlal2 v11.4s, v1.4h, v3.h[5]
 	WORD $0x4f94082e // fmlal v14.4s, v1.4h, v4.h[5]
@@ -29022,9 +29011,7 @@ r4loop4:
 	WORD $0x6f858853 // fmlal2 v19.4s, v2.4h, v5.h[4]
 	WORD $0x4f860856 // fmlal v22.4s, v2.4h, v6.h[4]
 	WORD $0x6f868857 // fmlal2 v23.4s, v2.4h, v6.h[4]
-	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 192(R16), (F2, F1)
 	WORD $0x4fb30828 // fmlal v8.4s, v1.4h, v3.h[7]
 	WORD $0x6fb38829 // fmlal2 v9.4s, v1.4h, v3.h[7]
 	WORD $0x4fb4082c // fmlal v12.4s, v1.4h, v4.h[7]
@@ -29041,9 +29028,7 @@ r4loop4:
 	WORD $0x6fa58851 // fmlal2 v17.4s, v2.4h, v5.h[6]
 	WORD $0x4fa60854 // fmlal v20.4s, v2.4h, v6.h[6]
 	WORD $0x6fa68855 // fmlal2 v21.4s, v2.4h, v6.h[6]
-	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 224(R16), (F2, F1)
 	WORD $0x4fb3082a // fmlal v10.4s, v1.4h, v3.h[7]
 	WORD $0x6fb3882b // fmlal2 v11.4s, v1.4h, v3.h[7]
 	WORD $0x4fb4082e // fmlal v14.4s, v1.4h, v4.h[7]
@@ -29071,9 +29056,7 @@ r4loop1:
 	FMOVS.P 4(R11), F4
 	FMOVS.P 4(R12), F5
 	FMOVS.P 4(R13), F6
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
@@ -29090,9 +29073,7 @@ r4loop1:
 	WORD $0x6f858051 // fmlal2 v17.4s, v2.4h, v5.h[0]
 	WORD $0x4f860054 // fmlal v20.4s, v2.4h, v6.h[0]
 	WORD $0x6f868055 // fmlal2 v21.4s, v2.4h, v6.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
@@ -29140,7 +29121,7 @@ tile3:
 	WORD $0x6f00e411 // movi v17.2d, #0
 	WORD $0x6f00e412 // movi v18.2d, #0
 	WORD $0x6f00e413 // movi v19.2d, #0
-	MOVD R1, R16
+	MOVD R23, R16
 	MOVD R9, R17
 	MOVD R3, R10
 	ADD R7, R10, R11
@@ -29151,9 +29132,7 @@ r3loop4:
 	FMOVQ.P 16(R10), F3
 	FMOVQ.P 16(R11), F4
 	FMOVQ.P 16(R12), F5
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
@@ -29166,9 +29145,7 @@ r3loop4:
 	WORD $0x6f84804d // fmlal2 v13.4s, v2.4h, v4.h[0]
 	WORD $0x4f850050 // fmlal v16.4s, v2.4h, v5.h[0]
 	WORD $0x6f858051 // fmlal2 v17.4s, v2.4h, v5.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
@@ -29181,9 +29158,7 @@ r3loop4:
 	WORD $0x6f84804f // fmlal2 v15.4s, v2.4h, v4.h[0]
 	WORD $0x4f850052 // fmlal v18.4s, v2.4h, v5.h[0]
 	WORD $0x6f858053 // fmlal2 v19.4s, v2.4h, v5.h[0]
-	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 64(R16), (F2, F1)
 	WORD $0x4fb30028 // fmlal v8.4s, v1.4h, v3.h[3]
 	WORD $0x6fb38029 // fmlal2 v9.4s, v1.4h, v3.h[3]
 	WORD $0x4fb4002c // fmlal v12.4s, v1.4h, v4.h[3]
@@ -29196,9 +29171,7 @@ r3loop4:
 	WORD $0x6fa4804d // fmlal2 v13.4s, v2.4h, v4.h[2]
 	WORD $0x4fa50050 // fmlal v16.4s, v2.4h, v5.h[2]
 	WORD $0x6fa58051 // fmlal2 v17.4s, v2.4h, v5.h[2]
-	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 96(R16), (F2, F1)
 	WORD $0x4fb3002a // fmlal v10.4s, v1.4h, v3.h[3]
 	WORD $0x6fb3802b // fmlal2 v11.4s, v1.4h, v3.h[3]
 	WORD $0x4fb4002e // fmlal v14.4s, v1.4h, v4.h[3]
@@ -29211,9 +29184,7 @@ r3loop4:
 	WORD $0x6fa4804f // fmlal2 v15.4s, v2.4h, v4.h[2]
 	WORD $0x4fa50052 // fmlal v18.4s, v2.4h, v5.h[2]
 	WORD $0x6fa58053 // fmlal2 v19.4s, v2.4h, v5.h[2]
-	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 128(R16), (F2, F1)
 	WORD $0x4f930828 // fmlal v8.4s, v1.4h, v3.h[5]
 	WORD $0x6f938829 // fmlal2 v9.4s, v1.4h, v3.h[5]
 	WORD $0x4f94082c // fmlal v12.4s, v1.4h, v4.h[5]
@@ -29226,9 +29197,7 @@ r3loop4:
 	WORD $0x6f84884d // fmlal2 v13.4s, v2.4h, v4.h[4]
 	WORD $0x4f850850 // fmlal v16.4s, v2.4h, v5.h[4]
 	WORD $0x6f858851 // fmlal2 v17.4s, v2.4h, v5.h[4]
-	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 160(R16), (F2, F1)
 	WORD $0x4f93082a // fmlal v10.4s, v1.4h, v3.h[5]
 	WORD $0x6f93882b // fmlal2 v11.4s, v1.4h, v3.h[5]
 	WORD $0x4f94082e // fmlal v14.4s, v1.4h, v4.h[5]
@@ -29241,9 +29210,7 @@ r3loop4:
 	WORD $0x6f84884f // fmlal2 v15.4s, v2.4h, v4.h[4]
 	WORD $0x4f850852 // fmlal v18.4s, v2.4h, v5.h[4]
 	WORD $0x6f858853 // fmlal2 v19.4s, v2.4h, v5.h[4]
-	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 192(R16), (F2, F1)
 	WORD $0x4fb30828 // fmlal v8.4s, v1.4h, v3.h[7]
 	WORD $0x6fb38829 // fmlal2 v9.4s, v1.4h, v3.h[7]
 	WORD $0x4fb4082c // fmlal v12.4s, v1.4h, v4.h[7]
@@ -29256,9 +29223,7 @@ r3loop4:
 	WORD $0x6fa4884d // fmlal2 v13.4s, v2.4h, v4.h[6]
 	WORD $0x4fa50850 // fmlal v16.4s, v2.4h, v5.h[6]
 	WORD $0x6fa58851 // fmlal2 v17.4s, v2.4h, v5.h[6]
-	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 224(R16), (F2, F1)
 	WORD $0x4fb3082a // fmlal v10.4s, v1.4h, v3.h[7]
 	WORD $0x6fb3882b // fmlal2 v11.4s, v1.4h, v3.h[7]
 	WORD $0x4fb4082e // fmlal v14.4s, v1.4h, v4.h[7]
@@ -29281,9 +29246,7 @@ r3loop1:
 	FMOVS.P 4(R10), F3
 	FMOVS.P 4(R11), F4
 	FMOVS.P 4(R12), F5
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
@@ -29296,9 +29259,7 @@ r3loop1:
 	WORD $0x6f84804d // fmlal2 v13.4s, v2.4h, v4.h[0]
 	WORD $0x4f850050 // fmlal v16.4s, v2.4h, v5.h[0]
 	WORD $0x6f858051 // fmlal2 v17.4s, v2.4h, v5.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
@@ -29335,7 +29296,7 @@ tile2:
 	WORD $0x6f00e40d // movi v13.2d, #0
 	WORD $0x6f00e40e // movi v14.2d, #0
 	WORD $0x6f00e40f // movi v15.2d, #0
-	MOVD R1, R16
+	MOVD R23, R16
 	MOVD R9, R17
 	MOVD R3, R10
 	ADD R7, R10, R11
@@ -29344,9 +29305,7 @@ tile2:
 r2loop4:
 	FMOVQ.P 16(R10), F3
 	FMOVQ.P 16(R11), F4
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
@@ -29355,9 +29314,7 @@ r2loop4:
 	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
 	WORD $0x4f84004c // fmlal v12.4s, v2.4h, v4.h[0]
 	WORD $0x6f84804d // fmlal2 v13.4s, v2.4h, v4.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
@@ -29366,9 +29323,7 @@ r2loop4:
 	WORD $0x6f83804b // fmlal2 v11.4s, v2.4h, v3.h[0]
 	WORD $0x4f84004e // fmlal v14.4s, v2.4h, v4.h[0]
 	WORD $0x6f84804f // fmlal2 v15.4s, v2.4h, v4.h[0]
-	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 64(R16), (F2, F1)
 	WORD $0x4fb30028 // fmlal v8.4s, v1.4h, v3.h[3]
 	WORD $0x6fb38029 // fmlal2 v9.4s, v1.4h, v3.h[3]
 	WORD $0x4fb4002c // fmlal v12.4s, v1.4h, v4.h[3]
@@ -29377,9 +29332,7 @@ r2loop4:
 	WORD $0x6fa38049 // fmlal2 v9.4s, v2.4h, v3.h[2]
 	WORD $0x4fa4004c // fmlal v12.4s, v2.4h, v4.h[2]
 	WORD $0x6fa4804d // fmlal2 v13.4s, v2.4h, v4.h[2]
-	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 96(R16), (F2, F1)
 	WORD $0x4fb3002a // fmlal v10.4s, v1.4h, v3.h[3]
 	WORD $0x6fb3802b // fmlal2 v11.4s, v1.4h, v3.h[3]
 	WORD $0x4fb4002e // fmlal v14.4s, v1.4h, v4.h[3]
@@ -29388,9 +29341,7 @@ r2loop4:
 	WORD $0x6fa3804b // fmlal2 v11.4s, v2.4h, v3.h[2]
 	WORD $0x4fa4004e // fmlal v14.4s, v2.4h, v4.h[2]
 	WORD $0x6fa4804f // fmlal2 v15.4s, v2.4h, v4.h[2]
-	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 128(R16), (F2, F1)
 	WORD $0x4f930828 // fmlal v8.4s, v1.4h, v3.h[5]
 	WORD $0x6f938829 // fmlal2 v9.4s, v1.4h, v3.h[5]
 	WORD $0x4f94082c // fmlal v12.4s, v1.4h, v4.h[5]
@@ -29399,9 +29350,7 @@ r2loop4:
 	WORD $0x6f838849 // fmlal2 v9.4s, v2.4h, v3.h[4]
 	WORD $0x4f84084c // fmlal v12.4s, v2.4h, v4.h[4]
 	WORD $0x6f84884d // fmlal2 v13.4s, v2.4h, v4.h[4]
-	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 160(R16), (F2, F1)
 	WORD $0x4f93082a // fmlal v10.4s, v1.4h, v3.h[5]
 	WORD $0x6f93882b // fmlal2 v11.4s, v1.4h, v3.h[5]
 	WORD $0x4f94082e // fmlal v14.4s, v1.4h, v4.h[5]
@@ -29410,9 +29359,7 @@ r2loop4:
 	WORD $0x6f83884b // fmlal2 v11.4s, v2.4h, v3.h[4]
 	WORD $0x4f84084e // fmlal v14.4s, v2.4h, v4.h[4]
 	WORD $0x6f84884f // fmlal2 v15.4s, v2.4h, v4.h[4]
-	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 192(R16), (F2, F1)
 	WORD $0x4fb30828 // fmlal v8.4s, v1.4h, v3.h[7]
 	WORD $0x6fb38829 // fmlal2 v9.4s, v1.4h, v3.h[7]
 	WORD $0x4fb4082c // fmlal v12.4s, v1.4h, v4.h[7]
@@ -29421,9 +29368,7 @@ r2loop4:
 	WORD $0x6fa38849 // fmlal2 v9.4s, v2.4h, v3.h[6]
 	WORD $0x4fa4084c // fmlal v12.4s, v2.4h, v4.h[6]
 	WORD $0x6fa4884d // fmlal2 v13.4s, v2.4h, v4.h[6]
-	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 224(R16), (F2, F1)
 	WORD $0x4fb3082a // fmlal v10.4s, v1.4h, v3.h[7]
 	WORD $0x6fb3882b // fmlal2 v11.4s, v1.4h, v3.h[7]
 	WORD $0x4fb4082e // fmlal v14.4s, v1.4h, v4.h[7]
@@ -29441,9 +29386,7 @@ r2tail:
 r2loop1:
 	FMOVS.P 4(R10), F3
 	FMOVS.P 4(R11), F4
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
@@ -29452,9 +29395,7 @@ r2loop1:
 	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
 	WORD $0x4f84004c // fmlal v12.4s, v2.4h, v4.h[0]
 	WORD $0x6f84804d // fmlal2 v13.4s, v2.4h, v4.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
@@ -29480,65 +29421,49 @@ tile1:
 	WORD $0x6f00e409 // movi v9.2d, #0
 	WORD $0x6f00e40a // movi v10.2d, #0
 	WORD $0x6f00e40b // movi v11.2d, #0
-	MOVD R1, R16
+	MOVD R23, R16
 	MOVD R9, R17
 	MOVD R3, R10
 	CMP $4, R17
 	BLT r1tail
 r1loop4:
 	FMOVQ.P 16(R10), F3
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f830048 // fmlal v8.4s, v2.4h, v3.h[0]
 	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f83004a // fmlal v10.4s, v2.4h, v3.h[0]
 	WORD $0x6f83804b // fmlal2 v11.4s, v2.4h, v3.h[0]
-	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 64(R16), (F2, F1)
 	WORD $0x4fb30028 // fmlal v8.4s, v1.4h, v3.h[3]
 	WORD $0x6fb38029 // fmlal2 v9.4s, v1.4h, v3.h[3]
 	WORD $0x4fa30048 // fmlal v8.4s, v2.4h, v3.h[2]
 	WORD $0x6fa38049 // fmlal2 v9.4s, v2.4h, v3.h[2]
-	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 96(R16), (F2, F1)
 	WORD $0x4fb3002a // fmlal v10.4s, v1.4h, v3.h[3]
 	WORD $0x6fb3802b // fmlal2 v11.4s, v1.4h, v3.h[3]
 	WORD $0x4fa3004a // fmlal v10.4s, v2.4h, v3.h[2]
 	WORD $0x6fa3804b // fmlal2 v11.4s, v2.4h, v3.h[2]
-	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 128(R16), (F2, F1)
 	WORD $0x4f930828 // fmlal v8.4s, v1.4h, v3.h[5]
 	WORD $0x6f938829 // fmlal2 v9.4s, v1.4h, v3.h[5]
 	WORD $0x4f830848 // fmlal v8.4s, v2.4h, v3.h[4]
 	WORD $0x6f838849 // fmlal2 v9.4s, v2.4h, v3.h[4]
-	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 160(R16), (F2, F1)
 	WORD $0x4f93082a // fmlal v10.4s, v1.4h, v3.h[5]
 	WORD $0x6f93882b // fmlal2 v11.4s, v1.4h, v3.h[5]
 	WORD $0x4f83084a // fmlal v10.4s, v2.4h, v3.h[4]
 	WORD $0x6f83884b // fmlal2 v11.4s, v2.4h, v3.h[4]
-	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 192(R16), (F2, F1)
 	WORD $0x4fb30828 // fmlal v8.4s, v1.4h, v3.h[7]
 	WORD $0x6fb38829 // fmlal2 v9.4s, v1.4h, v3.h[7]
 	WORD $0x4fa30848 // fmlal v8.4s, v2.4h, v3.h[6]
 	WORD $0x6fa38849 // fmlal2 v9.4s, v2.4h, v3.h[6]
-	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 224(R16), (F2, F1)
 	WORD $0x4fb3082a // fmlal v10.4s, v1.4h, v3.h[7]
 	WORD $0x6fb3882b // fmlal2 v11.4s, v1.4h, v3.h[7]
 	WORD $0x4fa3084a // fmlal v10.4s, v2.4h, v3.h[6]
@@ -29551,16 +29476,12 @@ r1tail:
 	CBZ R17, r1store
 r1loop1:
 	FMOVS.P 4(R10), F3
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f830048 // fmlal v8.4s, v2.4h, v3.h[0]
 	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f83004a // fmlal v10.4s, v2.4h, v3.h[0]
@@ -29581,9 +29502,9 @@ colNext:
 	RET
 
 // mulAddF16NEON adds A·B to C (see Half.Mul) by FMLAL/FMLAL2: A m×k F16, B in the pair layout
-// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.
-// Inner loop, per pair of a 5×16 tile: 2 LDP Q + 4 UZP + 40 FMLAL/FMLAL2 (20 chains).
-TEXT ·mulAddF16NEON(SB), NOSPLIT|NOFRAME, $0-120
+// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds. buf holds 16·(k rounded up to 4) elements.
+// Inner loop, per pair of a 5×16 tile: 2 LDP Q + 40 FMLAL/FMLAL2 (20 chains).
+TEXT ·mulAddF16NEON(SB), NOSPLIT|NOFRAME, $0-144
 	MOVD b_base+64(FP), R1
 	MOVD c_base+0(FP), R0
 	MOVD n+104(FP), R2
@@ -29598,7 +29519,28 @@ TEXT ·mulAddF16NEON(SB), NOSPLIT|NOFRAME, $0-120
 	MOVD $5, R23
 	MUL R23, R7, R19
 	MUL R23, R6, R20
+	MOVD buf_base+120(FP), R23
 cols:
+	// The strip of B repacked into buf.
+	MOVD R1, R26
+	MOVD R23, R24
+	LSR $0, R9, R25
+	CBZ R25, packTail
+packLoop:
+	FLDPQ 0(R26), (F0, F1)
+	FLDPQ 32(R26), (F2, F3)
+	WORD $0x4e411810 // uzp1 v16.8h, v0.8h, v1.8h
+	WORD $0x4e415811 // uzp2 v17.8h, v0.8h, v1.8h
+	WORD $0x4e431852 // uzp1 v18.8h, v2.8h, v3.8h
+	WORD $0x4e435853 // uzp2 v19.8h, v2.8h, v3.8h
+	FSTPQ (F16, F17), 0(R24)
+	FSTPQ (F18, F19), 32(R24)
+	ADD $64, R26
+	ADD $64, R24
+	SUBS $1, R25, R25
+	BNE packLoop
+packTail:
+packDone:
 	MOVD a_base+32(FP), R3
 	MOVD R0, R4
 	MOVD m+96(FP), R5
@@ -29626,7 +29568,7 @@ rows:
 	WORD $0x6f00e419 // movi v25.2d, #0
 	WORD $0x6f00e41a // movi v26.2d, #0
 	WORD $0x6f00e41b // movi v27.2d, #0
-	MOVD R1, R16
+	MOVD R23, R16
 	MOVD R9, R17
 	MOVD R3, R10
 	ADD R7, R10, R11
@@ -29641,9 +29583,7 @@ r5loop4:
 	FMOVQ.P 16(R12), F5
 	FMOVQ.P 16(R13), F6
 	FMOVQ.P 16(R14), F7
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
@@ -29664,9 +29604,7 @@ r5loop4:
 	WORD $0x6f868055 // fmlal2 v21.4s, v2.4h, v6.h[0]
 	WORD $0x4f870058 // fmlal v24.4s, v2.4h, v7.h[0]
 	WORD $0x6f878059 // fmlal2 v25.4s, v2.4h, v7.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
@@ -29687,9 +29625,7 @@ r5loop4:
 	WORD $0x6f868057 // fmlal2 v23.4s, v2.4h, v6.h[0]
 	WORD $0x4f87005a // fmlal v26.4s, v2.4h, v7.h[0]
 	WORD $0x6f87805b // fmlal2 v27.4s, v2.4h, v7.h[0]
-	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 64(R16), (F2, F1)
 	WORD $0x4fb30028 // fmlal v8.4s, v1.4h, v3.h[3]
 	WORD $0x6fb38029 // fmlal2 v9.4s, v1.4h, v3.h[3]
 	WORD $0x4fb4002c // fmlal v12.4s, v1.4h, v4.h[3]
@@ -29710,9 +29646,7 @@ r5loop4:
 	WORD $0x6fa68055 // fmlal2 v21.4s, v2.4h, v6.h[2]
 	WORD $0x4fa70058 // fmlal v24.4s, v2.4h, v7.h[2]
 	WORD $0x6fa78059 // fmlal2 v25.4s, v2.4h, v7.h[2]
-	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 96(R16), (F2, F1)
 	WORD $0x4fb3002a // fmlal v10.4s, v1.4h, v3.h[3]
 	WORD $0x6fb3802b // fmlal2 v11.4s, v1.4h, v3.h[3]
 	WORD $0x4fb4002e // fmlal v14.4s, v1.4h, v4.h[3]
@@ -29733,9 +29667,7 @@ r5loop4:
 	WORD $0x6fa68057 // fmlal2 v23.4s, v2.4h, v6.h[2]
 	WORD $0x4fa7005a // fmlal v26.4s, v2.4h, v7.h[2]
 	WORD $0x6fa7805b // fmlal2 v27.4s, v2.4h, v7.h[2]
-	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 128(R16), (F2, F1)
 	WORD $0x4f930828 // fmlal v8.4s, v1.4h, v3.h[5]
 	WORD $0x6f938829 // fmlal2 v9.4s, v1.4h, v3.h[5]
 	WORD $0x4f94082c // fmlal v12.4s, v1.4h, v4.h[5]
@@ -29756,9 +29688,7 @@ r5loop4:
 	WORD $0x6f868855 // fmlal2 v21.4s, v2.4h, v6.h[4]
 	WORD $0x4f870858 // fmlal v24.4s, v2.4h, v7.h[4]
 	WORD $0x6f878859 // fmlal2 v25.4s, v2.4h, v7.h[4]
-	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 160(R16), (F2, F1)
 	WORD $0x4f93082a // fmlal v10.4s, v1.4h, v3.h[5]
 	WORD $0x6f93882b // fmlal2 v11.4s, v1.4h, v3.h[5]
 	WORD $0x4f94082e // fmlal v14.4s, v1.4h, v4.h[5]
@@ -29779,9 +29709,7 @@ r5loop4:
 	WORD $0x6f868857 // fmlal2 v23.4s, v2.4h, v6.h[4]
 	WORD $0x4f87085a // fmlal v26.4s, v2.4h, v7.h[4]
 	WORD $0x6f87885b // fmlal2 v27.4s, v2.4h, v7.h[4]
-	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 192(R16), (F2, F1)
 	WORD $0x4fb30828 // fmlal v8.4s, v1.4h, v3.h[7]
 	WORD $0x6fb38829 // fmlal2 v9.4s, v1.4h, v3.h[7]
 	WORD $0x4fb4082c // fmlal v12.4s, v1.4h, v4.h[7]
@@ -29802,9 +29730,7 @@ r5loop4:
 	WORD $0x6fa68855 // fmlal2 v21.4s, v2.4h, v6.h[6]
 	WORD $0x4fa70858 // fmlal v24.4s, v2.4h, v7.h[6]
 	WORD $0x6fa78859 // fmlal2 v25.4s, v2.4h, v7.h[6]
-	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 224(R16), (F2, F1)
 	WORD $0x4fb3082a // fmlal v10.4s, v1.4h, v3.h[7]
 	WORD $0x6fb3882b // fmlal2 v11.4s, v1.4h, v3.h[7]
 	WORD $0x4fb4082e // fmlal v14.4s, v1.4h, v4.h[7]
@@ -29837,9 +29763,7 @@ r5loop1:
 	FMOVS.P 4(R12), F5
 	FMOVS.P 4(R13), F6
 	FMOVS.P 4(R14), F7
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
@@ -29860,9 +29784,7 @@ r5loop1:
 	WORD $0x6f868055 // fmlal2 v21.4s, v2.4h, v6.h[0]
 	WORD $0x4f870058 // fmlal v24.4s, v2.4h, v7.h[0]
 	WORD $0x6f878059 // fmlal2 v25.4s, v2.4h, v7.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
@@ -29964,7 +29886,7 @@ tile4:
 	WORD $0x6f00e415 // movi v21.2d, #0
 	WORD $0x6f00e416 // movi v22.2d, #0
 	WORD $0x6f00e417 // movi v23.2d, #0
-	MOVD R1, R16
+	MOVD R23, R16
 	MOVD R9, R17
 	MOVD R3, R10
 	ADD R7, R10, R11
@@ -29977,9 +29899,7 @@ r4loop4:
 	FMOVQ.P 16(R11), F4
 	FMOVQ.P 16(R12), F5
 	FMOVQ.P 16(R13), F6
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
@@ -29996,9 +29916,7 @@ r4loop4:
 	WORD $0x6f858051 // fmlal2 v17.4s, v2.4h, v5.h[0]
 	WORD $0x4f860054 // fmlal v20.4s, v2.4h, v6.h[0]
 	WORD $0x6f868055 // fmlal2 v21.4s, v2.4h, v6.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
@@ -30015,9 +29933,7 @@ r4loop4:
 	WORD $0x6f858053 // fmlal2 v19.4s, v2.4h, v5.h[0]
 	WORD $0x4f860056 // fmlal v22.4s, v2.4h, v6.h[0]
 	WORD $0x6f868057 // fmlal2 v23.4s, v2.4h, v6.h[0]
-	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 64(R16), (F2, F1)
 	WORD $0x4fb30028 // fmlal v8.4s, v1.4h, v3.h[3]
 	WORD $0x6fb38029 // fmlal2 v9.4s, v1.4h, v3.h[3]
 	WORD $0x4fb4002c // fmlal v12.4s, v1.4h, v4.h[3]
@@ -30034,9 +29950,7 @@ r4loop4:
 	WORD $0x6fa58051 // fmlal2 v17.4s, v2.4h, v5.h[2]
 	WORD $0x4fa60054 // fmlal v20.4s, v2.4h, v6.h[2]
 	WORD $0x6fa68055 // fmlal2 v21.4s, v2.4h, v6.h[2]
-	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 96(R16), (F2, F1)
 	WORD $0x4fb3002a // fmlal v10.4s, v1.4h, v3.h[3]
 	WORD $0x6fb3802b // fmlal2 v11.4s, v1.4h, v3.h[3]
 	WORD $0x4fb4002e // fmlal v14.4s, v1.4h, v4.h[3]
@@ -30053,9 +29967,7 @@ r4loop4:
 	WORD $0x6fa58053 // fmlal2 v19.4s, v2.4h, v5.h[2]
 	WORD $0x4fa60056 // fmlal v22.4s, v2.4h, v6.h[2]
 	WORD $0x6fa68057 // fmlal2 v23.4s, v2.4h, v6.h[2]
-	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 128(R16), (F2, F1)
 	WORD $0x4f930828 // fmlal v8.4s, v1.4h, v3.h[5]
 	WORD $0x6f938829 // fmlal2 v9.4s, v1.4h, v3.h[5]
 	WORD $0x4f94082c // fmlal v12.4s, v1.4h, v4.h[5]
@@ -30072,9 +29984,7 @@ r4loop4:
 	WORD $0x6f858851 // fmlal2 v17.4s, v2.4h, v5.h[4]
 	WORD $0x4f860854 // fmlal v20.4s, v2.4h, v6.h[4]
 	WORD $0x6f868855 // fmlal2 v21.4s, v2.4h, v6.h[4]
-	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 160(R16), (F2, F1)
 	WORD $0x4f93082a // fmlal v10.4s, v1.4h, v3.h[5]
 	WORD $0x6f93882b // fmlal2 v11.4s, v1.4h, v3.h[5]
 	WORD $0x4f94082e // fmlal v14.4s, v1.4h, v4.h[5]
@@ -30091,9 +30001,7 @@ r4loop4:
 	WORD $0x6f858853 // fmlal2 v19.4s, v2.4h, v5.h[4]
 	WORD $0x4f860856 // fmlal v22.4s, v2.4h, v6.h[4]
 	WORD $0x6f868857 // fmlal2 v23.4s, v2.4h, v6.h[4]
-	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 192(R16), (F2, F1)
 	WORD $0x4fb30828 // fmlal v8.4s, v1.4h, v3.h[7]
 	WORD $0x6fb38829 // fmlal2 v9.4s, v1.4h, v3.h[7]
 	WORD $0x4fb4082c // fmlal v12.4s, v1.4h, v4.h[7]
@@ -30110,9 +30018,7 @@ r4loop4:
 	WORD $0x6fa58851 // fmlal2 v17.4s, v2.4h, v5.h[6]
 	WORD $0x4fa60854 // fmlal v20.4s, v2.4h, v6.h[6]
 	WORD $0x6fa68855 // fmlal2 v21.4s, v2.4h, v6.h[6]
-	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 224(R16), (F2, F1)
 	WORD $0x4fb3082a // fmlal v10.4s, v1.4h, v3.h[7]
 	WORD $0x6fb3882b // fmlal2 v11.4s, v1.4h, v3.h[7]
 	WORD $0x4fb4082e // fmlal v14.4s, v1.4h, v4.h[7]
@@ -30140,9 +30046,7 @@ r4loop1:
 	FMOVS.P 4(R11), F4
 	FMOVS.P 4(R12), F5
 	FMOVS.P 4(R13), F6
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
@@ -30159,9 +30063,7 @@ r4loop1:
 	WORD $0x6f858051 // fmlal2 v17.4s, v2.4h, v5.h[0]
 	WORD $0x4f860054 // fmlal v20.4s, v2.4h, v6.h[0]
 	WORD $0x6f868055 // fmlal2 v21.4s, v2.4h, v6.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
@@ -30233,7 +30135,7 @@ tile3:
 	WORD $0x6f00e411 // movi v17.2d, #0
 	WORD $0x6f00e412 // movi v18.2d, #0
 	WORD $0x6f00e413 // movi v19.2d, #0
-	MOVD R1, R16
+	MOVD R23, R16
 	MOVD R9, R17
 	MOVD R3, R10
 	ADD R7, R10, R11
@@ -30244,9 +30146,7 @@ r3loop4:
 	FMOVQ.P 16(R10), F3
 	FMOVQ.P 16(R11), F4
 	FMOVQ.P 16(R12), F5
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
@@ -30259,9 +30159,7 @@ r3loop4:
 	WORD $0x6f84804d // fmlal2 v13.4s, v2.4h, v4.h[0]
 	WORD $0x4f850050 // fmlal v16.4s, v2.4h, v5.h[0]
 	WORD $0x6f858051 // fmlal2 v17.4s, v2.4h, v5.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
@@ -30274,9 +30172,7 @@ r3loop4:
 	WORD $0x6f84804f // fmlal2 v15.4s, v2.4h, v4.h[0]
 	WORD $0x4f850052 // fmlal v18.4s, v2.4h, v5.h[0]
 	WORD $0x6f858053 // fmlal2 v19.4s, v2.4h, v5.h[0]
-	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 64(R16), (F2, F1)
 	WORD $0x4fb30028 // fmlal v8.4s, v1.4h, v3.h[3]
 	WORD $0x6fb38029 // fmlal2 v9.4s, v1.4h, v3.h[3]
 	WORD $0x4fb4002c // fmlal v12.4s, v1.4h, v4.h[3]
@@ -30289,9 +30185,7 @@ r3loop4:
 	WORD $0x6fa4804d // fmlal2 v13.4s, v2.4h, v4.h[2]
 	WORD $0x4fa50050 // fmlal v16.4s, v2.4h, v5.h[2]
 	WORD $0x6fa58051 // fmlal2 v17.4s, v2.4h, v5.h[2]
-	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 96(R16), (F2, F1)
 	WORD $0x4fb3002a // fmlal v10.4s, v1.4h, v3.h[3]
 	WORD $0x6fb3802b // fmlal2 v11.4s, v1.4h, v3.h[3]
 	WORD $0x4fb4002e // fmlal v14.4s, v1.4h, v4.h[3]
@@ -30304,9 +30198,7 @@ r3loop4:
 	WORD $0x6fa4804f // fmlal2 v15.4s, v2.4h, v4.h[2]
 	WORD $0x4fa50052 // fmlal v18.4s, v2.4h, v5.h[2]
 	WORD $0x6fa58053 // fmlal2 v19.4s, v2.4h, v5.h[2]
-	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 128(R16), (F2, F1)
 	WORD $0x4f930828 // fmlal v8.4s, v1.4h, v3.h[5]
 	WORD $0x6f938829 // fmlal2 v9.4s, v1.4h, v3.h[5]
 	WORD $0x4f94082c // fmlal v12.4s, v1.4h, v4.h[5]
@@ -30319,9 +30211,7 @@ r3loop4:
 	WORD $0x6f84884d // fmlal2 v13.4s, v2.4h, v4.h[4]
 	WORD $0x4f850850 // fmlal v16.4s, v2.4h, v5.h[4]
 	WORD $0x6f858851 // fmlal2 v17.4s, v2.4h, v5.h[4]
-	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 160(R16), (F2, F1)
 	WORD $0x4f93082a // fmlal v10.4s, v1.4h, v3.h[5]
 	WORD $0x6f93882b // fmlal2 v11.4s, v1.4h, v3.h[5]
 	WORD $0x4f94082e // fmlal v14.4s, v1.4h, v4.h[5]
@@ -30334,9 +30224,7 @@ r3loop4:
 	WORD $0x6f84884f // fmlal2 v15.4s, v2.4h, v4.h[4]
 	WORD $0x4f850852 // fmlal v18.4s, v2.4h, v5.h[4]
 	WORD $0x6f858853 // fmlal2 v19.4s, v2.4h, v5.h[4]
-	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 192(R16), (F2, F1)
 	WORD $0x4fb30828 // fmlal v8.4s, v1.4h, v3.h[7]
 	WORD $0x6fb38829 // fmlal2 v9.4s, v1.4h, v3.h[7]
 	WORD $0x4fb4082c // fmlal v12.4s, v1.4h, v4.h[7]
@@ -30349,9 +30237,7 @@ r3loop4:
 	WORD $0x6fa4884d // fmlal2 v13.4s, v2.4h, v4.h[6]
 	WORD $0x4fa50850 // fmlal v16.4s, v2.4h, v5.h[6]
 	WORD $0x6fa58851 // fmlal2 v17.4s, v2.4h, v5.h[6]
-	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 224(R16), (F2, F1)
 	WORD $0x4fb3082a // fmlal v10.4s, v1.4h, v3.h[7]
 	WORD $0x6fb3882b // fmlal2 v11.4s, v1.4h, v3.h[7]
 	WORD $0x4fb4082e // fmlal v14.4s, v1.4h, v4.h[7]
@@ -30374,9 +30260,7 @@ r3loop1:
 	FMOVS.P 4(R10), F3
 	FMOVS.P 4(R11), F4
 	FMOVS.P 4(R12), F5
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
@@ -30389,9 +30273,7 @@ r3loop1:
 	WORD $0x6f84804d // fmlal2 v13.4s, v2.4h, v4.h[0]
 	WORD $0x4f850050 // fmlal v16.4s, v2.4h, v5.h[0]
 	WORD $0x6f858051 // fmlal2 v17.4s, v2.4h, v5.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
@@ -30446,7 +30328,7 @@ tile2:
 	WORD $0x6f00e40d // movi v13.2d, #0
 	WORD $0x6f00e40e // movi v14.2d, #0
 	WORD $0x6f00e40f // movi v15.2d, #0
-	MOVD R1, R16
+	MOVD R23, R16
 	MOVD R9, R17
 	MOVD R3, R10
 	ADD R7, R10, R11
@@ -30455,9 +30337,7 @@ tile2:
 r2loop4:
 	FMOVQ.P 16(R10), F3
 	FMOVQ.P 16(R11), F4
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
@@ -30466,9 +30346,7 @@ r2loop4:
 	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
 	WORD $0x4f84004c // fmlal v12.4s, v2.4h, v4.h[0]
 	WORD $0x6f84804d // fmlal2 v13.4s, v2.4h, v4.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
@@ -30477,9 +30355,7 @@ r2loop4:
 	WORD $0x6f83804b // fmlal2 v11.4s, v2.4h, v3.h[0]
 	WORD $0x4f84004e // fmlal v14.4s, v2.4h, v4.h[0]
 	WORD $0x6f84804f // fmlal2 v15.4s, v2.4h, v4.h[0]
-	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 64(R16), (F2, F1)
 	WORD $0x4fb30028 // fmlal v8.4s, v1.4h, v3.h[3]
 	WORD $0x6fb38029 // fmlal2 v9.4s, v1.4h, v3.h[3]
 	WORD $0x4fb4002c // fmlal v12.4s, v1.4h, v4.h[3]
@@ -30488,9 +30364,7 @@ r2loop4:
 	WORD $0x6fa38049 // fmlal2 v9.4s, v2.4h, v3.h[2]
 	WORD $0x4fa4004c // fmlal v12.4s, v2.4h, v4.h[2]
 	WORD $0x6fa4804d // fmlal2 v13.4s, v2.4h, v4.h[2]
-	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 96(R16), (F2, F1)
 	WORD $0x4fb3002a // fmlal v10.4s, v1.4h, v3.h[3]
 	WORD $0x6fb3802b // fmlal2 v11.4s, v1.4h, v3.h[3]
 	WORD $0x4fb4002e // fmlal v14.4s, v1.4h, v4.h[3]
@@ -30499,9 +30373,7 @@ r2loop4:
 	WORD $0x6fa3804b // fmlal2 v11.4s, v2.4h, v3.h[2]
 	WORD $0x4fa4004e // fmlal v14.4s, v2.4h, v4.h[2]
 	WORD $0x6fa4804f // fmlal2 v15.4s, v2.4h, v4.h[2]
-	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 128(R16), (F2, F1)
 	WORD $0x4f930828 // fmlal v8.4s, v1.4h, v3.h[5]
 	WORD $0x6f938829 // fmlal2 v9.4s, v1.4h, v3.h[5]
 	WORD $0x4f94082c // fmlal v12.4s, v1.4h, v4.h[5]
@@ -30510,9 +30382,7 @@ r2loop4:
 	WORD $0x6f838849 // fmlal2 v9.4s, v2.4h, v3.h[4]
 	WORD $0x4f84084c // fmlal v12.4s, v2.4h, v4.h[4]
 	WORD $0x6f84884d // fmlal2 v13.4s, v2.4h, v4.h[4]
-	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 160(R16), (F2, F1)
 	WORD $0x4f93082a // fmlal v10.4s, v1.4h, v3.h[5]
 	WORD $0x6f93882b // fmlal2 v11.4s, v1.4h, v3.h[5]
 	WORD $0x4f94082e // fmlal v14.4s, v1.4h, v4.h[5]
@@ -30521,9 +30391,7 @@ r2loop4:
 	WORD $0x6f83884b // fmlal2 v11.4s, v2.4h, v3.h[4]
 	WORD $0x4f84084e // fmlal v14.4s, v2.4h, v4.h[4]
 	WORD $0x6f84884f // fmlal2 v15.4s, v2.4h, v4.h[4]
-	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 192(R16), (F2, F1)
 	WORD $0x4fb30828 // fmlal v8.4s, v1.4h, v3.h[7]
 	WORD $0x6fb38829 // fmlal2 v9.4s, v1.4h, v3.h[7]
 	WORD $0x4fb4082c // fmlal v12.4s, v1.4h, v4.h[7]
@@ -30532,9 +30400,7 @@ r2loop4:
 	WORD $0x6fa38849 // fmlal2 v9.4s, v2.4h, v3.h[6]
 	WORD $0x4fa4084c // fmlal v12.4s, v2.4h, v4.h[6]
 	WORD $0x6fa4884d // fmlal2 v13.4s, v2.4h, v4.h[6]
-	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 224(R16), (F2, F1)
 	WORD $0x4fb3082a // fmlal v10.4s, v1.4h, v3.h[7]
 	WORD $0x6fb3882b // fmlal2 v11.4s, v1.4h, v3.h[7]
 	WORD $0x4fb4082e // fmlal v14.4s, v1.4h, v4.h[7]
@@ -30552,9 +30418,7 @@ r2tail:
 r2loop1:
 	FMOVS.P 4(R10), F3
 	FMOVS.P 4(R11), F4
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002c // fmlal v12.4s, v1.4h, v4.h[1]
@@ -30563,9 +30427,7 @@ r2loop1:
 	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
 	WORD $0x4f84004c // fmlal v12.4s, v2.4h, v4.h[0]
 	WORD $0x6f84804d // fmlal2 v13.4s, v2.4h, v4.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f94002e // fmlal v14.4s, v1.4h, v4.h[1]
@@ -30603,65 +30465,49 @@ tile1:
 	WORD $0x6f00e409 // movi v9.2d, #0
 	WORD $0x6f00e40a // movi v10.2d, #0
 	WORD $0x6f00e40b // movi v11.2d, #0
-	MOVD R1, R16
+	MOVD R23, R16
 	MOVD R9, R17
 	MOVD R3, R10
 	CMP $4, R17
 	BLT r1tail
 r1loop4:
 	FMOVQ.P 16(R10), F3
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f830048 // fmlal v8.4s, v2.4h, v3.h[0]
 	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f83004a // fmlal v10.4s, v2.4h, v3.h[0]
 	WORD $0x6f83804b // fmlal2 v11.4s, v2.4h, v3.h[0]
-	FLDPQ 64(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 64(R16), (F2, F1)
 	WORD $0x4fb30028 // fmlal v8.4s, v1.4h, v3.h[3]
 	WORD $0x6fb38029 // fmlal2 v9.4s, v1.4h, v3.h[3]
 	WORD $0x4fa30048 // fmlal v8.4s, v2.4h, v3.h[2]
 	WORD $0x6fa38049 // fmlal2 v9.4s, v2.4h, v3.h[2]
-	FLDPQ 96(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 96(R16), (F2, F1)
 	WORD $0x4fb3002a // fmlal v10.4s, v1.4h, v3.h[3]
 	WORD $0x6fb3802b // fmlal2 v11.4s, v1.4h, v3.h[3]
 	WORD $0x4fa3004a // fmlal v10.4s, v2.4h, v3.h[2]
 	WORD $0x6fa3804b // fmlal2 v11.4s, v2.4h, v3.h[2]
-	FLDPQ 128(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 128(R16), (F2, F1)
 	WORD $0x4f930828 // fmlal v8.4s, v1.4h, v3.h[5]
 	WORD $0x6f938829 // fmlal2 v9.4s, v1.4h, v3.h[5]
 	WORD $0x4f830848 // fmlal v8.4s, v2.4h, v3.h[4]
 	WORD $0x6f838849 // fmlal2 v9.4s, v2.4h, v3.h[4]
-	FLDPQ 160(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 160(R16), (F2, F1)
 	WORD $0x4f93082a // fmlal v10.4s, v1.4h, v3.h[5]
 	WORD $0x6f93882b // fmlal2 v11.4s, v1.4h, v3.h[5]
 	WORD $0x4f83084a // fmlal v10.4s, v2.4h, v3.h[4]
 	WORD $0x6f83884b // fmlal2 v11.4s, v2.4h, v3.h[4]
-	FLDPQ 192(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 192(R16), (F2, F1)
 	WORD $0x4fb30828 // fmlal v8.4s, v1.4h, v3.h[7]
 	WORD $0x6fb38829 // fmlal2 v9.4s, v1.4h, v3.h[7]
 	WORD $0x4fa30848 // fmlal v8.4s, v2.4h, v3.h[6]
 	WORD $0x6fa38849 // fmlal2 v9.4s, v2.4h, v3.h[6]
-	FLDPQ 224(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 224(R16), (F2, F1)
 	WORD $0x4fb3082a // fmlal v10.4s, v1.4h, v3.h[7]
 	WORD $0x6fb3882b // fmlal2 v11.4s, v1.4h, v3.h[7]
 	WORD $0x4fa3084a // fmlal v10.4s, v2.4h, v3.h[6]
@@ -30674,16 +30520,12 @@ r1tail:
 	CBZ R17, r1store
 r1loop1:
 	FMOVS.P 4(R10), F3
-	FLDPQ 0(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 0(R16), (F2, F1)
 	WORD $0x4f930028 // fmlal v8.4s, v1.4h, v3.h[1]
 	WORD $0x6f938029 // fmlal2 v9.4s, v1.4h, v3.h[1]
 	WORD $0x4f830048 // fmlal v8.4s, v2.4h, v3.h[0]
 	WORD $0x6f838049 // fmlal2 v9.4s, v2.4h, v3.h[0]
-	FLDPQ 32(R16), (F0, F1)
-	WORD $0x4e411802 // uzp1 v2.8h, v0.8h, v1.8h
-	WORD $0x4e415801 // uzp2 v1.8h, v0.8h, v1.8h
+	FLDPQ 32(R16), (F2, F1)
 	WORD $0x4f93002a // fmlal v10.4s, v1.4h, v3.h[1]
 	WORD $0x6f93802b // fmlal2 v11.4s, v1.4h, v3.h[1]
 	WORD $0x4f83004a // fmlal v10.4s, v2.4h, v3.h[0]
@@ -30701,6 +30543,1604 @@ r1store:
 	WORD $0x4e23d56b // fadd v11.4s, v11.4s, v3.4s
 	FSTPQ (F8, F9), (R22)
 	FSTPQ (F10, F11), 32(R22)
+	B colNext
+colNext:
+	ADD $64, R0
+	ADD R8, R1
+	SUBS $16, R2, R2
+	BNE cols
+	RET
+
+// mulBF16MMLANEON sets C = A·B (see Half.Mul) by BFMMLA: A m×k BF16MMLA, B in the pair layout
+// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds. buf holds 16·(k rounded up to 4) elements.
+// Inner loop, per 2 pairs of a 6×16 tile: 6 LDR D + 4 LDP Q + 3 ZIP + 24 BFMMLA (24 chains).
+TEXT ·mulBF16MMLANEON(SB), NOSPLIT|NOFRAME, $0-144
+	MOVD b_base+64(FP), R1
+	MOVD c_base+0(FP), R0
+	MOVD n+104(FP), R2
+	MOVD k+112(FP), R9
+	MOVD ldc+24(FP), R6
+	LSL $2, R6
+	MOVD lda+56(FP), R7
+	LSL $1, R7
+	MOVD ldb+88(FP), R8
+	LSL $1, R8
+	LSR $1, R9
+	MOVD $6, R23
+	MUL R23, R7, R19
+	MUL R23, R6, R20
+	MOVD buf_base+120(FP), R23
+cols:
+	// The strip of B repacked into buf.
+	MOVD R1, R26
+	MOVD R23, R24
+	LSR $1, R9, R25
+	CBZ R25, packTail
+packLoop:
+	FLDPQ 0(R26), (F0, F1)
+	FLDPQ 32(R26), (F2, F3)
+	FLDPQ 64(R26), (F4, F5)
+	FLDPQ 96(R26), (F6, F7)
+	WORD $0x4e843810 // zip1 v16.4s, v0.4s, v4.4s
+	WORD $0x4e847811 // zip2 v17.4s, v0.4s, v4.4s
+	WORD $0x4e853832 // zip1 v18.4s, v1.4s, v5.4s
+	WORD $0x4e857833 // zip2 v19.4s, v1.4s, v5.4s
+	WORD $0x4e863854 // zip1 v20.4s, v2.4s, v6.4s
+	WORD $0x4e867855 // zip2 v21.4s, v2.4s, v6.4s
+	WORD $0x4e873876 // zip1 v22.4s, v3.4s, v7.4s
+	WORD $0x4e877877 // zip2 v23.4s, v3.4s, v7.4s
+	FSTPQ (F16, F17), 0(R24)
+	FSTPQ (F18, F19), 32(R24)
+	FSTPQ (F20, F21), 64(R24)
+	FSTPQ (F22, F23), 96(R24)
+	ADD $128, R26
+	ADD $128, R24
+	SUBS $1, R25, R25
+	BNE packLoop
+packTail:
+	TBZ $0, R9, packDone
+	FLDPQ (R26), (F0, F1)
+	FLDPQ 32(R26), (F2, F3)
+	WORD $0x6f00e404 // movi v4.2d, #0
+	WORD $0x6f00e405 // movi v5.2d, #0
+	WORD $0x6f00e406 // movi v6.2d, #0
+	WORD $0x6f00e407 // movi v7.2d, #0
+	WORD $0x4e843810 // zip1 v16.4s, v0.4s, v4.4s
+	WORD $0x4e847811 // zip2 v17.4s, v0.4s, v4.4s
+	WORD $0x4e853832 // zip1 v18.4s, v1.4s, v5.4s
+	WORD $0x4e857833 // zip2 v19.4s, v1.4s, v5.4s
+	WORD $0x4e863854 // zip1 v20.4s, v2.4s, v6.4s
+	WORD $0x4e867855 // zip2 v21.4s, v2.4s, v6.4s
+	WORD $0x4e873876 // zip1 v22.4s, v3.4s, v7.4s
+	WORD $0x4e877877 // zip2 v23.4s, v3.4s, v7.4s
+	FSTPQ (F16, F17), 0(R24)
+	FSTPQ (F18, F19), 32(R24)
+	FSTPQ (F20, F21), 64(R24)
+	FSTPQ (F22, F23), 96(R24)
+packDone:
+	MOVD a_base+32(FP), R3
+	MOVD R0, R4
+	MOVD m+96(FP), R5
+rows:
+	CMP $6, R5
+	BLT rowsTail
+	// Tile: 6 rows × 16 columns, 24 BFMMLA accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
+	WORD $0x6f00e41c // movi v28.2d, #0
+	WORD $0x6f00e41d // movi v29.2d, #0
+	WORD $0x6f00e41e // movi v30.2d, #0
+	WORD $0x6f00e41f // movi v31.2d, #0
+	MOVD R23, R16
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	ADD R7, R12, R13
+	ADD R7, R13, R14
+	ADD R7, R14, R15
+	LSR $1, R9, R17
+	CBZ R17, r6tail
+r6loop:
+	FMOVD.P 8(R10), F0
+	FMOVD.P 8(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVD.P 8(R12), F1
+	FMOVD.P 8(R13), F3
+	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
+	FMOVD.P 8(R14), F2
+	FMOVD.P 8(R15), F3
+	WORD $0x4ec33842 // zip1 v2.2d, v2.2d, v3.2d
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
+	WORD $0x6e44ec58 // bfmmla v24.4s, v2.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
+	WORD $0x6e45ec59 // bfmmla v25.4s, v2.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e46ec5a // bfmmla v26.4s, v2.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
+	WORD $0x6e47ec5b // bfmmla v27.4s, v2.8h, v7.8h
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
+	WORD $0x6e44ec5c // bfmmla v28.4s, v2.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
+	WORD $0x6e45ec5d // bfmmla v29.4s, v2.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e46ec5e // bfmmla v30.4s, v2.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
+	WORD $0x6e47ec5f // bfmmla v31.4s, v2.8h, v7.8h
+	ADD $128, R16
+	SUBS $1, R17, R17
+	BNE r6loop
+r6tail:
+	TBZ $0, R9, r6store
+	FMOVS.P 4(R10), F0
+	FMOVS.P 4(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVS.P 4(R12), F1
+	FMOVS.P 4(R13), F3
+	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
+	FMOVS.P 4(R14), F2
+	FMOVS.P 4(R15), F3
+	WORD $0x4ec33842 // zip1 v2.2d, v2.2d, v3.2d
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
+	WORD $0x6e44ec58 // bfmmla v24.4s, v2.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
+	WORD $0x6e45ec59 // bfmmla v25.4s, v2.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e46ec5a // bfmmla v26.4s, v2.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
+	WORD $0x6e47ec5b // bfmmla v27.4s, v2.8h, v7.8h
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
+	WORD $0x6e44ec5c // bfmmla v28.4s, v2.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
+	WORD $0x6e45ec5d // bfmmla v29.4s, v2.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e46ec5e // bfmmla v30.4s, v2.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
+	WORD $0x6e47ec5f // bfmmla v31.4s, v2.8h, v7.8h
+r6store:
+	MOVD R4, R22
+	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
+	WORD $0x4ec97904 // zip2 v4.2d, v8.2d, v9.2d
+	WORD $0x4ecb3941 // zip1 v1.2d, v10.2d, v11.2d
+	WORD $0x4ecb7945 // zip2 v5.2d, v10.2d, v11.2d
+	WORD $0x4ecd3982 // zip1 v2.2d, v12.2d, v13.2d
+	WORD $0x4ecd7986 // zip2 v6.2d, v12.2d, v13.2d
+	WORD $0x4ecf39c3 // zip1 v3.2d, v14.2d, v15.2d
+	WORD $0x4ecf79c7 // zip2 v7.2d, v14.2d, v15.2d
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	ADD R6, R22
+	WORD $0x4ed13a00 // zip1 v0.2d, v16.2d, v17.2d
+	WORD $0x4ed17a04 // zip2 v4.2d, v16.2d, v17.2d
+	WORD $0x4ed33a41 // zip1 v1.2d, v18.2d, v19.2d
+	WORD $0x4ed37a45 // zip2 v5.2d, v18.2d, v19.2d
+	WORD $0x4ed53a82 // zip1 v2.2d, v20.2d, v21.2d
+	WORD $0x4ed57a86 // zip2 v6.2d, v20.2d, v21.2d
+	WORD $0x4ed73ac3 // zip1 v3.2d, v22.2d, v23.2d
+	WORD $0x4ed77ac7 // zip2 v7.2d, v22.2d, v23.2d
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	ADD R6, R22
+	WORD $0x4ed93b00 // zip1 v0.2d, v24.2d, v25.2d
+	WORD $0x4ed97b04 // zip2 v4.2d, v24.2d, v25.2d
+	WORD $0x4edb3b41 // zip1 v1.2d, v26.2d, v27.2d
+	WORD $0x4edb7b45 // zip2 v5.2d, v26.2d, v27.2d
+	WORD $0x4edd3b82 // zip1 v2.2d, v28.2d, v29.2d
+	WORD $0x4edd7b86 // zip2 v6.2d, v28.2d, v29.2d
+	WORD $0x4edf3bc3 // zip1 v3.2d, v30.2d, v31.2d
+	WORD $0x4edf7bc7 // zip2 v7.2d, v30.2d, v31.2d
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	ADD R19, R3
+	ADD R20, R4
+	SUB $6, R5
+	B rows
+rowsTail:
+	CMP $5, R5
+	BEQ tile5
+	CMP $4, R5
+	BEQ tile4
+	CMP $3, R5
+	BEQ tile3
+	CMP $2, R5
+	BEQ tile2
+	CMP $1, R5
+	BEQ tile1
+	B colNext
+tile5:
+	// Tile: 5 rows × 16 columns, 24 BFMMLA accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
+	WORD $0x6f00e41c // movi v28.2d, #0
+	WORD $0x6f00e41d // movi v29.2d, #0
+	WORD $0x6f00e41e // movi v30.2d, #0
+	WORD $0x6f00e41f // movi v31.2d, #0
+	MOVD R23, R16
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	ADD R7, R12, R13
+	ADD R7, R13, R14
+	LSR $1, R9, R17
+	CBZ R17, r5tail
+r5loop:
+	FMOVD.P 8(R10), F0
+	FMOVD.P 8(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVD.P 8(R12), F1
+	FMOVD.P 8(R13), F3
+	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
+	FMOVD.P 8(R14), F2
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
+	WORD $0x6e44ec58 // bfmmla v24.4s, v2.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
+	WORD $0x6e45ec59 // bfmmla v25.4s, v2.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e46ec5a // bfmmla v26.4s, v2.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
+	WORD $0x6e47ec5b // bfmmla v27.4s, v2.8h, v7.8h
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
+	WORD $0x6e44ec5c // bfmmla v28.4s, v2.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
+	WORD $0x6e45ec5d // bfmmla v29.4s, v2.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e46ec5e // bfmmla v30.4s, v2.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
+	WORD $0x6e47ec5f // bfmmla v31.4s, v2.8h, v7.8h
+	ADD $128, R16
+	SUBS $1, R17, R17
+	BNE r5loop
+r5tail:
+	TBZ $0, R9, r5store
+	FMOVS.P 4(R10), F0
+	FMOVS.P 4(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVS.P 4(R12), F1
+	FMOVS.P 4(R13), F3
+	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
+	FMOVS.P 4(R14), F2
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
+	WORD $0x6e44ec58 // bfmmla v24.4s, v2.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
+	WORD $0x6e45ec59 // bfmmla v25.4s, v2.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e46ec5a // bfmmla v26.4s, v2.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
+	WORD $0x6e47ec5b // bfmmla v27.4s, v2.8h, v7.8h
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
+	WORD $0x6e44ec5c // bfmmla v28.4s, v2.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
+	WORD $0x6e45ec5d // bfmmla v29.4s, v2.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e46ec5e // bfmmla v30.4s, v2.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
+	WORD $0x6e47ec5f // bfmmla v31.4s, v2.8h, v7.8h
+r5store:
+	MOVD R4, R22
+	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
+	WORD $0x4ec97904 // zip2 v4.2d, v8.2d, v9.2d
+	WORD $0x4ecb3941 // zip1 v1.2d, v10.2d, v11.2d
+	WORD $0x4ecb7945 // zip2 v5.2d, v10.2d, v11.2d
+	WORD $0x4ecd3982 // zip1 v2.2d, v12.2d, v13.2d
+	WORD $0x4ecd7986 // zip2 v6.2d, v12.2d, v13.2d
+	WORD $0x4ecf39c3 // zip1 v3.2d, v14.2d, v15.2d
+	WORD $0x4ecf79c7 // zip2 v7.2d, v14.2d, v15.2d
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	ADD R6, R22
+	WORD $0x4ed13a00 // zip1 v0.2d, v16.2d, v17.2d
+	WORD $0x4ed17a04 // zip2 v4.2d, v16.2d, v17.2d
+	WORD $0x4ed33a41 // zip1 v1.2d, v18.2d, v19.2d
+	WORD $0x4ed37a45 // zip2 v5.2d, v18.2d, v19.2d
+	WORD $0x4ed53a82 // zip1 v2.2d, v20.2d, v21.2d
+	WORD $0x4ed57a86 // zip2 v6.2d, v20.2d, v21.2d
+	WORD $0x4ed73ac3 // zip1 v3.2d, v22.2d, v23.2d
+	WORD $0x4ed77ac7 // zip2 v7.2d, v22.2d, v23.2d
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	ADD R6, R22
+	WORD $0x4ed93b00 // zip1 v0.2d, v24.2d, v25.2d
+	WORD $0x4edb3b41 // zip1 v1.2d, v26.2d, v27.2d
+	WORD $0x4edd3b82 // zip1 v2.2d, v28.2d, v29.2d
+	WORD $0x4edf3bc3 // zip1 v3.2d, v30.2d, v31.2d
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	B colNext
+tile4:
+	// Tile: 4 rows × 16 columns, 16 BFMMLA accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	MOVD R23, R16
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	ADD R7, R12, R13
+	LSR $1, R9, R17
+	CBZ R17, r4tail
+r4loop:
+	FMOVD.P 8(R10), F0
+	FMOVD.P 8(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVD.P 8(R12), F1
+	FMOVD.P 8(R13), F3
+	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
+	ADD $128, R16
+	SUBS $1, R17, R17
+	BNE r4loop
+r4tail:
+	TBZ $0, R9, r4store
+	FMOVS.P 4(R10), F0
+	FMOVS.P 4(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVS.P 4(R12), F1
+	FMOVS.P 4(R13), F3
+	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
+r4store:
+	MOVD R4, R22
+	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
+	WORD $0x4ec97904 // zip2 v4.2d, v8.2d, v9.2d
+	WORD $0x4ecb3941 // zip1 v1.2d, v10.2d, v11.2d
+	WORD $0x4ecb7945 // zip2 v5.2d, v10.2d, v11.2d
+	WORD $0x4ecd3982 // zip1 v2.2d, v12.2d, v13.2d
+	WORD $0x4ecd7986 // zip2 v6.2d, v12.2d, v13.2d
+	WORD $0x4ecf39c3 // zip1 v3.2d, v14.2d, v15.2d
+	WORD $0x4ecf79c7 // zip2 v7.2d, v14.2d, v15.2d
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	ADD R6, R22
+	WORD $0x4ed13a00 // zip1 v0.2d, v16.2d, v17.2d
+	WORD $0x4ed17a04 // zip2 v4.2d, v16.2d, v17.2d
+	WORD $0x4ed33a41 // zip1 v1.2d, v18.2d, v19.2d
+	WORD $0x4ed37a45 // zip2 v5.2d, v18.2d, v19.2d
+	WORD $0x4ed53a82 // zip1 v2.2d, v20.2d, v21.2d
+	WORD $0x4ed57a86 // zip2 v6.2d, v20.2d, v21.2d
+	WORD $0x4ed73ac3 // zip1 v3.2d, v22.2d, v23.2d
+	WORD $0x4ed77ac7 // zip2 v7.2d, v22.2d, v23.2d
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	B colNext
+tile3:
+	// Tile: 3 rows × 16 columns, 16 BFMMLA accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	MOVD R23, R16
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	LSR $1, R9, R17
+	CBZ R17, r3tail
+r3loop:
+	FMOVD.P 8(R10), F0
+	FMOVD.P 8(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVD.P 8(R12), F1
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
+	ADD $128, R16
+	SUBS $1, R17, R17
+	BNE r3loop
+r3tail:
+	TBZ $0, R9, r3store
+	FMOVS.P 4(R10), F0
+	FMOVS.P 4(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVS.P 4(R12), F1
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
+r3store:
+	MOVD R4, R22
+	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
+	WORD $0x4ec97904 // zip2 v4.2d, v8.2d, v9.2d
+	WORD $0x4ecb3941 // zip1 v1.2d, v10.2d, v11.2d
+	WORD $0x4ecb7945 // zip2 v5.2d, v10.2d, v11.2d
+	WORD $0x4ecd3982 // zip1 v2.2d, v12.2d, v13.2d
+	WORD $0x4ecd7986 // zip2 v6.2d, v12.2d, v13.2d
+	WORD $0x4ecf39c3 // zip1 v3.2d, v14.2d, v15.2d
+	WORD $0x4ecf79c7 // zip2 v7.2d, v14.2d, v15.2d
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	ADD R6, R22
+	WORD $0x4ed13a00 // zip1 v0.2d, v16.2d, v17.2d
+	WORD $0x4ed33a41 // zip1 v1.2d, v18.2d, v19.2d
+	WORD $0x4ed53a82 // zip1 v2.2d, v20.2d, v21.2d
+	WORD $0x4ed73ac3 // zip1 v3.2d, v22.2d, v23.2d
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	B colNext
+tile2:
+	// Tile: 2 rows × 16 columns, 8 BFMMLA accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	MOVD R23, R16
+	MOVD R3, R10
+	ADD R7, R10, R11
+	LSR $1, R9, R17
+	CBZ R17, r2tail
+r2loop:
+	FMOVD.P 8(R10), F0
+	FMOVD.P 8(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	ADD $128, R16
+	SUBS $1, R17, R17
+	BNE r2loop
+r2tail:
+	TBZ $0, R9, r2store
+	FMOVS.P 4(R10), F0
+	FMOVS.P 4(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+r2store:
+	MOVD R4, R22
+	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
+	WORD $0x4ec97904 // zip2 v4.2d, v8.2d, v9.2d
+	WORD $0x4ecb3941 // zip1 v1.2d, v10.2d, v11.2d
+	WORD $0x4ecb7945 // zip2 v5.2d, v10.2d, v11.2d
+	WORD $0x4ecd3982 // zip1 v2.2d, v12.2d, v13.2d
+	WORD $0x4ecd7986 // zip2 v6.2d, v12.2d, v13.2d
+	WORD $0x4ecf39c3 // zip1 v3.2d, v14.2d, v15.2d
+	WORD $0x4ecf79c7 // zip2 v7.2d, v14.2d, v15.2d
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	B colNext
+tile1:
+	// Tile: 1 rows × 16 columns, 8 BFMMLA accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	MOVD R23, R16
+	MOVD R3, R10
+	LSR $1, R9, R17
+	CBZ R17, r1tail
+r1loop:
+	FMOVD.P 8(R10), F0
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	ADD $128, R16
+	SUBS $1, R17, R17
+	BNE r1loop
+r1tail:
+	TBZ $0, R9, r1store
+	FMOVS.P 4(R10), F0
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+r1store:
+	MOVD R4, R22
+	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
+	WORD $0x4ecb3941 // zip1 v1.2d, v10.2d, v11.2d
+	WORD $0x4ecd3982 // zip1 v2.2d, v12.2d, v13.2d
+	WORD $0x4ecf39c3 // zip1 v3.2d, v14.2d, v15.2d
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	B colNext
+colNext:
+	ADD $64, R0
+	ADD R8, R1
+	SUBS $16, R2, R2
+	BNE cols
+	RET
+
+// mulAddBF16MMLANEON adds A·B to C (see Half.Mul) by BFMMLA: A m×k BF16MMLA, B in the pair layout
+// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds. buf holds 16·(k rounded up to 4) elements.
+// Inner loop, per 2 pairs of a 6×16 tile: 6 LDR D + 4 LDP Q + 3 ZIP + 24 BFMMLA (24 chains).
+TEXT ·mulAddBF16MMLANEON(SB), NOSPLIT|NOFRAME, $0-144
+	MOVD b_base+64(FP), R1
+	MOVD c_base+0(FP), R0
+	MOVD n+104(FP), R2
+	MOVD k+112(FP), R9
+	MOVD ldc+24(FP), R6
+	LSL $2, R6
+	MOVD lda+56(FP), R7
+	LSL $1, R7
+	MOVD ldb+88(FP), R8
+	LSL $1, R8
+	LSR $1, R9
+	MOVD $6, R23
+	MUL R23, R7, R19
+	MUL R23, R6, R20
+	MOVD buf_base+120(FP), R23
+cols:
+	// The strip of B repacked into buf.
+	MOVD R1, R26
+	MOVD R23, R24
+	LSR $1, R9, R25
+	CBZ R25, packTail
+packLoop:
+	FLDPQ 0(R26), (F0, F1)
+	FLDPQ 32(R26), (F2, F3)
+	FLDPQ 64(R26), (F4, F5)
+	FLDPQ 96(R26), (F6, F7)
+	WORD $0x4e843810 // zip1 v16.4s, v0.4s, v4.4s
+	WORD $0x4e847811 // zip2 v17.4s, v0.4s, v4.4s
+	WORD $0x4e853832 // zip1 v18.4s, v1.4s, v5.4s
+	WORD $0x4e857833 // zip2 v19.4s, v1.4s, v5.4s
+	WORD $0x4e863854 // zip1 v20.4s, v2.4s, v6.4s
+	WORD $0x4e867855 // zip2 v21.4s, v2.4s, v6.4s
+	WORD $0x4e873876 // zip1 v22.4s, v3.4s, v7.4s
+	WORD $0x4e877877 // zip2 v23.4s, v3.4s, v7.4s
+	FSTPQ (F16, F17), 0(R24)
+	FSTPQ (F18, F19), 32(R24)
+	FSTPQ (F20, F21), 64(R24)
+	FSTPQ (F22, F23), 96(R24)
+	ADD $128, R26
+	ADD $128, R24
+	SUBS $1, R25, R25
+	BNE packLoop
+packTail:
+	TBZ $0, R9, packDone
+	FLDPQ (R26), (F0, F1)
+	FLDPQ 32(R26), (F2, F3)
+	WORD $0x6f00e404 // movi v4.2d, #0
+	WORD $0x6f00e405 // movi v5.2d, #0
+	WORD $0x6f00e406 // movi v6.2d, #0
+	WORD $0x6f00e407 // movi v7.2d, #0
+	WORD $0x4e843810 // zip1 v16.4s, v0.4s, v4.4s
+	WORD $0x4e847811 // zip2 v17.4s, v0.4s, v4.4s
+	WORD $0x4e853832 // zip1 v18.4s, v1.4s, v5.4s
+	WORD $0x4e857833 // zip2 v19.4s, v1.4s, v5.4s
+	WORD $0x4e863854 // zip1 v20.4s, v2.4s, v6.4s
+	WORD $0x4e867855 // zip2 v21.4s, v2.4s, v6.4s
+	WORD $0x4e873876 // zip1 v22.4s, v3.4s, v7.4s
+	WORD $0x4e877877 // zip2 v23.4s, v3.4s, v7.4s
+	FSTPQ (F16, F17), 0(R24)
+	FSTPQ (F18, F19), 32(R24)
+	FSTPQ (F20, F21), 64(R24)
+	FSTPQ (F22, F23), 96(R24)
+packDone:
+	MOVD a_base+32(FP), R3
+	MOVD R0, R4
+	MOVD m+96(FP), R5
+rows:
+	CMP $6, R5
+	BLT rowsTail
+	// Tile: 6 rows × 16 columns, 24 BFMMLA accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
+	WORD $0x6f00e41c // movi v28.2d, #0
+	WORD $0x6f00e41d // movi v29.2d, #0
+	WORD $0x6f00e41e // movi v30.2d, #0
+	WORD $0x6f00e41f // movi v31.2d, #0
+	MOVD R23, R16
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	ADD R7, R12, R13
+	ADD R7, R13, R14
+	ADD R7, R14, R15
+	LSR $1, R9, R17
+	CBZ R17, r6tail
+r6loop:
+	FMOVD.P 8(R10), F0
+	FMOVD.P 8(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVD.P 8(R12), F1
+	FMOVD.P 8(R13), F3
+	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
+	FMOVD.P 8(R14), F2
+	FMOVD.P 8(R15), F3
+	WORD $0x4ec33842 // zip1 v2.2d, v2.2d, v3.2d
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
+	WORD $0x6e44ec58 // bfmmla v24.4s, v2.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
+	WORD $0x6e45ec59 // bfmmla v25.4s, v2.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e46ec5a // bfmmla v26.4s, v2.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
+	WORD $0x6e47ec5b // bfmmla v27.4s, v2.8h, v7.8h
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
+	WORD $0x6e44ec5c // bfmmla v28.4s, v2.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
+	WORD $0x6e45ec5d // bfmmla v29.4s, v2.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e46ec5e // bfmmla v30.4s, v2.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
+	WORD $0x6e47ec5f // bfmmla v31.4s, v2.8h, v7.8h
+	ADD $128, R16
+	SUBS $1, R17, R17
+	BNE r6loop
+r6tail:
+	TBZ $0, R9, r6store
+	FMOVS.P 4(R10), F0
+	FMOVS.P 4(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVS.P 4(R12), F1
+	FMOVS.P 4(R13), F3
+	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
+	FMOVS.P 4(R14), F2
+	FMOVS.P 4(R15), F3
+	WORD $0x4ec33842 // zip1 v2.2d, v2.2d, v3.2d
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
+	WORD $0x6e44ec58 // bfmmla v24.4s, v2.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
+	WORD $0x6e45ec59 // bfmmla v25.4s, v2.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e46ec5a // bfmmla v26.4s, v2.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
+	WORD $0x6e47ec5b // bfmmla v27.4s, v2.8h, v7.8h
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
+	WORD $0x6e44ec5c // bfmmla v28.4s, v2.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
+	WORD $0x6e45ec5d // bfmmla v29.4s, v2.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e46ec5e // bfmmla v30.4s, v2.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
+	WORD $0x6e47ec5f // bfmmla v31.4s, v2.8h, v7.8h
+r6store:
+	MOVD R4, R22
+	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
+	WORD $0x4ec97904 // zip2 v4.2d, v8.2d, v9.2d
+	WORD $0x4ecb3941 // zip1 v1.2d, v10.2d, v11.2d
+	WORD $0x4ecb7945 // zip2 v5.2d, v10.2d, v11.2d
+	WORD $0x4ecd3982 // zip1 v2.2d, v12.2d, v13.2d
+	WORD $0x4ecd7986 // zip2 v6.2d, v12.2d, v13.2d
+	WORD $0x4ecf39c3 // zip1 v3.2d, v14.2d, v15.2d
+	WORD $0x4ecf79c7 // zip2 v7.2d, v14.2d, v15.2d
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	WORD $0x4e28d400 // fadd v0.4s, v0.4s, v8.4s
+	WORD $0x4e29d421 // fadd v1.4s, v1.4s, v9.4s
+	WORD $0x4e2ad442 // fadd v2.4s, v2.4s, v10.4s
+	WORD $0x4e2bd463 // fadd v3.4s, v3.4s, v11.4s
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	WORD $0x4e28d484 // fadd v4.4s, v4.4s, v8.4s
+	WORD $0x4e29d4a5 // fadd v5.4s, v5.4s, v9.4s
+	WORD $0x4e2ad4c6 // fadd v6.4s, v6.4s, v10.4s
+	WORD $0x4e2bd4e7 // fadd v7.4s, v7.4s, v11.4s
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	ADD R6, R22
+	WORD $0x4ed13a00 // zip1 v0.2d, v16.2d, v17.2d
+	WORD $0x4ed17a04 // zip2 v4.2d, v16.2d, v17.2d
+	WORD $0x4ed33a41 // zip1 v1.2d, v18.2d, v19.2d
+	WORD $0x4ed37a45 // zip2 v5.2d, v18.2d, v19.2d
+	WORD $0x4ed53a82 // zip1 v2.2d, v20.2d, v21.2d
+	WORD $0x4ed57a86 // zip2 v6.2d, v20.2d, v21.2d
+	WORD $0x4ed73ac3 // zip1 v3.2d, v22.2d, v23.2d
+	WORD $0x4ed77ac7 // zip2 v7.2d, v22.2d, v23.2d
+	FLDPQ (R22), (F16, F17)
+	FLDPQ 32(R22), (F18, F19)
+	WORD $0x4e30d400 // fadd v0.4s, v0.4s, v16.4s
+	WORD $0x4e31d421 // fadd v1.4s, v1.4s, v17.4s
+	WORD $0x4e32d442 // fadd v2.4s, v2.4s, v18.4s
+	WORD $0x4e33d463 // fadd v3.4s, v3.4s, v19.4s
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FLDPQ (R22), (F16, F17)
+	FLDPQ 32(R22), (F18, F19)
+	WORD $0x4e30d484 // fadd v4.4s, v4.4s, v16.4s
+	WORD $0x4e31d4a5 // fadd v5.4s, v5.4s, v17.4s
+	WORD $0x4e32d4c6 // fadd v6.4s, v6.4s, v18.4s
+	WORD $0x4e33d4e7 // fadd v7.4s, v7.4s, v19.4s
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	ADD R6, R22
+	WORD $0x4ed93b00 // zip1 v0.2d, v24.2d, v25.2d
+	WORD $0x4ed97b04 // zip2 v4.2d, v24.2d, v25.2d
+	WORD $0x4edb3b41 // zip1 v1.2d, v26.2d, v27.2d
+	WORD $0x4edb7b45 // zip2 v5.2d, v26.2d, v27.2d
+	WORD $0x4edd3b82 // zip1 v2.2d, v28.2d, v29.2d
+	WORD $0x4edd7b86 // zip2 v6.2d, v28.2d, v29.2d
+	WORD $0x4edf3bc3 // zip1 v3.2d, v30.2d, v31.2d
+	WORD $0x4edf7bc7 // zip2 v7.2d, v30.2d, v31.2d
+	FLDPQ (R22), (F24, F25)
+	FLDPQ 32(R22), (F26, F27)
+	WORD $0x4e38d400 // fadd v0.4s, v0.4s, v24.4s
+	WORD $0x4e39d421 // fadd v1.4s, v1.4s, v25.4s
+	WORD $0x4e3ad442 // fadd v2.4s, v2.4s, v26.4s
+	WORD $0x4e3bd463 // fadd v3.4s, v3.4s, v27.4s
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FLDPQ (R22), (F24, F25)
+	FLDPQ 32(R22), (F26, F27)
+	WORD $0x4e38d484 // fadd v4.4s, v4.4s, v24.4s
+	WORD $0x4e39d4a5 // fadd v5.4s, v5.4s, v25.4s
+	WORD $0x4e3ad4c6 // fadd v6.4s, v6.4s, v26.4s
+	WORD $0x4e3bd4e7 // fadd v7.4s, v7.4s, v27.4s
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	ADD R19, R3
+	ADD R20, R4
+	SUB $6, R5
+	B rows
+rowsTail:
+	CMP $5, R5
+	BEQ tile5
+	CMP $4, R5
+	BEQ tile4
+	CMP $3, R5
+	BEQ tile3
+	CMP $2, R5
+	BEQ tile2
+	CMP $1, R5
+	BEQ tile1
+	B colNext
+tile5:
+	// Tile: 5 rows × 16 columns, 24 BFMMLA accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	WORD $0x6f00e418 // movi v24.2d, #0
+	WORD $0x6f00e419 // movi v25.2d, #0
+	WORD $0x6f00e41a // movi v26.2d, #0
+	WORD $0x6f00e41b // movi v27.2d, #0
+	WORD $0x6f00e41c // movi v28.2d, #0
+	WORD $0x6f00e41d // movi v29.2d, #0
+	WORD $0x6f00e41e // movi v30.2d, #0
+	WORD $0x6f00e41f // movi v31.2d, #0
+	MOVD R23, R16
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	ADD R7, R12, R13
+	ADD R7, R13, R14
+	LSR $1, R9, R17
+	CBZ R17, r5tail
+r5loop:
+	FMOVD.P 8(R10), F0
+	FMOVD.P 8(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVD.P 8(R12), F1
+	FMOVD.P 8(R13), F3
+	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
+	FMOVD.P 8(R14), F2
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
+	WORD $0x6e44ec58 // bfmmla v24.4s, v2.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
+	WORD $0x6e45ec59 // bfmmla v25.4s, v2.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e46ec5a // bfmmla v26.4s, v2.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
+	WORD $0x6e47ec5b // bfmmla v27.4s, v2.8h, v7.8h
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
+	WORD $0x6e44ec5c // bfmmla v28.4s, v2.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
+	WORD $0x6e45ec5d // bfmmla v29.4s, v2.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e46ec5e // bfmmla v30.4s, v2.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
+	WORD $0x6e47ec5f // bfmmla v31.4s, v2.8h, v7.8h
+	ADD $128, R16
+	SUBS $1, R17, R17
+	BNE r5loop
+r5tail:
+	TBZ $0, R9, r5store
+	FMOVS.P 4(R10), F0
+	FMOVS.P 4(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVS.P 4(R12), F1
+	FMOVS.P 4(R13), F3
+	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
+	FMOVS.P 4(R14), F2
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
+	WORD $0x6e44ec58 // bfmmla v24.4s, v2.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
+	WORD $0x6e45ec59 // bfmmla v25.4s, v2.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e46ec5a // bfmmla v26.4s, v2.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
+	WORD $0x6e47ec5b // bfmmla v27.4s, v2.8h, v7.8h
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
+	WORD $0x6e44ec5c // bfmmla v28.4s, v2.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
+	WORD $0x6e45ec5d // bfmmla v29.4s, v2.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e46ec5e // bfmmla v30.4s, v2.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
+	WORD $0x6e47ec5f // bfmmla v31.4s, v2.8h, v7.8h
+r5store:
+	MOVD R4, R22
+	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
+	WORD $0x4ec97904 // zip2 v4.2d, v8.2d, v9.2d
+	WORD $0x4ecb3941 // zip1 v1.2d, v10.2d, v11.2d
+	WORD $0x4ecb7945 // zip2 v5.2d, v10.2d, v11.2d
+	WORD $0x4ecd3982 // zip1 v2.2d, v12.2d, v13.2d
+	WORD $0x4ecd7986 // zip2 v6.2d, v12.2d, v13.2d
+	WORD $0x4ecf39c3 // zip1 v3.2d, v14.2d, v15.2d
+	WORD $0x4ecf79c7 // zip2 v7.2d, v14.2d, v15.2d
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	WORD $0x4e28d400 // fadd v0.4s, v0.4s, v8.4s
+	WORD $0x4e29d421 // fadd v1.4s, v1.4s, v9.4s
+	WORD $0x4e2ad442 // fadd v2.4s, v2.4s, v10.4s
+	WORD $0x4e2bd463 // fadd v3.4s, v3.4s, v11.4s
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	WORD $0x4e28d484 // fadd v4.4s, v4.4s, v8.4s
+	WORD $0x4e29d4a5 // fadd v5.4s, v5.4s, v9.4s
+	WORD $0x4e2ad4c6 // fadd v6.4s, v6.4s, v10.4s
+	WORD $0x4e2bd4e7 // fadd v7.4s, v7.4s, v11.4s
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	ADD R6, R22
+	WORD $0x4ed13a00 // zip1 v0.2d, v16.2d, v17.2d
+	WORD $0x4ed17a04 // zip2 v4.2d, v16.2d, v17.2d
+	WORD $0x4ed33a41 // zip1 v1.2d, v18.2d, v19.2d
+	WORD $0x4ed37a45 // zip2 v5.2d, v18.2d, v19.2d
+	WORD $0x4ed53a82 // zip1 v2.2d, v20.2d, v21.2d
+	WORD $0x4ed57a86 // zip2 v6.2d, v20.2d, v21.2d
+	WORD $0x4ed73ac3 // zip1 v3.2d, v22.2d, v23.2d
+	WORD $0x4ed77ac7 // zip2 v7.2d, v22.2d, v23.2d
+	FLDPQ (R22), (F16, F17)
+	FLDPQ 32(R22), (F18, F19)
+	WORD $0x4e30d400 // fadd v0.4s, v0.4s, v16.4s
+	WORD $0x4e31d421 // fadd v1.4s, v1.4s, v17.4s
+	WORD $0x4e32d442 // fadd v2.4s, v2.4s, v18.4s
+	WORD $0x4e33d463 // fadd v3.4s, v3.4s, v19.4s
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FLDPQ (R22), (F16, F17)
+	FLDPQ 32(R22), (F18, F19)
+	WORD $0x4e30d484 // fadd v4.4s, v4.4s, v16.4s
+	WORD $0x4e31d4a5 // fadd v5.4s, v5.4s, v17.4s
+	WORD $0x4e32d4c6 // fadd v6.4s, v6.4s, v18.4s
+	WORD $0x4e33d4e7 // fadd v7.4s, v7.4s, v19.4s
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	ADD R6, R22
+	WORD $0x4ed93b00 // zip1 v0.2d, v24.2d, v25.2d
+	WORD $0x4edb3b41 // zip1 v1.2d, v26.2d, v27.2d
+	WORD $0x4edd3b82 // zip1 v2.2d, v28.2d, v29.2d
+	WORD $0x4edf3bc3 // zip1 v3.2d, v30.2d, v31.2d
+	FLDPQ (R22), (F24, F25)
+	FLDPQ 32(R22), (F26, F27)
+	WORD $0x4e38d400 // fadd v0.4s, v0.4s, v24.4s
+	WORD $0x4e39d421 // fadd v1.4s, v1.4s, v25.4s
+	WORD $0x4e3ad442 // fadd v2.4s, v2.4s, v26.4s
+	WORD $0x4e3bd463 // fadd v3.4s, v3.4s, v27.4s
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	B colNext
+tile4:
+	// Tile: 4 rows × 16 columns, 16 BFMMLA accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	MOVD R23, R16
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	ADD R7, R12, R13
+	LSR $1, R9, R17
+	CBZ R17, r4tail
+r4loop:
+	FMOVD.P 8(R10), F0
+	FMOVD.P 8(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVD.P 8(R12), F1
+	FMOVD.P 8(R13), F3
+	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
+	ADD $128, R16
+	SUBS $1, R17, R17
+	BNE r4loop
+r4tail:
+	TBZ $0, R9, r4store
+	FMOVS.P 4(R10), F0
+	FMOVS.P 4(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVS.P 4(R12), F1
+	FMOVS.P 4(R13), F3
+	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
+r4store:
+	MOVD R4, R22
+	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
+	WORD $0x4ec97904 // zip2 v4.2d, v8.2d, v9.2d
+	WORD $0x4ecb3941 // zip1 v1.2d, v10.2d, v11.2d
+	WORD $0x4ecb7945 // zip2 v5.2d, v10.2d, v11.2d
+	WORD $0x4ecd3982 // zip1 v2.2d, v12.2d, v13.2d
+	WORD $0x4ecd7986 // zip2 v6.2d, v12.2d, v13.2d
+	WORD $0x4ecf39c3 // zip1 v3.2d, v14.2d, v15.2d
+	WORD $0x4ecf79c7 // zip2 v7.2d, v14.2d, v15.2d
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	WORD $0x4e28d400 // fadd v0.4s, v0.4s, v8.4s
+	WORD $0x4e29d421 // fadd v1.4s, v1.4s, v9.4s
+	WORD $0x4e2ad442 // fadd v2.4s, v2.4s, v10.4s
+	WORD $0x4e2bd463 // fadd v3.4s, v3.4s, v11.4s
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	WORD $0x4e28d484 // fadd v4.4s, v4.4s, v8.4s
+	WORD $0x4e29d4a5 // fadd v5.4s, v5.4s, v9.4s
+	WORD $0x4e2ad4c6 // fadd v6.4s, v6.4s, v10.4s
+	WORD $0x4e2bd4e7 // fadd v7.4s, v7.4s, v11.4s
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	ADD R6, R22
+	WORD $0x4ed13a00 // zip1 v0.2d, v16.2d, v17.2d
+	WORD $0x4ed17a04 // zip2 v4.2d, v16.2d, v17.2d
+	WORD $0x4ed33a41 // zip1 v1.2d, v18.2d, v19.2d
+	WORD $0x4ed37a45 // zip2 v5.2d, v18.2d, v19.2d
+	WORD $0x4ed53a82 // zip1 v2.2d, v20.2d, v21.2d
+	WORD $0x4ed57a86 // zip2 v6.2d, v20.2d, v21.2d
+	WORD $0x4ed73ac3 // zip1 v3.2d, v22.2d, v23.2d
+	WORD $0x4ed77ac7 // zip2 v7.2d, v22.2d, v23.2d
+	FLDPQ (R22), (F16, F17)
+	FLDPQ 32(R22), (F18, F19)
+	WORD $0x4e30d400 // fadd v0.4s, v0.4s, v16.4s
+	WORD $0x4e31d421 // fadd v1.4s, v1.4s, v17.4s
+	WORD $0x4e32d442 // fadd v2.4s, v2.4s, v18.4s
+	WORD $0x4e33d463 // fadd v3.4s, v3.4s, v19.4s
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FLDPQ (R22), (F16, F17)
+	FLDPQ 32(R22), (F18, F19)
+	WORD $0x4e30d484 // fadd v4.4s, v4.4s, v16.4s
+	WORD $0x4e31d4a5 // fadd v5.4s, v5.4s, v17.4s
+	WORD $0x4e32d4c6 // fadd v6.4s, v6.4s, v18.4s
+	WORD $0x4e33d4e7 // fadd v7.4s, v7.4s, v19.4s
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	B colNext
+tile3:
+	// Tile: 3 rows × 16 columns, 16 BFMMLA accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	WORD $0x6f00e410 // movi v16.2d, #0
+	WORD $0x6f00e411 // movi v17.2d, #0
+	WORD $0x6f00e412 // movi v18.2d, #0
+	WORD $0x6f00e413 // movi v19.2d, #0
+	WORD $0x6f00e414 // movi v20.2d, #0
+	WORD $0x6f00e415 // movi v21.2d, #0
+	WORD $0x6f00e416 // movi v22.2d, #0
+	WORD $0x6f00e417 // movi v23.2d, #0
+	MOVD R23, R16
+	MOVD R3, R10
+	ADD R7, R10, R11
+	ADD R7, R11, R12
+	LSR $1, R9, R17
+	CBZ R17, r3tail
+r3loop:
+	FMOVD.P 8(R10), F0
+	FMOVD.P 8(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVD.P 8(R12), F1
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
+	ADD $128, R16
+	SUBS $1, R17, R17
+	BNE r3loop
+r3tail:
+	TBZ $0, R9, r3store
+	FMOVS.P 4(R10), F0
+	FMOVS.P 4(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FMOVS.P 4(R12), F1
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
+r3store:
+	MOVD R4, R22
+	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
+	WORD $0x4ec97904 // zip2 v4.2d, v8.2d, v9.2d
+	WORD $0x4ecb3941 // zip1 v1.2d, v10.2d, v11.2d
+	WORD $0x4ecb7945 // zip2 v5.2d, v10.2d, v11.2d
+	WORD $0x4ecd3982 // zip1 v2.2d, v12.2d, v13.2d
+	WORD $0x4ecd7986 // zip2 v6.2d, v12.2d, v13.2d
+	WORD $0x4ecf39c3 // zip1 v3.2d, v14.2d, v15.2d
+	WORD $0x4ecf79c7 // zip2 v7.2d, v14.2d, v15.2d
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	WORD $0x4e28d400 // fadd v0.4s, v0.4s, v8.4s
+	WORD $0x4e29d421 // fadd v1.4s, v1.4s, v9.4s
+	WORD $0x4e2ad442 // fadd v2.4s, v2.4s, v10.4s
+	WORD $0x4e2bd463 // fadd v3.4s, v3.4s, v11.4s
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	WORD $0x4e28d484 // fadd v4.4s, v4.4s, v8.4s
+	WORD $0x4e29d4a5 // fadd v5.4s, v5.4s, v9.4s
+	WORD $0x4e2ad4c6 // fadd v6.4s, v6.4s, v10.4s
+	WORD $0x4e2bd4e7 // fadd v7.4s, v7.4s, v11.4s
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	ADD R6, R22
+	WORD $0x4ed13a00 // zip1 v0.2d, v16.2d, v17.2d
+	WORD $0x4ed33a41 // zip1 v1.2d, v18.2d, v19.2d
+	WORD $0x4ed53a82 // zip1 v2.2d, v20.2d, v21.2d
+	WORD $0x4ed73ac3 // zip1 v3.2d, v22.2d, v23.2d
+	FLDPQ (R22), (F16, F17)
+	FLDPQ 32(R22), (F18, F19)
+	WORD $0x4e30d400 // fadd v0.4s, v0.4s, v16.4s
+	WORD $0x4e31d421 // fadd v1.4s, v1.4s, v17.4s
+	WORD $0x4e32d442 // fadd v2.4s, v2.4s, v18.4s
+	WORD $0x4e33d463 // fadd v3.4s, v3.4s, v19.4s
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	B colNext
+tile2:
+	// Tile: 2 rows × 16 columns, 8 BFMMLA accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	MOVD R23, R16
+	MOVD R3, R10
+	ADD R7, R10, R11
+	LSR $1, R9, R17
+	CBZ R17, r2tail
+r2loop:
+	FMOVD.P 8(R10), F0
+	FMOVD.P 8(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	ADD $128, R16
+	SUBS $1, R17, R17
+	BNE r2loop
+r2tail:
+	TBZ $0, R9, r2store
+	FMOVS.P 4(R10), F0
+	FMOVS.P 4(R11), F3
+	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+r2store:
+	MOVD R4, R22
+	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
+	WORD $0x4ec97904 // zip2 v4.2d, v8.2d, v9.2d
+	WORD $0x4ecb3941 // zip1 v1.2d, v10.2d, v11.2d
+	WORD $0x4ecb7945 // zip2 v5.2d, v10.2d, v11.2d
+	WORD $0x4ecd3982 // zip1 v2.2d, v12.2d, v13.2d
+	WORD $0x4ecd7986 // zip2 v6.2d, v12.2d, v13.2d
+	WORD $0x4ecf39c3 // zip1 v3.2d, v14.2d, v15.2d
+	WORD $0x4ecf79c7 // zip2 v7.2d, v14.2d, v15.2d
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	WORD $0x4e28d400 // fadd v0.4s, v0.4s, v8.4s
+	WORD $0x4e29d421 // fadd v1.4s, v1.4s, v9.4s
+	WORD $0x4e2ad442 // fadd v2.4s, v2.4s, v10.4s
+	WORD $0x4e2bd463 // fadd v3.4s, v3.4s, v11.4s
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
+	ADD R6, R22
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	WORD $0x4e28d484 // fadd v4.4s, v4.4s, v8.4s
+	WORD $0x4e29d4a5 // fadd v5.4s, v5.4s, v9.4s
+	WORD $0x4e2ad4c6 // fadd v6.4s, v6.4s, v10.4s
+	WORD $0x4e2bd4e7 // fadd v7.4s, v7.4s, v11.4s
+	FSTPQ (F4, F5), (R22)
+	FSTPQ (F6, F7), 32(R22)
+	B colNext
+tile1:
+	// Tile: 1 rows × 16 columns, 8 BFMMLA accumulators.
+	WORD $0x6f00e408 // movi v8.2d, #0
+	WORD $0x6f00e409 // movi v9.2d, #0
+	WORD $0x6f00e40a // movi v10.2d, #0
+	WORD $0x6f00e40b // movi v11.2d, #0
+	WORD $0x6f00e40c // movi v12.2d, #0
+	WORD $0x6f00e40d // movi v13.2d, #0
+	WORD $0x6f00e40e // movi v14.2d, #0
+	WORD $0x6f00e40f // movi v15.2d, #0
+	MOVD R23, R16
+	MOVD R3, R10
+	LSR $1, R9, R17
+	CBZ R17, r1tail
+r1loop:
+	FMOVD.P 8(R10), F0
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+	ADD $128, R16
+	SUBS $1, R17, R17
+	BNE r1loop
+r1tail:
+	TBZ $0, R9, r1store
+	FMOVS.P 4(R10), F0
+	FLDPQ 0(R16), (F4, F5)
+	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
+	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
+	FLDPQ 32(R16), (F6, F7)
+	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
+	FLDPQ 64(R16), (F4, F5)
+	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
+	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
+	FLDPQ 96(R16), (F6, F7)
+	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
+	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
+r1store:
+	MOVD R4, R22
+	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
+	WORD $0x4ecb3941 // zip1 v1.2d, v10.2d, v11.2d
+	WORD $0x4ecd3982 // zip1 v2.2d, v12.2d, v13.2d
+	WORD $0x4ecf39c3 // zip1 v3.2d, v14.2d, v15.2d
+	FLDPQ (R22), (F8, F9)
+	FLDPQ 32(R22), (F10, F11)
+	WORD $0x4e28d400 // fadd v0.4s, v0.4s, v8.4s
+	WORD $0x4e29d421 // fadd v1.4s, v1.4s, v9.4s
+	WORD $0x4e2ad442 // fadd v2.4s, v2.4s, v10.4s
+	WORD $0x4e2bd463 // fadd v3.4s, v3.4s, v11.4s
+	FSTPQ (F0, F1), (R22)
+	FSTPQ (F2, F3), 32(R22)
 	B colNext
 colNext:
 	ADD $64, R0
@@ -30834,7 +32274,7 @@ done:
 	RET
 
 // FMAPeakBFMMLANEON runs iters iterations of 24 independent register-only BFMMLA chains:
-// 768 float32 FLOPs per iteration (no path uses BFMMLA yet).
+// 768 float32 FLOPs per iteration (the peak of the neonbfmmla path).
 TEXT ·FMAPeakBFMMLANEON(SB), NOSPLIT|NOFRAME, $0-8
 	MOVD iters+0(FP), R0
 	WORD $0x6f00e400 // movi v0.2d, #0

@@ -511,18 +511,32 @@ func mulBF16NEON(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int,
 func mulAddBF16NEON(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)
 
 // mulF16NEON sets C = A·B (see Half.Mul) by FMLAL/FMLAL2: A m×k F16, B in the pair layout
-// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.
-// Inner loop, per pair of a 5×16 tile: 2 LDP Q + 4 UZP + 40 FMLAL/FMLAL2 (20 chains).
+// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds. buf holds 16·(k rounded up to 4) elements.
+// Inner loop, per pair of a 5×16 tile: 2 LDP Q + 40 FMLAL/FMLAL2 (20 chains).
 //
 //go:noescape
-func mulF16NEON(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)
+func mulF16NEON(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int, buf []uint16)
 
 // mulAddF16NEON adds A·B to C (see Half.Mul) by FMLAL/FMLAL2: A m×k F16, B in the pair layout
-// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.
-// Inner loop, per pair of a 5×16 tile: 2 LDP Q + 4 UZP + 40 FMLAL/FMLAL2 (20 chains).
+// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds. buf holds 16·(k rounded up to 4) elements.
+// Inner loop, per pair of a 5×16 tile: 2 LDP Q + 40 FMLAL/FMLAL2 (20 chains).
 //
 //go:noescape
-func mulAddF16NEON(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)
+func mulAddF16NEON(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int, buf []uint16)
+
+// mulBF16MMLANEON sets C = A·B (see Half.Mul) by BFMMLA: A m×k BF16MMLA, B in the pair layout
+// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds. buf holds 16·(k rounded up to 4) elements.
+// Inner loop, per 2 pairs of a 6×16 tile: 6 LDR D + 4 LDP Q + 3 ZIP + 24 BFMMLA (24 chains).
+//
+//go:noescape
+func mulBF16MMLANEON(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int, buf []uint16)
+
+// mulAddBF16MMLANEON adds A·B to C (see Half.Mul) by BFMMLA: A m×k BF16MMLA, B in the pair layout
+// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds. buf holds 16·(k rounded up to 4) elements.
+// Inner loop, per 2 pairs of a 6×16 tile: 6 LDR D + 4 LDP Q + 3 ZIP + 24 BFMMLA (24 chains).
+//
+//go:noescape
+func mulAddBF16MMLANEON(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int, buf []uint16)
 
 // FMAPeakBF16NEON runs iters iterations of 24 independent register-only BFDOT chains:
 // 384 float32 FLOPs per iteration (the peak of the 16-bit path).
@@ -537,7 +551,7 @@ func FMAPeakBF16NEON(iters int)
 func FMAPeakF16NEON(iters int)
 
 // FMAPeakBFMMLANEON runs iters iterations of 24 independent register-only BFMMLA chains:
-// 768 float32 FLOPs per iteration (no path uses BFMMLA yet).
+// 768 float32 FLOPs per iteration (the peak of the neonbfmmla path).
 //
 //go:noescape
 func FMAPeakBFMMLANEON(iters int)

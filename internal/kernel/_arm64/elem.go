@@ -392,8 +392,8 @@ func expSumStep(f *file) {
 // FMAPeakNEON: FMAPeakBF16NEON (24 chains of BFDOT: 24·4·2·2 = 384 FLOPs
 // per iteration) and FMAPeakF16NEON (24 chains of FMLAL: 192 FLOPs), and
 // FMAPeakBFMMLANEON (24 chains of BFMMLA, 2×2 outputs of 4 products each:
-// 24·2·2·4·2 = 768 FLOPs), the rate a BFMMLA path would be bounded by,
-// for measuring it beside BFDOT (BenchmarkBFMMLAPeak).
+// 24·2·2·4·2 = 768 FLOPs), the bound of the neonbfmmla path, for
+// measuring it beside BFDOT (BenchmarkBFMMLAPeak).
 func genHalfPeaks(f *file) {
 	for _, p := range []struct {
 		name, what, of string
@@ -402,7 +402,7 @@ func genHalfPeaks(f *file) {
 	}{
 		{"FMAPeakBF16NEON", "BFDOT", "the peak of the 16-bit path", 384, bfdotE},
 		{"FMAPeakF16NEON", "FMLAL", "the peak of the 16-bit path", 192, fmlalE},
-		{"FMAPeakBFMMLANEON", "BFMMLA", "no path uses BFMMLA yet", 768, func(d, n, m V, _ int) inst { return bfmmla(d, n, m) }},
+		{"FMAPeakBFMMLANEON", "BFMMLA", "the peak of the neonbfmmla path", 768, func(d, n, m V, _ int) inst { return bfmmla(d, n, m) }},
 	} {
 		f.text(p.name, "func(iters int)",
 			fmt.Sprintf("%s runs iters iterations of 24 independent register-only %s chains:", p.name, p.what),

@@ -1,6 +1,9 @@
 package main
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Matrix products. The microkernel keeps a tile of mr rows × 16 columns
 // of C in 4·mr accumulators (v8-v31: row i, columns 4v..4v+3 in
@@ -57,11 +60,16 @@ import "fmt"
 //	each, twice the work of an FMLA per instruction. If BFDOT issues
 //	like FMLA (4 per cycle on Neoverse V2, latency 4-5: an assumption,
 //	not a measurement), the loop runs at 2× the float32 FLOP peak.
+//	bfloat16 by BFMMLA (FEAT_BF16): 6×16 tiles of 2×2 blocks, 24
+//	accumulators; the 2×4 operands are built from the pair layout with
+//	ZIP (mmla.go; B once per strip, into buf): per 2 pairs (4 k), 6 LDR
+//	D + 4 LDP Q + 3 ZIP + 24 BFMMLA of 16 multiply-adds each.
 //	fp16 (FMLAL/FMLAL2 by element, FEAT_FHM): 5×16 tiles, 20
 //	accumulators (A must sit in v0-v15 for a 16-bit element index, and
-//	the pairs need a third B register); per pair: 2 LDP Q + 4 UZP (even
-//	and odd k apart) + 40 FMLAL(2) of 4 multiply-adds; 44 vector
-//	instructions per 40 FMLAL, so ≈ 0.9 of the FMLAL rate, which is the
+//	the pairs need a third B register); each strip of B is first
+//	repacked into buf with even and odd k apart (4 UZP per pair, once
+//	per strip instead of in every row tile), then per pair: 2 LDP Q +
+//	40 FMLAL(2) of 4 multiply-adds, at most the FMLAL rate, which is the
 //	float32 FMA rate: the gain over widening to float32 is the halved
 //	reads and the skipped conversions, not the arithmetic.
 //
@@ -74,19 +82,25 @@ const gemmMR = 6
 type gemmKind int
 
 const (
-	kindABt  gemmKind = iota // C = A·Bᵀ, Bᵀ packed in strips of 16 columns
-	kindAB                   // C += A·B
-	kindAtB                  // C += Aᵀ·B
-	kindBF16                 // Half: C (+)= A·B, bfloat16 in the pair layout (BFDOT)
-	kindF16                  // Half: C (+)= A·B, fp16 in the pair layout (FMLAL)
+	kindABt      gemmKind = iota // C = A·Bᵀ, Bᵀ packed in strips of 16 columns
+	kindAB                       // C += A·B
+	kindAtB                      // C += Aᵀ·B
+	kindBF16                     // Half: C (+)= A·B, bfloat16 in the pair layout (BFDOT)
+	kindF16                      // Half: C (+)= A·B, fp16 in the pair layout (FMLAL)
+	kindBF16MMLA                 // Half: C (+)= A·B, bfloat16 in the pair layout (BFMMLA, mmla.go)
 )
 
 // packed reports whether B is read as 16-column strips with a fixed step
 // per k (A·Bᵀ: 16 floats; the pair layout: one pair row, 32 values).
-func (k gemmKind) packed() bool { return k == kindABt || k == kindBF16 || k == kindF16 }
+func (k gemmKind) packed() bool { return k == kindABt || k.half() }
 
 // half reports a 16-bit product (a k step is a pair of k).
-func (k gemmKind) half() bool { return k == kindBF16 || k == kindF16 }
+func (k gemmKind) half() bool { return k == kindBF16 || k == kindF16 || k == kindBF16MMLA }
+
+// stripBuf reports a 16-bit product that repacks each strip of B into
+// buf (an argument) before its row tiles: BFMMLA's 2×4 blocks, FMLAL's
+// even and odd k apart.
+func (k gemmKind) stripBuf() bool { return k == kindF16 || k == kindBF16MMLA }
 
 // mr is the number of rows of a full tile: fp16 keeps its A rows in
 // v3-v7 (FMLAL by element reads v0-v15 only) and needs a third B
@@ -137,7 +151,16 @@ func genGemm(f *file, kind gemmKind, accumulate bool) {
 	mr := kind.mr()
 	gemmEntry(f, kind, accumulate)
 	gemmArgs(f, kind, mr)
+	if kind.stripBuf() {
+		f.ld(gBuf, "buf", "base")
+	}
 	f.label("cols")
+	switch kind {
+	case kindBF16MMLA:
+		packStrip(f, 2, mmlaZipStore)
+	case kindF16:
+		packStrip(f, 1, f16UzpStore)
+	}
 	gemmRows(f, kind, accumulate, mr)
 	gemmRowTail(f, kind, accumulate, mr)
 	f.label("colNext")
@@ -172,7 +195,7 @@ func gemmEntry(f *file, kind gemmKind, accumulate bool) {
 			"mulAddAtBNEON adds Aᵀ·B to C (see Impl.MulAddAtB).",
 			"n%16 == 0, m, n, k >= 1; all accesses are in bounds.",
 			"Inner loop, per k of a 6×16 tile: LD1 + LDR D (A) + LD1 (4 regs, B) + 24 FMLA (24 chains).")
-	case kindBF16, kindF16:
+	case kindBF16, kindF16, kindBF16MMLA:
 		gemmHalfText(f, kind, accumulate)
 	}
 	if kind == kindABt {
@@ -186,20 +209,28 @@ func gemmEntry(f *file, kind gemmKind, accumulate bool) {
 // when accumulating.
 func gemmHalfText(f *file, kind gemmKind, accumulate bool) {
 	e, ins := "BF16", "BFDOT"
-	if kind == kindF16 {
+	switch kind {
+	case kindF16:
 		e, ins = "F16", "FMLAL/FMLAL2"
+	case kindBF16MMLA:
+		e, ins = "BF16MMLA", "BFMMLA"
 	}
 	name := "mul" + e + "NEON"
 	what := "sets C = A·B"
 	if accumulate {
 		name, what = "mulAdd"+e+"NEON", "adds A·B to C"
 	}
-	f.text(name, "func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)",
+	sig, bounds := "func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)", ""
+	if kind.stripBuf() {
+		sig, bounds = strings.TrimSuffix(sig, ")")+", buf []uint16)", " buf holds 16·(k rounded up to 4) elements."
+	}
+	f.text(name, sig,
 		fmt.Sprintf("%s %s (see Half.Mul) by %s: A m×k %s, B in the pair layout", name, what, ins, e),
-		"with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds.",
+		"with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds."+bounds,
 		map[gemmKind]string{
-			kindBF16: "Inner loop, per 4 pairs of a 6×16 tile: 6 LDR Q + 8 LDP Q + 96 BFDOT (24 chains).",
-			kindF16:  "Inner loop, per pair of a 5×16 tile: 2 LDP Q + 4 UZP + 40 FMLAL/FMLAL2 (20 chains)."}[kind])
+			kindBF16:     "Inner loop, per 4 pairs of a 6×16 tile: 6 LDR Q + 8 LDP Q + 96 BFDOT (24 chains).",
+			kindF16:      "Inner loop, per pair of a 5×16 tile: 2 LDP Q + 40 FMLAL/FMLAL2 (20 chains).",
+			kindBF16MMLA: "Inner loop, per 2 pairs of a 6×16 tile: 6 LDR D + 4 LDP Q + 3 ZIP + 24 BFMMLA (24 chains)."}[kind])
 }
 
 // gemmArgs loads the other arguments: strides in bytes (A·Bᵀ: the packed
@@ -295,6 +326,10 @@ func atRows(r int) (reg func(i int) (V, int), loads []struct{ width, off int }) 
 
 // gemmTile emits the microkernel for r rows at gCRow, A at gARow, B at gB.
 func gemmTile(f *file, kind gemmKind, accumulate bool, r int) {
+	if kind == kindBF16MMLA {
+		mmlaTile(f, accumulate, r)
+		return
+	}
 	tag := fmt.Sprintf("r%d", r)
 	f.comment("Tile: %d rows × 16 columns, %d accumulators.", r, 4*r)
 	// Every product sums from zero; accumulating ones add the tile's sum
@@ -304,7 +339,11 @@ func gemmTile(f *file, kind gemmKind, accumulate bool, r int) {
 			f.w(movi0(accReg(i, v)))
 		}
 	}
-	f.i("MOVD %s, %s", gB, gBp)
+	if kind.stripBuf() {
+		f.i("MOVD %s, %s", gBuf, gBp)
+	} else {
+		f.i("MOVD %s, %s", gB, gBp)
+	}
 	f.i("MOVD %s, %s", gK, gPc)
 	if kind == kindAtB {
 		gemmTileAtB(f, r, tag)
@@ -380,6 +419,8 @@ func gemmBRow(f *file, kind gemmKind, r, l, off int) {
 				p = gBp2
 			}
 			f.i("VLD1.P (%s)(%s), [V0.S4, V1.S4]", p, gLdb)
+		} else if kind == kindF16 { // even k in v2, odd in v1 (f16UzpStore)
+			f.i("FLDPQ %d(%s), (F2, F1)", off+32*half, gBp)
 		} else {
 			f.i("FLDPQ %d(%s), (F0, F1)", off+32*half, gBp)
 		}
@@ -401,12 +442,10 @@ func gemmBRow(f *file, kind gemmKind, r, l, off int) {
 }
 
 // gemmF16Half emits the fp16 products of one pair step (pair l of the A
-// registers) with half (8 columns) of B's pair row, loaded in v0, v1.
+// registers) with half (8 columns) of B's pair row, its even (k = 2q)
+// values in v2 and odd (k = 2q+1) ones in v1, as the strip's repacking
+// left them in buf. Odd then even, as the generic fp16 twin adds them.
 func gemmF16Half(f *file, r, l, half int) {
-	// v2 gets the even (k = 2q) and v1 the odd (k = 2q+1) values of the
-	// 8 columns. Odd then even, as the generic fp16 twin adds them.
-	f.w(uzp1(h8, 2, 0, 1))
-	f.w(uzp2(h8, 1, 0, 1))
 	for _, src := range []V{1, 2} {
 		idx := 2*l + 1
 		if src == 2 {

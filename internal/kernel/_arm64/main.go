@@ -61,7 +61,7 @@ func generate() *file {
 	genGemm(f, kindABt, false)
 	genGemm(f, kindAB, true)
 	genGemm(f, kindAtB, true)
-	for _, k := range []gemmKind{kindBF16, kindF16} {
+	for _, k := range []gemmKind{kindBF16, kindF16, kindBF16MMLA} {
 		genGemm(f, k, false)
 		genGemm(f, k, true)
 	}
