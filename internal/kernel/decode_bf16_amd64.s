@@ -182,6 +182,14 @@ group:
 	VPXOR Y5, Y5, Y5
 	VPXOR Y6, Y6, Y6
 	VPXOR Y7, Y7, Y7
+	VPXOR Y8, Y8, Y8
+	VPXOR Y9, Y9, Y9
+	VPXOR Y10, Y10, Y10
+	VPXOR Y11, Y11, Y11
+	VPXOR Y12, Y12, Y12
+	VPXOR Y13, Y13, Y13
+	VPXOR Y14, Y14, Y14
+	VPXOR Y15, Y15, Y15
 	MOVQ  BX, R9
 	LEAQ  (R9)(AX*4), R10
 	LEAQ  (BX)(R8*1), R11
@@ -191,1172 +199,1172 @@ group:
 	SHRQ  $0x05, R14
 
 step:
-	VMOVUPS      (R13), Y8
-	VPBROADCASTD (R9), Y10
+	VMOVUPS      (R13), Y16
+	VPBROADCASTD (R9), Y18
 
-	// raw: vdpbf16ps ymm0,ymm8,ymm10
+	// raw: vdpbf16ps ymm0,ymm16,ymm18
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xc2
-	VPBROADCASTD (R9)(AX*1), Y11
+	VPBROADCASTD (R9)(AX*1), Y19
 
-	// raw: vdpbf16ps ymm1,ymm8,ymm11
+	// raw: vdpbf16ps ymm1,ymm16,ymm19
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xcb
-	VPBROADCASTD (R9)(AX*2), Y12
+	VPBROADCASTD (R9)(AX*2), Y20
 
-	// raw: vdpbf16ps ymm2,ymm8,ymm12
+	// raw: vdpbf16ps ymm2,ymm16,ymm20
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xd4
-	VPBROADCASTD (R9)(CX*1), Y13
+	VPBROADCASTD (R9)(CX*1), Y21
 
-	// raw: vdpbf16ps ymm3,ymm8,ymm13
+	// raw: vdpbf16ps ymm3,ymm16,ymm21
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xdd
-	VPBROADCASTD (R10), Y14
+	VPBROADCASTD (R10), Y22
 
-	// raw: vdpbf16ps ymm4,ymm8,ymm14
+	// raw: vdpbf16ps ymm4,ymm16,ymm22
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xe6
-	VPBROADCASTD (R10)(AX*1), Y15
+	VPBROADCASTD (R10)(AX*1), Y23
 
-	// raw: vdpbf16ps ymm5,ymm8,ymm15
+	// raw: vdpbf16ps ymm5,ymm16,ymm23
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xef
-	VPBROADCASTD (R10)(AX*2), Y10
+	VPBROADCASTD (R10)(AX*2), Y18
 
-	// raw: vdpbf16ps ymm6,ymm8,ymm10
+	// raw: vdpbf16ps ymm6,ymm16,ymm18
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xf2
-	VPBROADCASTD (R10)(CX*1), Y11
+	VPBROADCASTD (R10)(CX*1), Y19
 
-	// raw: vdpbf16ps ymm7,ymm8,ymm11
+	// raw: vdpbf16ps ymm7,ymm16,ymm19
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xfb
-	VMOVUPS      32(R13), Y9
-	VPBROADCASTD 4(R9), Y12
+	VMOVUPS      32(R13), Y17
+	VPBROADCASTD 4(R9), Y20
 
-	// raw: vdpbf16ps ymm0,ymm9,ymm12
+	// raw: vdpbf16ps ymm8,ymm17,ymm20
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xc4
-	VPBROADCASTD 4(R9)(AX*1), Y13
+	VPBROADCASTD 4(R9)(AX*1), Y21
 
-	// raw: vdpbf16ps ymm1,ymm9,ymm13
+	// raw: vdpbf16ps ymm9,ymm17,ymm21
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xcd
-	VPBROADCASTD 4(R9)(AX*2), Y14
+	VPBROADCASTD 4(R9)(AX*2), Y22
 
-	// raw: vdpbf16ps ymm2,ymm9,ymm14
+	// raw: vdpbf16ps ymm10,ymm17,ymm22
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xd6
-	VPBROADCASTD 4(R9)(CX*1), Y15
+	VPBROADCASTD 4(R9)(CX*1), Y23
 
-	// raw: vdpbf16ps ymm3,ymm9,ymm15
+	// raw: vdpbf16ps ymm11,ymm17,ymm23
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xdf
-	VPBROADCASTD 4(R10), Y10
+	VPBROADCASTD 4(R10), Y18
 
-	// raw: vdpbf16ps ymm4,ymm9,ymm10
+	// raw: vdpbf16ps ymm12,ymm17,ymm18
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xe2
-	VPBROADCASTD 4(R10)(AX*1), Y11
+	VPBROADCASTD 4(R10)(AX*1), Y19
 
-	// raw: vdpbf16ps ymm5,ymm9,ymm11
+	// raw: vdpbf16ps ymm13,ymm17,ymm19
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xeb
-	VPBROADCASTD 4(R10)(AX*2), Y12
+	VPBROADCASTD 4(R10)(AX*2), Y20
 
-	// raw: vdpbf16ps ymm6,ymm9,ymm12
+	// raw: vdpbf16ps ymm14,ymm17,ymm20
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xf4
-	VPBROADCASTD 4(R10)(CX*1), Y13
+	VPBROADCASTD 4(R10)(CX*1), Y21
 
-	// raw: vdpbf16ps ymm7,ymm9,ymm13
+	// raw: vdpbf16ps ymm15,ymm17,ymm21
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xfd
-	VMOVUPS      64(R13), Y8
-	VPBROADCASTD 8(R9), Y14
+	VMOVUPS      64(R13), Y16
+	VPBROADCASTD 8(R9), Y22
 
-	// raw: vdpbf16ps ymm0,ymm8,ymm14
+	// raw: vdpbf16ps ymm0,ymm16,ymm22
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xc6
-	VPBROADCASTD 8(R9)(AX*1), Y15
+	VPBROADCASTD 8(R9)(AX*1), Y23
 
-	// raw: vdpbf16ps ymm1,ymm8,ymm15
+	// raw: vdpbf16ps ymm1,ymm16,ymm23
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xcf
-	VPBROADCASTD 8(R9)(AX*2), Y10
+	VPBROADCASTD 8(R9)(AX*2), Y18
 
-	// raw: vdpbf16ps ymm2,ymm8,ymm10
+	// raw: vdpbf16ps ymm2,ymm16,ymm18
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xd2
-	VPBROADCASTD 8(R9)(CX*1), Y11
+	VPBROADCASTD 8(R9)(CX*1), Y19
 
-	// raw: vdpbf16ps ymm3,ymm8,ymm11
+	// raw: vdpbf16ps ymm3,ymm16,ymm19
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xdb
-	VPBROADCASTD 8(R10), Y12
+	VPBROADCASTD 8(R10), Y20
 
-	// raw: vdpbf16ps ymm4,ymm8,ymm12
+	// raw: vdpbf16ps ymm4,ymm16,ymm20
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xe4
-	VPBROADCASTD 8(R10)(AX*1), Y13
+	VPBROADCASTD 8(R10)(AX*1), Y21
 
-	// raw: vdpbf16ps ymm5,ymm8,ymm13
+	// raw: vdpbf16ps ymm5,ymm16,ymm21
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xed
-	VPBROADCASTD 8(R10)(AX*2), Y14
+	VPBROADCASTD 8(R10)(AX*2), Y22
 
-	// raw: vdpbf16ps ymm6,ymm8,ymm14
+	// raw: vdpbf16ps ymm6,ymm16,ymm22
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xf6
-	VPBROADCASTD 8(R10)(CX*1), Y15
+	VPBROADCASTD 8(R10)(CX*1), Y23
 
-	// raw: vdpbf16ps ymm7,ymm8,ymm15
+	// raw: vdpbf16ps ymm7,ymm16,ymm23
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xff
-	VMOVUPS      96(R13), Y9
-	VPBROADCASTD 12(R9), Y10
+	VMOVUPS      96(R13), Y17
+	VPBROADCASTD 12(R9), Y18
 
-	// raw: vdpbf16ps ymm0,ymm9,ymm10
+	// raw: vdpbf16ps ymm8,ymm17,ymm18
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xc2
-	VPBROADCASTD 12(R9)(AX*1), Y11
+	VPBROADCASTD 12(R9)(AX*1), Y19
 
-	// raw: vdpbf16ps ymm1,ymm9,ymm11
+	// raw: vdpbf16ps ymm9,ymm17,ymm19
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xcb
-	VPBROADCASTD 12(R9)(AX*2), Y12
+	VPBROADCASTD 12(R9)(AX*2), Y20
 
-	// raw: vdpbf16ps ymm2,ymm9,ymm12
+	// raw: vdpbf16ps ymm10,ymm17,ymm20
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xd4
-	VPBROADCASTD 12(R9)(CX*1), Y13
+	VPBROADCASTD 12(R9)(CX*1), Y21
 
-	// raw: vdpbf16ps ymm3,ymm9,ymm13
+	// raw: vdpbf16ps ymm11,ymm17,ymm21
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xdd
-	VPBROADCASTD 12(R10), Y14
+	VPBROADCASTD 12(R10), Y22
 
-	// raw: vdpbf16ps ymm4,ymm9,ymm14
+	// raw: vdpbf16ps ymm12,ymm17,ymm22
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xe6
-	VPBROADCASTD 12(R10)(AX*1), Y15
+	VPBROADCASTD 12(R10)(AX*1), Y23
 
-	// raw: vdpbf16ps ymm5,ymm9,ymm15
+	// raw: vdpbf16ps ymm13,ymm17,ymm23
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xef
-	VPBROADCASTD 12(R10)(AX*2), Y10
+	VPBROADCASTD 12(R10)(AX*2), Y18
 
-	// raw: vdpbf16ps ymm6,ymm9,ymm10
+	// raw: vdpbf16ps ymm14,ymm17,ymm18
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xf2
-	VPBROADCASTD 12(R10)(CX*1), Y11
+	VPBROADCASTD 12(R10)(CX*1), Y19
 
-	// raw: vdpbf16ps ymm7,ymm9,ymm11
+	// raw: vdpbf16ps ymm15,ymm17,ymm19
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xfb
-	VMOVUPS      128(R13), Y8
-	VPBROADCASTD 16(R9), Y12
+	VMOVUPS      128(R13), Y16
+	VPBROADCASTD 16(R9), Y20
 
-	// raw: vdpbf16ps ymm0,ymm8,ymm12
+	// raw: vdpbf16ps ymm0,ymm16,ymm20
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xc4
-	VPBROADCASTD 16(R9)(AX*1), Y13
+	VPBROADCASTD 16(R9)(AX*1), Y21
 
-	// raw: vdpbf16ps ymm1,ymm8,ymm13
+	// raw: vdpbf16ps ymm1,ymm16,ymm21
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xcd
-	VPBROADCASTD 16(R9)(AX*2), Y14
+	VPBROADCASTD 16(R9)(AX*2), Y22
 
-	// raw: vdpbf16ps ymm2,ymm8,ymm14
+	// raw: vdpbf16ps ymm2,ymm16,ymm22
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xd6
-	VPBROADCASTD 16(R9)(CX*1), Y15
+	VPBROADCASTD 16(R9)(CX*1), Y23
 
-	// raw: vdpbf16ps ymm3,ymm8,ymm15
+	// raw: vdpbf16ps ymm3,ymm16,ymm23
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xdf
-	VPBROADCASTD 16(R10), Y10
+	VPBROADCASTD 16(R10), Y18
 
-	// raw: vdpbf16ps ymm4,ymm8,ymm10
+	// raw: vdpbf16ps ymm4,ymm16,ymm18
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xe2
-	VPBROADCASTD 16(R10)(AX*1), Y11
+	VPBROADCASTD 16(R10)(AX*1), Y19
 
-	// raw: vdpbf16ps ymm5,ymm8,ymm11
+	// raw: vdpbf16ps ymm5,ymm16,ymm19
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xeb
-	VPBROADCASTD 16(R10)(AX*2), Y12
+	VPBROADCASTD 16(R10)(AX*2), Y20
 
-	// raw: vdpbf16ps ymm6,ymm8,ymm12
+	// raw: vdpbf16ps ymm6,ymm16,ymm20
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xf4
-	VPBROADCASTD 16(R10)(CX*1), Y13
+	VPBROADCASTD 16(R10)(CX*1), Y21
 
-	// raw: vdpbf16ps ymm7,ymm8,ymm13
+	// raw: vdpbf16ps ymm7,ymm16,ymm21
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xfd
-	VMOVUPS      160(R13), Y9
-	VPBROADCASTD 20(R9), Y14
+	VMOVUPS      160(R13), Y17
+	VPBROADCASTD 20(R9), Y22
 
-	// raw: vdpbf16ps ymm0,ymm9,ymm14
+	// raw: vdpbf16ps ymm8,ymm17,ymm22
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xc6
-	VPBROADCASTD 20(R9)(AX*1), Y15
+	VPBROADCASTD 20(R9)(AX*1), Y23
 
-	// raw: vdpbf16ps ymm1,ymm9,ymm15
+	// raw: vdpbf16ps ymm9,ymm17,ymm23
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xcf
-	VPBROADCASTD 20(R9)(AX*2), Y10
+	VPBROADCASTD 20(R9)(AX*2), Y18
 
-	// raw: vdpbf16ps ymm2,ymm9,ymm10
+	// raw: vdpbf16ps ymm10,ymm17,ymm18
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xd2
-	VPBROADCASTD 20(R9)(CX*1), Y11
+	VPBROADCASTD 20(R9)(CX*1), Y19
 
-	// raw: vdpbf16ps ymm3,ymm9,ymm11
+	// raw: vdpbf16ps ymm11,ymm17,ymm19
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xdb
-	VPBROADCASTD 20(R10), Y12
+	VPBROADCASTD 20(R10), Y20
 
-	// raw: vdpbf16ps ymm4,ymm9,ymm12
+	// raw: vdpbf16ps ymm12,ymm17,ymm20
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xe4
-	VPBROADCASTD 20(R10)(AX*1), Y13
+	VPBROADCASTD 20(R10)(AX*1), Y21
 
-	// raw: vdpbf16ps ymm5,ymm9,ymm13
+	// raw: vdpbf16ps ymm13,ymm17,ymm21
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xed
-	VPBROADCASTD 20(R10)(AX*2), Y14
+	VPBROADCASTD 20(R10)(AX*2), Y22
 
-	// raw: vdpbf16ps ymm6,ymm9,ymm14
+	// raw: vdpbf16ps ymm14,ymm17,ymm22
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xf6
-	VPBROADCASTD 20(R10)(CX*1), Y15
+	VPBROADCASTD 20(R10)(CX*1), Y23
 
-	// raw: vdpbf16ps ymm7,ymm9,ymm15
+	// raw: vdpbf16ps ymm15,ymm17,ymm23
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xff
-	VMOVUPS      192(R13), Y8
-	VPBROADCASTD 24(R9), Y10
+	VMOVUPS      192(R13), Y16
+	VPBROADCASTD 24(R9), Y18
 
-	// raw: vdpbf16ps ymm0,ymm8,ymm10
+	// raw: vdpbf16ps ymm0,ymm16,ymm18
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xc2
-	VPBROADCASTD 24(R9)(AX*1), Y11
+	VPBROADCASTD 24(R9)(AX*1), Y19
 
-	// raw: vdpbf16ps ymm1,ymm8,ymm11
+	// raw: vdpbf16ps ymm1,ymm16,ymm19
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xcb
-	VPBROADCASTD 24(R9)(AX*2), Y12
+	VPBROADCASTD 24(R9)(AX*2), Y20
 
-	// raw: vdpbf16ps ymm2,ymm8,ymm12
+	// raw: vdpbf16ps ymm2,ymm16,ymm20
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xd4
-	VPBROADCASTD 24(R9)(CX*1), Y13
+	VPBROADCASTD 24(R9)(CX*1), Y21
 
-	// raw: vdpbf16ps ymm3,ymm8,ymm13
+	// raw: vdpbf16ps ymm3,ymm16,ymm21
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xdd
-	VPBROADCASTD 24(R10), Y14
+	VPBROADCASTD 24(R10), Y22
 
-	// raw: vdpbf16ps ymm4,ymm8,ymm14
+	// raw: vdpbf16ps ymm4,ymm16,ymm22
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xe6
-	VPBROADCASTD 24(R10)(AX*1), Y15
+	VPBROADCASTD 24(R10)(AX*1), Y23
 
-	// raw: vdpbf16ps ymm5,ymm8,ymm15
+	// raw: vdpbf16ps ymm5,ymm16,ymm23
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xef
-	VPBROADCASTD 24(R10)(AX*2), Y10
+	VPBROADCASTD 24(R10)(AX*2), Y18
 
-	// raw: vdpbf16ps ymm6,ymm8,ymm10
+	// raw: vdpbf16ps ymm6,ymm16,ymm18
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xf2
-	VPBROADCASTD 24(R10)(CX*1), Y11
+	VPBROADCASTD 24(R10)(CX*1), Y19
 
-	// raw: vdpbf16ps ymm7,ymm8,ymm11
+	// raw: vdpbf16ps ymm7,ymm16,ymm19
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xfb
-	VMOVUPS      224(R13), Y9
-	VPBROADCASTD 28(R9), Y12
+	VMOVUPS      224(R13), Y17
+	VPBROADCASTD 28(R9), Y20
 
-	// raw: vdpbf16ps ymm0,ymm9,ymm12
+	// raw: vdpbf16ps ymm8,ymm17,ymm20
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xc4
-	VPBROADCASTD 28(R9)(AX*1), Y13
+	VPBROADCASTD 28(R9)(AX*1), Y21
 
-	// raw: vdpbf16ps ymm1,ymm9,ymm13
+	// raw: vdpbf16ps ymm9,ymm17,ymm21
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xcd
-	VPBROADCASTD 28(R9)(AX*2), Y14
+	VPBROADCASTD 28(R9)(AX*2), Y22
 
-	// raw: vdpbf16ps ymm2,ymm9,ymm14
+	// raw: vdpbf16ps ymm10,ymm17,ymm22
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xd6
-	VPBROADCASTD 28(R9)(CX*1), Y15
+	VPBROADCASTD 28(R9)(CX*1), Y23
 
-	// raw: vdpbf16ps ymm3,ymm9,ymm15
+	// raw: vdpbf16ps ymm11,ymm17,ymm23
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xdf
-	VPBROADCASTD 28(R10), Y10
+	VPBROADCASTD 28(R10), Y18
 
-	// raw: vdpbf16ps ymm4,ymm9,ymm10
+	// raw: vdpbf16ps ymm12,ymm17,ymm18
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xe2
-	VPBROADCASTD 28(R10)(AX*1), Y11
+	VPBROADCASTD 28(R10)(AX*1), Y19
 
-	// raw: vdpbf16ps ymm5,ymm9,ymm11
+	// raw: vdpbf16ps ymm13,ymm17,ymm19
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xeb
-	VPBROADCASTD 28(R10)(AX*2), Y12
+	VPBROADCASTD 28(R10)(AX*2), Y20
 
-	// raw: vdpbf16ps ymm6,ymm9,ymm12
+	// raw: vdpbf16ps ymm14,ymm17,ymm20
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xf4
-	VPBROADCASTD 28(R10)(CX*1), Y13
+	VPBROADCASTD 28(R10)(CX*1), Y21
 
-	// raw: vdpbf16ps ymm7,ymm9,ymm13
+	// raw: vdpbf16ps ymm15,ymm17,ymm21
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xfd
-	VMOVUPS      256(R13), Y8
-	VPBROADCASTD 32(R9), Y14
+	VMOVUPS      256(R13), Y16
+	VPBROADCASTD 32(R9), Y22
 
-	// raw: vdpbf16ps ymm0,ymm8,ymm14
+	// raw: vdpbf16ps ymm0,ymm16,ymm22
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xc6
-	VPBROADCASTD 32(R9)(AX*1), Y15
+	VPBROADCASTD 32(R9)(AX*1), Y23
 
-	// raw: vdpbf16ps ymm1,ymm8,ymm15
+	// raw: vdpbf16ps ymm1,ymm16,ymm23
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xcf
-	VPBROADCASTD 32(R9)(AX*2), Y10
+	VPBROADCASTD 32(R9)(AX*2), Y18
 
-	// raw: vdpbf16ps ymm2,ymm8,ymm10
+	// raw: vdpbf16ps ymm2,ymm16,ymm18
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xd2
-	VPBROADCASTD 32(R9)(CX*1), Y11
+	VPBROADCASTD 32(R9)(CX*1), Y19
 
-	// raw: vdpbf16ps ymm3,ymm8,ymm11
+	// raw: vdpbf16ps ymm3,ymm16,ymm19
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xdb
-	VPBROADCASTD 32(R10), Y12
+	VPBROADCASTD 32(R10), Y20
 
-	// raw: vdpbf16ps ymm4,ymm8,ymm12
+	// raw: vdpbf16ps ymm4,ymm16,ymm20
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xe4
-	VPBROADCASTD 32(R10)(AX*1), Y13
+	VPBROADCASTD 32(R10)(AX*1), Y21
 
-	// raw: vdpbf16ps ymm5,ymm8,ymm13
+	// raw: vdpbf16ps ymm5,ymm16,ymm21
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xed
-	VPBROADCASTD 32(R10)(AX*2), Y14
+	VPBROADCASTD 32(R10)(AX*2), Y22
 
-	// raw: vdpbf16ps ymm6,ymm8,ymm14
+	// raw: vdpbf16ps ymm6,ymm16,ymm22
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xf6
-	VPBROADCASTD 32(R10)(CX*1), Y15
+	VPBROADCASTD 32(R10)(CX*1), Y23
 
-	// raw: vdpbf16ps ymm7,ymm8,ymm15
+	// raw: vdpbf16ps ymm7,ymm16,ymm23
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xff
-	VMOVUPS      288(R13), Y9
-	VPBROADCASTD 36(R9), Y10
+	VMOVUPS      288(R13), Y17
+	VPBROADCASTD 36(R9), Y18
 
-	// raw: vdpbf16ps ymm0,ymm9,ymm10
+	// raw: vdpbf16ps ymm8,ymm17,ymm18
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xc2
-	VPBROADCASTD 36(R9)(AX*1), Y11
+	VPBROADCASTD 36(R9)(AX*1), Y19
 
-	// raw: vdpbf16ps ymm1,ymm9,ymm11
+	// raw: vdpbf16ps ymm9,ymm17,ymm19
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xcb
-	VPBROADCASTD 36(R9)(AX*2), Y12
+	VPBROADCASTD 36(R9)(AX*2), Y20
 
-	// raw: vdpbf16ps ymm2,ymm9,ymm12
+	// raw: vdpbf16ps ymm10,ymm17,ymm20
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xd4
-	VPBROADCASTD 36(R9)(CX*1), Y13
+	VPBROADCASTD 36(R9)(CX*1), Y21
 
-	// raw: vdpbf16ps ymm3,ymm9,ymm13
+	// raw: vdpbf16ps ymm11,ymm17,ymm21
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xdd
-	VPBROADCASTD 36(R10), Y14
+	VPBROADCASTD 36(R10), Y22
 
-	// raw: vdpbf16ps ymm4,ymm9,ymm14
+	// raw: vdpbf16ps ymm12,ymm17,ymm22
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xe6
-	VPBROADCASTD 36(R10)(AX*1), Y15
+	VPBROADCASTD 36(R10)(AX*1), Y23
 
-	// raw: vdpbf16ps ymm5,ymm9,ymm15
+	// raw: vdpbf16ps ymm13,ymm17,ymm23
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xef
-	VPBROADCASTD 36(R10)(AX*2), Y10
+	VPBROADCASTD 36(R10)(AX*2), Y18
 
-	// raw: vdpbf16ps ymm6,ymm9,ymm10
+	// raw: vdpbf16ps ymm14,ymm17,ymm18
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xf2
-	VPBROADCASTD 36(R10)(CX*1), Y11
+	VPBROADCASTD 36(R10)(CX*1), Y19
 
-	// raw: vdpbf16ps ymm7,ymm9,ymm11
+	// raw: vdpbf16ps ymm15,ymm17,ymm19
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xfb
-	VMOVUPS      320(R13), Y8
-	VPBROADCASTD 40(R9), Y12
+	VMOVUPS      320(R13), Y16
+	VPBROADCASTD 40(R9), Y20
 
-	// raw: vdpbf16ps ymm0,ymm8,ymm12
+	// raw: vdpbf16ps ymm0,ymm16,ymm20
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xc4
-	VPBROADCASTD 40(R9)(AX*1), Y13
+	VPBROADCASTD 40(R9)(AX*1), Y21
 
-	// raw: vdpbf16ps ymm1,ymm8,ymm13
+	// raw: vdpbf16ps ymm1,ymm16,ymm21
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xcd
-	VPBROADCASTD 40(R9)(AX*2), Y14
+	VPBROADCASTD 40(R9)(AX*2), Y22
 
-	// raw: vdpbf16ps ymm2,ymm8,ymm14
+	// raw: vdpbf16ps ymm2,ymm16,ymm22
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xd6
-	VPBROADCASTD 40(R9)(CX*1), Y15
+	VPBROADCASTD 40(R9)(CX*1), Y23
 
-	// raw: vdpbf16ps ymm3,ymm8,ymm15
+	// raw: vdpbf16ps ymm3,ymm16,ymm23
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xdf
-	VPBROADCASTD 40(R10), Y10
+	VPBROADCASTD 40(R10), Y18
 
-	// raw: vdpbf16ps ymm4,ymm8,ymm10
+	// raw: vdpbf16ps ymm4,ymm16,ymm18
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xe2
-	VPBROADCASTD 40(R10)(AX*1), Y11
+	VPBROADCASTD 40(R10)(AX*1), Y19
 
-	// raw: vdpbf16ps ymm5,ymm8,ymm11
+	// raw: vdpbf16ps ymm5,ymm16,ymm19
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xeb
-	VPBROADCASTD 40(R10)(AX*2), Y12
+	VPBROADCASTD 40(R10)(AX*2), Y20
 
-	// raw: vdpbf16ps ymm6,ymm8,ymm12
+	// raw: vdpbf16ps ymm6,ymm16,ymm20
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xf4
-	VPBROADCASTD 40(R10)(CX*1), Y13
+	VPBROADCASTD 40(R10)(CX*1), Y21
 
-	// raw: vdpbf16ps ymm7,ymm8,ymm13
+	// raw: vdpbf16ps ymm7,ymm16,ymm21
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xfd
-	VMOVUPS      352(R13), Y9
-	VPBROADCASTD 44(R9), Y14
+	VMOVUPS      352(R13), Y17
+	VPBROADCASTD 44(R9), Y22
 
-	// raw: vdpbf16ps ymm0,ymm9,ymm14
+	// raw: vdpbf16ps ymm8,ymm17,ymm22
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xc6
-	VPBROADCASTD 44(R9)(AX*1), Y15
+	VPBROADCASTD 44(R9)(AX*1), Y23
 
-	// raw: vdpbf16ps ymm1,ymm9,ymm15
+	// raw: vdpbf16ps ymm9,ymm17,ymm23
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xcf
-	VPBROADCASTD 44(R9)(AX*2), Y10
+	VPBROADCASTD 44(R9)(AX*2), Y18
 
-	// raw: vdpbf16ps ymm2,ymm9,ymm10
+	// raw: vdpbf16ps ymm10,ymm17,ymm18
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xd2
-	VPBROADCASTD 44(R9)(CX*1), Y11
+	VPBROADCASTD 44(R9)(CX*1), Y19
 
-	// raw: vdpbf16ps ymm3,ymm9,ymm11
+	// raw: vdpbf16ps ymm11,ymm17,ymm19
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xdb
-	VPBROADCASTD 44(R10), Y12
+	VPBROADCASTD 44(R10), Y20
 
-	// raw: vdpbf16ps ymm4,ymm9,ymm12
+	// raw: vdpbf16ps ymm12,ymm17,ymm20
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xe4
-	VPBROADCASTD 44(R10)(AX*1), Y13
+	VPBROADCASTD 44(R10)(AX*1), Y21
 
-	// raw: vdpbf16ps ymm5,ymm9,ymm13
+	// raw: vdpbf16ps ymm13,ymm17,ymm21
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xed
-	VPBROADCASTD 44(R10)(AX*2), Y14
+	VPBROADCASTD 44(R10)(AX*2), Y22
 
-	// raw: vdpbf16ps ymm6,ymm9,ymm14
+	// raw: vdpbf16ps ymm14,ymm17,ymm22
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xf6
-	VPBROADCASTD 44(R10)(CX*1), Y15
+	VPBROADCASTD 44(R10)(CX*1), Y23
 
-	// raw: vdpbf16ps ymm7,ymm9,ymm15
+	// raw: vdpbf16ps ymm15,ymm17,ymm23
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xff
-	VMOVUPS      384(R13), Y8
-	VPBROADCASTD 48(R9), Y10
+	VMOVUPS      384(R13), Y16
+	VPBROADCASTD 48(R9), Y18
 
-	// raw: vdpbf16ps ymm0,ymm8,ymm10
+	// raw: vdpbf16ps ymm0,ymm16,ymm18
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xc2
-	VPBROADCASTD 48(R9)(AX*1), Y11
+	VPBROADCASTD 48(R9)(AX*1), Y19
 
-	// raw: vdpbf16ps ymm1,ymm8,ymm11
+	// raw: vdpbf16ps ymm1,ymm16,ymm19
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xcb
-	VPBROADCASTD 48(R9)(AX*2), Y12
+	VPBROADCASTD 48(R9)(AX*2), Y20
 
-	// raw: vdpbf16ps ymm2,ymm8,ymm12
+	// raw: vdpbf16ps ymm2,ymm16,ymm20
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xd4
-	VPBROADCASTD 48(R9)(CX*1), Y13
+	VPBROADCASTD 48(R9)(CX*1), Y21
 
-	// raw: vdpbf16ps ymm3,ymm8,ymm13
+	// raw: vdpbf16ps ymm3,ymm16,ymm21
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xdd
-	VPBROADCASTD 48(R10), Y14
+	VPBROADCASTD 48(R10), Y22
 
-	// raw: vdpbf16ps ymm4,ymm8,ymm14
+	// raw: vdpbf16ps ymm4,ymm16,ymm22
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xe6
-	VPBROADCASTD 48(R10)(AX*1), Y15
+	VPBROADCASTD 48(R10)(AX*1), Y23
 
-	// raw: vdpbf16ps ymm5,ymm8,ymm15
+	// raw: vdpbf16ps ymm5,ymm16,ymm23
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xef
-	VPBROADCASTD 48(R10)(AX*2), Y10
+	VPBROADCASTD 48(R10)(AX*2), Y18
 
-	// raw: vdpbf16ps ymm6,ymm8,ymm10
+	// raw: vdpbf16ps ymm6,ymm16,ymm18
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xf2
-	VPBROADCASTD 48(R10)(CX*1), Y11
+	VPBROADCASTD 48(R10)(CX*1), Y19
 
-	// raw: vdpbf16ps ymm7,ymm8,ymm11
+	// raw: vdpbf16ps ymm7,ymm16,ymm19
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xfb
-	VMOVUPS      416(R13), Y9
-	VPBROADCASTD 52(R9), Y12
+	VMOVUPS      416(R13), Y17
+	VPBROADCASTD 52(R9), Y20
 
-	// raw: vdpbf16ps ymm0,ymm9,ymm12
+	// raw: vdpbf16ps ymm8,ymm17,ymm20
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xc4
-	VPBROADCASTD 52(R9)(AX*1), Y13
+	VPBROADCASTD 52(R9)(AX*1), Y21
 
-	// raw: vdpbf16ps ymm1,ymm9,ymm13
+	// raw: vdpbf16ps ymm9,ymm17,ymm21
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xcd
-	VPBROADCASTD 52(R9)(AX*2), Y14
+	VPBROADCASTD 52(R9)(AX*2), Y22
 
-	// raw: vdpbf16ps ymm2,ymm9,ymm14
+	// raw: vdpbf16ps ymm10,ymm17,ymm22
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xd6
-	VPBROADCASTD 52(R9)(CX*1), Y15
+	VPBROADCASTD 52(R9)(CX*1), Y23
 
-	// raw: vdpbf16ps ymm3,ymm9,ymm15
+	// raw: vdpbf16ps ymm11,ymm17,ymm23
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xdf
-	VPBROADCASTD 52(R10), Y10
+	VPBROADCASTD 52(R10), Y18
 
-	// raw: vdpbf16ps ymm4,ymm9,ymm10
+	// raw: vdpbf16ps ymm12,ymm17,ymm18
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xe2
-	VPBROADCASTD 52(R10)(AX*1), Y11
+	VPBROADCASTD 52(R10)(AX*1), Y19
 
-	// raw: vdpbf16ps ymm5,ymm9,ymm11
+	// raw: vdpbf16ps ymm13,ymm17,ymm19
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xeb
-	VPBROADCASTD 52(R10)(AX*2), Y12
+	VPBROADCASTD 52(R10)(AX*2), Y20
 
-	// raw: vdpbf16ps ymm6,ymm9,ymm12
+	// raw: vdpbf16ps ymm14,ymm17,ymm20
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xf4
-	VPBROADCASTD 52(R10)(CX*1), Y13
+	VPBROADCASTD 52(R10)(CX*1), Y21
 
-	// raw: vdpbf16ps ymm7,ymm9,ymm13
+	// raw: vdpbf16ps ymm15,ymm17,ymm21
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xfd
-	VMOVUPS      448(R13), Y8
-	VPBROADCASTD 56(R9), Y14
+	VMOVUPS      448(R13), Y16
+	VPBROADCASTD 56(R9), Y22
 
-	// raw: vdpbf16ps ymm0,ymm8,ymm14
+	// raw: vdpbf16ps ymm0,ymm16,ymm22
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xc6
-	VPBROADCASTD 56(R9)(AX*1), Y15
+	VPBROADCASTD 56(R9)(AX*1), Y23
 
-	// raw: vdpbf16ps ymm1,ymm8,ymm15
+	// raw: vdpbf16ps ymm1,ymm16,ymm23
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xcf
-	VPBROADCASTD 56(R9)(AX*2), Y10
+	VPBROADCASTD 56(R9)(AX*2), Y18
 
-	// raw: vdpbf16ps ymm2,ymm8,ymm10
+	// raw: vdpbf16ps ymm2,ymm16,ymm18
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xd2
-	VPBROADCASTD 56(R9)(CX*1), Y11
+	VPBROADCASTD 56(R9)(CX*1), Y19
 
-	// raw: vdpbf16ps ymm3,ymm8,ymm11
+	// raw: vdpbf16ps ymm3,ymm16,ymm19
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xdb
-	VPBROADCASTD 56(R10), Y12
+	VPBROADCASTD 56(R10), Y20
 
-	// raw: vdpbf16ps ymm4,ymm8,ymm12
+	// raw: vdpbf16ps ymm4,ymm16,ymm20
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xe4
-	VPBROADCASTD 56(R10)(AX*1), Y13
+	VPBROADCASTD 56(R10)(AX*1), Y21
 
-	// raw: vdpbf16ps ymm5,ymm8,ymm13
+	// raw: vdpbf16ps ymm5,ymm16,ymm21
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xed
-	VPBROADCASTD 56(R10)(AX*2), Y14
+	VPBROADCASTD 56(R10)(AX*2), Y22
 
-	// raw: vdpbf16ps ymm6,ymm8,ymm14
+	// raw: vdpbf16ps ymm6,ymm16,ymm22
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xf6
-	VPBROADCASTD 56(R10)(CX*1), Y15
+	VPBROADCASTD 56(R10)(CX*1), Y23
 
-	// raw: vdpbf16ps ymm7,ymm8,ymm15
+	// raw: vdpbf16ps ymm7,ymm16,ymm23
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x3e
-	BYTE         $0x28
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xff
-	VMOVUPS      480(R13), Y9
-	VPBROADCASTD 60(R9), Y10
+	VMOVUPS      480(R13), Y17
+	VPBROADCASTD 60(R9), Y18
 
-	// raw: vdpbf16ps ymm0,ymm9,ymm10
+	// raw: vdpbf16ps ymm8,ymm17,ymm18
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xc2
-	VPBROADCASTD 60(R9)(AX*1), Y11
+	VPBROADCASTD 60(R9)(AX*1), Y19
 
-	// raw: vdpbf16ps ymm1,ymm9,ymm11
+	// raw: vdpbf16ps ymm9,ymm17,ymm19
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xcb
-	VPBROADCASTD 60(R9)(AX*2), Y12
+	VPBROADCASTD 60(R9)(AX*2), Y20
 
-	// raw: vdpbf16ps ymm2,ymm9,ymm12
+	// raw: vdpbf16ps ymm10,ymm17,ymm20
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xd4
-	VPBROADCASTD 60(R9)(CX*1), Y13
+	VPBROADCASTD 60(R9)(CX*1), Y21
 
-	// raw: vdpbf16ps ymm3,ymm9,ymm13
+	// raw: vdpbf16ps ymm11,ymm17,ymm21
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xdd
-	VPBROADCASTD 60(R10), Y14
+	VPBROADCASTD 60(R10), Y22
 
-	// raw: vdpbf16ps ymm4,ymm9,ymm14
+	// raw: vdpbf16ps ymm12,ymm17,ymm22
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xe6
-	VPBROADCASTD 60(R10)(AX*1), Y15
+	VPBROADCASTD 60(R10)(AX*1), Y23
 
-	// raw: vdpbf16ps ymm5,ymm9,ymm15
+	// raw: vdpbf16ps ymm13,ymm17,ymm23
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xef
-	VPBROADCASTD 60(R10)(AX*2), Y10
+	VPBROADCASTD 60(R10)(AX*2), Y18
 
-	// raw: vdpbf16ps ymm6,ymm9,ymm10
+	// raw: vdpbf16ps ymm14,ymm17,ymm18
 	BYTE         $0x62
-	BYTE         $0xd2
-	BYTE         $0x36
-	BYTE         $0x28
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
 	BYTE         $0x52
 	BYTE         $0xf2
-	VPBROADCASTD 60(R10)(CX*1), Y11
+	VPBROADCASTD 60(R10)(CX*1), Y19
 
-	// raw: vdpbf16ps ymm7,ymm9,ymm11
+	// raw: vdpbf16ps ymm15,ymm17,ymm19
 	BYTE       $0x62
-	BYTE       $0xd2
-	BYTE       $0x36
-	BYTE       $0x28
+	BYTE       $0x32
+	BYTE       $0x76
+	BYTE       $0x20
 	BYTE       $0x52
 	BYTE       $0xfb
 	PREFETCHT1 (R11)
@@ -1374,6 +1382,14 @@ step:
 	ADDQ       $0x00000200, R13
 	DECQ       R14
 	JNZ        step
+	VADDPS     Y8, Y0, Y0
+	VADDPS     Y9, Y1, Y1
+	VADDPS     Y10, Y2, Y2
+	VADDPS     Y11, Y3, Y3
+	VADDPS     Y12, Y4, Y4
+	VADDPS     Y13, Y5, Y5
+	VADDPS     Y14, Y6, Y6
+	VADDPS     Y15, Y7, Y7
 	VUNPCKLPS  Y1, Y0, Y16
 	VUNPCKHPS  Y1, Y0, Y17
 	VUNPCKLPS  Y3, Y2, Y18

@@ -25,11 +25,13 @@ import (
 // scores: the query rows lie in the lanes. Q is first rounded and packed in
 // the frame as d/2 ymm vectors whose lane r is the pair Q[r][2p:2p+2] (8
 // rows of 16 converted values, transposed as 8×8 dwords). Keys go 8 at a
-// time, one ymm accumulator each: for every pair p the pair K[j][2p:2p+2]
+// time, one ymm accumulator each (two, see below): for every pair p the pair K[j][2p:2p+2]
 // of each key, one dword, is broadcast and VDPBF16PS adds it times the
 // pair vector p to key j's accumulator. The 8 accumulators (lane r =
 // S[r][j]) are transposed into the 8 rows of S. Keys beyond a multiple of 8
-// go one at a time.
+// go one at a time. Each key has two accumulators (even and odd pairs,
+// added before the transpose): 16 independent VDPBF16PS chains, enough to
+// hide the instruction's latency at two per cycle.
 //
 // accum: O's columns lie in the lanes. For each block of natAccumKeys keys,
 // P's block is rounded to bfloat16 into the frame (row r: the pairs
@@ -152,7 +154,7 @@ func genScoresNat() {
 	Label("group")
 	CMPQ(n, Imm(natRows))
 	JL(LabelRef("tail"))
-	for j := 0; j < natRows; j++ {
+	for j := 0; j < 2*natRows; j++ {
 		VPXOR(ymm(j), ymm(j), ymm(j))
 	}
 	{
@@ -166,12 +168,12 @@ func genScoresNat() {
 		SHRQ(Imm(5), c)
 		Label("step")
 		for i := 0; i < 16; i++ { // 16 pairs: 64 bytes of each key
-			qv := 8 + i%2
+			qv := 16 + i%2
 			VMOVUPS(Mem{Base: qq, Disp: 32 * i}, ymm(qv))
 			for j := 0; j < natRows; j++ {
-				b := 10 + (i*natRows+j)%6
+				b := 18 + (i*natRows+j)%6
 				VPBROADCASTD(rs.mem(j, 4*i), ymm(b))
-				vdpbf16psY(j, qv, b)
+				vdpbf16psY(j+natRows*(i%2), qv, b)
 			}
 		}
 		for j := 0; j < natRows; j++ {
@@ -182,6 +184,9 @@ func genScoresNat() {
 		ADDQ(U32(512), qq)
 		DECQ(c)
 		JNZ(LabelRef("step"))
+	}
+	for j := 0; j < natRows; j++ {
+		VADDPS(ymm(natRows+j), ymm(j), ymm(j))
 	}
 	transpose8(seq8(0), seq8(8))
 	row := rowMems(sp, lds)
