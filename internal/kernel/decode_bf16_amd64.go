@@ -19,7 +19,8 @@ package kernel
 
 // natMinRows is the smallest row tile the native kernels take, natDim the
 // multiple of the head dimension they need and natMaxD the largest head
-// dimension of the native Scores (its packed Q lives in a fixed frame).
+// dimension of the native Scores (its packed Q lives in a fixed frame:
+// natMaxD of _asm/decode_bf16.go, the same value).
 const (
 	natMinRows = 8
 	natDim     = 32
