@@ -234,6 +234,9 @@ var goldenCases = []goldenCase{
 	{name: "decode-cache-f16", run: func(t *testing.T, _ DType) map[string][]byte { return decodeCase(t, Float16, false, 0, 1, false) }},
 	{name: "decode-cache-q8", run: func(t *testing.T, _ DType) map[string][]byte { return decodeCase(t, Q8_0, false, 2, 1, false) }},
 	{name: "decode-cache-q4", run: func(t *testing.T, _ DType) map[string][]byte { return decodeCase(t, Q4_0, true, 0, 2, true) }},
+	{name: "decode-gqa8-bf16", run: func(t *testing.T, _ DType) map[string][]byte { // 8 query rows per KV head: the native bf16 decode tiles
+		return decodeCaseHeads(t, BFloat16, false, 0, 1, false, 1)
+	}},
 	{name: "decode-mha-bf16", run: func(t *testing.T, _ DType) map[string][]byte {
 		return decodeCaseHeads(t, BFloat16, false, 0, 1, false, 8)
 	}},
@@ -258,9 +261,20 @@ var goldenCases = []goldenCase{
 var goldenF32Inner = kernel.Available()[0].Name
 
 // goldenPaths lists (key prefix, kernel.Force spec) pairs: every float32
-// kernel (with the decode kernels of the same name), and for 16-bit cases
-// every float32 kernel × every 16-bit path.
+// kernel (with the decode kernels of the same name), for 16-bit cases
+// every float32 kernel × every 16-bit path, and for the decode cases also
+// every decode set that no float32 kernel is named after ("avx512bf16"),
+// with the best float32 kernels.
 func goldenPaths(c goldenCase) (keys []string, specs []string, dts []DType) {
+	if strings.HasPrefix(c.name, "decode-") {
+		for _, dk := range kernel.DecodeAvailable() {
+			if _, err := kernel.Lookup(dk.Name); err != nil {
+				keys = append(keys, "f32/"+dk.Name)
+				specs = append(specs, "f32="+kernel.Available()[0].Name+",decode="+dk.Name)
+				dts = append(dts, Float32)
+			}
+		}
+	}
 	for _, im := range kernel.Available() {
 		if !c.half {
 			keys = append(keys, "f32/"+im.Name)

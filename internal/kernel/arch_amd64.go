@@ -80,7 +80,7 @@ func archDecode() []Decode {
 			FormatE5M2: kernelsOf([]scoresKern[byte]{scoresE5M2M1AVX2, scoresE5M2M2AVX2, scoresE5M2M4AVX2, scoresE5M2M8AVX2}, []accumKern[byte]{accumE5M2M1AVX2, accumE5M2M2AVX2, accumE5M2M4AVX2, accumE5M2M8AVX2}, scoresHeadsE5M2AVX2, accumHeadsE5M2AVX2),
 		}, readSumAVX2))
 	}
-	return ds
+	return withNativeBF16(ds)
 }
 
 // archHalf returns the assembly half-precision paths this CPU supports for

@@ -160,6 +160,14 @@ func TestAsmTables(t *testing.T) {
 	}
 	fp8.f32(16, fp8E4M3Table[0x48]/fp8E4M3Table[0x08]) // codes E = 9 over E = 1: 2⁸, fp16's bias 15 minus e4m3's 7
 
+	// decbf16perm: VPERMI2PS indices of the native bf16 accum: column c
+	// of a chunk of 32 sits, after VPUNPCKLWD/VPUNPCKHWD, in the low
+	// (c%8 < 4) or high vector (index +16), lane (c/8)·4 + c%4.
+	perm := new(tableBuilder)
+	for c := range uint32(32) {
+		perm.u32(1, c%8/4*16+c/8*4+c%4)
+	}
+
 	for _, c := range []struct {
 		file, name string
 		want       []byte
@@ -182,6 +190,7 @@ func TestAsmTables(t *testing.T) {
 		// shifted word cleared, the NaN codes' shifted word, an fp16 NaN)
 		// as 16 words each, then 16 float32 2⁸ (the bias difference).
 		{"decode_amd64.s", "decodefp8tab", fp8.b},
+		{"decode_bf16_amd64.s", "decbf16perm", perm.b},
 	} {
 		got, ok := asmTables(t, c.file)[c.name]
 		switch {
@@ -192,8 +201,8 @@ func TestAsmTables(t *testing.T) {
 		}
 	}
 	// Every table is checked.
-	for _, file := range []string{"kernel_amd64.s", "decode_amd64.s"} {
-		if n := len(asmTables(t, file)); file == "kernel_amd64.s" && n != 7 || file == "decode_amd64.s" && n != 4 {
+	for _, file := range []string{"kernel_amd64.s", "decode_amd64.s", "decode_bf16_amd64.s"} {
+		if n := len(asmTables(t, file)); file == "kernel_amd64.s" && n != 7 || file == "decode_amd64.s" && n != 4 || file == "decode_bf16_amd64.s" && n != 1 {
 			t.Errorf("%s: %d tables; a new one needs a check here", file, n)
 		}
 	}

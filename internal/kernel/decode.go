@@ -49,8 +49,11 @@ package kernel
 // (its bytes beyond a multiple of 4 ignored): a plain read of b at full
 // vector width, the yardstick of the kernels' memory bandwidth.
 type Decode struct {
-	// Name is "avx512", "avx2", "neon" or "generic" (the names of the
-	// family "decode" in FLASHATTN_KERNEL).
+	// Name is "avx512bf16", "avx512", "avx2", "neon" or "generic" (the
+	// names of the family "decode" in FLASHATTN_KERNEL). "avx512bf16" is
+	// "avx512" with native bfloat16 products for a bf16 cache and 8 or
+	// more query rows, which round Q and P to bfloat16 first (see
+	// decode_bf16_amd64.go).
 	Name string
 
 	// Scores[f] computes S = Q·Kᵀ for a key cache of format f, Accum[f]

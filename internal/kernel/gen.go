@@ -7,3 +7,4 @@ package kernel
 // reproduces the committed files.
 //go:generate sh -c "cd _asm && go run . -out ../kernel_amd64.s -stubs ../kernel_amd64_stubs.go -pkg kernel"
 //go:generate sh -c "cd _asm && go run . -decode -out ../decode_amd64.s -stubs ../decode_amd64_stubs.go -pkg kernel"
+//go:generate sh -c "cd _asm && go run . -decodebf16 -out ../decode_bf16_amd64.s -stubs ../decode_bf16_amd64_stubs.go -pkg kernel"

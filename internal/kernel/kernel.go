@@ -13,7 +13,8 @@
 //
 //	family  type    amd64                                  arm64                                        doc
 //	f32     Impl    "avx512", "avx2", "generic"            "neon", "generic"                            Impl, generic.go
-//	decode  Decode  "avx512", "avx2", "generic"            "neon", "generic"                            Decode, decode_generic.go
+//	decode  Decode  "avx512bf16", "avx512", "avx2",        "neon", "generic"                            Decode, decode_generic.go
+//	                "generic"
 //	bf16    Half    "amx", "avx512bf16", "f32", "generic"  "neonbf16", "neonbfmmla", "f32", "generic"   Half, half.go
 //	f16     Half    "amx", "f32", "generic"                "neonfp16", "f32", "generic"                 Half, half.go
 //

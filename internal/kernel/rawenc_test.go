@@ -9,12 +9,13 @@ import (
 	"testing"
 )
 
-// goldenRaw holds, for every instruction that kernel_amd64.s spells as
+// goldenRaw holds, for every instruction that kernel_amd64.s and
+// decode_bf16_amd64.s spell as
 // BYTE directives (the Go assembler does not know VDPBF16PS,
 // VCVTNEPS2BF16 or the AMX tile instructions), the encoding GNU as 2.40
 // produces for it. The table was made by assembling the comment texts,
 //
-//	grep -o '// raw: .*' kernel_amd64.s | sed 's|// raw: ||' | sort -u
+//	grep -o '// raw: .*' kernel_amd64.s decode_bf16_amd64.s | sed 's|// raw: ||' | sort -u
 //	(as Intel syntax, .intel_syntax noprefix) | as -o t.o && objdump -d -M intel t.o
 //
 // and objdump printed each text back unchanged. A new register or memory
@@ -74,6 +75,82 @@ var goldenRaw = map[string]string{
 	"vdpbf16ps zmm8,zmm18,zmm12":  "62 52 6e 40 52 c4",
 	"vdpbf16ps zmm9,zmm12,zmm13":  "62 52 1e 48 52 cd",
 	"vdpbf16ps zmm9,zmm18,zmm13":  "62 52 6e 40 52 cd",
+	// decode_bf16_amd64.s
+	"vcvtneps2bf16 ymm0,zmm0":     "62 f2 7e 48 72 c0",
+	"vcvtneps2bf16 ymm1,zmm1":     "62 f2 7e 48 72 c9",
+	"vcvtneps2bf16 ymm2,zmm2":     "62 f2 7e 48 72 d2",
+	"vcvtneps2bf16 ymm28,zmm28":   "62 02 7e 48 72 e4",
+	"vcvtneps2bf16 ymm3,zmm3":     "62 f2 7e 48 72 db",
+	"vcvtneps2bf16 ymm4,zmm4":     "62 f2 7e 48 72 e4",
+	"vcvtneps2bf16 ymm5,zmm5":     "62 f2 7e 48 72 ed",
+	"vcvtneps2bf16 ymm6,zmm6":     "62 f2 7e 48 72 f6",
+	"vcvtneps2bf16 ymm7,zmm7":     "62 f2 7e 48 72 ff",
+	"vdpbf16ps ymm0,ymm16,ymm18":  "62 b2 7e 20 52 c2",
+	"vdpbf16ps ymm0,ymm16,ymm20":  "62 b2 7e 20 52 c4",
+	"vdpbf16ps ymm0,ymm16,ymm22":  "62 b2 7e 20 52 c6",
+	"vdpbf16ps ymm0,ymm8,ymm10":   "62 d2 3e 28 52 c2",
+	"vdpbf16ps ymm1,ymm16,ymm19":  "62 b2 7e 20 52 cb",
+	"vdpbf16ps ymm1,ymm16,ymm21":  "62 b2 7e 20 52 cd",
+	"vdpbf16ps ymm1,ymm16,ymm23":  "62 b2 7e 20 52 cf",
+	"vdpbf16ps ymm1,ymm9,ymm11":   "62 d2 36 28 52 cb",
+	"vdpbf16ps ymm10,ymm17,ymm18": "62 32 76 20 52 d2",
+	"vdpbf16ps ymm10,ymm17,ymm20": "62 32 76 20 52 d4",
+	"vdpbf16ps ymm10,ymm17,ymm22": "62 32 76 20 52 d6",
+	"vdpbf16ps ymm11,ymm17,ymm19": "62 32 76 20 52 db",
+	"vdpbf16ps ymm11,ymm17,ymm21": "62 32 76 20 52 dd",
+	"vdpbf16ps ymm11,ymm17,ymm23": "62 32 76 20 52 df",
+	"vdpbf16ps ymm12,ymm17,ymm18": "62 32 76 20 52 e2",
+	"vdpbf16ps ymm12,ymm17,ymm20": "62 32 76 20 52 e4",
+	"vdpbf16ps ymm12,ymm17,ymm22": "62 32 76 20 52 e6",
+	"vdpbf16ps ymm13,ymm17,ymm19": "62 32 76 20 52 eb",
+	"vdpbf16ps ymm13,ymm17,ymm21": "62 32 76 20 52 ed",
+	"vdpbf16ps ymm13,ymm17,ymm23": "62 32 76 20 52 ef",
+	"vdpbf16ps ymm14,ymm17,ymm18": "62 32 76 20 52 f2",
+	"vdpbf16ps ymm14,ymm17,ymm20": "62 32 76 20 52 f4",
+	"vdpbf16ps ymm14,ymm17,ymm22": "62 32 76 20 52 f6",
+	"vdpbf16ps ymm15,ymm17,ymm19": "62 32 76 20 52 fb",
+	"vdpbf16ps ymm15,ymm17,ymm21": "62 32 76 20 52 fd",
+	"vdpbf16ps ymm15,ymm17,ymm23": "62 32 76 20 52 ff",
+	"vdpbf16ps ymm2,ymm16,ymm18":  "62 b2 7e 20 52 d2",
+	"vdpbf16ps ymm2,ymm16,ymm20":  "62 b2 7e 20 52 d4",
+	"vdpbf16ps ymm2,ymm16,ymm22":  "62 b2 7e 20 52 d6",
+	"vdpbf16ps ymm3,ymm16,ymm19":  "62 b2 7e 20 52 db",
+	"vdpbf16ps ymm3,ymm16,ymm21":  "62 b2 7e 20 52 dd",
+	"vdpbf16ps ymm3,ymm16,ymm23":  "62 b2 7e 20 52 df",
+	"vdpbf16ps ymm4,ymm16,ymm18":  "62 b2 7e 20 52 e2",
+	"vdpbf16ps ymm4,ymm16,ymm20":  "62 b2 7e 20 52 e4",
+	"vdpbf16ps ymm4,ymm16,ymm22":  "62 b2 7e 20 52 e6",
+	"vdpbf16ps ymm5,ymm16,ymm19":  "62 b2 7e 20 52 eb",
+	"vdpbf16ps ymm5,ymm16,ymm21":  "62 b2 7e 20 52 ed",
+	"vdpbf16ps ymm5,ymm16,ymm23":  "62 b2 7e 20 52 ef",
+	"vdpbf16ps ymm6,ymm16,ymm18":  "62 b2 7e 20 52 f2",
+	"vdpbf16ps ymm6,ymm16,ymm20":  "62 b2 7e 20 52 f4",
+	"vdpbf16ps ymm6,ymm16,ymm22":  "62 b2 7e 20 52 f6",
+	"vdpbf16ps ymm7,ymm16,ymm19":  "62 b2 7e 20 52 fb",
+	"vdpbf16ps ymm7,ymm16,ymm21":  "62 b2 7e 20 52 fd",
+	"vdpbf16ps ymm7,ymm16,ymm23":  "62 b2 7e 20 52 ff",
+	"vdpbf16ps ymm8,ymm17,ymm18":  "62 32 76 20 52 c2",
+	"vdpbf16ps ymm8,ymm17,ymm20":  "62 32 76 20 52 c4",
+	"vdpbf16ps ymm8,ymm17,ymm22":  "62 32 76 20 52 c6",
+	"vdpbf16ps ymm9,ymm17,ymm19":  "62 32 76 20 52 cb",
+	"vdpbf16ps ymm9,ymm17,ymm21":  "62 32 76 20 52 cd",
+	"vdpbf16ps ymm9,ymm17,ymm23":  "62 32 76 20 52 cf",
+	"vdpbf16ps zmm0,zmm18,zmm20":  "62 b2 6e 40 52 c4",
+	"vdpbf16ps zmm1,zmm19,zmm20":  "62 b2 66 40 52 cc",
+	"vdpbf16ps zmm10,zmm18,zmm25": "62 12 6e 40 52 d1",
+	"vdpbf16ps zmm11,zmm19,zmm25": "62 12 66 40 52 d9",
+	"vdpbf16ps zmm12,zmm18,zmm26": "62 12 6e 40 52 e2",
+	"vdpbf16ps zmm13,zmm19,zmm26": "62 12 66 40 52 ea",
+	"vdpbf16ps zmm14,zmm18,zmm27": "62 12 6e 40 52 f3",
+	"vdpbf16ps zmm15,zmm19,zmm27": "62 12 66 40 52 fb",
+	"vdpbf16ps zmm2,zmm18,zmm21":  "62 b2 6e 40 52 d5",
+	"vdpbf16ps zmm3,zmm19,zmm21":  "62 b2 66 40 52 dd",
+	"vdpbf16ps zmm4,zmm18,zmm22":  "62 b2 6e 40 52 e6",
+	"vdpbf16ps zmm5,zmm19,zmm22":  "62 b2 66 40 52 ee",
+	"vdpbf16ps zmm6,zmm18,zmm23":  "62 b2 6e 40 52 f7",
+	"vdpbf16ps zmm7,zmm19,zmm23":  "62 b2 66 40 52 ff",
+	"vdpbf16ps zmm8,zmm18,zmm24":  "62 12 6e 40 52 c0",
+	"vdpbf16ps zmm9,zmm19,zmm24":  "62 12 66 40 52 c8",
 }
 
 // TestRawEncodings reads the generated assembly and checks that every
@@ -81,7 +158,22 @@ var goldenRaw = map[string]string{
 // of that instruction, so the encoder of the generator, the comment and
 // the code cannot drift apart.
 func TestRawEncodings(t *testing.T) {
-	f, err := os.Open("kernel_amd64.s")
+	seen := map[string]bool{}
+	for _, file := range rawFiles {
+		checkRawEncodings(t, file, seen)
+	}
+	if len(seen) != len(goldenRaw) {
+		t.Errorf("the assembly uses %d distinct raw instructions, the golden table has %d", len(seen), len(goldenRaw))
+	}
+}
+
+// rawFiles are the generated files with raw instructions.
+var rawFiles = []string{"kernel_amd64.s", "decode_bf16_amd64.s"}
+
+// checkRawEncodings checks the raw instructions of one file, adding their
+// texts to seen.
+func checkRawEncodings(t *testing.T, file string, seen map[string]bool) {
+	f, err := os.Open(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +181,6 @@ func TestRawEncodings(t *testing.T) {
 	sc := bufio.NewScanner(f)
 	var text string
 	var code []string
-	seen := map[string]bool{}
 	flush := func() {
 		if text == "" {
 			return
@@ -122,8 +213,5 @@ func TestRawEncodings(t *testing.T) {
 	flush()
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
-	}
-	if len(seen) != len(goldenRaw) {
-		t.Errorf("the assembly uses %d distinct raw instructions, the golden table has %d", len(seen), len(goldenRaw))
 	}
 }

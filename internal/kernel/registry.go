@@ -11,7 +11,7 @@ import (
 //
 //	family   type    implementations
 //	f32      Impl    the architecture's (amd64: "avx512", "avx2"), "generic"
-//	decode   Decode  the architecture's (amd64: "avx512", "avx2"), "generic"
+//	decode   Decode  the architecture's (amd64: "avx512bf16", "avx512", "avx2"), "generic"
 //	bf16     Half    the architecture's (amd64: "amx", "avx512bf16"), "f32", "generic"
 //	f16      Half    the architecture's (amd64: "amx"), "f32", "generic"
 //

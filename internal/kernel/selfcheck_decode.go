@@ -89,6 +89,9 @@ func selfCheckDecode(dk Decode) (err error) {
 			return err
 		}
 	}
+	if err := selfCheckDecodeBF16(dk); err != nil {
+		return err
+	}
 	if err := selfCheckHeads(dk); err != nil {
 		return err
 	}
@@ -177,4 +180,59 @@ func selfCheckHeads(dk Decode) error {
 		}
 	}
 	return nil
+}
+
+// selfCheckDecodeBF16 compares the bf16 Scores and Accum of dk with
+// GenericDecode's on the shapes of the native bfloat16 kernels (set
+// "avx512bf16": tiles of 8 rows, d a multiple of 32), which the shapes of
+// selfCheckDecode do not reach: 24 rows (16+8), 37 keys, d = 64, Q and P
+// bfloat16 values (the native kernels round them; the check holds for
+// every set), within decodeNear's tolerance.
+func selfCheckDecodeBF16(dk Decode) (err error) {
+	defer recoverAs(&err, "decode kernels "+dk.Name)
+	const m, n, d, ld = 24, 37, 64, 41 // ld: stride of S and P (>= n)
+	const f = FormatBF16
+	g := GenericDecode
+	bf := func(x float64) float32 { return BF16ToF32(F32ToBF16(float32(x))) }
+	q, p := make([]float32, m*d), make([]float32, m*ld)
+	for i := range q {
+		q[i] = bf(math.Sin(float64(i)))
+	}
+	for i := range p {
+		p[i] = bf(math.Sin(float64(5 * i)))
+	}
+	ldc := 2*d + 6 // cache row stride, bytes
+	kf := make([]float32, n*d)
+	k := make([]byte, n*ldc)
+	for j := 0; j < n; j++ {
+		for c := 0; c < d; c++ {
+			kf[j*d+c] = bf(math.Cos(float64(3 * (j*d + c))))
+		}
+		if err := f.Quantize(k[j*ldc:j*ldc+2*d], kf[j*d:(j+1)*d]); err != nil {
+			return err
+		}
+	}
+	abs := func(x []float32) []float32 {
+		y := make([]float32, len(x))
+		for i, v := range x {
+			y[i] = float32(math.Abs(float64(v)))
+		}
+		return y
+	}
+	s1, s2, mag := make([]float32, m*ld), make([]float32, m*ld), make([]float32, m*ld)
+	dk.Scores[f](s1, ld, q, m, k, ldc, n, d)
+	g.Scores[f](s2, ld, q, m, k, ldc, n, d)
+	g.Scores[FormatF32](mag, ld, abs(q), m, Bytes(abs(kf)), 4*d, n, d)
+	if err := decodeNear(dk.Name, "Scores bf16 (d = 64)", s1, s2, mag); err != nil {
+		return err
+	}
+	o1, o2, omag := make([]float32, m*d), make([]float32, m*d), make([]float32, m*d)
+	for i := range o1 {
+		o1[i] = float32(math.Cos(float64(i)))
+		o2[i], omag[i] = o1[i], float32(math.Abs(float64(o1[i])))
+	}
+	dk.Accum[f](o1, d, p, ld, m, k, ldc, n, d)
+	g.Accum[f](o2, d, p, ld, m, k, ldc, n, d)
+	g.Accum[FormatF32](omag, d, abs(p), ld, m, Bytes(abs(kf)), 4*d, n, d)
+	return decodeNear(dk.Name, "Accum bf16 (d = 64)", o1, o2, omag)
 }

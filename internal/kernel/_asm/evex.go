@@ -187,7 +187,13 @@ func vexRM(o vexOp, r int, mm mem, sib bool) []byte {
 // Instructions: each returns its encoding and its objdump -M intel text.
 
 func encVDPBF16PS(dst, src1, src2 int) ([]byte, string) {
-	return evexRR(opVDPBF16PS, 2, dst, src1, src2), fmt.Sprintf("vdpbf16ps zmm%d,zmm%d,zmm%d", dst, src1, src2)
+	return encVDPBF16PSLen(2, dst, src1, src2)
+}
+
+// encVDPBF16PSLen is encVDPBF16PS at vector length ll (1: ymm, 2: zmm).
+func encVDPBF16PSLen(ll, dst, src1, src2 int) ([]byte, string) {
+	x := [...]string{1: "ymm", 2: "zmm"}[ll]
+	return evexRR(opVDPBF16PS, ll, dst, src1, src2), fmt.Sprintf("vdpbf16ps %s%d,%s%d,%s%d", x, dst, x, src1, x, src2)
 }
 
 func encVDPBF16PSMem(dst, src1 int, m mem) ([]byte, string) {

@@ -21,12 +21,17 @@ import (
 
 var decodeOnly = flag.Bool("decode", false, "generate the decode kernels (decode*.go) instead of the others")
 
+var decodeBF16Only = flag.Bool("decodebf16", false, "generate the native bfloat16 decode kernels (decode_bf16.go) instead of the others")
+
 func main() {
 	flag.Parse()
 	ConstraintExpr("amd64,!purego")
-	if *decodeOnly {
+	switch {
+	case *decodeBF16Only:
+		genDecodeBF16()
+	case *decodeOnly:
 		genDecode()
-	} else {
+	default:
 		genKernels()
 	}
 	Generate()
