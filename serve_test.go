@@ -29,6 +29,19 @@ var mixedStep = []serveSeq{
 	{end: 31, nnew: 4, nq: 4},
 }
 
+// specStep is a step of speculative-decoding verification rows (and a
+// decode row): with 16 query heads on 2 KV heads its sequences stack 8 to
+// 64 rows per KV head (one left-padded), the spec rows more than the
+// decode kernels' 16-row tiles, the last enough to be packed.
+var specStep = []serveSeq{
+	{end: 200, nnew: 4, nq: 4},
+	{end: 150, pad: 7, nnew: 5, nq: 5},
+	{end: 97, nnew: 7, nq: 7},
+	{end: 180, nnew: 1, nq: 1},
+	{end: 64, nnew: 3, nq: 3},
+	{end: 120, nnew: 8, nq: 8},
+}
+
 // serveCase is one continuous-batching call: VarLen queries, packed new
 // keys (CuSeqlensKNew) appended to a cache of type dt.
 type serveCase struct {
@@ -84,6 +97,19 @@ func TestContinuousBatching(t *testing.T) {
 		serveCase{dt: Float32, block: 32, hq: 8, hk: 2, d: 64, seqs: noNew, rotary: true, causal: true},
 		serveCase{dt: BFloat16, hq: 8, hk: 2, d: 64, seqs: noneNew, rotary: true, causal: true},
 		serveCase{dt: Float32, block: 16, hq: 4, hk: 2, d: 64, seqs: noneNew, rotary: true, interleaved: true},
+	)
+	// Speculative-decoding rows, 17 to 63 per KV head read in place.
+	for _, dt := range []DType{Float32, BFloat16, Float16, Q8_0, Q4_0, FP8E4M3, FP8E5M2} {
+		for _, block := range []int{0, 32} {
+			cases = append(cases, serveCase{dt: dt, block: block, hq: 16, hk: 2, d: 64, seqs: specStep, rotary: true, causal: true})
+		}
+	}
+	cases = append(cases,
+		serveCase{dt: Float32, block: 32, hq: 16, hk: 2, d: 64, seqs: specStep, causal: true, window: &Window{Left: 40, Right: 0}, sinks: true, softcap: 5},
+		serveCase{dt: BFloat16, hq: 16, hk: 2, d: 64, seqs: specStep, rotary: true, interleaved: true, causal: true, alibi: true},
+		serveCase{dt: Q8_0, block: 32, hq: 16, hk: 2, d: 64, seqs: specStep, splits: 3, causal: true},
+		serveCase{dt: Float32, hq: 16, hk: 1, d: 96, dv: 64, seqs: specStep[3:5], causal: true}, // MLA latent: 48 rows
+		serveCase{dt: BFloat16, block: 16, hq: 16, hk: 1, d: 96, dv: 64, seqs: specStep[3:5], causal: true},
 	)
 	for _, c := range cases {
 		t.Run(c.String(), func(t *testing.T) { checkServe(t, c) })
@@ -417,6 +443,35 @@ func TestContinuousBatchingRoutes(t *testing.T) {
 	for b, want := range map[int]kvFrom{0: fromCacheInPlace, 1: fromPacked, 2: fromPacked, 3: fromCacheInPlace, 5: fromCacheInPlace} {
 		if got := c.plan.seqs[b].route.from; got != want {
 			t.Errorf("sequence %d (%+v) takes route %d, want %d", b, mixedStep[b], got, want)
+		}
+	}
+}
+
+// TestContinuousBatchingSpecRoutes: speculative-decoding rows stacked 17
+// to 63 to a KV head read the cache in place (the decode kernels tile
+// them), whatever its type and whether paged, rather than staging (paged,
+// converted) or transposing K per tile; 64 rows are packed.
+func TestContinuousBatchingSpecRoutes(t *testing.T) {
+	for _, dt := range []DType{Float32, BFloat16, Q8_0, FP8E4M3} {
+		for _, block := range []int{0, 32} {
+			c := serveCase{dt: dt, block: block, hq: 16, hk: 2, d: 64, seqs: specStep, causal: true}
+			t.Run(c.String(), func(t *testing.T) {
+				s := newServeCall(t, c, 1)
+				call, err := newCall(s.q, s.k, s.v, s.opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer call.release()
+				for b, sq := range specStep {
+					want := fromCacheInPlace
+					if 8*sq.nq >= packRowsMin {
+						want = fromPacked
+					}
+					if got := call.plan.seqs[b].route.from; got != want {
+						t.Errorf("sequence %d (%+v, %d rows per KV head) takes route %d, want %d", b, sq, 8*sq.nq, got, want)
+					}
+				}
+			})
 		}
 	}
 }
