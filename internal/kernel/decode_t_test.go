@@ -1,0 +1,67 @@
+package kernel
+
+import (
+	"math"
+	"testing"
+)
+
+// TestDecodeScoresF32Rows16 pins the arithmetic of the AVX-512 float32
+// scores tile of 16 rows (the rows in the vector lanes, scoresF32T16AVX512):
+// each S[r][j] is two FMA chains, the even and the odd elements p below
+// d&^15, the rest of d on the even chain, then the two added, bit for bit,
+// on keys that are and are not a multiple of the kernel's block of 16 (the
+// wrapper's padded last block), strided rows (the heads of a key side by
+// side), head dimensions with a tail, and the tile inside 31 rows
+// (16+8+4+2+1), where the other tiles keep their own order.
+func TestDecodeScoresF32Rows16(t *testing.T) {
+	var dk *Decode
+	for _, s := range archDecode() {
+		if s.Name == "avx512" {
+			dk = &s
+		}
+	}
+	if dk == nil {
+		t.Skip("no AVX-512 decode kernels on this CPU")
+	}
+	model := func(q, k []float32) float32 {
+		var c [2]float32
+		d16 := len(q) &^ 15
+		for p := range q {
+			ch := p % 2
+			if p >= d16 {
+				ch = 0
+			}
+			c[ch] = FMA32(q[p], k[p], c[ch])
+		}
+		return c[0] + c[1]
+	}
+	for _, tc := range []struct{ m, n, d, ldk int }{
+		{16, 64, 128, 128},
+		{16, 37, 128, 4 * 128},
+		{16, 5, 45, 50},
+		{16, 100, 256, 256},
+		{31, 53, 64, 3 * 64},
+	} {
+		q := make([]float32, tc.m*tc.d)
+		for i := range q {
+			q[i] = float32(math.Sin(float64(i)*0.37)) * 4
+		}
+		k := make([]float32, tc.n*tc.ldk)
+		for i := range k {
+			k[i] = float32(math.Cos(float64(i) * 1.3))
+		}
+		lds := tc.n + 3
+		s := make([]float32, tc.m*lds)
+		dk.Scores[FormatF32](s, lds, q, tc.m, Bytes(k), 4*tc.ldk, tc.n, tc.d)
+		bad := 0
+		for r := range 16 { // the first tile
+			for j := range tc.n {
+				want := model(q[r*tc.d:(r+1)*tc.d], k[j*tc.ldk:j*tc.ldk+tc.d])
+				if got := s[r*lds+j]; got != want && bad < 5 {
+					bad++
+					t.Errorf("m=%d n=%d d=%d ldk=%d: S[%d][%d] = %v, want %v (diff %g)", tc.m, tc.n, tc.d, tc.ldk, r, j, got, want, got-want)
+				}
+			}
+		}
+	}
+}
