@@ -5,15 +5,16 @@ import (
 	"testing"
 )
 
-// TestDecodeScoresF32Rows16 pins the arithmetic of the AVX-512 float32
-// scores tile of 16 rows (the rows in the vector lanes, scoresF32T16AVX512):
+// TestDecodeScoresRows16 pins the arithmetic of the AVX-512 float32 and
+// fp16 scores tiles of 16 rows (the rows in the vector lanes,
+// scoresF32T16AVX512; fp16 widened to a float32 tile first):
 // each S[r][j] is two FMA chains, the even and the odd elements p below
 // d&^15, the rest of d on the even chain, then the two added, bit for bit,
 // on keys that are and are not a multiple of the kernel's block of 16 (the
 // wrapper's padded last block), strided rows (the heads of a key side by
 // side), head dimensions with a tail, and the tile inside 31 rows
 // (16+8+4+2+1), where the other tiles keep their own order.
-func TestDecodeScoresF32Rows16(t *testing.T) {
+func TestDecodeScoresRows16(t *testing.T) {
 	var dk *Decode
 	for _, s := range archDecode() {
 		if s.Name == "avx512" {
@@ -48,18 +49,28 @@ func TestDecodeScoresF32Rows16(t *testing.T) {
 		}
 		k := make([]float32, tc.n*tc.ldk)
 		for i := range k {
-			k[i] = float32(math.Cos(float64(i) * 1.3))
+			k[i] = F16ToF32(F32ToF16(float32(math.Cos(float64(i) * 1.3))))
 		}
-		lds := tc.n + 3
-		s := make([]float32, tc.m*lds)
-		dk.Scores[FormatF32](s, lds, q, tc.m, Bytes(k), 4*tc.ldk, tc.n, tc.d)
-		bad := 0
-		for r := range 16 { // the first tile
-			for j := range tc.n {
-				want := model(q[r*tc.d:(r+1)*tc.d], k[j*tc.ldk:j*tc.ldk+tc.d])
-				if got := s[r*lds+j]; got != want && bad < 5 {
-					bad++
-					t.Errorf("m=%d n=%d d=%d ldk=%d: S[%d][%d] = %v, want %v (diff %g)", tc.m, tc.n, tc.d, tc.ldk, r, j, got, want, got-want)
+		h := make([]uint16, len(k))
+		for i, x := range k {
+			h[i] = F32ToF16(x)
+		}
+		for _, f := range []Format{FormatF32, FormatF16} {
+			lds := tc.n + 3
+			s := make([]float32, tc.m*lds)
+			if f == FormatF32 {
+				dk.Scores[f](s, lds, q, tc.m, Bytes(k), 4*tc.ldk, tc.n, tc.d)
+			} else {
+				dk.Scores[f](s, lds, q, tc.m, Bytes(h), 2*tc.ldk, tc.n, tc.d)
+			}
+			bad := 0
+			for r := range 16 { // the first tile
+				for j := range tc.n {
+					want := model(q[r*tc.d:(r+1)*tc.d], k[j*tc.ldk:j*tc.ldk+tc.d])
+					if got := s[r*lds+j]; got != want && bad < 5 {
+						bad++
+						t.Errorf("%v m=%d n=%d d=%d ldk=%d: S[%d][%d] = %v, want %v (diff %g)", f, tc.m, tc.n, tc.d, tc.ldk, r, j, got, want, got-want)
+					}
 				}
 			}
 		}
