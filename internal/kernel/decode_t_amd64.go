@@ -14,14 +14,21 @@ package kernel
 // lives on the wrapper's stack); larger ones take the row kernels.
 const scoresTMaxD = 256
 
+// scoresTMinWidenKeys is the fewest keys for which an fp16 call takes the
+// transposed kernel: the packing of Qᵀ and the zeroing of the tiles cost
+// a fixed time per call, which with 256 keys (the blocks of a call of
+// more than 16 rows) made it 0.91× the row kernel, with 8192 1.17×.
+const scoresTMinWidenKeys = 1024
+
 // withScoresT returns ks, the kernels of format f (float32 or fp16), with
 // its scores tile of 16 rows (ks.scores[4]) replaced by the transposed
-// kernel, the row kernel kept for head dimensions above scoresTMaxD.
+// kernel, the row kernel kept for head dimensions above scoresTMaxD (and
+// for fp16 below scoresTMinWidenKeys keys).
 func withScoresT(f Format, ks decodeKernels) decodeKernels {
 	sc := append([]scoresTile(nil), ks.scores...)
 	rows := sc[4]
 	sc[4] = func(s []float32, lds int, q []float32, k []byte, ldk, n, d int) {
-		if d > scoresTMaxD {
+		if d > scoresTMaxD || f != FormatF32 && n < scoresTMinWidenKeys {
 			rows(s, lds, q, k, ldk, n, d)
 			return
 		}
@@ -34,8 +41,8 @@ func withScoresT(f Format, ks decodeKernels) decodeKernels {
 // scoresT16 packs Qᵀ (qt[p*16+r] = q[r*d+p]) for scoresF32T16AVX512 and
 // runs it on the keys in blocks of 16: a float32 cache in place, an fp16
 // cache block by block widened into a float32 tile in L1 (measured on Zen
-// 4, keys in L2 or beyond: 1.4-1.5× the fp16 row kernel, which widens in
-// registers; tiles of 64 keys gain less). A last block of fewer than 16
+// 4, under load: 1.2-1.45× the fp16 row kernel, which widens in
+// registers, on 8192 keys; tiles of 64 keys gain less). A last block of fewer than 16
 // keys is widened or copied into a tile padded with zero rows, its scores
 // written through a buffer. ldk is in bytes; d <= scoresTMaxD.
 func scoresT16(f Format, s []float32, lds int, q []float32, k []byte, ldk, n, d int) {

@@ -1,3 +1,5 @@
+//go:build amd64 && !purego
+
 package kernel
 
 import (
@@ -7,7 +9,8 @@ import (
 
 // TestDecodeScoresRows16 pins the arithmetic of the AVX-512 float32 and
 // fp16 scores tiles of 16 rows (the rows in the vector lanes,
-// scoresF32T16AVX512; fp16 widened to a float32 tile first):
+// scoresF32T16AVX512; fp16, from scoresTMinWidenKeys keys, widened to a
+// float32 tile first):
 // each S[r][j] is two FMA chains, the even and the odd elements p below
 // d&^15, the rest of d on the even chain, then the two added, bit for bit,
 // on keys that are and are not a multiple of the kernel's block of 16 (the
@@ -42,6 +45,7 @@ func TestDecodeScoresRows16(t *testing.T) {
 		{16, 5, 45, 50},
 		{16, 100, 256, 256},
 		{31, 53, 64, 3 * 64},
+		{16, scoresTMinWidenKeys + 5, 64, 2 * 64},
 	} {
 		q := make([]float32, tc.m*tc.d)
 		for i := range q {
@@ -56,12 +60,17 @@ func TestDecodeScoresRows16(t *testing.T) {
 			h[i] = F32ToF16(x)
 		}
 		for _, f := range []Format{FormatF32, FormatF16} {
+			if f == FormatF16 && tc.n < scoresTMinWidenKeys {
+				continue // the row kernel
+			}
 			lds := tc.n + 3
 			s := make([]float32, tc.m*lds)
-			if f == FormatF32 {
-				dk.Scores[f](s, lds, q, tc.m, Bytes(k), 4*tc.ldk, tc.n, tc.d)
-			} else {
-				dk.Scores[f](s, lds, q, tc.m, Bytes(h), 2*tc.ldk, tc.n, tc.d)
+			call := func() { dk.Scores[f](s, lds, q, tc.m, Bytes(k), 4*tc.ldk, tc.n, tc.d) }
+			if f == FormatF16 {
+				call = func() { dk.Scores[f](s, lds, q, tc.m, Bytes(h), 2*tc.ldk, tc.n, tc.d) }
+			}
+			if a := testing.AllocsPerRun(2, call); a != 0 && !raceEnabled {
+				t.Errorf("%v m=%d n=%d: %v allocations per call", f, tc.m, tc.n, a)
 			}
 			bad := 0
 			for r := range 16 { // the first tile
