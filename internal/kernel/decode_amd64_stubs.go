@@ -939,3 +939,9 @@ func accumHeadsE5M2AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v
 //
 //go:noescape
 func readSumAVX2(b []byte) uint32
+
+// scoresF32T16AVX512 sets s[r*lds+j] = Σ_p qt[p*16+r]·k[j*ldk+p] for r < 16, j < n, p < d.
+// ldk is the key row stride in elements; d >= 1, n a positive multiple of 16, and all accesses are in bounds.
+//
+//go:noescape
+func scoresF32T16AVX512(s []float32, lds int, qt []float32, k []float32, ldk int, n int, d int)

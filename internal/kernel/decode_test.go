@@ -303,7 +303,8 @@ func TestDecodeReadSum(t *testing.T) {
 
 // TestDecodeNoAllocs: the kernels run once per head per decoded token, so
 // a call allocates nothing, whatever the number of row tiles (m = 31 takes
-// 16+8+4+2+1 on AVX-512, 8+8+8+4+2+1 on AVX2).
+// 16+8+4+2+1 on AVX-512, 8+8+8+4+2+1 on AVX2; the float32 and fp16 tiles
+// of 16 rows pack Qᵀ and widen keys on the stack).
 func TestDecodeNoAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
@@ -315,6 +316,12 @@ func TestDecodeNoAllocs(t *testing.T) {
 			k := make([]byte, 2*n*d)
 			if a := testing.AllocsPerRun(10, func() { dk.Scores[FormatBF16](s, n, q, m, k, 2*d, n, d) }); a != 0 {
 				t.Errorf("%s: Scores bf16 with m = %d allocates %v times per call", dk.Name, m, a)
+			}
+			if a := testing.AllocsPerRun(10, func() { dk.Scores[FormatF32](s, n, q, m, k, 4*d, n/2, d) }); a != 0 {
+				t.Errorf("%s: Scores f32 with m = %d allocates %v times per call", dk.Name, m, a)
+			}
+			if a := testing.AllocsPerRun(10, func() { dk.Scores[FormatF16](s, n, q, m, k, 2*d, n, d) }); a != 0 {
+				t.Errorf("%s: Scores fp16 with m = %d allocates %v times per call", dk.Name, m, a)
 			}
 			if a := testing.AllocsPerRun(10, func() { dk.Accum[FormatBF16](o, d, s, n, m, k, 2*d, n, d) }); a != 0 {
 				t.Errorf("%s: Accum bf16 with m = %d allocates %v times per call", dk.Name, m, a)

@@ -157,6 +157,7 @@ func genDecode() {
 		}
 		genReadSum(s)
 	}
+	genScoresT()
 }
 
 // slot is the memory operand of a parameter (or part of one).
