@@ -276,8 +276,9 @@ func dsFromDpGeneric(dp, p []float32, d float32) {
 	}
 }
 
-// dotGeneric is Dot for every implementation: the arithmetic of one
-// element of MulABt (products rounded, then added in index order).
+// dotGeneric is Generic's Dot: the arithmetic of one element of its MulABt
+// (products rounded, then added in index order). The implementations that
+// fuse (Impl.FusedScores) use dotFused.
 func dotGeneric(a, b []float32) float32 {
 	b = b[:len(a)]
 	var acc float32
