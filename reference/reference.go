@@ -87,7 +87,8 @@ type Params struct {
 	// zero in the order of d, rounded once per step, instead of rounding
 	// each product before adding it: the baseline of a kernel that
 	// computes those products with fused multiply-adds (SPEC §4; in
-	// flashattn the NEON kernels, internal/kernel.Impl.FusedScores). The
+	// flashattn the assembly kernels of amd64 and arm64,
+	// internal/kernel.Impl.FusedScores; the pure-Go ones do not). The
 	// float64 functions compute the same with math.FMA. With the 16-bit
 	// functions it changes nothing: the products of bfloat16 and fp16
 	// values are exact in float32.

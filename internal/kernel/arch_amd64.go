@@ -14,18 +14,19 @@ func archImpls() []Impl {
 	var impls []Impl
 	if hasAVX512 {
 		im := Impl{
-			Name:      "avx512",
-			MulABt:    wrapMulABt(mulABtAVX512),
-			MulAddAB:  wrapMulAdd(false, mulAddABAVX512),
-			MulAddAtB: wrapMulAdd(true, mulAddAtBAVX512),
-			ExpSum:    wrapExpSum(expSumAVX512),
-			Max:       wrapMax(maxAVX512),
-			Scale:     wrapScale(scaleAVX512),
-			DsFromDp:  wrapDsFromDp(dsFromDpAVX512),
-			Dot:       dotGeneric,
-			Dot4T:     wrapDot4T(dot4TAVX2),
-			Softcap:   wrapSoftcap(softcapAVX2),
-			ALiBi:     wrapALiBi(alibiAVX2),
+			Name:        "avx512",
+			MulABt:      wrapMulABt(mulABtAVX512), // VFMADD231PS: at the FMA rate
+			FusedScores: true,
+			MulAddAB:    wrapMulAdd(false, mulAddABAVX512),
+			MulAddAtB:   wrapMulAdd(true, mulAddAtBAVX512),
+			ExpSum:      wrapExpSum(expSumAVX512),
+			Max:         wrapMax(maxAVX512),
+			Scale:       wrapScale(scaleAVX512),
+			DsFromDp:    wrapDsFromDp(dsFromDpAVX512),
+			Dot:         dotFused, // one element of MulABt's fused arithmetic
+			Dot4T:       wrapDot4T(dot4TAVX2),
+			Softcap:     wrapSoftcap(softcapAVX2),
+			ALiBi:       wrapALiBi(alibiAVX2),
 		}
 		setConverters(&im, true)
 		setPackers(&im, true)
@@ -33,18 +34,19 @@ func archImpls() []Impl {
 	}
 	if hasAVX2 {
 		im := Impl{
-			Name:      "avx2",
-			MulABt:    wrapMulABt(mulABtAVX2),
-			MulAddAB:  wrapMulAdd(false, mulAddABAVX2),
-			MulAddAtB: wrapMulAdd(true, mulAddAtBAVX2),
-			ExpSum:    wrapExpSum(expSumAVX2),
-			Max:       wrapMax(maxAVX2),
-			Scale:     wrapScale(scaleAVX2),
-			DsFromDp:  wrapDsFromDp(dsFromDpAVX2),
-			Dot:       dotGeneric,
-			Dot4T:     wrapDot4T(dot4TAVX2),
-			Softcap:   wrapSoftcap(softcapAVX2),
-			ALiBi:     wrapALiBi(alibiAVX2),
+			Name:        "avx2",
+			MulABt:      wrapMulABt(mulABtAVX2), // VFMADD231PS: at the FMA rate
+			FusedScores: true,
+			MulAddAB:    wrapMulAdd(false, mulAddABAVX2),
+			MulAddAtB:   wrapMulAdd(true, mulAddAtBAVX2),
+			ExpSum:      wrapExpSum(expSumAVX2),
+			Max:         wrapMax(maxAVX2),
+			Scale:       wrapScale(scaleAVX2),
+			DsFromDp:    wrapDsFromDp(dsFromDpAVX2),
+			Dot:         dotFused, // one element of MulABt's fused arithmetic
+			Dot4T:       wrapDot4T(dot4TAVX2),
+			Softcap:     wrapSoftcap(softcapAVX2),
+			ALiBi:       wrapALiBi(alibiAVX2),
 		}
 		setConverters(&im, false)
 		setPackers(&im, false)

@@ -93,7 +93,8 @@ func mulABtGeneric(c []float32, ldc int, a []float32, lda int, bt []float32, m, 
 // mulABtFused is MulABt in the fused arithmetic (Impl.FusedScores): each
 // element is the chain s = FMA32(a[i*lda+p], B[j][p], s), p = 0, 1, …, from
 // s = 0, one dotFused per element. It is the twin of the fused assembly
-// (mulABtNEON) in the self-check and the tests, not a kernel to run.
+// (mulABtNEON, mulABtAVX512, mulABtAVX2) in the self-check and the tests,
+// not a kernel to run.
 func mulABtFused(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int) {
 	col := make([]float32, k)
 	for j := 0; j < n; j++ {
@@ -275,8 +276,9 @@ func dsFromDpGeneric(dp, p []float32, d float32) {
 	}
 }
 
-// dotGeneric is Dot for every implementation: the arithmetic of one
-// element of MulABt (products rounded, then added in index order).
+// dotGeneric is Generic's Dot: the arithmetic of one element of its MulABt
+// (products rounded, then added in index order). The implementations that
+// fuse (Impl.FusedScores) use dotFused.
 func dotGeneric(a, b []float32) float32 {
 	b = b[:len(a)]
 	var acc float32

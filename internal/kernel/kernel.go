@@ -165,10 +165,12 @@ type Impl struct {
 	MulABt func(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int)
 
 	// FusedScores reports that MulABt and Dot sum fused multiply-adds
-	// (the NEON kernels, whose FMLA runs at twice the rate of an FMUL
-	// and an FADD on the same pipes) rather than rounded products (every
-	// other implementation: the x86 cores add on separate pipes, so
-	// fusing gains them nothing).
+	// rather than rounded products: the assembly (NEON's FMLA, AVX-512's
+	// and AVX2's VFMADD231PS), where one fused instruction per product
+	// runs at twice the rate of a multiply and an add that share the FMA
+	// pipes (every arm64 core, Intel's x86 cores, Zen 5's 512-bit pipes).
+	// Generic rounds the products (the pure-Go path: Go has no float32
+	// FMA, and FMA32 is slow).
 	FusedScores bool
 
 	// MulAddAB adds A·B to C: c[i*ldc+j] += Σ_{p<k} a[i*lda+p] * b[p*ldb+j]

@@ -74,57 +74,6 @@ func TestNEONDotMatchesMulABt(t *testing.T) {
 	}
 }
 
-// TestNEONScoresFused: the NEON MulABt is the fused one (FusedScores,
-// FMLA at the FMA rate): bit for bit the FMA32 chain of mulABtFused at
-// large logits (inputs ×100, |S| ~ 1e4), on every row tail of the 6-row
-// tile and k tail of the 4-k loop, where it differs from the rounded
-// products of Generic.
-func TestNEONScoresFused(t *testing.T) {
-	im, err := Lookup("neon")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !im.FusedScores {
-		t.Errorf("neon: FusedScores false")
-	}
-	r := rand.New(rand.NewPCG(55, 56))
-	differ, bad := 0, 0
-	for _, m := range []int{1, 2, 5, 6, 7, 13} {
-		for _, k := range []int{1, 3, 4, 7, 64, 130} {
-			const n = 32
-			a, b := randSlice(r, m*k), randSlice(r, n*k)
-			for i := range a {
-				a[i] *= 100
-			}
-			for i := range b {
-				b[i] *= 100
-			}
-			bt := make([]float32, n*k)
-			PackBt(bt, b, k, n, k)
-			got, fused, plain := make([]float32, m*n), make([]float32, m*n), make([]float32, m*n)
-			im.MulABt(got, n, a, k, bt, m, n, k)
-			mulABtFused(fused, n, a, k, bt, m, n, k)
-			Generic.MulABt(plain, n, a, k, bt, m, n, k)
-			for i := range got {
-				if math.Float32bits(got[i]) != math.Float32bits(fused[i]) {
-					if bad++; bad <= 3 {
-						t.Errorf("m=%d k=%d: c[%d] = %v, fused chain %v (rounded products %v)", m, k, i, got[i], fused[i], plain[i])
-					}
-				}
-				if fused[i] != plain[i] {
-					differ++
-				}
-			}
-		}
-	}
-	if bad > 0 {
-		t.Errorf("%d elements differ from the fused chain", bad)
-	}
-	if differ == 0 {
-		t.Fatal("fused and rounded products never differ: the test tells nothing")
-	}
-}
-
 // TestNEONF16MatchesGeneric: neonfp16 does the generic fp16 twin's
 // float32 operations in its order (odd then even k of a pair, products
 // exact), so the two agree bit for bit.

@@ -16,9 +16,22 @@ import (
 //
 // Per step p of the k loop it loads the nv vectors B[p, j:j+nv·Lanes],
 // broadcasts each of the mr scalars A[i, p] and issues mr·nv independent
-// VFMADD231PS (A·Bᵀ: a VMULPS and a VADDPS each, see mulAddRounded). 12
-// independent chains cover the FMA latency (4 cycles) times its
-// throughput (1 zmm or 2 ymm per cycle on Zen 4) with room to spare.
+// VFMADD231PS. 12 independent chains cover the FMA latency (4 cycles)
+// times its throughput (1 zmm or 2 ymm per cycle on Zen 4) with room to
+// spare.
+//
+// Every kind fuses, A·Bᵀ included: each element of the scores S = Q·Kᵀ
+// (and of dP = dO·Vᵀ) is the chain s = fma(A[i, p], B[j, p], s) from zero
+// in the order p = 0, 1, …, the arithmetic of mulABtFused
+// (Impl.FusedScores), whose results it gives bit for bit. Its baseline is
+// the plain algorithm with fused products in that order (SPEC §4,
+// reference.Params.FusedScores): at large logits (|S| ~ 1e4) the softmax
+// amplifies the rounding of S, and against the unfused baseline O and the
+// gradients came out up to 40× over the rule's bound (the reliability
+// report's finding 9). The scores used a VMULPS and a VADDPS per product
+// before, which on cores that add on the FMA ports (Intel's, Zen 5's
+// 512-bit pipes as the mca-kit's proxy models them) ran at half the FMA
+// rate.
 const mr = 6
 
 // Matrix products.
@@ -202,10 +215,6 @@ func (g *gemm) tile(r, nv int) {
 		VMOVUPS(bAddr(v), bv[v])
 	}
 	for i := 0; i < r; i++ {
-		if g.kind == kindABt {
-			g.mulAddRounded(aAddr(i), bv, acc[i])
-			continue
-		}
 		// A fresh virtual register per broadcast; its live range is short,
 		// so the allocator reuses one physical register for all of them.
 		bc := s.Vec()
@@ -233,41 +242,6 @@ func (g *gemm) tile(r, nv int) {
 	ldc := Load(Param("ldc"), GP64())
 	SHLQ(Imm(2), ldc)
 	storeAcc(g.cRow, ldc, r, nv, s.Bytes(), g.kind != kindABt, func(i, v int) Op { return acc[i][v] })
-}
-
-// mulAddRounded emits acc[v] += round(A[i0+i, p]·bv[v]) for the scalar of
-// A at a: a multiply then an add, not a fused multiply-add. A·Bᵀ computes
-// the scores S = Q·Kᵀ (and dP = dO·Vᵀ) this way, each element summed in the
-// order p = 0, 1, … with every product rounded to float32, which is the
-// arithmetic of mulABtGeneric and of the plain algorithm the error rule
-// compares with: the results are mulABtGeneric's bit for bit. With fused
-// multiply-adds the scores of large logits (|S| ~ 1e4) round differently
-// from the plain algorithm's, by as much but independently, and the
-// softmax amplifies the difference: O, dQ, dK and dV came out up to 40×
-// over the rule's bound where the generic path met it (the reliability
-// report's finding 9). The other products, whose rounding the softmax
-// does not amplify, keep fused multiply-adds.
-//
-// AVX-512 reads the scalar with an embedded broadcast: with a separate
-// VBROADCASTSS the unfused loop ran 1.48× slower than the fused one on
-// Zen 4, with it 1.02×. AVX2 has no embedded broadcast (1.06×).
-func (g *gemm) mulAddRounded(a Mem, bv, acc []VecVirtual) {
-	s := g.s
-	if s.EVEX {
-		for v := range bv {
-			t := s.Vec()
-			VMULPS_BCST(a, bv[v], t)
-			VADDPS(t, acc[v], acc[v])
-		}
-		return
-	}
-	bc := s.Vec()
-	VBROADCASTSS(a, bc)
-	for v := range bv {
-		t := s.Vec()
-		VMULPS(bv[v], bc, t)
-		VADDPS(t, acc[v], acc[v])
-	}
 }
 
 // ---------------------------------------------------------------------------
