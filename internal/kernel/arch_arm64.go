@@ -70,16 +70,16 @@ func archHalf(e Elem) []Half {
 		}, {
 			Name:   "neonbfmmla",
 			Elem:   BF16,
-			Mul:    wrapHalf("neonbfmmla Mul", withStripBuf(mulBF16MMLANEON)),
-			MulAdd: wrapHalf("neonbfmmla MulAdd", withStripBuf(mulAddBF16MMLANEON)),
+			Mul:    wrapHalf("neonbfmmla Mul", withStripBuf(mulBF16MMLANEON, mmlaBufLen)),
+			MulAdd: wrapHalf("neonbfmmla MulAdd", withStripBuf(mulAddBF16MMLANEON, mmlaBufLen)),
 			Peak:   func(iters int) int { FMAPeakBFMMLANEON(iters); return 24 * 2 * 2 * 4 * 2 },
 		}}
 	case e == F16 && hasFHM:
 		return []Half{{
 			Name:   "neonfp16",
 			Elem:   F16,
-			Mul:    wrapHalf("neonfp16 Mul", withStripBuf(mulF16NEON)),
-			MulAdd: wrapHalf("neonfp16 MulAdd", withStripBuf(mulAddF16NEON)),
+			Mul:    wrapHalf("neonfp16 Mul", withStripBuf(mulF16NEON, f16BufLen)),
+			MulAdd: wrapHalf("neonfp16 MulAdd", withStripBuf(mulAddF16NEON, f16BufLen)),
 			Peak:   func(iters int) int { FMAPeakF16NEON(iters); return 24 * 4 * 2 },
 		}}
 	}

@@ -27,8 +27,9 @@ import "sync"
 //     instruction, 6×16 tiles of 2×2 blocks. It takes the pair layout
 //     too: each strip of B is repacked into 2×4 blocks (ZIP1/ZIP2 .4S of
 //     two pair rows) once, into a buffer from a pool (withStripBuf), for
-//     all its row tiles; A's row pairs are built in the loop (ZIP1 .2D
-//     of two rows; see the generator's mmla.go). Each output sums the
+//     all its row tiles, and A into its row pairs (ZIP1/ZIP2 .2D of two
+//     rows) once per call after them, so the loop is 1 LD1 + 4 LDP Q +
+//     24 BFMMLA per 4 k (see the generator's mmla.go). Each output sums the
 //     pairs of k in order from zero; under Arm's original definition of
 //     BFMMLA (each pair by BFDOT's rule), which qemu implements, its
 //     results equal neonbf16's bit for bit (checked under qemu -cpu max
@@ -36,17 +37,18 @@ import "sync"
 //     implementation-defined, so on hardware it is held to TestHalfMul's
 //     float32 bound, the self-check and the attention rule tests (which
 //     run every path). Predicted by llvm-mca 19 (the mca-kit; not
-//     measured): the loop at 88% of the BFMMLA peak on Neoverse V2 and
-//     N2 (6.8 cycles per 24 BFMMLA against 6.0; 3.55× the float32 FMA
-//     peak), whole calls at the forward's shapes, with the repacking
-//     and the code around the loop, 2.76× (48×512×64), 3.00×
-//     (48×512×128) and 3.22× (48×64×512, 48×128×512) the float32 FMA
-//     peak on V2 (2.69-3.21× on N2), against BFDOT's 1.85-1.98×;
-//     building B's blocks in every tile instead gave 2.33-2.68×. Arm's
-//     tables give BFMMLA at most BFDOT's multiply rate on Neoverse V1/V2,
-//     so which path is faster is measured (the default set takes the
-//     fastest); FMAPeakBFMMLANEON and BenchmarkBFMMLAPeak measure its
-//     bound.
+//     measured): the loop at the BFMMLA peak on Neoverse V2 and N2 (6.0
+//     cycles per 24 BFMMLA; 4.0× the float32 FMA peak), whole calls at
+//     the forward's shapes, with both repackings and the code around
+//     the loop, 3.16× (48×512×64), 3.39× (48×512×128), 3.35× (48×64×512)
+//     and 3.48× (48×128×512) the float32 FMA peak on V2 (3.07-3.50× on
+//     N2), against BFDOT's 1.85-1.98×; with A's pairs built in the loop
+//     (6 LDR D + 3 ZIP more per 4 k, and a k tail) they were 2.76-3.22×
+//     (2.69-3.21× on N2), with B's blocks built in every tile too
+//     2.33-2.68×. Arm's tables give BFMMLA at most BFDOT's multiply rate
+//     on Neoverse V1/V2, so which path is faster is measured (the default
+//     set takes the fastest); FMAPeakBFMMLANEON and BenchmarkBFMMLAPeak
+//     measure its bound.
 //
 // FMLA on .8h (FEAT_FP16) is not used: it accumulates in fp16,
 // which would break the float32 sums Half promises.
@@ -63,12 +65,23 @@ var (
 // (*[]uint16), one per call in flight.
 var stripBufs sync.Pool
 
+// f16BufLen is the length of mulF16NEON's buf: one strip of B, 16
+// elements per k rounded up to 4.
+func f16BufLen(m, k int) int { return W * (k + k%4) }
+
+// mmlaBufLen is the length of mulBF16MMLANEON's buf: one strip of B's
+// blocks (16 elements per k rounded up to 4), then A packed in row pairs,
+// 6 rows per tile, the last tile's rows rounded up to 6.
+func mmlaBufLen(m, k int) int { return (W + 6*((m+5)/6)) * (k + k%4) }
+
 // withStripBuf gives a kernel that repacks each strip of B (BFMMLA's 2×4
-// blocks, FMLAL's even and odd k apart) its buffer: 16 elements per k
-// rounded up to 4, from stripBufs.
-func withStripBuf(kern func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int, buf []uint16)) func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) {
+// blocks, FMLAL's even and odd k apart), and BFMMLA's A, its buffer:
+// bufLen(m, k) elements from stripBufs. The kernel writes the whole
+// buffer it is given and nothing past it: the buffer is sliced to exactly
+// bufLen elements, which the kernels' guard-page test holds them to.
+func withStripBuf(kern func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int, buf []uint16), bufLen func(m, k int) int) func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) {
 	return func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) {
-		need := W * (k + k%4)
+		need := bufLen(m, k)
 		bp, _ := stripBufs.Get().(*[]uint16)
 		if bp == nil || cap(*bp) < need {
 			s := make([]uint16, need)

@@ -30552,8 +30552,8 @@ colNext:
 	RET
 
 // mulBF16MMLANEON sets C = A·B (see Half.Mul) by BFMMLA: A m×k BF16MMLA, B in the pair layout
-// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds. buf holds 16·(k rounded up to 4) elements.
-// Inner loop, per 2 pairs of a 6×16 tile: 6 LDR D + 4 LDP Q + 3 ZIP + 24 BFMMLA (24 chains).
+// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds. buf holds (16 + 6·⌈m/6⌉)·(k rounded up to 4) elements.
+// Inner loop, per 2 pairs of a 6×16 tile: LD1 (3 regs) + 4 LDP Q + 24 BFMMLA (24 chains).
 TEXT ·mulBF16MMLANEON(SB), NOSPLIT|NOFRAME, $0-144
 	MOVD b_base+64(FP), R1
 	MOVD c_base+0(FP), R0
@@ -30570,6 +30570,65 @@ TEXT ·mulBF16MMLANEON(SB), NOSPLIT|NOFRAME, $0-144
 	MUL R23, R7, R19
 	MUL R23, R6, R20
 	MOVD buf_base+120(FP), R23
+	// A packed once into buf after B's blocks: row pairs, 48 bytes per group of a 6-row tile.
+	ADD $1, R9, R12
+	LSR $1, R12
+	LSL $7, R12, R21
+	ADD R23, R21
+	MOVD $48, R17
+	MUL R17, R12, R19
+	MOVD a_base+32(FP), R3
+	MOVD m+96(FP), R5
+	MOVD R21, R24
+	MOVD R24, R26
+	MOVD $0, R13
+packAPair:
+	MOVD R3, R10
+	ADD R7, R3, R11
+	CMP $1, R5
+	BNE packATwo
+	MOVD R10, R11
+packATwo:
+	MOVD R26, R15
+	LSR $2, R9, R17
+	CBZ R17, packAFour
+packAEight:
+	FMOVQ (R10), F0
+	FMOVQ (R11), F1
+	ADD $16, R10
+	ADD $16, R11
+	WORD $0x4ec13802 // zip1 v2.2d, v0.2d, v1.2d
+	WORD $0x4ec17803 // zip2 v3.2d, v0.2d, v1.2d
+	FMOVQ F2, (R15)
+	FMOVQ F3, 48(R15)
+	ADD $96, R15
+	SUBS $1, R17, R17
+	BNE packAEight
+packAFour:
+	TBZ $1, R9, packATwoK
+	FMOVD.P 8(R10), F0
+	FMOVD.P 8(R11), F1
+	WORD $0x4ec13802 // zip1 v2.2d, v0.2d, v1.2d
+	FMOVQ.P F2, 48(R15)
+packATwoK:
+	TBZ $0, R9, packANext
+	FMOVS.P 4(R10), F0
+	FMOVS.P 4(R11), F1
+	WORD $0x4ec13802 // zip1 v2.2d, v0.2d, v1.2d
+	FMOVQ F2, (R15)
+packANext:
+	ADD R7, R3
+	ADD R7, R3
+	ADD $16, R26
+	ADD $1, R13
+	CMP $3, R13
+	BNE packAMore
+	MOVD $0, R13
+	ADD R19, R24
+	MOVD R24, R26
+packAMore:
+	SUBS $2, R5, R5
+	BGT packAPair
 cols:
 	// The strip of B repacked into buf.
 	MOVD R1, R26
@@ -30618,7 +30677,7 @@ packTail:
 	FSTPQ (F20, F21), 64(R24)
 	FSTPQ (F22, F23), 96(R24)
 packDone:
-	MOVD a_base+32(FP), R3
+	MOVD R21, R3
 	MOVD R0, R4
 	MOVD m+96(FP), R5
 rows:
@@ -30651,23 +30710,10 @@ rows:
 	WORD $0x6f00e41f // movi v31.2d, #0
 	MOVD R23, R16
 	MOVD R3, R10
-	ADD R7, R10, R11
-	ADD R7, R11, R12
-	ADD R7, R12, R13
-	ADD R7, R13, R14
-	ADD R7, R14, R15
-	LSR $1, R9, R17
-	CBZ R17, r6tail
+	MOVD R12, R17
+	CBZ R17, r6store
 r6loop:
-	FMOVD.P 8(R10), F0
-	FMOVD.P 8(R11), F3
-	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
-	FMOVD.P 8(R12), F1
-	FMOVD.P 8(R13), F3
-	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
-	FMOVD.P 8(R14), F2
-	FMOVD.P 8(R15), F3
-	WORD $0x4ec33842 // zip1 v2.2d, v2.2d, v3.2d
+	VLD1.P 48(R10), [V0.S4, V1.S4, V2.S4]
 	FLDPQ 0(R16), (F4, F5)
 	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
 	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
@@ -30699,45 +30745,6 @@ r6loop:
 	ADD $128, R16
 	SUBS $1, R17, R17
 	BNE r6loop
-r6tail:
-	TBZ $0, R9, r6store
-	FMOVS.P 4(R10), F0
-	FMOVS.P 4(R11), F3
-	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
-	FMOVS.P 4(R12), F1
-	FMOVS.P 4(R13), F3
-	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
-	FMOVS.P 4(R14), F2
-	FMOVS.P 4(R15), F3
-	WORD $0x4ec33842 // zip1 v2.2d, v2.2d, v3.2d
-	FLDPQ 0(R16), (F4, F5)
-	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
-	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
-	WORD $0x6e44ec58 // bfmmla v24.4s, v2.8h, v4.8h
-	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
-	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
-	WORD $0x6e45ec59 // bfmmla v25.4s, v2.8h, v5.8h
-	FLDPQ 32(R16), (F6, F7)
-	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
-	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
-	WORD $0x6e46ec5a // bfmmla v26.4s, v2.8h, v6.8h
-	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
-	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
-	WORD $0x6e47ec5b // bfmmla v27.4s, v2.8h, v7.8h
-	FLDPQ 64(R16), (F4, F5)
-	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
-	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
-	WORD $0x6e44ec5c // bfmmla v28.4s, v2.8h, v4.8h
-	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
-	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
-	WORD $0x6e45ec5d // bfmmla v29.4s, v2.8h, v5.8h
-	FLDPQ 96(R16), (F6, F7)
-	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
-	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
-	WORD $0x6e46ec5e // bfmmla v30.4s, v2.8h, v6.8h
-	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
-	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
-	WORD $0x6e47ec5f // bfmmla v31.4s, v2.8h, v7.8h
 r6store:
 	MOVD R4, R22
 	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
@@ -30825,20 +30832,10 @@ tile5:
 	WORD $0x6f00e41f // movi v31.2d, #0
 	MOVD R23, R16
 	MOVD R3, R10
-	ADD R7, R10, R11
-	ADD R7, R11, R12
-	ADD R7, R12, R13
-	ADD R7, R13, R14
-	LSR $1, R9, R17
-	CBZ R17, r5tail
+	MOVD R12, R17
+	CBZ R17, r5store
 r5loop:
-	FMOVD.P 8(R10), F0
-	FMOVD.P 8(R11), F3
-	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
-	FMOVD.P 8(R12), F1
-	FMOVD.P 8(R13), F3
-	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
-	FMOVD.P 8(R14), F2
+	VLD1.P 48(R10), [V0.S4, V1.S4, V2.S4]
 	FLDPQ 0(R16), (F4, F5)
 	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
 	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
@@ -30870,43 +30867,6 @@ r5loop:
 	ADD $128, R16
 	SUBS $1, R17, R17
 	BNE r5loop
-r5tail:
-	TBZ $0, R9, r5store
-	FMOVS.P 4(R10), F0
-	FMOVS.P 4(R11), F3
-	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
-	FMOVS.P 4(R12), F1
-	FMOVS.P 4(R13), F3
-	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
-	FMOVS.P 4(R14), F2
-	FLDPQ 0(R16), (F4, F5)
-	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
-	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
-	WORD $0x6e44ec58 // bfmmla v24.4s, v2.8h, v4.8h
-	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
-	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
-	WORD $0x6e45ec59 // bfmmla v25.4s, v2.8h, v5.8h
-	FLDPQ 32(R16), (F6, F7)
-	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
-	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
-	WORD $0x6e46ec5a // bfmmla v26.4s, v2.8h, v6.8h
-	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
-	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
-	WORD $0x6e47ec5b // bfmmla v27.4s, v2.8h, v7.8h
-	FLDPQ 64(R16), (F4, F5)
-	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
-	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
-	WORD $0x6e44ec5c // bfmmla v28.4s, v2.8h, v4.8h
-	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
-	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
-	WORD $0x6e45ec5d // bfmmla v29.4s, v2.8h, v5.8h
-	FLDPQ 96(R16), (F6, F7)
-	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
-	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
-	WORD $0x6e46ec5e // bfmmla v30.4s, v2.8h, v6.8h
-	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
-	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
-	WORD $0x6e47ec5f // bfmmla v31.4s, v2.8h, v7.8h
 r5store:
 	MOVD R4, R22
 	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
@@ -30964,18 +30924,11 @@ tile4:
 	WORD $0x6f00e417 // movi v23.2d, #0
 	MOVD R23, R16
 	MOVD R3, R10
-	ADD R7, R10, R11
-	ADD R7, R11, R12
-	ADD R7, R12, R13
-	LSR $1, R9, R17
-	CBZ R17, r4tail
+	MOVD R12, R17
+	CBZ R17, r4store
 r4loop:
-	FMOVD.P 8(R10), F0
-	FMOVD.P 8(R11), F3
-	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
-	FMOVD.P 8(R12), F1
-	FMOVD.P 8(R13), F3
-	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
+	VLD1 (R10), [V0.S4, V1.S4]
+	ADD $48, R10
 	FLDPQ 0(R16), (F4, F5)
 	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
 	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
@@ -30999,34 +30952,6 @@ r4loop:
 	ADD $128, R16
 	SUBS $1, R17, R17
 	BNE r4loop
-r4tail:
-	TBZ $0, R9, r4store
-	FMOVS.P 4(R10), F0
-	FMOVS.P 4(R11), F3
-	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
-	FMOVS.P 4(R12), F1
-	FMOVS.P 4(R13), F3
-	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
-	FLDPQ 0(R16), (F4, F5)
-	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
-	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
-	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
-	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
-	FLDPQ 32(R16), (F6, F7)
-	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
-	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
-	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
-	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
-	FLDPQ 64(R16), (F4, F5)
-	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
-	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
-	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
-	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
-	FLDPQ 96(R16), (F6, F7)
-	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
-	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
-	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
-	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
 r4store:
 	MOVD R4, R22
 	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
@@ -31077,15 +31002,11 @@ tile3:
 	WORD $0x6f00e417 // movi v23.2d, #0
 	MOVD R23, R16
 	MOVD R3, R10
-	ADD R7, R10, R11
-	ADD R7, R11, R12
-	LSR $1, R9, R17
-	CBZ R17, r3tail
+	MOVD R12, R17
+	CBZ R17, r3store
 r3loop:
-	FMOVD.P 8(R10), F0
-	FMOVD.P 8(R11), F3
-	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
-	FMOVD.P 8(R12), F1
+	VLD1 (R10), [V0.S4, V1.S4]
+	ADD $48, R10
 	FLDPQ 0(R16), (F4, F5)
 	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
 	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
@@ -31109,32 +31030,6 @@ r3loop:
 	ADD $128, R16
 	SUBS $1, R17, R17
 	BNE r3loop
-r3tail:
-	TBZ $0, R9, r3store
-	FMOVS.P 4(R10), F0
-	FMOVS.P 4(R11), F3
-	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
-	FMOVS.P 4(R12), F1
-	FLDPQ 0(R16), (F4, F5)
-	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
-	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
-	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
-	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
-	FLDPQ 32(R16), (F6, F7)
-	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
-	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
-	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
-	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
-	FLDPQ 64(R16), (F4, F5)
-	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
-	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
-	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
-	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
-	FLDPQ 96(R16), (F6, F7)
-	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
-	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
-	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
-	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
 r3store:
 	MOVD R4, R22
 	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
@@ -31170,13 +31065,11 @@ tile2:
 	WORD $0x6f00e40f // movi v15.2d, #0
 	MOVD R23, R16
 	MOVD R3, R10
-	ADD R7, R10, R11
-	LSR $1, R9, R17
-	CBZ R17, r2tail
+	MOVD R12, R17
+	CBZ R17, r2store
 r2loop:
-	FMOVD.P 8(R10), F0
-	FMOVD.P 8(R11), F3
-	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	VLD1 (R10), [V0.S4]
+	ADD $48, R10
 	FLDPQ 0(R16), (F4, F5)
 	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
 	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
@@ -31192,23 +31085,6 @@ r2loop:
 	ADD $128, R16
 	SUBS $1, R17, R17
 	BNE r2loop
-r2tail:
-	TBZ $0, R9, r2store
-	FMOVS.P 4(R10), F0
-	FMOVS.P 4(R11), F3
-	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
-	FLDPQ 0(R16), (F4, F5)
-	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
-	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
-	FLDPQ 32(R16), (F6, F7)
-	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
-	FLDPQ 64(R16), (F4, F5)
-	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
-	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
-	FLDPQ 96(R16), (F6, F7)
-	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 r2store:
 	MOVD R4, R22
 	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
@@ -31237,10 +31113,11 @@ tile1:
 	WORD $0x6f00e40f // movi v15.2d, #0
 	MOVD R23, R16
 	MOVD R3, R10
-	LSR $1, R9, R17
-	CBZ R17, r1tail
+	MOVD R12, R17
+	CBZ R17, r1store
 r1loop:
-	FMOVD.P 8(R10), F0
+	VLD1 (R10), [V0.S4]
+	ADD $48, R10
 	FLDPQ 0(R16), (F4, F5)
 	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
 	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
@@ -31256,21 +31133,6 @@ r1loop:
 	ADD $128, R16
 	SUBS $1, R17, R17
 	BNE r1loop
-r1tail:
-	TBZ $0, R9, r1store
-	FMOVS.P 4(R10), F0
-	FLDPQ 0(R16), (F4, F5)
-	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
-	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
-	FLDPQ 32(R16), (F6, F7)
-	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
-	FLDPQ 64(R16), (F4, F5)
-	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
-	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
-	FLDPQ 96(R16), (F6, F7)
-	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 r1store:
 	MOVD R4, R22
 	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
@@ -31288,8 +31150,8 @@ colNext:
 	RET
 
 // mulAddBF16MMLANEON adds A·B to C (see Half.Mul) by BFMMLA: A m×k BF16MMLA, B in the pair layout
-// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds. buf holds 16·(k rounded up to 4) elements.
-// Inner loop, per 2 pairs of a 6×16 tile: 6 LDR D + 4 LDP Q + 3 ZIP + 24 BFMMLA (24 chains).
+// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds. buf holds (16 + 6·⌈m/6⌉)·(k rounded up to 4) elements.
+// Inner loop, per 2 pairs of a 6×16 tile: LD1 (3 regs) + 4 LDP Q + 24 BFMMLA (24 chains).
 TEXT ·mulAddBF16MMLANEON(SB), NOSPLIT|NOFRAME, $0-144
 	MOVD b_base+64(FP), R1
 	MOVD c_base+0(FP), R0
@@ -31306,6 +31168,65 @@ TEXT ·mulAddBF16MMLANEON(SB), NOSPLIT|NOFRAME, $0-144
 	MUL R23, R7, R19
 	MUL R23, R6, R20
 	MOVD buf_base+120(FP), R23
+	// A packed once into buf after B's blocks: row pairs, 48 bytes per group of a 6-row tile.
+	ADD $1, R9, R12
+	LSR $1, R12
+	LSL $7, R12, R21
+	ADD R23, R21
+	MOVD $48, R17
+	MUL R17, R12, R19
+	MOVD a_base+32(FP), R3
+	MOVD m+96(FP), R5
+	MOVD R21, R24
+	MOVD R24, R26
+	MOVD $0, R13
+packAPair:
+	MOVD R3, R10
+	ADD R7, R3, R11
+	CMP $1, R5
+	BNE packATwo
+	MOVD R10, R11
+packATwo:
+	MOVD R26, R15
+	LSR $2, R9, R17
+	CBZ R17, packAFour
+packAEight:
+	FMOVQ (R10), F0
+	FMOVQ (R11), F1
+	ADD $16, R10
+	ADD $16, R11
+	WORD $0x4ec13802 // zip1 v2.2d, v0.2d, v1.2d
+	WORD $0x4ec17803 // zip2 v3.2d, v0.2d, v1.2d
+	FMOVQ F2, (R15)
+	FMOVQ F3, 48(R15)
+	ADD $96, R15
+	SUBS $1, R17, R17
+	BNE packAEight
+packAFour:
+	TBZ $1, R9, packATwoK
+	FMOVD.P 8(R10), F0
+	FMOVD.P 8(R11), F1
+	WORD $0x4ec13802 // zip1 v2.2d, v0.2d, v1.2d
+	FMOVQ.P F2, 48(R15)
+packATwoK:
+	TBZ $0, R9, packANext
+	FMOVS.P 4(R10), F0
+	FMOVS.P 4(R11), F1
+	WORD $0x4ec13802 // zip1 v2.2d, v0.2d, v1.2d
+	FMOVQ F2, (R15)
+packANext:
+	ADD R7, R3
+	ADD R7, R3
+	ADD $16, R26
+	ADD $1, R13
+	CMP $3, R13
+	BNE packAMore
+	MOVD $0, R13
+	ADD R19, R24
+	MOVD R24, R26
+packAMore:
+	SUBS $2, R5, R5
+	BGT packAPair
 cols:
 	// The strip of B repacked into buf.
 	MOVD R1, R26
@@ -31354,7 +31275,7 @@ packTail:
 	FSTPQ (F20, F21), 64(R24)
 	FSTPQ (F22, F23), 96(R24)
 packDone:
-	MOVD a_base+32(FP), R3
+	MOVD R21, R3
 	MOVD R0, R4
 	MOVD m+96(FP), R5
 rows:
@@ -31387,23 +31308,10 @@ rows:
 	WORD $0x6f00e41f // movi v31.2d, #0
 	MOVD R23, R16
 	MOVD R3, R10
-	ADD R7, R10, R11
-	ADD R7, R11, R12
-	ADD R7, R12, R13
-	ADD R7, R13, R14
-	ADD R7, R14, R15
-	LSR $1, R9, R17
-	CBZ R17, r6tail
+	MOVD R12, R17
+	CBZ R17, r6store
 r6loop:
-	FMOVD.P 8(R10), F0
-	FMOVD.P 8(R11), F3
-	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
-	FMOVD.P 8(R12), F1
-	FMOVD.P 8(R13), F3
-	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
-	FMOVD.P 8(R14), F2
-	FMOVD.P 8(R15), F3
-	WORD $0x4ec33842 // zip1 v2.2d, v2.2d, v3.2d
+	VLD1.P 48(R10), [V0.S4, V1.S4, V2.S4]
 	FLDPQ 0(R16), (F4, F5)
 	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
 	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
@@ -31435,45 +31343,6 @@ r6loop:
 	ADD $128, R16
 	SUBS $1, R17, R17
 	BNE r6loop
-r6tail:
-	TBZ $0, R9, r6store
-	FMOVS.P 4(R10), F0
-	FMOVS.P 4(R11), F3
-	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
-	FMOVS.P 4(R12), F1
-	FMOVS.P 4(R13), F3
-	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
-	FMOVS.P 4(R14), F2
-	FMOVS.P 4(R15), F3
-	WORD $0x4ec33842 // zip1 v2.2d, v2.2d, v3.2d
-	FLDPQ 0(R16), (F4, F5)
-	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
-	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
-	WORD $0x6e44ec58 // bfmmla v24.4s, v2.8h, v4.8h
-	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
-	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
-	WORD $0x6e45ec59 // bfmmla v25.4s, v2.8h, v5.8h
-	FLDPQ 32(R16), (F6, F7)
-	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
-	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
-	WORD $0x6e46ec5a // bfmmla v26.4s, v2.8h, v6.8h
-	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
-	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
-	WORD $0x6e47ec5b // bfmmla v27.4s, v2.8h, v7.8h
-	FLDPQ 64(R16), (F4, F5)
-	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
-	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
-	WORD $0x6e44ec5c // bfmmla v28.4s, v2.8h, v4.8h
-	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
-	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
-	WORD $0x6e45ec5d // bfmmla v29.4s, v2.8h, v5.8h
-	FLDPQ 96(R16), (F6, F7)
-	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
-	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
-	WORD $0x6e46ec5e // bfmmla v30.4s, v2.8h, v6.8h
-	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
-	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
-	WORD $0x6e47ec5f // bfmmla v31.4s, v2.8h, v7.8h
 r6store:
 	MOVD R4, R22
 	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
@@ -31597,20 +31466,10 @@ tile5:
 	WORD $0x6f00e41f // movi v31.2d, #0
 	MOVD R23, R16
 	MOVD R3, R10
-	ADD R7, R10, R11
-	ADD R7, R11, R12
-	ADD R7, R12, R13
-	ADD R7, R13, R14
-	LSR $1, R9, R17
-	CBZ R17, r5tail
+	MOVD R12, R17
+	CBZ R17, r5store
 r5loop:
-	FMOVD.P 8(R10), F0
-	FMOVD.P 8(R11), F3
-	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
-	FMOVD.P 8(R12), F1
-	FMOVD.P 8(R13), F3
-	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
-	FMOVD.P 8(R14), F2
+	VLD1.P 48(R10), [V0.S4, V1.S4, V2.S4]
 	FLDPQ 0(R16), (F4, F5)
 	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
 	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
@@ -31642,43 +31501,6 @@ r5loop:
 	ADD $128, R16
 	SUBS $1, R17, R17
 	BNE r5loop
-r5tail:
-	TBZ $0, R9, r5store
-	FMOVS.P 4(R10), F0
-	FMOVS.P 4(R11), F3
-	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
-	FMOVS.P 4(R12), F1
-	FMOVS.P 4(R13), F3
-	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
-	FMOVS.P 4(R14), F2
-	FLDPQ 0(R16), (F4, F5)
-	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
-	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
-	WORD $0x6e44ec58 // bfmmla v24.4s, v2.8h, v4.8h
-	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
-	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
-	WORD $0x6e45ec59 // bfmmla v25.4s, v2.8h, v5.8h
-	FLDPQ 32(R16), (F6, F7)
-	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
-	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
-	WORD $0x6e46ec5a // bfmmla v26.4s, v2.8h, v6.8h
-	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
-	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
-	WORD $0x6e47ec5b // bfmmla v27.4s, v2.8h, v7.8h
-	FLDPQ 64(R16), (F4, F5)
-	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
-	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
-	WORD $0x6e44ec5c // bfmmla v28.4s, v2.8h, v4.8h
-	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
-	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
-	WORD $0x6e45ec5d // bfmmla v29.4s, v2.8h, v5.8h
-	FLDPQ 96(R16), (F6, F7)
-	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
-	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
-	WORD $0x6e46ec5e // bfmmla v30.4s, v2.8h, v6.8h
-	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
-	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
-	WORD $0x6e47ec5f // bfmmla v31.4s, v2.8h, v7.8h
 r5store:
 	MOVD R4, R22
 	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
@@ -31766,18 +31588,11 @@ tile4:
 	WORD $0x6f00e417 // movi v23.2d, #0
 	MOVD R23, R16
 	MOVD R3, R10
-	ADD R7, R10, R11
-	ADD R7, R11, R12
-	ADD R7, R12, R13
-	LSR $1, R9, R17
-	CBZ R17, r4tail
+	MOVD R12, R17
+	CBZ R17, r4store
 r4loop:
-	FMOVD.P 8(R10), F0
-	FMOVD.P 8(R11), F3
-	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
-	FMOVD.P 8(R12), F1
-	FMOVD.P 8(R13), F3
-	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
+	VLD1 (R10), [V0.S4, V1.S4]
+	ADD $48, R10
 	FLDPQ 0(R16), (F4, F5)
 	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
 	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
@@ -31801,34 +31616,6 @@ r4loop:
 	ADD $128, R16
 	SUBS $1, R17, R17
 	BNE r4loop
-r4tail:
-	TBZ $0, R9, r4store
-	FMOVS.P 4(R10), F0
-	FMOVS.P 4(R11), F3
-	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
-	FMOVS.P 4(R12), F1
-	FMOVS.P 4(R13), F3
-	WORD $0x4ec33821 // zip1 v1.2d, v1.2d, v3.2d
-	FLDPQ 0(R16), (F4, F5)
-	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
-	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
-	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
-	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
-	FLDPQ 32(R16), (F6, F7)
-	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
-	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
-	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
-	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
-	FLDPQ 64(R16), (F4, F5)
-	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
-	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
-	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
-	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
-	FLDPQ 96(R16), (F6, F7)
-	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
-	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
-	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
-	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
 r4store:
 	MOVD R4, R22
 	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
@@ -31903,15 +31690,11 @@ tile3:
 	WORD $0x6f00e417 // movi v23.2d, #0
 	MOVD R23, R16
 	MOVD R3, R10
-	ADD R7, R10, R11
-	ADD R7, R11, R12
-	LSR $1, R9, R17
-	CBZ R17, r3tail
+	MOVD R12, R17
+	CBZ R17, r3store
 r3loop:
-	FMOVD.P 8(R10), F0
-	FMOVD.P 8(R11), F3
-	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
-	FMOVD.P 8(R12), F1
+	VLD1 (R10), [V0.S4, V1.S4]
+	ADD $48, R10
 	FLDPQ 0(R16), (F4, F5)
 	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
 	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
@@ -31935,32 +31718,6 @@ r3loop:
 	ADD $128, R16
 	SUBS $1, R17, R17
 	BNE r3loop
-r3tail:
-	TBZ $0, R9, r3store
-	FMOVS.P 4(R10), F0
-	FMOVS.P 4(R11), F3
-	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
-	FMOVS.P 4(R12), F1
-	FLDPQ 0(R16), (F4, F5)
-	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
-	WORD $0x6e44ec30 // bfmmla v16.4s, v1.8h, v4.8h
-	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
-	WORD $0x6e45ec31 // bfmmla v17.4s, v1.8h, v5.8h
-	FLDPQ 32(R16), (F6, F7)
-	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
-	WORD $0x6e46ec32 // bfmmla v18.4s, v1.8h, v6.8h
-	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
-	WORD $0x6e47ec33 // bfmmla v19.4s, v1.8h, v7.8h
-	FLDPQ 64(R16), (F4, F5)
-	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
-	WORD $0x6e44ec34 // bfmmla v20.4s, v1.8h, v4.8h
-	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
-	WORD $0x6e45ec35 // bfmmla v21.4s, v1.8h, v5.8h
-	FLDPQ 96(R16), (F6, F7)
-	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
-	WORD $0x6e46ec36 // bfmmla v22.4s, v1.8h, v6.8h
-	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
-	WORD $0x6e47ec37 // bfmmla v23.4s, v1.8h, v7.8h
 r3store:
 	MOVD R4, R22
 	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
@@ -32014,13 +31771,11 @@ tile2:
 	WORD $0x6f00e40f // movi v15.2d, #0
 	MOVD R23, R16
 	MOVD R3, R10
-	ADD R7, R10, R11
-	LSR $1, R9, R17
-	CBZ R17, r2tail
+	MOVD R12, R17
+	CBZ R17, r2store
 r2loop:
-	FMOVD.P 8(R10), F0
-	FMOVD.P 8(R11), F3
-	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
+	VLD1 (R10), [V0.S4]
+	ADD $48, R10
 	FLDPQ 0(R16), (F4, F5)
 	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
 	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
@@ -32036,23 +31791,6 @@ r2loop:
 	ADD $128, R16
 	SUBS $1, R17, R17
 	BNE r2loop
-r2tail:
-	TBZ $0, R9, r2store
-	FMOVS.P 4(R10), F0
-	FMOVS.P 4(R11), F3
-	WORD $0x4ec33800 // zip1 v0.2d, v0.2d, v3.2d
-	FLDPQ 0(R16), (F4, F5)
-	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
-	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
-	FLDPQ 32(R16), (F6, F7)
-	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
-	FLDPQ 64(R16), (F4, F5)
-	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
-	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
-	FLDPQ 96(R16), (F6, F7)
-	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 r2store:
 	MOVD R4, R22
 	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d
@@ -32093,10 +31831,11 @@ tile1:
 	WORD $0x6f00e40f // movi v15.2d, #0
 	MOVD R23, R16
 	MOVD R3, R10
-	LSR $1, R9, R17
-	CBZ R17, r1tail
+	MOVD R12, R17
+	CBZ R17, r1store
 r1loop:
-	FMOVD.P 8(R10), F0
+	VLD1 (R10), [V0.S4]
+	ADD $48, R10
 	FLDPQ 0(R16), (F4, F5)
 	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
 	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
@@ -32112,21 +31851,6 @@ r1loop:
 	ADD $128, R16
 	SUBS $1, R17, R17
 	BNE r1loop
-r1tail:
-	TBZ $0, R9, r1store
-	FMOVS.P 4(R10), F0
-	FLDPQ 0(R16), (F4, F5)
-	WORD $0x6e44ec08 // bfmmla v8.4s, v0.8h, v4.8h
-	WORD $0x6e45ec09 // bfmmla v9.4s, v0.8h, v5.8h
-	FLDPQ 32(R16), (F6, F7)
-	WORD $0x6e46ec0a // bfmmla v10.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0b // bfmmla v11.4s, v0.8h, v7.8h
-	FLDPQ 64(R16), (F4, F5)
-	WORD $0x6e44ec0c // bfmmla v12.4s, v0.8h, v4.8h
-	WORD $0x6e45ec0d // bfmmla v13.4s, v0.8h, v5.8h
-	FLDPQ 96(R16), (F6, F7)
-	WORD $0x6e46ec0e // bfmmla v14.4s, v0.8h, v6.8h
-	WORD $0x6e47ec0f // bfmmla v15.4s, v0.8h, v7.8h
 r1store:
 	MOVD R4, R22
 	WORD $0x4ec93900 // zip1 v0.2d, v8.2d, v9.2d

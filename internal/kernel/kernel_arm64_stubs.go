@@ -525,15 +525,15 @@ func mulF16NEON(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, 
 func mulAddF16NEON(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int, buf []uint16)
 
 // mulBF16MMLANEON sets C = A·B (see Half.Mul) by BFMMLA: A m×k BF16MMLA, B in the pair layout
-// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds. buf holds 16·(k rounded up to 4) elements.
-// Inner loop, per 2 pairs of a 6×16 tile: 6 LDR D + 4 LDP Q + 3 ZIP + 24 BFMMLA (24 chains).
+// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds. buf holds (16 + 6·⌈m/6⌉)·(k rounded up to 4) elements.
+// Inner loop, per 2 pairs of a 6×16 tile: LD1 (3 regs) + 4 LDP Q + 24 BFMMLA (24 chains).
 //
 //go:noescape
 func mulBF16MMLANEON(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int, buf []uint16)
 
 // mulAddBF16MMLANEON adds A·B to C (see Half.Mul) by BFMMLA: A m×k BF16MMLA, B in the pair layout
-// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds. buf holds 16·(k rounded up to 4) elements.
-// Inner loop, per 2 pairs of a 6×16 tile: 6 LDR D + 4 LDP Q + 3 ZIP + 24 BFMMLA (24 chains).
+// with strip stride ldb. k is even, n%16 == 0, m, n >= 1; all accesses are in bounds. buf holds (16 + 6·⌈m/6⌉)·(k rounded up to 4) elements.
+// Inner loop, per 2 pairs of a 6×16 tile: LD1 (3 regs) + 4 LDP Q + 24 BFMMLA (24 chains).
 //
 //go:noescape
 func mulAddBF16MMLANEON(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int, buf []uint16)

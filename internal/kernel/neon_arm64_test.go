@@ -212,7 +212,7 @@ func TestNEONSelfCheckRejects(t *testing.T) {
 			t.Fatalf("%s fails its self-check: %v", h.Name, err)
 		}
 		kern := map[string]func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int){
-			"neonbf16": mulBF16NEON, "neonbfmmla": withStripBuf(mulBF16MMLANEON), "neonfp16": withStripBuf(mulF16NEON)}[h.Name]
+			"neonbf16": mulBF16NEON, "neonbfmmla": withStripBuf(mulBF16MMLANEON, mmlaBufLen), "neonfp16": withStripBuf(mulF16NEON, f16BufLen)}[h.Name]
 		tight := h
 		tight.Mul = wrapHalf("tight", func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) {
 			kern(c, ldc, a, lda, b, W*k, m, n, k) // ignores the strip stride

@@ -62,8 +62,8 @@ import (
 //	not a measurement), the loop runs at 2× the float32 FLOP peak.
 //	bfloat16 by BFMMLA (FEAT_BF16): 6×16 tiles of 2×2 blocks, 24
 //	accumulators; the 2×4 operands are built from the pair layout with
-//	ZIP (mmla.go; B once per strip, into buf): per 2 pairs (4 k), 6 LDR
-//	D + 4 LDP Q + 3 ZIP + 24 BFMMLA of 16 multiply-adds each.
+//	ZIP into buf (mmla.go; B once per strip, A once per call): per 2
+//	pairs (4 k), 1 LD1 + 4 LDP Q + 24 BFMMLA of 16 multiply-adds each.
 //	fp16 (FMLAL/FMLAL2 by element, FEAT_FHM): 5×16 tiles, 20
 //	accumulators (A must sit in v0-v15 for a 16-bit element index, and
 //	the pairs need a third B register); each strip of B is first
@@ -154,6 +154,9 @@ func genGemm(f *file, kind gemmKind, accumulate bool) {
 	if kind.stripBuf() {
 		f.ld(gBuf, "buf", "base")
 	}
+	if kind == kindBF16MMLA {
+		mmlaPackA(f)
+	}
 	f.label("cols")
 	switch kind {
 	case kindBF16MMLA:
@@ -223,6 +226,9 @@ func gemmHalfText(f *file, kind gemmKind, accumulate bool) {
 	sig, bounds := "func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)", ""
 	if kind.stripBuf() {
 		sig, bounds = strings.TrimSuffix(sig, ")")+", buf []uint16)", " buf holds 16·(k rounded up to 4) elements."
+		if kind == kindBF16MMLA {
+			bounds = " buf holds (16 + 6·⌈m/6⌉)·(k rounded up to 4) elements."
+		}
 	}
 	f.text(name, sig,
 		fmt.Sprintf("%s %s (see Half.Mul) by %s: A m×k %s, B in the pair layout", name, what, ins, e),
@@ -230,7 +236,7 @@ func gemmHalfText(f *file, kind gemmKind, accumulate bool) {
 		map[gemmKind]string{
 			kindBF16:     "Inner loop, per 4 pairs of a 6×16 tile: 6 LDR Q + 8 LDP Q + 96 BFDOT (24 chains).",
 			kindF16:      "Inner loop, per pair of a 5×16 tile: 2 LDP Q + 40 FMLAL/FMLAL2 (20 chains).",
-			kindBF16MMLA: "Inner loop, per 2 pairs of a 6×16 tile: 6 LDR D + 4 LDP Q + 3 ZIP + 24 BFMMLA (24 chains)."}[kind])
+			kindBF16MMLA: "Inner loop, per 2 pairs of a 6×16 tile: LD1 (3 regs) + 4 LDP Q + 24 BFMMLA (24 chains)."}[kind])
 }
 
 // gemmArgs loads the other arguments: strides in bytes (A·Bᵀ: the packed
@@ -265,7 +271,11 @@ func gemmArgs(f *file, kind gemmKind, mr int) {
 // gemmRows emits the loop over the full tiles of mr rows of a column
 // block.
 func gemmRows(f *file, kind gemmKind, accumulate bool, mr int) {
-	f.ld(gARow, "a", "base")
+	if kind == kindBF16MMLA {
+		f.i("MOVD %s, %s", gABuf, gARow) // A packed (mmlaPackA); gA6 is its tile's size
+	} else {
+		f.ld(gARow, "a", "base")
+	}
 	f.i("MOVD %s, %s", gC, gCRow)
 	f.ld(gM, "m", "")
 	f.label("rows")

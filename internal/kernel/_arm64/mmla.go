@@ -1,6 +1,9 @@
 package main
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // The bfloat16 product by BFMMLA (FEAT_BF16): one instruction multiplies a
 // 2×4 block of A (two rows, four k) by a 4×2 block of B (four k, two
@@ -9,7 +12,8 @@ import "fmt"
 // 2p+1 at one group of four k, and B's columns 2c, 2c+1 at it.
 //
 // This kernel takes the operands of Half as they are (A row-major, B in
-// the pair layout) and builds the 2×4 blocks:
+// the pair layout) and builds the 2×4 blocks in buf, once per call (A)
+// or once per strip (B), so that its loop only loads and multiplies:
 //
 //	B, once per strip of 16 columns, into buf (packStrip with mmlaZipStore): pair rows
 //	2g and 2g+1 (64 bytes apart) ZIP1 / ZIP2 .4S, giving for each column
@@ -17,17 +21,21 @@ import "fmt"
 //	pair(2g+1, j+1)]: column j's four k in order, then column j+1's.
 //	Group g of buf is 128 bytes, column pair c at byte 16·c; a k ending
 //	in one pair (k mod 4 = 2) gets a last group whose second pair is 0.
-//	A, rows 2p and 2p+1, k = 4g … 4g+3, in the loop: two LDR D (each
-//	zeroes the upper half), ZIP1 .2D: [A[2p, 4g:4g+4], A[2p+1, 4g:4g+4]].
+//	A, once per call, after B's blocks (mmlaPackA): row pairs (2p, 2p+1)
+//	by ZIP1 / ZIP2 .2D of two rows' 8 k, [A[2p, 4g:4g+4], A[2p+1,
+//	4g:4g+4]]; the three pairs of a 6-row tile side by side, 48 bytes
+//	per group (tile t at 48·G·t, G = k/4 rounded up), the half last group
+//	zero-padded like B's. An odd last row is paired with itself: the
+//	copy's products land in the block's second row, which is not stored.
 //
 // A 6×16 tile keeps 3×8 accumulators (v8 + 8p + c: rows 2p, 2p+1, columns
-// 2c, 2c+1); per 4 k: 6 LDR D + 4 LDP Q + 3 ZIP + 24 BFMMLA. The strip's
-// repacking (8 ZIP per 4 k) is shared by all its row tiles; building B's
-// blocks in every tile instead cost 8 more ZIPs per 24 BFMMLA, on the
-// vector pipes BFMMLA issues on (the loop at 68% of the BFMMLA peak on
-// Neoverse V2 against 88% now, llvm-mca 19). An odd last row has a zero
-// second A row (LDR D only); the half last group loads A with LDR S, so
-// its missing pair's products are 0 and add +0.
+// 2c, 2c+1); per 4 k: 1 LD1 (3 registers) + 4 LDP Q + 24 BFMMLA, no ZIP
+// (the loop ran 6 LDR D + 3 ZIP more, built A's blocks in every tile:
+// 6.8 cycles per 24 BFMMLA on Neoverse V2 against 6.0 now, llvm-mca 19).
+// The strip's repacking (8 ZIP per 4 k) is shared by all its row tiles,
+// A's (1 ZIP per 4 k of a row pair) by all the strips; the half last
+// group runs in the loop too (both operands' missing pair are 0, its
+// products +0), so a tile has no k tail.
 //
 // Arithmetic: each output is summed from zero over the k groups in order,
 // by BFMMLA's rule for the two pairs of a group (in Arm's original
@@ -39,11 +47,92 @@ import "fmt"
 // gBuf holds buf: the blocks of B's current strip.
 const gBuf = "R23"
 
+// Registers of the packed A: gABuf its start (after B's blocks in buf),
+// gGroups the groups of four k (k/4 rounded up).
+const (
+	gABuf   = "R21"
+	gGroups = "R12"
+)
+
 // mmlaAcc is the accumulator of row pair p, column pair c.
 func mmlaAcc(p, c int) V { return V(8 + 8*p + c) }
 
-// mmlaTile emits the BFMMLA tile of r rows (1 … 6) at gCRow, A at gARow,
-// B's blocks at gBuf; gK holds k in pairs.
+// mmlaPackA packs A (m rows at a, lda) into gABuf (see above) and sets
+// gGroups, gABuf and gA6 (the packed tile's 48·G bytes). It uses R3, R5,
+// R10, R11, R13-R15, R17, R24, R26 and v0-v3 (before any tile).
+func mmlaPackA(f *file) {
+	row, rows, b0, b1, slot, dst, cnt, tile, pair := "R3", "R5", "R10", "R11", "R13", "R15", "R17", "R24", "R26"
+	f.comment("A packed once into buf after B's blocks: row pairs, 48 bytes per group of a 6-row tile.")
+	f.i("ADD $1, %s, %s", gK, gGroups)
+	f.i("LSR $1, %s", gGroups)
+	f.i("LSL $7, %s, %s", gGroups, gABuf) // B's blocks: 128 bytes per group
+	f.i("ADD %s, %s", gBuf, gABuf)
+	f.i("MOVD $48, %s", cnt)
+	f.i("MUL %s, %s, %s", cnt, gGroups, gA6)
+	f.ld(row, "a", "base")
+	f.ld(rows, "m", "")
+	f.i("MOVD %s, %s", gABuf, tile)
+	f.i("MOVD %s, %s", tile, pair)
+	f.i("MOVD $0, %s", slot)
+	f.label("packAPair")
+	f.i("MOVD %s, %s", row, b0)
+	f.i("ADD %s, %s, %s", gLda, row, b1)
+	f.i("CMP $1, %s", rows)
+	f.i("BNE packATwo")
+	f.i("MOVD %s, %s", b0, b1) // an odd last row, paired with itself
+	f.label("packATwo")
+	f.i("MOVD %s, %s", pair, dst)
+	f.i("LSR $2, %s, %s", gK, cnt) // 8 k (two groups) at a time
+	f.i("CBZ %s, packAFour", cnt)
+	f.label("packAEight")
+	// Offsets and ADDs, not post-indexed loads: llvm-mca 19's Neoverse N2
+	// model gives a post-index's writeback the load's latency (6 cycles
+	// per iteration against 2).
+	f.i("FMOVQ (%s), F0", b0)
+	f.i("FMOVQ (%s), F1", b1)
+	f.i("ADD $16, %s", b0)
+	f.i("ADD $16, %s", b1)
+	f.w(zip1(d2, 2, 0, 1))
+	f.w(zip2(d2, 3, 0, 1))
+	f.i("FMOVQ F2, (%s)", dst)
+	f.i("FMOVQ F3, 48(%s)", dst)
+	f.i("ADD $96, %s", dst)
+	f.i("SUBS $1, %s, %s", cnt, cnt)
+	f.i("BNE packAEight")
+	for _, g := range []struct {
+		bit         int
+		ld, next    string
+		width, post int
+	}{{1, "FMOVD", "packATwoK", 8, 48}, {0, "FMOVS", "packANext", 4, 0}} {
+		// 4 k, then 2 k (the half group: LDR S zeroes the rest).
+		f.label(map[int]string{1: "packAFour", 0: "packATwoK"}[g.bit])
+		f.i("TBZ $%d, %s, %s", g.bit, gK, g.next)
+		f.i("%s.P %d(%s), F0", g.ld, g.width, b0)
+		f.i("%s.P %d(%s), F1", g.ld, g.width, b1)
+		f.w(zip1(d2, 2, 0, 1))
+		if g.post != 0 {
+			f.i("FMOVQ.P F2, %d(%s)", g.post, dst)
+		} else {
+			f.i("FMOVQ F2, (%s)", dst)
+		}
+	}
+	f.label("packANext")
+	f.i("ADD %s, %s", gLda, row)
+	f.i("ADD %s, %s", gLda, row)
+	f.i("ADD $16, %s", pair)
+	f.i("ADD $1, %s", slot)
+	f.i("CMP $3, %s", slot)
+	f.i("BNE packAMore")
+	f.i("MOVD $0, %s", slot)
+	f.i("ADD %s, %s", gA6, tile)
+	f.i("MOVD %s, %s", tile, pair)
+	f.label("packAMore")
+	f.i("SUBS $2, %s, %s", rows, rows)
+	f.i("BGT packAPair")
+}
+
+// mmlaTile emits the BFMMLA tile of r rows (1 … 6) at gCRow, its packed
+// A at gARow, B's blocks at gBuf; gGroups holds the groups of four k.
 func mmlaTile(f *file, accumulate bool, r int) {
 	tag := fmt.Sprintf("r%d", r)
 	np := (r + 1) / 2
@@ -55,38 +144,30 @@ func mmlaTile(f *file, accumulate bool, r int) {
 	}
 	f.i("MOVD %s, %s", gBuf, gBp)
 	f.i("MOVD %s, %s", gARow, aRowReg(0))
-	for i := 1; i < r; i++ {
-		f.i("ADD %s, %s, %s", gLda, aRowReg(i-1), aRowReg(i))
-	}
-	f.i("LSR $1, %s, %s", gK, gPc) // groups of four k
-	f.i("CBZ %s, %stail", gPc, tag)
+	f.i("MOVD %s, %s", gGroups, gPc)
+	f.i("CBZ %s, %sstore", gPc, tag)
 	f.label(tag + "loop")
-	mmlaStep(f, r, false)
+	mmlaStep(f, r)
 	f.i("ADD $128, %s", gBp)
 	f.i("SUBS $1, %s, %s", gPc, gPc)
 	f.i("BNE %sloop", tag)
-	f.label(tag + "tail")
-	f.i("TBZ $0, %s, %sstore", gK, tag)
-	mmlaStep(f, r, true)
 	f.label(tag + "store")
 	mmlaStore(f, accumulate, r)
 }
 
-// mmlaStep emits the products of one group of four k (half: its second
-// pair zero) for r rows: A's blocks in v0-v2 (v3 a temporary), B's from
-// buf in v4-v7.
-func mmlaStep(f *file, r int, half bool) {
-	ld := "FMOVD.P 8"
-	if half {
-		ld = "FMOVS.P 4"
-	}
+// mmlaStep emits the products of one group of four k for r rows: A's
+// blocks (packed) in v0-v2, B's from buf in v4-v7.
+func mmlaStep(f *file, r int) {
 	np := (r + 1) / 2
-	for p := 0; p < np; p++ {
-		f.i("%s(%s), F%d", ld, aRowReg(2*p), p)
-		if 2*p+1 < r {
-			f.i("%s(%s), F3", ld, aRowReg(2*p+1))
-			f.w(zip1(d2, V(p), V(p), 3))
-		}
+	regs := make([]string, np)
+	for p := range regs {
+		regs[p] = fmt.Sprintf("V%d.S4", p)
+	}
+	if np == 3 {
+		f.i("VLD1.P 48(%s), [%s]", aRowReg(0), strings.Join(regs, ", "))
+	} else {
+		f.i("VLD1 (%s), [%s]", aRowReg(0), strings.Join(regs, ", "))
+		f.i("ADD $48, %s", aRowReg(0))
 	}
 	for c2 := 0; c2 < 4; c2++ {
 		b := V(4 + c2%2*2)
