@@ -202,12 +202,12 @@ func (f *forwardPass) start(ws *workspace, t *fwdTask) rowState {
 	st.reset(m)
 	qRows := fw.q[:(m+3)*d] // 3 spare rows: Dot4T reads rows in fours
 	fw.qa, fw.ldq = qRows, d
-	halfBits := f.qHalfBits(t)
+	halfOnly := f.qHalfOnly(t)
 	switch {
 	case f.qInPlace(t):
 		// The products read the block's rows of Q where they lie.
 		fw.qa, fw.ldq = p.q.matrix(nil, s.tb, s.q0+t.i0, t.h0, m, p.ct, &p.kern)
-	case !halfBits:
+	case !halfOnly:
 		f.loadQ(qRows, t)
 	}
 	nr := t.i1 - t.i0 // rows per head
@@ -226,13 +226,17 @@ func (f *forwardPass) start(ws *workspace, t *fwdTask) rowState {
 		qh := grow(&fw.qh, m*de)
 		for r := 0; r < m; r++ {
 			qh[r*de+de-1] = 0
-			if halfBits {
+			src := qRows[r*d : (r+1)*d]
+			if halfOnly {
 				h, i := t.at(r)
-				row, _ := p.q.rows16(s.tb, s.q0+i, h)
-				copy(qh[r*de:r*de+d], row[:d])
-				continue
+				if p.q.dt == p.ct {
+					row, _ := p.q.rows16(s.tb, s.q0+i, h)
+					copy(qh[r*de:r*de+d], row[:d])
+					continue
+				}
+				src = p.q.row(s.tb, s.q0+i, h)[:d] // float32: one rounding conversion
 			}
-			toHalf(&p.kern, p.ct, qh[r*de:r*de+d], qRows[r*d:(r+1)*d])
+			toHalf(&p.kern, p.ct, qh[r*de:r*de+d], src)
 		}
 	}
 	if s.route.sT && !p.dot4T() {
@@ -277,16 +281,18 @@ func (f *forwardPass) qInPlace(t *fwdTask) bool {
 		(r.from == fromPacked || r.from == fromRows && !r.sT)
 }
 
-// qHalfBits reports whether task t's 16-bit Q rows for the native products
-// are Q's own bits, copied as they are, rather than Q converted to float32
-// and back (the same bits: both conversions are exact, but for a
-// signalling NaN, which the round trip quiets and a product turns into a
-// NaN score either way): a Q in the compute type, used as it is (no rotary
-// embedding), with packed K and V, whose tiles the native products read
-// (so no float32 Q row is needed).
-func (f *forwardPass) qHalfBits(t *fwdTask) bool {
+// qHalfOnly reports whether task t's 16-bit Q rows for the native products
+// come straight from Q, with no float32 copy of them: Q used as it is (no
+// rotary embedding), with packed K and V, whose tiles the native products
+// read (so no float32 Q row is needed). A Q in the compute type is copied
+// as its own bits rather than converted to float32 and back (the same
+// bits: both conversions are exact, but for a signalling NaN, which the
+// round trip quiets and a product turns into a NaN score either way); a
+// float32 Q is converted once, rather than copied, rounded in float32 and
+// converted (the same bits: the conversion rounds the same way).
+func (f *forwardPass) qHalfOnly(t *fwdTask) bool {
 	p := f.p
-	return p.native && p.q.dt == p.ct && p.cache.rotary == nil && p.seqs[t.seq].route.from == fromPacked
+	return p.native && p.cache.rotary == nil && p.seqs[t.seq].route.from == fromPacked
 }
 
 // scores computes the S tile of sub-block sb: rows sb.s0.. of ws.fwd.s, n

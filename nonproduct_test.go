@@ -17,10 +17,11 @@ type kernelWork struct {
 	bf16ToF32, f32ToBF16 int // elements converted
 	f32ToBF16Calls       int
 	scaleCalls           int
+	roundF32             int // elements rounded in float32
 }
 
-// countingSet forces the active set with its BF16ToF32, F32ToBF16 and Scale
-// wrapped to count into w.
+// countingSet forces the active set with its BF16ToF32, F32ToBF16, Scale
+// and RoundF32 wrapped to count into w.
 func countingSet(t *testing.T, w *kernelWork) {
 	t.Helper()
 	s := *kernel.Active()
@@ -32,6 +33,7 @@ func countingSet(t *testing.T, w *kernelWork) {
 		im.F32ToBF16(dst, src)
 	}
 	s.Impl.Scale = func(x []float32, a float32) { w.scaleCalls++; im.Scale(x, a) }
+	s.Impl.RoundF32 = func(x []float32, e kernel.Elem) { w.roundF32 += len(x); im.RoundF32(x, e) }
 	t.Cleanup(kernel.ForceSet(&s))
 }
 
@@ -77,6 +79,48 @@ func TestForwardNonProductWork(t *testing.T) {
 			}
 			if pCalls := w.f32ToBF16Calls - rows; pCalls > tiles {
 				t.Errorf("%d conversions of P for %d tiles of %d rows: P is converted a row at a time", pCalls, tiles, bq)
+			}
+		})
+	}
+}
+
+// TestForwardNonProductWorkFloat32Q: a float32 Q beside bfloat16 K and V
+// (the products round to bfloat16; a prompt chunk over a bfloat16 cache)
+// with packed K/V and native bfloat16 products is converted to bfloat16
+// once per row block, straight from its rows: not copied to float32, rounded
+// there, then converted. Each key split of a row block loads Q again, so the
+// round trip cost a pass over Q per split. The result is the same bits as
+// with Q rounded to bfloat16 first.
+func TestForwardNonProductWorkFloat32Q(t *testing.T) {
+	if kernel.Active().BF16.Name == "f32" {
+		t.Skip("no native bfloat16 products on this kernel set")
+	}
+	const b, n, h, d = 1, 512, 2, 64
+	for _, causal := range []bool{false, true} {
+		t.Run(map[bool]string{false: "full", true: "causal"}[causal], func(t *testing.T) {
+			r := rand.New(rand.NewPCG(8, 8))
+			q := NewTensor(b, n, h, d)
+			copy(q.Data, randSlice(r, b*n*h*d))
+			k := toType(randSlice(r, b*n*h*d), BFloat16, b, n, h, d)
+			v := toType(randSlice(r, b*n*h*d), BFloat16, b, n, h, d)
+			opts := &Options{Causal: causal, Workers: 1}
+			want, wantLSE, err := Forward(toType(q.Data, BFloat16, b, n, h, d), k, v, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var w kernelWork
+			countingSet(t, &w)
+			o, lse, err := Forward(q, k, v, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w.roundF32 != 0 {
+				t.Errorf("%d elements rounded in float32 (Q has %d): Q makes a round trip through float32", w.roundF32, b*n*h*d)
+			}
+			// O in the type of the products (a float32 O rounded to it).
+			got := gather(toType(gather(o), BFloat16, b, n, h, d))
+			if !equalBits(got, gather(want)) || !equalBits(lse, wantLSE) {
+				t.Errorf("a float32 Q gives other bits than Q rounded to bfloat16 first")
 			}
 		})
 	}
