@@ -199,7 +199,15 @@ func (f *forwardPass) start(ws *workspace, t *fwdTask) rowState {
 		st.o = f.part.o[r0*p.dimVPad : r1*p.dimVPad]
 	}
 	fw.acc = st.o
-	st.reset(m)
+	// Native products with packed K/V set each accumulator row with its
+	// first P·V (accumulate) rather than add to a cleared one: with key
+	// splits, most of a task's rows are cleared and set again.
+	setFirst := p.native && s.route.from == fromPacked
+	st.reset(m, !setFirst)
+	fw.oSet = grow(&fw.oSet, m)
+	for r := range fw.oSet {
+		fw.oSet[r] = !setFirst
+	}
 	qRows := fw.q[:(m+3)*d] // 3 spare rows: Dot4T reads rows in fours
 	fw.qa, fw.ldq = qRows, d
 	halfOnly := f.qHalfOnly(t)
@@ -366,6 +374,15 @@ func (f *forwardPass) accumulate(ws *workspace, sb subBlock, kv kvTile, j0, n in
 	p, fw := f.p, &ws.fwd
 	np, dvp := kernel.Pad(n), p.dimVPad
 	pTile := fw.s[sb.s0*np:]
+	first := !fw.oSet[sb.r0] // the sub-block's rows are set together
+	if first {
+		for r := sb.r0; r < sb.r0+sb.m; r++ {
+			fw.oSet[r] = true
+		}
+		if kv.vh == nil { // only the native product sets them
+			clear(fw.acc[sb.r0*dvp : (sb.r0+sb.m)*dvp])
+		}
+	}
 	switch {
 	case kv.inPlace:
 		p.decodeAccum(ws, kv.seq, sb, j0, n, np)
@@ -382,7 +399,11 @@ func (f *forwardPass) accumulate(ws *workspace, sb subBlock, kv kvTile, j0, n in
 				toHalf(&p.kern, p.ct, ph[r*ne:(r+1)*ne], pTile[r*np:r*np+ne])
 			}
 		}
-		p.halfMul.MulAdd(fw.acc[sb.r0*dvp:], dvp, ph, ne, kv.vh, kv.ldbV, sb.m, dvp, ne)
+		mul := p.halfMul.MulAdd
+		if first {
+			mul = p.halfMul.Mul
+		}
+		mul(fw.acc[sb.r0*dvp:], dvp, ph, ne, kv.vh, kv.ldbV, sb.m, dvp, ne)
 	default:
 		if kv.v == nil {
 			// V rows copied even when they need no padding: in place,
@@ -403,6 +424,11 @@ func (f *forwardPass) finish(ws *workspace, st *rowState, t *fwdTask) {
 	p := f.p
 	s := &p.seqs[t.seq]
 	m := t.height()
+	for r, set := range ws.fwd.oSet[:m] {
+		if !set { // no tile reached the row: its sum is 0
+			clear(st.o[r*p.dimVPad : (r+1)*p.dimVPad])
+		}
+	}
 	if t.slot >= 0 {
 		return // the state is in its partial-result slot (see start)
 	}

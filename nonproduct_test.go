@@ -18,10 +18,11 @@ type kernelWork struct {
 	f32ToBF16Calls       int
 	scaleCalls           int
 	roundF32             int // elements rounded in float32
+	halfMulAdd           int // calls of the bfloat16 products' MulAdd
 }
 
-// countingSet forces the active set with its BF16ToF32, F32ToBF16, Scale
-// and RoundF32 wrapped to count into w.
+// countingSet forces the active set with its BF16ToF32, F32ToBF16, Scale,
+// RoundF32 and bfloat16 MulAdd wrapped to count into w.
 func countingSet(t *testing.T, w *kernelWork) {
 	t.Helper()
 	s := *kernel.Active()
@@ -34,6 +35,11 @@ func countingSet(t *testing.T, w *kernelWork) {
 	}
 	s.Impl.Scale = func(x []float32, a float32) { w.scaleCalls++; im.Scale(x, a) }
 	s.Impl.RoundF32 = func(x []float32, e kernel.Elem) { w.roundF32 += len(x); im.RoundF32(x, e) }
+	mulAdd := s.BF16.MulAdd
+	s.BF16.MulAdd = func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) {
+		w.halfMulAdd++
+		mulAdd(c, ldc, a, lda, b, ldb, m, n, k)
+	}
 	t.Cleanup(kernel.ForceSet(&s))
 }
 
@@ -42,7 +48,9 @@ func countingSet(t *testing.T, w *kernelWork) {
 // kernel (one Scale per row, not an element loop), converts P to bfloat16 a
 // tile at a time (not a row at a time), and converts no element of a
 // bfloat16 Q to float32 (its bits feed the bfloat16 products as they are;
-// the last two where the bfloat16 products are native, not the "f32" path).
+// the last three where the bfloat16 products are native, not the "f32" path),
+// and sets each block's accumulator with its first P·V rather than adding
+// it to a cleared one.
 // One worker, so that the counters need no lock.
 func TestForwardNonProductWork(t *testing.T) {
 	const b, n, h, d, bq = 1, 256, 2, 64, 32
@@ -79,6 +87,11 @@ func TestForwardNonProductWork(t *testing.T) {
 			}
 			if pCalls := w.f32ToBF16Calls - rows; pCalls > tiles {
 				t.Errorf("%d conversions of P for %d tiles of %d rows: P is converted a row at a time", pCalls, tiles, bq)
+			}
+			// The first P·V of each block sets its accumulator (Mul), not
+			// adds to a cleared one (MulAdd).
+			if first := rows / bq; w.halfMulAdd > tiles-first {
+				t.Errorf("%d P·V products add to the accumulator for %d tiles of %d row blocks: the first one adds to zeros", w.halfMulAdd, tiles, first)
 			}
 		})
 	}
