@@ -199,15 +199,23 @@ func (f *forwardPass) start(ws *workspace, t *fwdTask) rowState {
 		st.o = f.part.o[r0*p.dimVPad : r1*p.dimVPad]
 	}
 	fw.acc = st.o
-	st.reset(m)
+	// Native products with packed K/V set each accumulator row with its
+	// first P·V (accumulate) rather than add to a cleared one: with key
+	// splits, most of a task's rows are cleared and set again.
+	setFirst := p.native && s.route.from == fromPacked
+	st.reset(m, !setFirst)
+	fw.oSet = grow(&fw.oSet, m)
+	for r := range fw.oSet {
+		fw.oSet[r] = !setFirst
+	}
 	qRows := fw.q[:(m+3)*d] // 3 spare rows: Dot4T reads rows in fours
 	fw.qa, fw.ldq = qRows, d
-	halfBits := f.qHalfBits(t)
+	halfOnly := f.qHalfOnly(t)
 	switch {
 	case f.qInPlace(t):
 		// The products read the block's rows of Q where they lie.
 		fw.qa, fw.ldq = p.q.matrix(nil, s.tb, s.q0+t.i0, t.h0, m, p.ct, &p.kern)
-	case !halfBits:
+	case !halfOnly:
 		f.loadQ(qRows, t)
 	}
 	nr := t.i1 - t.i0 // rows per head
@@ -226,13 +234,17 @@ func (f *forwardPass) start(ws *workspace, t *fwdTask) rowState {
 		qh := grow(&fw.qh, m*de)
 		for r := 0; r < m; r++ {
 			qh[r*de+de-1] = 0
-			if halfBits {
+			src := qRows[r*d : (r+1)*d]
+			if halfOnly {
 				h, i := t.at(r)
-				row, _ := p.q.rows16(s.tb, s.q0+i, h)
-				copy(qh[r*de:r*de+d], row[:d])
-				continue
+				if p.q.dt == p.ct {
+					row, _ := p.q.rows16(s.tb, s.q0+i, h)
+					copy(qh[r*de:r*de+d], row[:d])
+					continue
+				}
+				src = p.q.row(s.tb, s.q0+i, h)[:d] // float32: one rounding conversion
 			}
-			toHalf(&p.kern, p.ct, qh[r*de:r*de+d], qRows[r*d:(r+1)*d])
+			toHalf(&p.kern, p.ct, qh[r*de:r*de+d], src)
 		}
 	}
 	if s.route.sT && !p.dot4T() {
@@ -277,16 +289,18 @@ func (f *forwardPass) qInPlace(t *fwdTask) bool {
 		(r.from == fromPacked || r.from == fromRows && !r.sT)
 }
 
-// qHalfBits reports whether task t's 16-bit Q rows for the native products
-// are Q's own bits, copied as they are, rather than Q converted to float32
-// and back (the same bits: both conversions are exact, but for a
-// signalling NaN, which the round trip quiets and a product turns into a
-// NaN score either way): a Q in the compute type, used as it is (no rotary
-// embedding), with packed K and V, whose tiles the native products read
-// (so no float32 Q row is needed).
-func (f *forwardPass) qHalfBits(t *fwdTask) bool {
+// qHalfOnly reports whether task t's 16-bit Q rows for the native products
+// come straight from Q, with no float32 copy of them: Q used as it is (no
+// rotary embedding), with packed K and V, whose tiles the native products
+// read (so no float32 Q row is needed). A Q in the compute type is copied
+// as its own bits rather than converted to float32 and back (the same
+// bits: both conversions are exact, but for a signalling NaN, which the
+// round trip quiets and a product turns into a NaN score either way); a
+// float32 Q is converted once, rather than copied, rounded in float32 and
+// converted (the same bits: the conversion rounds the same way).
+func (f *forwardPass) qHalfOnly(t *fwdTask) bool {
 	p := f.p
-	return p.native && p.q.dt == p.ct && p.cache.rotary == nil && p.seqs[t.seq].route.from == fromPacked
+	return p.native && p.cache.rotary == nil && p.seqs[t.seq].route.from == fromPacked
 }
 
 // scores computes the S tile of sub-block sb: rows sb.s0.. of ws.fwd.s, n
@@ -360,6 +374,15 @@ func (f *forwardPass) accumulate(ws *workspace, sb subBlock, kv kvTile, j0, n in
 	p, fw := f.p, &ws.fwd
 	np, dvp := kernel.Pad(n), p.dimVPad
 	pTile := fw.s[sb.s0*np:]
+	first := !fw.oSet[sb.r0] // the sub-block's rows are set together
+	if first {
+		for r := sb.r0; r < sb.r0+sb.m; r++ {
+			fw.oSet[r] = true
+		}
+		if kv.vh == nil { // only the native product sets them
+			clear(fw.acc[sb.r0*dvp : (sb.r0+sb.m)*dvp])
+		}
+	}
 	switch {
 	case kv.inPlace:
 		p.decodeAccum(ws, kv.seq, sb, j0, n, np)
@@ -376,7 +399,11 @@ func (f *forwardPass) accumulate(ws *workspace, sb subBlock, kv kvTile, j0, n in
 				toHalf(&p.kern, p.ct, ph[r*ne:(r+1)*ne], pTile[r*np:r*np+ne])
 			}
 		}
-		p.halfMul.MulAdd(fw.acc[sb.r0*dvp:], dvp, ph, ne, kv.vh, kv.ldbV, sb.m, dvp, ne)
+		mul := p.halfMul.MulAdd
+		if first {
+			mul = p.halfMul.Mul
+		}
+		mul(fw.acc[sb.r0*dvp:], dvp, ph, ne, kv.vh, kv.ldbV, sb.m, dvp, ne)
 	default:
 		if kv.v == nil {
 			// V rows copied even when they need no padding: in place,
@@ -397,6 +424,11 @@ func (f *forwardPass) finish(ws *workspace, st *rowState, t *fwdTask) {
 	p := f.p
 	s := &p.seqs[t.seq]
 	m := t.height()
+	for r, set := range ws.fwd.oSet[:m] {
+		if !set { // no tile reached the row: its sum is 0
+			clear(st.o[r*p.dimVPad : (r+1)*p.dimVPad])
+		}
+	}
 	if t.slot >= 0 {
 		return // the state is in its partial-result slot (see start)
 	}

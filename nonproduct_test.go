@@ -17,10 +17,12 @@ type kernelWork struct {
 	bf16ToF32, f32ToBF16 int // elements converted
 	f32ToBF16Calls       int
 	scaleCalls           int
+	roundF32             int // elements rounded in float32
+	halfMulAdd           int // calls of the bfloat16 products' MulAdd
 }
 
-// countingSet forces the active set with its BF16ToF32, F32ToBF16 and Scale
-// wrapped to count into w.
+// countingSet forces the active set with its BF16ToF32, F32ToBF16, Scale,
+// RoundF32 and bfloat16 MulAdd wrapped to count into w.
 func countingSet(t *testing.T, w *kernelWork) {
 	t.Helper()
 	s := *kernel.Active()
@@ -32,6 +34,12 @@ func countingSet(t *testing.T, w *kernelWork) {
 		im.F32ToBF16(dst, src)
 	}
 	s.Impl.Scale = func(x []float32, a float32) { w.scaleCalls++; im.Scale(x, a) }
+	s.Impl.RoundF32 = func(x []float32, e kernel.Elem) { w.roundF32 += len(x); im.RoundF32(x, e) }
+	mulAdd := s.BF16.MulAdd
+	s.BF16.MulAdd = func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) {
+		w.halfMulAdd++
+		mulAdd(c, ldc, a, lda, b, ldb, m, n, k)
+	}
 	t.Cleanup(kernel.ForceSet(&s))
 }
 
@@ -40,7 +48,9 @@ func countingSet(t *testing.T, w *kernelWork) {
 // kernel (one Scale per row, not an element loop), converts P to bfloat16 a
 // tile at a time (not a row at a time), and converts no element of a
 // bfloat16 Q to float32 (its bits feed the bfloat16 products as they are;
-// the last two where the bfloat16 products are native, not the "f32" path).
+// the last three where the bfloat16 products are native, not the "f32" path),
+// and sets each block's accumulator with its first P·V rather than adding
+// it to a cleared one.
 // One worker, so that the counters need no lock.
 func TestForwardNonProductWork(t *testing.T) {
 	const b, n, h, d, bq = 1, 256, 2, 64, 32
@@ -77,6 +87,53 @@ func TestForwardNonProductWork(t *testing.T) {
 			}
 			if pCalls := w.f32ToBF16Calls - rows; pCalls > tiles {
 				t.Errorf("%d conversions of P for %d tiles of %d rows: P is converted a row at a time", pCalls, tiles, bq)
+			}
+			// The first P·V of each block sets its accumulator (Mul), not
+			// adds to a cleared one (MulAdd).
+			if first := rows / bq; w.halfMulAdd > tiles-first {
+				t.Errorf("%d P·V products add to the accumulator for %d tiles of %d row blocks: the first one adds to zeros", w.halfMulAdd, tiles, first)
+			}
+		})
+	}
+}
+
+// TestForwardNonProductWorkFloat32Q: a float32 Q beside bfloat16 K and V
+// (the products round to bfloat16; a prompt chunk over a bfloat16 cache)
+// with packed K/V and native bfloat16 products is converted to bfloat16
+// once per row block, straight from its rows: not copied to float32, rounded
+// there, then converted. Each key split of a row block loads Q again, so the
+// round trip cost a pass over Q per split. The result is the same bits as
+// with Q rounded to bfloat16 first.
+func TestForwardNonProductWorkFloat32Q(t *testing.T) {
+	if kernel.Active().BF16.Name == "f32" {
+		t.Skip("no native bfloat16 products on this kernel set")
+	}
+	const b, n, h, d = 1, 512, 2, 64
+	for _, causal := range []bool{false, true} {
+		t.Run(map[bool]string{false: "full", true: "causal"}[causal], func(t *testing.T) {
+			r := rand.New(rand.NewPCG(8, 8))
+			q := NewTensor(b, n, h, d)
+			copy(q.Data, randSlice(r, b*n*h*d))
+			k := toType(randSlice(r, b*n*h*d), BFloat16, b, n, h, d)
+			v := toType(randSlice(r, b*n*h*d), BFloat16, b, n, h, d)
+			opts := &Options{Causal: causal, Workers: 1}
+			want, wantLSE, err := Forward(toType(q.Data, BFloat16, b, n, h, d), k, v, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var w kernelWork
+			countingSet(t, &w)
+			o, lse, err := Forward(q, k, v, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w.roundF32 != 0 {
+				t.Errorf("%d elements rounded in float32 (Q has %d): Q makes a round trip through float32", w.roundF32, b*n*h*d)
+			}
+			// O in the type of the products (a float32 O rounded to it).
+			got := gather(toType(gather(o), BFloat16, b, n, h, d))
+			if !equalBits(got, gather(want)) || !equalBits(lse, wantLSE) {
+				t.Errorf("a float32 Q gives other bits than Q rounded to bfloat16 first")
 			}
 		})
 	}

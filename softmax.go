@@ -18,12 +18,16 @@ type rowState struct {
 	dimPad int
 }
 
-func (st *rowState) reset(rows int) {
+// reset starts rows 0..rows-1 afresh: m = −Inf, l = 0 and, with clearO,
+// their output rows 0 (without it the first product sets them).
+func (st *rowState) reset(rows int, clearO bool) {
 	for r := 0; r < rows; r++ {
 		st.m[r] = negInf
 		st.l[r] = 0
 	}
-	clear(st.o[:rows*st.dimPad])
+	if clearO {
+		clear(st.o[:rows*st.dimPad])
+	}
 }
 
 var nan32 = float32(math.NaN())

@@ -32,6 +32,11 @@ type fwdScratch struct {
 	kStage []float32 // route fromStaged: K of one key tile for the block's KV heads
 	vStage []float32 // route fromStaged: V likewise, rows padded to dimVPad
 	qh, ph []uint16  // native 16-bit products: Q rows, P rows of a tile
+	// native 16-bit products with packed K/V: per row of the block,
+	// whether its accumulator row holds a sum; the first P·V sets the
+	// rows it covers (no cleared accumulator to add to), finishTask
+	// clears those no tile reached.
+	oSet []bool
 }
 
 // bwdScratch holds a backward task's tiles.
