@@ -41,6 +41,10 @@ import (
 //     VBROADCASTF32X4/VINSERTF32X4 loads (32 in-lane shuffles): 0.94-1.07×,
 //     best of 15 0.98-1.00×, parity — not worth a second sum order.
 //
+// What did gain for 8 rows: the row kernel of 4 rows run on both halves
+// of the rows over 64 KiB blocks of keys, 1.03-1.08×, bit for bit the
+// same sums (kernel.withScoresSplit8, decode_split_amd64.go).
+//
 // Sum order of S[r][j]: two chains, even and odd elements p (the tail of d
 // beyond a multiple of 16 to the even chain), then added.
 
