@@ -26,6 +26,25 @@ import (
 // 128-bit broadcast of K, which is not embedded in the FMA) at 0.82× and
 // 0.76×: those tiles keep the row kernels.
 //
+// Also measured for 8 and 4 rows and found no faster (Zen 4, 256 keys of
+// d = 128 in L2, medians of 15 alternations in one process, under load;
+// the row kernels run there at 101 (8 rows) and 108 (4 rows) GFLOP/s, the
+// accum tiles at 110-113, so scores has at most ~1.1× to gain):
+//   - one row at a time over 16 keys, one accumulator per key with its K
+//     vector read from L1 by the FMA, the 16 folded into 16 scores (the
+//     row kernels' fold, bit for bit their sums): 0.89× (8 rows), 0.80×
+//     (4 rows) — a zmm load per FMA, and Zen 4 loads one zmm per cycle;
+//   - the row kernel of 2 rows (8 keys) run on row pairs: 0.78×;
+//   - 8 rows × 16 keys in the lanes, a 16×16 chunk of K transposed in
+//     registers (64 shuffles) then 8 FMAs with Q {1to16} per element:
+//     0.94-0.98×; the same with the 128-bit lane moves done by
+//     VBROADCASTF32X4/VINSERTF32X4 loads (32 in-lane shuffles): 0.94-1.07×,
+//     best of 15 0.98-1.00×, parity — not worth a second sum order.
+//
+// What did gain for 8 rows: the row kernel of 4 rows run on both halves
+// of the rows over 64 KiB blocks of keys, 1.03-1.08×, bit for bit the
+// same sums (kernel.withScoresSplit8, decode_split_amd64.go).
+//
 // Sum order of S[r][j]: two chains, even and odd elements p (the tail of d
 // beyond a multiple of 16 to the even chain), then added.
 
