@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	. "github.com/mmcloughlin/avo/reg"
@@ -71,7 +73,9 @@ func genDecodeBF16() {
 		}
 	}
 	genScoresNat()
-	genAccumNat()
+	genScoresNat4()
+	genAccumNat(natRows)
+	genAccumNat(natRows / 2)
 }
 
 // transpose8 transposes the 8×8 dwords of Y(in[0..7]) (in[j] lane i) into
@@ -242,16 +246,17 @@ func genScoresNat() {
 	RET()
 }
 
-func genAccumNat() {
-	name := "accumBF16M8AVX512BF16"
-	// Not NOSPLIT: the frame holds a block of P in bfloat16 (1 KiB).
+// genAccumNat emits the accum kernel of rows (8 or 4) query rows.
+func genAccumNat(rows int) {
+	name := fmt.Sprintf("accumBF16M%dAVX512BF16", rows)
+	// Not NOSPLIT: the frame holds a block of P in bfloat16 (up to 1 KiB).
 	TEXT(name, 0, "func(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv, n, d int)")
 	Pragma("noescape")
-	Doc(name+" adds Σ_j bf16(p[r*ldp+j])·v[j*ldv+c] to o[r*ldo+c] for r < 8, c < d,",
+	Doc(fmt.Sprintf("%s adds Σ_j bf16(p[r*ldp+j])·v[j*ldv+c] to o[r*ldo+c] for r < %d, c < d,", name, rows),
 		"j < n, with VDPBF16PS (p rounded to bfloat16; see decode_bf16.go). ldv is",
 		"the value row stride in elements; d is a positive multiple of 32, n >= 1,",
 		"and all accesses are in bounds.")
-	pLoc := AllocLocal(natRows * natAccumKeys * 2)
+	pLoc := AllocLocal(rows * natAccumKeys * 2)
 	pBlk, vBlk, nLeft, jn := AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
 	MOVQ(Load(Param("p").Base(), GP64()), pBlk)
 	MOVQ(Load(Param("v").Base(), GP64()), vBlk)
@@ -291,7 +296,7 @@ func genAccumNat() {
 		pb := ldMem(pBlk)
 		ldp := loadStride("ldp", 4)
 		row := rowMems(pb, ldp)
-		for r := 0; r < natRows; r++ {
+		for r := 0; r < rows; r++ {
 			m := row(r)
 			for v, k := range masks {
 				VMOVUPS_Z(m.Offset(64*v), k, zmm(28))
@@ -310,7 +315,7 @@ func genAccumNat() {
 	cc := Load(Param("d"), GP64()).(GPVirtual)
 	SHRQ(Imm(5), cc)
 	Label("chunk")
-	for i := 0; i < 2*natRows; i++ {
+	for i := 0; i < 2*rows; i++ {
 		VPXORD(zmm(i), zmm(i), zmm(i))
 	}
 	{
@@ -327,7 +332,7 @@ func genAccumNat() {
 		VMOVDQU64(Mem{Base: vb}, zmm(17))
 		PREFETCHT1(Mem{Base: va, Index: pf, Scale: 1})
 		PREFETCHT1(Mem{Base: vb, Index: pf, Scale: 1})
-		natPairStep(pp)
+		natPairStep(pp, rows)
 		ADDQ(ldv, va)
 		ADDQ(ldv, va)
 		ADDQ(ldv, vb)
@@ -341,7 +346,7 @@ func genAccumNat() {
 		JZ(LabelRef("store"))
 		VMOVDQU64(Mem{Base: va}, zmm(16))
 		VPXORD(zmm(17), zmm(17), zmm(17))
-		natPairStep(pp)
+		natPairStep(pp, rows)
 	}
 
 	Label("store")
@@ -350,7 +355,7 @@ func genAccumNat() {
 		row := rowMems(oc, ldo)
 		tab := GP64()
 		LEAQ(natPerm, tab)
-		for r := 0; r < natRows; r++ {
+		for r := 0; r < rows; r++ {
 			m := row(r)
 			for h := 0; h < 2; h++ {
 				x := zmm(28 + h)
@@ -389,10 +394,10 @@ func genAccumNat() {
 // natPairStep emits one pair of keys of an accum chunk: V's rows in Z16
 // and Z17 interleaved into Z18 (low) and Z19 (high), each row's P pair
 // (at pp+128r) broadcast and multiplied into its two accumulators.
-func natPairStep(pp Register) {
+func natPairStep(pp Register, rows int) {
 	VPUNPCKLWD(zmm(17), zmm(16), zmm(18))
 	VPUNPCKHWD(zmm(17), zmm(16), zmm(19))
-	for r := 0; r < natRows; r++ {
+	for r := 0; r < rows; r++ {
 		b := 20 + r
 		VPBROADCASTD(Mem{Base: pp, Disp: r * 2 * natAccumKeys}, zmm(b))
 		vdpbf16ps(2*r, 18, b)
