@@ -17,8 +17,9 @@ package kernel
 // that are not a multiple of 32 (Scores: or above natMaxD), the multi-head
 // kernels and every other format are "avx512"'s.
 
-// natMinRows is the smallest row tile the native kernels take (tiles of 8
-// and 16 rows run the 8-row kernels, of 4 the 4-row ones), natDim the
+// natMinRows is the smallest row tile the native kernels take (Scores has
+// kernels of 4, 8 and 16 rows, Accum of 4 and 8: a tile of 16 rows runs
+// it twice), natDim the
 // multiple of the head dimension they need and natMaxD the largest head
 // dimension of the native Scores (its packed Q lives in a fixed frame:
 // natMaxD of _asm/decode_bf16.go, the same value).
@@ -59,13 +60,14 @@ func nativeBF16Decode(base Decode) Decode {
 				scores(s[r0*lds+j0:], lds, q[r0*d:], t, k[j0*ldk:], ldk, jn, d)
 				return
 			}
-			kern, step := scoresBF16M8AVX512BF16, 8
-			if t == 4 {
-				kern, step = scoresBF16M4AVX512BF16, 4
+			kern := scoresBF16M8AVX512BF16
+			switch t {
+			case 4:
+				kern = scoresBF16M4AVX512BF16
+			case 16:
+				kern = scoresBF16M16AVX512BF16
 			}
-			for r := r0; r < r0+t; r += step {
-				kern(s[r*lds+j0:], lds, q[r*d:], castSlice[uint16](k[j0*ldk:]), ldk/2, jn, d)
-			}
+			kern(s[r0*lds+j0:], lds, q[r0*d:], castSlice[uint16](k[j0*ldk:]), ldk/2, jn, d)
 		})
 	}
 	dk.Accum[f] = func(o []float32, ldo int, p []float32, ldp, m int, v []byte, ldv, n, d int) {

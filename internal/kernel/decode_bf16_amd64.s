@@ -1635,6 +1635,1775 @@ done:
 	VZEROUPPER
 	RET
 
+// func scoresBF16M16AVX512BF16(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
+// Requires: AVX, AVX512F, AVX512VL, MMX+
+TEXT ·scoresBF16M16AVX512BF16(SB), $8256-104
+	MOVQ d+96(FP), AX
+	SHLQ $0x02, AX
+	LEAQ (AX)(AX*2), CX
+	MOVQ q_base+32(FP), DX
+	LEAQ (DX)(AX*4), BX
+	LEAQ (BX)(AX*4), SI
+	LEAQ (SI)(AX*4), DI
+	LEAQ (SP), R8
+	MOVQ d+96(FP), R9
+	SHRQ $0x04, R9
+
+packq:
+	VMOVUPS (DX), Z0
+
+	// raw: vcvtneps2bf16 ymm0,zmm0
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xc0
+	VMOVUPS (DX)(AX*1), Z1
+
+	// raw: vcvtneps2bf16 ymm1,zmm1
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xc9
+	VMOVUPS (DX)(AX*2), Z2
+
+	// raw: vcvtneps2bf16 ymm2,zmm2
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xd2
+	VMOVUPS (DX)(CX*1), Z3
+
+	// raw: vcvtneps2bf16 ymm3,zmm3
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xdb
+	VMOVUPS (BX), Z4
+
+	// raw: vcvtneps2bf16 ymm4,zmm4
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xe4
+	VMOVUPS (BX)(AX*1), Z5
+
+	// raw: vcvtneps2bf16 ymm5,zmm5
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xed
+	VMOVUPS (BX)(AX*2), Z6
+
+	// raw: vcvtneps2bf16 ymm6,zmm6
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xf6
+	VMOVUPS (BX)(CX*1), Z7
+
+	// raw: vcvtneps2bf16 ymm7,zmm7
+	BYTE       $0x62
+	BYTE       $0xf2
+	BYTE       $0x7e
+	BYTE       $0x48
+	BYTE       $0x72
+	BYTE       $0xff
+	VUNPCKLPS  Y1, Y0, Y16
+	VUNPCKHPS  Y1, Y0, Y17
+	VUNPCKLPS  Y3, Y2, Y18
+	VUNPCKHPS  Y3, Y2, Y19
+	VSHUFPS    $0x44, Y18, Y16, Y24
+	VSHUFPS    $0xee, Y18, Y16, Y25
+	VSHUFPS    $0x44, Y19, Y17, Y26
+	VSHUFPS    $0xee, Y19, Y17, Y27
+	VUNPCKLPS  Y5, Y4, Y20
+	VUNPCKHPS  Y5, Y4, Y21
+	VUNPCKLPS  Y7, Y6, Y22
+	VUNPCKHPS  Y7, Y6, Y23
+	VSHUFPS    $0x44, Y22, Y20, Y28
+	VSHUFPS    $0xee, Y22, Y20, Y29
+	VSHUFPS    $0x44, Y23, Y21, Y30
+	VSHUFPS    $0xee, Y23, Y21, Y31
+	VSHUFF32X4 $0x00, Y28, Y24, Y8
+	VSHUFF32X4 $0x03, Y28, Y24, Y12
+	VSHUFF32X4 $0x00, Y29, Y25, Y9
+	VSHUFF32X4 $0x03, Y29, Y25, Y13
+	VSHUFF32X4 $0x00, Y30, Y26, Y10
+	VSHUFF32X4 $0x03, Y30, Y26, Y14
+	VSHUFF32X4 $0x00, Y31, Y27, Y11
+	VSHUFF32X4 $0x03, Y31, Y27, Y15
+	VMOVUPS    Y8, (R8)
+	VMOVUPS    Y9, 64(R8)
+	VMOVUPS    Y10, 128(R8)
+	VMOVUPS    Y11, 192(R8)
+	VMOVUPS    Y12, 256(R8)
+	VMOVUPS    Y13, 320(R8)
+	VMOVUPS    Y14, 384(R8)
+	VMOVUPS    Y15, 448(R8)
+	VMOVUPS    (SI), Z0
+
+	// raw: vcvtneps2bf16 ymm0,zmm0
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xc0
+	VMOVUPS (SI)(AX*1), Z1
+
+	// raw: vcvtneps2bf16 ymm1,zmm1
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xc9
+	VMOVUPS (SI)(AX*2), Z2
+
+	// raw: vcvtneps2bf16 ymm2,zmm2
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xd2
+	VMOVUPS (SI)(CX*1), Z3
+
+	// raw: vcvtneps2bf16 ymm3,zmm3
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xdb
+	VMOVUPS (DI), Z4
+
+	// raw: vcvtneps2bf16 ymm4,zmm4
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xe4
+	VMOVUPS (DI)(AX*1), Z5
+
+	// raw: vcvtneps2bf16 ymm5,zmm5
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xed
+	VMOVUPS (DI)(AX*2), Z6
+
+	// raw: vcvtneps2bf16 ymm6,zmm6
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xf6
+	VMOVUPS (DI)(CX*1), Z7
+
+	// raw: vcvtneps2bf16 ymm7,zmm7
+	BYTE       $0x62
+	BYTE       $0xf2
+	BYTE       $0x7e
+	BYTE       $0x48
+	BYTE       $0x72
+	BYTE       $0xff
+	VUNPCKLPS  Y1, Y0, Y16
+	VUNPCKHPS  Y1, Y0, Y17
+	VUNPCKLPS  Y3, Y2, Y18
+	VUNPCKHPS  Y3, Y2, Y19
+	VSHUFPS    $0x44, Y18, Y16, Y24
+	VSHUFPS    $0xee, Y18, Y16, Y25
+	VSHUFPS    $0x44, Y19, Y17, Y26
+	VSHUFPS    $0xee, Y19, Y17, Y27
+	VUNPCKLPS  Y5, Y4, Y20
+	VUNPCKHPS  Y5, Y4, Y21
+	VUNPCKLPS  Y7, Y6, Y22
+	VUNPCKHPS  Y7, Y6, Y23
+	VSHUFPS    $0x44, Y22, Y20, Y28
+	VSHUFPS    $0xee, Y22, Y20, Y29
+	VSHUFPS    $0x44, Y23, Y21, Y30
+	VSHUFPS    $0xee, Y23, Y21, Y31
+	VSHUFF32X4 $0x00, Y28, Y24, Y8
+	VSHUFF32X4 $0x03, Y28, Y24, Y12
+	VSHUFF32X4 $0x00, Y29, Y25, Y9
+	VSHUFF32X4 $0x03, Y29, Y25, Y13
+	VSHUFF32X4 $0x00, Y30, Y26, Y10
+	VSHUFF32X4 $0x03, Y30, Y26, Y14
+	VSHUFF32X4 $0x00, Y31, Y27, Y11
+	VSHUFF32X4 $0x03, Y31, Y27, Y15
+	VMOVUPS    Y8, 32(R8)
+	VMOVUPS    Y9, 96(R8)
+	VMOVUPS    Y10, 160(R8)
+	VMOVUPS    Y11, 224(R8)
+	VMOVUPS    Y12, 288(R8)
+	VMOVUPS    Y13, 352(R8)
+	VMOVUPS    Y14, 416(R8)
+	VMOVUPS    Y15, 480(R8)
+	ADDQ       $0x40, DX
+	ADDQ       $0x40, BX
+	ADDQ       $0x40, SI
+	ADDQ       $0x40, DI
+	ADDQ       $0x00000200, R8
+	DECQ       R9
+	JNZ        packq
+	MOVQ       ldk+80(FP), AX
+	SHLQ       $0x01, AX
+	LEAQ       (AX)(AX*2), CX
+	MOVQ       lds+24(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       k_base+56(FP), BX
+	MOVQ       s_base+0(FP), SI
+	MOVQ       n+88(FP), DI
+	MOVQ       AX, R8
+	SHLQ       $0x06, R8
+
+group:
+	CMPQ   DI, $0x08
+	JL     tail
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	MOVQ   BX, R9
+	LEAQ   (R9)(AX*4), R10
+	LEAQ   (BX)(R8*1), R11
+	LEAQ   (R11)(AX*4), R12
+	LEAQ   (SP), R13
+	MOVQ   d+96(FP), R14
+	SHRQ   $0x05, R14
+
+step:
+	VMOVUPS      (R13), Z16
+	VPBROADCASTD (R9), Z18
+
+	// raw: vdpbf16ps zmm0,zmm16,zmm18
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc2
+	VPBROADCASTD (R9)(AX*1), Z19
+
+	// raw: vdpbf16ps zmm1,zmm16,zmm19
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcb
+	VPBROADCASTD (R9)(AX*2), Z20
+
+	// raw: vdpbf16ps zmm2,zmm16,zmm20
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd4
+	VPBROADCASTD (R9)(CX*1), Z21
+
+	// raw: vdpbf16ps zmm3,zmm16,zmm21
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD (R10), Z22
+
+	// raw: vdpbf16ps zmm4,zmm16,zmm22
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe6
+	VPBROADCASTD (R10)(AX*1), Z23
+
+	// raw: vdpbf16ps zmm5,zmm16,zmm23
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xef
+	VPBROADCASTD (R10)(AX*2), Z18
+
+	// raw: vdpbf16ps zmm6,zmm16,zmm18
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf2
+	VPBROADCASTD (R10)(CX*1), Z19
+
+	// raw: vdpbf16ps zmm7,zmm16,zmm19
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfb
+	VMOVUPS      64(R13), Z17
+	VPBROADCASTD 4(R9), Z20
+
+	// raw: vdpbf16ps zmm8,zmm17,zmm20
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc4
+	VPBROADCASTD 4(R9)(AX*1), Z21
+
+	// raw: vdpbf16ps zmm9,zmm17,zmm21
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD 4(R9)(AX*2), Z22
+
+	// raw: vdpbf16ps zmm10,zmm17,zmm22
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd6
+	VPBROADCASTD 4(R9)(CX*1), Z23
+
+	// raw: vdpbf16ps zmm11,zmm17,zmm23
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 4(R10), Z18
+
+	// raw: vdpbf16ps zmm12,zmm17,zmm18
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe2
+	VPBROADCASTD 4(R10)(AX*1), Z19
+
+	// raw: vdpbf16ps zmm13,zmm17,zmm19
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xeb
+	VPBROADCASTD 4(R10)(AX*2), Z20
+
+	// raw: vdpbf16ps zmm14,zmm17,zmm20
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf4
+	VPBROADCASTD 4(R10)(CX*1), Z21
+
+	// raw: vdpbf16ps zmm15,zmm17,zmm21
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VMOVUPS      128(R13), Z16
+	VPBROADCASTD 8(R9), Z22
+
+	// raw: vdpbf16ps zmm0,zmm16,zmm22
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc6
+	VPBROADCASTD 8(R9)(AX*1), Z23
+
+	// raw: vdpbf16ps zmm1,zmm16,zmm23
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcf
+	VPBROADCASTD 8(R9)(AX*2), Z18
+
+	// raw: vdpbf16ps zmm2,zmm16,zmm18
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd2
+	VPBROADCASTD 8(R9)(CX*1), Z19
+
+	// raw: vdpbf16ps zmm3,zmm16,zmm19
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD 8(R10), Z20
+
+	// raw: vdpbf16ps zmm4,zmm16,zmm20
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe4
+	VPBROADCASTD 8(R10)(AX*1), Z21
+
+	// raw: vdpbf16ps zmm5,zmm16,zmm21
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xed
+	VPBROADCASTD 8(R10)(AX*2), Z22
+
+	// raw: vdpbf16ps zmm6,zmm16,zmm22
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf6
+	VPBROADCASTD 8(R10)(CX*1), Z23
+
+	// raw: vdpbf16ps zmm7,zmm16,zmm23
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xff
+	VMOVUPS      192(R13), Z17
+	VPBROADCASTD 12(R9), Z18
+
+	// raw: vdpbf16ps zmm8,zmm17,zmm18
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc2
+	VPBROADCASTD 12(R9)(AX*1), Z19
+
+	// raw: vdpbf16ps zmm9,zmm17,zmm19
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcb
+	VPBROADCASTD 12(R9)(AX*2), Z20
+
+	// raw: vdpbf16ps zmm10,zmm17,zmm20
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd4
+	VPBROADCASTD 12(R9)(CX*1), Z21
+
+	// raw: vdpbf16ps zmm11,zmm17,zmm21
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD 12(R10), Z22
+
+	// raw: vdpbf16ps zmm12,zmm17,zmm22
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe6
+	VPBROADCASTD 12(R10)(AX*1), Z23
+
+	// raw: vdpbf16ps zmm13,zmm17,zmm23
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xef
+	VPBROADCASTD 12(R10)(AX*2), Z18
+
+	// raw: vdpbf16ps zmm14,zmm17,zmm18
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf2
+	VPBROADCASTD 12(R10)(CX*1), Z19
+
+	// raw: vdpbf16ps zmm15,zmm17,zmm19
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfb
+	VMOVUPS      256(R13), Z16
+	VPBROADCASTD 16(R9), Z20
+
+	// raw: vdpbf16ps zmm0,zmm16,zmm20
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc4
+	VPBROADCASTD 16(R9)(AX*1), Z21
+
+	// raw: vdpbf16ps zmm1,zmm16,zmm21
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD 16(R9)(AX*2), Z22
+
+	// raw: vdpbf16ps zmm2,zmm16,zmm22
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd6
+	VPBROADCASTD 16(R9)(CX*1), Z23
+
+	// raw: vdpbf16ps zmm3,zmm16,zmm23
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 16(R10), Z18
+
+	// raw: vdpbf16ps zmm4,zmm16,zmm18
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe2
+	VPBROADCASTD 16(R10)(AX*1), Z19
+
+	// raw: vdpbf16ps zmm5,zmm16,zmm19
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xeb
+	VPBROADCASTD 16(R10)(AX*2), Z20
+
+	// raw: vdpbf16ps zmm6,zmm16,zmm20
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf4
+	VPBROADCASTD 16(R10)(CX*1), Z21
+
+	// raw: vdpbf16ps zmm7,zmm16,zmm21
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VMOVUPS      320(R13), Z17
+	VPBROADCASTD 20(R9), Z22
+
+	// raw: vdpbf16ps zmm8,zmm17,zmm22
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc6
+	VPBROADCASTD 20(R9)(AX*1), Z23
+
+	// raw: vdpbf16ps zmm9,zmm17,zmm23
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcf
+	VPBROADCASTD 20(R9)(AX*2), Z18
+
+	// raw: vdpbf16ps zmm10,zmm17,zmm18
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd2
+	VPBROADCASTD 20(R9)(CX*1), Z19
+
+	// raw: vdpbf16ps zmm11,zmm17,zmm19
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD 20(R10), Z20
+
+	// raw: vdpbf16ps zmm12,zmm17,zmm20
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe4
+	VPBROADCASTD 20(R10)(AX*1), Z21
+
+	// raw: vdpbf16ps zmm13,zmm17,zmm21
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xed
+	VPBROADCASTD 20(R10)(AX*2), Z22
+
+	// raw: vdpbf16ps zmm14,zmm17,zmm22
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf6
+	VPBROADCASTD 20(R10)(CX*1), Z23
+
+	// raw: vdpbf16ps zmm15,zmm17,zmm23
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xff
+	VMOVUPS      384(R13), Z16
+	VPBROADCASTD 24(R9), Z18
+
+	// raw: vdpbf16ps zmm0,zmm16,zmm18
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc2
+	VPBROADCASTD 24(R9)(AX*1), Z19
+
+	// raw: vdpbf16ps zmm1,zmm16,zmm19
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcb
+	VPBROADCASTD 24(R9)(AX*2), Z20
+
+	// raw: vdpbf16ps zmm2,zmm16,zmm20
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd4
+	VPBROADCASTD 24(R9)(CX*1), Z21
+
+	// raw: vdpbf16ps zmm3,zmm16,zmm21
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD 24(R10), Z22
+
+	// raw: vdpbf16ps zmm4,zmm16,zmm22
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe6
+	VPBROADCASTD 24(R10)(AX*1), Z23
+
+	// raw: vdpbf16ps zmm5,zmm16,zmm23
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xef
+	VPBROADCASTD 24(R10)(AX*2), Z18
+
+	// raw: vdpbf16ps zmm6,zmm16,zmm18
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf2
+	VPBROADCASTD 24(R10)(CX*1), Z19
+
+	// raw: vdpbf16ps zmm7,zmm16,zmm19
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfb
+	VMOVUPS      448(R13), Z17
+	VPBROADCASTD 28(R9), Z20
+
+	// raw: vdpbf16ps zmm8,zmm17,zmm20
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc4
+	VPBROADCASTD 28(R9)(AX*1), Z21
+
+	// raw: vdpbf16ps zmm9,zmm17,zmm21
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD 28(R9)(AX*2), Z22
+
+	// raw: vdpbf16ps zmm10,zmm17,zmm22
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd6
+	VPBROADCASTD 28(R9)(CX*1), Z23
+
+	// raw: vdpbf16ps zmm11,zmm17,zmm23
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 28(R10), Z18
+
+	// raw: vdpbf16ps zmm12,zmm17,zmm18
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe2
+	VPBROADCASTD 28(R10)(AX*1), Z19
+
+	// raw: vdpbf16ps zmm13,zmm17,zmm19
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xeb
+	VPBROADCASTD 28(R10)(AX*2), Z20
+
+	// raw: vdpbf16ps zmm14,zmm17,zmm20
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf4
+	VPBROADCASTD 28(R10)(CX*1), Z21
+
+	// raw: vdpbf16ps zmm15,zmm17,zmm21
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VMOVUPS      512(R13), Z16
+	VPBROADCASTD 32(R9), Z22
+
+	// raw: vdpbf16ps zmm0,zmm16,zmm22
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc6
+	VPBROADCASTD 32(R9)(AX*1), Z23
+
+	// raw: vdpbf16ps zmm1,zmm16,zmm23
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcf
+	VPBROADCASTD 32(R9)(AX*2), Z18
+
+	// raw: vdpbf16ps zmm2,zmm16,zmm18
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd2
+	VPBROADCASTD 32(R9)(CX*1), Z19
+
+	// raw: vdpbf16ps zmm3,zmm16,zmm19
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD 32(R10), Z20
+
+	// raw: vdpbf16ps zmm4,zmm16,zmm20
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe4
+	VPBROADCASTD 32(R10)(AX*1), Z21
+
+	// raw: vdpbf16ps zmm5,zmm16,zmm21
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xed
+	VPBROADCASTD 32(R10)(AX*2), Z22
+
+	// raw: vdpbf16ps zmm6,zmm16,zmm22
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf6
+	VPBROADCASTD 32(R10)(CX*1), Z23
+
+	// raw: vdpbf16ps zmm7,zmm16,zmm23
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xff
+	VMOVUPS      576(R13), Z17
+	VPBROADCASTD 36(R9), Z18
+
+	// raw: vdpbf16ps zmm8,zmm17,zmm18
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc2
+	VPBROADCASTD 36(R9)(AX*1), Z19
+
+	// raw: vdpbf16ps zmm9,zmm17,zmm19
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcb
+	VPBROADCASTD 36(R9)(AX*2), Z20
+
+	// raw: vdpbf16ps zmm10,zmm17,zmm20
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd4
+	VPBROADCASTD 36(R9)(CX*1), Z21
+
+	// raw: vdpbf16ps zmm11,zmm17,zmm21
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD 36(R10), Z22
+
+	// raw: vdpbf16ps zmm12,zmm17,zmm22
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe6
+	VPBROADCASTD 36(R10)(AX*1), Z23
+
+	// raw: vdpbf16ps zmm13,zmm17,zmm23
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xef
+	VPBROADCASTD 36(R10)(AX*2), Z18
+
+	// raw: vdpbf16ps zmm14,zmm17,zmm18
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf2
+	VPBROADCASTD 36(R10)(CX*1), Z19
+
+	// raw: vdpbf16ps zmm15,zmm17,zmm19
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfb
+	VMOVUPS      640(R13), Z16
+	VPBROADCASTD 40(R9), Z20
+
+	// raw: vdpbf16ps zmm0,zmm16,zmm20
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc4
+	VPBROADCASTD 40(R9)(AX*1), Z21
+
+	// raw: vdpbf16ps zmm1,zmm16,zmm21
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD 40(R9)(AX*2), Z22
+
+	// raw: vdpbf16ps zmm2,zmm16,zmm22
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd6
+	VPBROADCASTD 40(R9)(CX*1), Z23
+
+	// raw: vdpbf16ps zmm3,zmm16,zmm23
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 40(R10), Z18
+
+	// raw: vdpbf16ps zmm4,zmm16,zmm18
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe2
+	VPBROADCASTD 40(R10)(AX*1), Z19
+
+	// raw: vdpbf16ps zmm5,zmm16,zmm19
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xeb
+	VPBROADCASTD 40(R10)(AX*2), Z20
+
+	// raw: vdpbf16ps zmm6,zmm16,zmm20
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf4
+	VPBROADCASTD 40(R10)(CX*1), Z21
+
+	// raw: vdpbf16ps zmm7,zmm16,zmm21
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VMOVUPS      704(R13), Z17
+	VPBROADCASTD 44(R9), Z22
+
+	// raw: vdpbf16ps zmm8,zmm17,zmm22
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc6
+	VPBROADCASTD 44(R9)(AX*1), Z23
+
+	// raw: vdpbf16ps zmm9,zmm17,zmm23
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcf
+	VPBROADCASTD 44(R9)(AX*2), Z18
+
+	// raw: vdpbf16ps zmm10,zmm17,zmm18
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd2
+	VPBROADCASTD 44(R9)(CX*1), Z19
+
+	// raw: vdpbf16ps zmm11,zmm17,zmm19
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD 44(R10), Z20
+
+	// raw: vdpbf16ps zmm12,zmm17,zmm20
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe4
+	VPBROADCASTD 44(R10)(AX*1), Z21
+
+	// raw: vdpbf16ps zmm13,zmm17,zmm21
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xed
+	VPBROADCASTD 44(R10)(AX*2), Z22
+
+	// raw: vdpbf16ps zmm14,zmm17,zmm22
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf6
+	VPBROADCASTD 44(R10)(CX*1), Z23
+
+	// raw: vdpbf16ps zmm15,zmm17,zmm23
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xff
+	VMOVUPS      768(R13), Z16
+	VPBROADCASTD 48(R9), Z18
+
+	// raw: vdpbf16ps zmm0,zmm16,zmm18
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc2
+	VPBROADCASTD 48(R9)(AX*1), Z19
+
+	// raw: vdpbf16ps zmm1,zmm16,zmm19
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcb
+	VPBROADCASTD 48(R9)(AX*2), Z20
+
+	// raw: vdpbf16ps zmm2,zmm16,zmm20
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd4
+	VPBROADCASTD 48(R9)(CX*1), Z21
+
+	// raw: vdpbf16ps zmm3,zmm16,zmm21
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD 48(R10), Z22
+
+	// raw: vdpbf16ps zmm4,zmm16,zmm22
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe6
+	VPBROADCASTD 48(R10)(AX*1), Z23
+
+	// raw: vdpbf16ps zmm5,zmm16,zmm23
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xef
+	VPBROADCASTD 48(R10)(AX*2), Z18
+
+	// raw: vdpbf16ps zmm6,zmm16,zmm18
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf2
+	VPBROADCASTD 48(R10)(CX*1), Z19
+
+	// raw: vdpbf16ps zmm7,zmm16,zmm19
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfb
+	VMOVUPS      832(R13), Z17
+	VPBROADCASTD 52(R9), Z20
+
+	// raw: vdpbf16ps zmm8,zmm17,zmm20
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc4
+	VPBROADCASTD 52(R9)(AX*1), Z21
+
+	// raw: vdpbf16ps zmm9,zmm17,zmm21
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD 52(R9)(AX*2), Z22
+
+	// raw: vdpbf16ps zmm10,zmm17,zmm22
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd6
+	VPBROADCASTD 52(R9)(CX*1), Z23
+
+	// raw: vdpbf16ps zmm11,zmm17,zmm23
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 52(R10), Z18
+
+	// raw: vdpbf16ps zmm12,zmm17,zmm18
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe2
+	VPBROADCASTD 52(R10)(AX*1), Z19
+
+	// raw: vdpbf16ps zmm13,zmm17,zmm19
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xeb
+	VPBROADCASTD 52(R10)(AX*2), Z20
+
+	// raw: vdpbf16ps zmm14,zmm17,zmm20
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf4
+	VPBROADCASTD 52(R10)(CX*1), Z21
+
+	// raw: vdpbf16ps zmm15,zmm17,zmm21
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VMOVUPS      896(R13), Z16
+	VPBROADCASTD 56(R9), Z22
+
+	// raw: vdpbf16ps zmm0,zmm16,zmm22
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc6
+	VPBROADCASTD 56(R9)(AX*1), Z23
+
+	// raw: vdpbf16ps zmm1,zmm16,zmm23
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcf
+	VPBROADCASTD 56(R9)(AX*2), Z18
+
+	// raw: vdpbf16ps zmm2,zmm16,zmm18
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd2
+	VPBROADCASTD 56(R9)(CX*1), Z19
+
+	// raw: vdpbf16ps zmm3,zmm16,zmm19
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD 56(R10), Z20
+
+	// raw: vdpbf16ps zmm4,zmm16,zmm20
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe4
+	VPBROADCASTD 56(R10)(AX*1), Z21
+
+	// raw: vdpbf16ps zmm5,zmm16,zmm21
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xed
+	VPBROADCASTD 56(R10)(AX*2), Z22
+
+	// raw: vdpbf16ps zmm6,zmm16,zmm22
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf6
+	VPBROADCASTD 56(R10)(CX*1), Z23
+
+	// raw: vdpbf16ps zmm7,zmm16,zmm23
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xff
+	VMOVUPS      960(R13), Z17
+	VPBROADCASTD 60(R9), Z18
+
+	// raw: vdpbf16ps zmm8,zmm17,zmm18
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc2
+	VPBROADCASTD 60(R9)(AX*1), Z19
+
+	// raw: vdpbf16ps zmm9,zmm17,zmm19
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcb
+	VPBROADCASTD 60(R9)(AX*2), Z20
+
+	// raw: vdpbf16ps zmm10,zmm17,zmm20
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd4
+	VPBROADCASTD 60(R9)(CX*1), Z21
+
+	// raw: vdpbf16ps zmm11,zmm17,zmm21
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD 60(R10), Z22
+
+	// raw: vdpbf16ps zmm12,zmm17,zmm22
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe6
+	VPBROADCASTD 60(R10)(AX*1), Z23
+
+	// raw: vdpbf16ps zmm13,zmm17,zmm23
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xef
+	VPBROADCASTD 60(R10)(AX*2), Z18
+
+	// raw: vdpbf16ps zmm14,zmm17,zmm18
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf2
+	VPBROADCASTD 60(R10)(CX*1), Z19
+
+	// raw: vdpbf16ps zmm15,zmm17,zmm19
+	BYTE          $0x62
+	BYTE          $0x32
+	BYTE          $0x76
+	BYTE          $0x40
+	BYTE          $0x52
+	BYTE          $0xfb
+	PREFETCHT1    (R11)
+	PREFETCHT1    (R11)(AX*1)
+	PREFETCHT1    (R11)(AX*2)
+	PREFETCHT1    (R11)(CX*1)
+	PREFETCHT1    (R12)
+	PREFETCHT1    (R12)(AX*1)
+	PREFETCHT1    (R12)(AX*2)
+	PREFETCHT1    (R12)(CX*1)
+	ADDQ          $0x40, R9
+	ADDQ          $0x40, R10
+	ADDQ          $0x40, R11
+	ADDQ          $0x40, R12
+	ADDQ          $0x00000400, R13
+	DECQ          R14
+	JNZ           step
+	VADDPS        Z8, Z0, Z0
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VUNPCKLPS     Y1, Y0, Y16
+	VUNPCKHPS     Y1, Y0, Y17
+	VUNPCKLPS     Y3, Y2, Y18
+	VUNPCKHPS     Y3, Y2, Y19
+	VSHUFPS       $0x44, Y18, Y16, Y24
+	VSHUFPS       $0xee, Y18, Y16, Y25
+	VSHUFPS       $0x44, Y19, Y17, Y26
+	VSHUFPS       $0xee, Y19, Y17, Y27
+	VUNPCKLPS     Y5, Y4, Y20
+	VUNPCKHPS     Y5, Y4, Y21
+	VUNPCKLPS     Y7, Y6, Y22
+	VUNPCKHPS     Y7, Y6, Y23
+	VSHUFPS       $0x44, Y22, Y20, Y28
+	VSHUFPS       $0xee, Y22, Y20, Y29
+	VSHUFPS       $0x44, Y23, Y21, Y30
+	VSHUFPS       $0xee, Y23, Y21, Y31
+	VSHUFF32X4    $0x00, Y28, Y24, Y8
+	VSHUFF32X4    $0x03, Y28, Y24, Y12
+	VSHUFF32X4    $0x00, Y29, Y25, Y9
+	VSHUFF32X4    $0x03, Y29, Y25, Y13
+	VSHUFF32X4    $0x00, Y30, Y26, Y10
+	VSHUFF32X4    $0x03, Y30, Y26, Y14
+	VSHUFF32X4    $0x00, Y31, Y27, Y11
+	VSHUFF32X4    $0x03, Y31, Y27, Y15
+	VMOVUPS       Y8, (SI)
+	VMOVUPS       Y9, (SI)(DX*1)
+	VMOVUPS       Y10, (SI)(DX*2)
+	LEAQ          (SI)(DX*2), R9
+	VMOVUPS       Y11, (R9)(DX*1)
+	LEAQ          (SI)(DX*4), R9
+	VMOVUPS       Y12, (R9)
+	VMOVUPS       Y13, (R9)(DX*1)
+	VMOVUPS       Y14, (R9)(DX*2)
+	LEAQ          (R9)(DX*2), R10
+	VMOVUPS       Y15, (R10)(DX*1)
+	VEXTRACTF64X4 $0x01, Z0, Y8
+	VEXTRACTF64X4 $0x01, Z1, Y9
+	VEXTRACTF64X4 $0x01, Z2, Y10
+	VEXTRACTF64X4 $0x01, Z3, Y11
+	VEXTRACTF64X4 $0x01, Z4, Y12
+	VEXTRACTF64X4 $0x01, Z5, Y13
+	VEXTRACTF64X4 $0x01, Z6, Y14
+	VEXTRACTF64X4 $0x01, Z7, Y15
+	VUNPCKLPS     Y9, Y8, Y16
+	VUNPCKHPS     Y9, Y8, Y17
+	VUNPCKLPS     Y11, Y10, Y18
+	VUNPCKHPS     Y11, Y10, Y19
+	VSHUFPS       $0x44, Y18, Y16, Y24
+	VSHUFPS       $0xee, Y18, Y16, Y25
+	VSHUFPS       $0x44, Y19, Y17, Y26
+	VSHUFPS       $0xee, Y19, Y17, Y27
+	VUNPCKLPS     Y13, Y12, Y20
+	VUNPCKHPS     Y13, Y12, Y21
+	VUNPCKLPS     Y15, Y14, Y22
+	VUNPCKHPS     Y15, Y14, Y23
+	VSHUFPS       $0x44, Y22, Y20, Y28
+	VSHUFPS       $0xee, Y22, Y20, Y29
+	VSHUFPS       $0x44, Y23, Y21, Y30
+	VSHUFPS       $0xee, Y23, Y21, Y31
+	VSHUFF32X4    $0x00, Y28, Y24, Y8
+	VSHUFF32X4    $0x03, Y28, Y24, Y12
+	VSHUFF32X4    $0x00, Y29, Y25, Y9
+	VSHUFF32X4    $0x03, Y29, Y25, Y13
+	VSHUFF32X4    $0x00, Y30, Y26, Y10
+	VSHUFF32X4    $0x03, Y30, Y26, Y14
+	VSHUFF32X4    $0x00, Y31, Y27, Y11
+	VSHUFF32X4    $0x03, Y31, Y27, Y15
+	LEAQ          (R9)(DX*4), R9
+	VMOVUPS       Y8, (R9)
+	VMOVUPS       Y9, (R9)(DX*1)
+	VMOVUPS       Y10, (R9)(DX*2)
+	LEAQ          (R9)(DX*2), R10
+	VMOVUPS       Y11, (R10)(DX*1)
+	LEAQ          (R9)(DX*4), R9
+	VMOVUPS       Y12, (R9)
+	VMOVUPS       Y13, (R9)(DX*1)
+	VMOVUPS       Y14, (R9)(DX*2)
+	LEAQ          (R9)(DX*2), R9
+	VMOVUPS       Y15, (R9)(DX*1)
+	LEAQ          (BX)(AX*8), BX
+	ADDQ          $0x20, SI
+	SUBQ          $0x08, DI
+	JMP           group
+
+tail:
+	TESTQ  DI, DI
+	JZ     done
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	MOVQ   BX, CX
+	LEAQ   (SP), R8
+	MOVQ   d+96(FP), R9
+	SHRQ   $0x05, R9
+
+tailstep:
+	VMOVUPS      (R8), Z8
+	VPBROADCASTD (CX), Z10
+
+	// raw: vdpbf16ps zmm0,zmm8,zmm10
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x3e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc2
+	VMOVUPS      64(R8), Z9
+	VPBROADCASTD 4(CX), Z11
+
+	// raw: vdpbf16ps zmm1,zmm9,zmm11
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x36
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcb
+	VMOVUPS      128(R8), Z8
+	VPBROADCASTD 8(CX), Z10
+
+	// raw: vdpbf16ps zmm0,zmm8,zmm10
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x3e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc2
+	VMOVUPS      192(R8), Z9
+	VPBROADCASTD 12(CX), Z11
+
+	// raw: vdpbf16ps zmm1,zmm9,zmm11
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x36
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcb
+	VMOVUPS      256(R8), Z8
+	VPBROADCASTD 16(CX), Z10
+
+	// raw: vdpbf16ps zmm0,zmm8,zmm10
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x3e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc2
+	VMOVUPS      320(R8), Z9
+	VPBROADCASTD 20(CX), Z11
+
+	// raw: vdpbf16ps zmm1,zmm9,zmm11
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x36
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcb
+	VMOVUPS      384(R8), Z8
+	VPBROADCASTD 24(CX), Z10
+
+	// raw: vdpbf16ps zmm0,zmm8,zmm10
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x3e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc2
+	VMOVUPS      448(R8), Z9
+	VPBROADCASTD 28(CX), Z11
+
+	// raw: vdpbf16ps zmm1,zmm9,zmm11
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x36
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcb
+	VMOVUPS      512(R8), Z8
+	VPBROADCASTD 32(CX), Z10
+
+	// raw: vdpbf16ps zmm0,zmm8,zmm10
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x3e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc2
+	VMOVUPS      576(R8), Z9
+	VPBROADCASTD 36(CX), Z11
+
+	// raw: vdpbf16ps zmm1,zmm9,zmm11
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x36
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcb
+	VMOVUPS      640(R8), Z8
+	VPBROADCASTD 40(CX), Z10
+
+	// raw: vdpbf16ps zmm0,zmm8,zmm10
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x3e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc2
+	VMOVUPS      704(R8), Z9
+	VPBROADCASTD 44(CX), Z11
+
+	// raw: vdpbf16ps zmm1,zmm9,zmm11
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x36
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcb
+	VMOVUPS      768(R8), Z8
+	VPBROADCASTD 48(CX), Z10
+
+	// raw: vdpbf16ps zmm0,zmm8,zmm10
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x3e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc2
+	VMOVUPS      832(R8), Z9
+	VPBROADCASTD 52(CX), Z11
+
+	// raw: vdpbf16ps zmm1,zmm9,zmm11
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x36
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcb
+	VMOVUPS      896(R8), Z8
+	VPBROADCASTD 56(CX), Z10
+
+	// raw: vdpbf16ps zmm0,zmm8,zmm10
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x3e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc2
+	VMOVUPS      960(R8), Z9
+	VPBROADCASTD 60(CX), Z11
+
+	// raw: vdpbf16ps zmm1,zmm9,zmm11
+	BYTE    $0x62
+	BYTE    $0xd2
+	BYTE    $0x36
+	BYTE    $0x48
+	BYTE    $0x52
+	BYTE    $0xcb
+	ADDQ    $0x40, CX
+	ADDQ    $0x00000400, R8
+	DECQ    R9
+	JNZ     tailstep
+	VADDPS  Z1, Z0, Z0
+	VMOVUPS Z0, 8192(SP)
+	MOVL    8192(SP), CX
+	MOVL    CX, (SI)
+	MOVL    8196(SP), CX
+	MOVL    CX, (SI)(DX*1)
+	MOVL    8200(SP), CX
+	MOVL    CX, (SI)(DX*2)
+	MOVL    8204(SP), CX
+	LEAQ    (SI)(DX*2), R8
+	MOVL    CX, (R8)(DX*1)
+	MOVL    8208(SP), CX
+	LEAQ    (SI)(DX*4), R8
+	MOVL    CX, (R8)
+	MOVL    8212(SP), CX
+	MOVL    CX, (R8)(DX*1)
+	MOVL    8216(SP), CX
+	MOVL    CX, (R8)(DX*2)
+	MOVL    8220(SP), CX
+	LEAQ    (R8)(DX*2), R9
+	MOVL    CX, (R9)(DX*1)
+	MOVL    8224(SP), CX
+	LEAQ    (R8)(DX*4), R8
+	MOVL    CX, (R8)
+	MOVL    8228(SP), CX
+	MOVL    CX, (R8)(DX*1)
+	MOVL    8232(SP), CX
+	MOVL    CX, (R8)(DX*2)
+	MOVL    8236(SP), CX
+	LEAQ    (R8)(DX*2), R9
+	MOVL    CX, (R9)(DX*1)
+	MOVL    8240(SP), CX
+	LEAQ    (R8)(DX*4), R8
+	MOVL    CX, (R8)
+	MOVL    8244(SP), CX
+	MOVL    CX, (R8)(DX*1)
+	MOVL    8248(SP), CX
+	MOVL    CX, (R8)(DX*2)
+	MOVL    8252(SP), CX
+	LEAQ    (R8)(DX*2), R8
+	MOVL    CX, (R8)(DX*1)
+	ADDQ    AX, BX
+	ADDQ    $0x04, SI
+	DECQ    DI
+	JMP     tail
+
+done:
+	VZEROUPPER
+	RET
+
 // func scoresBF16M4AVX512BF16(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
 // Requires: AVX, AVX2, AVX512F, MMX+
 TEXT ·scoresBF16M4AVX512BF16(SB), $2080-104
