@@ -9,7 +9,8 @@ import (
 )
 
 // The native bfloat16 decode kernels (decode_bf16_amd64.s, generated with
-// -decodebf16): S = Q·Kᵀ and O += P·V for 8 query rows and a bfloat16 KV
+// -decodebf16): S = Q·Kᵀ and O += P·V for 8 query rows (scores also 16,
+// in zmm; 4 rows: decode_bf16m4.go and genAccumNat(4)) and a bfloat16 KV
 // cache with VDPBF16PS (AVX512_BF16), which multiplies pairs of bfloat16
 // and adds both products to a float32 lane: twice the float32 FMA's
 // products per instruction, and no widening of the cache. Q and P are
