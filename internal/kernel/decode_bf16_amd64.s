@@ -1635,6 +1635,2623 @@ done:
 	VZEROUPPER
 	RET
 
+// func scoresBF16M16AVX512BF16(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
+// Requires: AVX, AVX512F, AVX512VL, MMX+
+TEXT ·scoresBF16M16AVX512BF16(SB), $8256-104
+	MOVQ d+96(FP), AX
+	SHLQ $0x02, AX
+	LEAQ (AX)(AX*2), CX
+	MOVQ q_base+32(FP), DX
+	LEAQ (DX)(AX*4), BX
+	LEAQ (BX)(AX*4), SI
+	LEAQ (SI)(AX*4), DI
+	LEAQ (SP), R8
+	MOVQ d+96(FP), R9
+	SHRQ $0x04, R9
+
+packq:
+	VMOVUPS (DX), Z0
+
+	// raw: vcvtneps2bf16 ymm0,zmm0
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xc0
+	VMOVUPS (DX)(AX*1), Z1
+
+	// raw: vcvtneps2bf16 ymm1,zmm1
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xc9
+	VMOVUPS (DX)(AX*2), Z2
+
+	// raw: vcvtneps2bf16 ymm2,zmm2
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xd2
+	VMOVUPS (DX)(CX*1), Z3
+
+	// raw: vcvtneps2bf16 ymm3,zmm3
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xdb
+	VMOVUPS (BX), Z4
+
+	// raw: vcvtneps2bf16 ymm4,zmm4
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xe4
+	VMOVUPS (BX)(AX*1), Z5
+
+	// raw: vcvtneps2bf16 ymm5,zmm5
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xed
+	VMOVUPS (BX)(AX*2), Z6
+
+	// raw: vcvtneps2bf16 ymm6,zmm6
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xf6
+	VMOVUPS (BX)(CX*1), Z7
+
+	// raw: vcvtneps2bf16 ymm7,zmm7
+	BYTE       $0x62
+	BYTE       $0xf2
+	BYTE       $0x7e
+	BYTE       $0x48
+	BYTE       $0x72
+	BYTE       $0xff
+	VUNPCKLPS  Y1, Y0, Y16
+	VUNPCKHPS  Y1, Y0, Y17
+	VUNPCKLPS  Y3, Y2, Y18
+	VUNPCKHPS  Y3, Y2, Y19
+	VSHUFPS    $0x44, Y18, Y16, Y24
+	VSHUFPS    $0xee, Y18, Y16, Y25
+	VSHUFPS    $0x44, Y19, Y17, Y26
+	VSHUFPS    $0xee, Y19, Y17, Y27
+	VUNPCKLPS  Y5, Y4, Y20
+	VUNPCKHPS  Y5, Y4, Y21
+	VUNPCKLPS  Y7, Y6, Y22
+	VUNPCKHPS  Y7, Y6, Y23
+	VSHUFPS    $0x44, Y22, Y20, Y28
+	VSHUFPS    $0xee, Y22, Y20, Y29
+	VSHUFPS    $0x44, Y23, Y21, Y30
+	VSHUFPS    $0xee, Y23, Y21, Y31
+	VSHUFF32X4 $0x00, Y28, Y24, Y8
+	VSHUFF32X4 $0x03, Y28, Y24, Y12
+	VSHUFF32X4 $0x00, Y29, Y25, Y9
+	VSHUFF32X4 $0x03, Y29, Y25, Y13
+	VSHUFF32X4 $0x00, Y30, Y26, Y10
+	VSHUFF32X4 $0x03, Y30, Y26, Y14
+	VSHUFF32X4 $0x00, Y31, Y27, Y11
+	VSHUFF32X4 $0x03, Y31, Y27, Y15
+	VMOVUPS    Y8, (R8)
+	VMOVUPS    Y9, 64(R8)
+	VMOVUPS    Y10, 128(R8)
+	VMOVUPS    Y11, 192(R8)
+	VMOVUPS    Y12, 256(R8)
+	VMOVUPS    Y13, 320(R8)
+	VMOVUPS    Y14, 384(R8)
+	VMOVUPS    Y15, 448(R8)
+	VMOVUPS    (SI), Z0
+
+	// raw: vcvtneps2bf16 ymm0,zmm0
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xc0
+	VMOVUPS (SI)(AX*1), Z1
+
+	// raw: vcvtneps2bf16 ymm1,zmm1
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xc9
+	VMOVUPS (SI)(AX*2), Z2
+
+	// raw: vcvtneps2bf16 ymm2,zmm2
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xd2
+	VMOVUPS (SI)(CX*1), Z3
+
+	// raw: vcvtneps2bf16 ymm3,zmm3
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xdb
+	VMOVUPS (DI), Z4
+
+	// raw: vcvtneps2bf16 ymm4,zmm4
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xe4
+	VMOVUPS (DI)(AX*1), Z5
+
+	// raw: vcvtneps2bf16 ymm5,zmm5
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xed
+	VMOVUPS (DI)(AX*2), Z6
+
+	// raw: vcvtneps2bf16 ymm6,zmm6
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xf6
+	VMOVUPS (DI)(CX*1), Z7
+
+	// raw: vcvtneps2bf16 ymm7,zmm7
+	BYTE       $0x62
+	BYTE       $0xf2
+	BYTE       $0x7e
+	BYTE       $0x48
+	BYTE       $0x72
+	BYTE       $0xff
+	VUNPCKLPS  Y1, Y0, Y16
+	VUNPCKHPS  Y1, Y0, Y17
+	VUNPCKLPS  Y3, Y2, Y18
+	VUNPCKHPS  Y3, Y2, Y19
+	VSHUFPS    $0x44, Y18, Y16, Y24
+	VSHUFPS    $0xee, Y18, Y16, Y25
+	VSHUFPS    $0x44, Y19, Y17, Y26
+	VSHUFPS    $0xee, Y19, Y17, Y27
+	VUNPCKLPS  Y5, Y4, Y20
+	VUNPCKHPS  Y5, Y4, Y21
+	VUNPCKLPS  Y7, Y6, Y22
+	VUNPCKHPS  Y7, Y6, Y23
+	VSHUFPS    $0x44, Y22, Y20, Y28
+	VSHUFPS    $0xee, Y22, Y20, Y29
+	VSHUFPS    $0x44, Y23, Y21, Y30
+	VSHUFPS    $0xee, Y23, Y21, Y31
+	VSHUFF32X4 $0x00, Y28, Y24, Y8
+	VSHUFF32X4 $0x03, Y28, Y24, Y12
+	VSHUFF32X4 $0x00, Y29, Y25, Y9
+	VSHUFF32X4 $0x03, Y29, Y25, Y13
+	VSHUFF32X4 $0x00, Y30, Y26, Y10
+	VSHUFF32X4 $0x03, Y30, Y26, Y14
+	VSHUFF32X4 $0x00, Y31, Y27, Y11
+	VSHUFF32X4 $0x03, Y31, Y27, Y15
+	VMOVUPS    Y8, 32(R8)
+	VMOVUPS    Y9, 96(R8)
+	VMOVUPS    Y10, 160(R8)
+	VMOVUPS    Y11, 224(R8)
+	VMOVUPS    Y12, 288(R8)
+	VMOVUPS    Y13, 352(R8)
+	VMOVUPS    Y14, 416(R8)
+	VMOVUPS    Y15, 480(R8)
+	ADDQ       $0x40, DX
+	ADDQ       $0x40, BX
+	ADDQ       $0x40, SI
+	ADDQ       $0x40, DI
+	ADDQ       $0x00000200, R8
+	DECQ       R9
+	JNZ        packq
+	MOVQ       ldk+80(FP), AX
+	SHLQ       $0x01, AX
+	LEAQ       (AX)(AX*2), CX
+	MOVQ       lds+24(FP), DX
+	SHLQ       $0x02, DX
+	MOVQ       k_base+56(FP), BX
+	MOVQ       s_base+0(FP), SI
+	MOVQ       n+88(FP), DI
+	MOVQ       AX, R8
+	SHLQ       $0x06, R8
+
+group:
+	CMPQ   DI, $0x08
+	JL     tail
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	MOVQ   BX, R9
+	LEAQ   (R9)(AX*4), R10
+	LEAQ   (BX)(R8*1), R11
+	LEAQ   (R11)(AX*4), R12
+	LEAQ   (SP), R13
+	MOVQ   d+96(FP), R14
+	SHRQ   $0x05, R14
+
+step:
+	VMOVUPS      (R13), Z16
+	VPBROADCASTD (R9), Z18
+
+	// raw: vdpbf16ps zmm0,zmm16,zmm18
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc2
+	VPBROADCASTD (R9)(AX*1), Z19
+
+	// raw: vdpbf16ps zmm1,zmm16,zmm19
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcb
+	VPBROADCASTD (R9)(AX*2), Z20
+
+	// raw: vdpbf16ps zmm2,zmm16,zmm20
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd4
+	VPBROADCASTD (R9)(CX*1), Z21
+
+	// raw: vdpbf16ps zmm3,zmm16,zmm21
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD (R10), Z22
+
+	// raw: vdpbf16ps zmm4,zmm16,zmm22
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe6
+	VPBROADCASTD (R10)(AX*1), Z23
+
+	// raw: vdpbf16ps zmm5,zmm16,zmm23
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xef
+	VPBROADCASTD (R10)(AX*2), Z18
+
+	// raw: vdpbf16ps zmm6,zmm16,zmm18
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf2
+	VPBROADCASTD (R10)(CX*1), Z19
+
+	// raw: vdpbf16ps zmm7,zmm16,zmm19
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfb
+	VMOVUPS      64(R13), Z17
+	VPBROADCASTD 4(R9), Z20
+
+	// raw: vdpbf16ps zmm8,zmm17,zmm20
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc4
+	VPBROADCASTD 4(R9)(AX*1), Z21
+
+	// raw: vdpbf16ps zmm9,zmm17,zmm21
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD 4(R9)(AX*2), Z22
+
+	// raw: vdpbf16ps zmm10,zmm17,zmm22
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd6
+	VPBROADCASTD 4(R9)(CX*1), Z23
+
+	// raw: vdpbf16ps zmm11,zmm17,zmm23
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 4(R10), Z18
+
+	// raw: vdpbf16ps zmm12,zmm17,zmm18
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe2
+	VPBROADCASTD 4(R10)(AX*1), Z19
+
+	// raw: vdpbf16ps zmm13,zmm17,zmm19
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xeb
+	VPBROADCASTD 4(R10)(AX*2), Z20
+
+	// raw: vdpbf16ps zmm14,zmm17,zmm20
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf4
+	VPBROADCASTD 4(R10)(CX*1), Z21
+
+	// raw: vdpbf16ps zmm15,zmm17,zmm21
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VMOVUPS      128(R13), Z16
+	VPBROADCASTD 8(R9), Z22
+
+	// raw: vdpbf16ps zmm0,zmm16,zmm22
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc6
+	VPBROADCASTD 8(R9)(AX*1), Z23
+
+	// raw: vdpbf16ps zmm1,zmm16,zmm23
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcf
+	VPBROADCASTD 8(R9)(AX*2), Z18
+
+	// raw: vdpbf16ps zmm2,zmm16,zmm18
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd2
+	VPBROADCASTD 8(R9)(CX*1), Z19
+
+	// raw: vdpbf16ps zmm3,zmm16,zmm19
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD 8(R10), Z20
+
+	// raw: vdpbf16ps zmm4,zmm16,zmm20
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe4
+	VPBROADCASTD 8(R10)(AX*1), Z21
+
+	// raw: vdpbf16ps zmm5,zmm16,zmm21
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xed
+	VPBROADCASTD 8(R10)(AX*2), Z22
+
+	// raw: vdpbf16ps zmm6,zmm16,zmm22
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf6
+	VPBROADCASTD 8(R10)(CX*1), Z23
+
+	// raw: vdpbf16ps zmm7,zmm16,zmm23
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xff
+	VMOVUPS      192(R13), Z17
+	VPBROADCASTD 12(R9), Z18
+
+	// raw: vdpbf16ps zmm8,zmm17,zmm18
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc2
+	VPBROADCASTD 12(R9)(AX*1), Z19
+
+	// raw: vdpbf16ps zmm9,zmm17,zmm19
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcb
+	VPBROADCASTD 12(R9)(AX*2), Z20
+
+	// raw: vdpbf16ps zmm10,zmm17,zmm20
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd4
+	VPBROADCASTD 12(R9)(CX*1), Z21
+
+	// raw: vdpbf16ps zmm11,zmm17,zmm21
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD 12(R10), Z22
+
+	// raw: vdpbf16ps zmm12,zmm17,zmm22
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe6
+	VPBROADCASTD 12(R10)(AX*1), Z23
+
+	// raw: vdpbf16ps zmm13,zmm17,zmm23
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xef
+	VPBROADCASTD 12(R10)(AX*2), Z18
+
+	// raw: vdpbf16ps zmm14,zmm17,zmm18
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf2
+	VPBROADCASTD 12(R10)(CX*1), Z19
+
+	// raw: vdpbf16ps zmm15,zmm17,zmm19
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfb
+	VMOVUPS      256(R13), Z16
+	VPBROADCASTD 16(R9), Z20
+
+	// raw: vdpbf16ps zmm0,zmm16,zmm20
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc4
+	VPBROADCASTD 16(R9)(AX*1), Z21
+
+	// raw: vdpbf16ps zmm1,zmm16,zmm21
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD 16(R9)(AX*2), Z22
+
+	// raw: vdpbf16ps zmm2,zmm16,zmm22
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd6
+	VPBROADCASTD 16(R9)(CX*1), Z23
+
+	// raw: vdpbf16ps zmm3,zmm16,zmm23
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 16(R10), Z18
+
+	// raw: vdpbf16ps zmm4,zmm16,zmm18
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe2
+	VPBROADCASTD 16(R10)(AX*1), Z19
+
+	// raw: vdpbf16ps zmm5,zmm16,zmm19
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xeb
+	VPBROADCASTD 16(R10)(AX*2), Z20
+
+	// raw: vdpbf16ps zmm6,zmm16,zmm20
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf4
+	VPBROADCASTD 16(R10)(CX*1), Z21
+
+	// raw: vdpbf16ps zmm7,zmm16,zmm21
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VMOVUPS      320(R13), Z17
+	VPBROADCASTD 20(R9), Z22
+
+	// raw: vdpbf16ps zmm8,zmm17,zmm22
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc6
+	VPBROADCASTD 20(R9)(AX*1), Z23
+
+	// raw: vdpbf16ps zmm9,zmm17,zmm23
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcf
+	VPBROADCASTD 20(R9)(AX*2), Z18
+
+	// raw: vdpbf16ps zmm10,zmm17,zmm18
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd2
+	VPBROADCASTD 20(R9)(CX*1), Z19
+
+	// raw: vdpbf16ps zmm11,zmm17,zmm19
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD 20(R10), Z20
+
+	// raw: vdpbf16ps zmm12,zmm17,zmm20
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe4
+	VPBROADCASTD 20(R10)(AX*1), Z21
+
+	// raw: vdpbf16ps zmm13,zmm17,zmm21
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xed
+	VPBROADCASTD 20(R10)(AX*2), Z22
+
+	// raw: vdpbf16ps zmm14,zmm17,zmm22
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf6
+	VPBROADCASTD 20(R10)(CX*1), Z23
+
+	// raw: vdpbf16ps zmm15,zmm17,zmm23
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xff
+	VMOVUPS      384(R13), Z16
+	VPBROADCASTD 24(R9), Z18
+
+	// raw: vdpbf16ps zmm0,zmm16,zmm18
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc2
+	VPBROADCASTD 24(R9)(AX*1), Z19
+
+	// raw: vdpbf16ps zmm1,zmm16,zmm19
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcb
+	VPBROADCASTD 24(R9)(AX*2), Z20
+
+	// raw: vdpbf16ps zmm2,zmm16,zmm20
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd4
+	VPBROADCASTD 24(R9)(CX*1), Z21
+
+	// raw: vdpbf16ps zmm3,zmm16,zmm21
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD 24(R10), Z22
+
+	// raw: vdpbf16ps zmm4,zmm16,zmm22
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe6
+	VPBROADCASTD 24(R10)(AX*1), Z23
+
+	// raw: vdpbf16ps zmm5,zmm16,zmm23
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xef
+	VPBROADCASTD 24(R10)(AX*2), Z18
+
+	// raw: vdpbf16ps zmm6,zmm16,zmm18
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf2
+	VPBROADCASTD 24(R10)(CX*1), Z19
+
+	// raw: vdpbf16ps zmm7,zmm16,zmm19
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfb
+	VMOVUPS      448(R13), Z17
+	VPBROADCASTD 28(R9), Z20
+
+	// raw: vdpbf16ps zmm8,zmm17,zmm20
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc4
+	VPBROADCASTD 28(R9)(AX*1), Z21
+
+	// raw: vdpbf16ps zmm9,zmm17,zmm21
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD 28(R9)(AX*2), Z22
+
+	// raw: vdpbf16ps zmm10,zmm17,zmm22
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd6
+	VPBROADCASTD 28(R9)(CX*1), Z23
+
+	// raw: vdpbf16ps zmm11,zmm17,zmm23
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 28(R10), Z18
+
+	// raw: vdpbf16ps zmm12,zmm17,zmm18
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe2
+	VPBROADCASTD 28(R10)(AX*1), Z19
+
+	// raw: vdpbf16ps zmm13,zmm17,zmm19
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xeb
+	VPBROADCASTD 28(R10)(AX*2), Z20
+
+	// raw: vdpbf16ps zmm14,zmm17,zmm20
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf4
+	VPBROADCASTD 28(R10)(CX*1), Z21
+
+	// raw: vdpbf16ps zmm15,zmm17,zmm21
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VMOVUPS      512(R13), Z16
+	VPBROADCASTD 32(R9), Z22
+
+	// raw: vdpbf16ps zmm0,zmm16,zmm22
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc6
+	VPBROADCASTD 32(R9)(AX*1), Z23
+
+	// raw: vdpbf16ps zmm1,zmm16,zmm23
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcf
+	VPBROADCASTD 32(R9)(AX*2), Z18
+
+	// raw: vdpbf16ps zmm2,zmm16,zmm18
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd2
+	VPBROADCASTD 32(R9)(CX*1), Z19
+
+	// raw: vdpbf16ps zmm3,zmm16,zmm19
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD 32(R10), Z20
+
+	// raw: vdpbf16ps zmm4,zmm16,zmm20
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe4
+	VPBROADCASTD 32(R10)(AX*1), Z21
+
+	// raw: vdpbf16ps zmm5,zmm16,zmm21
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xed
+	VPBROADCASTD 32(R10)(AX*2), Z22
+
+	// raw: vdpbf16ps zmm6,zmm16,zmm22
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf6
+	VPBROADCASTD 32(R10)(CX*1), Z23
+
+	// raw: vdpbf16ps zmm7,zmm16,zmm23
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xff
+	VMOVUPS      576(R13), Z17
+	VPBROADCASTD 36(R9), Z18
+
+	// raw: vdpbf16ps zmm8,zmm17,zmm18
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc2
+	VPBROADCASTD 36(R9)(AX*1), Z19
+
+	// raw: vdpbf16ps zmm9,zmm17,zmm19
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcb
+	VPBROADCASTD 36(R9)(AX*2), Z20
+
+	// raw: vdpbf16ps zmm10,zmm17,zmm20
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd4
+	VPBROADCASTD 36(R9)(CX*1), Z21
+
+	// raw: vdpbf16ps zmm11,zmm17,zmm21
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD 36(R10), Z22
+
+	// raw: vdpbf16ps zmm12,zmm17,zmm22
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe6
+	VPBROADCASTD 36(R10)(AX*1), Z23
+
+	// raw: vdpbf16ps zmm13,zmm17,zmm23
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xef
+	VPBROADCASTD 36(R10)(AX*2), Z18
+
+	// raw: vdpbf16ps zmm14,zmm17,zmm18
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf2
+	VPBROADCASTD 36(R10)(CX*1), Z19
+
+	// raw: vdpbf16ps zmm15,zmm17,zmm19
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfb
+	VMOVUPS      640(R13), Z16
+	VPBROADCASTD 40(R9), Z20
+
+	// raw: vdpbf16ps zmm0,zmm16,zmm20
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc4
+	VPBROADCASTD 40(R9)(AX*1), Z21
+
+	// raw: vdpbf16ps zmm1,zmm16,zmm21
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD 40(R9)(AX*2), Z22
+
+	// raw: vdpbf16ps zmm2,zmm16,zmm22
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd6
+	VPBROADCASTD 40(R9)(CX*1), Z23
+
+	// raw: vdpbf16ps zmm3,zmm16,zmm23
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 40(R10), Z18
+
+	// raw: vdpbf16ps zmm4,zmm16,zmm18
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe2
+	VPBROADCASTD 40(R10)(AX*1), Z19
+
+	// raw: vdpbf16ps zmm5,zmm16,zmm19
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xeb
+	VPBROADCASTD 40(R10)(AX*2), Z20
+
+	// raw: vdpbf16ps zmm6,zmm16,zmm20
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf4
+	VPBROADCASTD 40(R10)(CX*1), Z21
+
+	// raw: vdpbf16ps zmm7,zmm16,zmm21
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VMOVUPS      704(R13), Z17
+	VPBROADCASTD 44(R9), Z22
+
+	// raw: vdpbf16ps zmm8,zmm17,zmm22
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc6
+	VPBROADCASTD 44(R9)(AX*1), Z23
+
+	// raw: vdpbf16ps zmm9,zmm17,zmm23
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcf
+	VPBROADCASTD 44(R9)(AX*2), Z18
+
+	// raw: vdpbf16ps zmm10,zmm17,zmm18
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd2
+	VPBROADCASTD 44(R9)(CX*1), Z19
+
+	// raw: vdpbf16ps zmm11,zmm17,zmm19
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD 44(R10), Z20
+
+	// raw: vdpbf16ps zmm12,zmm17,zmm20
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe4
+	VPBROADCASTD 44(R10)(AX*1), Z21
+
+	// raw: vdpbf16ps zmm13,zmm17,zmm21
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xed
+	VPBROADCASTD 44(R10)(AX*2), Z22
+
+	// raw: vdpbf16ps zmm14,zmm17,zmm22
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf6
+	VPBROADCASTD 44(R10)(CX*1), Z23
+
+	// raw: vdpbf16ps zmm15,zmm17,zmm23
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xff
+	VMOVUPS      768(R13), Z16
+	VPBROADCASTD 48(R9), Z18
+
+	// raw: vdpbf16ps zmm0,zmm16,zmm18
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc2
+	VPBROADCASTD 48(R9)(AX*1), Z19
+
+	// raw: vdpbf16ps zmm1,zmm16,zmm19
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcb
+	VPBROADCASTD 48(R9)(AX*2), Z20
+
+	// raw: vdpbf16ps zmm2,zmm16,zmm20
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd4
+	VPBROADCASTD 48(R9)(CX*1), Z21
+
+	// raw: vdpbf16ps zmm3,zmm16,zmm21
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD 48(R10), Z22
+
+	// raw: vdpbf16ps zmm4,zmm16,zmm22
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe6
+	VPBROADCASTD 48(R10)(AX*1), Z23
+
+	// raw: vdpbf16ps zmm5,zmm16,zmm23
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xef
+	VPBROADCASTD 48(R10)(AX*2), Z18
+
+	// raw: vdpbf16ps zmm6,zmm16,zmm18
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf2
+	VPBROADCASTD 48(R10)(CX*1), Z19
+
+	// raw: vdpbf16ps zmm7,zmm16,zmm19
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfb
+	VMOVUPS      832(R13), Z17
+	VPBROADCASTD 52(R9), Z20
+
+	// raw: vdpbf16ps zmm8,zmm17,zmm20
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc4
+	VPBROADCASTD 52(R9)(AX*1), Z21
+
+	// raw: vdpbf16ps zmm9,zmm17,zmm21
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTD 52(R9)(AX*2), Z22
+
+	// raw: vdpbf16ps zmm10,zmm17,zmm22
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd6
+	VPBROADCASTD 52(R9)(CX*1), Z23
+
+	// raw: vdpbf16ps zmm11,zmm17,zmm23
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTD 52(R10), Z18
+
+	// raw: vdpbf16ps zmm12,zmm17,zmm18
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe2
+	VPBROADCASTD 52(R10)(AX*1), Z19
+
+	// raw: vdpbf16ps zmm13,zmm17,zmm19
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xeb
+	VPBROADCASTD 52(R10)(AX*2), Z20
+
+	// raw: vdpbf16ps zmm14,zmm17,zmm20
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf4
+	VPBROADCASTD 52(R10)(CX*1), Z21
+
+	// raw: vdpbf16ps zmm15,zmm17,zmm21
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xfd
+	VMOVUPS      896(R13), Z16
+	VPBROADCASTD 56(R9), Z22
+
+	// raw: vdpbf16ps zmm0,zmm16,zmm22
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc6
+	VPBROADCASTD 56(R9)(AX*1), Z23
+
+	// raw: vdpbf16ps zmm1,zmm16,zmm23
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcf
+	VPBROADCASTD 56(R9)(AX*2), Z18
+
+	// raw: vdpbf16ps zmm2,zmm16,zmm18
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd2
+	VPBROADCASTD 56(R9)(CX*1), Z19
+
+	// raw: vdpbf16ps zmm3,zmm16,zmm19
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTD 56(R10), Z20
+
+	// raw: vdpbf16ps zmm4,zmm16,zmm20
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe4
+	VPBROADCASTD 56(R10)(AX*1), Z21
+
+	// raw: vdpbf16ps zmm5,zmm16,zmm21
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xed
+	VPBROADCASTD 56(R10)(AX*2), Z22
+
+	// raw: vdpbf16ps zmm6,zmm16,zmm22
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf6
+	VPBROADCASTD 56(R10)(CX*1), Z23
+
+	// raw: vdpbf16ps zmm7,zmm16,zmm23
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xff
+	VMOVUPS      960(R13), Z17
+	VPBROADCASTD 60(R9), Z18
+
+	// raw: vdpbf16ps zmm8,zmm17,zmm18
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xc2
+	VPBROADCASTD 60(R9)(AX*1), Z19
+
+	// raw: vdpbf16ps zmm9,zmm17,zmm19
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcb
+	VPBROADCASTD 60(R9)(AX*2), Z20
+
+	// raw: vdpbf16ps zmm10,zmm17,zmm20
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xd4
+	VPBROADCASTD 60(R9)(CX*1), Z21
+
+	// raw: vdpbf16ps zmm11,zmm17,zmm21
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD 60(R10), Z22
+
+	// raw: vdpbf16ps zmm12,zmm17,zmm22
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xe6
+	VPBROADCASTD 60(R10)(AX*1), Z23
+
+	// raw: vdpbf16ps zmm13,zmm17,zmm23
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xef
+	VPBROADCASTD 60(R10)(AX*2), Z18
+
+	// raw: vdpbf16ps zmm14,zmm17,zmm18
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xf2
+	VPBROADCASTD 60(R10)(CX*1), Z19
+
+	// raw: vdpbf16ps zmm15,zmm17,zmm19
+	BYTE          $0x62
+	BYTE          $0x32
+	BYTE          $0x76
+	BYTE          $0x40
+	BYTE          $0x52
+	BYTE          $0xfb
+	PREFETCHT1    (R11)
+	PREFETCHT1    (R11)(AX*1)
+	PREFETCHT1    (R11)(AX*2)
+	PREFETCHT1    (R11)(CX*1)
+	PREFETCHT1    (R12)
+	PREFETCHT1    (R12)(AX*1)
+	PREFETCHT1    (R12)(AX*2)
+	PREFETCHT1    (R12)(CX*1)
+	ADDQ          $0x40, R9
+	ADDQ          $0x40, R10
+	ADDQ          $0x40, R11
+	ADDQ          $0x40, R12
+	ADDQ          $0x00000400, R13
+	DECQ          R14
+	JNZ           step
+	VADDPS        Z8, Z0, Z0
+	VADDPS        Z9, Z1, Z1
+	VADDPS        Z10, Z2, Z2
+	VADDPS        Z11, Z3, Z3
+	VADDPS        Z12, Z4, Z4
+	VADDPS        Z13, Z5, Z5
+	VADDPS        Z14, Z6, Z6
+	VADDPS        Z15, Z7, Z7
+	VUNPCKLPS     Y1, Y0, Y16
+	VUNPCKHPS     Y1, Y0, Y17
+	VUNPCKLPS     Y3, Y2, Y18
+	VUNPCKHPS     Y3, Y2, Y19
+	VSHUFPS       $0x44, Y18, Y16, Y24
+	VSHUFPS       $0xee, Y18, Y16, Y25
+	VSHUFPS       $0x44, Y19, Y17, Y26
+	VSHUFPS       $0xee, Y19, Y17, Y27
+	VUNPCKLPS     Y5, Y4, Y20
+	VUNPCKHPS     Y5, Y4, Y21
+	VUNPCKLPS     Y7, Y6, Y22
+	VUNPCKHPS     Y7, Y6, Y23
+	VSHUFPS       $0x44, Y22, Y20, Y28
+	VSHUFPS       $0xee, Y22, Y20, Y29
+	VSHUFPS       $0x44, Y23, Y21, Y30
+	VSHUFPS       $0xee, Y23, Y21, Y31
+	VSHUFF32X4    $0x00, Y28, Y24, Y8
+	VSHUFF32X4    $0x03, Y28, Y24, Y12
+	VSHUFF32X4    $0x00, Y29, Y25, Y9
+	VSHUFF32X4    $0x03, Y29, Y25, Y13
+	VSHUFF32X4    $0x00, Y30, Y26, Y10
+	VSHUFF32X4    $0x03, Y30, Y26, Y14
+	VSHUFF32X4    $0x00, Y31, Y27, Y11
+	VSHUFF32X4    $0x03, Y31, Y27, Y15
+	VMOVUPS       Y8, (SI)
+	VMOVUPS       Y9, (SI)(DX*1)
+	VMOVUPS       Y10, (SI)(DX*2)
+	LEAQ          (SI)(DX*2), R9
+	VMOVUPS       Y11, (R9)(DX*1)
+	LEAQ          (SI)(DX*4), R9
+	VMOVUPS       Y12, (R9)
+	VMOVUPS       Y13, (R9)(DX*1)
+	VMOVUPS       Y14, (R9)(DX*2)
+	LEAQ          (R9)(DX*2), R10
+	VMOVUPS       Y15, (R10)(DX*1)
+	VEXTRACTF64X4 $0x01, Z0, Y8
+	VEXTRACTF64X4 $0x01, Z1, Y9
+	VEXTRACTF64X4 $0x01, Z2, Y10
+	VEXTRACTF64X4 $0x01, Z3, Y11
+	VEXTRACTF64X4 $0x01, Z4, Y12
+	VEXTRACTF64X4 $0x01, Z5, Y13
+	VEXTRACTF64X4 $0x01, Z6, Y14
+	VEXTRACTF64X4 $0x01, Z7, Y15
+	VUNPCKLPS     Y9, Y8, Y16
+	VUNPCKHPS     Y9, Y8, Y17
+	VUNPCKLPS     Y11, Y10, Y18
+	VUNPCKHPS     Y11, Y10, Y19
+	VSHUFPS       $0x44, Y18, Y16, Y24
+	VSHUFPS       $0xee, Y18, Y16, Y25
+	VSHUFPS       $0x44, Y19, Y17, Y26
+	VSHUFPS       $0xee, Y19, Y17, Y27
+	VUNPCKLPS     Y13, Y12, Y20
+	VUNPCKHPS     Y13, Y12, Y21
+	VUNPCKLPS     Y15, Y14, Y22
+	VUNPCKHPS     Y15, Y14, Y23
+	VSHUFPS       $0x44, Y22, Y20, Y28
+	VSHUFPS       $0xee, Y22, Y20, Y29
+	VSHUFPS       $0x44, Y23, Y21, Y30
+	VSHUFPS       $0xee, Y23, Y21, Y31
+	VSHUFF32X4    $0x00, Y28, Y24, Y8
+	VSHUFF32X4    $0x03, Y28, Y24, Y12
+	VSHUFF32X4    $0x00, Y29, Y25, Y9
+	VSHUFF32X4    $0x03, Y29, Y25, Y13
+	VSHUFF32X4    $0x00, Y30, Y26, Y10
+	VSHUFF32X4    $0x03, Y30, Y26, Y14
+	VSHUFF32X4    $0x00, Y31, Y27, Y11
+	VSHUFF32X4    $0x03, Y31, Y27, Y15
+	LEAQ          (R9)(DX*4), R9
+	VMOVUPS       Y8, (R9)
+	VMOVUPS       Y9, (R9)(DX*1)
+	VMOVUPS       Y10, (R9)(DX*2)
+	LEAQ          (R9)(DX*2), R10
+	VMOVUPS       Y11, (R10)(DX*1)
+	LEAQ          (R9)(DX*4), R9
+	VMOVUPS       Y12, (R9)
+	VMOVUPS       Y13, (R9)(DX*1)
+	VMOVUPS       Y14, (R9)(DX*2)
+	LEAQ          (R9)(DX*2), R9
+	VMOVUPS       Y15, (R9)(DX*1)
+	LEAQ          (BX)(AX*8), BX
+	ADDQ          $0x20, SI
+	SUBQ          $0x08, DI
+	JMP           group
+
+tail:
+	TESTQ  DI, DI
+	JZ     done
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	MOVQ   BX, CX
+	LEAQ   (SP), R8
+	MOVQ   d+96(FP), R9
+	SHRQ   $0x05, R9
+
+tailstep:
+	VMOVUPS      (R8), Z8
+	VPBROADCASTD (CX), Z10
+
+	// raw: vdpbf16ps zmm0,zmm8,zmm10
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x3e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc2
+	VMOVUPS      64(R8), Z9
+	VPBROADCASTD 4(CX), Z11
+
+	// raw: vdpbf16ps zmm1,zmm9,zmm11
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x36
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcb
+	VMOVUPS      128(R8), Z8
+	VPBROADCASTD 8(CX), Z10
+
+	// raw: vdpbf16ps zmm0,zmm8,zmm10
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x3e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc2
+	VMOVUPS      192(R8), Z9
+	VPBROADCASTD 12(CX), Z11
+
+	// raw: vdpbf16ps zmm1,zmm9,zmm11
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x36
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcb
+	VMOVUPS      256(R8), Z8
+	VPBROADCASTD 16(CX), Z10
+
+	// raw: vdpbf16ps zmm0,zmm8,zmm10
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x3e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc2
+	VMOVUPS      320(R8), Z9
+	VPBROADCASTD 20(CX), Z11
+
+	// raw: vdpbf16ps zmm1,zmm9,zmm11
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x36
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcb
+	VMOVUPS      384(R8), Z8
+	VPBROADCASTD 24(CX), Z10
+
+	// raw: vdpbf16ps zmm0,zmm8,zmm10
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x3e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc2
+	VMOVUPS      448(R8), Z9
+	VPBROADCASTD 28(CX), Z11
+
+	// raw: vdpbf16ps zmm1,zmm9,zmm11
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x36
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcb
+	VMOVUPS      512(R8), Z8
+	VPBROADCASTD 32(CX), Z10
+
+	// raw: vdpbf16ps zmm0,zmm8,zmm10
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x3e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc2
+	VMOVUPS      576(R8), Z9
+	VPBROADCASTD 36(CX), Z11
+
+	// raw: vdpbf16ps zmm1,zmm9,zmm11
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x36
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcb
+	VMOVUPS      640(R8), Z8
+	VPBROADCASTD 40(CX), Z10
+
+	// raw: vdpbf16ps zmm0,zmm8,zmm10
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x3e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc2
+	VMOVUPS      704(R8), Z9
+	VPBROADCASTD 44(CX), Z11
+
+	// raw: vdpbf16ps zmm1,zmm9,zmm11
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x36
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcb
+	VMOVUPS      768(R8), Z8
+	VPBROADCASTD 48(CX), Z10
+
+	// raw: vdpbf16ps zmm0,zmm8,zmm10
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x3e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc2
+	VMOVUPS      832(R8), Z9
+	VPBROADCASTD 52(CX), Z11
+
+	// raw: vdpbf16ps zmm1,zmm9,zmm11
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x36
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xcb
+	VMOVUPS      896(R8), Z8
+	VPBROADCASTD 56(CX), Z10
+
+	// raw: vdpbf16ps zmm0,zmm8,zmm10
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x3e
+	BYTE         $0x48
+	BYTE         $0x52
+	BYTE         $0xc2
+	VMOVUPS      960(R8), Z9
+	VPBROADCASTD 60(CX), Z11
+
+	// raw: vdpbf16ps zmm1,zmm9,zmm11
+	BYTE    $0x62
+	BYTE    $0xd2
+	BYTE    $0x36
+	BYTE    $0x48
+	BYTE    $0x52
+	BYTE    $0xcb
+	ADDQ    $0x40, CX
+	ADDQ    $0x00000400, R8
+	DECQ    R9
+	JNZ     tailstep
+	VADDPS  Z1, Z0, Z0
+	VMOVUPS Z0, 8192(SP)
+	MOVL    8192(SP), CX
+	MOVL    CX, (SI)
+	MOVL    8196(SP), CX
+	MOVL    CX, (SI)(DX*1)
+	MOVL    8200(SP), CX
+	MOVL    CX, (SI)(DX*2)
+	MOVL    8204(SP), CX
+	LEAQ    (SI)(DX*2), R8
+	MOVL    CX, (R8)(DX*1)
+	MOVL    8208(SP), CX
+	LEAQ    (SI)(DX*4), R8
+	MOVL    CX, (R8)
+	MOVL    8212(SP), CX
+	MOVL    CX, (R8)(DX*1)
+	MOVL    8216(SP), CX
+	MOVL    CX, (R8)(DX*2)
+	MOVL    8220(SP), CX
+	LEAQ    (R8)(DX*2), R9
+	MOVL    CX, (R9)(DX*1)
+	MOVL    8224(SP), CX
+	LEAQ    (R8)(DX*4), R8
+	MOVL    CX, (R8)
+	MOVL    8228(SP), CX
+	MOVL    CX, (R8)(DX*1)
+	MOVL    8232(SP), CX
+	MOVL    CX, (R8)(DX*2)
+	MOVL    8236(SP), CX
+	LEAQ    (R8)(DX*2), R9
+	MOVL    CX, (R9)(DX*1)
+	MOVL    8240(SP), CX
+	LEAQ    (R8)(DX*4), R8
+	MOVL    CX, (R8)
+	MOVL    8244(SP), CX
+	MOVL    CX, (R8)(DX*1)
+	MOVL    8248(SP), CX
+	MOVL    CX, (R8)(DX*2)
+	MOVL    8252(SP), CX
+	LEAQ    (R8)(DX*2), R8
+	MOVL    CX, (R8)(DX*1)
+	ADDQ    AX, BX
+	ADDQ    $0x04, SI
+	DECQ    DI
+	JMP     tail
+
+done:
+	VZEROUPPER
+	RET
+
+// func scoresBF16M4AVX512BF16(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
+// Requires: AVX, AVX2, AVX512F, MMX+
+TEXT ·scoresBF16M4AVX512BF16(SB), $2080-104
+	MOVQ d+96(FP), AX
+	SHLQ $0x02, AX
+	LEAQ (AX)(AX*2), CX
+	MOVQ q_base+32(FP), DX
+	LEAQ (SP), BX
+	MOVQ d+96(FP), SI
+	SHRQ $0x04, SI
+
+packq:
+	VMOVUPS (DX), Z0
+
+	// raw: vcvtneps2bf16 ymm0,zmm0
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xc0
+	VMOVUPS (DX)(AX*1), Z1
+
+	// raw: vcvtneps2bf16 ymm1,zmm1
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xc9
+	VMOVUPS (DX)(AX*2), Z2
+
+	// raw: vcvtneps2bf16 ymm2,zmm2
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xd2
+	VMOVUPS (DX)(CX*1), Z3
+
+	// raw: vcvtneps2bf16 ymm3,zmm3
+	BYTE        $0x62
+	BYTE        $0xf2
+	BYTE        $0x7e
+	BYTE        $0x48
+	BYTE        $0x72
+	BYTE        $0xdb
+	VPUNPCKLQDQ Y1, Y0, Y4
+	VPUNPCKHQDQ Y1, Y0, Y5
+	VPUNPCKLQDQ Y3, Y2, Y6
+	VPUNPCKHQDQ Y3, Y2, Y7
+	VPERM2I128  $0x20, Y6, Y4, Y8
+	VPERM2I128  $0x20, Y7, Y5, Y9
+	VPERM2I128  $0x31, Y6, Y4, Y10
+	VPERM2I128  $0x31, Y7, Y5, Y11
+	VMOVUPS     Y8, (BX)
+	VMOVUPS     Y9, 32(BX)
+	VMOVUPS     Y10, 64(BX)
+	VMOVUPS     Y11, 96(BX)
+	ADDQ        $0x40, DX
+	ADDQ        $0x80, BX
+	DECQ        SI
+	JNZ         packq
+	MOVQ        ldk+80(FP), AX
+	SHLQ        $0x01, AX
+	LEAQ        (AX)(AX*2), CX
+	MOVQ        lds+24(FP), DX
+	SHLQ        $0x02, DX
+	MOVQ        k_base+56(FP), BX
+	MOVQ        s_base+0(FP), SI
+	MOVQ        n+88(FP), DI
+	MOVQ        AX, R8
+	SHLQ        $0x06, R8
+
+group:
+	CMPQ  DI, $0x08
+	JL    tail
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	VPXOR Y4, Y4, Y4
+	VPXOR Y5, Y5, Y5
+	VPXOR Y6, Y6, Y6
+	VPXOR Y7, Y7, Y7
+	VPXOR Y8, Y8, Y8
+	VPXOR Y9, Y9, Y9
+	VPXOR Y10, Y10, Y10
+	VPXOR Y11, Y11, Y11
+	VPXOR Y12, Y12, Y12
+	VPXOR Y13, Y13, Y13
+	VPXOR Y14, Y14, Y14
+	VPXOR Y15, Y15, Y15
+	MOVQ  BX, R9
+	LEAQ  (R9)(AX*4), R10
+	LEAQ  (BX)(R8*1), R11
+	LEAQ  (R11)(AX*4), R12
+	LEAQ  (SP), R13
+	MOVQ  d+96(FP), R14
+	SHRQ  $0x05, R14
+
+step:
+	VMOVUPS      (R13), Y16
+	VPBROADCASTQ (R9), Y18
+
+	// raw: vdpbf16ps ymm0,ymm16,ymm18
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xc2
+	VPBROADCASTQ (R9)(AX*1), Y19
+
+	// raw: vdpbf16ps ymm1,ymm16,ymm19
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xcb
+	VPBROADCASTQ (R9)(AX*2), Y20
+
+	// raw: vdpbf16ps ymm2,ymm16,ymm20
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xd4
+	VPBROADCASTQ (R9)(CX*1), Y21
+
+	// raw: vdpbf16ps ymm3,ymm16,ymm21
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTQ (R10), Y22
+
+	// raw: vdpbf16ps ymm4,ymm16,ymm22
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xe6
+	VPBROADCASTQ (R10)(AX*1), Y23
+
+	// raw: vdpbf16ps ymm5,ymm16,ymm23
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xef
+	VPBROADCASTQ (R10)(AX*2), Y18
+
+	// raw: vdpbf16ps ymm6,ymm16,ymm18
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xf2
+	VPBROADCASTQ (R10)(CX*1), Y19
+
+	// raw: vdpbf16ps ymm7,ymm16,ymm19
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xfb
+	VMOVUPS      32(R13), Y17
+	VPBROADCASTQ 8(R9), Y20
+
+	// raw: vdpbf16ps ymm8,ymm17,ymm20
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xc4
+	VPBROADCASTQ 8(R9)(AX*1), Y21
+
+	// raw: vdpbf16ps ymm9,ymm17,ymm21
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTQ 8(R9)(AX*2), Y22
+
+	// raw: vdpbf16ps ymm10,ymm17,ymm22
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xd6
+	VPBROADCASTQ 8(R9)(CX*1), Y23
+
+	// raw: vdpbf16ps ymm11,ymm17,ymm23
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTQ 8(R10), Y18
+
+	// raw: vdpbf16ps ymm12,ymm17,ymm18
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xe2
+	VPBROADCASTQ 8(R10)(AX*1), Y19
+
+	// raw: vdpbf16ps ymm13,ymm17,ymm19
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xeb
+	VPBROADCASTQ 8(R10)(AX*2), Y20
+
+	// raw: vdpbf16ps ymm14,ymm17,ymm20
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xf4
+	VPBROADCASTQ 8(R10)(CX*1), Y21
+
+	// raw: vdpbf16ps ymm15,ymm17,ymm21
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xfd
+	VMOVUPS      64(R13), Y16
+	VPBROADCASTQ 16(R9), Y22
+
+	// raw: vdpbf16ps ymm0,ymm16,ymm22
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xc6
+	VPBROADCASTQ 16(R9)(AX*1), Y23
+
+	// raw: vdpbf16ps ymm1,ymm16,ymm23
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xcf
+	VPBROADCASTQ 16(R9)(AX*2), Y18
+
+	// raw: vdpbf16ps ymm2,ymm16,ymm18
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xd2
+	VPBROADCASTQ 16(R9)(CX*1), Y19
+
+	// raw: vdpbf16ps ymm3,ymm16,ymm19
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTQ 16(R10), Y20
+
+	// raw: vdpbf16ps ymm4,ymm16,ymm20
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xe4
+	VPBROADCASTQ 16(R10)(AX*1), Y21
+
+	// raw: vdpbf16ps ymm5,ymm16,ymm21
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xed
+	VPBROADCASTQ 16(R10)(AX*2), Y22
+
+	// raw: vdpbf16ps ymm6,ymm16,ymm22
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xf6
+	VPBROADCASTQ 16(R10)(CX*1), Y23
+
+	// raw: vdpbf16ps ymm7,ymm16,ymm23
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xff
+	VMOVUPS      96(R13), Y17
+	VPBROADCASTQ 24(R9), Y18
+
+	// raw: vdpbf16ps ymm8,ymm17,ymm18
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xc2
+	VPBROADCASTQ 24(R9)(AX*1), Y19
+
+	// raw: vdpbf16ps ymm9,ymm17,ymm19
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xcb
+	VPBROADCASTQ 24(R9)(AX*2), Y20
+
+	// raw: vdpbf16ps ymm10,ymm17,ymm20
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xd4
+	VPBROADCASTQ 24(R9)(CX*1), Y21
+
+	// raw: vdpbf16ps ymm11,ymm17,ymm21
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTQ 24(R10), Y22
+
+	// raw: vdpbf16ps ymm12,ymm17,ymm22
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xe6
+	VPBROADCASTQ 24(R10)(AX*1), Y23
+
+	// raw: vdpbf16ps ymm13,ymm17,ymm23
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xef
+	VPBROADCASTQ 24(R10)(AX*2), Y18
+
+	// raw: vdpbf16ps ymm14,ymm17,ymm18
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xf2
+	VPBROADCASTQ 24(R10)(CX*1), Y19
+
+	// raw: vdpbf16ps ymm15,ymm17,ymm19
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xfb
+	VMOVUPS      128(R13), Y16
+	VPBROADCASTQ 32(R9), Y20
+
+	// raw: vdpbf16ps ymm0,ymm16,ymm20
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xc4
+	VPBROADCASTQ 32(R9)(AX*1), Y21
+
+	// raw: vdpbf16ps ymm1,ymm16,ymm21
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTQ 32(R9)(AX*2), Y22
+
+	// raw: vdpbf16ps ymm2,ymm16,ymm22
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xd6
+	VPBROADCASTQ 32(R9)(CX*1), Y23
+
+	// raw: vdpbf16ps ymm3,ymm16,ymm23
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTQ 32(R10), Y18
+
+	// raw: vdpbf16ps ymm4,ymm16,ymm18
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xe2
+	VPBROADCASTQ 32(R10)(AX*1), Y19
+
+	// raw: vdpbf16ps ymm5,ymm16,ymm19
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xeb
+	VPBROADCASTQ 32(R10)(AX*2), Y20
+
+	// raw: vdpbf16ps ymm6,ymm16,ymm20
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xf4
+	VPBROADCASTQ 32(R10)(CX*1), Y21
+
+	// raw: vdpbf16ps ymm7,ymm16,ymm21
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xfd
+	VMOVUPS      160(R13), Y17
+	VPBROADCASTQ 40(R9), Y22
+
+	// raw: vdpbf16ps ymm8,ymm17,ymm22
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xc6
+	VPBROADCASTQ 40(R9)(AX*1), Y23
+
+	// raw: vdpbf16ps ymm9,ymm17,ymm23
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xcf
+	VPBROADCASTQ 40(R9)(AX*2), Y18
+
+	// raw: vdpbf16ps ymm10,ymm17,ymm18
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xd2
+	VPBROADCASTQ 40(R9)(CX*1), Y19
+
+	// raw: vdpbf16ps ymm11,ymm17,ymm19
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xdb
+	VPBROADCASTQ 40(R10), Y20
+
+	// raw: vdpbf16ps ymm12,ymm17,ymm20
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xe4
+	VPBROADCASTQ 40(R10)(AX*1), Y21
+
+	// raw: vdpbf16ps ymm13,ymm17,ymm21
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xed
+	VPBROADCASTQ 40(R10)(AX*2), Y22
+
+	// raw: vdpbf16ps ymm14,ymm17,ymm22
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xf6
+	VPBROADCASTQ 40(R10)(CX*1), Y23
+
+	// raw: vdpbf16ps ymm15,ymm17,ymm23
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xff
+	VMOVUPS      192(R13), Y16
+	VPBROADCASTQ 48(R9), Y18
+
+	// raw: vdpbf16ps ymm0,ymm16,ymm18
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xc2
+	VPBROADCASTQ 48(R9)(AX*1), Y19
+
+	// raw: vdpbf16ps ymm1,ymm16,ymm19
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xcb
+	VPBROADCASTQ 48(R9)(AX*2), Y20
+
+	// raw: vdpbf16ps ymm2,ymm16,ymm20
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xd4
+	VPBROADCASTQ 48(R9)(CX*1), Y21
+
+	// raw: vdpbf16ps ymm3,ymm16,ymm21
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTQ 48(R10), Y22
+
+	// raw: vdpbf16ps ymm4,ymm16,ymm22
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xe6
+	VPBROADCASTQ 48(R10)(AX*1), Y23
+
+	// raw: vdpbf16ps ymm5,ymm16,ymm23
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xef
+	VPBROADCASTQ 48(R10)(AX*2), Y18
+
+	// raw: vdpbf16ps ymm6,ymm16,ymm18
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xf2
+	VPBROADCASTQ 48(R10)(CX*1), Y19
+
+	// raw: vdpbf16ps ymm7,ymm16,ymm19
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x7e
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xfb
+	VMOVUPS      224(R13), Y17
+	VPBROADCASTQ 56(R9), Y20
+
+	// raw: vdpbf16ps ymm8,ymm17,ymm20
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xc4
+	VPBROADCASTQ 56(R9)(AX*1), Y21
+
+	// raw: vdpbf16ps ymm9,ymm17,ymm21
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xcd
+	VPBROADCASTQ 56(R9)(AX*2), Y22
+
+	// raw: vdpbf16ps ymm10,ymm17,ymm22
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xd6
+	VPBROADCASTQ 56(R9)(CX*1), Y23
+
+	// raw: vdpbf16ps ymm11,ymm17,ymm23
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xdf
+	VPBROADCASTQ 56(R10), Y18
+
+	// raw: vdpbf16ps ymm12,ymm17,ymm18
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xe2
+	VPBROADCASTQ 56(R10)(AX*1), Y19
+
+	// raw: vdpbf16ps ymm13,ymm17,ymm19
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xeb
+	VPBROADCASTQ 56(R10)(AX*2), Y20
+
+	// raw: vdpbf16ps ymm14,ymm17,ymm20
+	BYTE         $0x62
+	BYTE         $0x32
+	BYTE         $0x76
+	BYTE         $0x20
+	BYTE         $0x52
+	BYTE         $0xf4
+	VPBROADCASTQ 56(R10)(CX*1), Y21
+
+	// raw: vdpbf16ps ymm15,ymm17,ymm21
+	BYTE       $0x62
+	BYTE       $0x32
+	BYTE       $0x76
+	BYTE       $0x20
+	BYTE       $0x52
+	BYTE       $0xfd
+	PREFETCHT1 (R11)
+	PREFETCHT1 (R11)(AX*1)
+	PREFETCHT1 (R11)(AX*2)
+	PREFETCHT1 (R11)(CX*1)
+	PREFETCHT1 (R12)
+	PREFETCHT1 (R12)(AX*1)
+	PREFETCHT1 (R12)(AX*2)
+	PREFETCHT1 (R12)(CX*1)
+	ADDQ       $0x40, R9
+	ADDQ       $0x40, R10
+	ADDQ       $0x40, R11
+	ADDQ       $0x40, R12
+	ADDQ       $0x00000100, R13
+	DECQ       R14
+	JNZ        step
+	VADDPS     Y8, Y0, Y0
+	VADDPS     Y9, Y1, Y1
+	VADDPS     Y10, Y2, Y2
+	VADDPS     Y11, Y3, Y3
+	VADDPS     Y12, Y4, Y4
+	VADDPS     Y13, Y5, Y5
+	VADDPS     Y14, Y6, Y6
+	VADDPS     Y15, Y7, Y7
+	VHADDPS    Y1, Y0, Y8
+	VHADDPS    Y3, Y2, Y9
+	VHADDPS    Y5, Y4, Y10
+	VHADDPS    Y7, Y6, Y11
+	VSHUFPS    $0x88, Y9, Y8, Y12
+	VSHUFPS    $0xdd, Y9, Y8, Y13
+	VSHUFPS    $0x88, Y11, Y10, Y14
+	VSHUFPS    $0xdd, Y11, Y10, Y15
+	VPERM2F128 $0x20, Y14, Y12, Y0
+	VPERM2F128 $0x20, Y15, Y13, Y1
+	VPERM2F128 $0x31, Y14, Y12, Y2
+	VPERM2F128 $0x31, Y15, Y13, Y3
+	VMOVUPS    Y0, (SI)
+	VMOVUPS    Y1, (SI)(DX*1)
+	VMOVUPS    Y2, (SI)(DX*2)
+	LEAQ       (SI)(DX*2), R9
+	VMOVUPS    Y3, (R9)(DX*1)
+	LEAQ       (BX)(AX*8), BX
+	ADDQ       $0x20, SI
+	SUBQ       $0x08, DI
+	JMP        group
+
+tail:
+	TESTQ DI, DI
+	JZ    done
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	MOVQ  BX, CX
+	LEAQ  (SP), R8
+	MOVQ  d+96(FP), R9
+	SHRQ  $0x05, R9
+
+tailstep:
+	VMOVUPS      (R8), Y8
+	VPBROADCASTQ (CX), Y10
+
+	// raw: vdpbf16ps ymm0,ymm8,ymm10
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x3e
+	BYTE         $0x28
+	BYTE         $0x52
+	BYTE         $0xc2
+	VMOVUPS      32(R8), Y9
+	VPBROADCASTQ 8(CX), Y11
+
+	// raw: vdpbf16ps ymm1,ymm9,ymm11
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x36
+	BYTE         $0x28
+	BYTE         $0x52
+	BYTE         $0xcb
+	VMOVUPS      64(R8), Y8
+	VPBROADCASTQ 16(CX), Y10
+
+	// raw: vdpbf16ps ymm0,ymm8,ymm10
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x3e
+	BYTE         $0x28
+	BYTE         $0x52
+	BYTE         $0xc2
+	VMOVUPS      96(R8), Y9
+	VPBROADCASTQ 24(CX), Y11
+
+	// raw: vdpbf16ps ymm1,ymm9,ymm11
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x36
+	BYTE         $0x28
+	BYTE         $0x52
+	BYTE         $0xcb
+	VMOVUPS      128(R8), Y8
+	VPBROADCASTQ 32(CX), Y10
+
+	// raw: vdpbf16ps ymm0,ymm8,ymm10
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x3e
+	BYTE         $0x28
+	BYTE         $0x52
+	BYTE         $0xc2
+	VMOVUPS      160(R8), Y9
+	VPBROADCASTQ 40(CX), Y11
+
+	// raw: vdpbf16ps ymm1,ymm9,ymm11
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x36
+	BYTE         $0x28
+	BYTE         $0x52
+	BYTE         $0xcb
+	VMOVUPS      192(R8), Y8
+	VPBROADCASTQ 48(CX), Y10
+
+	// raw: vdpbf16ps ymm0,ymm8,ymm10
+	BYTE         $0x62
+	BYTE         $0xd2
+	BYTE         $0x3e
+	BYTE         $0x28
+	BYTE         $0x52
+	BYTE         $0xc2
+	VMOVUPS      224(R8), Y9
+	VPBROADCASTQ 56(CX), Y11
+
+	// raw: vdpbf16ps ymm1,ymm9,ymm11
+	BYTE    $0x62
+	BYTE    $0xd2
+	BYTE    $0x36
+	BYTE    $0x28
+	BYTE    $0x52
+	BYTE    $0xcb
+	ADDQ    $0x40, CX
+	ADDQ    $0x00000100, R8
+	DECQ    R9
+	JNZ     tailstep
+	VADDPS  Y1, Y0, Y0
+	VHADDPS Y0, Y0, Y0
+	VMOVUPS Y0, 2048(SP)
+	MOVL    2048(SP), CX
+	MOVL    CX, (SI)
+	MOVL    2052(SP), CX
+	MOVL    CX, (SI)(DX*1)
+	MOVL    2064(SP), CX
+	MOVL    CX, (SI)(DX*2)
+	MOVL    2068(SP), CX
+	LEAQ    (SI)(DX*2), R8
+	MOVL    CX, (R8)(DX*1)
+	ADDQ    AX, BX
+	ADDQ    $0x04, SI
+	DECQ    DI
+	JMP     tail
+
+done:
+	VZEROUPPER
+	RET
+
 // func accumBF16M8AVX512BF16(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv int, n int, d int)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV, MMX+
 TEXT ·accumBF16M8AVX512BF16(SB), $1056-112
@@ -2437,6 +5054,474 @@ store:
 	MOVQ      1040(SP), AX
 	SUBQ      1048(SP), AX
 	MOVQ      AX, 1040(SP)
+	JMP       block
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumBF16M4AVX512BF16(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv int, n int, d int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, BMI2, CMOV, MMX+
+TEXT ·accumBF16M4AVX512BF16(SB), $544-112
+	MOVQ p_base+32(FP), AX
+	MOVQ AX, 512(SP)
+	MOVQ v_base+64(FP), AX
+	MOVQ AX, 520(SP)
+	MOVQ n+96(FP), AX
+	MOVQ AX, 528(SP)
+
+block:
+	MOVQ      528(SP), AX
+	TESTQ     AX, AX
+	JZ        done
+	MOVQ      $0x00000040, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVQ      AX, 536(SP)
+	MOVQ      AX, CX
+	SUBQ      $0x00000000, CX
+	XORQ      DX, DX
+	CMPQ      CX, DX
+	CMOVQLT   DX, CX
+	MOVQ      $0x00000010, DX
+	CMPQ      CX, DX
+	CMOVQGT   DX, CX
+	MOVL      $0xffffffff, DX
+	BZHIL     CX, DX, DX
+	KMOVW     DX, K1
+	MOVQ      AX, CX
+	SUBQ      $0x00000010, CX
+	XORQ      DX, DX
+	CMPQ      CX, DX
+	CMOVQLT   DX, CX
+	MOVQ      $0x00000010, DX
+	CMPQ      CX, DX
+	CMOVQGT   DX, CX
+	MOVL      $0xffffffff, DX
+	BZHIL     CX, DX, DX
+	KMOVW     DX, K2
+	MOVQ      AX, CX
+	SUBQ      $0x00000020, CX
+	XORQ      DX, DX
+	CMPQ      CX, DX
+	CMOVQLT   DX, CX
+	MOVQ      $0x00000010, DX
+	CMPQ      CX, DX
+	CMOVQGT   DX, CX
+	MOVL      $0xffffffff, DX
+	BZHIL     CX, DX, DX
+	KMOVW     DX, K3
+	SUBQ      $0x00000030, AX
+	XORQ      CX, CX
+	CMPQ      AX, CX
+	CMOVQLT   CX, AX
+	MOVQ      $0x00000010, CX
+	CMPQ      AX, CX
+	CMOVQGT   CX, AX
+	MOVL      $0xffffffff, CX
+	BZHIL     AX, CX, CX
+	KMOVW     CX, K4
+	MOVQ      512(SP), AX
+	MOVQ      ldp+56(FP), CX
+	SHLQ      $0x02, CX
+	VMOVUPS.Z (AX), K1, Z28
+
+	// raw: vcvtneps2bf16 ymm28,zmm28
+	BYTE      $0x62
+	BYTE      $0x02
+	BYTE      $0x7e
+	BYTE      $0x48
+	BYTE      $0x72
+	BYTE      $0xe4
+	VMOVDQU64 Y28, (SP)
+	VMOVUPS.Z 64(AX), K2, Z28
+
+	// raw: vcvtneps2bf16 ymm28,zmm28
+	BYTE      $0x62
+	BYTE      $0x02
+	BYTE      $0x7e
+	BYTE      $0x48
+	BYTE      $0x72
+	BYTE      $0xe4
+	VMOVDQU64 Y28, 32(SP)
+	VMOVUPS.Z 128(AX), K3, Z28
+
+	// raw: vcvtneps2bf16 ymm28,zmm28
+	BYTE      $0x62
+	BYTE      $0x02
+	BYTE      $0x7e
+	BYTE      $0x48
+	BYTE      $0x72
+	BYTE      $0xe4
+	VMOVDQU64 Y28, 64(SP)
+	VMOVUPS.Z 192(AX), K4, Z28
+
+	// raw: vcvtneps2bf16 ymm28,zmm28
+	BYTE      $0x62
+	BYTE      $0x02
+	BYTE      $0x7e
+	BYTE      $0x48
+	BYTE      $0x72
+	BYTE      $0xe4
+	VMOVDQU64 Y28, 96(SP)
+	VMOVUPS.Z (AX)(CX*1), K1, Z28
+
+	// raw: vcvtneps2bf16 ymm28,zmm28
+	BYTE      $0x62
+	BYTE      $0x02
+	BYTE      $0x7e
+	BYTE      $0x48
+	BYTE      $0x72
+	BYTE      $0xe4
+	VMOVDQU64 Y28, 128(SP)
+	VMOVUPS.Z 64(AX)(CX*1), K2, Z28
+
+	// raw: vcvtneps2bf16 ymm28,zmm28
+	BYTE      $0x62
+	BYTE      $0x02
+	BYTE      $0x7e
+	BYTE      $0x48
+	BYTE      $0x72
+	BYTE      $0xe4
+	VMOVDQU64 Y28, 160(SP)
+	VMOVUPS.Z 128(AX)(CX*1), K3, Z28
+
+	// raw: vcvtneps2bf16 ymm28,zmm28
+	BYTE      $0x62
+	BYTE      $0x02
+	BYTE      $0x7e
+	BYTE      $0x48
+	BYTE      $0x72
+	BYTE      $0xe4
+	VMOVDQU64 Y28, 192(SP)
+	VMOVUPS.Z 192(AX)(CX*1), K4, Z28
+
+	// raw: vcvtneps2bf16 ymm28,zmm28
+	BYTE      $0x62
+	BYTE      $0x02
+	BYTE      $0x7e
+	BYTE      $0x48
+	BYTE      $0x72
+	BYTE      $0xe4
+	VMOVDQU64 Y28, 224(SP)
+	VMOVUPS.Z (AX)(CX*2), K1, Z28
+
+	// raw: vcvtneps2bf16 ymm28,zmm28
+	BYTE      $0x62
+	BYTE      $0x02
+	BYTE      $0x7e
+	BYTE      $0x48
+	BYTE      $0x72
+	BYTE      $0xe4
+	VMOVDQU64 Y28, 256(SP)
+	VMOVUPS.Z 64(AX)(CX*2), K2, Z28
+
+	// raw: vcvtneps2bf16 ymm28,zmm28
+	BYTE      $0x62
+	BYTE      $0x02
+	BYTE      $0x7e
+	BYTE      $0x48
+	BYTE      $0x72
+	BYTE      $0xe4
+	VMOVDQU64 Y28, 288(SP)
+	VMOVUPS.Z 128(AX)(CX*2), K3, Z28
+
+	// raw: vcvtneps2bf16 ymm28,zmm28
+	BYTE      $0x62
+	BYTE      $0x02
+	BYTE      $0x7e
+	BYTE      $0x48
+	BYTE      $0x72
+	BYTE      $0xe4
+	VMOVDQU64 Y28, 320(SP)
+	VMOVUPS.Z 192(AX)(CX*2), K4, Z28
+
+	// raw: vcvtneps2bf16 ymm28,zmm28
+	BYTE      $0x62
+	BYTE      $0x02
+	BYTE      $0x7e
+	BYTE      $0x48
+	BYTE      $0x72
+	BYTE      $0xe4
+	VMOVDQU64 Y28, 352(SP)
+	LEAQ      (AX)(CX*2), AX
+	VMOVUPS.Z (AX)(CX*1), K1, Z28
+
+	// raw: vcvtneps2bf16 ymm28,zmm28
+	BYTE      $0x62
+	BYTE      $0x02
+	BYTE      $0x7e
+	BYTE      $0x48
+	BYTE      $0x72
+	BYTE      $0xe4
+	VMOVDQU64 Y28, 384(SP)
+	VMOVUPS.Z 64(AX)(CX*1), K2, Z28
+
+	// raw: vcvtneps2bf16 ymm28,zmm28
+	BYTE      $0x62
+	BYTE      $0x02
+	BYTE      $0x7e
+	BYTE      $0x48
+	BYTE      $0x72
+	BYTE      $0xe4
+	VMOVDQU64 Y28, 416(SP)
+	VMOVUPS.Z 128(AX)(CX*1), K3, Z28
+
+	// raw: vcvtneps2bf16 ymm28,zmm28
+	BYTE      $0x62
+	BYTE      $0x02
+	BYTE      $0x7e
+	BYTE      $0x48
+	BYTE      $0x72
+	BYTE      $0xe4
+	VMOVDQU64 Y28, 448(SP)
+	VMOVUPS.Z 192(AX)(CX*1), K4, Z28
+
+	// raw: vcvtneps2bf16 ymm28,zmm28
+	BYTE      $0x62
+	BYTE      $0x02
+	BYTE      $0x7e
+	BYTE      $0x48
+	BYTE      $0x72
+	BYTE      $0xe4
+	VMOVDQU64 Y28, 480(SP)
+	MOVQ      ldv+88(FP), AX
+	SHLQ      $0x01, AX
+	MOVQ      AX, CX
+	SHLQ      $0x06, CX
+	MOVQ      o_base+0(FP), DX
+	MOVQ      520(SP), BX
+	MOVQ      d+104(FP), SI
+	SHRQ      $0x05, SI
+
+chunk:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ   BX, DI
+	LEAQ   (BX)(AX*1), R8
+	LEAQ   (SP), R9
+	MOVQ   536(SP), R10
+	SHRQ   $0x01, R10
+	JZ     odd
+
+pair:
+	VMOVDQU64    (DI), Z16
+	VMOVDQU64    (R8), Z17
+	PREFETCHT1   (DI)(CX*1)
+	PREFETCHT1   (R8)(CX*1)
+	VPUNPCKLWD   Z17, Z16, Z18
+	VPUNPCKHWD   Z17, Z16, Z19
+	VPBROADCASTD (R9), Z20
+
+	// raw: vdpbf16ps zmm0,zmm18,zmm20
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc4
+
+	// raw: vdpbf16ps zmm1,zmm19,zmm20
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcc
+	VPBROADCASTD 128(R9), Z21
+
+	// raw: vdpbf16ps zmm2,zmm18,zmm21
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd5
+
+	// raw: vdpbf16ps zmm3,zmm19,zmm21
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD 256(R9), Z22
+
+	// raw: vdpbf16ps zmm4,zmm18,zmm22
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe6
+
+	// raw: vdpbf16ps zmm5,zmm19,zmm22
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xee
+	VPBROADCASTD 384(R9), Z23
+
+	// raw: vdpbf16ps zmm6,zmm18,zmm23
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf7
+
+	// raw: vdpbf16ps zmm7,zmm19,zmm23
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x66
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xff
+	ADDQ AX, DI
+	ADDQ AX, DI
+	ADDQ AX, R8
+	ADDQ AX, R8
+	ADDQ $0x04, R9
+	DECQ R10
+	JNZ  pair
+
+odd:
+	TESTQ        $0x00000001, 536(SP)
+	JZ           store
+	VMOVDQU64    (DI), Z16
+	VPXORD       Z17, Z17, Z17
+	VPUNPCKLWD   Z17, Z16, Z18
+	VPUNPCKHWD   Z17, Z16, Z19
+	VPBROADCASTD (R9), Z20
+
+	// raw: vdpbf16ps zmm0,zmm18,zmm20
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xc4
+
+	// raw: vdpbf16ps zmm1,zmm19,zmm20
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xcc
+	VPBROADCASTD 128(R9), Z21
+
+	// raw: vdpbf16ps zmm2,zmm18,zmm21
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xd5
+
+	// raw: vdpbf16ps zmm3,zmm19,zmm21
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xdd
+	VPBROADCASTD 256(R9), Z22
+
+	// raw: vdpbf16ps zmm4,zmm18,zmm22
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xe6
+
+	// raw: vdpbf16ps zmm5,zmm19,zmm22
+	BYTE         $0x62
+	BYTE         $0xb2
+	BYTE         $0x66
+	BYTE         $0x40
+	BYTE         $0x52
+	BYTE         $0xee
+	VPBROADCASTD 384(R9), Z23
+
+	// raw: vdpbf16ps zmm6,zmm18,zmm23
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x6e
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xf7
+
+	// raw: vdpbf16ps zmm7,zmm19,zmm23
+	BYTE $0x62
+	BYTE $0xb2
+	BYTE $0x66
+	BYTE $0x40
+	BYTE $0x52
+	BYTE $0xff
+
+store:
+	MOVQ      ldo+24(FP), DI
+	SHLQ      $0x02, DI
+	LEAQ      decbf16perm<>+0(SB), R8
+	VMOVUPS   (R8), Z28
+	VPERMI2PS Z1, Z0, Z28
+	VADDPS    (DX), Z28, Z28
+	VMOVUPS   Z28, (DX)
+	VMOVUPS   64(R8), Z29
+	VPERMI2PS Z1, Z0, Z29
+	VADDPS    64(DX), Z29, Z29
+	VMOVUPS   Z29, 64(DX)
+	VMOVUPS   (R8), Z28
+	VPERMI2PS Z3, Z2, Z28
+	VADDPS    (DX)(DI*1), Z28, Z28
+	VMOVUPS   Z28, (DX)(DI*1)
+	VMOVUPS   64(R8), Z29
+	VPERMI2PS Z3, Z2, Z29
+	VADDPS    64(DX)(DI*1), Z29, Z29
+	VMOVUPS   Z29, 64(DX)(DI*1)
+	VMOVUPS   (R8), Z28
+	VPERMI2PS Z5, Z4, Z28
+	VADDPS    (DX)(DI*2), Z28, Z28
+	VMOVUPS   Z28, (DX)(DI*2)
+	VMOVUPS   64(R8), Z29
+	VPERMI2PS Z5, Z4, Z29
+	VADDPS    64(DX)(DI*2), Z29, Z29
+	VMOVUPS   Z29, 64(DX)(DI*2)
+	LEAQ      (DX)(DI*2), R9
+	VMOVUPS   (R8), Z28
+	VPERMI2PS Z7, Z6, Z28
+	VADDPS    (R9)(DI*1), Z28, Z28
+	VMOVUPS   Z28, (R9)(DI*1)
+	VMOVUPS   64(R8), Z29
+	VPERMI2PS Z7, Z6, Z29
+	VADDPS    64(R9)(DI*1), Z29, Z29
+	VMOVUPS   Z29, 64(R9)(DI*1)
+	ADDQ      $0x00000080, DX
+	ADDQ      $0x40, BX
+	DECQ      SI
+	JNZ       chunk
+	MOVQ      512(SP), AX
+	ADDQ      $0x00000100, AX
+	MOVQ      AX, 512(SP)
+	MOVQ      520(SP), AX
+	MOVQ      ldv+88(FP), CX
+	SHLQ      $0x01, CX
+	SHLQ      $0x06, CX
+	ADDQ      CX, AX
+	MOVQ      AX, 520(SP)
+	MOVQ      528(SP), AX
+	SUBQ      536(SP), AX
+	MOVQ      AX, 528(SP)
 	JMP       block
 
 done:

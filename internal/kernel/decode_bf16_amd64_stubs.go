@@ -12,6 +12,22 @@ package kernel
 //go:noescape
 func scoresBF16M8AVX512BF16(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
 
+// scoresBF16M16AVX512BF16 sets s[r*lds+j] = Σ_p bf16(q[r*d+p])·k[j*ldk+p] for r < 16, j < n, with
+// VDPBF16PS (q rounded to bfloat16; see decode_bf16.go). ldk is the key
+// row stride in elements; d is a multiple of 32 up to 256, n >= 1, and
+// all accesses are in bounds.
+//
+//go:noescape
+func scoresBF16M16AVX512BF16(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
+
+// scoresBF16M4AVX512BF16 sets s[r*lds+j] = Σ_p bf16(q[r*d+p])·k[j*ldk+p] for r < 4, j < n, with
+// VDPBF16PS (q rounded to bfloat16; see decode_bf16m4.go). ldk is the key
+// row stride in elements; d is a multiple of 32 up to 256, n >= 1, and
+// all accesses are in bounds.
+//
+//go:noescape
+func scoresBF16M4AVX512BF16(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
+
 // accumBF16M8AVX512BF16 adds Σ_j bf16(p[r*ldp+j])·v[j*ldv+c] to o[r*ldo+c] for r < 8, c < d,
 // j < n, with VDPBF16PS (p rounded to bfloat16; see decode_bf16.go). ldv is
 // the value row stride in elements; d is a positive multiple of 32, n >= 1,
@@ -19,3 +35,11 @@ func scoresBF16M8AVX512BF16(s []float32, lds int, q []float32, k []uint16, ldk i
 //
 //go:noescape
 func accumBF16M8AVX512BF16(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv int, n int, d int)
+
+// accumBF16M4AVX512BF16 adds Σ_j bf16(p[r*ldp+j])·v[j*ldv+c] to o[r*ldo+c] for r < 4, c < d,
+// j < n, with VDPBF16PS (p rounded to bfloat16; see decode_bf16.go). ldv is
+// the value row stride in elements; d is a positive multiple of 32, n >= 1,
+// and all accesses are in bounds.
+//
+//go:noescape
+func accumBF16M4AVX512BF16(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv int, n int, d int)

@@ -9,12 +9,12 @@ import (
 )
 
 // TestDecodeBF16Native: on a CPU with AVX512_BF16 the best decode set is
-// "avx512bf16", and its bf16 Scores and Accum for 8 or more query rows are
-// the VDPBF16PS products (rows in tiles of 8: the first m&^7): Q and P rounded to bfloat16, the sums within a
+// "avx512bf16", and its bf16 Scores and Accum for 4 or more query rows are
+// the VDPBF16PS products (rows in tiles of 4, 8 and 16: the first m&^3): Q and P rounded to bfloat16, the sums within a
 // float32 sum's error of the exact products of the rounded operands, and
 // measurably not the float32 products of the unrounded ones (what the
-// "avx512" set computes). Row counts of one and more tiles of 8 and 16
-// (with a tile of 4 that the float32 kernels take), key counts around the
+// "avx512" set computes). Row counts of one and more tiles of 4, 8 and 16
+// (with tiles of 2 and 1 that the float32 kernels take), key counts around the
 // scores' groups of 8 and the accum's blocks of 64, every head dimension
 // the native kernels take.
 func TestDecodeBF16Native(t *testing.T) {
@@ -33,7 +33,7 @@ func TestDecodeBF16Native(t *testing.T) {
 	}
 	r := rand.New(rand.NewPCG(31, 32))
 	for _, d := range []int{32, 64, 128, 256} {
-		for _, m := range []int{8, 16, 28} {
+		for _, m := range []int{4, 8, 12, 16, 28, 31} {
 			for _, n := range []int{1, 9, 64, 65, 300} {
 				c := newTestCache(t, r, FormatBF16, n, d, 3, true)
 				q := make([]float32, m*d)
@@ -49,7 +49,7 @@ func TestDecodeBF16Native(t *testing.T) {
 					for j := 0; j < n; j++ {
 						got := float64(s[rr*lds+j])
 						qw := qr
-						if rr >= m&^7 { // a tile of 4: the float32 kernels, q as it is
+						if rr >= m&^3 { // a tile of 2 or 1: the float32 kernels, q as it is
 							qw = q
 						}
 						want, mag := dotF64(qw[rr*d:(rr+1)*d], c.vals[j*d:(j+1)*d])
@@ -58,7 +58,7 @@ func TestDecodeBF16Native(t *testing.T) {
 						if e := math.Abs(got - want); !(e <= tol) {
 							t.Fatalf("Scores m=%d n=%d d=%d: S[%d][%d] = %v, want %v (bf16 q; error %.3g, tolerance %.3g)", m, n, d, rr, j, got, want, e, tol)
 						}
-						far = far || rr < m&^7 && math.Abs(got-plain) > tol
+						far = far || rr < m&^3 && math.Abs(got-plain) > tol
 					}
 				}
 				if !far {
@@ -83,7 +83,7 @@ func TestDecodeBF16Native(t *testing.T) {
 						got := float64(o[rr*ldo+col])
 						want, mag := float64(o0[rr*ldo+col]), math.Abs(float64(o0[rr*ldo+col]))
 						plain, pw := want, pr
-						if rr >= m&^7 {
+						if rr >= m&^3 {
 							pw = p
 						}
 						for j := 0; j < n; j++ {
@@ -96,7 +96,7 @@ func TestDecodeBF16Native(t *testing.T) {
 						if e := math.Abs(got - want); !(e <= tol) {
 							t.Fatalf("Accum m=%d n=%d d=%d: O[%d][%d] = %v, want %v (bf16 p; error %.3g, tolerance %.3g)", m, n, d, rr, col, got, want, e, tol)
 						}
-						far = far || rr < m&^7 && math.Abs(got-plain) > tol
+						far = far || rr < m&^3 && math.Abs(got-plain) > tol
 					}
 				}
 				if !far {

@@ -103,8 +103,10 @@ func (sh decodeShape) String() string {
 
 // decodeShapes are the problems of the tests: every row count up to 17 and
 // a few beyond (several tiles), head dimensions that leave every tail of
-// 16 and 8 lanes, key counts around the key tiles, and cache blocks (a
-// large m with enough keys for several blocks of rows).
+// 16 and 8 lanes (with 1, 3, 4 and 16 rows: every bf16 tile of
+// "avx512bf16" on the dimensions it takes, between guard pages), key
+// counts around the key tiles, and cache blocks (a large m with enough
+// keys for several blocks of rows).
 func decodeShapes(quant bool) []decodeShape {
 	dims := []int{1, 3, 7, 8, 9, 15, 16, 17, 24, 31, 33, 45, 64, 100, 128, 130, 256}
 	if quant {
@@ -119,7 +121,7 @@ func decodeShapes(quant bool) []decodeShape {
 		shs = append(shs, decodeShape{m, 21, mid, 0, 0})
 	}
 	for _, d := range dims {
-		for _, m := range []int{1, 3, 16} {
+		for _, m := range []int{1, 3, 4, 16} {
 			shs = append(shs, decodeShape{m, 19, d, d % 5, 1})
 		}
 	}

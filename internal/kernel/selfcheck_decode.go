@@ -184,13 +184,13 @@ func selfCheckHeads(dk Decode) error {
 
 // selfCheckDecodeBF16 compares the bf16 Scores and Accum of dk with
 // GenericDecode's on the shapes of the native bfloat16 kernels (set
-// "avx512bf16": tiles of 8 rows, d a multiple of 32), which the shapes of
-// selfCheckDecode do not reach: 24 rows (16+8), 37 keys, d = 64, Q and P
+// "avx512bf16": tiles of 16, 8 and 4 rows, d a multiple of 32), which the shapes of
+// selfCheckDecode do not reach: 28 rows (16+8+4), 37 keys, d = 64, Q and P
 // bfloat16 values (the native kernels round them; the check holds for
 // every set), within decodeNear's tolerance.
 func selfCheckDecodeBF16(dk Decode) (err error) {
 	defer recoverAs(&err, "decode kernels "+dk.Name)
-	const m, n, d, ld = 24, 37, 64, 41 // ld: stride of S and P (>= n)
+	const m, n, d, ld = 28, 37, 64, 41 // ld: stride of S and P (>= n)
 	const f = FormatBF16
 	g := GenericDecode
 	bf := func(x float64) float32 { return BF16ToF32(F32ToBF16(float32(x))) }

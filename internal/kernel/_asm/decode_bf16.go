@@ -1,13 +1,16 @@
 package main
 
 import (
+	"fmt"
+
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	. "github.com/mmcloughlin/avo/reg"
 )
 
 // The native bfloat16 decode kernels (decode_bf16_amd64.s, generated with
-// -decodebf16): S = Q·Kᵀ and O += P·V for 8 query rows and a bfloat16 KV
+// -decodebf16): S = Q·Kᵀ and O += P·V for 8 query rows (scores also 16,
+// in zmm; 4 rows: decode_bf16m4.go and genAccumNat(4)) and a bfloat16 KV
 // cache with VDPBF16PS (AVX512_BF16), which multiplies pairs of bfloat16
 // and adds both products to a float32 lane: twice the float32 FMA's
 // products per instruction, and no widening of the cache. Q and P are
@@ -70,8 +73,11 @@ func genDecodeBF16() {
 			DATA(64*h+4*i, U32(uint32(q%2*16+(q/2+2*h)*4+w)))
 		}
 	}
-	genScoresNat()
-	genAccumNat()
+	genScoresNat(natRows)
+	genScoresNat(2 * natRows)
+	genScoresNat4()
+	genAccumNat(natRows)
+	genAccumNat(natRows / 2)
 }
 
 // transpose8 transposes the 8×8 dwords of Y(in[0..7]) (in[j] lane i) into
@@ -104,45 +110,58 @@ func seq8(base int) (r [8]int) {
 	return r
 }
 
-func genScoresNat() {
-	name := "scoresBF16M8AVX512BF16"
-	// Not NOSPLIT: the frame holds the packed Q (up to 4 KiB).
+// genScoresNat emits the scores kernel of rows query rows: 8 (ymm, one
+// lane per row) or 16 (zmm, the same with every vector twice as wide, so
+// that one broadcast and one VDPBF16PS serve 16 rows: half the
+// instructions and the reads of K of two 8-row calls).
+func genScoresNat(rows int) {
+	const keys = 8 // keys per group
+	vr, dp, zero := ymm, vdpbf16psY, func(v VecPhysical) { VPXOR(v, v, v) }
+	if rows == 16 {
+		vr, dp, zero = zmm, vdpbf16ps, func(v VecPhysical) { VPXORD(v, v, v) }
+	}
+	vb := 4 * rows // bytes of a packed Q vector (one pair of every row)
+	name := fmt.Sprintf("scoresBF16M%dAVX512BF16", rows)
+	// Not NOSPLIT: the frame holds the packed Q (up to 8 KiB).
 	TEXT(name, 0, "func(s []float32, lds int, q []float32, k []uint16, ldk, n, d int)")
 	Pragma("noescape")
-	Doc(name+" sets s[r*lds+j] = Σ_p bf16(q[r*d+p])·k[j*ldk+p] for r < 8, j < n, with",
+	Doc(fmt.Sprintf("%s sets s[r*lds+j] = Σ_p bf16(q[r*d+p])·k[j*ldk+p] for r < %d, j < n, with", name, rows),
 		"VDPBF16PS (q rounded to bfloat16; see decode_bf16.go). ldk is the key",
 		"row stride in elements; d is a multiple of 32 up to 256, n >= 1, and",
 		"all accesses are in bounds.")
-	qLoc := AllocLocal(natMaxD / 2 * 32)
-	sLoc := AllocLocal(32)
+	qLoc := AllocLocal(natMaxD / 2 * vb)
+	sLoc := AllocLocal(vb)
 
-	// Pack Q: chunks of 16 values of the 8 rows, rounded and transposed.
+	// Pack Q: chunks of 16 values of the rows, rounded and transposed 8
+	// rows at a time (rows 8-15 in the high halves of the vectors).
 	{
 		ldq := Load(Param("d"), GP64()).(GPVirtual)
 		SHLQ(Imm(2), ldq)
 		ldq3 := GP64()
 		LEAQ(Mem{Base: ldq, Index: ldq, Scale: 2}, ldq3)
-		rs := newRowSet(slot(Param("q").Base()), ldq, ldq3, natRows)
+		rs := newRowSet(slot(Param("q").Base()), ldq, ldq3, rows)
 		dst := GP64()
 		LEAQ(qLoc, dst)
 		c := Load(Param("d"), GP64())
 		SHRQ(Imm(4), c)
 		Label("packq")
-		for r := 0; r < natRows; r++ {
-			VMOVUPS(rs.mem(r, 0), zmm(r))
-			vcvtneps2bf16(r, r)
-		}
-		transpose8(seq8(0), seq8(8))
-		for i := 0; i < 8; i++ {
-			VMOVUPS(ymm(8+i), Mem{Base: dst, Disp: 32 * i})
+		for h := 0; h < rows/8; h++ {
+			for r := 0; r < 8; r++ {
+				VMOVUPS(rs.mem(8*h+r, 0), zmm(r))
+				vcvtneps2bf16(r, r)
+			}
+			transpose8(seq8(0), seq8(8))
+			for i := 0; i < 8; i++ {
+				VMOVUPS(ymm(8+i), Mem{Base: dst, Disp: vb*i + 32*h})
+			}
 		}
 		rs.add(Imm(64))
-		ADDQ(U32(256), dst)
+		ADDQ(U32(8*vb), dst)
 		DECQ(c)
 		JNZ(LabelRef("packq"))
 	}
 
-	ld, ld3 := strides(slot(Param("ldk")), 2, natRows)
+	ld, ld3 := strides(slot(Param("ldk")), 2, keys)
 	lds := loadStride("lds", 4)
 	kp := Load(Param("k").Base(), GP64()).(GPVirtual)
 	sp := Load(Param("s").Base(), GP64()).(GPVirtual)
@@ -152,16 +171,16 @@ func genScoresNat() {
 	SHLQ(Imm(6), pf)
 
 	Label("group")
-	CMPQ(n, Imm(natRows))
+	CMPQ(n, Imm(keys))
 	JL(LabelRef("tail"))
-	for j := 0; j < 2*natRows; j++ {
-		VPXOR(ymm(j), ymm(j), ymm(j))
+	for j := 0; j < 2*keys; j++ {
+		zero(vr(j))
 	}
 	{
-		rs := newRowSet(kp, ld, ld3, natRows)
+		rs := newRowSet(kp, ld, ld3, keys)
 		pfp := GP64()
 		LEAQ(Mem{Base: kp, Index: pf, Scale: 1}, pfp)
-		pfs := newRowSet(pfp, ld, ld3, natRows)
+		pfs := newRowSet(pfp, ld, ld3, keys)
 		qq := GP64()
 		LEAQ(qLoc, qq)
 		c := Load(Param("d"), GP64())
@@ -169,33 +188,44 @@ func genScoresNat() {
 		Label("step")
 		for i := 0; i < 16; i++ { // 16 pairs: 64 bytes of each key
 			qv := 16 + i%2
-			VMOVUPS(Mem{Base: qq, Disp: 32 * i}, ymm(qv))
-			for j := 0; j < natRows; j++ {
-				b := 18 + (i*natRows+j)%6
-				VPBROADCASTD(rs.mem(j, 4*i), ymm(b))
-				vdpbf16psY(j+natRows*(i%2), qv, b)
+			VMOVUPS(Mem{Base: qq, Disp: vb * i}, vr(qv))
+			for j := 0; j < keys; j++ {
+				b := 18 + (i*keys+j)%6
+				VPBROADCASTD(rs.mem(j, 4*i), vr(b))
+				dp(j+keys*(i%2), qv, b)
 			}
 		}
-		for j := 0; j < natRows; j++ {
+		for j := 0; j < keys; j++ {
 			PREFETCHT1(pfs.mem(j, 0))
 		}
 		rs.add(Imm(64))
 		pfs.add(Imm(64))
-		ADDQ(U32(512), qq)
+		ADDQ(U32(16*vb), qq)
 		DECQ(c)
 		JNZ(LabelRef("step"))
 	}
-	for j := 0; j < natRows; j++ {
-		VADDPS(ymm(natRows+j), ymm(j), ymm(j))
+	for j := 0; j < keys; j++ {
+		VADDPS(vr(keys+j), vr(j), vr(j))
 	}
-	transpose8(seq8(0), seq8(8))
+	// Rows 0-7 from the low halves; with 16 rows, rows 8-15 from the high
+	// halves, moved to Y8-Y15 after the first rows are stored.
 	row := rowMems(sp, lds)
-	for r := 0; r < natRows; r++ {
+	transpose8(seq8(0), seq8(8))
+	for r := 0; r < 8; r++ {
 		VMOVUPS(ymm(8+r), row(r))
 	}
+	if rows == 16 {
+		for j := 0; j < keys; j++ {
+			VEXTRACTF64X4(Imm(1), zmm(j), ymm(8+j))
+		}
+		transpose8(seq8(8), seq8(8))
+		for r := 0; r < 8; r++ {
+			VMOVUPS(ymm(8+r), row(8+r))
+		}
+	}
 	LEAQ(Mem{Base: kp, Index: ld, Scale: 8}, kp)
-	ADDQ(Imm(4*natRows), sp)
-	SUBQ(Imm(natRows), n)
+	ADDQ(Imm(4*keys), sp)
+	SUBQ(Imm(keys), n)
 	JMP(LabelRef("group"))
 
 	// The last n%8 keys, one at a time: two accumulators, then the lanes
@@ -203,8 +233,8 @@ func genScoresNat() {
 	Label("tail")
 	TESTQ(n, n)
 	JZ(LabelRef("done"))
-	VPXOR(ymm(0), ymm(0), ymm(0))
-	VPXOR(ymm(1), ymm(1), ymm(1))
+	zero(vr(0))
+	zero(vr(1))
 	{
 		kq, qq := GP64(), GP64()
 		MOVQ(kp, kq)
@@ -213,20 +243,20 @@ func genScoresNat() {
 		SHRQ(Imm(5), c)
 		Label("tailstep")
 		for i := 0; i < 16; i++ {
-			VMOVUPS(Mem{Base: qq, Disp: 32 * i}, ymm(8+i%2))
-			VPBROADCASTD(Mem{Base: kq, Disp: 4 * i}, ymm(10+i%2))
-			vdpbf16psY(i%2, 8+i%2, 10+i%2)
+			VMOVUPS(Mem{Base: qq, Disp: vb * i}, vr(8+i%2))
+			VPBROADCASTD(Mem{Base: kq, Disp: 4 * i}, vr(10+i%2))
+			dp(i%2, 8+i%2, 10+i%2)
 		}
 		ADDQ(Imm(64), kq)
-		ADDQ(U32(512), qq)
+		ADDQ(U32(16*vb), qq)
 		DECQ(c)
 		JNZ(LabelRef("tailstep"))
 	}
-	VADDPS(ymm(1), ymm(0), ymm(0))
-	VMOVUPS(ymm(0), sLoc)
+	VADDPS(vr(1), vr(0), vr(0))
+	VMOVUPS(vr(0), sLoc)
 	{
 		row := rowMems(sp, lds)
-		for r := 0; r < natRows; r++ {
+		for r := 0; r < rows; r++ {
 			t := GP32()
 			MOVL(sLoc.Offset(4*r), t)
 			MOVL(t, row(r))
@@ -242,16 +272,17 @@ func genScoresNat() {
 	RET()
 }
 
-func genAccumNat() {
-	name := "accumBF16M8AVX512BF16"
-	// Not NOSPLIT: the frame holds a block of P in bfloat16 (1 KiB).
+// genAccumNat emits the accum kernel of rows (8 or 4) query rows.
+func genAccumNat(rows int) {
+	name := fmt.Sprintf("accumBF16M%dAVX512BF16", rows)
+	// Not NOSPLIT: the frame holds a block of P in bfloat16 (up to 1 KiB).
 	TEXT(name, 0, "func(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv, n, d int)")
 	Pragma("noescape")
-	Doc(name+" adds Σ_j bf16(p[r*ldp+j])·v[j*ldv+c] to o[r*ldo+c] for r < 8, c < d,",
+	Doc(fmt.Sprintf("%s adds Σ_j bf16(p[r*ldp+j])·v[j*ldv+c] to o[r*ldo+c] for r < %d, c < d,", name, rows),
 		"j < n, with VDPBF16PS (p rounded to bfloat16; see decode_bf16.go). ldv is",
 		"the value row stride in elements; d is a positive multiple of 32, n >= 1,",
 		"and all accesses are in bounds.")
-	pLoc := AllocLocal(natRows * natAccumKeys * 2)
+	pLoc := AllocLocal(rows * natAccumKeys * 2)
 	pBlk, vBlk, nLeft, jn := AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
 	MOVQ(Load(Param("p").Base(), GP64()), pBlk)
 	MOVQ(Load(Param("v").Base(), GP64()), vBlk)
@@ -291,7 +322,7 @@ func genAccumNat() {
 		pb := ldMem(pBlk)
 		ldp := loadStride("ldp", 4)
 		row := rowMems(pb, ldp)
-		for r := 0; r < natRows; r++ {
+		for r := 0; r < rows; r++ {
 			m := row(r)
 			for v, k := range masks {
 				VMOVUPS_Z(m.Offset(64*v), k, zmm(28))
@@ -310,7 +341,7 @@ func genAccumNat() {
 	cc := Load(Param("d"), GP64()).(GPVirtual)
 	SHRQ(Imm(5), cc)
 	Label("chunk")
-	for i := 0; i < 2*natRows; i++ {
+	for i := 0; i < 2*rows; i++ {
 		VPXORD(zmm(i), zmm(i), zmm(i))
 	}
 	{
@@ -327,7 +358,7 @@ func genAccumNat() {
 		VMOVDQU64(Mem{Base: vb}, zmm(17))
 		PREFETCHT1(Mem{Base: va, Index: pf, Scale: 1})
 		PREFETCHT1(Mem{Base: vb, Index: pf, Scale: 1})
-		natPairStep(pp)
+		natPairStep(pp, rows)
 		ADDQ(ldv, va)
 		ADDQ(ldv, va)
 		ADDQ(ldv, vb)
@@ -341,7 +372,7 @@ func genAccumNat() {
 		JZ(LabelRef("store"))
 		VMOVDQU64(Mem{Base: va}, zmm(16))
 		VPXORD(zmm(17), zmm(17), zmm(17))
-		natPairStep(pp)
+		natPairStep(pp, rows)
 	}
 
 	Label("store")
@@ -350,7 +381,7 @@ func genAccumNat() {
 		row := rowMems(oc, ldo)
 		tab := GP64()
 		LEAQ(natPerm, tab)
-		for r := 0; r < natRows; r++ {
+		for r := 0; r < rows; r++ {
 			m := row(r)
 			for h := 0; h < 2; h++ {
 				x := zmm(28 + h)
@@ -389,10 +420,10 @@ func genAccumNat() {
 // natPairStep emits one pair of keys of an accum chunk: V's rows in Z16
 // and Z17 interleaved into Z18 (low) and Z19 (high), each row's P pair
 // (at pp+128r) broadcast and multiplied into its two accumulators.
-func natPairStep(pp Register) {
+func natPairStep(pp Register, rows int) {
 	VPUNPCKLWD(zmm(17), zmm(16), zmm(18))
 	VPUNPCKHWD(zmm(17), zmm(16), zmm(19))
-	for r := 0; r < natRows; r++ {
+	for r := 0; r < rows; r++ {
 		b := 20 + r
 		VPBROADCASTD(Mem{Base: pp, Disp: r * 2 * natAccumKeys}, zmm(b))
 		vdpbf16ps(2*r, 18, b)
