@@ -73,9 +73,9 @@ func genDecodeBF16() {
 			DATA(64*h+4*i, U32(uint32(q%2*16+(q/2+2*h)*4+w)))
 		}
 	}
-	genScoresNat(natRows)
-	genScoresNat(2 * natRows)
-	genScoresNat4()
+	for _, ns := range []natScores{natPairs(natRows), natPairs(2 * natRows), natQuads()} {
+		genScoresNat(ns)
+	}
 	genAccumNat(natRows)
 	genAccumNat(natRows / 2)
 }
@@ -110,30 +110,94 @@ func seq8(base int) (r [8]int) {
 	return r
 }
 
-// genScoresNat emits the scores kernel of rows query rows: 8 (ymm, one
-// lane per row) or 16 (zmm, the same with every vector twice as wide, so
-// that one broadcast and one VDPBF16PS serve 16 rows: half the
-// instructions and the reads of K of two 8-row calls).
-func genScoresNat(rows int) {
+// natScores is what differs between the native bf16 scores kernels: the
+// rows, the vector width, the layout of the packed Q (pairs or quadwords
+// per lane, so how many bytes of a key one broadcast takes) and the way a
+// group's sums reach S. genScoresNat emits the rest, the same for all.
+type natScores struct {
+	rows int
+	see  string // the file that describes the layout
+	vb   int    // bytes of a vector: 32 (ymm) or 64 (zmm)
+	bw   int    // bytes of a key per broadcast and VDPBF16PS: 4 or 8
+	// packStep is the frame bytes of 16 packed values of every row, as
+	// the generated code spells the constant.
+	packStep Constant
+	bcast    func(ops ...Op) // a key's bw bytes into every lane
+	// pack rounds the 16 values at rs.mem(r, 0) of each row and stores
+	// them packed at dst.
+	pack func(rs rowSet, dst Register)
+	// store moves the group's sums (key j in vr(j), j < 8) to the rows of S.
+	store func(row func(r int) Mem)
+	// fold, if set, adds the tail's partial sums in vr(0) so that lane(r)
+	// holds S[r][j].
+	fold func()
+	lane func(r int) int
+}
+
+// natPairs is the layout of 8 rows (ymm) or 16 rows (zmm): lane r of
+// packed Q vector p is the pair Q[r][2p:2p+2]; decode_bf16.go.
+func natPairs(rows int) natScores {
+	ns := natScores{
+		rows: rows, see: "decode_bf16.go", vb: 4 * rows, bw: 4, packStep: U32(32 * rows),
+		bcast: VPBROADCASTD, lane: func(r int) int { return r },
+	}
+	// Chunks of 16 values of the rows, rounded and transposed 8 rows at a
+	// time (rows 8-15 in the high halves of the vectors).
+	ns.pack = func(rs rowSet, dst Register) {
+		for h := 0; h < rows/8; h++ {
+			for r := 0; r < 8; r++ {
+				VMOVUPS(rs.mem(8*h+r, 0), zmm(r))
+				vcvtneps2bf16(r, r)
+			}
+			transpose8(seq8(0), seq8(8))
+			for i := 0; i < 8; i++ {
+				VMOVUPS(ymm(8+i), Mem{Base: dst, Disp: ns.vb*i + 32*h})
+			}
+		}
+	}
+	// Rows 0-7 from the low halves; with 16 rows, rows 8-15 from the high
+	// halves, moved to Y8-Y15 after the first rows are stored.
+	ns.store = func(row func(r int) Mem) {
+		transpose8(seq8(0), seq8(8))
+		for r := 0; r < 8; r++ {
+			VMOVUPS(ymm(8+r), row(r))
+		}
+		if rows == 16 {
+			for j := 0; j < 8; j++ {
+				VEXTRACTF64X4(Imm(1), zmm(j), ymm(8+j))
+			}
+			transpose8(seq8(8), seq8(8))
+			for r := 0; r < 8; r++ {
+				VMOVUPS(ymm(8+r), row(8+r))
+			}
+		}
+	}
+	return ns
+}
+
+// genScoresNat emits the scores kernel of ns.rows query rows. With 16 rows
+// every vector is twice as wide as with 8, so that one broadcast and one
+// VDPBF16PS serve 16 rows: half the instructions and the reads of K of two
+// 8-row calls.
+func genScoresNat(ns natScores) {
 	const keys = 8 // keys per group
+	rows, vb, bw := ns.rows, ns.vb, ns.bw
 	vr, dp, zero := ymm, vdpbf16psY, func(v VecPhysical) { VPXOR(v, v, v) }
-	if rows == 16 {
+	if vb == 64 {
 		vr, dp, zero = zmm, vdpbf16ps, func(v VecPhysical) { VPXORD(v, v, v) }
 	}
-	vb := 4 * rows // bytes of a packed Q vector (one pair of every row)
+	steps := 64 / bw // broadcasts per 64 bytes of a key
 	name := fmt.Sprintf("scoresBF16M%dAVX512BF16", rows)
 	// Not NOSPLIT: the frame holds the packed Q (up to 8 KiB).
-	TEXT(name, 0, "func(s []float32, lds int, q []float32, k []uint16, ldk, n, d int)")
-	Pragma("noescape")
-	Doc(fmt.Sprintf("%s sets s[r*lds+j] = Σ_p bf16(q[r*d+p])·k[j*ldk+p] for r < %d, j < n, with", name, rows),
-		"VDPBF16PS (q rounded to bfloat16; see decode_bf16.go). ldk is the key",
+	natText(name, "func(s []float32, lds int, q []float32, k []uint16, ldk, n, d int)",
+		fmt.Sprintf("%s sets s[r*lds+j] = Σ_p bf16(q[r*d+p])·k[j*ldk+p] for r < %d, j < n, with", name, rows),
+		"VDPBF16PS (q rounded to bfloat16; see "+ns.see+"). ldk is the key",
 		"row stride in elements; d is a multiple of 32 up to 256, n >= 1, and",
 		"all accesses are in bounds.")
-	qLoc := AllocLocal(natMaxD / 2 * vb)
+	qLoc := AllocLocal(natMaxD * 2 * rows) // Q in bfloat16
 	sLoc := AllocLocal(vb)
 
-	// Pack Q: chunks of 16 values of the rows, rounded and transposed 8
-	// rows at a time (rows 8-15 in the high halves of the vectors).
+	// Pack Q, 16 values of every row at a time.
 	{
 		ldq := Load(Param("d"), GP64()).(GPVirtual)
 		SHLQ(Imm(2), ldq)
@@ -145,18 +209,9 @@ func genScoresNat(rows int) {
 		c := Load(Param("d"), GP64())
 		SHRQ(Imm(4), c)
 		Label("packq")
-		for h := 0; h < rows/8; h++ {
-			for r := 0; r < 8; r++ {
-				VMOVUPS(rs.mem(8*h+r, 0), zmm(r))
-				vcvtneps2bf16(r, r)
-			}
-			transpose8(seq8(0), seq8(8))
-			for i := 0; i < 8; i++ {
-				VMOVUPS(ymm(8+i), Mem{Base: dst, Disp: vb*i + 32*h})
-			}
-		}
+		ns.pack(rs, dst)
 		rs.add(Imm(64))
-		ADDQ(U32(8*vb), dst)
+		ADDQ(ns.packStep, dst)
 		DECQ(c)
 		JNZ(LabelRef("packq"))
 	}
@@ -186,12 +241,12 @@ func genScoresNat(rows int) {
 		c := Load(Param("d"), GP64())
 		SHRQ(Imm(5), c)
 		Label("step")
-		for i := 0; i < 16; i++ { // 16 pairs: 64 bytes of each key
+		for i := 0; i < steps; i++ { // 64 bytes of each key
 			qv := 16 + i%2
 			VMOVUPS(Mem{Base: qq, Disp: vb * i}, vr(qv))
 			for j := 0; j < keys; j++ {
 				b := 18 + (i*keys+j)%6
-				VPBROADCASTD(rs.mem(j, 4*i), vr(b))
+				ns.bcast(rs.mem(j, bw*i), vr(b))
 				dp(j+keys*(i%2), qv, b)
 			}
 		}
@@ -200,29 +255,14 @@ func genScoresNat(rows int) {
 		}
 		rs.add(Imm(64))
 		pfs.add(Imm(64))
-		ADDQ(U32(16*vb), qq)
+		ADDQ(U32(steps*vb), qq)
 		DECQ(c)
 		JNZ(LabelRef("step"))
 	}
 	for j := 0; j < keys; j++ {
 		VADDPS(vr(keys+j), vr(j), vr(j))
 	}
-	// Rows 0-7 from the low halves; with 16 rows, rows 8-15 from the high
-	// halves, moved to Y8-Y15 after the first rows are stored.
-	row := rowMems(sp, lds)
-	transpose8(seq8(0), seq8(8))
-	for r := 0; r < 8; r++ {
-		VMOVUPS(ymm(8+r), row(r))
-	}
-	if rows == 16 {
-		for j := 0; j < keys; j++ {
-			VEXTRACTF64X4(Imm(1), zmm(j), ymm(8+j))
-		}
-		transpose8(seq8(8), seq8(8))
-		for r := 0; r < 8; r++ {
-			VMOVUPS(ymm(8+r), row(8+r))
-		}
-	}
+	ns.store(rowMems(sp, lds))
 	LEAQ(Mem{Base: kp, Index: ld, Scale: 8}, kp)
 	ADDQ(Imm(4*keys), sp)
 	SUBQ(Imm(keys), n)
@@ -242,23 +282,26 @@ func genScoresNat(rows int) {
 		c := Load(Param("d"), GP64())
 		SHRQ(Imm(5), c)
 		Label("tailstep")
-		for i := 0; i < 16; i++ {
+		for i := 0; i < steps; i++ {
 			VMOVUPS(Mem{Base: qq, Disp: vb * i}, vr(8+i%2))
-			VPBROADCASTD(Mem{Base: kq, Disp: 4 * i}, vr(10+i%2))
+			ns.bcast(Mem{Base: kq, Disp: bw * i}, vr(10+i%2))
 			dp(i%2, 8+i%2, 10+i%2)
 		}
 		ADDQ(Imm(64), kq)
-		ADDQ(U32(16*vb), qq)
+		ADDQ(U32(steps*vb), qq)
 		DECQ(c)
 		JNZ(LabelRef("tailstep"))
 	}
 	VADDPS(vr(1), vr(0), vr(0))
+	if ns.fold != nil {
+		ns.fold()
+	}
 	VMOVUPS(vr(0), sLoc)
 	{
 		row := rowMems(sp, lds)
 		for r := 0; r < rows; r++ {
 			t := GP32()
-			MOVL(sLoc.Offset(4*r), t)
+			MOVL(sLoc.Offset(4*ns.lane(r)), t)
 			MOVL(t, row(r))
 		}
 	}
@@ -270,6 +313,14 @@ func genScoresNat(rows int) {
 	Label("done")
 	VZEROUPPER()
 	RET()
+}
+
+// natText starts a native bf16 kernel: TEXT (not NOSPLIT: the frames hold
+// packed bfloat16 operands), no escaping arguments, and the doc lines.
+func natText(name, sig string, doc ...string) {
+	TEXT(name, 0, sig)
+	Pragma("noescape")
+	Doc(doc...)
 }
 
 // genAccumNat emits the accum kernel of rows (8 or 4) query rows.
