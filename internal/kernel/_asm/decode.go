@@ -169,6 +169,22 @@ func slot(c gotypes.Component) Mem {
 	return b.Addr
 }
 
+// keyBlock emits the head of an accum kernel's loop over blocks of keys:
+// a jump to "done" when no keys are left (nLeft), else jn = min(nLeft,
+// keys), the keys of this block, which it also returns in a new register.
+func keyBlock(nLeft, jn Mem, keys int) GPVirtual {
+	n := GP64()
+	MOVQ(nLeft, n)
+	TESTQ(n, n)
+	JZ(LabelRef("done"))
+	jb := GP64()
+	MOVQ(U32(keys), jb)
+	CMPQ(n, jb)
+	CMOVQGT(jb, n)
+	MOVQ(n, jn)
+	return n
+}
+
 // ldMem loads the quadword at m into a new register.
 func ldMem(m Mem) GPVirtual {
 	r := GP64()

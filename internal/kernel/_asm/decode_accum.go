@@ -99,15 +99,7 @@ func genAccum(s isa, e decodeElem, mr int) {
 
 	Label("block")
 	{
-		n := GP64()
-		MOVQ(g.nLeft, n)
-		TESTQ(n, n)
-		JZ(LabelRef("done"))
-		jb := GP64()
-		MOVQ(U32(accumKeyBlock), jb)
-		CMPQ(n, jb)
-		CMOVQGT(jb, n)
-		MOVQ(n, g.jn)
+		n := keyBlock(g.nLeft, g.jn, accumKeyBlock)
 		g.copyP(n)
 		MOVQ(Load(Param("o").Base(), GP64()), g.oCur)
 		MOVQ(ldMem(g.vBlk), g.vCur)

@@ -341,15 +341,7 @@ func genAccumNat(rows int) {
 
 	Label("block")
 	{
-		n := GP64()
-		MOVQ(nLeft, n)
-		TESTQ(n, n)
-		JZ(LabelRef("done"))
-		jb := GP64()
-		MOVQ(U32(natAccumKeys), jb)
-		CMPQ(n, jb)
-		CMOVQGT(jb, n)
-		MOVQ(n, jn)
+		n := keyBlock(nLeft, jn, natAccumKeys)
 
 		// P's block in bfloat16, zero beyond jn keys: row r at pLoc+128r.
 		var masks []Register
