@@ -188,7 +188,7 @@ func genScoresNat(ns natScores) {
 	}
 	steps := 64 / bw // broadcasts per 64 bytes of a key
 	name := fmt.Sprintf("scoresBF16M%dAVX512BF16", rows)
-	// Not NOSPLIT: the frame holds the packed Q (up to 8 KiB).
+	// The frame holds the packed Q (up to 8 KiB).
 	natText(name, "func(s []float32, lds int, q []float32, k []uint16, ldk, n, d int)",
 		fmt.Sprintf("%s sets s[r*lds+j] = Σ_p bf16(q[r*d+p])·k[j*ldk+p] for r < %d, j < n, with", name, rows),
 		"VDPBF16PS (q rounded to bfloat16; see "+ns.see+"). ldk is the key",
@@ -326,10 +326,9 @@ func natText(name, sig string, doc ...string) {
 // genAccumNat emits the accum kernel of rows (8 or 4) query rows.
 func genAccumNat(rows int) {
 	name := fmt.Sprintf("accumBF16M%dAVX512BF16", rows)
-	// Not NOSPLIT: the frame holds a block of P in bfloat16 (up to 1 KiB).
-	TEXT(name, 0, "func(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv, n, d int)")
-	Pragma("noescape")
-	Doc(fmt.Sprintf("%s adds Σ_j bf16(p[r*ldp+j])·v[j*ldv+c] to o[r*ldo+c] for r < %d, c < d,", name, rows),
+	// The frame holds a block of P in bfloat16 (up to 1 KiB).
+	natText(name, "func(o []float32, ldo int, p []float32, ldp int, v []uint16, ldv, n, d int)",
+		fmt.Sprintf("%s adds Σ_j bf16(p[r*ldp+j])·v[j*ldv+c] to o[r*ldo+c] for r < %d, c < d,", name, rows),
 		"j < n, with VDPBF16PS (p rounded to bfloat16; see decode_bf16.go). ldv is",
 		"the value row stride in elements; d is a positive multiple of 32, n >= 1,",
 		"and all accesses are in bounds.")
