@@ -126,10 +126,11 @@ type natScores struct {
 	// pack rounds the 16 values at rs.mem(r, 0) of each row and stores
 	// them packed at dst.
 	pack func(rs rowSet, dst Register)
-	// store moves the group's sums (key j in vr(j), j < 8) to the rows of S.
+	// store moves the group's sums (key j in vector j, j < 8) to the
+	// rows of S.
 	store func(row func(r int) Mem)
-	// fold, if set, adds the tail's partial sums in vr(0) so that lane(r)
-	// holds S[r][j].
+	// fold, if set, adds up the partial sums of the tail's key in vector
+	// 0; then dword lane(r) of it is S[r][j].
 	fold func()
 	lane func(r int) int
 }
