@@ -120,7 +120,7 @@ func (f *forwardPass) tile(ws *workspace, st *rowState, t *fwdTask, si int, sb s
 	kv := f.keyTile(ws, t.seq, si, sb, j0, n, step)
 	f.scores(ws, sb, si, kv, j0, n)
 	f.softmax(ws, st, t, sb, kv, kind, j0, n)
-	f.accumulate(ws, sb, kv, j0, n)
+	f.accumulate(ws, st, sb, kv, j0, n)
 }
 
 // tileHeads is tile for every sub-block of a oneRowPerHead block at once
@@ -133,6 +133,9 @@ func (f *forwardPass) tileHeads(ws *workspace, st *rowState, t *fwdTask, kind Bl
 	p.decodeScoresHeads(ws, s, subs, j0, n, np)
 	for _, sb := range subs {
 		f.softmax(ws, st, t, sb, kvTile{inPlace: true}, kind, j0, n)
+	}
+	for _, sb := range subs {
+		st.claimAdd(sb.r0, sb.m)
 	}
 	p.decodeAccumHeads(ws, s, subs, j0, n, np)
 }
@@ -191,7 +194,7 @@ func (f *forwardPass) start(ws *workspace, t *fwdTask) rowState {
 	ws.sizeForward(p)
 	fw := &ws.fwd
 	m, d := t.height(), p.dim
-	st := rowState{m: fw.m, l: fw.l, o: fw.o, dimPad: p.dimVPad}
+	st := rowState{m: fw.m, l: fw.l, o: fw.o, dimPad: p.dimVPad, fresh: fw.fresh}
 	if t.slot >= 0 {
 		// A key split accumulates in its partial-result slot directly.
 		r0, r1 := t.slot, t.slot+m
@@ -355,15 +358,18 @@ func (f *forwardPass) softmax(ws *workspace, st *rowState, t *fwdTask, sb subBlo
 }
 
 // accumulate adds P·V of sub-block sb (its S rows sb.s0..) to its output
-// rows sb.r0...
-func (f *forwardPass) accumulate(ws *workspace, sb subBlock, kv kvTile, j0, n int) {
+// rows sb.r0.. of st, or stores it there when it is their first product
+// (rowState.claim).
+func (f *forwardPass) accumulate(ws *workspace, st *rowState, sb subBlock, kv kvTile, j0, n int) {
 	p, fw := f.p, &ws.fwd
 	np, dvp := kernel.Pad(n), p.dimVPad
 	pTile := fw.s[sb.s0*np:]
 	switch {
 	case kv.inPlace:
+		st.claimAdd(sb.r0, sb.m)
 		p.decodeAccum(ws, kv.seq, sb, j0, n, np)
 	case kv.vh != nil:
+		st.claimAdd(sb.r0, sb.m)
 		// P in the type, rows of even(n) (the pad column is 0): one
 		// conversion for the whole tile when its rows are that long
 		// already (n a multiple of W), else one per row.
@@ -387,7 +393,11 @@ func (f *forwardPass) accumulate(ws *workspace, sb subBlock, kv kvTile, j0, n in
 			kernel.PackRows(fw.vp, vr, ld, n, p.dimV)
 			kv.v, kv.ldv = fw.vp, dvp
 		}
-		p.kern.MulAddAB(fw.acc[sb.r0*dvp:], dvp, pTile, np, kv.v, kv.ldv, sb.m, dvp, n)
+		mul := p.kern.MulAddAB
+		if st.claim(sb.r0, sb.m) {
+			mul = p.kern.MulAB
+		}
+		mul(fw.acc[sb.r0*dvp:], dvp, pTile, np, kv.v, kv.ldv, sb.m, dvp, n)
 	}
 }
 
@@ -397,6 +407,7 @@ func (f *forwardPass) finish(ws *workspace, st *rowState, t *fwdTask) {
 	p := f.p
 	s := &p.seqs[t.seq]
 	m := t.height()
+	st.settle(m)
 	if t.slot >= 0 {
 		return // the state is in its partial-result slot (see start)
 	}

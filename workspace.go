@@ -26,6 +26,7 @@ type fwdScratch struct {
 	o      []float32 // the output accumulator, maxRows × dimVPad
 	acc    []float32 // the task's accumulator: o, or a key split's partial-result slot
 	m, l   []float32 // running max and sum, maxRows
+	fresh  []bool    // rows of o not written yet, maxRows (rowState.claim)
 	qT     []float32 // route sT: Qᵀ packed per sub-block, W × dim per KV head
 	sT     []float32 // route sT: Sᵀ, bk × W
 	subs   []subBlock
@@ -80,6 +81,7 @@ func (w *workspace) sizeForward(p *plan) {
 	grow(&f.sT, bkp*kernel.W)
 	grow(&f.m, p.maxRows)
 	grow(&f.l, p.maxRows)
+	grow(&f.fresh, p.maxRows)
 	w.sizeRow(bkp)
 }
 
