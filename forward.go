@@ -120,7 +120,7 @@ func (f *forwardPass) tile(ws *workspace, st *rowState, t *fwdTask, si int, sb s
 	kv := f.keyTile(ws, t.seq, si, sb, j0, n, step)
 	f.scores(ws, sb, si, kv, j0, n)
 	f.softmax(ws, st, t, sb, kv, kind, j0, n)
-	f.accumulate(ws, sb, kv, j0, n)
+	f.accumulate(ws, st, sb, kv, j0, n)
 }
 
 // tileHeads is tile for every sub-block of a oneRowPerHead block at once
@@ -133,6 +133,9 @@ func (f *forwardPass) tileHeads(ws *workspace, st *rowState, t *fwdTask, kind Bl
 	p.decodeScoresHeads(ws, s, subs, j0, n, np)
 	for _, sb := range subs {
 		f.softmax(ws, st, t, sb, kvTile{inPlace: true}, kind, j0, n)
+	}
+	for _, sb := range subs {
+		st.claimAdd(sb.r0, sb.m)
 	}
 	p.decodeAccumHeads(ws, s, subs, j0, n, np)
 }
@@ -191,7 +194,7 @@ func (f *forwardPass) start(ws *workspace, t *fwdTask) rowState {
 	ws.sizeForward(p)
 	fw := &ws.fwd
 	m, d := t.height(), p.dim
-	st := rowState{m: fw.m, l: fw.l, o: fw.o, dimPad: p.dimVPad}
+	st := rowState{m: fw.m, l: fw.l, o: fw.o, dimPad: p.dimVPad, fresh: fw.fresh}
 	if t.slot >= 0 {
 		// A key split accumulates in its partial-result slot directly.
 		r0, r1 := t.slot, t.slot+m
@@ -199,15 +202,7 @@ func (f *forwardPass) start(ws *workspace, t *fwdTask) rowState {
 		st.o = f.part.o[r0*p.dimVPad : r1*p.dimVPad]
 	}
 	fw.acc = st.o
-	// Native products with packed K/V set each accumulator row with its
-	// first P·V (accumulate) rather than add to a cleared one: with key
-	// splits, most of a task's rows are cleared and set again.
-	setFirst := p.native && s.route.from == fromPacked
-	st.reset(m, !setFirst)
-	fw.oSet = grow(&fw.oSet, m)
-	for r := range fw.oSet {
-		fw.oSet[r] = !setFirst
-	}
+	st.reset(m)
 	qRows := fw.q[:(m+3)*d] // 3 spare rows: Dot4T reads rows in fours
 	fw.qa, fw.ldq = qRows, d
 	halfOnly := f.qHalfOnly(t)
@@ -369,22 +364,15 @@ func (f *forwardPass) softmax(ws *workspace, st *rowState, t *fwdTask, sb subBlo
 }
 
 // accumulate adds P·V of sub-block sb (its S rows sb.s0..) to its output
-// rows sb.r0...
-func (f *forwardPass) accumulate(ws *workspace, sb subBlock, kv kvTile, j0, n int) {
+// rows sb.r0.. of st, or stores it there when it is their first product
+// (rowState.claim).
+func (f *forwardPass) accumulate(ws *workspace, st *rowState, sb subBlock, kv kvTile, j0, n int) {
 	p, fw := f.p, &ws.fwd
 	np, dvp := kernel.Pad(n), p.dimVPad
 	pTile := fw.s[sb.s0*np:]
-	first := !fw.oSet[sb.r0] // the sub-block's rows are set together
-	if first {
-		for r := sb.r0; r < sb.r0+sb.m; r++ {
-			fw.oSet[r] = true
-		}
-		if kv.vh == nil { // only the native product sets them
-			clear(fw.acc[sb.r0*dvp : (sb.r0+sb.m)*dvp])
-		}
-	}
 	switch {
 	case kv.inPlace:
+		st.claimAdd(sb.r0, sb.m)
 		p.decodeAccum(ws, kv.seq, sb, j0, n, np)
 	case kv.vh != nil:
 		// P in the type, rows of even(n) (the pad column is 0): one
@@ -400,7 +388,7 @@ func (f *forwardPass) accumulate(ws *workspace, sb subBlock, kv kvTile, j0, n in
 			}
 		}
 		mul := p.halfMul.MulAdd
-		if first {
+		if st.claim(sb.r0, sb.m) {
 			mul = p.halfMul.Mul
 		}
 		mul(fw.acc[sb.r0*dvp:], dvp, ph, ne, kv.vh, kv.ldbV, sb.m, dvp, ne)
@@ -414,7 +402,11 @@ func (f *forwardPass) accumulate(ws *workspace, sb subBlock, kv kvTile, j0, n in
 			kernel.PackRows(fw.vp, vr, ld, n, p.dimV)
 			kv.v, kv.ldv = fw.vp, dvp
 		}
-		p.kern.MulAddAB(fw.acc[sb.r0*dvp:], dvp, pTile, np, kv.v, kv.ldv, sb.m, dvp, n)
+		mul := p.kern.MulAddAB
+		if st.claim(sb.r0, sb.m) {
+			mul = p.kern.MulAB
+		}
+		mul(fw.acc[sb.r0*dvp:], dvp, pTile, np, kv.v, kv.ldv, sb.m, dvp, n)
 	}
 }
 
@@ -424,11 +416,7 @@ func (f *forwardPass) finish(ws *workspace, st *rowState, t *fwdTask) {
 	p := f.p
 	s := &p.seqs[t.seq]
 	m := t.height()
-	for r, set := range ws.fwd.oSet[:m] {
-		if !set { // no tile reached the row: its sum is 0
-			clear(st.o[r*p.dimVPad : (r+1)*p.dimVPad])
-		}
-	}
+	st.settle(m)
 	if t.slot >= 0 {
 		return // the state is in its partial-result slot (see start)
 	}

@@ -109,19 +109,15 @@ func (m *lseMerge) row(dst []float32) float32 {
 // read at all (their rows may hold anything).
 func (m *lseMerge) rowStrided(kern *kernel.Impl, dst, parts []float32, stride, n int) float32 {
 	lse, seen := m.weights()
-	clear(dst[:n])
-	if !seen {
-		return lse
-	}
 	k := 0
 	for s, a := range m.a {
 		m.w32[s] = float32(m.w[s])
-		if !math.IsInf(a, -1) {
+		if seen && !math.IsInf(a, -1) {
 			k = s + 1
 		}
 	}
-	if k > 0 {
-		kern.MulAddAB(dst, n, m.w32, k, parts, stride, 1, n, k)
-	}
+	// MulAB stores the sums (dst = 0 where k = 0), as MulAddAB adds them
+	// to a cleared dst.
+	kern.MulAB(dst, n, m.w32, k, parts, stride, 1, n, k)
 	return lse
 }

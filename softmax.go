@@ -16,17 +16,57 @@ type rowState struct {
 	m, l   []float32 // running max (score units) and sum, per row
 	o      []float32 // unnormalised output rows, stride dimPad (V's head dim, padded)
 	dimPad int
+	fresh  []bool // per row: o not written yet (see claim)
 }
 
-// reset starts rows 0..rows-1 afresh: m = −Inf, l = 0 and, with clearO,
-// their output rows 0 (without it the first product sets them).
-func (st *rowState) reset(rows int, clearO bool) {
+// reset starts rows 0..rows-1 afresh: m = −Inf, l = 0, and their output
+// rows not written yet (the first product sets them: see claim).
+func (st *rowState) reset(rows int) {
 	for r := 0; r < rows; r++ {
 		st.m[r] = negInf
 		st.l[r] = 0
+		st.fresh[r] = true
 	}
-	if clearO {
-		clear(st.o[:rows*st.dimPad])
+}
+
+// claim marks rows r0..r0+n-1 of o written by the P·V product about to
+// run and reports whether it may overwrite them (Impl.MulAB): none was
+// written since reset. o is not cleared at reset; the first product into
+// a row stores its sum instead, with the bits adding it to zeros gives.
+// Rows still unwritten in a partly written range are cleared, so that
+// a product that adds (false) adds to zeros there. update rescales a row
+// only after a tile's product wrote it.
+func (st *rowState) claim(r0, n int) bool {
+	rows := st.fresh[r0 : r0+n]
+	all := true
+	for _, f := range rows {
+		all = all && f
+	}
+	for i, f := range rows {
+		if f && !all {
+			clear(st.o[(r0+i)*st.dimPad : (r0+i+1)*st.dimPad])
+		}
+		rows[i] = false
+	}
+	return all
+}
+
+// claimAdd is claim for a product that adds to o (16-bit and decode
+// paths): rows not written yet are cleared first.
+func (st *rowState) claimAdd(r0, n int) {
+	if st.claim(r0, n) {
+		clear(st.o[r0*st.dimPad : (r0+n)*st.dimPad])
+	}
+}
+
+// settle clears the rows of o that no product wrote (no visible key), so
+// that every row of the first rows is defined: a key split's slot is
+// merged as it is.
+func (st *rowState) settle(rows int) {
+	for r := 0; r < rows; r++ {
+		if st.fresh[r] {
+			st.claimAdd(r, 1)
+		}
 	}
 }
 

@@ -26,17 +26,13 @@ type fwdScratch struct {
 	o      []float32 // the output accumulator, maxRows × dimVPad
 	acc    []float32 // the task's accumulator: o, or a key split's partial-result slot
 	m, l   []float32 // running max and sum, maxRows
+	fresh  []bool    // rows of o not written yet, maxRows (rowState.claim)
 	qT     []float32 // route sT: Qᵀ packed per sub-block, W × dim per KV head
 	sT     []float32 // route sT: Sᵀ, bk × W
 	subs   []subBlock
 	kStage []float32 // route fromStaged: K of one key tile for the block's KV heads
 	vStage []float32 // route fromStaged: V likewise, rows padded to dimVPad
 	qh, ph []uint16  // native 16-bit products: Q rows, P rows of a tile
-	// native 16-bit products with packed K/V: per row of the block,
-	// whether its accumulator row holds a sum; the first P·V sets the
-	// rows it covers (no cleared accumulator to add to), finishTask
-	// clears those no tile reached.
-	oSet []bool
 }
 
 // bwdScratch holds a backward task's tiles.
@@ -85,6 +81,7 @@ func (w *workspace) sizeForward(p *plan) {
 	grow(&f.sT, bkp*kernel.W)
 	grow(&f.m, p.maxRows)
 	grow(&f.l, p.maxRows)
+	grow(&f.fresh, p.maxRows)
 	w.sizeRow(bkp)
 }
 

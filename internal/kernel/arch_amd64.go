@@ -18,6 +18,7 @@ func archImpls() []Impl {
 			MulABt:      wrapMulABt(mulABtAVX512), // VFMADD231PS: at the FMA rate
 			FusedScores: true,
 			MulAddAB:    wrapMulAdd(false, mulAddABAVX512),
+			MulAB:       wrapMulAB(mulABAVX512),
 			MulAddAtB:   wrapMulAdd(true, mulAddAtBAVX512),
 			ExpSum:      wrapExpSum(expSumAVX512),
 			Max:         wrapMax(maxAVX512),
@@ -38,6 +39,7 @@ func archImpls() []Impl {
 			MulABt:      wrapMulABt(mulABtAVX2), // VFMADD231PS: at the FMA rate
 			FusedScores: true,
 			MulAddAB:    wrapMulAdd(false, mulAddABAVX2),
+			MulAB:       wrapMulAB(mulABAVX2),
 			MulAddAtB:   wrapMulAdd(true, mulAddAtBAVX2),
 			ExpSum:      wrapExpSum(expSumAVX2),
 			Max:         wrapMax(maxAVX2),

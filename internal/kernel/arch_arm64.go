@@ -18,6 +18,7 @@ func archImpls() []Impl {
 		MulABt:      wrapMulABt(mulABtNEON), // FMLA: at the FMA rate
 		FusedScores: true,
 		MulAddAB:    wrapMulAdd(false, mulAddABNEON),
+		MulAB:       clearThen(wrapMulAdd(false, mulAddABNEON)),
 		MulAddAtB:   wrapMulAdd(true, mulAddAtBNEON),
 		ExpSum:      wrapExpSum(expSumNEON),
 		Max:         wrapMax(maxNEON),

@@ -10,6 +10,7 @@ var Generic = Impl{
 	Name:      "generic",
 	MulABt:    mulABtGeneric,
 	MulAddAB:  mulAddABGeneric,
+	MulAB:     clearThen(mulAddABGeneric),
 	MulAddAtB: mulAddAtBGeneric,
 	ExpSum:    expSumGeneric,
 	Max:       maxGeneric,
@@ -132,6 +133,22 @@ func add4(c []float32, x0, x1, x2, x3 float32) {
 
 // mulAddABGeneric and mulAddAtBGeneric share one body: A is read at
 // a[i*ri + p*rp], so A·B and Aᵀ·B differ only in the strides.
+// clearThen returns MulAB made of a MulAddAB f: C cleared, then f adds
+// A·B to it (the bits of a kernel that stores its sums).
+func clearThen(f func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int)) func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int) {
+	return func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int) {
+		clearRows(c, ldc, m, n)
+		f(c, ldc, a, lda, b, ldb, m, n, k)
+	}
+}
+
+// clearRows sets the m rows of n elements of c, ldc apart, to zero.
+func clearRows(c []float32, ldc, m, n int) {
+	for i := 0; i < m; i++ {
+		clear(c[i*ldc : i*ldc+n])
+	}
+}
+
 func mulAddABGeneric(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int) {
 	mulAddStrided(c, ldc, a, lda, 1, b, ldb, m, n, k)
 }

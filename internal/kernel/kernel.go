@@ -186,6 +186,11 @@ type Impl struct {
 	// zero) where the rule allows 2× (TestLongChainGradients).
 	MulAddAB func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int)
 
+	// MulAB sets C = A·B, with the bits MulAddAB gives on a cleared C
+	// (its sums start from +0, never −0): the first product into a
+	// fresh accumulator overwrites it instead of clearing it first.
+	MulAB func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int)
+
 	// MulAddAtB adds Aᵀ·B to C: c[i*ldc+j] += Σ_{p<k} a[p*lda+i] * b[p*ldb+j]
 	// for i < m, j < n. n is a multiple of W. The sum starts from zero and
 	// is added to C once, as in MulAddAB.

@@ -2281,6 +2281,663 @@ cols16Done:
 	VZEROUPPER
 	RET
 
+// func mulABAVX512(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m int, n int, k int)
+// Requires: AVX, AVX512F
+TEXT ·mulABAVX512(SB), NOSPLIT, $0-120
+	MOVQ c_base+0(FP), AX
+	MOVQ b_base+64(FP), CX
+	MOVQ n+104(FP), DX
+
+cols32:
+	CMPQ DX, $0x00000020
+	JL   cols32Done
+	MOVQ a_base+32(FP), BX
+	MOVQ AX, SI
+	MOVQ m+96(FP), DI
+
+rowsv2:
+	CMPQ DI, $0x06
+	JL   rowsv2Tail
+
+	// Microkernel: 6 rows × 32 columns, 12 accumulators.
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	MOVQ   lda+56(FP), R8
+	SHLQ   $0x02, R8
+	MOVQ   BX, R9
+	LEAQ   (R9)(R8*2), R10
+	ADDQ   R8, R10
+	MOVQ   CX, R11
+	MOVQ   ldb+88(FP), R12
+	SHLQ   $0x02, R12
+	MOVQ   k+112(FP), R13
+	TESTQ  R13, R13
+	JE     r6v2store
+
+r6v2loop:
+	VMOVUPS      (R11), Z12
+	VMOVUPS      64(R11), Z13
+	VBROADCASTSS (R9), Z14
+	VFMADD231PS  Z12, Z14, Z0
+	VFMADD231PS  Z13, Z14, Z1
+	VBROADCASTSS (R9)(R8*1), Z14
+	VFMADD231PS  Z12, Z14, Z2
+	VFMADD231PS  Z13, Z14, Z3
+	VBROADCASTSS (R9)(R8*2), Z14
+	VFMADD231PS  Z12, Z14, Z4
+	VFMADD231PS  Z13, Z14, Z5
+	VBROADCASTSS (R10), Z14
+	VFMADD231PS  Z12, Z14, Z6
+	VFMADD231PS  Z13, Z14, Z7
+	VBROADCASTSS (R10)(R8*1), Z14
+	VFMADD231PS  Z12, Z14, Z8
+	VFMADD231PS  Z13, Z14, Z9
+	VBROADCASTSS (R10)(R8*2), Z14
+	VFMADD231PS  Z12, Z14, Z10
+	VFMADD231PS  Z13, Z14, Z11
+	ADDQ         R12, R11
+	ADDQ         $0x04, R9
+	ADDQ         $0x04, R10
+	DECQ         R13
+	JNE          r6v2loop
+
+r6v2store:
+	MOVQ    ldc+24(FP), R8
+	SHLQ    $0x02, R8
+	MOVQ    SI, R9
+	VMOVUPS Z0, (R9)
+	VMOVUPS Z1, 64(R9)
+	ADDQ    R8, R9
+	VMOVUPS Z2, (R9)
+	VMOVUPS Z3, 64(R9)
+	ADDQ    R8, R9
+	VMOVUPS Z4, (R9)
+	VMOVUPS Z5, 64(R9)
+	ADDQ    R8, R9
+	VMOVUPS Z6, (R9)
+	VMOVUPS Z7, 64(R9)
+	ADDQ    R8, R9
+	VMOVUPS Z8, (R9)
+	VMOVUPS Z9, 64(R9)
+	ADDQ    R8, R9
+	VMOVUPS Z10, (R9)
+	VMOVUPS Z11, 64(R9)
+	MOVQ    lda+56(FP), R8
+	IMUL3Q  $0x18, R8, R8
+	ADDQ    R8, BX
+	MOVQ    ldc+24(FP), R8
+	IMUL3Q  $0x18, R8, R8
+	ADDQ    R8, SI
+	SUBQ    $0x06, DI
+	JMP     rowsv2
+
+rowsv2Tail:
+	CMPQ DI, $0x00000005
+	JNE  rowsv2Tail5
+
+	// Microkernel: 5 rows × 32 columns, 10 accumulators.
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	LEAQ   (BX)(DI*2), R8
+	ADDQ   DI, R8
+	MOVQ   CX, R9
+	MOVQ   ldb+88(FP), R10
+	SHLQ   $0x02, R10
+	MOVQ   k+112(FP), R11
+	TESTQ  R11, R11
+	JE     r5v2store
+
+r5v2loop:
+	VMOVUPS      (R9), Z10
+	VMOVUPS      64(R9), Z11
+	VBROADCASTSS (BX), Z12
+	VFMADD231PS  Z10, Z12, Z0
+	VFMADD231PS  Z11, Z12, Z1
+	VBROADCASTSS (BX)(DI*1), Z12
+	VFMADD231PS  Z10, Z12, Z2
+	VFMADD231PS  Z11, Z12, Z3
+	VBROADCASTSS (BX)(DI*2), Z12
+	VFMADD231PS  Z10, Z12, Z4
+	VFMADD231PS  Z11, Z12, Z5
+	VBROADCASTSS (R8), Z12
+	VFMADD231PS  Z10, Z12, Z6
+	VFMADD231PS  Z11, Z12, Z7
+	VBROADCASTSS (R8)(DI*1), Z12
+	VFMADD231PS  Z10, Z12, Z8
+	VFMADD231PS  Z11, Z12, Z9
+	ADDQ         R10, R9
+	ADDQ         $0x04, BX
+	ADDQ         $0x04, R8
+	DECQ         R11
+	JNE          r5v2loop
+
+r5v2store:
+	MOVQ    ldc+24(FP), BX
+	SHLQ    $0x02, BX
+	VMOVUPS Z0, (SI)
+	VMOVUPS Z1, 64(SI)
+	ADDQ    BX, SI
+	VMOVUPS Z2, (SI)
+	VMOVUPS Z3, 64(SI)
+	ADDQ    BX, SI
+	VMOVUPS Z4, (SI)
+	VMOVUPS Z5, 64(SI)
+	ADDQ    BX, SI
+	VMOVUPS Z6, (SI)
+	VMOVUPS Z7, 64(SI)
+	ADDQ    BX, SI
+	VMOVUPS Z8, (SI)
+	VMOVUPS Z9, 64(SI)
+	JMP     rowsv2Done
+
+rowsv2Tail5:
+	CMPQ DI, $0x00000004
+	JNE  rowsv2Tail4
+
+	// Microkernel: 4 rows × 32 columns, 8 accumulators.
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	LEAQ   (BX)(DI*2), R8
+	ADDQ   DI, R8
+	MOVQ   CX, R9
+	MOVQ   ldb+88(FP), R10
+	SHLQ   $0x02, R10
+	MOVQ   k+112(FP), R11
+	TESTQ  R11, R11
+	JE     r4v2store
+
+r4v2loop:
+	VMOVUPS      (R9), Z8
+	VMOVUPS      64(R9), Z9
+	VBROADCASTSS (BX), Z10
+	VFMADD231PS  Z8, Z10, Z0
+	VFMADD231PS  Z9, Z10, Z1
+	VBROADCASTSS (BX)(DI*1), Z10
+	VFMADD231PS  Z8, Z10, Z2
+	VFMADD231PS  Z9, Z10, Z3
+	VBROADCASTSS (BX)(DI*2), Z10
+	VFMADD231PS  Z8, Z10, Z4
+	VFMADD231PS  Z9, Z10, Z5
+	VBROADCASTSS (R8), Z10
+	VFMADD231PS  Z8, Z10, Z6
+	VFMADD231PS  Z9, Z10, Z7
+	ADDQ         R10, R9
+	ADDQ         $0x04, BX
+	ADDQ         $0x04, R8
+	DECQ         R11
+	JNE          r4v2loop
+
+r4v2store:
+	MOVQ    ldc+24(FP), BX
+	SHLQ    $0x02, BX
+	VMOVUPS Z0, (SI)
+	VMOVUPS Z1, 64(SI)
+	ADDQ    BX, SI
+	VMOVUPS Z2, (SI)
+	VMOVUPS Z3, 64(SI)
+	ADDQ    BX, SI
+	VMOVUPS Z4, (SI)
+	VMOVUPS Z5, 64(SI)
+	ADDQ    BX, SI
+	VMOVUPS Z6, (SI)
+	VMOVUPS Z7, 64(SI)
+	JMP     rowsv2Done
+
+rowsv2Tail4:
+	CMPQ DI, $0x00000003
+	JNE  rowsv2Tail3
+
+	// Microkernel: 3 rows × 32 columns, 6 accumulators.
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   CX, R8
+	MOVQ   ldb+88(FP), R9
+	SHLQ   $0x02, R9
+	MOVQ   k+112(FP), R10
+	TESTQ  R10, R10
+	JE     r3v2store
+
+r3v2loop:
+	VMOVUPS      (R8), Z6
+	VMOVUPS      64(R8), Z7
+	VBROADCASTSS (BX), Z8
+	VFMADD231PS  Z6, Z8, Z0
+	VFMADD231PS  Z7, Z8, Z1
+	VBROADCASTSS (BX)(DI*1), Z8
+	VFMADD231PS  Z6, Z8, Z2
+	VFMADD231PS  Z7, Z8, Z3
+	VBROADCASTSS (BX)(DI*2), Z8
+	VFMADD231PS  Z6, Z8, Z4
+	VFMADD231PS  Z7, Z8, Z5
+	ADDQ         R9, R8
+	ADDQ         $0x04, BX
+	DECQ         R10
+	JNE          r3v2loop
+
+r3v2store:
+	MOVQ    ldc+24(FP), BX
+	SHLQ    $0x02, BX
+	VMOVUPS Z0, (SI)
+	VMOVUPS Z1, 64(SI)
+	ADDQ    BX, SI
+	VMOVUPS Z2, (SI)
+	VMOVUPS Z3, 64(SI)
+	ADDQ    BX, SI
+	VMOVUPS Z4, (SI)
+	VMOVUPS Z5, 64(SI)
+	JMP     rowsv2Done
+
+rowsv2Tail3:
+	CMPQ DI, $0x00000002
+	JNE  rowsv2Tail2
+
+	// Microkernel: 2 rows × 32 columns, 4 accumulators.
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   CX, R8
+	MOVQ   ldb+88(FP), R9
+	SHLQ   $0x02, R9
+	MOVQ   k+112(FP), R10
+	TESTQ  R10, R10
+	JE     r2v2store
+
+r2v2loop:
+	VMOVUPS      (R8), Z4
+	VMOVUPS      64(R8), Z5
+	VBROADCASTSS (BX), Z6
+	VFMADD231PS  Z4, Z6, Z0
+	VFMADD231PS  Z5, Z6, Z1
+	VBROADCASTSS (BX)(DI*1), Z6
+	VFMADD231PS  Z4, Z6, Z2
+	VFMADD231PS  Z5, Z6, Z3
+	ADDQ         R9, R8
+	ADDQ         $0x04, BX
+	DECQ         R10
+	JNE          r2v2loop
+
+r2v2store:
+	MOVQ    ldc+24(FP), BX
+	SHLQ    $0x02, BX
+	VMOVUPS Z0, (SI)
+	VMOVUPS Z1, 64(SI)
+	ADDQ    BX, SI
+	VMOVUPS Z2, (SI)
+	VMOVUPS Z3, 64(SI)
+	JMP     rowsv2Done
+
+rowsv2Tail2:
+	CMPQ DI, $0x00000001
+	JNE  rowsv2Tail1
+
+	// Microkernel: 1 rows × 32 columns, 2 accumulators.
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   CX, DI
+	MOVQ   ldb+88(FP), R8
+	SHLQ   $0x02, R8
+	MOVQ   k+112(FP), R9
+	TESTQ  R9, R9
+	JE     r1v2store
+
+r1v2loop:
+	VMOVUPS      (DI), Z2
+	VMOVUPS      64(DI), Z3
+	VBROADCASTSS (BX), Z4
+	VFMADD231PS  Z2, Z4, Z0
+	VFMADD231PS  Z3, Z4, Z1
+	ADDQ         R8, DI
+	ADDQ         $0x04, BX
+	DECQ         R9
+	JNE          r1v2loop
+
+r1v2store:
+	MOVQ    ldc+24(FP), BX
+	SHLQ    $0x02, BX
+	MOVQ    SI, BX
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	JMP     rowsv2Done
+
+rowsv2Tail1:
+rowsv2Done:
+	ADDQ $0x00000080, AX
+	ADDQ $0x00000080, CX
+	SUBQ $0x00000020, DX
+	JMP  cols32
+
+cols32Done:
+cols16:
+	CMPQ DX, $0x00000010
+	JL   cols16Done
+	MOVQ a_base+32(FP), BX
+	MOVQ AX, SI
+	MOVQ m+96(FP), DI
+
+rowsv1:
+	CMPQ DI, $0x06
+	JL   rowsv1Tail
+
+	// Microkernel: 6 rows × 16 columns, 6 accumulators.
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	MOVQ   lda+56(FP), R8
+	SHLQ   $0x02, R8
+	MOVQ   BX, R9
+	LEAQ   (R9)(R8*2), R10
+	ADDQ   R8, R10
+	MOVQ   CX, R11
+	MOVQ   ldb+88(FP), R12
+	SHLQ   $0x02, R12
+	MOVQ   k+112(FP), R13
+	TESTQ  R13, R13
+	JE     r6v1store
+
+r6v1loop:
+	VMOVUPS      (R11), Z6
+	VBROADCASTSS (R9), Z7
+	VFMADD231PS  Z6, Z7, Z0
+	VBROADCASTSS (R9)(R8*1), Z7
+	VFMADD231PS  Z6, Z7, Z1
+	VBROADCASTSS (R9)(R8*2), Z7
+	VFMADD231PS  Z6, Z7, Z2
+	VBROADCASTSS (R10), Z7
+	VFMADD231PS  Z6, Z7, Z3
+	VBROADCASTSS (R10)(R8*1), Z7
+	VFMADD231PS  Z6, Z7, Z4
+	VBROADCASTSS (R10)(R8*2), Z7
+	VFMADD231PS  Z6, Z7, Z5
+	ADDQ         R12, R11
+	ADDQ         $0x04, R9
+	ADDQ         $0x04, R10
+	DECQ         R13
+	JNE          r6v1loop
+
+r6v1store:
+	MOVQ    ldc+24(FP), R8
+	SHLQ    $0x02, R8
+	MOVQ    SI, R9
+	VMOVUPS Z0, (R9)
+	ADDQ    R8, R9
+	VMOVUPS Z1, (R9)
+	ADDQ    R8, R9
+	VMOVUPS Z2, (R9)
+	ADDQ    R8, R9
+	VMOVUPS Z3, (R9)
+	ADDQ    R8, R9
+	VMOVUPS Z4, (R9)
+	ADDQ    R8, R9
+	VMOVUPS Z5, (R9)
+	MOVQ    lda+56(FP), R8
+	IMUL3Q  $0x18, R8, R8
+	ADDQ    R8, BX
+	MOVQ    ldc+24(FP), R8
+	IMUL3Q  $0x18, R8, R8
+	ADDQ    R8, SI
+	SUBQ    $0x06, DI
+	JMP     rowsv1
+
+rowsv1Tail:
+	CMPQ DI, $0x00000005
+	JNE  rowsv1Tail5
+
+	// Microkernel: 5 rows × 16 columns, 5 accumulators.
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	LEAQ   (BX)(DI*2), R8
+	ADDQ   DI, R8
+	MOVQ   CX, R9
+	MOVQ   ldb+88(FP), R10
+	SHLQ   $0x02, R10
+	MOVQ   k+112(FP), R11
+	TESTQ  R11, R11
+	JE     r5v1store
+
+r5v1loop:
+	VMOVUPS      (R9), Z5
+	VBROADCASTSS (BX), Z6
+	VFMADD231PS  Z5, Z6, Z0
+	VBROADCASTSS (BX)(DI*1), Z6
+	VFMADD231PS  Z5, Z6, Z1
+	VBROADCASTSS (BX)(DI*2), Z6
+	VFMADD231PS  Z5, Z6, Z2
+	VBROADCASTSS (R8), Z6
+	VFMADD231PS  Z5, Z6, Z3
+	VBROADCASTSS (R8)(DI*1), Z6
+	VFMADD231PS  Z5, Z6, Z4
+	ADDQ         R10, R9
+	ADDQ         $0x04, BX
+	ADDQ         $0x04, R8
+	DECQ         R11
+	JNE          r5v1loop
+
+r5v1store:
+	MOVQ    ldc+24(FP), BX
+	SHLQ    $0x02, BX
+	VMOVUPS Z0, (SI)
+	ADDQ    BX, SI
+	VMOVUPS Z1, (SI)
+	ADDQ    BX, SI
+	VMOVUPS Z2, (SI)
+	ADDQ    BX, SI
+	VMOVUPS Z3, (SI)
+	ADDQ    BX, SI
+	VMOVUPS Z4, (SI)
+	JMP     rowsv1Done
+
+rowsv1Tail5:
+	CMPQ DI, $0x00000004
+	JNE  rowsv1Tail4
+
+	// Microkernel: 4 rows × 16 columns, 4 accumulators.
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	LEAQ   (BX)(DI*2), R8
+	ADDQ   DI, R8
+	MOVQ   CX, R9
+	MOVQ   ldb+88(FP), R10
+	SHLQ   $0x02, R10
+	MOVQ   k+112(FP), R11
+	TESTQ  R11, R11
+	JE     r4v1store
+
+r4v1loop:
+	VMOVUPS      (R9), Z4
+	VBROADCASTSS (BX), Z5
+	VFMADD231PS  Z4, Z5, Z0
+	VBROADCASTSS (BX)(DI*1), Z5
+	VFMADD231PS  Z4, Z5, Z1
+	VBROADCASTSS (BX)(DI*2), Z5
+	VFMADD231PS  Z4, Z5, Z2
+	VBROADCASTSS (R8), Z5
+	VFMADD231PS  Z4, Z5, Z3
+	ADDQ         R10, R9
+	ADDQ         $0x04, BX
+	ADDQ         $0x04, R8
+	DECQ         R11
+	JNE          r4v1loop
+
+r4v1store:
+	MOVQ    ldc+24(FP), BX
+	SHLQ    $0x02, BX
+	VMOVUPS Z0, (SI)
+	ADDQ    BX, SI
+	VMOVUPS Z1, (SI)
+	ADDQ    BX, SI
+	VMOVUPS Z2, (SI)
+	ADDQ    BX, SI
+	VMOVUPS Z3, (SI)
+	JMP     rowsv1Done
+
+rowsv1Tail4:
+	CMPQ DI, $0x00000003
+	JNE  rowsv1Tail3
+
+	// Microkernel: 3 rows × 16 columns, 3 accumulators.
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   CX, R8
+	MOVQ   ldb+88(FP), R9
+	SHLQ   $0x02, R9
+	MOVQ   k+112(FP), R10
+	TESTQ  R10, R10
+	JE     r3v1store
+
+r3v1loop:
+	VMOVUPS      (R8), Z3
+	VBROADCASTSS (BX), Z4
+	VFMADD231PS  Z3, Z4, Z0
+	VBROADCASTSS (BX)(DI*1), Z4
+	VFMADD231PS  Z3, Z4, Z1
+	VBROADCASTSS (BX)(DI*2), Z4
+	VFMADD231PS  Z3, Z4, Z2
+	ADDQ         R9, R8
+	ADDQ         $0x04, BX
+	DECQ         R10
+	JNE          r3v1loop
+
+r3v1store:
+	MOVQ    ldc+24(FP), BX
+	SHLQ    $0x02, BX
+	VMOVUPS Z0, (SI)
+	ADDQ    BX, SI
+	VMOVUPS Z1, (SI)
+	ADDQ    BX, SI
+	VMOVUPS Z2, (SI)
+	JMP     rowsv1Done
+
+rowsv1Tail3:
+	CMPQ DI, $0x00000002
+	JNE  rowsv1Tail2
+
+	// Microkernel: 2 rows × 16 columns, 2 accumulators.
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   CX, R8
+	MOVQ   ldb+88(FP), R9
+	SHLQ   $0x02, R9
+	MOVQ   k+112(FP), R10
+	TESTQ  R10, R10
+	JE     r2v1store
+
+r2v1loop:
+	VMOVUPS      (R8), Z2
+	VBROADCASTSS (BX), Z3
+	VFMADD231PS  Z2, Z3, Z0
+	VBROADCASTSS (BX)(DI*1), Z3
+	VFMADD231PS  Z2, Z3, Z1
+	ADDQ         R9, R8
+	ADDQ         $0x04, BX
+	DECQ         R10
+	JNE          r2v1loop
+
+r2v1store:
+	MOVQ    ldc+24(FP), BX
+	SHLQ    $0x02, BX
+	VMOVUPS Z0, (SI)
+	ADDQ    BX, SI
+	VMOVUPS Z1, (SI)
+	JMP     rowsv1Done
+
+rowsv1Tail2:
+	CMPQ DI, $0x00000001
+	JNE  rowsv1Tail1
+
+	// Microkernel: 1 rows × 16 columns, 1 accumulators.
+	VPSUBD Z0, Z0, Z0
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   CX, DI
+	MOVQ   ldb+88(FP), R8
+	SHLQ   $0x02, R8
+	MOVQ   k+112(FP), R9
+	TESTQ  R9, R9
+	JE     r1v1store
+
+r1v1loop:
+	VMOVUPS      (DI), Z1
+	VBROADCASTSS (BX), Z2
+	VFMADD231PS  Z1, Z2, Z0
+	ADDQ         R8, DI
+	ADDQ         $0x04, BX
+	DECQ         R9
+	JNE          r1v1loop
+
+r1v1store:
+	MOVQ    ldc+24(FP), BX
+	SHLQ    $0x02, BX
+	MOVQ    SI, BX
+	VMOVUPS Z0, (BX)
+	JMP     rowsv1Done
+
+rowsv1Tail1:
+rowsv1Done:
+	ADDQ $0x00000040, AX
+	ADDQ $0x00000040, CX
+	SUBQ $0x00000010, DX
+	JMP  cols16
+
+cols16Done:
+	VZEROUPPER
+	RET
+
 // func expSumAVX512(x []float32, scale float32, sub float32) float32
 // Requires: AVX, AVX512F, AVX512VL, SSE
 TEXT ·expSumAVX512(SB), NOSPLIT, $0-36
@@ -2303,106 +2960,8 @@ TEXT ·expSumAVX512(SB), NOSPLIT, $0-36
 	VMOVUPS      expconsts<>+704(SB), Z12
 	VPSUBD       Z13, Z13, Z13
 	VPSUBD       Z14, Z14, Z14
-
-loop4:
-	CMPQ         CX, $0x00000040
-	JL           after4
-	VMULPS       (AX), Z0, Z15
-	VMULPS       64(AX), Z0, Z16
-	VMULPS       128(AX), Z0, Z17
-	VMULPS       192(AX), Z0, Z18
-	VSUBPS       Z1, Z15, Z15
-	VSUBPS       Z1, Z16, Z16
-	VSUBPS       Z1, Z17, Z17
-	VSUBPS       Z1, Z18, Z18
-	VMULPS       Z2, Z15, Z19
-	VMULPS       Z2, Z16, Z20
-	VMULPS       Z2, Z17, Z21
-	VMULPS       Z2, Z18, Z22
-	VRNDSCALEPS  $0x00, Z19, Z19
-	VRNDSCALEPS  $0x00, Z20, Z20
-	VRNDSCALEPS  $0x00, Z21, Z21
-	VRNDSCALEPS  $0x00, Z22, Z22
-	VMOVAPS      Z15, Z27
-	VMOVAPS      Z16, Z28
-	VMOVAPS      Z17, Z29
-	VMOVAPS      Z18, Z30
-	VFNMADD231PS Z3, Z19, Z27
-	VFNMADD231PS Z3, Z20, Z28
-	VFNMADD231PS Z3, Z21, Z29
-	VFNMADD231PS Z3, Z22, Z30
-	VFNMADD231PS Z4, Z19, Z27
-	VFNMADD231PS Z4, Z20, Z28
-	VFNMADD231PS Z4, Z21, Z29
-	VFNMADD231PS Z4, Z22, Z30
-	VMOVUPS      expconsts<>+192(SB), Z23
-	VMOVUPS      expconsts<>+192(SB), Z24
-	VMOVUPS      expconsts<>+192(SB), Z25
-	VMOVUPS      expconsts<>+192(SB), Z26
-	VFMADD213PS  Z5, Z27, Z23
-	VFMADD213PS  Z5, Z28, Z24
-	VFMADD213PS  Z5, Z29, Z25
-	VFMADD213PS  Z5, Z30, Z26
-	VFMADD213PS  Z6, Z27, Z23
-	VFMADD213PS  Z6, Z28, Z24
-	VFMADD213PS  Z6, Z29, Z25
-	VFMADD213PS  Z6, Z30, Z26
-	VFMADD213PS  Z7, Z27, Z23
-	VFMADD213PS  Z7, Z28, Z24
-	VFMADD213PS  Z7, Z29, Z25
-	VFMADD213PS  Z7, Z30, Z26
-	VFMADD213PS  Z8, Z27, Z23
-	VFMADD213PS  Z8, Z28, Z24
-	VFMADD213PS  Z8, Z29, Z25
-	VFMADD213PS  Z8, Z30, Z26
-	VFMADD213PS  Z9, Z27, Z23
-	VFMADD213PS  Z9, Z28, Z24
-	VFMADD213PS  Z9, Z29, Z25
-	VFMADD213PS  Z9, Z30, Z26
-	VCMPPS       $0x15, Z11, Z15, K1
-	VCMPPS       $0x1e, Z12, Z15, K2
-	VMULPS       Z27, Z27, Z15
-	VFMADD213PS  Z27, Z15, Z23
-	VADDPS       Z10, Z23, Z23
-	VSCALEFPS.Z  Z19, Z23, K1, Z23
-	VMOVUPS      expconsts<>+768(SB), K2, Z23
-	VCMPPS       $0x15, Z11, Z16, K1
-	VCMPPS       $0x1e, Z12, Z16, K2
-	VMULPS       Z28, Z28, Z16
-	VFMADD213PS  Z28, Z16, Z24
-	VADDPS       Z10, Z24, Z24
-	VSCALEFPS.Z  Z20, Z24, K1, Z24
-	VMOVUPS      expconsts<>+768(SB), K2, Z24
-	VCMPPS       $0x15, Z11, Z17, K1
-	VCMPPS       $0x1e, Z12, Z17, K2
-	VMULPS       Z29, Z29, Z17
-	VFMADD213PS  Z29, Z17, Z25
-	VADDPS       Z10, Z25, Z25
-	VSCALEFPS.Z  Z21, Z25, K1, Z25
-	VMOVUPS      expconsts<>+768(SB), K2, Z25
-	VCMPPS       $0x15, Z11, Z18, K1
-	VCMPPS       $0x1e, Z12, Z18, K2
-	VMULPS       Z30, Z30, Z18
-	VFMADD213PS  Z30, Z18, Z26
-	VADDPS       Z10, Z26, Z26
-	VSCALEFPS.Z  Z22, Z26, K1, Z26
-	VMOVUPS      expconsts<>+768(SB), K2, Z26
-	VMOVUPS      Z23, (AX)
-	VADDPS       Z23, Z13, Z13
-	VMOVUPS      Z24, 64(AX)
-	VADDPS       Z24, Z14, Z14
-	VMOVUPS      Z25, 128(AX)
-	VADDPS       Z25, Z13, Z13
-	VMOVUPS      Z26, 192(AX)
-	VADDPS       Z26, Z14, Z14
-	ADDQ         $0x00000100, AX
-	SUBQ         $0x00000040, CX
-	JMP          loop4
-
-after4:
-loop2:
 	CMPQ         CX, $0x00000020
-	JL           after2
+	JL           afterpipe
 	VMULPS       (AX), Z0, Z15
 	VMULPS       64(AX), Z0, Z16
 	VSUBPS       Z1, Z15, Z15
@@ -2411,47 +2970,105 @@ loop2:
 	VMULPS       Z2, Z16, Z18
 	VRNDSCALEPS  $0x00, Z17, Z17
 	VRNDSCALEPS  $0x00, Z18, Z18
-	VMOVAPS      Z15, Z21
-	VMOVAPS      Z16, Z22
-	VFNMADD231PS Z3, Z17, Z21
-	VFNMADD231PS Z3, Z18, Z22
-	VFNMADD231PS Z4, Z17, Z21
-	VFNMADD231PS Z4, Z18, Z22
-	VMOVUPS      expconsts<>+192(SB), Z19
-	VMOVUPS      expconsts<>+192(SB), Z20
-	VFMADD213PS  Z5, Z21, Z19
-	VFMADD213PS  Z5, Z22, Z20
-	VFMADD213PS  Z6, Z21, Z19
-	VFMADD213PS  Z6, Z22, Z20
-	VFMADD213PS  Z7, Z21, Z19
-	VFMADD213PS  Z7, Z22, Z20
-	VFMADD213PS  Z8, Z21, Z19
-	VFMADD213PS  Z8, Z22, Z20
-	VFMADD213PS  Z9, Z21, Z19
-	VFMADD213PS  Z9, Z22, Z20
+	VMOVAPS      Z15, Z19
+	VMOVAPS      Z16, Z20
+	VFNMADD231PS Z3, Z17, Z19
+	VFNMADD231PS Z3, Z18, Z20
+	VFNMADD231PS Z4, Z17, Z19
+	VFNMADD231PS Z4, Z18, Z20
+
+pipe:
+	CMPQ         CX, $0x00000040
+	JL           drain
+	VMULPS       128(AX), Z0, Z21
+	VMULPS       192(AX), Z0, Z22
+	VSUBPS       Z1, Z21, Z21
+	VSUBPS       Z1, Z22, Z22
+	VMULPS       Z2, Z21, Z23
+	VMULPS       Z2, Z22, Z24
+	VRNDSCALEPS  $0x00, Z23, Z23
+	VRNDSCALEPS  $0x00, Z24, Z24
+	VMOVAPS      Z21, Z25
+	VMOVAPS      Z22, Z26
+	VFNMADD231PS Z3, Z23, Z25
+	VFNMADD231PS Z3, Z24, Z26
+	VFNMADD231PS Z4, Z23, Z25
+	VFNMADD231PS Z4, Z24, Z26
+	VMOVUPS      expconsts<>+192(SB), Z27
+	VMOVUPS      expconsts<>+192(SB), Z28
+	VFMADD213PS  Z5, Z19, Z27
+	VFMADD213PS  Z5, Z20, Z28
+	VFMADD213PS  Z6, Z19, Z27
+	VFMADD213PS  Z6, Z20, Z28
+	VFMADD213PS  Z7, Z19, Z27
+	VFMADD213PS  Z7, Z20, Z28
+	VFMADD213PS  Z8, Z19, Z27
+	VFMADD213PS  Z8, Z20, Z28
+	VFMADD213PS  Z9, Z19, Z27
+	VFMADD213PS  Z9, Z20, Z28
 	VCMPPS       $0x15, Z11, Z15, K1
 	VCMPPS       $0x1e, Z12, Z15, K2
-	VMULPS       Z21, Z21, Z15
-	VFMADD213PS  Z21, Z15, Z19
-	VADDPS       Z10, Z19, Z19
-	VSCALEFPS.Z  Z17, Z19, K1, Z19
-	VMOVUPS      expconsts<>+768(SB), K2, Z19
+	VMULPS       Z19, Z19, Z15
+	VFMADD213PS  Z19, Z15, Z27
+	VADDPS       Z10, Z27, Z27
+	VSCALEFPS.Z  Z17, Z27, K1, Z27
+	VMOVUPS      expconsts<>+768(SB), K2, Z27
 	VCMPPS       $0x15, Z11, Z16, K1
 	VCMPPS       $0x1e, Z12, Z16, K2
-	VMULPS       Z22, Z22, Z16
-	VFMADD213PS  Z22, Z16, Z20
-	VADDPS       Z10, Z20, Z20
-	VSCALEFPS.Z  Z18, Z20, K1, Z20
-	VMOVUPS      expconsts<>+768(SB), K2, Z20
-	VMOVUPS      Z19, (AX)
-	VADDPS       Z19, Z13, Z13
-	VMOVUPS      Z20, 64(AX)
-	VADDPS       Z20, Z14, Z14
+	VMULPS       Z20, Z20, Z16
+	VFMADD213PS  Z20, Z16, Z28
+	VADDPS       Z10, Z28, Z28
+	VSCALEFPS.Z  Z18, Z28, K1, Z28
+	VMOVUPS      expconsts<>+768(SB), K2, Z28
+	VMOVUPS      Z27, (AX)
+	VADDPS       Z27, Z13, Z13
+	VMOVUPS      Z28, 64(AX)
+	VADDPS       Z28, Z14, Z14
+	VMOVAPS      Z21, Z15
+	VMOVAPS      Z23, Z17
+	VMOVAPS      Z25, Z19
+	VMOVAPS      Z22, Z16
+	VMOVAPS      Z24, Z18
+	VMOVAPS      Z26, Z20
 	ADDQ         $0x00000080, AX
 	SUBQ         $0x00000020, CX
-	JMP          loop2
+	JMP          pipe
 
-after2:
+drain:
+	VMOVUPS     expconsts<>+192(SB), Z21
+	VMOVUPS     expconsts<>+192(SB), Z22
+	VFMADD213PS Z5, Z19, Z21
+	VFMADD213PS Z5, Z20, Z22
+	VFMADD213PS Z6, Z19, Z21
+	VFMADD213PS Z6, Z20, Z22
+	VFMADD213PS Z7, Z19, Z21
+	VFMADD213PS Z7, Z20, Z22
+	VFMADD213PS Z8, Z19, Z21
+	VFMADD213PS Z8, Z20, Z22
+	VFMADD213PS Z9, Z19, Z21
+	VFMADD213PS Z9, Z20, Z22
+	VCMPPS      $0x15, Z11, Z15, K1
+	VCMPPS      $0x1e, Z12, Z15, K2
+	VMULPS      Z19, Z19, Z15
+	VFMADD213PS Z19, Z15, Z21
+	VADDPS      Z10, Z21, Z21
+	VSCALEFPS.Z Z17, Z21, K1, Z21
+	VMOVUPS     expconsts<>+768(SB), K2, Z21
+	VCMPPS      $0x15, Z11, Z16, K1
+	VCMPPS      $0x1e, Z12, Z16, K2
+	VMULPS      Z20, Z20, Z16
+	VFMADD213PS Z20, Z16, Z22
+	VADDPS      Z10, Z22, Z22
+	VSCALEFPS.Z Z18, Z22, K1, Z22
+	VMOVUPS     expconsts<>+768(SB), K2, Z22
+	VMOVUPS     Z21, (AX)
+	VADDPS      Z21, Z13, Z13
+	VMOVUPS     Z22, 64(AX)
+	VADDPS      Z22, Z14, Z14
+	ADDQ        $0x00000080, AX
+	SUBQ        $0x00000020, CX
+
+afterpipe:
 	VADDPS       Z14, Z13, Z13
 	CMPQ         CX, $0x00000010
 	JL           done
@@ -3814,6 +4431,374 @@ r1v2store:
 	VADDPS  (BX), Y0, Y0
 	VMOVUPS Y0, (BX)
 	VADDPS  32(BX), Y1, Y1
+	VMOVUPS Y1, 32(BX)
+	JMP     rowsv2Done
+
+rowsv2Tail1:
+rowsv2Done:
+	ADDQ $0x00000040, AX
+	ADDQ $0x00000040, CX
+	SUBQ $0x00000010, DX
+	JMP  cols16
+
+cols16Done:
+	VZEROUPPER
+	RET
+
+// func mulABAVX2(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m int, n int, k int)
+// Requires: AVX, FMA3
+TEXT ·mulABAVX2(SB), NOSPLIT, $0-120
+	MOVQ c_base+0(FP), AX
+	MOVQ b_base+64(FP), CX
+	MOVQ n+104(FP), DX
+
+cols16:
+	CMPQ DX, $0x00000010
+	JL   cols16Done
+	MOVQ a_base+32(FP), BX
+	MOVQ AX, SI
+	MOVQ m+96(FP), DI
+
+rowsv2:
+	CMPQ DI, $0x06
+	JL   rowsv2Tail
+
+	// Microkernel: 6 rows × 16 columns, 12 accumulators.
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ   lda+56(FP), R8
+	SHLQ   $0x02, R8
+	MOVQ   BX, R9
+	LEAQ   (R9)(R8*2), R10
+	ADDQ   R8, R10
+	MOVQ   CX, R11
+	MOVQ   ldb+88(FP), R12
+	SHLQ   $0x02, R12
+	MOVQ   k+112(FP), R13
+	TESTQ  R13, R13
+	JE     r6v2store
+
+r6v2loop:
+	VMOVUPS      (R11), Y12
+	VMOVUPS      32(R11), Y13
+	VBROADCASTSS (R9), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS (R9)(R8*1), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VBROADCASTSS (R9)(R8*2), Y14
+	VFMADD231PS  Y12, Y14, Y4
+	VFMADD231PS  Y13, Y14, Y5
+	VBROADCASTSS (R10), Y14
+	VFMADD231PS  Y12, Y14, Y6
+	VFMADD231PS  Y13, Y14, Y7
+	VBROADCASTSS (R10)(R8*1), Y14
+	VFMADD231PS  Y12, Y14, Y8
+	VFMADD231PS  Y13, Y14, Y9
+	VBROADCASTSS (R10)(R8*2), Y14
+	VFMADD231PS  Y12, Y14, Y10
+	VFMADD231PS  Y13, Y14, Y11
+	ADDQ         R12, R11
+	ADDQ         $0x04, R9
+	ADDQ         $0x04, R10
+	DECQ         R13
+	JNE          r6v2loop
+
+r6v2store:
+	MOVQ    ldc+24(FP), R8
+	SHLQ    $0x02, R8
+	MOVQ    SI, R9
+	VMOVUPS Y0, (R9)
+	VMOVUPS Y1, 32(R9)
+	ADDQ    R8, R9
+	VMOVUPS Y2, (R9)
+	VMOVUPS Y3, 32(R9)
+	ADDQ    R8, R9
+	VMOVUPS Y4, (R9)
+	VMOVUPS Y5, 32(R9)
+	ADDQ    R8, R9
+	VMOVUPS Y6, (R9)
+	VMOVUPS Y7, 32(R9)
+	ADDQ    R8, R9
+	VMOVUPS Y8, (R9)
+	VMOVUPS Y9, 32(R9)
+	ADDQ    R8, R9
+	VMOVUPS Y10, (R9)
+	VMOVUPS Y11, 32(R9)
+	MOVQ    lda+56(FP), R8
+	IMUL3Q  $0x18, R8, R8
+	ADDQ    R8, BX
+	MOVQ    ldc+24(FP), R8
+	IMUL3Q  $0x18, R8, R8
+	ADDQ    R8, SI
+	SUBQ    $0x06, DI
+	JMP     rowsv2
+
+rowsv2Tail:
+	CMPQ DI, $0x00000005
+	JNE  rowsv2Tail5
+
+	// Microkernel: 5 rows × 16 columns, 10 accumulators.
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	LEAQ   (BX)(DI*2), R8
+	ADDQ   DI, R8
+	MOVQ   CX, R9
+	MOVQ   ldb+88(FP), R10
+	SHLQ   $0x02, R10
+	MOVQ   k+112(FP), R11
+	TESTQ  R11, R11
+	JE     r5v2store
+
+r5v2loop:
+	VMOVUPS      (R9), Y10
+	VMOVUPS      32(R9), Y11
+	VBROADCASTSS (BX), Y12
+	VFMADD231PS  Y10, Y12, Y0
+	VFMADD231PS  Y11, Y12, Y1
+	VBROADCASTSS (BX)(DI*1), Y12
+	VFMADD231PS  Y10, Y12, Y2
+	VFMADD231PS  Y11, Y12, Y3
+	VBROADCASTSS (BX)(DI*2), Y12
+	VFMADD231PS  Y10, Y12, Y4
+	VFMADD231PS  Y11, Y12, Y5
+	VBROADCASTSS (R8), Y12
+	VFMADD231PS  Y10, Y12, Y6
+	VFMADD231PS  Y11, Y12, Y7
+	VBROADCASTSS (R8)(DI*1), Y12
+	VFMADD231PS  Y10, Y12, Y8
+	VFMADD231PS  Y11, Y12, Y9
+	ADDQ         R10, R9
+	ADDQ         $0x04, BX
+	ADDQ         $0x04, R8
+	DECQ         R11
+	JNE          r5v2loop
+
+r5v2store:
+	MOVQ    ldc+24(FP), BX
+	SHLQ    $0x02, BX
+	VMOVUPS Y0, (SI)
+	VMOVUPS Y1, 32(SI)
+	ADDQ    BX, SI
+	VMOVUPS Y2, (SI)
+	VMOVUPS Y3, 32(SI)
+	ADDQ    BX, SI
+	VMOVUPS Y4, (SI)
+	VMOVUPS Y5, 32(SI)
+	ADDQ    BX, SI
+	VMOVUPS Y6, (SI)
+	VMOVUPS Y7, 32(SI)
+	ADDQ    BX, SI
+	VMOVUPS Y8, (SI)
+	VMOVUPS Y9, 32(SI)
+	JMP     rowsv2Done
+
+rowsv2Tail5:
+	CMPQ DI, $0x00000004
+	JNE  rowsv2Tail4
+
+	// Microkernel: 4 rows × 16 columns, 8 accumulators.
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	LEAQ   (BX)(DI*2), R8
+	ADDQ   DI, R8
+	MOVQ   CX, R9
+	MOVQ   ldb+88(FP), R10
+	SHLQ   $0x02, R10
+	MOVQ   k+112(FP), R11
+	TESTQ  R11, R11
+	JE     r4v2store
+
+r4v2loop:
+	VMOVUPS      (R9), Y8
+	VMOVUPS      32(R9), Y9
+	VBROADCASTSS (BX), Y10
+	VFMADD231PS  Y8, Y10, Y0
+	VFMADD231PS  Y9, Y10, Y1
+	VBROADCASTSS (BX)(DI*1), Y10
+	VFMADD231PS  Y8, Y10, Y2
+	VFMADD231PS  Y9, Y10, Y3
+	VBROADCASTSS (BX)(DI*2), Y10
+	VFMADD231PS  Y8, Y10, Y4
+	VFMADD231PS  Y9, Y10, Y5
+	VBROADCASTSS (R8), Y10
+	VFMADD231PS  Y8, Y10, Y6
+	VFMADD231PS  Y9, Y10, Y7
+	ADDQ         R10, R9
+	ADDQ         $0x04, BX
+	ADDQ         $0x04, R8
+	DECQ         R11
+	JNE          r4v2loop
+
+r4v2store:
+	MOVQ    ldc+24(FP), BX
+	SHLQ    $0x02, BX
+	VMOVUPS Y0, (SI)
+	VMOVUPS Y1, 32(SI)
+	ADDQ    BX, SI
+	VMOVUPS Y2, (SI)
+	VMOVUPS Y3, 32(SI)
+	ADDQ    BX, SI
+	VMOVUPS Y4, (SI)
+	VMOVUPS Y5, 32(SI)
+	ADDQ    BX, SI
+	VMOVUPS Y6, (SI)
+	VMOVUPS Y7, 32(SI)
+	JMP     rowsv2Done
+
+rowsv2Tail4:
+	CMPQ DI, $0x00000003
+	JNE  rowsv2Tail3
+
+	// Microkernel: 3 rows × 16 columns, 6 accumulators.
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   CX, R8
+	MOVQ   ldb+88(FP), R9
+	SHLQ   $0x02, R9
+	MOVQ   k+112(FP), R10
+	TESTQ  R10, R10
+	JE     r3v2store
+
+r3v2loop:
+	VMOVUPS      (R8), Y6
+	VMOVUPS      32(R8), Y7
+	VBROADCASTSS (BX), Y8
+	VFMADD231PS  Y6, Y8, Y0
+	VFMADD231PS  Y7, Y8, Y1
+	VBROADCASTSS (BX)(DI*1), Y8
+	VFMADD231PS  Y6, Y8, Y2
+	VFMADD231PS  Y7, Y8, Y3
+	VBROADCASTSS (BX)(DI*2), Y8
+	VFMADD231PS  Y6, Y8, Y4
+	VFMADD231PS  Y7, Y8, Y5
+	ADDQ         R9, R8
+	ADDQ         $0x04, BX
+	DECQ         R10
+	JNE          r3v2loop
+
+r3v2store:
+	MOVQ    ldc+24(FP), BX
+	SHLQ    $0x02, BX
+	VMOVUPS Y0, (SI)
+	VMOVUPS Y1, 32(SI)
+	ADDQ    BX, SI
+	VMOVUPS Y2, (SI)
+	VMOVUPS Y3, 32(SI)
+	ADDQ    BX, SI
+	VMOVUPS Y4, (SI)
+	VMOVUPS Y5, 32(SI)
+	JMP     rowsv2Done
+
+rowsv2Tail3:
+	CMPQ DI, $0x00000002
+	JNE  rowsv2Tail2
+
+	// Microkernel: 2 rows × 16 columns, 4 accumulators.
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   CX, R8
+	MOVQ   ldb+88(FP), R9
+	SHLQ   $0x02, R9
+	MOVQ   k+112(FP), R10
+	TESTQ  R10, R10
+	JE     r2v2store
+
+r2v2loop:
+	VMOVUPS      (R8), Y4
+	VMOVUPS      32(R8), Y5
+	VBROADCASTSS (BX), Y6
+	VFMADD231PS  Y4, Y6, Y0
+	VFMADD231PS  Y5, Y6, Y1
+	VBROADCASTSS (BX)(DI*1), Y6
+	VFMADD231PS  Y4, Y6, Y2
+	VFMADD231PS  Y5, Y6, Y3
+	ADDQ         R9, R8
+	ADDQ         $0x04, BX
+	DECQ         R10
+	JNE          r2v2loop
+
+r2v2store:
+	MOVQ    ldc+24(FP), BX
+	SHLQ    $0x02, BX
+	VMOVUPS Y0, (SI)
+	VMOVUPS Y1, 32(SI)
+	ADDQ    BX, SI
+	VMOVUPS Y2, (SI)
+	VMOVUPS Y3, 32(SI)
+	JMP     rowsv2Done
+
+rowsv2Tail2:
+	CMPQ DI, $0x00000001
+	JNE  rowsv2Tail1
+
+	// Microkernel: 1 rows × 16 columns, 2 accumulators.
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ   lda+56(FP), DI
+	SHLQ   $0x02, DI
+	MOVQ   CX, DI
+	MOVQ   ldb+88(FP), R8
+	SHLQ   $0x02, R8
+	MOVQ   k+112(FP), R9
+	TESTQ  R9, R9
+	JE     r1v2store
+
+r1v2loop:
+	VMOVUPS      (DI), Y2
+	VMOVUPS      32(DI), Y3
+	VBROADCASTSS (BX), Y4
+	VFMADD231PS  Y2, Y4, Y0
+	VFMADD231PS  Y3, Y4, Y1
+	ADDQ         R8, DI
+	ADDQ         $0x04, BX
+	DECQ         R9
+	JNE          r1v2loop
+
+r1v2store:
+	MOVQ    ldc+24(FP), BX
+	SHLQ    $0x02, BX
+	MOVQ    SI, BX
+	VMOVUPS Y0, (BX)
 	VMOVUPS Y1, 32(BX)
 	JMP     rowsv2Done
 

@@ -22,6 +22,12 @@ func mulAddABAVX512(c []float32, ldc int, a []float32, lda int, b []float32, ldb
 //go:noescape
 func mulAddAtBAVX512(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m int, n int, k int)
 
+// mulABAVX512 sets C = A·B (see Impl.MulAB): mulAddABAVX512 storing its sums.
+// The caller guarantees n%16 == 0 and that all accesses are in bounds.
+//
+//go:noescape
+func mulABAVX512(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m int, n int, k int)
+
 // expSumAVX512 sets x[j] = exp(scale*x[j] - sub) and returns their sum (see Impl.ExpSum).
 // len(x) must be a multiple of 16.
 //
@@ -68,6 +74,12 @@ func mulAddABAVX2(c []float32, ldc int, a []float32, lda int, b []float32, ldb i
 //
 //go:noescape
 func mulAddAtBAVX2(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m int, n int, k int)
+
+// mulABAVX2 sets C = A·B (see Impl.MulAB): mulAddABAVX2 storing its sums.
+// The caller guarantees n%16 == 0 and that all accesses are in bounds.
+//
+//go:noescape
+func mulABAVX2(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m int, n int, k int)
 
 // expSumAVX2 sets x[j] = exp(scale*x[j] - sub) and returns their sum (see Impl.ExpSum).
 // len(x) must be a multiple of 16.

@@ -53,3 +53,48 @@ func TestMulAddAddsOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestMulABStoresTheSum checks Impl.MulAB against its contract: C = A·B
+// with, bit for bit, what MulAddAB adds to a cleared C, on every float32
+// implementation, whatever C held (NaN here), for k = 0 (C cleared), a
+// row stride wider than n, and products of −0 (a sum from +0 is +0).
+func TestMulABStoresTheSum(t *testing.T) {
+	r := rand.New(rand.NewPCG(73, 74))
+	negZero := float32(math.Copysign(0, -1))
+	shapes := [][3]int{{1, 16, 1}, {6, 32, 40}, {7, 48, 130}, {13, 16, 64}, {5, 32, 0}, {3, 64, 3}}
+	for _, im := range Available() {
+		t.Run(im.Name, func(t *testing.T) {
+			for si, s := range shapes {
+				m, n, k := s[0], s[1], s[2]
+				ldc := n + 16*(si%2)
+				a, b := randSlice(r, m*k), randSlice(r, k*n)
+				if si == len(shapes)-1 {
+					// Every product −0: −0·x and x·−0.
+					for i := range a {
+						a[i] = negZero
+					}
+				}
+				want := make([]float32, m*ldc)
+				im.MulAddAB(want, ldc, a, k, b, n, m, n, k)
+				got := make([]float32, m*ldc)
+				for i := range got {
+					got[i] = float32(math.NaN())
+				}
+				im.MulAB(got, ldc, a, k, b, n, m, n, k)
+				for i := 0; i < m; i++ {
+					for j := 0; j < n; j++ {
+						g, w := got[i*ldc+j], want[i*ldc+j]
+						if math.Float32bits(g) != math.Float32bits(w) {
+							t.Fatalf("m=%d n=%d k=%d: C[%d,%d] = %v, want %v (MulAddAB into zeros)", m, n, k, i, j, g, w)
+						}
+					}
+					for j := n; j < ldc; j++ {
+						if g := got[i*ldc+j]; g == g {
+							t.Fatalf("m=%d n=%d k=%d: C[%d,%d] beyond n written: %v", m, n, k, i, j, g)
+						}
+					}
+				}
+			}
+		})
+	}
+}

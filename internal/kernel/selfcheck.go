@@ -42,6 +42,7 @@ func selfCheck(im Impl) (err error) {
 			mulABt(c, ldc, a, lda, bt, m, n, k)
 		}},
 		{"MulAddAB", im.MulAddAB, Generic.MulAddAB},
+		{"MulAB", im.MulAB, Generic.MulAB},
 		{"MulAddAtB", im.MulAddAtB, Generic.MulAddAtB},
 	} {
 		c1, c2 := make([]float32, m*n), make([]float32, m*n)

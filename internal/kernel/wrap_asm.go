@@ -45,6 +45,18 @@ func wrapMulAdd(transA bool, f func(c []float32, ldc int, a []float32, lda int, 
 	}
 }
 
+// wrapMulAB wraps a MulAB kernel as wrapMulAdd does MulAddAB; with k = 0
+// it clears C, which the kernel is not called for.
+func wrapMulAB(f func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int)) func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int) {
+	g := wrapMulAdd(false, f)
+	return func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int) {
+		g(c, ldc, a, lda, b, ldb, m, n, k)
+		if k == 0 {
+			clearRows(c, ldc, m, n)
+		}
+	}
+}
+
 func wrapExpSum(f func(x []float32, scale, sub float32) float32) func(x []float32, scale, sub float32) float32 {
 	return func(x []float32, scale, sub float32) float32 {
 		checkWidth(len(x))

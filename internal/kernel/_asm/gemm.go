@@ -48,24 +48,30 @@ const (
 type gemm struct {
 	s    isa
 	kind gemmKind
+	set  bool // kindAB only: C = A·B, the tile's sum stored instead of added
 	name string
 	blocks
 }
 
-func genGemm(s isa, kind gemmKind) {
-	g := &gemm{s: s, kind: kind}
-	switch kind {
-	case kindABt:
+func genGemm(s isa, kind gemmKind, set bool) {
+	g := &gemm{s: s, kind: kind, set: set && kind == kindAB}
+	switch {
+	case g.set:
+		g.name = "mulAB" + s.Suffix
+		TEXT(g.name, NOSPLIT, "func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int)")
+		Doc(g.name+" sets C = A·B (see Impl.MulAB): mulAddAB"+s.Suffix+" storing its sums.",
+			"The caller guarantees n%16 == 0 and that all accesses are in bounds.")
+	case kind == kindABt:
 		g.name = "mulABt" + s.Suffix
 		TEXT(g.name, NOSPLIT, "func(c []float32, ldc int, a []float32, lda int, bt []float32, m, n, k int)")
 		Doc(g.name+" sets C = A·Bᵀ (see Impl.MulABt); bt is packed by PackBt.",
 			"The caller guarantees n%16 == 0 and that all accesses are in bounds.")
-	case kindAB:
+	case kind == kindAB:
 		g.name = "mulAddAB" + s.Suffix
 		TEXT(g.name, NOSPLIT, "func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int)")
 		Doc(g.name+" adds A·B to C (see Impl.MulAddAB).",
 			"The caller guarantees n%16 == 0 and that all accesses are in bounds.")
-	case kindAtB:
+	case kind == kindAtB:
 		g.name = "mulAddAtB" + s.Suffix
 		TEXT(g.name, NOSPLIT, "func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int)")
 		Doc(g.name+" adds Aᵀ·B to C (see Impl.MulAddAtB).",
@@ -160,8 +166,10 @@ func (g *gemm) tile(r, nv int) {
 			acc[i][v] = s.Vec()
 		}
 	}
-	// Every kind sums from zero: A·Bᵀ overwrites C; A·B and Aᵀ·B add the
-	// tile's sum to C once, at the store (see Impl.MulAddAB).
+	// Every kind sums from zero: A·Bᵀ (and A·B with set) overwrites C;
+	// A·B and Aᵀ·B add the tile's sum to C once, at the store (see
+	// Impl.MulAddAB). A sum from +0 is never −0, so storing it gives the
+	// bits that adding it to a cleared C gives.
 	for i := range acc {
 		for v := range acc[i] {
 			zero(s, acc[i][v])
@@ -241,7 +249,7 @@ func (g *gemm) tile(r, nv int) {
 	Label(tag + "store")
 	ldc := Load(Param("ldc"), GP64())
 	SHLQ(Imm(2), ldc)
-	storeAcc(g.cRow, ldc, r, nv, s.Bytes(), g.kind != kindABt, func(i, v int) Op { return acc[i][v] })
+	storeAcc(g.cRow, ldc, r, nv, s.Bytes(), g.kind != kindABt && !g.set, func(i, v int) Op { return acc[i][v] })
 }
 
 // ---------------------------------------------------------------------------

@@ -42,8 +42,9 @@ func genKernels() {
 	genExpTable()
 	for _, s := range []isa{isaAVX512, isaAVX2} {
 		for _, k := range []gemmKind{kindABt, kindAB, kindAtB} {
-			genGemm(s, k)
+			genGemm(s, k, false)
 		}
+		genGemm(s, kindAB, true)
 		genExpSum(s)
 		genMax(s)
 		genScale(s)

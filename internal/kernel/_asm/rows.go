@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"math"
 
 	"github.com/flashattn/flashattn/internal/kernel/_kconst"
@@ -102,25 +101,24 @@ func genExpSum(s isa) {
 		return expTab.Offset(64 * i)
 	}
 
-	// exp computes the vectors at byte offsets offs of xp in place and adds
-	// vector j to acc[j%len(acc)]: the same sums, in the same order, as
-	// one vector at a time. The vectors' instructions are interleaved, one
-	// step for all vectors before the next, so that each step finds
-	// independent work while the previous one's latency runs: one vector's
-	// exponential is a chain of about 50 cycles, and the scheduler does
-	// not hold enough of the loop to overlap successive vectors.
-	exp := func(offs []int, acc []VecVirtual) {
-		if !s.EVEX {
-			expAVX2(s, xp, offs, acc, scale, sub, c)
-			return
-		}
+	// The exponential of a vector is computed in two stages: reduceArg loads
+	// it and computes t, n and r (below); finish evaluates the polynomial,
+	// scales by 2^n, stores the vector and adds it to its accumulator.
+	// Within a stage the vectors' instructions are interleaved, one step
+	// for all vectors before the next, so that each step finds independent
+	// work while the previous one's latency runs: one vector's exponential
+	// is a chain of about 50 cycles.
+	type reduced struct{ t, n, r []VecVirtual }
+	// reduceArg loads the vectors at byte offsets offs of xp and returns
+	// t = round(scale·x) − sub, n = round(t·log2 e) and r = t − n·ln2.
+	reduceArg := func(offs []int) reduced {
 		u := len(offs)
 		each := func(f func(j int)) {
 			for j := 0; j < u; j++ {
 				f(j)
 			}
 		}
-		t, n, p, r2 := vecs(s, u), vecs(s, u), vecs(s, u), vecs(s, u)
+		t, n, r := vecs(s, u), vecs(s, u), vecs(s, u)
 		// t = round(scale·x) − sub: the product rounded, not fused (see
 		// Impl.ExpSum).
 		each(func(j int) { VMULPS(Mem{Base: xp, Disp: offs[j]}, scale, t[j]) })
@@ -131,16 +129,31 @@ func genExpSum(s isa) {
 		each(func(j int) { VMULPS(c(cLog2e), t[j], n[j]) })
 		each(func(j int) { VRNDSCALEPS(Imm(0), n[j], n[j]) })
 		// r = t − n·ln2, in two steps (ln2hi has few bits so n·ln2hi is
-		// exact); r2 holds r.
-		each(func(j int) { VMOVAPS(t[j], r2[j]) })
-		each(func(j int) { VFNMADD231PS(c(cLn2Hi), n[j], r2[j]) })
-		each(func(j int) { VFNMADD231PS(c(cLn2Lo), n[j], r2[j]) })
+		// exact).
+		each(func(j int) { VMOVAPS(t[j], r[j]) })
+		each(func(j int) { VFNMADD231PS(c(cLn2Hi), n[j], r[j]) })
+		each(func(j int) { VFNMADD231PS(c(cLn2Lo), n[j], r[j]) })
+		return reduced{t, n, r}
+	}
+	// finish sets the vectors at byte offsets offs of xp to exp(t) from
+	// their reduced v and adds vector j to acc[j%len(acc)]: the same sums,
+	// in the same order, as one vector at a time.
+	finish := func(offs []int, v reduced, acc []VecVirtual) {
+		u := len(offs)
+		each := func(f func(j int)) {
+			for j := 0; j < u; j++ {
+				f(j)
+			}
+		}
+		t, n, r2 := v.t, v.n, v.r
+		p := vecs(s, u)
 		// p = ((((P0·r + P1)·r + P2)·r + P3)·r + P4)·r + P5, Horner's rule.
 		each(func(j int) { VMOVUPS(c(cP0), p[j]) })
 		for _, k := range []int{cP1, cP2, cP3, cP4, cP5} {
 			each(func(j int) { VFMADD213PS(c(k), r2[j], p[j]) }) // p = p*r + Pk
 		}
-		// p = p·r² + r + 1 ≈ exp(r); t is free for r² once r is copied.
+		// p = p·r² + r + 1 ≈ exp(r); t is free for r² once the masks
+		// are taken.
 		r := t
 		each(func(j int) {
 			// Masks first, while t is still the argument: k1 is
@@ -162,44 +175,78 @@ func genExpSum(s isa) {
 			VADDPS(p[j], acc[j%len(acc)], acc[j%len(acc)])
 		})
 	}
+	exp := func(offs []int, acc []VecVirtual) {
+		if !s.EVEX {
+			expAVX2(s, xp, offs, acc, scale, sub, c)
+			return
+		}
+		finish(offs, reduceArg(offs), acc)
+	}
+	offsets := func(u, from int) []int {
+		offs := make([]int, u)
+		for j := range offs {
+			offs[j] = (from + j) * s.Bytes()
+		}
+		return offs
+	}
 
 	// The accumulators fix the order of the sums, hence the result's bits:
 	// AVX-512 has two, acc[0] summing vectors 0, 2, 4, … of x and acc[1]
 	// vectors 1, 3, 5, …, then the odd last vector is added after acc[1];
-	// AVX2 has one. AVX-512 computes four vectors per iteration, then a
-	// last pair; AVX2 one: two side by side need more than its 16
-	// registers (VBLENDVPS cannot use Y16-Y31).
-	groups, acc := []int{1}, vecs(s, 1)
+	// AVX2 has one. AVX2 computes one vector per iteration: two side by
+	// side need more than its 16 registers (VBLENDVPS cannot use
+	// Y16-Y31).
+	acc := vecs(s, 1)
 	if s.EVEX {
-		groups, acc = []int{4, 2}, vecs(s, 2)
+		acc = vecs(s, 2)
 	}
 	for _, a := range acc {
 		zero(s, a)
 	}
-	for _, u := range groups {
-		loop := fmt.Sprintf("loop%d", u)
-		Label(loop)
-		CMPQ(nl, U32(u*s.Lanes))
-		JL(LabelRef(fmt.Sprintf("after%d", u)))
-		offs := make([]int, u)
-		for j := range offs {
-			offs[j] = j * s.Bytes()
+	if s.EVEX {
+		// AVX-512 is software-pipelined, pw vectors per stage: each
+		// iteration reduces the next pw vectors while it finishes the
+		// current ones, so that the reduction's chain (about 20 cycles)
+		// runs beside the polynomial's instead of after it. pw is even:
+		// vector j of a stage is vector j mod 2 of x's pairs, so acc[j%2]
+		// sums the same vectors as above.
+		const pw = 2
+		CMPQ(nl, U32(pw*s.Lanes))
+		JL(LabelRef("afterpipe"))
+		cur := reduceArg(offsets(pw, 0))
+		Label("pipe")
+		CMPQ(nl, U32(2*pw*s.Lanes))
+		JL(LabelRef("drain"))
+		next := reduceArg(offsets(pw, pw))
+		finish(offsets(pw, 0), cur, acc)
+		for j := 0; j < pw; j++ {
+			VMOVAPS(next.t[j], cur.t[j])
+			VMOVAPS(next.n[j], cur.n[j])
+			VMOVAPS(next.r[j], cur.r[j])
 		}
-		exp(offs, acc)
-		ADDQ(U32(u*s.Bytes()), xp)
-		SUBQ(U32(u*s.Lanes), nl)
-		JMP(LabelRef(loop))
-		Label(fmt.Sprintf("after%d", u))
-	}
-	for _, a := range acc[1:] {
-		VADDPS(a, acc[0], acc[0])
-	}
-	if groups[len(groups)-1] > 1 {
-		// At most one vector is left.
+		ADDQ(U32(pw*s.Bytes()), xp)
+		SUBQ(U32(pw*s.Lanes), nl)
+		JMP(LabelRef("pipe"))
+		Label("drain")
+		finish(offsets(pw, 0), cur, acc)
+		ADDQ(U32(pw*s.Bytes()), xp)
+		SUBQ(U32(pw*s.Lanes), nl)
+		Label("afterpipe")
+		// At most pw-1 vectors are left.
+		VADDPS(acc[1], acc[0], acc[0])
 		CMPQ(nl, U32(s.Lanes))
 		JL(LabelRef("done"))
-		exp([]int{0}, acc[:1])
+		exp(offsets(1, 0), acc[:1])
 		Label("done")
+	} else {
+		Label("loop1")
+		CMPQ(nl, U32(s.Lanes))
+		JL(LabelRef("after1"))
+		exp(offsets(1, 0), acc)
+		ADDQ(U32(s.Bytes()), xp)
+		SUBQ(U32(s.Lanes), nl)
+		JMP(LabelRef("loop1"))
+		Label("after1")
 	}
 	x := reduce(s, acc[0], VADDPS)
 	VADDSS(x.shuf, x.v, x.v)
