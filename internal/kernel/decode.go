@@ -55,7 +55,7 @@ package kernel
 type Decode struct {
 	// Name is "avx512bf16", "avx512", "avx2", "neon" or "generic" (the
 	// names of the family "decode" in FLASHATTN_KERNEL). "avx512bf16" is
-	// "avx512" with native bfloat16 products for a bf16 cache and 4 or
+	// "avx512" with native bfloat16 products for a bf16 cache and 8 or
 	// more query rows, which round Q and P to bfloat16 first (see
 	// decode_bf16_amd64.go).
 	Name string

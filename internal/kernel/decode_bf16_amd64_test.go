@@ -9,7 +9,7 @@ import (
 )
 
 // TestDecodeBF16Native: on a CPU with AVX512_BF16 the best decode set is
-// "avx512bf16", and its bf16 Scores and Accum for 4 or more query rows are
+// "avx512bf16", and its bf16 Scores and Accum for 8 or more query rows are
 // the VDPBF16PS products (rows in tiles of 4, 8 and 16: the first nativeRows(m)): Q and P rounded to bfloat16, the sums within a
 // float32 sum's error of the exact products of the rounded operands, and
 // measurably not the float32 products of the unrounded ones (what the
