@@ -52,8 +52,8 @@ func Reserve(q, k, v Tensor, opts *Options) (err error) {
 // reserved only if the q, k and v given have such rows.
 func ReserveBackward(q, k, v Tensor, opts *Options) (err error) {
 	defer recoverPanic(&err)
-	if opts != nil && opts.KVCache != nil {
-		return argErr("Options.KVCache", "Backward does not take a KVCache (decoding is inference only)")
+	if err := checkNoKVCache(opts); err != nil {
+		return err // Backward's error, before a Forward that would take the cache
 	}
 	out, lse, err := Forward(q, k, v, opts)
 	if err != nil {
