@@ -174,11 +174,20 @@ func BackwardGrads(ctx context.Context, g Grads, q, k, v, out, dout Tensor, lse,
 	return c.run(ctx, c.backward)
 }
 
+// checkNoKVCache returns the error of a backward given opts with a
+// KVCache (nil if it has none).
+func checkNoKVCache(opts *Options) error {
+	if opts != nil && opts.KVCache != nil {
+		return argErr("Options.KVCache", "Backward does not take a KVCache (decoding is inference only)")
+	}
+	return nil
+}
+
 // newBackwardCall validates BackwardGrads's arguments and returns a pooled
 // call ready to run the backward (c.backward).
 func newBackwardCall(g Grads, q, k, v, out, dout Tensor, lse, dlse []float32, opts *Options) (c *call, err error) {
-	if opts != nil && opts.KVCache != nil {
-		return nil, argErr("Options.KVCache", "Backward does not take a KVCache (decoding is inference only)")
+	if err := checkNoKVCache(opts); err != nil {
+		return nil, err
 	}
 	if c, err = newCall(q, k, v, opts); err != nil {
 		return nil, err

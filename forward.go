@@ -411,7 +411,8 @@ func (f *forwardPass) accumulate(ws *workspace, st *rowState, sb subBlock, kv kv
 }
 
 // finish writes the block's normalised rows of O and their LSE, or, for a
-// key split, its unnormalised state to its partial-result slot.
+// key split, leaves its unnormalised state in its partial-result slot; the
+// rows of o no P·V product wrote are cleared first (rowState.settle).
 func (f *forwardPass) finish(ws *workspace, st *rowState, t *fwdTask) {
 	p := f.p
 	s := &p.seqs[t.seq]

@@ -46,13 +46,14 @@ func Reserve(q, k, v Tensor, opts *Options) (err error) {
 // them) and runs the call to scratch tensors it drops: a Forward for out
 // and lse, then the backward once per worker on one goroutine and once on
 // the workers (about Options.Workers+2 times one backward's CPU time). Call
-// Reserve as well for the forward's memory. The rows whose LSE is far
-// from 0 (|LSE| ≳ 3000, see SPEC §4) take an extra pass with memory of its
-// own, reserved only if the q, k and v given have such rows.
+// Reserve as well for the forward's memory. The rows whose |LSE| is 16 or
+// more (large scores), whose probabilities the backward corrects for the
+// LSE's float32 rounding, take an extra pass with memory of its own,
+// reserved only if the q, k and v given have such rows.
 func ReserveBackward(q, k, v Tensor, opts *Options) (err error) {
 	defer recoverPanic(&err)
-	if opts != nil && opts.KVCache != nil {
-		return argErr("Options.KVCache", "Backward does not take a KVCache (decoding is inference only)")
+	if err := checkNoKVCache(opts); err != nil {
+		return err // Backward's error, before a Forward that would take the cache
 	}
 	out, lse, err := Forward(q, k, v, opts)
 	if err != nil {

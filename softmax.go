@@ -30,8 +30,8 @@ func (st *rowState) reset(rows int) {
 }
 
 // claim marks rows r0..r0+n-1 of o written by the P·V product about to
-// run and reports whether it may overwrite them (Impl.MulAB): none was
-// written since reset. o is not cleared at reset; the first product into
+// run and reports whether it may overwrite them (Impl.MulAB, Half.Mul):
+// none was written since reset. o is not cleared at reset; the first product into
 // a row stores its sum instead, with the bits adding it to zeros gives.
 // Rows still unwritten in a partly written range are cleared, so that
 // a product that adds (false) adds to zeros there. update rescales a row
@@ -51,8 +51,8 @@ func (st *rowState) claim(r0, n int) bool {
 	return all
 }
 
-// claimAdd is claim for a product that adds to o (16-bit and decode
-// paths): rows not written yet are cleared first.
+// claimAdd is claim for a product that can only add to o (the decode
+// kernels, Accum and AccumHeads): rows not written yet are cleared first.
 func (st *rowState) claimAdd(r0, n int) {
 	if st.claim(r0, n) {
 		clear(st.o[r0*st.dimPad : (r0+n)*st.dimPad])

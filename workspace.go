@@ -23,7 +23,7 @@ type fwdScratch struct {
 	q      []float32 // the block's Q rows, (maxRows+3) × dim
 	qa     []float32 // the Q rows the products read (q, or Q in place) ...
 	ldq    int       // ... and their leading dimension
-	o      []float32 // the output accumulator, maxRows × dimVPad
+	o      []float32 // the output accumulator, maxRows × dimVPad, not cleared between tasks (rowState.claim)
 	acc    []float32 // the task's accumulator: o, or a key split's partial-result slot
 	m, l   []float32 // running max and sum, maxRows
 	fresh  []bool    // rows of o not written yet, maxRows (rowState.claim)

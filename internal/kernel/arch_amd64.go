@@ -64,7 +64,7 @@ func archDecode() []Decode {
 	var ds []Decode
 	if hasAVX512BW {
 		ds = append(ds, newDecode(decodeISA{name: "avx512", minD: 1}, &[NumFormats]decodeKernels{
-			FormatF32:  withScoresT(FormatF32, withScoresSplit8(kernelsOf([]scoresKern[float32]{scoresF32M1AVX512, scoresF32M2AVX512, scoresF32M4AVX512, scoresF32M8AVX512, scoresF32M16AVX512}, []accumKern[float32]{accumF32M1AVX512, accumF32M2AVX512, accumF32M4AVX512, accumF32M8AVX512, accumF32M16AVX512}, scoresHeadsF32AVX512, accumHeadsF32AVX512))),
+			FormatF32:  withScoresT(FormatF32, withScoresSplit8(kernelsOf([]scoresKern[float32]{scoresF32M1AVX512, scoresF32M2AVX512, scoresF32M4AVX512, scoresF32M16AVX512}, []accumKern[float32]{accumF32M1AVX512, accumF32M2AVX512, accumF32M4AVX512, accumF32M8AVX512, accumF32M16AVX512}, scoresHeadsF32AVX512, accumHeadsF32AVX512))),
 			FormatBF16: kernelsOf([]scoresKern[uint16]{scoresBF16M1AVX512, scoresBF16M2AVX512, scoresBF16M4AVX512, scoresBF16M8AVX512, scoresBF16M16AVX512}, []accumKern[uint16]{accumBF16M1AVX512, accumBF16M2AVX512, accumBF16M4AVX512, accumBF16M8AVX512, accumBF16M16AVX512}, scoresHeadsBF16AVX512, accumHeadsBF16AVX512),
 			FormatF16:  withScoresT(FormatF16, kernelsOf([]scoresKern[uint16]{scoresF16M1AVX512, scoresF16M2AVX512, scoresF16M4AVX512, scoresF16M8AVX512, scoresF16M16AVX512}, []accumKern[uint16]{accumF16M1AVX512, accumF16M2AVX512, accumF16M4AVX512, accumF16M8AVX512, accumF16M16AVX512}, scoresHeadsF16AVX512, accumHeadsF16AVX512)),
 			FormatQ8:   kernelsOf([]scoresKern[byte]{scoresQ8M1AVX512, scoresQ8M2AVX512, scoresQ8M4AVX512, scoresQ8M8AVX512, scoresQ8M16AVX512}, []accumKern[byte]{accumQ8M1AVX512, accumQ8M2AVX512, accumQ8M4AVX512, accumQ8M8AVX512, accumQ8M16AVX512}, scoresHeadsQ8AVX512, accumHeadsQ8AVX512),

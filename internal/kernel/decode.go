@@ -43,11 +43,11 @@ package kernel
 // per byte. The AVX-512 scores tile of 16 rows for float32 (and fp16 calls
 // of 1024 keys or more) keeps the rows in the vector lanes and has no
 // folds: 1.3-1.8× (fp16 1.2-1.45×) the row kernel's compute speed
-// (decode_t_amd64.go).
-// With m >= 8, give S a row stride lds that is not a
-// multiple of 1024 (rows 4 KiB apart share an L1 set), such as n+16. The
-// kernels prefetch ahead within a call, so calls should cover hundreds of
-// keys or more.
+// (decode_t_amd64.go); its float32 tile of 8 rows is two tiles of 4
+// (decode_split_amd64.go). With m >= 8, give S a row stride lds that is
+// not a multiple of 1024 (rows 4 KiB apart share an L1 set), such as
+// n+16. The kernels prefetch ahead within a call, so calls should cover
+// hundreds of keys or more.
 //
 // ReadSum returns the wrapping sum of the little-endian uint32 words of b
 // (its bytes beyond a multiple of 4 ignored): a plain read of b at full

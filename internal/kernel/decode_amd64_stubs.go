@@ -22,12 +22,6 @@ func scoresF32M2AVX512(s []float32, lds int, q []float32, k []float32, ldk int, 
 //go:noescape
 func scoresF32M4AVX512(s []float32, lds int, q []float32, k []float32, ldk int, n int, d int)
 
-// scoresF32M8AVX512 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 8, j < n, p < d;
-// ldk is the key row stride in elements; d >= 1, n >= 1, and all accesses are in bounds.
-//
-//go:noescape
-func scoresF32M8AVX512(s []float32, lds int, q []float32, k []float32, ldk int, n int, d int)
-
 // scoresF32M16AVX512 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 16, j < n, p < d;
 // ldk is the key row stride in elements; d >= 1, n >= 1, and all accesses are in bounds.
 //

@@ -13,16 +13,16 @@ package kernel
 // zero, as VDPBF16PS and VCVTNEPS2BF16 do) — what the forward pass already
 // does for a bf16 cache (the mixed-types rule rounds Q, and P is rounded
 // before P·V), so for the package's calls only the order of the float32
-// sums differs from "avx512". Tiles of fewer than 4 rows, head dimensions
-// that are not a multiple of 32 (Scores: or above natMaxD), the multi-head
-// kernels and every other format are "avx512"'s.
+// sums differs from "avx512". Calls of fewer than natMinCall rows, tiles
+// of fewer than 4 rows, head dimensions that are not a multiple of 32
+// (Scores: or above natMaxD), the multi-head kernels and every other
+// format are "avx512"'s.
 
 // natMinRows is the smallest row tile the native kernels take (Scores has
-// kernels of 4, 8 and 16 rows, Accum of 4 and 8: a tile of 16 rows runs
-// it twice), natDim the
-// multiple of the head dimension they need and natMaxD the largest head
-// dimension of the native Scores (its packed Q lives in a fixed frame:
-// natMaxD of _asm/decode_bf16.go, the same value).
+// kernels of 4, 8 and 16 rows, Accum of 4 and 8: a tile of 16 rows runs it
+// twice), natDim the multiple of the head dimension they need and natMaxD
+// the largest head dimension of the native Scores (its packed Q lives in a
+// fixed frame: natMaxD of _asm/decode_bf16.go, the same value).
 const (
 	natMinRows = 4
 	// natMinCall is the fewest rows a call needs for the native kernels:
@@ -46,7 +46,8 @@ func withNativeBF16(ds []Decode) []Decode {
 }
 
 // nativeBF16Decode returns base with the name "avx512bf16" and its bf16
-// Scores and Accum taking the tiles of 4, 8 and 16 rows natively.
+// Scores and Accum taking the tiles of 4, 8 and 16 rows of calls of
+// natMinCall rows or more natively.
 func nativeBF16Decode(base Decode) Decode {
 	dk := base
 	dk.Name = "avx512bf16"

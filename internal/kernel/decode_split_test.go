@@ -32,13 +32,8 @@ func rowTileModel(q, k []float32) float32 {
 // tiles' blocks and the 64 KiB blocks of the split, strided rows and head
 // dimensions with a tail.
 func TestDecodeScoresRows8(t *testing.T) {
-	var dk *Decode
-	for _, s := range archDecode() {
-		if s.Name == "avx512" {
-			dk = &s
-		}
-	}
-	if dk == nil {
+	dk, ok := find(archDecode(), decodeName, "avx512")
+	if !ok {
 		t.Skip("no AVX-512 decode kernels on this CPU")
 	}
 	for _, tc := range []struct{ m, r0, n, d, ldk int }{

@@ -18,13 +18,8 @@ import (
 // side), head dimensions with a tail, and the tile inside 31 rows
 // (16+8+4+2+1), where the other tiles keep their own order.
 func TestDecodeScoresRows16(t *testing.T) {
-	var dk *Decode
-	for _, s := range archDecode() {
-		if s.Name == "avx512" {
-			dk = &s
-		}
-	}
-	if dk == nil {
+	dk, ok := find(archDecode(), decodeName, "avx512")
+	if !ok {
 		t.Skip("no AVX-512 decode kernels on this CPU")
 	}
 	model := func(q, k []float32) float32 {

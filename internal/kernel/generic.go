@@ -131,8 +131,6 @@ func add4(c []float32, x0, x1, x2, x3 float32) {
 	c[3] += x3
 }
 
-// mulAddABGeneric and mulAddAtBGeneric share one body: A is read at
-// a[i*ri + p*rp], so A·B and Aᵀ·B differ only in the strides.
 // clearThen returns MulAB made of a MulAddAB f: C cleared, then f adds
 // A·B to it (the bits of a kernel that stores its sums).
 func clearThen(f func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int)) func(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int) {
@@ -149,6 +147,8 @@ func clearRows(c []float32, ldc, m, n int) {
 	}
 }
 
+// mulAddABGeneric and mulAddAtBGeneric share one body: A is read at
+// a[i*ri + p*rp], so A·B and Aᵀ·B differ only in the strides.
 func mulAddABGeneric(c []float32, ldc int, a []float32, lda int, b []float32, ldb int, m, n, k int) {
 	mulAddStrided(c, ldc, a, lda, 1, b, ldb, m, n, k)
 }

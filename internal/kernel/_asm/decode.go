@@ -147,6 +147,9 @@ func genDecode() {
 	for _, s := range []isa{isaAVX512, isaAVX2} {
 		for _, e := range decodeElems {
 			for mr := 1; mr <= s.Lanes; mr *= 2 {
+				if s.EVEX && e.Name == "F32" && mr == 8 {
+					continue // two tiles of 4 rows instead (withScoresSplit8)
+				}
 				genScores(s, e, mr)
 			}
 			for mr := 1; mr <= s.Lanes; mr *= 2 {

@@ -76,7 +76,7 @@ func genExpSum(s isa) {
 	// the table; with every constant in memory the loop was bound by loads
 	// (16 per vector), at a third of the speed. AVX-512 keeps all but the
 	// two that are only loaded (P0, +Inf), which leaves registers for the
-	// four vectors it computes side by side.
+	// two pairs of vectors of its pipeline (see below).
 	var creg [numConsts]VecVirtual
 	inReg := func(i int) bool {
 		if s.EVEX {
