@@ -343,17 +343,25 @@ func (f *forwardPass) scores(ws *workspace, sb subBlock, si int, kv kvTile, j0, 
 // mask (partial tiles only), the online-softmax update of its state rows
 // sb.r0.., dropout, and P rounded to the inputs' type before P·V unless the
 // native 16-bit products convert it themselves (kv.vh, with the same
-// rounding).
+// rounding) or the exponential writes it in bfloat16 (expToBF16).
 func (f *forwardPass) softmax(ws *workspace, st *rowState, t *fwdTask, sb subBlock, kv kvTile, kind BlockKind, j0, n int) {
 	p := f.p
 	s := &p.seqs[t.seq]
 	np := kernel.Pad(n)
 	roundP := p.ct != Float32 && kv.vh == nil
+	var ph []uint16
+	if f.expToBF16(kv) {
+		ph = grow(&ws.fwd.ph, sb.m*np)
+	}
 	for r := 0; r < sb.m; r++ {
 		row := ws.fwd.s[(sb.s0+r)*np : (sb.s0+r+1)*np]
 		h, i := t.at(sb.r0 + r)
 		fac := p.scoreRow(&ws.row, row, nil, scoreAt{s, h, i, j0, n, kind})
-		st.update(&p.kern, sb.r0+r, row, fac)
+		var phr []uint16
+		if ph != nil {
+			phr = ph[r*np : (r+1)*np]
+		}
+		st.update(&p.kern, sb.r0+r, row, fac, phr)
 		if p.dropOn {
 			p.drop.ApplyRow(row[:n], s.b, h, i+s.qpos, j0+s.kpos)
 		}
@@ -361,6 +369,15 @@ func (f *forwardPass) softmax(ws *workspace, st *rowState, t *fwdTask, sb subBlo
 			roundTo(row[:n], p.ct, &p.kern)
 		}
 	}
+}
+
+// expToBF16 reports whether the exponential writes P of tile kv in
+// bfloat16 itself (Impl.ExpSumBF16, rows kernel.Pad(n) apart in fw.ph),
+// instead of a float32 tile converted before P·V: the native bfloat16
+// product, without dropout (which scales the float32 P after the
+// exponential). The bits are the same either way.
+func (f *forwardPass) expToBF16(kv kvTile) bool {
+	return kv.vh != nil && f.p.ct == BFloat16 && !f.p.dropOn
 }
 
 // accumulate adds P·V of sub-block sb (its S rows sb.s0..) to its output
@@ -375,14 +392,20 @@ func (f *forwardPass) accumulate(ws *workspace, st *rowState, sb subBlock, kv kv
 		st.claimAdd(sb.r0, sb.m)
 		p.decodeAccum(ws, kv.seq, sb, j0, n, np)
 	case kv.vh != nil:
-		// P in the type, rows of even(n) (the pad column is 0): one
-		// conversion for the whole tile when its rows are that long
-		// already (n a multiple of W), else one per row.
-		ne := even(n)
-		ph := grow(&fw.ph, sb.m*ne)
-		if ne == np {
+		// P in the type, rows of even(n) (the pad column is 0): written
+		// by the exponential, rows np apart (expToBF16), or converted
+		// here: one conversion for the whole tile when its rows are that
+		// long already (n a multiple of W), else one per row.
+		ne, lda := even(n), even(n)
+		var ph []uint16
+		switch {
+		case f.expToBF16(kv):
+			ph, lda = fw.ph[:sb.m*np], np
+		case ne == np:
+			ph = grow(&fw.ph, sb.m*ne)
 			toHalf(&p.kern, p.ct, ph, pTile[:sb.m*np])
-		} else {
+		default:
+			ph = grow(&fw.ph, sb.m*ne)
 			for r := 0; r < sb.m; r++ {
 				toHalf(&p.kern, p.ct, ph[r*ne:(r+1)*ne], pTile[r*np:r*np+ne])
 			}
@@ -391,7 +414,7 @@ func (f *forwardPass) accumulate(ws *workspace, st *rowState, sb subBlock, kv kv
 		if st.claim(sb.r0, sb.m) {
 			mul = p.halfMul.Mul
 		}
-		mul(fw.acc[sb.r0*dvp:], dvp, ph, ne, kv.vh, kv.ldbV, sb.m, dvp, ne)
+		mul(fw.acc[sb.r0*dvp:], dvp, ph, lda, kv.vh, kv.ldbV, sb.m, dvp, ne)
 	default:
 		if kv.v == nil {
 			// V rows copied even when they need no padding: in place,

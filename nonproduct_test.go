@@ -50,7 +50,8 @@ func countingSet(t *testing.T, w *kernelWork) {
 // bfloat16 Q to float32 (its bits feed the bfloat16 products as they are;
 // the last three where the bfloat16 products are native, not the "f32" path),
 // and sets each block's accumulator with its first P·V rather than adding
-// it to a cleared one.
+// it to a cleared one; P itself is written in bfloat16 by the exponential,
+// not converted from a float32 tile.
 // One worker, so that the counters need no lock.
 func TestForwardNonProductWork(t *testing.T) {
 	const b, n, h, d, bq = 1, 256, 2, 64, 32
@@ -87,6 +88,12 @@ func TestForwardNonProductWork(t *testing.T) {
 			}
 			if pCalls := w.f32ToBF16Calls - rows; pCalls > tiles {
 				t.Errorf("%d conversions of P for %d tiles of %d rows: P is converted a row at a time", pCalls, tiles, bq)
+			}
+			// P is written in bfloat16 by the exponential
+			// (Impl.ExpSumBF16): F32ToBF16 converts O's rows only, not a
+			// float32 P tile in a second pass.
+			if pElems := w.f32ToBF16 - rows*d; pElems != 0 {
+				t.Errorf("%d elements of P converted from float32 to bfloat16 after the exponential", pElems)
 			}
 			// The first P·V of each block sets its accumulator (Mul), not
 			// adds to a cleared one (MulAdd).

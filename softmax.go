@@ -73,10 +73,12 @@ func (st *rowState) settle(rows int) {
 var nan32 = float32(math.NaN())
 
 // update folds one tile row of scores x = f·row into row r's state; on
-// return row holds exp(x - m_new), ready for the P·V product. A NaN score makes the
-// row's state NaN for good (NaN in, NaN out), including when every other
-// score of the row is hidden.
-func (st *rowState) update(k *kernel.Impl, r int, row []float32, f float32) {
+// return row holds exp(x - m_new), ready for the P·V product, or, if ph is
+// not nil, ph[:len(row)] holds it rounded to bfloat16 by the exponential
+// itself (Impl.ExpSumBF16: the same sum, row's contents unspecified). A NaN
+// score makes the row's state NaN for good (NaN in, NaN out), including
+// when every other score of the row is hidden.
+func (st *rowState) update(k *kernel.Impl, r int, row []float32, f float32, ph []uint16) {
 	mOld := st.m[r]
 	mNew := max(mOld, f*k.Max(row)) // NaN if either is NaN (f > 0)
 	if mNew == negInf {             // nothing visible to this row yet, or only NaN
@@ -88,6 +90,9 @@ func (st *rowState) update(k *kernel.Impl, r int, row []float32, f float32) {
 		}
 		if mNew == negInf {
 			clear(row)
+			if ph != nil {
+				clear(ph[:len(row)])
+			}
 			return
 		}
 	}
@@ -98,6 +103,10 @@ func (st *rowState) update(k *kernel.Impl, r int, row []float32, f float32) {
 			k.Scale(st.o[r*st.dimPad:(r+1)*st.dimPad], alpha)
 		}
 		st.m[r] = mNew
+	}
+	if ph != nil {
+		st.l[r] += k.ExpSumBF16(ph, row, f, mNew)
+		return
 	}
 	st.l[r] += k.ExpSum(row, f, mNew)
 }

@@ -30,6 +30,7 @@ func archImpls() []Impl {
 			ALiBi:       wrapALiBi(alibiAVX2),
 		}
 		setConverters(&im, true)
+		setExpSumBF16(&im, true)
 		setPackers(&im, true)
 		impls = append(impls, im)
 	}
@@ -51,6 +52,7 @@ func archImpls() []Impl {
 			ALiBi:       wrapALiBi(alibiAVX2),
 		}
 		setConverters(&im, false)
+		setExpSumBF16(&im, false)
 		setPackers(&im, false)
 		impls = append(impls, im)
 	}

@@ -30,6 +30,7 @@ func archImpls() []Impl {
 		ALiBi:       wrapALiBi(alibiNEON),
 	}
 	setConvertersNEON(&im)
+	im.ExpSumBF16 = expSumThenBF16(im.ExpSum, im.F32ToBF16)
 	setPackersNEON(&im)
 	return []Impl{im}
 }

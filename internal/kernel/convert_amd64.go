@@ -33,3 +33,13 @@ func setConverters(im *Impl, avx512 bool) {
 		im.F32ToBF16 = wrapConv(f32ToBF16AVX512BF16, f32ToBF16Generic)
 	}
 }
+
+// setExpSumBF16 sets im.ExpSumBF16 after setConverters: the exponential
+// with VCVTNEPS2BF16 in its store where the CPU has AVX512_BF16 (avx512
+// only), else im's ExpSum followed by its F32ToBF16.
+func setExpSumBF16(im *Impl, avx512 bool) {
+	im.ExpSumBF16 = expSumThenBF16(im.ExpSum, im.F32ToBF16)
+	if avx512 && hasAVX512BF16 {
+		im.ExpSumBF16 = wrapExpSumBF16(expSumBF16AVX512BF16)
+	}
+}

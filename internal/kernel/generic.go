@@ -13,6 +13,7 @@ var Generic = Impl{
 	MulAB:     clearThen(mulAddABGeneric),
 	MulAddAtB: mulAddAtBGeneric,
 	ExpSum:    expSumGeneric,
+	// ExpSumBF16 is set in init: expSumThenBF16 of ExpSum and F32ToBF16.
 	Max:       maxGeneric,
 	Scale:     scaleGeneric,
 	DsFromDp:  dsFromDpGeneric,
@@ -268,6 +269,22 @@ func expSumGeneric(x []float32, scale, sub float32) float32 {
 		s3 += e3
 	}
 	return (s0 + s1) + (s2 + s3)
+}
+
+func init() { Generic.ExpSumBF16 = expSumThenBF16(Generic.ExpSum, Generic.F32ToBF16) }
+
+// expSumThenBF16 returns ExpSumBF16 made of an implementation's ExpSum
+// and F32ToBF16: the exponentials written to x, then rounded into dst
+// (the twin of a fused store, and the kernel of those without one).
+func expSumThenBF16(expSum func(x []float32, scale, sub float32) float32, toBF16 func(dst []uint16, src []float32)) func(dst []uint16, x []float32, scale, sub float32) float32 {
+	return func(dst []uint16, x []float32, scale, sub float32) float32 {
+		if len(dst) < len(x) {
+			bad("ExpSumBF16: dst shorter than x")
+		}
+		s := expSum(x, scale, sub)
+		toBF16(dst, x)
+		return s
+	}
 }
 
 func maxGeneric(x []float32) float32 {

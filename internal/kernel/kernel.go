@@ -207,6 +207,17 @@ type Impl struct {
 	// exp leaves the normal range) give 0.
 	ExpSum func(x []float32, scale, sub float32) float32
 
+	// ExpSumBF16 is ExpSum with the new values stored rounded to bfloat16
+	// (to nearest even, as F32ToBF16) in dst[j] instead of x[j], for the
+	// 16-bit P·V product of the bf16 forward: the exponential writes P in
+	// the product's type, without a second pass over a float32 tile. It
+	// returns ExpSum's float32 sum of the unrounded values. The bits of
+	// dst and of the sum are those of the same implementation's ExpSum
+	// followed by its F32ToBF16 (expSumThenBF16, which the implementations
+	// without a fused store use); x afterwards holds either its old values
+	// or ExpSum's new ones. len(x) is a multiple of W; len(dst) ≥ len(x).
+	ExpSumBF16 func(dst []uint16, x []float32, scale, sub float32) float32
+
 	// Max returns the largest element of x (-Inf if all are -Inf).
 	// len(x) is a multiple of W and at least W.
 	Max func(x []float32) float32

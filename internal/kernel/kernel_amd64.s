@@ -6129,6 +6129,339 @@ TEXT ·xgetbv0(SB), NOSPLIT, $0-8
 	MOVL DX, edx+4(FP)
 	RET
 
+// func expSumBF16AVX512BF16(dst []uint16, x []float32, scale float32, sub float32) float32
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL, SSE
+TEXT ·expSumBF16AVX512BF16(SB), NOSPLIT, $0-60
+	MOVQ         x_base+24(FP), AX
+	MOVQ         dst_base+0(FP), CX
+	MOVQ         x_len+32(FP), DX
+	MOVSS        scale+48(FP), X0
+	VBROADCASTSS X0, Z2
+	MOVSS        sub+52(FP), X0
+	VBROADCASTSS X0, Z3
+	VMOVUPS      expconsts<>+0(SB), Z4
+	VMOVUPS      expconsts<>+64(SB), Z5
+	VMOVUPS      expconsts<>+128(SB), Z6
+	VMOVUPS      expconsts<>+256(SB), Z7
+	VMOVUPS      expconsts<>+320(SB), Z8
+	VMOVUPS      expconsts<>+384(SB), Z9
+	VMOVUPS      expconsts<>+448(SB), Z10
+	VMOVUPS      expconsts<>+512(SB), Z11
+	VMOVUPS      expconsts<>+576(SB), Z12
+	VMOVUPS      expconsts<>+640(SB), Z13
+	VMOVUPS      expconsts<>+704(SB), Z14
+	VPSUBD       Z15, Z15, Z15
+	VPSUBD       Z16, Z16, Z16
+	CMPQ         DX, $0x00000020
+	JL           afterpipe
+	VMULPS       (AX), Z2, Z0
+	VMULPS       64(AX), Z2, Z24
+	VSUBPS       Z3, Z0, Z0
+	VSUBPS       Z3, Z24, Z24
+	VMULPS       Z4, Z0, Z25
+	VMULPS       Z4, Z24, Z26
+	VRNDSCALEPS  $0x00, Z25, Z25
+	VRNDSCALEPS  $0x00, Z26, Z26
+	VMOVAPS      Z0, Z27
+	VMOVAPS      Z24, Z28
+	VFNMADD231PS Z5, Z25, Z27
+	VFNMADD231PS Z5, Z26, Z28
+	VFNMADD231PS Z6, Z25, Z27
+	VFNMADD231PS Z6, Z26, Z28
+
+pipe:
+	CMPQ         DX, $0x00000040
+	JL           drain
+	VMULPS       128(AX), Z2, Z17
+	VMULPS       192(AX), Z2, Z18
+	VSUBPS       Z3, Z17, Z17
+	VSUBPS       Z3, Z18, Z18
+	VMULPS       Z4, Z17, Z19
+	VMULPS       Z4, Z18, Z20
+	VRNDSCALEPS  $0x00, Z19, Z19
+	VRNDSCALEPS  $0x00, Z20, Z20
+	VMOVAPS      Z17, Z21
+	VMOVAPS      Z18, Z22
+	VFNMADD231PS Z5, Z19, Z21
+	VFNMADD231PS Z5, Z20, Z22
+	VFNMADD231PS Z6, Z19, Z21
+	VFNMADD231PS Z6, Z20, Z22
+	VMOVUPS      expconsts<>+192(SB), Z1
+	VMOVUPS      expconsts<>+192(SB), Z23
+	VFMADD213PS  Z7, Z27, Z1
+	VFMADD213PS  Z7, Z28, Z23
+	VFMADD213PS  Z8, Z27, Z1
+	VFMADD213PS  Z8, Z28, Z23
+	VFMADD213PS  Z9, Z27, Z1
+	VFMADD213PS  Z9, Z28, Z23
+	VFMADD213PS  Z10, Z27, Z1
+	VFMADD213PS  Z10, Z28, Z23
+	VFMADD213PS  Z11, Z27, Z1
+	VFMADD213PS  Z11, Z28, Z23
+	VCMPPS       $0x15, Z13, Z0, K1
+	VCMPPS       $0x1e, Z14, Z0, K2
+	VMULPS       Z27, Z27, Z0
+	VFMADD213PS  Z27, Z0, Z1
+	VADDPS       Z12, Z1, Z1
+	VSCALEFPS.Z  Z25, Z1, K1, Z1
+	VMOVUPS      expconsts<>+768(SB), K2, Z1
+	VCMPPS       $0x15, Z13, Z24, K1
+	VCMPPS       $0x1e, Z14, Z24, K2
+	VMULPS       Z28, Z28, Z24
+	VFMADD213PS  Z28, Z24, Z23
+	VADDPS       Z12, Z23, Z23
+	VSCALEFPS.Z  Z26, Z23, K1, Z23
+	VMOVUPS      expconsts<>+768(SB), K2, Z23
+	VMOVAPS      Z1, Z0
+
+	// raw: vcvtneps2bf16 ymm0,zmm0
+	BYTE        $0x62
+	BYTE        $0xf2
+	BYTE        $0x7e
+	BYTE        $0x48
+	BYTE        $0x72
+	BYTE        $0xc0
+	VMOVDQU     Y0, (CX)
+	VFPCLASSPSZ $0x20, Z1, K1
+	KORTESTW    K1, K1
+	JNZ         bf16fix0
+
+bf16back0:
+	VADDPS  Z1, Z15, Z15
+	VMOVAPS Z23, Z1
+
+	// raw: vcvtneps2bf16 ymm1,zmm1
+	BYTE        $0x62
+	BYTE        $0xf2
+	BYTE        $0x7e
+	BYTE        $0x48
+	BYTE        $0x72
+	BYTE        $0xc9
+	VMOVDQU     Y1, 32(CX)
+	VFPCLASSPSZ $0x20, Z23, K1
+	KORTESTW    K1, K1
+	JNZ         bf16fix1
+
+bf16back1:
+	VADDPS  Z23, Z16, Z16
+	VMOVAPS Z17, Z0
+	VMOVAPS Z19, Z25
+	VMOVAPS Z21, Z27
+	VMOVAPS Z18, Z24
+	VMOVAPS Z20, Z26
+	VMOVAPS Z22, Z28
+	ADDQ    $0x00000080, AX
+	ADDQ    $0x00000040, CX
+	SUBQ    $0x00000020, DX
+	JMP     pipe
+
+drain:
+	VMOVUPS     expconsts<>+192(SB), Z1
+	VMOVUPS     expconsts<>+192(SB), Z17
+	VFMADD213PS Z7, Z27, Z1
+	VFMADD213PS Z7, Z28, Z17
+	VFMADD213PS Z8, Z27, Z1
+	VFMADD213PS Z8, Z28, Z17
+	VFMADD213PS Z9, Z27, Z1
+	VFMADD213PS Z9, Z28, Z17
+	VFMADD213PS Z10, Z27, Z1
+	VFMADD213PS Z10, Z28, Z17
+	VFMADD213PS Z11, Z27, Z1
+	VFMADD213PS Z11, Z28, Z17
+	VCMPPS      $0x15, Z13, Z0, K1
+	VCMPPS      $0x1e, Z14, Z0, K2
+	VMULPS      Z27, Z27, Z0
+	VFMADD213PS Z27, Z0, Z1
+	VADDPS      Z12, Z1, Z1
+	VSCALEFPS.Z Z25, Z1, K1, Z1
+	VMOVUPS     expconsts<>+768(SB), K2, Z1
+	VCMPPS      $0x15, Z13, Z24, K1
+	VCMPPS      $0x1e, Z14, Z24, K2
+	VMULPS      Z28, Z28, Z24
+	VFMADD213PS Z28, Z24, Z17
+	VADDPS      Z12, Z17, Z17
+	VSCALEFPS.Z Z26, Z17, K1, Z17
+	VMOVUPS     expconsts<>+768(SB), K2, Z17
+	VMOVAPS     Z1, Z0
+
+	// raw: vcvtneps2bf16 ymm0,zmm0
+	BYTE        $0x62
+	BYTE        $0xf2
+	BYTE        $0x7e
+	BYTE        $0x48
+	BYTE        $0x72
+	BYTE        $0xc0
+	VMOVDQU     Y0, (CX)
+	VFPCLASSPSZ $0x20, Z1, K1
+	KORTESTW    K1, K1
+	JNZ         bf16fix2
+
+bf16back2:
+	VADDPS  Z1, Z15, Z15
+	VMOVAPS Z17, Z1
+
+	// raw: vcvtneps2bf16 ymm1,zmm1
+	BYTE        $0x62
+	BYTE        $0xf2
+	BYTE        $0x7e
+	BYTE        $0x48
+	BYTE        $0x72
+	BYTE        $0xc9
+	VMOVDQU     Y1, 32(CX)
+	VFPCLASSPSZ $0x20, Z17, K1
+	KORTESTW    K1, K1
+	JNZ         bf16fix3
+
+bf16back3:
+	VADDPS Z17, Z16, Z16
+	ADDQ   $0x00000080, AX
+	ADDQ   $0x00000040, CX
+	SUBQ   $0x00000020, DX
+
+afterpipe:
+	VADDPS       Z16, Z15, Z15
+	CMPQ         DX, $0x00000010
+	JL           done
+	VMULPS       (AX), Z2, Z0
+	VSUBPS       Z3, Z0, Z0
+	VMULPS       Z4, Z0, Z1
+	VRNDSCALEPS  $0x00, Z1, Z1
+	VMOVAPS      Z0, Z2
+	VFNMADD231PS Z5, Z1, Z2
+	VFNMADD231PS Z6, Z1, Z2
+	VMOVUPS      expconsts<>+192(SB), Z3
+	VFMADD213PS  Z7, Z2, Z3
+	VFMADD213PS  Z8, Z2, Z3
+	VFMADD213PS  Z9, Z2, Z3
+	VFMADD213PS  Z10, Z2, Z3
+	VFMADD213PS  Z11, Z2, Z3
+	VCMPPS       $0x15, Z13, Z0, K1
+	VCMPPS       $0x1e, Z14, Z0, K2
+	VMULPS       Z2, Z2, Z0
+	VFMADD213PS  Z2, Z0, Z3
+	VADDPS       Z12, Z3, Z3
+	VSCALEFPS.Z  Z1, Z3, K1, Z3
+	VMOVUPS      expconsts<>+768(SB), K2, Z3
+	VMOVAPS      Z3, Z0
+
+	// raw: vcvtneps2bf16 ymm0,zmm0
+	BYTE        $0x62
+	BYTE        $0xf2
+	BYTE        $0x7e
+	BYTE        $0x48
+	BYTE        $0x72
+	BYTE        $0xc0
+	VMOVDQU     Y0, (CX)
+	VFPCLASSPSZ $0x20, Z3, K1
+	KORTESTW    K1, K1
+	JNZ         bf16fix4
+
+bf16back4:
+	VADDPS Z3, Z15, Z15
+
+done:
+	VEXTRACTF64X4 $0x01, Z15, Y0
+	VADDPS        Y0, Y15, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	MOVSS         X1, ret+56(FP)
+	VZEROUPPER
+	RET
+
+bf16fix0:
+	VPBROADCASTD halfconsts<>+0(SB), Z0
+	VPBROADCASTD halfconsts<>+4(SB), Z24
+	VPBROADCASTD halfconsts<>+8(SB), Z25
+	VPBROADCASTD halfconsts<>+12(SB), Z26
+	VPBROADCASTD halfconsts<>+16(SB), Z27
+	VPSRLD       $0x10, Z1, Z28
+	VPANDD       Z24, Z28, Z24
+	VPADDD       Z0, Z1, Z0
+	VPADDD       Z24, Z0, Z0
+	VPSRLD       $0x10, Z0, Z0
+	VPANDD       Z26, Z1, Z24
+	VPCMPGTD     Z27, Z24, K1
+	VPORD        Z25, Z28, Z28
+	VPBLENDMD    Z28, Z0, K1, Z0
+	VPMOVDW      Z0, (CX)
+	JMP          bf16back0
+
+bf16fix1:
+	VPBROADCASTD halfconsts<>+0(SB), Z0
+	VPBROADCASTD halfconsts<>+4(SB), Z1
+	VPBROADCASTD halfconsts<>+8(SB), Z24
+	VPBROADCASTD halfconsts<>+12(SB), Z25
+	VPBROADCASTD halfconsts<>+16(SB), Z26
+	VPSRLD       $0x10, Z23, Z27
+	VPANDD       Z1, Z27, Z1
+	VPADDD       Z0, Z23, Z0
+	VPADDD       Z1, Z0, Z0
+	VPSRLD       $0x10, Z0, Z0
+	VPANDD       Z25, Z23, Z1
+	VPCMPGTD     Z26, Z1, K1
+	VPORD        Z24, Z27, Z27
+	VPBLENDMD    Z27, Z0, K1, Z0
+	VPMOVDW      Z0, 32(CX)
+	JMP          bf16back1
+
+bf16fix2:
+	VPBROADCASTD halfconsts<>+0(SB), Z0
+	VPBROADCASTD halfconsts<>+4(SB), Z18
+	VPBROADCASTD halfconsts<>+8(SB), Z19
+	VPBROADCASTD halfconsts<>+12(SB), Z20
+	VPBROADCASTD halfconsts<>+16(SB), Z21
+	VPSRLD       $0x10, Z1, Z22
+	VPANDD       Z18, Z22, Z18
+	VPADDD       Z0, Z1, Z0
+	VPADDD       Z18, Z0, Z0
+	VPSRLD       $0x10, Z0, Z0
+	VPANDD       Z20, Z1, Z18
+	VPCMPGTD     Z21, Z18, K1
+	VPORD        Z19, Z22, Z22
+	VPBLENDMD    Z22, Z0, K1, Z0
+	VPMOVDW      Z0, (CX)
+	JMP          bf16back2
+
+bf16fix3:
+	VPBROADCASTD halfconsts<>+0(SB), Z0
+	VPBROADCASTD halfconsts<>+4(SB), Z1
+	VPBROADCASTD halfconsts<>+8(SB), Z18
+	VPBROADCASTD halfconsts<>+12(SB), Z19
+	VPBROADCASTD halfconsts<>+16(SB), Z20
+	VPSRLD       $0x10, Z17, Z21
+	VPANDD       Z1, Z21, Z1
+	VPADDD       Z0, Z17, Z0
+	VPADDD       Z1, Z0, Z0
+	VPSRLD       $0x10, Z0, Z0
+	VPANDD       Z19, Z17, Z1
+	VPCMPGTD     Z20, Z1, K1
+	VPORD        Z18, Z21, Z21
+	VPBLENDMD    Z21, Z0, K1, Z0
+	VPMOVDW      Z0, 32(CX)
+	JMP          bf16back3
+
+bf16fix4:
+	VPBROADCASTD halfconsts<>+0(SB), Z0
+	VPBROADCASTD halfconsts<>+4(SB), Z1
+	VPBROADCASTD halfconsts<>+8(SB), Z2
+	VPBROADCASTD halfconsts<>+12(SB), Z4
+	VPBROADCASTD halfconsts<>+16(SB), Z5
+	VPSRLD       $0x10, Z3, Z6
+	VPANDD       Z1, Z6, Z1
+	VPADDD       Z0, Z3, Z0
+	VPADDD       Z1, Z0, Z0
+	VPSRLD       $0x10, Z0, Z0
+	VPANDD       Z4, Z3, Z1
+	VPCMPGTD     Z5, Z1, K1
+	VPORD        Z2, Z6, Z6
+	VPBLENDMD    Z6, Z0, K1, Z0
+	VPMOVDW      Z0, (CX)
+	JMP          bf16back4
+
 // func mulBF16AVX512BF16(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m int, n int, k int)
 // Requires: AVX, AVX512F
 TEXT ·mulBF16AVX512BF16(SB), NOSPLIT, $0-120

@@ -64,6 +64,16 @@ func wrapExpSum(f func(x []float32, scale, sub float32) float32) func(x []float3
 	}
 }
 
+func wrapExpSumBF16(f func(dst []uint16, x []float32, scale, sub float32) float32) func(dst []uint16, x []float32, scale, sub float32) float32 {
+	return func(dst []uint16, x []float32, scale, sub float32) float32 {
+		checkWidth(len(x))
+		if len(dst) < len(x) {
+			bad("ExpSumBF16: dst shorter than x")
+		}
+		return f(dst, x, scale, sub)
+	}
+}
+
 func wrapMax(f func(x []float32) float32) func(x []float32) float32 {
 	return func(x []float32) float32 {
 		if len(x) == 0 {

@@ -45,7 +45,7 @@ func genKernels() {
 			genGemm(s, k, false)
 		}
 		genGemm(s, kindAB, true)
-		genExpSum(s)
+		genExpSum(s, false)
 		genMax(s)
 		genScale(s)
 		genDsFromDp(s)
@@ -56,6 +56,7 @@ func genKernels() {
 	genSoftcap()
 	genALiBi()
 	genConvert()
+	genExpSum(isaAVX512, true) // after genConvert: its store's fix reads halfconsts
 	genBF16()
 	genAMXAll()
 	genPack()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/flashattn/flashattn/internal/kernel/_kconst"
@@ -58,14 +59,34 @@ func genExpTable() {
 	}
 }
 
-func genExpSum(s isa) {
+// genExpSum generates expSum<ISA>, or with toBF16 (AVX-512 only: it needs
+// AVX512_BF16) expSumBF16AVX512BF16, which stores each new value rounded to
+// bfloat16 in dst instead of x (Impl.ExpSumBF16): the same exponential and
+// the same float32 sum, only finish's store differs (see store below).
+func genExpSum(s isa, toBF16 bool) {
 	name := "expSum" + s.Suffix
-	TEXT(name, NOSPLIT, "func(x []float32, scale, sub float32) float32")
-	Pragma("noescape")
-	Doc(name+" sets x[j] = exp(scale*x[j] - sub) and returns their sum (see Impl.ExpSum).",
-		"len(x) must be a multiple of 16.")
+	if toBF16 {
+		if !s.EVEX {
+			panic("expSum: the bfloat16 store needs AVX512_BF16")
+		}
+		name = "expSumBF16AVX512BF16"
+		TEXT(name, NOSPLIT, "func(dst []uint16, x []float32, scale, sub float32) float32")
+		Pragma("noescape")
+		Doc(name+" sets dst[j] = bf16(exp(scale*x[j] - sub)) and returns the float32 sum",
+			"of the unrounded values (see Impl.ExpSumBF16); x is left as it is.",
+			"len(x) must be a multiple of 16 and len(dst) >= len(x).")
+	} else {
+		TEXT(name, NOSPLIT, "func(x []float32, scale, sub float32) float32")
+		Pragma("noescape")
+		Doc(name+" sets x[j] = exp(scale*x[j] - sub) and returns their sum (see Impl.ExpSum).",
+			"len(x) must be a multiple of 16.")
+	}
 
 	xp := Load(Param("x").Base(), GP64())
+	var dp Register // dst with toBF16: advances by half of xp's steps
+	if toBF16 {
+		dp = Load(Param("dst").Base(), GP64())
+	}
 	nl := Load(Param("x").Len(), GP64())
 	scale := broadcastParam(s, "scale")
 	sub := broadcastParam(s, "sub")
@@ -135,6 +156,35 @@ func genExpSum(s isa) {
 		each(func(j int) { VFNMADD231PS(c(cLn2Lo), n[j], r[j]) })
 		return reduced{t, n, r}
 	}
+	// store writes vector p, the exponentials of the vector at byte offset
+	// off of xp: back to x, or (toBF16) rounded to bfloat16 at off/2 of
+	// dp, by VCVTNEPS2BF16 (fixed registers Z(j) → Y(j) around the raw
+	// encoding). VCVTNEPS2BF16 flushes float32 subnormals to zero, and
+	// exp(t) can be one just above ExpMin (n = −126 with r < 0): a vector
+	// that holds one (VFPCLASSPS) is stored again, rounded by integer
+	// arithmetic as f32ToBF16AVX512BF16 does, out of line (fixes).
+	var fixes []func()
+	store := func(j int, p VecVirtual, off int) {
+		if !toBF16 {
+			VMOVUPS(p, Mem{Base: xp, Disp: off})
+			return
+		}
+		VMOVAPS(p, zmm(j))
+		vcvtneps2bf16(j, j)
+		VMOVDQU(ymm(j), Mem{Base: dp, Disp: off / 2})
+		k := K()
+		VFPCLASSPSZ(Imm(0x20), p, k) // subnormal lanes
+		KORTESTW(k, k)
+		fix, back := fmt.Sprintf("bf16fix%d", len(fixes)), fmt.Sprintf("bf16back%d", len(fixes))
+		JNZ(LabelRef(fix))
+		Label(back)
+		fixes = append(fixes, func() {
+			Label(fix)
+			c := halfConsts(s, hcBias, hcOne, hcQuiet, hcAbs, hcInf)
+			VPMOVDW(rneBF16(s, p, c), Mem{Base: dp, Disp: off / 2})
+			JMP(LabelRef(back))
+		})
+	}
 	// finish sets the vectors at byte offsets offs of xp to exp(t) from
 	// their reduced v and adds vector j to acc[j%len(acc)]: the same sums,
 	// in the same order, as one vector at a time.
@@ -171,7 +221,7 @@ func genExpSum(s isa) {
 			VMOVUPS(c(cInf), k2, p[j]) // a masked load: VMOVAPS would need 64-byte alignment
 		})
 		each(func(j int) {
-			VMOVUPS(p[j], Mem{Base: xp, Disp: offs[j]})
+			store(j, p[j], offs[j])
 			VADDPS(p[j], acc[j%len(acc)], acc[j%len(acc)])
 		})
 	}
@@ -188,6 +238,15 @@ func genExpSum(s isa) {
 			offs[j] = (from + j) * s.Bytes()
 		}
 		return offs
+	}
+
+	// advance moves xp (and dp) past u vectors and counts them off nl.
+	advance := func(u int) {
+		ADDQ(U32(u*s.Bytes()), xp)
+		if toBF16 {
+			ADDQ(U32(u*s.Bytes()/2), dp)
+		}
+		SUBQ(U32(u*s.Lanes), nl)
 	}
 
 	// The accumulators fix the order of the sums, hence the result's bits:
@@ -224,13 +283,11 @@ func genExpSum(s isa) {
 			VMOVAPS(next.n[j], cur.n[j])
 			VMOVAPS(next.r[j], cur.r[j])
 		}
-		ADDQ(U32(pw*s.Bytes()), xp)
-		SUBQ(U32(pw*s.Lanes), nl)
+		advance(pw)
 		JMP(LabelRef("pipe"))
 		Label("drain")
 		finish(offsets(pw, 0), cur, acc)
-		ADDQ(U32(pw*s.Bytes()), xp)
-		SUBQ(U32(pw*s.Lanes), nl)
+		advance(pw)
 		Label("afterpipe")
 		// At most pw-1 vectors are left.
 		VADDPS(acc[1], acc[0], acc[0])
@@ -253,6 +310,9 @@ func genExpSum(s isa) {
 	Store(x.v, ReturnIndex(0))
 	VZEROUPPER()
 	RET()
+	for _, f := range fixes {
+		f()
+	}
 }
 
 // vecs returns u new vector registers.
