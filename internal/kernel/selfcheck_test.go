@@ -187,6 +187,15 @@ func TestSelfCheckRejectsBroken(t *testing.T) {
 				}
 			}
 		}},
+		{"ExpSumBF16", "truncates P to bfloat16", func(im *Impl) {
+			im.ExpSumBF16 = func(dst []uint16, x []float32, scale, sub float32) float32 {
+				s := g.ExpSum(x, scale, sub)
+				for i, v := range x {
+					dst[i] = uint16(math.Float32bits(v) >> 16)
+				}
+				return s
+			}
+		}},
 		{"RoundF32", "skips the tail", func(im *Impl) {
 			im.RoundF32 = func(x []float32, e Elem) { g.RoundF32(x[:len(x)&^15], e) }
 		}},
