@@ -6130,7 +6130,7 @@ TEXT ·xgetbv0(SB), NOSPLIT, $0-8
 	RET
 
 // func expSumBF16AVX512BF16(dst []uint16, x []float32, scale float32, sub float32) float32
-// Requires: AVX, AVX512DQ, AVX512F, AVX512VL, SSE
+// Requires: AVX, AVX512F, AVX512VL, SSE
 TEXT ·expSumBF16AVX512BF16(SB), NOSPLIT, $0-60
 	MOVQ         x_base+24(FP), AX
 	MOVQ         dst_base+0(FP), CX
@@ -6215,34 +6215,24 @@ pipe:
 	VMOVAPS      Z1, Z0
 
 	// raw: vcvtneps2bf16 ymm0,zmm0
-	BYTE        $0x62
-	BYTE        $0xf2
-	BYTE        $0x7e
-	BYTE        $0x48
-	BYTE        $0x72
-	BYTE        $0xc0
-	VMOVDQU     Y0, (CX)
-	VFPCLASSPSZ $0x20, Z1, K1
-	KORTESTW    K1, K1
-	JNZ         bf16fix0
-
-bf16back0:
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xc0
+	VMOVDQU Y0, (CX)
 	VADDPS  Z1, Z15, Z15
 	VMOVAPS Z23, Z1
 
 	// raw: vcvtneps2bf16 ymm1,zmm1
-	BYTE        $0x62
-	BYTE        $0xf2
-	BYTE        $0x7e
-	BYTE        $0x48
-	BYTE        $0x72
-	BYTE        $0xc9
-	VMOVDQU     Y1, 32(CX)
-	VFPCLASSPSZ $0x20, Z23, K1
-	KORTESTW    K1, K1
-	JNZ         bf16fix1
-
-bf16back1:
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xc9
+	VMOVDQU Y1, 32(CX)
 	VADDPS  Z23, Z16, Z16
 	VMOVAPS Z17, Z0
 	VMOVAPS Z19, Z25
@@ -6285,38 +6275,28 @@ drain:
 	VMOVAPS     Z1, Z0
 
 	// raw: vcvtneps2bf16 ymm0,zmm0
-	BYTE        $0x62
-	BYTE        $0xf2
-	BYTE        $0x7e
-	BYTE        $0x48
-	BYTE        $0x72
-	BYTE        $0xc0
-	VMOVDQU     Y0, (CX)
-	VFPCLASSPSZ $0x20, Z1, K1
-	KORTESTW    K1, K1
-	JNZ         bf16fix2
-
-bf16back2:
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xc0
+	VMOVDQU Y0, (CX)
 	VADDPS  Z1, Z15, Z15
 	VMOVAPS Z17, Z1
 
 	// raw: vcvtneps2bf16 ymm1,zmm1
-	BYTE        $0x62
-	BYTE        $0xf2
-	BYTE        $0x7e
-	BYTE        $0x48
-	BYTE        $0x72
-	BYTE        $0xc9
-	VMOVDQU     Y1, 32(CX)
-	VFPCLASSPSZ $0x20, Z17, K1
-	KORTESTW    K1, K1
-	JNZ         bf16fix3
-
-bf16back3:
-	VADDPS Z17, Z16, Z16
-	ADDQ   $0x00000080, AX
-	ADDQ   $0x00000040, CX
-	SUBQ   $0x00000020, DX
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xc9
+	VMOVDQU Y1, 32(CX)
+	VADDPS  Z17, Z16, Z16
+	ADDQ    $0x00000080, AX
+	ADDQ    $0x00000040, CX
+	SUBQ    $0x00000020, DX
 
 afterpipe:
 	VADDPS       Z16, Z15, Z15
@@ -6345,19 +6325,14 @@ afterpipe:
 	VMOVAPS      Z3, Z0
 
 	// raw: vcvtneps2bf16 ymm0,zmm0
-	BYTE        $0x62
-	BYTE        $0xf2
-	BYTE        $0x7e
-	BYTE        $0x48
-	BYTE        $0x72
-	BYTE        $0xc0
-	VMOVDQU     Y0, (CX)
-	VFPCLASSPSZ $0x20, Z3, K1
-	KORTESTW    K1, K1
-	JNZ         bf16fix4
-
-bf16back4:
-	VADDPS Z3, Z15, Z15
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xc0
+	VMOVDQU Y0, (CX)
+	VADDPS  Z3, Z15, Z15
 
 done:
 	VEXTRACTF64X4 $0x01, Z15, Y0
@@ -6371,96 +6346,6 @@ done:
 	MOVSS         X1, ret+56(FP)
 	VZEROUPPER
 	RET
-
-bf16fix0:
-	VPBROADCASTD halfconsts<>+0(SB), Z0
-	VPBROADCASTD halfconsts<>+4(SB), Z24
-	VPBROADCASTD halfconsts<>+8(SB), Z25
-	VPBROADCASTD halfconsts<>+12(SB), Z26
-	VPBROADCASTD halfconsts<>+16(SB), Z27
-	VPSRLD       $0x10, Z1, Z28
-	VPANDD       Z24, Z28, Z24
-	VPADDD       Z0, Z1, Z0
-	VPADDD       Z24, Z0, Z0
-	VPSRLD       $0x10, Z0, Z0
-	VPANDD       Z26, Z1, Z24
-	VPCMPGTD     Z27, Z24, K1
-	VPORD        Z25, Z28, Z28
-	VPBLENDMD    Z28, Z0, K1, Z0
-	VPMOVDW      Z0, (CX)
-	JMP          bf16back0
-
-bf16fix1:
-	VPBROADCASTD halfconsts<>+0(SB), Z0
-	VPBROADCASTD halfconsts<>+4(SB), Z1
-	VPBROADCASTD halfconsts<>+8(SB), Z24
-	VPBROADCASTD halfconsts<>+12(SB), Z25
-	VPBROADCASTD halfconsts<>+16(SB), Z26
-	VPSRLD       $0x10, Z23, Z27
-	VPANDD       Z1, Z27, Z1
-	VPADDD       Z0, Z23, Z0
-	VPADDD       Z1, Z0, Z0
-	VPSRLD       $0x10, Z0, Z0
-	VPANDD       Z25, Z23, Z1
-	VPCMPGTD     Z26, Z1, K1
-	VPORD        Z24, Z27, Z27
-	VPBLENDMD    Z27, Z0, K1, Z0
-	VPMOVDW      Z0, 32(CX)
-	JMP          bf16back1
-
-bf16fix2:
-	VPBROADCASTD halfconsts<>+0(SB), Z0
-	VPBROADCASTD halfconsts<>+4(SB), Z18
-	VPBROADCASTD halfconsts<>+8(SB), Z19
-	VPBROADCASTD halfconsts<>+12(SB), Z20
-	VPBROADCASTD halfconsts<>+16(SB), Z21
-	VPSRLD       $0x10, Z1, Z22
-	VPANDD       Z18, Z22, Z18
-	VPADDD       Z0, Z1, Z0
-	VPADDD       Z18, Z0, Z0
-	VPSRLD       $0x10, Z0, Z0
-	VPANDD       Z20, Z1, Z18
-	VPCMPGTD     Z21, Z18, K1
-	VPORD        Z19, Z22, Z22
-	VPBLENDMD    Z22, Z0, K1, Z0
-	VPMOVDW      Z0, (CX)
-	JMP          bf16back2
-
-bf16fix3:
-	VPBROADCASTD halfconsts<>+0(SB), Z0
-	VPBROADCASTD halfconsts<>+4(SB), Z1
-	VPBROADCASTD halfconsts<>+8(SB), Z18
-	VPBROADCASTD halfconsts<>+12(SB), Z19
-	VPBROADCASTD halfconsts<>+16(SB), Z20
-	VPSRLD       $0x10, Z17, Z21
-	VPANDD       Z1, Z21, Z1
-	VPADDD       Z0, Z17, Z0
-	VPADDD       Z1, Z0, Z0
-	VPSRLD       $0x10, Z0, Z0
-	VPANDD       Z19, Z17, Z1
-	VPCMPGTD     Z20, Z1, K1
-	VPORD        Z18, Z21, Z21
-	VPBLENDMD    Z21, Z0, K1, Z0
-	VPMOVDW      Z0, 32(CX)
-	JMP          bf16back3
-
-bf16fix4:
-	VPBROADCASTD halfconsts<>+0(SB), Z0
-	VPBROADCASTD halfconsts<>+4(SB), Z1
-	VPBROADCASTD halfconsts<>+8(SB), Z2
-	VPBROADCASTD halfconsts<>+12(SB), Z4
-	VPBROADCASTD halfconsts<>+16(SB), Z5
-	VPSRLD       $0x10, Z3, Z6
-	VPANDD       Z1, Z6, Z1
-	VPADDD       Z0, Z3, Z0
-	VPADDD       Z1, Z0, Z0
-	VPSRLD       $0x10, Z0, Z0
-	VPANDD       Z4, Z3, Z1
-	VPCMPGTD     Z5, Z1, K1
-	VPORD        Z2, Z6, Z6
-	VPBLENDMD    Z6, Z0, K1, Z0
-	VPMOVDW      Z0, (CX)
-	JMP          bf16back4
 
 // func mulBF16AVX512BF16(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m int, n int, k int)
 // Requires: AVX, AVX512F
