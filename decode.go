@@ -1,5 +1,7 @@
 package flashattn
 
+import "github.com/flashattn/flashattn/internal/kernel"
+
 // decode.go holds what the forward pass does differently when a sequence has
 // few query rows (decoding): its row block is cut into sub-blocks by KV head,
 // and, by the sequence's route (kvsource.go), the decode kernels of the
@@ -100,44 +102,78 @@ func (p *plan) scaleRows(x []float32, ld, rows, n int, c float32) {
 	}
 }
 
-// oneRowPerHead reports whether the sub-blocks are one query row each, of
-// consecutive KV heads (multi-head attention decoding, one new token): the
-// multi-head decode kernels then read each key's heads side by side.
-func oneRowPerHead(subs []subBlock) bool {
+// rowsPerKVHead returns the query rows per KV head of sub-blocks that the
+// multi-head decode kernels take at once, 0 if they cannot: two or more
+// sub-blocks of m rows each, of consecutive KV heads, whose rows (of Q,
+// the softmax state, O and S) follow one another — decoding one token with
+// multi-head attention (m = 1) or grouped-query attention (m query heads
+// per KV head). The kernels then read each key's heads side by side, in
+// address order, rather than one head's keys a whole key row apart.
+func rowsPerKVHead(subs []subBlock) int {
 	if len(subs) < 2 {
-		return false
+		return 0
 	}
+	m := subs[0].m
 	for i, sb := range subs {
-		if sb.m != 1 || sb.r0 != i || sb.hk != subs[0].hk+i {
-			return false
+		if sb.m != m || sb.r0 != i*m || sb.s0 != sb.r0 || sb.hk != subs[0].hk+i {
+			return 0
 		}
 	}
-	return true
+	return m
 }
 
 // decodeScoresHeads is decodeScores for all the sub-blocks of
-// oneRowPerHead at once: rows 0..len(subs)-1 of the S tile.
+// rowsPerKVHead (m rows each) at once: rows 0..len(subs)·m-1 of the S
+// tile, by the multi-head kernels of one row per KV head (m = 1) or of
+// grouped-query attention.
 func (p *plan) decodeScoresHeads(ws *workspace, s *sequence, subs []subBlock, j0, n, np int) {
-	d, qRows, k, nh := p.dim, ws.fwd.q, p.k, len(subs)
+	d, qRows, k, nh, m := p.dim, ws.fwd.q, p.k, len(subs), subs[0].m
 	f := &formats[k.dt]
-	scores, ldk, hs := p.dec.ScoresHeads[f.kf], f.bytes(k.ss), f.bytes(k.hs)
-	p.cacheRuns(k, s, subs[0].hk, j0, n, func(j, m, o int) {
+	ldk, hs := f.bytes(k.ss), f.bytes(k.hs)
+	p.cacheRuns(k, s, subs[0].hk, j0, n, func(j, mk, o int) {
 		out := ws.fwd.s[j-j0:]
-		scores(out, np, qRows, nh, k.raw[f.bytes(o):], ldk, hs, m, d)
-		p.scaleRows(out, np, nh, m, k.scale)
+		if m == 1 {
+			p.dec.ScoresHeads[f.kf](out, np, qRows, nh, k.raw[f.bytes(o):], ldk, hs, mk, d)
+		} else {
+			p.dec.ScoresGroup[f.kf](out, np, qRows, m, nh, k.raw[f.bytes(o):], ldk, hs, mk, d)
+		}
+		p.scaleRows(out, np, nh*m, mk, k.scale)
 	})
 }
 
-// decodeAccumHeads is decodeAccum for all the sub-blocks of oneRowPerHead
+// decodeAccumHeads is decodeAccum for all the sub-blocks of rowsPerKVHead
 // at once.
 func (p *plan) decodeAccumHeads(ws *workspace, s *sequence, subs []subBlock, j0, n, np int) {
-	d, dpad, v, nh := p.dimV, p.dimVPad, p.v, len(subs)
+	d, dpad, v, nh, m := p.dimV, p.dimVPad, p.v, len(subs), subs[0].m
 	f := &formats[v.dt]
-	accum, ldv, hs := p.dec.AccumHeads[f.kf], f.bytes(v.ss), f.bytes(v.hs)
+	ldv, hs := f.bytes(v.ss), f.bytes(v.hs)
 	o := ws.fwd.acc
-	p.cacheRuns(v, s, subs[0].hk, j0, n, func(j, m, off int) {
+	p.cacheRuns(v, s, subs[0].hk, j0, n, func(j, mk, off int) {
 		pr := ws.fwd.s[j-j0:]
-		p.scaleRows(pr, np, nh, m, v.scale)
-		accum(o, dpad, pr, np, nh, v.raw[f.bytes(off):], ldv, hs, m, d)
+		p.scaleRows(pr, np, nh*m, mk, v.scale)
+		if m == 1 {
+			p.dec.AccumHeads[f.kf](o, dpad, pr, np, nh, v.raw[f.bytes(off):], ldv, hs, mk, d)
+		} else {
+			p.dec.AccumGroup[f.kf](o, dpad, pr, np, m, nh, v.raw[f.bytes(off):], ldv, hs, mk, d)
+		}
 	})
+}
+
+// headsTile reports whether the block of sequence s with sub-blocks subs
+// runs its tiles by the multi-head decode kernels (tileHeads): K and V
+// read in place, and one row per KV head, or the rows per KV head of the
+// grouped-query kernels of both caches' formats.
+func (p *plan) headsTile(s *sequence, subs []subBlock) bool {
+	if s.route.from != fromCacheInPlace {
+		return false
+	}
+	switch m := rowsPerKVHead(subs); m {
+	case 0:
+		return false
+	case 1:
+		return true
+	default:
+		kf, vf := formats[p.k.dt].kf, formats[p.v.dt].kf
+		return m == kernel.GroupRows && p.dec.ScoresGroup[kf] != nil && p.dec.AccumGroup[vf] != nil
+	}
 }

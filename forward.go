@@ -91,6 +91,7 @@ func (f *forwardPass) task(ws *workspace, t *fwdTask) {
 	if s.route.from == fromStaged {
 		step = p.decodeStep(len(ws.fwd.subs))
 	}
+	heads := p.headsTile(s, ws.fwd.subs)
 	for j := t.j0; ; {
 		j0, j1, kind := nextTile(s.vis, t.rowBlock, j, t.j1, step)
 		if j0 >= t.j1 {
@@ -102,7 +103,7 @@ func (f *forwardPass) task(ws *workspace, t *fwdTask) {
 		if s.route.from == fromStaged {
 			p.stageKV(ws, s, ws.fwd.subs, j0, j1-j0, step)
 		}
-		if s.route.from == fromCacheInPlace && oneRowPerHead(ws.fwd.subs) {
+		if heads {
 			f.tileHeads(ws, &st, t, kind, j0, j1-j0)
 		} else {
 			for si, sb := range ws.fwd.subs {
@@ -123,9 +124,10 @@ func (f *forwardPass) tile(ws *workspace, st *rowState, t *fwdTask, si int, sb s
 	f.accumulate(ws, st, sb, kv, j0, n)
 }
 
-// tileHeads is tile for every sub-block of a oneRowPerHead block at once
-// (multi-head decoding): the heads of each key are read side by side, in
-// address order, by one decode-kernel call per run of keys.
+// tileHeads is tile for every sub-block of a block at once (plan.headsTile:
+// multi-head or grouped-query decoding): the heads of each key are read
+// side by side, in address order, by one decode-kernel call per run of
+// keys.
 func (f *forwardPass) tileHeads(ws *workspace, st *rowState, t *fwdTask, kind BlockKind, j0, n int) {
 	p := f.p
 	s := &p.seqs[t.seq]

@@ -4150,6 +4150,531 @@ store:
 	VZEROUPPER
 	RET
 
+// func scoresGroupF32M4AVX512(s []float32, lds int, q []float32, heads int, k []float32, hs int, n int, d int)
+// Requires: AVX, AVX512DQ, AVX512F, CMOV, MMX+
+TEXT ·scoresGroupF32M4AVX512(SB), NOSPLIT, $136-112
+	MOVQ  q_base+32(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 32(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 8(SP)
+	MOVQ  AX, 24(SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 104(SP)
+	MOVQ  k_base+64(FP), AX
+	MOVQ  AX, 112(SP)
+	MOVQ  n+96(FP), AX
+	MOVQ  AX, 120(SP)
+	MOVQ  d+104(FP), AX
+	MOVQ  AX, CX
+	SHRQ  $0x04, CX
+	MOVQ  CX, 128(SP)
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+main:
+	CMPQ   120(SP), $0x00000004
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x02, AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	MOVQ   d+104(FP), BX
+	SHLQ   $0x02, BX
+	LEAQ   (BX)(BX*2), SI
+	MOVQ   (SP), DI
+	LEAQ   (DI)(BX*4), R8
+	LEAQ   (R8)(BX*4), R9
+	LEAQ   (R9)(BX*4), R10
+	LEAQ   (DX), R11
+	LEAQ   (DX)(AX*1), R12
+	LEAQ   (DX)(AX*2), AX
+	LEAQ   (DX)(CX*1), CX
+	MOVQ   hs+88(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   128(SP), R13
+	TESTQ  R13, R13
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R11)(DX*1)
+	PREFETCHT1  (R12)(DX*1)
+	PREFETCHT1  (AX)(DX*1)
+	PREFETCHT1  (CX)(DX*1)
+	VMOVUPS     (R11), Z16
+	VFMADD231PS (DI), Z16, Z0
+	VFMADD231PS (DI)(BX*1), Z16, Z4
+	VFMADD231PS (DI)(BX*2), Z16, Z8
+	VFMADD231PS (DI)(SI*1), Z16, Z12
+	VMOVUPS     (R12), Z16
+	VFMADD231PS (R8), Z16, Z1
+	VFMADD231PS (R8)(BX*1), Z16, Z5
+	VFMADD231PS (R8)(BX*2), Z16, Z9
+	VFMADD231PS (R8)(SI*1), Z16, Z13
+	VMOVUPS     (AX), Z16
+	VFMADD231PS (R9), Z16, Z2
+	VFMADD231PS (R9)(BX*1), Z16, Z6
+	VFMADD231PS (R9)(BX*2), Z16, Z10
+	VFMADD231PS (R9)(SI*1), Z16, Z14
+	VMOVUPS     (CX), Z16
+	VFMADD231PS (R10), Z16, Z3
+	VFMADD231PS (R10)(BX*1), Z16, Z7
+	VFMADD231PS (R10)(BX*2), Z16, Z11
+	VFMADD231PS (R10)(SI*1), Z16, Z15
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000040, R10
+	ADDQ        $0x00000040, R11
+	ADDQ        $0x00000040, R12
+	ADDQ        $0x00000040, AX
+	ADDQ        $0x00000040, CX
+	DECQ        R13
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVUPS.Z   (R11), K1, Z16
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z0
+	VMOVUPS.Z   (DI)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z4
+	VMOVUPS.Z   (DI)(BX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z8
+	VMOVUPS.Z   (DI)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z12
+	VMOVUPS.Z   (R12), K1, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z1
+	VMOVUPS.Z   (R8)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z5
+	VMOVUPS.Z   (R8)(BX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z9
+	VMOVUPS.Z   (R8)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z13
+	VMOVUPS.Z   (AX), K1, Z16
+	VMOVUPS.Z   (R9), K1, Z17
+	VFMADD231PS Z17, Z16, Z2
+	VMOVUPS.Z   (R9)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z6
+	VMOVUPS.Z   (R9)(BX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z10
+	VMOVUPS.Z   (R9)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z14
+	VMOVUPS.Z   (CX), K1, Z16
+	VMOVUPS.Z   (R10), K1, Z17
+	VFMADD231PS Z17, Z16, Z3
+	VMOVUPS.Z   (R10)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z7
+	VMOVUPS.Z   (R10)(BX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z11
+	VMOVUPS.Z   (R10)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z15
+
+mainK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x06, DX
+	ADDQ       DX, AX
+	ADDQ       $0x00000004, CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VSHUFF32X4 $0x44, Z4, Z0, Z16
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z16, Z16
+	VSHUFF32X4 $0x44, Z12, Z8, Z0
+	VSHUFF32X4 $0xee, Z12, Z8, Z4
+	VADDPS     Z4, Z0, Z0
+	VSHUFF32X4 $0x44, Z5, Z1, Z4
+	VSHUFF32X4 $0xee, Z5, Z1, Z1
+	VADDPS     Z1, Z4, Z4
+	VSHUFF32X4 $0x44, Z13, Z9, Z1
+	VSHUFF32X4 $0xee, Z13, Z9, Z5
+	VADDPS     Z5, Z1, Z1
+	VSHUFF32X4 $0x44, Z6, Z2, Z5
+	VSHUFF32X4 $0xee, Z6, Z2, Z2
+	VADDPS     Z2, Z5, Z5
+	VSHUFF32X4 $0x44, Z14, Z10, Z2
+	VSHUFF32X4 $0xee, Z14, Z10, Z6
+	VADDPS     Z6, Z2, Z2
+	VSHUFF32X4 $0x44, Z7, Z3, Z6
+	VSHUFF32X4 $0xee, Z7, Z3, Z3
+	VADDPS     Z3, Z6, Z6
+	VSHUFF32X4 $0x44, Z15, Z11, Z3
+	VSHUFF32X4 $0xee, Z15, Z11, Z7
+	VADDPS     Z7, Z3, Z3
+	VSHUFF32X4 $0x88, Z0, Z16, Z7
+	VSHUFF32X4 $0xdd, Z0, Z16, Z0
+	VADDPS     Z0, Z7, Z7
+	VSHUFF32X4 $0x88, Z1, Z4, Z0
+	VSHUFF32X4 $0xdd, Z1, Z4, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z5, Z1
+	VSHUFF32X4 $0xdd, Z2, Z5, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x88, Z3, Z6, Z2
+	VSHUFF32X4 $0xdd, Z3, Z6, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z0, Z7, Z3
+	VSHUFPS    $0xee, Z0, Z7, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z2, Z1, Z0
+	VSHUFPS    $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z0, Z3, Z1
+	VSHUFPS    $0xdd, Z0, Z3, Z0
+	VADDPS     Z0, Z1, Z1
+	VMOVUPS    Z1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       56(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       72(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       88(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       60(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       76(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       92(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       64(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       80(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       96(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       68(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       84(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       100(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000004, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x04, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000004, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	MOVQ   112(SP), AX
+	MOVQ   d+104(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   (SP), BX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), SI
+	SHLQ   $0x06, SI
+	MOVQ   128(SP), DI
+	TESTQ  DI, DI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(SI*1)
+	VMOVUPS     (AX), Z4
+	VFMADD231PS (BX), Z4, Z0
+	VFMADD231PS (BX)(CX*1), Z4, Z1
+	VFMADD231PS (BX)(CX*2), Z4, Z2
+	VFMADD231PS (BX)(DX*1), Z4, Z3
+	ADDQ        $0x00000040, BX
+	ADDQ        $0x00000040, AX
+	DECQ        DI
+	JNZ         restK0Step
+
+restK0Tail:
+	KORTESTW    K1, K1
+	JZ          restK0Done
+	VMOVUPS.Z   (AX), K1, Z4
+	VMOVUPS.Z   (BX), K1, Z5
+	VFMADD231PS Z5, Z4, Z0
+	VMOVUPS.Z   (BX)(CX*1), K1, Z5
+	VFMADD231PS Z5, Z4, Z1
+	VMOVUPS.Z   (BX)(CX*2), K1, Z5
+	VFMADD231PS Z5, Z4, Z2
+	VMOVUPS.Z   (BX)(DX*1), K1, Z5
+	VFMADD231PS Z5, Z4, Z3
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x04, DX
+	ADDQ       DX, AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Z4, Z4, Z4
+	VSHUFF32X4 $0x44, Z4, Z0, Z5
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z5, Z5
+	VSHUFF32X4 $0x44, Z4, Z1, Z0
+	VSHUFF32X4 $0xee, Z4, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x44, Z4, Z2, Z1
+	VSHUFF32X4 $0xee, Z4, Z2, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x44, Z4, Z3, Z2
+	VSHUFF32X4 $0xee, Z4, Z3, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFF32X4 $0x88, Z4, Z5, Z3
+	VSHUFF32X4 $0xdd, Z4, Z5, Z5
+	VADDPS     Z5, Z3, Z3
+	VSHUFF32X4 $0x88, Z4, Z0, Z5
+	VSHUFF32X4 $0xdd, Z4, Z0, Z0
+	VADDPS     Z0, Z5, Z5
+	VSHUFF32X4 $0x88, Z4, Z1, Z0
+	VSHUFF32X4 $0xdd, Z4, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z4, Z2, Z1
+	VSHUFF32X4 $0xdd, Z4, Z2, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFPS    $0x44, Z5, Z3, Z2
+	VSHUFPS    $0xee, Z5, Z3, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z1, Z0, Z3
+	VSHUFPS    $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x88, Z3, Z2, Z0
+	VSHUFPS    $0xdd, Z3, Z2, Z1
+	VADDPS     Z1, Z0, Z0
+	VMOVUPS    Y0, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000001, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x02, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumGroupF32M4AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []float32, hs int, n int, d int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·accumGroupF32M4AVX512(SB), NOSPLIT, $40-120
+	MOVQ  n+104(FP), AX
+	SHRQ  $0x02, AX
+	IMULQ heads+64(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  o_base+0(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 24(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 32(SP)
+	MOVQ  v_base+72(FP), AX
+	MOVQ  hs+96(FP), CX
+	SHLQ  $0x02, CX
+	MOVQ  CX, DX
+	IMULQ heads+64(FP), DX
+
+row:
+	MOVQ         ldp+56(FP), BX
+	SHLQ         $0x02, BX
+	LEAQ         (BX)(BX*2), SI
+	MOVQ         16(SP), DI
+	VBROADCASTSS (DI), Z0
+	VBROADCASTSS 4(DI), Z1
+	VBROADCASTSS 8(DI), Z2
+	VBROADCASTSS 12(DI), Z3
+	VBROADCASTSS (DI)(BX*1), Z4
+	VBROADCASTSS 4(DI)(BX*1), Z5
+	VBROADCASTSS 8(DI)(BX*1), Z6
+	VBROADCASTSS 12(DI)(BX*1), Z7
+	VBROADCASTSS (DI)(BX*2), Z8
+	VBROADCASTSS 4(DI)(BX*2), Z9
+	VBROADCASTSS 8(DI)(BX*2), Z10
+	VBROADCASTSS 12(DI)(BX*2), Z11
+	VBROADCASTSS (DI)(SI*1), Z12
+	VBROADCASTSS 4(DI)(SI*1), Z13
+	VBROADCASTSS 8(DI)(SI*1), Z14
+	VBROADCASTSS 12(DI)(SI*1), Z15
+	MOVQ         ldo+24(FP), BX
+	SHLQ         $0x02, BX
+	LEAQ         (BX)(BX*2), SI
+	MOVQ         8(SP), DI
+	LEAQ         (DX)(DX*2), R8
+	MOVQ         AX, R9
+	LEAQ         (AX)(DX*4), R10
+	MOVQ         d+112(FP), R11
+	SHRQ         $0x04, R11
+
+step:
+	PREFETCHT1  (R10)
+	PREFETCHT1  (R10)(DX*1)
+	PREFETCHT1  (R10)(DX*2)
+	PREFETCHT1  (R10)(R8*1)
+	VMOVUPS     (R9), Z16
+	VMOVUPS     (R9)(DX*1), Z17
+	VMOVUPS     (R9)(DX*2), Z18
+	VMOVUPS     (R9)(R8*1), Z19
+	VMOVUPS     (DI), Z20
+	VFMADD231PS Z0, Z16, Z20
+	VFMADD231PS Z1, Z17, Z20
+	VFMADD231PS Z2, Z18, Z20
+	VFMADD231PS Z3, Z19, Z20
+	VMOVUPS     Z20, (DI)
+	VMOVUPS     (DI)(BX*1), Z20
+	VFMADD231PS Z4, Z16, Z20
+	VFMADD231PS Z5, Z17, Z20
+	VFMADD231PS Z6, Z18, Z20
+	VFMADD231PS Z7, Z19, Z20
+	VMOVUPS     Z20, (DI)(BX*1)
+	VMOVUPS     (DI)(BX*2), Z20
+	VFMADD231PS Z8, Z16, Z20
+	VFMADD231PS Z9, Z17, Z20
+	VFMADD231PS Z10, Z18, Z20
+	VFMADD231PS Z11, Z19, Z20
+	VMOVUPS     Z20, (DI)(BX*2)
+	VMOVUPS     (DI)(SI*1), Z20
+	VFMADD231PS Z12, Z16, Z20
+	VFMADD231PS Z13, Z17, Z20
+	VFMADD231PS Z14, Z18, Z20
+	VFMADD231PS Z15, Z19, Z20
+	VMOVUPS     Z20, (DI)(SI*1)
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000040, R10
+	ADDQ        $0x00000040, DI
+	DECQ        R11
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        32(SP), BX
+	MOVQ        8(SP), SI
+	MOVQ        16(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	SHLQ        $0x04, R8
+	ADDQ        R8, SI
+	MOVQ        ldp+56(FP), R8
+	SHLQ        $0x04, R8
+	ADDQ        R8, DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        24(SP), DI
+	ADDQ        $0x10, DI
+	MOVQ        DI, 24(SP)
+	ADDQ        DX, AX
+	ADDQ        DX, AX
+	ADDQ        DX, AX
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
 // func scoresBF16M1AVX512(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
 // Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL, MMX+
 TEXT ·scoresBF16M1AVX512(SB), NOSPLIT, $32-104
@@ -8697,6 +9222,550 @@ store:
 	VZEROUPPER
 	RET
 
+// func scoresGroupBF16M4AVX512(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·scoresGroupBF16M4AVX512(SB), NOSPLIT, $136-112
+	MOVQ  q_base+32(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 32(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 8(SP)
+	MOVQ  AX, 24(SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 104(SP)
+	MOVQ  k_base+64(FP), AX
+	MOVQ  AX, 112(SP)
+	MOVQ  n+96(FP), AX
+	MOVQ  AX, 120(SP)
+	MOVQ  d+104(FP), AX
+	MOVQ  AX, CX
+	SHRQ  $0x04, CX
+	MOVQ  CX, 128(SP)
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+main:
+	CMPQ   120(SP), $0x00000004
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x01, AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	MOVQ   d+104(FP), BX
+	SHLQ   $0x02, BX
+	LEAQ   (BX)(BX*2), SI
+	MOVQ   (SP), DI
+	LEAQ   (DI)(BX*4), R8
+	LEAQ   (R8)(BX*4), R9
+	LEAQ   (R9)(BX*4), R10
+	LEAQ   (DX), R11
+	LEAQ   (DX)(AX*1), R12
+	LEAQ   (DX)(AX*2), AX
+	LEAQ   (DX)(CX*1), CX
+	MOVQ   hs+88(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   128(SP), R13
+	TESTQ  R13, R13
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R11)(DX*1)
+	PREFETCHT1  (R12)(DX*1)
+	PREFETCHT1  (AX)(DX*1)
+	PREFETCHT1  (CX)(DX*1)
+	VPMOVZXWD   (R11), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DI), Z16, Z0
+	VFMADD231PS (DI)(BX*1), Z16, Z4
+	VFMADD231PS (DI)(BX*2), Z16, Z8
+	VFMADD231PS (DI)(SI*1), Z16, Z12
+	VPMOVZXWD   (R12), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (R8), Z16, Z1
+	VFMADD231PS (R8)(BX*1), Z16, Z5
+	VFMADD231PS (R8)(BX*2), Z16, Z9
+	VFMADD231PS (R8)(SI*1), Z16, Z13
+	VPMOVZXWD   (AX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (R9), Z16, Z2
+	VFMADD231PS (R9)(BX*1), Z16, Z6
+	VFMADD231PS (R9)(BX*2), Z16, Z10
+	VFMADD231PS (R9)(SI*1), Z16, Z14
+	VPMOVZXWD   (CX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (R10), Z16, Z3
+	VFMADD231PS (R10)(BX*1), Z16, Z7
+	VFMADD231PS (R10)(BX*2), Z16, Z11
+	VFMADD231PS (R10)(SI*1), Z16, Z15
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000040, R10
+	ADDQ        $0x00000020, R11
+	ADDQ        $0x00000020, R12
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	DECQ        R13
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVDQU16.Z (R11), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z0
+	VMOVUPS.Z   (DI)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z4
+	VMOVUPS.Z   (DI)(BX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z8
+	VMOVUPS.Z   (DI)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z12
+	VMOVDQU16.Z (R12), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z1
+	VMOVUPS.Z   (R8)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z5
+	VMOVUPS.Z   (R8)(BX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z9
+	VMOVUPS.Z   (R8)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z13
+	VMOVDQU16.Z (AX), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (R9), K1, Z17
+	VFMADD231PS Z17, Z16, Z2
+	VMOVUPS.Z   (R9)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z6
+	VMOVUPS.Z   (R9)(BX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z10
+	VMOVUPS.Z   (R9)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z14
+	VMOVDQU16.Z (CX), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (R10), K1, Z17
+	VFMADD231PS Z17, Z16, Z3
+	VMOVUPS.Z   (R10)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z7
+	VMOVUPS.Z   (R10)(BX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z11
+	VMOVUPS.Z   (R10)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z15
+
+mainK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x06, DX
+	ADDQ       DX, AX
+	ADDQ       $0x00000004, CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VSHUFF32X4 $0x44, Z4, Z0, Z16
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z16, Z16
+	VSHUFF32X4 $0x44, Z12, Z8, Z0
+	VSHUFF32X4 $0xee, Z12, Z8, Z4
+	VADDPS     Z4, Z0, Z0
+	VSHUFF32X4 $0x44, Z5, Z1, Z4
+	VSHUFF32X4 $0xee, Z5, Z1, Z1
+	VADDPS     Z1, Z4, Z4
+	VSHUFF32X4 $0x44, Z13, Z9, Z1
+	VSHUFF32X4 $0xee, Z13, Z9, Z5
+	VADDPS     Z5, Z1, Z1
+	VSHUFF32X4 $0x44, Z6, Z2, Z5
+	VSHUFF32X4 $0xee, Z6, Z2, Z2
+	VADDPS     Z2, Z5, Z5
+	VSHUFF32X4 $0x44, Z14, Z10, Z2
+	VSHUFF32X4 $0xee, Z14, Z10, Z6
+	VADDPS     Z6, Z2, Z2
+	VSHUFF32X4 $0x44, Z7, Z3, Z6
+	VSHUFF32X4 $0xee, Z7, Z3, Z3
+	VADDPS     Z3, Z6, Z6
+	VSHUFF32X4 $0x44, Z15, Z11, Z3
+	VSHUFF32X4 $0xee, Z15, Z11, Z7
+	VADDPS     Z7, Z3, Z3
+	VSHUFF32X4 $0x88, Z0, Z16, Z7
+	VSHUFF32X4 $0xdd, Z0, Z16, Z0
+	VADDPS     Z0, Z7, Z7
+	VSHUFF32X4 $0x88, Z1, Z4, Z0
+	VSHUFF32X4 $0xdd, Z1, Z4, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z5, Z1
+	VSHUFF32X4 $0xdd, Z2, Z5, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x88, Z3, Z6, Z2
+	VSHUFF32X4 $0xdd, Z3, Z6, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z0, Z7, Z3
+	VSHUFPS    $0xee, Z0, Z7, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z2, Z1, Z0
+	VSHUFPS    $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z0, Z3, Z1
+	VSHUFPS    $0xdd, Z0, Z3, Z0
+	VADDPS     Z0, Z1, Z1
+	VMOVUPS    Z1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       56(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       72(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       88(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       60(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       76(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       92(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       64(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       80(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       96(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       68(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       84(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       100(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000004, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x03, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000004, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	MOVQ   112(SP), AX
+	MOVQ   d+104(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   (SP), BX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), SI
+	SHLQ   $0x06, SI
+	MOVQ   128(SP), DI
+	TESTQ  DI, DI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(SI*1)
+	VPMOVZXWD   (AX), Z4
+	VPSLLD      $0x10, Z4, Z4
+	VFMADD231PS (BX), Z4, Z0
+	VFMADD231PS (BX)(CX*1), Z4, Z1
+	VFMADD231PS (BX)(CX*2), Z4, Z2
+	VFMADD231PS (BX)(DX*1), Z4, Z3
+	ADDQ        $0x00000040, BX
+	ADDQ        $0x00000020, AX
+	DECQ        DI
+	JNZ         restK0Step
+
+restK0Tail:
+	KORTESTW    K1, K1
+	JZ          restK0Done
+	VMOVDQU16.Z (AX), K1, Y4
+	VPMOVZXWD   Y4, Z4
+	VPSLLD      $0x10, Z4, Z4
+	VMOVUPS.Z   (BX), K1, Z5
+	VFMADD231PS Z5, Z4, Z0
+	VMOVUPS.Z   (BX)(CX*1), K1, Z5
+	VFMADD231PS Z5, Z4, Z1
+	VMOVUPS.Z   (BX)(CX*2), K1, Z5
+	VFMADD231PS Z5, Z4, Z2
+	VMOVUPS.Z   (BX)(DX*1), K1, Z5
+	VFMADD231PS Z5, Z4, Z3
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x04, DX
+	ADDQ       DX, AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Z4, Z4, Z4
+	VSHUFF32X4 $0x44, Z4, Z0, Z5
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z5, Z5
+	VSHUFF32X4 $0x44, Z4, Z1, Z0
+	VSHUFF32X4 $0xee, Z4, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x44, Z4, Z2, Z1
+	VSHUFF32X4 $0xee, Z4, Z2, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x44, Z4, Z3, Z2
+	VSHUFF32X4 $0xee, Z4, Z3, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFF32X4 $0x88, Z4, Z5, Z3
+	VSHUFF32X4 $0xdd, Z4, Z5, Z5
+	VADDPS     Z5, Z3, Z3
+	VSHUFF32X4 $0x88, Z4, Z0, Z5
+	VSHUFF32X4 $0xdd, Z4, Z0, Z0
+	VADDPS     Z0, Z5, Z5
+	VSHUFF32X4 $0x88, Z4, Z1, Z0
+	VSHUFF32X4 $0xdd, Z4, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z4, Z2, Z1
+	VSHUFF32X4 $0xdd, Z4, Z2, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFPS    $0x44, Z5, Z3, Z2
+	VSHUFPS    $0xee, Z5, Z3, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z1, Z0, Z3
+	VSHUFPS    $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x88, Z3, Z2, Z0
+	VSHUFPS    $0xdd, Z3, Z2, Z1
+	VADDPS     Z1, Z0, Z0
+	VMOVUPS    Y0, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000001, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x01, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumGroupBF16M4AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·accumGroupBF16M4AVX512(SB), NOSPLIT, $40-120
+	MOVQ  n+104(FP), AX
+	SHRQ  $0x02, AX
+	IMULQ heads+64(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  o_base+0(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 24(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 32(SP)
+	MOVQ  v_base+72(FP), AX
+	MOVQ  hs+96(FP), CX
+	SHLQ  $0x01, CX
+	MOVQ  CX, DX
+	IMULQ heads+64(FP), DX
+
+row:
+	MOVQ         ldp+56(FP), BX
+	SHLQ         $0x02, BX
+	LEAQ         (BX)(BX*2), SI
+	MOVQ         16(SP), DI
+	VBROADCASTSS (DI), Z0
+	VBROADCASTSS 4(DI), Z1
+	VBROADCASTSS 8(DI), Z2
+	VBROADCASTSS 12(DI), Z3
+	VBROADCASTSS (DI)(BX*1), Z4
+	VBROADCASTSS 4(DI)(BX*1), Z5
+	VBROADCASTSS 8(DI)(BX*1), Z6
+	VBROADCASTSS 12(DI)(BX*1), Z7
+	VBROADCASTSS (DI)(BX*2), Z8
+	VBROADCASTSS 4(DI)(BX*2), Z9
+	VBROADCASTSS 8(DI)(BX*2), Z10
+	VBROADCASTSS 12(DI)(BX*2), Z11
+	VBROADCASTSS (DI)(SI*1), Z12
+	VBROADCASTSS 4(DI)(SI*1), Z13
+	VBROADCASTSS 8(DI)(SI*1), Z14
+	VBROADCASTSS 12(DI)(SI*1), Z15
+	MOVQ         ldo+24(FP), BX
+	SHLQ         $0x02, BX
+	LEAQ         (BX)(BX*2), SI
+	MOVQ         8(SP), DI
+	LEAQ         (DX)(DX*2), R8
+	MOVQ         AX, R9
+	LEAQ         (AX)(DX*4), R10
+	MOVQ         d+112(FP), R11
+	SHRQ         $0x04, R11
+
+step:
+	PREFETCHT1  (R10)
+	PREFETCHT1  (R10)(DX*1)
+	PREFETCHT1  (R10)(DX*2)
+	PREFETCHT1  (R10)(R8*1)
+	VPMOVZXWD   (R9), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VPMOVZXWD   (R9)(DX*1), Z17
+	VPSLLD      $0x10, Z17, Z17
+	VPMOVZXWD   (R9)(DX*2), Z18
+	VPSLLD      $0x10, Z18, Z18
+	VPMOVZXWD   (R9)(R8*1), Z19
+	VPSLLD      $0x10, Z19, Z19
+	VMOVUPS     (DI), Z20
+	VFMADD231PS Z0, Z16, Z20
+	VFMADD231PS Z1, Z17, Z20
+	VFMADD231PS Z2, Z18, Z20
+	VFMADD231PS Z3, Z19, Z20
+	VMOVUPS     Z20, (DI)
+	VMOVUPS     (DI)(BX*1), Z20
+	VFMADD231PS Z4, Z16, Z20
+	VFMADD231PS Z5, Z17, Z20
+	VFMADD231PS Z6, Z18, Z20
+	VFMADD231PS Z7, Z19, Z20
+	VMOVUPS     Z20, (DI)(BX*1)
+	VMOVUPS     (DI)(BX*2), Z20
+	VFMADD231PS Z8, Z16, Z20
+	VFMADD231PS Z9, Z17, Z20
+	VFMADD231PS Z10, Z18, Z20
+	VFMADD231PS Z11, Z19, Z20
+	VMOVUPS     Z20, (DI)(BX*2)
+	VMOVUPS     (DI)(SI*1), Z20
+	VFMADD231PS Z12, Z16, Z20
+	VFMADD231PS Z13, Z17, Z20
+	VFMADD231PS Z14, Z18, Z20
+	VFMADD231PS Z15, Z19, Z20
+	VMOVUPS     Z20, (DI)(SI*1)
+	ADDQ        $0x00000020, R9
+	ADDQ        $0x00000020, R10
+	ADDQ        $0x00000040, DI
+	DECQ        R11
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        32(SP), BX
+	MOVQ        8(SP), SI
+	MOVQ        16(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	SHLQ        $0x04, R8
+	ADDQ        R8, SI
+	MOVQ        ldp+56(FP), R8
+	SHLQ        $0x04, R8
+	ADDQ        R8, DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        24(SP), DI
+	ADDQ        $0x10, DI
+	MOVQ        DI, 24(SP)
+	ADDQ        DX, AX
+	ADDQ        DX, AX
+	ADDQ        DX, AX
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
 // func scoresF16M1AVX512(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
 // Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL, MMX+
 TEXT ·scoresF16M1AVX512(SB), NOSPLIT, $32-104
@@ -13067,6 +14136,536 @@ step:
 	MOVQ        24(SP), DI
 	ADDQ        $0x04, DI
 	MOVQ        DI, 24(SP)
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
+// func scoresGroupF16M4AVX512(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·scoresGroupF16M4AVX512(SB), NOSPLIT, $136-112
+	MOVQ  q_base+32(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 32(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 8(SP)
+	MOVQ  AX, 24(SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 104(SP)
+	MOVQ  k_base+64(FP), AX
+	MOVQ  AX, 112(SP)
+	MOVQ  n+96(FP), AX
+	MOVQ  AX, 120(SP)
+	MOVQ  d+104(FP), AX
+	MOVQ  AX, CX
+	SHRQ  $0x04, CX
+	MOVQ  CX, 128(SP)
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+main:
+	CMPQ   120(SP), $0x00000004
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x01, AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	MOVQ   d+104(FP), BX
+	SHLQ   $0x02, BX
+	LEAQ   (BX)(BX*2), SI
+	MOVQ   (SP), DI
+	LEAQ   (DI)(BX*4), R8
+	LEAQ   (R8)(BX*4), R9
+	LEAQ   (R9)(BX*4), R10
+	LEAQ   (DX), R11
+	LEAQ   (DX)(AX*1), R12
+	LEAQ   (DX)(AX*2), AX
+	LEAQ   (DX)(CX*1), CX
+	MOVQ   hs+88(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   128(SP), R13
+	TESTQ  R13, R13
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R11)(DX*1)
+	PREFETCHT1  (R12)(DX*1)
+	PREFETCHT1  (AX)(DX*1)
+	PREFETCHT1  (CX)(DX*1)
+	VCVTPH2PS   (R11), Z16
+	VFMADD231PS (DI), Z16, Z0
+	VFMADD231PS (DI)(BX*1), Z16, Z4
+	VFMADD231PS (DI)(BX*2), Z16, Z8
+	VFMADD231PS (DI)(SI*1), Z16, Z12
+	VCVTPH2PS   (R12), Z16
+	VFMADD231PS (R8), Z16, Z1
+	VFMADD231PS (R8)(BX*1), Z16, Z5
+	VFMADD231PS (R8)(BX*2), Z16, Z9
+	VFMADD231PS (R8)(SI*1), Z16, Z13
+	VCVTPH2PS   (AX), Z16
+	VFMADD231PS (R9), Z16, Z2
+	VFMADD231PS (R9)(BX*1), Z16, Z6
+	VFMADD231PS (R9)(BX*2), Z16, Z10
+	VFMADD231PS (R9)(SI*1), Z16, Z14
+	VCVTPH2PS   (CX), Z16
+	VFMADD231PS (R10), Z16, Z3
+	VFMADD231PS (R10)(BX*1), Z16, Z7
+	VFMADD231PS (R10)(BX*2), Z16, Z11
+	VFMADD231PS (R10)(SI*1), Z16, Z15
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000040, R10
+	ADDQ        $0x00000020, R11
+	ADDQ        $0x00000020, R12
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	DECQ        R13
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVDQU16.Z (R11), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z0
+	VMOVUPS.Z   (DI)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z4
+	VMOVUPS.Z   (DI)(BX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z8
+	VMOVUPS.Z   (DI)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z12
+	VMOVDQU16.Z (R12), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z1
+	VMOVUPS.Z   (R8)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z5
+	VMOVUPS.Z   (R8)(BX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z9
+	VMOVUPS.Z   (R8)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z13
+	VMOVDQU16.Z (AX), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (R9), K1, Z17
+	VFMADD231PS Z17, Z16, Z2
+	VMOVUPS.Z   (R9)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z6
+	VMOVUPS.Z   (R9)(BX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z10
+	VMOVUPS.Z   (R9)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z14
+	VMOVDQU16.Z (CX), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (R10), K1, Z17
+	VFMADD231PS Z17, Z16, Z3
+	VMOVUPS.Z   (R10)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z7
+	VMOVUPS.Z   (R10)(BX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z11
+	VMOVUPS.Z   (R10)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z15
+
+mainK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x06, DX
+	ADDQ       DX, AX
+	ADDQ       $0x00000004, CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VSHUFF32X4 $0x44, Z4, Z0, Z16
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z16, Z16
+	VSHUFF32X4 $0x44, Z12, Z8, Z0
+	VSHUFF32X4 $0xee, Z12, Z8, Z4
+	VADDPS     Z4, Z0, Z0
+	VSHUFF32X4 $0x44, Z5, Z1, Z4
+	VSHUFF32X4 $0xee, Z5, Z1, Z1
+	VADDPS     Z1, Z4, Z4
+	VSHUFF32X4 $0x44, Z13, Z9, Z1
+	VSHUFF32X4 $0xee, Z13, Z9, Z5
+	VADDPS     Z5, Z1, Z1
+	VSHUFF32X4 $0x44, Z6, Z2, Z5
+	VSHUFF32X4 $0xee, Z6, Z2, Z2
+	VADDPS     Z2, Z5, Z5
+	VSHUFF32X4 $0x44, Z14, Z10, Z2
+	VSHUFF32X4 $0xee, Z14, Z10, Z6
+	VADDPS     Z6, Z2, Z2
+	VSHUFF32X4 $0x44, Z7, Z3, Z6
+	VSHUFF32X4 $0xee, Z7, Z3, Z3
+	VADDPS     Z3, Z6, Z6
+	VSHUFF32X4 $0x44, Z15, Z11, Z3
+	VSHUFF32X4 $0xee, Z15, Z11, Z7
+	VADDPS     Z7, Z3, Z3
+	VSHUFF32X4 $0x88, Z0, Z16, Z7
+	VSHUFF32X4 $0xdd, Z0, Z16, Z0
+	VADDPS     Z0, Z7, Z7
+	VSHUFF32X4 $0x88, Z1, Z4, Z0
+	VSHUFF32X4 $0xdd, Z1, Z4, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z5, Z1
+	VSHUFF32X4 $0xdd, Z2, Z5, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x88, Z3, Z6, Z2
+	VSHUFF32X4 $0xdd, Z3, Z6, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z0, Z7, Z3
+	VSHUFPS    $0xee, Z0, Z7, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z2, Z1, Z0
+	VSHUFPS    $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z0, Z3, Z1
+	VSHUFPS    $0xdd, Z0, Z3, Z0
+	VADDPS     Z0, Z1, Z1
+	VMOVUPS    Z1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       56(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       72(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       88(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       60(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       76(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       92(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       64(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       80(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       96(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       68(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       84(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       100(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000004, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x03, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000004, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	MOVQ   112(SP), AX
+	MOVQ   d+104(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   (SP), BX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), SI
+	SHLQ   $0x06, SI
+	MOVQ   128(SP), DI
+	TESTQ  DI, DI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(SI*1)
+	VCVTPH2PS   (AX), Z4
+	VFMADD231PS (BX), Z4, Z0
+	VFMADD231PS (BX)(CX*1), Z4, Z1
+	VFMADD231PS (BX)(CX*2), Z4, Z2
+	VFMADD231PS (BX)(DX*1), Z4, Z3
+	ADDQ        $0x00000040, BX
+	ADDQ        $0x00000020, AX
+	DECQ        DI
+	JNZ         restK0Step
+
+restK0Tail:
+	KORTESTW    K1, K1
+	JZ          restK0Done
+	VMOVDQU16.Z (AX), K1, Y4
+	VCVTPH2PS   Y4, Z4
+	VMOVUPS.Z   (BX), K1, Z5
+	VFMADD231PS Z5, Z4, Z0
+	VMOVUPS.Z   (BX)(CX*1), K1, Z5
+	VFMADD231PS Z5, Z4, Z1
+	VMOVUPS.Z   (BX)(CX*2), K1, Z5
+	VFMADD231PS Z5, Z4, Z2
+	VMOVUPS.Z   (BX)(DX*1), K1, Z5
+	VFMADD231PS Z5, Z4, Z3
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x04, DX
+	ADDQ       DX, AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Z4, Z4, Z4
+	VSHUFF32X4 $0x44, Z4, Z0, Z5
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z5, Z5
+	VSHUFF32X4 $0x44, Z4, Z1, Z0
+	VSHUFF32X4 $0xee, Z4, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x44, Z4, Z2, Z1
+	VSHUFF32X4 $0xee, Z4, Z2, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x44, Z4, Z3, Z2
+	VSHUFF32X4 $0xee, Z4, Z3, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFF32X4 $0x88, Z4, Z5, Z3
+	VSHUFF32X4 $0xdd, Z4, Z5, Z5
+	VADDPS     Z5, Z3, Z3
+	VSHUFF32X4 $0x88, Z4, Z0, Z5
+	VSHUFF32X4 $0xdd, Z4, Z0, Z0
+	VADDPS     Z0, Z5, Z5
+	VSHUFF32X4 $0x88, Z4, Z1, Z0
+	VSHUFF32X4 $0xdd, Z4, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z4, Z2, Z1
+	VSHUFF32X4 $0xdd, Z4, Z2, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFPS    $0x44, Z5, Z3, Z2
+	VSHUFPS    $0xee, Z5, Z3, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z1, Z0, Z3
+	VSHUFPS    $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x88, Z3, Z2, Z0
+	VSHUFPS    $0xdd, Z3, Z2, Z1
+	VADDPS     Z1, Z0, Z0
+	VMOVUPS    Y0, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000001, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x01, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumGroupF16M4AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·accumGroupF16M4AVX512(SB), NOSPLIT, $40-120
+	MOVQ  n+104(FP), AX
+	SHRQ  $0x02, AX
+	IMULQ heads+64(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  o_base+0(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 24(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 32(SP)
+	MOVQ  v_base+72(FP), AX
+	MOVQ  hs+96(FP), CX
+	SHLQ  $0x01, CX
+	MOVQ  CX, DX
+	IMULQ heads+64(FP), DX
+
+row:
+	MOVQ         ldp+56(FP), BX
+	SHLQ         $0x02, BX
+	LEAQ         (BX)(BX*2), SI
+	MOVQ         16(SP), DI
+	VBROADCASTSS (DI), Z0
+	VBROADCASTSS 4(DI), Z1
+	VBROADCASTSS 8(DI), Z2
+	VBROADCASTSS 12(DI), Z3
+	VBROADCASTSS (DI)(BX*1), Z4
+	VBROADCASTSS 4(DI)(BX*1), Z5
+	VBROADCASTSS 8(DI)(BX*1), Z6
+	VBROADCASTSS 12(DI)(BX*1), Z7
+	VBROADCASTSS (DI)(BX*2), Z8
+	VBROADCASTSS 4(DI)(BX*2), Z9
+	VBROADCASTSS 8(DI)(BX*2), Z10
+	VBROADCASTSS 12(DI)(BX*2), Z11
+	VBROADCASTSS (DI)(SI*1), Z12
+	VBROADCASTSS 4(DI)(SI*1), Z13
+	VBROADCASTSS 8(DI)(SI*1), Z14
+	VBROADCASTSS 12(DI)(SI*1), Z15
+	MOVQ         ldo+24(FP), BX
+	SHLQ         $0x02, BX
+	LEAQ         (BX)(BX*2), SI
+	MOVQ         8(SP), DI
+	LEAQ         (DX)(DX*2), R8
+	MOVQ         AX, R9
+	LEAQ         (AX)(DX*4), R10
+	MOVQ         d+112(FP), R11
+	SHRQ         $0x04, R11
+
+step:
+	PREFETCHT1  (R10)
+	PREFETCHT1  (R10)(DX*1)
+	PREFETCHT1  (R10)(DX*2)
+	PREFETCHT1  (R10)(R8*1)
+	VCVTPH2PS   (R9), Z16
+	VCVTPH2PS   (R9)(DX*1), Z17
+	VCVTPH2PS   (R9)(DX*2), Z18
+	VCVTPH2PS   (R9)(R8*1), Z19
+	VMOVUPS     (DI), Z20
+	VFMADD231PS Z0, Z16, Z20
+	VFMADD231PS Z1, Z17, Z20
+	VFMADD231PS Z2, Z18, Z20
+	VFMADD231PS Z3, Z19, Z20
+	VMOVUPS     Z20, (DI)
+	VMOVUPS     (DI)(BX*1), Z20
+	VFMADD231PS Z4, Z16, Z20
+	VFMADD231PS Z5, Z17, Z20
+	VFMADD231PS Z6, Z18, Z20
+	VFMADD231PS Z7, Z19, Z20
+	VMOVUPS     Z20, (DI)(BX*1)
+	VMOVUPS     (DI)(BX*2), Z20
+	VFMADD231PS Z8, Z16, Z20
+	VFMADD231PS Z9, Z17, Z20
+	VFMADD231PS Z10, Z18, Z20
+	VFMADD231PS Z11, Z19, Z20
+	VMOVUPS     Z20, (DI)(BX*2)
+	VMOVUPS     (DI)(SI*1), Z20
+	VFMADD231PS Z12, Z16, Z20
+	VFMADD231PS Z13, Z17, Z20
+	VFMADD231PS Z14, Z18, Z20
+	VFMADD231PS Z15, Z19, Z20
+	VMOVUPS     Z20, (DI)(SI*1)
+	ADDQ        $0x00000020, R9
+	ADDQ        $0x00000020, R10
+	ADDQ        $0x00000040, DI
+	DECQ        R11
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        32(SP), BX
+	MOVQ        8(SP), SI
+	MOVQ        16(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	SHLQ        $0x04, R8
+	ADDQ        R8, SI
+	MOVQ        ldp+56(FP), R8
+	SHLQ        $0x04, R8
+	ADDQ        R8, DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        24(SP), DI
+	ADDQ        $0x10, DI
+	MOVQ        DI, 24(SP)
+	ADDQ        DX, AX
+	ADDQ        DX, AX
+	ADDQ        DX, AX
 
 store:
 	MOVQ BX, 32(SP)

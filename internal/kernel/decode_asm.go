@@ -43,6 +43,10 @@ type decodeKernels struct {
 	accum       []accumTile
 	scoresHeads scoresHeadsTile
 	accumHeads  accumHeadsTile
+	// The grouped-query kernels of GroupRows rows per head, with the
+	// multi-head kernels' signature (nil: none).
+	scoresGroup scoresHeadsTile
+	accumGroup  accumHeadsTile
 }
 
 // kernelsOf adapts the assembly of a cache of T to the byte signatures:
@@ -74,6 +78,14 @@ func kernelsOf[T any](scores []scoresKern[T], accum []accumKern[T], sh scoresHea
 	return ks
 }
 
+// withGroup returns ks with the grouped-query kernels of a cache of T
+// (Decode.ScoresGroup).
+func withGroup[T any](ks decodeKernels, sg scoresHeadsKern[T], ag accumHeadsKern[T]) decodeKernels {
+	g := kernelsOf[T](nil, nil, sg, ag)
+	ks.scoresGroup, ks.accumGroup = g.scoresHeads, g.accumHeads
+	return ks
+}
+
 // decodeISA describes the kernels of one instruction set.
 type decodeISA struct {
 	name string
@@ -98,6 +110,10 @@ func newDecode(isa decodeISA, ks *[NumFormats]decodeKernels, readSum func(b []by
 		dk.Accum[f] = wrapAccum(isa, f, g.Accum[f], k.accum)
 		dk.ScoresHeads[f] = wrapScoresHeads(isa, f, dk.Scores[f], k.scoresHeads)
 		dk.AccumHeads[f] = wrapAccumHeads(isa, f, dk.Accum[f], k.accumHeads)
+		if k.scoresGroup != nil {
+			dk.ScoresGroup[f] = wrapScoresGroup(isa, f, dk.Scores[f], k.scoresGroup)
+			dk.AccumGroup[f] = wrapAccumGroup(isa, f, dk.Accum[f], k.accumGroup)
+		}
 	}
 	return dk
 }
@@ -203,7 +219,7 @@ func wrapScoresHeads(isa decodeISA, f Format, one ScoresFunc, kern scoresHeadsTi
 		}
 		f.checkDim(name, d)
 		f.checkLd(name, ldk, hs)
-		checkHeads(name, heads, n, d, s, n, lds, q, d, d, len(k), f.RowBytes(d), ldk, hs)
+		checkHeads(name, 1, heads, n, d, s, n, lds, q, d, d, len(k), f.RowBytes(d), ldk, hs)
 		if n == 0 {
 			return
 		}
@@ -225,13 +241,63 @@ func wrapAccumHeads(isa decodeISA, f Format, one AccumFunc, kern accumHeadsTile)
 		}
 		f.checkDim(name, d)
 		f.checkLd(name, ldv, hs)
-		checkHeads(name, heads, n, d, o, d, ldo, p, n, ldp, len(v), f.RowBytes(d), ldv, hs)
+		checkHeads(name, 1, heads, n, d, o, d, ldo, p, n, ldp, len(v), f.RowBytes(d), ldv, hs)
 		if n == 0 || d == 0 {
 			return
 		}
 		kern(o, ldo, p, ldp, heads, v, hs, n*heads, d)
 	}
 }
+
+// wrapScoresGroup returns the grouped-query Scores of format f: kern for
+// GroupRows rows per head, a multiple of GroupRows heads side by side and
+// d a multiple of 16, else the wrapped one-head kernel head by head.
+func wrapScoresGroup(isa decodeISA, f Format, one ScoresFunc, kern scoresHeadsTile) ScoresGroupFunc {
+	slow := groupScores(f, one)
+	name := "ScoresGroup " + f.String()
+	return func(s []float32, lds int, q []float32, m, heads int, k []byte, ldk, hs, n, d int) {
+		if m != GroupRows || heads%GroupRows != 0 || !headsFast(isa, heads, ldk, hs, d) {
+			slow(s, lds, q, m, heads, k, ldk, hs, n, d)
+			return
+		}
+		f.checkDim(name, d)
+		f.checkLd(name, ldk, hs)
+		checkHeads(name, m, heads, n, d, s, n, lds, q, d, d, len(k), f.RowBytes(d), ldk, hs)
+		if n == 0 {
+			return
+		}
+		kern(s, lds, q, heads, k, hs, n*heads, d)
+	}
+}
+
+// wrapAccumGroup is wrapScoresGroup for Accum.
+func wrapAccumGroup(isa decodeISA, f Format, one AccumFunc, kern accumHeadsTile) AccumGroupFunc {
+	slow := groupAccum(f, one)
+	name := "AccumGroup " + f.String()
+	return func(o []float32, ldo int, p []float32, ldp, m, heads int, v []byte, ldv, hs, n, d int) {
+		if m != GroupRows || heads%GroupRows != 0 || !headsFast(isa, heads, ldv, hs, d) {
+			slow(o, ldo, p, ldp, m, heads, v, ldv, hs, n, d)
+			return
+		}
+		f.checkDim(name, d)
+		f.checkLd(name, ldv, hs)
+		checkHeads(name, m, heads, n, d, o, d, ldo, p, n, ldp, len(v), f.RowBytes(d), ldv, hs)
+		// The kernel takes the keys by blocks of groupKeys; the last few
+		// go head by head (after the others: each O row gets its FMAs in
+		// key order all the same).
+		nk := n &^ (groupKeys - 1)
+		if nk > 0 && d > 0 {
+			kern(o, ldo, p, ldp, heads, v, hs, nk, d)
+		}
+		if nk < n {
+			slow(o, ldo, p[nk:], ldp, m, heads, v[nk*ldv:], ldv, hs, n-nk, d)
+		}
+	}
+}
+
+// groupKeys is the number of keys the grouped-query accum kernels take
+// at a time (_asm/decode_accum.go).
+const groupKeys = 4
 
 // wrapReadSum runs the assembly on the largest multiple of 256 bytes and
 // Go on the rest.

@@ -28,7 +28,9 @@ import (
 // query rows per KV head and 1 or 2 goroutines. S and P rows are n+16
 // floats apart. With the interleaved layout and m = 1 the heads-scores,
 // heads-accum and heads-step runs do the same with the multi-head kernels
-// (ScoresHeads …), one call for every head of a block of keys.
+// (ScoresHeads …), one call for every head of a block of keys, and with
+// m = GroupRows the group-… runs with the grouped-query kernels
+// (ScoresGroup …).
 // Environment:
 //
 //	FLASHATTN_DECODE_BENCH=heads,keys,dim  the cache shape
@@ -63,6 +65,9 @@ func BenchmarkDecode(b *testing.B) {
 				ops := []string{"scores", "accum", "step"}
 				if interleaved && m == 1 {
 					ops = append(ops, "heads-scores", "heads-accum", "heads-step")
+				}
+				if interleaved && m == GroupRows && dk.ScoresGroup[typ] != nil && heads%GroupRows == 0 {
+					ops = append(ops, "group-scores", "group-accum", "group-step")
 				}
 				for _, op := range ops {
 					name := fmt.Sprintf("%s/%s/m=%d/t=%d/%s", dk.Name, typ, m, threads, op)
@@ -125,10 +130,14 @@ func (c *benchCache) run(b *testing.B, dk Decode, m, threads int, op string) {
 			b.Fatalf("FLASHATTN_DECODE_BLOCK=%q", s)
 		}
 	}
-	heads := strings.HasPrefix(op, "heads-")
-	op = strings.TrimPrefix(op, "heads-")
+	group := strings.HasPrefix(op, "group-")
+	heads := strings.HasPrefix(op, "heads-") || group
+	op = strings.TrimPrefix(strings.TrimPrefix(op, "heads-"), "group-")
 	rows := m // query rows of a call
-	if heads {
+	switch {
+	case group:
+		rows = c.heads * m
+	case heads:
 		rows = c.heads
 	}
 	type work struct{ s, q, o []float32 }
@@ -160,10 +169,16 @@ func (c *benchCache) run(b *testing.B, dk Decode, m, threads int, op string) {
 	blockHeads := func(w work, j0 int) {
 		jn := min(decodeBlock, c.keys-j0)
 		_, ld := c.head(0)
-		if op != "accum" {
+		switch {
+		case group && op != "accum":
+			dk.ScoresGroup[c.typ](w.s, jn+pad, w.q, m, c.heads, c.kb[j0*ld:], ld, c.row, jn, d)
+		case op != "accum":
 			c.scoresHeads(dk, w.s, jn+pad, w.q, c.heads, j0*ld, ld, c.row, jn, d)
 		}
-		if op != "scores" {
+		switch {
+		case group && op != "scores":
+			dk.AccumGroup[c.typ](w.o, d, w.s, jn+pad, m, c.heads, c.vb[j0*ld:], ld, c.row, jn, d)
+		case op != "scores":
 			c.accumHeads(dk, w.o, d, w.s, jn+pad, c.heads, j0*ld, ld, c.row, jn, d)
 		}
 	}

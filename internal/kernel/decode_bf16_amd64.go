@@ -47,7 +47,8 @@ func withNativeBF16(ds []Decode) []Decode {
 
 // nativeBF16Decode returns base with the name "avx512bf16" and its bf16
 // Scores and Accum taking the tiles of 4, 8 and 16 rows of calls of
-// natMinCall rows or more natively.
+// natMinCall rows or more natively (and ScoresGroup, AccumGroup calling
+// those head by head for such calls).
 func nativeBF16Decode(base Decode) Decode {
 	dk := base
 	dk.Name = "avx512bf16"
@@ -97,6 +98,26 @@ func nativeBF16Decode(base Decode) Decode {
 				kern(o[r*ldo:], ldo, p[r*ldp+j0:], ldp, castSlice[uint16](v[j0*ldv:]), ldv/2, jn, d)
 			}
 		})
+	}
+	if sg, ag := base.ScoresGroup[f], base.AccumGroup[f]; sg != nil {
+		// The grouped-query kernels (GroupRows < natMinCall rows per
+		// head) for their calls, the native Scores and Accum above head
+		// by head for the others.
+		gs, ga := groupScores(f, dk.Scores[f]), groupAccum(f, dk.Accum[f])
+		dk.ScoresGroup[f] = func(s []float32, lds int, q []float32, m, heads int, k []byte, ldk, hs, n, d int) {
+			if m == GroupRows {
+				sg(s, lds, q, m, heads, k, ldk, hs, n, d)
+				return
+			}
+			gs(s, lds, q, m, heads, k, ldk, hs, n, d)
+		}
+		dk.AccumGroup[f] = func(o []float32, ldo int, p []float32, ldp, m, heads int, v []byte, ldv, hs, n, d int) {
+			if m == GroupRows {
+				ag(o, ldo, p, ldp, m, heads, v, ldv, hs, n, d)
+				return
+			}
+			ga(o, ldo, p, ldp, m, heads, v, ldv, hs, n, d)
+		}
 	}
 	return dk
 }

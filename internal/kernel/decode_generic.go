@@ -28,32 +28,58 @@ func genericDecode() Decode {
 // wrappers use it too when the layout does not suit their multi-head
 // kernels (or there are none).
 func headsScores(f Format, one ScoresFunc) ScoresHeadsFunc {
-	name := "ScoresHeads " + f.String()
+	g := groupScores(f, one)
 	return func(s []float32, lds int, q []float32, heads int, k []byte, ldk, hs, n, d int) {
-		f.checkDim(name, d)
-		f.checkLd(name, ldk, hs)
-		checkHeads(name, heads, n, d, s, n, lds, q, d, d, len(k), f.RowBytes(d), ldk, hs)
-		if n == 0 {
-			return
-		}
-		for h := 0; h < heads; h++ {
-			one(s[h*lds:], lds, q[h*d:], 1, k[h*hs:], ldk, n, d)
-		}
+		g(s, lds, q, 1, heads, k, ldk, hs, n, d)
 	}
 }
 
 // headsAccum is the multi-head Accum of the same kind.
 func headsAccum(f Format, one AccumFunc) AccumHeadsFunc {
-	name := "AccumHeads " + f.String()
+	g := groupAccum(f, one)
 	return func(o []float32, ldo int, p []float32, ldp, heads int, v []byte, ldv, hs, n, d int) {
+		g(o, ldo, p, ldp, 1, heads, v, ldv, hs, n, d)
+	}
+}
+
+// groupScores is a grouped-query Scores (see Decode.ScoresGroup) that
+// calls one head by head, like headsScores, with m rows per head (its
+// panics name ScoresHeads for m = 1).
+func groupScores(f Format, one ScoresFunc) ScoresGroupFunc {
+	names := [2]string{"ScoresHeads " + f.String(), "ScoresGroup " + f.String()}
+	return func(s []float32, lds int, q []float32, m, heads int, k []byte, ldk, hs, n, d int) {
+		name := names[1]
+		if m == 1 {
+			name = names[0]
+		}
 		f.checkDim(name, d)
-		f.checkLd(name, ldv, hs)
-		checkHeads(name, heads, n, d, o, d, ldo, p, n, ldp, len(v), f.RowBytes(d), ldv, hs)
-		if n == 0 || d == 0 {
+		f.checkLd(name, ldk, hs)
+		checkHeads(name, m, heads, n, d, s, n, lds, q, d, d, len(k), f.RowBytes(d), ldk, hs)
+		if n == 0 || m == 0 {
 			return
 		}
 		for h := 0; h < heads; h++ {
-			one(o[h*ldo:], ldo, p[h*ldp:], ldp, 1, v[h*hs:], ldv, n, d)
+			one(s[h*m*lds:], lds, q[h*m*d:], m, k[h*hs:], ldk, n, d)
+		}
+	}
+}
+
+// groupAccum is the grouped-query Accum of the same kind.
+func groupAccum(f Format, one AccumFunc) AccumGroupFunc {
+	names := [2]string{"AccumHeads " + f.String(), "AccumGroup " + f.String()}
+	return func(o []float32, ldo int, p []float32, ldp, m, heads int, v []byte, ldv, hs, n, d int) {
+		name := names[1]
+		if m == 1 {
+			name = names[0]
+		}
+		f.checkDim(name, d)
+		f.checkLd(name, ldv, hs)
+		checkHeads(name, m, heads, n, d, o, d, ldo, p, n, ldp, len(v), f.RowBytes(d), ldv, hs)
+		if n == 0 || d == 0 || m == 0 {
+			return
+		}
+		for h := 0; h < heads; h++ {
+			one(o[h*m*ldo:], ldo, p[h*m*ldp:], ldp, m, v[h*hs:], ldv, n, d)
 		}
 	}
 }

@@ -17,6 +17,24 @@ func (c testCache) accumHeads(dk Decode, o []float32, ldo int, p []float32, ldp,
 	dk.AccumHeads[c.typ](o, ldo, p, ldp, heads, c.data, ldv, hs, n, d)
 }
 
+// scoresGroup and accumGroup call the grouped-query kernel of dk for the
+// cache's format, m rows per head (the multi-head kernel for m = 1).
+func (c testCache) scoresGroup(dk Decode, s []float32, lds int, q []float32, m, heads, ldk, hs, n, d int) {
+	if m == 1 {
+		c.scoresHeads(dk, s, lds, q, heads, ldk, hs, n, d)
+		return
+	}
+	dk.ScoresGroup[c.typ](s, lds, q, m, heads, c.data, ldk, hs, n, d)
+}
+
+func (c testCache) accumGroup(dk Decode, o []float32, ldo int, p []float32, ldp, m, heads, ldv, hs, n, d int) {
+	if m == 1 {
+		c.accumHeads(dk, o, ldo, p, ldp, heads, ldv, hs, n, d)
+		return
+	}
+	dk.AccumGroup[c.typ](o, ldo, p, ldp, m, heads, c.data, ldv, hs, n, d)
+}
+
 // sub returns the cache data from byte off on.
 func (c testCache) sub(off int) testCache {
 	c.data = c.data[off:]
@@ -44,7 +62,7 @@ func TestDecodeHeads(t *testing.T) {
 				for _, layout := range []string{"side", "side-padded", "strided", "headwise"} {
 					for _, after := range []bool{true, false} {
 						name := fmt.Sprintf("%s %s heads=%d n=%d d=%d %s after=%v", dk.Name, typ, sh.heads, sh.n, sh.d, layout, after)
-						checkHeadsCase(t, r, dk, typ, sh.heads, sh.n, sh.d, layout, after, name)
+						checkHeadsCase(t, r, dk, typ, 1, sh.heads, sh.n, sh.d, layout, after, name)
 					}
 				}
 			}
@@ -52,7 +70,36 @@ func TestDecodeHeads(t *testing.T) {
 	}
 }
 
-func checkHeadsCase(t *testing.T, r *rand.Rand, dk Decode, typ cacheType, heads, n, d int, layout string, after bool, name string) {
+// TestDecodeGroup: the grouped-query kernels (m rows per KV head) of
+// every set that has them give, bit for bit, what the same set's one-head
+// kernels give head by head, in the layouts of TestDecodeHeads, for the
+// assembly's GroupRows rows and head counts that are multiples of it, and
+// for the calls it sends head by head (other row and head counts).
+func TestDecodeGroup(t *testing.T) {
+	r := rand.New(rand.NewPCG(15, 16))
+	type shape struct{ m, heads, n, d int }
+	shapes := []shape{{4, 8, 200, 128}, {4, 4, 37, 64}, {4, 8, 33, 96}, {4, 16, 5, 32}, {4, 4, 1, 160}, {4, 8, 0, 64},
+		{4, 8, 21, 24}, {4, 6, 17, 64}, {2, 8, 19, 64}, {8, 4, 23, 64}, {3, 4, 9, 32}}
+	for _, dk := range decodeSets() {
+		for _, typ := range cacheTypes {
+			if dk.ScoresGroup[typ] == nil {
+				continue
+			}
+			for _, sh := range shapes {
+				for _, layout := range []string{"side", "side-padded", "strided", "headwise"} {
+					for _, after := range []bool{true, false} {
+						name := fmt.Sprintf("%s %s m=%d heads=%d n=%d d=%d %s after=%v", dk.Name, typ, sh.m, sh.heads, sh.n, sh.d, layout, after)
+						checkHeadsCase(t, r, dk, typ, sh.m, sh.heads, sh.n, sh.d, layout, after, name)
+					}
+				}
+			}
+		}
+	}
+}
+
+// checkHeadsCase checks the multi-head (m = 1) or grouped-query kernels of
+// dk on one case against the one-head kernels, head by head.
+func checkHeadsCase(t *testing.T, r *rand.Rand, dk Decode, typ cacheType, m, heads, n, d int, layout string, after bool, name string) {
 	t.Helper()
 	defer func() {
 		if e := recover(); e != nil {
@@ -80,18 +127,18 @@ func checkHeadsCase(t *testing.T, r *rand.Rand, dk Decode, typ cacheType, heads,
 	if n > 0 && (n-1)*ldk+(heads-1)*hs+typ.RowBytes(d) > len(c.data) {
 		t.Fatalf("%s: test setup: cache too short", name)
 	}
-	q := make([]float32, heads*d)
+	q := make([]float32, heads*m*d)
 	for i := range q {
 		q[i] = r.Float32()*2 - 1
 	}
 	lds := n + 3
-	got, want := make([]float32, heads*lds), make([]float32, heads*lds)
+	got, want := make([]float32, heads*m*lds), make([]float32, heads*m*lds)
 	for i := range got {
 		got[i], want[i] = canaryF32, canaryF32
 	}
-	c.scoresHeads(dk, got, lds, q, heads, ldk, hs, n, d)
+	c.scoresGroup(dk, got, lds, q, m, heads, ldk, hs, n, d)
 	for h := 0; h < heads && n > 0; h++ {
-		oneScores(dk, c.sub(h*hs), want[h*lds:], lds, q[h*d:], ldk, n, d)
+		oneScores(dk, c.sub(h*hs), want[h*m*lds:], lds, q[h*m*d:], m, ldk, n, d)
 	}
 	for i := range got {
 		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
@@ -100,11 +147,11 @@ func checkHeadsCase(t *testing.T, r *rand.Rand, dk Decode, typ cacheType, heads,
 	}
 
 	ldp, ldo := n+2, d+5
-	p := make([]float32, heads*ldp)
+	p := make([]float32, heads*m*ldp)
 	for i := range p {
 		p[i] = r.Float32()*2 - 1
 	}
-	o1, o2 := make([]float32, heads*ldo), make([]float32, heads*ldo)
+	o1, o2 := make([]float32, heads*m*ldo), make([]float32, heads*m*ldo)
 	for i := range o1 {
 		o1[i] = float32(math.Cos(float64(i)))
 		if i%ldo >= d {
@@ -112,9 +159,9 @@ func checkHeadsCase(t *testing.T, r *rand.Rand, dk Decode, typ cacheType, heads,
 		}
 		o2[i] = o1[i]
 	}
-	c.accumHeads(dk, o1, ldo, p, ldp, heads, ldk, hs, n, d)
+	c.accumGroup(dk, o1, ldo, p, ldp, m, heads, ldk, hs, n, d)
 	for h := 0; h < heads && n > 0; h++ {
-		oneAccum(dk, c.sub(h*hs), o2[h*ldo:], ldo, p[h*ldp:], ldp, ldk, n, d)
+		oneAccum(dk, c.sub(h*hs), o2[h*m*ldo:], ldo, p[h*m*ldp:], ldp, m, ldk, n, d)
 	}
 	for i := range o1 {
 		if math.Float32bits(o1[i]) != math.Float32bits(o2[i]) {
@@ -123,15 +170,16 @@ func checkHeadsCase(t *testing.T, r *rand.Rand, dk Decode, typ cacheType, heads,
 	}
 }
 
-// oneScores and oneAccum call the one-head kernels with key stride ld.
-func oneScores(dk Decode, c testCache, s []float32, lds int, q []float32, ld, n, d int) {
+// oneScores and oneAccum call the one-head kernels for m rows with key
+// stride ld.
+func oneScores(dk Decode, c testCache, s []float32, lds int, q []float32, m, ld, n, d int) {
 	c.ld = ld
-	c.scores(dk, s, lds, q, 1, n, d)
+	c.scores(dk, s, lds, q, m, n, d)
 }
 
-func oneAccum(dk Decode, c testCache, o []float32, ldo int, p []float32, ldp, ld, n, d int) {
+func oneAccum(dk Decode, c testCache, o []float32, ldo int, p []float32, ldp, m, ld, n, d int) {
 	c.ld = ld
-	c.accum(dk, o, ldo, p, ldp, 1, n, d)
+	c.accum(dk, o, ldo, p, ldp, m, n, d)
 }
 
 // TestDecodeHeadsPreconditions: the multi-head kernels refuse a cache too

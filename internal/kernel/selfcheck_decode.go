@@ -92,7 +92,10 @@ func selfCheckDecode(dk Decode) (err error) {
 	if err := selfCheckDecodeBF16(dk); err != nil {
 		return err
 	}
-	if err := selfCheckHeads(dk); err != nil {
+	if err := selfCheckHeads(dk, 1, 3); err != nil {
+		return err
+	}
+	if err := selfCheckHeads(dk, GroupRows, 4); err != nil {
 		return err
 	}
 	b := make([]byte, 1000)
@@ -117,13 +120,19 @@ func decodeNear(set, name string, x, y, mag []float32) error {
 	return nil
 }
 
-// selfCheckHeads compares the multi-head kernels of dk with its one-head
-// kernels head by head (they must agree bit for bit), on 3 heads side by
-// side (the multi-head assembly's layout) of 37 keys, d = 64, for every
-// format.
-func selfCheckHeads(dk Decode) error {
-	const heads, n, d, lds = 3, 37, 64, 41
-	q := make([]float32, heads*d)
+// selfCheckHeads compares the multi-head kernels of dk (m = 1 row per
+// head) or its grouped-query kernels (m rows per head, the formats that
+// have them) with its one-head kernels head by head (they must agree bit
+// for bit), on heads heads side by side (the assembly's layout) of 37
+// keys, d = 64, for every format.
+func selfCheckHeads(dk Decode, m, heads int) error {
+	const n, d, lds = 37, 64, 41
+	rows := heads * m
+	kind := "Heads"
+	if m > 1 {
+		kind = "Group"
+	}
+	q := make([]float32, rows*d)
 	for i := range q {
 		q[i] = float32(math.Sin(float64(7 * i)))
 	}
@@ -131,13 +140,13 @@ func selfCheckHeads(dk Decode) error {
 	for i := range x {
 		x[i] = float32(math.Cos(float64(5 * i)))
 	}
-	p := make([]float32, heads*lds)
+	p := make([]float32, rows*lds)
 	for i := range p {
 		p[i] = float32(math.Sin(float64(3 * i)))
 	}
 	compare := func(name string, multi, one func(s, o []float32)) error {
-		s1, s2 := make([]float32, heads*lds), make([]float32, heads*lds)
-		o1, o2 := make([]float32, heads*d), make([]float32, heads*d)
+		s1, s2 := make([]float32, rows*lds), make([]float32, rows*lds)
+		o1, o2 := make([]float32, rows*d), make([]float32, rows*d)
 		for i := range o1 {
 			o1[i] = float32(i%7) - 3
 			o2[i] = o1[i]
@@ -146,18 +155,21 @@ func selfCheckHeads(dk Decode) error {
 		one(s2, o2)
 		for i := range s1 {
 			if math.Float32bits(s1[i]) != math.Float32bits(s2[i]) {
-				return fmt.Errorf("decode kernels %s: ScoresHeads %s disagrees with Scores %s head by head at %d: %v vs %v", dk.Name, name, name, i, s1[i], s2[i])
+				return fmt.Errorf("decode kernels %s: Scores%s %s disagrees with Scores %s head by head at %d: %v vs %v", dk.Name, kind, name, name, i, s1[i], s2[i])
 			}
 		}
 		for i := range o1 {
 			if math.Float32bits(o1[i]) != math.Float32bits(o2[i]) {
-				return fmt.Errorf("decode kernels %s: AccumHeads %s disagrees with Accum %s head by head at %d: %v vs %v", dk.Name, name, name, i, o1[i], o2[i])
+				return fmt.Errorf("decode kernels %s: Accum%s %s disagrees with Accum %s head by head at %d: %v vs %v", dk.Name, kind, name, name, i, o1[i], o2[i])
 			}
 		}
 		return nil
 	}
 	// Each format: the multi-head call, and the one-head calls head by head.
 	for f := range NumFormats {
+		if m > 1 && dk.ScoresGroup[f] == nil {
+			continue
+		}
 		rb := f.RowBytes(d)
 		k := Bytes(make([]float32, (n*heads*rb+3)/4))
 		for r := 0; r < n*heads; r++ {
@@ -166,13 +178,18 @@ func selfCheckHeads(dk Decode) error {
 			}
 		}
 		multi := func(s, o []float32) {
-			dk.ScoresHeads[f](s, lds, q, heads, k, heads*rb, rb, n, d)
-			dk.AccumHeads[f](o, d, p, lds, heads, k, heads*rb, rb, n, d)
+			if m == 1 {
+				dk.ScoresHeads[f](s, lds, q, heads, k, heads*rb, rb, n, d)
+				dk.AccumHeads[f](o, d, p, lds, heads, k, heads*rb, rb, n, d)
+				return
+			}
+			dk.ScoresGroup[f](s, lds, q, m, heads, k, heads*rb, rb, n, d)
+			dk.AccumGroup[f](o, d, p, lds, m, heads, k, heads*rb, rb, n, d)
 		}
 		one := func(s, o []float32) {
 			for h := 0; h < heads; h++ {
-				dk.Scores[f](s[h*lds:], lds, q[h*d:], 1, k[h*rb:], heads*rb, n, d)
-				dk.Accum[f](o[h*d:], d, p[h*lds:], lds, 1, k[h*rb:], heads*rb, n, d)
+				dk.Scores[f](s[h*m*lds:], lds, q[h*m*d:], m, k[h*rb:], heads*rb, n, d)
+				dk.Accum[f](o[h*m*d:], d, p[h*m*lds:], lds, m, k[h*rb:], heads*rb, n, d)
 			}
 		}
 		if err := compare(f.String(), multi, one); err != nil {

@@ -362,6 +362,24 @@ func TestSelfCheckDecodeRejectsBroken(t *testing.T) {
 				g.AccumHeads[FormatF16](o[ldo:], ldo, p[ldp:], ldp, heads-1, v[hs:], ldv, hs, n, d)
 			}
 		}},
+		{"ScoresGroup f32", "swaps the first two rows of each head", func(dk *Decode) {
+			dk.ScoresGroup[FormatF32] = func(s []float32, lds int, q []float32, m, heads int, k []byte, ldk, hs, n, d int) {
+				groupScores(FormatF32, g.Scores[FormatF32])(s, lds, q, m, heads, k, ldk, hs, n, d)
+				for h := 0; h < heads; h++ {
+					a, b := s[h*m*lds:h*m*lds+n], s[(h*m+1)*lds:(h*m+1)*lds+n]
+					for j := range a {
+						a[j], b[j] = b[j], a[j]
+					}
+				}
+			}
+			dk.AccumGroup[FormatF32] = groupAccum(FormatF32, g.Accum[FormatF32])
+		}},
+		{"AccumGroup bf16", "misses the last key", func(dk *Decode) {
+			dk.ScoresGroup[FormatBF16] = groupScores(FormatBF16, g.Scores[FormatBF16])
+			dk.AccumGroup[FormatBF16] = func(o []float32, ldo int, p []float32, ldp, m, heads int, v []byte, ldv, hs, n, d int) {
+				groupAccum(FormatBF16, g.Accum[FormatBF16])(o, ldo, p, ldp, m, heads, v, ldv, hs, n-1, d)
+			}
+		}},
 		{"boom", "panics", func(dk *Decode) {
 			dk.Scores[FormatQ8] = func(s []float32, lds int, q []float32, m int, k []byte, ldk, n, d int) { panic("boom") }
 		}},

@@ -157,6 +157,10 @@ func genDecode() {
 			}
 			genScoresHeads(s, e)
 			genAccumHeads(s, e)
+			if s.EVEX && !e.quant() && e.Size > 1 {
+				genScoresGroup(s, e, 4)
+				genAccumGroup(s, e, 4)
+			}
 		}
 		genReadSum(s)
 	}

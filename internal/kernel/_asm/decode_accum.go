@@ -482,3 +482,131 @@ func genAccumHeads(s isa, e decodeElem) {
 	VZEROUPPER()
 	RET()
 }
+
+// groupKeys is the number of keys whose value rows of one head the
+// grouped-query accum kernels take together (O loaded and stored once for
+// them).
+const groupKeys = 4
+
+// genAccumGroup generates accumGroup<T>M<mr><ISA>, the multi-head form of
+// the mr-row kernel (grouped-query attention: mr query rows per KV head),
+// as genAccumHeads is of the one-row kernel: value row j of head h (at
+// j·heads·hs + h·hs) is added to O rows h·mr … h·mr+mr-1 with their
+// probabilities,
+//
+//	o[(h*mr+r)*ldo+c] += p[(h*mr+r)*ldp+j]·v[(j*heads+h)*hs+c]    r < mr, j < n, c < d
+//
+// by blocks of groupKeys keys, every head of a block before the next
+// block (the cache read in address order a few rows at a time): each O
+// row is loaded, gets its groupKeys FMAs in key order and is stored, the
+// operations of accum<T>M<mr><ISA>, so the results are the same bit for
+// bit. Not for the block formats.
+func genAccumGroup(s isa, e decodeElem, mr int) {
+	name := fmt.Sprintf("accumGroup%sM%d%s", e.Name, mr, s.Suffix)
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(o []float32, ldo int, p []float32, ldp, heads int, v []%s, hs, n, d int)", e.GoType))
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s adds p[(h*%d+r)*ldp+j]·v[(j*heads+h)*hs+c] to o[(h*%d+r)*ldo+c] for h < heads, r < %d, j < n, c < d, bit for bit as accum%sM%d%s;", name, mr, mr, mr, e.Name, mr, s.Suffix),
+		fmt.Sprintf("hs is the value row stride of a head in elements; d is a positive multiple of 16, n a positive multiple of %d, heads >= 1, and all accesses are in bounds.", groupKeys))
+	kb := groupKeys
+	L := s.Lanes
+	nLeft, oh, ph, pj, hc := AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
+	// Rows left: heads per block of keys.
+	n := Load(Param("n"), GP64())
+	SHRQ(Imm(uint64(log2(kb))), n)
+	IMULQ(slot(Param("heads")), n)
+	MOVQ(n, nLeft)
+	o0 := Load(Param("o").Base(), GP64())
+	MOVQ(o0, oh)
+	p0 := Load(Param("p").Base(), GP64())
+	MOVQ(p0, ph)
+	MOVQ(p0, pj)
+	z := GP64()
+	XORQ(z, z)
+	MOVQ(z, hc)
+	vr := Load(Param("v").Base(), GP64()) // head h's row of the block's first key
+	hs := Load(Param("hs"), GP64())
+	if e.Size > 1 {
+		SHLQ(Imm(uint64(log2(e.Size))), hs)
+	}
+	ldv := GP64() // bytes from a key to the next
+	MOVQ(hs, ldv)
+	IMULQ(slot(Param("heads")), ldv)
+
+	Label("row")
+	{
+		ldp, ldp3 := strides(slot(Param("ldp")), 4, mr)
+		ps := newRowSet(ph, ldp, ldp3, mr)
+		pv := make([][]VecVirtual, mr)
+		for r := range pv {
+			for t := 0; t < kb; t++ {
+				x := s.Vec()
+				VBROADCASTSS(ps.mem(r, 4*t), x)
+				pv[r] = append(pv[r], x)
+			}
+		}
+		ldo, ldo3 := strides(slot(Param("ldo")), 4, mr)
+		os := newRowSet(oh, ldo, ldo3, mr)
+		ld3 := GP64()
+		LEAQ(Mem{Base: ldv, Index: ldv, Scale: 2}, ld3)
+		vs := newRowSet(vr, ldv, ld3, kb)
+		pf := GP64() // the same rows of the next block
+		LEAQ(Mem{Base: vr, Index: ldv, Scale: uint8(kb)}, pf)
+		pfs := rowSet{bases: []GPVirtual{pf}, ld: ldv, ld3: ld3}
+		steps := Load(Param("d"), GP64())
+		SHRQ(Imm(uint64(log2(L))), steps)
+		Label("step")
+		for t := 0; t < kb; t++ {
+			PREFETCHT1(pfs.mem(t, 0))
+		}
+		vv := make([]VecVirtual, kb)
+		for t := range vv {
+			vv[t] = widen(s, e, vs.mem(t, 0), nil)
+		}
+		for r := 0; r < mr; r++ {
+			a := s.Vec()
+			om := os.mem(r, 0)
+			VMOVUPS(om, a)
+			for t := 0; t < kb; t++ {
+				VFMADD231PS(pv[r][t], vv[t], a)
+			}
+			VMOVUPS(a, om)
+		}
+		vs.add(U32(L * e.Size))
+		pfs.add(U32(L * e.Size))
+		os.add(U32(4 * L))
+		DECQ(steps)
+		JNZ(LabelRef("step"))
+	}
+	// Next row: the next head, or the first head of the next block.
+	{
+		ADDQ(hs, vr)
+		h, o, p := ldMem(hc), ldMem(oh), ldMem(ph)
+		INCQ(h)
+		ldo := Load(Param("ldo"), GP64())
+		SHLQ(Imm(uint64(2+log2(mr))), ldo)
+		ADDQ(ldo, o)
+		ldp := Load(Param("ldp"), GP64())
+		SHLQ(Imm(uint64(2+log2(mr))), ldp)
+		ADDQ(ldp, p)
+		CMPQ(h, slot(Param("heads")))
+		JNE(LabelRef("store"))
+		XORQ(h, h)
+		MOVQ(Load(Param("o").Base(), GP64()), o)
+		pn := ldMem(pj)
+		ADDQ(Imm(uint64(4*kb)), pn)
+		MOVQ(pn, pj)
+		MOVQ(pn, p)
+		// vr is at the next key's first head: on to the block's end.
+		for t := 1; t < kb; t++ {
+			ADDQ(ldv, vr)
+		}
+		Label("store")
+		MOVQ(h, hc)
+		MOVQ(o, oh)
+		MOVQ(p, ph)
+	}
+	DECQ(nLeft)
+	JNZ(LabelRef("row"))
+	VZEROUPPER()
+	RET()
+}

@@ -28,6 +28,7 @@ type scoresGen struct {
 	// stride (ldk, or hs for the heads), and the frame slots of the Q row
 	// of the next key and its head number.
 	heads      bool
+	group      bool // genScoresGroup: mr rows per head, w heads per block
 	ldk        Mem
 	qCur, hCur Mem
 	// The output position of the multi-head kernels: &s[h][j] of the next
@@ -96,6 +97,70 @@ func genScoresHeads(s isa, e decodeElem) {
 	MOVQ(z, g.hCur)
 	MOVQ(z, g.oHead)
 	g.body()
+}
+
+// genScoresGroup generates scoresGroup<T>M<mr><ISA>, the multi-head form
+// of the mr-row kernel (grouped-query attention: mr query rows per KV
+// head): n rows at k, hs apart, row v being key v/heads of head
+// h = v%heads, multiplied by Q rows h·mr … h·mr+mr-1 and its sums stored
+// at s[(h·mr+r)*lds+v/heads]. A block takes the rows of L/mr consecutive
+// heads of one key (heads is a multiple of that) where scores<T>M<mr><ISA>
+// takes L/mr keys of one head, with the same arithmetic per sum, so that
+// the cache is read in address order.
+func genScoresGroup(s isa, e decodeElem, mr int) {
+	name := fmt.Sprintf("scoresGroup%sM%d%s", e.Name, mr, s.Suffix)
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(s []float32, lds int, q []float32, heads int, k []%s, hs, n, d int)", e.GoType))
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s sets s[(h*%d+r)*lds+v/heads] = Σ_p q[(h*%d+r)*d+p]·k[v*hs+p], h = v%%heads, for r < %d, v < n, p < d, bit for bit as scores%sM%d%s;", name, mr, mr, mr, e.Name, mr, s.Suffix),
+		cacheDoc(s, e, "hs", "key")+fmt.Sprintf(" heads is a multiple of %d and n of heads.", s.Lanes/mr))
+	g := &scoresGen{s: s, e: e, mr: mr, ldk: slot(Param("hs")), heads: true, group: true}
+	g.qCur, g.hCur = AllocLocal(8), AllocLocal(8)
+	g.oPtr, g.oHead, g.oKey, g.oBuf = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(64)
+	q0 := Load(Param("q").Base(), GP64())
+	MOVQ(q0, g.qCur)
+	s0 := Load(Param("s").Base(), GP64())
+	MOVQ(s0, g.oPtr)
+	MOVQ(s0, g.oKey)
+	z := GP64()
+	XORQ(z, z)
+	MOVQ(z, g.hCur)
+	MOVQ(z, g.oHead)
+	g.body()
+}
+
+// scatterGroup stores the sums of v (lane r·w+jj: row r of head h+jj,
+// h the block's first head) at s[(h+jj)·mr+r][j], then moves on to the
+// next w heads, or to the first head of the next key.
+func (g *scoresGen) scatterGroup(v VecVirtual, w int) {
+	s, mr := g.s, g.mr
+	if s.EVEX && mr*w == 16 {
+		VMOVUPS(v, g.oBuf)
+	} else {
+		VMOVUPS(v.AsY(), g.oBuf)
+	}
+	op, h, oj := ldMem(g.oPtr), ldMem(g.oHead), ldMem(g.oKey)
+	lds := Load(Param("lds"), GP64())
+	SHLQ(Imm(2), lds)
+	for jj := 0; jj < w; jj++ {
+		for r := 0; r < mr; r++ {
+			x := GP32()
+			MOVL(g.oBuf.Offset(4*(r*w+jj)), x)
+			MOVL(x, Mem{Base: op})
+			ADDQ(lds, op)
+		}
+	}
+	ADDQ(U32(w), h)
+	nk := GP64()
+	LEAQ(Mem{Base: oj, Disp: 4}, nk)
+	z := GP64()
+	XORQ(z, z)
+	CMPQ(h, slot(Param("heads")))
+	CMOVQEQ(nk, oj)
+	CMOVQEQ(nk, op)
+	CMOVQEQ(z, h)
+	MOVQ(op, g.oPtr)
+	MOVQ(h, g.oHead)
+	MOVQ(oj, g.oKey)
 }
 
 // scatter stores the w sums of v (lane i: the row i of the block) at
@@ -263,15 +328,19 @@ func (g *scoresGen) keyLoop(w int, lbl string) {
 	grp := scoresGroup(mr, w)
 	for j0 := 0; j0 < w; j0 += grp {
 		kl := fmt.Sprintf("%sK%d", lbl, j0)
+		qRows := mr // the Q rows of the block: mr, or mr per head (group)
+		if g.group {
+			qRows = mr * w
+		}
 		var qld, qld3 GPVirtual
-		if mr > 1 {
-			qld, qld3 = strides(slot(Param("d")), 4, mr)
+		if qRows > 1 {
+			qld, qld3 = strides(slot(Param("d")), 4, qRows)
 		}
 		qRow := slot(Param("q").Base())
 		if g.heads {
 			qRow = g.qCur
 		}
-		qs := newRowSet(qRow, qld, qld3, mr)
+		qs := newRowSet(qRow, qld, qld3, qRows)
 		var jjs []int
 		var kps []Register
 		for jj := j0; jj < j0+grp; jj++ {
@@ -318,14 +387,17 @@ func (g *scoresGen) keyLoop(w int, lbl string) {
 		}
 		Label(kl + "Done")
 		if g.heads {
-			g.nextHead()
+			g.nextHead(grp)
 		}
 	}
 
 	v := foldTile(s, acc, w)
-	if g.heads {
+	switch {
+	case g.group:
+		g.scatterGroup(v, w)
+	case g.heads:
 		g.scatter(v, w)
-	} else {
+	default:
 		sp := GP64()
 		MOVQ(g.sp, sp)
 		row := func(int) Mem { return Mem{Base: sp} }
@@ -352,13 +424,22 @@ func (g *scoresGen) keyLoop(w int, lbl string) {
 	}
 }
 
-// nextHead moves the Q row of the multi-head kernel on to the next head,
-// back to the first after the last.
-func (g *scoresGen) nextHead() {
+// nextHead moves the Q rows of a multi-head kernel on by nh heads (mr
+// rows each), back to the first head after the last.
+func (g *scoresGen) nextHead(nh int) {
 	qc, hc := ldMem(g.qCur), ldMem(g.hCur)
 	d := Load(Param("d"), GP64())
-	LEAQ(Mem{Base: qc, Index: d, Scale: 4}, qc)
-	INCQ(hc)
+	if rows := nh * g.mr; rows == 1 {
+		LEAQ(Mem{Base: qc, Index: d, Scale: 4}, qc)
+	} else {
+		SHLQ(Imm(uint64(2+log2(rows))), d)
+		ADDQ(d, qc)
+	}
+	if nh == 1 {
+		INCQ(hc)
+	} else {
+		ADDQ(U32(nh), hc)
+	}
 	q0, z := Load(Param("q").Base(), GP64()), GP64()
 	XORQ(z, z)
 	CMPQ(hc, slot(Param("heads")))
@@ -458,8 +539,12 @@ func (g *scoresGen) step(acc [][]VecVirtual, w int, jjs []int, qs rowSet, kps []
 		}
 		return
 	}
+	qr := func(jj, r int) int { return r } // the row of qs of key slot jj's row r
+	if g.group {
+		qr = func(jj, r int) int { return jj*mr + r }
+	}
 	var qv []VecVirtual
-	if (len(jjs) > 1 || tail) && mr+mr*w+3 <= regs {
+	if !g.group && (len(jjs) > 1 || tail) && mr+mr*w+3 <= regs {
 		for r := 0; r < mr; r++ {
 			qv = append(qv, qload(r, 0))
 		}
@@ -474,9 +559,9 @@ func (g *scoresGen) step(acc [][]VecVirtual, w int, jjs []int, qs rowSet, kps []
 			case qv != nil:
 				VFMADD231PS(qv[r], kv, acc[r][jj])
 			case tail:
-				VFMADD231PS(qload(r, 0), kv, acc[r][jj])
+				VFMADD231PS(qload(qr(jj, r), 0), kv, acc[r][jj])
 			default:
-				VFMADD231PS(qs.mem(r, 0), kv, acc[r][jj])
+				VFMADD231PS(qs.mem(qr(jj, r), 0), kv, acc[r][jj])
 			}
 		}
 	}
