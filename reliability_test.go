@@ -313,7 +313,7 @@ func TestTaskCounts(t *testing.T) {
 				var ft []fwdTask
 				var bt []bwdTask
 				var qt []rowBlock
-				fwd, _ := c.plan.forwardTasks(&blocks, &ft)
+				fwd, _, _ := c.plan.forwardTasks(&blocks, &ft)
 				kvTasks, withDQ := c.plan.backwardTasks(&bt, c.plan.workers)
 				dq := 0
 				if !withDQ {

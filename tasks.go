@@ -53,6 +53,7 @@ type fwdTask struct {
 	slot   int // -1: write the output; else its first partial-result row
 	split  int // the task's index among its row block's key splits
 	parts  int // the number of key splits of its row block (1: none)
+	block  int // a key split's row block's index among the split ones
 	cost   int
 }
 
@@ -107,8 +108,8 @@ func (t *tiling) taskCost(s *sequence, rb rowBlock, lo, hi int) int {
 // number of partial-result rows the key splits need: each split task's
 // block height, the splits of a row block one after another (so the
 // buffers hold the splits and rows used, not maxSplits slots of maxRows
-// per block).
-func (t *tiling) forwardTasks(blocks *[]rowBlock, tasks *[]fwdTask) (list []fwdTask, partRows int) {
+// per block), and the number of row blocks that split.
+func (t *tiling) forwardTasks(blocks *[]rowBlock, tasks *[]fwdTask) (list []fwdTask, partRows, splitBlocks int) {
 	bs, list := (*blocks)[:0], (*tasks)[:0]
 	defer func() { *blocks, *tasks = bs, list }()
 	for si := range t.seqs {
@@ -184,17 +185,18 @@ func (t *tiling) forwardTasks(blocks *[]rowBlock, tasks *[]fwdTask) (list []fwdT
 			}
 		}
 		if ns == 1 {
-			list = append(list, fwdTask{rb, lo, hi, -1, 0, 1, t.taskCost(s, rb, lo, hi)})
+			list = append(list, fwdTask{rb, lo, hi, -1, 0, 1, 0, t.taskCost(s, rb, lo, hi)})
 			continue
 		}
 		for sp := 0; sp < ns; sp++ {
 			j0, j1 := part(lo, hi, nu, u, sp, ns)
-			list = append(list, fwdTask{rb, j0, j1, partRows + sp*rb.height(), sp, ns, t.taskCost(s, rb, j0, j1)})
+			list = append(list, fwdTask{rb, j0, j1, partRows + sp*rb.height(), sp, ns, splitBlocks, t.taskCost(s, rb, j0, j1)})
 		}
 		partRows += ns * rb.height()
+		splitBlocks++
 	}
 	slices.SortStableFunc(list, func(a, b fwdTask) int { return b.cost - a.cost })
-	return list, partRows
+	return list, partRows, splitBlocks
 }
 
 // forwardBalance returns the number of the forward's tasks and the
@@ -202,7 +204,7 @@ func (t *tiling) forwardTasks(blocks *[]rowBlock, tasks *[]fwdTask) (list []fwdT
 func (t *tiling) forwardBalance() (tasks int, largest float64) {
 	var blocks []rowBlock
 	var list []fwdTask
-	list, _ = t.forwardTasks(&blocks, &list)
+	list, _, _ = t.forwardTasks(&blocks, &list)
 	total := 0
 	for _, tk := range list {
 		total += tk.cost
