@@ -57,14 +57,15 @@ type fwdTask struct {
 	cost   int
 }
 
-// designWorkers is the largest number of workers the forward's schedule is
-// designed for: it balances a call on up to that many workers with
-// unitsPerWorker tasks each.
+// designWorkers is the largest number of workers the forward's key splits
+// are designed for: unitsPerWorker tasks each, none above 1/splitTarget of
+// the work. More workers take the tasks as they come (TestTaskCounts
+// bounds how unevenly at 64).
 const designWorkers = 16
 
 // splitTarget is the number of tasks a call's work is measured against:
 // a row block whose estimated work exceeds the call's over splitTarget
-// (one task of unitsPerWorker on each of designWorkers) splits along the
+// (unitsPerWorker tasks on each of designWorkers workers) splits along the
 // keys (flash-decoding), into as many parts as it holds of that mean. A
 // call of splitTarget or more equal row blocks already balances
 // designWorkers and splits none: every split costs partial-result rows, a
