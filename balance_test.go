@@ -116,3 +116,95 @@ func TestServeStepSplitsBitIdentical(t *testing.T) {
 		}
 	}
 }
+
+// TestForwardSplitBalance: on designWorkers (16) workers the forward's
+// largest task is at most 1/64 of its work and it has at least 64 tasks,
+// for the shapes the schedule is designed for — dense and causal, d 64 and
+// 128, one to four sequences of 8 to 32 query heads (GQA too), 1k to 64k
+// rows, VarLen batches and serving steps — at a 1 MiB cache, where K and V
+// past 512 KiB per head walk in super-blocks, 64–128 of them in a B1 H8
+// call. Causal blocks are unequal: 64 of them leave the last ones twice the
+// mean, which the rule must still split. (B1 H8 N1024 d128 causal is left
+// out: its 40 super-blocks see at most two 512-key tiles, so no split rule
+// reaches 1/64.)
+func TestForwardSplitBalance(t *testing.T) {
+	type balanceCase struct {
+		s Shape
+		o Options
+	}
+	var cases []balanceCase
+	for _, d := range []int{64, 128} {
+		for _, causal := range []bool{false, true} {
+			for _, b := range []int{1, 4} {
+				for _, h := range []int{8, 32} {
+					for _, n := range []int{1024, 4096, 16384, 65536} {
+						if d == 128 && causal && b == 1 && h == 8 && n == 1024 {
+							continue
+						}
+						for _, hk := range []int{h, h / 4} {
+							cases = append(cases, balanceCase{Shape{Batch: b, Heads: h, KVHeads: hk, SeqQ: n, SeqK: n, Dim: d}, Options{Causal: causal}})
+						}
+					}
+				}
+			}
+		}
+	}
+	for _, lens := range [][]int32{{4096, 2048, 1024, 512}, {8192, 300, 300, 300}, {16384, 4096}} {
+		cu := []int32{0}
+		for _, n := range lens {
+			cu = append(cu, cu[len(cu)-1]+n)
+		}
+		n := int(cu[len(cu)-1])
+		for _, d := range []int{64, 128} {
+			vl := &VarLen{CuSeqlensQ: cu, CuSeqlensK: cu}
+			cases = append(cases,
+				balanceCase{Shape{Batch: 1, Heads: 8, KVHeads: 2, SeqQ: n, SeqK: n, Dim: d}, Options{VarLen: vl}},
+				balanceCase{Shape{Batch: 1, Heads: 8, KVHeads: 2, SeqQ: n, SeqK: n, Dim: d}, Options{Causal: true, VarLen: vl}})
+		}
+	}
+	for _, st := range []stepShape{
+		{decode: 32, ctxMin: 4096, ctxMax: 32768, chunk: 512, prefix: 2048, spec: 4, specToks: 4},
+		{decode: 16, ctxMin: 1024, ctxMax: 8192, chunk: 4096},
+		{decode: 4, ctxMin: 65536, ctxMax: 65536, chunk: 2048, prefix: 8192},
+	} {
+		vl, sq, sk := st.varLen()
+		cases = append(cases, balanceCase{Shape{Batch: 1, Heads: 8, KVHeads: 2, SeqQ: sq, SeqK: sk, Dim: 128}, Options{Causal: true, VarLen: vl}})
+	}
+	const workers = 16
+	for _, c := range cases {
+		tr, err := CountTraffic(c.s, &c.o, 1<<20, PassForward)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := 1.0 / (unitsPerWorker * workers); tr.ForwardLargestTask > want || tr.ForwardTasks < unitsPerWorker*workers {
+			t.Errorf("%+v causal %v varlen %v: %d tasks, the largest %.4f of the work; want ≥ %d tasks, ≤ %.4f",
+				c.s, c.o.Causal, c.o.VarLen != nil, tr.ForwardTasks, tr.ForwardLargestTask, unitsPerWorker*workers, want)
+		}
+	}
+}
+
+// TestForwardNoSplitWhenBalanced: a dense call of 64 or more nearly equal
+// row blocks already balances 16 workers, so it splits none
+// of them (each split costs partial-result rows, a merge and a tail): its
+// tasks are its row blocks. B1 H8 N4096 is the benchmark's shape: 72
+// super-blocks at d 64, 176 at d 128, once split into 280 and 344 tasks.
+func TestForwardNoSplitWhenBalanced(t *testing.T) {
+	for _, s := range []Shape{
+		{Batch: 1, Heads: 8, SeqQ: 4096, SeqK: 4096, Dim: 64},
+		{Batch: 1, Heads: 8, SeqQ: 4096, SeqK: 4096, Dim: 128},
+		{Batch: 2, Heads: 16, KVHeads: 4, SeqQ: 2048, SeqK: 2048, Dim: 128},
+	} {
+		tr, err := CountTraffic(s, nil, 1<<20, PassForward)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks := s.Batch * s.Heads * ceilDiv(s.SeqQ, tr.SuperBlockQ)
+		if blocks < unitsPerWorker*16 {
+			t.Fatalf("%+v: %d row blocks, the case needs ≥ %d", s, blocks, unitsPerWorker*16)
+		}
+		if tr.ForwardTasks != blocks {
+			t.Errorf("%+v: %d tasks for %d balanced row blocks (super-blocks of %d rows): key splits where none are needed",
+				s, tr.ForwardTasks, blocks, tr.SuperBlockQ)
+		}
+	}
+}

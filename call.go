@@ -9,7 +9,6 @@ type call struct {
 	plan   plan
 	pack   packPass
 	fwd    forwardPass
-	merge  mergePass
 	rows   rowsPass
 	bwd    backwardPass
 	lseFix lseFixPass
@@ -42,7 +41,6 @@ func (c *call) release() {
 		plan:   plan{tiling: tiling{mem: tm}},
 		pack:   packPass{mem: c.pack.mem},
 		fwd:    forwardPass{mem: c.fwd.mem},
-		merge:  mergePass{mem: c.merge.mem[:0]},
 		rows:   rowsPass{mem: c.rows.mem},
 		bwd:    backwardPass{mem: c.bwd.mem},
 		lseFix: lseFixPass{mem: c.lseFix.mem},

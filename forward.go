@@ -1,6 +1,10 @@
 package flashattn
 
-import "github.com/flashattn/flashattn/internal/kernel"
+import (
+	"sync/atomic"
+
+	"github.com/flashattn/flashattn/internal/kernel"
+)
 
 // forward.go is FA2's Algorithm 1: one task per row block (or key split of
 // one, see tasks.go), each streaming the K/V tiles its mask leaves visible
@@ -22,6 +26,7 @@ type forwardPass struct {
 	kv    *packedKV
 	tasks []fwdTask
 	part  partials
+	left  []int32 // per split row block (fwdTask.block): its splits not finished yet
 	mem   fwdMem
 }
 
@@ -31,6 +36,7 @@ type fwdMem struct {
 	tasks        []fwdTask
 	partO, partM []float32
 	partL        []float32
+	left         []int32
 }
 
 func (c *call) forward(out view, lse []float32) error {
@@ -40,7 +46,7 @@ func (c *call) forward(out view, lse []float32) error {
 	}
 	f := &c.fwd
 	*f = forwardPass{p: p, out: out, lse: lse, kv: &c.pack.kv, mem: f.mem}
-	tasks, rows := p.forwardTasks(&f.mem.blocks, &f.mem.tasks)
+	tasks, rows, splitBlocks := p.forwardTasks(&f.mem.blocks, &f.mem.tasks)
 	f.tasks = tasks
 	if err := c.pack.run(p, false); err != nil {
 		return err
@@ -54,18 +60,27 @@ func (c *call) forward(out view, lse []float32) error {
 		for i := range f.part.m {
 			f.part.m[i] = negInf
 		}
+		f.left = grow(&f.mem.left, splitBlocks)
+		for _, t := range tasks {
+			if t.slot >= 0 {
+				f.left[t.block] = int32(t.parts)
+			}
+		}
 	}
 	f.writePadding()
-	if err := p.parallel(len(tasks), f); err != nil {
-		return err
-	}
-	if rows == 0 {
-		return nil
-	}
-	return c.mergeSplits()
+	return p.parallel(len(tasks), f)
 }
 
-func (f *forwardPass) runTask(ws *workspace, t int) { f.task(ws, &f.tasks[t]) }
+// runTask runs task t; the last of a row block's key splits to finish
+// merges them (merge.go), in the same pass. A task cut short by
+// cancellation does not count, so nothing merges unfinished splits.
+func (f *forwardPass) runTask(ws *workspace, t int) {
+	tk := &f.tasks[t]
+	f.task(ws, tk)
+	if tk.slot >= 0 && !f.p.stopped() && atomic.AddInt32(&f.left[tk.block], -1) == 0 {
+		f.mergeSplits(ws, tk)
+	}
+}
 
 // task runs FA2's Algorithm 1 for one row block: with the block's rows of
 // Q loaded, for each key tile (j0, j1) that its mask does not hide,

@@ -1,40 +1,22 @@
 package flashattn
 
-// mergePass combines the key splits of each row block (flash-decoding) by
-// their log-sum-exp (lseMerge, with a_s the split's running max and l_s its
-// running sum), so the result does not depend on the worker count.
-type mergePass struct {
-	p      *plan
-	out    view
-	lse    []float32
-	part   *partials
-	blocks []fwdTask // the first split of each split row block
-	mem    []fwdTask // blocks' memory, kept from call to call
-}
-
-func (c *call) mergeSplits() error {
-	f, mp := &c.fwd, &c.merge
-	blocks := mp.mem[:0]
-	for _, t := range f.tasks {
-		if t.slot >= 0 && t.split == 0 {
-			blocks = append(blocks, t)
-		}
-	}
-	*mp = mergePass{p: &c.plan, out: f.out, lse: f.lse, part: &f.part, blocks: blocks, mem: blocks}
-	return c.plan.parallel(len(blocks), mp)
-}
-
-func (mp *mergePass) runTask(ws *workspace, t int) {
-	p, part, b := mp.p, mp.part, &mp.blocks[t]
-	s := &p.seqs[b.seq]
-	first, m := b.slot, b.height() // the block's splits' rows: first + split·m + r
+// mergeSplits combines the key splits of t's row block (flash-decoding),
+// t being any of them, by their log-sum-exp (lseMerge, with a_s the
+// split's running max and l_s its running sum) into its rows of O and
+// LSE. The splits' order is fixed, so the result does not depend on the
+// worker count nor on which split finished last (runTask).
+func (f *forwardPass) mergeSplits(ws *workspace, t *fwdTask) {
+	p, part := f.p, &f.part
+	s := &p.seqs[t.seq]
+	m := t.height()
+	first := t.slot - t.split*m // the block's splits' rows: first + split·m + r
 	lm := &ws.merge
-	lm.reset(b.parts, p.dimV)
+	lm.reset(t.parts, p.dimV)
 	dvp, stride := p.dimVPad, m*p.dimVPad // a row's splits lie stride apart
 	row := grow(&ws.conv.out, dvp)
 	for r := 0; r < m; r++ {
-		h, i := b.at(r)
-		for sp := range b.parts {
+		h, i := t.at(r)
+		for sp := range t.parts {
 			slot := first + sp*m + r
 			lm.a[sp], lm.l[sp] = float64(part.m[slot]), float64(part.l[slot])
 		}
@@ -43,9 +25,9 @@ func (mp *mergePass) runTask(ws *workspace, t int) {
 			lm.sink = float64(p.sinks[h])
 		}
 		lv := lm.rowStrided(&p.kern, row, part.o[(first+r)*dvp:], stride, dvp)
-		p.dimVRow(mp.out, row, s.tb, s.q0+i, h)
-		if mp.lse != nil {
-			mp.lse[s.lse0+h*s.lseH+i] = lv
+		p.dimVRow(f.out, row, s.tb, s.q0+i, h)
+		if f.lse != nil {
+			f.lse[s.lse0+h*s.lseH+i] = lv
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/bits"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -312,19 +313,43 @@ func TestTaskCounts(t *testing.T) {
 				var ft []fwdTask
 				var bt []bwdTask
 				var qt []rowBlock
-				fwd, _ := c.plan.forwardTasks(&blocks, &ft)
+				fwd, _, _ := c.plan.forwardTasks(&blocks, &ft)
 				kvTasks, withDQ := c.plan.backwardTasks(&bt, c.plan.workers)
 				dq := 0
 				if !withDQ {
 					dq = len(c.plan.dqTasks(&qt, c.plan.workers))
 				}
 				want := unitsPerWorker * workers
-				if len(fwd) < want || len(kvTasks) < want || !withDQ && dq < want {
-					t.Errorf("%+v causal %v, %d workers: %d forward, %d KV, %d dQ tasks; want ≥ %d each",
-						sh, causal, workers, len(fwd), len(kvTasks), dq, want)
+				if len(kvTasks) < want || !withDQ && dq < want {
+					t.Errorf("%+v causal %v, %d workers: %d KV, %d dQ tasks; want ≥ %d each",
+						sh, causal, workers, len(kvTasks), dq, want)
+				}
+				// The forward's splits do not depend on the worker count:
+				// four tasks per worker up to designWorkers, and beyond,
+				// its tasks taken heaviest first by the free workers end
+				// within 15% of an even share.
+				span := forwardSpan(fwd, workers)
+				t.Logf("%+v causal %v, %d workers: %d forward tasks, span %.3f of an even share", sh, causal, workers, len(fwd), span)
+				if len(fwd) < unitsPerWorker*min(workers, designWorkers) || span > 1.15 {
+					t.Errorf("%+v causal %v, %d workers: %d forward tasks, ending at %.3f of an even share; want ≥ %d, ≤ 1.15",
+						sh, causal, workers, len(fwd), span, unitsPerWorker*min(workers, designWorkers))
 				}
 				c.release()
 			}
 		}
 	}
+}
+
+// forwardSpan returns how long the forward's tasks (heaviest first, by
+// their estimated cost) take on workers workers that each take the next
+// task when free, as a fraction of an even share of their total cost.
+func forwardSpan(tasks []fwdTask, workers int) float64 {
+	busy := make([]int, workers)
+	total := 0
+	for _, tk := range tasks {
+		free := slices.Index(busy, slices.Min(busy))
+		busy[free] += tk.cost
+		total += tk.cost
+	}
+	return float64(slices.Max(busy)) * float64(workers) / float64(total)
 }

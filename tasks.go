@@ -53,19 +53,30 @@ type fwdTask struct {
 	slot   int // -1: write the output; else its first partial-result row
 	split  int // the task's index among its row block's key splits
 	parts  int // the number of key splits of its row block (1: none)
+	block  int // a key split's row block's index among the split ones
 	cost   int
 }
 
-// maxSplits bounds the split of one row block along the keys
-// (flash-decoding) and splitTarget is the number of tasks below which
-// every row block splits; longTask is how many times a call's mean task
-// (its estimated work over splitTarget) a row block's work must exceed to
-// split when there are more row blocks than that. All are fixed, not tied
-// to the worker count, so that results do not depend on it.
+// designWorkers is the largest number of workers the forward's key splits
+// are designed for: unitsPerWorker tasks each, none above 1/splitTarget of
+// the work. More workers take the tasks as they come (TestTaskCounts
+// bounds how unevenly at 64).
+const designWorkers = 16
+
+// splitTarget is the number of tasks a call's work is measured against:
+// a row block whose estimated work exceeds the call's over splitTarget
+// (unitsPerWorker tasks on each of designWorkers workers) splits along the
+// keys (flash-decoding), into as many parts as it holds of that mean. A
+// call of splitTarget or more equal row blocks already balances
+// designWorkers and splits none: every split costs partial-result rows, a
+// merge and a tail of its own. Unequal blocks (causal rows, a long
+// decoding row beside a prompt's many blocks) split where they exceed the
+// mean, so that no task holds a worker much past the others. maxSplits
+// bounds the parts of one row block. Both are fixed, not tied to the
+// worker count, so that results do not depend on it.
 const (
-	splitTarget = 256
+	splitTarget = unitsPerWorker * designWorkers
 	maxSplits   = 16
-	longTask    = 4
 )
 
 // streamCost is the work, in query-row·key products, of reading one key
@@ -98,8 +109,8 @@ func (t *tiling) taskCost(s *sequence, rb rowBlock, lo, hi int) int {
 // number of partial-result rows the key splits need: each split task's
 // block height, the splits of a row block one after another (so the
 // buffers hold the splits and rows used, not maxSplits slots of maxRows
-// per block).
-func (t *tiling) forwardTasks(blocks *[]rowBlock, tasks *[]fwdTask) (list []fwdTask, partRows int) {
+// per block), and the number of row blocks that split.
+func (t *tiling) forwardTasks(blocks *[]rowBlock, tasks *[]fwdTask) (list []fwdTask, partRows, splitBlocks int) {
 	bs, list := (*blocks)[:0], (*tasks)[:0]
 	defer func() { *blocks, *tasks = bs, list }()
 	for si := range t.seqs {
@@ -123,14 +134,18 @@ func (t *tiling) forwardTasks(blocks *[]rowBlock, tasks *[]fwdTask) (list []fwdT
 	}
 	// Key splits (flash-decoding), decided per row block from the shape
 	// alone: with mean = the call's estimated work over splitTarget, a
-	// block splits into ⌈work/mean⌉ tasks (at most maxSplits, each at least
-	// minUnits whole key tiles: one for super-blocks, whose tiles are
-	// large; two otherwise) when the call has fewer than splitTarget row
-	// blocks, or when its work exceeds longTask·mean — a long decoding row
-	// beside a prompt's many blocks (continuous batching) — so that no task
-	// holds a worker much past the others. When forced, every block splits
-	// into exactly numSplits parts of 16-key groups.
+	// block no heavier than the mean stays whole, and a heavier one splits
+	// into the fewest tasks, from ⌈work/mean⌉, whose heaviest (its share
+	// of whole key tiles) is within the mean — at most maxSplits, each at
+	// least minUnits whole key tiles: one for super-blocks, whose tiles
+	// are large; two otherwise. When forced, every block splits into
+	// exactly numSplits parts of 16-key groups.
 	unit := t.blockK
+	// part returns the keys of split sp of ns of the nu tiles of u keys
+	// from lo (to hi).
+	part := func(lo, hi, nu, u, sp, ns int) (j0, j1 int) {
+		return lo + sp*nu/ns*u, min(hi, lo+(sp+1)*nu/ns*u)
+	}
 	tiles := func(rb rowBlock) (lo, hi, nu int) { // the block's key span and its key tiles
 		lo, hi = t.seqs[rb.seq].vis.keySpan(rb)
 		lo = lo / kernel.W * kernel.W // tiles start on strip boundaries of the packed K
@@ -152,26 +167,37 @@ func (t *tiling) forwardTasks(blocks *[]rowBlock, tasks *[]fwdTask) (list []fwdT
 			u = kernel.W
 			nu = (hi - lo + u - 1) / u
 			ns = min(t.cache.numSplits, max(1, nu))
-		case len(bs) < splitTarget || work > longTask*mean:
+		case work > mean:
 			minUnits := 2
 			if rb.nh == 1 && rb.i1-rb.i0 > t.blockQ {
 				minUnits = 1
 			}
-			ns = max(1, min(maxSplits, (work+mean-1)/mean, nu/minUnits))
+			most := max(1, min(maxSplits, nu/minUnits))
+			ns = min(most, (work+mean-1)/mean)
+			for ; ns < most; ns++ {
+				heaviest := 0
+				for sp := 0; sp < ns; sp++ {
+					j0, j1 := part(lo, hi, nu, u, sp, ns)
+					heaviest = max(heaviest, t.taskCost(s, rb, j0, j1))
+				}
+				if heaviest <= mean {
+					break
+				}
+			}
 		}
 		if ns == 1 {
-			list = append(list, fwdTask{rb, lo, hi, -1, 0, 1, t.taskCost(s, rb, lo, hi)})
+			list = append(list, fwdTask{rb, lo, hi, -1, 0, 1, 0, t.taskCost(s, rb, lo, hi)})
 			continue
 		}
 		for sp := 0; sp < ns; sp++ {
-			j0 := lo + sp*nu/ns*u
-			j1 := min(hi, lo+(sp+1)*nu/ns*u)
-			list = append(list, fwdTask{rb, j0, j1, partRows + sp*rb.height(), sp, ns, t.taskCost(s, rb, j0, j1)})
+			j0, j1 := part(lo, hi, nu, u, sp, ns)
+			list = append(list, fwdTask{rb, j0, j1, partRows + sp*rb.height(), sp, ns, splitBlocks, t.taskCost(s, rb, j0, j1)})
 		}
 		partRows += ns * rb.height()
+		splitBlocks++
 	}
 	slices.SortStableFunc(list, func(a, b fwdTask) int { return b.cost - a.cost })
-	return list, partRows
+	return list, partRows, splitBlocks
 }
 
 // forwardBalance returns the number of the forward's tasks and the
@@ -179,7 +205,7 @@ func (t *tiling) forwardTasks(blocks *[]rowBlock, tasks *[]fwdTask) (list []fwdT
 func (t *tiling) forwardBalance() (tasks int, largest float64) {
 	var blocks []rowBlock
 	var list []fwdTask
-	list, _ = t.forwardTasks(&blocks, &list)
+	list, _, _ = t.forwardTasks(&blocks, &list)
 	total := 0
 	for _, tk := range list {
 		total += tk.cost

@@ -214,7 +214,7 @@ func (tc *trafficCount) forward(t *TrafficByOperand) {
 	p := tc.t
 	var blocks []rowBlock
 	var list []fwdTask
-	tasks, _ := p.forwardTasks(&blocks, &list)
+	tasks, _, _ := p.forwardTasks(&blocks, &list)
 	d, dv, dvpad := p.dim, p.dimV, p.dimVPad
 	packed := p.packs // the forward's kvRoute fromPacked
 	for si := range p.seqs {

@@ -69,7 +69,7 @@ func TestTrafficForwardClosedForm(t *testing.T) {
 		s TrafficShape
 		m int
 	}{
-		// Enough heads for 256 super-blocks: no key splits (see forwardTasks).
+		// Enough heads for splitTarget equal super-blocks: no key splits (see forwardTasks).
 		{TrafficShape{Batch: 1, Heads: 64, SeqQ: 4096, SeqK: 4096, Dim: 64}, 1 << 20},
 		{TrafficShape{Batch: 1, Heads: 64, SeqQ: 1000, SeqK: 1003, Dim: 64}, 256 << 10},
 		{TrafficShape{Batch: 2, Heads: 16, KVHeads: 8, SeqQ: 777, SeqK: 500, Dim: 40}, 64 << 10},
