@@ -47,6 +47,35 @@ func noPanic(t *testing.T, what string, f func()) {
 	f()
 }
 
+// A coverage error names a broadcast dimension (a bias's dimension of 1, a
+// KeyPadding's queries and keys) as broadcast, not as math.MaxInt.
+func TestCoverageMessageBroadcast(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	bias, err := fa.NewBias(make([]float32, 4*5), 1, 1, 4, 5) // 5 keys, broadcast over batch and heads
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name     string
+		b, sk    int
+		opts     fa.Options
+		arg, msg string
+	}{
+		{"bias, more keys", 2, 6, fa.Options{ScoreMod: bias}, "Options.ScoreMod",
+			"Options.ScoreMod covers any number of batch elements (broadcast) × 4 queries × 5 keys, but the call has 2 × 4 × 6"},
+		{"key padding, more batch rows", 3, 5, fa.Options{Mask: fa.KeyPadding(2, 3)}, "Options.Mask",
+			"Options.Mask covers 2 batch elements × any number of queries (broadcast) × any number of keys (broadcast), but the call has 3 × 4 × 5"},
+	} {
+		q, k := randTensor(r, c.b, 4, 1, 8), randTensor(r, c.b, c.sk, 1, 8)
+		_, _, err := fa.Forward(q, k, k, &c.opts)
+		wantArgErr(t, c.name, err, c.arg)
+		var ae *fa.ArgError
+		if errors.As(err, &ae) && ae.Msg != c.msg {
+			t.Errorf("%s: message %q, want %q", c.name, ae.Msg, c.msg)
+		}
+	}
+}
+
 // A Documents mask says what it covers; a call beyond it is refused.
 func TestMaskCoverage(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
