@@ -358,3 +358,34 @@ func (m *ptrMask) Hide(b, h, q, kv0 int, keep []bool) {
 		keep[c] = kv0+c < m.n
 	}
 }
+
+// Tensor.At reads an element of every type without allocating, the value
+// Convert gives for it.
+func TestTensorAtNoAlloc(t *testing.T) {
+	src := fa.NewTensor(1, 2, 2, 64)
+	for i := range src.Data {
+		src.Data[i] = float32(i%13) - 6.3
+	}
+	for dt := fa.Float32; dt <= fa.FP8E5M2; dt++ {
+		x := fa.NewTensorOf(dt, 1, 2, 2, 64)
+		if dt == fa.FP8E4M3 || dt == fa.FP8E5M2 {
+			x.Scale = 0.5
+		}
+		back := fa.NewTensor(1, 2, 2, 64)
+		if err := fa.Convert(x, src); err != nil {
+			t.Fatalf("%v: %v", dt, err)
+		}
+		if err := fa.Convert(back, x); err != nil {
+			t.Fatalf("%v: %v", dt, err)
+		}
+		var sum float32
+		if n := testing.AllocsPerRun(50, func() { sum += x.At(0, 1, 1, 37) }); n != 0 {
+			t.Errorf("%v: At allocates %v times per call", dt, n)
+		}
+		for _, i := range [][4]int{{0, 0, 0, 0}, {0, 1, 1, 37}, {0, 1, 0, 63}} {
+			if got, want := x.At(0, i[1], i[2], i[3]), back.At(0, i[1], i[2], i[3]); got != want {
+				t.Errorf("%v: At%v = %v, want %v (Convert's)", dt, i, got, want)
+			}
+		}
+	}
+}

@@ -1,6 +1,8 @@
 package flashattn
 
 import (
+	"sync"
+
 	"github.com/flashattn/flashattn/half"
 	"github.com/flashattn/flashattn/internal/kernel"
 )
@@ -101,7 +103,7 @@ func (t Tensor) strides() (bs, ss, hs int) {
 func (t Tensor) Len() int { return t.Batch * t.Seq * t.Heads * t.Dim }
 
 // At returns element (b, s, h, d) as a float32. It panics if out of range,
-// like a slice.
+// like a slice. It does not allocate.
 func (t Tensor) At(b, s, h, d int) float32 {
 	bs, ss, hs := t.strides()
 	i := b*bs + s*ss + h*hs + d
@@ -111,9 +113,14 @@ func (t Tensor) At(b, s, h, d int) float32 {
 	f := &formats[t.DType()]
 	raw, _ := f.raw(t)
 	blk := f.kf.Block()
-	var x [32]float32 // the block holding element i
+	x := atBlocks.Get().(*[32]float32) // the block holding element i
+	defer atBlocks.Put(x)
 	o := f.bytes(i / blk * blk)
-	kern := kernel.Active().Impl
-	f.load(&kern, x[:blk], raw[o:o+f.bytes(blk)], t.Scale)
+	f.load(&kernel.Active().Impl, x[:blk], raw[o:o+f.bytes(blk)], t.Scale)
 	return x[i%blk]
 }
+
+// atBlocks holds At's buffers of one block: a buffer on At's stack would
+// escape to the heap through the formats table's load, one allocation a
+// call.
+var atBlocks = sync.Pool{New: func() any { return new([32]float32) }}
