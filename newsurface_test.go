@@ -2,6 +2,7 @@ package flashattn_test
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -385,6 +386,37 @@ func TestTensorAtNoAlloc(t *testing.T) {
 		for _, i := range [][4]int{{0, 0, 0, 0}, {0, 1, 1, 37}, {0, 1, 0, 63}} {
 			if got, want := x.At(0, i[1], i[2], i[3]), back.At(0, i[1], i[2], i[3]); got != want {
 				t.Errorf("%v: At%v = %v, want %v (Convert's)", dt, i, got, want)
+			}
+		}
+	}
+}
+
+// An fp8 tensor's Scale must be 0 (meaning 1) or a positive finite normal
+// float32: a subnormal descale (1e-45) saturates every stored value and
+// flushes every read one, a mistake refused like a negative or NaN one.
+func TestFP8ScaleNormal(t *testing.T) {
+	src := fa.NewTensor(1, 2, 1, 32)
+	for _, c := range []struct {
+		scale float32
+		ok    bool
+	}{
+		{0, true}, {1, true}, {0x1p-126, true}, {math.MaxFloat32, true},
+		{1e-45, false}, {0x1p-127, false}, {-0x1p-130, false}, {-1, false},
+		{float32(math.Inf(1)), false}, {float32(math.NaN()), false},
+	} {
+		for _, dt := range []fa.DType{fa.FP8E4M3, fa.FP8E5M2} {
+			x := fa.NewTensorOf(dt, 1, 2, 1, 32)
+			x.Scale = c.scale
+			verr, cerr := x.Validate("k"), fa.Convert(x, src)
+			if c.ok {
+				if verr != nil || cerr != nil {
+					t.Errorf("%v Scale %v: Validate %v, Convert %v; want no error", dt, c.scale, verr, cerr)
+				}
+				continue
+			}
+			wantArgErr(t, fmt.Sprintf("%v Scale %v: Validate", dt, c.scale), verr, "k")
+			if cerr == nil {
+				t.Errorf("%v Scale %v: Convert: no error", dt, c.scale)
 			}
 		}
 	}

@@ -42,7 +42,8 @@ type Tensor struct {
 	BatchStride, SeqStride, HeadStride int
 	// Scale is the per-tensor scale of the fp8 types (vLLM's k_scale and
 	// v_scale): value = stored·Scale, and writes store x/Scale; 0 means 1.
-	// It must be finite and not negative, and 0 for the other types.
+	// It must be 0 or a positive finite normal float32 (not subnormal:
+	// ≥ 2⁻¹²⁶), and 0 for the other types.
 	Scale float32
 }
 
