@@ -3,7 +3,6 @@ package flashattn
 import (
 	"bufio"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"flag"
 	"fmt"
@@ -73,22 +72,11 @@ func goldenTensor(dt DType, seed uint64, s float32, b, n, h, d int) Tensor {
 	return Dense(x, b, n, h, d)
 }
 
-// tensorBytes returns the raw bytes of t's data field.
+// tensorBytes returns a copy of the raw bytes of t's data field, whatever
+// its type: the field its formats row reads.
 func tensorBytes(t Tensor) []byte {
-	var out []byte
-	switch {
-	case t.Q8 != nil:
-		return slices.Clone(t.Q8)
-	case t.bits() != nil:
-		for _, x := range t.bits() {
-			out = binary.LittleEndian.AppendUint16(out, x)
-		}
-	default:
-		for _, x := range t.Data {
-			out = binary.LittleEndian.AppendUint32(out, math.Float32bits(x))
-		}
-	}
-	return out
+	raw, _ := formats[t.DType()].raw(t)
+	return slices.Clone(raw)
 }
 
 func floatBytes(x []float32) []byte { return tensorBytes(Tensor{Data: x}) }
@@ -153,6 +141,9 @@ func decodeCaseHeads(t *testing.T, cacheType DType, paged bool, splits, sq int, 
 		}
 	} else {
 		kc, vc = NewTensorOf(cacheType, B, capacity, Hk, D), NewTensorOf(cacheType, B, capacity, Hk, D)
+	}
+	if formats[cacheType].scaled { // fp8: a per-tensor scale other than 1
+		kc.Scale, vc.Scale = 0.5, 0.25
 	}
 	kf, vf := goldenTensor(Float32, 32, 1, kc.Batch, kc.Seq, Hk, D), goldenTensor(Float32, 33, 1, vc.Batch, vc.Seq, Hk, D)
 	if err := Convert(kc, kf); err != nil {
@@ -234,6 +225,8 @@ var goldenCases = []goldenCase{
 	{name: "decode-cache-f16", run: func(t *testing.T, _ DType) map[string][]byte { return decodeCase(t, Float16, false, 0, 1, false) }},
 	{name: "decode-cache-q8", run: func(t *testing.T, _ DType) map[string][]byte { return decodeCase(t, Q8_0, false, 2, 1, false) }},
 	{name: "decode-cache-q4", run: func(t *testing.T, _ DType) map[string][]byte { return decodeCase(t, Q4_0, true, 0, 2, true) }},
+	{name: "decode-cache-e4m3", run: func(t *testing.T, _ DType) map[string][]byte { return decodeCase(t, FP8E4M3, false, 2, 1, false) }},
+	{name: "decode-cache-e5m2", run: func(t *testing.T, _ DType) map[string][]byte { return decodeCase(t, FP8E5M2, true, 0, 2, true) }},
 	{name: "decode-gqa8-bf16", run: func(t *testing.T, _ DType) map[string][]byte { // 8 query rows per KV head: the native bf16 decode tiles
 		return decodeCaseHeads(t, BFloat16, false, 0, 1, false, 1)
 	}},
@@ -390,5 +383,17 @@ func TestGoldenHashes(t *testing.T) {
 	t.Logf("%d outputs checked, %d not recorded", checked, missing)
 	if checked == 0 {
 		t.Fatal("no recorded hash matched a path of this CPU: the generic path's are always recorded")
+	}
+}
+
+// TestGoldenBytesEveryDType: the bytes the golden hashes cover are the
+// stored bytes of a tensor of every type — an empty slice would make its
+// hash one that cannot change.
+func TestGoldenBytesEveryDType(t *testing.T) {
+	for dt := range numDTypes {
+		x := NewTensorOf(dt, 1, 2, 1, 64)
+		if got, want := len(tensorBytes(x)), formats[dt].bytes(x.Len()); got != want || got == 0 {
+			t.Errorf("%v: golden bytes of a %d-element tensor: %d bytes, want %d", dt, x.Len(), got, want)
+		}
 	}
 }

@@ -1,6 +1,9 @@
 package flashattn
 
-import "math"
+import (
+	"fmt"
+	"math"
+)
 
 // A Mask decides, element by element, which keys each query row sees
 // (FlexAttention's mask_mod). flashattn calls it one row of a tile at a
@@ -70,9 +73,19 @@ func checkCovers(arg string, x any, batch, seqQ, seqK int) error {
 	}
 	b, q, k := bm.Covers()
 	if batch > b || seqQ > q || seqK > k {
-		return argErr(arg, "%s covers %d batch elements × %d queries × %d keys, but the call has %d × %d × %d", arg, b, q, k, batch, seqQ, seqK)
+		return argErr(arg, "%s covers %s × %s × %s, but the call has %d × %d × %d", arg,
+			coverCount(b, "batch elements"), coverCount(q, "queries"), coverCount(k, "keys"), batch, seqQ, seqK)
 	}
 	return nil
+}
+
+// coverCount says how many of what a Covers count covers: n, or, for
+// math.MaxInt, any number (a broadcast dimension).
+func coverCount(n int, what string) string {
+	if n == math.MaxInt {
+		return "any number of " + what + " (broadcast)"
+	}
+	return fmt.Sprintf("%d %s", n, what)
 }
 
 // checkMask refuses a nil mask, a nil MaskFunc and an And of either.

@@ -2,6 +2,7 @@ package flashattn_test
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -45,6 +46,35 @@ func noPanic(t *testing.T, what string, f func()) {
 		}
 	}()
 	f()
+}
+
+// A coverage error names a broadcast dimension (a bias's dimension of 1, a
+// KeyPadding's queries and keys) as broadcast, not as math.MaxInt.
+func TestCoverageMessageBroadcast(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	bias, err := fa.NewBias(make([]float32, 4*5), 1, 1, 4, 5) // 5 keys, broadcast over batch and heads
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name     string
+		b, sk    int
+		opts     fa.Options
+		arg, msg string
+	}{
+		{"bias, more keys", 2, 6, fa.Options{ScoreMod: bias}, "Options.ScoreMod",
+			"Options.ScoreMod covers any number of batch elements (broadcast) × 4 queries × 5 keys, but the call has 2 × 4 × 6"},
+		{"key padding, more batch rows", 3, 5, fa.Options{Mask: fa.KeyPadding(2, 3)}, "Options.Mask",
+			"Options.Mask covers 2 batch elements × any number of queries (broadcast) × any number of keys (broadcast), but the call has 3 × 4 × 5"},
+	} {
+		q, k := randTensor(r, c.b, 4, 1, 8), randTensor(r, c.b, c.sk, 1, 8)
+		_, _, err := fa.Forward(q, k, k, &c.opts)
+		wantArgErr(t, c.name, err, c.arg)
+		var ae *fa.ArgError
+		if errors.As(err, &ae) && ae.Msg != c.msg {
+			t.Errorf("%s: message %q, want %q", c.name, ae.Msg, c.msg)
+		}
+	}
 }
 
 // A Documents mask says what it covers; a call beyond it is refused.
@@ -327,5 +357,67 @@ type ptrMask struct{ n int }
 func (m *ptrMask) Hide(b, h, q, kv0 int, keep []bool) {
 	for c := range keep {
 		keep[c] = kv0+c < m.n
+	}
+}
+
+// Tensor.At reads an element of every type without allocating, the value
+// Convert gives for it.
+func TestTensorAtNoAlloc(t *testing.T) {
+	src := fa.NewTensor(1, 2, 2, 64)
+	for i := range src.Data {
+		src.Data[i] = float32(i%13) - 6.3
+	}
+	for dt := fa.Float32; dt <= fa.FP8E5M2; dt++ {
+		x := fa.NewTensorOf(dt, 1, 2, 2, 64)
+		if dt == fa.FP8E4M3 || dt == fa.FP8E5M2 {
+			x.Scale = 0.5
+		}
+		back := fa.NewTensor(1, 2, 2, 64)
+		if err := fa.Convert(x, src); err != nil {
+			t.Fatalf("%v: %v", dt, err)
+		}
+		if err := fa.Convert(back, x); err != nil {
+			t.Fatalf("%v: %v", dt, err)
+		}
+		var sum float32
+		if n := testing.AllocsPerRun(50, func() { sum += x.At(0, 1, 1, 37) }); n != 0 {
+			t.Errorf("%v: At allocates %v times per call", dt, n)
+		}
+		for _, i := range [][4]int{{0, 0, 0, 0}, {0, 1, 1, 37}, {0, 1, 0, 63}} {
+			if got, want := x.At(0, i[1], i[2], i[3]), back.At(0, i[1], i[2], i[3]); got != want {
+				t.Errorf("%v: At%v = %v, want %v (Convert's)", dt, i, got, want)
+			}
+		}
+	}
+}
+
+// An fp8 tensor's Scale must be 0 (meaning 1) or a positive finite normal
+// float32: a subnormal descale (1e-45) saturates every stored value and
+// flushes every read one, a mistake refused like a negative or NaN one.
+func TestFP8ScaleNormal(t *testing.T) {
+	src := fa.NewTensor(1, 2, 1, 32)
+	for _, c := range []struct {
+		scale float32
+		ok    bool
+	}{
+		{0, true}, {1, true}, {0x1p-126, true}, {math.MaxFloat32, true},
+		{1e-45, false}, {0x1p-127, false}, {-0x1p-130, false}, {-1, false},
+		{float32(math.Inf(1)), false}, {float32(math.NaN()), false},
+	} {
+		for _, dt := range []fa.DType{fa.FP8E4M3, fa.FP8E5M2} {
+			x := fa.NewTensorOf(dt, 1, 2, 1, 32)
+			x.Scale = c.scale
+			verr, cerr := x.Validate("k"), fa.Convert(x, src)
+			if c.ok {
+				if verr != nil || cerr != nil {
+					t.Errorf("%v Scale %v: Validate %v, Convert %v; want no error", dt, c.scale, verr, cerr)
+				}
+				continue
+			}
+			wantArgErr(t, fmt.Sprintf("%v Scale %v: Validate", dt, c.scale), verr, "k")
+			if cerr == nil {
+				t.Errorf("%v Scale %v: Convert: no error", dt, c.scale)
+			}
+		}
 	}
 }

@@ -1,6 +1,8 @@
 package flashattn
 
 import (
+	"sync"
+
 	"github.com/flashattn/flashattn/half"
 	"github.com/flashattn/flashattn/internal/kernel"
 )
@@ -40,7 +42,8 @@ type Tensor struct {
 	BatchStride, SeqStride, HeadStride int
 	// Scale is the per-tensor scale of the fp8 types (vLLM's k_scale and
 	// v_scale): value = stored·Scale, and writes store x/Scale; 0 means 1.
-	// It must be finite and not negative, and 0 for the other types.
+	// It must be 0 or a positive finite normal float32 (not subnormal:
+	// ≥ 2⁻¹²⁶), and 0 for the other types.
 	Scale float32
 }
 
@@ -101,7 +104,7 @@ func (t Tensor) strides() (bs, ss, hs int) {
 func (t Tensor) Len() int { return t.Batch * t.Seq * t.Heads * t.Dim }
 
 // At returns element (b, s, h, d) as a float32. It panics if out of range,
-// like a slice.
+// like a slice. It does not allocate.
 func (t Tensor) At(b, s, h, d int) float32 {
 	bs, ss, hs := t.strides()
 	i := b*bs + s*ss + h*hs + d
@@ -111,9 +114,14 @@ func (t Tensor) At(b, s, h, d int) float32 {
 	f := &formats[t.DType()]
 	raw, _ := f.raw(t)
 	blk := f.kf.Block()
-	var x [32]float32 // the block holding element i
+	x := atBlocks.Get().(*[32]float32) // the block holding element i
+	defer atBlocks.Put(x)
 	o := f.bytes(i / blk * blk)
-	kern := kernel.Active().Impl
-	f.load(&kern, x[:blk], raw[o:o+f.bytes(blk)], t.Scale)
+	f.load(&kernel.Active().Impl, x[:blk], raw[o:o+f.bytes(blk)], t.Scale)
 	return x[i%blk]
 }
+
+// atBlocks holds At's buffers of one block: a buffer on At's stack would
+// escape to the heap through the formats table's load, one allocation a
+// call.
+var atBlocks = sync.Pool{New: func() any { return new([32]float32) }}

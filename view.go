@@ -95,7 +95,7 @@ func (t Tensor) check(name string, output bool, batch, seq, heads, dim int) (vie
 		}
 	}
 	if t.Scale != 0 && !f.scaled || kernel.CheckFP8Scale(t.Scale) != nil {
-		return view{}, argErr(name, "%s has Scale %v: the fp8 types take a finite scale >= 0 (0 means 1), the others 0", name, t.Scale)
+		return view{}, argErr(name, "%s has Scale %v: the fp8 types take 0 (meaning 1) or a finite normal scale > 0, the others 0", name, t.Scale)
 	}
 	v.scale = t.Scale
 	// Nesting: sort the axes that have more than one index by stride.

@@ -98,7 +98,7 @@ func TestAttnBiasBad(t *testing.T) {
 	}{
 		{"rank 3", []int{H, Sq, Sk}, nil, "want 4 dimensions"},
 		{"3 heads", []int{1, 3, Sq, Sk}, nil, "data for 3 heads, want 1 or 2"},
-		{"fewer keys", []int{1, 1, Sq, Sk - 1}, nil, "covers"},
+		{"fewer keys", []int{1, 1, Sq, Sk - 1}, nil, "covers any number of batch elements (broadcast) × 4 queries × 5 keys"},
 		{"gpu", []int{1, 1, 1, Sk}, []string{"-device", "gpu"}, "-bias is not supported with -device gpu"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -70,8 +70,10 @@ func (c *cacheFlags) validate(f *attnFlags) error {
 		switch {
 		case f.set[x.name[1:]] && !strings.HasPrefix(c.kvDtype, "fp8_"):
 			return fmt.Errorf("%s needs -kv-dtype fp8_e4m3 or fp8_e5m2", x.name)
-		case !(x.scale > 0) || x.scale > math.MaxFloat32:
-			return fmt.Errorf("%s %v: want a finite scale > 0", x.name, x.scale)
+		// A normal float32: a smaller scale saturates every stored value
+		// (and one below float32's range would become 0, meaning 1).
+		case !(x.scale >= 0x1p-126) || x.scale > math.MaxFloat32:
+			return fmt.Errorf("%s %v: want a finite scale > 0, a normal float32 (at least %v)", x.name, x.scale, float32(0x1p-126))
 		}
 	}
 	switch {

@@ -211,6 +211,8 @@ func TestAttnKVCacheBad(t *testing.T) {
 		{"kv-dtype q8_0 overflow", append(replace("-k", p("k_huge.npy")), "-kv-dtype", "q8_0"), "k_huge.npy: cannot convert to q8_0", 1},
 		{"k-scale without fp8", with("-kv-dtype", "q8_0", "-k-scale", "2"), "-k-scale needs -kv-dtype fp8_e4m3 or fp8_e5m2", 1},
 		{"v-scale zero", with("-kv-dtype", "fp8_e5m2", "-v-scale", "0"), "-v-scale 0: want a finite scale > 0", 1},
+		{"k-scale subnormal", with("-kv-dtype", "fp8_e4m3", "-k-scale", "1e-45"), "-k-scale 1e-45: want a finite scale > 0, a normal float32 (at least 1.1754944e-38)", 1},
+		{"v-scale below float32", with("-kv-dtype", "fp8_e5m2", "-v-scale", "1e-50"), "-v-scale 1e-50: want a finite scale > 0, a normal float32", 1},
 		{"q8_0 new key NaN", append(replace("-k-new", p("knew_nan.npy")), "-kv-dtype", "q8_0"), "knew_nan.npy", 1},
 		{"dtype q8_0", with("-dtype", "q8_0"), `-dtype "q8_0": want f32, bf16 or f16`, 1},
 		{"dtype unknown", with("-dtype", "fp8"), `-dtype "fp8"`, 1},

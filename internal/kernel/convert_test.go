@@ -170,6 +170,7 @@ func TestConvertShortDst(t *testing.T) {
 }
 
 func BenchmarkConvert(b *testing.B) {
+	requireSets(b)
 	const n = 4096
 	f := make([]float32, n)
 	h := make([]uint16, n)

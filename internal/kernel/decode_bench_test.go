@@ -40,6 +40,7 @@ import (
 //	FLASHATTN_DECODE_BLOCK=keys            keys per call (default 1024)
 //	FLASHATTN_DECODE_PAD=0                 S and P rows n floats apart
 func BenchmarkDecode(b *testing.B) {
+	requireSets(b)
 	heads, keys, dim := 4, 0, 128
 	if s := os.Getenv("FLASHATTN_DECODE_BENCH"); s != "" {
 		if _, err := fmt.Sscanf(s, "%d,%d,%d", &heads, &keys, &dim); err != nil {

@@ -9,6 +9,7 @@ import (
 // their compute speed without memory effects, in GFLOP/s and as a share
 // of the FMA peak.
 func BenchmarkDecodeL2(b *testing.B) {
+	requireSets(b)
 	const keys, dim = 256, 128
 	dk := Active().Decode
 	for _, typ := range cacheTypes {

@@ -18,7 +18,11 @@ import (
 // conversion; only the 16-row transposed scores tile widens
 // (decode_t_amd64.go).
 func BenchmarkDecodeF16Widen(b *testing.B) {
-	dk, _ := LookupDecode("avx512")
+	requireSets(b)
+	dk, err := LookupDecode("avx512")
+	if err != nil { // not rejected (requireSets): absent, for want of AVX-512BW
+		b.Skipf("%v: this CPU has no AVX-512BW", err)
+	}
 	for _, keys := range []int{256, 8192} {
 		const dim = 128
 		c := newBenchCache(FormatF16, 1, keys, dim, false)

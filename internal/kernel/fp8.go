@@ -126,7 +126,7 @@ func fp8SpecOf(f Format) (fp8Spec, error) {
 // len(src)) in the fp8 format f with a per-tensor scale: dst[i] =
 // fp8(src[i] / scale), rounded to nearest even and saturating (see above);
 // scale 0 means 1. It fails only for a non-fp8 f, mismatched lengths or a
-// scale that is negative, infinite or NaN.
+// scale that CheckFP8Scale refuses (negative, subnormal, infinite, NaN).
 func QuantizeFP8(f Format, dst []byte, src []float32, scale float32) error {
 	sp, err := fp8SpecOf(f)
 	if err != nil {
@@ -165,10 +165,15 @@ func DequantizeFP8(f Format, dst []float32, src []byte, scale float32) error {
 }
 
 // CheckFP8Scale returns an error unless scale is a usable per-tensor
-// scale: finite and not negative (0 means 1).
+// scale: 0 (meaning 1) or a positive finite normal float32. A subnormal
+// one (1e-45) is a mistake, not a scale: x/scale saturates every stored
+// value and stored·scale flushes every read one.
 func CheckFP8Scale(scale float32) error {
-	if !(scale >= 0) || math.IsInf(float64(scale), 1) {
-		return fmt.Errorf("fp8 scale %v is not a finite value >= 0", scale)
+	if scale != 0 && !(scale >= minNormalF32) || math.IsInf(float64(scale), 1) {
+		return fmt.Errorf("fp8 scale %v is not 0 or a finite normal value > 0", scale)
 	}
 	return nil
 }
+
+// minNormalF32 is the smallest positive normal float32, 2⁻¹²⁶.
+const minNormalF32 = 0x1p-126

@@ -20,6 +20,7 @@ import (
 // sequences, against the float32 product reading the same rows of a
 // 4096-row V.
 func BenchmarkHalfVsF32(b *testing.B) {
+	requireSets(b)
 	r := rand.New(rand.NewPCG(5, 6))
 	im := Active().Impl
 	for _, sh := range []struct {
@@ -85,6 +86,7 @@ func BenchmarkHalfVsF32(b *testing.B) {
 // float32 FMAPeak and reports both and their ratio: the limit each path
 // could reach on this CPU.
 func BenchmarkHalfPeak(b *testing.B) {
+	requireSets(b)
 	const iters = 1 << 14
 	for _, e := range []Elem{BF16, F16} {
 		for _, h := range HalfAvailable(e) {

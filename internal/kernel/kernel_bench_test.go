@@ -19,6 +19,7 @@ func BenchmarkFMAPeak(b *testing.B) {
 }
 
 func benchGemm(b *testing.B, run func(im Impl, c, a, bb, bt []float32, m, n, k int)) {
+	requireSets(b)
 	r := rand.New(rand.NewPCG(1, 1))
 	for _, im := range Available() {
 		for _, n := range []int{64, 128} {
@@ -59,6 +60,7 @@ func BenchmarkMulAddAtB(b *testing.B) {
 }
 
 func BenchmarkExpSum(b *testing.B) {
+	requireSets(b)
 	r := rand.New(rand.NewPCG(2, 2))
 	x := randSlice(r, 1024)
 	for _, im := range Available() {

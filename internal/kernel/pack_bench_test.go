@@ -14,6 +14,7 @@ import (
 //
 // from float32 (rounded to bf16 or f16) or from 16-bit rows (copied).
 func BenchmarkPackVNNI(b *testing.B) {
+	requireSets(b)
 	r := rand.New(rand.NewPCG(31, 32))
 	const keys, dim = 512, 128
 	src := randSlice(r, keys*dim)
@@ -58,6 +59,7 @@ func BenchmarkPackVNNI(b *testing.B) {
 // a 64×64 float32 tile (a block of P or dS), bytes read plus written per
 // second, and RoundF32 on the same tile in place.
 func BenchmarkTransposeRound(b *testing.B) {
+	requireSets(b)
 	r := rand.New(rand.NewPCG(33, 34))
 	const rows, cols = 64, 64
 	src := randSlice(r, rows*cols)
