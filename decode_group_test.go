@@ -11,8 +11,8 @@ import (
 // TestDecodeGroupHeads: decoding one token with grouped-query attention
 // (16 query heads on 4 KV heads: the kernels that read every KV head of a
 // key side by side) gives, bit for bit, what each KV head's query heads
-// give alone (one KV head: the one-head kernels), for float32, bf16 and
-// fp16 caches, with key counts that are and are not multiples of the
+// give alone (one KV head: the one-head kernels), for float32, bf16,
+// fp16 and q8_0 caches, with key counts that are and are not multiples of the
 // kernels' key blocks, on every decode kernel set.
 func TestDecodeGroupHeads(t *testing.T) {
 	const H, Hk, D, capacity = 16, 4, 64, 700
@@ -42,7 +42,7 @@ func TestDecodeGroupHeads(t *testing.T) {
 		return out
 	}
 	for _, dk := range kernel.DecodeAvailable() {
-		for _, dt := range []DType{Float32, BFloat16, Float16} {
+		for _, dt := range []DType{Float32, BFloat16, Float16, Q8_0} {
 			for _, n := range []int{capacity, 613, 5} {
 				t.Run(fmt.Sprintf("%s/%v/n=%d", dk.Name, dt, n), func(t *testing.T) {
 					forceKernels(t, "decode="+dk.Name)

@@ -37,8 +37,8 @@ package kernel
 // memory;
 // the one-head kernels on such a layout read each head with a stride and
 // reach 0.6-0.8 for the 16- and 32-bit types. With 4 rows per KV head
-// (GQA) float32 reaches about 0.8, bf16 and fp16 0.6-0.7, q8_0 0.3 and
-// q4_0 0.15: the 4 FMAs per 16 values alone bound q8_0 to 0.75 and q4_0
+// (GQA) float32 reaches about 0.8, bf16 and fp16 0.6-0.7, q8_0 0.3 (0.4
+// with the heads side by side and ScoresGroup, AccumGroup) and q4_0 0.15: the 4 FMAs per 16 values alone bound q8_0 to 0.75 and q4_0
 // to 0.4 of a core's memory bandwidth; a second core doubles the compute
 // per byte. The AVX-512 scores tile of 16 rows for float32 (and fp16 calls
 // of 1024 keys or more) keeps the rows in the vector lanes and has no
@@ -106,7 +106,7 @@ type Decode struct {
 	// n, d) and Accum[f](o[h*m*ldo:], ldo, p[h*m*ldp:], ldp, m, v[h*hs:],
 	// ldv, n, d) for each h. With m = GroupRows, heads a multiple of
 	// GroupRows, the heads side by side (ldk == heads·hs) and d a
-	// multiple of 16, the AVX-512 assembly (float32, bf16, fp16) reads
+	// multiple of 16, the AVX-512 assembly (float32, bf16, fp16, q8_0) reads
 	// the cache once in address order, where the one-head kernels read
 	// each head's rows a whole key row apart (measured on Zen 4, 8 KV
 	// heads of d = 128, 4 rows each, float32: about 0.8 of ReadSum's

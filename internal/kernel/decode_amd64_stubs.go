@@ -322,6 +322,18 @@ func scoresHeadsQ8AVX512(s []float32, lds int, q []float32, heads int, k []byte,
 //go:noescape
 func accumHeadsQ8AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []byte, hs int, n int, d int)
 
+// scoresGroupQ8M4AVX512 sets s[(h*4+r)*lds+v/heads] = Σ_p q[(h*4+r)*d+p]·k[v*hs+p], h = v%heads, for r < 4, v < n, p < d, bit for bit as scoresQ8M4AVX512;
+// hs is the key row stride in bytes (rows of d/32 blocks of 34 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds. heads is a multiple of 4 and n of heads.
+//
+//go:noescape
+func scoresGroupQ8M4AVX512(s []float32, lds int, q []float32, heads int, k []byte, hs int, n int, d int)
+
+// accumGroupQ8M4AVX512 adds p[(h*4+r)*ldp+j]·v[(j*heads+h)*hs+c] to o[(h*4+r)*ldo+c] for h < heads, r < 4, j < n, c < d, bit for bit as accumQ8M4AVX512;
+// hs is the value row stride of a head in bytes; d is a positive multiple of 16, n a positive multiple of 4, heads >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumGroupQ8M4AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []byte, hs int, n int, d int)
+
 // scoresQ4M1AVX512 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 1, j < n, p < d;
 // ldk is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
 //

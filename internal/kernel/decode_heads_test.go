@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -86,12 +87,33 @@ func TestDecodeGroup(t *testing.T) {
 				continue
 			}
 			for _, sh := range shapes {
+				if sh.d%typ.Block() != 0 {
+					continue // q8_0: whole blocks of 32 values only
+				}
 				for _, layout := range []string{"side", "side-padded", "strided", "headwise"} {
 					for _, after := range []bool{true, false} {
 						name := fmt.Sprintf("%s %s m=%d heads=%d n=%d d=%d %s after=%v", dk.Name, typ, sh.m, sh.heads, sh.n, sh.d, layout, after)
 						checkHeadsCase(t, r, dk, typ, sh.m, sh.heads, sh.n, sh.d, layout, after, name)
 					}
 				}
+			}
+		}
+	}
+}
+
+// TestDecodeGroupFormats: the AVX-512 decode sets have grouped-query
+// assembly (Decode.ScoresGroup, AccumGroup) for the float32, bf16, fp16
+// and q8_0 caches, the formats whose group kernels _asm/decode.go
+// generates (TestDecodeGroup checks them bit for bit against the one-head
+// kernels).
+func TestDecodeGroupFormats(t *testing.T) {
+	for _, dk := range archDecode() {
+		if !strings.HasPrefix(dk.Name, "avx512") {
+			continue
+		}
+		for _, f := range []Format{FormatF32, FormatBF16, FormatF16, FormatQ8} {
+			if dk.ScoresGroup[f] == nil || dk.AccumGroup[f] == nil {
+				t.Errorf("%s: no grouped-query kernels for %v", dk.Name, f)
 			}
 		}
 	}

@@ -157,7 +157,7 @@ func genDecode() {
 			}
 			genScoresHeads(s, e)
 			genAccumHeads(s, e)
-			if s.EVEX && !e.quant() && e.Size > 1 {
+			if s.EVEX && (e.Size > 1 || e.Bits == 8) { // float32, bf16, fp16, q8_0
 				genScoresGroup(s, e, 4)
 				genAccumGroup(s, e, 4)
 			}

@@ -500,15 +500,24 @@ const groupKeys = 4
 // block (the cache read in address order a few rows at a time): each O
 // row is loaded, gets its groupKeys FMAs in key order and is stored, the
 // operations of accum<T>M<mr><ISA>, so the results are the same bit for
-// bit. Not for the block formats.
+// bit. For q8_0 a step is one block of each of the groupKeys rows (the
+// same widening as the mr-row kernel, one scale slot per key); not for
+// q4_0.
 func genAccumGroup(s isa, e decodeElem, mr int) {
 	name := fmt.Sprintf("accumGroup%sM%d%s", e.Name, mr, s.Suffix)
 	TEXT(name, NOSPLIT, fmt.Sprintf("func(o []float32, ldo int, p []float32, ldp, heads int, v []%s, hs, n, d int)", e.GoType))
 	Pragma("noescape")
 	Doc(fmt.Sprintf("%s adds p[(h*%d+r)*ldp+j]·v[(j*heads+h)*hs+c] to o[(h*%d+r)*ldo+c] for h < heads, r < %d, j < n, c < d, bit for bit as accum%sM%d%s;", name, mr, mr, mr, e.Name, mr, s.Suffix),
-		fmt.Sprintf("hs is the value row stride of a head in elements; d is a positive multiple of 16, n a positive multiple of %d, heads >= 1, and all accesses are in bounds.", groupKeys))
+		fmt.Sprintf("hs is the value row stride of a head in %s; d is a positive multiple of 16, n a positive multiple of %d, heads >= 1, and all accesses are in bounds.", map[bool]string{true: "bytes", false: "elements"}[e.quant()], groupKeys))
 	kb := groupKeys
 	L := s.Lanes
+	// A step: vpb vectors of each key's row (one block for q8_0), stepBytes
+	// of it.
+	vpb, stepBytes := 1, L*e.Size
+	if e.quant() {
+		vpb, stepBytes = quantValues/L, e.blockBytes()
+	}
+	qc := newQuantConsts(s, e, mr, kb) // with slots: 1.07× the speed in a register (group-accum, q8_0, Zen 4)
 	nLeft, oh, ph, pj, hc := AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
 	// Rows left: heads per block of keys.
 	n := Load(Param("n"), GP64())
@@ -553,27 +562,36 @@ func genAccumGroup(s isa, e decodeElem, mr int) {
 		LEAQ(Mem{Base: vr, Index: ldv, Scale: uint8(kb)}, pf)
 		pfs := rowSet{bases: []GPVirtual{pf}, ld: ldv, ld3: ld3}
 		steps := Load(Param("d"), GP64())
-		SHRQ(Imm(uint64(log2(L))), steps)
+		SHRQ(Imm(uint64(log2(L*vpb))), steps)
 		Label("step")
 		for t := 0; t < kb; t++ {
 			PREFETCHT1(pfs.mem(t, 0))
 		}
-		vv := make([]VecVirtual, kb)
+		vv := make([][]VecVirtual, kb) // vector i of key t's step: vv[t][i]
 		for t := range vv {
-			vv[t] = widen(s, e, vs.mem(t, 0), nil)
+			if !e.quant() {
+				vv[t] = []VecVirtual{widen(s, e, vs.mem(t, 0), nil)}
+				continue
+			}
+			blk := newQuantBlock(s, e, vs.mem(t, 0), qc, t)
+			for i := 0; i < vpb; i++ {
+				vv[t] = append(vv[t], blk.vec(i))
+			}
 		}
 		for r := 0; r < mr; r++ {
-			a := s.Vec()
-			om := os.mem(r, 0)
-			VMOVUPS(om, a)
-			for t := 0; t < kb; t++ {
-				VFMADD231PS(pv[r][t], vv[t], a)
+			for i := 0; i < vpb; i++ {
+				a := s.Vec()
+				om := os.mem(r, i*s.Bytes())
+				VMOVUPS(om, a)
+				for t := 0; t < kb; t++ {
+					VFMADD231PS(pv[r][t], vv[t][i], a)
+				}
+				VMOVUPS(a, om)
 			}
-			VMOVUPS(a, om)
 		}
-		vs.add(U32(L * e.Size))
-		pfs.add(U32(L * e.Size))
-		os.add(U32(4 * L))
+		vs.add(U32(stepBytes))
+		pfs.add(U32(stepBytes))
+		os.add(U32(4 * L * vpb))
 		DECQ(steps)
 		JNZ(LabelRef("step"))
 	}
