@@ -173,7 +173,8 @@ func TestAsmTables(t *testing.T) {
 		want       []byte
 	}{
 		{"kernel_amd64.s", "expconsts", new(tableBuilder).f32(16,
-			ExpLog2e, ExpLn2Hi, ExpLn2Lo, ExpP0, ExpP1, ExpP2, ExpP3, ExpP4, ExpP5, 1, ExpMin, ExpMax, float32(math.Inf(1))).b},
+			ExpLog2e, ExpLn2Hi, ExpLn2Lo, ExpP0, ExpP1, ExpP2, ExpP3, ExpP4, ExpP5, 1, ExpMin, ExpMax, float32(math.Inf(1)),
+			ExpE2, ExpE3, ExpE4, ExpE5, ExpE6).b},
 		{"kernel_amd64.s", "softcapconsts", new(tableBuilder).f32(8,
 			abs, tanhExpClamp, 2, sign, tanhT0, tanhT1, tanhT2, tanhT3, tanhT4, tanhSmall).b},
 		{"kernel_amd64.s", "alibiconsts", new(tableBuilder).f32(8, abs, 8).f32(1, lanes...).b},

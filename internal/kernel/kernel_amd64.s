@@ -212,7 +212,87 @@ DATA expconsts<>+816(SB)/4, $0x7f800000
 DATA expconsts<>+820(SB)/4, $0x7f800000
 DATA expconsts<>+824(SB)/4, $0x7f800000
 DATA expconsts<>+828(SB)/4, $0x7f800000
-GLOBL expconsts<>(SB), RODATA|NOPTR, $832
+DATA expconsts<>+832(SB)/4, $0x3efffffe
+DATA expconsts<>+836(SB)/4, $0x3efffffe
+DATA expconsts<>+840(SB)/4, $0x3efffffe
+DATA expconsts<>+844(SB)/4, $0x3efffffe
+DATA expconsts<>+848(SB)/4, $0x3efffffe
+DATA expconsts<>+852(SB)/4, $0x3efffffe
+DATA expconsts<>+856(SB)/4, $0x3efffffe
+DATA expconsts<>+860(SB)/4, $0x3efffffe
+DATA expconsts<>+864(SB)/4, $0x3efffffe
+DATA expconsts<>+868(SB)/4, $0x3efffffe
+DATA expconsts<>+872(SB)/4, $0x3efffffe
+DATA expconsts<>+876(SB)/4, $0x3efffffe
+DATA expconsts<>+880(SB)/4, $0x3efffffe
+DATA expconsts<>+884(SB)/4, $0x3efffffe
+DATA expconsts<>+888(SB)/4, $0x3efffffe
+DATA expconsts<>+892(SB)/4, $0x3efffffe
+DATA expconsts<>+896(SB)/4, $0x3e2aaa06
+DATA expconsts<>+900(SB)/4, $0x3e2aaa06
+DATA expconsts<>+904(SB)/4, $0x3e2aaa06
+DATA expconsts<>+908(SB)/4, $0x3e2aaa06
+DATA expconsts<>+912(SB)/4, $0x3e2aaa06
+DATA expconsts<>+916(SB)/4, $0x3e2aaa06
+DATA expconsts<>+920(SB)/4, $0x3e2aaa06
+DATA expconsts<>+924(SB)/4, $0x3e2aaa06
+DATA expconsts<>+928(SB)/4, $0x3e2aaa06
+DATA expconsts<>+932(SB)/4, $0x3e2aaa06
+DATA expconsts<>+936(SB)/4, $0x3e2aaa06
+DATA expconsts<>+940(SB)/4, $0x3e2aaa06
+DATA expconsts<>+944(SB)/4, $0x3e2aaa06
+DATA expconsts<>+948(SB)/4, $0x3e2aaa06
+DATA expconsts<>+952(SB)/4, $0x3e2aaa06
+DATA expconsts<>+956(SB)/4, $0x3e2aaa06
+DATA expconsts<>+960(SB)/4, $0x3d2aabc7
+DATA expconsts<>+964(SB)/4, $0x3d2aabc7
+DATA expconsts<>+968(SB)/4, $0x3d2aabc7
+DATA expconsts<>+972(SB)/4, $0x3d2aabc7
+DATA expconsts<>+976(SB)/4, $0x3d2aabc7
+DATA expconsts<>+980(SB)/4, $0x3d2aabc7
+DATA expconsts<>+984(SB)/4, $0x3d2aabc7
+DATA expconsts<>+988(SB)/4, $0x3d2aabc7
+DATA expconsts<>+992(SB)/4, $0x3d2aabc7
+DATA expconsts<>+996(SB)/4, $0x3d2aabc7
+DATA expconsts<>+1000(SB)/4, $0x3d2aabc7
+DATA expconsts<>+1004(SB)/4, $0x3d2aabc7
+DATA expconsts<>+1008(SB)/4, $0x3d2aabc7
+DATA expconsts<>+1012(SB)/4, $0x3d2aabc7
+DATA expconsts<>+1016(SB)/4, $0x3d2aabc7
+DATA expconsts<>+1020(SB)/4, $0x3d2aabc7
+DATA expconsts<>+1024(SB)/4, $0x3c09364e
+DATA expconsts<>+1028(SB)/4, $0x3c09364e
+DATA expconsts<>+1032(SB)/4, $0x3c09364e
+DATA expconsts<>+1036(SB)/4, $0x3c09364e
+DATA expconsts<>+1040(SB)/4, $0x3c09364e
+DATA expconsts<>+1044(SB)/4, $0x3c09364e
+DATA expconsts<>+1048(SB)/4, $0x3c09364e
+DATA expconsts<>+1052(SB)/4, $0x3c09364e
+DATA expconsts<>+1056(SB)/4, $0x3c09364e
+DATA expconsts<>+1060(SB)/4, $0x3c09364e
+DATA expconsts<>+1064(SB)/4, $0x3c09364e
+DATA expconsts<>+1068(SB)/4, $0x3c09364e
+DATA expconsts<>+1072(SB)/4, $0x3c09364e
+DATA expconsts<>+1076(SB)/4, $0x3c09364e
+DATA expconsts<>+1080(SB)/4, $0x3c09364e
+DATA expconsts<>+1084(SB)/4, $0x3c09364e
+DATA expconsts<>+1088(SB)/4, $0x3ab5a80f
+DATA expconsts<>+1092(SB)/4, $0x3ab5a80f
+DATA expconsts<>+1096(SB)/4, $0x3ab5a80f
+DATA expconsts<>+1100(SB)/4, $0x3ab5a80f
+DATA expconsts<>+1104(SB)/4, $0x3ab5a80f
+DATA expconsts<>+1108(SB)/4, $0x3ab5a80f
+DATA expconsts<>+1112(SB)/4, $0x3ab5a80f
+DATA expconsts<>+1116(SB)/4, $0x3ab5a80f
+DATA expconsts<>+1120(SB)/4, $0x3ab5a80f
+DATA expconsts<>+1124(SB)/4, $0x3ab5a80f
+DATA expconsts<>+1128(SB)/4, $0x3ab5a80f
+DATA expconsts<>+1132(SB)/4, $0x3ab5a80f
+DATA expconsts<>+1136(SB)/4, $0x3ab5a80f
+DATA expconsts<>+1140(SB)/4, $0x3ab5a80f
+DATA expconsts<>+1144(SB)/4, $0x3ab5a80f
+DATA expconsts<>+1148(SB)/4, $0x3ab5a80f
+GLOBL expconsts<>(SB), RODATA|NOPTR, $1152
 
 // func mulABtAVX512(c []float32, ldc int, a []float32, lda int, bt []float32, m int, n int, k int)
 // Requires: AVX, AVX512F
@@ -2950,126 +3030,117 @@ TEXT ·expSumAVX512(SB), NOSPLIT, $0-36
 	VMOVUPS      expconsts<>+0(SB), Z2
 	VMOVUPS      expconsts<>+64(SB), Z3
 	VMOVUPS      expconsts<>+128(SB), Z4
-	VMOVUPS      expconsts<>+256(SB), Z5
-	VMOVUPS      expconsts<>+320(SB), Z6
-	VMOVUPS      expconsts<>+384(SB), Z7
-	VMOVUPS      expconsts<>+448(SB), Z8
-	VMOVUPS      expconsts<>+512(SB), Z9
-	VMOVUPS      expconsts<>+576(SB), Z10
-	VMOVUPS      expconsts<>+640(SB), Z11
-	VMOVUPS      expconsts<>+704(SB), Z12
+	VMOVUPS      expconsts<>+576(SB), Z5
+	VMOVUPS      expconsts<>+640(SB), Z6
+	VMOVUPS      expconsts<>+704(SB), Z7
+	VMOVUPS      expconsts<>+832(SB), Z8
+	VMOVUPS      expconsts<>+896(SB), Z9
+	VMOVUPS      expconsts<>+960(SB), Z10
+	VMOVUPS      expconsts<>+1024(SB), Z11
+	VPSUBD       Z12, Z12, Z12
 	VPSUBD       Z13, Z13, Z13
-	VPSUBD       Z14, Z14, Z14
 	CMPQ         CX, $0x00000020
 	JL           afterpipe
-	VMULPS       (AX), Z0, Z15
-	VMULPS       64(AX), Z0, Z16
+	VMULPS       (AX), Z0, Z14
+	VMULPS       64(AX), Z0, Z15
+	VSUBPS       Z1, Z14, Z14
 	VSUBPS       Z1, Z15, Z15
-	VSUBPS       Z1, Z16, Z16
+	VMULPS       Z2, Z14, Z16
 	VMULPS       Z2, Z15, Z17
-	VMULPS       Z2, Z16, Z18
+	VRNDSCALEPS  $0x00, Z16, Z16
 	VRNDSCALEPS  $0x00, Z17, Z17
-	VRNDSCALEPS  $0x00, Z18, Z18
+	VMOVAPS      Z14, Z18
 	VMOVAPS      Z15, Z19
-	VMOVAPS      Z16, Z20
+	VFNMADD231PS Z3, Z16, Z18
 	VFNMADD231PS Z3, Z17, Z19
-	VFNMADD231PS Z3, Z18, Z20
+	VFNMADD231PS Z4, Z16, Z18
 	VFNMADD231PS Z4, Z17, Z19
-	VFNMADD231PS Z4, Z18, Z20
 
 pipe:
 	CMPQ         CX, $0x00000040
 	JL           drain
-	VMULPS       128(AX), Z0, Z21
-	VMULPS       192(AX), Z0, Z22
+	VMULPS       128(AX), Z0, Z20
+	VMULPS       192(AX), Z0, Z21
+	VSUBPS       Z1, Z20, Z20
 	VSUBPS       Z1, Z21, Z21
-	VSUBPS       Z1, Z22, Z22
+	VMULPS       Z2, Z20, Z22
 	VMULPS       Z2, Z21, Z23
-	VMULPS       Z2, Z22, Z24
+	VRNDSCALEPS  $0x00, Z22, Z22
 	VRNDSCALEPS  $0x00, Z23, Z23
-	VRNDSCALEPS  $0x00, Z24, Z24
+	VMOVAPS      Z20, Z24
 	VMOVAPS      Z21, Z25
-	VMOVAPS      Z22, Z26
+	VFNMADD231PS Z3, Z22, Z24
 	VFNMADD231PS Z3, Z23, Z25
-	VFNMADD231PS Z3, Z24, Z26
+	VFNMADD231PS Z4, Z22, Z24
 	VFNMADD231PS Z4, Z23, Z25
-	VFNMADD231PS Z4, Z24, Z26
-	VMOVUPS      expconsts<>+192(SB), Z27
-	VMOVUPS      expconsts<>+192(SB), Z28
-	VFMADD213PS  Z5, Z19, Z27
-	VFMADD213PS  Z5, Z20, Z28
-	VFMADD213PS  Z6, Z19, Z27
-	VFMADD213PS  Z6, Z20, Z28
-	VFMADD213PS  Z7, Z19, Z27
-	VFMADD213PS  Z7, Z20, Z28
-	VFMADD213PS  Z8, Z19, Z27
-	VFMADD213PS  Z8, Z20, Z28
+	VMOVUPS      expconsts<>+1088(SB), Z26
+	VMOVUPS      expconsts<>+1088(SB), Z27
+	VFMADD213PS  Z11, Z18, Z26
+	VFMADD213PS  Z11, Z19, Z27
+	VFMADD213PS  Z10, Z18, Z26
+	VFMADD213PS  Z10, Z19, Z27
+	VFMADD213PS  Z9, Z18, Z26
 	VFMADD213PS  Z9, Z19, Z27
-	VFMADD213PS  Z9, Z20, Z28
-	VCMPPS       $0x15, Z11, Z15, K1
-	VCMPPS       $0x1e, Z12, Z15, K2
-	VMULPS       Z19, Z19, Z15
-	VFMADD213PS  Z19, Z15, Z27
-	VADDPS       Z10, Z27, Z27
+	VFMADD213PS  Z8, Z18, Z26
+	VFMADD213PS  Z8, Z19, Z27
+	VFMADD213PS  Z5, Z18, Z26
+	VFMADD213PS  Z5, Z19, Z27
+	VFMADD213PS  Z5, Z18, Z26
+	VFMADD213PS  Z5, Z19, Z27
+	VCMPPS       $0x15, Z6, Z14, K1
+	VCMPPS       $0x1e, Z7, Z14, K2
+	VSCALEFPS.Z  Z16, Z26, K1, Z26
+	VMOVUPS      expconsts<>+768(SB), K2, Z26
+	VCMPPS       $0x15, Z6, Z15, K1
+	VCMPPS       $0x1e, Z7, Z15, K2
 	VSCALEFPS.Z  Z17, Z27, K1, Z27
 	VMOVUPS      expconsts<>+768(SB), K2, Z27
-	VCMPPS       $0x15, Z11, Z16, K1
-	VCMPPS       $0x1e, Z12, Z16, K2
-	VMULPS       Z20, Z20, Z16
-	VFMADD213PS  Z20, Z16, Z28
-	VADDPS       Z10, Z28, Z28
-	VSCALEFPS.Z  Z18, Z28, K1, Z28
-	VMOVUPS      expconsts<>+768(SB), K2, Z28
-	VMOVUPS      Z27, (AX)
+	VMOVUPS      Z26, (AX)
+	VADDPS       Z26, Z12, Z12
+	VMOVUPS      Z27, 64(AX)
 	VADDPS       Z27, Z13, Z13
-	VMOVUPS      Z28, 64(AX)
-	VADDPS       Z28, Z14, Z14
+	VMOVAPS      Z20, Z14
+	VMOVAPS      Z22, Z16
+	VMOVAPS      Z24, Z18
 	VMOVAPS      Z21, Z15
 	VMOVAPS      Z23, Z17
 	VMOVAPS      Z25, Z19
-	VMOVAPS      Z22, Z16
-	VMOVAPS      Z24, Z18
-	VMOVAPS      Z26, Z20
 	ADDQ         $0x00000080, AX
 	SUBQ         $0x00000020, CX
 	JMP          pipe
 
 drain:
-	VMOVUPS     expconsts<>+192(SB), Z21
-	VMOVUPS     expconsts<>+192(SB), Z22
-	VFMADD213PS Z5, Z19, Z21
-	VFMADD213PS Z5, Z20, Z22
-	VFMADD213PS Z6, Z19, Z21
-	VFMADD213PS Z6, Z20, Z22
-	VFMADD213PS Z7, Z19, Z21
-	VFMADD213PS Z7, Z20, Z22
-	VFMADD213PS Z8, Z19, Z21
-	VFMADD213PS Z8, Z20, Z22
+	VMOVUPS     expconsts<>+1088(SB), Z20
+	VMOVUPS     expconsts<>+1088(SB), Z21
+	VFMADD213PS Z11, Z18, Z20
+	VFMADD213PS Z11, Z19, Z21
+	VFMADD213PS Z10, Z18, Z20
+	VFMADD213PS Z10, Z19, Z21
+	VFMADD213PS Z9, Z18, Z20
 	VFMADD213PS Z9, Z19, Z21
-	VFMADD213PS Z9, Z20, Z22
-	VCMPPS      $0x15, Z11, Z15, K1
-	VCMPPS      $0x1e, Z12, Z15, K2
-	VMULPS      Z19, Z19, Z15
-	VFMADD213PS Z19, Z15, Z21
-	VADDPS      Z10, Z21, Z21
+	VFMADD213PS Z8, Z18, Z20
+	VFMADD213PS Z8, Z19, Z21
+	VFMADD213PS Z5, Z18, Z20
+	VFMADD213PS Z5, Z19, Z21
+	VFMADD213PS Z5, Z18, Z20
+	VFMADD213PS Z5, Z19, Z21
+	VCMPPS      $0x15, Z6, Z14, K1
+	VCMPPS      $0x1e, Z7, Z14, K2
+	VSCALEFPS.Z Z16, Z20, K1, Z20
+	VMOVUPS     expconsts<>+768(SB), K2, Z20
+	VCMPPS      $0x15, Z6, Z15, K1
+	VCMPPS      $0x1e, Z7, Z15, K2
 	VSCALEFPS.Z Z17, Z21, K1, Z21
 	VMOVUPS     expconsts<>+768(SB), K2, Z21
-	VCMPPS      $0x15, Z11, Z16, K1
-	VCMPPS      $0x1e, Z12, Z16, K2
-	VMULPS      Z20, Z20, Z16
-	VFMADD213PS Z20, Z16, Z22
-	VADDPS      Z10, Z22, Z22
-	VSCALEFPS.Z Z18, Z22, K1, Z22
-	VMOVUPS     expconsts<>+768(SB), K2, Z22
-	VMOVUPS     Z21, (AX)
+	VMOVUPS     Z20, (AX)
+	VADDPS      Z20, Z12, Z12
+	VMOVUPS     Z21, 64(AX)
 	VADDPS      Z21, Z13, Z13
-	VMOVUPS     Z22, 64(AX)
-	VADDPS      Z22, Z14, Z14
 	ADDQ        $0x00000080, AX
 	SUBQ        $0x00000020, CX
 
 afterpipe:
-	VADDPS       Z14, Z13, Z13
+	VADDPS       Z13, Z12, Z12
 	CMPQ         CX, $0x00000010
 	JL           done
 	VMULPS       (AX), Z0, Z0
@@ -3079,25 +3150,23 @@ afterpipe:
 	VMOVAPS      Z0, Z2
 	VFNMADD231PS Z3, Z1, Z2
 	VFNMADD231PS Z4, Z1, Z2
-	VMOVUPS      expconsts<>+192(SB), Z3
-	VFMADD213PS  Z5, Z2, Z3
-	VFMADD213PS  Z6, Z2, Z3
-	VFMADD213PS  Z7, Z2, Z3
-	VFMADD213PS  Z8, Z2, Z3
+	VMOVUPS      expconsts<>+1088(SB), Z3
+	VFMADD213PS  Z11, Z2, Z3
+	VFMADD213PS  Z10, Z2, Z3
 	VFMADD213PS  Z9, Z2, Z3
-	VCMPPS       $0x15, Z11, Z0, K1
-	VCMPPS       $0x1e, Z12, Z0, K2
-	VMULPS       Z2, Z2, Z0
-	VFMADD213PS  Z2, Z0, Z3
-	VADDPS       Z10, Z3, Z3
+	VFMADD213PS  Z8, Z2, Z3
+	VFMADD213PS  Z5, Z2, Z3
+	VFMADD213PS  Z5, Z2, Z3
+	VCMPPS       $0x15, Z6, Z0, K1
+	VCMPPS       $0x1e, Z7, Z0, K2
 	VSCALEFPS.Z  Z1, Z3, K1, Z3
 	VMOVUPS      expconsts<>+768(SB), K2, Z3
 	VMOVUPS      Z3, (AX)
-	VADDPS       Z3, Z13, Z13
+	VADDPS       Z3, Z12, Z12
 
 done:
-	VEXTRACTF64X4 $0x01, Z13, Y0
-	VADDPS        Y0, Y13, Y0
+	VEXTRACTF64X4 $0x01, Z12, Y0
+	VADDPS        Y0, Y12, Y0
 	VEXTRACTF32X4 $0x01, Y0, X1
 	VADDPS        X1, X0, X1
 	VPERMILPS     $0x4e, X1, X0
@@ -6142,76 +6211,71 @@ TEXT ·expSumBF16AVX512BF16(SB), NOSPLIT, $0-60
 	VMOVUPS      expconsts<>+0(SB), Z4
 	VMOVUPS      expconsts<>+64(SB), Z5
 	VMOVUPS      expconsts<>+128(SB), Z6
-	VMOVUPS      expconsts<>+256(SB), Z7
-	VMOVUPS      expconsts<>+320(SB), Z8
-	VMOVUPS      expconsts<>+384(SB), Z9
-	VMOVUPS      expconsts<>+448(SB), Z10
-	VMOVUPS      expconsts<>+512(SB), Z11
-	VMOVUPS      expconsts<>+576(SB), Z12
-	VMOVUPS      expconsts<>+640(SB), Z13
-	VMOVUPS      expconsts<>+704(SB), Z14
+	VMOVUPS      expconsts<>+576(SB), Z7
+	VMOVUPS      expconsts<>+640(SB), Z8
+	VMOVUPS      expconsts<>+704(SB), Z9
+	VMOVUPS      expconsts<>+832(SB), Z10
+	VMOVUPS      expconsts<>+896(SB), Z11
+	VMOVUPS      expconsts<>+960(SB), Z12
+	VMOVUPS      expconsts<>+1024(SB), Z13
+	VPSUBD       Z14, Z14, Z14
 	VPSUBD       Z15, Z15, Z15
-	VPSUBD       Z16, Z16, Z16
 	CMPQ         DX, $0x00000020
 	JL           afterpipe
 	VMULPS       (AX), Z2, Z0
-	VMULPS       64(AX), Z2, Z24
+	VMULPS       64(AX), Z2, Z23
 	VSUBPS       Z3, Z0, Z0
-	VSUBPS       Z3, Z24, Z24
-	VMULPS       Z4, Z0, Z25
-	VMULPS       Z4, Z24, Z26
+	VSUBPS       Z3, Z23, Z23
+	VMULPS       Z4, Z0, Z24
+	VMULPS       Z4, Z23, Z25
+	VRNDSCALEPS  $0x00, Z24, Z24
 	VRNDSCALEPS  $0x00, Z25, Z25
-	VRNDSCALEPS  $0x00, Z26, Z26
-	VMOVAPS      Z0, Z27
-	VMOVAPS      Z24, Z28
+	VMOVAPS      Z0, Z26
+	VMOVAPS      Z23, Z27
+	VFNMADD231PS Z5, Z24, Z26
 	VFNMADD231PS Z5, Z25, Z27
-	VFNMADD231PS Z5, Z26, Z28
+	VFNMADD231PS Z6, Z24, Z26
 	VFNMADD231PS Z6, Z25, Z27
-	VFNMADD231PS Z6, Z26, Z28
 
 pipe:
 	CMPQ         DX, $0x00000040
 	JL           drain
-	VMULPS       128(AX), Z2, Z17
-	VMULPS       192(AX), Z2, Z18
+	VMULPS       128(AX), Z2, Z16
+	VMULPS       192(AX), Z2, Z17
+	VSUBPS       Z3, Z16, Z16
 	VSUBPS       Z3, Z17, Z17
-	VSUBPS       Z3, Z18, Z18
+	VMULPS       Z4, Z16, Z18
 	VMULPS       Z4, Z17, Z19
-	VMULPS       Z4, Z18, Z20
+	VRNDSCALEPS  $0x00, Z18, Z18
 	VRNDSCALEPS  $0x00, Z19, Z19
-	VRNDSCALEPS  $0x00, Z20, Z20
+	VMOVAPS      Z16, Z20
 	VMOVAPS      Z17, Z21
-	VMOVAPS      Z18, Z22
+	VFNMADD231PS Z5, Z18, Z20
 	VFNMADD231PS Z5, Z19, Z21
-	VFNMADD231PS Z5, Z20, Z22
+	VFNMADD231PS Z6, Z18, Z20
 	VFNMADD231PS Z6, Z19, Z21
-	VFNMADD231PS Z6, Z20, Z22
-	VMOVUPS      expconsts<>+192(SB), Z1
-	VMOVUPS      expconsts<>+192(SB), Z23
-	VFMADD213PS  Z7, Z27, Z1
-	VFMADD213PS  Z7, Z28, Z23
-	VFMADD213PS  Z8, Z27, Z1
-	VFMADD213PS  Z8, Z28, Z23
-	VFMADD213PS  Z9, Z27, Z1
-	VFMADD213PS  Z9, Z28, Z23
-	VFMADD213PS  Z10, Z27, Z1
-	VFMADD213PS  Z10, Z28, Z23
-	VFMADD213PS  Z11, Z27, Z1
-	VFMADD213PS  Z11, Z28, Z23
-	VCMPPS       $0x15, Z13, Z0, K1
-	VCMPPS       $0x1e, Z14, Z0, K2
-	VMULPS       Z27, Z27, Z0
-	VFMADD213PS  Z27, Z0, Z1
-	VADDPS       Z12, Z1, Z1
-	VSCALEFPS.Z  Z25, Z1, K1, Z1
+	VMOVUPS      expconsts<>+1088(SB), Z1
+	VMOVUPS      expconsts<>+1088(SB), Z22
+	VFMADD213PS  Z13, Z26, Z1
+	VFMADD213PS  Z13, Z27, Z22
+	VFMADD213PS  Z12, Z26, Z1
+	VFMADD213PS  Z12, Z27, Z22
+	VFMADD213PS  Z11, Z26, Z1
+	VFMADD213PS  Z11, Z27, Z22
+	VFMADD213PS  Z10, Z26, Z1
+	VFMADD213PS  Z10, Z27, Z22
+	VFMADD213PS  Z7, Z26, Z1
+	VFMADD213PS  Z7, Z27, Z22
+	VFMADD213PS  Z7, Z26, Z1
+	VFMADD213PS  Z7, Z27, Z22
+	VCMPPS       $0x15, Z8, Z0, K1
+	VCMPPS       $0x1e, Z9, Z0, K2
+	VSCALEFPS.Z  Z24, Z1, K1, Z1
 	VMOVUPS      expconsts<>+768(SB), K2, Z1
-	VCMPPS       $0x15, Z13, Z24, K1
-	VCMPPS       $0x1e, Z14, Z24, K2
-	VMULPS       Z28, Z28, Z24
-	VFMADD213PS  Z28, Z24, Z23
-	VADDPS       Z12, Z23, Z23
-	VSCALEFPS.Z  Z26, Z23, K1, Z23
-	VMOVUPS      expconsts<>+768(SB), K2, Z23
+	VCMPPS       $0x15, Z8, Z23, K1
+	VCMPPS       $0x1e, Z9, Z23, K2
+	VSCALEFPS.Z  Z25, Z22, K1, Z22
+	VMOVUPS      expconsts<>+768(SB), K2, Z22
 	VMOVAPS      Z1, Z0
 
 	// raw: vcvtneps2bf16 ymm0,zmm0
@@ -6222,8 +6286,8 @@ pipe:
 	BYTE    $0x72
 	BYTE    $0xc0
 	VMOVDQU Y0, (CX)
-	VADDPS  Z1, Z15, Z15
-	VMOVAPS Z23, Z1
+	VADDPS  Z1, Z14, Z14
+	VMOVAPS Z22, Z1
 
 	// raw: vcvtneps2bf16 ymm1,zmm1
 	BYTE    $0x62
@@ -6233,45 +6297,41 @@ pipe:
 	BYTE    $0x72
 	BYTE    $0xc9
 	VMOVDQU Y1, 32(CX)
-	VADDPS  Z23, Z16, Z16
-	VMOVAPS Z17, Z0
-	VMOVAPS Z19, Z25
-	VMOVAPS Z21, Z27
+	VADDPS  Z22, Z15, Z15
+	VMOVAPS Z16, Z0
 	VMOVAPS Z18, Z24
 	VMOVAPS Z20, Z26
-	VMOVAPS Z22, Z28
+	VMOVAPS Z17, Z23
+	VMOVAPS Z19, Z25
+	VMOVAPS Z21, Z27
 	ADDQ    $0x00000080, AX
 	ADDQ    $0x00000040, CX
 	SUBQ    $0x00000020, DX
 	JMP     pipe
 
 drain:
-	VMOVUPS     expconsts<>+192(SB), Z1
-	VMOVUPS     expconsts<>+192(SB), Z17
-	VFMADD213PS Z7, Z27, Z1
-	VFMADD213PS Z7, Z28, Z17
-	VFMADD213PS Z8, Z27, Z1
-	VFMADD213PS Z8, Z28, Z17
-	VFMADD213PS Z9, Z27, Z1
-	VFMADD213PS Z9, Z28, Z17
-	VFMADD213PS Z10, Z27, Z1
-	VFMADD213PS Z10, Z28, Z17
-	VFMADD213PS Z11, Z27, Z1
-	VFMADD213PS Z11, Z28, Z17
-	VCMPPS      $0x15, Z13, Z0, K1
-	VCMPPS      $0x1e, Z14, Z0, K2
-	VMULPS      Z27, Z27, Z0
-	VFMADD213PS Z27, Z0, Z1
-	VADDPS      Z12, Z1, Z1
-	VSCALEFPS.Z Z25, Z1, K1, Z1
+	VMOVUPS     expconsts<>+1088(SB), Z1
+	VMOVUPS     expconsts<>+1088(SB), Z16
+	VFMADD213PS Z13, Z26, Z1
+	VFMADD213PS Z13, Z27, Z16
+	VFMADD213PS Z12, Z26, Z1
+	VFMADD213PS Z12, Z27, Z16
+	VFMADD213PS Z11, Z26, Z1
+	VFMADD213PS Z11, Z27, Z16
+	VFMADD213PS Z10, Z26, Z1
+	VFMADD213PS Z10, Z27, Z16
+	VFMADD213PS Z7, Z26, Z1
+	VFMADD213PS Z7, Z27, Z16
+	VFMADD213PS Z7, Z26, Z1
+	VFMADD213PS Z7, Z27, Z16
+	VCMPPS      $0x15, Z8, Z0, K1
+	VCMPPS      $0x1e, Z9, Z0, K2
+	VSCALEFPS.Z Z24, Z1, K1, Z1
 	VMOVUPS     expconsts<>+768(SB), K2, Z1
-	VCMPPS      $0x15, Z13, Z24, K1
-	VCMPPS      $0x1e, Z14, Z24, K2
-	VMULPS      Z28, Z28, Z24
-	VFMADD213PS Z28, Z24, Z17
-	VADDPS      Z12, Z17, Z17
-	VSCALEFPS.Z Z26, Z17, K1, Z17
-	VMOVUPS     expconsts<>+768(SB), K2, Z17
+	VCMPPS      $0x15, Z8, Z23, K1
+	VCMPPS      $0x1e, Z9, Z23, K2
+	VSCALEFPS.Z Z25, Z16, K1, Z16
+	VMOVUPS     expconsts<>+768(SB), K2, Z16
 	VMOVAPS     Z1, Z0
 
 	// raw: vcvtneps2bf16 ymm0,zmm0
@@ -6282,8 +6342,8 @@ drain:
 	BYTE    $0x72
 	BYTE    $0xc0
 	VMOVDQU Y0, (CX)
-	VADDPS  Z1, Z15, Z15
-	VMOVAPS Z17, Z1
+	VADDPS  Z1, Z14, Z14
+	VMOVAPS Z16, Z1
 
 	// raw: vcvtneps2bf16 ymm1,zmm1
 	BYTE    $0x62
@@ -6293,13 +6353,13 @@ drain:
 	BYTE    $0x72
 	BYTE    $0xc9
 	VMOVDQU Y1, 32(CX)
-	VADDPS  Z17, Z16, Z16
+	VADDPS  Z16, Z15, Z15
 	ADDQ    $0x00000080, AX
 	ADDQ    $0x00000040, CX
 	SUBQ    $0x00000020, DX
 
 afterpipe:
-	VADDPS       Z16, Z15, Z15
+	VADDPS       Z15, Z14, Z14
 	CMPQ         DX, $0x00000010
 	JL           done
 	VMULPS       (AX), Z2, Z0
@@ -6309,17 +6369,15 @@ afterpipe:
 	VMOVAPS      Z0, Z2
 	VFNMADD231PS Z5, Z1, Z2
 	VFNMADD231PS Z6, Z1, Z2
-	VMOVUPS      expconsts<>+192(SB), Z3
-	VFMADD213PS  Z7, Z2, Z3
-	VFMADD213PS  Z8, Z2, Z3
-	VFMADD213PS  Z9, Z2, Z3
-	VFMADD213PS  Z10, Z2, Z3
+	VMOVUPS      expconsts<>+1088(SB), Z3
+	VFMADD213PS  Z13, Z2, Z3
+	VFMADD213PS  Z12, Z2, Z3
 	VFMADD213PS  Z11, Z2, Z3
-	VCMPPS       $0x15, Z13, Z0, K1
-	VCMPPS       $0x1e, Z14, Z0, K2
-	VMULPS       Z2, Z2, Z0
-	VFMADD213PS  Z2, Z0, Z3
-	VADDPS       Z12, Z3, Z3
+	VFMADD213PS  Z10, Z2, Z3
+	VFMADD213PS  Z7, Z2, Z3
+	VFMADD213PS  Z7, Z2, Z3
+	VCMPPS       $0x15, Z8, Z0, K1
+	VCMPPS       $0x1e, Z9, Z0, K2
 	VSCALEFPS.Z  Z1, Z3, K1, Z3
 	VMOVUPS      expconsts<>+768(SB), K2, Z3
 	VMOVAPS      Z3, Z0
@@ -6332,11 +6390,11 @@ afterpipe:
 	BYTE    $0x72
 	BYTE    $0xc0
 	VMOVDQU Y0, (CX)
-	VADDPS  Z3, Z15, Z15
+	VADDPS  Z3, Z14, Z14
 
 done:
-	VEXTRACTF64X4 $0x01, Z15, Y0
-	VADDPS        Y0, Y15, Y0
+	VEXTRACTF64X4 $0x01, Z14, Y0
+	VADDPS        Y0, Y14, Y0
 	VEXTRACTF32X4 $0x01, Y0, X1
 	VADDPS        X1, X0, X1
 	VPERMILPS     $0x4e, X1, X0

@@ -2,7 +2,9 @@ package kernel
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -72,5 +74,36 @@ func BenchmarkExpSum(b *testing.B) {
 			}
 			b.SetBytes(4 * int64(len(x)))
 		})
+	}
+}
+
+// BenchmarkExpSumRows times ExpSum on 1024-element score rows as the
+// forward meets them: dense, a causal row (its second half −Inf) and a
+// masked tail (every fourth element −Inf, as in a block or padding mask).
+func BenchmarkExpSumRows(b *testing.B) {
+	r := rand.New(rand.NewPCG(2, 2))
+	x := randSlice(r, 1024)
+	inf := float32(math.Inf(-1))
+	causal, tail := slices.Clone(x), slices.Clone(x)
+	for i := range causal[512:] {
+		causal[512+i] = inf
+	}
+	for i := 0; i < len(tail); i += 4 {
+		tail[i] = inf
+	}
+	for _, im := range Available() {
+		for _, row := range []struct {
+			name string
+			x    []float32
+		}{{"dense", x}, {"causal", causal}, {"masked", tail}} {
+			b.Run(im.Name+"/"+row.name, func(b *testing.B) {
+				y := make([]float32, len(row.x))
+				for b.Loop() {
+					copy(y, row.x)
+					im.ExpSum(y, 1, 0)
+				}
+				b.SetBytes(4 * int64(len(row.x)))
+			})
+		}
 	}
 }

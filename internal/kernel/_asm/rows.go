@@ -36,6 +36,11 @@ const (
 	cMin
 	cMax
 	cInf
+	cE2 // ExpE2 … ExpE6: AVX-512's polynomial (see finish in genExpSum)
+	cE3
+	cE4
+	cE5
+	cE6
 	numConsts
 )
 
@@ -47,7 +52,8 @@ func genExpTable() {
 	}
 	for i, name := range map[int]string{cLog2e: "ExpLog2e", cLn2Hi: "ExpLn2Hi", cLn2Lo: "ExpLn2Lo",
 		cP0: "ExpP0", cP1: "ExpP1", cP2: "ExpP2", cP3: "ExpP3", cP4: "ExpP4", cP5: "ExpP5",
-		cMin: "ExpMin", cMax: "ExpMax"} {
+		cMin: "ExpMin", cMax: "ExpMax",
+		cE2: "ExpE2", cE3: "ExpE3", cE4: "ExpE4", cE5: "ExpE5", cE6: "ExpE6"} {
 		vals[i] = generic.F32(name)
 	}
 	expTab = GLOBL("expconsts", RODATA|NOPTR)
@@ -94,13 +100,14 @@ func genExpSum(s isa, toBF16 bool) {
 	// instruction. AVX2 has 16 registers: it keeps the constants used most
 	// (and those that must be registers) and reads the polynomial's from
 	// the table; with every constant in memory the loop was bound by loads
-	// (16 per vector), at a third of the speed. AVX-512 keeps all but the
-	// two that are only loaded (P0, +Inf), which leaves registers for the
-	// two pairs of vectors of its pipeline (see below).
+	// (16 per vector), at a third of the speed. AVX-512 keeps those it
+	// uses but the two that are only loaded (E6, +Inf), which leaves
+	// registers for the two pairs of vectors of its pipeline (see below);
+	// it does not use P0 … P5 (AVX2's polynomial).
 	var creg [numConsts]VecVirtual
 	inReg := func(i int) bool {
 		if s.EVEX {
-			return i != cP0 && i != cInf
+			return i != cE6 && i != cInf && (i < cP0 || i > cP5)
 		}
 		switch i {
 		case cLog2e, cLn2Hi, cOne, cMin, cMax:
@@ -182,26 +189,22 @@ func genExpSum(s isa, toBF16 bool) {
 				f(j)
 			}
 		}
-		t, n, r2 := v.t, v.n, v.r
+		t, n, r := v.t, v.n, v.r
 		p := vecs(s, u)
-		// p = ((((P0·r + P1)·r + P2)·r + P3)·r + P4)·r + P5, Horner's rule.
-		each(func(j int) { VMOVUPS(c(cP0), p[j]) })
-		for _, k := range []int{cP1, cP2, cP3, cP4, cP5} {
-			each(func(j int) { VFMADD213PS(c(k), r2[j], p[j]) }) // p = p*r + Pk
+		// p = (((((E6·r + E5)·r + E4)·r + E3)·r + E2)·r + 1)·r + 1 ≈ e^r,
+		// Horner's rule: 6 FMAs where AVX2's form, ((P0·r + P1)·r … +
+		// P5)·r² + r + 1, takes 8 instructions. Both are within 1 ulp of
+		// e^r on |r| ≤ ln2/2 (TestExpULP).
+		each(func(j int) { VMOVUPS(c(cE6), p[j]) })
+		for _, k := range []int{cE5, cE4, cE3, cE2, cOne, cOne} {
+			each(func(j int) { VFMADD213PS(c(k), r[j], p[j]) }) // p = p*r + Ek
 		}
-		// p = p·r² + r + 1 ≈ exp(r); t is free for r² once the masks
-		// are taken.
-		r := t
 		each(func(j int) {
-			// Masks first, while t is still the argument: k1 is
-			// !(t < ExpMin) (NLT_UQ; true also for NaN, which propagates
-			// through p), k2 is t > ExpMax (GT_OQ).
+			// k1 is !(t < ExpMin) (NLT_UQ; true also for NaN, which
+			// propagates through p), k2 is t > ExpMax (GT_OQ).
 			k1, k2 := K(), K()
 			VCMPPS(Imm(0x15), c(cMin), t[j], k1)
 			VCMPPS(Imm(0x1e), c(cMax), t[j], k2)
-			VMULPS(r2[j], r2[j], r[j])
-			VFMADD213PS(r2[j], r[j], p[j])
-			VADDPS(c(cOne), p[j], p[j])
 			// p·2^n, forced to 0 where t < ExpMin (true also for -Inf),
 			// then +Inf where t > ExpMax.
 			VSCALEFPS_Z(n[j], p[j], k1, p[j])
