@@ -212,7 +212,8 @@ func mulAddStrided(c []float32, ldc int, a []float32, ri, rp int, b []float32, l
 
 // Constants of the float32 exponential shared by every implementation:
 // exp(x) = 2^n · exp(r) with n = round(x·log2 e), r = x − n·ln 2 (ln 2 split
-// in two for exactness) and exp(r) a degree-6 polynomial on |r| ≤ ln2/2.
+// in two for exactness) and exp(r) a degree-7 polynomial on |r| ≤ ln2/2
+// (1 + r + r²·(ExpP5 + … + ExpP0·r⁵)), or on AVX-512 the degree-6 ExpE… form.
 // The assembly generators read these (and tanhT0 …) from this file
 // (internal/kernel/_kconst): literal values only.
 const (

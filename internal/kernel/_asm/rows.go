@@ -342,7 +342,7 @@ func expAVX2(s isa, xp Register, offs []int, acc []VecVirtual, scale, sub VecVir
 // expCoreAVX2 returns e^t for the lanes of the vectors t in [ExpMin,
 // ExpMax] (others are garbage, to be fixed by the caller), the vectors'
 // instructions interleaved: n = round(t·log2 e), r = t − n·ln2 in two steps
-// (ln2hi has few bits so n·ln2hi is exact), e^r by a degree-6 polynomial
+// (ln2hi has few bits so n·ln2hi is exact), e^r by a degree-7 polynomial
 // evaluated by Estrin's scheme (short dependency chain), and 2^n built
 // from its exponent bits. c gives the constants of expTab.
 func expCoreAVX2(t []VecVirtual, c func(int) Op) []VecVirtual {
