@@ -4150,6 +4150,531 @@ store:
 	VZEROUPPER
 	RET
 
+// func scoresGroupF32M2AVX512(s []float32, lds int, q []float32, heads int, k []float32, hs int, n int, d int)
+// Requires: AVX, AVX512DQ, AVX512F, CMOV, MMX+
+TEXT ·scoresGroupF32M2AVX512(SB), NOSPLIT, $136-112
+	MOVQ  q_base+32(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 32(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 8(SP)
+	MOVQ  AX, 24(SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 104(SP)
+	MOVQ  k_base+64(FP), AX
+	MOVQ  AX, 112(SP)
+	MOVQ  n+96(FP), AX
+	MOVQ  AX, 120(SP)
+	MOVQ  d+104(FP), AX
+	MOVQ  AX, CX
+	SHRQ  $0x04, CX
+	MOVQ  CX, 128(SP)
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+main:
+	CMPQ   120(SP), $0x00000008
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x02, AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   d+104(FP), SI
+	SHLQ   $0x02, SI
+	LEAQ   (SI)(SI*2), DI
+	MOVQ   (SP), R8
+	LEAQ   (R8)(SI*4), R9
+	LEAQ   (DX), R10
+	LEAQ   (DX)(AX*1), R11
+	LEAQ   (DX)(AX*2), R12
+	LEAQ   (DX)(CX*1), DX
+	MOVQ   hs+88(FP), R13
+	SHLQ   $0x06, R13
+	MOVQ   128(SP), R14
+	TESTQ  R14, R14
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R10)(R13*1)
+	PREFETCHT1  (R11)(R13*1)
+	PREFETCHT1  (R12)(R13*1)
+	PREFETCHT1  (DX)(R13*1)
+	VMOVUPS     (R10), Z16
+	VFMADD231PS (R8), Z16, Z0
+	VFMADD231PS (R8)(SI*1), Z16, Z8
+	VMOVUPS     (R11), Z16
+	VFMADD231PS (R8)(SI*2), Z16, Z1
+	VFMADD231PS (R8)(DI*1), Z16, Z9
+	VMOVUPS     (R12), Z16
+	VFMADD231PS (R9), Z16, Z2
+	VFMADD231PS (R9)(SI*1), Z16, Z10
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (R9)(SI*2), Z16, Z3
+	VFMADD231PS (R9)(DI*1), Z16, Z11
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000040, R10
+	ADDQ        $0x00000040, R11
+	ADDQ        $0x00000040, R12
+	ADDQ        $0x00000040, DX
+	DECQ        R14
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVUPS.Z   (R10), K1, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z0
+	VMOVUPS.Z   (R8)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z8
+	VMOVUPS.Z   (R11), K1, Z16
+	VMOVUPS.Z   (R8)(SI*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z1
+	VMOVUPS.Z   (R8)(DI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z9
+	VMOVUPS.Z   (R12), K1, Z16
+	VMOVUPS.Z   (R9), K1, Z17
+	VFMADD231PS Z17, Z16, Z2
+	VMOVUPS.Z   (R9)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z10
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVUPS.Z   (R9)(SI*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z3
+	VMOVUPS.Z   (R9)(DI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z11
+
+mainK0Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	SHLQ    $0x05, DI
+	ADDQ    DI, DX
+	ADDQ    $0x00000004, SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    d+104(FP), DX
+	SHLQ    $0x02, DX
+	LEAQ    (DX)(DX*2), SI
+	MOVQ    (SP), DI
+	LEAQ    (DI)(DX*4), R8
+	LEAQ    (BX), R9
+	LEAQ    (BX)(AX*1), R10
+	LEAQ    (BX)(AX*2), AX
+	LEAQ    (BX)(CX*1), CX
+	MOVQ    hs+88(FP), BX
+	SHLQ    $0x06, BX
+	MOVQ    128(SP), R11
+	TESTQ   R11, R11
+	JZ      mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (R9)(BX*1)
+	PREFETCHT1  (R10)(BX*1)
+	PREFETCHT1  (AX)(BX*1)
+	PREFETCHT1  (CX)(BX*1)
+	VMOVUPS     (R9), Z16
+	VFMADD231PS (DI), Z16, Z4
+	VFMADD231PS (DI)(DX*1), Z16, Z12
+	VMOVUPS     (R10), Z16
+	VFMADD231PS (DI)(DX*2), Z16, Z5
+	VFMADD231PS (DI)(SI*1), Z16, Z13
+	VMOVUPS     (AX), Z16
+	VFMADD231PS (R8), Z16, Z6
+	VFMADD231PS (R8)(DX*1), Z16, Z14
+	VMOVUPS     (CX), Z16
+	VFMADD231PS (R8)(DX*2), Z16, Z7
+	VFMADD231PS (R8)(SI*1), Z16, Z15
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000040, R10
+	ADDQ        $0x00000040, AX
+	ADDQ        $0x00000040, CX
+	DECQ        R11
+	JNZ         mainK4Step
+
+mainK4Tail:
+	KORTESTW    K1, K1
+	JZ          mainK4Done
+	VMOVUPS.Z   (R9), K1, Z16
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z4
+	VMOVUPS.Z   (DI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z12
+	VMOVUPS.Z   (R10), K1, Z16
+	VMOVUPS.Z   (DI)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z5
+	VMOVUPS.Z   (DI)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z13
+	VMOVUPS.Z   (AX), K1, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z6
+	VMOVUPS.Z   (R8)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z14
+	VMOVUPS.Z   (CX), K1, Z16
+	VMOVUPS.Z   (R8)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z7
+	VMOVUPS.Z   (R8)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z15
+
+mainK4Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x05, DX
+	ADDQ       DX, AX
+	ADDQ       $0x00000004, CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VSHUFF32X4 $0x44, Z4, Z0, Z16
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z16, Z16
+	VSHUFF32X4 $0x44, Z12, Z8, Z0
+	VSHUFF32X4 $0xee, Z12, Z8, Z4
+	VADDPS     Z4, Z0, Z0
+	VSHUFF32X4 $0x44, Z5, Z1, Z4
+	VSHUFF32X4 $0xee, Z5, Z1, Z1
+	VADDPS     Z1, Z4, Z4
+	VSHUFF32X4 $0x44, Z13, Z9, Z1
+	VSHUFF32X4 $0xee, Z13, Z9, Z5
+	VADDPS     Z5, Z1, Z1
+	VSHUFF32X4 $0x44, Z6, Z2, Z5
+	VSHUFF32X4 $0xee, Z6, Z2, Z2
+	VADDPS     Z2, Z5, Z5
+	VSHUFF32X4 $0x44, Z14, Z10, Z2
+	VSHUFF32X4 $0xee, Z14, Z10, Z6
+	VADDPS     Z6, Z2, Z2
+	VSHUFF32X4 $0x44, Z7, Z3, Z6
+	VSHUFF32X4 $0xee, Z7, Z3, Z3
+	VADDPS     Z3, Z6, Z6
+	VSHUFF32X4 $0x44, Z15, Z11, Z3
+	VSHUFF32X4 $0xee, Z15, Z11, Z7
+	VADDPS     Z7, Z3, Z3
+	VSHUFF32X4 $0x88, Z0, Z16, Z7
+	VSHUFF32X4 $0xdd, Z0, Z16, Z0
+	VADDPS     Z0, Z7, Z7
+	VSHUFF32X4 $0x88, Z1, Z4, Z0
+	VSHUFF32X4 $0xdd, Z1, Z4, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z5, Z1
+	VSHUFF32X4 $0xdd, Z2, Z5, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x88, Z3, Z6, Z2
+	VSHUFF32X4 $0xdd, Z3, Z6, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z0, Z7, Z3
+	VSHUFPS    $0xee, Z0, Z7, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z2, Z1, Z0
+	VSHUFPS    $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z0, Z3, Z1
+	VSHUFPS    $0xdd, Z0, Z3, Z0
+	VADDPS     Z0, Z1, Z1
+	VMOVUPS    Z1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       72(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       76(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       80(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       84(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       56(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       88(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       60(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       92(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       64(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       96(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       68(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       100(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000008, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x05, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000008, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	MOVQ   112(SP), AX
+	MOVQ   d+104(FP), CX
+	SHLQ   $0x02, CX
+	MOVQ   (SP), DX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), BX
+	SHLQ   $0x06, BX
+	MOVQ   128(SP), SI
+	TESTQ  SI, SI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(BX*1)
+	VMOVUPS     (AX), Z2
+	VFMADD231PS (DX), Z2, Z0
+	VFMADD231PS (DX)(CX*1), Z2, Z1
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, AX
+	DECQ        SI
+	JNZ         restK0Step
+
+restK0Tail:
+	KORTESTW    K1, K1
+	JZ          restK0Done
+	VMOVUPS.Z   (AX), K1, Z2
+	VMOVUPS.Z   (DX), K1, Z3
+	VFMADD231PS Z3, Z2, Z0
+	VMOVUPS.Z   (DX)(CX*1), K1, Z3
+	VFMADD231PS Z3, Z2, Z1
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x03, DX
+	ADDQ       DX, AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Z2, Z2, Z2
+	VSHUFF32X4 $0x44, Z2, Z0, Z3
+	VSHUFF32X4 $0xee, Z2, Z0, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFF32X4 $0x44, Z2, Z1, Z0
+	VSHUFF32X4 $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z3, Z1
+	VSHUFF32X4 $0xdd, Z2, Z3, Z3
+	VADDPS     Z3, Z1, Z1
+	VSHUFF32X4 $0x88, Z2, Z0, Z3
+	VSHUFF32X4 $0xdd, Z2, Z0, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z3, Z1, Z0
+	VSHUFPS    $0xee, Z3, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z2, Z0, Z1
+	VSHUFPS    $0xdd, Z2, Z0, Z0
+	VADDPS     Z0, Z1, Z1
+	VMOVUPS    Y1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000001, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x02, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumGroupF32M2AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []float32, hs int, n int, d int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·accumGroupF32M2AVX512(SB), NOSPLIT, $40-120
+	MOVQ  n+104(FP), AX
+	SHRQ  $0x02, AX
+	IMULQ heads+64(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  o_base+0(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 24(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 32(SP)
+	MOVQ  v_base+72(FP), AX
+	MOVQ  hs+96(FP), CX
+	SHLQ  $0x02, CX
+	MOVQ  CX, DX
+	IMULQ heads+64(FP), DX
+
+row:
+	MOVQ         ldp+56(FP), BX
+	SHLQ         $0x02, BX
+	MOVQ         16(SP), SI
+	VBROADCASTSS (SI), Z0
+	VBROADCASTSS 4(SI), Z1
+	VBROADCASTSS 8(SI), Z2
+	VBROADCASTSS 12(SI), Z3
+	VBROADCASTSS (SI)(BX*1), Z4
+	VBROADCASTSS 4(SI)(BX*1), Z5
+	VBROADCASTSS 8(SI)(BX*1), Z6
+	VBROADCASTSS 12(SI)(BX*1), Z7
+	MOVQ         ldo+24(FP), BX
+	SHLQ         $0x02, BX
+	MOVQ         8(SP), SI
+	LEAQ         (DX)(DX*2), DI
+	MOVQ         AX, R8
+	LEAQ         (AX)(DX*4), R9
+	MOVQ         d+112(FP), R10
+	SHRQ         $0x04, R10
+
+step:
+	PREFETCHT1  (R9)
+	PREFETCHT1  (R9)(DX*1)
+	PREFETCHT1  (R9)(DX*2)
+	PREFETCHT1  (R9)(DI*1)
+	VMOVUPS     (R8), Z8
+	VMOVUPS     (R8)(DX*1), Z9
+	VMOVUPS     (R8)(DX*2), Z10
+	VMOVUPS     (R8)(DI*1), Z11
+	VMOVUPS     (SI), Z12
+	VFMADD231PS Z0, Z8, Z12
+	VFMADD231PS Z1, Z9, Z12
+	VFMADD231PS Z2, Z10, Z12
+	VFMADD231PS Z3, Z11, Z12
+	VMOVUPS     Z12, (SI)
+	VMOVUPS     (SI)(BX*1), Z12
+	VFMADD231PS Z4, Z8, Z12
+	VFMADD231PS Z5, Z9, Z12
+	VFMADD231PS Z6, Z10, Z12
+	VFMADD231PS Z7, Z11, Z12
+	VMOVUPS     Z12, (SI)(BX*1)
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000040, SI
+	DECQ        R10
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        32(SP), BX
+	MOVQ        8(SP), SI
+	MOVQ        16(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	SHLQ        $0x03, R8
+	ADDQ        R8, SI
+	MOVQ        ldp+56(FP), R8
+	SHLQ        $0x03, R8
+	ADDQ        R8, DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        24(SP), DI
+	ADDQ        $0x10, DI
+	MOVQ        DI, 24(SP)
+	ADDQ        DX, AX
+	ADDQ        DX, AX
+	ADDQ        DX, AX
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
 // func scoresGroupF32M4AVX512(s []float32, lds int, q []float32, heads int, k []float32, hs int, n int, d int)
 // Requires: AVX, AVX512DQ, AVX512F, CMOV, MMX+
 TEXT ·scoresGroupF32M4AVX512(SB), NOSPLIT, $136-112
@@ -4665,6 +5190,561 @@ step:
 	ADDQ        DX, AX
 	ADDQ        DX, AX
 	ADDQ        DX, AX
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
+// func scoresGroupF32M8AVX512(s []float32, lds int, q []float32, heads int, k []float32, hs int, n int, d int)
+// Requires: AVX, AVX512DQ, AVX512F, CMOV, MMX+
+TEXT ·scoresGroupF32M8AVX512(SB), NOSPLIT, $136-112
+	MOVQ  q_base+32(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 32(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 8(SP)
+	MOVQ  AX, 24(SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 104(SP)
+	MOVQ  k_base+64(FP), AX
+	MOVQ  AX, 112(SP)
+	MOVQ  n+96(FP), AX
+	MOVQ  AX, 120(SP)
+	MOVQ  d+104(FP), AX
+	MOVQ  AX, CX
+	SHRQ  $0x04, CX
+	MOVQ  CX, 128(SP)
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+main:
+	CMPQ   120(SP), $0x00000002
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x02, AX
+	MOVQ   112(SP), CX
+	MOVQ   d+104(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	MOVQ   (SP), SI
+	LEAQ   (SI)(DX*4), DI
+	LEAQ   (DI)(DX*4), R8
+	LEAQ   (R8)(DX*4), R9
+	LEAQ   (CX), R10
+	LEAQ   (CX)(AX*1), AX
+	MOVQ   hs+88(FP), CX
+	SHLQ   $0x06, CX
+	MOVQ   128(SP), R11
+	TESTQ  R11, R11
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R10)(CX*1)
+	PREFETCHT1  (AX)(CX*1)
+	VMOVUPS     (R10), Z16
+	VFMADD231PS (SI), Z16, Z0
+	VFMADD231PS (SI)(DX*1), Z16, Z2
+	VFMADD231PS (SI)(DX*2), Z16, Z4
+	VFMADD231PS (SI)(BX*1), Z16, Z6
+	VFMADD231PS (DI), Z16, Z8
+	VFMADD231PS (DI)(DX*1), Z16, Z10
+	VFMADD231PS (DI)(DX*2), Z16, Z12
+	VFMADD231PS (DI)(BX*1), Z16, Z14
+	VMOVUPS     (AX), Z16
+	VFMADD231PS (R8), Z16, Z1
+	VFMADD231PS (R8)(DX*1), Z16, Z3
+	VFMADD231PS (R8)(DX*2), Z16, Z5
+	VFMADD231PS (R8)(BX*1), Z16, Z7
+	VFMADD231PS (R9), Z16, Z9
+	VFMADD231PS (R9)(DX*1), Z16, Z11
+	VFMADD231PS (R9)(DX*2), Z16, Z13
+	VFMADD231PS (R9)(BX*1), Z16, Z15
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000040, R10
+	ADDQ        $0x00000040, AX
+	DECQ        R11
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVUPS.Z   (R10), K1, Z16
+	VMOVUPS.Z   (SI), K1, Z17
+	VFMADD231PS Z17, Z16, Z0
+	VMOVUPS.Z   (SI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z2
+	VMOVUPS.Z   (SI)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z4
+	VMOVUPS.Z   (SI)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z6
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z8
+	VMOVUPS.Z   (DI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z10
+	VMOVUPS.Z   (DI)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z12
+	VMOVUPS.Z   (DI)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z14
+	VMOVUPS.Z   (AX), K1, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z1
+	VMOVUPS.Z   (R8)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z3
+	VMOVUPS.Z   (R8)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z5
+	VMOVUPS.Z   (R8)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z7
+	VMOVUPS.Z   (R9), K1, Z17
+	VFMADD231PS Z17, Z16, Z9
+	VMOVUPS.Z   (R9)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z11
+	VMOVUPS.Z   (R9)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z13
+	VMOVUPS.Z   (R9)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z15
+
+mainK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x06, DX
+	ADDQ       DX, AX
+	ADDQ       $0x00000002, CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VSHUFF32X4 $0x44, Z4, Z0, Z16
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z16, Z16
+	VSHUFF32X4 $0x44, Z12, Z8, Z0
+	VSHUFF32X4 $0xee, Z12, Z8, Z4
+	VADDPS     Z4, Z0, Z0
+	VSHUFF32X4 $0x44, Z5, Z1, Z4
+	VSHUFF32X4 $0xee, Z5, Z1, Z1
+	VADDPS     Z1, Z4, Z4
+	VSHUFF32X4 $0x44, Z13, Z9, Z1
+	VSHUFF32X4 $0xee, Z13, Z9, Z5
+	VADDPS     Z5, Z1, Z1
+	VSHUFF32X4 $0x44, Z6, Z2, Z5
+	VSHUFF32X4 $0xee, Z6, Z2, Z2
+	VADDPS     Z2, Z5, Z5
+	VSHUFF32X4 $0x44, Z14, Z10, Z2
+	VSHUFF32X4 $0xee, Z14, Z10, Z6
+	VADDPS     Z6, Z2, Z2
+	VSHUFF32X4 $0x44, Z7, Z3, Z6
+	VSHUFF32X4 $0xee, Z7, Z3, Z3
+	VADDPS     Z3, Z6, Z6
+	VSHUFF32X4 $0x44, Z15, Z11, Z3
+	VSHUFF32X4 $0xee, Z15, Z11, Z7
+	VADDPS     Z7, Z3, Z3
+	VSHUFF32X4 $0x88, Z0, Z16, Z7
+	VSHUFF32X4 $0xdd, Z0, Z16, Z0
+	VADDPS     Z0, Z7, Z7
+	VSHUFF32X4 $0x88, Z1, Z4, Z0
+	VSHUFF32X4 $0xdd, Z1, Z4, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z5, Z1
+	VSHUFF32X4 $0xdd, Z2, Z5, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x88, Z3, Z6, Z2
+	VSHUFF32X4 $0xdd, Z3, Z6, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z0, Z7, Z3
+	VSHUFPS    $0xee, Z0, Z7, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z2, Z1, Z0
+	VSHUFPS    $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z0, Z3, Z1
+	VSHUFPS    $0xdd, Z0, Z3, Z0
+	VADDPS     Z0, Z1, Z1
+	VMOVUPS    Z1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       56(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       64(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       72(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       80(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       88(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       96(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       60(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       68(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       76(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       84(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       92(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       100(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000002, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x03, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000002, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	MOVQ   112(SP), AX
+	MOVQ   d+104(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   (SP), BX
+	LEAQ   (BX)(CX*4), SI
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), DI
+	SHLQ   $0x06, DI
+	MOVQ   128(SP), R8
+	TESTQ  R8, R8
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(DI*1)
+	VMOVUPS     (AX), Z8
+	VFMADD231PS (BX), Z8, Z0
+	VFMADD231PS (BX)(CX*1), Z8, Z1
+	VFMADD231PS (BX)(CX*2), Z8, Z2
+	VFMADD231PS (BX)(DX*1), Z8, Z3
+	VFMADD231PS (SI), Z8, Z4
+	VFMADD231PS (SI)(CX*1), Z8, Z5
+	VFMADD231PS (SI)(CX*2), Z8, Z6
+	VFMADD231PS (SI)(DX*1), Z8, Z7
+	ADDQ        $0x00000040, BX
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000040, AX
+	DECQ        R8
+	JNZ         restK0Step
+
+restK0Tail:
+	KORTESTW    K1, K1
+	JZ          restK0Done
+	VMOVUPS.Z   (AX), K1, Z8
+	VMOVUPS.Z   (BX), K1, Z9
+	VFMADD231PS Z9, Z8, Z0
+	VMOVUPS.Z   (BX)(CX*1), K1, Z9
+	VFMADD231PS Z9, Z8, Z1
+	VMOVUPS.Z   (BX)(CX*2), K1, Z9
+	VFMADD231PS Z9, Z8, Z2
+	VMOVUPS.Z   (BX)(DX*1), K1, Z9
+	VFMADD231PS Z9, Z8, Z3
+	VMOVUPS.Z   (SI), K1, Z9
+	VFMADD231PS Z9, Z8, Z4
+	VMOVUPS.Z   (SI)(CX*1), K1, Z9
+	VFMADD231PS Z9, Z8, Z5
+	VMOVUPS.Z   (SI)(CX*2), K1, Z9
+	VFMADD231PS Z9, Z8, Z6
+	VMOVUPS.Z   (SI)(DX*1), K1, Z9
+	VFMADD231PS Z9, Z8, Z7
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x05, DX
+	ADDQ       DX, AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VSHUFF32X4 $0x44, Z4, Z0, Z8
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z8, Z8
+	VSHUFF32X4 $0x44, Z5, Z1, Z0
+	VSHUFF32X4 $0xee, Z5, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x44, Z6, Z2, Z1
+	VSHUFF32X4 $0xee, Z6, Z2, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x44, Z7, Z3, Z2
+	VSHUFF32X4 $0xee, Z7, Z3, Z3
+	VADDPS     Z3, Z2, Z2
+	VXORPS     Z3, Z3, Z3
+	VSHUFF32X4 $0x88, Z3, Z8, Z4
+	VSHUFF32X4 $0xdd, Z3, Z8, Z5
+	VADDPS     Z5, Z4, Z4
+	VSHUFF32X4 $0x88, Z3, Z0, Z5
+	VSHUFF32X4 $0xdd, Z3, Z0, Z0
+	VADDPS     Z0, Z5, Z5
+	VSHUFF32X4 $0x88, Z3, Z1, Z0
+	VSHUFF32X4 $0xdd, Z3, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z3, Z2, Z1
+	VSHUFF32X4 $0xdd, Z3, Z2, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFPS    $0x44, Z5, Z4, Z2
+	VSHUFPS    $0xee, Z5, Z4, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z1, Z0, Z3
+	VSHUFPS    $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x88, Z3, Z2, Z0
+	VSHUFPS    $0xdd, Z3, Z2, Z1
+	VADDPS     Z1, Z0, Z0
+	VMOVUPS    Y0, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       56(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       60(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       64(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       68(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000001, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x02, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumGroupF32M8AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []float32, hs int, n int, d int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·accumGroupF32M8AVX512(SB), NOSPLIT, $40-120
+	MOVQ  n+104(FP), AX
+	SHRQ  $0x02, AX
+	IMULQ heads+64(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  o_base+0(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 24(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 32(SP)
+	MOVQ  v_base+72(FP), AX
+	MOVQ  hs+96(FP), CX
+	SHLQ  $0x02, CX
+	MOVQ  CX, DX
+	IMULQ heads+64(FP), DX
+
+row:
+	MOVQ ldp+56(FP), BX
+	SHLQ $0x02, BX
+	LEAQ (BX)(BX*2), SI
+	MOVQ 16(SP), DI
+	LEAQ (DI)(BX*4), R8
+	MOVQ ldo+24(FP), R9
+	SHLQ $0x02, R9
+	LEAQ (R9)(R9*2), R10
+	MOVQ 8(SP), R11
+	LEAQ (R11)(R9*4), R12
+	LEAQ (DX)(DX*2), R13
+	MOVQ AX, R14
+	LEAQ (AX)(DX*4), R15
+	MOVQ d+112(FP), BP
+	SHRQ $0x04, BP
+
+step:
+	PREFETCHT1       (R15)
+	PREFETCHT1       (R15)(DX*1)
+	PREFETCHT1       (R15)(DX*2)
+	PREFETCHT1       (R15)(R13*1)
+	VMOVUPS          (R14), Z0
+	VMOVUPS          (R14)(DX*1), Z1
+	VMOVUPS          (R14)(DX*2), Z2
+	VMOVUPS          (R14)(R13*1), Z3
+	VMOVUPS          (R11), Z4
+	VFMADD231PS.BCST (DI), Z0, Z4
+	VFMADD231PS.BCST 4(DI), Z1, Z4
+	VFMADD231PS.BCST 8(DI), Z2, Z4
+	VFMADD231PS.BCST 12(DI), Z3, Z4
+	VMOVUPS          Z4, (R11)
+	VMOVUPS          (R11)(R9*1), Z4
+	VFMADD231PS.BCST (DI)(BX*1), Z0, Z4
+	VFMADD231PS.BCST 4(DI)(BX*1), Z1, Z4
+	VFMADD231PS.BCST 8(DI)(BX*1), Z2, Z4
+	VFMADD231PS.BCST 12(DI)(BX*1), Z3, Z4
+	VMOVUPS          Z4, (R11)(R9*1)
+	VMOVUPS          (R11)(R9*2), Z4
+	VFMADD231PS.BCST (DI)(BX*2), Z0, Z4
+	VFMADD231PS.BCST 4(DI)(BX*2), Z1, Z4
+	VFMADD231PS.BCST 8(DI)(BX*2), Z2, Z4
+	VFMADD231PS.BCST 12(DI)(BX*2), Z3, Z4
+	VMOVUPS          Z4, (R11)(R9*2)
+	VMOVUPS          (R11)(R10*1), Z4
+	VFMADD231PS.BCST (DI)(SI*1), Z0, Z4
+	VFMADD231PS.BCST 4(DI)(SI*1), Z1, Z4
+	VFMADD231PS.BCST 8(DI)(SI*1), Z2, Z4
+	VFMADD231PS.BCST 12(DI)(SI*1), Z3, Z4
+	VMOVUPS          Z4, (R11)(R10*1)
+	VMOVUPS          (R12), Z4
+	VFMADD231PS.BCST (R8), Z0, Z4
+	VFMADD231PS.BCST 4(R8), Z1, Z4
+	VFMADD231PS.BCST 8(R8), Z2, Z4
+	VFMADD231PS.BCST 12(R8), Z3, Z4
+	VMOVUPS          Z4, (R12)
+	VMOVUPS          (R12)(R9*1), Z4
+	VFMADD231PS.BCST (R8)(BX*1), Z0, Z4
+	VFMADD231PS.BCST 4(R8)(BX*1), Z1, Z4
+	VFMADD231PS.BCST 8(R8)(BX*1), Z2, Z4
+	VFMADD231PS.BCST 12(R8)(BX*1), Z3, Z4
+	VMOVUPS          Z4, (R12)(R9*1)
+	VMOVUPS          (R12)(R9*2), Z4
+	VFMADD231PS.BCST (R8)(BX*2), Z0, Z4
+	VFMADD231PS.BCST 4(R8)(BX*2), Z1, Z4
+	VFMADD231PS.BCST 8(R8)(BX*2), Z2, Z4
+	VFMADD231PS.BCST 12(R8)(BX*2), Z3, Z4
+	VMOVUPS          Z4, (R12)(R9*2)
+	VMOVUPS          (R12)(R10*1), Z4
+	VFMADD231PS.BCST (R8)(SI*1), Z0, Z4
+	VFMADD231PS.BCST 4(R8)(SI*1), Z1, Z4
+	VFMADD231PS.BCST 8(R8)(SI*1), Z2, Z4
+	VFMADD231PS.BCST 12(R8)(SI*1), Z3, Z4
+	VMOVUPS          Z4, (R12)(R10*1)
+	ADDQ             $0x00000040, R14
+	ADDQ             $0x00000040, R15
+	ADDQ             $0x00000040, R11
+	ADDQ             $0x00000040, R12
+	DECQ             BP
+	JNZ              step
+	ADDQ             CX, AX
+	MOVQ             32(SP), BX
+	MOVQ             8(SP), SI
+	MOVQ             16(SP), DI
+	INCQ             BX
+	MOVQ             ldo+24(FP), R8
+	SHLQ             $0x05, R8
+	ADDQ             R8, SI
+	MOVQ             ldp+56(FP), R8
+	SHLQ             $0x05, R8
+	ADDQ             R8, DI
+	CMPQ             BX, heads+64(FP)
+	JNE              store
+	XORQ             BX, BX
+	MOVQ             o_base+0(FP), SI
+	MOVQ             24(SP), DI
+	ADDQ             $0x10, DI
+	MOVQ             DI, 24(SP)
+	ADDQ             DX, AX
+	ADDQ             DX, AX
+	ADDQ             DX, AX
 
 store:
 	MOVQ BX, 32(SP)
@@ -9222,6 +10302,562 @@ store:
 	VZEROUPPER
 	RET
 
+// func scoresGroupBF16M2AVX512(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·scoresGroupBF16M2AVX512(SB), NOSPLIT, $136-112
+	MOVQ  q_base+32(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 32(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 8(SP)
+	MOVQ  AX, 24(SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 104(SP)
+	MOVQ  k_base+64(FP), AX
+	MOVQ  AX, 112(SP)
+	MOVQ  n+96(FP), AX
+	MOVQ  AX, 120(SP)
+	MOVQ  d+104(FP), AX
+	MOVQ  AX, CX
+	SHRQ  $0x04, CX
+	MOVQ  CX, 128(SP)
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+main:
+	CMPQ   120(SP), $0x00000008
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x01, AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   d+104(FP), SI
+	SHLQ   $0x02, SI
+	LEAQ   (SI)(SI*2), DI
+	MOVQ   (SP), R8
+	LEAQ   (R8)(SI*4), R9
+	LEAQ   (DX), R10
+	LEAQ   (DX)(AX*1), R11
+	LEAQ   (DX)(AX*2), R12
+	LEAQ   (DX)(CX*1), DX
+	MOVQ   hs+88(FP), R13
+	SHLQ   $0x06, R13
+	MOVQ   128(SP), R14
+	TESTQ  R14, R14
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R10)(R13*1)
+	PREFETCHT1  (R11)(R13*1)
+	PREFETCHT1  (R12)(R13*1)
+	PREFETCHT1  (DX)(R13*1)
+	VPMOVZXWD   (R10), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (R8), Z16, Z0
+	VFMADD231PS (R8)(SI*1), Z16, Z8
+	VPMOVZXWD   (R11), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (R8)(SI*2), Z16, Z1
+	VFMADD231PS (R8)(DI*1), Z16, Z9
+	VPMOVZXWD   (R12), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (R9), Z16, Z2
+	VFMADD231PS (R9)(SI*1), Z16, Z10
+	VPMOVZXWD   (DX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (R9)(SI*2), Z16, Z3
+	VFMADD231PS (R9)(DI*1), Z16, Z11
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000020, R10
+	ADDQ        $0x00000020, R11
+	ADDQ        $0x00000020, R12
+	ADDQ        $0x00000020, DX
+	DECQ        R14
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVDQU16.Z (R10), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z0
+	VMOVUPS.Z   (R8)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z8
+	VMOVDQU16.Z (R11), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (R8)(SI*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z1
+	VMOVUPS.Z   (R8)(DI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z9
+	VMOVDQU16.Z (R12), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (R9), K1, Z17
+	VFMADD231PS Z17, Z16, Z2
+	VMOVUPS.Z   (R9)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z10
+	VMOVDQU16.Z (DX), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (R9)(SI*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z3
+	VMOVUPS.Z   (R9)(DI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z11
+
+mainK0Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	SHLQ    $0x05, DI
+	ADDQ    DI, DX
+	ADDQ    $0x00000004, SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    d+104(FP), DX
+	SHLQ    $0x02, DX
+	LEAQ    (DX)(DX*2), SI
+	MOVQ    (SP), DI
+	LEAQ    (DI)(DX*4), R8
+	LEAQ    (BX), R9
+	LEAQ    (BX)(AX*1), R10
+	LEAQ    (BX)(AX*2), AX
+	LEAQ    (BX)(CX*1), CX
+	MOVQ    hs+88(FP), BX
+	SHLQ    $0x06, BX
+	MOVQ    128(SP), R11
+	TESTQ   R11, R11
+	JZ      mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (R9)(BX*1)
+	PREFETCHT1  (R10)(BX*1)
+	PREFETCHT1  (AX)(BX*1)
+	PREFETCHT1  (CX)(BX*1)
+	VPMOVZXWD   (R9), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DI), Z16, Z4
+	VFMADD231PS (DI)(DX*1), Z16, Z12
+	VPMOVZXWD   (R10), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DI)(DX*2), Z16, Z5
+	VFMADD231PS (DI)(SI*1), Z16, Z13
+	VPMOVZXWD   (AX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (R8), Z16, Z6
+	VFMADD231PS (R8)(DX*1), Z16, Z14
+	VPMOVZXWD   (CX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (R8)(DX*2), Z16, Z7
+	VFMADD231PS (R8)(SI*1), Z16, Z15
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000020, R9
+	ADDQ        $0x00000020, R10
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	DECQ        R11
+	JNZ         mainK4Step
+
+mainK4Tail:
+	KORTESTW    K1, K1
+	JZ          mainK4Done
+	VMOVDQU16.Z (R9), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z4
+	VMOVUPS.Z   (DI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z12
+	VMOVDQU16.Z (R10), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (DI)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z5
+	VMOVUPS.Z   (DI)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z13
+	VMOVDQU16.Z (AX), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z6
+	VMOVUPS.Z   (R8)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z14
+	VMOVDQU16.Z (CX), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (R8)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z7
+	VMOVUPS.Z   (R8)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z15
+
+mainK4Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x05, DX
+	ADDQ       DX, AX
+	ADDQ       $0x00000004, CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VSHUFF32X4 $0x44, Z4, Z0, Z16
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z16, Z16
+	VSHUFF32X4 $0x44, Z12, Z8, Z0
+	VSHUFF32X4 $0xee, Z12, Z8, Z4
+	VADDPS     Z4, Z0, Z0
+	VSHUFF32X4 $0x44, Z5, Z1, Z4
+	VSHUFF32X4 $0xee, Z5, Z1, Z1
+	VADDPS     Z1, Z4, Z4
+	VSHUFF32X4 $0x44, Z13, Z9, Z1
+	VSHUFF32X4 $0xee, Z13, Z9, Z5
+	VADDPS     Z5, Z1, Z1
+	VSHUFF32X4 $0x44, Z6, Z2, Z5
+	VSHUFF32X4 $0xee, Z6, Z2, Z2
+	VADDPS     Z2, Z5, Z5
+	VSHUFF32X4 $0x44, Z14, Z10, Z2
+	VSHUFF32X4 $0xee, Z14, Z10, Z6
+	VADDPS     Z6, Z2, Z2
+	VSHUFF32X4 $0x44, Z7, Z3, Z6
+	VSHUFF32X4 $0xee, Z7, Z3, Z3
+	VADDPS     Z3, Z6, Z6
+	VSHUFF32X4 $0x44, Z15, Z11, Z3
+	VSHUFF32X4 $0xee, Z15, Z11, Z7
+	VADDPS     Z7, Z3, Z3
+	VSHUFF32X4 $0x88, Z0, Z16, Z7
+	VSHUFF32X4 $0xdd, Z0, Z16, Z0
+	VADDPS     Z0, Z7, Z7
+	VSHUFF32X4 $0x88, Z1, Z4, Z0
+	VSHUFF32X4 $0xdd, Z1, Z4, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z5, Z1
+	VSHUFF32X4 $0xdd, Z2, Z5, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x88, Z3, Z6, Z2
+	VSHUFF32X4 $0xdd, Z3, Z6, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z0, Z7, Z3
+	VSHUFPS    $0xee, Z0, Z7, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z2, Z1, Z0
+	VSHUFPS    $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z0, Z3, Z1
+	VSHUFPS    $0xdd, Z0, Z3, Z0
+	VADDPS     Z0, Z1, Z1
+	VMOVUPS    Z1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       72(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       76(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       80(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       84(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       56(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       88(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       60(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       92(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       64(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       96(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       68(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       100(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000008, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x04, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000008, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	MOVQ   112(SP), AX
+	MOVQ   d+104(FP), CX
+	SHLQ   $0x02, CX
+	MOVQ   (SP), DX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), BX
+	SHLQ   $0x06, BX
+	MOVQ   128(SP), SI
+	TESTQ  SI, SI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(BX*1)
+	VPMOVZXWD   (AX), Z2
+	VPSLLD      $0x10, Z2, Z2
+	VFMADD231PS (DX), Z2, Z0
+	VFMADD231PS (DX)(CX*1), Z2, Z1
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, AX
+	DECQ        SI
+	JNZ         restK0Step
+
+restK0Tail:
+	KORTESTW    K1, K1
+	JZ          restK0Done
+	VMOVDQU16.Z (AX), K1, Y2
+	VPMOVZXWD   Y2, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VMOVUPS.Z   (DX), K1, Z3
+	VFMADD231PS Z3, Z2, Z0
+	VMOVUPS.Z   (DX)(CX*1), K1, Z3
+	VFMADD231PS Z3, Z2, Z1
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x03, DX
+	ADDQ       DX, AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Z2, Z2, Z2
+	VSHUFF32X4 $0x44, Z2, Z0, Z3
+	VSHUFF32X4 $0xee, Z2, Z0, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFF32X4 $0x44, Z2, Z1, Z0
+	VSHUFF32X4 $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z3, Z1
+	VSHUFF32X4 $0xdd, Z2, Z3, Z3
+	VADDPS     Z3, Z1, Z1
+	VSHUFF32X4 $0x88, Z2, Z0, Z3
+	VSHUFF32X4 $0xdd, Z2, Z0, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z3, Z1, Z0
+	VSHUFPS    $0xee, Z3, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z2, Z0, Z1
+	VSHUFPS    $0xdd, Z2, Z0, Z0
+	VADDPS     Z0, Z1, Z1
+	VMOVUPS    Y1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000001, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x01, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumGroupBF16M2AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·accumGroupBF16M2AVX512(SB), NOSPLIT, $40-120
+	MOVQ  n+104(FP), AX
+	SHRQ  $0x02, AX
+	IMULQ heads+64(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  o_base+0(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 24(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 32(SP)
+	MOVQ  v_base+72(FP), AX
+	MOVQ  hs+96(FP), CX
+	SHLQ  $0x01, CX
+	MOVQ  CX, DX
+	IMULQ heads+64(FP), DX
+
+row:
+	MOVQ         ldp+56(FP), BX
+	SHLQ         $0x02, BX
+	MOVQ         16(SP), SI
+	VBROADCASTSS (SI), Z0
+	VBROADCASTSS 4(SI), Z1
+	VBROADCASTSS 8(SI), Z2
+	VBROADCASTSS 12(SI), Z3
+	VBROADCASTSS (SI)(BX*1), Z4
+	VBROADCASTSS 4(SI)(BX*1), Z5
+	VBROADCASTSS 8(SI)(BX*1), Z6
+	VBROADCASTSS 12(SI)(BX*1), Z7
+	MOVQ         ldo+24(FP), BX
+	SHLQ         $0x02, BX
+	MOVQ         8(SP), SI
+	LEAQ         (DX)(DX*2), DI
+	MOVQ         AX, R8
+	LEAQ         (AX)(DX*4), R9
+	MOVQ         d+112(FP), R10
+	SHRQ         $0x04, R10
+
+step:
+	PREFETCHT1  (R9)
+	PREFETCHT1  (R9)(DX*1)
+	PREFETCHT1  (R9)(DX*2)
+	PREFETCHT1  (R9)(DI*1)
+	VPMOVZXWD   (R8), Z8
+	VPSLLD      $0x10, Z8, Z8
+	VPMOVZXWD   (R8)(DX*1), Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD   (R8)(DX*2), Z10
+	VPSLLD      $0x10, Z10, Z10
+	VPMOVZXWD   (R8)(DI*1), Z11
+	VPSLLD      $0x10, Z11, Z11
+	VMOVUPS     (SI), Z12
+	VFMADD231PS Z0, Z8, Z12
+	VFMADD231PS Z1, Z9, Z12
+	VFMADD231PS Z2, Z10, Z12
+	VFMADD231PS Z3, Z11, Z12
+	VMOVUPS     Z12, (SI)
+	VMOVUPS     (SI)(BX*1), Z12
+	VFMADD231PS Z4, Z8, Z12
+	VFMADD231PS Z5, Z9, Z12
+	VFMADD231PS Z6, Z10, Z12
+	VFMADD231PS Z7, Z11, Z12
+	VMOVUPS     Z12, (SI)(BX*1)
+	ADDQ        $0x00000020, R8
+	ADDQ        $0x00000020, R9
+	ADDQ        $0x00000040, SI
+	DECQ        R10
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        32(SP), BX
+	MOVQ        8(SP), SI
+	MOVQ        16(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	SHLQ        $0x03, R8
+	ADDQ        R8, SI
+	MOVQ        ldp+56(FP), R8
+	SHLQ        $0x03, R8
+	ADDQ        R8, DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        24(SP), DI
+	ADDQ        $0x10, DI
+	MOVQ        DI, 24(SP)
+	ADDQ        DX, AX
+	ADDQ        DX, AX
+	ADDQ        DX, AX
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
 // func scoresGroupBF16M4AVX512(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
 // Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL, CMOV, MMX+
 TEXT ·scoresGroupBF16M4AVX512(SB), NOSPLIT, $136-112
@@ -9756,6 +11392,574 @@ step:
 	ADDQ        DX, AX
 	ADDQ        DX, AX
 	ADDQ        DX, AX
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
+// func scoresGroupBF16M8AVX512(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·scoresGroupBF16M8AVX512(SB), NOSPLIT, $136-112
+	MOVQ  q_base+32(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 32(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 8(SP)
+	MOVQ  AX, 24(SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 104(SP)
+	MOVQ  k_base+64(FP), AX
+	MOVQ  AX, 112(SP)
+	MOVQ  n+96(FP), AX
+	MOVQ  AX, 120(SP)
+	MOVQ  d+104(FP), AX
+	MOVQ  AX, CX
+	SHRQ  $0x04, CX
+	MOVQ  CX, 128(SP)
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+main:
+	CMPQ   120(SP), $0x00000002
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x01, AX
+	MOVQ   112(SP), CX
+	MOVQ   d+104(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	MOVQ   (SP), SI
+	LEAQ   (SI)(DX*4), DI
+	LEAQ   (DI)(DX*4), R8
+	LEAQ   (R8)(DX*4), R9
+	LEAQ   (CX), R10
+	LEAQ   (CX)(AX*1), AX
+	MOVQ   hs+88(FP), CX
+	SHLQ   $0x06, CX
+	MOVQ   128(SP), R11
+	TESTQ  R11, R11
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R10)(CX*1)
+	PREFETCHT1  (AX)(CX*1)
+	VPMOVZXWD   (R10), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (SI), Z16, Z0
+	VFMADD231PS (SI)(DX*1), Z16, Z2
+	VFMADD231PS (SI)(DX*2), Z16, Z4
+	VFMADD231PS (SI)(BX*1), Z16, Z6
+	VFMADD231PS (DI), Z16, Z8
+	VFMADD231PS (DI)(DX*1), Z16, Z10
+	VFMADD231PS (DI)(DX*2), Z16, Z12
+	VFMADD231PS (DI)(BX*1), Z16, Z14
+	VPMOVZXWD   (AX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (R8), Z16, Z1
+	VFMADD231PS (R8)(DX*1), Z16, Z3
+	VFMADD231PS (R8)(DX*2), Z16, Z5
+	VFMADD231PS (R8)(BX*1), Z16, Z7
+	VFMADD231PS (R9), Z16, Z9
+	VFMADD231PS (R9)(DX*1), Z16, Z11
+	VFMADD231PS (R9)(DX*2), Z16, Z13
+	VFMADD231PS (R9)(BX*1), Z16, Z15
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000020, R10
+	ADDQ        $0x00000020, AX
+	DECQ        R11
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVDQU16.Z (R10), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (SI), K1, Z17
+	VFMADD231PS Z17, Z16, Z0
+	VMOVUPS.Z   (SI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z2
+	VMOVUPS.Z   (SI)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z4
+	VMOVUPS.Z   (SI)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z6
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z8
+	VMOVUPS.Z   (DI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z10
+	VMOVUPS.Z   (DI)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z12
+	VMOVUPS.Z   (DI)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z14
+	VMOVDQU16.Z (AX), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z1
+	VMOVUPS.Z   (R8)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z3
+	VMOVUPS.Z   (R8)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z5
+	VMOVUPS.Z   (R8)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z7
+	VMOVUPS.Z   (R9), K1, Z17
+	VFMADD231PS Z17, Z16, Z9
+	VMOVUPS.Z   (R9)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z11
+	VMOVUPS.Z   (R9)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z13
+	VMOVUPS.Z   (R9)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z15
+
+mainK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x06, DX
+	ADDQ       DX, AX
+	ADDQ       $0x00000002, CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VSHUFF32X4 $0x44, Z4, Z0, Z16
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z16, Z16
+	VSHUFF32X4 $0x44, Z12, Z8, Z0
+	VSHUFF32X4 $0xee, Z12, Z8, Z4
+	VADDPS     Z4, Z0, Z0
+	VSHUFF32X4 $0x44, Z5, Z1, Z4
+	VSHUFF32X4 $0xee, Z5, Z1, Z1
+	VADDPS     Z1, Z4, Z4
+	VSHUFF32X4 $0x44, Z13, Z9, Z1
+	VSHUFF32X4 $0xee, Z13, Z9, Z5
+	VADDPS     Z5, Z1, Z1
+	VSHUFF32X4 $0x44, Z6, Z2, Z5
+	VSHUFF32X4 $0xee, Z6, Z2, Z2
+	VADDPS     Z2, Z5, Z5
+	VSHUFF32X4 $0x44, Z14, Z10, Z2
+	VSHUFF32X4 $0xee, Z14, Z10, Z6
+	VADDPS     Z6, Z2, Z2
+	VSHUFF32X4 $0x44, Z7, Z3, Z6
+	VSHUFF32X4 $0xee, Z7, Z3, Z3
+	VADDPS     Z3, Z6, Z6
+	VSHUFF32X4 $0x44, Z15, Z11, Z3
+	VSHUFF32X4 $0xee, Z15, Z11, Z7
+	VADDPS     Z7, Z3, Z3
+	VSHUFF32X4 $0x88, Z0, Z16, Z7
+	VSHUFF32X4 $0xdd, Z0, Z16, Z0
+	VADDPS     Z0, Z7, Z7
+	VSHUFF32X4 $0x88, Z1, Z4, Z0
+	VSHUFF32X4 $0xdd, Z1, Z4, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z5, Z1
+	VSHUFF32X4 $0xdd, Z2, Z5, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x88, Z3, Z6, Z2
+	VSHUFF32X4 $0xdd, Z3, Z6, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z0, Z7, Z3
+	VSHUFPS    $0xee, Z0, Z7, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z2, Z1, Z0
+	VSHUFPS    $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z0, Z3, Z1
+	VSHUFPS    $0xdd, Z0, Z3, Z0
+	VADDPS     Z0, Z1, Z1
+	VMOVUPS    Z1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       56(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       64(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       72(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       80(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       88(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       96(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       60(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       68(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       76(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       84(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       92(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       100(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000002, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x02, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000002, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	MOVQ   112(SP), AX
+	MOVQ   d+104(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   (SP), BX
+	LEAQ   (BX)(CX*4), SI
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), DI
+	SHLQ   $0x06, DI
+	MOVQ   128(SP), R8
+	TESTQ  R8, R8
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(DI*1)
+	VPMOVZXWD   (AX), Z8
+	VPSLLD      $0x10, Z8, Z8
+	VFMADD231PS (BX), Z8, Z0
+	VFMADD231PS (BX)(CX*1), Z8, Z1
+	VFMADD231PS (BX)(CX*2), Z8, Z2
+	VFMADD231PS (BX)(DX*1), Z8, Z3
+	VFMADD231PS (SI), Z8, Z4
+	VFMADD231PS (SI)(CX*1), Z8, Z5
+	VFMADD231PS (SI)(CX*2), Z8, Z6
+	VFMADD231PS (SI)(DX*1), Z8, Z7
+	ADDQ        $0x00000040, BX
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000020, AX
+	DECQ        R8
+	JNZ         restK0Step
+
+restK0Tail:
+	KORTESTW    K1, K1
+	JZ          restK0Done
+	VMOVDQU16.Z (AX), K1, Y8
+	VPMOVZXWD   Y8, Z8
+	VPSLLD      $0x10, Z8, Z8
+	VMOVUPS.Z   (BX), K1, Z9
+	VFMADD231PS Z9, Z8, Z0
+	VMOVUPS.Z   (BX)(CX*1), K1, Z9
+	VFMADD231PS Z9, Z8, Z1
+	VMOVUPS.Z   (BX)(CX*2), K1, Z9
+	VFMADD231PS Z9, Z8, Z2
+	VMOVUPS.Z   (BX)(DX*1), K1, Z9
+	VFMADD231PS Z9, Z8, Z3
+	VMOVUPS.Z   (SI), K1, Z9
+	VFMADD231PS Z9, Z8, Z4
+	VMOVUPS.Z   (SI)(CX*1), K1, Z9
+	VFMADD231PS Z9, Z8, Z5
+	VMOVUPS.Z   (SI)(CX*2), K1, Z9
+	VFMADD231PS Z9, Z8, Z6
+	VMOVUPS.Z   (SI)(DX*1), K1, Z9
+	VFMADD231PS Z9, Z8, Z7
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x05, DX
+	ADDQ       DX, AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VSHUFF32X4 $0x44, Z4, Z0, Z8
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z8, Z8
+	VSHUFF32X4 $0x44, Z5, Z1, Z0
+	VSHUFF32X4 $0xee, Z5, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x44, Z6, Z2, Z1
+	VSHUFF32X4 $0xee, Z6, Z2, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x44, Z7, Z3, Z2
+	VSHUFF32X4 $0xee, Z7, Z3, Z3
+	VADDPS     Z3, Z2, Z2
+	VXORPS     Z3, Z3, Z3
+	VSHUFF32X4 $0x88, Z3, Z8, Z4
+	VSHUFF32X4 $0xdd, Z3, Z8, Z5
+	VADDPS     Z5, Z4, Z4
+	VSHUFF32X4 $0x88, Z3, Z0, Z5
+	VSHUFF32X4 $0xdd, Z3, Z0, Z0
+	VADDPS     Z0, Z5, Z5
+	VSHUFF32X4 $0x88, Z3, Z1, Z0
+	VSHUFF32X4 $0xdd, Z3, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z3, Z2, Z1
+	VSHUFF32X4 $0xdd, Z3, Z2, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFPS    $0x44, Z5, Z4, Z2
+	VSHUFPS    $0xee, Z5, Z4, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z1, Z0, Z3
+	VSHUFPS    $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x88, Z3, Z2, Z0
+	VSHUFPS    $0xdd, Z3, Z2, Z1
+	VADDPS     Z1, Z0, Z0
+	VMOVUPS    Y0, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       56(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       60(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       64(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       68(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000001, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x01, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumGroupBF16M8AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·accumGroupBF16M8AVX512(SB), NOSPLIT, $40-120
+	MOVQ  n+104(FP), AX
+	SHRQ  $0x02, AX
+	IMULQ heads+64(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  o_base+0(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 24(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 32(SP)
+	MOVQ  v_base+72(FP), AX
+	MOVQ  hs+96(FP), CX
+	SHLQ  $0x01, CX
+	MOVQ  CX, DX
+	IMULQ heads+64(FP), DX
+
+row:
+	MOVQ ldp+56(FP), BX
+	SHLQ $0x02, BX
+	LEAQ (BX)(BX*2), SI
+	MOVQ 16(SP), DI
+	LEAQ (DI)(BX*4), R8
+	MOVQ ldo+24(FP), R9
+	SHLQ $0x02, R9
+	LEAQ (R9)(R9*2), R10
+	MOVQ 8(SP), R11
+	LEAQ (R11)(R9*4), R12
+	LEAQ (DX)(DX*2), R13
+	MOVQ AX, R14
+	LEAQ (AX)(DX*4), R15
+	MOVQ d+112(FP), BP
+	SHRQ $0x04, BP
+
+step:
+	PREFETCHT1       (R15)
+	PREFETCHT1       (R15)(DX*1)
+	PREFETCHT1       (R15)(DX*2)
+	PREFETCHT1       (R15)(R13*1)
+	VPMOVZXWD        (R14), Z0
+	VPSLLD           $0x10, Z0, Z0
+	VPMOVZXWD        (R14)(DX*1), Z1
+	VPSLLD           $0x10, Z1, Z1
+	VPMOVZXWD        (R14)(DX*2), Z2
+	VPSLLD           $0x10, Z2, Z2
+	VPMOVZXWD        (R14)(R13*1), Z3
+	VPSLLD           $0x10, Z3, Z3
+	VMOVUPS          (R11), Z4
+	VFMADD231PS.BCST (DI), Z0, Z4
+	VFMADD231PS.BCST 4(DI), Z1, Z4
+	VFMADD231PS.BCST 8(DI), Z2, Z4
+	VFMADD231PS.BCST 12(DI), Z3, Z4
+	VMOVUPS          Z4, (R11)
+	VMOVUPS          (R11)(R9*1), Z4
+	VFMADD231PS.BCST (DI)(BX*1), Z0, Z4
+	VFMADD231PS.BCST 4(DI)(BX*1), Z1, Z4
+	VFMADD231PS.BCST 8(DI)(BX*1), Z2, Z4
+	VFMADD231PS.BCST 12(DI)(BX*1), Z3, Z4
+	VMOVUPS          Z4, (R11)(R9*1)
+	VMOVUPS          (R11)(R9*2), Z4
+	VFMADD231PS.BCST (DI)(BX*2), Z0, Z4
+	VFMADD231PS.BCST 4(DI)(BX*2), Z1, Z4
+	VFMADD231PS.BCST 8(DI)(BX*2), Z2, Z4
+	VFMADD231PS.BCST 12(DI)(BX*2), Z3, Z4
+	VMOVUPS          Z4, (R11)(R9*2)
+	VMOVUPS          (R11)(R10*1), Z4
+	VFMADD231PS.BCST (DI)(SI*1), Z0, Z4
+	VFMADD231PS.BCST 4(DI)(SI*1), Z1, Z4
+	VFMADD231PS.BCST 8(DI)(SI*1), Z2, Z4
+	VFMADD231PS.BCST 12(DI)(SI*1), Z3, Z4
+	VMOVUPS          Z4, (R11)(R10*1)
+	VMOVUPS          (R12), Z4
+	VFMADD231PS.BCST (R8), Z0, Z4
+	VFMADD231PS.BCST 4(R8), Z1, Z4
+	VFMADD231PS.BCST 8(R8), Z2, Z4
+	VFMADD231PS.BCST 12(R8), Z3, Z4
+	VMOVUPS          Z4, (R12)
+	VMOVUPS          (R12)(R9*1), Z4
+	VFMADD231PS.BCST (R8)(BX*1), Z0, Z4
+	VFMADD231PS.BCST 4(R8)(BX*1), Z1, Z4
+	VFMADD231PS.BCST 8(R8)(BX*1), Z2, Z4
+	VFMADD231PS.BCST 12(R8)(BX*1), Z3, Z4
+	VMOVUPS          Z4, (R12)(R9*1)
+	VMOVUPS          (R12)(R9*2), Z4
+	VFMADD231PS.BCST (R8)(BX*2), Z0, Z4
+	VFMADD231PS.BCST 4(R8)(BX*2), Z1, Z4
+	VFMADD231PS.BCST 8(R8)(BX*2), Z2, Z4
+	VFMADD231PS.BCST 12(R8)(BX*2), Z3, Z4
+	VMOVUPS          Z4, (R12)(R9*2)
+	VMOVUPS          (R12)(R10*1), Z4
+	VFMADD231PS.BCST (R8)(SI*1), Z0, Z4
+	VFMADD231PS.BCST 4(R8)(SI*1), Z1, Z4
+	VFMADD231PS.BCST 8(R8)(SI*1), Z2, Z4
+	VFMADD231PS.BCST 12(R8)(SI*1), Z3, Z4
+	VMOVUPS          Z4, (R12)(R10*1)
+	ADDQ             $0x00000020, R14
+	ADDQ             $0x00000020, R15
+	ADDQ             $0x00000040, R11
+	ADDQ             $0x00000040, R12
+	DECQ             BP
+	JNZ              step
+	ADDQ             CX, AX
+	MOVQ             32(SP), BX
+	MOVQ             8(SP), SI
+	MOVQ             16(SP), DI
+	INCQ             BX
+	MOVQ             ldo+24(FP), R8
+	SHLQ             $0x05, R8
+	ADDQ             R8, SI
+	MOVQ             ldp+56(FP), R8
+	SHLQ             $0x05, R8
+	ADDQ             R8, DI
+	CMPQ             BX, heads+64(FP)
+	JNE              store
+	XORQ             BX, BX
+	MOVQ             o_base+0(FP), SI
+	MOVQ             24(SP), DI
+	ADDQ             $0x10, DI
+	MOVQ             DI, 24(SP)
+	ADDQ             DX, AX
+	ADDQ             DX, AX
+	ADDQ             DX, AX
 
 store:
 	MOVQ BX, 32(SP)
@@ -14146,6 +16350,540 @@ store:
 	VZEROUPPER
 	RET
 
+// func scoresGroupF16M2AVX512(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·scoresGroupF16M2AVX512(SB), NOSPLIT, $136-112
+	MOVQ  q_base+32(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 32(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 8(SP)
+	MOVQ  AX, 24(SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 104(SP)
+	MOVQ  k_base+64(FP), AX
+	MOVQ  AX, 112(SP)
+	MOVQ  n+96(FP), AX
+	MOVQ  AX, 120(SP)
+	MOVQ  d+104(FP), AX
+	MOVQ  AX, CX
+	SHRQ  $0x04, CX
+	MOVQ  CX, 128(SP)
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+main:
+	CMPQ   120(SP), $0x00000008
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x01, AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   d+104(FP), SI
+	SHLQ   $0x02, SI
+	LEAQ   (SI)(SI*2), DI
+	MOVQ   (SP), R8
+	LEAQ   (R8)(SI*4), R9
+	LEAQ   (DX), R10
+	LEAQ   (DX)(AX*1), R11
+	LEAQ   (DX)(AX*2), R12
+	LEAQ   (DX)(CX*1), DX
+	MOVQ   hs+88(FP), R13
+	SHLQ   $0x06, R13
+	MOVQ   128(SP), R14
+	TESTQ  R14, R14
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R10)(R13*1)
+	PREFETCHT1  (R11)(R13*1)
+	PREFETCHT1  (R12)(R13*1)
+	PREFETCHT1  (DX)(R13*1)
+	VCVTPH2PS   (R10), Z16
+	VFMADD231PS (R8), Z16, Z0
+	VFMADD231PS (R8)(SI*1), Z16, Z8
+	VCVTPH2PS   (R11), Z16
+	VFMADD231PS (R8)(SI*2), Z16, Z1
+	VFMADD231PS (R8)(DI*1), Z16, Z9
+	VCVTPH2PS   (R12), Z16
+	VFMADD231PS (R9), Z16, Z2
+	VFMADD231PS (R9)(SI*1), Z16, Z10
+	VCVTPH2PS   (DX), Z16
+	VFMADD231PS (R9)(SI*2), Z16, Z3
+	VFMADD231PS (R9)(DI*1), Z16, Z11
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000020, R10
+	ADDQ        $0x00000020, R11
+	ADDQ        $0x00000020, R12
+	ADDQ        $0x00000020, DX
+	DECQ        R14
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVDQU16.Z (R10), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z0
+	VMOVUPS.Z   (R8)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z8
+	VMOVDQU16.Z (R11), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (R8)(SI*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z1
+	VMOVUPS.Z   (R8)(DI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z9
+	VMOVDQU16.Z (R12), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (R9), K1, Z17
+	VFMADD231PS Z17, Z16, Z2
+	VMOVUPS.Z   (R9)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z10
+	VMOVDQU16.Z (DX), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (R9)(SI*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z3
+	VMOVUPS.Z   (R9)(DI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z11
+
+mainK0Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	SHLQ    $0x05, DI
+	ADDQ    DI, DX
+	ADDQ    $0x00000004, SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    d+104(FP), DX
+	SHLQ    $0x02, DX
+	LEAQ    (DX)(DX*2), SI
+	MOVQ    (SP), DI
+	LEAQ    (DI)(DX*4), R8
+	LEAQ    (BX), R9
+	LEAQ    (BX)(AX*1), R10
+	LEAQ    (BX)(AX*2), AX
+	LEAQ    (BX)(CX*1), CX
+	MOVQ    hs+88(FP), BX
+	SHLQ    $0x06, BX
+	MOVQ    128(SP), R11
+	TESTQ   R11, R11
+	JZ      mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (R9)(BX*1)
+	PREFETCHT1  (R10)(BX*1)
+	PREFETCHT1  (AX)(BX*1)
+	PREFETCHT1  (CX)(BX*1)
+	VCVTPH2PS   (R9), Z16
+	VFMADD231PS (DI), Z16, Z4
+	VFMADD231PS (DI)(DX*1), Z16, Z12
+	VCVTPH2PS   (R10), Z16
+	VFMADD231PS (DI)(DX*2), Z16, Z5
+	VFMADD231PS (DI)(SI*1), Z16, Z13
+	VCVTPH2PS   (AX), Z16
+	VFMADD231PS (R8), Z16, Z6
+	VFMADD231PS (R8)(DX*1), Z16, Z14
+	VCVTPH2PS   (CX), Z16
+	VFMADD231PS (R8)(DX*2), Z16, Z7
+	VFMADD231PS (R8)(SI*1), Z16, Z15
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000020, R9
+	ADDQ        $0x00000020, R10
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	DECQ        R11
+	JNZ         mainK4Step
+
+mainK4Tail:
+	KORTESTW    K1, K1
+	JZ          mainK4Done
+	VMOVDQU16.Z (R9), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z4
+	VMOVUPS.Z   (DI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z12
+	VMOVDQU16.Z (R10), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (DI)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z5
+	VMOVUPS.Z   (DI)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z13
+	VMOVDQU16.Z (AX), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z6
+	VMOVUPS.Z   (R8)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z14
+	VMOVDQU16.Z (CX), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (R8)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z7
+	VMOVUPS.Z   (R8)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z15
+
+mainK4Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x05, DX
+	ADDQ       DX, AX
+	ADDQ       $0x00000004, CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VSHUFF32X4 $0x44, Z4, Z0, Z16
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z16, Z16
+	VSHUFF32X4 $0x44, Z12, Z8, Z0
+	VSHUFF32X4 $0xee, Z12, Z8, Z4
+	VADDPS     Z4, Z0, Z0
+	VSHUFF32X4 $0x44, Z5, Z1, Z4
+	VSHUFF32X4 $0xee, Z5, Z1, Z1
+	VADDPS     Z1, Z4, Z4
+	VSHUFF32X4 $0x44, Z13, Z9, Z1
+	VSHUFF32X4 $0xee, Z13, Z9, Z5
+	VADDPS     Z5, Z1, Z1
+	VSHUFF32X4 $0x44, Z6, Z2, Z5
+	VSHUFF32X4 $0xee, Z6, Z2, Z2
+	VADDPS     Z2, Z5, Z5
+	VSHUFF32X4 $0x44, Z14, Z10, Z2
+	VSHUFF32X4 $0xee, Z14, Z10, Z6
+	VADDPS     Z6, Z2, Z2
+	VSHUFF32X4 $0x44, Z7, Z3, Z6
+	VSHUFF32X4 $0xee, Z7, Z3, Z3
+	VADDPS     Z3, Z6, Z6
+	VSHUFF32X4 $0x44, Z15, Z11, Z3
+	VSHUFF32X4 $0xee, Z15, Z11, Z7
+	VADDPS     Z7, Z3, Z3
+	VSHUFF32X4 $0x88, Z0, Z16, Z7
+	VSHUFF32X4 $0xdd, Z0, Z16, Z0
+	VADDPS     Z0, Z7, Z7
+	VSHUFF32X4 $0x88, Z1, Z4, Z0
+	VSHUFF32X4 $0xdd, Z1, Z4, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z5, Z1
+	VSHUFF32X4 $0xdd, Z2, Z5, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x88, Z3, Z6, Z2
+	VSHUFF32X4 $0xdd, Z3, Z6, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z0, Z7, Z3
+	VSHUFPS    $0xee, Z0, Z7, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z2, Z1, Z0
+	VSHUFPS    $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z0, Z3, Z1
+	VSHUFPS    $0xdd, Z0, Z3, Z0
+	VADDPS     Z0, Z1, Z1
+	VMOVUPS    Z1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       72(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       76(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       80(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       84(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       56(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       88(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       60(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       92(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       64(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       96(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       68(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       100(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000008, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x04, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000008, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	MOVQ   112(SP), AX
+	MOVQ   d+104(FP), CX
+	SHLQ   $0x02, CX
+	MOVQ   (SP), DX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), BX
+	SHLQ   $0x06, BX
+	MOVQ   128(SP), SI
+	TESTQ  SI, SI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(BX*1)
+	VCVTPH2PS   (AX), Z2
+	VFMADD231PS (DX), Z2, Z0
+	VFMADD231PS (DX)(CX*1), Z2, Z1
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, AX
+	DECQ        SI
+	JNZ         restK0Step
+
+restK0Tail:
+	KORTESTW    K1, K1
+	JZ          restK0Done
+	VMOVDQU16.Z (AX), K1, Y2
+	VCVTPH2PS   Y2, Z2
+	VMOVUPS.Z   (DX), K1, Z3
+	VFMADD231PS Z3, Z2, Z0
+	VMOVUPS.Z   (DX)(CX*1), K1, Z3
+	VFMADD231PS Z3, Z2, Z1
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x03, DX
+	ADDQ       DX, AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Z2, Z2, Z2
+	VSHUFF32X4 $0x44, Z2, Z0, Z3
+	VSHUFF32X4 $0xee, Z2, Z0, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFF32X4 $0x44, Z2, Z1, Z0
+	VSHUFF32X4 $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z3, Z1
+	VSHUFF32X4 $0xdd, Z2, Z3, Z3
+	VADDPS     Z3, Z1, Z1
+	VSHUFF32X4 $0x88, Z2, Z0, Z3
+	VSHUFF32X4 $0xdd, Z2, Z0, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z3, Z1, Z0
+	VSHUFPS    $0xee, Z3, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z2, Z0, Z1
+	VSHUFPS    $0xdd, Z2, Z0, Z0
+	VADDPS     Z0, Z1, Z1
+	VMOVUPS    Y1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000001, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x01, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumGroupF16M2AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·accumGroupF16M2AVX512(SB), NOSPLIT, $40-120
+	MOVQ  n+104(FP), AX
+	SHRQ  $0x02, AX
+	IMULQ heads+64(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  o_base+0(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 24(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 32(SP)
+	MOVQ  v_base+72(FP), AX
+	MOVQ  hs+96(FP), CX
+	SHLQ  $0x01, CX
+	MOVQ  CX, DX
+	IMULQ heads+64(FP), DX
+
+row:
+	MOVQ         ldp+56(FP), BX
+	SHLQ         $0x02, BX
+	MOVQ         16(SP), SI
+	VBROADCASTSS (SI), Z0
+	VBROADCASTSS 4(SI), Z1
+	VBROADCASTSS 8(SI), Z2
+	VBROADCASTSS 12(SI), Z3
+	VBROADCASTSS (SI)(BX*1), Z4
+	VBROADCASTSS 4(SI)(BX*1), Z5
+	VBROADCASTSS 8(SI)(BX*1), Z6
+	VBROADCASTSS 12(SI)(BX*1), Z7
+	MOVQ         ldo+24(FP), BX
+	SHLQ         $0x02, BX
+	MOVQ         8(SP), SI
+	LEAQ         (DX)(DX*2), DI
+	MOVQ         AX, R8
+	LEAQ         (AX)(DX*4), R9
+	MOVQ         d+112(FP), R10
+	SHRQ         $0x04, R10
+
+step:
+	PREFETCHT1  (R9)
+	PREFETCHT1  (R9)(DX*1)
+	PREFETCHT1  (R9)(DX*2)
+	PREFETCHT1  (R9)(DI*1)
+	VCVTPH2PS   (R8), Z8
+	VCVTPH2PS   (R8)(DX*1), Z9
+	VCVTPH2PS   (R8)(DX*2), Z10
+	VCVTPH2PS   (R8)(DI*1), Z11
+	VMOVUPS     (SI), Z12
+	VFMADD231PS Z0, Z8, Z12
+	VFMADD231PS Z1, Z9, Z12
+	VFMADD231PS Z2, Z10, Z12
+	VFMADD231PS Z3, Z11, Z12
+	VMOVUPS     Z12, (SI)
+	VMOVUPS     (SI)(BX*1), Z12
+	VFMADD231PS Z4, Z8, Z12
+	VFMADD231PS Z5, Z9, Z12
+	VFMADD231PS Z6, Z10, Z12
+	VFMADD231PS Z7, Z11, Z12
+	VMOVUPS     Z12, (SI)(BX*1)
+	ADDQ        $0x00000020, R8
+	ADDQ        $0x00000020, R9
+	ADDQ        $0x00000040, SI
+	DECQ        R10
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        32(SP), BX
+	MOVQ        8(SP), SI
+	MOVQ        16(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	SHLQ        $0x03, R8
+	ADDQ        R8, SI
+	MOVQ        ldp+56(FP), R8
+	SHLQ        $0x03, R8
+	ADDQ        R8, DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        24(SP), DI
+	ADDQ        $0x10, DI
+	MOVQ        DI, 24(SP)
+	ADDQ        DX, AX
+	ADDQ        DX, AX
+	ADDQ        DX, AX
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
 // func scoresGroupF16M4AVX512(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
 // Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL, CMOV, MMX+
 TEXT ·scoresGroupF16M4AVX512(SB), NOSPLIT, $136-112
@@ -14666,6 +17404,564 @@ step:
 	ADDQ        DX, AX
 	ADDQ        DX, AX
 	ADDQ        DX, AX
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
+// func scoresGroupF16M8AVX512(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·scoresGroupF16M8AVX512(SB), NOSPLIT, $136-112
+	MOVQ  q_base+32(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 32(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 8(SP)
+	MOVQ  AX, 24(SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 104(SP)
+	MOVQ  k_base+64(FP), AX
+	MOVQ  AX, 112(SP)
+	MOVQ  n+96(FP), AX
+	MOVQ  AX, 120(SP)
+	MOVQ  d+104(FP), AX
+	MOVQ  AX, CX
+	SHRQ  $0x04, CX
+	MOVQ  CX, 128(SP)
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+main:
+	CMPQ   120(SP), $0x00000002
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x01, AX
+	MOVQ   112(SP), CX
+	MOVQ   d+104(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	MOVQ   (SP), SI
+	LEAQ   (SI)(DX*4), DI
+	LEAQ   (DI)(DX*4), R8
+	LEAQ   (R8)(DX*4), R9
+	LEAQ   (CX), R10
+	LEAQ   (CX)(AX*1), AX
+	MOVQ   hs+88(FP), CX
+	SHLQ   $0x06, CX
+	MOVQ   128(SP), R11
+	TESTQ  R11, R11
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R10)(CX*1)
+	PREFETCHT1  (AX)(CX*1)
+	VCVTPH2PS   (R10), Z16
+	VFMADD231PS (SI), Z16, Z0
+	VFMADD231PS (SI)(DX*1), Z16, Z2
+	VFMADD231PS (SI)(DX*2), Z16, Z4
+	VFMADD231PS (SI)(BX*1), Z16, Z6
+	VFMADD231PS (DI), Z16, Z8
+	VFMADD231PS (DI)(DX*1), Z16, Z10
+	VFMADD231PS (DI)(DX*2), Z16, Z12
+	VFMADD231PS (DI)(BX*1), Z16, Z14
+	VCVTPH2PS   (AX), Z16
+	VFMADD231PS (R8), Z16, Z1
+	VFMADD231PS (R8)(DX*1), Z16, Z3
+	VFMADD231PS (R8)(DX*2), Z16, Z5
+	VFMADD231PS (R8)(BX*1), Z16, Z7
+	VFMADD231PS (R9), Z16, Z9
+	VFMADD231PS (R9)(DX*1), Z16, Z11
+	VFMADD231PS (R9)(DX*2), Z16, Z13
+	VFMADD231PS (R9)(BX*1), Z16, Z15
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000020, R10
+	ADDQ        $0x00000020, AX
+	DECQ        R11
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVDQU16.Z (R10), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (SI), K1, Z17
+	VFMADD231PS Z17, Z16, Z0
+	VMOVUPS.Z   (SI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z2
+	VMOVUPS.Z   (SI)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z4
+	VMOVUPS.Z   (SI)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z6
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z8
+	VMOVUPS.Z   (DI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z10
+	VMOVUPS.Z   (DI)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z12
+	VMOVUPS.Z   (DI)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z14
+	VMOVDQU16.Z (AX), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z1
+	VMOVUPS.Z   (R8)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z3
+	VMOVUPS.Z   (R8)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z5
+	VMOVUPS.Z   (R8)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z7
+	VMOVUPS.Z   (R9), K1, Z17
+	VFMADD231PS Z17, Z16, Z9
+	VMOVUPS.Z   (R9)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z11
+	VMOVUPS.Z   (R9)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z13
+	VMOVUPS.Z   (R9)(BX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z15
+
+mainK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x06, DX
+	ADDQ       DX, AX
+	ADDQ       $0x00000002, CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VSHUFF32X4 $0x44, Z4, Z0, Z16
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z16, Z16
+	VSHUFF32X4 $0x44, Z12, Z8, Z0
+	VSHUFF32X4 $0xee, Z12, Z8, Z4
+	VADDPS     Z4, Z0, Z0
+	VSHUFF32X4 $0x44, Z5, Z1, Z4
+	VSHUFF32X4 $0xee, Z5, Z1, Z1
+	VADDPS     Z1, Z4, Z4
+	VSHUFF32X4 $0x44, Z13, Z9, Z1
+	VSHUFF32X4 $0xee, Z13, Z9, Z5
+	VADDPS     Z5, Z1, Z1
+	VSHUFF32X4 $0x44, Z6, Z2, Z5
+	VSHUFF32X4 $0xee, Z6, Z2, Z2
+	VADDPS     Z2, Z5, Z5
+	VSHUFF32X4 $0x44, Z14, Z10, Z2
+	VSHUFF32X4 $0xee, Z14, Z10, Z6
+	VADDPS     Z6, Z2, Z2
+	VSHUFF32X4 $0x44, Z7, Z3, Z6
+	VSHUFF32X4 $0xee, Z7, Z3, Z3
+	VADDPS     Z3, Z6, Z6
+	VSHUFF32X4 $0x44, Z15, Z11, Z3
+	VSHUFF32X4 $0xee, Z15, Z11, Z7
+	VADDPS     Z7, Z3, Z3
+	VSHUFF32X4 $0x88, Z0, Z16, Z7
+	VSHUFF32X4 $0xdd, Z0, Z16, Z0
+	VADDPS     Z0, Z7, Z7
+	VSHUFF32X4 $0x88, Z1, Z4, Z0
+	VSHUFF32X4 $0xdd, Z1, Z4, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z5, Z1
+	VSHUFF32X4 $0xdd, Z2, Z5, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x88, Z3, Z6, Z2
+	VSHUFF32X4 $0xdd, Z3, Z6, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z0, Z7, Z3
+	VSHUFPS    $0xee, Z0, Z7, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z2, Z1, Z0
+	VSHUFPS    $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z0, Z3, Z1
+	VSHUFPS    $0xdd, Z0, Z3, Z0
+	VADDPS     Z0, Z1, Z1
+	VMOVUPS    Z1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       56(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       64(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       72(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       80(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       88(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       96(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       60(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       68(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       76(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       84(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       92(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       100(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000002, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x02, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000002, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	MOVQ   112(SP), AX
+	MOVQ   d+104(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   (SP), BX
+	LEAQ   (BX)(CX*4), SI
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), DI
+	SHLQ   $0x06, DI
+	MOVQ   128(SP), R8
+	TESTQ  R8, R8
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(DI*1)
+	VCVTPH2PS   (AX), Z8
+	VFMADD231PS (BX), Z8, Z0
+	VFMADD231PS (BX)(CX*1), Z8, Z1
+	VFMADD231PS (BX)(CX*2), Z8, Z2
+	VFMADD231PS (BX)(DX*1), Z8, Z3
+	VFMADD231PS (SI), Z8, Z4
+	VFMADD231PS (SI)(CX*1), Z8, Z5
+	VFMADD231PS (SI)(CX*2), Z8, Z6
+	VFMADD231PS (SI)(DX*1), Z8, Z7
+	ADDQ        $0x00000040, BX
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000020, AX
+	DECQ        R8
+	JNZ         restK0Step
+
+restK0Tail:
+	KORTESTW    K1, K1
+	JZ          restK0Done
+	VMOVDQU16.Z (AX), K1, Y8
+	VCVTPH2PS   Y8, Z8
+	VMOVUPS.Z   (BX), K1, Z9
+	VFMADD231PS Z9, Z8, Z0
+	VMOVUPS.Z   (BX)(CX*1), K1, Z9
+	VFMADD231PS Z9, Z8, Z1
+	VMOVUPS.Z   (BX)(CX*2), K1, Z9
+	VFMADD231PS Z9, Z8, Z2
+	VMOVUPS.Z   (BX)(DX*1), K1, Z9
+	VFMADD231PS Z9, Z8, Z3
+	VMOVUPS.Z   (SI), K1, Z9
+	VFMADD231PS Z9, Z8, Z4
+	VMOVUPS.Z   (SI)(CX*1), K1, Z9
+	VFMADD231PS Z9, Z8, Z5
+	VMOVUPS.Z   (SI)(CX*2), K1, Z9
+	VFMADD231PS Z9, Z8, Z6
+	VMOVUPS.Z   (SI)(DX*1), K1, Z9
+	VFMADD231PS Z9, Z8, Z7
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x05, DX
+	ADDQ       DX, AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VSHUFF32X4 $0x44, Z4, Z0, Z8
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z8, Z8
+	VSHUFF32X4 $0x44, Z5, Z1, Z0
+	VSHUFF32X4 $0xee, Z5, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x44, Z6, Z2, Z1
+	VSHUFF32X4 $0xee, Z6, Z2, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x44, Z7, Z3, Z2
+	VSHUFF32X4 $0xee, Z7, Z3, Z3
+	VADDPS     Z3, Z2, Z2
+	VXORPS     Z3, Z3, Z3
+	VSHUFF32X4 $0x88, Z3, Z8, Z4
+	VSHUFF32X4 $0xdd, Z3, Z8, Z5
+	VADDPS     Z5, Z4, Z4
+	VSHUFF32X4 $0x88, Z3, Z0, Z5
+	VSHUFF32X4 $0xdd, Z3, Z0, Z0
+	VADDPS     Z0, Z5, Z5
+	VSHUFF32X4 $0x88, Z3, Z1, Z0
+	VSHUFF32X4 $0xdd, Z3, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z3, Z2, Z1
+	VSHUFF32X4 $0xdd, Z3, Z2, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFPS    $0x44, Z5, Z4, Z2
+	VSHUFPS    $0xee, Z5, Z4, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z1, Z0, Z3
+	VSHUFPS    $0xee, Z1, Z0, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x88, Z3, Z2, Z0
+	VSHUFPS    $0xdd, Z3, Z2, Z1
+	VADDPS     Z1, Z0, Z0
+	VMOVUPS    Y0, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       56(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       60(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       64(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       68(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000001, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x01, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumGroupF16M8AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·accumGroupF16M8AVX512(SB), NOSPLIT, $40-120
+	MOVQ  n+104(FP), AX
+	SHRQ  $0x02, AX
+	IMULQ heads+64(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  o_base+0(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 24(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 32(SP)
+	MOVQ  v_base+72(FP), AX
+	MOVQ  hs+96(FP), CX
+	SHLQ  $0x01, CX
+	MOVQ  CX, DX
+	IMULQ heads+64(FP), DX
+
+row:
+	MOVQ ldp+56(FP), BX
+	SHLQ $0x02, BX
+	LEAQ (BX)(BX*2), SI
+	MOVQ 16(SP), DI
+	LEAQ (DI)(BX*4), R8
+	MOVQ ldo+24(FP), R9
+	SHLQ $0x02, R9
+	LEAQ (R9)(R9*2), R10
+	MOVQ 8(SP), R11
+	LEAQ (R11)(R9*4), R12
+	LEAQ (DX)(DX*2), R13
+	MOVQ AX, R14
+	LEAQ (AX)(DX*4), R15
+	MOVQ d+112(FP), BP
+	SHRQ $0x04, BP
+
+step:
+	PREFETCHT1       (R15)
+	PREFETCHT1       (R15)(DX*1)
+	PREFETCHT1       (R15)(DX*2)
+	PREFETCHT1       (R15)(R13*1)
+	VCVTPH2PS        (R14), Z0
+	VCVTPH2PS        (R14)(DX*1), Z1
+	VCVTPH2PS        (R14)(DX*2), Z2
+	VCVTPH2PS        (R14)(R13*1), Z3
+	VMOVUPS          (R11), Z4
+	VFMADD231PS.BCST (DI), Z0, Z4
+	VFMADD231PS.BCST 4(DI), Z1, Z4
+	VFMADD231PS.BCST 8(DI), Z2, Z4
+	VFMADD231PS.BCST 12(DI), Z3, Z4
+	VMOVUPS          Z4, (R11)
+	VMOVUPS          (R11)(R9*1), Z4
+	VFMADD231PS.BCST (DI)(BX*1), Z0, Z4
+	VFMADD231PS.BCST 4(DI)(BX*1), Z1, Z4
+	VFMADD231PS.BCST 8(DI)(BX*1), Z2, Z4
+	VFMADD231PS.BCST 12(DI)(BX*1), Z3, Z4
+	VMOVUPS          Z4, (R11)(R9*1)
+	VMOVUPS          (R11)(R9*2), Z4
+	VFMADD231PS.BCST (DI)(BX*2), Z0, Z4
+	VFMADD231PS.BCST 4(DI)(BX*2), Z1, Z4
+	VFMADD231PS.BCST 8(DI)(BX*2), Z2, Z4
+	VFMADD231PS.BCST 12(DI)(BX*2), Z3, Z4
+	VMOVUPS          Z4, (R11)(R9*2)
+	VMOVUPS          (R11)(R10*1), Z4
+	VFMADD231PS.BCST (DI)(SI*1), Z0, Z4
+	VFMADD231PS.BCST 4(DI)(SI*1), Z1, Z4
+	VFMADD231PS.BCST 8(DI)(SI*1), Z2, Z4
+	VFMADD231PS.BCST 12(DI)(SI*1), Z3, Z4
+	VMOVUPS          Z4, (R11)(R10*1)
+	VMOVUPS          (R12), Z4
+	VFMADD231PS.BCST (R8), Z0, Z4
+	VFMADD231PS.BCST 4(R8), Z1, Z4
+	VFMADD231PS.BCST 8(R8), Z2, Z4
+	VFMADD231PS.BCST 12(R8), Z3, Z4
+	VMOVUPS          Z4, (R12)
+	VMOVUPS          (R12)(R9*1), Z4
+	VFMADD231PS.BCST (R8)(BX*1), Z0, Z4
+	VFMADD231PS.BCST 4(R8)(BX*1), Z1, Z4
+	VFMADD231PS.BCST 8(R8)(BX*1), Z2, Z4
+	VFMADD231PS.BCST 12(R8)(BX*1), Z3, Z4
+	VMOVUPS          Z4, (R12)(R9*1)
+	VMOVUPS          (R12)(R9*2), Z4
+	VFMADD231PS.BCST (R8)(BX*2), Z0, Z4
+	VFMADD231PS.BCST 4(R8)(BX*2), Z1, Z4
+	VFMADD231PS.BCST 8(R8)(BX*2), Z2, Z4
+	VFMADD231PS.BCST 12(R8)(BX*2), Z3, Z4
+	VMOVUPS          Z4, (R12)(R9*2)
+	VMOVUPS          (R12)(R10*1), Z4
+	VFMADD231PS.BCST (R8)(SI*1), Z0, Z4
+	VFMADD231PS.BCST 4(R8)(SI*1), Z1, Z4
+	VFMADD231PS.BCST 8(R8)(SI*1), Z2, Z4
+	VFMADD231PS.BCST 12(R8)(SI*1), Z3, Z4
+	VMOVUPS          Z4, (R12)(R10*1)
+	ADDQ             $0x00000020, R14
+	ADDQ             $0x00000020, R15
+	ADDQ             $0x00000040, R11
+	ADDQ             $0x00000040, R12
+	DECQ             BP
+	JNZ              step
+	ADDQ             CX, AX
+	MOVQ             32(SP), BX
+	MOVQ             8(SP), SI
+	MOVQ             16(SP), DI
+	INCQ             BX
+	MOVQ             ldo+24(FP), R8
+	SHLQ             $0x05, R8
+	ADDQ             R8, SI
+	MOVQ             ldp+56(FP), R8
+	SHLQ             $0x05, R8
+	ADDQ             R8, DI
+	CMPQ             BX, heads+64(FP)
+	JNE              store
+	XORQ             BX, BX
+	MOVQ             o_base+0(FP), SI
+	MOVQ             24(SP), DI
+	ADDQ             $0x10, DI
+	MOVQ             DI, 24(SP)
+	ADDQ             DX, AX
+	ADDQ             DX, AX
+	ADDQ             DX, AX
 
 store:
 	MOVQ BX, 32(SP)

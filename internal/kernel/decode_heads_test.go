@@ -73,13 +73,18 @@ func TestDecodeHeads(t *testing.T) {
 // TestDecodeGroup: the grouped-query kernels (m rows per KV head) of
 // every set that has them give, bit for bit, what the same set's one-head
 // kernels give head by head, in the layouts of TestDecodeHeads, for the
-// assembly's GroupRows rows and head counts that are multiples of it, and
-// for the calls it sends head by head (other row and head counts).
+// table's rows (m = 1, 2, 4, 8) and head counts that are multiples of a
+// scores block's (16/m), and for the calls it sends head by head (other
+// row and head counts).
 func TestDecodeGroup(t *testing.T) {
 	r := rand.New(rand.NewPCG(15, 16))
 	type shape struct{ m, heads, n, d int }
 	shapes := []shape{{4, 8, 200, 128}, {4, 4, 37, 64}, {4, 8, 33, 96}, {4, 16, 5, 32}, {4, 4, 1, 160}, {4, 8, 0, 64},
-		{4, 8, 21, 24}, {4, 6, 17, 64}, {2, 8, 19, 64}, {8, 4, 23, 64}, {3, 4, 9, 32}}
+		{4, 8, 21, 24}, {4, 6, 17, 64}, {2, 8, 19, 64}, {8, 4, 23, 64}, {3, 4, 9, 32},
+		// Every m of the kernel table (1, 2, 8), odd n, n < 16, heads
+		// multiples of a block's (16/m) and not.
+		{1, 8, 37, 64}, {1, 5, 9, 128}, {2, 16, 45, 128}, {2, 8, 7, 64}, {2, 24, 13, 48}, {2, 4, 19, 64}, {2, 6, 5, 64},
+		{8, 2, 51, 128}, {8, 8, 9, 64}, {8, 6, 3, 32}, {8, 2, 17, 80}, {8, 3, 11, 64}, {8, 1, 13, 64}}
 	for _, dk := range decodeSets() {
 		for _, typ := range cacheTypes {
 			if dk.ScoresGroup[typ] == nil {

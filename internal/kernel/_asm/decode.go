@@ -117,6 +117,12 @@ func scoresPrefetchRows(e decodeElem) int {
 	return r
 }
 
+// groupRows are the rows per KV head (mr > 1) of the grouped-query
+// kernels (genScoresGroup, genAccumGroup): every power of two whose scores
+// tile of L/mr heads and accum tile of mr rows fit the registers (mr = 16
+// would be one head per block: the one-head kernel's tile).
+var groupRows = []int{2, 4, 8}
+
 // accumKeyBlock is the number of keys whose V rows one pass of an accum
 // kernel keeps in L1 while it sweeps O's columns.
 const accumKeyBlock = 32
@@ -155,11 +161,13 @@ func genDecode() {
 			for mr := 1; mr <= s.Lanes; mr *= 2 {
 				genAccum(s, e, mr)
 			}
-			genScoresHeads(s, e)
+			genScoresGroup(s, e, 1)
 			genAccumHeads(s, e)
 			if s.EVEX && !e.quant() && e.Size > 1 {
-				genScoresGroup(s, e, 4)
-				genAccumGroup(s, e, 4)
+				for _, mr := range groupRows {
+					genScoresGroup(s, e, mr)
+					genAccumGroup(s, e, mr)
+				}
 			}
 		}
 		genReadSum(s)

@@ -536,12 +536,18 @@ func genAccumGroup(s isa, e decodeElem, mr int) {
 	{
 		ldp, ldp3 := strides(slot(Param("ldp")), 4, mr)
 		ps := newRowSet(ph, ldp, ldp3, mr)
-		pv := make([][]VecVirtual, mr)
-		for r := range pv {
-			for t := 0; t < kb; t++ {
-				x := s.Vec()
-				VBROADCASTSS(ps.mem(r, 4*t), x)
-				pv[r] = append(pv[r], x)
+		// The probabilities, broadcast into registers once per row of
+		// heads when they fit (mr·kb of them beside kb V vectors and an
+		// O vector), else read by each FMA as an embedded broadcast.
+		var pv [][]VecVirtual
+		if mr*kb+kb+1 <= numRegs(s) {
+			pv = make([][]VecVirtual, mr)
+			for r := range pv {
+				for t := 0; t < kb; t++ {
+					x := s.Vec()
+					VBROADCASTSS(ps.mem(r, 4*t), x)
+					pv[r] = append(pv[r], x)
+				}
 			}
 		}
 		ldo, ldo3 := strides(slot(Param("ldo")), 4, mr)
@@ -567,7 +573,11 @@ func genAccumGroup(s isa, e decodeElem, mr int) {
 			om := os.mem(r, 0)
 			VMOVUPS(om, a)
 			for t := 0; t < kb; t++ {
-				VFMADD231PS(pv[r][t], vv[t], a)
+				if pv != nil {
+					VFMADD231PS(pv[r][t], vv[t], a)
+				} else {
+					VFMADD231PS_BCST(ps.mem(r, 4*t), vv[t], a)
+				}
 			}
 			VMOVUPS(a, om)
 		}
