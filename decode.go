@@ -172,6 +172,6 @@ func (p *plan) headsTile(s *sequence, subs []subBlock) bool {
 		return true
 	default:
 		kf, vf, nh := formats[p.k.dt].kf, formats[p.v.dt].kf, len(subs)
-		return p.dec.GroupFast(kf, m, nh) && p.dec.GroupFast(vf, m, nh)
+		return p.dec.ScoresGroup[kf] != nil && p.dec.AccumGroup[vf] != nil && (p.dec.GroupFast(true, kf, m, nh) || p.dec.GroupFast(false, vf, m, nh))
 	}
 }

@@ -104,7 +104,7 @@ type Decode struct {
 	// with K_h and V_h as for ScoresHeads. The results are bit for bit
 	// those of Scores[f](s[h*m*lds:], lds, q[h*m*d:], m, k[h*hs:], ldk,
 	// n, d) and Accum[f](o[h*m*ldo:], ldo, p[h*m*ldp:], ldp, m, v[h*hs:],
-	// ldv, n, d) for each h. Where GroupFast(f, m, heads) holds, the
+	// ldv, n, d) for each h. Where GroupFast(…, f, m, heads) holds, the
 	// heads lie side by side (ldk == heads·hs) and d is a multiple of 16,
 	// the assembly reads the cache once in address order, where the
 	// one-head kernels read each head's rows a whole key row apart
@@ -117,10 +117,10 @@ type Decode struct {
 	ScoresGroup [NumFormats]ScoresGroupFunc
 	AccumGroup  [NumFormats]AccumGroupFunc
 
-	// groupRows[f] has bit m set for each number m > 1 of rows per KV
-	// head that ScoresGroup[f] and AccumGroup[f] both take in one pass
-	// (see GroupFast).
-	groupRows [NumFormats]uint32
+	// scoresRows[f] (accumRows[f]) has bit m set for each number m > 1
+	// of rows per KV head that ScoresGroup[f] (AccumGroup[f]) takes in
+	// one pass over the cache (see GroupFast).
+	scoresRows, accumRows [NumFormats]uint32
 
 	// ReadSum is the read-bandwidth yardstick (see above).
 	ReadSum func(b []byte) uint32
@@ -144,14 +144,20 @@ type ScoresGroupFunc func(s []float32, lds int, q []float32, m, heads int, k []b
 // AccumGroupFunc is the signature of Decode.AccumGroup.
 type AccumGroupFunc func(o []float32, ldo int, p []float32, ldp, m, heads int, v []byte, ldv, hs, n, d int)
 
-// GroupFast reports whether ScoresGroup[f] and AccumGroup[f] of dk read
-// a cache of heads KV heads side by side in one pass for m > 1 query rows
-// per KV head (given d a multiple of 16), rather than head by head: the
-// AVX-512 float32, bf16 and fp16 kernels for m = 2, 4 and 8 (not bf16's
-// m = 8 on avx512bf16, whose one-head kernels round to bfloat16) and
-// heads a multiple of 16/m, the KV heads of one scores block.
-func (dk *Decode) GroupFast(f Format, m, heads int) bool {
-	return m > 1 && m < 32 && dk.groupRows[f]>>m&1 != 0 && heads > 1 && heads%max(groupBlockRows/m, 1) == 0
+// GroupFast reports whether ScoresGroup[f] (scores) or AccumGroup[f]
+// (!scores) of dk reads a cache of heads KV heads side by side in one
+// pass for m > 1 query rows per KV head (given d a multiple of 16),
+// rather than head by head: the AVX-512 float32, bf16 and fp16 kernels
+// for m = 2 and 4, and for Accum m = 8 (Scores of 8 rows is faster head
+// by head), not bf16's m = 8 on avx512bf16 (whose one-head kernels round
+// to bfloat16); heads a multiple of 16/m, the KV heads of one scores
+// block.
+func (dk *Decode) GroupFast(scores bool, f Format, m, heads int) bool {
+	mask := dk.accumRows[f]
+	if scores {
+		mask = dk.scoresRows[f]
+	}
+	return m > 1 && m < 32 && mask>>m&1 != 0 && heads > 1 && heads%max(groupBlockRows/m, 1) == 0
 }
 
 // groupBlockRows is the number of query rows of a block of the

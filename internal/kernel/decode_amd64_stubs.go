@@ -94,12 +94,6 @@ func scoresGroupF32M4AVX512(s []float32, lds int, q []float32, heads int, k []fl
 //go:noescape
 func accumGroupF32M4AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []float32, hs int, n int, d int)
 
-// scoresGroupF32M8AVX512 sets s[(h*8+r)*lds+v/heads] = Σ_p q[(h*8+r)*d+p]·k[v*hs+p], h = v%heads, for r < 8, v < n, p < d, bit for bit as scoresF32M8AVX512;
-// hs is the key row stride in elements; d >= 1, n >= 1, and all accesses are in bounds. heads is a multiple of 2 and n of heads.
-//
-//go:noescape
-func scoresGroupF32M8AVX512(s []float32, lds int, q []float32, heads int, k []float32, hs int, n int, d int)
-
 // accumGroupF32M8AVX512 adds p[(h*8+r)*ldp+j]·v[(j*heads+h)*hs+c] to o[(h*8+r)*ldo+c] for h < heads, r < 8, j < n, c < d, bit for bit as accumF32M8AVX512;
 // hs is the value row stride of a head in elements; d is a positive multiple of 16, n a positive multiple of 4, heads >= 1, and all accesses are in bounds.
 //
@@ -202,12 +196,6 @@ func scoresGroupBF16M4AVX512(s []float32, lds int, q []float32, heads int, k []u
 //go:noescape
 func accumGroupBF16M4AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
 
-// scoresGroupBF16M8AVX512 sets s[(h*8+r)*lds+v/heads] = Σ_p q[(h*8+r)*d+p]·k[v*hs+p], h = v%heads, for r < 8, v < n, p < d, bit for bit as scoresBF16M8AVX512;
-// hs is the key row stride in elements; d >= 1, n >= 1, and all accesses are in bounds. heads is a multiple of 2 and n of heads.
-//
-//go:noescape
-func scoresGroupBF16M8AVX512(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
-
 // accumGroupBF16M8AVX512 adds p[(h*8+r)*ldp+j]·v[(j*heads+h)*hs+c] to o[(h*8+r)*ldo+c] for h < heads, r < 8, j < n, c < d, bit for bit as accumBF16M8AVX512;
 // hs is the value row stride of a head in elements; d is a positive multiple of 16, n a positive multiple of 4, heads >= 1, and all accesses are in bounds.
 //
@@ -309,12 +297,6 @@ func scoresGroupF16M4AVX512(s []float32, lds int, q []float32, heads int, k []ui
 //
 //go:noescape
 func accumGroupF16M4AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
-
-// scoresGroupF16M8AVX512 sets s[(h*8+r)*lds+v/heads] = Σ_p q[(h*8+r)*d+p]·k[v*hs+p], h = v%heads, for r < 8, v < n, p < d, bit for bit as scoresF16M8AVX512;
-// hs is the key row stride in elements; d >= 1, n >= 1, and all accesses are in bounds. heads is a multiple of 2 and n of heads.
-//
-//go:noescape
-func scoresGroupF16M8AVX512(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
 
 // accumGroupF16M8AVX512 adds p[(h*8+r)*ldp+j]·v[(j*heads+h)*hs+c] to o[(h*8+r)*ldo+c] for h < heads, r < 8, j < n, c < d, bit for bit as accumF16M8AVX512;
 // hs is the value row stride of a head in elements; d is a positive multiple of 16, n a positive multiple of 4, heads >= 1, and all accesses are in bounds.

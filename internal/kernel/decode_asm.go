@@ -125,11 +125,18 @@ func newDecode(isa decodeISA, ks *[NumFormats]decodeKernels, readSum func(b []by
 		dk.AccumHeads[f] = func(o []float32, ldo int, p []float32, ldp, heads int, v []byte, ldv, hs, n, d int) {
 			ag(o, ldo, p, ldp, 1, heads, v, ldv, hs, n, d)
 		}
-		for i := 1; i < min(len(k.scoresHeads), len(k.accumHeads)); i++ {
-			if k.scoresHeads[i] != nil && k.accumHeads[i] != nil {
-				dk.ScoresGroup[f], dk.AccumGroup[f] = sg, ag
-				dk.groupRows[f] |= 1 << (1 << i)
+		for i := 1; i < len(k.scoresHeads); i++ {
+			if k.scoresHeads[i] != nil {
+				dk.scoresRows[f] |= 1 << (1 << i)
 			}
+		}
+		for i := 1; i < len(k.accumHeads); i++ {
+			if k.accumHeads[i] != nil {
+				dk.accumRows[f] |= 1 << (1 << i)
+			}
+		}
+		if dk.scoresRows[f]|dk.accumRows[f] != 0 {
+			dk.ScoresGroup[f], dk.AccumGroup[f] = sg, ag
 		}
 	}
 	return dk

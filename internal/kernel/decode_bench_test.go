@@ -66,7 +66,7 @@ func BenchmarkDecode(b *testing.B) {
 				if interleaved && m == 1 {
 					ops = append(ops, "heads-scores", "heads-accum", "heads-step")
 				}
-				if interleaved && dk.GroupFast(typ, m, heads) {
+				if interleaved && (dk.GroupFast(true, typ, m, heads) || dk.GroupFast(false, typ, m, heads)) {
 					ops = append(ops, "group-scores", "group-accum", "group-step")
 				}
 				for _, op := range ops {

@@ -105,7 +105,8 @@ func nativeBF16Decode(base Decode) Decode {
 		// Accum), the native Scores and Accum above head by head for the
 		// others.
 		gs, ga := groupScores(f, dk.Scores[f]), groupAccum(f, dk.Accum[f])
-		dk.groupRows[f] &= 1<<natMinCall - 1
+		dk.scoresRows[f] &= 1<<natMinCall - 1
+		dk.accumRows[f] &= 1<<natMinCall - 1
 		dk.ScoresGroup[f] = func(s []float32, lds int, q []float32, m, heads int, k []byte, ldk, hs, n, d int) {
 			if m < natMinCall {
 				sg(s, lds, q, m, heads, k, ldk, hs, n, d)

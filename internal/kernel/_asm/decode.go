@@ -123,6 +123,17 @@ func scoresPrefetchRows(e decodeElem) int {
 // would be one head per block: the one-head kernel's tile).
 var groupRows = []int{2, 4, 8}
 
+// groupScoresMaxRows is the most rows per KV head of the grouped-query
+// scores kernels. genScoresGroup makes mr = 8 too (two heads a block),
+// but it lost to the one-head kernel of 8 rows, which keeps its 8 Q
+// vectors in registers for two keys where the group form loads one per
+// FMA and streams every head's Q rows through L1 at each key (64 rows of
+// d = 128, 32 KiB, for 8 KV heads): on Zen 4, bf16 and fp16, 8 KV heads,
+// 2.2-3.1 against 3.8-7.6 GB/s, about even on 2 and 4 KV heads (measured
+// under load). The accum kernel of 8 rows holds its own (P by broadcast,
+// O per 4 keys).
+const groupScoresMaxRows = 4
+
 // accumKeyBlock is the number of keys whose V rows one pass of an accum
 // kernel keeps in L1 while it sweeps O's columns.
 const accumKeyBlock = 32
@@ -165,7 +176,9 @@ func genDecode() {
 			genAccumHeads(s, e)
 			if s.EVEX && !e.quant() && e.Size > 1 {
 				for _, mr := range groupRows {
-					genScoresGroup(s, e, mr)
+					if mr <= groupScoresMaxRows {
+						genScoresGroup(s, e, mr)
+					}
 					genAccumGroup(s, e, mr)
 				}
 			}
