@@ -65,7 +65,7 @@ func archImpls() []Impl {
 func archDecode() []Decode {
 	var ds []Decode
 	if hasAVX512BW {
-		ds = append(ds, newDecode(decodeISA{name: "avx512", minD: 1}, &[NumFormats]decodeKernels{
+		ds = append(ds, newDecode(decodeISA{name: "avx512", minD: 1, lanes: 16}, &[NumFormats]decodeKernels{
 			FormatF32:  withGroup(withScoresT(FormatF32, withScoresSplit8(kernelsOf([]scoresKern[float32]{scoresF32M1AVX512, scoresF32M2AVX512, scoresF32M4AVX512, scoresF32M16AVX512}, []accumKern[float32]{accumF32M1AVX512, accumF32M2AVX512, accumF32M4AVX512, accumF32M8AVX512, accumF32M16AVX512}, scoresHeadsF32AVX512, accumHeadsF32AVX512))), []scoresHeadsKern[float32]{scoresGroupF32M2AVX512, scoresGroupF32M4AVX512, nil}, []accumHeadsKern[float32]{accumGroupF32M2AVX512, accumGroupF32M4AVX512, accumGroupF32M8AVX512}),
 			FormatBF16: withGroup(kernelsOf([]scoresKern[uint16]{scoresBF16M1AVX512, scoresBF16M2AVX512, scoresBF16M4AVX512, scoresBF16M8AVX512, scoresBF16M16AVX512}, []accumKern[uint16]{accumBF16M1AVX512, accumBF16M2AVX512, accumBF16M4AVX512, accumBF16M8AVX512, accumBF16M16AVX512}, scoresHeadsBF16AVX512, accumHeadsBF16AVX512), []scoresHeadsKern[uint16]{scoresGroupBF16M2AVX512, scoresGroupBF16M4AVX512, nil}, []accumHeadsKern[uint16]{accumGroupBF16M2AVX512, accumGroupBF16M4AVX512, accumGroupBF16M8AVX512}),
 			FormatF16:  withGroup(withScoresT(FormatF16, kernelsOf([]scoresKern[uint16]{scoresF16M1AVX512, scoresF16M2AVX512, scoresF16M4AVX512, scoresF16M8AVX512, scoresF16M16AVX512}, []accumKern[uint16]{accumF16M1AVX512, accumF16M2AVX512, accumF16M4AVX512, accumF16M8AVX512, accumF16M16AVX512}, scoresHeadsF16AVX512, accumHeadsF16AVX512)), []scoresHeadsKern[uint16]{scoresGroupF16M2AVX512, scoresGroupF16M4AVX512, nil}, []accumHeadsKern[uint16]{accumGroupF16M2AVX512, accumGroupF16M4AVX512, accumGroupF16M8AVX512}),
@@ -76,10 +76,10 @@ func archDecode() []Decode {
 		}, readSumAVX512))
 	}
 	if hasAVX2 && hasF16C {
-		ds = append(ds, newDecode(decodeISA{name: "avx2", minD: 8}, &[NumFormats]decodeKernels{
-			FormatF32:  kernelsOf([]scoresKern[float32]{scoresF32M1AVX2, scoresF32M2AVX2, scoresF32M4AVX2, scoresF32M8AVX2}, []accumKern[float32]{accumF32M1AVX2, accumF32M2AVX2, accumF32M4AVX2, accumF32M8AVX2}, scoresHeadsF32AVX2, accumHeadsF32AVX2),
-			FormatBF16: kernelsOf([]scoresKern[uint16]{scoresBF16M1AVX2, scoresBF16M2AVX2, scoresBF16M4AVX2, scoresBF16M8AVX2}, []accumKern[uint16]{accumBF16M1AVX2, accumBF16M2AVX2, accumBF16M4AVX2, accumBF16M8AVX2}, scoresHeadsBF16AVX2, accumHeadsBF16AVX2),
-			FormatF16:  kernelsOf([]scoresKern[uint16]{scoresF16M1AVX2, scoresF16M2AVX2, scoresF16M4AVX2, scoresF16M8AVX2}, []accumKern[uint16]{accumF16M1AVX2, accumF16M2AVX2, accumF16M4AVX2, accumF16M8AVX2}, scoresHeadsF16AVX2, accumHeadsF16AVX2),
+		ds = append(ds, newDecode(decodeISA{name: "avx2", minD: 8, lanes: 8}, &[NumFormats]decodeKernels{
+			FormatF32:  withGroup(kernelsOf([]scoresKern[float32]{scoresF32M1AVX2, scoresF32M2AVX2, scoresF32M4AVX2, scoresF32M8AVX2}, []accumKern[float32]{accumF32M1AVX2, accumF32M2AVX2, accumF32M4AVX2, accumF32M8AVX2}, scoresHeadsF32AVX2, accumHeadsF32AVX2), []scoresHeadsKern[float32]{scoresGroupF32M2AVX2, scoresGroupF32M4AVX2}, []accumHeadsKern[float32]{accumGroupF32M2AVX2, accumGroupF32M4AVX2}),
+			FormatBF16: withGroup(kernelsOf([]scoresKern[uint16]{scoresBF16M1AVX2, scoresBF16M2AVX2, scoresBF16M4AVX2, scoresBF16M8AVX2}, []accumKern[uint16]{accumBF16M1AVX2, accumBF16M2AVX2, accumBF16M4AVX2, accumBF16M8AVX2}, scoresHeadsBF16AVX2, accumHeadsBF16AVX2), []scoresHeadsKern[uint16]{scoresGroupBF16M2AVX2, scoresGroupBF16M4AVX2}, []accumHeadsKern[uint16]{accumGroupBF16M2AVX2, accumGroupBF16M4AVX2}),
+			FormatF16:  withGroup(kernelsOf([]scoresKern[uint16]{scoresF16M1AVX2, scoresF16M2AVX2, scoresF16M4AVX2, scoresF16M8AVX2}, []accumKern[uint16]{accumF16M1AVX2, accumF16M2AVX2, accumF16M4AVX2, accumF16M8AVX2}, scoresHeadsF16AVX2, accumHeadsF16AVX2), []scoresHeadsKern[uint16]{scoresGroupF16M2AVX2, scoresGroupF16M4AVX2}, []accumHeadsKern[uint16]{accumGroupF16M2AVX2, accumGroupF16M4AVX2}),
 			FormatQ8:   kernelsOf([]scoresKern[byte]{scoresQ8M1AVX2, scoresQ8M2AVX2, scoresQ8M4AVX2, scoresQ8M8AVX2}, []accumKern[byte]{accumQ8M1AVX2, accumQ8M2AVX2, accumQ8M4AVX2, accumQ8M8AVX2}, scoresHeadsQ8AVX2, accumHeadsQ8AVX2),
 			FormatQ4:   kernelsOf([]scoresKern[byte]{scoresQ4M1AVX2, scoresQ4M2AVX2, scoresQ4M4AVX2, scoresQ4M8AVX2}, []accumKern[byte]{accumQ4M1AVX2, accumQ4M2AVX2, accumQ4M4AVX2, accumQ4M8AVX2}, scoresHeadsQ4AVX2, accumHeadsQ4AVX2),
 			FormatE4M3: kernelsOf([]scoresKern[byte]{scoresE4M3M1AVX2, scoresE4M3M2AVX2, scoresE4M3M4AVX2, scoresE4M3M8AVX2}, []accumKern[byte]{accumE4M3M1AVX2, accumE4M3M2AVX2, accumE4M3M4AVX2, accumE4M3M8AVX2}, scoresHeadsE4M3AVX2, accumHeadsE4M3AVX2),

@@ -121,6 +121,10 @@ type Decode struct {
 	// of rows per KV head that ScoresGroup[f] (AccumGroup[f]) takes in
 	// one pass over the cache (see GroupFast).
 	scoresRows, accumRows [NumFormats]uint32
+	// groupBlock is the number of query rows of a block of the
+	// grouped-query scores kernels (the float32 lanes of a vector): a
+	// block takes groupBlock/m heads of one key.
+	groupBlock int
 
 	// ReadSum is the read-bandwidth yardstick (see above).
 	ReadSum func(b []byte) uint32
@@ -147,23 +151,19 @@ type AccumGroupFunc func(o []float32, ldo int, p []float32, ldp, m, heads int, v
 // GroupFast reports whether ScoresGroup[f] (scores) or AccumGroup[f]
 // (!scores) of dk reads a cache of heads KV heads side by side in one
 // pass for m > 1 query rows per KV head (given d a multiple of 16),
-// rather than head by head: the AVX-512 float32, bf16 and fp16 kernels
-// for m = 2 and 4, and for Accum m = 8 (Scores of 8 rows is faster head
-// by head), not bf16's m = 8 on avx512bf16 (whose one-head kernels round
-// to bfloat16); heads a multiple of 16/m, the KV heads of one scores
-// block.
+// rather than head by head: the AVX-512 and AVX2 float32, bf16 and fp16
+// kernels for m = 2 and 4, and on AVX-512 for Accum m = 8 (Scores of 8
+// rows is faster head by head), not bf16's m = 8 on avx512bf16 (whose
+// one-head kernels round to bfloat16); heads a multiple of L/m, the KV
+// heads of one scores block of L rows (the float32 lanes: 16 on AVX-512,
+// 8 on AVX2).
 func (dk *Decode) GroupFast(scores bool, f Format, m, heads int) bool {
 	mask := dk.accumRows[f]
 	if scores {
 		mask = dk.scoresRows[f]
 	}
-	return m > 1 && m < 32 && mask>>m&1 != 0 && heads > 1 && heads%max(groupBlockRows/m, 1) == 0
+	return m > 1 && m < 32 && mask>>m&1 != 0 && heads > 1 && heads%max(dk.groupBlock/m, 1) == 0
 }
-
-// groupBlockRows is the number of query rows of a block of the
-// grouped-query scores kernels (the float32 lanes of AVX-512): a block
-// takes groupBlockRows/m heads of one key.
-const groupBlockRows = 16
 
 // checkHeads panics unless the arguments of a multi-head call of m rows
 // per head are consistent: out is heads·m×outCols with stride ldOut, in

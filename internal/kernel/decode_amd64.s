@@ -37893,6 +37893,849 @@ store:
 	VZEROUPPER
 	RET
 
+// func scoresGroupF32M2AVX2(s []float32, lds int, q []float32, heads int, k []float32, hs int, n int, d int)
+// Requires: AVX, CMOV, FMA3, MMX+
+TEXT ·scoresGroupF32M2AVX2(SB), NOSPLIT, $152-112
+	MOVQ    q_base+32(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    AX, 32(SP)
+	XORQ    AX, AX
+	MOVQ    AX, 8(SP)
+	MOVQ    AX, 24(SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 104(SP)
+	MOVQ    k_base+64(FP), AX
+	MOVQ    AX, 112(SP)
+	MOVQ    n+96(FP), AX
+	MOVQ    AX, 120(SP)
+	MOVQ    d+104(FP), AX
+	MOVQ    AX, CX
+	SHRQ    $0x03, CX
+	MOVQ    CX, 128(SP)
+	ANDQ    $0x07, AX
+	LEAQ    decodemask8<>+0(SB), CX
+	VMOVUPS 32(CX)(AX*4), Y0
+	MOVQ    $0x00000008, CX
+	SUBQ    AX, CX
+	ANDQ    $0x07, CX
+	MOVQ    CX, AX
+	SHLQ    $0x02, AX
+	MOVQ    AX, 136(SP)
+	SHLQ    $0x02, CX
+	MOVQ    CX, 144(SP)
+
+main:
+	CMPQ   120(SP), $0x00000004
+	JL     mainEnd
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x02, AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	MOVQ   d+104(FP), BX
+	SHLQ   $0x02, BX
+	LEAQ   (BX)(BX*2), SI
+	MOVQ   (SP), DI
+	LEAQ   (DI)(BX*4), R8
+	LEAQ   (DX), R9
+	LEAQ   (DX)(AX*1), R10
+	LEAQ   (DX)(AX*2), AX
+	LEAQ   (DX)(CX*1), CX
+	MOVQ   hs+88(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   128(SP), R11
+	TESTQ  R11, R11
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R9)(DX*1)
+	PREFETCHT1  (R10)(DX*1)
+	PREFETCHT1  (AX)(DX*1)
+	PREFETCHT1  (CX)(DX*1)
+	VMOVUPS     (R9), Y9
+	VFMADD231PS (DI), Y9, Y1
+	VFMADD231PS (DI)(BX*1), Y9, Y5
+	VMOVUPS     (R10), Y9
+	VFMADD231PS (DI)(BX*2), Y9, Y2
+	VFMADD231PS (DI)(SI*1), Y9, Y6
+	VMOVUPS     (AX), Y9
+	VFMADD231PS (R8), Y9, Y3
+	VFMADD231PS (R8)(BX*1), Y9, Y7
+	VMOVUPS     (CX), Y9
+	VFMADD231PS (R8)(BX*2), Y9, Y4
+	VFMADD231PS (R8)(SI*1), Y9, Y8
+	ADDQ        $0x00000020, DI
+	ADDQ        $0x00000020, R8
+	ADDQ        $0x00000020, R9
+	ADDQ        $0x00000020, R10
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	DECQ        R11
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ        136(SP), DX
+	TESTQ       DX, DX
+	JZ          mainK0Done
+	SUBQ        DX, R9
+	SUBQ        DX, R10
+	SUBQ        DX, AX
+	SUBQ        DX, CX
+	SUBQ        144(SP), DI
+	SUBQ        144(SP), R8
+	VMOVUPS     (R9), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (DI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y1
+	VMASKMOVPS  (DI)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y5
+	VMOVUPS     (R10), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (DI)(BX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y2
+	VMASKMOVPS  (DI)(SI*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y6
+	VMOVUPS     (AX), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (R8), Y0, Y10
+	VFMADD231PS Y10, Y9, Y3
+	VMASKMOVPS  (R8)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y7
+	VMOVUPS     (CX), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (R8)(BX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y4
+	VMASKMOVPS  (R8)(SI*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y8
+
+mainK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x05, DX
+	ADDQ       DX, AX
+	ADDQ       $0x00000004, CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y9, Y9
+	VPERM2F128 $0x20, Y6, Y2, Y1
+	VPERM2F128 $0x31, Y6, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y7, Y3, Y2
+	VPERM2F128 $0x31, Y7, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VPERM2F128 $0x20, Y8, Y4, Y3
+	VPERM2F128 $0x31, Y8, Y4, Y4
+	VADDPS     Y4, Y3, Y3
+	VSHUFPS    $0x44, Y1, Y9, Y4
+	VSHUFPS    $0xee, Y1, Y9, Y1
+	VADDPS     Y1, Y4, Y4
+	VSHUFPS    $0x44, Y3, Y2, Y1
+	VSHUFPS    $0xee, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x88, Y1, Y4, Y2
+	VSHUFPS    $0xdd, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VMOVUPS    Y2, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       56(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       60(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       64(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       68(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000004, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x04, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000004, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	MOVQ   112(SP), AX
+	MOVQ   d+104(FP), CX
+	SHLQ   $0x02, CX
+	MOVQ   (SP), DX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), BX
+	SHLQ   $0x06, BX
+	MOVQ   128(SP), SI
+	TESTQ  SI, SI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(BX*1)
+	VMOVUPS     (AX), Y3
+	VFMADD231PS (DX), Y3, Y1
+	VFMADD231PS (DX)(CX*1), Y3, Y2
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000020, AX
+	DECQ        SI
+	JNZ         restK0Step
+
+restK0Tail:
+	MOVQ        136(SP), BX
+	TESTQ       BX, BX
+	JZ          restK0Done
+	SUBQ        BX, AX
+	SUBQ        144(SP), DX
+	VMOVUPS     (AX), Y3
+	VANDPS      Y0, Y3, Y3
+	VMASKMOVPS  (DX), Y0, Y4
+	VFMADD231PS Y4, Y3, Y1
+	VMASKMOVPS  (DX)(CX*1), Y0, Y4
+	VFMADD231PS Y4, Y3, Y2
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x03, DX
+	ADDQ       DX, AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Y3, Y3, Y3
+	VPERM2F128 $0x20, Y3, Y1, Y4
+	VPERM2F128 $0x31, Y3, Y1, Y1
+	VADDPS     Y1, Y4, Y4
+	VPERM2F128 $0x20, Y3, Y2, Y1
+	VPERM2F128 $0x31, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x44, Y1, Y4, Y2
+	VSHUFPS    $0xee, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VSHUFPS    $0x88, Y3, Y2, Y1
+	VSHUFPS    $0xdd, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VMOVUPS    Y1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000001, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x02, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumGroupF32M2AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []float32, hs int, n int, d int)
+// Requires: AVX, FMA3, MMX+
+TEXT ·accumGroupF32M2AVX2(SB), NOSPLIT, $40-120
+	MOVQ  n+104(FP), AX
+	SHRQ  $0x02, AX
+	IMULQ heads+64(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  o_base+0(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 24(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 32(SP)
+	MOVQ  v_base+72(FP), AX
+	MOVQ  hs+96(FP), CX
+	SHLQ  $0x02, CX
+	MOVQ  CX, DX
+	IMULQ heads+64(FP), DX
+
+row:
+	MOVQ         ldp+56(FP), BX
+	SHLQ         $0x02, BX
+	MOVQ         16(SP), SI
+	VBROADCASTSS (SI), Y0
+	VBROADCASTSS 4(SI), Y1
+	VBROADCASTSS 8(SI), Y2
+	VBROADCASTSS 12(SI), Y3
+	VBROADCASTSS (SI)(BX*1), Y4
+	VBROADCASTSS 4(SI)(BX*1), Y5
+	VBROADCASTSS 8(SI)(BX*1), Y6
+	VBROADCASTSS 12(SI)(BX*1), Y7
+	MOVQ         ldo+24(FP), BX
+	SHLQ         $0x02, BX
+	MOVQ         8(SP), SI
+	LEAQ         (DX)(DX*2), DI
+	MOVQ         AX, R8
+	LEAQ         (AX)(DX*4), R9
+	MOVQ         d+112(FP), R10
+	SHRQ         $0x03, R10
+
+step:
+	PREFETCHT1  (R9)
+	PREFETCHT1  (R9)(DX*1)
+	PREFETCHT1  (R9)(DX*2)
+	PREFETCHT1  (R9)(DI*1)
+	VMOVUPS     (R8), Y8
+	VMOVUPS     (R8)(DX*1), Y9
+	VMOVUPS     (R8)(DX*2), Y10
+	VMOVUPS     (R8)(DI*1), Y11
+	VMOVUPS     (SI), Y12
+	VFMADD231PS Y0, Y8, Y12
+	VFMADD231PS Y1, Y9, Y12
+	VFMADD231PS Y2, Y10, Y12
+	VFMADD231PS Y3, Y11, Y12
+	VMOVUPS     Y12, (SI)
+	VMOVUPS     (SI)(BX*1), Y12
+	VFMADD231PS Y4, Y8, Y12
+	VFMADD231PS Y5, Y9, Y12
+	VFMADD231PS Y6, Y10, Y12
+	VFMADD231PS Y7, Y11, Y12
+	VMOVUPS     Y12, (SI)(BX*1)
+	ADDQ        $0x00000020, R8
+	ADDQ        $0x00000020, R9
+	ADDQ        $0x00000020, SI
+	DECQ        R10
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        32(SP), BX
+	MOVQ        8(SP), SI
+	MOVQ        16(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	SHLQ        $0x03, R8
+	ADDQ        R8, SI
+	MOVQ        ldp+56(FP), R8
+	SHLQ        $0x03, R8
+	ADDQ        R8, DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        24(SP), DI
+	ADDQ        $0x10, DI
+	MOVQ        DI, 24(SP)
+	ADDQ        DX, AX
+	ADDQ        DX, AX
+	ADDQ        DX, AX
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
+// func scoresGroupF32M4AVX2(s []float32, lds int, q []float32, heads int, k []float32, hs int, n int, d int)
+// Requires: AVX, CMOV, FMA3, MMX+
+TEXT ·scoresGroupF32M4AVX2(SB), NOSPLIT, $152-112
+	MOVQ    q_base+32(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    AX, 32(SP)
+	XORQ    AX, AX
+	MOVQ    AX, 8(SP)
+	MOVQ    AX, 24(SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 104(SP)
+	MOVQ    k_base+64(FP), AX
+	MOVQ    AX, 112(SP)
+	MOVQ    n+96(FP), AX
+	MOVQ    AX, 120(SP)
+	MOVQ    d+104(FP), AX
+	MOVQ    AX, CX
+	SHRQ    $0x03, CX
+	MOVQ    CX, 128(SP)
+	ANDQ    $0x07, AX
+	LEAQ    decodemask8<>+0(SB), CX
+	VMOVUPS 32(CX)(AX*4), Y0
+	MOVQ    $0x00000008, CX
+	SUBQ    AX, CX
+	ANDQ    $0x07, CX
+	MOVQ    CX, AX
+	SHLQ    $0x02, AX
+	MOVQ    AX, 136(SP)
+	SHLQ    $0x02, CX
+	MOVQ    CX, 144(SP)
+
+main:
+	CMPQ   120(SP), $0x00000002
+	JL     mainEnd
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x02, AX
+	MOVQ   112(SP), CX
+	MOVQ   d+104(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	MOVQ   (SP), SI
+	LEAQ   (SI)(DX*4), DI
+	LEAQ   (CX), R8
+	LEAQ   (CX)(AX*1), AX
+	MOVQ   hs+88(FP), CX
+	SHLQ   $0x06, CX
+	MOVQ   128(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R8)(CX*1)
+	PREFETCHT1  (AX)(CX*1)
+	VMOVUPS     (R8), Y9
+	VFMADD231PS (SI), Y9, Y1
+	VFMADD231PS (SI)(DX*1), Y9, Y3
+	VFMADD231PS (SI)(DX*2), Y9, Y5
+	VFMADD231PS (SI)(BX*1), Y9, Y7
+	VMOVUPS     (AX), Y9
+	VFMADD231PS (DI), Y9, Y2
+	VFMADD231PS (DI)(DX*1), Y9, Y4
+	VFMADD231PS (DI)(DX*2), Y9, Y6
+	VFMADD231PS (DI)(BX*1), Y9, Y8
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000020, DI
+	ADDQ        $0x00000020, R8
+	ADDQ        $0x00000020, AX
+	DECQ        R9
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ        136(SP), CX
+	TESTQ       CX, CX
+	JZ          mainK0Done
+	SUBQ        CX, R8
+	SUBQ        CX, AX
+	SUBQ        144(SP), SI
+	SUBQ        144(SP), DI
+	VMOVUPS     (R8), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y1
+	VMASKMOVPS  (SI)(DX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y3
+	VMASKMOVPS  (SI)(DX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y5
+	VMASKMOVPS  (SI)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y7
+	VMOVUPS     (AX), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (DI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y2
+	VMASKMOVPS  (DI)(DX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y4
+	VMASKMOVPS  (DI)(DX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y6
+	VMASKMOVPS  (DI)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y8
+
+mainK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x05, DX
+	ADDQ       DX, AX
+	ADDQ       $0x00000002, CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y9, Y9
+	VPERM2F128 $0x20, Y6, Y2, Y1
+	VPERM2F128 $0x31, Y6, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y7, Y3, Y2
+	VPERM2F128 $0x31, Y7, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VPERM2F128 $0x20, Y8, Y4, Y3
+	VPERM2F128 $0x31, Y8, Y4, Y4
+	VADDPS     Y4, Y3, Y3
+	VSHUFPS    $0x44, Y1, Y9, Y4
+	VSHUFPS    $0xee, Y1, Y9, Y1
+	VADDPS     Y1, Y4, Y4
+	VSHUFPS    $0x44, Y3, Y2, Y1
+	VSHUFPS    $0xee, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x88, Y1, Y4, Y2
+	VSHUFPS    $0xdd, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VMOVUPS    Y2, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       56(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       64(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       60(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       68(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000002, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x03, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000002, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	MOVQ   112(SP), AX
+	MOVQ   d+104(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   (SP), BX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), SI
+	SHLQ   $0x06, SI
+	MOVQ   128(SP), DI
+	TESTQ  DI, DI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(SI*1)
+	VMOVUPS     (AX), Y5
+	VFMADD231PS (BX), Y5, Y1
+	VFMADD231PS (BX)(CX*1), Y5, Y2
+	VFMADD231PS (BX)(CX*2), Y5, Y3
+	VFMADD231PS (BX)(DX*1), Y5, Y4
+	ADDQ        $0x00000020, BX
+	ADDQ        $0x00000020, AX
+	DECQ        DI
+	JNZ         restK0Step
+
+restK0Tail:
+	MOVQ        136(SP), SI
+	TESTQ       SI, SI
+	JZ          restK0Done
+	SUBQ        SI, AX
+	SUBQ        144(SP), BX
+	VMOVUPS     (AX), Y5
+	VANDPS      Y0, Y5, Y5
+	VMASKMOVPS  (BX), Y0, Y6
+	VFMADD231PS Y6, Y5, Y1
+	VMASKMOVPS  (BX)(CX*1), Y0, Y6
+	VFMADD231PS Y6, Y5, Y2
+	VMASKMOVPS  (BX)(CX*2), Y0, Y6
+	VFMADD231PS Y6, Y5, Y3
+	VMASKMOVPS  (BX)(DX*1), Y0, Y6
+	VFMADD231PS Y6, Y5, Y4
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x04, DX
+	ADDQ       DX, AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Y5, Y5, Y5
+	VPERM2F128 $0x20, Y5, Y1, Y6
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y6, Y6
+	VPERM2F128 $0x20, Y5, Y2, Y1
+	VPERM2F128 $0x31, Y5, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y5, Y3, Y2
+	VPERM2F128 $0x31, Y5, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VPERM2F128 $0x20, Y5, Y4, Y3
+	VPERM2F128 $0x31, Y5, Y4, Y4
+	VADDPS     Y4, Y3, Y3
+	VSHUFPS    $0x44, Y1, Y6, Y4
+	VSHUFPS    $0xee, Y1, Y6, Y1
+	VADDPS     Y1, Y4, Y4
+	VSHUFPS    $0x44, Y3, Y2, Y1
+	VSHUFPS    $0xee, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x88, Y1, Y4, Y2
+	VSHUFPS    $0xdd, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VMOVUPS    Y2, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000001, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x02, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumGroupF32M4AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []float32, hs int, n int, d int)
+// Requires: AVX, FMA3, MMX+
+TEXT ·accumGroupF32M4AVX2(SB), NOSPLIT, $40-120
+	MOVQ  n+104(FP), AX
+	SHRQ  $0x02, AX
+	IMULQ heads+64(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  o_base+0(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 24(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 32(SP)
+	MOVQ  v_base+72(FP), AX
+	MOVQ  hs+96(FP), CX
+	SHLQ  $0x02, CX
+	MOVQ  CX, DX
+	IMULQ heads+64(FP), DX
+
+row:
+	MOVQ ldp+56(FP), BX
+	SHLQ $0x02, BX
+	LEAQ (BX)(BX*2), SI
+	MOVQ 16(SP), DI
+	MOVQ ldo+24(FP), R8
+	SHLQ $0x02, R8
+	LEAQ (R8)(R8*2), R9
+	MOVQ 8(SP), R10
+	LEAQ (DX)(DX*2), R11
+	MOVQ AX, R12
+	LEAQ (AX)(DX*4), R13
+	MOVQ d+112(FP), R14
+	SHRQ $0x03, R14
+
+step:
+	PREFETCHT1   (R13)
+	PREFETCHT1   (R13)(DX*1)
+	PREFETCHT1   (R13)(DX*2)
+	PREFETCHT1   (R13)(R11*1)
+	VMOVUPS      (R12), Y0
+	VMOVUPS      (R12)(DX*1), Y1
+	VMOVUPS      (R12)(DX*2), Y2
+	VMOVUPS      (R12)(R11*1), Y3
+	VMOVUPS      (R10), Y4
+	VBROADCASTSS (DI), Y5
+	VFMADD231PS  Y5, Y0, Y4
+	VBROADCASTSS 4(DI), Y5
+	VFMADD231PS  Y5, Y1, Y4
+	VBROADCASTSS 8(DI), Y5
+	VFMADD231PS  Y5, Y2, Y4
+	VBROADCASTSS 12(DI), Y5
+	VFMADD231PS  Y5, Y3, Y4
+	VMOVUPS      Y4, (R10)
+	VMOVUPS      (R10)(R8*1), Y4
+	VBROADCASTSS (DI)(BX*1), Y5
+	VFMADD231PS  Y5, Y0, Y4
+	VBROADCASTSS 4(DI)(BX*1), Y5
+	VFMADD231PS  Y5, Y1, Y4
+	VBROADCASTSS 8(DI)(BX*1), Y5
+	VFMADD231PS  Y5, Y2, Y4
+	VBROADCASTSS 12(DI)(BX*1), Y5
+	VFMADD231PS  Y5, Y3, Y4
+	VMOVUPS      Y4, (R10)(R8*1)
+	VMOVUPS      (R10)(R8*2), Y4
+	VBROADCASTSS (DI)(BX*2), Y5
+	VFMADD231PS  Y5, Y0, Y4
+	VBROADCASTSS 4(DI)(BX*2), Y5
+	VFMADD231PS  Y5, Y1, Y4
+	VBROADCASTSS 8(DI)(BX*2), Y5
+	VFMADD231PS  Y5, Y2, Y4
+	VBROADCASTSS 12(DI)(BX*2), Y5
+	VFMADD231PS  Y5, Y3, Y4
+	VMOVUPS      Y4, (R10)(R8*2)
+	VMOVUPS      (R10)(R9*1), Y4
+	VBROADCASTSS (DI)(SI*1), Y5
+	VFMADD231PS  Y5, Y0, Y4
+	VBROADCASTSS 4(DI)(SI*1), Y0
+	VFMADD231PS  Y0, Y1, Y4
+	VBROADCASTSS 8(DI)(SI*1), Y0
+	VFMADD231PS  Y0, Y2, Y4
+	VBROADCASTSS 12(DI)(SI*1), Y0
+	VFMADD231PS  Y0, Y3, Y4
+	VMOVUPS      Y4, (R10)(R9*1)
+	ADDQ         $0x00000020, R12
+	ADDQ         $0x00000020, R13
+	ADDQ         $0x00000020, R10
+	DECQ         R14
+	JNZ          step
+	ADDQ         CX, AX
+	MOVQ         32(SP), BX
+	MOVQ         8(SP), SI
+	MOVQ         16(SP), DI
+	INCQ         BX
+	MOVQ         ldo+24(FP), R8
+	SHLQ         $0x04, R8
+	ADDQ         R8, SI
+	MOVQ         ldp+56(FP), R8
+	SHLQ         $0x04, R8
+	ADDQ         R8, DI
+	CMPQ         BX, heads+64(FP)
+	JNE          store
+	XORQ         BX, BX
+	MOVQ         o_base+0(FP), SI
+	MOVQ         24(SP), DI
+	ADDQ         $0x10, DI
+	MOVQ         DI, 24(SP)
+	ADDQ         DX, AX
+	ADDQ         DX, AX
+	ADDQ         DX, AX
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
 // func scoresBF16M1AVX2(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
 // Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·scoresBF16M1AVX2(SB), NOSPLIT, $48-104
@@ -40821,6 +41664,873 @@ store:
 	VZEROUPPER
 	RET
 
+// func scoresGroupBF16M2AVX2(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+// Requires: AVX, AVX2, CMOV, FMA3, MMX+
+TEXT ·scoresGroupBF16M2AVX2(SB), NOSPLIT, $152-112
+	MOVQ    q_base+32(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    AX, 32(SP)
+	XORQ    AX, AX
+	MOVQ    AX, 8(SP)
+	MOVQ    AX, 24(SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 104(SP)
+	MOVQ    k_base+64(FP), AX
+	MOVQ    AX, 112(SP)
+	MOVQ    n+96(FP), AX
+	MOVQ    AX, 120(SP)
+	MOVQ    d+104(FP), AX
+	MOVQ    AX, CX
+	SHRQ    $0x03, CX
+	MOVQ    CX, 128(SP)
+	ANDQ    $0x07, AX
+	LEAQ    decodemask8<>+0(SB), CX
+	VMOVUPS 32(CX)(AX*4), Y0
+	MOVQ    $0x00000008, CX
+	SUBQ    AX, CX
+	ANDQ    $0x07, CX
+	MOVQ    CX, AX
+	SHLQ    $0x01, AX
+	MOVQ    AX, 136(SP)
+	SHLQ    $0x02, CX
+	MOVQ    CX, 144(SP)
+
+main:
+	CMPQ   120(SP), $0x00000004
+	JL     mainEnd
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x01, AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	MOVQ   d+104(FP), BX
+	SHLQ   $0x02, BX
+	LEAQ   (BX)(BX*2), SI
+	MOVQ   (SP), DI
+	LEAQ   (DI)(BX*4), R8
+	LEAQ   (DX), R9
+	LEAQ   (DX)(AX*1), R10
+	LEAQ   (DX)(AX*2), AX
+	LEAQ   (DX)(CX*1), CX
+	MOVQ   hs+88(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   128(SP), R11
+	TESTQ  R11, R11
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R9)(DX*1)
+	PREFETCHT1  (R10)(DX*1)
+	PREFETCHT1  (AX)(DX*1)
+	PREFETCHT1  (CX)(DX*1)
+	VPMOVZXWD   (R9), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (DI), Y9, Y1
+	VFMADD231PS (DI)(BX*1), Y9, Y5
+	VPMOVZXWD   (R10), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (DI)(BX*2), Y9, Y2
+	VFMADD231PS (DI)(SI*1), Y9, Y6
+	VPMOVZXWD   (AX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (R8), Y9, Y3
+	VFMADD231PS (R8)(BX*1), Y9, Y7
+	VPMOVZXWD   (CX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (R8)(BX*2), Y9, Y4
+	VFMADD231PS (R8)(SI*1), Y9, Y8
+	ADDQ        $0x00000020, DI
+	ADDQ        $0x00000020, R8
+	ADDQ        $0x00000010, R9
+	ADDQ        $0x00000010, R10
+	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, CX
+	DECQ        R11
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ        136(SP), DX
+	TESTQ       DX, DX
+	JZ          mainK0Done
+	SUBQ        DX, R9
+	SUBQ        DX, R10
+	SUBQ        DX, AX
+	SUBQ        DX, CX
+	SUBQ        144(SP), DI
+	SUBQ        144(SP), R8
+	VPMOVZXWD   (R9), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (DI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y1
+	VMASKMOVPS  (DI)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y5
+	VPMOVZXWD   (R10), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (DI)(BX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y2
+	VMASKMOVPS  (DI)(SI*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y6
+	VPMOVZXWD   (AX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (R8), Y0, Y10
+	VFMADD231PS Y10, Y9, Y3
+	VMASKMOVPS  (R8)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y7
+	VPMOVZXWD   (CX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (R8)(BX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y4
+	VMASKMOVPS  (R8)(SI*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y8
+
+mainK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x05, DX
+	ADDQ       DX, AX
+	ADDQ       $0x00000004, CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y9, Y9
+	VPERM2F128 $0x20, Y6, Y2, Y1
+	VPERM2F128 $0x31, Y6, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y7, Y3, Y2
+	VPERM2F128 $0x31, Y7, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VPERM2F128 $0x20, Y8, Y4, Y3
+	VPERM2F128 $0x31, Y8, Y4, Y4
+	VADDPS     Y4, Y3, Y3
+	VSHUFPS    $0x44, Y1, Y9, Y4
+	VSHUFPS    $0xee, Y1, Y9, Y1
+	VADDPS     Y1, Y4, Y4
+	VSHUFPS    $0x44, Y3, Y2, Y1
+	VSHUFPS    $0xee, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x88, Y1, Y4, Y2
+	VSHUFPS    $0xdd, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VMOVUPS    Y2, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       56(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       60(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       64(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       68(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000004, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x03, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000004, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	MOVQ   112(SP), AX
+	MOVQ   d+104(FP), CX
+	SHLQ   $0x02, CX
+	MOVQ   (SP), DX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), BX
+	SHLQ   $0x06, BX
+	MOVQ   128(SP), SI
+	TESTQ  SI, SI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(BX*1)
+	VPMOVZXWD   (AX), Y3
+	VPSLLD      $0x10, Y3, Y3
+	VFMADD231PS (DX), Y3, Y1
+	VFMADD231PS (DX)(CX*1), Y3, Y2
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000010, AX
+	DECQ        SI
+	JNZ         restK0Step
+
+restK0Tail:
+	MOVQ        136(SP), BX
+	TESTQ       BX, BX
+	JZ          restK0Done
+	SUBQ        BX, AX
+	SUBQ        144(SP), DX
+	VPMOVZXWD   (AX), Y3
+	VPSLLD      $0x10, Y3, Y3
+	VANDPS      Y0, Y3, Y3
+	VMASKMOVPS  (DX), Y0, Y4
+	VFMADD231PS Y4, Y3, Y1
+	VMASKMOVPS  (DX)(CX*1), Y0, Y4
+	VFMADD231PS Y4, Y3, Y2
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x03, DX
+	ADDQ       DX, AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Y3, Y3, Y3
+	VPERM2F128 $0x20, Y3, Y1, Y4
+	VPERM2F128 $0x31, Y3, Y1, Y1
+	VADDPS     Y1, Y4, Y4
+	VPERM2F128 $0x20, Y3, Y2, Y1
+	VPERM2F128 $0x31, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x44, Y1, Y4, Y2
+	VSHUFPS    $0xee, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VSHUFPS    $0x88, Y3, Y2, Y1
+	VSHUFPS    $0xdd, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VMOVUPS    Y1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000001, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x01, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumGroupBF16M2AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+// Requires: AVX, AVX2, FMA3, MMX+
+TEXT ·accumGroupBF16M2AVX2(SB), NOSPLIT, $40-120
+	MOVQ  n+104(FP), AX
+	SHRQ  $0x02, AX
+	IMULQ heads+64(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  o_base+0(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 24(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 32(SP)
+	MOVQ  v_base+72(FP), AX
+	MOVQ  hs+96(FP), CX
+	SHLQ  $0x01, CX
+	MOVQ  CX, DX
+	IMULQ heads+64(FP), DX
+
+row:
+	MOVQ         ldp+56(FP), BX
+	SHLQ         $0x02, BX
+	MOVQ         16(SP), SI
+	VBROADCASTSS (SI), Y0
+	VBROADCASTSS 4(SI), Y1
+	VBROADCASTSS 8(SI), Y2
+	VBROADCASTSS 12(SI), Y3
+	VBROADCASTSS (SI)(BX*1), Y4
+	VBROADCASTSS 4(SI)(BX*1), Y5
+	VBROADCASTSS 8(SI)(BX*1), Y6
+	VBROADCASTSS 12(SI)(BX*1), Y7
+	MOVQ         ldo+24(FP), BX
+	SHLQ         $0x02, BX
+	MOVQ         8(SP), SI
+	LEAQ         (DX)(DX*2), DI
+	MOVQ         AX, R8
+	LEAQ         (AX)(DX*4), R9
+	MOVQ         d+112(FP), R10
+	SHRQ         $0x03, R10
+
+step:
+	PREFETCHT1  (R9)
+	PREFETCHT1  (R9)(DX*1)
+	PREFETCHT1  (R9)(DX*2)
+	PREFETCHT1  (R9)(DI*1)
+	VPMOVZXWD   (R8), Y8
+	VPSLLD      $0x10, Y8, Y8
+	VPMOVZXWD   (R8)(DX*1), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VPMOVZXWD   (R8)(DX*2), Y10
+	VPSLLD      $0x10, Y10, Y10
+	VPMOVZXWD   (R8)(DI*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VMOVUPS     (SI), Y12
+	VFMADD231PS Y0, Y8, Y12
+	VFMADD231PS Y1, Y9, Y12
+	VFMADD231PS Y2, Y10, Y12
+	VFMADD231PS Y3, Y11, Y12
+	VMOVUPS     Y12, (SI)
+	VMOVUPS     (SI)(BX*1), Y12
+	VFMADD231PS Y4, Y8, Y12
+	VFMADD231PS Y5, Y9, Y12
+	VFMADD231PS Y6, Y10, Y12
+	VFMADD231PS Y7, Y11, Y12
+	VMOVUPS     Y12, (SI)(BX*1)
+	ADDQ        $0x00000010, R8
+	ADDQ        $0x00000010, R9
+	ADDQ        $0x00000020, SI
+	DECQ        R10
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        32(SP), BX
+	MOVQ        8(SP), SI
+	MOVQ        16(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	SHLQ        $0x03, R8
+	ADDQ        R8, SI
+	MOVQ        ldp+56(FP), R8
+	SHLQ        $0x03, R8
+	ADDQ        R8, DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        24(SP), DI
+	ADDQ        $0x10, DI
+	MOVQ        DI, 24(SP)
+	ADDQ        DX, AX
+	ADDQ        DX, AX
+	ADDQ        DX, AX
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
+// func scoresGroupBF16M4AVX2(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+// Requires: AVX, AVX2, CMOV, FMA3, MMX+
+TEXT ·scoresGroupBF16M4AVX2(SB), NOSPLIT, $152-112
+	MOVQ    q_base+32(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    AX, 32(SP)
+	XORQ    AX, AX
+	MOVQ    AX, 8(SP)
+	MOVQ    AX, 24(SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 104(SP)
+	MOVQ    k_base+64(FP), AX
+	MOVQ    AX, 112(SP)
+	MOVQ    n+96(FP), AX
+	MOVQ    AX, 120(SP)
+	MOVQ    d+104(FP), AX
+	MOVQ    AX, CX
+	SHRQ    $0x03, CX
+	MOVQ    CX, 128(SP)
+	ANDQ    $0x07, AX
+	LEAQ    decodemask8<>+0(SB), CX
+	VMOVUPS 32(CX)(AX*4), Y0
+	MOVQ    $0x00000008, CX
+	SUBQ    AX, CX
+	ANDQ    $0x07, CX
+	MOVQ    CX, AX
+	SHLQ    $0x01, AX
+	MOVQ    AX, 136(SP)
+	SHLQ    $0x02, CX
+	MOVQ    CX, 144(SP)
+
+main:
+	CMPQ   120(SP), $0x00000002
+	JL     mainEnd
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x01, AX
+	MOVQ   112(SP), CX
+	MOVQ   d+104(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	MOVQ   (SP), SI
+	LEAQ   (SI)(DX*4), DI
+	LEAQ   (CX), R8
+	LEAQ   (CX)(AX*1), AX
+	MOVQ   hs+88(FP), CX
+	SHLQ   $0x06, CX
+	MOVQ   128(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R8)(CX*1)
+	PREFETCHT1  (AX)(CX*1)
+	VPMOVZXWD   (R8), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (SI), Y9, Y1
+	VFMADD231PS (SI)(DX*1), Y9, Y3
+	VFMADD231PS (SI)(DX*2), Y9, Y5
+	VFMADD231PS (SI)(BX*1), Y9, Y7
+	VPMOVZXWD   (AX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (DI), Y9, Y2
+	VFMADD231PS (DI)(DX*1), Y9, Y4
+	VFMADD231PS (DI)(DX*2), Y9, Y6
+	VFMADD231PS (DI)(BX*1), Y9, Y8
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000020, DI
+	ADDQ        $0x00000010, R8
+	ADDQ        $0x00000010, AX
+	DECQ        R9
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ        136(SP), CX
+	TESTQ       CX, CX
+	JZ          mainK0Done
+	SUBQ        CX, R8
+	SUBQ        CX, AX
+	SUBQ        144(SP), SI
+	SUBQ        144(SP), DI
+	VPMOVZXWD   (R8), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y1
+	VMASKMOVPS  (SI)(DX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y3
+	VMASKMOVPS  (SI)(DX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y5
+	VMASKMOVPS  (SI)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y7
+	VPMOVZXWD   (AX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (DI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y2
+	VMASKMOVPS  (DI)(DX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y4
+	VMASKMOVPS  (DI)(DX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y6
+	VMASKMOVPS  (DI)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y8
+
+mainK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x05, DX
+	ADDQ       DX, AX
+	ADDQ       $0x00000002, CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y9, Y9
+	VPERM2F128 $0x20, Y6, Y2, Y1
+	VPERM2F128 $0x31, Y6, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y7, Y3, Y2
+	VPERM2F128 $0x31, Y7, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VPERM2F128 $0x20, Y8, Y4, Y3
+	VPERM2F128 $0x31, Y8, Y4, Y4
+	VADDPS     Y4, Y3, Y3
+	VSHUFPS    $0x44, Y1, Y9, Y4
+	VSHUFPS    $0xee, Y1, Y9, Y1
+	VADDPS     Y1, Y4, Y4
+	VSHUFPS    $0x44, Y3, Y2, Y1
+	VSHUFPS    $0xee, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x88, Y1, Y4, Y2
+	VSHUFPS    $0xdd, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VMOVUPS    Y2, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       56(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       64(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       60(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       68(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000002, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x02, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000002, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	MOVQ   112(SP), AX
+	MOVQ   d+104(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   (SP), BX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), SI
+	SHLQ   $0x06, SI
+	MOVQ   128(SP), DI
+	TESTQ  DI, DI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(SI*1)
+	VPMOVZXWD   (AX), Y5
+	VPSLLD      $0x10, Y5, Y5
+	VFMADD231PS (BX), Y5, Y1
+	VFMADD231PS (BX)(CX*1), Y5, Y2
+	VFMADD231PS (BX)(CX*2), Y5, Y3
+	VFMADD231PS (BX)(DX*1), Y5, Y4
+	ADDQ        $0x00000020, BX
+	ADDQ        $0x00000010, AX
+	DECQ        DI
+	JNZ         restK0Step
+
+restK0Tail:
+	MOVQ        136(SP), SI
+	TESTQ       SI, SI
+	JZ          restK0Done
+	SUBQ        SI, AX
+	SUBQ        144(SP), BX
+	VPMOVZXWD   (AX), Y5
+	VPSLLD      $0x10, Y5, Y5
+	VANDPS      Y0, Y5, Y5
+	VMASKMOVPS  (BX), Y0, Y6
+	VFMADD231PS Y6, Y5, Y1
+	VMASKMOVPS  (BX)(CX*1), Y0, Y6
+	VFMADD231PS Y6, Y5, Y2
+	VMASKMOVPS  (BX)(CX*2), Y0, Y6
+	VFMADD231PS Y6, Y5, Y3
+	VMASKMOVPS  (BX)(DX*1), Y0, Y6
+	VFMADD231PS Y6, Y5, Y4
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x04, DX
+	ADDQ       DX, AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Y5, Y5, Y5
+	VPERM2F128 $0x20, Y5, Y1, Y6
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y6, Y6
+	VPERM2F128 $0x20, Y5, Y2, Y1
+	VPERM2F128 $0x31, Y5, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y5, Y3, Y2
+	VPERM2F128 $0x31, Y5, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VPERM2F128 $0x20, Y5, Y4, Y3
+	VPERM2F128 $0x31, Y5, Y4, Y4
+	VADDPS     Y4, Y3, Y3
+	VSHUFPS    $0x44, Y1, Y6, Y4
+	VSHUFPS    $0xee, Y1, Y6, Y1
+	VADDPS     Y1, Y4, Y4
+	VSHUFPS    $0x44, Y3, Y2, Y1
+	VSHUFPS    $0xee, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x88, Y1, Y4, Y2
+	VSHUFPS    $0xdd, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VMOVUPS    Y2, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000001, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x01, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumGroupBF16M4AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+// Requires: AVX, AVX2, FMA3, MMX+
+TEXT ·accumGroupBF16M4AVX2(SB), NOSPLIT, $40-120
+	MOVQ  n+104(FP), AX
+	SHRQ  $0x02, AX
+	IMULQ heads+64(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  o_base+0(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 24(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 32(SP)
+	MOVQ  v_base+72(FP), AX
+	MOVQ  hs+96(FP), CX
+	SHLQ  $0x01, CX
+	MOVQ  CX, DX
+	IMULQ heads+64(FP), DX
+
+row:
+	MOVQ ldp+56(FP), BX
+	SHLQ $0x02, BX
+	LEAQ (BX)(BX*2), SI
+	MOVQ 16(SP), DI
+	MOVQ ldo+24(FP), R8
+	SHLQ $0x02, R8
+	LEAQ (R8)(R8*2), R9
+	MOVQ 8(SP), R10
+	LEAQ (DX)(DX*2), R11
+	MOVQ AX, R12
+	LEAQ (AX)(DX*4), R13
+	MOVQ d+112(FP), R14
+	SHRQ $0x03, R14
+
+step:
+	PREFETCHT1   (R13)
+	PREFETCHT1   (R13)(DX*1)
+	PREFETCHT1   (R13)(DX*2)
+	PREFETCHT1   (R13)(R11*1)
+	VPMOVZXWD    (R12), Y0
+	VPSLLD       $0x10, Y0, Y0
+	VPMOVZXWD    (R12)(DX*1), Y1
+	VPSLLD       $0x10, Y1, Y1
+	VPMOVZXWD    (R12)(DX*2), Y2
+	VPSLLD       $0x10, Y2, Y2
+	VPMOVZXWD    (R12)(R11*1), Y3
+	VPSLLD       $0x10, Y3, Y3
+	VMOVUPS      (R10), Y4
+	VBROADCASTSS (DI), Y5
+	VFMADD231PS  Y5, Y0, Y4
+	VBROADCASTSS 4(DI), Y5
+	VFMADD231PS  Y5, Y1, Y4
+	VBROADCASTSS 8(DI), Y5
+	VFMADD231PS  Y5, Y2, Y4
+	VBROADCASTSS 12(DI), Y5
+	VFMADD231PS  Y5, Y3, Y4
+	VMOVUPS      Y4, (R10)
+	VMOVUPS      (R10)(R8*1), Y4
+	VBROADCASTSS (DI)(BX*1), Y5
+	VFMADD231PS  Y5, Y0, Y4
+	VBROADCASTSS 4(DI)(BX*1), Y5
+	VFMADD231PS  Y5, Y1, Y4
+	VBROADCASTSS 8(DI)(BX*1), Y5
+	VFMADD231PS  Y5, Y2, Y4
+	VBROADCASTSS 12(DI)(BX*1), Y5
+	VFMADD231PS  Y5, Y3, Y4
+	VMOVUPS      Y4, (R10)(R8*1)
+	VMOVUPS      (R10)(R8*2), Y4
+	VBROADCASTSS (DI)(BX*2), Y5
+	VFMADD231PS  Y5, Y0, Y4
+	VBROADCASTSS 4(DI)(BX*2), Y5
+	VFMADD231PS  Y5, Y1, Y4
+	VBROADCASTSS 8(DI)(BX*2), Y5
+	VFMADD231PS  Y5, Y2, Y4
+	VBROADCASTSS 12(DI)(BX*2), Y5
+	VFMADD231PS  Y5, Y3, Y4
+	VMOVUPS      Y4, (R10)(R8*2)
+	VMOVUPS      (R10)(R9*1), Y4
+	VBROADCASTSS (DI)(SI*1), Y5
+	VFMADD231PS  Y5, Y0, Y4
+	VBROADCASTSS 4(DI)(SI*1), Y0
+	VFMADD231PS  Y0, Y1, Y4
+	VBROADCASTSS 8(DI)(SI*1), Y0
+	VFMADD231PS  Y0, Y2, Y4
+	VBROADCASTSS 12(DI)(SI*1), Y0
+	VFMADD231PS  Y0, Y3, Y4
+	VMOVUPS      Y4, (R10)(R9*1)
+	ADDQ         $0x00000010, R12
+	ADDQ         $0x00000010, R13
+	ADDQ         $0x00000020, R10
+	DECQ         R14
+	JNZ          step
+	ADDQ         CX, AX
+	MOVQ         32(SP), BX
+	MOVQ         8(SP), SI
+	MOVQ         16(SP), DI
+	INCQ         BX
+	MOVQ         ldo+24(FP), R8
+	SHLQ         $0x04, R8
+	ADDQ         R8, SI
+	MOVQ         ldp+56(FP), R8
+	SHLQ         $0x04, R8
+	ADDQ         R8, DI
+	CMPQ         BX, heads+64(FP)
+	JNE          store
+	XORQ         BX, BX
+	MOVQ         o_base+0(FP), SI
+	MOVQ         24(SP), DI
+	ADDQ         $0x10, DI
+	MOVQ         DI, 24(SP)
+	ADDQ         DX, AX
+	ADDQ         DX, AX
+	ADDQ         DX, AX
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
 // func scoresF16M1AVX2(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
 // Requires: AVX, F16C, FMA3, MMX+
 TEXT ·scoresF16M1AVX2(SB), NOSPLIT, $48-104
@@ -43654,6 +45364,849 @@ step:
 	MOVQ        24(SP), DI
 	ADDQ        $0x04, DI
 	MOVQ        DI, 24(SP)
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
+// func scoresGroupF16M2AVX2(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+// Requires: AVX, CMOV, F16C, FMA3, MMX+
+TEXT ·scoresGroupF16M2AVX2(SB), NOSPLIT, $152-112
+	MOVQ    q_base+32(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    AX, 32(SP)
+	XORQ    AX, AX
+	MOVQ    AX, 8(SP)
+	MOVQ    AX, 24(SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 104(SP)
+	MOVQ    k_base+64(FP), AX
+	MOVQ    AX, 112(SP)
+	MOVQ    n+96(FP), AX
+	MOVQ    AX, 120(SP)
+	MOVQ    d+104(FP), AX
+	MOVQ    AX, CX
+	SHRQ    $0x03, CX
+	MOVQ    CX, 128(SP)
+	ANDQ    $0x07, AX
+	LEAQ    decodemask8<>+0(SB), CX
+	VMOVUPS 32(CX)(AX*4), Y0
+	MOVQ    $0x00000008, CX
+	SUBQ    AX, CX
+	ANDQ    $0x07, CX
+	MOVQ    CX, AX
+	SHLQ    $0x01, AX
+	MOVQ    AX, 136(SP)
+	SHLQ    $0x02, CX
+	MOVQ    CX, 144(SP)
+
+main:
+	CMPQ   120(SP), $0x00000004
+	JL     mainEnd
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x01, AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	MOVQ   d+104(FP), BX
+	SHLQ   $0x02, BX
+	LEAQ   (BX)(BX*2), SI
+	MOVQ   (SP), DI
+	LEAQ   (DI)(BX*4), R8
+	LEAQ   (DX), R9
+	LEAQ   (DX)(AX*1), R10
+	LEAQ   (DX)(AX*2), AX
+	LEAQ   (DX)(CX*1), CX
+	MOVQ   hs+88(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   128(SP), R11
+	TESTQ  R11, R11
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R9)(DX*1)
+	PREFETCHT1  (R10)(DX*1)
+	PREFETCHT1  (AX)(DX*1)
+	PREFETCHT1  (CX)(DX*1)
+	VCVTPH2PS   (R9), Y9
+	VFMADD231PS (DI), Y9, Y1
+	VFMADD231PS (DI)(BX*1), Y9, Y5
+	VCVTPH2PS   (R10), Y9
+	VFMADD231PS (DI)(BX*2), Y9, Y2
+	VFMADD231PS (DI)(SI*1), Y9, Y6
+	VCVTPH2PS   (AX), Y9
+	VFMADD231PS (R8), Y9, Y3
+	VFMADD231PS (R8)(BX*1), Y9, Y7
+	VCVTPH2PS   (CX), Y9
+	VFMADD231PS (R8)(BX*2), Y9, Y4
+	VFMADD231PS (R8)(SI*1), Y9, Y8
+	ADDQ        $0x00000020, DI
+	ADDQ        $0x00000020, R8
+	ADDQ        $0x00000010, R9
+	ADDQ        $0x00000010, R10
+	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, CX
+	DECQ        R11
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ        136(SP), DX
+	TESTQ       DX, DX
+	JZ          mainK0Done
+	SUBQ        DX, R9
+	SUBQ        DX, R10
+	SUBQ        DX, AX
+	SUBQ        DX, CX
+	SUBQ        144(SP), DI
+	SUBQ        144(SP), R8
+	VCVTPH2PS   (R9), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (DI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y1
+	VMASKMOVPS  (DI)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y5
+	VCVTPH2PS   (R10), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (DI)(BX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y2
+	VMASKMOVPS  (DI)(SI*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y6
+	VCVTPH2PS   (AX), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (R8), Y0, Y10
+	VFMADD231PS Y10, Y9, Y3
+	VMASKMOVPS  (R8)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y7
+	VCVTPH2PS   (CX), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (R8)(BX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y4
+	VMASKMOVPS  (R8)(SI*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y8
+
+mainK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x05, DX
+	ADDQ       DX, AX
+	ADDQ       $0x00000004, CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y9, Y9
+	VPERM2F128 $0x20, Y6, Y2, Y1
+	VPERM2F128 $0x31, Y6, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y7, Y3, Y2
+	VPERM2F128 $0x31, Y7, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VPERM2F128 $0x20, Y8, Y4, Y3
+	VPERM2F128 $0x31, Y8, Y4, Y4
+	VADDPS     Y4, Y3, Y3
+	VSHUFPS    $0x44, Y1, Y9, Y4
+	VSHUFPS    $0xee, Y1, Y9, Y1
+	VADDPS     Y1, Y4, Y4
+	VSHUFPS    $0x44, Y3, Y2, Y1
+	VSHUFPS    $0xee, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x88, Y1, Y4, Y2
+	VSHUFPS    $0xdd, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VMOVUPS    Y2, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       56(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       60(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       64(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       68(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000004, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x03, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000004, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	MOVQ   112(SP), AX
+	MOVQ   d+104(FP), CX
+	SHLQ   $0x02, CX
+	MOVQ   (SP), DX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), BX
+	SHLQ   $0x06, BX
+	MOVQ   128(SP), SI
+	TESTQ  SI, SI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(BX*1)
+	VCVTPH2PS   (AX), Y3
+	VFMADD231PS (DX), Y3, Y1
+	VFMADD231PS (DX)(CX*1), Y3, Y2
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000010, AX
+	DECQ        SI
+	JNZ         restK0Step
+
+restK0Tail:
+	MOVQ        136(SP), BX
+	TESTQ       BX, BX
+	JZ          restK0Done
+	SUBQ        BX, AX
+	SUBQ        144(SP), DX
+	VCVTPH2PS   (AX), Y3
+	VANDPS      Y0, Y3, Y3
+	VMASKMOVPS  (DX), Y0, Y4
+	VFMADD231PS Y4, Y3, Y1
+	VMASKMOVPS  (DX)(CX*1), Y0, Y4
+	VFMADD231PS Y4, Y3, Y2
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x03, DX
+	ADDQ       DX, AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Y3, Y3, Y3
+	VPERM2F128 $0x20, Y3, Y1, Y4
+	VPERM2F128 $0x31, Y3, Y1, Y1
+	VADDPS     Y1, Y4, Y4
+	VPERM2F128 $0x20, Y3, Y2, Y1
+	VPERM2F128 $0x31, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x44, Y1, Y4, Y2
+	VSHUFPS    $0xee, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VSHUFPS    $0x88, Y3, Y2, Y1
+	VSHUFPS    $0xdd, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VMOVUPS    Y1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000001, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x01, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumGroupF16M2AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·accumGroupF16M2AVX2(SB), NOSPLIT, $40-120
+	MOVQ  n+104(FP), AX
+	SHRQ  $0x02, AX
+	IMULQ heads+64(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  o_base+0(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 24(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 32(SP)
+	MOVQ  v_base+72(FP), AX
+	MOVQ  hs+96(FP), CX
+	SHLQ  $0x01, CX
+	MOVQ  CX, DX
+	IMULQ heads+64(FP), DX
+
+row:
+	MOVQ         ldp+56(FP), BX
+	SHLQ         $0x02, BX
+	MOVQ         16(SP), SI
+	VBROADCASTSS (SI), Y0
+	VBROADCASTSS 4(SI), Y1
+	VBROADCASTSS 8(SI), Y2
+	VBROADCASTSS 12(SI), Y3
+	VBROADCASTSS (SI)(BX*1), Y4
+	VBROADCASTSS 4(SI)(BX*1), Y5
+	VBROADCASTSS 8(SI)(BX*1), Y6
+	VBROADCASTSS 12(SI)(BX*1), Y7
+	MOVQ         ldo+24(FP), BX
+	SHLQ         $0x02, BX
+	MOVQ         8(SP), SI
+	LEAQ         (DX)(DX*2), DI
+	MOVQ         AX, R8
+	LEAQ         (AX)(DX*4), R9
+	MOVQ         d+112(FP), R10
+	SHRQ         $0x03, R10
+
+step:
+	PREFETCHT1  (R9)
+	PREFETCHT1  (R9)(DX*1)
+	PREFETCHT1  (R9)(DX*2)
+	PREFETCHT1  (R9)(DI*1)
+	VCVTPH2PS   (R8), Y8
+	VCVTPH2PS   (R8)(DX*1), Y9
+	VCVTPH2PS   (R8)(DX*2), Y10
+	VCVTPH2PS   (R8)(DI*1), Y11
+	VMOVUPS     (SI), Y12
+	VFMADD231PS Y0, Y8, Y12
+	VFMADD231PS Y1, Y9, Y12
+	VFMADD231PS Y2, Y10, Y12
+	VFMADD231PS Y3, Y11, Y12
+	VMOVUPS     Y12, (SI)
+	VMOVUPS     (SI)(BX*1), Y12
+	VFMADD231PS Y4, Y8, Y12
+	VFMADD231PS Y5, Y9, Y12
+	VFMADD231PS Y6, Y10, Y12
+	VFMADD231PS Y7, Y11, Y12
+	VMOVUPS     Y12, (SI)(BX*1)
+	ADDQ        $0x00000010, R8
+	ADDQ        $0x00000010, R9
+	ADDQ        $0x00000020, SI
+	DECQ        R10
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        32(SP), BX
+	MOVQ        8(SP), SI
+	MOVQ        16(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	SHLQ        $0x03, R8
+	ADDQ        R8, SI
+	MOVQ        ldp+56(FP), R8
+	SHLQ        $0x03, R8
+	ADDQ        R8, DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        24(SP), DI
+	ADDQ        $0x10, DI
+	MOVQ        DI, 24(SP)
+	ADDQ        DX, AX
+	ADDQ        DX, AX
+	ADDQ        DX, AX
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
+// func scoresGroupF16M4AVX2(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+// Requires: AVX, CMOV, F16C, FMA3, MMX+
+TEXT ·scoresGroupF16M4AVX2(SB), NOSPLIT, $152-112
+	MOVQ    q_base+32(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    AX, 32(SP)
+	XORQ    AX, AX
+	MOVQ    AX, 8(SP)
+	MOVQ    AX, 24(SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 104(SP)
+	MOVQ    k_base+64(FP), AX
+	MOVQ    AX, 112(SP)
+	MOVQ    n+96(FP), AX
+	MOVQ    AX, 120(SP)
+	MOVQ    d+104(FP), AX
+	MOVQ    AX, CX
+	SHRQ    $0x03, CX
+	MOVQ    CX, 128(SP)
+	ANDQ    $0x07, AX
+	LEAQ    decodemask8<>+0(SB), CX
+	VMOVUPS 32(CX)(AX*4), Y0
+	MOVQ    $0x00000008, CX
+	SUBQ    AX, CX
+	ANDQ    $0x07, CX
+	MOVQ    CX, AX
+	SHLQ    $0x01, AX
+	MOVQ    AX, 136(SP)
+	SHLQ    $0x02, CX
+	MOVQ    CX, 144(SP)
+
+main:
+	CMPQ   120(SP), $0x00000002
+	JL     mainEnd
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x01, AX
+	MOVQ   112(SP), CX
+	MOVQ   d+104(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	MOVQ   (SP), SI
+	LEAQ   (SI)(DX*4), DI
+	LEAQ   (CX), R8
+	LEAQ   (CX)(AX*1), AX
+	MOVQ   hs+88(FP), CX
+	SHLQ   $0x06, CX
+	MOVQ   128(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R8)(CX*1)
+	PREFETCHT1  (AX)(CX*1)
+	VCVTPH2PS   (R8), Y9
+	VFMADD231PS (SI), Y9, Y1
+	VFMADD231PS (SI)(DX*1), Y9, Y3
+	VFMADD231PS (SI)(DX*2), Y9, Y5
+	VFMADD231PS (SI)(BX*1), Y9, Y7
+	VCVTPH2PS   (AX), Y9
+	VFMADD231PS (DI), Y9, Y2
+	VFMADD231PS (DI)(DX*1), Y9, Y4
+	VFMADD231PS (DI)(DX*2), Y9, Y6
+	VFMADD231PS (DI)(BX*1), Y9, Y8
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000020, DI
+	ADDQ        $0x00000010, R8
+	ADDQ        $0x00000010, AX
+	DECQ        R9
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ        136(SP), CX
+	TESTQ       CX, CX
+	JZ          mainK0Done
+	SUBQ        CX, R8
+	SUBQ        CX, AX
+	SUBQ        144(SP), SI
+	SUBQ        144(SP), DI
+	VCVTPH2PS   (R8), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y1
+	VMASKMOVPS  (SI)(DX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y3
+	VMASKMOVPS  (SI)(DX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y5
+	VMASKMOVPS  (SI)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y7
+	VCVTPH2PS   (AX), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (DI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y2
+	VMASKMOVPS  (DI)(DX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y4
+	VMASKMOVPS  (DI)(DX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y6
+	VMASKMOVPS  (DI)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y8
+
+mainK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x05, DX
+	ADDQ       DX, AX
+	ADDQ       $0x00000002, CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y9, Y9
+	VPERM2F128 $0x20, Y6, Y2, Y1
+	VPERM2F128 $0x31, Y6, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y7, Y3, Y2
+	VPERM2F128 $0x31, Y7, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VPERM2F128 $0x20, Y8, Y4, Y3
+	VPERM2F128 $0x31, Y8, Y4, Y4
+	VADDPS     Y4, Y3, Y3
+	VSHUFPS    $0x44, Y1, Y9, Y4
+	VSHUFPS    $0xee, Y1, Y9, Y1
+	VADDPS     Y1, Y4, Y4
+	VSHUFPS    $0x44, Y3, Y2, Y1
+	VSHUFPS    $0xee, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x88, Y1, Y4, Y2
+	VSHUFPS    $0xdd, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VMOVUPS    Y2, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       56(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       64(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       60(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       68(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000002, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x02, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000002, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	MOVQ   112(SP), AX
+	MOVQ   d+104(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   (SP), BX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), SI
+	SHLQ   $0x06, SI
+	MOVQ   128(SP), DI
+	TESTQ  DI, DI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(SI*1)
+	VCVTPH2PS   (AX), Y5
+	VFMADD231PS (BX), Y5, Y1
+	VFMADD231PS (BX)(CX*1), Y5, Y2
+	VFMADD231PS (BX)(CX*2), Y5, Y3
+	VFMADD231PS (BX)(DX*1), Y5, Y4
+	ADDQ        $0x00000020, BX
+	ADDQ        $0x00000010, AX
+	DECQ        DI
+	JNZ         restK0Step
+
+restK0Tail:
+	MOVQ        136(SP), SI
+	TESTQ       SI, SI
+	JZ          restK0Done
+	SUBQ        SI, AX
+	SUBQ        144(SP), BX
+	VCVTPH2PS   (AX), Y5
+	VANDPS      Y0, Y5, Y5
+	VMASKMOVPS  (BX), Y0, Y6
+	VFMADD231PS Y6, Y5, Y1
+	VMASKMOVPS  (BX)(CX*1), Y0, Y6
+	VFMADD231PS Y6, Y5, Y2
+	VMASKMOVPS  (BX)(CX*2), Y0, Y6
+	VFMADD231PS Y6, Y5, Y3
+	VMASKMOVPS  (BX)(DX*1), Y0, Y6
+	VFMADD231PS Y6, Y5, Y4
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x04, DX
+	ADDQ       DX, AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Y5, Y5, Y5
+	VPERM2F128 $0x20, Y5, Y1, Y6
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y6, Y6
+	VPERM2F128 $0x20, Y5, Y2, Y1
+	VPERM2F128 $0x31, Y5, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y5, Y3, Y2
+	VPERM2F128 $0x31, Y5, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VPERM2F128 $0x20, Y5, Y4, Y3
+	VPERM2F128 $0x31, Y5, Y4, Y4
+	VADDPS     Y4, Y3, Y3
+	VSHUFPS    $0x44, Y1, Y6, Y4
+	VSHUFPS    $0xee, Y1, Y6, Y1
+	VADDPS     Y1, Y4, Y4
+	VSHUFPS    $0x44, Y3, Y2, Y1
+	VSHUFPS    $0xee, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x88, Y1, Y4, Y2
+	VSHUFPS    $0xdd, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VMOVUPS    Y2, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000001, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x01, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumGroupF16M4AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·accumGroupF16M4AVX2(SB), NOSPLIT, $40-120
+	MOVQ  n+104(FP), AX
+	SHRQ  $0x02, AX
+	IMULQ heads+64(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  o_base+0(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 24(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 32(SP)
+	MOVQ  v_base+72(FP), AX
+	MOVQ  hs+96(FP), CX
+	SHLQ  $0x01, CX
+	MOVQ  CX, DX
+	IMULQ heads+64(FP), DX
+
+row:
+	MOVQ ldp+56(FP), BX
+	SHLQ $0x02, BX
+	LEAQ (BX)(BX*2), SI
+	MOVQ 16(SP), DI
+	MOVQ ldo+24(FP), R8
+	SHLQ $0x02, R8
+	LEAQ (R8)(R8*2), R9
+	MOVQ 8(SP), R10
+	LEAQ (DX)(DX*2), R11
+	MOVQ AX, R12
+	LEAQ (AX)(DX*4), R13
+	MOVQ d+112(FP), R14
+	SHRQ $0x03, R14
+
+step:
+	PREFETCHT1   (R13)
+	PREFETCHT1   (R13)(DX*1)
+	PREFETCHT1   (R13)(DX*2)
+	PREFETCHT1   (R13)(R11*1)
+	VCVTPH2PS    (R12), Y0
+	VCVTPH2PS    (R12)(DX*1), Y1
+	VCVTPH2PS    (R12)(DX*2), Y2
+	VCVTPH2PS    (R12)(R11*1), Y3
+	VMOVUPS      (R10), Y4
+	VBROADCASTSS (DI), Y5
+	VFMADD231PS  Y5, Y0, Y4
+	VBROADCASTSS 4(DI), Y5
+	VFMADD231PS  Y5, Y1, Y4
+	VBROADCASTSS 8(DI), Y5
+	VFMADD231PS  Y5, Y2, Y4
+	VBROADCASTSS 12(DI), Y5
+	VFMADD231PS  Y5, Y3, Y4
+	VMOVUPS      Y4, (R10)
+	VMOVUPS      (R10)(R8*1), Y4
+	VBROADCASTSS (DI)(BX*1), Y5
+	VFMADD231PS  Y5, Y0, Y4
+	VBROADCASTSS 4(DI)(BX*1), Y5
+	VFMADD231PS  Y5, Y1, Y4
+	VBROADCASTSS 8(DI)(BX*1), Y5
+	VFMADD231PS  Y5, Y2, Y4
+	VBROADCASTSS 12(DI)(BX*1), Y5
+	VFMADD231PS  Y5, Y3, Y4
+	VMOVUPS      Y4, (R10)(R8*1)
+	VMOVUPS      (R10)(R8*2), Y4
+	VBROADCASTSS (DI)(BX*2), Y5
+	VFMADD231PS  Y5, Y0, Y4
+	VBROADCASTSS 4(DI)(BX*2), Y5
+	VFMADD231PS  Y5, Y1, Y4
+	VBROADCASTSS 8(DI)(BX*2), Y5
+	VFMADD231PS  Y5, Y2, Y4
+	VBROADCASTSS 12(DI)(BX*2), Y5
+	VFMADD231PS  Y5, Y3, Y4
+	VMOVUPS      Y4, (R10)(R8*2)
+	VMOVUPS      (R10)(R9*1), Y4
+	VBROADCASTSS (DI)(SI*1), Y5
+	VFMADD231PS  Y5, Y0, Y4
+	VBROADCASTSS 4(DI)(SI*1), Y0
+	VFMADD231PS  Y0, Y1, Y4
+	VBROADCASTSS 8(DI)(SI*1), Y0
+	VFMADD231PS  Y0, Y2, Y4
+	VBROADCASTSS 12(DI)(SI*1), Y0
+	VFMADD231PS  Y0, Y3, Y4
+	VMOVUPS      Y4, (R10)(R9*1)
+	ADDQ         $0x00000010, R12
+	ADDQ         $0x00000010, R13
+	ADDQ         $0x00000020, R10
+	DECQ         R14
+	JNZ          step
+	ADDQ         CX, AX
+	MOVQ         32(SP), BX
+	MOVQ         8(SP), SI
+	MOVQ         16(SP), DI
+	INCQ         BX
+	MOVQ         ldo+24(FP), R8
+	SHLQ         $0x04, R8
+	ADDQ         R8, SI
+	MOVQ         ldp+56(FP), R8
+	SHLQ         $0x04, R8
+	ADDQ         R8, DI
+	CMPQ         BX, heads+64(FP)
+	JNE          store
+	XORQ         BX, BX
+	MOVQ         o_base+0(FP), SI
+	MOVQ         24(SP), DI
+	ADDQ         $0x10, DI
+	MOVQ         DI, 24(SP)
+	ADDQ         DX, AX
+	ADDQ         DX, AX
+	ADDQ         DX, AX
 
 store:
 	MOVQ BX, 32(SP)

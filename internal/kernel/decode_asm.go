@@ -102,12 +102,15 @@ type decodeISA struct {
 	// the tail of a row as the window of its last 8 elements); smaller
 	// ones go to the generic kernels.
 	minD int
+	// lanes is the number of float32 lanes of a vector: the query rows
+	// of a block of the grouped-query scores kernels.
+	lanes int
 }
 
 // newDecode returns the decode set of an instruction set from its
 // assembly per format (generic where a format has none) and its ReadSum.
 func newDecode(isa decodeISA, ks *[NumFormats]decodeKernels, readSum func(b []byte) uint32) Decode {
-	dk := Decode{Name: isa.name, ReadSum: wrapReadSum(readSum)}
+	dk := Decode{Name: isa.name, ReadSum: wrapReadSum(readSum), groupBlock: isa.lanes}
 	g := &GenericDecode
 	for f := range NumFormats {
 		k := &ks[f]
@@ -233,13 +236,13 @@ func headsFast(isa decodeISA, heads, ldc, hs, d int) bool {
 // next, of head dimension d; false where the call does not suit one: m
 // not a power of two beyond the table, the heads not side by side or d
 // not a multiple of 16 (headsFast), or, for m > 1, heads not a multiple
-// of the heads of a scores block (groupBlockRows/m).
+// of the heads of a scores block (isa.lanes/m).
 func groupIndex(isa decodeISA, nk, m, heads, ldc, hs, d int) (int, bool) {
 	if m < 1 || m&(m-1) != 0 || !headsFast(isa, heads, ldc, hs, d) {
 		return 0, false
 	}
 	i := bits.TrailingZeros(uint(m))
-	return i, i < nk && (m == 1 || heads%(groupBlockRows/m) == 0)
+	return i, i < nk && (m == 1 || heads%max(isa.lanes/m, 1) == 0)
 }
 
 // wrapScoresGroup returns the multi-head Scores of format f for m rows

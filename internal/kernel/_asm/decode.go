@@ -118,9 +118,9 @@ func scoresPrefetchRows(e decodeElem) int {
 }
 
 // groupRows are the rows per KV head (mr > 1) of the grouped-query
-// kernels (genScoresGroup, genAccumGroup): every power of two whose scores
-// tile of L/mr heads and accum tile of mr rows fit the registers (mr = 16
-// would be one head per block: the one-head kernel's tile).
+// kernels (genScoresGroup, genAccumGroup) below L, the float32 lanes (mr =
+// L would be one head per block: the one-head kernel's tile): AVX-512 2,
+// 4 and 8, AVX2 2 and 4.
 var groupRows = []int{2, 4, 8}
 
 // groupScoresMaxRows is the most rows per KV head of the grouped-query
@@ -174,8 +174,11 @@ func genDecode() {
 			}
 			genScoresGroup(s, e, 1)
 			genAccumHeads(s, e)
-			if s.EVEX && !e.quant() && e.Size > 1 {
+			if !e.quant() && e.Size > 1 {
 				for _, mr := range groupRows {
+					if mr >= s.Lanes {
+						continue // AVX2: one head a block, the one-head tile
+					}
 					if mr <= groupScoresMaxRows {
 						genScoresGroup(s, e, mr)
 					}

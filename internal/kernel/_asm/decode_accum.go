@@ -538,7 +538,8 @@ func genAccumGroup(s isa, e decodeElem, mr int) {
 		ps := newRowSet(ph, ldp, ldp3, mr)
 		// The probabilities, broadcast into registers once per row of
 		// heads when they fit (mr·kb of them beside kb V vectors and an
-		// O vector), else read by each FMA as an embedded broadcast.
+		// O vector), else read by each FMA as an embedded broadcast
+		// (AVX-512) or broadcast before it (AVX2).
 		var pv [][]VecVirtual
 		if mr*kb+kb+1 <= numRegs(s) {
 			pv = make([][]VecVirtual, mr)
@@ -575,8 +576,12 @@ func genAccumGroup(s isa, e decodeElem, mr int) {
 			for t := 0; t < kb; t++ {
 				if pv != nil {
 					VFMADD231PS(pv[r][t], vv[t], a)
-				} else {
+				} else if s.EVEX {
 					VFMADD231PS_BCST(ps.mem(r, 4*t), vv[t], a)
+				} else {
+					x := s.Vec()
+					VBROADCASTSS(ps.mem(r, 4*t), x)
+					VFMADD231PS(x, vv[t], a)
 				}
 			}
 			VMOVUPS(a, om)
