@@ -1,7 +1,5 @@
 package flashattn
 
-import "github.com/flashattn/flashattn/internal/kernel"
-
 // decode.go holds what the forward pass does differently when a sequence has
 // few query rows (decoding): its row block is cut into sub-blocks by KV head,
 // and, by the sequence's route (kvsource.go), the decode kernels of the
@@ -173,7 +171,7 @@ func (p *plan) headsTile(s *sequence, subs []subBlock) bool {
 	case 1:
 		return true
 	default:
-		kf, vf := formats[p.k.dt].kf, formats[p.v.dt].kf
-		return m == kernel.GroupRows && p.dec.ScoresGroup[kf] != nil && p.dec.AccumGroup[vf] != nil
+		kf, vf, nh := formats[p.k.dt].kf, formats[p.v.dt].kf, len(subs)
+		return p.dec.ScoresGroup[kf] != nil && p.dec.AccumGroup[vf] != nil && (p.dec.GroupFast(true, kf, m, nh) || p.dec.GroupFast(false, vf, m, nh))
 	}
 }

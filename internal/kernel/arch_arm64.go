@@ -47,7 +47,7 @@ func archFMAPeak(iters int) int { return fmaPeakLoopNEON(iters) }
 // 0.66 of the read bandwidth against about 1 for the address-order
 // multi-head kernel; on arm64 nothing has been measured.
 func archDecode() []Decode {
-	return []Decode{newDecode(decodeISA{name: "neon", minD: 1}, &[NumFormats]decodeKernels{
+	return []Decode{newDecode(decodeISA{name: "neon", minD: 1, lanes: 4}, &[NumFormats]decodeKernels{
 		FormatF32:  kernelsOf([]scoresKern[float32]{scoresF32M1NEON, scoresF32M2NEON, scoresF32M4NEON, scoresF32M8NEON}, []accumKern[float32]{accumF32M1NEON, accumF32M2NEON, accumF32M4NEON, accumF32M8NEON}, nil, nil),
 		FormatBF16: kernelsOf([]scoresKern[uint16]{scoresBF16M1NEON, scoresBF16M2NEON, scoresBF16M4NEON, scoresBF16M8NEON}, []accumKern[uint16]{accumBF16M1NEON, accumBF16M2NEON, accumBF16M4NEON, accumBF16M8NEON}, nil, nil),
 		FormatF16:  kernelsOf([]scoresKern[uint16]{scoresF16M1NEON, scoresF16M2NEON, scoresF16M4NEON, scoresF16M8NEON}, []accumKern[uint16]{accumF16M1NEON, accumF16M2NEON, accumF16M4NEON, accumF16M8NEON}, nil, nil),

@@ -104,17 +104,27 @@ type Decode struct {
 	// with K_h and V_h as for ScoresHeads. The results are bit for bit
 	// those of Scores[f](s[h*m*lds:], lds, q[h*m*d:], m, k[h*hs:], ldk,
 	// n, d) and Accum[f](o[h*m*ldo:], ldo, p[h*m*ldp:], ldp, m, v[h*hs:],
-	// ldv, n, d) for each h. With m = GroupRows, heads a multiple of
-	// GroupRows, the heads side by side (ldk == heads·hs) and d a
-	// multiple of 16, the AVX-512 assembly (float32, bf16, fp16, q8_0) reads
-	// the cache once in address order, where the one-head kernels read
-	// each head's rows a whole key row apart (measured on Zen 4, 8 KV
-	// heads of d = 128, 4 rows each, float32: about 0.8 of ReadSum's
-	// bandwidth by head); other calls go head by head. nil for the
-	// formats and instruction sets without that assembly (call Scores
-	// and Accum head by head instead). They allocate nothing.
+	// ldv, n, d) for each h. Where GroupFast(…, f, m, heads) holds, the
+	// heads lie side by side (ldk == heads·hs) and d is a multiple of 16,
+	// the assembly reads the cache once in address order, where the
+	// one-head kernels read each head's rows a whole key row apart
+	// (measured on Zen 4, 8 KV heads of d = 128, 4 rows each, float32:
+	// about 0.8 of ReadSum's bandwidth by head); other calls go head by
+	// head. m = 1 is ScoresHeads and AccumHeads (the same kernels). nil
+	// for the formats and instruction sets without grouped-query
+	// assembly (call Scores and Accum head by head instead). They
+	// allocate nothing.
 	ScoresGroup [NumFormats]ScoresGroupFunc
 	AccumGroup  [NumFormats]AccumGroupFunc
+
+	// scoresRows[f] (accumRows[f]) has bit m set for each number m > 1
+	// of rows per KV head that ScoresGroup[f] (AccumGroup[f]) takes in
+	// one pass over the cache (see GroupFast).
+	scoresRows, accumRows [NumFormats]uint32
+	// groupBlock is the number of query rows of a block of the
+	// grouped-query scores kernels (the float32 lanes of a vector): a
+	// block takes groupBlock/m heads of one key.
+	groupBlock int
 
 	// ReadSum is the read-bandwidth yardstick (see above).
 	ReadSum func(b []byte) uint32
@@ -138,9 +148,23 @@ type ScoresGroupFunc func(s []float32, lds int, q []float32, m, heads int, k []b
 // AccumGroupFunc is the signature of Decode.AccumGroup.
 type AccumGroupFunc func(o []float32, ldo int, p []float32, ldp, m, heads int, v []byte, ldv, hs, n, d int)
 
-// GroupRows is the number of query rows per KV head of the grouped-query
-// assembly kernels (Decode.ScoresGroup).
-const GroupRows = 4
+// GroupFast reports whether ScoresGroup[f] (scores) or AccumGroup[f]
+// (!scores) of dk reads a cache of heads KV heads side by side in one
+// pass for m > 1 query rows per KV head (given d a multiple of 16),
+// rather than head by head: the AVX-512 and AVX2 float32, bf16 and fp16
+// kernels and the AVX-512 q8_0 ones for m = 2 and 4, and on AVX-512 for
+// Accum m = 8 (Scores of 8 rows is faster head by head), not bf16's
+// m = 8 on avx512bf16 (whose
+// one-head kernels round to bfloat16); heads a multiple of L/m, the KV
+// heads of one scores block of L rows (the float32 lanes: 16 on AVX-512,
+// 8 on AVX2).
+func (dk *Decode) GroupFast(scores bool, f Format, m, heads int) bool {
+	mask := dk.accumRows[f]
+	if scores {
+		mask = dk.scoresRows[f]
+	}
+	return m > 1 && m < 32 && mask>>m&1 != 0 && heads > 1 && heads%max(dk.groupBlock/m, 1) == 0
+}
 
 // checkHeads panics unless the arguments of a multi-head call of m rows
 // per head are consistent: out is heads·m×outCols with stride ldOut, in

@@ -4150,6 +4150,531 @@ store:
 	VZEROUPPER
 	RET
 
+// func scoresGroupF32M2AVX512(s []float32, lds int, q []float32, heads int, k []float32, hs int, n int, d int)
+// Requires: AVX, AVX512DQ, AVX512F, CMOV, MMX+
+TEXT ·scoresGroupF32M2AVX512(SB), NOSPLIT, $136-112
+	MOVQ  q_base+32(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 32(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 8(SP)
+	MOVQ  AX, 24(SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 104(SP)
+	MOVQ  k_base+64(FP), AX
+	MOVQ  AX, 112(SP)
+	MOVQ  n+96(FP), AX
+	MOVQ  AX, 120(SP)
+	MOVQ  d+104(FP), AX
+	MOVQ  AX, CX
+	SHRQ  $0x04, CX
+	MOVQ  CX, 128(SP)
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+main:
+	CMPQ   120(SP), $0x00000008
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x02, AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   d+104(FP), SI
+	SHLQ   $0x02, SI
+	LEAQ   (SI)(SI*2), DI
+	MOVQ   (SP), R8
+	LEAQ   (R8)(SI*4), R9
+	LEAQ   (DX), R10
+	LEAQ   (DX)(AX*1), R11
+	LEAQ   (DX)(AX*2), R12
+	LEAQ   (DX)(CX*1), DX
+	MOVQ   hs+88(FP), R13
+	SHLQ   $0x06, R13
+	MOVQ   128(SP), R14
+	TESTQ  R14, R14
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R10)(R13*1)
+	PREFETCHT1  (R11)(R13*1)
+	PREFETCHT1  (R12)(R13*1)
+	PREFETCHT1  (DX)(R13*1)
+	VMOVUPS     (R10), Z16
+	VFMADD231PS (R8), Z16, Z0
+	VFMADD231PS (R8)(SI*1), Z16, Z8
+	VMOVUPS     (R11), Z16
+	VFMADD231PS (R8)(SI*2), Z16, Z1
+	VFMADD231PS (R8)(DI*1), Z16, Z9
+	VMOVUPS     (R12), Z16
+	VFMADD231PS (R9), Z16, Z2
+	VFMADD231PS (R9)(SI*1), Z16, Z10
+	VMOVUPS     (DX), Z16
+	VFMADD231PS (R9)(SI*2), Z16, Z3
+	VFMADD231PS (R9)(DI*1), Z16, Z11
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000040, R10
+	ADDQ        $0x00000040, R11
+	ADDQ        $0x00000040, R12
+	ADDQ        $0x00000040, DX
+	DECQ        R14
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVUPS.Z   (R10), K1, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z0
+	VMOVUPS.Z   (R8)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z8
+	VMOVUPS.Z   (R11), K1, Z16
+	VMOVUPS.Z   (R8)(SI*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z1
+	VMOVUPS.Z   (R8)(DI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z9
+	VMOVUPS.Z   (R12), K1, Z16
+	VMOVUPS.Z   (R9), K1, Z17
+	VFMADD231PS Z17, Z16, Z2
+	VMOVUPS.Z   (R9)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z10
+	VMOVUPS.Z   (DX), K1, Z16
+	VMOVUPS.Z   (R9)(SI*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z3
+	VMOVUPS.Z   (R9)(DI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z11
+
+mainK0Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	SHLQ    $0x05, DI
+	ADDQ    DI, DX
+	ADDQ    $0x00000004, SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    d+104(FP), DX
+	SHLQ    $0x02, DX
+	LEAQ    (DX)(DX*2), SI
+	MOVQ    (SP), DI
+	LEAQ    (DI)(DX*4), R8
+	LEAQ    (BX), R9
+	LEAQ    (BX)(AX*1), R10
+	LEAQ    (BX)(AX*2), AX
+	LEAQ    (BX)(CX*1), CX
+	MOVQ    hs+88(FP), BX
+	SHLQ    $0x06, BX
+	MOVQ    128(SP), R11
+	TESTQ   R11, R11
+	JZ      mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (R9)(BX*1)
+	PREFETCHT1  (R10)(BX*1)
+	PREFETCHT1  (AX)(BX*1)
+	PREFETCHT1  (CX)(BX*1)
+	VMOVUPS     (R9), Z16
+	VFMADD231PS (DI), Z16, Z4
+	VFMADD231PS (DI)(DX*1), Z16, Z12
+	VMOVUPS     (R10), Z16
+	VFMADD231PS (DI)(DX*2), Z16, Z5
+	VFMADD231PS (DI)(SI*1), Z16, Z13
+	VMOVUPS     (AX), Z16
+	VFMADD231PS (R8), Z16, Z6
+	VFMADD231PS (R8)(DX*1), Z16, Z14
+	VMOVUPS     (CX), Z16
+	VFMADD231PS (R8)(DX*2), Z16, Z7
+	VFMADD231PS (R8)(SI*1), Z16, Z15
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000040, R10
+	ADDQ        $0x00000040, AX
+	ADDQ        $0x00000040, CX
+	DECQ        R11
+	JNZ         mainK4Step
+
+mainK4Tail:
+	KORTESTW    K1, K1
+	JZ          mainK4Done
+	VMOVUPS.Z   (R9), K1, Z16
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z4
+	VMOVUPS.Z   (DI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z12
+	VMOVUPS.Z   (R10), K1, Z16
+	VMOVUPS.Z   (DI)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z5
+	VMOVUPS.Z   (DI)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z13
+	VMOVUPS.Z   (AX), K1, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z6
+	VMOVUPS.Z   (R8)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z14
+	VMOVUPS.Z   (CX), K1, Z16
+	VMOVUPS.Z   (R8)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z7
+	VMOVUPS.Z   (R8)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z15
+
+mainK4Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x05, DX
+	ADDQ       DX, AX
+	ADDQ       $0x00000004, CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VSHUFF32X4 $0x44, Z4, Z0, Z16
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z16, Z16
+	VSHUFF32X4 $0x44, Z12, Z8, Z0
+	VSHUFF32X4 $0xee, Z12, Z8, Z4
+	VADDPS     Z4, Z0, Z0
+	VSHUFF32X4 $0x44, Z5, Z1, Z4
+	VSHUFF32X4 $0xee, Z5, Z1, Z1
+	VADDPS     Z1, Z4, Z4
+	VSHUFF32X4 $0x44, Z13, Z9, Z1
+	VSHUFF32X4 $0xee, Z13, Z9, Z5
+	VADDPS     Z5, Z1, Z1
+	VSHUFF32X4 $0x44, Z6, Z2, Z5
+	VSHUFF32X4 $0xee, Z6, Z2, Z2
+	VADDPS     Z2, Z5, Z5
+	VSHUFF32X4 $0x44, Z14, Z10, Z2
+	VSHUFF32X4 $0xee, Z14, Z10, Z6
+	VADDPS     Z6, Z2, Z2
+	VSHUFF32X4 $0x44, Z7, Z3, Z6
+	VSHUFF32X4 $0xee, Z7, Z3, Z3
+	VADDPS     Z3, Z6, Z6
+	VSHUFF32X4 $0x44, Z15, Z11, Z3
+	VSHUFF32X4 $0xee, Z15, Z11, Z7
+	VADDPS     Z7, Z3, Z3
+	VSHUFF32X4 $0x88, Z0, Z16, Z7
+	VSHUFF32X4 $0xdd, Z0, Z16, Z0
+	VADDPS     Z0, Z7, Z7
+	VSHUFF32X4 $0x88, Z1, Z4, Z0
+	VSHUFF32X4 $0xdd, Z1, Z4, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z5, Z1
+	VSHUFF32X4 $0xdd, Z2, Z5, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x88, Z3, Z6, Z2
+	VSHUFF32X4 $0xdd, Z3, Z6, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z0, Z7, Z3
+	VSHUFPS    $0xee, Z0, Z7, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z2, Z1, Z0
+	VSHUFPS    $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z0, Z3, Z1
+	VSHUFPS    $0xdd, Z0, Z3, Z0
+	VADDPS     Z0, Z1, Z1
+	VMOVUPS    Z1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       72(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       76(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       80(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       84(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       56(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       88(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       60(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       92(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       64(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       96(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       68(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       100(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000008, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x05, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000008, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	MOVQ   112(SP), AX
+	MOVQ   d+104(FP), CX
+	SHLQ   $0x02, CX
+	MOVQ   (SP), DX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), BX
+	SHLQ   $0x06, BX
+	MOVQ   128(SP), SI
+	TESTQ  SI, SI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(BX*1)
+	VMOVUPS     (AX), Z2
+	VFMADD231PS (DX), Z2, Z0
+	VFMADD231PS (DX)(CX*1), Z2, Z1
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, AX
+	DECQ        SI
+	JNZ         restK0Step
+
+restK0Tail:
+	KORTESTW    K1, K1
+	JZ          restK0Done
+	VMOVUPS.Z   (AX), K1, Z2
+	VMOVUPS.Z   (DX), K1, Z3
+	VFMADD231PS Z3, Z2, Z0
+	VMOVUPS.Z   (DX)(CX*1), K1, Z3
+	VFMADD231PS Z3, Z2, Z1
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x03, DX
+	ADDQ       DX, AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Z2, Z2, Z2
+	VSHUFF32X4 $0x44, Z2, Z0, Z3
+	VSHUFF32X4 $0xee, Z2, Z0, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFF32X4 $0x44, Z2, Z1, Z0
+	VSHUFF32X4 $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z3, Z1
+	VSHUFF32X4 $0xdd, Z2, Z3, Z3
+	VADDPS     Z3, Z1, Z1
+	VSHUFF32X4 $0x88, Z2, Z0, Z3
+	VSHUFF32X4 $0xdd, Z2, Z0, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z3, Z1, Z0
+	VSHUFPS    $0xee, Z3, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z2, Z0, Z1
+	VSHUFPS    $0xdd, Z2, Z0, Z0
+	VADDPS     Z0, Z1, Z1
+	VMOVUPS    Y1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000001, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x02, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumGroupF32M2AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []float32, hs int, n int, d int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·accumGroupF32M2AVX512(SB), NOSPLIT, $40-120
+	MOVQ  n+104(FP), AX
+	SHRQ  $0x02, AX
+	IMULQ heads+64(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  o_base+0(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 24(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 32(SP)
+	MOVQ  v_base+72(FP), AX
+	MOVQ  hs+96(FP), CX
+	SHLQ  $0x02, CX
+	MOVQ  CX, DX
+	IMULQ heads+64(FP), DX
+
+row:
+	MOVQ         ldp+56(FP), BX
+	SHLQ         $0x02, BX
+	MOVQ         16(SP), SI
+	VBROADCASTSS (SI), Z0
+	VBROADCASTSS 4(SI), Z1
+	VBROADCASTSS 8(SI), Z2
+	VBROADCASTSS 12(SI), Z3
+	VBROADCASTSS (SI)(BX*1), Z4
+	VBROADCASTSS 4(SI)(BX*1), Z5
+	VBROADCASTSS 8(SI)(BX*1), Z6
+	VBROADCASTSS 12(SI)(BX*1), Z7
+	MOVQ         ldo+24(FP), BX
+	SHLQ         $0x02, BX
+	MOVQ         8(SP), SI
+	LEAQ         (DX)(DX*2), DI
+	MOVQ         AX, R8
+	LEAQ         (AX)(DX*4), R9
+	MOVQ         d+112(FP), R10
+	SHRQ         $0x04, R10
+
+step:
+	PREFETCHT1  (R9)
+	PREFETCHT1  (R9)(DX*1)
+	PREFETCHT1  (R9)(DX*2)
+	PREFETCHT1  (R9)(DI*1)
+	VMOVUPS     (R8), Z8
+	VMOVUPS     (R8)(DX*1), Z9
+	VMOVUPS     (R8)(DX*2), Z10
+	VMOVUPS     (R8)(DI*1), Z11
+	VMOVUPS     (SI), Z12
+	VFMADD231PS Z0, Z8, Z12
+	VFMADD231PS Z1, Z9, Z12
+	VFMADD231PS Z2, Z10, Z12
+	VFMADD231PS Z3, Z11, Z12
+	VMOVUPS     Z12, (SI)
+	VMOVUPS     (SI)(BX*1), Z12
+	VFMADD231PS Z4, Z8, Z12
+	VFMADD231PS Z5, Z9, Z12
+	VFMADD231PS Z6, Z10, Z12
+	VFMADD231PS Z7, Z11, Z12
+	VMOVUPS     Z12, (SI)(BX*1)
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000040, SI
+	DECQ        R10
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        32(SP), BX
+	MOVQ        8(SP), SI
+	MOVQ        16(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	SHLQ        $0x03, R8
+	ADDQ        R8, SI
+	MOVQ        ldp+56(FP), R8
+	SHLQ        $0x03, R8
+	ADDQ        R8, DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        24(SP), DI
+	ADDQ        $0x10, DI
+	MOVQ        DI, 24(SP)
+	ADDQ        DX, AX
+	ADDQ        DX, AX
+	ADDQ        DX, AX
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
 // func scoresGroupF32M4AVX512(s []float32, lds int, q []float32, heads int, k []float32, hs int, n int, d int)
 // Requires: AVX, AVX512DQ, AVX512F, CMOV, MMX+
 TEXT ·scoresGroupF32M4AVX512(SB), NOSPLIT, $136-112
@@ -4665,6 +5190,137 @@ step:
 	ADDQ        DX, AX
 	ADDQ        DX, AX
 	ADDQ        DX, AX
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
+// func accumGroupF32M8AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []float32, hs int, n int, d int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·accumGroupF32M8AVX512(SB), NOSPLIT, $40-120
+	MOVQ  n+104(FP), AX
+	SHRQ  $0x02, AX
+	IMULQ heads+64(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  o_base+0(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 24(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 32(SP)
+	MOVQ  v_base+72(FP), AX
+	MOVQ  hs+96(FP), CX
+	SHLQ  $0x02, CX
+	MOVQ  CX, DX
+	IMULQ heads+64(FP), DX
+
+row:
+	MOVQ ldp+56(FP), BX
+	SHLQ $0x02, BX
+	LEAQ (BX)(BX*2), SI
+	MOVQ 16(SP), DI
+	LEAQ (DI)(BX*4), R8
+	MOVQ ldo+24(FP), R9
+	SHLQ $0x02, R9
+	LEAQ (R9)(R9*2), R10
+	MOVQ 8(SP), R11
+	LEAQ (R11)(R9*4), R12
+	LEAQ (DX)(DX*2), R13
+	MOVQ AX, R14
+	LEAQ (AX)(DX*4), R15
+	MOVQ d+112(FP), BP
+	SHRQ $0x04, BP
+
+step:
+	PREFETCHT1       (R15)
+	PREFETCHT1       (R15)(DX*1)
+	PREFETCHT1       (R15)(DX*2)
+	PREFETCHT1       (R15)(R13*1)
+	VMOVUPS          (R14), Z0
+	VMOVUPS          (R14)(DX*1), Z1
+	VMOVUPS          (R14)(DX*2), Z2
+	VMOVUPS          (R14)(R13*1), Z3
+	VMOVUPS          (R11), Z4
+	VFMADD231PS.BCST (DI), Z0, Z4
+	VFMADD231PS.BCST 4(DI), Z1, Z4
+	VFMADD231PS.BCST 8(DI), Z2, Z4
+	VFMADD231PS.BCST 12(DI), Z3, Z4
+	VMOVUPS          Z4, (R11)
+	VMOVUPS          (R11)(R9*1), Z4
+	VFMADD231PS.BCST (DI)(BX*1), Z0, Z4
+	VFMADD231PS.BCST 4(DI)(BX*1), Z1, Z4
+	VFMADD231PS.BCST 8(DI)(BX*1), Z2, Z4
+	VFMADD231PS.BCST 12(DI)(BX*1), Z3, Z4
+	VMOVUPS          Z4, (R11)(R9*1)
+	VMOVUPS          (R11)(R9*2), Z4
+	VFMADD231PS.BCST (DI)(BX*2), Z0, Z4
+	VFMADD231PS.BCST 4(DI)(BX*2), Z1, Z4
+	VFMADD231PS.BCST 8(DI)(BX*2), Z2, Z4
+	VFMADD231PS.BCST 12(DI)(BX*2), Z3, Z4
+	VMOVUPS          Z4, (R11)(R9*2)
+	VMOVUPS          (R11)(R10*1), Z4
+	VFMADD231PS.BCST (DI)(SI*1), Z0, Z4
+	VFMADD231PS.BCST 4(DI)(SI*1), Z1, Z4
+	VFMADD231PS.BCST 8(DI)(SI*1), Z2, Z4
+	VFMADD231PS.BCST 12(DI)(SI*1), Z3, Z4
+	VMOVUPS          Z4, (R11)(R10*1)
+	VMOVUPS          (R12), Z4
+	VFMADD231PS.BCST (R8), Z0, Z4
+	VFMADD231PS.BCST 4(R8), Z1, Z4
+	VFMADD231PS.BCST 8(R8), Z2, Z4
+	VFMADD231PS.BCST 12(R8), Z3, Z4
+	VMOVUPS          Z4, (R12)
+	VMOVUPS          (R12)(R9*1), Z4
+	VFMADD231PS.BCST (R8)(BX*1), Z0, Z4
+	VFMADD231PS.BCST 4(R8)(BX*1), Z1, Z4
+	VFMADD231PS.BCST 8(R8)(BX*1), Z2, Z4
+	VFMADD231PS.BCST 12(R8)(BX*1), Z3, Z4
+	VMOVUPS          Z4, (R12)(R9*1)
+	VMOVUPS          (R12)(R9*2), Z4
+	VFMADD231PS.BCST (R8)(BX*2), Z0, Z4
+	VFMADD231PS.BCST 4(R8)(BX*2), Z1, Z4
+	VFMADD231PS.BCST 8(R8)(BX*2), Z2, Z4
+	VFMADD231PS.BCST 12(R8)(BX*2), Z3, Z4
+	VMOVUPS          Z4, (R12)(R9*2)
+	VMOVUPS          (R12)(R10*1), Z4
+	VFMADD231PS.BCST (R8)(SI*1), Z0, Z4
+	VFMADD231PS.BCST 4(R8)(SI*1), Z1, Z4
+	VFMADD231PS.BCST 8(R8)(SI*1), Z2, Z4
+	VFMADD231PS.BCST 12(R8)(SI*1), Z3, Z4
+	VMOVUPS          Z4, (R12)(R10*1)
+	ADDQ             $0x00000040, R14
+	ADDQ             $0x00000040, R15
+	ADDQ             $0x00000040, R11
+	ADDQ             $0x00000040, R12
+	DECQ             BP
+	JNZ              step
+	ADDQ             CX, AX
+	MOVQ             32(SP), BX
+	MOVQ             8(SP), SI
+	MOVQ             16(SP), DI
+	INCQ             BX
+	MOVQ             ldo+24(FP), R8
+	SHLQ             $0x05, R8
+	ADDQ             R8, SI
+	MOVQ             ldp+56(FP), R8
+	SHLQ             $0x05, R8
+	ADDQ             R8, DI
+	CMPQ             BX, heads+64(FP)
+	JNE              store
+	XORQ             BX, BX
+	MOVQ             o_base+0(FP), SI
+	MOVQ             24(SP), DI
+	ADDQ             $0x10, DI
+	MOVQ             DI, 24(SP)
+	ADDQ             DX, AX
+	ADDQ             DX, AX
+	ADDQ             DX, AX
 
 store:
 	MOVQ BX, 32(SP)
@@ -9222,6 +9878,562 @@ store:
 	VZEROUPPER
 	RET
 
+// func scoresGroupBF16M2AVX512(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·scoresGroupBF16M2AVX512(SB), NOSPLIT, $136-112
+	MOVQ  q_base+32(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 32(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 8(SP)
+	MOVQ  AX, 24(SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 104(SP)
+	MOVQ  k_base+64(FP), AX
+	MOVQ  AX, 112(SP)
+	MOVQ  n+96(FP), AX
+	MOVQ  AX, 120(SP)
+	MOVQ  d+104(FP), AX
+	MOVQ  AX, CX
+	SHRQ  $0x04, CX
+	MOVQ  CX, 128(SP)
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+main:
+	CMPQ   120(SP), $0x00000008
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x01, AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   d+104(FP), SI
+	SHLQ   $0x02, SI
+	LEAQ   (SI)(SI*2), DI
+	MOVQ   (SP), R8
+	LEAQ   (R8)(SI*4), R9
+	LEAQ   (DX), R10
+	LEAQ   (DX)(AX*1), R11
+	LEAQ   (DX)(AX*2), R12
+	LEAQ   (DX)(CX*1), DX
+	MOVQ   hs+88(FP), R13
+	SHLQ   $0x06, R13
+	MOVQ   128(SP), R14
+	TESTQ  R14, R14
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R10)(R13*1)
+	PREFETCHT1  (R11)(R13*1)
+	PREFETCHT1  (R12)(R13*1)
+	PREFETCHT1  (DX)(R13*1)
+	VPMOVZXWD   (R10), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (R8), Z16, Z0
+	VFMADD231PS (R8)(SI*1), Z16, Z8
+	VPMOVZXWD   (R11), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (R8)(SI*2), Z16, Z1
+	VFMADD231PS (R8)(DI*1), Z16, Z9
+	VPMOVZXWD   (R12), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (R9), Z16, Z2
+	VFMADD231PS (R9)(SI*1), Z16, Z10
+	VPMOVZXWD   (DX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (R9)(SI*2), Z16, Z3
+	VFMADD231PS (R9)(DI*1), Z16, Z11
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000020, R10
+	ADDQ        $0x00000020, R11
+	ADDQ        $0x00000020, R12
+	ADDQ        $0x00000020, DX
+	DECQ        R14
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVDQU16.Z (R10), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z0
+	VMOVUPS.Z   (R8)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z8
+	VMOVDQU16.Z (R11), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (R8)(SI*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z1
+	VMOVUPS.Z   (R8)(DI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z9
+	VMOVDQU16.Z (R12), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (R9), K1, Z17
+	VFMADD231PS Z17, Z16, Z2
+	VMOVUPS.Z   (R9)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z10
+	VMOVDQU16.Z (DX), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (R9)(SI*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z3
+	VMOVUPS.Z   (R9)(DI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z11
+
+mainK0Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	SHLQ    $0x05, DI
+	ADDQ    DI, DX
+	ADDQ    $0x00000004, SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    d+104(FP), DX
+	SHLQ    $0x02, DX
+	LEAQ    (DX)(DX*2), SI
+	MOVQ    (SP), DI
+	LEAQ    (DI)(DX*4), R8
+	LEAQ    (BX), R9
+	LEAQ    (BX)(AX*1), R10
+	LEAQ    (BX)(AX*2), AX
+	LEAQ    (BX)(CX*1), CX
+	MOVQ    hs+88(FP), BX
+	SHLQ    $0x06, BX
+	MOVQ    128(SP), R11
+	TESTQ   R11, R11
+	JZ      mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (R9)(BX*1)
+	PREFETCHT1  (R10)(BX*1)
+	PREFETCHT1  (AX)(BX*1)
+	PREFETCHT1  (CX)(BX*1)
+	VPMOVZXWD   (R9), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DI), Z16, Z4
+	VFMADD231PS (DI)(DX*1), Z16, Z12
+	VPMOVZXWD   (R10), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (DI)(DX*2), Z16, Z5
+	VFMADD231PS (DI)(SI*1), Z16, Z13
+	VPMOVZXWD   (AX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (R8), Z16, Z6
+	VFMADD231PS (R8)(DX*1), Z16, Z14
+	VPMOVZXWD   (CX), Z16
+	VPSLLD      $0x10, Z16, Z16
+	VFMADD231PS (R8)(DX*2), Z16, Z7
+	VFMADD231PS (R8)(SI*1), Z16, Z15
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000020, R9
+	ADDQ        $0x00000020, R10
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	DECQ        R11
+	JNZ         mainK4Step
+
+mainK4Tail:
+	KORTESTW    K1, K1
+	JZ          mainK4Done
+	VMOVDQU16.Z (R9), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z4
+	VMOVUPS.Z   (DI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z12
+	VMOVDQU16.Z (R10), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (DI)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z5
+	VMOVUPS.Z   (DI)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z13
+	VMOVDQU16.Z (AX), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z6
+	VMOVUPS.Z   (R8)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z14
+	VMOVDQU16.Z (CX), K1, Y16
+	VPMOVZXWD   Y16, Z16
+	VPSLLD      $0x10, Z16, Z16
+	VMOVUPS.Z   (R8)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z7
+	VMOVUPS.Z   (R8)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z15
+
+mainK4Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x05, DX
+	ADDQ       DX, AX
+	ADDQ       $0x00000004, CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VSHUFF32X4 $0x44, Z4, Z0, Z16
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z16, Z16
+	VSHUFF32X4 $0x44, Z12, Z8, Z0
+	VSHUFF32X4 $0xee, Z12, Z8, Z4
+	VADDPS     Z4, Z0, Z0
+	VSHUFF32X4 $0x44, Z5, Z1, Z4
+	VSHUFF32X4 $0xee, Z5, Z1, Z1
+	VADDPS     Z1, Z4, Z4
+	VSHUFF32X4 $0x44, Z13, Z9, Z1
+	VSHUFF32X4 $0xee, Z13, Z9, Z5
+	VADDPS     Z5, Z1, Z1
+	VSHUFF32X4 $0x44, Z6, Z2, Z5
+	VSHUFF32X4 $0xee, Z6, Z2, Z2
+	VADDPS     Z2, Z5, Z5
+	VSHUFF32X4 $0x44, Z14, Z10, Z2
+	VSHUFF32X4 $0xee, Z14, Z10, Z6
+	VADDPS     Z6, Z2, Z2
+	VSHUFF32X4 $0x44, Z7, Z3, Z6
+	VSHUFF32X4 $0xee, Z7, Z3, Z3
+	VADDPS     Z3, Z6, Z6
+	VSHUFF32X4 $0x44, Z15, Z11, Z3
+	VSHUFF32X4 $0xee, Z15, Z11, Z7
+	VADDPS     Z7, Z3, Z3
+	VSHUFF32X4 $0x88, Z0, Z16, Z7
+	VSHUFF32X4 $0xdd, Z0, Z16, Z0
+	VADDPS     Z0, Z7, Z7
+	VSHUFF32X4 $0x88, Z1, Z4, Z0
+	VSHUFF32X4 $0xdd, Z1, Z4, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z5, Z1
+	VSHUFF32X4 $0xdd, Z2, Z5, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x88, Z3, Z6, Z2
+	VSHUFF32X4 $0xdd, Z3, Z6, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z0, Z7, Z3
+	VSHUFPS    $0xee, Z0, Z7, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z2, Z1, Z0
+	VSHUFPS    $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z0, Z3, Z1
+	VSHUFPS    $0xdd, Z0, Z3, Z0
+	VADDPS     Z0, Z1, Z1
+	VMOVUPS    Z1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       72(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       76(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       80(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       84(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       56(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       88(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       60(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       92(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       64(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       96(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       68(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       100(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000008, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x04, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000008, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	MOVQ   112(SP), AX
+	MOVQ   d+104(FP), CX
+	SHLQ   $0x02, CX
+	MOVQ   (SP), DX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), BX
+	SHLQ   $0x06, BX
+	MOVQ   128(SP), SI
+	TESTQ  SI, SI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(BX*1)
+	VPMOVZXWD   (AX), Z2
+	VPSLLD      $0x10, Z2, Z2
+	VFMADD231PS (DX), Z2, Z0
+	VFMADD231PS (DX)(CX*1), Z2, Z1
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, AX
+	DECQ        SI
+	JNZ         restK0Step
+
+restK0Tail:
+	KORTESTW    K1, K1
+	JZ          restK0Done
+	VMOVDQU16.Z (AX), K1, Y2
+	VPMOVZXWD   Y2, Z2
+	VPSLLD      $0x10, Z2, Z2
+	VMOVUPS.Z   (DX), K1, Z3
+	VFMADD231PS Z3, Z2, Z0
+	VMOVUPS.Z   (DX)(CX*1), K1, Z3
+	VFMADD231PS Z3, Z2, Z1
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x03, DX
+	ADDQ       DX, AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Z2, Z2, Z2
+	VSHUFF32X4 $0x44, Z2, Z0, Z3
+	VSHUFF32X4 $0xee, Z2, Z0, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFF32X4 $0x44, Z2, Z1, Z0
+	VSHUFF32X4 $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z3, Z1
+	VSHUFF32X4 $0xdd, Z2, Z3, Z3
+	VADDPS     Z3, Z1, Z1
+	VSHUFF32X4 $0x88, Z2, Z0, Z3
+	VSHUFF32X4 $0xdd, Z2, Z0, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z3, Z1, Z0
+	VSHUFPS    $0xee, Z3, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z2, Z0, Z1
+	VSHUFPS    $0xdd, Z2, Z0, Z0
+	VADDPS     Z0, Z1, Z1
+	VMOVUPS    Y1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000001, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x01, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumGroupBF16M2AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·accumGroupBF16M2AVX512(SB), NOSPLIT, $40-120
+	MOVQ  n+104(FP), AX
+	SHRQ  $0x02, AX
+	IMULQ heads+64(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  o_base+0(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 24(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 32(SP)
+	MOVQ  v_base+72(FP), AX
+	MOVQ  hs+96(FP), CX
+	SHLQ  $0x01, CX
+	MOVQ  CX, DX
+	IMULQ heads+64(FP), DX
+
+row:
+	MOVQ         ldp+56(FP), BX
+	SHLQ         $0x02, BX
+	MOVQ         16(SP), SI
+	VBROADCASTSS (SI), Z0
+	VBROADCASTSS 4(SI), Z1
+	VBROADCASTSS 8(SI), Z2
+	VBROADCASTSS 12(SI), Z3
+	VBROADCASTSS (SI)(BX*1), Z4
+	VBROADCASTSS 4(SI)(BX*1), Z5
+	VBROADCASTSS 8(SI)(BX*1), Z6
+	VBROADCASTSS 12(SI)(BX*1), Z7
+	MOVQ         ldo+24(FP), BX
+	SHLQ         $0x02, BX
+	MOVQ         8(SP), SI
+	LEAQ         (DX)(DX*2), DI
+	MOVQ         AX, R8
+	LEAQ         (AX)(DX*4), R9
+	MOVQ         d+112(FP), R10
+	SHRQ         $0x04, R10
+
+step:
+	PREFETCHT1  (R9)
+	PREFETCHT1  (R9)(DX*1)
+	PREFETCHT1  (R9)(DX*2)
+	PREFETCHT1  (R9)(DI*1)
+	VPMOVZXWD   (R8), Z8
+	VPSLLD      $0x10, Z8, Z8
+	VPMOVZXWD   (R8)(DX*1), Z9
+	VPSLLD      $0x10, Z9, Z9
+	VPMOVZXWD   (R8)(DX*2), Z10
+	VPSLLD      $0x10, Z10, Z10
+	VPMOVZXWD   (R8)(DI*1), Z11
+	VPSLLD      $0x10, Z11, Z11
+	VMOVUPS     (SI), Z12
+	VFMADD231PS Z0, Z8, Z12
+	VFMADD231PS Z1, Z9, Z12
+	VFMADD231PS Z2, Z10, Z12
+	VFMADD231PS Z3, Z11, Z12
+	VMOVUPS     Z12, (SI)
+	VMOVUPS     (SI)(BX*1), Z12
+	VFMADD231PS Z4, Z8, Z12
+	VFMADD231PS Z5, Z9, Z12
+	VFMADD231PS Z6, Z10, Z12
+	VFMADD231PS Z7, Z11, Z12
+	VMOVUPS     Z12, (SI)(BX*1)
+	ADDQ        $0x00000020, R8
+	ADDQ        $0x00000020, R9
+	ADDQ        $0x00000040, SI
+	DECQ        R10
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        32(SP), BX
+	MOVQ        8(SP), SI
+	MOVQ        16(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	SHLQ        $0x03, R8
+	ADDQ        R8, SI
+	MOVQ        ldp+56(FP), R8
+	SHLQ        $0x03, R8
+	ADDQ        R8, DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        24(SP), DI
+	ADDQ        $0x10, DI
+	MOVQ        DI, 24(SP)
+	ADDQ        DX, AX
+	ADDQ        DX, AX
+	ADDQ        DX, AX
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
 // func scoresGroupBF16M4AVX512(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
 // Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL, CMOV, MMX+
 TEXT ·scoresGroupBF16M4AVX512(SB), NOSPLIT, $136-112
@@ -9756,6 +10968,141 @@ step:
 	ADDQ        DX, AX
 	ADDQ        DX, AX
 	ADDQ        DX, AX
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
+// func accumGroupBF16M8AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·accumGroupBF16M8AVX512(SB), NOSPLIT, $40-120
+	MOVQ  n+104(FP), AX
+	SHRQ  $0x02, AX
+	IMULQ heads+64(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  o_base+0(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 24(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 32(SP)
+	MOVQ  v_base+72(FP), AX
+	MOVQ  hs+96(FP), CX
+	SHLQ  $0x01, CX
+	MOVQ  CX, DX
+	IMULQ heads+64(FP), DX
+
+row:
+	MOVQ ldp+56(FP), BX
+	SHLQ $0x02, BX
+	LEAQ (BX)(BX*2), SI
+	MOVQ 16(SP), DI
+	LEAQ (DI)(BX*4), R8
+	MOVQ ldo+24(FP), R9
+	SHLQ $0x02, R9
+	LEAQ (R9)(R9*2), R10
+	MOVQ 8(SP), R11
+	LEAQ (R11)(R9*4), R12
+	LEAQ (DX)(DX*2), R13
+	MOVQ AX, R14
+	LEAQ (AX)(DX*4), R15
+	MOVQ d+112(FP), BP
+	SHRQ $0x04, BP
+
+step:
+	PREFETCHT1       (R15)
+	PREFETCHT1       (R15)(DX*1)
+	PREFETCHT1       (R15)(DX*2)
+	PREFETCHT1       (R15)(R13*1)
+	VPMOVZXWD        (R14), Z0
+	VPSLLD           $0x10, Z0, Z0
+	VPMOVZXWD        (R14)(DX*1), Z1
+	VPSLLD           $0x10, Z1, Z1
+	VPMOVZXWD        (R14)(DX*2), Z2
+	VPSLLD           $0x10, Z2, Z2
+	VPMOVZXWD        (R14)(R13*1), Z3
+	VPSLLD           $0x10, Z3, Z3
+	VMOVUPS          (R11), Z4
+	VFMADD231PS.BCST (DI), Z0, Z4
+	VFMADD231PS.BCST 4(DI), Z1, Z4
+	VFMADD231PS.BCST 8(DI), Z2, Z4
+	VFMADD231PS.BCST 12(DI), Z3, Z4
+	VMOVUPS          Z4, (R11)
+	VMOVUPS          (R11)(R9*1), Z4
+	VFMADD231PS.BCST (DI)(BX*1), Z0, Z4
+	VFMADD231PS.BCST 4(DI)(BX*1), Z1, Z4
+	VFMADD231PS.BCST 8(DI)(BX*1), Z2, Z4
+	VFMADD231PS.BCST 12(DI)(BX*1), Z3, Z4
+	VMOVUPS          Z4, (R11)(R9*1)
+	VMOVUPS          (R11)(R9*2), Z4
+	VFMADD231PS.BCST (DI)(BX*2), Z0, Z4
+	VFMADD231PS.BCST 4(DI)(BX*2), Z1, Z4
+	VFMADD231PS.BCST 8(DI)(BX*2), Z2, Z4
+	VFMADD231PS.BCST 12(DI)(BX*2), Z3, Z4
+	VMOVUPS          Z4, (R11)(R9*2)
+	VMOVUPS          (R11)(R10*1), Z4
+	VFMADD231PS.BCST (DI)(SI*1), Z0, Z4
+	VFMADD231PS.BCST 4(DI)(SI*1), Z1, Z4
+	VFMADD231PS.BCST 8(DI)(SI*1), Z2, Z4
+	VFMADD231PS.BCST 12(DI)(SI*1), Z3, Z4
+	VMOVUPS          Z4, (R11)(R10*1)
+	VMOVUPS          (R12), Z4
+	VFMADD231PS.BCST (R8), Z0, Z4
+	VFMADD231PS.BCST 4(R8), Z1, Z4
+	VFMADD231PS.BCST 8(R8), Z2, Z4
+	VFMADD231PS.BCST 12(R8), Z3, Z4
+	VMOVUPS          Z4, (R12)
+	VMOVUPS          (R12)(R9*1), Z4
+	VFMADD231PS.BCST (R8)(BX*1), Z0, Z4
+	VFMADD231PS.BCST 4(R8)(BX*1), Z1, Z4
+	VFMADD231PS.BCST 8(R8)(BX*1), Z2, Z4
+	VFMADD231PS.BCST 12(R8)(BX*1), Z3, Z4
+	VMOVUPS          Z4, (R12)(R9*1)
+	VMOVUPS          (R12)(R9*2), Z4
+	VFMADD231PS.BCST (R8)(BX*2), Z0, Z4
+	VFMADD231PS.BCST 4(R8)(BX*2), Z1, Z4
+	VFMADD231PS.BCST 8(R8)(BX*2), Z2, Z4
+	VFMADD231PS.BCST 12(R8)(BX*2), Z3, Z4
+	VMOVUPS          Z4, (R12)(R9*2)
+	VMOVUPS          (R12)(R10*1), Z4
+	VFMADD231PS.BCST (R8)(SI*1), Z0, Z4
+	VFMADD231PS.BCST 4(R8)(SI*1), Z1, Z4
+	VFMADD231PS.BCST 8(R8)(SI*1), Z2, Z4
+	VFMADD231PS.BCST 12(R8)(SI*1), Z3, Z4
+	VMOVUPS          Z4, (R12)(R10*1)
+	ADDQ             $0x00000020, R14
+	ADDQ             $0x00000020, R15
+	ADDQ             $0x00000040, R11
+	ADDQ             $0x00000040, R12
+	DECQ             BP
+	JNZ              step
+	ADDQ             CX, AX
+	MOVQ             32(SP), BX
+	MOVQ             8(SP), SI
+	MOVQ             16(SP), DI
+	INCQ             BX
+	MOVQ             ldo+24(FP), R8
+	SHLQ             $0x05, R8
+	ADDQ             R8, SI
+	MOVQ             ldp+56(FP), R8
+	SHLQ             $0x05, R8
+	ADDQ             R8, DI
+	CMPQ             BX, heads+64(FP)
+	JNE              store
+	XORQ             BX, BX
+	MOVQ             o_base+0(FP), SI
+	MOVQ             24(SP), DI
+	ADDQ             $0x10, DI
+	MOVQ             DI, 24(SP)
+	ADDQ             DX, AX
+	ADDQ             DX, AX
+	ADDQ             DX, AX
 
 store:
 	MOVQ BX, 32(SP)
@@ -14146,6 +15493,540 @@ store:
 	VZEROUPPER
 	RET
 
+// func scoresGroupF16M2AVX512(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL, CMOV, MMX+
+TEXT ·scoresGroupF16M2AVX512(SB), NOSPLIT, $136-112
+	MOVQ  q_base+32(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 32(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 8(SP)
+	MOVQ  AX, 24(SP)
+	MOVQ  s_base+0(FP), AX
+	MOVQ  AX, 104(SP)
+	MOVQ  k_base+64(FP), AX
+	MOVQ  AX, 112(SP)
+	MOVQ  n+96(FP), AX
+	MOVQ  AX, 120(SP)
+	MOVQ  d+104(FP), AX
+	MOVQ  AX, CX
+	SHRQ  $0x04, CX
+	MOVQ  CX, 128(SP)
+	ANDQ  $0x0f, AX
+	LEAQ  decodemask16<>+0(SB), CX
+	KMOVW (CX)(AX*2), K1
+
+main:
+	CMPQ   120(SP), $0x00000008
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x01, AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   d+104(FP), SI
+	SHLQ   $0x02, SI
+	LEAQ   (SI)(SI*2), DI
+	MOVQ   (SP), R8
+	LEAQ   (R8)(SI*4), R9
+	LEAQ   (DX), R10
+	LEAQ   (DX)(AX*1), R11
+	LEAQ   (DX)(AX*2), R12
+	LEAQ   (DX)(CX*1), DX
+	MOVQ   hs+88(FP), R13
+	SHLQ   $0x06, R13
+	MOVQ   128(SP), R14
+	TESTQ  R14, R14
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R10)(R13*1)
+	PREFETCHT1  (R11)(R13*1)
+	PREFETCHT1  (R12)(R13*1)
+	PREFETCHT1  (DX)(R13*1)
+	VCVTPH2PS   (R10), Z16
+	VFMADD231PS (R8), Z16, Z0
+	VFMADD231PS (R8)(SI*1), Z16, Z8
+	VCVTPH2PS   (R11), Z16
+	VFMADD231PS (R8)(SI*2), Z16, Z1
+	VFMADD231PS (R8)(DI*1), Z16, Z9
+	VCVTPH2PS   (R12), Z16
+	VFMADD231PS (R9), Z16, Z2
+	VFMADD231PS (R9)(SI*1), Z16, Z10
+	VCVTPH2PS   (DX), Z16
+	VFMADD231PS (R9)(SI*2), Z16, Z3
+	VFMADD231PS (R9)(DI*1), Z16, Z11
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000040, R9
+	ADDQ        $0x00000020, R10
+	ADDQ        $0x00000020, R11
+	ADDQ        $0x00000020, R12
+	ADDQ        $0x00000020, DX
+	DECQ        R14
+	JNZ         mainK0Step
+
+mainK0Tail:
+	KORTESTW    K1, K1
+	JZ          mainK0Done
+	VMOVDQU16.Z (R10), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z0
+	VMOVUPS.Z   (R8)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z8
+	VMOVDQU16.Z (R11), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (R8)(SI*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z1
+	VMOVUPS.Z   (R8)(DI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z9
+	VMOVDQU16.Z (R12), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (R9), K1, Z17
+	VFMADD231PS Z17, Z16, Z2
+	VMOVUPS.Z   (R9)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z10
+	VMOVDQU16.Z (DX), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (R9)(SI*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z3
+	VMOVUPS.Z   (R9)(DI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z11
+
+mainK0Done:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	SHLQ    $0x05, DI
+	ADDQ    DI, DX
+	ADDQ    $0x00000004, SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    d+104(FP), DX
+	SHLQ    $0x02, DX
+	LEAQ    (DX)(DX*2), SI
+	MOVQ    (SP), DI
+	LEAQ    (DI)(DX*4), R8
+	LEAQ    (BX), R9
+	LEAQ    (BX)(AX*1), R10
+	LEAQ    (BX)(AX*2), AX
+	LEAQ    (BX)(CX*1), CX
+	MOVQ    hs+88(FP), BX
+	SHLQ    $0x06, BX
+	MOVQ    128(SP), R11
+	TESTQ   R11, R11
+	JZ      mainK4Tail
+
+mainK4Step:
+	PREFETCHT1  (R9)(BX*1)
+	PREFETCHT1  (R10)(BX*1)
+	PREFETCHT1  (AX)(BX*1)
+	PREFETCHT1  (CX)(BX*1)
+	VCVTPH2PS   (R9), Z16
+	VFMADD231PS (DI), Z16, Z4
+	VFMADD231PS (DI)(DX*1), Z16, Z12
+	VCVTPH2PS   (R10), Z16
+	VFMADD231PS (DI)(DX*2), Z16, Z5
+	VFMADD231PS (DI)(SI*1), Z16, Z13
+	VCVTPH2PS   (AX), Z16
+	VFMADD231PS (R8), Z16, Z6
+	VFMADD231PS (R8)(DX*1), Z16, Z14
+	VCVTPH2PS   (CX), Z16
+	VFMADD231PS (R8)(DX*2), Z16, Z7
+	VFMADD231PS (R8)(SI*1), Z16, Z15
+	ADDQ        $0x00000040, DI
+	ADDQ        $0x00000040, R8
+	ADDQ        $0x00000020, R9
+	ADDQ        $0x00000020, R10
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	DECQ        R11
+	JNZ         mainK4Step
+
+mainK4Tail:
+	KORTESTW    K1, K1
+	JZ          mainK4Done
+	VMOVDQU16.Z (R9), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (DI), K1, Z17
+	VFMADD231PS Z17, Z16, Z4
+	VMOVUPS.Z   (DI)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z12
+	VMOVDQU16.Z (R10), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (DI)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z5
+	VMOVUPS.Z   (DI)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z13
+	VMOVDQU16.Z (AX), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (R8), K1, Z17
+	VFMADD231PS Z17, Z16, Z6
+	VMOVUPS.Z   (R8)(DX*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z14
+	VMOVDQU16.Z (CX), K1, Y16
+	VCVTPH2PS   Y16, Z16
+	VMOVUPS.Z   (R8)(DX*2), K1, Z17
+	VFMADD231PS Z17, Z16, Z7
+	VMOVUPS.Z   (R8)(SI*1), K1, Z17
+	VFMADD231PS Z17, Z16, Z15
+
+mainK4Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x05, DX
+	ADDQ       DX, AX
+	ADDQ       $0x00000004, CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VSHUFF32X4 $0x44, Z4, Z0, Z16
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z16, Z16
+	VSHUFF32X4 $0x44, Z12, Z8, Z0
+	VSHUFF32X4 $0xee, Z12, Z8, Z4
+	VADDPS     Z4, Z0, Z0
+	VSHUFF32X4 $0x44, Z5, Z1, Z4
+	VSHUFF32X4 $0xee, Z5, Z1, Z1
+	VADDPS     Z1, Z4, Z4
+	VSHUFF32X4 $0x44, Z13, Z9, Z1
+	VSHUFF32X4 $0xee, Z13, Z9, Z5
+	VADDPS     Z5, Z1, Z1
+	VSHUFF32X4 $0x44, Z6, Z2, Z5
+	VSHUFF32X4 $0xee, Z6, Z2, Z2
+	VADDPS     Z2, Z5, Z5
+	VSHUFF32X4 $0x44, Z14, Z10, Z2
+	VSHUFF32X4 $0xee, Z14, Z10, Z6
+	VADDPS     Z6, Z2, Z2
+	VSHUFF32X4 $0x44, Z7, Z3, Z6
+	VSHUFF32X4 $0xee, Z7, Z3, Z3
+	VADDPS     Z3, Z6, Z6
+	VSHUFF32X4 $0x44, Z15, Z11, Z3
+	VSHUFF32X4 $0xee, Z15, Z11, Z7
+	VADDPS     Z7, Z3, Z3
+	VSHUFF32X4 $0x88, Z0, Z16, Z7
+	VSHUFF32X4 $0xdd, Z0, Z16, Z0
+	VADDPS     Z0, Z7, Z7
+	VSHUFF32X4 $0x88, Z1, Z4, Z0
+	VSHUFF32X4 $0xdd, Z1, Z4, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z5, Z1
+	VSHUFF32X4 $0xdd, Z2, Z5, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x88, Z3, Z6, Z2
+	VSHUFF32X4 $0xdd, Z3, Z6, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z0, Z7, Z3
+	VSHUFPS    $0xee, Z0, Z7, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z2, Z1, Z0
+	VSHUFPS    $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z0, Z3, Z1
+	VSHUFPS    $0xdd, Z0, Z3, Z0
+	VADDPS     Z0, Z1, Z1
+	VMOVUPS    Z1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       72(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       76(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       80(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       84(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       56(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       88(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       60(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       92(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       64(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       96(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       68(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       100(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000008, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x04, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000008, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	MOVQ   112(SP), AX
+	MOVQ   d+104(FP), CX
+	SHLQ   $0x02, CX
+	MOVQ   (SP), DX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), BX
+	SHLQ   $0x06, BX
+	MOVQ   128(SP), SI
+	TESTQ  SI, SI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(BX*1)
+	VCVTPH2PS   (AX), Z2
+	VFMADD231PS (DX), Z2, Z0
+	VFMADD231PS (DX)(CX*1), Z2, Z1
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000020, AX
+	DECQ        SI
+	JNZ         restK0Step
+
+restK0Tail:
+	KORTESTW    K1, K1
+	JZ          restK0Done
+	VMOVDQU16.Z (AX), K1, Y2
+	VCVTPH2PS   Y2, Z2
+	VMOVUPS.Z   (DX), K1, Z3
+	VFMADD231PS Z3, Z2, Z0
+	VMOVUPS.Z   (DX)(CX*1), K1, Z3
+	VFMADD231PS Z3, Z2, Z1
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x03, DX
+	ADDQ       DX, AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Z2, Z2, Z2
+	VSHUFF32X4 $0x44, Z2, Z0, Z3
+	VSHUFF32X4 $0xee, Z2, Z0, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFF32X4 $0x44, Z2, Z1, Z0
+	VSHUFF32X4 $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z3, Z1
+	VSHUFF32X4 $0xdd, Z2, Z3, Z3
+	VADDPS     Z3, Z1, Z1
+	VSHUFF32X4 $0x88, Z2, Z0, Z3
+	VSHUFF32X4 $0xdd, Z2, Z0, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z3, Z1, Z0
+	VSHUFPS    $0xee, Z3, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z2, Z0, Z1
+	VSHUFPS    $0xdd, Z2, Z0, Z0
+	VADDPS     Z0, Z1, Z1
+	VMOVUPS    Y1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000001, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x01, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumGroupF16M2AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·accumGroupF16M2AVX512(SB), NOSPLIT, $40-120
+	MOVQ  n+104(FP), AX
+	SHRQ  $0x02, AX
+	IMULQ heads+64(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  o_base+0(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 24(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 32(SP)
+	MOVQ  v_base+72(FP), AX
+	MOVQ  hs+96(FP), CX
+	SHLQ  $0x01, CX
+	MOVQ  CX, DX
+	IMULQ heads+64(FP), DX
+
+row:
+	MOVQ         ldp+56(FP), BX
+	SHLQ         $0x02, BX
+	MOVQ         16(SP), SI
+	VBROADCASTSS (SI), Z0
+	VBROADCASTSS 4(SI), Z1
+	VBROADCASTSS 8(SI), Z2
+	VBROADCASTSS 12(SI), Z3
+	VBROADCASTSS (SI)(BX*1), Z4
+	VBROADCASTSS 4(SI)(BX*1), Z5
+	VBROADCASTSS 8(SI)(BX*1), Z6
+	VBROADCASTSS 12(SI)(BX*1), Z7
+	MOVQ         ldo+24(FP), BX
+	SHLQ         $0x02, BX
+	MOVQ         8(SP), SI
+	LEAQ         (DX)(DX*2), DI
+	MOVQ         AX, R8
+	LEAQ         (AX)(DX*4), R9
+	MOVQ         d+112(FP), R10
+	SHRQ         $0x04, R10
+
+step:
+	PREFETCHT1  (R9)
+	PREFETCHT1  (R9)(DX*1)
+	PREFETCHT1  (R9)(DX*2)
+	PREFETCHT1  (R9)(DI*1)
+	VCVTPH2PS   (R8), Z8
+	VCVTPH2PS   (R8)(DX*1), Z9
+	VCVTPH2PS   (R8)(DX*2), Z10
+	VCVTPH2PS   (R8)(DI*1), Z11
+	VMOVUPS     (SI), Z12
+	VFMADD231PS Z0, Z8, Z12
+	VFMADD231PS Z1, Z9, Z12
+	VFMADD231PS Z2, Z10, Z12
+	VFMADD231PS Z3, Z11, Z12
+	VMOVUPS     Z12, (SI)
+	VMOVUPS     (SI)(BX*1), Z12
+	VFMADD231PS Z4, Z8, Z12
+	VFMADD231PS Z5, Z9, Z12
+	VFMADD231PS Z6, Z10, Z12
+	VFMADD231PS Z7, Z11, Z12
+	VMOVUPS     Z12, (SI)(BX*1)
+	ADDQ        $0x00000020, R8
+	ADDQ        $0x00000020, R9
+	ADDQ        $0x00000040, SI
+	DECQ        R10
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        32(SP), BX
+	MOVQ        8(SP), SI
+	MOVQ        16(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	SHLQ        $0x03, R8
+	ADDQ        R8, SI
+	MOVQ        ldp+56(FP), R8
+	SHLQ        $0x03, R8
+	ADDQ        R8, DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        24(SP), DI
+	ADDQ        $0x10, DI
+	MOVQ        DI, 24(SP)
+	ADDQ        DX, AX
+	ADDQ        DX, AX
+	ADDQ        DX, AX
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
 // func scoresGroupF16M4AVX512(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
 // Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL, CMOV, MMX+
 TEXT ·scoresGroupF16M4AVX512(SB), NOSPLIT, $136-112
@@ -14666,6 +16547,137 @@ step:
 	ADDQ        DX, AX
 	ADDQ        DX, AX
 	ADDQ        DX, AX
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
+// func accumGroupF16M8AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·accumGroupF16M8AVX512(SB), NOSPLIT, $40-120
+	MOVQ  n+104(FP), AX
+	SHRQ  $0x02, AX
+	IMULQ heads+64(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  o_base+0(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 24(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 32(SP)
+	MOVQ  v_base+72(FP), AX
+	MOVQ  hs+96(FP), CX
+	SHLQ  $0x01, CX
+	MOVQ  CX, DX
+	IMULQ heads+64(FP), DX
+
+row:
+	MOVQ ldp+56(FP), BX
+	SHLQ $0x02, BX
+	LEAQ (BX)(BX*2), SI
+	MOVQ 16(SP), DI
+	LEAQ (DI)(BX*4), R8
+	MOVQ ldo+24(FP), R9
+	SHLQ $0x02, R9
+	LEAQ (R9)(R9*2), R10
+	MOVQ 8(SP), R11
+	LEAQ (R11)(R9*4), R12
+	LEAQ (DX)(DX*2), R13
+	MOVQ AX, R14
+	LEAQ (AX)(DX*4), R15
+	MOVQ d+112(FP), BP
+	SHRQ $0x04, BP
+
+step:
+	PREFETCHT1       (R15)
+	PREFETCHT1       (R15)(DX*1)
+	PREFETCHT1       (R15)(DX*2)
+	PREFETCHT1       (R15)(R13*1)
+	VCVTPH2PS        (R14), Z0
+	VCVTPH2PS        (R14)(DX*1), Z1
+	VCVTPH2PS        (R14)(DX*2), Z2
+	VCVTPH2PS        (R14)(R13*1), Z3
+	VMOVUPS          (R11), Z4
+	VFMADD231PS.BCST (DI), Z0, Z4
+	VFMADD231PS.BCST 4(DI), Z1, Z4
+	VFMADD231PS.BCST 8(DI), Z2, Z4
+	VFMADD231PS.BCST 12(DI), Z3, Z4
+	VMOVUPS          Z4, (R11)
+	VMOVUPS          (R11)(R9*1), Z4
+	VFMADD231PS.BCST (DI)(BX*1), Z0, Z4
+	VFMADD231PS.BCST 4(DI)(BX*1), Z1, Z4
+	VFMADD231PS.BCST 8(DI)(BX*1), Z2, Z4
+	VFMADD231PS.BCST 12(DI)(BX*1), Z3, Z4
+	VMOVUPS          Z4, (R11)(R9*1)
+	VMOVUPS          (R11)(R9*2), Z4
+	VFMADD231PS.BCST (DI)(BX*2), Z0, Z4
+	VFMADD231PS.BCST 4(DI)(BX*2), Z1, Z4
+	VFMADD231PS.BCST 8(DI)(BX*2), Z2, Z4
+	VFMADD231PS.BCST 12(DI)(BX*2), Z3, Z4
+	VMOVUPS          Z4, (R11)(R9*2)
+	VMOVUPS          (R11)(R10*1), Z4
+	VFMADD231PS.BCST (DI)(SI*1), Z0, Z4
+	VFMADD231PS.BCST 4(DI)(SI*1), Z1, Z4
+	VFMADD231PS.BCST 8(DI)(SI*1), Z2, Z4
+	VFMADD231PS.BCST 12(DI)(SI*1), Z3, Z4
+	VMOVUPS          Z4, (R11)(R10*1)
+	VMOVUPS          (R12), Z4
+	VFMADD231PS.BCST (R8), Z0, Z4
+	VFMADD231PS.BCST 4(R8), Z1, Z4
+	VFMADD231PS.BCST 8(R8), Z2, Z4
+	VFMADD231PS.BCST 12(R8), Z3, Z4
+	VMOVUPS          Z4, (R12)
+	VMOVUPS          (R12)(R9*1), Z4
+	VFMADD231PS.BCST (R8)(BX*1), Z0, Z4
+	VFMADD231PS.BCST 4(R8)(BX*1), Z1, Z4
+	VFMADD231PS.BCST 8(R8)(BX*1), Z2, Z4
+	VFMADD231PS.BCST 12(R8)(BX*1), Z3, Z4
+	VMOVUPS          Z4, (R12)(R9*1)
+	VMOVUPS          (R12)(R9*2), Z4
+	VFMADD231PS.BCST (R8)(BX*2), Z0, Z4
+	VFMADD231PS.BCST 4(R8)(BX*2), Z1, Z4
+	VFMADD231PS.BCST 8(R8)(BX*2), Z2, Z4
+	VFMADD231PS.BCST 12(R8)(BX*2), Z3, Z4
+	VMOVUPS          Z4, (R12)(R9*2)
+	VMOVUPS          (R12)(R10*1), Z4
+	VFMADD231PS.BCST (R8)(SI*1), Z0, Z4
+	VFMADD231PS.BCST 4(R8)(SI*1), Z1, Z4
+	VFMADD231PS.BCST 8(R8)(SI*1), Z2, Z4
+	VFMADD231PS.BCST 12(R8)(SI*1), Z3, Z4
+	VMOVUPS          Z4, (R12)(R10*1)
+	ADDQ             $0x00000020, R14
+	ADDQ             $0x00000020, R15
+	ADDQ             $0x00000040, R11
+	ADDQ             $0x00000040, R12
+	DECQ             BP
+	JNZ              step
+	ADDQ             CX, AX
+	MOVQ             32(SP), BX
+	MOVQ             8(SP), SI
+	MOVQ             16(SP), DI
+	INCQ             BX
+	MOVQ             ldo+24(FP), R8
+	SHLQ             $0x05, R8
+	ADDQ             R8, SI
+	MOVQ             ldp+56(FP), R8
+	SHLQ             $0x05, R8
+	ADDQ             R8, DI
+	CMPQ             BX, heads+64(FP)
+	JNE              store
+	XORQ             BX, BX
+	MOVQ             o_base+0(FP), SI
+	MOVQ             24(SP), DI
+	ADDQ             $0x10, DI
+	MOVQ             DI, 24(SP)
+	ADDQ             DX, AX
+	ADDQ             DX, AX
+	ADDQ             DX, AX
 
 store:
 	MOVQ BX, 32(SP)
@@ -18766,6 +20778,589 @@ store:
 	VZEROUPPER
 	RET
 
+// func scoresGroupQ8M2AVX512(s []float32, lds int, q []float32, heads int, k []byte, hs int, n int, d int)
+// Requires: AVX, AVX2, AVX512DQ, AVX512F, CMOV, MMX+
+TEXT ·scoresGroupQ8M2AVX512(SB), NOSPLIT, $136-112
+	MOVQ q_base+32(FP), AX
+	MOVQ AX, (SP)
+	MOVQ s_base+0(FP), AX
+	MOVQ AX, 16(SP)
+	MOVQ AX, 32(SP)
+	XORQ AX, AX
+	MOVQ AX, 8(SP)
+	MOVQ AX, 24(SP)
+	MOVQ s_base+0(FP), AX
+	MOVQ AX, 104(SP)
+	MOVQ k_base+64(FP), AX
+	MOVQ AX, 112(SP)
+	MOVQ n+96(FP), AX
+	MOVQ AX, 120(SP)
+	MOVQ d+104(FP), AX
+	SHRQ $0x05, AX
+	MOVQ AX, 128(SP)
+
+main:
+	CMPQ   120(SP), $0x00000008
+	JL     mainEnd
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	VPSUBD Z2, Z2, Z2
+	VPSUBD Z3, Z3, Z3
+	VPSUBD Z4, Z4, Z4
+	VPSUBD Z5, Z5, Z5
+	VPSUBD Z6, Z6, Z6
+	VPSUBD Z7, Z7, Z7
+	VPSUBD Z8, Z8, Z8
+	VPSUBD Z9, Z9, Z9
+	VPSUBD Z10, Z10, Z10
+	VPSUBD Z11, Z11, Z11
+	VPSUBD Z12, Z12, Z12
+	VPSUBD Z13, Z13, Z13
+	VPSUBD Z14, Z14, Z14
+	VPSUBD Z15, Z15, Z15
+	MOVQ   hs+88(FP), AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	LEAQ   (DX)(AX*4), BX
+	MOVQ   d+104(FP), SI
+	SHLQ   $0x02, SI
+	LEAQ   (SI)(SI*2), DI
+	MOVQ   (SP), R8
+	LEAQ   (R8)(SI*4), R9
+	LEAQ   (DX), R10
+	LEAQ   (DX)(AX*1), R11
+	LEAQ   (DX)(AX*2), R12
+	LEAQ   (DX)(CX*1), DX
+	MOVQ   hs+88(FP), R13
+	SHLQ   $0x05, R13
+	MOVQ   128(SP), R14
+	TESTQ  R14, R14
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1   (R10)(R13*1)
+	PREFETCHT1   (R11)(R13*1)
+	PREFETCHT1   (R12)(R13*1)
+	PREFETCHT1   (DX)(R13*1)
+	VPBROADCASTW (R10), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(R10), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (R8), Z17, Z0
+	VFMADD231PS  (R8)(SI*1), Z17, Z8
+	VPMOVSXBD    18(R10), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(R8), Z17, Z0
+	VFMADD231PS  64(R8)(SI*1), Z17, Z8
+	VPBROADCASTW (R11), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(R11), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (R8)(SI*2), Z17, Z1
+	VFMADD231PS  (R8)(DI*1), Z17, Z9
+	VPMOVSXBD    18(R11), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(R8)(SI*2), Z17, Z1
+	VFMADD231PS  64(R8)(DI*1), Z17, Z9
+	VPBROADCASTW (R12), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(R12), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (R9), Z17, Z2
+	VFMADD231PS  (R9)(SI*1), Z17, Z10
+	VPMOVSXBD    18(R12), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(R9), Z17, Z2
+	VFMADD231PS  64(R9)(SI*1), Z17, Z10
+	VPBROADCASTW (DX), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(DX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (R9)(SI*2), Z17, Z3
+	VFMADD231PS  (R9)(DI*1), Z17, Z11
+	VPMOVSXBD    18(DX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(R9)(SI*2), Z17, Z3
+	VFMADD231PS  64(R9)(DI*1), Z17, Z11
+	ADDQ         $0x00000080, R8
+	ADDQ         $0x00000080, R9
+	ADDQ         $0x00000022, R10
+	ADDQ         $0x00000022, R11
+	ADDQ         $0x00000022, R12
+	ADDQ         $0x00000022, DX
+	DECQ         R14
+	JNZ          mainK0Step
+
+mainK0Tail:
+	MOVQ    (SP), DX
+	MOVQ    8(SP), SI
+	MOVQ    d+104(FP), DI
+	SHLQ    $0x05, DI
+	ADDQ    DI, DX
+	ADDQ    $0x00000004, SI
+	MOVQ    q_base+32(FP), DI
+	XORQ    R8, R8
+	CMPQ    SI, heads+56(FP)
+	CMOVQEQ DI, DX
+	CMOVQEQ R8, SI
+	MOVQ    DX, (SP)
+	MOVQ    SI, 8(SP)
+	MOVQ    d+104(FP), DX
+	SHLQ    $0x02, DX
+	LEAQ    (DX)(DX*2), SI
+	MOVQ    (SP), DI
+	LEAQ    (DI)(DX*4), R8
+	LEAQ    (BX), R9
+	LEAQ    (BX)(AX*1), R10
+	LEAQ    (BX)(AX*2), AX
+	LEAQ    (BX)(CX*1), CX
+	MOVQ    hs+88(FP), BX
+	SHLQ    $0x05, BX
+	MOVQ    128(SP), R11
+	TESTQ   R11, R11
+	JZ      mainK4Tail
+
+mainK4Step:
+	PREFETCHT1   (R9)(BX*1)
+	PREFETCHT1   (R10)(BX*1)
+	PREFETCHT1   (AX)(BX*1)
+	PREFETCHT1   (CX)(BX*1)
+	VPBROADCASTW (R9), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(R9), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (DI), Z17, Z4
+	VFMADD231PS  (DI)(DX*1), Z17, Z12
+	VPMOVSXBD    18(R9), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(DI), Z17, Z4
+	VFMADD231PS  64(DI)(DX*1), Z17, Z12
+	VPBROADCASTW (R10), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(R10), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (DI)(DX*2), Z17, Z5
+	VFMADD231PS  (DI)(SI*1), Z17, Z13
+	VPMOVSXBD    18(R10), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(DI)(DX*2), Z17, Z5
+	VFMADD231PS  64(DI)(SI*1), Z17, Z13
+	VPBROADCASTW (AX), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(AX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (R8), Z17, Z6
+	VFMADD231PS  (R8)(DX*1), Z17, Z14
+	VPMOVSXBD    18(AX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(R8), Z17, Z6
+	VFMADD231PS  64(R8)(DX*1), Z17, Z14
+	VPBROADCASTW (CX), Y16
+	VCVTPH2PS    Y16, Z16
+	VPMOVSXBD    2(CX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  (R8)(DX*2), Z17, Z7
+	VFMADD231PS  (R8)(SI*1), Z17, Z15
+	VPMOVSXBD    18(CX), Z17
+	VCVTDQ2PS    Z17, Z17
+	VMULPS       Z16, Z17, Z17
+	VFMADD231PS  64(R8)(DX*2), Z17, Z7
+	VFMADD231PS  64(R8)(SI*1), Z17, Z15
+	ADDQ         $0x00000080, DI
+	ADDQ         $0x00000080, R8
+	ADDQ         $0x00000022, R9
+	ADDQ         $0x00000022, R10
+	ADDQ         $0x00000022, AX
+	ADDQ         $0x00000022, CX
+	DECQ         R11
+	JNZ          mainK4Step
+
+mainK4Tail:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x05, DX
+	ADDQ       DX, AX
+	ADDQ       $0x00000004, CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VSHUFF32X4 $0x44, Z4, Z0, Z16
+	VSHUFF32X4 $0xee, Z4, Z0, Z0
+	VADDPS     Z0, Z16, Z16
+	VSHUFF32X4 $0x44, Z12, Z8, Z0
+	VSHUFF32X4 $0xee, Z12, Z8, Z4
+	VADDPS     Z4, Z0, Z0
+	VSHUFF32X4 $0x44, Z5, Z1, Z4
+	VSHUFF32X4 $0xee, Z5, Z1, Z1
+	VADDPS     Z1, Z4, Z4
+	VSHUFF32X4 $0x44, Z13, Z9, Z1
+	VSHUFF32X4 $0xee, Z13, Z9, Z5
+	VADDPS     Z5, Z1, Z1
+	VSHUFF32X4 $0x44, Z6, Z2, Z5
+	VSHUFF32X4 $0xee, Z6, Z2, Z2
+	VADDPS     Z2, Z5, Z5
+	VSHUFF32X4 $0x44, Z14, Z10, Z2
+	VSHUFF32X4 $0xee, Z14, Z10, Z6
+	VADDPS     Z6, Z2, Z2
+	VSHUFF32X4 $0x44, Z7, Z3, Z6
+	VSHUFF32X4 $0xee, Z7, Z3, Z3
+	VADDPS     Z3, Z6, Z6
+	VSHUFF32X4 $0x44, Z15, Z11, Z3
+	VSHUFF32X4 $0xee, Z15, Z11, Z7
+	VADDPS     Z7, Z3, Z3
+	VSHUFF32X4 $0x88, Z0, Z16, Z7
+	VSHUFF32X4 $0xdd, Z0, Z16, Z0
+	VADDPS     Z0, Z7, Z7
+	VSHUFF32X4 $0x88, Z1, Z4, Z0
+	VSHUFF32X4 $0xdd, Z1, Z4, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z5, Z1
+	VSHUFF32X4 $0xdd, Z2, Z5, Z2
+	VADDPS     Z2, Z1, Z1
+	VSHUFF32X4 $0x88, Z3, Z6, Z2
+	VSHUFF32X4 $0xdd, Z3, Z6, Z3
+	VADDPS     Z3, Z2, Z2
+	VSHUFPS    $0x44, Z0, Z7, Z3
+	VSHUFPS    $0xee, Z0, Z7, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z2, Z1, Z0
+	VSHUFPS    $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z0, Z3, Z1
+	VSHUFPS    $0xdd, Z0, Z3, Z0
+	VADDPS     Z0, Z1, Z1
+	VMOVUPS    Z1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       72(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       76(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       80(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       84(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       56(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       88(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       60(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       92(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       64(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       96(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       68(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       100(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000008, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x03, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000008, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VPSUBD Z0, Z0, Z0
+	VPSUBD Z1, Z1, Z1
+	MOVQ   112(SP), AX
+	MOVQ   d+104(FP), CX
+	SHLQ   $0x02, CX
+	MOVQ   (SP), DX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), BX
+	SHLQ   $0x05, BX
+	MOVQ   128(SP), SI
+	TESTQ  SI, SI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1   (AX)(BX*1)
+	VPBROADCASTW (AX), Y2
+	VCVTPH2PS    Y2, Z2
+	VPMOVSXBD    2(AX), Z3
+	VCVTDQ2PS    Z3, Z3
+	VMULPS       Z2, Z3, Z3
+	VFMADD231PS  (DX), Z3, Z0
+	VFMADD231PS  (DX)(CX*1), Z3, Z1
+	VPMOVSXBD    18(AX), Z3
+	VCVTDQ2PS    Z3, Z3
+	VMULPS       Z2, Z3, Z3
+	VFMADD231PS  64(DX), Z3, Z0
+	VFMADD231PS  64(DX)(CX*1), Z3, Z1
+	ADDQ         $0x00000080, DX
+	ADDQ         $0x00000022, AX
+	DECQ         SI
+	JNZ          restK0Step
+
+restK0Tail:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x03, DX
+	ADDQ       DX, AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Z2, Z2, Z2
+	VSHUFF32X4 $0x44, Z2, Z0, Z3
+	VSHUFF32X4 $0xee, Z2, Z0, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFF32X4 $0x44, Z2, Z1, Z0
+	VSHUFF32X4 $0xee, Z2, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFF32X4 $0x88, Z2, Z3, Z1
+	VSHUFF32X4 $0xdd, Z2, Z3, Z3
+	VADDPS     Z3, Z1, Z1
+	VSHUFF32X4 $0x88, Z2, Z0, Z3
+	VSHUFF32X4 $0xdd, Z2, Z0, Z0
+	VADDPS     Z0, Z3, Z3
+	VSHUFPS    $0x44, Z3, Z1, Z0
+	VSHUFPS    $0xee, Z3, Z1, Z1
+	VADDPS     Z1, Z0, Z0
+	VSHUFPS    $0x88, Z2, Z0, Z1
+	VSHUFPS    $0xdd, Z2, Z0, Z0
+	VADDPS     Z0, Z1, Z1
+	VMOVUPS    Y1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000001, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x00, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumGroupQ8M2AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []byte, hs int, n int, d int)
+// Requires: AVX, AVX512F, F16C, MMX+
+TEXT ·accumGroupQ8M2AVX512(SB), NOSPLIT, $56-120
+	MOVQ  n+104(FP), AX
+	SHRQ  $0x02, AX
+	IMULQ heads+64(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  o_base+0(FP), AX
+	MOVQ  AX, 24(SP)
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 32(SP)
+	MOVQ  AX, 40(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 48(SP)
+	MOVQ  v_base+72(FP), AX
+	MOVQ  hs+96(FP), CX
+	MOVQ  CX, DX
+	IMULQ heads+64(FP), DX
+
+row:
+	MOVQ         ldp+56(FP), BX
+	SHLQ         $0x02, BX
+	MOVQ         32(SP), SI
+	VBROADCASTSS (SI), Z0
+	VBROADCASTSS 4(SI), Z1
+	VBROADCASTSS 8(SI), Z2
+	VBROADCASTSS 12(SI), Z3
+	VBROADCASTSS (SI)(BX*1), Z4
+	VBROADCASTSS 4(SI)(BX*1), Z5
+	VBROADCASTSS 8(SI)(BX*1), Z6
+	VBROADCASTSS 12(SI)(BX*1), Z7
+	MOVQ         ldo+24(FP), BX
+	SHLQ         $0x02, BX
+	MOVQ         24(SP), SI
+	LEAQ         (DX)(DX*2), DI
+	MOVQ         AX, R8
+	LEAQ         (AX)(DX*4), R9
+	MOVQ         d+112(FP), R10
+	SHRQ         $0x05, R10
+
+step:
+	PREFETCHT1  (R9)
+	PREFETCHT1  (R9)(DX*1)
+	PREFETCHT1  (R9)(DX*2)
+	PREFETCHT1  (R9)(DI*1)
+	VPMOVSXBD   2(R8), Z8
+	VCVTDQ2PS   Z8, Z8
+	VCVTPH2PS   (R8), X9
+	VMOVSS      X9, (SP)
+	VMULPS.BCST (SP), Z8, Z8
+	VPMOVSXBD   18(R8), Z9
+	VCVTDQ2PS   Z9, Z9
+	VMULPS.BCST (SP), Z9, Z9
+	VPMOVSXBD   2(R8)(DX*1), Z10
+	VCVTDQ2PS   Z10, Z10
+	VCVTPH2PS   (R8)(DX*1), X11
+	VMOVSS      X11, 4(SP)
+	VMULPS.BCST 4(SP), Z10, Z10
+	VPMOVSXBD   18(R8)(DX*1), Z11
+	VCVTDQ2PS   Z11, Z11
+	VMULPS.BCST 4(SP), Z11, Z11
+	VPMOVSXBD   2(R8)(DX*2), Z12
+	VCVTDQ2PS   Z12, Z12
+	VCVTPH2PS   (R8)(DX*2), X13
+	VMOVSS      X13, 8(SP)
+	VMULPS.BCST 8(SP), Z12, Z12
+	VPMOVSXBD   18(R8)(DX*2), Z13
+	VCVTDQ2PS   Z13, Z13
+	VMULPS.BCST 8(SP), Z13, Z13
+	VPMOVSXBD   2(R8)(DI*1), Z14
+	VCVTDQ2PS   Z14, Z14
+	VCVTPH2PS   (R8)(DI*1), X15
+	VMOVSS      X15, 12(SP)
+	VMULPS.BCST 12(SP), Z14, Z14
+	VPMOVSXBD   18(R8)(DI*1), Z15
+	VCVTDQ2PS   Z15, Z15
+	VMULPS.BCST 12(SP), Z15, Z15
+	VMOVUPS     (SI), Z16
+	VFMADD231PS Z0, Z8, Z16
+	VFMADD231PS Z1, Z10, Z16
+	VFMADD231PS Z2, Z12, Z16
+	VFMADD231PS Z3, Z14, Z16
+	VMOVUPS     Z16, (SI)
+	VMOVUPS     64(SI), Z16
+	VFMADD231PS Z0, Z9, Z16
+	VFMADD231PS Z1, Z11, Z16
+	VFMADD231PS Z2, Z13, Z16
+	VFMADD231PS Z3, Z15, Z16
+	VMOVUPS     Z16, 64(SI)
+	VMOVUPS     (SI)(BX*1), Z16
+	VFMADD231PS Z4, Z8, Z16
+	VFMADD231PS Z5, Z10, Z16
+	VFMADD231PS Z6, Z12, Z16
+	VFMADD231PS Z7, Z14, Z16
+	VMOVUPS     Z16, (SI)(BX*1)
+	VMOVUPS     64(SI)(BX*1), Z8
+	VFMADD231PS Z4, Z9, Z8
+	VFMADD231PS Z5, Z11, Z8
+	VFMADD231PS Z6, Z13, Z8
+	VFMADD231PS Z7, Z15, Z8
+	VMOVUPS     Z8, 64(SI)(BX*1)
+	ADDQ        $0x00000022, R8
+	ADDQ        $0x00000022, R9
+	ADDQ        $0x00000080, SI
+	DECQ        R10
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        48(SP), BX
+	MOVQ        24(SP), SI
+	MOVQ        32(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	SHLQ        $0x03, R8
+	ADDQ        R8, SI
+	MOVQ        ldp+56(FP), R8
+	SHLQ        $0x03, R8
+	ADDQ        R8, DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        40(SP), DI
+	ADDQ        $0x10, DI
+	MOVQ        DI, 40(SP)
+	ADDQ        DX, AX
+	ADDQ        DX, AX
+	ADDQ        DX, AX
+
+store:
+	MOVQ BX, 48(SP)
+	MOVQ SI, 24(SP)
+	MOVQ DI, 32(SP)
+	DECQ 16(SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
 // func scoresGroupQ8M4AVX512(s []float32, lds int, q []float32, heads int, k []byte, hs int, n int, d int)
 // Requires: AVX, AVX2, AVX512DQ, AVX512F, CMOV, MMX+
 TEXT ·scoresGroupQ8M4AVX512(SB), NOSPLIT, $136-112
@@ -19335,6 +21930,212 @@ store:
 	MOVQ SI, 24(SP)
 	MOVQ DI, 32(SP)
 	DECQ 16(SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
+// func accumGroupQ8M8AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []byte, hs int, n int, d int)
+// Requires: AVX, AVX2, AVX512F, MMX+
+TEXT ·accumGroupQ8M8AVX512(SB), NOSPLIT, $40-120
+	MOVQ  n+104(FP), AX
+	SHRQ  $0x02, AX
+	IMULQ heads+64(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  o_base+0(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 24(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 32(SP)
+	MOVQ  v_base+72(FP), AX
+	MOVQ  hs+96(FP), CX
+	MOVQ  CX, DX
+	IMULQ heads+64(FP), DX
+
+row:
+	MOVQ ldp+56(FP), BX
+	SHLQ $0x02, BX
+	LEAQ (BX)(BX*2), SI
+	MOVQ 16(SP), DI
+	LEAQ (DI)(BX*4), R8
+	MOVQ ldo+24(FP), R9
+	SHLQ $0x02, R9
+	LEAQ (R9)(R9*2), R10
+	MOVQ 8(SP), R11
+	LEAQ (R11)(R9*4), R12
+	LEAQ (DX)(DX*2), R13
+	MOVQ AX, R14
+	LEAQ (AX)(DX*4), R15
+	MOVQ d+112(FP), BP
+	SHRQ $0x05, BP
+
+step:
+	PREFETCHT1       (R15)
+	PREFETCHT1       (R15)(DX*1)
+	PREFETCHT1       (R15)(DX*2)
+	PREFETCHT1       (R15)(R13*1)
+	VPBROADCASTW     (R14), Y0
+	VCVTPH2PS        Y0, Z0
+	VPMOVSXBD        2(R14), Z1
+	VCVTDQ2PS        Z1, Z1
+	VMULPS           Z0, Z1, Z1
+	VPMOVSXBD        18(R14), Z2
+	VCVTDQ2PS        Z2, Z2
+	VMULPS           Z0, Z2, Z2
+	VPBROADCASTW     (R14)(DX*1), Y0
+	VCVTPH2PS        Y0, Z0
+	VPMOVSXBD        2(R14)(DX*1), Z3
+	VCVTDQ2PS        Z3, Z3
+	VMULPS           Z0, Z3, Z3
+	VPMOVSXBD        18(R14)(DX*1), Z4
+	VCVTDQ2PS        Z4, Z4
+	VMULPS           Z0, Z4, Z4
+	VPBROADCASTW     (R14)(DX*2), Y0
+	VCVTPH2PS        Y0, Z0
+	VPMOVSXBD        2(R14)(DX*2), Z5
+	VCVTDQ2PS        Z5, Z5
+	VMULPS           Z0, Z5, Z5
+	VPMOVSXBD        18(R14)(DX*2), Z6
+	VCVTDQ2PS        Z6, Z6
+	VMULPS           Z0, Z6, Z6
+	VPBROADCASTW     (R14)(R13*1), Y0
+	VCVTPH2PS        Y0, Z0
+	VPMOVSXBD        2(R14)(R13*1), Z7
+	VCVTDQ2PS        Z7, Z7
+	VMULPS           Z0, Z7, Z7
+	VPMOVSXBD        18(R14)(R13*1), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z0, Z8, Z8
+	VMOVUPS          (R11), Z0
+	VFMADD231PS.BCST (DI), Z1, Z0
+	VFMADD231PS.BCST 4(DI), Z3, Z0
+	VFMADD231PS.BCST 8(DI), Z5, Z0
+	VFMADD231PS.BCST 12(DI), Z7, Z0
+	VMOVUPS          Z0, (R11)
+	VMOVUPS          64(R11), Z0
+	VFMADD231PS.BCST (DI), Z2, Z0
+	VFMADD231PS.BCST 4(DI), Z4, Z0
+	VFMADD231PS.BCST 8(DI), Z6, Z0
+	VFMADD231PS.BCST 12(DI), Z8, Z0
+	VMOVUPS          Z0, 64(R11)
+	VMOVUPS          (R11)(R9*1), Z0
+	VFMADD231PS.BCST (DI)(BX*1), Z1, Z0
+	VFMADD231PS.BCST 4(DI)(BX*1), Z3, Z0
+	VFMADD231PS.BCST 8(DI)(BX*1), Z5, Z0
+	VFMADD231PS.BCST 12(DI)(BX*1), Z7, Z0
+	VMOVUPS          Z0, (R11)(R9*1)
+	VMOVUPS          64(R11)(R9*1), Z0
+	VFMADD231PS.BCST (DI)(BX*1), Z2, Z0
+	VFMADD231PS.BCST 4(DI)(BX*1), Z4, Z0
+	VFMADD231PS.BCST 8(DI)(BX*1), Z6, Z0
+	VFMADD231PS.BCST 12(DI)(BX*1), Z8, Z0
+	VMOVUPS          Z0, 64(R11)(R9*1)
+	VMOVUPS          (R11)(R9*2), Z0
+	VFMADD231PS.BCST (DI)(BX*2), Z1, Z0
+	VFMADD231PS.BCST 4(DI)(BX*2), Z3, Z0
+	VFMADD231PS.BCST 8(DI)(BX*2), Z5, Z0
+	VFMADD231PS.BCST 12(DI)(BX*2), Z7, Z0
+	VMOVUPS          Z0, (R11)(R9*2)
+	VMOVUPS          64(R11)(R9*2), Z0
+	VFMADD231PS.BCST (DI)(BX*2), Z2, Z0
+	VFMADD231PS.BCST 4(DI)(BX*2), Z4, Z0
+	VFMADD231PS.BCST 8(DI)(BX*2), Z6, Z0
+	VFMADD231PS.BCST 12(DI)(BX*2), Z8, Z0
+	VMOVUPS          Z0, 64(R11)(R9*2)
+	VMOVUPS          (R11)(R10*1), Z0
+	VFMADD231PS.BCST (DI)(SI*1), Z1, Z0
+	VFMADD231PS.BCST 4(DI)(SI*1), Z3, Z0
+	VFMADD231PS.BCST 8(DI)(SI*1), Z5, Z0
+	VFMADD231PS.BCST 12(DI)(SI*1), Z7, Z0
+	VMOVUPS          Z0, (R11)(R10*1)
+	VMOVUPS          64(R11)(R10*1), Z0
+	VFMADD231PS.BCST (DI)(SI*1), Z2, Z0
+	VFMADD231PS.BCST 4(DI)(SI*1), Z4, Z0
+	VFMADD231PS.BCST 8(DI)(SI*1), Z6, Z0
+	VFMADD231PS.BCST 12(DI)(SI*1), Z8, Z0
+	VMOVUPS          Z0, 64(R11)(R10*1)
+	VMOVUPS          (R12), Z0
+	VFMADD231PS.BCST (R8), Z1, Z0
+	VFMADD231PS.BCST 4(R8), Z3, Z0
+	VFMADD231PS.BCST 8(R8), Z5, Z0
+	VFMADD231PS.BCST 12(R8), Z7, Z0
+	VMOVUPS          Z0, (R12)
+	VMOVUPS          64(R12), Z0
+	VFMADD231PS.BCST (R8), Z2, Z0
+	VFMADD231PS.BCST 4(R8), Z4, Z0
+	VFMADD231PS.BCST 8(R8), Z6, Z0
+	VFMADD231PS.BCST 12(R8), Z8, Z0
+	VMOVUPS          Z0, 64(R12)
+	VMOVUPS          (R12)(R9*1), Z0
+	VFMADD231PS.BCST (R8)(BX*1), Z1, Z0
+	VFMADD231PS.BCST 4(R8)(BX*1), Z3, Z0
+	VFMADD231PS.BCST 8(R8)(BX*1), Z5, Z0
+	VFMADD231PS.BCST 12(R8)(BX*1), Z7, Z0
+	VMOVUPS          Z0, (R12)(R9*1)
+	VMOVUPS          64(R12)(R9*1), Z0
+	VFMADD231PS.BCST (R8)(BX*1), Z2, Z0
+	VFMADD231PS.BCST 4(R8)(BX*1), Z4, Z0
+	VFMADD231PS.BCST 8(R8)(BX*1), Z6, Z0
+	VFMADD231PS.BCST 12(R8)(BX*1), Z8, Z0
+	VMOVUPS          Z0, 64(R12)(R9*1)
+	VMOVUPS          (R12)(R9*2), Z0
+	VFMADD231PS.BCST (R8)(BX*2), Z1, Z0
+	VFMADD231PS.BCST 4(R8)(BX*2), Z3, Z0
+	VFMADD231PS.BCST 8(R8)(BX*2), Z5, Z0
+	VFMADD231PS.BCST 12(R8)(BX*2), Z7, Z0
+	VMOVUPS          Z0, (R12)(R9*2)
+	VMOVUPS          64(R12)(R9*2), Z0
+	VFMADD231PS.BCST (R8)(BX*2), Z2, Z0
+	VFMADD231PS.BCST 4(R8)(BX*2), Z4, Z0
+	VFMADD231PS.BCST 8(R8)(BX*2), Z6, Z0
+	VFMADD231PS.BCST 12(R8)(BX*2), Z8, Z0
+	VMOVUPS          Z0, 64(R12)(R9*2)
+	VMOVUPS          (R12)(R10*1), Z0
+	VFMADD231PS.BCST (R8)(SI*1), Z1, Z0
+	VFMADD231PS.BCST 4(R8)(SI*1), Z3, Z0
+	VFMADD231PS.BCST 8(R8)(SI*1), Z5, Z0
+	VFMADD231PS.BCST 12(R8)(SI*1), Z7, Z0
+	VMOVUPS          Z0, (R12)(R10*1)
+	VMOVUPS          64(R12)(R10*1), Z0
+	VFMADD231PS.BCST (R8)(SI*1), Z2, Z0
+	VFMADD231PS.BCST 4(R8)(SI*1), Z4, Z0
+	VFMADD231PS.BCST 8(R8)(SI*1), Z6, Z0
+	VFMADD231PS.BCST 12(R8)(SI*1), Z8, Z0
+	VMOVUPS          Z0, 64(R12)(R10*1)
+	ADDQ             $0x00000022, R14
+	ADDQ             $0x00000022, R15
+	ADDQ             $0x00000080, R11
+	ADDQ             $0x00000080, R12
+	DECQ             BP
+	JNZ              step
+	ADDQ             CX, AX
+	MOVQ             32(SP), BX
+	MOVQ             8(SP), SI
+	MOVQ             16(SP), DI
+	INCQ             BX
+	MOVQ             ldo+24(FP), R8
+	SHLQ             $0x05, R8
+	ADDQ             R8, SI
+	MOVQ             ldp+56(FP), R8
+	SHLQ             $0x05, R8
+	ADDQ             R8, DI
+	CMPQ             BX, heads+64(FP)
+	JNE              store
+	XORQ             BX, BX
+	MOVQ             o_base+0(FP), SI
+	MOVQ             24(SP), DI
+	ADDQ             $0x10, DI
+	MOVQ             DI, 24(SP)
+	ADDQ             DX, AX
+	ADDQ             DX, AX
+	ADDQ             DX, AX
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
 	JNZ  row
 	VZEROUPPER
 	RET
@@ -36454,6 +39255,849 @@ store:
 	VZEROUPPER
 	RET
 
+// func scoresGroupF32M2AVX2(s []float32, lds int, q []float32, heads int, k []float32, hs int, n int, d int)
+// Requires: AVX, CMOV, FMA3, MMX+
+TEXT ·scoresGroupF32M2AVX2(SB), NOSPLIT, $152-112
+	MOVQ    q_base+32(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    AX, 32(SP)
+	XORQ    AX, AX
+	MOVQ    AX, 8(SP)
+	MOVQ    AX, 24(SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 104(SP)
+	MOVQ    k_base+64(FP), AX
+	MOVQ    AX, 112(SP)
+	MOVQ    n+96(FP), AX
+	MOVQ    AX, 120(SP)
+	MOVQ    d+104(FP), AX
+	MOVQ    AX, CX
+	SHRQ    $0x03, CX
+	MOVQ    CX, 128(SP)
+	ANDQ    $0x07, AX
+	LEAQ    decodemask8<>+0(SB), CX
+	VMOVUPS 32(CX)(AX*4), Y0
+	MOVQ    $0x00000008, CX
+	SUBQ    AX, CX
+	ANDQ    $0x07, CX
+	MOVQ    CX, AX
+	SHLQ    $0x02, AX
+	MOVQ    AX, 136(SP)
+	SHLQ    $0x02, CX
+	MOVQ    CX, 144(SP)
+
+main:
+	CMPQ   120(SP), $0x00000004
+	JL     mainEnd
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x02, AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	MOVQ   d+104(FP), BX
+	SHLQ   $0x02, BX
+	LEAQ   (BX)(BX*2), SI
+	MOVQ   (SP), DI
+	LEAQ   (DI)(BX*4), R8
+	LEAQ   (DX), R9
+	LEAQ   (DX)(AX*1), R10
+	LEAQ   (DX)(AX*2), AX
+	LEAQ   (DX)(CX*1), CX
+	MOVQ   hs+88(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   128(SP), R11
+	TESTQ  R11, R11
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R9)(DX*1)
+	PREFETCHT1  (R10)(DX*1)
+	PREFETCHT1  (AX)(DX*1)
+	PREFETCHT1  (CX)(DX*1)
+	VMOVUPS     (R9), Y9
+	VFMADD231PS (DI), Y9, Y1
+	VFMADD231PS (DI)(BX*1), Y9, Y5
+	VMOVUPS     (R10), Y9
+	VFMADD231PS (DI)(BX*2), Y9, Y2
+	VFMADD231PS (DI)(SI*1), Y9, Y6
+	VMOVUPS     (AX), Y9
+	VFMADD231PS (R8), Y9, Y3
+	VFMADD231PS (R8)(BX*1), Y9, Y7
+	VMOVUPS     (CX), Y9
+	VFMADD231PS (R8)(BX*2), Y9, Y4
+	VFMADD231PS (R8)(SI*1), Y9, Y8
+	ADDQ        $0x00000020, DI
+	ADDQ        $0x00000020, R8
+	ADDQ        $0x00000020, R9
+	ADDQ        $0x00000020, R10
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, CX
+	DECQ        R11
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ        136(SP), DX
+	TESTQ       DX, DX
+	JZ          mainK0Done
+	SUBQ        DX, R9
+	SUBQ        DX, R10
+	SUBQ        DX, AX
+	SUBQ        DX, CX
+	SUBQ        144(SP), DI
+	SUBQ        144(SP), R8
+	VMOVUPS     (R9), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (DI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y1
+	VMASKMOVPS  (DI)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y5
+	VMOVUPS     (R10), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (DI)(BX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y2
+	VMASKMOVPS  (DI)(SI*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y6
+	VMOVUPS     (AX), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (R8), Y0, Y10
+	VFMADD231PS Y10, Y9, Y3
+	VMASKMOVPS  (R8)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y7
+	VMOVUPS     (CX), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (R8)(BX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y4
+	VMASKMOVPS  (R8)(SI*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y8
+
+mainK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x05, DX
+	ADDQ       DX, AX
+	ADDQ       $0x00000004, CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y9, Y9
+	VPERM2F128 $0x20, Y6, Y2, Y1
+	VPERM2F128 $0x31, Y6, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y7, Y3, Y2
+	VPERM2F128 $0x31, Y7, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VPERM2F128 $0x20, Y8, Y4, Y3
+	VPERM2F128 $0x31, Y8, Y4, Y4
+	VADDPS     Y4, Y3, Y3
+	VSHUFPS    $0x44, Y1, Y9, Y4
+	VSHUFPS    $0xee, Y1, Y9, Y1
+	VADDPS     Y1, Y4, Y4
+	VSHUFPS    $0x44, Y3, Y2, Y1
+	VSHUFPS    $0xee, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x88, Y1, Y4, Y2
+	VSHUFPS    $0xdd, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VMOVUPS    Y2, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       56(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       60(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       64(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       68(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000004, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x04, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000004, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	MOVQ   112(SP), AX
+	MOVQ   d+104(FP), CX
+	SHLQ   $0x02, CX
+	MOVQ   (SP), DX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), BX
+	SHLQ   $0x06, BX
+	MOVQ   128(SP), SI
+	TESTQ  SI, SI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(BX*1)
+	VMOVUPS     (AX), Y3
+	VFMADD231PS (DX), Y3, Y1
+	VFMADD231PS (DX)(CX*1), Y3, Y2
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000020, AX
+	DECQ        SI
+	JNZ         restK0Step
+
+restK0Tail:
+	MOVQ        136(SP), BX
+	TESTQ       BX, BX
+	JZ          restK0Done
+	SUBQ        BX, AX
+	SUBQ        144(SP), DX
+	VMOVUPS     (AX), Y3
+	VANDPS      Y0, Y3, Y3
+	VMASKMOVPS  (DX), Y0, Y4
+	VFMADD231PS Y4, Y3, Y1
+	VMASKMOVPS  (DX)(CX*1), Y0, Y4
+	VFMADD231PS Y4, Y3, Y2
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x03, DX
+	ADDQ       DX, AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Y3, Y3, Y3
+	VPERM2F128 $0x20, Y3, Y1, Y4
+	VPERM2F128 $0x31, Y3, Y1, Y1
+	VADDPS     Y1, Y4, Y4
+	VPERM2F128 $0x20, Y3, Y2, Y1
+	VPERM2F128 $0x31, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x44, Y1, Y4, Y2
+	VSHUFPS    $0xee, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VSHUFPS    $0x88, Y3, Y2, Y1
+	VSHUFPS    $0xdd, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VMOVUPS    Y1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000001, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x02, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumGroupF32M2AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []float32, hs int, n int, d int)
+// Requires: AVX, FMA3, MMX+
+TEXT ·accumGroupF32M2AVX2(SB), NOSPLIT, $40-120
+	MOVQ  n+104(FP), AX
+	SHRQ  $0x02, AX
+	IMULQ heads+64(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  o_base+0(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 24(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 32(SP)
+	MOVQ  v_base+72(FP), AX
+	MOVQ  hs+96(FP), CX
+	SHLQ  $0x02, CX
+	MOVQ  CX, DX
+	IMULQ heads+64(FP), DX
+
+row:
+	MOVQ         ldp+56(FP), BX
+	SHLQ         $0x02, BX
+	MOVQ         16(SP), SI
+	VBROADCASTSS (SI), Y0
+	VBROADCASTSS 4(SI), Y1
+	VBROADCASTSS 8(SI), Y2
+	VBROADCASTSS 12(SI), Y3
+	VBROADCASTSS (SI)(BX*1), Y4
+	VBROADCASTSS 4(SI)(BX*1), Y5
+	VBROADCASTSS 8(SI)(BX*1), Y6
+	VBROADCASTSS 12(SI)(BX*1), Y7
+	MOVQ         ldo+24(FP), BX
+	SHLQ         $0x02, BX
+	MOVQ         8(SP), SI
+	LEAQ         (DX)(DX*2), DI
+	MOVQ         AX, R8
+	LEAQ         (AX)(DX*4), R9
+	MOVQ         d+112(FP), R10
+	SHRQ         $0x03, R10
+
+step:
+	PREFETCHT1  (R9)
+	PREFETCHT1  (R9)(DX*1)
+	PREFETCHT1  (R9)(DX*2)
+	PREFETCHT1  (R9)(DI*1)
+	VMOVUPS     (R8), Y8
+	VMOVUPS     (R8)(DX*1), Y9
+	VMOVUPS     (R8)(DX*2), Y10
+	VMOVUPS     (R8)(DI*1), Y11
+	VMOVUPS     (SI), Y12
+	VFMADD231PS Y0, Y8, Y12
+	VFMADD231PS Y1, Y9, Y12
+	VFMADD231PS Y2, Y10, Y12
+	VFMADD231PS Y3, Y11, Y12
+	VMOVUPS     Y12, (SI)
+	VMOVUPS     (SI)(BX*1), Y12
+	VFMADD231PS Y4, Y8, Y12
+	VFMADD231PS Y5, Y9, Y12
+	VFMADD231PS Y6, Y10, Y12
+	VFMADD231PS Y7, Y11, Y12
+	VMOVUPS     Y12, (SI)(BX*1)
+	ADDQ        $0x00000020, R8
+	ADDQ        $0x00000020, R9
+	ADDQ        $0x00000020, SI
+	DECQ        R10
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        32(SP), BX
+	MOVQ        8(SP), SI
+	MOVQ        16(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	SHLQ        $0x03, R8
+	ADDQ        R8, SI
+	MOVQ        ldp+56(FP), R8
+	SHLQ        $0x03, R8
+	ADDQ        R8, DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        24(SP), DI
+	ADDQ        $0x10, DI
+	MOVQ        DI, 24(SP)
+	ADDQ        DX, AX
+	ADDQ        DX, AX
+	ADDQ        DX, AX
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
+// func scoresGroupF32M4AVX2(s []float32, lds int, q []float32, heads int, k []float32, hs int, n int, d int)
+// Requires: AVX, CMOV, FMA3, MMX+
+TEXT ·scoresGroupF32M4AVX2(SB), NOSPLIT, $152-112
+	MOVQ    q_base+32(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    AX, 32(SP)
+	XORQ    AX, AX
+	MOVQ    AX, 8(SP)
+	MOVQ    AX, 24(SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 104(SP)
+	MOVQ    k_base+64(FP), AX
+	MOVQ    AX, 112(SP)
+	MOVQ    n+96(FP), AX
+	MOVQ    AX, 120(SP)
+	MOVQ    d+104(FP), AX
+	MOVQ    AX, CX
+	SHRQ    $0x03, CX
+	MOVQ    CX, 128(SP)
+	ANDQ    $0x07, AX
+	LEAQ    decodemask8<>+0(SB), CX
+	VMOVUPS 32(CX)(AX*4), Y0
+	MOVQ    $0x00000008, CX
+	SUBQ    AX, CX
+	ANDQ    $0x07, CX
+	MOVQ    CX, AX
+	SHLQ    $0x02, AX
+	MOVQ    AX, 136(SP)
+	SHLQ    $0x02, CX
+	MOVQ    CX, 144(SP)
+
+main:
+	CMPQ   120(SP), $0x00000002
+	JL     mainEnd
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x02, AX
+	MOVQ   112(SP), CX
+	MOVQ   d+104(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	MOVQ   (SP), SI
+	LEAQ   (SI)(DX*4), DI
+	LEAQ   (CX), R8
+	LEAQ   (CX)(AX*1), AX
+	MOVQ   hs+88(FP), CX
+	SHLQ   $0x06, CX
+	MOVQ   128(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R8)(CX*1)
+	PREFETCHT1  (AX)(CX*1)
+	VMOVUPS     (R8), Y9
+	VFMADD231PS (SI), Y9, Y1
+	VFMADD231PS (SI)(DX*1), Y9, Y3
+	VFMADD231PS (SI)(DX*2), Y9, Y5
+	VFMADD231PS (SI)(BX*1), Y9, Y7
+	VMOVUPS     (AX), Y9
+	VFMADD231PS (DI), Y9, Y2
+	VFMADD231PS (DI)(DX*1), Y9, Y4
+	VFMADD231PS (DI)(DX*2), Y9, Y6
+	VFMADD231PS (DI)(BX*1), Y9, Y8
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000020, DI
+	ADDQ        $0x00000020, R8
+	ADDQ        $0x00000020, AX
+	DECQ        R9
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ        136(SP), CX
+	TESTQ       CX, CX
+	JZ          mainK0Done
+	SUBQ        CX, R8
+	SUBQ        CX, AX
+	SUBQ        144(SP), SI
+	SUBQ        144(SP), DI
+	VMOVUPS     (R8), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y1
+	VMASKMOVPS  (SI)(DX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y3
+	VMASKMOVPS  (SI)(DX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y5
+	VMASKMOVPS  (SI)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y7
+	VMOVUPS     (AX), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (DI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y2
+	VMASKMOVPS  (DI)(DX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y4
+	VMASKMOVPS  (DI)(DX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y6
+	VMASKMOVPS  (DI)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y8
+
+mainK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x05, DX
+	ADDQ       DX, AX
+	ADDQ       $0x00000002, CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y9, Y9
+	VPERM2F128 $0x20, Y6, Y2, Y1
+	VPERM2F128 $0x31, Y6, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y7, Y3, Y2
+	VPERM2F128 $0x31, Y7, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VPERM2F128 $0x20, Y8, Y4, Y3
+	VPERM2F128 $0x31, Y8, Y4, Y4
+	VADDPS     Y4, Y3, Y3
+	VSHUFPS    $0x44, Y1, Y9, Y4
+	VSHUFPS    $0xee, Y1, Y9, Y1
+	VADDPS     Y1, Y4, Y4
+	VSHUFPS    $0x44, Y3, Y2, Y1
+	VSHUFPS    $0xee, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x88, Y1, Y4, Y2
+	VSHUFPS    $0xdd, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VMOVUPS    Y2, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       56(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       64(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       60(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       68(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000002, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x03, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000002, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	MOVQ   112(SP), AX
+	MOVQ   d+104(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   (SP), BX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), SI
+	SHLQ   $0x06, SI
+	MOVQ   128(SP), DI
+	TESTQ  DI, DI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(SI*1)
+	VMOVUPS     (AX), Y5
+	VFMADD231PS (BX), Y5, Y1
+	VFMADD231PS (BX)(CX*1), Y5, Y2
+	VFMADD231PS (BX)(CX*2), Y5, Y3
+	VFMADD231PS (BX)(DX*1), Y5, Y4
+	ADDQ        $0x00000020, BX
+	ADDQ        $0x00000020, AX
+	DECQ        DI
+	JNZ         restK0Step
+
+restK0Tail:
+	MOVQ        136(SP), SI
+	TESTQ       SI, SI
+	JZ          restK0Done
+	SUBQ        SI, AX
+	SUBQ        144(SP), BX
+	VMOVUPS     (AX), Y5
+	VANDPS      Y0, Y5, Y5
+	VMASKMOVPS  (BX), Y0, Y6
+	VFMADD231PS Y6, Y5, Y1
+	VMASKMOVPS  (BX)(CX*1), Y0, Y6
+	VFMADD231PS Y6, Y5, Y2
+	VMASKMOVPS  (BX)(CX*2), Y0, Y6
+	VFMADD231PS Y6, Y5, Y3
+	VMASKMOVPS  (BX)(DX*1), Y0, Y6
+	VFMADD231PS Y6, Y5, Y4
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x04, DX
+	ADDQ       DX, AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Y5, Y5, Y5
+	VPERM2F128 $0x20, Y5, Y1, Y6
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y6, Y6
+	VPERM2F128 $0x20, Y5, Y2, Y1
+	VPERM2F128 $0x31, Y5, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y5, Y3, Y2
+	VPERM2F128 $0x31, Y5, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VPERM2F128 $0x20, Y5, Y4, Y3
+	VPERM2F128 $0x31, Y5, Y4, Y4
+	VADDPS     Y4, Y3, Y3
+	VSHUFPS    $0x44, Y1, Y6, Y4
+	VSHUFPS    $0xee, Y1, Y6, Y1
+	VADDPS     Y1, Y4, Y4
+	VSHUFPS    $0x44, Y3, Y2, Y1
+	VSHUFPS    $0xee, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x88, Y1, Y4, Y2
+	VSHUFPS    $0xdd, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VMOVUPS    Y2, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000001, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x02, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumGroupF32M4AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []float32, hs int, n int, d int)
+// Requires: AVX, FMA3, MMX+
+TEXT ·accumGroupF32M4AVX2(SB), NOSPLIT, $40-120
+	MOVQ  n+104(FP), AX
+	SHRQ  $0x02, AX
+	IMULQ heads+64(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  o_base+0(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 24(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 32(SP)
+	MOVQ  v_base+72(FP), AX
+	MOVQ  hs+96(FP), CX
+	SHLQ  $0x02, CX
+	MOVQ  CX, DX
+	IMULQ heads+64(FP), DX
+
+row:
+	MOVQ ldp+56(FP), BX
+	SHLQ $0x02, BX
+	LEAQ (BX)(BX*2), SI
+	MOVQ 16(SP), DI
+	MOVQ ldo+24(FP), R8
+	SHLQ $0x02, R8
+	LEAQ (R8)(R8*2), R9
+	MOVQ 8(SP), R10
+	LEAQ (DX)(DX*2), R11
+	MOVQ AX, R12
+	LEAQ (AX)(DX*4), R13
+	MOVQ d+112(FP), R14
+	SHRQ $0x03, R14
+
+step:
+	PREFETCHT1   (R13)
+	PREFETCHT1   (R13)(DX*1)
+	PREFETCHT1   (R13)(DX*2)
+	PREFETCHT1   (R13)(R11*1)
+	VMOVUPS      (R12), Y0
+	VMOVUPS      (R12)(DX*1), Y1
+	VMOVUPS      (R12)(DX*2), Y2
+	VMOVUPS      (R12)(R11*1), Y3
+	VMOVUPS      (R10), Y4
+	VBROADCASTSS (DI), Y5
+	VFMADD231PS  Y5, Y0, Y4
+	VBROADCASTSS 4(DI), Y5
+	VFMADD231PS  Y5, Y1, Y4
+	VBROADCASTSS 8(DI), Y5
+	VFMADD231PS  Y5, Y2, Y4
+	VBROADCASTSS 12(DI), Y5
+	VFMADD231PS  Y5, Y3, Y4
+	VMOVUPS      Y4, (R10)
+	VMOVUPS      (R10)(R8*1), Y4
+	VBROADCASTSS (DI)(BX*1), Y5
+	VFMADD231PS  Y5, Y0, Y4
+	VBROADCASTSS 4(DI)(BX*1), Y5
+	VFMADD231PS  Y5, Y1, Y4
+	VBROADCASTSS 8(DI)(BX*1), Y5
+	VFMADD231PS  Y5, Y2, Y4
+	VBROADCASTSS 12(DI)(BX*1), Y5
+	VFMADD231PS  Y5, Y3, Y4
+	VMOVUPS      Y4, (R10)(R8*1)
+	VMOVUPS      (R10)(R8*2), Y4
+	VBROADCASTSS (DI)(BX*2), Y5
+	VFMADD231PS  Y5, Y0, Y4
+	VBROADCASTSS 4(DI)(BX*2), Y5
+	VFMADD231PS  Y5, Y1, Y4
+	VBROADCASTSS 8(DI)(BX*2), Y5
+	VFMADD231PS  Y5, Y2, Y4
+	VBROADCASTSS 12(DI)(BX*2), Y5
+	VFMADD231PS  Y5, Y3, Y4
+	VMOVUPS      Y4, (R10)(R8*2)
+	VMOVUPS      (R10)(R9*1), Y4
+	VBROADCASTSS (DI)(SI*1), Y5
+	VFMADD231PS  Y5, Y0, Y4
+	VBROADCASTSS 4(DI)(SI*1), Y0
+	VFMADD231PS  Y0, Y1, Y4
+	VBROADCASTSS 8(DI)(SI*1), Y0
+	VFMADD231PS  Y0, Y2, Y4
+	VBROADCASTSS 12(DI)(SI*1), Y0
+	VFMADD231PS  Y0, Y3, Y4
+	VMOVUPS      Y4, (R10)(R9*1)
+	ADDQ         $0x00000020, R12
+	ADDQ         $0x00000020, R13
+	ADDQ         $0x00000020, R10
+	DECQ         R14
+	JNZ          step
+	ADDQ         CX, AX
+	MOVQ         32(SP), BX
+	MOVQ         8(SP), SI
+	MOVQ         16(SP), DI
+	INCQ         BX
+	MOVQ         ldo+24(FP), R8
+	SHLQ         $0x04, R8
+	ADDQ         R8, SI
+	MOVQ         ldp+56(FP), R8
+	SHLQ         $0x04, R8
+	ADDQ         R8, DI
+	CMPQ         BX, heads+64(FP)
+	JNE          store
+	XORQ         BX, BX
+	MOVQ         o_base+0(FP), SI
+	MOVQ         24(SP), DI
+	ADDQ         $0x10, DI
+	MOVQ         DI, 24(SP)
+	ADDQ         DX, AX
+	ADDQ         DX, AX
+	ADDQ         DX, AX
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
 // func scoresBF16M1AVX2(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
 // Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·scoresBF16M1AVX2(SB), NOSPLIT, $48-104
@@ -39382,6 +43026,873 @@ store:
 	VZEROUPPER
 	RET
 
+// func scoresGroupBF16M2AVX2(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+// Requires: AVX, AVX2, CMOV, FMA3, MMX+
+TEXT ·scoresGroupBF16M2AVX2(SB), NOSPLIT, $152-112
+	MOVQ    q_base+32(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    AX, 32(SP)
+	XORQ    AX, AX
+	MOVQ    AX, 8(SP)
+	MOVQ    AX, 24(SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 104(SP)
+	MOVQ    k_base+64(FP), AX
+	MOVQ    AX, 112(SP)
+	MOVQ    n+96(FP), AX
+	MOVQ    AX, 120(SP)
+	MOVQ    d+104(FP), AX
+	MOVQ    AX, CX
+	SHRQ    $0x03, CX
+	MOVQ    CX, 128(SP)
+	ANDQ    $0x07, AX
+	LEAQ    decodemask8<>+0(SB), CX
+	VMOVUPS 32(CX)(AX*4), Y0
+	MOVQ    $0x00000008, CX
+	SUBQ    AX, CX
+	ANDQ    $0x07, CX
+	MOVQ    CX, AX
+	SHLQ    $0x01, AX
+	MOVQ    AX, 136(SP)
+	SHLQ    $0x02, CX
+	MOVQ    CX, 144(SP)
+
+main:
+	CMPQ   120(SP), $0x00000004
+	JL     mainEnd
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x01, AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	MOVQ   d+104(FP), BX
+	SHLQ   $0x02, BX
+	LEAQ   (BX)(BX*2), SI
+	MOVQ   (SP), DI
+	LEAQ   (DI)(BX*4), R8
+	LEAQ   (DX), R9
+	LEAQ   (DX)(AX*1), R10
+	LEAQ   (DX)(AX*2), AX
+	LEAQ   (DX)(CX*1), CX
+	MOVQ   hs+88(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   128(SP), R11
+	TESTQ  R11, R11
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R9)(DX*1)
+	PREFETCHT1  (R10)(DX*1)
+	PREFETCHT1  (AX)(DX*1)
+	PREFETCHT1  (CX)(DX*1)
+	VPMOVZXWD   (R9), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (DI), Y9, Y1
+	VFMADD231PS (DI)(BX*1), Y9, Y5
+	VPMOVZXWD   (R10), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (DI)(BX*2), Y9, Y2
+	VFMADD231PS (DI)(SI*1), Y9, Y6
+	VPMOVZXWD   (AX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (R8), Y9, Y3
+	VFMADD231PS (R8)(BX*1), Y9, Y7
+	VPMOVZXWD   (CX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (R8)(BX*2), Y9, Y4
+	VFMADD231PS (R8)(SI*1), Y9, Y8
+	ADDQ        $0x00000020, DI
+	ADDQ        $0x00000020, R8
+	ADDQ        $0x00000010, R9
+	ADDQ        $0x00000010, R10
+	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, CX
+	DECQ        R11
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ        136(SP), DX
+	TESTQ       DX, DX
+	JZ          mainK0Done
+	SUBQ        DX, R9
+	SUBQ        DX, R10
+	SUBQ        DX, AX
+	SUBQ        DX, CX
+	SUBQ        144(SP), DI
+	SUBQ        144(SP), R8
+	VPMOVZXWD   (R9), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (DI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y1
+	VMASKMOVPS  (DI)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y5
+	VPMOVZXWD   (R10), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (DI)(BX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y2
+	VMASKMOVPS  (DI)(SI*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y6
+	VPMOVZXWD   (AX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (R8), Y0, Y10
+	VFMADD231PS Y10, Y9, Y3
+	VMASKMOVPS  (R8)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y7
+	VPMOVZXWD   (CX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (R8)(BX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y4
+	VMASKMOVPS  (R8)(SI*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y8
+
+mainK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x05, DX
+	ADDQ       DX, AX
+	ADDQ       $0x00000004, CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y9, Y9
+	VPERM2F128 $0x20, Y6, Y2, Y1
+	VPERM2F128 $0x31, Y6, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y7, Y3, Y2
+	VPERM2F128 $0x31, Y7, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VPERM2F128 $0x20, Y8, Y4, Y3
+	VPERM2F128 $0x31, Y8, Y4, Y4
+	VADDPS     Y4, Y3, Y3
+	VSHUFPS    $0x44, Y1, Y9, Y4
+	VSHUFPS    $0xee, Y1, Y9, Y1
+	VADDPS     Y1, Y4, Y4
+	VSHUFPS    $0x44, Y3, Y2, Y1
+	VSHUFPS    $0xee, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x88, Y1, Y4, Y2
+	VSHUFPS    $0xdd, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VMOVUPS    Y2, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       56(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       60(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       64(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       68(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000004, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x03, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000004, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	MOVQ   112(SP), AX
+	MOVQ   d+104(FP), CX
+	SHLQ   $0x02, CX
+	MOVQ   (SP), DX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), BX
+	SHLQ   $0x06, BX
+	MOVQ   128(SP), SI
+	TESTQ  SI, SI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(BX*1)
+	VPMOVZXWD   (AX), Y3
+	VPSLLD      $0x10, Y3, Y3
+	VFMADD231PS (DX), Y3, Y1
+	VFMADD231PS (DX)(CX*1), Y3, Y2
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000010, AX
+	DECQ        SI
+	JNZ         restK0Step
+
+restK0Tail:
+	MOVQ        136(SP), BX
+	TESTQ       BX, BX
+	JZ          restK0Done
+	SUBQ        BX, AX
+	SUBQ        144(SP), DX
+	VPMOVZXWD   (AX), Y3
+	VPSLLD      $0x10, Y3, Y3
+	VANDPS      Y0, Y3, Y3
+	VMASKMOVPS  (DX), Y0, Y4
+	VFMADD231PS Y4, Y3, Y1
+	VMASKMOVPS  (DX)(CX*1), Y0, Y4
+	VFMADD231PS Y4, Y3, Y2
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x03, DX
+	ADDQ       DX, AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Y3, Y3, Y3
+	VPERM2F128 $0x20, Y3, Y1, Y4
+	VPERM2F128 $0x31, Y3, Y1, Y1
+	VADDPS     Y1, Y4, Y4
+	VPERM2F128 $0x20, Y3, Y2, Y1
+	VPERM2F128 $0x31, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x44, Y1, Y4, Y2
+	VSHUFPS    $0xee, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VSHUFPS    $0x88, Y3, Y2, Y1
+	VSHUFPS    $0xdd, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VMOVUPS    Y1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000001, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x01, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumGroupBF16M2AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+// Requires: AVX, AVX2, FMA3, MMX+
+TEXT ·accumGroupBF16M2AVX2(SB), NOSPLIT, $40-120
+	MOVQ  n+104(FP), AX
+	SHRQ  $0x02, AX
+	IMULQ heads+64(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  o_base+0(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 24(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 32(SP)
+	MOVQ  v_base+72(FP), AX
+	MOVQ  hs+96(FP), CX
+	SHLQ  $0x01, CX
+	MOVQ  CX, DX
+	IMULQ heads+64(FP), DX
+
+row:
+	MOVQ         ldp+56(FP), BX
+	SHLQ         $0x02, BX
+	MOVQ         16(SP), SI
+	VBROADCASTSS (SI), Y0
+	VBROADCASTSS 4(SI), Y1
+	VBROADCASTSS 8(SI), Y2
+	VBROADCASTSS 12(SI), Y3
+	VBROADCASTSS (SI)(BX*1), Y4
+	VBROADCASTSS 4(SI)(BX*1), Y5
+	VBROADCASTSS 8(SI)(BX*1), Y6
+	VBROADCASTSS 12(SI)(BX*1), Y7
+	MOVQ         ldo+24(FP), BX
+	SHLQ         $0x02, BX
+	MOVQ         8(SP), SI
+	LEAQ         (DX)(DX*2), DI
+	MOVQ         AX, R8
+	LEAQ         (AX)(DX*4), R9
+	MOVQ         d+112(FP), R10
+	SHRQ         $0x03, R10
+
+step:
+	PREFETCHT1  (R9)
+	PREFETCHT1  (R9)(DX*1)
+	PREFETCHT1  (R9)(DX*2)
+	PREFETCHT1  (R9)(DI*1)
+	VPMOVZXWD   (R8), Y8
+	VPSLLD      $0x10, Y8, Y8
+	VPMOVZXWD   (R8)(DX*1), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VPMOVZXWD   (R8)(DX*2), Y10
+	VPSLLD      $0x10, Y10, Y10
+	VPMOVZXWD   (R8)(DI*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VMOVUPS     (SI), Y12
+	VFMADD231PS Y0, Y8, Y12
+	VFMADD231PS Y1, Y9, Y12
+	VFMADD231PS Y2, Y10, Y12
+	VFMADD231PS Y3, Y11, Y12
+	VMOVUPS     Y12, (SI)
+	VMOVUPS     (SI)(BX*1), Y12
+	VFMADD231PS Y4, Y8, Y12
+	VFMADD231PS Y5, Y9, Y12
+	VFMADD231PS Y6, Y10, Y12
+	VFMADD231PS Y7, Y11, Y12
+	VMOVUPS     Y12, (SI)(BX*1)
+	ADDQ        $0x00000010, R8
+	ADDQ        $0x00000010, R9
+	ADDQ        $0x00000020, SI
+	DECQ        R10
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        32(SP), BX
+	MOVQ        8(SP), SI
+	MOVQ        16(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	SHLQ        $0x03, R8
+	ADDQ        R8, SI
+	MOVQ        ldp+56(FP), R8
+	SHLQ        $0x03, R8
+	ADDQ        R8, DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        24(SP), DI
+	ADDQ        $0x10, DI
+	MOVQ        DI, 24(SP)
+	ADDQ        DX, AX
+	ADDQ        DX, AX
+	ADDQ        DX, AX
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
+// func scoresGroupBF16M4AVX2(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+// Requires: AVX, AVX2, CMOV, FMA3, MMX+
+TEXT ·scoresGroupBF16M4AVX2(SB), NOSPLIT, $152-112
+	MOVQ    q_base+32(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    AX, 32(SP)
+	XORQ    AX, AX
+	MOVQ    AX, 8(SP)
+	MOVQ    AX, 24(SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 104(SP)
+	MOVQ    k_base+64(FP), AX
+	MOVQ    AX, 112(SP)
+	MOVQ    n+96(FP), AX
+	MOVQ    AX, 120(SP)
+	MOVQ    d+104(FP), AX
+	MOVQ    AX, CX
+	SHRQ    $0x03, CX
+	MOVQ    CX, 128(SP)
+	ANDQ    $0x07, AX
+	LEAQ    decodemask8<>+0(SB), CX
+	VMOVUPS 32(CX)(AX*4), Y0
+	MOVQ    $0x00000008, CX
+	SUBQ    AX, CX
+	ANDQ    $0x07, CX
+	MOVQ    CX, AX
+	SHLQ    $0x01, AX
+	MOVQ    AX, 136(SP)
+	SHLQ    $0x02, CX
+	MOVQ    CX, 144(SP)
+
+main:
+	CMPQ   120(SP), $0x00000002
+	JL     mainEnd
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x01, AX
+	MOVQ   112(SP), CX
+	MOVQ   d+104(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	MOVQ   (SP), SI
+	LEAQ   (SI)(DX*4), DI
+	LEAQ   (CX), R8
+	LEAQ   (CX)(AX*1), AX
+	MOVQ   hs+88(FP), CX
+	SHLQ   $0x06, CX
+	MOVQ   128(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R8)(CX*1)
+	PREFETCHT1  (AX)(CX*1)
+	VPMOVZXWD   (R8), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (SI), Y9, Y1
+	VFMADD231PS (SI)(DX*1), Y9, Y3
+	VFMADD231PS (SI)(DX*2), Y9, Y5
+	VFMADD231PS (SI)(BX*1), Y9, Y7
+	VPMOVZXWD   (AX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VFMADD231PS (DI), Y9, Y2
+	VFMADD231PS (DI)(DX*1), Y9, Y4
+	VFMADD231PS (DI)(DX*2), Y9, Y6
+	VFMADD231PS (DI)(BX*1), Y9, Y8
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000020, DI
+	ADDQ        $0x00000010, R8
+	ADDQ        $0x00000010, AX
+	DECQ        R9
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ        136(SP), CX
+	TESTQ       CX, CX
+	JZ          mainK0Done
+	SUBQ        CX, R8
+	SUBQ        CX, AX
+	SUBQ        144(SP), SI
+	SUBQ        144(SP), DI
+	VPMOVZXWD   (R8), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y1
+	VMASKMOVPS  (SI)(DX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y3
+	VMASKMOVPS  (SI)(DX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y5
+	VMASKMOVPS  (SI)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y7
+	VPMOVZXWD   (AX), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (DI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y2
+	VMASKMOVPS  (DI)(DX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y4
+	VMASKMOVPS  (DI)(DX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y6
+	VMASKMOVPS  (DI)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y8
+
+mainK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x05, DX
+	ADDQ       DX, AX
+	ADDQ       $0x00000002, CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y9, Y9
+	VPERM2F128 $0x20, Y6, Y2, Y1
+	VPERM2F128 $0x31, Y6, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y7, Y3, Y2
+	VPERM2F128 $0x31, Y7, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VPERM2F128 $0x20, Y8, Y4, Y3
+	VPERM2F128 $0x31, Y8, Y4, Y4
+	VADDPS     Y4, Y3, Y3
+	VSHUFPS    $0x44, Y1, Y9, Y4
+	VSHUFPS    $0xee, Y1, Y9, Y1
+	VADDPS     Y1, Y4, Y4
+	VSHUFPS    $0x44, Y3, Y2, Y1
+	VSHUFPS    $0xee, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x88, Y1, Y4, Y2
+	VSHUFPS    $0xdd, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VMOVUPS    Y2, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       56(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       64(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       60(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       68(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000002, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x02, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000002, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	MOVQ   112(SP), AX
+	MOVQ   d+104(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   (SP), BX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), SI
+	SHLQ   $0x06, SI
+	MOVQ   128(SP), DI
+	TESTQ  DI, DI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(SI*1)
+	VPMOVZXWD   (AX), Y5
+	VPSLLD      $0x10, Y5, Y5
+	VFMADD231PS (BX), Y5, Y1
+	VFMADD231PS (BX)(CX*1), Y5, Y2
+	VFMADD231PS (BX)(CX*2), Y5, Y3
+	VFMADD231PS (BX)(DX*1), Y5, Y4
+	ADDQ        $0x00000020, BX
+	ADDQ        $0x00000010, AX
+	DECQ        DI
+	JNZ         restK0Step
+
+restK0Tail:
+	MOVQ        136(SP), SI
+	TESTQ       SI, SI
+	JZ          restK0Done
+	SUBQ        SI, AX
+	SUBQ        144(SP), BX
+	VPMOVZXWD   (AX), Y5
+	VPSLLD      $0x10, Y5, Y5
+	VANDPS      Y0, Y5, Y5
+	VMASKMOVPS  (BX), Y0, Y6
+	VFMADD231PS Y6, Y5, Y1
+	VMASKMOVPS  (BX)(CX*1), Y0, Y6
+	VFMADD231PS Y6, Y5, Y2
+	VMASKMOVPS  (BX)(CX*2), Y0, Y6
+	VFMADD231PS Y6, Y5, Y3
+	VMASKMOVPS  (BX)(DX*1), Y0, Y6
+	VFMADD231PS Y6, Y5, Y4
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x04, DX
+	ADDQ       DX, AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Y5, Y5, Y5
+	VPERM2F128 $0x20, Y5, Y1, Y6
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y6, Y6
+	VPERM2F128 $0x20, Y5, Y2, Y1
+	VPERM2F128 $0x31, Y5, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y5, Y3, Y2
+	VPERM2F128 $0x31, Y5, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VPERM2F128 $0x20, Y5, Y4, Y3
+	VPERM2F128 $0x31, Y5, Y4, Y4
+	VADDPS     Y4, Y3, Y3
+	VSHUFPS    $0x44, Y1, Y6, Y4
+	VSHUFPS    $0xee, Y1, Y6, Y1
+	VADDPS     Y1, Y4, Y4
+	VSHUFPS    $0x44, Y3, Y2, Y1
+	VSHUFPS    $0xee, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x88, Y1, Y4, Y2
+	VSHUFPS    $0xdd, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VMOVUPS    Y2, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000001, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x01, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumGroupBF16M4AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+// Requires: AVX, AVX2, FMA3, MMX+
+TEXT ·accumGroupBF16M4AVX2(SB), NOSPLIT, $40-120
+	MOVQ  n+104(FP), AX
+	SHRQ  $0x02, AX
+	IMULQ heads+64(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  o_base+0(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 24(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 32(SP)
+	MOVQ  v_base+72(FP), AX
+	MOVQ  hs+96(FP), CX
+	SHLQ  $0x01, CX
+	MOVQ  CX, DX
+	IMULQ heads+64(FP), DX
+
+row:
+	MOVQ ldp+56(FP), BX
+	SHLQ $0x02, BX
+	LEAQ (BX)(BX*2), SI
+	MOVQ 16(SP), DI
+	MOVQ ldo+24(FP), R8
+	SHLQ $0x02, R8
+	LEAQ (R8)(R8*2), R9
+	MOVQ 8(SP), R10
+	LEAQ (DX)(DX*2), R11
+	MOVQ AX, R12
+	LEAQ (AX)(DX*4), R13
+	MOVQ d+112(FP), R14
+	SHRQ $0x03, R14
+
+step:
+	PREFETCHT1   (R13)
+	PREFETCHT1   (R13)(DX*1)
+	PREFETCHT1   (R13)(DX*2)
+	PREFETCHT1   (R13)(R11*1)
+	VPMOVZXWD    (R12), Y0
+	VPSLLD       $0x10, Y0, Y0
+	VPMOVZXWD    (R12)(DX*1), Y1
+	VPSLLD       $0x10, Y1, Y1
+	VPMOVZXWD    (R12)(DX*2), Y2
+	VPSLLD       $0x10, Y2, Y2
+	VPMOVZXWD    (R12)(R11*1), Y3
+	VPSLLD       $0x10, Y3, Y3
+	VMOVUPS      (R10), Y4
+	VBROADCASTSS (DI), Y5
+	VFMADD231PS  Y5, Y0, Y4
+	VBROADCASTSS 4(DI), Y5
+	VFMADD231PS  Y5, Y1, Y4
+	VBROADCASTSS 8(DI), Y5
+	VFMADD231PS  Y5, Y2, Y4
+	VBROADCASTSS 12(DI), Y5
+	VFMADD231PS  Y5, Y3, Y4
+	VMOVUPS      Y4, (R10)
+	VMOVUPS      (R10)(R8*1), Y4
+	VBROADCASTSS (DI)(BX*1), Y5
+	VFMADD231PS  Y5, Y0, Y4
+	VBROADCASTSS 4(DI)(BX*1), Y5
+	VFMADD231PS  Y5, Y1, Y4
+	VBROADCASTSS 8(DI)(BX*1), Y5
+	VFMADD231PS  Y5, Y2, Y4
+	VBROADCASTSS 12(DI)(BX*1), Y5
+	VFMADD231PS  Y5, Y3, Y4
+	VMOVUPS      Y4, (R10)(R8*1)
+	VMOVUPS      (R10)(R8*2), Y4
+	VBROADCASTSS (DI)(BX*2), Y5
+	VFMADD231PS  Y5, Y0, Y4
+	VBROADCASTSS 4(DI)(BX*2), Y5
+	VFMADD231PS  Y5, Y1, Y4
+	VBROADCASTSS 8(DI)(BX*2), Y5
+	VFMADD231PS  Y5, Y2, Y4
+	VBROADCASTSS 12(DI)(BX*2), Y5
+	VFMADD231PS  Y5, Y3, Y4
+	VMOVUPS      Y4, (R10)(R8*2)
+	VMOVUPS      (R10)(R9*1), Y4
+	VBROADCASTSS (DI)(SI*1), Y5
+	VFMADD231PS  Y5, Y0, Y4
+	VBROADCASTSS 4(DI)(SI*1), Y0
+	VFMADD231PS  Y0, Y1, Y4
+	VBROADCASTSS 8(DI)(SI*1), Y0
+	VFMADD231PS  Y0, Y2, Y4
+	VBROADCASTSS 12(DI)(SI*1), Y0
+	VFMADD231PS  Y0, Y3, Y4
+	VMOVUPS      Y4, (R10)(R9*1)
+	ADDQ         $0x00000010, R12
+	ADDQ         $0x00000010, R13
+	ADDQ         $0x00000020, R10
+	DECQ         R14
+	JNZ          step
+	ADDQ         CX, AX
+	MOVQ         32(SP), BX
+	MOVQ         8(SP), SI
+	MOVQ         16(SP), DI
+	INCQ         BX
+	MOVQ         ldo+24(FP), R8
+	SHLQ         $0x04, R8
+	ADDQ         R8, SI
+	MOVQ         ldp+56(FP), R8
+	SHLQ         $0x04, R8
+	ADDQ         R8, DI
+	CMPQ         BX, heads+64(FP)
+	JNE          store
+	XORQ         BX, BX
+	MOVQ         o_base+0(FP), SI
+	MOVQ         24(SP), DI
+	ADDQ         $0x10, DI
+	MOVQ         DI, 24(SP)
+	ADDQ         DX, AX
+	ADDQ         DX, AX
+	ADDQ         DX, AX
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
 // func scoresF16M1AVX2(s []float32, lds int, q []float32, k []uint16, ldk int, n int, d int)
 // Requires: AVX, F16C, FMA3, MMX+
 TEXT ·scoresF16M1AVX2(SB), NOSPLIT, $48-104
@@ -42215,6 +46726,849 @@ step:
 	MOVQ        24(SP), DI
 	ADDQ        $0x04, DI
 	MOVQ        DI, 24(SP)
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
+// func scoresGroupF16M2AVX2(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+// Requires: AVX, CMOV, F16C, FMA3, MMX+
+TEXT ·scoresGroupF16M2AVX2(SB), NOSPLIT, $152-112
+	MOVQ    q_base+32(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    AX, 32(SP)
+	XORQ    AX, AX
+	MOVQ    AX, 8(SP)
+	MOVQ    AX, 24(SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 104(SP)
+	MOVQ    k_base+64(FP), AX
+	MOVQ    AX, 112(SP)
+	MOVQ    n+96(FP), AX
+	MOVQ    AX, 120(SP)
+	MOVQ    d+104(FP), AX
+	MOVQ    AX, CX
+	SHRQ    $0x03, CX
+	MOVQ    CX, 128(SP)
+	ANDQ    $0x07, AX
+	LEAQ    decodemask8<>+0(SB), CX
+	VMOVUPS 32(CX)(AX*4), Y0
+	MOVQ    $0x00000008, CX
+	SUBQ    AX, CX
+	ANDQ    $0x07, CX
+	MOVQ    CX, AX
+	SHLQ    $0x01, AX
+	MOVQ    AX, 136(SP)
+	SHLQ    $0x02, CX
+	MOVQ    CX, 144(SP)
+
+main:
+	CMPQ   120(SP), $0x00000004
+	JL     mainEnd
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x01, AX
+	LEAQ   (AX)(AX*2), CX
+	MOVQ   112(SP), DX
+	MOVQ   d+104(FP), BX
+	SHLQ   $0x02, BX
+	LEAQ   (BX)(BX*2), SI
+	MOVQ   (SP), DI
+	LEAQ   (DI)(BX*4), R8
+	LEAQ   (DX), R9
+	LEAQ   (DX)(AX*1), R10
+	LEAQ   (DX)(AX*2), AX
+	LEAQ   (DX)(CX*1), CX
+	MOVQ   hs+88(FP), DX
+	SHLQ   $0x06, DX
+	MOVQ   128(SP), R11
+	TESTQ  R11, R11
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R9)(DX*1)
+	PREFETCHT1  (R10)(DX*1)
+	PREFETCHT1  (AX)(DX*1)
+	PREFETCHT1  (CX)(DX*1)
+	VCVTPH2PS   (R9), Y9
+	VFMADD231PS (DI), Y9, Y1
+	VFMADD231PS (DI)(BX*1), Y9, Y5
+	VCVTPH2PS   (R10), Y9
+	VFMADD231PS (DI)(BX*2), Y9, Y2
+	VFMADD231PS (DI)(SI*1), Y9, Y6
+	VCVTPH2PS   (AX), Y9
+	VFMADD231PS (R8), Y9, Y3
+	VFMADD231PS (R8)(BX*1), Y9, Y7
+	VCVTPH2PS   (CX), Y9
+	VFMADD231PS (R8)(BX*2), Y9, Y4
+	VFMADD231PS (R8)(SI*1), Y9, Y8
+	ADDQ        $0x00000020, DI
+	ADDQ        $0x00000020, R8
+	ADDQ        $0x00000010, R9
+	ADDQ        $0x00000010, R10
+	ADDQ        $0x00000010, AX
+	ADDQ        $0x00000010, CX
+	DECQ        R11
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ        136(SP), DX
+	TESTQ       DX, DX
+	JZ          mainK0Done
+	SUBQ        DX, R9
+	SUBQ        DX, R10
+	SUBQ        DX, AX
+	SUBQ        DX, CX
+	SUBQ        144(SP), DI
+	SUBQ        144(SP), R8
+	VCVTPH2PS   (R9), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (DI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y1
+	VMASKMOVPS  (DI)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y5
+	VCVTPH2PS   (R10), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (DI)(BX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y2
+	VMASKMOVPS  (DI)(SI*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y6
+	VCVTPH2PS   (AX), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (R8), Y0, Y10
+	VFMADD231PS Y10, Y9, Y3
+	VMASKMOVPS  (R8)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y7
+	VCVTPH2PS   (CX), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (R8)(BX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y4
+	VMASKMOVPS  (R8)(SI*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y8
+
+mainK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x05, DX
+	ADDQ       DX, AX
+	ADDQ       $0x00000004, CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y9, Y9
+	VPERM2F128 $0x20, Y6, Y2, Y1
+	VPERM2F128 $0x31, Y6, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y7, Y3, Y2
+	VPERM2F128 $0x31, Y7, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VPERM2F128 $0x20, Y8, Y4, Y3
+	VPERM2F128 $0x31, Y8, Y4, Y4
+	VADDPS     Y4, Y3, Y3
+	VSHUFPS    $0x44, Y1, Y9, Y4
+	VSHUFPS    $0xee, Y1, Y9, Y1
+	VADDPS     Y1, Y4, Y4
+	VSHUFPS    $0x44, Y3, Y2, Y1
+	VSHUFPS    $0xee, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x88, Y1, Y4, Y2
+	VSHUFPS    $0xdd, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VMOVUPS    Y2, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       56(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       60(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       64(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       68(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000004, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x03, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000004, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	MOVQ   112(SP), AX
+	MOVQ   d+104(FP), CX
+	SHLQ   $0x02, CX
+	MOVQ   (SP), DX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), BX
+	SHLQ   $0x06, BX
+	MOVQ   128(SP), SI
+	TESTQ  SI, SI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(BX*1)
+	VCVTPH2PS   (AX), Y3
+	VFMADD231PS (DX), Y3, Y1
+	VFMADD231PS (DX)(CX*1), Y3, Y2
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000010, AX
+	DECQ        SI
+	JNZ         restK0Step
+
+restK0Tail:
+	MOVQ        136(SP), BX
+	TESTQ       BX, BX
+	JZ          restK0Done
+	SUBQ        BX, AX
+	SUBQ        144(SP), DX
+	VCVTPH2PS   (AX), Y3
+	VANDPS      Y0, Y3, Y3
+	VMASKMOVPS  (DX), Y0, Y4
+	VFMADD231PS Y4, Y3, Y1
+	VMASKMOVPS  (DX)(CX*1), Y0, Y4
+	VFMADD231PS Y4, Y3, Y2
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x03, DX
+	ADDQ       DX, AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Y3, Y3, Y3
+	VPERM2F128 $0x20, Y3, Y1, Y4
+	VPERM2F128 $0x31, Y3, Y1, Y1
+	VADDPS     Y1, Y4, Y4
+	VPERM2F128 $0x20, Y3, Y2, Y1
+	VPERM2F128 $0x31, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x44, Y1, Y4, Y2
+	VSHUFPS    $0xee, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VSHUFPS    $0x88, Y3, Y2, Y1
+	VSHUFPS    $0xdd, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VMOVUPS    Y1, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000001, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x01, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumGroupF16M2AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·accumGroupF16M2AVX2(SB), NOSPLIT, $40-120
+	MOVQ  n+104(FP), AX
+	SHRQ  $0x02, AX
+	IMULQ heads+64(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  o_base+0(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 24(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 32(SP)
+	MOVQ  v_base+72(FP), AX
+	MOVQ  hs+96(FP), CX
+	SHLQ  $0x01, CX
+	MOVQ  CX, DX
+	IMULQ heads+64(FP), DX
+
+row:
+	MOVQ         ldp+56(FP), BX
+	SHLQ         $0x02, BX
+	MOVQ         16(SP), SI
+	VBROADCASTSS (SI), Y0
+	VBROADCASTSS 4(SI), Y1
+	VBROADCASTSS 8(SI), Y2
+	VBROADCASTSS 12(SI), Y3
+	VBROADCASTSS (SI)(BX*1), Y4
+	VBROADCASTSS 4(SI)(BX*1), Y5
+	VBROADCASTSS 8(SI)(BX*1), Y6
+	VBROADCASTSS 12(SI)(BX*1), Y7
+	MOVQ         ldo+24(FP), BX
+	SHLQ         $0x02, BX
+	MOVQ         8(SP), SI
+	LEAQ         (DX)(DX*2), DI
+	MOVQ         AX, R8
+	LEAQ         (AX)(DX*4), R9
+	MOVQ         d+112(FP), R10
+	SHRQ         $0x03, R10
+
+step:
+	PREFETCHT1  (R9)
+	PREFETCHT1  (R9)(DX*1)
+	PREFETCHT1  (R9)(DX*2)
+	PREFETCHT1  (R9)(DI*1)
+	VCVTPH2PS   (R8), Y8
+	VCVTPH2PS   (R8)(DX*1), Y9
+	VCVTPH2PS   (R8)(DX*2), Y10
+	VCVTPH2PS   (R8)(DI*1), Y11
+	VMOVUPS     (SI), Y12
+	VFMADD231PS Y0, Y8, Y12
+	VFMADD231PS Y1, Y9, Y12
+	VFMADD231PS Y2, Y10, Y12
+	VFMADD231PS Y3, Y11, Y12
+	VMOVUPS     Y12, (SI)
+	VMOVUPS     (SI)(BX*1), Y12
+	VFMADD231PS Y4, Y8, Y12
+	VFMADD231PS Y5, Y9, Y12
+	VFMADD231PS Y6, Y10, Y12
+	VFMADD231PS Y7, Y11, Y12
+	VMOVUPS     Y12, (SI)(BX*1)
+	ADDQ        $0x00000010, R8
+	ADDQ        $0x00000010, R9
+	ADDQ        $0x00000020, SI
+	DECQ        R10
+	JNZ         step
+	ADDQ        CX, AX
+	MOVQ        32(SP), BX
+	MOVQ        8(SP), SI
+	MOVQ        16(SP), DI
+	INCQ        BX
+	MOVQ        ldo+24(FP), R8
+	SHLQ        $0x03, R8
+	ADDQ        R8, SI
+	MOVQ        ldp+56(FP), R8
+	SHLQ        $0x03, R8
+	ADDQ        R8, DI
+	CMPQ        BX, heads+64(FP)
+	JNE         store
+	XORQ        BX, BX
+	MOVQ        o_base+0(FP), SI
+	MOVQ        24(SP), DI
+	ADDQ        $0x10, DI
+	MOVQ        DI, 24(SP)
+	ADDQ        DX, AX
+	ADDQ        DX, AX
+	ADDQ        DX, AX
+
+store:
+	MOVQ BX, 32(SP)
+	MOVQ SI, 8(SP)
+	MOVQ DI, 16(SP)
+	DECQ (SP)
+	JNZ  row
+	VZEROUPPER
+	RET
+
+// func scoresGroupF16M4AVX2(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+// Requires: AVX, CMOV, F16C, FMA3, MMX+
+TEXT ·scoresGroupF16M4AVX2(SB), NOSPLIT, $152-112
+	MOVQ    q_base+32(FP), AX
+	MOVQ    AX, (SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 16(SP)
+	MOVQ    AX, 32(SP)
+	XORQ    AX, AX
+	MOVQ    AX, 8(SP)
+	MOVQ    AX, 24(SP)
+	MOVQ    s_base+0(FP), AX
+	MOVQ    AX, 104(SP)
+	MOVQ    k_base+64(FP), AX
+	MOVQ    AX, 112(SP)
+	MOVQ    n+96(FP), AX
+	MOVQ    AX, 120(SP)
+	MOVQ    d+104(FP), AX
+	MOVQ    AX, CX
+	SHRQ    $0x03, CX
+	MOVQ    CX, 128(SP)
+	ANDQ    $0x07, AX
+	LEAQ    decodemask8<>+0(SB), CX
+	VMOVUPS 32(CX)(AX*4), Y0
+	MOVQ    $0x00000008, CX
+	SUBQ    AX, CX
+	ANDQ    $0x07, CX
+	MOVQ    CX, AX
+	SHLQ    $0x01, AX
+	MOVQ    AX, 136(SP)
+	SHLQ    $0x02, CX
+	MOVQ    CX, 144(SP)
+
+main:
+	CMPQ   120(SP), $0x00000002
+	JL     mainEnd
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ   hs+88(FP), AX
+	SHLQ   $0x01, AX
+	MOVQ   112(SP), CX
+	MOVQ   d+104(FP), DX
+	SHLQ   $0x02, DX
+	LEAQ   (DX)(DX*2), BX
+	MOVQ   (SP), SI
+	LEAQ   (SI)(DX*4), DI
+	LEAQ   (CX), R8
+	LEAQ   (CX)(AX*1), AX
+	MOVQ   hs+88(FP), CX
+	SHLQ   $0x06, CX
+	MOVQ   128(SP), R9
+	TESTQ  R9, R9
+	JZ     mainK0Tail
+
+mainK0Step:
+	PREFETCHT1  (R8)(CX*1)
+	PREFETCHT1  (AX)(CX*1)
+	VCVTPH2PS   (R8), Y9
+	VFMADD231PS (SI), Y9, Y1
+	VFMADD231PS (SI)(DX*1), Y9, Y3
+	VFMADD231PS (SI)(DX*2), Y9, Y5
+	VFMADD231PS (SI)(BX*1), Y9, Y7
+	VCVTPH2PS   (AX), Y9
+	VFMADD231PS (DI), Y9, Y2
+	VFMADD231PS (DI)(DX*1), Y9, Y4
+	VFMADD231PS (DI)(DX*2), Y9, Y6
+	VFMADD231PS (DI)(BX*1), Y9, Y8
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000020, DI
+	ADDQ        $0x00000010, R8
+	ADDQ        $0x00000010, AX
+	DECQ        R9
+	JNZ         mainK0Step
+
+mainK0Tail:
+	MOVQ        136(SP), CX
+	TESTQ       CX, CX
+	JZ          mainK0Done
+	SUBQ        CX, R8
+	SUBQ        CX, AX
+	SUBQ        144(SP), SI
+	SUBQ        144(SP), DI
+	VCVTPH2PS   (R8), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (SI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y1
+	VMASKMOVPS  (SI)(DX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y3
+	VMASKMOVPS  (SI)(DX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y5
+	VMASKMOVPS  (SI)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y7
+	VCVTPH2PS   (AX), Y9
+	VANDPS      Y0, Y9, Y9
+	VMASKMOVPS  (DI), Y0, Y10
+	VFMADD231PS Y10, Y9, Y2
+	VMASKMOVPS  (DI)(DX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y4
+	VMASKMOVPS  (DI)(DX*2), Y0, Y10
+	VFMADD231PS Y10, Y9, Y6
+	VMASKMOVPS  (DI)(BX*1), Y0, Y10
+	VFMADD231PS Y10, Y9, Y8
+
+mainK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x05, DX
+	ADDQ       DX, AX
+	ADDQ       $0x00000002, CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y9, Y9
+	VPERM2F128 $0x20, Y6, Y2, Y1
+	VPERM2F128 $0x31, Y6, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y7, Y3, Y2
+	VPERM2F128 $0x31, Y7, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VPERM2F128 $0x20, Y8, Y4, Y3
+	VPERM2F128 $0x31, Y8, Y4, Y4
+	VADDPS     Y4, Y3, Y3
+	VSHUFPS    $0x44, Y1, Y9, Y4
+	VSHUFPS    $0xee, Y1, Y9, Y1
+	VADDPS     Y1, Y4, Y4
+	VSHUFPS    $0x44, Y3, Y2, Y1
+	VSHUFPS    $0xee, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x88, Y1, Y4, Y2
+	VSHUFPS    $0xdd, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VMOVUPS    Y2, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       56(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       64(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       60(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       68(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000002, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x02, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000002, 120(SP)
+	JMP        main
+
+mainEnd:
+rest:
+	CMPQ   120(SP), $0x00000001
+	JL     done
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	MOVQ   112(SP), AX
+	MOVQ   d+104(FP), CX
+	SHLQ   $0x02, CX
+	LEAQ   (CX)(CX*2), DX
+	MOVQ   (SP), BX
+	LEAQ   (AX), AX
+	MOVQ   hs+88(FP), SI
+	SHLQ   $0x06, SI
+	MOVQ   128(SP), DI
+	TESTQ  DI, DI
+	JZ     restK0Tail
+
+restK0Step:
+	PREFETCHT1  (AX)(SI*1)
+	VCVTPH2PS   (AX), Y5
+	VFMADD231PS (BX), Y5, Y1
+	VFMADD231PS (BX)(CX*1), Y5, Y2
+	VFMADD231PS (BX)(CX*2), Y5, Y3
+	VFMADD231PS (BX)(DX*1), Y5, Y4
+	ADDQ        $0x00000020, BX
+	ADDQ        $0x00000010, AX
+	DECQ        DI
+	JNZ         restK0Step
+
+restK0Tail:
+	MOVQ        136(SP), SI
+	TESTQ       SI, SI
+	JZ          restK0Done
+	SUBQ        SI, AX
+	SUBQ        144(SP), BX
+	VCVTPH2PS   (AX), Y5
+	VANDPS      Y0, Y5, Y5
+	VMASKMOVPS  (BX), Y0, Y6
+	VFMADD231PS Y6, Y5, Y1
+	VMASKMOVPS  (BX)(CX*1), Y0, Y6
+	VFMADD231PS Y6, Y5, Y2
+	VMASKMOVPS  (BX)(CX*2), Y0, Y6
+	VFMADD231PS Y6, Y5, Y3
+	VMASKMOVPS  (BX)(DX*1), Y0, Y6
+	VFMADD231PS Y6, Y5, Y4
+
+restK0Done:
+	MOVQ       (SP), AX
+	MOVQ       8(SP), CX
+	MOVQ       d+104(FP), DX
+	SHLQ       $0x04, DX
+	ADDQ       DX, AX
+	INCQ       CX
+	MOVQ       q_base+32(FP), DX
+	XORQ       BX, BX
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    DX, AX
+	CMOVQEQ    BX, CX
+	MOVQ       AX, (SP)
+	MOVQ       CX, 8(SP)
+	VXORPS     Y5, Y5, Y5
+	VPERM2F128 $0x20, Y5, Y1, Y6
+	VPERM2F128 $0x31, Y5, Y1, Y1
+	VADDPS     Y1, Y6, Y6
+	VPERM2F128 $0x20, Y5, Y2, Y1
+	VPERM2F128 $0x31, Y5, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VPERM2F128 $0x20, Y5, Y3, Y2
+	VPERM2F128 $0x31, Y5, Y3, Y3
+	VADDPS     Y3, Y2, Y2
+	VPERM2F128 $0x20, Y5, Y4, Y3
+	VPERM2F128 $0x31, Y5, Y4, Y4
+	VADDPS     Y4, Y3, Y3
+	VSHUFPS    $0x44, Y1, Y6, Y4
+	VSHUFPS    $0xee, Y1, Y6, Y1
+	VADDPS     Y1, Y4, Y4
+	VSHUFPS    $0x44, Y3, Y2, Y1
+	VSHUFPS    $0xee, Y3, Y2, Y2
+	VADDPS     Y2, Y1, Y1
+	VSHUFPS    $0x88, Y1, Y4, Y2
+	VSHUFPS    $0xdd, Y1, Y4, Y1
+	VADDPS     Y1, Y2, Y2
+	VMOVUPS    Y2, 40(SP)
+	MOVQ       16(SP), AX
+	MOVQ       24(SP), CX
+	MOVQ       32(SP), DX
+	MOVQ       lds+24(FP), BX
+	SHLQ       $0x02, BX
+	MOVL       40(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       44(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       48(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	MOVL       52(SP), SI
+	MOVL       SI, (AX)
+	ADDQ       BX, AX
+	ADDQ       $0x00000001, CX
+	LEAQ       4(DX), BX
+	XORQ       SI, SI
+	CMPQ       CX, heads+56(FP)
+	CMOVQEQ    BX, DX
+	CMOVQEQ    BX, AX
+	CMOVQEQ    SI, CX
+	MOVQ       AX, 16(SP)
+	MOVQ       CX, 24(SP)
+	MOVQ       DX, 32(SP)
+	MOVQ       112(SP), AX
+	MOVQ       hs+88(FP), CX
+	SHLQ       $0x01, CX
+	ADDQ       CX, AX
+	MOVQ       AX, 112(SP)
+	SUBQ       $0x00000001, 120(SP)
+	JMP        rest
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumGroupF16M4AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·accumGroupF16M4AVX2(SB), NOSPLIT, $40-120
+	MOVQ  n+104(FP), AX
+	SHRQ  $0x02, AX
+	IMULQ heads+64(FP), AX
+	MOVQ  AX, (SP)
+	MOVQ  o_base+0(FP), AX
+	MOVQ  AX, 8(SP)
+	MOVQ  p_base+32(FP), AX
+	MOVQ  AX, 16(SP)
+	MOVQ  AX, 24(SP)
+	XORQ  AX, AX
+	MOVQ  AX, 32(SP)
+	MOVQ  v_base+72(FP), AX
+	MOVQ  hs+96(FP), CX
+	SHLQ  $0x01, CX
+	MOVQ  CX, DX
+	IMULQ heads+64(FP), DX
+
+row:
+	MOVQ ldp+56(FP), BX
+	SHLQ $0x02, BX
+	LEAQ (BX)(BX*2), SI
+	MOVQ 16(SP), DI
+	MOVQ ldo+24(FP), R8
+	SHLQ $0x02, R8
+	LEAQ (R8)(R8*2), R9
+	MOVQ 8(SP), R10
+	LEAQ (DX)(DX*2), R11
+	MOVQ AX, R12
+	LEAQ (AX)(DX*4), R13
+	MOVQ d+112(FP), R14
+	SHRQ $0x03, R14
+
+step:
+	PREFETCHT1   (R13)
+	PREFETCHT1   (R13)(DX*1)
+	PREFETCHT1   (R13)(DX*2)
+	PREFETCHT1   (R13)(R11*1)
+	VCVTPH2PS    (R12), Y0
+	VCVTPH2PS    (R12)(DX*1), Y1
+	VCVTPH2PS    (R12)(DX*2), Y2
+	VCVTPH2PS    (R12)(R11*1), Y3
+	VMOVUPS      (R10), Y4
+	VBROADCASTSS (DI), Y5
+	VFMADD231PS  Y5, Y0, Y4
+	VBROADCASTSS 4(DI), Y5
+	VFMADD231PS  Y5, Y1, Y4
+	VBROADCASTSS 8(DI), Y5
+	VFMADD231PS  Y5, Y2, Y4
+	VBROADCASTSS 12(DI), Y5
+	VFMADD231PS  Y5, Y3, Y4
+	VMOVUPS      Y4, (R10)
+	VMOVUPS      (R10)(R8*1), Y4
+	VBROADCASTSS (DI)(BX*1), Y5
+	VFMADD231PS  Y5, Y0, Y4
+	VBROADCASTSS 4(DI)(BX*1), Y5
+	VFMADD231PS  Y5, Y1, Y4
+	VBROADCASTSS 8(DI)(BX*1), Y5
+	VFMADD231PS  Y5, Y2, Y4
+	VBROADCASTSS 12(DI)(BX*1), Y5
+	VFMADD231PS  Y5, Y3, Y4
+	VMOVUPS      Y4, (R10)(R8*1)
+	VMOVUPS      (R10)(R8*2), Y4
+	VBROADCASTSS (DI)(BX*2), Y5
+	VFMADD231PS  Y5, Y0, Y4
+	VBROADCASTSS 4(DI)(BX*2), Y5
+	VFMADD231PS  Y5, Y1, Y4
+	VBROADCASTSS 8(DI)(BX*2), Y5
+	VFMADD231PS  Y5, Y2, Y4
+	VBROADCASTSS 12(DI)(BX*2), Y5
+	VFMADD231PS  Y5, Y3, Y4
+	VMOVUPS      Y4, (R10)(R8*2)
+	VMOVUPS      (R10)(R9*1), Y4
+	VBROADCASTSS (DI)(SI*1), Y5
+	VFMADD231PS  Y5, Y0, Y4
+	VBROADCASTSS 4(DI)(SI*1), Y0
+	VFMADD231PS  Y0, Y1, Y4
+	VBROADCASTSS 8(DI)(SI*1), Y0
+	VFMADD231PS  Y0, Y2, Y4
+	VBROADCASTSS 12(DI)(SI*1), Y0
+	VFMADD231PS  Y0, Y3, Y4
+	VMOVUPS      Y4, (R10)(R9*1)
+	ADDQ         $0x00000010, R12
+	ADDQ         $0x00000010, R13
+	ADDQ         $0x00000020, R10
+	DECQ         R14
+	JNZ          step
+	ADDQ         CX, AX
+	MOVQ         32(SP), BX
+	MOVQ         8(SP), SI
+	MOVQ         16(SP), DI
+	INCQ         BX
+	MOVQ         ldo+24(FP), R8
+	SHLQ         $0x04, R8
+	ADDQ         R8, SI
+	MOVQ         ldp+56(FP), R8
+	SHLQ         $0x04, R8
+	ADDQ         R8, DI
+	CMPQ         BX, heads+64(FP)
+	JNE          store
+	XORQ         BX, BX
+	MOVQ         o_base+0(FP), SI
+	MOVQ         24(SP), DI
+	ADDQ         $0x10, DI
+	MOVQ         DI, 24(SP)
+	ADDQ         DX, AX
+	ADDQ         DX, AX
+	ADDQ         DX, AX
 
 store:
 	MOVQ BX, 32(SP)

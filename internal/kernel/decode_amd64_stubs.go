@@ -70,6 +70,18 @@ func scoresHeadsF32AVX512(s []float32, lds int, q []float32, heads int, k []floa
 //go:noescape
 func accumHeadsF32AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []float32, hs int, n int, d int)
 
+// scoresGroupF32M2AVX512 sets s[(h*2+r)*lds+v/heads] = Σ_p q[(h*2+r)*d+p]·k[v*hs+p], h = v%heads, for r < 2, v < n, p < d, bit for bit as scoresF32M2AVX512;
+// hs is the key row stride in elements; d >= 1, n >= 1, and all accesses are in bounds. heads is a multiple of 8 and n of heads.
+//
+//go:noescape
+func scoresGroupF32M2AVX512(s []float32, lds int, q []float32, heads int, k []float32, hs int, n int, d int)
+
+// accumGroupF32M2AVX512 adds p[(h*2+r)*ldp+j]·v[(j*heads+h)*hs+c] to o[(h*2+r)*ldo+c] for h < heads, r < 2, j < n, c < d, bit for bit as accumF32M2AVX512;
+// hs is the value row stride of a head in elements; d is a positive multiple of 16, n a positive multiple of 4, heads >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumGroupF32M2AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []float32, hs int, n int, d int)
+
 // scoresGroupF32M4AVX512 sets s[(h*4+r)*lds+v/heads] = Σ_p q[(h*4+r)*d+p]·k[v*hs+p], h = v%heads, for r < 4, v < n, p < d, bit for bit as scoresF32M4AVX512;
 // hs is the key row stride in elements; d >= 1, n >= 1, and all accesses are in bounds. heads is a multiple of 4 and n of heads.
 //
@@ -81,6 +93,12 @@ func scoresGroupF32M4AVX512(s []float32, lds int, q []float32, heads int, k []fl
 //
 //go:noescape
 func accumGroupF32M4AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []float32, hs int, n int, d int)
+
+// accumGroupF32M8AVX512 adds p[(h*8+r)*ldp+j]·v[(j*heads+h)*hs+c] to o[(h*8+r)*ldo+c] for h < heads, r < 8, j < n, c < d, bit for bit as accumF32M8AVX512;
+// hs is the value row stride of a head in elements; d is a positive multiple of 16, n a positive multiple of 4, heads >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumGroupF32M8AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []float32, hs int, n int, d int)
 
 // scoresBF16M1AVX512 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 1, j < n, p < d;
 // ldk is the key row stride in elements; d >= 1, n >= 1, and all accesses are in bounds.
@@ -154,6 +172,18 @@ func scoresHeadsBF16AVX512(s []float32, lds int, q []float32, heads int, k []uin
 //go:noescape
 func accumHeadsBF16AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
 
+// scoresGroupBF16M2AVX512 sets s[(h*2+r)*lds+v/heads] = Σ_p q[(h*2+r)*d+p]·k[v*hs+p], h = v%heads, for r < 2, v < n, p < d, bit for bit as scoresBF16M2AVX512;
+// hs is the key row stride in elements; d >= 1, n >= 1, and all accesses are in bounds. heads is a multiple of 8 and n of heads.
+//
+//go:noescape
+func scoresGroupBF16M2AVX512(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+
+// accumGroupBF16M2AVX512 adds p[(h*2+r)*ldp+j]·v[(j*heads+h)*hs+c] to o[(h*2+r)*ldo+c] for h < heads, r < 2, j < n, c < d, bit for bit as accumBF16M2AVX512;
+// hs is the value row stride of a head in elements; d is a positive multiple of 16, n a positive multiple of 4, heads >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumGroupBF16M2AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+
 // scoresGroupBF16M4AVX512 sets s[(h*4+r)*lds+v/heads] = Σ_p q[(h*4+r)*d+p]·k[v*hs+p], h = v%heads, for r < 4, v < n, p < d, bit for bit as scoresBF16M4AVX512;
 // hs is the key row stride in elements; d >= 1, n >= 1, and all accesses are in bounds. heads is a multiple of 4 and n of heads.
 //
@@ -165,6 +195,12 @@ func scoresGroupBF16M4AVX512(s []float32, lds int, q []float32, heads int, k []u
 //
 //go:noescape
 func accumGroupBF16M4AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+
+// accumGroupBF16M8AVX512 adds p[(h*8+r)*ldp+j]·v[(j*heads+h)*hs+c] to o[(h*8+r)*ldo+c] for h < heads, r < 8, j < n, c < d, bit for bit as accumBF16M8AVX512;
+// hs is the value row stride of a head in elements; d is a positive multiple of 16, n a positive multiple of 4, heads >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumGroupBF16M8AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
 
 // scoresF16M1AVX512 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 1, j < n, p < d;
 // ldk is the key row stride in elements; d >= 1, n >= 1, and all accesses are in bounds.
@@ -238,6 +274,18 @@ func scoresHeadsF16AVX512(s []float32, lds int, q []float32, heads int, k []uint
 //go:noescape
 func accumHeadsF16AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
 
+// scoresGroupF16M2AVX512 sets s[(h*2+r)*lds+v/heads] = Σ_p q[(h*2+r)*d+p]·k[v*hs+p], h = v%heads, for r < 2, v < n, p < d, bit for bit as scoresF16M2AVX512;
+// hs is the key row stride in elements; d >= 1, n >= 1, and all accesses are in bounds. heads is a multiple of 8 and n of heads.
+//
+//go:noescape
+func scoresGroupF16M2AVX512(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+
+// accumGroupF16M2AVX512 adds p[(h*2+r)*ldp+j]·v[(j*heads+h)*hs+c] to o[(h*2+r)*ldo+c] for h < heads, r < 2, j < n, c < d, bit for bit as accumF16M2AVX512;
+// hs is the value row stride of a head in elements; d is a positive multiple of 16, n a positive multiple of 4, heads >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumGroupF16M2AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+
 // scoresGroupF16M4AVX512 sets s[(h*4+r)*lds+v/heads] = Σ_p q[(h*4+r)*d+p]·k[v*hs+p], h = v%heads, for r < 4, v < n, p < d, bit for bit as scoresF16M4AVX512;
 // hs is the key row stride in elements; d >= 1, n >= 1, and all accesses are in bounds. heads is a multiple of 4 and n of heads.
 //
@@ -249,6 +297,12 @@ func scoresGroupF16M4AVX512(s []float32, lds int, q []float32, heads int, k []ui
 //
 //go:noescape
 func accumGroupF16M4AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+
+// accumGroupF16M8AVX512 adds p[(h*8+r)*ldp+j]·v[(j*heads+h)*hs+c] to o[(h*8+r)*ldo+c] for h < heads, r < 8, j < n, c < d, bit for bit as accumF16M8AVX512;
+// hs is the value row stride of a head in elements; d is a positive multiple of 16, n a positive multiple of 4, heads >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumGroupF16M8AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
 
 // scoresQ8M1AVX512 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 1, j < n, p < d;
 // ldk is the key row stride in bytes (rows of d/32 blocks of 34 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
@@ -322,6 +376,18 @@ func scoresHeadsQ8AVX512(s []float32, lds int, q []float32, heads int, k []byte,
 //go:noescape
 func accumHeadsQ8AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []byte, hs int, n int, d int)
 
+// scoresGroupQ8M2AVX512 sets s[(h*2+r)*lds+v/heads] = Σ_p q[(h*2+r)*d+p]·k[v*hs+p], h = v%heads, for r < 2, v < n, p < d, bit for bit as scoresQ8M2AVX512;
+// hs is the key row stride in bytes (rows of d/32 blocks of 34 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds. heads is a multiple of 8 and n of heads.
+//
+//go:noescape
+func scoresGroupQ8M2AVX512(s []float32, lds int, q []float32, heads int, k []byte, hs int, n int, d int)
+
+// accumGroupQ8M2AVX512 adds p[(h*2+r)*ldp+j]·v[(j*heads+h)*hs+c] to o[(h*2+r)*ldo+c] for h < heads, r < 2, j < n, c < d, bit for bit as accumQ8M2AVX512;
+// hs is the value row stride of a head in bytes; d is a positive multiple of 16, n a positive multiple of 4, heads >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumGroupQ8M2AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []byte, hs int, n int, d int)
+
 // scoresGroupQ8M4AVX512 sets s[(h*4+r)*lds+v/heads] = Σ_p q[(h*4+r)*d+p]·k[v*hs+p], h = v%heads, for r < 4, v < n, p < d, bit for bit as scoresQ8M4AVX512;
 // hs is the key row stride in bytes (rows of d/32 blocks of 34 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds. heads is a multiple of 4 and n of heads.
 //
@@ -333,6 +399,12 @@ func scoresGroupQ8M4AVX512(s []float32, lds int, q []float32, heads int, k []byt
 //
 //go:noescape
 func accumGroupQ8M4AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []byte, hs int, n int, d int)
+
+// accumGroupQ8M8AVX512 adds p[(h*8+r)*ldp+j]·v[(j*heads+h)*hs+c] to o[(h*8+r)*ldo+c] for h < heads, r < 8, j < n, c < d, bit for bit as accumQ8M8AVX512;
+// hs is the value row stride of a head in bytes; d is a positive multiple of 16, n a positive multiple of 4, heads >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumGroupQ8M8AVX512(o []float32, ldo int, p []float32, ldp int, heads int, v []byte, hs int, n int, d int)
 
 // scoresQ4M1AVX512 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 1, j < n, p < d;
 // ldk is the key row stride in bytes (rows of d/32 blocks of 18 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.
@@ -616,6 +688,30 @@ func scoresHeadsF32AVX2(s []float32, lds int, q []float32, heads int, k []float3
 //go:noescape
 func accumHeadsF32AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []float32, hs int, n int, d int)
 
+// scoresGroupF32M2AVX2 sets s[(h*2+r)*lds+v/heads] = Σ_p q[(h*2+r)*d+p]·k[v*hs+p], h = v%heads, for r < 2, v < n, p < d, bit for bit as scoresF32M2AVX2;
+// hs is the key row stride in elements; d >= 8, n >= 1, and all accesses are in bounds. heads is a multiple of 4 and n of heads.
+//
+//go:noescape
+func scoresGroupF32M2AVX2(s []float32, lds int, q []float32, heads int, k []float32, hs int, n int, d int)
+
+// accumGroupF32M2AVX2 adds p[(h*2+r)*ldp+j]·v[(j*heads+h)*hs+c] to o[(h*2+r)*ldo+c] for h < heads, r < 2, j < n, c < d, bit for bit as accumF32M2AVX2;
+// hs is the value row stride of a head in elements; d is a positive multiple of 16, n a positive multiple of 4, heads >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumGroupF32M2AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []float32, hs int, n int, d int)
+
+// scoresGroupF32M4AVX2 sets s[(h*4+r)*lds+v/heads] = Σ_p q[(h*4+r)*d+p]·k[v*hs+p], h = v%heads, for r < 4, v < n, p < d, bit for bit as scoresF32M4AVX2;
+// hs is the key row stride in elements; d >= 8, n >= 1, and all accesses are in bounds. heads is a multiple of 2 and n of heads.
+//
+//go:noescape
+func scoresGroupF32M4AVX2(s []float32, lds int, q []float32, heads int, k []float32, hs int, n int, d int)
+
+// accumGroupF32M4AVX2 adds p[(h*4+r)*ldp+j]·v[(j*heads+h)*hs+c] to o[(h*4+r)*ldo+c] for h < heads, r < 4, j < n, c < d, bit for bit as accumF32M4AVX2;
+// hs is the value row stride of a head in elements; d is a positive multiple of 16, n a positive multiple of 4, heads >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumGroupF32M4AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []float32, hs int, n int, d int)
+
 // scoresBF16M1AVX2 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 1, j < n, p < d;
 // ldk is the key row stride in elements; d >= 8, n >= 1, and all accesses are in bounds.
 //
@@ -676,6 +772,30 @@ func scoresHeadsBF16AVX2(s []float32, lds int, q []float32, heads int, k []uint1
 //go:noescape
 func accumHeadsBF16AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
 
+// scoresGroupBF16M2AVX2 sets s[(h*2+r)*lds+v/heads] = Σ_p q[(h*2+r)*d+p]·k[v*hs+p], h = v%heads, for r < 2, v < n, p < d, bit for bit as scoresBF16M2AVX2;
+// hs is the key row stride in elements; d >= 8, n >= 1, and all accesses are in bounds. heads is a multiple of 4 and n of heads.
+//
+//go:noescape
+func scoresGroupBF16M2AVX2(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+
+// accumGroupBF16M2AVX2 adds p[(h*2+r)*ldp+j]·v[(j*heads+h)*hs+c] to o[(h*2+r)*ldo+c] for h < heads, r < 2, j < n, c < d, bit for bit as accumBF16M2AVX2;
+// hs is the value row stride of a head in elements; d is a positive multiple of 16, n a positive multiple of 4, heads >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumGroupBF16M2AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+
+// scoresGroupBF16M4AVX2 sets s[(h*4+r)*lds+v/heads] = Σ_p q[(h*4+r)*d+p]·k[v*hs+p], h = v%heads, for r < 4, v < n, p < d, bit for bit as scoresBF16M4AVX2;
+// hs is the key row stride in elements; d >= 8, n >= 1, and all accesses are in bounds. heads is a multiple of 2 and n of heads.
+//
+//go:noescape
+func scoresGroupBF16M4AVX2(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+
+// accumGroupBF16M4AVX2 adds p[(h*4+r)*ldp+j]·v[(j*heads+h)*hs+c] to o[(h*4+r)*ldo+c] for h < heads, r < 4, j < n, c < d, bit for bit as accumBF16M4AVX2;
+// hs is the value row stride of a head in elements; d is a positive multiple of 16, n a positive multiple of 4, heads >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumGroupBF16M4AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+
 // scoresF16M1AVX2 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 1, j < n, p < d;
 // ldk is the key row stride in elements; d >= 8, n >= 1, and all accesses are in bounds.
 //
@@ -735,6 +855,30 @@ func scoresHeadsF16AVX2(s []float32, lds int, q []float32, heads int, k []uint16
 //
 //go:noescape
 func accumHeadsF16AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+
+// scoresGroupF16M2AVX2 sets s[(h*2+r)*lds+v/heads] = Σ_p q[(h*2+r)*d+p]·k[v*hs+p], h = v%heads, for r < 2, v < n, p < d, bit for bit as scoresF16M2AVX2;
+// hs is the key row stride in elements; d >= 8, n >= 1, and all accesses are in bounds. heads is a multiple of 4 and n of heads.
+//
+//go:noescape
+func scoresGroupF16M2AVX2(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+
+// accumGroupF16M2AVX2 adds p[(h*2+r)*ldp+j]·v[(j*heads+h)*hs+c] to o[(h*2+r)*ldo+c] for h < heads, r < 2, j < n, c < d, bit for bit as accumF16M2AVX2;
+// hs is the value row stride of a head in elements; d is a positive multiple of 16, n a positive multiple of 4, heads >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumGroupF16M2AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
+
+// scoresGroupF16M4AVX2 sets s[(h*4+r)*lds+v/heads] = Σ_p q[(h*4+r)*d+p]·k[v*hs+p], h = v%heads, for r < 4, v < n, p < d, bit for bit as scoresF16M4AVX2;
+// hs is the key row stride in elements; d >= 8, n >= 1, and all accesses are in bounds. heads is a multiple of 2 and n of heads.
+//
+//go:noescape
+func scoresGroupF16M4AVX2(s []float32, lds int, q []float32, heads int, k []uint16, hs int, n int, d int)
+
+// accumGroupF16M4AVX2 adds p[(h*4+r)*ldp+j]·v[(j*heads+h)*hs+c] to o[(h*4+r)*ldo+c] for h < heads, r < 4, j < n, c < d, bit for bit as accumF16M4AVX2;
+// hs is the value row stride of a head in elements; d is a positive multiple of 16, n a positive multiple of 4, heads >= 1, and all accesses are in bounds.
+//
+//go:noescape
+func accumGroupF16M4AVX2(o []float32, ldo int, p []float32, ldp int, heads int, v []uint16, hs int, n int, d int)
 
 // scoresQ8M1AVX2 sets s[r*lds+j] = Σ_p q[r*d+p]·k[j*ldk+p] for r < 1, j < n, p < d;
 // ldk is the key row stride in bytes (rows of d/32 blocks of 34 bytes); d is a positive multiple of 32, n >= 1, and all accesses are in bounds.

@@ -36,17 +36,17 @@ type (
 )
 
 // decodeKernels are one instruction set's assembly for one format: the
-// row tiles of 1, 2, 4, … rows, and the multi-head kernels (nil: head by
-// head). A zero value means the format has no assembly there.
+// row tiles of 1, 2, 4, … rows, and the multi-head kernels by rows per KV
+// head. A zero value means the format has no assembly there.
 type decodeKernels struct {
-	scores      []scoresTile
-	accum       []accumTile
-	scoresHeads scoresHeadsTile
-	accumHeads  accumHeadsTile
-	// The grouped-query kernels of GroupRows rows per head, with the
-	// multi-head kernels' signature (nil: none).
-	scoresGroup scoresHeadsTile
-	accumGroup  accumHeadsTile
+	scores []scoresTile
+	accum  []accumTile
+	// scoresHeads[i] and accumHeads[i] are the multi-head kernels of 2^i
+	// rows per KV head: [0] one row per head (Decode.ScoresHeads), the
+	// others grouped-query (Decode.ScoresGroup). A missing or nil entry
+	// means none: head by head.
+	scoresHeads []scoresHeadsTile
+	accumHeads  []accumHeadsTile
 }
 
 // kernelsOf adapts the assembly of a cache of T to the byte signatures:
@@ -65,24 +65,33 @@ func kernelsOf[T any](scores []scoresKern[T], accum []accumKern[T], sh scoresHea
 			f(o, ldo, p, ldp, castSlice[T](v), ldv/u, n, d)
 		})
 	}
-	if sh != nil {
-		ks.scoresHeads = func(s []float32, lds int, q []float32, heads int, k []byte, hs, n, d int) {
-			sh(s, lds, q, heads, castSlice[T](k), hs/u, n, d)
-		}
-	}
-	if ah != nil {
-		ks.accumHeads = func(o []float32, ldo int, p []float32, ldp, heads int, v []byte, hs, n, d int) {
-			ah(o, ldo, p, ldp, heads, castSlice[T](v), hs/u, n, d)
-		}
-	}
-	return ks
+	return withGroup(ks, []scoresHeadsKern[T]{sh}, []accumHeadsKern[T]{ah})
 }
 
-// withGroup returns ks with the grouped-query kernels of a cache of T
-// (Decode.ScoresGroup).
-func withGroup[T any](ks decodeKernels, sg scoresHeadsKern[T], ag accumHeadsKern[T]) decodeKernels {
-	g := kernelsOf[T](nil, nil, sg, ag)
-	ks.scoresGroup, ks.accumGroup = g.scoresHeads, g.accumHeads
+// withGroup returns ks with the multi-head kernels of a cache of T for
+// 2^i rows per KV head appended, from the first missing index on: sg[0]
+// and ag[0] of one row per head when ks has none, else of twice the rows
+// of ks's last (nil entries: none).
+func withGroup[T any](ks decodeKernels, sg []scoresHeadsKern[T], ag []accumHeadsKern[T]) decodeKernels {
+	u := len(Bytes(make([]T, 1)))
+	for _, f := range sg {
+		var t scoresHeadsTile
+		if f != nil {
+			t = func(s []float32, lds int, q []float32, heads int, k []byte, hs, n, d int) {
+				f(s, lds, q, heads, castSlice[T](k), hs/u, n, d)
+			}
+		}
+		ks.scoresHeads = append(ks.scoresHeads, t)
+	}
+	for _, f := range ag {
+		var t accumHeadsTile
+		if f != nil {
+			t = func(o []float32, ldo int, p []float32, ldp, heads int, v []byte, hs, n, d int) {
+				f(o, ldo, p, ldp, heads, castSlice[T](v), hs/u, n, d)
+			}
+		}
+		ks.accumHeads = append(ks.accumHeads, t)
+	}
 	return ks
 }
 
@@ -93,12 +102,15 @@ type decodeISA struct {
 	// the tail of a row as the window of its last 8 elements); smaller
 	// ones go to the generic kernels.
 	minD int
+	// lanes is the number of float32 lanes of a vector: the query rows
+	// of a block of the grouped-query scores kernels.
+	lanes int
 }
 
 // newDecode returns the decode set of an instruction set from its
 // assembly per format (generic where a format has none) and its ReadSum.
 func newDecode(isa decodeISA, ks *[NumFormats]decodeKernels, readSum func(b []byte) uint32) Decode {
-	dk := Decode{Name: isa.name, ReadSum: wrapReadSum(readSum)}
+	dk := Decode{Name: isa.name, ReadSum: wrapReadSum(readSum), groupBlock: isa.lanes}
 	g := &GenericDecode
 	for f := range NumFormats {
 		k := &ks[f]
@@ -108,11 +120,26 @@ func newDecode(isa decodeISA, ks *[NumFormats]decodeKernels, readSum func(b []by
 		}
 		dk.Scores[f] = wrapScores(isa, f, g.Scores[f], k.scores)
 		dk.Accum[f] = wrapAccum(isa, f, g.Accum[f], k.accum)
-		dk.ScoresHeads[f] = wrapScoresHeads(isa, f, dk.Scores[f], k.scoresHeads)
-		dk.AccumHeads[f] = wrapAccumHeads(isa, f, dk.Accum[f], k.accumHeads)
-		if k.scoresGroup != nil {
-			dk.ScoresGroup[f] = wrapScoresGroup(isa, f, dk.Scores[f], k.scoresGroup)
-			dk.AccumGroup[f] = wrapAccumGroup(isa, f, dk.Accum[f], k.accumGroup)
+		sg := wrapScoresGroup(isa, f, dk.Scores[f], k.scoresHeads)
+		ag := wrapAccumGroup(isa, f, dk.Accum[f], k.accumHeads)
+		dk.ScoresHeads[f] = func(s []float32, lds int, q []float32, heads int, k []byte, ldk, hs, n, d int) {
+			sg(s, lds, q, 1, heads, k, ldk, hs, n, d)
+		}
+		dk.AccumHeads[f] = func(o []float32, ldo int, p []float32, ldp, heads int, v []byte, ldv, hs, n, d int) {
+			ag(o, ldo, p, ldp, 1, heads, v, ldv, hs, n, d)
+		}
+		for i := 1; i < len(k.scoresHeads); i++ {
+			if k.scoresHeads[i] != nil {
+				dk.scoresRows[f] |= 1 << (1 << i)
+			}
+		}
+		for i := 1; i < len(k.accumHeads); i++ {
+			if k.accumHeads[i] != nil {
+				dk.accumRows[f] |= 1 << (1 << i)
+			}
+		}
+		if dk.scoresRows[f]|dk.accumRows[f] != 0 {
+			dk.ScoresGroup[f], dk.AccumGroup[f] = sg, ag
 		}
 	}
 	return dk
@@ -203,63 +230,35 @@ func headsFast(isa decodeISA, heads, ldc, hs, d int) bool {
 	return heads > 1 && ldc == heads*hs && d%16 == 0 && d >= isa.minD
 }
 
-// wrapScoresHeads returns the multi-head Scores of format f: kern where
-// the layout suits it, else one (the wrapped one-head kernel) head by
-// head; with kern nil always the latter.
-func wrapScoresHeads(isa decodeISA, f Format, one ScoresFunc, kern scoresHeadsTile) ScoresHeadsFunc {
-	slow := headsScores(f, one)
-	if kern == nil {
-		return slow
+// groupIndex returns the index in a table of nk multi-head kernels (see
+// decodeKernels.scoresHeads) of the one for a call of m rows per KV head
+// on heads heads, ldc bytes from a key to the next, hs from a head to the
+// next, of head dimension d; false where the call does not suit one: m
+// not a power of two beyond the table, the heads not side by side or d
+// not a multiple of 16 (headsFast), or, for m > 1, heads not a multiple
+// of the heads of a scores block (isa.lanes/m).
+func groupIndex(isa decodeISA, nk, m, heads, ldc, hs, d int) (int, bool) {
+	if m < 1 || m&(m-1) != 0 || !headsFast(isa, heads, ldc, hs, d) {
+		return 0, false
 	}
-	name := "ScoresHeads " + f.String()
-	return func(s []float32, lds int, q []float32, heads int, k []byte, ldk, hs, n, d int) {
-		if !headsFast(isa, heads, ldk, hs, d) {
-			slow(s, lds, q, heads, k, ldk, hs, n, d)
-			return
-		}
-		f.checkDim(name, d)
-		f.checkLd(name, ldk, hs)
-		checkHeads(name, 1, heads, n, d, s, n, lds, q, d, d, len(k), f.RowBytes(d), ldk, hs)
-		if n == 0 {
-			return
-		}
-		kern(s, lds, q, heads, k, hs, n*heads, d)
-	}
+	i := bits.TrailingZeros(uint(m))
+	return i, i < nk && (m == 1 || heads%max(isa.lanes/m, 1) == 0)
 }
 
-// wrapAccumHeads is wrapScoresHeads for Accum.
-func wrapAccumHeads(isa decodeISA, f Format, one AccumFunc, kern accumHeadsTile) AccumHeadsFunc {
-	slow := headsAccum(f, one)
-	if kern == nil {
-		return slow
-	}
-	name := "AccumHeads " + f.String()
-	return func(o []float32, ldo int, p []float32, ldp, heads int, v []byte, ldv, hs, n, d int) {
-		if !headsFast(isa, heads, ldv, hs, d) {
-			slow(o, ldo, p, ldp, heads, v, ldv, hs, n, d)
-			return
-		}
-		f.checkDim(name, d)
-		f.checkLd(name, ldv, hs)
-		checkHeads(name, 1, heads, n, d, o, d, ldo, p, n, ldp, len(v), f.RowBytes(d), ldv, hs)
-		if n == 0 || d == 0 {
-			return
-		}
-		kern(o, ldo, p, ldp, heads, v, hs, n*heads, d)
-	}
-}
-
-// wrapScoresGroup returns the grouped-query Scores of format f: kern for
-// GroupRows rows per head, a multiple of GroupRows heads side by side and
-// d a multiple of 16, else the wrapped one-head kernel head by head.
-func wrapScoresGroup(isa decodeISA, f Format, one ScoresFunc, kern scoresHeadsTile) ScoresGroupFunc {
+// wrapScoresGroup returns the multi-head Scores of format f for m rows
+// per KV head (Decode.ScoresGroup; m = 1: Decode.ScoresHeads): the kernel
+// of kerns for m where the call suits it (groupIndex), else the wrapped
+// one-head kernel head by head.
+func wrapScoresGroup(isa decodeISA, f Format, one ScoresFunc, kerns []scoresHeadsTile) ScoresGroupFunc {
 	slow := groupScores(f, one)
-	name := "ScoresGroup " + f.String()
+	names := [2]string{"ScoresHeads " + f.String(), "ScoresGroup " + f.String()}
 	return func(s []float32, lds int, q []float32, m, heads int, k []byte, ldk, hs, n, d int) {
-		if m != GroupRows || heads%GroupRows != 0 || !headsFast(isa, heads, ldk, hs, d) {
+		i, ok := groupIndex(isa, len(kerns), m, heads, ldk, hs, d)
+		if !ok || kerns[i] == nil {
 			slow(s, lds, q, m, heads, k, ldk, hs, n, d)
 			return
 		}
+		kern, name := kerns[i], names[min(m-1, 1)]
 		f.checkDim(name, d)
 		f.checkLd(name, ldk, hs)
 		checkHeads(name, m, heads, n, d, s, n, lds, q, d, d, len(k), f.RowBytes(d), ldk, hs)
@@ -270,23 +269,32 @@ func wrapScoresGroup(isa decodeISA, f Format, one ScoresFunc, kern scoresHeadsTi
 	}
 }
 
-// wrapAccumGroup is wrapScoresGroup for Accum.
-func wrapAccumGroup(isa decodeISA, f Format, one AccumFunc, kern accumHeadsTile) AccumGroupFunc {
+// wrapAccumGroup is wrapScoresGroup for Accum. The kernel of one row per
+// head takes any number of keys; those of m > 1 take the keys by blocks
+// of groupKeys, and the last few go head by head (after the others: each
+// O row gets its FMAs in key order all the same).
+func wrapAccumGroup(isa decodeISA, f Format, one AccumFunc, kerns []accumHeadsTile) AccumGroupFunc {
 	slow := groupAccum(f, one)
-	name := "AccumGroup " + f.String()
+	names := [2]string{"AccumHeads " + f.String(), "AccumGroup " + f.String()}
 	return func(o []float32, ldo int, p []float32, ldp, m, heads int, v []byte, ldv, hs, n, d int) {
-		if m != GroupRows || heads%GroupRows != 0 || !headsFast(isa, heads, ldv, hs, d) {
+		i, ok := groupIndex(isa, len(kerns), m, heads, ldv, hs, d)
+		if !ok || kerns[i] == nil {
 			slow(o, ldo, p, ldp, m, heads, v, ldv, hs, n, d)
 			return
 		}
+		kern, name := kerns[i], names[min(m-1, 1)]
 		f.checkDim(name, d)
 		f.checkLd(name, ldv, hs)
 		checkHeads(name, m, heads, n, d, o, d, ldo, p, n, ldp, len(v), f.RowBytes(d), ldv, hs)
-		// The kernel takes the keys by blocks of groupKeys; the last few
-		// go head by head (after the others: each O row gets its FMAs in
-		// key order all the same).
+		if n == 0 || d == 0 {
+			return
+		}
+		if m == 1 {
+			kern(o, ldo, p, ldp, heads, v, hs, n*heads, d)
+			return
+		}
 		nk := n &^ (groupKeys - 1)
-		if nk > 0 && d > 0 {
+		if nk > 0 {
 			kern(o, ldo, p, ldp, heads, v, hs, nk, d)
 		}
 		if nk < n {

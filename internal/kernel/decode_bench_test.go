@@ -29,8 +29,8 @@ import (
 // floats apart. With the interleaved layout and m = 1 the heads-scores,
 // heads-accum and heads-step runs do the same with the multi-head kernels
 // (ScoresHeads …), one call for every head of a block of keys, and with
-// m = GroupRows the group-… runs with the grouped-query kernels
-// (ScoresGroup …).
+// m > 1 where GroupFast holds the group-… runs with the grouped-query
+// kernels (ScoresGroup …).
 // Environment:
 //
 //	FLASHATTN_DECODE_BENCH=heads,keys,dim  the cache shape
@@ -61,13 +61,13 @@ func BenchmarkDecode(b *testing.B) {
 			}
 			return c
 		}
-		for _, m := range []int{1, 4, 8, 16} {
+		for _, m := range []int{1, 2, 4, 8, 16} {
 			for _, threads := range []int{1, 2} {
 				ops := []string{"scores", "accum", "step"}
 				if interleaved && m == 1 {
 					ops = append(ops, "heads-scores", "heads-accum", "heads-step")
 				}
-				if interleaved && m == GroupRows && dk.ScoresGroup[typ] != nil && heads%GroupRows == 0 {
+				if interleaved && (dk.GroupFast(true, typ, m, heads) || dk.GroupFast(false, typ, m, heads)) {
 					ops = append(ops, "group-scores", "group-accum", "group-step")
 				}
 				for _, op := range ops {

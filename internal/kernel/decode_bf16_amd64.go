@@ -100,19 +100,22 @@ func nativeBF16Decode(base Decode) Decode {
 		})
 	}
 	if sg, ag := base.ScoresGroup[f], base.AccumGroup[f]; sg != nil {
-		// The grouped-query kernels (GroupRows < natMinCall rows per
-		// head) for their calls, the native Scores and Accum above head
-		// by head for the others.
+		// The grouped-query kernels for calls of fewer than natMinCall
+		// rows per head (the float32 arithmetic of avx512's Scores and
+		// Accum), the native Scores and Accum above head by head for the
+		// others.
 		gs, ga := groupScores(f, dk.Scores[f]), groupAccum(f, dk.Accum[f])
+		dk.scoresRows[f] &= 1<<natMinCall - 1
+		dk.accumRows[f] &= 1<<natMinCall - 1
 		dk.ScoresGroup[f] = func(s []float32, lds int, q []float32, m, heads int, k []byte, ldk, hs, n, d int) {
-			if m == GroupRows {
+			if m < natMinCall {
 				sg(s, lds, q, m, heads, k, ldk, hs, n, d)
 				return
 			}
 			gs(s, lds, q, m, heads, k, ldk, hs, n, d)
 		}
 		dk.AccumGroup[f] = func(o []float32, ldo int, p []float32, ldp, m, heads int, v []byte, ldv, hs, n, d int) {
-			if m == GroupRows {
+			if m < natMinCall {
 				ag(o, ldo, p, ldp, m, heads, v, ldv, hs, n, d)
 				return
 			}

@@ -74,13 +74,18 @@ func TestDecodeHeads(t *testing.T) {
 // TestDecodeGroup: the grouped-query kernels (m rows per KV head) of
 // every set that has them give, bit for bit, what the same set's one-head
 // kernels give head by head, in the layouts of TestDecodeHeads, for the
-// assembly's GroupRows rows and head counts that are multiples of it, and
-// for the calls it sends head by head (other row and head counts).
+// table's rows (m = 1, 2, 4, 8) and head counts that are multiples of a
+// scores block's (16/m), and for the calls it sends head by head (other
+// row and head counts).
 func TestDecodeGroup(t *testing.T) {
 	r := rand.New(rand.NewPCG(15, 16))
 	type shape struct{ m, heads, n, d int }
 	shapes := []shape{{4, 8, 200, 128}, {4, 4, 37, 64}, {4, 8, 33, 96}, {4, 16, 5, 32}, {4, 4, 1, 160}, {4, 8, 0, 64},
-		{4, 8, 21, 24}, {4, 6, 17, 64}, {2, 8, 19, 64}, {8, 4, 23, 64}, {3, 4, 9, 32}}
+		{4, 8, 21, 24}, {4, 6, 17, 64}, {2, 8, 19, 64}, {8, 4, 23, 64}, {3, 4, 9, 32},
+		// Every m of the kernel table (1, 2, 8), odd n, n < 16, heads
+		// multiples of a block's (16/m) and not.
+		{1, 8, 37, 64}, {1, 5, 9, 128}, {2, 16, 45, 128}, {2, 8, 7, 64}, {2, 24, 13, 48}, {2, 4, 19, 64}, {2, 6, 5, 64},
+		{8, 2, 51, 128}, {8, 8, 9, 64}, {8, 6, 3, 32}, {8, 2, 17, 80}, {8, 3, 11, 64}, {8, 1, 13, 64}}
 	for _, dk := range decodeSets() {
 		for _, typ := range cacheTypes {
 			if dk.ScoresGroup[typ] == nil {
@@ -105,7 +110,8 @@ func TestDecodeGroup(t *testing.T) {
 // assembly (Decode.ScoresGroup, AccumGroup) for the float32, bf16, fp16
 // and q8_0 caches, the formats whose group kernels _asm/decode.go
 // generates (TestDecodeGroup checks them bit for bit against the one-head
-// kernels).
+// kernels), and avx512's table has each of them for every m of the
+// generator: 2 and 4 rows per KV head (Scores), 2, 4 and 8 (Accum).
 func TestDecodeGroupFormats(t *testing.T) {
 	for _, dk := range archDecode() {
 		if !strings.HasPrefix(dk.Name, "avx512") {
@@ -114,6 +120,17 @@ func TestDecodeGroupFormats(t *testing.T) {
 		for _, f := range []Format{FormatF32, FormatBF16, FormatF16, FormatQ8} {
 			if dk.ScoresGroup[f] == nil || dk.AccumGroup[f] == nil {
 				t.Errorf("%s: no grouped-query kernels for %v", dk.Name, f)
+			}
+			if dk.Name != "avx512" {
+				continue // avx512bf16: bf16's m = 8 goes to its native kernels
+			}
+			for _, m := range []int{2, 4, 8} {
+				if got, want := dk.GroupFast(true, f, m, 16/m), m <= 4; got != want {
+					t.Errorf("%s: GroupFast(scores, %v, m = %d) = %v, want %v", dk.Name, f, m, got, want)
+				}
+				if !dk.GroupFast(false, f, m, 16/m) {
+					t.Errorf("%s: no grouped-query Accum kernel for %v, m = %d", dk.Name, f, m)
+				}
 			}
 		}
 	}

@@ -410,7 +410,10 @@ func TestDecodeAVX2Registers(t *testing.T) {
 	if evex < 1000 { // the pattern must recognise the AVX-512 kernels' code
 		t.Errorf("only %d lines of the AVX-512 kernels match the AVX-512 pattern", evex)
 	}
-	if want := int(NumFormats)*(4*2+2) + 1; funcs != want { // every format × (4 row tiles × scores, accum + the two multi-head kernels), readSum
+	// every format × (4 row tiles × scores, accum + the two multi-head
+	// kernels), float32, bf16 and fp16 × the grouped-query scores and
+	// accum of 2 and 4 rows, readSum
+	if want := int(NumFormats)*(4*2+2) + 3*2*2 + 1; funcs != want {
 		t.Errorf("found %d AVX2 functions, want %d", funcs, want)
 	}
 }

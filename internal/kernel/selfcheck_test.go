@@ -380,6 +380,27 @@ func TestSelfCheckDecodeRejectsBroken(t *testing.T) {
 				groupAccum(FormatBF16, g.Accum[FormatBF16])(o, ldo, p, ldp, m, heads, v, ldv, hs, n-1, d)
 			}
 		}},
+		{"ScoresGroup f16", "swaps the first two heads' sums for 8 rows per head", func(dk *Decode) {
+			dk.AccumGroup[FormatF16] = groupAccum(FormatF16, g.Accum[FormatF16])
+			dk.ScoresGroup[FormatF16] = func(s []float32, lds int, q []float32, m, heads int, k []byte, ldk, hs, n, d int) {
+				groupScores(FormatF16, g.Scores[FormatF16])(s, lds, q, m, heads, k, ldk, hs, n, d)
+				if m == 8 && heads >= 2 {
+					a, b := s[:n], s[m*lds:m*lds+n]
+					for j := range a {
+						a[j], b[j] = b[j], a[j]
+					}
+				}
+			}
+		}},
+		{"AccumGroup f32", "misses the last key for 2 rows per head", func(dk *Decode) {
+			dk.ScoresGroup[FormatF32] = groupScores(FormatF32, g.Scores[FormatF32])
+			dk.AccumGroup[FormatF32] = func(o []float32, ldo int, p []float32, ldp, m, heads int, v []byte, ldv, hs, n, d int) {
+				if m == 2 {
+					n--
+				}
+				groupAccum(FormatF32, g.Accum[FormatF32])(o, ldo, p, ldp, m, heads, v, ldv, hs, n, d)
+			}
+		}},
 		{"boom", "panics", func(dk *Decode) {
 			dk.Scores[FormatQ8] = func(s []float32, lds int, q []float32, m int, k []byte, ldk, n, d int) { panic("boom") }
 		}},

@@ -117,6 +117,32 @@ func scoresPrefetchRows(e decodeElem) int {
 	return r
 }
 
+// groupRows are the rows per KV head (mr > 1) of the grouped-query
+// kernels (genScoresGroup, genAccumGroup) below L, the float32 lanes (mr =
+// L would be one head per block: the one-head kernel's tile): AVX-512 2,
+// 4 and 8, AVX2 2 and 4.
+var groupRows = []int{2, 4, 8}
+
+// groupElem reports whether the grouped-query kernels (genScoresGroup
+// and genAccumGroup for mr > 1) are made for the cache elements e on s:
+// float32, bf16 and fp16 on AVX-512 and AVX2, and q8_0 on AVX-512 (a
+// step of one block per key; on AVX2 a block is 4 vectors a key, more
+// than its 16 registers hold for the 4 keys of a step).
+func groupElem(s isa, e decodeElem) bool {
+	return e.Size > 1 || (s.EVEX && e.quant() && e.Bits == 8)
+}
+
+// groupScoresMaxRows is the most rows per KV head of the grouped-query
+// scores kernels. genScoresGroup makes mr = 8 too (two heads a block),
+// but it lost to the one-head kernel of 8 rows, which keeps its 8 Q
+// vectors in registers for two keys where the group form loads one per
+// FMA and streams every head's Q rows through L1 at each key (64 rows of
+// d = 128, 32 KiB, for 8 KV heads): on Zen 4, bf16 and fp16, 8 KV heads,
+// 2.2-3.1 against 3.8-7.6 GB/s, about even on 2 and 4 KV heads (measured
+// under load). The accum kernel of 8 rows holds its own (P by broadcast,
+// O per 4 keys).
+const groupScoresMaxRows = 4
+
 // accumKeyBlock is the number of keys whose V rows one pass of an accum
 // kernel keeps in L1 while it sweeps O's columns.
 const accumKeyBlock = 32
@@ -155,11 +181,18 @@ func genDecode() {
 			for mr := 1; mr <= s.Lanes; mr *= 2 {
 				genAccum(s, e, mr)
 			}
-			genScoresHeads(s, e)
+			genScoresGroup(s, e, 1)
 			genAccumHeads(s, e)
-			if s.EVEX && (e.Size > 1 || e.Bits == 8) { // float32, bf16, fp16, q8_0
-				genScoresGroup(s, e, 4)
-				genAccumGroup(s, e, 4)
+			if groupElem(s, e) {
+				for _, mr := range groupRows {
+					if mr >= s.Lanes {
+						continue // AVX2: one head a block, the one-head tile
+					}
+					if mr <= groupScoresMaxRows {
+						genScoresGroup(s, e, mr)
+					}
+					genAccumGroup(s, e, mr)
+				}
 			}
 		}
 		genReadSum(s)

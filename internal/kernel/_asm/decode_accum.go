@@ -359,7 +359,7 @@ func (g *accumGen) oTile(acc [][]VecVirtual, first, c int, tail, window, load bo
 
 // genAccumHeads generates accumHeads<T><ISA>, the multi-head form of the
 // one-row kernel: n rows at v, hs apart (row r is key r/heads of head
-// h = r%heads, as in genScoresHeads), each added to O row h with its
+// h = r%heads, as in genScoresGroup of one row), each added to O row h with its
 // probability p[h*ldp + r/heads]:
 //
 //	o[h*ldo+c] += p[h*ldp+j]·v[r*hs+c]    r < n, h = r%heads, j = r/heads, c < d
@@ -545,12 +545,19 @@ func genAccumGroup(s isa, e decodeElem, mr int) {
 	{
 		ldp, ldp3 := strides(slot(Param("ldp")), 4, mr)
 		ps := newRowSet(ph, ldp, ldp3, mr)
-		pv := make([][]VecVirtual, mr)
-		for r := range pv {
-			for t := 0; t < kb; t++ {
-				x := s.Vec()
-				VBROADCASTSS(ps.mem(r, 4*t), x)
-				pv[r] = append(pv[r], x)
+		// The probabilities, broadcast into registers once per row of
+		// heads when they fit (mr·kb of them beside the kb·vpb V vectors
+		// of a step and an O vector), else read by each FMA as an
+		// embedded broadcast (AVX-512) or broadcast before it (AVX2).
+		var pv [][]VecVirtual
+		if mr*kb+kb*vpb+1 <= numRegs(s) {
+			pv = make([][]VecVirtual, mr)
+			for r := range pv {
+				for t := 0; t < kb; t++ {
+					x := s.Vec()
+					VBROADCASTSS(ps.mem(r, 4*t), x)
+					pv[r] = append(pv[r], x)
+				}
 			}
 		}
 		ldo, ldo3 := strides(slot(Param("ldo")), 4, mr)
@@ -584,7 +591,15 @@ func genAccumGroup(s isa, e decodeElem, mr int) {
 				om := os.mem(r, i*s.Bytes())
 				VMOVUPS(om, a)
 				for t := 0; t < kb; t++ {
-					VFMADD231PS(pv[r][t], vv[t][i], a)
+					if pv != nil {
+						VFMADD231PS(pv[r][t], vv[t][i], a)
+					} else if s.EVEX {
+						VFMADD231PS_BCST(ps.mem(r, 4*t), vv[t][i], a)
+					} else {
+						x := s.Vec()
+						VBROADCASTSS(ps.mem(r, 4*t), x)
+						VFMADD231PS(x, vv[t][i], a)
+					}
 				}
 				VMOVUPS(a, om)
 			}

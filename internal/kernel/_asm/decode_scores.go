@@ -24,11 +24,11 @@ type scoresGen struct {
 	// (AVX2) the window rewinds of a key row and of a Q row in bytes.
 	sp, kb, nLeft, steps, rewK, rewQ Mem
 
-	// The multi-head kernels (genScoresHeads): ldk is the slot of the row
+	// The multi-head kernels (genScoresGroup): ldk is the slot of the row
 	// stride (ldk, or hs for the heads), and the frame slots of the Q row
 	// of the next key and its head number.
 	heads      bool
-	group      bool // genScoresGroup: mr rows per head, w heads per block
+	group      bool // genScoresGroup, mr > 1: mr rows per head, w heads per block
 	ldk        Mem
 	qCur, hCur Mem
 	// The output position of the multi-head kernels: &s[h][j] of the next
@@ -71,49 +71,34 @@ func genScores(s isa, e decodeElem, mr int) {
 	g.body()
 }
 
-// genScoresHeads generates scoresHeads<T><ISA>, the multi-head form of the
-// one-row kernel: n rows at k, hs apart (the rows of consecutive heads of
-// a cache whose heads lie side by side, then of the next key: row v is
-// key v/heads of head v%heads), row v multiplied by Q row v%heads and its
-// sum stored at s[v]. Each row gets exactly the arithmetic of
-// scores<T>M1<ISA>; only the Q row changes from row to row, so that the
+// genScoresGroup generates the multi-head form of the mr-row kernel
+// scores<T>M<mr><ISA> (mr query rows per KV head): n rows at k, hs apart
+// (the rows of consecutive heads of a cache whose heads lie side by side,
+// then of the next key: row v is key v/heads of head h = v%heads),
+// multiplied by Q rows h·mr … h·mr+mr-1, the sums stored at
+// s[(h·mr+r)*lds+v/heads]. Each sum gets exactly the arithmetic of
+// scores<T>M<mr><ISA>; only the Q rows change from row to row, so that the
 // cache is read in address order.
-func genScoresHeads(s isa, e decodeElem) {
-	name := fmt.Sprintf("scoresHeads%s%s", e.Name, s.Suffix)
-	TEXT(name, NOSPLIT, fmt.Sprintf("func(s []float32, lds int, q []float32, heads int, k []%s, hs, n, d int)", e.GoType))
-	Pragma("noescape")
-	Doc(fmt.Sprintf("%s sets s[(v%%heads)*lds+v/heads] = Σ_p q[(v%%heads)*d+p]·k[v*hs+p] for v < n, p < d, bit for bit as scores%sM1%s;", name, e.Name, s.Suffix),
-		cacheDoc(s, e, "hs", "key")+" heads >= 1.")
-	g := &scoresGen{s: s, e: e, mr: 1, ldk: slot(Param("hs")), heads: true}
-	g.qCur, g.hCur = AllocLocal(8), AllocLocal(8)
-	g.oPtr, g.oHead, g.oKey, g.oBuf = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(64)
-	q0 := Load(Param("q").Base(), GP64())
-	MOVQ(q0, g.qCur)
-	s0 := Load(Param("s").Base(), GP64())
-	MOVQ(s0, g.oPtr)
-	MOVQ(s0, g.oKey)
-	z := GP64()
-	XORQ(z, z)
-	MOVQ(z, g.hCur)
-	MOVQ(z, g.oHead)
-	g.body()
-}
-
-// genScoresGroup generates scoresGroup<T>M<mr><ISA>, the multi-head form
-// of the mr-row kernel (grouped-query attention: mr query rows per KV
-// head): n rows at k, hs apart, row v being key v/heads of head
-// h = v%heads, multiplied by Q rows h·mr … h·mr+mr-1 and its sums stored
-// at s[(h·mr+r)*lds+v/heads]. A block takes the rows of L/mr consecutive
+//
+// mr = 1 is scoresHeads<T><ISA> (multi-head attention): a block takes
+// L cache rows, the Q row moving on (and back to head 0) row by row, so
+// any heads >= 1 will do. mr > 1 is scoresGroup<T>M<mr><ISA>
+// (grouped-query attention): a block takes the rows of L/mr consecutive
 // heads of one key (heads is a multiple of that) where scores<T>M<mr><ISA>
-// takes L/mr keys of one head, with the same arithmetic per sum, so that
-// the cache is read in address order.
+// takes L/mr keys of one head.
 func genScoresGroup(s isa, e decodeElem, mr int) {
 	name := fmt.Sprintf("scoresGroup%sM%d%s", e.Name, mr, s.Suffix)
+	doc := fmt.Sprintf("%s sets s[(h*%d+r)*lds+v/heads] = Σ_p q[(h*%d+r)*d+p]·k[v*hs+p], h = v%%heads, for r < %d, v < n, p < d, bit for bit as scores%sM%d%s;", name, mr, mr, mr, e.Name, mr, s.Suffix)
+	pre := fmt.Sprintf(" heads is a multiple of %d and n of heads.", s.Lanes/mr)
+	if mr == 1 {
+		name = fmt.Sprintf("scoresHeads%s%s", e.Name, s.Suffix)
+		doc = fmt.Sprintf("%s sets s[(v%%heads)*lds+v/heads] = Σ_p q[(v%%heads)*d+p]·k[v*hs+p] for v < n, p < d, bit for bit as scores%sM1%s;", name, e.Name, s.Suffix)
+		pre = " heads >= 1."
+	}
 	TEXT(name, NOSPLIT, fmt.Sprintf("func(s []float32, lds int, q []float32, heads int, k []%s, hs, n, d int)", e.GoType))
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s sets s[(h*%d+r)*lds+v/heads] = Σ_p q[(h*%d+r)*d+p]·k[v*hs+p], h = v%%heads, for r < %d, v < n, p < d, bit for bit as scores%sM%d%s;", name, mr, mr, mr, e.Name, mr, s.Suffix),
-		cacheDoc(s, e, "hs", "key")+fmt.Sprintf(" heads is a multiple of %d and n of heads.", s.Lanes/mr))
-	g := &scoresGen{s: s, e: e, mr: mr, ldk: slot(Param("hs")), heads: true, group: true}
+	Doc(doc, cacheDoc(s, e, "hs", "key")+pre)
+	g := &scoresGen{s: s, e: e, mr: mr, ldk: slot(Param("hs")), heads: true, group: mr > 1}
 	g.qCur, g.hCur = AllocLocal(8), AllocLocal(8)
 	g.oPtr, g.oHead, g.oKey, g.oBuf = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(64)
 	q0 := Load(Param("q").Base(), GP64())
@@ -337,9 +322,9 @@ func (g *scoresGen) keyLoop(w int, lbl string) {
 	grp := scoresGroup(mr, w)
 	for j0 := 0; j0 < w; j0 += grp {
 		kl := fmt.Sprintf("%sK%d", lbl, j0)
-		qRows := mr // the Q rows of the block: mr, or mr per head (group)
+		qRows := mr // the Q rows of the keys jjs: mr, or mr per head (group)
 		if g.group {
-			qRows = mr * w
+			qRows = mr * grp
 		}
 		var qld, qld3 GPVirtual
 		if qRows > 1 {
@@ -517,7 +502,9 @@ func (g *scoresGen) step(acc [][]VecVirtual, w int, jjs []int, qs rowSet, kps []
 	}
 	qr := func(jj, r int) int { return r } // the row of qs of key slot jj's row r
 	if g.group {
-		qr = func(jj, r int) int { return jj*mr + r }
+		// qs starts at the Q rows of head jjs[0] (nextHead moves it on
+		// after each group of keys).
+		qr = func(jj, r int) int { return (jj-jjs[0])*mr + r }
 	}
 	if e.quant() {
 		nv := quantValues / s.Lanes
