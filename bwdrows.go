@@ -25,15 +25,19 @@ type rowsMem struct {
 	vLdb         []int
 }
 
-// queryPack is the backward's packed Q and dO. Row (sequence s, head h, i)
+// queryPack is the backward's packed Q and dO. They are packed even when
+// float32 rows need no padding: read in place, rows a multiple of 1 KiB
+// apart (heads·dim·4 bytes) fall into a few L1 sets, and the tile
+// products slowed by 30% (Q·Kᵀ, A rows 4 KiB apart) and 40% (dK += dSᵀ·Q,
+// B rows 4 KiB apart) on Zen 4.
+//
+// Row (sequence s, head h, i)
 // is row s.lse0 + h·s.lseH + i (its LSE index) of q and do (float32, rows of
 // dimPad and dimVPad) or of qh and doh (native, rows of even(dim) and
 // even(dimV)); native B operands qv, dov hold one VNNI matrix per
 // (sequence, head), at qvOff[seq·heads+h] and dvOff[seq·heads+h], k = the
-// rows, strip stride vLdb[seq·heads+h]. With inPlace nothing is packed:
-// the tiles read the float32 Q and dO where they are (see queryInPlace).
+// rows, strip stride vLdb[seq·heads+h].
 type queryPack struct {
-	inPlace      bool
 	q, do        []float32
 	qh, doh      []uint16
 	qv, dov      []uint16
@@ -46,10 +50,7 @@ func (r *rowsPass) run(b *backwardPass) error {
 	*r = rowsPass{b: b, mem: r.mem}
 	p, m, qp := b.p, &r.mem, &r.pack
 	r.tasks = p.headTasks(&m.tasks)
-	qp.inPlace = b.queryInPlace()
-	if qp.inPlace {
-		qp.q, qp.do = nil, nil
-	} else if !p.native {
+	if !p.native {
 		qp.q, qp.do = grow(&m.q, p.lseLen*p.dimPad), grow(&m.do, p.lseLen*p.dimVPad)
 	} else {
 		qp.qh, qp.doh = grow(&m.qh, p.lseLen*even(p.dim)), grow(&m.doh, p.lseLen*even(p.dimV))
@@ -88,9 +89,6 @@ func (r *rowsPass) runTask(ws *workspace, t int) {
 		if b.sinkD != nil {
 			b.sinkD[base+i] = sinkRow{o: float64(d)}
 		}
-	}
-	if qp.inPlace {
-		return
 	}
 	if !p.native {
 		for _, x := range []struct {
@@ -132,16 +130,14 @@ func (r *rowsPass) runTask(ws *workspace, t int) {
 }
 
 // qTile is a query tile's Q and dO: float32 rows padded to dimPad (dO:
-// dimVPad), or the same rows in place (strides ldq, ldo; see
-// queryInPlace), or the native products' 16-bit A operands (rows of
-// even(dim)) and B operands (VNNI from the tile's first row, strip stride
-// ldb).
+// dimVPad), or the
+// native products' 16-bit A operands (rows of even(dim)) and B operands
+// (VNNI from the tile's first row, strip stride ldb).
 type qTile struct {
-	q, do    []float32
-	ldq, ldo int
-	qh, doh  []uint16
-	qv, dov  []uint16
-	ldb      int
+	q, do   []float32
+	qh, doh []uint16
+	qv, dov []uint16
+	ldb     int
 }
 
 // queryTile returns rows [i0, i1) of the head's packed Q and dO (i0 even
@@ -149,31 +145,13 @@ type qTile struct {
 func (b *backwardPass) queryTile(hr *headRows, i0, i1 int) qTile {
 	p, qp := b.p, b.qPack
 	r0, r1 := hr.base+i0, hr.base+i1
-	if qp.inPlace {
-		s, h := &p.seqs[hr.unit/p.heads], hr.unit%p.heads
-		q, do := p.q, b.grads.do
-		m := i1 - i0
-		return qTile{
-			q: q.row(s.tb, s.q0+i0, h)[:(m-1)*q.ss+p.dim], ldq: q.ss,
-			do: do.row(s.tb, s.q0+i0, h)[:(m-1)*do.ss+p.dimV], ldo: do.ss,
-		}
-	}
 	if !p.native {
 		dpad, dvpad := p.dimPad, p.dimVPad
-		return qTile{q: qp.q[r0*dpad : r1*dpad], do: qp.do[r0*dvpad : r1*dvpad], ldq: dpad, ldo: dvpad}
+		return qTile{q: qp.q[r0*dpad : r1*dpad], do: qp.do[r0*dvpad : r1*dvpad]}
 	}
 	de, deV, off := even(p.dim), even(p.dimV), kernel.W*i0
 	return qTile{qh: qp.qh[r0*de : r1*de], doh: qp.doh[r0*deV : r1*deV],
 		qv: qp.qv[qp.qvOff[hr.unit]+off:], dov: qp.dov[qp.dvOff[hr.unit]+off:], ldb: qp.vLdb[hr.unit]}
-}
-
-// queryInPlace reports whether the tiles can read Q and dO where they
-// are, unpacked: float32 tensors and compute type, rows without padding
-// columns (dim and dimV multiples of kernel.W) that do not overlap.
-func (b *backwardPass) queryInPlace() bool {
-	p, q, do := b.p, b.p.q, b.grads.do
-	return !p.native && p.ct == Float32 && q.dt == Float32 && do.dt == Float32 &&
-		p.dim == p.dimPad && p.dimV == p.dimVPad && q.ss >= p.dim && do.ss >= p.dimV
 }
 
 // dot64 returns Σ a[i]·b[i] accumulated in float64 (the products of two

@@ -12,24 +12,24 @@ import "github.com/flashattn/flashattn/internal/kernel"
 // the m query rows of qt against the KV block blk of n keys.
 func (b *backwardPass) tileScores(ws *workspace, blk *bwdTile, qt *qTile, m, n int) {
 	b.tileS(ws, blk, qt, m, n)
-	b.tileABt(ws.bwd.dP, qt.do, qt.doh, blk.vt, blk.vtH, qt.ldo, b.p.dimV, m, n)
+	b.tileABt(ws.bwd.dP, qt.do, qt.doh, blk.vt, blk.vtH, b.p.dimVPad, b.p.dimV, m, n)
 }
 
 // tileS computes S = Q·Kᵀ (ws.bwd.s) for the m query rows of qt against the
 // KV block blk of n keys.
 func (b *backwardPass) tileS(ws *workspace, blk *bwdTile, qt *qTile, m, n int) {
-	b.tileABt(ws.bwd.s, qt.q, qt.qh, blk.kt, blk.ktH, qt.ldq, b.p.dim, m, n)
+	b.tileABt(ws.bwd.s, qt.q, qt.qh, blk.kt, blk.ktH, b.p.dimPad, b.p.dim, m, n)
 }
 
 // tileABt computes dst = A·Bᵀ (stride Pad(n)) for m rows of A of dim values
-// against the n rows of B of the block: in float32 from a (stride lda)
+// against the n rows of B of the block: in float32 from a (stride dimPad)
 // and the packed bt, or on the native half path from ah (stride even(dim))
 // and the packed bth.
-func (b *backwardPass) tileABt(dst, a []float32, ah []uint16, bt []float32, bth []uint16, lda, dim, m, n int) {
+func (b *backwardPass) tileABt(dst, a []float32, ah []uint16, bt []float32, bth []uint16, dimPad, dim, m, n int) {
 	p := b.p
 	np := kernel.Pad(n)
 	if !p.native {
-		p.kern.MulABt(dst, np, a, lda, bt, m, np, dim)
+		p.kern.MulABt(dst, np, a, dimPad, bt, m, np, dim)
 		return
 	}
 	de := even(dim)
@@ -52,8 +52,8 @@ func (b *backwardPass) tileGrads(ws *workspace, blk *bwdTile, qt *qTile, at tile
 		b.dqProduct(ws, blk, m, n, dq)
 	}
 	if !p.native {
-		kern.MulAddAtB(g.dv, g.ldv, pmat, np, qt.do, qt.ldo, n, dvpad, m)
-		kern.MulAddAtB(g.dk, g.ldk, bw.dP, np, qt.q, qt.ldq, n, dpad, m)
+		kern.MulAddAtB(g.dv, g.ldv, pmat, np, qt.do, dvpad, n, dvpad, m)
+		kern.MulAddAtB(g.dk, g.ldk, bw.dP, np, qt.q, dpad, n, dpad, m)
 		return
 	}
 	e, me := p.ct.elem(), even(m)
