@@ -218,8 +218,8 @@ func (b *backwardPass) task(ws *workspace, u *bwdTask) {
 	}
 }
 
-// storeDQ writes scale·acc as row i of head h's dQ, or adds it
-// (Grads.Accumulate).
+// storeDQ writes scale·acc as row i of head h's dQ (by kern.Scale where
+// len(acc) is a multiple of kernel.W), or adds it (Grads.Accumulate).
 func (b *backwardPass) storeDQ(ws *workspace, s *sequence, h, i int, acc []float32) {
 	p, dq := b.p, b.grads.dq
 	dst := ws.outRow(dq, s.tb, s.q0+i, h, p.dim)
@@ -230,6 +230,10 @@ func (b *backwardPass) storeDQ(ws *workspace, s *sequence, h, i int, acc []float
 		for c, x := range acc {
 			dst[c] += p.scale * x
 		}
+	} else if len(acc)%kernel.W == 0 {
+		// The same products, by the kernel: one rounding of scale·x.
+		copy(dst, acc)
+		p.kern.Scale(dst[:len(acc)], p.scale)
 	} else {
 		for c, x := range acc {
 			dst[c] = p.scale * x
