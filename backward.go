@@ -218,8 +218,8 @@ func (b *backwardPass) task(ws *workspace, u *bwdTask) {
 	}
 }
 
-// storeDQ writes scale·acc as row i of head h's dQ, or adds it
-// (Grads.Accumulate).
+// storeDQ writes scale·acc as row i of head h's dQ (by kern.Scale where
+// len(acc) is a multiple of kernel.W), or adds it (Grads.Accumulate).
 func (b *backwardPass) storeDQ(ws *workspace, s *sequence, h, i int, acc []float32) {
 	p, dq := b.p, b.grads.dq
 	dst := ws.outRow(dq, s.tb, s.q0+i, h, p.dim)
@@ -230,6 +230,10 @@ func (b *backwardPass) storeDQ(ws *workspace, s *sequence, h, i int, acc []float
 		for c, x := range acc {
 			dst[c] += p.scale * x
 		}
+	} else if len(acc)%kernel.W == 0 {
+		// The same products, by the kernel: one rounding of scale·x.
+		copy(dst, acc)
+		p.kern.Scale(dst[:len(acc)], p.scale)
 	} else {
 		for c, x := range acc {
 			dst[c] = p.scale * x
@@ -299,35 +303,81 @@ func (t tileAt) row(r int) scoreAt { return scoreAt{t.s, t.h, t.i0 + r, t.j0, t.
 //	dV += P̃ᵀ·dO, dK += dSᵀ·Q, dQ += dS·K
 //
 // then adds the block's dV and scale·dK to the accumulators (dQ is scaled
-// when it is written).
+// when it is written). Where the accumulators' rows of the block still
+// hold +0 (see blockGrads) the products add into them in place and dK is
+// scaled there: 0 + x is x, so the bits are the same.
 func (b *backwardPass) keyBlock(ws *workspace, kb keyBlockAt, hr *headRows) {
-	p, s := b.p, kb.s
+	p := b.p
 	tiles := p.queryTiles(kb.s, kb.h, kb.j0, kb.n)
 	if tiles.empty() {
 		return
 	}
-	d, dv, dpad, dvpad := p.dim, p.dimV, p.dimPad, p.dimVPad
 	blk := b.kv.backwardTile(kb.seq, kb.hk, kb.j0, kb.n)
-	dK, dV := ws.bwd.dk[:kb.n*dpad], ws.bwd.dv[:kb.n*dvpad]
-	clear(dK)
-	clear(dV)
+	g := b.blockGrads(ws, kb)
 	for at, ok := tiles.next(); ok; at, ok = tiles.next() {
 		qt := b.queryTile(hr, at.i0, at.i1)
 		b.gradTile(ws, &blk, &qt, at, hr)
 		var dq []float32
 		if hr.dq != nil {
-			dq = hr.dq[at.i0*dpad:]
+			dq = hr.dq[at.i0*p.dimPad:]
 		}
-		b.tileGrads(ws, &blk, &qt, at, dV, dK, dq)
+		b.tileGrads(ws, &blk, &qt, at, &g, dq)
 	}
+	b.addBlockGrads(kb, &g)
+}
+
+// blockGrads is where a KV block's dK and dV products add up: rows of
+// stride ldk and ldv, in place in the accumulators (inPlace) or in the
+// workspace (cleared), whose sums addBlockGrads adds to them.
+type blockGrads struct {
+	dk, dv   []float32
+	ldk, ldv int
+	inPlace  bool
+}
+
+// blockGrads returns where the products of KV block kb add up: in place
+// when the accumulators' rows of the block are still +0 — not accumulating
+// (clearKV), the first query head of the KV head (a block belongs to one
+// task), float32 rows without padding columns — else in cleared
+// workspace buffers.
+func (b *backwardPass) blockGrads(ws *workspace, kb keyBlockAt) blockGrads {
+	p, s := b.p, kb.s
+	dk, dv := b.dkAcc, b.dvAcc
+	if !b.grads.accumulate && kb.h%p.group == 0 && p.dim == p.dimPad && p.dimV == p.dimVPad &&
+		dk.ss >= p.dim && dv.ss >= p.dimV {
+		j := s.k0 + kb.j0
+		return blockGrads{
+			dk: dk.row(s.kvb, j, kb.hk)[:(kb.n-1)*dk.ss+p.dim], ldk: dk.ss,
+			dv: dv.row(s.kvb, j, kb.hk)[:(kb.n-1)*dv.ss+p.dimV], ldv: dv.ss,
+			inPlace: true,
+		}
+	}
+	dpad, dvpad := p.dimPad, p.dimVPad
+	g := blockGrads{dk: ws.bwd.dk[:kb.n*dpad], dv: ws.bwd.dv[:kb.n*dvpad], ldk: dpad, ldv: dvpad}
+	clear(g.dk)
+	clear(g.dv)
+	return g
+}
+
+// addBlockGrads finishes KV block kb's dK and dV: scale·dK in place, or
+// the workspace sums g added to the accumulators (dV, scale·dK).
+func (b *backwardPass) addBlockGrads(kb keyBlockAt, g *blockGrads) {
+	p, s := b.p, kb.s
+	d, dv := p.dim, p.dimV
 	for jj := 0; jj < kb.n; jj++ {
+		dK := g.dk[jj*g.ldk : jj*g.ldk+d]
+		if g.inPlace {
+			p.kern.Scale(dK, p.scale)
+			continue
+		}
+		dV := g.dv[jj*g.ldv : jj*g.ldv+dv]
 		dkr := b.dkAcc.row(s.kvb, s.k0+kb.j0+jj, kb.hk)[:d]
 		dvr := b.dvAcc.row(s.kvb, s.k0+kb.j0+jj, kb.hk)[:dv]
 		for c := range dkr {
-			dkr[c] += p.scale * dK[jj*dpad+c]
+			dkr[c] += p.scale * dK[c]
 		}
 		for c := range dvr {
-			dvr[c] += dV[jj*dvpad+c]
+			dvr[c] += dV[c]
 		}
 	}
 }
@@ -336,8 +386,10 @@ func (b *backwardPass) keyBlock(ws *workspace, kb keyBlockAt, hr *headRows) {
 // (ws.bwd.s; P̃ in ws.bwd.pDrop with dropout) and dS (ws.bwd.dP).
 func (b *backwardPass) gradTile(ws *workspace, blk *bwdTile, qt *qTile, at tileAt, hr *headRows) {
 	b.tileScores(ws, blk, qt, at.rows(), at.n)
+	a := at.row(0) // one copy per tile: row r differs only in i
 	for r := 0; r < at.rows(); r++ {
-		b.gradRow(ws, at.row(r), r, hr)
+		a.i = at.i0 + r
+		b.gradRow(ws, &a, r, hr)
 	}
 }
 
@@ -345,7 +397,7 @@ func (b *backwardPass) gradTile(ws *workspace, blk *bwdTile, qt *qTile, at tileA
 // ws.bwd.s, and P̃ in ws.bwd.pDrop with dropout) and dS (in ws.bwd.dP):
 // scoreGrad's dS times the modifiers' derivative, rounded to the compute
 // type.
-func (b *backwardPass) gradRow(ws *workspace, at scoreAt, r int, hr *headRows) {
+func (b *backwardPass) gradRow(ws *workspace, at *scoreAt, r int, hr *headRows) {
 	p, bw := b.p, &ws.bwd
 	n, np := at.n, kernel.Pad(at.n)
 	grad := b.scoreGrad(ws, at, r, hr)
@@ -374,7 +426,7 @@ func (b *backwardPass) gradRow(ws *workspace, at scoreAt, r int, hr *headRows) {
 // respect to the modified scores, dS = P∘(dP − D) (in ws.bwd.dP; the
 // gradient of a Bias, which is added last), and returns the modifiers'
 // derivative for the row (nil when it is 1).
-func (b *backwardPass) scoreGrad(ws *workspace, at scoreAt, r int, hr *headRows) (grad []float32) {
+func (b *backwardPass) scoreGrad(ws *workspace, at *scoreAt, r int, hr *headRows) (grad []float32) {
 	p, bw := b.p, &ws.bwd
 	kern := &p.kern
 	i, n := at.i, at.n

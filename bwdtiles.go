@@ -37,9 +37,9 @@ func (b *backwardPass) tileABt(dst, a []float32, ah []uint16, bt []float32, bth 
 }
 
 // tileGrads adds the products of the tile at: dV += P̃ᵀ·dO and
-// dK += dSᵀ·Q into dv (n × dimVPad) and dk (n × dimPad), and dQ += dS·K
-// into dq (the tile's rows, stride dimPad) when dq is not nil.
-func (b *backwardPass) tileGrads(ws *workspace, blk *bwdTile, qt *qTile, at tileAt, dv, dk, dq []float32) {
+// dK += dSᵀ·Q into g (n rows of dimVPad and dimPad), and dQ += dS·K into
+// dq (the tile's rows, stride dimPad) when dq is not nil.
+func (b *backwardPass) tileGrads(ws *workspace, blk *bwdTile, qt *qTile, at tileAt, g *blockGrads, dq []float32) {
 	p, bw := b.p, &ws.bwd
 	kern := &p.kern
 	m, n := at.rows(), at.n
@@ -52,8 +52,8 @@ func (b *backwardPass) tileGrads(ws *workspace, blk *bwdTile, qt *qTile, at tile
 		b.dqProduct(ws, blk, m, n, dq)
 	}
 	if !p.native {
-		kern.MulAddAtB(dv, dvpad, pmat, np, qt.do, dvpad, n, dvpad, m)
-		kern.MulAddAtB(dk, dpad, bw.dP, np, qt.q, dpad, n, dpad, m)
+		kern.MulAddAtB(g.dv, g.ldv, pmat, np, qt.do, dvpad, n, dvpad, m)
+		kern.MulAddAtB(g.dk, g.ldk, bw.dP, np, qt.q, dpad, n, dpad, m)
 		return
 	}
 	e, me := p.ct.elem(), even(m)
@@ -66,8 +66,8 @@ func (b *backwardPass) tileGrads(ws *workspace, blk *bwdTile, qt *qTile, at tile
 			pt[j*me+m], dst[j*me+m] = 0, 0
 		}
 	}
-	p.halfMul.MulAdd(dv, dvpad, pt, me, qt.dov, qt.ldb, n, dvpad, me)
-	p.halfMul.MulAdd(dk, dpad, dst, me, qt.qv, qt.ldb, n, dpad, me)
+	p.halfMul.MulAdd(g.dv, g.ldv, pt, me, qt.dov, qt.ldb, n, dvpad, me)
+	p.halfMul.MulAdd(g.dk, g.ldk, dst, me, qt.qv, qt.ldb, n, dpad, me)
 }
 
 // dqProduct adds dS·K (the tile's m rows against the KV block blk of n

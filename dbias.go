@@ -135,7 +135,8 @@ func (d dbiasPass) keyBlock(ws *workspace, kb keyBlockAt, hr *headRows, ca, cb i
 		qt := b.queryTile(hr, at.i0, at.i1)
 		b.tileScores(ws, &blk, &qt, at.rows(), at.n)
 		for r := range at.rows() {
-			b.scoreGrad(ws, at.row(r), r, hr)
+			a := at.row(r)
+			b.scoreGrad(ws, &a, r, hr)
 			i := 0
 			if bs.seqQ != 1 {
 				i = at.i0 + r + s.qpos

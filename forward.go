@@ -373,7 +373,7 @@ func (f *forwardPass) softmax(ws *workspace, st *rowState, t *fwdTask, sb subBlo
 	for r := 0; r < sb.m; r++ {
 		row := ws.fwd.s[(sb.s0+r)*np : (sb.s0+r+1)*np]
 		h, i := t.at(sb.r0 + r)
-		fac := p.scoreRow(&ws.row, row, nil, scoreAt{s, h, i, j0, n, kind})
+		fac := p.scoreRow(&ws.row, row, nil, &scoreAt{s, h, i, j0, n, kind})
 		var phr []uint16
 		if ph != nil {
 			phr = ph[r*np : (r+1)*np]

@@ -135,7 +135,7 @@ func (f *lseFixPass) runTask(ws *workspace, t int) {
 				continue
 			}
 			row := bw.s[r*np : (r+1)*np]
-			f := p.scoreRow(&ws.row, row, nil, scoreAt{s, h, i, j, n, kind})
+			f := p.scoreRow(&ws.row, row, nil, &scoreAt{s, h, i, j, n, kind})
 			p.kern.ExpSum(row, f, l)
 			var sum float64
 			for _, x := range row[:n] {

@@ -113,11 +113,11 @@ func (m *scoreMods) apply(kern *kernel.Impl, row, grad, du []float32, at scoreAt
 // rounding (exp(f·x − c), one fused step): the softmax scale when no
 // modifier is set, else 1. grad is as for apply; rs is the worker's row
 // scratch.
-func (p *plan) scoreRow(rs *rowScratch, row, grad []float32, at scoreAt) (factor float32) {
+func (p *plan) scoreRow(rs *rowScratch, row, grad []float32, at *scoreAt) (factor float32) {
 	factor = p.scale
 	if p.mods.active() {
 		p.kern.Scale(row, p.scale)
-		p.mods.apply(&p.kern, row, grad, rs.du, at)
+		p.mods.apply(&p.kern, row, grad, rs.du, *at)
 		factor = 1
 	}
 	if at.kind == BlockPartial {

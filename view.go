@@ -149,6 +149,17 @@ func (v view) rowTo(dst []float32, b, s, h int, ct DType, k *kernel.Impl) {
 	}
 }
 
+// rowIn returns row (b, s, h) of v as len(buf) values of type ct: the
+// row itself where v is float32 and ct is Float32 (no copy), else rowTo's
+// values in buf.
+func (v view) rowIn(buf []float32, b, s, h int, ct DType, k *kernel.Impl) []float32 {
+	if v.dt == Float32 && ct == Float32 {
+		return v.row(b, s, h)[:len(buf)]
+	}
+	v.rowTo(buf, b, s, h, ct, k)
+	return buf
+}
+
 // matrix returns rows (b, s..s+n-1, h) of v as a float32 matrix of n rows
 // of the head dim, and its leading dimension: v's own memory when it is
 // float32 and needs no rounding, else *scratch filled by conversion.
