@@ -110,7 +110,8 @@ type Decode struct {
 	// one-head kernels read each head's rows a whole key row apart
 	// (measured on Zen 4, 8 KV heads of d = 128, 4 rows each, float32:
 	// about 0.8 of ReadSum's bandwidth by head); other calls go head by
-	// head. m = 1 is ScoresHeads and AccumHeads (the same kernels). nil
+	// head, Scores of 1 < m <= 8 rows with the heads side by side by
+	// tiles of 64 keys, every head of a tile before the next. m = 1 is ScoresHeads and AccumHeads (the same kernels). nil
 	// for the formats and instruction sets without grouped-query
 	// assembly (call Scores and Accum head by head instead). They
 	// allocate nothing.

@@ -248,13 +248,20 @@ func groupIndex(isa decodeISA, nk, m, heads, ldc, hs, d int) (int, bool) {
 // wrapScoresGroup returns the multi-head Scores of format f for m rows
 // per KV head (Decode.ScoresGroup; m = 1: Decode.ScoresHeads): the kernel
 // of kerns for m where the call suits it (groupIndex), else the wrapped
-// one-head kernel head by head.
+// one-head kernel head by head: by tiles of groupTileKeys keys where the
+// heads lie side by side and 1 < m <= groupTiledMaxRows, over all the keys
+// otherwise.
 func wrapScoresGroup(isa decodeISA, f Format, one ScoresFunc, kerns []scoresHeadsTile) ScoresGroupFunc {
 	slow := groupScores(f, one)
+	tiled := tiledGroupScores(f, one, groupTileKeys)
 	names := [2]string{"ScoresHeads " + f.String(), "ScoresGroup " + f.String()}
 	return func(s []float32, lds int, q []float32, m, heads int, k []byte, ldk, hs, n, d int) {
 		i, ok := groupIndex(isa, len(kerns), m, heads, ldk, hs, d)
 		if !ok || kerns[i] == nil {
+			if m > 1 && m <= groupTiledMaxRows && headsFast(isa, heads, ldk, hs, d) {
+				tiled(s, lds, q, m, heads, k, ldk, hs, n, d)
+				return
+			}
 			slow(s, lds, q, m, heads, k, ldk, hs, n, d)
 			return
 		}
@@ -302,6 +309,11 @@ func wrapAccumGroup(isa decodeISA, f Format, one AccumFunc, kerns []accumHeadsTi
 		}
 	}
 }
+
+// groupTiledMaxRows is the most rows per KV head that go by tiles: from
+// 16 rows on the AVX-512 float32 and fp16 kernels change form from 1024
+// keys a call (decode_t_amd64.go), so tiles would change the bits.
+const groupTiledMaxRows = 8
 
 // groupKeys is the number of keys the grouped-query accum kernels take
 // at a time (_asm/decode_accum.go).

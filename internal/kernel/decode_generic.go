@@ -46,6 +46,18 @@ func headsAccum(f Format, one AccumFunc) AccumHeadsFunc {
 // calls one head by head, like headsScores, with m rows per head (its
 // panics name ScoresHeads for m = 1).
 func groupScores(f Format, one ScoresFunc) ScoresGroupFunc {
+	return tiledGroupScores(f, one, 0)
+}
+
+// tiledGroupScores is groupScores taking the keys by tiles of tile keys
+// (0: all of them), every head of a tile before the next tile: with the
+// heads of a key side by side, head by head over a tile of a few hundred
+// keys reads the tile's rows from one window of memory while each head's Q
+// rows stay in L1, where one pass per head over all the keys reads a
+// fraction of every DRAM page at a time. tile is even, so that the
+// one-head kernels (two keys a block for 8 rows) pair the same keys as in
+// one call: the same bits.
+func tiledGroupScores(f Format, one ScoresFunc, tile int) ScoresGroupFunc {
 	names := [2]string{"ScoresHeads " + f.String(), "ScoresGroup " + f.String()}
 	return func(s []float32, lds int, q []float32, m, heads int, k []byte, ldk, hs, n, d int) {
 		name := names[1]
@@ -58,11 +70,30 @@ func groupScores(f Format, one ScoresFunc) ScoresGroupFunc {
 		if n == 0 || m == 0 {
 			return
 		}
-		for h := 0; h < heads; h++ {
-			one(s[h*m*lds:], lds, q[h*m*d:], m, k[h*hs:], ldk, n, d)
+		nt := n
+		if tile > 0 {
+			nt = tile
+		}
+		for j0 := 0; j0 < n; j0 += nt {
+			jn := min(nt, n-j0)
+			for h := 0; h < heads; h++ {
+				one(s[h*m*lds+j0:], lds, q[h*m*d:], m, k[j0*ldk+h*hs:], ldk, jn, d)
+			}
 		}
 	}
 }
+
+// groupTileKeys is the number of keys of a tile of the grouped-query
+// scores that go head by head (tiledGroupScores): a multiple of 16, the
+// most keys of a block of the one-head kernels, so that the tiles give
+// the bits of one call. With 8 rows per KV head (no group kernel: the
+// group form of 8 rows loads every Q operand from memory and lost to the
+// one-head kernel, see _asm/decode.go) tiles of 64 keys read 8 KV heads of
+// d = 128 side by side at 0.66-0.80 of ReadSum's bandwidth in float32 and
+// 0.42-0.58 in fp16, against 0.65-0.77 and 0.34-0.46 in one pass per head
+// (BenchmarkDecode group-scores m=8, 2 goroutines, Zen 4, alternated runs
+// under load; 32 and 256 keys did no better).
+const groupTileKeys = 64
 
 // groupAccum is the grouped-query Accum of the same kind.
 func groupAccum(f Format, one AccumFunc) AccumGroupFunc {

@@ -85,7 +85,10 @@ func TestDecodeGroup(t *testing.T) {
 		// Every m of the kernel table (1, 2, 8), odd n, n < 16, heads
 		// multiples of a block's (16/m) and not.
 		{1, 8, 37, 64}, {1, 5, 9, 128}, {2, 16, 45, 128}, {2, 8, 7, 64}, {2, 24, 13, 48}, {2, 4, 19, 64}, {2, 6, 5, 64},
-		{8, 2, 51, 128}, {8, 8, 9, 64}, {8, 6, 3, 32}, {8, 2, 17, 80}, {8, 3, 11, 64}, {8, 1, 13, 64}}
+		{8, 2, 51, 128}, {8, 8, 9, 64}, {8, 6, 3, 32}, {8, 2, 17, 80}, {8, 3, 11, 64}, {8, 1, 13, 64},
+		// Scores of 8 rows by tiles of groupTileKeys keys: several
+		// tiles, the last odd.
+		{8, 4, 2*groupTileKeys + 21, 64}, {8, 2, groupTileKeys + 3, 128}}
 	for _, dk := range decodeSets() {
 		for _, typ := range cacheTypes {
 			if dk.ScoresGroup[typ] == nil {
