@@ -239,14 +239,15 @@ func f32Half(e Elem, im Impl) Half {
 // wrapHalf checks every precondition of the half-precision products before
 // f touches memory; a violation is a caller bug, so it panics.
 func wrapHalf(name string, f func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int)) func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) {
+	nameC, nameA, nameB := name+" C", name+" A", name+" B" // once, not per call
 	return func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) {
 		checkWidth(n)
 		if k < 0 || k%2 != 0 {
 			bad(name + ": k must be even and >= 0")
 		}
-		checkMatrix(name+" C", len(c), m, n, ldc)
-		checkMatrix(name+" A", len(a), m, k, lda)
-		checkVNNI(name+" B", len(b), ldb, k, n)
+		checkMatrix(nameC, len(c), m, n, ldc)
+		checkMatrix(nameA, len(a), m, k, lda)
+		checkVNNI(nameB, len(b), ldb, k, n)
 		if m == 0 || n == 0 {
 			return
 		}
