@@ -37,12 +37,21 @@ package kernel
 // memory;
 // the one-head kernels on such a layout read each head with a stride and
 // reach 0.6-0.8 for the 16- and 32-bit types. With 4 rows per KV head
-// (GQA) float32 reaches about 0.8, bf16 and fp16 0.6-0.7, q8_0 0.3 (0.4
-// with the heads side by side and ScoresGroup, AccumGroup) and q4_0 0.15: the 4 FMAs per 16 values alone bound q8_0 to 0.75 and q4_0
-// to 0.4 of a core's memory bandwidth; a second core doubles the compute
-// per byte. The AVX-512 scores tile of 16 rows for float32 (and fp16 calls
-// of 1024 keys or more) keeps the rows in the vector lanes and has no
-// folds: 1.3-1.8× (fp16 1.2-1.45×) the row kernel's compute speed
+// (GQA) the one-head kernels, head by head, reach about 0.8 in float32,
+// 0.6-0.7 in bf16 and fp16, 0.3 in q8_0 and 0.15 in q4_0: the 4 FMAs per
+// 16 values alone bound q8_0 to 0.75 and q4_0 to 0.4 of a core's memory
+// bandwidth; a second core doubles the compute per byte. The grouped-query
+// kernels (ScoresGroup, AccumGroup; see GroupFast for which) read the
+// heads side by side in address order instead: whole decoding calls on 2
+// loaded cores (32k keys, 8 KV heads of d = 128, ratios to the same run's
+// read bandwidth) measured, with 4 rows per KV head, bf16 0.86 and fp16
+// 0.85 against 0.70 and 0.73 head by head, float32 level with it
+// (0.74 against 0.72), q8_0 0.42 against 0.31; with 2 rows, float32 1.00 and bf16
+// 0.89 against 0.76 and 0.65; with 8 (AccumGroup, Q·Kᵀ by tiles of 64
+// keys), fp16 0.45 against 0.26, float32 level (0.53 against 0.55). On AVX2, 4
+// rows: float32 1.07, bf16 0.72, fp16 0.78 against 0.55, 0.63, 0.46.
+// The AVX-512 scores tile of 16 rows for float32 (and fp16 calls of 1024
+// keys or more) keeps the rows in the vector lanes and has no folds: 1.3-1.8× (fp16 1.2-1.45×) the row kernel's compute speed
 // (decode_t_amd64.go); its float32 tile of 8 rows is two tiles of 4
 // (decode_split_amd64.go). With m >= 8, give S a row stride lds that is
 // not a multiple of 1024 (rows 4 KiB apart share an L1 set), such as
@@ -108,13 +117,12 @@ type Decode struct {
 	// heads lie side by side (ldk == heads·hs) and d is a multiple of 16,
 	// the assembly reads the cache once in address order, where the
 	// one-head kernels read each head's rows a whole key row apart
-	// (measured on Zen 4, 8 KV heads of d = 128, 4 rows each, float32:
-	// about 0.8 of ReadSum's bandwidth by head); other calls go head by
-	// head, Scores of 1 < m <= 8 rows with the heads side by side by
-	// tiles of 64 keys, every head of a tile before the next. m = 1 is ScoresHeads and AccumHeads (the same kernels). nil
-	// for the formats and instruction sets without grouped-query
-	// assembly (call Scores and Accum head by head instead). They
-	// allocate nothing.
+	// (figures in the speed notes above); other calls go head by head,
+	// Scores of 1 < m <= 8 rows with the heads side by side by tiles of
+	// 64 keys, every head of a tile before the next. m = 1 is ScoresHeads
+	// and AccumHeads (the same kernels). nil for the formats and
+	// instruction sets without grouped-query assembly (call Scores and
+	// Accum head by head instead). They allocate nothing.
 	ScoresGroup [NumFormats]ScoresGroupFunc
 	AccumGroup  [NumFormats]AccumGroupFunc
 
@@ -154,11 +162,10 @@ type AccumGroupFunc func(o []float32, ldo int, p []float32, ldp, m, heads int, v
 // pass for m > 1 query rows per KV head (given d a multiple of 16),
 // rather than head by head: the AVX-512 and AVX2 float32, bf16 and fp16
 // kernels and the AVX-512 q8_0 ones for m = 2 and 4, and on AVX-512 for
-// Accum m = 8 (Scores of 8 rows is faster head by head), not bf16's
-// m = 8 on avx512bf16 (whose
-// one-head kernels round to bfloat16); heads a multiple of L/m, the KV
-// heads of one scores block of L rows (the float32 lanes: 16 on AVX-512,
-// 8 on AVX2).
+// Accum m = 8 (Scores of 8 rows goes head by head, by tiles of keys,
+// which measured faster), not bf16's m = 8 on avx512bf16 (whose one-head
+// kernels round to bfloat16); heads a multiple of L/m, the KV heads of one
+// scores block of L rows (the float32 lanes: 16 on AVX-512, 8 on AVX2).
 func (dk *Decode) GroupFast(scores bool, f Format, m, heads int) bool {
 	mask := dk.accumRows[f]
 	if scores {
