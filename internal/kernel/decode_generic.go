@@ -51,12 +51,12 @@ func groupScores(f Format, one ScoresFunc) ScoresGroupFunc {
 
 // tiledGroupScores is groupScores taking the keys by tiles of tile keys
 // (0: all of them), every head of a tile before the next tile: with the
-// heads of a key side by side, head by head over a tile of a few hundred
-// keys reads the tile's rows from one window of memory while each head's Q
-// rows stay in L1, where one pass per head over all the keys reads a
-// fraction of every DRAM page at a time. tile is even, so that the
-// one-head kernels (two keys a block for 8 rows) pair the same keys as in
-// one call: the same bits.
+// heads of a key side by side, head by head over a tile of some tens of
+// keys (groupTileKeys) reads the tile's rows from one window of memory
+// while each head's Q rows stay in L1, where one pass per head over all
+// the keys reads a fraction of every DRAM page at a time. tile is a
+// multiple of 16, the most keys of a block of the one-head kernels, so
+// that they group the same keys as in one call: the same bits.
 func tiledGroupScores(f Format, one ScoresFunc, tile int) ScoresGroupFunc {
 	names := [2]string{"ScoresHeads " + f.String(), "ScoresGroup " + f.String()}
 	return func(s []float32, lds int, q []float32, m, heads int, k []byte, ldk, hs, n, d int) {
