@@ -389,7 +389,7 @@ func (f *forwardPass) softmax(ws *workspace, st *rowState, t *fwdTask, sb subBlo
 }
 
 // expToBF16 reports whether the exponential writes P of tile kv in
-// bfloat16 itself (Impl.ExpSumBF16, rows kernel.Pad(n) apart in fw.ph),
+// bfloat16 itself (Impl.ExpSumBF16, rows kernel.Pad(n) apart in ws.fwd.ph),
 // instead of a float32 tile converted before P·V: the native bfloat16
 // product, without dropout (which scales the float32 P after the
 // exponential). The bits are the same either way.
