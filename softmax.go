@@ -97,9 +97,12 @@ func (st *rowState) update(k *kernel.Impl, r int, row []float32, f float32, ph [
 		}
 	}
 	if mNew != mOld {
-		alpha := kernel.Exp(mOld - mNew) // 0 when mOld is -Inf
-		st.l[r] *= alpha
+		// The row's first visible tile (mOld = −Inf: l = 0 and o not
+		// written yet) needs no rescale: e^{−Inf} = 0 times l = 0 is the
+		// l it has.
 		if mOld != negInf {
+			alpha := kernel.Exp(mOld - mNew)
+			st.l[r] *= alpha
 			k.Scale(st.o[r*st.dimPad:(r+1)*st.dimPad], alpha)
 		}
 		st.m[r] = mNew

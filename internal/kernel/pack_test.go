@@ -293,3 +293,36 @@ func TestRoundF32(t *testing.T) {
 		}
 	}
 }
+
+// TestPackBtLayout checks PackBt element by element against its documented
+// layout, dst[(j/W)*k*W + p*W + j%W] = b[j*ldb+p] with columns n..Pad(n)-1
+// zero, over a destination full of garbage: every strip tail (n%W), rows
+// taken four at a time and the one to three left over (n%4).
+func TestPackBtLayout(t *testing.T) {
+	r := rand.New(rand.NewPCG(29, 64))
+	for _, n := range []int{1, 3, 4, 5, 7, 15, 16, 17, 30, 32, 45, 64} {
+		for _, k := range []int{1, 3, 8, 64} {
+			ldb := k + 5
+			b := make([]float32, n*ldb)
+			for i := range b {
+				b[i] = r.Float32()
+			}
+			dst := make([]float32, Pad(n)*k)
+			for i := range dst {
+				dst[i] = float32(math.NaN())
+			}
+			PackBt(dst, b, ldb, n, k)
+			for j := 0; j < Pad(n); j++ {
+				for p := 0; p < k; p++ {
+					var want float32
+					if j < n {
+						want = b[j*ldb+p]
+					}
+					if got := dst[(j/W)*k*W+p*W+j%W]; math.Float32bits(got) != math.Float32bits(want) {
+						t.Fatalf("n=%d k=%d: element (p=%d, j=%d) is %v, want %v", n, k, p, j, got, want)
+					}
+				}
+			}
+		}
+	}
+}
