@@ -485,7 +485,12 @@ func genAccumHeads(s isa, e decodeElem) {
 
 // groupKeys is the number of keys whose value rows of one head the
 // grouped-query accum kernels take together (O loaded and stored once for
-// them).
+// them). 8 for q8_0 (the 16 widened V vectors of a step leave no
+// registers for P, so the FMAs read it by embedded broadcast) loads and
+// stores O half as often but lost: on Zen 4, group-accum of
+// BenchmarkDecode, 8 KV heads, d = 128, one thread, alternated under
+// load, medians of the ratio to ReadSum 0.49 against 0.56 at m = 4 and
+// 0.71 against 0.75 at m = 2 (at m = 8 the registers do not suffice).
 const groupKeys = 4
 
 // genAccumGroup generates accumGroup<T>M<mr><ISA>, the multi-head form of
