@@ -86,6 +86,10 @@ func TestDecodeGroup(t *testing.T) {
 		// multiples of a block's (16/m) and not.
 		{1, 8, 37, 64}, {1, 5, 9, 128}, {2, 16, 45, 128}, {2, 8, 7, 64}, {2, 24, 13, 48}, {2, 4, 19, 64}, {2, 6, 5, 64},
 		{8, 2, 51, 128}, {8, 8, 9, 64}, {8, 6, 3, 32}, {8, 2, 17, 80}, {8, 3, 11, 64}, {8, 1, 13, 64},
+		// q8_0's scores kernels take two keys a block (w/2 heads each):
+		// several blocks per pair of keys, exactly one pair, a last odd
+		// key row by row.
+		{4, 12, 6, 64}, {2, 8, 2, 32}, {4, 4, 3, 32},
 		// Scores of 8 rows by tiles of groupTileKeys keys: several
 		// tiles, the last odd.
 		{8, 4, 2*groupTileKeys + 21, 64}, {8, 2, groupTileKeys + 3, 128}}

@@ -368,7 +368,12 @@ func (g *accumGen) oTile(acc [][]VecVirtual, first, c int, tail, window, load bo
 // and stored per row of the cache: the rows of a key belong to different
 // heads) and get exactly the operations of accum<T>M1<ISA>, in key order,
 // so the results are the same bit for bit. d is a multiple of 16 (the
-// wrapper sends other head dimensions to the one-head kernels).
+// wrapper sends other head dimensions to the one-head kernels). Taking a
+// head's rows of two keys together for q8_0 (O loaded and stored once for
+// both) lost end to end: on Zen 4, flashattn bench -mode decode, 32 heads,
+// 32k keys, d = 128, q8_0, alternated under load, 12.2-13.4 GB/s against
+// 14.5-15.3 (heads-accum of BenchmarkDecode, one thread: 0.80 against 0.70
+// of ReadSum).
 func genAccumHeads(s isa, e decodeElem) {
 	name := fmt.Sprintf("accumHeads%s%s", e.Name, s.Suffix)
 	TEXT(name, NOSPLIT, fmt.Sprintf("func(o []float32, ldo int, p []float32, ldp, heads int, v []%s, hs, n, d int)", e.GoType))
@@ -485,7 +490,12 @@ func genAccumHeads(s isa, e decodeElem) {
 
 // groupKeys is the number of keys whose value rows of one head the
 // grouped-query accum kernels take together (O loaded and stored once for
-// them).
+// them). 8 for q8_0 (the 16 widened V vectors of a step leave no
+// registers for P, so the FMAs read it by embedded broadcast) loads and
+// stores O half as often but lost: on Zen 4, group-accum of
+// BenchmarkDecode, 8 KV heads, d = 128, one thread, alternated under
+// load, medians of the ratio to ReadSum 0.49 against 0.56 at m = 4 and
+// 0.71 against 0.75 at m = 2 (at m = 8 the registers do not suffice).
 const groupKeys = 4
 
 // genAccumGroup generates accumGroup<T>M<mr><ISA>, the multi-head form of

@@ -27,8 +27,12 @@ type scoresGen struct {
 	// The multi-head kernels (genScoresGroup): ldk is the slot of the row
 	// stride (ldk, or hs for the heads), and the frame slots of the Q row
 	// of the next key and its head number.
-	heads      bool
-	group      bool // genScoresGroup, mr > 1: mr rows per head, w heads per block
+	heads bool
+	group bool // genScoresGroup, mr > 1: mr rows per head, w heads per block
+	// gk is the number of keys of a block of the loop being generated
+	// (groupScoresKeys for the main loop of a group kernel, else 1): a
+	// block takes w/gk heads of gk consecutive keys.
+	gk         int
 	ldk        Mem
 	qCur, hCur Mem
 	// The output position of the multi-head kernels: &s[h][j] of the next
@@ -113,10 +117,12 @@ func genScoresGroup(s isa, e decodeElem, mr int) {
 	g.body()
 }
 
-// scatterGroup stores the sums of v (lane r·w+jj: row r of head h+jj,
-// h the block's first head) at s[(h+jj)·mr+r][j], then moves on to the
-// next w heads, or to the first head of the next key.
+// scatterGroup stores the sums of v (lane r·w+jj: row r of head
+// h+jj/gk for key j+jj%gk, h the block's first head and j its first key)
+// at s[(h+jj/gk)·mr+r][j+jj%gk], then moves on to the next w/gk heads,
+// or to the first head of the next gk keys.
 func (g *scoresGen) scatterGroup(v VecVirtual, w int) {
+	gk := g.gk
 	s, mr := g.s, g.mr
 	if s.EVEX && mr*w == 16 {
 		VMOVUPS(v, g.oBuf)
@@ -126,17 +132,19 @@ func (g *scoresGen) scatterGroup(v VecVirtual, w int) {
 	op, h, oj := ldMem(g.oPtr), ldMem(g.oHead), ldMem(g.oKey)
 	lds := Load(Param("lds"), GP64())
 	SHLQ(Imm(2), lds)
-	for jj := 0; jj < w; jj++ {
+	for hh := 0; hh < w/gk; hh++ {
 		for r := 0; r < mr; r++ {
-			x := GP32()
-			MOVL(g.oBuf.Offset(4*(r*w+jj)), x)
-			MOVL(x, Mem{Base: op})
+			for kk := 0; kk < gk; kk++ {
+				x := GP32()
+				MOVL(g.oBuf.Offset(4*(r*w+hh*gk+kk)), x)
+				MOVL(x, Mem{Base: op, Disp: 4 * kk})
+			}
 			ADDQ(lds, op)
 		}
 	}
-	ADDQ(U32(w), h)
+	ADDQ(U32(w/gk), h)
 	nk := GP64()
-	LEAQ(Mem{Base: oj, Disp: 4}, nk)
+	LEAQ(Mem{Base: oj, Disp: 4 * gk}, nk)
 	z := GP64()
 	XORQ(z, z)
 	CMPQ(h, slot(Param("heads")))
@@ -217,19 +225,23 @@ func (g *scoresGen) body() {
 	}
 
 	w := s.Lanes / mr
-	// The group kernel reads every Q operand from memory (mr rows per
-	// head of the block: mr·w rows), so the scale slots' store and loads
-	// do not pay there: it takes the scale in a register like a kernel of
-	// mr·w rows (q8_0 on Zen 4, group-scores of BenchmarkDecode: 1.02-1.2×
-	// the speed with slots, 5 of 6 alternated runs under load).
+	// A group kernel of one key a block reads every Q operand from
+	// memory (mr rows per head of the block: mr·w rows), so the scale
+	// slots' store and loads do not pay there: it takes the scale in a
+	// register like a kernel of mr·w rows (q8_0 on Zen 4, group-scores of
+	// BenchmarkDecode: 1.02-1.2× the speed with slots, 5 of 6 alternated
+	// runs under load). With two keys a block (groupScoresKeys) it loads
+	// half as much and the slots pay again (flashattn bench, q8_0 GQA
+	// 32/8, alternated under load: 9.4 GB/s with slots, 9.3 without, 8.6
+	// at one key a block).
 	slotRows := mr
-	if g.group {
+	if g.group && groupScoresKeys(s, e, mr, true) == 1 {
 		slotRows = mr * w
 	}
 	g.qc = newQuantConsts(s, e, slotRows, scoresGroup(mr, w))
-	g.keyLoop(w, "main")
+	g.keyLoop(w, groupScoresKeys(s, e, mr, g.group), "main")
 	if w > 1 {
-		g.keyLoop(1, "rest")
+		g.keyLoop(1, 1, "rest")
 	}
 	Label("done")
 	VZEROUPPER()
@@ -295,15 +307,27 @@ func windowRewind(t Register) GPVirtual {
 // The keys of a block are taken one after the other, each row read from
 // start to end (w rows read side by side defeat the hardware prefetchers),
 // into its own mr accumulators; the w·mr accumulators are folded together
-// at the end of the block.
-func (g *scoresGen) keyLoop(w int, lbl string) {
+// at the end of the block. A group kernel's block (the cache rows of w
+// heads of a key) takes, with gk > 1, w/gk heads of gk keys, while at
+// least gk keys are left at the block's first head (then the rest go
+// row by row).
+func (g *scoresGen) keyLoop(w, gk int, lbl string) {
 	s, e, mr := g.s, g.e, g.mr
+	g.gk = gk
 	end := lbl + "End"
 	if w == 1 {
 		end = "done"
 	}
 	Label(lbl)
-	CMPQ(g.nLeft, U32(w))
+	if gk > 1 {
+		// Rows left >= gk·(heads − the block's first head).
+		t := Load(Param("heads"), GP64())
+		SUBQ(g.hCur, t)
+		IMUL3Q(U8(gk), t, t)
+		CMPQ(g.nLeft, t)
+	} else {
+		CMPQ(g.nLeft, U32(w))
+	}
 	JL(LabelRef(end))
 
 	acc := make([][]VecVirtual, mr)
@@ -316,15 +340,29 @@ func (g *scoresGen) keyLoop(w int, lbl string) {
 	}
 	var kld, kld3 GPVirtual
 	if w > 1 {
-		kld, kld3 = strides(g.ldk, max(e.Size, 1), w)
+		kld, kld3 = strides(g.ldk, max(e.Size, 1), w/gk)
 	}
-	ks := newRowSet(g.kb, kld, kld3, w)
+	// Row jj of the block (head jj/gk of key jj%gk): ks[jj%gk].mem(jj/gk).
+	ks := []rowSet{newRowSet(g.kb, kld, kld3, w/gk)}
+	if gk > 1 {
+		kst := GP64() // bytes from a key to the next
+		MOVQ(g.ldk, kst)
+		IMULQ(slot(Param("heads")), kst)
+		for kk := 1; kk < gk; kk++ {
+			b := GP64()
+			MOVQ(g.kb, b)
+			for i := 0; i < kk; i++ {
+				ADDQ(kst, b)
+			}
+			ks = append(ks, newRowSet(b, kld, kld3, w/gk))
+		}
+	}
 	grp := scoresGroup(mr, w)
 	for j0 := 0; j0 < w; j0 += grp {
 		kl := fmt.Sprintf("%sK%d", lbl, j0)
 		qRows := mr // the Q rows of the keys jjs: mr, or mr per head (group)
 		if g.group {
-			qRows = mr * grp
+			qRows = mr * grp / gk
 		}
 		var qld, qld3 GPVirtual
 		if qRows > 1 {
@@ -339,7 +377,7 @@ func (g *scoresGen) keyLoop(w int, lbl string) {
 		var kps []Register
 		for jj := j0; jj < j0+grp; jj++ {
 			kp := GP64()
-			LEAQ(ks.mem(jj, 0), kp)
+			LEAQ(ks[jj%gk].mem(jj/gk, 0), kp)
 			jjs, kps = append(jjs, jj), append(kps, kp)
 		}
 		pfd := GP64() // bytes from a key row to the one it prefetches
@@ -381,7 +419,7 @@ func (g *scoresGen) keyLoop(w int, lbl string) {
 		}
 		Label(kl + "Done")
 		if g.heads {
-			g.nextHead(grp)
+			g.nextHead(grp / gk)
 		}
 	}
 
@@ -408,8 +446,20 @@ func (g *scoresGen) keyLoop(w int, lbl string) {
 	MOVQ(g.kb, kb)
 	kst := GP64()
 	MOVQ(g.ldk, kst)
-	SHLQ(Imm(uint64(log2(max(e.Size, 1))+log2(w))), kst)
+	SHLQ(Imm(uint64(log2(max(e.Size, 1))+log2(w/gk))), kst)
 	ADDQ(kst, kb)
+	if gk > 1 {
+		// After the last head (nextHead went back to head 0), past the
+		// other gk−1 keys of the block.
+		skip, z := GP64(), GP64()
+		MOVQ(g.ldk, skip)
+		IMULQ(slot(Param("heads")), skip)
+		IMUL3Q(U8(gk-1), skip, skip)
+		XORQ(z, z)
+		CMPQ(g.hCur, U8(0))
+		CMOVQNE(z, skip)
+		ADDQ(skip, kb)
+	}
 	MOVQ(kb, g.kb)
 	SUBQ(U32(w), g.nLeft)
 	JMP(LabelRef(lbl))
@@ -454,6 +504,22 @@ func scoresGroup(mr, w int) int {
 		return 1
 	}
 	return min(w, 4)
+}
+
+// groupScoresKeys is the number of keys of a block of the main loop of
+// the scores kernel of mr rows (group: the grouped-query form) for the
+// cache elements e on s: 2 for the AVX-512 q8_0 group kernels, whose step
+// then loads each Q vector of a head once for both keys instead of once
+// per FMA (w/2 heads of 2 keys a block), else 1. Measured on Zen 4
+// (flashattn bench -mode decode, 32k keys, d = 128, 2 workers, medians of
+// series of 5-6 alternated pairs under load): 1.05-1.09× the GB/s at 4
+// rows per KV head (32/8), 1.10× at 2 (16/8). The sums are the same bit for bit: each
+// accumulator gets the same FMAs in the same order.
+func groupScoresKeys(s isa, e decodeElem, mr int, group bool) int {
+	if group && s.EVEX && e.Bits == 8 && mr > 1 {
+		return 2
+	}
+	return 1
 }
 
 // step emits one step of the p loop of the keys jjs, whose rows are at
@@ -502,9 +568,31 @@ func (g *scoresGen) step(acc [][]VecVirtual, w int, jjs []int, qs rowSet, kps []
 	}
 	qr := func(jj, r int) int { return r } // the row of qs of key slot jj's row r
 	if g.group {
-		// qs starts at the Q rows of head jjs[0] (nextHead moves it on
+		// qs starts at the Q rows of head jjs[0]/gk (nextHead moves it on
 		// after each group of keys).
-		qr = func(jj, r int) int { return (jj-jjs[0])*mr + r }
+		qr = func(jj, r int) int { return (jj-jjs[0])/g.gk*mr + r }
+	}
+	if e.quant() && g.gk > 1 {
+		// Each head's Q vectors loaded once, for its gk keys.
+		nv := quantValues / s.Lanes
+		for x0 := 0; x0 < len(jjs); x0 += g.gk {
+			qv := make([][]VecVirtual, mr)
+			for r := range qv {
+				for i := 0; i < nv; i++ {
+					qv[r] = append(qv[r], qload(qr(jjs[x0], r), i*s.Bytes()))
+				}
+			}
+			for x := x0; x < x0+g.gk; x++ {
+				blk := newQuantBlock(s, e, Mem{Base: kps[x]}, g.qc, x)
+				for i := 0; i < nv; i++ {
+					kv := blk.vec(i)
+					for r := 0; r < mr; r++ {
+						VFMADD231PS(qv[r][i], kv, acc[r][jjs[x]])
+					}
+				}
+			}
+		}
+		return
 	}
 	if e.quant() {
 		nv := quantValues / s.Lanes
