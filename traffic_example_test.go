@@ -21,6 +21,6 @@ func ExampleCountTraffic() {
 	fmt.Printf("standard:  %d MiB (scores: %d MiB)\n", t.Standard.Total()>>20, t.Standard.Scores.Total()>>20)
 	// Output:
 	// tiles: 48 query rows × 512 keys, super-blocks of 480 rows
-	// flashattn: 187 MiB (K and V: 88 MiB)
+	// flashattn: 116 MiB (K and V: 88 MiB)
 	// standard:  1040 MiB (scores: 1024 MiB)
 }
