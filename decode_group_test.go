@@ -15,11 +15,12 @@ import (
 // KV head's query heads give alone (one KV head: the one-head kernels),
 // for float32, bf16, fp16 and q8_0 caches, with key counts that are and are not
 // multiples of the kernels' key blocks, with group sizes and KV head
-// counts the kernels take and others (m = 3; 3 KV heads of 8 rows), on
-// every decode kernel set.
+// counts the kernels take and others (m = 3; 3 KV heads of 8 rows; 12
+// rows, on avx512bf16 bf16's native Scores by tiles of keys), on every
+// decode kernel set.
 func TestDecodeGroupHeads(t *testing.T) {
 	const D, capacity = 64, 700
-	for _, sh := range []struct{ H, Hk int }{{16, 4}, {16, 8}, {16, 2}, {8, 8}, {24, 3}, {12, 4}} {
+	for _, sh := range []struct{ H, Hk int }{{16, 4}, {16, 8}, {16, 2}, {8, 8}, {24, 3}, {12, 4}, {48, 4}} {
 		H, Hk := sh.H, sh.Hk
 		g := H / Hk
 		q := goldenTensor(Float32, 41, 1, 1, 1, H, D)
@@ -76,12 +77,13 @@ func decodeOne(t *testing.T, q, k, v Tensor, n int) Tensor {
 // grouped-query kernels (one ScoresGroup and AccumGroup call per block of
 // keys for all KV heads, m rows per head) for every m and KV head count
 // whose kernels the set has (GroupFast; on avx512: float32, bf16, fp16 and
-// q8_0, m = 2, 4 and 8), and the one-head kernels otherwise.
+// q8_0, m = 2, 4 and 8; on avx512bf16 also bf16 for 8 <= m < 16, the
+// native Scores by tiles of keys), and the one-head kernels otherwise.
 func TestDecodeGroupDispatch(t *testing.T) {
 	const D, n = 128, 900
 	for _, dk := range kernel.DecodeAvailable() {
 		for _, dt := range []DType{Float32, BFloat16, Float16, Q8_0} {
-			for _, sh := range []struct{ H, Hk int }{{16, 8}, {32, 8}, {64, 8}, {16, 2}, {24, 3}, {12, 4}} {
+			for _, sh := range []struct{ H, Hk int }{{16, 8}, {32, 8}, {64, 8}, {16, 2}, {24, 3}, {12, 4}, {48, 4}, {128, 8}} {
 				t.Run(fmt.Sprintf("%s/%v/H=%d/Hk=%d", dk.Name, dt, sh.H, sh.Hk), func(t *testing.T) {
 					m := sh.H / sh.Hk
 					forceKernels(t, "decode="+dk.Name)
@@ -116,6 +118,9 @@ func TestDecodeGroupDispatch(t *testing.T) {
 					}
 					if dk.Name == "avx512" && m <= 8 && sh.Hk%(16/m) == 0 && !base.GroupFast(false, kf, m, sh.Hk) {
 						t.Errorf("avx512 has no grouped-query Accum kernel for %v, m = %d", dt, m)
+					}
+					if dk.Name == "avx512bf16" && dt == BFloat16 && m >= 8 && m < 16 && sh.Hk%max(16/m, 1) == 0 && !base.GroupFast(true, kf, m, sh.Hk) {
+						t.Errorf("avx512bf16's bf16 ScoresGroup does not take m = %d (%d KV heads) by key tiles", m, sh.Hk)
 					}
 				})
 			}

@@ -163,9 +163,11 @@ type AccumGroupFunc func(o []float32, ldo int, p []float32, ldp, m, heads int, v
 // rather than head by head: the AVX-512 and AVX2 float32, bf16 and fp16
 // kernels and the AVX-512 q8_0 ones for m = 2 and 4, and on AVX-512 for
 // Accum m = 8 (Scores of 8 rows goes head by head, by tiles of keys,
-// which measured faster), not bf16's m = 8 on avx512bf16 (whose one-head
-// kernels round to bfloat16); heads a multiple of L/m, the KV heads of one
-// scores block of L rows (the float32 lanes: 16 on AVX-512, 8 on AVX2).
+// which measured faster), and on avx512bf16 bf16's Scores of 8 to 15
+// rows (its native one-head kernels, which round to bfloat16, by tiles of
+// keys; not its Accum of 8 or more rows, head by head); heads a
+// multiple of L/m, the KV heads of one scores block of L rows (the
+// float32 lanes: 16 on AVX-512, 8 on AVX2).
 func (dk *Decode) GroupFast(scores bool, f Format, m, heads int) bool {
 	mask := dk.accumRows[f]
 	if scores {

@@ -74,9 +74,9 @@ func TestDecodeHeads(t *testing.T) {
 // TestDecodeGroup: the grouped-query kernels (m rows per KV head) of
 // every set that has them give, bit for bit, what the same set's one-head
 // kernels give head by head, in the layouts of TestDecodeHeads, for the
-// table's rows (m = 1, 2, 4, 8) and head counts that are multiples of a
-// scores block's (16/m), and for the calls it sends head by head (other
-// row and head counts).
+// table's rows (m = 1, 2, 4, 8; and 12, 15 and 16) and head counts that
+// are multiples of a scores block's (16/m), and for the calls it sends
+// head by head (other row and head counts).
 func TestDecodeGroup(t *testing.T) {
 	r := rand.New(rand.NewPCG(15, 16))
 	type shape struct{ m, heads, n, d int }
@@ -92,7 +92,12 @@ func TestDecodeGroup(t *testing.T) {
 		{4, 12, 6, 64}, {2, 8, 2, 32}, {4, 4, 3, 32},
 		// Scores of 8 rows by tiles of groupTileKeys keys: several
 		// tiles, the last odd.
-		{8, 4, 2*groupTileKeys + 21, 64}, {8, 2, groupTileKeys + 3, 128}}
+		{8, 4, 2*groupTileKeys + 21, 64}, {8, 2, groupTileKeys + 3, 128},
+		// More rows per KV head (avx512bf16: bf16 Scores of 8 to 15 rows
+		// by tiles of keys, natively in tiles of 4, 8 and 16 rows, and
+		// 16 rows head by head): several tiles, tails of rows and keys.
+		{12, 4, 2*groupTileKeys + 37, 128}, {8, 8, 5*groupTileKeys + 3, 256}, {15, 2, 3*groupTileKeys + 9, 32},
+		{16, 2, 2*groupTileKeys + 5, 64}}
 	for _, dk := range decodeSets() {
 		for _, typ := range cacheTypes {
 			if dk.ScoresGroup[typ] == nil {
