@@ -143,14 +143,7 @@ func (g *scoresGen) scatterGroup(v VecVirtual, w int) {
 		}
 	}
 	ADDQ(U32(w/gk), h)
-	nk := GP64()
-	LEAQ(Mem{Base: oj, Disp: 4 * gk}, nk)
-	z := GP64()
-	XORQ(z, z)
-	CMPQ(h, slot(Param("heads")))
-	CMOVQEQ(nk, oj)
-	CMOVQEQ(nk, op)
-	CMOVQEQ(z, h)
+	nextKeyAt(op, h, oj, gk, slot(Param("heads")))
 	MOVQ(op, g.oPtr)
 	MOVQ(h, g.oHead)
 	MOVQ(oj, g.oKey)
@@ -179,18 +172,25 @@ func (g *scoresGen) scatter(v VecVirtual, w int) {
 		// the next key.
 		LEAQ(Mem{Base: op, Index: lds, Scale: 4}, op)
 		INCQ(h)
-		nk := GP64()
-		LEAQ(Mem{Base: oj, Disp: 4}, nk)
-		z := GP64()
-		XORQ(z, z)
-		CMPQ(h, heads)
-		CMOVQEQ(nk, oj)
-		CMOVQEQ(nk, op)
-		CMOVQEQ(z, h)
+		nextKeyAt(op, h, oj, 1, heads)
 	}
 	MOVQ(op, g.oPtr)
 	MOVQ(h, g.oHead)
 	MOVQ(oj, g.oKey)
+}
+
+// nextKeyAt emits: if h == heads { oj += 4·keys; op = oj; h = 0 } — after
+// the last head of a key's rows, the output moves on to the first head of
+// the next keys (S column oj, 4 bytes a key), branch-free.
+func nextKeyAt(op, h, oj Register, keys int, heads Op) {
+	nk := GP64()
+	LEAQ(Mem{Base: oj, Disp: 4 * keys}, nk)
+	z := GP64()
+	XORQ(z, z)
+	CMPQ(h, heads)
+	CMOVQEQ(nk, oj)
+	CMOVQEQ(nk, op)
+	CMOVQEQ(z, h)
 }
 
 // body emits the function body of a scores kernel after its TEXT.
