@@ -213,7 +213,8 @@ func mulAddStrided(c []float32, ldc int, a []float32, ri, rp int, b []float32, l
 // Constants of the float32 exponential shared by every implementation:
 // exp(x) = 2^n · exp(r) with n = round(x·log2 e), r = x − n·ln 2 (ln 2 split
 // in two for exactness) and exp(r) a degree-7 polynomial on |r| ≤ ln2/2
-// (1 + r + r²·(ExpP5 + … + ExpP0·r⁵)), or on AVX-512 the degree-6 ExpE… form.
+// (1 + r + r²·(ExpP5 + … + ExpP0·r⁵)); AVX-512 reduces in base 2 instead
+// (the Exp2C… form below).
 // The assembly generators read these (and tanhT0 …) from this file
 // (internal/kernel/_kconst): literal values only.
 const (
@@ -228,16 +229,21 @@ const (
 	ExpP3    = 4.1665795894e-2
 	ExpP4    = 1.6666665459e-1
 	ExpP5    = 5.0000001201e-1
-	// ExpE2 … ExpE6: e^r ≈ 1 + r + ExpE2·r² + … + ExpE6·r⁶ on |r| ≤ ln2/2,
-	// the AVX-512 kernels' polynomial (evaluated by Horner's rule, 6 FMAs
-	// to the 8 instructions of the form above; both within 1 ulp): a
-	// least-squares fit of the relative error on 2000 Chebyshev nodes,
-	// rounded to float32.
-	ExpE2 = 4.9999994040e-1
-	ExpE3 = 1.6666421294e-1
-	ExpE4 = 4.1667725891e-2
-	ExpE5 = 8.3747636527e-3
-	ExpE6 = 1.3859289465e-3
+	// Exp2C1 … Exp2C6: 2^r ≈ 1 + Exp2C1·r + … + Exp2C6·r⁶ on |r| ≤ 1/2,
+	// the AVX-512 kernels' polynomial: exp(t) = 2^n · 2^r with
+	// u = float32(t·log2 e), n = round(u), r = u − n (exact), 2^r by
+	// Horner's rule (6 FMAs) and 2^n by VSCALEFPS. Fitted by exp2fit.go
+	// (minimax relative error, constant term held at 1, rounded to
+	// float32): fit error 1.6e-8 (2^-25.9); evaluated in float32 within
+	// 0.95 ulp of 2^r on every float32 r in [-1/2, 1/2]. (Degree 5 is
+	// 2.04 ulp: too much at t ≈ 0.) The rounding of u costs the rest:
+	// see Impl.ExpSum.
+	Exp2C1 = 6.9314718246e-01
+	Exp2C2 = 2.4022647738e-01
+	Exp2C3 = 5.5503323674e-02
+	Exp2C4 = 9.6184369177e-03
+	Exp2C5 = 1.3398875017e-03
+	Exp2C6 = 1.5353361960e-04
 )
 
 // Exp is the float32 exponential used by the generic kernels. It returns 0

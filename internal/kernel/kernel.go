@@ -201,10 +201,19 @@ type Impl struct {
 	// product is rounded to float32 before sub is subtracted (no fused
 	// multiply-add), as the plain algorithm rounds the score scale·q·k
 	// before subtracting the row maximum m = float32(scale·max): t is the
-	// same float32 on every implementation, and exp(t) within 2 ulp of the
-	// correctly rounded value (the implementations differ by at most 2
-	// ulp). exp(-Inf) is 0 and arguments below about -87.3 (where float32
-	// exp leaves the normal range) give 0.
+	// same float32 on every implementation. exp(t) is within 2 ulp of the
+	// correctly rounded value, plus on AVX-512 |t|·2^-23·e^t: AVX-512
+	// reduces in base 2 (u = float32(t·log2 e), exp(t) = 2^round(u) ·
+	// 2^(u−round(u)), one multiplication fewer than t − n·ln 2 in two
+	// steps), and the rounding of u is a relative error of up to about
+	// |t|·2^-24 (64 ulp near t = ±87); within 2 ulp on |t| ≤ 1. That is
+	// enough for the softmax, where t = score − row max ≤ 0: the absolute
+	// error |t|·e^t·2^-23 is at most 2^-23/e < 2^-24, under half an ulp of
+	// the row's largest term (1), and far below the rounding of the score
+	// itself. Every caller feeds t ≤ 0 (up to the rounding of a maximum).
+	// exp(-Inf) is 0, exp(+Inf) +Inf, NaN propagates, arguments below
+	// ExpMin (where float32 exp leaves the normal range) give 0 and above
+	// ExpMax +Inf.
 	ExpSum func(x []float32, scale, sub float32) float32
 
 	// ExpSumBF16 is ExpSum with the new values stored rounded to bfloat16

@@ -212,87 +212,103 @@ DATA expconsts<>+816(SB)/4, $0x7f800000
 DATA expconsts<>+820(SB)/4, $0x7f800000
 DATA expconsts<>+824(SB)/4, $0x7f800000
 DATA expconsts<>+828(SB)/4, $0x7f800000
-DATA expconsts<>+832(SB)/4, $0x3efffffe
-DATA expconsts<>+836(SB)/4, $0x3efffffe
-DATA expconsts<>+840(SB)/4, $0x3efffffe
-DATA expconsts<>+844(SB)/4, $0x3efffffe
-DATA expconsts<>+848(SB)/4, $0x3efffffe
-DATA expconsts<>+852(SB)/4, $0x3efffffe
-DATA expconsts<>+856(SB)/4, $0x3efffffe
-DATA expconsts<>+860(SB)/4, $0x3efffffe
-DATA expconsts<>+864(SB)/4, $0x3efffffe
-DATA expconsts<>+868(SB)/4, $0x3efffffe
-DATA expconsts<>+872(SB)/4, $0x3efffffe
-DATA expconsts<>+876(SB)/4, $0x3efffffe
-DATA expconsts<>+880(SB)/4, $0x3efffffe
-DATA expconsts<>+884(SB)/4, $0x3efffffe
-DATA expconsts<>+888(SB)/4, $0x3efffffe
-DATA expconsts<>+892(SB)/4, $0x3efffffe
-DATA expconsts<>+896(SB)/4, $0x3e2aaa06
-DATA expconsts<>+900(SB)/4, $0x3e2aaa06
-DATA expconsts<>+904(SB)/4, $0x3e2aaa06
-DATA expconsts<>+908(SB)/4, $0x3e2aaa06
-DATA expconsts<>+912(SB)/4, $0x3e2aaa06
-DATA expconsts<>+916(SB)/4, $0x3e2aaa06
-DATA expconsts<>+920(SB)/4, $0x3e2aaa06
-DATA expconsts<>+924(SB)/4, $0x3e2aaa06
-DATA expconsts<>+928(SB)/4, $0x3e2aaa06
-DATA expconsts<>+932(SB)/4, $0x3e2aaa06
-DATA expconsts<>+936(SB)/4, $0x3e2aaa06
-DATA expconsts<>+940(SB)/4, $0x3e2aaa06
-DATA expconsts<>+944(SB)/4, $0x3e2aaa06
-DATA expconsts<>+948(SB)/4, $0x3e2aaa06
-DATA expconsts<>+952(SB)/4, $0x3e2aaa06
-DATA expconsts<>+956(SB)/4, $0x3e2aaa06
-DATA expconsts<>+960(SB)/4, $0x3d2aabc7
-DATA expconsts<>+964(SB)/4, $0x3d2aabc7
-DATA expconsts<>+968(SB)/4, $0x3d2aabc7
-DATA expconsts<>+972(SB)/4, $0x3d2aabc7
-DATA expconsts<>+976(SB)/4, $0x3d2aabc7
-DATA expconsts<>+980(SB)/4, $0x3d2aabc7
-DATA expconsts<>+984(SB)/4, $0x3d2aabc7
-DATA expconsts<>+988(SB)/4, $0x3d2aabc7
-DATA expconsts<>+992(SB)/4, $0x3d2aabc7
-DATA expconsts<>+996(SB)/4, $0x3d2aabc7
-DATA expconsts<>+1000(SB)/4, $0x3d2aabc7
-DATA expconsts<>+1004(SB)/4, $0x3d2aabc7
-DATA expconsts<>+1008(SB)/4, $0x3d2aabc7
-DATA expconsts<>+1012(SB)/4, $0x3d2aabc7
-DATA expconsts<>+1016(SB)/4, $0x3d2aabc7
-DATA expconsts<>+1020(SB)/4, $0x3d2aabc7
-DATA expconsts<>+1024(SB)/4, $0x3c09364e
-DATA expconsts<>+1028(SB)/4, $0x3c09364e
-DATA expconsts<>+1032(SB)/4, $0x3c09364e
-DATA expconsts<>+1036(SB)/4, $0x3c09364e
-DATA expconsts<>+1040(SB)/4, $0x3c09364e
-DATA expconsts<>+1044(SB)/4, $0x3c09364e
-DATA expconsts<>+1048(SB)/4, $0x3c09364e
-DATA expconsts<>+1052(SB)/4, $0x3c09364e
-DATA expconsts<>+1056(SB)/4, $0x3c09364e
-DATA expconsts<>+1060(SB)/4, $0x3c09364e
-DATA expconsts<>+1064(SB)/4, $0x3c09364e
-DATA expconsts<>+1068(SB)/4, $0x3c09364e
-DATA expconsts<>+1072(SB)/4, $0x3c09364e
-DATA expconsts<>+1076(SB)/4, $0x3c09364e
-DATA expconsts<>+1080(SB)/4, $0x3c09364e
-DATA expconsts<>+1084(SB)/4, $0x3c09364e
-DATA expconsts<>+1088(SB)/4, $0x3ab5a80f
-DATA expconsts<>+1092(SB)/4, $0x3ab5a80f
-DATA expconsts<>+1096(SB)/4, $0x3ab5a80f
-DATA expconsts<>+1100(SB)/4, $0x3ab5a80f
-DATA expconsts<>+1104(SB)/4, $0x3ab5a80f
-DATA expconsts<>+1108(SB)/4, $0x3ab5a80f
-DATA expconsts<>+1112(SB)/4, $0x3ab5a80f
-DATA expconsts<>+1116(SB)/4, $0x3ab5a80f
-DATA expconsts<>+1120(SB)/4, $0x3ab5a80f
-DATA expconsts<>+1124(SB)/4, $0x3ab5a80f
-DATA expconsts<>+1128(SB)/4, $0x3ab5a80f
-DATA expconsts<>+1132(SB)/4, $0x3ab5a80f
-DATA expconsts<>+1136(SB)/4, $0x3ab5a80f
-DATA expconsts<>+1140(SB)/4, $0x3ab5a80f
-DATA expconsts<>+1144(SB)/4, $0x3ab5a80f
-DATA expconsts<>+1148(SB)/4, $0x3ab5a80f
-GLOBL expconsts<>(SB), RODATA|NOPTR, $1152
+DATA expconsts<>+832(SB)/4, $0x3f317218
+DATA expconsts<>+836(SB)/4, $0x3f317218
+DATA expconsts<>+840(SB)/4, $0x3f317218
+DATA expconsts<>+844(SB)/4, $0x3f317218
+DATA expconsts<>+848(SB)/4, $0x3f317218
+DATA expconsts<>+852(SB)/4, $0x3f317218
+DATA expconsts<>+856(SB)/4, $0x3f317218
+DATA expconsts<>+860(SB)/4, $0x3f317218
+DATA expconsts<>+864(SB)/4, $0x3f317218
+DATA expconsts<>+868(SB)/4, $0x3f317218
+DATA expconsts<>+872(SB)/4, $0x3f317218
+DATA expconsts<>+876(SB)/4, $0x3f317218
+DATA expconsts<>+880(SB)/4, $0x3f317218
+DATA expconsts<>+884(SB)/4, $0x3f317218
+DATA expconsts<>+888(SB)/4, $0x3f317218
+DATA expconsts<>+892(SB)/4, $0x3f317218
+DATA expconsts<>+896(SB)/4, $0x3e75fdee
+DATA expconsts<>+900(SB)/4, $0x3e75fdee
+DATA expconsts<>+904(SB)/4, $0x3e75fdee
+DATA expconsts<>+908(SB)/4, $0x3e75fdee
+DATA expconsts<>+912(SB)/4, $0x3e75fdee
+DATA expconsts<>+916(SB)/4, $0x3e75fdee
+DATA expconsts<>+920(SB)/4, $0x3e75fdee
+DATA expconsts<>+924(SB)/4, $0x3e75fdee
+DATA expconsts<>+928(SB)/4, $0x3e75fdee
+DATA expconsts<>+932(SB)/4, $0x3e75fdee
+DATA expconsts<>+936(SB)/4, $0x3e75fdee
+DATA expconsts<>+940(SB)/4, $0x3e75fdee
+DATA expconsts<>+944(SB)/4, $0x3e75fdee
+DATA expconsts<>+948(SB)/4, $0x3e75fdee
+DATA expconsts<>+952(SB)/4, $0x3e75fdee
+DATA expconsts<>+956(SB)/4, $0x3e75fdee
+DATA expconsts<>+960(SB)/4, $0x3d635774
+DATA expconsts<>+964(SB)/4, $0x3d635774
+DATA expconsts<>+968(SB)/4, $0x3d635774
+DATA expconsts<>+972(SB)/4, $0x3d635774
+DATA expconsts<>+976(SB)/4, $0x3d635774
+DATA expconsts<>+980(SB)/4, $0x3d635774
+DATA expconsts<>+984(SB)/4, $0x3d635774
+DATA expconsts<>+988(SB)/4, $0x3d635774
+DATA expconsts<>+992(SB)/4, $0x3d635774
+DATA expconsts<>+996(SB)/4, $0x3d635774
+DATA expconsts<>+1000(SB)/4, $0x3d635774
+DATA expconsts<>+1004(SB)/4, $0x3d635774
+DATA expconsts<>+1008(SB)/4, $0x3d635774
+DATA expconsts<>+1012(SB)/4, $0x3d635774
+DATA expconsts<>+1016(SB)/4, $0x3d635774
+DATA expconsts<>+1020(SB)/4, $0x3d635774
+DATA expconsts<>+1024(SB)/4, $0x3c1d96a6
+DATA expconsts<>+1028(SB)/4, $0x3c1d96a6
+DATA expconsts<>+1032(SB)/4, $0x3c1d96a6
+DATA expconsts<>+1036(SB)/4, $0x3c1d96a6
+DATA expconsts<>+1040(SB)/4, $0x3c1d96a6
+DATA expconsts<>+1044(SB)/4, $0x3c1d96a6
+DATA expconsts<>+1048(SB)/4, $0x3c1d96a6
+DATA expconsts<>+1052(SB)/4, $0x3c1d96a6
+DATA expconsts<>+1056(SB)/4, $0x3c1d96a6
+DATA expconsts<>+1060(SB)/4, $0x3c1d96a6
+DATA expconsts<>+1064(SB)/4, $0x3c1d96a6
+DATA expconsts<>+1068(SB)/4, $0x3c1d96a6
+DATA expconsts<>+1072(SB)/4, $0x3c1d96a6
+DATA expconsts<>+1076(SB)/4, $0x3c1d96a6
+DATA expconsts<>+1080(SB)/4, $0x3c1d96a6
+DATA expconsts<>+1084(SB)/4, $0x3c1d96a6
+DATA expconsts<>+1088(SB)/4, $0x3aaf9f2a
+DATA expconsts<>+1092(SB)/4, $0x3aaf9f2a
+DATA expconsts<>+1096(SB)/4, $0x3aaf9f2a
+DATA expconsts<>+1100(SB)/4, $0x3aaf9f2a
+DATA expconsts<>+1104(SB)/4, $0x3aaf9f2a
+DATA expconsts<>+1108(SB)/4, $0x3aaf9f2a
+DATA expconsts<>+1112(SB)/4, $0x3aaf9f2a
+DATA expconsts<>+1116(SB)/4, $0x3aaf9f2a
+DATA expconsts<>+1120(SB)/4, $0x3aaf9f2a
+DATA expconsts<>+1124(SB)/4, $0x3aaf9f2a
+DATA expconsts<>+1128(SB)/4, $0x3aaf9f2a
+DATA expconsts<>+1132(SB)/4, $0x3aaf9f2a
+DATA expconsts<>+1136(SB)/4, $0x3aaf9f2a
+DATA expconsts<>+1140(SB)/4, $0x3aaf9f2a
+DATA expconsts<>+1144(SB)/4, $0x3aaf9f2a
+DATA expconsts<>+1148(SB)/4, $0x3aaf9f2a
+DATA expconsts<>+1152(SB)/4, $0x3920fdde
+DATA expconsts<>+1156(SB)/4, $0x3920fdde
+DATA expconsts<>+1160(SB)/4, $0x3920fdde
+DATA expconsts<>+1164(SB)/4, $0x3920fdde
+DATA expconsts<>+1168(SB)/4, $0x3920fdde
+DATA expconsts<>+1172(SB)/4, $0x3920fdde
+DATA expconsts<>+1176(SB)/4, $0x3920fdde
+DATA expconsts<>+1180(SB)/4, $0x3920fdde
+DATA expconsts<>+1184(SB)/4, $0x3920fdde
+DATA expconsts<>+1188(SB)/4, $0x3920fdde
+DATA expconsts<>+1192(SB)/4, $0x3920fdde
+DATA expconsts<>+1196(SB)/4, $0x3920fdde
+DATA expconsts<>+1200(SB)/4, $0x3920fdde
+DATA expconsts<>+1204(SB)/4, $0x3920fdde
+DATA expconsts<>+1208(SB)/4, $0x3920fdde
+DATA expconsts<>+1212(SB)/4, $0x3920fdde
+GLOBL expconsts<>(SB), RODATA|NOPTR, $1216
 
 // func mulABtAVX512(c []float32, ldc int, a []float32, lda int, bt []float32, m int, n int, k int)
 // Requires: AVX, AVX512F
@@ -3019,7 +3035,7 @@ cols16Done:
 	RET
 
 // func expSumAVX512(x []float32, scale float32, sub float32) float32
-// Requires: AVX, AVX512F, AVX512VL, SSE
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL, SSE
 TEXT ·expSumAVX512(SB), NOSPLIT, $0-36
 	MOVQ         x_base+0(FP), AX
 	MOVQ         x_len+8(FP), CX
@@ -3028,15 +3044,15 @@ TEXT ·expSumAVX512(SB), NOSPLIT, $0-36
 	MOVSS        sub+28(FP), X1
 	VBROADCASTSS X1, Z1
 	VMOVUPS      expconsts<>+0(SB), Z2
-	VMOVUPS      expconsts<>+64(SB), Z3
-	VMOVUPS      expconsts<>+128(SB), Z4
-	VMOVUPS      expconsts<>+576(SB), Z5
-	VMOVUPS      expconsts<>+640(SB), Z6
-	VMOVUPS      expconsts<>+704(SB), Z7
-	VMOVUPS      expconsts<>+832(SB), Z8
-	VMOVUPS      expconsts<>+896(SB), Z9
-	VMOVUPS      expconsts<>+960(SB), Z10
-	VMOVUPS      expconsts<>+1024(SB), Z11
+	VMOVUPS      expconsts<>+576(SB), Z3
+	VMOVUPS      expconsts<>+640(SB), Z4
+	VMOVUPS      expconsts<>+704(SB), Z5
+	VMOVUPS      expconsts<>+768(SB), Z6
+	VMOVUPS      expconsts<>+832(SB), Z7
+	VMOVUPS      expconsts<>+896(SB), Z8
+	VMOVUPS      expconsts<>+960(SB), Z9
+	VMOVUPS      expconsts<>+1024(SB), Z10
+	VMOVUPS      expconsts<>+1088(SB), Z11
 	VPSUBD       Z12, Z12, Z12
 	VPSUBD       Z13, Z13, Z13
 	CMPQ         CX, $0x00000020
@@ -3047,122 +3063,112 @@ TEXT ·expSumAVX512(SB), NOSPLIT, $0-36
 	VSUBPS       Z1, Z15, Z15
 	VMULPS       Z2, Z14, Z16
 	VMULPS       Z2, Z15, Z17
-	VRNDSCALEPS  $0x00, Z16, Z16
-	VRNDSCALEPS  $0x00, Z17, Z17
-	VMOVAPS      Z14, Z18
-	VMOVAPS      Z15, Z19
-	VFNMADD231PS Z3, Z16, Z18
-	VFNMADD231PS Z3, Z17, Z19
-	VFNMADD231PS Z4, Z16, Z18
-	VFNMADD231PS Z4, Z17, Z19
+	VREDUCEPS    $0x00, Z16, Z18
+	VREDUCEPS    $0x00, Z17, Z19
+	VSUBPS       Z18, Z16, Z16
+	VSUBPS       Z19, Z17, Z17
 
 pipe:
-	CMPQ         CX, $0x00000040
-	JL           drain
-	VMULPS       128(AX), Z0, Z20
-	VMULPS       192(AX), Z0, Z21
-	VSUBPS       Z1, Z20, Z20
-	VSUBPS       Z1, Z21, Z21
-	VMULPS       Z2, Z20, Z22
-	VMULPS       Z2, Z21, Z23
-	VRNDSCALEPS  $0x00, Z22, Z22
-	VRNDSCALEPS  $0x00, Z23, Z23
-	VMOVAPS      Z20, Z24
-	VMOVAPS      Z21, Z25
-	VFNMADD231PS Z3, Z22, Z24
-	VFNMADD231PS Z3, Z23, Z25
-	VFNMADD231PS Z4, Z22, Z24
-	VFNMADD231PS Z4, Z23, Z25
-	VMOVUPS      expconsts<>+1088(SB), Z26
-	VMOVUPS      expconsts<>+1088(SB), Z27
-	VFMADD213PS  Z11, Z18, Z26
-	VFMADD213PS  Z11, Z19, Z27
-	VFMADD213PS  Z10, Z18, Z26
-	VFMADD213PS  Z10, Z19, Z27
-	VFMADD213PS  Z9, Z18, Z26
-	VFMADD213PS  Z9, Z19, Z27
-	VFMADD213PS  Z8, Z18, Z26
-	VFMADD213PS  Z8, Z19, Z27
-	VFMADD213PS  Z5, Z18, Z26
-	VFMADD213PS  Z5, Z19, Z27
-	VFMADD213PS  Z5, Z18, Z26
-	VFMADD213PS  Z5, Z19, Z27
-	VCMPPS       $0x15, Z6, Z14, K1
-	VCMPPS       $0x1e, Z7, Z14, K2
-	VSCALEFPS.Z  Z16, Z26, K1, Z26
-	VMOVUPS      expconsts<>+768(SB), K2, Z26
-	VCMPPS       $0x15, Z6, Z15, K1
-	VCMPPS       $0x1e, Z7, Z15, K2
-	VSCALEFPS.Z  Z17, Z27, K1, Z27
-	VMOVUPS      expconsts<>+768(SB), K2, Z27
-	VMOVUPS      Z26, (AX)
-	VADDPS       Z26, Z12, Z12
-	VMOVUPS      Z27, 64(AX)
-	VADDPS       Z27, Z13, Z13
-	VMOVAPS      Z20, Z14
-	VMOVAPS      Z22, Z16
-	VMOVAPS      Z24, Z18
-	VMOVAPS      Z21, Z15
-	VMOVAPS      Z23, Z17
-	VMOVAPS      Z25, Z19
-	ADDQ         $0x00000080, AX
-	SUBQ         $0x00000020, CX
-	JMP          pipe
+	CMPQ          CX, $0x00000040
+	JL            drain
+	VMULPS        128(AX), Z0, Z20
+	VMULPS        192(AX), Z0, Z21
+	VSUBPS        Z1, Z20, Z20
+	VSUBPS        Z1, Z21, Z21
+	VMULPS        Z2, Z20, Z22
+	VMULPS        Z2, Z21, Z23
+	VREDUCEPS     $0x00, Z22, Z24
+	VREDUCEPS     $0x00, Z23, Z25
+	VSUBPS        Z24, Z22, Z22
+	VSUBPS        Z25, Z23, Z23
+	VCMPPS        $0x15, Z4, Z14, K1
+	VCMPPS        $0x1a, Z5, Z14, K2
+	VCMPPS        $0x15, Z4, Z15, K3
+	VCMPPS        $0x1a, Z5, Z15, K4
+	VMOVUPS       expconsts<>+1152(SB), Z14
+	VMOVUPS       expconsts<>+1152(SB), Z15
+	VFMADD213PS   Z11, Z18, Z14
+	VFMADD213PS   Z11, Z19, Z15
+	VFMADD213PS   Z10, Z18, Z14
+	VFMADD213PS   Z10, Z19, Z15
+	VFMADD213PS   Z9, Z18, Z14
+	VFMADD213PS   Z9, Z19, Z15
+	VFMADD213PS   Z8, Z18, Z14
+	VFMADD213PS   Z8, Z19, Z15
+	VFMADD213PS   Z7, Z18, Z14
+	VFMADD213PS   Z7, Z19, Z15
+	VFMADD213PS.Z Z3, Z18, K1, Z14
+	VFMADD213PS.Z Z3, Z19, K3, Z15
+	VMOVAPS       Z6, Z18
+	VSCALEFPS     Z16, Z14, K2, Z18
+	VMOVAPS       Z6, Z14
+	VSCALEFPS     Z17, Z15, K4, Z14
+	VMOVUPS       Z18, (AX)
+	VADDPS        Z18, Z12, Z12
+	VMOVUPS       Z14, 64(AX)
+	VADDPS        Z14, Z13, Z13
+	VMOVAPS       Z20, Z14
+	VMOVAPS       Z22, Z16
+	VMOVAPS       Z24, Z18
+	VMOVAPS       Z21, Z15
+	VMOVAPS       Z23, Z17
+	VMOVAPS       Z25, Z19
+	ADDQ          $0x00000080, AX
+	SUBQ          $0x00000020, CX
+	JMP           pipe
 
 drain:
-	VMOVUPS     expconsts<>+1088(SB), Z20
-	VMOVUPS     expconsts<>+1088(SB), Z21
-	VFMADD213PS Z11, Z18, Z20
-	VFMADD213PS Z11, Z19, Z21
-	VFMADD213PS Z10, Z18, Z20
-	VFMADD213PS Z10, Z19, Z21
-	VFMADD213PS Z9, Z18, Z20
-	VFMADD213PS Z9, Z19, Z21
-	VFMADD213PS Z8, Z18, Z20
-	VFMADD213PS Z8, Z19, Z21
-	VFMADD213PS Z5, Z18, Z20
-	VFMADD213PS Z5, Z19, Z21
-	VFMADD213PS Z5, Z18, Z20
-	VFMADD213PS Z5, Z19, Z21
-	VCMPPS      $0x15, Z6, Z14, K1
-	VCMPPS      $0x1e, Z7, Z14, K2
-	VSCALEFPS.Z Z16, Z20, K1, Z20
-	VMOVUPS     expconsts<>+768(SB), K2, Z20
-	VCMPPS      $0x15, Z6, Z15, K1
-	VCMPPS      $0x1e, Z7, Z15, K2
-	VSCALEFPS.Z Z17, Z21, K1, Z21
-	VMOVUPS     expconsts<>+768(SB), K2, Z21
-	VMOVUPS     Z20, (AX)
-	VADDPS      Z20, Z12, Z12
-	VMOVUPS     Z21, 64(AX)
-	VADDPS      Z21, Z13, Z13
-	ADDQ        $0x00000080, AX
-	SUBQ        $0x00000020, CX
+	VCMPPS        $0x15, Z4, Z14, K1
+	VCMPPS        $0x1a, Z5, Z14, K2
+	VCMPPS        $0x15, Z4, Z15, K3
+	VCMPPS        $0x1a, Z5, Z15, K4
+	VMOVUPS       expconsts<>+1152(SB), Z14
+	VMOVUPS       expconsts<>+1152(SB), Z15
+	VFMADD213PS   Z11, Z18, Z14
+	VFMADD213PS   Z11, Z19, Z15
+	VFMADD213PS   Z10, Z18, Z14
+	VFMADD213PS   Z10, Z19, Z15
+	VFMADD213PS   Z9, Z18, Z14
+	VFMADD213PS   Z9, Z19, Z15
+	VFMADD213PS   Z8, Z18, Z14
+	VFMADD213PS   Z8, Z19, Z15
+	VFMADD213PS   Z7, Z18, Z14
+	VFMADD213PS   Z7, Z19, Z15
+	VFMADD213PS.Z Z3, Z18, K1, Z14
+	VFMADD213PS.Z Z3, Z19, K3, Z15
+	VMOVAPS       Z6, Z18
+	VSCALEFPS     Z16, Z14, K2, Z18
+	VMOVAPS       Z6, Z14
+	VSCALEFPS     Z17, Z15, K4, Z14
+	VMOVUPS       Z18, (AX)
+	VADDPS        Z18, Z12, Z12
+	VMOVUPS       Z14, 64(AX)
+	VADDPS        Z14, Z13, Z13
+	ADDQ          $0x00000080, AX
+	SUBQ          $0x00000020, CX
 
 afterpipe:
-	VADDPS       Z13, Z12, Z12
-	CMPQ         CX, $0x00000010
-	JL           done
-	VMULPS       (AX), Z0, Z0
-	VSUBPS       Z1, Z0, Z0
-	VMULPS       Z2, Z0, Z1
-	VRNDSCALEPS  $0x00, Z1, Z1
-	VMOVAPS      Z0, Z2
-	VFNMADD231PS Z3, Z1, Z2
-	VFNMADD231PS Z4, Z1, Z2
-	VMOVUPS      expconsts<>+1088(SB), Z3
-	VFMADD213PS  Z11, Z2, Z3
-	VFMADD213PS  Z10, Z2, Z3
-	VFMADD213PS  Z9, Z2, Z3
-	VFMADD213PS  Z8, Z2, Z3
-	VFMADD213PS  Z5, Z2, Z3
-	VFMADD213PS  Z5, Z2, Z3
-	VCMPPS       $0x15, Z6, Z0, K1
-	VCMPPS       $0x1e, Z7, Z0, K2
-	VSCALEFPS.Z  Z1, Z3, K1, Z3
-	VMOVUPS      expconsts<>+768(SB), K2, Z3
-	VMOVUPS      Z3, (AX)
-	VADDPS       Z3, Z12, Z12
+	VADDPS        Z13, Z12, Z12
+	CMPQ          CX, $0x00000010
+	JL            done
+	VMULPS        (AX), Z0, Z0
+	VSUBPS        Z1, Z0, Z0
+	VMULPS        Z2, Z0, Z1
+	VREDUCEPS     $0x00, Z1, Z2
+	VSUBPS        Z2, Z1, Z1
+	VCMPPS        $0x15, Z4, Z0, K1
+	VCMPPS        $0x1a, Z5, Z0, K2
+	VMOVUPS       expconsts<>+1152(SB), Z0
+	VFMADD213PS   Z11, Z2, Z0
+	VFMADD213PS   Z10, Z2, Z0
+	VFMADD213PS   Z9, Z2, Z0
+	VFMADD213PS   Z8, Z2, Z0
+	VFMADD213PS   Z7, Z2, Z0
+	VFMADD213PS.Z Z3, Z2, K1, Z0
+	VMOVAPS       Z6, Z2
+	VSCALEFPS     Z1, Z0, K2, Z2
+	VMOVUPS       Z2, (AX)
+	VADDPS        Z2, Z12, Z12
 
 done:
 	VEXTRACTF64X4 $0x01, Z12, Y0
@@ -6199,7 +6205,7 @@ TEXT ·xgetbv0(SB), NOSPLIT, $0-8
 	RET
 
 // func expSumBF16AVX512BF16(dst []uint16, x []float32, scale float32, sub float32) float32
-// Requires: AVX, AVX512F, AVX512VL, SSE
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL, SSE
 TEXT ·expSumBF16AVX512BF16(SB), NOSPLIT, $0-60
 	MOVQ         x_base+24(FP), AX
 	MOVQ         dst_base+0(FP), CX
@@ -6209,74 +6215,66 @@ TEXT ·expSumBF16AVX512BF16(SB), NOSPLIT, $0-60
 	MOVSS        sub+52(FP), X0
 	VBROADCASTSS X0, Z3
 	VMOVUPS      expconsts<>+0(SB), Z4
-	VMOVUPS      expconsts<>+64(SB), Z5
-	VMOVUPS      expconsts<>+128(SB), Z6
-	VMOVUPS      expconsts<>+576(SB), Z7
-	VMOVUPS      expconsts<>+640(SB), Z8
-	VMOVUPS      expconsts<>+704(SB), Z9
-	VMOVUPS      expconsts<>+832(SB), Z10
-	VMOVUPS      expconsts<>+896(SB), Z11
-	VMOVUPS      expconsts<>+960(SB), Z12
-	VMOVUPS      expconsts<>+1024(SB), Z13
+	VMOVUPS      expconsts<>+576(SB), Z5
+	VMOVUPS      expconsts<>+640(SB), Z6
+	VMOVUPS      expconsts<>+704(SB), Z7
+	VMOVUPS      expconsts<>+768(SB), Z8
+	VMOVUPS      expconsts<>+832(SB), Z9
+	VMOVUPS      expconsts<>+896(SB), Z10
+	VMOVUPS      expconsts<>+960(SB), Z11
+	VMOVUPS      expconsts<>+1024(SB), Z12
+	VMOVUPS      expconsts<>+1088(SB), Z13
 	VPSUBD       Z14, Z14, Z14
 	VPSUBD       Z15, Z15, Z15
 	CMPQ         DX, $0x00000020
 	JL           afterpipe
-	VMULPS       (AX), Z2, Z0
-	VMULPS       64(AX), Z2, Z23
-	VSUBPS       Z3, Z0, Z0
+	VMULPS       (AX), Z2, Z23
+	VMULPS       64(AX), Z2, Z24
 	VSUBPS       Z3, Z23, Z23
-	VMULPS       Z4, Z0, Z24
-	VMULPS       Z4, Z23, Z25
-	VRNDSCALEPS  $0x00, Z24, Z24
-	VRNDSCALEPS  $0x00, Z25, Z25
-	VMOVAPS      Z0, Z26
-	VMOVAPS      Z23, Z27
-	VFNMADD231PS Z5, Z24, Z26
-	VFNMADD231PS Z5, Z25, Z27
-	VFNMADD231PS Z6, Z24, Z26
-	VFNMADD231PS Z6, Z25, Z27
+	VSUBPS       Z3, Z24, Z24
+	VMULPS       Z4, Z23, Z22
+	VMULPS       Z4, Z24, Z0
+	VREDUCEPS    $0x00, Z22, Z1
+	VREDUCEPS    $0x00, Z0, Z25
+	VSUBPS       Z1, Z22, Z22
+	VSUBPS       Z25, Z0, Z0
 
 pipe:
-	CMPQ         DX, $0x00000040
-	JL           drain
-	VMULPS       128(AX), Z2, Z16
-	VMULPS       192(AX), Z2, Z17
-	VSUBPS       Z3, Z16, Z16
-	VSUBPS       Z3, Z17, Z17
-	VMULPS       Z4, Z16, Z18
-	VMULPS       Z4, Z17, Z19
-	VRNDSCALEPS  $0x00, Z18, Z18
-	VRNDSCALEPS  $0x00, Z19, Z19
-	VMOVAPS      Z16, Z20
-	VMOVAPS      Z17, Z21
-	VFNMADD231PS Z5, Z18, Z20
-	VFNMADD231PS Z5, Z19, Z21
-	VFNMADD231PS Z6, Z18, Z20
-	VFNMADD231PS Z6, Z19, Z21
-	VMOVUPS      expconsts<>+1088(SB), Z1
-	VMOVUPS      expconsts<>+1088(SB), Z22
-	VFMADD213PS  Z13, Z26, Z1
-	VFMADD213PS  Z13, Z27, Z22
-	VFMADD213PS  Z12, Z26, Z1
-	VFMADD213PS  Z12, Z27, Z22
-	VFMADD213PS  Z11, Z26, Z1
-	VFMADD213PS  Z11, Z27, Z22
-	VFMADD213PS  Z10, Z26, Z1
-	VFMADD213PS  Z10, Z27, Z22
-	VFMADD213PS  Z7, Z26, Z1
-	VFMADD213PS  Z7, Z27, Z22
-	VFMADD213PS  Z7, Z26, Z1
-	VFMADD213PS  Z7, Z27, Z22
-	VCMPPS       $0x15, Z8, Z0, K1
-	VCMPPS       $0x1e, Z9, Z0, K2
-	VSCALEFPS.Z  Z24, Z1, K1, Z1
-	VMOVUPS      expconsts<>+768(SB), K2, Z1
-	VCMPPS       $0x15, Z8, Z23, K1
-	VCMPPS       $0x1e, Z9, Z23, K2
-	VSCALEFPS.Z  Z25, Z22, K1, Z22
-	VMOVUPS      expconsts<>+768(SB), K2, Z22
-	VMOVAPS      Z1, Z0
+	CMPQ          DX, $0x00000040
+	JL            drain
+	VMULPS        128(AX), Z2, Z16
+	VMULPS        192(AX), Z2, Z17
+	VSUBPS        Z3, Z16, Z16
+	VSUBPS        Z3, Z17, Z17
+	VMULPS        Z4, Z16, Z18
+	VMULPS        Z4, Z17, Z19
+	VREDUCEPS     $0x00, Z18, Z20
+	VREDUCEPS     $0x00, Z19, Z21
+	VSUBPS        Z20, Z18, Z18
+	VSUBPS        Z21, Z19, Z19
+	VCMPPS        $0x15, Z6, Z23, K1
+	VCMPPS        $0x1a, Z7, Z23, K2
+	VCMPPS        $0x15, Z6, Z24, K3
+	VCMPPS        $0x1a, Z7, Z24, K4
+	VMOVUPS       expconsts<>+1152(SB), Z24
+	VMOVUPS       expconsts<>+1152(SB), Z23
+	VFMADD213PS   Z13, Z1, Z24
+	VFMADD213PS   Z13, Z25, Z23
+	VFMADD213PS   Z12, Z1, Z24
+	VFMADD213PS   Z12, Z25, Z23
+	VFMADD213PS   Z11, Z1, Z24
+	VFMADD213PS   Z11, Z25, Z23
+	VFMADD213PS   Z10, Z1, Z24
+	VFMADD213PS   Z10, Z25, Z23
+	VFMADD213PS   Z9, Z1, Z24
+	VFMADD213PS   Z9, Z25, Z23
+	VFMADD213PS.Z Z5, Z1, K1, Z24
+	VFMADD213PS.Z Z5, Z25, K3, Z23
+	VMOVAPS       Z8, Z1
+	VSCALEFPS     Z22, Z24, K2, Z1
+	VMOVAPS       Z8, Z22
+	VSCALEFPS     Z0, Z23, K4, Z22
+	VMOVAPS       Z1, Z0
 
 	// raw: vcvtneps2bf16 ymm0,zmm0
 	BYTE    $0x62
@@ -6298,41 +6296,41 @@ pipe:
 	BYTE    $0xc9
 	VMOVDQU Y1, 32(CX)
 	VADDPS  Z22, Z15, Z15
-	VMOVAPS Z16, Z0
-	VMOVAPS Z18, Z24
-	VMOVAPS Z20, Z26
-	VMOVAPS Z17, Z23
-	VMOVAPS Z19, Z25
-	VMOVAPS Z21, Z27
+	VMOVAPS Z16, Z23
+	VMOVAPS Z18, Z22
+	VMOVAPS Z20, Z1
+	VMOVAPS Z17, Z24
+	VMOVAPS Z19, Z0
+	VMOVAPS Z21, Z25
 	ADDQ    $0x00000080, AX
 	ADDQ    $0x00000040, CX
 	SUBQ    $0x00000020, DX
 	JMP     pipe
 
 drain:
-	VMOVUPS     expconsts<>+1088(SB), Z1
-	VMOVUPS     expconsts<>+1088(SB), Z16
-	VFMADD213PS Z13, Z26, Z1
-	VFMADD213PS Z13, Z27, Z16
-	VFMADD213PS Z12, Z26, Z1
-	VFMADD213PS Z12, Z27, Z16
-	VFMADD213PS Z11, Z26, Z1
-	VFMADD213PS Z11, Z27, Z16
-	VFMADD213PS Z10, Z26, Z1
-	VFMADD213PS Z10, Z27, Z16
-	VFMADD213PS Z7, Z26, Z1
-	VFMADD213PS Z7, Z27, Z16
-	VFMADD213PS Z7, Z26, Z1
-	VFMADD213PS Z7, Z27, Z16
-	VCMPPS      $0x15, Z8, Z0, K1
-	VCMPPS      $0x1e, Z9, Z0, K2
-	VSCALEFPS.Z Z24, Z1, K1, Z1
-	VMOVUPS     expconsts<>+768(SB), K2, Z1
-	VCMPPS      $0x15, Z8, Z23, K1
-	VCMPPS      $0x1e, Z9, Z23, K2
-	VSCALEFPS.Z Z25, Z16, K1, Z16
-	VMOVUPS     expconsts<>+768(SB), K2, Z16
-	VMOVAPS     Z1, Z0
+	VCMPPS        $0x15, Z6, Z23, K1
+	VCMPPS        $0x1a, Z7, Z23, K2
+	VCMPPS        $0x15, Z6, Z24, K3
+	VCMPPS        $0x1a, Z7, Z24, K4
+	VMOVUPS       expconsts<>+1152(SB), Z16
+	VMOVUPS       expconsts<>+1152(SB), Z17
+	VFMADD213PS   Z13, Z1, Z16
+	VFMADD213PS   Z13, Z25, Z17
+	VFMADD213PS   Z12, Z1, Z16
+	VFMADD213PS   Z12, Z25, Z17
+	VFMADD213PS   Z11, Z1, Z16
+	VFMADD213PS   Z11, Z25, Z17
+	VFMADD213PS   Z10, Z1, Z16
+	VFMADD213PS   Z10, Z25, Z17
+	VFMADD213PS   Z9, Z1, Z16
+	VFMADD213PS   Z9, Z25, Z17
+	VFMADD213PS.Z Z5, Z1, K1, Z16
+	VFMADD213PS.Z Z5, Z25, K3, Z17
+	VMOVAPS       Z8, Z1
+	VSCALEFPS     Z22, Z16, K2, Z1
+	VMOVAPS       Z8, Z16
+	VSCALEFPS     Z0, Z17, K4, Z16
+	VMOVAPS       Z1, Z0
 
 	// raw: vcvtneps2bf16 ymm0,zmm0
 	BYTE    $0x62
@@ -6359,28 +6357,26 @@ drain:
 	SUBQ    $0x00000020, DX
 
 afterpipe:
-	VADDPS       Z15, Z14, Z14
-	CMPQ         DX, $0x00000010
-	JL           done
-	VMULPS       (AX), Z2, Z0
-	VSUBPS       Z3, Z0, Z0
-	VMULPS       Z4, Z0, Z1
-	VRNDSCALEPS  $0x00, Z1, Z1
-	VMOVAPS      Z0, Z2
-	VFNMADD231PS Z5, Z1, Z2
-	VFNMADD231PS Z6, Z1, Z2
-	VMOVUPS      expconsts<>+1088(SB), Z3
-	VFMADD213PS  Z13, Z2, Z3
-	VFMADD213PS  Z12, Z2, Z3
-	VFMADD213PS  Z11, Z2, Z3
-	VFMADD213PS  Z10, Z2, Z3
-	VFMADD213PS  Z7, Z2, Z3
-	VFMADD213PS  Z7, Z2, Z3
-	VCMPPS       $0x15, Z8, Z0, K1
-	VCMPPS       $0x1e, Z9, Z0, K2
-	VSCALEFPS.Z  Z1, Z3, K1, Z3
-	VMOVUPS      expconsts<>+768(SB), K2, Z3
-	VMOVAPS      Z3, Z0
+	VADDPS        Z15, Z14, Z14
+	CMPQ          DX, $0x00000010
+	JL            done
+	VMULPS        (AX), Z2, Z0
+	VSUBPS        Z3, Z0, Z0
+	VMULPS        Z4, Z0, Z1
+	VREDUCEPS     $0x00, Z1, Z2
+	VSUBPS        Z2, Z1, Z1
+	VCMPPS        $0x15, Z6, Z0, K1
+	VCMPPS        $0x1a, Z7, Z0, K2
+	VMOVUPS       expconsts<>+1152(SB), Z0
+	VFMADD213PS   Z13, Z2, Z0
+	VFMADD213PS   Z12, Z2, Z0
+	VFMADD213PS   Z11, Z2, Z0
+	VFMADD213PS   Z10, Z2, Z0
+	VFMADD213PS   Z9, Z2, Z0
+	VFMADD213PS.Z Z5, Z2, K1, Z0
+	VMOVAPS       Z8, Z2
+	VSCALEFPS     Z1, Z0, K2, Z2
+	VMOVAPS       Z2, Z0
 
 	// raw: vcvtneps2bf16 ymm0,zmm0
 	BYTE    $0x62
@@ -6390,7 +6386,7 @@ afterpipe:
 	BYTE    $0x72
 	BYTE    $0xc0
 	VMOVDQU Y0, (CX)
-	VADDPS  Z3, Z14, Z14
+	VADDPS  Z2, Z14, Z14
 
 done:
 	VEXTRACTF64X4 $0x01, Z14, Y0

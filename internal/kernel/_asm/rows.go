@@ -36,11 +36,12 @@ const (
 	cMin
 	cMax
 	cInf
-	cE2 // ExpE2 … ExpE6: AVX-512's polynomial (see finish in genExpSum)
-	cE3
-	cE4
-	cE5
-	cE6
+	cC1 // Exp2C1 … Exp2C6: AVX-512's polynomial of 2^r (see finish in genExpSum)
+	cC2
+	cC3
+	cC4
+	cC5
+	cC6
 	numConsts
 )
 
@@ -53,7 +54,7 @@ func genExpTable() {
 	for i, name := range map[int]string{cLog2e: "ExpLog2e", cLn2Hi: "ExpLn2Hi", cLn2Lo: "ExpLn2Lo",
 		cP0: "ExpP0", cP1: "ExpP1", cP2: "ExpP2", cP3: "ExpP3", cP4: "ExpP4", cP5: "ExpP5",
 		cMin: "ExpMin", cMax: "ExpMax",
-		cE2: "ExpE2", cE3: "ExpE3", cE4: "ExpE4", cE5: "ExpE5", cE6: "ExpE6"} {
+		cC1: "Exp2C1", cC2: "Exp2C2", cC3: "Exp2C3", cC4: "Exp2C4", cC5: "Exp2C5", cC6: "Exp2C6"} {
 		vals[i] = generic.F32(name)
 	}
 	expTab = GLOBL("expconsts", RODATA|NOPTR)
@@ -101,13 +102,13 @@ func genExpSum(s isa, toBF16 bool) {
 	// (and those that must be registers) and reads the polynomial's from
 	// the table; with every constant in memory the loop was bound by loads
 	// (16 per vector), at a third of the speed. AVX-512 keeps those it
-	// uses but the two that are only loaded (E6, +Inf), which leaves
-	// registers for the two pairs of vectors of its pipeline (see below);
-	// it does not use P0 … P5 (AVX2's polynomial).
+	// uses but C6, which is only loaded, and the two-step ln 2 it does
+	// not use, which leaves registers for the two pairs of vectors of its
+	// pipeline (see below); it does not use P0 … P5 (AVX2's polynomial).
 	var creg [numConsts]VecVirtual
 	inReg := func(i int) bool {
 		if s.EVEX {
-			return i != cE6 && i != cInf && (i < cP0 || i > cP5)
+			return i != cC6 && i != cLn2Hi && i != cLn2Lo && (i < cP0 || i > cP5)
 		}
 		switch i {
 		case cLog2e, cLn2Hi, cOne, cMin, cMax:
@@ -137,7 +138,10 @@ func genExpSum(s isa, toBF16 bool) {
 	// is a chain of about 50 cycles.
 	type reduced struct{ t, n, r []VecVirtual }
 	// reduceArg loads the vectors at byte offsets offs of xp and returns
-	// t = round(scale·x) − sub, n = round(t·log2 e) and r = t − n·ln2.
+	// t = round(scale·x) − sub, and n, r with exp(t) ≈ 2^n·2^r: the
+	// reduction is in base 2, u = round(t·log2 e), n = round(u) and
+	// r = u − n, both exact, |r| ≤ 1/2 (the rounding of u is the only
+	// error, relative |t|·2^-24 at most: see Impl.ExpSum).
 	reduceArg := func(offs []int) reduced {
 		u := len(offs)
 		each := func(f func(j int)) {
@@ -150,16 +154,16 @@ func genExpSum(s isa, toBF16 bool) {
 		// Impl.ExpSum).
 		each(func(j int) { VMULPS(Mem{Base: xp, Disp: offs[j]}, scale, t[j]) })
 		each(func(j int) { VSUBPS(sub, t[j], t[j]) })
-		// n = round(t·log2 e), to nearest even. t is not clamped first:
-		// the lanes where t > ExpMax are +Inf and those where t < ExpMin
-		// are 0 at the end whatever p is, and a NaN propagates.
+		// u = round(t·log2 e) (in n), r = u − round(u) by VREDUCEPS
+		// (imm 0: no fraction bits kept, to nearest even), then
+		// n = u − r on the add pipes. t is not clamped first: the lanes
+		// where t > ExpMax are +Inf and those where t < ExpMin are 0 at
+		// the end whatever p is, and a NaN propagates. u = ±Inf gives
+		// r = +0 and n = ±Inf (VREDUCEPS's special case), hence
+		// exp(+Inf) = 2^+Inf = +Inf, and exp(-Inf) = 0 by the mask.
 		each(func(j int) { VMULPS(c(cLog2e), t[j], n[j]) })
-		each(func(j int) { VRNDSCALEPS(Imm(0), n[j], n[j]) })
-		// r = t − n·ln2, in two steps (ln2hi has few bits so n·ln2hi is
-		// exact).
-		each(func(j int) { VMOVAPS(t[j], r[j]) })
-		each(func(j int) { VFNMADD231PS(c(cLn2Hi), n[j], r[j]) })
-		each(func(j int) { VFNMADD231PS(c(cLn2Lo), n[j], r[j]) })
+		each(func(j int) { VREDUCEPS(Imm(0), n[j], r[j]) })
+		each(func(j int) { VSUBPS(r[j], n[j], n[j]) })
 		return reduced{t, n, r}
 	}
 	// store writes vector p, the exponentials of the vector at byte offset
@@ -191,28 +195,35 @@ func genExpSum(s isa, toBF16 bool) {
 		}
 		t, n, r := v.t, v.n, v.r
 		p := vecs(s, u)
-		// p = (((((E6·r + E5)·r + E4)·r + E3)·r + E2)·r + 1)·r + 1 ≈ e^r,
-		// Horner's rule: 6 FMAs where AVX2's form, ((P0·r + P1)·r … +
-		// P5)·r² + r + 1, takes 8 instructions. Both are within 1 ulp of
-		// e^r on |r| ≤ ln2/2 (TestExpULP).
-		each(func(j int) { VMOVUPS(c(cE6), p[j]) })
-		for _, k := range []int{cE5, cE4, cE3, cE2, cOne, cOne} {
-			each(func(j int) { VFMADD213PS(c(k), r[j], p[j]) }) // p = p*r + Ek
-		}
+		// k1 is !(t < ExpMin) (NLT_UQ; true also for NaN, which
+		// propagates through p), k2 is !(t > ExpMax) (NGT_UQ, NaN too).
+		k1, k2 := make([]Register, u), make([]Register, u)
 		each(func(j int) {
-			// k1 is !(t < ExpMin) (NLT_UQ; true also for NaN, which
-			// propagates through p), k2 is t > ExpMax (GT_OQ).
-			k1, k2 := K(), K()
-			VCMPPS(Imm(0x15), c(cMin), t[j], k1)
-			VCMPPS(Imm(0x1e), c(cMax), t[j], k2)
-			// p·2^n, forced to 0 where t < ExpMin (true also for -Inf),
-			// then +Inf where t > ExpMax.
-			VSCALEFPS_Z(n[j], p[j], k1, p[j])
-			VMOVUPS(c(cInf), k2, p[j]) // a masked load: VMOVAPS would need 64-byte alignment
+			k1[j], k2[j] = K(), K()
+			VCMPPS(Imm(0x15), c(cMin), t[j], k1[j])
+			VCMPPS(Imm(0x1a), c(cMax), t[j], k2[j])
+		})
+		// p = (((((C6·r + C5)·r + C4)·r + C3)·r + C2)·r + C1)·r + 1 ≈ 2^r,
+		// Horner's rule, 6 FMAs, the last one zero-masked by k1: p = 0
+		// where t < ExpMin (also -Inf), and 0·2^n = 0 there (n ≤ -126 or
+		// -Inf).
+		each(func(j int) { VMOVUPS(c(cC6), p[j]) })
+		for _, k := range []int{cC5, cC4, cC3, cC2, cC1} {
+			each(func(j int) { VFMADD213PS(c(k), r[j], p[j]) }) // p = p*r + Ck
+		}
+		each(func(j int) { VFMADD213PS_Z(c(cOne), r[j], k1[j], p[j]) })
+		// q = p·2^n where k2, +Inf where t > ExpMax: VSCALEFPS merged
+		// into a copy of +Inf (the copy is eliminated at rename). 2^n
+		// alone would overflow only above about 88.72, so the mask keeps
+		// the contract's +Inf from ExpMax up.
+		q := vecs(s, u)
+		each(func(j int) {
+			VMOVAPS(c(cInf), q[j])
+			VSCALEFPS(n[j], p[j], k2[j], q[j])
 		})
 		each(func(j int) {
-			store(j, p[j], offs[j])
-			VADDPS(p[j], acc[j%len(acc)], acc[j%len(acc)])
+			store(j, q[j], offs[j])
+			VADDPS(q[j], acc[j%len(acc)], acc[j%len(acc)])
 		})
 	}
 	exp := func(offs []int, acc []VecVirtual) {
