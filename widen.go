@@ -15,11 +15,14 @@ import "slices"
 // Measured on Zen 4 (1 MiB L2), one worker, N = 4096, d = 128, B_c = 512,
 // the ratio to the FMA peak by super-block rows: 192 (superBlockRows) 0.80–
 // 0.82, 288 0.82–0.83, 384 0.84, 480 0.84–0.85, 768 0.85, 1024 0.85, 2048
-// 0.82.
+// 0.82; at d = 256, where superBlockRows leaves blocks of one microtile
+// (96 rows), 0.81 against 0.85 for 192 rows and 0.85–0.88 for 384–480.
 const wideSuperRows = 768
 
-// widen joins, in place, the unsplit super-block tasks of one head of one
-// sequence that follow each other in rows and see the same keys (so that
+// widen joins, in place, the unsplit tasks of one head of one sequence
+// walked in super-blocks (packed K and V beyond half the cache, see
+// forwardTasks; the blocks may be of one microtile, where the cache holds
+// no more) that follow each other in rows and see the same keys (so that
 // superTask walks the same key tiles for every microtile, and every row's
 // result is the same bits as in its own super-block) into tasks of up to
 // wideSuperRows rows, when the joined tasks still number at least
@@ -33,7 +36,15 @@ func (p *plan) widen(list []fwdTask, last *[]int32) []fwdTask {
 	}
 	k := wideSuperRows / p.superQ
 	joinable := func(t *fwdTask) bool {
-		return t.slot < 0 && t.nh == 1 && t.i1-t.i0 > p.blockQ && p.packs(&p.seqs[t.seq])
+		s := &p.seqs[t.seq]
+		if t.slot >= 0 || t.nh != 1 || p.stacked(s) || !p.packs(s) || p.kvBytes(s) <= p.cacheBytes/2 {
+			return false
+		}
+		// A block of one microtile runs as task does, whose tiles restart
+		// where a mask changes their kind; joined, superTask's start every
+		// blockK keys from j0: the same tiles only where it sees all its
+		// keys.
+		return t.i1-t.i0 > p.blockQ || s.vis.tile(t.rowBlock, t.j0, t.j1) == BlockFull
 	}
 	n := 0
 	for i := range list {
