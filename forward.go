@@ -37,6 +37,7 @@ type fwdMem struct {
 	partO, partM []float32
 	partL        []float32
 	left         []int32
+	last         []int32 // widen's scratch
 }
 
 func (c *call) forward(out view, lse []float32) error {
@@ -47,6 +48,7 @@ func (c *call) forward(out view, lse []float32) error {
 	f := &c.fwd
 	*f = forwardPass{p: p, out: out, lse: lse, kv: &c.pack.kv, mem: f.mem}
 	tasks, rows, splitBlocks := p.forwardTasks(&f.mem.blocks, &f.mem.tasks)
+	tasks = p.widen(tasks, &f.mem.last)
 	f.tasks = tasks
 	if err := c.pack.run(p, false); err != nil {
 		return err

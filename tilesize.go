@@ -114,7 +114,9 @@ func blockSizesFor(d, l2 int, o *Options) (bq, bk int) {
 // B_r = M/(4·(d+dv)) floats, a multiple of bq, at most 512 rows. A BlockQ
 // override keeps one microtile per block (no super-blocks), and so do
 // block masks and element masks: their microtiles see different key
-// blocks, so a super-block would read the union of their tiles.
+// blocks, so a super-block would read the union of their tiles. With few
+// workers the forward joins neighbouring super-blocks into wider tasks
+// (widen.go), which measured faster although their Q and O exceed M.
 func superBlockRows(d, dv, l2, bq int, o *Options) int {
 	if o.BlockQ > 0 || o.BlockMask != nil || o.Mask != nil {
 		return bq
