@@ -130,6 +130,10 @@ func TileCacheBytes() int {
 // operands are much larger than the cache. Elements count 4 bytes each
 // (padded tiles count their padding). It assumes no row has |LSE| ≥ 16
 // (see Backward: such rows take one more pass over their key tiles).
+// With few workers the forward joins neighbouring super-blocks of a head
+// into wider tasks (their microtiles then share each K/V tile, and their
+// Q rows and accumulators exceed the cache); the count is that of the
+// super-blocks the cache is sized for, as with many workers.
 //
 // opts may be nil; a KVCache (decoding) is not counted. The count reads
 // no tensor: it builds the call's tiling from the shape and options alone,
