@@ -3,6 +3,9 @@ package flashattn
 import (
 	"math/rand/v2"
 	"testing"
+	"unsafe"
+
+	"github.com/flashattn/flashattn/half"
 
 	"github.com/flashattn/flashattn/internal/kernel"
 )
@@ -17,8 +20,26 @@ type kernelWork struct {
 	bf16ToF32, f32ToBF16 int // elements converted
 	f32ToBF16Calls       int
 	scaleCalls           int
-	roundF32             int // elements rounded in float32
-	halfMulAdd           int // calls of the bfloat16 products' MulAdd
+	roundF32             int           // elements rounded in float32
+	halfMulAdd           int           // calls of the bfloat16 products' MulAdd
+	halfMulA             []halfOperand // the A operands of the bfloat16 products' Mul
+}
+
+// halfOperand is the A operand of one bfloat16 product: its first element
+// and its depth k.
+type halfOperand struct {
+	a *uint16
+	k int
+}
+
+// inside reports whether o's first element lies in s.
+func (o halfOperand) inside(s []half.BF16) bool {
+	if len(s) == 0 {
+		return false
+	}
+	lo := uintptr(unsafe.Pointer(&s[0]))
+	x := uintptr(unsafe.Pointer(o.a))
+	return x >= lo && x < lo+uintptr(len(s))*unsafe.Sizeof(s[0])
 }
 
 // countingSet forces the active set with its BF16ToF32, F32ToBF16, Scale,
@@ -35,6 +56,11 @@ func countingSet(t *testing.T, w *kernelWork) {
 	}
 	s.Impl.Scale = func(x []float32, a float32) { w.scaleCalls++; im.Scale(x, a) }
 	s.Impl.RoundF32 = func(x []float32, e kernel.Elem) { w.roundF32 += len(x); im.RoundF32(x, e) }
+	mul := s.BF16.Mul
+	s.BF16.Mul = func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) {
+		w.halfMulA = append(w.halfMulA, halfOperand{&a[0], k})
+		mul(c, ldc, a, lda, b, ldb, m, n, k)
+	}
 	mulAdd := s.BF16.MulAdd
 	s.BF16.MulAdd = func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) {
 		w.halfMulAdd++
@@ -51,7 +77,8 @@ func countingSet(t *testing.T, w *kernelWork) {
 // the last three where the bfloat16 products are native, not the "f32" path),
 // and sets each block's accumulator with its first P·V rather than adding
 // it to a cleared one; P itself is written in bfloat16 by the exponential,
-// not converted from a float32 tile.
+// not converted from a float32 tile; the scores' products read Q's own
+// bfloat16 rows, not a copy of them.
 // One worker, so that the counters need no lock.
 func TestForwardNonProductWork(t *testing.T) {
 	const b, n, h, d, bq = 1, 256, 2, 64, 32
@@ -94,6 +121,22 @@ func TestForwardNonProductWork(t *testing.T) {
 			// float32 P tile in a second pass.
 			if pElems := w.f32ToBF16 - rows*d; pElems != 0 {
 				t.Errorf("%d elements of P converted from float32 to bfloat16 after the exponential", pElems)
+			}
+			// The scores S = Q·Kᵀ, one product per tile, read Q's rows
+			// where they lie, not from a copy of them. Under the causal
+			// mask each head's first block has its diagonal tile only.
+			scoreTiles := tiles
+			if tc.causal {
+				scoreTiles -= h
+			}
+			inQ := 0
+			for _, o := range w.halfMulA {
+				if o.k == d && o.inside(q.BF16) {
+					inQ++
+				}
+			}
+			if inQ != scoreTiles {
+				t.Errorf("%d of %d Q·Kᵀ products read Q's own rows: the others read a copy of Q", inQ, scoreTiles)
 			}
 			// The first P·V of each block sets its accumulator (Mul), not
 			// adds to a cleared one (MulAdd).
