@@ -478,14 +478,21 @@ func (f *forwardPass) finish(ws *workspace, st *rowState, t *fwdTask) {
 	}
 	for r := 0; r < m; r++ {
 		h, i := t.at(r)
-		o := ws.outRow(f.out, s.tb, s.q0+i, h, p.dimV)
+		var o []float32
 		var v float32
 		if p.sinks != nil {
-			v = st.finishSink(&p.kern, r, o, p.dimV, p.sinks[h])
+			o, v = st.finishSink(&p.kern, r, p.dimV, p.sinks[h])
 		} else {
-			v = st.finish(&p.kern, r, o, p.dimV)
+			o, v = st.finish(&p.kern, r, p.dimV)
 		}
-		f.out.commit(o, s.tb, s.q0+i, h, &p.kern)
+		// O's row from the normalised accumulator row: copied, or
+		// converted from it where O is not float32 (no float32 copy
+		// between them).
+		if f.out.dt == Float32 {
+			copy(f.out.row(s.tb, s.q0+i, h), o)
+		} else {
+			f.out.storeRow(o, s.tb, s.q0+i, h, &p.kern)
+		}
 		if f.lse != nil {
 			f.lse[s.lse0+h*s.lseH+i] = v
 		}

@@ -19,6 +19,7 @@ import (
 type kernelWork struct {
 	bf16ToF32, f32ToBF16 int // elements converted
 	f32ToBF16Calls       int
+	f32ToBF16Srcs        map[*float32]bool // the first elements of the rows converted
 	scaleCalls           int
 	roundF32             int           // elements rounded in float32
 	halfMulAdd           int           // calls of the bfloat16 products' MulAdd
@@ -52,6 +53,12 @@ func countingSet(t *testing.T, w *kernelWork) {
 	s.Impl.F32ToBF16 = func(dst []uint16, src []float32) {
 		w.f32ToBF16 += len(src)
 		w.f32ToBF16Calls++
+		if len(src) > 0 {
+			if w.f32ToBF16Srcs == nil {
+				w.f32ToBF16Srcs = map[*float32]bool{}
+			}
+			w.f32ToBF16Srcs[&src[0]] = true
+		}
 		im.F32ToBF16(dst, src)
 	}
 	s.Impl.Scale = func(x []float32, a float32) { w.scaleCalls++; im.Scale(x, a) }
@@ -78,7 +85,8 @@ func countingSet(t *testing.T, w *kernelWork) {
 // and sets each block's accumulator with its first P·V rather than adding
 // it to a cleared one; P itself is written in bfloat16 by the exponential,
 // not converted from a float32 tile; the scores' products read Q's own
-// bfloat16 rows, not a copy of them.
+// bfloat16 rows, not a copy of them; O's rows are converted from the
+// normalised accumulator rows themselves.
 // One worker, so that the counters need no lock.
 func TestForwardNonProductWork(t *testing.T) {
 	const b, n, h, d, bq = 1, 256, 2, 64, 32
@@ -137,6 +145,12 @@ func TestForwardNonProductWork(t *testing.T) {
 			}
 			if inQ != scoreTiles {
 				t.Errorf("%d of %d Q·Kᵀ products read Q's own rows: the others read a copy of Q", inQ, scoreTiles)
+			}
+			// O's rows are converted straight from the block's
+			// accumulator rows (one per row), not from a float32 copy in
+			// one scratch row.
+			if srcs := len(w.f32ToBF16Srcs); srcs < bq {
+				t.Errorf("O's rows converted from %d distinct float32 rows for blocks of %d rows: they are copied to a scratch row first", srcs, bq)
 			}
 			// The first P·V of each block sets its accumulator (Mul), not
 			// adds to a cleared one (MulAdd).
