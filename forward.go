@@ -478,19 +478,25 @@ func (f *forwardPass) finish(ws *workspace, st *rowState, t *fwdTask) {
 	}
 	for r := 0; r < m; r++ {
 		h, i := t.at(r)
+		var oh []uint16 // a bfloat16 O's row: normalised and rounded into it in one pass
+		if f.out.dt == BFloat16 {
+			oh, _ = f.out.rows16(s.tb, s.q0+i, h)
+		}
 		var o []float32
 		var v float32
 		if p.sinks != nil {
-			o, v = st.finishSink(&p.kern, r, p.dimV, p.sinks[h])
+			o, v = st.finishSink(&p.kern, r, p.dimV, p.sinks[h], oh)
 		} else {
-			o, v = st.finish(&p.kern, r, p.dimV)
+			o, v = st.finish(&p.kern, r, p.dimV, oh)
 		}
-		// O's row from the normalised accumulator row: copied, or
+		// Else O's row from the normalised accumulator row: copied, or
 		// converted from it where O is not float32 (no float32 copy
 		// between them).
-		if f.out.dt == Float32 {
+		switch {
+		case oh != nil: // written by finish
+		case f.out.dt == Float32:
 			copy(f.out.row(s.tb, s.q0+i, h), o)
-		} else {
+		default:
 			f.out.storeRow(o, s.tb, s.q0+i, h, &p.kern)
 		}
 		if f.lse != nil {

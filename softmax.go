@@ -120,44 +120,56 @@ func (st *rowState) update(k *kernel.Impl, r int, row []float32, f float32, ph [
 //	l' = l·e^{m−m'} + e^{sink−m'},  O = o·e^{m−m'}/l',  LSE = m' + log l'
 //
 // in float64. A row that saw no key gets O = 0 and LSE = sink.
-func (st *rowState) finishSink(k *kernel.Impl, r, d int, sink float32) ([]float32, float32) {
+func (st *rowState) finishSink(k *kernel.Impl, r, d int, sink float32, h []uint16) ([]float32, float32) {
 	m, l := float64(st.m[r]), float64(st.l[r])
 	if l == 0 {
-		return st.zeroRow(r, d), sink
+		return st.zeroRow(r, d, h), sink
 	}
 	mf := max(m, float64(sink)) // NaN wins
 	a := math.Exp(m - mf)
 	lf := l*a + math.Exp(float64(sink)-mf)
-	return st.scaledRow(k, r, d, float32(a/lf)), float32(mf + math.Log(lf))
+	return st.scaledRow(k, r, d, float32(a/lf), h), float32(mf + math.Log(lf))
 }
 
-// finish normalises row r of the accumulator in place and returns its
-// first d elements, the row of O, and its log-sum-exp. A row that saw no
-// key gets O = 0, LSE = -Inf. The caller stores the row where it belongs
-// (converted, for a 16-bit O, straight from the accumulator: no copy).
-func (st *rowState) finish(k *kernel.Impl, r, d int) ([]float32, float32) {
+// finish normalises row r of the accumulator and returns its log-sum-exp
+// and its row of O: the accumulator's first d elements, normalised in
+// place, or, if h is not nil, nil, the row rounded to bfloat16 into h[:d]
+// in the same pass (Impl.ScaleBF16). A row that saw no key gets O = 0,
+// LSE = -Inf. The caller stores a float32 row where it belongs (converted,
+// for another type, straight from the accumulator: no copy).
+func (st *rowState) finish(k *kernel.Impl, r, d int, h []uint16) ([]float32, float32) {
 	l := st.l[r]
 	if l == 0 {
-		return st.zeroRow(r, d), negInf
+		return st.zeroRow(r, d, h), negInf
 	}
-	return st.scaledRow(k, r, d, 1/l), st.m[r] + float32(math.Log(float64(l)))
+	return st.scaledRow(k, r, d, 1/l, h), st.m[r] + float32(math.Log(float64(l)))
 }
 
-// zeroRow clears the first d elements of row r of the accumulator and
-// returns them.
-func (st *rowState) zeroRow(r, d int) []float32 {
+// zeroRow is scaledRow for a row of zeros: it clears the first d elements
+// of row r of the accumulator and returns them, or clears h[:d] and
+// returns nil.
+func (st *rowState) zeroRow(r, d int, h []uint16) []float32 {
+	if h != nil {
+		clear(h[:d])
+		return nil
+	}
 	o := st.o[r*st.dimPad : r*st.dimPad+d]
 	clear(o)
 	return o
 }
 
-// scaledRow multiplies row r of the accumulator by f in place,
-// o[c] = o[c]·f, with the vector kernel (its whole padded width, a
-// multiple of W: the same products as an element loop, at a fraction of
-// its cost), and returns its first d elements. The accumulator row is
-// spent afterwards.
-func (st *rowState) scaledRow(k *kernel.Impl, r, d int, f float32) []float32 {
+// scaledRow multiplies row r of the accumulator by f, o[c] = o[c]·f, with
+// the vector kernel (its whole padded width, a multiple of W: the same
+// products as an element loop, at a fraction of its cost): in place,
+// returning its first d elements, or, if h is not nil, rounded to bfloat16
+// into h[:d] (Impl.ScaleBF16: the same bits as the products converted),
+// returning nil. The accumulator row is spent afterwards.
+func (st *rowState) scaledRow(k *kernel.Impl, r, d int, f float32, h []uint16) []float32 {
 	o := st.o[r*st.dimPad : (r+1)*st.dimPad]
+	if h != nil {
+		k.ScaleBF16(h[:d], o, f)
+		return nil
+	}
 	k.Scale(o, f)
 	return o[:d]
 }
