@@ -242,10 +242,15 @@ func (f *forwardPass) start(ws *workspace, t *fwdTask) rowState {
 		h = he
 	}
 	fw.subs = subs
-	if p.native {
+	if p.native && f.qHalfInPlace(t) {
+		// The native products read the block's 16-bit rows of Q where
+		// they lie (the same bits as a copy).
+		fw.qha, fw.ldqh = p.q.rows16(s.tb, s.q0+t.i0, t.h0)
+	} else if p.native {
 		// Q in the type, rows of even(d) (the pad column is 0).
 		de := even(d)
 		qh := grow(&fw.qh, m*de)
+		fw.qha, fw.ldqh = qh, de
 		for r := 0; r < m; r++ {
 			qh[r*de+de-1] = 0
 			src := qRows[r*d : (r+1)*d]
@@ -317,6 +322,16 @@ func (f *forwardPass) qHalfOnly(t *fwdTask) bool {
 	return p.native && p.cache.rotary == nil && p.seqs[t.seq].route.from == fromPacked
 }
 
+// qHalfInPlace reports whether task t's native 16-bit products read its
+// rows of Q in place (fwdScratch.qha) rather than from a copy (qHalfOnly):
+// the rows of one head of a Q in the compute type whose head dim is even
+// (no pad column to add). The copy cost a pass over Q per row block (and
+// per key split).
+func (f *forwardPass) qHalfInPlace(t *fwdTask) bool {
+	p := f.p
+	return f.qHalfOnly(t) && t.nh == 1 && p.q.dt == p.ct && p.dim%2 == 0
+}
+
 // scores computes the S tile of sub-block sb: rows sb.s0.. of ws.fwd.s, n
 // keys from j0 (padded to a multiple of kernel.W), from its Q rows sb.r0..
 func (f *forwardPass) scores(ws *workspace, sb subBlock, si int, kv kvTile, j0, n int) {
@@ -330,7 +345,7 @@ func (f *forwardPass) scores(ws *workspace, sb subBlock, si int, kv kvTile, j0, 
 		p.decodeScores(ws, kv.seq, sb, j0, n, np)
 	case kv.kh != nil:
 		de := even(d)
-		p.halfMul.Mul(sTile, np, fw.qh[sb.r0*de:], de, kv.kh, kernel.W*de, sb.m, np, de)
+		p.halfMul.Mul(sTile, np, fw.qha[sb.r0*fw.ldqh:], fw.ldqh, kv.kh, kernel.W*de, sb.m, np, de)
 	case kv.kt != nil:
 		kern.MulABt(sTile, np, qa, fw.ldq, kv.kt, sb.m, np, d)
 	case kv.sT:
@@ -465,14 +480,27 @@ func (f *forwardPass) finish(ws *workspace, st *rowState, t *fwdTask) {
 	}
 	for r := 0; r < m; r++ {
 		h, i := t.at(r)
-		o := ws.outRow(f.out, s.tb, s.q0+i, h, p.dimV)
+		var oh []uint16 // a bfloat16 O's row: normalised and rounded into it in one pass
+		if f.out.dt == BFloat16 {
+			oh, _ = f.out.rows16(s.tb, s.q0+i, h)
+		}
+		var o []float32
 		var v float32
 		if p.sinks != nil {
-			v = st.finishSink(&p.kern, r, o, p.dimV, p.sinks[h])
+			o, v = st.finishSink(&p.kern, r, p.dimV, p.sinks[h], oh)
 		} else {
-			v = st.finish(&p.kern, r, o, p.dimV)
+			o, v = st.finish(&p.kern, r, p.dimV, oh)
 		}
-		f.out.commit(o, s.tb, s.q0+i, h, &p.kern)
+		// Else O's row from the normalised accumulator row: copied, or
+		// converted from it where O is not float32 (no float32 copy
+		// between them).
+		switch {
+		case oh != nil: // written by finish
+		case f.out.dt == Float32:
+			copy(f.out.row(s.tb, s.q0+i, h), o)
+		default:
+			f.out.storeRow(o, s.tb, s.q0+i, h, &p.kern)
+		}
 		if f.lse != nil {
 			f.lse[s.lse0+h*s.lseH+i] = v
 		}

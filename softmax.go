@@ -120,38 +120,56 @@ func (st *rowState) update(k *kernel.Impl, r int, row []float32, f float32, ph [
 //	l' = l·e^{m−m'} + e^{sink−m'},  O = o·e^{m−m'}/l',  LSE = m' + log l'
 //
 // in float64. A row that saw no key gets O = 0 and LSE = sink.
-func (st *rowState) finishSink(k *kernel.Impl, r int, out []float32, d int, sink float32) float32 {
+func (st *rowState) finishSink(k *kernel.Impl, r, d int, sink float32, h []uint16) ([]float32, float32) {
 	m, l := float64(st.m[r]), float64(st.l[r])
 	if l == 0 {
-		clear(out[:d])
-		return sink
+		return st.zeroRow(r, d, h), sink
 	}
 	mf := max(m, float64(sink)) // NaN wins
 	a := math.Exp(m - mf)
 	lf := l*a + math.Exp(float64(sink)-mf)
-	st.scaledRow(k, r, out[:d], float32(a/lf))
-	return float32(mf + math.Log(lf))
+	return st.scaledRow(k, r, d, float32(a/lf), h), float32(mf + math.Log(lf))
 }
 
-// finish writes row r's normalised output (first d elements) to out and
-// returns its log-sum-exp. A row that saw no key gets O = 0, LSE = -Inf.
-func (st *rowState) finish(k *kernel.Impl, r int, out []float32, d int) float32 {
+// finish normalises row r of the accumulator and returns its log-sum-exp
+// and its row of O: the accumulator's first d elements, normalised in
+// place, or, if h is not nil, nil, the row rounded to bfloat16 into h[:d]
+// in the same pass (Impl.ScaleBF16). A row that saw no key gets O = 0,
+// LSE = -Inf. The caller stores a float32 row where it belongs (converted,
+// for another type, straight from the accumulator: no copy).
+func (st *rowState) finish(k *kernel.Impl, r, d int, h []uint16) ([]float32, float32) {
 	l := st.l[r]
 	if l == 0 {
-		clear(out[:d])
-		return negInf
+		return st.zeroRow(r, d, h), negInf
 	}
-	st.scaledRow(k, r, out[:d], 1/l)
-	return st.m[r] + float32(math.Log(float64(l)))
+	return st.scaledRow(k, r, d, 1/l, h), st.m[r] + float32(math.Log(float64(l)))
 }
 
-// scaledRow writes row r of the accumulator times f, out[c] = o[c]·f, to
-// out (its first len(out) elements). The row is scaled in place by the
-// vector kernel (its whole padded width, a multiple of W) and then copied:
-// the same products as an element loop, at a fraction of its cost. The
-// accumulator row is spent afterwards.
-func (st *rowState) scaledRow(k *kernel.Impl, r int, out []float32, f float32) {
+// zeroRow is scaledRow for a row of zeros: it clears the first d elements
+// of row r of the accumulator and returns them, or clears h[:d] and
+// returns nil.
+func (st *rowState) zeroRow(r, d int, h []uint16) []float32 {
+	if h != nil {
+		clear(h[:d])
+		return nil
+	}
+	o := st.o[r*st.dimPad : r*st.dimPad+d]
+	clear(o)
+	return o
+}
+
+// scaledRow multiplies row r of the accumulator by f, o[c] = o[c]·f, with
+// the vector kernel (its whole padded width, a multiple of W: the same
+// products as an element loop, at a fraction of its cost): in place,
+// returning its first d elements, or, if h is not nil, rounded to bfloat16
+// into h[:d] (Impl.ScaleBF16: the same bits as the products converted),
+// returning nil. The accumulator row is spent afterwards.
+func (st *rowState) scaledRow(k *kernel.Impl, r, d int, f float32, h []uint16) []float32 {
 	o := st.o[r*st.dimPad : (r+1)*st.dimPad]
+	if h != nil {
+		k.ScaleBF16(h[:d], o, f)
+		return nil
+	}
 	k.Scale(o, f)
-	copy(out, o)
+	return o[:d]
 }

@@ -33,6 +33,8 @@ type fwdScratch struct {
 	kStage []float32 // route fromStaged: K of one key tile for the block's KV heads
 	vStage []float32 // route fromStaged: V likewise, rows padded to dimVPad
 	qh, ph []uint16  // native 16-bit products: Q rows, P rows of a tile
+	qha    []uint16  // the 16-bit Q rows the native products read (qh, or Q in place) ...
+	ldqh   int       // ... and their leading dimension
 }
 
 // bwdScratch holds a backward task's tiles.

@@ -34,12 +34,35 @@ func setConverters(im *Impl, avx512 bool) {
 	}
 }
 
-// setExpSumBF16 sets im.ExpSumBF16 after setConverters: the exponential
-// with VCVTNEPS2BF16 in its store where the CPU has AVX512_BF16 (avx512
-// only), else im's ExpSum followed by its F32ToBF16.
+// setExpSumBF16 sets im.ExpSumBF16 and im.ScaleBF16 after setConverters:
+// the exponential and the scale with VCVTNEPS2BF16 in their stores where
+// the CPU has AVX512_BF16 (avx512 only), else im's ExpSum or Scale
+// followed by its F32ToBF16.
 func setExpSumBF16(im *Impl, avx512 bool) {
 	im.ExpSumBF16 = expSumThenBF16(im.ExpSum, im.F32ToBF16)
+	im.ScaleBF16 = scaleThenBF16(im.Scale, im.F32ToBF16)
 	if avx512 && hasAVX512BF16 {
 		im.ExpSumBF16 = wrapExpSumBF16(expSumBF16AVX512BF16)
+		im.ScaleBF16 = wrapScaleBF16(scaleBF16AVX512BF16)
+	}
+}
+
+// wrapScaleBF16 checks the preconditions of Impl.ScaleBF16 (len(x) a
+// multiple of W, dst no longer) and runs the assembly f on the largest
+// multiple of 16 elements of dst and Go on the rest: the same float32
+// product, rounded by the scalar conversion (bit for bit F32ToBF16's).
+func wrapScaleBF16(f func(dst []uint16, x []float32, a float32)) func(dst []uint16, x []float32, a float32) {
+	return func(dst []uint16, x []float32, a float32) {
+		checkWidth(len(x))
+		if len(dst) > len(x) {
+			bad("ScaleBF16: dst longer than x")
+		}
+		n := len(dst) &^ 15
+		if n > 0 {
+			f(dst[:n], x[:n], a)
+		}
+		for i := n; i < len(dst); i++ {
+			dst[i] = F32ToBF16(x[i] * a)
+		}
 	}
 }

@@ -288,7 +288,24 @@ func expSumGeneric(x []float32, scale, sub float32) float32 {
 	return (s0 + s1) + (s2 + s3)
 }
 
-func init() { Generic.ExpSumBF16 = expSumThenBF16(Generic.ExpSum, Generic.F32ToBF16) }
+func init() {
+	Generic.ExpSumBF16 = expSumThenBF16(Generic.ExpSum, Generic.F32ToBF16)
+	Generic.ScaleBF16 = scaleThenBF16(Generic.Scale, Generic.F32ToBF16)
+}
+
+// scaleThenBF16 returns ScaleBF16 made of an implementation's Scale and
+// F32ToBF16: the products written to x, then the first len(dst) rounded
+// into dst (the twin of a fused store, and the kernel of those without
+// one).
+func scaleThenBF16(scale func(x []float32, a float32), toBF16 func(dst []uint16, src []float32)) func(dst []uint16, x []float32, a float32) {
+	return func(dst []uint16, x []float32, a float32) {
+		if len(dst) > len(x) {
+			bad("ScaleBF16: dst longer than x")
+		}
+		scale(x, a)
+		toBF16(dst, x[:len(dst)])
+	}
+}
 
 // expSumThenBF16 returns ExpSumBF16 made of an implementation's ExpSum
 // and F32ToBF16: the exponentials written to x, then rounded into dst

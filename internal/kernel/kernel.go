@@ -234,6 +234,16 @@ type Impl struct {
 	// Scale multiplies x by a in place. len(x) is a multiple of W.
 	Scale func(x []float32, a float32)
 
+	// ScaleBF16 is Scale with the first len(dst) products stored rounded
+	// to bfloat16 (to nearest even, as F32ToBF16) in dst: a normalised
+	// bfloat16 output row in one pass, instead of Scale, then F32ToBF16
+	// reading the products back. The bits of dst are those of the same
+	// implementation's Scale followed by its F32ToBF16 (scaleThenBF16,
+	// which the implementations without a fused store use); x afterwards
+	// holds either its old values or the products. len(x) is a multiple
+	// of W; len(dst) ≤ len(x), any length.
+	ScaleBF16 func(dst []uint16, x []float32, a float32)
+
 	// DsFromDp sets dp[j] = p[j] * (dp[j] - d): the softmax backward of one
 	// row, with d = rowsum(dO ∘ O). len(dp) == len(p), a multiple of W.
 	DsFromDp func(dp, p []float32, d float32)

@@ -6184,6 +6184,63 @@ done:
 	VZEROUPPER
 	RET
 
+// func scaleBF16AVX512BF16(dst []uint16, x []float32, a float32)
+// Requires: AVX, AVX512F, SSE
+TEXT ·scaleBF16AVX512BF16(SB), NOSPLIT, $0-52
+	MOVQ         dst_base+0(FP), AX
+	MOVQ         x_base+24(FP), CX
+	MOVQ         dst_len+8(FP), DX
+	MOVSS        a+48(FP), X0
+	VBROADCASTSS X0, Z2
+	VPBROADCASTD halfconsts<>+0(SB), Z3
+	VPBROADCASTD halfconsts<>+4(SB), Z4
+	VPBROADCASTD halfconsts<>+8(SB), Z5
+	VPBROADCASTD halfconsts<>+12(SB), Z6
+	VPBROADCASTD halfconsts<>+16(SB), Z7
+	VPBROADCASTD halfconsts<>+20(SB), Z8
+
+loop:
+	CMPQ      DX, $0x00000010
+	JL        done
+	VMULPS    (CX), Z2, Z0
+	VPTESTNMD Z7, Z0, K1
+	VPTESTMD  Z8, Z0, K1, K1
+	KORTESTW  K1, K1
+	JNZ       subnormal
+
+	// raw: vcvtneps2bf16 ymm1,zmm0
+	BYTE    $0x62
+	BYTE    $0xf2
+	BYTE    $0x7e
+	BYTE    $0x48
+	BYTE    $0x72
+	BYTE    $0xc8
+	VMOVDQU Y1, (AX)
+
+next:
+	ADDQ $0x00000040, CX
+	ADDQ $0x00000020, AX
+	SUBQ $0x00000010, DX
+	JMP  loop
+
+subnormal:
+	VMOVAPS   Z0, Z0
+	VPSRLD    $0x10, Z0, Z1
+	VPANDD    Z4, Z1, Z10
+	VPADDD    Z3, Z0, Z9
+	VPADDD    Z10, Z9, Z9
+	VPSRLD    $0x10, Z9, Z9
+	VPANDD    Z6, Z0, Z0
+	VPCMPGTD  Z7, Z0, K1
+	VPORD     Z5, Z1, Z1
+	VPBLENDMD Z1, Z9, K1, Z9
+	VPMOVDW   Z9, (AX)
+	JMP       next
+
+done:
+	VZEROUPPER
+	RET
+
 // func cpuidex(leaf uint32, sub uint32) (eax uint32, ebx uint32, ecx uint32, edx uint32)
 // Requires: CPUID
 TEXT ·cpuidex(SB), NOSPLIT, $0-24

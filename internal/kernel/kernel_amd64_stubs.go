@@ -211,6 +211,12 @@ func roundF16AVX2(x []float32)
 //go:noescape
 func f32ToBF16AVX512BF16(dst []uint16, src []float32)
 
+// scaleBF16AVX512BF16 rounds the products x[i]·a (as Scale) to bfloat16, to nearest even, into dst with VCVTNEPS2BF16 (AVX512_BF16); x is left as it is.
+// len(dst) is a multiple of 16 and len(x) >= len(dst).
+//
+//go:noescape
+func scaleBF16AVX512BF16(dst []uint16, x []float32, a float32)
+
 // cpuidex executes CPUID with EAX = leaf and ECX = sub.
 func cpuidex(leaf uint32, sub uint32) (eax uint32, ebx uint32, ecx uint32, edx uint32)
 

@@ -112,6 +112,13 @@ func selfCheck(im Impl) (err error) {
 	if e1 != e2 || !slices.Equal(h1, h2) {
 		return fmt.Errorf("kernel %s: ExpSumBF16 differs from its ExpSum then F32ToBF16 (sum %v vs %v)", im.Name, e1, e2)
 	}
+	// ScaleBF16 likewise, bit for bit its Scale then its F32ToBF16, on a
+	// dst with a tail.
+	im.ScaleBF16(h1[:n-3], append([]float32(nil), xe...), 0.37)
+	scaleThenBF16(im.Scale, im.F32ToBF16)(h2[:n-3], xe, 0.37)
+	if !slices.Equal(h1, h2) {
+		return fmt.Errorf("kernel %s: ScaleBF16 differs from its Scale then F32ToBF16", im.Name)
+	}
 	return selfCheckPack(im, a, b)
 }
 

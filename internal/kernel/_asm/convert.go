@@ -218,16 +218,36 @@ func genF32ToBF16(s isa) {
 
 // genF32ToBF16NE generates f32ToBF16AVX512BF16, which converts with
 // VCVTNEPS2BF16 (fixed registers Z0 → Y1 around the raw encoding) and falls
-// back to integer rounding for a block that holds a float32 subnormal.
-func genF32ToBF16NE() {
-	n, src, dst := convHeader("f32ToBF16AVX512BF16", "func(dst []uint16, src []float32)",
-		"rounds the float32 src to bfloat16, to nearest even, with VCVTNEPS2BF16 (AVX512_BF16).")
+// back to integer rounding for a block that holds a float32 subnormal; with
+// scale, scaleBF16AVX512BF16, which converts the products x·a (VMULPS, as
+// Scale) instead: a normalised output row stored in one pass.
+func genF32ToBF16NE(scale bool) {
+	var n, src, dst Register
+	var av Register
+	if scale {
+		TEXT("scaleBF16AVX512BF16", NOSPLIT, "func(dst []uint16, x []float32, a float32)")
+		Pragma("noescape")
+		Doc("scaleBF16AVX512BF16 rounds the products x[i]·a (as Scale) to bfloat16, to nearest even, "+
+			"into dst with VCVTNEPS2BF16 (AVX512_BF16); x is left as it is.",
+			"len(dst) is a multiple of 16 and len(x) >= len(dst).")
+		dst = Load(Param("dst").Base(), GP64())
+		src = Load(Param("x").Base(), GP64())
+		n = Load(Param("dst").Len(), GP64())
+		av = broadcastParam(isaAVX512, "a")
+	} else {
+		n, src, dst = convHeader("f32ToBF16AVX512BF16", "func(dst []uint16, src []float32)",
+			"rounds the float32 src to bfloat16, to nearest even, with VCVTNEPS2BF16 (AVX512_BF16).")
+	}
 	s := isaAVX512
 	c := halfConsts(s, hcBias, hcOne, hcQuiet, hcAbs, hcInf, hcMant)
 	Label("loop")
 	CMPQ(n, U32(16))
 	JL(LabelRef("done"))
-	VMOVUPS(Mem{Base: src}, Z0)
+	if scale {
+		VMULPS(Mem{Base: src}, av, Z0)
+	} else {
+		VMOVUPS(Mem{Base: src}, Z0)
+	}
 	// Subnormal lanes: exponent zero and mantissa non-zero.
 	kexp, ksub := K(), K()
 	VPTESTNMD(c(hcInf), Z0, kexp)
@@ -244,7 +264,11 @@ func genF32ToBF16NE() {
 
 	Label("subnormal")
 	x := s.Vec()
-	VMOVUPS(Mem{Base: src}, x)
+	if scale {
+		VMOVAPS(Z0, x) // the products
+	} else {
+		VMOVUPS(Mem{Base: src}, x)
+	}
 	VPMOVDW(rneBF16(s, x, c), Mem{Base: dst})
 	JMP(LabelRef("next"))
 
@@ -261,7 +285,8 @@ func genConvert() {
 		genF32ToBF16(s)
 		genRoundF32(s)
 	}
-	genF32ToBF16NE()
+	genF32ToBF16NE(false)
+	genF32ToBF16NE(true)
 	genCPUID()
 }
 
