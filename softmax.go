@@ -6,14 +6,37 @@ import (
 	"github.com/flashattn/flashattn/internal/kernel"
 )
 
-// softmax.go is FA2's online softmax: each query row keeps a running
+// softmax.go is FA2's online softmax: each query row keeps a reference
 // maximum m and a running sum l of exp(x - m) while key tiles stream past;
-// the output accumulator is rescaled only when m grows, and divided by l once
-// at the end. Only LSE = m + log l is kept for the backward pass.
+// the output accumulator is divided by l once at the end. Only
+// LSE = m + log l is kept for the backward pass. The rescale is lazy
+// (FlashAttention-4's): m moves, and l and the accumulator with it, only
+// when a tile's maximum exceeds m by more than rescaleSlack (update).
+
+// rescaleSlack is τ, how far (in score units, natural log) a row's scores
+// may exceed the m its exponentials are taken against before update moves
+// m to the row's new maximum, τ = 8·ln 2 (FlashAttention-4's threshold,
+// log2(256) in base 2). Between two moves every P = e^{x−m} ≤ e^τ = 256:
+//
+//   - float32 and bfloat16 (float32's range) hold it, and so does float16
+//     (max 65504), with room; P·V is summed in float32 (for float16 V,
+//     |P·V| ≤ 256·65504 < 2^24 a key);
+//     P is never smaller than the eager softmax's e^{x−max} (m ≤ max), so
+//     no more of it falls into float16's subnormals;
+//   - l ≤ Sk·e^τ (float32 overflows past Sk ≈ 10^36 keys), and the
+//     accumulator |o| ≤ l·max|V|: a factor e^τ less headroom for V than the
+//     eager state's Sk·max|V|;
+//   - the exponential's argument t = x − m ≤ τ stays far below ExpMax
+//     (≈ 88), and AVX-512's relative error |t|·2^-24 on the largest terms
+//     within 3.3·10^-7 (Impl.ExpSum).
+//
+// O = o/l and LSE = m + log l mean what they mean with the running max:
+// (m, l, o) is the state o/l with l in units of e^m, whichever m it keeps.
+const rescaleSlack = 8 * math.Ln2
 
 // rowState is the online-softmax state of the rows of one query block.
 type rowState struct {
-	m, l   []float32 // running max (score units) and sum, per row
+	m, l   []float32 // reference max (score units: see rescaleSlack) and sum, per row
 	o      []float32 // unnormalised output rows, stride dimPad (V's head dim, padded)
 	dimPad int
 	fresh  []bool // per row: o not written yet (see claim)
@@ -77,11 +100,18 @@ var nan32 = float32(math.NaN())
 // not nil, ph[:len(row)] holds it rounded to bfloat16 by the exponential
 // itself (Impl.ExpSumBF16: the same sum, row's contents unspecified). A NaN
 // score makes the row's state NaN for good (NaN in, NaN out), including
-// when every other score of the row is hidden.
+// when every other score of the row is hidden. The rescale is lazy: m_new
+// is m_old unless the tile's maximum exceeds it by more than rescaleSlack,
+// then the new running max (the row's l and output row scaled by
+// e^{m_old−m_new} once); with random scores the max a row's first tile
+// sets is seldom passed by that much.
 func (st *rowState) update(k *kernel.Impl, r int, row []float32, f float32, ph []uint16) {
 	mOld := st.m[r]
-	mNew := max(mOld, f*k.Max(row)) // NaN if either is NaN (f > 0)
-	if mNew == negInf {             // nothing visible to this row yet, or only NaN
+	mNew, tileMax := mOld, f*k.Max(row)
+	if !(tileMax <= mOld+rescaleSlack) { // also a NaN on either side
+		mNew = max(mOld, tileMax) // NaN if either is NaN (f > 0)
+	}
+	if mNew == negInf { // nothing visible to this row yet, or only NaN
 		for _, x := range row {
 			if x != x {
 				mNew = nan32

@@ -210,7 +210,10 @@ type Impl struct {
 	// enough for the softmax, where t = score − row max ≤ 0: the absolute
 	// error |t|·e^t·2^-23 is at most 2^-23/e < 2^-24, under half an ulp of
 	// the row's largest term (1), and far below the rounding of the score
-	// itself. Every caller feeds t ≤ 0 (up to the rounding of a maximum).
+	// itself. The backward's callers feed t ≤ 0 (up to the rounding of a
+	// maximum); the forward's online softmax t ≤ τ = 8·ln 2 (its lazy
+	// rescale keeps a max up to τ below the row's), where the largest terms
+	// e^t ≤ 256 carry a relative error of at most τ·2^-24 ≈ 3.3·10^-7.
 	// exp(-Inf) is 0, exp(+Inf) +Inf, NaN propagates, arguments below
 	// ExpMin (where float32 exp leaves the normal range) give 0 and above
 	// ExpMax +Inf.
