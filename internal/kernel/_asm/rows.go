@@ -121,10 +121,9 @@ func genExpSum(s isa, toBF16 bool) {
 	// (and those that must be registers) and reads the polynomial's from
 	// the table; with every constant in memory the loop was bound by loads
 	// (16 per vector), at a third of the speed. AVX-512 keeps those it
-	// uses but the polynomial's top coefficient, which is only loaded,
-	// which leaves registers for the two pairs of vectors of its pipeline
-	// (see below); it does not use the two-step ln 2 nor P0 … P5 (AVX2's
-	// polynomial).
+	// uses but the polynomial's top coefficient (only loaded): that leaves
+	// registers for the two pairs of vectors of its pipeline (see below);
+	// it does not use the two-step ln 2 nor P0 … P5 (AVX2's polynomial).
 	var creg [numConsts]VecVirtual
 	inReg := func(i int) bool {
 		if s.EVEX {
