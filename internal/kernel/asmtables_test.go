@@ -174,7 +174,7 @@ func TestAsmTables(t *testing.T) {
 	}{
 		{"kernel_amd64.s", "expconsts", new(tableBuilder).f32(16,
 			ExpLog2e, ExpLn2Hi, ExpLn2Lo, ExpP0, ExpP1, ExpP2, ExpP3, ExpP4, ExpP5, 1, ExpMin, ExpMax, float32(math.Inf(1)),
-			Exp2C1, Exp2C2, Exp2C3, Exp2C4, Exp2C5, Exp2C6).b},
+			Exp2C1, Exp2C2, Exp2C3, Exp2C4, Exp2C5, Exp2C6, Exp2B1, Exp2B2, Exp2B3, Exp2B4).b},
 		{"kernel_amd64.s", "softcapconsts", new(tableBuilder).f32(8,
 			abs, tanhExpClamp, 2, sign, tanhT0, tanhT1, tanhT2, tanhT3, tanhT4, tanhSmall).b},
 		{"kernel_amd64.s", "alibiconsts", new(tableBuilder).f32(8, abs, 8).f32(1, lanes...).b},

@@ -43,6 +43,7 @@ func setExpSumBF16(im *Impl, avx512 bool) {
 	im.ScaleBF16 = scaleThenBF16(im.Scale, im.F32ToBF16)
 	if avx512 && hasAVX512BF16 {
 		im.ExpSumBF16 = wrapExpSumBF16(expSumBF16AVX512BF16)
+		im.shortExpBF16 = true
 		im.ScaleBF16 = wrapScaleBF16(scaleBF16AVX512BF16)
 	}
 }

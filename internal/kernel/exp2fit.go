@@ -1,7 +1,8 @@
 //go:build ignore
 
 // exp2fit fits the AVX-512 exponential's polynomial Exp2C1 … Exp2C6 of
-// generic.go: 2^r ≈ 1 + Exp2C1·r + … + Exp2C6·r⁶ on |r| ≤ 1/2, the
+// generic.go: 2^r ≈ 1 + Exp2C1·r + … + Exp2C6·r⁶ on |r| ≤ 1/2 (and with
+// -deg 4 -name Exp2B the bfloat16 store's Exp2B1 … Exp2B4), the
 // constant term held at 1 (exact at r = 0, so exp(0) = 1), minimising the
 // largest relative error (Lawson's iteratively reweighted least squares on
 // 2000 Chebyshev nodes, in float64), then rounds the coefficients to
@@ -9,7 +10,7 @@
 // (the fit error) and evaluated as the kernel does (float32 Horner's rule,
 // one fused multiply-add per step) on every float32 r in [-1/2, 1/2].
 //
-//	go run exp2fit.go [-deg 6]
+//	go run exp2fit.go [-deg 6] [-name Exp2C]
 package main
 
 import (
@@ -20,6 +21,7 @@ import (
 
 func main() {
 	deg := flag.Int("deg", 6, "degree of the polynomial")
+	name := flag.String("name", "Exp2C", "the coefficients' name, before their index")
 	flag.Parse()
 	const nodes = 2000
 	xs := make([]float64, nodes)
@@ -75,7 +77,7 @@ func main() {
 		}
 	}
 	for k, v := range c32 {
-		fmt.Printf("\tExp2C%d = %.10e\n", k+1, v)
+		fmt.Printf("\t%s%d = %.10e\n", *name, k+1, v)
 	}
 	fmt.Printf("degree %d: fit (relative) error %.3g = 2^%.2f; float32 Horner: %.3f ulp at r=%v\n",
 		*deg, fitErr, math.Log2(fitErr), worst, worstR)

@@ -8,14 +8,17 @@ import (
 )
 
 // TestExpSumBF16 checks every implementation's ExpSumBF16 bit for bit
-// against its twin, the same implementation's ExpSum followed by its
-// F32ToBF16 (Impl.ExpSumBF16), over lengths with an odd number of vectors
+// against its twin (Impl.expSumBF16Twin: the same implementation's ExpSum
+// followed by its F32ToBF16, or on AVX512_BF16 expSumBF16Short, the Go
+// twin of its shorter polynomial), over lengths with an odd number of vectors
 // (the fused store's pipeline tail) and arguments that reach every branch
 // of the store: ±Inf, NaN, huge values, 0, and the float32 values just
 // above ExpMin, where a subnormal exp(t) would be flushed to zero by
 // VCVTNEPS2BF16 but not by the twin's rounding — none is subnormal (the
-// fused store relies on it, and the test asserts it). dst beyond len(x) is
-// not written.
+// fused store relies on it, and the test asserts it of the twin's
+// bfloat16 values). dst beyond len(x) is not written. It runs on the
+// candidates of archImpls, so that a wrong kernel fails here, not only
+// in the registry (TestRegistry).
 func TestExpSumBF16(t *testing.T) {
 	inf, nan := float32(math.Inf(1)), float32(math.NaN())
 	special := []float32{-inf, inf, nan, 0, -1e30, 1e30, ExpMax, ExpMax + 1e-3, 89, 1000, -1000, ExpMin - 1e-3}
@@ -26,8 +29,8 @@ func TestExpSumBF16(t *testing.T) {
 		low[i] = math.Float32frombits(math.Float32bits(ExpMin) - uint32(i))
 	}
 	r := rand.New(rand.NewPCG(29, 16))
-	for _, im := range Available() { // generic included
-		twin := expSumThenBF16(im.ExpSum, im.F32ToBF16)
+	for _, im := range append(archImpls(), Generic) { // the candidates, even one selfCheck rejects
+		twin := im.expSumBF16Twin()
 		subnormals := 0
 		for _, n := range []int{0, 16, 48, 80, 144, 1008, 2064} {
 			x := make([]float32, n)
@@ -45,31 +48,138 @@ func TestExpSumBF16(t *testing.T) {
 				copy(x, low)
 			}
 			want, wx := make([]uint16, n+5), slices.Clone(x)
-			wsum := twin(want, wx, 1, 0)
-			for _, v := range wx {
-				if v != 0 && math.Abs(float64(v)) < 0x1p-126 {
+			for i := range want {
+				want[i] = 0xbeef
+			}
+			wsum := twin(want[:n], wx, 1, 0)
+			for _, h := range want[:n] {
+				if h&0x7f80 == 0 && h&0x7f != 0 { // a bfloat16 subnormal
 					subnormals++
 				}
 			}
 			got, gx := make([]uint16, n+5), slices.Clone(x)
 			for i := range got {
-				got[i], want[i] = 0xbeef, 0xbeef
-				if i < n {
-					want[i] = F32ToBF16(wx[i])
-				}
+				got[i] = 0xbeef
 			}
 			gsum := im.ExpSumBF16(got, gx, 1, 0)
 			if math.Float32bits(gsum) != math.Float32bits(wsum) && !(gsum != gsum && wsum != wsum) {
-				t.Errorf("%s n=%d: sum %v, ExpSum then F32ToBF16 %v", im.Name, n, gsum, wsum)
+				t.Errorf("%s n=%d: sum %v, its twin's %v", im.Name, n, gsum, wsum)
 			}
 			for i := range got {
 				if got[i] != want[i] {
-					t.Fatalf("%s n=%d: dst[%d] = %#04x, want %#04x (x %v, exp %v)", im.Name, n, i, got[i], want[i], x[min(i, n-1)], wx[min(i, n-1)])
+					t.Fatalf("%s n=%d: dst[%d] = %#04x, want %#04x (x %v)", im.Name, n, i, got[i], want[i], x[min(i, n-1)])
 				}
 			}
 		}
 		if subnormals > 0 {
-			t.Errorf("%s: %d subnormal exponentials (exp(t) for t ≥ ExpMin must be ≥ 2^−126)", im.Name, subnormals)
+			t.Errorf("%s: %d subnormal bfloat16 exponentials (exp(t) for t ≥ ExpMin must be ≥ 2^−126)", im.Name, subnormals)
 		}
+	}
+}
+
+// expBF16Args returns every float32 t in [ExpMin, 0] (stride as
+// TestExpULP: bit patterns stride apart, 997 with -short or -race), then
+// the special values and those just outside the range, padded with 0 to a
+// multiple of W.
+func expBF16Args() []float32 {
+	stride := uint32(61)
+	if raceEnabled || testing.Short() {
+		stride = 997
+	}
+	var xs []float32
+	lo := math.Float32bits(ExpMin) // negative: bits grow with magnitude
+	for b := uint32(0x80000000); b <= lo; b += stride {
+		xs = append(xs, math.Float32frombits(b))
+	}
+	inf := float32(math.Inf(1))
+	xs = append(xs, ExpMin, -inf, inf, float32(math.NaN()), 0, -1e30, 1e30, ExpMax, ExpMax+1e-3, 89, 1000, -1000, ExpMin-1e-3,
+		math.Nextafter32(ExpMin, -inf), math.Nextafter32(ExpMax, inf), 0x1p-149, -0x1p-149)
+	for len(xs)%W != 0 {
+		xs = append(xs, 0)
+	}
+	return xs
+}
+
+// TestExpSumBF16Sweep checks every implementation's ExpSumBF16 bit for
+// bit against its twin (Impl.expSumBF16Twin) on every float32 argument
+// of expBF16Args, 4096 at a time (the sums too): on AVX512_BF16 the
+// assembly against expSumBF16Short, operation for operation.
+func TestExpSumBF16Sweep(t *testing.T) {
+	xs := expBF16Args()
+	for _, im := range append(archImpls(), Generic) { // the candidates, even one selfCheck rejects
+		twin := im.expSumBF16Twin()
+		bad := 0
+		for off := 0; off < len(xs); off += 4096 {
+			x := xs[off:min(off+4096, len(xs))]
+			got, want := make([]uint16, len(x)), make([]uint16, len(x))
+			gsum := im.ExpSumBF16(got, slices.Clone(x), 1, 0)
+			wsum := twin(want, slices.Clone(x), 1, 0)
+			if math.Float32bits(gsum) != math.Float32bits(wsum) && !(gsum != gsum && wsum != wsum) {
+				t.Errorf("%s x[%d:]: sum %v, its twin's %v", im.Name, off, gsum, wsum)
+				bad++
+			}
+			for i := range got {
+				if got[i] != want[i] {
+					t.Errorf("%s: exp(%v) = bf16 %#04x, its twin %#04x", im.Name, x[i], got[i], want[i])
+					bad++
+				}
+				if bad > 10 {
+					t.Fatalf("%s: too many differences", im.Name)
+				}
+			}
+		}
+	}
+}
+
+// TestExpBF16ShortBound checks the bound Impl.ExpSumBF16 states for the
+// shorter polynomial (expSumBF16Short, which TestExpSumBF16Sweep ties to
+// the assembly bit for bit): each value before its rounding within a
+// relative 3e-6 + |t|·2^-23 of exp(t) on every argument of expBF16Args
+// (0 below ExpMin, the special values as ExpSum's), and the sum of a row
+// of them within the same relative bound plus its float32 additions.
+func TestExpBF16ShortBound(t *testing.T) {
+	xs := expBF16Args()
+	var worst float64
+	var worstX float32
+	for _, x := range xs {
+		got, want := expBF16Short(x), math.Exp(float64(x))
+		switch {
+		case x != x:
+			if got == got {
+				t.Errorf("exp(NaN) = %v", got)
+			}
+			continue
+		case x < ExpMin || x > ExpMax:
+			if w := Exp(x); got != w {
+				t.Errorf("exp(%v) = %v, want %v", x, got, w)
+			}
+			continue
+		}
+		if got != 0 && math.Abs(float64(got)) < 0x1p-126 {
+			t.Errorf("exp(%v) = %v: subnormal", x, got)
+		}
+		if e := math.Abs(float64(got)-want) / want / (3e-6 + math.Abs(float64(x))*0x1p-23); e > worst {
+			worst, worstX = e, x
+		}
+	}
+	if worst > 1 {
+		t.Errorf("exp(%v): error %.3g of the bound 3e-6 + |t|·2^-23", worstX, worst)
+	}
+	t.Logf("largest error %.3g of the bound (at t = %v)", worst, worstX)
+	// A row of scores within 10 of its maximum: the sum.
+	r := rand.New(rand.NewPCG(29, 17))
+	x := make([]float32, 4096)
+	dst := make([]uint16, len(x))
+	for i := range x {
+		x[i] = -10 * r.Float32()
+	}
+	var want float64
+	for _, v := range x {
+		want += math.Exp(float64(v))
+	}
+	got := expSumBF16Short(dst, x, 1, 0)
+	// The additions: 4096/32 + 4 in a row at most, 2^-24 each.
+	if e := math.Abs(float64(got)-want) / want; e > 3e-6+10*0x1p-23+(4096/32+4)*0x1p-24 {
+		t.Errorf("sum %v, want %v: relative error %.3g", got, want, e)
 	}
 }

@@ -223,11 +223,25 @@ type Impl struct {
 	// (to nearest even, as F32ToBF16) in dst[j] instead of x[j], for the
 	// 16-bit P·V product of the bf16 forward: the exponential writes P in
 	// the product's type, without a second pass over a float32 tile. It
-	// returns ExpSum's float32 sum of the unrounded values. The bits of
-	// dst and of the sum are those of the same implementation's ExpSum
-	// followed by its F32ToBF16 (expSumThenBF16, which the implementations
-	// without a fused store use); x afterwards holds either its old values
-	// or ExpSum's new ones. len(x) is a multiple of W; len(dst) ≥ len(x).
+	// returns the float32 sum of the unrounded values. x afterwards holds
+	// either its old values or ExpSum's new ones. len(x) is a multiple of
+	// W; len(dst) ≥ len(x).
+	//
+	// On AVX512_BF16 (expSumBF16AVX512BF16) the exponential is ExpSum's
+	// with 2^r by a polynomial of degree 4 (Exp2B1 … Exp2B4) instead of 6:
+	// two FMAs fewer, on a value rounded to 8 significant bits. Each value
+	// before its rounding is within a relative 3e-6 (2^-18.3: the fit's
+	// 2.83e-6 and its float32 evaluation, 43 ulp at most) plus |t|·2^-23
+	// (the rounding of u, as ExpSum) of exp(t), and so is the sum (plus
+	// its float32 additions, in ExpSum's order). That is far inside SPEC
+	// §4's bound for bf16, 2× the error of the plain algorithm with P
+	// rounded to bfloat16 (a relative 2^-9 = 2e-3 per value) plus 1e-3:
+	// O = Σ P·V / l moves by about 2·3e-6·max|V| (a value that crosses a
+	// rounding midpoint moves by one bfloat16 ulp, as the plain
+	// algorithm's rounding does), LSE = m + log l by 3e-6. Its bits are
+	// those of its Go twin, expSumBF16Short (Impl.shortExpBF16 tells).
+	// The other implementations compute ExpSum then F32ToBF16
+	// (expSumThenBF16): ExpSum's bound, and the same bits as that pair.
 	ExpSumBF16 func(dst []uint16, x []float32, scale, sub float32) float32
 
 	// Max returns the largest element of x (-Inf if all are -Inf).
@@ -303,6 +317,20 @@ type Impl struct {
 	// RoundF32 rounds every element of x to type e and stores its float32
 	// value back: x[i] = e.ToF32(e.FromF32(x[i])). Any length works.
 	RoundF32 func(x []float32, e Elem)
+
+	// shortExpBF16 tells that ExpSumBF16 is expSumBF16AVX512BF16, whose
+	// bits are expSumBF16Short's (see ExpSumBF16); otherwise they are
+	// expSumThenBF16's of ExpSum and F32ToBF16.
+	shortExpBF16 bool
+}
+
+// expSumBF16Twin returns the pure-Go twin of im.ExpSumBF16, bit for bit
+// (dst and the sum): expSumBF16Short, or im's ExpSum then its F32ToBF16.
+func (im *Impl) expSumBF16Twin() func(dst []uint16, x []float32, scale, sub float32) float32 {
+	if im.shortExpBF16 {
+		return expSumBF16Short
+	}
+	return expSumThenBF16(im.ExpSum, im.F32ToBF16)
 }
 
 // PackBt packs the n×k row-major matrix B (row j at b[j*ldb:], k elements)

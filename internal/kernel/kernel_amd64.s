@@ -308,7 +308,71 @@ DATA expconsts<>+1200(SB)/4, $0x3920fdde
 DATA expconsts<>+1204(SB)/4, $0x3920fdde
 DATA expconsts<>+1208(SB)/4, $0x3920fdde
 DATA expconsts<>+1212(SB)/4, $0x3920fdde
-GLOBL expconsts<>(SB), RODATA|NOPTR, $1216
+DATA expconsts<>+1216(SB)/4, $0x3f317096
+DATA expconsts<>+1220(SB)/4, $0x3f317096
+DATA expconsts<>+1224(SB)/4, $0x3f317096
+DATA expconsts<>+1228(SB)/4, $0x3f317096
+DATA expconsts<>+1232(SB)/4, $0x3f317096
+DATA expconsts<>+1236(SB)/4, $0x3f317096
+DATA expconsts<>+1240(SB)/4, $0x3f317096
+DATA expconsts<>+1244(SB)/4, $0x3f317096
+DATA expconsts<>+1248(SB)/4, $0x3f317096
+DATA expconsts<>+1252(SB)/4, $0x3f317096
+DATA expconsts<>+1256(SB)/4, $0x3f317096
+DATA expconsts<>+1260(SB)/4, $0x3f317096
+DATA expconsts<>+1264(SB)/4, $0x3f317096
+DATA expconsts<>+1268(SB)/4, $0x3f317096
+DATA expconsts<>+1272(SB)/4, $0x3f317096
+DATA expconsts<>+1276(SB)/4, $0x3f317096
+DATA expconsts<>+1280(SB)/4, $0x3e7601bc
+DATA expconsts<>+1284(SB)/4, $0x3e7601bc
+DATA expconsts<>+1288(SB)/4, $0x3e7601bc
+DATA expconsts<>+1292(SB)/4, $0x3e7601bc
+DATA expconsts<>+1296(SB)/4, $0x3e7601bc
+DATA expconsts<>+1300(SB)/4, $0x3e7601bc
+DATA expconsts<>+1304(SB)/4, $0x3e7601bc
+DATA expconsts<>+1308(SB)/4, $0x3e7601bc
+DATA expconsts<>+1312(SB)/4, $0x3e7601bc
+DATA expconsts<>+1316(SB)/4, $0x3e7601bc
+DATA expconsts<>+1320(SB)/4, $0x3e7601bc
+DATA expconsts<>+1324(SB)/4, $0x3e7601bc
+DATA expconsts<>+1328(SB)/4, $0x3e7601bc
+DATA expconsts<>+1332(SB)/4, $0x3e7601bc
+DATA expconsts<>+1336(SB)/4, $0x3e7601bc
+DATA expconsts<>+1340(SB)/4, $0x3e7601bc
+DATA expconsts<>+1344(SB)/4, $0x3d64fe23
+DATA expconsts<>+1348(SB)/4, $0x3d64fe23
+DATA expconsts<>+1352(SB)/4, $0x3d64fe23
+DATA expconsts<>+1356(SB)/4, $0x3d64fe23
+DATA expconsts<>+1360(SB)/4, $0x3d64fe23
+DATA expconsts<>+1364(SB)/4, $0x3d64fe23
+DATA expconsts<>+1368(SB)/4, $0x3d64fe23
+DATA expconsts<>+1372(SB)/4, $0x3d64fe23
+DATA expconsts<>+1376(SB)/4, $0x3d64fe23
+DATA expconsts<>+1380(SB)/4, $0x3d64fe23
+DATA expconsts<>+1384(SB)/4, $0x3d64fe23
+DATA expconsts<>+1388(SB)/4, $0x3d64fe23
+DATA expconsts<>+1392(SB)/4, $0x3d64fe23
+DATA expconsts<>+1396(SB)/4, $0x3d64fe23
+DATA expconsts<>+1400(SB)/4, $0x3d64fe23
+DATA expconsts<>+1404(SB)/4, $0x3d64fe23
+DATA expconsts<>+1408(SB)/4, $0x3c1d0166
+DATA expconsts<>+1412(SB)/4, $0x3c1d0166
+DATA expconsts<>+1416(SB)/4, $0x3c1d0166
+DATA expconsts<>+1420(SB)/4, $0x3c1d0166
+DATA expconsts<>+1424(SB)/4, $0x3c1d0166
+DATA expconsts<>+1428(SB)/4, $0x3c1d0166
+DATA expconsts<>+1432(SB)/4, $0x3c1d0166
+DATA expconsts<>+1436(SB)/4, $0x3c1d0166
+DATA expconsts<>+1440(SB)/4, $0x3c1d0166
+DATA expconsts<>+1444(SB)/4, $0x3c1d0166
+DATA expconsts<>+1448(SB)/4, $0x3c1d0166
+DATA expconsts<>+1452(SB)/4, $0x3c1d0166
+DATA expconsts<>+1456(SB)/4, $0x3c1d0166
+DATA expconsts<>+1460(SB)/4, $0x3c1d0166
+DATA expconsts<>+1464(SB)/4, $0x3c1d0166
+DATA expconsts<>+1468(SB)/4, $0x3c1d0166
+GLOBL expconsts<>(SB), RODATA|NOPTR, $1472
 
 // func mulABtAVX512(c []float32, ldc int, a []float32, lda int, bt []float32, m int, n int, k int)
 // Requires: AVX, AVX512F
@@ -6276,61 +6340,55 @@ TEXT ·expSumBF16AVX512BF16(SB), NOSPLIT, $0-60
 	VMOVUPS      expconsts<>+640(SB), Z6
 	VMOVUPS      expconsts<>+704(SB), Z7
 	VMOVUPS      expconsts<>+768(SB), Z8
-	VMOVUPS      expconsts<>+832(SB), Z9
-	VMOVUPS      expconsts<>+896(SB), Z10
-	VMOVUPS      expconsts<>+960(SB), Z11
-	VMOVUPS      expconsts<>+1024(SB), Z12
-	VMOVUPS      expconsts<>+1088(SB), Z13
-	VPSUBD       Z14, Z14, Z14
-	VPSUBD       Z15, Z15, Z15
+	VMOVUPS      expconsts<>+1216(SB), Z9
+	VMOVUPS      expconsts<>+1280(SB), Z10
+	VMOVUPS      expconsts<>+1344(SB), Z11
+	VPSUBD       Z12, Z12, Z12
+	VPSUBD       Z13, Z13, Z13
 	CMPQ         DX, $0x00000020
 	JL           afterpipe
-	VMULPS       (AX), Z2, Z23
-	VMULPS       64(AX), Z2, Z24
-	VSUBPS       Z3, Z23, Z23
-	VSUBPS       Z3, Z24, Z24
-	VMULPS       Z4, Z23, Z22
-	VMULPS       Z4, Z24, Z0
-	VREDUCEPS    $0x00, Z22, Z1
-	VREDUCEPS    $0x00, Z0, Z25
-	VSUBPS       Z1, Z22, Z22
-	VSUBPS       Z25, Z0, Z0
+	VMULPS       (AX), Z2, Z21
+	VMULPS       64(AX), Z2, Z22
+	VSUBPS       Z3, Z21, Z21
+	VSUBPS       Z3, Z22, Z22
+	VMULPS       Z4, Z21, Z20
+	VMULPS       Z4, Z22, Z0
+	VREDUCEPS    $0x00, Z20, Z1
+	VREDUCEPS    $0x00, Z0, Z23
+	VSUBPS       Z1, Z20, Z20
+	VSUBPS       Z23, Z0, Z0
 
 pipe:
 	CMPQ          DX, $0x00000040
 	JL            drain
-	VMULPS        128(AX), Z2, Z16
-	VMULPS        192(AX), Z2, Z17
-	VSUBPS        Z3, Z16, Z16
-	VSUBPS        Z3, Z17, Z17
-	VMULPS        Z4, Z16, Z18
-	VMULPS        Z4, Z17, Z19
-	VREDUCEPS     $0x00, Z18, Z20
-	VREDUCEPS     $0x00, Z19, Z21
-	VSUBPS        Z20, Z18, Z18
-	VSUBPS        Z21, Z19, Z19
-	VCMPPS        $0x15, Z6, Z23, K1
-	VCMPPS        $0x1a, Z7, Z23, K2
-	VCMPPS        $0x15, Z6, Z24, K3
-	VCMPPS        $0x1a, Z7, Z24, K4
-	VMOVUPS       expconsts<>+1152(SB), Z24
-	VMOVUPS       expconsts<>+1152(SB), Z23
-	VFMADD213PS   Z13, Z1, Z24
-	VFMADD213PS   Z13, Z25, Z23
-	VFMADD213PS   Z12, Z1, Z24
-	VFMADD213PS   Z12, Z25, Z23
-	VFMADD213PS   Z11, Z1, Z24
-	VFMADD213PS   Z11, Z25, Z23
-	VFMADD213PS   Z10, Z1, Z24
-	VFMADD213PS   Z10, Z25, Z23
-	VFMADD213PS   Z9, Z1, Z24
-	VFMADD213PS   Z9, Z25, Z23
-	VFMADD213PS.Z Z5, Z1, K1, Z24
-	VFMADD213PS.Z Z5, Z25, K3, Z23
+	VMULPS        128(AX), Z2, Z14
+	VMULPS        192(AX), Z2, Z15
+	VSUBPS        Z3, Z14, Z14
+	VSUBPS        Z3, Z15, Z15
+	VMULPS        Z4, Z14, Z16
+	VMULPS        Z4, Z15, Z17
+	VREDUCEPS     $0x00, Z16, Z18
+	VREDUCEPS     $0x00, Z17, Z19
+	VSUBPS        Z18, Z16, Z16
+	VSUBPS        Z19, Z17, Z17
+	VCMPPS        $0x15, Z6, Z21, K1
+	VCMPPS        $0x1a, Z7, Z21, K2
+	VCMPPS        $0x15, Z6, Z22, K3
+	VCMPPS        $0x1a, Z7, Z22, K4
+	VMOVUPS       expconsts<>+1408(SB), Z22
+	VMOVUPS       expconsts<>+1408(SB), Z21
+	VFMADD213PS   Z11, Z1, Z22
+	VFMADD213PS   Z11, Z23, Z21
+	VFMADD213PS   Z10, Z1, Z22
+	VFMADD213PS   Z10, Z23, Z21
+	VFMADD213PS   Z9, Z1, Z22
+	VFMADD213PS   Z9, Z23, Z21
+	VFMADD213PS.Z Z5, Z1, K1, Z22
+	VFMADD213PS.Z Z5, Z23, K3, Z21
 	VMOVAPS       Z8, Z1
-	VSCALEFPS     Z22, Z24, K2, Z1
-	VMOVAPS       Z8, Z22
-	VSCALEFPS     Z0, Z23, K4, Z22
+	VSCALEFPS     Z20, Z22, K2, Z1
+	VMOVAPS       Z8, Z20
+	VSCALEFPS     Z0, Z21, K4, Z20
 	VMOVAPS       Z1, Z0
 
 	// raw: vcvtneps2bf16 ymm0,zmm0
@@ -6341,8 +6399,8 @@ pipe:
 	BYTE    $0x72
 	BYTE    $0xc0
 	VMOVDQU Y0, (CX)
-	VADDPS  Z1, Z14, Z14
-	VMOVAPS Z22, Z1
+	VADDPS  Z1, Z12, Z12
+	VMOVAPS Z20, Z1
 
 	// raw: vcvtneps2bf16 ymm1,zmm1
 	BYTE    $0x62
@@ -6352,41 +6410,37 @@ pipe:
 	BYTE    $0x72
 	BYTE    $0xc9
 	VMOVDQU Y1, 32(CX)
-	VADDPS  Z22, Z15, Z15
-	VMOVAPS Z16, Z23
-	VMOVAPS Z18, Z22
-	VMOVAPS Z20, Z1
-	VMOVAPS Z17, Z24
-	VMOVAPS Z19, Z0
-	VMOVAPS Z21, Z25
+	VADDPS  Z20, Z13, Z13
+	VMOVAPS Z14, Z21
+	VMOVAPS Z16, Z20
+	VMOVAPS Z18, Z1
+	VMOVAPS Z15, Z22
+	VMOVAPS Z17, Z0
+	VMOVAPS Z19, Z23
 	ADDQ    $0x00000080, AX
 	ADDQ    $0x00000040, CX
 	SUBQ    $0x00000020, DX
 	JMP     pipe
 
 drain:
-	VCMPPS        $0x15, Z6, Z23, K1
-	VCMPPS        $0x1a, Z7, Z23, K2
-	VCMPPS        $0x15, Z6, Z24, K3
-	VCMPPS        $0x1a, Z7, Z24, K4
-	VMOVUPS       expconsts<>+1152(SB), Z16
-	VMOVUPS       expconsts<>+1152(SB), Z17
-	VFMADD213PS   Z13, Z1, Z16
-	VFMADD213PS   Z13, Z25, Z17
-	VFMADD213PS   Z12, Z1, Z16
-	VFMADD213PS   Z12, Z25, Z17
-	VFMADD213PS   Z11, Z1, Z16
-	VFMADD213PS   Z11, Z25, Z17
-	VFMADD213PS   Z10, Z1, Z16
-	VFMADD213PS   Z10, Z25, Z17
-	VFMADD213PS   Z9, Z1, Z16
-	VFMADD213PS   Z9, Z25, Z17
-	VFMADD213PS.Z Z5, Z1, K1, Z16
-	VFMADD213PS.Z Z5, Z25, K3, Z17
+	VCMPPS        $0x15, Z6, Z21, K1
+	VCMPPS        $0x1a, Z7, Z21, K2
+	VCMPPS        $0x15, Z6, Z22, K3
+	VCMPPS        $0x1a, Z7, Z22, K4
+	VMOVUPS       expconsts<>+1408(SB), Z14
+	VMOVUPS       expconsts<>+1408(SB), Z15
+	VFMADD213PS   Z11, Z1, Z14
+	VFMADD213PS   Z11, Z23, Z15
+	VFMADD213PS   Z10, Z1, Z14
+	VFMADD213PS   Z10, Z23, Z15
+	VFMADD213PS   Z9, Z1, Z14
+	VFMADD213PS   Z9, Z23, Z15
+	VFMADD213PS.Z Z5, Z1, K1, Z14
+	VFMADD213PS.Z Z5, Z23, K3, Z15
 	VMOVAPS       Z8, Z1
-	VSCALEFPS     Z22, Z16, K2, Z1
-	VMOVAPS       Z8, Z16
-	VSCALEFPS     Z0, Z17, K4, Z16
+	VSCALEFPS     Z20, Z14, K2, Z1
+	VMOVAPS       Z8, Z14
+	VSCALEFPS     Z0, Z15, K4, Z14
 	VMOVAPS       Z1, Z0
 
 	// raw: vcvtneps2bf16 ymm0,zmm0
@@ -6397,8 +6451,8 @@ drain:
 	BYTE    $0x72
 	BYTE    $0xc0
 	VMOVDQU Y0, (CX)
-	VADDPS  Z1, Z14, Z14
-	VMOVAPS Z16, Z1
+	VADDPS  Z1, Z12, Z12
+	VMOVAPS Z14, Z1
 
 	// raw: vcvtneps2bf16 ymm1,zmm1
 	BYTE    $0x62
@@ -6408,13 +6462,13 @@ drain:
 	BYTE    $0x72
 	BYTE    $0xc9
 	VMOVDQU Y1, 32(CX)
-	VADDPS  Z16, Z15, Z15
+	VADDPS  Z14, Z13, Z13
 	ADDQ    $0x00000080, AX
 	ADDQ    $0x00000040, CX
 	SUBQ    $0x00000020, DX
 
 afterpipe:
-	VADDPS        Z15, Z14, Z14
+	VADDPS        Z13, Z12, Z12
 	CMPQ          DX, $0x00000010
 	JL            done
 	VMULPS        (AX), Z2, Z0
@@ -6424,9 +6478,7 @@ afterpipe:
 	VSUBPS        Z2, Z1, Z1
 	VCMPPS        $0x15, Z6, Z0, K1
 	VCMPPS        $0x1a, Z7, Z0, K2
-	VMOVUPS       expconsts<>+1152(SB), Z0
-	VFMADD213PS   Z13, Z2, Z0
-	VFMADD213PS   Z12, Z2, Z0
+	VMOVUPS       expconsts<>+1408(SB), Z0
 	VFMADD213PS   Z11, Z2, Z0
 	VFMADD213PS   Z10, Z2, Z0
 	VFMADD213PS   Z9, Z2, Z0
@@ -6443,11 +6495,11 @@ afterpipe:
 	BYTE    $0x72
 	BYTE    $0xc0
 	VMOVDQU Y0, (CX)
-	VADDPS  Z2, Z14, Z14
+	VADDPS  Z2, Z12, Z12
 
 done:
-	VEXTRACTF64X4 $0x01, Z14, Y0
-	VADDPS        Y0, Y14, Y0
+	VEXTRACTF64X4 $0x01, Z12, Y0
+	VADDPS        Y0, Y12, Y0
 	VEXTRACTF32X4 $0x01, Y0, X1
 	VADDPS        X1, X0, X1
 	VPERMILPS     $0x4e, X1, X0

@@ -79,7 +79,9 @@ func BenchmarkExpSum(b *testing.B) {
 
 // BenchmarkExpSumRows times ExpSum on 1024-element score rows as the
 // forward meets them: dense, a causal row (its second half −Inf) and a
-// masked tail (every fourth element −Inf, as in a block or padding mask).
+// masked tail (every fourth element −Inf, as in a block or padding mask);
+// the …/bf16 cases time ExpSumBF16 on the same rows (the bf16 forward's
+// exponential, which writes P in bfloat16).
 func BenchmarkExpSumRows(b *testing.B) {
 	r := rand.New(rand.NewPCG(2, 2))
 	x := randSlice(r, 1024)
@@ -101,6 +103,14 @@ func BenchmarkExpSumRows(b *testing.B) {
 				for b.Loop() {
 					copy(y, row.x)
 					im.ExpSum(y, 1, 0)
+				}
+				b.SetBytes(4 * int64(len(row.x)))
+			})
+			b.Run(im.Name+"/"+row.name+"/bf16", func(b *testing.B) {
+				y, p := make([]float32, len(row.x)), make([]uint16, len(row.x))
+				for b.Loop() {
+					copy(y, row.x)
+					im.ExpSumBF16(p, y, 1, 0)
 				}
 				b.SetBytes(4 * int64(len(row.x)))
 			})

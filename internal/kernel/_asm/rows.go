@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"slices"
 
 	"github.com/flashattn/flashattn/internal/kernel/_kconst"
 	. "github.com/mmcloughlin/avo/build"
@@ -42,8 +43,17 @@ const (
 	cC4
 	cC5
 	cC6
+	cB1 // Exp2B1 … Exp2B4: the bfloat16 store's shorter polynomial of 2^r
+	cB2
+	cB3
+	cB4
 	numConsts
 )
+
+// exp2C and exp2B are the coefficients of AVX-512's polynomials of 2^r,
+// of r¹ up: degree 6 for ExpSum, degree 4 for ExpSumBF16, whose values are
+// rounded to 8 significant bits (see Impl.ExpSumBF16).
+var exp2C, exp2B = []int{cC1, cC2, cC3, cC4, cC5, cC6}, []int{cB1, cB2, cB3, cB4}
 
 var expTab Mem
 
@@ -54,7 +64,8 @@ func genExpTable() {
 	for i, name := range map[int]string{cLog2e: "ExpLog2e", cLn2Hi: "ExpLn2Hi", cLn2Lo: "ExpLn2Lo",
 		cP0: "ExpP0", cP1: "ExpP1", cP2: "ExpP2", cP3: "ExpP3", cP4: "ExpP4", cP5: "ExpP5",
 		cMin: "ExpMin", cMax: "ExpMax",
-		cC1: "Exp2C1", cC2: "Exp2C2", cC3: "Exp2C3", cC4: "Exp2C4", cC5: "Exp2C5", cC6: "Exp2C6"} {
+		cC1: "Exp2C1", cC2: "Exp2C2", cC3: "Exp2C3", cC4: "Exp2C4", cC5: "Exp2C5", cC6: "Exp2C6",
+		cB1: "Exp2B1", cB2: "Exp2B2", cB3: "Exp2B3", cB4: "Exp2B4"} {
 		vals[i] = generic.F32(name)
 	}
 	expTab = GLOBL("expconsts", RODATA|NOPTR)
@@ -67,8 +78,9 @@ func genExpTable() {
 
 // genExpSum generates expSum<ISA>, or with toBF16 (AVX-512 only: it needs
 // AVX512_BF16) expSumBF16AVX512BF16, which stores each new value rounded to
-// bfloat16 in dst instead of x (Impl.ExpSumBF16): the same exponential and
-// the same float32 sum, only finish's store differs (see store below).
+// bfloat16 in dst instead of x (Impl.ExpSumBF16): the same exponential but
+// for the polynomial of 2^r, of degree 4 (exp2B) instead of 6 (exp2C), the
+// sum in the same order, and finish's store (see store below).
 func genExpSum(s isa, toBF16 bool) {
 	name := "expSum" + s.Suffix
 	if toBF16 {
@@ -97,18 +109,29 @@ func genExpSum(s isa, toBF16 bool) {
 	scale := broadcastParam(s, "scale")
 	sub := broadcastParam(s, "sub")
 
+	// poly holds the coefficients of the polynomial of 2^r (AVX-512), of
+	// r¹ up.
+	poly := exp2C
+	if toBF16 {
+		poly = exp2B
+	}
+	top := poly[len(poly)-1]
 	// c(i) is constant i as the memory-or-register operand of an
 	// instruction. AVX2 has 16 registers: it keeps the constants used most
 	// (and those that must be registers) and reads the polynomial's from
 	// the table; with every constant in memory the loop was bound by loads
 	// (16 per vector), at a third of the speed. AVX-512 keeps those it
-	// uses but C6, which is only loaded, and the two-step ln 2 it does
-	// not use, which leaves registers for the two pairs of vectors of its
-	// pipeline (see below); it does not use P0 … P5 (AVX2's polynomial).
+	// uses but the polynomial's top coefficient (only loaded): that leaves
+	// registers for the two pairs of vectors of its pipeline (see below);
+	// it does not use the two-step ln 2 nor P0 … P5 (AVX2's polynomial).
 	var creg [numConsts]VecVirtual
 	inReg := func(i int) bool {
 		if s.EVEX {
-			return i != cC6 && i != cLn2Hi && i != cLn2Lo && (i < cP0 || i > cP5)
+			switch i {
+			case cLog2e, cOne, cMin, cMax, cInf:
+				return true
+			}
+			return slices.Contains(poly, i) && i != top
 		}
 		switch i {
 		case cLog2e, cLn2Hi, cOne, cMin, cMax:
@@ -203,13 +226,14 @@ func genExpSum(s isa, toBF16 bool) {
 			VCMPPS(Imm(0x15), c(cMin), t[j], k1[j])
 			VCMPPS(Imm(0x1a), c(cMax), t[j], k2[j])
 		})
-		// p = (((((C6·r + C5)·r + C4)·r + C3)·r + C2)·r + C1)·r + 1 ≈ 2^r,
-		// Horner's rule, 6 FMAs, the last one zero-masked by k1: p = 0
+		// p = (((((C6·r + C5)·r + C4)·r + C3)·r + C2)·r + C1)·r + 1 ≈ 2^r
+		// (with toBF16 (((B4·r + B3)·r + B2)·r + B1)·r + 1), Horner's
+		// rule, one FMA per degree, the last one zero-masked by k1: p = 0
 		// where t < ExpMin (also -Inf), and 0·2^n = 0 there (n ≤ -126 or
 		// -Inf).
-		each(func(j int) { VMOVUPS(c(cC6), p[j]) })
-		for _, k := range []int{cC5, cC4, cC3, cC2, cC1} {
-			each(func(j int) { VFMADD213PS(c(k), r[j], p[j]) }) // p = p*r + Ck
+		each(func(j int) { VMOVUPS(c(top), p[j]) })
+		for k := len(poly) - 2; k >= 0; k-- {
+			each(func(j int) { VFMADD213PS(c(poly[k]), r[j], p[j]) }) // p = p*r + Ck
 		}
 		each(func(j int) { VFMADD213PS_Z(c(cOne), r[j], k1[j], p[j]) })
 		// q = p·2^n where k2, +Inf where t > ExpMax: VSCALEFPS merged
