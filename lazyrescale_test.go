@@ -1,6 +1,7 @@
 package flashattn
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -53,7 +54,10 @@ type lazyRow struct {
 // tile is hidden and all hidden, under the error rule (the same-type rule
 // for bf16 and fp16) on every kernel path: O and LSE are the eager
 // softmax's. Scale 1 and Q = c·e₀, K = x·e₀ set the scores exactly; a NaN
-// score in the third tile makes the row's O and LSE NaN.
+// score in the third tile makes the row's O and LSE NaN, whether its tile
+// passes the limit ("over τ": the bf16 forward redoes it, Impl.ExpSumMaxBF16)
+// or not ("under τ", "falling": the exponentials against the kept max
+// carry it).
 func TestLazyRescaleAdversarial(t *testing.T) {
 	const tau, eps = float32(rescaleSlack), float32(1.0 / 64)
 	rowsOf := []lazyRow{
@@ -65,9 +69,30 @@ func TestLazyRescaleAdversarial(t *testing.T) {
 		{name: "first tile hidden", tiles: [4]float32{50, 0, 6, 1}, hidden: 16},
 		{name: "all hidden", tiles: [4]float32{0, 1, 2, 3}, hidden: 64},
 	}
-	const sq, sk, d, bk = 3, 64, 8, 16
-	qs := [sq]float32{1, 0.5, 2} // each batch element's query rows: scores c·x
+	// 3 query rows (the decode kernels' path) and 48 (the tiled forward's:
+	// for bf16 the exponential that checks the limit, Impl.ExpSumMaxBF16,
+	// and its redo).
+	for _, sq := range []int{3, 48} {
+		t.Run(fmt.Sprintf("sq%d", sq), func(t *testing.T) { lazyAdversarial(t, rowsOf, sq) })
+	}
+}
+
+// lazyAdversarial is TestLazyRescaleAdversarial with sq query rows.
+func lazyAdversarial(t *testing.T, rowsOf []lazyRow, sq int) {
+	const sk, d, bk = 64, 8, 16
+	qs := make([]float32, sq) // each batch element's query rows: scores c·x
+	for i := range qs {
+		qs[i] = []float32{1, 0.5, 2}[i%3]
+	}
 	bn := len(rowsOf)
+	bq := 0 // the default
+	if sq > 3 {
+		// Row blocks of 16: 21 of them split their keys in two parts of
+		// two tiles (tasks.go), so that a part's second tile is checked
+		// against its first's max (one block a row would split into
+		// four parts of one tile: each a first tile).
+		bq = 16
+	}
 	r := rand.New(rand.NewPCG(29, 1))
 	q, k := make([]float32, bn*sq*d), make([]float32, bn*sk*d)
 	v := randSlice(r, bn*sk*d)
@@ -94,7 +119,7 @@ func TestLazyRescaleAdversarial(t *testing.T) {
 			}
 			run := func(t *testing.T) {
 				for _, workers := range []int{1, 4} {
-					opt := &Options{Scale: 1, BlockK: bk, Workers: workers, Mask: MaskFunc(hide)}
+					opt := &Options{Scale: 1, BlockQ: bq, BlockK: bk, Workers: workers, Mask: MaskFunc(hide)}
 					out, lse, err := Forward(toType(qr, dt, bn, sq, 1, d), toType(kr, dt, bn, sk, 1, d), toType(vr, dt, bn, sk, 1, d), opt)
 					if err != nil {
 						t.Fatal(err)
@@ -111,18 +136,24 @@ func TestLazyRescaleAdversarial(t *testing.T) {
 						}
 						lazyCheck(t, workers, rowsOf, sq, d, gather(out), oh, o64, lse, lh, l64, check)
 					}
-					// A NaN score in the third tile of the "over τ" rows.
+					// A NaN score in the third tile of the "under τ", "over τ"
+					// and "falling" rows.
+					nanRows := []int{0, 1, 4}
 					kn := append([]float32(nil), kr...)
-					kn[(1*sk+2*bk+5)*d] = float32(math.NaN())
+					for _, bi := range nanRows {
+						kn[(bi*sk+2*bk+5)*d] = float32(math.NaN())
+					}
 					out, lse, err = Forward(toType(qr, dt, bn, sq, 1, d), toType(kn, dt, bn, sk, 1, d), toType(vr, dt, bn, sk, 1, d), opt)
 					if err != nil {
 						t.Fatal(err)
 					}
 					o := gather(out)
-					for i := 0; i < sq; i++ {
-						row := o[(sq+i)*d : (sq+i+1)*d]
-						if l := lse[sq+i]; l == l || row[0] == row[0] || row[d-1] == row[d-1] {
-							t.Errorf("workers %d: a NaN score gives O %v and LSE %v in its row, want NaN", workers, row, l)
+					for _, bi := range nanRows {
+						for i := bi * sq; i < (bi+1)*sq; i++ {
+							row := o[i*d : (i+1)*d]
+							if l := lse[i]; l == l || row[0] == row[0] || row[d-1] == row[d-1] {
+								t.Errorf("workers %d, %s: a NaN score gives O %v and LSE %v in its row, want NaN", workers, rowsOf[bi].name, row, l)
+							}
 						}
 					}
 				}
