@@ -19,7 +19,7 @@ import (
 // two masks, VSCALEFPS merged into +Inf and the sum. The bfloat16 store
 // adds its conversion and takes two FMAs fewer: its polynomial is of
 // degree 4 (Exp2B1 … Exp2B4, Impl.ExpSumBF16); and its running maximum
-// (Impl.ExpSumMaxBF16) one VMAXPS, on Zen 4's add pipes: at most 15. The values
+// (Impl.ExpSumMaxBF16) one VMAXPS: at most 15. The values
 // are checked elsewhere (TestExpULP, TestExpSpecial, TestExpSumBF16,
 // TestExpSumBF16Sweep).
 func TestAVX512ExpOps(t *testing.T) {

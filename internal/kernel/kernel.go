@@ -258,8 +258,9 @@ type Impl struct {
 	// of W and at least W; len(dst) ≥ len(x); scale > 0.
 	//
 	// On AVX512_BF16 it is the same assembly as ExpSumBF16,
-	// expSumMaxBF16AVX512BF16, with one VMAXPS per vector (on Zen 4's add
-	// pipes, beside the polynomial's FMAs), which never writes x and
+	// expSumMaxBF16AVX512BF16, with one VMAXPS per vector (in the idle
+	// slots of its loop, which stays at 18 cycles a pair of vectors on
+	// llvm-mca's Zen 4 model), which never writes x and
 	// ignores limit; its Go twin is expSumMaxBF16Short. The other
 	// implementations compute Max first and ExpSumBF16 only if mx ≤ limit
 	// (maxThenExpSumBF16).

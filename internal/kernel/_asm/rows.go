@@ -171,8 +171,10 @@ func genExpSum(s isa, toBF16 bool) {
 	//
 	// With toBF16 the products round(scale·x) also go into the running
 	// maxima mx, vector j into mx[j%len(mx)] (VMAXPS(t, m, m): m = m > t ?
-	// m : t, lane by lane: a NaN product replaces m, a NaN m is replaced;
-	// on Zen 4 an add-pipe instruction beside the FMA pipes' polynomial).
+	// m : t, lane by lane: a NaN product replaces m, a NaN m is replaced).
+	// llvm-mca-19 -mcpu=znver4 issues it on FP0/FP1, the FMA pipes, which
+	// had 2 of the loop's 18 cycles a pair of vectors to spare under the
+	// add pipes' (FP2/FP3) bound: the loop stays at 18.
 	reduceArg := func(offs []int, mx []VecVirtual) reduced {
 		u := len(offs)
 		each := func(f func(j int)) {
