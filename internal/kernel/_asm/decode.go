@@ -489,6 +489,29 @@ func (b *quantBlock) fmaScale(t, acc VecVirtual) {
 //	q4_0, AVX2: VPMOVZXBD of 8 code bytes (values 8(i%2)…, low nibbles for
 //	    i < 2, high for i >= 2), VPAND 15 or VPSRLD 4, VCVTDQ2PS, then
 //	    code·scale − 8·scale in one FMA (exact: the result is representable).
+//
+// Not taken for q8_0 on AVX-512 (issue 29; the group kernels of 4 rows,
+// 32/8 heads, are bound by the FMA pipes: per block 8 FMAs and the 2
+// VMULPS, 40 of 40 cycles per 4 blocks on FP0 and FP1 in llvm-mca
+// znver4), both slower on Zen 4 even without the scalar part of their
+// per-block set-up (BenchmarkDecode group-scores and group-accum, m = 4,
+// 8 KV heads, 32k keys, one thread, 7 alternated rounds under load,
+// medians of GB/s):
+//
+//	magic number: VPADDD of 1.5·2²³'s bits to the VPMOVSXBD result, then
+//	    one FMA d·(1.5·2²³ + k) − d·1.5·2²³ (exact for fp16 d and int8 k:
+//	    d·k has at most 19 significant bits) instead of VCVTDQ2PS and
+//	    VMULPS. The FMA is still on FP0/FP1, the VPADDD may go there too,
+//	    and d·1.5·2²³ costs a VMULSS and a broadcast per block: 0.92× the
+//	    scores, 0.96× the accumulate. It also differs from d·k for an
+//	    infinite d (NaN for every k) and in the sign of a zero product.
+//	integer scale: VPMADDWD of k by the scale's signed 11-bit
+//	    significand md, VPADDD of the bits of a float M = 1.5·2²³·2^e (e
+//	    the exponent of md's last bit), VSUBPS M: d·k exactly with no
+//	    FP0/FP1 multiply, but VPMADDWD is on FP0/FP3 (llvm-mca) and the
+//	    block takes 2 vector operations more: 0.90× the scores, 0.93× the
+//	    accumulate (llvm-mca with the scalar set-up: 49 and 42 cycles per
+//	    4 blocks against 40 and 42).
 func (b *quantBlock) vec(i int) VecVirtual {
 	s := b.s
 	if b.e.Bits == 8 {
