@@ -55,9 +55,8 @@ type lazyRow struct {
 // for bf16 and fp16) on every kernel path: O and LSE are the eager
 // softmax's. Scale 1 and Q = c·e₀, K = x·e₀ set the scores exactly; a NaN
 // score in the third tile makes the row's O and LSE NaN, whether its tile
-// passes the limit ("over τ": the bf16 forward redoes it, Impl.ExpSumMaxBF16)
-// or not ("under τ", "falling": the exponentials against the kept max
-// carry it).
+// moves the kept maximum ("over τ": a rescale) or not ("under τ",
+// "falling": the exponentials against the kept maximum carry it).
 func TestLazyRescaleAdversarial(t *testing.T) {
 	const tau, eps = float32(rescaleSlack), float32(1.0 / 64)
 	rowsOf := []lazyRow{
@@ -69,9 +68,9 @@ func TestLazyRescaleAdversarial(t *testing.T) {
 		{name: "first tile hidden", tiles: [4]float32{50, 0, 6, 1}, hidden: 16},
 		{name: "all hidden", tiles: [4]float32{0, 1, 2, 3}, hidden: 64},
 	}
-	// 3 query rows (the decode kernels' path) and 48 (the tiled forward's:
-	// for bf16 the exponential that checks the limit, Impl.ExpSumMaxBF16,
-	// and its redo).
+	// 3 query rows (the decode kernels' path) and 48 (the tiled forward's,
+	// in row blocks of 16 whose keys split: a part's later tiles keep or
+	// move the maximum of its first).
 	for _, sq := range []int{3, 48} {
 		t.Run(fmt.Sprintf("sq%d", sq), func(t *testing.T) { lazyAdversarial(t, rowsOf, sq) })
 	}

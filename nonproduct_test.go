@@ -25,8 +25,6 @@ type kernelWork struct {
 	roundF32             int           // elements rounded in float32
 	halfMulAdd           int           // calls of the bfloat16 products' MulAdd
 	halfMulA             []halfOperand // the A operands of the bfloat16 products' Mul
-	maxCalls             int           // Max: the row-max passes
-	expMaxCalls, redos   int           // ExpSumMaxBF16 calls, those whose max passed their limit
 }
 
 // halfOperand is the A operand of one bfloat16 product: its first element
@@ -57,7 +55,7 @@ func (w *kernelWork) toHalfSrc(src []float32) {
 }
 
 // countingSet forces the active set with its BF16ToF32, F32ToBF16, Scale,
-// RoundF32, Max, ExpSumMaxBF16 and bfloat16 MulAdd wrapped to count into w.
+// RoundF32 and bfloat16 MulAdd wrapped to count into w.
 func countingSet(t *testing.T, w *kernelWork) {
 	t.Helper()
 	s := *kernel.Active()
@@ -72,15 +70,6 @@ func countingSet(t *testing.T, w *kernelWork) {
 	s.Impl.F32ToF16 = func(dst []uint16, src []float32) { w.toHalfSrc(src); im.F32ToF16(dst, src) }
 	s.Impl.ScaleBF16 = func(dst []uint16, x []float32, a float32) { w.scaleBF16Calls++; im.ScaleBF16(dst, x, a) }
 	s.Impl.Scale = func(x []float32, a float32) { w.scaleCalls++; im.Scale(x, a) }
-	s.Impl.Max = func(x []float32) float32 { w.maxCalls++; return im.Max(x) }
-	s.Impl.ExpSumMaxBF16 = func(dst []uint16, x []float32, scale, sub, limit float32) (float32, float32) {
-		w.expMaxCalls++
-		sum, mx := im.ExpSumMaxBF16(dst, x, scale, sub, limit)
-		if !(mx <= limit) {
-			w.redos++
-		}
-		return sum, mx
-	}
 	s.Impl.RoundF32 = func(x []float32, e kernel.Elem) { w.roundF32 += len(x); im.RoundF32(x, e) }
 	mul := s.BF16.Mul
 	s.BF16.Mul = func(c []float32, ldc int, a []uint16, lda int, b []uint16, ldb int, m, n, k int) {
@@ -107,10 +96,7 @@ func countingSet(t *testing.T, w *kernelWork) {
 // and sets each block's accumulator with its first P·V rather than adding
 // it to a cleared one; P itself is written in bfloat16 by the exponential,
 // not converted from a float32 tile; the scores' products read Q's own
-// bfloat16 rows, not a copy of them; with several key tiles per row, the
-// exponential checks the lazy rescale's limit itself (Impl.ExpSumMaxBF16),
-// without a separate row-max pass (Max) but on a row's first tile and on
-// a tile whose max passes the limit.
+// bfloat16 rows, not a copy of them.
 // One worker, so that the counters need no lock.
 func TestForwardNonProductWork(t *testing.T) {
 	const b, n, h, d, bq = 1, 256, 2, 64, 32
@@ -184,24 +170,6 @@ func TestForwardNonProductWork(t *testing.T) {
 			// adds to a cleared one (MulAdd).
 			if first := rows / bq; w.halfMulAdd > tiles-first {
 				t.Errorf("%d P·V products add to the accumulator for %d tiles of %d row blocks: the first one adds to zeros", w.halfMulAdd, tiles, first)
-			}
-			if tc.causal {
-				return
-			}
-			// Four key tiles per row, and 4× the heads: splitTarget equal
-			// row blocks, none split along the keys (one state per row):
-			// one Max per row, on its first tile, and one per redo.
-			const hs = 4 * h
-			rs := b * n * hs
-			mk4 := func() Tensor { return toType(randSlice(r, b*n*hs*d), tc.dt, b, n, hs, d) }
-			q, k, v = mk4(), mk4(), mk4()
-			w = kernelWork{}
-			opts.BlockK = n / 4
-			if _, _, err := Forward(q, k, v, opts); err != nil {
-				t.Fatal(err)
-			}
-			if w.maxCalls != rs+w.redos {
-				t.Errorf("Max called %d times for %d rows of 4 key tiles (%d ExpSumMaxBF16 calls, %d redone): a row-max pass per tile", w.maxCalls, rs, w.expMaxCalls, w.redos)
 			}
 		})
 	}

@@ -105,22 +105,8 @@ var nan32 = float32(math.NaN())
 // then the new running max (the row's l and output row scaled by
 // e^{m_old−m_new} once); with random scores the max a row's first tile
 // sets is seldom passed by that much.
-//
-// So with ph, once the row has a finite m, the tile's max is only
-// checked: Impl.ExpSumMaxBF16 takes the exponentials against m_old and
-// the max f·row at once, and only a tile whose max passes the limit
-// m_old + rescaleSlack (or is NaN) is redone below as before, from x kept
-// as it was: no row-max pass (Max) on the others, and the same bits
-// (ExpSumBF16's against m_old, the test and threshold as below).
 func (st *rowState) update(k *kernel.Impl, r int, row []float32, f float32, ph []uint16) {
 	mOld := st.m[r]
-	if ph != nil && mOld != negInf {
-		limit := mOld + rescaleSlack // NaN if m is: a redo
-		if sum, tileMax := k.ExpSumMaxBF16(ph, row, f, mOld, limit); tileMax <= limit {
-			st.l[r] += sum
-			return
-		}
-	}
 	mNew, tileMax := mOld, f*k.Max(row)
 	if !(tileMax <= mOld+rescaleSlack) { // also a NaN on either side
 		mNew = max(mOld, tileMax) // NaN if either is NaN (f > 0)

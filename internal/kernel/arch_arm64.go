@@ -31,7 +31,6 @@ func archImpls() []Impl {
 	}
 	setConvertersNEON(&im)
 	im.ExpSumBF16 = expSumThenBF16(im.ExpSum, im.F32ToBF16)
-	im.ExpSumMaxBF16 = maxThenExpSumBF16(im.Max, im.ExpSumBF16)
 	im.ScaleBF16 = scaleThenBF16(im.Scale, im.F32ToBF16)
 	setPackersNEON(&im)
 	return []Impl{im}

@@ -40,10 +40,9 @@ func setConverters(im *Impl, avx512 bool) {
 // followed by its F32ToBF16.
 func setExpSumBF16(im *Impl, avx512 bool) {
 	im.ExpSumBF16 = expSumThenBF16(im.ExpSum, im.F32ToBF16)
-	im.ExpSumMaxBF16 = maxThenExpSumBF16(im.Max, im.ExpSumBF16)
 	im.ScaleBF16 = scaleThenBF16(im.Scale, im.F32ToBF16)
 	if avx512 && hasAVX512BF16 {
-		im.ExpSumBF16, im.ExpSumMaxBF16 = fusedExpSumMax(wrapExpSumBF16(expSumMaxBF16AVX512BF16))
+		im.ExpSumBF16 = wrapExpSumBF16(expSumBF16AVX512BF16)
 		im.shortExpBF16 = true
 		im.ScaleBF16 = wrapScaleBF16(scaleBF16AVX512BF16)
 	}

@@ -13,8 +13,7 @@ var Generic = Impl{
 	MulAB:     clearThen(mulAddABGeneric),
 	MulAddAtB: mulAddAtBGeneric,
 	ExpSum:    expSumGeneric,
-	// ExpSumBF16 is set in init: expSumThenBF16 of ExpSum and F32ToBF16;
-	// ExpSumMaxBF16 maxThenExpSumBF16 of Max and that.
+	// ExpSumBF16 is set in init: expSumThenBF16 of ExpSum and F32ToBF16.
 	Max:       maxGeneric,
 	Scale:     scaleGeneric,
 	DsFromDp:  dsFromDpGeneric,
@@ -301,7 +300,6 @@ func expSumGeneric(x []float32, scale, sub float32) float32 {
 
 func init() {
 	Generic.ExpSumBF16 = expSumThenBF16(Generic.ExpSum, Generic.F32ToBF16)
-	Generic.ExpSumMaxBF16 = maxThenExpSumBF16(Generic.Max, Generic.ExpSumBF16)
 	Generic.ScaleBF16 = scaleThenBF16(Generic.Scale, Generic.F32ToBF16)
 }
 

@@ -227,7 +227,7 @@ type Impl struct {
 	// either its old values or ExpSum's new ones. len(x) is a multiple of
 	// W; len(dst) ≥ len(x).
 	//
-	// On AVX512_BF16 (expSumMaxBF16AVX512BF16) the exponential is ExpSum's
+	// On AVX512_BF16 (expSumBF16AVX512BF16) the exponential is ExpSum's
 	// with 2^r by a polynomial of degree 4 (Exp2B1 … Exp2B4) instead of 6:
 	// two FMAs fewer, on a value rounded to 8 significant bits. Each value
 	// before its rounding is within a relative 3e-6 (2^-18.3: the fit's
@@ -239,32 +239,10 @@ type Impl struct {
 	// O = Σ P·V / l moves by about 2·3e-6·max|V| (a value that crosses a
 	// rounding midpoint moves by one bfloat16 ulp, as the plain
 	// algorithm's rounding does), LSE = m + log l by 3e-6. Its bits are
-	// those of its Go twin, expSumMaxBF16Short (Impl.shortExpBF16 tells).
+	// those of its Go twin, expSumBF16Short (Impl.shortExpBF16 tells).
 	// The other implementations compute ExpSum then F32ToBF16
 	// (expSumThenBF16): ExpSum's bound, and the same bits as that pair.
 	ExpSumBF16 func(dst []uint16, x []float32, scale, sub float32) float32
-
-	// ExpSumMaxBF16 is ExpSumBF16 that also returns mx, the largest product
-	// float32(scale·x[j]), for the online softmax's lazy rescale, which
-	// needs a tile's maximum only to check it against a limit: one pass
-	// over x instead of Max's and the exponential's. mx is the value
-	// float32(scale·Max(x)) has (scale > 0, so the rounding is monotone;
-	// +0 and −0 compare equal), −Inf if every element is −Inf. If
-	// mx ≤ limit, dst and the sum are ExpSumBF16's, bit for bit; otherwise
-	// (mx > limit, or NaN) they are unspecified and x keeps its values, so
-	// that the caller can redo the tile against another sub. A NaN in x
-	// makes mx NaN or, if mx ≤ limit, the sum NaN (VMAXPS may drop a NaN,
-	// and Max does). len(x) is a multiple
-	// of W and at least W; len(dst) ≥ len(x); scale > 0.
-	//
-	// On AVX512_BF16 it is the same assembly as ExpSumBF16,
-	// expSumMaxBF16AVX512BF16, with one VMAXPS per vector (in the idle
-	// slots of its loop, which stays at 18 cycles a pair of vectors on
-	// llvm-mca's Zen 4 model), which never writes x and
-	// ignores limit; its Go twin is expSumMaxBF16Short. The other
-	// implementations compute Max first and ExpSumBF16 only if mx ≤ limit
-	// (maxThenExpSumBF16).
-	ExpSumMaxBF16 func(dst []uint16, x []float32, scale, sub, limit float32) (sum, mx float32)
 
 	// Max returns the largest element of x (-Inf if all are -Inf).
 	// len(x) is a multiple of W and at least W.
@@ -340,23 +318,19 @@ type Impl struct {
 	// value back: x[i] = e.ToF32(e.FromF32(x[i])). Any length works.
 	RoundF32 func(x []float32, e Elem)
 
-	// shortExpBF16 tells that ExpSumBF16 and ExpSumMaxBF16 are
-	// expSumMaxBF16AVX512BF16, whose bits are expSumMaxBF16Short's (see
-	// ExpSumBF16); otherwise they are expSumThenBF16's of ExpSum and
-	// F32ToBF16, and maxThenExpSumBF16's of Max and that.
+	// shortExpBF16 tells that ExpSumBF16 is expSumBF16AVX512BF16, whose
+	// bits are expSumBF16Short's (see ExpSumBF16); otherwise they are
+	// expSumThenBF16's of ExpSum and F32ToBF16.
 	shortExpBF16 bool
 }
 
-// expSumBF16Twin returns the pure-Go twins of im.ExpSumBF16 and
-// im.ExpSumMaxBF16, bit for bit (dst, the sum and the maximum):
-// expSumMaxBF16Short's, or im's ExpSum then its F32ToBF16, and its Max
-// before that.
-func (im *Impl) expSumBF16Twin() (func(dst []uint16, x []float32, scale, sub float32) float32, func(dst []uint16, x []float32, scale, sub, limit float32) (float32, float32)) {
+// expSumBF16Twin returns the pure-Go twin of im.ExpSumBF16, bit for bit
+// (dst and the sum): expSumBF16Short, or im's ExpSum then its F32ToBF16.
+func (im *Impl) expSumBF16Twin() func(dst []uint16, x []float32, scale, sub float32) float32 {
 	if im.shortExpBF16 {
-		return fusedExpSumMax(expSumMaxBF16Short)
+		return expSumBF16Short
 	}
-	e := expSumThenBF16(im.ExpSum, im.F32ToBF16)
-	return e, maxThenExpSumBF16(im.Max, e)
+	return expSumThenBF16(im.ExpSum, im.F32ToBF16)
 }
 
 // PackBt packs the n×k row-major matrix B (row j at b[j*ldb:], k elements)

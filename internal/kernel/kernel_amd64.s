@@ -6325,9 +6325,9 @@ TEXT ·xgetbv0(SB), NOSPLIT, $0-8
 	MOVL DX, edx+4(FP)
 	RET
 
-// func expSumMaxBF16AVX512BF16(dst []uint16, x []float32, scale float32, sub float32) (sum float32, max float32)
+// func expSumBF16AVX512BF16(dst []uint16, x []float32, scale float32, sub float32) float32
 // Requires: AVX, AVX512DQ, AVX512F, AVX512VL, SSE
-TEXT ·expSumMaxBF16AVX512BF16(SB), NOSPLIT, $0-64
+TEXT ·expSumBF16AVX512BF16(SB), NOSPLIT, $0-60
 	MOVQ         x_base+24(FP), AX
 	MOVQ         dst_base+0(FP), CX
 	MOVQ         x_len+32(FP), DX
@@ -6345,58 +6345,50 @@ TEXT ·expSumMaxBF16AVX512BF16(SB), NOSPLIT, $0-64
 	VMOVUPS      expconsts<>+1344(SB), Z11
 	VPSUBD       Z12, Z12, Z12
 	VPSUBD       Z13, Z13, Z13
-	VPSUBD       Z14, Z14, Z14
-	VSUBPS       Z8, Z14, Z14
-	VPSUBD       Z15, Z15, Z15
-	VSUBPS       Z8, Z15, Z15
 	CMPQ         DX, $0x00000020
 	JL           afterpipe
-	VMULPS       (AX), Z2, Z23
-	VMULPS       64(AX), Z2, Z24
-	VMAXPS       Z23, Z14, Z14
-	VMAXPS       Z24, Z15, Z15
-	VSUBPS       Z3, Z23, Z23
-	VSUBPS       Z3, Z24, Z24
-	VMULPS       Z4, Z23, Z22
-	VMULPS       Z4, Z24, Z0
-	VREDUCEPS    $0x00, Z22, Z1
-	VREDUCEPS    $0x00, Z0, Z25
-	VSUBPS       Z1, Z22, Z22
-	VSUBPS       Z25, Z0, Z0
+	VMULPS       (AX), Z2, Z21
+	VMULPS       64(AX), Z2, Z22
+	VSUBPS       Z3, Z21, Z21
+	VSUBPS       Z3, Z22, Z22
+	VMULPS       Z4, Z21, Z20
+	VMULPS       Z4, Z22, Z0
+	VREDUCEPS    $0x00, Z20, Z1
+	VREDUCEPS    $0x00, Z0, Z23
+	VSUBPS       Z1, Z20, Z20
+	VSUBPS       Z23, Z0, Z0
 
 pipe:
 	CMPQ          DX, $0x00000040
 	JL            drain
-	VMULPS        128(AX), Z2, Z16
-	VMULPS        192(AX), Z2, Z17
-	VMAXPS        Z16, Z14, Z14
-	VMAXPS        Z17, Z15, Z15
-	VSUBPS        Z3, Z16, Z16
-	VSUBPS        Z3, Z17, Z17
-	VMULPS        Z4, Z16, Z18
-	VMULPS        Z4, Z17, Z19
-	VREDUCEPS     $0x00, Z18, Z20
-	VREDUCEPS     $0x00, Z19, Z21
-	VSUBPS        Z20, Z18, Z18
-	VSUBPS        Z21, Z19, Z19
-	VCMPPS        $0x15, Z6, Z23, K1
-	VCMPPS        $0x1a, Z7, Z23, K2
-	VCMPPS        $0x15, Z6, Z24, K3
-	VCMPPS        $0x1a, Z7, Z24, K4
-	VMOVUPS       expconsts<>+1408(SB), Z24
-	VMOVUPS       expconsts<>+1408(SB), Z23
-	VFMADD213PS   Z11, Z1, Z24
-	VFMADD213PS   Z11, Z25, Z23
-	VFMADD213PS   Z10, Z1, Z24
-	VFMADD213PS   Z10, Z25, Z23
-	VFMADD213PS   Z9, Z1, Z24
-	VFMADD213PS   Z9, Z25, Z23
-	VFMADD213PS.Z Z5, Z1, K1, Z24
-	VFMADD213PS.Z Z5, Z25, K3, Z23
+	VMULPS        128(AX), Z2, Z14
+	VMULPS        192(AX), Z2, Z15
+	VSUBPS        Z3, Z14, Z14
+	VSUBPS        Z3, Z15, Z15
+	VMULPS        Z4, Z14, Z16
+	VMULPS        Z4, Z15, Z17
+	VREDUCEPS     $0x00, Z16, Z18
+	VREDUCEPS     $0x00, Z17, Z19
+	VSUBPS        Z18, Z16, Z16
+	VSUBPS        Z19, Z17, Z17
+	VCMPPS        $0x15, Z6, Z21, K1
+	VCMPPS        $0x1a, Z7, Z21, K2
+	VCMPPS        $0x15, Z6, Z22, K3
+	VCMPPS        $0x1a, Z7, Z22, K4
+	VMOVUPS       expconsts<>+1408(SB), Z22
+	VMOVUPS       expconsts<>+1408(SB), Z21
+	VFMADD213PS   Z11, Z1, Z22
+	VFMADD213PS   Z11, Z23, Z21
+	VFMADD213PS   Z10, Z1, Z22
+	VFMADD213PS   Z10, Z23, Z21
+	VFMADD213PS   Z9, Z1, Z22
+	VFMADD213PS   Z9, Z23, Z21
+	VFMADD213PS.Z Z5, Z1, K1, Z22
+	VFMADD213PS.Z Z5, Z23, K3, Z21
 	VMOVAPS       Z8, Z1
-	VSCALEFPS     Z22, Z24, K2, Z1
-	VMOVAPS       Z8, Z22
-	VSCALEFPS     Z0, Z23, K4, Z22
+	VSCALEFPS     Z20, Z22, K2, Z1
+	VMOVAPS       Z8, Z20
+	VSCALEFPS     Z0, Z21, K4, Z20
 	VMOVAPS       Z1, Z0
 
 	// raw: vcvtneps2bf16 ymm0,zmm0
@@ -6408,7 +6400,7 @@ pipe:
 	BYTE    $0xc0
 	VMOVDQU Y0, (CX)
 	VADDPS  Z1, Z12, Z12
-	VMOVAPS Z22, Z1
+	VMOVAPS Z20, Z1
 
 	// raw: vcvtneps2bf16 ymm1,zmm1
 	BYTE    $0x62
@@ -6418,37 +6410,37 @@ pipe:
 	BYTE    $0x72
 	BYTE    $0xc9
 	VMOVDQU Y1, 32(CX)
-	VADDPS  Z22, Z13, Z13
-	VMOVAPS Z16, Z23
-	VMOVAPS Z18, Z22
-	VMOVAPS Z20, Z1
-	VMOVAPS Z17, Z24
-	VMOVAPS Z19, Z0
-	VMOVAPS Z21, Z25
+	VADDPS  Z20, Z13, Z13
+	VMOVAPS Z14, Z21
+	VMOVAPS Z16, Z20
+	VMOVAPS Z18, Z1
+	VMOVAPS Z15, Z22
+	VMOVAPS Z17, Z0
+	VMOVAPS Z19, Z23
 	ADDQ    $0x00000080, AX
 	ADDQ    $0x00000040, CX
 	SUBQ    $0x00000020, DX
 	JMP     pipe
 
 drain:
-	VCMPPS        $0x15, Z6, Z23, K1
-	VCMPPS        $0x1a, Z7, Z23, K2
-	VCMPPS        $0x15, Z6, Z24, K3
-	VCMPPS        $0x1a, Z7, Z24, K4
-	VMOVUPS       expconsts<>+1408(SB), Z16
-	VMOVUPS       expconsts<>+1408(SB), Z17
-	VFMADD213PS   Z11, Z1, Z16
-	VFMADD213PS   Z11, Z25, Z17
-	VFMADD213PS   Z10, Z1, Z16
-	VFMADD213PS   Z10, Z25, Z17
-	VFMADD213PS   Z9, Z1, Z16
-	VFMADD213PS   Z9, Z25, Z17
-	VFMADD213PS.Z Z5, Z1, K1, Z16
-	VFMADD213PS.Z Z5, Z25, K3, Z17
+	VCMPPS        $0x15, Z6, Z21, K1
+	VCMPPS        $0x1a, Z7, Z21, K2
+	VCMPPS        $0x15, Z6, Z22, K3
+	VCMPPS        $0x1a, Z7, Z22, K4
+	VMOVUPS       expconsts<>+1408(SB), Z14
+	VMOVUPS       expconsts<>+1408(SB), Z15
+	VFMADD213PS   Z11, Z1, Z14
+	VFMADD213PS   Z11, Z23, Z15
+	VFMADD213PS   Z10, Z1, Z14
+	VFMADD213PS   Z10, Z23, Z15
+	VFMADD213PS   Z9, Z1, Z14
+	VFMADD213PS   Z9, Z23, Z15
+	VFMADD213PS.Z Z5, Z1, K1, Z14
+	VFMADD213PS.Z Z5, Z23, K3, Z15
 	VMOVAPS       Z8, Z1
-	VSCALEFPS     Z22, Z16, K2, Z1
-	VMOVAPS       Z8, Z16
-	VSCALEFPS     Z0, Z17, K4, Z16
+	VSCALEFPS     Z20, Z14, K2, Z1
+	VMOVAPS       Z8, Z14
+	VSCALEFPS     Z0, Z15, K4, Z14
 	VMOVAPS       Z1, Z0
 
 	// raw: vcvtneps2bf16 ymm0,zmm0
@@ -6460,7 +6452,7 @@ drain:
 	BYTE    $0xc0
 	VMOVDQU Y0, (CX)
 	VADDPS  Z1, Z12, Z12
-	VMOVAPS Z16, Z1
+	VMOVAPS Z14, Z1
 
 	// raw: vcvtneps2bf16 ymm1,zmm1
 	BYTE    $0x62
@@ -6470,18 +6462,16 @@ drain:
 	BYTE    $0x72
 	BYTE    $0xc9
 	VMOVDQU Y1, 32(CX)
-	VADDPS  Z16, Z13, Z13
+	VADDPS  Z14, Z13, Z13
 	ADDQ    $0x00000080, AX
 	ADDQ    $0x00000040, CX
 	SUBQ    $0x00000020, DX
 
 afterpipe:
 	VADDPS        Z13, Z12, Z12
-	VMAXPS        Z15, Z14, Z14
 	CMPQ          DX, $0x00000010
 	JL            done
 	VMULPS        (AX), Z2, Z0
-	VMAXPS        Z0, Z14, Z14
 	VSUBPS        Z3, Z0, Z0
 	VMULPS        Z4, Z0, Z1
 	VREDUCEPS     $0x00, Z1, Z2
@@ -6516,16 +6506,7 @@ done:
 	VADDPS        X0, X1, X1
 	VPERMILPS     $0xb1, X1, X0
 	VADDSS        X0, X1, X1
-	MOVSS         X1, sum+56(FP)
-	VEXTRACTF64X4 $0x01, Z14, Y0
-	VMAXPS        Y0, Y14, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VMAXPS        X1, X0, X1
-	VPERMILPS     $0x4e, X1, X0
-	VMAXPS        X0, X1, X1
-	VPERMILPS     $0xb1, X1, X0
-	VMAXSS        X0, X1, X1
-	MOVSS         X1, max+60(FP)
+	MOVSS         X1, ret+56(FP)
 	VZEROUPPER
 	RET
 

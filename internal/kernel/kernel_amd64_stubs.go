@@ -223,13 +223,12 @@ func cpuidex(leaf uint32, sub uint32) (eax uint32, ebx uint32, ecx uint32, edx u
 // xgetbv0 executes XGETBV with ECX = 0 (XCR0). The caller checks OSXSAVE.
 func xgetbv0() (eax uint32, edx uint32)
 
-// expSumMaxBF16AVX512BF16 sets dst[j] = bf16(exp(scale*x[j] - sub)) and returns the float32 sum
-// of the unrounded values (see Impl.ExpSumBF16) and the largest scale*x[j]
-// (see Impl.ExpSumMaxBF16); x is left as it is.
+// expSumBF16AVX512BF16 sets dst[j] = bf16(exp(scale*x[j] - sub)) and returns the float32 sum
+// of the unrounded values (see Impl.ExpSumBF16); x is left as it is.
 // len(x) must be a multiple of 16 and len(dst) >= len(x).
 //
 //go:noescape
-func expSumMaxBF16AVX512BF16(dst []uint16, x []float32, scale float32, sub float32) (sum float32, max float32)
+func expSumBF16AVX512BF16(dst []uint16, x []float32, scale float32, sub float32) float32
 
 // mulBF16AVX512BF16 sets C = A·B for bfloat16 A and VNNI-packed B (see Half.Mul).
 // The caller guarantees n%16 == 0, k%2 == 0, ldb >= 16k and that all accesses are in bounds.

@@ -68,10 +68,9 @@ func wrapExpSum(f func(x []float32, scale, sub float32) float32) func(x []float3
 }
 
 // wrapExpSumBF16 checks the preconditions of Impl.ExpSumBF16 (len(x) a
-// multiple of W, dst at least as long) before the assembly f runs, which
-// returns the sum and the largest product (Impl.ExpSumMaxBF16).
-func wrapExpSumBF16(f func(dst []uint16, x []float32, scale, sub float32) (float32, float32)) func(dst []uint16, x []float32, scale, sub float32) (float32, float32) {
-	return func(dst []uint16, x []float32, scale, sub float32) (float32, float32) {
+// multiple of W, dst at least as long) before the assembly f runs.
+func wrapExpSumBF16(f func(dst []uint16, x []float32, scale, sub float32) float32) func(dst []uint16, x []float32, scale, sub float32) float32 {
+	return func(dst []uint16, x []float32, scale, sub float32) float32 {
 		checkWidth(len(x))
 		if len(dst) < len(x) {
 			bad("ExpSumBF16: dst shorter than x")

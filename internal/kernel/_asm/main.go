@@ -56,7 +56,7 @@ func genKernels() {
 	genSoftcap()
 	genALiBi()
 	genConvert()
-	genExpSum(isaAVX512, true) // expSumMaxBF16AVX512BF16 (reads no table of genConvert's: its place only orders kernel_amd64.s)
+	genExpSum(isaAVX512, true) // expSumBF16AVX512BF16 (reads no table of genConvert's: its place only orders kernel_amd64.s)
 	genBF16()
 	genAMXAll()
 	genPack()

@@ -77,24 +77,21 @@ func genExpTable() {
 }
 
 // genExpSum generates expSum<ISA>, or with toBF16 (AVX-512 only: it needs
-// AVX512_BF16) expSumMaxBF16AVX512BF16, which stores each new value rounded
-// to bfloat16 in dst instead of x (Impl.ExpSumBF16): the same exponential
-// but for the polynomial of 2^r, of degree 4 (exp2B) instead of 6 (exp2C),
-// the sum in the same order, and finish's store (see store below); it also
-// returns the largest product round(scale·x) (Impl.ExpSumMaxBF16: one
-// VMAXPS per vector, in reduceArg).
+// AVX512_BF16) expSumBF16AVX512BF16, which stores each new value rounded to
+// bfloat16 in dst instead of x (Impl.ExpSumBF16): the same exponential but
+// for the polynomial of 2^r, of degree 4 (exp2B) instead of 6 (exp2C), the
+// sum in the same order, and finish's store (see store below).
 func genExpSum(s isa, toBF16 bool) {
 	name := "expSum" + s.Suffix
 	if toBF16 {
 		if !s.EVEX {
 			panic("expSum: the bfloat16 store needs AVX512_BF16")
 		}
-		name = "expSumMaxBF16AVX512BF16"
-		TEXT(name, NOSPLIT, "func(dst []uint16, x []float32, scale, sub float32) (sum, max float32)")
+		name = "expSumBF16AVX512BF16"
+		TEXT(name, NOSPLIT, "func(dst []uint16, x []float32, scale, sub float32) float32")
 		Pragma("noescape")
 		Doc(name+" sets dst[j] = bf16(exp(scale*x[j] - sub)) and returns the float32 sum",
-			"of the unrounded values (see Impl.ExpSumBF16) and the largest scale*x[j]",
-			"(see Impl.ExpSumMaxBF16); x is left as it is.",
+			"of the unrounded values (see Impl.ExpSumBF16); x is left as it is.",
 			"len(x) must be a multiple of 16 and len(dst) >= len(x).")
 	} else {
 		TEXT(name, NOSPLIT, "func(x []float32, scale, sub float32) float32")
@@ -168,14 +165,7 @@ func genExpSum(s isa, toBF16 bool) {
 	// reduction is in base 2, u = round(t·log2 e), n = round(u) and
 	// r = u − n, both exact, |r| ≤ 1/2 (the rounding of u is the only
 	// error, relative |t|·2^-24 at most: see Impl.ExpSum).
-	//
-	// With toBF16 the products round(scale·x) also go into the running
-	// maxima mx, vector j into mx[j%len(mx)] (VMAXPS(t, m, m): m = m > t ?
-	// m : t, lane by lane: a NaN product replaces m, a NaN m is replaced).
-	// llvm-mca-19 -mcpu=znver4 issues it on FP0/FP1, the FMA pipes, which
-	// had 2 of the loop's 18 cycles a pair of vectors to spare under the
-	// add pipes' (FP2/FP3) bound: the loop stays at 18.
-	reduceArg := func(offs []int, mx []VecVirtual) reduced {
+	reduceArg := func(offs []int) reduced {
 		u := len(offs)
 		each := func(f func(j int)) {
 			for j := 0; j < u; j++ {
@@ -186,9 +176,6 @@ func genExpSum(s isa, toBF16 bool) {
 		// t = round(scale·x) − sub: the product rounded, not fused (see
 		// Impl.ExpSum).
 		each(func(j int) { VMULPS(Mem{Base: xp, Disp: offs[j]}, scale, t[j]) })
-		if len(mx) > 0 {
-			each(func(j int) { VMAXPS(t[j], mx[j%len(mx)], mx[j%len(mx)]) })
-		}
 		each(func(j int) { VSUBPS(sub, t[j], t[j]) })
 		// u = round(t·log2 e) (in n), r = u − round(u) by VREDUCEPS
 		// (imm 0: no fraction bits kept, to nearest even), then
@@ -263,12 +250,12 @@ func genExpSum(s isa, toBF16 bool) {
 			VADDPS(q[j], acc[j%len(acc)], acc[j%len(acc)])
 		})
 	}
-	exp := func(offs []int, acc, mx []VecVirtual) {
+	exp := func(offs []int, acc []VecVirtual) {
 		if !s.EVEX {
 			expAVX2(s, xp, offs, acc, scale, sub, c)
 			return
 		}
-		finish(offs, reduceArg(offs, mx), acc)
+		finish(offs, reduceArg(offs), acc)
 	}
 	offsets := func(u, from int) []int {
 		offs := make([]int, u)
@@ -300,16 +287,6 @@ func genExpSum(s isa, toBF16 bool) {
 	for _, a := range acc {
 		zero(s, a)
 	}
-	// mx, with toBF16, are the running maxima of round(scale·x), one per
-	// accumulator (the same vectors), from −Inf = 0 − (+Inf).
-	var mx []VecVirtual
-	if toBF16 {
-		mx = vecs(s, len(acc))
-		for _, m := range mx {
-			zero(s, m)
-			VSUBPS(c(cInf), m, m)
-		}
-	}
 	if s.EVEX {
 		// AVX-512 is software-pipelined, pw vectors per stage: each
 		// iteration reduces the next pw vectors while it finishes the
@@ -320,11 +297,11 @@ func genExpSum(s isa, toBF16 bool) {
 		const pw = 2
 		CMPQ(nl, U32(pw*s.Lanes))
 		JL(LabelRef("afterpipe"))
-		cur := reduceArg(offsets(pw, 0), mx)
+		cur := reduceArg(offsets(pw, 0))
 		Label("pipe")
 		CMPQ(nl, U32(2*pw*s.Lanes))
 		JL(LabelRef("drain"))
-		next := reduceArg(offsets(pw, pw), mx)
+		next := reduceArg(offsets(pw, pw))
 		finish(offsets(pw, 0), cur, acc)
 		for j := 0; j < pw; j++ {
 			VMOVAPS(next.t[j], cur.t[j])
@@ -339,19 +316,15 @@ func genExpSum(s isa, toBF16 bool) {
 		Label("afterpipe")
 		// At most pw-1 vectors are left.
 		VADDPS(acc[1], acc[0], acc[0])
-		if toBF16 {
-			VMAXPS(mx[1], mx[0], mx[0]) // mx[0] > mx[1] ? mx[0] : mx[1]
-			mx = mx[:1]
-		}
 		CMPQ(nl, U32(s.Lanes))
 		JL(LabelRef("done"))
-		exp(offsets(1, 0), acc[:1], mx)
+		exp(offsets(1, 0), acc[:1])
 		Label("done")
 	} else {
 		Label("loop1")
 		CMPQ(nl, U32(s.Lanes))
 		JL(LabelRef("after1"))
-		exp(offsets(1, 0), acc, nil)
+		exp(offsets(1, 0), acc)
 		ADDQ(U32(s.Bytes()), xp)
 		SUBQ(U32(s.Lanes), nl)
 		JMP(LabelRef("loop1"))
@@ -360,12 +333,6 @@ func genExpSum(s isa, toBF16 bool) {
 	x := reduce(s, acc[0], VADDPS)
 	VADDSS(x.shuf, x.v, x.v)
 	Store(x.v, ReturnIndex(0))
-	if toBF16 {
-		// The lanes halved as genMax's: lane i = i > i+w ? i : i+w.
-		m := reduce(s, mx[0], VMAXPS)
-		VMAXSS(m.shuf, m.v, m.v)
-		Store(m.v, ReturnIndex(1))
-	}
 	VZEROUPPER()
 	RET()
 }
