@@ -349,15 +349,7 @@ func ulps(a, b float32) int64 {
 // correctly rounded exp, plus |x|·2^-23 relative for AVX-512's base-2
 // reduction) and within 2 ulp on |x| ≤ 1.
 func TestExpULP(t *testing.T) {
-	stride := uint32(61)
-	if raceEnabled || testing.Short() {
-		stride = 997
-	}
-	var xs []float32
-	lo := math.Float32bits(ExpMin) // negative: bits grow with magnitude
-	for b := uint32(0x80000000); b <= lo; b += stride {
-		xs = append(xs, math.Float32frombits(b))
-	}
+	xs := expNegSweep()
 	const npos = 1 << 18
 	for i := 0; i <= npos; i++ {
 		xs = append(xs, float32(float64(ExpMax)*float64(i)/npos))
@@ -614,4 +606,19 @@ func TestImplComplete(t *testing.T) {
 			}
 		}
 	}
+}
+
+// expNegSweep returns float32 bit patterns of [ExpMin, 0], every stride-th
+// one from −0 down (61, or 997 with -short or -race).
+func expNegSweep() []float32 {
+	stride := uint32(61)
+	if raceEnabled || testing.Short() {
+		stride = 997
+	}
+	var xs []float32
+	lo := math.Float32bits(ExpMin) // negative: bits grow with magnitude
+	for b := uint32(0x80000000); b <= lo; b += stride {
+		xs = append(xs, math.Float32frombits(b))
+	}
+	return xs
 }
