@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/flashattn/flashattn/internal/kernel"
 	"github.com/flashattn/flashattn/reference"
 )
 
@@ -178,6 +179,31 @@ func lazyCheck(t *testing.T, workers int, rowsOf []lazyRow, sq, d int, out, opl 
 		}
 		if err := check("LSE", lse[l0:l1], lpl[l0:l1], l64[l0:l1]); err != nil {
 			t.Errorf("%s, workers %d: %v", lr.name, workers, err)
+		}
+	}
+}
+
+// TestLazyRescaleLargeMax: a row whose kept maximum m is 2^26 (float32's
+// grid there is 8) and whose next tile's maximum is m + 8 moves m, since
+// 8 > τ: the exponentials of a kept m never exceed e^τ. (Compared with
+// m + τ, which rounds to m + 8 on that grid, m stayed and P reached e^8.)
+func TestLazyRescaleLargeMax(t *testing.T) {
+	for _, im := range kernel.Available() {
+		k := im
+		const n = kernel.W
+		m0 := float32(1 << 26)
+		st := rowState{m: []float32{m0}, l: []float32{1}, o: make([]float32, n), dimPad: n, fresh: []bool{false}}
+		row := make([]float32, n)
+		for i := range row {
+			row[i] = m0 - 64
+		}
+		row[3] = m0 + 8
+		st.update(&k, 0, row, 1, nil)
+		if st.m[0] != m0+8 {
+			t.Errorf("%s: m = %v after a tile of maximum m+8, want %v (P up to %v)", k.Name, st.m[0], m0+8, row[3])
+		}
+		if row[3] > float32(math.Exp(rescaleSlack))*(1+1e-6) {
+			t.Errorf("%s: P = %v, over e^τ", k.Name, row[3])
 		}
 	}
 }

@@ -108,7 +108,10 @@ var nan32 = float32(math.NaN())
 func (st *rowState) update(k *kernel.Impl, r int, row []float32, f float32, ph []uint16) {
 	mOld := st.m[r]
 	mNew, tileMax := mOld, f*k.Max(row)
-	if !(tileMax <= mOld+rescaleSlack) { // also a NaN on either side
+	// The excess tileMax − mOld, not mOld + rescaleSlack, which rounds to
+	// mOld's grid: at 2^26 ≤ |m| < 2^27 (a grid of 8) to m + 8, letting P
+	// reach e^8.
+	if !(tileMax-mOld <= rescaleSlack) { // also a NaN on either side, and mOld = −Inf
 		mNew = max(mOld, tileMax) // NaN if either is NaN (f > 0)
 	}
 	if mNew == negInf { // nothing visible to this row yet, or only NaN
