@@ -513,6 +513,24 @@ const groupKeys = 4
 // bit. For q8_0 a step is one block of each of the groupKeys rows (the
 // same widening as the mr-row kernel, one scale slot per key); not for
 // q4_0.
+//
+// Folding the block scale into P instead (issue 29: o += (p·d)·v_int, per
+// step of 4 rows × 4 keys the 16 products p·d — the 4 keys' fp16 scales
+// gathered in a GP register, one VCVTPH2PS, VMULPS by the rows' P —
+// stored to the frame and read back by broadcast, the FMAs taking the
+// unscaled widened values; accum<T>M4 computing the same products by
+// VMULSS, for the same bits) takes the 8 VMULPS of a step off the FMA
+// pipes (llvm-mca znver4: 40 → 35 cycles per step with FMAs by embedded
+// broadcast; the Zen 5 proxy, ymm on znver4, 24 → 30) but lost on Zen 4:
+// group-accum of BenchmarkDecode, m = 4, 8 KV heads, 32k keys, d = 128,
+// one thread, alternated under load, medians of the ratio to ReadSum
+// 0.42 against 0.51 with the FMAs reading p·d by embedded broadcast,
+// 0.40 and 0.38 against 0.51 and 0.40 with the 16 broadcast into
+// registers from one zmm store, 0.34 and 0.43 against 0.40 and 0.54 with
+// four xmm products and stores; flashattn bench -mode decode, 32/8 heads,
+// 32k keys, q8_0, 7 rounds: 0.35 of the read bandwidth against 0.42.
+// Not the scales' load latency: read from a constant in the frame
+// instead of V, it lost as much (0.43 against 0.54).
 func genAccumGroup(s isa, e decodeElem, mr int) {
 	name := fmt.Sprintf("accumGroup%sM%d%s", e.Name, mr, s.Suffix)
 	TEXT(name, NOSPLIT, fmt.Sprintf("func(o []float32, ldo int, p []float32, ldp, heads int, v []%s, hs, n, d int)", e.GoType))
