@@ -82,8 +82,12 @@ func ForwardIntoContext(ctx context.Context, out Tensor, lse []float32, q, k, v 
 }
 
 // run runs f, the call's passes, watching ctx: once it is done the passes
-// stop at the next tile or task boundary and run returns ctx.Err().
+// stop at the next tile or task boundary and run returns ctx.Err(). A nil
+// ctx is refused (context.Background() is the context that is never done).
 func (c *call) run(ctx context.Context, f func() error) error {
+	if ctx == nil {
+		return argErr("ctx", "ctx is nil: pass context.Background() for a call that is never cancelled")
+	}
 	if ctx.Done() != nil {
 		if err := ctx.Err(); err != nil {
 			return err

@@ -353,3 +353,31 @@ func forwardSpan(tasks []fwdTask, workers int) float64 {
 	}
 	return float64(slices.Max(busy)) * float64(workers) / float64(total)
 }
+
+// TestNilContext: a nil context is a bad argument (an *ArgError naming
+// ctx), not a worker panic reported as ErrInternal; nothing is computed.
+func TestNilContext(t *testing.T) {
+	q := Dense([]float32{1, 2, 3, 4, 5, 6, 7, 8}, 1, 2, 1, 4)
+	out := NewTensor(1, 2, 1, 4)
+	out.Data[0] = 42
+	g := Grads{DQ: NewTensor(1, 2, 1, 4), DK: NewTensor(1, 2, 1, 4), DV: NewTensor(1, 2, 1, 4)}
+	lse := make([]float32, 2)
+	for name, call := range map[string]func() error{
+		"ForwardContext": func() error {
+			_, _, err := ForwardContext(nil, q, q, q, nil) //nolint:staticcheck // a nil context on purpose
+			return err
+		},
+		"ForwardIntoContext": func() error { return ForwardIntoContext(nil, out, nil, q, q, q, nil) }, //nolint:staticcheck
+		"BackwardGrads": func() error {
+			return BackwardGrads(nil, g, q, q, q, q, q, lse, nil, nil) //nolint:staticcheck
+		},
+	} {
+		var ae *ArgError
+		if err := call(); !errors.As(err, &ae) || ae.Arg != "ctx" || errors.Is(err, ErrInternal) {
+			t.Errorf("%s(nil, ...): error %v, want an *ArgError for ctx", name, err)
+		}
+	}
+	if out.Data[0] != 42 {
+		t.Errorf("ForwardIntoContext(nil, ...) wrote out: %v", out.Data[:4])
+	}
+}
