@@ -504,7 +504,8 @@ func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, 
 			return
 		}
 	}
-	if err = f.masks.load(f, o, f.maskGeometry(o, qs, ks, nb)); err != nil {
+	g := f.maskGeometry(o, qs, ks, nb)
+	if err = f.masks.load(f, o, g); err != nil {
 		return
 	}
 	if f.alibi != "" {
@@ -529,7 +530,7 @@ func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, 
 		}
 	}
 	if f.bias != "" {
-		if o.ScoreMod, err = f.loadBias(); err != nil {
+		if o.ScoreMod, err = f.loadBias(g); err != nil {
 			return
 		}
 	}
@@ -724,15 +725,25 @@ func fileDescr(dt flashattn.DType) string {
 }
 
 // loadBias reads -bias, float32 [batch|1, heads|1, seqlen_q|1,
-// seqlen_k|1], as a Bias. The call checks it against the sequences and
-// heads (an error it names the file in, see argFile).
-func (f *attnFlags) loadBias() (*flashattn.Bias, error) {
+// seqlen_k|1], as a Bias: each dimension 1 (broadcast) or the call's, as
+// the mask files' geometry g says (PyTorch's rule): a dimension larger than
+// the call's, which the library accepts (it reads the first rows and
+// columns), is refused here as the mismatched shape it is; the call
+// refuses smaller ones and other head counts (an error it names the file
+// in, see argFile).
+func (f *attnFlags) loadBias(g maskGeometry) (*flashattn.Bias, error) {
 	data, shape, err := f.rd.ReadFloat32(f.bias)
 	if err != nil {
 		return nil, err
 	}
 	if len(shape) != 4 {
 		return nil, fmt.Errorf("%s: shape %v, want 4 dimensions [batch|1, heads|1, seqlen_q|1, seqlen_k|1]", f.bias, shape)
+	}
+	for i, n := range []int{g.batch, 0, g.seqQ, g.seqK} {
+		if i != 1 && shape[i] > n { // smaller ones, and heads, are the library's to refuse
+			return nil, fmt.Errorf("%s: shape %v, want [1 or %d, 1 or %d, 1 or %d, 1 or %d] (batch, heads, seqlen_q, seqlen_k)",
+				f.bias, shape, g.batch, g.heads, g.seqQ, g.seqK)
+		}
 	}
 	b, err := flashattn.NewBias(data, shape[0], shape[1], shape[2], shape[3])
 	if err != nil {

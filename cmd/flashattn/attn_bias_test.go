@@ -81,8 +81,10 @@ func TestAttnBias(t *testing.T) {
 }
 
 // TestAttnBiasBad: a -bias file of the wrong rank, of heads that are not 1
-// or q's, covering fewer keys than k, or with -device gpu is one line on
-// stderr naming it.
+// or q's, covering fewer keys than k, with a dimension that is neither 1
+// nor the call's (more keys, queries or batch elements than the call has:
+// PyTorch's broadcast rule), or with -device gpu is one line on stderr
+// naming it.
 func TestAttnBiasBad(t *testing.T) {
 	const B, Sq, Sk, H, D = 1, 4, 6, 2, 8
 	rng := rand.New(rand.NewPCG(7, 2))
@@ -99,6 +101,9 @@ func TestAttnBiasBad(t *testing.T) {
 		{"rank 3", []int{H, Sq, Sk}, nil, "want 4 dimensions"},
 		{"3 heads", []int{1, 3, Sq, Sk}, nil, "data for 3 heads, want 1 or 2"},
 		{"fewer keys", []int{1, 1, Sq, Sk - 1}, nil, "covers any number of batch elements (broadcast) × 4 queries × 5 keys"},
+		{"more keys", []int{1, 1, Sq, Sk + 1}, nil, "want [1 or 1, 1 or 2, 1 or 4, 1 or 6]"},
+		{"more queries", []int{1, 1, 2 * Sq, 2 * Sk}, nil, "want [1 or 1, 1 or 2, 1 or 4, 1 or 6]"},
+		{"more batch", []int{2, H, Sq, Sk}, nil, "want [1 or 1, 1 or 2, 1 or 4, 1 or 6]"},
 		{"gpu", []int{1, 1, 1, Sk}, []string{"-device", "gpu"}, "-bias is not supported with -device gpu"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
