@@ -98,7 +98,7 @@ func (t *tiling) cacheSequences(o *Options, s Shape) error {
 		n := cs.news[b].n
 		end := c.SeqLens[b] // each read once: the caller's slices may change
 		cs.end[b] = end
-		if end < 0 || int(end)+n > capacity {
+		if end < 0 || int(end) > capacity-n { // not end+n: it wraps on 32-bit platforms
 			return argErr("Options.KVCache.SeqLens", "KVCache.SeqLens[%d] is %d: with %d new keys, want 0..%d (the cache's capacity)", b, end, n, capacity-n)
 		}
 		sq.kvb = b // VarLen's sequences are all batch 0 of q

@@ -1,6 +1,8 @@
 package flashattn
 
 import (
+	"errors"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -144,5 +146,41 @@ func TestKVCacheValidation(t *testing.T) {
 	_, _, _, err := Backward(q, k, v, q, q, make([]float32, 8), &Options{KVCache: &KVCache{SeqLens: []int32{1, 1}, BlockTable: []int32{0, 1, 2, 3}, BlocksPerSeq: 2}})
 	if err == nil || !strings.Contains(err.Error(), "KVCache") {
 		t.Errorf("Backward with a KVCache: %v", err)
+	}
+}
+
+// TestKVCacheSeqLensNoWrap: SeqLens near MaxInt32 with new keys is refused
+// as an *ArgError for SeqLens and leaves the cache as it was, contiguous or
+// paged. Before, SeqLens + Snew wrapped on 32-bit platforms (GOARCH=386),
+// passed the capacity check and the append panicked (ErrInternal).
+func TestKVCacheSeqLensNoWrap(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		c     KVCache
+		cache [4]int
+	}{
+		{"contiguous", KVCache{SeqLens: []int32{math.MaxInt32, 1}}, [4]int{2, 32, 2, 16}},
+		{"contiguous, second", KVCache{SeqLens: []int32{1, math.MaxInt32 - 1}}, [4]int{2, 32, 2, 16}},
+		{"paged", KVCache{SeqLens: []int32{math.MaxInt32, 1}, BlockTable: []int32{0, 1, 2, 3}, BlocksPerSeq: 2}, [4]int{4, 16, 2, 16}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := NewTensor(tc.cache[0], tc.cache[1], tc.cache[2], tc.cache[3])
+			v := NewTensor(tc.cache[0], tc.cache[1], tc.cache[2], tc.cache[3])
+			c := tc.c
+			c.KNew, c.VNew = NewTensor(2, 2, 2, 16), NewTensor(2, 2, 2, 16)
+			for i := range c.KNew.Data {
+				c.KNew.Data[i], c.VNew.Data[i] = 1, 1
+			}
+			_, _, err := Forward(NewTensor(2, 1, 4, 16), k, v, &Options{KVCache: &c})
+			var ae *ArgError
+			if !errors.As(err, &ae) || ae.Arg != "Options.KVCache.SeqLens" {
+				t.Fatalf("error %v, want an *ArgError for Options.KVCache.SeqLens", err)
+			}
+			for i := range k.Data {
+				if k.Data[i] != 0 || v.Data[i] != 0 {
+					t.Fatalf("the cache was written at %d", i)
+				}
+			}
+		})
 	}
 }
