@@ -15,7 +15,9 @@ import (
 // causally, key kv visible to row q iff kv < prefix or kv <= q (positions
 // from the start of the sequence, so meant for equal query and key
 // lengths). With one length it applies to every batch element; with
-// several, prefixes[b] is batch element b's.
+// several, prefixes[b] is batch element b's; batch elements past the last
+// length take the last one. A length ≤ 0 leaves no bidirectional prefix
+// (the mask is then causal), and with no length at all every row is causal.
 func PrefixLM(prefixes ...int) Mask {
 	return prefixLM(slices.Clone(prefixes))
 }
