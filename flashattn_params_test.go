@@ -47,10 +47,10 @@ func (f faCase) String() string { return fmt.Sprintf("%v/%v", f.dt, f.c) }
 // Windows draw each side in [0, seqlen_k] as flash-attn's randint does,
 // ALiBi slopes [0, 0.3) per head; batch 2, 1 and 4 workers alternating.
 // To fit the CPU reference's time, a case keeps nheads 9 while
-// sq·sk·d·9 ≤ 113·203·128·9 and takes 3 (over 3, 1, 1) above; the big pairs
+// sq·sk·d ≤ 113·203·64 and takes 3 (over 3, 1, 1) above; the big pairs
 // (≥ 1023) take batch 1 and one head (bigPath says on which kernel path).
-// Under -short: batch 1, the pairs up to 128×256, and one round of the
-// head dims.
+// Under -short: batch 1, the pairs up to 128×256, one round of the head
+// dims, and 3 heads above sq·sk·d = 113·203·16.
 func faDenseCases(short bool) []faCase {
 	r := rand.New(rand.NewPCG(2024, 1))
 	var pairs [][2]int
@@ -59,7 +59,7 @@ func faDenseCases(short bool) []faCase {
 			pairs = append(pairs, sz)
 		}
 	}
-	n, b := 36, 2
+	n, b := 24, 2
 	if short {
 		n, b = 12, 1
 	}
@@ -68,7 +68,10 @@ func faDenseCases(short bool) []faCase {
 		sz := pairs[i%len(pairs)]
 		hd := faHeads[i%len(faHeads)]
 		c := tcase{b: b, sq: sz[0], sk: sz[1], h: hd[0], hk: hd[1], d: faDims[i%len(faDims)], workers: 1 + 3*(i%2)}
-		if sz[0]*sz[1]*c.d > 113*203*128 {
+		if sz[0]*sz[1] > 128*256 {
+			c.b = 1
+		}
+		if sz[0]*sz[1]*c.d > 113*203*64 || short && sz[0]*sz[1]*c.d > 113*203*16 {
 			c.h, c.hk = 3, []int{3, 1, 1}[i%3]
 		}
 		if sz[0] >= 1023 {
@@ -93,9 +96,9 @@ func faDenseCases(short bool) []faCase {
 
 // TestFlashAttnParams runs the sampled dense cases, forward (O, LSE) and
 // backward (dQ, dK, dV with random dO): the float32 ones on every float32
-// kernel path (forEachKernel: avx512, avx2, generic here), the 16-bit ones
-// on every 16-bit product path of their type (forEachHalf: avx512bf16,
-// f32 — the best float32 kernels — and generic). A big pair (≥ 1023) runs
+// kernel path (forEachKernel: avx512, avx2, generic on Zen 4), the 16-bit
+// ones on every 16-bit product path of their type, each under another
+// float32 kernel set (forEachKernelHalf, paired). A big pair (≥ 1023) runs
 // on one path, the next in turn for each big case.
 func TestFlashAttnParams(t *testing.T) {
 	big := 0
@@ -115,7 +118,7 @@ func TestFlashAttnParams(t *testing.T) {
 				forEachKernel(t, func(t *testing.T) { each(t, func(t *testing.T) { checkCase(t, fc.c) }) })
 				return
 			}
-			forEachHalf(t, fc.dt, func(t *testing.T) { each(t, func(t *testing.T) { checkHalfCase(t, fc.c, fc.dt) }) })
+			forEachKernelHalf(t, fc.dt, true, func(t *testing.T) { each(t, func(t *testing.T) { checkHalfCase(t, fc.c, fc.dt) }) })
 		})
 	}
 }
@@ -125,7 +128,34 @@ func kernelPathsOf(dt DType) int {
 	if dt == Float32 {
 		return kernelPaths()
 	}
-	return halfPaths(dt)
+	return max(kernelPaths(), halfPaths(dt))
+}
+
+// forEachKernelHalf runs f on the 16-bit product paths of dt (forEachHalf)
+// under the float32 and decode kernel sets (forEachKernel): every pair, or,
+// paired, visit k of the float32 sets with 16-bit path k mod their number
+// and the other way round (max of the two counts runs: each set and each
+// path at least once).
+func forEachKernelHalf(t *testing.T, dt DType, paired bool, f func(t *testing.T)) {
+	nk, nh := kernelPaths(), halfPaths(dt)
+	n := max(nk, nh)
+	visit := 0
+	forEachKernel(t, func(t *testing.T) {
+		kv, hv := visit, 0
+		visit++
+		forEachHalf(t, dt, func(t *testing.T) {
+			defer func() { hv++ }()
+			if !paired {
+				f(t)
+				return
+			}
+			for r := 0; r < n; r++ { // run r pairs set r mod nk with path r mod nh
+				if r%nk == kv && r%nh == hv {
+					f(t)
+				}
+			}
+		})
+	})
 }
 
 // TestFlashAttnParamsLargeLogits: Q (and K) scaled by 1e3 on a few of
@@ -169,8 +199,8 @@ type faVarLen struct {
 }
 
 // TestFlashAttnParamsVarLen: test_flash_attn_varlen_output's packing, forward
-// and backward, float32, on every kernel path and with 1 and 4 workers;
-// each sequence against the reference run on it alone.
+// and backward, float32, on every kernel path, with 1 or 4 workers
+// (alternating); each sequence against the reference run on it alone.
 func TestFlashAttnParamsVarLen(t *testing.T) {
 	cases := []faVarLen{
 		{maxQ: 113, maxK: 203, b: 4, h: 9, hk: 3, d: 64, causal: true},
@@ -181,9 +211,8 @@ func TestFlashAttnParamsVarLen(t *testing.T) {
 	}
 	forEachKernel(t, func(t *testing.T) {
 		for i, vc := range cases {
-			for _, workers := range []int{1, 4} {
-				t.Run(fmt.Sprintf("%d/w%d", i, workers), func(t *testing.T) { checkFAVarLen(t, vc, uint64(i), workers) })
-			}
+			workers := 1 + 3*(i%2)
+			t.Run(fmt.Sprintf("%d/w%d", i, workers), func(t *testing.T) { checkFAVarLen(t, vc, uint64(i), workers) })
 		}
 	})
 }
@@ -244,7 +273,10 @@ func checkFAVarLen(t *testing.T, vc faVarLen, seed uint64, workers int) {
 // paged caches with blocks of 16 and 256 in shuffled order, cache_batch_idx,
 // cache_leftpad, causal and local, GQA, cache types float32, bf16, fp16 and
 // q8_0 — on every kernel path (float32 and decode kernels by forEachKernel,
-// the 16-bit paths by forEachHalf for the 16-bit caches), 1 and 4 workers.
+// the 16-bit paths by forEachHalf for the 16-bit caches: every pair, paired
+// under -short), 1 and 4 workers. Under -short: seqlen_q up to 128 over
+// caches up to 128·339 per row. One worker count per case (1 or 4,
+// alternating); batch 2, 1 above 339·339.
 func TestFlashAttnParamsKVCache(t *testing.T) {
 	type axes struct {
 		sq, sk    int
@@ -260,30 +292,37 @@ func TestFlashAttnParamsKVCache(t *testing.T) {
 	}
 	sqs, sks := []int{1, 4, 128, 339}, []int{128, 339, 800, 1024}
 	dts := []DType{Float32, BFloat16, Float16, Q8_0}
+	ax := rand.New(rand.NewPCG(2024, 2))
 	var all []axes
-	for i := 0; i < 16; i++ {
+	for i := 0; i < 16; i++ { // every (seqlen_q, seqlen_k), each type once per row and column
 		all = append(all, axes{
-			sq: sqs[i%4], sk: sks[(i/4+i)%4], appendNew: i%2 == 0, rotFrac: i % 3, inter: i%4 >= 2,
-			paged: []int{0, 16, 256}[(i/2)%3], batchIdx: i%5 == 1, leftpad: i%3 == 2,
-			mask: []string{"causal", "local", "none"}[(i/3)%3], hk: []int{9, 3, 1}[i%3], dt: dts[(i/3+i)%4],
+			sq: sqs[i%4], sk: sks[i/4], dt: dts[(i+i/4)%4], appendNew: ax.IntN(2) == 0, rotFrac: ax.IntN(3), inter: ax.IntN(2) == 0,
+			paged: []int{0, 16, 256}[ax.IntN(3)], batchIdx: ax.IntN(3) == 0, leftpad: ax.IntN(2) == 0,
+			mask: []string{"causal", "local", "none"}[ax.IntN(3)], hk: []int{6, 3, 1}[ax.IntN(3)],
 		})
 	}
 	// A prefill over a paged float32 cache with left padding: the packed
 	// route once read kernel.W keys across a page boundary there (a worker
 	// panic; with 16-bit caches, wrong keys).
-	all = append(all, axes{sq: 128, sk: 339, appendNew: true, paged: 16, leftpad: true, mask: "causal", hk: 3, dt: Float32})
+	all = append(all,
+		axes{sq: 128, sk: 339, appendNew: true, paged: 16, leftpad: true, mask: "causal", hk: 3, dt: Float32},
+		axes{sq: 128, sk: 339, appendNew: true, rotFrac: 2, inter: true, paged: 16, leftpad: true, mask: "local", hk: 1, dt: Float16})
 	if testing.Short() {
 		var small []axes
 		for _, a := range all {
-			if a.sq*a.sk <= 128*339 {
+			if a.sq <= 128 && a.sq*a.sk <= 128*339 {
 				small = append(small, a)
 			}
 		}
 		all = small
 	}
-	const b, hq, d = 2, 9, 64
+	const hq, d = 6, 64 // test_flash_attn_kvcache's nheads 6 (nheads_k 6, 3, 1)
 	for i, a := range all {
 		r := rand.New(rand.NewPCG(uint64(i), 77))
+		b := 2
+		if a.sq*a.sk > 339*339 {
+			b = 1 // the largest calls: one sequence
+		}
 		snew := 0
 		if a.appendNew {
 			snew = a.sq
@@ -306,9 +345,13 @@ func TestFlashAttnParamsKVCache(t *testing.T) {
 				}
 			}
 		}
+		a.batchIdx = a.batchIdx && a.paged == 0 // flash-attn: cache_batch_idx only with a contiguous cache
 		var bidx []int32
 		if a.batchIdx {
-			bidx = []int32{int32(b + 1), 0}
+			bidx = make([]int32, b) // cache rows b, b−1, …: none in order, one past the batch
+			for bb := range bidx {
+				bidx[bb] = int32(b - bb)
+			}
 		}
 		rot := 0
 		if a.rotFrac > 0 {
@@ -323,19 +366,17 @@ func TestFlashAttnParamsKVCache(t *testing.T) {
 		case "local":
 			kc.window = &Window{Left: r.IntN(a.sk + 1), Right: r.IntN(a.sk + 1)}
 		}
-		if a.paged > 0 && bidx != nil {
-			kc.batchIdx = nil // flash-attn: cache_batch_idx only with a contiguous cache
-		}
+		workers := []int{1 + 3*(i%2)}
 		t.Run(kc.name, func(t *testing.T) {
 			forEachKernel(t, func(t *testing.T) {
 				run := func(t *testing.T) {
-					for _, w := range []int{1, 4} {
+					for _, w := range workers {
 						kc.workers = w
 						checkKVCase(t, kc)
 					}
 				}
 				if f, ok := a.dt.Format(); ok {
-					forEachHalf(t, DType(f), run)
+					forEachKernelHalf(t, DType(f), true, run)
 					return
 				}
 				run(t)
