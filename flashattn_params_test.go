@@ -13,7 +13,8 @@ import (
 // every kernel path. The full product of flash-attn's axes is far too large
 // for a CPU reference, so each axis is walked in turn against the others (a
 // deterministic sample): every seqlen pair, head dim, type, head grouping
-// and mask kind appears, and each case runs on every path.
+// and mask kind appears, and every kernel path runs (see each test for
+// which cases run on which paths).
 
 // faSeqlens are test_flash_attn_output's (seqlen_q, seqlen_k) pairs.
 var faSeqlens = [][2]int{
@@ -42,13 +43,15 @@ type faCase struct {
 func (f faCase) String() string { return fmt.Sprintf("%v/%v", f.dt, f.c) }
 
 // faDenseCases samples flash-attn's dense parametrization: case i takes
-// head dim i mod 12, heads i mod 3, mask i mod 6 and type (i + i/6) mod 3
-// (so that every mask meets every type), and the seqlen pairs in turn.
+// head dim i mod 12, heads and mask (i + i/12) mod 3 and mod 6 (each round
+// of the head dims shifts them), type (i + i/6) mod 3 (every mask meets
+// every type), and the seqlen pairs in turn.
 // Windows draw each side in [0, seqlen_k] as flash-attn's randint does,
 // ALiBi slopes [0, 0.3) per head; batch 2, 1 and 4 workers alternating.
 // To fit the CPU reference's time, a case keeps nheads 9 while
 // sq·sk·d ≤ 113·203·64 and takes 3 (over 3, 1, 1) above; the big pairs
-// (≥ 1023) take batch 1 and one head (bigPath says on which kernel path).
+// (≥ 1023) take batch 1, one head and head dim 32…64 (TestFlashAttnParams
+// runs each on one kernel path).
 // Under -short: batch 1, the pairs up to 128×256, one round of the head
 // dims, and 3 heads above sq·sk·d = 113·203·16.
 func faDenseCases(short bool) []faCase {
@@ -66,18 +69,18 @@ func faDenseCases(short bool) []faCase {
 	var out []faCase
 	for i := 0; i < n; i++ {
 		sz := pairs[i%len(pairs)]
-		hd := faHeads[i%len(faHeads)]
+		hd := faHeads[(i+i/12)%len(faHeads)]
 		c := tcase{b: b, sq: sz[0], sk: sz[1], h: hd[0], hk: hd[1], d: faDims[i%len(faDims)], workers: 1 + 3*(i%2)}
 		if sz[0]*sz[1] > 128*256 {
 			c.b = 1
 		}
 		if sz[0]*sz[1]*c.d > 113*203*64 || short && sz[0]*sz[1]*c.d > 113*203*16 {
-			c.h, c.hk = 3, []int{3, 1, 1}[i%3]
+			c.h, c.hk = 3, []int{3, 1, 1}[(i+i/12)%3]
 		}
 		if sz[0] >= 1023 {
 			c.b, c.h, c.hk, c.d = 1, 1, 1, faDims[i%4] // the big pairs at d 32…64
 		}
-		switch faMasks[i%len(faMasks)] {
+		switch faMasks[(i+i/12)%len(faMasks)] {
 		case "causal":
 			c.causal = true
 		case "local":
