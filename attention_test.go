@@ -17,7 +17,8 @@ type tcase struct {
 	causal              bool
 	window              *Window
 	softcap             float32
-	alibi               int // 0 none, 1 [H], 2 [B,H]
+	alibi               int     // 0 none, 1 [H], 2 [B,H]
+	slopeMax            float32 // ALiBi slopes drawn in [0, slopeMax); 0: [0, 0.5)
 	dropout             float32
 	strided             bool
 	bq, bk              int
@@ -173,8 +174,12 @@ func makeCase(c tcase, seed uint64) caseData {
 	case 2:
 		cd.slopes = make([]float32, c.b*c.h)
 	}
+	slopeMax := float32(0.5)
+	if c.slopeMax > 0 {
+		slopeMax = c.slopeMax
+	}
 	for i := range cd.slopes {
-		cd.slopes[i] = float32(r.Float64()) * 0.5
+		cd.slopes[i] = float32(r.Float64()) * slopeMax
 	}
 	if cd.slopes != nil {
 		cd.opt.ALiBi = cd.slopes

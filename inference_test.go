@@ -67,6 +67,8 @@ type kvCase struct {
 	softcap     float32
 	alibi       bool
 	splits      int
+	dt          DType // the cache's type (zero: Float32); the reference reads the cache as it holds it
+	workers     int   // Options.Workers
 }
 
 // TestKVCacheAppendRotary: new keys appended in place (rotated), queries
@@ -118,6 +120,17 @@ func checkKVCase(t *testing.T, tc kvCase) {
 	logicalV := make([][]float32, cacheRows)
 	for i := range logicalV {
 		logicalV[i] = randSlice(r, tc.capacity*tc.hk*tc.d)
+	}
+	if tc.dt != Float32 { // the values a cache of type dt holds: stored and read back
+		for _, l := range [][][]float32{logical, logicalV} {
+			for i := range l {
+				c := newCache(tc.dt, 1, tc.capacity, tc.hk, tc.d)
+				if err := Convert(c, Dense(l[i], 1, tc.capacity, tc.hk, tc.d)); err != nil {
+					t.Fatal(err)
+				}
+				l[i] = asFloat32(t, c).Data
+			}
+		}
 	}
 	row := func(b int) int {
 		if tc.batchIdx != nil {
@@ -172,10 +185,34 @@ func checkKVCase(t *testing.T, tc kvCase) {
 			slopes[i] = float32(math.Abs(float64(slopes[i]))) * 0.1
 		}
 	}
-	opt := &Options{KVCache: c, Causal: tc.causal, Window: tc.window, Softcap: tc.softcap, ALiBi: slopes}
+	if tc.dt != Float32 {
+		kt, vt := newCache(tc.dt, k.Batch, k.Seq, k.Heads, k.Dim), newCache(tc.dt, v.Batch, v.Seq, v.Heads, v.Dim)
+		if err := Convert(kt, k); err != nil {
+			t.Fatal(err)
+		}
+		if err := Convert(vt, v); err != nil {
+			t.Fatal(err)
+		}
+		k, v = kt, vt
+	}
+	opt := &Options{KVCache: c, Causal: tc.causal, Window: tc.window, Softcap: tc.softcap, ALiBi: slopes, Workers: tc.workers}
 	out, lse, err := Forward(Dense(q, tc.b, tc.sq, tc.hq, tc.d), k, v, opt)
 	if err != nil {
 		t.Fatal(err)
+	}
+	kf, vf := k, v
+	if tc.dt != Float32 {
+		kf, vf = asFloat32(t, k), asFloat32(t, v)
+	}
+	// stored returns the key and value rows of KV head hk that the cache
+	// holds at position pos of sequence b.
+	stored := func(b, lr, pos, hk int) (sk, sv []float32) {
+		tb, r := lr, pos
+		if tc.paged > 0 {
+			tb, r = int(table[b*perSeq+pos/tc.paged]), pos%tc.paged
+		}
+		off := ((tb*kf.Seq+r)*tc.hk + hk) * tc.d
+		return kf.Data[off:][:tc.d], vf.Data[off:][:tc.d]
 	}
 	for b := 0; b < tc.b; b++ {
 		end, pad := int(tc.ends[b]), 0
@@ -194,8 +231,19 @@ func checkKVCase(t *testing.T, tc kvCase) {
 				if rot != nil {
 					rope64(kr, rot, end+i) // flash-attn's absolute cache position
 				}
+				vr := vnew[((b*tc.snew+i)*tc.hk+hk)*tc.d:][:tc.d]
+				if tc.dt != Float32 { // as stored, within one step of the type
+					gk, gv := stored(b, lr, end+i, hk)
+					if err := withinStep(tc.dt, gk, kr); err != nil {
+						t.Fatalf("sequence %d new key %d head %d: %v", b, i, hk, err)
+					}
+					if err := withinStep(tc.dt, gv, vr); err != nil {
+						t.Fatalf("sequence %d new value %d head %d: %v", b, i, hk, err)
+					}
+					kr, vr = gk, gv
+				}
 				ek = append(ek, kr...)
-				ev = append(ev, vnew[((b*tc.snew+i)*tc.hk+hk)*tc.d:][:tc.d]...)
+				ev = append(ev, vr...)
 			}
 		}
 		qb := append([]float32(nil), q[b*tc.sq*tc.hq*tc.d:(b+1)*tc.sq*tc.hq*tc.d]...)
@@ -218,28 +266,21 @@ func checkKVCase(t *testing.T, tc kvCase) {
 		if slopes != nil {
 			par.ALiBi = to64(slopes)
 		}
-		o64, l64 := reference.Forward64(par, to64(qb), to64(ek), to64(ev))
-		o32, l32 := reference.Forward32(plainPar(par), qb, ek, ev)
 		gotO := out.Data[b*tc.sq*tc.hq*tc.d : (b+1)*tc.sq*tc.hq*tc.d]
 		gotL := lse[b*tc.hq*tc.sq : (b+1)*tc.hq*tc.sq]
-		if err := reference.Check("O", gotO, o32, o64); err != nil {
+		if err := checkOverCache(tc.dt, plainPar(par), qb, ek, ev, gotO, gotL); err != nil {
 			t.Errorf("sequence %d: %v", b, err)
 		}
-		if err := reference.Check("LSE", gotL, l32, l64); err != nil {
-			t.Errorf("sequence %d: %v", b, err)
+		if tc.dt != Float32 {
+			continue // the stored new rows were checked above
 		}
 		// The cache now holds the rotated new keys and the new values.
 		for i := 0; i < tc.snew; i++ {
 			pos := end + i
 			for hk := 0; hk < tc.hk; hk++ {
 				for dd := 0; dd < tc.d; dd++ {
-					var gk, gv float32
-					if tc.paged == 0 {
-						gk, gv = k.At(lr, pos, hk, dd), v.At(lr, pos, hk, dd)
-					} else {
-						blk := int(table[b*perSeq+pos/tc.paged])
-						gk, gv = k.At(blk, pos%tc.paged, hk, dd), v.At(blk, pos%tc.paged, hk, dd)
-					}
+					sk, sv := stored(b, lr, pos, hk)
+					gk, gv := sk[dd], sv[dd]
 					wk := ek[((end-pad+i)*tc.hk+hk)*tc.d+dd]
 					wv := ev[((end-pad+i)*tc.hk+hk)*tc.d+dd]
 					if math.Abs(float64(gk-wk)) > 1e-6 || gv != wv {

@@ -17,6 +17,7 @@ type precisionCase struct {
 	scale  float32    // 0: default
 	slopes [2]float32 // ALiBi slopes drawn in [lo, hi) when hi > 0
 	fa2    bool       // dQ, dK may exceed the rule by fa2Bound
+	spike  float32    // > 0: key 0 of each KV head set so that q·k ≈ spike for query row 0 of its first query head
 }
 
 var precisionCases = []precisionCase{
@@ -80,63 +81,83 @@ func TestPrecisionEdgeCases(t *testing.T) {
 	rot := newGridRotation(kernelPaths())
 	forEachKernel(t, func(t *testing.T) {
 		for _, it := range gridShare(rot, runs) {
-			pc, seed, c := it.pc, it.seed, it.pc.c
-			cd := makeCase(c, seed)
-			if pc.mul != 0 {
-				for i := range cd.q {
-					cd.q[i] *= pc.mul
-				}
-				for i := range cd.k {
-					cd.k[i] *= pc.mul
-				}
-			}
-			if pc.scale != 0 {
-				cd.opt.Scale, cd.par.Scale = pc.scale, float64(pc.scale)
-			}
-			if pc.slopes[1] > 0 {
-				r := rand.New(rand.NewPCG(seed, 9))
-				for i := range cd.slopes {
-					cd.slopes[i] = pc.slopes[0] + float32(r.Float64())*(pc.slopes[1]-pc.slopes[0])
-				}
-				cd.par.ALiBi = to64(cd.slopes)
-			}
-			q, k, v := Dense(cd.q, c.b, c.sq, c.h, c.d), Dense(cd.k, c.b, c.sk, c.hk, c.d), Dense(cd.v, c.b, c.sk, c.hk, c.d)
-			out, lse, err := Forward(q, k, v, &cd.opt)
-			if err != nil {
-				t.Fatal(err)
-			}
-			checkForward(t, cd, out.Data, lse)
-			dq, dk, dv, err := Backward(q, k, v, out, Dense(cd.do, c.b, c.sq, c.h, c.d), lse, &cd.opt)
-			if err != nil {
-				t.Fatal(err)
-			}
-			dq64, dk64, dv64 := reference.Backward64(cd.par, to64(cd.q), to64(cd.k), to64(cd.v), to64(cd.do))
-			dq32, dk32, dv32 := reference.Backward32(plainPar(cd.par), cd.q, cd.k, cd.v, cd.do)
-			scale := 1 / math.Sqrt(float64(c.d))
-			if pc.scale != 0 {
-				scale = float64(pc.scale)
-			}
-			for _, g := range []struct {
-				name    string
-				got, pl []float32
-				ref     []float64
-				extra   float64
-			}{
-				{"dQ", dq.Data, dq32, dq64, fa2Bound(scale, c.d, cd.do, cd.v, cd.k)},
-				{"dK", dk.Data, dk32, dk64, fa2Bound(scale, c.d, cd.do, cd.v, cd.q)},
-				{"dV", dv.Data, dv32, dv64, 0},
-			} {
-				if !pc.fa2 || g.extra == 0 {
-					if err := reference.Check(g.name, g.got, g.pl, g.ref); err != nil {
-						t.Errorf("%s seed %d: %v", pc.name, seed, err)
-					}
-					continue
-				}
-				e, p := reference.MaxAbsDiff32vs64(g.got, g.ref), reference.MaxAbsDiff32vs64(g.pl, g.ref)
-				if e > 2*p+1e-6+g.extra {
-					t.Errorf("%s seed %d: %s error %.3g exceeds 2×%.3g + 1e-6 + FA2 bound %.3g", pc.name, seed, g.name, e, p, g.extra)
-				}
-			}
+			checkPrecisionCase(t, it.pc, it.seed)
 		}
 	})
+}
+
+// checkPrecisionCase runs pc with inputs of seed, forward and backward,
+// under the error rule (dQ and dK with pc.fa2 under the rule plus fa2Bound).
+func checkPrecisionCase(t *testing.T, pc precisionCase, seed uint64) {
+	t.Helper()
+	c := pc.c
+	cd := makeCase(c, seed)
+	if pc.mul != 0 {
+		for i := range cd.q {
+			cd.q[i] *= pc.mul
+		}
+		for i := range cd.k {
+			cd.k[i] *= pc.mul
+		}
+	}
+	if pc.spike > 0 {
+		// k_0 = q_0·spike/‖q_0‖²: one key with a logit far above the rest.
+		for hk := 0; hk < c.hk; hk++ {
+			q0 := cd.q[hk*(c.h/c.hk)*c.d:][:c.d]
+			var n2 float64
+			for _, x := range q0 {
+				n2 += float64(x) * float64(x)
+			}
+			for i, x := range q0 {
+				cd.k[hk*c.d+i] = float32(float64(x) * float64(pc.spike) / n2)
+			}
+		}
+	}
+	if pc.scale != 0 {
+		cd.opt.Scale, cd.par.Scale = pc.scale, float64(pc.scale)
+	}
+	if pc.slopes[1] > 0 {
+		r := rand.New(rand.NewPCG(seed, 9))
+		for i := range cd.slopes {
+			cd.slopes[i] = pc.slopes[0] + float32(r.Float64())*(pc.slopes[1]-pc.slopes[0])
+		}
+		cd.par.ALiBi = to64(cd.slopes)
+	}
+	q, k, v := Dense(cd.q, c.b, c.sq, c.h, c.d), Dense(cd.k, c.b, c.sk, c.hk, c.d), Dense(cd.v, c.b, c.sk, c.hk, c.d)
+	out, lse, err := Forward(q, k, v, &cd.opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkForward(t, cd, out.Data, lse)
+	dq, dk, dv, err := Backward(q, k, v, out, Dense(cd.do, c.b, c.sq, c.h, c.d), lse, &cd.opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dq64, dk64, dv64 := reference.Backward64(cd.par, to64(cd.q), to64(cd.k), to64(cd.v), to64(cd.do))
+	dq32, dk32, dv32 := reference.Backward32(plainPar(cd.par), cd.q, cd.k, cd.v, cd.do)
+	scale := 1 / math.Sqrt(float64(c.d))
+	if pc.scale != 0 {
+		scale = float64(pc.scale)
+	}
+	for _, g := range []struct {
+		name    string
+		got, pl []float32
+		ref     []float64
+		extra   float64
+	}{
+		{"dQ", dq.Data, dq32, dq64, fa2Bound(scale, c.d, cd.do, cd.v, cd.k)},
+		{"dK", dk.Data, dk32, dk64, fa2Bound(scale, c.d, cd.do, cd.v, cd.q)},
+		{"dV", dv.Data, dv32, dv64, 0},
+	} {
+		if !pc.fa2 || g.extra == 0 {
+			if err := reference.Check(g.name, g.got, g.pl, g.ref); err != nil {
+				t.Errorf("%s seed %d: %v", pc.name, seed, err)
+			}
+			continue
+		}
+		e, p := reference.MaxAbsDiff32vs64(g.got, g.ref), reference.MaxAbsDiff32vs64(g.pl, g.ref)
+		if e > 2*p+1e-6+g.extra {
+			t.Errorf("%s seed %d: %s error %.3g exceeds 2×%.3g + 1e-6 + FA2 bound %.3g", pc.name, seed, g.name, e, p, g.extra)
+		}
+	}
 }

@@ -194,9 +194,13 @@ const packRowsMin = 64
 
 // packs reports whether the forward packs sequence s's K and V once per
 // call (the route fromPacked): two or more row blocks read each tile, or a
-// stacked block has packRowsMin rows or more per KV head.
+// stacked block has packRowsMin rows or more per KV head. The pack pass
+// reads each kernel.W keys from one page; a paged cache's pages (multiples
+// of 16 keys) keep them in one only when the sequence's first key (its
+// LeftPad, s.k0) is a multiple of kernel.W too, so a left-padded sequence
+// off that grid is staged instead (its keys read one page run at a time).
 func (t *tiling) packs(s *sequence) bool {
-	if s.nk == 0 {
+	if s.nk == 0 || t.pages.blockSize > 0 && s.k0%kernel.W != 0 {
 		return false
 	}
 	if t.stacked(s) {
