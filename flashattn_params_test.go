@@ -105,7 +105,9 @@ func faDenseCases(short bool) []faCase {
 // on one path, the next in turn for each big case.
 func TestFlashAttnParams(t *testing.T) {
 	big := 0
-	for _, fc := range faDenseCases(testing.Short()) {
+	// Under the race detector (5-10× slower) the -short share runs: the
+	// numerics are the plain run's job, and -race looks for data races.
+	for _, fc := range faDenseCases(testing.Short() || raceEnabled) {
 		t.Run(fc.String(), func(t *testing.T) {
 			var visit, pick int
 			if fc.c.sq >= 1023 {
@@ -310,7 +312,7 @@ func TestFlashAttnParamsKVCache(t *testing.T) {
 	all = append(all,
 		axes{sq: 128, sk: 339, appendNew: true, paged: 16, leftpad: true, mask: "causal", hk: 3, dt: Float32},
 		axes{sq: 128, sk: 339, appendNew: true, rotFrac: 2, inter: true, paged: 16, leftpad: true, mask: "local", hk: 1, dt: Float16})
-	if testing.Short() {
+	if testing.Short() || raceEnabled { // as in TestFlashAttnParams
 		var small []axes
 		for _, a := range all {
 			if a.sq <= 128 && a.sq*a.sk <= 128*339 {
