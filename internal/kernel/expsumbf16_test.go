@@ -51,7 +51,11 @@ func TestExpSumBF16(t *testing.T) {
 			for i := range want {
 				want[i] = 0xbeef
 			}
-			wsum := twin(want[:n], wx, 1, 0)
+			scale, sub := float32(1), float32(0)
+			if n%32 == 16 { // a scale and a subtrahend where the fused argument counts
+				scale, sub = 0.088388346, -2.7182817
+			}
+			wsum := twin(want[:n], wx, scale, sub)
 			for _, h := range want[:n] {
 				if h&0x7f80 == 0 && h&0x7f != 0 { // a bfloat16 subnormal
 					subnormals++
@@ -61,7 +65,7 @@ func TestExpSumBF16(t *testing.T) {
 			for i := range got {
 				got[i] = 0xbeef
 			}
-			gsum := im.ExpSumBF16(got, gx, 1, 0)
+			gsum := im.ExpSumBF16(got, gx, scale, sub)
 			if math.Float32bits(gsum) != math.Float32bits(wsum) && !(gsum != gsum && wsum != wsum) {
 				t.Errorf("%s n=%d: sum %v, its twin's %v", im.Name, n, gsum, wsum)
 			}
@@ -78,11 +82,23 @@ func TestExpSumBF16(t *testing.T) {
 }
 
 // expBF16Args returns every float32 t in [ExpMin, 0] (stride as
-// TestExpULP: bit patterns stride apart, 997 with -short or -race), then
-// the special values and those just outside the range, padded with 0 to a
-// multiple of W.
+// TestExpULP: bit patterns stride apart, 997 with -short or -race), every
+// float32 from ExpMax − 0.01 to 88.73 (past ln MaxFloat32 ≈ 88.7228, where
+// p·2^128 overflows: the range without a mask on AVX512_BF16; stride 7
+// with -short or -race), 0 to 89 by 0.01, then the special values and
+// those just outside the range, padded with 0 to a multiple of W.
 func expBF16Args() []float32 {
 	xs := expNegSweep()
+	stride := uint32(1)
+	if raceEnabled || testing.Short() {
+		stride = 7
+	}
+	for b := math.Float32bits(ExpMax - 0.01); b <= math.Float32bits(88.73); b += stride {
+		xs = append(xs, math.Float32frombits(b))
+	}
+	for i := range 8901 {
+		xs = append(xs, float32(i)/100)
+	}
 	inf := float32(math.Inf(1))
 	xs = append(xs, ExpMin, -inf, inf, float32(math.NaN()), 0, -1e30, 1e30, ExpMax, ExpMax+1e-3, 89, 1000, -1000, ExpMin-1e-3,
 		math.Nextafter32(ExpMin, -inf), math.Nextafter32(ExpMax, inf), 0x1p-149, -0x1p-149)
@@ -141,9 +157,16 @@ func TestExpBF16ShortBound(t *testing.T) {
 				t.Errorf("exp(NaN) = %v", got)
 			}
 			continue
-		case x < ExpMin || x > ExpMax:
+		case x < ExpMin || math.IsInf(float64(x), 1):
 			if w := Exp(x); got != w {
 				t.Errorf("exp(%v) = %v, want %v", x, got, w)
+			}
+			continue
+		case math.IsInf(float64(got), 1):
+			// Above ExpMax: +Inf once exp(t), within the bound, may
+			// exceed MaxFloat32.
+			if want*(1+3e-6+math.Abs(float64(x))*0x1p-23) < math.MaxFloat32 {
+				t.Errorf("exp(%v) = +Inf, want %v", x, want)
 			}
 			continue
 		}
@@ -174,4 +197,53 @@ func TestExpBF16ShortBound(t *testing.T) {
 	if e := math.Abs(float64(got)-want) / want; e > 3e-6+10*0x1p-23+(4096/32+4)*0x1p-24 {
 		t.Errorf("sum %v, want %v: relative error %.3g", got, want, e)
 	}
+}
+
+// TestExpSumBF16Fused checks that the argument of ExpSumBF16 on
+// AVX512_BF16 (and of its twin, expSumBF16Short) is the fused
+// scale·x − sub, rounded once: rows of one repeated x whose product
+// scale·x (near 2^20, a float32 grid of 1/8) is far from a float32, and a
+// subtrahend that leaves t near −1, so that rounding the product first
+// would move every exponential by the same relative error, up to 2^-4.
+// The sum must be within Impl.ExpSumBF16's bound of the exact
+// Σ exp(scale·x − sub): 3e-6 + |t|·2^-23, plus |t|·2^-24 for the rounding
+// of t, plus the float32 additions.
+func TestExpSumBF16Fused(t *testing.T) {
+	r := rand.New(rand.NewPCG(29, 18))
+	impls := []struct {
+		name string
+		f    func(dst []uint16, x []float32, scale, sub float32) float32
+	}{{"expSumBF16Short", expSumBF16Short}}
+	for _, im := range append(archImpls(), Generic) {
+		if im.shortExpBF16 {
+			impls = append(impls, struct {
+				name string
+				f    func(dst []uint16, x []float32, scale, sub float32) float32
+			}{im.Name, im.ExpSumBF16})
+		}
+	}
+	const n = 64
+	x, dst := make([]float32, n), make([]uint16, n)
+	worst := 0.0
+	for range 200 {
+		scale := float32(0.05 + 0.1*r.Float64())
+		xv := float32(0x1p20 / float64(scale) * (1 + 0.01*r.Float64()))
+		exact := float64(scale) * float64(xv) // exact: 48 bits
+		sub := float32(exact + 1)             // t = exact − sub ≈ −1
+		tt := exact - float64(sub)
+		want := n * math.Exp(tt)
+		bound := 3e-6 + math.Abs(tt)*(0x1p-23+0x1p-24) + (n/32+4)*0x1p-24
+		for _, im := range impls {
+			for i := range x {
+				x[i] = xv
+			}
+			got := im.f(dst, x, scale, sub)
+			e := math.Abs(float64(got)-want) / want
+			worst = max(worst, e/bound)
+			if e > bound {
+				t.Fatalf("%s: scale %v, x %v, sub %v: sum %v, want %v: relative error %.3g > %.3g", im.name, scale, xv, sub, got, want, e, bound)
+			}
+		}
+	}
+	t.Logf("largest error %.3g of the bound", worst)
 }

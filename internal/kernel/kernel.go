@@ -227,12 +227,18 @@ type Impl struct {
 	// either its old values or ExpSum's new ones. len(x) is a multiple of
 	// W; len(dst) ≥ len(x).
 	//
-	// On AVX512_BF16 (expSumBF16AVX512BF16) the exponential is ExpSum's
-	// with 2^r by a polynomial of degree 4 (Exp2B1 … Exp2B4) instead of 6:
-	// two FMAs fewer, on a value rounded to 8 significant bits. Each value
+	// On AVX512_BF16 (expSumBF16AVX512BF16) the argument is fused,
+	// t = scale·x − sub rounded once (one FMA; ExpSum rounds the product
+	// first), and the exponential is ExpSum's with 2^r by a polynomial of
+	// degree 4 (Exp2B1 … Exp2B4) instead of 6: two FMAs fewer, on a value
+	// rounded to 8 significant bits. It has no ExpMax mask: from ExpMax to
+	// ln MaxFloat32 ≈ 88.72 a value is the finite exp(t) (within the bound
+	// below), +Inf above; its callers (the forward's online softmax) pass
+	// t ≤ τ = 8·ln 2. Each value
 	// before its rounding is within a relative 3e-6 (2^-18.3: the fit's
 	// 2.83e-6 and its float32 evaluation, 43 ulp at most) plus |t|·2^-23
-	// (the rounding of u, as ExpSum) of exp(t), and so is the sum (plus
+	// (the rounding of u, as ExpSum) of exp(t), plus |t|·2^-24 of the
+	// exact exp(scale·x − sub) (the rounding of t), and so is the sum (plus
 	// its float32 additions, in ExpSum's order). That is far inside SPEC
 	// §4's bound for bf16, 2× the error of the plain algorithm with P
 	// rounded to bfloat16 (a relative 2^-9 = 2e-3 per value) plus 1e-3:

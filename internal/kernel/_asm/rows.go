@@ -128,8 +128,10 @@ func genExpSum(s isa, toBF16 bool) {
 	inReg := func(i int) bool {
 		if s.EVEX {
 			switch i {
-			case cLog2e, cOne, cMin, cMax, cInf:
+			case cLog2e, cOne, cMin:
 				return true
+			case cMax, cInf:
+				return !toBF16 // toBF16 has no ExpMax mask (finish)
 			}
 			return slices.Contains(poly, i) && i != top
 		}
@@ -173,10 +175,18 @@ func genExpSum(s isa, toBF16 bool) {
 			}
 		}
 		t, n, r := vecs(s, u), vecs(s, u), vecs(s, u)
-		// t = round(scale·x) − sub: the product rounded, not fused (see
-		// Impl.ExpSum).
-		each(func(j int) { VMULPS(Mem{Base: xp, Disp: offs[j]}, scale, t[j]) })
-		each(func(j int) { VSUBPS(sub, t[j], t[j]) })
+		if toBF16 {
+			// t = scale·x − sub fused, rounded once (Impl.ExpSumBF16):
+			// one FMA instead of ExpSum's product and subtraction, x
+			// loaded first (the load port, not a vector pipe).
+			each(func(j int) { VMOVUPS(Mem{Base: xp, Disp: offs[j]}, t[j]) })
+			each(func(j int) { VFMSUB213PS(sub, scale, t[j]) }) // t = t*scale − sub
+		} else {
+			// t = round(scale·x) − sub: the product rounded, not fused
+			// (see Impl.ExpSum).
+			each(func(j int) { VMULPS(Mem{Base: xp, Disp: offs[j]}, scale, t[j]) })
+			each(func(j int) { VSUBPS(sub, t[j], t[j]) })
+		}
 		// u = round(t·log2 e) (in n), r = u − round(u) by VREDUCEPS
 		// (imm 0: no fraction bits kept, to nearest even), then
 		// n = u − r on the add pipes. t is not clamped first: the lanes
@@ -220,11 +230,15 @@ func genExpSum(s isa, toBF16 bool) {
 		p := vecs(s, u)
 		// k1 is !(t < ExpMin) (NLT_UQ; true also for NaN, which
 		// propagates through p), k2 is !(t > ExpMax) (NGT_UQ, NaN too).
+		// toBF16 has no k2 (see the scaling below).
 		k1, k2 := make([]Register, u), make([]Register, u)
 		each(func(j int) {
-			k1[j], k2[j] = K(), K()
+			k1[j] = K()
 			VCMPPS(Imm(0x15), c(cMin), t[j], k1[j])
-			VCMPPS(Imm(0x1a), c(cMax), t[j], k2[j])
+			if !toBF16 {
+				k2[j] = K()
+				VCMPPS(Imm(0x1a), c(cMax), t[j], k2[j])
+			}
 		})
 		// p = (((((C6·r + C5)·r + C4)·r + C3)·r + C2)·r + C1)·r + 1 ≈ 2^r
 		// (with toBF16 (((B4·r + B3)·r + B2)·r + B1)·r + 1), Horner's
@@ -239,9 +253,16 @@ func genExpSum(s isa, toBF16 bool) {
 		// q = p·2^n where k2, +Inf where t > ExpMax: VSCALEFPS merged
 		// into a copy of +Inf (the copy is eliminated at rename). 2^n
 		// alone would overflow only above about 88.72, so the mask keeps
-		// the contract's +Inf from ExpMax up.
+		// the contract's +Inf from ExpMax up. toBF16 scales unmasked
+		// (q = p·2^n): from ExpMax to about 88.72 (n = 128, p < 1) q is
+		// the finite exp(t), +Inf above (VSCALEFPS overflows), +Inf for
+		// t = +Inf (n = +Inf, p = 1), as Impl.ExpSumBF16 says.
 		q := vecs(s, u)
 		each(func(j int) {
+			if toBF16 {
+				VSCALEFPS(n[j], p[j], q[j])
+				return
+			}
 			VMOVAPS(c(cInf), q[j])
 			VSCALEFPS(n[j], p[j], k2[j], q[j])
 		})
