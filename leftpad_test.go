@@ -6,8 +6,42 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/flashattn/flashattn/internal/kernel"
 	"github.com/flashattn/flashattn/reference"
 )
+
+// TestKVCachePagedLeftPadPacked: a prefill with enough query rows that K
+// and V are packed once per call (tiling.packs: 40 rows of 2 query heads
+// per KV head) over a paged cache whose LeftPad puts groups of kernel.W
+// keys across page boundaries: every left pad 0..2W+1, pages of 16 and 32
+// keys (the API's page sizes are multiples of 16), every cache type, on
+// every kernel path (16-bit caches: every 16-bit product path, paired),
+// against the float64 reference (checkKVCase). The pack pass once read W
+// keys from one page: a worker panic with a float32 cache, wrong keys with
+// 16-bit ones.
+func TestKVCachePagedLeftPadPacked(t *testing.T) {
+	const sq, cached = 40, 30 // new keys = query rows; 70 keys per call
+	for _, dt := range []DType{Float32, BFloat16, Float16, Q8_0, Q4_0, FP8E4M3, FP8E5M2} {
+		for _, page := range []int{16, 32} {
+			run := func(t *testing.T) {
+				for pad := 0; pad <= 2*kernel.W+1; pad++ {
+					end := pad + cached
+					tc := kvCase{name: fmt.Sprintf("%v/page%d/pad%d", dt, page, pad), b: 1, hq: 4, hk: 2, d: 32,
+						capacity: (end + sq + page - 1) / page * page, ends: []int32{int32(end)}, pads: []int32{int32(pad)},
+						snew: sq, sq: sq, paged: page, causal: pad%2 == 0, dt: dt, workers: 1 + pad%3}
+					t.Run(fmt.Sprintf("pad%d", pad), func(t *testing.T) { checkKVCase(t, tc) })
+				}
+			}
+			t.Run(fmt.Sprintf("%v/page%d", dt, page), func(t *testing.T) {
+				if f, ok := dt.Format(); ok {
+					forEachKernelHalf(t, DType(f), true, run)
+					return
+				}
+				forEachKernel(t, run)
+			})
+		}
+	}
+}
 
 // TestKVCacheLeftPadRotaryPositions: with LeftPad, Rotary rotates the new
 // keys and the queries at flash-attn's absolute cache positions (SeqLens[b]
