@@ -200,7 +200,9 @@ const packRowsMin = 64
 
 // packs reports whether the forward packs sequence s's K and V once per
 // call (the route fromPacked): two or more row blocks read each tile, or a
-// stacked block has packRowsMin rows or more per KV head.
+// stacked block has packRowsMin rows or more per KV head. Any LeftPad: a
+// group of kernel.W keys that a page boundary cuts is gathered from its
+// pages (plan.keyRows).
 func (t *tiling) packs(s *sequence) bool {
 	if s.nk == 0 {
 		return false
