@@ -108,7 +108,7 @@ func (r *rowsPass) runTask(ws *workspace, t int) {
 		d     int
 	}{{p.q, qp.qh, qp.qv[qp.qvOff[u]:], p.dim}, {g.do, qp.doh, qp.dov[qp.dvOff[u]:], p.dimV}} {
 		d, de := x.d, even(x.d)
-		p.packVNNI(vnniRows{x.v, s.tb, s.q0, h, s.nq, false}, &ws.conv.in1, vnniDst{x.bv, qp.vLdb[u], 0, d})
+		p.packVNNI(vnniRows{v: x.v, tb: s.tb, r: s.q0, h: h, n: s.nq}, &ws.conv.in1, vnniDst{x.bv, qp.vLdb[u], 0, d})
 		a := x.a[base*de : (base+s.nq)*de]
 		if x.v.dt == p.ct {
 			src, ld := x.v.rows16(s.tb, s.q0, h)

@@ -111,8 +111,10 @@ func (pp *packPass) run(p *plan, backward bool) error {
 // runTask packs keys j0..j0+packChunk-1 of one sequence for every KV head. It
 // walks the keys in address order, 16 at a time with the heads inside, so K
 // and V are read as contiguous memory; packing one head at a time read them
-// with a stride of a whole key row, latency-bound. 16 keys lie within one
-// page of a paged cache (pages are multiples of 16 keys).
+// with a stride of a whole key row, latency-bound. The 16 keys of a group
+// lie in one page of a paged cache (pages are multiples of 16 keys) unless
+// the sequence's LeftPad is off that grid; then the pack gathers the
+// group from its two pages (plan.keyRows).
 func (pp *packPass) runTask(ws *workspace, t int) {
 	p := pp.p
 	si, j0 := pp.chunks[2*t], pp.chunks[2*t+1]
@@ -141,13 +143,12 @@ func (pp *packPass) pack(ws *workspace, s *sequence, u, hk, j, n int) {
 		}
 		return
 	}
-	tb, r := p.keyAt(s, j)
 	packT := func(v view, scratch *[]float32, off, d int) { // strips of 16 keys
 		ldbT := kernel.W * even(d)
-		p.packVNNI(vnniRows{v, tb, r, hk, n, true}, scratch, vnniDst{kv.h[off+j/kernel.W*ldbT:], ldbT, 0, d})
+		p.packVNNI(vnniRows{v: v, r: j, h: hk, n: n, transposed: true, seq: s}, scratch, vnniDst{kv.h[off+j/kernel.W*ldbT:], ldbT, 0, d})
 	}
 	packR := func(v view, scratch *[]float32, off, d int) { // k = keys, pair rows from j
-		p.packVNNI(vnniRows{v, tb, r, hk, n, false}, scratch, vnniDst{kv.h[off:], kv.ldb[u], j, d})
+		p.packVNNI(vnniRows{v: v, r: j, h: hk, n: n, seq: s}, scratch, vnniDst{kv.h[off:], kv.ldb[u], j, d})
 	}
 	packT(p.k, &ws.conv.in1, kv.kt[u], d)
 	if kv.backward {
@@ -160,12 +161,15 @@ func (pp *packPass) pack(ws *workspace, s *sequence, u, hk, j, n int) {
 
 // vnniRows are rows (tb, r.., h) of view v to pack: n rows of the head dim;
 // transposed, they are the rows of Bᵀ (k = the head dim), else of B (n =
-// the head dim, k = the rows).
+// the head dim, k = the rows). With seq set they are keys r..r+n-1 of
+// that sequence instead, through the page table of a paged cache (tb
+// unused).
 type vnniRows struct {
 	v          view
 	tb, r, h   int
 	n          int
 	transposed bool
+	seq        *sequence
 }
 
 // vnniDst is where packed rows go: a VNNI matrix with strip stride ldb,
@@ -178,18 +182,31 @@ type vnniDst struct {
 
 // packVNNI packs src into dst in the VNNI layout of the compute type:
 // 16-bit rows of that type as they are, others converted and rounded
-// (through *scratch).
+// (through *scratch). Keys a page boundary cuts (vnniRows.seq) are
+// gathered into *scratch as float32 (plan.keyRows) and rounded back to
+// the type, which gives the 16-bit values unchanged.
 func (p *plan) packVNNI(src vnniRows, scratch *[]float32, dst vnniDst) {
 	k, n := src.n, dst.cols // rows of B (k) × its columns (n)
 	if src.transposed {
 		k, n = dst.cols, src.n
 	}
-	if src.v.dt == p.ct {
-		rows, ld := src.v.rows16(src.tb, src.r, src.h)
+	tb, r, together := src.tb, src.r, true // together: the rows are rows r.. of tb
+	if src.seq != nil {
+		tb, r = p.keyAt(src.seq, src.r)
+		together = p.inPage(r, src.n)
+	}
+	var rows []float32
+	var ld int
+	switch {
+	case together && src.v.dt == p.ct:
+		rows, ld := src.v.rows16(tb, r, src.h)
 		p.kern.PackVNNI16Into(dst.h, dst.ldb, dst.p0, rows, ld, k, n, src.transposed)
 		return
+	case together:
+		rows, ld = src.v.matrix(scratch, tb, r, src.h, src.n, p.ct, &p.kern)
+	default:
+		rows, ld = p.keyRows(src.v, scratch, src.seq, src.r, src.h, src.n)
 	}
-	rows, ld := src.v.matrix(scratch, src.tb, src.r, src.h, src.n, p.ct, &p.kern)
 	p.kern.PackVNNIInto(dst.h, dst.ldb, dst.p0, rows, ld, k, n, src.transposed, p.ct.elem())
 }
 

@@ -126,15 +126,31 @@ func (f *forwardPass) keyTile(ws *workspace, seq, si int, sb subBlock, j0, n, st
 }
 
 // kRows and vRows return keys j..j+n-1 of sequence s for KV head hk as a
-// float32 matrix and its leading dimension (see view.matrix): in place, or
-// converted into *scratch. With a paged cache the n keys must lie in one
-// page.
+// float32 matrix and its leading dimension (see keyRows).
 func (p *plan) kRows(scratch *[]float32, s *sequence, j, hk, n int) ([]float32, int) {
-	tb, r := p.keyAt(s, j)
-	return p.k.matrix(scratch, tb, r, hk, n, p.ct, &p.kern)
+	return p.keyRows(p.k, scratch, s, j, hk, n)
 }
 
 func (p *plan) vRows(scratch *[]float32, s *sequence, j, hk, n int) ([]float32, int) {
+	return p.keyRows(p.v, scratch, s, j, hk, n)
+}
+
+// keyRows returns keys j..j+n-1 of sequence s in v (the call's k or v) for
+// KV head hk as a float32 matrix and its leading dimension: as
+// view.matrix returns them when they lie in one page (or the cache is not
+// paged), else gathered row by row from their pages into *scratch (a
+// LeftPad off the 16-key grid puts a page boundary inside a group of
+// kernel.W keys), converted the same way.
+func (p *plan) keyRows(v view, scratch *[]float32, s *sequence, j, hk, n int) ([]float32, int) {
 	tb, r := p.keyAt(s, j)
-	return p.v.matrix(scratch, tb, r, hk, n, p.ct, &p.kern)
+	if p.inPage(r, n) {
+		return v.matrix(scratch, tb, r, hk, n, p.ct, &p.kern)
+	}
+	d := v.shape[3]
+	buf := grow(scratch, n*d)
+	for i := 0; i < n; i++ {
+		tb, r := p.keyAt(s, j+i)
+		v.rowTo(buf[i*d:(i+1)*d], tb, r, hk, p.ct, &p.kern)
+	}
+	return buf, d
 }

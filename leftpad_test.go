@@ -6,8 +6,42 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/flashattn/flashattn/internal/kernel"
 	"github.com/flashattn/flashattn/reference"
 )
+
+// TestKVCachePagedLeftPadPacked: a prefill with enough query rows that K
+// and V are packed once per call (tiling.packs: 40 rows of 2 query heads
+// per KV head) over a paged cache whose LeftPad puts groups of kernel.W
+// keys across page boundaries: every left pad 0..2W+1, pages of 16 and 32
+// keys (the API's page sizes are multiples of 16), every cache type, on
+// every kernel path (16-bit caches: every 16-bit product path, paired),
+// against the float64 reference (checkKVCase). The pack pass once read W
+// keys from one page: a worker panic with a float32 cache, wrong keys with
+// 16-bit ones.
+func TestKVCachePagedLeftPadPacked(t *testing.T) {
+	const sq, cached = 40, 30 // new keys = query rows; 70 keys per call
+	for _, dt := range []DType{Float32, BFloat16, Float16, Q8_0, Q4_0, FP8E4M3, FP8E5M2} {
+		for _, page := range []int{16, 32} {
+			run := func(t *testing.T) {
+				for pad := 0; pad <= 2*kernel.W+1; pad++ {
+					end := pad + cached
+					tc := kvCase{name: fmt.Sprintf("%v/page%d/pad%d", dt, page, pad), b: 1, hq: 4, hk: 2, d: 32,
+						capacity: (end + sq + page - 1) / page * page, ends: []int32{int32(end)}, pads: []int32{int32(pad)},
+						snew: sq, sq: sq, paged: page, causal: pad%2 == 0, dt: dt, workers: 1 + pad%3}
+					t.Run(fmt.Sprintf("pad%d", pad), func(t *testing.T) { checkKVCase(t, tc) })
+				}
+			}
+			t.Run(fmt.Sprintf("%v/page%d", dt, page), func(t *testing.T) {
+				if f, ok := dt.Format(); ok {
+					forEachKernelHalf(t, DType(f), true, run)
+					return
+				}
+				forEachKernel(t, run)
+			})
+		}
+	}
+}
 
 // TestKVCacheLeftPadRotaryPositions: with LeftPad, Rotary rotates the new
 // keys and the queries at flash-attn's absolute cache positions (SeqLens[b]
@@ -22,6 +56,66 @@ func TestKVCacheLeftPadRotaryPositions(t *testing.T) {
 		for _, paged := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%v/paged=%v", dt, paged), func(t *testing.T) { checkLeftPadRotary(t, dt, paged) })
 		}
+	}
+}
+
+// TestKVCachePagedLeftPadPackedBits: the packed route gathers a group of
+// kernel.W keys that a page boundary cuts without changing a value: a
+// prefill over a paged cache with LeftPad p gives the bits of the same
+// call over the same keys placed from position 0 (LeftPad 0), for every
+// pad 1..W+1, pages of 16, float32, bfloat16 (native products) and q8_0
+// caches, on every kernel path. No mask, rotary or new keys: only the
+// keys' values matter, not their positions.
+func TestKVCachePagedLeftPadPackedBits(t *testing.T) {
+	const sq, hq, hk, d, keys, page = 40, 4, 2, 32, 70, 16
+	const perSeq = (keys + kernel.W + 1 + page - 1) / page
+	r := rand.New(rand.NewPCG(5, 16))
+	q := Dense(randSlice(r, sq*hq*d), 1, sq, hq, d)
+	logical := [2][]float32{randSlice(r, perSeq*page*hk*d), randSlice(r, perSeq*page*hk*d)} // K, V: [positions, hk, d]
+	table := make([]int32, perSeq)
+	for i, blk := range r.Perm(perSeq + 2)[:perSeq] {
+		table[i] = int32(blk)
+	}
+	row := hk * d
+	// forward runs the prefill over the keys from logical position from on,
+	// stored from position pad of a paged cache of type dt.
+	forward := func(t *testing.T, dt DType, from, pad int) (Tensor, []float32) {
+		var kv [2]Tensor
+		for i, l := range logical {
+			x := NewTensor(perSeq+2, page, hk, d)
+			for pos := pad; pos < pad+keys; pos++ {
+				blk := int(table[pos/page])
+				copy(x.Data[(blk*page+pos%page)*row:][:row], l[(from+pos-pad)*row:][:row])
+			}
+			kv[i] = newCache(dt, x.Batch, x.Seq, x.Heads, x.Dim)
+			if err := Convert(kv[i], x); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c := &KVCache{SeqLens: []int32{int32(pad + keys)}, LeftPad: []int32{int32(pad)}, BlockTable: table, BlocksPerSeq: perSeq}
+		out, lse, err := Forward(q, kv[0], kv[1], &Options{KVCache: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out, lse
+	}
+	for _, dt := range []DType{Float32, BFloat16, Q8_0} {
+		run := func(t *testing.T) {
+			for pad := 1; pad <= kernel.W+1; pad++ {
+				wantO, wantL := forward(t, dt, 3, 0)
+				gotO, gotL := forward(t, dt, 3, pad)
+				if !equalBits(gotO.Data, wantO.Data) || !equalBits(gotL, wantL) {
+					t.Errorf("LeftPad %d: O or LSE differ from LeftPad 0's bits over the same keys", pad)
+				}
+			}
+		}
+		t.Run(dt.String(), func(t *testing.T) {
+			if f, ok := dt.Format(); ok {
+				forEachKernelHalf(t, DType(f), true, run)
+				return
+			}
+			forEachKernel(t, run)
+		})
 	}
 }
 

@@ -163,6 +163,12 @@ func (t *tiling) keyAt(s *sequence, j int) (tb, row int) {
 	return int(t.pages.table[s.b*t.pages.perSeq+j/t.pages.blockSize]), j % t.pages.blockSize
 }
 
+// inPage reports whether n keys from row r of a cache page (keyAt's row)
+// lie in that page: always when the cache is not paged.
+func (t *tiling) inPage(r, n int) bool {
+	return t.pages.blockSize == 0 || r+n <= t.pages.blockSize
+}
+
 // stacked reports whether sequence s is processed as one row block of all
 // its query heads (few query rows: decoding).
 func (t *tiling) stacked(s *sequence) bool {
@@ -194,13 +200,11 @@ const packRowsMin = 64
 
 // packs reports whether the forward packs sequence s's K and V once per
 // call (the route fromPacked): two or more row blocks read each tile, or a
-// stacked block has packRowsMin rows or more per KV head. The pack pass
-// reads each kernel.W keys from one page; a paged cache's pages (multiples
-// of 16 keys) keep them in one only when the sequence's first key (its
-// LeftPad, s.k0) is a multiple of kernel.W too, so a left-padded sequence
-// off that grid is staged instead (its keys read one page run at a time).
+// stacked block has packRowsMin rows or more per KV head. Any LeftPad: a
+// group of kernel.W keys that a page boundary cuts is gathered from its
+// pages (plan.keyRows).
 func (t *tiling) packs(s *sequence) bool {
-	if s.nk == 0 || t.pages.blockSize > 0 && s.k0%kernel.W != 0 {
+	if s.nk == 0 {
 		return false
 	}
 	if t.stacked(s) {
