@@ -82,9 +82,11 @@ func to64(x []float32) []float64 {
 // inputs q, k, v, do as the call saw them, rounded to dt, of tq query rows
 // in all; outputs out, lse, dq, dk, dv) against the reference with
 // parameters par: its queries are rows q0..q0+par.SeqQ-1, its keys rows
-// k0..k0+par.SeqK-1. float32 takes SPEC §4's float32 rule, bf16 and fp16
+// k0..k0+par.SeqK-1. float32 takes SPEC §4's float32 rule; bf16 and fp16
 // its same-type rule (the baseline checkHalfCase uses: ForwardHalf,
-// BackwardHalf, CheckHalf).
+// BackwardHalf, CheckHalf); with dropout, dQ and dK plus the documented
+// excess of the 16-bit backward's D = rowsum(dO∘O), measured
+// (halfDropExcess).
 func checkVarLenSeq(t *testing.T, dt DType, b int, par reference.Params, q, k, v, do []float32, tq, q0, k0 int, out Tensor, lse []float32, dq, dk, dv Tensor) {
 	t.Helper()
 	h, hk, d, nq, nk := par.Heads, par.KVHeads, par.HeadDim, par.SeqQ, par.SeqK
@@ -92,8 +94,13 @@ func checkVarLenSeq(t *testing.T, dt DType, b int, par reference.Params, q, k, v
 	sq, sk, sv, sdo := qr(q), kr(k), kr(v), qr(do)
 	o64, lse64 := reference.Forward64(par, to64(sq), to64(sk), to64(sv))
 	dq64, dk64, dv64 := reference.Backward64(par, to64(sq), to64(sk), to64(sv), to64(sdo))
+	gotLSE := make([]float32, h*nq)
+	for hh := 0; hh < h; hh++ {
+		copy(gotLSE[hh*nq:], lse[hh*tq+q0:][:nq])
+	}
+	gotO := qr(denseFloats(out))
 	var o32, lse32, dq32, dk32, dv32 []float32
-	check := reference.Check
+	var boundQ, boundK float64 // halfDBound's, 16-bit only
 	if dt == Float32 {
 		o32, lse32 = reference.Forward32(plainPar(par), sq, sk, sv)
 		dq32, dk32, dv32 = reference.Backward32(plainPar(par), sq, sk, sv, sdo)
@@ -101,23 +108,24 @@ func checkVarLenSeq(t *testing.T, dt DType, b int, par reference.Params, q, k, v
 		prec := precisionOf(dt)
 		o32, lse32 = reference.ForwardHalf(par, prec, sq, sk, sv)
 		dq32, dk32, dv32 = reference.BackwardHalf(par, prec, sq, sk, sv, sdo)
-		check = func(name string, got, plain []float32, ref []float64) error {
-			return reference.CheckHalf(name, prec, got, plain, ref)
+		if par.Dropout > 0 {
+			boundQ, boundK = halfDropExcess(par, sq, sk, sdo, gotO, o64, lse64)
 		}
-	}
-	gotLSE := make([]float32, h*nq)
-	for hh := 0; hh < h; hh++ {
-		copy(gotLSE[hh*nq:], lse[hh*tq+q0:][:nq])
 	}
 	for _, g := range []struct {
 		name    string
 		got, pl []float32
 		ref     []float64
+		bound   float64
 	}{
-		{"O", qr(denseFloats(out)), o32, o64}, {"LSE", gotLSE, lse32, lse64},
-		{"dQ", qr(denseFloats(dq)), dq32, dq64}, {"dK", kr(denseFloats(dk)), dk32, dk64}, {"dV", kr(denseFloats(dv)), dv32, dv64},
+		{"O", gotO, o32, o64, 0}, {"LSE", gotLSE, lse32, lse64, 0},
+		{"dQ", qr(denseFloats(dq)), dq32, dq64, boundQ}, {"dK", kr(denseFloats(dk)), dk32, dk64, boundK}, {"dV", kr(denseFloats(dv)), dv32, dv64, 0},
 	} {
-		if err := check(g.name, g.got, g.pl, g.ref); err != nil {
+		err := reference.Check(g.name, g.got, g.pl, g.ref)
+		if dt != Float32 {
+			err = checkHalfPlus(g.name, dt, g.got, g.pl, g.ref, g.bound)
+		}
+		if err != nil {
 			t.Errorf("sequence %d: %v", b, err)
 		}
 	}

@@ -3,6 +3,7 @@ package flashattn
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/flashattn/flashattn/reference"
@@ -47,7 +48,9 @@ func (f faCase) String() string { return fmt.Sprintf("%v/%v", f.dt, f.c) }
 // of the head dims shifts them), type (i + i/6) mod 3 (every mask meets
 // every type), and the seqlen pairs in turn.
 // Windows draw each side in [0, seqlen_k] as flash-attn's randint does,
-// ALiBi slopes [0, 0.3) per head; batch 2, 1 and 4 workers alternating.
+// ALiBi slopes [0, 0.3) per head; batch 2, 1 and 4 workers alternating;
+// every other pair of cases with dropout 0.17 (the reference applies the
+// kernel's mask: makeCase sets the same Seed in both).
 // To fit the CPU reference's time, a case keeps nheads 9 while
 // sq·sk·d ≤ 113·203·64 and takes 3 (over 3, 1, 1) above; the big pairs
 // (≥ 1023) take batch 1, one head and head dim 32…64 (TestFlashAttnParams
@@ -91,6 +94,9 @@ func faDenseCases(short bool) []faCase {
 			c.softcap = 50
 		case "softcap-causal":
 			c.softcap, c.causal = 50, true
+		}
+		if i/2%2 == 1 { // flash-attn's dropout_p 0.17: cases 2, 3, 6, 7, … (each mask, type and worker count)
+			c.dropout = 0.17
 		}
 		out = append(out, faCase{c: c, dt: []DType{Float32, BFloat16, Float16}[(i+i/6)%3]})
 	}
@@ -296,6 +302,9 @@ func checkFAVarLen(t *testing.T, vc faVarLen, seed uint64, workers int) {
 			l[i] = maxLen/3 + r.IntN(maxLen-maxLen/3+1)
 		}
 		l[int(seed)%vc.b] = 0 // an empty sequence
+		if slices.Max(l) == 0 {
+			l[(int(seed)+1)%vc.b] = maxLen // one key at least: a packed K of no rows is no tensor
+		}
 		return l
 	}
 	lq, lk := lens(vc.maxQ), lens(vc.maxK)
@@ -375,12 +384,14 @@ func TestFlashAttnParamsKVCache(t *testing.T) {
 		batchIdx  bool
 		leftpad   bool
 		mask      string // "none", "causal", "local"
+		alibi     bool   // flash-attn's slopes, [batch, nheads] in [0, 0.3)
 		hk        int
 		dt        DType
 	}
 	sqs, sks := []int{1, 4, 128, 339}, []int{128, 339, 800, 1024}
 	dts := []DType{Float32, BFloat16, Float16, Q8_0}
 	ax := rand.New(rand.NewPCG(2024, 2))
+	al := rand.New(rand.NewPCG(2024, 3)) // ALiBi's own stream: the other axes as before it
 	var all []axes
 	for i := 0; i < 16; i++ { // every (seqlen_q, seqlen_k), each type once per row and column
 		all = append(all, axes{
@@ -388,6 +399,8 @@ func TestFlashAttnParamsKVCache(t *testing.T) {
 			paged: []int{0, 16, 256}[ax.IntN(3)], batchIdx: ax.IntN(3) == 0, leftpad: ax.IntN(2) == 0,
 			mask: []string{"causal", "local", "none"}[ax.IntN(3)], hk: []int{6, 3, 1}[ax.IntN(3)],
 		})
+		a := &all[len(all)-1]
+		a.alibi = a.mask != "none" && al.IntN(2) == 0 // flash-attn: alibi with causal and local
 	}
 	// A prefill over a paged float32 cache with left padding: the packed
 	// route once read kernel.W keys across a page boundary there (a worker
@@ -445,9 +458,13 @@ func TestFlashAttnParamsKVCache(t *testing.T) {
 		if a.rotFrac > 0 {
 			rot = d * a.rotFrac / 2
 		}
+		mask := a.mask
+		if a.alibi {
+			mask += "-alibi"
+		}
 		kc := kvCase{name: fmt.Sprintf("%d/%v/sq%d/sk%d/new%v/rot%d-%v/paged%d/bidx%v/pad%v/%s/hk%d", i, a.dt, a.sq, a.sk, a.appendNew, rot, a.inter,
-			a.paged, a.batchIdx, a.leftpad, a.mask, a.hk), b: b, hq: hq, hk: a.hk, d: d, capacity: capacity, ends: ends, pads: pads,
-			batchIdx: bidx, snew: snew, sq: a.sq, paged: a.paged, rotary: rot, interleaved: a.inter, dt: a.dt}
+			a.paged, a.batchIdx, a.leftpad, mask, a.hk), b: b, hq: hq, hk: a.hk, d: d, capacity: capacity, ends: ends, pads: pads,
+			batchIdx: bidx, snew: snew, sq: a.sq, paged: a.paged, rotary: rot, interleaved: a.inter, dt: a.dt, alibi: a.alibi, slopeMax: 0.3}
 		switch a.mask {
 		case "causal":
 			kc.causal = true
