@@ -368,8 +368,9 @@ func checkFAVarLen(t *testing.T, vc faVarLen, seed uint64, workers int) {
 // 1, 4, 128, 339 over caches of 128, 339, 800, 1024 keys, new keys appended
 // or not, rotary on half or all of the head dim (interleaved and not),
 // paged caches with blocks of 16 and 256 in shuffled order, cache_batch_idx,
-// cache_leftpad, causal and local, GQA, cache types float32, bf16, fp16 and
-// q8_0 — on every kernel path (float32 and decode kernels by forEachKernel,
+// cache_leftpad, causal and local (every other one with ALiBi, flash-attn's
+// slopes: [batch, nheads] in [0, 0.3)), GQA, cache types float32, bf16,
+// fp16 and q8_0 — on every kernel path (float32 and decode kernels by forEachKernel,
 // the 16-bit paths by forEachHalf for the 16-bit caches: every pair, paired
 // under -short), 1 and 4 workers. Under -short: seqlen_q up to 128 over
 // caches up to 128·339 per row. One worker count per case (1 or 4,
