@@ -37,7 +37,8 @@ func toType(x []float32, dt DType, b, s, h, d int) Tensor {
 // checkHalfCase runs forward and backward on 16-bit tensors of type dt and
 // applies the same-type rule to O, LSE, dQ, dK and dV: against the float64
 // reference of the rounded inputs, at most twice the error of the
-// same-type plain algorithm plus the type's slack.
+// same-type plain algorithm plus the type's slack (with dropout, dQ and dK
+// plus the documented excess of D from the rounded O: halfDropExcess).
 func checkHalfCase(t *testing.T, c tcase, dt DType) {
 	t.Helper()
 	prec := precisionOf(dt)
