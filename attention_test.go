@@ -78,35 +78,66 @@ func to64(x []float32) []float64 {
 	return y
 }
 
-// checkVarLenSeq checks sequence b of a VarLen call (packed float32 inputs
-// q, k, v, do, of tq query rows in all; outputs out, lse, dq, dk, dv)
-// against the reference with parameters par: its queries are rows
-// q0..q0+par.SeqQ-1, its keys rows k0..k0+par.SeqK-1.
-func checkVarLenSeq(t *testing.T, b int, par reference.Params, q, k, v, do []float32, tq, q0, k0 int, out Tensor, lse []float32, dq, dk, dv Tensor) {
+// checkVarLenSeq checks sequence b of a VarLen call of type dt (packed
+// inputs q, k, v, do as the call saw them, rounded to dt, of tq query rows
+// in all; outputs out, lse, dq, dk, dv) against the reference with
+// parameters par: its queries are rows q0..q0+par.SeqQ-1, its keys rows
+// k0..k0+par.SeqK-1. float32 takes SPEC §4's float32 rule; bf16 and fp16
+// its same-type rule (the baseline checkHalfCase uses: ForwardHalf,
+// BackwardHalf, CheckHalf); with dropout, dQ and dK plus the documented
+// excess of the 16-bit backward's D = rowsum(dO∘O), measured
+// (halfDropExcess).
+func checkVarLenSeq(t *testing.T, dt DType, b int, par reference.Params, q, k, v, do []float32, tq, q0, k0 int, out Tensor, lse []float32, dq, dk, dv Tensor) {
 	t.Helper()
 	h, hk, d, nq, nk := par.Heads, par.KVHeads, par.HeadDim, par.SeqQ, par.SeqK
 	qr, kr := func(x []float32) []float32 { return x[q0*h*d : (q0+nq)*h*d] }, func(x []float32) []float32 { return x[k0*hk*d : (k0+nk)*hk*d] }
 	sq, sk, sv, sdo := qr(q), kr(k), kr(v), qr(do)
 	o64, lse64 := reference.Forward64(par, to64(sq), to64(sk), to64(sv))
-	o32, lse32 := reference.Forward32(plainPar(par), sq, sk, sv)
+	dq64, dk64, dv64 := reference.Backward64(par, to64(sq), to64(sk), to64(sv), to64(sdo))
 	gotLSE := make([]float32, h*nq)
 	for hh := 0; hh < h; hh++ {
 		copy(gotLSE[hh*nq:], lse[hh*tq+q0:][:nq])
 	}
-	dq64, dk64, dv64 := reference.Backward64(par, to64(sq), to64(sk), to64(sv), to64(sdo))
-	dq32, dk32, dv32 := reference.Backward32(plainPar(par), sq, sk, sv, sdo)
+	gotO := qr(denseFloats(out))
+	var o32, lse32, dq32, dk32, dv32 []float32
+	var boundQ, boundK float64 // halfDBound's, 16-bit only
+	if dt == Float32 {
+		o32, lse32 = reference.Forward32(plainPar(par), sq, sk, sv)
+		dq32, dk32, dv32 = reference.Backward32(plainPar(par), sq, sk, sv, sdo)
+	} else {
+		prec := precisionOf(dt)
+		o32, lse32 = reference.ForwardHalf(par, prec, sq, sk, sv)
+		dq32, dk32, dv32 = reference.BackwardHalf(par, prec, sq, sk, sv, sdo)
+		if par.Dropout > 0 {
+			boundQ, boundK = halfDropExcess(par, sq, sk, sdo, gotO, o64, lse64)
+		}
+	}
 	for _, g := range []struct {
 		name    string
 		got, pl []float32
 		ref     []float64
+		bound   float64
 	}{
-		{"O", qr(out.Data), o32, o64}, {"LSE", gotLSE, lse32, lse64},
-		{"dQ", qr(dq.Data), dq32, dq64}, {"dK", kr(dk.Data), dk32, dk64}, {"dV", kr(dv.Data), dv32, dv64},
+		{"O", gotO, o32, o64, 0}, {"LSE", gotLSE, lse32, lse64, 0},
+		{"dQ", qr(denseFloats(dq)), dq32, dq64, boundQ}, {"dK", kr(denseFloats(dk)), dk32, dk64, boundK}, {"dV", kr(denseFloats(dv)), dv32, dv64, 0},
 	} {
-		if err := reference.Check(g.name, g.got, g.pl, g.ref); err != nil {
+		err := reference.Check(g.name, g.got, g.pl, g.ref)
+		if dt != Float32 {
+			err = checkHalfPlus(g.name, dt, g.got, g.pl, g.ref, g.bound)
+		}
+		if err != nil {
 			t.Errorf("sequence %d: %v", b, err)
 		}
 	}
+}
+
+// denseFloats is a dense tensor's values as float32: its Data, or a 16-bit
+// tensor's values widened (gather).
+func denseFloats(t Tensor) []float32 {
+	if t.DType() == Float32 {
+		return t.Data
+	}
+	return gather(t)
 }
 
 // layout places dense data into a tensor; strided layouts put garbage

@@ -137,7 +137,7 @@ func checkSinks(t *testing.T, c sinkCase) {
 		if half && c.qScale > 1 && (g.name == "dQ" || g.name == "dK") {
 			// Large logits: the documented excess of the 16-bit dQ and dK
 			// (halfDBound; batch 1, heads = KV heads).
-			bq, bk := halfDBound(dt, 1/math.Sqrt(float64(c.d)), c.d, do, gather(out), q, k, probs64(par, to64(q), to64(k)), c.sk)
+			bq, bk := halfDBound(dt, 1/math.Sqrt(float64(c.d)), c.d, 1, do, gather(out), q, k, probs64(par, to64(q), to64(k), l64), c.sk)
 			bound := map[string]float64{"dQ": bq, "dK": bk}[g.name]
 			e, pl := reference.MaxAbsDiff32vs64(g.got, g.ref), reference.MaxAbsDiff32vs64(g.pl, g.ref)
 			if lim := 2*pl + reference.Slack(precisionOf(dt)) + bound; e > lim {

@@ -3,6 +3,7 @@ package flashattn
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/flashattn/flashattn/reference"
@@ -47,7 +48,9 @@ func (f faCase) String() string { return fmt.Sprintf("%v/%v", f.dt, f.c) }
 // of the head dims shifts them), type (i + i/6) mod 3 (every mask meets
 // every type), and the seqlen pairs in turn.
 // Windows draw each side in [0, seqlen_k] as flash-attn's randint does,
-// ALiBi slopes [0, 0.3) per head; batch 2, 1 and 4 workers alternating.
+// ALiBi slopes [0, 0.3) per head; batch 2, 1 and 4 workers alternating;
+// every other pair of cases with dropout 0.17 (the reference applies the
+// kernel's mask: makeCase sets the same Seed in both).
 // To fit the CPU reference's time, a case keeps nheads 9 while
 // sq·sk·d ≤ 113·203·64 and takes 3 (over 3, 1, 1) above; the big pairs
 // (≥ 1023) take batch 1, one head and head dim 32…64 (TestFlashAttnParams
@@ -91,6 +94,9 @@ func faDenseCases(short bool) []faCase {
 			c.softcap = 50
 		case "softcap-causal":
 			c.softcap, c.causal = 50, true
+		}
+		if i/2%2 == 1 { // flash-attn's dropout_p 0.17: cases 2, 3, 6, 7, … (each mask, type and worker count)
+			c.dropout = 0.17
 		}
 		out = append(out, faCase{c: c, dt: []DType{Float32, BFloat16, Float16}[(i+i/6)%3]})
 	}
@@ -195,33 +201,99 @@ func TestFlashAttnParamsLargeLogits(t *testing.T) {
 }
 
 // faVarLen is one packed batch: flash-attn's generate_random_padding_mask
-// lengths, in [max/3, max] (and one empty sequence), for q and k.
+// lengths, in [max/3, max] (and one empty sequence), for q and k, of type
+// dt.
 type faVarLen struct {
 	maxQ, maxK, b, h, hk, d int
 	causal                  bool
 	window                  *Window
 	softcap                 float32
+	alibi                   bool    // flash-attn's slopes: [batch, heads], each in [0, 0.3)
+	dropout                 float32 // flash-attn's dropout_p 0.17, Seed 17
+	dt                      DType
 }
 
-// TestFlashAttnParamsVarLen: test_flash_attn_varlen_output's packing, forward
-// and backward, float32, on every kernel path, with 1 or 4 workers
-// (alternating); each sequence against the reference run on it alone.
-func TestFlashAttnParamsVarLen(t *testing.T) {
+func (vc faVarLen) String() string {
+	s := fmt.Sprintf("%v/q%d_k%d_b%d_h%d_hk%d_d%d", vc.dt, vc.maxQ, vc.maxK, vc.b, vc.h, vc.hk, vc.d)
+	if vc.causal {
+		s += "_causal"
+	}
+	if vc.window != nil {
+		s += fmt.Sprintf("_win%d,%d", vc.window.Left, vc.window.Right)
+	}
+	if vc.softcap > 0 {
+		s += fmt.Sprintf("_cap%g", vc.softcap)
+	}
+	if vc.alibi {
+		s += "_alibi"
+	}
+	if vc.dropout > 0 {
+		s += fmt.Sprintf("_drop%g", vc.dropout)
+	}
+	return s
+}
+
+// faVarLenCases are TestFlashAttnParamsVarLen's cases: float32 ones, and
+// bf16 and fp16 ones (flash-attn's test_flash_attn_varlen_output runs only
+// those) with causal, local, ALiBi, softcap 50, MHA/GQA/MQA and dropout 0.17,
+// each mask kind in both types. Under -short: the float32 ones, and a
+// smaller 16-bit and dropout share.
+func faVarLenCases(short bool) []faVarLen {
+	win := &Window{Left: 40, Right: 7}
 	cases := []faVarLen{
 		{maxQ: 113, maxK: 203, b: 4, h: 9, hk: 3, d: 64, causal: true},
 		{maxQ: 128, maxK: 217, b: 3, h: 9, hk: 1, d: 59},
-		{maxQ: 108, maxK: 256, b: 3, h: 9, hk: 9, d: 32, window: &Window{Left: 40, Right: 7}},
+		{maxQ: 108, maxK: 256, b: 3, h: 9, hk: 9, d: 32, window: win},
 		{maxQ: 239, maxK: 1, b: 3, h: 9, hk: 3, d: 40, softcap: 50},
 		{maxQ: 3, maxK: 799, b: 4, h: 9, hk: 1, d: 128, causal: true},
+		{maxQ: 47, maxK: 71, b: 3, h: 6, hk: 3, d: 40, causal: true, alibi: true, dropout: 0.17},
+		{maxQ: 31, maxK: 64, b: 3, h: 3, hk: 1, d: 64, window: &Window{Left: 9, Right: 20}, softcap: 50, dropout: 0.17, dt: BFloat16},
+		{maxQ: 47, maxK: 71, b: 3, h: 6, hk: 3, d: 40, causal: true, alibi: true, dropout: 0.17, dt: Float16},
 	}
-	forEachKernel(t, func(t *testing.T) {
-		for i, vc := range cases {
-			workers := 1 + 3*(i%2)
-			t.Run(fmt.Sprintf("%d/w%d", i, workers), func(t *testing.T) { checkFAVarLen(t, vc, uint64(i), workers) })
+	if short {
+		return cases
+	}
+	cases = append(cases,
+		faVarLen{maxQ: 113, maxK: 211, b: 3, h: 9, hk: 3, d: 59, causal: true, alibi: true, dropout: 0.17},
+		faVarLen{maxQ: 128, maxK: 217, b: 3, h: 9, hk: 9, d: 64, window: win, softcap: 50, dropout: 0.17},
+	)
+	for i, dt := range []DType{BFloat16, Float16} { // each row in both types, the head groupings shifted
+		for j, m := range []faVarLen{
+			{maxQ: 113, maxK: 203, b: 3, d: 64, causal: true},
+			{maxQ: 108, maxK: 256, b: 3, d: 32, window: win},
+			{maxQ: 113, maxK: 211, b: 3, d: 80, causal: true, alibi: true},
+			{maxQ: 239, maxK: 1, b: 3, d: 40, softcap: 50},
+			{maxQ: 128, maxK: 217, b: 3, d: 59, softcap: 50, causal: true, dropout: 0.17},
+			{maxQ: 3, maxK: 799, b: 4, d: 128, causal: true, alibi: true, dropout: 0.17},
+		} {
+			m.h, m.hk, m.dt = 9, []int{9, 3, 1}[(i+j)%3], dt
+			cases = append(cases, m)
 		}
-	})
+	}
+	return cases
 }
 
+// TestFlashAttnParamsVarLen: test_flash_attn_varlen_output's packing, forward
+// and backward, float32 on every kernel path (forEachKernel), bf16 and fp16
+// on every 16-bit product path (forEachKernelHalf, paired), with 1 or 4
+// workers (alternating); each sequence against the reference run on it
+// alone (with dropout, on its own index's mask: Params.DropoutBatch).
+func TestFlashAttnParamsVarLen(t *testing.T) {
+	for i, vc := range faVarLenCases(testing.Short() || raceEnabled) {
+		workers := 1 + 3*(i%2)
+		t.Run(fmt.Sprintf("%d/%v/w%d", i, vc, workers), func(t *testing.T) {
+			run := func(t *testing.T) { checkFAVarLen(t, vc, uint64(i), workers) }
+			if vc.dt == Float32 {
+				forEachKernel(t, run)
+				return
+			}
+			forEachKernelHalf(t, vc.dt, true, run)
+		})
+	}
+}
+
+// checkFAVarLen runs case vc (its lengths and data drawn from seed) forward
+// and backward and checks each sequence (checkVarLenSeq).
 func checkFAVarLen(t *testing.T, vc faVarLen, seed uint64, workers int) {
 	r := rand.New(rand.NewPCG(seed, 31))
 	lens := func(maxLen int) []int {
@@ -230,6 +302,9 @@ func checkFAVarLen(t *testing.T, vc faVarLen, seed uint64, workers int) {
 			l[i] = maxLen/3 + r.IntN(maxLen-maxLen/3+1)
 		}
 		l[int(seed)%vc.b] = 0 // an empty sequence
+		if slices.Max(l) == 0 {
+			l[(int(seed)+1)%vc.b] = maxLen // one key at least: a packed K of no rows is no tensor
+		}
 		return l
 	}
 	lq, lk := lens(vc.maxQ), lens(vc.maxK)
@@ -240,9 +315,22 @@ func checkFAVarLen(t *testing.T, vc faVarLen, seed uint64, workers int) {
 	tq, tk := int(cuq[vc.b]), int(cuk[vc.b])
 	H, Hk, D := vc.h, vc.hk, vc.d
 	q, k, v, do := randSlice(r, tq*H*D), randSlice(r, tk*Hk*D), randSlice(r, tk*Hk*D), randSlice(r, tq*H*D)
-	opt := &Options{Causal: vc.causal, Window: vc.window, Softcap: vc.softcap, Workers: workers,
-		VarLen: &VarLen{CuSeqlensQ: cuq, CuSeqlensK: cuk}}
-	Q, K, V, DO := Dense(q, 1, tq, H, D), Dense(k, 1, tk, Hk, D), Dense(v, 1, tk, Hk, D), Dense(do, 1, tq, H, D)
+	if vc.dt != Float32 { // the inputs the call sees
+		prec := precisionOf(vc.dt)
+		q, k, v, do = prec.RoundSlice(q), prec.RoundSlice(k), prec.RoundSlice(v), prec.RoundSlice(do)
+	}
+	var slopes []float32
+	if vc.alibi {
+		slopes = make([]float32, vc.b*H)
+		for i := range slopes {
+			slopes[i] = float32(r.Float64()) * 0.3
+		}
+	}
+	const seedDrop = 17
+	opt := &Options{Causal: vc.causal, Window: vc.window, Softcap: vc.softcap, ALiBi: slopes, Dropout: vc.dropout, Seed: seedDrop,
+		Workers: workers, VarLen: &VarLen{CuSeqlensQ: cuq, CuSeqlensK: cuk}}
+	Q, K, V := toType(q, vc.dt, 1, tq, H, D), toType(k, vc.dt, 1, tk, Hk, D), toType(v, vc.dt, 1, tk, Hk, D)
+	DO := toType(do, vc.dt, 1, tq, H, D)
 	out, lse, err := Forward(Q, K, V, opt)
 	if err != nil {
 		t.Fatal(err)
@@ -256,7 +344,8 @@ func checkFAVarLen(t *testing.T, vc faVarLen, seed uint64, workers int) {
 			continue
 		}
 		if lk[b] == 0 { // no keys: O = 0 and zero dQ (SPEC §1)
-			for _, x := range append(out.Data[int(cuq[b])*H*D:int(cuq[b+1])*H*D], dq.Data[int(cuq[b])*H*D:int(cuq[b+1])*H*D]...) {
+			rows := func(x Tensor) []float32 { return denseFloats(x)[int(cuq[b])*H*D : int(cuq[b+1])*H*D] }
+			for _, x := range append(rows(out), rows(dq)...) {
 				if x != 0 {
 					t.Fatalf("sequence %d has no keys but O or dQ = %v", b, x)
 				}
@@ -264,11 +353,14 @@ func checkFAVarLen(t *testing.T, vc faVarLen, seed uint64, workers int) {
 			continue
 		}
 		par := reference.Params{Batch: 1, SeqQ: lq[b], SeqK: lk[b], Heads: H, KVHeads: Hk, HeadDim: D,
-			Causal: vc.causal, Softcap: float64(vc.softcap)}
+			Causal: vc.causal, Softcap: float64(vc.softcap), Dropout: float64(vc.dropout), Seed: seedDrop, DropoutBatch: b}
 		if vc.window != nil {
 			par.Window, par.WindowLeft, par.WindowRight = true, vc.window.Left, vc.window.Right
 		}
-		checkVarLenSeq(t, b, par, q, k, v, do, tq, int(cuq[b]), int(cuk[b]), out, lse, dq, dk, dv)
+		if slopes != nil {
+			par.ALiBi = to64(slopes[b*H : (b+1)*H])
+		}
+		checkVarLenSeq(t, vc.dt, b, par, q, k, v, do, tq, int(cuq[b]), int(cuk[b]), out, lse, dq, dk, dv)
 	}
 }
 
@@ -276,8 +368,9 @@ func checkFAVarLen(t *testing.T, vc faVarLen, seed uint64, workers int) {
 // 1, 4, 128, 339 over caches of 128, 339, 800, 1024 keys, new keys appended
 // or not, rotary on half or all of the head dim (interleaved and not),
 // paged caches with blocks of 16 and 256 in shuffled order, cache_batch_idx,
-// cache_leftpad, causal and local, GQA, cache types float32, bf16, fp16 and
-// q8_0 — on every kernel path (float32 and decode kernels by forEachKernel,
+// cache_leftpad, causal and local (every other one with ALiBi, flash-attn's
+// slopes: [batch, nheads] in [0, 0.3)), GQA, cache types float32, bf16,
+// fp16 and q8_0 — on every kernel path (float32 and decode kernels by forEachKernel,
 // the 16-bit paths by forEachHalf for the 16-bit caches: every pair, paired
 // under -short), 1 and 4 workers. Under -short: seqlen_q up to 128 over
 // caches up to 128·339 per row. One worker count per case (1 or 4,
@@ -292,6 +385,7 @@ func TestFlashAttnParamsKVCache(t *testing.T) {
 		batchIdx  bool
 		leftpad   bool
 		mask      string // "none", "causal", "local"
+		alibi     bool   // flash-attn's slopes, [batch, nheads] in [0, 0.3)
 		hk        int
 		dt        DType
 	}
@@ -305,6 +399,13 @@ func TestFlashAttnParamsKVCache(t *testing.T) {
 			paged: []int{0, 16, 256}[ax.IntN(3)], batchIdx: ax.IntN(3) == 0, leftpad: ax.IntN(2) == 0,
 			mask: []string{"causal", "local", "none"}[ax.IntN(3)], hk: []int{6, 3, 1}[ax.IntN(3)],
 		})
+	}
+	masked := 0
+	for i := range all { // flash-attn: alibi with causal and local; here every other such case
+		if all[i].mask != "none" {
+			all[i].alibi = masked%2 == 0
+			masked++
+		}
 	}
 	// A prefill over a paged float32 cache with left padding: the packed
 	// route once read kernel.W keys across a page boundary there (a worker
@@ -362,9 +463,13 @@ func TestFlashAttnParamsKVCache(t *testing.T) {
 		if a.rotFrac > 0 {
 			rot = d * a.rotFrac / 2
 		}
+		mask := a.mask
+		if a.alibi {
+			mask += "-alibi"
+		}
 		kc := kvCase{name: fmt.Sprintf("%d/%v/sq%d/sk%d/new%v/rot%d-%v/paged%d/bidx%v/pad%v/%s/hk%d", i, a.dt, a.sq, a.sk, a.appendNew, rot, a.inter,
-			a.paged, a.batchIdx, a.leftpad, a.mask, a.hk), b: b, hq: hq, hk: a.hk, d: d, capacity: capacity, ends: ends, pads: pads,
-			batchIdx: bidx, snew: snew, sq: a.sq, paged: a.paged, rotary: rot, interleaved: a.inter, dt: a.dt}
+			a.paged, a.batchIdx, a.leftpad, mask, a.hk), b: b, hq: hq, hk: a.hk, d: d, capacity: capacity, ends: ends, pads: pads,
+			batchIdx: bidx, snew: snew, sq: a.sq, paged: a.paged, rotary: rot, interleaved: a.inter, dt: a.dt, alibi: a.alibi, slopeMax: 0.3}
 		switch a.mask {
 		case "causal":
 			kc.causal = true

@@ -13,26 +13,40 @@ import (
 // does, while the same-type plain algorithm forms D_i = Σ_j P_ij·dP_ij from
 // float32 P and dP; rounding O to the type changes D_i by at most
 // u·‖dO_i‖₂·‖O_i‖₂ (u = 2⁻⁸ for bfloat16, 2⁻¹¹ for float16), and that
-// error reaches dS_ij = P_ij·(dP_ij − D_i) unattenuated where P_ij ≈ 1:
+// error reaches dS_ij = P_ij·(dP_ij − D_i) unattenuated where P_ij ≈ 1
+// (large logits, steep ALiBi; with dropout, a one-hot row's O = V_j/(1−p)
+// is no longer a value of the type):
 //
 //	|ΔdQ_i| ≤ scale·u·‖dO_i‖₂·‖O_i‖₂·max_j ‖K_j‖∞
 //	|ΔdK_j| ≤ scale·u·max_i(‖dO_i‖₂·‖O_i‖₂)·max_i ‖Q_i‖∞·Σ_i P_ij
 //
 // halfDBound returns the two bounds (the column sum of P taken at its
-// largest) for one (batch 1, heads = KV heads) case; p holds P [h][i][j].
-func halfDBound(dt DType, scale float64, d int, do, o, q, k []float32, p [][]float64, sk int) (dq, dk float64) {
+// largest, over the group of query heads sharing a KV head) for one batch-1
+// case of group query heads per KV head; p holds P [h][i][j].
+func halfDBound(dt DType, scale float64, d, group int, do, o, q, k []float32, p [][]float64, sk int) (dq, dk float64) {
 	u := 0x1p-8
 	if dt == Float16 {
 		u = 0x1p-11
 	}
-	var dd, qInf, kInf, col float64
-	for r := 0; r+d <= len(do); r += d {
+	dD := make([]float64, len(do)/d)
+	for r := range dD {
 		var a, b float64
 		for c := 0; c < d; c++ {
-			a += float64(do[r+c]) * float64(do[r+c])
-			b += float64(o[r+c]) * float64(o[r+c])
+			a += float64(do[r*d+c]) * float64(do[r*d+c])
+			b += float64(o[r*d+c]) * float64(o[r*d+c])
 		}
-		dd = max(dd, math.Sqrt(a*b))
+		dD[r] = u * math.Sqrt(a*b)
+	}
+	return dExcess(scale, d, group, dD, q, k, p, sk)
+}
+
+// dExcess is the bound on dQ's and dK's excess that an error of at most
+// dD[r] in D of each query row r (rows [i][h]) gives:
+// scale·max_r dD[r]·max‖K‖∞ and scale·max_r dD[r]·max‖Q‖∞·Σ_i P_ij.
+func dExcess(scale float64, d, group int, dD []float64, q, k []float32, p [][]float64, sk int) (dq, dk float64) {
+	var dd, qInf, kInf, col float64
+	for _, x := range dD {
+		dd = max(dd, x)
 	}
 	for _, x := range q {
 		qInf = max(qInf, math.Abs(float64(x)))
@@ -40,27 +54,59 @@ func halfDBound(dt DType, scale float64, d int, do, o, q, k []float32, p [][]flo
 	for _, x := range k {
 		kInf = max(kInf, math.Abs(float64(x)))
 	}
-	for _, ph := range p {
+	for g := 0; g < len(p); g += group {
 		for j := 0; j < sk; j++ {
 			var s float64
-			for i := j; i < len(ph); i += sk {
-				s += ph[i]
+			for _, ph := range p[g : g+group] {
+				for i := j; i < len(ph); i += sk {
+					s += ph[i]
+				}
 			}
 			col = max(col, s)
 		}
 	}
-	return scale * u * dd * kInf, scale * u * dd * qInf * col
+	return scale * dd * kInf, scale * dd * qInf * col
 }
 
-// probs64 returns P [h][i·sk+j] of a batch-1 case in float64.
-func probs64(par reference.Params, q, k []float64) [][]float64 {
-	o, lse := reference.Forward64(par, q, k, k) // V does not matter for LSE
-	_ = o
-	d, sq, sk, h := par.HeadDim, par.SeqQ, par.SeqK, par.Heads
+// halfDropExcess is dExcess for a 16-bit call with dropout (dense
+// [batch, seq, heads, dim] inputs q, k, do rounded to the type, its output
+// o, the reference's o64 and lse64 for par): each row's D error measured,
+// |dO_i·(O_i − O64_i)|. Dropout takes a one-hot row's O = V_j/(1−p) off
+// the type's grid, and that row's dS = P·(dP − D) then carries D's
+// rounding (halfDBound; without dropout such a row's O is V_j, exact).
+func halfDropExcess(par reference.Params, q, k, do, o []float32, o64, lse64 []float64) (dq, dk float64) {
+	B, h, d, sq, sk := par.Batch, par.Heads, par.HeadDim, par.SeqQ, par.SeqK
+	nq, nk := sq*h*d, sk*par.KVHeads*d
+	for b := 0; b < B; b++ {
+		one := par
+		one.Batch = 1
+		if len(par.ALiBi) == B*h {
+			one.ALiBi = par.ALiBi[b*h : (b+1)*h]
+		}
+		dD := make([]float64, sq*h)
+		for r := range dD {
+			for c := 0; c < d; c++ {
+				at := b*nq + r*d + c
+				dD[r] += float64(do[at]) * (float64(o[at]) - o64[at])
+			}
+			dD[r] = math.Abs(dD[r])
+		}
+		qb, kb := q[b*nq:][:nq], k[b*nk:][:nk]
+		bq, bk := dExcess(1/math.Sqrt(float64(d)), d, h/par.KVHeads, dD, qb, kb, probs64(one, to64(qb), to64(kb), lse64[b*h*sq:][:h*sq]), sk)
+		dq, dk = max(dq, bq), max(dk, bk)
+	}
+	return dq, dk
+}
+
+// probs64 returns P [h][i·sk+j] of a batch-1 case in float64 from its
+// LSE [h][i] (par's causal mask, window, softcap, ALiBi and KV heads).
+func probs64(par reference.Params, q, k, lse []float64) [][]float64 {
+	d, sq, sk, h, hk := par.HeadDim, par.SeqQ, par.SeqK, par.Heads, par.KVHeads
 	scale := 1 / math.Sqrt(float64(d))
 	p := make([][]float64, h)
 	for hh := range p {
 		p[hh] = make([]float64, sq*sk)
+		kh := hh / (h / hk)
 		for i := 0; i < sq; i++ {
 			for j := 0; j < sk; j++ {
 				if !reference.Visible(par, i, j) {
@@ -68,9 +114,16 @@ func probs64(par reference.Params, q, k []float64) [][]float64 {
 				}
 				var s float64
 				for c := 0; c < d; c++ {
-					s += q[(i*h+hh)*d+c] * k[(j*h+hh)*d+c]
+					s += q[(i*h+hh)*d+c] * k[(j*hk+kh)*d+c]
 				}
-				p[hh][i*sk+j] = math.Exp(scale*s - lse[hh*sq+i])
+				x := scale * s
+				if par.Softcap > 0 { // x = softcap·tanh(x/softcap)
+					x = par.Softcap * math.Tanh(x/par.Softcap)
+				}
+				if par.ALiBi != nil { // x −= slope·|i + sk − sq − j|
+					x -= par.ALiBi[hh] * math.Abs(float64(i+sk-sq-j))
+				}
+				p[hh][i*sk+j] = math.Exp(x - lse[hh*sq+i])
 			}
 		}
 	}
@@ -148,7 +201,7 @@ func checkHalfLargeLogits(t *testing.T, c tcase, dt DType, prec reference.Precis
 	if err := reference.CheckHalf("dV", prec, gather(dv), dvh, dv64); err != nil {
 		t.Errorf("%v ×%v: %v", c, mul, err)
 	}
-	bq, bk := halfDBound(dt, 1/math.Sqrt(float64(c.d)), c.d, dor, og, qr, kr, probs64(cd.par, to64(qr), to64(kr)), c.sk)
+	bq, bk := halfDBound(dt, 1/math.Sqrt(float64(c.d)), c.d, c.h/c.hk, dor, og, qr, kr, probs64(cd.par, to64(qr), to64(kr), l64), c.sk)
 	for _, g := range []struct {
 		name    string
 		got, pl []float32

@@ -66,6 +66,7 @@ type kvCase struct {
 	window      *Window
 	softcap     float32
 	alibi       bool
+	slopeMax    float32 // with alibi: 0, slopes [hq] of |N(0,1)|·0.1; > 0, flash-attn's [b, hq] uniform in [0, slopeMax)
 	splits      int
 	dt          DType // the cache's type (zero: Float32); the reference reads the cache as it holds it
 	workers     int   // Options.Workers
@@ -179,7 +180,13 @@ func checkKVCase(t *testing.T, tc kvCase) {
 		c.Rotary = rot
 	}
 	var slopes []float32
-	if tc.alibi {
+	switch {
+	case tc.alibi && tc.slopeMax > 0:
+		slopes = make([]float32, tc.b*tc.hq)
+		for i := range slopes {
+			slopes[i] = float32(r.Float64()) * tc.slopeMax
+		}
+	case tc.alibi:
 		slopes = randSlice(r, tc.hq)
 		for i := range slopes {
 			slopes[i] = float32(math.Abs(float64(slopes[i]))) * 0.1
@@ -264,7 +271,10 @@ func checkKVCase(t *testing.T, tc kvCase) {
 			par.Window, par.WindowLeft, par.WindowRight = true, tc.window.Left, tc.window.Right
 		}
 		if slopes != nil {
-			par.ALiBi = to64(slopes)
+			par.ALiBi = to64(slopes[:tc.hq])
+			if len(slopes) > tc.hq { // [b, hq]
+				par.ALiBi = to64(slopes[b*tc.hq:][:tc.hq])
+			}
 		}
 		gotO := out.Data[b*tc.sq*tc.hq*tc.d : (b+1)*tc.sq*tc.hq*tc.d]
 		gotL := lse[b*tc.hq*tc.sq : (b+1)*tc.hq*tc.sq]

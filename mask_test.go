@@ -273,7 +273,7 @@ func TestMaskVarLen(t *testing.T) {
 		par := reference.Params{Batch: 1, SeqQ: nq, SeqK: nk, Heads: h, KVHeads: hk, HeadDim: d, Causal: true,
 			Mask:     func(_, hh, i, j int) bool { return ref(b, hh, i, j) },
 			ScoreMod: func(_, hh, i, j int, x float64) (float64, float64) { return relBiasRef(b, hh, i, j, x) }}
-		checkVarLenSeq(t, b, par, q, k, v, do, tq, int(cq[b]), int(ck[b]), out, lse, dq, dk, dv)
+		checkVarLenSeq(t, Float32, b, par, q, k, v, do, tq, int(cq[b]), int(ck[b]), out, lse, dq, dk, dv)
 	}
 }
 

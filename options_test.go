@@ -133,7 +133,7 @@ func TestVarLen(t *testing.T) {
 					}
 					continue
 				}
-				checkVarLenSeq(t, b, par, q, k, v, do, tq, int(cuq[b]), int(cuk[b]), out, lse, dq, dk, dv)
+				checkVarLenSeq(t, Float32, b, par, q, k, v, do, tq, int(cuq[b]), int(cuk[b]), out, lse, dq, dk, dv)
 			}
 			// Keys past SeqUsedK get zero gradients.
 			for b := range tc.seqs {

@@ -74,7 +74,7 @@ func TestKeyPadding(t *testing.T) {
 				par.Mask = func(_, _, i, j int) bool { return j <= i }
 				par.Causal = false
 			}
-			checkVarLenSeq(t, bb, par, q, k, v, do, tq, bb*c.s, bb*c.s, out, packed, dq, dk, dv)
+			checkVarLenSeq(t, Float32, bb, par, q, k, v, do, tq, bb*c.s, bb*c.s, out, packed, dq, dk, dv)
 		}
 	}
 }

@@ -14,10 +14,11 @@
 //	P[i,j]  = exp(x[i,j] - LSE[i])
 //	O[i]    = sum_j P[i,j] * z[i,j] / (1-Dropout) * V[j]
 //
-// where z[i,j] is 1 if dropout.NewMask(Seed, float32(Dropout)).Keep(b, h, i, j)
-// and 0 otherwise (z = 1 when Dropout = 0). LSE is computed before dropout, as
-// in flash-attn. Query head h reads KV head h / (Heads / KVHeads). Rows with no
-// visible key give O = 0, LSE = -Inf and zero gradients, without NaN.
+// where z[i,j] is 1 if dropout.NewMask(Seed, float32(Dropout)).Keep(b +
+// DropoutBatch, h, i, j) and 0 otherwise (z = 1 when Dropout = 0). LSE is
+// computed before dropout, as in flash-attn. Query head h reads KV head h /
+// (Heads / KVHeads). Rows with no visible key give O = 0, LSE = -Inf and zero
+// gradients, without NaN.
 //
 // Layout (dense, row-major): Q and O are [Batch, SeqQ, Heads, HeadDim]; K, V,
 // dK and dV are [Batch, SeqK, KVHeads, HeadDim]; LSE is [Batch, Heads, SeqQ].
@@ -74,6 +75,11 @@ type Params struct {
 	Dropout float64
 	// Seed is the dropout seed, see internal/dropout.
 	Seed uint64
+	// DropoutBatch is added to the batch index the dropout mask sees:
+	// batch element b draws the mask of b + DropoutBatch. It lets one
+	// sequence of a flashattn VarLen call (whose mask is that of its index
+	// in the batch) be checked alone, as batch element 0.
+	DropoutBatch int
 	// Mask, if not nil, also hides key j from query row i of (batch b,
 	// head h) where it returns false: a block mask or element mask
 	// expanded to the dense boolean mask it stands for.
@@ -363,7 +369,7 @@ func forward[T float](p Params, q, k, v []T, rnd func(T) T) (o, lse []T) {
 						continue
 					}
 					if p.Dropout > 0 {
-						if !mask.Keep(b, h, i, j) {
+						if !mask.Keep(b+p.DropoutBatch, h, i, j) {
 							continue
 						}
 						pj = T(pj * ds)
@@ -489,7 +495,7 @@ func (r *bwdRef[T]) probs(b, h int) {
 			z := T(1)
 			if p.Dropout > 0 {
 				z = 0
-				if r.mask.Keep(b, h, i, j) {
+				if r.mask.Keep(b+r.p.DropoutBatch, h, i, j) {
 					z = r.ds
 				}
 			}

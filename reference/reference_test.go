@@ -3,6 +3,7 @@ package reference
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -350,6 +351,37 @@ func TestDropoutAppliesMask(t *testing.T) {
 		if o[i] != o2[i] {
 			t.Fatal("repeated call differs")
 		}
+	}
+}
+
+// TestDropoutBatch: batch element 1 of a call, run alone with DropoutBatch
+// 1, draws the same mask: O, LSE and the gradients agree bit for bit (and
+// differ with DropoutBatch 0).
+func TestDropoutBatch(t *testing.T) {
+	r := rand.New(rand.NewPCG(8, 10))
+	p := Params{Batch: 2, SeqQ: 5, SeqK: 7, Heads: 2, KVHeads: 1, HeadDim: 4, Causal: true, Dropout: 0.4, Seed: 99}
+	nq, nk := sizes(p)
+	q, k, v, do := randSlice(r, nq, 1), randSlice(r, nk, 1), randSlice(r, nk, 1), randSlice(r, nq, 1)
+	o, lse := Forward64(p, q, k, v)
+	dq, dk, dv := Backward64(p, q, k, v, do)
+	one := p
+	one.Batch, one.DropoutBatch = 1, 1
+	second := func(x []float64) []float64 { return x[len(x)/2:] }
+	o1, lse1 := Forward64(one, second(q), second(k), second(v))
+	dq1, dk1, dv1 := Backward64(one, second(q), second(k), second(v), second(do))
+	for _, g := range []struct {
+		name      string
+		got, want []float64
+	}{{"O", o1, second(o)}, {"LSE", lse1, second(lse)}, {"dQ", dq1, second(dq)}, {"dK", dk1, second(dk)}, {"dV", dv1, second(dv)}} {
+		for i := range g.want {
+			if g.got[i] != g.want[i] {
+				t.Fatalf("%s[%d] alone with DropoutBatch 1 = %v, want batch element 1's %v", g.name, i, g.got[i], g.want[i])
+			}
+		}
+	}
+	one.DropoutBatch = 0
+	if o0, _ := Forward64(one, second(q), second(k), second(v)); slices.Equal(o0, o1) {
+		t.Fatal("DropoutBatch 0 gives batch element 1's mask: the check cannot tell them apart")
 	}
 }
 
