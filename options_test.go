@@ -110,11 +110,9 @@ func TestVarLen(t *testing.T) {
 			}
 			for b, s := range tc.seqs {
 				nk := int(used[b])
-				if tc.dropout > 0 && b > 0 {
-					break // the reference numbers its single sequence 0: only sequence 0 shares the dropout mask
-				}
+				// DropoutBatch: sequence b, checked alone, draws batch element b's mask.
 				par := reference.Params{Batch: 1, SeqQ: s.nq, SeqK: nk, Heads: H, KVHeads: Hk, HeadDim: D, Causal: tc.causal,
-					Dropout: float64(tc.dropout), Seed: 5}
+					Dropout: float64(tc.dropout), Seed: 5, DropoutBatch: b}
 				if tc.window != nil {
 					par.Window, par.WindowLeft, par.WindowRight = true, tc.window.Left, tc.window.Right
 				}
