@@ -88,17 +88,8 @@ func genGemm(s isa, kind gemmKind, set bool) {
 	g.nLeft = Load(Param("n"), GP64()).(GPVirtual)
 
 	// Column blocks of the full microkernel width, then (AVX-512 only) one
-	// block of 16 columns when n%32 == 16. AVX-512's A·B (P·V in the
-	// forward) first takes blocks of 64 columns, 6 × 4 zmm (24
-	// accumulators, 4 B vectors, 1 broadcast of 32 registers): a d = 64
-	// P·V is then one block, each P element broadcast once instead of
-	// twice and each V row read whole (4 lines in a row) instead of as two
-	// halves in two passes. Every element of C still sums the same chain
-	// (from zero, p = 0, 1, …, added to C once), so the bits are the same.
+	// block of 16 columns when n%32 == 16.
 	width := 2 * s.Lanes
-	if g.kind == kindAB && s.Lanes == 16 {
-		g.columnLoop(4, 2*width)
-	}
 	g.columnLoop(2, width)
 	if width > 16 {
 		g.columnLoop(1, s.Lanes)
