@@ -117,3 +117,41 @@ func BenchmarkExpSumRows(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkForwardProducts times the forward's two products at its tile
+// shapes (blockSizesFor on a 1 MiB L2: 48 query rows, key tiles of 512):
+// S = Q·Kᵀ (MulABt, m = 48, n = keys, k = d, Kᵀ packed) and O += P·V
+// (MulAddAB, and MulAB for a row block's first tile: m = 48, n = d,
+// k = keys, P rows keys apart). keys = 512 streams V (and walks Kᵀ) from
+// L2; keys = 64 keeps them in L1; 48 and 192 are the causal forward's
+// partial and part-full tiles. Compare the products' GFLOP/s.
+func BenchmarkForwardProducts(b *testing.B) {
+	requireSets(b)
+	r := rand.New(rand.NewPCG(3, 3))
+	const m = 48
+	for _, im := range Available() {
+		for _, d := range []int{64, 128} {
+			for _, keys := range []int{48, 64, 192, 512} {
+				q, p := randSlice(r, m*d), randSlice(r, m*keys)
+				kt, v := make([]float32, keys*d), randSlice(r, keys*d)
+				PackBt(kt, randSlice(r, keys*d), d, keys, d)
+				s, o := make([]float32, m*keys), make([]float32, m*d)
+				for _, c := range []struct {
+					name string
+					run  func()
+				}{
+					{"MulABt", func() { im.MulABt(s, keys, q, d, kt, m, keys, d) }},
+					{"MulAddAB", func() { im.MulAddAB(o, d, p, keys, v, d, m, d, keys) }},
+					{"MulAB", func() { im.MulAB(o, d, p, keys, v, d, m, d, keys) }},
+				} {
+					b.Run(fmt.Sprintf("%s/d=%d/keys=%d/%s", im.Name, d, keys, c.name), func(b *testing.B) {
+						for b.Loop() {
+							c.run()
+						}
+						b.ReportMetric(2*float64(m*d*keys)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+					})
+				}
+			}
+		}
+	}
+}

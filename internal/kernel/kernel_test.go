@@ -166,7 +166,7 @@ func TestMatMulExactLength(t *testing.T) {
 	for _, im := range Available() {
 		for _, after := range []bool{true, false} {
 			for _, m := range ms {
-				for _, n := range []int{16, 48} {
+				for _, n := range []int{16, 48, 64, 112} {
 					for _, k := range ks {
 						testExactLength(t, r, im, after, m, n, k)
 					}
