@@ -35,7 +35,9 @@ var ptxFiles embed.FS
 // Device is an open GPU: a retained CUDA context, the kernels compiled so
 // far and scratch memory reused across calls. Its methods are safe for
 // concurrent use; calls queue their kernels one at a time, and wait for
-// them (Forward, Backward) without holding the device.
+// them (Forward, Backward) without holding the device. The methods of a
+// nil Device (what a failed Open returns) or a zero one check their
+// arguments and then return an error wrapping ErrNoDevice.
 type Device struct {
 	ctx  *guard
 	info Info
