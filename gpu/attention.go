@@ -19,7 +19,7 @@ import (
 // runs: the rules of package flashattn through flashattn.ValidateShape
 // (see ValidateShape), then the GPU's own (types, buffers, devices).
 func (d *Device) Forward(q, k, v, out Tensor, lse *Buffer, opts *Options) error {
-	return d.def.forward(q, k, v, out, lse, opts, true)
+	return d.stream().forward(q, k, v, out, lse, opts, true)
 }
 
 // Forward is Device.Forward queued on the stream: it returns once the
@@ -65,6 +65,9 @@ func (s *Stream) queue(p *problem, outs, ins []arg, wait bool, body func(cu uint
 	if err := distinct(outs, ins); err != nil {
 		return err
 	}
+	if err := s.opened(); err != nil {
+		return err
+	}
 	d := s.d
 	if err := sameDevice(d, ins, outs); err != nil {
 		return err
@@ -94,7 +97,7 @@ func (s *Stream) queue(p *problem, outs, ins []arg, wait bool, body func(cu uint
 // computed. It runs on the default stream and returns when that stream's
 // work has finished. Bad arguments are *flashattn.ArgErrors, as in Forward.
 func (d *Device) Backward(q, k, v, out, dout Tensor, lse *Buffer, dq, dk, dv Tensor, opts *Options) error {
-	return d.def.backward(q, k, v, out, dout, lse, dq, dk, dv, opts, true)
+	return d.stream().backward(q, k, v, out, dout, lse, dq, dk, dv, opts, true)
 }
 
 // Backward is Device.Backward queued on the stream (see Stream.Forward).

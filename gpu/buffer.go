@@ -20,6 +20,9 @@ func (d *Device) Alloc(n int) (*Buffer, error) {
 	if n <= 0 {
 		return nil, argErr("n", "Alloc(%d): size must be > 0", n)
 	}
+	if err := d.opened(); err != nil {
+		return nil, err
+	}
 	d.bufMu.Lock()
 	defer d.bufMu.Unlock()
 	if d.bufs == nil {
@@ -34,13 +37,18 @@ func (d *Device) Alloc(n int) (*Buffer, error) {
 	return b, nil
 }
 
-// Len returns the buffer's size in bytes.
-func (b *Buffer) Len() int { return b.n }
+// Len returns the buffer's size in bytes (0 for a nil Buffer).
+func (b *Buffer) Len() int {
+	if b == nil {
+		return 0
+	}
+	return b.n
+}
 
 // Free releases the memory; the buffer must not be used afterwards. Freeing
 // a freed buffer, or one that Device.Close freed, does nothing.
 func (b *Buffer) Free() error {
-	if b == nil {
+	if b == nil || b.d == nil { // nil, or not from Alloc: nothing to free
 		return nil
 	}
 	d := b.d

@@ -16,6 +16,11 @@ import (
 // the program was built with the nogpu tag).
 var ErrNoDevice = cuda.ErrNoDevice
 
+// errNotOpen is the error of a call on a Device that Open did not return
+// (nil, as a failed Open returns it, or a zero Device), or on a Stream of
+// none.
+var errNotOpen = fmt.Errorf("gpu: the Device is nil or was not returned by Open: %w", ErrNoDevice)
+
 // ErrDeviceLost is matched (errors.Is) by the errors of a Device whose
 // CUDA context a kernel fault has made unusable (an illegal or misaligned
 // address, an illegal instruction, a timeout: CUDA's "sticky" errors). The
@@ -30,7 +35,9 @@ var ptxFiles embed.FS
 // Device is an open GPU: a retained CUDA context, the kernels compiled so
 // far and scratch memory reused across calls. Its methods are safe for
 // concurrent use; calls queue their kernels one at a time, and wait for
-// them (Forward, Backward) without holding the device.
+// them (Forward, Backward) without holding the device. The methods of a
+// nil Device (what a failed Open returns) or a zero one check their
+// arguments and then return an error wrapping ErrNoDevice.
 type Device struct {
 	ctx  *guard
 	info Info
@@ -111,8 +118,31 @@ func newDevice(b backend, info Info) *Device {
 	return d
 }
 
-// Info returns the device's description.
-func (d *Device) Info() Info { return d.info }
+// Info returns the device's description (an empty one for a nil Device).
+func (d *Device) Info() Info {
+	if d == nil {
+		return Info{}
+	}
+	return d.info
+}
+
+// opened returns errNotOpen for a nil Device or one that Open did not
+// make: every method that needs the device checks it first (after its
+// arguments), so that no call panics without a device.
+func (d *Device) opened() error {
+	if d == nil || d.ctx == nil {
+		return errNotOpen
+	}
+	return nil
+}
+
+// stream returns the default stream, nil for a nil Device.
+func (d *Device) stream() *Stream {
+	if d == nil {
+		return nil
+	}
+	return d.def
+}
 
 // Close waits for the device's work, frees every Buffer still allocated
 // (Buffers from Alloc and NewTensor included: they become unusable, and
@@ -121,6 +151,9 @@ func (d *Device) Info() Info { return d.info }
 // Open), so a later Open in the process reuses it. After a kernel fault
 // (ErrDeviceLost) it only releases the context.
 func (d *Device) Close() error {
+	if err := d.opened(); err != nil {
+		return err
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -163,7 +196,12 @@ func (d *Device) freeAll(free bool) error {
 }
 
 // Synchronize waits for all work queued on the device, on every stream.
-func (d *Device) Synchronize() error { return d.ctx.Synchronize() }
+func (d *Device) Synchronize() error {
+	if err := d.opened(); err != nil {
+		return err
+	}
+	return d.ctx.Synchronize()
+}
 
 // usable reports why the device cannot run work: closed, or lost to a
 // kernel fault. d.mu must be held.

@@ -28,6 +28,9 @@ type Stream struct {
 // stream (CU_STREAM_NON_BLOCKING). Close it when done; Device.Close closes
 // the streams still open.
 func (d *Device) NewStream() (*Stream, error) {
+	if err := d.opened(); err != nil {
+		return nil, err
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.usable(); err != nil {
@@ -44,6 +47,9 @@ func (d *Device) NewStream() (*Stream, error) {
 
 // Synchronize waits for the work queued on the stream.
 func (s *Stream) Synchronize() error {
+	if err := s.opened(); err != nil {
+		return err
+	}
 	if s.closed {
 		return errors.New("gpu: stream is closed")
 	}
@@ -53,6 +59,9 @@ func (s *Stream) Synchronize() error {
 // Close waits for the stream's work, frees its scratch memory and destroys
 // it. Closing the default stream is not possible (use Device.Close).
 func (s *Stream) Close() error {
+	if err := s.opened(); err != nil {
+		return err
+	}
 	d := s.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -67,6 +76,15 @@ func (s *Stream) Close() error {
 	}
 	errs = append(errs, d.ctx.DestroyStream(s.s))
 	return errors.Join(errs...)
+}
+
+// opened returns errNotOpen for a nil Stream or one that NewStream did not
+// make (nor a Device, its default stream).
+func (s *Stream) opened() error {
+	if s == nil {
+		return errNotOpen
+	}
+	return s.d.opened()
 }
 
 // begin checks that the stream and its device can run work. d.mu must be

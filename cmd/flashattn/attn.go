@@ -241,6 +241,15 @@ func cleanErr(err error) error {
 	return err
 }
 
+// emptyDim refuses the shape of file path if a dimension is 0 (an array
+// with no elements), naming the file.
+func emptyDim(path string, shape []int) error {
+	if slices.Contains(shape, 0) {
+		return fmt.Errorf("%s: shape %v has an empty dimension", path, shape)
+	}
+	return nil
+}
+
 // options turns the flags into library options, checking every value.
 func (f *attnFlags) options() (*flashattn.Options, error) {
 	for _, r := range []struct{ name, val string }{{"-q", f.q}, {"-k", f.k}, {"-v", f.v}, {"-o", f.out}} {
@@ -384,13 +393,11 @@ func (f *attnFlags) load(o *flashattn.Options) (q, k, v, dout flashattn.Tensor, 
 			}
 			return a, nil, fmt.Errorf("%s: shape %v, want %d dimensions %s", path, shape, rank, what)
 		}
+		if err := emptyDim(path, shape); err != nil {
+			return a, nil, err
+		}
 		if rank == 3 {
 			shape = append([]int{1}, shape...)
-		}
-		for _, d := range shape {
-			if d == 0 {
-				return a, nil, fmt.Errorf("%s: shape %v has an empty dimension", path, shape[4-rank:])
-			}
 		}
 		return a, shape, nil
 	}

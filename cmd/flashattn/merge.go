@@ -52,6 +52,9 @@ func runMerge(args []string, stdout, stderr io.Writer, sm seams) error {
 		if len(os_) != 4 && len(os_) != 3 {
 			return fmt.Errorf("%s: shape %v, want [batch, seqlen, heads, headdim] or [total, heads, headdim]", op, os_)
 		}
+		if err := emptyDim(op, os_); err != nil {
+			return err
+		}
 		if oshape == nil {
 			oshape, lshape = os_, ls
 		}

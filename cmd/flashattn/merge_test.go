@@ -195,3 +195,28 @@ func TestMergeFloat16(t *testing.T) {
 		t.Error("wrote output despite failing")
 	}
 }
+
+// TestMergeEmptyShape: an out.npy with an empty dimension is refused in one
+// line naming the file, as attn refuses one (before, the line named the
+// merged "out", no file).
+func TestMergeEmptyShape(t *testing.T) {
+	root := t.TempDir()
+	for i, c := range []struct{ out, lse []int }{
+		{[]int{1, 0, 2, 4}, []int{1, 2, 0}},
+		{[]int{1, 2, 2, 0}, []int{1, 2, 2}},
+		{[]int{0, 2, 4}, []int{2, 0}},
+	} {
+		dir := filepath.Join(root, string(rune('a'+i)))
+		must(t, os.MkdirAll(dir, 0o755))
+		op := filepath.Join(dir, "out.npy")
+		must(t, npy.WriteFloat32(op, nil, c.out))
+		must(t, npy.WriteFloat32(filepath.Join(dir, "lse.npy"), make([]float32, c.lse[0]*c.lse[1]*c.lse[len(c.lse)-1]), c.lse))
+		code, _, errs := atRun("merge", "-o", filepath.Join(root, "x"), dir)
+		if code == 0 || strings.Count(strings.TrimSpace(errs), "\n") != 0 || !strings.Contains(errs, op+": ") {
+			t.Errorf("out.npy %v: exit %d, stderr %q, want one line naming %s", c.out, code, errs, op)
+		}
+		if _, err := os.Stat(filepath.Join(root, "x")); err == nil {
+			t.Errorf("out.npy %v: wrote output despite failing", c.out)
+		}
+	}
+}
