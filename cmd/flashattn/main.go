@@ -141,11 +141,32 @@ func parseSet(fs *flag.FlagSet, args []string, stderr io.Writer) (map[string]boo
 	return set, nil
 }
 
-// parseArgs parses args, flags followed by arguments (left in fs.Args());
-// a bad flag gives one line on stderr and errUsage.
+// parseArgs parses args, flags and arguments in any order (the arguments
+// are left in fs.Args(), in their order; everything after "--" is an
+// argument): `merge a b -o m` sets -o like `merge -o m a b`. Go's flag
+// package stops at the first argument, which left a later flag unset. A
+// bad flag gives one line on stderr and errUsage.
 func parseArgs(fs *flag.FlagSet, args []string, stderr io.Writer) error {
 	fs.SetOutput(io.Discard)
-	err := fs.Parse(args)
+	var pos []string
+	var err error
+	for rest := args; ; {
+		if err = fs.Parse(rest); err != nil {
+			break
+		}
+		left := fs.Args()
+		if n := len(rest) - len(left); n > 0 && rest[n-1] == "--" {
+			pos = append(pos, left...) // after "--": arguments only
+			break
+		}
+		if len(left) == 0 {
+			break
+		}
+		pos, rest = append(pos, left[0]), left[1:]
+	}
+	if err == nil {
+		err = fs.Parse(append([]string{"--"}, pos...)) // fs.Args() = pos
+	}
 	fs.SetOutput(stderr)
 	switch {
 	case errors.Is(err, flag.ErrHelp):

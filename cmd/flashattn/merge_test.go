@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -43,6 +45,26 @@ func TestMergeCommand(t *testing.T) {
 	outDir := filepath.Join(root, "merged")
 	if code, _, errs := atRun(append([]string{"merge", "-o", outDir}, dirs...)...); code != 0 {
 		t.Fatalf("merge: exit %d: %s", code, errs)
+	}
+	// Flags after the directories (Go's flag package alone stopped at the
+	// first directory: "-o is required"), and "--" ending the flags.
+	for i, args := range [][]string{
+		append(append([]string{"merge"}, dirs...), "-o", outDir+"-late"),
+		append([]string{"merge", dirs[0], "-o", outDir + "-mid", "--"}, dirs[1:]...),
+	} {
+		if code, _, errs := atRun(args...); code != 0 {
+			t.Fatalf("merge with flags among the directories (%d): exit %d: %s", i, code, errs)
+		}
+		for _, f := range []string{"out.npy", "lse.npy"} {
+			a, _ := os.ReadFile(filepath.Join(outDir, f))
+			b, err := os.ReadFile(filepath.Join(args[slices.Index(args, "-o")+1], f))
+			if err != nil || !bytes.Equal(a, b) {
+				t.Fatalf("merge with flags among the directories (%d): %s differs from the flags-first run (%v)", i, f, err)
+			}
+		}
+	}
+	if code, _, _ := atRun("merge", dirs[0], "--", "-o", outDir+"-dash"); code == 0 {
+		t.Fatal(`merge a -- -o m: "-o" after "--" is a directory, yet merge succeeded`)
 	}
 	o, _, err := npy.ReadFloat32(filepath.Join(outDir, "out.npy"))
 	if err != nil {
