@@ -90,6 +90,26 @@ func genScores(s isa, e decodeElem, mr int) {
 // (grouped-query attention): a block takes the rows of L/mr consecutive
 // heads of one key (heads is a multiple of that) where scores<T>M<mr><ISA>
 // takes L/mr keys of one head.
+//
+// Where the AVX-512 q8_0 4-row kernel's time goes (Zen 4, 32/8 heads,
+// d = 128): perf of flashattn bench -mode decode puts 53% of the decode's
+// samples here, 44% in accumGroupQ8M4AVX512 and 3% in the softmax and Go
+// glue between them; of this kernel's, 70% in the step loop and 30% after
+// it (the fold, the scatter, the next block's setup). llvm-mca -mcpu=znver4:
+// 40.1 cycles per step (bound 40: 32 FMAs and 8 VMULPS on FP0/FP1;
+// VPMOVSXBD on FP2, VCVTDQ2PS on FP2/FP3), 205 per block of 4 steps with
+// the fold and scatter (FP1 198: the fold's 24 VSHUFF32X4 also take FP1);
+// as ymm (the Zen 5 proxy) 26.7 per step and 152 per block. Builds with
+// parts cut out (wrong sums, self-check off; BenchmarkDecode group-scores
+// with 8 heads of 2048 keys, in cache, cycles of this kernel, medians of 4
+// alternated runs under load): 20% fewer without the scale multiply, 10%
+// without the fold, 5% without the widening. Tried and not kept (no gain
+// beyond the noise, 2961 against 2988 and 2996 samples): the scatter as
+// one VMOVLPS/VMOVHPS per S row straight from the folded vector's 128-bit
+// groups instead of the round trip through oBuf, and, on top of it, the
+// fold256 level as one VALIGND and two adds (the second merge-masked to
+// the upper half: the same sums with the same first operands) instead of
+// two VSHUFF32X4 and one add, which takes the fold off FP1 in the model.
 func genScoresGroup(s isa, e decodeElem, mr int) {
 	name := fmt.Sprintf("scoresGroup%sM%d%s", e.Name, mr, s.Suffix)
 	doc := fmt.Sprintf("%s sets s[(h*%d+r)*lds+v/heads] = Σ_p q[(h*%d+r)*d+p]·k[v*hs+p], h = v%%heads, for r < %d, v < n, p < d, bit for bit as scores%sM%d%s;", name, mr, mr, mr, e.Name, mr, s.Suffix)
