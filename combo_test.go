@@ -10,7 +10,7 @@ import (
 
 var (
 	comboSeed = flag.Uint64("combo.seed", 1, "TestRandomCombinations: the PCG seed of the drawn option combinations")
-	comboN    = flag.Int("combo.n", 0, "TestRandomCombinations: how many combinations to draw (0: 200, 50 under -short, 12 under -race)")
+	comboN    = flag.Int("combo.n", 0, "TestRandomCombinations: how many combinations to draw (0: 200, 50 under -short, 6 under -race)")
 )
 
 // comboDims are the head dims the generator draws: none a multiple of
@@ -50,7 +50,7 @@ func TestRandomCombinations(t *testing.T) {
 	if n == 0 {
 		switch { // ≤ 40 s, ≤ 10 s under -short or -race, on 2 shared cores
 		case raceEnabled:
-			n = 12
+			n = 6
 		case testing.Short():
 			n = 50
 		default:
