@@ -44,7 +44,15 @@ var comboDims = []int{8, 24, 40, 59, 64, 72, 96, 128, 130}
 //
 // Not drawn yet: MLA (HeadDimV ≠ HeadDim), Offsets, SeqUsedQ/SeqUsedK,
 // KeyPadding, a *Bias ScoreMod with DBias, VarLen with a KV cache or with
-// masks, sinks or dLSE with a cache (forward only).
+// masks, sinks or dLSE with a cache (forward only), Scale, CacheBytes.
+//
+// Open (larger -combo.n): 16-bit dV with dropout exceeds the same-type
+// rule by under one ulp in about 1 of 1500 combinations (seed 2 #761,
+// seed 4 #962, seed 5 #141 at -combo.n 1500): the backward rounds
+// P̃ = P·z/(1−p) to the type where the reference (and flash-attn, which
+// scales dV after) rounds P; and float32 dSinks of
+// tcase{b: 2, sq: 73, sk: 52, h: 2, hk: 2, d: 96, causal, softcap
+// 18.25954, sinks} on avx512 is 1.75e-6 over a 1.64e-6 limit.
 func TestRandomCombinations(t *testing.T) {
 	n := *comboN
 	if n == 0 {
