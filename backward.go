@@ -364,13 +364,19 @@ func (b *backwardPass) blockGrads(ws *workspace, kb keyBlockAt) blockGrads {
 func (b *backwardPass) addBlockGrads(kb keyBlockAt, g *blockGrads) {
 	p, s := b.p, kb.s
 	d, dv := p.dim, p.dimV
+	dropV := p.ct != Float32 && p.dropOn // dV summed P∘z·dO (gradRow): × 1/(1−p)
 	for jj := 0; jj < kb.n; jj++ {
 		dK := g.dk[jj*g.ldk : jj*g.ldk+d]
+		dV := g.dv[jj*g.ldv : jj*g.ldv+dv]
+		if dropV {
+			for c := range dV {
+				dV[c] *= p.drop.Scale()
+			}
+		}
 		if g.inPlace {
 			p.kern.Scale(dK, p.scale)
 			continue
 		}
-		dV := g.dv[jj*g.ldv : jj*g.ldv+dv]
 		dkr := b.dkAcc.row(s.kvb, s.k0+kb.j0+jj, kb.hk)[:d]
 		dvr := b.dvAcc.row(s.kvb, s.k0+kb.j0+jj, kb.hk)[:dv]
 		for c := range dkr {
@@ -411,10 +417,19 @@ func (b *backwardPass) gradRow(ws *workspace, at *scoreAt, r int, hr *headRows) 
 		}
 	}
 	if p.ct != Float32 {
-		// P̃ and dS in the inputs' type before they multiply.
+		// P and dS in the inputs' type before they multiply. With dropout
+		// P̃ = P∘z/(1−p) multiplies dO as P∘z, P rounded (the same-type
+		// algorithm's, and flash-attn's, rounding: not P̃'s), and
+		// addBlockGrads scales dV by 1/(1−p).
 		pr := bw.s[r*np : r*np+n]
 		if p.dropOn {
 			pr = bw.pDrop[r*np : r*np+n]
+			for c, z := range bw.drop[:n] { // this row's z/(1−p), from scoreGrad
+				pr[c] = 0
+				if z != 0 {
+					pr[c] = bw.s[r*np+c]
+				}
+			}
 		}
 		roundTo(pr, p.ct, &p.kern)
 		roundTo(dpRow[:n], p.ct, &p.kern)

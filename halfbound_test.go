@@ -68,18 +68,21 @@ func dExcess(scale float64, d, group int, dD []float64, q, k []float32, p [][]fl
 	return scale * dd * kInf, scale * dd * qInf * col
 }
 
-// halfDropExcess is dExcess for a 16-bit call with dropout (dense
+// halfDropExcess is dExcess for a call (float32, or 16-bit; dense
 // [batch, seq, heads, dim] inputs q, k, do rounded to the type, its output
 // o, the reference's o64 and lse64 for par): each row's D error measured,
 // |dO_i·(O_i − O64_i)|. Dropout takes a one-hot row's O = V_j/(1−p) off
 // the type's grid, and that row's dS = P·(dP − D) then carries D's
 // rounding (halfDBound; without dropout such a row's O is V_j, exact).
+// Without dropout, O's own rounding (float32 or 16-bit) enters D the same
+// way: FA2's documented D = rowsum(dO∘O) excess (README, "What is
+// guaranteed"), measured rather than bounded.
 func halfDropExcess(par reference.Params, q, k, do, o []float32, o64, lse64 []float64) (dq, dk float64) {
 	B, h, d, sq, sk := par.Batch, par.Heads, par.HeadDim, par.SeqQ, par.SeqK
 	nq, nk := sq*h*d, sk*par.KVHeads*d
 	for b := 0; b < B; b++ {
 		one := par
-		one.Batch = 1
+		one.Batch, one.DropoutBatch = 1, par.DropoutBatch+b
 		if len(par.ALiBi) == B*h {
 			one.ALiBi = par.ALiBi[b*h : (b+1)*h]
 		}
@@ -99,7 +102,9 @@ func halfDropExcess(par reference.Params, q, k, do, o []float32, o64, lse64 []fl
 }
 
 // probs64 returns P [h][i·sk+j] of a batch-1 case in float64 from its
-// LSE [h][i] (par's causal mask, window, softcap, ALiBi and KV heads).
+// LSE [h][i] (par's causal mask, window, TopLeft, softcap, ALiBi, ScoreMod,
+// Mask and KV heads; Mask and ScoreMod see batch index par.DropoutBatch, the
+// batch element a halfDropExcess slice is of). A row of LSE −Inf sees no key.
 func probs64(par reference.Params, q, k, lse []float64) [][]float64 {
 	d, sq, sk, h, hk := par.HeadDim, par.SeqQ, par.SeqK, par.Heads, par.KVHeads
 	scale := 1 / math.Sqrt(float64(d))
@@ -109,7 +114,7 @@ func probs64(par reference.Params, q, k, lse []float64) [][]float64 {
 		kh := hh / (h / hk)
 		for i := 0; i < sq; i++ {
 			for j := 0; j < sk; j++ {
-				if !reference.Visible(par, i, j) {
+				if !reference.Visible(par, i, j) || math.IsInf(lse[hh*sq+i], -1) || par.Mask != nil && !par.Mask(par.DropoutBatch, hh, i, j) {
 					continue
 				}
 				var s float64
@@ -120,8 +125,15 @@ func probs64(par reference.Params, q, k, lse []float64) [][]float64 {
 				if par.Softcap > 0 { // x = softcap·tanh(x/softcap)
 					x = par.Softcap * math.Tanh(x/par.Softcap)
 				}
-				if par.ALiBi != nil { // x −= slope·|i + sk − sq − j|
-					x -= par.ALiBi[hh] * math.Abs(float64(i+sk-sq-j))
+				if par.ALiBi != nil { // x −= slope·|i + sk − sq − j| (|i − j| with TopLeft)
+					diag := sk - sq
+					if par.TopLeft {
+						diag = 0
+					}
+					x -= par.ALiBi[hh] * math.Abs(float64(i+diag-j))
+				}
+				if par.ScoreMod != nil {
+					x, _ = par.ScoreMod(par.DropoutBatch, hh, i, j, x)
 				}
 				p[hh][i*sk+j] = math.Exp(x - lse[hh*sq+i])
 			}
