@@ -109,11 +109,19 @@ func faDenseCases(short bool) []faCase {
 // ones on every 16-bit product path of their type, each under another
 // float32 kernel set (forEachKernelHalf, paired). A big pair (≥ 1023) runs
 // on one path, the next in turn for each big case.
+// raceShare reports whether case i of a sweep runs: every case without the
+// race detector, every third under it (its -short share took 131 s there).
+func raceShare(i int) bool { return !raceEnabled || i%3 == 0 }
+
 func TestFlashAttnParams(t *testing.T) {
 	big := 0
-	// Under the race detector (5-10× slower) the -short share runs: the
-	// numerics are the plain run's job, and -race looks for data races.
-	for _, fc := range faDenseCases(testing.Short() || raceEnabled) {
+	// Under the race detector (5-10× slower) a third of the -short share
+	// runs (raceShare): the numerics are the plain run's job, and -race
+	// looks for data races.
+	for i, fc := range faDenseCases(testing.Short() || raceEnabled) {
+		if !raceShare(i) {
+			continue
+		}
 		t.Run(fc.String(), func(t *testing.T) {
 			var visit, pick int
 			if fc.c.sq >= 1023 {
@@ -280,6 +288,9 @@ func faVarLenCases(short bool) []faVarLen {
 // alone (with dropout, on its own index's mask: Params.DropoutBatch).
 func TestFlashAttnParamsVarLen(t *testing.T) {
 	for i, vc := range faVarLenCases(testing.Short() || raceEnabled) {
+		if !raceShare(i) {
+			continue
+		}
 		workers := 1 + 3*(i%2)
 		t.Run(fmt.Sprintf("%d/%v/w%d", i, vc, workers), func(t *testing.T) {
 			run := func(t *testing.T) { checkFAVarLen(t, vc, uint64(i), workers) }
